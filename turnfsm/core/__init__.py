@@ -1,0 +1,102 @@
+"""The brain: a pure, synchronous Turn FSM with no I/O.
+
+`TurnMachine` decides; the driver (`turnfsm.driver`) acts. This package
+imports only the standard library (no I/O modules), `attrs`, `transitions`
+and turnfsm's pure value modules.
+"""
+
+from __future__ import annotations
+
+from turnfsm.core._decisions import (
+    CallLLM,
+    Compact,
+    Decision,
+    Fail,
+    Finish,
+    Measure,
+    Perform,
+    RunTools,
+)
+from turnfsm.core._events import (
+    EVENT_TYPES,
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
+    ContextOverflowed,
+    ErrorInfo,
+    Event,
+    Measured,
+    MessageInjected,
+    ModelFailed,
+    ModelReplied,
+    RunCancelled,
+    RunStarted,
+    Signal,
+    ToolsFinished,
+    Usage,
+    trigger_of,
+)
+from turnfsm.core._guards import GUARDS
+from turnfsm.core._lines import (
+    CompactReason,
+    emergency_line,
+    line_reason,
+    threshold_line,
+)
+from turnfsm.core._machine import Step, TurnMachine
+from turnfsm.core._phases import Phase
+from turnfsm.core._reducers import FAILURES, REDUCERS
+from turnfsm.core._render import render_dot, render_mermaid
+from turnfsm.core._snapshot import SCHEMA_VERSION, Budget, Failure, Snapshot
+from turnfsm.core._spec import MachineSpec, StateSpec, TransitionSpec
+
+__all__ = [
+    "EVENT_TYPES",
+    "FAILURES",
+    "GUARDS",
+    "REDUCERS",
+    "SCHEMA_VERSION",
+    "Budget",
+    "CallLLM",
+    "Compact",
+    "CompactReason",
+    "CompactionCircuitOpened",
+    "CompactionNoop",
+    "CompactionOverflowed",
+    "CompactionResult",
+    "CompactorFailed",
+    "ContextOverflowed",
+    "Decision",
+    "ErrorInfo",
+    "Event",
+    "Fail",
+    "Failure",
+    "Finish",
+    "MachineSpec",
+    "Measure",
+    "Measured",
+    "MessageInjected",
+    "ModelFailed",
+    "ModelReplied",
+    "Perform",
+    "Phase",
+    "RunCancelled",
+    "RunStarted",
+    "RunTools",
+    "Signal",
+    "Snapshot",
+    "StateSpec",
+    "Step",
+    "ToolsFinished",
+    "TransitionSpec",
+    "TurnMachine",
+    "Usage",
+    "emergency_line",
+    "line_reason",
+    "render_dot",
+    "render_mermaid",
+    "threshold_line",
+    "trigger_of",
+]

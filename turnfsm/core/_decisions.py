@@ -1,0 +1,103 @@
+"""Decisions: what the brain asks the driver to do next (imperative)."""
+
+from __future__ import annotations
+
+from typing import TypeAlias, final
+
+import attrs
+
+from turnfsm.core._lines import CompactReason
+from turnfsm.errors import TurnFSMError
+from turnfsm.messages import Message, MessageLog, ToolCallPart
+
+__all__ = [
+    "CallLLM",
+    "Compact",
+    "Decision",
+    "Fail",
+    "Finish",
+    "Measure",
+    "Perform",
+    "RunTools",
+]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Measure:
+    """Measure the whole next request and feed `Measured(estimate)`."""
+
+    history: MessageLog
+    pending: MessageLog
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The conversation the next request would carry (history + pending)."""
+        return (*self.history, *self.pending)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CallLLM:
+    """Call the model with history + pending; feed its reply or failure."""
+
+    history: MessageLog
+    pending: MessageLog
+    turn: int
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The conversation to send (history + pending)."""
+        return (*self.history, *self.pending)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunTools:
+    """Run the tool `calls` of the last reply; feed `ToolsFinished`."""
+
+    calls: tuple[ToolCallPart, ...] = attrs.field(converter=tuple)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Compact:
+    """Run a compaction pass over history + pending for `reason`."""
+
+    reason: CompactReason
+    history: MessageLog
+    pending: MessageLog
+
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """The conversation to compact (history + pending)."""
+        return (*self.history, *self.pending)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Finish:
+    """The run is done; `text` is the final answer."""
+
+    text: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Fail:
+    """The run failed with `error`."""
+
+    error: TurnFSMError
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Perform:
+    """Carry out the user-registered effect `effect` (a custom machine phase)."""
+
+    effect: str
+    phase: str
+
+
+Decision: TypeAlias = Measure | CallLLM | RunTools | Compact | Finish | Fail | Perform
+"""Any decision the brain emits."""

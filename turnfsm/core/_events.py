@@ -1,0 +1,251 @@
+"""Events: what happened, fed to the brain by the driver (past tense).
+
+Each event's trigger is the snake_case form of its class name
+(`ModelReplied` -> ``"model_replied"``), derived, never retyped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final, TypeAlias, final
+
+import attrs
+
+from turnfsm.messages import Message
+
+__all__ = [
+    "EVENT_TYPES",
+    "CompactionCircuitOpened",
+    "CompactionNoop",
+    "CompactionOverflowed",
+    "CompactionResult",
+    "CompactorFailed",
+    "ContextOverflowed",
+    "ErrorInfo",
+    "Event",
+    "Measured",
+    "MessageInjected",
+    "ModelFailed",
+    "ModelReplied",
+    "RunCancelled",
+    "RunStarted",
+    "Signal",
+    "ToolsFinished",
+    "Usage",
+    "trigger_name",
+    "trigger_of",
+]
+
+
+def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ErrorInfo:
+    """An outside failure, translated once at the effect that met it."""
+
+    type: str
+    message: str
+    retryable: bool = False
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, *, retryable: bool = False) -> ErrorInfo:
+        """Describe `exc` by its class name and message."""
+        return cls(type=type(exc).__name__, message=str(exc), retryable=retryable)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Usage:
+    """Provider-reported token usage of one model call."""
+
+    input_tokens: int = attrs.field(default=0, validator=_non_negative)
+    output_tokens: int = attrs.field(default=0, validator=_non_negative)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunStarted:
+    """A run began: `input` are the run's new messages (they become pending)."""
+
+    input: tuple[Message, ...] = attrs.field(converter=tuple)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Measured:
+    """The driver measured the whole next request at `estimate` tokens."""
+
+    estimate: int = attrs.field(validator=_non_negative)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ModelReplied:
+    """The model answered with `message` (an assistant message)."""
+
+    message: Message
+    usage: Usage | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ModelFailed:
+    """The model call failed for good (the retry policy gave up)."""
+
+    error: ErrorInfo
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ContextOverflowed:
+    """The provider rejected the request as longer than its context."""
+
+    error: ErrorInfo
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolsFinished:
+    """Every tool call of the last reply has a result in `results`."""
+
+    results: tuple[Message, ...] = attrs.field(converter=tuple)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionResult:
+    """A compaction pass replaced the conversation with `messages`.
+
+    `before` and `after` are the driver's measurements of the whole request.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=tuple)
+    before: int = attrs.field(validator=_non_negative)
+    after: int = attrs.field(validator=_non_negative)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionNoop:
+    """A compaction pass changed nothing (no manager, a veto, nothing to cut)."""
+
+    before: int = attrs.field(validator=_non_negative)
+    after: int = attrs.field(validator=_non_negative)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionOverflowed:
+    """The compacted conversation still does not fit: `used` of `limit`."""
+
+    used: int = attrs.field(validator=_non_negative)
+    limit: int = attrs.field(validator=_non_negative)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactorFailed:
+    """The compactor raised or reported a failure."""
+
+    used: int = attrs.field(validator=_non_negative)
+    limit: int = attrs.field(validator=_non_negative)
+    error: ErrorInfo
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionCircuitOpened:
+    """The compaction circuit breaker is open after `failures` failures."""
+
+    failures: int = attrs.field(validator=_non_negative)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class MessageInjected:
+    """A message was injected from outside (steering, human input)."""
+
+    message: Message
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunCancelled:
+    """The run was cancelled."""
+
+    reason: str = "cancelled"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Signal:
+    """A custom trigger for a user machine's own phases (declared in `signals`)."""
+
+    name: str
+    data: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+
+
+Event: TypeAlias = (
+    RunStarted
+    | Measured
+    | ModelReplied
+    | ModelFailed
+    | ContextOverflowed
+    | ToolsFinished
+    | CompactionResult
+    | CompactionNoop
+    | CompactionOverflowed
+    | CompactorFailed
+    | CompactionCircuitOpened
+    | MessageInjected
+    | RunCancelled
+    | Signal
+)
+"""Any event the brain accepts."""
+
+EVENT_TYPES: Final[tuple[type[Event], ...]] = (
+    RunStarted,
+    Measured,
+    ModelReplied,
+    ModelFailed,
+    ContextOverflowed,
+    ToolsFinished,
+    CompactionResult,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactorFailed,
+    CompactionCircuitOpened,
+    MessageInjected,
+    RunCancelled,
+    Signal,
+)
+"""Every event class, in a stable order."""
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def trigger_name(cls: type[Event]) -> str:
+    """Return the trigger of an event class: its name in snake_case."""
+    return _CAMEL.sub("_", cls.__name__).lower()
+
+
+_TRIGGERS: Final[dict[type[Event], str]] = {cls: trigger_name(cls) for cls in EVENT_TYPES}
+
+
+def trigger_of(event: Event) -> str:
+    """Return the trigger name of `event` (a `Signal` uses its own name)."""
+    if isinstance(event, Signal):
+        return event.name
+    return _TRIGGERS[type(event)]
+

@@ -1,0 +1,89 @@
+"""GUARDS: the named, pure predicates a machine file may use as conditions.
+
+Each takes the snapshot *before* the transition and the event being handled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Final, TypeAlias
+
+from turnfsm.core._events import (
+    CompactionNoop,
+    CompactionResult,
+    Event,
+    Measured,
+    ModelReplied,
+)
+from turnfsm.core import _lines
+from turnfsm.core._snapshot import Snapshot
+
+__all__ = ["GUARDS", "Guard"]
+
+Guard: TypeAlias = Callable[[Snapshot, Event], bool]
+"""A pure predicate over (snapshot, event)."""
+
+
+def _estimate(snapshot: Snapshot, event: Event) -> int:
+    if isinstance(event, Measured):
+        return event.estimate
+    return snapshot.estimate or 0
+
+
+def is_turn_limit_reached(snapshot: Snapshot, event: Event) -> bool:
+    """The run already made `max_turns` model calls."""
+    return snapshot.turns >= snapshot.budget.max_turns
+
+
+def is_over_emergency_line(snapshot: Snapshot, event: Event) -> bool:
+    """The estimate is on or over 95 % of a non-zero window (always active)."""
+    estimate = _estimate(snapshot, event)
+    return _lines.is_over_emergency_line(estimate, snapshot.budget.context_window)
+
+
+def is_over_threshold_line(snapshot: Snapshot, event: Event) -> bool:
+    """auto_compact is on and the estimate is strictly over the threshold line."""
+    budget = snapshot.budget
+    return _lines.is_over_threshold_line(
+        _estimate(snapshot, event),
+        budget.context_window,
+        budget.threshold,
+        auto_compact=budget.auto_compact,
+    )
+
+
+def has_tool_calls(snapshot: Snapshot, event: Event) -> bool:
+    """The model's reply asks for at least one tool call."""
+    return isinstance(event, ModelReplied) and bool(event.message.tool_calls)
+
+
+def has_injected_messages(snapshot: Snapshot, event: Event) -> bool:
+    """Messages were injected while the model was answering."""
+    return bool(snapshot.inbox)
+
+
+def has_overflow_retries_left(snapshot: Snapshot, event: Event) -> bool:
+    """Fewer than `max_overflow_retries` compact-and-retry passes were spent."""
+    return snapshot.overflow_retries < snapshot.budget.max_overflow_retries
+
+
+def is_no_progress(snapshot: Snapshot, event: Event) -> bool:
+    """The compaction pass saved nothing: after >= before (the no-progress guard)."""
+    if isinstance(event, CompactionResult | CompactionNoop):
+        return event.after >= event.before
+    return False
+
+
+GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
+    {
+        "has_injected_messages": has_injected_messages,
+        "has_overflow_retries_left": has_overflow_retries_left,
+        "has_tool_calls": has_tool_calls,
+        "is_no_progress": is_no_progress,
+        "is_over_emergency_line": is_over_emergency_line,
+        "is_over_threshold_line": is_over_threshold_line,
+        "is_turn_limit_reached": is_turn_limit_reached,
+    }
+)
+"""Guard name -> predicate; the only names a machine file may use."""

@@ -1,0 +1,68 @@
+"""The threshold and emergency lines (DESIGN §2.1), as pure integer arithmetic."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "EMERGENCY_PERCENT",
+    "CompactReason",
+    "emergency_line",
+    "is_over_emergency_line",
+    "is_over_threshold_line",
+    "line_reason",
+    "threshold_line",
+]
+
+EMERGENCY_PERCENT = 95
+"""The emergency line, in percent of the window; always active."""
+
+
+class CompactReason(StrEnum):
+    """Why a compaction pass runs."""
+
+    THRESHOLD_EXCEEDED = "threshold_exceeded"
+    EMERGENCY = "emergency"
+    OVERFLOW = "overflow"
+    MANUAL = "manual"
+
+
+def threshold_line(window: int, threshold: int) -> int:
+    """Return ``window * threshold // 100``."""
+    return window * threshold // 100
+
+
+def emergency_line(window: int) -> int:
+    """Return ``window * 95 // 100``."""
+    return window * EMERGENCY_PERCENT // 100
+
+
+def is_over_emergency_line(estimate: int, window: int) -> bool:
+    """Return whether `estimate` is on or over the emergency line (inclusive)."""
+    return window > 0 and estimate >= emergency_line(window)
+
+
+def is_over_threshold_line(
+    estimate: int, window: int, threshold: int, *, auto_compact: bool
+) -> bool:
+    """Return whether `estimate` is strictly over the threshold line."""
+    return (
+        auto_compact
+        and window > 0
+        and threshold > 0
+        and estimate > threshold_line(window, threshold)
+    )
+
+
+def line_reason(
+    estimate: int, window: int, threshold: int, *, auto_compact: bool
+) -> CompactReason | None:
+    """Return the reason to compact before a model call, or None to call.
+
+    The emergency line wins over the threshold line (first hit wins).
+    """
+    if is_over_emergency_line(estimate, window):
+        return CompactReason.EMERGENCY
+    if is_over_threshold_line(estimate, window, threshold, auto_compact=auto_compact):
+        return CompactReason.THRESHOLD_EXCEEDED
+    return None

@@ -1,0 +1,192 @@
+"""REDUCERS and FAILURES: the named, pure state updates a machine file may use.
+
+A reducer maps (snapshot, event) to the next snapshot; a failure builder
+maps (snapshot, event) to the `Failure` a transition into a fail phase records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Final, TypeAlias
+
+import attrs
+
+from turnfsm.core._events import (
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
+    ContextOverflowed,
+    Event,
+    MessageInjected,
+    ModelFailed,
+    ModelReplied,
+    RunCancelled,
+    RunStarted,
+    ToolsFinished,
+    trigger_of,
+)
+from turnfsm.core._snapshot import Failure, Snapshot
+from turnfsm.errors import IllegalEvent
+from turnfsm.messages import MessageLog
+
+__all__ = ["FAILURES", "REDUCERS", "FailureBuilder", "Reducer"]
+
+Reducer: TypeAlias = Callable[[Snapshot, Event], Snapshot]
+"""A pure update of the snapshot."""
+
+FailureBuilder: TypeAlias = Callable[[Snapshot, Event], Failure]
+"""A pure description of why a run fails."""
+
+
+def record_start(s: Snapshot, e: Event) -> Snapshot:
+    """Take the run's input as pending; a second start is a driver bug."""
+    if s.is_started or not isinstance(e, RunStarted):
+        raise IllegalEvent(phase=s.phase, event=trigger_of(e))
+    return attrs.evolve(s, pending=s.pending.extend(e.input), is_started=True)
+
+
+def record_estimate(s: Snapshot, e: Event) -> Snapshot:
+    """Keep the measured size of the next request."""
+    assert hasattr(e, "estimate")
+    return attrs.evolve(s, estimate=e.estimate)
+
+
+def record_reply(s: Snapshot, e: Event) -> Snapshot:
+    """Append the reply to pending and count the turn."""
+    assert isinstance(e, ModelReplied)
+    return attrs.evolve(
+        s, pending=s.pending.append(e.message), last_reply=e.message, turns=s.turns + 1
+    )
+
+
+def record_results(s: Snapshot, e: Event) -> Snapshot:
+    """Append the tool results to pending."""
+    assert isinstance(e, ToolsFinished)
+    return attrs.evolve(s, pending=s.pending.extend(e.results))
+
+
+def record_compaction(s: Snapshot, e: Event) -> Snapshot:
+    """A commit point: history := the compacted messages, pending := []."""
+    assert isinstance(e, CompactionResult)
+    return attrs.evolve(
+        s, history=MessageLog(e.messages), pending=MessageLog(), estimate=e.after
+    )
+
+
+def record_noop(s: Snapshot, e: Event) -> Snapshot:
+    """Buffers stay untouched; only the estimate is refreshed."""
+    assert isinstance(e, CompactionNoop)
+    return attrs.evolve(s, estimate=e.after)
+
+
+def count_overflow(s: Snapshot, e: Event) -> Snapshot:
+    """Spend one overflow retry."""
+    return attrs.evolve(s, overflow_retries=s.overflow_retries + 1)
+
+
+def record_injection(s: Snapshot, e: Event) -> Snapshot:
+    """Queue an injected message; it joins pending at the next `start`."""
+    assert isinstance(e, MessageInjected)
+    return flush_inbox(attrs.evolve(s, inbox=(*s.inbox, e.message)), e)
+
+
+def flush_inbox(s: Snapshot, e: Event) -> Snapshot:
+    """Move injected messages into pending when the phase can take them."""
+    if not s.inbox or s.phase != "start":
+        return s
+    return attrs.evolve(s, pending=s.pending.extend(s.inbox), inbox=())
+
+
+def commit_pending(s: Snapshot, e: Event) -> Snapshot:
+    """A run that succeeds appends pending to history."""
+    return attrs.evolve(s, history=s.history.extend(s.pending), pending=MessageLog())
+
+
+def discard_pending(s: Snapshot, e: Event) -> Snapshot:
+    """A run that fails leaves no trace in history."""
+    return attrs.evolve(s, pending=MessageLog(), inbox=())
+
+
+REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
+    {
+        "commit_pending": commit_pending,
+        "count_overflow": count_overflow,
+        "discard_pending": discard_pending,
+        "flush_inbox": flush_inbox,
+        "record_compaction": record_compaction,
+        "record_estimate": record_estimate,
+        "record_injection": record_injection,
+        "record_noop": record_noop,
+        "record_reply": record_reply,
+        "record_results": record_results,
+        "record_start": record_start,
+    }
+)
+"""Reducer name -> pure update; the only names a machine file may use."""
+
+
+def _max_turns(s: Snapshot, e: Event) -> Failure:
+    return Failure(kind="max_turns_exceeded", used=s.turns, limit=s.budget.max_turns)
+
+
+def _context_exceeded(s: Snapshot, e: Event) -> Failure:
+    if isinstance(e, CompactionOverflowed):
+        return Failure(kind="context_exceeded", used=e.used, limit=e.limit)
+    detail = e.error.message if isinstance(e, ContextOverflowed) else ""
+    used = s.estimate or 0
+    return Failure(
+        kind="context_exceeded", used=used, limit=s.budget.context_window, detail=detail
+    )
+
+
+def _stalled(s: Snapshot, e: Event) -> Failure:
+    assert isinstance(e, CompactionResult | CompactionNoop)
+    return Failure(kind="compaction_stalled", used=e.after, limit=e.before)
+
+
+def _compaction_failed(s: Snapshot, e: Event) -> Failure:
+    assert isinstance(e, CompactorFailed)
+    return Failure(
+        kind="compaction_failed",
+        used=e.used,
+        limit=e.limit,
+        detail=e.error.message,
+        error_type=e.error.type,
+    )
+
+
+def _circuit_open(s: Snapshot, e: Event) -> Failure:
+    assert isinstance(e, CompactionCircuitOpened)
+    return Failure(kind="compaction_circuit_open", used=e.failures)
+
+
+def _cancelled(s: Snapshot, e: Event) -> Failure:
+    reason = e.reason if isinstance(e, RunCancelled) else "cancelled"
+    return Failure(kind="cancelled", detail=reason)
+
+
+def _provider_error(s: Snapshot, e: Event) -> Failure:
+    assert isinstance(e, ModelFailed)
+    return Failure(
+        kind="provider_error",
+        detail=e.error.message,
+        error_type=e.error.type,
+        retriable=e.error.retryable,
+    )
+
+
+FAILURES: Final[Mapping[str, FailureBuilder]] = MappingProxyType(
+    {
+        "cancelled": _cancelled,
+        "compaction_circuit_open": _circuit_open,
+        "compaction_failed": _compaction_failed,
+        "compaction_stalled": _stalled,
+        "context_exceeded": _context_exceeded,
+        "max_turns_exceeded": _max_turns,
+        "provider_error": _provider_error,
+    }
+)
+"""Failure name -> builder; the `error` a transition into a fail phase names."""

@@ -1,0 +1,176 @@
+"""The brain's state: buffers, estimate, counters, budget (frozen, serialisable)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, final
+
+import attrs
+
+from turnfsm.core._lines import CompactReason
+from turnfsm.errors import (
+    Cancelled,
+    CompactionCircuitOpen,
+    CompactionFailed,
+    CompactionStalled,
+    ConfigError,
+    ContextExceeded,
+    MaxTurnsExceeded,
+    ProviderError,
+    TurnFSMError,
+)
+from turnfsm.messages import Message, MessageLog
+
+__all__ = ["SCHEMA_VERSION", "Budget", "Failure", "Snapshot"]
+
+SCHEMA_VERSION: Final = 1
+"""The version of `Snapshot.to_dict` output."""
+
+
+def _int_field(name: str, low: int, high: int | None = None) -> Any:
+    expected = f"an int >= {low}" if high is None else f"an int in {low}..{high}"
+
+    def check(_inst: object, _attr: object, value: object) -> None:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if not ok or value < low or (high is not None and value > high):  # type: ignore[operator]
+            raise ConfigError(name, value, expected)
+
+    return check
+
+
+def _bool_field(name: str) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if not isinstance(value, bool):
+            raise ConfigError(name, value, "a bool")
+
+    return check
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Budget:
+    """The limits one run works within.
+
+    Attributes:
+        context_window: the model's window in tokens; 0 disables both lines.
+        threshold: the soft line in percent of the window (0 disables it).
+        auto_compact: whether the threshold line triggers compaction.
+        max_turns: the most model calls one run may make.
+        max_overflow_retries: compact-and-retry passes after provider overflows.
+    """
+
+    context_window: int = attrs.field(
+        default=200_000, validator=_int_field("context_window", 0)
+    )
+    threshold: int = attrs.field(default=80, validator=_int_field("threshold", 0, 100))
+    auto_compact: bool = attrs.field(default=True, validator=_bool_field("auto_compact"))
+    max_turns: int = attrs.field(default=50, validator=_int_field("max_turns", 1))
+    max_overflow_retries: int = attrs.field(
+        default=2, validator=_int_field("max_overflow_retries", 0)
+    )
+
+
+_ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
+    "max_turns_exceeded": lambda f: MaxTurnsExceeded(max_turns=f.limit),
+    "context_exceeded": lambda f: ContextExceeded(used=f.used, limit=f.limit),
+    "compaction_stalled": lambda f: CompactionStalled(used=f.used, limit=f.limit),
+    "compaction_failed": lambda f: CompactionFailed(
+        used=f.used, limit=f.limit, cause=f.detail
+    ),
+    "compaction_circuit_open": lambda f: CompactionCircuitOpen(failures=f.used),
+    "cancelled": lambda f: Cancelled(reason=f.detail),
+    "provider_error": lambda f: ProviderError(
+        message=f.detail, retriable=f.retriable, kind=f.error_type
+    ),
+}
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Failure:
+    """Why a run failed, as plain data; `to_error()` builds the exception."""
+
+    kind: str = attrs.field(validator=attrs.validators.in_(_ERROR_BUILDERS))
+    used: int = 0
+    limit: int = 0
+    detail: str = ""
+    error_type: str = ""
+    retriable: bool = False
+
+    def to_error(self) -> TurnFSMError:
+        """Return the typed error this failure stands for."""
+        return _ERROR_BUILDERS[self.kind](self)
+
+
+def _log(value: Any) -> MessageLog:
+    return value if isinstance(value, MessageLog) else MessageLog(value)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Snapshot:
+    """Everything the brain knows; equal snapshots give equal decisions.
+
+    `history` is the committed conversation, `pending` this run's messages,
+    `inbox` messages injected while the request could not take them yet.
+    """
+
+    phase: str
+    budget: Budget = attrs.field(factory=Budget)
+    history: MessageLog = attrs.field(factory=MessageLog, converter=_log)
+    pending: MessageLog = attrs.field(factory=MessageLog, converter=_log)
+    inbox: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+    estimate: int | None = None
+    turns: int = 0
+    overflow_retries: int = 0
+    compact_reason: CompactReason | None = None
+    last_reply: Message | None = None
+    failure: Failure | None = None
+    is_started: bool = False
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-compatible dict; `Snapshot.from_dict` reverses it."""
+        return {
+            "schema_version": self.schema_version,
+            "phase": self.phase,
+            "budget": attrs.asdict(self.budget),
+            "history": [m.to_dict() for m in self.history],
+            "pending": [m.to_dict() for m in self.pending],
+            "inbox": [m.to_dict() for m in self.inbox],
+            "estimate": self.estimate,
+            "turns": self.turns,
+            "overflow_retries": self.overflow_retries,
+            "compact_reason": self.compact_reason,
+            "last_reply": None if self.last_reply is None else self.last_reply.to_dict(),
+            "failure": None if self.failure is None else attrs.asdict(self.failure),
+            "is_started": self.is_started,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        """Build a snapshot from `to_dict` output.
+
+        Raises:
+            ConfigError: the schema version is unknown or a field is invalid.
+        """
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ConfigError("schema_version", version, f"{SCHEMA_VERSION}")
+        reply = data["last_reply"]
+        failure = data["failure"]
+        reason = data["compact_reason"]
+        return cls(
+            phase=data["phase"],
+            budget=Budget(**data["budget"]),
+            history=[Message.from_dict(m) for m in data["history"]],
+            pending=[Message.from_dict(m) for m in data["pending"]],
+            inbox=[Message.from_dict(m) for m in data["inbox"]],
+            estimate=data["estimate"],
+            turns=data["turns"],
+            overflow_retries=data["overflow_retries"],
+            compact_reason=None if reason is None else CompactReason(reason),
+            last_reply=None if reply is None else Message.from_dict(reply),
+            failure=None if failure is None else Failure(**failure),
+            is_started=data["is_started"],
+        )

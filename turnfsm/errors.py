@@ -1,0 +1,256 @@
+"""Every exception turnfsm raises, in one tree.
+
+```
+TurnFSMError                 base class; never raised directly
+├── DefinitionError          (also ValueError) a machine file is invalid; lists every problem
+├── ConfigError              (also ValueError) a setting is out of range; names field and value
+├── InvalidMessage           (also ValueError) a message or history is malformed; names the field
+├── IllegalEvent             event not accepted in this phase (a driver bug); .phase, .event
+├── MachineBroken            an earlier handle() raised; the machine refuses further input
+├── ContextExceeded          the run could not fit the window; .used, .limit
+│   ├── CompactionStalled    no-progress guard fired; .limit is the size before the pass
+│   └── CompactionFailed     the compactor failed; .cause
+├── CompactionCircuitOpen    the compaction circuit breaker is open
+├── MaxTurnsExceeded         the run used all its model calls
+├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
+├── ProviderError            the model API failed after retries; .retriable
+├── ToolError                a tool could not be registered or described
+└── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
+```
+
+Expected failures of a run (a compaction that cannot shrink, a provider that
+keeps failing) are *outcomes*: the run ends in the ``failed`` phase and the
+error is carried on the `RunResult`. Only misuse and bad configuration raise at
+the call site.
+
+This module imports no other turnfsm module, so every module may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+import attrs
+
+__all__ = [
+    "Cancelled",
+    "CompactionCircuitOpen",
+    "CompactionFailed",
+    "CompactionStalled",
+    "ConfigError",
+    "ContextExceeded",
+    "DefinitionError",
+    "IllegalEvent",
+    "InvalidMessage",
+    "MachineBroken",
+    "MaxTurnsExceeded",
+    "ProviderError",
+    "RunFailed",
+    "ToolError",
+    "TurnFSMError",
+]
+
+
+class TurnFSMError(Exception):
+    """Base class of every turnfsm exception; never raised directly."""
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class DefinitionError(TurnFSMError, ValueError):
+    """Raised when a machine file is invalid; lists every problem at once."""
+
+    source: str
+    problems: tuple[str, ...] = attrs.field(converter=tuple)
+
+    def __str__(self) -> str:
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        n = len(self.problems)
+        return f"{self.source}: {n} problem{'s' if n != 1 else ''}:\n{lines}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ConfigError(TurnFSMError, ValueError):
+    """Raised when a setting is out of range; names the field and the value."""
+
+    field: str
+    value: Any
+    expected: str
+
+    def __str__(self) -> str:
+        return f"invalid {self.field}={self.value!r}: expected {self.expected}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class InvalidMessage(TurnFSMError, ValueError):
+    """Raised when a message or a history is malformed; names the field and value."""
+
+    field: str
+    value: Any
+    reason: str
+
+    def __str__(self) -> str:
+        return f"invalid message {self.field}={self.value!r}: {self.reason}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class IllegalEvent(TurnFSMError):
+    """Raised when an event is not accepted in the current phase (a driver bug)."""
+
+    phase: str
+    event: str
+
+    def __str__(self) -> str:
+        return (
+            f"event {self.event!r} is not accepted in phase {self.phase!r}; "
+            "feed only the event the last decision asked for"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class MachineBroken(TurnFSMError):
+    """Raised when a machine whose earlier `handle()` raised is fed again."""
+
+    phase: str
+    cause: str
+
+    def __str__(self) -> str:
+        return (
+            f"the machine broke in phase {self.phase!r} ({self.cause}); "
+            "start a new machine from the last good snapshot"
+        )
+
+
+@attrs.frozen(auto_exc=True)
+class ContextExceeded(TurnFSMError):
+    """Raised when a run could not fit the context window.
+
+    `used` and `limit` are payload-comparable token estimates. `limit` is the
+    window when the compacted result still did not fit.
+    """
+
+    used: int
+    limit: int
+
+    def __str__(self) -> str:
+        return (
+            f"context exceeded: {self.used} tokens used, limit {self.limit}; "
+            "use a bigger window or a compactor that shrinks harder"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CompactionStalled(ContextExceeded):
+    """Raised when a compaction pass saved nothing (the no-progress guard).
+
+    `used` is the size after the pass and `limit` the size before it; a
+    pre-compact hook that vetoes over the line ends here too.
+    """
+
+    def __str__(self) -> str:
+        return (
+            f"compaction stalled: {self.used} tokens after the pass, "
+            f"{self.limit} before; nothing was saved (a vetoing hook or a "
+            "conversation the compactor cannot cut) - use a summarizing "
+            "compactor or a bigger window"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CompactionFailed(ContextExceeded):
+    """Raised when the compactor itself failed; `cause` says why."""
+
+    cause: str = ""
+
+    def __str__(self) -> str:
+        return (
+            f"compaction failed at {self.used} tokens (limit {self.limit}): "
+            f"{self.cause}"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CompactionCircuitOpen(TurnFSMError):
+    """Raised when the compaction circuit breaker is open and refuses to run."""
+
+    failures: int
+
+    def __str__(self) -> str:
+        return (
+            f"compaction circuit open after {self.failures} consecutive failures; "
+            "reset the breaker once the summary model is healthy"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class MaxTurnsExceeded(TurnFSMError):
+    """Raised when a run used all of its `max_turns` model calls."""
+
+    max_turns: int
+
+    def __str__(self) -> str:
+        return (
+            f"the run reached max_turns={self.max_turns} without a final answer; "
+            "raise max_turns or check the tools for a loop"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class Cancelled(TurnFSMError):
+    """Raised when a run was cancelled through `TurnMachine.cancel()`."""
+
+    reason: str = "cancelled"
+
+    def __str__(self) -> str:
+        return f"run cancelled: {self.reason}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ProviderError(TurnFSMError):
+    """Raised when the model API failed and the retry policy gave up."""
+
+    message: str
+    retriable: bool = False
+    kind: str = "error"
+
+    def __str__(self) -> str:
+        hint = " (transient; retries exhausted)" if self.retriable else ""
+        return f"model provider error [{self.kind}]{hint}: {self.message}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ToolError(TurnFSMError, ValueError):
+    """Raised when a tool cannot be registered or described."""
+
+    tool: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"tool {self.tool!r}: {self.reason}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class RunFailed(TurnFSMError):
+    """Raised by `RunResult.raise_for_failure()` for a run that ended in `failed`."""
+
+    error: TurnFSMError
+
+    @property
+    def outcome(self) -> TurnFSMError:
+        """The error the run ended with."""
+        return self.error
+
+    def __str__(self) -> str:
+        return f"run failed: {self.error}"

@@ -1,0 +1,414 @@
+"""Messages: frozen values with a role, parts and a stable id.
+
+A `Message` has a `Role` and a tuple of parts: `TextPart`, `ToolCallPart`,
+`ToolResultPart` and `ImagePart`. Tool calls live on assistant messages; tool
+results live on tool messages and name the call they answer by `call_id`.
+Every message carries a stable `id` (used for caching token counts and for the
+audit trail) and free-form string `metadata`.
+
+`MessageLog` is the append-only sequence the brain keeps its buffers in:
+immutable to its readers, O(1) to append, so a long run does not copy its
+history on every turn.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Final, TypeAlias, final, overload
+
+import attrs
+
+from turnfsm.errors import InvalidMessage
+
+__all__ = [
+    "ImagePart",
+    "JSONValue",
+    "Message",
+    "MessageLog",
+    "Part",
+    "Role",
+    "TextPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "check_history",
+    "new_message_id",
+]
+
+JSONValue: TypeAlias = (
+    "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+)
+"""A value that JSON can carry (tool-call arguments)."""
+
+
+class Role(StrEnum):
+    """Who speaks a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+def new_message_id() -> str:
+    """Return a fresh, globally unique message id (``msg_`` + 24 hex digits)."""
+    return "msg_" + uuid.uuid4().hex[:24]
+
+
+def _to_role(value: object) -> Role:
+    if isinstance(value, Role):
+        return value
+    try:
+        return Role(value)
+    except ValueError:
+        allowed = ", ".join(r.value for r in Role)
+        raise InvalidMessage("role", value, f"expected one of {allowed}") from None
+
+
+def _require_str(field: str) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if not isinstance(value, str):
+            raise InvalidMessage(field, value, "expected a string")
+
+    return check
+
+
+def _require_id(field: str) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if not isinstance(value, str) or not value:
+            raise InvalidMessage(field, value, "expected a non-empty string")
+
+    return check
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TextPart:
+    """Plain text."""
+
+    text: str = attrs.field(validator=_require_str("text"))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolCallPart:
+    """A request from the model to run tool `name` with JSON `arguments`."""
+
+    id: str = attrs.field(validator=_require_id("tool_call.id"))
+    name: str = attrs.field(validator=_require_id("tool_call.name"))
+    arguments: Mapping[str, JSONValue] = attrs.field(factory=dict, hash=False)
+
+    @arguments.validator
+    def _check_arguments(self, _attr: object, value: object) -> None:
+        if not isinstance(value, Mapping):
+            raise InvalidMessage("tool_call.arguments", value, "expected a mapping")
+
+    def arguments_json(self) -> str:
+        """Return the arguments as compact, key-sorted JSON."""
+        return json.dumps(self.arguments, separators=(",", ":"), sort_keys=True)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolResultPart:
+    """The result of the tool call `call_id`; `is_error` marks a failed call."""
+
+    call_id: str = attrs.field(validator=_require_id("tool_result.call_id"))
+    content: str = attrs.field(validator=_require_str("tool_result.content"))
+    is_error: bool = False
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ImagePart:
+    """An image, by URL (``https:`` or ``data:``), with an optional media type."""
+
+    url: str = attrs.field(validator=_require_id("image.url"))
+    media_type: str | None = None
+
+
+Part: TypeAlias = TextPart | ToolCallPart | ToolResultPart | ImagePart
+"""Any message part."""
+
+_PART_TYPES: Final = (TextPart, ToolCallPart, ToolResultPart, ImagePart)
+
+
+def _to_parts(value: Iterable[Part] | str) -> tuple[Part, ...]:
+    if isinstance(value, str):
+        return (TextPart(text=value),)
+    parts = tuple(value)
+    for part in parts:
+        if not isinstance(part, _PART_TYPES):
+            raise InvalidMessage("parts", part, "expected a message part")
+    return parts
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Message:
+    """One message of a conversation.
+
+    Build one with the constructors (`Message.user("hi")`,
+    `Message.assistant("ok", tool_calls=[...])`, `Message.tool_result(...)`)
+    or directly from a role and parts. Invalid combinations raise
+    `InvalidMessage` naming the field: tool calls only on assistant messages,
+    tool results only (and alone) on tool messages.
+    """
+
+    role: Role = attrs.field(converter=_to_role)
+    parts: tuple[Part, ...] = attrs.field(converter=_to_parts)
+    id: str = attrs.field(factory=new_message_id, validator=_require_id("id"))
+    metadata: Mapping[str, str] = attrs.field(factory=dict, hash=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        for part in self.parts:
+            if isinstance(part, ToolCallPart) and self.role is not Role.ASSISTANT:
+                raise InvalidMessage(
+                    "parts", part, f"a tool call needs role 'assistant', not "
+                    f"{self.role.value!r}"
+                )
+            if isinstance(part, ToolResultPart) and self.role is not Role.TOOL:
+                raise InvalidMessage(
+                    "parts", part, f"a tool result needs role 'tool', not "
+                    f"{self.role.value!r}"
+                )
+            if self.role is Role.TOOL and not isinstance(part, ToolResultPart):
+                raise InvalidMessage(
+                    "parts", part, "a tool message holds only tool results"
+                )
+
+    # -- constructors -------------------------------------------------
+    @classmethod
+    def system(cls, text: str, **kwargs: Any) -> Message:
+        """Return a system message with `text`."""
+        return cls(role=Role.SYSTEM, parts=text, **kwargs)
+
+    @classmethod
+    def user(cls, text: str, **kwargs: Any) -> Message:
+        """Return a user message with `text`."""
+        return cls(role=Role.USER, parts=text, **kwargs)
+
+    @classmethod
+    def assistant(
+        cls,
+        text: str = "",
+        *,
+        tool_calls: Iterable[ToolCallPart] = (),
+        **kwargs: Any,
+    ) -> Message:
+        """Return an assistant message with `text` and optional `tool_calls`."""
+        parts: list[Part] = [TextPart(text=text)] if text else []
+        parts.extend(tool_calls)
+        return cls(role=Role.ASSISTANT, parts=parts, **kwargs)
+
+    @classmethod
+    def tool_result(
+        cls, call_id: str, content: str, *, is_error: bool = False, **kwargs: Any
+    ) -> Message:
+        """Return a tool message answering the call `call_id`."""
+        part = ToolResultPart(call_id=call_id, content=content, is_error=is_error)
+        return cls(role=Role.TOOL, parts=(part,), **kwargs)
+
+    # -- views ---------------------------------------------------------
+    @property
+    def text(self) -> str:
+        """The concatenated text parts."""
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        """The tool calls this message makes."""
+        return tuple(p for p in self.parts if isinstance(p, ToolCallPart))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultPart, ...]:
+        """The tool results this message carries."""
+        return tuple(p for p in self.parts if isinstance(p, ToolResultPart))
+
+    # -- serialisation -------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-compatible dict; `Message.from_dict` reverses it."""
+        return {
+            "id": self.id,
+            "role": self.role.value,
+            "parts": [_part_to_dict(p) for p in self.parts],
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Build a message from `to_dict` output; raises `InvalidMessage`."""
+        try:
+            parts = [_part_from_dict(p) for p in data["parts"]]
+            return cls(
+                role=data["role"],
+                parts=parts,
+                id=data["id"],
+                metadata=dict(data.get("metadata", {})),
+            )
+        except KeyError as exc:
+            raise InvalidMessage(str(exc.args[0]), None, "missing field") from None
+
+
+def _part_to_dict(part: Part) -> dict[str, Any]:
+    match part:
+        case TextPart(text=text):
+            return {"type": "text", "text": text}
+        case ToolCallPart(id=id_, name=name, arguments=arguments):
+            return {
+                "type": "tool_call",
+                "id": id_,
+                "name": name,
+                "arguments": dict(arguments),
+            }
+        case ToolResultPart(call_id=call_id, content=content, is_error=is_error):
+            return {
+                "type": "tool_result",
+                "call_id": call_id,
+                "content": content,
+                "is_error": is_error,
+            }
+        case ImagePart(url=url, media_type=media_type):
+            return {"type": "image", "url": url, "media_type": media_type}
+
+
+def _part_from_dict(data: Mapping[str, Any]) -> Part:
+    kind = data.get("type")
+    if kind == "text":
+        return TextPart(text=data["text"])
+    if kind == "tool_call":
+        return ToolCallPart(
+            id=data["id"], name=data["name"], arguments=dict(data["arguments"])
+        )
+    if kind == "tool_result":
+        return ToolResultPart(
+            call_id=data["call_id"],
+            content=data["content"],
+            is_error=bool(data.get("is_error", False)),
+        )
+    if kind == "image":
+        return ImagePart(url=data["url"], media_type=data.get("media_type"))
+    raise InvalidMessage("parts.type", kind, "expected text, tool_call, "
+                         "tool_result or image")
+
+
+def check_history(messages: Iterable[Message]) -> tuple[Message, ...]:
+    """Validate a conversation given from outside and return it as a tuple.
+
+    Raises:
+        InvalidMessage: an item is not a `Message`, or a tool result answers
+            no earlier tool call (`field` is ``tool_result.call_id``).
+    """
+    out = tuple(messages)
+    open_calls: dict[str, int] = {}
+    for msg in out:
+        if not isinstance(msg, Message):
+            raise InvalidMessage("messages", msg, "expected a Message")
+        for part in msg.parts:
+            if isinstance(part, ToolCallPart):
+                open_calls[part.id] = open_calls.get(part.id, 0) + 1
+            elif isinstance(part, ToolResultPart):
+                if not open_calls.get(part.call_id):
+                    raise InvalidMessage(
+                        "tool_result.call_id",
+                        part.call_id,
+                        "a tool result for no earlier tool call",
+                    )
+                open_calls[part.call_id] -= 1
+    return out
+
+
+class _Store:
+    """The shared, append-only backing list of one or more `MessageLog`s."""
+
+    __slots__ = ("items", "memo")
+
+    def __init__(self, items: list[Message]) -> None:
+        self.items = items
+        # Per-store memo for incremental consumers (token prefix sums).
+        self.memo: dict[object, Any] = {}
+
+
+@final
+class MessageLog(Sequence[Message]):
+    """An immutable sequence of messages that appends in O(1).
+
+    Logs share one append-only backing list: `log.append(m)` returns a new
+    log viewing one more item, and extends the shared list in place only when
+    `log` is its longest view, so no reader ever sees its items change.
+    """
+
+    __slots__ = ("_len", "_store")
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        items = list(messages)
+        self._store = _Store(items)
+        self._len = len(items)
+
+    @classmethod
+    def _view(cls, store: _Store, length: int) -> MessageLog:
+        log = cls.__new__(cls)
+        log._store = store
+        log._len = length
+        return log
+
+    def append(self, *messages: Message) -> MessageLog:
+        """Return a log with `messages` appended; `self` is unchanged."""
+        return self.extend(messages)
+
+    def extend(self, messages: Iterable[Message]) -> MessageLog:
+        """Return a log with `messages` appended; `self` is unchanged."""
+        new = list(messages)
+        if not new:
+            return self
+        store = self._store
+        if len(store.items) != self._len:  # a longer view exists: branch off
+            store = _Store(store.items[: self._len])
+        store.items.extend(new)
+        return MessageLog._view(store, self._len + len(new))
+
+    @property
+    def store_key(self) -> tuple[object, int]:
+        """Identity of the backing list and this view's length (for memos)."""
+        return (self._store, self._len)
+
+    @property
+    def memo(self) -> dict[object, Any]:
+        """A scratch dict shared by every view of the same backing list."""
+        return self._store.memo
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self._store.items[: self._len][index])
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("MessageLog index out of range")
+        return self._store.items[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        items = self._store.items
+        for i in range(self._len):
+            yield items[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MessageLog):
+            return self._len == other._len and (
+                self._store is other._store or list(self) == list(other)
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(m.id for m in self))
+
+    def __repr__(self) -> str:
+        return f"MessageLog({list(self)!r})"
