@@ -2,11 +2,11 @@
 
 ```
 TurnFSMError                 base class; never raised directly
-├── DefinitionError          (also ValueError) a machine file is invalid; lists every problem
-├── ConfigError              (also ValueError) a setting is out of range; names field and value
-├── InvalidMessage           (also ValueError) a message or history is malformed; names the field
-├── IllegalEvent             event not accepted in this phase (a driver bug); .phase, .event
-├── MachineBroken            an earlier handle() raised; the machine refuses further input
+├── DefinitionError          (ValueError) a machine file is invalid; every problem
+├── ConfigError              (ValueError) a setting is out of range; field, value
+├── InvalidMessage           (ValueError) a malformed message or history; field
+├── IllegalEvent             event not accepted in this phase (a driver bug)
+├── MachineBroken            an earlier handle() raised; no further input
 ├── ContextExceeded          the run could not fit the window; .used, .limit
 │   ├── CompactionStalled    no-progress guard fired; .limit is the size before the pass
 │   └── CompactionFailed     the compactor failed; .cause
@@ -28,11 +28,13 @@ This module imports no other turnfsm module, so every module may import it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, final
 
 import attrs
 
 __all__ = [
+    "CONTEXT_OVERFLOW",
     "Cancelled",
     "CompactionCircuitOpen",
     "CompactionFailed",
@@ -51,6 +53,10 @@ __all__ = [
 ]
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 class TurnFSMError(Exception):
     """Base class of every turnfsm exception; never raised directly."""
 
@@ -61,7 +67,7 @@ class DefinitionError(TurnFSMError, ValueError):
     """Raised when a machine file is invalid; lists every problem at once."""
 
     source: str
-    problems: tuple[str, ...] = attrs.field(converter=tuple)
+    problems: tuple[str, ...] = attrs.field(converter=_strings)
 
     def __str__(self) -> str:
         lines = "\n".join(f"  - {p}" for p in self.problems)
@@ -222,10 +228,21 @@ class ProviderError(TurnFSMError):
     message: str
     retriable: bool = False
     kind: str = "error"
+    retry_after: float | None = None
+    status: int | None = None
+
+    @property
+    def is_context_overflow(self) -> bool:
+        """Whether the provider said the request is longer than its context."""
+        return self.kind == CONTEXT_OVERFLOW
 
     def __str__(self) -> str:
         hint = " (transient; retries exhausted)" if self.retriable else ""
         return f"model provider error [{self.kind}]{hint}: {self.message}"
+
+
+CONTEXT_OVERFLOW = "context_overflow"
+"""The `ProviderError.kind` of a provider's context-length rejection."""
 
 
 @final

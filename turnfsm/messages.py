@@ -26,6 +26,7 @@ from turnfsm.errors import InvalidMessage
 __all__ = [
     "ImagePart",
     "JSONValue",
+    "Joined",
     "Message",
     "MessageLog",
     "Part",
@@ -33,12 +34,14 @@ __all__ = [
     "TextPart",
     "ToolCallPart",
     "ToolResultPart",
+    "as_messages",
+    "as_sequence",
     "check_history",
     "new_message_id",
 ]
 
 JSONValue: TypeAlias = (
-    "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+    "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
 )
 """A value that JSON can carry (tool-call arguments)."""
 
@@ -57,14 +60,16 @@ def new_message_id() -> str:
     return "msg_" + uuid.uuid4().hex[:24]
 
 
+_ROLE_VALUES: Final = frozenset(r.value for r in Role)
+
+
 def _to_role(value: object) -> Role:
     if isinstance(value, Role):
         return value
-    try:
+    if isinstance(value, str) and value in _ROLE_VALUES:
         return Role(value)
-    except ValueError:
-        allowed = ", ".join(r.value for r in Role)
-        raise InvalidMessage("role", value, f"expected one of {allowed}") from None
+    allowed = ", ".join(r.value for r in Role)
+    raise InvalidMessage("role", value, f"expected one of {allowed}")
 
 
 def _require_str(field: str) -> Any:
@@ -166,13 +171,15 @@ class Message:
         for part in self.parts:
             if isinstance(part, ToolCallPart) and self.role is not Role.ASSISTANT:
                 raise InvalidMessage(
-                    "parts", part, f"a tool call needs role 'assistant', not "
-                    f"{self.role.value!r}"
+                    "parts",
+                    part,
+                    f"a tool call needs role 'assistant', not {self.role.value!r}",
                 )
             if isinstance(part, ToolResultPart) and self.role is not Role.TOOL:
                 raise InvalidMessage(
-                    "parts", part, f"a tool result needs role 'tool', not "
-                    f"{self.role.value!r}"
+                    "parts",
+                    part,
+                    f"a tool result needs role 'tool', not {self.role.value!r}",
                 )
             if self.role is Role.TOOL and not isinstance(part, ToolResultPart):
                 raise InvalidMessage(
@@ -290,8 +297,21 @@ def _part_from_dict(data: Mapping[str, Any]) -> Part:
         )
     if kind == "image":
         return ImagePart(url=data["url"], media_type=data.get("media_type"))
-    raise InvalidMessage("parts.type", kind, "expected text, tool_call, "
-                         "tool_result or image")
+    raise InvalidMessage(
+        "parts.type", kind, "expected text, tool_call, tool_result or image"
+    )
+
+
+def as_messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    """Return `value` as a tuple of messages (an attrs converter with a type)."""
+    return tuple(value)
+
+
+def as_sequence(value: Iterable[Message]) -> Sequence[Message]:
+    """Return `value` as an immutable sequence, without copying our own views."""
+    if isinstance(value, tuple | MessageLog | Joined):
+        return value
+    return tuple(value)
 
 
 def check_history(messages: Iterable[Message]) -> tuple[Message, ...]:
@@ -412,3 +432,50 @@ class MessageLog(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"MessageLog({list(self)!r})"
+
+
+@final
+class Joined(Sequence[Message]):
+    """A read-only view of several message sequences as one, without copying."""
+
+    __slots__ = ("_len", "_parts")
+
+    def __init__(self, *parts: Sequence[Message]) -> None:
+        self._parts = tuple(p for p in parts if len(p))
+        self._len = sum(len(p) for p in self._parts)
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("Joined index out of range")
+        for part in self._parts:
+            if index < len(part):
+                return part[index]
+            index -= len(part)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __iter__(self) -> Iterator[Message]:
+        for part in self._parts:
+            yield from part
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(
+                a == b for a, b in zip(self, other, strict=True)
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Joined({list(self)!r})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TypeAlias, final
 
 import attrs
@@ -51,12 +52,16 @@ class CallLLM:
         return (*self.history, *self.pending)
 
 
+def _calls(value: Iterable[ToolCallPart]) -> tuple[ToolCallPart, ...]:
+    return tuple(value)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RunTools:
     """Run the tool `calls` of the last reply; feed `ToolsFinished`."""
 
-    calls: tuple[ToolCallPart, ...] = attrs.field(converter=tuple)
+    calls: tuple[ToolCallPart, ...] = attrs.field(converter=_calls)
 
 
 @final

@@ -12,7 +12,7 @@ from typing import Final, TypeAlias, final
 
 import attrs
 
-from turnfsm.messages import Message
+from turnfsm.messages import Message, as_messages
 
 __all__ = [
     "EVENT_TYPES",
@@ -53,7 +53,9 @@ class ErrorInfo:
     retryable: bool = False
 
     @classmethod
-    def from_exception(cls, exc: BaseException, *, retryable: bool = False) -> ErrorInfo:
+    def from_exception(
+        cls, exc: BaseException, *, retryable: bool = False
+    ) -> ErrorInfo:
         """Describe `exc` by its class name and message."""
         return cls(type=type(exc).__name__, message=str(exc), retryable=retryable)
 
@@ -78,7 +80,7 @@ class Usage:
 class RunStarted:
     """A run began: `input` are the run's new messages (they become pending)."""
 
-    input: tuple[Message, ...] = attrs.field(converter=tuple)
+    input: tuple[Message, ...] = attrs.field(converter=as_messages)
 
 
 @final
@@ -119,7 +121,7 @@ class ContextOverflowed:
 class ToolsFinished:
     """Every tool call of the last reply has a result in `results`."""
 
-    results: tuple[Message, ...] = attrs.field(converter=tuple)
+    results: tuple[Message, ...] = attrs.field(converter=as_messages)
 
 
 @final
@@ -130,7 +132,7 @@ class CompactionResult:
     `before` and `after` are the driver's measurements of the whole request.
     """
 
-    messages: tuple[Message, ...] = attrs.field(converter=tuple)
+    messages: tuple[Message, ...] = attrs.field(converter=as_messages)
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
 
@@ -240,7 +242,9 @@ def trigger_name(cls: type[Event]) -> str:
     return _CAMEL.sub("_", cls.__name__).lower()
 
 
-_TRIGGERS: Final[dict[type[Event], str]] = {cls: trigger_name(cls) for cls in EVENT_TYPES}
+_TRIGGERS: Final[dict[type[Event], str]] = {
+    cls: trigger_name(cls) for cls in EVENT_TYPES
+}
 
 
 def trigger_of(event: Event) -> str:
@@ -248,4 +252,3 @@ def trigger_of(event: Event) -> str:
     if isinstance(event, Signal):
         return event.name
     return _TRIGGERS[type(event)]
-

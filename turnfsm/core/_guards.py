@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final, TypeAlias
 
+from turnfsm.core import _lines
 from turnfsm.core._events import (
     CompactionNoop,
     CompactionResult,
@@ -16,7 +17,6 @@ from turnfsm.core._events import (
     Measured,
     ModelReplied,
 )
-from turnfsm.core import _lines
 from turnfsm.core._snapshot import Snapshot
 
 __all__ = ["GUARDS", "Guard"]

@@ -100,7 +100,10 @@ def _fire(spec: TransitionSpec, source: str, model: _Model, _data: Any) -> None:
         s = REDUCERS[name](s, event)
     model.snapshot = s
     model.step = Step(
-        source=source, dest=dest, trigger=spec.trigger, reason=spec.reason,
+        source=source,
+        dest=dest,
+        trigger=spec.trigger,
+        reason=spec.reason,
         error=spec.error,
     )
 
@@ -131,9 +134,9 @@ def _build(spec: MachineSpec, model: _Model) -> Machine:
         ignore_invalid_triggers=False,
     )
     for t in spec.transitions:
-        guards: list[Callable[[Any], bool]] = [
-            partial(_check_guard, g, False, model) for g in t.conditions
-        ] + [partial(_check_guard, g, True, model) for g in t.unless]
+        guards: list[str | Callable[..., bool | None]] = []
+        guards.extend(partial(_check_guard, g, False, model) for g in t.conditions)
+        guards.extend(partial(_check_guard, g, True, model) for g in t.unless)
         for source in t.sources:
             machine.add_transition(
                 t.trigger,
@@ -178,8 +181,10 @@ class TurnMachine:
         Raises:
             InvalidMessage: `history` holds a tool result for no call.
         """
-        log = history if isinstance(history, MessageLog) else MessageLog(
-            check_history(history)
+        log = (
+            history
+            if isinstance(history, MessageLog)
+            else MessageLog(check_history(history))
         )
         snapshot = Snapshot(phase=spec.initial, budget=budget or Budget(), history=log)
         return cls(spec, snapshot)
@@ -291,9 +296,9 @@ def _decide(spec: MachineSpec, s: Snapshot) -> Decision:
         return Finish(text=s.last_reply.text if s.last_reply is not None else "")
     if kind == "fail":
         error: TurnFSMError = (
-            s.failure.to_error() if s.failure is not None else IllegalEvent(
-                phase=s.phase, event="?"
-            )
+            s.failure.to_error()
+            if s.failure is not None
+            else IllegalEvent(phase=s.phase, event="?")
         )
         return Fail(error=error)
     return Perform(effect=state.effect or "", phase=s.phase)

@@ -41,7 +41,9 @@ def render_mermaid(spec: MachineSpec) -> str:
         f"    [*] --> {spec.initial}",
     ]
     for state in spec.states:
-        what = state.decision if state.decision is not None else f"effect {state.effect}"
+        what = (
+            state.decision if state.decision is not None else f"effect {state.effect}"
+        )
         lines.append(f"    {state.name} : {state.name} / {what}")
     for source, dest, label in _edges(spec):
         lines.append(f"    {source} --> {dest} : {label}")
@@ -61,8 +63,10 @@ def render_dot(spec: MachineSpec) -> str:
         f'  "__start" -> "{spec.initial}";',
     ]
     for state in spec.states:
-        what = state.decision if state.decision is not None else f"effect {state.effect}"
-        shape = ', peripheries=2' if state.name in spec.terminal else ""
+        what = (
+            state.decision if state.decision is not None else f"effect {state.effect}"
+        )
+        shape = ", peripheries=2" if state.name in spec.terminal else ""
         lines.append(f'  "{state.name}" [label="{state.name}\\n/{what}"{shape}];')
     for source, dest, label in _edges(spec):
         lines.append(f'  "{source}" -> "{dest}" [label="{label}"];')

@@ -19,7 +19,7 @@ from turnfsm.errors import (
     ProviderError,
     TurnFSMError,
 )
-from turnfsm.messages import Message, MessageLog
+from turnfsm.messages import Message, MessageLog, as_messages
 
 __all__ = ["SCHEMA_VERSION", "Budget", "Failure", "Snapshot"]
 
@@ -63,7 +63,9 @@ class Budget:
         default=200_000, validator=_int_field("context_window", 0)
     )
     threshold: int = attrs.field(default=80, validator=_int_field("threshold", 0, 100))
-    auto_compact: bool = attrs.field(default=True, validator=_bool_field("auto_compact"))
+    auto_compact: bool = attrs.field(
+        default=True, validator=_bool_field("auto_compact")
+    )
     max_turns: int = attrs.field(default=50, validator=_int_field("max_turns", 1))
     max_overflow_retries: int = attrs.field(
         default=2, validator=_int_field("max_overflow_retries", 0)
@@ -119,7 +121,7 @@ class Snapshot:
     budget: Budget = attrs.field(factory=Budget)
     history: MessageLog = attrs.field(factory=MessageLog, converter=_log)
     pending: MessageLog = attrs.field(factory=MessageLog, converter=_log)
-    inbox: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+    inbox: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
     estimate: int | None = None
     turns: int = 0
     overflow_retries: int = 0
@@ -142,7 +144,9 @@ class Snapshot:
             "turns": self.turns,
             "overflow_retries": self.overflow_retries,
             "compact_reason": self.compact_reason,
-            "last_reply": None if self.last_reply is None else self.last_reply.to_dict(),
+            "last_reply": None
+            if self.last_reply is None
+            else self.last_reply.to_dict(),
             "failure": None if self.failure is None else attrs.asdict(self.failure),
             "is_started": self.is_started,
         }

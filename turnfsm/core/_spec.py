@@ -116,7 +116,9 @@ class MachineSpec:
         return cls.from_dict(data, source=source)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>") -> MachineSpec:
+    def from_dict(
+        cls, data: Mapping[str, Any], *, source: str = "<dict>"
+    ) -> MachineSpec:
         """Validate an already-parsed machine definition.
 
         Raises:
@@ -189,7 +191,9 @@ class _Loader:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.problem(f"{where} must be a string or a list of strings, got {value!r}")
+            self.problem(
+                f"{where} must be a string or a list of strings, got {value!r}"
+            )
             return []
         return list(value)
 
@@ -205,7 +209,9 @@ class _Loader:
                 continue
             for key in sorted(set(body) - _STATE_KEYS):
                 self.problem(f"state {name!r}: unknown key {key!r}")
-            on_enter = tuple(self._str_list(body.get("on_enter", []), f"{name}.on_enter"))
+            on_enter = tuple(
+                self._str_list(body.get("on_enter", []), f"{name}.on_enter")
+            )
             for reducer in on_enter:
                 if reducer not in REDUCERS:
                     self.problem(f"state {name!r}: unknown reducer {reducer!r}")
@@ -226,7 +232,8 @@ class _Loader:
             elif s.decision is not None and s.decision not in DECISION_KINDS:
                 known = ", ".join(sorted(DECISION_KINDS))
                 self.problem(
-                    f"state {s.name!r}: unknown decision {s.decision!r} (known: {known};"
+                    f"state {s.name!r}: unknown decision {s.decision!r} "
+                    f" (known: {known};"
                     " use effect = NAME for a custom one)"
                 )
             is_end = s.decision in {"finish", "fail"}
@@ -265,7 +272,9 @@ class _Loader:
             self.problem(f"{where}: unknown key {key!r}")
         trigger = body.get("trigger")
         if trigger not in BUILTIN_TRIGGERS and trigger not in signals:
-            self.problem(f"{where}: unknown trigger {trigger!r} (declare it in signals)")
+            self.problem(
+                f"{where}: unknown trigger {trigger!r} (declare it in signals)"
+            )
         where = f"{where} ({trigger})"
         sources = self._str_list(body.get("source", []), f"{where} source")
         is_wildcard = sources == [WILDCARD]
@@ -281,8 +290,10 @@ class _Loader:
         dest = body.get("dest")
         if dest is not None and dest not in names:
             self.problem(f"{where}: unknown dest phase {dest!r}")
-        guards = {k: tuple(self._str_list(body.get(k, []), f"{where} {k}"))
-                  for k in ("conditions", "unless")}
+        guards = {
+            k: tuple(self._str_list(body.get(k, []), f"{where} {k}"))
+            for k in ("conditions", "unless")
+        }
         for guard in (*guards["conditions"], *guards["unless"]):
             if guard not in GUARDS:
                 self.problem(f"{where}: unknown guard {guard!r}")
@@ -309,25 +320,31 @@ class _Loader:
         decisions = {}
         table = self.data.get("states")
         if isinstance(table, dict):
-            decisions = {k: v.get("decision") for k, v in table.items()
-                         if isinstance(v, dict)}
+            decisions = {
+                k: v.get("decision") for k, v in table.items() if isinstance(v, dict)
+            }
         kind = decisions.get(dest) if dest is not None else None
         raw_reason, error = body.get("reason"), body.get("error")
         reason = None
         if kind == "compact":
             try:
-                reason = CompactReason(raw_reason)
+                reason = CompactReason(str(raw_reason))
             except ValueError:
                 known = ", ".join(r.value for r in CompactReason)
-                self.problem(f"{where}: into {dest!r} needs a reason ({known}), "
-                             f"got {raw_reason!r}")
+                self.problem(
+                    f"{where}: into {dest!r} needs a reason ({known}), "
+                    f"got {raw_reason!r}"
+                )
         elif raw_reason is not None:
-            self.problem(f"{where}: reason is only for transitions into a compact phase")
+            self.problem(
+                f"{where}: reason is only for transitions into a compact phase"
+            )
         if kind == "fail":
             if error not in FAILURES:
                 known = ", ".join(sorted(FAILURES))
-                self.problem(f"{where}: into {dest!r} needs an error ({known}), "
-                             f"got {error!r}")
+                self.problem(
+                    f"{where}: into {dest!r} needs an error ({known}), got {error!r}"
+                )
         elif error is not None:
             self.problem(f"{where}: error is only for transitions into a fail phase")
         return reason, (error if kind == "fail" else None)
@@ -380,8 +397,9 @@ def _check_compaction_cycles(
                 continue
             if t.dest in terminal and "is_no_progress" in t.conditions:
                 stalled_exit = True
-            bounded = (src in compacts and trigger in COMPACTION_FEEDS and stalled_exit
-                       ) or bool(_COUNTER_GUARDS & set(t.conditions))
+            bounded = (
+                src in compacts and trigger in COMPACTION_FEEDS and stalled_exit
+            ) or bool(_COUNTER_GUARDS & set(t.conditions))
             if not bounded:
                 edges[src].add(t.dest)
     for component in _cycles(edges):

@@ -1,0 +1,400 @@
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from turnfsm import Agent
+from turnfsm.context import (
+    CompactionContext,
+    CompactionOutcome,
+    ContextManager,
+    TruncatingCompactor,
+)
+from turnfsm.core import CompactReason, ModelReplied
+from turnfsm.driver import Driver, RetryPolicy, Session
+from turnfsm.errors import (
+    CONTEXT_OVERFLOW,
+    CompactionStalled,
+    ConfigError,
+    ContextExceeded,
+    InvalidMessage,
+    MaxTurnsExceeded,
+    ProviderError,
+    RunFailed,
+)
+from turnfsm.hooks import CompactionInfo, Hook, PreCompact, PreCompactInfo
+from turnfsm.messages import Message, Role
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+
+pytestmark = pytest.mark.anyio
+
+NO_WAIT = RetryPolicy(max_attempts=3, initial_wait=0, jitter=False)
+HEURISTIC = HeuristicTokenCounter()
+
+
+def manager(window: int, threshold: int = 80, **kw: object) -> ContextManager:
+    return ContextManager(
+        TruncatingCompactor(**kw),  # type: ignore[arg-type]
+        context_window=window,
+        threshold=threshold,
+        counter=HEURISTIC,
+    )
+
+
+def echo(text: str) -> str:
+    """Echo the text back.
+
+    Args:
+        text: what to echo.
+    """
+    return text
+
+
+async def test_tool_loop_commits_the_run_to_history() -> None:
+    model = ScriptedModel.of(reply("", tool_call("echo", "c1", text="hi")), "done: hi")
+    session = Session()
+    result = await Driver(model=model, tools=[echo]).run("say hi", session=session)
+    assert (result.outcome, result.text, result.turns) == ("done", "done: hi", 2)
+    assert [m.role for m in session.history] == [
+        Role.USER,
+        Role.ASSISTANT,
+        Role.TOOL,
+        Role.ASSISTANT,
+    ]
+    assert session.history[2].tool_results[0].content == "hi"
+    run = session.runs[0]
+    assert [t.turn for t in run.turns] == [1, 2]
+    assert len(run.turns[1].context) == 3  # user, call, result: what turn 2 saw
+    assert run.phase == "done"
+
+
+async def test_request_carries_system_prompt_and_tool_schemas() -> None:
+    model = ScriptedModel.of("ok")
+    await Driver(model=model, tools=[echo], system_prompt="be brief").run("x")
+    request = model.requests[0]
+    assert request.system == "be brief"
+    assert [t.name for t in request.tools] == ["echo"]
+    assert request.tools[0].parameters["properties"]["text"] == {
+        "type": "string",
+        "description": "what to echo.",
+    }
+
+
+async def test_unknown_tool_gets_a_pre_resolved_error_result() -> None:
+    model = ScriptedModel.of(reply("", tool_call("nope", "c1")), "sorry")
+    session = Session()
+    await Driver(model=model).run("x", session=session)
+    result = session.history[2].tool_results[0]
+    assert (result.content, result.is_error) == ("tool 'nope' is not available", True)
+
+
+async def test_tool_exception_and_timeout_become_error_results() -> None:
+    def boom() -> str:
+        """Fail."""
+        raise ValueError("disk on fire")
+
+    async def slow() -> str:
+        """Hang."""
+        await anyio.sleep(10)
+        return "late"
+
+    model = ScriptedModel.of(
+        reply("", tool_call("boom", "c1"), tool_call("slow", "c2")), "ok"
+    )
+    session = Session()
+    with anyio.fail_after(5):
+        result = await Driver(model=model, tools=[boom, slow], tool_timeout=0.05).run(
+            "x", session=session
+        )
+    assert result.ok
+    contents = [m.tool_results[0] for m in session.history if m.role is Role.TOOL]
+    assert contents[0].content == "tool 'boom' failed: ValueError: disk on fire"
+    assert contents[1].content == "tool 'slow' timed out after 0.05s"
+    assert all(c.is_error for c in contents)
+
+
+async def test_parallel_tool_calls_run_concurrently() -> None:
+    ready = anyio.Event()
+
+    async def wait() -> str:
+        """Wait for the other tool."""
+        await ready.wait()
+        return "waited"
+
+    async def release() -> str:
+        """Release the other tool."""
+        ready.set()
+        return "released"
+
+    model = ScriptedModel.of(
+        reply("", tool_call("wait", "c1"), tool_call("release", "c2")), "ok"
+    )
+    with anyio.fail_after(5):
+        result = await Driver(model=model, tools=[wait, release]).run("x")
+    assert result.ok
+
+
+def _big_history(n: int, size: int) -> list[Message]:
+    out: list[Message] = []
+    for i in range(n):
+        out.append(Message.user(f"question {i} " + "q" * size))
+        out.append(Message.assistant(f"answer {i} " + "a" * size))
+    return out
+
+
+async def test_a_big_tool_result_is_compacted_before_the_next_request() -> None:
+    def dump() -> str:
+        """Dump a big file."""
+        return "x" * 2_000
+
+    session = Session()
+    driver = Driver(
+        model=ScriptedModel.of(reply("", tool_call("dump", "c1")), "ok"),
+        tools=[dump],
+        context=manager(4_000, 60),
+    )
+    await driver.run(_big_history(4, 1_000), session=session)  # seeds history
+    model = ScriptedModel.of(reply("", tool_call("dump", "c1")), "summary")
+    driver = Driver(model=model, tools=[dump], context=manager(4_000, 60))
+    result = await driver.run("again", session=session)
+    assert result.ok
+    compactions = session.runs[-1].compactions
+    assert [c.reason for c in compactions if c.compacted][:1] == [
+        CompactReason.THRESHOLD_EXCEEDED
+    ]
+    second = model.requests[1]
+    assert HEURISTIC.count(list(second.messages)) <= 4_000 * 60 // 100
+    assert any(
+        r.content == "x" * 2_000 for m in second.messages for r in m.tool_results
+    )
+
+
+class Veto(Hook):
+    def pre_compact(self, info: PreCompactInfo) -> PreCompact:
+        self.seen = info.tokens_before
+        return PreCompact(veto=True)
+
+
+async def test_a_vetoing_hook_over_the_line_stalls_with_the_measured_numbers() -> None:
+    hook = Veto()
+    session = Session()
+    driver = Driver(
+        model=ScriptedModel.of("never"), context=manager(1_000), hooks=[hook]
+    )
+    result = await driver.run(_big_history(2, 600), session=session)
+    assert isinstance(result.error, CompactionStalled)
+    assert (result.error.used, result.error.limit) == (hook.seen, hook.seen)
+    assert hook.seen > 1_000 * 80 // 100
+    assert session.history == Session().history  # the failed run left no trace
+    with pytest.raises(RunFailed) as caught:
+        result.raise_for_failure()
+    assert caught.value.error is result.error
+
+
+class Recording:
+    """A compactor that records its context and keeps the last two messages."""
+
+    def __init__(self) -> None:
+        self.contexts: list[CompactionContext] = []
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        self.contexts.append(ctx)
+        kept = list(messages[-1:])
+        return CompactionOutcome.compacted(kept, ctx.tokens_before, 0)
+
+
+class Steer(Hook):
+    def __init__(self) -> None:
+        self.compactions: list[CompactionInfo] = []
+        self.posts: list[CompactionInfo] = []
+
+    def pre_compact(self, info: PreCompactInfo) -> PreCompact:
+        return PreCompact(instructions="keep the numbers", additional_context="ctx!")
+
+    def on_compaction(self, info: CompactionInfo) -> None:
+        self.compactions.append(info)
+
+    def post_compact(self, info: CompactionInfo) -> None:
+        self.posts.append(info)
+
+
+async def test_pre_compact_guidance_reaches_the_compactor() -> None:
+    compactor = Recording()
+    hook = Steer()
+    ctx = ContextManager(compactor, context_window=1_000, counter=HEURISTIC)
+    driver = Driver(model=ScriptedModel.of("ok"), context=ctx, hooks=[hook])
+    result = await driver.run(_big_history(2, 600))
+    assert result.ok
+    assert compactor.contexts[0].instructions == ("keep the numbers",)
+    assert compactor.contexts[0].additional_context == ("ctx!",)
+    assert len(hook.compactions) == len(hook.posts) == 1
+    assert hook.compactions[0].tokens_after < hook.compactions[0].tokens_before
+
+
+async def test_on_compaction_is_silent_for_a_noop_but_post_compact_fires() -> None:
+    hook = Steer()
+    driver = Driver(
+        model=ScriptedModel.of("never"),
+        context=manager(1_000),  # the truncator cannot cut two messages
+        hooks=[hook],
+    )
+    result = await driver.run([Message.user("u" * 3_000), Message.assistant("a")])
+    assert isinstance(result.error, CompactionStalled)
+    assert hook.compactions == []
+    assert [p.compacted for p in hook.posts] == [False]
+
+
+async def test_without_a_context_manager_a_pass_is_a_noop_and_the_run_stalls() -> None:
+    driver = Driver(model=ScriptedModel.of("never"), context=None, context_window=100)
+    result = await driver.run("x" * 1_000)
+    assert isinstance(result.error, CompactionStalled)
+
+
+async def test_provider_overflow_compacts_and_retries() -> None:
+    overflow = ProviderError("prompt is too long", kind=CONTEXT_OVERFLOW)
+    model = ScriptedModel.of(overflow, "ok after compaction")
+    session = Session()
+    driver = Driver(model=model, context=manager(100_000), retry=NO_WAIT)
+    result = await driver.run(_big_history(6, 200), session=session)
+    assert (result.outcome, result.text) == ("done", "ok after compaction")
+    assert len(model.requests) == 2
+    assert len(model.requests[1].messages) < len(model.requests[0].messages)
+    events = [type(e).__name__ for e in session.runs[0].events]
+    assert events[:5] == [
+        "RunStarted",
+        "Measured",
+        "ContextOverflowed",
+        "CompactionResult",
+        "ModelReplied",
+    ]
+
+
+async def test_repeated_overflow_fails_after_the_bounded_retries() -> None:
+    overflow = ProviderError("too long", kind=CONTEXT_OVERFLOW)
+    model = FakeModelClient(lambda request: (_ for _ in ()).throw(overflow))
+    driver = Driver(
+        model=model,
+        context=manager(100_000, preserve_recent=1, min_messages=2),
+        max_overflow_retries=2,
+        retry=NO_WAIT,
+    )
+    result = await driver.run(_big_history(10, 10))
+    assert isinstance(result.error, ContextExceeded)
+    assert len(model.requests) == 3  # the first call and two retries
+
+
+async def test_transient_errors_are_retried_and_permanent_ones_fail() -> None:
+    rate = ProviderError("slow down", retriable=True, kind="rate_limit", retry_after=0)
+    model = ScriptedModel.of(rate, rate, "fine")
+    result = await Driver(model=model, retry=NO_WAIT).run("x")
+    assert (result.text, len(model.requests)) == ("fine", 3)
+    auth = ProviderError("bad key", kind="auth")
+    model = ScriptedModel.of(auth)
+    result = await Driver(model=model, retry=NO_WAIT).run("x")
+    assert isinstance(result.error, ProviderError)
+    assert (result.error.kind, len(model.requests)) == ("auth", 1)
+
+
+async def test_retries_give_up_after_max_attempts() -> None:
+    rate = ProviderError("slow down", retriable=True, kind="rate_limit")
+    model = ScriptedModel.of(rate, rate, rate, "never")
+    result = await Driver(model=model, retry=NO_WAIT).run("x")
+    assert isinstance(result.error, ProviderError)
+    assert result.error.retriable
+    assert len(model.requests) == 3
+
+
+async def test_max_turns_ends_the_run() -> None:
+    model = FakeModelClient(lambda r: reply("", tool_call("echo", text="again")))
+    result = await Driver(model=model, tools=[echo], max_turns=3).run("loop")
+    assert isinstance(result.error, MaxTurnsExceeded)
+    assert len(model.requests) == 3
+
+
+async def test_a_compaction_survives_a_later_failure() -> None:
+    rate = ProviderError("boom", kind="server")
+    session = Session()
+    driver = Driver(model=ScriptedModel.of(rate), context=manager(1_000), retry=NO_WAIT)
+    result = await driver.run(_big_history(4, 200), session=session)
+    assert isinstance(result.error, ProviderError)
+    assert 0 < len(session.history) < 8  # the compacted input was committed
+
+
+async def test_a_raising_hook_is_logged_and_detached(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Bad(Hook):
+        calls = 0
+
+        def on_decision(self, info: object) -> None:
+            Bad.calls += 1
+            raise RuntimeError("hook bug")
+
+    with caplog.at_level(logging.ERROR, logger="turnfsm.hooks"):
+        result = await Driver(model=ScriptedModel.of("ok"), hooks=[Bad()]).run("x")
+    assert result.ok
+    assert Bad.calls == 1
+    assert "hook bug" in caplog.text
+    with pytest.raises(RuntimeError, match="hook bug"):
+        await Driver(
+            model=ScriptedModel.of("ok"), hooks=[Bad()], strict_hooks=True
+        ).run("x")
+
+
+async def test_usage_is_summed_per_run() -> None:
+    from turnfsm.core import Usage
+
+    model = ScriptedModel(
+        [reply("", tool_call("echo", text="a")), "b"],
+        usage=Usage(input_tokens=10, output_tokens=2),
+    )
+    result = await Driver(model=model, tools=[echo]).run("x")
+    assert result.usage == Usage(input_tokens=20, output_tokens=4)
+
+
+def test_bad_configuration_fails_at_the_boundary() -> None:
+    with pytest.raises(ConfigError, match="model"):
+        Driver(model=object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="tool_timeout"):
+        Driver(model=ScriptedModel.of(), tool_timeout=-1)
+    with pytest.raises(ConfigError, match="max_turns"):
+        Driver(model=ScriptedModel.of(), max_turns=0)
+
+
+async def test_bad_input_fails_before_anything_changes() -> None:
+    session = Session()
+    with pytest.raises(InvalidMessage) as caught:
+        await Driver(model=ScriptedModel.of("x")).run(
+            [Message.tool_result("ghost", "?")], session=session
+        )
+    assert caught.value.field == "tool_result.call_id"
+    assert session.runs == []
+
+
+def test_agent_run_sync_on_trio_continues_the_conversation() -> None:
+    agent = Agent(model=ScriptedModel.of("one", "two"))
+    assert agent.run_sync("a", backend="trio").text == "one"
+    assert agent.run_sync("b").text == "two"
+    assert len(agent.session.history) == 4
+    assert len(agent.session.runs) == 2
+
+
+async def test_events_replay_to_the_same_history() -> None:
+    from turnfsm._resources import default_machine
+    from turnfsm.core import TurnMachine
+
+    model = ScriptedModel.of(reply("", tool_call("echo", "c1", text="hi")), "bye")
+    session = Session()
+    driver = Driver(model=model, tools=[echo])
+    await driver.run("go", session=session)
+    machine = TurnMachine.start(default_machine(), budget=driver.budget)
+    for event in session.runs[0].events:
+        machine.handle(event)
+    assert list(machine.snapshot.history) == list(session.history)
+    assert isinstance(session.runs[0].events[-1], ModelReplied)

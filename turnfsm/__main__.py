@@ -1,0 +1,7 @@
+"""``python -m turnfsm``."""
+
+import sys
+
+from turnfsm.cli import main
+
+sys.exit(main())

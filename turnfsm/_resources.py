@@ -1,0 +1,40 @@
+"""Finding and loading machine files (the file I/O the pure core leaves out)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from turnfsm.core import MachineSpec
+
+__all__ = ["default_machine", "load_machine", "machines_dir"]
+
+
+def machines_dir() -> Path:
+    """Return the directory holding the shipped machine files.
+
+    In an installed wheel they sit in ``turnfsm/_machines``; in a source
+    checkout, in ``machines/`` at the repository root (one copy, no duplicate).
+    """
+    here = Path(__file__).resolve().parent
+    packaged = here / "_machines"
+    if packaged.is_dir():
+        return packaged
+    return here.parent / "machines"
+
+
+def load_machine(path: str | Path) -> MachineSpec:
+    """Load and validate the machine file at `path`.
+
+    Raises:
+        DefinitionError: the file is invalid (every problem listed).
+        OSError: the file cannot be read.
+    """
+    p = Path(path)
+    return MachineSpec.from_toml(p.read_text(encoding="utf-8"), source=str(p))
+
+
+@functools.cache
+def default_machine() -> MachineSpec:
+    """Return the stock Turn FSM, ``turn.toml`` (loaded once)."""
+    return load_machine(machines_dir() / "turn.toml")

@@ -1,0 +1,52 @@
+"""The ``turnfsm`` command: demo, diagram, check."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnfsm", description="LLM agent loops on a declarative Turn FSM."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the demo agent on a simulated model")
+    demo.add_argument("--quiet", action="store_true", help="print only the answer")
+    diagram = sub.add_parser("diagram", help="render machine files to diagrams")
+    diagram.add_argument(
+        "machines",
+        nargs="?",
+        default=None,
+        help="directory of *.toml machine files (default: shipped)",
+    )
+    diagram.add_argument("--out", default="diagrams", help="output directory")
+    diagram.add_argument(
+        "--check", action="store_true", help="fail if the committed diagrams are stale"
+    )
+    check = sub.add_parser("check", help="validate a machine file")
+    check.add_argument("file", help="the machine file (TOML)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from turnfsm.cli._demo import run_demo
+
+        return run_demo(quiet=args.quiet)
+    if args.command == "diagram":
+        from turnfsm.cli._diagram import run_diagram
+
+        return run_diagram(args.machines, args.out, check=args.check)
+    from turnfsm.cli._diagram import run_check
+
+    return run_check(args.file)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

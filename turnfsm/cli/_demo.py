@@ -1,0 +1,166 @@
+"""``turnfsm demo``: a tool-using agent on a SIMULATED model, with a small window.
+
+The model is a deterministic stand-in (no network, no key, no server): it
+follows a fixed plan of tool calls and then answers from whatever tool
+output is still in its context. The tools return large outputs, so the run
+crosses the threshold line, compacts, once hits the emergency line, and
+finishes. Every phase change and every compaction is printed as it happens.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import sys
+from typing import TextIO
+
+import anyio
+
+from turnfsm.agent import Agent
+from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.core import CompactReason, Measure
+from turnfsm.hooks import (
+    CompactionInfo,
+    DecisionInfo,
+    Hook,
+    OutcomeInfo,
+    TransitionInfo,
+)
+from turnfsm.messages import Message, Role, ToolCallPart
+from turnfsm.providers import ModelRequest, ModelResponse
+
+__all__ = ["ConsoleHook", "SimulatedModel", "build_demo_agent", "run_demo"]
+
+WINDOW = 4_000
+THRESHOLD = 70
+PLAN = (("app.log", 40), ("db.log", 40), ("auth.log", 40), ("kernel.log", 95))
+
+
+def read_log(name: str) -> str:
+    """Read a log file from the (simulated) server.
+
+    Args:
+        name: the log file's name, e.g. app.log.
+    """
+    lines = dict(PLAN).get(name)
+    if lines is None:
+        return f"no such log: {name}"
+    rng = random.Random(name)
+    levels = ("INFO", "INFO", "INFO", "WARN", "ERROR")
+    out = []
+    for i in range(lines):
+        level = rng.choice(levels)
+        out.append(
+            f"2026-11-30T02:{i // 60:02d}:{i % 60:02d}Z {level} {name} "
+            f"worker={rng.randint(1, 8)} req={rng.randint(10_000, 99_999)} "
+            f"latency_ms={rng.randint(3, 900)}"
+        )
+    return "\n".join(out)
+
+
+class SimulatedModel:
+    """A deterministic stand-in for an LLM (clearly not one): plan, then answer."""
+
+    label = "SIMULATED model (deterministic script, no network)"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Ask for the next log in the plan, then summarise the visible logs."""
+        self.calls += 1
+        if self.calls <= len(PLAN):
+            name = PLAN[self.calls - 1][0]
+            call = ToolCallPart(
+                id=f"call_{self.calls}", name="read_log", arguments={"name": name}
+            )
+            message = Message.assistant(f"Reading {name}.", tool_calls=[call])
+            return ModelResponse(message=message)
+        visible = [
+            (r.call_id, r.content)
+            for m in request.messages
+            if m.role is Role.TOOL
+            for r in m.tool_results
+        ]
+        errors = sum(content.count(" ERROR ") for _, content in visible)
+        text = (
+            f"Audit done. {len(visible)} log(s) still in context after compaction, "
+            f"{errors} ERROR lines among them. Older logs were compacted away; "
+            "re-read them if their details matter."
+        )
+        return ModelResponse(message=Message.assistant(text))
+
+
+class ConsoleHook(Hook):
+    """Prints phases, transitions, tool calls and compactions as they happen."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def on_transition(self, info: TransitionInfo) -> None:
+        """Print `source --trigger--> dest`."""
+        step = info.step
+        if step.source == step.dest and step.trigger != "run_started":
+            return
+        why = f" ({step.reason.value})" if step.reason else ""
+        why += f" ({step.error})" if step.error else ""
+        print(f"  {step.source} --{step.trigger}--> {step.dest}{why}", file=self.out)
+
+    def on_decision(self, info: DecisionInfo) -> None:
+        """Print the estimate before every decision to call the model."""
+        if isinstance(info.decision, Measure):
+            return
+        print(f"[{info.phase}] {type(info.decision).__name__}", file=self.out)
+
+    def on_outcome(self, info: OutcomeInfo) -> None:
+        """Print measurements."""
+        estimate = getattr(info.event, "estimate", None)
+        if estimate is not None:
+            line = WINDOW * THRESHOLD // 100
+            print(
+                f"[measure] request = {estimate} tokens (threshold line {line}, "
+                f"emergency line {WINDOW * 95 // 100}, window {WINDOW})",
+                file=self.out,
+            )
+
+    def on_compaction(self, info: CompactionInfo) -> None:
+        """Print each real compaction: reason, tokens before -> after."""
+        tag = "EMERGENCY " if info.reason is CompactReason.EMERGENCY else ""
+        print(
+            f"[compaction] {tag}reason={info.reason.value}: {info.tokens_before} -> "
+            f"{info.tokens_after} tokens ({info.messages_before} -> "
+            f"{info.messages_after} messages)",
+            file=self.out,
+        )
+
+
+def build_demo_agent(out: TextIO) -> Agent:
+    """Return the demo agent: simulated model, one tool, a 4,000-token window."""
+    return Agent(
+        model=SimulatedModel(),
+        tools=[read_log],
+        system_prompt="You are an SRE assistant. Audit logs with read_log and report.",
+        context=ContextManager(
+            TruncatingCompactor(preserve_recent=2, min_messages=3),
+            context_window=WINDOW,
+            threshold=THRESHOLD,
+        ),
+        hooks=[ConsoleHook(out)],
+        strict_hooks=True,
+    )
+
+
+def run_demo(*, quiet: bool = False, out: TextIO | None = None) -> int:
+    """Run the demo and print what happens; return 0 when the run finished."""
+    stream = out or sys.stdout
+    sink: TextIO = io.StringIO() if quiet else stream
+    print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
+    agent = build_demo_agent(sink)
+    task = "Audit app.log, db.log, auth.log and kernel.log and report the errors."
+    print(f"task: {task}\n", file=sink)
+    result = anyio.run(agent.run, task)
+    if not result.ok:
+        print(f"run failed: {result.error}", file=stream)
+        return 1
+    print(f"\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
+    return 0

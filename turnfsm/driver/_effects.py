@@ -1,0 +1,188 @@
+"""The driver's effects: one async function per decision, each returning an event.
+
+Every outside failure is translated into an event here, once (httpx's
+translate-once rule); bugs and cancellation propagate unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+
+from turnfsm.context import Compacted, ContextOverflow, NoAction
+from turnfsm.core import (
+    CallLLM,
+    Compact,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
+    ContextOverflowed,
+    ErrorInfo,
+    Event,
+    ModelFailed,
+    ModelReplied,
+    RunTools,
+    ToolsFinished,
+)
+from turnfsm.driver._session import CompactionRecord
+from turnfsm.driver._tools import Tool, run_tool_call
+from turnfsm.errors import ProviderError
+from turnfsm.hooks import CompactionInfo, PreCompact, PreCompactInfo
+from turnfsm.messages import Joined, Message, MessageLog
+from turnfsm.providers import ModelRequest
+
+if TYPE_CHECKING:
+    from turnfsm.driver._driver import _Run
+
+__all__ = ["call_model", "compact", "run_tools"]
+
+
+async def call_model(run: _Run, decision: CallLLM) -> Event:
+    """Call the model with the whole request; classify what comes back."""
+    driver = run.driver
+    estimate = run.measure(decision.history, decision.pending)
+    window = run.budget.context_window
+    if window and estimate > window:
+        # Never serve a request over the window: treat it like the provider's
+        # own rejection, so the machine compacts and retries or fails.
+        return ContextOverflowed(
+            error=ErrorInfo(
+                type="ContextCheck",
+                message=f"request of {estimate} tokens exceeds the {window} window",
+            )
+        )
+    request = ModelRequest(
+        messages=Joined(decision.history, decision.pending),
+        system=driver.system_prompt,
+        tools=run.tool_schemas,
+        max_tokens=driver.max_output_tokens,
+    )
+    try:
+        async for attempt in driver.retry.retrying():
+            with attempt, anyio.fail_after(driver.model_timeout):
+                response = await driver.model.complete(request)
+    except ProviderError as exc:
+        info = ErrorInfo(type=exc.kind, message=exc.message, retryable=exc.retriable)
+        if exc.is_context_overflow:
+            return ContextOverflowed(error=info)
+        return ModelFailed(error=info)
+    except (TimeoutError, ConnectionError) as exc:
+        return ModelFailed(error=ErrorInfo.from_exception(exc, retryable=True))
+    run.record_turn(decision, response.message, response.usage)
+    return ModelReplied(message=response.message, usage=response.usage)
+
+
+async def run_tools(run: _Run, decision: RunTools) -> Event:
+    """Run every call concurrently under the tool timeout; results in call order."""
+    tools: Mapping[str, Tool] = run.tools
+    results: list[Message | None] = [None] * len(decision.calls)
+    timeout = run.driver.tool_timeout
+
+    async def one(index: int) -> None:
+        results[index] = await run_tool_call(
+            decision.calls[index], tools, limit=timeout
+        )
+
+    async with anyio.create_task_group() as group:
+        for index in range(len(decision.calls)):
+            group.start_soon(one, index)
+    return ToolsFinished(results=[r for r in results if r is not None])
+
+
+async def compact(run: _Run, decision: Compact) -> Event:
+    """Run one compaction pass and feed back what the manager made of it."""
+    driver = run.driver
+    before = run.measure(decision.history, decision.pending)
+    messages = decision.messages
+    if driver.context is None:
+        return _noop(run, decision, before, len(messages), vetoed=False)
+    guidance = PreCompact()
+    if run.hooks.wants("pre_compact"):
+        guidance = run.hooks.pre_compact(
+            PreCompactInfo(
+                run_id=run.run_id,
+                reason=decision.reason,
+                turn=run.turn,
+                tokens_before=before,
+                messages=messages,
+            )
+        )
+    if guidance.veto:
+        return _noop(run, decision, before, len(messages), vetoed=True)
+    result = await driver.context.compact_with_reason(
+        messages,
+        turn=run.turn,
+        reason=decision.reason,
+        instructions=_opt(guidance.instructions),
+        additional_context=_opt(guidance.additional_context),
+        reserved=run.reserved,
+    )
+    match result:
+        case Compacted(messages=new):
+            after = run.measure(MessageLog(new), MessageLog())
+            _report(run, decision, before, after, len(messages), len(new), True, False)
+            return CompactionResult(messages=new, before=before, after=after)
+        case NoAction():
+            return _noop(run, decision, before, len(messages), vetoed=False)
+        case ContextOverflow(used=used, compactor_error=error) if error is not None:
+            limit = run.budget.context_window
+            return CompactorFailed(
+                used=used,
+                limit=limit,
+                error=ErrorInfo(type="CompactorError", message=error),
+            )
+        case ContextOverflow(used=used):
+            return CompactionOverflowed(used=used, limit=run.budget.context_window)
+
+
+def _opt(text: str | None) -> Sequence[str]:
+    return (text,) if text else ()
+
+
+def _noop(
+    run: _Run, decision: Compact, before: int, count: int, *, vetoed: bool
+) -> Event:
+    _report(run, decision, before, before, count, count, False, vetoed)
+    return CompactionNoop(before=before, after=before)
+
+
+def _report(
+    run: _Run,
+    decision: Compact,
+    before: int,
+    after: int,
+    count_before: int,
+    count_after: int,
+    compacted: bool,
+    vetoed: bool,
+) -> None:
+    run.compactions.append(
+        CompactionRecord(
+            reason=decision.reason,
+            tokens_before=before,
+            tokens_after=after,
+            messages_before=count_before,
+            messages_after=count_after,
+            compacted=compacted,
+            vetoed=vetoed,
+        )
+    )
+    if not (run.hooks.wants("post_compact") or run.hooks.wants("on_compaction")):
+        return
+    info = CompactionInfo(
+        run_id=run.run_id,
+        reason=decision.reason,
+        turn=run.turn,
+        tokens_before=before,
+        tokens_after=after,
+        messages_before=count_before,
+        messages_after=count_after,
+        compacted=compacted,
+        vetoed=vetoed,
+    )
+    if compacted:
+        run.hooks.call("on_compaction", info)
+    run.hooks.call("post_compact", info)

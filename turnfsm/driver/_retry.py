@@ -1,0 +1,91 @@
+"""The retry policy for transient model errors (tenacity, on anyio's clock)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, final
+
+import anyio
+import attrs
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+)
+
+from turnfsm.errors import ConfigError, ProviderError
+
+__all__ = ["RetryPolicy", "is_transient"]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` is worth retrying: a retriable ProviderError, a timeout, a reset.
+
+    A context overflow is never transient: retrying the same request cannot help.
+    """
+    if isinstance(exc, ProviderError):
+        return exc.retriable and not exc.is_context_overflow
+    return isinstance(exc, TimeoutError | ConnectionError)
+
+
+def _positive(name: str) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(name, value, "a number >= 0")
+
+    return check
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """Jittered exponential backoff, bounded in attempts and total time.
+
+    A provider's Retry-After (`ProviderError.retry_after`) is honoured: the
+    wait is at least that long. Context overflow is never retried.
+
+    Attributes:
+        max_attempts: calls in all, the first included (1 disables retries).
+        initial_wait: the first backoff, in seconds.
+        max_wait: the longest single wait, in seconds.
+        max_total: give up once this many seconds have passed.
+        jitter: randomise each wait in [wait/2, wait].
+    """
+
+    max_attempts: int = attrs.field(default=4)
+    initial_wait: float = attrs.field(default=0.5, validator=_positive("initial_wait"))
+    max_wait: float = attrs.field(default=30.0, validator=_positive("max_wait"))
+    max_total: float = attrs.field(default=120.0, validator=_positive("max_total"))
+    jitter: bool = True
+
+    @max_attempts.validator
+    def _check_attempts(self, _attr: object, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError("max_attempts", value, "an int >= 1")
+
+    def wait_seconds(self, attempt: int, exc: BaseException | None) -> float:
+        """Return the wait before retry number `attempt` (1-based) after `exc`."""
+        wait = min(self.max_wait, self.initial_wait * 2 ** (attempt - 1))
+        if self.jitter:
+            wait = random.uniform(wait / 2, wait)
+        retry_after = exc.retry_after if isinstance(exc, ProviderError) else None
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.max_total))
+        return wait
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        return self.wait_seconds(state.attempt_number, exc)
+
+    def retrying(self) -> AsyncRetrying:
+        """Return a tenacity controller that sleeps on anyio (asyncio or trio)."""
+        return AsyncRetrying(
+            stop=stop_after_attempt(self.max_attempts)
+            | stop_after_delay(self.max_total),
+            wait=self._wait,
+            retry=retry_if_exception(is_transient),
+            sleep=anyio.sleep,
+            reraise=True,
+        )

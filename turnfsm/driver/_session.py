@@ -1,0 +1,113 @@
+"""Sessions, the audit trail of runs and turns, and run results."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Literal, final
+
+import attrs
+
+from turnfsm.core import CompactReason, Event, Usage
+from turnfsm.errors import RunFailed, TurnFSMError
+from turnfsm.messages import Joined, Message, MessageLog
+
+__all__ = [
+    "CompactionRecord",
+    "RunRecord",
+    "RunResult",
+    "Session",
+    "TurnRecord",
+    "new_id",
+]
+
+
+def new_id(prefix: str) -> str:
+    """Return a fresh id such as ``run_3f2a...``."""
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TurnRecord:
+    """One model call: the context it really saw, its output and usage."""
+
+    turn: int
+    history: MessageLog = attrs.field(repr=False)
+    pending: MessageLog = attrs.field(repr=False)
+    output: Message
+    usage: Usage | None = None
+
+    @property
+    def context(self) -> Sequence[Message]:
+        """The conversation the model saw on this turn (history + pending)."""
+        return Joined(self.history, self.pending)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionRecord:
+    """One compaction pass of a run."""
+
+    reason: CompactReason
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    compacted: bool
+    vetoed: bool = False
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """The audit trail of one run; never rewritten by compaction."""
+
+    run_id: str
+    input: tuple[Message, ...]
+    turns: tuple[TurnRecord, ...]
+    compactions: tuple[CompactionRecord, ...]
+    events: tuple[Event, ...] = attrs.field(repr=False)
+    phase: str
+    text: str
+    error: TurnFSMError | None
+    usage: Usage
+
+
+@final
+@attrs.define(eq=False)
+class Session:
+    """A conversation across runs: committed `history` and the `runs` audit trail."""
+
+    id: str = attrs.field(factory=lambda: new_id("ses"))
+    history: MessageLog = attrs.field(factory=MessageLog)
+    runs: list[RunRecord] = attrs.field(factory=list)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """What a run ended with; a failed run is an outcome, not an exception."""
+
+    outcome: Literal["done", "failed"]
+    text: str
+    error: TurnFSMError | None
+    usage: Usage
+    session_id: str
+    run_id: str
+    turns: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run finished with an answer."""
+        return self.outcome == "done"
+
+    def raise_for_failure(self) -> RunResult:
+        """Return self for a finished run; raise for a failed one.
+
+        Raises:
+            RunFailed: the run failed; `.error` is the typed cause.
+        """
+        if self.error is not None:
+            raise RunFailed(self.error)
+        return self

@@ -1,0 +1,171 @@
+"""The `Hook` base class and the frozen records its methods receive."""
+
+from __future__ import annotations
+
+from typing import final
+
+import attrs
+
+from turnfsm.core import CompactReason, Decision, Event, Step
+from turnfsm.messages import Message
+
+__all__ = [
+    "CompactionInfo",
+    "DecisionInfo",
+    "Hook",
+    "OutcomeInfo",
+    "PreCompact",
+    "PreCompactInfo",
+    "RunEndInfo",
+    "RunStartInfo",
+    "TextDeltaInfo",
+    "TransitionInfo",
+]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunStartInfo:
+    """A run began."""
+
+    session_id: str
+    run_id: str
+    input: tuple[Message, ...]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TransitionInfo:
+    """The brain moved from one phase to another (or stayed, internally)."""
+
+    run_id: str
+    step: Step
+
+
+@final
+@attrs.frozen(kw_only=True)
+class DecisionInfo:
+    """The brain decided; the driver is about to carry the decision out."""
+
+    run_id: str
+    phase: str
+    decision: Decision
+    turn: int
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OutcomeInfo:
+    """The driver carried a decision out and is feeding `event` back."""
+
+    run_id: str
+    phase: str
+    decision: Decision
+    event: Event
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TextDeltaInfo:
+    """A piece of streamed model text."""
+
+    run_id: str
+    turn: int
+    text: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunEndInfo:
+    """A run ended in `phase` (``done`` or ``failed``)."""
+
+    run_id: str
+    phase: str
+    text: str
+    error: Exception | None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PreCompactInfo:
+    """A compaction pass is about to run over `messages`."""
+
+    run_id: str
+    reason: CompactReason
+    turn: int
+    tokens_before: int
+    messages: tuple[Message, ...]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PreCompact:
+    """A `pre_compact` hook's answer: veto the pass, or steer the compactor.
+
+    `instructions` and `additional_context` reach the compactor through its
+    `CompactionContext`.
+    """
+
+    veto: bool = False
+    instructions: str | None = None
+    additional_context: str | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionInfo:
+    """A compaction pass finished; `compacted` is False for a no-op or veto."""
+
+    run_id: str
+    reason: CompactReason
+    turn: int
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    compacted: bool
+    vetoed: bool = False
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the pass saved (0 for a no-op)."""
+        return max(0, self.tokens_before - self.tokens_after)
+
+
+class Hook:
+    """Observe (and, for compaction, steer) a run; override what you need.
+
+    Every method takes one frozen record, so new fields never break a
+    subclass. Hooks are synchronous and must not block; the driver calls
+    only the methods a subclass overrides. A hook that raises is logged on
+    the ``turnfsm.hooks`` logger and detached (``strict_hooks=True``
+    re-raises instead, for tests).
+    """
+
+    def on_run_start(self, info: RunStartInfo) -> None:
+        """Called once when a run begins."""
+
+    def on_transition(self, info: TransitionInfo) -> None:
+        """Called after each transition the brain fires."""
+
+    def on_decision(self, info: DecisionInfo) -> None:
+        """Called before the driver carries out a decision."""
+
+    def on_outcome(self, info: OutcomeInfo) -> None:
+        """Called with the event a decision produced, before it is fed back."""
+
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        """Called for each piece of streamed model text."""
+
+    def pre_compact(self, info: PreCompactInfo) -> PreCompact | None:
+        """Called before a compaction pass; return a `PreCompact` to veto or steer."""
+        return None
+
+    def post_compact(self, info: CompactionInfo) -> None:
+        """Called after every compaction pass, a no-op or veto included."""
+
+    def on_compaction(self, info: CompactionInfo) -> None:
+        """Called only after a pass that really compacted the conversation."""
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        """Called once when a run ends."""

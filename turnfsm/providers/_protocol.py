@@ -1,0 +1,72 @@
+"""The `ModelClient` port: one request in, one reply out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, final, runtime_checkable
+
+import attrs
+
+from turnfsm.core import Usage
+from turnfsm.errors import InvalidMessage
+from turnfsm.messages import Message, Role, as_sequence
+
+__all__ = ["ModelClient", "ModelRequest", "ModelResponse", "ToolSchema"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolSchema:
+    """What the model is told about one tool: name, description, JSON schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = attrs.field(hash=False)
+
+
+def _schemas(value: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ModelRequest:
+    """One model call: the conversation, the system prompt and the tools."""
+
+    messages: Sequence[Message] = attrs.field(converter=as_sequence)
+    system: str | None = None
+    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_schemas)
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ModelResponse:
+    """The model's reply (an assistant message) and the usage it reported."""
+
+    message: Message = attrs.field()
+    usage: Usage | None = None
+
+    @message.validator
+    def _check_role(self, _attr: object, value: Message) -> None:
+        if value.role is not Role.ASSISTANT:
+            raise InvalidMessage(
+                "role", value.role.value, "a model reply must be an assistant message"
+            )
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """A model API.
+
+    Raise `turnfsm.errors.ProviderError` for API failures: with
+    ``kind=CONTEXT_OVERFLOW`` when the request is too long for the model,
+    ``retriable=True`` for transient ones (rate limit, 5xx, timeouts), so the
+    driver can compact, retry or fail the run. `TimeoutError` and `OSError`
+    count as transient; anything else is a bug and propagates.
+    """
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` and return the reply."""
+        ...

@@ -1,0 +1,93 @@
+"""Test doubles: a model whose replies come from a handler or a script."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, final
+
+import attrs
+
+from turnfsm.core import Usage
+from turnfsm.driver._session import new_id
+from turnfsm.messages import Message, ToolCallPart
+from turnfsm.providers import ModelRequest, ModelResponse
+
+__all__ = ["FakeModelClient", "ScriptedModel", "reply", "tool_call"]
+
+Handler = Callable[[ModelRequest], "ModelResponse | Message | str | Awaitable[Any]"]
+
+
+def tool_call(name: str, call_id: str | None = None, **arguments: Any) -> ToolCallPart:
+    """Return a tool call part (a fresh id unless `call_id` is given)."""
+    return ToolCallPart(id=call_id or new_id("call"), name=name, arguments=arguments)
+
+
+def reply(text: str = "", *calls: ToolCallPart) -> Message:
+    """Return an assistant reply with `text` and tool `calls`."""
+    return Message.assistant(text, tool_calls=calls)
+
+
+def _as_response(value: ModelResponse | Message | str) -> ModelResponse:
+    if isinstance(value, ModelResponse):
+        return value
+    if isinstance(value, str):
+        value = Message.assistant(value)
+    return ModelResponse(message=value, usage=None)
+
+
+@final
+@attrs.define(eq=False)
+class FakeModelClient:
+    """A `ModelClient` that answers with `handler(request)` (sync or async).
+
+    The handler may return a `ModelResponse`, an assistant `Message` or a
+    string, or raise (e.g. a `ProviderError`) to simulate an API failure.
+    Every request is kept in `requests`.
+    """
+
+    handler: Handler
+    requests: list[ModelRequest] = attrs.field(factory=list, init=False)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Record `request` and answer with the handler."""
+        self.requests.append(request)
+        value = self.handler(request)
+        if isinstance(value, Awaitable):
+            value = await value
+        return _as_response(value)
+
+
+@final
+@attrs.define(eq=False)
+class ScriptedModel:
+    """A `ModelClient` that plays `script` in order: replies, or exceptions to raise.
+
+    Raises `AssertionError` when asked for more replies than scripted.
+    """
+
+    script: Sequence[ModelResponse | Message | str | BaseException] = attrs.field(
+        converter=list
+    )
+    usage: Usage | None = None
+    requests: list[ModelRequest] = attrs.field(factory=list, init=False)
+
+    @classmethod
+    def of(cls, *items: ModelResponse | Message | str | BaseException) -> ScriptedModel:
+        """Return a model that plays `items` in order."""
+        return cls(list(items))
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Record `request` and play the next scripted item."""
+        self.requests.append(request)
+        if len(self.requests) > len(self.script):
+            raise AssertionError(
+                f"ScriptedModel asked for reply #{len(self.requests)} of "
+                f"{len(self.script)} scripted"
+            )
+        item = self.script[len(self.requests) - 1]
+        if isinstance(item, BaseException):
+            raise item
+        response = _as_response(item)
+        if self.usage is not None and response.usage is None:
+            response = ModelResponse(message=response.message, usage=self.usage)
+        return response
