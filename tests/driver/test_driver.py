@@ -149,28 +149,24 @@ def _big_history(n: int, size: int) -> list[Message]:
 async def test_a_big_tool_result_is_compacted_before_the_next_request() -> None:
     def dump() -> str:
         """Dump a big file."""
-        return "x" * 2_000
+        return "x" * 6_000
 
-    session = Session()
-    driver = Driver(
-        model=ScriptedModel.of(reply("", tool_call("dump", "c1")), "ok"),
-        tools=[dump],
-        context=manager(4_000, 60),
-    )
-    await driver.run(_big_history(4, 1_000), session=session)  # seeds history
     model = ScriptedModel.of(reply("", tool_call("dump", "c1")), "summary")
+    session = Session()
     driver = Driver(model=model, tools=[dump], context=manager(4_000, 60))
-    result = await driver.run("again", session=session)
+    result = await driver.run(_big_history(4, 500), session=session)
     assert result.ok
-    compactions = session.runs[-1].compactions
-    assert [c.reason for c in compactions if c.compacted][:1] == [
-        CompactReason.THRESHOLD_EXCEEDED
+    run = session.runs[0]
+    events = [type(e).__name__ for e in run.events]
+    assert events[:8] == [
+        "RunStarted", "Measured", "ModelReplied", "ToolsFinished", "Measured",
+        "CompactionResult", "Measured", "ModelReplied",
     ]
+    assert run.events[4].estimate > 4_000 * 60 // 100  # type: ignore[union-attr]
+    assert [c.reason for c in run.compactions] == [CompactReason.THRESHOLD_EXCEEDED]
     second = model.requests[1]
     assert HEURISTIC.count(list(second.messages)) <= 4_000 * 60 // 100
-    assert any(
-        r.content == "x" * 2_000 for m in second.messages for r in m.tool_results
-    )
+    assert second.messages[-1].tool_results[0].content == "x" * 6_000
 
 
 class Veto(Hook):
@@ -185,7 +181,7 @@ async def test_a_vetoing_hook_over_the_line_stalls_with_the_measured_numbers() -
     driver = Driver(
         model=ScriptedModel.of("never"), context=manager(1_000), hooks=[hook]
     )
-    result = await driver.run(_big_history(2, 600), session=session)
+    result = await driver.run(_big_history(2, 1_000), session=session)
     assert isinstance(result.error, CompactionStalled)
     assert (result.error.used, result.error.limit) == (hook.seen, hook.seen)
     assert hook.seen > 1_000 * 80 // 100
@@ -229,7 +225,7 @@ async def test_pre_compact_guidance_reaches_the_compactor() -> None:
     hook = Steer()
     ctx = ContextManager(compactor, context_window=1_000, counter=HEURISTIC)
     driver = Driver(model=ScriptedModel.of("ok"), context=ctx, hooks=[hook])
-    result = await driver.run(_big_history(2, 600))
+    result = await driver.run(_big_history(2, 1_000))
     assert result.ok
     assert compactor.contexts[0].instructions == ("keep the numbers",)
     assert compactor.contexts[0].additional_context == ("ctx!",)
@@ -244,7 +240,7 @@ async def test_on_compaction_is_silent_for_a_noop_but_post_compact_fires() -> No
         context=manager(1_000),  # the truncator cannot cut two messages
         hooks=[hook],
     )
-    result = await driver.run([Message.user("u" * 3_000), Message.assistant("a")])
+    result = await driver.run([Message.user("u" * 3_400), Message.assistant("a")])
     assert isinstance(result.error, CompactionStalled)
     assert hook.compactions == []
     assert [p.compacted for p in hook.posts] == [False]
@@ -275,18 +271,28 @@ async def test_provider_overflow_compacts_and_retries() -> None:
     ]
 
 
+class DropOldest:
+    """A compactor that always makes progress: it drops the first message."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        kept = list(messages[1:])
+        return CompactionOutcome.compacted(kept, ctx.tokens_before, 0)
+
+
 async def test_repeated_overflow_fails_after_the_bounded_retries() -> None:
     overflow = ProviderError("too long", kind=CONTEXT_OVERFLOW)
-    model = FakeModelClient(lambda request: (_ for _ in ()).throw(overflow))
-    driver = Driver(
-        model=model,
-        context=manager(100_000, preserve_recent=1, min_messages=2),
-        max_overflow_retries=2,
-        retry=NO_WAIT,
-    )
-    result = await driver.run(_big_history(10, 10))
+    model = ScriptedModel.of(overflow, overflow, overflow, "never")
+    ctx = ContextManager(DropOldest(), context_window=100_000, counter=HEURISTIC)
+    session = Session()
+    driver = Driver(model=model, context=ctx, max_overflow_retries=2, retry=NO_WAIT)
+    result = await driver.run(_big_history(10, 10), session=session)
     assert isinstance(result.error, ContextExceeded)
+    assert type(result.error) is ContextExceeded
     assert len(model.requests) == 3  # the first call and two retries
+    assert [len(r.messages) for r in model.requests] == [20, 19, 18]
+    assert len(session.history) == 18  # compaction is a commit point
 
 
 async def test_transient_errors_are_retried_and_permanent_ones_fail() -> None:
@@ -321,7 +327,7 @@ async def test_a_compaction_survives_a_later_failure() -> None:
     rate = ProviderError("boom", kind="server")
     session = Session()
     driver = Driver(model=ScriptedModel.of(rate), context=manager(1_000), retry=NO_WAIT)
-    result = await driver.run(_big_history(4, 200), session=session)
+    result = await driver.run(_big_history(4, 400), session=session)
     assert isinstance(result.error, ProviderError)
     assert 0 < len(session.history) < 8  # the compacted input was committed
 

@@ -87,12 +87,18 @@ class Finish:
     text: str
 
 
+def _error_key(error: TurnFSMError) -> tuple[type[TurnFSMError], tuple[object, ...]]:
+    # Exceptions compare by identity; a decision is a value, so two `Fail`s
+    # are equal when their errors have the same type and fields (`args`).
+    return (type(error), error.args)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Fail:
     """The run failed with `error`."""
 
-    error: TurnFSMError
+    error: TurnFSMError = attrs.field(eq=_error_key)
 
 
 @final

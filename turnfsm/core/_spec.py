@@ -44,6 +44,9 @@ BUILTIN_TRIGGERS: Final = frozenset(
 
 COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
 _COUNTER_GUARDS: Final = frozenset({"has_overflow_retries_left"})
+_TOP_KEYS: Final = frozenset(
+    {"name", "initial", "terminal", "signals", "states", "transitions"}
+)
 _STATE_KEYS: Final = frozenset({"decision", "effect", "on_enter"})
 _TRANSITION_KEYS: Final = frozenset(
     {"trigger", "source", "dest", "conditions", "unless", "actions", "reason", "error"}
@@ -153,6 +156,8 @@ class _Loader:
         self.problems.append(text)
 
     def load(self) -> MachineSpec:
+        for key in sorted(set(self.data) - _TOP_KEYS):
+            self.problem(f"unknown key {key!r}")
         name = self._str("name")
         initial = self._str("initial")
         terminal = tuple(self._str_list(self.data.get("terminal", []), "terminal"))
@@ -162,6 +167,9 @@ class _Loader:
         for phase in (initial, *terminal):
             if phase and phase not in names:
                 self.problem(f"unknown phase {phase!r} named by initial/terminal")
+        for signal in signals:
+            if signal in BUILTIN_TRIGGERS:
+                self.problem(f"signal {signal!r} shadows the built-in trigger")
         self._check_state_kinds(states, set(terminal))
         transitions = self._transitions(names, set(terminal), set(signals))
         if self.problems:
@@ -215,12 +223,14 @@ class _Loader:
             for reducer in on_enter:
                 if reducer not in REDUCERS:
                     self.problem(f"state {name!r}: unknown reducer {reducer!r}")
+            decision, effect = body.get("decision"), body.get("effect")
+            if decision is not None and not isinstance(decision, str):
+                decision = repr(decision)  # reported as an unknown decision
+            if effect is not None and not isinstance(effect, str):
+                self.problem(f"state {name!r}: effect must be a string, got {effect!r}")
             states.append(
                 StateSpec(
-                    name=name,
-                    decision=body.get("decision"),
-                    effect=body.get("effect"),
-                    on_enter=on_enter,
+                    name=name, decision=decision, effect=effect, on_enter=on_enter
                 )
             )
         return states
@@ -232,11 +242,11 @@ class _Loader:
             elif s.decision is not None and s.decision not in DECISION_KINDS:
                 known = ", ".join(sorted(DECISION_KINDS))
                 self.problem(
-                    f"state {s.name!r}: unknown decision {s.decision!r} "
+                    f"state {s.name!r}: unknown decision {s.decision!r}"
                     f" (known: {known};"
                     " use effect = NAME for a custom one)"
                 )
-            is_end = s.decision in {"finish", "fail"}
+            is_end = s.decision in ("finish", "fail")
             if s.name in terminal and not is_end:
                 self.problem(f"terminal phase {s.name!r} must emit finish or fail")
             if s.name not in terminal and is_end:
@@ -271,7 +281,9 @@ class _Loader:
         for key in sorted(set(body) - _TRANSITION_KEYS):
             self.problem(f"{where}: unknown key {key!r}")
         trigger = body.get("trigger")
-        if trigger not in BUILTIN_TRIGGERS and trigger not in signals:
+        if not isinstance(trigger, str) or (
+            trigger not in BUILTIN_TRIGGERS and trigger not in signals
+        ):
             self.problem(
                 f"{where}: unknown trigger {trigger!r} (declare it in signals)"
             )
@@ -288,7 +300,7 @@ class _Loader:
             elif src in terminal:
                 self.problem(f"{where}: terminal phase {src!r} cannot have exits")
         dest = body.get("dest")
-        if dest is not None and dest not in names:
+        if dest is not None and (not isinstance(dest, str) or dest not in names):
             self.problem(f"{where}: unknown dest phase {dest!r}")
         guards = {
             k: tuple(self._str_list(body.get(k, []), f"{where} {k}"))
@@ -323,7 +335,7 @@ class _Loader:
             decisions = {
                 k: v.get("decision") for k, v in table.items() if isinstance(v, dict)
             }
-        kind = decisions.get(dest) if dest is not None else None
+        kind = decisions.get(dest) if isinstance(dest, str) else None
         raw_reason, error = body.get("reason"), body.get("error")
         reason = None
         if kind == "compact":
@@ -340,7 +352,7 @@ class _Loader:
                 f"{where}: reason is only for transitions into a compact phase"
             )
         if kind == "fail":
-            if error not in FAILURES:
+            if not isinstance(error, str) or error not in FAILURES:
                 known = ", ".join(sorted(FAILURES))
                 self.problem(
                     f"{where}: into {dest!r} needs an error ({known}), got {error!r}"
@@ -393,7 +405,7 @@ def _check_compaction_cycles(
     for (src, trigger), group in groups.items():
         stalled_exit = False
         for t in group:
-            if t.dest is None or t.is_wildcard:
+            if t.dest is None:
                 continue
             if t.dest in terminal and "is_no_progress" in t.conditions:
                 stalled_exit = True

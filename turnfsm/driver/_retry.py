@@ -67,10 +67,12 @@ class RetryPolicy:
 
     def wait_seconds(self, attempt: int, exc: BaseException | None) -> float:
         """Return the wait before retry number `attempt` (1-based) after `exc`."""
-        wait = min(self.max_wait, self.initial_wait * 2 ** (attempt - 1))
+        wait = min(self.max_wait, self.initial_wait * 2.0 ** (attempt - 1))
         if self.jitter:
             wait = random.uniform(wait / 2, wait)
-        retry_after = exc.retry_after if isinstance(exc, ProviderError) else None
+        retry_after: float | None = (
+            exc.retry_after if isinstance(exc, ProviderError) else None
+        )
         if retry_after is not None:
             wait = max(wait, min(retry_after, self.max_total))
         return wait

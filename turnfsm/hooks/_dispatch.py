@@ -27,11 +27,15 @@ _METHODS = (
 )
 
 
+def _hook_list(value: Iterable[Hook]) -> list[Hook]:
+    return list(value)
+
+
 @attrs.define(eq=False)
 class HookDispatcher:
     """Fans each call out to the hooks that override the method."""
 
-    hooks: list[Hook] = attrs.field(converter=list)
+    hooks: list[Hook] = attrs.field(converter=_hook_list)
     strict: bool = False
     _table: dict[str, list[Hook]] = attrs.field(init=False, factory=dict)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, final
 
 import attrs
@@ -57,6 +57,13 @@ class FakeModelClient:
         return _as_response(value)
 
 
+Item = ModelResponse | Message | str | BaseException
+
+
+def _script(value: Iterable[Item]) -> list[Item]:
+    return list(value)
+
+
 @final
 @attrs.define(eq=False)
 class ScriptedModel:
@@ -66,7 +73,7 @@ class ScriptedModel:
     """
 
     script: Sequence[ModelResponse | Message | str | BaseException] = attrs.field(
-        converter=list
+        converter=_script
     )
     usage: Usage | None = None
     requests: list[ModelRequest] = attrs.field(factory=list, init=False)

@@ -1,0 +1,549 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import anyio
+import anyio.lowlevel
+import attrs
+import pytest
+
+from turnfsm.context import (
+    CompactBase,
+    Compacted,
+    CompactionContext,
+    CompactionDecision,
+    CompactionOutcome,
+    ContextManager,
+    ContextOverflow,
+    NoAction,
+    TruncatingCompactor,
+)
+from turnfsm.core._lines import CompactReason
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+from turnfsm.tokens import HeuristicTokenCounter, default_counter
+
+COUNTER = HeuristicTokenCounter()
+
+Reply = Callable[[Sequence[Message], int, CompactionContext], CompactionOutcome]
+
+
+class Scripted:
+    """A compactor that answers with `reply` and records what it was given."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self.seen: list[tuple[tuple[Message, ...], int, CompactionContext]] = []
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        self.seen.append((tuple(messages), target, ctx))
+        return self.reply(messages, target, ctx)
+
+
+def keep_last(k: int) -> Reply:
+    def reply(
+        messages: Sequence[Message], _target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        kept = messages[-k:]
+        return CompactionOutcome.compacted(kept, ctx.tokens_before, 1)  # a bad hint
+
+    return reply
+
+
+def as_is(
+    messages: Sequence[Message], _target: int, ctx: CompactionContext
+) -> CompactionOutcome:
+    return CompactionOutcome.unchanged(messages, ctx.tokens_before)
+
+
+def sized(n: int, chars: int = 400) -> list[Message]:
+    return [Message.user(f"{i}:" + "x" * chars, id=f"m{i}-{chars}") for i in range(n)]
+
+
+def manager(
+    compactor: Scripted | TruncatingCompactor, **kwargs: object
+) -> ContextManager:
+    return ContextManager(compactor=compactor, counter=COUNTER, **kwargs)  # type: ignore[arg-type]  # kwargs are checked at run time
+
+
+def run(
+    mgr: ContextManager,
+    messages: Sequence[Message],
+    *,
+    reason: CompactReason = CompactReason.THRESHOLD_EXCEEDED,
+    reserved: int = 0,
+) -> CompactionDecision:
+    async def go() -> CompactionDecision:
+        return await mgr.compact_with_reason(
+            messages, turn=1, reason=reason, reserved=reserved
+        )
+
+    return anyio.run(go)
+
+
+# -- settings and arithmetic -------------------------------------------------
+
+
+def test_defaults() -> None:
+    mgr = ContextManager()
+
+    assert isinstance(mgr.compactor, TruncatingCompactor)
+    assert type(mgr.counter) is type(default_counter())
+    assert (mgr.context_window, mgr.threshold, mgr.compact_target_pct) == (
+        200_000,
+        80,
+        70,
+    )
+    assert mgr.auto_compact
+    assert mgr.compact_target is CompactBase.THRESHOLD
+    assert (mgr.threshold_line, mgr.emergency_line, mgr.target_tokens) == (
+        160_000,
+        190_000,
+        112_000,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "target"),
+    [
+        ({"compact_target": CompactBase.CONTEXT, "compact_target_pct": 50}, 100_000),
+        ({"compact_target": "context", "compact_target_pct": 50}, 100_000),
+        ({"compact_target_pct": 100}, 160_000),
+        ({"context_window": 8_000, "compact_target_pct": 1}, 64),
+        ({"context_window": 999, "threshold": 33}, 230),  # line 329
+        ({"threshold": 0}, 0),
+        ({"context_window": 0}, 0),
+    ],
+)
+def test_target_tokens(kwargs: dict[str, object], target: int) -> None:
+    mgr = ContextManager(**kwargs)  # type: ignore[arg-type]  # checked at run time
+
+    assert mgr.target_tokens == target
+
+
+def test_lines_for_the_worked_example() -> None:
+    mgr = ContextManager(context_window=8_000, threshold=80)
+
+    assert (mgr.threshold_line, mgr.emergency_line) == (6_400, 7_600)
+    reasons = {e: mgr.reason_for(e) for e in (5_500, 6_400, 6_401, 7_599, 7_600)}
+    assert reasons == {
+        5_500: None,
+        6_400: None,
+        6_401: CompactReason.THRESHOLD_EXCEEDED,
+        7_599: CompactReason.THRESHOLD_EXCEEDED,
+        7_600: CompactReason.EMERGENCY,
+    }
+
+
+def test_auto_compact_off_keeps_only_the_emergency_line() -> None:
+    mgr = ContextManager(context_window=8_000, auto_compact=False)
+
+    assert mgr.reason_for(6_500) is None
+    assert mgr.reason_for(7_700) is CompactReason.EMERGENCY
+
+
+def test_window_zero_disables_both_lines() -> None:
+    assert ContextManager(context_window=0).reason_for(10**9) is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("context_window", -1),
+        ("context_window", 1.5),
+        ("context_window", "200000"),
+        ("context_window", True),
+        ("threshold", 0.8),
+        ("threshold", 101),
+        ("threshold", -1),
+        ("threshold", True),
+        ("compact_target_pct", 0),
+        ("compact_target_pct", 101),
+        ("compact_target_pct", 0.7),
+        ("compact_target", "window"),
+        ("compact_target", 1),
+        ("auto_compact", "yes"),
+        ("counter", object()),
+        ("compactor", object()),
+    ],
+    ids=lambda v: repr(v) if not isinstance(v, str) else v,
+)
+def test_bad_settings_raise_config_error_naming_the_field(
+    field: str, value: object
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        ContextManager(**{field: value})  # type: ignore[arg-type]  # bad on purpose
+
+    assert info.value.field == field
+    assert info.value.value is value
+    assert str(info.value).startswith(f"invalid {field}=")
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 100])
+def test_threshold_edges_are_accepted(threshold: int) -> None:
+    assert ContextManager(threshold=threshold).threshold == threshold
+
+
+def test_compactor_may_be_positional() -> None:
+    compactor = TruncatingCompactor(preserve_recent=2)
+
+    mgr = ContextManager(compactor, context_window=1_000, counter=COUNTER)
+
+    assert mgr.compactor is compactor
+    assert mgr == ContextManager(
+        compactor=compactor, context_window=1_000, counter=COUNTER
+    )
+
+
+def test_count_uses_the_managers_counter() -> None:
+    messages = sized(3)
+
+    assert manager(TruncatingCompactor()).count(messages) == COUNTER.count(messages)
+
+
+# -- compact_with_reason: classification --------------------------------------
+
+
+def test_empty_input_is_no_action_without_calling_the_compactor() -> None:
+    compactor = Scripted(as_is)
+
+    decision = run(manager(compactor), [])
+
+    assert decision == NoAction(
+        tokens_before=0, tokens_after=0, reason=CompactReason.THRESHOLD_EXCEEDED
+    )
+    assert compactor.seen == []
+
+
+def test_compacted_is_recounted_by_the_manager() -> None:
+    messages = sized(10)
+    before = COUNTER.count(messages)
+    after = COUNTER.count(messages[-3:])
+
+    decision = run(manager(Scripted(keep_last(3))), messages)
+
+    assert decision == Compacted(
+        messages=messages[-3:],
+        tokens_before=before,
+        tokens_after=after,
+        tokens_saved=before - after,
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+    )
+
+
+def test_compactor_sees_target_context_and_counter() -> None:
+    compactor = Scripted(keep_last(3))
+    mgr = manager(compactor, context_window=100_000, threshold=50)
+    messages = sized(10)
+
+    async def go() -> CompactionDecision:
+        return await mgr.compact_with_reason(
+            messages,
+            turn=7,
+            reason=CompactReason.OVERFLOW,
+            instructions=["keep names"],
+            additional_context=["user is Ada"],
+            reserved=1_000,
+        )
+
+    anyio.run(go)
+
+    [(seen, target, ctx)] = compactor.seen
+    assert seen == tuple(messages)
+    assert target == 35_000 - 1_000
+    assert ctx == CompactionContext(
+        tokens_before=COUNTER.count(messages),
+        reason=CompactReason.OVERFLOW,
+        context_window=100_000,
+        turn=7,
+        counter=COUNTER,
+        instructions=("keep names",),
+        additional_context=("user is Ada",),
+    )
+
+
+def test_target_never_goes_below_zero() -> None:
+    compactor = Scripted(keep_last(1))
+
+    run(manager(compactor, context_window=1_000_000), sized(3), reserved=900_000)
+
+    assert compactor.seen[0][1] == 0
+
+
+def test_same_count_and_no_saving_is_no_action() -> None:
+    messages = sized(8)
+    before = COUNTER.count(messages)
+
+    decision = run(manager(Scripted(as_is)), messages)
+
+    assert decision == NoAction(
+        tokens_before=before,
+        tokens_after=before,
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+    )
+
+
+def test_same_count_but_smaller_is_compacted() -> None:
+    messages = sized(4)
+    shorter = [*messages[:3], Message.user("tiny")]
+
+    decision = run(
+        manager(Scripted(lambda m, t, c: CompactionOutcome.unchanged(shorter, 0))),
+        messages,
+    )
+
+    assert isinstance(decision, Compacted)
+    assert decision.messages == tuple(shorter)
+    assert decision.tokens_after == COUNTER.count(shorter)
+
+
+def test_fewer_but_bigger_messages_are_compacted_with_nothing_saved() -> None:
+    messages = sized(4, chars=10)
+    merged = [Message.user("y" * 1_000)]
+
+    decision = run(
+        manager(Scripted(lambda m, t, c: CompactionOutcome.compacted(merged, 0, 0))),
+        messages,
+    )
+
+    assert isinstance(decision, Compacted)
+    assert decision.tokens_after > decision.tokens_before
+    assert decision.tokens_saved == 0
+
+
+def test_result_over_the_window_minus_reserved_overflows() -> None:
+    messages = sized(10)
+    kept = messages[-3:]
+    after = COUNTER.count(kept)
+
+    decision = run(
+        manager(Scripted(keep_last(3)), context_window=after + 50),
+        messages,
+        reserved=51,
+    )
+
+    assert decision == ContextOverflow(
+        used=after + 51,
+        window=after + 50,
+        message_count=3,
+        compactor_error=None,
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+    )
+
+
+def test_result_exactly_fitting_the_window_minus_reserved_is_compacted() -> None:
+    messages = sized(10)
+    after = COUNTER.count(messages[-3:])
+
+    decision = run(
+        manager(Scripted(keep_last(3)), context_window=after + 50),
+        messages,
+        reserved=50,
+    )
+
+    assert isinstance(decision, Compacted)
+
+
+def test_window_zero_never_overflows() -> None:
+    decision = run(manager(Scripted(keep_last(3)), context_window=0), sized(10))
+
+    assert isinstance(decision, Compacted)
+
+
+def boom(
+    messages: Sequence[Message], target: int, ctx: CompactionContext
+) -> CompactionOutcome:
+    raise RuntimeError("summary model down")
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        (boom, "RuntimeError: summary model down"),
+        (lambda m, t, c: CompactionOutcome.failed("rate limited", 0), "rate limited"),
+        (
+            lambda m, t, c: CompactionOutcome.failed("", 0),
+            "compactor reported a failure",
+        ),
+        (
+            lambda m, t, c: CompactionOutcome.compacted([], 0, 0),
+            "compactor returned an empty message list",
+        ),
+        (
+            lambda m, t, c: "not an outcome",
+            "compactor returned str, not a CompactionOutcome",
+        ),
+        (
+            lambda m, t, c: CompactionOutcome.compacted(["hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
+            "compactor returned something that is not a Message",
+        ),
+    ],
+    ids=["raises", "failed", "failed-blank", "empty", "wrong-type", "not-messages"],
+)
+def test_compactor_failure_overflows_at_the_size_before(
+    reply: Reply, error: str
+) -> None:
+    messages = sized(5)
+    before = COUNTER.count(messages)
+
+    decision = run(manager(Scripted(reply)), messages, reserved=7)
+
+    assert decision == ContextOverflow(
+        used=before + 7,
+        window=200_000,
+        message_count=5,
+        compactor_error=error,
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+    )
+
+
+class Cancelling:
+    """A compactor that cancels its caller's scope, then hits a checkpoint."""
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        assert self.scope is not None
+        self.scope.cancel()
+        await anyio.lowlevel.checkpoint()  # the cancellation is raised here
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_cancellation_is_never_caught(backend: str) -> None:
+    compactor = Cancelling()
+    mgr = ContextManager(compactor=compactor, counter=COUNTER)
+    decisions: list[CompactionDecision] = []
+
+    async def main() -> bool:
+        with anyio.CancelScope() as scope:
+            compactor.scope = scope
+            decision = await mgr.compact_manual(sized(3), turn=1)
+            decisions.append(decision)
+        return scope.cancelled_caught
+
+    assert anyio.run(main, backend=backend)
+    assert decisions == []
+
+
+def test_base_exceptions_propagate() -> None:
+    class Stop(BaseException):
+        pass
+
+    def stop(m: Sequence[Message], t: int, c: CompactionContext) -> CompactionOutcome:
+        raise Stop
+
+    with pytest.raises(Stop):
+        run(manager(Scripted(stop)), sized(3))
+
+
+def test_negative_reserved_is_rejected() -> None:
+    with pytest.raises(ConfigError) as info:
+        run(manager(Scripted(as_is)), sized(3), reserved=-1)
+
+    assert info.value.field == "reserved"
+
+
+# -- ensure_context_fits and compact_manual ---------------------------------------
+
+
+def fits(
+    mgr: ContextManager, messages: Sequence[Message], reserved: int = 0
+) -> CompactionDecision:
+    async def go() -> CompactionDecision:
+        return await mgr.ensure_context_fits(messages, turn=2, reserved=reserved)
+
+    return anyio.run(go)
+
+
+def test_under_the_lines_is_no_action_without_a_pass() -> None:
+    messages = sized(4)
+    size = COUNTER.count(messages)
+    compactor = Scripted(keep_last(1))
+    mgr = manager(compactor, context_window=2 * size, threshold=50)  # line: size
+
+    decision = fits(mgr, messages)
+
+    assert decision == NoAction(tokens_before=size, tokens_after=size, reason=None)
+    assert compactor.seen == []
+
+
+@pytest.mark.parametrize(
+    ("window_of", "reason"),
+    [
+        (lambda size: size * 100 // 80 - 10, CompactReason.THRESHOLD_EXCEEDED),
+        (lambda size: size, CompactReason.EMERGENCY),
+    ],
+    ids=["threshold", "emergency"],
+)
+def test_over_a_line_compacts_with_its_reason(
+    window_of: Callable[[int], int], reason: CompactReason
+) -> None:
+    messages = sized(10)
+    compactor = Scripted(keep_last(1))
+    window = window_of(COUNTER.count(messages))
+
+    decision = fits(manager(compactor, context_window=window), messages)
+
+    assert isinstance(decision, Compacted)
+    assert decision.reason is reason
+    assert compactor.seen[0][2].reason is reason
+
+
+def test_reserved_counts_toward_the_lines() -> None:
+    messages = sized(4)
+    size = COUNTER.count(messages)
+    mgr = manager(Scripted(keep_last(1)), context_window=2 * size, threshold=50)
+
+    assert isinstance(fits(mgr, messages, reserved=0), NoAction)
+    assert isinstance(fits(mgr, messages, reserved=1), Compacted)
+
+
+def test_auto_compact_off_ignores_the_threshold_line() -> None:
+    messages = sized(10)
+    size = COUNTER.count(messages)
+    mgr = manager(Scripted(keep_last(1)), context_window=size * 100 // 90)
+
+    assert isinstance(fits(mgr, messages), Compacted)
+    assert isinstance(fits(attrs.evolve(mgr, auto_compact=False), messages), NoAction)
+
+
+def test_manual_bypasses_the_lines() -> None:
+    messages = sized(10)
+    compactor = Scripted(keep_last(2))
+    mgr = manager(compactor)  # 200k window: far under the lines
+
+    async def go() -> CompactionDecision:
+        return await mgr.compact_manual(messages, turn=4, reserved=3)
+
+    decision = anyio.run(go)
+
+    assert isinstance(decision, Compacted)
+    assert decision.reason is CompactReason.MANUAL
+    assert compactor.seen[0][1] == 112_000 - 3
+
+
+def test_default_truncator_end_to_end() -> None:
+    messages = sized(12)
+    mgr = ContextManager(counter=COUNTER, context_window=COUNTER.count(messages))
+
+    decision = fits(mgr, messages)
+
+    assert isinstance(decision, Compacted)
+    assert decision.messages == (messages[0], *messages[8:])
+    assert decision.reason is CompactReason.EMERGENCY
+
+
+def test_truncator_that_cannot_cut_is_no_action() -> None:
+    messages = sized(5)
+    mgr = ContextManager(counter=COUNTER, context_window=COUNTER.count(messages))
+
+    decision = fits(mgr, messages)
+
+    assert isinstance(decision, NoAction)
+    assert decision.reason is CompactReason.EMERGENCY

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import pytest
+
+from turnfsm.context import (
+    PartRef,
+    ToolPair,
+    adjust_split,
+    keep_parts,
+    pair_tool_traffic,
+    sanitize,
+)
+from turnfsm.messages import Message, ToolCallPart, ToolResultPart
+
+
+def asst(*calls: str, text: str = "") -> Message:
+    tool_calls = [ToolCallPart(id=c, name="tool") for c in calls]
+    return Message.assistant(text, tool_calls=tool_calls)
+
+
+def results(*call_ids: str) -> Message:
+    parts = [ToolResultPart(call_id=c, content="ok") for c in call_ids]
+    return Message(role="tool", parts=parts)
+
+
+def test_pairs_lone_calls_and_lone_results() -> None:
+    messages = [
+        Message.user("go"),
+        asst("a", "b", text="two calls"),  # parts: text, a, b
+        results("b", "ghost"),
+        results("a"),
+        asst("p"),
+    ]
+
+    traffic = pair_tool_traffic(messages)
+
+    assert traffic.pairs == (ToolPair(1, 2, 2, 0), ToolPair(1, 1, 3, 0))
+    assert traffic.pairs[0] == (1, 2, 2, 0)
+    assert traffic.lone_calls == (PartRef(4, 0),)
+    assert traffic.lone_results == (PartRef(2, 1),)
+
+
+def test_result_claims_the_most_recent_unconsumed_call() -> None:
+    messages = [asst("t"), asst("t"), results("t"), results("t"), results("t")]
+
+    traffic = pair_tool_traffic(messages)
+
+    assert traffic.pairs == ((1, 0, 2, 0), (0, 0, 3, 0))
+    assert traffic.lone_results == ((4, 0),)
+    assert traffic.lone_calls == ()
+
+
+def test_result_before_its_call_is_lone() -> None:
+    traffic = pair_tool_traffic([results("x"), asst("x")])
+
+    assert traffic.pairs == ()
+    assert traffic.lone_results == ((0, 0),)
+    assert traffic.lone_calls == ((1, 0),)
+
+
+def test_crosses() -> None:
+    traffic = pair_tool_traffic([Message.user("u"), asst("a"), results("a")])
+
+    assert [traffic.crosses(i) for i in range(4)] == [False, False, True, False]
+    assert not traffic.crosses(2, keep_head=2)
+
+
+@pytest.mark.parametrize(
+    ("split", "keep_head", "expected"),
+    [
+        (5, 0, 5),  # nothing straddles 5
+        (4, 0, 2),  # result at 4 answers the call at 2
+        (3, 0, 2),
+        (2, 0, 2),
+        (1, 0, 0),  # the result at 1 answers the call at 0
+        (1, 1, 1),  # ... unless the caller keeps message 0 anyway
+        (7, 0, 5),  # clamped to the length
+        (-3, 0, 0),
+    ],
+)
+def test_adjust_split(split: int, keep_head: int, expected: int) -> None:
+    messages = [asst("x"), results("x"), asst("y"), Message.user("u"), results("y")]
+
+    assert adjust_split(messages, split, keep_head=keep_head) == expected
+
+
+def test_adjust_split_runs_to_a_fixpoint() -> None:
+    messages = [
+        Message.user("u"),
+        asst("a"),  # 1
+        asst("b"),  # 2
+        results("a"),  # 3
+        results("b"),  # 4
+    ]
+
+    assert adjust_split(messages, 4) == 1
+
+
+def test_keep_parts() -> None:
+    message = results("a", "b", "c")
+
+    assert keep_parts(message, [0, 1, 2]) is message
+    assert keep_parts(message, []) is None
+    copy = keep_parts(message, [2, 0, 2])
+    assert copy is not None
+    assert copy.parts == (message.parts[0], message.parts[2])
+    assert copy.id == f"{message.id}#0-2"
+    assert keep_parts(message, [0, 2]) == copy  # deterministic
+
+
+def test_keep_parts_leaves_an_empty_message_alone() -> None:
+    empty = Message(role="user", parts=())
+
+    assert keep_parts(empty, []) is empty
+
+
+def test_sanitize_drops_lone_results_and_emptied_messages() -> None:
+    messages = [
+        Message.user("u"),
+        results("ghost"),
+        asst("a", "p"),
+        results("a", "ghost2"),
+    ]
+
+    out = sanitize(messages)
+
+    assert out[:2] == (messages[0], messages[2])
+    assert out[2].parts == (messages[3].parts[0],)
+    assert len(out) == 3
+
+
+def test_sanitize_without_lone_results_is_identity() -> None:
+    messages = [Message.user("u"), asst("a"), results("a"), asst("pending")]
+
+    out = sanitize(messages)
+
+    assert all(a is b for a, b in zip(out, messages, strict=True))
+
+
+def test_sanitize_never_returns_empty() -> None:
+    messages = [results("x"), results("y")]
+
+    assert sanitize(messages) == tuple(messages)

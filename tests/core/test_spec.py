@@ -1,0 +1,682 @@
+"""The machine-file loader: every problem in one DefinitionError, or a valid spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import (
+    approval_toml,
+    calling,
+    load_turn_spec,
+    results_for,
+    turn_toml_text,
+    user,
+)
+from turnfsm.core import (
+    Budget,
+    CallLLM,
+    CompactReason,
+    Event,
+    Fail,
+    MachineSpec,
+    Measure,
+    Measured,
+    MessageInjected,
+    ModelReplied,
+    Perform,
+    RunStarted,
+    RunTools,
+    Signal,
+    ToolsFinished,
+    TransitionSpec,
+    TurnMachine,
+)
+from turnfsm.errors import Cancelled, DefinitionError, IllegalEvent
+from turnfsm.messages import MessageLog
+
+STOCK = turn_toml_text()
+
+
+def problems_of(text: str) -> tuple[str, ...]:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+    return error.value.problems
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """Replace the one occurrence of `old` in `text`."""
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def test_stock_machine_loads() -> None:
+    spec = load_turn_spec()
+
+    assert (spec.name, spec.initial, spec.terminal, spec.signals) == (
+        "turn",
+        "start",
+        ("done", "failed"),
+        (),
+    )
+    assert spec.phases == (
+        "start",
+        "call_llm",
+        "run_tools",
+        "compact",
+        "compact_and_retry",
+        "done",
+        "failed",
+    )
+    assert len(spec.transitions) == 22
+    assert spec.triggers == {
+        "run_started",
+        "measured",
+        "model_replied",
+        "model_failed",
+        "context_overflowed",
+        "tools_finished",
+        "compaction_result",
+        "compaction_noop",
+        "compaction_overflowed",
+        "compactor_failed",
+        "compaction_circuit_opened",
+        "message_injected",
+        "run_cancelled",
+    }
+    assert spec.source.endswith("turn.toml")
+
+
+def test_stock_machine_reads_its_reasons_and_wildcards() -> None:
+    spec = load_turn_spec()
+    into_compact = [t for t in spec.transitions if t.reason is not None]
+    cancel = next(t for t in spec.transitions if t.trigger == "run_cancelled")
+
+    assert [(t.dest, t.reason) for t in into_compact] == [
+        ("compact", CompactReason.EMERGENCY),
+        ("compact", CompactReason.THRESHOLD_EXCEEDED),
+        ("compact_and_retry", CompactReason.OVERFLOW),
+    ]
+    assert (cancel.is_wildcard, cancel.sources, cancel.is_guarded) == (
+        True,
+        ("call_llm", "compact", "compact_and_retry", "run_tools", "start"),
+        False,
+    )
+
+
+def test_invalid_toml_is_a_definition_error() -> None:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml('name = "turn"\ninitial = ', source="broken.toml")
+
+    assert error.value.source == "broken.toml"
+    assert len(error.value.problems) == 1
+    assert error.value.problems[0].startswith("not valid TOML: ")
+
+
+ENTRY_PROBLEMS = """
+initial = "start"
+terminal = ["done", "failed", "limbo", "nowhere"]
+signals = ["approved", "measured"]
+colour = "blue"
+
+[states]
+start = { decision = "measure", on_enter = ["flush_inbox", "tidy_up"] }
+call_llm = { decision = "call_llm", timeout = 30 }
+run_tools = { decision = "run_tools" }
+compact = { decision = "compact" }
+ponder = { decision = "ponder" }
+both = { decision = "call_llm", effect = "ask" }
+neither = {}
+done = { decision = "finish" }
+failed = { decision = "fail" }
+limbo = { decision = "call_llm" }
+finale = { decision = "finish" }
+
+[[transitions]]
+trigger = "measured"
+source = "start"
+dest = "call_llm"
+conditions = ["is_over_budget"]
+unless = ["is_tired"]
+actions = ["record_estimate", "record_everything"]
+priority = 1
+
+[[transitions]]
+trigger = "measured"
+source = "strat"
+dest = "cal_llm"
+
+[[transitions]]
+trigger = "model_answered"
+source = "call_llm"
+dest = "done"
+
+[[transitions]]
+trigger = "measured"
+source = "start"
+dest = "compact"
+
+[[transitions]]
+trigger = "measured"
+source = "start"
+dest = "compact"
+reason = "tidy"
+
+[[transitions]]
+trigger = "model_replied"
+source = "call_llm"
+dest = "run_tools"
+reason = "emergency"
+
+[[transitions]]
+trigger = "model_failed"
+source = "call_llm"
+dest = "failed"
+
+[[transitions]]
+trigger = "model_failed"
+source = "call_llm"
+dest = "failed"
+error = "oops"
+
+[[transitions]]
+trigger = "tools_finished"
+source = "run_tools"
+dest = "start"
+error = "provider_error"
+
+[[transitions]]
+trigger = "run_cancelled"
+source = "done"
+dest = "failed"
+error = "cancelled"
+
+[[transitions]]
+trigger = "approved"
+source = []
+"""
+"""One file with every problem an entry can have (graph checks come later)."""
+
+
+def test_entry_problems_are_all_reported_at_once() -> None:
+    reasons = "threshold_exceeded, emergency, overflow, manual"
+    errors = (
+        "cancelled, compaction_circuit_open, compaction_failed, compaction_stalled,"
+        " context_exceeded, max_turns_exceeded, provider_error"
+    )
+    decisions = "call_llm, compact, fail, finish, measure, run_tools"
+
+    problems = problems_of(ENTRY_PROBLEMS)
+
+    assert sorted(problems) == sorted(
+        [
+            "unknown key 'colour'",
+            "'name' must be a non-empty string, got None",
+            "unknown phase 'nowhere' named by initial/terminal",
+            "signal 'measured' shadows the built-in trigger",
+            "state 'start': unknown reducer 'tidy_up'",
+            "state 'call_llm': unknown key 'timeout'",
+            f"state 'ponder': unknown decision 'ponder' (known: {decisions};"
+            " use effect = NAME for a custom one)",
+            "state 'both': give exactly one of decision / effect",
+            "state 'neither': give exactly one of decision / effect",
+            "terminal phase 'limbo' must emit finish or fail",
+            "phase 'finale' emits finish but is not terminal",
+            "transition #1: unknown key 'priority'",
+            "transition #1 (measured): unknown guard 'is_over_budget'",
+            "transition #1 (measured): unknown guard 'is_tired'",
+            "transition #1 (measured): unknown reducer 'record_everything'",
+            "transition #2 (measured): unknown source phase 'strat'",
+            "transition #2 (measured): unknown dest phase 'cal_llm'",
+            "transition #3: unknown trigger 'model_answered' (declare it in signals)",
+            f"transition #4 (measured): into 'compact' needs a reason ({reasons}),"
+            " got None",
+            f"transition #5 (measured): into 'compact' needs a reason ({reasons}),"
+            " got 'tidy'",
+            "transition #6 (model_replied): reason is only for transitions into a"
+            " compact phase",
+            f"transition #7 (model_failed): into 'failed' needs an error ({errors}),"
+            " got None",
+            f"transition #8 (model_failed): into 'failed' needs an error ({errors}),"
+            " got 'oops'",
+            "transition #9 (tools_finished): error is only for transitions into a"
+            " fail phase",
+            "transition #10 (run_cancelled): terminal phase 'done' cannot have exits",
+            "transition #11 (approved): no source phase",
+        ]
+    )
+
+
+BAD_GRAPH = """\
+name = "bad"
+initial = "start"
+terminal = ["done", "failed"]
+
+[states]
+start    = { decision = "measure" }
+call_llm = { decision = "call_llm" }
+compact  = { decision = "compact" }
+done     = { decision = "finish" }
+failed   = { decision = "fail" }
+
+[[transitions]]
+trigger = "measured"
+source = "start"
+dest = "compact"
+conditions = ["is_over_threshold_line"]
+reason = "threshold_exceeded"
+
+[[transitions]]
+trigger = "compaction_result"
+source = "compact"
+dest = "start"
+actions = ["record_compaction"]
+"""
+"""The example of docs/concepts/machine.md: sound entries, a broken graph."""
+
+
+def test_graph_problems_are_all_reported_at_once() -> None:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(BAD_GRAPH, source="bad.toml")
+
+    assert str(error.value) == (
+        "bad.toml: 6 problems:\n"
+        "  - phase 'call_llm' is unreachable from 'start'\n"
+        "  - phase 'call_llm' is a dead end: no transition leaves it\n"
+        "  - phase 'done' is unreachable from 'start'\n"
+        "  - phase 'failed' is unreachable from 'start'\n"
+        "  - phase 'start' on 'measured' can fall through: end the group with a"
+        " transition without conditions\n"
+        "  - cycle through compact (compact -> start) is not bounded by the"
+        " no-progress guard (is_no_progress) or a retry counter"
+    )
+
+
+def test_graph_checks_wait_until_every_entry_is_sound() -> None:
+    text = edit(BAD_GRAPH, '"is_over_threshold_line"', '"is_over_treshold_line"')
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "transition #1 (measured): unknown guard 'is_over_treshold_line'",
+    )
+
+
+def test_one_problem_reads_in_the_singular() -> None:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(edit(STOCK, 'name = "turn"\n', ""), source="t.toml")
+
+    assert str(error.value) == (
+        "t.toml: 1 problem:\n  - 'name' must be a non-empty string, got None"
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {"states": "start", "transitions": "none"},
+            [
+                "'states' must be a non-empty table",
+                "'transitions' must be a non-empty array of tables",
+            ],
+        ),
+        (
+            {"states": ["start", "done"]},
+            [
+                "'states' must be a non-empty table",
+                "unknown phase 'start' named by initial/terminal",
+                "unknown phase 'done' named by initial/terminal",
+                "transition #1 (measured): unknown source phase 'start'",
+                "transition #1 (measured): unknown dest phase 'done'",
+            ],
+        ),
+        (
+            {"states": {}, "transitions": []},
+            [
+                "'states' must be a non-empty table",
+                "'transitions' must be a non-empty array of tables",
+            ],
+        ),
+        (
+            {"states": {"start": "measure"}, "transitions": ["measured"]},
+            ["state 'start' must be a table", "transition #1 must be a table"],
+        ),
+        (
+            {"terminal": 7, "signals": [1]},
+            [
+                "terminal must be a string or a list of strings, got 7",
+                "signals must be a string or a list of strings, got [1]",
+            ],
+        ),
+        (
+            {"name": "", "initial": 3},
+            [
+                "'name' must be a non-empty string, got ''",
+                "'initial' must be a non-empty string, got 3",
+            ],
+        ),
+    ],
+    ids=[
+        "not-tables",
+        "states-not-a-table",
+        "empty",
+        "not-tables-inside",
+        "not-string-lists",
+        "bad-names",
+    ],
+)
+def test_malformed_sections(data: dict[str, Any], expected: list[str]) -> None:
+    base: dict[str, Any] = {
+        "name": "m",
+        "initial": "start",
+        "terminal": ["done"],
+        "states": {
+            "start": {"decision": "measure"},
+            "done": {"decision": "finish"},
+        },
+        "transitions": [{"trigger": "measured", "source": "start", "dest": "done"}],
+    }
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_dict({**base, **data})
+
+    assert error.value.source == "<dict>"
+    assert [p for p in error.value.problems if p in expected] == expected
+
+
+@pytest.mark.parametrize(
+    ("transition", "expected"),
+    [
+        (
+            {"trigger": ["measured"], "source": "start", "dest": "done"},
+            "transition #1: unknown trigger ['measured'] (declare it in signals)",
+        ),
+        (
+            {"trigger": "measured", "source": "start", "dest": ["done"]},
+            "transition #1 (measured): unknown dest phase ['done']",
+        ),
+        (
+            {"trigger": "measured", "source": "start", "dest": "done", "error": ["x"]},
+            "transition #1 (measured): error is only for transitions into a fail phase",
+        ),
+        (
+            {"trigger": "measured", "source": "start", "actions": 5},
+            "transition #1 (measured) actions must be a string or a list of"
+            " strings, got 5",
+        ),
+    ],
+    ids=[
+        "trigger-list",
+        "dest-list",
+        "error-list",
+        "actions-not-a-list",
+    ],
+)
+def test_ill_typed_transitions_are_problems_not_crashes(
+    transition: dict[str, Any], expected: str
+) -> None:
+    data = {
+        "name": "m",
+        "initial": "start",
+        "terminal": ["done"],
+        "states": {
+            "start": {"decision": "measure"},
+            "done": {"decision": "finish"},
+        },
+        "transitions": [
+            transition,
+            {"trigger": "measured", "source": "start", "dest": "done"},
+        ],
+    }
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_dict(data)
+
+    assert expected in error.value.problems
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        (
+            {"decision": ["call_llm"]},
+            "state 'extra': unknown decision \"['call_llm']\" (known: call_llm,"
+            " compact, fail, finish, measure, run_tools; use effect = NAME for a"
+            " custom one)",
+        ),
+        ({"effect": 42}, "state 'extra': effect must be a string, got 42"),
+    ],
+    ids=["decision-list", "effect-number"],
+)
+def test_ill_typed_states_are_problems_not_crashes(
+    state: dict[str, Any], expected: str
+) -> None:
+    data = {
+        "name": "m",
+        "initial": "start",
+        "terminal": ["done"],
+        "states": {
+            "start": {"decision": "measure"},
+            "extra": state,
+            "done": {"decision": "finish"},
+        },
+        "transitions": [{"trigger": "measured", "source": "start", "dest": "done"}],
+    }
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_dict(data)
+
+    assert expected in error.value.problems
+
+
+def test_group_ending_in_an_unless_guard_can_fall_through() -> None:
+    text = edit(
+        STOCK,
+        'dest = "call_llm"\nactions = ["record_estimate"]',
+        'dest = "call_llm"\nunless = ["is_turn_limit_reached"]\n'
+        'actions = ["record_estimate"]',
+    )
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "phase 'start' on 'measured' can fall through: end the group with a"
+        " transition without conditions",
+    )
+
+
+def test_custom_effect_phase_driven_by_signals() -> None:
+    spec = MachineSpec.from_toml(approval_toml())
+    machine = TurnMachine.start(spec, budget=Budget(context_window=8_000))
+    u = user(id="u1")
+    asks = calling("c1", id="a1")
+
+    decisions = [
+        machine.handle(RunStarted(input=[u])),
+        machine.handle(Measured(estimate=100)),
+        machine.handle(ModelReplied(message=asks)),
+        machine.handle(Signal(name="approved", data={"by": "ops"})),
+        machine.handle(ToolsFinished(results=results_for(asks))),
+    ]
+
+    assert (len(spec.phases), len(spec.transitions), spec.signals) == (
+        8,
+        24,
+        ("approved", "rejected"),
+    )
+    assert decisions == [
+        Measure(history=MessageLog(), pending=MessageLog([u])),
+        CallLLM(history=MessageLog(), pending=MessageLog([u]), turn=1),
+        Perform(effect="await_approval", phase="await_approval"),
+        RunTools(calls=asks.tool_calls),
+        Measure(
+            history=MessageLog(),
+            pending=MessageLog([u, asks, *results_for(asks)]),
+        ),
+    ]
+
+
+def approval_machine_waiting() -> TurnMachine:
+    machine = TurnMachine.start(MachineSpec.from_toml(approval_toml()))
+    script: list[Event] = [
+        RunStarted(input=[user(id="u1")]),
+        Measured(estimate=100),
+        ModelReplied(message=calling("c1", id="a1")),
+    ]
+    for event in script:
+        machine.handle(event)
+    assert machine.phase == "await_approval"
+    return machine
+
+
+def test_custom_phase_rejection_ends_the_run() -> None:
+    machine = approval_machine_waiting()
+
+    decision = machine.handle(Signal(name="rejected"))
+
+    assert (machine.phase, decision) == (
+        "failed",
+        Fail(error=Cancelled(reason="cancelled")),
+    )
+
+
+def test_wildcards_cover_a_custom_phase() -> None:
+    machine = approval_machine_waiting()
+    note = user("only read, never delete", id="n1")
+
+    queued = machine.handle(MessageInjected(message=note))
+    cancelled = machine.cancel("operator left")
+
+    assert queued == Perform(effect="await_approval", phase="await_approval")
+    assert cancelled == Fail(error=Cancelled(reason="operator left"))
+
+
+def test_undeclared_signal_is_illegal() -> None:
+    machine = approval_machine_waiting()
+
+    with pytest.raises(IllegalEvent) as illegal:
+        machine.handle(Signal(name="approve"))
+
+    assert (illegal.value.phase, illegal.value.event) == ("await_approval", "approve")
+
+
+def test_declared_signal_is_illegal_where_no_transition_takes_it() -> None:
+    machine = TurnMachine.start(MachineSpec.from_toml(approval_toml()))
+
+    with pytest.raises(IllegalEvent) as illegal:
+        machine.handle(Signal(name="approved"))
+
+    assert (illegal.value.phase, illegal.value.event) == ("start", "approved")
+
+
+def test_a_bare_string_is_a_one_item_list() -> None:
+    text = edit(
+        STOCK,
+        'conditions = ["has_tool_calls"]\nactions = ["record_reply"]',
+        'conditions = "has_tool_calls"\nactions = "record_reply"',
+    )
+
+    spec = MachineSpec.from_toml(text)
+
+    assert spec.transitions[5] == load_turn_spec().transitions[5]
+
+
+STALL_EXITS = """[[transitions]]
+trigger = "compaction_result"
+source = ["compact", "compact_and_retry"]
+dest = "failed"
+conditions = ["is_no_progress"]
+error = "compaction_stalled"
+"""
+NOOP_STALL_EXIT = STALL_EXITS.replace("compaction_result", "compaction_noop")
+UNBOUNDED = (
+    "cycle through compact (call_llm -> compact -> run_tools -> start) is not"
+    " bounded by the no-progress guard (is_no_progress) or a retry counter"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        edit(edit(STOCK, STALL_EXITS, ""), NOOP_STALL_EXIT, ""),
+        edit(STOCK, STALL_EXITS, ""),
+        STOCK + '\n[[transitions]]\ntrigger = "measured"\nsource = "compact"\n'
+        'dest = "start"\n',
+        edit(
+            STOCK,
+            "# -- after a compaction pass",
+            '[[transitions]]\ntrigger = "compaction_noop"\nsource = "*"\n'
+            'dest = "start"\nactions = ["record_noop"]\n\n'
+            "# -- after a compaction pass",
+        ),
+    ],
+    ids=[
+        "no-stall-exits",
+        "no-stall-exit-on-result",
+        "unguarded-measured-out-of-compact",
+        "wildcard-before-the-stall-exit",
+    ],
+)
+def test_unbounded_compaction_cycle_is_rejected(text: str) -> None:
+    problems = problems_of(text)
+
+    assert problems == (UNBOUNDED,)
+
+
+def test_unbounded_retry_cycle_names_compact_and_retry() -> None:
+    text = edit(STOCK, STALL_EXITS, "")
+    text = edit(text, 'conditions = ["has_overflow_retries_left"]\n', "")
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "cycle through compact, compact_and_retry (call_llm -> compact ->"
+        " compact_and_retry -> run_tools -> start) is not bounded by the"
+        " no-progress guard (is_no_progress) or a retry counter",
+    )
+
+
+def test_wildcard_after_the_stall_exit_is_bounded() -> None:
+    text = STOCK + (
+        '\n[[transitions]]\ntrigger = "compaction_result"\nsource = "*"\n'
+        'dest = "start"\nactions = ["record_compaction"]\n'
+    )
+
+    spec = MachineSpec.from_toml(text)
+
+    assert len(spec.transitions) == 23
+
+
+def test_self_loop_through_compact_is_rejected() -> None:
+    text = STOCK + (
+        '\n[[transitions]]\ntrigger = "tools_finished"\nsource = "compact"\n'
+        'dest = "compact"\nreason = "manual"\n'
+    )
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "cycle through compact (compact) is not bounded by the no-progress guard"
+        " (is_no_progress) or a retry counter",
+    )
+
+
+def test_transition_spec_is_guarded_by_conditions_or_unless() -> None:
+    def spec(conditions: tuple[str, ...], unless: tuple[str, ...]) -> TransitionSpec:
+        return TransitionSpec(
+            trigger="measured",
+            sources=("start",),
+            dest=None,
+            conditions=conditions,
+            unless=unless,
+        )
+
+    actual = [
+        spec((), ()).is_guarded,
+        spec(("is_no_progress",), ()).is_guarded,
+        spec((), ("is_no_progress",)).is_guarded,
+    ]
+
+    assert actual == [False, True, True]

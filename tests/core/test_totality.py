@@ -1,0 +1,415 @@
+"""Properties of the brain over every phase, every event class and random runs.
+
+The stock machine and a user machine with a custom effect phase are both
+checked: the guarantees hold for every machine that loads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TypeAlias
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import approval_toml, load_turn_spec
+from turnfsm.core import (
+    EVENT_TYPES,
+    FAILURES,
+    Budget,
+    CallLLM,
+    Compact,
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
+    CompactReason,
+    ContextOverflowed,
+    Decision,
+    ErrorInfo,
+    Event,
+    Fail,
+    Failure,
+    Finish,
+    MachineSpec,
+    Measure,
+    Measured,
+    MessageInjected,
+    ModelFailed,
+    ModelReplied,
+    Perform,
+    RunCancelled,
+    RunStarted,
+    RunTools,
+    Signal,
+    Snapshot,
+    ToolsFinished,
+    TurnMachine,
+    Usage,
+    emergency_line,
+)
+from turnfsm.errors import IllegalEvent
+from turnfsm.messages import Message, ToolCallPart
+
+SPECS = {"turn": load_turn_spec(), "approval": MachineSpec.from_toml(approval_toml())}
+SPEC_IDS = list(SPECS)
+DECISIONS = (Measure, CallLLM, RunTools, Compact, Finish, Fail, Perform)
+
+# -- values --------------------------------------------------------------------
+
+ids = st.integers(0, 999).map(lambda n: f"m{n}")
+texts = st.text(alphabet="ab z", max_size=6)
+counts = st.integers(0, 25_000)
+call_ids = st.sampled_from(["c1", "c2", "c3"])
+users = st.builds(lambda text, id: Message.user(text, id=id), texts, ids)
+calls = st.builds(
+    lambda call_id, name: ToolCallPart(id=call_id, name=name),
+    call_ids,
+    st.sampled_from(["read_file", "grep"]),
+)
+replies = st.builds(
+    lambda text, tool_calls, id: Message.assistant(text, tool_calls=tool_calls, id=id),
+    texts,
+    st.lists(calls, max_size=2),
+    ids,
+)
+tool_results = st.builds(
+    lambda call_id, content, id: Message.tool_result(call_id, content, id=id),
+    call_ids,
+    texts,
+    ids,
+)
+messages = st.one_of(users, replies, tool_results)
+errors = st.builds(
+    ErrorInfo,
+    type=st.sampled_from(["APIError", "TimeoutError"]),
+    message=texts,
+    retryable=st.booleans(),
+)
+signal_names = st.sampled_from(
+    sorted(set().union(*(spec.triggers for spec in SPECS.values())))
+) | st.text(alphabet="abz_", min_size=1, max_size=8)
+
+EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
+    RunStarted: st.builds(RunStarted, input=st.lists(users, max_size=2)),
+    Measured: st.builds(Measured, estimate=counts),
+    ModelReplied: st.builds(
+        ModelReplied,
+        message=replies,
+        usage=st.none() | st.builds(Usage, input_tokens=counts, output_tokens=counts),
+    ),
+    ModelFailed: st.builds(ModelFailed, error=errors),
+    ContextOverflowed: st.builds(ContextOverflowed, error=errors),
+    ToolsFinished: st.builds(ToolsFinished, results=st.lists(tool_results, max_size=2)),
+    CompactionResult: st.builds(
+        CompactionResult,
+        messages=st.lists(messages, max_size=3),
+        before=counts,
+        after=counts,
+    ),
+    CompactionNoop: st.builds(CompactionNoop, before=counts, after=counts),
+    CompactionOverflowed: st.builds(CompactionOverflowed, used=counts, limit=counts),
+    CompactorFailed: st.builds(
+        CompactorFailed, used=counts, limit=counts, error=errors
+    ),
+    CompactionCircuitOpened: st.builds(
+        CompactionCircuitOpened, failures=st.integers(0, 5)
+    ),
+    MessageInjected: st.builds(MessageInjected, message=users),
+    RunCancelled: st.builds(RunCancelled, reason=texts),
+    Signal: st.builds(
+        Signal, name=signal_names, data=st.dictionaries(texts, texts, max_size=1)
+    ),
+}
+"""One strategy per event class; `test_every_event_class_has_a_strategy` keeps it so."""
+
+events = st.sampled_from(EVENT_TYPES).flatmap(lambda cls: EVENT_STRATEGIES[cls])
+
+budgets = st.builds(
+    Budget,
+    context_window=st.sampled_from([0, 8_000, 20_000]) | st.integers(0, 20_000),
+    threshold=st.integers(0, 100),
+    auto_compact=st.booleans(),
+    max_turns=st.integers(1, 4),
+    max_overflow_retries=st.integers(0, 3),
+)
+failures = st.builds(
+    Failure,
+    kind=st.sampled_from(sorted(FAILURES)),
+    used=counts,
+    limit=counts,
+    detail=texts,
+    error_type=texts,
+    retriable=st.booleans(),
+)
+
+
+def snapshots_in(phase: str) -> st.SearchStrategy[Snapshot]:
+    """Snapshots in `phase` with every field drawn (a failure where one is due)."""
+    return st.builds(
+        Snapshot,
+        phase=st.just(phase),
+        budget=budgets,
+        history=st.lists(users, max_size=2),
+        pending=st.lists(messages, max_size=3),
+        inbox=st.lists(users, max_size=2),
+        estimate=st.none() | counts,
+        turns=st.integers(0, 5),
+        overflow_retries=st.integers(0, 4),
+        compact_reason=st.none() | st.sampled_from(CompactReason),
+        last_reply=st.none() | replies,
+        failure=failures if phase == "failed" else st.none() | failures,
+        is_started=st.booleans(),
+    )
+
+
+def test_every_event_class_has_a_strategy() -> None:
+    assert set(EVENT_STRATEGIES) == set(EVENT_TYPES)
+
+
+# -- totality ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SPEC_IDS)
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_handle_returns_a_decision_or_raises_illegal_event(
+    name: str, data: st.DataObject
+) -> None:
+    spec = SPECS[name]
+    phase = data.draw(st.sampled_from(spec.phases), label="phase")
+    machine = TurnMachine.from_snapshot(spec, data.draw(snapshots_in(phase)))
+    before = machine.snapshot
+    event = data.draw(events, label="event")
+
+    outcome: Decision | IllegalEvent
+    try:
+        outcome = machine.handle(event)
+    except IllegalEvent as illegal:
+        outcome = illegal
+
+    if isinstance(outcome, IllegalEvent):
+        assert (outcome.phase, machine.snapshot) == (phase, before)
+        assert phase not in spec.terminal
+    else:
+        assert isinstance(outcome, DECISIONS)
+        assert machine.phase in spec.phases
+        assert outcome == machine.decision
+
+
+@pytest.mark.parametrize("name", SPEC_IDS)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_terminal_phases_absorb_every_event(name: str, data: st.DataObject) -> None:
+    spec = SPECS[name]
+    phase = data.draw(st.sampled_from(spec.terminal), label="phase")
+    machine = TurnMachine.from_snapshot(spec, data.draw(snapshots_in(phase)))
+    decision, snapshot = machine.decision, machine.snapshot
+
+    for event in data.draw(st.lists(events, min_size=1, max_size=8), label="events"):
+        assert machine.handle(event) is decision
+    assert (machine.phase, machine.snapshot, machine.is_finished) == (
+        phase,
+        snapshot,
+        True,
+    )
+
+
+STOCK_PHASES = [p for p in SPECS["turn"].phases if p not in SPECS["turn"].terminal]
+BUILTIN_TRIGGERS = sorted(SPECS["turn"].triggers)
+
+
+@pytest.mark.parametrize("trigger", BUILTIN_TRIGGERS)
+@pytest.mark.parametrize("phase", STOCK_PHASES)
+def test_a_signal_never_poses_as_a_builtin_event(phase: str, trigger: str) -> None:
+    snapshot = Snapshot(
+        phase=phase,
+        estimate=100,
+        compact_reason=CompactReason.MANUAL,
+        last_reply=Message.assistant("", tool_calls=[ToolCallPart(id="c1", name="t")]),
+    )
+    machine = TurnMachine.from_snapshot(SPECS["approval"], snapshot)
+
+    with pytest.raises(IllegalEvent) as illegal:
+        machine.handle(Signal(name=trigger))
+
+    assert (illegal.value.phase, illegal.value.event) == (phase, trigger)
+
+
+# -- runs a driver could feed ----------------------------------------------------
+
+
+def results_for_calls(calls: tuple[ToolCallPart, ...]) -> st.SearchStrategy[Event]:
+    return st.builds(
+        lambda contents: ToolsFinished(
+            results=[
+                Message.tool_result(c.id, text, id=f"r{i}")
+                for i, (c, text) in enumerate(zip(calls, contents, strict=True))
+            ]
+        ),
+        st.lists(texts, min_size=len(calls), max_size=len(calls)),
+    )
+
+
+def answer(decision: Decision) -> st.SearchStrategy[Event]:
+    """The events a driver may feed back after `decision`."""
+    anytime = st.one_of(
+        EVENT_STRATEGIES[MessageInjected], EVENT_STRATEGIES[RunCancelled]
+    )
+    match decision:
+        case Measure():
+            main = EVENT_STRATEGIES[Measured]
+        case CallLLM():
+            main = st.one_of(
+                EVENT_STRATEGIES[ModelReplied],
+                EVENT_STRATEGIES[ModelReplied],
+                EVENT_STRATEGIES[ModelFailed],
+                EVENT_STRATEGIES[ContextOverflowed],
+            )
+        case RunTools(calls=calls):
+            main = results_for_calls(calls)
+        case Compact():
+            main = st.one_of(
+                EVENT_STRATEGIES[CompactionResult],
+                EVENT_STRATEGIES[CompactionNoop],
+                EVENT_STRATEGIES[CompactionOverflowed],
+                EVENT_STRATEGIES[CompactorFailed],
+                EVENT_STRATEGIES[CompactionCircuitOpened],
+            )
+        case Perform():
+            main = st.builds(Signal, name=st.sampled_from(["approved", "rejected"]))
+        case Finish() | Fail():
+            raise AssertionError("a finished run takes no more events")
+    return st.one_of(main, main, main, anytime)
+
+
+@st.composite
+def runs(
+    draw: st.DrawFn, spec: MachineSpec, *, any_event: bool = False
+) -> tuple[Budget, list[Event]]:
+    """A budget and an event log for `spec`, fed as a driver would feed it.
+
+    With `any_event`, some events are drawn from every class instead, so a log
+    may end with an illegal event.
+    """
+    budget = draw(budgets)
+    machine = TurnMachine.start(spec, budget=budget)
+    log: list[Event] = [draw(EVENT_STRATEGIES[RunStarted])]
+    machine.handle(log[0])
+    for _ in range(draw(st.integers(0, 40))):
+        if machine.is_finished:
+            break
+        choice = answer(machine.decision)
+        if any_event:
+            choice = choice | events
+        log.append(draw(choice))
+        try:
+            machine.handle(log[-1])
+        except IllegalEvent:
+            break
+    return budget, log
+
+
+Outcome: TypeAlias = Decision | str
+
+
+def replay(
+    spec: MachineSpec, budget: Budget, log: list[Event]
+) -> tuple[list[Outcome], TurnMachine]:
+    machine = TurnMachine.start(spec, budget=budget)
+    outcomes: list[Outcome] = []
+    for event in log:
+        try:
+            outcomes.append(machine.handle(event))
+        except IllegalEvent as illegal:
+            outcomes.append(repr(illegal))
+    return outcomes, machine
+
+
+@pytest.mark.parametrize("name", SPEC_IDS)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_same_log_gives_same_decisions(name: str, data: st.DataObject) -> None:
+    spec = SPECS[name]
+    budget, log = data.draw(runs(spec, any_event=True), label="run")
+
+    first, one = replay(spec, budget, log)
+    second, two = replay(spec, budget, log)
+
+    assert first == second
+    assert (one.phase, one.snapshot) == (two.phase, two.snapshot)
+
+
+@pytest.mark.parametrize("name", SPEC_IDS)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_snapshot_round_trip_at_any_point_equals_the_uninterrupted_run(
+    name: str, data: st.DataObject
+) -> None:
+    spec = SPECS[name]
+    budget, log = data.draw(runs(spec), label="run")
+    split = data.draw(st.integers(0, len(log)), label="split")
+    uninterrupted, whole = replay(spec, budget, log)
+    _, paused = replay(spec, budget, log[:split])
+
+    saved = json.dumps(paused.snapshot.to_dict())
+    resumed = TurnMachine.from_snapshot(spec, Snapshot.from_dict(json.loads(saved)))
+    rest, _ = replay_from(resumed, log[split:])
+
+    assert resumed.snapshot == whole.snapshot
+    assert rest == uninterrupted[split:]
+
+
+def replay_from(
+    machine: TurnMachine, log: list[Event]
+) -> tuple[list[Outcome], TurnMachine]:
+    outcomes: list[Outcome] = [machine.handle(event) for event in log]
+    return outcomes, machine
+
+
+@pytest.mark.parametrize("name", SPEC_IDS)
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_no_model_call_on_or_over_the_emergency_line(
+    name: str, data: st.DataObject
+) -> None:
+    spec = SPECS[name]
+    budget, log = data.draw(runs(spec), label="run")
+    window = budget.context_window
+
+    outcomes, _ = replay(spec, budget, log)
+
+    over_the_line = [
+        (event.estimate, outcome)
+        for event, outcome in zip(log, outcomes, strict=True)
+        if isinstance(event, Measured)
+        and isinstance(outcome, CallLLM)
+        and window > 0
+        and event.estimate >= emergency_line(window)
+    ]
+    assert over_the_line == []
+
+
+@pytest.mark.parametrize("name", SPEC_IDS)
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_overflow_retries_and_turns_stay_within_the_budget(
+    name: str, data: st.DataObject
+) -> None:
+    spec = SPECS[name]
+    budget, log = data.draw(runs(spec), label="run")
+    machine = TurnMachine.start(spec, budget=budget)
+
+    retries = 0
+    for event in log:
+        decision = machine.handle(event)
+        step = machine.last_step
+        if step is not None and step.reason is CompactReason.OVERFLOW:
+            retries += 1
+        assert machine.snapshot.overflow_retries <= budget.max_overflow_retries
+        assert machine.snapshot.turns <= budget.max_turns
+        if isinstance(decision, CallLLM):
+            assert decision.turn == machine.snapshot.turns + 1 <= budget.max_turns
+    assert retries <= budget.max_overflow_retries

@@ -1,0 +1,153 @@
+"""Helpers shared by turnfsm's tests: the stock machine, scripts, message builders.
+
+Messages built here get readable, deterministic ids when the caller names one,
+so expected buffers can be written out in a test and compared with `==`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from turnfsm.core import (
+    Budget,
+    Decision,
+    Event,
+    MachineSpec,
+    Snapshot,
+    TurnMachine,
+)
+from turnfsm.messages import JSONValue, Message, ToolCallPart
+
+__all__ = [
+    "REPO_ROOT",
+    "TURN_TOML",
+    "approval_toml",
+    "calling",
+    "load_turn_spec",
+    "machine_at",
+    "reply",
+    "result",
+    "results_for",
+    "run_script",
+    "start_machine",
+    "tool_call",
+    "turn_toml_text",
+    "user",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The repository root (the directory holding ``machines/``)."""
+
+TURN_TOML = REPO_ROOT / "machines" / "turn.toml"
+"""The stock Turn FSM definition."""
+
+
+def turn_toml_text() -> str:
+    """Return the text of ``machines/turn.toml``."""
+    return TURN_TOML.read_text(encoding="utf-8")
+
+
+def load_turn_spec() -> MachineSpec:
+    """Parse and validate ``machines/turn.toml`` with `MachineSpec.from_toml`."""
+    return MachineSpec.from_toml(turn_toml_text(), source=str(TURN_TOML))
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"expected one {old!r} in turn.toml"
+    return text.replace(old, new)
+
+
+def approval_toml() -> str:
+    """Return the stock machine with an `await_approval` phase before the tools.
+
+    The phase emits ``Perform(effect="await_approval")``; the signals
+    ``approved`` (run the tools) and ``rejected`` (fail, cancelled) leave it.
+    """
+    text = _edit(
+        turn_toml_text(),
+        'terminal = ["done", "failed"]\n',
+        'terminal = ["done", "failed"]\nsignals = ["approved", "rejected"]\n',
+    )
+    text = _edit(
+        text,
+        'failed            = { decision = "fail", on_enter = ["discard_pending"] }\n',
+        'failed            = { decision = "fail", on_enter = ["discard_pending"] }\n'
+        'await_approval    = { effect = "await_approval" }\n',
+    )
+    text = _edit(
+        text,
+        'dest = "run_tools"\nconditions = ["has_tool_calls"]',
+        'dest = "await_approval"\nconditions = ["has_tool_calls"]',
+    )
+    return text + (
+        '\n[[transitions]]\ntrigger = "approved"\nsource = "await_approval"\n'
+        'dest = "run_tools"\n'
+        '\n[[transitions]]\ntrigger = "rejected"\nsource = "await_approval"\n'
+        'dest = "failed"\nerror = "cancelled"\n'
+    )
+
+
+def start_machine(
+    *, budget: Budget | None = None, history: Iterable[Message] = ()
+) -> TurnMachine:
+    """Return a stock Turn FSM in `start` over the committed `history`."""
+    return TurnMachine.start(load_turn_spec(), budget=budget, history=tuple(history))
+
+
+def machine_at(phase: str, **fields: Any) -> TurnMachine:
+    """Return a stock Turn FSM restored in `phase` with the given snapshot fields."""
+    return TurnMachine.from_snapshot(
+        load_turn_spec(), Snapshot(phase=phase, is_started=True, **fields)
+    )
+
+
+def run_script(machine: TurnMachine, events: Iterable[Event]) -> list[Decision]:
+    """Feed `events` in order and return the decision answered to each."""
+    return [machine.handle(event) for event in events]
+
+
+def _ids(id: str | None) -> dict[str, Any]:
+    return {} if id is None else {"id": id}
+
+
+def user(text: str = "hello", *, id: str | None = None) -> Message:
+    """Return a user message."""
+    return Message.user(text, **_ids(id))
+
+
+def reply(text: str = "done", *, id: str | None = None) -> Message:
+    """Return an assistant reply without tool calls (a final answer)."""
+    return Message.assistant(text, **_ids(id))
+
+
+def tool_call(
+    call_id: str, name: str = "lookup", **arguments: JSONValue
+) -> ToolCallPart:
+    """Return a tool call part."""
+    return ToolCallPart(id=call_id, name=name, arguments=arguments)
+
+
+def calling(
+    *calls: ToolCallPart | str, text: str = "", id: str | None = None
+) -> Message:
+    """Return an assistant reply asking for `calls` (a bare string is a call id)."""
+    parts = [tool_call(c) if isinstance(c, str) else c for c in calls]
+    return Message.assistant(text, tool_calls=parts, **_ids(id))
+
+
+def result(
+    call_id: str,
+    content: str = "ok",
+    *,
+    is_error: bool = False,
+    id: str | None = None,
+) -> Message:
+    """Return a tool message answering the call `call_id`."""
+    return Message.tool_result(call_id, content, is_error=is_error, **_ids(id))
+
+
+def results_for(message: Message) -> tuple[Message, ...]:
+    """Return one ``ok`` result for every tool call of `message`."""
+    return tuple(result(c.id, id=f"{message.id}-{c.id}") for c in message.tool_calls)

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+import anyio
+import pytest
+
+from turnfsm.context import (
+    CompactionContext,
+    CompactionOutcome,
+    TruncatingCompactor,
+)
+from turnfsm.messages import Message, Role
+from turnfsm.testing import check_compactor
+from turnfsm.tokens import HeuristicTokenCounter
+
+Reply = Callable[[Sequence[Message], CompactionContext], object]
+
+
+class Custom:
+    """A compactor whose answer is a plain function of its input."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        return self.reply(messages, ctx)  # type: ignore[return-value]  # bad on purpose
+
+
+def check(compactor: object) -> None:
+    anyio.run(check_compactor, compactor)
+
+
+@pytest.mark.parametrize(
+    "compactor",
+    [
+        TruncatingCompactor(),
+        TruncatingCompactor(preserve_recent=1, min_messages=2),
+        TruncatingCompactor(preserve_recent=9, min_messages=3),
+        TruncatingCompactor(preserve_recent=20),
+    ],
+    ids=["default", "smallest", "nine-recent", "nothing-to-cut"],
+)
+def test_truncating_compactor_conforms(compactor: TruncatingCompactor) -> None:
+    check(compactor)
+
+
+def test_conforms_with_an_explicit_counter() -> None:
+    async def go() -> None:
+        await check_compactor(TruncatingCompactor(), counter=HeuristicTokenCounter())
+
+    anyio.run(go)
+
+
+def test_unchanged_is_allowed() -> None:
+    check(Custom(lambda m, c: CompactionOutcome.unchanged(m, c.tokens_before)))
+
+
+def keep(select: Callable[[Sequence[Message]], Sequence[Message]]) -> Custom:
+    return Custom(lambda m, c: CompactionOutcome.compacted(select(m), 0, 0))
+
+
+def pop_last(messages: Sequence[Message]) -> object:
+    assert isinstance(messages, list)
+    kept = tuple(messages)
+    messages.pop()
+    return CompactionOutcome.compacted(kept, 0, 0)
+
+
+_flip = itertools.count()
+
+
+def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
+    return CompactionOutcome.compacted(messages, 0, next(_flip))
+
+
+@pytest.mark.parametrize(
+    ("compactor", "problem"),
+    [
+        (object(), "object is not a ContextCompactor"),
+        (Custom(lambda m, c: None), "returned None, not a CompactionOutcome"),
+        (
+            Custom(lambda m, c: CompactionOutcome.failed("down", 0)),
+            "Custom on 'one message': failed on a well-formed history: down",
+        ),
+        (keep(lambda m: []), "returned an empty message list"),
+        (keep(lambda m: ["hi"]), "returned something that is not a Message"),  # type: ignore[list-item]  # bad on purpose
+        (
+            keep(lambda m: [Message(role=Role.USER, parts=())]),
+            "returned a message with no parts",
+        ),
+        (
+            keep(lambda m: [x for x in m if x.role is not Role.TOOL]),
+            "on 'tool pairs': left a tool call of 'a' without its result",
+        ),
+        (
+            keep(lambda m: m[-3:]),
+            "on 'tool pairs': left a tool result of 'c' without its call",
+        ),
+        (Custom(lambda m, c: pop_last(m)), "changed the list it was given"),
+        (Custom(flaky), "gave two different answers to the same input"),
+        (
+            Custom(
+                lambda m, c: CompactionOutcome(
+                    messages=m, tokens_before=0, tokens_after=-1
+                )
+            ),
+            "reported tokens_after=-1",
+        ),
+    ],
+    ids=[
+        "not-a-compactor",
+        "wrong-type",
+        "failed",
+        "empty-list",
+        "not-messages",
+        "empty-message",
+        "drops-results",
+        "drops-calls",
+        "mutates-input",
+        "nondeterministic",
+        "negative-tokens",
+    ],
+)
+def test_violations_are_reported(compactor: object, problem: str) -> None:
+    with pytest.raises(AssertionError, match=problem):
+        check(compactor)

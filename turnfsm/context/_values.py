@@ -1,0 +1,207 @@
+"""Values that cross the manager/compactor boundary (DESIGN §5).
+
+A compactor receives a `CompactionContext` and answers with a
+`CompactionOutcome`. The manager re-counts that outcome with its own counter
+and classifies the pass as one `CompactionDecision`: `Compacted`, `NoAction`
+or `ContextOverflow`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import TypeAlias, final
+
+import attrs
+
+from turnfsm.core._lines import CompactReason
+from turnfsm.messages import Message
+from turnfsm.tokens._protocol import TokenCounter
+
+__all__ = [
+    "CompactBase",
+    "Compacted",
+    "CompactionContext",
+    "CompactionDecision",
+    "CompactionOutcome",
+    "ContextOverflow",
+    "NoAction",
+]
+
+
+class CompactBase(StrEnum):
+    """What the compaction target is a percentage of."""
+
+    THRESHOLD = "threshold"
+    """The threshold line (`window * threshold // 100`)."""
+    CONTEXT = "context"
+    """The whole context window."""
+
+
+def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+def _to_strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionContext:
+    """What a compactor knows about the pass it is asked to run.
+
+    Attributes:
+        tokens_before: The manager's count of the messages handed over.
+        reason: Why the pass runs (an emergency may justify more aggression).
+        context_window: The model's window in tokens (0: unlimited).
+        turn: The turn the pass runs in.
+        counter: The manager's counter; use it for self-reported numbers so
+            they are in the manager's unit.
+        instructions: Guidance from pre-compact hooks.
+        additional_context: Extra text from pre-compact hooks that a
+            summarising compactor should fold in.
+    """
+
+    tokens_before: int
+    reason: CompactReason
+    context_window: int
+    turn: int
+    counter: TokenCounter
+    instructions: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
+    additional_context: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionOutcome:
+    """What a compactor returns: new messages and its self-reported sizes.
+
+    The sizes are hints; the manager re-counts `messages` itself. A failed
+    outcome carries `error` and no messages.
+
+    Attributes:
+        messages: The messages that replace the input (empty when failed).
+        tokens_before: The size of the input, as the compactor saw it.
+        tokens_after: The size of `messages`, as the compactor saw it.
+        error: Why the compactor failed, or None.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    tokens_before: int
+    tokens_after: int
+    error: str | None = None
+
+    @classmethod
+    def compacted(
+        cls, messages: Iterable[Message], before: int, after: int
+    ) -> CompactionOutcome:
+        """Return an outcome that replaces the input with `messages`.
+
+        Args:
+            messages: The shorter conversation.
+            before: The size of the input.
+            after: The size of `messages`, counted with the context's counter.
+        """
+        return cls(messages=messages, tokens_before=before, tokens_after=after)
+
+    @classmethod
+    def unchanged(cls, messages: Iterable[Message], before: int) -> CompactionOutcome:
+        """Return an outcome that keeps `messages` at the input's size.
+
+        Args:
+            messages: The conversation, as received.
+            before: The size of the input (reported as the size after, too).
+        """
+        return cls(messages=messages, tokens_before=before, tokens_after=before)
+
+    @classmethod
+    def failed(cls, error: str, before: int) -> CompactionOutcome:
+        """Return an outcome saying the compactor could not run.
+
+        Args:
+            error: What went wrong, for the run's failure report.
+            before: The size of the input.
+        """
+        return cls(messages=(), tokens_before=before, tokens_after=before, error=error)
+
+    @property
+    def is_failed(self) -> bool:
+        """Whether the compactor reported a failure."""
+        return self.error is not None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Compacted:
+    """The pass shrank the conversation; `messages` replaces it wholesale.
+
+    Attributes:
+        messages: The compacted conversation.
+        tokens_before: The manager's count before the pass.
+        tokens_after: The manager's count of `messages`.
+        tokens_saved: `tokens_before - tokens_after`, never below 0.
+        reason: Why the pass ran.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    tokens_before: int
+    tokens_after: int
+    tokens_saved: int
+    reason: CompactReason
+
+
+@final
+@attrs.frozen(kw_only=True)
+class NoAction:
+    """Nothing changed: the caller keeps its messages as they are.
+
+    Attributes:
+        tokens_before: The manager's count before the pass.
+        tokens_after: The manager's count after it (never below `tokens_before`
+            when a compactor ran, equal when none did).
+        reason: Why the pass ran, or was considered.
+    """
+
+    tokens_before: int
+    tokens_after: int
+    reason: CompactReason | None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ContextOverflow:
+    """The conversation cannot be made to fit the window.
+
+    Either the compactor failed (`compactor_error` says why) or its result,
+    plus the reserved budget, is still over the window.
+
+    Attributes:
+        used: Tokens the request would use, reserved budget included.
+        window: The context window.
+        message_count: How many messages the overflowing conversation has.
+        compactor_error: The compactor's failure, or None when its result was
+            simply too big.
+        reason: Why the pass ran.
+    """
+
+    used: int
+    window: int
+    message_count: int
+    compactor_error: str | None
+    reason: CompactReason
+
+    @property
+    def utilization(self) -> float:
+        """`used / window`, or 0.0 for an unlimited window (0)."""
+        return self.used / self.window if self.window else 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"context overflow: {self.used} tokens used of {self.window} window "
+            f"({self.message_count} messages, {self.used - self.window} overflow)"
+        )
+
+
+CompactionDecision: TypeAlias = Compacted | NoAction | ContextOverflow
+"""How the manager classified one compaction pass."""

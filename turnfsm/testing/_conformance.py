@@ -1,0 +1,231 @@
+"""`check_compactor`: the contract every `ContextCompactor` must keep.
+
+Run it from a test against your own compactor (wrapped in ``anyio.run`` or an
+async test)::
+
+    anyio.run(check_compactor, MyCompactor())
+
+It feeds a fixed set of well-formed conversations (plain chat, sequential,
+parallel and reused tool calls, calls in the first message, a call still
+pending, an orphan result) at a few targets and checks each outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from turnfsm.context import (
+    CompactionContext,
+    CompactionOutcome,
+    ContextCompactor,
+    pair_tool_traffic,
+)
+from turnfsm.core._lines import CompactReason
+from turnfsm.messages import Message, MessageLog, Part, ToolCallPart, ToolResultPart
+from turnfsm.tokens import default_counter
+from turnfsm.tokens._protocol import TokenCounter
+
+__all__ = ["check_compactor"]
+
+
+def _call(*ids: str) -> Message:
+    calls = [ToolCallPart(id=i, name="lookup", arguments={"q": i}) for i in ids]
+    return Message.assistant(f"calling {', '.join(ids)}", tool_calls=calls)
+
+
+def _results(*ids: str) -> Message:
+    parts = [ToolResultPart(call_id=i, content=f"result of {i} " * 8) for i in ids]
+    return Message(role="tool", parts=parts)
+
+
+def _chat(n: int) -> list[Message]:
+    out = [Message.system("You are a careful assistant. " * 4)]
+    for i in range(1, n):
+        text = f"turn {i}: " + "words " * 30
+        out.append(Message.user(text) if i % 2 else Message.assistant(text))
+    return out
+
+
+def _with(base: list[Message], changes: dict[int, Message]) -> tuple[Message, ...]:
+    out = list(base)
+    for index, message in changes.items():
+        out[index] = message
+    return tuple(out)
+
+
+_CASES: Final[dict[str, tuple[Message, ...]]] = {
+    "one message": (Message.user("hello"),),
+    "three messages": tuple(_chat(3)),
+    "plain chat": tuple(_chat(16)),
+    "tool pairs": _with(
+        _chat(16),
+        {
+            3: _call("a"),
+            4: _results("a"),
+            9: _call("b"),
+            10: _results("b"),
+            12: _call("c"),
+            13: _results("c"),
+        },
+    ),
+    "parallel calls": _with(
+        _chat(16),
+        {
+            5: _call("p", "q"),
+            6: _results("q"),
+            7: _results("p"),
+            11: _call("r", "s"),
+            12: _results("s", "r"),
+        },
+    ),
+    "reused ids": _with(
+        _chat(16),
+        {
+            2: _call("t"),
+            3: _results("t"),
+            9: _call("t"),
+            10: _call("t"),
+            11: _results("t"),
+            12: _results("t"),
+        },
+    ),
+    "first message calls": _with(
+        _chat(16), {0: _call("boot", "env"), 2: _results("env"), 13: _results("boot")}
+    ),
+    "pending call": _with(
+        _chat(16), {6: _call("d"), 7: _results("d"), 15: _call("pending")}
+    ),
+    "orphan result": _with(_chat(16), {4: _results("ghost"), 12: _results("lost")}),
+}
+
+
+def _fail(compactor: object, case: str, problem: str) -> AssertionError:
+    return AssertionError(f"{type(compactor).__name__} on {case!r}: {problem}")
+
+
+def _shape(messages: Sequence[Message]) -> list[tuple[str, tuple[Part, ...]]]:
+    """What must be deterministic: roles and parts (fresh ids are allowed)."""
+    return [(m.role.value, m.parts) for m in messages]
+
+
+def _lone_by_id(messages: Sequence[Message]) -> dict[tuple[str, str], int]:
+    """Count lone calls and lone results per (kind, call id)."""
+    traffic = pair_tool_traffic(messages)
+    counts: dict[tuple[str, str], int] = {}
+    for kind, refs in (("call", traffic.lone_calls), ("result", traffic.lone_results)):
+        for ref in refs:
+            part = messages[ref.message].parts[ref.part]
+            if isinstance(part, ToolCallPart):
+                call_id = part.id
+            elif isinstance(part, ToolResultPart):
+                call_id = part.call_id
+            else:  # pragma: no cover - pairing only reports tool parts
+                raise TypeError(f"not a tool part: {part!r}")
+            counts[kind, call_id] = counts.get((kind, call_id), 0) + 1
+    return counts
+
+
+def _check_pairs(
+    compactor: object, case: str, given: Sequence[Message], out: Sequence[Message]
+) -> None:
+    """Raise unless `out` has no lone call or result that `given` did not have."""
+    before = _lone_by_id(given)
+    for (kind, call_id), n in _lone_by_id(out).items():
+        if n > before.get((kind, call_id), 0):
+            other = "result" if kind == "call" else "call"
+            raise _fail(
+                compactor,
+                case,
+                f"left a tool {kind} of {call_id!r} without its {other}",
+            )
+
+
+def _check_messages(
+    compactor: object, case: str, given: Sequence[Message], outcome: object
+) -> CompactionOutcome:
+    """Check one outcome on its own; return it typed."""
+    if not isinstance(outcome, CompactionOutcome):
+        raise _fail(compactor, case, f"returned {outcome!r}, not a CompactionOutcome")
+    if outcome.is_failed:
+        raise _fail(
+            compactor, case, f"failed on a well-formed history: {outcome.error}"
+        )
+    out = outcome.messages
+    if not out:
+        raise _fail(compactor, case, "returned an empty message list")
+    if not all(isinstance(m, Message) for m in out):
+        raise _fail(compactor, case, "returned something that is not a Message")
+    if any(not m.parts for m in out):
+        raise _fail(compactor, case, "returned a message with no parts")
+    _check_pairs(compactor, case, given, out)
+    if type(outcome.tokens_after) is not int or outcome.tokens_after < 0:
+        raise _fail(compactor, case, f"reported tokens_after={outcome.tokens_after!r}")
+    return outcome
+
+
+async def _check_case(
+    compactor: ContextCompactor,
+    counter: TokenCounter,
+    case: str,
+    history: tuple[Message, ...],
+    target: int,
+) -> None:
+    ctx = CompactionContext(
+        tokens_before=counter.count(history),
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        context_window=0,
+        turn=1,
+        counter=counter,
+    )
+    given = list(history)
+    first = _check_messages(
+        compactor, case, history, await compactor.compact(given, target, ctx)
+    )
+    if given != list(history):
+        raise _fail(compactor, case, "changed the list it was given")
+    again = _check_messages(
+        compactor,
+        case,
+        history,
+        await compactor.compact(MessageLog(history), target, ctx),
+    )
+    if (_shape(first.messages), first.tokens_after) != (
+        _shape(again.messages),
+        again.tokens_after,
+    ):
+        raise _fail(compactor, case, "gave two different answers to the same input")
+
+
+async def check_compactor(
+    compactor: object, *, counter: TokenCounter | None = None
+) -> None:
+    """Check that `compactor` keeps the `ContextCompactor` contract.
+
+    For each built-in conversation, at a target of half its size and of 0,
+    the compactor must return a `CompactionOutcome` that is not failed, holds
+    at least one message and no message without parts, splits no tool
+    call/result pair (a call still pending, or an orphan result, that the
+    input already had may stay), leaves the list it was given as it was, and
+    is the same (roles, parts and `tokens_after`) when asked twice. Returning
+    a conversation unchanged is allowed, e.g. when it is too short to shrink.
+
+    Args:
+        compactor: The object to check.
+        counter: The counter handed to the compactor in its context
+            (default: `turnfsm.tokens.default_counter()`).
+
+    Raises:
+        AssertionError: A rule is broken; the message names the compactor,
+            the conversation and the rule.
+    """
+    if not isinstance(compactor, ContextCompactor):
+        raise AssertionError(
+            f"{type(compactor).__name__} is not a ContextCompactor "
+            "(it needs an async compact(messages, target, ctx) method)"
+        )
+    counter = default_counter() if counter is None else counter
+    for case, history in _CASES.items():
+        size = counter.count(history)
+        for target in (size // 2, 0):
+            await _check_case(compactor, counter, case, history, target)

@@ -1,0 +1,233 @@
+"""`ConservativeTokenCounter`: a fast estimate that errs high against cl100k.
+
+Theory of operation. A BPE tokenizer first cuts text into chunks (a word with
+its leading space, up to three digits, a run of punctuation, a run of
+whitespace) and then encodes each chunk, so the cost of a text is roughly a sum
+over chunk kinds. Common English words are one token each; what BPE splits
+finely costs more: every UTF-8 byte of a non-ASCII character can be a token of
+its own, every group of three digits is one, punctuation rarely merges, and
+words the vocabulary never saw (identifiers, hashes, other languages) fall
+apart into pieces of two or three letters.
+
+`_text_units` prices those features with a handful of C-speed passes
+(`bytes.translate` into character classes, then `bytes.count` of class
+patterns) instead of a Python loop per character:
+
+| feature                                        | tokens  |
+|------------------------------------------------|---------|
+| non-ASCII character, per UTF-8 byte            | 1       |
+| ASCII punctuation character                    | 1       |
+| control character                              | 2       |
+| newline or tab character                       | 1       |
+| run of 2+ spaces, and per 64 spaces            | 1       |
+| space before a digit, newline, tab, non-ASCII  | 1       |
+| trailing space                                 | 1       |
+| digits: run of n                               | (n+2)/3 |
+| ASCII word (run of letters)                    | 1.25    |
+| lower-to-upper case change (camelCase)         | 1.5     |
+| upper-case letter                              | 0.5     |
+| letter among k, j, w, z, q, x                  | 0.625   |
+| consonant-vowel alternation "cvcvcv"           | 0.875   |
+| four consonants in a row                       | 0.5     |
+| every 8 letters of a word                      | 0.25    |
+| letter of a word of 20+ letters, in addition   | 0.75    |
+
+The letter weights were fitted (a linear program, then rounded up) so that the
+estimate is at least the real cl100k count, with a margin of 0.1 token per
+word, on English prose, code, compact and pretty JSON, CJK, emoji, chat with
+emoji, digits, punctuation, technical text, European languages and random
+identifiers (hex, base64), while staying near 1.4x on English prose. The
+corpus test in `tests/tokens` checks the bound on every sample.
+
+Known limits: it is a statistical bound, not a proof. Strings of random
+letters (`"Vfwrn Vfwrn"`) and languages the vocabulary saw little of
+(Swahili, Indonesian, Tagalog, Finnish) can read up to ~15 % low; use
+`TiktokenCounter` when such text dominates.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Sequence
+from typing import Final, final
+
+import attrs
+
+from turnfsm.messages import Message
+from turnfsm.tokens import _render
+from turnfsm.tokens._cache import UnitCache
+
+__all__ = ["ConservativeTokenCounter"]
+
+SCALE: Final = 24
+"""Units per token: weights are multiples of 1/8, digit groups of 1/3."""
+
+
+def _table(default: str, classes: dict[str, str]) -> bytes:
+    """Build a `bytes.translate` table mapping each ASCII char to a class."""
+    table = bytearray(default.encode() * 256)
+    for code, chars in classes.items():
+        for char in chars:
+            table[ord(char)] = ord(code)
+    return bytes(table)
+
+
+_LETTERS: Final = string.ascii_letters
+_VOWELS: Final = "aeiouAEIOU"
+_CONTROL: Final = "".join(
+    chr(i) for i in (*range(32), 127) if chr(i) not in "\t\n\v\f\r"
+)
+
+# Non-ASCII characters reach the tables as b"?" (encode(..., "replace")).
+_MAIN: Final = _table(
+    ".",
+    {
+        "a": _LETTERS,
+        "0": string.digits,
+        " ": " ",
+        "n": "\n\r",
+        "t": "\t\v\f",
+        "x": _CONTROL,
+        "?": "?",
+    },
+)
+_RUNS: Final = _table(" ", {"a": _LETTERS, "0": string.digits})
+_SOUNDS: Final = _table(
+    " ", {"v": _VOWELS, "c": "".join(c for c in _LETTERS if c not in _VOWELS)}
+)
+_CASE: Final = _table(" ", {"l": string.ascii_lowercase, "u": string.ascii_uppercase})
+_RARE: Final = _table(" ", {"k": "kjwzqxKJWZQX"})
+_SPACES: Final = _table("x", {" ": " "})
+_LONG_WORD: Final = b"a" * 20
+_LONG_WORDS: Final = re.compile(b"a{20,}")
+
+
+def _text_units(text: str) -> int:
+    """Return the estimated cost of `text` in units of 1/`SCALE` token."""
+    if not text:
+        return 0
+    raw = text.encode("ascii", "replace")
+    main = raw.translate(_MAIN)
+    runs = raw.translate(_RUNS)
+    units = SCALE * _symbol_tokens(text, raw, main) + _number_units(main, runs)
+    if main.count(b"a"):
+        units += _word_units(raw, runs)
+    return units
+
+
+def _symbol_tokens(text: str, raw: bytes, main: bytes) -> int:
+    """Return the whole tokens of punctuation, whitespace and non-ASCII text."""
+    marks = text.count("?")  # the real ones; non-ASCII chars are b"?" too
+    tokens = main.count(b".") + marks + 2 * main.count(b"x") + main.endswith(b" ")
+    if not text.isascii():
+        chars = main.count(b"?") - marks
+        tokens += len(text.encode("utf-8", "surrogatepass")) - len(text) + chars
+        tokens += main.count(b" ?")
+    for kind, after_space in ((b"n", b" n"), (b"t", b" t")):
+        found = main.count(kind)
+        if found:
+            tokens += found + main.count(after_space)
+    if b"  " in main:
+        spaces = raw.translate(_SPACES)
+        tokens += spaces.count(b"x  ") + spaces.startswith(b"  ")
+        tokens += spaces.count(b" " * 64)
+    return tokens
+
+
+def _number_units(main: bytes, runs: bytes) -> int:
+    """Return the units of digits: a run of n costs (n + 2) / 3 tokens."""
+    digits = main.count(b"0")
+    if not digits:
+        return 0
+    digit_runs = runs.count(b" 0") + runs.count(b"a0") + (runs[:1] == b"0")
+    return 8 * digits + 16 * digit_runs + SCALE * main.count(b" 0")
+
+
+def _word_units(raw: bytes, runs: bytes) -> int:
+    """Return the units of ASCII words, priced by their shape."""
+    words = runs.count(b" a") + runs.count(b"0a") + (runs[:1] == b"a")
+    sounds = raw.translate(_SOUNDS)
+    case = raw.translate(_CASE)
+    upper = case.count(b"u")
+    units = (
+        30 * words
+        + 12 * upper
+        + (36 * case.count(b"lu") if upper else 0)
+        + 15 * raw.translate(_RARE).count(b"k")
+        + 21 * sounds.count(b"cvcvcv")
+        + 12 * sounds.count(b"cccc")
+        + 6 * runs.count(b"aaaaaaaa")
+    )
+    if _LONG_WORD in runs:  # rare in text; BPE cuts such runs finely
+        units += 18 * sum(map(len, _LONG_WORDS.findall(runs)))
+    return units
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ConservativeTokenCounter:
+    """The default counter: a fast estimate at or above the real cl100k count.
+
+    Text is priced by what BPE splits finely (see the module docstring for the
+    table): non-ASCII characters by UTF-8 bytes, digits by groups of three,
+    punctuation, whitespace runs, and words by shape (length, case changes,
+    rare letters). On the test corpus the estimate is at least the real
+    cl100k count on every sample of every required text class and about
+    1.4x it on English prose. It needs no tokenizer files and runs faster
+    than tiktoken: about 2x on English prose, 3-4x on code and JSON, 10x and
+    more on CJK and emoji.
+
+    Each message also pays `message_tokens` of framing (role and separators),
+    each tool call 3 more, each image `image_tokens`; the defaults equal
+    `TiktokenCounter`'s, so this counter is at least as high as it on the
+    same messages. An extra text riding a request pays the framing of a
+    message too.
+
+    Attributes:
+        message_tokens: Framing tokens per message (and per extra text).
+        image_tokens: Tokens charged per image.
+
+    Raises:
+        ConfigError: a token setting is not an int >= 0.
+    """
+
+    message_tokens: int = attrs.field(
+        default=_render.MESSAGE_TOKENS, validator=_render.check_tokens
+    )
+    image_tokens: int = attrs.field(
+        default=_render.IMAGE_TOKENS, validator=_render.check_tokens
+    )
+    _cache: UnitCache = attrs.field(
+        factory=UnitCache, init=False, eq=False, hash=False, repr=False
+    )
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """Return the estimate for `messages` sent as one request."""
+        return self.tokens(sum(self.units(m) for m in messages))
+
+    def count_text(self, text: str) -> int:
+        """Return the estimate for `text` riding a request on its own."""
+        return self.tokens(self.text_units(text))
+
+    def units(self, message: Message) -> int:
+        """Return the cost of `message` in units of 1/24 token (cached by id)."""
+        return self._cache.units(message, self._measure)
+
+    def text_units(self, text: str) -> int:
+        """Return the cost of `text` plus a message's framing, in units."""
+        return _text_units(text) + SCALE * self.message_tokens
+
+    def tokens(self, units: int) -> int:
+        """Return `units` in tokens, rounded up."""
+        return -(-units // SCALE)
+
+    def _measure(self, message: Message) -> int:
+        total = SCALE * self.message_tokens
+        for text in _render.texts(message):
+            if text is None:
+                total += SCALE * self.image_tokens
+            else:
+                total += _text_units(text)
+        calls = len(message.tool_calls)
+        return total + SCALE * _render.TOOL_CALL_TOKENS * calls

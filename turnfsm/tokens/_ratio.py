@@ -1,0 +1,111 @@
+"""`RatioTokenCounter`: a fixed characters-per-token ratio, rounded up."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import final
+
+import attrs
+
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+from turnfsm.tokens import _render
+from turnfsm.tokens._cache import UnitCache
+
+__all__ = ["RatioTokenCounter"]
+
+
+def _check_ratio(_inst: object, _attr: object, value: float) -> None:
+    number: object = value  # callers may pass anything; check it all
+    if (
+        isinstance(number, bool)
+        or not isinstance(number, int | float)
+        or not math.isfinite(number)
+        or number <= 0
+    ):
+        raise ConfigError("chars_per_token", number, "a finite number > 0")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RatioTokenCounter:
+    """Estimates `ceil(chars / chars_per_token)` over a whole request.
+
+    Characters are counted the way `HeuristicTokenCounter` renders a message
+    (text, 256 per image, tool-call name + compact JSON arguments, tool-result
+    content), with no per-message overhead. The division is exact and rounds
+    up once, over the whole request: 43 chars at 4.3 chars per token are 10
+    tokens.
+
+    A ratio is only as good as the text it was measured on; prefer
+    `ConservativeTokenCounter` when undercounting is not acceptable.
+
+    Attributes:
+        chars_per_token: Characters per token, a finite number > 0.
+
+    Raises:
+        ConfigError: `chars_per_token` is not a finite number > 0.
+    """
+
+    chars_per_token: float = attrs.field(validator=_check_ratio)
+    _ratio: Fraction = attrs.field(init=False, eq=False, hash=False, repr=False)
+    _cache: UnitCache = attrs.field(
+        factory=UnitCache, init=False, eq=False, hash=False, repr=False
+    )
+
+    @_ratio.default
+    def _exact_ratio(self) -> Fraction:
+        # Runs before attrs' validators: check first, so a bad value raises
+        # ConfigError rather than a ValueError from Fraction. repr() gives the
+        # shortest decimal that round-trips, so 4.3 is 43/10 and not the binary
+        # float just below it (which would round 43 chars up to 11 tokens).
+        _check_ratio(self, None, self.chars_per_token)
+        return Fraction(repr(float(self.chars_per_token)))
+
+    @classmethod
+    def openai(cls) -> RatioTokenCounter:
+        """Return a counter at 4.3 chars per token (OpenAI models, English)."""
+        return cls(chars_per_token=4.3)
+
+    @classmethod
+    def anthropic(cls) -> RatioTokenCounter:
+        """Return a counter at 3.6 chars per token (Anthropic models)."""
+        return cls(chars_per_token=3.6)
+
+    @classmethod
+    def gemini(cls) -> RatioTokenCounter:
+        """Return a counter at 4.05 chars per token (Gemini models)."""
+        return cls(chars_per_token=4.05)
+
+    @classmethod
+    def local(cls) -> RatioTokenCounter:
+        """Return a counter at 3.8 chars per token (local models, e.g. Llama)."""
+        return cls(chars_per_token=3.8)
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """Return the estimate for `messages` sent as one request."""
+        return self.tokens(sum(self.units(m) for m in messages))
+
+    def count_text(self, text: str) -> int:
+        """Return the estimate for `text` riding a request on its own."""
+        return self.tokens(self.text_units(text))
+
+    def units(self, message: Message) -> int:
+        """Return the rendered chars of `message`."""
+        return self._cache.units(message, _message_units)
+
+    def text_units(self, text: str) -> int:
+        """Return `len(text)`."""
+        return len(text)
+
+    def tokens(self, units: int) -> int:
+        """Return `ceil(units / chars_per_token)`, computed exactly."""
+        ratio = self._ratio
+        return -(-units * ratio.denominator // ratio.numerator)
+
+
+def _message_units(message: Message) -> int:
+    # Looked up through the module so tests can count the measuring calls.
+    return _render.rendered_chars(message)

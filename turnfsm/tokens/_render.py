@@ -1,0 +1,93 @@
+"""How counters see a message: its parts flattened to text, and fixed costs.
+
+Every shipped counter measures the same pieces of a message: the text of its
+text parts, each tool call's name and compact JSON arguments, each tool
+result's content, and a fixed cost per image. This module renders those pieces
+once, so the counters differ only in how they price them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Final
+
+import attrs
+
+from turnfsm.errors import ConfigError
+from turnfsm.messages import (
+    ImagePart,
+    Message,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+__all__ = [
+    "IMAGE_CHARS",
+    "IMAGE_TOKENS",
+    "MESSAGE_TOKENS",
+    "TOOL_CALL_TOKENS",
+    "arguments_json",
+    "check_tokens",
+    "rendered_chars",
+    "texts",
+]
+
+IMAGE_CHARS: Final = 256
+"""Characters the character-based counters charge for one image."""
+
+MESSAGE_TOKENS: Final = 4
+"""Default framing tokens of a message: OpenAI's chat format uses 3, the role 1."""
+
+TOOL_CALL_TOKENS: Final = 3
+"""Framing tokens of one tool call, on top of its name and arguments."""
+
+IMAGE_TOKENS: Final = 85
+"""Default tokens of one image: OpenAI's price for a low-detail image."""
+
+
+def arguments_json(part: ToolCallPart) -> str:
+    """Return a tool call's arguments as compact JSON, non-ASCII kept as is.
+
+    The seed's rule: `json.dumps(args, separators=(",", ":"), ensure_ascii=False)`.
+    Keys keep their order (sorting would not change the length).
+    """
+    arguments = part.arguments
+    if not isinstance(arguments, dict):
+        arguments = dict(arguments)
+    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+def texts(message: Message) -> Iterator[str | None]:
+    """Yield the text of each piece of `message`; `None` stands for an image.
+
+    A tool call yields its name, then its JSON arguments.
+    """
+    for part in message.parts:
+        match part:
+            case TextPart(text=text):
+                yield text
+            case ToolCallPart(name=name):
+                yield name
+                yield arguments_json(part)
+            case ToolResultPart(content=content):
+                yield content
+            case ImagePart():
+                yield None
+
+
+def rendered_chars(message: Message) -> int:
+    """Return the seed's rendered length of `message`, without its overhead.
+
+    Text chars of text parts, `IMAGE_CHARS` per image, `len(name)` plus the
+    length of the compact JSON arguments per tool call, and the content length
+    of each tool result.
+    """
+    return sum(IMAGE_CHARS if text is None else len(text) for text in texts(message))
+
+
+def check_tokens(_inst: object, attr: attrs.Attribute[int], value: object) -> None:
+    """Validate a token-count setting: an int >= 0, else `ConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(attr.name, value, "an int >= 0")
