@@ -109,12 +109,16 @@ async def measure(turns: int) -> None:
     head, tail = _per_turn_us(ours)
     raw_head, raw_tail = _per_turn_us(raw)
     verdict = "OK" if overhead <= TARGET_US else "over target"
-    print(f"{turns:>6} turns | raw loop {raw_us:7.1f} µs/turn | turnfsm {ours_us:7.1f} "
-          f"µs/turn | overhead {overhead:6.1f} µs/turn ({verdict}, target "
-          f"{TARGET_US:.0f}) | ratio {ours_us / raw_us:5.1f}x")
-    print(f"{'':>6}       | first-100 vs last-100 turns: turnfsm {head:6.1f} -> "
-          f"{tail:6.1f} µs ({tail / head:4.2f}x), raw {raw_head:5.1f} -> "
-          f"{raw_tail:5.1f} µs ({raw_tail / raw_head:4.2f}x)")
+    print(
+        f"{turns:>6} turns | raw loop {raw_us:7.1f} µs/turn | turnfsm {ours_us:7.1f} "
+        f"µs/turn | overhead {overhead:6.1f} µs/turn ({verdict}, target "
+        f"{TARGET_US:.0f}) | ratio {ours_us / raw_us:5.1f}x"
+    )
+    print(
+        f"{'':>6}       | first-100 vs last-100 turns: turnfsm {head:6.1f} -> "
+        f"{tail:6.1f} µs ({tail / head:4.2f}x), raw {raw_head:5.1f} -> "
+        f"{raw_tail:5.1f} µs ({raw_tail / raw_head:4.2f}x)"
+    )
 
 
 def main(argv: list[str]) -> None:

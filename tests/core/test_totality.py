@@ -75,6 +75,11 @@ replies = st.builds(
     st.lists(calls, max_size=2),
     ids,
 )
+tool_replies = st.builds(
+    lambda tool_calls, id: Message.assistant(tool_calls=tool_calls, id=id),
+    st.lists(calls, min_size=1, max_size=2),
+    ids,
+)
 tool_results = st.builds(
     lambda call_id, content, id: Message.tool_result(call_id, content, id=id),
     call_ids,
@@ -132,7 +137,7 @@ budgets = st.builds(
     context_window=st.sampled_from([0, 8_000, 20_000]) | st.integers(0, 20_000),
     threshold=st.integers(0, 100),
     auto_compact=st.booleans(),
-    max_turns=st.integers(1, 4),
+    max_turns=st.integers(1, 6),
     max_overflow_retries=st.integers(0, 3),
 )
 failures = st.builds(
@@ -253,36 +258,70 @@ def results_for_calls(calls: tuple[ToolCallPart, ...]) -> st.SearchStrategy[Even
     )
 
 
-def answer(decision: Decision) -> st.SearchStrategy[Event]:
-    """The events a driver may feed back after `decision`."""
-    anytime = st.one_of(
-        EVENT_STRATEGIES[MessageInjected], EVENT_STRATEGIES[RunCancelled]
+def weighted(
+    *choices: tuple[int, st.SearchStrategy[Event]],
+) -> st.SearchStrategy[Event]:
+    """Pick among strategies with integer weights."""
+    pool = [strategy for weight, strategy in choices for _ in range(weight)]
+    return st.sampled_from(pool).flatmap(lambda strategy: strategy)
+
+
+def passes(before: int) -> st.SearchStrategy[Event]:
+    """Compaction feeds for a pass over a request of `before` tokens."""
+    saved = st.integers(0, max(before - 1, 0))
+    return weighted(
+        (
+            6,
+            st.builds(
+                lambda after, new: CompactionResult(
+                    messages=new, before=before, after=after
+                ),
+                saved,
+                st.lists(messages, max_size=3),
+            ),
+        ),
+        (2, st.builds(lambda after: CompactionNoop(before=before, after=after), saved)),
+        (1, EVENT_STRATEGIES[CompactionResult]),  # may make no progress
+        (1, EVENT_STRATEGIES[CompactionNoop]),
+        (1, EVENT_STRATEGIES[CompactionOverflowed]),
+        (1, EVENT_STRATEGIES[CompactorFailed]),
+        (1, EVENT_STRATEGIES[CompactionCircuitOpened]),
     )
-    match decision:
+
+
+def answer(machine: TurnMachine) -> st.SearchStrategy[Event]:
+    """The events a driver may feed back after the machine's decision."""
+    window = machine.snapshot.budget.context_window
+    estimate = machine.snapshot.estimate or 0
+    main: st.SearchStrategy[Event]
+    match machine.decision:
         case Measure():
-            main = EVENT_STRATEGIES[Measured]
+            # around the lines of the window, or anywhere when there is none
+            top = window + window // 10 if window else 25_000
+            main = st.builds(Measured, estimate=st.integers(0, top))
         case CallLLM():
-            main = st.one_of(
-                EVENT_STRATEGIES[ModelReplied],
-                EVENT_STRATEGIES[ModelReplied],
-                EVENT_STRATEGIES[ModelFailed],
-                EVENT_STRATEGIES[ContextOverflowed],
+            main = weighted(
+                (8, st.builds(ModelReplied, message=tool_replies)),
+                (2, EVENT_STRATEGIES[ModelReplied]),
+                (1, EVENT_STRATEGIES[ModelFailed]),
+                (2, EVENT_STRATEGIES[ContextOverflowed]),
             )
         case RunTools(calls=calls):
             main = results_for_calls(calls)
         case Compact():
-            main = st.one_of(
-                EVENT_STRATEGIES[CompactionResult],
-                EVENT_STRATEGIES[CompactionNoop],
-                EVENT_STRATEGIES[CompactionOverflowed],
-                EVENT_STRATEGIES[CompactorFailed],
-                EVENT_STRATEGIES[CompactionCircuitOpened],
-            )
+            main = passes(estimate)
         case Perform():
-            main = st.builds(Signal, name=st.sampled_from(["approved", "rejected"]))
+            main = st.builds(
+                Signal, name=st.sampled_from(["approved"] * 4 + ["rejected"])
+            )
         case Finish() | Fail():
             raise AssertionError("a finished run takes no more events")
-    return st.one_of(main, main, main, anytime)
+    return weighted(
+        (9, main),
+        (1, EVENT_STRATEGIES[MessageInjected]),
+        (1, EVENT_STRATEGIES[RunCancelled]),
+        (9, main),
+    )
 
 
 @st.composite
@@ -298,12 +337,10 @@ def runs(
     machine = TurnMachine.start(spec, budget=budget)
     log: list[Event] = [draw(EVENT_STRATEGIES[RunStarted])]
     machine.handle(log[0])
-    for _ in range(draw(st.integers(0, 40))):
-        if machine.is_finished:
-            break
-        choice = answer(machine.decision)
+    while not machine.is_finished and len(log) < 60:
+        choice = answer(machine)
         if any_event:
-            choice = choice | events
+            choice = weighted((9, choice), (1, events))
         log.append(draw(choice))
         try:
             machine.handle(log[-1])
@@ -354,19 +391,14 @@ def test_snapshot_round_trip_at_any_point_equals_the_uninterrupted_run(
     uninterrupted, whole = replay(spec, budget, log)
     _, paused = replay(spec, budget, log[:split])
 
-    saved = json.dumps(paused.snapshot.to_dict())
-    resumed = TurnMachine.from_snapshot(spec, Snapshot.from_dict(json.loads(saved)))
-    rest, _ = replay_from(resumed, log[split:])
+    restored = Snapshot.from_dict(json.loads(json.dumps(paused.snapshot.to_dict())))
+    resumed = TurnMachine.from_snapshot(spec, restored)
+    first = resumed.decision
+    rest = [resumed.handle(event) for event in log[split:]]
 
-    assert resumed.snapshot == whole.snapshot
+    assert (restored, first) == (paused.snapshot, paused.decision)
     assert rest == uninterrupted[split:]
-
-
-def replay_from(
-    machine: TurnMachine, log: list[Event]
-) -> tuple[list[Outcome], TurnMachine]:
-    outcomes: list[Outcome] = [machine.handle(event) for event in log]
-    return outcomes, machine
+    assert resumed.snapshot == whole.snapshot
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.helpers import calling, reply, result, user
@@ -77,9 +79,9 @@ def test_decision_messages_are_history_then_pending(
     ],
     ids=["measured", "noop-before", "result-after", "usage"],
 )
-def test_token_counts_cannot_be_negative(build: object) -> None:
+def test_token_counts_cannot_be_negative(build: Callable[[], object]) -> None:
     with pytest.raises(ValueError, match="must be >= 0"):
-        build()  # type: ignore[operator]
+        build()
 
 
 def test_usage_adds_up() -> None:

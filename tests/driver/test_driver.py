@@ -159,8 +159,14 @@ async def test_a_big_tool_result_is_compacted_before_the_next_request() -> None:
     run = session.runs[0]
     events = [type(e).__name__ for e in run.events]
     assert events[:8] == [
-        "RunStarted", "Measured", "ModelReplied", "ToolsFinished", "Measured",
-        "CompactionResult", "Measured", "ModelReplied",
+        "RunStarted",
+        "Measured",
+        "ModelReplied",
+        "ToolsFinished",
+        "Measured",
+        "CompactionResult",
+        "Measured",
+        "ModelReplied",
     ]
     assert run.events[4].estimate > 4_000 * 60 // 100  # type: ignore[union-attr]
     assert [c.reason for c in run.compactions] == [CompactReason.THRESHOLD_EXCEEDED]

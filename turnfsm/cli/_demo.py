@@ -31,9 +31,15 @@ from turnfsm.providers import ModelRequest, ModelResponse
 
 __all__ = ["ConsoleHook", "SimulatedModel", "build_demo_agent", "run_demo"]
 
-WINDOW = 4_000
-THRESHOLD = 70
-PLAN = (("app.log", 40), ("db.log", 40), ("auth.log", 40), ("kernel.log", 95))
+WINDOW = 8_000
+THRESHOLD = 80
+PLAN = (
+    ("app.log", 40),
+    ("db.log", 40),
+    ("auth.log", 40),
+    ("metrics.log", 40),
+    ("kernel.log", 145),
+)
 
 
 def read_log(name: str) -> str:
@@ -135,7 +141,7 @@ class ConsoleHook(Hook):
 
 
 def build_demo_agent(out: TextIO) -> Agent:
-    """Return the demo agent: simulated model, one tool, a 4,000-token window."""
+    """Return the demo agent: simulated model, one tool, an 8,000-token window."""
     return Agent(
         model=SimulatedModel(),
         tools=[read_log],
@@ -156,7 +162,7 @@ def run_demo(*, quiet: bool = False, out: TextIO | None = None) -> int:
     sink: TextIO = io.StringIO() if quiet else stream
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
     agent = build_demo_agent(sink)
-    task = "Audit app.log, db.log, auth.log and kernel.log and report the errors."
+    task = "Audit app.log, db.log, auth.log, metrics.log and kernel.log; report errors."
     print(f"task: {task}\n", file=sink)
     result = anyio.run(agent.run, task)
     if not result.ok:

@@ -73,12 +73,12 @@ from turnfsm.errors import ConfigError, TurnFSMError
 from turnfsm.hooks import (
     DecisionInfo,
     Hook,
-    HookDispatcher,
     OutcomeInfo,
     RunEndInfo,
     RunStartInfo,
     TransitionInfo,
 )
+from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.messages import Message, MessageLog, check_history
 from turnfsm.providers import ModelClient, ToolSchema
 from turnfsm.tokens import Meter, TokenCounter, default_counter

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
+import attrs
 
 from turnfsm.context import Compacted, ContextOverflow, NoAction
 from turnfsm.core import (
@@ -27,12 +28,13 @@ from turnfsm.core import (
     RunTools,
     ToolsFinished,
 )
+from turnfsm.driver._retry import is_transient
 from turnfsm.driver._session import CompactionRecord
-from turnfsm.driver._tools import Tool, run_tool_call
+from turnfsm.driver._tools import Tool, deadline, run_tool_call
 from turnfsm.errors import ProviderError
 from turnfsm.hooks import CompactionInfo, PreCompact, PreCompactInfo
 from turnfsm.messages import Joined, Message, MessageLog
-from turnfsm.providers import ModelRequest
+from turnfsm.providers import ModelRequest, ModelResponse
 
 if TYPE_CHECKING:
     from turnfsm.driver._driver import _Run
@@ -61,9 +63,7 @@ async def call_model(run: _Run, decision: CallLLM) -> Event:
         max_tokens=driver.max_output_tokens,
     )
     try:
-        async for attempt in driver.retry.retrying():
-            with attempt, anyio.fail_after(driver.model_timeout):
-                response = await driver.model.complete(request)
+        response = await _complete(run, request)
     except ProviderError as exc:
         info = ErrorInfo(type=exc.kind, message=exc.message, retryable=exc.retriable)
         if exc.is_context_overflow:
@@ -73,6 +73,25 @@ async def call_model(run: _Run, decision: CallLLM) -> Event:
         return ModelFailed(error=ErrorInfo.from_exception(exc, retryable=True))
     run.record_turn(decision, response.message, response.usage)
     return ModelReplied(message=response.message, usage=response.usage)
+
+
+async def _complete(run: _Run, request: ModelRequest) -> ModelResponse:
+    """Call the model; on a transient error, hand over to the retry policy."""
+    driver = run.driver
+    try:
+        # The first attempt runs outside tenacity: the happy path pays nothing.
+        with deadline(driver.model_timeout):
+            return await driver.model.complete(request)
+    except Exception as exc:
+        if not is_transient(exc) or driver.retry.max_attempts < 2:
+            raise
+        first = exc
+    retry = attrs.evolve(driver.retry, max_attempts=driver.retry.max_attempts - 1)
+    await anyio.sleep(driver.retry.wait_seconds(1, first))
+    async for attempt in retry.retrying():
+        with attempt, deadline(driver.model_timeout):
+            return await driver.model.complete(request)
+    raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
 async def run_tools(run: _Run, decision: RunTools) -> Event:
@@ -86,9 +105,12 @@ async def run_tools(run: _Run, decision: RunTools) -> Event:
             decision.calls[index], tools, limit=timeout
         )
 
-    async with anyio.create_task_group() as group:
-        for index in range(len(decision.calls)):
-            group.start_soon(one, index)
+    if len(decision.calls) == 1:
+        await one(0)
+    else:
+        async with anyio.create_task_group() as group:
+            for index in range(len(decision.calls)):
+                group.start_soon(one, index)
     return ToolsFinished(results=[r for r in results if r is not None])
 
 

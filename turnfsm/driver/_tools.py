@@ -8,6 +8,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal, Union, final, get_args, get_origin
 
 import anyio
@@ -18,7 +19,7 @@ from turnfsm.errors import ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ToolSchema
 
-__all__ = ["Tool", "function_tool", "run_tool_call", "tools_by_name"]
+__all__ = ["Tool", "deadline", "function_tool", "run_tool_call", "tools_by_name"]
 
 _SCALARS: dict[Any, str] = {
     str: "string",
@@ -194,6 +195,11 @@ def _schema_of(tp: Any, tool: str, param: str) -> dict[str, Any]:
     raise ToolError(tool, f"parameter {param!r}: unsupported annotation {tp!r}")
 
 
+def deadline(seconds: float | None) -> AbstractContextManager[object]:
+    """Return `anyio.fail_after(seconds)`, or a no-op context for no limit."""
+    return anyio.fail_after(seconds) if seconds is not None else nullcontext()
+
+
 async def run_tool_call(
     call: ToolCallPart, tools: Mapping[str, Tool], *, limit: float | None
 ) -> Message:
@@ -208,7 +214,7 @@ async def run_tool_call(
             call.id, f"tool {call.name!r} is not available", is_error=True
         )
     try:
-        with anyio.fail_after(limit):
+        with deadline(limit):
             output = await tool.invoke(call.arguments)
     except TimeoutError:
         return Message.tool_result(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.hooks._hook import (
     CompactionInfo,
     DecisionInfo,
@@ -20,7 +19,6 @@ __all__ = [
     "CompactionInfo",
     "DecisionInfo",
     "Hook",
-    "HookDispatcher",
     "OutcomeInfo",
     "PreCompact",
     "PreCompactInfo",

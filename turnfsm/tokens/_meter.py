@@ -25,6 +25,7 @@ from turnfsm.tokens._protocol import IncrementalCounter, TokenCounter
 __all__ = ["Meter"]
 
 _MEMO_TAG: Final = "units"
+_MAX_EXTRAS: Final = 64
 
 
 @final
@@ -45,6 +46,9 @@ class Meter:
     counter: TokenCounter = attrs.field(on_setattr=attrs.setters.frozen)
     _incremental: IncrementalCounter | None = attrs.field(init=False, repr=False)
     _memo_key: Hashable | None = attrs.field(init=False, repr=False)
+    # Extras (a system prompt, tool schemas) ride every request unchanged:
+    # price each distinct text once.
+    _extra_units: dict[str, int] = attrs.field(init=False, repr=False, factory=dict)
 
     @_incremental.default
     def _incremental_view(self) -> IncrementalCounter | None:
@@ -86,13 +90,22 @@ class Meter:
             messages = [m for part in parts for m in part]
             total = self.counter.count(messages)
             return total + sum(self.counter.count_text(e) for e in extras)
-        units = sum(counter.text_units(e) for e in extras)
+        units = sum(self._units_of_extra(counter, e) for e in extras)
         for part in parts:
             if isinstance(part, MessageLog) and self._memo_key is not None:
                 units += self._log_units(counter, part, self._memo_key)
             else:
                 units += sum(counter.units(m) for m in part)
         return counter.tokens(units)
+
+    def _units_of_extra(self, counter: IncrementalCounter, text: str) -> int:
+        cache = self._extra_units
+        units = cache.get(text)
+        if units is None:
+            if len(cache) >= _MAX_EXTRAS:
+                cache.clear()
+            units = cache[text] = counter.text_units(text)
+        return units
 
     @staticmethod
     def _log_units(counter: IncrementalCounter, log: MessageLog, key: Hashable) -> int:

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+
+from turnfsm.cli import main
+from turnfsm.cli._demo import run_demo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_compacts_hits_the_emergency_line_and_finishes() -> None:
+    out = io.StringIO()
+    assert run_demo(out=out) == 0
+    text = out.getvalue()
+    assert "SIMULATED model" in text
+    assert "[compaction] reason=threshold_exceeded" in text
+    assert text.count("[compaction] EMERGENCY reason=emergency") == 1
+    assert "start --measured--> compact (emergency)" in text
+    assert "final answer" in text
+
+
+def test_demo_quiet_prints_only_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--quiet"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("final answer")
+
+
+def test_check_accepts_the_shipped_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(ROOT / "machines" / "turn.toml")]) == 0
+    assert "ok (7 phases" in capsys.readouterr().out
+
+
+def test_check_lists_every_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    text = (ROOT / "machines" / "turn.toml").read_text()
+    text = text.replace('conditions = ["is_no_progress"]', 'conditions = ["is_nope"]')
+    text = text.replace('dest = "done"', 'dest = "finished"')
+    bad.write_text(text)
+    assert main(["check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "unknown guard 'is_nope'" in err
+    assert "unknown dest phase 'finished'" in err
+
+
+def test_check_reports_a_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "/nonexistent/machine.toml"]) == 1
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_diagram_writes_mermaid_and_check_detects_drift(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "diagrams"
+    assert main(["diagram", str(ROOT / "machines"), "--out", str(out)]) == 0
+    mmd = (out / "turn.mmd").read_text()
+    assert "start --> compact : measured [is_over_emergency_line] / emergency" in mmd
+    if shutil.which("dot"):
+        assert (out / "turn.svg").read_text().lstrip().startswith("<?xml")
+    assert main(["diagram", str(ROOT / "machines"), "--out", str(out), "--check"]) == 0
+    (out / "turn.mmd").write_text(mmd + "stale\n")
+    assert main(["diagram", str(ROOT / "machines"), "--out", str(out), "--check"]) == 1
+    assert "stale" in capsys.readouterr().err
