@@ -8,7 +8,7 @@ from typing import Any, final
 
 import anyio
 
-from turnfsm.driver import Driver, RunResult, Session
+from turnfsm.driver import Driver, RunControl, RunResult, Session
 from turnfsm.messages import Message
 
 __all__ = ["Agent"]
@@ -48,9 +48,12 @@ class Agent:
         input: str | Message | Iterable[Message],
         *,
         session: Session | None = None,
+        control: RunControl | None = None,
     ) -> RunResult:
         """Run one task to a final answer or a typed failure (see `Driver.run`)."""
-        return await self.driver.run(input, session=session or self.session)
+        return await self.driver.run(
+            input, session=session or self.session, control=control
+        )
 
     def run_sync(
         self,

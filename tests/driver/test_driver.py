@@ -410,3 +410,47 @@ async def test_events_replay_to_the_same_history() -> None:
         machine.handle(event)
     assert list(machine.snapshot.history) == list(session.history)
     assert isinstance(session.runs[0].events[-1], ModelReplied)
+
+
+async def test_run_control_injects_a_message_at_the_next_safe_point() -> None:
+    from turnfsm.driver import RunControl
+
+    control = RunControl()
+
+    def look() -> str:
+        """Look around (and, meanwhile, the user says something)."""
+        control.inject(Message.user("also check the logs"))
+        return "nothing"
+
+    model = ScriptedModel.of(reply("", tool_call("look", "c1")), "checked")
+    session = Session()
+    result = await Driver(model=model, tools=[look]).run(
+        "look", session=session, control=control
+    )
+    assert result.ok
+    second = list(model.requests[1].messages)
+    assert [m.role for m in second] == [Role.USER, Role.ASSISTANT, Role.TOOL, Role.USER]
+    assert second[-1].text == "also check the logs"
+    assert session.history[3].text == "also check the logs"
+
+
+async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled
+
+    control = RunControl()
+
+    def stop() -> str:
+        """Ask to stop."""
+        control.cancel("user pressed stop")
+        return "ok"
+
+    model = ScriptedModel.of(reply("", tool_call("stop", "c1")), "never")
+    session = Session()
+    result = await Driver(model=model, tools=[stop]).run(
+        "go", session=session, control=control
+    )
+    assert isinstance(result.error, Cancelled)
+    assert result.error.reason == "user pressed stop"
+    assert len(model.requests) == 1
+    assert list(session.history) == []

@@ -1,4 +1,4 @@
-"""`ContextManager`: the sizing policy around a compactor (DESIGN §5).
+"""`ContextManager`: the sizing policy around a compactor.
 
 The manager owns the window, the threshold, the compaction target and the one
 counter every decision is measured with. It runs a compactor and classifies

@@ -1,7 +1,7 @@
 """`TruncatingCompactor`: drop the middle, keep the first message and the tail.
 
 The default strategy: no model call, no dependency, positional (the target is
-ignored). The procedure is DESIGN Appendix A "003":
+ignored). The procedure:
 
 1. ``len <= min_messages`` → unchanged.
 2. ``split = len - preserve_recent``, the provisional cut.

@@ -1,4 +1,4 @@
-"""Values that cross the manager/compactor boundary (DESIGN §5).
+"""Values that cross the manager/compactor boundary.
 
 A compactor receives a `CompactionContext` and answers with a
 `CompactionOutcome`. The manager re-counts that outcome with its own counter

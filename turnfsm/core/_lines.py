@@ -1,4 +1,4 @@
-"""The threshold and emergency lines (DESIGN §2.1), as pure integer arithmetic."""
+"""The threshold and emergency lines, as pure integer arithmetic."""
 
 from __future__ import annotations
 

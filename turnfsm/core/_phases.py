@@ -8,7 +8,7 @@ __all__ = ["Phase"]
 
 
 class Phase(StrEnum):
-    """A state of the Turn FSM; the card's names.
+    """A state of the stock Turn FSM.
 
     User machines may add phases of their own; `TurnMachine.phase` is then a
     plain string. The stock phases compare equal to their string values.

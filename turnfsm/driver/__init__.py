@@ -6,6 +6,7 @@ from turnfsm.driver._driver import Driver, Effect
 from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._session import (
     CompactionRecord,
+    RunControl,
     RunRecord,
     RunResult,
     Session,
@@ -18,6 +19,7 @@ __all__ = [
     "Driver",
     "Effect",
     "RetryPolicy",
+    "RunControl",
     "RunRecord",
     "RunResult",
     "Session",

@@ -62,6 +62,7 @@ from turnfsm.driver import _effects
 from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._session import (
     CompactionRecord,
+    RunControl,
     RunRecord,
     RunResult,
     Session,
@@ -182,6 +183,7 @@ class Driver:
         input: str | Message | Iterable[Message],
         *,
         session: Session | None = None,
+        control: RunControl | None = None,
     ) -> RunResult:
         """Run the loop until the brain finishes or fails.
 
@@ -189,6 +191,8 @@ class Driver:
             input: the run's new messages (a string becomes one user message).
             session: the conversation to continue; a new one if None. Its
                 history and audit trail are updated when the run ends.
+            control: a `RunControl` to inject messages or cancel while the
+                run runs.
 
         Returns:
             The `RunResult`; a failed run is an outcome (see
@@ -200,7 +204,7 @@ class Driver:
         messages = _as_messages(input)
         session = session if session is not None else Session()
         check_history((*session.history, *messages))
-        return await _Run(self, session, messages).execute()
+        return await _Run(self, session, messages, control).execute()
 
 
 def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
@@ -214,8 +218,15 @@ def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...
 class _Run:
     """The state of one run inside the driver (internal)."""
 
-    def __init__(self, driver: Driver, session: Session, messages: tuple[Message, ...]):
+    def __init__(
+        self,
+        driver: Driver,
+        session: Session,
+        messages: tuple[Message, ...],
+        control: RunControl | None,
+    ) -> None:
         self.driver = driver
+        self.control = control
         self.session = session
         self.input = messages
         self.run_id = new_id("run")
@@ -269,6 +280,11 @@ class _Run:
         event: Event = RunStarted(input=self.input)
         decision = self.feed(machine, event)
         while not isinstance(decision, Finish | Fail):
+            if self.control is not None:
+                for queued in self.control.drain():
+                    decision = self.feed(machine, queued)
+                if isinstance(decision, Finish | Fail):
+                    break
             if self.hooks.wants("on_decision"):
                 self.hooks.call(
                     "on_decision",

@@ -150,6 +150,16 @@ async def compact(run: _Run, decision: Compact) -> Event:
         case NoAction():
             return _noop(run, decision, before, len(messages), vetoed=False)
         case ContextOverflow(used=used, compactor_error=error) if error is not None:
+            _report(
+                run,
+                decision,
+                before,
+                before,
+                len(messages),
+                len(messages),
+                False,
+                False,
+            )
             limit = run.budget.context_window
             return CompactorFailed(
                 used=used,
@@ -157,6 +167,9 @@ async def compact(run: _Run, decision: Compact) -> Event:
                 error=ErrorInfo(type="CompactorError", message=error),
             )
         case ContextOverflow(used=used):
+            _report(
+                run, decision, before, used, len(messages), len(messages), False, False
+            )
             return CompactionOverflowed(used=used, limit=run.budget.context_window)
 
 

@@ -8,12 +8,13 @@ from typing import Literal, final
 
 import attrs
 
-from turnfsm.core import CompactReason, Event, Usage
+from turnfsm.core import CompactReason, Event, MessageInjected, RunCancelled, Usage
 from turnfsm.errors import RunFailed, TurnFSMError
 from turnfsm.messages import Joined, Message, MessageLog
 
 __all__ = [
     "CompactionRecord",
+    "RunControl",
     "RunRecord",
     "RunResult",
     "Session",
@@ -82,6 +83,32 @@ class Session:
     id: str = attrs.field(factory=lambda: new_id("ses"))
     history: MessageLog = attrs.field(factory=MessageLog)
     runs: list[RunRecord] = attrs.field(factory=list)
+
+
+@final
+@attrs.define(eq=False)
+class RunControl:
+    """Steer a run from outside while it runs (another task, a UI, a hook).
+
+    `inject()` adds a message (human input, steering) and `cancel()` ends the
+    run with `Cancelled`; both take effect at the run's next step, between two
+    effects, so a tool batch or model call in flight is never torn apart.
+    """
+
+    _queue: list[Event] = attrs.field(factory=list, init=False)
+
+    def inject(self, message: Message) -> None:
+        """Queue `message`; it joins the conversation at the next safe point."""
+        self._queue.append(MessageInjected(message=message))
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """End the run at its next step with `Cancelled(reason)`."""
+        self._queue.append(RunCancelled(reason=reason))
+
+    def drain(self) -> list[Event]:
+        """Return and forget the queued events (the driver calls this)."""
+        events, self._queue = self._queue, []
+        return events
 
 
 @final

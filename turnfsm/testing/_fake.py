@@ -17,7 +17,9 @@ __all__ = ["FakeModelClient", "ScriptedModel", "reply", "tool_call"]
 Handler = Callable[[ModelRequest], "ModelResponse | Message | str | Awaitable[Any]"]
 
 
-def tool_call(name: str, call_id: str | None = None, **arguments: Any) -> ToolCallPart:
+def tool_call(
+    name: str, call_id: str | None = None, /, **arguments: Any
+) -> ToolCallPart:
     """Return a tool call part (a fresh id unless `call_id` is given)."""
     return ToolCallPart(id=call_id or new_id("call"), name=name, arguments=arguments)
 

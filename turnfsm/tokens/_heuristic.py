@@ -1,4 +1,4 @@
-"""`HeuristicTokenCounter`: the seed's characters-over-four rule, exactly."""
+"""`HeuristicTokenCounter`: the classic characters-over-four rule, exactly."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ _CHARS_PER_TOKEN: Final = 4
 @final
 @attrs.frozen(kw_only=True)
 class HeuristicTokenCounter:
-    """The seed's estimate: `floor(sum(rendered_chars + 20) / 4)`.
+    """The classic estimate: `floor(sum(rendered_chars + 20) / 4)`.
 
     Rendered chars are the text of text parts, 256 per image, a tool call's
     name plus its compact JSON arguments, and a tool result's content. Every
@@ -29,7 +29,7 @@ class HeuristicTokenCounter:
 
     It is fast and predictable, but it is not conservative: against the real
     cl100k count it reads low on JSON, CJK text and emoji. Use it where the
-    seed's exact numbers matter; `ConservativeTokenCounter` is the default.
+    classic rule's exact numbers matter; `ConservativeTokenCounter` is the default.
 
     Example:
         `HeuristicTokenCounter().count([Message.user("Hello, world!")])` is 8:

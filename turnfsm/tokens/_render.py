@@ -50,7 +50,7 @@ IMAGE_TOKENS: Final = 85
 def arguments_json(part: ToolCallPart) -> str:
     """Return a tool call's arguments as compact JSON, non-ASCII kept as is.
 
-    The seed's rule: `json.dumps(args, separators=(",", ":"), ensure_ascii=False)`.
+    The classic rule: `json.dumps(args, separators=(",", ":"), ensure_ascii=False)`.
     Keys keep their order (sorting would not change the length).
     """
     arguments = part.arguments
@@ -78,7 +78,7 @@ def texts(message: Message) -> Iterator[str | None]:
 
 
 def rendered_chars(message: Message) -> int:
-    """Return the seed's rendered length of `message`, without its overhead.
+    """Return the classic rendered length of `message`, without its overhead.
 
     Text chars of text parts, `IMAGE_CHARS` per image, `len(name)` plus the
     length of the compact JSON arguments per tool call, and the content length
