@@ -9,61 +9,133 @@ friends) shrinks the conversation. `Agent` is the small façade over them.
 
 from __future__ import annotations
 
-from turnfsm._resources import default_machine, load_machine
-from turnfsm.agent import Agent
-from turnfsm.context import (
-    CompactBase,
-    ContextCompactor,
-    ContextManager,
-    TokenSplitter,
-    TruncatingCompactor,
-)
-from turnfsm.core import (
-    Budget,
-    CompactReason,
-    MachineSpec,
-    Phase,
-    Snapshot,
-    TurnMachine,
-    Usage,
-)
-from turnfsm.driver import (
-    Driver,
-    RetryPolicy,
-    RunResult,
-    Session,
-    Tool,
-    function_tool,
-)
-from turnfsm.errors import (
-    Cancelled,
-    CompactionCircuitOpen,
-    CompactionFailed,
-    CompactionStalled,
-    ConfigError,
-    ContextExceeded,
-    DefinitionError,
-    IllegalEvent,
-    InvalidMessage,
-    MachineBroken,
-    MaxTurnsExceeded,
-    ProviderError,
-    RunFailed,
-    ToolError,
-    TurnFSMError,
-)
-from turnfsm.hooks import Hook, PreCompact
-from turnfsm.messages import Message, Role
-from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
-from turnfsm.tokens import (
-    ConservativeTokenCounter,
-    HeuristicTokenCounter,
-    RatioTokenCounter,
-    TiktokenCounter,
-    TokenCounter,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from turnfsm._resources import default_machine, load_machine
+    from turnfsm.agent import Agent
+    from turnfsm.context import (
+        CompactBase,
+        ContextCompactor,
+        ContextManager,
+        TokenSplitter,
+        TruncatingCompactor,
+    )
+    from turnfsm.core import (
+        Budget,
+        CompactReason,
+        MachineSpec,
+        Phase,
+        Snapshot,
+        TurnMachine,
+        Usage,
+    )
+    from turnfsm.driver import (
+        Driver,
+        RetryPolicy,
+        RunResult,
+        Session,
+        Tool,
+        function_tool,
+    )
+    from turnfsm.errors import (
+        Cancelled,
+        CompactionCircuitOpen,
+        CompactionFailed,
+        CompactionStalled,
+        ConfigError,
+        ContextExceeded,
+        DefinitionError,
+        IllegalEvent,
+        InvalidMessage,
+        MachineBroken,
+        MaxTurnsExceeded,
+        ProviderError,
+        RunFailed,
+        ToolError,
+        TurnFSMError,
+    )
+    from turnfsm.hooks import Hook, PreCompact
+    from turnfsm.messages import Message, Role
+    from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
+    from turnfsm.tokens import (
+        ConservativeTokenCounter,
+        HeuristicTokenCounter,
+        RatioTokenCounter,
+        TiktokenCounter,
+        TokenCounter,
+    )
 
 __version__ = "0.1.0"
+
+# Public names load lazily (PEP 562), so that importing the pure brain
+# (`turnfsm.core`) does not pull in anyio, tenacity or OpenTelemetry through
+# this package's __init__.
+_LAZY: dict[str, str] = {
+    "Agent": "turnfsm.agent",
+    "Budget": "turnfsm.core",
+    "Cancelled": "turnfsm.errors",
+    "CompactBase": "turnfsm.context",
+    "CompactReason": "turnfsm.core",
+    "CompactionCircuitOpen": "turnfsm.errors",
+    "CompactionFailed": "turnfsm.errors",
+    "CompactionStalled": "turnfsm.errors",
+    "ConfigError": "turnfsm.errors",
+    "ConservativeTokenCounter": "turnfsm.tokens",
+    "ContextCompactor": "turnfsm.context",
+    "ContextExceeded": "turnfsm.errors",
+    "ContextManager": "turnfsm.context",
+    "DefinitionError": "turnfsm.errors",
+    "Driver": "turnfsm.driver",
+    "HeuristicTokenCounter": "turnfsm.tokens",
+    "Hook": "turnfsm.hooks",
+    "IllegalEvent": "turnfsm.errors",
+    "InvalidMessage": "turnfsm.errors",
+    "MachineBroken": "turnfsm.errors",
+    "MachineSpec": "turnfsm.core",
+    "MaxTurnsExceeded": "turnfsm.errors",
+    "Message": "turnfsm.messages",
+    "ModelClient": "turnfsm.providers",
+    "ModelRequest": "turnfsm.providers",
+    "ModelResponse": "turnfsm.providers",
+    "Phase": "turnfsm.core",
+    "PreCompact": "turnfsm.hooks",
+    "ProviderError": "turnfsm.errors",
+    "RatioTokenCounter": "turnfsm.tokens",
+    "RetryPolicy": "turnfsm.driver",
+    "Role": "turnfsm.messages",
+    "RunFailed": "turnfsm.errors",
+    "RunResult": "turnfsm.driver",
+    "Session": "turnfsm.driver",
+    "Snapshot": "turnfsm.core",
+    "TiktokenCounter": "turnfsm.tokens",
+    "TokenCounter": "turnfsm.tokens",
+    "TokenSplitter": "turnfsm.context",
+    "Tool": "turnfsm.driver",
+    "ToolError": "turnfsm.errors",
+    "TruncatingCompactor": "turnfsm.context",
+    "TurnFSMError": "turnfsm.errors",
+    "TurnMachine": "turnfsm.core",
+    "Usage": "turnfsm.core",
+    "default_machine": "turnfsm._resources",
+    "function_tool": "turnfsm.driver",
+    "load_machine": "turnfsm._resources",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'turnfsm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
 
 __all__ = [
     "Agent",

@@ -2,16 +2,63 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable
+import math
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, final
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from turnfsm.core import ModelReplied
 from turnfsm.driver import Driver, RunControl, RunResult, Session
+from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
 from turnfsm.messages import Message
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "RunStream"]
+
+
+class _Forward(Hook):
+    """Forwards streamed text (or, without streaming, each reply) to a channel."""
+
+    def __init__(self, send: MemoryObjectSendStream[str]) -> None:
+        self.send = send
+        self.streamed = False
+
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        self.streamed = True
+        self.send.send_nowait(info.text)
+
+    def on_outcome(self, info: OutcomeInfo) -> None:
+        if isinstance(info.event, ModelReplied) and not self.streamed:
+            text = info.event.message.text
+            if text:
+                self.send.send_nowait(text)
+        self.streamed = False
+
+
+@final
+class RunStream:
+    """The text of a streamed run, piece by piece; `result` once it ended."""
+
+    def __init__(self, receive: MemoryObjectReceiveStream[str]) -> None:
+        self._receive = receive
+        self._result: RunResult | None = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._receive.__aiter__()
+
+    @property
+    def result(self) -> RunResult:
+        """The run's `RunResult`; available once the stream is exhausted.
+
+        Raises:
+            RuntimeError: the run has not ended yet.
+        """
+        if self._result is None:
+            raise RuntimeError("the run has not ended yet: read the stream to its end")
+        return self._result
 
 
 @final
@@ -54,6 +101,46 @@ class Agent:
         return await self.driver.run(
             input, session=session or self.session, control=control
         )
+
+    @contextlib.asynccontextmanager
+    async def run_stream(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None = None,
+        control: RunControl | None = None,
+    ) -> AsyncIterator[RunStream]:
+        """Run one task and stream the model's text as it arrives.
+
+        The brain still sees one `ModelReplied` per model call; only the
+        observers see the pieces. The model must have a ``stream()`` method
+        (`OpenAIModel` and `AnthropicModel` do); otherwise each whole reply
+        arrives as one piece.
+
+        Example:
+            ```python
+            async with agent.run_stream("Summarise notes.md") as stream:
+                async for text in stream:
+                    print(text, end="", flush=True)
+            print(stream.result.text)
+            ```
+        """
+        send, receive = anyio.create_memory_object_stream[str](math.inf)
+        stream = RunStream(receive)
+        forward = _Forward(send)
+
+        async def runner() -> None:
+            async with send:
+                stream._result = await self.driver.run(
+                    input,
+                    session=session or self.session,
+                    control=control,
+                    hooks=[forward],
+                )
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(runner)
+            yield stream
 
     def run_sync(
         self,

@@ -832,3 +832,21 @@ def test_no_progress_guard_reads_only_compaction_feeds() -> None:
     snapshot = Snapshot(phase="compact", budget=BUDGET, estimate=7_600)
 
     assert GUARDS["is_no_progress"](snapshot, Measured(estimate=9_000)) is False
+
+
+def test_a_malformed_snapshot_dict_is_a_config_error() -> None:
+    from turnfsm.core import Snapshot
+    from turnfsm.errors import ConfigError
+
+    good = Snapshot(phase="start").to_dict()
+    missing = {k: v for k, v in good.items() if k != "turns"}
+    with pytest.raises(ConfigError) as caught:
+        Snapshot.from_dict(missing)
+    assert caught.value.field == "turns"
+    bad_failure = {**good, "failure": {"kind": "no_such_kind"}}
+    with pytest.raises(ConfigError):
+        Snapshot.from_dict(bad_failure)
+    bad_budget = {**good, "budget": {**good["budget"], "threshold": 0.8}}
+    with pytest.raises(ConfigError) as caught:
+        Snapshot.from_dict(bad_budget)
+    assert caught.value.field == "threshold"

@@ -115,7 +115,6 @@ def test_invalid_toml_is_a_definition_error() -> None:
 
 
 ENTRY_PROBLEMS = """
-initial = "start"
 terminal = ["done", "failed", "limbo", "nowhere"]
 signals = ["approved", "measured"]
 colour = "blue"
@@ -213,6 +212,7 @@ def test_entry_problems_are_all_reported_at_once() -> None:
         [
             "unknown key 'colour'",
             "'name' must be a non-empty string, got None",
+            "'initial' must be a non-empty string, got None",
             "unknown phase 'nowhere' named by initial/terminal",
             "signal 'measured' shadows the built-in trigger",
             "state 'start': unknown reducer 'tidy_up'",
@@ -680,3 +680,37 @@ def test_transition_spec_is_guarded_by_conditions_or_unless() -> None:
     ]
 
     assert actual == [False, True, True]
+
+
+def test_a_reducer_on_the_wrong_event_is_a_problem() -> None:
+    text = edit(
+        turn_toml_text(),
+        'trigger = "tools_finished"\nsource = "run_tools"\ndest = "start"\n'
+        'actions = ["record_results"]',
+        'trigger = "tools_finished"\nsource = "run_tools"\ndest = "start"\n'
+        'actions = ["record_estimate"]',
+    )
+    assert problems_of(text) == (
+        "transition #12 (tools_finished): 'record_estimate' only applies to measured",
+    )
+
+
+def test_an_error_builder_on_the_wrong_event_is_a_problem() -> None:
+    text = edit(
+        turn_toml_text(), 'error = "provider_error"', 'error = "compaction_failed"'
+    )
+    assert problems_of(text) == (
+        "transition #11 (model_failed): 'compaction_failed' only applies to "
+        "compactor_failed",
+    )
+
+
+def test_an_event_specific_reducer_cannot_run_on_entry() -> None:
+    text = edit(
+        turn_toml_text(),
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }',
+        'done              = { decision = "finish", on_enter = ["record_reply"] }',
+    )
+    assert problems_of(text) == (
+        "state 'done': 'record_reply' needs a specific event and cannot run on entry",
+    )

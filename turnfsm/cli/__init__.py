@@ -1,4 +1,4 @@
-"""The ``turnfsm`` command: demo, diagram, check."""
+"""The ``turnfsm`` command: demo, run, diagram, check."""
 
 from __future__ import annotations
 
@@ -16,6 +16,25 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the demo agent on a simulated model")
     demo.add_argument("--quiet", action="store_true", help="print only the answer")
+    demo.add_argument(
+        "--model",
+        choices=["simulated", "local"],
+        default="simulated",
+        help="simulated (default) or local: the bundled llama.cpp model",
+    )
+    run = sub.add_parser("run", help="run one task on a real model")
+    run.add_argument("task", help="what the agent should do")
+    run.add_argument(
+        "--model",
+        required=True,
+        help="openai:MODEL | anthropic:MODEL | local | http(s)://BASE_URL[#MODEL]",
+    )
+    run.add_argument(
+        "--n-ctx", type=int, default=4096, help="context window for local / URL models"
+    )
+    run.add_argument(
+        "--max-tokens", type=int, default=256, help="reply budget per model call"
+    )
     diagram = sub.add_parser("diagram", help="render machine files to diagrams")
     diagram.add_argument(
         "machines",
@@ -38,7 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from turnfsm.cli._demo import run_demo
 
-        return run_demo(quiet=args.quiet)
+        return run_demo(quiet=args.quiet, local=args.model == "local")
+    if args.command == "run":
+        from turnfsm.cli._run import run_task
+
+        return run_task(
+            args.task, args.model, n_ctx=args.n_ctx, max_tokens=args.max_tokens
+        )
     if args.command == "diagram":
         from turnfsm.cli._diagram import run_diagram
 

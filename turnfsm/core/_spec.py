@@ -21,7 +21,7 @@ import attrs
 from turnfsm.core._events import EVENT_TYPES, Signal, trigger_name
 from turnfsm.core._guards import GUARDS
 from turnfsm.core._lines import CompactReason
-from turnfsm.core._reducers import FAILURES, REDUCERS
+from turnfsm.core._reducers import ACCEPTS, FAILURES, REDUCERS
 from turnfsm.errors import DefinitionError
 
 __all__ = [
@@ -223,6 +223,11 @@ class _Loader:
             for reducer in on_enter:
                 if reducer not in REDUCERS:
                     self.problem(f"state {name!r}: unknown reducer {reducer!r}")
+                elif ACCEPTS.get(reducer) is not None:
+                    self.problem(
+                        f"state {name!r}: {reducer!r} needs a specific event and "
+                        "cannot run on entry"
+                    )
             decision, effect = body.get("decision"), body.get("effect")
             if decision is not None and not isinstance(decision, str):
                 decision = repr(decision)  # reported as an unknown decision
@@ -265,9 +270,7 @@ class _Loader:
             if not isinstance(body, dict):
                 self.problem(f"{where} must be a table")
                 continue
-            spec = self._transition(where, body, names, terminal, signals)
-            if spec is not None:
-                out.append(spec)
+            out.append(self._transition(where, body, names, terminal, signals))
         return out
 
     def _transition(
@@ -277,7 +280,7 @@ class _Loader:
         names: set[str],
         terminal: set[str],
         signals: set[str],
-    ) -> TransitionSpec | None:
+    ) -> TransitionSpec:
         for key in sorted(set(body) - _TRANSITION_KEYS):
             self.problem(f"{where}: unknown key {key!r}")
         trigger = body.get("trigger")
@@ -314,6 +317,12 @@ class _Loader:
             if reducer not in REDUCERS:
                 self.problem(f"{where}: unknown reducer {reducer!r}")
         reason, error = self._reason_and_error(where, body, dest)
+        for name in (*actions, *([error] if error else [])):
+            accepted = ACCEPTS.get(name)
+            if accepted is not None and trigger not in accepted:
+                self.problem(
+                    f"{where}: {name!r} only applies to {', '.join(sorted(accepted))}"
+                )
         return TransitionSpec(
             trigger=str(trigger),
             sources=tuple(sources),

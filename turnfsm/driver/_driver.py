@@ -184,6 +184,7 @@ class Driver:
         *,
         session: Session | None = None,
         control: RunControl | None = None,
+        hooks: Sequence[Hook] = (),
     ) -> RunResult:
         """Run the loop until the brain finishes or fails.
 
@@ -193,6 +194,9 @@ class Driver:
                 history and audit trail are updated when the run ends.
             control: a `RunControl` to inject messages or cancel while the
                 run runs.
+            hooks: extra hooks for this run only (after the driver's own).
+                When one wants `on_text_delta` and the model can `stream`,
+                replies are streamed.
 
         Returns:
             The `RunResult`; a failed run is an outcome (see
@@ -204,7 +208,7 @@ class Driver:
         messages = _as_messages(input)
         session = session if session is not None else Session()
         check_history((*session.history, *messages))
-        return await _Run(self, session, messages, control).execute()
+        return await _Run(self, session, messages, control, hooks).execute()
 
 
 def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
@@ -224,6 +228,7 @@ class _Run:
         session: Session,
         messages: tuple[Message, ...],
         control: RunControl | None,
+        hooks: Sequence[Hook] = (),
     ) -> None:
         self.driver = driver
         self.control = control
@@ -233,7 +238,12 @@ class _Run:
         self.budget = driver.budget
         self.tools = driver._tools
         self.tool_schemas = driver._schemas
-        self.hooks = HookDispatcher.of(driver.hooks, strict=driver.strict_hooks)
+        self.hooks = HookDispatcher.of(
+            [*driver.hooks, *hooks], strict=driver.strict_hooks
+        )
+        self.wants_stream = self.hooks.wants("on_text_delta") and callable(
+            getattr(driver.model, "stream", None)
+        )
         self.meter = Meter(driver.counter)
         extras = [driver.system_prompt or ""]
         if self.tool_schemas:

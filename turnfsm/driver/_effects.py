@@ -32,9 +32,10 @@ from turnfsm.driver._retry import is_transient
 from turnfsm.driver._session import CompactionRecord
 from turnfsm.driver._tools import Tool, deadline, run_tool_call
 from turnfsm.errors import ProviderError
-from turnfsm.hooks import CompactionInfo, PreCompact, PreCompactInfo
+from turnfsm.hooks import CompactionInfo, PreCompact, PreCompactInfo, TextDeltaInfo
 from turnfsm.messages import Joined, Message, MessageLog
 from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.providers._stream import StreamDone, TextDelta
 
 if TYPE_CHECKING:
     from turnfsm.driver._driver import _Run
@@ -78,10 +79,11 @@ async def call_model(run: _Run, decision: CallLLM) -> Event:
 async def _complete(run: _Run, request: ModelRequest) -> ModelResponse:
     """Call the model; on a transient error, hand over to the retry policy."""
     driver = run.driver
+    call = _streamed if run.wants_stream else _plain
     try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
         with deadline(driver.model_timeout):
-            return await driver.model.complete(request)
+            return await call(run, request)
     except Exception as exc:
         if not is_transient(exc) or driver.retry.max_attempts < 2:
             raise
@@ -90,8 +92,36 @@ async def _complete(run: _Run, request: ModelRequest) -> ModelResponse:
     await anyio.sleep(driver.retry.wait_seconds(1, first))
     async for attempt in retry.retrying():
         with attempt, deadline(driver.model_timeout):
-            return await driver.model.complete(request)
+            return await call(run, request)
     raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
+async def _plain(run: _Run, request: ModelRequest) -> ModelResponse:
+    return await run.driver.model.complete(request)
+
+
+async def _streamed(run: _Run, request: ModelRequest) -> ModelResponse:
+    """Consume the model's stream, forwarding text deltas to the hooks.
+
+    A retried stream starts over, so observers may see a reply's first
+    deltas twice; the brain only ever sees the one assembled reply.
+    """
+    stream = run.driver.model.stream(request)  # type: ignore[attr-defined]
+    response: ModelResponse | None = None
+    async for item in stream:
+        if isinstance(item, TextDelta):
+            if item.text:
+                run.hooks.call(
+                    "on_text_delta",
+                    TextDeltaInfo(run_id=run.run_id, turn=run.turn, text=item.text),
+                )
+        elif isinstance(item, StreamDone):
+            response = item.response
+    if response is None:
+        raise ProviderError(
+            "the model's stream ended without a reply", kind="bad_stream"
+        )
+    return response
 
 
 async def run_tools(run: _Run, decision: RunTools) -> Event:

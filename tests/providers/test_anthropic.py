@@ -1,0 +1,451 @@
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import anyio
+import httpx2
+import pytest
+
+from tests.providers._mock import (
+    Server,
+    anthropic_error,
+    anthropic_reply,
+    anthropic_sse,
+    refused,
+    text_block,
+    timeout,
+    tool_use,
+)
+from turnfsm.core import Usage
+from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
+from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
+from turnfsm.providers import ModelRequest, ToolSchema
+from turnfsm.providers._anthropic import AnthropicModel
+from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
+
+pytestmark = pytest.mark.anyio
+
+ECHO = ToolSchema(
+    name="echo",
+    description="Echo the text back.",
+    parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+)
+PNG = "iVBORw0KGgo="
+
+
+def model_for(server: Server, **kwargs: Any) -> AnthropicModel:
+    client = anthropic.AsyncAnthropic(
+        api_key="sk-ant-test", http_client=server.http_client()
+    )
+    return AnthropicModel("claude-test", client=client, **kwargs)
+
+
+def ask(text: str = "hi", **kwargs: Any) -> ModelRequest:
+    return ModelRequest(messages=[Message.user(text)], **kwargs)
+
+
+async def test_a_plain_reply_carries_text_and_usage() -> None:
+    server = Server(anthropic_reply(text_block("Hello!"), usage=(12, 3)))
+    response = await model_for(server).complete(ask())
+    assert response.message.role is Role.ASSISTANT
+    assert response.message.parts == (TextPart(text="Hello!"),)
+    assert response.usage == Usage(input_tokens=12, output_tokens=3)
+    assert server.requests[0].url.path == "/v1/messages"
+
+
+async def test_usage_counts_cache_reads_and_writes_as_input() -> None:
+    reply = anthropic_reply(text_block("ok"))
+    body = reply.json()
+    body["usage"].update(cache_creation_input_tokens=100, cache_read_input_tokens=50)
+    server = Server(httpx2.Response(200, json=body))
+    response = await model_for(server).complete(ask())
+    assert response.usage == Usage(input_tokens=162, output_tokens=3)
+
+
+async def test_the_request_body_has_system_tools_calls_and_merged_results() -> None:
+    server = Server(anthropic_reply(text_block("ok")))
+    history = [
+        Message.user("look"),
+        Message(
+            role=Role.USER,
+            parts=[
+                TextPart(text="this"),
+                ImagePart(url=f"data:image/png;base64,{PNG}", media_type="image/png"),
+                ImagePart(url="https://x.test/a.png"),
+            ],
+        ),
+        Message.assistant(
+            "calling two",
+            tool_calls=[
+                ToolCallPart(id="toolu_1", name="echo", arguments={"text": "a"}),
+                ToolCallPart(id="toolu_2", name="nope", arguments={}),
+            ],
+        ),
+        Message.tool_result("toolu_1", "a"),
+        Message.tool_result("toolu_2", "tool 'nope' is not available", is_error=True),
+        Message.system("summary so far: nothing"),
+        Message.user("and now?"),
+    ]
+    request = ModelRequest(
+        messages=history, system="be brief", tools=[ECHO], temperature=0.5
+    )  # the current Messages API rejects sampling parameters: not sent
+    await model_for(server).complete(request)
+    [body] = server.bodies
+    assert body["model"] == "claude-test"
+    assert body["max_tokens"] == 1024  # the API requires one: the default
+    assert "temperature" not in body
+    assert body["system"] == [
+        {"type": "text", "text": "be brief"},
+        {"type": "text", "text": "summary so far: nothing"},
+    ]
+    assert body["tools"] == [
+        {
+            "name": "echo",
+            "description": "Echo the text back.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+            },
+        }
+    ]
+    assert body["messages"] == [
+        {"role": "user", "content": "look"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "this"},
+                {
+                    "type": "image",
+                    "source": {
+                        "type": "base64",
+                        "media_type": "image/png",
+                        "data": PNG,
+                    },
+                },
+                {
+                    "type": "image",
+                    "source": {"type": "url", "url": "https://x.test/a.png"},
+                },
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "calling two"},
+                tool_use("toolu_1", "echo", text="a"),
+                tool_use("toolu_2", "nope"),
+            ],
+        },
+        {  # both results in one user message, the error flagged
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a"},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "content": "tool 'nope' is not available",
+                    "is_error": True,
+                },
+            ],
+        },
+        {"role": "user", "content": "and now?"},
+    ]
+
+
+async def test_a_single_system_prompt_is_sent_as_a_string() -> None:
+    server = Server(anthropic_reply(text_block("ok")))
+    await model_for(server, max_tokens=77).complete(ask(system="be brief"))
+    [body] = server.bodies
+    assert (body["system"], body["max_tokens"]) == ("be brief", 77)
+    assert "tools" not in body
+
+
+async def test_tool_calls_and_parallel_calls_are_parsed() -> None:
+    server = Server(
+        anthropic_reply(
+            text_block("Checking both."),
+            tool_use("toolu_b", "echo", text="1"),
+            tool_use("toolu_a", "echo", text="2"),
+        )
+    )
+    response = await model_for(server).complete(ask(tools=[ECHO]))
+    assert response.message.parts == (
+        TextPart(text="Checking both."),
+        ToolCallPart(id="toolu_b", name="echo", arguments={"text": "1"}),
+        ToolCallPart(id="toolu_a", name="echo", arguments={"text": "2"}),
+    )
+
+
+async def test_an_unreadable_reply_is_a_provider_error_not_a_crash() -> None:
+    server = Server(anthropic_reply({"type": "mystery_block", "x": 1}))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retriable) == ("bad_response", False)
+
+
+OVERFLOWS = {
+    "prompt too long": (
+        400,
+        "invalid_request_error",
+        "prompt is too long: 208310 tokens > 200000 maximum",
+    ),
+    "input + max_tokens": (
+        400,
+        "invalid_request_error",
+        "input length and `max_tokens` exceed context limit: 197000 + 21333 > "
+        "204698, decrease input length or `max_tokens` and try again",
+    ),
+    "413": (
+        413,
+        "request_too_large",
+        "Request exceeds the maximum allowed number of bytes.",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "message"), OVERFLOWS.values(), ids=OVERFLOWS.keys()
+)
+async def test_context_overflow_is_classified(
+    status: int, kind: str, message: str
+) -> None:
+    server = Server(anthropic_error(status, kind, message))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    error = info.value
+    assert (error.kind, error.retriable, error.status) == (
+        CONTEXT_OVERFLOW,
+        False,
+        status,
+    )
+    assert message in error.message
+
+
+ERRORS = {
+    "429": (429, "rate_limit_error", {"retry_after": "3"}, "rate_limit", True, 3.0),
+    "500": (500, "api_error", {}, "server", True, None),
+    "529": (529, "overloaded_error", {}, "server", True, None),
+    "401": (401, "authentication_error", {}, "auth", False, None),
+    "403": (403, "permission_error", {}, "auth", False, None),
+    "400": (400, "invalid_request_error", {}, "bad_request", False, None),
+    "404": (404, "not_found_error", {}, "bad_request", False, None),
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "headers", "kind", "retriable", "retry_after"),
+    ERRORS.values(),
+    ids=ERRORS.keys(),
+)
+async def test_http_errors_are_classified_without_sdk_retries(
+    status: int,
+    error_type: str,
+    headers: dict[str, str],
+    kind: str,
+    retriable: bool,
+    retry_after: float | None,
+) -> None:
+    server = Server(
+        anthropic_error(status, error_type, "the provider says no", **headers)
+    )
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    error = info.value
+    assert (error.kind, error.retriable, error.status) == (kind, retriable, status)
+    assert error.retry_after == retry_after
+    assert "the provider says no" in error.message
+    assert len(server.requests) == 1  # the SDK did not retry on its own
+
+
+async def test_an_auth_error_names_the_key_to_fix() -> None:
+    server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
+    with pytest.raises(ProviderError, match="ANTHROPIC_API_KEY"):
+        await model_for(server).complete(ask())
+
+
+@pytest.mark.parametrize(
+    ("failure", "kind"), [(timeout, "timeout"), (refused, "connection")]
+)
+async def test_transport_failures_are_retriable(failure: Any, kind: str) -> None:
+    server = Server(failure)
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retriable) == (kind, True)
+    assert len(server.requests) == 1
+
+
+async def test_cancellation_is_never_swallowed() -> None:
+    async def hang(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    model = model_for(Server(hang))  # type: ignore[arg-type]  # an async handler
+    with anyio.move_on_after(0.05) as scope:
+        await model.complete(ask())
+    assert scope.cancelled_caught
+
+
+async def test_an_injected_client_has_its_retries_switched_off() -> None:
+    server = Server(anthropic_error(529, "overloaded_error", "Overloaded"))
+    client = anthropic.AsyncAnthropic(
+        api_key="k", max_retries=5, http_client=server.http_client()
+    )
+    with pytest.raises(ProviderError):
+        await AnthropicModel("m", client=client).complete(ask())
+    assert len(server.requests) == 1
+
+
+def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY") as info:
+        AnthropicModel("claude-sonnet-4-5")
+    assert (info.value.field, info.value.value) == ("api_key", None)
+
+
+def test_the_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    model = AnthropicModel("claude-sonnet-4-5", timeout=5)
+    assert (model._sdk.api_key, model._sdk.max_retries) == ("sk-ant-env", 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"model": ""}, "model"), ({"model": "m", "max_tokens": 0}, "max_tokens")],
+    ids=["empty model", "zero max_tokens"],
+)
+def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        AnthropicModel(api_key="k", **kwargs)
+    assert info.value.field == field
+
+
+# -- streaming ------------------------------------------------------------------
+
+
+def start(input_tokens: int = 25) -> tuple[str, dict[str, Any]]:
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }
+    return ("message_start", {"type": "message_start", "message": message})
+
+
+def block_start(index: int, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    event = {"type": "content_block_start", "index": index, "content_block": block}
+    return ("content_block_start", event)
+
+
+def delta(index: int, **fields: Any) -> tuple[str, dict[str, Any]]:
+    event = {"type": "content_block_delta", "index": index, "delta": fields}
+    return ("content_block_delta", event)
+
+
+def block_stop(index: int) -> tuple[str, dict[str, Any]]:
+    return ("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+def finish(output_tokens: int) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+async def collect(model: AnthropicModel, request: ModelRequest) -> list[StreamEvent]:
+    return [event async for event in model.stream(request)]
+
+
+async def drain(
+    model: AnthropicModel, request: ModelRequest, into: list[StreamEvent]
+) -> None:
+    async for event in model.stream(request):
+        into.append(event)
+
+
+async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
+    empty_call = {"type": "tool_use", "id": "toolu_a", "name": "echo", "input": {}}
+    server = Server(
+        anthropic_sse(
+            [
+                start(input_tokens=25),
+                block_start(0, text_block("")),
+                ("ping", {"type": "ping"}),
+                delta(0, type="text_delta", text="Let me "),
+                delta(0, type="text_delta", text="check."),
+                block_stop(0),
+                block_start(1, empty_call),
+                delta(1, type="input_json_delta", partial_json=""),
+                delta(1, type="input_json_delta", partial_json='{"text": '),
+                delta(1, type="input_json_delta", partial_json='"a"}'),
+                block_stop(1),
+                block_start(2, {**empty_call, "id": "toolu_b"}),
+                delta(2, type="input_json_delta", partial_json='{"text": "b"'),
+                block_stop(2),
+                block_start(3, {**empty_call, "id": "toolu_c"}),
+                block_stop(3),
+                *finish(output_tokens=31),
+            ]
+        )
+    )
+    events = await collect(model_for(server), ask(tools=[ECHO]))
+    assert events[:2] == [TextDelta(text="Let me "), TextDelta(text="check.")]
+    [done] = events[2:]
+    assert isinstance(done, StreamDone)
+    assert done.response.message.parts == (
+        TextPart(text="Let me check."),
+        ToolCallPart(id="toolu_a", name="echo", arguments={"text": "a"}),
+        ToolCallPart(id="toolu_b", name="echo", arguments={"_raw": '{"text": "b"'}),
+        ToolCallPart(id="toolu_c", name="echo", arguments={}),
+    )
+    assert done.response.usage == Usage(input_tokens=25, output_tokens=31)
+    assert server.bodies[0]["stream"] is True
+
+
+async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
+    overloaded = {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+    }
+    server = Server(
+        anthropic_sse(
+            [
+                start(),
+                block_start(0, text_block("")),
+                delta(0, type="text_delta", text="partial"),
+                ("error", overloaded),
+            ]
+        )
+    )
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="partial")]
+    assert (info.value.kind, info.value.retriable, info.value.status) == (
+        "server",
+        True,
+        529,
+    )
+
+
+async def test_a_stream_error_is_classified_like_a_completion() -> None:
+    server = Server(
+        anthropic_error(400, "invalid_request_error", "prompt is too long: 9 > 8")
+    )
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert info.value.is_context_overflow

@@ -1,0 +1,185 @@
+"""The real clients behind the real driver, over a scripted HTTP server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import anyio
+import openai
+import pytest
+
+from tests.providers._mock import (
+    Server,
+    anthropic_error,
+    anthropic_reply,
+    json_reply,
+    openai_call,
+    openai_reply,
+    text_block,
+    tool_use,
+)
+from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.driver import Driver, RetryPolicy, Session
+from turnfsm.messages import Message
+from turnfsm.providers._anthropic import AnthropicModel
+from turnfsm.providers._openai import OpenAIModel
+from turnfsm.tokens import HeuristicTokenCounter
+
+pytestmark = pytest.mark.anyio
+
+NO_WAIT = RetryPolicy(max_attempts=3, initial_wait=0, jitter=False)
+OVERFLOW_BODY = {
+    "error": {
+        "message": "This model's maximum context length is 1024 tokens. However, "
+        "you requested 1630 tokens (1610 in the messages, 20 in the completion). "
+        "Please reduce the length of the messages or completion.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def echo(text: str) -> str:
+    """Echo the text back.
+
+    Args:
+        text: what to echo.
+    """
+    return text
+
+
+def openai_model(server: Server) -> OpenAIModel:
+    client = openai.AsyncOpenAI(
+        api_key="sk-test",
+        base_url="http://llama.test/v1",
+        http_client=server.http_client(),
+    )
+    return OpenAIModel("local", client=client)
+
+
+def anthropic_model(server: Server) -> AnthropicModel:
+    client = anthropic.AsyncAnthropic(api_key="k", http_client=server.http_client())
+    return AnthropicModel("claude-test", client=client)
+
+
+def history(n: int, size: int = 200) -> list[Message]:
+    out: list[Message] = []
+    for i in range(n):
+        out.append(Message.user(f"question {i} " + "q" * size))
+        out.append(Message.assistant(f"answer {i} " + "a" * size))
+    return out
+
+
+def driver(model: Any, **kwargs: Any) -> Driver:
+    context = ContextManager(
+        TruncatingCompactor(),
+        context_window=100_000,
+        counter=HeuristicTokenCounter(),
+    )
+    return Driver(model=model, context=context, retry=NO_WAIT, **kwargs)
+
+
+async def test_openai_tool_call_then_final_answer() -> None:
+    server = Server(
+        openai_reply(None, openai_call("call_1", "echo", '{"text": "hi"}')),
+        openai_reply("done: hi", usage=(30, 4)),
+    )
+    with anyio.fail_after(10):
+        result = await driver(openai_model(server), tools=[echo]).run("say hi")
+    assert (result.outcome, result.text, result.turns) == ("done", "done: hi", 2)
+    assert result.usage.output_tokens == 3 + 4
+    first, second = server.bodies
+    assert [t["function"]["name"] for t in first["tools"]] == ["echo"]
+    assert second["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [openai_call("call_1", "echo", '{"text":"hi"}')],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "hi"},
+    ]
+
+
+async def test_anthropic_tool_call_then_final_answer() -> None:
+    server = Server(
+        anthropic_reply(tool_use("toolu_1", "echo", text="hi")),
+        anthropic_reply(text_block("done: hi")),
+    )
+    with anyio.fail_after(10):
+        result = await driver(
+            anthropic_model(server), tools=[echo], system_prompt="be brief"
+        ).run("say hi")
+    assert (result.outcome, result.text, result.turns) == ("done", "done: hi", 2)
+    first, second = server.bodies
+    assert first["system"] == second["system"] == "be brief"
+    assert second["messages"][1:] == [
+        {"role": "assistant", "content": [tool_use("toolu_1", "echo", text="hi")]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hi"}
+            ],
+        },
+    ]
+
+
+OVERFLOW_THEN_OK: dict[str, tuple[Callable[[Server], Any], Server]] = {
+    "openai": (
+        openai_model,
+        Server(json_reply(OVERFLOW_BODY, 400), openai_reply("ok after compaction")),
+    ),
+    "anthropic": (
+        anthropic_model,
+        Server(
+            anthropic_error(
+                400, "invalid_request_error", "prompt is too long: 9000 > 8000"
+            ),
+            anthropic_reply(text_block("ok after compaction")),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", OVERFLOW_THEN_OK.keys())
+async def test_overflow_compacts_and_retries_then_succeeds(provider: str) -> None:
+    make, template = OVERFLOW_THEN_OK[provider]
+    server = Server(*template.replies)  # a fresh script for each backend
+    session = Session()
+    with anyio.fail_after(10):
+        result = await driver(make(server)).run(history(6), session=session)
+    assert (result.outcome, result.text) == ("done", "ok after compaction")
+    first, second = server.bodies
+    assert len(second["messages"]) < len(first["messages"])
+    events = [type(e).__name__ for e in session.runs[0].events]
+    assert events[:5] == [
+        "RunStarted",
+        "Measured",
+        "ContextOverflowed",
+        "CompactionResult",
+        "ModelReplied",
+    ]
+
+
+async def test_a_rate_limit_is_retried_by_the_driver_not_the_sdk() -> None:
+    limited = json_reply(
+        {"error": {"message": "slow down", "type": "requests"}},
+        429,
+        {"retry-after": "0"},
+    )
+    server = Server(limited, openai_reply("fine"))
+    with anyio.fail_after(10):
+        result = await driver(openai_model(server)).run("hi")
+    assert (result.outcome, result.text) == ("done", "fine")
+    assert len(server.requests) == 2
+
+
+async def test_an_auth_error_fails_the_run_with_the_hint() -> None:
+    server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
+    with anyio.fail_after(10):
+        result = await driver(anthropic_model(server)).run("hi")
+    assert result.outcome == "failed"
+    assert "ANTHROPIC_API_KEY" in str(result.error)
+    assert len(server.requests) == 1

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from turnfsm.errors import CONTEXT_OVERFLOW
+from turnfsm.providers._errors import from_status, mentions_overflow, parse_retry_after
+
+NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+RETRY_AFTER = {
+    "seconds": ({"retry-after": "3"}, 3.0),
+    "fraction": ({"retry-after": " 1.5 "}, 1.5),
+    "milliseconds win": ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+    "http date": ({"retry-after": "Wed, 01 Jan 2025 12:00:30 GMT"}, 30.0),
+    "date in the past": ({"retry-after": "Wed, 01 Jan 2025 11:00:00 GMT"}, 0.0),
+    "garbage": ({"retry-after": "soon"}, None),
+    "negative": ({"retry-after": "-1"}, None),
+    "infinite": ({"retry-after": "inf"}, None),
+    "absent": ({}, None),
+}
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"), RETRY_AFTER.values(), ids=RETRY_AFTER.keys()
+)
+def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> None:
+    assert parse_retry_after(headers, now=NOW) == expected
+
+
+def test_no_headers_no_wait() -> None:
+    assert parse_retry_after(None) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "This model's maximum context length is 1024 tokens.",
+        "prompt is too long: 208310 tokens > 200000 maximum",
+        "the request exceeds the available context size, try increasing it",
+        "input length and `max_tokens` exceed context limit: 1 + 2 > 3",
+        "Error code: context_length_exceeded",
+    ],
+)
+def test_overflow_texts_are_recognised(text: str) -> None:
+    assert mentions_overflow(None, text)
+
+
+def test_other_texts_are_not_overflow() -> None:
+    assert not mentions_overflow("Invalid value for 'temperature'", None, "")
+
+
+def test_overflow_wins_over_the_status() -> None:
+    error = from_status(500, "maximum context length", overflow=True, key_hint="k")
+    assert (error.kind, error.retriable, error.status) == (CONTEXT_OVERFLOW, False, 500)

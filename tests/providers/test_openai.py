@@ -1,0 +1,490 @@
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any
+
+import anyio
+import httpx2
+import openai
+import pytest
+
+from tests.providers._mock import (
+    Server,
+    json_reply,
+    openai_call,
+    openai_chunk,
+    openai_reply,
+    openai_sse,
+    refused,
+    timeout,
+)
+from turnfsm.core import Usage
+from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
+from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
+from turnfsm.providers import ModelRequest, ToolSchema
+from turnfsm.providers._openai import OpenAIModel
+from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
+
+pytestmark = pytest.mark.anyio
+
+BASE_URL = "http://llama.test/v1"
+ECHO = ToolSchema(
+    name="echo",
+    description="Echo the text back.",
+    parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+)
+# The body llama-cpp-python's server sends for a request over n_ctx
+# (RECIPES.md, "A real small model behind a real OpenAI-compatible server").
+LLAMA_CPP_OVERFLOW = {
+    "error": {
+        "message": "This model's maximum context length is 1024 tokens. However, "
+        "you requested 1630 tokens (1610 in the messages, 20 in the completion). "
+        "Please reduce the length of the messages or completion.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+}
+
+
+def model_for(server: Server, **kwargs: Any) -> OpenAIModel:
+    client = openai.AsyncOpenAI(
+        api_key="sk-test", base_url=BASE_URL, http_client=server.http_client()
+    )
+    return OpenAIModel("gpt-test", client=client, **kwargs)
+
+
+def ask(text: str = "hi", **kwargs: Any) -> ModelRequest:
+    return ModelRequest(messages=[Message.user(text)], **kwargs)
+
+
+async def test_a_plain_reply_carries_text_and_usage() -> None:
+    server = Server(openai_reply("Hello!", usage=(12, 3)))
+    response = await model_for(server).complete(ask())
+    assert response.message.role is Role.ASSISTANT
+    assert response.message.parts == (TextPart(text="Hello!"),)
+    assert response.usage == Usage(input_tokens=12, output_tokens=3)
+
+
+async def test_a_reply_without_usage_has_none() -> None:
+    server = Server(openai_reply("ok", usage=None))
+    assert (await model_for(server).complete(ask())).usage is None
+
+
+async def test_the_request_body_has_system_tools_calls_and_results() -> None:
+    server = Server(openai_reply("ok"))
+    history = [
+        Message.user("look", id="u"),
+        Message(
+            role=Role.USER,
+            parts=[TextPart(text="this"), ImagePart(url="https://x.test/a.png")],
+        ),
+        Message.assistant(
+            "calling",
+            tool_calls=[ToolCallPart(id="c1", name="echo", arguments={"text": "é"})],
+        ),
+        Message.tool_result("c1", "é"),
+        Message.assistant(
+            tool_calls=[
+                ToolCallPart(id="c2", name="echo", arguments={}),
+                ToolCallPart(id="c3", name="nope", arguments={}),
+            ]
+        ),
+        Message.tool_result("c2", ""),
+        Message.tool_result("c3", "tool 'nope' is not available", is_error=True),
+    ]
+    request = ModelRequest(
+        messages=history,
+        system="be brief",
+        tools=[ECHO],
+        max_tokens=50,
+        temperature=0.2,
+    )
+    await model_for(server, parallel_tool_calls=True).complete(request)
+    [body] = server.bodies
+    assert body["model"] == "gpt-test"
+    assert body["max_tokens"] == 50  # not api.openai.com: the classic field
+    assert body["temperature"] == 0.2
+    assert body["parallel_tool_calls"] is True
+    assert "stream" not in body
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "echo",
+                "description": "Echo the text back.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                },
+            },
+        }
+    ]
+    assert body["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "look"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "this"},
+                {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": "calling",
+            "tool_calls": [openai_call("c1", "echo", '{"text":"é"}')],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "é"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                openai_call("c2", "echo", "{}"),
+                openai_call("c3", "nope", "{}"),
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c2", "content": ""},
+        {
+            "role": "tool",
+            "tool_call_id": "c3",
+            "content": "[error] tool 'nope' is not available",
+        },
+    ]
+
+
+async def test_client_defaults_apply_when_the_request_sets_none() -> None:
+    server = Server(openai_reply("ok"))
+    await model_for(server, max_tokens=64, temperature=0.0).complete(ask())
+    [body] = server.bodies
+    assert (body["max_tokens"], body["temperature"]) == (64, 0.0)
+    assert "tools" not in body
+    assert "parallel_tool_calls" not in body
+
+
+async def test_api_openai_com_gets_max_completion_tokens() -> None:
+    server = Server(openai_reply("ok"))
+    client = openai.AsyncOpenAI(api_key="sk-test", http_client=server.http_client())
+    await OpenAIModel("gpt-test", client=client).complete(ask(max_tokens=9))
+    [body] = server.bodies
+    assert body["max_completion_tokens"] == 9
+    assert "max_tokens" not in body
+    assert server.requests[0].url.host == "api.openai.com"
+
+
+async def test_a_tool_call_reply_is_parsed() -> None:
+    server = Server(openai_reply(None, openai_call("call_1", "echo", '{"text": "hi"}')))
+    response = await model_for(server).complete(ask(tools=[ECHO]))
+    assert response.message.parts == (
+        ToolCallPart(id="call_1", name="echo", arguments={"text": "hi"}),
+    )
+
+
+async def test_parallel_tool_calls_keep_their_ids_and_order() -> None:
+    server = Server(
+        openai_reply(
+            "",  # some servers send "" rather than null beside tool calls
+            openai_call("call_b", "echo", '{"text": "1"}'),
+            openai_call("call_a", "echo", '{"text": "2"}'),
+        )
+    )
+    response = await model_for(server).complete(ask(tools=[ECHO]))
+    assert response.message.parts == (
+        ToolCallPart(id="call_b", name="echo", arguments={"text": "1"}),
+        ToolCallPart(id="call_a", name="echo", arguments={"text": "2"}),
+    )
+
+
+async def test_malformed_arguments_become_raw_and_missing_ids_are_filled() -> None:
+    server = Server(
+        openai_reply(
+            None,
+            {"type": "function", "function": {"name": "echo", "arguments": '{"te'}},
+        )
+    )
+    [call] = (await model_for(server).complete(ask())).message.tool_calls
+    assert (call.name, call.arguments) == ("echo", {"_raw": '{"te'})
+    assert call.id.startswith("call_")
+
+
+OVERFLOWS = {
+    "openai": {
+        "error": {
+            "message": "This model's maximum context length is 128000 tokens. "
+            "However, your messages resulted in 130000 tokens.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    },
+    "llama-cpp-python": LLAMA_CPP_OVERFLOW,
+    "vllm": {  # vLLM: not wrapped in "error", code is the status
+        "object": "error",
+        "message": "This model's maximum context length is 4096 tokens. However, "
+        "you requested 5000 tokens (4900 in the messages, 100 in the completion).",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    },
+    "llama.cpp": {
+        "error": {
+            "code": 400,
+            "message": "the request exceeds the available context size, "
+            "try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": 1630,
+            "n_ctx": 1024,
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("body", OVERFLOWS.values(), ids=OVERFLOWS.keys())
+async def test_context_overflow_is_classified(body: dict[str, Any]) -> None:
+    server = Server(json_reply(body, 400))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    error = info.value
+    assert (error.kind, error.retriable, error.status) == (CONTEXT_OVERFLOW, False, 400)
+    assert error.is_context_overflow
+    assert "context" in error.message
+
+
+def in_30_seconds() -> str:
+    return email.utils.formatdate(time.time() + 30, usegmt=True)
+
+
+ERRORS = {
+    "429 seconds": (429, {"retry-after": "2"}, "rate_limit", True, 2.0),
+    "429 ms": (429, {"retry-after-ms": "1500"}, "rate_limit", True, 1.5),
+    "429 none": (429, {}, "rate_limit", True, None),
+    "500": (500, {}, "server", True, None),
+    "503 retry-after": (503, {"retry-after": "7"}, "server", True, 7.0),
+    "401": (401, {}, "auth", False, None),
+    "403": (403, {}, "auth", False, None),
+    "400": (400, {}, "bad_request", False, None),
+    "404": (404, {}, "bad_request", False, None),
+    "408": (408, {}, "timeout", True, None),
+    "409": (409, {}, "conflict", True, None),
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "kind", "retriable", "retry_after"),
+    ERRORS.values(),
+    ids=ERRORS.keys(),
+)
+async def test_http_errors_are_classified_without_sdk_retries(
+    status: int,
+    headers: dict[str, str],
+    kind: str,
+    retriable: bool,
+    retry_after: float | None,
+) -> None:
+    body = {"error": {"message": "the provider says no", "type": "x", "code": None}}
+    server = Server(json_reply(body, status, headers))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    error = info.value
+    assert (error.kind, error.retriable, error.status) == (kind, retriable, status)
+    assert error.retry_after == retry_after
+    assert "the provider says no" in error.message
+    assert len(server.requests) == 1  # the SDK did not retry on its own
+
+
+async def test_retry_after_as_an_http_date() -> None:
+    body = {"error": {"message": "slow down", "type": "requests", "code": None}}
+    server = Server(json_reply(body, 429, {"retry-after": in_30_seconds()}))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert info.value.retry_after is not None
+    assert 25 <= info.value.retry_after <= 31
+
+
+async def test_an_auth_error_names_the_key_to_fix() -> None:
+    body = {
+        "error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}
+    }
+    server = Server(json_reply(body, 401))
+    with pytest.raises(ProviderError, match="OPENAI_API_KEY") as info:
+        await model_for(server).complete(ask())
+    assert "Incorrect API key provided" in info.value.message
+
+
+async def test_an_exhausted_quota_is_not_retried() -> None:
+    body = {
+        "error": {"message": "You exceeded your quota", "code": "insufficient_quota"}
+    }
+    server = Server(json_reply(body, 429))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retriable) == ("quota", False)
+
+
+@pytest.mark.parametrize(
+    ("failure", "kind"), [(timeout, "timeout"), (refused, "connection")]
+)
+async def test_transport_failures_are_retriable(failure: Any, kind: str) -> None:
+    server = Server(failure)
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retriable, info.value.status) == (
+        kind,
+        True,
+        None,
+    )
+    assert len(server.requests) == 1
+
+
+async def test_cancellation_is_never_swallowed() -> None:
+    async def hang(request: httpx2.Request) -> httpx2.Response:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    model = model_for(Server(hang))  # type: ignore[arg-type]  # an async handler
+    with anyio.move_on_after(0.05) as scope:
+        await model.complete(ask())
+    assert scope.cancelled_caught
+
+
+async def test_a_bug_in_the_transport_propagates_unchanged() -> None:
+    def broken(request: httpx2.Request) -> httpx2.Response:
+        raise KeyError("bug")
+
+    with pytest.raises(KeyError):
+        await model_for(Server(broken)).complete(ask())
+
+
+async def test_an_injected_client_has_its_retries_switched_off() -> None:
+    server = Server(json_reply({"error": {"message": "boom"}}, 500))
+    client = openai.AsyncOpenAI(
+        api_key="sk", base_url=BASE_URL, max_retries=5, http_client=server.http_client()
+    )
+    with pytest.raises(ProviderError):
+        await OpenAIModel("m", client=client).complete(ask())
+    assert len(server.requests) == 1
+
+
+def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY") as info:
+        OpenAIModel("gpt-4o-mini")
+    assert (info.value.field, info.value.value) == ("api_key", None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"model": ""}, "model"), ({"model": "m", "max_tokens": 0}, "max_tokens")],
+    ids=["empty model", "zero max_tokens"],
+)
+def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel(base_url=BASE_URL, **kwargs)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [(None, "Bearer sk-no-key-required"), ("sk-env", "Bearer sk-env")],
+    ids=["placeholder", "env"],
+)
+def test_a_base_url_server_gets_the_env_key_or_a_placeholder(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, expected: str
+) -> None:
+    if env is None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", env)
+    model = OpenAIModel("local", base_url=BASE_URL, timeout=5)
+    sdk = model._sdk
+    assert (sdk.api_key, sdk.max_retries, str(sdk.base_url)) == (
+        expected.removeprefix("Bearer "),
+        0,
+        BASE_URL + "/",
+    )
+
+
+# -- streaming ------------------------------------------------------------------
+# The OpenAI SDK leaves an inner async generator unfinished after "[DONE]";
+# trio warns when it is garbage-collected (asyncio finalises it silently), and
+# the test suite turns warnings into errors. So streams run on asyncio only.
+asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+
+def call_piece(
+    index: int, call_id: str | None = None, name: str | None = None, args: str = ""
+) -> dict[str, Any]:
+    piece: dict[str, Any] = {"index": index, "function": {"arguments": args}}
+    if call_id:
+        piece.update(id=call_id, type="function")
+        piece["function"]["name"] = name
+    return piece
+
+
+async def collect(model: OpenAIModel, request: ModelRequest) -> list[StreamEvent]:
+    return [event async for event in model.stream(request)]
+
+
+async def drain(
+    model: OpenAIModel, request: ModelRequest, into: list[StreamEvent]
+) -> None:
+    async for event in model.stream(request):
+        into.append(event)
+
+
+@asyncio_only
+async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
+    server = Server(
+        openai_sse(
+            [
+                openai_chunk({"role": "assistant", "content": ""}),
+                openai_chunk({"content": "Let me "}),
+                openai_chunk({"content": "check."}),
+                openai_chunk({"tool_calls": [call_piece(0, "call_a", "echo")]}),
+                openai_chunk({"tool_calls": [call_piece(0, args='{"text"')]}),
+                openai_chunk({"tool_calls": [call_piece(1, "call_b", "echo", "{")]}),
+                openai_chunk({"tool_calls": [call_piece(0, args=': "a"}')]}),
+                openai_chunk({"tool_calls": [call_piece(1, args='"text": "b"}')]}),
+                openai_chunk(usage=(40, 17)),
+            ]
+        )
+    )
+    events = await collect(model_for(server), ask(tools=[ECHO]))
+    assert events[:2] == [TextDelta(text="Let me "), TextDelta(text="check.")]
+    [done] = events[2:]
+    assert isinstance(done, StreamDone)
+    assert done.response.message.parts == (
+        TextPart(text="Let me check."),
+        ToolCallPart(id="call_a", name="echo", arguments={"text": "a"}),
+        ToolCallPart(id="call_b", name="echo", arguments={"text": "b"}),
+    )
+    assert done.response.usage == Usage(input_tokens=40, output_tokens=17)
+    [body] = server.bodies
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+
+
+@asyncio_only
+async def test_a_stream_error_is_classified_like_a_completion() -> None:
+    server = Server(json_reply(LLAMA_CPP_OVERFLOW, 400))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert info.value.is_context_overflow
+
+
+@asyncio_only
+async def test_an_error_event_mid_stream_is_a_retriable_server_error() -> None:
+    server = Server(
+        openai_sse(
+            [
+                openai_chunk({"content": "partial"}),
+                {"error": {"message": "The server had an error", "type": "server"}},
+            ]
+        )
+    )
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="partial")]
+    assert (info.value.kind, info.value.retriable) == ("server", True)

@@ -1,0 +1,100 @@
+"""``turnfsm run "task" --model ...``: one task on a real model, streamed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+import anyio
+
+from turnfsm.agent import Agent
+from turnfsm.cli._demo import ConsoleHook
+from turnfsm.context import ContextManager
+from turnfsm.errors import ConfigError
+from turnfsm.hooks import Hook, TextDeltaInfo
+from turnfsm.providers import ModelClient
+
+__all__ = ["StreamPrinter", "open_model", "run_task"]
+
+_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+class StreamPrinter(Hook):
+    """Prints the model's text as it streams in."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        """Print one piece of text, unbuffered."""
+        self.out.write(info.text)
+        self.out.flush()
+
+
+@contextlib.contextmanager
+def open_model(spec: str, *, n_ctx: int = 4096) -> Iterator[tuple[ModelClient, int]]:
+    """Yield the model named by `spec` and its context window.
+
+    `spec` is ``openai:MODEL``, ``anthropic:MODEL``, ``local`` (starts the
+    bundled llama.cpp model, stopped on exit) or an OpenAI-compatible base
+    URL (``http://host:port/v1``; ``URL#MODEL`` names the model).
+
+    Raises:
+        ConfigError: an unknown spec, or a missing API key (named).
+    """
+    from turnfsm.providers import AnthropicModel, OpenAIModel
+
+    kind, _, name = spec.partition(":")
+    if kind in _KEYS and name:
+        if not os.environ.get(_KEYS[kind]):
+            raise ConfigError("api_key", None, f"set {_KEYS[kind]} to use {spec}")
+        if kind == "openai":
+            yield OpenAIModel(model=name), 128_000
+        else:
+            yield AnthropicModel(model=name), 200_000
+        return
+    if spec == "local":
+        from turnfsm.providers import LlamaServer
+
+        with LlamaServer(n_ctx=n_ctx) as server:
+            yield OpenAIModel(model="local", base_url=server.base_url), n_ctx
+        return
+    if spec.startswith(("http://", "https://")):
+        url, _, model = spec.partition("#")
+        yield OpenAIModel(model=model or "default", base_url=url), n_ctx
+        return
+    raise ConfigError(
+        "model", spec, "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
+    )
+
+
+def run_task(
+    task: str,
+    model_spec: str,
+    *,
+    n_ctx: int = 4096,
+    max_tokens: int = 256,
+    out: TextIO | None = None,
+) -> int:
+    """Run `task` on the named model, printing phases and streamed text."""
+    stream = out or sys.stdout
+    try:
+        with open_model(model_spec, n_ctx=n_ctx) as (model, window):
+            agent = Agent(
+                model=model,
+                context=ContextManager(context_window=window),
+                hooks=[ConsoleHook(stream, window=window), StreamPrinter(stream)],
+                max_output_tokens=max_tokens,
+            )
+            result = anyio.run(agent.run, task)
+    except (ConfigError, ImportError) as exc:
+        print(f"turnfsm run: {exc}", file=sys.stderr)
+        return 2
+    if not result.ok:
+        print(f"\nrun failed: {result.error}", file=stream)
+        return 1
+    print(f"\n\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
+    return 0

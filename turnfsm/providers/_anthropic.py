@@ -1,0 +1,307 @@
+"""`AnthropicModel`: a `ModelClient` on the Anthropic SDK's Messages API.
+
+The system prompt goes in ``system=``; tool calls are ``tool_use`` blocks and
+results ``tool_result`` blocks (``is_error`` kept). The SDK's own retries are
+off (``max_retries=0``): the driver owns every retry, so a failure reaches it
+once, classified here in `classify_anthropic_error` (rules in ``_errors.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, Final, final
+
+import attrs
+
+from turnfsm.core import Usage
+from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
+from turnfsm.messages import Message
+from turnfsm.providers._convert_anthropic import (
+    from_anthropic_messages,
+    to_anthropic_messages,
+    to_anthropic_tools,
+)
+from turnfsm.providers._convert_openai import arguments_from_json
+from turnfsm.providers._errors import (
+    BAD_RESPONSE,
+    SERVER,
+    connection_error,
+    from_status,
+    mentions_overflow,
+    timeout_error,
+)
+from turnfsm.providers._protocol import ModelRequest, ModelResponse
+from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
+
+try:
+    import anthropic
+    from anthropic import types as wire
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "AnthropicModel needs the Anthropic SDK: pip install 'turnfsm[anthropic]'"
+    ) from exc
+
+__all__ = ["AnthropicModel", "classify_anthropic_error"]
+
+_KEY_ENV: Final = "ANTHROPIC_API_KEY"
+_TOKEN_ENV: Final = "ANTHROPIC_AUTH_TOKEN"
+_KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
+# A compatible server without authentication still needs some key.
+_PLACEHOLDER_KEY: Final = "no-key-required"
+# The status each error type stands for, for errors sent inside a stream
+# (the SDK reports those with the stream's own status, 200).
+_TYPE_STATUS: Final = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+
+
+def _positive_or_none(name: str) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(name, value, "a number > 0, or None")
+
+    return check
+
+
+def _checked(name: str, expected: str, ok: Any) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if not ok(value):
+            raise ConfigError(name, value, expected)
+
+    return check
+
+
+@final
+@attrs.define(eq=False)
+class AnthropicModel:
+    """A `ModelClient` for Anthropic's Messages API.
+
+    ``AnthropicModel("claude-sonnet-4-5")`` reads the key from
+    ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``). Replies may call
+    several tools at once; consecutive tool results travel together in one
+    user message. `stream` yields the text as it arrives. Sampling settings
+    (`ModelRequest.temperature`) are not sent: the current Messages API
+    rejects them.
+
+    Attributes:
+        model: the model name sent with every request.
+        base_url: another Messages-API endpoint; None for Anthropic itself.
+        api_key: the key; None reads ``ANTHROPIC_API_KEY``.
+        timeout: seconds per HTTP request (None: no limit).
+        max_tokens: the reply budget when the request sets none (the API
+            requires one).
+        client: a ready `anthropic.AsyncAnthropic` to use instead of building
+            one (`base_url`, `api_key` and `timeout` are then ignored); its
+            retries are switched off too.
+
+    Raises:
+        ConfigError: no key is found and no `base_url` is given, or a
+            setting is out of range.
+    """
+
+    model: str = attrs.field(
+        validator=_checked(
+            "model",
+            "a model name such as 'claude-sonnet-4-5'",
+            lambda v: isinstance(v, str) and bool(v),
+        )
+    )
+    base_url: str | None = attrs.field(default=None, kw_only=True)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    timeout: float | None = attrs.field(
+        default=600.0, kw_only=True, validator=_positive_or_none("timeout")
+    )
+    max_tokens: int = attrs.field(
+        default=1024,
+        kw_only=True,
+        validator=_checked(
+            "max_tokens",
+            "an int >= 1",
+            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        ),
+    )
+    client: anthropic.AsyncAnthropic | None = attrs.field(
+        default=None, kw_only=True, repr=False
+    )
+    _sdk: anthropic.AsyncAnthropic = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._sdk = self._build()
+
+    def _build(self) -> anthropic.AsyncAnthropic:
+        if self.client is not None:
+            return self.client.with_options(max_retries=0)
+        key = self.api_key or os.environ.get(_KEY_ENV) or None
+        if key is None and not os.environ.get(_TOKEN_ENV):
+            if self.base_url is None:
+                raise ConfigError(
+                    "api_key",
+                    None,
+                    f"set {_KEY_ENV} or pass api_key= "
+                    "(or base_url= for a server that needs no key)",
+                )
+            key = _PLACEHOLDER_KEY
+        return anthropic.AsyncAnthropic(
+            api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` as one Messages API call and return the reply.
+
+        Raises:
+            ProviderError: the API failed; `kind` says how (see ``_errors``).
+        """
+        with _translated():
+            # `**options` hides the overload; name the type it returns.
+            reply: wire.Message = await self._sdk.messages.create(
+                **self._options(request)
+            )
+        blocks = [block.model_dump(mode="json") for block in reply.content]
+        return ModelResponse(message=_reply(blocks), usage=_usage(reply.usage))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Send `request` streamed; yield text deltas, then the whole reply.
+
+        Tool calls are assembled from their ``input_json_delta`` fragments;
+        usage comes from the ``message_start`` and ``message_delta`` events.
+
+        Raises:
+            ProviderError: the API failed, before or during the stream.
+        """
+        blocks: dict[int, dict[str, Any]] = {}
+        inputs: dict[int, list[str]] = {}
+        usage: Usage | None = None
+        with _translated():
+            events: anthropic.AsyncStream[
+                wire.RawMessageStreamEvent
+            ] = await self._sdk.messages.create(**self._options(request), stream=True)
+            async with events:
+                async for event in events:
+                    if isinstance(event, wire.RawMessageStartEvent):
+                        usage = _usage(event.message.usage)
+                    elif isinstance(event, wire.RawMessageDeltaEvent):
+                        usage = _usage(event.usage, usage)
+                    elif isinstance(event, wire.RawContentBlockStartEvent):
+                        block = event.content_block.model_dump(mode="json")
+                        blocks[event.index] = block
+                        if block["type"] == "tool_use":
+                            inputs[event.index] = []
+                        elif block["type"] == "text" and block["text"]:
+                            yield TextDelta(text=block["text"])
+                    elif isinstance(event, wire.RawContentBlockDeltaEvent):
+                        delta = event.delta
+                        if isinstance(delta, wire.TextDelta):
+                            blocks[event.index]["text"] += delta.text
+                            yield TextDelta(text=delta.text)
+                        elif isinstance(delta, wire.InputJSONDelta):
+                            inputs[event.index].append(delta.partial_json)
+        for index, pieces in inputs.items():
+            if pieces:
+                blocks[index]["input"] = arguments_from_json("".join(pieces))
+        message = _reply([blocks[i] for i in sorted(blocks)])
+        yield StreamDone(response=ModelResponse(message=message, usage=usage))
+
+    async def close(self) -> None:
+        """Close the HTTP client (a client passed in is closed too)."""
+        await self._sdk.close()
+
+    def _options(self, request: ModelRequest) -> dict[str, Any]:
+        system, messages = to_anthropic_messages(request.messages)
+        if request.system:
+            system.insert(0, {"type": "text", "text": request.system})
+        limit = (
+            request.max_tokens if request.max_tokens is not None else self.max_tokens
+        )
+        options: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": limit,
+            "messages": messages,
+        }
+        if len(system) == 1:
+            options["system"] = system[0]["text"]
+        elif system:
+            options["system"] = system
+        if request.tools:
+            options["tools"] = to_anthropic_tools(request.tools)
+        # No temperature: Messages API version 2026-10-21 rejects sampling
+        # parameters and SDK 2.x removed them, so `request.temperature` is
+        # not sent.
+        return options
+
+
+def _reply(blocks: list[dict[str, Any]]) -> Message:
+    try:
+        return from_anthropic_messages([{"role": "assistant", "content": blocks}])[0]
+    except InvalidMessage as exc:
+        raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+def _usage(
+    usage: wire.Usage | wire.MessageDeltaUsage, before: Usage | None = None
+) -> Usage:
+    """Return the usage so far; input counts cache reads and writes too."""
+    input_tokens = before.input_tokens if before is not None else 0
+    if usage.input_tokens is not None:
+        input_tokens = (
+            usage.input_tokens
+            + (usage.cache_creation_input_tokens or 0)
+            + (usage.cache_read_input_tokens or 0)
+        )
+    return Usage(input_tokens=input_tokens, output_tokens=usage.output_tokens)
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """Translate the SDK's API errors; cancellation and bugs pass unchanged."""
+    try:
+        yield
+    except anthropic.APIError as exc:
+        raise classify_anthropic_error(exc) from exc
+
+
+def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
+    """Return the `ProviderError` for an Anthropic SDK error (see ``_errors``).
+
+    A context overflow is a 400 whose message says "prompt is too long" (or
+    that input and max_tokens "exceed context limit"), or a 413
+    ``request_too_large``: a smaller conversation fixes all three. 529
+    (overloaded) is a retriable server error. An error sent inside a stream
+    is classified by its error type.
+    """
+    if isinstance(exc, anthropic.APITimeoutError):
+        return timeout_error(f"the Anthropic API timed out: {exc.message}")
+    if isinstance(exc, anthropic.APIConnectionError):
+        return connection_error(f"could not reach the Anthropic API: {exc.message}")
+    body = exc.body if isinstance(exc.body, Mapping) else {}
+    error = body.get("error")
+    error = error if isinstance(error, Mapping) else body
+    raw_message, kind = error.get("message"), error.get("type")
+    message = raw_message if isinstance(raw_message, str) else exc.message
+    if isinstance(exc, anthropic.APIResponseValidationError):
+        return ProviderError(
+            f"unreadable reply: {message}", kind=BAD_RESPONSE, status=exc.status_code
+        )
+    if not isinstance(exc, anthropic.APIStatusError):
+        return ProviderError(message, retriable=True, kind=SERVER)
+    status = exc.status_code
+    if status < 400:  # an error event inside a stream
+        status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
+    overflow = status == 413 or mentions_overflow(message)
+    return from_status(
+        status,
+        message,
+        overflow=overflow,
+        key_hint=_KEY_HINT,
+        headers=exc.response.headers,
+    )

@@ -1,0 +1,258 @@
+"""turnfsm messages to and from Anthropic Messages API messages (pure functions).
+
+The mapping:
+
+- system messages: text blocks of the ``system`` parameter;
+- user / assistant with one text part: ``content: "text"``;
+- other user / assistant parts: ``content: [blocks]`` in order, ``text``,
+  ``image`` and ``tool_use`` blocks (a tool call's ``input`` is its dict);
+- an image with a base64 ``data:`` URL: ``source.type: "base64"``; with any
+  other URL: ``source.type: "url"``;
+- consecutive tool messages: one ``user`` message of ``tool_result`` blocks,
+  ``is_error`` kept (written only when true).
+
+Anthropic takes the system prompt apart from the messages, so system messages
+are hoisted into the ``system`` blocks, in order, wherever they stood.
+
+**Round trip.** `from_anthropic_messages(*to_anthropic_messages(m))` equals
+`m` (roles and parts; ids are not carried) when `m` has at most one system
+message, first, with text parts only; each tool message holds one result; and
+an image's `media_type` is the one its ``data:`` URL names (None for other
+URLs). Other conversations come back in that normal form. Reading replies,
+``thinking`` and ``redacted_thinking`` blocks are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import cast
+
+from turnfsm.errors import InvalidMessage
+from turnfsm.messages import (
+    ImagePart,
+    JSONValue,
+    Message,
+    Part,
+    Role,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from turnfsm.providers._convert_openai import split_data_url
+from turnfsm.providers._protocol import ToolSchema
+
+__all__ = ["from_anthropic_messages", "to_anthropic_messages", "to_anthropic_tools"]
+
+_SKIPPED = frozenset({"thinking", "redacted_thinking"})
+
+
+def to_anthropic_tools(tools: Iterable[ToolSchema]) -> list[dict[str, object]]:
+    """Return Anthropic tool definitions for `tools`."""
+    return [
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "input_schema": dict(tool.parameters),
+        }
+        for tool in tools
+    ]
+
+
+def to_anthropic_messages(
+    messages: Iterable[Message],
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Return `messages` as Anthropic ``(system_blocks, messages)``.
+
+    Args:
+        messages: the conversation.
+
+    Returns:
+        The text blocks of every system message (for the ``system``
+        parameter) and the user and assistant messages.
+
+    Raises:
+        InvalidMessage: a system message holds an image.
+    """
+    system: list[dict[str, object]] = []
+    out: list[dict[str, object]] = []
+    results: list[dict[str, object]] | None = None  # the open tool-result turn
+    for message in messages:
+        match message.role:
+            case Role.SYSTEM:
+                system.extend(_system_block(part) for part in message.parts)
+            case Role.TOOL:
+                blocks = [_result_block(part) for part in message.tool_results]
+                if results is None:
+                    results = blocks
+                    out.append({"role": "user", "content": results})
+                else:
+                    results.extend(blocks)
+            case Role.USER | Role.ASSISTANT:
+                results = None
+                out.append(
+                    {"role": message.role.value, "content": _content(message.parts)}
+                )
+    return system, out
+
+
+def _system_block(part: Part) -> dict[str, object]:
+    if not isinstance(part, TextPart):
+        raise InvalidMessage("parts", part, "Anthropic system prompts are text only")
+    return {"type": "text", "text": part.text}
+
+
+def _result_block(part: ToolResultPart) -> dict[str, object]:
+    block: dict[str, object] = {
+        "type": "tool_result",
+        "tool_use_id": part.call_id,
+        "content": part.content,
+    }
+    if part.is_error:
+        block["is_error"] = True
+    return block
+
+
+def _content(parts: tuple[Part, ...]) -> str | list[dict[str, object]]:
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return [_block(part) for part in parts]
+
+
+def _block(part: Part) -> dict[str, object]:
+    match part:
+        case TextPart(text=text):
+            return {"type": "text", "text": text}
+        case ImagePart(url=url):
+            data = split_data_url(url)
+            source: dict[str, object] = (
+                {"type": "base64", "media_type": data[0], "data": data[1]}
+                if data
+                else {"type": "url", "url": url}
+            )
+            return {"type": "image", "source": source}
+        case ToolCallPart(id=id_, name=name, arguments=arguments):
+            return {
+                "type": "tool_use",
+                "id": id_,
+                "name": name,
+                "input": dict(arguments),
+            }
+        case _:  # the Message validators keep results out of user/assistant
+            raise InvalidMessage("parts", part, "not allowed in this message")
+
+
+def from_anthropic_messages(
+    messages: Iterable[Mapping[str, object]],
+    *,
+    system: str | Iterable[Mapping[str, object]] | None = None,
+) -> list[Message]:
+    """Build turnfsm messages from Anthropic messages and system prompt.
+
+    A user message's ``tool_result`` blocks become one tool message each;
+    its other blocks become user messages between them, in order.
+
+    Args:
+        messages: Anthropic ``user`` and ``assistant`` messages.
+        system: the ``system`` parameter (a string or text blocks); it
+            becomes one leading system message.
+
+    Raises:
+        InvalidMessage: an unknown role or block type, or a missing field.
+    """
+    out: list[Message] = []
+    if isinstance(system, str):
+        out.append(Message.system(system))
+    elif system is not None:
+        texts = [TextPart(text=_str(block, "text")) for block in system]
+        if texts:
+            out.append(Message(role=Role.SYSTEM, parts=texts))
+    for message in messages:
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise InvalidMessage("role", role, "expected user or assistant")
+        out.extend(_messages(Role(role), message.get("content")))
+    return out
+
+
+def _messages(role: Role, content: object) -> list[Message]:
+    if isinstance(content, str):
+        return [Message(role=role, parts=content)]
+    if not isinstance(content, list):
+        raise InvalidMessage("content", content, "expected a string or a list")
+    groups: list[tuple[Role, list[Part]]] = []
+    parts: list[Part] | None = None  # the open run of non-result blocks
+    for block in content:
+        if not isinstance(block, Mapping):
+            raise InvalidMessage("content", block, "expected a content block")
+        kind = block.get("type")
+        if kind in _SKIPPED:
+            continue
+        if kind == "tool_result" and role is Role.USER:
+            parts = None
+            groups.append((Role.TOOL, [_result(block)]))
+            continue
+        if parts is None:
+            parts = []
+            groups.append((role, parts))
+        parts.append(_part(block))
+    if not groups:  # no blocks (or only skipped ones): still one message
+        groups.append((role, []))
+    return [Message(role=r, parts=p) for r, p in groups]
+
+
+def _part(block: Mapping[str, object]) -> Part:
+    kind = block.get("type")
+    if kind == "text":
+        return TextPart(text=_str(block, "text"))
+    if kind == "tool_use":
+        raw = block.get("input")
+        arguments: dict[str, JSONValue] = (
+            cast(dict[str, JSONValue], dict(raw))
+            if isinstance(raw, Mapping)
+            else {"_raw": str(raw)}
+        )
+        return ToolCallPart(
+            id=_str(block, "id"), name=_str(block, "name"), arguments=arguments
+        )
+    if kind == "image":
+        source = block.get("source")
+        if not isinstance(source, Mapping):
+            raise InvalidMessage("image.source", source, "expected an object")
+        if source.get("type") == "base64":
+            media_type = _str(source, "media_type")
+            url = f"data:{media_type};base64,{_str(source, 'data')}"
+            return ImagePart(url=url, media_type=media_type)
+        if source.get("type") == "url":
+            return ImagePart(url=_str(source, "url"))
+        raise InvalidMessage("image.source.type", source.get("type"), "base64 or url")
+    raise InvalidMessage(
+        "content.type", kind, "expected text, image, tool_use or tool_result"
+    )
+
+
+def _result(block: Mapping[str, object]) -> ToolResultPart:
+    raw = block.get("content")
+    if raw is None:
+        content = ""
+    elif isinstance(raw, str):
+        content = raw
+    elif isinstance(raw, list):
+        content = "\n".join(
+            _str(item, "text")
+            for item in raw
+            if isinstance(item, Mapping) and item.get("type") == "text"
+        )
+    else:
+        raise InvalidMessage("tool_result.content", raw, "expected text or blocks")
+    return ToolResultPart(
+        call_id=_str(block, "tool_use_id"),
+        content=content,
+        is_error=bool(block.get("is_error", False)),
+    )
+
+
+def _str(data: Mapping[str, object], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise InvalidMessage(key, value, "expected a string")
+    return value

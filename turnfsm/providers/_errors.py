@@ -1,0 +1,181 @@
+"""Shared rules for turning a model API's failure into a `ProviderError`.
+
+Each provider module classifies its SDK's exceptions in one function and
+leans on these helpers, so both providers agree on what is transient:
+
+| failure                          | `kind`             | retriable |
+|----------------------------------|--------------------|-----------|
+| request longer than the context  | `CONTEXT_OVERFLOW` | no        |
+| HTTP 429                         | ``rate_limit``     | yes       |
+| HTTP 408, SDK timeout            | ``timeout``        | yes       |
+| HTTP 409                         | ``conflict``       | yes       |
+| HTTP 5xx (529 overloaded too)    | ``server``         | yes       |
+| connection failure               | ``connection``     | yes       |
+| HTTP 401, 403                    | ``auth``           | no        |
+| any other 4xx                    | ``bad_request``    | no        |
+
+408 and 409 are retried because the SDKs' own retry policies retry them, and
+turnfsm switches those off (`max_retries=0`) so its driver owns every retry.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Final
+
+from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError
+
+__all__ = [
+    "AUTH",
+    "BAD_REQUEST",
+    "BAD_RESPONSE",
+    "CONFLICT",
+    "CONNECTION",
+    "OVERFLOW_MARKERS",
+    "QUOTA",
+    "RATE_LIMIT",
+    "SERVER",
+    "TIMEOUT",
+    "connection_error",
+    "from_status",
+    "mentions_overflow",
+    "parse_retry_after",
+    "timeout_error",
+]
+
+RATE_LIMIT: Final = "rate_limit"
+"""`ProviderError.kind` of an HTTP 429: retriable, honours Retry-After."""
+QUOTA: Final = "quota"
+"""`ProviderError.kind` of an exhausted quota or balance: not retriable."""
+TIMEOUT: Final = "timeout"
+"""`ProviderError.kind` of a request that timed out: retriable."""
+CONFLICT: Final = "conflict"
+"""`ProviderError.kind` of an HTTP 409 (a lock timeout upstream): retriable."""
+SERVER: Final = "server"
+"""`ProviderError.kind` of an HTTP 5xx or an overloaded API: retriable."""
+CONNECTION: Final = "connection"
+"""`ProviderError.kind` of a failed connection: retriable."""
+AUTH: Final = "auth"
+"""`ProviderError.kind` of a rejected key (HTTP 401 or 403): not retriable."""
+BAD_REQUEST: Final = "bad_request"
+"""`ProviderError.kind` of any other HTTP 4xx: not retriable."""
+BAD_RESPONSE: Final = "bad_response"
+"""`ProviderError.kind` of a reply the SDK could not read: not retriable."""
+
+OVERFLOW_MARKERS: Final = (
+    "maximum context length",  # OpenAI, vLLM, llama-cpp-python
+    "context_length_exceeded",
+    "exceed_context_size",  # llama.cpp's own server (error type)
+    "exceeds the available context size",  # llama.cpp's own server
+    "prompt is too long",  # Anthropic
+    "exceed context limit",  # Anthropic: input + max_tokens over the window
+)
+"""Lower-case phrases that mark a context-length rejection in an error text."""
+
+
+def mentions_overflow(*texts: str | None) -> bool:
+    """Return whether any of `texts` reads like a context-length rejection."""
+    return any(
+        marker in text.lower() for text in texts if text for marker in OVERFLOW_MARKERS
+    )
+
+
+def parse_retry_after(
+    headers: Mapping[str, str] | None, *, now: datetime | None = None
+) -> float | None:
+    """Return the wait a response asks for, in seconds, or None.
+
+    Reads ``retry-after-ms`` (OpenAI) first, then ``retry-after`` as seconds
+    or as an HTTP date. A date in the past gives 0; garbage gives None.
+
+    Args:
+        headers: the response headers (case-insensitive, as httpx gives them).
+        now: the current time for an HTTP date (defaults to the clock).
+    """
+    if headers is None:
+        return None
+    millis = _number(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = now if now is not None else datetime.now(UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(number) or number < 0:
+        return None
+    return number
+
+
+def from_status(
+    status: int,
+    message: str,
+    *,
+    overflow: bool,
+    key_hint: str,
+    headers: Mapping[str, str] | None = None,
+) -> ProviderError:
+    """Classify an HTTP error status from a model API.
+
+    Args:
+        status: the HTTP status code.
+        message: the provider's own error message.
+        overflow: whether the provider said the request is too long (the
+            caller's provider-specific rule decides).
+        key_hint: how to fix a rejected key, e.g. ``"set OPENAI_API_KEY"``.
+        headers: the response headers, for Retry-After.
+
+    Returns:
+        The `ProviderError` the driver acts on.
+    """
+    text = f"HTTP {status}: {message}"
+    if overflow:
+        return ProviderError(text, kind=CONTEXT_OVERFLOW, status=status)
+    if status == 429:
+        wait = parse_retry_after(headers)
+        return ProviderError(
+            text, retriable=True, kind=RATE_LIMIT, retry_after=wait, status=status
+        )
+    if status == 408:
+        return ProviderError(text, retriable=True, kind=TIMEOUT, status=status)
+    if status == 409:
+        return ProviderError(text, retriable=True, kind=CONFLICT, status=status)
+    if status >= 500:
+        wait = parse_retry_after(headers)
+        return ProviderError(
+            text, retriable=True, kind=SERVER, retry_after=wait, status=status
+        )
+    if status in (401, 403):
+        return ProviderError(f"{text} - {key_hint}", kind=AUTH, status=status)
+    return ProviderError(text, kind=BAD_REQUEST, status=status)
+
+
+def timeout_error(message: str) -> ProviderError:
+    """Return the retriable `ProviderError` for a request that timed out."""
+    return ProviderError(message, retriable=True, kind=TIMEOUT)
+
+
+def connection_error(message: str) -> ProviderError:
+    """Return the retriable `ProviderError` for a connection that failed."""
+    return ProviderError(message, retriable=True, kind=CONNECTION)

