@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import string
+from collections.abc import Sequence
 
 from hypothesis import strategies as st
 
@@ -60,15 +61,21 @@ calls = st.builds(ToolCallPart, id=ids, name=ids, arguments=arguments)
 results = st.builds(ToolResultPart, call_id=ids, content=texts, is_error=st.booleans())
 
 
-def _message(role: Role, parts: list[Part]) -> Message:
+def _message(role: Role, parts: Sequence[Part]) -> Message:
     return Message(role=role, parts=parts)
+
+
+def _texts_then_calls(
+    drawn: tuple[list[TextPart], list[ToolCallPart]],
+) -> list[Part]:
+    return [*drawn[0], *drawn[1]]
 
 
 def _canonical_message() -> st.SearchStrategy[Message]:
     user = st.lists(text_parts | images(), max_size=3)
     assistant = st.tuples(
         st.lists(text_parts, max_size=2), st.lists(calls, max_size=3)
-    ).map(lambda tc: [*tc[0], *tc[1]])
+    ).map(_texts_then_calls)
     return st.one_of(
         user.map(lambda p: _message(Role.USER, p)),
         assistant.map(lambda p: _message(Role.ASSISTANT, p)),

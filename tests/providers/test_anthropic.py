@@ -325,7 +325,7 @@ def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], field: str) -
 
 
 def start(input_tokens: int = 25) -> tuple[str, dict[str, Any]]:
-    message = {
+    message: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
         "role": "assistant",

@@ -218,7 +218,7 @@ def test_openai_rejects_what_it_cannot_read(data: dict[str, Any]) -> None:
 
 
 def test_anthropic_splits_a_user_turn_into_results_and_text() -> None:
-    wire = [
+    wire: list[dict[str, Any]] = [
         {
             "role": "user",
             "content": [

@@ -1,6 +1,15 @@
-"""Ports to model APIs: the `ModelClient` protocol and its request/response values."""
+"""Ports to model APIs: the `ModelClient` protocol and real clients.
+
+`OpenAIModel` (OpenAI and any OpenAI-compatible server: vLLM, llama.cpp,
+Ollama), `AnthropicModel`, and `LlamaServer` (a local llama.cpp server on a
+small GGUF model) load lazily, so their SDKs are only needed when used:
+``pip install 'turnfsm[openai]'``, ``'turnfsm[anthropic]'``, ``'turnfsm[local]'``.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from turnfsm.providers._protocol import (
     ModelClient,
@@ -8,5 +17,45 @@ from turnfsm.providers._protocol import (
     ModelResponse,
     ToolSchema,
 )
+from turnfsm.providers._stream import (
+    StreamDone,
+    StreamEvent,
+    StreamingModelClient,
+    TextDelta,
+)
 
-__all__ = ["ModelClient", "ModelRequest", "ModelResponse", "ToolSchema"]
+if TYPE_CHECKING:
+    from turnfsm.providers._anthropic import AnthropicModel
+    from turnfsm.providers._local import LlamaServer, local_model_path
+    from turnfsm.providers._openai import OpenAIModel
+
+__all__ = [
+    "AnthropicModel",
+    "LlamaServer",
+    "ModelClient",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIModel",
+    "StreamDone",
+    "StreamEvent",
+    "StreamingModelClient",
+    "TextDelta",
+    "ToolSchema",
+    "local_model_path",
+]
+
+_LAZY = {
+    "AnthropicModel": "turnfsm.providers._anthropic",
+    "LlamaServer": "turnfsm.providers._local",
+    "OpenAIModel": "turnfsm.providers._openai",
+    "local_model_path": "turnfsm.providers._local",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'turnfsm.providers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -252,11 +252,13 @@ def _usage(
 ) -> Usage:
     """Return the usage so far; input counts cache reads and writes too."""
     input_tokens = before.input_tokens if before is not None else 0
-    if usage.input_tokens is not None:
+    # Older SDKs' `message_delta` usage has no input fields: read them softly.
+    fresh: int | None = getattr(usage, "input_tokens", None)
+    if fresh is not None:
         input_tokens = (
-            usage.input_tokens
-            + (usage.cache_creation_input_tokens or 0)
-            + (usage.cache_read_input_tokens or 0)
+            fresh
+            + (getattr(usage, "cache_creation_input_tokens", None) or 0)
+            + (getattr(usage, "cache_read_input_tokens", None) or 0)
         )
     return Usage(input_tokens=input_tokens, output_tokens=usage.output_tokens)
 

