@@ -449,3 +449,11 @@ async def test_a_stream_error_is_classified_like_a_completion() -> None:
     with pytest.raises(ProviderError) as info:
         await collect(model_for(server), ask())
     assert info.value.is_context_overflow
+
+
+async def test_close_closes_the_http_client() -> None:
+    server = Server(anthropic_reply(text_block("ok")))
+    http = server.http_client()
+    client = anthropic.AsyncAnthropic(api_key="k", http_client=http)
+    await AnthropicModel("m", client=client).close()
+    assert http.is_closed

@@ -488,3 +488,38 @@ async def test_an_error_event_mid_stream_is_a_retriable_server_error() -> None:
         await drain(model_for(server), ask(), events)
     assert events == [TextDelta(text="partial")]
     assert (info.value.kind, info.value.retriable) == ("server", True)
+
+
+UNREADABLE = {
+    "no choices": {"id": "c", "object": "chat.completion", "created": 0, "choices": []},
+    "audio part": {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": [{"type": "input_audio"}]},
+            }
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("body", UNREADABLE.values(), ids=UNREADABLE.keys())
+async def test_an_unreadable_reply_is_a_provider_error_not_a_crash(
+    body: dict[str, Any],
+) -> None:
+    server = Server(json_reply(body))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retriable) == ("bad_response", False)
+
+
+async def test_close_closes_the_http_client() -> None:
+    server = Server(openai_reply("ok"))
+    http = server.http_client()
+    client = openai.AsyncOpenAI(api_key="k", base_url=BASE_URL, http_client=http)
+    await OpenAIModel("m", client=client).close()
+    assert http.is_closed

