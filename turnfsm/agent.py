@@ -138,9 +138,12 @@ class Agent:
                     hooks=[forward],
                 )
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(runner)
-            yield stream
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(runner)
+                yield stream
+        finally:
+            receive.close()
 
     def run_sync(
         self,

@@ -67,3 +67,21 @@ def test_diagram_writes_mermaid_and_check_detects_drift(
     (out / "turn.mmd").write_text(mmd + "stale\n")
     assert main(["diagram", str(ROOT / "machines"), "--out", str(out), "--check"]) == 1
     assert "stale" in capsys.readouterr().err
+
+
+def test_run_names_the_missing_key(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert main(["run", "hi", "--model", "openai:gpt-4o-mini"]) == 2
+    assert "set OPENAI_API_KEY" in capsys.readouterr().err
+    assert main(["run", "hi", "--model", "anthropic:claude-x"]) == 2
+    assert "set ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+def test_run_rejects_an_unknown_model_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "hi", "--model", "gpt-4o"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid model='gpt-4o'" in err
+    assert "openai:MODEL" in err

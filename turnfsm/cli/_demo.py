@@ -203,7 +203,9 @@ def _run_local_demo(sink: TextIO, stream: TextIO) -> int:
         model = OpenAIModel(model="local", base_url=server.base_url)
         agent = build_demo_agent(sink, model=model, window=window)
         print(f"task: {TASK}\n", file=sink)
-        result = anyio.run(agent.run, TASK)
+        from turnfsm.cli._run import run_and_close
+
+        result = anyio.run(run_and_close, agent, TASK)
     finally:
         server.stop()
     if not result.ok:

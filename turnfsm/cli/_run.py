@@ -13,11 +13,12 @@ import anyio
 from turnfsm.agent import Agent
 from turnfsm.cli._demo import ConsoleHook
 from turnfsm.context import ContextManager
+from turnfsm.driver import RunResult
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, TextDeltaInfo
 from turnfsm.providers import ModelClient
 
-__all__ = ["StreamPrinter", "open_model", "run_task"]
+__all__ = ["StreamPrinter", "open_model", "run_and_close", "run_task"]
 
 _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
@@ -71,6 +72,16 @@ def open_model(spec: str, *, n_ctx: int = 4096) -> Iterator[tuple[ModelClient, i
     )
 
 
+async def run_and_close(agent: Agent, task: str) -> RunResult:
+    """Run `task`, then close the model's connections (if it has `close()`)."""
+    try:
+        return await agent.run(task)
+    finally:
+        close = getattr(agent.driver.model, "close", None)
+        if close is not None:
+            await close()
+
+
 def run_task(
     task: str,
     model_spec: str,
@@ -89,7 +100,7 @@ def run_task(
                 hooks=[ConsoleHook(stream, window=window), StreamPrinter(stream)],
                 max_output_tokens=max_tokens,
             )
-            result = anyio.run(agent.run, task)
+            result = anyio.run(run_and_close, agent, task)
     except (ConfigError, ImportError) as exc:
         print(f"turnfsm run: {exc}", file=sys.stderr)
         return 2

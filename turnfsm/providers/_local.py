@@ -10,6 +10,7 @@ package carries.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -112,12 +113,10 @@ class LlamaServer:
             RuntimeError: the server exited or did not answer in time (its
                 log is quoted).
         """
-        try:
-            import llama_cpp.server  # noqa: F401
-        except ImportError as exc:
-            raise ImportError(
-                f"llama-cpp-python's server is missing: {_EXTRA_HINT}"
-            ) from exc
+        # Only look: importing llama_cpp here would load the native library
+        # into this process; the server runs in its own.
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ImportError(f"llama-cpp-python's server is missing: {_EXTRA_HINT}")
         path = self.model_path or local_model_path()
         if self.port is None:
             self.port = _free_port()

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from turnfsm import Agent
+from turnfsm.driver import Driver
+from turnfsm.hooks import Hook, TextDeltaInfo
+from turnfsm.messages import Message
+from turnfsm.providers import (
+    ModelRequest,
+    ModelResponse,
+    StreamDone,
+    StreamEvent,
+    TextDelta,
+)
+from turnfsm.testing import reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+
+class StreamingModel:
+    """Streams each scripted reply's text word by word, then the whole reply."""
+
+    def __init__(self, *replies: Message) -> None:
+        self.replies = list(replies)
+        self.streamed = 0
+        self.completed = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.completed += 1
+        return ModelResponse(message=self.replies.pop(0))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.streamed += 1
+        message = self.replies.pop(0)
+        for word in message.text.split(" "):
+            yield TextDelta(text=word + " ")
+        yield StreamDone(response=ModelResponse(message=message))
+
+
+def note(text: str) -> str:
+    """Take a note.
+
+    Args:
+        text: the note.
+    """
+    return "noted"
+
+
+async def test_run_stream_yields_text_as_it_arrives_and_the_brain_sees_one_reply() -> (
+    None
+):
+    model = StreamingModel(
+        reply("let me note", tool_call("note", "c1", text="x")),
+        Message.assistant("all done now"),
+    )
+    agent = Agent(model=model, tools=[note])
+    pieces: list[str] = []
+    async with agent.run_stream("go") as stream:
+        async for piece in stream:
+            pieces.append(piece)
+    assert pieces == ["let ", "me ", "note ", "all ", "done ", "now "]
+    assert stream.result.text == "all done now"
+    assert (model.streamed, model.completed) == (2, 0)
+    events = [type(e).__name__ for e in agent.session.runs[0].events]
+    assert events.count("ModelReplied") == 2
+
+
+async def test_run_stream_without_a_streaming_model_yields_whole_replies() -> None:
+    from turnfsm.testing import ScriptedModel
+
+    agent = Agent(model=ScriptedModel.of("hello there"))
+    async with agent.run_stream("hi") as stream:
+        pieces = [piece async for piece in stream]
+    assert pieces == ["hello there"]
+    assert stream.result.ok
+
+
+async def test_result_is_unavailable_until_the_run_ends() -> None:
+    from turnfsm.testing import ScriptedModel
+
+    agent = Agent(model=ScriptedModel.of("x"))
+    async with agent.run_stream("hi") as stream:
+        with pytest.raises(RuntimeError, match="not ended"):
+            _ = stream.result
+        _ = [p async for p in stream]
+    assert stream.result.text == "x"
+
+
+async def test_text_delta_hooks_trigger_streaming_and_plain_runs_do_not() -> None:
+    class Collect(Hook):
+        def __init__(self) -> None:
+            self.infos: list[TextDeltaInfo] = []
+
+        def on_text_delta(self, info: TextDeltaInfo) -> None:
+            self.infos.append(info)
+
+    hook = Collect()
+    model = StreamingModel(Message.assistant("a b"))
+    result = await Driver(model=model, hooks=[hook]).run("x")
+    assert result.text == "a b"
+    assert [(i.turn, i.text) for i in hook.infos] == [(1, "a "), (1, "b ")]
+    model = StreamingModel(Message.assistant("a b"))
+    await Driver(model=model).run("x")
+    assert (model.streamed, model.completed) == (0, 1)
+
+
+async def test_a_stream_without_a_final_reply_fails_the_run() -> None:
+    from turnfsm.errors import ProviderError
+
+    class Broken(StreamingModel):
+        async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+            yield TextDelta(text="partial")
+
+    agent = Agent(model=Broken(Message.assistant("unused")))
+    async with agent.run_stream("x") as stream:
+        _ = [p async for p in stream]
+    assert isinstance(stream.result.error, ProviderError)
+    assert stream.result.error.kind == "bad_stream"
