@@ -26,7 +26,7 @@ import anyio
 
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver, Session
-from turnfsm.messages import Message, ToolCallPart
+from turnfsm.messages import Message, MessageLog, ToolCallPart
 from turnfsm.providers import ModelRequest, ModelResponse
 
 TARGET_US = 30.0
@@ -59,16 +59,18 @@ async def noop() -> str:
 async def raw_loop(turns: int) -> InstantModel:
     """The baseline: the loop anyone would write by hand."""
     model = InstantModel(turns)
-    messages = [Message.user("go")]
+    # A MessageLog appends in O(1) and is handed to the request without a copy,
+    # so the baseline stays flat too (a plain list would be copied per request).
+    messages = MessageLog([Message.user("go")])
     tools = {"noop": noop}
     while True:
         reply = (await model.complete(ModelRequest(messages=messages))).message
-        messages.append(reply)
+        messages = messages.append(reply)
         if not reply.tool_calls:
             return model
         for call in reply.tool_calls:
             output = await tools[call.name]()
-            messages.append(Message.tool_result(call.id, output))
+            messages = messages.append(Message.tool_result(call.id, output))
 
 
 async def turnfsm_loop(turns: int) -> InstantModel:

@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from turnfsm.errors import InvalidMessage
+from turnfsm.messages import (
+    ImagePart,
+    Joined,
+    Message,
+    MessageLog,
+    Role,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    check_history,
+)
+
+
+def test_an_unknown_role_names_the_field_and_value() -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        Message(role="robot", parts="hi")  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("role", "robot")
+    assert "expected one of system, user, assistant, tool" in str(caught.value)
+    with pytest.raises(InvalidMessage):
+        Message(role=3, parts="hi")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("role", "part", "reason"),
+    [
+        ("user", ToolCallPart(id="c", name="f"), "needs role 'assistant'"),
+        ("assistant", ToolResultPart(call_id="c", content="x"), "needs role 'tool'"),
+        ("tool", TextPart(text="x"), "holds only tool results"),
+    ],
+    ids=["call-on-user", "result-on-assistant", "text-on-tool"],
+)
+def test_parts_must_fit_the_role(role: str, part: object, reason: str) -> None:
+    with pytest.raises(InvalidMessage, match=reason) as caught:
+        Message(role=role, parts=[part])  # type: ignore[arg-type, list-item]
+    assert caught.value.field == "parts"
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: TextPart(text=3), "text"),
+        (lambda: ToolCallPart(id="", name="f"), "tool_call.id"),
+        (lambda: ToolCallPart(id="c", name=""), "tool_call.name"),
+        (lambda: ToolCallPart(id="c", name="f", arguments=[1]), "tool_call.arguments"),
+        (lambda: ToolResultPart(call_id="", content="x"), "tool_result.call_id"),
+        (lambda: ToolResultPart(call_id="c", content=None), "tool_result.content"),
+        (lambda: ImagePart(url=""), "image.url"),
+        (lambda: Message(role="user", parts=[object()]), "parts"),
+        (lambda: Message(role="user", parts="x", id=""), "id"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_bad_parts_name_their_field(build: object, field: str) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        build()  # type: ignore[operator]
+    assert caught.value.field == field
+
+
+def test_constructors_and_views() -> None:
+    call = ToolCallPart(id="c1", name="read", arguments={"path": "a.md", "n": 2})
+    msg = Message.assistant("reading", tool_calls=[call])
+    assert (msg.role, msg.text, msg.tool_calls) == (Role.ASSISTANT, "reading", (call,))
+    assert Message.assistant(tool_calls=[call]).parts == (call,)
+    result = Message.tool_result("c1", "body", is_error=True)
+    assert result.tool_results == (
+        ToolResultPart(call_id="c1", content="body", is_error=True),
+    )
+    assert call.arguments_json() == '{"n":2,"path":"a.md"}'
+    assert Message.system("s").role is Role.SYSTEM
+    assert Message.user("a").id != Message.user("a").id  # fresh, stable ids
+
+
+texts = st.text(max_size=20)
+parts_for = {
+    Role.USER: st.lists(
+        st.one_of(
+            st.builds(TextPart, text=texts),
+            st.builds(
+                ImagePart,
+                url=st.just("data:image/png;base64,AA"),
+                media_type=st.sampled_from([None, "image/png"]),
+            ),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    Role.ASSISTANT: st.lists(
+        st.one_of(
+            st.builds(TextPart, text=texts),
+            st.builds(
+                ToolCallPart,
+                id=st.just("c1"),
+                name=st.just("f"),
+                arguments=st.dictionaries(
+                    st.text(min_size=1, max_size=5), st.integers()
+                ),
+            ),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    Role.TOOL: st.lists(
+        st.builds(
+            ToolResultPart, call_id=st.just("c1"), content=texts, is_error=st.booleans()
+        ),
+        min_size=1,
+        max_size=2,
+    ),
+}
+messages = st.sampled_from(list(parts_for)).flatmap(
+    lambda role: parts_for[role].map(lambda parts: Message(role=role, parts=parts))
+)
+
+
+@given(messages)
+def test_to_dict_round_trips_through_json(message: Message) -> None:
+    again = Message.from_dict(json.loads(json.dumps(message.to_dict())))
+    assert again == message
+    assert again.id == message.id
+
+
+def test_from_dict_reports_missing_and_unknown_fields() -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        Message.from_dict({"role": "user", "parts": []})
+    assert caught.value.field == "id"
+    with pytest.raises(InvalidMessage) as caught:
+        Message.from_dict({"id": "m", "role": "user", "parts": [{"type": "audio"}]})
+    assert caught.value.field == "parts.type"
+
+
+def test_check_history_rejects_a_result_for_no_call() -> None:
+    call = Message.assistant(tool_calls=[ToolCallPart(id="c1", name="f")])
+    ok = check_history([call, Message.tool_result("c1", "x")])
+    assert len(ok) == 2
+    with pytest.raises(InvalidMessage) as caught:
+        check_history(
+            [call, Message.tool_result("c1", "x"), Message.tool_result("c1", "again")]
+        )
+    assert (caught.value.field, caught.value.value) == ("tool_result.call_id", "c1")
+    with pytest.raises(InvalidMessage):
+        check_history(["not a message"])  # type: ignore[list-item]
+
+
+def test_message_log_appends_without_changing_earlier_views() -> None:
+    a, b, c = Message.user("a"), Message.user("b"), Message.user("c")
+    base = MessageLog([a])
+    one = base.append(b)
+    two = base.append(c)  # a branch: must not see b
+    assert (list(base), list(one), list(two)) == ([a], [a, b], [a, c])
+    assert one.extend([]) is one
+    assert one[-1] is b
+    assert one[0:1] == (a,)
+    with pytest.raises(IndexError):
+        one[2]
+    assert MessageLog([a, b]) == one
+    assert one != two
+    assert one.__eq__("x") is NotImplemented
+    assert hash(MessageLog([a, b])) == hash(one)
+    assert one.store_key[1] == 2
+    assert isinstance(one.memo, dict)
+    assert "MessageLog" in repr(one)
+
+
+def test_joined_is_a_view_of_several_sequences() -> None:
+    a, b, c = Message.user("a"), Message.user("b"), Message.user("c")
+    joined = Joined(MessageLog([a]), (), (b, c))
+    assert len(joined) == 3
+    assert list(joined) == [a, b, c]
+    assert joined[1] is b
+    assert joined[-1] is c
+    assert joined[0:2] == (a, b)
+    assert joined == [a, b, c]
+    assert joined != [a]
+    assert joined.__eq__(3) is NotImplemented
+    with pytest.raises(IndexError):
+        joined[3]
+    assert "Joined" in repr(joined)
