@@ -9,7 +9,6 @@ once, classified here in `classify_anthropic_error` (rules in ``_errors.py``).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Final, TypeAlias, final
 
@@ -18,6 +17,7 @@ import attrs
 from turnfsm.core import Usage
 from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
+from turnfsm.providers._config import positive_or_none, resolve_api_key
 from turnfsm.providers._convert_anthropic import (
     from_anthropic_messages,
     to_anthropic_messages,
@@ -51,7 +51,6 @@ _KEY_ENV: Final = "ANTHROPIC_API_KEY"
 _TOKEN_ENV: Final = "ANTHROPIC_AUTH_TOKEN"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
 # A compatible server without authentication still needs some key.
-_PLACEHOLDER_KEY: Final = "no-key-required"
 # The status each error type stands for, for errors sent inside a stream
 # (the SDK reports those with the stream's own status, 200).
 _TYPE_STATUS: Final = {
@@ -64,16 +63,6 @@ _TYPE_STATUS: Final = {
     "api_error": 500,
     "overloaded_error": 529,
 }
-
-
-def _positive_or_none(name: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if value is None:
-            return
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(name, value, "a number > 0, or None")
-
-    return check
 
 
 def _checked(name: str, expected: str, ok: Any) -> Any:
@@ -122,7 +111,7 @@ class AnthropicModel:
     base_url: str | None = attrs.field(default=None, kw_only=True)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
     timeout: float | None = attrs.field(
-        default=600.0, kw_only=True, validator=_positive_or_none("timeout")
+        default=600.0, kw_only=True, validator=positive_or_none("timeout")
     )
     max_tokens: int = attrs.field(
         default=1024,
@@ -144,16 +133,9 @@ class AnthropicModel:
     def _build(self) -> anthropic.AsyncAnthropic:
         if self.client is not None:
             return self.client.with_options(max_retries=0)
-        key = self.api_key or os.environ.get(_KEY_ENV) or None
-        if key is None and not os.environ.get(_TOKEN_ENV):
-            if self.base_url is None:
-                raise ConfigError(
-                    "api_key",
-                    None,
-                    f"set {_KEY_ENV} or pass api_key= "
-                    "(or base_url= for a server that needs no key)",
-                )
-            key = _PLACEHOLDER_KEY
+        key = resolve_api_key(
+            self.api_key, _KEY_ENV, base_url=self.base_url, also_accepted=[_TOKEN_ENV]
+        )
         return anthropic.AsyncAnthropic(
             api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0
         )

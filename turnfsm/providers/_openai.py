@@ -9,7 +9,6 @@ the driver owns every retry, so a failure reaches it once, classified here in
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Final, TypeAlias, final
@@ -19,6 +18,7 @@ import attrs
 from turnfsm.core import Usage
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
+from turnfsm.providers._config import positive_or_none, resolve_api_key
 from turnfsm.providers._convert_openai import (
     from_openai_messages,
     to_openai_messages,
@@ -52,17 +52,6 @@ _ChunkStream: TypeAlias = openai.AsyncStream[ChatCompletionChunk]
 _KEY_ENV: Final = "OPENAI_API_KEY"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
 # OpenAI-compatible servers without authentication still need some key.
-_PLACEHOLDER_KEY: Final = "sk-no-key-required"
-
-
-def _positive_or_none(name: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if value is None:
-            return
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(name, value, "a number > 0, or None")
-
-    return check
 
 
 def _model_name(example: str) -> Any:
@@ -107,10 +96,10 @@ class OpenAIModel:
     base_url: str | None = attrs.field(default=None, kw_only=True)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
     timeout: float | None = attrs.field(
-        default=600.0, kw_only=True, validator=_positive_or_none("timeout")
+        default=600.0, kw_only=True, validator=positive_or_none("timeout")
     )
     max_tokens: int | None = attrs.field(
-        default=None, kw_only=True, validator=_positive_or_none("max_tokens")
+        default=None, kw_only=True, validator=positive_or_none("max_tokens")
     )
     temperature: float | None = attrs.field(default=None, kw_only=True)
     parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
@@ -128,16 +117,7 @@ class OpenAIModel:
     def _build(self) -> openai.AsyncOpenAI:
         if self.client is not None:
             return self.client.with_options(max_retries=0)
-        key = self.api_key or os.environ.get(_KEY_ENV) or None
-        if key is None:
-            if self.base_url is None:
-                raise ConfigError(
-                    "api_key",
-                    None,
-                    f"set {_KEY_ENV} or pass api_key= "
-                    "(or base_url= for a server that needs no key)",
-                )
-            key = _PLACEHOLDER_KEY
+        key = resolve_api_key(self.api_key, _KEY_ENV, base_url=self.base_url)
         return openai.AsyncOpenAI(
             api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0
         )

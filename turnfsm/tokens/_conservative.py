@@ -49,13 +49,13 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Sequence
 from typing import Final, final
 
 import attrs
 
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
+from turnfsm.tokens._base import UnitsCounter
 from turnfsm.tokens._cache import UnitCache
 
 __all__ = ["ConservativeTokenCounter"]
@@ -166,7 +166,7 @@ def _word_units(raw: bytes, runs: bytes) -> int:
 
 @final
 @attrs.frozen(kw_only=True)
-class ConservativeTokenCounter:
+class ConservativeTokenCounter(UnitsCounter):
     """The default counter: a fast estimate at or above the real cl100k count.
 
     Text is priced by what BPE splits finely (see the module docstring for the
@@ -201,14 +201,6 @@ class ConservativeTokenCounter:
     _cache: UnitCache = attrs.field(
         factory=UnitCache, init=False, eq=False, hash=False, repr=False
     )
-
-    def count(self, messages: Sequence[Message]) -> int:
-        """Return the estimate for `messages` sent as one request."""
-        return self.tokens(sum(self.units(m) for m in messages))
-
-    def count_text(self, text: str) -> int:
-        """Return the estimate for `text` riding a request on its own."""
-        return self.tokens(self.text_units(text))
 
     def units(self, message: Message) -> int:
         """Return the cost of `message` in units of 1/24 token (cached by id)."""

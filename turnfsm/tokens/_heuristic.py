@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final, final
 
 import attrs
 
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
+from turnfsm.tokens._base import UnitsCounter
 from turnfsm.tokens._cache import UnitCache
 
 __all__ = ["HeuristicTokenCounter"]
@@ -19,7 +19,7 @@ _CHARS_PER_TOKEN: Final = 4
 
 @final
 @attrs.frozen(kw_only=True)
-class HeuristicTokenCounter:
+class HeuristicTokenCounter(UnitsCounter):
     """The classic estimate: `floor(sum(rendered_chars + 20) / 4)`.
 
     Rendered chars are the text of text parts, 256 per image, a tool call's
@@ -39,14 +39,6 @@ class HeuristicTokenCounter:
     _cache: UnitCache = attrs.field(
         factory=UnitCache, init=False, eq=False, hash=False, repr=False
     )
-
-    def count(self, messages: Sequence[Message]) -> int:
-        """Return the estimate for `messages` sent as one request."""
-        return self.tokens(sum(self.units(m) for m in messages))
-
-    def count_text(self, text: str) -> int:
-        """Return the estimate for `text` riding a request on its own."""
-        return self.tokens(self.text_units(text))
 
     def units(self, message: Message) -> int:
         """Return the rendered chars of `message` plus its 20-char overhead."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import final
 
@@ -12,6 +11,7 @@ import attrs
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
+from turnfsm.tokens._base import UnitsCounter
 from turnfsm.tokens._cache import UnitCache
 
 __all__ = ["RatioTokenCounter"]
@@ -30,7 +30,7 @@ def _check_ratio(_inst: object, _attr: object, value: float) -> None:
 
 @final
 @attrs.frozen(kw_only=True)
-class RatioTokenCounter:
+class RatioTokenCounter(UnitsCounter):
     """Estimates `ceil(chars / chars_per_token)` over a whole request.
 
     Characters are counted the way `HeuristicTokenCounter` renders a message
@@ -83,14 +83,6 @@ class RatioTokenCounter:
     def local(cls) -> RatioTokenCounter:
         """Return a counter at 3.8 chars per token (local models, e.g. Llama)."""
         return cls(chars_per_token=3.8)
-
-    def count(self, messages: Sequence[Message]) -> int:
-        """Return the estimate for `messages` sent as one request."""
-        return self.tokens(sum(self.units(m) for m in messages))
-
-    def count_text(self, text: str) -> int:
-        """Return the estimate for `text` riding a request on its own."""
-        return self.tokens(self.text_units(text))
 
     def units(self, message: Message) -> int:
         """Return the rendered chars of `message`."""

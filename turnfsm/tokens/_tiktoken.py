@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -10,6 +9,7 @@ import attrs
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
+from turnfsm.tokens._base import UnitsCounter
 from turnfsm.tokens._cache import UnitCache
 
 __all__ = ["TiktokenCounter"]
@@ -44,7 +44,7 @@ def _count(encoding: Any, text: str) -> int:
 
 @final
 @attrs.frozen(kw_only=True)
-class TiktokenCounter:
+class TiktokenCounter(UnitsCounter):
     """Counts real BPE tokens with tiktoken, framed like OpenAI's chat format.
 
     Each message costs the tokens of its text parts, tool-call names and
@@ -81,14 +81,6 @@ class TiktokenCounter:
     _cache: UnitCache = attrs.field(
         factory=UnitCache, init=False, eq=False, hash=False, repr=False
     )
-
-    def count(self, messages: Sequence[Message]) -> int:
-        """Return the token count of `messages` sent as one request."""
-        return self.tokens(sum(self.units(m) for m in messages))
-
-    def count_text(self, text: str) -> int:
-        """Return the token count of `text` plus a message's framing."""
-        return self.tokens(self.text_units(text))
 
     def units(self, message: Message) -> int:
         """Return the tokens of `message`, framing included (cached by id)."""

@@ -1,0 +1,57 @@
+"""Settings shared by the SDK clients: where the key comes from, validators."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Final
+
+from turnfsm.errors import ConfigError
+
+__all__ = ["PLACEHOLDER_KEY", "positive_or_none", "resolve_api_key"]
+
+PLACEHOLDER_KEY: Final = "sk-no-key-required"
+"""Sent to OpenAI-compatible servers that need no key (the SDKs insist on one)."""
+
+
+def resolve_api_key(
+    explicit: str | None,
+    env_var: str,
+    *,
+    base_url: str | None,
+    also_accepted: Sequence[str] = (),
+) -> str | None:
+    """Return the key to use: `explicit`, else `env_var`'s value.
+
+    Returns None when only an alternative credential in `also_accepted` is
+    set (the SDK reads it itself), and the placeholder for a custom
+    `base_url` server without a key.
+
+    Raises:
+        ConfigError: no key anywhere and no `base_url` (the variable is named).
+    """
+    key = explicit or os.environ.get(env_var) or None
+    if key is not None:
+        return key
+    if any(os.environ.get(name) for name in also_accepted):
+        return None
+    if base_url is None:
+        raise ConfigError(
+            "api_key",
+            None,
+            f"set {env_var} or pass api_key= (or base_url= for a server that "
+            "needs no key)",
+        )
+    return PLACEHOLDER_KEY
+
+
+def positive_or_none(name: str) -> Any:
+    """Return an attrs validator: None, or a number > 0 (ConfigError names `name`)."""
+
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(name, value, "a number > 0, or None")
+
+    return check
