@@ -51,7 +51,6 @@ _ChunkStream: TypeAlias = openai.AsyncStream[ChatCompletionChunk]
 
 _KEY_ENV: Final = "OPENAI_API_KEY"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
-# OpenAI-compatible servers without authentication still need some key.
 
 
 def _model_name(example: str) -> Any:
