@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+
+from turnfsm.driver import RetryPolicy, is_transient
+from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
+
+
+def test_transient_errors_are_retried_overflow_and_bugs_are_not() -> None:
+    assert is_transient(ProviderError("slow", retriable=True, kind="rate_limit"))
+    assert is_transient(TimeoutError())
+    assert is_transient(ConnectionResetError())
+    assert not is_transient(ProviderError("auth", kind="auth"))
+    assert not is_transient(
+        ProviderError("too long", retriable=True, kind=CONTEXT_OVERFLOW)
+    )
+    assert not is_transient(TypeError("bug"))
+
+
+def test_backoff_is_exponential_capped_and_jittered() -> None:
+    policy = RetryPolicy(initial_wait=1, max_wait=5, jitter=False)
+    assert [policy.wait_seconds(n, None) for n in (1, 2, 3, 4, 5)] == [1, 2, 4, 5, 5]
+    jittered = RetryPolicy(initial_wait=1, max_wait=5)
+    for n in range(1, 6):
+        wait = jittered.wait_seconds(n, None)
+        full = min(5, 2 ** (n - 1))
+        assert full / 2 <= wait <= full
+
+
+def test_retry_after_is_honoured_but_bounded_by_the_total() -> None:
+    policy = RetryPolicy(initial_wait=0.1, max_total=30, jitter=False)
+    late = ProviderError("slow", retriable=True, kind="rate_limit", retry_after=7)
+    assert policy.wait_seconds(1, late) == 7
+    huge = ProviderError("slow", retriable=True, kind="rate_limit", retry_after=999)
+    assert policy.wait_seconds(1, huge) == 30
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": True}, "max_attempts"),
+        ({"initial_wait": -1}, "initial_wait"),
+        ({"max_wait": "5"}, "max_wait"),
+        ({"max_total": -0.5}, "max_total"),
+    ],
+    ids=lambda v: str(v),
+)
+def test_bad_settings_name_their_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+    assert caught.value.field == field

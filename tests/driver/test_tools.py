@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+
+from turnfsm.driver import Tool, function_tool
+from turnfsm.driver._tools import run_tool_call, tools_by_name
+from turnfsm.errors import ToolError
+from turnfsm.messages import ToolCallPart
+
+
+def search(
+    query: str,
+    limit: int = 10,
+    mode: Literal["fast", "deep"] = "fast",
+    tags: list[str] | None = None,
+    weights: dict[str, float] | None = None,
+    exact: bool = False,
+    score: float = 0.5,
+) -> list[str]:
+    """Search the notes.
+
+    Longer text that is not part of the summary.
+
+    Args:
+        query: what to look for.
+        limit: the most results
+            to return.
+        mode: how hard to look.
+        tags (list[str]): only notes with these tags.
+
+    Returns:
+        Matching note names.
+    """
+    return [query] * min(limit, 2)
+
+
+def test_schema_comes_from_the_signature_and_the_docstring() -> None:
+    tool = function_tool(search)
+    assert (tool.name, tool.description) == ("search", "Search the notes.")
+    params = tool.parameters
+    assert params["required"] == ["query"]
+    assert params["additionalProperties"] is False
+    props = params["properties"]
+    assert props["query"] == {"type": "string", "description": "what to look for."}
+    assert props["limit"] == {
+        "type": "integer",
+        "description": "the most results to return.",
+    }
+    assert props["mode"] == {
+        "enum": ["fast", "deep"],
+        "description": "how hard to look.",
+    }
+    assert props["tags"]["anyOf"] == [
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "null"},
+    ]
+    assert props["weights"] == {"anyOf": [{"type": "object"}, {"type": "null"}]}
+    assert props["exact"] == {"type": "boolean"}
+    assert props["score"] == {"type": "number"}
+    assert tool.schema.name == "search"
+
+
+def test_decorator_with_options_renames_and_redescribes() -> None:
+    @function_tool(name="lookup", description="Look things up.")
+    def f(q: str) -> str:
+        return q
+
+    assert isinstance(f, Tool)
+    assert (f.name, f.description) == ("lookup", "Look things up.")
+
+
+@pytest.mark.parametrize(
+    ("fn", "reason"),
+    [
+        (lambda x: x, "needs a type annotation"),
+        (lambda *args: args, "cannot be described"),
+    ],
+    ids=["unannotated", "varargs"],
+)
+def test_undescribable_functions_raise_tool_error(fn: object, reason: str) -> None:
+    with pytest.raises(ToolError, match=reason):
+        Tool.from_function(fn)  # type: ignore[arg-type]
+
+
+def test_unsupported_annotations_and_bad_names_raise_tool_error() -> None:
+    def f(x: object) -> str:
+        return ""
+
+    with pytest.raises(ToolError, match="unsupported annotation"):
+        Tool.from_function(f)
+    with pytest.raises(ToolError, match="1-64"):
+        Tool.from_function(search, name="no spaces allowed")
+
+
+def test_duplicate_tool_names_are_rejected() -> None:
+    with pytest.raises(ToolError, match="registered twice"):
+        tools_by_name([search, search])
+
+
+@pytest.mark.anyio
+async def test_invoke_checks_arguments_and_serialises_results() -> None:
+    tools = tools_by_name([search])
+    ok = await run_tool_call(
+        ToolCallPart(id="c1", name="search", arguments={"query": "x", "limit": 5}),
+        tools,
+        limit=5,
+    )
+    assert ok.tool_results[0].content == '["x", "x"]'
+    bad = await run_tool_call(
+        ToolCallPart(id="c2", name="search", arguments={"nope": 1}), tools, limit=5
+    )
+    result = bad.tool_results[0]
+    assert result.is_error
+    assert "missing ['query']" in result.content
+    assert "unknown ['nope']" in result.content
+
+
+@pytest.mark.anyio
+async def test_sync_tools_run_in_a_worker_thread() -> None:
+    import threading
+
+    main = threading.get_ident()
+
+    def where() -> str:
+        """Say where it runs."""
+        return "worker" if threading.get_ident() != main else "loop"
+
+    out = await run_tool_call(
+        ToolCallPart(id="c", name="where"), tools_by_name([where]), limit=None
+    )
+    assert out.tool_results[0].content == "worker"
