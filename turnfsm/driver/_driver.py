@@ -335,7 +335,8 @@ class _Run:
                 return Measured(estimate=self.measure(history, pending))
             case CallLLM():
                 self.turn = decision.turn
-                return await _effects.call_model(self, decision)
+                estimate = machine.snapshot.estimate
+                return await _effects.call_model(self, decision, estimate)
             case RunTools():
                 return await _effects.run_tools(self, decision)
             case Compact():

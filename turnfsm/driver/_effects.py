@@ -43,10 +43,16 @@ if TYPE_CHECKING:
 __all__ = ["call_model", "compact", "run_tools"]
 
 
-async def call_model(run: _Run, decision: CallLLM) -> Event:
-    """Call the model with the whole request; classify what comes back."""
+async def call_model(run: _Run, decision: CallLLM, estimate: int | None) -> Event:
+    """Call the model with the whole request; classify what comes back.
+
+    `estimate` is the brain's last measurement of this very request (the
+    driver's own, fed as `Measured` or as a compaction's `after`); it is
+    re-measured only if missing.
+    """
     driver = run.driver
-    estimate = run.measure(decision.history, decision.pending)
+    if estimate is None:
+        estimate = run.measure(decision.history, decision.pending)
     window = run.budget.context_window
     if window and estimate > window:
         # Never serve a request over the window: treat it like the provider's
