@@ -101,7 +101,7 @@ def _fire(spec: TransitionSpec, source: str, model: _Model, _data: Any) -> None:
         updates["compact_reason"] = spec.reason
     if spec.error is not None:
         updates["failure"] = FAILURES[spec.error](s, event)
-    s = attrs.evolve(s, **updates)
+    s = s.replace(**updates)
     for name in spec.actions:
         s = REDUCERS[name](s, event)
     model.snapshot = s

@@ -10,8 +10,6 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final, TypeAlias
 
-import attrs
-
 from turnfsm.core._events import (
     CompactionCircuitOpened,
     CompactionNoop,
@@ -45,69 +43,69 @@ def record_start(s: Snapshot, e: Event) -> Snapshot:
     """Take the run's input as pending; a second start is a driver bug."""
     if s.is_started or not isinstance(e, RunStarted):
         raise IllegalEvent(phase=s.phase, event=trigger_of(e))
-    return attrs.evolve(s, pending=s.pending.extend(e.input), is_started=True)
+    return s.replace(pending=s.pending.extend(e.input), is_started=True)
 
 
 def record_estimate(s: Snapshot, e: Event) -> Snapshot:
     """Keep the measured size of the next request."""
     assert hasattr(e, "estimate")
-    return attrs.evolve(s, estimate=e.estimate)
+    return s.replace(estimate=e.estimate)
 
 
 def record_reply(s: Snapshot, e: Event) -> Snapshot:
     """Append the reply to pending and count the turn."""
     assert isinstance(e, ModelReplied)
-    return attrs.evolve(
-        s, pending=s.pending.append(e.message), last_reply=e.message, turns=s.turns + 1
+    return s.replace(
+        pending=s.pending.append(e.message), last_reply=e.message, turns=s.turns + 1
     )
 
 
 def record_results(s: Snapshot, e: Event) -> Snapshot:
     """Append the tool results to pending."""
     assert isinstance(e, ToolsFinished)
-    return attrs.evolve(s, pending=s.pending.extend(e.results))
+    return s.replace(pending=s.pending.extend(e.results))
 
 
 def record_compaction(s: Snapshot, e: Event) -> Snapshot:
     """A commit point: history := the compacted messages, pending := []."""
     assert isinstance(e, CompactionResult)
-    return attrs.evolve(
-        s, history=MessageLog(e.messages), pending=MessageLog(), estimate=e.after
+    return s.replace(
+        history=MessageLog(e.messages), pending=MessageLog(), estimate=e.after
     )
 
 
 def record_noop(s: Snapshot, e: Event) -> Snapshot:
     """Buffers stay untouched; only the estimate is refreshed."""
     assert isinstance(e, CompactionNoop)
-    return attrs.evolve(s, estimate=e.after)
+    return s.replace(estimate=e.after)
 
 
 def count_overflow(s: Snapshot, e: Event) -> Snapshot:
     """Spend one overflow retry."""
-    return attrs.evolve(s, overflow_retries=s.overflow_retries + 1)
+    return s.replace(overflow_retries=s.overflow_retries + 1)
 
 
 def record_injection(s: Snapshot, e: Event) -> Snapshot:
     """Queue an injected message; it joins pending at the next `start`."""
     assert isinstance(e, MessageInjected)
-    return flush_inbox(attrs.evolve(s, inbox=(*s.inbox, e.message)), e)
+    return flush_inbox(s.replace(inbox=(*s.inbox, e.message)), e)
 
 
 def flush_inbox(s: Snapshot, e: Event) -> Snapshot:
     """Move injected messages into pending when the phase can take them."""
     if not s.inbox or s.phase != "start":
         return s
-    return attrs.evolve(s, pending=s.pending.extend(s.inbox), inbox=())
+    return s.replace(pending=s.pending.extend(s.inbox), inbox=())
 
 
 def commit_pending(s: Snapshot, e: Event) -> Snapshot:
     """A run that succeeds appends pending to history."""
-    return attrs.evolve(s, history=s.history.extend(s.pending), pending=MessageLog())
+    return s.replace(history=s.history.extend(s.pending), pending=MessageLog())
 
 
 def discard_pending(s: Snapshot, e: Event) -> Snapshot:
     """A run that fails leaves no trace in history."""
-    return attrs.evolve(s, pending=MessageLog(), inbox=())
+    return s.replace(pending=MessageLog(), inbox=())
 
 
 REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(

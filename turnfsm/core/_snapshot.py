@@ -109,7 +109,7 @@ def _log(value: Any) -> MessageLog:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class Snapshot:
     """Everything the brain knows; equal snapshots give equal decisions.
 
@@ -130,6 +130,20 @@ class Snapshot:
     failure: Failure | None = None
     is_started: bool = False
     schema_version: int = SCHEMA_VERSION
+
+    def replace(self, **changes: Any) -> Snapshot:
+        """Return a copy with `changes` (the brain's internal, unvalidated evolve).
+
+        The reducers produce well-typed values, so this skips attrs' converters
+        and validators: it is an order of magnitude cheaper than
+        `attrs.evolve` on the per-event hot path. Outside code should build
+        snapshots with the constructor or `attrs.evolve`.
+        """
+        new = object.__new__(Snapshot)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields.update(changes)
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-compatible dict; `Snapshot.from_dict` reverses it."""
