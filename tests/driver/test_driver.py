@@ -454,3 +454,31 @@ async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     assert result.error.reason == "user pressed stop"
     assert len(model.requests) == 1
     assert list(session.history) == []
+
+
+async def test_a_message_injected_during_the_final_call_keeps_the_run_going() -> None:
+    from turnfsm.driver import RunControl
+    from turnfsm.providers import ModelRequest
+
+    control = RunControl()
+    seen: list[list[str]] = []
+
+    def handler(request: ModelRequest) -> str:
+        seen.append([m.text for m in request.messages])
+        if len(seen) == 1:
+            control.inject(Message.user("one more thing"))
+            return "first answer"
+        return "second answer"
+
+    session = Session()
+    result = await Driver(model=FakeModelClient(handler)).run(
+        "hello", session=session, control=control
+    )
+    assert result.text == "second answer"
+    assert seen[1] == ["hello", "first answer", "one more thing"]
+    assert [m.text for m in session.history] == [
+        "hello",
+        "first answer",
+        "one more thing",
+        "second answer",
+    ]

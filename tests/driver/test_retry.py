@@ -50,3 +50,29 @@ def test_bad_settings_name_their_field(kwargs: dict[str, object], field: str) ->
     with pytest.raises(ConfigError) as caught:
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
     assert caught.value.field == field
+
+
+@pytest.mark.anyio
+async def test_the_driver_backs_off_exponentially_across_attempts() -> None:
+    import anyio
+
+    from turnfsm.driver import Driver
+    from turnfsm.providers import ModelRequest, ModelResponse
+    from turnfsm.testing import FakeModelClient
+
+    stamps: list[float] = []
+    rate = ProviderError("slow", retriable=True, kind="rate_limit")
+
+    def handler(request: ModelRequest) -> ModelResponse | str:
+        stamps.append(anyio.current_time())
+        if len(stamps) < 4:
+            raise rate
+        return "ok"
+
+    policy = RetryPolicy(max_attempts=4, initial_wait=0.02, jitter=False)
+    result = await Driver(model=FakeModelClient(handler), retry=policy).run("x")
+    assert result.text == "ok"
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert gaps[0] >= 0.02
+    assert gaps[1] >= 0.04
+    assert gaps[2] >= 0.08

@@ -190,11 +190,11 @@ def run_demo(
 
 
 def _run_local_demo(sink: TextIO, stream: TextIO) -> int:
-    from turnfsm.providers import LlamaServer, OpenAIModel
-
     window = 2_048
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
     try:
+        from turnfsm.providers import LlamaServer, OpenAIModel
+
         server = LlamaServer(n_ctx=window).start()
     except (ImportError, RuntimeError) as exc:
         print(f"turnfsm demo --model local: {exc}", file=sys.stderr)

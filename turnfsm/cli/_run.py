@@ -15,7 +15,7 @@ from turnfsm.cli._demo import ConsoleHook
 from turnfsm.context import ContextManager
 from turnfsm.driver import RunResult
 from turnfsm.errors import ConfigError
-from turnfsm.hooks import Hook, TextDeltaInfo
+from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
 from turnfsm.providers import ModelClient
 
 __all__ = ["StreamPrinter", "open_model", "run_and_close", "run_task"]
@@ -28,11 +28,19 @@ class StreamPrinter(Hook):
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self.pending_newline = False
 
     def on_text_delta(self, info: TextDeltaInfo) -> None:
         """Print one piece of text, unbuffered."""
         self.out.write(info.text)
         self.out.flush()
+        self.pending_newline = True
+
+    def on_outcome(self, info: OutcomeInfo) -> None:
+        """End a streamed reply's line before the next phase is printed."""
+        if self.pending_newline:
+            self.out.write("\n")
+            self.pending_newline = False
 
 
 @contextlib.contextmanager
@@ -101,7 +109,8 @@ def run_task(
                 max_output_tokens=max_tokens,
             )
             result = anyio.run(run_and_close, agent, task)
-    except (ConfigError, ImportError) as exc:
+    except (ConfigError, ImportError, RuntimeError) as exc:
+        # A missing key or extra, or a local server that would not start.
         print(f"turnfsm run: {exc}", file=sys.stderr)
         return 2
     if not result.ok:

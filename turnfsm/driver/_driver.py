@@ -289,12 +289,7 @@ class _Run:
             )
         event: Event = RunStarted(input=self.input)
         decision = self.feed(machine, event)
-        while not isinstance(decision, Finish | Fail):
-            if self.control is not None:
-                for queued in self.control.drain():
-                    decision = self.feed(machine, queued)
-                if isinstance(decision, Finish | Fail):
-                    break
+        while not isinstance(decision := self.steer(machine, decision), Finish | Fail):
             if self.hooks.wants("on_decision"):
                 self.hooks.call(
                     "on_decision",
@@ -316,8 +311,25 @@ class _Run:
                         event=event,
                     ),
                 )
+            # Steering that arrived while the effect ran is applied before its
+            # outcome, so a final reply still sees an injected message (it
+            # waits in the inbox). Not after a measurement: the estimate must
+            # be of the request as it is.
+            if not isinstance(decision, Measure) and isinstance(
+                self.steer(machine, decision), Finish | Fail
+            ):
+                decision = machine.decision
+                break
             decision = self.feed(machine, event)
+        assert isinstance(decision, Finish | Fail)
         return self.finish(machine, decision)
+
+    def steer(self, machine: TurnMachine, decision: Decision) -> Decision:
+        """Feed what the `RunControl` queued (injections, a cancel)."""
+        if self.control is not None:
+            for queued in self.control.drain():
+                decision = self.feed(machine, queued)
+        return decision
 
     def feed(self, machine: TurnMachine, event: Event) -> Decision:
         self.events.append(event)

@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
-import attrs
 
 from turnfsm.context import Compacted, ContextOverflow, NoAction
 from turnfsm.core import (
@@ -86,6 +85,7 @@ async def _complete(run: _Run, request: ModelRequest) -> ModelResponse:
     """Call the model; on a transient error, hand over to the retry policy."""
     driver = run.driver
     call = _streamed if run.wants_stream else _plain
+    started = anyio.current_time()
     try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
         with deadline(driver.model_timeout):
@@ -94,9 +94,11 @@ async def _complete(run: _Run, request: ModelRequest) -> ModelResponse:
         if not is_transient(exc) or driver.retry.max_attempts < 2:
             raise
         first = exc
-    retry = attrs.evolve(driver.retry, max_attempts=driver.retry.max_attempts - 1)
-    await anyio.sleep(driver.retry.wait_seconds(1, first))
-    async for attempt in retry.retrying():
+    # Attempt 1 failed: wait its backoff, then let tenacity continue the count.
+    policy = driver.retry
+    await anyio.sleep(policy.wait_seconds(1, first))
+    elapsed = anyio.current_time() - started
+    async for attempt in policy.retrying(done=1, elapsed=elapsed):
         with attempt, deadline(driver.model_timeout):
             return await call(run, request)
     raise AssertionError("unreachable: tenacity re-raises the last error")

@@ -50,7 +50,8 @@ class RetryPolicy:
         max_attempts: calls in all, the first included (1 disables retries).
         initial_wait: the first backoff, in seconds.
         max_wait: the longest single wait, in seconds.
-        max_total: give up once this many seconds have passed.
+        max_total: give up once this many seconds have passed since the
+            first attempt failed.
         jitter: randomise each wait in [wait/2, wait].
     """
 
@@ -77,16 +78,23 @@ class RetryPolicy:
             wait = max(wait, min(retry_after, self.max_total))
         return wait
 
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        return self.wait_seconds(state.attempt_number, exc)
+    def retrying(self, *, done: int = 0, elapsed: float = 0.0) -> AsyncRetrying:
+        """Return a tenacity controller that sleeps on anyio (asyncio or trio).
 
-    def retrying(self) -> AsyncRetrying:
-        """Return a tenacity controller that sleeps on anyio (asyncio or trio)."""
+        Args:
+            done: attempts already made (and failed) before this controller;
+                the backoff continues from there instead of starting over.
+            elapsed: seconds already spent, counted against `max_total`.
+        """
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            return self.wait_seconds(state.attempt_number + done, exc)
+
         return AsyncRetrying(
-            stop=stop_after_attempt(self.max_attempts)
-            | stop_after_delay(self.max_total),
-            wait=self._wait,
+            stop=stop_after_attempt(max(1, self.max_attempts - done))
+            | stop_after_delay(max(0.0, self.max_total - elapsed)),
+            wait=wait,
             retry=retry_if_exception(is_transient),
             sleep=anyio.sleep,
             reraise=True,

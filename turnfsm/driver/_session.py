@@ -91,8 +91,11 @@ class RunControl:
     """Steer a run from outside while it runs (another task, a UI, a hook).
 
     `inject()` adds a message (human input, steering) and `cancel()` ends the
-    run with `Cancelled`; both take effect at the run's next step, between two
-    effects, so a tool batch or model call in flight is never torn apart.
+    run with `Cancelled`; both take effect between two effects, so a tool
+    batch or model call in flight is never torn apart. A message injected
+    while the model writes its final answer keeps the run going: the model is
+    called again with it. Use one control per run: what is queued after the
+    run ended stays queued.
     """
 
     _queue: list[Event] = attrs.field(factory=list, init=False)

@@ -155,14 +155,23 @@ class Hook:
         """Called with the event a decision produced, before it is fed back."""
 
     def on_text_delta(self, info: TextDeltaInfo) -> None:
-        """Called for each piece of streamed model text."""
+        """Called for each piece of streamed model text.
+
+        Overriding it is what turns streaming on: the driver then calls the
+        model's ``stream()`` (when it has one) instead of ``complete()``.
+        """
 
     def pre_compact(self, info: PreCompactInfo) -> PreCompact | None:
         """Called before a compaction pass; return a `PreCompact` to veto or steer."""
         return None
 
     def post_compact(self, info: CompactionInfo) -> None:
-        """Called after every compaction pass, a no-op or veto included."""
+        """Called after every compaction pass, whatever it came to.
+
+        Real compactions, no-ops, vetoes, and passes that failed (the
+        compactor raised, or its result still did not fit) alike;
+        `info.compacted` is True only for a real compaction.
+        """
 
     def on_compaction(self, info: CompactionInfo) -> None:
         """Called only after a pass that really compacted the conversation."""

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Final, TypeAlias, final
 
 import attrs
+from anyio.lowlevel import current_token
 
 from turnfsm.core import Usage
 from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
@@ -126,9 +127,21 @@ class AnthropicModel:
         default=None, kw_only=True, repr=False
     )
     _sdk: anthropic.AsyncAnthropic = attrs.field(init=False, repr=False)
+    _loop: object = attrs.field(default=None, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._sdk = self._build()
+
+    def _client(self) -> anthropic.AsyncAnthropic:
+        # An SDK client keeps connections bound to the event loop that opened
+        # them: a client built here is rebuilt when a new loop (a second
+        # `anyio.run`, e.g. `Agent.run_sync`) uses the model. A client passed
+        # in by the caller is theirs to manage.
+        loop = current_token().native_token
+        if self._loop is not None and loop is not self._loop and self.client is None:
+            self._sdk = self._build()
+        self._loop = loop
+        return self._sdk
 
     def _build(self) -> anthropic.AsyncAnthropic:
         if self.client is not None:
@@ -148,7 +161,7 @@ class AnthropicModel:
         """
         with _translated():
             # `**options` hides the overload; name the type it returns.
-            reply: wire.Message = await self._sdk.messages.create(
+            reply: wire.Message = await self._client().messages.create(
                 **self._options(request)
             )
         blocks = [
@@ -167,7 +180,7 @@ class AnthropicModel:
         """
         reply = _Events()
         with _translated():
-            events: _EventStream = await self._sdk.messages.create(
+            events: _EventStream = await self._client().messages.create(
                 **self._options(request), stream=True
             )
             async with events:
@@ -178,7 +191,7 @@ class AnthropicModel:
 
     async def close(self) -> None:
         """Close the HTTP client (a client passed in is closed too)."""
-        await self._sdk.close()
+        await self._client().close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         system, messages = to_anthropic_messages(request.messages)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, Final, TypeAlias, final
 
 import attrs
+from anyio.lowlevel import current_token
 
 from turnfsm.core import Usage
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
@@ -106,12 +107,24 @@ class OpenAIModel:
         default=None, kw_only=True, repr=False
     )
     _sdk: openai.AsyncOpenAI = attrs.field(init=False, repr=False)
+    _loop: object = attrs.field(default=None, init=False, repr=False)
     _limit_field: str = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._sdk = self._build()
         official = self._sdk.base_url.host == "api.openai.com"
         self._limit_field = "max_completion_tokens" if official else "max_tokens"
+
+    def _client(self) -> openai.AsyncOpenAI:
+        # An SDK client keeps connections bound to the event loop that opened
+        # them: a client built here is rebuilt when a new loop (a second
+        # `anyio.run`, e.g. `Agent.run_sync`) uses the model. A client passed
+        # in by the caller is theirs to manage.
+        loop = current_token().native_token
+        if self._loop is not None and loop is not self._loop and self.client is None:
+            self._sdk = self._build()
+        self._loop = loop
+        return self._sdk
 
     def _build(self) -> openai.AsyncOpenAI:
         if self.client is not None:
@@ -129,7 +142,7 @@ class OpenAIModel:
         """
         with _translated():
             # `**options` hides the overload; name the type it returns.
-            completion: ChatCompletion = await self._sdk.chat.completions.create(
+            completion: ChatCompletion = await self._client().chat.completions.create(
                 **self._options(request)
             )
         if not completion.choices:
@@ -150,7 +163,7 @@ class OpenAIModel:
         """
         reply = _Chunks()
         with _translated():
-            chunks: _ChunkStream = await self._sdk.chat.completions.create(
+            chunks: _ChunkStream = await self._client().chat.completions.create(
                 **self._options(request),
                 stream=True,
                 stream_options={"include_usage": True},
@@ -163,7 +176,7 @@ class OpenAIModel:
 
     async def close(self) -> None:
         """Close the HTTP client (a client passed in is closed too)."""
-        await self._sdk.close()
+        await self._client().close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, object]] = []
