@@ -152,10 +152,26 @@ class Agent:
         session: Session | None = None,
         backend: str = "asyncio",
     ) -> RunResult:
-        """Run from synchronous code: `anyio.run` around `run` (no second code path)."""
+        """Run from synchronous code: `anyio.run` around `run` (no second code path).
+
+        The event loop ends with the call, so the model's connections are
+        closed at the end (through its ``close()``, when it has one).
+        """
         return anyio.run(
-            functools.partial(self.run, input, session=session), backend=backend
+            functools.partial(self._run_and_close, input, session=session),
+            backend=backend,
         )
+
+    async def _run_and_close(
+        self, input: str | Message | Iterable[Message], *, session: Session | None
+    ) -> RunResult:
+        try:
+            return await self.run(input, session=session)
+        finally:
+            close = getattr(self.driver.model, "close", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True):
+                    await close()
 
     def new_session(self) -> Session:
         """Start a fresh conversation for the following runs and return it."""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from turnfsm.driver import RetryPolicy, is_transient
@@ -72,7 +74,7 @@ async def test_the_driver_backs_off_exponentially_across_attempts() -> None:
     policy = RetryPolicy(max_attempts=4, initial_wait=0.02, jitter=False)
     result = await Driver(model=FakeModelClient(handler), retry=policy).run("x")
     assert result.text == "ok"
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert gaps[0] >= 0.02
     assert gaps[1] >= 0.04
     assert gaps[2] >= 0.08

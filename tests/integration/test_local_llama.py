@@ -190,3 +190,18 @@ def test_demo_runs_on_the_local_model(capsys: pytest.CaptureFixture[str]) -> Non
     # A tiny model may or may not use the tool; either way the run ends.
     assert code in (0, 1)
     assert ("final answer" in out) or ("run failed" in out)
+
+
+def test_one_model_serves_consecutive_event_loops(server: LlamaServer) -> None:
+    from turnfsm import Agent
+
+    agent = Agent(
+        model=OpenAIModel(model="local", base_url=server.base_url),
+        max_output_tokens=4,
+    )
+    first = agent.run_sync("Say one word.")
+    second = agent.run_sync("Say another word.", backend="trio")
+    assert first.ok, first.error
+    assert second.ok, second.error
+    assert len(agent.session.runs) == 2
+    assert all(t.usage is not None for r in agent.session.runs for t in r.turns)

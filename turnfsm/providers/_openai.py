@@ -175,8 +175,15 @@ class OpenAIModel:
         yield StreamDone(response=reply.response())
 
     async def close(self) -> None:
-        """Close the HTTP client (a client passed in is closed too)."""
+        """Close the HTTP connections (a client passed in is closed for good).
+
+        A client this model built is replaced by a fresh one, so the model
+        stays usable, e.g. from a later event loop.
+        """
         await self._client().close()
+        if self.client is None:
+            self._sdk = self._build()
+            self._loop = None
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, object]] = []
