@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
+import attrs
 
 from turnfsm.context import Compacted, ContextOverflow, NoAction
 from turnfsm.core import (
@@ -232,29 +233,21 @@ def _report(
     compacted: bool,
     vetoed: bool,
 ) -> None:
-    run.compactions.append(
-        CompactionRecord(
-            reason=decision.reason,
-            tokens_before=before,
-            tokens_after=after,
-            messages_before=count_before,
-            messages_after=count_after,
-            compacted=compacted,
-            vetoed=vetoed,
-        )
-    )
-    if not (run.hooks.wants("post_compact") or run.hooks.wants("on_compaction")):
-        return
-    info = CompactionInfo(
-        run_id=run.run_id,
+    record = CompactionRecord(
         reason=decision.reason,
-        turn=run.turn,
         tokens_before=before,
         tokens_after=after,
         messages_before=count_before,
         messages_after=count_after,
         compacted=compacted,
         vetoed=vetoed,
+    )
+    run.compactions.append(record)
+    if not (run.hooks.wants("post_compact") or run.hooks.wants("on_compaction")):
+        return
+    # The hook sees the audit record plus where it happened.
+    info = CompactionInfo(
+        run_id=run.run_id, turn=run.turn, **attrs.asdict(record, recurse=False)
     )
     if compacted:
         run.hooks.call("on_compaction", info)
