@@ -306,11 +306,12 @@ async def test_transient_errors_are_retried_and_permanent_ones_fail() -> None:
     model = ScriptedModel.of(rate, rate, "fine")
     result = await Driver(model=model, retry=NO_WAIT).run("x")
     assert (result.text, len(model.requests)) == ("fine", 3)
-    auth = ProviderError("bad key", kind="auth")
+    auth = ProviderError("bad key", kind="auth", status=401)
     model = ScriptedModel.of(auth)
     result = await Driver(model=model, retry=NO_WAIT).run("x")
     assert isinstance(result.error, ProviderError)
     assert (result.error.kind, len(model.requests)) == ("auth", 1)
+    assert result.error.status == 401
 
 
 async def test_retries_give_up_after_max_attempts() -> None:

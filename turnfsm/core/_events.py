@@ -51,6 +51,7 @@ class ErrorInfo:
     type: str
     message: str
     retryable: bool = False
+    status: int | None = None
 
     @classmethod
     def from_exception(

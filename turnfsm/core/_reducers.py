@@ -173,6 +173,7 @@ def _provider_error(s: Snapshot, e: Event) -> Failure:
         detail=e.error.message,
         error_type=e.error.type,
         retriable=e.error.retryable,
+        status=e.error.status,
     )
 
 

@@ -82,7 +82,7 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
     "compaction_circuit_open": lambda f: CompactionCircuitOpen(failures=f.used),
     "cancelled": lambda f: Cancelled(reason=f.detail),
     "provider_error": lambda f: ProviderError(
-        message=f.detail, retriable=f.retriable, kind=f.error_type
+        message=f.detail, retriable=f.retriable, kind=f.error_type, status=f.status
     ),
 }
 
@@ -98,6 +98,7 @@ class Failure:
     detail: str = ""
     error_type: str = ""
     retriable: bool = False
+    status: int | None = None
 
     def to_error(self) -> TurnFSMError:
         """Return the typed error this failure stands for."""

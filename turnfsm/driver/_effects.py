@@ -72,7 +72,12 @@ async def call_model(run: _Run, decision: CallLLM, estimate: int | None) -> Even
     try:
         response = await _complete(run, request)
     except ProviderError as exc:
-        info = ErrorInfo(type=exc.kind, message=exc.message, retryable=exc.retriable)
+        info = ErrorInfo(
+            type=exc.kind,
+            message=exc.message,
+            retryable=exc.retriable,
+            status=exc.status,
+        )
         if exc.is_context_overflow:
             return ContextOverflowed(error=info)
         return ModelFailed(error=info)
