@@ -42,6 +42,22 @@ class Tool:
     description: str
     parameters: Mapping[str, Any] = attrs.field(hash=False)
     fn: Callable[..., Any] = attrs.field(eq=False, repr=False)
+    # Derived once: the call path runs per tool call.
+    _is_async: bool = attrs.field(init=False, eq=False, repr=False)
+    _known: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
+    _required: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    @_is_async.default
+    def _detect_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    @_known.default
+    def _known_names(self) -> frozenset[str]:
+        return frozenset(self.parameters.get("properties", {}))
+
+    @_required.default
+    def _required_names(self) -> tuple[str, ...]:
+        return tuple(self.parameters.get("required", ()))
 
     @name.validator
     def _check_name(self, _attr: object, value: str) -> None:
@@ -110,15 +126,14 @@ class Tool:
             Exception: whatever the tool raises (the driver turns it into an
                 error result).
         """
-        props = self.parameters.get("properties", {})
-        unknown = sorted(set(arguments) - set(props))
-        missing = [r for r in self.parameters.get("required", []) if r not in arguments]
+        unknown = sorted(set(arguments) - self._known) if arguments else []
+        missing = [r for r in self._required if r not in arguments]
         if unknown or missing:
             raise ValueError(
                 f"bad arguments: missing {missing or 'none'}, "
                 f"unknown {unknown or 'none'}"
             )
-        if inspect.iscoroutinefunction(self.fn):
+        if self._is_async:
             result = await self.fn(**arguments)
         else:
             result = await anyio.to_thread.run_sync(lambda: self.fn(**arguments))
