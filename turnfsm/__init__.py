@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         MaxTurnsExceeded,
         ProviderError,
         RunFailed,
+        SessionBusy,
         ToolError,
         TurnFSMError,
     )
@@ -107,6 +108,7 @@ _LAZY: dict[str, str] = {
     "Role": "turnfsm.messages",
     "RunFailed": "turnfsm.errors",
     "RunResult": "turnfsm.driver",
+    "SessionBusy": "turnfsm.errors",
     "Session": "turnfsm.driver",
     "Snapshot": "turnfsm.core",
     "TiktokenCounter": "turnfsm.tokens",
@@ -173,6 +175,7 @@ __all__ = [
     "RunFailed",
     "RunResult",
     "Session",
+    "SessionBusy",
     "Snapshot",
     "TiktokenCounter",
     "TokenCounter",

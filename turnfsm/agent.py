@@ -142,6 +142,12 @@ class Agent:
             async with anyio.create_task_group() as group:
                 group.start_soon(runner)
                 yield stream
+        except BaseExceptionGroup as group_error:
+            # One failure (the run's, or the caller's own in the `async with`
+            # body) surfaces as itself, as it would from `run()`.
+            if len(group_error.exceptions) == 1:
+                raise group_error.exceptions[0] from None
+            raise
         finally:
             receive.close()
 

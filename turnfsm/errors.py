@@ -14,6 +14,7 @@ TurnFSMError                 base class; never raised directly
 ├── MaxTurnsExceeded         the run used all its model calls
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retriable
+├── SessionBusy              another run is using the session
 ├── ToolError                a tool could not be registered or described
 └── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
 ```
@@ -48,6 +49,7 @@ __all__ = [
     "MaxTurnsExceeded",
     "ProviderError",
     "RunFailed",
+    "SessionBusy",
     "ToolError",
     "TurnFSMError",
 ]
@@ -243,6 +245,20 @@ class ProviderError(TurnFSMError):
 
 CONTEXT_OVERFLOW = "context_overflow"
 """The `ProviderError.kind` of a provider's context-length rejection."""
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SessionBusy(TurnFSMError):
+    """Raised when a run starts on a session that another run is still using."""
+
+    session_id: str
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} is running another run; wait for it, "
+            "or give this run its own Session"
+        )
 
 
 @final

@@ -317,15 +317,22 @@ def as_sequence(value: Iterable[Message]) -> Sequence[Message]:
 def check_history(messages: Iterable[Message]) -> tuple[Message, ...]:
     """Validate a conversation given from outside and return it as a tuple.
 
+    Every tool call must be answered by tool results before the next
+    non-tool message (and before the end): a provider rejects a conversation
+    with an orphaned half.
+
     Raises:
-        InvalidMessage: an item is not a `Message`, or a tool result answers
-            no earlier tool call (`field` is ``tool_result.call_id``).
+        InvalidMessage: an item is not a `Message`; a tool result answers no
+            earlier tool call (`field` is ``tool_result.call_id``); or a tool
+            call has no result (`field` is ``tool_call.id``).
     """
     out = tuple(messages)
     open_calls: dict[str, int] = {}
     for msg in out:
         if not isinstance(msg, Message):
             raise InvalidMessage("messages", msg, "expected a Message")
+        if msg.role is not Role.TOOL:
+            _check_answered(open_calls)
         for part in msg.parts:
             if isinstance(part, ToolCallPart):
                 open_calls[part.id] = open_calls.get(part.id, 0) + 1
@@ -337,7 +344,18 @@ def check_history(messages: Iterable[Message]) -> tuple[Message, ...]:
                         "a tool result for no earlier tool call",
                     )
                 open_calls[part.call_id] -= 1
+    _check_answered(open_calls)
     return out
+
+
+def _check_answered(open_calls: dict[str, int]) -> None:
+    for call_id, count in open_calls.items():
+        if count:
+            raise InvalidMessage(
+                "tool_call.id",
+                call_id,
+                "a tool call with no result before the next message",
+            )
 
 
 class _Store:

@@ -850,3 +850,19 @@ def test_a_malformed_snapshot_dict_is_a_config_error() -> None:
     with pytest.raises(ConfigError) as caught:
         Snapshot.from_dict(bad_budget)
     assert caught.value.field == "threshold"
+
+
+def test_inject_refuses_tool_traffic_and_leaves_the_machine_as_it_was() -> None:
+    from turnfsm.core import Budget, RunStarted, TurnMachine
+    from turnfsm.errors import InvalidMessage
+    from turnfsm.messages import Message
+
+    machine = TurnMachine.start(load_turn_spec(), budget=Budget())
+    machine.handle(RunStarted(input=[Message.user("hi")]))
+    before = machine.snapshot
+    with pytest.raises(InvalidMessage) as caught:
+        machine.inject(Message.tool_result("c1", "x"))
+    assert caught.value.field == "message.parts"
+    assert machine.snapshot == before
+    machine.inject(Message.user("more"))  # still accepts input
+    assert [m.text for m in machine.snapshot.pending] == ["hi", "more"]

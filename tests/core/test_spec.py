@@ -714,3 +714,34 @@ def test_an_event_specific_reducer_cannot_run_on_entry() -> None:
     assert problems_of(text) == (
         "state 'done': 'record_reply' needs a specific event and cannot run on entry",
     )
+
+
+def test_a_model_call_must_follow_a_measurement_or_a_compaction() -> None:
+    text = edit(
+        turn_toml_text(),
+        'trigger = "tools_finished"\nsource = "run_tools"\ndest = "start"',
+        'trigger = "tools_finished"\nsource = "run_tools"\ndest = "call_llm"',
+    )
+    assert problems_of(text) == (
+        "phase 'run_tools' on 'tools_finished' enters 'call_llm' unmeasured: a model "
+        "call must follow 'measured' or 'compaction_result'",
+    )
+
+
+def test_measured_must_check_the_turn_limit_and_emergency_line_first() -> None:
+    text = edit(
+        turn_toml_text(),
+        'conditions = ["is_turn_limit_reached"]\nerror = "max_turns_exceeded"',
+        'conditions = ["is_over_threshold_line"]\nerror = "max_turns_exceeded"',
+    )
+    text = edit(
+        text,
+        'conditions = ["is_over_emergency_line"]',
+        'conditions = ["is_over_threshold_line"]',
+    )
+    assert problems_of(text) == (
+        "phase 'start' on 'measured' enters 'call_llm' without first checking "
+        "'is_turn_limit_reached' (into a terminal phase)",
+        "phase 'start' on 'measured' enters 'call_llm' without first checking "
+        "'is_over_emergency_line' (into a compact phase)",
+    )

@@ -20,6 +20,7 @@ from typing import final
 
 import attrs
 
+from turnfsm.context._pairs import pair_tool_traffic
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
@@ -94,6 +95,19 @@ def _check_reserved(reserved: object) -> None:
 def _describe(exc: Exception) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _orphan_problem(
+    messages: Sequence[Message], outcome: CompactionOutcome
+) -> str | None:
+    """Reject a result that split a tool call from its result (any compactor)."""
+    before = pair_tool_traffic(messages)
+    after = pair_tool_traffic(outcome.messages)
+    if len(after.lone_results) > len(before.lone_results) or len(
+        after.lone_calls
+    ) > len(before.lone_calls):
+        return "the compactor orphaned a tool call or a tool result"
+    return None
 
 
 def _outcome_problem(outcome: object) -> str | None:
@@ -319,7 +333,7 @@ class ContextManager:
         except Exception as exc:
             problem: str | None = _describe(exc)
         else:
-            problem = _outcome_problem(outcome)
+            problem = _outcome_problem(outcome) or _orphan_problem(messages, outcome)
         if problem is not None:
             return self._overflow(before + reserved, len(messages), reason, problem)
         return self._classify(len(messages), before, outcome, reason, reserved)

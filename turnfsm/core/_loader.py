@@ -304,6 +304,49 @@ def _check_graph(spec: MachineSpec, problem: Any) -> None:
                 "with a transition without conditions"
             )
     _check_compaction_cycles(spec, groups, problem)
+    _check_model_calls(spec, groups, problem)
+
+
+# A model call is only ever made on a fresh size: right after a measurement
+# that checked the turn limit and the emergency line first, or right after a
+# compaction pass (whose result the manager fitted under the window).
+_SIZED_TRIGGERS: Final = frozenset({"measured", "compaction_result"})
+_MEASURED_GUARDS: Final = (
+    ("is_turn_limit_reached", "a terminal phase"),
+    ("is_over_emergency_line", "a compact phase"),
+)
+
+
+def _check_model_calls(
+    spec: MachineSpec,
+    groups: Mapping[tuple[str, str], list[TransitionSpec]],
+    problem: Any,
+) -> None:
+    calls = {s.name for s in spec.states if s.decision == "call_llm"}
+    compacts = {s.name for s in spec.states if s.decision == "compact"}
+    terminal = set(spec.terminal)
+    for (src, trigger), group in groups.items():
+        for index, t in enumerate(group):
+            if t.dest not in calls:
+                continue
+            if trigger not in _SIZED_TRIGGERS:
+                problem(
+                    f"phase {src!r} on {trigger!r} enters {t.dest!r} unmeasured: a "
+                    "model call must follow 'measured' or 'compaction_result'"
+                )
+                continue
+            if trigger != "measured":
+                continue
+            earlier = group[:index]
+            for guard, kind in _MEASURED_GUARDS:
+                targets = terminal if guard == "is_turn_limit_reached" else compacts
+                if not any(
+                    guard in e.conditions and e.dest in targets for e in earlier
+                ):
+                    problem(
+                        f"phase {src!r} on 'measured' enters {t.dest!r} without "
+                        f"first checking {guard!r} (into {kind})"
+                    )
 
 
 def _check_compaction_cycles(

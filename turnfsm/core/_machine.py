@@ -58,7 +58,7 @@ from turnfsm.core._lines import CompactReason
 from turnfsm.core._reducers import FAILURES, REDUCERS
 from turnfsm.core._snapshot import Budget, Snapshot
 from turnfsm.core._spec import MachineSpec, TransitionSpec
-from turnfsm.errors import IllegalEvent, MachineBroken, TurnFSMError
+from turnfsm.errors import IllegalEvent, InvalidMessage, MachineBroken, TurnFSMError
 from turnfsm.messages import Message, MessageLog, check_history
 
 __all__ = ["Step", "TurnMachine"]
@@ -287,7 +287,18 @@ class TurnMachine:
         return self.handle(RunCancelled(reason=reason))
 
     def inject(self, message: Message) -> Decision:
-        """Add `message` to pending (at once in `start`, else at the next `start`)."""
+        """Add `message` to pending (at once in `start`, else at the next `start`).
+
+        Raises:
+            InvalidMessage: `message` carries tool calls or tool results (their
+                other half could never follow); the machine is unchanged.
+        """
+        if message.tool_calls or message.tool_results:
+            raise InvalidMessage(
+                "message.parts",
+                message.id,
+                "an injected message cannot carry tool calls or tool results",
+            )
         return self.handle(MessageInjected(message=message))
 
 

@@ -204,11 +204,13 @@ class Driver:
 
         Raises:
             InvalidMessage: the input is malformed (nothing was changed).
+            SessionBusy: another run is using `session`.
         """
         messages = _as_messages(input)
         session = session if session is not None else Session()
         check_history((*session.history, *messages))
-        return await _Run(self, session, messages, control, hooks).execute()
+        with session.claim():
+            return await _Run(self, session, messages, control, hooks).execute()
 
 
 def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
@@ -347,8 +349,7 @@ class _Run:
                 return Measured(estimate=self.measure(history, pending))
             case CallLLM():
                 self.turn = decision.turn
-                estimate = machine.snapshot.estimate
-                return await _effects.call_model(self, decision, estimate)
+                return await _effects.call_model(self, decision)
             case RunTools():
                 return await _effects.run_tools(self, decision)
             case Compact():

@@ -43,16 +43,15 @@ if TYPE_CHECKING:
 __all__ = ["call_model", "compact", "run_tools"]
 
 
-async def call_model(run: _Run, decision: CallLLM, estimate: int | None) -> Event:
+async def call_model(run: _Run, decision: CallLLM) -> Event:
     """Call the model with the whole request; classify what comes back.
 
-    `estimate` is the brain's last measurement of this very request (the
-    driver's own, fed as `Measured` or as a compaction's `after`); it is
-    re-measured only if missing.
+    The request is measured again right before sending (cheap: the meter is
+    incremental), whatever the machine believes, so that no machine file can
+    make the driver send a request over the window.
     """
     driver = run.driver
-    if estimate is None:
-        estimate = run.measure(decision.history, decision.pending)
+    estimate = run.measure(decision.history, decision.pending)
     window = run.budget.context_window
     if window and estimate > window:
         # Never serve a request over the window: treat it like the provider's

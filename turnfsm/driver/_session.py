@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal, final
 
 import attrs
 
 from turnfsm.core import CompactReason, Event, MessageInjected, RunCancelled, Usage
-from turnfsm.errors import RunFailed, TurnFSMError
+from turnfsm.errors import InvalidMessage, RunFailed, SessionBusy, TurnFSMError
 from turnfsm.messages import Joined, Message, MessageLog
 
 __all__ = [
@@ -83,6 +84,23 @@ class Session:
     id: str = attrs.field(factory=lambda: new_id("ses"))
     history: MessageLog = attrs.field(factory=MessageLog)
     runs: list[RunRecord] = attrs.field(factory=list)
+    is_running: bool = attrs.field(default=False, init=False)
+
+    @contextlib.contextmanager
+    def claim(self) -> Iterator[Session]:
+        """Hold the session for one run (the driver does this).
+
+        Raises:
+            SessionBusy: another run holds it: two runs on one history would
+                each commit over the other.
+        """
+        if self.is_running:
+            raise SessionBusy(self.id)
+        self.is_running = True
+        try:
+            yield self
+        finally:
+            self.is_running = False
 
 
 @final
@@ -101,7 +119,20 @@ class RunControl:
     _queue: list[Event] = attrs.field(factory=list, init=False)
 
     def inject(self, message: Message) -> None:
-        """Queue `message`; it joins the conversation at the next safe point."""
+        """Queue `message`; it joins the conversation at the next safe point.
+
+        Raises:
+            InvalidMessage: `message` is not a `Message`, or carries tool calls
+                or tool results (their other half could never follow).
+        """
+        if not isinstance(message, Message):
+            raise InvalidMessage("message", message, "expected a Message")
+        if message.tool_calls or message.tool_results:
+            raise InvalidMessage(
+                "message.parts",
+                message.id,
+                "an injected message cannot carry tool calls or tool results",
+            )
         self._queue.append(MessageInjected(message=message))
 
     def cancel(self, reason: str = "cancelled") -> None:

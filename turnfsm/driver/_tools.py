@@ -136,7 +136,11 @@ class Tool:
         if self._is_async:
             result = await self.fn(**arguments)
         else:
-            result = await anyio.to_thread.run_sync(lambda: self.fn(**arguments))
+            # A thread cannot be interrupted: on a timeout or a cancel the run
+            # goes on without it (the thread finishes in the background).
+            result = await anyio.to_thread.run_sync(
+                lambda: self.fn(**arguments), abandon_on_cancel=True
+            )
         if isinstance(result, str):
             return result
         return json.dumps(result, default=str, ensure_ascii=False)
@@ -229,12 +233,14 @@ async def run_tool_call(
             call.id, f"tool {call.name!r} is not available", is_error=True
         )
     try:
-        with deadline(limit):
+        # move_on_after, not fail_after: a TimeoutError the tool raises itself
+        # is the tool's failure, not our deadline.
+        with anyio.move_on_after(limit) as scope:
             output = await tool.invoke(call.arguments)
-    except TimeoutError:
-        return Message.tool_result(
-            call.id, f"tool {call.name!r} timed out after {limit}s", is_error=True
-        )
+        if scope.cancelled_caught:
+            return Message.tool_result(
+                call.id, f"tool {call.name!r} timed out after {limit}s", is_error=True
+            )
     except Exception as exc:
         return Message.tool_result(
             call.id,

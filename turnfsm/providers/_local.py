@@ -133,7 +133,13 @@ class LlamaServer:
         self._process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            # Ctrl-C or a bug while waiting: the server is in its own session
+            # and would not get the signal, so stop it here.
+            self.stop()
+            raise
         return self
 
     def _wait_ready(self) -> None:

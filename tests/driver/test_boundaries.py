@@ -1,0 +1,135 @@
+"""Defects found in review, each pinned by a test."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from turnfsm import Agent
+from turnfsm.context import CompactionContext, CompactionOutcome, ContextManager
+from turnfsm.driver import Driver, RunControl, Session
+from turnfsm.errors import CompactionFailed, InvalidMessage, SessionBusy
+from turnfsm.messages import Message, ToolCallPart, check_history
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_hanging_plain_function_tool_still_times_out() -> None:
+    def slow() -> str:
+        """Block for a while."""
+        time.sleep(1.5)
+        return "late"
+
+    model = ScriptedModel.of(reply("", tool_call("slow", "c1")), "ok")
+    session = Session()
+    started = anyio.current_time()
+    result = await Driver(model=model, tools=[slow], tool_timeout=0.1).run(
+        "go", session=session
+    )
+    assert anyio.current_time() - started < 1.0
+    assert result.ok
+    assert session.history[2].tool_results[0].content == (
+        "tool 'slow' timed out after 0.1s"
+    )
+
+
+async def test_a_tools_own_timeout_error_is_its_failure_not_ours() -> None:
+    def fetch() -> str:
+        """Fail upstream."""
+        raise TimeoutError("upstream lock")
+
+    model = ScriptedModel.of(reply("", tool_call("fetch", "c1")), "ok")
+    session = Session()
+    await Driver(model=model, tools=[fetch], tool_timeout=None).run(
+        "go", session=session
+    )
+    content = session.history[2].tool_results[0].content
+    assert content == "tool 'fetch' failed: TimeoutError: upstream lock"
+
+
+def test_injected_messages_are_checked_at_the_boundary() -> None:
+    control = RunControl()
+    with pytest.raises(InvalidMessage) as caught:
+        control.inject(Message.tool_result("ghost", "x"))
+    assert caught.value.field == "message.parts"
+    with pytest.raises(InvalidMessage, match="tool calls or tool results"):
+        control.inject(Message.assistant(tool_calls=[ToolCallPart(id="x", name="f")]))
+    with pytest.raises(InvalidMessage) as caught:
+        control.inject("not a message")  # type: ignore[arg-type]
+    assert caught.value.field == "message"
+    assert control.drain() == []
+
+
+def test_an_unanswered_tool_call_is_rejected_as_input() -> None:
+    call = Message.assistant(tool_calls=[ToolCallPart(id="c1", name="f")])
+    with pytest.raises(InvalidMessage) as caught:
+        check_history([Message.user("hi"), call])
+    assert (caught.value.field, caught.value.value) == ("tool_call.id", "c1")
+    with pytest.raises(InvalidMessage):
+        check_history([call, Message.user("next")])
+
+
+class KeepLast:
+    """A careless compactor: keeps only the last message, orphaning its call."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        return CompactionOutcome.compacted(list(messages[-1:]), ctx.tokens_before, 0)
+
+
+async def test_a_compactor_that_orphans_a_tool_result_fails_the_pass() -> None:
+    def dump() -> str:
+        """Dump a lot."""
+        return "z" * 4_000
+
+    model = ScriptedModel.of(reply("", tool_call("dump", "c1")), "never")
+    ctx = ContextManager(
+        KeepLast(), context_window=1_200, counter=HeuristicTokenCounter()
+    )
+    session = Session()
+    result = await Driver(model=model, tools=[dump], context=ctx).run(
+        "go", session=session
+    )
+    assert isinstance(result.error, CompactionFailed)
+    assert "orphaned" in result.error.cause
+    assert len(model.requests) == 1  # the orphaned result was never sent
+    assert list(session.history) == []
+
+
+async def test_two_runs_cannot_share_a_session_at_once() -> None:
+    release = anyio.Event()
+
+    async def slow(request: object) -> str:
+        await release.wait()
+        return "done"
+
+    session = Session()
+    driver = Driver(model=FakeModelClient(slow))
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: driver.run("first", session=session))
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(SessionBusy):
+            await driver.run("second", session=session)
+        release.set()
+    assert [m.text for m in session.history] == ["first", "done"]
+    assert not session.is_running
+
+
+async def test_run_stream_raises_the_error_itself_not_a_group() -> None:
+    agent = Agent(model=ScriptedModel.of("x"))
+    with pytest.raises(InvalidMessage):
+        async with agent.run_stream([Message.tool_result("ghost", "?")]) as stream:
+            _ = [p async for p in stream]
+
+    class Mine(Exception):
+        pass
+
+    with pytest.raises(Mine):
+        async with agent.run_stream("hi") as stream:
+            raise Mine
