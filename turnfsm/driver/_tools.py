@@ -235,9 +235,12 @@ async def run_tool_call(
     try:
         # move_on_after, not fail_after: a TimeoutError the tool raises itself
         # is the tool's failure, not our deadline.
-        with anyio.move_on_after(limit) as scope:
+        if limit is None:
             output = await tool.invoke(call.arguments)
-        if scope.cancelled_caught:
+        else:
+            with anyio.move_on_after(limit) as scope:
+                output = await tool.invoke(call.arguments)
+        if limit is not None and scope.cancelled_caught:
             return Message.tool_result(
                 call.id, f"tool {call.name!r} timed out after {limit}s", is_error=True
             )
