@@ -9,8 +9,9 @@ friends) shrinks the conversation. `Agent` is the small façade over them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from turnfsm._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from turnfsm._resources import default_machine, load_machine
@@ -126,13 +127,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turnfsm' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -8,9 +8,9 @@ small GGUF model) load lazily, so their SDKs are only needed when used:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from turnfsm._lazy import lazy_getattr
 from turnfsm.providers._protocol import (
     ModelClient,
     ModelRequest,
@@ -52,10 +52,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turnfsm.providers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
