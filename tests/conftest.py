@@ -1,6 +1,20 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Two hypothesis profiles: "ci" (thorough; what .ci/run uses) and "dev" (quick,
+# for local iteration). Pick one with HYPOTHESIS_PROFILE; tests that need a
+# minimum number of examples set it on their own @settings.
+settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -12,6 +12,7 @@ from turnfsm.messages import (
     Joined,
     Message,
     MessageLog,
+    OpenCalls,
     Role,
     TextPart,
     ToolCallPart,
@@ -184,3 +185,56 @@ def test_joined_is_a_view_of_several_sequences() -> None:
     with pytest.raises(IndexError):
         joined[3]
     assert "Joined" in repr(joined)
+
+
+def _asks(*ids: str) -> Message:
+    return Message.assistant(tool_calls=[ToolCallPart(id=i, name="f") for i in ids])
+
+
+def test_open_calls_checks_a_prefix_step_by_step() -> None:
+    asks = _asks("c1", "c2", "c1")
+    state = OpenCalls().then([Message.user("go"), asks])
+    assert (state.ids, state.is_closed) == (("c1", "c2", "c1"), False)
+    state = state.then([Message.tool_result("c1", "x")])
+    assert state.ids == ("c2", "c1")
+    assert state.then([]) is state
+    closed = state.then(
+        [Message.tool_result("c1", "y"), Message.tool_result("c2", "z")]
+    )
+    assert closed == OpenCalls()
+    closed.require_closed()
+    with pytest.raises(InvalidMessage) as caught:
+        state.require_closed()
+    assert (caught.value.field, caught.value.value) == ("tool_call.id", "c2")
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        ([Message.tool_result("c1", "x")], ("tool_result.call_id", "c1")),
+        (
+            [_asks("c1"), Message.tool_result("c2", "x")],
+            ("tool_result.call_id", "c2"),
+        ),
+        ([_asks("c1"), Message.user("between")], ("tool_call.id", "c1")),
+        ([_asks("c1"), _asks("c2")], ("tool_call.id", "c1")),
+    ],
+    ids=["no-call", "wrong-id", "user-between", "reply-between"],
+)
+def test_open_calls_names_the_call_id_of_a_broken_pair(
+    messages: list[Message], expected: tuple[str, str]
+) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        OpenCalls.of(messages)
+    assert (caught.value.field, caught.value.value) == expected
+
+
+def test_open_calls_memoises_message_log_prefixes() -> None:
+    one = MessageLog([Message.user("a")])
+    four = one.append(_asks("c1"), Message.tool_result("c1", "x"), Message.user("b"))
+    assert OpenCalls.of(four).is_closed
+    assert OpenCalls.of(four) is OpenCalls.of(four)  # remembered
+    assert OpenCalls.of(one).is_closed  # a shorter view of the same list
+    assert OpenCalls.of(four[0:2]).ids == ("c1",)  # a tuple: checked afresh
+    assert [n for n, _ in four.memo["open_calls"]] == [0, 1, 4]
+    assert list(four.items_from(2)) == list(four[2:])

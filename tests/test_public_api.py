@@ -20,9 +20,12 @@ PACKAGES = [
     "turnfsm.errors",
     "turnfsm.hooks",
     "turnfsm.messages",
+    "turnfsm.persistence",
     "turnfsm.providers",
+    "turnfsm.serde",
     "turnfsm.testing",
     "turnfsm.tokens",
+    "turnfsm.values",
 ]
 # Built for subclassing (or protocols / type aliases), so not @final.
 OPEN = {"Hook", "TurnFSMError", "ContextExceeded"}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from turnfsm._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from turnfsm._resources import default_machine, load_machine
+    from turnfsm._resources import approval_machine, default_machine, load_machine
     from turnfsm.agent import Agent
     from turnfsm.context import (
         CompactBase,
@@ -30,36 +30,44 @@ if TYPE_CHECKING:
         Phase,
         Snapshot,
         TurnMachine,
-        Usage,
     )
     from turnfsm.driver import (
         Driver,
+        EffectContext,
         RetryPolicy,
+        RunControl,
         RunResult,
-        Session,
         Tool,
         function_tool,
+        replay,
     )
     from turnfsm.errors import (
         Cancelled,
         CompactionCircuitOpen,
         CompactionFailed,
+        CompactionLimitExceeded,
         CompactionStalled,
         ConfigError,
         ContextExceeded,
+        CorruptRecord,
         DefinitionError,
         IllegalEvent,
         InvalidMessage,
         MachineBroken,
         MaxTurnsExceeded,
         ProviderError,
+        ReplayDiverged,
+        RunCrashed,
         RunFailed,
         SessionBusy,
+        SessionConflict,
+        StoreError,
         ToolError,
         TurnFSMError,
     )
     from turnfsm.hooks import Hook, PreCompact
     from turnfsm.messages import Message, Role
+    from turnfsm.persistence import MemoryStore, Session, SessionStore
     from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
     from turnfsm.tokens import (
         ConservativeTokenCounter,
@@ -68,6 +76,7 @@ if TYPE_CHECKING:
         TiktokenCounter,
         TokenCounter,
     )
+    from turnfsm.values import Usage
 
 __version__ = "0.1.0"
 
@@ -82,14 +91,17 @@ _LAZY: dict[str, str] = {
     "CompactReason": "turnfsm.core",
     "CompactionCircuitOpen": "turnfsm.errors",
     "CompactionFailed": "turnfsm.errors",
+    "CompactionLimitExceeded": "turnfsm.errors",
     "CompactionStalled": "turnfsm.errors",
     "ConfigError": "turnfsm.errors",
     "ConservativeTokenCounter": "turnfsm.tokens",
     "ContextCompactor": "turnfsm.context",
     "ContextExceeded": "turnfsm.errors",
     "ContextManager": "turnfsm.context",
+    "CorruptRecord": "turnfsm.errors",
     "DefinitionError": "turnfsm.errors",
     "Driver": "turnfsm.driver",
+    "EffectContext": "turnfsm.driver",
     "HeuristicTokenCounter": "turnfsm.tokens",
     "Hook": "turnfsm.hooks",
     "IllegalEvent": "turnfsm.errors",
@@ -97,6 +109,7 @@ _LAZY: dict[str, str] = {
     "MachineBroken": "turnfsm.errors",
     "MachineSpec": "turnfsm.core",
     "MaxTurnsExceeded": "turnfsm.errors",
+    "MemoryStore": "turnfsm.persistence",
     "Message": "turnfsm.messages",
     "ModelClient": "turnfsm.providers",
     "ModelRequest": "turnfsm.providers",
@@ -105,13 +118,19 @@ _LAZY: dict[str, str] = {
     "PreCompact": "turnfsm.hooks",
     "ProviderError": "turnfsm.errors",
     "RatioTokenCounter": "turnfsm.tokens",
+    "ReplayDiverged": "turnfsm.errors",
     "RetryPolicy": "turnfsm.driver",
     "Role": "turnfsm.messages",
+    "RunControl": "turnfsm.driver",
+    "RunCrashed": "turnfsm.errors",
     "RunFailed": "turnfsm.errors",
     "RunResult": "turnfsm.driver",
+    "Session": "turnfsm.persistence",
     "SessionBusy": "turnfsm.errors",
-    "Session": "turnfsm.driver",
+    "SessionConflict": "turnfsm.errors",
+    "SessionStore": "turnfsm.persistence",
     "Snapshot": "turnfsm.core",
+    "StoreError": "turnfsm.errors",
     "TiktokenCounter": "turnfsm.tokens",
     "TokenCounter": "turnfsm.tokens",
     "TokenSplitter": "turnfsm.context",
@@ -120,10 +139,12 @@ _LAZY: dict[str, str] = {
     "TruncatingCompactor": "turnfsm.context",
     "TurnFSMError": "turnfsm.errors",
     "TurnMachine": "turnfsm.core",
-    "Usage": "turnfsm.core",
+    "Usage": "turnfsm.values",
+    "approval_machine": "turnfsm._resources",
     "default_machine": "turnfsm._resources",
     "function_tool": "turnfsm.driver",
     "load_machine": "turnfsm._resources",
+    "replay": "turnfsm.driver",
 }
 
 
@@ -142,14 +163,17 @@ __all__ = [
     "CompactReason",
     "CompactionCircuitOpen",
     "CompactionFailed",
+    "CompactionLimitExceeded",
     "CompactionStalled",
     "ConfigError",
     "ConservativeTokenCounter",
     "ContextCompactor",
     "ContextExceeded",
     "ContextManager",
+    "CorruptRecord",
     "DefinitionError",
     "Driver",
+    "EffectContext",
     "HeuristicTokenCounter",
     "Hook",
     "IllegalEvent",
@@ -157,6 +181,7 @@ __all__ = [
     "MachineBroken",
     "MachineSpec",
     "MaxTurnsExceeded",
+    "MemoryStore",
     "Message",
     "ModelClient",
     "ModelRequest",
@@ -165,13 +190,19 @@ __all__ = [
     "PreCompact",
     "ProviderError",
     "RatioTokenCounter",
+    "ReplayDiverged",
     "RetryPolicy",
     "Role",
+    "RunControl",
+    "RunCrashed",
     "RunFailed",
     "RunResult",
     "Session",
     "SessionBusy",
+    "SessionConflict",
+    "SessionStore",
     "Snapshot",
+    "StoreError",
     "TiktokenCounter",
     "TokenCounter",
     "TokenSplitter",
@@ -181,7 +212,9 @@ __all__ = [
     "TurnFSMError",
     "TurnMachine",
     "Usage",
+    "approval_machine",
     "default_machine",
     "function_tool",
     "load_machine",
+    "replay",
 ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from turnfsm.core import MachineSpec
 
-__all__ = ["default_machine", "load_machine", "machines_dir"]
+__all__ = ["approval_machine", "default_machine", "load_machine", "machines_dir"]
 
 
 def machines_dir() -> Path:
@@ -38,3 +38,13 @@ def load_machine(path: str | Path) -> MachineSpec:
 def default_machine() -> MachineSpec:
     """Return the stock Turn FSM, ``turn.toml`` (loaded once)."""
     return load_machine(machines_dir() / "turn.toml")
+
+
+@functools.cache
+def approval_machine() -> MachineSpec:
+    """Return the Turn FSM with a review before tools, ``approval.toml`` (loaded once).
+
+    A reply with tool calls emits `Pause` in ``await_approval``; feed
+    `ToolCallsReviewed` (or `run_cancelled`) to go on.
+    """
+    return load_machine(machines_dir() / "approval.toml")

@@ -11,10 +11,12 @@ from typing import Any, final
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from turnfsm.core import ModelReplied
-from turnfsm.driver import Driver, RunControl, RunResult, Session
+from turnfsm.core import Event, ModelReplied
+from turnfsm.driver import Driver, RunControl, RunResult
+from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
 from turnfsm.messages import Message
+from turnfsm.persistence import MemoryStore, Session, SessionStore
 
 __all__ = ["Agent", "RunStream"]
 
@@ -77,18 +79,78 @@ class Agent:
         ```
     """
 
-    __slots__ = ("driver", "session")
+    __slots__ = ("driver", "session", "store")
 
     def __init__(
-        self, *, session: Session | None = None, **driver_options: Any
+        self,
+        *,
+        session: Session | None = None,
+        store: SessionStore | None = None,
+        **driver_options: Any,
     ) -> None:
         """Build the driver from `driver_options`; start or continue `session`.
 
+        Args:
+            session: The conversation to continue (a new one if None).
+            store: Where sessions live (a private `MemoryStore` if None, or
+                `session`'s own store).
+            **driver_options: The `Driver`'s settings.
+
         Raises:
-            ConfigError: a setting is out of range (the field is named).
+            ConfigError: a setting is out of range or unknown (the field is
+                named).
         """
-        self.driver = Driver(**driver_options)
-        self.session = session if session is not None else Session()
+        try:
+            self.driver = Driver(**driver_options)
+        except TypeError as exc:
+            raise ConfigError("Agent", sorted(driver_options), str(exc)) from None
+        if store is None:
+            store = session.store if session is not None else MemoryStore()
+        if not isinstance(store, SessionStore):
+            raise ConfigError("store", store, "a SessionStore (append/load/list)")
+        self.store: SessionStore = store
+        self.session = session if session is not None else Session(store=store)
+
+    async def open_session(self, session_id: str) -> Session:
+        """Reopen `session_id` from the agent's store and continue it.
+
+        The following runs continue that conversation.
+        """
+        if self.session.id != session_id:
+            self.session = await Session.load(self.store, session_id)
+        return self.session
+
+    async def resume(
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event | None = None,
+        *,
+        control: RunControl | None = None,
+    ) -> RunResult:
+        """Continue a paused run with the answer it waits for (see `Driver.resume`).
+
+        Works from a fresh `Agent` (another process) on the same store: the
+        session is loaded and the run rebuilt from its log.
+
+        Example:
+            ```python
+            result = await agent.run("delete the temp files")
+            if result.outcome == "paused":  # the approval machine asks first
+                result = await agent.resume(
+                    result.session_id, result.run_id, ToolCallsReviewed.approve_all()
+                )
+            ```
+        """
+        session = await self.open_session(session_id)
+        return await self.driver.resume(session, run_id, event, control=control)
+
+    async def abandon(
+        self, session_id: str, run_id: str, *, reason: str = "abandoned"
+    ) -> RunResult:
+        """End a paused or unfinished run as cancelled (see `Driver.abandon`)."""
+        session = await self.open_session(session_id)
+        return await self.driver.abandon(session, run_id, reason=reason)
 
     async def run(
         self,
@@ -180,6 +242,6 @@ class Agent:
                     await close()
 
     def new_session(self) -> Session:
-        """Start a fresh conversation for the following runs and return it."""
-        self.session = Session()
+        """Start a fresh conversation (in the agent's store) and return it."""
+        self.session = Session(store=self.store)
         return self.session

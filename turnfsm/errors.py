@@ -11,11 +11,17 @@ TurnFSMError                 base class; never raised directly
 │   ├── CompactionStalled    no-progress guard fired; .limit is the size before the pass
 │   └── CompactionFailed     the compactor failed; .cause
 ├── CompactionCircuitOpen    the compaction circuit breaker is open
+├── CompactionLimitExceeded  the run used all its compaction passes
 ├── MaxTurnsExceeded         the run used all its model calls
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retriable
-├── SessionBusy              another run is using the session
+├── SessionBusy              another run is using the session (or one is open)
+├── ReplayDiverged           a logged run does not replay to its logged decisions
+├── RunCrashed               a run ended on an unexpected exception (logged)
 ├── ToolError                a tool could not be registered or described
+├── StoreError               a record could not be loaded or saved
+│   ├── CorruptRecord        (ValueError) stored data does not read back; .path
+│   └── SessionConflict      another writer appended to the session first
 └── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
 ```
 
@@ -39,17 +45,23 @@ __all__ = [
     "Cancelled",
     "CompactionCircuitOpen",
     "CompactionFailed",
+    "CompactionLimitExceeded",
     "CompactionStalled",
     "ConfigError",
     "ContextExceeded",
+    "CorruptRecord",
     "DefinitionError",
     "IllegalEvent",
     "InvalidMessage",
     "MachineBroken",
     "MaxTurnsExceeded",
     "ProviderError",
+    "ReplayDiverged",
+    "RunCrashed",
     "RunFailed",
     "SessionBusy",
+    "SessionConflict",
+    "StoreError",
     "ToolError",
     "TurnFSMError",
 ]
@@ -199,6 +211,21 @@ class CompactionCircuitOpen(TurnFSMError):
 
 @final
 @attrs.frozen(auto_exc=True)
+class CompactionLimitExceeded(TurnFSMError):
+    """Raised when a run used all of its `max_compactions` compaction passes."""
+
+    max_compactions: int
+
+    def __str__(self) -> str:
+        return (
+            f"the run reached max_compactions={self.max_compactions} compaction "
+            "passes without a request that fits; raise max_compactions, or check "
+            "for a hook that adds a message after every pass"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
 class MaxTurnsExceeded(TurnFSMError):
     """Raised when a run used all of its `max_turns` model calls."""
 
@@ -253,8 +280,14 @@ class SessionBusy(TurnFSMError):
     """Raised when a run starts on a session that another run is still using."""
 
     session_id: str
+    run_id: str | None = None
 
     def __str__(self) -> str:
+        if self.run_id is not None:
+            return (
+                f"session {self.session_id!r} has an open run {self.run_id!r} "
+                "(paused, or its process died); resume or abandon it first"
+            )
         return (
             f"session {self.session_id!r} is running another run; wait for it, "
             "or give this run its own Session"
@@ -271,6 +304,98 @@ class ToolError(TurnFSMError, ValueError):
 
     def __str__(self) -> str:
         return f"tool {self.tool!r}: {self.reason}"
+
+
+class StoreError(TurnFSMError):
+    """Base class of the errors of loading and saving records; never raised directly.
+
+    A load or save that failed, an unknown schema version and a write
+    conflict are store errors.
+    """
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CorruptRecord(StoreError, ValueError):
+    """Raised when stored data does not read back as the record it should be.
+
+    `type` names what was being read (``"Snapshot"``, ``"Event"``), `path`
+    where in the data the problem is (``"events[3].message.parts"``; empty
+    for the whole value) and `reason` what is wrong there. An unknown schema
+    version is a corrupt record too (its `path` is ``"v"``).
+    """
+
+    type: str
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f" at {self.path}" if self.path else ""
+        return (
+            f"corrupt {self.type} record{where}: {self.reason}; it was written "
+            "by another turnfsm version or changed since"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SessionConflict(StoreError):
+    """Raised when an append finds the session's log at another version.
+
+    Another writer (a second process, host or `Session` view) appended first;
+    nothing of this append was written.
+    """
+
+    session_id: str
+    expected: int
+    actual: int
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} changed under this writer: expected "
+            f"version {self.expected}, found {self.actual}; another writer "
+            "appended first - reload the session and retry"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ReplayDiverged(TurnFSMError):
+    """Raised when a run's logged events do not replay to the logged decisions.
+
+    `index` is the first diverging event of the run, `event` its trigger;
+    `expected` is what the log says the brain answered, `actual` what a
+    fresh brain answers.
+    """
+
+    run_id: str
+    index: int
+    event: str
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id!r} diverges at event #{self.index} ({self.event}): "
+            f"the log says {self.expected}, the brain says {self.actual}; the log "
+            "was changed, or the machine or a guard is not the one it ran on"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class RunCrashed(TurnFSMError):
+    """Raised when a run ended on an unexpected exception; logged as its error.
+
+    The exception itself (a bug in an effect, a tool wrapper, a hook or a
+    store) propagated to the caller; the run's log records it as this value.
+    """
+
+    type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"run crashed on {self.type}: {self.message}"
 
 
 @final

@@ -13,7 +13,9 @@ history on every turn.
 
 from __future__ import annotations
 
+import bisect
 import json
+import operator
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
@@ -29,6 +31,7 @@ __all__ = [
     "Joined",
     "Message",
     "MessageLog",
+    "OpenCalls",
     "Part",
     "Role",
     "TextPart",
@@ -319,7 +322,7 @@ def check_history(messages: Iterable[Message]) -> tuple[Message, ...]:
 
     Every tool call must be answered by tool results before the next
     non-tool message (and before the end): a provider rejects a conversation
-    with an orphaned half.
+    with an orphaned half. The rules are `OpenCalls`'s.
 
     Raises:
         InvalidMessage: an item is not a `Message`; a tool result answers no
@@ -327,35 +330,123 @@ def check_history(messages: Iterable[Message]) -> tuple[Message, ...]:
             call has no result (`field` is ``tool_call.id``).
     """
     out = tuple(messages)
-    open_calls: dict[str, int] = {}
-    for msg in out:
-        if not isinstance(msg, Message):
-            raise InvalidMessage("messages", msg, "expected a Message")
-        if msg.role is not Role.TOOL:
-            _check_answered(open_calls)
-        for part in msg.parts:
-            if isinstance(part, ToolCallPart):
-                open_calls[part.id] = open_calls.get(part.id, 0) + 1
-            elif isinstance(part, ToolResultPart):
-                if not open_calls.get(part.call_id):
-                    raise InvalidMessage(
-                        "tool_result.call_id",
-                        part.call_id,
-                        "a tool result for no earlier tool call",
-                    )
-                open_calls[part.call_id] -= 1
-    _check_answered(open_calls)
+    OpenCalls().then(out).require_closed()
     return out
 
 
-def _check_answered(open_calls: dict[str, int]) -> None:
-    for call_id, count in open_calls.items():
-        if count:
+_OPEN_CALLS_MEMO: Final = "open_calls"
+
+
+def _as_ids(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OpenCalls:
+    """The tool calls a valid conversation prefix leaves unanswered.
+
+    The one checker of tool pairing: every tool result answers an open call
+    of the same id, and every call is answered before the next non-tool
+    message. Open calls can therefore only belong to the last assistant
+    message. `OpenCalls()` is the state of an empty conversation;
+    `state.then(messages)` checks the messages that follow it and returns the
+    state after them, so a growing conversation is checked in O(new
+    messages). `OpenCalls.of(log)` memoises the state of every checked
+    `MessageLog` prefix on the log's backing list.
+
+    Attributes:
+        ids: the ids of the calls awaiting a result, in call order (an id
+            called twice and answered once appears once).
+    """
+
+    ids: tuple[str, ...] = attrs.field(default=(), converter=_as_ids)
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether every call is answered (the prefix is a whole conversation)."""
+        return not self.ids
+
+    def then(self, messages: Iterable[Message]) -> OpenCalls:
+        """Check `messages` as the continuation of this prefix; return the new state.
+
+        Raises:
+            InvalidMessage: an item is not a `Message` (`field` is
+                ``messages``); a tool result answers no open call (`field` is
+                ``tool_result.call_id``); or a non-tool message follows an
+                unanswered call (`field` is ``tool_call.id``).
+        """
+        ids = self.ids
+        for message in messages:
+            ids = _step(ids, message)
+        return self if ids is self.ids else OpenCalls(ids=ids)
+
+    def require_closed(self) -> None:
+        """Check that no call is left open (the conversation may end here).
+
+        Raises:
+            InvalidMessage: a call has no result (`field` is ``tool_call.id``,
+                `value` its id).
+        """
+        if self.ids:
             raise InvalidMessage(
                 "tool_call.id",
-                call_id,
+                self.ids[0],
                 "a tool call with no result before the next message",
             )
+
+    @classmethod
+    def of(cls, messages: Iterable[Message]) -> OpenCalls:
+        """Check `messages` as a conversation prefix; return the calls left open.
+
+        For a `MessageLog` the state of each checked length is kept in its
+        `memo`, so checking a log again after appending k messages costs O(k).
+
+        Raises:
+            InvalidMessage: as `then`.
+        """
+        if not isinstance(messages, MessageLog):
+            return _CLOSED.then(messages)
+        entries: list[tuple[int, OpenCalls]] = messages.memo.setdefault(
+            _OPEN_CALLS_MEMO, [(0, _CLOSED)]
+        )
+        n = len(messages)
+        at = bisect.bisect_right(entries, n, key=operator.itemgetter(0)) - 1
+        length, state = entries[at]
+        if length == n:
+            return state
+        state = state.then(messages.items_from(length))
+        entries.insert(at + 1, (n, state))
+        return state
+
+
+_CLOSED: Final = OpenCalls()
+
+
+def _step(open_ids: tuple[str, ...], message: object) -> tuple[str, ...]:
+    """Return the open call ids after `message` (the checker's one rule)."""
+    if not isinstance(message, Message):
+        raise InvalidMessage("messages", message, "expected a Message")
+    if message.role is Role.TOOL:
+        ids = list(open_ids)
+        for part in message.tool_results:
+            if part.call_id not in ids:
+                raise InvalidMessage(
+                    "tool_result.call_id",
+                    part.call_id,
+                    "a tool result for no open tool call (no earlier call of "
+                    "that id, already answered, or a message came between)",
+                )
+            ids.remove(part.call_id)
+        return tuple(ids)
+    if open_ids:
+        raise InvalidMessage(
+            "tool_call.id",
+            open_ids[0],
+            "a tool call with no result before the next message",
+        )
+    calls = tuple(p.id for p in message.parts if isinstance(p, ToolCallPart))
+    return calls or open_ids
 
 
 class _Store:
@@ -417,6 +508,12 @@ class MessageLog(Sequence[Message]):
         """A scratch dict shared by every view of the same backing list."""
         return self._store.memo
 
+    def items_from(self, start: int) -> Iterator[Message]:
+        """Iterate over the items from index `start` on, without copying."""
+        items = self._store.items
+        for i in range(start, self._len):
+            yield items[i]
+
     def __len__(self) -> int:
         return self._len
 
@@ -434,9 +531,7 @@ class MessageLog(Sequence[Message]):
         return self._store.items[index]
 
     def __iter__(self) -> Iterator[Message]:
-        items = self._store.items
-        for i in range(self._len):
-            yield items[i]
+        return self.items_from(0)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, MessageLog):

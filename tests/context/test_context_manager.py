@@ -8,19 +8,22 @@ import attrs
 import pytest
 
 from turnfsm.context import (
+    CircuitOpen,
     CompactBase,
     Compacted,
     CompactionContext,
     CompactionDecision,
     CompactionOutcome,
+    CompactorError,
     ContextManager,
     ContextOverflow,
     NoAction,
     TruncatingCompactor,
 )
+from turnfsm.core import Budget
 from turnfsm.core._lines import CompactReason
-from turnfsm.errors import ConfigError
-from turnfsm.messages import Message
+from turnfsm.errors import CompactionCircuitOpen, ConfigError
+from turnfsm.messages import Message, ToolCallPart
 from turnfsm.tokens import HeuristicTokenCounter, default_counter
 
 COUNTER = HeuristicTokenCounter()
@@ -74,10 +77,15 @@ def run(
     *,
     reason: CompactReason = CompactReason.THRESHOLD_EXCEEDED,
     reserved: int = 0,
+    tokens_before: int | None = None,
 ) -> CompactionDecision:
     async def go() -> CompactionDecision:
         return await mgr.compact_with_reason(
-            messages, turn=1, reason=reason, reserved=reserved
+            messages,
+            turn=1,
+            reason=reason,
+            reserved=reserved,
+            tokens_before=tokens_before,
         )
 
     return anyio.run(go)
@@ -212,7 +220,10 @@ def test_empty_input_is_no_action_without_calling_the_compactor() -> None:
     decision = run(manager(compactor), [])
 
     assert decision == NoAction(
-        tokens_before=0, tokens_after=0, reason=CompactReason.THRESHOLD_EXCEEDED
+        tokens_before=0,
+        tokens_after=0,
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        strategy="Scripted",
     )
     assert compactor.seen == []
 
@@ -230,7 +241,20 @@ def test_compacted_is_recounted_by_the_manager() -> None:
         tokens_after=after,
         tokens_saved=before - after,
         reason=CompactReason.THRESHOLD_EXCEEDED,
+        strategy="Scripted",
     )
+
+
+def test_every_size_includes_the_reserved_budget() -> None:
+    messages = sized(10)
+    before = COUNTER.count(messages) + 40
+    after = COUNTER.count(messages[-3:]) + 40
+
+    decision = run(manager(Scripted(keep_last(3))), messages, reserved=40)
+
+    assert isinstance(decision, Compacted)
+    assert (decision.tokens_before, decision.tokens_after) == (before, after)
+    assert decision.tokens_saved == before - after
 
 
 def test_compactor_sees_target_context_and_counter() -> None:
@@ -282,6 +306,7 @@ def test_same_count_and_no_saving_is_no_action() -> None:
         tokens_before=before,
         tokens_after=before,
         reason=CompactReason.THRESHOLD_EXCEEDED,
+        strategy="Scripted",
     )
 
 
@@ -328,8 +353,8 @@ def test_result_over_the_window_minus_reserved_overflows() -> None:
         used=after + 51,
         window=after + 50,
         message_count=3,
-        compactor_error=None,
         reason=CompactReason.THRESHOLD_EXCEEDED,
+        strategy="Scripted",
     )
 
 
@@ -382,7 +407,7 @@ def boom(
     ],
     ids=["raises", "failed", "failed-blank", "empty", "wrong-type", "not-messages"],
 )
-def test_compactor_failure_overflows_at_the_size_before(
+def test_compactor_failure_is_a_compactor_error_at_the_size_before(
     reply: Reply, error: str
 ) -> None:
     messages = sized(5)
@@ -390,12 +415,24 @@ def test_compactor_failure_overflows_at_the_size_before(
 
     decision = run(manager(Scripted(reply)), messages, reserved=7)
 
-    assert decision == ContextOverflow(
+    assert decision == CompactorError(
         used=before + 7,
         window=200_000,
         message_count=5,
-        compactor_error=error,
+        error=error,
         reason=CompactReason.THRESHOLD_EXCEEDED,
+        strategy="Scripted",
+    )
+
+
+def test_an_open_circuit_is_circuit_open() -> None:
+    def refuse(m: Sequence[Message], t: int, c: CompactionContext) -> CompactionOutcome:
+        raise CompactionCircuitOpen(failures=3)
+
+    decision = run(manager(Scripted(refuse)), sized(5), reason=CompactReason.EMERGENCY)
+
+    assert decision == CircuitOpen(
+        failures=3, reason=CompactReason.EMERGENCY, strategy="Scripted"
     )
 
 
@@ -449,6 +486,91 @@ def test_negative_reserved_is_rejected() -> None:
     assert info.value.field == "reserved"
 
 
+# -- tokens_before: the caller's count ------------------------------------------
+
+
+def test_a_given_tokens_before_is_trusted_and_not_recounted() -> None:
+    messages = sized(10)
+    compactor = Scripted(keep_last(3))
+    after = COUNTER.count(messages[-3:]) + 5
+
+    decision = run(manager(compactor), messages, reserved=5, tokens_before=99_999)
+
+    assert isinstance(decision, Compacted)
+    assert (decision.tokens_before, decision.tokens_after) == (99_999, after)
+    assert decision.tokens_saved == 99_999 - after
+    # The compactor is handed the count of the messages alone.
+    assert compactor.seen[0][2].tokens_before == 99_999 - 5
+
+
+def test_a_given_tokens_before_is_the_compactor_error_size() -> None:
+    decision = run(manager(Scripted(boom)), sized(3), reserved=5, tokens_before=1_234)
+
+    assert isinstance(decision, CompactorError)
+    assert decision.used == 1_234
+
+
+@pytest.mark.parametrize("value", [4, -1, 5.0, True, "100"])
+def test_tokens_before_below_reserved_or_not_an_int_is_rejected(
+    value: object,
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        run(
+            manager(Scripted(as_is)),
+            sized(3),
+            reserved=5,
+            tokens_before=value,  # type: ignore[arg-type]  # bad on purpose
+        )
+
+    assert info.value.field == "tokens_before"
+    assert info.value.value is value
+
+
+def test_tokens_before_equal_to_reserved_is_accepted() -> None:
+    decision = run(manager(Scripted(as_is)), sized(3), reserved=5, tokens_before=5)
+
+    assert isinstance(decision, NoAction)
+
+
+# -- budget(): the sizing policy as the brain's Budget ----------------------------
+
+
+def test_budget_takes_the_lines_from_the_manager() -> None:
+    mgr = ContextManager(context_window=8_000, threshold=70, auto_compact=False)
+
+    assert mgr.budget() == Budget(
+        context_window=8_000, threshold=70, auto_compact=False
+    )
+    assert mgr.budget(max_turns=7, max_overflow_retries=0) == Budget(
+        context_window=8_000,
+        threshold=70,
+        auto_compact=False,
+        max_turns=7,
+        max_overflow_retries=0,
+    )
+
+
+@pytest.mark.skipif(
+    "max_compactions" not in attrs.fields_dict(Budget),
+    reason="Budget has no max_compactions yet",
+)
+def test_budget_passes_extra_limits_through() -> None:
+    mgr = ContextManager(context_window=8_000)
+
+    budget = mgr.budget(max_compactions=3)
+
+    assert budget == Budget(context_window=8_000, max_compactions=3)
+
+
+def test_budget_checks_the_run_limits_through_budget() -> None:
+    with pytest.raises(ConfigError) as info:
+        ContextManager().budget(max_turns=0)
+    assert info.value.field == "max_turns"
+
+    with pytest.raises(TypeError):
+        ContextManager().budget(context_window=1)  # the manager owns the window
+
+
 # -- ensure_context_fits and compact_manual ---------------------------------------
 
 
@@ -469,8 +591,25 @@ def test_under_the_lines_is_no_action_without_a_pass() -> None:
 
     decision = fits(mgr, messages)
 
-    assert decision == NoAction(tokens_before=size, tokens_after=size, reason=None)
+    assert decision == NoAction(
+        tokens_before=size, tokens_after=size, reason=None, strategy="Scripted"
+    )
     assert compactor.seen == []
+
+
+def test_under_the_lines_reports_the_reserved_budget_too() -> None:
+    messages = sized(4)
+    size = COUNTER.count(messages)
+    mgr = manager(Scripted(keep_last(1)), context_window=10 * size)
+
+    decision = fits(mgr, messages, reserved=9)
+
+    assert decision == NoAction(
+        tokens_before=size + 9,
+        tokens_after=size + 9,
+        reason=None,
+        strategy="Scripted",
+    )
 
 
 @pytest.mark.parametrize(
@@ -547,3 +686,154 @@ def test_truncator_that_cannot_cut_is_no_action() -> None:
 
     assert isinstance(decision, NoAction)
     assert decision.reason is CompactReason.EMERGENCY
+    assert decision.strategy == "TruncatingCompactor"
+
+
+# -- results must be valid conversations ------------------------------------------
+
+
+def call(*ids: str, id: str) -> Message:
+    calls = [ToolCallPart(id=i, name="read", arguments={"path": i}) for i in ids]
+    return Message.assistant("", tool_calls=calls, id=id)
+
+
+def result(call_id: str, id: str) -> Message:
+    return Message.tool_result(call_id, f"result of {call_id}", id=id)
+
+
+U0 = Message.user("task " * 30, id="u0")
+A1 = call("tc_1", id="a1")
+T2 = result("tc_1", id="t2")
+A3 = call("tc_2", "tc_3", id="a3")
+T4 = result("tc_2", id="t4")
+T5 = result("tc_3", id="t5")
+A6 = Message.assistant("done", id="a6")
+U7 = Message.user("next", id="u7")
+TOOLS = [U0, A1, T2, A3, T4, T5, A6, U7]
+
+
+def answer(messages: Sequence[Message]) -> Reply:
+    def reply(
+        _m: Sequence[Message], _target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        return CompactionOutcome.compacted(messages, ctx.tokens_before, 0)
+
+    return reply
+
+
+@pytest.mark.parametrize(
+    ("returned", "error"),
+    [
+        (
+            [U0, A3, T4, A6, T5],
+            "the compactor's result breaks tool call 'tc_3': message 'a6' "
+            "(assistant) comes between the call (in message 'a3') and its result "
+            "(in message 't5')",
+        ),
+        (
+            [U0, T2, A1, A6],
+            "the compactor's result breaks tool call 'tc_1': the result in "
+            "message 't2' answers no call",
+        ),
+        (
+            [U0, A1, T2, result("tc_1", id="again"), A6],
+            "the compactor's result breaks tool call 'tc_1': the result in "
+            "message 'again' answers no call",
+        ),
+        (
+            [U0, A6, result("tc_9", id="new"), U7],
+            "the compactor's result breaks tool call 'tc_9': the result in "
+            "message 'new' answers no call",
+        ),
+        (
+            [U0, A3, T4, A6],
+            "the compactor's result breaks tool call 'tc_3': the call in "
+            "message 'a3' has no result",
+        ),
+        (
+            [U0, A6, call("tc_8", id="new"), U7],
+            "the compactor's result breaks tool call 'tc_8': the call in "
+            "message 'new' has no result",
+        ),
+        ([U0, A6, U7, U7], "the compactor's result repeats message id 'u7'"),
+        (
+            [U0, A6, Message.user("x", id="a6")],
+            "the compactor's result repeats message id 'a6'",
+        ),
+    ],
+    ids=[
+        "message-between",
+        "result-before-call",
+        "result-twice",
+        "result-inserted",
+        "result-dropped",
+        "call-inserted",
+        "message-twice",
+        "id-reused",
+    ],
+)
+def test_a_result_that_is_not_a_valid_conversation_is_a_compactor_error(
+    returned: list[Message], error: str
+) -> None:
+    decision = run(manager(Scripted(answer(returned))), TOOLS, reserved=3)
+
+    assert decision == CompactorError(
+        used=COUNTER.count(TOOLS) + 3,
+        window=200_000,
+        message_count=len(TOOLS),
+        error=error,
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        strategy="Scripted",
+    )
+
+
+def test_a_valid_result_is_compacted() -> None:
+    kept = [U0, A3, T4, T5, A6, U7]
+
+    decision = run(manager(Scripted(answer(kept))), TOOLS)
+
+    assert isinstance(decision, Compacted)
+    assert decision.messages == tuple(kept)
+
+
+def test_orphans_the_input_already_had_may_survive() -> None:
+    lone_result = result("tc_0", id="lone-result")
+    lone_call = call("tc_9", id="lone-call")
+    messages = [U0, lone_result, *TOOLS[1:], lone_call]
+    kept = [U0, lone_result, A6, U7, lone_call]
+
+    decision = run(manager(Scripted(answer(kept))), messages)
+
+    assert isinstance(decision, Compacted)
+    assert decision.messages == tuple(kept)
+
+
+def test_more_orphans_than_the_input_had_are_rejected() -> None:
+    lone_call = call("tc_9", id="lone-call")
+    messages = [*TOOLS, lone_call]
+    kept = [U0, A1, A6, U7, lone_call]  # tc_1 lost its result
+
+    decision = run(manager(Scripted(answer(kept))), messages)
+
+    assert isinstance(decision, CompactorError)
+    assert decision.error == (
+        "the compactor's result breaks tool call 'tc_1': the call in message "
+        "'a1' has no result"
+    )
+
+
+def test_a_split_pair_is_rejected_even_if_the_input_had_one() -> None:
+    messages = [U0, A1, U7, T2, A6]  # the input already splits tc_1
+    decision = run(manager(Scripted(answer([U0, A1, U7, T2]))), messages)
+
+    assert isinstance(decision, CompactorError)
+    assert "breaks tool call 'tc_1': message 'u7' (user) comes between" in (
+        decision.error
+    )
+
+
+def test_ids_the_input_already_repeated_may_survive() -> None:
+    messages = [U0, U7, A6, U7]
+    decision = run(manager(Scripted(answer([U0, U7, U7]))), messages)
+
+    assert isinstance(decision, Compacted)

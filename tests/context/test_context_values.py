@@ -3,9 +3,11 @@ from __future__ import annotations
 import pytest
 
 from turnfsm.context import (
+    CircuitOpen,
     CompactBase,
     CompactionContext,
     CompactionOutcome,
+    CompactorError,
     ContextOverflow,
 )
 from turnfsm.core._lines import CompactReason
@@ -57,8 +59,8 @@ def overflow(used: int, window: int) -> ContextOverflow:
         used=used,
         window=window,
         message_count=3,
-        compactor_error=None,
         reason=CompactReason.EMERGENCY,
+        strategy="TruncatingCompactor",
     )
 
 
@@ -74,3 +76,26 @@ def test_overflow_message() -> None:
 )
 def test_overflow_utilization(used: int, window: int, expected: float) -> None:
     assert overflow(used, window).utilization == expected
+
+
+def test_compactor_error_message() -> None:
+    error = CompactorError(
+        used=900,
+        window=1_000,
+        message_count=4,
+        error="RuntimeError: summary model down",
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        strategy="SummarizingCompactor",
+    )
+
+    assert str(error) == (
+        "compactor SummarizingCompactor failed: RuntimeError: summary model down"
+    )
+
+
+def test_circuit_open_message() -> None:
+    verdict = CircuitOpen(
+        failures=3, reason=CompactReason.EMERGENCY, strategy="LayeredCompactor"
+    )
+
+    assert str(verdict) == "compaction circuit open after 3 consecutive failures"

@@ -777,8 +777,11 @@ def test_start_takes_a_message_log_as_history() -> None:
 
 
 def test_from_snapshot_rejects_an_unknown_phase() -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(ConfigError) as error:
         TurnMachine.from_snapshot(load_turn_spec(), Snapshot(phase="nowhere"))
+
+    assert (error.value.field, error.value.value) == ("phase", "nowhere")
+    assert "a phase of 'turn' (start, call_llm," in str(error.value)
 
 
 def test_restored_failed_phase_without_a_failure_still_fails() -> None:

@@ -67,6 +67,7 @@ ALLOWED_TURNFSM = (
     "turnfsm.messages",
     "turnfsm.errors",
     "turnfsm.tokens",
+    "turnfsm.values",
 )
 """The only turnfsm modules the core may load: itself and the pure value modules."""
 

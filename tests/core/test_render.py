@@ -33,6 +33,13 @@ failed = { decision = "fail" }
 [[transitions]]
 trigger = "measured"
 source = "start"
+dest = "failed"
+conditions = ["is_compaction_limit_reached"]
+error = "compaction_limit_exceeded"
+
+[[transitions]]
+trigger = "measured"
+source = "start"
 dest = "compact"
 conditions = ["is_over_emergency_line", "is_over_threshold_line"]
 unless = ["is_turn_limit_reached"]
@@ -59,6 +66,13 @@ error = "compaction_stalled"
 trigger = "compaction_noop"
 source = "compact"
 dest = "start"
+actions = ["count_compaction"]
+
+[[transitions]]
+trigger = "run_cancelled"
+source = "*"
+dest = "failed"
+error = "cancelled"
 """
 
 
@@ -130,9 +144,11 @@ def test_mermaid_of_the_stock_machine() -> None:
     for line in [
         "    compact_and_retry : compact_and_retry / compact",
         "    start --> failed : measured [is_turn_limit_reached] / max_turns_exceeded",
+        "    start --> failed : measured [is_over_emergency_line and"
+        " is_compaction_limit_reached] / compaction_limit_exceeded",
         "    start --> compact : measured [is_over_emergency_line] / emergency",
-        "    start --> compact : measured [is_over_threshold_line]"
-        " / threshold_exceeded",
+        "    start --> compact : measured [is_over_threshold_line and not"
+        " is_compaction_limit_reached] / threshold_exceeded",
         "    start --> call_llm : measured",
         "    call_llm --> compact_and_retry : context_overflowed"
         " [has_overflow_retries_left] / overflow",
@@ -177,6 +193,8 @@ def test_mermaid_of_a_custom_machine() -> None:
         "    compact : compact / compact\n"
         "    done : done / finish\n"
         "    failed : failed / fail\n"
+        "    start --> failed : measured [is_compaction_limit_reached]"
+        " / compaction_limit_exceeded\n"
         "    start --> compact : measured [is_over_emergency_line and"
         " is_over_threshold_line and not is_turn_limit_reached] / emergency\n"
         "    start --> wait : measured\n"
@@ -184,6 +202,9 @@ def test_mermaid_of_a_custom_machine() -> None:
         "    compact --> failed : compaction_noop [is_no_progress]"
         " / compaction_stalled\n"
         "    compact --> start : compaction_noop\n"
+        "    compact --> failed : run_cancelled / cancelled\n"
+        "    start --> failed : run_cancelled / cancelled\n"
+        "    wait --> failed : run_cancelled / cancelled\n"
         "    done --> [*]\n"
         "    failed --> [*]\n"
     )
@@ -204,6 +225,8 @@ def test_dot_of_a_custom_machine() -> None:
         '  "compact" [label="compact\\n/compact"];\n'
         '  "done" [label="done\\n/finish", peripheries=2];\n'
         '  "failed" [label="failed\\n/fail", peripheries=2];\n'
+        '  "start" -> "failed" [label="measured [is_compaction_limit_reached]'
+        ' / compaction_limit_exceeded"];\n'
         '  "start" -> "compact" [label="measured [is_over_emergency_line and'
         ' is_over_threshold_line and not is_turn_limit_reached] / emergency"];\n'
         '  "start" -> "wait" [label="measured"];\n'
@@ -211,5 +234,8 @@ def test_dot_of_a_custom_machine() -> None:
         '  "compact" -> "failed" [label="compaction_noop [is_no_progress]'
         ' / compaction_stalled"];\n'
         '  "compact" -> "start" [label="compaction_noop"];\n'
+        '  "compact" -> "failed" [label="run_cancelled / cancelled"];\n'
+        '  "start" -> "failed" [label="run_cancelled / cancelled"];\n'
+        '  "wait" -> "failed" [label="run_cancelled / cancelled"];\n'
         "}\n"
     )

@@ -69,7 +69,7 @@ def test_stock_machine_loads() -> None:
         "done",
         "failed",
     )
-    assert len(spec.transitions) == 22
+    assert len(spec.transitions) == 24
     assert spec.triggers == {
         "run_started",
         "measured",
@@ -201,10 +201,11 @@ source = []
 def test_entry_problems_are_all_reported_at_once() -> None:
     reasons = "threshold_exceeded, emergency, overflow, manual"
     errors = (
-        "cancelled, compaction_circuit_open, compaction_failed, compaction_stalled,"
-        " context_exceeded, max_turns_exceeded, provider_error"
+        "cancelled, compaction_circuit_open, compaction_failed,"
+        " compaction_limit_exceeded, compaction_stalled, context_exceeded,"
+        " max_turns_exceeded, provider_error"
     )
-    decisions = "call_llm, compact, fail, finish, measure, run_tools"
+    decisions = "call_llm, compact, fail, finish, measure, pause, run_tools"
 
     problems = problems_of(ENTRY_PROBLEMS)
 
@@ -281,15 +282,22 @@ def test_graph_problems_are_all_reported_at_once() -> None:
         MachineSpec.from_toml(BAD_GRAPH, source="bad.toml")
 
     assert str(error.value) == (
-        "bad.toml: 6 problems:\n"
+        "bad.toml: 9 problems:\n"
         "  - phase 'call_llm' is unreachable from 'start'\n"
         "  - phase 'call_llm' is a dead end: no transition leaves it\n"
         "  - phase 'done' is unreachable from 'start'\n"
         "  - phase 'failed' is unreachable from 'start'\n"
         "  - phase 'start' on 'measured' can fall through: end the group with a"
         " transition without conditions\n"
-        "  - cycle through compact (compact -> start) is not bounded by the"
-        " no-progress guard (is_no_progress) or a retry counter"
+        "  - cycle start -[measured]-> compact -[compaction_result]-> start is not"
+        " bounded by a model call, a retry counter or the no-progress guard\n"
+        "  - phase 'start' on 'measured' enters 'compact' without first checking"
+        " 'is_compaction_limit_reached' (into a terminal phase)\n"
+        "  - phase 'compact' on 'compaction_result' leaves for 'start' without"
+        " counting the pass: add 'count_compaction' to its actions\n"
+        "  - 'run_cancelled' cannot stop the run in 'start', 'call_llm', 'compact':"
+        " give every non-terminal phase a 'run_cancelled' transition without"
+        ' conditions into a fail phase (source = "*")'
     )
 
 
@@ -443,8 +451,8 @@ def test_ill_typed_transitions_are_problems_not_crashes(
         (
             {"decision": ["call_llm"]},
             "state 'extra': unknown decision \"['call_llm']\" (known: call_llm,"
-            " compact, fail, finish, measure, run_tools; use effect = NAME for a"
-            " custom one)",
+            " compact, fail, finish, measure, pause, run_tools; use effect = NAME"
+            " for a custom one)",
         ),
         ({"effect": 42}, "state 'extra': effect must be a string, got 42"),
     ],
@@ -503,7 +511,7 @@ def test_custom_effect_phase_driven_by_signals() -> None:
 
     assert (len(spec.phases), len(spec.transitions), spec.signals) == (
         8,
-        24,
+        26,
         ("approved", "rejected"),
     )
     assert decisions == [
@@ -591,62 +599,163 @@ conditions = ["is_no_progress"]
 error = "compaction_stalled"
 """
 NOOP_STALL_EXIT = STALL_EXITS.replace("compaction_result", "compaction_noop")
-UNBOUNDED = (
-    "cycle through compact (call_llm -> compact -> run_tools -> start) is not"
-    " bounded by the no-progress guard (is_no_progress) or a retry counter"
+LIMIT_CHECK = """[[transitions]]
+trigger = "measured"
+source = "start"
+dest = "failed"
+conditions = ["is_over_emergency_line", "is_compaction_limit_reached"]
+error = "compaction_limit_exceeded"
+
+"""
+THRESHOLD_UNLESS = 'unless = ["is_compaction_limit_reached"]\n'
+"""What keeps the threshold compaction out once the passes are spent."""
+UNBOUNDED = "is not bounded by a model call, a retry counter or the no-progress guard"
+STALL_CYCLE = (
+    f"cycle start -[measured]-> compact -[compaction_result]-> start {UNBOUNDED}"
 )
+NO_LIMIT_CHECK = (
+    "phase 'start' on 'measured' enters 'compact' without first checking"
+    " 'is_compaction_limit_reached' (into a terminal phase)"
+)
+
+
+def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
+    return (
+        f"phase {phase!r} on {trigger!r} leaves for {dest!r} without counting the"
+        " pass: add 'count_compaction' to its actions"
+    )
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "expected"),
     [
-        edit(edit(STOCK, STALL_EXITS, ""), NOOP_STALL_EXIT, ""),
-        edit(STOCK, STALL_EXITS, ""),
-        STOCK + '\n[[transitions]]\ntrigger = "measured"\nsource = "compact"\n'
-        'dest = "start"\n',
-        edit(
-            STOCK,
-            "# -- after a compaction pass",
-            '[[transitions]]\ntrigger = "compaction_noop"\nsource = "*"\n'
-            'dest = "start"\nactions = ["record_noop"]\n\n'
-            "# -- after a compaction pass",
+        (
+            edit(
+                edit(edit(STOCK, STALL_EXITS, ""), NOOP_STALL_EXIT, ""), LIMIT_CHECK, ""
+            ),
+            (
+                STALL_CYCLE,
+                NO_LIMIT_CHECK,
+            ),
+        ),
+        (
+            edit(edit(STOCK, STALL_EXITS, ""), LIMIT_CHECK, ""),
+            (
+                STALL_CYCLE,
+                NO_LIMIT_CHECK,
+            ),
+        ),
+        (edit(STOCK, LIMIT_CHECK, ""), (NO_LIMIT_CHECK,)),
+        (edit(STOCK, THRESHOLD_UNLESS, ""), (NO_LIMIT_CHECK,)),
+        (edit(edit(STOCK, LIMIT_CHECK, ""), THRESHOLD_UNLESS, ""), (NO_LIMIT_CHECK,)),
+        (
+            edit(
+                edit(edit(STOCK, STALL_EXITS, ""), NOOP_STALL_EXIT, ""),
+                THRESHOLD_UNLESS,
+                "",
+            ),
+            (STALL_CYCLE, NO_LIMIT_CHECK),
+        ),
+        (
+            edit(
+                STOCK,
+                LIMIT_CHECK,
+                LIMIT_CHECK.replace(
+                    '"is_over_emergency_line"', '"is_over_threshold_line"'
+                ),
+            ),
+            (NO_LIMIT_CHECK,),
+        ),
+        (
+            edit(
+                STOCK,
+                LIMIT_CHECK,
+                LIMIT_CHECK.replace(
+                    'error = "', 'unless = ["has_injected_messages"]\nerror = "'
+                ),
+            ),
+            (NO_LIMIT_CHECK,),
+        ),
+        (
+            STOCK + '\n[[transitions]]\ntrigger = "measured"\nsource = "compact"\n'
+            'dest = "start"\n',
+            (uncounted("compact", "measured"),),
+        ),
+        (
+            edit(
+                STOCK,
+                "# -- after a compaction pass",
+                '[[transitions]]\ntrigger = "compaction_noop"\nsource = "*"\n'
+                'dest = "start"\nactions = ["record_noop"]\n\n'
+                "# -- after a compaction pass",
+            ),
+            (
+                f"cycle start -[compaction_noop]-> start {UNBOUNDED}",
+                uncounted("compact", "compaction_noop"),
+                uncounted("compact_and_retry", "compaction_noop"),
+            ),
         ),
     ],
     ids=[
-        "no-stall-exits",
-        "no-stall-exit-on-result",
-        "unguarded-measured-out-of-compact",
+        "no-stall-exits-no-limit",
+        "no-stall-exit-on-result-no-limit",
+        "no-limit-check",
+        "threshold-compact-not-unless-the-limit",
+        "no-limit-check-nor-unless-reported-once",
+        "threshold-compact-not-unless-the-limit-no-stall-exits",
+        "limit-check-on-a-condition-the-compaction-lacks",
+        "limit-check-with-an-unless-the-compaction-lacks",
+        "uncounted-measured-out-of-compact",
         "wildcard-before-the-stall-exit",
     ],
 )
-def test_unbounded_compaction_cycle_is_rejected(text: str) -> None:
+def test_unbounded_compaction_is_rejected(text: str, expected: tuple[str, ...]) -> None:
     problems = problems_of(text)
 
-    assert problems == (UNBOUNDED,)
+    assert problems == expected
 
 
-def test_unbounded_retry_cycle_names_compact_and_retry() -> None:
+def test_the_compaction_limit_alone_bounds_passes_without_stall_exits() -> None:
+    text = edit(edit(STOCK, STALL_EXITS, ""), NOOP_STALL_EXIT, "")
+
+    spec = MachineSpec.from_toml(text)
+
+    assert len(spec.transitions) == 22
+
+
+def test_an_unconditional_limit_check_covers_every_compaction() -> None:
+    text = edit(
+        edit(STOCK, THRESHOLD_UNLESS, ""),
+        'conditions = ["is_over_emergency_line", "is_compaction_limit_reached"]',
+        'conditions = ["is_compaction_limit_reached"]',
+    )
+
+    spec = MachineSpec.from_toml(text)
+
+    assert spec.transitions[2].conditions == ("is_compaction_limit_reached",)
+
+
+def test_unbounded_retry_cycle_is_named() -> None:
     text = edit(STOCK, STALL_EXITS, "")
     text = edit(text, 'conditions = ["has_overflow_retries_left"]\n', "")
 
     problems = problems_of(text)
 
     assert problems == (
-        "cycle through compact, compact_and_retry (call_llm -> compact ->"
-        " compact_and_retry -> run_tools -> start) is not bounded by the"
-        " no-progress guard (is_no_progress) or a retry counter",
+        "cycle call_llm -[context_overflowed]-> compact_and_retry"
+        f" -[compaction_result]-> call_llm {UNBOUNDED}",
     )
 
 
-def test_wildcard_after_the_stall_exit_is_bounded() -> None:
+def test_wildcard_after_the_stall_exit_is_bounded_only_in_compact_phases() -> None:
     text = STOCK + (
         '\n[[transitions]]\ntrigger = "compaction_result"\nsource = "*"\n'
-        'dest = "start"\nactions = ["record_compaction"]\n'
+        'dest = "start"\nactions = ["record_compaction", "count_compaction"]\n'
     )
 
-    spec = MachineSpec.from_toml(text)
+    problems = problems_of(text)
 
-    assert len(spec.transitions) == 23
+    assert problems == (f"cycle start -[compaction_result]-> start {UNBOUNDED}",)
 
 
 def test_self_loop_through_compact_is_rejected() -> None:
@@ -658,8 +767,8 @@ def test_self_loop_through_compact_is_rejected() -> None:
     problems = problems_of(text)
 
     assert problems == (
-        "cycle through compact (compact) is not bounded by the no-progress guard"
-        " (is_no_progress) or a retry counter",
+        f"cycle compact -[tools_finished]-> compact {UNBOUNDED}",
+        uncounted("compact", "tools_finished", "compact"),
     )
 
 
@@ -691,7 +800,7 @@ def test_a_reducer_on_the_wrong_event_is_a_problem() -> None:
         'actions = ["record_estimate"]',
     )
     assert problems_of(text) == (
-        "transition #12 (tools_finished): 'record_estimate' only applies to measured",
+        "transition #13 (tools_finished): 'record_estimate' only applies to measured",
     )
 
 
@@ -700,7 +809,7 @@ def test_an_error_builder_on_the_wrong_event_is_a_problem() -> None:
         turn_toml_text(), 'error = "provider_error"', 'error = "compaction_failed"'
     )
     assert problems_of(text) == (
-        "transition #11 (model_failed): 'compaction_failed' only applies to "
+        "transition #12 (model_failed): 'compaction_failed' only applies to "
         "compactor_failed",
     )
 
@@ -723,6 +832,8 @@ def test_a_model_call_must_follow_a_measurement_or_a_compaction() -> None:
         'trigger = "tools_finished"\nsource = "run_tools"\ndest = "call_llm"',
     )
     assert problems_of(text) == (
+        "cycle call_llm -[model_replied]-> run_tools -[tools_finished]-> call_llm"
+        f" {UNBOUNDED}",
         "phase 'run_tools' on 'tools_finished' enters 'call_llm' unmeasured: a model "
         "call must follow 'measured' or 'compaction_result'",
     )
@@ -737,7 +848,8 @@ def test_measured_must_check_the_turn_limit_and_emergency_line_first() -> None:
     text = edit(
         text,
         'conditions = ["is_over_emergency_line"]',
-        'conditions = ["is_over_threshold_line"]',
+        'conditions = ["is_over_threshold_line"]\n'
+        'unless = ["is_compaction_limit_reached"]',
     )
     assert problems_of(text) == (
         "phase 'start' on 'measured' enters 'call_llm' without first checking "

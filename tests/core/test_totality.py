@@ -1,20 +1,24 @@
 """Properties of the brain over every phase, every event class and random runs.
 
-The stock machine and a user machine with a custom effect phase are both
-checked: the guarantees hold for every machine that loads.
+The stock machine, the shipped approval machine (a pause phase) and a user
+machine with a custom effect phase are all checked: the guarantees hold for
+every machine that loads.
 """
 
 from __future__ import annotations
 
 import json
+import typing
 from typing import TypeAlias
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import approval_toml, load_turn_spec
+from tests.helpers import REPO_ROOT, approval_toml, load_turn_spec
+from turnfsm._resources import load_machine
 from turnfsm.core import (
+    DECISION_TYPES,
     EVENT_TYPES,
     FAILURES,
     Budget,
@@ -39,23 +43,30 @@ from turnfsm.core import (
     MessageInjected,
     ModelFailed,
     ModelReplied,
+    Pause,
     Perform,
     RunCancelled,
     RunStarted,
     RunTools,
     Signal,
     Snapshot,
+    ToolCallsReviewed,
     ToolsFinished,
     TurnMachine,
     Usage,
     emergency_line,
 )
-from turnfsm.errors import IllegalEvent
-from turnfsm.messages import Message, ToolCallPart
+from turnfsm.errors import IllegalEvent, InvalidMessage
+from turnfsm.messages import Message, OpenCalls, ToolCallPart
 
-SPECS = {"turn": load_turn_spec(), "approval": MachineSpec.from_toml(approval_toml())}
+SPECS = {
+    "turn": load_turn_spec(),
+    "approval": load_machine(REPO_ROOT / "machines" / "approval.toml"),
+    "custom": MachineSpec.from_toml(approval_toml()),
+}
 SPEC_IDS = list(SPECS)
-DECISIONS = (Measure, CallLLM, RunTools, Compact, Finish, Fail, Perform)
+SENDS_ON = {"call_llm", "compact", "finish"}
+"""Decisions before which no tool call may be open (the brain's Rule 4)."""
 
 # -- values --------------------------------------------------------------------
 
@@ -87,6 +98,42 @@ tool_results = st.builds(
     ids,
 )
 messages = st.one_of(users, replies, tool_results)
+rejections = st.builds(
+    lambda call_id, reason, id: Message.tool_result(
+        call_id, f"rejected by the reviewer: {reason}", is_error=True, id=id
+    ),
+    call_ids,
+    texts,
+    ids,
+)
+
+
+def answered(reply: Message, count: int | None = None) -> list[Message]:
+    """`reply` and results for its first `count` calls (all by default)."""
+    calls = reply.tool_calls[:count]
+    return [
+        reply,
+        *(Message.tool_result(c.id, "ok", id=f"r{i}") for i, c in enumerate(calls)),
+    ]
+
+
+exchanges = st.one_of(
+    users.map(lambda m: [m]),
+    replies.filter(lambda m: not m.tool_calls).map(lambda m: [m]),
+    tool_replies.map(answered),
+)
+
+
+@st.composite
+def conversations(draw: st.DrawFn, *, closed: bool = True) -> list[Message]:
+    """A valid conversation; unless `closed`, the last reply's calls may be open."""
+    out = [m for exchange in draw(st.lists(exchanges, max_size=2)) for m in exchange]
+    if not closed and draw(st.booleans()):
+        reply = draw(tool_replies)
+        out.extend(answered(reply, draw(st.integers(0, len(reply.tool_calls)))))
+    return out
+
+
 errors = st.builds(
     ErrorInfo,
     type=st.sampled_from(["APIError", "TimeoutError"]),
@@ -108,6 +155,9 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
     ModelFailed: st.builds(ModelFailed, error=errors),
     ContextOverflowed: st.builds(ContextOverflowed, error=errors),
     ToolsFinished: st.builds(ToolsFinished, results=st.lists(tool_results, max_size=2)),
+    ToolCallsReviewed: st.builds(
+        ToolCallsReviewed, results=st.lists(rejections, max_size=2)
+    ),
     CompactionResult: st.builds(
         CompactionResult,
         messages=st.lists(messages, max_size=3),
@@ -151,27 +201,53 @@ failures = st.builds(
 )
 
 
-def snapshots_in(phase: str) -> st.SearchStrategy[Snapshot]:
-    """Snapshots in `phase` with every field drawn (a failure where one is due)."""
-    return st.builds(
-        Snapshot,
-        phase=st.just(phase),
-        budget=budgets,
-        history=st.lists(users, max_size=2),
-        pending=st.lists(messages, max_size=3),
-        inbox=st.lists(users, max_size=2),
-        estimate=st.none() | counts,
-        turns=st.integers(0, 5),
-        overflow_retries=st.integers(0, 4),
-        compact_reason=st.none() | st.sampled_from(CompactReason),
-        last_reply=st.none() | replies,
-        failure=failures if phase == "failed" else st.none() | failures,
-        is_started=st.booleans(),
+@st.composite
+def snapshots_in(draw: st.DrawFn, spec: MachineSpec, phase: str) -> Snapshot:
+    """Snapshots in `phase` with every field drawn (a failure where one is due).
+
+    The buffers are a valid conversation, as `from_snapshot` demands: calls
+    may be open only in a phase that does not send the conversation on.
+    """
+    pending = draw(
+        conversations(closed=spec.state(phase).decision in SENDS_ON), label="pending"
+    )
+    tail = [m for m in pending[-3:] if m.tool_calls]
+    return draw(
+        st.builds(
+            Snapshot,
+            phase=st.just(phase),
+            budget=budgets,
+            history=conversations(),
+            pending=st.just(pending),
+            inbox=st.lists(users, max_size=2),
+            estimate=st.none() | counts,
+            turns=st.integers(0, 5),
+            overflow_retries=st.integers(0, 4),
+            compact_reason=st.none() | st.sampled_from(CompactReason),
+            last_reply=st.sampled_from(tail[-1:]) if tail else st.none() | replies,
+            failure=failures if phase == "failed" else st.none() | failures,
+            is_started=st.booleans(),
+        )
     )
 
 
 def test_every_event_class_has_a_strategy() -> None:
     assert set(EVENT_STRATEGIES) == set(EVENT_TYPES)
+
+
+def test_every_decision_class_is_listed() -> None:
+    assert set(DECISION_TYPES) == set(typing.get_args(Decision))
+
+
+def assert_rule_4(machine: TurnMachine) -> None:
+    """The buffers are a valid conversation; none is open when sent on."""
+    s, decision = machine.snapshot, machine.decision
+    assert OpenCalls.of(s.history).is_closed
+    left_open = OpenCalls.of(s.pending)
+    if isinstance(decision, CallLLM | Compact | Finish):
+        assert left_open.is_closed
+    if isinstance(decision, RunTools | Pause):
+        assert {c.id for c in decision.calls} <= set(left_open.ids)
 
 
 # -- totality ------------------------------------------------------------------
@@ -185,23 +261,24 @@ def test_handle_returns_a_decision_or_raises_illegal_event(
 ) -> None:
     spec = SPECS[name]
     phase = data.draw(st.sampled_from(spec.phases), label="phase")
-    machine = TurnMachine.from_snapshot(spec, data.draw(snapshots_in(phase)))
+    machine = TurnMachine.from_snapshot(spec, data.draw(snapshots_in(spec, phase)))
     before = machine.snapshot
     event = data.draw(events, label="event")
 
-    outcome: Decision | IllegalEvent
+    outcome: Decision | IllegalEvent | InvalidMessage
     try:
         outcome = machine.handle(event)
-    except IllegalEvent as illegal:
-        outcome = illegal
+    except (IllegalEvent, InvalidMessage) as refused:
+        outcome = refused
 
-    if isinstance(outcome, IllegalEvent):
-        assert (outcome.phase, machine.snapshot) == (phase, before)
+    if isinstance(outcome, IllegalEvent | InvalidMessage):
+        assert (machine.phase, machine.snapshot) == (phase, before)
         assert phase not in spec.terminal
     else:
-        assert isinstance(outcome, DECISIONS)
+        assert isinstance(outcome, DECISION_TYPES)
         assert machine.phase in spec.phases
         assert outcome == machine.decision
+    assert_rule_4(machine)
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)
@@ -210,7 +287,7 @@ def test_handle_returns_a_decision_or_raises_illegal_event(
 def test_terminal_phases_absorb_every_event(name: str, data: st.DataObject) -> None:
     spec = SPECS[name]
     phase = data.draw(st.sampled_from(spec.terminal), label="phase")
-    machine = TurnMachine.from_snapshot(spec, data.draw(snapshots_in(phase)))
+    machine = TurnMachine.from_snapshot(spec, data.draw(snapshots_in(spec, phase)))
     decision, snapshot = machine.decision, machine.snapshot
 
     for event in data.draw(st.lists(events, min_size=1, max_size=8), label="events"):
@@ -235,7 +312,7 @@ def test_a_signal_never_poses_as_a_builtin_event(phase: str, trigger: str) -> No
         compact_reason=CompactReason.MANUAL,
         last_reply=Message.assistant("", tool_calls=[ToolCallPart(id="c1", name="t")]),
     )
-    machine = TurnMachine.from_snapshot(SPECS["approval"], snapshot)
+    machine = TurnMachine.from_snapshot(SPECS["custom"], snapshot)
 
     with pytest.raises(IllegalEvent) as illegal:
         machine.handle(Signal(name=trigger))
@@ -258,6 +335,20 @@ def results_for_calls(calls: tuple[ToolCallPart, ...]) -> st.SearchStrategy[Even
     )
 
 
+def reviews(calls: tuple[ToolCallPart, ...]) -> st.SearchStrategy[Event]:
+    """A reviewer's answer: some of `calls` rejected, the others approved."""
+    return st.builds(
+        lambda rejected: ToolCallsReviewed(
+            results=[
+                Message.tool_result(c.id, "rejected by the reviewer: no", id=f"x{i}")
+                for i, c in enumerate(calls)
+                if i in rejected
+            ]
+        ),
+        st.sets(st.integers(0, max(len(calls) - 1, 0)), max_size=len(calls)),
+    )
+
+
 def weighted(
     *choices: tuple[int, st.SearchStrategy[Event]],
 ) -> st.SearchStrategy[Event]:
@@ -277,11 +368,16 @@ def passes(before: int) -> st.SearchStrategy[Event]:
                     messages=new, before=before, after=after
                 ),
                 saved,
-                st.lists(messages, max_size=3),
+                conversations(),
             ),
         ),
         (2, st.builds(lambda after: CompactionNoop(before=before, after=after), saved)),
-        (1, EVENT_STRATEGIES[CompactionResult]),  # may make no progress
+        (  # may make no progress
+            1,
+            st.builds(
+                CompactionResult, messages=conversations(), before=counts, after=counts
+            ),
+        ),
         (1, EVENT_STRATEGIES[CompactionNoop]),
         (1, EVENT_STRATEGIES[CompactionOverflowed]),
         (1, EVENT_STRATEGIES[CompactorFailed]),
@@ -308,6 +404,8 @@ def answer(machine: TurnMachine) -> st.SearchStrategy[Event]:
             )
         case RunTools(calls=calls):
             main = results_for_calls(calls)
+        case Pause(calls=calls):
+            main = reviews(calls)
         case Compact():
             main = passes(estimate)
         case Perform():
@@ -344,7 +442,11 @@ def runs(
         log.append(draw(choice))
         try:
             machine.handle(log[-1])
-        except IllegalEvent:
+        except (IllegalEvent, InvalidMessage) as refused:
+            # A driver's feeds keep the conversation valid; only a drawn
+            # event of any class may break it.
+            if isinstance(refused, InvalidMessage) and not any_event:
+                raise
             break
     return budget, log
 
@@ -360,8 +462,8 @@ def replay(
     for event in log:
         try:
             outcomes.append(machine.handle(event))
-        except IllegalEvent as illegal:
-            outcomes.append(repr(illegal))
+        except (IllegalEvent, InvalidMessage) as refused:
+            outcomes.append(repr(refused))
     return outcomes, machine
 
 

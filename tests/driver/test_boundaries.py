@@ -97,7 +97,7 @@ async def test_a_compactor_that_orphans_a_tool_result_fails_the_pass() -> None:
         "go", session=session
     )
     assert isinstance(result.error, CompactionFailed)
-    assert "orphaned" in result.error.cause
+    assert "breaks tool call 'c1'" in result.error.cause
     assert len(model.requests) == 1  # the orphaned result was never sent
     assert list(session.history) == []
 

@@ -68,7 +68,7 @@ async def test_tool_loop_commits_the_run_to_history() -> None:
     assert session.history[2].tool_results[0].content == "hi"
     run = session.runs[0]
     assert [t.turn for t in run.turns] == [1, 2]
-    assert len(run.turns[1].context) == 3  # user, call, result: what turn 2 saw
+    assert len(run.context(1)) == 3  # user, call, result: what turn 2 saw
     assert run.phase == "done"
 
 

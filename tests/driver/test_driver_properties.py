@@ -1,23 +1,50 @@
-"""Whatever the window, threshold, tool outputs and extras: no request over the
-window is ever sent, and every run ends with an answer or a typed error."""
+"""Whatever the window, threshold, tool outputs, extras, injections, compactor and
+machine file: no request over the window and no invalid conversation is ever
+sent or committed, every run ends with an answer or a typed error, every run
+replays exactly, and the session always takes its next run."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import re
+from collections.abc import Sequence
 
 import anyio
 import attrs
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnfsm.context import ContextManager, TruncatingCompactor
-from turnfsm.driver import Driver, RetryPolicy, Session
+from turnfsm._resources import load_machine, machines_dir
+from turnfsm.context import (
+    CompactionContext,
+    CompactionOutcome,
+    ContextManager,
+    TruncatingCompactor,
+)
+from turnfsm.core import MachineSpec, ToolCallsReviewed
+from turnfsm.driver import Driver, RetryPolicy, RunControl, Session, replay
 from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError, TurnFSMError
+from turnfsm.messages import Message, check_history
 from turnfsm.providers import ModelRequest, ModelResponse
-from turnfsm.testing import reply, tool_call
+from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter, Meter
 
 COUNTER = HeuristicTokenCounter()
+
+
+@functools.cache
+def machine(name: str) -> MachineSpec:
+    """The stock machine, one with `start` renamed, and the approval machine."""
+    if name == "renamed":
+        text = (machines_dir() / "turn.toml").read_text()
+        return MachineSpec.from_toml(re.sub(r"\bstart\b", "begin", text))
+    return load_machine(machines_dir() / f"{name}.toml")
+
+
+MACHINES = ["turn", "renamed", "approval"]
 
 
 def request_size(request: ModelRequest) -> int:
@@ -26,7 +53,7 @@ def request_size(request: ModelRequest) -> int:
         extras.append(json.dumps([attrs.asdict(t) for t in request.tools]))
     return Meter(COUNTER).measure(
         list(request.messages), extras=[e for e in extras if e]
-    )
+    ) + (request.max_tokens or 0)
 
 
 @st.composite
@@ -39,45 +66,66 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
         "outputs": draw(st.lists(st.integers(0, 3_000), min_size=0, max_size=6)),
         "parallel": draw(st.integers(1, 3)),
         "overflow_on": draw(st.sets(st.integers(0, 6), max_size=2)),
+        "inject_on": draw(st.sets(st.integers(0, 6), max_size=2)),
         "preserve_recent": draw(st.integers(1, 4)),
         "min_messages": draw(st.integers(2, 6)),
+        "reply_budget": draw(st.sampled_from([None, 50])),
     }
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-@given(scenarios())
+def _run_all(driver: Driver, session: Session, control: RunControl) -> object:
+    async def go() -> object:
+        with anyio.fail_after(10):
+            result = await driver.run("start", session=session, control=control)
+            while result.outcome == "paused":
+                result = await driver.resume(
+                    session,
+                    result.run_id,
+                    ToolCallsReviewed.approve_all(),
+                    control=control,
+                )
+        return result
+
+    return anyio.run(go)
+
+
+@pytest.mark.parametrize("name", MACHINES)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=scenarios())
 def test_no_request_exceeds_the_window_and_every_run_terminates(
-    s: dict[str, object],
+    name: str, s: dict[str, object]
 ) -> None:
     window = int(s["window"])  # type: ignore[call-overload]
     outputs: list[int] = s["outputs"]  # type: ignore[assignment]
     sizes: list[int] = []
+    control = RunControl()
+    injected: list[Message] = []
 
     def handler(request: ModelRequest) -> ModelResponse:
         sizes.append(request_size(request))
+        check_history(request.messages)
         turn = len(sizes) - 1
+        if turn in s["inject_on"]:  # type: ignore[operator]
+            note = Message.user(f"note {turn}")
+            injected.append(note)
+            control.inject(note)
         if turn in s["overflow_on"]:  # type: ignore[operator]
             raise ProviderError("too long", kind=CONTEXT_OVERFLOW)
         if turn < len(outputs):
             calls = [
                 tool_call("dump", f"c{turn}_{i}", size=outputs[turn])
-                for i in range(int(s["parallel"]))
-            ]  # type: ignore[call-overload]
+                for i in range(int(s["parallel"]))  # type: ignore[call-overload]
+            ]
             return ModelResponse(message=reply("", *calls))
         return ModelResponse(message=reply("final"))
 
-    def dump(size: int) -> str:
+    async def dump(size: int) -> str:
         """Return `size` characters."""
         return "y" * size
 
-    from turnfsm.testing import FakeModelClient
-
+    model = FakeModelClient(handler)
     driver = Driver(
-        model=FakeModelClient(handler),
+        model=model,
         tools=[dump],
         system_prompt=str(s["system"]) or None,
         context=ContextManager(
@@ -91,19 +139,118 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
             counter=COUNTER,
         ),
         max_turns=10,
+        max_output_tokens=s["reply_budget"],  # type: ignore[arg-type]
         retry=RetryPolicy(max_attempts=1),
+        machine=machine(name),
     )
-
-    async def go() -> None:
-        with anyio.fail_after(10):
-            result = await driver.run("start", session=Session())
-        assert result.outcome in ("done", "failed")
-        if result.outcome == "done":
-            assert result.error is None
-            assert result.text == "final"
-        else:
-            assert isinstance(result.error, TurnFSMError)
-
-    anyio.run(go)
+    session = Session()
+    result = _run_all(driver, session, control)
+    assert result.outcome in ("done", "failed")  # type: ignore[attr-defined]
+    if result.outcome == "done":  # type: ignore[attr-defined]
+        assert result.text == "final"  # type: ignore[attr-defined]
+        # An injection made before the last call reached the model.
+        seen = {m.id for r in model.requests for m in r.messages}
+        assert all(m.id in seen for m in injected[:-1])
+    else:
+        assert isinstance(result.error, TurnFSMError)  # type: ignore[attr-defined]
     if window:
         assert all(size <= window for size in sizes), (sizes, window)
+    check_history(session.history)
+    for run in session.runs:
+        assert replay(driver.machine, session, run.run_id).ok
+
+
+# -- a careless compactor ---------------------------------------------------
+
+
+@attrs.frozen
+class Careless:
+    """Drops, moves, duplicates and inserts messages, as told by `plan`."""
+
+    plan: tuple[tuple[str, int, int], ...]
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        out = list(messages)
+        for op, a, b in self.plan:
+            if not out:
+                break
+            i, j = a % len(out), b % len(out)
+            if op == "drop":
+                del out[i]
+            elif op == "move":
+                out.insert(j, out.pop(i))
+            elif op == "dup":
+                out.insert(j, out[i])
+            elif op == "insert_user":
+                out.insert(j, Message.user("inserted"))
+            elif op == "insert_result":
+                call = next((m for m in out if m.tool_calls), None)
+                cid = call.tool_calls[0].id if call else "ghost"
+                out.insert(j, Message.tool_result(cid, "forged"))
+        return CompactionOutcome.compacted(out, ctx.tokens_before, 0)
+
+
+plans = st.lists(
+    st.tuples(
+        st.sampled_from(["drop", "move", "dup", "insert_user", "insert_result"]),
+        st.integers(0, 40),
+        st.integers(0, 40),
+    ),
+    max_size=4,
+).map(tuple)
+
+
+@pytest.mark.timeout(600)
+@settings(
+    max_examples=int(os.environ.get("TURNFSM_CARELESS_EXAMPLES", "10000")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    plan=plans,
+    tools=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    size=st.integers(50, 400),
+)
+def test_a_careless_compactor_never_gets_an_invalid_history_sent_or_committed(
+    plan: tuple[tuple[str, int, int], ...], tools: list[int], size: int
+) -> None:
+    counter = {"n": 0}
+
+    def handler(request: ModelRequest) -> ModelResponse:
+        check_history(request.messages)  # never an invalid request
+        n = counter["n"] = counter["n"] + 1
+        if n <= len(tools):
+            calls = [tool_call("dump", f"c{n}_{i}") for i in range(tools[n - 1])]
+            return ModelResponse(message=reply("", *calls))
+        return ModelResponse(message=reply("final"))
+
+    async def dump() -> str:
+        """Return a lot."""
+        return "y" * size * 4
+
+    driver = Driver(
+        model=FakeModelClient(handler),
+        tools=[dump],
+        context=ContextManager(
+            Careless(plan), context_window=2_000, threshold=20, counter=COUNTER
+        ),
+        max_turns=8,
+        retry=RetryPolicy(max_attempts=1),
+        tool_timeout=None,
+        model_timeout=None,
+        compaction_timeout=None,
+    )
+    session = Session()
+
+    async def go() -> None:
+        result = await driver.run("start", session=session)
+        assert result.outcome in ("done", "failed")
+        check_history(session.history)  # never an invalid commit
+        nxt = await Driver(model=FakeModelClient(lambda r: "ok")).run(
+            "next", session=session
+        )
+        assert nxt.ok
+
+    anyio.run(go)

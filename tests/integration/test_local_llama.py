@@ -118,7 +118,7 @@ def test_server_overflow_goes_through_compact_and_retry_and_completes(
     assert run.compactions[0].reason is CompactReason.OVERFLOW
     assert run.compactions[0].compacted
     assert len(run.turns) == 1  # the rejected call is not a turn; the retry is
-    assert len(run.turns[0].context) < len(messages)
+    assert len(run.context(0)) < len(messages)
     assert result.usage.input_tokens > 0  # the server's own usage report
 
 

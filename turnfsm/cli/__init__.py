@@ -1,4 +1,4 @@
-"""The ``turnfsm`` command: demo, run, diagram, check."""
+"""The ``turnfsm`` command: demo, run, replay, diagram, check."""
 
 from __future__ import annotations
 
@@ -21,6 +21,19 @@ def _parser() -> argparse.ArgumentParser:
         choices=["simulated", "local"],
         default="simulated",
         help="simulated (default) or local: the bundled llama.cpp model",
+    )
+    demo.add_argument(
+        "--log", metavar="FILE", help="write the session's log to FILE (JSON lines)"
+    )
+    replay = sub.add_parser(
+        "replay", help="replay a session log's runs and check every decision"
+    )
+    replay.add_argument("log", help="a session log written by `turnfsm demo --log`")
+    replay.add_argument("--run", help="replay only this run id")
+    replay.add_argument(
+        "--machine",
+        help="the machine file the runs ran on (default: the shipped machine "
+        "with the logged name)",
     )
     run = sub.add_parser("run", help="run one task on a real model")
     run.add_argument("task", help="what the agent should do")
@@ -57,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from turnfsm.cli._demo import run_demo
 
-        return run_demo(quiet=args.quiet, local=args.model == "local")
+        return run_demo(quiet=args.quiet, local=args.model == "local", log=args.log)
+    if args.command == "replay":
+        from turnfsm.cli._replay import run_replay
+
+        return run_replay(args.log, run_id=args.run, machine=args.machine)
     if args.command == "run":
         from turnfsm.cli._run import run_task
 

@@ -27,6 +27,7 @@ from turnfsm.hooks import (
     TransitionInfo,
 )
 from turnfsm.messages import Message, Role, ToolCallPart
+from turnfsm.persistence import dump_session
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
 
 __all__ = ["ConsoleHook", "SimulatedModel", "build_demo_agent", "run_demo"]
@@ -167,12 +168,18 @@ TASK = "Audit app.log, db.log, auth.log, metrics.log and kernel.log; report erro
 
 
 def run_demo(
-    *, quiet: bool = False, out: TextIO | None = None, local: bool = False
+    *,
+    quiet: bool = False,
+    out: TextIO | None = None,
+    local: bool = False,
+    log: str | None = None,
 ) -> int:
     """Run the demo and print what happens; return 0 when the run finished.
 
     With `local`, the agent runs on the bundled llama.cpp model instead of
-    the simulated one (the ``local`` extra must be installed).
+    the simulated one (the ``local`` extra must be installed). With `log`,
+    the session's log is written there as JSON lines (`turnfsm replay` reads
+    it).
     """
     stream = out or sys.stdout
     sink: TextIO = io.StringIO() if quiet else stream
@@ -182,6 +189,9 @@ def run_demo(
     agent = build_demo_agent(sink)
     print(f"task: {TASK}\n", file=sink)
     result = anyio.run(agent.run, TASK)
+    if log is not None:
+        count = dump_session(agent.session, log)
+        print(f"session log: {count} entries written to {log}", file=sink)
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1

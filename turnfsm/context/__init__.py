@@ -1,7 +1,9 @@
 """Context management: when and how a conversation shrinks to fit the window.
 
-`ContextManager` is the policy (window, threshold, target, counter) and judges
-each pass; a `ContextCompactor` is the strategy that shrinks.
+`ContextManager` is the policy (window, threshold, target, counter), builds the
+brain's `Budget` and judges each pass (`Compacted`, `NoAction`,
+`ContextOverflow`, `CompactorError`, `CircuitOpen`); a `ContextCompactor` is
+the strategy that shrinks.
 `TruncatingCompactor` is the default strategy and `TokenSplitter` finds a
 pair-safe old/recent boundary for custom ones. The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
@@ -24,21 +26,25 @@ from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._splitter import Split, TokenSplitter
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
+    CircuitOpen,
     CompactBase,
     Compacted,
     CompactionContext,
     CompactionDecision,
     CompactionOutcome,
+    CompactorError,
     ContextOverflow,
     NoAction,
 )
 
 __all__ = [
+    "CircuitOpen",
     "CompactBase",
     "Compacted",
     "CompactionContext",
     "CompactionDecision",
     "CompactionOutcome",
+    "CompactorError",
     "ContextCompactor",
     "ContextManager",
     "ContextOverflow",

@@ -3,14 +3,22 @@
 The manager owns the window, the threshold, the compaction target and the one
 counter every decision is measured with. It runs a compactor and classifies
 the pass by re-counting the result itself; a compactor's own numbers are
-hints. Classification, in order:
+hints. Every size it reports is the whole request's: the messages plus the
+reserved budget (system prompt, tool schemas, reply budget), so the manager,
+the driver, the audit record and the hooks report one count. Classification,
+in order:
 
-1. the compactor raised or reported a failure (or returned nothing)
-   → `ContextOverflow` with `compactor_error`;
-2. the result plus the reserved budget is still over the window
+0. no messages → `NoAction` (the compactor is not called);
+1. the compactor raised `CompactionCircuitOpen` → `CircuitOpen`;
+2. it raised anything else, reported a failure, returned something that is
+   not a usable outcome, or a result that is not a valid conversation (a
+   tool pair split or out of place, a repeated message id) → `CompactorError`;
+3. the result plus the reserved budget is still over the window
    → `ContextOverflow`;
-3. same message count and no size reduction → `NoAction`;
-4. anything else → `Compacted`, with the manager's numbers.
+4. same message count and no size reduction → `NoAction`;
+5. anything else → `Compacted`, with the manager's numbers.
+
+`budget()` turns the same sizing policy into the brain's `Budget`.
 """
 
 from __future__ import annotations
@@ -20,25 +28,28 @@ from typing import final
 
 import attrs
 
-from turnfsm.context._pairs import pair_tool_traffic
+from turnfsm.context._pairs import result_problem
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
+    CircuitOpen,
     CompactBase,
     Compacted,
     CompactionContext,
     CompactionDecision,
     CompactionOutcome,
+    CompactorError,
     ContextOverflow,
     NoAction,
 )
+from turnfsm.core import Budget
 from turnfsm.core._lines import (
     CompactReason,
     emergency_line,
     line_reason,
     threshold_line,
 )
-from turnfsm.errors import ConfigError
+from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message
 from turnfsm.tokens import default_counter
 from turnfsm.tokens._protocol import TokenCounter
@@ -97,17 +108,14 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _orphan_problem(
-    messages: Sequence[Message], outcome: CompactionOutcome
-) -> str | None:
-    """Reject a result that split a tool call from its result (any compactor)."""
-    before = pair_tool_traffic(messages)
-    after = pair_tool_traffic(outcome.messages)
-    if len(after.lone_results) > len(before.lone_results) or len(
-        after.lone_calls
-    ) > len(before.lone_calls):
-        return "the compactor orphaned a tool call or a tool result"
-    return None
+def _check_tokens_before(tokens_before: object, reserved: int) -> None:
+    if type(tokens_before) is not int or tokens_before < reserved:
+        raise ConfigError(
+            "tokens_before",
+            tokens_before,
+            f"an int >= reserved ({reserved}): the count of the messages plus "
+            "the reserved budget",
+        )
 
 
 def _outcome_problem(outcome: object) -> str | None:
@@ -217,6 +225,39 @@ class ContextManager:
             auto_compact=self.auto_compact,
         )
 
+    @property
+    def strategy(self) -> str:
+        """The compactor's class name, as every verdict reports it."""
+        return type(self.compactor).__name__
+
+    def budget(
+        self, *, max_turns: int = 50, max_overflow_retries: int = 2, **limits: int
+    ) -> Budget:
+        """Return the brain's `Budget`: this manager's lines plus the run limits.
+
+        The one place the sizing policy becomes a `Budget`: the window, the
+        threshold and `auto_compact` come from the manager, so the brain and
+        the manager draw the same lines.
+
+        Args:
+            max_turns: The most model calls one run may make.
+            max_overflow_retries: Compact-and-retry passes after provider
+                overflows.
+            **limits: Any further `Budget` field (a run limit), passed through.
+
+        Raises:
+            ConfigError: A limit is out of range (raised by `Budget`).
+            TypeError: `limits` names a field the manager owns or no field.
+        """
+        return Budget(
+            context_window=self.context_window,
+            threshold=self.threshold,
+            auto_compact=self.auto_compact,
+            max_turns=max_turns,
+            max_overflow_retries=max_overflow_retries,
+            **limits,
+        )
+
     # -- passes ------------------------------------------------------------
     async def compact_with_reason(
         self,
@@ -227,6 +268,7 @@ class ContextManager:
         instructions: Iterable[str] = (),
         additional_context: Iterable[str] = (),
         reserved: int = 0,
+        tokens_before: int | None = None,
     ) -> CompactionDecision:
         """Run the compactor on `messages` and classify the pass.
 
@@ -237,19 +279,29 @@ class ContextManager:
             instructions: Guidance from pre-compact hooks.
             additional_context: Extra text from pre-compact hooks.
             reserved: Tokens that ride the request besides `messages` (system
-                prompt, tool schemas, memory); they must still fit afterwards.
+                prompt, tool schemas, reply budget); they must still fit
+                afterwards, and every reported size includes them.
+            tokens_before: The caller's count of `messages` plus `reserved`,
+                with this manager's counter, when it already has it (the
+                manager then does not recount); None: the manager counts.
 
         Returns:
-            `Compacted`, `NoAction`, or `ContextOverflow` when the compactor
-            failed or its result plus `reserved` is over the window.
+            `Compacted`, `NoAction`, `ContextOverflow` (the result plus
+            `reserved` is over the window), `CompactorError` (the compactor
+            failed or broke the conversation) or `CircuitOpen`.
 
         Raises:
-            ConfigError: `reserved` is not an int >= 0.
+            ConfigError: `reserved` is not an int >= 0, or `tokens_before`
+                is not an int >= `reserved`.
         """
         _check_reserved(reserved)
+        if tokens_before is None:
+            tokens_before = self.count(messages) + reserved
+        else:
+            _check_tokens_before(tokens_before, reserved)
         return await self._pass(
             messages,
-            self.count(messages),
+            tokens_before,
             turn=turn,
             reason=reason,
             instructions=instructions,
@@ -275,10 +327,15 @@ class ContextManager:
             ConfigError: `reserved` is not an int >= 0.
         """
         _check_reserved(reserved)
-        before = self.count(messages)
-        reason = self.reason_for(before + reserved)
+        before = self.count(messages) + reserved
+        reason = self.reason_for(before)
         if reason is None:
-            return NoAction(tokens_before=before, tokens_after=before, reason=None)
+            return NoAction(
+                tokens_before=before,
+                tokens_after=before,
+                reason=None,
+                strategy=self.strategy,
+            )
         return await self._pass(
             messages, before, turn=turn, reason=reason, reserved=reserved
         )
@@ -314,10 +371,17 @@ class ContextManager:
         instructions: Iterable[str] = (),
         additional_context: Iterable[str] = (),
     ) -> CompactionDecision:
+        """Run one pass; `before` is the count of `messages` plus `reserved`."""
+        strategy = self.strategy
         if not messages:
-            return NoAction(tokens_before=before, tokens_after=before, reason=reason)
+            return NoAction(
+                tokens_before=before,
+                tokens_after=before,
+                reason=reason,
+                strategy=strategy,
+            )
         ctx = CompactionContext(
-            tokens_before=before,
+            tokens_before=before - reserved,  # what the compactor is handed
             reason=reason,
             context_window=self.context_window,
             turn=turn,
@@ -330,12 +394,23 @@ class ContextManager:
             outcome = await self.compactor.compact(messages, target, ctx)
         # An outside failure becomes a value; cancellation (a BaseException)
         # is never caught here.
+        except CompactionCircuitOpen as exc:
+            return CircuitOpen(failures=exc.failures, reason=reason, strategy=strategy)
         except Exception as exc:
             problem: str | None = _describe(exc)
         else:
-            problem = _outcome_problem(outcome) or _orphan_problem(messages, outcome)
+            problem = _outcome_problem(outcome)
+            if problem is None:
+                problem = result_problem(outcome.messages, messages)
         if problem is not None:
-            return self._overflow(before + reserved, len(messages), reason, problem)
+            return CompactorError(
+                used=before,
+                window=self.context_window,
+                message_count=len(messages),
+                error=problem,
+                reason=reason,
+                strategy=strategy,
+            )
         return self._classify(len(messages), before, outcome, reason, reserved)
 
     def _classify(
@@ -347,26 +422,29 @@ class ContextManager:
         reserved: int,
     ) -> CompactionDecision:
         new = outcome.messages
-        after = self.count(new)  # the compactor's numbers are only hints
-        if self.context_window > 0 and after > self.context_window - reserved:
-            return self._overflow(after + reserved, len(new), reason, None)
+        # The compactor's numbers are only hints; the reserved budget rides too.
+        after = self.count(new) + reserved
+        strategy = self.strategy
+        if self.context_window > 0 and after > self.context_window:
+            return ContextOverflow(
+                used=after,
+                window=self.context_window,
+                message_count=len(new),
+                reason=reason,
+                strategy=strategy,
+            )
         if len(new) == count_before and after >= before:
-            return NoAction(tokens_before=before, tokens_after=after, reason=reason)
+            return NoAction(
+                tokens_before=before,
+                tokens_after=after,
+                reason=reason,
+                strategy=strategy,
+            )
         return Compacted(
             messages=new,
             tokens_before=before,
             tokens_after=after,
             tokens_saved=max(0, before - after),
             reason=reason,
-        )
-
-    def _overflow(
-        self, used: int, message_count: int, reason: CompactReason, error: str | None
-    ) -> ContextOverflow:
-        return ContextOverflow(
-            used=used,
-            window=self.context_window,
-            message_count=message_count,
-            compactor_error=error,
-            reason=reason,
+            strategy=strategy,
         )

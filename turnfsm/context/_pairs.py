@@ -18,12 +18,14 @@ Everything here is pure and reusable by any compactor.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import NamedTuple, final
 
 import attrs
 
-from turnfsm.messages import Message, ToolCallPart, ToolResultPart
+from turnfsm.messages import Message, Role, ToolCallPart
 
 __all__ = [
     "PartRef",
@@ -95,27 +97,40 @@ def pair_tool_traffic(messages: Sequence[Message]) -> ToolTraffic:
         messages: The conversation.
 
     Returns:
-        The pairs, lone calls and lone results, by position.
+        The pairs (in result order), lone calls and lone results, by position.
     """
-    open_calls: dict[str, list[PartRef]] = {}
-    pairs: list[ToolPair] = []
-    lone_results: list[PartRef] = []
+    # The hot loop of every pass: plain tuples inside, named ones at the end.
+    # A `Message` holds tool calls only in assistant messages and tool results
+    # only (and alone) in tool messages, so the role says which parts to scan.
+    open_calls: dict[str, list[tuple[int, int]]] = {}
+    pairs: list[tuple[int, int, int, int]] = []
+    lone_results: list[tuple[int, int]] = []
+    tool, assistant, call_type = Role.TOOL, Role.ASSISTANT, ToolCallPart
     for i, message in enumerate(messages):
-        for j, part in enumerate(message.parts):
-            if isinstance(part, ToolCallPart):
-                open_calls.setdefault(part.id, []).append(PartRef(i, j))
-            elif isinstance(part, ToolResultPart):
-                stack = open_calls.get(part.call_id)
+        role = message.role
+        if role is tool:
+            for j, result in enumerate(message.parts):
+                call_id = result.call_id  # type: ignore[union-attr]  # only results here
+                stack = open_calls.get(call_id)
                 if stack:
-                    call = stack.pop()
-                    pairs.append(ToolPair(call.message, call.part, i, j))
+                    call_message, call_part = stack.pop()
+                    pairs.append((call_message, call_part, i, j))
                 else:
-                    lone_results.append(PartRef(i, j))
+                    lone_results.append((i, j))
+        elif role is assistant:
+            for j, part in enumerate(message.parts):
+                if type(part) is call_type:
+                    stack = open_calls.get(part.id)
+                    if stack is None:
+                        open_calls[part.id] = [(i, j)]
+                    else:
+                        stack.append((i, j))
     lone_calls = sorted(ref for stack in open_calls.values() for ref in stack)
+    new = tuple.__new__  # NamedTuple(*t) without a Python frame per item
     return ToolTraffic(
-        pairs=tuple(pairs),
-        lone_calls=tuple(lone_calls),
-        lone_results=tuple(lone_results),
+        pairs=tuple(map(new, repeat(ToolPair), pairs)),
+        lone_calls=tuple(map(new, repeat(PartRef), lone_calls)),
+        lone_results=tuple(map(new, repeat(PartRef), lone_results)),
     )
 
 
@@ -139,7 +154,8 @@ def adjust_split(
         keep_head: The first `keep_head` messages are kept whatever the cut
             (e.g. 1 for a compactor that always keeps the first message), so
             calls there never move it.
-        traffic: `pair_tool_traffic(messages)`, if already computed.
+        traffic: `pair_tool_traffic(messages)`, if already computed (its
+            pairs are in result order).
 
     Returns:
         The latest cut at or before `split` that splits no pair.
@@ -148,17 +164,20 @@ def adjust_split(
     split = max(0, min(split, n))
     if traffic is None:
         traffic = pair_tool_traffic(messages)
-    # earliest[r]: the earliest movable call answered in messages[r:].
-    earliest = [n] * (n + 1)
-    for pair in traffic.pairs:
-        if pair.call_message >= keep_head:
-            r = pair.result_message
-            earliest[r] = min(earliest[r], pair.call_message)
-    for r in range(n - 1, -1, -1):
-        earliest[r] = min(earliest[r], earliest[r + 1])
-    while earliest[split] < split:
-        split = earliest[split]
-    return split
+    # Walk the pairs from the last result back, only as far as the cut goes:
+    # `earliest` is the earliest movable call answered at or after the cut.
+    pairs = traffic.pairs
+    k = len(pairs) - 1
+    earliest = n
+    while True:
+        while k >= 0 and pairs[k].result_message >= split:
+            call = pairs[k].call_message
+            if keep_head <= call < earliest:
+                earliest = call
+            k -= 1
+        if earliest >= split:
+            return split
+        split = earliest
 
 
 def keep_parts(message: Message, indices: Iterable[int]) -> Message | None:
@@ -218,3 +237,114 @@ def sanitize(
         if kept is not None:
             out.append(kept)
     return tuple(out) if out else tuple(messages)
+
+
+def result_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+    """Return why `result` cannot replace `source`, or None when it can.
+
+    `result` must be a valid conversation by `turnfsm.messages.check_history`
+    rules: every tool result answers an earlier open call, and every call is
+    answered before the next non-tool message and before the end. Orphans
+    that `source` already had may survive (at most as many lone calls and
+    lone results as it had), but a pair with a message between its halves is
+    always rejected. No two messages of `result` may share an id, unless
+    `source` already repeated it as often. Not exported: the manager's check.
+    """
+    return _tool_problem(result, source) or _id_problem(result, source)
+
+
+def _tool_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+    # The fast path: check_history's counting scan, no positions kept.
+    open_counts: dict[str, int] = {}
+    pending = 0
+    tool, assistant, call_type = Role.TOOL, Role.ASSISTANT, ToolCallPart
+    for message in result:
+        role = message.role
+        if role is tool:
+            for part in message.parts:
+                call_id = part.call_id  # type: ignore[union-attr]  # only results here
+                count = open_counts.get(call_id)
+                if not count:
+                    return _locate(result, source)
+                open_counts[call_id] = count - 1
+            pending -= len(message.parts)
+            continue
+        if pending:
+            return _locate(result, source)
+        if role is assistant:
+            for part in message.parts:
+                if type(part) is call_type:
+                    open_counts[part.id] = open_counts.get(part.id, 0) + 1
+                    pending += 1
+    return _locate(result, source) if pending else None
+
+
+def _locate(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+    """Name the first broken tool call of `result` (the slow path), or None."""
+    traffic = pair_tool_traffic(result)
+    boundary = -1  # the latest non-tool message at or before each position
+    boundaries: list[int] = []
+    for k, message in enumerate(result):
+        if message.role is not Role.TOOL:
+            boundary = k
+        boundaries.append(boundary)
+    for pair in traffic.pairs:
+        between = boundaries[pair.result_message]
+        if between > pair.call_message:
+            return _broken(
+                result,
+                PartRef(pair.call_message, pair.call_part),
+                f"message {result[between].id!r} ({result[between].role.value}) "
+                f"comes between the call (in message "
+                f"{result[pair.call_message].id!r}) and its result (in message "
+                f"{result[pair.result_message].id!r})",
+            )
+    if not (traffic.lone_results or traffic.lone_calls):
+        return None
+    before = pair_tool_traffic(source)
+    if len(traffic.lone_results) > len(before.lone_results):
+        ref = _new_orphan(result, traffic.lone_results, source, before.lone_results)
+        where = result[ref.message].id
+        return _broken(result, ref, f"the result in message {where!r} answers no call")
+    if len(traffic.lone_calls) > len(before.lone_calls):
+        ref = _new_orphan(result, traffic.lone_calls, source, before.lone_calls)
+        where = result[ref.message].id
+        return _broken(result, ref, f"the call in message {where!r} has no result")
+    return None
+
+
+def _tool_id(messages: Sequence[Message], ref: PartRef) -> str:
+    part = messages[ref.message].parts[ref.part]
+    return part.id if isinstance(part, ToolCallPart) else part.call_id  # type: ignore[union-attr]  # a call or a result
+
+
+def _broken(result: Sequence[Message], ref: PartRef, why: str) -> str:
+    return f"the compactor's result breaks tool call {_tool_id(result, ref)!r}: {why}"
+
+
+def _new_orphan(
+    result: Sequence[Message],
+    lone: Sequence[PartRef],
+    source: Sequence[Message],
+    known: Sequence[PartRef],
+) -> PartRef:
+    """Return the first lone part of `result` whose id `source` had fewer of."""
+    allowed = Counter(_tool_id(source, ref) for ref in known)
+    for ref in lone:
+        tool_id = _tool_id(result, ref)
+        if not allowed[tool_id]:
+            return ref
+        allowed[tool_id] -= 1
+    return lone[0]  # unreachable when `lone` outnumbers `known`
+
+
+def _id_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+    if len({message.id for message in result}) == len(result):
+        return None
+    allowed = Counter(message.id for message in source)
+    seen: Counter[str] = Counter()
+    for message in result:
+        seen[message.id] += 1
+        if seen[message.id] > max(1, allowed[message.id]):
+            return f"the compactor's result repeats message id {message.id!r}"
+    return None

@@ -2,8 +2,10 @@
 
 A compactor receives a `CompactionContext` and answers with a
 `CompactionOutcome`. The manager re-counts that outcome with its own counter
-and classifies the pass as one `CompactionDecision`: `Compacted`, `NoAction`
-or `ContextOverflow`.
+and classifies the pass as one `CompactionDecision`: `Compacted`, `NoAction`,
+`ContextOverflow` (the result does not fit), `CompactorError` (the compactor
+failed or broke the conversation) or `CircuitOpen` (the compactor's breaker
+refused to run).
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from turnfsm.messages import Message
 from turnfsm.tokens._protocol import TokenCounter
 
 __all__ = [
+    "CircuitOpen",
     "CompactBase",
     "Compacted",
     "CompactionContext",
     "CompactionDecision",
     "CompactionOutcome",
+    "CompactorError",
     "ContextOverflow",
     "NoAction",
 ]
@@ -52,7 +56,8 @@ class CompactionContext:
     """What a compactor knows about the pass it is asked to run.
 
     Attributes:
-        tokens_before: The manager's count of the messages handed over.
+        tokens_before: The manager's count of the messages handed over (the
+            reserved budget that rides the request is not included).
         reason: Why the pass runs (an emergency may justify more aggression).
         context_window: The model's window in tokens (0: unlimited).
         turn: The turn the pass runs in.
@@ -136,12 +141,17 @@ class CompactionOutcome:
 class Compacted:
     """The pass shrank the conversation; `messages` replaces it wholesale.
 
+    Every size is the whole request's: the messages plus the reserved budget
+    (system prompt, tool schemas, reply budget), so the manager, the driver,
+    the audit record and the hooks all report one count.
+
     Attributes:
         messages: The compacted conversation.
-        tokens_before: The manager's count before the pass.
-        tokens_after: The manager's count of `messages`.
+        tokens_before: The manager's count before the pass, reserved included.
+        tokens_after: The manager's count of `messages`, reserved included.
         tokens_saved: `tokens_before - tokens_after`, never below 0.
         reason: Why the pass ran.
+        strategy: The compactor's class name (``"TruncatingCompactor"``).
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
@@ -149,6 +159,7 @@ class Compacted:
     tokens_after: int
     tokens_saved: int
     reason: CompactReason
+    strategy: str
 
 
 @final
@@ -157,39 +168,37 @@ class NoAction:
     """Nothing changed: the caller keeps its messages as they are.
 
     Attributes:
-        tokens_before: The manager's count before the pass.
-        tokens_after: The manager's count after it (never below `tokens_before`
-            when a compactor ran, equal when none did).
+        tokens_before: The manager's count before the pass, reserved included.
+        tokens_after: The manager's count after it, reserved included (never
+            below `tokens_before` when a compactor ran, equal when none did).
         reason: Why the pass ran, or was considered.
+        strategy: The compactor's class name.
     """
 
     tokens_before: int
     tokens_after: int
     reason: CompactReason | None
+    strategy: str
 
 
 @final
 @attrs.frozen(kw_only=True)
 class ContextOverflow:
-    """The conversation cannot be made to fit the window.
-
-    Either the compactor failed (`compactor_error` says why) or its result,
-    plus the reserved budget, is still over the window.
+    """The compactor's result, plus the reserved budget, is over the window.
 
     Attributes:
         used: Tokens the request would use, reserved budget included.
         window: The context window.
-        message_count: How many messages the overflowing conversation has.
-        compactor_error: The compactor's failure, or None when its result was
-            simply too big.
+        message_count: How many messages the overflowing result has.
         reason: Why the pass ran.
+        strategy: The compactor's class name.
     """
 
     used: int
     window: int
     message_count: int
-    compactor_error: str | None
     reason: CompactReason
+    strategy: str
 
     @property
     def utilization(self) -> float:
@@ -203,5 +212,58 @@ class ContextOverflow:
         )
 
 
-CompactionDecision: TypeAlias = Compacted | NoAction | ContextOverflow
+@final
+@attrs.frozen(kw_only=True)
+class CompactorError:
+    """The compactor failed; the caller keeps its messages as they are.
+
+    It raised, reported a failure, returned something that is not a usable
+    outcome, or returned messages that break the conversation (a tool call
+    split from its result or a result out of place, a repeated message id).
+
+    Attributes:
+        used: The size of the input, reserved budget included (nothing was
+            saved).
+        window: The context window.
+        message_count: How many messages the input has.
+        error: What went wrong, for the run's failure report.
+        reason: Why the pass ran.
+        strategy: The compactor's class name.
+    """
+
+    used: int
+    window: int
+    message_count: int
+    error: str
+    reason: CompactReason
+    strategy: str
+
+    def __str__(self) -> str:
+        return f"compactor {self.strategy} failed: {self.error}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CircuitOpen:
+    """The compactor refused to run: its circuit breaker is open.
+
+    Produced when the compactor raises `turnfsm.errors.CompactionCircuitOpen`.
+
+    Attributes:
+        failures: The consecutive failures that opened the breaker.
+        reason: Why the pass ran.
+        strategy: The compactor's class name.
+    """
+
+    failures: int
+    reason: CompactReason
+    strategy: str
+
+    def __str__(self) -> str:
+        return f"compaction circuit open after {self.failures} consecutive failures"
+
+
+CompactionDecision: TypeAlias = (
+    Compacted | NoAction | ContextOverflow | CompactorError | CircuitOpen
+)
 """How the manager classified one compaction pass."""

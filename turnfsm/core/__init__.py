@@ -8,12 +8,14 @@ and turnfsm's pure value modules.
 from __future__ import annotations
 
 from turnfsm.core._decisions import (
+    DECISION_TYPES,
     CallLLM,
     Compact,
     Decision,
     Fail,
     Finish,
     Measure,
+    Pause,
     Perform,
     RunTools,
 )
@@ -25,7 +27,6 @@ from turnfsm.core._events import (
     CompactionResult,
     CompactorFailed,
     ContextOverflowed,
-    ErrorInfo,
     Event,
     Measured,
     MessageInjected,
@@ -34,8 +35,8 @@ from turnfsm.core._events import (
     RunCancelled,
     RunStarted,
     Signal,
+    ToolCallsReviewed,
     ToolsFinished,
-    Usage,
     trigger_of,
 )
 from turnfsm.core._guards import GUARDS
@@ -51,8 +52,10 @@ from turnfsm.core._reducers import FAILURES, REDUCERS
 from turnfsm.core._render import render_dot, render_mermaid
 from turnfsm.core._snapshot import SCHEMA_VERSION, Budget, Failure, Snapshot
 from turnfsm.core._spec import MachineSpec, StateSpec, TransitionSpec
+from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
+    "DECISION_TYPES",
     "EVENT_TYPES",
     "FAILURES",
     "GUARDS",
@@ -80,6 +83,7 @@ __all__ = [
     "MessageInjected",
     "ModelFailed",
     "ModelReplied",
+    "Pause",
     "Perform",
     "Phase",
     "RunCancelled",
@@ -89,6 +93,7 @@ __all__ = [
     "Snapshot",
     "StateSpec",
     "Step",
+    "ToolCallsReviewed",
     "ToolsFinished",
     "TransitionSpec",
     "TurnMachine",

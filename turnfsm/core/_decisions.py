@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeAlias, final
+from typing import Final, TypeAlias, final
 
 import attrs
 
@@ -12,12 +12,14 @@ from turnfsm.errors import TurnFSMError
 from turnfsm.messages import Message, MessageLog, ToolCallPart
 
 __all__ = [
+    "DECISION_TYPES",
     "CallLLM",
     "Compact",
     "Decision",
     "Fail",
     "Finish",
     "Measure",
+    "Pause",
     "Perform",
     "RunTools",
 ]
@@ -56,10 +58,18 @@ def _calls(value: Iterable[ToolCallPart]) -> tuple[ToolCallPart, ...]:
     return tuple(value)
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RunTools:
-    """Run the tool `calls` of the last reply; feed `ToolsFinished`."""
+    """Run the tool `calls` of the last reply; feed `ToolsFinished`.
+
+    `calls` are the calls that have no result yet (a reviewer may have
+    answered some itself); it may be empty, then feed `ToolsFinished()`.
+    """
 
     calls: tuple[ToolCallPart, ...] = attrs.field(converter=_calls)
 
@@ -110,5 +120,35 @@ class Perform:
     phase: str
 
 
-Decision: TypeAlias = Measure | CallLLM | RunTools | Compact | Finish | Fail | Perform
+@final
+@attrs.frozen(kw_only=True)
+class Pause:
+    """Wait for an answer from outside (a human, another system) in `phase`.
+
+    The run ends ``paused``; it resumes when one of the `accepts` triggers is
+    fed, in whatever process opens the store. `calls` are the last reply's
+    unanswered tool calls the pause waits on (``tool_calls_reviewed``
+    answers them).
+    """
+
+    phase: str
+    calls: tuple[ToolCallPart, ...] = attrs.field(converter=_calls)
+    accepts: tuple[str, ...] = attrs.field(converter=_strings)
+
+
+Decision: TypeAlias = (
+    Measure | CallLLM | RunTools | Compact | Finish | Fail | Perform | Pause
+)
 """Any decision the brain emits."""
+
+DECISION_TYPES: Final[tuple[type[Decision], ...]] = (
+    Measure,
+    CallLLM,
+    RunTools,
+    Compact,
+    Finish,
+    Fail,
+    Perform,
+    Pause,
+)
+"""Every decision class, in a stable order."""

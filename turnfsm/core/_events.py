@@ -13,6 +13,7 @@ from typing import Final, TypeAlias, final
 import attrs
 
 from turnfsm.messages import Message, as_messages
+from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
     "EVENT_TYPES",
@@ -31,6 +32,7 @@ __all__ = [
     "RunCancelled",
     "RunStarted",
     "Signal",
+    "ToolCallsReviewed",
     "ToolsFinished",
     "Usage",
     "trigger_name",
@@ -41,39 +43,6 @@ __all__ = [
 def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
     if value < 0:
         raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ErrorInfo:
-    """An outside failure, translated once at the effect that met it."""
-
-    type: str
-    message: str
-    retryable: bool = False
-    status: int | None = None
-
-    @classmethod
-    def from_exception(
-        cls, exc: BaseException, *, retryable: bool = False
-    ) -> ErrorInfo:
-        """Describe `exc` by its class name and message."""
-        return cls(type=type(exc).__name__, message=str(exc), retryable=retryable)
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Usage:
-    """Provider-reported token usage of one model call."""
-
-    input_tokens: int = attrs.field(default=0, validator=_non_negative)
-    output_tokens: int = attrs.field(default=0, validator=_non_negative)
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-        )
 
 
 @final
@@ -127,6 +96,41 @@ class ToolsFinished:
 
 @final
 @attrs.frozen(kw_only=True)
+class ToolCallsReviewed:
+    """A reviewer answered a pause over the last reply's tool calls.
+
+    `results` are the error tool results of the rejected calls; approved
+    calls get none, and the next `RunTools` runs them. Build one with
+    `approve_all()` or `reject(...)`: the results' message ids are made here,
+    by whoever builds the event, so a replayed log gives the same history.
+    """
+
+    results: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
+
+    @classmethod
+    def approve_all(cls) -> ToolCallsReviewed:
+        """Return the review that approves every call (no results)."""
+        return cls()
+
+    @classmethod
+    def reject(cls, reasons: Mapping[str, str]) -> ToolCallsReviewed:
+        """Return the review that rejects each call id in `reasons` with its reason.
+
+        Each rejected call is answered by an error tool result reading
+        ``rejected by the reviewer: REASON``; the other calls are approved.
+        """
+        return cls(
+            results=[
+                Message.tool_result(
+                    call_id, f"rejected by the reviewer: {reason}", is_error=True
+                )
+                for call_id, reason in reasons.items()
+            ]
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
 class CompactionResult:
     """A compaction pass replaced the conversation with `messages`.
 
@@ -141,10 +145,15 @@ class CompactionResult:
 @final
 @attrs.frozen(kw_only=True)
 class CompactionNoop:
-    """A compaction pass changed nothing (no manager, a veto, nothing to cut)."""
+    """A compaction pass changed nothing (no manager, a veto, nothing to cut).
+
+    `vetoed` says a pre-compact hook stopped the pass (the brain reads only
+    the sizes; the audit trail and the hooks read the rest).
+    """
 
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
+    vetoed: bool = False
 
 
 @final
@@ -206,6 +215,7 @@ Event: TypeAlias = (
     | ModelFailed
     | ContextOverflowed
     | ToolsFinished
+    | ToolCallsReviewed
     | CompactionResult
     | CompactionNoop
     | CompactionOverflowed
@@ -224,6 +234,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     ModelFailed,
     ContextOverflowed,
     ToolsFinished,
+    ToolCallsReviewed,
     CompactionResult,
     CompactionNoop,
     CompactionOverflowed,

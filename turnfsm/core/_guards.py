@@ -68,6 +68,11 @@ def has_overflow_retries_left(snapshot: Snapshot, event: Event) -> bool:
     return snapshot.overflow_retries < snapshot.budget.max_overflow_retries
 
 
+def is_compaction_limit_reached(snapshot: Snapshot, event: Event) -> bool:
+    """The run already made `max_compactions` compaction passes."""
+    return snapshot.compactions >= snapshot.budget.max_compactions
+
+
 def is_no_progress(snapshot: Snapshot, event: Event) -> bool:
     """The compaction pass saved nothing: after >= before (the no-progress guard)."""
     if isinstance(event, CompactionResult | CompactionNoop):
@@ -80,6 +85,7 @@ GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
         "has_injected_messages": has_injected_messages,
         "has_overflow_retries_left": has_overflow_retries_left,
         "has_tool_calls": has_tool_calls,
+        "is_compaction_limit_reached": is_compaction_limit_reached,
         "is_no_progress": is_no_progress,
         "is_over_emergency_line": is_over_emergency_line,
         "is_over_threshold_line": is_over_threshold_line,

@@ -20,8 +20,18 @@ a fail transition its `Failure`.
 
 Rule 3 - terminal phases absorb: once `done` or `failed`, every feed is a
 no-op that returns the same decision. If `handle()` raises (an illegal event,
-a bug), the machine keeps its last good snapshot and refuses all further
-input with `MachineBroken` (h11's ERROR state).
+an invalid message, a bug), the machine keeps its last good snapshot and
+refuses all further input with `MachineBroken` (h11's ERROR state).
+
+Rule 4 - the buffers stay a valid conversation, whoever fed the messages (a
+built-in effect, a user effect, an injection, a compactor, a reviewer).
+Before a new snapshot is adopted: `history` is a whole conversation (every
+tool call answered); `history + pending` is a valid prefix (only the last
+reply's calls may still be open: tools not run yet, or awaiting a review);
+and when the decision sends the conversation on (`CallLLM`, `Compact`,
+`Finish`) no call is open. Else `handle()` raises `InvalidMessage` naming the
+call id. `OpenCalls` memoises each checked prefix on the `MessageLog`, so
+the check costs O(new messages) per event, not O(history) (DESIGN 3, STYLE 14).
 
 No clock, no I/O, no randomness: time, ids and token counts arrive on events,
 so the same events in the same order give the same phases and decisions.
@@ -43,6 +53,7 @@ from turnfsm.core._decisions import (
     Fail,
     Finish,
     Measure,
+    Pause,
     Perform,
     RunTools,
 )
@@ -58,8 +69,14 @@ from turnfsm.core._lines import CompactReason
 from turnfsm.core._reducers import FAILURES, REDUCERS
 from turnfsm.core._snapshot import Budget, Snapshot
 from turnfsm.core._spec import MachineSpec, TransitionSpec
-from turnfsm.errors import IllegalEvent, InvalidMessage, MachineBroken, TurnFSMError
-from turnfsm.messages import Message, MessageLog, check_history
+from turnfsm.errors import (
+    ConfigError,
+    IllegalEvent,
+    InvalidMessage,
+    MachineBroken,
+    TurnFSMError,
+)
+from turnfsm.messages import Message, MessageLog, OpenCalls, ToolCallPart
 
 __all__ = ["Step", "TurnMachine"]
 
@@ -188,25 +205,30 @@ class TurnMachine:
         """Return a machine in the initial phase over a committed `history`.
 
         Raises:
-            InvalidMessage: `history` holds a tool result for no call.
+            InvalidMessage: `history` is not a whole conversation (a tool
+                result for no call, a call without a result); names the id.
         """
-        log = (
-            history
-            if isinstance(history, MessageLog)
-            else MessageLog(check_history(history))
-        )
+        log = history if isinstance(history, MessageLog) else MessageLog(history)
         snapshot = Snapshot(phase=spec.initial, budget=budget or Budget(), history=log)
-        return cls(spec, snapshot)
+        return cls.from_snapshot(spec, snapshot)
 
     @classmethod
     def from_snapshot(cls, spec: MachineSpec, snapshot: Snapshot) -> TurnMachine:
         """Return a machine that continues from `snapshot`.
 
         Raises:
-            KeyError: the snapshot's phase is not a phase of `spec`.
+            ConfigError: the snapshot's phase is not a phase of `spec`.
+            InvalidMessage: the snapshot's buffers are not a valid
+                conversation (Rule 4); names the call id.
         """
-        spec.state(snapshot.phase)
-        return cls(spec, snapshot)
+        if snapshot.phase not in spec.phases:
+            known = ", ".join(spec.phases)
+            raise ConfigError(
+                "phase", snapshot.phase, f"a phase of {spec.name!r} ({known})"
+            )
+        machine = cls(spec, snapshot)
+        _check_buffers(snapshot, machine.decision)
+        return machine
 
     @property
     def spec(self) -> MachineSpec:
@@ -242,10 +264,13 @@ class TurnMachine:
         """Apply `event` and return the next decision.
 
         In a terminal phase every event is a no-op. On an exception the
-        machine stays in the phase it was in and refuses further input.
+        machine stays in the phase it was in, keeps its snapshot and refuses
+        further input.
 
         Raises:
             IllegalEvent: the phase does not accept the event (a driver bug).
+            InvalidMessage: the event's messages would break the conversation
+                (Rule 4: an orphaned tool result or call; names the call id).
             MachineBroken: an earlier call raised.
         """
         if self._broken is not None:
@@ -255,6 +280,9 @@ class TurnMachine:
             return self._decision
         try:
             self._fire(event)
+            snapshot = self._model.snapshot
+            decision = _decide(self._spec, snapshot)
+            _check_buffers(snapshot, decision)
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             self._model.snapshot = self._snapshot
@@ -262,9 +290,9 @@ class TurnMachine:
             if isinstance(exc, MachineError):
                 raise IllegalEvent(phase=self.phase, event=trigger_of(event)) from None
             raise
-        self._snapshot = self._model.snapshot
-        self._decision = _decide(self._spec, self._snapshot)
-        return self._decision
+        self._snapshot = snapshot
+        self._decision = decision
+        return decision
 
     def _fire(self, event: Event) -> None:
         trigger = trigger_of(event)
@@ -302,6 +330,32 @@ class TurnMachine:
         return self.handle(MessageInjected(message=message))
 
 
+def _check_buffers(s: Snapshot, decision: Decision) -> None:
+    """Rule 4: raise `InvalidMessage` unless the buffers are a valid conversation."""
+    OpenCalls.of(s.history).require_closed()
+    # history is whole, so pending is checked as a conversation of its own.
+    left_open = OpenCalls.of(s.pending)
+    if isinstance(decision, CallLLM | Compact | Finish):
+        left_open.require_closed()
+
+
+def _unanswered(s: Snapshot) -> tuple[ToolCallPart, ...]:
+    """The last reply's tool calls that have no result in pending yet."""
+    if s.last_reply is None:
+        return ()
+    open_ids = list(OpenCalls.of(s.pending).ids)
+    calls = []
+    for call in s.last_reply.tool_calls:
+        if call.id in open_ids:
+            open_ids.remove(call.id)
+            calls.append(call)
+    return tuple(calls)
+
+
+def _accepts(spec: MachineSpec, phase: str) -> tuple[str, ...]:
+    return tuple(sorted({t.trigger for t in spec.transitions if phase in t.sources}))
+
+
 def _decide(spec: MachineSpec, s: Snapshot) -> Decision:
     state = spec.state(s.phase)
     kind = state.decision
@@ -310,8 +364,11 @@ def _decide(spec: MachineSpec, s: Snapshot) -> Decision:
     if kind == "call_llm":
         return CallLLM(history=s.history, pending=s.pending, turn=s.turns + 1)
     if kind == "run_tools":
-        calls = s.last_reply.tool_calls if s.last_reply is not None else ()
-        return RunTools(calls=calls)
+        return RunTools(calls=_unanswered(s))
+    if kind == "pause":
+        return Pause(
+            phase=s.phase, calls=_unanswered(s), accepts=_accepts(spec, s.phase)
+        )
     if kind == "compact":
         reason = s.compact_reason or CompactReason.MANUAL
         return Compact(reason=reason, history=s.history, pending=s.pending)

@@ -23,6 +23,7 @@ from turnfsm.core._events import (
     ModelReplied,
     RunCancelled,
     RunStarted,
+    ToolCallsReviewed,
     ToolsFinished,
     trigger_of,
 )
@@ -66,6 +67,12 @@ def record_results(s: Snapshot, e: Event) -> Snapshot:
     return s.replace(pending=s.pending.extend(e.results))
 
 
+def record_review(s: Snapshot, e: Event) -> Snapshot:
+    """Append the reviewer's results (the rejected calls' answers) to pending."""
+    assert isinstance(e, ToolCallsReviewed)
+    return s.replace(pending=s.pending.extend(e.results))
+
+
 def record_compaction(s: Snapshot, e: Event) -> Snapshot:
     """A commit point: history := the compacted messages, pending := []."""
     assert isinstance(e, CompactionResult)
@@ -85,15 +92,20 @@ def count_overflow(s: Snapshot, e: Event) -> Snapshot:
     return s.replace(overflow_retries=s.overflow_retries + 1)
 
 
+def count_compaction(s: Snapshot, e: Event) -> Snapshot:
+    """Count one compaction pass."""
+    return s.replace(compactions=s.compactions + 1)
+
+
 def record_injection(s: Snapshot, e: Event) -> Snapshot:
-    """Queue an injected message; it joins pending at the next `start`."""
+    """Queue an injected message in the inbox (`flush_inbox` moves it on)."""
     assert isinstance(e, MessageInjected)
-    return flush_inbox(s.replace(inbox=(*s.inbox, e.message)), e)
+    return s.replace(inbox=(*s.inbox, e.message))
 
 
 def flush_inbox(s: Snapshot, e: Event) -> Snapshot:
-    """Move injected messages into pending when the phase can take them."""
-    if not s.inbox or s.phase != "start":
+    """Move the queued messages into pending; the machine file says where."""
+    if not s.inbox:
         return s
     return s.replace(pending=s.pending.extend(s.inbox), inbox=())
 
@@ -111,6 +123,7 @@ def discard_pending(s: Snapshot, e: Event) -> Snapshot:
 REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
     {
         "commit_pending": commit_pending,
+        "count_compaction": count_compaction,
         "count_overflow": count_overflow,
         "discard_pending": discard_pending,
         "flush_inbox": flush_inbox,
@@ -120,6 +133,7 @@ REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
         "record_noop": record_noop,
         "record_reply": record_reply,
         "record_results": record_results,
+        "record_review": record_review,
         "record_start": record_start,
     }
 )
@@ -128,6 +142,14 @@ REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
 
 def _max_turns(s: Snapshot, e: Event) -> Failure:
     return Failure(kind="max_turns_exceeded", used=s.turns, limit=s.budget.max_turns)
+
+
+def _compaction_limit(s: Snapshot, e: Event) -> Failure:
+    return Failure(
+        kind="compaction_limit_exceeded",
+        used=s.compactions,
+        limit=s.budget.max_compactions,
+    )
 
 
 def _context_exceeded(s: Snapshot, e: Event) -> Failure:
@@ -182,6 +204,7 @@ FAILURES: Final[Mapping[str, FailureBuilder]] = MappingProxyType(
         "cancelled": _cancelled,
         "compaction_circuit_open": _circuit_open,
         "compaction_failed": _compaction_failed,
+        "compaction_limit_exceeded": _compaction_limit,
         "compaction_stalled": _stalled,
         "context_exceeded": _context_exceeded,
         "max_turns_exceeded": _max_turns,
@@ -197,6 +220,7 @@ ACCEPTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
         "record_estimate": frozenset({"measured"}),
         "record_reply": frozenset({"model_replied"}),
         "record_results": frozenset({"tools_finished"}),
+        "record_review": frozenset({"tool_calls_reviewed"}),
         "record_compaction": frozenset({"compaction_result"}),
         "record_noop": frozenset({"compaction_noop"}),
         "record_injection": frozenset({"message_injected"}),

@@ -12,6 +12,7 @@ from turnfsm.errors import (
     Cancelled,
     CompactionCircuitOpen,
     CompactionFailed,
+    CompactionLimitExceeded,
     CompactionStalled,
     ConfigError,
     ContextExceeded,
@@ -19,7 +20,7 @@ from turnfsm.errors import (
     ProviderError,
     TurnFSMError,
 )
-from turnfsm.messages import Message, MessageLog, as_messages
+from turnfsm.messages import Message, MessageLog, OpenCalls, as_messages
 
 __all__ = ["SCHEMA_VERSION", "Budget", "Failure", "Snapshot"]
 
@@ -57,6 +58,7 @@ class Budget:
         auto_compact: whether the threshold line triggers compaction.
         max_turns: the most model calls one run may make.
         max_overflow_retries: compact-and-retry passes after provider overflows.
+        max_compactions: the most compaction passes one run may make.
     """
 
     context_window: int = attrs.field(
@@ -70,6 +72,9 @@ class Budget:
     max_overflow_retries: int = attrs.field(
         default=2, validator=_int_field("max_overflow_retries", 0)
     )
+    max_compactions: int = attrs.field(
+        default=20, validator=_int_field("max_compactions", 1)
+    )
 
 
 _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
@@ -80,6 +85,9 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
         used=f.used, limit=f.limit, cause=f.detail
     ),
     "compaction_circuit_open": lambda f: CompactionCircuitOpen(failures=f.used),
+    "compaction_limit_exceeded": lambda f: CompactionLimitExceeded(
+        max_compactions=f.limit
+    ),
     "cancelled": lambda f: Cancelled(reason=f.detail),
     "provider_error": lambda f: ProviderError(
         message=f.detail, retriable=f.retriable, kind=f.error_type, status=f.status
@@ -126,6 +134,7 @@ class Snapshot:
     estimate: int | None = None
     turns: int = 0
     overflow_retries: int = 0
+    compactions: int = 0
     compact_reason: CompactReason | None = None
     last_reply: Message | None = None
     failure: Failure | None = None
@@ -158,6 +167,7 @@ class Snapshot:
             "estimate": self.estimate,
             "turns": self.turns,
             "overflow_retries": self.overflow_retries,
+            "compactions": self.compactions,
             "compact_reason": self.compact_reason,
             "last_reply": None
             if self.last_reply is None
@@ -172,17 +182,25 @@ class Snapshot:
 
         Raises:
             ConfigError: the schema version is unknown or a field is invalid.
+            InvalidMessage: `history` is not a whole conversation or
+                `history + pending` not a valid prefix of one (an orphaned
+                tool call or result); names the call id.
         """
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ConfigError("schema_version", version, f"{SCHEMA_VERSION}")
         try:
-            return cls._from_dict(data)
+            snapshot = cls._from_dict(data)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ConfigError):
                 raise
             field = exc.args[0] if isinstance(exc, KeyError) else "snapshot"
             raise ConfigError(str(field), None, f"a valid snapshot ({exc})") from exc
+        # The brain's Rule 4 on the buffers (the decision-dependent part needs
+        # the spec: `TurnMachine.from_snapshot` checks it).
+        OpenCalls.of(snapshot.history).require_closed()
+        OpenCalls.of(snapshot.pending)
+        return snapshot
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
@@ -198,6 +216,7 @@ class Snapshot:
             estimate=data["estimate"],
             turns=data["turns"],
             overflow_retries=data["overflow_retries"],
+            compactions=data.get("compactions", 0),
             compact_reason=None if reason is None else CompactReason(reason),
             last_reply=None if reply is None else Message.from_dict(reply),
             failure=None if failure is None else Failure(**failure),

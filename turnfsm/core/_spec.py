@@ -28,9 +28,12 @@ __all__ = [
 ]
 
 DECISION_KINDS: Final = frozenset(
-    {"measure", "call_llm", "run_tools", "compact", "finish", "fail"}
+    {"measure", "call_llm", "run_tools", "compact", "pause", "finish", "fail"}
 )
-"""The decisions a phase may emit (a custom phase names an `effect` instead)."""
+"""The decisions a phase may emit (a custom phase names an `effect` instead).
+
+A ``pause`` phase ends the run ``paused`` until one of its triggers is fed.
+"""
 
 BUILTIN_TRIGGERS: Final = frozenset(
     trigger_name(t) for t in EVENT_TYPES if t is not Signal

@@ -1,4 +1,10 @@
-"""The driver's effects: one async function per decision, each returning an event.
+"""The effects: one async function per decision, `async (ctx, decision) -> Event`.
+
+Built-in phases and the phases users add share this one shape. An effect
+reads what it needs from its `EffectContext` (model, tools, context manager,
+the one counter, retry policy, hooks, clock, ids) and returns the event the
+brain is fed next. It records nothing: the loop appends every event to the
+log and derives the audit trail from (decision, event).
 
 Every outside failure is translated into an event here, once (httpx's
 translate-once rule); bugs and cancellation propagate unchanged.
@@ -6,127 +12,236 @@ translate-once rule); bugs and cancellation propagate unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypeAlias, final
 
 import anyio
 import attrs
 
-from turnfsm.context import Compacted, ContextOverflow, NoAction
+from turnfsm.context import (
+    CircuitOpen,
+    Compacted,
+    CompactorError,
+    ContextManager,
+    ContextOverflow,
+    NoAction,
+)
 from turnfsm.core import (
     CallLLM,
     Compact,
+    CompactionCircuitOpened,
     CompactionNoop,
     CompactionOverflowed,
     CompactionResult,
     CompactorFailed,
     ContextOverflowed,
-    ErrorInfo,
+    Decision,
     Event,
+    Measure,
+    Measured,
     ModelFailed,
     ModelReplied,
+    Perform,
     RunTools,
+    Snapshot,
     ToolsFinished,
 )
-from turnfsm.driver._retry import is_transient
-from turnfsm.driver._session import CompactionRecord
+from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._tools import Tool, deadline, run_tool_call
 from turnfsm.errors import ProviderError
-from turnfsm.hooks import CompactionInfo, PreCompact, PreCompactInfo, TextDeltaInfo
-from turnfsm.messages import Joined, Message, MessageLog
-from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.hooks import PreCompact, PreCompactInfo, TextDeltaInfo
+from turnfsm.hooks._dispatch import HookDispatcher
+from turnfsm.messages import Joined, Message
+from turnfsm.providers import ModelClient, ModelRequest, ModelResponse, ToolSchema
 from turnfsm.providers._stream import StreamDone, TextDelta
+from turnfsm.tokens import Meter
+from turnfsm.values import ErrorInfo
 
-if TYPE_CHECKING:
-    from turnfsm.driver._driver import _Run
+__all__ = [
+    "BUILTIN_EFFECTS",
+    "Effect",
+    "EffectContext",
+    "call_model",
+    "compact",
+    "measure",
+    "run_tools",
+]
 
-__all__ = ["call_model", "compact", "run_tools"]
+
+@final
+@attrs.define(eq=False, kw_only=True)
+class EffectContext:
+    """What an effect may use while it carries out one decision of a run.
+
+    The loop owns it and keeps `snapshot` current; effects only read it.
+
+    Attributes:
+        run_id: The run.
+        session_id: Its session.
+        snapshot: The brain's state as of the decision being carried out.
+        model: The `ModelClient`.
+        tools: The registered tools, by name.
+        tool_schemas: Their schemas, as sent with every request.
+        system_prompt: Sent with every request.
+        context: The context manager, or None (no compaction).
+        meter: Measures requests with the one counter (the manager's).
+        extras: Texts that ride every request (system prompt, tool schemas).
+        reserved: Tokens the request needs besides its messages: the extras
+            plus the reply budget (`max_output_tokens`).
+        max_output_tokens: The reply budget asked of the model.
+        retry: The policy for transient model errors.
+        model_timeout: Seconds each model attempt may take (None: no limit).
+        tool_timeout: Seconds each tool call may take (None: no limit).
+        hooks: The run's hooks (for the effects that steer or stream).
+        stream: Whether replies are streamed to the hooks.
+        clock: Wall-clock seconds (``time.time`` unless replaced).
+        new_id: Makes a fresh id from a prefix.
+    """
+
+    run_id: str
+    session_id: str
+    snapshot: Snapshot
+    model: ModelClient
+    tools: Mapping[str, Tool]
+    tool_schemas: tuple[ToolSchema, ...]
+    system_prompt: str | None
+    context: ContextManager | None
+    meter: Meter
+    extras: tuple[str, ...]
+    reserved: int
+    max_output_tokens: int | None
+    retry: RetryPolicy
+    model_timeout: float | None
+    tool_timeout: float | None
+    hooks: HookDispatcher
+    stream: bool
+    clock: Callable[[], float]
+    new_id: Callable[[str], str]
+
+    @property
+    def turn(self) -> int:
+        """Model calls the run has made so far."""
+        return self.snapshot.turns
+
+    @property
+    def window(self) -> int:
+        """The context window the run works within (0: unlimited)."""
+        return self.snapshot.budget.context_window
+
+    def measure(self, *parts: Sequence[Message]) -> int:
+        """Return the size of a request carrying `parts`: messages + reserved."""
+        return self.meter.measure(*parts, extras=self.extras) + self._reply_budget
+
+    @property
+    def _reply_budget(self) -> int:
+        return self.max_output_tokens or 0
 
 
-async def call_model(run: _Run, decision: CallLLM) -> Event:
+Effect: TypeAlias = Callable[[EffectContext, Any], Awaitable[Event]]
+"""An effect: ``async def effect(ctx: EffectContext, decision) -> Event``."""
+
+
+async def measure(ctx: EffectContext, decision: Measure) -> Event:
+    """Measure the whole next request: history + pending + extras + reply budget."""
+    return Measured(estimate=ctx.measure(decision.history, decision.pending))
+
+
+async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     """Call the model with the whole request; classify what comes back.
 
     The request is measured again right before sending (cheap: the meter is
     incremental), whatever the machine believes, so that no machine file can
-    make the driver send a request over the window.
+    make the driver send a request over the window; and the reply is measured
+    before it is handed back, so a reply that would not fit is never committed.
     """
-    driver = run.driver
-    estimate = run.measure(decision.history, decision.pending)
-    window = run.budget.context_window
-    if window and estimate > window:
-        # Never serve a request over the window: treat it like the provider's
-        # own rejection, so the machine compacts and retries or fails.
-        return ContextOverflowed(
-            error=ErrorInfo(
-                type="ContextCheck",
-                message=f"request of {estimate} tokens exceeds the {window} window",
+    window = ctx.window
+    if window:
+        estimate = ctx.measure(decision.history, decision.pending)
+        if estimate > window:
+            # Never serve a request over the window: treat it like the
+            # provider's own rejection, so the machine compacts and retries.
+            return _overflowed(
+                f"request of {estimate} tokens (reply budget included) "
+                f"exceeds the {window} window"
             )
-        )
     request = ModelRequest(
         messages=Joined(decision.history, decision.pending),
-        system=driver.system_prompt,
-        tools=run.tool_schemas,
-        max_tokens=driver.max_output_tokens,
+        system=ctx.system_prompt,
+        tools=ctx.tool_schemas,
+        max_tokens=ctx.max_output_tokens,
     )
     try:
-        response = await _complete(run, request)
+        response = await _complete(ctx, request)
     except ProviderError as exc:
         info = ErrorInfo(
             type=exc.kind,
             message=exc.message,
             retryable=exc.retriable,
             status=exc.status,
+            retry_after=exc.retry_after,
         )
         if exc.is_context_overflow:
             return ContextOverflowed(error=info)
         return ModelFailed(error=info)
     except (TimeoutError, ConnectionError) as exc:
         return ModelFailed(error=ErrorInfo.from_exception(exc, retryable=True))
-    run.record_turn(decision, response.message, response.usage)
+    if window:
+        size = ctx.meter.measure(
+            decision.history, decision.pending, (response.message,), extras=ctx.extras
+        )
+        if size > window:
+            return _overflowed(
+                f"the reply makes the conversation {size} tokens, over the "
+                f"{window} window; it is not committed"
+            )
     return ModelReplied(message=response.message, usage=response.usage)
 
 
-async def _complete(run: _Run, request: ModelRequest) -> ModelResponse:
+def _overflowed(message: str) -> ContextOverflowed:
+    return ContextOverflowed(error=ErrorInfo(type="ContextCheck", message=message))
+
+
+async def _complete(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
     """Call the model; on a transient error, hand over to the retry policy."""
-    driver = run.driver
-    call = _streamed if run.wants_stream else _plain
+    call = _streamed if ctx.stream else _plain
     started = anyio.current_time()
     try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
-        with deadline(driver.model_timeout):
-            return await call(run, request)
+        with deadline(ctx.model_timeout):
+            return await call(ctx, request)
     except Exception as exc:
-        if not is_transient(exc) or driver.retry.max_attempts < 2:
+        if not is_transient(exc) or ctx.retry.max_attempts < 2:
             raise
         first = exc
     # Attempt 1 failed: wait its backoff, then let tenacity continue the count.
-    policy = driver.retry
+    policy = ctx.retry
     await anyio.sleep(policy.wait_seconds(1, first))
     elapsed = anyio.current_time() - started
     async for attempt in policy.retrying(done=1, elapsed=elapsed):
-        with attempt, deadline(driver.model_timeout):
-            return await call(run, request)
+        with attempt, deadline(ctx.model_timeout):
+            return await call(ctx, request)
     raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
-async def _plain(run: _Run, request: ModelRequest) -> ModelResponse:
-    return await run.driver.model.complete(request)
+async def _plain(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
+    return await ctx.model.complete(request)
 
 
-async def _streamed(run: _Run, request: ModelRequest) -> ModelResponse:
+async def _streamed(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
     """Consume the model's stream, forwarding text deltas to the hooks.
 
     A retried stream starts over, so observers may see a reply's first
     deltas twice; the brain only ever sees the one assembled reply.
     """
-    stream = run.driver.model.stream(request)  # type: ignore[attr-defined]
+    stream = ctx.model.stream(request)  # type: ignore[attr-defined]
     response: ModelResponse | None = None
+    turn = ctx.turn + 1
     async for item in stream:
         if isinstance(item, TextDelta):
             if item.text:
-                run.hooks.call(
+                ctx.hooks.call(
                     "on_text_delta",
-                    TextDeltaInfo(run_id=run.run_id, turn=run.turn, text=item.text),
+                    TextDeltaInfo(run_id=ctx.run_id, turn=turn, text=item.text),
                 )
         elif isinstance(item, StreamDone):
             response = item.response
@@ -137,122 +252,100 @@ async def _streamed(run: _Run, request: ModelRequest) -> ModelResponse:
     return response
 
 
-async def run_tools(run: _Run, decision: RunTools) -> Event:
+async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
     """Run every call concurrently under the tool timeout; results in call order."""
-    tools: Mapping[str, Tool] = run.tools
-    results: list[Message | None] = [None] * len(decision.calls)
-    timeout = run.driver.tool_timeout
+    calls = decision.calls
+    results: list[Message | None] = [None] * len(calls)
+    timeout = ctx.tool_timeout
 
     async def one(index: int) -> None:
-        results[index] = await run_tool_call(
-            decision.calls[index], tools, limit=timeout
-        )
+        results[index] = await run_tool_call(calls[index], ctx.tools, limit=timeout)
 
-    if len(decision.calls) == 1:
+    if len(calls) == 1:
         await one(0)
-    else:
+    elif calls:
         async with anyio.create_task_group() as group:
-            for index in range(len(decision.calls)):
+            for index in range(len(calls)):
                 group.start_soon(one, index)
     return ToolsFinished(results=[r for r in results if r is not None])
 
 
-async def compact(run: _Run, decision: Compact) -> Event:
-    """Run one compaction pass and feed back what the manager made of it."""
-    driver = run.driver
-    before = run.measure(decision.history, decision.pending)
+async def compact(ctx: EffectContext, decision: Compact) -> Event:
+    """Run one compaction pass and feed back what the manager made of it.
+
+    The request's size before the pass is measured once, here; the manager
+    reports its verdict in the same unit (reserved budget included), and
+    that one count is what the event, the record and the hooks carry.
+    """
+    manager = ctx.context
+    before = ctx.measure(decision.history, decision.pending)
+    if manager is None:
+        return CompactionNoop(before=before, after=before)
     messages = decision.messages
-    if driver.context is None:
-        return _noop(run, decision, before, len(messages), vetoed=False)
     guidance = PreCompact()
-    if run.hooks.wants("pre_compact"):
-        guidance = run.hooks.pre_compact(
+    if ctx.hooks.wants("pre_compact"):
+        guidance = ctx.hooks.pre_compact(
             PreCompactInfo(
-                run_id=run.run_id,
+                run_id=ctx.run_id,
                 reason=decision.reason,
-                turn=run.turn,
+                turn=ctx.turn,
                 tokens_before=before,
                 messages=messages,
             )
         )
     if guidance.veto:
-        return _noop(run, decision, before, len(messages), vetoed=True)
-    result = await driver.context.compact_with_reason(
+        return CompactionNoop(before=before, after=before, vetoed=True)
+    verdict = await manager.compact_with_reason(
         messages,
-        turn=run.turn,
+        turn=ctx.turn,
         reason=decision.reason,
         instructions=_opt(guidance.instructions),
         additional_context=_opt(guidance.additional_context),
-        reserved=run.reserved,
+        reserved=ctx.reserved,
+        tokens_before=before,
     )
-    match result:
-        case Compacted(messages=new):
-            after = run.measure(MessageLog(new), MessageLog())
-            _report(run, decision, before, after, len(messages), len(new), True, False)
+    match verdict:
+        case Compacted(messages=new, tokens_after=after):
             return CompactionResult(messages=new, before=before, after=after)
-        case NoAction():
-            return _noop(run, decision, before, len(messages), vetoed=False)
-        case ContextOverflow(used=used, compactor_error=error) if error is not None:
-            _report(
-                run,
-                decision,
-                before,
-                before,
-                len(messages),
-                len(messages),
-                False,
-                False,
-            )
-            limit = run.budget.context_window
+        case NoAction(tokens_after=after):
+            return CompactionNoop(before=before, after=max(after, before))
+        case CompactorError(error=error):
             return CompactorFailed(
-                used=used,
-                limit=limit,
+                used=before,
+                limit=ctx.window,
                 error=ErrorInfo(type="CompactorError", message=error),
             )
         case ContextOverflow(used=used):
-            _report(
-                run, decision, before, used, len(messages), len(messages), False, False
-            )
-            return CompactionOverflowed(used=used, limit=run.budget.context_window)
+            return CompactionOverflowed(used=used, limit=ctx.window)
+        case CircuitOpen(failures=failures):
+            return CompactionCircuitOpened(failures=failures)
 
 
 def _opt(text: str | None) -> Sequence[str]:
     return (text,) if text else ()
 
 
-def _noop(
-    run: _Run, decision: Compact, before: int, count: int, *, vetoed: bool
-) -> Event:
-    _report(run, decision, before, before, count, count, False, vetoed)
-    return CompactionNoop(before=before, after=before)
+BUILTIN_EFFECTS: Final[Mapping[str, Effect]] = {
+    "measure": measure,
+    "call_llm": call_model,
+    "run_tools": run_tools,
+    "compact": compact,
+}
+"""The built-in effects, by the decision kind they carry out."""
 
 
-def _report(
-    run: _Run,
-    decision: Compact,
-    before: int,
-    after: int,
-    count_before: int,
-    count_after: int,
-    compacted: bool,
-    vetoed: bool,
-) -> None:
-    record = CompactionRecord(
-        reason=decision.reason,
-        tokens_before=before,
-        tokens_after=after,
-        messages_before=count_before,
-        messages_after=count_after,
-        compacted=compacted,
-        vetoed=vetoed,
-    )
-    run.compactions.append(record)
-    if not (run.hooks.wants("post_compact") or run.hooks.wants("on_compaction")):
-        return
-    # The hook sees the audit record plus where it happened.
-    info = CompactionInfo(
-        run_id=run.run_id, turn=run.turn, **attrs.asdict(record, recurse=False)
-    )
-    if compacted:
-        run.hooks.call("on_compaction", info)
-    run.hooks.call("post_compact", info)
+def effect_key(decision: Decision) -> str:
+    """Return the name of the effect that carries `decision` out."""
+    key = _KEYS.get(type(decision))
+    if key is not None:
+        return key
+    return decision.effect if isinstance(decision, Perform) else ""
+
+
+_KEYS: Final[dict[type, str]] = {
+    Measure: "measure",
+    CallLLM: "call_llm",
+    RunTools: "run_tools",
+    Compact: "compact",
+}
+

@@ -77,12 +77,17 @@ class TextDeltaInfo:
 @final
 @attrs.frozen(kw_only=True)
 class RunEndInfo:
-    """A run ended in `phase` (``done`` or ``failed``)."""
+    """A run ended (or paused) in `phase`; `outcome` says how.
+
+    `outcome` is done, failed, cancelled or paused; `error` is the typed
+    cause of a failed or cancelled run.
+    """
 
     run_id: str
     phase: str
     text: str
     error: Exception | None
+    outcome: str = "done"
 
 
 @final

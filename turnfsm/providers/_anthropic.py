@@ -15,7 +15,6 @@ from typing import Any, Final, TypeAlias, final
 import attrs
 from anyio.lowlevel import current_token
 
-from turnfsm.core import Usage
 from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import positive_or_none, resolve_api_key
@@ -35,6 +34,7 @@ from turnfsm.providers._errors import (
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
+from turnfsm.values import Usage
 
 try:
     import anthropic

@@ -7,9 +7,9 @@ from typing import Any, Protocol, final, runtime_checkable
 
 import attrs
 
-from turnfsm.core import Usage
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import Message, Role, as_sequence
+from turnfsm.values import Usage
 
 __all__ = ["ModelClient", "ModelRequest", "ModelResponse", "ToolSchema"]
 

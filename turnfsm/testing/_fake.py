@@ -8,8 +8,8 @@ from typing import Any, final
 import attrs
 
 from turnfsm.core import Usage
-from turnfsm.driver._session import new_id
 from turnfsm.messages import Message, ToolCallPart
+from turnfsm.persistence import new_id
 from turnfsm.providers import ModelRequest, ModelResponse
 
 __all__ = ["FakeModelClient", "ScriptedModel", "reply", "tool_call"]

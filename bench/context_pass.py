@@ -1,0 +1,125 @@
+"""Warm cost of one `ContextManager` pass over a long, tool-heavy history.
+
+Builds a 10,000-message conversation in which most turns call tools (parallel
+calls, several tool messages per turn), then times, in this process:
+
+- the baseline: a plain ``list(messages)`` copy plus one warm
+  ``counter.count(messages)`` pass (what any compaction must at least do);
+- ``pair_tool_traffic(messages)`` alone (the pair scan a compactor runs);
+- a whole ``compact_with_reason`` pass with the default `TruncatingCompactor`
+  (the manager counts the input, runs the compactor, checks and re-counts
+  the result);
+- the same pass given ``tokens_before`` (the driver's path: it has already
+  measured the request, so the manager does not recount).
+
+    python bench/context_pass.py            # 10,000 messages, 50 passes
+    python bench/context_pass.py 20000 100  # custom size and repeats
+
+Prints the median time per pass in ms and its ratio to the baseline. The
+counter's per-message cache is warm throughout (the counts of a running
+session are), so this is the steady-state cost.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import anyio
+
+from turnfsm.context import Compacted, ContextManager, pair_tool_traffic
+from turnfsm.core import CompactReason
+from turnfsm.messages import Message, ToolCallPart
+
+TARGET_MS = 20.0
+
+
+def build(n: int) -> list[Message]:
+    """Return `n` messages: a system prompt, then tool-heavy turns."""
+    out = [Message.system("You are a careful coding agent.", id="sys")]
+    turn = 0
+    while len(out) < n:
+        out.append(Message.user(f"turn {turn}: fix the failing test", id=f"u{turn}"))
+        for step in range(3):  # three tool rounds per turn
+            ids = [f"c{turn}-{step}-{k}" for k in range(2)]  # parallel calls
+            calls = [
+                ToolCallPart(id=i, name="read_file", arguments={"path": f"src/{i}.py"})
+                for i in ids
+            ]
+            out.append(Message.assistant("", tool_calls=calls, id=f"a{turn}-{step}"))
+            out.extend(
+                Message.tool_result(i, "def f():\n    return 1\n" * 3, id=f"r{i}")
+                for i in ids
+            )
+        out.append(Message.assistant(f"fixed in turn {turn}", id=f"f{turn}"))
+        turn += 1
+    out = out[:n]
+    while out[-1].role.value == "tool" or out[-1].tool_calls:  # end on a whole turn
+        out.pop()
+    return out
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm
+    times = []
+    gc.collect()
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main(n: int, repeats: int) -> None:
+    messages = build(n)
+    manager = ContextManager()  # TruncatingCompactor, the conservative counter
+    counter = manager.counter
+    reserved = 1_500  # a system prompt and tool schemas
+    before = counter.count(messages) + reserved
+
+    def baseline() -> None:
+        list(messages)
+        counter.count(messages)
+
+    async def passes(tokens_before: int | None) -> float:
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            decision = await manager.compact_with_reason(
+                messages,
+                turn=1,
+                reason=CompactReason.EMERGENCY,
+                reserved=reserved,
+                tokens_before=tokens_before,
+            )
+            times.append(time.perf_counter() - start)
+            assert isinstance(decision, Compacted), decision
+        return statistics.median(times[1:]) * 1e3  # the first pass warms
+
+    base = median_ms(baseline, repeats)
+    pairs = median_ms(lambda: pair_tool_traffic(messages), repeats)
+    gc.collect()
+    counted = anyio.run(passes, None)
+    given = anyio.run(passes, before)
+    traffic = pair_tool_traffic(messages)
+
+    print(f"{len(messages):,} messages, {len(traffic.pairs):,} tool pairs")
+    print(f"median of {repeats} warm passes (ms, and x the baseline):")
+    rows = [
+        ("baseline: list copy + one count", base),
+        ("pair_tool_traffic", pairs),
+        ("manager pass, manager counts", counted),
+        ("manager pass, tokens_before given", given),
+    ]
+    for label, ms in rows:
+        print(f"  {label:<36} {ms:7.2f} ms  {ms / base:5.2f}x")
+    verdict = "ok" if counted <= TARGET_MS else "OVER"
+    print(f"target: a pass <= {TARGET_MS:.0f} ms warm -> {verdict}")
+
+
+if __name__ == "__main__":
+    args = [int(a) for a in sys.argv[1:]]
+    main(*(args + [10_000, 50][len(args) :]))

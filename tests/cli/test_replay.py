@@ -1,0 +1,60 @@
+"""`turnfsm demo --log` then `turnfsm replay`: every run of the demo replays."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from turnfsm.cli import main
+
+
+def _demo_log(tmp_path: Path) -> Path:
+    log = tmp_path / "demo.jsonl"
+    assert main(["demo", "--quiet", "--log", str(log)]) == 0
+    return log
+
+
+def test_every_run_of_the_demo_replays_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _demo_log(tmp_path)
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    assert "events replayed exactly (done)" in lines[0]
+
+
+def test_a_tampered_log_is_reported_at_the_first_diverging_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _demo_log(tmp_path)
+    lines = log.read_text().splitlines()
+    # Make the first measurement that led to a compaction look small.
+    for number, line in enumerate(lines):
+        entry = json.loads(line)
+        data = entry.get("data", {})
+        if data.get("decision", "").startswith("compact:"):
+            data["event"]["estimate"] = 10
+            lines[number] = json.dumps(entry)
+            index = data["index"]
+            break
+    log.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 1
+    out = capsys.readouterr().out
+    assert f"diverges at event #{index} (measured)" in out
+    assert "compact:threshold_exceeded" in out
+
+
+def test_replay_of_a_file_that_is_not_a_log_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("hello\n")
+    assert main(["replay", str(bad)]) == 2
+    assert "turnfsm replay: corrupt" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["replay", str(_demo_log(tmp_path)), "--run", "run_nope"]) == 2

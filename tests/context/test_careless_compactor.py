@@ -1,0 +1,179 @@
+"""The manager accepts only valid conversations, whoever wrote the compactor.
+
+A careless compactor drops, moves, duplicates and inserts messages (tool
+calls and results among them) in a generated valid history. Whatever it does,
+a result the manager accepts passes `check_history` and repeats no message
+id, and a result it rejects is reported as a `CompactorError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from tests.generators import CALL_IDS, histories
+from turnfsm.context import (
+    Compacted,
+    CompactionContext,
+    CompactionDecision,
+    CompactionOutcome,
+    CompactorError,
+    ContextManager,
+    NoAction,
+)
+from turnfsm.core._lines import CompactReason
+from turnfsm.errors import InvalidMessage
+from turnfsm.messages import (
+    Message,
+    Role,
+    ToolCallPart,
+    check_history,
+)
+from turnfsm.tokens import HeuristicTokenCounter
+
+COUNTER = HeuristicTokenCounter()
+
+
+def valid(messages: Sequence[Message]) -> list[Message]:
+    """Repair a generated history into one `check_history` accepts.
+
+    Results that answer no open call are dropped, and calls still open when
+    a non-tool message (or the end) comes are answered right there.
+    """
+    out: list[Message] = []
+    open_ids: list[str] = []
+
+    def close() -> None:
+        for k, call_id in enumerate(open_ids):
+            out.append(Message.tool_result(call_id, "late", id=f"fix{len(out)}-{k}"))
+        open_ids.clear()
+
+    for message in messages:
+        if message.role is Role.TOOL:
+            parts = []
+            for part in message.tool_results:
+                if part.call_id in open_ids:
+                    open_ids.remove(part.call_id)
+                    parts.append(part)
+            if parts:
+                out.append(Message(role=Role.TOOL, parts=parts, id=message.id))
+            continue
+        close()
+        out.append(message)
+        open_ids.extend(call.id for call in message.tool_calls)
+    close()
+    return out
+
+
+Edit = tuple[int, int, int]
+edits = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(0, 63), st.integers(0, 63)),
+    max_size=4,
+)
+
+
+def apply(messages: Sequence[Message], plan: Sequence[Edit]) -> list[Message]:
+    """Apply a careless compactor's edits (indices wrap around)."""
+    out = list(messages)
+    for n, (kind, a, b) in enumerate(plan):
+        if not out:
+            break
+        i, j = a % len(out), b % (len(out) + 1)
+        match kind:
+            case 0:  # DROP
+                del out[i]
+            case 1:  # MOVE
+                out.insert(j % len(out), out.pop(i))
+            case 2:  # DUPLICATE
+                out.insert(j, out[i])
+            case 3:  # INSERT_RESULT: often an id that is called somewhere
+                call_id = CALL_IDS[a % len(CALL_IDS)]
+                out.insert(j, Message.tool_result(call_id, "x", id=f"new{n}"))
+            case 4:  # INSERT_CALL
+                call = ToolCallPart(id=CALL_IDS[a % len(CALL_IDS)], name="tool")
+                out.insert(j, Message.assistant("", tool_calls=[call], id=f"new{n}"))
+            case _:  # INSERT_TEXT: harmless where no pair straddles it
+                out.insert(j, Message.user("x", id=f"new{n}"))
+    return out
+
+
+class Careless:
+    """A compactor that answers with the edited input, without awaiting."""
+
+    def __init__(self, plan: Sequence[Edit]) -> None:
+        self.plan = plan
+        self.returned: list[Message] = []
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        self.returned = apply(messages, self.plan)
+        return CompactionOutcome.compacted(self.returned, ctx.tokens_before, 0)
+
+
+def run_sync(coro: Coroutine[Any, Any, CompactionDecision]) -> CompactionDecision:
+    """Drive a pass that never suspends (the compactor does not await)."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        result: CompactionDecision = stop.value
+        return result
+    coro.close()
+    raise AssertionError("the pass suspended")
+
+
+def is_valid(messages: Sequence[Message]) -> bool:
+    if not messages or len({m.id for m in messages}) != len(messages):
+        return False
+    try:
+        check_history(messages)
+    except InvalidMessage:
+        return False
+    return True
+
+
+def test_the_repaired_generator_gives_valid_histories() -> None:
+    @given(histories(max_messages=12))
+    @settings(max_examples=200, deadline=None)
+    def check(messages: list[Message]) -> None:
+        assert is_valid(valid(messages)) or not valid(messages)
+
+    check()
+
+
+@given(histories(max_messages=12), edits)
+@settings(
+    max_examples=10_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+def test_accepted_results_are_valid_and_rejections_are_compactor_errors(
+    generated: list[Message], plan: list[Edit]
+) -> None:
+    messages = valid(generated)
+    compactor = Careless(plan)
+    mgr = ContextManager(compactor, context_window=0, counter=COUNTER)
+
+    decision = run_sync(
+        mgr.compact_with_reason(
+            messages, turn=1, reason=CompactReason.MANUAL, reserved=2
+        )
+    )
+
+    if not messages:
+        assert isinstance(decision, NoAction)
+        return
+    returned = compactor.returned
+    event(type(decision).__name__)
+    if is_valid(returned):
+        assert isinstance(decision, Compacted | NoAction)
+        if isinstance(decision, Compacted):
+            assert decision.messages == tuple(returned)
+            check_history(decision.messages)
+    else:
+        assert isinstance(decision, CompactorError)
+        assert decision.used == COUNTER.count(messages) + 2
+        assert decision.strategy == "Careless"

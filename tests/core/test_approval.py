@@ -1,0 +1,229 @@
+"""The shipped approval machine: a review of the tool calls before they run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import REPO_ROOT, calling, reply, result, run_script, user
+from turnfsm import approval_machine
+from turnfsm._resources import load_machine
+from turnfsm.core import (
+    Budget,
+    CallLLM,
+    Fail,
+    Finish,
+    MachineSpec,
+    Measure,
+    Measured,
+    MessageInjected,
+    ModelReplied,
+    Pause,
+    RunCancelled,
+    RunStarted,
+    RunTools,
+    Signal,
+    Snapshot,
+    ToolCallsReviewed,
+    ToolsFinished,
+    TurnMachine,
+)
+from turnfsm.errors import Cancelled, InvalidMessage
+from turnfsm.messages import MessageLog, Role, ToolResultPart
+
+SPEC = load_machine(REPO_ROOT / "machines" / "approval.toml")
+BUDGET = Budget(context_window=100_000)
+U = user("clean up the repo", id="u1")
+ASKS = calling("rm", "ls", id="a1")
+RM, LS = ASKS.tool_calls
+ACCEPTS = ("message_injected", "run_cancelled", "tool_calls_reviewed")
+WAITING = Pause(phase="await_approval", calls=(RM, LS), accepts=ACCEPTS)
+
+
+def paused() -> TurnMachine:
+    machine = TurnMachine.start(SPEC, budget=BUDGET)
+    decisions = run_script(
+        machine,
+        [RunStarted(input=[U]), Measured(estimate=10), ModelReplied(message=ASKS)],
+    )
+    assert decisions[-1] == WAITING
+    return machine
+
+
+def test_the_shipped_machine_loads_with_a_pause_phase() -> None:
+    assert approval_machine() == SPEC
+    assert SPEC.name == "approval"
+    assert SPEC.state("await_approval").decision == "pause"
+    assert "await_approval" not in SPEC.terminal
+
+
+def test_a_reply_with_two_calls_pauses_for_both() -> None:
+    machine = paused()
+
+    assert machine.phase == "await_approval"
+    assert machine.decision == WAITING
+    assert machine.decision is machine.decision  # asked twice, same answer
+
+
+def test_approve_all_runs_both_calls() -> None:
+    machine = paused()
+
+    decision = machine.handle(ToolCallsReviewed.approve_all())
+
+    assert decision == RunTools(calls=(RM, LS))
+    assert machine.snapshot.pending == MessageLog([U, ASKS])
+
+
+def test_reject_one_runs_the_other_and_answers_the_model() -> None:
+    machine = paused()
+    review = ToolCallsReviewed.reject({"rm": "destructive"})
+
+    decision = machine.handle(review)
+
+    assert decision == RunTools(calls=(LS,))
+    (rejection,) = review.results
+    assert machine.snapshot.pending == MessageLog([U, ASKS, rejection])
+    assert (rejection.role, rejection.parts) == (
+        Role.TOOL,
+        (
+            ToolResultPart(
+                call_id="rm",
+                content="rejected by the reviewer: destructive",
+                is_error=True,
+            ),
+        ),
+    )
+
+
+def test_reject_all_runs_nothing() -> None:
+    machine = paused()
+
+    decision = machine.handle(ToolCallsReviewed.reject({"rm": "no", "ls": "no"}))
+
+    assert decision == RunTools(calls=())
+
+
+def test_rejections_are_committed_when_the_run_finishes() -> None:
+    machine = paused()
+    review = ToolCallsReviewed.reject({"rm": "destructive"})
+    listing = result("ls", "README.md", id="r-ls")
+    final = reply("I only listed the files", id="a2")
+
+    decisions = run_script(
+        machine,
+        [
+            review,
+            ToolsFinished(results=[listing]),
+            Measured(estimate=20),
+            ModelReplied(message=final),
+        ],
+    )
+
+    history = [U, ASKS, *review.results, listing, final]
+    assert decisions == [
+        RunTools(calls=(LS,)),
+        Measure(history=MessageLog(), pending=MessageLog(history[:-1])),
+        CallLLM(history=MessageLog(), pending=MessageLog(history[:-1]), turn=2),
+        Finish(text="I only listed the files"),
+    ]
+    assert list(machine.snapshot.history) == history
+
+
+def test_a_rejection_for_a_call_that_is_not_open_is_refused() -> None:
+    machine = paused()
+    before = machine.snapshot
+
+    with pytest.raises(InvalidMessage) as caught:
+        machine.handle(ToolCallsReviewed.reject({"mv": "unknown"}))
+
+    assert (caught.value.field, caught.value.value) == ("tool_result.call_id", "mv")
+    assert machine.snapshot == before
+
+
+def test_a_result_missing_after_the_review_never_reaches_the_model() -> None:
+    machine = paused()
+    run_script(
+        machine,
+        [ToolCallsReviewed.reject({"rm": "no"}), ToolsFinished(results=[])],
+    )
+
+    with pytest.raises(InvalidMessage) as caught:
+        machine.handle(Measured(estimate=10))
+
+    assert (caught.value.field, caught.value.value) == ("tool_call.id", "ls")
+
+
+def test_cancelling_the_paused_run_fails_it_and_drops_pending() -> None:
+    machine = paused()
+
+    decision = machine.handle(RunCancelled(reason="rejected by the reviewer"))
+
+    assert decision == Fail(error=Cancelled(reason="rejected by the reviewer"))
+    assert machine.snapshot.pending == MessageLog()
+
+
+def test_an_injection_while_paused_waits_in_the_inbox() -> None:
+    machine = paused()
+    note = user("only list, never delete", id="n1")
+
+    decision = machine.handle(MessageInjected(message=note))
+
+    assert decision == WAITING
+    assert machine.snapshot.inbox == (note,)
+
+
+def test_a_paused_run_resumes_from_its_snapshot_in_another_process() -> None:
+    machine = paused()
+    stored = json.loads(json.dumps(machine.snapshot.to_dict()))
+
+    resumed = TurnMachine.from_snapshot(SPEC, Snapshot.from_dict(stored))
+
+    assert resumed.decision == WAITING
+    assert resumed.handle(ToolCallsReviewed.approve_all()) == RunTools(calls=(RM, LS))
+
+
+def test_reject_builds_one_error_result_per_call_with_fresh_ids() -> None:
+    review = ToolCallsReviewed.reject({"a": "x", "b": "y"})
+
+    assert [m.tool_results for m in review.results] == [
+        (
+            ToolResultPart(
+                call_id=c, content=f"rejected by the reviewer: {r}", is_error=True
+            ),
+        )
+        for c, r in [("a", "x"), ("b", "y")]
+    ]
+    assert len({m.id for m in review.results}) == 2
+    assert ToolCallsReviewed.approve_all() == ToolCallsReviewed(results=())
+
+
+def test_a_user_machine_may_pause_anywhere() -> None:
+    spec = MachineSpec.from_dict(
+        {
+            "name": "gate",
+            "initial": "start",
+            "terminal": ["done", "failed"],
+            "signals": ["approved"],
+            "states": {
+                "start": {"decision": "pause"},
+                "done": {"decision": "finish"},
+                "failed": {"decision": "fail"},
+            },
+            "transitions": [
+                {"trigger": "approved", "source": "start", "dest": "done"},
+                {
+                    "trigger": "run_cancelled",
+                    "source": "start",
+                    "dest": "failed",
+                    "error": "cancelled",
+                },
+            ],
+        }
+    )
+    machine = TurnMachine.start(spec)
+
+    assert machine.decision == Pause(
+        phase="start", calls=(), accepts=("approved", "run_cancelled")
+    )
+    assert isinstance(machine.handle(Signal(name="approved")), Finish)

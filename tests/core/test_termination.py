@@ -1,0 +1,478 @@
+"""Every machine that loads terminates, and every run can be stopped.
+
+The loader proves that every cycle of a machine passes a model call entered
+on `measured` (at most max_turns), a retry-counter guard, a compact phase
+never entered once the compaction passes are spent (at most max_compactions),
+or a compaction feed after the no-progress guard; and that `run_cancelled` ends
+the run from every live phase. The brain enforces the bounds at run time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import REPO_ROOT, turn_toml_text, user
+from turnfsm._resources import load_machine
+from turnfsm.core import (
+    Budget,
+    CallLLM,
+    Compact,
+    CompactionNoop,
+    CompactionResult,
+    CompactReason,
+    Decision,
+    Fail,
+    Failure,
+    MachineSpec,
+    Measure,
+    Measured,
+    MessageInjected,
+    RunStarted,
+    Snapshot,
+    TurnMachine,
+)
+from turnfsm.errors import (
+    CompactionLimitExceeded,
+    ConfigError,
+    DefinitionError,
+    TurnFSMError,
+)
+from turnfsm.messages import MessageLog
+
+STOCK = turn_toml_text()
+UNBOUNDED = "is not bounded by a model call, a retry counter or the no-progress guard"
+CALL = '[[transitions]]\ntrigger = "measured"\nsource = "start"\ndest = "call_llm"\n'
+"""The unconditional measurement that calls the model (the end of its group)."""
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """Replace the one occurrence of `old` in `text`."""
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def problems_of(text: str) -> tuple[str, ...]:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+    return error.value.problems
+
+
+def before_the_call(transition: str) -> str:
+    """The stock file with `transition` just before the measured model call."""
+    return edit(STOCK, CALL, transition + "\n" + CALL)
+
+
+# -- cycles the loader rejects, named ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            before_the_call(
+                '[[transitions]]\ntrigger = "measured"\nsource = "start"\n'
+                'dest = "start"\n'
+            ),
+            (f"cycle start -[measured]-> start {UNBOUNDED}",),
+        ),
+        (
+            before_the_call(
+                '[[transitions]]\ntrigger = "measured"\nsource = "start"\n'
+                'conditions = ["has_injected_messages"]\n'
+            ),
+            (f"cycle start -[measured]-> start {UNBOUNDED}",),
+        ),
+        (
+            edit(
+                STOCK,
+                'source = "run_tools"\ndest = "start"',
+                'source = "run_tools"\ndest = "run_tools"',
+            ),
+            (f"cycle run_tools -[tools_finished]-> run_tools {UNBOUNDED}",),
+        ),
+        (
+            edit(
+                STOCK,
+                'source = "run_tools"\ndest = "start"\n',
+                'source = "run_tools"\n',
+            ),
+            (
+                "phase 'run_tools' is a dead end: no transition leaves it",
+                f"cycle run_tools -[tools_finished]-> run_tools {UNBOUNDED}",
+            ),
+        ),
+    ],
+    ids=[
+        "measured-start-to-start",
+        "measured-internal-in-start",
+        "tools-finished-run-tools-to-itself",
+        "tools-finished-internal-in-run-tools",
+    ],
+)
+def test_a_cycle_without_a_bound_is_rejected_by_name(
+    text: str, expected: tuple[str, ...]
+) -> None:
+    assert problems_of(text) == expected
+
+
+def with_custom_phase(*transitions: str) -> str:
+    text = edit(
+        STOCK,
+        'terminal = ["done", "failed"]\n',
+        'terminal = ["done", "failed"]\nsignals = ["retrieved"]\n',
+    )
+    text = edit(
+        text,
+        'done              = { decision = "finish"',
+        'retrieve          = { effect = "retrieve" }\n'
+        'done              = { decision = "finish"',
+    )
+    return text + "".join("\n" + t for t in transitions)
+
+
+RETRIEVED = (
+    '[[transitions]]\ntrigger = "retrieved"\nsource = "retrieve"\ndest = "start"\n'
+)
+
+
+def test_a_cycle_through_a_custom_phase_needs_a_bound_too() -> None:
+    text = edit(
+        with_custom_phase(RETRIEVED),
+        CALL,
+        '[[transitions]]\ntrigger = "measured"\nsource = "start"\n'
+        'dest = "retrieve"\nconditions = ["has_injected_messages"]\n\n' + CALL,
+    )
+
+    problems = problems_of(text)
+
+    assert problems == (
+        f"cycle start -[measured]-> retrieve -[retrieved]-> start {UNBOUNDED}",
+    )
+
+
+def test_a_custom_phase_on_a_model_call_cycle_is_bounded_by_the_turns() -> None:
+    text = edit(
+        with_custom_phase(RETRIEVED),
+        'source = "run_tools"\ndest = "start"',
+        'source = "run_tools"\ndest = "retrieve"',
+    )
+
+    spec = MachineSpec.from_toml(text)
+
+    assert spec.state("retrieve").effect == "retrieve"
+
+
+def with_approval(*, pause_decision: str, reply_actions: str) -> str:
+    text = edit(
+        STOCK,
+        'terminal = ["done", "failed"]\n',
+        'terminal = ["done", "failed"]\nsignals = ["approved"]\n',
+    )
+    text = edit(
+        text,
+        'done              = { decision = "finish"',
+        f"await_approval    = {{ {pause_decision} }}\n"
+        'done              = { decision = "finish"',
+    )
+    text = edit(
+        text,
+        'dest = "run_tools"\nconditions = ["has_tool_calls"]\n'
+        'actions = ["record_reply"]',
+        f'dest = "await_approval"\nconditions = ["has_tool_calls"]\n{reply_actions}',
+    )
+    return text + (
+        '\n[[transitions]]\ntrigger = "approved"\nsource = "await_approval"\n'
+        'dest = "run_tools"\n'
+    )
+
+
+@pytest.mark.parametrize(
+    "pause_decision",
+    ['decision = "pause"', 'effect = "approve"'],
+    ids=["pause", "effect"],
+)
+def test_the_approval_cycle_is_bounded_by_the_model_call(pause_decision: str) -> None:
+    text = with_approval(
+        pause_decision=pause_decision, reply_actions='actions = ["record_reply"]'
+    )
+
+    spec = MachineSpec.from_toml(text)
+
+    assert "await_approval" in spec.phases
+
+
+def test_a_model_call_that_does_not_count_its_turn_bounds_nothing() -> None:
+    text = with_approval(pause_decision='decision = "pause"', reply_actions="")
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "cycle start -[measured]-> call_llm -[model_replied]-> await_approval"
+        f" -[approved]-> run_tools -[tools_finished]-> start {UNBOUNDED}",
+    )
+
+
+def test_a_model_call_not_entered_on_measured_bounds_nothing() -> None:
+    """Staying in call_llm counts the turn but skips the turn-limit check."""
+    text = edit(
+        STOCK,
+        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'dest = "start"\n',
+        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'conditions = ["has_injected_messages"]\nactions = ["record_reply"]\n\n'
+        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'dest = "start"\n',
+    )
+
+    problems = problems_of(text)
+
+    assert problems == (f"cycle call_llm -[model_replied]-> call_llm {UNBOUNDED}",)
+
+
+# -- every run can be stopped --------------------------------------------------
+
+CANCEL = (
+    '[[transitions]]\ntrigger = "run_cancelled"\nsource = "*"\ndest = "failed"\n'
+    'error = "cancelled"\n'
+)
+ALL_LIVE = "'start', 'call_llm', 'run_tools', 'compact', 'compact_and_retry'"
+
+
+def cannot_stop(phases: str) -> str:
+    return (
+        f"'run_cancelled' cannot stop the run in {phases}: give every non-terminal"
+        " phase a 'run_cancelled' transition without conditions into a fail phase"
+        ' (source = "*")'
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (edit(STOCK, CANCEL, ""), ALL_LIVE),
+        (
+            edit(
+                STOCK,
+                'source = "*"\ndest = "failed"',
+                'source = "start"\ndest = "failed"',
+            ),
+            "'call_llm', 'run_tools', 'compact', 'compact_and_retry'",
+        ),
+        (
+            edit(
+                STOCK,
+                CANCEL,
+                '[[transitions]]\ntrigger = "run_cancelled"\nsource = "run_tools"\n'
+                'dest = "failed"\nconditions = ["has_tool_calls"]\n'
+                'error = "cancelled"\n\n' + CANCEL,
+            ),
+            "'run_tools'",
+        ),
+        (
+            edit(
+                STOCK,
+                CANCEL,
+                '[[transitions]]\ntrigger = "run_cancelled"\nsource = "call_llm"\n'
+                'dest = "done"\n\n' + CANCEL,
+            ),
+            "'call_llm'",
+        ),
+    ],
+    ids=["no-cancel", "only-in-start", "guarded-first", "into-done"],
+)
+def test_a_phase_that_cancel_cannot_stop_is_named(text: str, expected: str) -> None:
+    assert problems_of(text) == (cannot_stop(expected),)
+
+
+# -- compaction passes are bounded per run --------------------------------------
+
+SUMMARY = user("[summary]", id="s1")
+SHIPPED = pytest.mark.parametrize(
+    "spec",
+    [
+        MachineSpec.from_toml(STOCK),
+        load_machine(REPO_ROOT / "machines" / "approval.toml"),
+    ],
+    ids=["turn", "approval"],
+)
+
+
+@SHIPPED
+def test_an_injection_after_every_pass_ends_at_the_compaction_limit(
+    spec: MachineSpec,
+) -> None:
+    """Each pass lowers the estimate, each injection raises it to the emergency line.
+
+    (8_000 * 95 % = 7_600: on the line.)
+    """
+    budget = Budget(context_window=8_000, max_compactions=3)
+    machine = TurnMachine.start(spec, budget=budget)
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    decisions: list[Decision] = []
+    for i in range(10):
+        decision = machine.handle(Measured(estimate=7_600))
+        decisions.append(decision)
+        if machine.is_finished:
+            break
+        machine.inject(user(f"note {i}", id=f"n{i}"))
+        machine.handle(CompactionResult(messages=[SUMMARY], before=7_600, after=900))
+
+    passes = [d for d in decisions if isinstance(d, Compact)]
+    assert (len(passes), machine.snapshot.compactions) == (3, 3)
+    assert decisions[-1] == Fail(error=CompactionLimitExceeded(max_compactions=3))
+    assert machine.phase == "failed"
+
+
+def test_noop_passes_count_too() -> None:
+    machine = TurnMachine.start(
+        MachineSpec.from_toml(STOCK),
+        budget=Budget(context_window=8_000, max_compactions=1),
+    )
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    machine.handle(Measured(estimate=7_900))
+
+    machine.handle(CompactionNoop(before=7_900, after=7_700))
+    decision = machine.handle(Measured(estimate=7_700))
+
+    assert decision == Fail(error=CompactionLimitExceeded(max_compactions=1))
+
+
+@SHIPPED
+def test_with_the_passes_spent_the_threshold_line_alone_calls_the_model(
+    spec: MachineSpec,
+) -> None:
+    """Over the soft line (6_400) but under the emergency line (7_600)."""
+    machine = TurnMachine.start(
+        spec,
+        budget=Budget(context_window=8_000, threshold=80, max_compactions=1),
+    )
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    first = machine.handle(Measured(estimate=7_000))
+    machine.handle(CompactionResult(messages=[SUMMARY], before=7_000, after=6_900))
+
+    decision = machine.handle(Measured(estimate=6_900))
+
+    assert isinstance(first, Compact)
+    assert first.reason is CompactReason.THRESHOLD_EXCEEDED
+    assert machine.snapshot.compactions == 1
+    assert decision == CallLLM(
+        history=MessageLog([SUMMARY]), pending=MessageLog(), turn=1
+    )
+    assert (machine.phase, machine.snapshot.failure) == ("call_llm", None)
+
+
+def test_with_passes_left_the_threshold_line_still_compacts() -> None:
+    machine = TurnMachine.start(
+        MachineSpec.from_toml(STOCK),
+        budget=Budget(context_window=8_000, threshold=80, max_compactions=2),
+    )
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    machine.handle(Measured(estimate=7_000))
+    machine.handle(CompactionResult(messages=[SUMMARY], before=7_000, after=6_900))
+
+    decision = machine.handle(Measured(estimate=6_900))
+
+    assert isinstance(decision, Compact)
+    assert decision.reason is CompactReason.THRESHOLD_EXCEEDED
+
+
+def test_the_limit_is_checked_after_the_turn_limit() -> None:
+    machine = TurnMachine.from_snapshot(
+        MachineSpec.from_toml(STOCK),
+        Snapshot(
+            phase="start",
+            budget=Budget(max_turns=1, max_compactions=1),
+            turns=1,
+            compactions=1,
+            is_started=True,
+        ),
+    )
+
+    machine.handle(Measured(estimate=10))
+
+    assert machine.snapshot.failure is not None
+    assert machine.snapshot.failure.kind == "max_turns_exceeded"
+
+
+def test_the_compaction_limit_failure_and_error() -> None:
+    failure = Failure(kind="compaction_limit_exceeded", used=20, limit=20)
+
+    error = failure.to_error()
+
+    assert isinstance(error, CompactionLimitExceeded)
+    assert isinstance(error, TurnFSMError)
+    assert error.max_compactions == 20
+    assert str(error) == (
+        "the run reached max_compactions=20 compaction passes without a request"
+        " that fits; raise max_compactions, or check for a hook that adds a"
+        " message after every pass"
+    )
+
+
+def test_budget_needs_at_least_one_compaction() -> None:
+    with pytest.raises(ConfigError) as error:
+        Budget(max_compactions=0)
+
+    assert (error.value.field, Budget().max_compactions) == ("max_compactions", 20)
+
+
+def test_the_compaction_count_survives_a_snapshot_round_trip() -> None:
+    snapshot = Snapshot(phase="start", compactions=4)
+    data = snapshot.to_dict()
+    older = {k: v for k, v in data.items() if k != "compactions"}
+
+    assert Snapshot.from_dict(data).compactions == 4
+    assert Snapshot.from_dict(older).compactions == 0
+
+
+# -- injections reach the request wherever the file says -----------------------
+
+NOTE = user("also check the calendar", id="n1")
+
+
+def renamed_start() -> MachineSpec:
+    """The stock machine with `start` renamed `begin`."""
+    text = STOCK.replace('"start"', '"begin"')
+    text = edit(text, "start             = {", "begin             = {")
+    return MachineSpec.from_toml(text)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [MachineSpec.from_toml(STOCK), renamed_start()],
+    ids=["stock", "renamed"],
+)
+def test_an_injection_in_the_measuring_phase_joins_pending(spec: MachineSpec) -> None:
+    machine = TurnMachine.start(spec)
+    u = user(id="u1")
+    machine.handle(RunStarted(input=[u]))
+
+    decision = machine.handle(MessageInjected(message=NOTE))
+
+    assert (machine.phase, decision) == (
+        spec.initial,
+        Measure(history=MessageLog(), pending=MessageLog([u, NOTE])),
+    )
+    assert machine.snapshot.inbox == ()
+
+
+def test_an_injection_elsewhere_waits_in_the_inbox() -> None:
+    machine = TurnMachine.start(renamed_start(), budget=Budget(context_window=8_000))
+    u = user(id="u1")
+    machine.handle(RunStarted(input=[u]))
+    machine.handle(Measured(estimate=7_600))
+
+    queued = machine.handle(MessageInjected(message=NOTE))
+    after = machine.handle(
+        CompactionResult(messages=[SUMMARY], before=7_600, after=900)
+    )
+
+    assert queued == Compact(
+        reason=CompactReason.EMERGENCY,
+        history=MessageLog(),
+        pending=MessageLog([u]),
+    )
+    assert (machine.phase, after) == (
+        "begin",
+        Measure(history=MessageLog([SUMMARY]), pending=MessageLog([NOTE])),
+    )

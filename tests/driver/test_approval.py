@@ -1,0 +1,201 @@
+"""Human in the loop: the approval machine pauses, is stored, and resumes anywhere."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import anyio
+import pytest
+
+from turnfsm import Agent, approval_machine
+from turnfsm.core import RunCancelled, Signal, ToolCallsReviewed
+from turnfsm.errors import Cancelled, ConfigError, SessionBusy
+from turnfsm.hooks import Hook, RunEndInfo
+from turnfsm.persistence import MemoryStore, dump_session, load_session
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+RAN: list[str] = []
+
+
+def delete(path: str) -> str:
+    """Delete a file.
+
+    Args:
+        path: the file.
+    """
+    RAN.append(path)
+    return f"deleted {path}"
+
+
+def _asking_model() -> ScriptedModel:
+    return ScriptedModel.of(
+        reply(
+            "",
+            tool_call("delete", "c1", path="/tmp/a"),
+            tool_call("delete", "c2", path="/etc/passwd"),
+        ),
+        "cleaned up",
+    )
+
+
+def _agent(model: object, store: MemoryStore, **options: object) -> Agent:
+    return Agent(
+        model=model, tools=[delete], machine=approval_machine(), store=store, **options
+    )
+
+
+async def test_a_run_pauses_for_approval_and_resumes_in_a_fresh_agent() -> None:
+    RAN.clear()
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    assert first.outcome == "paused"
+    assert first.waiting is not None
+    assert [c.id for c in first.waiting.calls] == ["c1", "c2"]
+    assert "tool_calls_reviewed" in first.waiting.accepts
+    assert RAN == []  # nothing ran before the human answered
+    # Another agent (say, a web handler the next day) on the same store.
+    later = _agent(ScriptedModel.of("cleaned up"), store)
+    done = await later.resume(
+        first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.ok
+    assert done.run_id == first.run_id
+    assert done.text == "cleaned up"
+    assert sorted(RAN) == ["/etc/passwd", "/tmp/a"]
+    assert [r.outcome for r in later.session.runs] == ["done"]
+
+
+async def test_a_rejected_call_reaches_the_model_as_an_error_and_the_run_goes_on() -> (
+    None
+):
+    RAN.clear()
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    seen: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> str:
+        seen.append(request)
+        return "kept /etc/passwd"
+
+    later = _agent(FakeModelClient(answer), store)
+    done = await later.resume(
+        first.session_id,
+        first.run_id,
+        ToolCallsReviewed.reject({"c2": "never touch /etc"}),
+    )
+    assert done.ok
+    assert RAN == ["/tmp/a"]
+    results = {p.call_id: p for m in seen[0].messages for p in m.tool_results}
+    assert results["c2"].is_error
+    assert results["c2"].content == "rejected by the reviewer: never touch /etc"
+    assert results["c1"].content == "deleted /tmp/a"
+    assert later.session.history[-1].text == "kept /etc/passwd"
+
+
+async def test_rejecting_the_run_cancels_it_and_commits_nothing() -> None:
+    RAN.clear()
+    store = MemoryStore()
+    agent = _agent(_asking_model(), store)
+    first = await agent.run("clean up")
+    ended = await agent.resume(
+        first.session_id, first.run_id, RunCancelled(reason="not today")
+    )
+    assert ended.outcome == "cancelled"
+    assert isinstance(ended.error, Cancelled)
+    assert list(agent.session.history) == []
+    assert RAN == []
+    nxt = await agent.run("something else")  # the session takes its next run
+    assert (nxt.outcome, nxt.text) == ("done", "cleaned up")
+
+
+async def test_resume_refuses_what_the_pause_does_not_accept() -> None:
+    store = MemoryStore()
+    agent = _agent(_asking_model(), store)
+    first = await agent.run("clean up")
+    with pytest.raises(ConfigError, match="tool_calls_reviewed"):
+        await agent.resume(first.session_id, first.run_id, Signal(name="go"))
+    with pytest.raises(ConfigError, match="run_id"):
+        await agent.resume(first.session_id, "run_nope", None)
+    with pytest.raises(SessionBusy, match="resume or abandon"):
+        await agent.run("another task")
+    # The refusals wrote nothing: the run still waits, and resumes.
+    done = await agent.resume(
+        first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.ok
+    with pytest.raises(ConfigError, match="it is done"):
+        await agent.resume(first.session_id, first.run_id, None)
+
+
+async def test_resume_refuses_another_machine() -> None:
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    other = Agent(model=ScriptedModel.of("x"), tools=[delete], store=store)
+    with pytest.raises(ConfigError, match="machine"):
+        await other.resume(
+            first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+        )
+
+
+async def test_the_run_end_hook_sees_the_pause() -> None:
+    class Ends(Hook):
+        def __init__(self) -> None:
+            self.outcomes: list[str] = []
+
+        def on_run_end(self, info: RunEndInfo) -> None:
+            self.outcomes.append(info.outcome)
+
+    hook = Ends()
+    store = MemoryStore()
+    agent = _agent(_asking_model(), store, hooks=[hook])
+    first = await agent.run("clean up")
+    await agent.resume(first.session_id, first.run_id, ToolCallsReviewed.approve_all())
+    assert hook.outcomes == ["paused", "done"]
+
+
+async def test_a_paused_run_resumes_in_another_process(tmp_path: object) -> None:
+    store = MemoryStore()
+    agent = _agent(_asking_model(), store)
+    first = await agent.run("clean up")
+    path = f"{tmp_path}/session.jsonl"
+    dump_session(agent.session, path)
+    script = textwrap.dedent(
+        f"""
+        import anyio
+        from turnfsm import Agent, approval_machine
+        from turnfsm.core import ToolCallsReviewed
+        from turnfsm.persistence import dump_session, load_session
+        from turnfsm.testing import ScriptedModel
+
+        def delete(path: str) -> str:
+            '''Delete a file.
+
+            Args:
+                path: the file.
+            '''
+            return "deleted " + path
+
+        async def main():
+            with open({path!r}) as lines:
+                session = await load_session(lines)
+            agent = Agent(model=ScriptedModel.of("resumed elsewhere"), tools=[delete],
+                          machine=approval_machine(), store=session.store)
+            result = await agent.resume({first.session_id!r}, {first.run_id!r},
+                                        ToolCallsReviewed.reject({{"c2": "no"}}))
+            dump_session(agent.session, {path!r})
+            print(result.outcome, result.text)
+
+        anyio.run(main)
+        """
+    )
+    with anyio.fail_after(60):
+        out = await anyio.run_process([sys.executable, "-c", script], check=True)
+    assert out.stdout.decode().split("\n")[0] == "done resumed elsewhere"
+    back = await load_session((await anyio.Path(path).read_text()).splitlines())
+    assert [r.outcome for r in back.runs] == ["done"]
+    assert back.history[-1].text == "resumed elsewhere"
+    assert {p.call_id for m in back.history for p in m.tool_results} == {"c1", "c2"}

@@ -1,0 +1,387 @@
+"""The run as an append-only log: written as it happens, kept through cancellation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from turnfsm.context import (
+    CompactionContext,
+    CompactionOutcome,
+    ContextManager,
+    TruncatingCompactor,
+)
+from turnfsm.core import (
+    CompactionResult,
+    ModelReplied,
+    RunStarted,
+    RunTools,
+    ToolsFinished,
+)
+from turnfsm.driver import Driver, EffectContext, RunControl, Session, replay
+from turnfsm.errors import Cancelled, CompactionFailed, InvalidMessage
+from turnfsm.hooks import DecisionInfo, Hook
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    Committed,
+    EventRecorded,
+    MemoryStore,
+    RunEnded,
+)
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+
+pytestmark = pytest.mark.anyio
+
+
+def _big_history(pairs: int, size: int) -> list[Message]:
+    out: list[Message] = []
+    for i in range(pairs):
+        out.append(Message.user(f"q{i} " + "x" * size))
+        out.append(Message.assistant(f"a{i} " + "y" * size))
+    out.append(Message.user("now"))
+    return out
+
+
+def _compacting_driver(model: object, **options: object) -> Driver:
+    ctx = ContextManager(
+        TruncatingCompactor(preserve_recent=2, min_messages=2),
+        context_window=4_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    return Driver(model=model, context=ctx, **options)  # type: ignore[arg-type]
+
+
+async def test_the_log_is_written_as_the_run_goes() -> None:
+    seen: list[list[str]] = []
+    session = Session()
+
+    def peek() -> str:
+        """Look at the log mid-run."""
+        seen.append([type(e).__name__ for e in session.entries])
+        return "ok"
+
+    model = ScriptedModel.of(reply("", tool_call("peek", "c1")), "done")
+    result = await Driver(model=model, tools=[peek]).run("go", session=session)
+    assert result.ok
+    # While the tool ran, the run's opening, its events so far and the turn
+    # that asked for the tool were already in the store.
+    assert seen == [
+        ["RunOpened", "EventRecorded", "EventRecorded", "TurnRecord", "EventRecorded"]
+    ]
+    stored = await session.store.load(session.id)
+    assert list(stored) == list(session.entries)
+    assert isinstance(stored[-1], RunEnded)
+    assert stored[-1].outcome == "done"
+
+
+async def test_history_and_runs_are_projections_of_the_log() -> None:
+    store = MemoryStore()
+    session = Session(store=store)
+    driver = _compacting_driver(ScriptedModel.of("one", "two"))
+    await driver.run(_big_history(10, 500), session=session)
+    await driver.run("again", session=session)
+    reopened = await Session.load(store, session.id)
+    assert [m.id for m in reopened.history] == [m.id for m in session.history]
+    assert [r.outcome for r in reopened.runs] == ["done", "done"]
+    assert reopened.runs[0].compactions == session.runs[0].compactions
+    assert reopened.version == session.version == len(await store.load(session.id))
+
+
+async def test_a_failed_run_stays_in_the_audit_trail_never_in_the_history() -> None:
+    session = Session()
+    model = ScriptedModel.of(reply("", tool_call("nope", "c1")), "unused")
+    result = await Driver(model=model, max_turns=1).run("go", session=session)
+    assert result.outcome == "failed"
+    assert list(session.history) == []
+    run = session.runs[0]
+    assert run.outcome == "failed"
+    assert [type(e).__name__ for e in run.events][:3] == [
+        "RunStarted",
+        "Measured",
+        "ModelReplied",
+    ]
+    assert run.input[0].text == "go"
+
+
+class _Blocker:
+    """Blocks forever at one await of the run and says when it got there."""
+
+    def __init__(self) -> None:
+        self.reached = anyio.Event()
+
+    async def block(self) -> None:
+        self.reached.set()
+        await anyio.sleep_forever()
+
+
+class _HangingCompactor:
+    def __init__(self, blocker: _Blocker) -> None:
+        self.blocker = blocker
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        await self.blocker.block()
+        raise AssertionError("unreachable")
+
+
+def _scenario(where: str, blocker: _Blocker) -> tuple[Driver, list[Message]]:
+    """A run that first compacts (a commit point), then blocks at `where`."""
+
+    async def slow(text: str) -> str:
+        """Block.
+
+        Args:
+            text: ignored.
+        """
+        await blocker.block()
+        return text
+
+    calls = {"n": 0}
+
+    async def answer(request: object) -> Message:
+        calls["n"] += 1
+        if where == "model":
+            await blocker.block()
+        if where == "tool" and calls["n"] == 1:
+            return reply("", tool_call("slow", "c1", text="x"))
+        return reply("done")
+
+    if where == "compaction":
+        ctx = ContextManager(
+            _HangingCompactor(blocker),
+            context_window=4_000,
+            threshold=60,
+            counter=HeuristicTokenCounter(),
+        )
+        driver = Driver(model=FakeModelClient(answer), context=ctx)
+        return driver, _big_history(10, 500)
+    driver = _compacting_driver(FakeModelClient(answer), tools=[slow])
+    return driver, _big_history(10, 500)
+
+
+@pytest.mark.parametrize("where", ["model", "tool", "compaction", "hook"])
+async def test_a_cancel_from_outside_at_any_await_is_logged_and_propagates(
+    where: str,
+) -> None:
+    blocker = _Blocker()
+    session = Session()
+
+    class CancelInHook(Hook):
+        def __init__(self) -> None:
+            self.scope: anyio.CancelScope | None = None
+
+        def on_decision(self, info: DecisionInfo) -> None:
+            if isinstance(info.decision, RunTools) and self.scope is not None:
+                self.scope.cancel()
+
+    hook = CancelInHook()
+    driver, messages = _scenario("tool" if where == "hook" else where, blocker)
+    history_before = list(session.history)
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as scope:
+            hook.scope = scope
+            async with anyio.create_task_group() as group:
+
+                async def run() -> None:
+                    await driver.run(
+                        messages,
+                        session=session,
+                        hooks=[hook] if where == "hook" else [],
+                    )
+
+                group.start_soon(run)
+                if where != "hook":
+                    await blocker.reached.wait()
+                    scope.cancel()
+    assert scope.cancelled_caught  # the cancellation propagated
+    run = session.runs[-1]
+    assert run.outcome == "cancelled"
+    assert isinstance(run.error, Cancelled)
+    if where in ("model", "tool", "hook"):
+        # The compaction committed before the cancel is still the history.
+        assert any(isinstance(e, CompactionResult) for e in run.events)
+        assert 0 < len(session.history) < len(messages)
+    else:
+        assert list(session.history) == history_before
+    assert not session.is_running
+    # ...and the session takes its next run.
+    nxt = await Driver(model=ScriptedModel.of("fine")).run("next", session=session)
+    assert nxt.ok
+    assert session.history[-1].text == "fine"
+
+
+async def test_control_cancel_interrupts_a_hanging_compactor_within_a_second() -> None:
+    blocker = _Blocker()
+    driver, messages = _scenario("compaction", blocker)
+    control = RunControl()
+    session = Session()
+    with anyio.fail_after(1):
+        async with anyio.create_task_group() as group:
+
+            async def stop() -> None:
+                await blocker.reached.wait()
+                control.cancel("user pressed stop")
+
+            group.start_soon(stop)
+            result = await driver.run(messages, session=session, control=control)
+    assert result.outcome == "cancelled"
+    assert isinstance(result.error, Cancelled)
+    assert result.error.reason == "user pressed stop"
+    assert session.runs[-1].outcome == "cancelled"
+
+
+async def test_the_compaction_timeout_stops_a_hanging_compactor() -> None:
+    blocker = _Blocker()
+    ctx = ContextManager(
+        _HangingCompactor(blocker),
+        context_window=4_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    driver = Driver(model=ScriptedModel.of("x"), context=ctx, compaction_timeout=0.2)
+    with anyio.fail_after(2):
+        result = await driver.run(_big_history(10, 500))
+    assert isinstance(result.error, CompactionFailed)
+    assert "timed out after 0.2s" in result.error.cause
+
+
+async def test_a_custom_effect_with_an_orphaned_result_fails_the_run() -> None:
+    async def wrong_results(ctx: EffectContext, decision: RunTools) -> ToolsFinished:
+        return ToolsFinished(results=[Message.tool_result("not-asked", "??")])
+
+    model = ScriptedModel.of(reply("", tool_call("t", "c1")), "never sent")
+    session = Session()
+    driver = Driver(model=model, effects={"run_tools": wrong_results})
+    result = await driver.run("go", session=session)
+    assert result.outcome == "failed"
+    assert isinstance(result.error, InvalidMessage)
+    assert result.error.value == "not-asked"
+    assert len(model.requests) == 1  # the model never saw the orphan
+    assert list(session.history) == []
+    assert session.runs[-1].outcome == "failed"
+    assert (await Driver(model=ScriptedModel.of("ok")).run("x", session=session)).ok
+
+
+async def test_a_reply_that_would_overflow_the_window_is_never_committed() -> None:
+    huge = "z " * 3_000
+    model = ScriptedModel.of(huge, huge, huge, huge)
+    ctx = ContextManager(context_window=1_000, counter=HeuristicTokenCounter())
+    session = Session()
+    result = await Driver(model=model, context=ctx).run("hi", session=session)
+    assert result.outcome == "failed"
+    assert list(session.history) == []
+    assert (
+        await Driver(model=ScriptedModel.of("ok"), context=ctx).run(
+            "again", session=session
+        )
+    ).ok
+
+
+async def test_the_reply_budget_is_reserved() -> None:
+    ctx = ContextManager(context_window=1_000, counter=HeuristicTokenCounter())
+    model = ScriptedModel.of("ok")
+    session = Session()
+    driver = Driver(model=model, context=ctx, max_output_tokens=400)
+    await driver.run("x " * 1_000, session=session)  # ~500 tokens + 400 reserved
+    measured = [
+        e.event.estimate  # type: ignore[union-attr]
+        for e in session.entries
+        if isinstance(e, EventRecorded) and hasattr(e.event, "estimate")
+    ]
+    assert measured[0] >= 400 + 500
+
+
+async def test_every_run_replays_exactly_and_a_tampered_log_is_caught() -> None:
+    session = Session()
+    driver = _compacting_driver(
+        ScriptedModel.of(reply("", tool_call("t", "c1")), "one", "two"),
+    )
+    await driver.run(_big_history(10, 500), session=session)
+    await driver.run("more", session=session)
+    for run in session.runs:
+        report = replay(driver.machine, session, run.run_id)
+        assert report.ok, report
+    # Tamper: pretend the first measurement was tiny, so no compaction ran.
+    entries = list(session.entries)
+    index = next(
+        i
+        for i, e in enumerate(entries)
+        if isinstance(e, EventRecorded) and type(e.event).__name__ == "Measured"
+    )
+    old = entries[index]
+    assert isinstance(old, EventRecorded)
+    entries[index] = EventRecorded(
+        run_id=old.run_id,
+        index=old.index,
+        event=type(old.event)(estimate=1),  # type: ignore[call-arg]
+        phase=old.phase,
+        decision=old.decision,
+        at=old.at,
+    )
+    store = MemoryStore()
+    await store.append(session.id, entries, expected_version=0)
+    tampered = await Session.load(store, session.id)
+    report = replay(driver.machine, tampered, old.run_id)
+    assert not report.ok
+    assert report.divergence is not None
+    assert report.divergence.index == old.index
+    assert report.divergence.event == "measured"
+
+
+async def test_a_run_whose_process_died_resumes_from_its_last_event() -> None:
+    session = Session()
+    model = ScriptedModel.of(reply("", tool_call("t", "c1")), "finished")
+
+    def t() -> str:
+        """A tool."""
+        return "result"
+
+    driver = Driver(model=model, tools=[t])
+    result = await driver.run("go", session=session)
+    assert result.ok
+    # The process "died" right after the model asked for the tool.
+    entries = session.entries
+    cut = next(
+        i + 1
+        for i, e in enumerate(entries)
+        if isinstance(e, EventRecorded) and isinstance(e.event, ModelReplied)
+    )
+    store = MemoryStore()
+    await store.append(session.id, entries[:cut], expected_version=0)
+    reopened = await Session.load(store, session.id)
+    assert [r.outcome for r in reopened.runs] == ["running"]
+    again = Driver(model=ScriptedModel.of("finished"), tools=[t])
+    resumed = await again.resume(reopened, result.run_id)
+    assert resumed.ok
+    assert [m.text for m in reopened.history] == ["go", "", "", "finished"]
+    assert reopened.history[2].tool_results[0].content == "result"
+    assert isinstance(reopened.runs[0].events[0], RunStarted)
+    assert replay(again.machine, reopened, result.run_id).ok
+
+
+async def test_abandon_ends_an_open_run_and_frees_the_session() -> None:
+    session = Session()
+    store_entries = await _died_mid_run(session)
+    store = MemoryStore()
+    await store.append(session.id, store_entries, expected_version=0)
+    reopened = await Session.load(store, session.id)
+    run_id = reopened.runs[0].run_id
+    driver = Driver(model=ScriptedModel.of("later"))
+    with pytest.raises(Exception, match="resume or abandon"):
+        await driver.run("new", session=reopened)
+    ended = await driver.abandon(reopened, run_id, reason="operator")
+    assert ended.outcome == "cancelled"
+    assert list(reopened.history) == []
+    assert (await driver.run("new", session=reopened)).ok
+
+
+async def _died_mid_run(session: Session) -> list[object]:
+    model = ScriptedModel.of(reply("", tool_call("t", "c1")), "x")
+    await Driver(model=model).run("go", session=session)
+    entries = list(session.entries)
+    return [e for e in entries if not isinstance(e, RunEnded | Committed)][:4]

@@ -1,0 +1,273 @@
+"""The SessionStore protocol: MemoryStore passes the conformance suite; the suite
+catches stores that break it; log entries round-trip through the one JSON form."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+
+import anyio
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.generators import histories
+from turnfsm import serde
+from turnfsm.core import (
+    Budget,
+    CompactReason,
+    MessageInjected,
+    ModelReplied,
+    Pause,
+    RunStarted,
+)
+from turnfsm.errors import (
+    Cancelled,
+    CompactionStalled,
+    ConfigError,
+    CorruptRecord,
+    ProviderError,
+    SessionConflict,
+)
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    ENTRY_TYPES,
+    Committed,
+    CompactionRecord,
+    Entry,
+    EventRecorded,
+    MemoryStore,
+    RunEnded,
+    RunOpened,
+    Session,
+    TurnRecord,
+    dump_session,
+    load_session,
+    session_lines,
+)
+from turnfsm.testing import ScriptedModel, check_store, reply, sample_entries, tool_call
+from turnfsm.values import Usage
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_memory_store_passes_the_conformance_suite() -> None:
+    await check_store(MemoryStore)
+
+
+@attrs.define
+class _Lenient:
+    """A broken store: it ignores the expected version."""
+
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        log = await self.inner.load(session_id)
+        return await self.inner.append(session_id, entries, expected_version=len(log))
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[object, ...]:
+        return await self.inner.list_sessions()
+
+
+@attrs.define
+class _Forgetful(_Lenient):
+    """A broken store: it loses message metadata."""
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        out = []
+        for entry in await self.inner.load(session_id):
+            if isinstance(entry, EventRecorded) and isinstance(entry.event, RunStarted):
+                msgs = [
+                    Message(role=m.role, parts=m.parts, id=m.id)
+                    for m in entry.event.input
+                ]
+                entry = attrs.evolve(entry, event=RunStarted(input=msgs))
+            out.append(entry)
+        return tuple(out)
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        return await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+
+
+async def test_the_suite_catches_a_store_without_version_checks() -> None:
+    with pytest.raises(AssertionError, match="conflict"):
+        await check_store(_Lenient)
+
+
+async def test_the_suite_catches_a_store_that_loses_data() -> None:
+    with pytest.raises(AssertionError, match="round trip: entry 1"):
+        await check_store(_Forgetful)
+
+
+async def test_the_suite_rejects_what_is_not_a_store() -> None:
+    with pytest.raises(AssertionError, match="not a SessionStore"):
+        await check_store(lambda: object())  # type: ignore[arg-type,return-value]
+
+
+async def test_a_stale_session_view_gets_a_conflict_and_writes_nothing() -> None:
+    store = MemoryStore()
+    first = Session("s1", store=store)
+    await Session.load(store, "s1")
+    driver_model = ScriptedModel.of("one", "two")
+    from turnfsm.driver import Driver
+
+    await Driver(model=driver_model).run("hi", session=first)
+    stale = Session("s1", store=store)  # a view that never loaded the log
+    with pytest.raises(SessionConflict) as caught:
+        await Driver(model=driver_model).run("again", session=stale)
+    assert caught.value.expected == 0
+    assert caught.value.actual == first.version
+    assert len(await store.load("s1")) == first.version
+
+
+def test_a_session_needs_a_usable_id_and_a_store() -> None:
+    with pytest.raises(ConfigError, match="session_id"):
+        Session("")
+    with pytest.raises(ConfigError, match="store"):
+        Session(store=object())  # type: ignore[arg-type]
+
+
+# -- the JSON form ------------------------------------------------------------
+
+texts = st.text(max_size=12)
+usages = st.builds(
+    Usage, input_tokens=st.integers(0, 9), output_tokens=st.integers(0, 9)
+)
+errors = st.one_of(
+    st.none(),
+    st.builds(CompactionStalled, used=st.integers(0, 99), limit=st.integers(0, 99)),
+    st.builds(Cancelled, reason=texts),
+    st.builds(ProviderError, message=texts, retriable=st.booleans(), status=st.none()),
+)
+
+
+@st.composite
+def entries(draw: st.DrawFn) -> Entry:
+    run = draw(st.sampled_from(["run_a", "run_b"]))
+    msgs = draw(histories(max_messages=6))
+    ids = tuple(m.id for m in msgs)
+    kind = draw(st.sampled_from(ENTRY_TYPES))
+    if kind is RunOpened:
+        return RunOpened(
+            run_id=run, machine="turn", digest="d", budget=Budget(), at=1.0
+        )
+    if kind is EventRecorded:
+        event = draw(
+            st.sampled_from(
+                [
+                    RunStarted(input=[m for m in msgs if m.role.value == "user"]),
+                    ModelReplied(message=Message.assistant("x"), usage=draw(usages)),
+                    MessageInjected(message=Message.user("note")),
+                ]
+            )
+        )
+        return EventRecorded(
+            run_id=run,
+            index=draw(st.integers(0, 9)),
+            event=event,
+            phase="start",
+            decision="measure",
+            at=draw(st.floats(0, 1e9, allow_nan=False)),
+        )
+    if kind is TurnRecord:
+        return TurnRecord(
+            run_id=run,
+            turn=1,
+            keep=draw(st.integers(0, 5)),
+            added=ids,
+            output="m",
+            usage=draw(st.none() | usages),
+        )
+    if kind is CompactionRecord:
+        return CompactionRecord(
+            run_id=run,
+            turn=2,
+            reason=draw(st.sampled_from(list(CompactReason))),
+            strategy="S",
+            outcome=draw(st.sampled_from(["compacted", "noop", "failed"])),
+            covers=ids,
+            replacement=ids[:1],
+            tokens_before=9,
+            tokens_after=3,
+            key=f"{run}:1",
+        )
+    if kind is Committed:
+        return Committed(run_id=run, keep=draw(st.integers(0, 9)), messages=ids)
+    calls = tuple(c for m in msgs for c in m.tool_calls)
+    return RunEnded(
+        run_id=run,
+        outcome=draw(st.sampled_from(["done", "failed", "cancelled", "paused"])),
+        phase="p",
+        text=draw(texts),
+        error=draw(errors),
+        usage=draw(usages),
+        turns=3,
+        waiting=draw(
+            st.none() | st.just(Pause(phase="w", calls=calls, accepts=("a",)))
+        ),
+        at=2.0,
+    )
+
+
+def _same(a: Entry, b: Entry) -> bool:
+    if isinstance(a, RunEnded) and isinstance(b, RunEnded):
+        key = (type(a.error), a.error.args) if a.error else None
+        other = (type(b.error), b.error.args) if b.error else None
+        return a == b and key == other
+    return a == b
+
+
+@settings(max_examples=500, deadline=None)
+@given(entry=entries())
+def test_every_entry_round_trips_through_json(entry: Entry) -> None:
+    line = serde.dumps(serde.envelope(entry))
+    assert _same(serde.open_envelope(json.loads(line), Entry), entry)
+
+
+async def test_a_session_log_round_trips_through_json_lines(tmp_path: object) -> None:
+    session = Session()
+    model = ScriptedModel.of(reply("", tool_call("t", "c1")), "done")
+
+    def t() -> str:
+        """A tool."""
+        return "ok"
+
+    from turnfsm.driver import Driver
+
+    await Driver(model=model, tools=[t]).run("go", session=session)
+    path = f"{tmp_path}/log.jsonl"
+    assert dump_session(session, path) == session.version
+    loaded = await load_session((await anyio.Path(path).read_text()).splitlines())
+    assert loaded.id == session.id
+    assert [m.id for m in loaded.history] == [m.id for m in session.history]
+    assert [_same(a, b) for a, b in zip(loaded.entries, session.entries, strict=True)]
+    assert all(
+        _same(a, b) for a, b in zip(loaded.entries, session.entries, strict=True)
+    )
+
+
+async def test_a_corrupt_log_line_is_named() -> None:
+    session = Session()
+    await session.append(*sample_entries()[:3])
+    lines = list(session_lines(session))
+    broken = [*lines[:2], '{"v": 1, "type": "EventRecorded", "data": {"run_id": 5}}']
+    with pytest.raises(CorruptRecord, match="line 3"):
+        await load_session(io.StringIO("\n".join(broken)))
+    with pytest.raises(CorruptRecord, match="line 2"):
+        await load_session(io.StringIO("\n".join([lines[0], "{not json"])))
+    with pytest.raises(CorruptRecord, match="header"):
+        await load_session(io.StringIO("\n".join(lines[1:])))
+    future = lines[0].replace('"v": 1', '"v": 99')
+    with pytest.raises(CorruptRecord, match="unknown version 99"):
+        await load_session(io.StringIO("\n".join([future, *lines[1:]])))

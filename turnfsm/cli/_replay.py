@@ -1,0 +1,76 @@
+"""``turnfsm replay LOG``: re-feed every logged run into a fresh brain."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+import anyio
+
+from turnfsm._resources import load_machine, machines_dir
+from turnfsm.core import MachineSpec
+from turnfsm.driver import replay
+from turnfsm.errors import ConfigError, DefinitionError, StoreError
+from turnfsm.persistence import RunRecord, Session, load_session
+
+__all__ = ["run_replay"]
+
+
+def run_replay(
+    path: str,
+    *,
+    run_id: str | None = None,
+    machine: str | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Replay the runs of the session log at `path`; print one line per run.
+
+    Returns 0 when every run replays exactly, 1 when one diverges (the first
+    diverging event is named), 2 when the log or the machine cannot be read.
+    """
+    stream = out or sys.stdout
+    try:
+        with open(path, encoding="utf-8") as lines:
+            session = anyio.run(load_session, lines)
+        runs = [r for r in session.runs if run_id is None or r.run_id == run_id]
+        if not runs:
+            raise ConfigError("--run", run_id, f"a run of the log ({path})")
+        names = {r.opened.machine for r in runs}
+        specs = {name: _machine(name, machine) for name in names}
+    except (OSError, StoreError, ConfigError, DefinitionError) as exc:
+        print(f"turnfsm replay: {exc}", file=sys.stderr)
+        return 2
+    return _report(session, runs, specs, stream)
+
+
+def _machine(name: str, path: str | None) -> MachineSpec:
+    if path is not None:
+        return load_machine(path)
+    shipped = machines_dir() / f"{name}.toml"
+    if not shipped.is_file():
+        raise ConfigError(
+            "--machine", None, f"the machine file of {name!r} (not a shipped one)"
+        )
+    return load_machine(shipped)
+
+
+def _report(
+    session: Session,
+    runs: list[RunRecord],
+    specs: dict[str, MachineSpec],
+    out: TextIO,
+) -> int:
+    failed = 0
+    for run in runs:
+        report = replay(specs[run.opened.machine], session, run.run_id)
+        if report.ok:
+            print(
+                f"{run.run_id}: {report.events} events replayed exactly "
+                f"({run.outcome})",
+                file=out,
+            )
+            continue
+        failed += 1
+        reason = report.divergence or "the replayed history differs from the log"
+        print(f"{run.run_id}: DIVERGES - {reason}", file=out)
+    return 1 if failed else 0

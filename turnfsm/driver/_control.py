@@ -1,0 +1,118 @@
+"""Steering a run from outside (`RunControl`) and what a run ends with (`RunResult`)."""
+
+from __future__ import annotations
+
+from typing import Literal, final
+
+import anyio
+import attrs
+
+from turnfsm.core import Event, MessageInjected, Pause, RunCancelled
+from turnfsm.errors import InvalidMessage, RunFailed, TurnFSMError
+from turnfsm.messages import Message
+from turnfsm.values import Usage
+
+__all__ = ["RunControl", "RunResult"]
+
+
+@final
+@attrs.define(eq=False)
+class RunControl:
+    """Steer a run from outside while it runs (another task, a UI, a hook).
+
+    `inject()` adds a message (human input, steering); it joins the
+    conversation between two effects, so a tool batch or model call in
+    flight is never torn apart. A message injected while the model writes
+    its final answer keeps the run going: the model is called again with it.
+    `cancel()` ends the run with `Cancelled` at once: the effect in flight
+    (a model call, a tool batch, a compaction pass) is interrupted, and the
+    run is recorded as cancelled. Use one control per run: what is queued
+    after the run ended stays queued.
+    """
+
+    _queue: list[Event] = attrs.field(factory=list, init=False)
+    _scope: anyio.CancelScope | None = attrs.field(default=None, init=False)
+
+    def inject(self, message: Message) -> None:
+        """Queue `message`; it joins the conversation at the next safe point.
+
+        Raises:
+            InvalidMessage: `message` is not a `Message`, or carries tool calls
+                or tool results (their other half could never follow).
+        """
+        if not isinstance(message, Message):
+            raise InvalidMessage("message", message, "expected a Message")
+        if message.tool_calls or message.tool_results:
+            raise InvalidMessage(
+                "message.parts",
+                message.id,
+                "an injected message cannot carry tool calls or tool results",
+            )
+        self._queue.append(MessageInjected(message=message))
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """End the run now with `Cancelled(reason)`, interrupting the effect running."""
+        self._queue.append(RunCancelled(reason=reason))
+        if self._scope is not None:
+            self._scope.cancel()
+
+    @property
+    def is_cancel_requested(self) -> bool:
+        """Whether `cancel()` was called and the run has not taken it yet."""
+        return any(isinstance(e, RunCancelled) for e in self._queue)
+
+    def take_cancel(self) -> RunCancelled | None:
+        """Remove and return the queued cancel, if any (the driver calls this)."""
+        for index, event in enumerate(self._queue):
+            if isinstance(event, RunCancelled):
+                del self._queue[index]
+                return event
+        return None
+
+    def drain(self) -> list[Event]:
+        """Return and forget the queued events (the driver calls this)."""
+        events, self._queue = self._queue, []
+        return events
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """What a run ended with; a failed run is an outcome, not an exception.
+
+    Attributes:
+        outcome: done, failed, cancelled, or paused (the run waits for an
+            answer: see `waiting` and `Agent.resume`).
+        text: The final answer ("" unless done).
+        error: Why the run failed or was cancelled, or None.
+        usage: Provider usage summed over the run's model calls.
+        session_id: The session the run belongs to.
+        run_id: The run.
+        turns: Model calls made.
+        waiting: What a paused run waits for (the phase, the tool calls, the
+            triggers it accepts), else None.
+    """
+
+    outcome: Literal["done", "failed", "cancelled", "paused"]
+    text: str
+    error: TurnFSMError | None
+    usage: Usage
+    session_id: str
+    run_id: str
+    turns: int
+    waiting: Pause | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run finished with an answer."""
+        return self.outcome == "done"
+
+    def raise_for_failure(self) -> RunResult:
+        """Return self for a finished or paused run; raise if it failed or was stopped.
+
+        Raises:
+            RunFailed: the run failed or was cancelled; `.error` is the typed cause.
+        """
+        if self.error is not None:
+            raise RunFailed(self.error)
+        return self

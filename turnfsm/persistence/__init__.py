@@ -1,0 +1,52 @@
+"""Sessions as append-only logs in a `SessionStore` (DESIGN §4).
+
+A session's log holds, in order, every run's opening, every event fed to
+the brain, every turn and compaction pass, every commit point and every
+run's end. The working history and the audit trail are projections of it.
+"""
+
+from __future__ import annotations
+
+from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
+from turnfsm.persistence._records import (
+    ENTRY_TYPES,
+    OUTCOMES,
+    Committed,
+    CompactionRecord,
+    Entry,
+    EventRecorded,
+    Outcome,
+    RunEnded,
+    RunOpened,
+    TurnRecord,
+    decision_key,
+    event_messages,
+    machine_digest,
+)
+from turnfsm.persistence._session import RunRecord, Session, new_id
+from turnfsm.persistence._store import MemoryStore, SessionInfo, SessionStore
+
+__all__ = [
+    "ENTRY_TYPES",
+    "OUTCOMES",
+    "Committed",
+    "CompactionRecord",
+    "Entry",
+    "EventRecorded",
+    "MemoryStore",
+    "Outcome",
+    "RunEnded",
+    "RunOpened",
+    "RunRecord",
+    "Session",
+    "SessionInfo",
+    "SessionStore",
+    "TurnRecord",
+    "decision_key",
+    "dump_session",
+    "event_messages",
+    "load_session",
+    "machine_digest",
+    "new_id",
+    "session_lines",
+]

@@ -1,0 +1,257 @@
+"""The entries of a session's append-only log.
+
+A session is a log; everything else (the working history, the audit trail of
+runs, turns and compactions) is a projection of it (DESIGN §4). The driver
+appends each entry as it happens:
+
+| entry | when |
+|---|---|
+| `RunOpened` | a run begins: its budget and the machine it runs on |
+| `EventRecorded` | every event fed to the brain, in order (the replay source) |
+| `TurnRecord` | every model reply: the context it saw (message ids), usage |
+| `CompactionRecord` | every compaction pass, whatever it came to |
+| `Committed` | the brain changed its committed history (a commit point) |
+| `RunEnded` | the run ended: done, failed, cancelled or paused |
+
+Message content is carried once, by the event that brought the message in;
+the other entries name messages by id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Final, Literal, TypeAlias, final
+
+import attrs
+
+from turnfsm.core import (
+    Budget,
+    CallLLM,
+    Compact,
+    CompactReason,
+    Decision,
+    Event,
+    Fail,
+    Finish,
+    MachineSpec,
+    Measure,
+    Pause,
+    Perform,
+    RunTools,
+)
+from turnfsm.errors import TurnFSMError
+from turnfsm.messages import Message
+from turnfsm.values import Usage
+
+__all__ = [
+    "ENTRY_TYPES",
+    "OUTCOMES",
+    "Committed",
+    "CompactionRecord",
+    "Entry",
+    "EventRecorded",
+    "Outcome",
+    "RunEnded",
+    "RunOpened",
+    "TurnRecord",
+    "decision_key",
+    "event_messages",
+    "machine_digest",
+]
+
+Outcome: TypeAlias = Literal["done", "failed", "cancelled", "paused"]
+"""How a run ended."""
+
+OUTCOMES: Final[tuple[Outcome, ...]] = ("done", "failed", "cancelled", "paused")
+"""Every run outcome."""
+
+
+def _ids(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunOpened:
+    """A run began on `machine` (name and digest) within `budget`."""
+
+    run_id: str
+    machine: str
+    digest: str
+    budget: Budget
+    at: float
+
+
+@final
+@attrs.frozen(kw_only=True)
+class EventRecorded:
+    """The `index`-th event of a run, and what the brain made of it.
+
+    `phase` and `decision` (a `decision_key`) are what the brain answered;
+    a replay checks that a fresh brain answers the same.
+    """
+
+    run_id: str
+    index: int
+    event: Event
+    phase: str
+    decision: str
+    at: float
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TurnRecord:
+    """One model call of a run: the context it saw, the reply, the usage.
+
+    The context is written as a change from the run's previous turn, so a
+    turn costs O(new messages) in the log however long the conversation is:
+    the first `keep` message ids of the previous turn's context, then the
+    ids in `added` (`RunRecord.context(n)` spells it out).
+    """
+
+    run_id: str
+    turn: int
+    keep: int
+    added: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
+    output: str
+    usage: Usage | None = None
+
+
+CompactionOutcome: TypeAlias = Literal[
+    "compacted", "noop", "vetoed", "overflow", "failed", "circuit_open"
+]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CompactionRecord:
+    """One compaction pass of a run, whatever it came to.
+
+    Attributes:
+        run_id: The run the pass ran in.
+        turn: The turns taken when it ran.
+        reason: Why it ran.
+        strategy: The compactor's class name ("" without a context manager).
+        outcome: compacted, noop, vetoed, overflow, failed or circuit_open.
+        covers: Ids of the messages the pass was given (history + pending).
+        replacement: Ids of the messages that replace them (== covers when
+            nothing was compacted).
+        tokens_before: The request's size before the pass (reserved included).
+        tokens_after: Its size after the pass (== before when nothing changed).
+        key: The idempotency key, unique in the session.
+    """
+
+    run_id: str
+    turn: int
+    reason: CompactReason
+    strategy: str
+    outcome: CompactionOutcome
+    covers: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
+    replacement: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
+    tokens_before: int
+    tokens_after: int
+    key: str
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the pass replaced the conversation."""
+        return self.outcome == "compacted"
+
+    @property
+    def vetoed(self) -> bool:
+        """Whether a pre-compact hook vetoed the pass."""
+        return self.outcome == "vetoed"
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the pass saved (0 unless it compacted)."""
+        return max(0, self.tokens_before - self.tokens_after)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Committed:
+    """The committed history became its first `keep` messages plus `messages`."""
+
+    run_id: str
+    keep: int
+    messages: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunEnded:
+    """A run ended (or paused: `waiting` says for what)."""
+
+    run_id: str
+    outcome: Outcome
+    phase: str
+    text: str = ""
+    error: TurnFSMError | None = attrs.field(default=None, eq=False)
+    usage: Usage = attrs.field(factory=Usage)
+    turns: int = 0
+    waiting: Pause | None = None
+    at: float = 0.0
+
+
+Entry: TypeAlias = (
+    RunOpened | EventRecorded | TurnRecord | CompactionRecord | Committed | RunEnded
+)
+"""Any entry of a session's log."""
+
+ENTRY_TYPES: Final[tuple[type[Entry], ...]] = (
+    RunOpened,
+    EventRecorded,
+    TurnRecord,
+    CompactionRecord,
+    Committed,
+    RunEnded,
+)
+"""Every entry class, in a stable order."""
+
+
+def decision_key(decision: Decision) -> str:
+    """Return the short, comparable form of `decision` that the log keeps.
+
+    It names the decision and what distinguishes it (the turn, the tool call
+    ids, the reason, the error type), never whole message lists.
+    """
+    match decision:
+        case Measure():
+            return "measure"
+        case CallLLM(turn=turn):
+            return f"call_llm:{turn}"
+        case RunTools(calls=calls):
+            return "run_tools:" + ",".join(c.id for c in calls)
+        case Compact(reason=reason):
+            return f"compact:{reason.value}"
+        case Finish():
+            return "finish"
+        case Fail(error=error):
+            return f"fail:{type(error).__name__}"
+        case Perform(effect=effect):
+            return f"perform:{effect}"
+        case Pause(phase=phase):
+            return f"pause:{phase}"
+
+
+def machine_digest(spec: MachineSpec) -> str:
+    """Return a digest of what `spec` decides by (not where it was loaded from)."""
+    data = attrs.asdict(spec, filter=lambda a, _v: a.name not in ("source", "_by_name"))
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def event_messages(event: Event) -> tuple[Message, ...]:
+    """Return the messages `event` brings in (content is stored once, here)."""
+    found: list[Message] = []
+    for field in attrs.fields(type(event)):
+        value = getattr(event, field.name)
+        if isinstance(value, Message):
+            found.append(value)
+        elif isinstance(value, tuple) and value and isinstance(value[0], Message):
+            found.extend(value)
+    return tuple(found)

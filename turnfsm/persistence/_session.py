@@ -1,0 +1,328 @@
+"""`Session`: a conversation as a view over its log in a `SessionStore`.
+
+The session keeps the projections of its log up to date as entries are
+appended (no re-reading): the committed `history` (what the next request is
+built from) and the audit trail of `runs`. Both can be rebuilt from the log
+alone, which is what `Session.load` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Literal, final
+
+import attrs
+
+from turnfsm.core import Event, Pause, RunStarted
+from turnfsm.errors import SessionBusy, TurnFSMError
+from turnfsm.messages import Message, MessageLog
+from turnfsm.persistence._records import (
+    Committed,
+    CompactionRecord,
+    Entry,
+    EventRecorded,
+    RunEnded,
+    RunOpened,
+    TurnRecord,
+    event_messages,
+)
+from turnfsm.persistence._store import (
+    MemoryStore,
+    SessionStore,
+    check_session_id,
+    check_store,
+)
+from turnfsm.values import Usage
+
+__all__ = ["RunRecord", "Session", "new_id"]
+
+
+def new_id(prefix: str) -> str:
+    """Return a fresh id such as ``run_3f2a...``."""
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RunRecord:
+    """The audit trail of one run, projected from the log; never rewritten.
+
+    Attributes:
+        run_id: The run.
+        outcome: done, failed, cancelled, paused — or running: the run has
+            no end in the log (in flight, or its process died).
+        phase: The phase the run ended (or paused) in.
+        input: The run's new messages.
+        events: Every event fed to the brain, in order.
+        turns: Every model call: the context it saw, its reply, its usage.
+        compactions: Every compaction pass.
+        text: The final answer ("" unless done).
+        error: Why the run failed, or None.
+        usage: Provider usage summed over the turns.
+        waiting: What a paused run waits for.
+    """
+
+    run_id: str
+    outcome: Literal["done", "failed", "cancelled", "paused", "running"]
+    phase: str
+    input: tuple[Message, ...] = attrs.field(repr=False)
+    events: tuple[Event, ...] = attrs.field(repr=False)
+    turns: tuple[TurnRecord, ...] = attrs.field(repr=False)
+    compactions: tuple[CompactionRecord, ...]
+    text: str
+    error: TurnFSMError | None = attrs.field(eq=False)
+    usage: Usage
+    waiting: Pause | None = None
+    opened: RunOpened = attrs.field(repr=False, eq=False)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the run can still go on (paused, or never ended)."""
+        return self.outcome in ("paused", "running")
+
+    def context(self, index: int) -> tuple[str, ...]:
+        """Return the ids of the messages the model saw on `turns[index]`.
+
+        Raises:
+            IndexError: the run has no such turn.
+        """
+        if not -len(self.turns) <= index < len(self.turns):
+            raise IndexError(f"the run has {len(self.turns)} turns, not {index + 1}")
+        ids: tuple[str, ...] = ()
+        for turn in self.turns[: index + 1]:
+            ids = ids[: turn.keep] + turn.added
+        return ids
+
+
+@attrs.define(eq=False)
+class _Run:
+    """The entries of one run, as they arrive (internal)."""
+
+    opened: RunOpened
+    version: int  # the log's version right before `opened`
+    last: int = 0  # the log's version right after the run's latest entry
+    events: list[EventRecorded] = attrs.field(factory=list)
+    turns: list[TurnRecord] = attrs.field(factory=list)
+    compactions: list[CompactionRecord] = attrs.field(factory=list)
+    ended: RunEnded | None = None
+
+    def record(self) -> RunRecord:
+        end = self.ended
+        first = self.events[0].event if self.events else None
+        if end is not None:
+            phase = end.phase
+        else:
+            phase = self.events[-1].phase if self.events else ""
+        return RunRecord(
+            run_id=self.opened.run_id,
+            outcome="running" if end is None else end.outcome,
+            phase=phase,
+            input=first.input if isinstance(first, RunStarted) else (),
+            events=tuple(e.event for e in self.events),
+            turns=tuple(self.turns),
+            compactions=tuple(self.compactions),
+            text="" if end is None else end.text,
+            error=None if end is None else end.error,
+            usage=sum((t.usage for t in self.turns if t.usage), Usage())
+            if end is None
+            else end.usage,
+            waiting=None if end is None else end.waiting,
+            opened=self.opened,
+        )
+
+
+@final
+class Session:
+    """A conversation across runs: a view over its log in a `SessionStore`.
+
+    `Session()` starts a new conversation in a private `MemoryStore`;
+    `Session(store=s)` a new one in `s`; `await Session.load(s, id)` reopens
+    a stored one. The driver appends to the log; `history` and `runs` are
+    its projections, kept up to date as it grows.
+    """
+
+    __slots__ = (
+        "_entries",
+        "_history",
+        "_messages",
+        "_running",
+        "_runs",
+        "id",
+        "store",
+    )
+
+    def __init__(self, id: str | None = None, *, store: SessionStore | None = None):
+        """Start a session view (no I/O: an existing log is read by `load`).
+
+        Raises:
+            ConfigError: `id` is not a usable session id, or `store` is not
+                a `SessionStore`.
+        """
+        self.id = check_session_id(id) if id is not None else new_id("ses")
+        self.store = check_store(store) if store is not None else MemoryStore()
+        self._entries: list[Entry] = []
+        self._history = MessageLog()
+        self._messages: dict[str, Message] = {}
+        self._runs: dict[str, _Run] = {}
+        self._running = False
+
+    @classmethod
+    async def load(cls, store: SessionStore, id: str) -> Session:
+        """Reopen the session `id` from `store` (a new, empty one if unknown)."""
+        session = cls(id, store=store)
+        entries = await store.load(session.id)
+        for entry in entries:
+            session._apply(entry)
+        return session
+
+    # -- projections ---------------------------------------------------
+    @property
+    def version(self) -> int:
+        """How many entries the log holds (what the next append expects)."""
+        return len(self._entries)
+
+    @property
+    def entries(self) -> tuple[Entry, ...]:
+        """The whole log, oldest first."""
+        return tuple(self._entries)
+
+    @property
+    def history(self) -> MessageLog:
+        """The committed conversation the next request is built from."""
+        return self._history
+
+    @property
+    def runs(self) -> list[RunRecord]:
+        """The audit trail: every run of this session, oldest first."""
+        return [run.record() for run in self._runs.values()]
+
+    def run(self, run_id: str) -> RunRecord:
+        """Return the audit trail of `run_id`.
+
+        Raises:
+            KeyError: the session has no such run.
+        """
+        return self._runs[run_id].record()
+
+    def open_runs(self) -> list[RunRecord]:
+        """Runs that can still go on: paused, or without an end in the log."""
+        return [r for r in self.runs if r.is_open]
+
+    def message(self, message_id: str) -> Message:
+        """Return the message with `message_id`, as it was first said.
+
+        Raises:
+            KeyError: no event of this session brought such a message.
+        """
+        return self._messages[message_id]
+
+    def run_entries(self, run_id: str) -> tuple[EventRecorded, ...]:
+        """Return the events logged for `run_id`, in the order they were fed.
+
+        Raises:
+            KeyError: the session has no such run.
+        """
+        return tuple(self._runs[run_id].events)
+
+    def history_before(self, run_id: str) -> MessageLog:
+        """Return the committed history as it was when `run_id` began."""
+        return _history_at(self._entries[: self._runs[run_id].version])
+
+    def history_after(self, run_id: str) -> MessageLog:
+        """Return the committed history as `run_id`'s latest entry left it."""
+        return _history_at(self._entries[: self._runs[run_id].last])
+
+    @property
+    def is_running(self) -> bool:
+        """Whether a run holds this session now (in this process)."""
+        return self._running
+
+    # -- writing -------------------------------------------------------
+    @contextlib.contextmanager
+    def claim(self) -> Iterator[Session]:
+        """Hold the session for one run (the driver does this).
+
+        Raises:
+            SessionBusy: another run holds it: two runs on one history would
+                each commit over the other.
+        """
+        if self._running:
+            raise SessionBusy(self.id)
+        self._running = True
+        try:
+            yield self
+        finally:
+            self._running = False
+
+    async def append(self, *entries: Entry, history: MessageLog | None = None) -> None:
+        """Append `entries` to the log and apply them to the projections.
+
+        Args:
+            *entries: The entries, in order.
+            history: The committed history the entries lead to, when the
+                caller already holds it (the driver does): adopted instead of
+                rebuilt, so a commit costs O(new messages).
+
+        Raises:
+            SessionConflict: another writer appended to this session first.
+        """
+        await self.store.append(self.id, entries, expected_version=self.version)
+        for entry in entries:
+            self._apply(entry, history)
+
+    def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
+        version = len(self._entries)
+        self._entries.append(entry)
+        run = self._runs.get(entry.run_id)
+        if run is not None:
+            run.last = version + 1
+        match entry:
+            case EventRecorded():
+                for message in event_messages(entry.event):
+                    self._messages.setdefault(message.id, message)
+                self._runs[entry.run_id].events.append(entry)
+            case Committed(keep=keep, messages=ids):
+                self._history = _commit(self._history, keep, ids, self._messages, hint)
+            case TurnRecord():
+                self._runs[entry.run_id].turns.append(entry)
+            case CompactionRecord():
+                self._runs[entry.run_id].compactions.append(entry)
+            case RunOpened():
+                self._runs[entry.run_id] = _Run(
+                    opened=entry, version=version, last=version + 1
+                )
+            case RunEnded():
+                self._runs[entry.run_id].ended = entry
+
+
+def _commit(
+    history: MessageLog,
+    keep: int,
+    ids: Sequence[str],
+    messages: dict[str, Message],
+    hint: MessageLog | None,
+) -> MessageLog:
+    size = keep + len(ids)
+    if (
+        hint is not None
+        and len(hint) == size
+        and (not ids or hint[size - 1].id == ids[-1])
+    ):
+        return hint
+    if keep == len(history):
+        return history.extend(messages[i] for i in ids)
+    return MessageLog([*history[:keep], *(messages[i] for i in ids)])
+
+
+def _history_at(entries: Sequence[Entry]) -> MessageLog:
+    messages: dict[str, Message] = {}
+    history = MessageLog()
+    for entry in entries:
+        if isinstance(entry, EventRecorded):
+            for message in event_messages(entry.event):
+                messages.setdefault(message.id, message)
+        elif isinstance(entry, Committed):
+            history = _commit(history, entry.keep, entry.messages, messages, None)
+    return history
