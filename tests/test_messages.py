@@ -236,5 +236,5 @@ def test_open_calls_memoises_message_log_prefixes() -> None:
     assert OpenCalls.of(four) is OpenCalls.of(four)  # remembered
     assert OpenCalls.of(one).is_closed  # a shorter view of the same list
     assert OpenCalls.of(four[0:2]).ids == ("c1",)  # a tuple: checked afresh
-    assert [n for n, _ in four.memo["open_calls"]] == [0, 1, 4]
+    assert four.memo["open_calls"].lengths == [0, 1, 4]
     assert list(four.items_from(2)) == list(four[2:])

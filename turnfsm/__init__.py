@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         ContextExceeded,
         CorruptRecord,
         DefinitionError,
+        DuplicateRecord,
         IllegalEvent,
         InvalidMessage,
         MachineBroken,
@@ -62,12 +63,19 @@ if TYPE_CHECKING:
         SessionBusy,
         SessionConflict,
         StoreError,
+        StoreUnusable,
         ToolError,
         TurnFSMError,
     )
     from turnfsm.hooks import Hook, PreCompact
     from turnfsm.messages import Message, Role
-    from turnfsm.persistence import MemoryStore, Session, SessionStore
+    from turnfsm.persistence import (
+        MemoryStore,
+        Session,
+        SessionStore,
+        SQLiteStore,
+        open_store,
+    )
     from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
     from turnfsm.tokens import (
         ConservativeTokenCounter,
@@ -100,6 +108,7 @@ _LAZY: dict[str, str] = {
     "ContextManager": "turnfsm.context",
     "CorruptRecord": "turnfsm.errors",
     "DefinitionError": "turnfsm.errors",
+    "DuplicateRecord": "turnfsm.errors",
     "Driver": "turnfsm.driver",
     "EffectContext": "turnfsm.driver",
     "HeuristicTokenCounter": "turnfsm.tokens",
@@ -125,12 +134,14 @@ _LAZY: dict[str, str] = {
     "RunCrashed": "turnfsm.errors",
     "RunFailed": "turnfsm.errors",
     "RunResult": "turnfsm.driver",
+    "SQLiteStore": "turnfsm.persistence",
     "Session": "turnfsm.persistence",
     "SessionBusy": "turnfsm.errors",
     "SessionConflict": "turnfsm.errors",
     "SessionStore": "turnfsm.persistence",
     "Snapshot": "turnfsm.core",
     "StoreError": "turnfsm.errors",
+    "StoreUnusable": "turnfsm.errors",
     "TiktokenCounter": "turnfsm.tokens",
     "TokenCounter": "turnfsm.tokens",
     "TokenSplitter": "turnfsm.context",
@@ -144,6 +155,7 @@ _LAZY: dict[str, str] = {
     "default_machine": "turnfsm._resources",
     "function_tool": "turnfsm.driver",
     "load_machine": "turnfsm._resources",
+    "open_store": "turnfsm.persistence",
     "replay": "turnfsm.driver",
 }
 
@@ -173,6 +185,7 @@ __all__ = [
     "CorruptRecord",
     "DefinitionError",
     "Driver",
+    "DuplicateRecord",
     "EffectContext",
     "HeuristicTokenCounter",
     "Hook",
@@ -197,12 +210,14 @@ __all__ = [
     "RunCrashed",
     "RunFailed",
     "RunResult",
+    "SQLiteStore",
     "Session",
     "SessionBusy",
     "SessionConflict",
     "SessionStore",
     "Snapshot",
     "StoreError",
+    "StoreUnusable",
     "TiktokenCounter",
     "TokenCounter",
     "TokenSplitter",
@@ -216,5 +231,6 @@ __all__ = [
     "default_machine",
     "function_tool",
     "load_machine",
+    "open_store",
     "replay",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, final
 
@@ -16,7 +17,8 @@ from turnfsm.driver import Driver, RunControl, RunResult
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
 from turnfsm.messages import Message
-from turnfsm.persistence import MemoryStore, Session, SessionStore
+from turnfsm.persistence import MemoryStore, Session, SessionStore, open_store
+from turnfsm.persistence._open import env_store
 
 __all__ = ["Agent", "RunStream"]
 
@@ -85,29 +87,38 @@ class Agent:
         self,
         *,
         session: Session | None = None,
-        store: SessionStore | None = None,
+        store: SessionStore | str | os.PathLike[str] | None = None,
         **driver_options: Any,
     ) -> None:
         """Build the driver from `driver_options`; start or continue `session`.
 
         Args:
             session: The conversation to continue (a new one if None).
-            store: Where sessions live (a private `MemoryStore` if None, or
-                `session`'s own store).
+            store: Where sessions live: a `SessionStore`, ``"memory:"``, a
+                file path or ``"sqlite:///PATH"`` (an `SQLiteStore`), or a
+                ``postgresql://`` URL (see `open_store`). If None:
+                `session`'s own store, else the store the ``TURNFSM_STORE``
+                environment variable names, else a private `MemoryStore`
+                (sessions live as long as the process).
             **driver_options: The `Driver`'s settings.
 
         Raises:
             ConfigError: a setting is out of range or unknown (the field is
-                named).
+                named), or `store` names no store.
+            StoreUnusable: the store's file cannot be used (see `open_store`).
+            ImportError: a PostgreSQL URL without the ``postgres`` extra.
         """
         try:
             self.driver = Driver(**driver_options)
         except TypeError as exc:
             raise ConfigError("Agent", sorted(driver_options), str(exc)) from None
-        if store is None:
-            store = session.store if session is not None else MemoryStore()
-        if not isinstance(store, SessionStore):
-            raise ConfigError("store", store, "a SessionStore (append/load/list)")
+        if store is not None:
+            store = open_store(store)
+        elif session is not None:
+            store = session.store
+        else:
+            named = env_store()
+            store = named if named is not None else MemoryStore()
         self.store: SessionStore = store
         self.session = session if session is not None else Session(store=store)
 

@@ -21,7 +21,9 @@ TurnFSMError                 base class; never raised directly
 ├── ToolError                a tool could not be registered or described
 ├── StoreError               a record could not be loaded or saved
 │   ├── CorruptRecord        (ValueError) stored data does not read back; .path
-│   └── SessionConflict      another writer appended to the session first
+│   ├── SessionConflict      another writer appended to the session first
+│   ├── DuplicateRecord      an append repeats a compaction's idempotency key
+│   └── StoreUnusable        a store file or database cannot be used; .path, .reason
 └── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
 ```
 
@@ -51,6 +53,7 @@ __all__ = [
     "ContextExceeded",
     "CorruptRecord",
     "DefinitionError",
+    "DuplicateRecord",
     "IllegalEvent",
     "InvalidMessage",
     "MachineBroken",
@@ -62,6 +65,7 @@ __all__ = [
     "SessionBusy",
     "SessionConflict",
     "StoreError",
+    "StoreUnusable",
     "ToolError",
     "TurnFSMError",
 ]
@@ -355,6 +359,47 @@ class SessionConflict(StoreError):
             f"session {self.session_id!r} changed under this writer: expected "
             f"version {self.expected}, found {self.actual}; another writer "
             "appended first - reload the session and retry"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class DuplicateRecord(StoreError):
+    """Raised when an append carries a compaction key the session already holds.
+
+    A compaction record's idempotency `key` is unique in its session, so a
+    pass that was already logged (a retried or redone append) is not logged
+    twice; nothing of this append was written.
+    """
+
+    session_id: str
+    key: str
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} already holds the compaction record "
+            f"with key {self.key!r}; nothing was appended - reload the session, "
+            "the pass is logged already"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class StoreUnusable(StoreError):
+    """Raised when a store's file or database cannot be used; it was left unchanged.
+
+    `path` names the file (or database) and `reason` what is wrong with it:
+    not an SQLite file, another application's database, or a schema newer
+    than this turnfsm knows.
+    """
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"cannot use {self.path} as a turnfsm session store: {self.reason} "
+            "(nothing was changed)"
         )
 
 

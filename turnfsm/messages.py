@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import operator
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
@@ -379,7 +378,14 @@ class OpenCalls:
         ids = self.ids
         for message in messages:
             ids = _step(ids, message)
-        return self if ids is self.ids else OpenCalls(ids=ids)
+        if ids is self.ids:
+            return self
+        if not ids:
+            return _CLOSED
+        # `OpenCalls(ids=...)` without the converter: `ids` is a tuple already.
+        state = object.__new__(OpenCalls)
+        object.__setattr__(state, "ids", ids)
+        return state
 
     def require_closed(self) -> None:
         """Check that no call is left open (the conversation may end here).
@@ -405,19 +411,37 @@ class OpenCalls:
         Raises:
             InvalidMessage: as `then`.
         """
-        if not isinstance(messages, MessageLog):
+        if type(messages) is not MessageLog:
             return _CLOSED.then(messages)
-        entries: list[tuple[int, OpenCalls]] = messages.memo.setdefault(
-            _OPEN_CALLS_MEMO, [(0, _CLOSED)]
-        )
-        n = len(messages)
-        at = bisect.bisect_right(entries, n, key=operator.itemgetter(0)) - 1
-        length, state = entries[at]
+        memo = messages._store.memo
+        known: _Known | None = memo.get(_OPEN_CALLS_MEMO)
+        if known is None:
+            known = memo[_OPEN_CALLS_MEMO] = _Known()
+        n = messages._len
+        lengths = known.lengths
+        if lengths[-1] <= n:  # the usual case: the log only grew
+            at = len(lengths) - 1
+        else:
+            at = bisect.bisect_right(lengths, n) - 1
+        length = lengths[at]
+        state = known.states[at]
         if length == n:
             return state
         state = state.then(messages.items_from(length))
-        entries.insert(at + 1, (n, state))
+        lengths.insert(at + 1, n)
+        known.states.insert(at + 1, state)
         return state
+
+
+@final
+class _Known:
+    """The checked prefixes of one backing list: lengths (sorted), their states."""
+
+    __slots__ = ("lengths", "states")
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = [0]
+        self.states: list[OpenCalls] = [_CLOSED]
 
 
 _CLOSED: Final = OpenCalls()
@@ -425,11 +449,14 @@ _CLOSED: Final = OpenCalls()
 
 def _step(open_ids: tuple[str, ...], message: object) -> tuple[str, ...]:
     """Return the open call ids after `message` (the checker's one rule)."""
-    if not isinstance(message, Message):
+    if type(message) is not Message:  # Message is final
         raise InvalidMessage("messages", message, "expected a Message")
-    if message.role is Role.TOOL:
+    role = message.role
+    if role is Role.TOOL:
         ids = list(open_ids)
-        for part in message.tool_results:
+        # A tool message holds only tool results (Message checks it).
+        for part in message.parts:
+            assert isinstance(part, ToolResultPart)
             if part.call_id not in ids:
                 raise InvalidMessage(
                     "tool_result.call_id",
@@ -445,7 +472,9 @@ def _step(open_ids: tuple[str, ...], message: object) -> tuple[str, ...]:
             open_ids[0],
             "a tool call with no result before the next message",
         )
-    calls = tuple(p.id for p in message.parts if isinstance(p, ToolCallPart))
+    if role is not Role.ASSISTANT:  # only an assistant may call tools
+        return open_ids
+    calls = tuple(p.id for p in message.parts if type(p) is ToolCallPart)
     return calls or open_ids
 
 
@@ -476,27 +505,25 @@ class MessageLog(Sequence[Message]):
         self._store = _Store(items)
         self._len = len(items)
 
-    @classmethod
-    def _view(cls, store: _Store, length: int) -> MessageLog:
-        log = cls.__new__(cls)
-        log._store = store
-        log._len = length
-        return log
-
     def append(self, *messages: Message) -> MessageLog:
         """Return a log with `messages` appended; `self` is unchanged."""
         return self.extend(messages)
 
     def extend(self, messages: Iterable[Message]) -> MessageLog:
         """Return a log with `messages` appended; `self` is unchanged."""
-        new = list(messages)
+        new = messages if type(messages) is tuple else list(messages)
         if not new:
             return self
         store = self._store
-        if len(store.items) != self._len:  # a longer view exists: branch off
-            store = _Store(store.items[: self._len])
-        store.items.extend(new)
-        return MessageLog._view(store, self._len + len(new))
+        items = store.items
+        if len(items) != self._len:  # a longer view exists: branch off
+            store = _Store(items[: self._len])
+            items = store.items
+        items.extend(new)
+        log = MessageLog.__new__(MessageLog)
+        log._store = store
+        log._len = len(items)
+        return log
 
     @property
     def store_key(self) -> tuple[object, int]:

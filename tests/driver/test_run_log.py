@@ -22,7 +22,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver import Driver, EffectContext, RunControl, Session, replay
 from turnfsm.errors import Cancelled, CompactionFailed, InvalidMessage
-from turnfsm.hooks import DecisionInfo, Hook
+from turnfsm.hooks import CompactionInfo, DecisionInfo, Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     Committed,
@@ -385,3 +385,137 @@ async def _died_mid_run(session: Session) -> list[object]:
     await Driver(model=model).run("go", session=session)
     entries = list(session.entries)
     return [e for e in entries if not isinstance(e, RunEnded | Committed)][:4]
+
+
+async def test_an_injecting_hook_cannot_make_a_run_compact_without_bound() -> None:
+    control = RunControl()
+
+    class InjectAfterEveryPass(Hook):
+        def __init__(self) -> None:
+            self.passes = 0
+
+        def post_compact(self, info: CompactionInfo) -> None:
+            self.passes += 1
+            control.inject(Message.user(f"and one more thing ({self.passes})"))
+
+    # The first message alone is over the threshold line (always kept by the
+    # truncator), so every pass cuts only the injected message and saves a
+    # little: without a bound the run would compact forever.
+    ctx = ContextManager(
+        TruncatingCompactor(preserve_recent=1, min_messages=2),
+        context_window=4_000,
+        threshold=50,
+        counter=HeuristicTokenCounter(),
+    )
+    hook = InjectAfterEveryPass()
+    history = [Message.user("x" * 9_000), Message.assistant("ok"), Message.user("go")]
+    driver = Driver(
+        model=ScriptedModel.of("answered"), context=ctx, hooks=[hook], max_compactions=5
+    )
+    with anyio.fail_after(5):
+        result = await driver.run(history, control=control)
+    assert hook.passes == 5  # the per-run bound, then the model is called
+    assert result.ok
+    assert result.text == "answered"
+
+
+async def test_a_custom_phase_effect_gets_the_context_and_its_decision() -> None:
+    from tests.helpers import approval_toml
+    from turnfsm.core import MachineSpec, Perform, Signal
+
+    seen: list[tuple[str, int, str]] = []
+
+    async def await_approval(ctx: EffectContext, decision: Perform) -> Signal:
+        calls = ctx.snapshot.last_reply.tool_calls  # type: ignore[union-attr]
+        seen.append((decision.phase, len(calls), ctx.run_id))
+        return Signal(name="approved")
+
+    def t() -> str:
+        """A tool."""
+        return "ran"
+
+    spec = MachineSpec.from_toml(approval_toml())
+    model = ScriptedModel.of(reply("", tool_call("t", "c1")), "done")
+    driver = Driver(
+        model=model, tools=[t], machine=spec, effects={"await_approval": await_approval}
+    )
+    result = await driver.run("go")
+    assert result.ok
+    assert seen == [("await_approval", 1, result.run_id)]
+
+
+async def test_a_custom_effect_that_hangs_is_stopped_by_its_timeout() -> None:
+    from tests.helpers import approval_toml
+    from turnfsm.core import MachineSpec, Perform, Signal
+
+    async def await_approval(ctx: EffectContext, decision: Perform) -> Signal:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    spec = MachineSpec.from_toml(approval_toml())
+    model = ScriptedModel.of(reply("", tool_call("t", "c1")), "done")
+    driver = Driver(
+        model=model,
+        machine=spec,
+        effects={"await_approval": await_approval},
+        effect_timeout=0.1,
+    )
+    with anyio.fail_after(2):
+        result = await driver.run("go")
+    assert result.outcome == "cancelled"
+    assert isinstance(result.error, Cancelled)
+    assert "timed out after 0.1s" in result.error.reason
+
+
+async def test_tool_results_recorded_before_a_crash_are_not_run_again() -> None:
+    from turnfsm.persistence import ToolResultRecorded
+
+    ran: list[str] = []
+    release = anyio.Event()
+
+    async def fast() -> str:
+        """Done at once."""
+        ran.append("fast")
+        return "fast result"
+
+    async def slow() -> str:
+        """Done when released."""
+        ran.append("slow")
+        await release.wait()
+        return "slow result"
+
+    model = ScriptedModel.of(
+        reply("", tool_call("fast", "c1"), tool_call("slow", "c2"))
+    )
+    session = Session()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+
+            async def go() -> None:
+                await Driver(model=model, tools=[fast, slow]).run("go", session=session)
+
+            group.start_soon(go)
+            with anyio.fail_after(5):
+                # Poll the log: the point to stop at is an entry being written.
+                while sorted(ran) != ["fast", "slow"] or not any(  # noqa: ASYNC110
+                    isinstance(e, ToolResultRecorded) for e in session.entries
+                ):
+                    await anyio.sleep(0.01)
+            scope.cancel()
+    # The process "died" while `slow` ran: keep the log up to fast's result.
+    entries = session.entries
+    cut = next(
+        i + 1 for i, e in enumerate(entries) if isinstance(e, ToolResultRecorded)
+    )
+    store = MemoryStore()
+    await store.append(session.id, entries[:cut], expected_version=0)
+    reopened = await Session.load(store, session.id)
+    ran.clear()
+    release.set()
+    again = Driver(model=ScriptedModel.of("all done"), tools=[fast, slow])
+    result = await again.resume(reopened, reopened.runs[0].run_id)
+    assert result.ok
+    assert ran == ["slow"]  # fast's recorded result was not run again
+    results = [p.content for m in reopened.history for p in m.tool_results]
+    assert results == ["fast result", "slow result"]
+    assert replay(again.machine, reopened, result.run_id).ok

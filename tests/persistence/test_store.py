@@ -42,6 +42,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     Session,
+    ToolResultRecorded,
     TurnRecord,
     dump_session,
     load_session,
@@ -201,6 +202,11 @@ def entries(draw: st.DrawFn) -> Entry:
             tokens_before=9,
             tokens_after=3,
             key=f"{run}:1",
+        )
+    if kind is ToolResultRecorded:
+        result = Message.tool_result(draw(texts) or "c", draw(texts), is_error=True)
+        return ToolResultRecorded(
+            run_id=run, index=draw(st.integers(0, 9)), result=result
         )
     if kind is Committed:
         return Committed(run_id=run, keep=draw(st.integers(0, 9)), messages=ids)

@@ -1,12 +1,20 @@
-"""The ``turnfsm`` command: demo, run, replay, diagram, check."""
+"""The ``turnfsm`` command: demo, run, sessions, replay, diagram, check."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
+
+_STORE_HELP = (
+    "where sessions are kept: a file path, sqlite:///PATH, a postgresql:// URL "
+    "or memory: (default: $TURNFSM_STORE, else sessions.db in the user data dir)"
+)
+
+_ID_HELP = "the session's id (as `turnfsm sessions list` shows it)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,10 +33,18 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--log", metavar="FILE", help="write the session's log to FILE (JSON lines)"
     )
+    demo.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     replay = sub.add_parser(
         "replay", help="replay a session log's runs and check every decision"
     )
-    replay.add_argument("log", help="a session log written by `turnfsm demo --log`")
+    replay.add_argument(
+        "log",
+        nargs="?",
+        help="a session log written by `turnfsm demo --log` "
+        "(or give --session ID to read one from a store)",
+    )
+    replay.add_argument("--session", metavar="ID", help="replay a stored session")
+    replay.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     replay.add_argument("--run", help="replay only this run id")
     replay.add_argument(
         "--machine",
@@ -48,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-tokens", type=int, default=256, help="reply budget per model call"
     )
+    run.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    _sessions_parser(sub)
     diagram = sub.add_parser("diagram", help="render machine files to diagrams")
     diagram.add_argument(
         "machines",
@@ -64,23 +82,77 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _sessions_parser(sub: Any) -> None:
+    sessions = sub.add_parser("sessions", help="list, show, export, import, rm")
+    actions = sessions.add_subparsers(dest="action", required=True)
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    actions.add_parser(
+        "list", parents=[store], help="every session: id, version, runs, outcome"
+    )
+    show = actions.add_parser(
+        "show", parents=[store], help="a session's history, runs and compactions"
+    )
+    show.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    export = actions.add_parser(
+        "export", parents=[store], help="write a session's log (import reads it)"
+    )
+    export.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    export.add_argument(
+        "--format",
+        choices=["jsonl", "json"],
+        default="jsonl",
+        help="jsonl: a header and one entry per line (default); json: one document",
+    )
+    export.add_argument("--out", metavar="FILE", help="write to FILE, not stdout")
+    load = actions.add_parser(
+        "import", parents=[store], help="read an exported log into the store"
+    )
+    load.add_argument("file", metavar="FILE", help="an exported log (- for stdin)")
+    rm = actions.add_parser("rm", parents=[store], help="delete a session")
+    rm.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    rm.add_argument("--yes", action="store_true", help="do not ask first")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from turnfsm.cli._demo import run_demo
 
-        return run_demo(quiet=args.quiet, local=args.model == "local", log=args.log)
+        return run_demo(
+            quiet=args.quiet,
+            local=args.model == "local",
+            log=args.log,
+            store=args.store,
+        )
     if args.command == "replay":
         from turnfsm.cli._replay import run_replay
 
-        return run_replay(args.log, run_id=args.run, machine=args.machine)
+        return run_replay(
+            args.log,
+            run_id=args.run,
+            machine=args.machine,
+            store=args.store,
+            session_id=args.session,
+        )
     if args.command == "run":
         from turnfsm.cli._run import run_task
 
         return run_task(
-            args.task, args.model, n_ctx=args.n_ctx, max_tokens=args.max_tokens
+            args.task,
+            args.model,
+            n_ctx=args.n_ctx,
+            max_tokens=args.max_tokens,
+            store=args.store,
         )
+    if args.command == "sessions":
+        from turnfsm.cli._sessions import SessionsCommand, run_sessions
+
+        options = vars(args)
+        fields = SessionsCommand.__attrs_attrs__
+        known = {f.name: options[f.name] for f in fields if f.name in options}
+        return run_sessions(SessionsCommand(**known))
     if args.command == "diagram":
         from turnfsm.cli._diagram import run_diagram
 

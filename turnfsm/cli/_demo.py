@@ -17,8 +17,11 @@ from typing import TextIO
 import anyio
 
 from turnfsm.agent import Agent
+from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.core import CompactReason, Measure
+from turnfsm.driver import RunResult
+from turnfsm.errors import ConfigError, StoreError
 from turnfsm.hooks import (
     CompactionInfo,
     DecisionInfo,
@@ -27,10 +30,16 @@ from turnfsm.hooks import (
     TransitionInfo,
 )
 from turnfsm.messages import Message, Role, ToolCallPart
-from turnfsm.persistence import dump_session
+from turnfsm.persistence import MemoryStore, SessionStore, dump_session
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
 
-__all__ = ["ConsoleHook", "SimulatedModel", "build_demo_agent", "run_demo"]
+__all__ = [
+    "ConsoleHook",
+    "SimulatedModel",
+    "build_demo_agent",
+    "run_and_close_store",
+    "run_demo",
+]
 
 WINDOW = 8_000
 THRESHOLD = 80
@@ -146,10 +155,18 @@ class ConsoleHook(Hook):
 
 
 def build_demo_agent(
-    out: TextIO, *, model: ModelClient | None = None, window: int = WINDOW
+    out: TextIO,
+    *,
+    model: ModelClient | None = None,
+    window: int = WINDOW,
+    store: SessionStore | None = None,
 ) -> Agent:
-    """Return the demo agent: one tool, a small window, the simulated model."""
+    """Return the demo agent: one tool, a small window, the simulated model.
+
+    Its sessions go to `store` (a private `MemoryStore` if None).
+    """
     return Agent(
+        store=store if store is not None else MemoryStore(),
         model=model or SimulatedModel(),
         tools=[read_log],
         system_prompt="You are an SRE assistant. Audit logs with read_log and report.",
@@ -173,22 +190,31 @@ def run_demo(
     out: TextIO | None = None,
     local: bool = False,
     log: str | None = None,
+    store: str | None = None,
 ) -> int:
     """Run the demo and print what happens; return 0 when the run finished.
 
     With `local`, the agent runs on the bundled llama.cpp model instead of
-    the simulated one (the ``local`` extra must be installed). With `log`,
-    the session's log is written there as JSON lines (`turnfsm replay` reads
-    it).
+    the simulated one (the ``local`` extra must be installed). The session
+    is kept in `store` (a store spec; by default ``TURNFSM_STORE``, else the
+    SQLite file in the user data directory), and printed. With `log`, its
+    log is also written there as JSON lines (`turnfsm replay` reads it).
+    Returns 2 when the store cannot be opened.
     """
     stream = out or sys.stdout
     sink: TextIO = io.StringIO() if quiet else stream
+    try:
+        sessions = open_cli_store(store)
+    except (StoreError, ConfigError, ImportError) as exc:
+        print(f"turnfsm demo: {exc}", file=sys.stderr)
+        return 2
     if local:
-        return _run_local_demo(sink, stream)
+        return _run_local_demo(sink, stream, sessions)
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
-    agent = build_demo_agent(sink)
+    agent = build_demo_agent(sink, store=sessions)
     print(f"task: {TASK}\n", file=sink)
-    result = anyio.run(agent.run, TASK)
+    result = anyio.run(run_and_close_store, agent, TASK)
+    print(f"session {result.session_id} stored in {where(sessions)}", file=sink)
     if log is not None:
         count = dump_session(agent.session, log)
         print(f"session log: {count} entries written to {log}", file=sink)
@@ -199,7 +225,18 @@ def run_demo(
     return 0
 
 
-def _run_local_demo(sink: TextIO, stream: TextIO) -> int:
+async def run_and_close_store(agent: Agent, task: str) -> RunResult:
+    """Run `task`, then close the model's connections and the agent's store."""
+    from turnfsm.cli._run import run_and_close
+
+    try:
+        return await run_and_close(agent, task)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await close_store(agent.store)
+
+
+def _run_local_demo(sink: TextIO, stream: TextIO, store: SessionStore) -> int:
     window = 2_048
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
     try:
@@ -207,17 +244,17 @@ def _run_local_demo(sink: TextIO, stream: TextIO) -> int:
 
         server = LlamaServer(n_ctx=window).start()
     except (ImportError, RuntimeError) as exc:
+        anyio.run(close_store, store)
         print(f"turnfsm demo --model local: {exc}", file=sys.stderr)
         return 2
     try:
         model = OpenAIModel(model="local", base_url=server.base_url)
-        agent = build_demo_agent(sink, model=model, window=window)
+        agent = build_demo_agent(sink, model=model, window=window, store=store)
         print(f"task: {TASK}\n", file=sink)
-        from turnfsm.cli._run import run_and_close
-
-        result = anyio.run(run_and_close, agent, TASK)
+        result = anyio.run(run_and_close_store, agent, TASK)
     finally:
         server.stop()
+    print(f"session {result.session_id} stored in {where(store)}", file=sink)
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1

@@ -1,4 +1,4 @@
-"""``turnfsm replay LOG``: re-feed every logged run into a fresh brain."""
+"""``turnfsm replay LOG | --session ID``: re-feed logged runs into a fresh brain."""
 
 from __future__ import annotations
 
@@ -17,30 +17,58 @@ __all__ = ["run_replay"]
 
 
 def run_replay(
-    path: str,
+    path: str | None,
     *,
     run_id: str | None = None,
     machine: str | None = None,
     out: TextIO | None = None,
+    store: str | None = None,
+    session_id: str | None = None,
 ) -> int:
     """Replay the runs of the session log at `path`; print one line per run.
+
+    With `session_id` instead of `path`, the session is read from `store`
+    (a store spec; by default ``TURNFSM_STORE``, else the CLI's SQLite file).
 
     Returns 0 when every run replays exactly, 1 when one diverges (the first
     diverging event is named), 2 when the log or the machine cannot be read.
     """
     stream = out or sys.stdout
     try:
-        with open(path, encoding="utf-8") as lines:
-            session = anyio.run(load_session, lines)
+        session, source = _open(path, store, session_id)
         runs = [r for r in session.runs if run_id is None or r.run_id == run_id]
         if not runs:
-            raise ConfigError("--run", run_id, f"a run of the log ({path})")
+            raise ConfigError("--run", run_id, f"a run of the log ({source})")
         names = {r.opened.machine for r in runs}
         specs = {name: _machine(name, machine) for name in names}
-    except (OSError, StoreError, ConfigError, DefinitionError) as exc:
+    except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
         print(f"turnfsm replay: {exc}", file=sys.stderr)
         return 2
     return _report(session, runs, specs, stream)
+
+
+def _open(
+    path: str | None, store: str | None, session_id: str | None
+) -> tuple[Session, str]:
+    if (path is None) == (session_id is None):
+        raise ConfigError("replay", path, "a log file or --session ID (one of them)")
+    if path is not None:
+        with open(path, encoding="utf-8") as lines:
+            return anyio.run(load_session, lines), path
+    return anyio.run(_load_stored, store, str(session_id))
+
+
+async def _load_stored(store: str | None, session_id: str) -> tuple[Session, str]:
+    from turnfsm.cli._stores import close_store, open_cli_store, where
+
+    sessions = open_cli_store(store)
+    try:
+        session = await Session.load(sessions, session_id)
+    finally:
+        await close_store(sessions)
+    if session.version == 0:
+        raise ConfigError("--session", session_id, f"a session in {where(sessions)}")
+    return session, f"session {session_id} in {where(sessions)}"
 
 
 def _machine(name: str, path: str | None) -> MachineSpec:

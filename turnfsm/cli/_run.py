@@ -11,10 +11,11 @@ from typing import TextIO
 import anyio
 
 from turnfsm.agent import Agent
-from turnfsm.cli._demo import ConsoleHook
+from turnfsm.cli._demo import ConsoleHook, run_and_close_store
+from turnfsm.cli._stores import open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import RunResult
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, StoreError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
 from turnfsm.providers import ModelClient
 
@@ -97,22 +98,31 @@ def run_task(
     n_ctx: int = 4096,
     max_tokens: int = 256,
     out: TextIO | None = None,
+    store: str | None = None,
 ) -> int:
-    """Run `task` on the named model, printing phases and streamed text."""
+    """Run `task` on the named model, printing phases and streamed text.
+
+    The session is kept in `store` (a store spec; by default
+    ``TURNFSM_STORE``, else the SQLite file in the user data directory).
+    """
     stream = out or sys.stdout
     try:
+        sessions = open_cli_store(store)
         with open_model(model_spec, n_ctx=n_ctx) as (model, window):
             agent = Agent(
                 model=model,
+                store=sessions,
                 context=ContextManager(context_window=window),
                 hooks=[ConsoleHook(stream, window=window), StreamPrinter(stream)],
                 max_output_tokens=max_tokens,
             )
-            result = anyio.run(run_and_close, agent, task)
-    except (ConfigError, ImportError, RuntimeError) as exc:
-        # A missing key or extra, or a local server that would not start.
+            result = anyio.run(run_and_close_store, agent, task)
+    except (ConfigError, StoreError, ImportError, RuntimeError) as exc:
+        # A missing key or extra, a local server that would not start, or a
+        # store that cannot be opened.
         print(f"turnfsm run: {exc}", file=sys.stderr)
         return 2
+    print(f"\nsession {result.session_id} stored in {where(sessions)}", file=stream)
     if not result.ok:
         print(f"\nrun failed: {result.error}", file=stream)
         return 1

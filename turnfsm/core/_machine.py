@@ -5,7 +5,10 @@ Theory of operation
 The brain is a pure function of (spec, snapshot, event) wrapped in an object.
 `handle(event)` derives the trigger from the event's class, asks the
 `transitions` Machine built from the spec to fire it, and returns the
-decision of the phase it lands in. Nothing else moves the machine.
+decision of the phase it lands in. Nothing else moves the machine. The
+Machine is built once per spec and shared by every run on it: each run is a
+small model object that `transitions` hands back to the callbacks in its
+`EventData` (``send_event=True``), never registered with the Machine.
 
 Rule 1 - transitions are data. Guards, reducers and failure builders are
 looked up by name in fixed tables; the spec validated every name at load
@@ -39,12 +42,14 @@ so the same events in the same order give the same phases and decisions.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from functools import partial
-from typing import Any, final
+from typing import Any, Protocol, TypeAlias, final
 
 import attrs
 from transitions import Machine, MachineError, State
+from transitions.core import Event as TransitionsEvent
 
 from turnfsm.core._decisions import (
     CallLLM,
@@ -58,17 +63,19 @@ from turnfsm.core._decisions import (
     RunTools,
 )
 from turnfsm.core._events import (
+    EVENT_TYPES,
     Event,
     MessageInjected,
     RunCancelled,
     Signal,
+    trigger_name,
     trigger_of,
 )
-from turnfsm.core._guards import GUARDS
+from turnfsm.core._guards import GUARDS, Guard
 from turnfsm.core._lines import CompactReason
-from turnfsm.core._reducers import FAILURES, REDUCERS
+from turnfsm.core._reducers import FAILURES, REDUCERS, FailureBuilder, Reducer
 from turnfsm.core._snapshot import Budget, Snapshot
-from turnfsm.core._spec import MachineSpec, TransitionSpec
+from turnfsm.core._spec import MachineSpec, StateSpec
 from turnfsm.errors import (
     ConfigError,
     IllegalEvent,
@@ -94,7 +101,9 @@ class Step:
 
 
 class _Model:
-    """The object `transitions` moves between states (internal)."""
+    """The object `transitions` moves between states: one per run (internal)."""
+
+    __slots__ = ("event", "snapshot", "state", "step")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.state = snapshot.phase
@@ -103,75 +112,143 @@ class _Model:
         self.step: Step | None = None
 
 
-def _check_guard(name: str, negate: bool, model: _Model, _data: Any) -> bool:
+class _Data(Protocol):
+    """What the callbacks read of the `EventData` transitions hands them."""
+
+    model: _Model
+
+
+Decide: TypeAlias = Callable[[Snapshot, OpenCalls], Decision]
+"""The decision a phase emits, given the snapshot and its pending's open calls."""
+
+
+def _guard(guard: Guard, data: _Data) -> bool:
+    model = data.model
     assert model.event is not None
-    return GUARDS[name](model.snapshot, model.event) is not negate
+    return guard(model.snapshot, model.event)
 
 
-def _fire(spec: TransitionSpec, source: str, model: _Model, _data: Any) -> None:
+def _fire(
+    step: Step,
+    base: dict[str, Any],
+    failure: FailureBuilder | None,
+    reducers: tuple[Reducer, ...],
+    data: _Data,
+) -> None:
+    model = data.model
     event = model.event
     assert event is not None
     s = model.snapshot
-    dest = spec.dest if spec.dest is not None else s.phase
-    updates: dict[str, Any] = {"phase": dest}
-    if spec.reason is not None:
-        updates["compact_reason"] = spec.reason
-    if spec.error is not None:
-        updates["failure"] = FAILURES[spec.error](s, event)
-    s = s.replace(**updates)
-    for name in spec.actions:
-        s = REDUCERS[name](s, event)
+    if failure is not None:
+        s = s.replace(**base, failure=failure(s, event))
+    else:
+        s = s.replace(**base)
+    for reducer in reducers:
+        s = reducer(s, event)
     model.snapshot = s
-    model.step = Step(
-        source=source,
-        dest=dest,
-        trigger=spec.trigger,
-        reason=spec.reason,
-        error=spec.error,
-    )
+    model.step = step
 
 
-def _enter(names: tuple[str, ...], model: _Model, _data: Any) -> None:
-    assert model.event is not None
+def _enter(reducers: tuple[Reducer, ...], data: _Data) -> None:
+    model = data.model
+    event = model.event
+    assert event is not None
     s = model.snapshot
-    for name in names:
-        s = REDUCERS[name](s, model.event)
+    for reducer in reducers:
+        s = reducer(s, event)
     model.snapshot = s
 
 
-def _build(spec: MachineSpec, model: _Model) -> Machine:
-    states = [
-        State(
-            s.name,
-            on_enter=[partial(_enter, s.on_enter, model)] if s.on_enter else None,
-        )
-        for s in spec.states
-    ]
-    machine = Machine(
-        model=model,
-        states=states,
-        initial=model.state,
-        auto_transitions=False,
-        # STYLE asks for model_override=True, but then transitions logs a
-        # warning for every trigger the private model does not pre-declare;
-        # binding them onto `_Model` is harmless: only `handle()` triggers.
-        model_override=False,
-        send_event=True,
-        ignore_invalid_triggers=False,
-    )
-    for t in spec.transitions:
-        guards: list[str | Callable[..., bool | None]] = []
-        guards.extend(partial(_check_guard, g, False, model) for g in t.conditions)
-        guards.extend(partial(_check_guard, g, True, model) for g in t.unless)
-        for source in t.sources:
-            machine.add_transition(
-                t.trigger,
-                source,
-                t.dest,
-                conditions=guards or None,
-                before=[partial(_fire, t, source, model)],
+@final
+class _Compiled:
+    """One `MachineSpec` built into a `transitions` Machine, shared by its runs.
+
+    Building the Machine is most of what starting a run would cost, so it is
+    built once per spec: its callbacks read the run's `_Model` from the
+    `EventData` (``send_event=True``), and no model is ever registered with
+    it, so runs share nothing but the transition table (internal).
+    """
+
+    __slots__ = ("by_type", "decide", "events", "machine", "signals", "terminal")
+
+    def __init__(self, spec: MachineSpec) -> None:
+        states = [
+            State(
+                s.name,
+                on_enter=[partial(_enter, _reducers(s.on_enter))]
+                if s.on_enter
+                else None,
             )
-    return machine
+            for s in spec.states
+        ]
+        machine = Machine(
+            model=None,
+            states=states,
+            initial=spec.initial,
+            auto_transitions=False,
+            model_override=True,
+            send_event=True,
+            ignore_invalid_triggers=False,
+        )
+        for t in spec.transitions:
+            conditions: list[str | Callable[..., bool | None]] = [
+                partial(_guard, GUARDS[g]) for g in t.conditions
+            ]
+            unless: list[str | Callable[..., bool | None]] = [
+                partial(_guard, GUARDS[g]) for g in t.unless
+            ]
+            failure = FAILURES[t.error] if t.error is not None else None
+            reducers = _reducers(t.actions)
+            for source in t.sources:
+                dest = t.dest if t.dest is not None else source
+                step = Step(
+                    source=source,
+                    dest=dest,
+                    trigger=t.trigger,
+                    reason=t.reason,
+                    error=t.error,
+                )
+                base: dict[str, Any] = {"phase": dest}
+                if t.reason is not None:
+                    base["compact_reason"] = t.reason
+                machine.add_transition(
+                    t.trigger,
+                    source,
+                    t.dest,
+                    conditions=conditions or None,
+                    unless=unless or None,
+                    before=[partial(_fire, step, base, failure, reducers)],
+                )
+        self.machine = machine
+        self.events: dict[str, TransitionsEvent] = dict(machine.events)
+        self.by_type: dict[type, TransitionsEvent] = {
+            cls: self.events[trigger_name(cls)]
+            for cls in EVENT_TYPES
+            if cls is not Signal and trigger_name(cls) in self.events
+        }
+        self.signals = frozenset(spec.signals)
+        self.terminal = frozenset(spec.terminal)
+        self.decide: dict[str, Decide] = {
+            s.name: _decider(spec, s) for s in spec.states
+        }
+
+
+def _reducers(names: tuple[str, ...]) -> tuple[Reducer, ...]:
+    return tuple(REDUCERS[name] for name in names)
+
+
+_COMPILED: dict[int, tuple[weakref.ref[MachineSpec], _Compiled]] = {}
+
+
+def _compiled(spec: MachineSpec) -> _Compiled:
+    """Return the built machine of `spec`, building it on first use."""
+    key = id(spec)
+    entry = _COMPILED.get(key)
+    if entry is None or entry[0]() is not spec:
+        # The entry goes with the spec, so an id is never reused stale.
+        ref = weakref.ref(spec, lambda _ref: _COMPILED.pop(key, None))
+        entry = _COMPILED[key] = (ref, _Compiled(spec))
+    return entry[1]
 
 
 @final
@@ -183,16 +260,25 @@ class TurnMachine:
     `decision = machine.handle(event)` with carrying the decision out.
     """
 
-    __slots__ = ("_broken", "_decision", "_machine", "_model", "_snapshot", "_spec")
+    __slots__ = (
+        "_broken",
+        "_compiled",
+        "_decision",
+        "_model",
+        "_open",
+        "_snapshot",
+        "_spec",
+    )
 
     def __init__(self, spec: MachineSpec, snapshot: Snapshot) -> None:
         """Prefer `start` or `from_snapshot`; this validates nothing."""
         self._spec = spec
+        self._compiled = _compiled(spec)
         self._snapshot = snapshot
         self._model = _Model(snapshot)
-        self._machine = _build(spec, self._model)
         self._broken: str | None = None
-        self._decision = _decide(spec, snapshot)
+        self._open = OpenCalls.of(snapshot.pending)
+        self._decision = self._compiled.decide[snapshot.phase](snapshot, self._open)
 
     @classmethod
     def start(
@@ -221,13 +307,14 @@ class TurnMachine:
             InvalidMessage: the snapshot's buffers are not a valid
                 conversation (Rule 4); names the call id.
         """
-        if snapshot.phase not in spec.phases:
+        if snapshot.phase not in _compiled(spec).decide:
             known = ", ".join(spec.phases)
             raise ConfigError(
                 "phase", snapshot.phase, f"a phase of {spec.name!r} ({known})"
             )
+        OpenCalls.of(snapshot.history).require_closed()
         machine = cls(spec, snapshot)
-        _check_buffers(snapshot, machine.decision)
+        _check_open(machine._open, machine.decision)
         return machine
 
     @property
@@ -258,7 +345,7 @@ class TurnMachine:
     @property
     def is_finished(self) -> bool:
         """Whether the machine is in a terminal phase."""
-        return self._snapshot.phase in self._spec.terminal
+        return self._snapshot.phase in self._compiled.terminal
 
     def handle(self, event: Event) -> Decision:
         """Apply `event` and return the next decision.
@@ -275,37 +362,52 @@ class TurnMachine:
         """
         if self._broken is not None:
             raise MachineBroken(phase=self.phase, cause=self._broken)
-        self._model.step = None
-        if self.is_finished:
+        model = self._model
+        model.step = None
+        before = self._snapshot
+        if before.phase in self._compiled.terminal:
             return self._decision
         try:
             self._fire(event)
-            snapshot = self._model.snapshot
-            decision = _decide(self._spec, snapshot)
-            _check_buffers(snapshot, decision)
+            snapshot = model.snapshot
+            # Rule 4, paying only for what changed: history was whole and
+            # pending's open calls are known for the snapshot we leave.
+            if snapshot.history is not before.history:
+                OpenCalls.of(snapshot.history).require_closed()
+            pending = snapshot.pending
+            left_open = (
+                self._open if pending is before.pending else OpenCalls.of(pending)
+            )
+            decision = self._compiled.decide[snapshot.phase](snapshot, left_open)
+            _check_open(left_open, decision)
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
-            self._model.snapshot = self._snapshot
-            self._model.state = self._snapshot.phase
+            model.snapshot = before
+            model.state = before.phase
             if isinstance(exc, MachineError):
                 raise IllegalEvent(phase=self.phase, event=trigger_of(event)) from None
             raise
         self._snapshot = snapshot
+        self._open = left_open
         self._decision = decision
         return decision
 
     def _fire(self, event: Event) -> None:
-        trigger = trigger_of(event)
-        machine_event = self._machine.events.get(trigger)
-        # A Signal fires only a declared signal, never a built-in trigger
-        # (Signal(name="measured") would reach reducers that read a Measured).
-        is_spoof = isinstance(event, Signal) and trigger not in self._spec.signals
-        if machine_event is None or is_spoof:
-            raise IllegalEvent(phase=self.phase, event=trigger)
-        self._model.event = event
-        if not machine_event.trigger(self._model):
-            raise IllegalEvent(phase=self.phase, event=trigger)
-        self._model.event = None
+        compiled = self._compiled
+        machine_event = compiled.by_type.get(type(event))
+        if machine_event is None:
+            trigger = trigger_of(event)
+            # A Signal fires only a declared signal, never a built-in trigger
+            # (Signal(name="measured") would reach reducers that read a Measured).
+            if isinstance(event, Signal) and trigger in compiled.signals:
+                machine_event = compiled.events.get(trigger)
+            if machine_event is None:
+                raise IllegalEvent(phase=self.phase, event=trigger)
+        model = self._model
+        model.event = event
+        if not machine_event.trigger(model):
+            raise IllegalEvent(phase=self.phase, event=trigger_of(event))
+        model.event = None
 
     def cancel(self, reason: str = "cancelled") -> Decision:
         """End the run: the next decision is `Fail(Cancelled)`.
@@ -330,20 +432,17 @@ class TurnMachine:
         return self.handle(MessageInjected(message=message))
 
 
-def _check_buffers(s: Snapshot, decision: Decision) -> None:
-    """Rule 4: raise `InvalidMessage` unless the buffers are a valid conversation."""
-    OpenCalls.of(s.history).require_closed()
-    # history is whole, so pending is checked as a conversation of its own.
-    left_open = OpenCalls.of(s.pending)
-    if isinstance(decision, CallLLM | Compact | Finish):
+def _check_open(left_open: OpenCalls, decision: Decision) -> None:
+    """Rule 4: no call may stay open when the conversation is sent on."""
+    if left_open.ids and isinstance(decision, CallLLM | Compact | Finish):
         left_open.require_closed()
 
 
-def _unanswered(s: Snapshot) -> tuple[ToolCallPart, ...]:
+def _unanswered(s: Snapshot, left_open: OpenCalls) -> tuple[ToolCallPart, ...]:
     """The last reply's tool calls that have no result in pending yet."""
     if s.last_reply is None:
         return ()
-    open_ids = list(OpenCalls.of(s.pending).ids)
+    open_ids = list(left_open.ids)
     calls = []
     for call in s.last_reply.tool_calls:
         if call.id in open_ids:
@@ -356,29 +455,38 @@ def _accepts(spec: MachineSpec, phase: str) -> tuple[str, ...]:
     return tuple(sorted({t.trigger for t in spec.transitions if phase in t.sources}))
 
 
-def _decide(spec: MachineSpec, s: Snapshot) -> Decision:
-    state = spec.state(s.phase)
+def _decider(spec: MachineSpec, state: StateSpec) -> Decide:
+    """Return how the phase `state` decides (built once per spec)."""
     kind = state.decision
+    phase = state.name
     if kind == "measure":
-        return Measure(history=s.history, pending=s.pending)
+        return lambda s, _o: Measure(history=s.history, pending=s.pending)
     if kind == "call_llm":
-        return CallLLM(history=s.history, pending=s.pending, turn=s.turns + 1)
+        return lambda s, _o: CallLLM(
+            history=s.history, pending=s.pending, turn=s.turns + 1
+        )
     if kind == "run_tools":
-        return RunTools(calls=_unanswered(s))
+        return lambda s, o: RunTools(calls=_unanswered(s, o))
     if kind == "pause":
-        return Pause(
-            phase=s.phase, calls=_unanswered(s), accepts=_accepts(spec, s.phase)
-        )
+        accepts = _accepts(spec, phase)
+        return lambda s, o: Pause(phase=phase, calls=_unanswered(s, o), accepts=accepts)
     if kind == "compact":
-        reason = s.compact_reason or CompactReason.MANUAL
-        return Compact(reason=reason, history=s.history, pending=s.pending)
-    if kind == "finish":
-        return Finish(text=s.last_reply.text if s.last_reply is not None else "")
-    if kind == "fail":
-        error: TurnFSMError = (
-            s.failure.to_error()
-            if s.failure is not None
-            else IllegalEvent(phase=s.phase, event="?")
+        return lambda s, _o: Compact(
+            reason=s.compact_reason or CompactReason.MANUAL,
+            history=s.history,
+            pending=s.pending,
         )
-        return Fail(error=error)
-    return Perform(effect=state.effect or "", phase=s.phase)
+    if kind == "finish":
+        return lambda s, _o: Finish(
+            text=s.last_reply.text if s.last_reply is not None else ""
+        )
+    if kind == "fail":
+        return lambda s, _o: Fail(error=_error_of(s))
+    effect = state.effect or ""
+    return lambda _s, _o: Perform(effect=effect, phase=phase)
+
+
+def _error_of(s: Snapshot) -> TurnFSMError:
+    if s.failure is not None:
+        return s.failure.to_error()
+    return IllegalEvent(phase=s.phase, event="?")

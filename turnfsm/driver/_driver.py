@@ -72,6 +72,7 @@ from turnfsm.core import (
     Perform,
     RunCancelled,
     RunStarted,
+    RunTools,
     TurnMachine,
     trigger_of,
 )
@@ -103,7 +104,7 @@ from turnfsm.hooks import (
     TransitionInfo,
 )
 from turnfsm.hooks._dispatch import HookDispatcher
-from turnfsm.messages import Message, MessageLog, check_history
+from turnfsm.messages import Message, MessageLog, OpenCalls, check_history
 from turnfsm.persistence import (
     Committed,
     CompactionRecord,
@@ -112,6 +113,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     Session,
+    ToolResultRecorded,
     TurnRecord,
     decision_key,
     machine_digest,
@@ -222,6 +224,7 @@ class Driver:
     _schemas: tuple[ToolSchema, ...] = attrs.field(init=False)
     _effects: dict[str, Effect] = attrs.field(init=False)
     _digest: str = attrs.field(init=False)
+    _extras: tuple[str, ...] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.model, ModelClient):
@@ -260,6 +263,10 @@ class Driver:
                     f"an effect named {state.effect!r} for phase {state.name!r}",
                 )
         self._digest = machine_digest(self.machine)
+        extras = [self.system_prompt or ""]
+        if self._schemas:
+            extras.append(json.dumps([attrs.asdict(s) for s in self._schemas]))
+        self._extras = tuple(e for e in extras if e)
 
     @property
     def budget(self) -> Budget:
@@ -305,7 +312,8 @@ class Driver:
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
-        check_history((*session.history, *messages))
+        # O(new messages): the history's own state is memoised on its log.
+        OpenCalls.of(session.history).then(messages).require_closed()
         with session.claim():
             waiting = session.open_runs()
             if waiting:
@@ -396,10 +404,7 @@ class Driver:
     ) -> _Loop:
         dispatcher = HookDispatcher.of([*self.hooks, *hooks], strict=self.strict_hooks)
         meter = Meter(self.counter)
-        extras = [self.system_prompt or ""]
-        if self._schemas:
-            extras.append(json.dumps([attrs.asdict(s) for s in self._schemas]))
-        kept = tuple(e for e in extras if e)
+        kept = self._extras
         reserved = (meter.measure(extras=kept) if kept else 0) + (
             self.max_output_tokens or 0
         )
@@ -425,7 +430,9 @@ class Driver:
             clock=self.clock,
             new_id=new_id,
         )
-        return _Loop(self, session, machine, ctx, control)
+        loop = _Loop(self, session, machine, ctx, control)
+        ctx.record = loop.record_result
+        return loop
 
 
 def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
@@ -442,7 +449,9 @@ def _open_run(session: Session, run_id: str) -> Any:
     try:
         record = session.run(run_id)
     except KeyError:
-        raise ConfigError("run_id", run_id, f"a run of session {session.id!r}") from None
+        raise ConfigError(
+            "run_id", run_id, f"a run of session {session.id!r}"
+        ) from None
     if not record.is_open:
         raise ConfigError(
             "run_id", run_id, f"a paused or unfinished run (it is {record.outcome})"
@@ -481,6 +490,9 @@ class _Loop:
         self.usage = Usage()
         self.compactions = 0
         self.context: tuple[MessageLog, MessageLog] | None = None
+        self._effects = driver._effects
+        self._wants_transition = self.hooks.wants("on_transition")
+        self._journal = anyio.Lock()
 
     # -- the log -------------------------------------------------------
     async def open(self, input: tuple[Message, ...]) -> None:
@@ -496,21 +508,28 @@ class _Loop:
         if self.hooks.wants("on_run_start"):
             self.hooks.call(
                 "on_run_start",
-                RunStartInfo(session_id=self.session.id, run_id=self.run_id, input=input),
+                RunStartInfo(
+                    session_id=self.session.id, run_id=self.run_id, input=input
+                ),
             )
 
     def restore(self, record: Any) -> None:
         self.index = len(record.events)
         self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
         self.compactions = len(record.compactions)
+        self.ctx.recorded = self.session.recorded_results(self.run_id)
+
+    async def record_result(self, result: Message) -> None:
+        """Log one tool result of the batch in flight (calls finish concurrently)."""
+        entry = ToolResultRecorded(run_id=self.run_id, index=self.index, result=result)
+        async with self._journal:
+            await self.session.append(entry)
 
     async def feed(self, event: Event, last: Decision | None) -> Decision:
         """Feed `event` to the brain and append it, and what it led to, to the log."""
         machine = self.machine
         before = machine.snapshot
-        entries: list[Entry] = []
-        if last is not None:
-            entries.extend(self._audit(last, event, before))
+        entries: list[Entry] = [] if last is None else self._audit(last, event, before)
         try:
             decision = machine.handle(event)
         except InvalidMessage as exc:
@@ -525,7 +544,7 @@ class _Loop:
         if after.history is not before.history:
             entries.append(_committed(self.run_id, before.history, after.history))
         await self.session.append(*entries, history=after.history)
-        if self.hooks.wants("on_transition") and machine.last_step is not None:
+        if self._wants_transition and machine.last_step is not None:
             self.hooks.call(
                 "on_transition",
                 TransitionInfo(run_id=self.run_id, step=machine.last_step),
@@ -560,19 +579,23 @@ class _Loop:
                     usage=event.usage,
                 )
             ]
-        outcome = _COMPACTION_OUTCOMES.get(type(event))
-        if isinstance(decision, Compact) and outcome is not None:
-            return [self._compaction(decision, event, outcome, before)]
+        if isinstance(decision, Compact):
+            outcome = _COMPACTION_OUTCOMES.get(type(event))
+            if outcome is not None:
+                return [self._compaction(decision, event, outcome, before)]
         return []
 
     def _context_change(self, decision: CallLLM) -> tuple[int, list[str]]:
         """The context of this call as a change from the previous call's."""
         history, pending = decision.history, decision.pending
         last, self.context = self.context, (history, pending)
-        if last is not None and _extends(history, last[0], same=True):
-            if _extends(pending, last[1], same=False):
-                keep = len(history) + len(last[1])
-                return keep, [m.id for m in pending.items_from(len(last[1]))]
+        if (
+            last is not None
+            and _extends(history, last[0], same=True)
+            and _extends(pending, last[1], same=False)
+        ):
+            keep = len(history) + len(last[1])
+            return keep, [m.id for m in pending.items_from(len(last[1]))]
         return 0, [m.id for m in history] + [m.id for m in pending]
 
     def _compaction(
@@ -635,7 +658,9 @@ class _Loop:
         """Carry out `decision` (the one in flight when the process died)."""
         return await self._guarded(None, decision)
 
-    async def _guarded(self, event: Event | None, decision: Decision | None) -> RunResult:
+    async def _guarded(
+        self, event: Event | None, decision: Decision | None
+    ) -> RunResult:
         try:
             if event is not None:
                 decision = await self.feed(event, None)
@@ -653,13 +678,20 @@ class _Loop:
             raise
 
     async def _steps(self, decision: Decision) -> RunResult:
+        # Hooks are never added during a run (only detached), so what they
+        # want is looked up once; a detached hook is simply not called.
+        hooks = self.hooks
+        wants_decision = hooks.wants("on_decision")
+        wants_outcome = hooks.wants("on_outcome")
+        control = self.control
         while True:
-            decision = await self._steer(decision)
+            if control is not None:
+                decision = await self._steer(decision)
             if isinstance(decision, Finish | Fail | Pause):
                 return await self._end(decision, None)
             await anyio.lowlevel.checkpoint()
-            if self.hooks.wants("on_decision"):
-                self.hooks.call(
+            if wants_decision:
+                hooks.call(
                     "on_decision",
                     DecisionInfo(
                         run_id=self.run_id,
@@ -669,8 +701,10 @@ class _Loop:
                     ),
                 )
             event = await self._effect(decision)
-            if self.hooks.wants("on_outcome"):
-                self.hooks.call(
+            if self.ctx.recorded and isinstance(decision, RunTools):
+                self.ctx.recorded = {}  # the resumed batch is done
+            if wants_outcome:
+                hooks.call(
                     "on_outcome",
                     OutcomeInfo(
                         run_id=self.run_id,
@@ -683,8 +717,10 @@ class _Loop:
             # outcome, so a final reply still sees an injected message (it
             # waits in the inbox). Not after a measurement: the estimate must
             # be of the request as it is.
-            if not isinstance(decision, Measure) and not isinstance(
-                event, RunCancelled
+            if (
+                control is not None
+                and type(decision) is not Measure
+                and type(event) is not RunCancelled
             ):
                 steered = await self._steer(decision)
                 if isinstance(steered, Finish | Fail | Pause):
@@ -701,9 +737,9 @@ class _Loop:
     async def _effect(self, decision: Decision) -> Event:
         """Carry `decision` out under its timeout, interruptible by the control."""
         key = effect_key(decision)
-        effect = self.driver._effects[key]
-        limit = self._limit(decision)
+        effect = self._effects[key]
         control = self.control
+        limit = self._limit(decision)
         if limit is None and control is None:
             return await effect(self.ctx, decision)
         with anyio.CancelScope() as scope:
@@ -722,9 +758,10 @@ class _Loop:
         return self._timed_out(decision, key, limit)
 
     def _limit(self, decision: Decision) -> float | None:
-        if isinstance(decision, Compact):
+        kind = type(decision)
+        if kind is Compact:
             return self.driver.compaction_timeout
-        if isinstance(decision, Perform):
+        if kind is Perform:
             return self.driver.effect_timeout
         return None
 

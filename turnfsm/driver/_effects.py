@@ -51,7 +51,7 @@ from turnfsm.driver._tools import Tool, deadline, run_tool_call
 from turnfsm.errors import ProviderError
 from turnfsm.hooks import PreCompact, PreCompactInfo, TextDeltaInfo
 from turnfsm.hooks._dispatch import HookDispatcher
-from turnfsm.messages import Joined, Message
+from turnfsm.messages import Joined, Message, ToolCallPart
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse, ToolSchema
 from turnfsm.providers._stream import StreamDone, TextDelta
 from turnfsm.tokens import Meter
@@ -96,6 +96,10 @@ class EffectContext:
         stream: Whether replies are streamed to the hooks.
         clock: Wall-clock seconds (``time.time`` unless replaced).
         new_id: Makes a fresh id from a prefix.
+        recorded: Tool results of the batch in flight that a previous process
+            recorded before it died, by call id: not run again.
+        record: Hands each tool result to the loop as the call finishes (the
+            loop writes it to the log), or None.
     """
 
     run_id: str
@@ -117,6 +121,8 @@ class EffectContext:
     stream: bool
     clock: Callable[[], float]
     new_id: Callable[[str], str]
+    recorded: Mapping[str, Message] = attrs.field(factory=dict)
+    record: Callable[[Message], Awaitable[None]] | None = None
 
     @property
     def turn(self) -> int:
@@ -208,7 +214,9 @@ async def _complete(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
     try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
         with deadline(ctx.model_timeout):
-            return await call(ctx, request)
+            if ctx.stream:
+                return await _streamed(ctx, request)
+            return await ctx.model.complete(request)
     except Exception as exc:
         if not is_transient(exc) or ctx.retry.max_attempts < 2:
             raise
@@ -253,21 +261,35 @@ async def _streamed(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
 
 
 async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
-    """Run every call concurrently under the tool timeout; results in call order."""
+    """Run every call concurrently under the tool timeout; results in call order.
+
+    Each result is handed to `ctx.record` as its call finishes, so a run whose
+    process dies mid-batch resumes without running the finished calls again
+    (`ctx.recorded`).
+    """
     calls = decision.calls
+    if len(calls) == 1:  # the usual case: no task group needed
+        return ToolsFinished(results=(await _one_tool(ctx, calls[0]),))
     results: list[Message | None] = [None] * len(calls)
-    timeout = ctx.tool_timeout
 
     async def one(index: int) -> None:
-        results[index] = await run_tool_call(calls[index], ctx.tools, limit=timeout)
+        results[index] = await _one_tool(ctx, calls[index])
 
-    if len(calls) == 1:
-        await one(0)
-    elif calls:
+    if calls:
         async with anyio.create_task_group() as group:
             for index in range(len(calls)):
                 group.start_soon(one, index)
     return ToolsFinished(results=[r for r in results if r is not None])
+
+
+async def _one_tool(ctx: EffectContext, call: ToolCallPart) -> Message:
+    done = ctx.recorded.get(call.id)
+    if done is not None:
+        return done
+    result = await run_tool_call(call, ctx.tools, limit=ctx.tool_timeout)
+    if ctx.record is not None:
+        await ctx.record(result)
+    return result
 
 
 async def compact(ctx: EffectContext, decision: Compact) -> Event:
@@ -348,4 +370,3 @@ _KEYS: Final[dict[type, str]] = {
     RunTools: "run_tools",
     Compact: "compact",
 }
-

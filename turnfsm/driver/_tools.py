@@ -9,6 +9,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 from typing import Any, Literal, Union, final, get_args, get_origin
 
 import anyio
@@ -215,8 +216,39 @@ def _schema_of(tp: Any, tool: str, param: str) -> dict[str, Any]:
 
 
 def deadline(seconds: float | None) -> AbstractContextManager[object]:
-    """Return `anyio.fail_after(seconds)`, or a no-op context for no limit."""
-    return anyio.fail_after(seconds) if seconds is not None else nullcontext()
+    """Return a context that raises `TimeoutError` after `seconds` (None: no limit).
+
+    `anyio.fail_after` without its generator: one bare `CancelScope` with a
+    deadline. Only the deadline can cancel the scope (nobody else holds it),
+    so a cancellation it caught is the deadline: `TimeoutError`.
+    """
+    return _Deadline(seconds) if seconds is not None else nullcontext()
+
+
+@final
+class _Deadline:
+    """`deadline()`'s context: a `CancelScope` whose expiry is a `TimeoutError`."""
+
+    __slots__ = ("_scope", "_seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = anyio.CancelScope(deadline=anyio.current_time() + self._seconds)
+        self._scope = scope
+        return scope.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        scope = self._scope
+        scope.__exit__(exc_type, exc, tb)
+        if scope.cancelled_caught:
+            raise TimeoutError from None
 
 
 async def run_tool_call(
@@ -238,12 +270,15 @@ async def run_tool_call(
         if limit is None:
             output = await tool.invoke(call.arguments)
         else:
-            with anyio.move_on_after(limit) as scope:
+            # A bare scope is move_on_after without its backend look-ups.
+            with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
                 output = await tool.invoke(call.arguments)
-        if limit is not None and scope.cancelled_caught:
-            return Message.tool_result(
-                call.id, f"tool {call.name!r} timed out after {limit}s", is_error=True
-            )
+            if scope.cancelled_caught:
+                return Message.tool_result(
+                    call.id,
+                    f"tool {call.name!r} timed out after {limit}s",
+                    is_error=True,
+                )
     except Exception as exc:
         return Message.tool_result(
             call.id,

@@ -8,6 +8,7 @@ run's end. The working history and the audit trail are projections of it.
 from __future__ import annotations
 
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
+from turnfsm.persistence._open import default_store_path, open_store
 from turnfsm.persistence._records import (
     ENTRY_TYPES,
     OUTCOMES,
@@ -18,6 +19,7 @@ from turnfsm.persistence._records import (
     Outcome,
     RunEnded,
     RunOpened,
+    ToolResultRecorded,
     TurnRecord,
     decision_key,
     event_messages,
@@ -25,6 +27,7 @@ from turnfsm.persistence._records import (
 )
 from turnfsm.persistence._session import RunRecord, Session, new_id
 from turnfsm.persistence._store import MemoryStore, SessionInfo, SessionStore
+from turnfsm.persistence.sqlite import SQLiteStore
 
 __all__ = [
     "ENTRY_TYPES",
@@ -38,15 +41,19 @@ __all__ = [
     "RunEnded",
     "RunOpened",
     "RunRecord",
+    "SQLiteStore",
     "Session",
     "SessionInfo",
     "SessionStore",
+    "ToolResultRecorded",
     "TurnRecord",
     "decision_key",
+    "default_store_path",
     "dump_session",
     "event_messages",
     "load_session",
     "machine_digest",
     "new_id",
+    "open_store",
     "session_lines",
 ]

@@ -10,6 +10,7 @@ appends each entry as it happens:
 | `EventRecorded` | every event fed to the brain, in order (the replay source) |
 | `TurnRecord` | every model reply: the context it saw (message ids), usage |
 | `CompactionRecord` | every compaction pass, whatever it came to |
+| `ToolResultRecorded` | every tool call's result, as the call finishes |
 | `Committed` | the brain changed its committed history (a commit point) |
 | `RunEnded` | the run ended: done, failed, cancelled or paused |
 
@@ -55,6 +56,7 @@ __all__ = [
     "Outcome",
     "RunEnded",
     "RunOpened",
+    "ToolResultRecorded",
     "TurnRecord",
     "decision_key",
     "event_messages",
@@ -173,6 +175,20 @@ class CompactionRecord:
 
 @final
 @attrs.frozen(kw_only=True)
+class ToolResultRecorded:
+    """One tool call of the batch in flight finished with `result`.
+
+    Written as each call finishes, before the batch's `ToolsFinished`: a run
+    resumed after its process died does not run a recorded call again.
+    """
+
+    run_id: str
+    index: int
+    result: Message
+
+
+@final
+@attrs.frozen(kw_only=True)
 class Committed:
     """The committed history became its first `keep` messages plus `messages`."""
 
@@ -198,7 +214,13 @@ class RunEnded:
 
 
 Entry: TypeAlias = (
-    RunOpened | EventRecorded | TurnRecord | CompactionRecord | Committed | RunEnded
+    RunOpened
+    | EventRecorded
+    | TurnRecord
+    | CompactionRecord
+    | ToolResultRecorded
+    | Committed
+    | RunEnded
 )
 """Any entry of a session's log."""
 
@@ -207,6 +229,7 @@ ENTRY_TYPES: Final[tuple[type[Entry], ...]] = (
     EventRecorded,
     TurnRecord,
     CompactionRecord,
+    ToolResultRecorded,
     Committed,
     RunEnded,
 )
@@ -247,11 +270,19 @@ def machine_digest(spec: MachineSpec) -> str:
 
 def event_messages(event: Event) -> tuple[Message, ...]:
     """Return the messages `event` brings in (content is stored once, here)."""
+    kind = type(event)
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in attrs.fields(kind))
     found: list[Message] = []
-    for field in attrs.fields(type(event)):
-        value = getattr(event, field.name)
-        if isinstance(value, Message):
+    for name in names:
+        value = getattr(event, name)
+        if type(value) is Message:  # Message is final
             found.append(value)
-        elif isinstance(value, tuple) and value and isinstance(value[0], Message):
+        elif isinstance(value, tuple) and value and type(value[0]) is Message:
             found.extend(value)
     return tuple(found)
+
+
+_FIELD_NAMES: Final[dict[type, tuple[str, ...]]] = {}
+"""Event class -> its field names (`attrs.fields` is slow on the hot path)."""

@@ -25,6 +25,7 @@ from turnfsm.persistence._records import (
     EventRecorded,
     RunEnded,
     RunOpened,
+    ToolResultRecorded,
     TurnRecord,
     event_messages,
 )
@@ -106,6 +107,7 @@ class _Run:
     events: list[EventRecorded] = attrs.field(factory=list)
     turns: list[TurnRecord] = attrs.field(factory=list)
     compactions: list[CompactionRecord] = attrs.field(factory=list)
+    results: list[ToolResultRecorded] = attrs.field(factory=list)
     ended: RunEnded | None = None
 
     def record(self) -> RunRecord:
@@ -208,7 +210,11 @@ class Session:
 
     def open_runs(self) -> list[RunRecord]:
         """Runs that can still go on: paused, or without an end in the log."""
-        return [r for r in self.runs if r.is_open]
+        return [
+            run.record()
+            for run in self._runs.values()
+            if run.ended is None or run.ended.outcome == "paused"
+        ]
 
     def message(self, message_id: str) -> Message:
         """Return the message with `message_id`, as it was first said.
@@ -225,6 +231,24 @@ class Session:
             KeyError: the session has no such run.
         """
         return tuple(self._runs[run_id].events)
+
+    def recorded_results(self, run_id: str) -> dict[str, Message]:
+        """Return the tool results of `run_id`'s batch in flight, by call id.
+
+        These are the calls that finished after the run's latest event, in a
+        process that died before the batch did: a resumed run does not run
+        them again.
+
+        Raises:
+            KeyError: the session has no such run.
+        """
+        run = self._runs[run_id]
+        return {
+            part.call_id: r.result
+            for r in run.results
+            if r.index == len(run.events)
+            for part in r.result.tool_results
+        }
 
     def history_before(self, run_id: str) -> MessageLog:
         """Return the committed history as it was when `run_id` began."""
@@ -268,9 +292,10 @@ class Session:
         Raises:
             SessionConflict: another writer appended to this session first.
         """
-        await self.store.append(self.id, entries, expected_version=self.version)
+        await self.store.append(self.id, entries, expected_version=len(self._entries))
+        apply = self._apply
         for entry in entries:
-            self._apply(entry, history)
+            apply(entry, history)
 
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
@@ -289,6 +314,9 @@ class Session:
                 self._runs[entry.run_id].turns.append(entry)
             case CompactionRecord():
                 self._runs[entry.run_id].compactions.append(entry)
+            case ToolResultRecorded(result=result):
+                self._messages.setdefault(result.id, result)
+                self._runs[entry.run_id].results.append(entry)
             case RunOpened():
                 self._runs[entry.run_id] = _Run(
                     opened=entry, version=version, last=version + 1

@@ -36,6 +36,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     SessionStore,
+    ToolResultRecorded,
     TurnRecord,
 )
 from turnfsm.values import Usage
@@ -100,6 +101,7 @@ def sample_entries(run_id: str = "run_1") -> tuple[Entry, ...]:
             tokens_after=300,
             key=f"{run_id}:3",
         ),
+        ToolResultRecorded(run_id=run_id, index=2, result=result),
         Committed(run_id=run_id, keep=0, messages=("m_sum", "m_user")),
         RunEnded(
             run_id=run_id,

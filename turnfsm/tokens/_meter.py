@@ -14,6 +14,7 @@ for one thread at a time.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Hashable, Sequence
 from typing import Final, final
 
@@ -24,8 +25,29 @@ from turnfsm.tokens._protocol import IncrementalCounter, TokenCounter
 
 __all__ = ["Meter"]
 
-_MEMO_TAG: Final = "units"
 _MAX_EXTRAS: Final = 64
+_MAX_KEYS: Final = 256
+_UNIT_METHODS: Final = ("count", "count_text", "units", "text_units", "tokens")
+_INCREMENTAL_TYPES: Final[set[type]] = set()
+
+
+@final
+class _CounterKey:
+    """Stands for one counter value in the logs' memos (hashed by identity)."""
+
+    __slots__ = ("extras",)
+
+    def __init__(self) -> None:
+        self.extras: dict[str, int] = {}
+
+
+_KEYS: Final[weakref.WeakKeyDictionary[object, _CounterKey]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Counter value -> its key, so that equal counters share sums and extras."""
+
+_STRONG_KEYS: Final[dict[object, _CounterKey]] = {}
+"""The same, for counters that cannot be weakly referenced (bounded)."""
 
 
 @final
@@ -45,38 +67,61 @@ class Meter:
 
     counter: TokenCounter = attrs.field(on_setattr=attrs.setters.frozen)
     _incremental: IncrementalCounter | None = attrs.field(init=False, repr=False)
-    _memo_key: Hashable | None = attrs.field(init=False, repr=False)
+    _memo_key: _CounterKey | None = attrs.field(init=False, repr=False)
     # Extras (a system prompt, tool schemas) ride every request unchanged:
-    # price each distinct text once.
-    _extra_units: dict[str, int] = attrs.field(init=False, repr=False, factory=dict)
+    # price each distinct text once (per counter value, across meters).
+    _extra_units: dict[str, int] = attrs.field(init=False, repr=False)
 
     @_incremental.default
     def _incremental_view(self) -> IncrementalCounter | None:
         counter = self.counter
-        return counter if isinstance(counter, IncrementalCounter) else None
+        # A protocol isinstance check is slow and a driver makes a meter per
+        # run: a class whose own methods make it incremental is remembered.
+        if type(counter) in _INCREMENTAL_TYPES:
+            return counter  # type: ignore[return-value]
+        if not isinstance(counter, IncrementalCounter):
+            return None
+        if all(callable(getattr(type(counter), name, None)) for name in _UNIT_METHODS):
+            _INCREMENTAL_TYPES.add(type(counter))
+        return counter
 
     @_memo_key.default
-    def _key(self) -> Hashable | None:
+    def _key(self) -> _CounterKey | None:
         # Keyed by the counter's value: equal counters price messages alike,
-        # so they may share sums. An unhashable counter gets no sums.
-        key = (_MEMO_TAG, self.counter)
+        # so they share one key (and its sums). A counter's own hash may be
+        # slow (attrs hashes every field), so it is hashed once, here; the
+        # memos use the key's identity. An unhashable counter gets no sums.
+        counter = self.counter
         try:
-            hash(key)
-        except TypeError:
-            return None
+            key = _KEYS.get(counter)
+            if key is None:
+                key = _KEYS[counter] = _CounterKey()
+        except TypeError:  # not weakly referenceable, or unhashable
+            try:
+                key = _STRONG_KEYS.get(counter)
+            except TypeError:
+                return None
+            if key is None:
+                if len(_STRONG_KEYS) >= _MAX_KEYS:
+                    _STRONG_KEYS.clear()
+                key = _STRONG_KEYS[counter] = _CounterKey()
         return key
+
+    @_extra_units.default
+    def _extras_cache(self) -> dict[str, int]:
+        key = self._memo_key
+        return key.extras if key is not None else {}
 
     def measure(self, *parts: Sequence[Message], extras: Sequence[str] = ()) -> int:
         """Return the token estimate of `parts` sent as one request with `extras`.
 
         The parts are concatenated in order; each extra text (a system
-        prompt, tool schemas) rides the same request. For an
-        `IncrementalCounter` the units of everything are summed and
-        converted once, so the result equals
-        `counter.tokens(sum(units) + sum(text_units))`, which is
-        `counter.count(concatenation)` when there are no extras. For a plain
-        `TokenCounter` it is `counter.count(concatenation)` plus
-        `counter.count_text(e)` for each extra.
+        prompt, tool schemas) rides the same request. The result is
+        `counter.count(concatenation)` plus `counter.count_text(e)` for each
+        extra, for every counter: the one count that the driver, the context
+        manager (messages + its reserved budget) and the records all report.
+        For an `IncrementalCounter` the messages' units are summed from memos,
+        so a re-measure after an append costs O(new messages).
 
         Args:
             *parts: Message sequences, e.g. the history and pending logs.
@@ -90,13 +135,32 @@ class Meter:
             messages = [m for part in parts for m in part]
             total = self.counter.count(messages)
             return total + sum(self.counter.count_text(e) for e in extras)
-        units = sum(self._units_of_extra(counter, e) for e in extras)
+        # Extras are priced on their own (as `count_text` would): the request's
+        # size is then exactly count(messages) + the extras' count, the same
+        # number whoever adds it up (the manager adds its reserved budget).
+        extra_tokens = 0
+        if extras:
+            known = self._extra_units
+            for text in extras:
+                extra = known.get(text)
+                if extra is None:
+                    extra = self._units_of_extra(counter, text)
+                extra_tokens += counter.tokens(extra)
+        units = 0
+        key = self._memo_key
         for part in parts:
-            if isinstance(part, MessageLog) and self._memo_key is not None:
-                units += self._log_units(counter, part, self._memo_key)
+            if key is not None and type(part) is MessageLog:
+                sums: list[int] | None = part.memo.get(key)
+                n = len(part)
+                # The usual case: the sums already reach this view's length.
+                if sums is not None and n < len(sums):
+                    units += sums[n]
+                else:
+                    units += self._log_units(counter, part, key)
             else:
-                units += sum(counter.units(m) for m in part)
-        return counter.tokens(units)
+                for message in part:
+                    units += counter.units(message)
+        return counter.tokens(units) + extra_tokens
 
     def _units_of_extra(self, counter: IncrementalCounter, text: str) -> int:
         cache = self._extra_units

@@ -1,0 +1,199 @@
+"""`turnfsm sessions` and `--store`: the CLI keeps sessions on disk, shows,
+exports, imports and removes them; errors exit 2 with one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+from turnfsm.cli import main
+from turnfsm.persistence import Session, SQLiteStore
+
+Capture = pytest.CaptureFixture[str]
+
+
+def _demo(capsys: Capture, *args: str) -> str:
+    """Run the demo; return its session id."""
+    assert main(["demo", *args]) == 0
+    out = capsys.readouterr().out
+    found = re.search(r"session (ses_\w+) stored in (.+)", out)
+    assert found is not None, out
+    return found.group(1)
+
+
+def test_the_demo_stores_its_session_in_the_user_data_dir(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    default = tmp_path / "xdg-data" / "turnfsm" / "sessions.db"
+    found = re.search(r"session (ses_\w+) stored in (.+)", out)
+    assert found is not None
+    assert found.group(2) == str(default)
+    assert main(["sessions", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert found.group(1) in listed
+    assert re.search(rf"{found.group(1)}\s+\d+\s+1\s+done", listed)
+
+
+def test_store_option_and_env_var_choose_the_store(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "mine.db"
+    first = _demo(capsys, "--store", str(db))
+    monkeypatch.setenv("TURNFSM_STORE", f"sqlite:///{db}")
+    second = _demo(capsys)
+    assert main(["sessions", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert first in listed
+    assert second in listed
+    assert f"2 session(s) in {db}" in listed
+    assert not (tmp_path / "xdg-data" / "turnfsm" / "sessions.db").exists()
+
+
+def test_quiet_demo_still_prints_only_the_answer(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    assert main(["demo", "--quiet", "--store", str(tmp_path / "q.db")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("final answer")
+
+
+def test_show_prints_history_runs_and_compactions(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    store = ["--store", str(tmp_path / "s.db")]
+    sid = _demo(capsys, *store)
+    assert main(["sessions", "show", sid, *store]) == 0
+    out = capsys.readouterr().out
+    assert f"session {sid}: " in out
+    assert "history (4 messages):" in out
+    assert re.search(r"  user\s+Audit app\.log", out)
+    assert "[tool calls: read_log]" in out
+    assert re.search(r"run_\w+  done  6 turn\(s\)  usage 0 in / 0 out", out)
+    assert "compactions (2):" in out
+    assert "threshold_exceeded  compacted" in out
+    assert "emergency  compacted" in out
+
+
+def test_export_jsonl_imports_again_into_another_store(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    one, two = ["--store", str(tmp_path / "1.db")], ["--store", str(tmp_path / "2.db")]
+    sid = _demo(capsys, *one)
+    log = tmp_path / "s.jsonl"
+    assert main(["sessions", "export", sid, "--out", str(log), *one]) == 0
+    capsys.readouterr()
+    assert main(["sessions", "export", sid, *one]) == 0
+    assert capsys.readouterr().out == log.read_text()
+    assert main(["sessions", "import", str(log), *two]) == 0
+    assert f"imported session {sid}" in capsys.readouterr().out
+
+    async def both() -> tuple[Session, Session]:
+        async with (
+            SQLiteStore(tmp_path / "1.db") as a,
+            SQLiteStore(tmp_path / "2.db") as b,
+        ):
+            return await Session.load(a, sid), await Session.load(b, sid)
+
+    original, imported = anyio.run(both)
+    assert imported.entries == original.entries
+    assert list(imported.history) == list(original.history)
+    # Importing it twice is refused, and says why.
+    assert main(["sessions", "import", str(log), *two]) == 2
+    assert "already in" in capsys.readouterr().err
+
+
+def test_export_json_is_one_document_that_imports_too(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    one, two = ["--store", str(tmp_path / "1.db")], ["--store", str(tmp_path / "2.db")]
+    sid = _demo(capsys, *one)
+    assert main(["sessions", "export", sid, "--format", "json", *one]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["session_id"] == sid
+    assert document["entries"][0]["type"] == "RunOpened"
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(document))
+    assert main(["sessions", "import", str(path), *two]) == 0
+    assert main(["sessions", "list", *two]) == 0
+    assert sid in capsys.readouterr().out
+
+
+def test_rm_asks_first_unless_yes(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ["--store", str(tmp_path / "s.db")]
+    sid = _demo(capsys, *store)
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    assert main(["sessions", "rm", sid, *store]) == 1
+    out = capsys.readouterr().out
+    assert f"delete session {sid}" in out
+    assert "not deleted" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    assert main(["sessions", "rm", sid, *store]) == 0
+    assert f"deleted session {sid}" in capsys.readouterr().out
+    assert main(["sessions", "list", *store]) == 0
+    assert "no sessions in" in capsys.readouterr().out
+    sid = _demo(capsys, *store)
+    assert main(["sessions", "rm", sid, "--yes", *store]) == 0
+
+
+def test_replay_reads_a_stored_session(tmp_path: Path, capsys: Capture) -> None:
+    store = ["--store", str(tmp_path / "s.db")]
+    sid = _demo(capsys, *store)
+    assert main(["replay", "--session", sid, *store]) == 0
+    assert "events replayed exactly (done)" in capsys.readouterr().out
+    assert main(["replay", "--session", "ses_nope", *store]) == 2
+    assert "ses_nope" in capsys.readouterr().err
+    assert main(["replay"]) == 2
+    assert "a log file or --session ID" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sessions", "show", "ses_nope"],
+        ["sessions", "export", "ses_nope"],
+        ["sessions", "rm", "ses_nope", "--yes"],
+        ["sessions", "import", "missing.jsonl"],
+        ["sessions", "list", "--store", "mysql://x/y"],
+        ["sessions", "rm", "ses_x", "--store", "memory:"],
+        ["demo", "--store", "nonsense://x"],
+        ["run", "task", "--model", "local", "--store", "nonsense://x"],
+    ],
+    ids=lambda a: " ".join(a[1:3]),
+)
+def test_errors_exit_2_with_one_line(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("turnfsm ")
+
+
+def test_an_unusable_store_file_exits_2_and_stays_unchanged(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    bad = tmp_path / "notes.txt"
+    bad.write_text("my notes\n")
+    assert main(["sessions", "list", "--store", str(bad)]) == 2
+    assert main(["demo", "--store", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot use {bad} as a turnfsm session store" in err
+    assert bad.read_text() == "my notes\n"
+
+
+def test_a_bad_import_file_names_the_line(tmp_path: Path, capsys: Capture) -> None:
+    log = tmp_path / "bad.jsonl"
+    log.write_text("{not json\n")
+    assert main(["sessions", "import", str(log), "--store", "memory:"]) == 2
+    assert "line 1" in capsys.readouterr().err

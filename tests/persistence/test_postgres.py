@@ -1,0 +1,517 @@
+"""PostgresStore: the conformance suite on a real server, several pools and
+processes racing on one session, schema versions, lost connections, and
+whole agent runs that reopen from a new store."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import socket
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+import anyio.abc
+import pytest
+
+# Without psycopg the module skips, unless PostgreSQL is required (CI): then
+# the import fails loudly.
+if os.environ.get("TURNFSM_REQUIRE_POSTGRES") == "1":
+    psycopg = importlib.import_module("psycopg")
+else:
+    psycopg = pytest.importorskip("psycopg", reason="pip install 'turnfsm[postgres]'")
+
+from turnfsm import Agent, serde
+from turnfsm.errors import (
+    ConfigError,
+    DuplicateRecord,
+    SessionConflict,
+    StoreError,
+    StoreUnusable,
+)
+from turnfsm.messages import Message
+from turnfsm.persistence import Entry, EventRecorded, Session
+from turnfsm.persistence.postgres import SCHEMA_VERSION, PostgresStore
+from turnfsm.testing import (
+    ScriptedModel,
+    check_store,
+    reply,
+    sample_entries,
+    tool_call,
+)
+
+pytestmark = pytest.mark.anyio
+
+MakeStore = Callable[..., PostgresStore]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # psycopg's async connections run on asyncio only.
+    return "asyncio"
+
+
+@pytest.fixture
+async def make_store(
+    postgres_url: Callable[[], str],
+) -> AsyncIterator[Callable[..., PostgresStore]]:
+    """Yield `make(url=None, **options)`: a store (a fresh schema without `url`)."""
+    made: list[PostgresStore] = []
+
+    def make(url: str | None = None, **options: object) -> PostgresStore:
+        store = PostgresStore(url or postgres_url(), **options)  # type: ignore[arg-type]
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        await store.close()
+
+
+def _same(got: tuple[Entry, ...], want: tuple[Entry, ...] | list[Entry]) -> bool:
+    return [serde.envelope(e) for e in got] == [serde.envelope(e) for e in want]
+
+
+async def _query(url: str, sql: str, *params: object) -> list[tuple[object, ...]]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(sql, params or None)
+        return await cur.fetchall() if cur.description else []
+
+
+# -- the protocol ------------------------------------------------------
+
+
+async def test_postgres_store_passes_the_conformance_suite(
+    make_store: MakeStore,
+) -> None:
+    await check_store(make_store)
+
+
+async def test_a_new_store_object_reads_what_another_wrote(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    entries = sample_entries()
+    async with PostgresStore(url) as first:
+        assert await first.append("s1", entries, expected_version=0) == len(entries)
+    again = make_store(url)
+    assert _same(await again.load("s1"), entries)
+    assert [(s.id, s.version) for s in await again.list_sessions()] == [
+        ("s1", len(entries))
+    ]
+
+
+async def test_several_pools_racing_at_one_version_give_one_winner(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    stores = [make_store(url, min_size=0, max_size=2) for _ in range(5)]
+    entries = sample_entries()
+    log: list[Entry] = []
+
+    async def writer(
+        n: int, version: int, wins: list[int], losses: list[SessionConflict]
+    ) -> None:
+        try:
+            await stores[n].append("s", entries[n : n + 1], expected_version=version)
+            wins.append(n)
+        except SessionConflict as exc:
+            losses.append(exc)
+
+    for version in range(3):
+        wins: list[int] = []
+        losses: list[SessionConflict] = []
+        async with anyio.create_task_group() as group:
+            for n in range(len(stores)):
+                group.start_soon(writer, n, version, wins, losses)
+        assert len(wins) == 1
+        assert [(e.expected, e.actual) for e in losses] == [(version, version + 1)] * 4
+        log.append(entries[wins[0]])
+    assert _same(await stores[0].load("s"), log)
+
+
+async def test_stores_starting_together_migrate_once(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    stores = [make_store(url) for _ in range(6)]
+    async with anyio.create_task_group() as group:
+        for store in stores:
+            group.start_soon(store.open)
+    rows = await _query(url, "SELECT key, value FROM turnfsm_meta ORDER BY key")
+    assert rows == [("application", "turnfsm"), ("schema_version", str(SCHEMA_VERSION))]
+
+
+_RACER = textwrap.dedent(
+    """
+    import json, sys
+    import anyio
+    from turnfsm.errors import SessionConflict
+    from turnfsm.persistence.postgres import PostgresStore
+    from turnfsm.testing import sample_entries
+
+    async def main(url, name, slots):
+        async with PostgresStore(url) as store:
+            print("ready", flush=True)
+            sys.stdin.readline()
+            won, lost = [], []
+            for slot in range(slots):
+                entries = sample_entries(f"{name}_{slot}")
+                try:
+                    await store.append(
+                        "shared", entries, expected_version=slot * len(entries)
+                    )
+                    won.append(slot)
+                except SessionConflict as exc:
+                    lost.append([slot, exc.actual])
+            print(json.dumps({"won": won, "lost": lost}), flush=True)
+
+    anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    """
+)
+
+
+async def test_two_processes_racing_on_one_session_interleave_nothing(
+    postgres_url: Callable[[], str], make_store: MakeStore
+) -> None:
+    url, slots = postgres_url(), 40
+    processes: list[anyio.abc.Process] = []
+    try:
+        for name in ("a", "b"):
+            processes.append(
+                await anyio.open_process(
+                    [sys.executable, "-c", _RACER, url, name, str(slots)]
+                )
+            )
+        for process in processes:  # both connected (and migrated) first
+            assert process.stdout is not None
+            assert (await process.stdout.receive()).startswith(b"ready")
+        for process in processes:
+            assert process.stdin is not None
+            await process.stdin.send(b"go\n")
+        results = {}
+        for name, process in zip("ab", processes, strict=True):
+            assert process.stdout is not None
+            out = b""
+            with anyio.fail_after(60):
+                async for chunk in process.stdout:
+                    out += chunk
+            assert await process.wait() == 0
+            results[name] = json.loads(out)
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    # Every slot has exactly one winner; a loser found the log past its slot.
+    winners = {slot: name for name in "ab" for slot in results[name]["won"]}
+    assert sorted(winners) == list(range(slots))
+    assert len(results["a"]["won"]) + len(results["b"]["won"]) == slots
+    size = len(sample_entries())
+    for name in "ab":
+        for slot, actual in results[name]["lost"]:
+            assert winners[slot] != name
+            assert actual > slot * size
+    # The log is the winners' appends in slot order: a serial history.
+    want = [
+        e for slot in range(slots) for e in sample_entries(f"{winners[slot]}_{slot}")
+    ]
+    assert _same(await make_store(url).load("shared"), want)
+
+
+# -- what the store refuses --------------------------------------------
+
+
+async def test_a_newer_schema_is_refused_and_left_unchanged(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    await make_store(url).append("s1", sample_entries(), expected_version=0)
+    await _query(
+        url, "UPDATE turnfsm_meta SET value = '99' WHERE key = 'schema_version'"
+    )
+    before = await _query(url, "SELECT seq, body FROM turnfsm_entries ORDER BY seq")
+    with pytest.raises(StoreUnusable) as caught:
+        await make_store(url).load("s1")
+    assert "schema version 99 is newer" in str(caught.value)
+    assert caught.value.path.startswith("postgresql://turnfsm@127.0.0.1:")
+    assert (
+        await _query(url, "SELECT seq, body FROM turnfsm_entries ORDER BY seq")
+        == before
+    )
+    meta = await _query(
+        url, "SELECT value FROM turnfsm_meta WHERE key = 'schema_version'"
+    )
+    assert meta == [("99",)]
+
+
+async def test_another_applications_tables_are_refused(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    await _query(url, "CREATE TABLE turnfsm_meta (key TEXT PRIMARY KEY, value TEXT)")
+    await _query(url, "INSERT INTO turnfsm_meta VALUES ('application', 'other')")
+    with pytest.raises(StoreUnusable, match="another application"):
+        await make_store(url).open()
+    assert await _query(url, "SELECT to_regclass('turnfsm_entries')") == [(None,)]
+
+
+async def test_a_repeated_compaction_key_fails_the_whole_append(
+    make_store: MakeStore,
+) -> None:
+    store = make_store()
+    entries = sample_entries()
+    await store.append("s1", entries, expected_version=0)
+    # The same run again: its compaction record carries the same key.
+    with pytest.raises(DuplicateRecord) as caught:
+        await store.append("s1", entries, expected_version=len(entries))
+    assert caught.value.key == "run_1:3"
+    twice = (*sample_entries("run_2"), *sample_entries("run_2"))
+    with pytest.raises(DuplicateRecord):
+        await store.append("s1", twice, expected_version=len(entries))
+    assert _same(await store.load("s1"), entries)
+
+
+async def test_a_refused_server_is_a_store_error_without_the_password(
+    make_store: MakeStore,
+) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = make_store(f"postgresql://app:s3cret@127.0.0.1:{port}/db", timeout=2)
+    with pytest.raises(StoreUnusable) as caught:
+        await store.list_sessions()
+    assert caught.value.path == f"postgresql://app@127.0.0.1:{port}/db"
+    assert "s3cret" not in str(caught.value)
+    assert "s3cret" not in repr(store)
+
+
+def test_bad_settings_are_config_errors() -> None:
+    for options in ({"min_size": -1}, {"max_size": 0}, {"timeout": 0}):
+        with pytest.raises(ConfigError):
+            PostgresStore("postgresql://x@127.0.0.1/db", **options)
+    with pytest.raises(ConfigError) as caught:
+        PostgresStore("postgresql://u:pw@host/db?nonsense=1")
+    assert "pw" not in str(caught.value)
+
+
+def test_the_store_refuses_trio_with_a_config_error() -> None:
+    async def main() -> None:
+        with pytest.raises(ConfigError, match="asyncio"):
+            await PostgresStore("postgresql://x@127.0.0.1:1/db").open()
+
+    anyio.run(main, backend="trio")
+
+
+# -- lost connections --------------------------------------------------
+
+
+class _Proxy:
+    """A TCP proxy in front of the server that can cut every connection."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.open = True
+        self.scopes: set[anyio.CancelScope] = set()
+        self.port = 0
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+            self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            task_status.started()
+            await listener.serve(self._handle)
+
+    async def _handle(self, client: anyio.abc.SocketStream) -> None:
+        async with client:
+            if not self.open:
+                return
+            with anyio.CancelScope() as scope:
+                self.scopes.add(scope)
+                async with (
+                    await anyio.connect_tcp(*self.upstream) as server,
+                    anyio.create_task_group() as group,
+                ):
+                    group.start_soon(self._pipe, client, server)
+                    group.start_soon(self._pipe, server, client)
+            self.scopes.discard(scope)
+
+    @staticmethod
+    async def _pipe(a: anyio.abc.SocketStream, b: anyio.abc.SocketStream) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in a:
+                await b.send(chunk)
+            await b.send_eof()
+
+    async def cut(self) -> None:
+        """Drop every connection and refuse new ones, as a dead server would."""
+        self.open = False
+        for scope in self.scopes:
+            scope.cancel()
+
+
+def _through(url: str, port: int) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(url, host="127.0.0.1", port=port)
+
+
+def _upstream(url: str) -> tuple[str, int]:
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(url)
+    return str(params["host"]), int(str(params["port"]))
+
+
+def _look(
+    during: Callable[[], Awaitable[None]] | None = None,
+) -> Callable[[], Awaitable[str]]:
+    calls = []
+
+    async def look() -> str:
+        """Look around."""
+        calls.append(1)
+        if during is not None and len(calls) == 1:
+            await during()
+        return "nothing here"
+
+    return look
+
+
+async def _run_with(
+    store: PostgresStore, during: Callable[[], Awaitable[None]]
+) -> tuple[Agent, BaseException | None]:
+    """Run an agent whose first tool call calls `during()`; return it, its error."""
+    model = ScriptedModel.of(
+        reply("", tool_call("look", "c1")), reply("", tool_call("look", "c2")), "done"
+    )
+    agent = Agent(model=model, tools=[_look(during)], store=store)
+    try:
+        await agent.run("look twice")
+    except StoreError as exc:
+        return agent, exc
+    return agent, None
+
+
+async def test_a_backend_terminated_mid_run_is_reconnected_transparently(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    store = make_store(f"{url} application_name=victim", min_size=2, max_size=3)
+
+    async def terminate() -> None:
+        await _query(
+            url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'victim'",
+        )
+
+    agent, error = await _run_with(store, terminate)
+    assert error is None
+    assert agent.session.runs[-1].outcome == "done"
+    reopened = await Session.load(make_store(url), agent.session.id)
+    assert _same(reopened.entries, agent.session.entries)
+
+
+async def test_a_connection_lost_mid_run_is_a_store_error_and_nothing_half_written(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    proxy = _Proxy(_upstream(url))
+    async with anyio.create_task_group() as group:
+        await group.start(proxy.serve)
+        store = make_store(_through(url, proxy.port), timeout=1)
+        agent, error = await _run_with(store, proxy.cut)
+        group.cancel_scope.cancel()
+    assert isinstance(error, StoreUnusable)
+    assert error.path == f"postgresql://turnfsm@127.0.0.1:{proxy.port}/turnfsm"
+    assert "s3cret" not in str(error)
+    # Reconnected (directly): the log is what the run's view had appended;
+    # the append that met the cut is not there, not even in part.
+    reopened = await Session.load(make_store(url), agent.session.id)
+    assert _same(reopened.entries, agent.session.entries)
+    assert [r.run_id for r in reopened.open_runs()] == [agent.session.runs[-1].run_id]
+    assert [m.id for m in reopened.history] == [m.id for m in agent.session.history]
+    versions = await _query(url, "SELECT version FROM turnfsm_sessions")
+    assert versions == [(len(reopened.entries),)]
+    # The interrupted run resumes to completion from the log.
+    model = ScriptedModel.of(reply("", tool_call("look", "c2")), "done")
+    later = Agent(model=model, tools=[_look()], store=make_store(url))
+    run_id = reopened.open_runs()[0].run_id
+    assert (await later.resume(reopened.id, run_id)).outcome == "done"
+    final = await Session.load(make_store(url), reopened.id)
+    assert final.open_runs() == []
+    assert [m.text for m in final.history][-1] == "done"
+
+
+# -- whole runs --------------------------------------------------------
+
+
+async def test_an_agent_run_reopens_from_a_new_store_and_goes_on(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+
+    async def read(path: str) -> str:
+        """Read a file."""
+        return f"contents of {path}: " + "lorem ipsum " * 20
+
+    model = ScriptedModel.of(reply("", tool_call("read", "c1", path="a.md")), "done")
+    agent = Agent(model=model, tools=[read], store=make_store(url))
+    result = await agent.run("summarise a.md")
+    assert result.outcome == "done"
+    session = agent.session
+
+    reopened = await Session.load(make_store(url), session.id)
+    assert _same(reopened.entries, session.entries)
+    assert [m.id for m in reopened.history] == [m.id for m in session.history]
+    assert [r.run_id for r in reopened.runs] == [r.run_id for r in session.runs]
+    later = Agent(model=ScriptedModel.of("again"), store=reopened.store)
+    await later.open_session(session.id)
+    assert (await later.run("and now?")).outcome == "done"
+    assert len(later.session.runs) == 2
+    again = await Session.load(make_store(url), session.id)
+    assert [m.id for m in again.history] == [m.id for m in later.session.history]
+
+    # Message content is stored once: each message has one row, and no
+    # entry body carries its text.
+    (count,) = (await _query(url, "SELECT count(*) FROM turnfsm_messages"))[0]
+    ids = {
+        m.id for e in again.entries if isinstance(e, EventRecorded) for m in _said(e)
+    }
+    assert count == len(ids)
+    rows = await _query(
+        url, "SELECT count(*) FROM turnfsm_entries WHERE body LIKE '%lorem ipsum%'"
+    )
+    assert rows == [(0,)]
+    rows = await _query(
+        url, "SELECT count(*) FROM turnfsm_messages WHERE body LIKE '%lorem ipsum%'"
+    )
+    assert rows == [(1,)]
+
+
+def test_one_store_serves_run_sync_calls_on_new_event_loops(
+    postgres_url: Callable[[], str],
+) -> None:
+    store = PostgresStore(postgres_url())
+    agent = Agent(model=ScriptedModel.of("one", "two"), store=store)
+    assert agent.run_sync("first").outcome == "done"
+    assert agent.run_sync("second").outcome == "done"
+    assert len(anyio.run(store.load, agent.session.id)) == agent.session.version
+    anyio.run(store.close)
+
+
+def _said(entry: EventRecorded) -> list[Message]:
+    from turnfsm.persistence import event_messages
+
+    return list(event_messages(entry.event))
+
+
+async def test_text_with_nul_characters_round_trips(make_store: MakeStore) -> None:
+    store = make_store()
+    agent = Agent(model=ScriptedModel.of("bin\x00ary"), store=store)
+    await agent.run("a\x00b")
+    reopened = await Session.load(store, agent.session.id)
+    assert [m.text for m in reopened.history] == ["a\x00b", "bin\x00ary"]

@@ -1,0 +1,437 @@
+"""SQLiteStore: the conformance suite, files that survive reopening, two writers
+on one file (objects and processes), files it must refuse untouched, messages
+stored once; open_store and Agent(store=...)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from turnfsm import Agent
+from turnfsm.core import CompactionResult, Event, ModelReplied, RunStarted
+from turnfsm.errors import (
+    ConfigError,
+    DuplicateRecord,
+    SessionConflict,
+    StoreError,
+    StoreUnusable,
+)
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    EventRecorded,
+    MemoryStore,
+    Session,
+    SQLiteStore,
+    default_store_path,
+    open_store,
+)
+from turnfsm.persistence.sqlite import SCHEMA_VERSION
+from turnfsm.testing import ScriptedModel, check_store, reply, sample_entries, tool_call
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(path: Path, sql: str) -> list[Any]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+async def test_sqlite_store_passes_the_conformance_suite(tmp_path: Path) -> None:
+    await check_store(lambda: SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db"))
+
+
+async def test_a_reopened_file_loads_what_was_written(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    entries = sample_entries()
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:4], expected_version=0)
+        await store.append("s", entries[4:], expected_version=4)
+    async with SQLiteStore(path) as store:
+        assert await store.load("s") == entries
+        assert [(s.id, s.version) for s in await store.list_sessions()] == [
+            ("s", len(entries))
+        ]
+    assert _rows(path, "PRAGMA journal_mode") == [("wal",)]
+    meta = dict(_rows(path, "SELECT key, value FROM turnfsm_meta"))
+    assert meta == {"application": "turnfsm", "schema_version": str(SCHEMA_VERSION)}
+
+
+async def test_synchronous_full_is_an_option_and_bad_options_are_config_errors(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteStore(tmp_path / "full.db", synchronous="FULL") as store:
+        assert store._conn.execute("PRAGMA synchronous").fetchone() == (2,)
+        assert store._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+    with pytest.raises(ConfigError, match="synchronous"):
+        SQLiteStore(tmp_path / "x.db", synchronous="OFF")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="busy_timeout"):
+        SQLiteStore(tmp_path / "x.db", busy_timeout=-1)
+
+
+async def test_two_stores_on_one_file_racing_at_one_version_one_wins(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "shared.db"
+    stores = [SQLiteStore(path) for _ in range(4)]
+    entries = sample_entries()
+    wins: list[int] = []
+
+    async def writer(n: int) -> None:
+        with contextlib.suppress(SessionConflict):
+            await stores[n].append("s", entries[n : n + 2], expected_version=0)
+            wins.append(n)
+
+    async with anyio.create_task_group() as group:
+        for n in range(4):
+            group.start_soon(writer, n)
+    assert len(wins) == 1
+    for store in stores:
+        assert await store.load("s") == entries[wins[0] : wins[0] + 2]
+        await store.close()
+
+
+_RACER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    import anyio
+    from turnfsm.errors import SessionConflict
+    from turnfsm.persistence import SQLiteStore
+    from turnfsm.testing import sample_entries
+
+    path, name, blocks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+    async def main():
+        store = SQLiteStore(path, busy_timeout=10)
+        Path(path + "." + name).touch()
+        while len(list(Path(path).parent.glob("*.db.p*"))) < 2:
+            time.sleep(0.01)
+        won, lost, attempt = [], 0, 0
+        while True:
+            version = {s.id: s.version for s in await store.list_sessions()}.get("s", 0)
+            if version >= 3 * blocks:
+                break
+            attempt += 1
+            run_id = f"{name}_{attempt}"
+            try:
+                await store.append(
+                    "s", sample_entries(run_id)[:3], expected_version=version
+                )
+                won.append(run_id)
+            except SessionConflict:
+                lost += 1
+        await store.close()
+        print(json.dumps({"won": won, "lost": lost}))
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_two_processes_racing_on_one_session_never_interleave(
+    tmp_path: Path,
+) -> None:
+    path, blocks = tmp_path / "race.db", 60
+    SQLiteStore(path)  # the schema exists before the race
+    script = tmp_path / "racer.py"
+    script.write_text(_RACER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    results: dict[str, dict[str, object]] = {}
+
+    async def racer(name: str) -> None:
+        done = await anyio.run_process(
+            [sys.executable, str(script), str(path), name, str(blocks)], env=env
+        )
+        results[name] = json.loads(done.stdout)
+
+    with anyio.fail_after(50):
+        async with anyio.create_task_group() as group:
+            group.start_soon(racer, "p1")
+            group.start_soon(racer, "p2")
+    async with SQLiteStore(path) as store:
+        log = await store.load("s")
+    # Every append that won is there whole, in order; nothing else is.
+    runs = [log[i].run_id for i in range(0, len(log), 3)]
+    assert len(log) == 3 * blocks
+    for i, run_id in enumerate(runs):
+        assert log[3 * i : 3 * i + 3] == sample_entries(run_id)[:3]
+    won = [run for result in results.values() for run in result["won"]]  # type: ignore[attr-defined]
+    assert sorted(won) == sorted(runs)
+    assert len(set(runs)) == blocks
+
+
+def _sqlite_file(path: Path, *statements: str) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        for sql in statements:
+            conn.execute(sql)
+        conn.commit()
+
+
+def _newer(path: Path) -> None:
+    SQLiteStore(path)._conn.close()
+    _sqlite_file(
+        path, "UPDATE turnfsm_meta SET value = '99' WHERE key = 'schema_version'"
+    )
+
+
+def _truncated(path: Path) -> None:
+    SQLiteStore(path)._conn.close()
+    data = path.read_bytes()
+    path.write_bytes(data[:1024] + b"\x07" * 2048)
+
+
+BAD_FILES: dict[str, tuple[Callable[[Path], object], str]] = {
+    "text": (lambda p: p.write_text("name,age\nada,36\n"), "not an SQLite database"),
+    "garbage after the header": (
+        lambda p: p.write_bytes(b"SQLite format 3\x00" + os.urandom(4000)),
+        "not a usable SQLite database",
+    ),
+    "truncated": (_truncated, "not a usable SQLite database"),
+    "foreign": (
+        lambda p: _sqlite_file(p, "CREATE TABLE users (id INTEGER, name TEXT)"),
+        r"another application's SQLite database \(tables: users\)",
+    ),
+    "foreign turnfsm_meta": (
+        lambda p: _sqlite_file(p, "CREATE TABLE turnfsm_meta (key TEXT, value TEXT)"),
+        "another application's",
+    ),
+    "newer schema": (_newer, "schema version 99 is newer than this turnfsm knows"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_FILES), ids=list(BAD_FILES))
+async def test_an_unusable_file_is_a_typed_error_and_stays_unchanged(
+    tmp_path: Path, kind: str
+) -> None:
+    make, reason = BAD_FILES[kind]
+    path = tmp_path / "bad.db"
+    make(path)
+    before = path.read_bytes()
+    with pytest.raises(StoreUnusable, match=reason) as caught:
+        SQLiteStore(path)
+    assert caught.value.path == str(path)
+    assert str(path) in str(caught.value)
+    assert isinstance(caught.value, StoreError)
+    assert path.read_bytes() == before
+    with pytest.raises(StoreUnusable):
+        open_store(str(path))
+    assert path.read_bytes() == before
+
+
+async def test_a_missing_directory_is_a_typed_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnusable, match="cannot be opened"):
+        SQLiteStore(tmp_path / "nowhere" / "s.db")
+    assert not (tmp_path / "nowhere").exists()
+
+
+async def test_messages_are_stored_once_per_session(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    said = [Message.user(f"message {n}", id=f"m{n}") for n in range(5)]
+    answer = Message.assistant("done", id="m_answer")
+    events: list[Event] = [
+        RunStarted(input=tuple(said)),
+        # A compaction that keeps everything carries the conversation again.
+        CompactionResult(messages=tuple(said), before=900, after=800),
+        CompactionResult(messages=(*said[2:], answer), before=800, after=300),
+        ModelReplied(message=answer, usage=None),
+    ]
+    entries = [
+        EventRecorded(run_id="r", index=i, event=e, phase="x", decision="y", at=1.0)
+        for i, e in enumerate(events)
+    ]
+    async with SQLiteStore(path) as store:
+        version = 0
+        for entry in entries:
+            version = await store.append("s", [entry], expected_version=version)
+        await store.append("t", entries[:1], expected_version=0)
+        assert await store.load("s") == tuple(entries)
+    counts = _rows(
+        path,
+        "SELECT session_id, count(*) FROM turnfsm_messages GROUP BY session_id",
+    )
+    assert counts == [("s", 6), ("t", 5)]
+
+
+async def test_a_compaction_key_already_stored_fails_the_whole_append(
+    tmp_path: Path,
+) -> None:
+    entries = sample_entries()
+    async with SQLiteStore(tmp_path / "k.db") as store:
+        await store.append("s", entries, expected_version=0)
+        again = (entries[0], *(e for e in entries if hasattr(e, "key")))
+        with pytest.raises(DuplicateRecord) as caught:
+            await store.append("s", again, expected_version=len(entries))
+        assert (caught.value.session_id, caught.value.key) == ("s", "run_1:3")
+        assert await store.load("s") == entries
+        assert [s.version for s in await store.list_sessions()] == [len(entries)]
+        # The same key in another session is another record.
+        await store.append("t", again, expected_version=0)
+
+
+async def test_a_writer_that_waits_for_another_process_lock(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    entries = sample_entries()
+    async with SQLiteStore(path, busy_timeout=5) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+
+                async def append() -> None:
+                    await store.append("s", entries, expected_version=0)
+
+                group.start_soon(append)
+                await anyio.sleep(0.1)
+                scope.cancel()  # the caller gives up while it waits...
+                other.execute("ROLLBACK")  # ...and the lock is released
+        other.close()
+        # The append was shielded: it committed whole, never half.
+        assert await store.load("s") == entries
+
+
+async def test_a_lock_held_past_busy_timeout_is_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    async with SQLiteStore(path, busy_timeout=0.2) as store:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreUnusable, match=r"busy_timeout=0\.2"):
+                await store.append("s", sample_entries()[:1], expected_version=0)
+            other.execute("ROLLBACK")
+        assert await store.load("s") == ()
+        await store.append("s", sample_entries()[:1], expected_version=0)
+
+
+async def test_delete_session_removes_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "d.db"
+    async with SQLiteStore(path) as store:
+        await store.append("s", sample_entries(), expected_version=0)
+        await store.append("t", sample_entries(), expected_version=0)
+        assert await store.delete_session("s") is True
+        assert await store.delete_session("s") is False
+        assert [s.id for s in await store.list_sessions()] == ["t"]
+        assert await store.load("s") == ()
+    for table in ("entries", "messages", "compactions"):
+        sessions = _rows(path, f"SELECT DISTINCT session_id FROM turnfsm_{table}")
+        assert sessions == [("t",)]
+
+
+async def test_an_agent_run_on_sqlite_reopens_from_a_fresh_store(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent.db"
+
+    def lookup(word: str) -> str:
+        """Look a word up.
+
+        Args:
+            word: the word.
+        """
+        return f"{word}: a small word"
+
+    model = ScriptedModel.of(
+        reply("", tool_call("lookup", "c1", word="fsm")), "FSM means...", "again"
+    )
+    agent = Agent(model=model, tools=[lookup], store=path)
+    assert isinstance(agent.store, SQLiteStore)
+    first = await agent.run("what is fsm?")
+    second = await agent.run("and again?")
+    assert (first.ok, second.ok) == (True, True)
+    await agent.store.close()
+
+    async with SQLiteStore(path) as store:
+        session = await Session.load(store, first.session_id)
+        assert session.entries == agent.session.entries
+        assert list(session.history) == list(agent.session.history)
+        assert [(r.run_id, r.outcome) for r in session.runs] == [
+            (first.run_id, "done"),
+            (second.run_id, "done"),
+        ]
+        # ... and the conversation goes on from the reopened session.
+        more = Agent(model=ScriptedModel.of("third"), session=session)
+        third = await more.run("once more")
+        assert third.ok
+        assert [m.text for m in session.history][-2:] == ["once more", "third"]
+    async with SQLiteStore(path) as store:
+        reopened = await Session.load(store, first.session_id)
+        assert len(reopened.runs) == 3
+
+
+# -- open_store, default_store_path, Agent(store=...) ---------------------
+async def test_open_store_takes_every_form(tmp_path: Path) -> None:
+    memory = MemoryStore()
+    assert open_store(memory) is memory
+    assert isinstance(open_store("memory:"), MemoryStore)
+    specs: list[tuple[str | Path, str]] = [
+        (str(tmp_path / "a.db"), "a.db"),
+        (tmp_path / "b.db", "b.db"),
+        (f"sqlite:///{tmp_path}/c.db", "c.db"),
+    ]
+    for spec, file in specs:
+        store = open_store(spec)
+        assert isinstance(store, SQLiteStore)
+        assert store.path == tmp_path / file
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["", "   ", "mysql://db/x", "memroy:", "sqlite://x.db", "sqlite:///", 5, None],
+    ids=repr,
+)
+def test_open_store_refuses_what_names_no_store(spec: object) -> None:
+    with pytest.raises(ConfigError, match="store"):
+        open_store(spec)  # type: ignore[arg-type]  # wrong on purpose
+
+
+def test_a_postgres_url_without_the_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "turnfsm.persistence.postgres", None)
+    with pytest.raises(ImportError, match=r"turnfsm\[postgres\]"):
+        open_store("postgresql://user@localhost/db")
+
+
+def test_default_store_path_is_in_the_user_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    path = default_store_path()
+    if sys.platform.startswith("linux"):
+        assert path == tmp_path / "data" / "turnfsm" / "sessions.db"
+    assert path.name == "sessions.db"
+    assert path.parent.is_dir()
+
+
+async def test_an_agent_keeps_sessions_in_memory_unless_turnfsm_store_names_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TURNFSM_STORE", raising=False)
+    assert isinstance(Agent(model=ScriptedModel.of()).store, MemoryStore)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "env.db"))
+    agent = Agent(model=ScriptedModel.of("hi"))
+    assert isinstance(agent.store, SQLiteStore)
+    assert agent.store.path == tmp_path / "env.db"
+    result = await agent.run("hello")
+    await agent.store.close()
+    async with SQLiteStore(tmp_path / "env.db") as store:
+        assert [s.id for s in await store.list_sessions()] == [result.session_id]
+    memory = MemoryStore()
+    assert Agent(model=ScriptedModel.of(), store=memory).store is memory
+    monkeypatch.setenv("TURNFSM_STORE", "nonsense://x")
+    with pytest.raises(ConfigError, match="TURNFSM_STORE"):
+        Agent(model=ScriptedModel.of())
+    with pytest.raises(ConfigError, match="store"):
+        Agent(model=ScriptedModel.of(), store=42)  # type: ignore[arg-type]

@@ -1,0 +1,231 @@
+"""``turnfsm sessions list | show | export | import | rm``: the stored sessions.
+
+Each reads the store named by ``--store`` (else ``TURNFSM_STORE``, else the
+default file). ``export`` writes the log itself (JSON lines, which
+``import`` and ``turnfsm replay`` read, or one JSON document), so a session
+moves between stores and machines without loss.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO, final
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from turnfsm import serde
+from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.errors import ConfigError, SessionConflict, StoreError
+from turnfsm.messages import Message
+from turnfsm.persistence import Session, SessionStore, load_session, session_lines
+
+__all__ = ["SessionsCommand", "run_sessions"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SessionsCommand:
+    """What ``turnfsm sessions`` was asked to do (its parsed arguments)."""
+
+    action: str
+    store: str | None = None
+    session_id: str | None = None
+    format: str = "jsonl"
+    out: str | None = None
+    file: str | None = None
+    yes: bool = False
+
+
+def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
+    """Carry out `command`; return 0, or 2 with a one-line error on stderr.
+
+    ``rm`` without ``--yes`` asks on stdin and returns 1 unless told ``y``.
+    """
+    stream = out or sys.stdout
+    try:
+        return anyio.run(_run, command, stream)
+    except (StoreError, ConfigError, OSError, ImportError) as exc:
+        print(f"turnfsm sessions {command.action}: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _run(command: SessionsCommand, out: TextIO) -> int:
+    store = open_cli_store(command.store)
+    try:
+        if command.action == "list":
+            return await _list(store, out)
+        if command.action == "import":
+            return await _import(store, str(command.file), out)
+        session = await _session(store, str(command.session_id))
+        if command.action == "show":
+            return _show(session, store, out)
+        if command.action == "export":
+            return _export(session, command.format, command.out, out)
+        return await _remove(session, store, yes=command.yes, out=out)
+    finally:
+        await close_store(store)
+
+
+async def _session(store: SessionStore, session_id: str) -> Session:
+    session = await Session.load(store, session_id)
+    if session.version == 0:
+        raise ConfigError("session", session_id, f"a session in {where(store)}")
+    return session
+
+
+async def _list(store: SessionStore, out: TextIO) -> int:
+    infos = await store.list_sessions()
+    if not infos:
+        print(f"no sessions in {where(store)}", file=out)
+        return 0
+    rows = [("ID", "VERSION", "RUNS", "LAST OUTCOME")]
+    for info in infos:
+        runs = (await Session.load(store, info.id)).runs
+        last = runs[-1].outcome if runs else "-"
+        rows.append((info.id, str(info.version), str(len(runs)), last))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[3]]), file=out)
+    print(f"{len(infos)} session(s) in {where(store)}", file=out)
+    return 0
+
+
+def _show(session: Session, store: SessionStore, out: TextIO) -> int:
+    runs = session.runs
+    print(
+        f"session {session.id}: {session.version} entries, {len(runs)} run(s), "
+        f"in {where(store)}",
+        file=out,
+    )
+    print(f"\nhistory ({len(session.history)} messages):", file=out)
+    for message in session.history:
+        print(f"  {message.role.value:<9} {_first_line(message)}", file=out)
+    print(f"\nruns ({len(runs)}):", file=out)
+    for run in runs:
+        usage = run.usage
+        line = (
+            f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  "
+            f"usage {usage.input_tokens} in / {usage.output_tokens} out"
+        )
+        if run.error is not None:
+            line += f"  error: {_clip(str(run.error))}"
+        print(line, file=out)
+    passes = [(run.run_id, c) for run in runs for c in run.compactions]
+    print(f"\ncompactions ({len(passes)}):", file=out)
+    for run_id, c in passes:
+        print(
+            f"  {run_id} turn {c.turn}  {c.reason.value}  {c.outcome}  "
+            f"{c.tokens_before} -> {c.tokens_after} tokens  "
+            f"({len(c.covers)} -> {len(c.replacement)} messages, "
+            f"{c.strategy or 'no compactor'})",
+            file=out,
+        )
+    return 0
+
+
+def _first_line(message: Message) -> str:
+    text = message.text.strip().splitlines()
+    shown = _clip(text[0]) if text else ""
+    calls = [call.name for call in message.tool_calls]
+    if calls:
+        shown = f"{shown} [tool calls: {', '.join(calls)}]".strip()
+    for result in message.tool_results:
+        lines = result.content.strip().splitlines()
+        first = _clip(lines[0]) if lines else ""
+        error = " error" if result.is_error else ""
+        shown = f"[{result.call_id}{error}] {first}".rstrip()
+    return shown
+
+
+def _clip(text: str, width: int = 72) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
+    if fmt == "jsonl":
+        text = "".join(line + "\n" for line in session_lines(session))
+    else:
+        header = json.loads(next(session_lines(session)))
+        entries = [serde.envelope(entry) for entry in session.entries]
+        document = {**header, "entries": entries}
+        text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
+        text += "\n"
+    if path is None:
+        out.write(text)
+        return 0
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(text)
+    print(
+        f"session {session.id}: {session.version} entries written to {path}",
+        file=out,
+    )
+    return 0
+
+
+async def _import(store: SessionStore, path: str, out: TextIO) -> int:
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        text = await anyio.Path(path).read_text(encoding="utf-8")
+    try:
+        session = await load_session(_log_lines(text), store)
+    except SessionConflict as exc:
+        print(
+            f"turnfsm sessions import: session {exc.session_id} is already in "
+            f"{where(store)} ({exc.actual} entries); `turnfsm sessions rm` it "
+            "first to import it again",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"imported session {session.id} ({session.version} entries) into "
+        f"{where(store)}",
+        file=out,
+    )
+    return 0
+
+
+def _log_lines(text: str) -> Iterable[str]:
+    """Return the JSON lines of a log exported as JSON lines or as one document."""
+    try:
+        document: Any = json.loads(text)
+    except json.JSONDecodeError:
+        return text.splitlines()  # JSON lines (load_session names a bad line)
+    if isinstance(document, dict) and isinstance(document.get("entries"), list):
+        header = {k: v for k, v in document.items() if k != "entries"}
+        return [json.dumps(header), *map(json.dumps, document["entries"])]
+    return text.splitlines()
+
+
+async def _remove(
+    session: Session, store: SessionStore, *, yes: bool, out: TextIO
+) -> int:
+    delete = getattr(store, "delete_session", None)
+    if delete is None:
+        raise ConfigError(
+            "--store", where(store), "a store that can delete sessions (SQLite)"
+        )
+    if not yes:
+        question = (
+            f"delete session {session.id} ({session.version} entries, "
+            f"{len(session.runs)} run(s)) from {where(store)}? [y/N] "
+        )
+        answer = await anyio.to_thread.run_sync(_ask, question)
+        if answer.strip().lower() not in ("y", "yes"):
+            print("not deleted", file=out)
+            return 1
+    await delete(session.id)
+    print(f"deleted session {session.id} from {where(store)}", file=out)
+    return 0
+
+
+def _ask(question: str) -> str:
+    try:
+        return input(question)
+    except EOFError:
+        return ""

@@ -1,0 +1,53 @@
+"""The store a command works on: ``--store``, else ``TURNFSM_STORE``, else the file.
+
+The command line keeps sessions on disk by default: in ``sessions.db`` in
+the user's data directory (`default_store_path`), so that ``turnfsm
+sessions`` finds what ``turnfsm demo`` ran.
+"""
+
+from __future__ import annotations
+
+import os
+
+from turnfsm.persistence import (
+    MemoryStore,
+    SessionStore,
+    SQLiteStore,
+    default_store_path,
+    open_store,
+)
+from turnfsm.persistence._open import STORE_ENV
+
+__all__ = ["close_store", "open_cli_store", "where"]
+
+
+def open_cli_store(spec: str | None) -> SessionStore:
+    """Return the store `spec` names, or ``TURNFSM_STORE``'s, or the default file.
+
+    Raises:
+        ConfigError: the spec names no store.
+        StoreUnusable: the file cannot be used (it was not changed).
+        ImportError: a PostgreSQL URL without the ``postgres`` extra.
+    """
+    if spec is None:
+        spec = os.environ.get(STORE_ENV, "").strip() or None
+    if spec is None:
+        return SQLiteStore(default_store_path())
+    return open_store(spec)
+
+
+def where(store: SessionStore) -> str:
+    """Return where `store` keeps its sessions, for a person to read."""
+    if isinstance(store, SQLiteStore):
+        return os.fspath(store.path)
+    if isinstance(store, MemoryStore):
+        return "memory: (lost when the command ends)"
+    server = getattr(store, "server", None)  # PostgresStore: no password
+    return str(server) if server is not None else type(store).__name__
+
+
+async def close_store(store: SessionStore) -> None:
+    """Close `store` if it has an (async) ``close()``."""
+    close = getattr(store, "close", None)
+    if close is not None:
+        await close()

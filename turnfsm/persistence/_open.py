@@ -1,0 +1,106 @@
+"""`open_store`: a `SessionStore` from what a user writes (a path, a URL).
+
+The forms, one per store: a store object (used as it is), ``memory:``, a
+file path or ``sqlite:///path`` (`SQLiteStore`), and a ``postgresql://``
+URL (`PostgresStore`, from the ``postgres`` extra). The ``TURNFSM_STORE``
+environment variable holds one of them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+from turnfsm.errors import ConfigError
+from turnfsm.persistence._store import MemoryStore, SessionStore
+
+__all__ = ["STORE_ENV", "default_store_path", "env_store", "open_store"]
+
+STORE_ENV: Final = "TURNFSM_STORE"
+"""The environment variable naming the store to use when none is given."""
+
+_EXPECTED: Final = (
+    "a SessionStore, 'memory:', a file path, 'sqlite:///PATH' or a postgresql:// URL"
+)
+
+
+def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
+    """Return the store `spec` names.
+
+    Args:
+        spec: A `SessionStore` (returned as it is); ``"memory:"`` (a new
+            `MemoryStore`); a file path or ``"sqlite:///PATH"`` (an
+            `SQLiteStore` on that file, created if missing; four slashes
+            for an absolute path, as in SQLAlchemy); or a ``postgresql://``
+            or ``postgres://`` URL (a `PostgresStore`).
+
+    Raises:
+        ConfigError: `spec` is none of these.
+        ImportError: a PostgreSQL URL without the ``turnfsm[postgres]`` extra.
+        StoreUnusable: the file cannot be used as a store (not SQLite,
+            another application's, a newer schema); it was not changed.
+    """
+    if isinstance(spec, SessionStore):
+        return spec
+    if isinstance(spec, os.PathLike):
+        return _sqlite(os.fspath(spec))
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError("store", spec, _EXPECTED)
+    if spec == "memory:":
+        return MemoryStore()
+    if spec.startswith(("postgresql://", "postgres://")):
+        return _postgres(spec)
+    if spec.startswith("sqlite:///"):
+        return _sqlite(spec.removeprefix("sqlite:///"))
+    if "://" in spec or spec.endswith(":") or spec.startswith("sqlite:"):
+        raise ConfigError("store", spec, _EXPECTED)
+    return _sqlite(spec)
+
+
+def env_store() -> SessionStore | None:
+    """Return the store ``TURNFSM_STORE`` names, or None when it is unset or empty.
+
+    Raises:
+        ConfigError: as `open_store` (the variable is named).
+    """
+    value = os.environ.get(STORE_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        return open_store(value)
+    except ConfigError as exc:
+        raise ConfigError(STORE_ENV, value, exc.expected) from None
+
+
+def default_store_path() -> Path:
+    """Return the CLI's default store file, creating its directory.
+
+    It is ``sessions.db`` in turnfsm's user data directory (platformdirs:
+    ``$XDG_DATA_HOME/turnfsm``, by default ``~/.local/share/turnfsm``, on
+    Linux).
+    """
+    import platformdirs
+
+    directory = platformdirs.user_data_path("turnfsm", appauthor=False)
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / "sessions.db"
+
+
+def _sqlite(path: str) -> SessionStore:
+    if not path:
+        raise ConfigError("store", "sqlite:///", "sqlite:///PATH (a file path)")
+    from turnfsm.persistence.sqlite import SQLiteStore
+
+    return SQLiteStore(path)
+
+
+def _postgres(url: str) -> SessionStore:
+    try:
+        from turnfsm.persistence.postgres import PostgresStore
+    except ImportError as exc:
+        raise ImportError(
+            f"a PostgreSQL store needs psycopg: install turnfsm[postgres] ({exc})"
+        ) from exc
+    store: SessionStore = PostgresStore(url)
+    return store
