@@ -519,3 +519,23 @@ async def test_tool_results_recorded_before_a_crash_are_not_run_again() -> None:
     results = [p.content for m in reopened.history for p in m.tool_results]
     assert results == ["fast result", "slow result"]
     assert replay(again.machine, reopened, result.run_id).ok
+
+
+async def test_an_ephemeral_session_is_never_stored_and_never_compacts(
+    tmp_path: object,
+) -> None:
+    from turnfsm import Agent
+    from turnfsm.errors import CompactionStalled
+
+    store = MemoryStore()
+    ctx = ContextManager(
+        context_window=4_000, threshold=60, counter=HeuristicTokenCounter()
+    )
+    agent = Agent(model=ScriptedModel.of("fine", "never"), context=ctx, store=store)
+    short = Session.ephemeral()
+    assert (await agent.run("a quick job", session=short)).ok
+    assert await store.list_sessions() == ()  # nothing reached the agent's store
+    result = await agent.run(_big_history(10, 500), session=short)
+    assert isinstance(result.error, CompactionStalled)  # no pass ran
+    assert [c.outcome for c in short.runs[-1].compactions] == ["noop"]
+    assert await store.list_sessions() == ()

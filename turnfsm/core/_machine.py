@@ -14,7 +14,11 @@ Rule 1 - transitions are data. Guards, reducers and failure builders are
 looked up by name in fixed tables; the spec validated every name at load
 time, so at run time a (phase, trigger) pair either fires exactly one
 transition (the first whose guards pass; every group ends unconditionally)
-or is not accepted at all (`IllegalEvent`).
+or is not accepted at all (`IllegalEvent`). The guards are pure, so the
+brain evaluates a group itself from a table built once per spec, and fires
+the winner through `transitions` under a trigger of that transition alone
+(``measured#3``): the state change, the callbacks and their order are
+`transitions`', but no guard is checked twice or through its machinery.
 
 Rule 2 - state changes happen in one order: the transition's `actions`
 reducers (with the snapshot's phase already set to the destination), then the
@@ -48,7 +52,7 @@ from functools import partial
 from typing import Any, Protocol, TypeAlias, final
 
 import attrs
-from transitions import Machine, MachineError, State
+from transitions import Machine, State
 from transitions.core import Event as TransitionsEvent
 
 from turnfsm.core._decisions import (
@@ -122,10 +126,30 @@ Decide: TypeAlias = Callable[[Snapshot, OpenCalls], Decision]
 """The decision a phase emits, given the snapshot and its pending's open calls."""
 
 
-def _guard(guard: Guard, data: _Data) -> bool:
-    model = data.model
-    assert model.event is not None
-    return guard(model.snapshot, model.event)
+_Candidate: TypeAlias = tuple[tuple[Guard, ...], tuple[Guard, ...], TransitionsEvent]
+"""One transition of a (phase, trigger) group: its conditions, its `unless`
+guards and the `transitions` event that fires it alone (internal)."""
+
+_Groups: TypeAlias = dict[str, tuple[_Candidate, ...]]
+"""Phase -> the transitions one trigger may fire there, in file order."""
+
+
+def _select(candidates: tuple[_Candidate, ...], s: Snapshot, event: Event) -> Any:
+    """Return the `transitions` event of the first candidate whose guards pass."""
+    for conditions, unless, fire in candidates:
+        passed = True
+        for guard in conditions:
+            if not guard(s, event):
+                passed = False
+                break
+        if passed:
+            for guard in unless:
+                if guard(s, event):
+                    passed = False
+                    break
+        if passed:
+            return fire
+    return None
 
 
 def _fire(
@@ -169,7 +193,7 @@ class _Compiled:
     it, so runs share nothing but the transition table (internal).
     """
 
-    __slots__ = ("by_type", "decide", "events", "machine", "signals", "terminal")
+    __slots__ = ("by_type", "decide", "machine", "signals", "terminal")
 
     def __init__(self, spec: MachineSpec) -> None:
         states = [
@@ -190,15 +214,17 @@ class _Compiled:
             send_event=True,
             ignore_invalid_triggers=False,
         )
-        for t in spec.transitions:
-            conditions: list[str | Callable[..., bool | None]] = [
-                partial(_guard, GUARDS[g]) for g in t.conditions
-            ]
-            unless: list[str | Callable[..., bool | None]] = [
-                partial(_guard, GUARDS[g]) for g in t.unless
-            ]
+        # The guards are pure, so the brain picks the transition a trigger
+        # fires itself (the first whose guards pass, in file order, as
+        # `transitions` would) and fires it through `transitions` under a
+        # trigger of its own, which then has no condition left to check.
+        groups: dict[str, dict[str, list[_Candidate]]] = {}
+        for index, t in enumerate(spec.transitions):
+            conditions = tuple(GUARDS[g] for g in t.conditions)
+            unless = tuple(GUARDS[g] for g in t.unless)
             failure = FAILURES[t.error] if t.error is not None else None
             reducers = _reducers(t.actions)
+            name = f"{t.trigger}#{index}"
             for source in t.sources:
                 dest = t.dest if t.dest is not None else source
                 step = Step(
@@ -212,21 +238,28 @@ class _Compiled:
                 if t.reason is not None:
                     base["compact_reason"] = t.reason
                 machine.add_transition(
-                    t.trigger,
+                    name,
                     source,
                     t.dest,
-                    conditions=conditions or None,
-                    unless=unless or None,
                     before=[partial(_fire, step, base, failure, reducers)],
                 )
-        self.machine = machine
-        self.events: dict[str, TransitionsEvent] = dict(machine.events)
-        self.by_type: dict[type, TransitionsEvent] = {
-            cls: self.events[trigger_name(cls)]
-            for cls in EVENT_TYPES
-            if cls is not Signal and trigger_name(cls) in self.events
+            fire = machine.events[name]
+            by_phase = groups.setdefault(t.trigger, {})
+            for source in t.sources:
+                by_phase.setdefault(source, []).append((conditions, unless, fire))
+        table: dict[str, _Groups] = {
+            trigger: {phase: tuple(c) for phase, c in by_phase.items()}
+            for trigger, by_phase in groups.items()
         }
-        self.signals = frozenset(spec.signals)
+        self.machine = machine
+        self.by_type: dict[type, _Groups] = {
+            cls: table[trigger_name(cls)]
+            for cls in EVENT_TYPES
+            if cls is not Signal and trigger_name(cls) in table
+        }
+        self.signals: dict[str, _Groups] = {
+            name: table[name] for name in spec.signals if name in table
+        }
         self.terminal = frozenset(spec.terminal)
         self.decide: dict[str, Decide] = {
             s.name: _decider(spec, s) for s in spec.states
@@ -384,8 +417,6 @@ class TurnMachine:
             self._broken = f"{type(exc).__name__}: {exc}"
             model.snapshot = before
             model.state = before.phase
-            if isinstance(exc, MachineError):
-                raise IllegalEvent(phase=self.phase, event=trigger_of(event)) from None
             raise
         self._snapshot = snapshot
         self._open = left_open
@@ -394,19 +425,22 @@ class TurnMachine:
 
     def _fire(self, event: Event) -> None:
         compiled = self._compiled
-        machine_event = compiled.by_type.get(type(event))
-        if machine_event is None:
-            trigger = trigger_of(event)
+        groups = compiled.by_type.get(type(event))
+        if groups is None and isinstance(event, Signal):
             # A Signal fires only a declared signal, never a built-in trigger
             # (Signal(name="measured") would reach reducers that read a Measured).
-            if isinstance(event, Signal) and trigger in compiled.signals:
-                machine_event = compiled.events.get(trigger)
-            if machine_event is None:
-                raise IllegalEvent(phase=self.phase, event=trigger)
+            groups = compiled.signals.get(event.name)
         model = self._model
-        model.event = event
-        if not machine_event.trigger(model):
+        candidates = groups.get(model.state) if groups is not None else None
+        fire = (
+            _select(candidates, model.snapshot, event)
+            if candidates is not None
+            else None
+        )
+        if fire is None:
             raise IllegalEvent(phase=self.phase, event=trigger_of(event))
+        model.event = event
+        fire.trigger(model)
         model.event = None
 
     def cancel(self, reason: str = "cancelled") -> Decision:

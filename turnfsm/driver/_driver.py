@@ -323,7 +323,7 @@ class Driver:
                 self.machine, budget=self._budget, history=session.history
             )
             loop = self._loop(session, run_id, machine, control, hooks)
-            await loop.open(messages)
+            loop.open(messages)
             return await loop.go(RunStarted(input=messages))
 
     async def resume(
@@ -429,6 +429,7 @@ class Driver:
             and callable(getattr(self.model, "stream", None)),
             clock=self.clock,
             new_id=new_id,
+            ephemeral=session.is_ephemeral,
         )
         loop = _Loop(self, session, machine, ctx, control)
         ctx.record = loop.record_result
@@ -492,18 +493,22 @@ class _Loop:
         self.context: tuple[MessageLog, MessageLog] | None = None
         self._effects = driver._effects
         self._wants_transition = self.hooks.wants("on_transition")
-        self._journal = anyio.Lock()
+        self._journal: anyio.Lock | None = None  # made on the first tool result
+        self._opening: RunOpened | None = None  # written with the first event
 
     # -- the log -------------------------------------------------------
-    async def open(self, input: tuple[Message, ...]) -> None:
-        await self.session.append(
-            RunOpened(
-                run_id=self.run_id,
-                machine=self.driver.machine.name,
-                digest=self.driver._digest,
-                budget=self.machine.snapshot.budget,
-                at=self.ctx.clock(),
-            )
+    def open(self, input: tuple[Message, ...]) -> None:
+        """Open the run; its opening is written with its first event, atomically.
+
+        A run whose opening were in the log without its input (the process
+        died between the two appends) would resume without it.
+        """
+        self._opening = RunOpened(
+            run_id=self.run_id,
+            machine=self.driver.machine.name,
+            digest=self.driver._digest,
+            budget=self.machine.snapshot.budget,
+            at=self.ctx.clock(),
         )
         if self.hooks.wants("on_run_start"):
             self.hooks.call(
@@ -522,14 +527,29 @@ class _Loop:
     async def record_result(self, result: Message) -> None:
         """Log one tool result of the batch in flight (calls finish concurrently)."""
         entry = ToolResultRecorded(run_id=self.run_id, index=self.index, result=result)
-        async with self._journal:
+        # One writer at a time (the versioned append); an uncontended lock is
+        # taken without waiting, so the usual lone call pays no checkpoint
+        # (the loop's own checkpoint per step is where cancellation lands).
+        lock = self._journal
+        if lock is None:
+            lock = self._journal = anyio.Lock()
+        try:
+            lock.acquire_nowait()
+        except anyio.WouldBlock:
+            await lock.acquire()
+        try:
             await self.session.append(entry)
+        finally:
+            lock.release()
 
     async def feed(self, event: Event, last: Decision | None) -> Decision:
         """Feed `event` to the brain and append it, and what it led to, to the log."""
         machine = self.machine
         before = machine.snapshot
         entries: list[Entry] = [] if last is None else self._audit(last, event, before)
+        if self._opening is not None:
+            entries.insert(0, self._opening)
+            self._opening = None
         try:
             decision = machine.handle(event)
         except InvalidMessage as exc:
@@ -796,7 +816,12 @@ class _Loop:
             outcome = "cancelled"
         else:
             outcome = "failed"
+        # A run that ends before its first event was logged (a crash in the
+        # first feed) still opens in the log before it ends.
+        opening = () if self._opening is None else (self._opening,)
+        self._opening = None
         await self.session.append(
+            *opening,
             RunEnded(
                 run_id=self.run_id,
                 outcome=outcome,  # type: ignore[arg-type]
@@ -807,7 +832,7 @@ class _Loop:
                 turns=snapshot.turns,
                 waiting=waiting,
                 at=self.ctx.clock(),
-            )
+            ),
         )
         if self.hooks.wants("on_run_end"):
             self.hooks.call(

@@ -100,6 +100,7 @@ class EffectContext:
             recorded before it died, by call id: not run again.
         record: Hands each tool result to the loop as the call finishes (the
             loop writes it to the log), or None.
+        ephemeral: The session is ephemeral: compaction passes change nothing.
     """
 
     run_id: str
@@ -123,6 +124,7 @@ class EffectContext:
     new_id: Callable[[str], str]
     recorded: Mapping[str, Message] = attrs.field(factory=dict)
     record: Callable[[Message], Awaitable[None]] | None = None
+    ephemeral: bool = False
 
     @property
     def turn(self) -> int:
@@ -263,17 +265,19 @@ async def _streamed(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
 async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
     """Run every call concurrently under the tool timeout; results in call order.
 
-    Each result is handed to `ctx.record` as its call finishes, so a run whose
-    process dies mid-batch resumes without running the finished calls again
-    (`ctx.recorded`).
+    In a batch of several calls each result is handed to `ctx.record` as its
+    call finishes, so a run whose process dies mid-batch resumes without
+    running the finished calls again (`ctx.recorded`). A lone call's result
+    is logged by its `ToolsFinished`, written just as soon: a journal entry
+    would close no window.
     """
     calls = decision.calls
     if len(calls) == 1:  # the usual case: no task group needed
-        return ToolsFinished(results=(await _one_tool(ctx, calls[0]),))
+        return ToolsFinished(results=(await _one_tool(ctx, calls[0], journal=False),))
     results: list[Message | None] = [None] * len(calls)
 
     async def one(index: int) -> None:
-        results[index] = await _one_tool(ctx, calls[index])
+        results[index] = await _one_tool(ctx, calls[index], journal=True)
 
     if calls:
         async with anyio.create_task_group() as group:
@@ -282,12 +286,14 @@ async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
     return ToolsFinished(results=[r for r in results if r is not None])
 
 
-async def _one_tool(ctx: EffectContext, call: ToolCallPart) -> Message:
+async def _one_tool(
+    ctx: EffectContext, call: ToolCallPart, *, journal: bool
+) -> Message:
     done = ctx.recorded.get(call.id)
     if done is not None:
         return done
     result = await run_tool_call(call, ctx.tools, limit=ctx.tool_timeout)
-    if ctx.record is not None:
+    if journal and ctx.record is not None:
         await ctx.record(result)
     return result
 
@@ -301,7 +307,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
     """
     manager = ctx.context
     before = ctx.measure(decision.history, decision.pending)
-    if manager is None:
+    if manager is None or ctx.ephemeral:  # seed 004: ephemeral sessions never compact
         return CompactionNoop(before=before, after=before)
     messages = decision.messages
     guidance = PreCompact()

@@ -40,10 +40,14 @@ class HookDispatcher:
     _table: dict[str, list[Hook]] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
+        hooks = self.hooks
+        if not hooks:  # the usual run: nothing to look up
+            self._table = {name: [] for name in _METHODS}
+            return
         for name in _METHODS:
             base = getattr(Hook, name)
             self._table[name] = [
-                h for h in self.hooks if getattr(type(h), name, base) is not base
+                h for h in hooks if getattr(type(h), name, base) is not base
             ]
 
     def wants(self, name: str) -> bool:

@@ -16,7 +16,7 @@ from typing import Literal, final
 import attrs
 
 from turnfsm.core import Event, Pause, RunStarted
-from turnfsm.errors import SessionBusy, TurnFSMError
+from turnfsm.errors import CorruptRecord, SessionBusy, TurnFSMError
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
     Committed,
@@ -152,6 +152,7 @@ class Session:
         "_running",
         "_runs",
         "id",
+        "is_ephemeral",
         "store",
     )
 
@@ -164,11 +165,24 @@ class Session:
         """
         self.id = check_session_id(id) if id is not None else new_id("ses")
         self.store = check_store(store) if store is not None else MemoryStore()
+        self.is_ephemeral = False
         self._entries: list[Entry] = []
         self._history = MessageLog()
         self._messages: dict[str, Message] = {}
         self._runs: dict[str, _Run] = {}
         self._running = False
+
+    @classmethod
+    def ephemeral(cls, id: str | None = None) -> Session:
+        """Return a short-lived session (a cron job, a one-off tool run; seed 004).
+
+        An ephemeral session is never stored (its log lives in a private
+        `MemoryStore`, whatever store the agent has) and never compacts: a
+        run that crosses a line ends in `CompactionStalled` instead.
+        """
+        session = cls(id)
+        session.is_ephemeral = True
+        return session
 
     @classmethod
     async def load(cls, store: SessionStore, id: str) -> Session:
@@ -299,8 +313,14 @@ class Session:
 
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
-        self._entries.append(entry)
         run = self._runs.get(entry.run_id)
+        if run is None and not isinstance(entry, RunOpened):
+            raise CorruptRecord(
+                type(entry).__name__,
+                f"entries[{version}]",
+                f"run {entry.run_id!r} has no RunOpened before it",
+            )
+        self._entries.append(entry)
         if run is not None:
             run.last = version + 1
         match entry:

@@ -54,7 +54,8 @@ class UnitCache:
                 return entry[1]
         value = measure(message)
         entries[key] = (weakref.ref(message), value)
-        entries.move_to_end(key)
+        if entry is not None:  # a stale entry keeps its place: make it the newest
+            entries.move_to_end(key)
         if len(entries) > self._size:
             entries.popitem(last=False)
         return value

@@ -1,0 +1,869 @@
+"""Per-turn store cost of a long session: Memory, SQLite, PostgreSQL, LangGraph.
+
+Everything runs in this process, against the same instant scripted model
+(`turnfsm.testing.FakeModelClient`: one tool call per reply until the last
+turn) and the same instant async tool, with a context window so large that
+nothing ever compacts. A "turn" is one tool turn of the real `Driver`: the
+model call, the tool call and the entries the driver appends for them (a
+`TurnRecord`, the `ModelReplied` / `ToolsFinished` / `Measured` events and a
+`ToolResultRecorded`, in four appends).
+
+    python bench/store.py                    # 10,000 turns
+    python bench/store.py --turns 2000       # a shorter run
+    python bench/store.py --no-postgres --no-langgraph --no-profile
+
+It reports, in one run:
+
+- the driver on each store: µs per turn (the mean over the run), the mean of
+  the first 100 vs the last 100 turns (flatness), and the store's share:
+  (driver on store X) - (driver on `MemoryStore`). The baseline rows are a
+  hand-written agent loop (model, tool, list append) and the driver on
+  `MemoryStore` (= 1.0x);
+- the raw store cost: the entries a real turn produces (taken from a
+  `MemoryStore` session's log, in the driver's own batches) appended straight
+  to each store with ``store.append(...)``, against a plain ``list.extend``
+  of the same batches (the floor);
+- bytes stored per turn: the growth of the SQLite file (database + WAL after
+  a checkpoint) and of PostgreSQL's ``pg_total_relation_size`` of the
+  ``turnfsm_`` tables, next to the encoded payload (row bodies + message
+  texts) per turn;
+- LangGraph's `SqliteSaver` (when ``langgraph-checkpoint-sqlite`` is
+  installed; it is never a turnfsm dependency): a minimal `StateGraph` whose
+  state is a growing message list, one node per step adding an AI message
+  with a tool call and its tool message (our turn's conversation growth),
+  checkpointed on a temporary file with ``durability="sync"`` (each step on
+  disk before the next starts, as our appends are). Its checkpoints copy the
+  whole state, so a step costs O(history): by default it runs
+  ``min(turns, 2000)`` steps (``--langgraph-steps``), and the turnfsm
+  figures it is compared with are taken at the same step numbers;
+- a cProfile hint for the SQLite (and PostgreSQL) driver runs: where a turn's
+  store time goes.
+
+PostgreSQL: ``TURNFSM_TEST_POSTGRES_URL`` when set, else a private cluster
+started with ``scripts/pg-test-cluster`` (stopped at the end); skipped with a
+note when neither works. The store's tables go to a schema of their own,
+dropped at the end. Each figure is the best of ``--repeats`` runs (the
+machine may be shared); PostgreSQL's of ``--pg-repeats`` (default 1: they
+are the slow ones). The raw table also shows what the same entries would
+cost in one append per turn (one transaction instead of the driver's four).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import io
+import itertools
+import operator
+import os
+import pstats
+import secrets
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import anyio
+
+from turnfsm import Driver
+from turnfsm.context import ContextManager
+from turnfsm.messages import Message, MessageLog
+from turnfsm.persistence import Entry, MemoryStore, Session, SessionStore, SQLiteStore
+from turnfsm.persistence._rows import encode
+from turnfsm.persistence._store import SessionInfo
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply, tool_call
+
+ROOT = Path(__file__).resolve().parent.parent
+GOAL_SQLITE_US = 300.0
+GOAL_FLAT = 1.2
+WINDOW = 100  # turns at each end for the flatness ratio
+LANGGRAPH_DEFAULT_CAP = 2_000
+PROFILE_TURNS = 2_000
+
+
+# -- the agent: an instant model, an instant tool --------------------------
+
+
+class Clock:
+    """The model's handler: a tool call per reply until `turns`, then an answer.
+
+    Stamps each call: the gap between two calls is one whole tool turn.
+    """
+
+    def __init__(self, turns: int) -> None:
+        self.turns = turns
+        self.stamps: list[float] = []
+
+    def __call__(self, _request: object) -> Message:
+        self.stamps.append(time.perf_counter())
+        if len(self.stamps) < self.turns:
+            return reply("", tool_call("noop"))
+        return reply("done")
+
+
+async def noop() -> str:
+    """Do nothing, at once."""
+    return "ok"
+
+
+def make_driver(clock: Clock) -> Driver:
+    return Driver(
+        model=FakeModelClient(clock),
+        tools=[noop],
+        context=ContextManager(context_window=10**12),  # never compacts
+        max_turns=clock.turns + 1,
+    )
+
+
+async def drive(store: SessionStore, turns: int) -> tuple[Session, list[float]]:
+    """Run one `turns`-turn session on `store`; return it and the turn gaps."""
+    clock = Clock(turns)
+    session = Session(store=store)
+    result = await make_driver(clock).run("go", session=session)
+    assert result.ok, result.error
+    (run,) = session.runs
+    assert len(run.turns) == turns, len(run.turns)
+    assert not run.compactions, "the session compacted: the window is too small"
+    return session, gaps(clock.stamps)
+
+
+def gaps(stamps: Sequence[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(stamps)]
+
+
+async def hand_loop(turns: int) -> list[float]:
+    """The baseline agent loop anyone would write: model, tool, list append."""
+    clock = Clock(turns)
+    model = FakeModelClient(clock)
+    tools = {"noop": noop}
+    # A MessageLog appends in O(1) and goes into the request without a copy
+    # (a plain list would be copied per request): the baseline stays flat.
+    messages = MessageLog([Message.user("go")])
+    while True:
+        answer = (await model.complete(ModelRequest(messages=messages))).message
+        messages = messages.append(answer)
+        if not answer.tool_calls:
+            return gaps(clock.stamps)
+        for call in answer.tool_calls:
+            output = await tools[call.name]()
+            messages = messages.append(Message.tool_result(call.id, output))
+
+
+# -- the figures -------------------------------------------------------------
+
+
+class Figures:
+    """Per-turn seconds of one run: its mean, and its first and last window."""
+
+    def __init__(self, per_turn: Sequence[float], window: int = WINDOW) -> None:
+        assert len(per_turn) >= 2 * window, "too few turns for the flatness window"
+        self.per_turn = list(per_turn)
+        self.mean = statistics.fmean(per_turn)
+        self.head = statistics.fmean(per_turn[:window])
+        self.tail = statistics.fmean(per_turn[-window:])
+
+    @property
+    def flat(self) -> float:
+        return self.tail / self.head
+
+    def at(self, stop: int, window: int = WINDOW) -> tuple[float, float]:
+        """Mean of the first window and of the window ending at turn `stop`."""
+        return self.head, statistics.fmean(self.per_turn[stop - window : stop])
+
+
+def best(runs: Sequence[Figures]) -> Figures:
+    """Best of several runs, figure by figure (per turn: the least of each)."""
+    per_turn = [min(values) for values in zip(*(r.per_turn for r in runs), strict=True)]
+    out = Figures(per_turn)
+    out.mean = min(r.mean for r in runs)
+    out.head = min(r.head for r in runs)
+    out.tail = min(r.tail for r in runs)
+    return out
+
+
+# -- the stores under test ---------------------------------------------------
+
+
+class Recorder:
+    """A `SessionStore` that remembers every append, and in which turn it came."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.inner = MemoryStore()
+        self.clock = clock
+        self.batches: list[tuple[int, tuple[Entry, ...]]] = []
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        self.batches.append((len(self.clock.stamps), tuple(entries)))
+        return await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        return await self.inner.list_sessions()
+
+
+async def capture(turns: int) -> list[tuple[int, tuple[Entry, ...]]]:
+    """The driver's appends of a `turns`-turn session, tagged with their turn."""
+    clock = Clock(turns)
+    recorder = Recorder(clock)
+    result = await make_driver(clock).run("go", session=Session(store=recorder))
+    assert result.ok, result.error
+    return recorder.batches
+
+
+def tool_turns(
+    batches: Sequence[tuple[int, tuple[Entry, ...]]], turns: int
+) -> list[list[tuple[Entry, ...]]]:
+    """The batches of tool turns 1 .. turns-1 (the run's opening and end apart).
+
+    Turn k's batches are those appended after the k-th model call and before
+    the next: the turn's record, its reply, its tool result, its end and the
+    next request's measure (one gap between two model calls, as `drive` times).
+    """
+    out: list[list[tuple[Entry, ...]]] = [[] for _ in range(turns - 1)]
+    for turn, entries in batches:
+        if 1 <= turn < turns:
+            out[turn - 1].append(entries)
+    return out
+
+
+async def replay(
+    store: SessionStore, batches: Sequence[tuple[int, tuple[Entry, ...]]], turns: int
+) -> Figures:
+    """Append the recorded batches to a fresh session of `store`, timed by turn."""
+    session_id = f"raw_{secrets.token_hex(6)}"
+    version = 0
+    per_turn = [0.0] * (turns - 1)
+    clock = time.perf_counter
+    for turn, entries in batches:
+        t0 = clock()
+        version = await store.append(session_id, entries, expected_version=version)
+        if 1 <= turn < turns:
+            per_turn[turn - 1] += clock() - t0
+    return Figures(per_turn)
+
+
+def one_append_per_turn(
+    batches: Sequence[tuple[int, tuple[Entry, ...]]],
+) -> list[tuple[int, tuple[Entry, ...]]]:
+    """The same entries, each turn's batches joined into one append."""
+    out: list[tuple[int, tuple[Entry, ...]]] = []
+    for turn, entries in batches:
+        if out and out[-1][0] == turn:
+            out[-1] = (turn, out[-1][1] + entries)
+        else:
+            out.append((turn, entries))
+    return out
+
+
+def list_loop(batches: Sequence[tuple[int, tuple[Entry, ...]]], turns: int) -> Figures:
+    """The floor: the same batches extended onto a plain list."""
+    log: list[Entry] = []
+    per_turn = [0.0] * (turns - 1)
+    clock = time.perf_counter
+    for turn, entries in batches:
+        t0 = clock()
+        log.extend(entries)
+        if 1 <= turn < turns:
+            per_turn[turn - 1] += clock() - t0
+    return Figures(per_turn)
+
+
+def payload(batches: Sequence[tuple[int, tuple[Entry, ...]]]) -> int:
+    """Bytes of the encoded rows: bodies, plus each distinct message once."""
+    seen: set[str] = set()
+    total = 0
+    for _turn, entries in batches:
+        for entry in entries:
+            row = encode(entry)
+            total += len(row.body.encode())
+            for digest, text in row.messages.items():
+                if digest not in seen:
+                    seen.add(digest)
+                    total += len(text.encode())
+    return total
+
+
+def sqlite_bytes(path: Path) -> int:
+    """The file's size with its WAL, after folding the WAL back in."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    wal = Path(f"{path}-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+# -- PostgreSQL --------------------------------------------------------------
+
+
+class Postgres:
+    """A database for the bench: the URL given, or a private cluster."""
+
+    def __init__(self) -> None:
+        self.url: str | None = None
+        self.note = ""
+        self._cluster: Path | None = None
+        self._schema = f"turnfsm_bench_{secrets.token_hex(4)}"
+        self.scoped: str | None = None
+
+    def start(self) -> bool:
+        try:
+            import psycopg
+            from psycopg.conninfo import make_conninfo
+
+            import turnfsm.persistence.postgres  # noqa: F401
+        except ImportError as exc:
+            self.note = f"psycopg is not installed ({exc})"
+            return False
+        url = os.environ.get("TURNFSM_TEST_POSTGRES_URL")
+        where = "TURNFSM_TEST_POSTGRES_URL"
+        if not url:
+            url, where = self._start_cluster(), "a private cluster (pg-test-cluster)"
+            if url is None:
+                return False
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+                conn.execute(f"CREATE SCHEMA {self._schema}")
+                version = conn.execute("SHOW server_version").fetchone()
+        except psycopg.Error as exc:
+            self.note = f"cannot use {where}: {str(exc).strip().splitlines()[0]}"
+            self.stop()
+            return False
+        self.url = url
+        self.scoped = make_conninfo(url, options=f"-csearch_path={self._schema}")
+        self.note = f"PostgreSQL {version[0] if version else '?'} via {where}"
+        return True
+
+    def _start_cluster(self) -> str | None:
+        script = ROOT / "scripts" / "pg-test-cluster"
+        parent = Path(tempfile.mkdtemp(prefix="turnfsm-bench-pg-"))
+        parent.chmod(0o755)  # the server may run as `postgres`
+        cluster = parent / "cluster"
+        try:
+            done = subprocess.run(
+                [str(script), "start", str(cluster)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self.note = f"pg-test-cluster could not start a cluster ({exc})"
+            shutil.rmtree(parent, ignore_errors=True)
+            return None
+        self._cluster = cluster
+        if done.returncode != 0:
+            detail = (done.stderr.strip().splitlines() or ["no detail"])[-1]
+            self.note = f"pg-test-cluster failed ({detail})"
+            self.stop()
+            return None
+        return done.stdout.strip().splitlines()[-1]
+
+    def size(self) -> int:
+        """``pg_total_relation_size`` of the bench schema's turnfsm_ tables."""
+        import psycopg
+
+        assert self.url is not None
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)"
+                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.relkind = 'r' AND n.nspname = %s"
+                " AND c.relname LIKE 'turnfsm\\_%%'",
+                (self._schema,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def stop(self) -> None:
+        if self.url is not None and self._cluster is None:
+            import psycopg
+
+            with (
+                contextlib.suppress(psycopg.Error),
+                psycopg.connect(self.url, autocommit=True) as conn,
+            ):
+                conn.execute(f"DROP SCHEMA IF EXISTS {self._schema} CASCADE")
+        if self._cluster is not None:
+            subprocess.run(
+                [str(ROOT / "scripts" / "pg-test-cluster"), "stop", str(self._cluster)],
+                capture_output=True,
+                check=False,
+                timeout=120,
+            )
+            shutil.rmtree(self._cluster.parent, ignore_errors=True)
+            self._cluster = None
+
+
+@contextlib.asynccontextmanager
+async def postgres_store(pg: Postgres) -> AsyncIterator[SessionStore]:
+    from turnfsm.persistence.postgres import PostgresStore
+
+    assert pg.scoped is not None
+    async with PostgresStore(pg.scoped) as store:
+        yield store
+
+
+# -- LangGraph ---------------------------------------------------------------
+
+
+def langgraph_available() -> str | None:
+    """None if LangGraph's SqliteSaver imports, else why not."""
+    try:
+        import langgraph.checkpoint.sqlite  # noqa: F401
+        from langgraph.graph import StateGraph  # noqa: F401
+    except ImportError as exc:
+        return (
+            f"{exc} (python3 -m uv pip install -p {sys.executable} "
+            "langgraph langgraph-checkpoint-sqlite)"
+        )
+    return None
+
+
+class State(TypedDict):
+    """The LangGraph state: the message list.
+
+    Its reducer is ``operator.add``, the cheapest (``add_messages`` also
+    merges by id, which costs more per step).
+    """
+
+    messages: Annotated[list[Any], operator.add]
+
+
+def langgraph_run(steps: int, *, checkpoint: bool) -> tuple[Figures, int, list[int]]:
+    """`steps` steps of a message-list StateGraph; figures, bytes, sizes per step.
+
+    With `checkpoint`, a SqliteSaver on a temporary file (durability "sync");
+    the sizes are each checkpoint's blob plus its pending writes, in order.
+    """
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import END, START, StateGraph
+
+    stamps: list[float] = []
+
+    def step(_state: State) -> dict[str, list[Any]]:
+        stamps.append(time.perf_counter())
+        call_id = f"call_{secrets.token_hex(10)}"
+        return {
+            "messages": [
+                AIMessage("", tool_calls=[{"id": call_id, "name": "noop", "args": {}}]),
+                ToolMessage("ok", tool_call_id=call_id),
+            ]
+        }
+
+    def route(_state: State) -> str:
+        return END if len(stamps) >= steps + 1 else "step"
+
+    graph = StateGraph(State)
+    graph.add_node("step", step)
+    graph.add_edge(START, "step")
+    graph.add_conditional_edges("step", route)
+    config: Any = {"configurable": {"thread_id": "t"}, "recursion_limit": steps + 10}
+    with tempfile.TemporaryDirectory(prefix="turnfsm-bench-lg-") as tmp:
+        path = Path(tmp) / "langgraph.db"
+        conn = sqlite3.connect(path, check_same_thread=False)
+        try:
+            if checkpoint:
+                saver = SqliteSaver(conn)
+                saver.setup()
+                before = sqlite_bytes(path)
+                app = graph.compile(checkpointer=saver)
+                app.invoke(
+                    {"messages": [HumanMessage("go")]}, config, durability="sync"
+                )
+                size = sqlite_bytes(path) - before
+                sizes = [
+                    int(n)
+                    for (n,) in conn.execute(
+                        "SELECT length(c.checkpoint) + length(c.metadata)"
+                        " + coalesce((SELECT sum(length(w.value)) FROM writes w"
+                        "  WHERE w.checkpoint_id = c.checkpoint_id), 0)"
+                        " FROM checkpoints c ORDER BY c.checkpoint_id"
+                    )
+                ]
+            else:
+                graph.compile().invoke({"messages": [HumanMessage("go")]}, config)
+                size, sizes = 0, []
+        finally:
+            conn.close()
+    return Figures(gaps(stamps)), size, sizes
+
+
+# -- profiling ---------------------------------------------------------------
+
+
+def profile_hint(run: Callable[[cProfile.Profile], None], turns: int) -> str:
+    """The functions with the most own time, in µs per turn."""
+    profiler = cProfile.Profile()
+    run(profiler)
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    rows = []
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw.values())
+    for (path, line, name), (_cc, calls, tottime, cumtime, _callers) in sorted(
+        raw.items(), key=lambda kv: -kv[1][2]
+    )[:14]:
+        where = f"{_short(path)}:{line}({name})" if line else name
+        rows.append(
+            f"      {tottime / turns * 1e6:7.1f} µs own {cumtime / turns * 1e6:8.1f} "
+            f"cum {calls / turns:5.1f}/turn  {where}"
+        )
+    head = (
+        f"      (profiled total {total / turns * 1e6:.0f} µs per turn; "
+        "cProfile inflates many small calls)"
+    )
+    return "\n".join([head, *rows])
+
+
+def _short(path: str) -> str:
+    path = path.replace("\\", "/")
+    for marker in ("/turnfsm/", "/site-packages/", "/lib/python"):
+        if marker in path:
+            return path[path.index(marker) + 1 :]
+    return path
+
+
+def profile(turns: int, pg: Postgres | None) -> None:
+    """Print where a turn's time goes on SQLite (and PostgreSQL)."""
+    targets: list[tuple[str, Callable[[], Any]]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="turnfsm-bench-prof-"))
+
+    def sqlite() -> Any:
+        return SQLiteStore(tmp / "profile.db")
+
+    targets.append(("SQLiteStore", sqlite))
+    if pg is not None and pg.url is not None:
+        targets.append(("PostgresStore", lambda: postgres_store(pg)))
+    try:
+        for name, opener in targets:
+
+            def run(
+                profiler: cProfile.Profile, opener: Callable[[], Any] = opener
+            ) -> None:
+                async def go() -> None:
+                    async with opener() as store:
+                        await drive(store, 200)
+                        profiler.enable()
+                        await drive(store, turns)
+                        profiler.disable()
+
+                anyio.run(go)
+
+            print()
+            print(
+                f"cProfile hint: the Driver on {name}, {turns:,} turns (top own time)"
+            )
+            print(profile_hint(run, turns))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- the report --------------------------------------------------------------
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:8.1f}"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+@contextlib.contextmanager
+def quiet_gc() -> Iterator[None]:
+    gc.collect()
+    yield
+    gc.collect()
+
+
+async def measure(args: argparse.Namespace, pg: Postgres | None) -> None:
+    turns = args.turns
+    repeats = args.repeats
+    tmp = Path(tempfile.mkdtemp(prefix="turnfsm-bench-"))
+    print(
+        f"turnfsm store bench: {turns:,}-turn sessions, best of {repeats} runs "
+        f"({args.pg_repeats} on PostgreSQL), "
+        f"first {WINDOW} vs last {WINDOW} turns"
+    )
+    print(
+        f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}"
+        + (f", {pg.note}" if pg and pg.url else "")
+    )
+    if pg is not None and pg.url is None:
+        print(f"note: PostgreSQL skipped: {pg.note}")
+    try:
+        # Warm every path once.
+        await hand_loop(300)
+        await drive(MemoryStore(), 300)
+        async with SQLiteStore(tmp / "warm.db") as store:
+            await drive(store, 300)
+
+        drivers: dict[str, Figures] = {}
+        sizes: dict[str, float] = {}
+        with quiet_gc():
+            drivers["hand-written loop (list append)"] = best(
+                [Figures(await hand_loop(turns)) for _ in range(repeats)]
+            )
+        runs = []
+        for _ in range(repeats):
+            with quiet_gc():
+                runs.append(Figures((await drive(MemoryStore(), turns))[1]))
+        drivers["MemoryStore"] = best(runs)
+
+        runs = []
+        for n in range(repeats):
+            path = tmp / f"driver-{n}.db"
+            async with SQLiteStore(path) as store:
+                before = sqlite_bytes(path)
+                with quiet_gc():
+                    runs.append(Figures((await drive(store, turns))[1]))
+                sizes["SQLiteStore"] = (sqlite_bytes(path) - before) / turns
+            path.unlink()
+        drivers["SQLiteStore"] = best(runs)
+
+        if pg is not None and pg.url is not None:
+            runs = []
+            async with postgres_store(pg) as store:
+                await drive(store, 300)  # warm: pool, schema, plans
+                for _ in range(args.pg_repeats):
+                    before = pg.size()
+                    with quiet_gc():
+                        runs.append(Figures((await drive(store, turns))[1]))
+                    sizes["PostgresStore"] = (pg.size() - before) / turns
+            drivers["PostgresStore"] = best(runs)
+
+        # The raw stores: the same entries, appended directly.
+        batches = await capture(turns)
+        raws: dict[str, Figures] = {}
+        raws["list.extend (hand-written)"] = best(
+            [list_loop(batches, turns) for _ in range(repeats)]
+        )
+        runs = []
+        for _ in range(repeats):
+            with quiet_gc():
+                runs.append(await replay(MemoryStore(), batches, turns))
+        raws["MemoryStore"] = best(runs)
+        runs = []
+        for n in range(repeats):
+            path = tmp / f"raw-{n}.db"
+            async with SQLiteStore(path) as store:
+                with quiet_gc():
+                    runs.append(await replay(store, batches, turns))
+            path.unlink()
+        raws["SQLiteStore"] = best(runs)
+        # What one transaction per turn would cost (the driver makes four).
+        merged = one_append_per_turn(batches)
+        runs = []
+        for n in range(repeats):
+            path = tmp / f"merged-{n}.db"
+            async with SQLiteStore(path) as store:
+                with quiet_gc():
+                    runs.append(await replay(store, merged, turns))
+            path.unlink()
+        raws["SQLiteStore, 1 append per turn"] = best(runs)
+        if pg is not None and pg.url is not None:
+            async with postgres_store(pg) as store:
+                for name, which in (
+                    ("PostgresStore", batches),
+                    ("PostgresStore, 1 append per turn", merged),
+                ):
+                    runs = []
+                    for _ in range(args.pg_repeats):
+                        with quiet_gc():
+                            runs.append(await replay(store, which, turns))
+                    raws[name] = best(runs)
+        encoded = payload(batches) / turns
+
+        # -- the tables ------------------------------------------------------
+        mem = drivers["MemoryStore"]
+        print()
+        print("the Driver, one session per store (µs per tool turn)")
+        print(
+            f"  {'store':32} {'mean':>8} {'first100':>8} {'last100':>8} "
+            f"{'flat':>6} {'x Memory':>8} {'store cost':>10}"
+        )
+        for name, f in drivers.items():
+            cost = "" if name.startswith("hand") else us(f.mean - mem.mean)
+            print(
+                f"  {name:32} {us(f.mean)} {us(f.head)} {us(f.tail)} "
+                f"{f.flat:5.2f}x {f.mean / mem.mean:7.2f}x {cost:>10}"
+            )
+        print(
+            "  store cost = (driver on the store) - (driver on MemoryStore), "
+            f"mean per turn; first/last {WINDOW}: "
+            + ", ".join(
+                f"{n} {(f.head - mem.head) * 1e6:.0f}"
+                f" -> {(f.tail - mem.tail) * 1e6:.0f}"
+                for n, f in drivers.items()
+                if n in ("SQLiteStore", "PostgresStore")
+            )
+        )
+
+        floor = raws["list.extend (hand-written)"]
+        print()
+        print(
+            "raw store.append of a real turn's entries "
+            "(5 entries in the driver's 4 appends; µs per tool turn)"
+        )
+        print(
+            f"  {'store':32} {'mean':>8} {'first100':>8} {'last100':>8} "
+            f"{'flat':>6} {'x Memory':>8} {'x list':>8}"
+        )
+        for name, f in raws.items():
+            print(
+                f"  {name:32} {us(f.mean)} {us(f.head)} {us(f.tail)} "
+                f"{f.flat:5.2f}x {f.mean / raws['MemoryStore'].mean:7.2f}x "
+                f"{f.mean / floor.mean:7.0f}x"
+            )
+
+        print()
+        print("bytes stored per turn (whole session / turns)")
+        print(f"  {'encoded rows (bodies + messages once)':40} {encoded:9.0f} B")
+        for name, size in sizes.items():
+            what = (
+                "file + WAL after checkpoint"
+                if name == "SQLiteStore"
+                else "pg_total_relation_size"
+            )
+            print(
+                f"  {name + ' (' + what + ')':40} {size:9.0f} B  "
+                f"({size / encoded:4.2f}x the rows)"
+            )
+
+        # -- LangGraph -------------------------------------------------------
+        lg_steps = min(args.langgraph_steps or LANGGRAPH_DEFAULT_CAP, turns - 1)
+        lg_note = None if args.langgraph else "turned off (--no-langgraph)"
+        if lg_note is None:
+            lg_note = langgraph_available()
+        print()
+        if lg_note is not None:
+            print(f"LangGraph SqliteSaver: skipped: {lg_note}")
+        else:
+            import langgraph.version
+
+            print(
+                f"LangGraph {langgraph.version.__version__} SqliteSaver, "
+                f"{lg_steps:,} steps (1 AI message with a tool call + 1 tool "
+                "message each), µs per step"
+            )
+            if lg_steps < turns:
+                print(
+                    f"  (capped at {lg_steps:,} of {turns:,}: its cost per step "
+                    "grows with the history; --langgraph-steps N to change; the "
+                    "turnfsm rows below are taken at the same step numbers)"
+                )
+            with quiet_gc():
+                bare = best([langgraph_run(lg_steps, checkpoint=False)[0]])
+            with quiet_gc():
+                saved, lg_size, lg_sizes = langgraph_run(lg_steps, checkpoint=True)
+            print(
+                f"  {'':32} {'first100':>8} {'last100':>8} {'flat':>6} "
+                f"{'B/step':>9} {'B/step last100':>14}"
+            )
+            for name, f, size, tail_size in (
+                ("LangGraph, no checkpointer", bare, None, None),
+                (
+                    "LangGraph + SqliteSaver",
+                    saved,
+                    lg_size / lg_steps,
+                    statistics.fmean(lg_sizes[-WINDOW:]) if lg_sizes else None,
+                ),
+            ):
+                print(
+                    f"  {name:32} {us(f.head)} {us(f.tail)} {f.flat:5.2f}x "
+                    f"{'' if size is None else f'{size:9.0f}':>9} "
+                    f"{'' if tail_size is None else f'{tail_size:14.0f}':>14}"
+                )
+            for name in ("MemoryStore", "SQLiteStore", "PostgresStore"):
+                if name in drivers:
+                    head, tail = drivers[name].at(lg_steps)
+                    size = sizes.get(name)
+                    print(
+                        f"  {'turnfsm Driver + ' + name:32} {us(head)} {us(tail)} "
+                        f"{tail / head:5.2f}x "
+                        f"{'' if size is None else f'{size:9.0f}':>9}"
+                    )
+            head, tail = drivers["SQLiteStore"].at(lg_steps)
+            print(
+                f"  at step {lg_steps:,}: LangGraph+SqliteSaver is "
+                f"{saved.tail / tail:.1f}x the turnfsm Driver on SQLite per step, "
+                f"and writes {lg_size / lg_steps / sizes['SQLiteStore']:.0f}x the "
+                "bytes per step (its checkpoint copies the whole list)"
+            )
+
+        # -- goals -----------------------------------------------------------
+        sq = drivers["SQLiteStore"]
+        print()
+        print("goals")
+        print(
+            f"  SQLite <= {GOAL_SQLITE_US:.0f} µs per turn (driver on SQLite, mean): "
+            f"{sq.mean * 1e6:.1f} µs -> {verdict(sq.mean * 1e6 <= GOAL_SQLITE_US)}"
+        )
+        print(
+            f"  SQLite flat, last {WINDOW} within {GOAL_FLAT}x of first {WINDOW}: "
+            f"{sq.flat:.2f}x -> {verdict(sq.flat <= GOAL_FLAT)}"
+        )
+        raw_sq = raws["SQLiteStore"]
+        raw_ok = raw_sq.mean * 1e6 <= GOAL_SQLITE_US and raw_sq.flat <= GOAL_FLAT
+        print(
+            f"  (raw SQLite append {raw_sq.mean * 1e6:.1f} µs per turn, "
+            f"flat {raw_sq.flat:.2f}x -> "
+            f"{verdict(raw_ok)})"
+        )
+
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--pg-repeats",
+        type=int,
+        default=1,
+        help="runs of each PostgreSQL figure (slow: ~30-45 s per 10,000 turns)",
+    )
+    parser.add_argument(
+        "--langgraph-steps",
+        type=int,
+        default=0,
+        help=f"LangGraph steps (default {LANGGRAPH_DEFAULT_CAP}, at most turns - 1)",
+    )
+    parser.add_argument("--no-postgres", dest="postgres", action="store_false")
+    parser.add_argument("--no-langgraph", dest="langgraph", action="store_false")
+    parser.add_argument("--no-profile", dest="profile", action="store_false")
+    args = parser.parse_args(argv)
+    if args.turns < 2 * WINDOW + 2:
+        parser.error(f"--turns must be at least {2 * WINDOW + 2}")
+    pg = Postgres() if args.postgres else None
+    started = time.perf_counter()
+    try:
+        if pg is not None:
+            pg.start()
+        anyio.run(measure, args, pg)
+        if args.profile:
+            profile(min(args.turns, PROFILE_TURNS), pg)
+    finally:
+        if pg is not None:
+            pg.stop()
+    print(f"\n(whole run {time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
