@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import attrs
@@ -48,29 +48,106 @@ class Row:
     key: str | None = None
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+_ENCODER: Final = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, ensure_ascii=False
+)
 
 
-def _is_message(value: Mapping[str, Any]) -> bool:
-    return value.keys() == _MESSAGE_KEYS and isinstance(value.get("parts"), list)
+def _c_encoder() -> Callable[[object], str] | None:
+    """The C encoder `json.dumps` builds per call, built once (None if absent).
+
+    Same function, same options (compact, sorted keys, no ASCII escaping,
+    NaN allowed) as `_ENCODER`, minus the per-call set-up and the circular
+    reference check (a record's JSON form cannot be circular).
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has it
+        return None
+    try:
+        iterencode = make(
+            None,
+            _ENCODER.default,
+            json.encoder.encode_basestring,
+            None,
+            _ENCODER.key_separator,
+            _ENCODER.item_separator,
+            True,  # sort_keys
+            False,  # skipkeys
+            True,  # allow_nan
+        )
+    except TypeError:  # pragma: no cover - another signature: use the slow path
+        return None
+
+    def dumps(value: object) -> str:
+        if isinstance(value, str):
+            return _ENCODER.encode(value)
+        return "".join(iterencode(value, 0))
+
+    sample = {"b": [1, 2.5, None, True], "a": {"é": "\u0000\n"}, "c": float("nan")}
+    return dumps if dumps(sample) == _ENCODER.encode(sample) else None
+
+
+_dumps: Final[Callable[[object], str]] = _c_encoder() or _ENCODER.encode
+"""`json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)`."""
+
+
+def _reference(value: dict[str, Any], out: dict[str, str]) -> dict[str, str]:
+    text = _dumps(value)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    out[digest] = text
+    return {MESSAGE_REF: digest}
 
 
 def _strip(value: Any, out: dict[str, str]) -> Any:
+    """Return `value` with every message in it replaced by its reference.
+
+    Copy on write: a dict or list holding no message is returned as it is
+    (nothing in it changes), so the walk allocates only along the paths
+    that lead to a message; only containers are descended into.
+    """
     if isinstance(value, dict):
-        if _is_message(value):
-            text = _dumps(value)
-            digest = hashlib.sha256(text.encode()).hexdigest()[:32]
-            out[digest] = text
-            return {MESSAGE_REF: digest}
-        return {k: _strip(v, out) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strip(v, out) for v in value]
-    return value
+        changed: dict[str, Any] | None = None
+        for key, item in value.items():
+            if isinstance(item, dict):
+                if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
+                    new = _reference(item, out)
+                else:
+                    new = _strip(item, out)
+            elif isinstance(item, list):
+                new = _strip(item, out)
+            else:
+                continue
+            if new is not item:
+                if changed is None:
+                    changed = dict(value)
+                changed[key] = new
+        return value if changed is None else changed
+    # a list
+    copy: list[Any] | None = None
+    for index, item in enumerate(value):
+        if isinstance(item, dict):
+            if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
+                new = _reference(item, out)
+            else:
+                new = _strip(item, out)
+        elif isinstance(item, list):
+            new = _strip(item, out)
+        else:
+            continue
+        if new is not item:
+            if copy is None:
+                copy = list(value)
+            copy[index] = new
+    return value if copy is None else copy
 
 
 def encode(entry: Entry) -> Row:
-    """Return the row `entry` is stored as."""
+    """Return the row `entry` is stored as.
+
+    One walk over the entry's envelope (`serde.envelope`) swaps each message
+    for its reference as it meets it; the body and every message are then
+    JSON text written by one prebuilt encoder (compact, sorted keys).
+    """
     messages: dict[str, str] = {}
     body = _strip(serde.envelope(entry), messages)
     return Row(

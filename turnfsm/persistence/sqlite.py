@@ -272,18 +272,23 @@ class SQLiteStore:
 
     def _append(self, session_id: str, rows: list[Row], expected: int) -> int:
         conn = self._conn
-        with _transaction(conn, "BEGIN IMMEDIATE"):
-            found = conn.execute(_VERSION, (session_id,)).fetchone()
-            actual = 0 if found is None else found[0]
-            if actual != expected:
+        version, now = expected + len(rows), time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # The version check is the write itself: the row moves to the new
+            # version only if it is at the expected one.
+            if conn.execute(_ADVANCE, (version, now, session_id, expected)).rowcount:
+                pass
+            elif (
+                expected != 0
+                or not conn.execute(_CREATE, (session_id, version, now, now)).rowcount
+            ):
+                found = conn.execute(_VERSION, (session_id,)).fetchone()
                 raise SessionConflict(
-                    session_id=session_id, expected=expected, actual=actual
+                    session_id=session_id,
+                    expected=expected,
+                    actual=0 if found is None else found[0],
                 )
-            version, now = expected + len(rows), time.time()
-            if found is None:
-                conn.execute(_CREATE, (session_id, version, now, now))
-            else:
-                conn.execute(_UPDATE, (version, now, session_id))
             conn.executemany(
                 _ENTRY,
                 [
@@ -291,18 +296,21 @@ class SQLiteStore:
                     for n, row in enumerate(rows)
                 ],
             )
-            conn.executemany(
-                _MESSAGE,
-                [
-                    (session_id, digest, body)
-                    for row in rows
-                    for digest, body in row.messages.items()
-                ],
-            )
+            messages = [
+                (session_id, digest, body)
+                for row in rows
+                for digest, body in row.messages.items()
+            ]
+            if messages:
+                conn.executemany(_MESSAGE, messages)
             for n, row in enumerate(rows):
                 if row.key is not None:
                     _insert_key(conn, session_id, row.key, expected + n)
-            return version
+            conn.execute("COMMIT")
+        except BaseException:
+            _roll_back(conn)
+            raise
+        return version
 
     def _load(self, session_id: str) -> tuple[Entry, ...]:
         conn = self._conn
@@ -326,11 +334,16 @@ class SQLiteStore:
 
 
 _VERSION: Final = "SELECT version FROM turnfsm_sessions WHERE id = ?"
+# A first append (expected version 0) creates the session's row; a row that
+# is there already (at version 0: an empty append made it) is advanced instead.
 _CREATE: Final = (
-    "INSERT INTO turnfsm_sessions (id, version, created_at, updated_at)"
+    "INSERT OR IGNORE INTO turnfsm_sessions (id, version, created_at, updated_at)"
     " VALUES (?, ?, ?, ?)"
 )
-_UPDATE: Final = "UPDATE turnfsm_sessions SET version = ?, updated_at = ? WHERE id = ?"
+_ADVANCE: Final = (
+    "UPDATE turnfsm_sessions SET version = ?, updated_at = ?"
+    " WHERE id = ? AND version = ?"
+)
 _ENTRY: Final = (
     "INSERT INTO turnfsm_entries (session_id, seq, run_id, kind, body)"
     " VALUES (?, ?, ?, ?, ?)"
@@ -364,11 +377,16 @@ def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
         yield
         conn.execute("COMMIT")
     except BaseException:
-        # SQLite rolls some failures back itself (a full disk); then there
-        # is nothing left to roll back, and the original error must surface.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        _roll_back(conn)
         raise
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already."""
+    # SQLite rolls some failures back itself (a full disk); then there is
+    # nothing left to roll back, and the original error must surface.
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 # -- opening -------------------------------------------------------------
