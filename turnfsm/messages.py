@@ -25,6 +25,7 @@ import attrs
 from turnfsm.errors import InvalidMessage
 
 __all__ = [
+    "SUMMARY_COVERS",
     "ImagePart",
     "JSONValue",
     "Joined",
@@ -46,6 +47,15 @@ JSONValue: TypeAlias = (
     "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
 )
 """A value that JSON can carry (tool-call arguments)."""
+
+SUMMARY_COVERS: Final = "turnfsm.summary.covers_up_to"
+"""The metadata key that marks a message as a summary (seed 004).
+
+Its value is the id of the last message the summary covers. A compactor
+that summarises sets it on its summary message; when the pass is committed,
+the session's log records the summary (`SummaryRecorded`), and the working
+history is the latest summary plus the messages after it.
+"""
 
 
 class Role(StrEnum):

@@ -539,3 +539,49 @@ async def test_an_ephemeral_session_is_never_stored_and_never_compacts(
     assert isinstance(result.error, CompactionStalled)  # no pass ran
     assert [c.outcome for c in short.runs[-1].compactions] == ["noop"]
     assert await store.list_sessions() == ()
+
+
+class _Summarising:
+    """Replaces all but the last message with one marked summary (seed 004)."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        from turnfsm.messages import SUMMARY_COVERS
+
+        head, tail = messages[:-1], messages[-1:]
+        summary = Message.system(
+            f"summary of {len(head)} messages",
+            metadata={SUMMARY_COVERS: head[-1].id},
+        )
+        return CompactionOutcome.compacted([summary, *tail], ctx.tokens_before, 0)
+
+
+async def test_a_committed_summary_is_recorded_and_survives_a_reload(
+    tmp_path: object,
+) -> None:
+    from turnfsm.persistence.sqlite import SQLiteStore
+
+    ctx = ContextManager(
+        _Summarising(),
+        context_window=4_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    history = _big_history(10, 500)
+    path = f"{tmp_path}/s.db"
+    async with SQLiteStore(path) as store:
+        session = Session(store=store)
+        result = await Driver(model=ScriptedModel.of("ok"), context=ctx).run(
+            history, session=session
+        )
+        assert result.ok
+    summary = session.latest_summary
+    assert summary is not None
+    assert summary.content == f"summary of {len(history) - 1} messages"
+    assert summary.covers_up_to_message_id == history[-2].id
+    # The working history is the latest summary plus the messages after it.
+    assert [m.id for m in session.history][:2] == [summary.message_id, history[-1].id]
+    async with SQLiteStore(path) as again:
+        reopened = await Session.load(again, session.id)
+    assert reopened.latest_summary == summary

@@ -42,6 +42,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     Session,
+    SummaryRecorded,
     ToolResultRecorded,
     TurnRecord,
     dump_session,
@@ -207,6 +208,13 @@ def entries(draw: st.DrawFn) -> Entry:
         result = Message.tool_result(draw(texts) or "c", draw(texts), is_error=True)
         return ToolResultRecorded(
             run_id=run, index=draw(st.integers(0, 9)), result=result
+        )
+    if kind is SummaryRecorded:
+        return SummaryRecorded(
+            run_id=run,
+            message_id=draw(texts),
+            content=draw(texts),
+            covers_up_to_message_id=draw(texts),
         )
     if kind is Committed:
         return Committed(run_id=run, keep=draw(st.integers(0, 9)), messages=ids)

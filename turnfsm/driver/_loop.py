@@ -46,7 +46,7 @@ from turnfsm.hooks import (
     RunStartInfo,
     TransitionInfo,
 )
-from turnfsm.messages import Message, MessageLog
+from turnfsm.messages import SUMMARY_COVERS, Message, MessageLog
 from turnfsm.persistence import (
     Committed,
     CompactionRecord,
@@ -55,6 +55,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     Session,
+    SummaryRecorded,
     ToolResultRecorded,
     TurnRecord,
     decision_key,
@@ -181,6 +182,8 @@ class _Loop:
         self.ctx.snapshot = after
         entries.append(self._recorded(event, after.phase, decision_key(decision)))
         if after.history is not before.history:
+            if isinstance(event, CompactionResult):
+                entries.extend(_summaries(self.run_id, event.messages))
             entries.append(_committed(self.run_id, before.history, after.history))
         await self.session.append(*entries, history=after.history)
         if self._wants_transition and machine.last_step is not None:
@@ -520,3 +523,17 @@ def _committed(run_id: str, old: MessageLog, new: MessageLog) -> Committed:
     if len(new) >= keep and new.store_key[0] is old.store_key[0]:
         return Committed(run_id=run_id, keep=keep, messages=[m.id for m in new[keep:]])
     return Committed(run_id=run_id, keep=0, messages=[m.id for m in new])
+
+
+def _summaries(run_id: str, messages: tuple[Message, ...]) -> list[Entry]:
+    """The summaries a committed compaction brought in (`SUMMARY_COVERS`)."""
+    return [
+        SummaryRecorded(
+            run_id=run_id,
+            message_id=m.id,
+            content=m.text,
+            covers_up_to_message_id=m.metadata[SUMMARY_COVERS],
+        )
+        for m in messages
+        if SUMMARY_COVERS in m.metadata
+    ]

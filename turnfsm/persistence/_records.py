@@ -10,7 +10,8 @@ appends each entry as it happens:
 | `EventRecorded` | every event fed to the brain, in order (the replay source) |
 | `TurnRecord` | every model reply: the context it saw (message ids), usage |
 | `CompactionRecord` | every compaction pass, whatever it came to |
-| `ToolResultRecorded` | every tool call's result, as the call finishes |
+| `ToolResultRecorded` | a tool call's result, as the call finishes (in a batch) |
+| `SummaryRecorded` | a committed compaction brought in a summary (seed 004) |
 | `Committed` | the brain changed its committed history (a commit point) |
 | `RunEnded` | the run ended: done, failed, cancelled or paused |
 
@@ -56,6 +57,7 @@ __all__ = [
     "Outcome",
     "RunEnded",
     "RunOpened",
+    "SummaryRecorded",
     "ToolResultRecorded",
     "TurnRecord",
     "decision_key",
@@ -189,6 +191,26 @@ class ToolResultRecorded:
 
 @final
 @attrs.frozen(kw_only=True)
+class SummaryRecorded:
+    """A committed compaction brought in a summary (seed 004's summaries record).
+
+    Attributes:
+        run_id: The run whose compaction committed it.
+        message_id: The summary message (its content is carried by the
+            compaction's event).
+        content: The summary's text.
+        covers_up_to_message_id: The last message the summary covers (the
+            message's `SUMMARY_COVERS` metadata).
+    """
+
+    run_id: str
+    message_id: str
+    content: str
+    covers_up_to_message_id: str
+
+
+@final
+@attrs.frozen(kw_only=True)
 class Committed:
     """The committed history became its first `keep` messages plus `messages`."""
 
@@ -219,6 +241,7 @@ Entry: TypeAlias = (
     | TurnRecord
     | CompactionRecord
     | ToolResultRecorded
+    | SummaryRecorded
     | Committed
     | RunEnded
 )
@@ -230,6 +253,7 @@ ENTRY_TYPES: Final[tuple[type[Entry], ...]] = (
     TurnRecord,
     CompactionRecord,
     ToolResultRecorded,
+    SummaryRecorded,
     Committed,
     RunEnded,
 )

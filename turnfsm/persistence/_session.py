@@ -25,6 +25,7 @@ from turnfsm.persistence._records import (
     EventRecorded,
     RunEnded,
     RunOpened,
+    SummaryRecorded,
     ToolResultRecorded,
     TurnRecord,
     event_messages,
@@ -151,6 +152,7 @@ class Session:
         "_messages",
         "_running",
         "_runs",
+        "_summaries",
         "id",
         "is_ephemeral",
         "store",
@@ -170,6 +172,7 @@ class Session:
         self._history = MessageLog()
         self._messages: dict[str, Message] = {}
         self._runs: dict[str, _Run] = {}
+        self._summaries: list[SummaryRecorded] = []
         self._running = False
 
     @classmethod
@@ -229,6 +232,23 @@ class Session:
             for run in self._runs.values()
             if run.ended is None or run.ended.outcome == "paused"
         ]
+
+    @property
+    def summaries(self) -> tuple[SummaryRecorded, ...]:
+        """Every summary a committed compaction brought in, oldest first."""
+        return tuple(self._summaries)
+
+    @property
+    def latest_summary(self) -> SummaryRecorded | None:
+        """The latest summary still in the working history, if any (seed 004).
+
+        The working history is that summary plus the messages after it; a
+        later compaction that dropped the summary message leaves none.
+        """
+        if not self._summaries:
+            return None
+        ids = {m.id for m in self._history}
+        return next((s for s in reversed(self._summaries) if s.message_id in ids), None)
 
     def message(self, message_id: str) -> Message:
         """Return the message with `message_id`, as it was first said.
@@ -334,6 +354,8 @@ class Session:
                 self._runs[entry.run_id].turns.append(entry)
             case CompactionRecord():
                 self._runs[entry.run_id].compactions.append(entry)
+            case SummaryRecorded():
+                self._summaries.append(entry)
             case ToolResultRecorded(result=result):
                 self._messages.setdefault(result.id, result)
                 self._runs[entry.run_id].results.append(entry)

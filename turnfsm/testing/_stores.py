@@ -36,6 +36,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     SessionStore,
+    SummaryRecorded,
     ToolResultRecorded,
     TurnRecord,
 )
@@ -102,6 +103,12 @@ def sample_entries(run_id: str = "run_1") -> tuple[Entry, ...]:
             key=f"{run_id}:3",
         ),
         ToolResultRecorded(run_id=run_id, index=2, result=result),
+        SummaryRecorded(
+            run_id=run_id,
+            message_id="m_sum",
+            content="summary: 日本語",
+            covers_up_to_message_id="m_res",
+        ),
         Committed(run_id=run_id, keep=0, messages=("m_sum", "m_user")),
         RunEnded(
             run_id=run_id,
