@@ -375,7 +375,10 @@ async def test_abandon_ends_an_open_run_and_frees_the_session() -> None:
     with pytest.raises(Exception, match="resume or abandon"):
         await driver.run("new", session=reopened)
     ended = await driver.abandon(reopened, run_id, reason="operator")
-    assert ended.outcome == "cancelled"
+    assert ended.outcome == "failed"
+    assert isinstance(ended.error, Cancelled)
+    assert ended.error.reason == "operator"
+    assert reopened.runs[0].outcome == "failed"
     assert list(reopened.history) == []
     assert (await driver.run("new", session=reopened)).ok
 

@@ -355,7 +355,10 @@ class Driver:
     async def abandon(
         self, session: Session, run_id: str, *, reason: str = "abandoned"
     ) -> RunResult:
-        """End a paused or unfinished run as cancelled; nothing it said is committed.
+        """End a paused or unfinished run as failed; nothing it said is committed.
+
+        The run's outcome is ``failed``, its error `Cancelled(reason)`: it did
+        not finish, and no one is waiting on it any more.
 
         Raises:
             ConfigError: no such run, or the run is not open.
@@ -366,6 +369,7 @@ class Driver:
             machine = rebuild(self.machine, session, run_id, check=False)
             loop = self._loop(session, run_id, machine, None, ())
             loop.restore(record)
+            loop.abandoning = True
             return await loop.go(RunCancelled(reason=reason))
 
     def _loop(

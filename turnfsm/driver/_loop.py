@@ -114,7 +114,8 @@ class _Loop:
         self._effects = driver.effects
         self._wants_transition = self.hooks.wants("on_transition")
         self._journal: anyio.Lock | None = None  # made on the first tool result
-        self._opening: RunOpened | None = None  # written with the first event
+        self._opening: RunOpened | None = None
+        self.abandoning = False  # an abandoned run ends failed, not cancelled  # written with the first event
 
     # -- the log -------------------------------------------------------
     def open(self, input: tuple[Message, ...]) -> None:
@@ -434,7 +435,7 @@ class _Loop:
             outcome = "paused"
         elif error is None:
             outcome = "done"
-        elif isinstance(error, Cancelled):
+        elif isinstance(error, Cancelled) and not self.abandoning:
             outcome = "cancelled"
         else:
             outcome = "failed"
