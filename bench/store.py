@@ -5,8 +5,8 @@ Everything runs in this process, against the same instant scripted model
 turn) and the same instant async tool, with a context window so large that
 nothing ever compacts. A "turn" is one tool turn of the real `Driver`: the
 model call, the tool call and the entries the driver appends for them (a
-`TurnRecord`, the `ModelReplied` / `ToolsFinished` / `Measured` events and a
-`ToolResultRecorded`, in four appends).
+`TurnRecord` and the `ModelReplied` / `ToolsFinished` / `Measured` events, in
+three appends; a lone tool call needs no separate `ToolResultRecorded`).
 
     python bench/store.py                    # 10,000 turns
     python bench/store.py --turns 2000       # a shorter run
@@ -717,7 +717,7 @@ async def measure(args: argparse.Namespace, pg: Postgres | None) -> None:
         print()
         print(
             "raw store.append of a real turn's entries "
-            "(5 entries in the driver's 4 appends; µs per tool turn)"
+            "(the entries of the driver.s appends; µs per tool turn)"
         )
         print(
             f"  {'store':32} {'mean':>8} {'first100':>8} {'last100':>8} "

@@ -515,3 +515,50 @@ async def test_text_with_nul_characters_round_trips(make_store: MakeStore) -> No
     await agent.run("a\x00b")
     reopened = await Session.load(store, agent.session.id)
     assert [m.text for m in reopened.history] == ["a\x00b", "bin\x00ary"]
+
+
+async def test_the_version_check_is_exact_for_new_and_empty_sessions(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    store = make_store(url)
+    entries = sample_entries()
+    # An unknown session is at version 0, and the stale append wrote nothing.
+    with pytest.raises(SessionConflict) as caught:
+        await store.append("s", entries[:1], expected_version=2)
+    assert (caught.value.expected, caught.value.actual) == (2, 0)
+    assert await _query(url, "SELECT count(*) FROM turnfsm_sessions") == [(0,)]
+    # An empty first append leaves the session at version 0 (not listed) ...
+    assert await store.append("s", [], expected_version=0) == 0
+    assert await store.list_sessions() == ()
+    # ... and a first append finds it there.
+    assert await store.append("s", entries[:2], expected_version=0) == 2
+    for expected in (0, 1, 3):
+        with pytest.raises(SessionConflict) as caught:
+            await store.append("s", entries[2:4], expected_version=expected)
+        assert (caught.value.expected, caught.value.actual) == (expected, 2)
+    assert await store.append("s", [], expected_version=2) == 2
+    assert _same(await store.load("s"), entries[:2])
+    for table, count in (("entries", 2), ("sessions", 1)):
+        rows = await _query(url, f"SELECT count(*) FROM turnfsm_{table}")
+        assert rows == [(count,)]
+
+
+async def test_a_known_key_fails_a_first_append_to_another_session_cleanly(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    # Keys are unique per session: the same run in two sessions is fine, and a
+    # repeat in one session fails with the key named and nothing written.
+    url = postgres_url()
+    store = make_store(url)
+    entries = sample_entries()
+    await store.append("a", entries, expected_version=0)
+    assert await store.append("b", entries, expected_version=0) == len(entries)
+    with pytest.raises(DuplicateRecord) as caught:
+        await store.append(
+            "b", [*sample_entries("run_2"), *entries], expected_version=len(entries)
+        )
+    assert caught.value.key == "run_1:3"
+    assert _same(await store.load("b"), entries)
+    rows = await _query(url, "SELECT version FROM turnfsm_sessions WHERE id = 'b'")
+    assert rows == [(len(entries),)]

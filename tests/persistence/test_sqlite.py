@@ -435,3 +435,179 @@ async def test_an_agent_keeps_sessions_in_memory_unless_turnfsm_store_names_one(
         Agent(model=ScriptedModel.of())
     with pytest.raises(ConfigError, match="store"):
         Agent(model=ScriptedModel.of(), store=42)  # type: ignore[arg-type]
+
+
+# -- the stored row format (pinned: files written before must still load) ----
+
+
+def _pinned_entries() -> list[Any]:
+    from turnfsm.core import ToolsFinished
+    from turnfsm.messages import ToolCallPart
+    from turnfsm.persistence import ToolResultRecorded
+
+    # A message-shaped value inside a message is part of that message's text.
+    nested: dict[str, Any] = {"id": "x", "role": "user", "parts": [], "metadata": {}}
+    call = Message.assistant(
+        "héllo \x00",
+        tool_calls=[
+            ToolCallPart(
+                id="c1", name="look", arguments={"as_message": nested, "n": 1.5}
+            )
+        ],
+        id="msg_a",
+        metadata={"k": [1, True]},
+    )
+    result = Message.tool_result("c1", "ok", id="msg_b")
+    return [
+        EventRecorded(
+            run_id="run_1",
+            index=3,
+            event=ModelReplied(message=call),
+            phase="run_tools",
+            decision="run_tools:c1",
+            at=1.25,
+        ),
+        ToolResultRecorded(run_id="run_1", index=4, result=result),
+        EventRecorded(
+            run_id="run_1",
+            index=5,
+            event=ToolsFinished(results=(result,)),
+            phase="start",
+            decision="measure",
+            at=2.5,
+        ),
+    ]
+
+
+_CALL = "b4c938e1173ab016138cc78179c5173c"
+_RESULT = "f0c0377e8fb7486dd40e98d91896280c"
+_PINNED_MESSAGES = {
+    _CALL: '{"id":"msg_a","metadata":{"k":[1,true]},"parts":[{"text":"héllo'
+    ' \\u0000","type":"text"},{"arguments":{"as_message":{"id":"x","metadata":{},'
+    '"parts":[],"role":"user"},"n":1.5},"id":"c1","name":"look","type":"tool_call"}'
+    '],"role":"assistant"}',
+    _RESULT: '{"id":"msg_b","metadata":{},"parts":[{"call_id":"c1","content":"ok",'
+    '"is_error":false,"type":"tool_result"}],"role":"tool"}',
+}
+_PINNED_BODIES = [
+    '{"data":{"at":1.25,"decision":"run_tools:c1","event":{"message":{"$msg":"'
+    + _CALL
+    + '"},"type":"ModelReplied","usage":null},"index":3,"phase":"run_tools",'
+    '"run_id":"run_1"},"type":"EventRecorded","v":1}',
+    '{"data":{"index":4,"result":{"$msg":"'
+    + _RESULT
+    + '"},"run_id":"run_1"},"type":"ToolResultRecorded","v":1}',
+    '{"data":{"at":2.5,"decision":"measure","event":{"results":[{"$msg":"'
+    + _RESULT
+    + '"}],"type":"ToolsFinished"},"index":5,"phase":"start","run_id":"run_1"},'
+    '"type":"EventRecorded","v":1}',
+]
+
+
+def test_an_encoded_row_is_byte_for_byte_the_stored_format() -> None:
+    from turnfsm.persistence._rows import encode
+
+    rows = [encode(entry) for entry in _pinned_entries()]
+    assert [row.body for row in rows] == _PINNED_BODIES
+    assert [dict(row.messages) for row in rows] == [
+        {_CALL: _PINNED_MESSAGES[_CALL]},
+        {_RESULT: _PINNED_MESSAGES[_RESULT]},
+        {_RESULT: _PINNED_MESSAGES[_RESULT]},
+    ]
+    assert [(row.kind, row.run_id, row.key) for row in rows] == [
+        ("EventRecorded", "run_1", None),
+        ("ToolResultRecorded", "run_1", None),
+        ("EventRecorded", "run_1", None),
+    ]
+
+
+def _strip_reference(value: Any, out: dict[str, str]) -> Any:
+    """The walk the rows were first written with (the oracle for `encode`)."""
+    import hashlib
+
+    if isinstance(value, dict):
+        if value.keys() == {"id", "role", "parts", "metadata"} and isinstance(
+            value.get("parts"), list
+        ):
+            text = json.dumps(
+                value, separators=(",", ":"), sort_keys=True, ensure_ascii=False
+            )
+            digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+            out[digest] = text
+            return {"$msg": digest}
+        return {k: _strip_reference(v, out) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_reference(v, out) for v in value]
+    return value
+
+
+def test_encode_writes_what_the_first_encoder_wrote_for_every_sample() -> None:
+    from turnfsm import serde
+    from turnfsm.persistence._rows import encode
+
+    for entry in [*sample_entries(), *_pinned_entries()]:
+        messages: dict[str, str] = {}
+        body = json.dumps(
+            _strip_reference(serde.envelope(entry), messages),
+            separators=(",", ":"),
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        row = encode(entry)
+        assert (row.body, dict(row.messages)) == (body, messages), entry
+
+
+async def test_a_file_with_rows_in_the_pinned_format_loads(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    async with SQLiteStore(path):
+        pass  # the schema
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("INSERT INTO turnfsm_sessions VALUES ('s', 3, 0, 0)")
+        conn.executemany(
+            "INSERT INTO turnfsm_entries VALUES ('s', ?, 'run_1', ?, ?)",
+            [
+                (n, kind, body)
+                for n, (kind, body) in enumerate(
+                    zip(
+                        ["EventRecorded", "ToolResultRecorded", "EventRecorded"],
+                        _PINNED_BODIES,
+                        strict=True,
+                    )
+                )
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO turnfsm_messages VALUES ('s', ?, ?)",
+            list(_PINNED_MESSAGES.items()),
+        )
+    async with SQLiteStore(path) as store:
+        assert await store.load("s") == tuple(_pinned_entries())
+        # and goes on from there
+        more = sample_entries()[:2]
+        assert await store.append("s", more, expected_version=3) == 5
+        assert (await store.load("s"))[3:] == tuple(more)
+
+
+async def test_the_version_check_is_exact_for_new_and_empty_sessions(
+    tmp_path: Path,
+) -> None:
+    entries = sample_entries()
+    async with SQLiteStore(tmp_path / "v.db") as store:
+        # An unknown session is at version 0.
+        with pytest.raises(SessionConflict) as caught:
+            await store.append("s", entries[:1], expected_version=2)
+        assert (caught.value.expected, caught.value.actual) == (2, 0)
+        # An empty first append creates the session at version 0 ...
+        assert await store.append("s", [], expected_version=0) == 0
+        # ... and a first append finds it there.
+        assert await store.append("s", entries[:2], expected_version=0) == 2
+        with pytest.raises(SessionConflict) as caught:
+            await store.append("s", entries[2:3], expected_version=0)
+        assert (caught.value.expected, caught.value.actual) == (0, 2)
+        with pytest.raises(SessionConflict) as caught:
+            await store.append("s", entries[2:3], expected_version=1)
+        assert (caught.value.expected, caught.value.actual) == (1, 2)
+        assert await store.load("s") == tuple(entries[:2])
+        assert _rows(tmp_path / "v.db", "SELECT version FROM turnfsm_sessions") == [
+            (2,)
+        ]

@@ -114,8 +114,8 @@ class _Loop:
         self._effects = driver.effects
         self._wants_transition = self.hooks.wants("on_transition")
         self._journal: anyio.Lock | None = None  # made on the first tool result
-        self._opening: RunOpened | None = None
-        self.abandoning = False  # an abandoned run ends failed, not cancelled  # written with the first event
+        self._opening: RunOpened | None = None  # written with the first event
+        self.abandoning = False  # an abandoned run ends failed, not cancelled
 
     # -- the log -------------------------------------------------------
     def open(self, input: tuple[Message, ...]) -> None:

@@ -17,12 +17,12 @@ Bodies are ``TEXT``, not ``JSONB``: the text is exactly what the codec wrote
 rejects the NUL escape (``\u0000`` in JSON) that a tool result read from a
 binary file may carry. Cast ``body::jsonb`` to query them.
 
-An append is one transaction: lock the session's row (``SELECT ... FOR
-UPDATE``; a first append inserts it, and two first appends serialise on its
-primary key), compare the version, insert the entries, messages and
-compaction keys, bump the version. Two writers on one session, in any
-processes, therefore cannot interleave: the second sees the first's version
-and gets `SessionConflict`, with nothing written.
+An append is one transaction holding one statement: it moves the session's
+row to its new version only if it is at the expected one (a first append
+inserts it; two first appends serialise on its primary key), and inserts the
+entries, messages and compaction keys only if it did. Two writers on one
+session, in any processes, therefore cannot interleave: the second finds
+the first's version and gets `SessionConflict`, with nothing written.
 
 The tables live in the connection's current schema, so one database can
 hold several stores (``options=-csearch_path=tenant_a`` in the URL).
@@ -107,18 +107,6 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             UNIQUE (session_id, key))""",
     ),
 }
-
-_INSERT_ENTRY: Final = (
-    "INSERT INTO turnfsm_entries (session_id, seq, run_id, kind, body)"
-    " VALUES (%s, %s, %s, %s, %s)"
-)
-_INSERT_MESSAGE: Final = (
-    "INSERT INTO turnfsm_messages (session_id, digest, body) VALUES (%s, %s, %s)"
-    " ON CONFLICT DO NOTHING"
-)
-_INSERT_KEY: Final = (
-    "INSERT INTO turnfsm_compactions (session_id, key, seq) VALUES (%s, %s, %s)"
-)
 
 
 def _server(url: str) -> str:
@@ -450,6 +438,45 @@ def _check_keys(session_id: str, rows: Sequence[Row]) -> None:
             seen.add(row.key)
 
 
+# One statement writes a whole append: the session's row moves to its new
+# version only if it is at the expected one (`s` holds it then, else nothing),
+# and every insert takes its rows from `s`, so a stale append writes nothing.
+# A first append (expected 0) creates the row, or advances one an empty
+# append left at version 0; a racing first append waits on the primary key
+# until this transaction ends, then finds the row at another version.
+_ADVANCE: Final = (
+    "UPDATE turnfsm_sessions SET version = %(version)s, updated_at = now()"
+    " WHERE id = %(session)s AND version = %(expected)s RETURNING id"
+)
+_CREATE: Final = (
+    "INSERT INTO turnfsm_sessions AS t (id, version) VALUES (%(session)s, %(version)s)"
+    " ON CONFLICT (id) DO UPDATE SET version = excluded.version, updated_at = now()"
+    " WHERE t.version = 0 RETURNING id"
+)
+_WRITE: Final = """
+WITH s AS ({advance}),
+e AS (
+    INSERT INTO turnfsm_entries (session_id, seq, run_id, kind, body)
+    SELECT s.id, %(expected)s::bigint + u.n - 1, u.run_id, u.kind, u.body
+    FROM s, unnest(%(run_ids)s::text[], %(kinds)s::text[], %(bodies)s::text[])
+        WITH ORDINALITY AS u (run_id, kind, body, n)
+),
+m AS (
+    INSERT INTO turnfsm_messages (session_id, digest, body)
+    SELECT s.id, x.digest, x.body
+    FROM s, unnest(%(digests)s::text[], %(texts)s::text[]) AS x (digest, body)
+    ON CONFLICT DO NOTHING
+),
+k AS (
+    INSERT INTO turnfsm_compactions (session_id, key, seq)
+    SELECT s.id, y.key, y.seq
+    FROM s, unnest(%(keys)s::text[], %(key_seqs)s::bigint[]) AS y (key, seq)
+)
+SELECT count(*) FROM s"""
+_APPEND: Final = _WRITE.format(advance=_ADVANCE)
+_APPEND_FIRST: Final = _WRITE.format(advance=_CREATE)
+
+
 async def _append(
     conn: _Conn,
     step: _Step,
@@ -457,70 +484,64 @@ async def _append(
     rows: Sequence[Row],
     expected: int,
 ) -> int:
-    async with conn.transaction():
-        actual = await _lock_session(conn, session_id, expected)
-        if actual != expected:
-            raise SessionConflict(
-                session_id=session_id, expected=expected, actual=actual
-            )
-        if not rows:
-            return actual
+    """Write one append in three round trips: BEGIN, the write, COMMIT.
+
+    Nothing is committed before COMMIT is sent, so a connection found dead
+    before it is safe to retry on another (`PostgresStore._run`). (psycopg's
+    pipeline mode, which would send BEGIN with the write, measured slower:
+    it adds syncs of its own.)
+    """
+    version = expected + len(rows)
+    messages = {d: t for row in rows for d, t in row.messages.items()}
+    keyed = [(r.key, expected + i) for i, r in enumerate(rows) if r.key is not None]
+    params = {
+        "session": session_id,
+        "version": version,
+        "expected": expected,
+        "run_ids": [r.run_id for r in rows],
+        "kinds": [r.kind for r in rows],
+        "bodies": [r.body for r in rows],
+        "digests": list(messages),
+        "texts": list(messages.values()),
+        "keys": [k for k, _ in keyed],
+        "key_seqs": [n for _, n in keyed],
+    }
+    write = _APPEND_FIRST if expected == 0 else _APPEND
+    try:
+        async with conn.transaction():
+            cur = await conn.execute(write, params)
+            found = await cur.fetchone()
+            if not (found and found[0]):
+                raise _Stale
+            step.committing = True  # the block's end sends COMMIT
+    except _Stale:
+        # Rolled back (it wrote nothing); the version is read afresh.
+        cur = await conn.execute(
+            "SELECT version FROM turnfsm_sessions WHERE id = %s", (session_id,)
+        )
+        row = await cur.fetchone()
+        raise SessionConflict(
+            session_id=session_id,
+            expected=expected,
+            actual=0 if row is None else int(row[0]),
+        ) from None
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.table_name != "turnfsm_compactions":
+            raise
         await _refuse_known_keys(conn, session_id, rows)
-        version = expected + len(rows)
-        messages = {d: t for row in rows for d, t in row.messages.items()}
-        keys = [
-            (session_id, r.key, expected + i)
-            for i, r in enumerate(rows)
-            if r.key is not None
-        ]
-        async with conn.pipeline(), conn.cursor() as cur:
-            await cur.executemany(
-                _INSERT_ENTRY,
-                [
-                    (session_id, expected + i, r.run_id, r.kind, r.body)
-                    for i, r in enumerate(rows)
-                ],
-            )
-            if messages:
-                await cur.executemany(
-                    _INSERT_MESSAGE, [(session_id, d, t) for d, t in messages.items()]
-                )
-            if keys:
-                await cur.executemany(_INSERT_KEY, keys)
-            await cur.execute(
-                "UPDATE turnfsm_sessions SET version = %s, updated_at = now()"
-                " WHERE id = %s",
-                (version, session_id),
-            )
-        step.committing = True  # the block's end sends COMMIT
+        raise
     return version
 
 
-async def _lock_session(conn: _Conn, session_id: str, expected: int) -> int:
-    """Lock the session's row and return its version (0 if it is new)."""
-    if expected == 0:
-        # A first append creates the row; a racing first append waits on its
-        # primary key until this transaction ends, then finds it.
-        cur = await conn.execute(
-            "INSERT INTO turnfsm_sessions (id, version) VALUES (%s, 0)"
-            " ON CONFLICT (id) DO NOTHING RETURNING version",
-            (session_id,),
-        )
-        if await cur.fetchone() is not None:
-            return 0
-    cur = await conn.execute(
-        "SELECT version FROM turnfsm_sessions WHERE id = %s FOR UPDATE",
-        (session_id,),
-    )
-    found = await cur.fetchone()
-    return 0 if found is None else int(found[0])
+class _Stale(Exception):
+    """The session was not at the expected version (internal)."""
 
 
 async def _refuse_known_keys(conn: _Conn, session_id: str, rows: Sequence[Row]) -> None:
     keys = [row.key for row in rows if row.key is not None]
     if not keys:
         return
-    # The session's row is locked: no other append can add a key meanwhile.
+    # Keys are never removed: the one the write met is still there.
     cur = await conn.execute(
         "SELECT key FROM turnfsm_compactions"
         " WHERE session_id = %s AND key = ANY(%s) ORDER BY key LIMIT 1",

@@ -6,9 +6,10 @@ Theory of operation:
   processes (each with its own `SQLiteStore`) can share the file. A writer
   that finds the file locked waits up to `busy_timeout` seconds.
 - An append is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
-  first, then reads the session's version. A log at another version raises
-  `SessionConflict` and nothing is written, so two writers on one session
-  can never interleave (DESIGN §4).
+  first, then moves the session's version only if it is the expected one
+  (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
+  another version raises `SessionConflict` and nothing is written, so two
+  writers on one session can never interleave (DESIGN §4).
 - Rows are `turnfsm.persistence._rows.encode`'s: an entry's body refers to
   its messages by digest, and each distinct message is stored once per
   session (``INSERT OR IGNORE``), however many events carry it again.
