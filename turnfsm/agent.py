@@ -247,10 +247,15 @@ class Agent:
         try:
             return await self.run(input, session=session)
         finally:
-            close = getattr(self.driver.model, "close", None)
-            if close is not None:
-                with anyio.CancelScope(shield=True):
-                    await close()
+            # The event loop ends with the call: let go of what is bound to it
+            # (the model's connections; a store's pool, which reopens on use).
+            for release in (
+                getattr(self.driver.model, "close", None),
+                getattr(self.store, "release", None),
+            ):
+                if release is not None:
+                    with anyio.CancelScope(shield=True):
+                        await release()
 
     def new_session(self) -> Session:
         """Start a fresh conversation (in the agent's store) and return it."""

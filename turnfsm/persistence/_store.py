@@ -57,6 +57,11 @@ class SessionStore(Protocol):
         ...
 
 
+# A store whose resources are bound to an event loop (a connection pool) may
+# also define `async def release()`: `Agent.run_sync` calls it before the loop
+# it made ends. It is not part of the protocol: most stores need none.
+
+
 def check_session_id(session_id: object) -> str:
     """Return `session_id` if it is a usable id; raise `ConfigError` if not."""
     if not isinstance(session_id, str) or not session_id or len(session_id) > 200:

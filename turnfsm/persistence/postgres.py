@@ -225,6 +225,14 @@ class PostgresStore:
             with anyio.CancelScope(shield=True):
                 await pool.close()
 
+    async def release(self) -> None:
+        """Close the pool before its event loop ends; it reopens on next use.
+
+        `Agent.run_sync` calls this at the end of each call, whose event loop
+        ends with it, so no pool task is left behind on a dead loop.
+        """
+        await self.close()
+
     async def __aenter__(self) -> PostgresStore:
         return await self.open()
 
