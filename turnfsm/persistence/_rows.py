@@ -20,7 +20,7 @@ from turnfsm import serde
 from turnfsm.errors import CorruptRecord
 from turnfsm.persistence._records import Entry
 
-__all__ = ["MESSAGE_REF", "Row", "decode", "encode", "entry_kind", "references"]
+__all__ = ["MESSAGE_REF", "Row", "decode", "encode", "entry_kind"]
 
 MESSAGE_REF: Final = "$msg"
 """The key of a message reference inside a stored entry."""
@@ -98,47 +98,33 @@ def _reference(value: dict[str, Any], out: dict[str, str]) -> dict[str, str]:
     return {MESSAGE_REF: digest}
 
 
+def _swap(item: Any, out: dict[str, str]) -> Any:
+    """Return `item` with the messages in it replaced by references."""
+    if isinstance(item, dict):
+        if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
+            return _reference(item, out)
+        return _strip(item, out)
+    if isinstance(item, list):
+        return _strip(item, out)
+    return item
+
+
 def _strip(value: Any, out: dict[str, str]) -> Any:
-    """Return `value` with every message in it replaced by its reference.
+    """Return the container `value` with every message in it replaced by a reference.
 
     Copy on write: a dict or list holding no message is returned as it is
     (nothing in it changes), so the walk allocates only along the paths
-    that lead to a message; only containers are descended into.
+    that lead to a message.
     """
-    if isinstance(value, dict):
-        changed: dict[str, Any] | None = None
-        for key, item in value.items():
-            if isinstance(item, dict):
-                if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
-                    new = _reference(item, out)
-                else:
-                    new = _strip(item, out)
-            elif isinstance(item, list):
-                new = _strip(item, out)
-            else:
-                continue
-            if new is not item:
-                if changed is None:
-                    changed = dict(value)
-                changed[key] = new
-        return value if changed is None else changed
-    # a list
-    copy: list[Any] | None = None
-    for index, item in enumerate(value):
-        if isinstance(item, dict):
-            if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
-                new = _reference(item, out)
-            else:
-                new = _strip(item, out)
-        elif isinstance(item, list):
-            new = _strip(item, out)
-        else:
-            continue
+    pairs = value.items() if isinstance(value, dict) else enumerate(value)
+    changed: Any = None
+    for key, item in pairs:
+        new = _swap(item, out)
         if new is not item:
-            if copy is None:
-                copy = list(value)
-            copy[index] = new
-    return value if copy is None else copy
+            if changed is None:
+                changed = dict(value) if isinstance(value, dict) else list(value)
+            changed[key] = new
+    return value if changed is None else changed
 
 
 def encode(entry: Entry) -> Row:
@@ -198,22 +184,3 @@ def decode(body: str | Mapping[str, Any], messages: Mapping[str, Any]) -> Entry:
 def entry_kind(entry: Entry) -> str:
     """Return the kind a row of `entry` is stored under (its class name)."""
     return type(entry).__name__
-
-
-def references(body: str | Mapping[str, Any]) -> set[str]:
-    """Return the message digests a stored body refers to."""
-    found: set[str] = set()
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            if value.keys() == {MESSAGE_REF}:
-                found.add(value[MESSAGE_REF])
-            else:
-                for v in value.values():
-                    walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(json.loads(body) if isinstance(body, str) else body)
-    return found
