@@ -717,7 +717,7 @@ async def measure(args: argparse.Namespace, pg: Postgres | None) -> None:
         print()
         print(
             "raw store.append of a real turn's entries "
-            "(the entries of the driver.s appends; µs per tool turn)"
+            "(the entries of the driver's appends; µs per tool turn)"
         )
         print(
             f"  {'store':32} {'mean':>8} {'first100':>8} {'last100':>8} "
