@@ -81,6 +81,7 @@ from turnfsm.hooks import (
 from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.messages import Message, OpenCalls, check_history
 from turnfsm.persistence import (
+    RunRecord,
     Session,
     machine_digest,
     new_id,
@@ -424,7 +425,7 @@ def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...
     return check_history(value)
 
 
-def _open_run(session: Session, run_id: str) -> Any:
+def _open_run(session: Session, run_id: str) -> RunRecord:
     try:
         record = session.run(run_id)
     except KeyError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Final, final
+from typing import Final, final
 
 import anyio
 import anyio.lowlevel
@@ -33,6 +33,7 @@ from turnfsm.core import (
     Perform,
     RunCancelled,
     RunTools,
+    Snapshot,
     TurnMachine,
 )
 from turnfsm.driver._control import RunControl, RunResult
@@ -54,6 +55,7 @@ from turnfsm.persistence import (
     EventRecorded,
     RunEnded,
     RunOpened,
+    RunRecord,
     Session,
     SummaryRecorded,
     ToolResultRecorded,
@@ -139,7 +141,7 @@ class _Loop:
                 ),
             )
 
-    def restore(self, record: Any) -> None:
+    def restore(self, record: RunRecord) -> None:
         self.index = len(record.events)
         self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
         self.compactions = len(record.compactions)
@@ -206,7 +208,7 @@ class _Loop:
         self.index += 1
         return entry
 
-    def _audit(self, decision: Decision, event: Event, before: Any) -> list[Entry]:
+    def _audit(self, decision: Decision, event: Event, before: Snapshot) -> list[Entry]:
         """The audit entries a decision's outcome makes (a turn, a compaction)."""
         if isinstance(decision, CallLLM) and isinstance(event, ModelReplied):
             if event.usage is not None:
@@ -242,7 +244,7 @@ class _Loop:
         return 0, [m.id for m in history] + [m.id for m in pending]
 
     def _compaction(
-        self, decision: Compact, event: Event, outcome: str, before: Any
+        self, decision: Compact, event: Event, outcome: str, before: Snapshot
     ) -> CompactionRecord:
         covers = [m.id for m in decision.history] + [m.id for m in decision.pending]
         match event:
