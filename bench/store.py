@@ -657,24 +657,20 @@ async def measure(args: argparse.Namespace, pg: Postgres | None) -> None:
             with quiet_gc():
                 runs.append(await replay(MemoryStore(), batches, turns))
         raws["MemoryStore"] = best(runs)
-        runs = []
-        for n in range(repeats):
-            path = tmp / f"raw-{n}.db"
-            async with SQLiteStore(path) as store:
-                with quiet_gc():
-                    runs.append(await replay(store, batches, turns))
-            path.unlink()
-        raws["SQLiteStore"] = best(runs)
-        # What one transaction per turn would cost (the driver makes four).
+        # The driver's own appends, then what one transaction per turn costs.
         merged = one_append_per_turn(batches)
-        runs = []
-        for n in range(repeats):
-            path = tmp / f"merged-{n}.db"
-            async with SQLiteStore(path) as store:
-                with quiet_gc():
-                    runs.append(await replay(store, merged, turns))
-            path.unlink()
-        raws["SQLiteStore, 1 append per turn"] = best(runs)
+        for name, which in (
+            ("SQLiteStore", batches),
+            ("SQLiteStore, 1 append per turn", merged),
+        ):
+            runs = []
+            for n in range(repeats):
+                path = tmp / f"raw-{n}.db"
+                async with SQLiteStore(path) as store:
+                    with quiet_gc():
+                        runs.append(await replay(store, which, turns))
+                path.unlink()
+            raws[name] = best(runs)
         if pg is not None and pg.url is not None:
             async with postgres_store(pg) as store:
                 for name, which in (

@@ -79,7 +79,7 @@ from turnfsm.hooks import (
     Hook,
 )
 from turnfsm.hooks._dispatch import HookDispatcher
-from turnfsm.messages import Message, OpenCalls, check_history
+from turnfsm.messages import Message, OpenCalls
 from turnfsm.persistence import (
     RunRecord,
     Session,
@@ -422,7 +422,8 @@ def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...
         return (value,)
     if value is None or not isinstance(value, Iterable):
         raise InvalidMessage("input", value, "a string, a Message or Messages")
-    return check_history(value)
+    # Checked once, in `run`, as the continuation of the session's history.
+    return tuple(value)
 
 
 def _open_run(session: Session, run_id: str) -> RunRecord:
