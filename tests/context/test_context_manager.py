@@ -106,6 +106,7 @@ def test_defaults() -> None:
     )
     assert mgr.auto_compact
     assert mgr.compact_target is CompactBase.THRESHOLD
+    assert (mgr.max_messages, mgr.max_failures) == (50, 3)
     assert (mgr.threshold_line, mgr.emergency_line, mgr.target_tokens) == (
         160_000,
         190_000,
@@ -173,6 +174,11 @@ def test_window_zero_disables_both_lines() -> None:
         ("compact_target", "window"),
         ("compact_target", 1),
         ("auto_compact", "yes"),
+        ("max_messages", -1),
+        ("max_messages", 1.5),
+        ("max_messages", True),
+        ("max_failures", 0),
+        ("max_failures", True),
         ("counter", object()),
         ("compactor", object()),
     ],
@@ -192,6 +198,11 @@ def test_bad_settings_raise_config_error_naming_the_field(
 @pytest.mark.parametrize("threshold", [0, 1, 100])
 def test_threshold_edges_are_accepted(threshold: int) -> None:
     assert ContextManager(threshold=threshold).threshold == threshold
+
+
+def test_count_limit_edges_are_accepted() -> None:
+    assert ContextManager(max_messages=0).max_messages == 0
+    assert ContextManager(max_failures=1).max_failures == 1
 
 
 def test_compactor_may_be_positional() -> None:
@@ -539,15 +550,21 @@ def test_budget_takes_the_lines_from_the_manager() -> None:
     mgr = ContextManager(context_window=8_000, threshold=70, auto_compact=False)
 
     assert mgr.budget() == Budget(
-        context_window=8_000, threshold=70, auto_compact=False
+        context_window=8_000, threshold=70, auto_compact=False, max_messages=50
     )
     assert mgr.budget(max_turns=7, max_overflow_retries=0) == Budget(
         context_window=8_000,
         threshold=70,
         auto_compact=False,
+        max_messages=50,
         max_turns=7,
         max_overflow_retries=0,
     )
+
+
+def test_budget_takes_the_message_line_from_the_manager() -> None:
+    assert ContextManager(max_messages=3).budget().max_messages == 3
+    assert ContextManager(max_messages=0).budget().max_messages == 0
 
 
 @pytest.mark.skipif(
@@ -559,7 +576,7 @@ def test_budget_passes_extra_limits_through() -> None:
 
     budget = mgr.budget(max_compactions=3)
 
-    assert budget == Budget(context_window=8_000, max_compactions=3)
+    assert budget == Budget(context_window=8_000, max_compactions=3, max_messages=50)
 
 
 def test_budget_checks_the_run_limits_through_budget() -> None:

@@ -10,14 +10,20 @@ from tests.helpers import (
     approval_toml,
     calling,
     load_turn_spec,
+    reply,
     results_for,
+    start_machine,
     turn_toml_text,
     user,
 )
 from turnfsm.core import (
+    GUARDS,
     Budget,
     CallLLM,
+    Compact,
+    CompactionResult,
     CompactReason,
+    Decision,
     Event,
     Fail,
     MachineSpec,
@@ -29,6 +35,7 @@ from turnfsm.core import (
     RunStarted,
     RunTools,
     Signal,
+    Snapshot,
     ToolsFinished,
     TransitionSpec,
     TurnMachine,
@@ -69,7 +76,7 @@ def test_stock_machine_loads() -> None:
         "done",
         "failed",
     )
-    assert len(spec.transitions) == 24
+    assert len(spec.transitions) == 25
     assert spec.triggers == {
         "run_started",
         "measured",
@@ -96,6 +103,7 @@ def test_stock_machine_reads_its_reasons_and_wildcards() -> None:
     assert [(t.dest, t.reason) for t in into_compact] == [
         ("compact", CompactReason.EMERGENCY),
         ("compact", CompactReason.THRESHOLD_EXCEEDED),
+        ("compact", CompactReason.MESSAGE_COUNT),
         ("compact_and_retry", CompactReason.OVERFLOW),
     ]
     assert (cancel.is_wildcard, cancel.sources, cancel.is_guarded) == (
@@ -199,7 +207,7 @@ source = []
 
 
 def test_entry_problems_are_all_reported_at_once() -> None:
-    reasons = "threshold_exceeded, emergency, overflow, manual"
+    reasons = "threshold_exceeded, emergency, overflow, manual, message_count"
     errors = (
         "cancelled, compaction_circuit_open, compaction_failed,"
         " compaction_limit_exceeded, compaction_stalled, context_exceeded,"
@@ -511,7 +519,7 @@ def test_custom_effect_phase_driven_by_signals() -> None:
 
     assert (len(spec.phases), len(spec.transitions), spec.signals) == (
         8,
-        26,
+        27,
         ("approved", "rejected"),
     )
     assert decisions == [
@@ -588,7 +596,7 @@ def test_a_bare_string_is_a_one_item_list() -> None:
 
     spec = MachineSpec.from_toml(text)
 
-    assert spec.transitions[5] == load_turn_spec().transitions[5]
+    assert spec.transitions == load_turn_spec().transitions
 
 
 STALL_EXITS = """[[transitions]]
@@ -607,8 +615,12 @@ conditions = ["is_over_emergency_line", "is_compaction_limit_reached"]
 error = "compaction_limit_exceeded"
 
 """
-THRESHOLD_UNLESS = 'unless = ["is_compaction_limit_reached"]\n'
+THRESHOLD_ONLY = 'conditions = ["is_over_threshold_line"]\n'
+THRESHOLD_UNLESS = THRESHOLD_ONLY + 'unless = ["is_compaction_limit_reached"]\n'
 """What keeps the threshold compaction out once the passes are spent."""
+MESSAGE_ONLY = 'conditions = ["is_over_message_line"]\n'
+MESSAGE_UNLESS = MESSAGE_ONLY + 'unless = ["is_compaction_limit_reached"]\n'
+"""What keeps the message-count compaction out once the passes are spent."""
 UNBOUNDED = "is not bounded by a model call, a retry counter or the no-progress guard"
 STALL_CYCLE = (
     f"cycle start -[measured]-> compact -[compaction_result]-> start {UNBOUNDED}"
@@ -646,13 +658,25 @@ def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
             ),
         ),
         (edit(STOCK, LIMIT_CHECK, ""), (NO_LIMIT_CHECK,)),
-        (edit(STOCK, THRESHOLD_UNLESS, ""), (NO_LIMIT_CHECK,)),
-        (edit(edit(STOCK, LIMIT_CHECK, ""), THRESHOLD_UNLESS, ""), (NO_LIMIT_CHECK,)),
+        (edit(STOCK, THRESHOLD_UNLESS, THRESHOLD_ONLY), (NO_LIMIT_CHECK,)),
+        (edit(STOCK, MESSAGE_UNLESS, MESSAGE_ONLY), (NO_LIMIT_CHECK,)),
+        (
+            edit(
+                edit(STOCK, THRESHOLD_UNLESS, THRESHOLD_ONLY),
+                MESSAGE_UNLESS,
+                MESSAGE_ONLY,
+            ),
+            (NO_LIMIT_CHECK,),
+        ),
+        (
+            edit(edit(STOCK, LIMIT_CHECK, ""), THRESHOLD_UNLESS, THRESHOLD_ONLY),
+            (NO_LIMIT_CHECK,),
+        ),
         (
             edit(
                 edit(edit(STOCK, STALL_EXITS, ""), NOOP_STALL_EXIT, ""),
                 THRESHOLD_UNLESS,
-                "",
+                THRESHOLD_ONLY,
             ),
             (STALL_CYCLE, NO_LIMIT_CHECK),
         ),
@@ -701,6 +725,8 @@ def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
         "no-stall-exit-on-result-no-limit",
         "no-limit-check",
         "threshold-compact-not-unless-the-limit",
+        "message-compact-not-unless-the-limit",
+        "neither-line-compact-unless-the-limit-reported-once",
         "no-limit-check-nor-unless-reported-once",
         "threshold-compact-not-unless-the-limit-no-stall-exits",
         "limit-check-on-a-condition-the-compaction-lacks",
@@ -720,12 +746,14 @@ def test_the_compaction_limit_alone_bounds_passes_without_stall_exits() -> None:
 
     spec = MachineSpec.from_toml(text)
 
-    assert len(spec.transitions) == 22
+    assert len(spec.transitions) == 23
 
 
 def test_an_unconditional_limit_check_covers_every_compaction() -> None:
     text = edit(
-        edit(STOCK, THRESHOLD_UNLESS, ""),
+        edit(
+            edit(STOCK, THRESHOLD_UNLESS, THRESHOLD_ONLY), MESSAGE_UNLESS, MESSAGE_ONLY
+        ),
         'conditions = ["is_over_emergency_line", "is_compaction_limit_reached"]',
         'conditions = ["is_compaction_limit_reached"]',
     )
@@ -733,6 +761,10 @@ def test_an_unconditional_limit_check_covers_every_compaction() -> None:
     spec = MachineSpec.from_toml(text)
 
     assert spec.transitions[2].conditions == ("is_compaction_limit_reached",)
+    assert [(t.reason, t.unless) for t in spec.transitions[4:6]] == [
+        (CompactReason.THRESHOLD_EXCEEDED, ()),
+        (CompactReason.MESSAGE_COUNT, ()),
+    ]
 
 
 def test_unbounded_retry_cycle_is_named() -> None:
@@ -800,7 +832,7 @@ def test_a_reducer_on_the_wrong_event_is_a_problem() -> None:
         'actions = ["record_estimate"]',
     )
     assert problems_of(text) == (
-        "transition #13 (tools_finished): 'record_estimate' only applies to measured",
+        "transition #14 (tools_finished): 'record_estimate' only applies to measured",
     )
 
 
@@ -809,7 +841,7 @@ def test_an_error_builder_on_the_wrong_event_is_a_problem() -> None:
         turn_toml_text(), 'error = "provider_error"', 'error = "compaction_failed"'
     )
     assert problems_of(text) == (
-        "transition #12 (model_failed): 'compaction_failed' only applies to "
+        "transition #13 (model_failed): 'compaction_failed' only applies to "
         "compactor_failed",
     )
 
@@ -857,3 +889,117 @@ def test_measured_must_check_the_turn_limit_and_emergency_line_first() -> None:
         "phase 'start' on 'measured' enters 'call_llm' without first checking "
         "'is_over_emergency_line' (into a compact phase)",
     )
+
+
+# -- the message-count line (is_over_message_line, reason MESSAGE_COUNT) -----
+
+
+def conversation(count: int) -> tuple[MessageLog, MessageLog]:
+    """Return a committed history and a one-message input, `count` in all."""
+    history = MessageLog(
+        [
+            user(id=f"h{i}") if i % 2 == 0 else reply(id=f"h{i}")
+            for i in range(count - 1)
+        ]
+    )
+    return history, MessageLog([user("and now?", id="u1")])
+
+
+def measure(
+    budget: Budget, count: int, estimate: int = 100
+) -> tuple[TurnMachine, Decision]:
+    """Start a stock run over `count` messages and feed one measurement."""
+    history, pending = conversation(count)
+    machine = start_machine(budget=budget, history=history)
+    machine.handle(RunStarted(input=list(pending)))
+    return machine, machine.handle(Measured(estimate=estimate))
+
+
+@pytest.mark.parametrize(
+    ("history", "pending", "expected"),
+    [(3, 0, False), (2, 1, False), (4, 0, True), (2, 2, True), (0, 4, True)],
+)
+def test_the_message_line_guard_counts_history_and_pending(
+    history: int, pending: int, expected: bool
+) -> None:
+    snapshot = Snapshot(
+        phase="start",
+        budget=Budget(max_messages=3),
+        history=[user(id=f"h{i}") for i in range(history)],
+        pending=[user(id=f"p{i}") for i in range(pending)],
+    )
+
+    assert GUARDS["is_over_message_line"](snapshot, Measured(estimate=0)) is expected
+
+
+def test_at_the_message_line_the_model_is_called() -> None:
+    history, pending = conversation(3)
+
+    machine, decision = measure(Budget(max_messages=3), 3)
+
+    assert (machine.phase, decision) == (
+        "call_llm",
+        CallLLM(history=history, pending=pending, turn=1),
+    )
+
+
+def test_over_the_message_line_compacts_for_message_count() -> None:
+    history, pending = conversation(4)
+
+    machine, decision = measure(Budget(max_messages=3), 4)
+
+    assert (machine.phase, decision) == (
+        "compact",
+        Compact(reason=CompactReason.MESSAGE_COUNT, history=history, pending=pending),
+    )
+    assert machine.snapshot.estimate == 100
+
+
+@pytest.mark.parametrize("budget", [Budget(max_messages=0), Budget()])
+def test_a_zero_message_line_never_compacts(budget: Budget) -> None:
+    machine, decision = measure(budget, 500)
+
+    assert (machine.phase, type(decision)) == ("call_llm", CallLLM)
+
+
+@pytest.mark.parametrize(
+    ("estimate", "auto_compact", "reason"),
+    [
+        (7_600, True, CompactReason.EMERGENCY),
+        (7_600, False, CompactReason.EMERGENCY),
+        (6_401, True, CompactReason.THRESHOLD_EXCEEDED),
+        (6_401, False, CompactReason.MESSAGE_COUNT),
+        (6_400, True, CompactReason.MESSAGE_COUNT),
+    ],
+)
+def test_the_token_lines_win_over_the_message_line(
+    estimate: int, auto_compact: bool, reason: CompactReason
+) -> None:
+    budget = Budget(
+        context_window=8_000, threshold=80, auto_compact=auto_compact, max_messages=3
+    )
+
+    machine, decision = measure(budget, 4, estimate)
+
+    assert machine.phase == "compact"
+    assert isinstance(decision, Compact)
+    assert decision.reason is reason
+
+
+def test_past_the_compaction_limit_the_message_line_calls_the_model() -> None:
+    history, pending = conversation(4)
+    kept = (*history, *pending)
+    machine, first = measure(Budget(max_messages=3, max_compactions=1), 4)
+
+    after = [
+        machine.handle(CompactionResult(messages=kept, before=1_000, after=900)),
+        machine.handle(Measured(estimate=900)),
+    ]
+
+    assert isinstance(first, Compact)
+    assert first.reason is CompactReason.MESSAGE_COUNT
+    assert (machine.phase, machine.snapshot.compactions) == ("call_llm", 1)
+    assert after == [
+        Measure(history=MessageLog(kept), pending=MessageLog()),
+        CallLLM(history=MessageLog(kept), pending=MessageLog(), turn=1),
+    ]

@@ -4,14 +4,25 @@
 brain's `Budget` and judges each pass (`Compacted`, `NoAction`,
 `ContextOverflow`, `CompactorError`, `CircuitOpen`); a `ContextCompactor` is
 the strategy that shrinks.
-`TruncatingCompactor` is the default strategy and `TokenSplitter` finds a
-pair-safe old/recent boundary for custom ones. The pair-safety helpers
+`TruncatingCompactor` is the default strategy (seed 003); `SummarizingCompactor`
+summarises old turns with a model (seeds 000, 004); `LayeredCompactor` shrinks
+in five layers, cheapest first (seed 001); `ToolResultDigest` replaces old,
+oversized tool results with one-line digests (seed 004). `TokenSplitter` finds
+a pair-safe old/recent boundary for custom strategies. The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
 orphaning a tool call or result.
 """
 
 from __future__ import annotations
 
+from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
+from turnfsm.context._layered import (
+    Applied,
+    CompactionStatus,
+    Failed,
+    LayeredCompactor,
+    Skipped,
+)
 from turnfsm.context._manager import ContextManager
 from turnfsm.context._pairs import (
     PartRef,
@@ -24,6 +35,12 @@ from turnfsm.context._pairs import (
 )
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._splitter import Split, TokenSplitter
+from turnfsm.context._summarizing import (
+    SummarizingCompactor,
+    SummaryFailed,
+    SummaryPlan,
+)
+from turnfsm.context._transcript import SUMMARY_PREFIX, SUMMARY_SECTIONS
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
     CircuitOpen,
@@ -34,28 +51,43 @@ from turnfsm.context._values import (
     CompactionOutcome,
     CompactorError,
     ContextOverflow,
+    ModelCall,
     NoAction,
 )
 
 __all__ = [
+    "SUMMARY_PREFIX",
+    "SUMMARY_SECTIONS",
+    "Applied",
     "CircuitOpen",
     "CompactBase",
     "Compacted",
     "CompactionContext",
     "CompactionDecision",
     "CompactionOutcome",
+    "CompactionStatus",
     "CompactorError",
     "ContextCompactor",
     "ContextManager",
     "ContextOverflow",
+    "Failed",
+    "LayeredCompactor",
+    "ModelCall",
     "NoAction",
     "PartRef",
+    "Skipped",
     "Split",
+    "SummarizingCompactor",
+    "SummaryFailed",
+    "SummaryPlan",
     "TokenSplitter",
     "ToolPair",
+    "ToolResultDigest",
     "ToolTraffic",
     "TruncatingCompactor",
     "adjust_split",
+    "digest_line",
+    "digest_results",
     "keep_parts",
     "pair_tool_traffic",
     "sanitize",

@@ -9,7 +9,10 @@ the driver, the audit record and the hooks report one count. Classification,
 in order:
 
 0. no messages → `NoAction` (the compactor is not called);
-1. the compactor raised `CompactionCircuitOpen` → `CircuitOpen`;
+1. the session's circuit breaker is open (`failures >= max_failures`): a
+   proactive pass → `CircuitOpen` at once, no compactor call; a pass after a
+   provider overflow runs with `allow_model` False (deterministic work
+   only); a compactor that raises `CompactionCircuitOpen` → `CircuitOpen`;
 2. it raised anything else, reported a failure, returned something that is
    not a usable outcome, or a result that is not a valid conversation (a
    tool pair split or out of place, a repeated message id) → `CompactorError`;
@@ -23,7 +26,7 @@ in order:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import final
 
 import attrs
@@ -40,7 +43,9 @@ from turnfsm.context._values import (
     CompactionOutcome,
     CompactorError,
     ContextOverflow,
+    ModelCall,
     NoAction,
+    int_in,
 )
 from turnfsm.core import Budget
 from turnfsm.core._lines import (
@@ -55,18 +60,6 @@ from turnfsm.tokens import default_counter
 from turnfsm.tokens._protocol import TokenCounter
 
 __all__ = ["ContextManager"]
-
-
-def _int_in(
-    field: str, low: int, high: int | None, expected: str
-) -> Callable[[object, object, object], None]:
-    """Return an attrs validator: an int (not a bool) in ``low..high``."""
-
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if type(value) is not int or value < low or (high is not None and value > high):
-            raise ConfigError(field, value, expected)
-
-    return check
 
 
 def _check_bool(_inst: object, attr: attrs.Attribute[bool], value: object) -> None:
@@ -152,6 +145,11 @@ class ContextManager:
         compact_target_pct: The target size, in percent (1..100).
         counter: The one counter every measurement uses (default: the
             conservative counter, which errs high).
+        max_failures: Consecutive failed passes of a session that open its
+            circuit breaker (seed 000: 3). The count lives in the session's
+            log, so it survives restarts and is per session.
+        max_messages: The message-count line (seed 000: 50): a conversation
+            with more messages compacts (reason MESSAGE_COUNT); 0 turns it off.
 
     Raises:
         ConfigError: On construction, naming the field and the value, when a
@@ -164,11 +162,11 @@ class ContextManager:
     )
     context_window: int = attrs.field(
         default=200_000,
-        validator=_int_in("context_window", 0, None, "an int >= 0 (tokens)"),
+        validator=int_in("context_window", 0, None, "an int >= 0 (tokens)"),
     )
     threshold: int = attrs.field(
         default=80,
-        validator=_int_in(
+        validator=int_in(
             "threshold", 0, 100, "an int percentage in 0..100 (80, not 0.8)"
         ),
     )
@@ -178,12 +176,19 @@ class ContextManager:
     )
     compact_target_pct: int = attrs.field(
         default=70,
-        validator=_int_in(
+        validator=int_in(
             "compact_target_pct", 1, 100, "an int percentage in 1..100 (70, not 0.7)"
         ),
     )
     counter: TokenCounter = attrs.field(
         factory=default_counter, validator=_check_counter
+    )
+    max_failures: int = attrs.field(
+        default=3, validator=int_in("max_failures", 1, None, "an int >= 1")
+    )
+    max_messages: int = attrs.field(
+        default=50,
+        validator=int_in("max_messages", 0, None, "an int >= 0 (0: no line)"),
     )
 
     # -- the lines -------------------------------------------------------
@@ -253,6 +258,7 @@ class ContextManager:
             context_window=self.context_window,
             threshold=self.threshold,
             auto_compact=self.auto_compact,
+            max_messages=self.max_messages,
             max_turns=max_turns,
             max_overflow_retries=max_overflow_retries,
             **limits,
@@ -269,6 +275,10 @@ class ContextManager:
         additional_context: Iterable[str] = (),
         reserved: int = 0,
         tokens_before: int | None = None,
+        failures: int = 0,
+        session_id: str = "",
+        summaries: Mapping[str, str] | None = None,
+        model_call: ModelCall | None = None,
     ) -> CompactionDecision:
         """Run the compactor on `messages` and classify the pass.
 
@@ -284,6 +294,11 @@ class ContextManager:
             tokens_before: The caller's count of `messages` plus `reserved`,
                 with this manager's counter, when it already has it (the
                 manager then does not recount); None: the manager counts.
+            failures: The session's consecutive failed passes so far (its
+                circuit breaker: open at `max_failures`).
+            session_id: The session, for the compactor's idempotency key.
+            summaries: The session's recorded summaries, by message id.
+            model_call: How the compactor calls a model (the driver's).
 
         Returns:
             `Compacted`, `NoAction`, `ContextOverflow` (the result plus
@@ -299,6 +314,15 @@ class ContextManager:
             tokens_before = self.count(messages) + reserved
         else:
             _check_tokens_before(tokens_before, reserved)
+        if type(failures) is not int or failures < 0:
+            raise ConfigError("failures", failures, "an int >= 0")
+        allow_model = True
+        if failures >= self.max_failures:
+            if reason is not CompactReason.OVERFLOW:  # fail fast, no model call
+                return CircuitOpen(
+                    failures=failures, reason=reason, strategy=self.strategy
+                )
+            allow_model = False  # an overflow still gets the deterministic work
         return await self._pass(
             messages,
             tokens_before,
@@ -307,6 +331,10 @@ class ContextManager:
             instructions=instructions,
             additional_context=additional_context,
             reserved=reserved,
+            session_id=session_id,
+            summaries=summaries or {},
+            model_call=model_call,
+            allow_model=allow_model,
         )
 
     async def ensure_context_fits(
@@ -370,6 +398,10 @@ class ContextManager:
         reserved: int,
         instructions: Iterable[str] = (),
         additional_context: Iterable[str] = (),
+        session_id: str = "",
+        summaries: Mapping[str, str] | None = None,
+        model_call: ModelCall | None = None,
+        allow_model: bool = True,
     ) -> CompactionDecision:
         """Run one pass; `before` is the count of `messages` plus `reserved`."""
         strategy = self.strategy
@@ -388,6 +420,10 @@ class ContextManager:
             counter=self.counter,
             instructions=instructions,
             additional_context=additional_context,
+            session_id=session_id,
+            summaries=summaries or {},
+            model_call=model_call,
+            allow_model=allow_model,
         )
         target = max(0, self.target_tokens - reserved)
         try:

@@ -10,14 +10,17 @@ refused to run).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from enum import StrEnum
-from typing import TypeAlias, final
+from types import MappingProxyType
+from typing import Any, TypeAlias, final
 
 import attrs
 
 from turnfsm.core._lines import CompactReason
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
+from turnfsm.providers._protocol import ModelClient, ModelRequest, ModelResponse
 from turnfsm.tokens._protocol import TokenCounter
 
 __all__ = [
@@ -29,8 +32,18 @@ __all__ = [
     "CompactionOutcome",
     "CompactorError",
     "ContextOverflow",
+    "ModelCall",
     "NoAction",
 ]
+
+ModelCall: TypeAlias = Callable[
+    [ModelRequest, "ModelClient | None"], Awaitable[ModelResponse]
+]
+"""How a compactor calls a model: ``await call(request, model)``.
+
+Under a `Driver`, the call runs with the run's retry policy, timeout and
+usage accounting; `model` None means the agent's own model.
+"""
 
 
 class CompactBase(StrEnum):
@@ -42,12 +55,34 @@ class CompactBase(StrEnum):
     """The whole context window."""
 
 
+def int_in(
+    field: str, low: int, high: int | None, expected: str
+) -> Callable[[object, object, object], None]:
+    """Return an attrs validator: an int (not a bool) in ``low..high``."""
+
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if type(value) is not int or value < low or (high is not None and value > high):
+            raise ConfigError(field, value, expected)
+
+    return check
+
+
+def check_model(_inst: object, _attr: object, value: Any) -> None:
+    """An attrs validator: a `ModelClient`, or None (the agent's own)."""
+    if value is not None and not isinstance(value, ModelClient):
+        raise ConfigError("model", value, "a ModelClient or None (the agent's own)")
+
+
 def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
     return tuple(value)
 
 
 def _to_strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
+
+
+def _to_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
 
 
 @final
@@ -66,6 +101,14 @@ class CompactionContext:
         instructions: Guidance from pre-compact hooks.
         additional_context: Extra text from pre-compact hooks that a
             summarising compactor should fold in.
+        session_id: The session the conversation belongs to ("" outside one).
+        summaries: The session's recorded summaries, by summary message id
+            (a summarising compactor reuses one instead of calling a model).
+        model_call: Calls a model for the pass (the driver's, with its retry
+            policy, timeout and usage accounting), or None: a compactor then
+            calls its own model directly.
+        allow_model: False when the session's circuit breaker is open: only
+            deterministic work is allowed (no model call).
     """
 
     tokens_before: int
@@ -75,6 +118,12 @@ class CompactionContext:
     counter: TokenCounter
     instructions: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
     additional_context: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
+    session_id: str = ""
+    summaries: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_to_mapping, hash=False
+    )
+    model_call: ModelCall | None = attrs.field(default=None, eq=False, hash=False)
+    allow_model: bool = True
 
 
 @final

@@ -140,6 +140,7 @@ class CompactionResult:
     messages: tuple[Message, ...] = attrs.field(converter=as_messages)
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
+    usage: Usage | None = None
 
 
 @final
@@ -154,6 +155,7 @@ class CompactionNoop:
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
     vetoed: bool = False
+    usage: Usage | None = None
 
 
 @final
@@ -163,6 +165,7 @@ class CompactionOverflowed:
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
+    usage: Usage | None = None
 
 
 @final
@@ -173,6 +176,7 @@ class CompactorFailed:
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
     error: ErrorInfo
+    usage: Usage | None = None
 
 
 @final

@@ -53,6 +53,12 @@ def is_over_threshold_line(snapshot: Snapshot, event: Event) -> bool:
     )
 
 
+def is_over_message_line(snapshot: Snapshot, event: Event) -> bool:
+    """The conversation has more messages than a non-zero `max_messages`."""
+    limit = snapshot.budget.max_messages
+    return bool(limit) and len(snapshot.history) + len(snapshot.pending) > limit
+
+
 def has_tool_calls(snapshot: Snapshot, event: Event) -> bool:
     """The model's reply asks for at least one tool call."""
     return isinstance(event, ModelReplied) and bool(event.message.tool_calls)
@@ -88,6 +94,7 @@ GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
         "is_compaction_limit_reached": is_compaction_limit_reached,
         "is_no_progress": is_no_progress,
         "is_over_emergency_line": is_over_emergency_line,
+        "is_over_message_line": is_over_message_line,
         "is_over_threshold_line": is_over_threshold_line,
         "is_turn_limit_reached": is_turn_limit_reached,
     }

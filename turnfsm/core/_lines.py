@@ -25,6 +25,7 @@ class CompactReason(StrEnum):
     EMERGENCY = "emergency"
     OVERFLOW = "overflow"
     MANUAL = "manual"
+    MESSAGE_COUNT = "message_count"
 
 
 def threshold_line(window: int, threshold: int) -> int:

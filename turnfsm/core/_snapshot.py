@@ -59,6 +59,8 @@ class Budget:
         max_turns: the most model calls one run may make.
         max_overflow_retries: compact-and-retry passes after provider overflows.
         max_compactions: the most compaction passes one run may make.
+        max_messages: the message-count line (seed 000): more messages than
+            this compact; 0 turns the line off.
     """
 
     context_window: int = attrs.field(
@@ -75,6 +77,7 @@ class Budget:
     max_compactions: int = attrs.field(
         default=20, validator=_int_field("max_compactions", 1)
     )
+    max_messages: int = attrs.field(default=0, validator=_int_field("max_messages", 0))
 
 
 _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {

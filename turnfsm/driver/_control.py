@@ -85,12 +85,15 @@ class RunResult:
             answer: see `waiting` and `Agent.resume`).
         text: The final answer ("" unless done).
         error: Why the run failed or was cancelled, or None.
-        usage: Provider usage summed over the run's model calls.
+        usage: Provider usage summed over the run's model calls (the
+            agent's turns).
         session_id: The session the run belongs to.
         run_id: The run.
         turns: Model calls made.
         waiting: What a paused run waits for (the phase, the tool calls, the
             triggers it accepts), else None.
+        compaction_usage: Provider usage of the run's compaction passes (the
+            summary model's calls), apart from `usage`.
     """
 
     outcome: Literal["done", "failed", "cancelled", "paused"]
@@ -101,6 +104,7 @@ class RunResult:
     run_id: str
     turns: int
     waiting: Pause | None = None
+    compaction_usage: Usage = attrs.field(factory=Usage)
 
     @property
     def ok(self) -> bool:

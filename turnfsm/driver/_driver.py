@@ -409,6 +409,7 @@ class Driver:
             clock=self.clock,
             new_id=new_id,
             ephemeral=session.is_ephemeral,
+            session=session,
         )
         loop = _Loop(self._settings, session, machine, ctx, control)
         ctx.record = loop.record_result

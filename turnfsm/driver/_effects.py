@@ -52,10 +52,11 @@ from turnfsm.errors import ProviderError
 from turnfsm.hooks import PreCompact, PreCompactInfo, TextDeltaInfo
 from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.messages import Joined, Message, ToolCallPart
+from turnfsm.persistence import Session
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse, ToolSchema
 from turnfsm.providers._stream import StreamDone, TextDelta
 from turnfsm.tokens import Meter
-from turnfsm.values import ErrorInfo
+from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
     "BUILTIN_EFFECTS",
@@ -101,6 +102,8 @@ class EffectContext:
         record: Hands each tool result to the loop as the call finishes (the
             loop writes it to the log), or None.
         ephemeral: The session is ephemeral: compaction passes change nothing.
+        session: The session's log view (read only), or None: compaction
+            passes read its circuit breaker and recorded summaries.
     """
 
     run_id: str
@@ -125,6 +128,7 @@ class EffectContext:
     recorded: Mapping[str, Message] = attrs.field(factory=dict)
     record: Callable[[Message], Awaitable[None]] | None = None
     ephemeral: bool = False
+    session: Session | None = None
 
     @property
     def turn(self) -> int:
@@ -209,16 +213,34 @@ def _overflowed(message: str) -> ContextOverflowed:
     return ContextOverflowed(error=ErrorInfo(type="ContextCheck", message=message))
 
 
-async def _complete(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
-    """Call the model; on a transient error, hand over to the retry policy."""
-    call = _streamed if ctx.stream else _plain
+async def _complete(
+    ctx: EffectContext,
+    request: ModelRequest,
+    *,
+    model: ModelClient | None = None,
+    stream: bool | None = None,
+) -> ModelResponse:
+    """Call the model; on a transient error, hand over to the retry policy.
+
+    Args:
+        ctx: The effect's context (retry policy, timeout, hooks).
+        request: The request.
+        model: The client to call (default: the run's model).
+        stream: Whether to stream to the hooks (default: the run's setting).
+    """
+    client = ctx.model if model is None else model
+    streamed = ctx.stream if stream is None else stream
+
+    async def call() -> ModelResponse:
+        if streamed:
+            return await _streamed(ctx, client, request)
+        return await client.complete(request)
+
     started = anyio.current_time()
     try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
         with deadline(ctx.model_timeout):
-            if ctx.stream:
-                return await _streamed(ctx, request)
-            return await ctx.model.complete(request)
+            return await call()
     except Exception as exc:
         if not is_transient(exc) or ctx.retry.max_attempts < 2:
             raise
@@ -229,21 +251,19 @@ async def _complete(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
     elapsed = anyio.current_time() - started
     async for attempt in policy.retrying(done=1, elapsed=elapsed):
         with attempt, deadline(ctx.model_timeout):
-            return await call(ctx, request)
+            return await call()
     raise AssertionError("unreachable: tenacity re-raises the last error")
 
 
-async def _plain(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
-    return await ctx.model.complete(request)
-
-
-async def _streamed(ctx: EffectContext, request: ModelRequest) -> ModelResponse:
+async def _streamed(
+    ctx: EffectContext, model: ModelClient, request: ModelRequest
+) -> ModelResponse:
     """Consume the model's stream, forwarding text deltas to the hooks.
 
     A retried stream starts over, so observers may see a reply's first
     deltas twice; the brain only ever sees the one assembled reply.
     """
-    stream = ctx.model.stream(request)  # type: ignore[attr-defined]
+    stream = model.stream(request)  # type: ignore[attr-defined]
     response: ModelResponse | None = None
     turn = ctx.turn + 1
     async for item in stream:
@@ -323,6 +343,19 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         )
     if guidance.veto:
         return CompactionNoop(before=before, after=before, vetoed=True)
+    spent: list[Usage] = []
+
+    async def model_call(
+        request: ModelRequest, model: ModelClient | None
+    ) -> ModelResponse:
+        # A summary call is a model call: the run's retry policy, timeout
+        # and usage accounting (labelled apart from the agent's own turns).
+        response = await _complete(ctx, request, model=model, stream=False)
+        if response.usage is not None:
+            spent.append(response.usage)
+        return response
+
+    session = ctx.session
     verdict = await manager.compact_with_reason(
         messages,
         turn=ctx.turn,
@@ -331,20 +364,28 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         additional_context=_opt(guidance.additional_context),
         reserved=ctx.reserved,
         tokens_before=before,
+        failures=session.compaction_failures if session is not None else 0,
+        session_id=ctx.session_id,
+        summaries=session.summary_texts if session is not None else None,
+        model_call=model_call,
     )
+    usage = sum(spent, Usage()) if spent else None
     match verdict:
         case Compacted(messages=new, tokens_after=after):
-            return CompactionResult(messages=new, before=before, after=after)
+            return CompactionResult(
+                messages=new, before=before, after=after, usage=usage
+            )
         case NoAction(tokens_after=after):
-            return CompactionNoop(before=before, after=max(after, before))
+            return CompactionNoop(before=before, after=max(after, before), usage=usage)
         case CompactorError(error=error):
             return CompactorFailed(
                 used=before,
                 limit=ctx.window,
                 error=ErrorInfo(type="CompactorError", message=error),
+                usage=usage,
             )
         case ContextOverflow(used=used):
-            return CompactionOverflowed(used=used, limit=ctx.window)
+            return CompactionOverflowed(used=used, limit=ctx.window, usage=usage)
         case CircuitOpen(failures=failures):
             return CompactionCircuitOpened(failures=failures)
 

@@ -40,6 +40,8 @@ from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import Effect, EffectContext, effect_key
 from turnfsm.errors import Cancelled, InvalidMessage, RunCrashed, TurnFSMError
 from turnfsm.hooks import (
+    CircuitInfo,
+    CompactionDone,
     CompactionInfo,
     DecisionInfo,
     OutcomeInfo,
@@ -49,6 +51,7 @@ from turnfsm.hooks import (
 )
 from turnfsm.messages import SUMMARY_COVERS, Message, MessageLog
 from turnfsm.persistence import (
+    BreakerChanged,
     Committed,
     CompactionRecord,
     Entry,
@@ -111,6 +114,7 @@ class _Loop:
         self.run_id = ctx.run_id
         self.index = 0
         self.usage = Usage()
+        self.compaction_usage = Usage()
         self.compactions = 0
         self.context: tuple[MessageLog, MessageLog] | None = None
         self._effects = driver.effects
@@ -144,6 +148,9 @@ class _Loop:
     def restore(self, record: RunRecord) -> None:
         self.index = len(record.events)
         self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
+        self.compaction_usage = sum(
+            (c.usage for c in record.compactions if c.usage), Usage()
+        )
         self.compactions = len(record.compactions)
         self.ctx.recorded = self.session.recorded_results(self.run_id)
 
@@ -227,8 +234,34 @@ class _Loop:
         if isinstance(decision, Compact):
             outcome = _COMPACTION_OUTCOMES.get(type(event))
             if outcome is not None:
-                return [self._compaction(decision, event, outcome, before)]
+                record = self._compaction(decision, event, outcome, before)
+                return [record, *self._breaker(record)]
         return []
+
+    def _breaker(self, record: CompactionRecord) -> list[Entry]:
+        """The breaker's opening, when this failed pass reaches `max_failures`.
+
+        Written once, on the transition; the count itself is a projection
+        of the session's log (`Session.compaction_failures`).
+        """
+        manager = self.driver.context
+        if manager is None or record.outcome != "failed":
+            return []
+        failures = self.session.compaction_failures + 1
+        if failures != manager.max_failures:
+            return []
+        if self.hooks.wants("on_circuit_opened"):
+            self.hooks.call(
+                "on_circuit_opened",
+                CircuitInfo(
+                    session_id=self.session.id, run_id=self.run_id, failures=failures
+                ),
+            )
+        return [
+            BreakerChanged(
+                run_id=self.run_id, open=True, failures=failures, at=self.ctx.clock()
+            )
+        ]
 
     def _context_change(self, decision: CallLLM) -> tuple[int, list[str]]:
         """The context of this call as a change from the previous call's."""
@@ -247,17 +280,23 @@ class _Loop:
         self, decision: Compact, event: Event, outcome: str, before: Snapshot
     ) -> CompactionRecord:
         covers = [m.id for m in decision.history] + [m.id for m in decision.pending]
+        usage: Usage | None = None
         match event:
-            case CompactionResult(messages=new, before=size, after=after):
+            case CompactionResult(messages=new, before=size, after=after, usage=usage):
                 replacement = [m.id for m in new]
-            case CompactionNoop(before=size, after=after, vetoed=vetoed):
+            case CompactionNoop(before=size, after=after, vetoed=vetoed, usage=usage):
                 replacement = covers
                 outcome = "vetoed" if vetoed else "noop"
-            case CompactionOverflowed(used=after) | CompactorFailed(used=after):
+            case (
+                CompactionOverflowed(used=after, usage=usage)
+                | CompactorFailed(used=after, usage=usage)
+            ):
                 size, replacement = before.estimate or after, covers
             case _:
                 size = after = before.estimate or 0
                 replacement = covers
+        if usage is not None:
+            self.compaction_usage = self.compaction_usage + usage
         manager = self.driver.context
         record = CompactionRecord(
             run_id=self.run_id,
@@ -270,6 +309,7 @@ class _Loop:
             tokens_before=size,
             tokens_after=after,
             key=f"{self.run_id}:{self.index}",
+            usage=usage,
         )
         self.compactions += 1
         self._report(record)
@@ -277,6 +317,22 @@ class _Loop:
 
     def _report(self, record: CompactionRecord) -> None:
         hooks = self.hooks
+        if record.compacted and hooks.wants("on_compaction_done"):
+            hooks.call(
+                "on_compaction_done",
+                CompactionDone(
+                    session_id=self.session.id,
+                    run_id=self.run_id,
+                    turn=record.turn,
+                    trigger=record.reason,
+                    strategy=record.strategy,
+                    covers=record.covers,
+                    replacement=record.replacement,
+                    tokens_before=record.tokens_before,
+                    tokens_after=record.tokens_after,
+                    usage=record.usage,
+                ),
+            )
         if not (hooks.wants("post_compact") or hooks.wants("on_compaction")):
             return
         info = CompactionInfo(
@@ -457,6 +513,7 @@ class _Loop:
                 turns=snapshot.turns,
                 waiting=waiting,
                 at=self.ctx.clock(),
+                compaction_usage=self.compaction_usage,
             ),
         )
         if self.hooks.wants("on_run_end"):
@@ -479,6 +536,7 @@ class _Loop:
             run_id=self.run_id,
             turns=snapshot.turns,
             waiting=waiting,
+            compaction_usage=self.compaction_usage,
         )
 
     async def _abort(self, event: RunCancelled) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from turnfsm.hooks._hook import (
+    CircuitInfo,
+    CompactionDone,
     CompactionInfo,
     DecisionInfo,
     Hook,
@@ -16,6 +18,8 @@ from turnfsm.hooks._hook import (
 )
 
 __all__ = [
+    "CircuitInfo",
+    "CompactionDone",
     "CompactionInfo",
     "DecisionInfo",
     "Hook",

@@ -23,6 +23,8 @@ _METHODS = (
     "pre_compact",
     "post_compact",
     "on_compaction",
+    "on_compaction_done",
+    "on_circuit_opened",
     "on_run_end",
 )
 

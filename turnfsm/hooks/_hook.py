@@ -8,8 +8,11 @@ import attrs
 
 from turnfsm.core import CompactReason, Decision, Event, Step
 from turnfsm.messages import Message
+from turnfsm.values import Usage
 
 __all__ = [
+    "CircuitInfo",
+    "CompactionDone",
     "CompactionInfo",
     "DecisionInfo",
     "Hook",
@@ -137,6 +140,53 @@ class CompactionInfo:
         return max(0, self.tokens_before - self.tokens_after)
 
 
+@final
+@attrs.frozen(kw_only=True)
+class CompactionDone:
+    """A pass compacted a session's conversation (seed 004's CompactionDone).
+
+    Its logged form is the run's `CompactionRecord` (outcome "compacted").
+
+    Attributes:
+        session_id: The session.
+        run_id: The run the pass ran in.
+        turn: The turns the run had taken.
+        trigger: Why the pass ran.
+        strategy: The compactor's class name.
+        covers: Ids of the messages the pass was given.
+        replacement: Ids of the messages that replace them.
+        tokens_before: The request's size before the pass (reserved included).
+        tokens_after: Its size after.
+        usage: What the pass's summary-model calls reported, or None.
+    """
+
+    session_id: str
+    run_id: str
+    turn: int
+    trigger: CompactReason
+    strategy: str
+    covers: tuple[str, ...]
+    replacement: tuple[str, ...]
+    tokens_before: int
+    tokens_after: int
+    usage: Usage | None = None
+
+    @property
+    def tokens_saved(self) -> int:
+        """Tokens the pass saved."""
+        return max(0, self.tokens_before - self.tokens_after)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CircuitInfo:
+    """A session's compaction circuit breaker opened after `failures` failures."""
+
+    session_id: str
+    run_id: str
+    failures: int
+
+
 class Hook:
     """Observe (and, for compaction, steer) a run; override what you need.
 
@@ -180,6 +230,12 @@ class Hook:
 
     def on_compaction(self, info: CompactionInfo) -> None:
         """Called only after a pass that really compacted the conversation."""
+
+    def on_compaction_done(self, info: CompactionDone) -> None:
+        """Called after a pass that compacted: the session, what it covered."""
+
+    def on_circuit_opened(self, info: CircuitInfo) -> None:
+        """Called once when a session's compaction circuit breaker opens."""
 
     def on_run_end(self, info: RunEndInfo) -> None:
         """Called once when a run ends."""

@@ -12,6 +12,7 @@ from turnfsm.persistence._open import default_store_path, open_store
 from turnfsm.persistence._records import (
     ENTRY_TYPES,
     OUTCOMES,
+    BreakerChanged,
     Committed,
     CompactionRecord,
     Entry,
@@ -33,6 +34,7 @@ from turnfsm.persistence.sqlite import SQLiteStore
 __all__ = [
     "ENTRY_TYPES",
     "OUTCOMES",
+    "BreakerChanged",
     "Committed",
     "CompactionRecord",
     "Entry",

@@ -14,6 +14,7 @@ appends each entry as it happens:
 | `SummaryRecorded` | a committed compaction brought in a summary (seed 004) |
 | `Committed` | the brain changed its committed history (a commit point) |
 | `RunEnded` | the run ended: done, failed, cancelled or paused |
+| `BreakerChanged` | the compaction circuit breaker opened, or was reset |
 
 Message content is carried once, by the event that brought the message in;
 the other entries name messages by id.
@@ -50,6 +51,7 @@ from turnfsm.values import Usage
 __all__ = [
     "ENTRY_TYPES",
     "OUTCOMES",
+    "BreakerChanged",
     "Committed",
     "CompactionRecord",
     "Entry",
@@ -146,6 +148,8 @@ class CompactionRecord:
         tokens_before: The request's size before the pass (reserved included).
         tokens_after: Its size after the pass (== before when nothing changed).
         key: The idempotency key, unique in the session.
+        usage: What the pass's summary-model calls reported (None: no
+            call), apart from the agent's own turns.
     """
 
     run_id: str
@@ -158,6 +162,7 @@ class CompactionRecord:
     tokens_before: int
     tokens_after: int
     key: str
+    usage: Usage | None = None
 
     @property
     def compacted(self) -> bool:
@@ -233,6 +238,30 @@ class RunEnded:
     turns: int = 0
     waiting: Pause | None = None
     at: float = 0.0
+    compaction_usage: Usage = attrs.field(factory=Usage)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class BreakerChanged:
+    """The session's compaction circuit breaker opened, or was reset.
+
+    Opened by the run whose failed pass reached the manager's
+    `max_failures` (written once, on the transition); reset by an operator
+    (`Session.reset_breaker`, ``turnfsm sessions reset-breaker``), outside
+    any run: `run_id` is then "".
+
+    Attributes:
+        run_id: The run that opened it, or "" for an operator's reset.
+        open: True: opened; False: reset (closed).
+        failures: The consecutive failures counted at the change.
+        at: Wall-clock seconds.
+    """
+
+    run_id: str
+    open: bool
+    failures: int
+    at: float = 0.0
 
 
 Entry: TypeAlias = (
@@ -244,6 +273,7 @@ Entry: TypeAlias = (
     | SummaryRecorded
     | Committed
     | RunEnded
+    | BreakerChanged
 )
 """Any entry of a session's log."""
 
@@ -256,6 +286,7 @@ ENTRY_TYPES: Final[tuple[type[Entry], ...]] = (
     SummaryRecorded,
     Committed,
     RunEnded,
+    BreakerChanged,
 )
 """Every entry class, in a stable order."""
 

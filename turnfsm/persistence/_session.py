@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Literal, final
 
 import attrs
@@ -19,6 +20,7 @@ from turnfsm.core import Event, Pause, RunStarted
 from turnfsm.errors import CorruptRecord, SessionBusy, TurnFSMError
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
+    BreakerChanged,
     Committed,
     CompactionRecord,
     Entry,
@@ -148,11 +150,13 @@ class Session:
 
     __slots__ = (
         "_entries",
+        "_failures",
         "_history",
         "_messages",
         "_running",
         "_runs",
         "_summaries",
+        "_summary_texts",
         "id",
         "is_ephemeral",
         "store",
@@ -173,6 +177,8 @@ class Session:
         self._messages: dict[str, Message] = {}
         self._runs: dict[str, _Run] = {}
         self._summaries: list[SummaryRecorded] = []
+        self._summary_texts: dict[str, str] = {}
+        self._failures = 0
         self._running = False
 
     @classmethod
@@ -232,6 +238,33 @@ class Session:
             for run in self._runs.values()
             if run.ended is None or run.ended.outcome == "paused"
         ]
+
+    @property
+    def compaction_failures(self) -> int:
+        """Consecutive failed compaction passes (the circuit breaker's count).
+
+        A compacted pass or an operator's reset (`reset_breaker`) sets it
+        back to 0; no-ops, vetoes and refused passes leave it as it is.
+        """
+        return self._failures
+
+    @property
+    def summary_texts(self) -> Mapping[str, str]:
+        """Each recorded summary's text, by summary message id (read only)."""
+        return MappingProxyType(self._summary_texts)
+
+    async def reset_breaker(self, *, at: float = 0.0) -> None:
+        """Reset the compaction circuit breaker (the operator's call).
+
+        Appends `BreakerChanged(open=False)`; the next pass may call the
+        summary model again.
+
+        Raises:
+            SessionConflict: another writer appended to this session first.
+        """
+        await self.append(
+            BreakerChanged(run_id="", open=False, failures=self._failures, at=at)
+        )
 
     @property
     def summaries(self) -> tuple[SummaryRecorded, ...]:
@@ -334,7 +367,10 @@ class Session:
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
         run = self._runs.get(entry.run_id)
-        if run is None and not isinstance(entry, RunOpened):
+        if run is None and not (
+            isinstance(entry, RunOpened)
+            or (isinstance(entry, BreakerChanged) and not entry.run_id)
+        ):
             raise CorruptRecord(
                 type(entry).__name__,
                 f"entries[{version}]",
@@ -352,10 +388,17 @@ class Session:
                 self._history = _commit(self._history, keep, ids, self._messages, hint)
             case TurnRecord():
                 self._runs[entry.run_id].turns.append(entry)
-            case CompactionRecord():
+            case CompactionRecord(outcome=outcome):
                 self._runs[entry.run_id].compactions.append(entry)
+                if outcome == "failed":
+                    self._failures += 1
+                elif outcome == "compacted":
+                    self._failures = 0
             case SummaryRecorded():
                 self._summaries.append(entry)
+                self._summary_texts[entry.message_id] = entry.content
+            case BreakerChanged(open=False):
+                self._failures = 0
             case ToolResultRecorded(result=result):
                 self._messages.setdefault(result.id, result)
                 self._runs[entry.run_id].results.append(entry)

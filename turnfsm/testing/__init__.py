@@ -9,8 +9,10 @@ from __future__ import annotations
 from turnfsm.testing._conformance import check_compactor
 from turnfsm.testing._fake import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.testing._stores import check_store, sample_entries
+from turnfsm.testing._summary import ExtractiveSummaryModel
 
 __all__ = [
+    "ExtractiveSummaryModel",
     "FakeModelClient",
     "ScriptedModel",
     "check_compactor",

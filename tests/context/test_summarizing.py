@@ -1,0 +1,426 @@
+"""SummarizingCompactor: split, transcript, prompt and checks (seeds 000, 004)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from turnfsm.context import (
+    SUMMARY_PREFIX,
+    SUMMARY_SECTIONS,
+    CompactionContext,
+    CompactionOutcome,
+    SummarizingCompactor,
+)
+from turnfsm.context._transcript import (
+    SUMMARY_KEY,
+    TRUNCATION_MARK,
+    clip,
+    render_message,
+    summary_id,
+    summary_prompt,
+)
+from turnfsm.core import CompactReason
+from turnfsm.errors import ConfigError, ProviderError
+from turnfsm.messages import SUMMARY_COVERS, Message, Role
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import ExtractiveSummaryModel, FakeModelClient, check_compactor
+from turnfsm.testing import tool_call as call
+from turnfsm.tokens import HeuristicTokenCounter
+
+COUNTER = HeuristicTokenCounter()
+
+
+def ctx_for(
+    messages: Sequence[Message],
+    *,
+    window: int = 100_000,
+    summaries: dict[str, str] | None = None,
+    allow_model: bool = True,
+    session_id: str = "ses_1",
+) -> CompactionContext:
+    return CompactionContext(
+        tokens_before=COUNTER.count(messages),
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        context_window=window,
+        turn=1,
+        counter=COUNTER,
+        session_id=session_id,
+        summaries=summaries or {},
+        allow_model=allow_model,
+    )
+
+
+def run(
+    compactor: SummarizingCompactor, messages: Sequence[Message], **ctx: object
+) -> CompactionOutcome:
+    async def go() -> CompactionOutcome:
+        return await compactor.compact(messages, 0, ctx_for(messages, **ctx))  # type: ignore[arg-type]
+
+    return anyio.run(go)
+
+
+def conversation(turns: int, *, system: bool = True) -> list[Message]:
+    """`turns` user turns, each: user, a read_file call, its result, an answer."""
+    out = [Message.system("You are a careful agent.", id="sys")] if system else []
+    for i in range(turns):
+        out.append(Message.user(f"question {i}: file f{i}.txt", id=f"u{i}"))
+        read = call("read_file", f"c{i}", path=f"f{i}.txt")
+        out.append(Message.assistant("let me look", tool_calls=[read], id=f"a{i}"))
+        out.append(Message.tool_result(f"c{i}", f"contents {i} " * 200, id=f"r{i}"))
+        out.append(Message.assistant(f"answer {i}", id=f"z{i}"))
+    return out
+
+
+# -- the transcript -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("length", "head", "tail", "cut"),
+    [
+        (7_500, 6_000, 1_500, False),
+        (7_501, 6_000, 1_500, True),
+        (5_500, 4_000, 1_500, False),
+        (5_501, 4_000, 1_500, True),
+        (1_200, 1_200, 0, False),
+        (1_201, 1_200, 0, True),
+    ],
+)
+def test_clip_keeps_head_and_tail_at_the_boundaries(
+    length: int, head: int, tail: int, cut: bool
+) -> None:
+    text = "".join(chr(ord("a") + i % 26) for i in range(length))
+    clipped = clip(text, head, tail)
+    if not cut:
+        assert clipped == text
+    else:
+        assert clipped == text[:head] + TRUNCATION_MARK + (text[-tail:] if tail else "")
+
+
+def test_clip_counts_characters_not_bytes() -> None:
+    text = "日" * 7_500  # 22,500 bytes in UTF-8
+    assert clip(text, 6_000, 1_500) == text
+    assert clip(text + "é", 6_000, 1_500).count(TRUNCATION_MARK) == 1
+
+
+def test_transcript_labels() -> None:
+    assert render_message(Message.user("hi")) == "[USER]: hi"
+    assert render_message(Message.system("rules")) == "[SYSTEM]: rules"
+    assert render_message(Message.assistant("ok")) == "[ASSISTANT]: ok"
+    assistant = Message.assistant(
+        "reading", tool_calls=[call("read_file", "tc_1", path="a")]
+    )
+    assert render_message(assistant) == (
+        '[ASSISTANT]: reading\n[Tool calls: read_file({"path":"a"}) #tc_1]'
+    )
+    assert render_message(Message.tool_result("tc_1", "42")) == "[TOOL RESULT tc_1]: 42"
+    error = Message.tool_result("tc_2", "boom", is_error=True)
+    assert render_message(error) == "[TOOL RESULT tc_2] (error): boom"
+
+
+def test_transcript_truncates_messages_results_and_arguments() -> None:
+    long_text = "m" * 6_000 + "M" * 5_000
+    rendered = render_message(Message.user(long_text))
+    assert rendered == "[USER]: " + "m" * 6_000 + TRUNCATION_MARK + "M" * 1_500
+    result = render_message(Message.tool_result("t", "r" * 4_000 + "R" * 9_000))
+    assert result == "[TOOL RESULT t]: " + "r" * 4_000 + TRUNCATION_MARK + "R" * 1_500
+    big = Message.assistant(tool_calls=[call("write", "w1", text="x" * 5_000)])
+    line = render_message(big).splitlines()[1]
+    assert line.startswith('[Tool calls: write({"text":"xxx')
+    assert "...[truncated]..." in render_message(big)
+    assert len(line) < 1_300
+
+
+# -- the prompt -------------------------------------------------------------
+def test_first_and_iterative_prompts() -> None:
+    first = summary_prompt("[USER]: hi", previous=None, max_tokens=1_000)
+    assert "Create a structured checkpoint summary" in first
+    assert "PREVIOUS SUMMARY:" not in first
+    update = summary_prompt("[USER]: hi", previous="## Goal\nship", max_tokens=1_000)
+    assert "PREVIOUS SUMMARY:\n## Goal\nship" in update
+    assert "NEW TURNS TO INCORPORATE:\n[USER]: hi" in update
+    assert update.index("PREVIOUS SUMMARY:") < update.index("NEW TURNS TO INCORPORATE:")
+    for prompt in (first, update):
+        template = prompt[prompt.index("Write the summary under") :]
+        positions = [template.index(f"## {s}") for s in SUMMARY_SECTIONS]
+        assert positions == sorted(positions)
+        assert "numbers, names" in prompt
+
+
+def test_the_template_has_the_13_sections_in_the_seed_order() -> None:
+    assert SUMMARY_SECTIONS == (
+        "Active Task",
+        "Goal",
+        "Constraints & Preferences",
+        "Completed Actions",
+        "Active State",
+        "In Progress",
+        "Blocked",
+        "Key Decisions",
+        "Resolved Questions",
+        "Pending User Asks",
+        "Relevant Files",
+        "Remaining Work",
+        "Critical Context",
+    )
+
+
+def test_hook_guidance_reaches_the_prompt() -> None:
+    prompt = summary_prompt(
+        "t",
+        previous=None,
+        max_tokens=9,
+        instructions=("keep paths",),
+        additional_context=("ctx",),
+    )
+    assert "ADDITIONAL INSTRUCTIONS:\nkeep paths" in prompt
+    assert "ADDITIONAL CONTEXT:\nctx" in prompt
+
+
+# -- the split -------------------------------------------------------------
+def test_plan_keeps_the_last_four_turns_and_the_system_prompt() -> None:
+    messages = conversation(6)
+    plan = SummarizingCompactor(model=ExtractiveSummaryModel()).plan(messages)
+    assert [m.id for m in plan.head] == ["sys"]
+    assert [m.id for m in plan.summarised] == [
+        "u0",
+        "a0",
+        "r0",
+        "z0",
+        "u1",
+        "a1",
+        "r1",
+        "z1",
+    ]
+    assert plan.kept[0].id == "u2"
+    assert plan.kept[-1].id == "z5"
+
+
+def test_one_long_turn_keeps_its_user_message_and_the_last_messages() -> None:
+    messages = [Message.user("do the task", id="u")]
+    for i in range(10):
+        messages.append(
+            Message(role=Role.ASSISTANT, parts=(call("t", f"c{i}"),), id=f"a{i}")
+        )
+        messages.append(Message.tool_result(f"c{i}", f"out {i}", id=f"r{i}"))
+    plan = SummarizingCompactor(keep_recent_turns=2).plan(messages)
+    # Two turns asked, one exists: the last 2 * 2 messages are kept, and the
+    # latest user message is kept verbatim.
+    assert [m.id for m in plan.kept] == ["u", "a8", "r8", "a9", "r9"]
+    assert plan.summarised[0].id == "a0"
+    assert plan.summarised[-1].id == "r7"
+
+
+def test_the_cut_never_splits_a_tool_pair() -> None:
+    messages = [Message.user("go", id="u0")]
+    messages.append(
+        Message(role=Role.ASSISTANT, parts=(call("t", "c1"), call("t", "c2")), id="a")
+    )
+    messages.append(Message.tool_result("c1", "one", id="r1"))
+    messages.append(Message.user("and?", id="u1"))  # injected mid-batch
+    messages.append(Message.tool_result("c2", "two", id="r2"))
+    messages.append(Message.assistant("done", id="z"))
+    plan = SummarizingCompactor(keep_recent_turns=1).plan(messages)
+    kept = {m.id for m in plan.kept}
+    assert ("a" in kept) == ("r2" in kept)
+
+
+def test_every_message_is_in_exactly_one_part() -> None:
+    messages = conversation(7)
+    plan = SummarizingCompactor().plan(messages)
+    ids = [
+        m.id
+        for part in (plan.head, plan.previous, plan.summarised, plan.kept)
+        for m in part
+    ]
+    assert sorted(ids) == sorted(m.id for m in messages)
+
+
+# -- the pass -------------------------------------------------------------
+def test_a_pass_injects_one_summary_after_the_system_prompt() -> None:
+    model = ExtractiveSummaryModel()
+    messages = conversation(6)
+    out = run(SummarizingCompactor(model=model), messages)
+    assert out.error is None
+    summary = out.messages[1]
+    assert out.messages[0].id == "sys"
+    assert summary.role is Role.SYSTEM
+    assert summary.text.startswith(SUMMARY_PREFIX)
+    assert summary.metadata[SUMMARY_COVERS] == "z1"
+    assert summary.metadata[SUMMARY_KEY] == "ses_1:z1:8"
+    assert summary.id == summary_id("ses_1:z1:8")
+    assert [m.id for m in out.messages[2:]] == [m.id for m in messages[9:]]
+    assert out.tokens_after == COUNTER.count(out.messages) < out.tokens_before
+    (request,) = model.requests
+    assert request.temperature == 0.3
+    assert request.tools == ()
+    assert request.system is None
+    assert [m.role for m in request.messages] == [Role.USER]
+    assert request.max_tokens == 1_000
+    assert "[USER]: question 0" in request.messages[0].text
+    assert "[TOOL RESULT c1]" in request.messages[0].text
+
+
+def test_the_summary_role_can_be_user() -> None:
+    out = run(
+        SummarizingCompactor(model=ExtractiveSummaryModel(), summary_role="user"),
+        conversation(6),
+    )
+    assert out.messages[1].role is Role.USER
+
+
+def test_nothing_to_summarise_returns_the_input_without_a_model_call() -> None:
+    model = ExtractiveSummaryModel()
+    messages = conversation(4)  # four turns, all kept
+    out = run(SummarizingCompactor(model=model), messages)
+    assert list(out.messages) == messages
+    assert out.tokens_after == out.tokens_before
+    assert model.requests == []
+
+
+def test_a_second_pass_updates_the_summary_incrementally() -> None:
+    model = ExtractiveSummaryModel()
+    compactor = SummarizingCompactor(model=model)
+    first = run(compactor, conversation(6))
+    grown = list(first.messages)
+    for i in range(6, 9):
+        grown += [
+            Message.user(f"question {i}", id=f"u{i}"),
+            Message.assistant(f"answer {i} code 77{i}", id=f"z{i}"),
+        ]
+    second = run(compactor, grown)
+    assert second.error is None
+    prompt = model.requests[-1].messages[0].text
+    assert "PREVIOUS SUMMARY:" in prompt
+    assert "NEW TURNS TO INCORPORATE:" in prompt
+    assert "question 0" not in prompt.split("NEW TURNS TO INCORPORATE:")[1]
+    summaries = [m for m in second.messages if SUMMARY_COVERS in m.metadata]
+    assert len(summaries) == 1
+    assert summaries[0].metadata[SUMMARY_COVERS] == "z4"
+
+
+def test_everything_already_summarised_keeps_the_existing_summary() -> None:
+    model = ExtractiveSummaryModel()
+    compactor = SummarizingCompactor(model=model)
+    first = run(compactor, conversation(6))
+    again = run(compactor, first.messages)
+    assert list(again.messages) == list(first.messages)
+    assert len(model.requests) == 1
+
+
+def test_a_repeat_with_the_same_key_calls_no_model() -> None:
+    model = ExtractiveSummaryModel()
+    compactor = SummarizingCompactor(model=model)
+    messages = conversation(6)
+    first = run(compactor, messages)
+    recorded = {m.id: m.text for m in first.messages if SUMMARY_COVERS in m.metadata}
+    second = run(compactor, messages, summaries=recorded)
+    assert [(m.id, m.text) for m in second.messages] == [
+        (m.id, m.text) for m in first.messages
+    ]
+    assert len(model.requests) == 1
+    # Another session: another key, another summary.
+    run(compactor, messages, summaries=recorded, session_id="ses_2")
+    assert len(model.requests) == 2
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t "])
+def test_an_empty_summary_fails_the_pass(text: str) -> None:
+    model = FakeModelClient(lambda _r: text)
+    out = run(SummarizingCompactor(model=model), conversation(6))
+    assert out.is_failed
+    assert "empty summary" in (out.error or "")
+
+
+def test_an_oversized_summary_is_re_asked_shorter() -> None:
+    answers = iter(["word " * 400, "## Active Task\nshort"])
+    model = FakeModelClient(lambda _r: next(answers))
+    out = run(
+        SummarizingCompactor(model=model, max_summary_tokens=100), conversation(6)
+    )
+    assert out.error is None
+    assert out.messages[1].text.endswith("short")
+    assert len(model.requests) == 2
+    assert "rewrite it in under 100 tokens" in model.requests[1].messages[0].text
+
+
+def test_a_summary_oversized_twice_fails_the_pass() -> None:
+    model = FakeModelClient(lambda _r: "word " * 400)
+    out = run(
+        SummarizingCompactor(model=model, max_summary_tokens=100), conversation(6)
+    )
+    assert out.is_failed
+    assert "over max_summary_tokens (100)" in (out.error or "")
+
+
+def test_a_model_error_propagates_to_the_manager() -> None:
+    def boom(_r: ModelRequest) -> ModelResponse:
+        raise ProviderError("down", retriable=False, kind="server")
+
+    with pytest.raises(ProviderError):
+        run(SummarizingCompactor(model=FakeModelClient(boom)), conversation(6))
+
+
+def test_without_a_model_the_pass_fails_and_says_why() -> None:
+    out = run(SummarizingCompactor(), conversation(6))
+    assert out.is_failed
+    assert "no summary model" in (out.error or "")
+
+
+def test_with_the_breaker_open_no_model_is_called() -> None:
+    model = ExtractiveSummaryModel()
+    messages = conversation(6)
+    messages[3] = Message.tool_result("c0", "x" * 5_000, id="r0")
+    out = run(SummarizingCompactor(model=model), messages, allow_model=False)
+    assert model.requests == []
+    assert out.error is None
+    assert out.messages[3].tool_results[0].content.startswith("[read_file]")
+
+
+def test_a_small_summary_window_chunks_then_resummarises() -> None:
+    model = ExtractiveSummaryModel()
+    compactor = SummarizingCompactor(
+        model=model, summary_window=1_200, max_summary_tokens=200
+    )
+    out = run(compactor, conversation(14))
+    assert out.error is None
+    assert len(model.requests) >= 3
+    final = model.requests[-1].messages[0].text
+    assert "[SUMMARY OF PART 1]" in final
+    for request in model.requests:
+        assert COUNTER.count_text(request.messages[0].text) + 200 <= 1_200
+
+
+def test_a_window_too_small_for_any_transcript_fails() -> None:
+    compactor = SummarizingCompactor(
+        model=ExtractiveSummaryModel(), summary_window=300, max_summary_tokens=200
+    )
+    out = run(compactor, conversation(6))
+    assert out.is_failed
+    assert "window" in (out.error or "")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("keep_recent_turns", 0),
+        ("keep_recent_turns", True),
+        ("max_summary_tokens", 15),
+        ("max_summary_tokens", "1000"),
+        ("summary_window", 0),
+        ("summary_window", 1.5),
+        ("summary_role", "assistant"),
+        ("temperature", float("nan")),
+        ("temperature", 3),
+        ("digest_min_chars", 0),
+        ("model", "gpt-4o"),
+    ],
+)
+def test_bad_settings_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        SummarizingCompactor(**{field: value})  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+def test_it_keeps_the_compactor_contract() -> None:
+    anyio.run(check_compactor, SummarizingCompactor(model=ExtractiveSummaryModel()))

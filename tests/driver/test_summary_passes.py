@@ -1,0 +1,342 @@
+"""Summary passes under the driver: model calls, usage, the breaker, faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from turnfsm.context import (
+    ContextManager,
+    LayeredCompactor,
+    SummarizingCompactor,
+)
+from turnfsm.driver import Driver, RetryPolicy, Session
+from turnfsm.errors import (
+    CompactionCircuitOpen,
+    CompactionFailed,
+    ProviderError,
+)
+from turnfsm.hooks import CircuitInfo, CompactionDone, Hook
+from turnfsm.messages import SUMMARY_COVERS, Message, Role
+from turnfsm.persistence import (
+    BreakerChanged,
+    CompactionRecord,
+    MemoryStore,
+    SQLiteStore,
+    SummaryRecorded,
+)
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import ExtractiveSummaryModel, FakeModelClient, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
+
+pytestmark = pytest.mark.anyio
+
+COUNTER = HeuristicTokenCounter()
+
+
+def history(turns: int, size: int = 900) -> list[Message]:
+    out: list[Message] = []
+    for i in range(turns):
+        out.append(Message.user(f"question {i}: the code is {1000 + i} " + "q" * size))
+        out.append(Message.assistant(f"answer {i} " + "a" * size))
+    return out
+
+
+def manager(
+    compactor: object, *, window: int = 4_000, **options: object
+) -> ContextManager:
+    return ContextManager(
+        compactor,  # type: ignore[arg-type]
+        context_window=window,
+        threshold=60,
+        counter=COUNTER,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def agent_model(*texts: str) -> FakeModelClient:
+    """The agent's model: answers in order; never asked for a summary here."""
+    answers = iter(texts)
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        assert request.temperature is None, "a summary request reached the agent model"
+        return ModelResponse(
+            message=Message.assistant(next(answers)),
+            usage=Usage(input_tokens=10, output_tokens=2),
+        )
+
+    return FakeModelClient(handle)
+
+
+class Recorder(Hook):
+    def __init__(self) -> None:
+        self.done: list[CompactionDone] = []
+        self.opened: list[CircuitInfo] = []
+
+    def on_compaction_done(self, info: CompactionDone) -> None:
+        self.done.append(info)
+
+    def on_circuit_opened(self, info: CircuitInfo) -> None:
+        self.opened.append(info)
+
+
+async def test_a_summary_pass_commits_one_summary_and_accounts_its_usage() -> None:
+    summary_model = ExtractiveSummaryModel()
+    hook = Recorder()
+    driver = Driver(
+        model=agent_model("final"),
+        context=manager(SummarizingCompactor(model=summary_model, keep_recent_turns=2)),
+        hooks=[hook],
+    )
+    session = Session()
+    result = await driver.run(history(6), session=session)
+    assert result.ok, result.error
+    assert len(summary_model.requests) == 1
+    first = session.history[0]
+    assert first.role is Role.SYSTEM
+    assert SUMMARY_COVERS in first.metadata
+    (summary,) = [e for e in session.entries if isinstance(e, SummaryRecorded)]
+    assert summary.message_id == first.id
+    assert "1000" in summary.content  # a fact from the first turn survived
+    (record,) = session.runs[0].compactions
+    assert record.compacted
+    assert record.strategy == "SummarizingCompactor"
+    assert record.usage is not None
+    assert record.usage.input_tokens > 0
+    assert result.compaction_usage == record.usage
+    assert result.usage == Usage(input_tokens=10, output_tokens=2)  # the agent's alone
+    (done,) = hook.done
+    assert done.session_id == session.id
+    assert done.trigger.value == "threshold_exceeded"
+    assert done.strategy == "SummarizingCompactor"
+    assert done.tokens_after < done.tokens_before
+    assert done.covers == record.covers
+
+
+async def test_without_its_own_model_the_summariser_borrows_the_agents() -> None:
+    summaries = ExtractiveSummaryModel()
+
+    async def handle(request: ModelRequest) -> ModelResponse:
+        if request.temperature == 0.3:  # the summary call
+            assert request.tools == ()
+            return await summaries.complete(request)
+        return ModelResponse(message=Message.assistant("final"))
+
+    driver = Driver(
+        model=FakeModelClient(handle),
+        context=manager(SummarizingCompactor(keep_recent_turns=2)),
+    )
+    result = await driver.run(history(6))
+    assert result.ok, result.error
+    assert len(summaries.requests) == 1
+
+
+async def test_a_transient_summary_error_is_retried_by_the_runs_policy() -> None:
+    summaries = ExtractiveSummaryModel()
+    calls = 0
+
+    async def flaky(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ProviderError("overloaded", retriable=True, kind="server", status=529)
+        return await summaries.complete(request)
+
+    driver = Driver(
+        model=agent_model("final"),
+        context=manager(
+            SummarizingCompactor(model=FakeModelClient(flaky), keep_recent_turns=2)
+        ),
+        retry=RetryPolicy(max_attempts=3, initial_wait=0.0, max_wait=0.0),
+    )
+    result = await driver.run(history(6))
+    assert result.ok, result.error
+    assert calls == 2
+
+
+def failing(kind: str) -> FakeModelClient:
+    async def handle(request: ModelRequest) -> ModelResponse:
+        if kind == "error":
+            raise ProviderError("summary model down", retriable=False, kind="server")
+        if kind == "timeout":
+            await anyio.sleep(10)
+        if kind == "empty":
+            return ModelResponse(message=Message.assistant("  "))
+        return ModelResponse(message=Message.assistant("word " * 3_000))  # oversized
+
+    return FakeModelClient(handle)
+
+
+@pytest.mark.parametrize("kind", ["error", "timeout", "empty", "oversized"])
+async def test_a_failing_summary_model_opens_the_breaker_at_the_third_failure(
+    kind: str, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    hook = Recorder()
+    driver = Driver(
+        model=agent_model(*["unused"] * 10),
+        context=manager(
+            SummarizingCompactor(
+                model=failing(kind), keep_recent_turns=2, max_summary_tokens=100
+            )
+        ),
+        hooks=[hook],
+        model_timeout=0.2,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    session = Session(store=store)
+    seed = history(6)
+    for n in (1, 2, 3):
+        result = await driver.run(seed, session=session)
+        assert result.outcome == "failed"
+        assert isinstance(result.error, CompactionFailed), result.error
+        assert list(session.history) == []  # nothing committed, nothing lost
+        assert session.compaction_failures == n
+    assert len(hook.opened) == 1
+    assert hook.opened[0].failures == 3
+    opened = [e for e in session.entries if isinstance(e, BreakerChanged)]
+    assert [(e.open, e.failures) for e in opened] == [(True, 3)]
+
+    # A restart keeps it open: a proactive pass fails fast, no model call.
+    reopened = await Session.load(store, session.id)
+    assert reopened.compaction_failures == 3
+    calls_before = len(driver.context.compactor.model.requests)  # type: ignore[union-attr]
+    result = await driver.run(seed, session=reopened)
+    assert isinstance(result.error, CompactionCircuitOpen)
+    assert len(driver.context.compactor.model.requests) == calls_before  # type: ignore[union-attr]
+    assert len(hook.opened) == 1  # emitted once, on the transition
+
+    # The operator resets it; the next pass calls the model again.
+    await reopened.reset_breaker()
+    assert reopened.compaction_failures == 0
+    again = await Session.load(store, session.id)
+    assert again.compaction_failures == 0
+    await store.close()
+
+
+async def test_success_resets_the_count() -> None:
+    answers = iter(["", "## Active Task\nok 1"])
+
+    async def sometimes(request: ModelRequest) -> ModelResponse:
+        return ModelResponse(message=Message.assistant(next(answers)))
+
+    driver = Driver(
+        model=agent_model("x", "final"),
+        context=manager(
+            SummarizingCompactor(model=FakeModelClient(sometimes), keep_recent_turns=2)
+        ),
+    )
+    session = Session()
+    assert (await driver.run(history(6), session=session)).outcome == "failed"
+    assert session.compaction_failures == 1
+    result = await driver.run(history(6), session=session)
+    assert result.ok, result.error
+    assert session.compaction_failures == 0
+
+
+async def test_the_breaker_is_per_session_with_one_manager() -> None:
+    shared = manager(
+        SummarizingCompactor(model=failing("error"), keep_recent_turns=2),
+        max_failures=1,
+    )
+    driver = Driver(model=agent_model(*["x"] * 5), context=shared)
+    one, two = Session(), Session()
+    await driver.run(history(6), session=one)
+    assert one.compaction_failures == 1
+    result = await driver.run(history(6), session=two)
+    assert isinstance(result.error, CompactionFailed)  # tried: its breaker was closed
+    result = await driver.run(history(6), session=one)
+    assert isinstance(result.error, CompactionCircuitOpen)
+
+
+async def test_an_overflow_with_the_breaker_open_gets_the_deterministic_layers() -> (
+    None
+):
+    summaries = ExtractiveSummaryModel()
+    overflowed = False
+
+    async def agent(request: ModelRequest) -> ModelResponse:
+        nonlocal overflowed
+        if not overflowed:
+            overflowed = True
+            raise ProviderError(
+                "prompt is too long", kind="context_overflow", status=400
+            )
+        return ModelResponse(message=Message.assistant("final"))
+
+    layered = LayeredCompactor(model=summaries, max_tool_result_chars=100)
+    driver = Driver(
+        model=FakeModelClient(agent),
+        context=manager(layered, window=200_000, max_failures=1),
+        tools=[],
+    )
+    session = Session(store=MemoryStore())
+    # Open the breaker by hand: one failed pass recorded in the log.
+    session._failures = 1  # the state one failed pass leaves
+    big = [
+        Message.user("read it"),
+        Message.assistant(tool_calls=[tool_call("read_file", "c1", path="a")]),
+        Message.tool_result("c1", "z" * 5_000),
+        Message.assistant("read"),
+        Message.user("and?"),
+    ]
+    result = await driver.run(big, session=session)
+    assert result.ok, result.error
+    assert summaries.requests == []
+    (record,) = session.runs[0].compactions
+    assert record.reason.value == "overflow"
+    assert record.compacted
+
+
+async def test_summaries_survive_a_reopen_and_stop_a_repeat(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    summary_model = ExtractiveSummaryModel()
+    driver = Driver(
+        model=agent_model("one", "two"),
+        context=manager(SummarizingCompactor(model=summary_model, keep_recent_turns=2)),
+    )
+    session = Session(store=store)
+    assert (await driver.run(history(6), session=session)).ok
+    reopened = await Session.load(store, session.id)
+    assert reopened.latest_summary is not None
+    assert dict(reopened.summary_texts) == dict(session.summary_texts)
+    assert reopened.history[0].id == reopened.latest_summary.message_id
+    await store.close()
+
+
+async def test_a_tool_heavy_single_run_is_summarised_not_stalled() -> None:
+    """The newcomer's case: one long tool-using run in a 3,000-token window."""
+    script = [
+        reply("", tool_call("read_file", f"c{i}", path=f"log{i}.txt"))
+        for i in range(12)
+    ]
+    script.append(reply("the code was 4242"))
+    answers = iter(script)
+
+    def agent(request: ModelRequest) -> ModelResponse:
+        return ModelResponse(message=next(answers))
+
+    def read_file(path: str) -> str:
+        return f"{path}: code 4242 " + "log line\n" * 100
+
+    driver = Driver(
+        model=FakeModelClient(agent),
+        tools=[read_file],
+        context=manager(
+            SummarizingCompactor(model=ExtractiveSummaryModel(), keep_recent_turns=2),
+            window=3_000,
+        ),
+        max_turns=20,
+    )
+    session = Session()
+    result = await driver.run("read the logs and find the code", session=session)
+    assert result.ok, result.error
+    records = [c for r in session.runs for c in r.compactions]
+    assert records
+    assert all(c.compacted for c in records)
+    assert session.history[0].metadata.get(SUMMARY_COVERS)
+    assert any(m.text == "read the logs and find the code" for m in session.history)
+    assert isinstance(records[0], CompactionRecord)

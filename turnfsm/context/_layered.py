@@ -1,0 +1,394 @@
+"""`LayeredCompactor`: five layers from cheap to expensive (seed 001).
+
+A turn starts at each user message. The layers run in order and the pass
+stops as soon as the conversation fits the target:
+
+1. budget: a tool result over 4,000 characters keeps its first 4,000 and
+   ends ``"... [truncated]"``;
+2. trim: the tool results of all but the newest 20 turns are emptied (the
+   message and ``is_error`` stay);
+3. microcompact: per tool call id, only the last result keeps its content;
+4. collapse (model): all but the last 10 turns become one user message,
+   ``"[Conversation summary of N earlier turns]"`` and the summary;
+5. autocompact (model): all but the last turn become one user message,
+   ``"[Full conversation summary]"`` and the summary.
+
+Characters, not bytes. The model layers call the summary model (the
+agent's own under a `Driver`, through its retry policy and usage
+accounting); with the session's circuit breaker open (`allow_model` False)
+only layers 1-3 run. `compact_deterministic` runs layers 1-3 on their own
+and `manual_compact` is the operator's trigger; both answer with a status
+(`Applied`, `Skipped`, `Failed`) that never carries message content.
+
+Deliberate difference from the seed: its layer 5 preserved the same last 10
+turns as layer 4, so after a collapse it had nothing left to summarise;
+here it keeps only the last turn (the latest user message and what follows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final, TypeAlias, final
+
+import attrs
+
+from turnfsm.context._summarizing import SummaryFailed, split_turns, summarise
+from turnfsm.context._transcript import SUMMARY_KEY, summary_body, summary_id
+from turnfsm.context._values import (
+    CompactionContext,
+    CompactionOutcome,
+    check_model,
+    int_in,
+)
+from turnfsm.core._lines import CompactReason
+from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolResultPart
+from turnfsm.providers._protocol import ModelClient
+from turnfsm.tokens import default_counter
+from turnfsm.tokens._protocol import TokenCounter
+
+__all__ = [
+    "MAX_TOOL_RESULT_CHARS",
+    "PRESERVED_TURNS",
+    "TRIM_TURN_THRESHOLD",
+    "TRUNCATION_SUFFIX",
+    "Applied",
+    "CompactionStatus",
+    "Failed",
+    "LayeredCompactor",
+    "Skipped",
+]
+
+MAX_TOOL_RESULT_CHARS: Final = 4_000
+"""Layer 1: the most characters a tool result keeps."""
+TRUNCATION_SUFFIX: Final = "... [truncated]"
+"""Layer 1: appended to a tool result it cut."""
+TRIM_TURN_THRESHOLD: Final = 20
+"""Layer 2: the newest turns whose tool results are kept."""
+PRESERVED_TURNS: Final = 10
+"""Layer 4: the newest turns kept verbatim by the collapse."""
+
+_INSUFFICIENT: Final = "deterministic layers insufficient; LLM layers required"
+_BELOW: Final = "below trigger threshold"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Applied:
+    """Layers ran; sizes in the counter's tokens (no message content).
+
+    Attributes:
+        layers: The layers that changed something, in order.
+        tokens_before: The size before.
+        tokens_after: The size after.
+    """
+
+    layers: tuple[str, ...]
+    tokens_before: int
+    tokens_after: int
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Skipped:
+    """Nothing was done, and why."""
+
+    reason: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Failed:
+    """The pass failed; the messages came back as they were.
+
+    `error` is the failure's kind and turnfsm's own explanation, never
+    message content.
+    """
+
+    error: str
+
+
+CompactionStatus: TypeAlias = Applied | Skipped | Failed
+"""What `LayeredCompactor.compact_deterministic` / `manual_compact` report."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LayeredCompactor:
+    """Shrink in five layers, cheapest first, until the conversation fits.
+
+    Attributes:
+        model: The summary model for layers 4-5, or None: the agent's own
+            under a `Driver` (required when used on its own).
+        max_tool_result_chars: Layer 1's cap (4,000 characters).
+        trim_turns: Layer 2 keeps tool results of this many newest turns (20).
+        preserved_turns: Layer 4 keeps this many newest turns verbatim (10).
+        max_summary_tokens: The most a layer-4/5 summary may be.
+
+    Raises:
+        ConfigError: On construction, naming the field, when a setting is
+            out of range or of the wrong type.
+    """
+
+    model: ModelClient | None = attrs.field(default=None, validator=check_model)
+    max_tool_result_chars: int = attrs.field(
+        default=MAX_TOOL_RESULT_CHARS,
+        validator=int_in("max_tool_result_chars", 1, None, "an int >= 1"),
+    )
+    trim_turns: int = attrs.field(
+        default=TRIM_TURN_THRESHOLD,
+        validator=int_in("trim_turns", 1, None, "an int >= 1"),
+    )
+    preserved_turns: int = attrs.field(
+        default=PRESERVED_TURNS,
+        validator=int_in("preserved_turns", 1, None, "an int >= 1"),
+    )
+    max_summary_tokens: int = attrs.field(
+        default=1_000, validator=int_in("max_summary_tokens", 16, None, "an int >= 16")
+    )
+
+    # -- the deterministic layers ----------------------------------------
+    def apply_budget(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """Layer 1: cap each tool result at `max_tool_result_chars` characters."""
+        cap = self.max_tool_result_chars
+
+        def cut(part: ToolResultPart) -> ToolResultPart:
+            if len(part.content) <= cap:
+                return part
+            return attrs.evolve(part, content=part.content[:cap] + TRUNCATION_SUFFIX)
+
+        return tuple(_map_results(m, cut) for m in messages)
+
+    def apply_trim(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """Layer 2: empty the tool results of all but the newest `trim_turns` turns."""
+        starts = _turn_starts(messages)
+        if len(starts) <= self.trim_turns:
+            return tuple(messages)
+        boundary = starts[-self.trim_turns]
+        return tuple(
+            _map_results(m, _emptied) if i < boundary else m
+            for i, m in enumerate(messages)
+        )
+
+    def apply_microcompact(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """Layer 3: per tool call id, only the last result keeps its content."""
+        last: dict[str, tuple[int, int]] = {}
+        for i, m in enumerate(messages):
+            for j, part in enumerate(m.parts):
+                if isinstance(part, ToolResultPart):
+                    last[part.call_id] = (i, j)
+        out: list[Message] = []
+        for i, m in enumerate(messages):
+            if m.role is not Role.TOOL:
+                out.append(m)
+                continue
+            parts = tuple(
+                _emptied(p)
+                if isinstance(p, ToolResultPart) and last[p.call_id] != (i, j)
+                else p
+                for j, p in enumerate(m.parts)
+            )
+            changed = any(a is not b for a, b in zip(parts, m.parts, strict=True))
+            out.append(attrs.evolve(m, parts=parts) if changed else m)
+        return tuple(out)
+
+    def _deterministic_layers(
+        self, messages: Sequence[Message], target: int, counter: TokenCounter
+    ) -> tuple[tuple[Message, ...], list[str], bool]:
+        """Run layers 1-3 until the result fits `target`."""
+        current = tuple(messages)
+        applied: list[str] = []
+        for name, layer in (
+            ("budget", self.apply_budget),
+            ("trim", self.apply_trim),
+            ("microcompact", self.apply_microcompact),
+        ):
+            new = layer(current)
+            if any(a is not b for a, b in zip(new, current, strict=True)):
+                applied.append(name)
+                current = new
+            if counter.count(current) <= target:
+                return current, applied, True
+        return current, applied, False
+
+    # -- the passes --------------------------------------------------------
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        """Apply the layers in order, stopping as soon as the result fits `target`.
+
+        Args:
+            messages: The conversation.
+            target: The size to reach, in the counter's tokens.
+            ctx: The pass's context; with `ctx.allow_model` False (the
+                circuit breaker is open) only layers 1-3 run.
+
+        Returns:
+            The shrunk conversation (however far the layers got), the input
+            when no layer changed anything, or a failed outcome when a
+            summary could not be made.
+        """
+        try:
+            current, _layers = await self._run(messages, target, ctx)
+        except SummaryFailed as exc:
+            return CompactionOutcome.failed(str(exc), ctx.tokens_before)
+        if len(current) == len(messages) and all(
+            a is b for a, b in zip(current, messages, strict=True)
+        ):
+            return CompactionOutcome.unchanged(messages, ctx.tokens_before)
+        return CompactionOutcome.compacted(
+            current, ctx.tokens_before, ctx.counter.count(current)
+        )
+
+    async def _run(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> tuple[tuple[Message, ...], list[str]]:
+        """Run the layers until the result fits; return it and the layers used."""
+        counter = ctx.counter
+        current, applied, fits = self._deterministic_layers(messages, target, counter)
+        if fits or not ctx.allow_model:
+            return current, applied
+        for name, keep, label in (
+            ("collapse", self.preserved_turns, None),
+            ("autocompact", 1, "[Full conversation summary]"),
+        ):
+            new = await self._collapse(current, keep, label, ctx)
+            if new is not current:
+                applied.append(name)
+                current = new
+                if counter.count(current) <= target:
+                    break
+        return current, applied
+
+    async def _collapse(
+        self,
+        messages: tuple[Message, ...],
+        keep: int,
+        label: str | None,
+        ctx: CompactionContext,
+    ) -> tuple[Message, ...]:
+        """Layers 4 and 5: summarise all but the last `keep` turns."""
+        plan = split_turns(messages, keep, fallback=label is not None)
+        if not plan.summarised:
+            return messages
+        key = plan.key(ctx.session_id) + (":full" if label else ":collapse")
+        message_id = summary_id(key)
+        text = ctx.summaries.get(message_id)
+        if text is None:
+            body = await summarise(
+                plan.summarised,
+                previous="\n\n".join(summary_body(m) for m in plan.previous),
+                ctx=ctx,
+                model=self.model,
+                max_tokens=self.max_summary_tokens,
+                window=ctx.context_window,
+            )
+            turns = len(_turn_starts(plan.summarised)) or 1
+            header = label or f"[Conversation summary of {turns} earlier turns]"
+            text = f"{header}\n{body}"
+        summary = Message.user(
+            text,
+            id=message_id,
+            metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
+        )
+        return (*plan.head, summary, *plan.kept)
+
+    def compact_deterministic(
+        self,
+        messages: Sequence[Message],
+        *,
+        limit: int,
+        counter: TokenCounter | None = None,
+    ) -> tuple[tuple[Message, ...], CompactionStatus]:
+        """Run layers 1-3 only (no model call: safe at any boundary).
+
+        Args:
+            messages: The conversation.
+            limit: The size to fit, in `counter` tokens.
+            counter: The counter (default: turnfsm's conservative one).
+
+        Returns:
+            The shrunk messages and `Applied(layers, before, after)` when
+            they fit `limit`; otherwise the input and
+            `Skipped("deterministic layers insufficient; LLM layers
+            required")`.
+        """
+        counter = counter or default_counter()
+        before = counter.count(messages)
+        new, applied, fits = self._deterministic_layers(messages, limit, counter)
+        if not fits:
+            return tuple(messages), Skipped(reason=_INSUFFICIENT)
+        return new, Applied(
+            layers=tuple(applied), tokens_before=before, tokens_after=counter.count(new)
+        )
+
+    async def manual_compact(
+        self,
+        messages: Sequence[Message],
+        *,
+        line: int,
+        limit: int,
+        counter: TokenCounter | None = None,
+        circuit_open: bool = False,
+    ) -> tuple[tuple[Message, ...], CompactionStatus]:
+        """The operator's trigger: compact now if over `line`, and say how it went.
+
+        Args:
+            messages: The conversation.
+            line: The trigger line: at or under it nothing is done.
+            limit: The size to fit (the window, or a target under it).
+            counter: The counter (default: turnfsm's conservative one).
+            circuit_open: The session's circuit breaker is open: fail fast.
+
+        Returns:
+            The messages and `Skipped("below trigger threshold")`,
+            `Applied(...)`, or `Failed(error)` with the messages unchanged.
+        """
+        counter = counter or default_counter()
+        before = counter.count(messages)
+        if before <= line:
+            return tuple(messages), Skipped(reason=_BELOW)
+        if circuit_open:
+            return tuple(messages), Failed(error="circuit breaker open")
+        ctx = CompactionContext(
+            tokens_before=before,
+            reason=CompactReason.MANUAL,
+            context_window=limit,
+            turn=0,
+            counter=counter,
+        )
+        try:
+            new, layers = await self._run(messages, limit, ctx)
+        except SummaryFailed as exc:
+            return tuple(messages), Failed(error=str(exc))
+        except Exception as exc:  # a status, not content: the type only
+            return tuple(messages), Failed(error=f"{type(exc).__name__} in a layer")
+        return new, Applied(
+            layers=tuple(layers), tokens_before=before, tokens_after=counter.count(new)
+        )
+
+
+def _turn_starts(messages: Sequence[Message]) -> list[int]:
+    """Indices of the messages that start a turn: user messages, not summaries."""
+    return [
+        i
+        for i, m in enumerate(messages)
+        if m.role is Role.USER and SUMMARY_COVERS not in m.metadata
+    ]
+
+
+def _emptied(part: ToolResultPart) -> ToolResultPart:
+    return part if not part.content else attrs.evolve(part, content="")
+
+
+def _map_results(
+    message: Message, change: Callable[[ToolResultPart], ToolResultPart]
+) -> Message:
+    """Return `message` with `change` applied to its tool results (or itself)."""
+    if message.role is not Role.TOOL:
+        return message
+    parts = tuple(
+        change(p) if isinstance(p, ToolResultPart) else p for p in message.parts
+    )
+    if all(a is b for a, b in zip(parts, message.parts, strict=True)):
+        return message
+    return attrs.evolve(message, parts=parts)

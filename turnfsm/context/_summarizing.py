@@ -1,0 +1,450 @@
+"""`SummarizingCompactor`: old turns become one summary (seeds 000 and 004).
+
+A pass:
+
+1. **Split** (`SummarizingCompactor.plan`): the leading system messages are
+   kept; an earlier summary is folded in; of the rest, the last
+   `keep_recent_turns` turns (a turn starts at each user message) are kept
+   raw. A conversation of one turn (one long tool-using run) keeps its user
+   message and its last ``2 * keep_recent_turns`` messages instead. The cut never
+   separates a tool call from its result, and the latest user message is
+   always kept verbatim. Every input message is in exactly one of
+   summarised / kept.
+2. **Nothing to summarise** → the input, unchanged, no model call (with an
+   earlier summary, that summary stands).
+3. **Idempotent**: the pass's key is (session, last summarised message id,
+   count summarised); a summary already recorded under it is reused with no
+   model call.
+4. **Incremental**: only messages after the earlier summary are summarised,
+   with the iterative-update prompt ("PREVIOUS SUMMARY:" + "NEW TURNS TO
+   INCORPORATE:").
+5. **Chunked** when the prompt would not fit the summary model's window:
+   each chunk is summarised, then the chunk summaries are summarised, to
+   `max_summary_tokens`.
+6. **Checked**: an empty or whitespace summary fails the pass; one over
+   `max_summary_tokens` is re-asked shorter once, then fails the pass. A
+   summary is never committed oversized.
+7. The summary becomes one message (role `summary_role`, system by default)
+   right after the leading system messages: `SUMMARY_PREFIX`, then the
+   summary; its metadata names the last message it covers (`SUMMARY_COVERS`)
+   and the pass's key.
+
+The summary call is one user message, no tools, temperature 0.3. Under a
+`Driver` it runs through the run's retry policy, timeout and usage
+accounting (`CompactionContext.model_call`); elsewhere through `model`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Final, final
+
+import attrs
+
+from turnfsm.context._digest import digest_results
+from turnfsm.context._pairs import adjust_split
+from turnfsm.context._transcript import (
+    SUMMARY_KEY,
+    SUMMARY_PREFIX,
+    clip,
+    is_summary,
+    render_message,
+    shorten_prompt,
+    summary_body,
+    summary_id,
+    summary_prompt,
+)
+from turnfsm.context._values import (
+    CompactionContext,
+    CompactionOutcome,
+    check_model,
+    int_in,
+)
+from turnfsm.errors import ConfigError
+from turnfsm.messages import SUMMARY_COVERS, Message, Role
+from turnfsm.providers._protocol import ModelClient, ModelRequest
+from turnfsm.tokens._protocol import TokenCounter
+
+__all__ = [
+    "SummarizingCompactor",
+    "SummaryFailed",
+    "SummaryPlan",
+    "split_turns",
+    "summarise",
+]
+
+_MAX_DEPTH: Final = 4
+"""Rounds of summarising chunk summaries before a pass gives up."""
+
+
+class SummaryFailed(Exception):
+    """A summary could not be made (empty, oversized, or would not fit)."""
+
+
+def _to_messages(value: Sequence[Message]) -> tuple[Message, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SummaryPlan:
+    """How a conversation splits for one summarising pass.
+
+    The result of the pass is ``head + (summary,) + kept``. Every input
+    message is in exactly one of `head`, `previous`, `summarised`, `kept`.
+
+    Attributes:
+        head: Leading system messages, kept as they are.
+        previous: Earlier summaries, folded into the new one.
+        summarised: The messages the new summary covers, in order.
+        kept: The messages kept raw: the latest user message (when the cut
+            falls after it) and the recent tail, in order.
+    """
+
+    head: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    previous: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    summarised: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    kept: tuple[Message, ...] = attrs.field(converter=_to_messages)
+
+    def key(self, session_id: str) -> str:
+        """Return the idempotency key of the pass (seed 000)."""
+        last = self.summarised[-1].id if self.summarised else ""
+        return f"{session_id}:{last}:{len(self.summarised)}"
+
+
+def _check_window(_inst: object, _attr: object, value: Any) -> None:
+    if value is not None and (type(value) is not int or value < 1):
+        raise ConfigError(
+            "summary_window", value, "an int >= 1 (tokens) or None (the run's)"
+        )
+
+
+def _check_temperature(_inst: object, _attr: object, value: object) -> None:
+    if (
+        type(value) not in (int, float)
+        or not math.isfinite(value)  # type: ignore[arg-type]
+        or not 0 <= value <= 2  # type: ignore[operator]
+    ):
+        raise ConfigError("temperature", value, "a finite number in 0..2")
+
+
+def _to_role(value: object) -> Role:
+    if isinstance(value, str) and value in ("system", "user"):
+        return Role(value)
+    raise ConfigError("summary_role", value, "'system' or 'user'")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SummarizingCompactor:
+    """Summarise old turns with a model; keep the recent ones raw.
+
+    Attributes:
+        model: The summary model, or None: the agent's own under a
+            `Driver` (required when the compactor is used on its own).
+        keep_recent_turns: Turns kept raw (≥ 1).
+        max_summary_tokens: The most a summary may be, in the counter's
+            tokens (≥ 16); also the reply budget of the summary call.
+        summary_window: The summary model's context window, or None: the
+            run's. A prompt that would not fit is summarised in chunks.
+        summary_role: The role of the summary message: system (the seed's;
+            providers that drop later system messages need "user").
+        temperature: Of the summary call (0.3: faithful, low-creativity).
+        digest_min_chars: When set, summarised tool results longer than
+            this are replaced by their one-line digest before the summary
+            model sees them (`ToolResultDigest` as a pre-pass).
+
+    Raises:
+        ConfigError: On construction, naming the field, when a setting is
+            out of range or of the wrong type.
+    """
+
+    model: ModelClient | None = attrs.field(default=None, validator=check_model)
+    keep_recent_turns: int = attrs.field(
+        default=4, validator=int_in("keep_recent_turns", 1, None, "an int >= 1")
+    )
+    max_summary_tokens: int = attrs.field(
+        default=1_000, validator=int_in("max_summary_tokens", 16, None, "an int >= 16")
+    )
+    summary_window: int | None = attrs.field(default=None, validator=_check_window)
+    summary_role: Role = attrs.field(default=Role.SYSTEM, converter=_to_role)
+    temperature: float = attrs.field(default=0.3, validator=_check_temperature)
+    digest_min_chars: int | None = attrs.field(default=None)
+
+    @digest_min_chars.validator
+    def _check_digest(self, _attr: object, value: Any) -> None:
+        if value is not None and (type(value) is not int or value < 1):
+            raise ConfigError("digest_min_chars", value, "an int >= 1 or None")
+
+    def plan(self, messages: Sequence[Message]) -> SummaryPlan:
+        """Split `messages` for a pass (pure: no model, no counting)."""
+        return split_turns(messages, self.keep_recent_turns)
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        """Summarise the old part of `messages`; `target` is a hint only.
+
+        Args:
+            messages: The conversation.
+            target: Ignored: the split is by turns, the summary's size is
+                bounded by `max_summary_tokens`.
+            ctx: The pass's context: the counter, the session's recorded
+                summaries, the driver's model call, whether a model may be
+                called at all (the circuit breaker).
+
+        Returns:
+            The conversation with its old part summarised; the input when
+            nothing is left to summarise; a failed outcome when the summary
+            could not be made.
+        """
+        del target
+        plan = self.plan(messages)
+        if not plan.summarised:
+            return CompactionOutcome.unchanged(messages, ctx.tokens_before)
+        key = plan.key(ctx.session_id)
+        message_id = summary_id(key)
+        text = ctx.summaries.get(message_id)
+        if text is None:
+            if not ctx.allow_model:  # the breaker is open: deterministic only
+                return self._deterministic(messages, ctx)
+            try:
+                body = await summarise(
+                    plan.summarised,
+                    previous="\n\n".join(summary_body(m) for m in plan.previous),
+                    ctx=ctx,
+                    model=self.model,
+                    max_tokens=self.max_summary_tokens,
+                    window=self.summary_window or ctx.context_window,
+                    temperature=self.temperature,
+                    digest_min_chars=self.digest_min_chars,
+                )
+            except SummaryFailed as exc:
+                return CompactionOutcome.failed(str(exc), ctx.tokens_before)
+            text = f"{SUMMARY_PREFIX}\n\n{body}"
+        summary = Message(
+            role=self.summary_role,
+            parts=text,
+            id=message_id,
+            metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
+        )
+        new = (*plan.head, summary, *plan.kept)
+        return CompactionOutcome.compacted(
+            new, ctx.tokens_before, ctx.counter.count(new)
+        )
+
+    def _deterministic(
+        self, messages: Sequence[Message], ctx: CompactionContext
+    ) -> CompactionOutcome:
+        """What a pass may do without a model: digest old tool results."""
+        new = digest_results(
+            messages,
+            min_chars=self.digest_min_chars or 2_000,
+            keep_recent_turns=self.keep_recent_turns,
+        )
+        if all(a is b for a, b in zip(new, messages, strict=True)):
+            return CompactionOutcome.unchanged(messages, ctx.tokens_before)
+        return CompactionOutcome.compacted(
+            new, ctx.tokens_before, ctx.counter.count(new)
+        )
+
+
+def split_turns(
+    messages: Sequence[Message], keep_turns: int, *, fallback: bool = True
+) -> SummaryPlan:
+    """Split `messages` into head / previous summaries / summarised / kept.
+
+    A turn starts at each user message (summaries do not start one). The
+    last `keep_turns` turns are kept; a conversation of one turn (a long,
+    tool-using run) keeps, with `fallback`, its user message and its last
+    ``2 * keep_turns`` messages. A pass's result splits to nothing more: a
+    second pass finds nothing new. The cut moves
+    earlier until no tool pair straddles it, and the latest user message is
+    always kept.
+    """
+    n_head = 0
+    while (
+        n_head < len(messages)
+        and messages[n_head].role is Role.SYSTEM
+        and not is_summary(messages[n_head])
+    ):
+        n_head += 1
+    rest = messages[n_head:]
+    previous = [m for m in rest if is_summary(m)]
+    body = [m for m in rest if not is_summary(m)] if previous else list(rest)
+    users = [i for i, m in enumerate(body) if m.role is Role.USER]
+    cut = users[-keep_turns] if len(users) > keep_turns else 0
+    if len(users) <= 1 and fallback:  # one long turn: keep its last messages
+        cut = max(0, len(body) - 2 * keep_turns)
+    cut = adjust_split(body, cut)
+    latest = users[-1] if users else -1
+    if 0 <= latest < cut:  # the latest user message is always kept
+        summarised = body[:latest] + body[latest + 1 : cut]
+        kept = [body[latest], *body[cut:]]
+    else:
+        summarised, kept = body[:cut], body[cut:]
+    if not summarised:  # nothing to summarise: the earlier summaries stand
+        return SummaryPlan(
+            head=messages[:n_head], previous=(), summarised=(), kept=rest
+        )
+    return SummaryPlan(
+        head=messages[:n_head], previous=previous, summarised=summarised, kept=kept
+    )
+
+
+async def summarise(
+    messages: Sequence[Message],
+    *,
+    previous: str,
+    ctx: CompactionContext,
+    model: ModelClient | None,
+    max_tokens: int,
+    window: int,
+    temperature: float = 0.3,
+    digest_min_chars: int | None = None,
+) -> str:
+    """Return a summary of `messages` (updating `previous`), checked for size.
+
+    The one summary routine of the shipped compactors: `SummarizingCompactor`
+    and `LayeredCompactor` both call it.
+
+    Args:
+        messages: The turns to summarise.
+        previous: The previous summary ("" for none): the iterative path.
+        ctx: The pass's context (counter, hook guidance, model call).
+        model: The summary model, or None: the driver's (the agent's own).
+        max_tokens: The most the summary may be, in `ctx.counter` tokens.
+        window: The summary model's window in tokens (0: unlimited).
+        temperature: Of the summary call.
+        digest_min_chars: Digest tool results longer than this first.
+
+    Raises:
+        SummaryFailed: The summary is empty, stays over `max_tokens` after a
+            shorter re-ask, or the input cannot be made to fit `window`.
+        Exception: Whatever the model call raised (a `ProviderError`, ...).
+    """
+    if digest_min_chars is not None:
+        messages = digest_results(
+            messages, min_chars=digest_min_chars, keep_recent_turns=0
+        )
+    asker = _Asker(ctx, model, max_tokens, temperature)
+    blocks = [render_message(m) for m in messages]
+    for _ in range(_MAX_DEPTH):
+        chunks = _chunks(blocks, asker, previous, window)
+        if len(chunks) == 1:
+            return await asker.summary(chunks[0], previous)
+        # Chunk by chunk, then the chunk summaries are the new turns.
+        blocks = [
+            f"[SUMMARY OF PART {i}]\n{await asker.summary(chunk, '')}"
+            for i, chunk in enumerate(chunks, 1)
+        ]
+    raise SummaryFailed(
+        f"the input did not fit the summary model's {window}-token window "
+        f"after {_MAX_DEPTH} rounds of chunking"
+    )
+
+
+def _chunks(
+    blocks: list[str], asker: _Asker, previous: str, window: int
+) -> list[list[str]]:
+    """Group `blocks` so each group's prompt fits `window` with the reply."""
+    if not window:
+        return [blocks]
+    room = window - asker.max_tokens - asker.size(asker.prompt([], previous))
+    if room <= 0:
+        raise SummaryFailed(
+            f"the summary model's {window}-token window leaves no room for a "
+            f"transcript beside a {asker.max_tokens}-token summary"
+        )
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for block in blocks:
+        size = asker.size(block) + 1
+        if size > room:  # one block alone is too big: keep its two ends
+            block = _shrink(block, asker, room)
+            size = asker.size(block) + 1
+        if used + size > room and chunks[-1]:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(block)
+        used += size
+    return chunks
+
+
+def _shrink(block: str, asker: _Asker, room: int) -> str:
+    keep = len(block)
+    while keep > 200:
+        keep //= 2
+        cut = clip(block, keep * 3 // 4, keep // 4)
+        if asker.size(cut) + 1 <= room:
+            return cut
+    raise SummaryFailed(
+        "a message does not fit the summary model's window even cut to 200 characters"
+    )
+
+
+@final
+class _Asker:
+    """Asks the summary model for one summary and checks it (internal)."""
+
+    def __init__(
+        self,
+        ctx: CompactionContext,
+        model: ModelClient | None,
+        max_tokens: int,
+        temperature: float,
+    ) -> None:
+        self.ctx = ctx
+        self.model = model
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.counter: TokenCounter = ctx.counter
+
+    def size(self, text: str) -> int:
+        return self.counter.count_text(text)
+
+    def prompt(self, blocks: Sequence[str], previous: str) -> str:
+        return summary_prompt(
+            "\n\n".join(blocks),
+            previous=previous or None,
+            max_tokens=self.max_tokens,
+            instructions=self.ctx.instructions,
+            additional_context=self.ctx.additional_context,
+        )
+
+    async def summary(self, blocks: Sequence[str], previous: str) -> str:
+        text = await self._ask(self.prompt(blocks, previous))
+        size = self.size(text)
+        if size > self.max_tokens:
+            # Re-asked shorter once; never committed oversized.
+            prompt = shorten_prompt(text, max_tokens=self.max_tokens, size=size)
+            text = await self._ask(prompt)
+            size = self.size(text)
+            if size > self.max_tokens:
+                raise SummaryFailed(
+                    f"the summary is {size} tokens, over max_summary_tokens "
+                    f"({self.max_tokens}), even when asked for a shorter one"
+                )
+        return text
+
+    async def _ask(self, prompt: str) -> str:
+        request = ModelRequest(
+            messages=[Message.user(prompt)],
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
+        call = self.ctx.model_call
+        if call is not None:
+            response = await call(request, self.model)
+        elif self.model is not None:
+            response = await self.model.complete(request)
+        else:
+            raise SummaryFailed(
+                "no summary model: pass model= to the compactor, or run it "
+                "under a Driver, which lends the agent's own"
+            )
+        text = response.message.text.strip()
+        if not text:
+            raise SummaryFailed("the summary model returned an empty summary")
+        return text
