@@ -7,7 +7,7 @@ TurnFSMError                 base class; never raised directly
 ├── InvalidMessage           (ValueError) a malformed message or history; field
 ├── IllegalEvent             event not accepted in this phase (a driver bug)
 ├── MachineBroken            an earlier handle() raised; no further input
-├── ContextExceeded          the run could not fit the window; .used, .limit
+├── ContextExceeded          the run could not fit the window; .used, .limit, .largest
 │   ├── CompactionStalled    no-progress guard fired; .limit is the size before the pass
 │   └── CompactionFailed     the compactor failed; .cause
 ├── CompactionCircuitOpen    the compaction circuit breaker is open
@@ -32,13 +32,16 @@ keeps failing) are *outcomes*: the run ends in the ``failed`` phase and the
 error is carried on the `RunResult`. Only misuse and bad configuration raise at
 the call site.
 
+`LargeItem` is not an error: it is the plain value a `ContextExceeded` lists
+in `largest` to say what filled the window.
+
 This module imports no other turnfsm module, so every module may import it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, final
+from typing import Any, Final, Literal, final
 
 import attrs
 
@@ -56,6 +59,7 @@ __all__ = [
     "DuplicateRecord",
     "IllegalEvent",
     "InvalidMessage",
+    "LargeItem",
     "MachineBroken",
     "MaxTurnsExceeded",
     "ProviderError",
@@ -149,22 +153,93 @@ class MachineBroken(TurnFSMError):
         )
 
 
+_KINDS: Final = ("tool_result", "tool_call", "message")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LargeItem:
+    """One big piece of a context: a tool result, a tool call or a message's text.
+
+    A `ContextExceeded` lists the largest ones in `largest`, so its message
+    says what filled the window (`largest_items` finds them, `explain` fills them).
+
+    Attributes:
+        kind: ``"tool_result"``, ``"tool_call"`` or ``"message"`` (the text
+            parts of one message).
+        role: the role of the message holding it.
+        turn: the 1-based turn it is in; a turn starts at each user message,
+            and items before the first user message are in turn 0.
+        index: the position of its message in the context.
+        tokens: its size, by the run's counter.
+        tool: the tool's name for a tool call or result (a result's is found
+            from the call it answers; ``""`` if unknown); ``""`` otherwise.
+        call_id: the tool call's id for a tool call or result; ``""`` otherwise.
+    """
+
+    kind: Literal["tool_result", "tool_call", "message"] = attrs.field(
+        validator=attrs.validators.in_(_KINDS)
+    )
+    role: str
+    turn: int
+    index: int
+    tokens: int
+    tool: str = ""
+    call_id: str = ""
+
+    def __str__(self) -> str:
+        call = f" (call {self.call_id})" if self.call_id else ""
+        match self.kind:
+            case "tool_result":
+                what = f"tool result of {self.tool}" if self.tool else "tool result"
+            case "tool_call":
+                what = f"tool call to {self.tool}" if self.tool else "tool call"
+            case _:
+                what, call = f"{self.role} message #{self.index}", ""
+        when = f"in turn {self.turn}" if self.turn else "before the first turn"
+        return f"{what}{call} {when}: {self.tokens:,} tokens"
+
+
+def _items(value: Iterable[LargeItem]) -> tuple[LargeItem, ...]:
+    return tuple(value)
+
+
+def _largest_text(largest: tuple[LargeItem, ...]) -> str:
+    """Return the ``"; largest: ..."`` tail of a `ContextExceeded` message."""
+    if not largest:
+        return ""
+    items = ", ".join(str(item) for item in largest)
+    # The hint follows where the listed tokens are: tool results shrink in
+    # place (digested), anything else only by summarising the old turns.
+    results = sum(i.tokens for i in largest if i.kind == "tool_result")
+    if 2 * results >= sum(i.tokens for i in largest):
+        hint = "ToolResultDigest or LayeredCompactor shrink tool results"
+    else:
+        hint = "SummarizingCompactor summarises old turns"
+    return f"; largest: {items}; {hint}"
+
+
 @attrs.frozen(auto_exc=True)
 class ContextExceeded(TurnFSMError):
     """Raised when a run could not fit the context window.
 
     `used` and `limit` are payload-comparable token estimates. `limit` is the
-    window when the compacted result still did not fit.
+    window when the compacted result still did not fit. `largest` lists the
+    biggest items of the context, biggest first (empty when not measured);
+    the message then names them and the strategy that would shrink them.
     """
 
     used: int
     limit: int
+    largest: tuple[LargeItem, ...] = attrs.field(
+        default=(), converter=_items, kw_only=True
+    )
 
     def __str__(self) -> str:
         return (
             f"context exceeded: {self.used} tokens used, limit {self.limit}; "
             "use a bigger window or a compactor that shrinks harder"
-        )
+        ) + _largest_text(self.largest)
 
 
 @final
@@ -180,9 +255,9 @@ class CompactionStalled(ContextExceeded):
         return (
             f"compaction stalled: {self.used} tokens after the pass, "
             f"{self.limit} before; nothing was saved (a vetoing hook or a "
-            "conversation the compactor cannot cut) - use a summarizing "
-            "compactor or a bigger window"
-        )
+            "conversation the compactor cannot cut) - see what is biggest, "
+            "choose a strategy that shrinks it, or a bigger window"
+        ) + _largest_text(self.largest)
 
 
 @final
@@ -196,7 +271,7 @@ class CompactionFailed(ContextExceeded):
         return (
             f"compaction failed at {self.used} tokens (limit {self.limit}): "
             f"{self.cause}"
-        )
+        ) + _largest_text(self.largest)
 
 
 @final

@@ -10,7 +10,8 @@ has exactly one JSON form:
   ``{"type": "ModelReplied", "message": {...}, "usage": null}``;
 - an error (any class of `turnfsm.errors`) is a value tagged the same way,
   ``{"type": "CompactionStalled", "used": 5, "limit": 9}``, and reads back as
-  the same class with the same fields;
+  the same class with the same fields (an empty optional collection such as
+  `ContextExceeded.largest` is left out, and reads back empty);
 - a `Snapshot` is its `Snapshot.to_dict` form;
 - any other frozen attrs class is an object of its fields (keyed by their
   ``__init__`` names, so a private ``_x`` field is ``"x"``); a union of several
@@ -501,11 +502,22 @@ def _unknown_error(name: object) -> ConfigError:
     return ConfigError("error.type", name, f"one of {', '.join(_ERRORS)}")
 
 
+def _optional_collections(cls: type) -> list[str]:
+    """Return the keys of `cls`'s fields that default to an empty tuple."""
+    return [f.alias for f in attrs.fields(cls) if f.default == ()]
+
+
 def _unstructure_error(exc: TurnFSMError) -> dict[str, Any]:
     cls = type(exc)
     if _ERRORS.get(cls.__name__) is not cls:
         raise _unknown_error(cls.__name__)
-    return {TAG: cls.__name__, **_body_unstructure(cls)(exc)}
+    body = _body_unstructure(cls)(exc)
+    # An empty optional collection (`ContextExceeded.largest`) is left out, so
+    # such an error keeps the form records written before the field have.
+    for key in _optional_collections(cls):
+        if body.get(key) == []:
+            del body[key]
+    return {TAG: cls.__name__, **body}
 
 
 def _error_structure_factory(declared: type) -> Callable[[object, Any], Any]:

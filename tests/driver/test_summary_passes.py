@@ -7,15 +7,17 @@ from pathlib import Path
 import anyio
 import pytest
 
+from turnfsm import default_machine
 from turnfsm.context import (
     ContextManager,
     LayeredCompactor,
     SummarizingCompactor,
 )
-from turnfsm.driver import Driver, RetryPolicy, Session
+from turnfsm.driver import Driver, RetryPolicy, Session, replay
 from turnfsm.errors import (
     CompactionCircuitOpen,
     CompactionFailed,
+    ContextExceeded,
     ProviderError,
 )
 from turnfsm.hooks import CircuitInfo, CompactionDone, Hook
@@ -100,7 +102,7 @@ async def test_a_summary_pass_commits_one_summary_and_accounts_its_usage() -> No
     assert SUMMARY_COVERS in first.metadata
     (summary,) = [e for e in session.entries if isinstance(e, SummaryRecorded)]
     assert summary.message_id == first.id
-    assert "1000" in summary.content  # a fact from the first turn survived
+    assert "1003" in summary.content  # a fact of a summarised turn survived
     (record,) = session.runs[0].compactions
     assert record.compacted
     assert record.strategy == "SummarizingCompactor"
@@ -340,3 +342,37 @@ async def test_a_tool_heavy_single_run_is_summarised_not_stalled() -> None:
     assert session.history[0].metadata.get(SUMMARY_COVERS)
     assert any(m.text == "read the logs and find the code" for m in session.history)
     assert isinstance(records[0], CompactionRecord)
+
+
+async def test_a_stall_names_what_is_big_and_still_replays() -> None:
+    """The newcomer's stall: the error says which tool result filled the window."""
+    calls = 0
+
+    def agent(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        return ModelResponse(
+            message=reply("", tool_call("read_file", f"c{calls}", path="big.log"))
+        )
+
+    def read_file(path: str) -> str:
+        return f"{path}: " + "log line 12345\n" * 400
+
+    session = Session()
+    driver = Driver(
+        model=FakeModelClient(agent),
+        tools=[read_file],
+        context=ContextManager(context_window=3_000, counter=COUNTER),
+    )
+    result = await driver.run("go", session=session)
+    error = result.error
+    assert isinstance(error, ContextExceeded)
+    biggest = error.largest[0]
+    assert (biggest.kind, biggest.tool) == ("tool_result", "read_file")
+    where = f"largest: tool result of read_file (call {biggest.call_id}) in turn 1"
+    assert where in str(error)
+    assert "LayeredCompactor" in str(error)
+    ended = session.runs[0]
+    assert ended.error == error
+    report = replay(default_machine(), session, ended.run_id)
+    assert report.ok, report

@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
         "--log", metavar="FILE", help="write the session's log to FILE (JSON lines)"
     )
     demo.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    demo.add_argument(
+        "--strategy",
+        choices=["truncating", "summarizing", "layered"],
+        default="truncating",
+        help="the compactor: truncating (default), summarizing or layered",
+    )
     replay = sub.add_parser(
         "replay", help="replay a session log's runs and check every decision"
     )
@@ -83,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _sessions_parser(sub: Any) -> None:
-    sessions = sub.add_parser("sessions", help="list, show, export, import, rm")
+    sessions = sub.add_parser(
+        "sessions", help="list, show, export, import, rm, reset-breaker"
+    )
     actions = sessions.add_subparsers(dest="action", required=True)
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
@@ -112,6 +120,12 @@ def _sessions_parser(sub: Any) -> None:
     rm = actions.add_parser("rm", parents=[store], help="delete a session")
     rm.add_argument("session_id", metavar="ID", help=_ID_HELP)
     rm.add_argument("--yes", action="store_true", help="do not ask first")
+    reset = actions.add_parser(
+        "reset-breaker",
+        parents=[store],
+        help="close a session's compaction circuit breaker (the operator's reset)",
+    )
+    reset.add_argument("session_id", metavar="ID", help=_ID_HELP)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             local=args.model == "local",
             log=args.log,
             store=args.store,
+            strategy=args.strategy,
         )
     if args.command == "replay":
         from turnfsm.cli._replay import run_replay

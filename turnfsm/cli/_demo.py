@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 import sys
 from typing import TextIO
 
@@ -18,22 +19,29 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._stores import close_store, open_cli_store, where
-from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.context import (
+    ContextCompactor,
+    ContextManager,
+    LayeredCompactor,
+    SummarizingCompactor,
+    TruncatingCompactor,
+)
 from turnfsm.core import CompactReason, Measure
 from turnfsm.driver import RunResult
 from turnfsm.errors import ConfigError, StoreError
 from turnfsm.hooks import (
-    CompactionInfo,
+    CompactionDone,
     DecisionInfo,
     Hook,
     OutcomeInfo,
     TransitionInfo,
 )
-from turnfsm.messages import Message, Role, ToolCallPart
+from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolCallPart
 from turnfsm.persistence import MemoryStore, SessionStore, dump_session
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
 
 __all__ = [
+    "STRATEGIES",
     "ConsoleHook",
     "SimulatedModel",
     "build_demo_agent",
@@ -43,6 +51,8 @@ __all__ = [
 
 WINDOW = 8_000
 THRESHOLD = 80
+STRATEGIES = ("truncating", "summarizing", "layered")
+"""The compactors ``turnfsm demo --strategy`` can run."""
 PLAN = (
     ("app.log", 40),
     ("db.log", 40),
@@ -83,7 +93,13 @@ class SimulatedModel:
         self.calls = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Ask for the next log in the plan, then summarise the visible logs."""
+        """Ask for the next log in the plan, then summarise the visible logs.
+
+        A summary request (a compactor's: temperature set, no tools) gets a
+        short summary that counts each log's lines and ERROR lines.
+        """
+        if request.temperature is not None and not request.tools:
+            return ModelResponse(message=Message.assistant(_summary(request)))
         self.calls += 1
         if self.calls <= len(PLAN):
             name = PLAN[self.calls - 1][0]
@@ -99,12 +115,52 @@ class SimulatedModel:
             for r in m.tool_results
         ]
         errors = sum(content.count(" ERROR ") for _, content in visible)
+        summaries = [m for m in request.messages if SUMMARY_COVERS in m.metadata]
+        if summaries:
+            counted = _counted(summaries[-1].text)
+            tail = (
+                f"The conversation summary covers {len(counted)} earlier log(s) "
+                f"with {sum(counted.values())} ERROR lines."
+            )
+        else:
+            tail = (
+                "Older logs were compacted away; re-read them if their details matter."
+            )
         text = (
             f"Audit done. {len(visible)} log(s) still in context after compaction, "
-            f"{errors} ERROR lines among them. Older logs were compacted away; "
-            "re-read them if their details matter."
+            f"{errors} ERROR lines among them. {tail}"
         )
         return ModelResponse(message=Message.assistant(text))
+
+
+_COUNT = re.compile(r"^- (\S+\.log): (\d+) lines, (\d+) ERROR", re.MULTILINE)
+
+
+def _counted(text: str) -> dict[str, int]:
+    """Log name -> ERROR lines, from a summary's Critical Context lines."""
+    return {name: int(errors) for name, _lines, errors in _COUNT.findall(text)}
+
+
+def _summary(request: ModelRequest) -> str:
+    """The simulated model's summary: per log, its lines and ERROR lines."""
+    prompt = request.messages[-1].text
+    seen = {
+        name: f"- {name}: {lines} lines, {errors} ERROR"
+        for name, lines, errors in _COUNT.findall(prompt)
+    }
+    for block in prompt.split("[TOOL RESULT ")[1:]:
+        body = block.partition("]: ")[2]
+        lines = [line for line in body.splitlines() if ".log " in line]
+        if lines:
+            name = lines[0].split()[2]
+            errors = sum(" ERROR " in line for line in lines)
+            seen[name] = f"- {name}: {len(lines)} lines, {errors} ERROR"
+    facts = "\n".join(seen.values()) or "None"
+    return (
+        "## Active Task\nAudit the five logs and report errors.\n"
+        f"## Completed Actions\nRead {', '.join(seen) or 'no logs'}.\n"
+        f"## Critical Context\n{facts}"
+    )
 
 
 class ConsoleHook(Hook):
@@ -143,15 +199,43 @@ class ConsoleHook(Hook):
                 file=self.out,
             )
 
-    def on_compaction(self, info: CompactionInfo) -> None:
-        """Print each real compaction: reason, tokens before -> after."""
-        tag = "EMERGENCY " if info.reason is CompactReason.EMERGENCY else ""
+    def on_compaction_done(self, info: CompactionDone) -> None:
+        """Print each real compaction: reason, strategy, tokens before -> after."""
+        tag = "EMERGENCY " if info.trigger is CompactReason.EMERGENCY else ""
+        spent = ""
+        if info.usage is not None:
+            spent = (
+                f", summary model {info.usage.input_tokens} in / "
+                f"{info.usage.output_tokens} out"
+            )
         print(
-            f"[compaction] {tag}reason={info.reason.value}: {info.tokens_before} -> "
-            f"{info.tokens_after} tokens ({info.messages_before} -> "
-            f"{info.messages_after} messages)",
+            f"[compaction] {tag}reason={info.trigger.value} ({info.strategy}): "
+            f"{info.tokens_before} -> {info.tokens_after} tokens "
+            f"({len(info.covers)} -> {len(info.replacement)} messages{spent})",
             file=self.out,
         )
+
+
+def demo_compactor(
+    strategy: str, *, summary_model: ModelClient | None = None
+) -> ContextCompactor:
+    """Return the demo's compactor for `strategy` (one of `STRATEGIES`).
+
+    The summarizing and layered ones use `summary_model` (None: the agent's
+    own model, as with ``--model local``).
+
+    Raises:
+        ConfigError: `strategy` is not one of `STRATEGIES`.
+    """
+    if strategy == "truncating":
+        return TruncatingCompactor(preserve_recent=2, min_messages=3)
+    if strategy == "summarizing":
+        return SummarizingCompactor(
+            model=summary_model, keep_recent_turns=1, max_summary_tokens=300
+        )
+    if strategy == "layered":
+        return LayeredCompactor(model=summary_model, max_summary_tokens=300)
+    raise ConfigError("strategy", strategy, " | ".join(STRATEGIES))
 
 
 def build_demo_agent(
@@ -160,10 +244,13 @@ def build_demo_agent(
     model: ModelClient | None = None,
     window: int = WINDOW,
     store: SessionStore | None = None,
+    strategy: str = "truncating",
+    summary_model: ModelClient | None = None,
 ) -> Agent:
     """Return the demo agent: one tool, a small window, the simulated model.
 
-    Its sessions go to `store` (a private `MemoryStore` if None).
+    Its sessions go to `store` (a private `MemoryStore` if None); it
+    compacts with `strategy` (see `demo_compactor`).
     """
     return Agent(
         store=store if store is not None else MemoryStore(),
@@ -171,7 +258,7 @@ def build_demo_agent(
         tools=[read_log],
         system_prompt="You are an SRE assistant. Audit logs with read_log and report.",
         context=ContextManager(
-            TruncatingCompactor(preserve_recent=2, min_messages=3),
+            demo_compactor(strategy, summary_model=summary_model),
             context_window=window,
             threshold=THRESHOLD,
         ),
@@ -191,8 +278,13 @@ def run_demo(
     local: bool = False,
     log: str | None = None,
     store: str | None = None,
+    strategy: str = "truncating",
 ) -> int:
     """Run the demo and print what happens; return 0 when the run finished.
+
+    `strategy` picks the compactor (`STRATEGIES`); the summarizing and
+    layered ones summarise with the agent's own model (simulated, or the
+    local one).
 
     With `local`, the agent runs on the bundled llama.cpp model instead of
     the simulated one (the ``local`` extra must be installed). The session
@@ -209,9 +301,9 @@ def run_demo(
         print(f"turnfsm demo: {exc}", file=sys.stderr)
         return 2
     if local:
-        return _run_local_demo(sink, stream, sessions)
+        return _run_local_demo(sink, stream, sessions, strategy)
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
-    agent = build_demo_agent(sink, store=sessions)
+    agent = build_demo_agent(sink, store=sessions, strategy=strategy)
     print(f"task: {TASK}\n", file=sink)
     result = anyio.run(run_and_close_store, agent, TASK)
     print(f"session {result.session_id} stored in {where(sessions)}", file=sink)
@@ -236,7 +328,9 @@ async def run_and_close_store(agent: Agent, task: str) -> RunResult:
             await close_store(agent.store)
 
 
-def _run_local_demo(sink: TextIO, stream: TextIO, store: SessionStore) -> int:
+def _run_local_demo(
+    sink: TextIO, stream: TextIO, store: SessionStore, strategy: str
+) -> int:
     window = 2_048
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
     try:
@@ -249,7 +343,9 @@ def _run_local_demo(sink: TextIO, stream: TextIO, store: SessionStore) -> int:
         return 2
     try:
         model = OpenAIModel(model="local", base_url=server.base_url)
-        agent = build_demo_agent(sink, model=model, window=window, store=store)
+        agent = build_demo_agent(
+            sink, model=model, window=window, store=store, strategy=strategy
+        )
         print(f"task: {TASK}\n", file=sink)
         result = anyio.run(run_and_close_store, agent, TASK)
     finally:

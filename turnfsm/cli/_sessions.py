@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any, TextIO, final
 
@@ -65,9 +66,22 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             return _show(session, store, out)
         if command.action == "export":
             return _export(session, command.format, command.out, out)
+        if command.action == "reset-breaker":
+            return await _reset_breaker(session, out)
         return await _remove(session, store, yes=command.yes, out=out)
     finally:
         await close_store(store)
+
+
+async def _reset_breaker(session: Session, out: TextIO) -> int:
+    failures = session.compaction_failures
+    await session.reset_breaker(at=time.time())
+    print(
+        f"session {session.id}: compaction circuit breaker reset "
+        f"({failures} consecutive failure(s) cleared)",
+        file=out,
+    )
+    return 0
 
 
 async def _session(store: SessionStore, session_id: str) -> Session:
@@ -105,6 +119,12 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     print(f"\nhistory ({len(session.history)} messages):", file=out)
     for message in session.history:
         print(f"  {message.role.value:<9} {_first_line(message)}", file=out)
+    if session.compaction_failures:
+        print(
+            f"\ncompaction failures in a row: {session.compaction_failures} "
+            "(`turnfsm sessions reset-breaker` clears them)",
+            file=out,
+        )
     print(f"\nruns ({len(runs)}):", file=out)
     for run in runs:
         usage = run.usage

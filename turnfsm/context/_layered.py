@@ -329,6 +329,7 @@ class LayeredCompactor:
         limit: int,
         counter: TokenCounter | None = None,
         circuit_open: bool = False,
+        window: int = 0,
     ) -> tuple[tuple[Message, ...], CompactionStatus]:
         """The operator's trigger: compact now if over `line`, and say how it went.
 
@@ -338,10 +339,13 @@ class LayeredCompactor:
             limit: The size to fit (the window, or a target under it).
             counter: The counter (default: turnfsm's conservative one).
             circuit_open: The session's circuit breaker is open: fail fast.
+            window: The summary model's context window (0: unlimited).
 
         Returns:
             The messages and `Skipped("below trigger threshold")`,
-            `Applied(...)`, or `Failed(error)` with the messages unchanged.
+            `Applied(...)`, or `Failed(error)` with the messages unchanged:
+            the breaker is open, a layer failed, or every layer ran and the
+            result is still over `limit` (seed 001's CompactionFailed).
         """
         counter = counter or default_counter()
         before = counter.count(messages)
@@ -352,7 +356,7 @@ class LayeredCompactor:
         ctx = CompactionContext(
             tokens_before=before,
             reason=CompactReason.MANUAL,
-            context_window=limit,
+            context_window=window,
             turn=0,
             counter=counter,
         )
@@ -362,8 +366,14 @@ class LayeredCompactor:
             return tuple(messages), Failed(error=str(exc))
         except Exception as exc:  # a status, not content: the type only
             return tuple(messages), Failed(error=f"{type(exc).__name__} in a layer")
+        after = counter.count(new)
+        if after > limit:
+            return tuple(messages), Failed(
+                error=f"every layer ran; {after} tokens are still over the "
+                f"{limit}-token limit"
+            )
         return new, Applied(
-            layers=tuple(layers), tokens_before=before, tokens_after=counter.count(new)
+            layers=tuple(layers), tokens_before=before, tokens_after=after
         )
 
 

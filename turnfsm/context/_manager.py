@@ -145,6 +145,12 @@ class ContextManager:
         compact_target_pct: The target size, in percent (1..100).
         counter: The one counter every measurement uses (default: the
             conservative counter, which errs high).
+        use_reported_usage: Seed 004's trigger: measure with the input tokens
+            the provider reported for the run's last call, plus the messages
+            added since, instead of the estimate (which is used when there is
+            no report: a run's first measurement, after a compaction). The
+            request is still checked against the window with the estimate
+            before it is sent.
         max_failures: Consecutive failed passes of a session that open its
             circuit breaker (seed 000: 3). The count lives in the session's
             log, so it survives restarts and is per session.
@@ -183,6 +189,7 @@ class ContextManager:
     counter: TokenCounter = attrs.field(
         factory=default_counter, validator=_check_counter
     )
+    use_reported_usage: bool = attrs.field(default=False, validator=_check_bool)
     max_failures: int = attrs.field(
         default=3, validator=int_in("max_failures", 1, None, "an int >= 1")
     )
@@ -386,6 +393,61 @@ class ContextManager:
         """
         return await self.compact_with_reason(
             messages, turn=turn, reason=CompactReason.MANUAL, reserved=reserved
+        )
+
+    async def force_compact(
+        self,
+        messages: Sequence[Message],
+        *,
+        turn: int,
+        reserved: int = 0,
+        ephemeral: bool = False,
+        failures: int = 0,
+        session_id: str = "",
+        summaries: Mapping[str, str] | None = None,
+        model_call: ModelCall | None = None,
+    ) -> CompactionDecision:
+        """Compact now, skipping the lines but keeping the ephemeral guard (seed 004).
+
+        The operator's ``/compact``: like `compact_manual`, but an ephemeral
+        session (a cron job, a one-off) never compacts, and the session's
+        circuit breaker and summaries apply as in a run.
+
+        Args:
+            messages: The conversation.
+            turn: The current turn.
+            reserved: Tokens that ride the request besides `messages`.
+            ephemeral: The session is ephemeral: `NoAction`, nothing runs.
+            failures: The session's consecutive failed passes (its breaker).
+            session_id: The session, for the compactor's idempotency key.
+            summaries: The session's recorded summaries, by message id.
+            model_call: How the compactor calls a model.
+
+        Returns:
+            `NoAction` (reason MANUAL) for an ephemeral session, else the
+            classification of the pass.
+
+        Raises:
+            ConfigError: `reserved` or `failures` is out of range.
+        """
+        _check_reserved(reserved)
+        if ephemeral:
+            before = self.count(messages) + reserved
+            return NoAction(
+                tokens_before=before,
+                tokens_after=before,
+                reason=CompactReason.MANUAL,
+                strategy=self.strategy,
+            )
+        return await self.compact_with_reason(
+            messages,
+            turn=turn,
+            reason=CompactReason.MANUAL,
+            reserved=reserved,
+            failures=failures,
+            session_id=session_id,
+            summaries=summaries,
+            model_call=model_call,
         )
 
     async def _pass(

@@ -51,7 +51,7 @@ from turnfsm.driver._tools import Tool, deadline, run_tool_call
 from turnfsm.errors import ProviderError
 from turnfsm.hooks import PreCompact, PreCompactInfo, TextDeltaInfo
 from turnfsm.hooks._dispatch import HookDispatcher
-from turnfsm.messages import Joined, Message, ToolCallPart
+from turnfsm.messages import Joined, Message, MessageLog, ToolCallPart
 from turnfsm.persistence import Session
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse, ToolSchema
 from turnfsm.providers._stream import StreamDone, TextDelta
@@ -104,6 +104,9 @@ class EffectContext:
         ephemeral: The session is ephemeral: compaction passes change nothing.
         session: The session's log view (read only), or None: compaction
             passes read its circuit breaker and recorded summaries.
+        reported: The input tokens the provider reported for the run's last
+            call, with that call's history and pending (seed 004's trigger,
+            `ContextManager.use_reported_usage`), or None.
     """
 
     run_id: str
@@ -129,6 +132,7 @@ class EffectContext:
     record: Callable[[Message], Awaitable[None]] | None = None
     ephemeral: bool = False
     session: Session | None = None
+    reported: tuple[int, MessageLog, MessageLog] | None = None
 
     @property
     def turn(self) -> int:
@@ -154,8 +158,31 @@ Effect: TypeAlias = Callable[[EffectContext, Any], Awaitable[Event]]
 
 
 async def measure(ctx: EffectContext, decision: Measure) -> Event:
-    """Measure the whole next request: history + pending + extras + reply budget."""
+    """Measure the whole next request: history + pending + extras + reply budget.
+
+    With `ContextManager.use_reported_usage`, the provider's report for the
+    last call stands in for the estimate of what that call carried (seed
+    004), plus the estimate of what was added since.
+    """
+    reported = ctx.reported
+    manager = ctx.context
+    if reported is not None and manager is not None and manager.use_reported_usage:
+        tokens, history, pending = reported
+        if is_extension(decision.history, history, same=True) and is_extension(
+            decision.pending, pending, same=False
+        ):
+            added = list(decision.pending.items_from(len(pending)))
+            return Measured(estimate=tokens + manager.count(added) + ctx._reply_budget)
     return Measured(estimate=ctx.measure(decision.history, decision.pending))
+
+
+def is_extension(new: MessageLog, old: MessageLog, *, same: bool) -> bool:
+    """Whether `new` is `old` (`same`) or `old` plus more (no copy compared)."""
+    if new is old:
+        return True
+    if new.store_key[0] is not old.store_key[0]:
+        return False
+    return len(new) == len(old) if same else len(new) >= len(old)
 
 
 async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:

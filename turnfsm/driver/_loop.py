@@ -15,6 +15,7 @@ import anyio.lowlevel
 import attrs
 
 from turnfsm.context import ContextManager
+from turnfsm.context._diagnose import explain
 from turnfsm.core import (
     CallLLM,
     Compact,
@@ -37,8 +38,14 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.driver._control import RunControl, RunResult
-from turnfsm.driver._effects import Effect, EffectContext, effect_key
-from turnfsm.errors import Cancelled, InvalidMessage, RunCrashed, TurnFSMError
+from turnfsm.driver._effects import Effect, EffectContext, effect_key, is_extension
+from turnfsm.errors import (
+    Cancelled,
+    ContextExceeded,
+    InvalidMessage,
+    RunCrashed,
+    TurnFSMError,
+)
 from turnfsm.hooks import (
     CircuitInfo,
     CompactionDone,
@@ -49,7 +56,7 @@ from turnfsm.hooks import (
     RunStartInfo,
     TransitionInfo,
 )
-from turnfsm.messages import SUMMARY_COVERS, Message, MessageLog
+from turnfsm.messages import SUMMARY_COVERS, Joined, Message, MessageLog
 from turnfsm.persistence import (
     BreakerChanged,
     Committed,
@@ -122,6 +129,7 @@ class _Loop:
         self._journal: anyio.Lock | None = None  # made on the first tool result
         self._opening: RunOpened | None = None  # written with the first event
         self.abandoning = False  # an abandoned run ends failed, not cancelled
+        self.before = machine.snapshot  # as of the last feed (for diagnostics)
 
     # -- the log -------------------------------------------------------
     def open(self, input: tuple[Message, ...]) -> None:
@@ -175,7 +183,7 @@ class _Loop:
     async def feed(self, event: Event, last: Decision | None) -> Decision:
         """Feed `event` to the brain and append it, and what it led to, to the log."""
         machine = self.machine
-        before = machine.snapshot
+        before = self.before = machine.snapshot
         entries: list[Entry] = [] if last is None else self._audit(last, event, before)
         if self._opening is not None:
             entries.insert(0, self._opening)
@@ -220,6 +228,12 @@ class _Loop:
         if isinstance(decision, CallLLM) and isinstance(event, ModelReplied):
             if event.usage is not None:
                 self.usage = self.usage + event.usage
+                if event.usage.input_tokens:
+                    self.ctx.reported = (
+                        event.usage.input_tokens,
+                        decision.history,
+                        decision.pending,
+                    )
             keep, added = self._context_change(decision)
             return [
                 TurnRecord(
@@ -269,8 +283,8 @@ class _Loop:
         last, self.context = self.context, (history, pending)
         if (
             last is not None
-            and _extends(history, last[0], same=True)
-            and _extends(pending, last[1], same=False)
+            and is_extension(history, last[0], same=True)
+            and is_extension(pending, last[1], same=False)
         ):
             keep = len(history) + len(last[1])
             return keep, [m.id for m in pending.items_from(len(last[1]))]
@@ -489,6 +503,15 @@ class _Loop:
         waiting = decision if isinstance(decision, Pause) else None
         if isinstance(decision, Fail):
             error = decision.error
+        if isinstance(error, ContextExceeded) and self.driver.context is not None:
+            # Say what filled the window (the brain's own error stays as it
+            # decided it: the log's decisions replay unchanged).
+            context = self.before
+            error = explain(
+                error,
+                Joined(context.history, context.pending),
+                self.driver.context.counter,
+            )
         if waiting is not None:
             outcome = "paused"
         elif error is None:
@@ -567,15 +590,6 @@ class _Broken(Exception):
     def __init__(self, error: InvalidMessage) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _extends(new: MessageLog, old: MessageLog, *, same: bool) -> bool:
-    """Whether `new` is `old` (`same`) or `old` plus more (no copy compared)."""
-    if new is old:
-        return True
-    if new.store_key[0] is not old.store_key[0]:
-        return False
-    return len(new) == len(old) if same else len(new) >= len(old)
 
 
 def _committed(run_id: str, old: MessageLog, new: MessageLog) -> Committed:

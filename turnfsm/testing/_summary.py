@@ -91,7 +91,7 @@ class ExtractiveSummaryModel:
         kept = list(dict.fromkeys(facts))[-self.max_facts :]
         text = _write(kept)
         # Stay within the reply budget, as a model cut at max_tokens would.
-        while kept and request.max_tokens and len(text) // 3 > request.max_tokens:
+        while kept and request.max_tokens and len(text) * 2 // 3 > request.max_tokens:
             kept = kept[1:]
             text = _write(kept)
         usage = Usage(input_tokens=len(prompt) // 4, output_tokens=len(text) // 4)

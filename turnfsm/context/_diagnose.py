@@ -1,0 +1,121 @@
+"""Name what fills a context: its largest items, for a `ContextExceeded`.
+
+A run that cannot fit its window ends with `ContextExceeded` (or one of its
+subclasses, `CompactionStalled` and `CompactionFailed`). `explain` fills the
+error's `largest` with the biggest pieces of the context, so its message says
+which tool result of which turn is big, and which shipped strategy shrinks it.
+
+Each piece is measured on its own with the run's counter (`count_text`): a
+tool result's content, a tool call's name and JSON arguments, and the text
+parts of a message together. Images are not measured (they have no text).
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
+
+import attrs
+
+from turnfsm.errors import ConfigError, ContextExceeded, LargeItem, TurnFSMError
+from turnfsm.messages import Message, Role, TextPart, ToolCallPart, ToolResultPart
+from turnfsm.tokens import TokenCounter
+from turnfsm.tokens._render import arguments_json
+
+__all__ = ["explain", "largest_items"]
+
+_E = TypeVar("_E", bound=TurnFSMError)
+
+
+def largest_items(
+    messages: Sequence[Message], counter: TokenCounter, *, n: int = 3
+) -> tuple[LargeItem, ...]:
+    """Return the `n` largest items of `messages`, biggest first.
+
+    An item is a tool result, a tool call, or the text parts of one message;
+    each is measured with `counter.count_text` on its rendered text. Ties go
+    to the earlier item.
+
+    Args:
+        messages: The context, in order.
+        counter: The run's token counter.
+        n: How many items to return at most.
+
+    Returns:
+        Up to `n` items; a tool result names the tool of the call it answers
+        (``""`` when no earlier call has its id).
+
+    Raises:
+        ConfigError: `n` is negative.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError("n", n, "an int >= 0")
+    ranked = heapq.nsmallest(
+        n,
+        enumerate(_items(messages, counter)),
+        key=lambda entry: (-entry[1].tokens, entry[0]),
+    )
+    return tuple(item for _, item in ranked)
+
+
+def explain(error: _E, messages: Sequence[Message], counter: TokenCounter) -> _E:
+    """Return `error` naming the largest items of `messages`, if it can.
+
+    A `ContextExceeded` (or subclass) whose `largest` is empty comes back as a
+    copy with `largest` filled by `largest_items`; any other error, or one
+    that names its items already, comes back unchanged (the same object).
+
+    Args:
+        error: The error a run ended with.
+        messages: The context the run could not fit.
+        counter: The run's token counter.
+    """
+    if not isinstance(error, ContextExceeded) or error.largest:
+        return error
+    largest = largest_items(messages, counter)
+    if not largest:
+        return error
+    return attrs.evolve(error, largest=largest)
+
+
+def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[LargeItem]:
+    """Yield every measured piece of `messages`, in order."""
+    turn = 0
+    tools: dict[str, str] = {}  # call id -> tool name, of the calls so far
+    for index, message in enumerate(messages):
+        role = message.role
+        if role is Role.USER:
+            turn += 1
+        text = "".join(p.text for p in message.parts if isinstance(p, TextPart))
+        if text:
+            yield LargeItem(
+                kind="message",
+                role=role.value,
+                turn=turn,
+                index=index,
+                tokens=counter.count_text(text),
+            )
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                tools[part.id] = part.name
+                yield LargeItem(
+                    kind="tool_call",
+                    role=role.value,
+                    turn=turn,
+                    index=index,
+                    tokens=counter.count_text(part.name + arguments_json(part)),
+                    tool=part.name,
+                    call_id=part.id,
+                )
+            elif isinstance(part, ToolResultPart):
+                yield LargeItem(
+                    kind="tool_result",
+                    role=role.value,
+                    turn=turn,
+                    index=index,
+                    tokens=counter.count_text(part.content),
+                    tool=tools.get(part.call_id, ""),
+                    call_id=part.call_id,
+                )
