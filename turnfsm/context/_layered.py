@@ -10,7 +10,8 @@ stops as soon as the conversation fits the target:
 3. microcompact: per tool call id, only the last result keeps its content;
 4. collapse (model): all but the last 10 turns become one user message,
    ``"[Conversation summary of N earlier turns]"`` and the summary;
-5. autocompact (model): all but the last turn become one user message,
+5. autocompact (model): everything but the latest user message and the
+   two messages after it becomes one user message,
    ``"[Full conversation summary]"`` and the summary.
 
 Characters, not bytes. The model layers call the summary model (the
@@ -22,7 +23,7 @@ and `manual_compact` is the operator's trigger; both answer with a status
 
 Deliberate difference from the seed: its layer 5 preserved the same last 10
 turns as layer 4, so after a collapse it had nothing left to summarise;
-here it keeps only the last turn (the latest user message and what follows).
+here it keeps only the latest user message and the two messages after it.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ A pass:
 1. **Split** (`SummarizingCompactor.plan`): the leading system messages are
    kept; an earlier summary is folded in; of the rest, the last
    `keep_recent_turns` turns (a turn starts at each user message) are kept
-   raw. A conversation of one turn (one long tool-using run) keeps its user
-   message and its last ``2 * keep_recent_turns`` messages instead. The cut never
+   raw. When that is one turn (one long tool-using run, or
+   `keep_recent_turns` 1), it keeps the turn's user message and its last
+   ``2 * keep_recent_turns`` messages. The cut never
    separates a tool call from its result, and the latest user message is
    always kept verbatim. Every input message is in exactly one of
    summarised / kept.
@@ -145,7 +146,8 @@ class SummarizingCompactor:
             `Driver` (required when the compactor is used on its own).
         keep_recent_turns: Turns kept raw (≥ 1).
         max_summary_tokens: The most a summary may be, in the counter's
-            tokens (≥ 16); also the reply budget of the summary call.
+            tokens (≥ 16). The summary call asks the model for 5/8 of it
+            (the counter errs high, up to 1.6x on prose).
         summary_window: The summary model's context window, or None: the
             run's. A prompt that would not fit is summarised in chunks.
         summary_role: The role of the summary message: system (the seed's;
@@ -256,9 +258,10 @@ def split_turns(
     """Split `messages` into head / previous summaries / summarised / kept.
 
     A turn starts at each user message (summaries do not start one). The
-    last `keep_turns` turns are kept; a conversation of one turn (a long,
-    tool-using run) keeps, with `fallback`, its user message and its last
-    ``2 * keep_turns`` messages. A pass's result splits to nothing more: a
+    last `keep_turns` turns are kept; when what is kept is one turn (a
+    conversation of one long tool-using turn, or `keep_turns` 1), with
+    `fallback`, only its user message and its last ``2 * keep_turns``
+    messages are. A pass's result splits to nothing more: a
     second pass finds nothing new. The cut moves
     earlier until no tool pair straddles it, and the latest user message is
     always kept.
@@ -275,8 +278,10 @@ def split_turns(
     body = [m for m in rest if not is_summary(m)] if previous else list(rest)
     users = [i for i, m in enumerate(body) if m.role is Role.USER]
     cut = users[-keep_turns] if len(users) > keep_turns else 0
-    if len(users) <= 1 and fallback:  # one long turn: keep its last messages
-        cut = max(0, len(body) - 2 * keep_turns)
+    if fallback and (len(users) <= 1 or keep_turns == 1):
+        # What is kept is one turn: its user message and its last messages
+        # (one long tool-using turn would otherwise be kept whole).
+        cut = max(cut, len(body) - 2 * keep_turns)
     cut = adjust_split(body, cut)
     latest = users[-1] if users else -1
     if 0 <= latest < cut:  # the latest user message is always kept
@@ -400,6 +405,10 @@ class _Asker:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.counter: TokenCounter = ctx.counter
+        # The reply budget asked of the model, in its tokens: turnfsm's
+        # counter errs high (up to 1.6x on prose), so a reply the model cuts
+        # at this budget still counts under `max_tokens`.
+        self.reply_budget = max(16, max_tokens * 5 // 8)
 
     def size(self, text: str) -> int:
         return self.counter.count_text(text)
@@ -419,7 +428,8 @@ class _Asker:
         if size > self.max_tokens:
             # Re-asked shorter once; never committed oversized.
             prompt = shorten_prompt(text, max_tokens=self.max_tokens, size=size)
-            text = await self._ask(prompt)
+            # Half the reply budget: a model that filled it can only be shorter.
+            text = await self._ask(prompt, budget=max(16, self.reply_budget // 2))
             size = self.size(text)
             if size > self.max_tokens:
                 raise SummaryFailed(
@@ -428,10 +438,10 @@ class _Asker:
                 )
         return text
 
-    async def _ask(self, prompt: str) -> str:
+    async def _ask(self, prompt: str, *, budget: int | None = None) -> str:
         request = ModelRequest(
             messages=[Message.user(prompt)],
-            max_tokens=self.max_tokens,
+            max_tokens=budget or self.reply_budget,
             temperature=self.temperature,
         )
         call = self.ctx.model_call
