@@ -12,7 +12,23 @@ import anyio
 import pytest
 
 from turnfsm.cli import main
-from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.driver import Driver, RetryPolicy
+from turnfsm.errors import CompactionFailed, CorruptRecord, ProviderError
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    BreakerChanged,
+    Committed,
+    Entry,
+    MemoryStore,
+    RunEnded,
+    Session,
+    SQLiteStore,
+    TurnRecord,
+)
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient
+from turnfsm.tokens import HeuristicTokenCounter
 
 Capture = pytest.CaptureFixture[str]
 
@@ -197,3 +213,209 @@ def test_a_bad_import_file_names_the_line(tmp_path: Path, capsys: Capture) -> No
     log.write_text("{not json\n")
     assert main(["sessions", "import", str(log), "--store", "memory:"]) == 2
     assert "line 1" in capsys.readouterr().err
+
+
+# -- reset-breaker -----------------------------------------------------------
+
+
+def _history(turns: int, size: int = 900) -> list[Message]:
+    out: list[Message] = []
+    for i in range(turns):
+        out.append(Message.user(f"question {i}: the code is {1000 + i} " + "q" * size))
+        out.append(Message.assistant(f"answer {i} " + "a" * size))
+    return out
+
+
+def _down(request: ModelRequest) -> ModelResponse:
+    raise ProviderError("summary model down", retriable=False, kind="server")
+
+
+def _unused(request: ModelRequest) -> ModelResponse:
+    raise AssertionError("the agent's model is never called: every pass fails")
+
+
+def _broken_session(path: Path) -> str:
+    """Store a session whose log has 3 failed compaction passes; return its id."""
+
+    async def go() -> str:
+        async with SQLiteStore(path) as store:
+            driver = Driver(
+                model=FakeModelClient(_unused),
+                context=ContextManager(
+                    SummarizingCompactor(
+                        model=FakeModelClient(_down), keep_recent_turns=2
+                    ),
+                    context_window=4_000,
+                    threshold=60,
+                    counter=HeuristicTokenCounter(),
+                ),
+                retry=RetryPolicy(max_attempts=1),
+            )
+            session = Session(store=store)
+            for n in (1, 2, 3):
+                result = await driver.run(_history(6), session=session)
+                assert result.outcome == "failed"
+                assert isinstance(result.error, CompactionFailed), result.error
+                assert session.compaction_failures == n
+            return session.id
+
+    return anyio.run(go)
+
+
+def _load(path: Path, sid: str) -> Session:
+    async def go() -> Session:
+        async with SQLiteStore(path) as store:
+            return await Session.load(store, sid)
+
+    return anyio.run(go)
+
+
+def test_show_prints_the_consecutive_compaction_failures(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    sid = _broken_session(db)
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "compaction failures in a row: 3" in out
+    assert "`turnfsm sessions reset-breaker` clears them" in out
+    assert out.count("  failed  ") >= 3  # the runs and their failed passes
+
+
+def test_show_says_nothing_of_failures_when_there_are_none(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    store = ["--store", str(tmp_path / "s.db")]
+    sid = _demo(capsys, *store)
+    assert main(["sessions", "show", sid, *store]) == 0
+    assert "compaction failures in a row" not in capsys.readouterr().out
+
+
+def test_reset_breaker_clears_the_count_and_logs_a_runless_entry(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    sid = _broken_session(db)
+    before = _load(db, sid)
+    opened = [e for e in before.entries if isinstance(e, BreakerChanged)]
+    assert [(e.open, e.failures) for e in opened] == [(True, 3)]
+    assert main(["sessions", "reset-breaker", sid, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"session {sid}: " in out
+    assert "breaker reset (3 consecutive failure(s) cleared)" in out
+    after = _load(db, sid)
+    assert after.compaction_failures == 0
+    assert after.version == before.version + 1
+    assert after.entries[:-1] == before.entries
+    last = after.entries[-1]
+    assert isinstance(last, BreakerChanged)
+    assert (last.open, last.run_id, last.failures) == (False, "", 3)
+    assert last.at > 0
+    assert len(after.runs) == 3  # no run was added
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    assert "compaction failures in a row" not in capsys.readouterr().out
+    # A second reset clears nothing, and says so.
+    assert main(["sessions", "reset-breaker", sid, "--store", str(db)]) == 0
+    assert "(0 consecutive failure(s) cleared)" in capsys.readouterr().out
+
+
+def test_reset_breaker_of_an_unknown_session_exits_2_and_writes_nothing(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    sid = _broken_session(db)
+    args = ["sessions", "reset-breaker", "ses_nope", "--store", str(db)]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("turnfsm sessions reset-breaker: ")
+    assert "ses_nope" in err
+    assert main(["sessions", "list", "--store", str(db)]) == 0
+    listed = capsys.readouterr().out
+    assert "ses_nope" not in listed
+    assert sid in listed
+    assert _load(db, sid).compaction_failures == 3  # the other one is untouched
+
+
+def test_a_reset_session_exports_and_imports_with_the_reset_kept(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    one, two = tmp_path / "1.db", tmp_path / "2.db"
+    sid = _broken_session(one)
+    assert main(["sessions", "reset-breaker", sid, "--store", str(one)]) == 0
+    log = tmp_path / "s.jsonl"
+    export = ["sessions", "export", sid, "--out", str(log), "--store", str(one)]
+    assert main(export) == 0
+    last_line = json.loads(log.read_text().splitlines()[-1])
+    assert last_line["type"] == "BreakerChanged"
+    assert main(["sessions", "import", str(log), "--store", str(two)]) == 0
+    assert f"imported session {sid}" in capsys.readouterr().out
+    original, imported = _load(one, sid), _load(two, sid)
+    assert imported.entries == original.entries
+    last = imported.entries[-1]
+    assert isinstance(last, BreakerChanged)
+    assert (last.open, last.run_id) == (False, "")
+    assert imported.compaction_failures == 0
+    # The JSON document form keeps it too.
+    capsys.readouterr()
+    assert (
+        main(["sessions", "export", sid, "--format", "json", "--store", str(one)]) == 0
+    )
+    document = json.loads(capsys.readouterr().out)
+    assert document["entries"][-1]["type"] == "BreakerChanged"
+    path, three = tmp_path / "s.json", tmp_path / "3.db"
+    path.write_text(json.dumps(document))
+    assert main(["sessions", "import", str(path), "--store", str(three)]) == 0
+    assert _load(three, sid).entries == original.entries
+
+
+def test_an_unreset_session_imports_with_its_breaker_still_open(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    one, two = tmp_path / "1.db", tmp_path / "2.db"
+    sid = _broken_session(one)
+    log = tmp_path / "s.jsonl"
+    export = ["sessions", "export", sid, "--out", str(log), "--store", str(one)]
+    assert main(export) == 0
+    assert main(["sessions", "import", str(log), "--store", str(two)]) == 0
+    capsys.readouterr()
+    assert _load(two, sid).compaction_failures == 3
+    assert main(["sessions", "show", sid, "--store", str(two)]) == 0
+    assert "compaction failures in a row: 3" in capsys.readouterr().out
+
+
+def _load_entries(entries: list[Entry]) -> Session:
+    async def go() -> Session:
+        store = MemoryStore()
+        await store.append("ses_x", entries, expected_version=0)
+        return await Session.load(store, "ses_x")
+
+    return anyio.run(go)
+
+
+def test_load_accepts_a_runless_breaker_reset() -> None:
+    reset = BreakerChanged(run_id="", open=False, failures=2, at=1.0)
+    session = _load_entries([reset])
+    assert session.entries == (reset,)
+    assert session.runs == []
+    assert session.compaction_failures == 0
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        Committed(run_id="", keep=0, messages=()),
+        TurnRecord(run_id="", turn=1, keep=0, added=(), output="msg_x"),
+        RunEnded(run_id="", outcome="done", phase="done"),
+        BreakerChanged(run_id="run_nope", open=True, failures=3, at=1.0),
+    ],
+    ids=lambda e: f"{type(e).__name__}({e.run_id!r})",
+)
+def test_load_still_rejects_other_entries_without_a_run(entry: Entry) -> None:
+    reset = BreakerChanged(run_id="", open=False, failures=0, at=1.0)
+    with pytest.raises(CorruptRecord) as raised:
+        _load_entries([reset, entry])
+    assert raised.value.path == "entries[1]"
+    assert "has no RunOpened before it" in raised.value.reason

@@ -286,6 +286,7 @@ class ContextManager:
         session_id: str = "",
         summaries: Mapping[str, str] | None = None,
         model_call: ModelCall | None = None,
+        target_tokens: int | None = None,
     ) -> CompactionDecision:
         """Run the compactor on `messages` and classify the pass.
 
@@ -306,6 +307,9 @@ class ContextManager:
             session_id: The session, for the compactor's idempotency key.
             summaries: The session's recorded summaries, by message id.
             model_call: How the compactor calls a model (the driver's).
+            target_tokens: The size to aim for instead of `target_tokens`
+                (the reserved budget included), e.g. calibrated to what the
+                provider reported; None: the manager's.
 
         Returns:
             `Compacted`, `NoAction`, `ContextOverflow` (the result plus
@@ -323,6 +327,10 @@ class ContextManager:
             _check_tokens_before(tokens_before, reserved)
         if type(failures) is not int or failures < 0:
             raise ConfigError("failures", failures, "an int >= 0")
+        if target_tokens is not None and (
+            type(target_tokens) is not int or target_tokens < 0
+        ):
+            raise ConfigError("target_tokens", target_tokens, "an int >= 0 or None")
         allow_model = True
         if failures >= self.max_failures:
             if reason is not CompactReason.OVERFLOW:  # fail fast, no model call
@@ -342,6 +350,7 @@ class ContextManager:
             summaries=summaries or {},
             model_call=model_call,
             allow_model=allow_model,
+            target_tokens=target_tokens,
         )
 
     async def ensure_context_fits(
@@ -431,6 +440,8 @@ class ContextManager:
             ConfigError: `reserved` or `failures` is out of range.
         """
         _check_reserved(reserved)
+        if type(failures) is not int or failures < 0:
+            raise ConfigError("failures", failures, "an int >= 0")
         if ephemeral:
             before = self.count(messages) + reserved
             return NoAction(
@@ -464,6 +475,7 @@ class ContextManager:
         summaries: Mapping[str, str] | None = None,
         model_call: ModelCall | None = None,
         allow_model: bool = True,
+        target_tokens: int | None = None,
     ) -> CompactionDecision:
         """Run one pass; `before` is the count of `messages` plus `reserved`."""
         strategy = self.strategy
@@ -487,7 +499,8 @@ class ContextManager:
             model_call=model_call,
             allow_model=allow_model,
         )
-        target = max(0, self.target_tokens - reserved)
+        aim = self.target_tokens if target_tokens is None else target_tokens
+        target = max(0, aim - reserved)
         try:
             outcome = await self.compactor.compact(messages, target, ctx)
         # An outside failure becomes a value; cancellation (a BaseException)

@@ -383,6 +383,14 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         return response
 
     session = ctx.session
+    target = None
+    reported = ctx.snapshot.estimate
+    if manager.use_reported_usage and reported is not None and reported > before:
+        # The pass was triggered by the provider's count, which reads this
+        # conversation as bigger than the manager's counter does: aim lower
+        # in the same proportion, so that the pass shrinks what the provider
+        # will count.
+        target = manager.target_tokens * before // reported
     verdict = await manager.compact_with_reason(
         messages,
         turn=ctx.turn,
@@ -395,6 +403,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         session_id=ctx.session_id,
         summaries=session.summary_texts if session is not None else None,
         model_call=model_call,
+        target_tokens=target,
     )
     usage = sum(spent, Usage()) if spent else None
     match verdict:
