@@ -780,3 +780,17 @@ def test_a_model_that_is_not_a_client_names_the_field() -> None:
 
 def test_it_keeps_the_compactor_contract() -> None:
     anyio.run(check_compactor, LayeredCompactor(model=ExtractiveSummaryModel()))
+
+
+def test_the_digest_layer_runs_first_when_asked() -> None:
+    messages = conversation(3, result=lambda i: f"line {i}\n" * 600)
+    layered = LayeredCompactor(digest_min_chars=100)
+    new, status = layered.compact_deterministic(messages, limit=10**6, counter=COUNTER)
+    assert isinstance(status, Applied)
+    assert status.layers[0] == "digest"
+    digested = [r.content for m in new for r in m.tool_results]
+    # Earlier turns' results are one line; the latest turn's is kept whole.
+    assert all("\n" not in c for c in digested[:-1])
+    assert digested[-1] == messages[-2].tool_results[0].content or "\n" in digested[-1]
+    with pytest.raises(ConfigError):
+        LayeredCompactor(digest_min_chars=0)

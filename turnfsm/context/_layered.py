@@ -33,6 +33,7 @@ from typing import Final, TypeAlias, final
 
 import attrs
 
+from turnfsm.context._digest import digest_results
 from turnfsm.context._summarizing import SummaryFailed, split_turns, summarise
 from turnfsm.context._transcript import SUMMARY_KEY, summary_body, summary_id
 from turnfsm.context._values import (
@@ -40,6 +41,7 @@ from turnfsm.context._values import (
     CompactionOutcome,
     check_model,
     int_in,
+    optional_int,
 )
 from turnfsm.core._lines import CompactReason
 from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolResultPart
@@ -124,6 +126,9 @@ class LayeredCompactor:
         trim_turns: Layer 2 keeps tool results of this many newest turns (20).
         preserved_turns: Layer 4 keeps this many newest turns verbatim (10).
         max_summary_tokens: The most a layer-4/5 summary may be.
+        digest_min_chars: When set, a layer 0 runs first: tool results of
+            earlier turns longer than this become their one-line digest
+            (`ToolResultDigest` as a layer).
 
     Raises:
         ConfigError: On construction, naming the field, when a setting is
@@ -145,6 +150,9 @@ class LayeredCompactor:
     )
     max_summary_tokens: int = attrs.field(
         default=1_000, validator=int_in("max_summary_tokens", 16, None, "an int >= 16")
+    )
+    digest_min_chars: int | None = attrs.field(
+        default=None, validator=optional_int("digest_min_chars", 1)
     )
 
     # -- the deterministic layers ----------------------------------------
@@ -168,6 +176,14 @@ class LayeredCompactor:
         return tuple(
             _map_results(m, _emptied) if i < boundary else m
             for i, m in enumerate(messages)
+        )
+
+    def apply_digest(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """Layer 0 (with `digest_min_chars`): digest long results of earlier turns."""
+        if self.digest_min_chars is None:
+            return tuple(messages)
+        return digest_results(
+            messages, min_chars=self.digest_min_chars, keep_recent_turns=1
         )
 
     def apply_microcompact(self, messages: Sequence[Message]) -> tuple[Message, ...]:
@@ -198,11 +214,14 @@ class LayeredCompactor:
         """Run layers 1-3 until the result fits `target`."""
         current = tuple(messages)
         applied: list[str] = []
-        for name, layer in (
+        layers: list[tuple[str, Callable[[Sequence[Message]], tuple[Message, ...]]]] = [
             ("budget", self.apply_budget),
             ("trim", self.apply_trim),
             ("microcompact", self.apply_microcompact),
-        ):
+        ]
+        if self.digest_min_chars is not None:
+            layers.insert(0, ("digest", self.apply_digest))
+        for name, layer in layers:
             new = layer(current)
             if any(a is not b for a, b in zip(new, current, strict=True)):
                 applied.append(name)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Final, final
+from typing import Final, final
 
 import attrs
 
@@ -61,6 +61,7 @@ from turnfsm.context._values import (
     CompactionOutcome,
     check_model,
     int_in,
+    optional_int,
 )
 from turnfsm.errors import ConfigError
 from turnfsm.messages import SUMMARY_COVERS, Message, Role
@@ -114,13 +115,6 @@ class SummaryPlan:
         return f"{session_id}:{last}:{len(self.summarised)}"
 
 
-def _check_window(_inst: object, _attr: object, value: Any) -> None:
-    if value is not None and (type(value) is not int or value < 1):
-        raise ConfigError(
-            "summary_window", value, "an int >= 1 (tokens) or None (the run's)"
-        )
-
-
 def _check_temperature(_inst: object, _attr: object, value: object) -> None:
     if (
         type(value) not in (int, float)
@@ -169,15 +163,14 @@ class SummarizingCompactor:
     max_summary_tokens: int = attrs.field(
         default=1_000, validator=int_in("max_summary_tokens", 16, None, "an int >= 16")
     )
-    summary_window: int | None = attrs.field(default=None, validator=_check_window)
+    summary_window: int | None = attrs.field(
+        default=None, validator=optional_int("summary_window", 1)
+    )
     summary_role: Role = attrs.field(default=Role.SYSTEM, converter=_to_role)
     temperature: float = attrs.field(default=0.3, validator=_check_temperature)
-    digest_min_chars: int | None = attrs.field(default=None)
-
-    @digest_min_chars.validator
-    def _check_digest(self, _attr: object, value: Any) -> None:
-        if value is not None and (type(value) is not int or value < 1):
-            raise ConfigError("digest_min_chars", value, "an int >= 1 or None")
+    digest_min_chars: int | None = attrs.field(
+        default=None, validator=optional_int("digest_min_chars", 1)
+    )
 
     def plan(self, messages: Sequence[Message]) -> SummaryPlan:
         """Split `messages` for a pass (pure: no model, no counting)."""

@@ -67,6 +67,16 @@ def int_in(
     return check
 
 
+def optional_int(field: str, low: int) -> Callable[[object, object, Any], None]:
+    """Return an attrs validator: None, or an int (not a bool) >= `low`."""
+
+    def check(_inst: object, _attr: object, value: Any) -> None:
+        if value is not None and (type(value) is not int or value < low):
+            raise ConfigError(field, value, f"an int >= {low} or None")
+
+    return check
+
+
 def check_model(_inst: object, _attr: object, value: Any) -> None:
     """An attrs validator: a `ModelClient`, or None (the agent's own)."""
     if value is not None and not isinstance(value, ModelClient):
