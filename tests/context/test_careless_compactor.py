@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.generators import CALL_IDS, histories
+from tests.generators import CALL_IDS, histories, valid
 from turnfsm.context import (
     Compacted,
     CompactionContext,
@@ -28,44 +28,12 @@ from turnfsm.core._lines import CompactReason
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
     Message,
-    Role,
     ToolCallPart,
     check_history,
 )
 from turnfsm.tokens import HeuristicTokenCounter
 
 COUNTER = HeuristicTokenCounter()
-
-
-def valid(messages: Sequence[Message]) -> list[Message]:
-    """Repair a generated history into one `check_history` accepts.
-
-    Results that answer no open call are dropped, and calls still open when
-    a non-tool message (or the end) comes are answered right there.
-    """
-    out: list[Message] = []
-    open_ids: list[str] = []
-
-    def close() -> None:
-        for k, call_id in enumerate(open_ids):
-            out.append(Message.tool_result(call_id, "late", id=f"fix{len(out)}-{k}"))
-        open_ids.clear()
-
-    for message in messages:
-        if message.role is Role.TOOL:
-            parts = []
-            for part in message.tool_results:
-                if part.call_id in open_ids:
-                    open_ids.remove(part.call_id)
-                    parts.append(part)
-            if parts:
-                out.append(Message(role=Role.TOOL, parts=parts, id=message.id))
-            continue
-        close()
-        out.append(message)
-        open_ids.extend(call.id for call in message.tool_calls)
-    close()
-    return out
 
 
 Edit = tuple[int, int, int]

@@ -24,7 +24,7 @@ import anyio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.generators import histories
+from tests.generators import histories, valid
 from turnfsm.context import (
     SUMMARY_PREFIX,
     CompactionContext,
@@ -64,37 +64,9 @@ def at_least(n: int) -> settings:
 
 
 # -- inputs ------------------------------------------------------------------
-
-
 def repair(messages: Sequence[Message]) -> list[Message]:
-    """Make a generated history valid (`check_history`), keeping its ids.
-
-    Results that answer no open call are dropped; calls still open when a
-    non-tool message (or the end) comes are answered right there.
-    """
-    out: list[Message] = []
-    open_ids: list[str] = []
-
-    def close() -> None:
-        for k, call_id in enumerate(open_ids):
-            out.append(Message.tool_result(call_id, "ok", id=f"fix{len(out)}-{k}"))
-        open_ids.clear()
-
-    for message in messages:
-        if message.role is Role.TOOL:
-            parts = []
-            for part in message.tool_results:
-                if part.call_id in open_ids:
-                    open_ids.remove(part.call_id)
-                    parts.append(part)
-            if parts:
-                out.append(Message(role=Role.TOOL, parts=parts, id=message.id))
-            continue
-        close()
-        out.append(message)
-        open_ids.extend(call.id for call in message.tool_calls)
-    close()
-    return out or [Message.user("hi", id="fix-empty")]
+    """A valid history from a generated one (`valid`), never empty."""
+    return valid(messages) or [Message.user("hi", id="fix-empty")]
 
 
 Case = tuple[list[Message], dict[str, Any]]
