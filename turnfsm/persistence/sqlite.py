@@ -132,7 +132,7 @@ class SQLiteStore:
         session = await Session.load(SQLiteStore("sessions.db"), result.session_id)
         ```
 
-    Args:
+    Attributes:
         path: The database file.
         synchronous: ``"NORMAL"`` (the default: a commit survives a crash of
             the process; a power cut may lose the last commits, never
