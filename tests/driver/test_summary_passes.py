@@ -102,7 +102,7 @@ async def test_a_summary_pass_commits_one_summary_and_accounts_its_usage() -> No
     assert SUMMARY_COVERS in first.metadata
     (summary,) = [e for e in session.entries if isinstance(e, SummaryRecorded)]
     assert summary.message_id == first.id
-    assert "1003" in summary.content  # a fact of a summarised turn survived
+    assert "1000" in summary.content  # a fact of the first turn survived
     (record,) = session.runs[0].compactions
     assert record.compacted
     assert record.strategy == "SummarizingCompactor"

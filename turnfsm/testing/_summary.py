@@ -1,10 +1,12 @@
 """`ExtractiveSummaryModel`: a deterministic stand-in for a summary model.
 
 It answers turnfsm's summary prompt (`turnfsm.context.SUMMARY_SECTIONS`)
-without a language model: under Critical Context it lists every line of the
-previous summary's facts and of the new turns that holds a fact (a number,
-or a word in capitals past the start of its sentence), newest last, up to
-`max_facts`. Good enough to prove mechanics (tests, the simulated demo,
+without a language model: under Critical Context it lists the lines of the
+previous summary and of the new turns that hold a fact (a number, or a word
+in capitals past the start of its sentence), up to `max_facts` and within
+the request's reply budget. As the prompt asks, the previous summary's
+facts are kept first, then what the user and the assistant said, then tool
+output (the newest of it). Good enough to prove mechanics (tests, the simulated demo,
 `bench/retention.py`); a real model writes real summaries.
 """
 
@@ -44,22 +46,66 @@ def _sections(prompt: str) -> dict[str, str]:
     return out
 
 
-def _facts(text: str) -> list[str]:
-    facts: list[str] = []
+_SECTION_RANKS: Final = {"## Key Decisions": 0, "## Critical Context": 2}
+
+
+def _facts(text: str, *, kept: bool = False) -> list[tuple[int, str]]:
+    """The fact lines of `text`, each with its rank (lower: kept longer).
+
+    What the user and the assistant said ranks 1 (0 once in a summary, under
+    Key Decisions), tool output 2 (also under Critical Context): as the
+    prompt asks, facts stated in the conversation outlive the bulk of tool
+    output.
+    """
+    facts: list[tuple[int, str]] = []
+    # In a summary only its two fact sections are read; in a transcript,
+    # every block by its label.
+    rank: int | None = None if kept else 1
     for raw in text.splitlines():
-        line = _LABEL.sub("", raw.strip()).lstrip("- ").strip()
-        if line.startswith(("##", "[SUMMARY OF PART")) or line in ("", "None"):
+        stripped = raw.strip()
+        if stripped.startswith("## "):
+            rank = _SECTION_RANKS.get(stripped)
+            continue
+        label = _LABEL.match(stripped)
+        if label is not None:
+            rank = 2 if label.group(1).startswith("TOOL RESULT") else 1
+        if rank is None:
+            continue
+        line = _LABEL.sub("", stripped).lstrip("- ").strip()
+        if line.startswith(("[SUMMARY OF PART", "[Tool calls:")) or line in (
+            "",
+            "None",
+        ):
             continue
         if _FACT.search(line):
-            facts.append(line[:160])
+            facts.append((rank, line[:240]))
     return facts
 
 
-def _write(facts: list[str]) -> str:
+def _keep(facts: list[tuple[int, str]], count: int) -> list[tuple[int, str]]:
+    """The `count` facts that outlive the others, in their original order.
+
+    Stated facts (ranks 0 and 1) are kept oldest first, tool output newest
+    first: a decision made early still holds; old tool output is stale.
+    """
+    unique = list(dict.fromkeys(facts))
+    order = sorted(
+        range(len(unique)),
+        key=lambda i: (unique[i][0], i if unique[i][0] < 2 else -i),
+    )
+    return [unique[i] for i in sorted(order[:count])]
+
+
+def _write(facts: list[tuple[int, str]]) -> str:
     body = dict.fromkeys(SUMMARY_SECTIONS, "None")
+    stated = [f for rank, f in facts if rank < 2]
+    output = [f for rank, f in facts if rank == 2]
+    if stated:
+        body["Key Decisions"] = "\n".join(f"- {f}" for f in stated)
+    if output:
+        body["Critical Context"] = "\n".join(f"- {f}" for f in output)
     if facts:
-        body["Critical Context"] = "\n".join(f"- {f}" for f in facts)
-        body["Active Task"] = facts[-1]
+        body["Active Task"] = facts[-1][1]
     return "\n".join(f"## {name}\n{body[name]}" for name in SUMMARY_SECTIONS)
 
 
@@ -69,7 +115,7 @@ class ExtractiveSummaryModel:
     """A `ModelClient` that writes extractive summaries in the 13-section form.
 
     Attributes:
-        max_facts: The most fact lines a summary keeps (the newest).
+        max_facts: The most fact lines a summary keeps.
         requests: Every request it was sent, in order.
     """
 
@@ -81,18 +127,21 @@ class ExtractiveSummaryModel:
         self.requests.append(request)
         prompt = request.messages[-1].text
         parts = _sections(prompt)
-        if not parts:  # the re-ask for a shorter summary: keep the first lines
-            facts = _facts(prompt)[: self.max_facts // 2]
+        if not parts:  # the re-ask for a shorter summary: the same, fewer facts
+            facts = _facts(prompt, kept=True)
+            limit = max(1, len(facts) // 2)
         else:
-            facts = _facts(parts.get("PREVIOUS SUMMARY:", ""))
+            facts = _facts(parts.get("PREVIOUS SUMMARY:", ""), kept=True)
             for marker in ("NEW TURNS TO INCORPORATE:", "CONVERSATION:"):
                 facts += _facts(parts.get(marker, ""))
             facts += _facts(parts.get("ADDITIONAL CONTEXT:", ""))
-        kept = list(dict.fromkeys(facts))[-self.max_facts :]
+            limit = self.max_facts
+        kept = _keep(facts, limit)
         text = _write(kept)
         # Stay within the reply budget, as a model cut at max_tokens would.
-        while kept and request.max_tokens and len(text) * 2 // 3 > request.max_tokens:
-            kept = kept[1:]
+        while kept and request.max_tokens and len(text) // 3 > request.max_tokens:
+            limit = len(kept) - 1
+            kept = _keep(facts, limit)
             text = _write(kept)
         usage = Usage(input_tokens=len(prompt) // 4, output_tokens=len(text) // 4)
         return ModelResponse(message=Message.assistant(text), usage=usage)
