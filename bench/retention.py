@@ -746,8 +746,9 @@ async def measure(args: argparse.Namespace) -> None:
     )
     if server is None:
         print(
-            "SIMULATED: the double keeps the newest lines holding a number or a "
-            "name; log lines all do, so the summarising rows measure the double."
+            "SIMULATED: the double keeps what the user and the assistant stated "
+            "before tool output, as the prompt asks; the summarising rows "
+            "measure the double, a real model's depend on the model."
         )
     print()
     print_tables(results, facts, args)
