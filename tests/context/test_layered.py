@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -794,3 +795,48 @@ def test_the_digest_layer_runs_first_when_asked() -> None:
     assert digested[-1] == messages[-2].tool_results[0].content or "\n" in digested[-1]
     with pytest.raises(ConfigError):
         LayeredCompactor(digest_min_chars=0)
+
+
+def test_an_incremental_collapse_counts_the_turns_it_folds_in() -> None:
+    def turns(a: int, b: int) -> list[Message]:
+        out: list[Message] = []
+        for i in range(a, b):
+            out.append(Message.user(f"q{i} fact {1000 + i} " + "q" * 400, id=f"u{i}"))
+            out.append(Message.assistant(f"a{i} " + "a" * 400, id=f"a{i}"))
+        return out
+
+    layered = LayeredCompactor(model=ExtractiveSummaryModel())
+    first = run(layered, turns(0, 25), 3_000)
+    assert first.messages[0].text.startswith(
+        "[Conversation summary of 15 earlier turns]\n"
+    )
+    second = run(layered, [*first.messages, *turns(25, 30)], 3_000)
+    assert second.messages[0].text.startswith(
+        "[Conversation summary of 20 earlier turns]\n"
+    )
+
+
+def test_the_budget_layer_leaves_a_cut_result_alone() -> None:
+    messages = conversation(3, result=lambda i: "r" * 9_000)
+    layered = LayeredCompactor()
+    once = layered.apply_budget(messages)
+    twice = layered.apply_budget(once)
+    assert same(twice, once)
+    _new, status = layered.compact_deterministic(once, limit=10**6, counter=COUNTER)
+    assert status == Applied(
+        layers=(), tokens_before=COUNTER.count(once), tokens_after=COUNTER.count(once)
+    )
+
+
+@pytest.mark.parametrize("value", [None, -1, 1.5, True, "100"])
+def test_limits_are_checked(value: object) -> None:
+    layered = LayeredCompactor(model=ExtractiveSummaryModel())
+    messages = conversation(2)
+    with pytest.raises(ConfigError) as info:
+        layered.compact_deterministic(messages, limit=value)  # type: ignore[arg-type]
+    assert info.value.field == "limit"
+    for field in ("line", "limit", "window"):
+        options: dict[str, object] = {"line": 0, "limit": 100, field: value}
+        with pytest.raises(ConfigError) as info:
+            anyio.run(functools.partial(layered.manual_compact, messages, **options))  # type: ignore[arg-type]
+        assert info.value.field == field

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from tests.helpers import (
     approval_toml,
     calling,
     load_turn_spec,
+    machine_at,
     reply,
     results_for,
     start_machine,
@@ -18,9 +20,11 @@ from tests.helpers import (
 )
 from turnfsm.core import (
     GUARDS,
+    REDUCERS,
     Budget,
     CallLLM,
     Compact,
+    CompactionNoop,
     CompactionResult,
     CompactReason,
     Decision,
@@ -40,8 +44,8 @@ from turnfsm.core import (
     TransitionSpec,
     TurnMachine,
 )
-from turnfsm.errors import Cancelled, DefinitionError, IllegalEvent
-from turnfsm.messages import MessageLog
+from turnfsm.errors import Cancelled, CompactionStalled, DefinitionError, IllegalEvent
+from turnfsm.messages import Message, MessageLog
 
 STOCK = turn_toml_text()
 
@@ -76,7 +80,7 @@ def test_stock_machine_loads() -> None:
         "done",
         "failed",
     )
-    assert len(spec.transitions) == 25
+    assert len(spec.transitions) == 27
     assert spec.triggers == {
         "run_started",
         "measured",
@@ -519,7 +523,7 @@ def test_custom_effect_phase_driven_by_signals() -> None:
 
     assert (len(spec.phases), len(spec.transitions), spec.signals) == (
         8,
-        27,
+        29,
         ("approved", "rejected"),
     )
     assert decisions == [
@@ -619,7 +623,9 @@ THRESHOLD_ONLY = 'conditions = ["is_over_threshold_line"]\n'
 THRESHOLD_UNLESS = THRESHOLD_ONLY + 'unless = ["is_compaction_limit_reached"]\n'
 """What keeps the threshold compaction out once the passes are spent."""
 MESSAGE_ONLY = 'conditions = ["is_over_message_line"]\n'
-MESSAGE_UNLESS = MESSAGE_ONLY + 'unless = ["is_compaction_limit_reached"]\n'
+MESSAGE_UNLESS = (
+    MESSAGE_ONLY + 'unless = ["is_compaction_limit_reached", "is_message_line_spent"]\n'
+)
 """What keeps the message-count compaction out once the passes are spent."""
 UNBOUNDED = "is not bounded by a model call, a retry counter or the no-progress guard"
 STALL_CYCLE = (
@@ -657,20 +663,20 @@ def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
                 NO_LIMIT_CHECK,
             ),
         ),
-        (edit(STOCK, LIMIT_CHECK, ""), (NO_LIMIT_CHECK,)),
-        (edit(STOCK, THRESHOLD_UNLESS, THRESHOLD_ONLY), (NO_LIMIT_CHECK,)),
-        (edit(STOCK, MESSAGE_UNLESS, MESSAGE_ONLY), (NO_LIMIT_CHECK,)),
+        (edit(STOCK, LIMIT_CHECK, ""), (STALL_CYCLE, NO_LIMIT_CHECK)),
+        (edit(STOCK, THRESHOLD_UNLESS, THRESHOLD_ONLY), (STALL_CYCLE, NO_LIMIT_CHECK)),
+        (edit(STOCK, MESSAGE_UNLESS, MESSAGE_ONLY), (STALL_CYCLE, NO_LIMIT_CHECK)),
         (
             edit(
                 edit(STOCK, THRESHOLD_UNLESS, THRESHOLD_ONLY),
                 MESSAGE_UNLESS,
                 MESSAGE_ONLY,
             ),
-            (NO_LIMIT_CHECK,),
+            (STALL_CYCLE, NO_LIMIT_CHECK),
         ),
         (
             edit(edit(STOCK, LIMIT_CHECK, ""), THRESHOLD_UNLESS, THRESHOLD_ONLY),
-            (NO_LIMIT_CHECK,),
+            (STALL_CYCLE, NO_LIMIT_CHECK),
         ),
         (
             edit(
@@ -688,7 +694,7 @@ def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
                     '"is_over_emergency_line"', '"is_over_threshold_line"'
                 ),
             ),
-            (NO_LIMIT_CHECK,),
+            (STALL_CYCLE, NO_LIMIT_CHECK),
         ),
         (
             edit(
@@ -698,7 +704,7 @@ def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
                     'error = "', 'unless = ["has_injected_messages"]\nerror = "'
                 ),
             ),
-            (NO_LIMIT_CHECK,),
+            (STALL_CYCLE, NO_LIMIT_CHECK),
         ),
         (
             STOCK + '\n[[transitions]]\ntrigger = "measured"\nsource = "compact"\n'
@@ -746,7 +752,7 @@ def test_the_compaction_limit_alone_bounds_passes_without_stall_exits() -> None:
 
     spec = MachineSpec.from_toml(text)
 
-    assert len(spec.transitions) == 23
+    assert len(spec.transitions) == 25
 
 
 def test_an_unconditional_limit_check_covers_every_compaction() -> None:
@@ -968,7 +974,6 @@ def test_a_zero_message_line_never_compacts(budget: Budget) -> None:
         (7_600, True, CompactReason.EMERGENCY),
         (7_600, False, CompactReason.EMERGENCY),
         (6_401, True, CompactReason.THRESHOLD_EXCEEDED),
-        (6_401, False, CompactReason.MESSAGE_COUNT),
         (6_400, True, CompactReason.MESSAGE_COUNT),
     ],
 )
@@ -984,6 +989,16 @@ def test_the_token_lines_win_over_the_message_line(
     assert machine.phase == "compact"
     assert isinstance(decision, Compact)
     assert decision.reason is reason
+
+
+def test_with_auto_compact_off_the_message_line_is_off_too() -> None:
+    budget = Budget(
+        context_window=8_000, threshold=80, auto_compact=False, max_messages=3
+    )
+
+    machine, decision = measure(budget, 4, 6_401)
+
+    assert (machine.phase, type(decision)) == ("call_llm", CallLLM)
 
 
 def test_past_the_compaction_limit_the_message_line_calls_the_model() -> None:
@@ -1003,3 +1018,202 @@ def test_past_the_compaction_limit_the_message_line_calls_the_model() -> None:
         Measure(history=MessageLog(kept), pending=MessageLog()),
         CallLLM(history=MessageLog(kept), pending=MessageLog(), turn=1),
     ]
+
+
+# -- a message-count pass never fails the run (is_message_count_pass) --------
+
+
+def message_count_pass() -> tuple[TurnMachine, tuple[Message, ...]]:
+    """Return a stock run in `compact` for the message-count line, and its input.
+
+    Four tiny messages over `max_messages=3`: the token lines hold.
+    """
+    history, pending = conversation(4)
+    machine, decision = measure(Budget(max_messages=3), 4)
+    assert isinstance(decision, Compact)
+    assert decision.reason is CompactReason.MESSAGE_COUNT
+    return machine, (*history, *pending)
+
+
+def test_a_message_count_noop_spends_the_line_instead_of_failing() -> None:
+    history, pending = conversation(4)
+    machine, _ = message_count_pass()
+
+    decision = machine.handle(CompactionNoop(before=100, after=100))
+
+    assert (machine.phase, decision) == (
+        "start",
+        Measure(history=history, pending=pending),
+    )
+    snapshot = machine.snapshot
+    assert (snapshot.message_line_spent, snapshot.compactions, snapshot.failure) == (
+        True,
+        1,
+        None,
+    )
+
+
+def test_a_spent_message_line_calls_the_model_over_the_line() -> None:
+    history, pending = conversation(4)
+    machine, _ = message_count_pass()
+    machine.handle(CompactionNoop(before=100, after=100))
+
+    decision = machine.handle(Measured(estimate=100))
+
+    assert len(history) + len(pending) == 4
+    assert (machine.phase, decision) == (
+        "call_llm",
+        CallLLM(history=history, pending=pending, turn=1),
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [(100, 100), (100, 120)], ids=["saved-nothing", "grew"]
+)
+def test_a_message_count_result_without_progress_is_committed(
+    before: int, after: int
+) -> None:
+    machine, kept = message_count_pass()
+
+    decision = machine.handle(
+        CompactionResult(messages=kept, before=before, after=after)
+    )
+
+    assert (machine.phase, decision) == (
+        "start",
+        Measure(history=MessageLog(kept), pending=MessageLog()),
+    )
+    snapshot = machine.snapshot
+    assert (snapshot.estimate, snapshot.compactions, snapshot.message_line_spent) == (
+        after,
+        1,
+        False,
+    )
+
+
+@pytest.mark.parametrize("feed", ["compaction_result", "compaction_noop"])
+def test_a_threshold_pass_without_progress_still_stalls(feed: str) -> None:
+    history, pending = conversation(4)
+    budget = Budget(context_window=8_000, threshold=80, max_messages=3)
+    machine, first = measure(budget, 4, 7_000)
+    event: Event = (
+        CompactionResult(messages=(*history, *pending), before=7_000, after=7_000)
+        if feed == "compaction_result"
+        else CompactionNoop(before=7_000, after=7_000)
+    )
+
+    decision = machine.handle(event)
+
+    assert isinstance(first, Compact)
+    assert first.reason is CompactReason.THRESHOLD_EXCEEDED
+    assert (machine.phase, decision) == (
+        "failed",
+        Fail(error=CompactionStalled(used=7_000, limit=7_000)),
+    )
+    assert machine.snapshot.message_line_spent is False
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason"),
+    [
+        ("compact", CompactReason.MESSAGE_COUNT),
+        ("compact", CompactReason.THRESHOLD_EXCEEDED),
+        ("compact", CompactReason.EMERGENCY),
+        ("compact_and_retry", CompactReason.OVERFLOW),
+    ],
+)
+def test_any_committed_pass_turns_the_message_line_back_on(
+    phase: str, reason: CompactReason
+) -> None:
+    kept = (user(id="s1"),)
+    machine = machine_at(
+        phase,
+        budget=Budget(context_window=8_000, threshold=80, max_messages=3),
+        history=[user(id="h0")],
+        compact_reason=reason,
+        message_line_spent=True,
+    )
+
+    machine.handle(CompactionResult(messages=kept, before=7_000, after=1_000))
+
+    assert machine.snapshot.history == MessageLog(kept)
+    assert machine.snapshot.message_line_spent is False
+
+
+def test_a_spent_line_counts_again_after_a_threshold_commit() -> None:
+    history, pending = conversation(4)
+    kept = (*history, *pending)
+    budget = Budget(context_window=8_000, threshold=80, max_messages=3)
+    machine, _ = measure(budget, 4)
+    machine.handle(CompactionNoop(before=100, after=100))
+
+    decisions = [
+        machine.handle(Measured(estimate=7_000)),
+        machine.handle(CompactionResult(messages=kept, before=7_000, after=100)),
+        machine.handle(Measured(estimate=100)),
+    ]
+
+    assert decisions == [
+        Compact(
+            reason=CompactReason.THRESHOLD_EXCEEDED, history=history, pending=pending
+        ),
+        Measure(history=MessageLog(kept), pending=MessageLog()),
+        Compact(
+            reason=CompactReason.MESSAGE_COUNT,
+            history=MessageLog(kept),
+            pending=MessageLog(),
+        ),
+    ]
+    assert machine.snapshot.compactions == 2
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        (CompactReason.MESSAGE_COUNT, True),
+        (CompactReason.THRESHOLD_EXCEEDED, False),
+        (CompactReason.EMERGENCY, False),
+        (CompactReason.OVERFLOW, False),
+        (None, False),
+    ],
+)
+def test_the_message_count_pass_guard_reads_the_reason(
+    reason: CompactReason | None, expected: bool
+) -> None:
+    snapshot = Snapshot(phase="compact", compact_reason=reason)
+
+    guard = GUARDS["is_message_count_pass"]
+
+    assert guard(snapshot, CompactionNoop(before=1, after=1)) is expected
+
+
+@pytest.mark.parametrize("spent", [True, False])
+def test_the_spent_line_guard_reads_the_snapshot(spent: bool) -> None:
+    snapshot = Snapshot(phase="start", message_line_spent=spent)
+
+    assert GUARDS["is_message_line_spent"](snapshot, Measured(estimate=0)) is spent
+
+
+def test_the_spend_message_line_reducer_sets_only_the_flag() -> None:
+    snapshot = Snapshot(phase="compact", compactions=2)
+
+    spent = REDUCERS["spend_message_line"](snapshot, CompactionNoop(before=1, after=1))
+
+    assert spent == snapshot.replace(message_line_spent=True)
+
+
+@pytest.mark.parametrize("spent", [True, False])
+def test_the_spent_line_round_trips_through_a_dict(spent: bool) -> None:
+    snapshot = Snapshot(phase="start", message_line_spent=spent)
+
+    data = json.loads(json.dumps(snapshot.to_dict()))
+
+    assert data["message_line_spent"] is spent
+    assert Snapshot.from_dict(data) == snapshot
+
+
+def test_a_stored_snapshot_without_the_spent_line_loads_it_off() -> None:
+    data = Snapshot(phase="start", message_line_spent=True).to_dict()
+    del data["message_line_spent"]
+
+    assert Snapshot.from_dict(data).message_line_spent is False

@@ -376,3 +376,59 @@ async def test_a_stall_names_what_is_big_and_still_replays() -> None:
     assert ended.error == error
     report = replay(default_machine(), session, ended.run_id)
     assert report.ok, report
+
+
+# -- the message-count line never fails a run ---------------------------------
+
+
+def tiny_pairs(count: int) -> list[Message]:
+    out: list[Message] = []
+    for i in range(count):
+        out += [Message.user(f"q{i}"), Message.assistant(f"a{i}")]
+    return out
+
+
+def tool_turn(turn: int, steps: int = 13) -> list[Message]:
+    """One user message, `steps` tool calls with their results, an answer."""
+    out = [Message.user(f"task {turn}: read the logs")]
+    for i in range(steps):
+        call_id = f"t{turn}c{i}"
+        out.append(reply("", tool_call("read_file", call_id, path=f"log{i}.txt")))
+        out.append(Message.tool_result(call_id, f"log{i}.txt: " + "log line\n" * 40))
+    out.append(Message.assistant(f"done with task {turn}"))
+    return out
+
+
+async def test_a_message_count_pass_that_cuts_nothing_lets_the_run_finish() -> None:
+    """52 tiny messages over the default line of 50: nothing to cut, no stall."""
+    driver = Driver(
+        model=FakeModelClient(lambda r: "final"),
+        context=ContextManager(LayeredCompactor(model=ExtractiveSummaryModel())),
+    )
+    session = Session()
+    messages = tiny_pairs(26)
+
+    result = await driver.run(messages, session=session)
+
+    assert (result.outcome, result.error) == ("done", None)
+    (record,) = session.runs[0].compactions
+    assert (record.reason.value, record.outcome) == ("message_count", "noop")
+    assert len(record.covers) == len(messages) == 52
+
+
+async def test_long_tool_turns_over_the_message_line_finish() -> None:
+    """Two tool-using turns of 28 messages and a question: over the line of 50."""
+    messages = [*tool_turn(0), *tool_turn(1), Message.user("what now?")]
+    driver = Driver(
+        model=FakeModelClient(lambda r: "final"),
+        context=ContextManager(SummarizingCompactor(model=ExtractiveSummaryModel())),
+    )
+    session = Session()
+
+    result = await driver.run(messages, session=session)
+
+    assert (result.outcome, result.error) == ("done", None)
+    records = [c for r in session.runs for c in r.compactions]
+    assert records
+    assert {c.reason.value for c in records} == {"message_count"}
+    assert session.history[-1].text == "final"

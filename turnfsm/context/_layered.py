@@ -28,6 +28,7 @@ here it keeps only the latest user message and the two messages after it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Final, TypeAlias, final
 
@@ -44,6 +45,7 @@ from turnfsm.context._values import (
     optional_int,
 )
 from turnfsm.core._lines import CompactReason
+from turnfsm.errors import ConfigError
 from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolResultPart
 from turnfsm.providers._protocol import ModelClient
 from turnfsm.tokens import default_counter
@@ -161,9 +163,13 @@ class LayeredCompactor:
         cap = self.max_tool_result_chars
 
         def cut(part: ToolResultPart) -> ToolResultPart:
-            if len(part.content) <= cap:
+            content = part.content
+            if len(content) <= cap or (
+                len(content) == cap + len(TRUNCATION_SUFFIX)
+                and content.endswith(TRUNCATION_SUFFIX)
+            ):  # short enough, or cut already
                 return part
-            return attrs.evolve(part, content=part.content[:cap] + TRUNCATION_SUFFIX)
+            return attrs.evolve(part, content=content[:cap] + TRUNCATION_SUFFIX)
 
         return tuple(_map_results(m, cut) for m in messages)
 
@@ -302,8 +308,10 @@ class LayeredCompactor:
                 max_tokens=self.max_summary_tokens,
                 window=ctx.context_window,
             )
-            turns = len(_turn_starts(plan.summarised)) or 1
-            header = label or f"[Conversation summary of {turns} earlier turns]"
+            turns = len(_turn_starts(plan.summarised)) + sum(
+                _summarised_turns(m) for m in plan.previous
+            )
+            header = label or f"[Conversation summary of {max(turns, 1)} earlier turns]"
             text = f"{header}\n{body}"
         summary = Message.user(
             text,
@@ -332,6 +340,7 @@ class LayeredCompactor:
             `Skipped("deterministic layers insufficient; LLM layers
             required")`.
         """
+        _check_limit("limit", limit)
         counter = counter or default_counter()
         before = counter.count(messages)
         new, applied, fits = self._deterministic_layers(messages, limit, counter)
@@ -367,6 +376,9 @@ class LayeredCompactor:
             the breaker is open, a layer failed, or every layer ran and the
             result is still over `limit` (seed 001's CompactionFailed).
         """
+        _check_limit("line", line)
+        _check_limit("limit", limit)
+        _check_limit("window", window)
         counter = counter or default_counter()
         before = counter.count(messages)
         if before <= line:
@@ -395,6 +407,20 @@ class LayeredCompactor:
         return new, Applied(
             layers=tuple(layers), tokens_before=before, tokens_after=after
         )
+
+
+_COLLAPSED: Final = re.compile(r"^\[Conversation summary of (\d+) earlier turns\]")
+
+
+def _summarised_turns(summary: Message) -> int:
+    """The turns an earlier collapse summary says it covers (0 if none)."""
+    found = _COLLAPSED.match(summary.text)
+    return int(found.group(1)) if found else 0
+
+
+def _check_limit(field: str, value: object) -> None:
+    if type(value) is not int or value < 0:
+        raise ConfigError(field, value, "an int >= 0 (tokens)")
 
 
 def _turn_starts(messages: Sequence[Message]) -> list[int]:

@@ -54,9 +54,24 @@ def is_over_threshold_line(snapshot: Snapshot, event: Event) -> bool:
 
 
 def is_over_message_line(snapshot: Snapshot, event: Event) -> bool:
-    """The conversation has more messages than a non-zero `max_messages`."""
-    limit = snapshot.budget.max_messages
-    return bool(limit) and len(snapshot.history) + len(snapshot.pending) > limit
+    """auto_compact is on and the conversation has more than `max_messages` (> 0)."""
+    budget = snapshot.budget
+    limit = budget.max_messages
+    return (
+        bool(limit)
+        and budget.auto_compact
+        and len(snapshot.history) + len(snapshot.pending) > limit
+    )
+
+
+def is_message_line_spent(snapshot: Snapshot, event: Event) -> bool:
+    """A message-count pass changed nothing since the last commit."""
+    return snapshot.message_line_spent
+
+
+def is_message_count_pass(snapshot: Snapshot, event: Event) -> bool:
+    """The pass runs for the message-count line alone (the token lines held)."""
+    return snapshot.compact_reason is _lines.CompactReason.MESSAGE_COUNT
 
 
 def has_tool_calls(snapshot: Snapshot, event: Event) -> bool:
@@ -94,6 +109,8 @@ GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
         "is_compaction_limit_reached": is_compaction_limit_reached,
         "is_no_progress": is_no_progress,
         "is_over_emergency_line": is_over_emergency_line,
+        "is_message_count_pass": is_message_count_pass,
+        "is_message_line_spent": is_message_line_spent,
         "is_over_message_line": is_over_message_line,
         "is_over_threshold_line": is_over_threshold_line,
         "is_turn_limit_reached": is_turn_limit_reached,

@@ -74,11 +74,22 @@ def record_review(s: Snapshot, e: Event) -> Snapshot:
 
 
 def record_compaction(s: Snapshot, e: Event) -> Snapshot:
-    """A commit point: history := the compacted messages, pending := []."""
+    """A commit point: history := the compacted messages, pending := [].
+
+    The message-count line counts again on the new conversation.
+    """
     assert isinstance(e, CompactionResult)
     return s.replace(
-        history=MessageLog(e.messages), pending=MessageLog(), estimate=e.after
+        history=MessageLog(e.messages),
+        pending=MessageLog(),
+        estimate=e.after,
+        message_line_spent=False,
     )
+
+
+def spend_message_line(s: Snapshot, e: Event) -> Snapshot:
+    """A message-count pass changed nothing: the line is off until a commit."""
+    return s.replace(message_line_spent=True)
 
 
 def record_noop(s: Snapshot, e: Event) -> Snapshot:
@@ -128,6 +139,7 @@ REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
         "discard_pending": discard_pending,
         "flush_inbox": flush_inbox,
         "record_compaction": record_compaction,
+        "spend_message_line": spend_message_line,
         "record_estimate": record_estimate,
         "record_injection": record_injection,
         "record_noop": record_noop,

@@ -139,6 +139,7 @@ class Snapshot:
     overflow_retries: int = 0
     compactions: int = 0
     compact_reason: CompactReason | None = None
+    message_line_spent: bool = False
     last_reply: Message | None = None
     failure: Failure | None = None
     is_started: bool = False
@@ -172,6 +173,7 @@ class Snapshot:
             "overflow_retries": self.overflow_retries,
             "compactions": self.compactions,
             "compact_reason": self.compact_reason,
+            "message_line_spent": self.message_line_spent,
             "last_reply": None
             if self.last_reply is None
             else self.last_reply.to_dict(),
@@ -221,6 +223,7 @@ class Snapshot:
             overflow_retries=data["overflow_retries"],
             compactions=data.get("compactions", 0),
             compact_reason=None if reason is None else CompactReason(reason),
+            message_line_spent=bool(data.get("message_line_spent", False)),
             last_reply=None if reply is None else Message.from_dict(reply),
             failure=None if failure is None else Failure(**failure),
             is_started=data["is_started"],

@@ -107,6 +107,9 @@ class EffectContext:
         reported: The input tokens the provider reported for the run's last
             call, with that call's history and pending (seed 004's trigger,
             `ContextManager.use_reported_usage`), or None.
+        spent: The usage of the compaction pass in flight's model calls, as
+            they return (the loop keeps it when the pass times out or is
+            cancelled).
     """
 
     run_id: str
@@ -133,6 +136,7 @@ class EffectContext:
     ephemeral: bool = False
     session: Session | None = None
     reported: tuple[int, MessageLog, MessageLog] | None = None
+    spent: list[Usage] = attrs.field(factory=list)
 
     @property
     def turn(self) -> int:
@@ -370,7 +374,8 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         )
     if guidance.veto:
         return CompactionNoop(before=before, after=before, vetoed=True)
-    spent: list[Usage] = []
+    spent = ctx.spent
+    spent.clear()
 
     async def model_call(
         request: ModelRequest, model: ModelClient | None

@@ -130,6 +130,7 @@ class _Loop:
         self._opening: RunOpened | None = None  # written with the first event
         self.abandoning = False  # an abandoned run ends failed, not cancelled
         self.before = machine.snapshot  # as of the last feed (for diagnostics)
+        self.in_flight: Decision | None = None  # the decision an effect carries out
 
     # -- the log -------------------------------------------------------
     def open(self, input: tuple[Message, ...]) -> None:
@@ -198,6 +199,8 @@ class _Loop:
             raise _Broken(exc) from None
         after = machine.snapshot
         self.ctx.snapshot = after
+        if isinstance(last, Compact):
+            self._settle(entries, before, after)
         entries.append(self._recorded(event, after.phase, decision_key(decision)))
         if after.history is not before.history:
             if isinstance(event, CompactionResult):
@@ -326,8 +329,20 @@ class _Loop:
             usage=usage,
         )
         self.compactions += 1
-        self._report(record)
         return record
+
+    def _settle(self, entries: list[Entry], before: Snapshot, after: Snapshot) -> None:
+        """Settle the pass's record on what the brain made of it, then report it.
+
+        A result the brain refused (the no-progress guard: it saved nothing)
+        is logged as stalled, not compacted: nothing was committed.
+        """
+        for i, entry in enumerate(entries):
+            if isinstance(entry, CompactionRecord):
+                if entry.compacted and after.history is before.history:
+                    entry = entries[i] = attrs.evolve(entry, outcome="stalled")
+                self._report(entry)
+                return
 
     def _report(self, record: CompactionRecord) -> None:
         hooks = self.hooks
@@ -384,6 +399,7 @@ class _Loop:
         except _Broken as broken:
             return await self._end(None, broken.error)
         except anyio.get_cancelled_exc_class():
+            self._keep_spent(self.in_flight)
             with anyio.CancelScope(shield=True):
                 await self._abort(RunCancelled(reason="cancelled from outside"))
             raise
@@ -415,7 +431,9 @@ class _Loop:
                         turn=self.machine.snapshot.turns,
                     ),
                 )
+            self.in_flight = decision
             event = await self._effect(decision)
+            self.in_flight = None
             if self.ctx.recorded and isinstance(decision, RunTools):
                 self.ctx.recorded = {}  # the resumed batch is done
             if wants_outcome:
@@ -469,8 +487,15 @@ class _Loop:
                     control._scope = None
         cancel = control.take_cancel() if control is not None else None
         if cancel is not None:
+            self._keep_spent(decision)
             return cancel
         return self._timed_out(decision, key, limit)
+
+    def _keep_spent(self, decision: Decision | None) -> None:
+        """Keep what an interrupted pass's model calls cost (no record follows)."""
+        if isinstance(decision, Compact) and self.ctx.spent:
+            self.compaction_usage = self.compaction_usage + sum(self.ctx.spent, Usage())
+            self.ctx.spent.clear()
 
     def _limit(self, decision: Decision) -> float | None:
         kind = type(decision)
@@ -484,6 +509,9 @@ class _Loop:
         snapshot = self.machine.snapshot
         if isinstance(decision, Compact):
             used = snapshot.estimate or 0
+            spent = self.ctx.spent
+            usage = sum(spent, Usage()) if spent else None
+            spent.clear()
             return CompactorFailed(
                 used=used,
                 limit=snapshot.budget.context_window,
@@ -491,6 +519,7 @@ class _Loop:
                     type="TimeoutError",
                     message=f"the compaction pass timed out after {limit}s",
                 ),
+                usage=usage,
             )
         return RunCancelled(reason=f"effect {key!r} timed out after {limit}s")
 

@@ -127,7 +127,7 @@ class TurnRecord:
 
 
 CompactionOutcome: TypeAlias = Literal[
-    "compacted", "noop", "vetoed", "overflow", "failed", "circuit_open"
+    "compacted", "noop", "vetoed", "overflow", "failed", "circuit_open", "stalled"
 ]
 
 
@@ -141,7 +141,8 @@ class CompactionRecord:
         turn: The turns taken when it ran.
         reason: Why it ran.
         strategy: The compactor's class name ("" without a context manager).
-        outcome: compacted, noop, vetoed, overflow, failed or circuit_open.
+        outcome: compacted, noop, vetoed, overflow, failed, circuit_open, or
+            stalled (a result the brain refused: it saved nothing).
         covers: Ids of the messages the pass was given (history + pending).
         replacement: Ids of the messages that replace them (== covers when
             nothing was compacted).

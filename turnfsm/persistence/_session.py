@@ -149,6 +149,7 @@ class Session:
     """
 
     __slots__ = (
+        "_breaker_open",
         "_entries",
         "_failures",
         "_history",
@@ -179,6 +180,7 @@ class Session:
         self._summaries: list[SummaryRecorded] = []
         self._summary_texts: dict[str, str] = {}
         self._failures = 0
+        self._breaker_open = False
         self._running = False
 
     @classmethod
@@ -243,8 +245,10 @@ class Session:
     def compaction_failures(self) -> int:
         """Consecutive failed compaction passes (the circuit breaker's count).
 
-        A compacted pass or an operator's reset (`reset_breaker`) sets it
-        back to 0; no-ops, vetoes and refused passes leave it as it is.
+        A compacted pass sets it back to 0 while the breaker is closed; once
+        it opened (`BreakerChanged`), only an operator's reset
+        (`reset_breaker`) does. No-ops, vetoes, stalls and refused passes
+        leave it as it is.
         """
         return self._failures
 
@@ -392,13 +396,15 @@ class Session:
                 self._runs[entry.run_id].compactions.append(entry)
                 if outcome == "failed":
                     self._failures += 1
-                elif outcome == "compacted":
-                    self._failures = 0
+                elif outcome == "compacted" and not self._breaker_open:
+                    self._failures = 0  # an open breaker waits for the operator
             case SummaryRecorded():
                 self._summaries.append(entry)
                 self._summary_texts[entry.message_id] = entry.content
-            case BreakerChanged(open=False):
-                self._failures = 0
+            case BreakerChanged(open=is_open):
+                self._breaker_open = is_open
+                if not is_open:
+                    self._failures = 0
             case ToolResultRecorded(result=result):
                 self._messages.setdefault(result.id, result)
                 self._runs[entry.run_id].results.append(entry)

@@ -1,0 +1,185 @@
+"""What a compaction pass leaves in the log: its outcome as the brain settled
+it, the breaker's state, and the usage of summary calls however the pass ended."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.driver import Driver, RunControl, Session
+from turnfsm.errors import CompactionStalled, ProviderError
+from turnfsm.hooks import CompactionDone, Hook
+from turnfsm.messages import Message
+from turnfsm.persistence import BreakerChanged
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
+
+pytestmark = pytest.mark.anyio
+
+COUNTER = HeuristicTokenCounter()
+
+
+def history(turns: int, size: int = 900) -> list[Message]:
+    out: list[Message] = []
+    for i in range(turns):
+        out.append(Message.user(f"q{i} " + "q" * size))
+        out.append(Message.assistant(f"a{i} " + "a" * size))
+    return out
+
+
+def manager(model: object, **options: object) -> ContextManager:
+    return ContextManager(
+        SummarizingCompactor(model=model, keep_recent_turns=2, **options),  # type: ignore[arg-type]
+        context_window=4_000,
+        threshold=60,
+        counter=COUNTER,
+    )
+
+
+class Done(Hook):
+    def __init__(self) -> None:
+        self.seen: list[CompactionDone] = []
+
+    def on_compaction_done(self, info: CompactionDone) -> None:
+        self.seen.append(info)
+
+
+async def test_a_result_the_brain_refuses_is_logged_stalled_not_compacted() -> None:
+    # Summaries bigger than what they replace: the no-progress guard refuses.
+    big = "## Critical Context\n" + "fact 1234 " * 600
+    hook = Done()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"),
+        context=manager(
+            FakeModelClient(lambda _r: big),
+            max_summary_tokens=3_000,
+            summary_window=100_000,
+        ),
+        hooks=[hook],
+    )
+    session = Session()
+    result = await driver.run(
+        history(6, size=300) + history(2, size=1_700), session=session
+    )
+    assert isinstance(result.error, CompactionStalled), result.error
+    (record,) = session.runs[0].compactions
+    assert record.outcome == "stalled"
+    assert not record.compacted
+    assert hook.seen == []
+    assert session.summaries == ()
+    assert list(session.history) == []
+
+
+async def test_an_open_breaker_stays_open_until_the_operator_resets_it() -> None:
+    broken = FakeModelClient(lambda _r: "")  # an empty summary: a failed pass
+    session = Session()
+    driver = Driver(model=FakeModelClient(lambda _r: "x"), context=manager(broken))
+    for _ in range(3):
+        await driver.run(history(6), session=session)
+    assert session.compaction_failures == 3
+
+    first = True
+
+    def agent(_r: ModelRequest) -> str:
+        nonlocal first
+        if first:
+            first = False
+            raise ProviderError(
+                "prompt is too long", kind="context_overflow", status=400
+            )
+        return "done"
+
+    big = [
+        Message.user("read it"),
+        Message.assistant(tool_calls=[tool_call("read_file", "c1", path="a")]),
+        Message.tool_result("c1", "z" * 5_000),
+        Message.assistant("read"),
+        Message.user("next"),
+    ]
+    overflow = Driver(
+        model=FakeModelClient(agent),
+        context=ContextManager(
+            SummarizingCompactor(model=broken, keep_recent_turns=1),
+            context_window=200_000,
+            counter=COUNTER,
+        ),
+    )
+    result = await overflow.run(big, session=session)
+    assert result.ok, result.error
+    assert session.runs[-1].compactions[-1].compacted  # deterministic work only
+    assert session.compaction_failures == 3  # still open
+    opened = [
+        (e.open, e.failures) for e in session.entries if isinstance(e, BreakerChanged)
+    ]
+    assert opened == [(True, 3)]
+    await session.reset_breaker()
+    assert session.compaction_failures == 0
+
+
+def oversized_then(control: RunControl | None) -> FakeModelClient:
+    """An oversized first summary (with usage), then a re-ask that never returns."""
+    calls = 0
+
+    async def handle(_r: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return ModelResponse(
+                message=Message.assistant("word " * 3_000),
+                usage=Usage(input_tokens=500, output_tokens=600),
+            )
+        if control is not None:
+            control.cancel("operator")
+        await anyio.sleep(30)
+        raise AssertionError("not reached")
+
+    return FakeModelClient(handle)
+
+
+async def test_a_pass_that_times_out_keeps_its_summary_calls_usage() -> None:
+    session = Session()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"),
+        context=manager(oversized_then(None), max_summary_tokens=100),
+        compaction_timeout=0.3,
+    )
+    result = await driver.run(history(6), session=session)
+    assert result.outcome == "failed"
+    (record,) = session.runs[0].compactions
+    assert record.outcome == "failed"
+    assert record.usage == Usage(input_tokens=500, output_tokens=600)
+    assert result.compaction_usage == record.usage
+    assert session.runs[0].outcome == "failed"
+
+
+async def test_a_cancelled_pass_keeps_its_summary_calls_usage() -> None:
+    control = RunControl()
+    session = Session()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"),
+        context=manager(oversized_then(control), max_summary_tokens=100),
+    )
+    result = await driver.run(history(6), session=session, control=control)
+    assert result.outcome == "cancelled"
+    assert result.compaction_usage == Usage(input_tokens=500, output_tokens=600)
+    assert list(session.history) == []
+
+
+async def test_auto_compact_off_turns_the_message_line_off() -> None:
+    tiny = [
+        m
+        for i in range(30)
+        for m in (Message.user(f"q{i}"), Message.assistant(f"a{i}"))
+    ]
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "done"),
+        context=ContextManager(max_messages=50, auto_compact=False, counter=COUNTER),
+    )
+    session = Session()
+    result = await driver.run([*tiny, Message.user("and?")], session=session)
+    assert result.ok
+    assert session.runs[0].compactions == ()
+    assert len(session.history) == 62
