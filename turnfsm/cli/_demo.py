@@ -334,15 +334,18 @@ def _run_local_demo(
     window = 2_048
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
     try:
-        from turnfsm.providers import LlamaServer, OpenAIModel
+        from turnfsm.cli._run import local_client
+        from turnfsm.providers import LlamaServer
 
+        local_client()  # the SDK first: no server is started for nothing
         server = LlamaServer(n_ctx=window).start()
     except (ImportError, RuntimeError) as exc:
         anyio.run(close_store, store)
         print(f"turnfsm demo --model local: {exc}", file=sys.stderr)
         return 2
     try:
-        model = OpenAIModel(model="local", base_url=server.base_url)
+        model = local_client(server.base_url)
+        assert model is not None
         agent = build_demo_agent(
             sink, model=model, window=window, store=store, strategy=strategy
         )

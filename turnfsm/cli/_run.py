@@ -52,33 +52,65 @@ def open_model(spec: str, *, n_ctx: int = 4096) -> Iterator[tuple[ModelClient, i
     bundled llama.cpp model, stopped on exit) or an OpenAI-compatible base
     URL (``http://host:port/v1``; ``URL#MODEL`` names the model).
 
+    Only the provider `spec` needs is imported: a missing SDK is named with
+    the extra that brings it.
+
     Raises:
         ConfigError: an unknown spec, or a missing API key (named).
+        ImportError: the SDK `spec` needs is not installed (names the extra).
     """
-    from turnfsm.providers import AnthropicModel, OpenAIModel
-
     kind, _, name = spec.partition(":")
     if kind in _KEYS and name:
         if not os.environ.get(_KEYS[kind]):
             raise ConfigError("api_key", None, f"set {_KEYS[kind]} to use {spec}")
         if kind == "openai":
+            from turnfsm.providers import OpenAIModel
+
             yield OpenAIModel(model=name), 128_000
         else:
+            from turnfsm.providers import AnthropicModel
+
             yield AnthropicModel(model=name), 200_000
         return
     if spec == "local":
         from turnfsm.providers import LlamaServer
 
+        local_client()  # the SDK first: no server is started for nothing
         with LlamaServer(n_ctx=n_ctx) as server:
-            yield OpenAIModel(model="local", base_url=server.base_url), n_ctx
+            client = local_client(server.base_url)
+            assert client is not None
+            yield client, n_ctx
         return
     if spec.startswith(("http://", "https://")):
+        from turnfsm.providers import OpenAIModel
+
         url, _, model = spec.partition("#")
         yield OpenAIModel(model=model or "default", base_url=url), n_ctx
         return
     raise ConfigError(
         "model", spec, "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
     )
+
+
+def local_client(base_url: str | None = None) -> ModelClient | None:
+    """The OpenAI-compatible client of the bundled local model's server.
+
+    With no `base_url`, only check that it can be made (before a server is
+    started for it) and return None.
+
+    Raises:
+        ImportError: the ``local`` extra (which brings the OpenAI SDK) is
+            not installed.
+    """
+    try:
+        from turnfsm.providers import OpenAIModel
+    except ImportError:
+        raise ImportError(
+            "the local model needs the local extra: pip install 'turnfsm[local]'"
+        ) from None
+    if base_url is None:
+        return None
+    return OpenAIModel(model="local", base_url=base_url)
 
 
 async def run_and_close(agent: Agent, task: str) -> RunResult:
