@@ -6,12 +6,14 @@ so expected buffers can be written out in a test and compared with `==`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from turnfsm.context import CompactionContext
 from turnfsm.core import (
     Budget,
+    CompactReason,
     Decision,
     Event,
     MachineSpec,
@@ -19,6 +21,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.messages import JSONValue, Message, ToolCallPart
+from turnfsm.tokens import HeuristicTokenCounter
 
 __all__ = [
     "REPO_ROOT",
@@ -151,3 +154,25 @@ def result(
 def results_for(message: Message) -> tuple[Message, ...]:
     """Return one ``ok`` result for every tool call of `message`."""
     return tuple(result(c.id, id=f"{message.id}-{c.id}") for c in message.tool_calls)
+
+
+def compaction_context(
+    messages: Sequence[Message],
+    *,
+    window: int = 100_000,
+    summaries: dict[str, str] | None = None,
+    allow_model: bool = True,
+    session_id: str = "ses_1",
+) -> CompactionContext:
+    """A threshold pass's context over `messages`, counted by the heuristic."""
+    counter = HeuristicTokenCounter()
+    return CompactionContext(
+        tokens_before=counter.count(messages),
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        context_window=window,
+        turn=1,
+        counter=counter,
+        session_id=session_id,
+        summaries=summaries or {},
+        allow_model=allow_model,
+    )

@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.generators import histories, valid
+from tests.helpers import compaction_context as ctx_for
 from turnfsm.context import (
     SUMMARY_PREFIX,
-    CompactionContext,
     CompactionOutcome,
     LayeredCompactor,
     SummarizingCompactor,
@@ -35,7 +35,6 @@ from turnfsm.context import (
 from turnfsm.context._digest import ToolResultDigest
 from turnfsm.context._pairs import pair_tool_traffic, result_problem
 from turnfsm.context._transcript import SUMMARY_KEY, is_summary, summary_prompt
-from turnfsm.core._lines import CompactReason
 from turnfsm.messages import (
     SUMMARY_COVERS,
     Message,
@@ -97,24 +96,6 @@ def cases(max_messages: int, **choices: Sequence[Any]) -> st.SearchStrategy[Case
 
 
 # -- running a pass ------------------------------------------------------------
-
-
-def ctx_for(
-    messages: Sequence[Message],
-    *,
-    summaries: dict[str, str] | None = None,
-    allow_model: bool = True,
-) -> CompactionContext:
-    return CompactionContext(
-        tokens_before=COUNTER.count(messages),
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        context_window=100_000,
-        turn=1,
-        counter=COUNTER,
-        session_id="ses_1",
-        summaries=summaries or {},
-        allow_model=allow_model,
-    )
 
 
 def drive(coro: Coroutine[Any, Any, CompactionOutcome]) -> CompactionOutcome:

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 import anyio
 import pytest
 
+from tests.helpers import compaction_context as ctx_for
 from turnfsm.context import (
     Applied,
-    CompactionContext,
     CompactionOutcome,
     CompactionStatus,
     Failed,
@@ -24,7 +24,6 @@ from turnfsm.context._layered import (
     TRUNCATION_SUFFIX,
 )
 from turnfsm.context._pairs import result_problem
-from turnfsm.core import CompactReason
 from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolResultPart
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -37,26 +36,6 @@ SECRET = "SECRET-XYZ"
 INSUFFICIENT = "deterministic layers insufficient; LLM layers required"
 COLLAPSE_HEADER = "[Conversation summary of {n} earlier turns]\n"
 FULL_HEADER = "[Full conversation summary]\n"
-
-
-def ctx_for(
-    messages: Sequence[Message],
-    *,
-    window: int = 100_000,
-    summaries: dict[str, str] | None = None,
-    allow_model: bool = True,
-    session_id: str = "ses_1",
-) -> CompactionContext:
-    return CompactionContext(
-        tokens_before=COUNTER.count(messages),
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        context_window=window,
-        turn=1,
-        counter=COUNTER,
-        session_id=session_id,
-        summaries=summaries or {},
-        allow_model=allow_model,
-    )
 
 
 def run(

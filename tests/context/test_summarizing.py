@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
+from tests.helpers import compaction_context as ctx_for
 from turnfsm.context import (
     SUMMARY_PREFIX,
     SUMMARY_SECTIONS,
-    CompactionContext,
     CompactionOutcome,
     SummarizingCompactor,
 )
@@ -22,7 +22,6 @@ from turnfsm.context._transcript import (
     summary_id,
     summary_prompt,
 )
-from turnfsm.core import CompactReason
 from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import SUMMARY_COVERS, Message, Role
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -31,26 +30,6 @@ from turnfsm.testing import tool_call as call
 from turnfsm.tokens import HeuristicTokenCounter
 
 COUNTER = HeuristicTokenCounter()
-
-
-def ctx_for(
-    messages: Sequence[Message],
-    *,
-    window: int = 100_000,
-    summaries: dict[str, str] | None = None,
-    allow_model: bool = True,
-    session_id: str = "ses_1",
-) -> CompactionContext:
-    return CompactionContext(
-        tokens_before=COUNTER.count(messages),
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        context_window=window,
-        turn=1,
-        counter=COUNTER,
-        session_id=session_id,
-        summaries=summaries or {},
-        allow_model=allow_model,
-    )
 
 
 def run(

