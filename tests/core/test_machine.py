@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import attrs
 import pytest
 
 from tests.helpers import (
@@ -745,7 +746,17 @@ def test_last_step_names_the_fired_transition() -> None:
     machine.handle(Measured(estimate=1))
     steps.append(machine.last_step)
 
-    assert steps == [
+    spec = load_turn_spec()
+    fired = [s for s in steps if s is not None]
+    # Each step names the file's transition that fired, and the guards it passed.
+    for step in fired:
+        t = spec.transitions[step.index]
+        assert (t.trigger, t.dest or step.source) == (step.trigger, step.dest)
+        assert step.source in t.sources
+        assert step.guards == (*t.conditions, *(f"not {g}" for g in t.unless))
+    assert fired[1].guards  # the emergency line is a guarded transition
+    plain = [None if s is None else attrs.evolve(s, index=-1, guards=()) for s in steps]
+    assert plain == [
         Step(source="start", dest="start", trigger="run_started"),
         Step(
             source="start",

@@ -95,13 +95,27 @@ __all__ = ["Step", "TurnMachine"]
 @final
 @attrs.frozen(kw_only=True)
 class Step:
-    """One fired transition: what a hook or a trace sees."""
+    """One fired transition: what a hook or a trace sees.
+
+    Attributes:
+        source: The phase it left.
+        dest: The phase it entered (`source` for an internal transition).
+        trigger: The event's trigger.
+        reason: The compaction reason the transition sets, if any.
+        error: The failure it builds, if any.
+        index: Its position among the machine file's transitions (0-based):
+            which edge of the diagram fired.
+        guards: The guards that passed: its ``conditions``, then each of its
+            ``unless`` as ``not NAME``.
+    """
 
     source: str
     dest: str
     trigger: str
     reason: CompactReason | None = None
     error: str | None = None
+    index: int = -1
+    guards: tuple[str, ...] = ()
 
 
 class _Model:
@@ -233,6 +247,8 @@ class _Compiled:
                     trigger=t.trigger,
                     reason=t.reason,
                     error=t.error,
+                    index=index,
+                    guards=(*t.conditions, *(f"not {g}" for g in t.unless)),
                 )
                 base: dict[str, Any] = {"phase": dest}
                 if t.reason is not None:
