@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, final
@@ -150,6 +151,12 @@ class Driver:
         max_output_tokens: the reply budget asked of the model; it is part
             of the reserved budget, so a request always leaves room for it.
         clock: wall-clock seconds for the log's timestamps.
+        name: the agent's name, as traces show it (``invoke_agent NAME``).
+        tracing: trace runs with OpenTelemetry (`turnfsm.tracing`): None
+            (the default) traces when a tracer provider is set up (by
+            `turnfsm.tracing.configure` or the application), True always
+            (through the global provider), False never. A `TracingHook`
+            among `hooks` replaces the automatic one.
     """
 
     model: ModelClient
@@ -185,6 +192,8 @@ class Driver:
         default=None, validator=_optional_count("max_output_tokens")
     )
     clock: Callable[[], float] = time.time
+    name: str = attrs.field(default="turnfsm")
+    tracing: bool | None = attrs.field(default=None)
     _tools: dict[str, Tool] = attrs.field(init=False)
     _budget: Budget = attrs.field(init=False)
     _schemas: tuple[ToolSchema, ...] = attrs.field(init=False)
@@ -202,6 +211,10 @@ class Driver:
             raise ConfigError("machine", self.machine, "a MachineSpec")
         if self.context is not None and not isinstance(self.context, ContextManager):
             raise ConfigError("context", self.context, "a ContextManager or None")
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError("name", self.name, "a non-empty string")
+        if self.tracing is not None and not isinstance(self.tracing, bool):
+            raise ConfigError("tracing", self.tracing, "True, False or None")
         self._tools = tools_by_name(self.tools)
         self._schemas = tuple(t.schema for t in self._tools.values())
         self._budget = (
@@ -233,6 +246,7 @@ class Driver:
         self._settings = LoopSettings(
             machine_name=self.machine.name,
             digest=self._digest,
+            agent=self.name,
             effects=self._effects,
             context=self.context,
             compaction_timeout=self.compaction_timeout,
@@ -381,7 +395,11 @@ class Driver:
         control: RunControl | None,
         hooks: Sequence[Hook],
     ) -> _Loop:
-        dispatcher = HookDispatcher.of([*self.hooks, *hooks], strict=self.strict_hooks)
+        listed = [*self.hooks, *hooks]
+        traced = tracing_hook(listed, self.tracing)
+        if traced is not None:
+            listed.insert(0, traced)
+        dispatcher = HookDispatcher.of(listed, strict=self.strict_hooks)
         meter = Meter(self.counter)
         kept = self._extras
         reserved = (meter.measure(extras=kept) if kept else 0) + (
@@ -414,6 +432,21 @@ class Driver:
         loop = _Loop(self._settings, session, machine, ctx, control)
         ctx.record = loop.record_result
         return loop
+
+
+def tracing_hook(hooks: Sequence[Hook], setting: bool | None) -> Hook | None:
+    """The tracing hook a run gets besides `hooks`, or None (see `Driver.tracing`).
+
+    OpenTelemetry is looked at only when something imported it: a process
+    that never set up a tracer provider pays nothing.
+    """
+    if setting is False or any(getattr(h, "traces_runs", False) for h in hooks):
+        return None
+    if setting is None and "opentelemetry.trace" not in sys.modules:
+        return None
+    from turnfsm import tracing
+
+    return tracing.global_hook(force=setting is True)
 
 
 def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:

@@ -13,7 +13,7 @@ translate-once rule); bugs and cancellation propagate unchanged.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeAlias, final
+from typing import Any, Final, Literal, TypeAlias, final
 
 import anyio
 import attrs
@@ -49,7 +49,15 @@ from turnfsm.core import (
 from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._tools import Tool, deadline, run_tool_call
 from turnfsm.errors import ProviderError
-from turnfsm.hooks import PreCompact, PreCompactInfo, TextDeltaInfo
+from turnfsm.hooks import (
+    ModelCallEnd,
+    ModelCallInfo,
+    PreCompact,
+    PreCompactInfo,
+    TextDeltaInfo,
+    ToolCallEnd,
+    ToolCallInfo,
+)
 from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.messages import Joined, Message, MessageLog, ToolCallPart
 from turnfsm.persistence import Session
@@ -64,6 +72,7 @@ __all__ = [
     "EffectContext",
     "call_model",
     "compact",
+    "describe_model",
     "measure",
     "run_tools",
 ]
@@ -250,6 +259,7 @@ async def _complete(
     *,
     model: ModelClient | None = None,
     stream: bool | None = None,
+    purpose: Literal["turn", "summary"] = "turn",
 ) -> ModelResponse:
     """Call the model; on a transient error, hand over to the retry policy.
 
@@ -258,14 +268,59 @@ async def _complete(
         request: The request.
         model: The client to call (default: the run's model).
         stream: Whether to stream to the hooks (default: the run's setting).
+        purpose: What the call is for, as the model-call hooks see it.
     """
     client = ctx.model if model is None else model
     streamed = ctx.stream if stream is None else stream
+    hooks = ctx.hooks
+    observed = hooks.wants("on_model_call_start") or hooks.wants("on_model_call_end")
+    attempts = 0
+    ended = 0.0
 
     async def call() -> ModelResponse:
-        if streamed:
-            return await _streamed(ctx, client, request)
-        return await client.complete(request)
+        nonlocal attempts, ended
+        attempts += 1
+        if not observed:
+            if streamed:
+                return await _streamed(ctx, client, request)
+            return await client.complete(request)
+        name, provider = describe_model(client)
+        started = anyio.current_time()
+        info = ModelCallInfo(
+            session_id=ctx.session_id,
+            run_id=ctx.run_id,
+            key=ctx.new_id("call"),
+            turn=ctx.turn + 1,
+            attempt=attempts,
+            purpose=purpose,
+            model=name,
+            provider=provider,
+            request=request,
+            waited=started - ended if attempts > 1 else 0.0,
+        )
+        hooks.call("on_model_call_start", info)
+        try:
+            if streamed:
+                response = await _streamed(ctx, client, request)
+            else:
+                response = await client.complete(request)
+        except BaseException as exc:
+            ended = anyio.current_time()
+            hooks.call(
+                "on_model_call_end",
+                ModelCallEnd(
+                    call=info, response=None, error=exc, duration=ended - started
+                ),
+            )
+            raise
+        ended = anyio.current_time()
+        hooks.call(
+            "on_model_call_end",
+            ModelCallEnd(
+                call=info, response=response, error=None, duration=ended - started
+            ),
+        )
+        return response
 
     started = anyio.current_time()
     try:
@@ -284,6 +339,20 @@ async def _complete(
         with attempt, deadline(ctx.model_timeout):
             return await call()
     raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
+def describe_model(client: object) -> tuple[str | None, str | None]:
+    """Return a client's (model name, provider name) as traces show them.
+
+    The name is ``client.model`` when it is a string; the provider is
+    ``client.provider_name``, else the client's class name.
+    """
+    name = getattr(client, "model", None)
+    provider = getattr(client, "provider_name", None)
+    return (
+        name if isinstance(name, str) else None,
+        provider if isinstance(provider, str) else type(client).__name__,
+    )
 
 
 async def _streamed(
@@ -343,9 +412,46 @@ async def _one_tool(
     done = ctx.recorded.get(call.id)
     if done is not None:
         return done
-    result = await run_tool_call(call, ctx.tools, limit=ctx.tool_timeout)
+    hooks = ctx.hooks
+    if hooks.wants("on_tool_start") or hooks.wants("on_tool_end"):
+        result = await _observed_tool(ctx, call)
+    else:
+        result = await run_tool_call(call, ctx.tools, limit=ctx.tool_timeout)
     if journal and ctx.record is not None:
         await ctx.record(result)
+    return result
+
+
+async def _observed_tool(ctx: EffectContext, call: ToolCallPart) -> Message:
+    """Run one tool call between its `on_tool_start` and `on_tool_end` hooks."""
+    hooks = ctx.hooks
+    info = ToolCallInfo(
+        session_id=ctx.session_id, run_id=ctx.run_id, turn=ctx.turn, call=call
+    )
+    hooks.call("on_tool_start", info)
+    started = anyio.current_time()
+    try:
+        result = await run_tool_call(call, ctx.tools, limit=ctx.tool_timeout)
+    except BaseException as exc:
+        hooks.call(
+            "on_tool_end",
+            ToolCallEnd(
+                call=info,
+                result=None,
+                error=exc,
+                duration=anyio.current_time() - started,
+            ),
+        )
+        raise
+    hooks.call(
+        "on_tool_end",
+        ToolCallEnd(
+            call=info,
+            result=result,
+            error=None,
+            duration=anyio.current_time() - started,
+        ),
+    )
     return result
 
 
@@ -382,7 +488,9 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
     ) -> ModelResponse:
         # A summary call is a model call: the run's retry policy, timeout
         # and usage accounting (labelled apart from the agent's own turns).
-        response = await _complete(ctx, request, model=model, stream=False)
+        response = await _complete(
+            ctx, request, model=model, stream=False, purpose="summary"
+        )
         if response.usage is not None:
             spent.append(response.usage)
         return response

@@ -38,7 +38,13 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.driver._control import RunControl, RunResult
-from turnfsm.driver._effects import Effect, EffectContext, effect_key, is_extension
+from turnfsm.driver._effects import (
+    Effect,
+    EffectContext,
+    describe_model,
+    effect_key,
+    is_extension,
+)
 from turnfsm.errors import (
     Cancelled,
     ContextExceeded,
@@ -86,6 +92,7 @@ class LoopSettings:
 
     machine_name: str
     digest: str
+    agent: str
     effects: Mapping[str, Effect]
     context: ContextManager | None
     compaction_timeout: float | None
@@ -146,13 +153,27 @@ class _Loop:
             budget=self.machine.snapshot.budget,
             at=self.ctx.clock(),
         )
-        if self.hooks.wants("on_run_start"):
-            self.hooks.call(
-                "on_run_start",
-                RunStartInfo(
-                    session_id=self.session.id, run_id=self.run_id, input=input
-                ),
-            )
+        self._started(input, resumed=False)
+
+    def _started(self, input: tuple[Message, ...], *, resumed: bool) -> None:
+        if not self.hooks.wants("on_run_start"):
+            return
+        model, provider = describe_model(self.ctx.model)
+        self.hooks.call(
+            "on_run_start",
+            RunStartInfo(
+                session_id=self.session.id,
+                run_id=self.run_id,
+                input=input,
+                agent=self.driver.agent,
+                machine=self.driver.machine_name,
+                digest=self.driver.digest,
+                budget=self.machine.snapshot.budget,
+                model=model,
+                provider=provider,
+                resumed=resumed,
+            ),
+        )
 
     def restore(self, record: RunRecord) -> None:
         self.index = len(record.events)
@@ -162,6 +183,7 @@ class _Loop:
         )
         self.compactions = len(record.compactions)
         self.ctx.recorded = self.session.recorded_results(self.run_id)
+        self._started((), resumed=True)
 
     async def record_result(self, result: Message) -> None:
         """Log one tool result of the batch in flight (calls finish concurrently)."""
@@ -210,7 +232,12 @@ class _Loop:
         if self._wants_transition and machine.last_step is not None:
             self.hooks.call(
                 "on_transition",
-                TransitionInfo(run_id=self.run_id, step=machine.last_step),
+                TransitionInfo(
+                    run_id=self.run_id,
+                    step=machine.last_step,
+                    estimate=after.estimate,
+                    turn=after.turns,
+                ),
             )
         return decision
 
@@ -374,6 +401,9 @@ class _Loop:
             messages_after=len(record.replacement),
             compacted=record.compacted,
             vetoed=record.vetoed,
+            outcome=record.outcome,
+            strategy=record.strategy,
+            usage=record.usage,
         )
         if record.compacted:
             hooks.call("on_compaction", info)
@@ -577,6 +607,10 @@ class _Loop:
                     text=text,
                     error=error,
                     outcome=outcome,
+                    session_id=self.session.id,
+                    turns=snapshot.turns,
+                    usage=self.usage,
+                    compaction_usage=self.compaction_usage,
                 ),
             )
         return RunResult(

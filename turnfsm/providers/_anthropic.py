@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Final, TypeAlias, final
+from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
 from anyio.lowlevel import current_token
@@ -102,6 +102,9 @@ class AnthropicModel:
             setting is out of range.
     """
 
+    provider_name: ClassVar[str] = "anthropic"
+    """The provider's name in traces (``gen_ai.provider.name``)."""
+
     model: str = attrs.field(
         validator=_checked(
             "model",
@@ -167,7 +170,9 @@ class AnthropicModel:
         blocks = [
             block.model_dump(mode="json", warnings=False) for block in reply.content
         ]
-        return ModelResponse(message=_reply(blocks), usage=_usage(reply.usage))
+        return ModelResponse(
+            message=_reply(blocks), usage=_usage(reply.usage), model=reply.model or None
+        )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
@@ -231,11 +236,13 @@ class _Events:
         self.blocks: dict[int, dict[str, Any]] = {}  # by index, as the API sends
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
         self.usage: Usage | None = None
+        self.model: str | None = None
 
     def add(self, event: wire.RawMessageStreamEvent) -> str:
         """Take in one event; return the text it adds ("" if none)."""
         if isinstance(event, wire.RawMessageStartEvent):
             self.usage = _usage(event.message.usage)
+            self.model = event.message.model or None
         elif isinstance(event, wire.RawMessageDeltaEvent):
             self.usage = _usage(event.usage, self.usage)
         elif isinstance(event, wire.RawContentBlockStartEvent):
@@ -260,7 +267,7 @@ class _Events:
             if pieces:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
         blocks = [self.blocks[i] for i in sorted(self.blocks)]
-        return ModelResponse(message=_reply(blocks), usage=self.usage)
+        return ModelResponse(message=_reply(blocks), usage=self.usage, model=self.model)
 
 
 def _reply(blocks: list[dict[str, Any]]) -> Message:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Final, TypeAlias, final
+from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
 from anyio.lowlevel import current_token
@@ -92,6 +92,9 @@ class OpenAIModel:
             setting is out of range.
     """
 
+    provider_name: ClassVar[str] = "openai"
+    """The provider's name in traces (``gen_ai.provider.name``)."""
+
     model: str = attrs.field(validator=_model_name("gpt-4o-mini"))
     base_url: str | None = attrs.field(default=None, kw_only=True)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -150,7 +153,11 @@ class OpenAIModel:
         # Servers send shapes the SDK's models do not expect (a list as
         # content); the converter checks them, so pydantic need not warn.
         data = completion.choices[0].message.model_dump(mode="json", warnings=False)
-        return ModelResponse(message=_reply(data), usage=_usage(completion.usage))
+        return ModelResponse(
+            message=_reply(data),
+            usage=_usage(completion.usage),
+            model=completion.model or None,
+        )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
@@ -216,9 +223,11 @@ class _Chunks:
         self.refusal: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}  # by index: id, name, arguments
         self.usage: Usage | None = None
+        self.model: str | None = None
 
     def add(self, chunk: ChatCompletionChunk) -> str:
         """Take in one chunk; return the text it adds ("" if none)."""
+        self.model = self.model or getattr(chunk, "model", None) or None
         if chunk.usage is not None:  # the last chunk, with include_usage
             self.usage = _usage(chunk.usage)
         added = ""
@@ -258,7 +267,7 @@ class _Chunks:
                 for _, call in sorted(self.calls.items())
             ],
         }
-        return ModelResponse(message=_reply(data), usage=self.usage)
+        return ModelResponse(message=_reply(data), usage=self.usage, model=self.model)
 
 
 def _reply(data: Mapping[str, Any]) -> Message:

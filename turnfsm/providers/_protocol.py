@@ -43,10 +43,15 @@ class ModelRequest:
 @final
 @attrs.frozen(kw_only=True)
 class ModelResponse:
-    """The model's reply (an assistant message) and the usage it reported."""
+    """The model's reply (an assistant message) and the usage it reported.
+
+    `model` is the model that answered, as the provider names it (it may
+    differ from the name asked for), or None.
+    """
 
     message: Message = attrs.field()
     usage: Usage | None = None
+    model: str | None = None
 
     @message.validator
     def _check_role(self, _attr: object, value: Message) -> None:

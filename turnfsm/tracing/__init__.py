@@ -1,0 +1,39 @@
+"""Tracing: every run as OpenTelemetry spans, events and metrics (GenAI conventions).
+
+Switch it on with one call, or with the standard ``OTEL_*`` environment
+and `configure()` (the CLI calls it when an endpoint is set)::
+
+    import turnfsm.tracing
+
+    turnfsm.tracing.configure(endpoint="http://localhost:4318")  # Jaeger, Phoenix, ...
+
+From then on every `Driver` run is traced through the `TracingHook` (see
+`turnfsm.tracing.attributes` for every name it emits). An application that
+sets up OpenTelemetry itself gets the same: a `Driver` traces its runs
+whenever a tracer provider is set.
+
+The OTLP exporters are an extra: ``pip install 'turnfsm[otel]'``.
+"""
+
+from __future__ import annotations
+
+from turnfsm.tracing import attributes
+from turnfsm.tracing._hook import CAPTURE_CONTENT_ENV, TracingHook
+from turnfsm.tracing._setup import (
+    Protocol,
+    Tracing,
+    configure,
+    global_hook,
+    is_configured,
+)
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "Protocol",
+    "Tracing",
+    "TracingHook",
+    "attributes",
+    "configure",
+    "global_hook",
+    "is_configured",
+]

@@ -1,0 +1,376 @@
+"""`configure`: OpenTelemetry's SDK set up for turnfsm runs (arguments or OTEL_*)."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, final
+from urllib.parse import urlsplit
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+)
+
+from turnfsm.errors import ConfigError
+from turnfsm.tracing._hook import TracingHook
+
+__all__ = ["Protocol", "Tracing", "configure", "global_hook", "is_configured"]
+
+logger = logging.getLogger("turnfsm.tracing")
+
+Protocol = Literal["http/protobuf", "grpc"]
+"""The OTLP transports: protobuf over HTTP (port 4318) or gRPC (port 4317)."""
+
+_PROTOCOLS: Final = ("http/protobuf", "grpc")
+_EXTRA: Final = "pip install 'turnfsm[otel]'"
+
+
+@final
+class Tracing:
+    """What `configure` set up: its providers, the hook runs use, and its end.
+
+    Attributes:
+        tracer_provider: The SDK tracer provider spans go to (None when the
+            SDK is disabled by ``OTEL_SDK_DISABLED``).
+        meter_provider: The SDK meter provider, when metrics are exported.
+        hook: The `TracingHook` every `Driver` adds to its runs.
+        endpoint: Where OTLP goes (None: no OTLP exporter).
+        protocol: The OTLP transport.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None,
+        meter_provider: MeterProvider | None,
+        *,
+        endpoint: str | None,
+        protocol: Protocol,
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.endpoint = endpoint
+        self.protocol = protocol
+        self.hook = TracingHook(
+            tracer_provider=tracer_provider, meter_provider=meter_provider
+        )
+        self._closed = False
+
+    def force_flush(self, timeout: float = 5.0) -> bool:
+        """Export what is buffered; False if it did not finish within `timeout`."""
+        done = True
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is not None:
+                done = provider.force_flush(int(timeout * 1000)) and done
+        return done
+
+    def shutdown(self, timeout: float = 5.0) -> bool:
+        """Flush and stop, waiting at most `timeout` seconds; never blocks longer.
+
+        A receiver that is down must not hold a process at its exit: the
+        exporters' retries go on in a daemon thread that is left behind.
+        Returns whether everything was flushed and stopped in time.
+        """
+        if self._closed:
+            return True
+        self._closed = True
+        providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
+        if not providers:
+            return True
+
+        def stop() -> None:
+            for provider in providers:
+                try:
+                    provider.shutdown()
+                except Exception:  # an exporter's own failure: nothing to keep
+                    logger.debug("tracing: shutdown failed", exc_info=True)
+
+        worker = threading.Thread(target=stop, name="turnfsm-tracing-stop", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            logger.warning(
+                "tracing: spans not delivered within %ss (is the receiver at %s up?)",
+                timeout,
+                self.endpoint,
+            )
+            return False
+        return True
+
+
+_current: Tracing | None = None
+_shared: TracingHook | None = None
+_lock = threading.Lock()
+
+
+def configure(
+    *,
+    endpoint: str | None = None,
+    protocol: Protocol | None = None,
+    headers: Mapping[str, str] | None = None,
+    service_name: str | None = None,
+    exporters: Sequence[SpanExporter] | None = None,
+    file: str | os.PathLike[str] | None = None,
+    metrics_export: bool | None = None,
+    timeout: float | None = None,
+    set_global: bool = True,
+) -> Tracing:
+    """Set up OpenTelemetry so that every turnfsm run is traced.
+
+    Everything not given is read from the standard environment:
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (and its ``_TRACES_`` form),
+    ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf``, the default, or
+    ``grpc``), ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``
+    (seconds), ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``,
+    ``OTEL_TRACES_SAMPLER`` (+ ``_ARG``), ``OTEL_TRACES_EXPORTER`` (``otlp``,
+    ``console``, ``none``), ``OTEL_METRICS_EXPORTER``, ``OTEL_BSP_*`` and
+    ``OTEL_SDK_DISABLED``.
+
+    Spans are exported in the background (a batch processor): a receiver
+    that is slow or down never holds up a run, and `Tracing.shutdown` (also
+    run at exit) waits a bounded time.
+
+    Args:
+        endpoint: The OTLP receiver, e.g. ``http://localhost:4318`` (HTTP;
+            ``/v1/traces`` is added when no path is given) or
+            ``http://localhost:4317`` (gRPC).
+        protocol: The OTLP transport.
+        headers: Sent with every export (e.g. an API key).
+        service_name: The ``service.name`` resource attribute (default:
+            ``OTEL_SERVICE_NAME``, else ``turnfsm``).
+        exporters: Span exporters to use instead of OTLP (e.g. the SDK's
+            ``InMemorySpanExporter``), each behind a batch processor.
+        file: Also write the spans as OTLP/JSON lines to this file (what
+            ``turnfsm diagram --trace`` reads).
+        metrics_export: Export metrics over OTLP too (default: only when
+            ``OTEL_METRICS_EXPORTER=otlp``; Jaeger takes no metrics).
+        timeout: Seconds each export may take (default: the environment's,
+            else 10).
+        set_global: Also make it OpenTelemetry's global provider (the first
+            time only, as OpenTelemetry allows), so that other libraries'
+            spans join the same traces.
+
+    Returns:
+        The `Tracing`; call its `shutdown()` when done (it also runs at exit).
+
+    Raises:
+        ConfigError: a bad protocol, endpoint or timeout.
+        ImportError: OTLP is asked for without the exporters
+            (``pip install 'turnfsm[otel]'``).
+    """
+    if protocol is not None and protocol not in _PROTOCOLS:
+        raise ConfigError("protocol", protocol, "'http/protobuf' or 'grpc'")
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < float("inf")
+    ):
+        raise ConfigError("timeout", timeout, "a finite number of seconds > 0")
+    chosen: Protocol = protocol or _env_protocol()
+    if _env_flag("OTEL_SDK_DISABLED"):
+        tracing = Tracing(None, None, endpoint=None, protocol=chosen)
+        _install(tracing, set_global=False)
+        return tracing
+    if endpoint is not None:
+        _check_endpoint(endpoint)
+    resource = Resource.create(
+        {
+            "service.name": service_name
+            or os.environ.get("OTEL_SERVICE_NAME")
+            or "turnfsm"
+        }
+    )
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp")
+    used: list[SpanExporter] = list(exporters or ())
+    target: str | None = None
+    if exporters is None and file is None:
+        if "otlp" in wanted:
+            exporter, target = _otlp_spans(chosen, endpoint, headers, timeout)
+            used.append(exporter)
+        if "console" in wanted:
+            used.append(ConsoleSpanExporter())
+    if file is not None:
+        used.append(_file_exporter(Path(file)))
+    for exporter in used:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    meter_provider = None
+    if metrics_export is None:
+        metrics_export = "otlp" in _env_list("OTEL_METRICS_EXPORTER", "none")
+    if metrics_export:
+        meter_provider = MeterProvider(
+            resource=resource,
+            metric_readers=[
+                PeriodicExportingMetricReader(
+                    _otlp_metrics(chosen, endpoint, headers, timeout)
+                )
+            ],
+            shutdown_on_exit=False,
+        )
+    tracing = Tracing(provider, meter_provider, endpoint=target, protocol=chosen)
+    _install(tracing, set_global=set_global)
+    return tracing
+
+
+def _file_exporter(path: Path) -> SpanExporter:
+    raise ConfigError("file", str(path), "OTLP/JSON files are not written yet")
+
+
+def _install(tracing: Tracing, *, set_global: bool) -> None:
+    global _current
+    with _lock:
+        previous, _current = _current, tracing
+    if previous is not None:
+        previous.shutdown(timeout=2.0)
+    if set_global and tracing.tracer_provider is not None:
+        if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            trace.set_tracer_provider(tracing.tracer_provider)
+        if tracing.meter_provider is not None and _is_proxy_meter():
+            metrics.set_meter_provider(tracing.meter_provider)
+    atexit.register(tracing.shutdown, 3.0)
+
+
+def _is_proxy_meter() -> bool:
+    return type(metrics.get_meter_provider()).__name__.startswith("_Proxy")
+
+
+def is_configured() -> bool:
+    """Whether `configure` set tracing up in this process (and it is on)."""
+    current = _current
+    return current is not None and current.tracer_provider is not None
+
+
+def global_hook(*, force: bool = False) -> TracingHook | None:
+    """The hook a `Driver` adds to its runs, or None when nothing is set up.
+
+    `configure`'s hook when it was called; else one on OpenTelemetry's
+    global providers when the application set a tracer provider up (or
+    `force`).
+    """
+    global _shared
+    current = _current
+    if current is not None:
+        return current.hook if current.tracer_provider is not None else None
+    provider = trace.get_tracer_provider()
+    real = not isinstance(
+        provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    )
+    if not (real or force):
+        return None
+    with _lock:
+        if _shared is None:
+            _shared = TracingHook()
+        return _shared
+
+
+def _env_protocol() -> Protocol:
+    value = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+    if value not in _PROTOCOLS:
+        raise ConfigError(
+            "OTEL_EXPORTER_OTLP_PROTOCOL", value, "'http/protobuf' or 'grpc'"
+        )
+    return value  # type: ignore[return-value]
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def _env_list(name: str, default: str) -> list[str]:
+    return [v.strip().lower() for v in os.environ.get(name, default).split(",")]
+
+
+def _check_endpoint(endpoint: object) -> None:
+    parts = urlsplit(endpoint) if isinstance(endpoint, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            "endpoint", endpoint, "an http:// or https:// URL with a host"
+        )
+
+
+def _http_url(endpoint: str | None, path: str) -> str | None:
+    if endpoint is None:
+        return None
+    if urlsplit(endpoint).path in ("", "/"):
+        return endpoint.rstrip("/") + path
+    return endpoint
+
+
+def _otlp_spans(
+    protocol: Protocol,
+    endpoint: str | None,
+    headers: Mapping[str, str] | None,
+    timeout: float | None,
+) -> tuple[SpanExporter, str]:
+    options: dict[str, Any] = {}
+    if headers is not None:
+        options["headers"] = dict(headers)
+    if timeout is not None:
+        options["timeout"] = timeout
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcSpanExporter,
+            )
+
+            grpc = GrpcSpanExporter(endpoint=endpoint, **options)
+            return grpc, endpoint or _env_endpoint("http://localhost:4317", "")
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpSpanExporter,
+        )
+    except ImportError as exc:
+        raise ImportError(f"OTLP over {protocol} needs its exporter: {_EXTRA}") from exc
+    url = _http_url(endpoint, "/v1/traces")
+    http = HttpSpanExporter(endpoint=url, **options)
+    return http, url or _env_endpoint("http://localhost:4318", "/v1/traces")
+
+
+def _otlp_metrics(
+    protocol: Protocol,
+    endpoint: str | None,
+    headers: Mapping[str, str] | None,
+    timeout: float | None,
+) -> MetricExporter:
+    options: dict[str, Any] = {}
+    if headers is not None:
+        options["headers"] = dict(headers)
+    if timeout is not None:
+        options["timeout"] = timeout
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetricExporter,
+            )
+
+            return GrpcMetricExporter(endpoint=endpoint, **options)
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter as HttpMetricExporter,
+        )
+    except ImportError as exc:
+        raise ImportError(f"OTLP over {protocol} needs its exporter: {_EXTRA}") from exc
+    return HttpMetricExporter(endpoint=_http_url(endpoint, "/v1/metrics"), **options)
+
+
+def _env_endpoint(default: str, path: str) -> str:
+    specific = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if specific:
+        return specific
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return (base.rstrip("/") + path) if base else default

@@ -1,0 +1,95 @@
+"""Every span name, attribute key, event name and metric name turnfsm emits.
+
+The GenAI semantic conventions are in development, and their Python
+constants (``opentelemetry.semconv._incubating``) are deprecated as they
+move, so turnfsm spells the strings it uses here, once. Everything that is
+not a GenAI convention lives under ``turnfsm.*``, with low-cardinality span
+names.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- GenAI semantic conventions --------------------------------------------
+OPERATION_NAME: Final = "gen_ai.operation.name"
+PROVIDER_NAME: Final = "gen_ai.provider.name"
+REQUEST_MODEL: Final = "gen_ai.request.model"
+REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+RESPONSE_MODEL: Final = "gen_ai.response.model"
+CONVERSATION_ID: Final = "gen_ai.conversation.id"
+CONVERSATION_COMPACTED: Final = "gen_ai.conversation.compacted"
+AGENT_NAME: Final = "gen_ai.agent.name"
+USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+TOOL_NAME: Final = "gen_ai.tool.name"
+TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+TOOL_TYPE: Final = "gen_ai.tool.type"
+TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+INPUT_MESSAGES: Final = "gen_ai.input.messages"
+OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+TOKEN_TYPE: Final = "gen_ai.token.type"
+ERROR_TYPE: Final = "error.type"
+
+OP_INVOKE_AGENT: Final = "invoke_agent"
+OP_CHAT: Final = "chat"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+
+# -- turnfsm ---------------------------------------------------------------
+RUN_ID: Final = "turnfsm.run.id"
+RUN_OUTCOME: Final = "turnfsm.run.outcome"
+RUN_TURNS: Final = "turnfsm.run.turns"
+RUN_RESUMED: Final = "turnfsm.run.resumed"
+MACHINE_NAME: Final = "turnfsm.machine.name"
+MACHINE_DIGEST: Final = "turnfsm.machine.digest"
+PHASE: Final = "turnfsm.phase"
+ESTIMATE: Final = "turnfsm.estimate"
+WINDOW: Final = "turnfsm.context.window"
+THRESHOLD_LINE: Final = "turnfsm.context.threshold_line"
+EMERGENCY_LINE: Final = "turnfsm.context.emergency_line"
+TURN_NUMBER: Final = "turnfsm.turn.number"
+ATTEMPT: Final = "turnfsm.attempt"
+RETRY_WAIT: Final = "turnfsm.retry.wait"
+PURPOSE: Final = "turnfsm.purpose"
+CANCELLED: Final = "turnfsm.cancelled"
+EFFECT: Final = "turnfsm.effect"
+COMPACTION_REASON: Final = "turnfsm.compaction.reason"
+COMPACTION_STRATEGY: Final = "turnfsm.compaction.strategy"
+COMPACTION_OUTCOME: Final = "turnfsm.compaction.outcome"
+TOKENS_BEFORE: Final = "turnfsm.compaction.tokens_before"
+TOKENS_AFTER: Final = "turnfsm.compaction.tokens_after"
+TOKENS_SAVED: Final = "turnfsm.compaction.tokens_saved"
+TRANSITION_FROM: Final = "turnfsm.transition.from"
+TRANSITION_TO: Final = "turnfsm.transition.to"
+TRANSITION_TRIGGER: Final = "turnfsm.transition.trigger"
+TRANSITION_INDEX: Final = "turnfsm.transition.index"
+TRANSITION_GUARDS: Final = "turnfsm.transition.guards"
+TRANSITION_REASON: Final = "turnfsm.transition.reason"
+TRANSITION_ERROR: Final = "turnfsm.transition.error"
+
+# -- span and event names ----------------------------------------------------
+SPAN_TURN: Final = "turnfsm.turn"
+SPAN_COMPACTION: Final = "turnfsm.compaction"
+SPAN_EFFECT: Final = "turnfsm.effect"
+EVENT_TRANSITION: Final = "turnfsm.transition"
+
+# -- metrics -----------------------------------------------------------------
+METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+METRIC_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+METRIC_COMPACTIONS: Final = "turnfsm.compactions"
+METRIC_TOKENS_SAVED: Final = "turnfsm.compaction.tokens_saved"
+METRIC_PHASE_DURATION: Final = "turnfsm.phase.duration"
+METRIC_RUNS: Final = "turnfsm.runs"
+
+# The GenAI conventions' advised histogram buckets.
+TOKEN_BUCKETS: Final = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+    16777216, 67108864,
+)  # fmt: skip
+DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+    40.96, 81.92,
+)  # fmt: skip
