@@ -17,12 +17,37 @@ _STORE_HELP = (
 _ID_HELP = "the session's id (as `turnfsm sessions list` shows it)"
 
 
+def _trace_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group(
+        "tracing",
+        "spans are exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set "
+        "(OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf or grpc)",
+    )
+    group.add_argument(
+        "--trace",
+        action="store_true",
+        help="export spans over OTLP even with no endpoint set "
+        "(default endpoint: http://localhost:4318)",
+    )
+    group.add_argument(
+        "--trace-file",
+        metavar="FILE",
+        help="also write the spans to FILE as OTLP/JSON lines "
+        "(`turnfsm diagram --trace FILE` draws the path they took)",
+    )
+    return options
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="turnfsm", description="LLM agent loops on a declarative Turn FSM."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the demo agent on a simulated model")
+    traced = _trace_options()
+    demo = sub.add_parser(
+        "demo", parents=[traced], help="run the demo agent on a simulated model"
+    )
     demo.add_argument("--quiet", action="store_true", help="print only the answer")
     demo.add_argument(
         "--model",
@@ -57,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the machine file the runs ran on (default: the shipped machine "
         "with the logged name)",
     )
-    run = sub.add_parser("run", help="run one task on a real model")
+    run = sub.add_parser("run", parents=[traced], help="run one task on a real model")
     run.add_argument("task", help="what the agent should do")
     run.add_argument(
         "--model",
@@ -131,6 +156,20 @@ def _sessions_parser(sub: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
+    if args.command in ("demo", "run"):
+        from turnfsm.cli._tracing import traced
+
+        with traced(
+            force=args.trace,
+            file=args.trace_file,
+            quiet=getattr(args, "quiet", False),
+            command=args.command,
+        ):
+            return _command(args)
+    return _other(args)
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from turnfsm.cli._demo import run_demo
 
@@ -141,6 +180,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             store=args.store,
             strategy=args.strategy,
         )
+    from turnfsm.cli._run import run_task
+
+    return run_task(
+        args.task,
+        args.model,
+        n_ctx=args.n_ctx,
+        max_tokens=args.max_tokens,
+        store=args.store,
+    )
+
+
+def _other(args: argparse.Namespace) -> int:
     if args.command == "replay":
         from turnfsm.cli._replay import run_replay
 
@@ -150,16 +201,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             machine=args.machine,
             store=args.store,
             session_id=args.session,
-        )
-    if args.command == "run":
-        from turnfsm.cli._run import run_task
-
-        return run_task(
-            args.task,
-            args.model,
-            n_ctx=args.n_ctx,
-            max_tokens=args.max_tokens,
-            store=args.store,
         )
     if args.command == "sessions":
         from turnfsm.cli._sessions import SessionsCommand, run_sessions

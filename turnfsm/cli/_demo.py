@@ -88,6 +88,8 @@ class SimulatedModel:
     """A deterministic stand-in for an LLM (clearly not one): plan, then answer."""
 
     label = "SIMULATED model (deterministic script, no network)"
+    model = "simulated"  # as traces name it: `chat simulated`
+    provider_name = "turnfsm.demo"
 
     def __init__(self) -> None:
         self.calls = 0

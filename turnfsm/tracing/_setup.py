@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,10 @@ Protocol = Literal["http/protobuf", "grpc"]
 """The OTLP transports: protobuf over HTTP (port 4318) or gRPC (port 4317)."""
 
 _PROTOCOLS: Final = ("http/protobuf", "grpc")
+_ENDPOINT_VARS: Final = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+)
 _EXTRA: Final = "pip install 'turnfsm[otel]'"
 
 
@@ -90,6 +95,10 @@ class Tracing:
         providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
         if not providers:
             return True
+        if self.endpoint is not None and not _reachable(self.endpoint):
+            # Nothing listens there: waiting on the exporters' retries would
+            # only hold the process up.
+            timeout = 0.0
 
         def stop() -> None:
             for provider in providers:
@@ -111,6 +120,18 @@ class Tracing:
         return True
 
 
+def _reachable(endpoint: str) -> bool:
+    """Whether something accepts TCP connections at `endpoint` (within 0.5 s)."""
+    parts = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
+    host = parts.hostname or "localhost"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 _current: Tracing | None = None
 _shared: TracingHook | None = None
 _lock = threading.Lock()
@@ -124,6 +145,7 @@ def configure(
     service_name: str | None = None,
     exporters: Sequence[SpanExporter] | None = None,
     file: str | os.PathLike[str] | None = None,
+    otlp: bool | None = None,
     metrics_export: bool | None = None,
     timeout: float | None = None,
     set_global: bool = True,
@@ -155,6 +177,8 @@ def configure(
             ``InMemorySpanExporter``), each behind a batch processor.
         file: Also write the spans as OTLP/JSON lines to this file (what
             ``turnfsm diagram --trace`` reads).
+        otlp: Export over OTLP (default: unless `exporters` or `file` are
+            given, or when an endpoint is given or set in the environment).
         metrics_export: Export metrics over OTLP too (default: only when
             ``OTEL_METRICS_EXPORTER=otlp``; Jaeger takes no metrics).
         timeout: Seconds each export may take (default: the environment's,
@@ -197,12 +221,15 @@ def configure(
     wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp")
     used: list[SpanExporter] = list(exporters or ())
     target: str | None = None
-    if exporters is None and file is None:
-        if "otlp" in wanted:
-            exporter, target = _otlp_spans(chosen, endpoint, headers, timeout)
-            used.append(exporter)
-        if "console" in wanted:
-            used.append(ConsoleSpanExporter())
+    if otlp is None:
+        otlp = (exporters is None and file is None) or endpoint is not None
+        otlp = otlp or any(os.environ.get(v) for v in _ENDPOINT_VARS)
+        otlp = otlp and "otlp" in wanted
+    if otlp:
+        exporter, target = _otlp_spans(chosen, endpoint, headers, timeout)
+        used.append(exporter)
+    if exporters is None and file is None and "console" in wanted:
+        used.append(ConsoleSpanExporter())
     if file is not None:
         used.append(_file_exporter(Path(file)))
     for exporter in used:

@@ -1,0 +1,61 @@
+"""Tracing for `turnfsm demo` and `turnfsm run`: on when an OTLP endpoint is set."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["traced", "wants_tracing"]
+
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def wants_tracing(*, force: bool, file: str | None) -> bool:
+    """Whether the command exports spans: asked for, or an endpoint is set."""
+    return force or file is not None or any(os.environ.get(v) for v in _ENDPOINTS)
+
+
+@contextmanager
+def traced(
+    *, force: bool, file: str | None, quiet: bool, command: str
+) -> Iterator[None]:
+    """Export the runs' spans while the block runs; flush them (bounded) after.
+
+    OTLP goes to the environment's endpoint (``OTEL_EXPORTER_OTLP_*``; the
+    local default with `force`); `file` also writes OTLP/JSON lines. A
+    receiver that is down costs a warning and at most a few seconds at exit.
+    """
+    if not wants_tracing(force=force, file=file):
+        yield
+        return
+    from turnfsm import tracing
+
+    # One line per failed batch, not the exporter's retry chatter.
+    logging.getLogger("opentelemetry.exporter").setLevel(logging.ERROR)
+    logging.getLogger("turnfsm.tracing").setLevel(logging.ERROR)  # said below
+    otlp = force or any(os.environ.get(v) for v in _ENDPOINTS)
+    setup = tracing.configure(file=file, otlp=otlp)
+    try:
+        yield
+    finally:
+        delivered = setup.shutdown(timeout=_flush_seconds())
+        where = [w for w in (setup.endpoint, file) if w]
+        if not delivered:
+            print(
+                f"turnfsm {command}: traces not delivered to {setup.endpoint} "
+                "(is the receiver running?)",
+                file=sys.stderr,
+            )
+        elif not quiet:
+            print(f"traces exported to {', '.join(where)}", file=sys.stderr)
+        logging.getLogger("turnfsm.tracing").setLevel(logging.NOTSET)
+
+
+def _flush_seconds() -> float:
+    try:
+        return max(0.5, min(float(os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT", 3)), 10))
+    except ValueError:
+        return 3.0
