@@ -38,10 +38,18 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 from transitions import Machine
 
 from turnfsm._resources import default_machine
@@ -55,12 +63,15 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.driver import Driver, Session
+from turnfsm.hooks import Hook
 from turnfsm.messages import Message, MessageLog, ToolCallPart
 from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.tracing import TracingHook
 
 GOAL_TURN_US = 80.0
 GOAL_RUN_US = 150.0
 GOAL_FLAT = 1.2
+GOAL_TRACED = 1.5
 TURNS = 2_000
 REPEATS = 5
 SHORT_RUNS = 300
@@ -107,7 +118,9 @@ async def raw_loop(turns: int) -> InstantModel:
             messages = messages.append(Message.tool_result(call.id, output))
 
 
-def _driver(model: InstantModel, turns: int, *, timeouts: bool) -> Driver:
+def _driver(
+    model: InstantModel, turns: int, *, timeouts: bool, hooks: Sequence[Hook] = ()
+) -> Driver:
     limits: dict[str, Any] = {} if timeouts else {"tool_timeout": None}
     if not timeouts:
         limits["model_timeout"] = None
@@ -116,16 +129,61 @@ def _driver(model: InstantModel, turns: int, *, timeouts: bool) -> Driver:
         tools=[noop],
         context=ContextManager(context_window=10**12),
         max_turns=turns + 1,
+        hooks=hooks,
+        tracing=False,
         **limits,
     )
 
 
-async def turnfsm_loop(turns: int, *, timeouts: bool = True) -> InstantModel:
+async def turnfsm_loop(
+    turns: int, *, timeouts: bool = True, hooks: Sequence[Hook] = ()
+) -> InstantModel:
     """The same work through Driver.run (a MemoryStore session, the log on)."""
     model = InstantModel(turns)
-    result = await _driver(model, turns, timeouts=timeouts).run("go", session=Session())
+    driver = _driver(model, turns, timeouts=timeouts, hooks=hooks)
+    result = await driver.run("go", session=Session())
     assert result.ok, result.error
     return model
+
+
+class _Dropped(SpanExporter):
+    """Takes every batch and sends it nowhere: the SDK's work, no network."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+
+def tracing_hook() -> tuple[Hook, _Dropped, TracerProvider]:
+    """A `TracingHook` on an SDK provider with a batch processor, metrics on."""
+    exporter = _Dropped()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 20))
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return (
+        TracingHook(tracer_provider=provider, meter_provider=meters),
+        exporter,
+        provider,
+    )
+
+
+async def traced_ratio() -> tuple[float, float, int]:
+    """Per-turn µs with tracing off and on (same process, interleaved)."""
+    hook, exporter, provider = tracing_hook()
+
+    async def traced(turns: int) -> InstantModel:
+        return await turnfsm_loop(turns, hooks=[hook])
+
+    await traced(300)
+    off = on = float("inf")
+    for _ in range(3):  # interleaved, so drift hits both alike
+        off = min(off, await _best_us(turnfsm_loop, TURNS))
+        on = min(on, await _best_us(traced, TURNS))
+    provider.shutdown()
+    return off, on, exporter.spans
 
 
 async def _best_us(loop: Callable[[int], Any], turns: int) -> float:
@@ -338,6 +396,13 @@ def main(argv: list[str]) -> None:
     print(
         f"  in isolation: the brain (3 events) {brain:5.1f} µs, bare "
         f"`transitions` firing 3 triggers {floor:5.1f} µs"
+    )
+    off, on, spans = anyio.run(traced_ratio)
+    print(
+        f"  tracing on (batch processor, no network, metrics on) {on:7.1f} µs vs "
+        f"off {off:7.1f} µs -> {on / off:4.2f}x "
+        f"({_verdict(on / off, GOAL_TRACED)}, goal {GOAL_TRACED}); "
+        f"{spans:,} spans exported"
     )
     split = profile_split(TURNS)
     print(
