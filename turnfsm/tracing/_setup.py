@@ -85,13 +85,19 @@ class Tracing:
     def shutdown(self, timeout: float = 5.0) -> bool:
         """Flush and stop, waiting at most `timeout` seconds; never blocks longer.
 
+        From then on, runs are no longer traced through it.
+
         A receiver that is down must not hold a process at its exit: the
         exporters' retries go on in a daemon thread that is left behind.
         Returns whether everything was flushed and stopped in time.
         """
+        global _current
         if self._closed:
             return True
         self._closed = True
+        with _lock:
+            if _current is self:  # runs from now on are not traced by it
+                _current = None
         providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
         if not providers:
             return True

@@ -1,0 +1,268 @@
+"""`turnfsm.tracing.configure`: exporters chosen from arguments or OTEL_*, real
+OTLP over HTTP and gRPC, bounded shutdown, and the CLI's `--trace`.
+
+`configure(set_global=False)` keeps OpenTelemetry's once-only global provider
+untouched in this process; what the global path does is run in subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+
+from turnfsm import Driver
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+from turnfsm.testing import ScriptedModel
+from turnfsm.tracing import configure, global_hook, is_configured
+
+from .otlp_receivers import grpc_receiver, http_receiver
+
+_OTEL_VARS = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_SDK_DISABLED",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name in _OTEL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    yield
+    assert not is_configured(), "a test left tracing configured"
+
+
+def _run_once(hook: object) -> None:
+    driver = Driver(
+        model=ScriptedModel([Message.assistant("hi")]),
+        hooks=[hook],  # type: ignore[list-item]
+        strict_hooks=True,
+    )
+    result = anyio.run(driver.run, "hello")
+    assert result.ok
+
+
+def test_configure_sends_runs_to_its_exporters_with_the_service_name() -> None:
+    exporter = InMemorySpanExporter()
+    tracing = configure(exporters=[exporter], service_name="svc", set_global=False)
+    try:
+        assert is_configured()
+        assert global_hook() is tracing.hook
+        # Any driver now traces its runs with the configured hook.
+        driver = Driver(model=ScriptedModel([Message.assistant("hi")]))
+        assert anyio.run(driver.run, "hello").ok
+        assert tracing.force_flush()
+    finally:
+        assert tracing.shutdown()
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == ["chat", "invoke_agent turnfsm", "turnfsm.turn"]
+    (root,) = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert root.resource.attributes["service.name"] == "svc"
+    # After shutdown, runs are no longer traced through it.
+    assert global_hook() is None
+
+
+def test_driver_tracing_false_opts_a_driver_out() -> None:
+    exporter = InMemorySpanExporter()
+    tracing = configure(exporters=[exporter], set_global=False)
+    try:
+        driver = Driver(model=ScriptedModel([Message.assistant("hi")]), tracing=False)
+        assert anyio.run(driver.run, "hello").ok
+        tracing.force_flush()
+    finally:
+        tracing.shutdown()
+    assert exporter.get_finished_spans() == ()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"protocol": "http"}, "protocol"),
+        ({"endpoint": "localhost:4318"}, "endpoint"),
+        ({"endpoint": "ftp://collector:21"}, "endpoint"),
+        ({"endpoint": 4318}, "endpoint"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"timeout": float("inf")}, "timeout"),
+        ({"timeout": True}, "timeout"),
+    ],
+)
+def test_bad_settings_fail_naming_the_field(
+    kwargs: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, **kwargs)  # type: ignore[arg-type]
+    assert error.value.field == field
+    assert not is_configured()
+
+
+def test_a_bad_protocol_in_the_environment_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False)
+    assert error.value.field == "OTEL_EXPORTER_OTLP_PROTOCOL"
+    assert error.value.value == "thrift"
+
+
+def test_the_sdk_disabled_by_the_environment_traces_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    tracing = configure(set_global=False)
+    assert tracing.tracer_provider is None
+    assert not is_configured()
+    assert global_hook() is None
+    assert tracing.shutdown()
+
+
+def test_endpoints_and_protocols_from_arguments_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tracing = configure(endpoint="http://collector:4318", set_global=False)
+    assert (tracing.protocol, tracing.endpoint) == (
+        "http/protobuf",
+        "http://collector:4318/v1/traces",
+    )
+    tracing.shutdown(timeout=0.1)
+    tracing = configure(endpoint="http://collector:4318/custom", set_global=False)
+    assert tracing.endpoint == "http://collector:4318/custom"
+    tracing.shutdown(timeout=0.1)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    tracing = configure(set_global=False)
+    assert (tracing.protocol, tracing.endpoint) == ("grpc", "http://collector:4317")
+    tracing.shutdown(timeout=0.1)
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_runs_reach_a_real_otlp_receiver(protocol: str) -> None:
+    receiver = http_receiver() if protocol == "http/protobuf" else grpc_receiver()
+    with receiver as (endpoint, received):
+        tracing = configure(
+            endpoint=endpoint,
+            protocol=protocol,  # type: ignore[arg-type]
+            headers={"x-team": "turnfsm"},
+            set_global=False,
+        )
+        try:
+            _run_once(tracing.hook)
+        finally:
+            assert tracing.shutdown(timeout=10)
+        spans = received.spans()
+    by_name = {s["name"]: s for s in spans}
+    assert set(by_name) == {"invoke_agent turnfsm", "turnfsm.turn", "chat"}
+    root, turn, chat = (
+        by_name["invoke_agent turnfsm"],
+        by_name["turnfsm.turn"],
+        by_name["chat"],
+    )
+    assert root["parent_id"] == ""
+    assert turn["parent_id"] == root["span_id"]
+    assert chat["parent_id"] == turn["span_id"]
+    assert {s["trace_id"] for s in spans} == {root["trace_id"]}
+    assert root["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+    assert chat["attributes"]["gen_ai.operation.name"] == "chat"
+    assert root["resource"]["service.name"] == "turnfsm"
+    assert "turnfsm.transition" in root["events"]
+
+
+class _Stuck(SpanExporter):
+    """An exporter whose receiver never answers (it blocks until released)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.release.wait(30)
+        return SpanExportResult.FAILURE
+
+
+def test_shutdown_waits_no_longer_than_its_timeout() -> None:
+    stuck = _Stuck()
+    tracing = configure(exporters=[stuck], set_global=False)
+    try:
+        _run_once(tracing.hook)
+        started = time.monotonic()
+        assert tracing.shutdown(timeout=0.3) is False
+        assert time.monotonic() - started < 2.0
+    finally:
+        stuck.release.set()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(
+    argv: list[str], env: dict[str, str], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "turnfsm", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, "TURNFSM_STORE": "memory:", **env},
+        cwd=tmp_path,
+        check=False,
+    )
+
+
+def test_the_demo_exports_when_an_endpoint_is_set(tmp_path: Path) -> None:
+    with http_receiver() as (endpoint, received):
+        done = _cli(
+            ["demo", "--quiet"], {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        names = [s["name"] for s in received.spans()]
+    assert names.count("invoke_agent turnfsm") == 1
+    assert "chat simulated" in names
+    assert any(n.startswith("execute_tool ") for n in names)
+    assert "turnfsm.compaction" in names
+
+
+def test_no_receiver_never_holds_the_demo_up(tmp_path: Path) -> None:
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    started = time.monotonic()
+    done = _cli(
+        ["demo", "--quiet", "--trace"],
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint},
+        tmp_path,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert "final answer" in done.stdout
+    assert "traces not delivered" in done.stderr
+    # The SDK alone would block ~7 s flushing at exit; a closed port costs none.
+    assert elapsed < 6.0, elapsed
+
+
+def test_without_an_endpoint_the_demo_does_not_trace(tmp_path: Path) -> None:
+    done = _cli(["demo", "--quiet"], {}, tmp_path)
+    assert done.returncode == 0
+    assert "traces" not in done.stderr
