@@ -20,9 +20,10 @@ only the standard library); see that script for why. In order, it:
    Phoenix's loopback.
 
 It writes DIR/ports.json ({"http": port, "grpc": port}) once Phoenix is
-started; Phoenix's output goes to DIR/phoenix.log. It
-stops Phoenix and exits on SIGTERM or SIGINT, when Phoenix exits, and when the
-process TURNFSM_PHOENIX_OWNER_PID (if set) is gone.
+started; Phoenix's output goes to DIR/phoenix.log. It stops Phoenix and exits
+on SIGTERM or SIGINT, when Phoenix exits, and when the process
+TURNFSM_PHOENIX_OWNER_PID (if set) is gone. Phoenix gets SIGTERM if this
+process dies first.
 """
 
 from __future__ import annotations
@@ -83,7 +84,13 @@ def enter_private_network() -> None:
     # writes keep their owner.
     uid, gid = os.getuid(), os.getgid()
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNET)")
+        err = ctypes.get_errno()
+        raise OSError(
+            err,
+            f"{os.strerror(err)}: unshare(CLONE_NEWUSER | CLONE_NEWNET); a private"
+            " network namespace needs root (CAP_SYS_ADMIN) or unprivileged user"
+            " namespaces",
+        )
     Path("/proc/self/setgroups").write_text("deny")
     Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")

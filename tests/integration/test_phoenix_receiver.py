@@ -32,7 +32,7 @@ EXPORTERS = {
     "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
 }
 
-pytestmark = pytest.mark.timeout(180)  # the first test waits for Phoenix to start
+pytestmark = pytest.mark.timeout(240)  # the first test waits for Phoenix to start
 
 PARENT_ATTRIBUTES: dict[str, Any] = {
     "gen_ai.operation.name": "invoke_agent",
