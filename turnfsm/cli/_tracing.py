@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from turnfsm.errors import ConfigError
+
 __all__ = ["traced", "wants_tracing"]
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -36,8 +38,13 @@ def traced(
     # One line per failed batch, not the exporter's retry chatter.
     logging.getLogger("opentelemetry.exporter").setLevel(logging.ERROR)
     logging.getLogger("turnfsm.tracing").setLevel(logging.ERROR)  # said below
-    otlp = force or any(os.environ.get(v) for v in _ENDPOINTS)
-    setup = tracing.configure(file=file, otlp=otlp)
+    try:
+        # --trace: OTLP whatever the environment says; else its own choice
+        # (an endpoint set, OTEL_TRACES_EXPORTER).
+        setup = tracing.configure(file=file, otlp=True if force else None)
+    except (ConfigError, ImportError, OSError) as exc:
+        print(f"turnfsm {command}: tracing: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         yield
     finally:
@@ -49,7 +56,7 @@ def traced(
                 "(is the receiver running?)",
                 file=sys.stderr,
             )
-        elif not quiet:
+        elif where and not quiet:
             print(f"traces exported to {', '.join(where)}", file=sys.stderr)
         logging.getLogger("turnfsm.tracing").setLevel(logging.NOTSET)
 

@@ -281,9 +281,10 @@ async def _complete(
         nonlocal attempts, ended
         attempts += 1
         if not observed:
-            if streamed:
-                return await _streamed(ctx, client, request)
-            return await client.complete(request)
+            with deadline(ctx.model_timeout):
+                if streamed:
+                    return await _streamed(ctx, client, request)
+                return await client.complete(request)
         name, provider = describe_model(client)
         started = anyio.current_time()
         info = ModelCallInfo(
@@ -300,10 +301,13 @@ async def _complete(
         )
         hooks.call("on_model_call_start", info)
         try:
-            if streamed:
-                response = await _streamed(ctx, client, request)
-            else:
-                response = await client.complete(request)
+            # The deadline inside, so the end hook sees its TimeoutError,
+            # not the cancellation it is made of.
+            with deadline(ctx.model_timeout):
+                if streamed:
+                    response = await _streamed(ctx, client, request)
+                else:
+                    response = await client.complete(request)
         except BaseException as exc:
             ended = anyio.current_time()
             hooks.call(
@@ -325,8 +329,7 @@ async def _complete(
     started = anyio.current_time()
     try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
-        with deadline(ctx.model_timeout):
-            return await call()
+        return await call()
     except Exception as exc:
         if not is_transient(exc) or ctx.retry.max_attempts < 2:
             raise
@@ -336,7 +339,7 @@ async def _complete(
     await anyio.sleep(policy.wait_seconds(1, first))
     elapsed = anyio.current_time() - started
     async for attempt in policy.retrying(done=1, elapsed=elapsed):
-        with attempt, deadline(ctx.model_timeout):
+        with attempt:
             return await call()
     raise AssertionError("unreachable: tenacity re-raises the last error")
 

@@ -122,7 +122,7 @@ class TracingHook(Hook):
         self._duration = meter.create_histogram(
             A.METRIC_OPERATION_DURATION,
             unit="s",
-            description="Seconds each model call attempt or tool call took.",
+            description="Seconds each model call attempt took.",
             explicit_bucket_boundaries_advisory=A.DURATION_BUCKETS,
         )
         self._phases = meter.create_histogram(

@@ -216,13 +216,7 @@ def configure(
         return tracing
     if endpoint is not None:
         _check_endpoint(endpoint)
-    resource = Resource.create(
-        {
-            "service.name": service_name
-            or os.environ.get("OTEL_SERVICE_NAME")
-            or "turnfsm"
-        }
-    )
+    resource = _resource(service_name)
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp")
     used: list[SpanExporter] = list(exporters or ())
@@ -256,6 +250,17 @@ def configure(
     tracing = Tracing(provider, meter_provider, endpoint=target, protocol=chosen)
     _install(tracing, set_global=set_global)
     return tracing
+
+
+def _resource(service_name: str | None) -> Resource:
+    """The resource: `service_name`, else the environment's, else ``turnfsm``."""
+    resource = Resource.create(
+        {"service.name": service_name} if service_name is not None else {}
+    )
+    name = str(resource.attributes.get("service.name", ""))
+    if not name or name.startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "turnfsm"}))
+    return resource
 
 
 def _file_exporter(path: Path) -> SpanExporter:
@@ -372,7 +377,8 @@ def _otlp_spans(
         raise ImportError(f"OTLP over {protocol} needs its exporter: {_EXTRA}") from exc
     url = _http_url(endpoint, "/v1/traces")
     http = HttpSpanExporter(endpoint=url, **options)
-    return http, url or _env_endpoint("http://localhost:4318", "/v1/traces")
+    default = "http://localhost:4318/v1/traces"
+    return http, url or _env_endpoint(default, "/v1/traces")
 
 
 def _otlp_metrics(
