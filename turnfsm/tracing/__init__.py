@@ -1,0 +1,1 @@
+"""Tracing: turnfsm runs as OpenTelemetry spans, and reading them back."""
