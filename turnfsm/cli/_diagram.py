@@ -88,7 +88,7 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
     file written is printed.
     """
     source = Path(machines) if machines else machines_dir()
-    target = Path(out) if out is not None else default_out(source)
+    target = Path(out) if out is not None else Path(shown(default_out(source)))
     try:
         rendered = render_all(source)
     except DefinitionError as exc:
@@ -101,16 +101,13 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
             if not (target / n).is_file() or (target / n).read_text() != text
         ]
         for name in stale:
-            print(
-                f"stale: {shown(target / name)} (run `turnfsm diagram`)",
-                file=sys.stderr,
-            )
+            print(f"stale: {target / name} (run `turnfsm diagram`)", file=sys.stderr)
         return 1 if stale else 0
     target.mkdir(parents=True, exist_ok=True)
     dot = shutil.which("dot")
     for name, text in rendered.items():
         (target / name).write_text(text)
-        print(f"wrote {shown(target / name)}")
+        print(f"wrote {target / name}")
         if dot is not None:
             spec = load_machine(source / f"{Path(name).stem}.toml")
             svg = target / f"{Path(name).stem}.svg"
@@ -120,7 +117,7 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
                 text=True,
                 check=True,
             )
-            print(f"wrote {shown(svg)}")
+            print(f"wrote {svg}")
     return 0
 
 
