@@ -173,9 +173,8 @@ def _visited(spec: MachineSpec, edges: list[_Edge]) -> set[str]:
     fired = [e for e in edges if e.traffic is not None]
     if not fired:
         return set()
-    return {spec.initial, *(s for e in fired for s in e.sources)} | {
-        e.dest for e in fired
-    }
+    sources = {s for e in fired for s in e.sources}
+    return {spec.initial, *sources, *(e.dest for e in fired)}
 
 
 @attrs.frozen
