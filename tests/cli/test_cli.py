@@ -60,7 +60,7 @@ def test_diagram_writes_mermaid_and_check_detects_drift(
     out = tmp_path / "diagrams"
     assert main(["diagram", str(ROOT / "machines"), "--out", str(out)]) == 0
     mmd = (out / "turn.mmd").read_text()
-    assert "start --> compact : measured [is_over_emergency_line] / emergency" in mmd
+    assert 'call_llm -->|"model_replied<br/>[has_tool_calls]"| run_tools' in mmd
     if shutil.which("dot"):
         assert (out / "turn.svg").read_text().lstrip().startswith("<?xml")
     assert main(["diagram", str(ROOT / "machines"), "--out", str(out), "--check"]) == 0

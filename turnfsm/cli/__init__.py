@@ -97,20 +97,64 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     _sessions_parser(sub)
-    diagram = sub.add_parser("diagram", help="render machine files to diagrams")
+    _diagram_parser(sub)
+    check = sub.add_parser("check", help="validate a machine file")
+    check.add_argument("file", help="the machine file (TOML)")
+    return parser
+
+
+def _diagram_parser(sub: Any) -> None:
+    diagram = sub.add_parser(
+        "diagram",
+        help="render machine files to diagrams, or draw the path runs took",
+        description="Render every machine file of a directory (Mermaid, and SVG "
+        "with Graphviz); or, with --run / --trace, draw one machine into -o FILE "
+        "with the path its runs took: each transition by how often it fired and "
+        "the most tokens estimated then, summed over every run given.",
+    )
     diagram.add_argument(
         "machines",
         nargs="?",
         default=None,
         help="directory of *.toml machine files (default: shipped)",
     )
-    diagram.add_argument("--out", default="diagrams", help="output directory")
+    diagram.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default: diagrams/ beside the machines directory)",
+    )
     diagram.add_argument(
         "--check", action="store_true", help="fail if the committed diagrams are stale"
     )
-    check = sub.add_parser("check", help="validate a machine file")
-    check.add_argument("file", help="the machine file (TOML)")
-    return parser
+    diagram.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="SESSION[:RUN]",
+        help="draw the path of a stored run (of every run of a session without "
+        ":RUN); repeat it to add runs up",
+    )
+    diagram.add_argument(
+        "--trace",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="draw the paths of the runs in an OTLP/JSON trace file (one export "
+        "request, or one per line); repeat it to add files up",
+    )
+    diagram.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    diagram.add_argument(
+        "--machine",
+        metavar="FILE",
+        help="the machine file the runs ran on (default: the shipped machine "
+        "they name; its digest must match theirs)",
+    )
+    diagram.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the file to draw into: .svg or .png (Graphviz), .dot or .mmd",
+    )
 
 
 def _sessions_parser(sub: Any) -> None:
@@ -210,12 +254,32 @@ def _other(args: argparse.Namespace) -> int:
         known = {f.name: options[f.name] for f in fields if f.name in options}
         return run_sessions(SessionsCommand(**known))
     if args.command == "diagram":
-        from turnfsm.cli._diagram import run_diagram
-
-        return run_diagram(args.machines, args.out, check=args.check)
+        return _diagram_command(args)
     from turnfsm.cli._diagram import run_check
 
     return run_check(args.file)
+
+
+def _diagram_command(args: argparse.Namespace) -> int:
+    from turnfsm.cli._diagram import run_diagram, run_overlay
+
+    one = [args.run, args.trace, args.output, args.machine, args.store]
+    if not any(one):
+        return run_diagram(args.machines, args.out, check=args.check)
+    if args.machines is not None or args.out is not None or args.check:
+        print(
+            "turnfsm diagram: --run, --trace, --machine and -o draw one file; "
+            "MACHINES, --out and --check render a directory (not both)",
+            file=sys.stderr,
+        )
+        return 2
+    return run_overlay(
+        args.output,
+        runs=args.run,
+        traces=args.trace,
+        machine=args.machine,
+        store=args.store,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,17 +1,55 @@
-"""``turnfsm diagram`` and ``turnfsm check``."""
+"""``turnfsm diagram`` and ``turnfsm check``.
+
+``turnfsm diagram`` renders every machine file of a directory; with
+``--run`` or ``--trace`` it draws one machine with the path some runs took
+on it (`run_overlay`): the runs' transitions are replayed from the session
+store or read from an OTLP/JSON trace, counted (`turnfsm.core.tally`) and
+drawn by the pure renderers of `turnfsm.core`.
+"""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeAlias
+
+import anyio
+import attrs
 
 from turnfsm._resources import load_machine, machines_dir
-from turnfsm.core import render_dot, render_mermaid
-from turnfsm.errors import DefinitionError
+from turnfsm.core import (
+    EdgeKey,
+    MachineSpec,
+    Traffic,
+    TurnMachine,
+    render_dot,
+    render_mermaid,
+    tally,
+    trigger_of,
+)
+from turnfsm.errors import (
+    ConfigError,
+    DefinitionError,
+    InvalidMessage,
+    ReplayDiverged,
+    TurnFSMError,
+)
+from turnfsm.persistence import Session, decision_key, machine_digest
+from turnfsm.tracing._otlp_json import load_otlp_json
+from turnfsm.tracing._traced import TRANSITION_EVENT, TracedTransition, traced_runs
 
-__all__ = ["render_all", "run_check", "run_diagram"]
+__all__ = [
+    "Fired",
+    "default_out",
+    "render_all",
+    "run_check",
+    "run_diagram",
+    "run_overlay",
+    "shown",
+]
 
 
 def render_all(machines: Path) -> dict[str, str]:
@@ -23,10 +61,34 @@ def render_all(machines: Path) -> dict[str, str]:
     return out
 
 
-def run_diagram(machines: str | None, out: str, *, check: bool) -> int:
-    """Write (or, with `check`, compare) ``<name>.mmd`` and, with Graphviz, ``.svg``."""
+def default_out(machines: Path) -> Path:
+    """Where diagrams of the machine files in `machines` go without ``--out``.
+
+    Beside the machines: ``diagrams/`` in the directory that holds
+    `machines` (``machines/`` and ``diagrams/`` at a repository's root), or
+    ``./diagrams`` for the machines inside an installed turnfsm.
+    """
+    package = Path(__file__).resolve().parents[1]
+    if package in machines.resolve().parents:
+        return Path("diagrams")
+    return machines.parent / "diagrams"
+
+
+def shown(path: Path) -> str:
+    """`path` for a person to read: relative below the working directory."""
+    full = path.resolve()
+    cwd = Path.cwd()
+    return str(full.relative_to(cwd)) if full.is_relative_to(cwd) else str(full)
+
+
+def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
+    """Write (or, with `check`, compare) ``<name>.mmd`` and, with Graphviz, ``.svg``.
+
+    Without `out`, the diagrams go beside the machines (`default_out`); each
+    file written is printed.
+    """
     source = Path(machines) if machines else machines_dir()
-    target = Path(out)
+    target = Path(out) if out is not None else Path(shown(default_out(source)))
     try:
         rendered = render_all(source)
     except DefinitionError as exc:
@@ -73,3 +135,223 @@ def run_check(file: str) -> int:
         f"{file}: ok ({len(spec.states)} phases, {len(spec.transitions)} transitions)"
     )
     return 0
+
+
+# -- turnfsm diagram --run / --trace: the path runs took, on their machine --
+
+Fired: TypeAlias = tuple[int, str, int | None]
+"""One fired transition: its index, the phase it left, the estimate after it."""
+
+_FORMATS = (".svg", ".png", ".dot", ".mmd")
+
+
+@attrs.frozen
+class _Run:
+    """A run to draw: where it came from, its machine, and how to get its path."""
+
+    label: str
+    machine: str | None
+    digest: str | None
+    session: Session | None = None  # a stored run: replayed from its log
+    run_id: str = ""
+    transitions: tuple[TracedTransition, ...] = ()  # a traced run
+
+
+def run_overlay(
+    output: str | None,
+    *,
+    runs: Sequence[str] = (),
+    traces: Sequence[str] = (),
+    machine: str | None = None,
+    store: str | None = None,
+) -> int:
+    """Draw a machine into `output` with the path its runs took highlighted.
+
+    Args:
+        output: The file to write; its suffix picks the format: ``.svg`` or
+            ``.png`` (with Graphviz), ``.dot`` or ``.mmd``.
+        runs: ``SESSION`` (every run of it) or ``SESSION:RUN``, read from
+            `store` (a store spec; by default ``TURNFSM_STORE``, else the
+            CLI's SQLite file) and replayed on the machine they ran on.
+        traces: OTLP/JSON trace files; each run in them counts.
+        machine: The machine file the runs ran on (default: the shipped
+            machine they name). Runs on a machine of another name are left
+            out; a run whose machine digest differs is refused.
+        store: Where `runs` are kept.
+
+    Returns 0 when the file was written, 2 when an input cannot be used
+    (the error is printed). With neither `runs` nor `traces`, `machine` is
+    drawn plain.
+    """
+    try:
+        if output is None:
+            raise ConfigError("-o", None, f"the file to draw into ({_formats()})")
+        found = anyio.run(_stored_runs, store, runs) if runs else []
+        found += _traced_runs(traces)
+        if traces and not found:
+            expected = f"a trace with {TRANSITION_EVENT} span events"
+            raise ConfigError("--trace", ", ".join(traces), expected)
+        spec, found = _machine_for(found, machine)
+        fired = [f for run in found for f in _path(spec, run)]
+        title = _title(spec, found) if found else None
+        _draw(Path(output), spec, tally(fired), title)
+    except (OSError, ImportError, TurnFSMError, subprocess.CalledProcessError) as exc:
+        print(f"turnfsm diagram: {exc}", file=sys.stderr)
+        return 2
+    ran = f" ({_runs(found)}, {len(fired)} transitions)" if found else ""
+    print(f"wrote {shown(Path(output))}{ran}")
+    return 0
+
+
+def _runs(runs: list[_Run]) -> str:
+    return f"{len(runs)} run" + ("s" if len(runs) > 1 else "")
+
+
+def _formats() -> str:
+    return ", ".join(_FORMATS[:-1]) + " or " + _FORMATS[-1]
+
+
+async def _stored_runs(store: str | None, given: Sequence[str]) -> list[_Run]:
+    from turnfsm.cli._stores import close_store, open_cli_store, where
+
+    sessions = open_cli_store(store)
+    loaded: dict[str, Session] = {}
+    runs: dict[str, _Run] = {}  # a run named twice counts once
+    try:
+        for text in given:
+            session_id, _, run_id = text.partition(":")
+            if session_id not in loaded:
+                loaded[session_id] = await Session.load(sessions, session_id)
+            session = loaded[session_id]
+            records = [r for r in session.runs if run_id in ("", r.run_id)]
+            if not records:
+                what = "a run of the session" if session.version else "a session"
+                raise ConfigError("--run", text, f"{what} in {where(sessions)}")
+            for r in records:
+                label = f"{session_id}:{r.run_id}"
+                opened = r.opened
+                runs[label] = _Run(
+                    label, opened.machine, opened.digest, session, r.run_id
+                )
+    finally:
+        await close_store(sessions)
+    return list(runs.values())
+
+
+def _traced_runs(paths: Sequence[str]) -> list[_Run]:
+    runs = []
+    for path in paths:
+        for run in traced_runs(load_otlp_json(path)):
+            label = f"{Path(path).name}:{run.run_id or run.trace_id}"
+            runs.append(
+                _Run(label, run.machine, run.digest, transitions=run.transitions)
+            )
+    return runs
+
+
+def _machine_for(runs: list[_Run], path: str | None) -> tuple[MachineSpec, list[_Run]]:
+    """The machine to draw `runs` on (and those of them that ran on it)."""
+    if path is not None:
+        spec = load_machine(path)
+        kept = [r for r in runs if r.machine in (None, spec.name)]
+        for run in runs:
+            if run not in kept:
+                print(
+                    f"left out {run.label}: it ran on {run.machine!r}", file=sys.stderr
+                )
+    else:
+        names = sorted({str(r.machine) for r in runs})
+        if len(names) != 1 or runs[0].machine is None:
+            ran = f"the runs ran on {', '.join(names)}" if runs else "no run given"
+            raise ConfigError("--machine", None, f"the machine file to draw ({ran})")
+        shipped = machines_dir() / f"{names[0]}.toml"
+        if not shipped.is_file():
+            expected = f"the machine file of {names[0]!r} (not a shipped one)"
+            raise ConfigError("--machine", None, expected)
+        spec, kept = load_machine(shipped), runs
+    if runs and not kept:
+        raise ConfigError("--machine", path, "the machine the runs ran on")
+    digest = machine_digest(spec)
+    for run in kept:
+        if run.digest not in (None, digest):
+            why = f"{run.label} ran on {spec.name!r} {run.digest}, not on {digest}"
+            raise ConfigError(
+                "--machine", spec.source, f"the machine it ran on ({why})"
+            )
+    return spec, kept
+
+
+def _path(spec: MachineSpec, run: _Run) -> list[Fired]:
+    """The transitions `run` fired: replayed from its log, or read from its trace."""
+    if run.session is not None:
+        return _replayed(spec, run.session, run.run_id)
+    fired = []
+    for t in run.transitions:
+        n = t.index
+        file = spec.transitions[n] if 0 <= n < len(spec.transitions) else None
+        if (
+            file is None
+            or t.source not in file.sources
+            or (file.trigger, file.dest or t.source) != (t.trigger, t.dest)
+        ):
+            step = f"#{n} {t.source} --{t.trigger}--> {t.dest}"
+            expected = f"a transition of {spec.source} (it ran on another machine)"
+            raise ConfigError(run.label, step, expected)
+        fired.append((n, t.source, t.estimate))
+    return fired
+
+
+def _replayed(spec: MachineSpec, session: Session, run_id: str) -> list[Fired]:
+    """Re-feed the run's logged events (as `turnfsm.driver.rebuild` does)."""
+    record = session.run(run_id)
+    history = session.history_before(run_id)
+    brain = TurnMachine.start(spec, budget=record.opened.budget, history=history)
+    fired: list[Fired] = []
+    for entry in session.run_entries(run_id):
+        try:
+            decision = brain.handle(entry.event)
+        except InvalidMessage:
+            actual = (entry.phase, "error:InvalidMessage")
+            brain = TurnMachine.from_snapshot(spec, brain.snapshot)
+        else:
+            actual = (brain.phase, decision_key(decision))
+            step = brain.last_step
+            if step is not None:
+                fired.append((step.index, step.source, brain.snapshot.estimate))
+        if actual != (entry.phase, entry.decision):
+            raise ReplayDiverged(
+                run_id=run_id,
+                index=entry.index,
+                event=trigger_of(entry.event),
+                expected=" -> ".join((entry.phase, entry.decision)),
+                actual=" -> ".join(actual),
+            )
+    return fired
+
+
+def _title(spec: MachineSpec, runs: list[_Run]) -> str:
+    sources = sorted({r.label.partition(":")[0] for r in runs})
+    where = sources[0] if len(sources) == 1 else f"{len(sources)} sources"
+    return f"{spec.name}: {_runs(runs)} ({where}); edge width and colour: times fired"
+
+
+def _draw(
+    path: Path, spec: MachineSpec, traffic: dict[EdgeKey, Traffic], title: str | None
+) -> None:
+    suffix = path.suffix.lower()
+    if suffix not in _FORMATS:
+        raise ConfigError("-o", str(path), f"a file ending {_formats()}")
+    if suffix == ".mmd":
+        path.write_text(render_mermaid(spec, traffic, title=title), encoding="utf-8")
+        return
+    text = render_dot(spec, traffic, title=title)
+    if suffix == ".dot":
+        path.write_text(text, encoding="utf-8")
+        return
+    dot = shutil.which("dot")
+    if dot is None:
+        expected = "a .dot or .mmd file: Graphviz's dot is not on the PATH"
+        raise ConfigError("-o", str(path), expected)
+    subprocess.run(
+        [dot, f"-T{suffix[1:]}", "-o", str(path)], input=text, text=True, check=True
+    )

@@ -49,7 +49,7 @@ from turnfsm.core._lines import (
 from turnfsm.core._machine import Step, TurnMachine
 from turnfsm.core._phases import Phase
 from turnfsm.core._reducers import FAILURES, REDUCERS
-from turnfsm.core._render import render_dot, render_mermaid
+from turnfsm.core._render import EdgeKey, Traffic, render_dot, render_mermaid, tally
 from turnfsm.core._snapshot import SCHEMA_VERSION, Budget, Failure, Snapshot
 from turnfsm.core._spec import MachineSpec, StateSpec, TransitionSpec
 from turnfsm.values import ErrorInfo, Usage
@@ -72,6 +72,7 @@ __all__ = [
     "CompactorFailed",
     "ContextOverflowed",
     "Decision",
+    "EdgeKey",
     "ErrorInfo",
     "Event",
     "Fail",
@@ -95,6 +96,7 @@ __all__ = [
     "Step",
     "ToolCallsReviewed",
     "ToolsFinished",
+    "Traffic",
     "TransitionSpec",
     "TurnMachine",
     "Usage",
@@ -102,6 +104,7 @@ __all__ = [
     "line_reason",
     "render_dot",
     "render_mermaid",
+    "tally",
     "threshold_line",
     "trigger_of",
 ]

@@ -1,0 +1,519 @@
+"""`turnfsm diagram`: diagrams beside their machines, and the path runs took.
+
+The demo's run is known: six model calls, five rounds of tools, one pass for
+the threshold line and one emergency pass, then done. Drawn from the store
+(replayed) or from a trace (its span events), its edges carry those counts;
+over several runs they add up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+import turnfsm
+from tests.core.test_render import X, dot_edges, mermaid_edges
+from tests.helpers import load_turn_spec
+from tests.test_diagrams import svg_texts
+from turnfsm.agent import Agent
+from turnfsm.cli import main
+from turnfsm.cli._demo import TASK, THRESHOLD, WINDOW, build_demo_agent
+from turnfsm.cli._diagram import default_out
+from turnfsm.cli._stores import close_store
+from turnfsm.hooks import Hook, RunStartInfo, TransitionInfo
+from turnfsm.persistence import SQLiteStore, machine_digest
+from turnfsm.tracing._otlp_json import OTLPJSONFileExporter
+
+Capture = pytest.CaptureFixture[str]
+ROOT = Path(__file__).resolve().parents[2]
+
+# The demo run's fired edges, by label (as the DOT draws them) and count.
+DEMO_PATH = {
+    "run_started": 1,
+    "measured": 6,
+    "model_replied [has_tool_calls]": 5,
+    "tools_finished": 5,
+    "measured [is_over_threshold_line and not is_compaction_limit_reached]"
+    " / threshold_exceeded": 1,
+    "measured [is_over_emergency_line] / emergency": 1,
+    "compaction_result": 2,
+    "model_replied": 1,
+}
+COUNT = re.compile(rf"^(.*) {X}(\d+)(?:, max ([\d,]+) tokens)?$")
+
+
+def fired(drawn_labels: list[str]) -> dict[str, tuple[int, int | None]]:
+    """``{label: (count, tokens)}`` of the edges drawn as fired."""
+    out = {}
+    for label in drawn_labels:
+        match = COUNT.match(label)
+        if match is not None:
+            tokens = int(match[3].replace(",", "")) if match[3] else None
+            out[match[1]] = (int(match[2]), tokens)
+    return out
+
+
+def counts(path: Path) -> dict[str, int]:
+    text = path.read_text()
+    drawn = mermaid_edges(text) if path.suffix == ".mmd" else dot_edges(text)
+    return {label: n for label, (n, _) in fired([e.label for e in drawn]).items()}
+
+
+def demo_agent(store: Path) -> Agent:
+    """The demo's agent (its simulated model, tools and window) on `store`."""
+    return build_demo_agent(io.StringIO(), store=SQLiteStore(store))
+
+
+# -- plain diagrams: where they go ----------------------------------------
+
+
+def test_diagrams_go_beside_the_machines_wherever_you_stand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "machines", project / "machines")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    assert main(["diagram", str(project / "machines")]) == 0
+
+    assert (project / "diagrams" / "turn.mmd").is_file()
+    assert not (elsewhere / "diagrams").exists()
+    out = capsys.readouterr().out
+    assert f"wrote {project / 'diagrams' / 'turn.mmd'}\n" in out
+    monkeypatch.chdir(project)
+    assert main(["diagram", "machines", "--check"]) == 0
+    assert main(["diagram", "machines", "--out", "other"]) == 0
+    assert "wrote other/turn.mmd\n" in capsys.readouterr().out
+
+
+def test_the_shipped_machines_of_an_installed_turnfsm_draw_into_the_cwd() -> None:
+    packaged = Path(turnfsm.__file__).parent / "_machines"
+
+    assert default_out(packaged) == Path("diagrams")
+    assert default_out(ROOT / "machines") == ROOT / "diagrams"
+
+
+# -- the path of stored runs ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_demos(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A store with two demo sessions (one run each)."""
+    store = tmp_path_factory.mktemp("store") / "sessions.db"
+    ids = []
+    for _ in range(2):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["demo", "--store", str(store)]) == 0
+        match = re.search(r"session (ses_\w+) stored in", out.getvalue())
+        assert match is not None
+        ids.append(match[1])
+    return store, ids[0], ids[1]
+
+
+def test_a_stored_run_is_drawn_with_exactly_the_edges_it_fired(
+    tmp_path: Path, two_demos: tuple[Path, str, str], capsys: Capture
+) -> None:
+    store, first, _ = two_demos
+    out = tmp_path / "path.dot"
+
+    assert main(["diagram", "--run", first, "--store", str(store), "-o", str(out)]) == 0
+
+    assert capsys.readouterr().out == f"wrote {out} (1 run, 22 transitions)\n"
+    drawn = fired([e.label for e in dot_edges(out.read_text())])
+    assert {label: n for label, (n, _) in drawn.items()} == DEMO_PATH
+    emergency = drawn["measured [is_over_emergency_line] / emergency"][1]
+    threshold = drawn[
+        "measured [is_over_threshold_line and not is_compaction_limit_reached]"
+        " / threshold_exceeded"
+    ][1]
+    assert emergency is not None
+    assert threshold is not None
+    # The estimates that sent the run to compact: over the emergency line
+    # (95 % of the window), over the threshold line but under the emergency one.
+    assert emergency >= WINDOW * 95 // 100
+    assert WINDOW * THRESHOLD // 100 < threshold < WINDOW * 95 // 100
+    assert f'label="turn: 1 run ({first}); edge width' in out.read_text()
+
+
+def test_runs_of_two_sessions_add_up(
+    tmp_path: Path, two_demos: tuple[Path, str, str], capsys: Capture
+) -> None:
+    store, first, second = two_demos
+    out = tmp_path / "both.mmd"
+    args = ["--run", first, "--run", f"{second}", "--run", first, "--store", str(store)]
+
+    assert main(["diagram", *args, "-o", str(out)]) == 0
+
+    assert "(2 runs, 44 transitions)" in capsys.readouterr().out
+    assert counts(out) == {label: 2 * n for label, n in DEMO_PATH.items()}
+
+
+def test_the_runs_of_one_session_add_up(tmp_path: Path, capsys: Capture) -> None:
+    agent = demo_agent(tmp_path / "one.db")
+
+    async def twice() -> list[str]:
+        try:
+            return [(await agent.run(TASK)).run_id for _ in range(2)]
+        finally:
+            await close_store(agent.store)
+
+    runs = anyio.run(twice)
+    session, store = agent.session.id, str(tmp_path / "one.db")
+    drawn = {}
+    for name, given in [
+        ("first", [f"{session}:{runs[0]}"]),
+        ("second", [f"{session}:{runs[1]}"]),
+        ("session", [session]),
+    ]:
+        out = tmp_path / f"{name}.dot"
+        options = [a for run in given for a in ("--run", run)]
+        assert main(["diagram", *options, "--store", store, "-o", str(out)]) == 0
+        drawn[name] = counts(out)
+
+    assert "(2 runs, " in capsys.readouterr().out
+    assert drawn["first"] == DEMO_PATH
+    labels = drawn["first"].keys() | drawn["second"].keys()
+    assert drawn["session"] == {
+        label: drawn["first"].get(label, 0) + drawn["second"].get(label, 0)
+        for label in labels
+    }
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot")
+def test_the_svg_of_a_run_carries_the_counts(
+    tmp_path: Path, two_demos: tuple[Path, str, str]
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    store, first, _ = two_demos
+    out = tmp_path / "path.svg"
+
+    assert main(["diagram", "--run", first, "--store", str(store), "-o", str(out)]) == 0
+
+    _, edges = svg_texts(ET.fromstring(out.read_text()))
+    drawn = fired([label for _, _, label in edges])
+    assert {label: n for label, (n, _) in drawn.items()} == DEMO_PATH
+    png = tmp_path / "path.png"
+    assert main(["diagram", "--run", first, "--store", str(store), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_machine_file_of_another_digest_is_refused(
+    tmp_path: Path, two_demos: tuple[Path, str, str], capsys: Capture
+) -> None:
+    store, first, _ = two_demos
+    edited = tmp_path / "turn.toml"
+    text = (ROOT / "machines" / "turn.toml").read_text()
+    edited.write_text(text.replace('error = "provider_error"', 'error = "cancelled"'))
+    approval = ROOT / "machines" / "approval.toml"
+    base = [
+        "diagram",
+        "--run",
+        first,
+        "--store",
+        str(store),
+        "-o",
+        str(tmp_path / "x.dot"),
+    ]
+
+    assert main([*base, "--machine", str(edited)]) == 2
+    err = capsys.readouterr().err
+    assert "expected the machine it ran on" in err
+    assert f"ran on 'turn' {machine_digest(load_turn_spec())}" in err
+    assert main([*base, "--machine", str(approval)]) == 2
+    err = capsys.readouterr().err
+    assert f"left out {first}:" in err
+    assert "it ran on 'turn'" in err
+    assert main([*base, "--machine", str(ROOT / "machines" / "turn.toml")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--run", "ses_nope"], "expected a session in"),
+        (["--run", "{first}:run_nope"], "expected a run of the session in"),
+        (
+            ["--run", "{first}", "-o", "{tmp}/x.txt"],
+            "a file ending .svg, .png, .dot or .mmd",
+        ),
+        (["--run", "{first}", "-o", None], "expected the file to draw into"),
+        (["--run", "{first}", "--check"], "not both"),
+        (["--run", "{first}", "--out", "d"], "not both"),
+        (["--trace", "{tmp}/missing.jsonl"], "No such file"),
+        ([], "the machine file to draw (no run given)"),
+    ],
+    ids=[
+        "session",
+        "run",
+        "suffix",
+        "no-output",
+        "check",
+        "out",
+        "missing-trace",
+        "nothing",
+    ],
+)
+def test_what_cannot_be_drawn_exits_2_with_one_line(
+    tmp_path: Path,
+    two_demos: tuple[Path, str, str],
+    capsys: Capture,
+    args: list[str | None],
+    message: str,
+) -> None:
+    store, first, _ = two_demos
+    given = [a.format(first=first, tmp=tmp_path) for a in args if a is not None]
+    if None not in args and "-o" not in given:
+        given += ["-o", str(tmp_path / "x.dot")]
+    if None in args:
+        given.remove("-o")
+
+    assert main(["diagram", *given, "--store", str(store)]) == 2
+
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_without_graphviz_svg_is_refused(
+    tmp_path: Path,
+    two_demos: tuple[Path, str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Capture,
+) -> None:
+    store, first, _ = two_demos
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+
+    assert (
+        main(
+            [
+                "diagram",
+                "--run",
+                first,
+                "--store",
+                str(store),
+                "-o",
+                str(tmp_path / "x.svg"),
+            ]
+        )
+        == 2
+    )
+    assert "Graphviz's dot is not on the PATH" in capsys.readouterr().err
+
+
+def test_a_machine_alone_is_drawn_plain(tmp_path: Path, capsys: Capture) -> None:
+    out = tmp_path / "turn.dot"
+
+    assert (
+        main(
+            [
+                "diagram",
+                "--machine",
+                str(ROOT / "machines" / "turn.toml"),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    assert X not in out.read_text()
+    assert "label=" in out.read_text()
+
+
+# -- the path of traced runs -------------------------------------------------
+
+
+class TransitionEvents(Hook):
+    """What the tracing hook records: each transition as a span event."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.tracer = provider.get_tracer("turnfsm")
+        self.spans: dict[str, Any] = {}
+
+    def on_run_start(self, info: RunStartInfo) -> None:
+        attributes = {
+            "turnfsm.run.id": info.run_id,
+            "gen_ai.conversation.id": info.session_id,
+            "turnfsm.machine.name": "turn",
+            "turnfsm.machine.digest": machine_digest(load_turn_spec()),
+        }
+        self.spans[info.run_id] = self.tracer.start_span(
+            "invoke_agent demo", attributes=attributes
+        )
+
+    def on_transition(self, info: TransitionInfo) -> None:
+        step = info.step
+        span = self.spans[info.run_id]
+        attributes: dict[str, Any] = {
+            "turnfsm.transition.from": step.source,
+            "turnfsm.transition.to": step.dest,
+            "turnfsm.transition.trigger": step.trigger,
+            "turnfsm.transition.index": step.index,
+            "turnfsm.transition.guards": list(step.guards),
+        }
+        if step.reason is not None:
+            attributes["turnfsm.transition.reason"] = step.reason.value
+        span.add_event("turnfsm.transition", attributes)
+        if step.dest in ("done", "failed"):
+            span.end()
+
+
+def test_a_traced_run_is_drawn_like_its_stored_self(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPJSONFileExporter(trace)))
+    agent = demo_agent(tmp_path / "s.db")
+
+    async def run() -> str:
+        try:
+            hooks = [TransitionEvents(provider)]
+            result = await agent.driver.run(TASK, session=agent.session, hooks=hooks)
+        finally:
+            await close_store(agent.store)
+        return result.session_id
+
+    session = anyio.run(run)
+    provider.shutdown()
+    traced, twice, stored = (tmp_path / n for n in ("a.dot", "b.mmd", "c.dot"))
+
+    assert main(["diagram", "--trace", str(trace), "-o", str(traced)]) == 0
+    both = ["--trace", str(trace), "--trace", str(trace)]
+    assert main(["diagram", *both, "-o", str(twice)]) == 0
+    from_store = ["--run", session, "--store", str(tmp_path / "s.db")]
+    assert main(["diagram", *from_store, "-o", str(stored)]) == 0
+
+    assert counts(traced) == counts(stored) == DEMO_PATH
+    assert counts(twice) == {label: 2 * n for label, n in DEMO_PATH.items()}
+    assert 'label="turn: 1 run (trace.jsonl);' in traced.read_text()
+
+
+def otlp(events: list[dict[str, Any]], run: dict[str, str]) -> str:
+    def kv(key: str, value: Any) -> dict[str, Any]:
+        if isinstance(value, int):
+            return {"key": key, "value": {"intValue": str(value)}}
+        return {"key": key, "value": {"stringValue": value}}
+
+    span = {
+        "traceId": "1" * 32,
+        "spanId": "2" * 16,
+        "name": "invoke_agent x",
+        "attributes": [kv(k, v) for k, v in run.items()],
+        "events": [
+            {
+                "name": "turnfsm.transition",
+                "attributes": [kv(f"turnfsm.transition.{k}", v) for k, v in e.items()],
+            }
+            for e in events
+        ],
+    }
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+
+
+MEASURED = {"from": "start", "to": "call_llm", "trigger": "measured", "index": 6}
+
+
+@pytest.mark.parametrize(
+    ("events", "run", "message"),
+    [
+        (
+            [MEASURED],
+            {"turnfsm.machine.name": "turn", "turnfsm.machine.digest": "0"},
+            "ran on 'turn' 0, not on",
+        ),
+        (
+            [{**MEASURED, "index": 7}],
+            {"turnfsm.machine.name": "turn"},
+            "#7 start --measured--> call_llm",
+        ),
+        ([{**MEASURED, "index": 99}], {"turnfsm.machine.name": "turn"}, "#99 start"),
+        ([MEASURED], {"turnfsm.machine.name": "mine"}, "the machine file of 'mine'"),
+        ([MEASURED], {}, "the runs ran on None"),
+        ([], {}, "expected a trace with turnfsm.transition span events"),
+        (
+            [{**MEASURED, "from": "call_llm"}],
+            {"turnfsm.machine.name": "turn"},
+            "#6 call_llm --measured--> call_llm",
+        ),
+    ],
+    ids=[
+        "digest",
+        "other-trigger",
+        "no-such-index",
+        "unshipped",
+        "unnamed",
+        "empty",
+        "other-source",
+    ],
+)
+def test_a_trace_of_another_machine_is_refused(
+    tmp_path: Path,
+    capsys: Capture,
+    events: list[dict[str, Any]],
+    run: dict[str, str],
+    message: str,
+) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text(otlp(events, {"turnfsm.run.id": "run_x", **run}))
+
+    assert main(["diagram", "--trace", str(trace), "-o", str(tmp_path / "x.dot")]) == 2
+
+    assert message in capsys.readouterr().err
+
+
+def test_a_trace_without_a_machine_name_draws_with_machine(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text(otlp([MEASURED, MEASURED], {"turnfsm.run.id": "run_x"}))
+    out = tmp_path / "x.dot"
+
+    turn = str(ROOT / "machines" / "turn.toml")
+    assert (
+        main(["diagram", "--trace", str(trace), "--machine", turn, "-o", str(out)]) == 0
+    )
+
+    assert counts(out) == {"measured": 2}
+
+
+def test_a_log_that_does_not_replay_is_refused(
+    tmp_path: Path, two_demos: tuple[Path, str, str], capsys: Capture
+) -> None:
+    store, first, _ = two_demos
+    log = tmp_path / "log.jsonl"
+    assert (
+        main(["sessions", "export", first, "--store", str(store), "--out", str(log)])
+        == 0
+    )
+    lines = log.read_text().splitlines()
+    for number, line in enumerate(lines):  # the first pass looks like no pass
+        entry = json.loads(line)
+        data = entry.get("data", {})
+        if data.get("decision", "").startswith("compact:"):
+            data["event"]["estimate"] = 10
+            lines[number] = json.dumps(entry)
+            break
+    log.write_text("\n".join(lines) + "\n")
+    other = tmp_path / "other.db"
+    assert main(["sessions", "import", str(log), "--store", str(other)]) == 0
+    capsys.readouterr()
+
+    given = ["--run", first, "--store", str(other), "-o", str(tmp_path / "x.dot")]
+    assert main(["diagram", *given]) == 2
+
+    assert "diverges at event" in capsys.readouterr().err
