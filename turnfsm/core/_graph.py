@@ -3,40 +3,49 @@
 Reachability, dead ends, (phase, trigger) groups that can fall through,
 termination (every cycle bounded), model calls and compaction passes that
 skip their limits, and phases `run_cancelled` cannot stop.
+
+Each problem is reported with its subject: the phase it is about (for its
+line in ``[states]``) or the transition (for its ``[[transitions]]`` entry).
+The spec may be partial (the loader leaves out what did not resolve): an
+unknown `initial` is an empty one, and skips the reachability check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Final, TypeAlias
 
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
-__all__ = ["check_graph"]
+__all__ = ["Report", "check_graph"]
+
+Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
+"""Takes a problem's message and its subject: a phase's name or a transition."""
 
 COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
 _COUNTER_GUARDS: Final = frozenset({"has_overflow_retries_left"})
 
 
-def check_graph(spec: MachineSpec, problem: Any) -> None:
+def check_graph(spec: MachineSpec, problem: Report) -> None:
     """Reachability, dead ends, fall-through groups, termination and limits."""
     edges: dict[str, set[str]] = {p: set() for p in spec.phases}
     for t in spec.transitions:
         if t.dest is not None and not t.is_wildcard:
             for src in t.sources:
                 edges[src].add(t.dest)
+    has_initial = spec.initial in edges
     seen = {spec.initial}
-    stack = [spec.initial]
+    stack = [spec.initial] if has_initial else []
     while stack:
         for nxt in edges[stack.pop()] - seen:
             seen.add(nxt)
             stack.append(nxt)
     terminal = set(spec.terminal)
     for phase in spec.phases:
-        if phase not in seen:
-            problem(f"phase {phase!r} is unreachable from {spec.initial!r}")
+        if phase not in seen and has_initial:
+            problem(f"phase {phase!r} is unreachable from {spec.initial!r}", phase)
         if phase not in terminal and not edges[phase]:
-            problem(f"phase {phase!r} is a dead end: no transition leaves it")
+            problem(f"phase {phase!r} is a dead end: no transition leaves it", phase)
     groups: dict[tuple[str, str], list[TransitionSpec]] = {}
     for t in spec.transitions:
         for src in t.sources:
@@ -45,7 +54,8 @@ def check_graph(spec: MachineSpec, problem: Any) -> None:
         if group[-1].is_guarded:
             problem(
                 f"phase {src!r} on {trigger!r} can fall through: end the group "
-                "with a transition without conditions"
+                "with a transition without conditions",
+                group[-1],
             )
     _check_termination(spec, groups, problem)
     _check_model_calls(spec, groups, problem)
@@ -101,7 +111,7 @@ def _is_limit_checked(
 def _check_model_calls(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
+    problem: Report,
 ) -> None:
     calls = _phases_emitting(spec, "call_llm")
     compacts = _phases_emitting(spec, "compact")
@@ -112,7 +122,8 @@ def _check_model_calls(
                 if not _is_limit_checked(group, index, terminal):
                     problem(
                         f"phase {src!r} on 'measured' enters {t.dest!r} without "
-                        f"first checking {_COMPACTION_LIMIT!r} (into a terminal phase)"
+                        f"first checking {_COMPACTION_LIMIT!r} (into a terminal phase)",
+                        t,
                     )
                 continue
             if t.dest not in calls:
@@ -120,7 +131,8 @@ def _check_model_calls(
             if trigger not in _SIZED_TRIGGERS:
                 problem(
                     f"phase {src!r} on {trigger!r} enters {t.dest!r} unmeasured: a "
-                    "model call must follow 'measured' or 'compaction_result'"
+                    "model call must follow 'measured' or 'compaction_result'",
+                    t,
                 )
                 continue
             if trigger != "measured":
@@ -130,14 +142,15 @@ def _check_model_calls(
                 if not _checks_first(group, index, guard, targets):
                     problem(
                         f"phase {src!r} on 'measured' enters {t.dest!r} without "
-                        f"first checking {guard!r} (into {kind})"
+                        f"first checking {guard!r} (into {kind})",
+                        t,
                     )
 
 
 def _check_compaction_counts(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
+    problem: Report,
 ) -> None:
     """Every way on out of a compact phase counts the pass (max_compactions)."""
     compacts = _phases_emitting(spec, "compact")
@@ -150,14 +163,15 @@ def _check_compaction_counts(
                 continue
             problem(
                 f"phase {src!r} on {trigger!r} leaves for {t.dest!r} without "
-                f"counting the pass: add {_COUNT_COMPACTION!r} to its actions"
+                f"counting the pass: add {_COUNT_COMPACTION!r} to its actions",
+                t,
             )
 
 
 def _check_cancellation(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
+    problem: Report,
 ) -> None:
     """`run_cancelled` ends the run, unconditionally, from every live phase."""
     fails = _phases_emitting(spec, "fail")
@@ -168,12 +182,14 @@ def _check_cancellation(
         head = group[0] if group else None
         stops = head is not None and not head.is_guarded and head.dest in fails
         if phase not in terminal and not stops:
-            missing.append(repr(phase))
+            missing.append(phase)
     if missing:
         problem(
-            f"'run_cancelled' cannot stop the run in {', '.join(missing)}: give "
-            "every non-terminal phase a 'run_cancelled' transition without "
-            'conditions into a fail phase (source = "*")'
+            f"'run_cancelled' cannot stop the run in "
+            f"{', '.join(map(repr, missing))}: give every non-terminal phase a "
+            "'run_cancelled' transition without conditions into a fail phase "
+            '(source = "*")',
+            missing[0],
         )
 
 
@@ -192,7 +208,7 @@ _Node: TypeAlias = tuple[str, bool]
 def _check_termination(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
+    problem: Report,
 ) -> None:
     """Every cycle passes a model call, a retry counter or a decreasing measure.
 
@@ -250,7 +266,8 @@ def _check_termination(
         path = " ".join(f"{phase} -[{trigger}]->" for phase, trigger in cycle)
         problem(
             f"cycle {path} {cycle[0][0]} is not bounded by a model call, a retry "
-            "counter or the no-progress guard"
+            "counter or the no-progress guard",
+            cycle[0][0],
         )
 
 

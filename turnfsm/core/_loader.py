@@ -1,24 +1,32 @@
 """Loading a machine definition: every check, every problem reported at once.
 
 Loading checks everything and raises one `DefinitionError` listing every
-problem: unknown names and keys, reducers used on events they cannot read,
-exits from terminal phases, and then the checks of the graph (`_graph.py`):
-unreachable phases, dead ends, (phase, trigger) groups that can fall through,
-model calls and compaction passes that skip their limits, phases
-`run_cancelled` cannot stop, and cycles that neither a model call, a retry
-counter nor the no-progress guard bounds (so every machine that loads
-terminates).
+problem, each with its line and, for a misspelt name, the closest known one.
+First each entry on its own: unknown names and keys, wrong types, reducers
+used on events they cannot read, exits from terminal phases. Then the checks
+of the graph (`_graph.py`) on the entries that resolved: unreachable phases,
+dead ends, (phase, trigger) groups that can fall through, model calls and
+compaction passes that skip their limits, phases `run_cancelled` cannot stop,
+and cycles that neither a model call, a retry counter nor the no-progress
+guard bounds (so every machine that loads terminates).
+
+A transition whose trigger, destination or every source is unknown is left
+out of the graph checks (its own problem says why); a misspelt guard or
+reducer stays in, as written. So a graph problem may be one that fixing a
+name also fixes, never one that a file with every name right would not have.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from turnfsm.core._graph import check_graph
 from turnfsm.core._guards import GUARDS
 from turnfsm.core._lines import CompactReason
 from turnfsm.core._reducers import ACCEPTS, FAILURES, REDUCERS
+from turnfsm.core._source_map import Path, line_of
 from turnfsm.core._spec import (
     BUILTIN_TRIGGERS,
     DECISION_KINDS,
@@ -26,7 +34,7 @@ from turnfsm.core._spec import (
     StateSpec,
     TransitionSpec,
 )
-from turnfsm.errors import DefinitionError
+from turnfsm.errors import DefinitionError, Problem
 
 __all__ = ["load_spec"]
 
@@ -37,76 +45,172 @@ _STATE_KEYS: Final = frozenset({"decision", "effect", "on_enter"})
 _TRANSITION_KEYS: Final = frozenset(
     {"trigger", "source", "dest", "conditions", "unless", "actions", "reason", "error"}
 )
+_REASONS: Final = frozenset(r.value for r in CompactReason)
 WILDCARD: Final = "*"
 
 
-def load_spec(data: Mapping[str, Any], source: str) -> MachineSpec:
+def load_spec(
+    data: Mapping[str, Any], source: str, lines: Mapping[Path, int] | None = None
+) -> MachineSpec:
     """Validate a parsed machine definition and return its `MachineSpec`.
+
+    Args:
+        data: the parsed file.
+        source: the file's name, for messages.
+        lines: the line of each path of `data` (`source_map` of its text);
+            without it, problems carry no line.
 
     Raises:
         DefinitionError: listing every problem found.
     """
-    return _Loader(data, source).load()
+    return _Loader(data, source, lines or {}).load()
+
+
+def _field(path: Path) -> str:
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else f".{step}" if out else step
+    return out
+
+
+def _closest(value: object, known: Collection[str]) -> str | None:
+    if not isinstance(value, str):
+        return None
+    close = difflib.get_close_matches(value, sorted(known), n=1)
+    return close[0] if close else None
+
+
+def _by_line(problem: Problem) -> int:
+    return problem.line or 0
+
+
+def _resolved(name: object, known: Collection[str]) -> str | None:
+    """`name` if it is known, else the known name closest to it, if any.
+
+    The checks after a name's own read a misspelt name as its suggestion,
+    so that one typo is one problem, not also every check it would break.
+    """
+    if isinstance(name, str) and name in known:
+        return name
+    return _closest(name, known)
+
+
+def _read(names: tuple[str, ...], known: Collection[str]) -> tuple[str, ...]:
+    """Each of `names` as the later checks read it (unknown ones as written)."""
+    return tuple(_resolved(n, known) or n for n in names)
 
 
 class _Loader:
     """Collects every problem of one machine definition."""
 
-    def __init__(self, data: Mapping[str, Any], source: str) -> None:
+    def __init__(
+        self, data: Mapping[str, Any], source: str, lines: Mapping[Path, int]
+    ) -> None:
         self.data = data
         self.source = source
-        self.problems: list[str] = []
+        self.lines = lines
+        self.problems: list[Problem] = []
+        self.untyped: set[str] = set()
+        """States that are not tables: named, but of no kind."""
+        self.index_of: dict[int, int] = {}
+        """Each `TransitionSpec` built (by `id`): its index in the file."""
 
-    def problem(self, text: str) -> None:
-        if text not in self.problems:  # two transitions of one group, one fix
-            self.problems.append(text)
+    def problem(
+        self,
+        message: str,
+        at: Path = (),
+        value: Any = None,
+        known: Collection[str] = (),
+    ) -> None:
+        """Report `message` about the value at path `at`; suggest from `known`."""
+        if any(p.message == message for p in self.problems):
+            return  # two transitions of one group, one fix
+        self.problems.append(
+            Problem(
+                message=message,
+                line=line_of(self.lines, at),
+                field=_field(at),
+                value=value,
+                suggestion=_closest(value, known),
+            )
+        )
+
+    def report(self, message: str, subject: str | TransitionSpec) -> None:
+        """Report a graph problem about a phase or a transition."""
+        if isinstance(subject, str):
+            self.problem(message, ("states", subject), subject)
+        else:
+            self.problem(
+                message, ("transitions", self.index_of[id(subject)]), subject.trigger
+            )
 
     def load(self) -> MachineSpec:
         for key in sorted(set(self.data) - _TOP_KEYS):
-            self.problem(f"unknown key {key!r}")
+            self.problem(f"unknown key {key!r}", (key,), key, _TOP_KEYS)
         name = self._str("name")
         initial = self._str("initial")
-        terminal = tuple(self._str_list(self.data.get("terminal", []), "terminal"))
-        signals = tuple(self._str_list(self.data.get("signals", []), "signals"))
+        terminal = self._str_list(
+            self.data.get("terminal", []), "terminal", ("terminal",)
+        )
+        signals = self._str_list(self.data.get("signals", []), "signals", ("signals",))
         states = self._states()
         names = {s.name for s in states}
-        for phase in (initial, *terminal):
-            if phase and phase not in names:
-                self.problem(f"unknown phase {phase!r} named by initial/terminal")
-        for signal in signals:
+        named: list[tuple[Path, str]] = [(("initial",), initial)] if initial else []
+        named += [(("terminal", i), phase) for i, phase in enumerate(terminal)]
+        for at, phase in named:
+            if phase not in names:
+                self.problem(
+                    f"unknown phase {phase!r} named by initial/terminal",
+                    at,
+                    phase,
+                    names,
+                )
+        for i, signal in enumerate(signals):
             if signal in BUILTIN_TRIGGERS:
-                self.problem(f"signal {signal!r} shadows the built-in trigger")
-        self._check_state_kinds(states, set(terminal))
-        transitions = self._transitions(names, set(terminal), set(signals))
-        if self.problems:
-            raise DefinitionError(self.source, self.problems)
+                self.problem(
+                    f"signal {signal!r} shadows the built-in trigger", ("signals", i)
+                )
+        # From here on, initial and terminal are read as resolved (see _resolved).
+        ends = tuple(
+            dict.fromkeys(p for p in _read(tuple(terminal), names) if p in names)
+        )
+        self._check_state_kinds(states, set(ends))
+        transitions = self._transitions(names, set(ends), set(signals))
         spec = MachineSpec(
             name=name,
-            initial=initial,
-            terminal=terminal,
+            initial=_resolved(initial, names) or "",
+            terminal=ends,
             states=tuple(states),
             transitions=tuple(transitions),
-            signals=signals,
+            signals=tuple(signals),
             source=self.source,
         )
-        check_graph(spec, self.problem)
+        found = len(self.problems)
+        check_graph(spec, self.report)
         if self.problems:
-            raise DefinitionError(self.source, self.problems)
+            # Each pass's problems in the order of the file (the file-wide first).
+            entries, graph = self.problems[:found], self.problems[found:]
+            ordered = [*sorted(entries, key=_by_line), *sorted(graph, key=_by_line)]
+            raise DefinitionError(self.source, ordered)
         return spec
 
     def _str(self, key: str) -> str:
         value = self.data.get(key)
         if not isinstance(value, str) or not value:
-            self.problem(f"{key!r} must be a non-empty string, got {value!r}")
+            self.problem(
+                f"{key!r} must be a non-empty string, got {value!r}", (key,), value
+            )
             return ""
         return value
 
-    def _str_list(self, value: Any, where: str) -> list[str]:
+    def _str_list(self, value: Any, where: str, at: Path) -> list[str]:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             self.problem(
-                f"{where} must be a string or a list of strings, got {value!r}"
+                f"{where} must be a string or a list of strings, got {value!r}",
+                at,
+                value,
             )
             return []
         return list(value)
@@ -114,31 +218,50 @@ class _Loader:
     def _states(self) -> list[StateSpec]:
         table = self.data.get("states")
         if not isinstance(table, dict) or not table:
-            self.problem("'states' must be a non-empty table")
+            self.problem("'states' must be a non-empty table", ("states",), table)
             return []
         states = []
         for name, body in table.items():
+            at = ("states", name)
             if not isinstance(body, dict):
-                self.problem(f"state {name!r} must be a table")
+                self.problem(f"state {name!r} must be a table", at, body)
+                self.untyped.add(name)
+                states.append(StateSpec(name=name))
                 continue
             for key in sorted(set(body) - _STATE_KEYS):
-                self.problem(f"state {name!r}: unknown key {key!r}")
+                self.problem(
+                    f"state {name!r}: unknown key {key!r}", (*at, key), key, _STATE_KEYS
+                )
             on_enter = tuple(
-                self._str_list(body.get("on_enter", []), f"{name}.on_enter")
+                self._str_list(
+                    body.get("on_enter", []), f"{name}.on_enter", (*at, "on_enter")
+                )
             )
-            for reducer in on_enter:
+            for i, reducer in enumerate(on_enter):
+                where = (*at, "on_enter", i)
                 if reducer not in REDUCERS:
-                    self.problem(f"state {name!r}: unknown reducer {reducer!r}")
+                    self.problem(
+                        f"state {name!r}: unknown reducer {reducer!r}",
+                        where,
+                        reducer,
+                        REDUCERS,
+                    )
                 elif ACCEPTS.get(reducer) is not None:
                     self.problem(
                         f"state {name!r}: {reducer!r} needs a specific event and "
-                        "cannot run on entry"
+                        "cannot run on entry",
+                        where,
+                        reducer,
                     )
             decision, effect = body.get("decision"), body.get("effect")
             if decision is not None and not isinstance(decision, str):
                 decision = repr(decision)  # reported as an unknown decision
             if effect is not None and not isinstance(effect, str):
-                self.problem(f"state {name!r}: effect must be a string, got {effect!r}")
+                self.problem(
+                    f"state {name!r}: effect must be a string, got {effect!r}",
+                    (*at, "effect"),
+                    effect,
+                )
             states.append(
                 StateSpec(
                     name=name, decision=decision, effect=effect, on_enter=on_enter
@@ -148,101 +271,197 @@ class _Loader:
 
     def _check_state_kinds(self, states: list[StateSpec], terminal: set[str]) -> None:
         for s in states:
+            at = ("states", s.name)
+            if s.name in self.untyped:
+                continue
             if (s.decision is None) == (s.effect is None):
-                self.problem(f"state {s.name!r}: give exactly one of decision / effect")
+                self.problem(
+                    f"state {s.name!r}: give exactly one of decision / effect", at
+                )
             elif s.decision is not None and s.decision not in DECISION_KINDS:
                 known = ", ".join(sorted(DECISION_KINDS))
                 self.problem(
                     f"state {s.name!r}: unknown decision {s.decision!r}"
                     f" (known: {known};"
-                    " use effect = NAME for a custom one)"
+                    " use effect = NAME for a custom one)",
+                    (*at, "decision"),
+                    s.decision,
+                    DECISION_KINDS,
                 )
             is_end = s.decision in ("finish", "fail")
             if s.name in terminal and not is_end:
-                self.problem(f"terminal phase {s.name!r} must emit finish or fail")
+                self.problem(
+                    f"terminal phase {s.name!r} must emit finish or fail", at, s.name
+                )
             if s.name not in terminal and is_end:
-                self.problem(f"phase {s.name!r} emits {s.decision} but is not terminal")
+                self.problem(
+                    f"phase {s.name!r} emits {s.decision} but is not terminal",
+                    at,
+                    s.name,
+                )
 
     def _transitions(
         self, names: set[str], terminal: set[str], signals: set[str]
     ) -> list[TransitionSpec]:
+        """Check every transition; return those the graph checks can read."""
         items = self.data.get("transitions", [])
         if not isinstance(items, list) or not items:
-            self.problem("'transitions' must be a non-empty array of tables")
+            self.problem(
+                "'transitions' must be a non-empty array of tables",
+                ("transitions",),
+                items,
+            )
             return []
         out = []
         for i, body in enumerate(items):
-            where = f"transition #{i + 1}"
             if not isinstance(body, dict):
-                self.problem(f"{where} must be a table")
+                self.problem(f"transition #{i + 1} must be a table", ("transitions", i))
                 continue
-            out.append(self._transition(where, body, names, terminal, signals))
+            t, is_resolved = self._transition(i, body, names, terminal, signals)
+            self.index_of[id(t)] = i
+            if is_resolved:
+                out.append(t)
         return out
 
     def _transition(
         self,
-        where: str,
+        i: int,
         body: dict[str, Any],
         names: set[str],
         terminal: set[str],
         signals: set[str],
-    ) -> TransitionSpec:
+    ) -> tuple[TransitionSpec, bool]:
+        """Check one transition; return it, and whether the graph checks can read it.
+
+        The transition returned holds each name as the later checks read it
+        (a misspelt one as its suggestion) and only its live sources; the
+        graph checks can read it if it has one, and a known trigger and dest.
+        """
+        at: Path = ("transitions", i)
+        where = f"transition #{i + 1}"
         for key in sorted(set(body) - _TRANSITION_KEYS):
-            self.problem(f"{where}: unknown key {key!r}")
-        trigger = body.get("trigger")
-        if not isinstance(trigger, str) or (
-            trigger not in BUILTIN_TRIGGERS and trigger not in signals
-        ):
             self.problem(
-                f"{where}: unknown trigger {trigger!r} (declare it in signals)"
+                f"{where}: unknown key {key!r}", (*at, key), key, _TRANSITION_KEYS
             )
-        where = f"{where} ({trigger})"
-        sources = self._str_list(body.get("source", []), f"{where} source")
-        is_wildcard = sources == [WILDCARD]
-        if is_wildcard:
-            sources = sorted(names - terminal)
-        if not sources:
-            self.problem(f"{where}: no source phase")
-        for src in sources:
-            if src not in names:
-                self.problem(f"{where}: unknown source phase {src!r}")
-            elif src in terminal:
-                self.problem(f"{where}: terminal phase {src!r} cannot have exits")
-        dest = body.get("dest")
-        if dest is not None and (not isinstance(dest, str) or dest not in names):
-            self.problem(f"{where}: unknown dest phase {dest!r}")
-        guards = {
-            k: tuple(self._str_list(body.get(k, []), f"{where} {k}"))
-            for k in ("conditions", "unless")
-        }
-        for guard in (*guards["conditions"], *guards["unless"]):
-            if guard not in GUARDS:
-                self.problem(f"{where}: unknown guard {guard!r}")
-        actions = tuple(self._str_list(body.get("actions", []), f"{where} actions"))
-        for reducer in actions:
-            if reducer not in REDUCERS:
-                self.problem(f"{where}: unknown reducer {reducer!r}")
-        reason, error = self._reason_and_error(where, body, dest)
-        for name in (*actions, *([error] if error else [])):
+        written = body.get("trigger")
+        triggers = BUILTIN_TRIGGERS | signals
+        if not isinstance(written, str) or written not in triggers:
+            self.problem(
+                f"{where}: unknown trigger {written!r} (declare it in signals)",
+                (*at, "trigger"),
+                written,
+                triggers,
+            )
+        trigger = _resolved(written, triggers)
+        where = f"{where} ({written})"
+        sources, is_wildcard = self._sources(body, where, at, names, terminal)
+        dest, has_dest = self._dest(body, where, at, names)
+        conditions, unless, actions = (
+            self._names(body, key, where, at, table)
+            for key, table in (
+                ("conditions", GUARDS),
+                ("unless", GUARDS),
+                ("actions", REDUCERS),
+            )
+        )
+        reason, error = self._reason_and_error(at, where, body, dest)
+        applied = [((*at, "actions", j), r) for j, r in enumerate(actions)]
+        applied += [((*at, "error"), error)] if error else []
+        for place, name in applied:
             accepted = ACCEPTS.get(name)
             if accepted is not None and trigger not in accepted:
                 self.problem(
-                    f"{where}: {name!r} only applies to {', '.join(sorted(accepted))}"
+                    f"{where}: {name!r} only applies to {', '.join(sorted(accepted))}",
+                    place,
+                    name,
                 )
-        return TransitionSpec(
-            trigger=str(trigger),
-            sources=tuple(sources),
+        t = TransitionSpec(
+            trigger=trigger or str(written),
+            sources=sources,
             dest=dest,
-            conditions=guards["conditions"],
-            unless=guards["unless"],
-            actions=actions,
+            conditions=_read(conditions, GUARDS),
+            unless=_read(unless, GUARDS),
+            actions=_read(actions, REDUCERS),
             reason=reason,
             error=error,
             is_wildcard=is_wildcard,
         )
+        return t, trigger is not None and has_dest and bool(sources)
+
+    def _sources(
+        self,
+        body: dict[str, Any],
+        where: str,
+        at: Path,
+        names: set[str],
+        terminal: set[str],
+    ) -> tuple[tuple[str, ...], bool]:
+        """Check a transition's sources; return the live ones, and if it is `*`."""
+        written = self._str_list(
+            body.get("source", []), f"{where} source", (*at, "source")
+        )
+        is_wildcard = written == [WILDCARD]
+        if is_wildcard:
+            written = sorted(names - terminal)
+        if not written:
+            self.problem(f"{where}: no source phase", (*at, "source"))
+        live: list[str] = []
+        for j, src in enumerate(written):
+            if src not in names:
+                self.problem(
+                    f"{where}: unknown source phase {src!r}",
+                    (*at, "source", j),
+                    src,
+                    names,
+                )
+            elif src in terminal:
+                self.problem(
+                    f"{where}: terminal phase {src!r} cannot have exits",
+                    (*at, "source", j),
+                    src,
+                )
+            phase = _resolved(src, names)
+            if phase is not None and phase not in terminal and phase not in live:
+                live.append(phase)
+        return tuple(live), is_wildcard
+
+    def _dest(
+        self, body: dict[str, Any], where: str, at: Path, names: set[str]
+    ) -> tuple[str | None, bool]:
+        """Check a transition's dest; return it as read, and whether it resolved."""
+        written = body.get("dest")
+        if written is None:
+            return None, True  # an internal transition: it stays in its phase
+        if not isinstance(written, str) or written not in names:
+            self.problem(
+                f"{where}: unknown dest phase {written!r}",
+                (*at, "dest"),
+                written,
+                names,
+            )
+        dest = _resolved(written, names)
+        return dest, dest is not None
+
+    def _names(
+        self,
+        body: dict[str, Any],
+        key: str,
+        where: str,
+        at: Path,
+        table: Collection[str],
+    ) -> tuple[str, ...]:
+        """Check a list of guard or reducer names; return them as written."""
+        what = "reducer" if key == "actions" else "guard"
+        written = tuple(self._str_list(body.get(key, []), f"{where} {key}", (*at, key)))
+        for j, name in enumerate(written):
+            if name not in table:
+                self.problem(
+                    f"{where}: unknown {what} {name!r}", (*at, key, j), name, table
+                )
+        return written
 
     def _reason_and_error(
-        self, where: str, body: dict[str, Any], dest: str | None
+        self, at: Path, where: str, body: dict[str, Any], dest: str | None
     ) -> tuple[CompactReason | None, str | None]:
         decisions = {}
         table = self.data.get("states")
@@ -260,18 +479,30 @@ class _Loader:
                 known = ", ".join(r.value for r in CompactReason)
                 self.problem(
                     f"{where}: into {dest!r} needs a reason ({known}), "
-                    f"got {raw_reason!r}"
+                    f"got {raw_reason!r}",
+                    (*at, "reason"),
+                    raw_reason,
+                    _REASONS,
                 )
         elif raw_reason is not None:
             self.problem(
-                f"{where}: reason is only for transitions into a compact phase"
+                f"{where}: reason is only for transitions into a compact phase",
+                (*at, "reason"),
+                raw_reason,
             )
         if kind == "fail":
             if not isinstance(error, str) or error not in FAILURES:
                 known = ", ".join(sorted(FAILURES))
                 self.problem(
-                    f"{where}: into {dest!r} needs an error ({known}), got {error!r}"
+                    f"{where}: into {dest!r} needs an error ({known}), got {error!r}",
+                    (*at, "error"),
+                    error,
+                    FAILURES,
                 )
         elif error is not None:
-            self.problem(f"{where}: error is only for transitions into a fail phase")
+            self.problem(
+                f"{where}: error is only for transitions into a fail phase",
+                (*at, "error"),
+                error,
+            )
         return reason, (error if kind == "fail" else None)
