@@ -83,8 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     diagram.add_argument(
         "--check", action="store_true", help="fail if the committed diagrams are stale"
     )
-    check = sub.add_parser("check", help="validate a machine file")
-    check.add_argument("file", help="the machine file (TOML)")
+    check = sub.add_parser("check", help="validate machine files")
+    check.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a machine file (TOML), or a directory: its *.toml files",
+    )
     return parser
 
 
@@ -174,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_diagram(args.machines, args.out, check=args.check)
     from turnfsm.cli._diagram import run_check
 
-    return run_check(args.file)
+    return run_check(args.paths)
 
 
 if __name__ == "__main__":  # pragma: no cover
