@@ -10,23 +10,26 @@ compaction passes that skip their limits, phases `run_cancelled` cannot stop,
 and cycles that neither a model call, a retry counter nor the no-progress
 guard bounds (so every machine that loads terminates).
 
-A transition whose trigger, destination or every source is unknown is left
-out of the graph checks (its own problem says why); a misspelt guard or
-reducer stays in, as written. So a graph problem may be one that fixing a
-name also fixes, never one that a file with every name right would not have.
+A misspelt name is reported once, with the known name closest to it, and the
+checks after its own read it as that name (see `_problems.py`). A trigger or
+phase with no close match leaves its transition out of the graph checks; a
+guard or reducer with none stays in, as written. So a graph problem may be
+one that fixing a name also fixes.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping
 from typing import Any, Final
+
+import attrs
 
 from turnfsm.core._graph import check_graph
 from turnfsm.core._guards import GUARDS
 from turnfsm.core._lines import CompactReason
+from turnfsm.core._problems import ProblemLog, read_as, resolved
 from turnfsm.core._reducers import ACCEPTS, FAILURES, REDUCERS
-from turnfsm.core._source_map import Path, line_of
+from turnfsm.core._source_map import Path
 from turnfsm.core._spec import (
     BUILTIN_TRIGGERS,
     DECISION_KINDS,
@@ -34,7 +37,6 @@ from turnfsm.core._spec import (
     StateSpec,
     TransitionSpec,
 )
-from turnfsm.errors import DefinitionError, Problem
 
 __all__ = ["load_spec"]
 
@@ -66,83 +68,18 @@ def load_spec(
     return _Loader(data, source, lines or {}).load()
 
 
-def _field(path: Path) -> str:
-    out = ""
-    for step in path:
-        out += f"[{step}]" if isinstance(step, int) else f".{step}" if out else step
-    return out
-
-
-def _closest(value: object, known: Collection[str]) -> str | None:
-    if not isinstance(value, str):
-        return None
-    close = difflib.get_close_matches(value, sorted(known), n=1)
-    return close[0] if close else None
-
-
-def _by_line(problem: Problem) -> int:
-    return problem.line or 0
-
-
-def _resolved(name: object, known: Collection[str]) -> str | None:
-    """`name` if it is known, else the known name closest to it, if any.
-
-    The checks after a name's own read a misspelt name as its suggestion,
-    so that one typo is one problem, not also every check it would break.
-    """
-    if isinstance(name, str) and name in known:
-        return name
-    return _closest(name, known)
-
-
-def _read(names: tuple[str, ...], known: Collection[str]) -> tuple[str, ...]:
-    """Each of `names` as the later checks read it (unknown ones as written)."""
-    return tuple(_resolved(n, known) or n for n in names)
-
-
-class _Loader:
-    """Collects every problem of one machine definition."""
+class _Loader(ProblemLog):
+    """Checks one machine definition, collecting every problem."""
 
     def __init__(
         self, data: Mapping[str, Any], source: str, lines: Mapping[Path, int]
     ) -> None:
+        super().__init__(source, lines)
         self.data = data
-        self.source = source
-        self.lines = lines
-        self.problems: list[Problem] = []
         self.untyped: set[str] = set()
         """States that are not tables: named, but of no kind."""
-        self.index_of: dict[int, int] = {}
-        """Each `TransitionSpec` built (by `id`): its index in the file."""
-
-    def problem(
-        self,
-        message: str,
-        at: Path = (),
-        value: Any = None,
-        known: Collection[str] = (),
-    ) -> None:
-        """Report `message` about the value at path `at`; suggest from `known`."""
-        if any(p.message == message for p in self.problems):
-            return  # two transitions of one group, one fix
-        self.problems.append(
-            Problem(
-                message=message,
-                line=line_of(self.lines, at),
-                field=_field(at),
-                value=value,
-                suggestion=_closest(value, known),
-            )
-        )
-
-    def report(self, message: str, subject: str | TransitionSpec) -> None:
-        """Report a graph problem about a phase or a transition."""
-        if isinstance(subject, str):
-            self.problem(message, ("states", subject), subject)
-        else:
-            self.problem(
-                message, ("transitions", self.index_of[id(subject)]), subject.trigger
-            )
+        self.kinds: dict[str, str | None] = {}
+        """Each phase's decision, as read (see `resolved`)."""
 
     def load(self) -> MachineSpec:
         for key in sorted(set(self.data) - _TOP_KEYS):
@@ -155,6 +92,33 @@ class _Loader:
         signals = self._str_list(self.data.get("signals", []), "signals", ("signals",))
         states = self._states()
         names = {s.name for s in states}
+        initial, ends = self._initial_and_terminal(initial, terminal, names)
+        for i, signal in enumerate(signals):
+            if signal in BUILTIN_TRIGGERS:
+                self.problem(
+                    f"signal {signal!r} shadows the built-in trigger", ("signals", i)
+                )
+        states = self._check_state_kinds(states, set(ends))
+        self.kinds = {s.name: s.decision for s in states}
+        transitions = self._transitions(names, set(ends), set(signals))
+        spec = MachineSpec(
+            name=name,
+            initial=initial,
+            terminal=ends,
+            states=tuple(states),
+            transitions=tuple(transitions),
+            signals=tuple(signals),
+            source=self.source,
+        )
+        self.start_graph()
+        check_graph(spec, self.report)
+        self.raise_any()
+        return spec
+
+    def _initial_and_terminal(
+        self, initial: str, terminal: list[str], names: set[str]
+    ) -> tuple[str, tuple[str, ...]]:
+        """Check the phases `initial` and `terminal` name; return them as read."""
         named: list[tuple[Path, str]] = [(("initial",), initial)] if initial else []
         named += [(("terminal", i), phase) for i, phase in enumerate(terminal)]
         for at, phase in named:
@@ -165,34 +129,8 @@ class _Loader:
                     phase,
                     names,
                 )
-        for i, signal in enumerate(signals):
-            if signal in BUILTIN_TRIGGERS:
-                self.problem(
-                    f"signal {signal!r} shadows the built-in trigger", ("signals", i)
-                )
-        # From here on, initial and terminal are read as resolved (see _resolved).
-        ends = tuple(
-            dict.fromkeys(p for p in _read(tuple(terminal), names) if p in names)
-        )
-        self._check_state_kinds(states, set(ends))
-        transitions = self._transitions(names, set(ends), set(signals))
-        spec = MachineSpec(
-            name=name,
-            initial=_resolved(initial, names) or "",
-            terminal=ends,
-            states=tuple(states),
-            transitions=tuple(transitions),
-            signals=tuple(signals),
-            source=self.source,
-        )
-        found = len(self.problems)
-        check_graph(spec, self.report)
-        if self.problems:
-            # Each pass's problems in the order of the file (the file-wide first).
-            entries, graph = self.problems[:found], self.problems[found:]
-            ordered = [*sorted(entries, key=_by_line), *sorted(graph, key=_by_line)]
-            raise DefinitionError(self.source, ordered)
-        return spec
+        ends = dict.fromkeys(p for p in read_as(tuple(terminal), names) if p in names)
+        return resolved(initial, names) or "", tuple(ends)
 
     def _str(self, key: str) -> str:
         value = self.data.get(key)
@@ -269,9 +207,17 @@ class _Loader:
             )
         return states
 
-    def _check_state_kinds(self, states: list[StateSpec], terminal: set[str]) -> None:
+    def _check_state_kinds(
+        self, states: list[StateSpec], terminal: set[str]
+    ) -> list[StateSpec]:
+        """Check each phase's kind; return the phases with decisions as read."""
+        out = []
         for s in states:
             at = ("states", s.name)
+            decision = s.decision
+            if decision is not None and decision not in DECISION_KINDS:
+                decision = resolved(decision, DECISION_KINDS) or decision
+            out.append(attrs.evolve(s, decision=decision))
             if s.name in self.untyped:
                 continue
             if (s.decision is None) == (s.effect is None):
@@ -288,17 +234,18 @@ class _Loader:
                     s.decision,
                     DECISION_KINDS,
                 )
-            is_end = s.decision in ("finish", "fail")
+            is_end = decision in ("finish", "fail")
             if s.name in terminal and not is_end:
                 self.problem(
                     f"terminal phase {s.name!r} must emit finish or fail", at, s.name
                 )
             if s.name not in terminal and is_end:
                 self.problem(
-                    f"phase {s.name!r} emits {s.decision} but is not terminal",
+                    f"phase {s.name!r} emits {decision} but is not terminal",
                     at,
                     s.name,
                 )
+        return out
 
     def _transitions(
         self, names: set[str], terminal: set[str], signals: set[str]
@@ -344,15 +291,7 @@ class _Loader:
                 f"{where}: unknown key {key!r}", (*at, key), key, _TRANSITION_KEYS
             )
         written = body.get("trigger")
-        triggers = BUILTIN_TRIGGERS | signals
-        if not isinstance(written, str) or written not in triggers:
-            self.problem(
-                f"{where}: unknown trigger {written!r} (declare it in signals)",
-                (*at, "trigger"),
-                written,
-                triggers,
-            )
-        trigger = _resolved(written, triggers)
+        trigger = self._trigger(written, where, at, signals)
         where = f"{where} ({written})"
         sources, is_wildcard = self._sources(body, where, at, names, terminal)
         dest, has_dest = self._dest(body, where, at, names)
@@ -364,7 +303,52 @@ class _Loader:
                 ("actions", REDUCERS),
             )
         )
-        reason, error = self._reason_and_error(at, where, body, dest)
+        # What hangs on another name is judged once that name is right: a
+        # reason or an error on the kind of the dest, and a reducer or an
+        # error that reads one event on the trigger.
+        written_dest = body.get("dest")
+        if written_dest is None or written_dest == dest:
+            reason, error = self._reason_and_error(at, where, body, dest)
+        else:
+            reason, error = None, None
+        if trigger is not None and written == trigger:
+            self._check_events(at, where, trigger, actions, error)
+        t = TransitionSpec(
+            trigger=trigger or str(written),
+            sources=sources,
+            dest=dest,
+            conditions=read_as(conditions, GUARDS),
+            unless=read_as(unless, GUARDS),
+            actions=read_as(actions, REDUCERS),
+            reason=reason,
+            error=error,
+            is_wildcard=is_wildcard,
+        )
+        return t, trigger is not None and has_dest and bool(sources)
+
+    def _trigger(
+        self, written: Any, where: str, at: Path, signals: set[str]
+    ) -> str | None:
+        """Check a transition's trigger; return it as read."""
+        triggers = BUILTIN_TRIGGERS | signals
+        if not isinstance(written, str) or written not in triggers:
+            self.problem(
+                f"{where}: unknown trigger {written!r} (declare it in signals)",
+                (*at, "trigger"),
+                written,
+                triggers,
+            )
+        return resolved(written, triggers)
+
+    def _check_events(
+        self,
+        at: Path,
+        where: str,
+        trigger: str,
+        actions: tuple[str, ...],
+        error: str | None,
+    ) -> None:
+        """Check that the reducers and the error that read one event get it."""
         applied = [((*at, "actions", j), r) for j, r in enumerate(actions)]
         applied += [((*at, "error"), error)] if error else []
         for place, name in applied:
@@ -375,18 +359,6 @@ class _Loader:
                     place,
                     name,
                 )
-        t = TransitionSpec(
-            trigger=trigger or str(written),
-            sources=sources,
-            dest=dest,
-            conditions=_read(conditions, GUARDS),
-            unless=_read(unless, GUARDS),
-            actions=_read(actions, REDUCERS),
-            reason=reason,
-            error=error,
-            is_wildcard=is_wildcard,
-        )
-        return t, trigger is not None and has_dest and bool(sources)
 
     def _sources(
         self,
@@ -420,7 +392,7 @@ class _Loader:
                     (*at, "source", j),
                     src,
                 )
-            phase = _resolved(src, names)
+            phase = resolved(src, names)
             if phase is not None and phase not in terminal and phase not in live:
                 live.append(phase)
         return tuple(live), is_wildcard
@@ -439,7 +411,7 @@ class _Loader:
                 written,
                 names,
             )
-        dest = _resolved(written, names)
+        dest = resolved(written, names)
         return dest, dest is not None
 
     def _names(
@@ -463,13 +435,7 @@ class _Loader:
     def _reason_and_error(
         self, at: Path, where: str, body: dict[str, Any], dest: str | None
     ) -> tuple[CompactReason | None, str | None]:
-        decisions = {}
-        table = self.data.get("states")
-        if isinstance(table, dict):
-            decisions = {
-                k: v.get("decision") for k, v in table.items() if isinstance(v, dict)
-            }
-        kind = decisions.get(dest) if isinstance(dest, str) else None
+        kind = self.kinds.get(dest) if dest is not None else None
         raw_reason, error = body.get("reason"), body.get("error")
         reason = None
         if kind == "compact":
