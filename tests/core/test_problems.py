@@ -475,3 +475,63 @@ def test_replacing_any_name_is_a_problem_on_its_line(
     problems = problems_of(mutated)
 
     assert line in [p.line for p in problems], [str(p) for p in problems]
+
+
+def test_an_error_that_is_not_a_string_is_a_problem_not_a_crash() -> None:
+    data = tomllib.loads(STOCK)
+    data["transitions"][1]["error"] = ["max_turns_exceeded"]
+
+    outcome = load_or_problems(data)
+
+    assert isinstance(outcome, tuple)
+    assert [(p.field, p.value) for p in outcome] == [
+        ("transitions[1].error", ["max_turns_exceeded"])
+    ]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def subtrees(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path of every value inside a parsed file, the file's own included."""
+    items: list[tuple[Any, Any]] = []
+    if isinstance(value, dict):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    out = [prefix]
+    for step, inner in items:
+        out += subtrees(inner, (*prefix, step))
+    return out
+
+
+@settings(max_examples=200)
+@given(data=st.data(), replacement=JSON)
+def test_any_value_anywhere_is_a_problem_not_a_crash(
+    data: st.DataObject, replacement: Any
+) -> None:
+    parsed = tomllib.loads(STOCK)
+    path = data.draw(st.sampled_from(subtrees(parsed)[1:]))
+    *parents, last = path
+    holder = parsed
+    for step in parents:
+        holder = holder[step]
+    holder[last] = replacement
+
+    outcome = load_or_problems(parsed)
+
+    assert isinstance(outcome, MachineSpec) or outcome
+
+
+def load_or_problems(data: dict[str, Any]) -> MachineSpec | tuple[Problem, ...]:
+    try:
+        return MachineSpec.from_dict(data)
+    except DefinitionError as error:
+        return error.problems

@@ -471,4 +471,5 @@ class _Loader(ProblemLog):
                 (*at, "error"),
                 error,
             )
-        return reason, (error if kind == "fail" else None)
+        is_error = kind == "fail" and isinstance(error, str) and error in FAILURES
+        return reason, (error if is_error else None)
