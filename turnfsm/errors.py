@@ -2,7 +2,7 @@
 
 ```
 TurnFSMError                 base class; never raised directly
-├── DefinitionError          (ValueError) a machine file is invalid; every problem
+├── DefinitionError          (ValueError) a machine file is invalid; .problems
 ├── ConfigError              (ValueError) a setting is out of range; field, value
 ├── InvalidMessage           (ValueError) a malformed message or history; field
 ├── IllegalEvent             event not accepted in this phase (a driver bug)
@@ -32,8 +32,9 @@ keeps failing) are *outcomes*: the run ends in the ``failed`` phase and the
 error is carried on the `RunResult`. Only misuse and bad configuration raise at
 the call site.
 
-`LargeItem` is not an error: it is the plain value a `ContextExceeded` lists
-in `largest` to say what filled the window.
+`LargeItem` and `Problem` are not errors: they are the plain values a
+`ContextExceeded` lists in `largest` to say what filled the window, and a
+`DefinitionError` in `problems` to say what is wrong with a machine file, where.
 
 This module imports no other turnfsm module, so every module may import it.
 """
@@ -62,6 +63,7 @@ __all__ = [
     "LargeItem",
     "MachineBroken",
     "MaxTurnsExceeded",
+    "Problem",
     "ProviderError",
     "ReplayDiverged",
     "RunCrashed",
@@ -75,26 +77,72 @@ __all__ = [
 ]
 
 
-def _strings(value: Iterable[str]) -> tuple[str, ...]:
-    return tuple(value)
-
-
 class TurnFSMError(Exception):
     """Base class of every turnfsm exception; never raised directly."""
 
 
 @final
-@attrs.frozen(auto_exc=True)
-class DefinitionError(TurnFSMError, ValueError):
-    """Raised when a machine file is invalid; lists every problem at once."""
+@attrs.frozen(kw_only=True)
+class Problem:
+    """One problem of a machine file: where it is, what is wrong, a likely fix.
 
-    source: str
-    problems: tuple[str, ...] = attrs.field(converter=_strings)
+    `str()` gives the message and the suggestion, for example
+    ``transition #3 (measured): unknown guard 'is_over_treshold_line' (did you
+    mean 'is_over_threshold_line'?)``.
+
+    Attributes:
+        message: what is wrong, naming the entry (``state 'call_llm'``,
+            ``transition #3 (measured)``) and the value.
+        line: the 1-based line of the file it is on: the line of the key or
+            of the array item at fault, else of the nearest enclosing table
+            written in the file (a ``[[transitions]]`` header, a state's line);
+            `None` for the file as a whole (a missing top-level key) or when
+            the definition came without its text (`MachineSpec.from_dict`).
+        field: the path of the value in the parsed file, such as
+            ``transitions[2].conditions[0]`` or ``states.call_llm`` (0-based
+            indexes; ``""`` for the file as a whole).
+        value: the value at fault, as parsed (`None` when it is missing).
+        suggestion: the known name closest to a misspelt one, if any is close.
+    """
+
+    message: str
+    line: int | None = None
+    field: str = ""
+    value: Any = None
+    suggestion: str | None = None
 
     def __str__(self) -> str:
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        n = len(self.problems)
-        return f"{self.source}: {n} problem{'s' if n != 1 else ''}:\n{lines}"
+        if self.suggestion is None:
+            return self.message
+        return f"{self.message} (did you mean {self.suggestion!r}?)"
+
+
+def _problems(value: Iterable[Problem | str]) -> tuple[Problem, ...]:
+    return tuple(p if isinstance(p, Problem) else Problem(message=p) for p in value)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class DefinitionError(TurnFSMError, ValueError):
+    """Raised when a machine file is invalid; lists every problem at once.
+
+    `problems` holds one `Problem` per fault, in the order the loader found
+    them: the names and types of each entry first, then the checks of the
+    graph (reachability, exits, termination, limits, cancellation) on what
+    resolved. `str()` puts one problem on each line,
+    ``FILE:LINE: MESSAGE (did you mean 'NAME'?)``, as compilers do, so
+    editors can jump to each; a problem without a line reads ``FILE: MESSAGE``.
+    Plain strings given as problems become problems without a line.
+    """
+
+    source: str
+    problems: tuple[Problem, ...] = attrs.field(converter=_problems)
+
+    def __str__(self) -> str:
+        return "\n".join(
+            f"{self.source}:{p.line}: {p}" if p.line else f"{self.source}: {p}"
+            for p in self.problems
+        )
 
 
 @final

@@ -54,7 +54,7 @@ def edit(text: str, old: str, new: str) -> str:
 def problems_of(text: str) -> tuple[str, ...]:
     with pytest.raises(DefinitionError) as error:
         MachineSpec.from_toml(text)
-    return error.value.problems
+    return tuple(p.message for p in error.value.problems)
 
 
 def before_the_call(transition: str) -> str:

@@ -98,8 +98,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     _sessions_parser(sub)
     _diagram_parser(sub)
-    check = sub.add_parser("check", help="validate a machine file")
-    check.add_argument("file", help="the machine file (TOML)")
+    check = sub.add_parser("check", help="validate machine files")
+    check.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a machine file (TOML), or a directory: its *.toml files",
+    )
     return parser
 
 
@@ -257,7 +262,7 @@ def _other(args: argparse.Namespace) -> int:
         return _diagram_command(args)
     from turnfsm.cli._diagram import run_check
 
-    return run_check(args.file)
+    return run_check(args.paths)
 
 
 def _diagram_command(args: argparse.Namespace) -> int:

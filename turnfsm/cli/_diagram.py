@@ -85,15 +85,20 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
     """Write (or, with `check`, compare) ``<name>.mmd`` and, with Graphviz, ``.svg``.
 
     Without `out`, the diagrams go beside the machines (`default_out`); each
-    file written is printed.
+    file written is printed. Every machine file is loaded; the problems of
+    those that do not load are printed, the others rendered, and the status
+    is then 1.
     """
     source = Path(machines) if machines else machines_dir()
     target = Path(out) if out is not None else Path(shown(default_out(source)))
-    try:
-        rendered = render_all(source)
-    except DefinitionError as exc:
-        print(exc, file=sys.stderr)
-        return 1
+    rendered: dict[str, str] = {}
+    failed = 0
+    for path in sorted(source.glob("*.toml")):  # every file, the bad ones reported
+        spec = _load(path)
+        if spec is None:
+            failed += 1
+        else:
+            rendered[f"{path.stem}.mmd"] = render_mermaid(spec)
     if check:
         stale = [
             n
@@ -102,7 +107,7 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
         ]
         for name in stale:
             print(f"stale: {target / name} (run `turnfsm diagram`)", file=sys.stderr)
-        return 1 if stale else 0
+        return 1 if stale or failed else 0
     target.mkdir(parents=True, exist_ok=True)
     dot = shutil.which("dot")
     for name, text in rendered.items():
@@ -118,23 +123,48 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
                 check=True,
             )
             print(f"wrote {svg}")
-    return 0
+    return 1 if failed else 0
 
 
-def run_check(file: str) -> int:
-    """Validate one machine file; print its problems; 0 when it loads."""
+def run_check(paths: Sequence[str]) -> int:
+    """Validate machine files, and the ``*.toml`` files of directories.
+
+    Every file is loaded and every problem of each printed; returns 0 when
+    all of them load, else 1 (also for a directory without machine files).
+    """
+    files: list[Path] = []
+    is_empty = False
+    for name in paths:
+        path = Path(name)
+        found = sorted(path.glob("*.toml")) if path.is_dir() else [path]
+        if not found:
+            print(f"{path}: no machine files (*.toml)", file=sys.stderr)
+            is_empty = True
+        files += found
+    failed = 0
+    for path in files:
+        spec = _load(path)
+        if spec is None:
+            failed += 1
+        else:
+            print(
+                f"{path}: ok ({len(spec.states)} phases, "
+                f"{len(spec.transitions)} transitions)"
+            )
+    if failed and len(files) > 1:
+        print(f"{failed} of {len(files)} machine files have problems", file=sys.stderr)
+    return 1 if failed or is_empty else 0
+
+
+def _load(path: Path) -> MachineSpec | None:
+    """Load one machine file, or print why it does not load."""
     try:
-        spec = load_machine(file)
+        return load_machine(path)
     except DefinitionError as exc:
         print(exc, file=sys.stderr)
-        return 1
     except OSError as exc:
-        print(f"{file}: {exc.strerror}", file=sys.stderr)
-        return 1
-    print(
-        f"{file}: ok ({len(spec.states)} phases, {len(spec.transitions)} transitions)"
-    )
-    return 0
+        print(f"{path}: {exc.strerror}", file=sys.stderr)
+    return None
 
 
 # -- turnfsm diagram --run / --trace: the path runs took, on their machine --

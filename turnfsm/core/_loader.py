@@ -1,22 +1,35 @@
 """Loading a machine definition: every check, every problem reported at once.
 
 Loading checks everything and raises one `DefinitionError` listing every
-problem: unknown names and keys, reducers used on events they cannot read,
-unreachable phases, dead ends, exits from terminal phases, (phase, trigger)
-groups that can fall through, model calls and compaction passes that skip
-their limits, phases `run_cancelled` cannot stop, and cycles that neither a
-model call, a retry counter nor the no-progress guard bounds (so every
-machine that loads terminates).
+problem, each with its line and, for a misspelt name, the closest known one.
+First each entry on its own: unknown names and keys, wrong types, reducers
+used on events they cannot read, exits from terminal phases. Then the checks
+of the graph (`_graph.py`) on the entries that resolved: unreachable phases,
+dead ends, (phase, trigger) groups that can fall through, model calls and
+compaction passes that skip their limits, phases `run_cancelled` cannot stop,
+and cycles that neither a model call, a retry counter nor the no-progress
+guard bounds (so every machine that loads terminates).
+
+A misspelt name is reported once, with the known name closest to it, and the
+checks after its own read it as that name (see `_problems.py`). A trigger or
+phase with no close match leaves its transition out of the graph checks; a
+guard or reducer with none stays in, as written. So a graph problem may be
+one that fixing a name also fixes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final, TypeAlias
+from collections.abc import Collection, Mapping
+from typing import Any, Final
 
+import attrs
+
+from turnfsm.core._graph import check_graph
 from turnfsm.core._guards import GUARDS
 from turnfsm.core._lines import CompactReason
+from turnfsm.core._problems import ProblemLog, read_as, resolved
 from turnfsm.core._reducers import ACCEPTS, FAILURES, REDUCERS
+from turnfsm.core._source_map import Path
 from turnfsm.core._spec import (
     BUILTIN_TRIGGERS,
     DECISION_KINDS,
@@ -24,12 +37,9 @@ from turnfsm.core._spec import (
     StateSpec,
     TransitionSpec,
 )
-from turnfsm.errors import DefinitionError
 
 __all__ = ["load_spec"]
 
-COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
-_COUNTER_GUARDS: Final = frozenset({"has_overflow_retries_left"})
 _TOP_KEYS: Final = frozenset(
     {"name", "initial", "terminal", "signals", "states", "transitions"}
 )
@@ -37,76 +47,108 @@ _STATE_KEYS: Final = frozenset({"decision", "effect", "on_enter"})
 _TRANSITION_KEYS: Final = frozenset(
     {"trigger", "source", "dest", "conditions", "unless", "actions", "reason", "error"}
 )
+_REASONS: Final = frozenset(r.value for r in CompactReason)
 WILDCARD: Final = "*"
 
 
-def load_spec(data: Mapping[str, Any], source: str) -> MachineSpec:
+def load_spec(
+    data: Mapping[str, Any], source: str, lines: Mapping[Path, int] | None = None
+) -> MachineSpec:
     """Validate a parsed machine definition and return its `MachineSpec`.
+
+    Args:
+        data: the parsed file.
+        source: the file's name, for messages.
+        lines: the line of each path of `data` (`source_map` of its text);
+            without it, problems carry no line.
 
     Raises:
         DefinitionError: listing every problem found.
     """
-    return _Loader(data, source).load()
+    return _Loader(data, source, lines or {}).load()
 
 
-class _Loader:
-    """Collects every problem of one machine definition."""
+class _Loader(ProblemLog):
+    """Checks one machine definition, collecting every problem."""
 
-    def __init__(self, data: Mapping[str, Any], source: str) -> None:
+    def __init__(
+        self, data: Mapping[str, Any], source: str, lines: Mapping[Path, int]
+    ) -> None:
+        super().__init__(source, lines)
         self.data = data
-        self.source = source
-        self.problems: list[str] = []
-
-    def problem(self, text: str) -> None:
-        if text not in self.problems:  # two transitions of one group, one fix
-            self.problems.append(text)
+        self.untyped: set[str] = set()
+        """States that are not tables: named, but of no kind."""
+        self.kinds: dict[str, str | None] = {}
+        """Each phase's decision, as read (see `resolved`)."""
 
     def load(self) -> MachineSpec:
         for key in sorted(set(self.data) - _TOP_KEYS):
-            self.problem(f"unknown key {key!r}")
+            self.problem(f"unknown key {key!r}", (key,), key, _TOP_KEYS)
         name = self._str("name")
         initial = self._str("initial")
-        terminal = tuple(self._str_list(self.data.get("terminal", []), "terminal"))
-        signals = tuple(self._str_list(self.data.get("signals", []), "signals"))
+        terminal = self._str_list(
+            self.data.get("terminal", []), "terminal", ("terminal",)
+        )
+        signals = self._str_list(self.data.get("signals", []), "signals", ("signals",))
         states = self._states()
         names = {s.name for s in states}
-        for phase in (initial, *terminal):
-            if phase and phase not in names:
-                self.problem(f"unknown phase {phase!r} named by initial/terminal")
-        for signal in signals:
+        initial, ends = self._initial_and_terminal(initial, terminal, names)
+        for i, signal in enumerate(signals):
             if signal in BUILTIN_TRIGGERS:
-                self.problem(f"signal {signal!r} shadows the built-in trigger")
-        self._check_state_kinds(states, set(terminal))
-        transitions = self._transitions(names, set(terminal), set(signals))
-        if self.problems:
-            raise DefinitionError(self.source, self.problems)
+                self.problem(
+                    f"signal {signal!r} shadows the built-in trigger", ("signals", i)
+                )
+        states = self._check_state_kinds(states, set(ends))
+        self.kinds = {s.name: s.decision for s in states}
+        transitions = self._transitions(names, set(ends), set(signals))
         spec = MachineSpec(
             name=name,
             initial=initial,
-            terminal=terminal,
+            terminal=ends,
             states=tuple(states),
             transitions=tuple(transitions),
-            signals=signals,
+            signals=tuple(signals),
             source=self.source,
         )
-        _check_graph(spec, self.problem)
-        if self.problems:
-            raise DefinitionError(self.source, self.problems)
+        self.start_graph()
+        check_graph(spec, self.report)
+        self.raise_any()
         return spec
+
+    def _initial_and_terminal(
+        self, initial: str, terminal: list[str], names: set[str]
+    ) -> tuple[str, tuple[str, ...]]:
+        """Check the phases `initial` and `terminal` name; return them as read."""
+        named: list[tuple[Path, str]] = [(("initial",), initial)] if initial else []
+        named += [(("terminal", i), phase) for i, phase in enumerate(terminal)]
+        for at, phase in named:
+            if phase not in names:
+                self.problem(
+                    f"unknown phase {phase!r} named by initial/terminal",
+                    at,
+                    phase,
+                    names,
+                )
+        ends = dict.fromkeys(p for p in read_as(tuple(terminal), names) if p in names)
+        return resolved(initial, names) or "", tuple(ends)
 
     def _str(self, key: str) -> str:
         value = self.data.get(key)
         if not isinstance(value, str) or not value:
-            self.problem(f"{key!r} must be a non-empty string, got {value!r}")
+            self.problem(
+                f"{key!r} must be a non-empty string, got {value!r}", (key,), value
+            )
             return ""
         return value
 
-    def _str_list(self, value: Any, where: str) -> list[str]:
+    def _str_list(self, value: Any, where: str, at: Path) -> list[str]:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             self.problem(
-                f"{where} must be a string or a list of strings, got {value!r}"
+                f"{where} must be a string or a list of strings, got {value!r}",
+                at,
+                value,
             )
             return []
         return list(value)
@@ -114,31 +156,50 @@ class _Loader:
     def _states(self) -> list[StateSpec]:
         table = self.data.get("states")
         if not isinstance(table, dict) or not table:
-            self.problem("'states' must be a non-empty table")
+            self.problem("'states' must be a non-empty table", ("states",), table)
             return []
         states = []
         for name, body in table.items():
+            at = ("states", name)
             if not isinstance(body, dict):
-                self.problem(f"state {name!r} must be a table")
+                self.problem(f"state {name!r} must be a table", at, body)
+                self.untyped.add(name)
+                states.append(StateSpec(name=name))
                 continue
             for key in sorted(set(body) - _STATE_KEYS):
-                self.problem(f"state {name!r}: unknown key {key!r}")
+                self.problem(
+                    f"state {name!r}: unknown key {key!r}", (*at, key), key, _STATE_KEYS
+                )
             on_enter = tuple(
-                self._str_list(body.get("on_enter", []), f"{name}.on_enter")
+                self._str_list(
+                    body.get("on_enter", []), f"{name}.on_enter", (*at, "on_enter")
+                )
             )
-            for reducer in on_enter:
+            for i, reducer in enumerate(on_enter):
+                where = (*at, "on_enter", i)
                 if reducer not in REDUCERS:
-                    self.problem(f"state {name!r}: unknown reducer {reducer!r}")
+                    self.problem(
+                        f"state {name!r}: unknown reducer {reducer!r}",
+                        where,
+                        reducer,
+                        REDUCERS,
+                    )
                 elif ACCEPTS.get(reducer) is not None:
                     self.problem(
                         f"state {name!r}: {reducer!r} needs a specific event and "
-                        "cannot run on entry"
+                        "cannot run on entry",
+                        where,
+                        reducer,
                     )
             decision, effect = body.get("decision"), body.get("effect")
             if decision is not None and not isinstance(decision, str):
                 decision = repr(decision)  # reported as an unknown decision
             if effect is not None and not isinstance(effect, str):
-                self.problem(f"state {name!r}: effect must be a string, got {effect!r}")
+                self.problem(
+                    f"state {name!r}: effect must be a string, got {effect!r}",
+                    (*at, "effect"),
+                    effect,
+                )
             states.append(
                 StateSpec(
                     name=name, decision=decision, effect=effect, on_enter=on_enter
@@ -146,111 +207,235 @@ class _Loader:
             )
         return states
 
-    def _check_state_kinds(self, states: list[StateSpec], terminal: set[str]) -> None:
+    def _check_state_kinds(
+        self, states: list[StateSpec], terminal: set[str]
+    ) -> list[StateSpec]:
+        """Check each phase's kind; return the phases with decisions as read."""
+        out = []
         for s in states:
+            at = ("states", s.name)
+            decision = s.decision
+            if decision is not None and decision not in DECISION_KINDS:
+                decision = resolved(decision, DECISION_KINDS) or decision
+            out.append(attrs.evolve(s, decision=decision))
+            if s.name in self.untyped:
+                continue
             if (s.decision is None) == (s.effect is None):
-                self.problem(f"state {s.name!r}: give exactly one of decision / effect")
+                self.problem(
+                    f"state {s.name!r}: give exactly one of decision / effect", at
+                )
             elif s.decision is not None and s.decision not in DECISION_KINDS:
                 known = ", ".join(sorted(DECISION_KINDS))
                 self.problem(
                     f"state {s.name!r}: unknown decision {s.decision!r}"
                     f" (known: {known};"
-                    " use effect = NAME for a custom one)"
+                    " use effect = NAME for a custom one)",
+                    (*at, "decision"),
+                    s.decision,
+                    DECISION_KINDS,
                 )
-            is_end = s.decision in ("finish", "fail")
+            is_end = decision in ("finish", "fail")
             if s.name in terminal and not is_end:
-                self.problem(f"terminal phase {s.name!r} must emit finish or fail")
+                self.problem(
+                    f"terminal phase {s.name!r} must emit finish or fail", at, s.name
+                )
             if s.name not in terminal and is_end:
-                self.problem(f"phase {s.name!r} emits {s.decision} but is not terminal")
+                self.problem(
+                    f"phase {s.name!r} emits {decision} but is not terminal",
+                    at,
+                    s.name,
+                )
+        return out
 
     def _transitions(
         self, names: set[str], terminal: set[str], signals: set[str]
     ) -> list[TransitionSpec]:
+        """Check every transition; return those the graph checks can read."""
         items = self.data.get("transitions", [])
         if not isinstance(items, list) or not items:
-            self.problem("'transitions' must be a non-empty array of tables")
+            self.problem(
+                "'transitions' must be a non-empty array of tables",
+                ("transitions",),
+                items,
+            )
             return []
         out = []
         for i, body in enumerate(items):
-            where = f"transition #{i + 1}"
             if not isinstance(body, dict):
-                self.problem(f"{where} must be a table")
+                self.problem(f"transition #{i + 1} must be a table", ("transitions", i))
                 continue
-            out.append(self._transition(where, body, names, terminal, signals))
+            t, is_resolved = self._transition(i, body, names, terminal, signals)
+            self.index_of[id(t)] = i
+            if is_resolved:
+                out.append(t)
         return out
 
     def _transition(
         self,
-        where: str,
+        i: int,
         body: dict[str, Any],
         names: set[str],
         terminal: set[str],
         signals: set[str],
-    ) -> TransitionSpec:
+    ) -> tuple[TransitionSpec, bool]:
+        """Check one transition; return it, and whether the graph checks can read it.
+
+        The transition returned holds each name as the later checks read it
+        (a misspelt one as its suggestion) and only its live sources; the
+        graph checks can read it if it has one, and a known trigger and dest.
+        """
+        at: Path = ("transitions", i)
+        where = f"transition #{i + 1}"
         for key in sorted(set(body) - _TRANSITION_KEYS):
-            self.problem(f"{where}: unknown key {key!r}")
-        trigger = body.get("trigger")
-        if not isinstance(trigger, str) or (
-            trigger not in BUILTIN_TRIGGERS and trigger not in signals
-        ):
             self.problem(
-                f"{where}: unknown trigger {trigger!r} (declare it in signals)"
+                f"{where}: unknown key {key!r}", (*at, key), key, _TRANSITION_KEYS
             )
-        where = f"{where} ({trigger})"
-        sources = self._str_list(body.get("source", []), f"{where} source")
-        is_wildcard = sources == [WILDCARD]
-        if is_wildcard:
-            sources = sorted(names - terminal)
-        if not sources:
-            self.problem(f"{where}: no source phase")
-        for src in sources:
-            if src not in names:
-                self.problem(f"{where}: unknown source phase {src!r}")
-            elif src in terminal:
-                self.problem(f"{where}: terminal phase {src!r} cannot have exits")
-        dest = body.get("dest")
-        if dest is not None and (not isinstance(dest, str) or dest not in names):
-            self.problem(f"{where}: unknown dest phase {dest!r}")
-        guards = {
-            k: tuple(self._str_list(body.get(k, []), f"{where} {k}"))
-            for k in ("conditions", "unless")
-        }
-        for guard in (*guards["conditions"], *guards["unless"]):
-            if guard not in GUARDS:
-                self.problem(f"{where}: unknown guard {guard!r}")
-        actions = tuple(self._str_list(body.get("actions", []), f"{where} actions"))
-        for reducer in actions:
-            if reducer not in REDUCERS:
-                self.problem(f"{where}: unknown reducer {reducer!r}")
-        reason, error = self._reason_and_error(where, body, dest)
-        for name in (*actions, *([error] if error else [])):
-            accepted = ACCEPTS.get(name)
-            if accepted is not None and trigger not in accepted:
-                self.problem(
-                    f"{where}: {name!r} only applies to {', '.join(sorted(accepted))}"
-                )
-        return TransitionSpec(
-            trigger=str(trigger),
-            sources=tuple(sources),
+        written = body.get("trigger")
+        trigger = self._trigger(written, where, at, signals)
+        where = f"{where} ({written})"
+        sources, is_wildcard = self._sources(body, where, at, names, terminal)
+        dest, has_dest = self._dest(body, where, at, names)
+        conditions, unless, actions = (
+            self._names(body, key, where, at, table)
+            for key, table in (
+                ("conditions", GUARDS),
+                ("unless", GUARDS),
+                ("actions", REDUCERS),
+            )
+        )
+        # What hangs on another name is judged once that name is right: a
+        # reason or an error on the kind of the dest, and a reducer or an
+        # error that reads one event on the trigger.
+        written_dest = body.get("dest")
+        if written_dest is None or written_dest == dest:
+            reason, error = self._reason_and_error(at, where, body, dest)
+        else:
+            reason, error = None, None
+        if trigger is not None and written == trigger:
+            self._check_events(at, where, trigger, actions, error)
+        t = TransitionSpec(
+            trigger=trigger or str(written),
+            sources=sources,
             dest=dest,
-            conditions=guards["conditions"],
-            unless=guards["unless"],
-            actions=actions,
+            conditions=read_as(conditions, GUARDS),
+            unless=read_as(unless, GUARDS),
+            actions=read_as(actions, REDUCERS),
             reason=reason,
             error=error,
             is_wildcard=is_wildcard,
         )
+        return t, trigger is not None and has_dest and bool(sources)
+
+    def _trigger(
+        self, written: Any, where: str, at: Path, signals: set[str]
+    ) -> str | None:
+        """Check a transition's trigger; return it as read."""
+        triggers = BUILTIN_TRIGGERS | signals
+        if not isinstance(written, str) or written not in triggers:
+            self.problem(
+                f"{where}: unknown trigger {written!r} (declare it in signals)",
+                (*at, "trigger"),
+                written,
+                triggers,
+            )
+        return resolved(written, triggers)
+
+    def _check_events(
+        self,
+        at: Path,
+        where: str,
+        trigger: str,
+        actions: tuple[str, ...],
+        error: str | None,
+    ) -> None:
+        """Check that the reducers and the error that read one event get it."""
+        applied = [((*at, "actions", j), r) for j, r in enumerate(actions)]
+        applied += [((*at, "error"), error)] if error else []
+        for place, name in applied:
+            accepted = ACCEPTS.get(name)
+            if accepted is not None and trigger not in accepted:
+                self.problem(
+                    f"{where}: {name!r} only applies to {', '.join(sorted(accepted))}",
+                    place,
+                    name,
+                )
+
+    def _sources(
+        self,
+        body: dict[str, Any],
+        where: str,
+        at: Path,
+        names: set[str],
+        terminal: set[str],
+    ) -> tuple[tuple[str, ...], bool]:
+        """Check a transition's sources; return the live ones, and if it is `*`."""
+        written = self._str_list(
+            body.get("source", []), f"{where} source", (*at, "source")
+        )
+        is_wildcard = written == [WILDCARD]
+        if is_wildcard:
+            written = sorted(names - terminal)
+        if not written:
+            self.problem(f"{where}: no source phase", (*at, "source"))
+        live: list[str] = []
+        for j, src in enumerate(written):
+            if src not in names:
+                self.problem(
+                    f"{where}: unknown source phase {src!r}",
+                    (*at, "source", j),
+                    src,
+                    names,
+                )
+            elif src in terminal:
+                self.problem(
+                    f"{where}: terminal phase {src!r} cannot have exits",
+                    (*at, "source", j),
+                    src,
+                )
+            phase = resolved(src, names)
+            if phase is not None and phase not in terminal and phase not in live:
+                live.append(phase)
+        return tuple(live), is_wildcard
+
+    def _dest(
+        self, body: dict[str, Any], where: str, at: Path, names: set[str]
+    ) -> tuple[str | None, bool]:
+        """Check a transition's dest; return it as read, and whether it resolved."""
+        written = body.get("dest")
+        if written is None:
+            return None, True  # an internal transition: it stays in its phase
+        if not isinstance(written, str) or written not in names:
+            self.problem(
+                f"{where}: unknown dest phase {written!r}",
+                (*at, "dest"),
+                written,
+                names,
+            )
+        dest = resolved(written, names)
+        return dest, dest is not None
+
+    def _names(
+        self,
+        body: dict[str, Any],
+        key: str,
+        where: str,
+        at: Path,
+        table: Collection[str],
+    ) -> tuple[str, ...]:
+        """Check a list of guard or reducer names; return them as written."""
+        what = "reducer" if key == "actions" else "guard"
+        written = tuple(self._str_list(body.get(key, []), f"{where} {key}", (*at, key)))
+        for j, name in enumerate(written):
+            if name not in table:
+                self.problem(
+                    f"{where}: unknown {what} {name!r}", (*at, key, j), name, table
+                )
+        return written
 
     def _reason_and_error(
-        self, where: str, body: dict[str, Any], dest: str | None
+        self, at: Path, where: str, body: dict[str, Any], dest: str | None
     ) -> tuple[CompactReason | None, str | None]:
-        decisions = {}
-        table = self.data.get("states")
-        if isinstance(table, dict):
-            decisions = {
-                k: v.get("decision") for k, v in table.items() if isinstance(v, dict)
-            }
-        kind = decisions.get(dest) if isinstance(dest, str) else None
+        kind = self.kinds.get(dest) if dest is not None else None
         raw_reason, error = body.get("reason"), body.get("error")
         reason = None
         if kind == "compact":
@@ -260,308 +445,31 @@ class _Loader:
                 known = ", ".join(r.value for r in CompactReason)
                 self.problem(
                     f"{where}: into {dest!r} needs a reason ({known}), "
-                    f"got {raw_reason!r}"
+                    f"got {raw_reason!r}",
+                    (*at, "reason"),
+                    raw_reason,
+                    _REASONS,
                 )
         elif raw_reason is not None:
             self.problem(
-                f"{where}: reason is only for transitions into a compact phase"
+                f"{where}: reason is only for transitions into a compact phase",
+                (*at, "reason"),
+                raw_reason,
             )
         if kind == "fail":
             if not isinstance(error, str) or error not in FAILURES:
                 known = ", ".join(sorted(FAILURES))
                 self.problem(
-                    f"{where}: into {dest!r} needs an error ({known}), got {error!r}"
+                    f"{where}: into {dest!r} needs an error ({known}), got {error!r}",
+                    (*at, "error"),
+                    error,
+                    FAILURES,
                 )
         elif error is not None:
-            self.problem(f"{where}: error is only for transitions into a fail phase")
-        return reason, (error if kind == "fail" else None)
-
-
-def _check_graph(spec: MachineSpec, problem: Any) -> None:
-    """Reachability, dead ends, fall-through groups, termination and limits."""
-    edges: dict[str, set[str]] = {p: set() for p in spec.phases}
-    for t in spec.transitions:
-        if t.dest is not None and not t.is_wildcard:
-            for src in t.sources:
-                edges[src].add(t.dest)
-    seen = {spec.initial}
-    stack = [spec.initial]
-    while stack:
-        for nxt in edges[stack.pop()] - seen:
-            seen.add(nxt)
-            stack.append(nxt)
-    terminal = set(spec.terminal)
-    for phase in spec.phases:
-        if phase not in seen:
-            problem(f"phase {phase!r} is unreachable from {spec.initial!r}")
-        if phase not in terminal and not edges[phase]:
-            problem(f"phase {phase!r} is a dead end: no transition leaves it")
-    groups: dict[tuple[str, str], list[TransitionSpec]] = {}
-    for t in spec.transitions:
-        for src in t.sources:
-            groups.setdefault((src, t.trigger), []).append(t)
-    for (src, trigger), group in groups.items():
-        if group[-1].is_guarded:
-            problem(
-                f"phase {src!r} on {trigger!r} can fall through: end the group "
-                "with a transition without conditions"
+            self.problem(
+                f"{where}: error is only for transitions into a fail phase",
+                (*at, "error"),
+                error,
             )
-    _check_termination(spec, groups, problem)
-    _check_model_calls(spec, groups, problem)
-    _check_compaction_counts(spec, groups, problem)
-    _check_cancellation(spec, groups, problem)
-
-
-# A model call is only ever made on a fresh size: right after a measurement
-# that checked the turn limit and the emergency line first, or right after a
-# compaction pass (whose result the manager fitted under the window). A
-# measurement never compacts once the compaction passes are spent: an earlier
-# transition fails the run first, or the compaction is `unless` the limit.
-_SIZED_TRIGGERS: Final = frozenset({"measured", "compaction_result"})
-_MEASURED_GUARDS: Final = (
-    ("is_turn_limit_reached", "a terminal phase"),
-    ("is_over_emergency_line", "a compact phase"),
-)
-_COMPACTION_LIMIT: Final = "is_compaction_limit_reached"
-_COUNT_COMPACTION: Final = "count_compaction"
-
-
-def _phases_emitting(spec: MachineSpec, kind: str) -> set[str]:
-    return {s.name for s in spec.states if s.decision == kind}
-
-
-def _checks_first(
-    group: list[TransitionSpec], index: int, guard: str, targets: set[str]
-) -> bool:
-    return any(guard in e.conditions and e.dest in targets for e in group[:index])
-
-
-def _is_limit_checked(
-    group: list[TransitionSpec], index: int, terminal: set[str]
-) -> bool:
-    """Whether `group[index]` is never taken once the compaction limit is reached.
-
-    Either it is guarded `unless` the limit, or an earlier transition into a
-    terminal phase takes every such event first: it checks the limit and no
-    condition or unless guard the later one does not share.
-    """
-    t = group[index]
-    if _COMPACTION_LIMIT in t.unless:
-        return True
-    return any(
-        e.dest in terminal
-        and _COMPACTION_LIMIT in e.conditions
-        and set(e.conditions) <= {_COMPACTION_LIMIT, *t.conditions}
-        and set(e.unless) <= set(t.unless)
-        for e in group[:index]
-    )
-
-
-def _check_model_calls(
-    spec: MachineSpec,
-    groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
-) -> None:
-    calls = _phases_emitting(spec, "call_llm")
-    compacts = _phases_emitting(spec, "compact")
-    terminal = set(spec.terminal)
-    for (src, trigger), group in groups.items():
-        for index, t in enumerate(group):
-            if t.dest in compacts and trigger == "measured":
-                if not _is_limit_checked(group, index, terminal):
-                    problem(
-                        f"phase {src!r} on 'measured' enters {t.dest!r} without "
-                        f"first checking {_COMPACTION_LIMIT!r} (into a terminal phase)"
-                    )
-                continue
-            if t.dest not in calls:
-                continue
-            if trigger not in _SIZED_TRIGGERS:
-                problem(
-                    f"phase {src!r} on {trigger!r} enters {t.dest!r} unmeasured: a "
-                    "model call must follow 'measured' or 'compaction_result'"
-                )
-                continue
-            if trigger != "measured":
-                continue
-            for guard, kind in _MEASURED_GUARDS:
-                targets = terminal if guard == "is_turn_limit_reached" else compacts
-                if not _checks_first(group, index, guard, targets):
-                    problem(
-                        f"phase {src!r} on 'measured' enters {t.dest!r} without "
-                        f"first checking {guard!r} (into {kind})"
-                    )
-
-
-def _check_compaction_counts(
-    spec: MachineSpec,
-    groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
-) -> None:
-    """Every way on out of a compact phase counts the pass (max_compactions)."""
-    compacts = _phases_emitting(spec, "compact")
-    terminal = set(spec.terminal)
-    for (src, trigger), group in groups.items():
-        if src not in compacts:
-            continue
-        for t in group:
-            if t.dest is None or t.dest in terminal or _COUNT_COMPACTION in t.actions:
-                continue
-            problem(
-                f"phase {src!r} on {trigger!r} leaves for {t.dest!r} without "
-                f"counting the pass: add {_COUNT_COMPACTION!r} to its actions"
-            )
-
-
-def _check_cancellation(
-    spec: MachineSpec,
-    groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
-) -> None:
-    """`run_cancelled` ends the run, unconditionally, from every live phase."""
-    fails = _phases_emitting(spec, "fail")
-    terminal = set(spec.terminal)
-    missing = []
-    for phase in spec.phases:
-        group = groups.get((phase, "run_cancelled"), [])
-        head = group[0] if group else None
-        stops = head is not None and not head.is_guarded and head.dest in fails
-        if phase not in terminal and not stops:
-            missing.append(repr(phase))
-    if missing:
-        problem(
-            f"'run_cancelled' cannot stop the run in {', '.join(missing)}: give "
-            "every non-terminal phase a 'run_cancelled' transition without "
-            'conditions into a fail phase (source = "*")'
-        )
-
-
-# Triggers fed a bounded number of times from outside: once per run
-# (run_started) or once per call of inject() / cancel(). A transition on one
-# of them that stays in its phase is not a step of a cycle.
-_EXTERNAL_TRIGGERS: Final = frozenset(
-    {"run_started", "message_injected", "run_cancelled"}
-)
-_COUNTS_TURN: Final = "record_reply"
-
-_Node: TypeAlias = tuple[str, bool]
-"""A phase, and for a model-call phase whether it was entered on `measured`."""
-
-
-def _check_termination(
-    spec: MachineSpec,
-    groups: Mapping[tuple[str, str], list[TransitionSpec]],
-    problem: Any,
-) -> None:
-    """Every cycle passes a model call, a retry counter or a decreasing measure.
-
-    The bounds: a model call entered on `measured` (which checks the turn
-    limit first, see `_check_model_calls`) and left by a reply that counts the
-    turn, at most max_turns times; an edge guarded by a retry counter; a
-    compact phase entered after the compaction-limit check (every way on out
-    of it counts the pass), at most max_compactions times; a compaction feed
-    after the no-progress guard, which strictly lowers the estimate. A model
-    call phase is split in two nodes, entered on `measured` or otherwise, so
-    that only the first kind's counting exits are bounded.
-    """
-    calls = _phases_emitting(spec, "call_llm")
-    compacts = _phases_emitting(spec, "compact")
-    terminal = set(spec.terminal)
-    edges: dict[_Node, list[tuple[str, _Node]]] = {}
-    for phase in spec.phases:
-        edges[(phase, False)] = []
-        if phase in calls:
-            edges[(phase, True)] = []
-    for (src, trigger), group in groups.items():
-        stalled = False
-        for index, t in enumerate(group):
-            dest = t.dest
-            if dest is None:
-                if trigger in _EXTERNAL_TRIGGERS:
-                    continue
-                dest = src
-            if dest in terminal:
-                stalled = stalled or "is_no_progress" in t.conditions
-                continue
-            if (
-                _COUNTER_GUARDS & set(t.conditions)
-                or (dest in compacts and _is_limit_checked(group, index, terminal))
-                or (src in compacts and trigger in COMPACTION_FEEDS and stalled)
-            ):
-                continue
-            # Only a real entry on `measured` passed the turn-limit check.
-            target = (dest, t.dest in calls and trigger == "measured")
-            for node in [(src, False), (src, True)] if src in calls else [(src, False)]:
-                step = (trigger, target)
-                counted = node[1] and _COUNTS_TURN in t.actions
-                if not counted and step not in edges[node]:
-                    edges[node].append(step)
-    order = {p: i for i, p in enumerate(spec.phases)}
-    adjacent = {n: [d for _, d in out] for n, out in edges.items()}
-    named = []
-    for component in _cycles(adjacent):
-        cycle = min(
-            (_cycle_from(node, component, edges) for node in sorted(component)),
-            key=lambda c: (len(c), [order[p] for p, _ in c]),
-        )
-        named.append((order[cycle[0][0]], cycle))
-    for _, cycle in sorted(named):
-        path = " ".join(f"{phase} -[{trigger}]->" for phase, trigger in cycle)
-        problem(
-            f"cycle {path} {cycle[0][0]} is not bounded by a model call, a retry "
-            "counter or the no-progress guard"
-        )
-
-
-def _cycle_from(
-    first: _Node, component: set[_Node], edges: Mapping[_Node, list[tuple[str, _Node]]]
-) -> list[tuple[str, str]]:
-    """A shortest cycle from `first` back to it: (phase, trigger) per step."""
-    came_from: dict[_Node, tuple[_Node, str]] = {}
-    queue = [first]
-    for node in queue:
-        for trigger, dest in edges[node]:
-            if dest in component and dest != first and dest not in came_from:
-                came_from[dest] = (node, trigger)
-                queue.append(dest)
-    last, via = next((n, t) for n in queue for t, d in edges[n] if d == first)
-    steps = [(last[0], via)]
-    while last != first:
-        last, via = came_from[last]
-        steps.append((last[0], via))
-    return steps[::-1]
-
-
-def _cycles(edges: Mapping[_Node, list[_Node]]) -> list[set[_Node]]:
-    """Return the strongly connected components that contain a cycle (Tarjan)."""
-    index: dict[_Node, int] = {}
-    low: dict[_Node, int] = {}
-    stack: list[_Node] = []
-    on_stack: set[_Node] = set()
-    out: list[set[_Node]] = []
-
-    def visit(v: _Node) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp: set[_Node] = set()
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.add(w)
-                if w == v:
-                    break
-            if len(comp) > 1 or v in edges[v]:
-                out.append(comp)
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return out
+        is_error = kind == "fail" and isinstance(error, str) and error in FAILURES
+        return reason, (error if is_error else None)

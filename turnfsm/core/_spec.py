@@ -9,6 +9,7 @@ in `_loader.py`.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any, Final, final
@@ -17,7 +18,8 @@ import attrs
 
 from turnfsm.core._events import EVENT_TYPES, Signal, trigger_name
 from turnfsm.core._lines import CompactReason
-from turnfsm.errors import DefinitionError
+from turnfsm.core._source_map import source_map
+from turnfsm.errors import DefinitionError, Problem
 
 __all__ = [
     "BUILTIN_TRIGGERS",
@@ -39,6 +41,14 @@ BUILTIN_TRIGGERS: Final = frozenset(
     trigger_name(t) for t in EVENT_TYPES if t is not Signal
 )
 """The triggers of the built-in events."""
+
+_AT_LINE: Final = re.compile(r"\(at line (\d+), column \d+\)$")
+
+
+def _error_line(exc: tomllib.TOMLDecodeError, text: str) -> int:
+    """The line `tomllib` names in its message; else it said "at end of document"."""
+    found = _AT_LINE.search(str(exc))
+    return int(found.group(1)) if found else max(1, len(text.splitlines()))
 
 
 @final
@@ -97,13 +107,18 @@ class MachineSpec:
         """Parse and validate a machine file's text.
 
         Raises:
-            DefinitionError: listing every problem found.
+            DefinitionError: listing every problem found, each with its line.
         """
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise DefinitionError(source, (f"not valid TOML: {exc}",)) from None
-        return cls.from_dict(data, source=source)
+            problem = Problem(
+                message=f"not valid TOML: {exc}", line=_error_line(exc, text)
+            )
+            raise DefinitionError(source, (problem,)) from None
+        from turnfsm.core._loader import load_spec  # see from_dict
+
+        return load_spec(data, source, source_map(text))
 
     @classmethod
     def from_dict(
@@ -112,7 +127,8 @@ class MachineSpec:
         """Validate an already-parsed machine definition.
 
         Raises:
-            DefinitionError: listing every problem found.
+            DefinitionError: listing every problem found (with no lines: use
+                `from_toml` for those).
         """
         # The loader builds MachineSpecs, so it imports this module; import it
         # here, at call time, to keep the two modules free of an import cycle.

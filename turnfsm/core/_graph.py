@@ -1,0 +1,325 @@
+"""The checks of a machine's graph, on the entries that resolved.
+
+Reachability, dead ends, (phase, trigger) groups that can fall through,
+termination (every cycle bounded), model calls and compaction passes that
+skip their limits, and phases `run_cancelled` cannot stop.
+
+Each problem is reported with its subject: the phase it is about (for its
+line in ``[states]``) or the transition (for its ``[[transitions]]`` entry).
+The spec may be partial (the loader leaves out what did not resolve): an
+unknown `initial` is an empty one, and skips the reachability check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final, TypeAlias
+
+from turnfsm.core._spec import MachineSpec, TransitionSpec
+
+__all__ = ["Report", "check_graph"]
+
+Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
+"""Takes a problem's message and its subject: a phase's name or a transition."""
+
+COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
+_COUNTER_GUARDS: Final = frozenset({"has_overflow_retries_left"})
+
+
+def check_graph(spec: MachineSpec, problem: Report) -> None:
+    """Reachability, dead ends, fall-through groups, termination and limits."""
+    edges: dict[str, set[str]] = {p: set() for p in spec.phases}
+    for t in spec.transitions:
+        if t.dest is not None and not t.is_wildcard:
+            for src in t.sources:
+                edges[src].add(t.dest)
+    has_initial = spec.initial in edges
+    seen = {spec.initial}
+    stack = [spec.initial] if has_initial else []
+    while stack:
+        for nxt in edges[stack.pop()] - seen:
+            seen.add(nxt)
+            stack.append(nxt)
+    terminal = set(spec.terminal)
+    for phase in spec.phases:
+        if phase not in seen and has_initial:
+            problem(f"phase {phase!r} is unreachable from {spec.initial!r}", phase)
+        if phase not in terminal and not edges[phase]:
+            problem(f"phase {phase!r} is a dead end: no transition leaves it", phase)
+    groups: dict[tuple[str, str], list[TransitionSpec]] = {}
+    for t in spec.transitions:
+        for src in t.sources:
+            groups.setdefault((src, t.trigger), []).append(t)
+    for (src, trigger), group in groups.items():
+        if group[-1].is_guarded:
+            problem(
+                f"phase {src!r} on {trigger!r} can fall through: end the group "
+                "with a transition without conditions",
+                group[-1],
+            )
+    _check_termination(spec, groups, problem)
+    _check_model_calls(spec, groups, problem)
+    _check_compaction_counts(spec, groups, problem)
+    _check_cancellation(spec, groups, problem)
+
+
+# A model call is only ever made on a fresh size: right after a measurement
+# that checked the turn limit and the emergency line first, or right after a
+# compaction pass (whose result the manager fitted under the window). A
+# measurement never compacts once the compaction passes are spent: an earlier
+# transition fails the run first, or the compaction is `unless` the limit.
+_SIZED_TRIGGERS: Final = frozenset({"measured", "compaction_result"})
+_MEASURED_GUARDS: Final = (
+    ("is_turn_limit_reached", "a terminal phase"),
+    ("is_over_emergency_line", "a compact phase"),
+)
+_COMPACTION_LIMIT: Final = "is_compaction_limit_reached"
+_COUNT_COMPACTION: Final = "count_compaction"
+
+
+def _phases_emitting(spec: MachineSpec, kind: str) -> set[str]:
+    return {s.name for s in spec.states if s.decision == kind}
+
+
+def _checks_first(
+    group: list[TransitionSpec], index: int, guard: str, targets: set[str]
+) -> bool:
+    return any(guard in e.conditions and e.dest in targets for e in group[:index])
+
+
+def _is_limit_checked(
+    group: list[TransitionSpec], index: int, terminal: set[str]
+) -> bool:
+    """Whether `group[index]` is never taken once the compaction limit is reached.
+
+    Either it is guarded `unless` the limit, or an earlier transition into a
+    terminal phase takes every such event first: it checks the limit and no
+    condition or unless guard the later one does not share.
+    """
+    t = group[index]
+    if _COMPACTION_LIMIT in t.unless:
+        return True
+    return any(
+        e.dest in terminal
+        and _COMPACTION_LIMIT in e.conditions
+        and set(e.conditions) <= {_COMPACTION_LIMIT, *t.conditions}
+        and set(e.unless) <= set(t.unless)
+        for e in group[:index]
+    )
+
+
+def _check_model_calls(
+    spec: MachineSpec,
+    groups: Mapping[tuple[str, str], list[TransitionSpec]],
+    problem: Report,
+) -> None:
+    calls = _phases_emitting(spec, "call_llm")
+    compacts = _phases_emitting(spec, "compact")
+    terminal = set(spec.terminal)
+    for (src, trigger), group in groups.items():
+        for index, t in enumerate(group):
+            if t.dest in compacts and trigger == "measured":
+                if not _is_limit_checked(group, index, terminal):
+                    problem(
+                        f"phase {src!r} on 'measured' enters {t.dest!r} without "
+                        f"first checking {_COMPACTION_LIMIT!r} (into a terminal phase)",
+                        t,
+                    )
+                continue
+            if t.dest not in calls:
+                continue
+            if trigger not in _SIZED_TRIGGERS:
+                problem(
+                    f"phase {src!r} on {trigger!r} enters {t.dest!r} unmeasured: a "
+                    "model call must follow 'measured' or 'compaction_result'",
+                    t,
+                )
+                continue
+            if trigger != "measured":
+                continue
+            for guard, kind in _MEASURED_GUARDS:
+                targets = terminal if guard == "is_turn_limit_reached" else compacts
+                if not _checks_first(group, index, guard, targets):
+                    problem(
+                        f"phase {src!r} on 'measured' enters {t.dest!r} without "
+                        f"first checking {guard!r} (into {kind})",
+                        t,
+                    )
+
+
+def _check_compaction_counts(
+    spec: MachineSpec,
+    groups: Mapping[tuple[str, str], list[TransitionSpec]],
+    problem: Report,
+) -> None:
+    """Every way on out of a compact phase counts the pass (max_compactions)."""
+    compacts = _phases_emitting(spec, "compact")
+    terminal = set(spec.terminal)
+    for (src, trigger), group in groups.items():
+        if src not in compacts:
+            continue
+        for t in group:
+            if t.dest is None or t.dest in terminal or _COUNT_COMPACTION in t.actions:
+                continue
+            problem(
+                f"phase {src!r} on {trigger!r} leaves for {t.dest!r} without "
+                f"counting the pass: add {_COUNT_COMPACTION!r} to its actions",
+                t,
+            )
+
+
+def _check_cancellation(
+    spec: MachineSpec,
+    groups: Mapping[tuple[str, str], list[TransitionSpec]],
+    problem: Report,
+) -> None:
+    """`run_cancelled` ends the run, unconditionally, from every live phase."""
+    fails = _phases_emitting(spec, "fail")
+    terminal = set(spec.terminal)
+    missing = []
+    for phase in spec.phases:
+        group = groups.get((phase, "run_cancelled"), [])
+        head = group[0] if group else None
+        stops = head is not None and not head.is_guarded and head.dest in fails
+        if phase not in terminal and not stops:
+            missing.append(phase)
+    if missing:
+        problem(
+            f"'run_cancelled' cannot stop the run in "
+            f"{', '.join(map(repr, missing))}: give every non-terminal phase a "
+            "'run_cancelled' transition without conditions into a fail phase "
+            '(source = "*")',
+            missing[0],
+        )
+
+
+# Triggers fed a bounded number of times from outside: once per run
+# (run_started) or once per call of inject() / cancel(). A transition on one
+# of them that stays in its phase is not a step of a cycle.
+_EXTERNAL_TRIGGERS: Final = frozenset(
+    {"run_started", "message_injected", "run_cancelled"}
+)
+_COUNTS_TURN: Final = "record_reply"
+
+_Node: TypeAlias = tuple[str, bool]
+"""A phase, and for a model-call phase whether it was entered on `measured`."""
+
+
+def _check_termination(
+    spec: MachineSpec,
+    groups: Mapping[tuple[str, str], list[TransitionSpec]],
+    problem: Report,
+) -> None:
+    """Every cycle passes a model call, a retry counter or a decreasing measure.
+
+    The bounds: a model call entered on `measured` (which checks the turn
+    limit first, see `_check_model_calls`) and left by a reply that counts the
+    turn, at most max_turns times; an edge guarded by a retry counter; a
+    compact phase entered after the compaction-limit check (every way on out
+    of it counts the pass), at most max_compactions times; a compaction feed
+    after the no-progress guard, which strictly lowers the estimate. A model
+    call phase is split in two nodes, entered on `measured` or otherwise, so
+    that only the first kind's counting exits are bounded.
+    """
+    calls = _phases_emitting(spec, "call_llm")
+    compacts = _phases_emitting(spec, "compact")
+    terminal = set(spec.terminal)
+    edges: dict[_Node, list[tuple[str, _Node]]] = {}
+    for phase in spec.phases:
+        edges[(phase, False)] = []
+        if phase in calls:
+            edges[(phase, True)] = []
+    for (src, trigger), group in groups.items():
+        stalled = False
+        for index, t in enumerate(group):
+            dest = t.dest
+            if dest is None:
+                if trigger in _EXTERNAL_TRIGGERS:
+                    continue
+                dest = src
+            if dest in terminal:
+                stalled = stalled or "is_no_progress" in t.conditions
+                continue
+            if (
+                _COUNTER_GUARDS & set(t.conditions)
+                or (dest in compacts and _is_limit_checked(group, index, terminal))
+                or (src in compacts and trigger in COMPACTION_FEEDS and stalled)
+            ):
+                continue
+            # Only a real entry on `measured` passed the turn-limit check.
+            target = (dest, t.dest in calls and trigger == "measured")
+            for node in [(src, False), (src, True)] if src in calls else [(src, False)]:
+                step = (trigger, target)
+                counted = node[1] and _COUNTS_TURN in t.actions
+                if not counted and step not in edges[node]:
+                    edges[node].append(step)
+    order = {p: i for i, p in enumerate(spec.phases)}
+    adjacent = {n: [d for _, d in out] for n, out in edges.items()}
+    named = []
+    for component in _cycles(adjacent):
+        cycle = min(
+            (_cycle_from(node, component, edges) for node in sorted(component)),
+            key=lambda c: (len(c), [order[p] for p, _ in c]),
+        )
+        named.append((order[cycle[0][0]], cycle))
+    for _, cycle in sorted(named):
+        path = " ".join(f"{phase} -[{trigger}]->" for phase, trigger in cycle)
+        problem(
+            f"cycle {path} {cycle[0][0]} is not bounded by a model call, a retry "
+            "counter or the no-progress guard",
+            cycle[0][0],
+        )
+
+
+def _cycle_from(
+    first: _Node, component: set[_Node], edges: Mapping[_Node, list[tuple[str, _Node]]]
+) -> list[tuple[str, str]]:
+    """A shortest cycle from `first` back to it: (phase, trigger) per step."""
+    came_from: dict[_Node, tuple[_Node, str]] = {}
+    queue = [first]
+    for node in queue:
+        for trigger, dest in edges[node]:
+            if dest in component and dest != first and dest not in came_from:
+                came_from[dest] = (node, trigger)
+                queue.append(dest)
+    last, via = next((n, t) for n in queue for t, d in edges[n] if d == first)
+    steps = [(last[0], via)]
+    while last != first:
+        last, via = came_from[last]
+        steps.append((last[0], via))
+    return steps[::-1]
+
+
+def _cycles(edges: Mapping[_Node, list[_Node]]) -> list[set[_Node]]:
+    """Return the strongly connected components that contain a cycle (Tarjan)."""
+    index: dict[_Node, int] = {}
+    low: dict[_Node, int] = {}
+    stack: list[_Node] = []
+    on_stack: set[_Node] = set()
+    out: list[set[_Node]] = []
+
+    def visit(v: _Node) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp: set[_Node] = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in edges[v]:
+                out.append(comp)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
