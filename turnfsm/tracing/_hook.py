@@ -470,11 +470,15 @@ class TracingHook(Hook):
             A.TOOL_NAME: info.call.call.name,
         }
         if info.result is not None:
+            # A tool message has no text parts: its content is its results'.
+            text = "".join(p.content for p in info.result.tool_results)
             if self.capture_content:
-                span.set_attribute(A.TOOL_CALL_RESULT, info.result.text)
+                span.set_attribute(A.TOOL_CALL_RESULT, text)
             if info.is_error:
                 span.set_attribute(A.ERROR_TYPE, "tool_error")
-                span.set_status(Status(StatusCode.ERROR, info.result.text[:500]))
+                # An error result is content too (it may quote the arguments).
+                described = text[:500] if self.capture_content else None
+                span.set_status(Status(StatusCode.ERROR, described))
                 labels[A.ERROR_TYPE] = "tool_error"
         elif info.error is not None:
             kind = _fail(span, info.error)
