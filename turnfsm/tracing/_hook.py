@@ -29,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from turnfsm.core import Compact, Perform, RunTools, ToolsFinished
+from turnfsm.core import Compact, ModelReplied, Perform, RunTools, ToolsFinished
 from turnfsm.core._lines import emergency_line, threshold_line
 from turnfsm.errors import Cancelled, ProviderError
 from turnfsm.hooks import (
@@ -259,14 +259,18 @@ class TracingHook(Hook):
         run.decided_phase = info.phase
 
     def on_outcome(self, info: OutcomeInfo) -> None:
-        """Time the phase; a finished tool batch ends the turn."""
+        """Time the phase; tool results, or a reply that calls none, end a turn."""
         run = self._runs.get(info.run_id)
         if run is None:
             return
         self._phases.record(
             time.perf_counter() - run.decided_at, {A.PHASE: run.decided_phase}
         )
-        if isinstance(info.event, ToolsFinished):
+        event = info.event
+        if isinstance(event, ToolsFinished) or (
+            # A message injected meanwhile makes the run go on: a new turn.
+            isinstance(event, ModelReplied) and not event.message.tool_calls
+        ):
             run.turn_over = True  # ended when the next turn begins, or the run
         elif run.effect is not None and isinstance(info.decision, Perform):
             run.effect.end()
