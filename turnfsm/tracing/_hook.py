@@ -150,8 +150,9 @@ class TracingHook(Hook):
     def on_run_start(self, info: RunStartInfo) -> None:
         """Open the run's ``invoke_agent`` span."""
         stale = self._runs.pop(info.run_id, None)
-        if stale is not None:  # a run that never ended here (a crashed process)
+        if stale is not None:  # a run that never ended here (its end went unlogged)
             self._close(stale, cancelled=True)
+            _end_open(stale.root, cancelled=True)
         attributes: dict[str, Any] = {
             A.OPERATION_NAME: A.OP_INVOKE_AGENT,
             A.AGENT_NAME: info.agent,
