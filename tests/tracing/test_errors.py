@@ -3,7 +3,7 @@ whose end never reached the hook (it is ended when the run is resumed)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -85,13 +85,14 @@ class Flaky(MemoryStore):  # type: ignore[misc]
         self.failures = failures
 
     async def append(
-        self, session_id: str, entries: Iterable[Entry], **options: object
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
     ) -> int:
-        entries = tuple(entries)
         if self.failures and any(isinstance(e, RunEnded) for e in entries):
             self.failures -= 1
             raise OSError("disk full")
-        return await super().append(session_id, entries, **options)  # type: ignore[no-any-return]
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )
 
 
 async def test_a_run_whose_end_could_not_be_logged_ends_crashed() -> None:
