@@ -25,7 +25,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import attrs
 from opentelemetry.context import Context
@@ -167,8 +167,10 @@ class Traced:
             assert all(_trace(s) == trace_id for s in _descendants(root, children))
         return [_node(r, children, masks) for r in roots]
 
-    def metric(self, name: str) -> dict[frozenset[tuple[str, Any]], float]:
-        """A metric's points: attributes -> sum (a histogram's or a counter's)."""
+    def metric(
+        self, name: str, *, field: Literal["sum", "count"] = "sum"
+    ) -> dict[frozenset[tuple[str, Any]], float]:
+        """A metric's points: attributes -> its sum (or a histogram's count)."""
         data = self.reader.get_metrics_data()
         points: dict[frozenset[tuple[str, Any]], float] = {}
         if data is None:
@@ -179,13 +181,12 @@ class Traced:
                     if metric.name != name:
                         continue
                     for point in metric.data.data_points:
-                        assert isinstance(point, HistogramDataPoint | NumberDataPoint)
                         key = frozenset((point.attributes or {}).items())
-                        points[key] = (
-                            point.sum
-                            if isinstance(point, HistogramDataPoint)
-                            else point.value
-                        )
+                        if isinstance(point, HistogramDataPoint):
+                            points[key] = getattr(point, field)
+                        else:
+                            assert isinstance(point, NumberDataPoint)
+                            points[key] = point.value
         return points
 
 
