@@ -1,10 +1,12 @@
-"""Failures in the trace: a failed compaction pass, a crashed run, and a run
-whose end never reached the hook (it is ended when the run is resumed)."""
+"""Failures in the trace: a failed compaction pass, a crashed run, a run
+whose end never reached the hook (it is ended when the run is resumed), and
+two known gaps in the driver's hook calls (xfail)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import pytest
 
 from tests.tracing._spans import (
@@ -20,11 +22,12 @@ from tests.tracing._spans import (
     turn,
 )
 from turnfsm.context import CompactionContext, CompactionOutcome, ContextManager
-from turnfsm.driver import Session
+from turnfsm.driver import RetryPolicy, Session
 from turnfsm.errors import CompactionFailed
 from turnfsm.messages import Message
 from turnfsm.persistence import Entry, MemoryStore, RunEnded
-from turnfsm.testing import ScriptedModel
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.tracing import attributes as A
 
@@ -152,3 +155,31 @@ async def test_a_run_whose_end_cannot_be_logged_still_ends_its_spans() -> None:
     with pytest.raises(OSError, match="disk full"):
         await driver.run("hello", session=session)
     assert traced.unended() == []
+
+
+@pytest.mark.xfail(
+    reason="turnfsm/driver/_effects.py: _complete wraps call() in deadline(), so "
+    "on_model_call_end sees the deadline's cancellation, not the TimeoutError: "
+    "a timed-out attempt reads as cancelled",
+    strict=True,
+)
+async def test_a_timed_out_attempt_is_an_error_not_a_cancel() -> None:
+    traced = Traced.create()
+    calls = 0
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await anyio.sleep(10)  # past the model timeout
+        return said("ok")
+
+    policy = RetryPolicy(max_attempts=2, initial_wait=0, jitter=False)
+    driver = traced_driver(
+        traced, FakeModelClient(answer), model_timeout=0.05, retry=policy
+    )
+    with anyio.fail_after(5):
+        assert (await driver.run("hello")).ok
+    first = next(s for s in traced.spans if (s.attributes or {}).get(A.ATTEMPT) == 1)
+    assert A.CANCELLED not in (first.attributes or {})
+    assert (first.attributes or {})[A.ERROR_TYPE] == "TimeoutError"
