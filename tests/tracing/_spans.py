@@ -18,6 +18,11 @@ like the trace:
 
 It also checks what holds for every trace: every started span ended, and
 every span of a tree is in its root's trace.
+
+Below it: the runs the tests share (a `Named` model, `said` replies with
+usage, `traced_driver`) and builders of the attribute dicts each span kind
+carries (`agent`, `chat`, `tool`, `turn`, `compaction`), so a tree states
+every attribute without repeating the constant ones.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, approval_toml, turn_toml_text
 from tests.tracing._spans import (
     COMPACTED,
     STARTED,
@@ -31,8 +31,15 @@ from tests.tracing._spans import (
 )
 from turnfsm import approval_machine
 from turnfsm.context import ContextManager, SummarizingCompactor
-from turnfsm.core import ToolCallsReviewed, trigger_of
-from turnfsm.driver import RunControl, Session
+from turnfsm.core import (
+    MachineSpec,
+    Perform,
+    Signal,
+    ToolCallsReviewed,
+    ToolsFinished,
+    trigger_of,
+)
+from turnfsm.driver import EffectContext, RunControl, Session
 from turnfsm.messages import Message
 from turnfsm.persistence import EventRecorded, machine_digest
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -345,3 +352,93 @@ async def test_a_resumed_runs_events_continue_its_path_on_its_machine() -> None:
     events = _events_in_order(traced)
     assert _steps(events) == await _path(session, paused.run_id)
     _check_against_file(events, REPO_ROOT / "machines" / "approval.toml")
+
+
+def _delegating_toml() -> str:
+    """The stock machine with tool calls handed to a custom `delegate` phase.
+
+    Its effect (a sub-agent, say) runs the calls itself and reports their
+    results (`ToolsFinished`), which ends the turn as `run_tools` would.
+    """
+    text = turn_toml_text()
+    for old, new in (
+        (
+            'run_tools         = { decision = "run_tools" }\n',
+            'delegate          = { effect = "delegate" }\n',
+        ),
+        (
+            'dest = "run_tools"\nconditions = ["has_tool_calls"]',
+            'dest = "delegate"\nconditions = ["has_tool_calls"]',
+        ),
+        (
+            'trigger = "tools_finished"\nsource = "run_tools"',
+            'trigger = "tools_finished"\nsource = "delegate"',
+        ),
+    ):
+        assert text.count(old) == 1
+        text = text.replace(old, new)
+    return text
+
+
+async def test_a_custom_phase_is_an_effect_span_in_its_turn() -> None:
+    traced = Traced.create()
+
+    async def await_approval(ctx: EffectContext, decision: Perform) -> Signal:
+        return Signal(name="approved")
+
+    model = ScriptedModel.of(said("", tool_call("echo", "c1", text="x")), said("ok"))
+    driver = traced_driver(
+        traced,
+        model,
+        tools=[echo],
+        machine=MachineSpec.from_toml(approval_toml()),
+        effects={"await_approval": await_approval},
+    )
+    result = await driver.run("go")
+    [(_, _, _, [_, first, _])] = traced.tree(masks(result))
+    assert first == ("turnfsm.turn", "INTERNAL", turn(1, "start", 124), [
+        "measured: start -> call_llm #6 estimate=124",
+        "model_replied: call_llm -> await_approval #7 [has_tool_calls] estimate=124",
+        "approved: await_approval -> run_tools #27 estimate=124",
+        "tools_finished: run_tools -> start #13 estimate=124",
+        ("chat gpt-test", "CLIENT", chat(usage=(0, 0)), []),
+        ("turnfsm.effect", "INTERNAL", {
+            A.EFFECT: "await_approval", A.PHASE: "await_approval"
+        }, []),
+        ("execute_tool echo", "INTERNAL", tool("echo", "c1"), []),
+    ])  # fmt: skip
+
+
+async def test_an_effect_span_ends_with_its_effect_when_that_ends_the_turn() -> None:
+    traced = Traced.create()
+
+    async def delegate(ctx: EffectContext, decision: Perform) -> ToolsFinished:
+        reply = ctx.snapshot.last_reply
+        assert reply is not None
+        return ToolsFinished(
+            results=[
+                Message.tool_result(c.id, "done elsewhere") for c in reply.tool_calls
+            ]
+        )
+
+    model = ScriptedModel.of(said("", tool_call("echo", "c1", text="x")), said("ok"))
+    driver = traced_driver(
+        traced,
+        model,
+        machine=MachineSpec.from_toml(_delegating_toml()),
+        effects={"delegate": delegate},
+    )
+    result = await driver.run("go")
+    assert result.ok, result.error
+    [(_, _, _, [_, first, _])] = traced.tree(masks(result))
+    assert first[3][-1] == (
+        "turnfsm.effect",
+        "INTERNAL",
+        {A.EFFECT: "delegate", A.PHASE: "delegate"},
+        [],
+    )
+    [effect] = [s for s in traced.spans if s.name == "turnfsm.effect"]
+    [_, turn_two] = [s for s in traced.spans if s.name == "turnfsm.turn"]
+    assert effect.end_time is not None
+    assert turn_two.start_time is not None
+    assert effect.end_time <= turn_two.start_time  # not held open to the run's end

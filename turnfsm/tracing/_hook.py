@@ -273,7 +273,7 @@ class TracingHook(Hook):
             isinstance(event, ModelReplied) and not event.message.tool_calls
         ):
             run.turn_over = True  # ended when the next turn begins, or the run
-        elif run.effect is not None and isinstance(info.decision, Perform):
+        if run.effect is not None and isinstance(info.decision, Perform):
             run.effect.end()
             run.effect = None
 
