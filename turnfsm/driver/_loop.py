@@ -138,6 +138,7 @@ class _Loop:
         self.abandoning = False  # an abandoned run ends failed, not cancelled
         self.before = machine.snapshot  # as of the last feed (for diagnostics)
         self.in_flight: Decision | None = None  # the decision an effect carries out
+        self._heard_end = False  # on_run_end is called once
 
     # -- the log -------------------------------------------------------
     def open(self, input: tuple[Message, ...]) -> None:
@@ -583,6 +584,29 @@ class _Loop:
         # first feed) still opens in the log before it ends.
         opening = () if self._opening is None else (self._opening,)
         self._opening = None
+        await self._append_end(opening, outcome, snapshot, text, error, waiting)
+        self._hear_end(outcome, snapshot, text, error)
+        return RunResult(
+            outcome=outcome,  # type: ignore[arg-type]
+            text=text,
+            error=error,
+            usage=self.usage,
+            session_id=self.session.id,
+            run_id=self.run_id,
+            turns=snapshot.turns,
+            waiting=waiting,
+            compaction_usage=self.compaction_usage,
+        )
+
+    async def _append_end(
+        self,
+        opening: tuple[RunOpened, ...],
+        outcome: str,
+        snapshot: Snapshot,
+        text: str,
+        error: TurnFSMError | None,
+        waiting: Pause | None,
+    ) -> None:
         await self.session.append(
             *opening,
             RunEnded(
@@ -598,6 +622,13 @@ class _Loop:
                 compaction_usage=self.compaction_usage,
             ),
         )
+
+    def _hear_end(
+        self, outcome: str, snapshot: Snapshot, text: str, error: TurnFSMError | None
+    ) -> None:
+        if self._heard_end:
+            return
+        self._heard_end = True
         if self.hooks.wants("on_run_end"):
             self.hooks.call(
                 "on_run_end",
@@ -613,17 +644,6 @@ class _Loop:
                     compaction_usage=self.compaction_usage,
                 ),
             )
-        return RunResult(
-            outcome=outcome,  # type: ignore[arg-type]
-            text=text,
-            error=error,
-            usage=self.usage,
-            session_id=self.session.id,
-            run_id=self.run_id,
-            turns=snapshot.turns,
-            waiting=waiting,
-            compaction_usage=self.compaction_usage,
-        )
 
     async def _abort(self, event: RunCancelled) -> None:
         """Record a cancellation from outside (shielded; never raises)."""
@@ -638,13 +658,22 @@ class _Loop:
             await self._end(decision, None)  # type: ignore[arg-type]
         except Exception:
             logger.exception("run %s: could not record its cancellation", self.run_id)
+            error = decision.error if isinstance(decision, Fail) else None
+            self._hear_end("cancelled", self.machine.snapshot, "", error)
 
     async def _crash(self, exc: BaseException) -> None:
-        """Record that the run ended on an unexpected exception (shielded)."""
+        """Record that the run ended on an unexpected exception (shielded).
+
+        Observers hear of it even when the log cannot take it (its store is
+        down): the run is over in this process, whatever the log says.
+        """
+        crashed = RunCrashed(type=type(exc).__name__, message=str(exc))
         try:
-            await self._end(None, RunCrashed(type=type(exc).__name__, message=str(exc)))
+            await self._end(None, crashed)
         except Exception:
             logger.exception("run %s: could not record its crash", self.run_id)
+            snapshot = self.machine.snapshot
+            self._hear_end("failed", snapshot, "", crashed)
 
 
 class _Broken(Exception):

@@ -29,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from turnfsm.core import Compact, Perform, RunTools, ToolsFinished
+from turnfsm.core import Compact, ModelReplied, Perform, RunTools, ToolsFinished
 from turnfsm.core._lines import emergency_line, threshold_line
 from turnfsm.errors import Cancelled, ProviderError
 from turnfsm.hooks import (
@@ -72,13 +72,13 @@ class _Run:
     turn: Span | None = None
     turn_context: otel_context.Context | None = None
     estimate: int | None = None
+    phase: str = ""
     turn_over: bool = False
     compaction: Span | None = None
     effect: Span | None = None
     compacted: bool = False
     decided_at: float = 0.0
     decided_phase: str = ""
-    phases: dict[str, float] = attrs.field(factory=dict)  # seconds, by phase
     calls: dict[str, tuple[Span, object]] = attrs.field(factory=dict)
     tools: dict[str, tuple[Span, object]] = attrs.field(factory=dict)
 
@@ -122,7 +122,7 @@ class TracingHook(Hook):
         self._duration = meter.create_histogram(
             A.METRIC_OPERATION_DURATION,
             unit="s",
-            description="Seconds each model call attempt took.",
+            description="Seconds each model call attempt or tool call took.",
             explicit_bucket_boundaries_advisory=A.DURATION_BUCKETS,
         )
         self._phases = meter.create_histogram(
@@ -154,8 +154,9 @@ class TracingHook(Hook):
     def on_run_start(self, info: RunStartInfo) -> None:
         """Open the run's ``invoke_agent`` span."""
         stale = self._runs.pop(info.run_id, None)
-        if stale is not None:  # a run that never ended here (a crashed process)
+        if stale is not None:  # a run that never ended here (its end went unlogged)
             self._close(stale, cancelled=True)
+            _end_open(stale.root, cancelled=True)
         attributes: dict[str, Any] = {
             A.OPERATION_NAME: A.OP_INVOKE_AGENT,
             A.AGENT_NAME: info.agent,
@@ -196,8 +197,6 @@ class TracingHook(Hook):
             return
         cancelled = info.outcome == "cancelled"
         self._close(run, cancelled=cancelled)
-        for phase, seconds in run.phases.items():  # one record per phase per run
-            self._phases.record(seconds, {A.PHASE: phase})
         root = run.root
         usage = info.usage
         root.set_attributes(
@@ -240,6 +239,7 @@ class TracingHook(Hook):
     def _end_turn(self, run: _Run, *, cancelled: bool = False) -> None:
         turn = run.turn
         assert turn is not None
+        turn.set_attribute(A.PHASE, run.phase)  # where the turn got to
         if run.estimate is not None:
             turn.set_attribute(A.ESTIMATE, run.estimate)
         _end_open(turn, cancelled)
@@ -280,16 +280,20 @@ class TracingHook(Hook):
         run.decided_phase = info.phase
 
     def on_outcome(self, info: OutcomeInfo) -> None:
-        """Time the phase; a finished tool batch ends the turn."""
+        """Time the phase; tool results, or a reply that calls none, end a turn."""
         run = self._runs.get(info.run_id)
         if run is None:
             return
-        phase = run.decided_phase
-        spent = time.perf_counter() - run.decided_at
-        run.phases[phase] = run.phases.get(phase, 0.0) + spent
-        if isinstance(info.event, ToolsFinished):
+        self._phases.record(
+            time.perf_counter() - run.decided_at, {A.PHASE: run.decided_phase}
+        )
+        event = info.event
+        if isinstance(event, ToolsFinished) or (
+            # A message injected meanwhile makes the run go on: a new turn.
+            isinstance(event, ModelReplied) and not event.message.tool_calls
+        ):
             run.turn_over = True  # ended when the next turn begins, or the run
-        elif run.effect is not None and isinstance(info.decision, Perform):
+        if run.effect is not None and isinstance(info.decision, Perform):
             run.effect.end()
             run.effect = None
 
@@ -304,16 +308,15 @@ class TracingHook(Hook):
             A.TRANSITION_TO: step.dest,
             A.TRANSITION_TRIGGER: step.trigger,
             A.TRANSITION_INDEX: step.index,
+            A.TRANSITION_GUARDS: step.guards,
         }
-        if step.guards:
-            attributes[A.TRANSITION_GUARDS] = step.guards
         if step.reason is not None:
             attributes[A.TRANSITION_REASON] = str(step.reason)
         if step.error is not None:
             attributes[A.TRANSITION_ERROR] = step.error
-        if info.estimate is not None and info.estimate != run.estimate:
-            # Said when it changes: a reader carries the last one forward.
+        if info.estimate is not None:
             attributes[A.ESTIMATE] = run.estimate = info.estimate
+        run.phase = step.dest
         span = run.turn if run.turn is not None else run.root
         span.add_event(A.EVENT_TRANSITION, attributes)
 
@@ -370,14 +373,12 @@ class TracingHook(Hook):
         else:
             parent = run.turn_context or run.root_context
         request = info.request
-        # Attributes cost the SDK ~4 µs each: the conventions' own, and the
-        # rest only when they say something (a retry, a summary call).
         attributes: dict[str, Any] = {
             A.OPERATION_NAME: A.OP_CHAT,
             A.CONVERSATION_ID: info.session_id,
+            A.ATTEMPT: info.attempt,
+            A.PURPOSE: info.purpose,
         }
-        if info.purpose != "turn":
-            attributes[A.PURPOSE] = info.purpose
         if info.provider:
             attributes[A.PROVIDER_NAME] = info.provider
         if info.model:
@@ -387,7 +388,6 @@ class TracingHook(Hook):
         if request.temperature is not None:
             attributes[A.REQUEST_TEMPERATURE] = request.temperature
         if info.attempt > 1:
-            attributes[A.ATTEMPT] = info.attempt
             attributes[A.RETRY_WAIT] = round(info.waited, 6)
         if info.purpose == "turn" and run.compacted:
             attributes[A.CONVERSATION_COMPACTED] = True
@@ -462,6 +462,8 @@ class TracingHook(Hook):
             A.OPERATION_NAME: A.OP_EXECUTE_TOOL,
             A.TOOL_NAME: call.name,
             A.TOOL_CALL_ID: call.id,
+            A.TOOL_TYPE: "function",
+            A.CONVERSATION_ID: info.session_id,
         }
         if self.capture_content:
             attributes[A.TOOL_CALL_ARGUMENTS] = _json(call.arguments)
@@ -484,14 +486,26 @@ class TracingHook(Hook):
             return
         span, token = opened
         _detach(token)
+        labels: dict[str, Any] = {
+            A.OPERATION_NAME: A.OP_EXECUTE_TOOL,
+            A.TOOL_NAME: info.call.call.name,
+        }
         if info.result is not None:
+            # A tool message has no text parts: its content is its results'.
+            text = "".join(p.content for p in info.result.tool_results)
             if self.capture_content:
-                span.set_attribute(A.TOOL_CALL_RESULT, info.result.text)
+                span.set_attribute(A.TOOL_CALL_RESULT, text)
             if info.is_error:
                 span.set_attribute(A.ERROR_TYPE, "tool_error")
-                span.set_status(Status(StatusCode.ERROR, info.result.text[:500]))
+                # An error result is content too (it may quote the arguments).
+                described = text[:500] if self.capture_content else None
+                span.set_status(Status(StatusCode.ERROR, described))
+                labels[A.ERROR_TYPE] = "tool_error"
         elif info.error is not None:
-            _fail(span, info.error)
+            kind = _fail(span, info.error)
+            if kind is not None:
+                labels[A.ERROR_TYPE] = kind
+        self._duration.record(info.duration, labels)
         span.end()
 
 

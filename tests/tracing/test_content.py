@@ -1,0 +1,179 @@
+"""Message content reaches the trace only when the user opts in.
+
+Off by default: no attribute, event or status of any span carries what was
+said — the input, the system prompt, tool arguments and results (an error
+result too), the reply, nor a summary call's prompt or summary. On with
+``capture_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+
+from tests.tracing._spans import Named, Traced, history, said
+from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.driver import Driver, Session
+from turnfsm.messages import Message
+from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.tracing import CAPTURE_CONTENT_ENV
+from turnfsm.tracing import attributes as A
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "the vault code is 7431 ALPHA"
+
+
+def remember(text: str) -> str:
+    """Remember a note.
+
+    Args:
+        text: the note.
+    """
+    return f"noted: {text}"
+
+
+def refuse(text: str) -> str:
+    """Refuse a note.
+
+    Args:
+        text: the note.
+    """
+    raise ValueError(f"will not store {text!r}")
+
+
+def _driver(traced: Traced, model: ScriptedModel, **options: Any) -> Driver:
+    return Driver(
+        model=Named(model),
+        tools=[remember, refuse],
+        system_prompt=f"Guard this: {SECRET}",
+        hooks=[traced.hook],
+        strict_hooks=True,
+        **options,
+    )
+
+
+def _script() -> ScriptedModel:
+    return ScriptedModel.of(
+        said(
+            "",
+            tool_call("remember", "c1", text=SECRET),
+            tool_call("refuse", "c2", text=SECRET),
+        ),
+        said(f"I noted {SECRET}"),
+    )
+
+
+def _texts(span: ReadableSpan) -> Iterator[str]:
+    """Everything a span says as text: attributes, events, status."""
+    for value in (span.attributes or {}).values():
+        yield str(value)
+    for event in span.events:
+        yield event.name
+        for value in (event.attributes or {}).values():
+            yield str(value)
+    yield span.status.description or ""
+
+
+def _leaks(traced: Traced) -> list[tuple[str, str]]:
+    return [
+        (span.name, text)
+        for span in traced.spans
+        for text in _texts(span)
+        if "7431" in text or "ALPHA" in text
+    ]
+
+
+async def test_without_opting_in_no_span_carries_what_was_said() -> None:
+    traced = Traced.create()
+    summaries = ExtractiveSummaryModel()
+    context = ContextManager(
+        SummarizingCompactor(
+            model=Named(summaries, model="summarizer"), keep_recent_turns=2
+        ),
+        context_window=4_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    # The secret is in the history the summary call is sent, and (a fact:
+    # digits, capitals) in the summary it writes.
+    said_before = [Message.user(f"note: {SECRET}"), Message.assistant("ok")]
+    result = await _driver(traced, _script(), context=context).run(
+        [*said_before, *history(10, 500), Message.user(f"keep {SECRET}")]
+    )
+    assert result.ok, result.error
+    assert SECRET in summaries.requests[0].messages[0].text
+    assert {s.name for s in traced.spans} >= {"turnfsm.compaction", "chat summarizer"}
+    assert _leaks(traced) == []
+
+
+def _by_name(traced: Traced) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for span in traced.spans:
+        out.setdefault(span.name, []).append(dict(span.attributes or {}))
+    return out
+
+
+def _without_ids(value: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = json.loads(value)
+    return [{k: v for k, v in m.items() if k != "id"} for m in messages]
+
+
+async def _captured(traced: Traced) -> None:
+    """Run the script and check every place content is captured, exactly."""
+    session = Session()
+    model = _script()
+    result = await _driver(traced, model).run(f"remember {SECRET}", session=session)
+    assert result.ok, result.error
+    spans = _by_name(traced)
+    [root] = spans["invoke_agent turnfsm"]
+    asked, answered = model.requests
+    assert root[A.INPUT_MESSAGES] == json.dumps([session.history[0].to_dict()])
+    assert _without_ids(root[A.OUTPUT_MESSAGES]) == [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "text": f"I noted {SECRET}"}],
+            "metadata": {},
+        }
+    ]
+    first, second = spans["chat gpt-test"]
+    assert first[A.SYSTEM_INSTRUCTIONS] == f"Guard this: {SECRET}"
+    assert first[A.INPUT_MESSAGES] == json.dumps([m.to_dict() for m in asked.messages])
+    assert first[A.OUTPUT_MESSAGES] == json.dumps([session.history[1].to_dict()])
+    assert second[A.INPUT_MESSAGES] == json.dumps(
+        [m.to_dict() for m in answered.messages]
+    )
+    [kept] = spans["execute_tool remember"]
+    assert kept[A.TOOL_CALL_ARGUMENTS] == json.dumps({"text": SECRET})
+    assert kept[A.TOOL_CALL_RESULT] == f"noted: {SECRET}"
+    [refused] = spans["execute_tool refuse"]
+    failure = f"tool 'refuse' failed: ValueError: will not store {SECRET!r}"
+    assert refused[A.TOOL_CALL_RESULT] == failure
+    [span] = [s for s in traced.spans if s.name == "execute_tool refuse"]
+    assert span.status.description == failure
+
+
+async def test_capture_content_records_messages_tools_and_the_reply() -> None:
+    await _captured(Traced.create(capture_content=True))
+
+
+async def test_the_standard_environment_variable_opts_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    await _captured(Traced.create())
+
+
+async def test_an_explicit_no_wins_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    traced = Traced.create(capture_content=False)
+    result = await _driver(traced, _script()).run(f"remember {SECRET}")
+    assert result.ok, result.error
+    assert _leaks(traced) == []

@@ -1,0 +1,173 @@
+"""Failures in the trace: a failed compaction pass, a crashed run, a run
+whose end never reached the hook (it is ended when the run is resumed), and
+a run whose end could not be logged, and a timed-out attempt."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from tests.tracing._spans import (
+    STARTED,
+    STATUS,
+    Traced,
+    agent,
+    chat,
+    history,
+    masks,
+    said,
+    traced_driver,
+    turn,
+)
+from turnfsm.context import CompactionContext, CompactionOutcome, ContextManager
+from turnfsm.driver import RetryPolicy, Session
+from turnfsm.errors import CompactionFailed
+from turnfsm.messages import Message
+from turnfsm.persistence import Entry, MemoryStore, RunEnded
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, ScriptedModel
+from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.tracing import attributes as A
+
+pytestmark = pytest.mark.anyio
+
+USAGE = (A.USAGE_INPUT_TOKENS, A.USAGE_OUTPUT_TOKENS)
+
+
+class Broken:
+    """A compactor whose summary model is down."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionOutcome:
+        raise RuntimeError("summary model down")
+
+
+async def test_a_failed_compaction_pass_is_an_error_span() -> None:
+    traced = Traced.create()
+    context = ContextManager(
+        Broken(), context_window=4_000, threshold=60, counter=HeuristicTokenCounter()
+    )
+    driver = traced_driver(traced, ScriptedModel.of(), context=context)
+    result = await driver.run(history(10, 500))
+    assert isinstance(result.error, CompactionFailed)
+    failed = agent(
+        outcome="failed", turns=0, phase="failed", window=4_000, lines=(2_400, 3_800)
+    ) | {A.ERROR_TYPE: "CompactionFailed", STATUS: f"ERROR: {result.error}"}
+    assert traced.tree(masks(result)) == [
+        ("invoke_agent assistant", "INTERNAL", failed, [
+            STARTED,
+            ("turnfsm.turn", "INTERNAL", turn(1, "failed", 2_650), [
+                "measured: start -> compact #4 [is_over_threshold_line, "
+                "not is_compaction_limit_reached] reason=threshold_exceeded "
+                "estimate=2650",
+                "compactor_failed: compact -> failed #22 error=compaction_failed "
+                "estimate=2650",
+                ("turnfsm.compaction", "INTERNAL", {
+                    A.COMPACTION_REASON: "threshold_exceeded",
+                    A.COMPACTION_STRATEGY: "Broken",
+                    A.COMPACTION_OUTCOME: "failed",
+                    A.TOKENS_BEFORE: 2_650,
+                    A.TOKENS_AFTER: 2_650,
+                    A.TOKENS_SAVED: 0,
+                    A.ERROR_TYPE: "compaction_failed",
+                    STATUS: "ERROR: the pass failed",
+                }, []),
+            ]),
+        ]),
+    ]  # fmt: skip
+
+
+class Flaky(MemoryStore):  # type: ignore[misc]
+    """A store that fails the first `failures` writes of a run's end."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        if self.failures and any(isinstance(e, RunEnded) for e in entries):
+            self.failures -= 1
+            raise OSError("disk full")
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )
+
+
+async def test_a_run_whose_end_could_not_be_logged_ends_crashed() -> None:
+    traced = Traced.create()
+    session = Session(store=Flaky(failures=1))
+    driver = traced_driver(traced, ScriptedModel.of(said("hi", usage=(6, 1))))
+    with pytest.raises(OSError, match="disk full"):
+        await driver.run("hello", session=session)
+    [(_, _, attributes, _)] = traced.tree()
+    assert attributes[A.RUN_OUTCOME] == "failed"
+    assert attributes[A.ERROR_TYPE] == "RunCrashed"
+    assert attributes[STATUS] == "ERROR: run crashed on OSError: disk full"
+
+
+async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
+    """The run's end could not be logged (its store failed twice): its spans
+    end at once, failed as crashed; the same process then resumes the run."""
+    traced = Traced.create()
+    session = Session(store=Flaky(failures=2))
+    model = ScriptedModel.of(said("hi", usage=(6, 1)))
+    driver = traced_driver(traced, model)
+    with pytest.raises(OSError, match="disk full"):
+        await driver.run("hello", session=session)
+    assert traced.unended() == []
+    [run] = session.runs
+    result = await driver.resume(session, run.run_id)
+    assert result.outcome == "done"
+    crashed = agent(outcome="failed", usage=(6, 1)) | {
+        A.ERROR_TYPE: "RunCrashed",
+        STATUS: "ERROR: run crashed on OSError: disk full",
+    }
+    assert traced.tree(masks(result)) == [
+        ("invoke_agent assistant", "INTERNAL", crashed, [
+            STARTED,
+            ("turnfsm.turn", "INTERNAL", turn(1, "done", 6), [
+                "measured: start -> call_llm #6 estimate=6",
+                "model_replied: call_llm -> done #9 estimate=6",
+                ("chat gpt-test", "CLIENT", chat(usage=(6, 1)), []),
+            ]),
+        ]),
+        ("invoke_agent assistant", "INTERNAL", agent(usage=(6, 1)) | {
+            A.RUN_RESUMED: True
+        }, []),
+    ]  # fmt: skip
+
+
+async def test_a_run_whose_end_cannot_be_logged_still_ends_its_spans() -> None:
+    traced = Traced.create()
+    session = Session(store=Flaky(failures=2))
+    driver = traced_driver(traced, ScriptedModel.of(said("hi")))
+    with pytest.raises(OSError, match="disk full"):
+        await driver.run("hello", session=session)
+    assert traced.unended() == []
+
+
+async def test_a_timed_out_attempt_is_an_error_not_a_cancel() -> None:
+    traced = Traced.create()
+    calls = 0
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await anyio.sleep(10)  # past the model timeout
+        return said("ok")
+
+    policy = RetryPolicy(max_attempts=2, initial_wait=0, jitter=False)
+    driver = traced_driver(
+        traced, FakeModelClient(answer), model_timeout=0.05, retry=policy
+    )
+    with anyio.fail_after(5):
+        assert (await driver.run("hello")).ok
+    first = next(s for s in traced.spans if (s.attributes or {}).get(A.ATTEMPT) == 1)
+    assert A.CANCELLED not in (first.attributes or {})
+    assert (first.attributes or {})[A.ERROR_TYPE] == "TimeoutError"
