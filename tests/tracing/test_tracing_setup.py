@@ -266,3 +266,31 @@ def test_without_an_endpoint_the_demo_does_not_trace(tmp_path: Path) -> None:
     done = _cli(["demo", "--quiet"], {}, tmp_path)
     assert done.returncode == 0
     assert "traces" not in done.stderr
+
+
+def test_a_trace_file_draws_the_same_path_as_the_store(tmp_path: Path) -> None:
+    """`demo --trace-file` writes OTLP/JSON; `diagram --trace` reads it back to
+    the very path `diagram --run` replays from the session store."""
+    store = str(tmp_path / "s.db")
+    done = _cli(
+        ["demo", "--quiet", "--store", store, "--trace-file", "t.jsonl"], {}, tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "traces exported to t.jsonl" not in done.stderr  # --quiet
+    listed = _cli(["sessions", "list", "--store", store], {}, tmp_path)
+    session = listed.stdout.splitlines()[1].split()[0]
+    from_store = _cli(
+        ["diagram", "--run", session, "--store", store, "-o", "a.dot"], {}, tmp_path
+    )
+    from_trace = _cli(["diagram", "--trace", "t.jsonl", "-o", "b.dot"], {}, tmp_path)
+    assert from_store.returncode == from_trace.returncode == 0, from_trace.stderr
+    a = (tmp_path / "a.dot").read_text().replace(session, "SOURCE")
+    b = (tmp_path / "b.dot").read_text().replace("t.jsonl", "SOURCE")
+    assert a == b
+    assert "penwidth" in a  # the path is drawn
+
+
+def test_a_trace_file_that_is_a_directory_is_refused(tmp_path: Path) -> None:
+    done = _cli(["demo", "--quiet", "--trace-file", str(tmp_path)], {}, tmp_path)
+    assert done.returncode == 2
+    assert "file" in done.stderr

@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from turnfsm.tracing import attributes
 from turnfsm.tracing._hook import CAPTURE_CONTENT_ENV, TracingHook
+from turnfsm.tracing._otlp_json import (
+    OTLPJSONFileExporter,
+    load_otlp_json,
+    parse_otlp_json,
+)
 from turnfsm.tracing._setup import (
     Protocol,
     Tracing,
@@ -29,6 +34,7 @@ from turnfsm.tracing._setup import (
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
+    "OTLPJSONFileExporter",
     "Protocol",
     "Tracing",
     "TracingHook",
@@ -36,4 +42,6 @@ __all__ = [
     "configure",
     "global_hook",
     "is_configured",
+    "load_otlp_json",
+    "parse_otlp_json",
 ]

@@ -264,7 +264,11 @@ def _resource(service_name: str | None) -> Resource:
 
 
 def _file_exporter(path: Path) -> SpanExporter:
-    raise ConfigError("file", str(path), "OTLP/JSON files are not written yet")
+    from turnfsm.tracing._otlp_json import OTLPJSONFileExporter
+
+    if path.is_dir():
+        raise ConfigError("file", str(path), "a file to write OTLP/JSON lines to")
+    return OTLPJSONFileExporter(path)
 
 
 def _install(tracing: Tracing, *, set_global: bool) -> None:
