@@ -303,7 +303,9 @@ def _cattrs_problems(exc: BaseException, path: Path) -> Iterator[Problem]:
         return
     if isinstance(exc, KeyError) and exc.args:
         key = str(exc.args[0])
-        yield Problem(path if path[-1:] == (key,) else (*path, key), "missing (required)")
+        yield Problem(
+            path if path[-1:] == (key,) else (*path, key), "missing (required)"
+        )
         return
     if problems_of := getattr(exc, "problems", None):  # a nested InvalidArguments
         for problem in problems_of:

@@ -152,6 +152,9 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
             return {"anyOf": [_schema(options[0], defs, seen), {"type": "null"}]}
         return {"anyOf": [_schema(a, defs, seen) for a in args]}
     if origin is tuple or tp is tuple:
+        # `tuple[()]` has no args either (3.11), but it is not the bare `tuple`.
+        if not args and tp not in (tuple, typing.Tuple):  # noqa: UP006
+            return {"type": "array", "maxItems": 0}
         return _tuple_schema(args, defs, seen)
     if origin in _ARRAYS or tp in _ARRAYS:
         schema: JSONSchema = {"type": "array"}
@@ -181,8 +184,6 @@ def _tuple_schema(
         return {"type": "array"}
     if len(args) == 2 and args[1] is Ellipsis:
         return {"type": "array", "items": _schema(args[0], defs, seen)}
-    if args == ((),):  # tuple[()]
-        return {"type": "array", "maxItems": 0}
     return {
         "type": "array",
         "prefixItems": [_schema(a, defs, seen) for a in args],
