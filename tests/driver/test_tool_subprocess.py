@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import subprocess
 import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.driver import isolated_tools
-from turnfsm.driver import Driver, RunControl, Session, Tool, function_tool
-from turnfsm.driver._child import answer
+from tests.driver import decorated_tool, isolated_tools
+from turnfsm.driver import Driver, RunControl, Session, Tool
+from turnfsm.driver._child import answer, main
 from turnfsm.driver._tools import run_tool_call, tools_by_name
 from turnfsm.errors import Cancelled, ToolError
 from turnfsm.messages import ToolCallPart
@@ -154,35 +156,23 @@ async def test_a_cancelled_scope_kills_the_child_before_the_cancel_goes_on(
     assert not await exists(target)
 
 
-async def test_a_decorated_tool_is_found_through_the_tool_its_name_is_bound_to() -> (
-    None
-):
-    # `@function_tool` rebinds the module's name to the Tool; the child unwraps it.
-    reply_ = answer(
-        pickle.dumps(
-            {
-                "path": list(sys.path),
-                "main": None,
-                "module": __name__,
-                "qualname": "decorated",
-                "kwargs": pickle.dumps({"n": 2}),
-            }
-        )
-    )
-    assert reply_ == ("ok", "4")
+def test_a_decorated_tool_is_found_through_the_tool_its_name_is_bound_to() -> None:
+    request = {
+        "path": list(sys.path),
+        "main": None,
+        "module": "tests.driver.decorated_tool",
+        "qualname": "double",
+        "kwargs": pickle.dumps({"n": 2}),
+    }
+    assert answer(pickle.dumps(request)) == ("ok", "4")
 
 
-@function_tool(in_subprocess=True)
-def decorated(n: int) -> int:
-    """Double a number in a child process."""
-    return n * 2
-
-
-# One backend: the child imports this module (pytest, turnfsm): ~1 s.
+# One backend: the child imports turnfsm, so it takes longer to start.
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_the_decorator_takes_in_subprocess() -> None:
-    assert decorated.in_subprocess
-    assert await call({"decorated": decorated}, "decorated", n=21) == ("42", False)
+    double = decorated_tool.double
+    assert double.in_subprocess
+    assert await call({"double": double}, "double", n=21) == ("42", False)
 
 
 def test_the_child_reports_a_tool_it_cannot_find() -> None:
@@ -211,3 +201,57 @@ def test_tools_a_child_cannot_import_are_refused_when_built() -> None:
         Tool.from_function(lambda: "", name="anon", in_subprocess=True)
     with pytest.raises(ToolError, match="sync functions"):
         Tool.from_function(coroutine, in_subprocess=True)
+
+
+def test_the_child_writes_one_pickled_answer() -> None:
+    request = {
+        "path": list(sys.path),
+        "main": None,
+        "module": "tests.driver.isolated_tools",
+        "qualname": "describe_job",
+        "kwargs": pickle.dumps({"job": isolated_tools.Job(name="j")}),
+    }
+    out = io.BytesIO()
+    main(io.BytesIO(pickle.dumps(request)), out)
+    assert pickle.loads(out.getvalue()) == (
+        "ok",
+        '{"type": "Job", "name": "j", "retries": 0}',
+    )
+
+
+SCRIPT = """
+import anyio
+from turnfsm.driver import Tool
+from turnfsm.driver._tools import run_tool_call
+from turnfsm.messages import ToolCallPart
+
+
+def double(x: int) -> int:
+    return x * 2
+
+
+async def go() -> None:
+    tool = Tool.from_function(double, in_subprocess=True)
+    part = ToolCallPart(id="c1", name="double", arguments={"x": 21})
+    result = await run_tool_call(part, {"double": tool}, limit=10)
+    print(result.tool_results[0].content)
+
+
+if __name__ == "__main__":
+    anyio.run(go)
+"""
+
+
+def test_a_tool_defined_in_the_main_script_runs_in_the_child(tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=30,
+    )
+    assert done.stdout.strip() == "42"
