@@ -14,6 +14,12 @@ must be defined at the top level of a module (a ``__main__`` script is
 loaded as ``__mp_main__``, as by multiprocessing). Its keyword arguments go
 to the child by pickle; the result comes back as text (a string as it is,
 anything else as JSON).
+
+Why not `anyio.to_process.run_sync(..., cancellable=True)`: it does SIGKILL
+and reap its worker on a cancel, but its workers are pooled and reused (one
+call's state leaks into the next), share the parent's process group (a
+program the tool started outlives the kill) and send the tool's output and
+tracebacks to /dev/null.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ A tool's schema is built (or, given, checked) once, when the tool is made;
 each call's arguments are validated against it with `jsonschema`, so a
 model that sends ``"three"`` for an integer gets an error result naming the
 field, and the tool does not run (`turnfsm.driver._arguments`). The
-annotation-to-schema mechanism lives in `turnfsm.driver._schema`; running a
-tool in a child process that a timeout kills, in
+annotation-to-schema mechanism lives in `turnfsm.driver._schema`, a
+function's signature read through it in `turnfsm.driver._signature`, and
+running a tool in a child process that a timeout kills in
 `turnfsm.driver._subprocess`.
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 import inspect
 import json
 import re
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
@@ -28,19 +28,12 @@ from jsonschema.protocols import Validator
 
 from turnfsm.driver._arguments import (
     InvalidArguments,
-    Problem,
     check_arguments,
     problems_of_structuring,
     validator_for,
 )
-from turnfsm.driver._schema import (
-    Unsupported,
-    class_schema,
-    is_params_class,
-    parse_doc,
-    schema_of,
-    structure_hook,
-)
+from turnfsm.driver._schema import Unsupported, parse_doc
+from turnfsm.driver._signature import describe_function
 from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
 from turnfsm.errors import ToolError
 from turnfsm.messages import Message, ToolCallPart
@@ -147,7 +140,7 @@ class Tool:
         tool_name = name or fn.__name__
         summary, arg_docs = parse_doc(inspect.getdoc(fn) or "")
         try:
-            parameters, structure = _describe(fn, tool_name, arg_docs)
+            parameters, structure = describe_function(fn, arg_docs)
         except Unsupported as exc:
             raise ToolError(tool_name, str(exc)) from None
         return cls(
@@ -203,79 +196,6 @@ class Tool:
             raise
         except Exception as exc:
             raise InvalidArguments(problems_of_structuring(exc)) from exc
-
-
-def _describe(
-    fn: Callable[..., Any], tool: str, arg_docs: Mapping[str, str]
-) -> tuple[dict[str, Any], Callable[[Arguments], dict[str, Any]]]:
-    """Return `fn`'s parameters schema and the reader of its arguments."""
-    hints = typing.get_type_hints(fn, include_extras=True)
-    params = list(inspect.signature(fn).parameters.values())
-    for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise Unsupported(
-                f"*args/**kwargs ({param.name}) cannot be described to a model"
-            )
-        if param.name not in hints:
-            raise Unsupported(f"parameter {param.name!r} needs a type annotation")
-    defs: dict[str, Any] = {}
-    if len(params) == 1 and is_params_class(hints[params[0].name]):
-        return _one_class(params[0].name, hints[params[0].name], defs)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    readers: dict[str, Callable[[Any], Any]] = {}
-    for param in params:
-        try:
-            schema = schema_of(hints[param.name], defs)
-        except Unsupported as exc:
-            raise Unsupported(f"parameter {param.name!r}: {exc}") from None
-        if param.name in arg_docs:
-            schema = {**schema, "description": arg_docs[param.name]}
-        properties[param.name] = schema
-        readers[param.name] = structure_hook(hints[param.name])
-        if param.default is inspect.Parameter.empty:
-            required.append(param.name)
-    parameters: dict[str, Any] = {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-    if defs:
-        parameters["$defs"] = defs
-    return parameters, partial(_read_each, readers)
-
-
-def _one_class(
-    name: str, cls: type, defs: dict[str, Any]
-) -> tuple[dict[str, Any], Callable[[Arguments], dict[str, Any]]]:
-    parameters = class_schema(cls, defs)
-    if defs:
-        parameters = {**parameters, "$defs": {**parameters.get("$defs", {}), **defs}}
-    read = structure_hook(cls)
-
-    def structure(arguments: Arguments) -> dict[str, Any]:
-        return {name: read(arguments)}
-
-    return parameters, structure
-
-
-def _read_each(
-    readers: Mapping[str, Callable[[Any], Any]], arguments: Arguments
-) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    problems: list[Problem] = []
-    for key, value in arguments.items():
-        try:
-            kwargs[key] = readers[key](value)
-        except Exception as exc:
-            problems += [
-                attrs.evolve(p, path=(key, *p.path))
-                for p in problems_of_structuring(exc)
-            ]
-    if problems:
-        raise InvalidArguments(problems)
-    return kwargs
 
 
 def function_tool(
