@@ -526,3 +526,14 @@ async def test_an_explicit_schema_of_another_draft_is_read_as_that_draft() -> No
     )
     content, _ = await run(tool, p=["x"])
     assert problems(content) == ['p[0]: expected integer, got "x" (string)']
+
+
+@pytest.mark.anyio
+async def test_a_long_list_of_problems_is_cut_and_counted() -> None:
+    tool, recorder = recording(order)
+    content, _ = await run(tool, items=[], **{f"x{i:02}": i for i in range(25)})
+    lines = problems(content)
+    assert len(lines) == 21
+    assert lines[0] == "x00: unexpected (not a parameter of this tool)"
+    assert lines[-1] == "... and 5 more"
+    assert recorder.calls == []
