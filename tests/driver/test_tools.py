@@ -56,7 +56,12 @@ def test_schema_comes_from_the_signature_and_the_docstring() -> None:
         {"type": "array", "items": {"type": "string"}},
         {"type": "null"},
     ]
-    assert props["weights"] == {"anyOf": [{"type": "object"}, {"type": "null"}]}
+    assert props["weights"] == {
+        "anyOf": [
+            {"type": "object", "additionalProperties": {"type": "number"}},
+            {"type": "null"},
+        ]
+    }
     assert props["exact"] == {"type": "boolean"}
     assert props["score"] == {"type": "number"}
     assert tool.schema.name == "search"
@@ -113,8 +118,8 @@ async def test_invoke_checks_arguments_and_serialises_results() -> None:
     )
     result = bad.tool_results[0]
     assert result.is_error
-    assert "missing ['query']" in result.content
-    assert "unknown ['nope']" in result.content
+    assert "- query: missing (required)" in result.content
+    assert "- nope: unexpected (not a parameter of this tool)" in result.content
 
 
 @pytest.mark.anyio

@@ -1,69 +1,118 @@
-"""Function tools: a JSON schema from the signature and docstring, safe execution."""
+"""Function tools: a JSON schema from the signature, checked arguments, safe runs.
+
+A tool's schema is built (or, given, checked) once, when the tool is made;
+each call's arguments are validated against it with `jsonschema`, so a
+model that sends ``"three"`` for an integer gets an error result naming the
+field, and the tool does not run (`turnfsm.driver._arguments`). The
+annotation-to-schema mechanism lives in `turnfsm.driver._schema`, a
+function's signature read through it in `turnfsm.driver._signature`, and
+running a tool in a child process that a timeout kills in
+`turnfsm.driver._subprocess`.
+"""
 
 from __future__ import annotations
 
 import inspect
 import json
 import re
-import types
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from types import TracebackType
-from typing import Any, Literal, Union, final, get_args, get_origin
+from typing import Any, final
 
 import anyio
 import anyio.to_thread
 import attrs
+from jsonschema.protocols import Validator
 
+from turnfsm.driver._arguments import (
+    InvalidArguments,
+    check_arguments,
+    problems_of_structuring,
+    validator_for,
+)
+from turnfsm.driver._schema import Unsupported, parse_doc
+from turnfsm.driver._signature import describe_function
+from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
 from turnfsm.errors import ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ToolSchema
 
 __all__ = ["Tool", "deadline", "function_tool", "run_tool_call", "tools_by_name"]
 
-_SCALARS: dict[Any, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-}
-_ARG_LINE = re.compile(r"^\s{2,}(\*{0,2}\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
+Arguments = Mapping[str, Any]
+"""A call's arguments: the JSON object the model sent."""
 
 
 @final
 @attrs.frozen(kw_only=True)
 class Tool:
-    """A callable the model may ask for, with the schema it is described by.
+    """A callable the model may ask for, with the JSON schema it is described by.
 
-    Build one from a function with `function_tool` (or `Tool.from_function`).
+    Build one from a function with `function_tool` (or `Tool.from_function`),
+    or give the schema yourself: ``Tool(name=..., description=...,
+    parameters={"type": "object", ...}, fn=...)``. Either way the schema is
+    checked once, here, and every call's arguments are validated against it
+    before `fn` runs; a call that does not fit gets an error result listing
+    each bad field, and `fn` is not called.
+
+    Attributes:
+        name: The name the model calls the tool by (1-64 of ``A-Z a-z 0-9 _ -``).
+        description: What the tool does, for the model.
+        parameters: The JSON schema of the arguments (an object schema;
+            Draft 2020-12 unless its ``$schema`` says otherwise).
+        fn: The function, sync or async. It is called with the arguments as
+            keyword arguments, after `structure` made them values.
+        structure: Turns the validated arguments into `fn`'s keyword
+            arguments (`Tool.from_function` makes it from the annotations:
+            enums, tuples, attrs classes, pydantic models, ...). None passes
+            the JSON as it is. An exception it raises is an invalid-arguments
+            result.
+        in_subprocess: Run `fn` in a child process that is killed when the
+            call times out or is cancelled, instead of in a worker thread
+            that cannot be stopped. `fn` must be a sync function defined at
+            the top level of a module, its arguments picklable.
     """
 
     name: str = attrs.field()
     description: str
     parameters: Mapping[str, Any] = attrs.field(hash=False)
     fn: Callable[..., Any] = attrs.field(eq=False, repr=False)
+    structure: Callable[[Arguments], Mapping[str, Any]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
+    in_subprocess: bool = attrs.field(default=False)
     # Derived once: the call path runs per tool call.
     _is_async: bool = attrs.field(init=False, eq=False, repr=False)
-    _known: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
-    _required: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
+    _validator: Validator = attrs.field(init=False, eq=False, repr=False)
 
     @_is_async.default
     def _detect_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
-    @_known.default
-    def _known_names(self) -> frozenset[str]:
-        return frozenset(self.parameters.get("properties", {}))
-
-    @_required.default
-    def _required_names(self) -> tuple[str, ...]:
-        return tuple(self.parameters.get("required", ()))
+    @_validator.default
+    def _build_validator(self) -> Validator:
+        return validator_for(self.name, self.parameters)
 
     @name.validator
     def _check_name(self, _attr: object, value: str) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
             raise ToolError(value, "a tool name is 1-64 of A-Z a-z 0-9 _ -")
+
+    @in_subprocess.validator
+    def _check_isolatable(self, _attr: object, value: bool) -> None:
+        if not value:
+            return
+        if self._is_async:
+            raise ToolError(
+                self.name,
+                "in_subprocess is for sync functions (a timeout already "
+                "cancels an async tool)",
+            )
+        reason = check_isolatable(self.fn)
+        if reason is not None:
+            raise ToolError(self.name, reason)
 
     @classmethod
     def from_function(
@@ -72,45 +121,35 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
+        in_subprocess: bool = False,
     ) -> Tool:
         """Describe `fn` by its signature and Google-style docstring.
 
+        Each parameter becomes a property of the schema, described by the
+        docstring's ``Args:`` section and required unless it has a default.
+        A function whose one parameter is annotated with a parameters class
+        (an attrs class, a dataclass, a `TypedDict` or a pydantic model)
+        takes that class's fields as its arguments and receives one
+        instance: ``def search(args: SearchArgs)``.
+
         Raises:
-            ToolError: a parameter has no annotation or an unsupported one.
+            ToolError: a parameter has no annotation or an unsupported one,
+                or `in_subprocess` is set for a function a child process
+                cannot import.
         """
         tool_name = name or fn.__name__
-        doc = inspect.getdoc(fn) or ""
-        summary, arg_docs = _parse_doc(doc)
-        hints = typing.get_type_hints(fn)
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        for param in inspect.signature(fn).parameters.values():
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise ToolError(
-                    tool_name,
-                    f"*args/**kwargs ({param.name}) cannot be described to a model",
-                )
-            if param.name not in hints:
-                raise ToolError(
-                    tool_name, f"parameter {param.name!r} needs a type annotation"
-                )
-            schema = _schema_of(hints[param.name], tool_name, param.name)
-            if param.name in arg_docs:
-                schema = {**schema, "description": arg_docs[param.name]}
-            properties[param.name] = schema
-            if param.default is inspect.Parameter.empty:
-                required.append(param.name)
-        parameters = {
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": False,
-        }
+        summary, arg_docs = parse_doc(inspect.getdoc(fn) or "")
+        try:
+            parameters, structure = describe_function(fn, arg_docs)
+        except Unsupported as exc:
+            raise ToolError(tool_name, str(exc)) from None
         return cls(
             name=tool_name,
             description=description or summary or tool_name,
             parameters=parameters,
             fn=fn,
+            structure=structure,
+            in_subprocess=in_subprocess,
         )
 
     @property
@@ -120,31 +159,43 @@ class Tool:
             name=self.name, description=self.description, parameters=self.parameters
         )
 
-    async def invoke(self, arguments: Mapping[str, Any]) -> str:
+    async def invoke(self, arguments: Arguments) -> str:
         """Run the tool with `arguments` and return its output as text.
 
+        A string result is the text as it is; anything else is sent as JSON.
+
         Raises:
+            ValueError: the arguments do not fit the schema, or `structure`
+                refused them (each problem is listed; `fn` did not run).
             Exception: whatever the tool raises (the driver turns it into an
                 error result).
         """
-        unknown = sorted(set(arguments) - self._known) if arguments else []
-        missing = [r for r in self._required if r not in arguments]
-        if unknown or missing:
-            raise ValueError(
-                f"bad arguments: missing {missing or 'none'}, "
-                f"unknown {unknown or 'none'}"
-            )
+        kwargs = self._read(arguments)
         if self._is_async:
-            result = await self.fn(**arguments)
+            result = await self.fn(**kwargs)
+        elif self.in_subprocess:
+            return await call_in_subprocess(self.fn, kwargs)
         else:
             # A thread cannot be interrupted: on a timeout or a cancel the run
-            # goes on without it (the thread finishes in the background).
+            # goes on without it and the thread finishes in the background
+            # (docs/how-to/tools.md; in_subprocess is the way out).
             result = await anyio.to_thread.run_sync(
-                lambda: self.fn(**arguments), abandon_on_cancel=True
+                lambda: self.fn(**kwargs), abandon_on_cancel=True
             )
         if isinstance(result, str):
             return result
         return json.dumps(result, default=str, ensure_ascii=False)
+
+    def _read(self, arguments: Arguments) -> Mapping[str, Any]:
+        check_arguments(self._validator, arguments)
+        if self.structure is None:
+            return arguments
+        try:
+            return self.structure(arguments)
+        except InvalidArguments:
+            raise
+        except Exception as exc:
+            raise InvalidArguments(problems_of_structuring(exc)) from exc
 
 
 def function_tool(
@@ -152,8 +203,16 @@ def function_tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    in_subprocess: bool = False,
 ) -> Any:
     """Turn a function into a `Tool` (usable bare or with arguments).
+
+    Args:
+        fn: The function (omitted when the decorator takes options).
+        name: The tool's name; the function's name by default.
+        description: What it does; the docstring's summary by default.
+        in_subprocess: Run it in a child process that a timeout kills
+            (see `Tool.in_subprocess`).
 
     Example:
         ```python
@@ -161,58 +220,21 @@ def function_tool(
         def add(a: int, b: int) -> int:
             \"\"\"Add two numbers.\"\"\"
             return a + b
+
+
+        @function_tool(in_subprocess=True)
+        def build(target: str) -> str:
+            \"\"\"Build a target; a timeout kills the build.\"\"\"
+            return subprocess.run(["make", target], capture_output=True).stdout
         ```
     """
-    if fn is None:
-        return lambda f: Tool.from_function(f, name=name, description=description)
-    return Tool.from_function(fn, name=name, description=description)
-
-
-def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
-    summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
-    args: dict[str, str] = {}
-    in_args = False
-    current: str | None = None
-    for line in doc.splitlines():
-        stripped = line.strip()
-        if stripped in {"Args:", "Arguments:", "Parameters:"}:
-            in_args = True
-            continue
-        if in_args and stripped.endswith(":") and not line.startswith(" "):
-            break
-        if not in_args:
-            continue
-        match = _ARG_LINE.match(line)
-        if match and len(line) - len(line.lstrip()) <= 4:
-            current = match.group(1).lstrip("*")
-            args[current] = match.group(2).strip()
-        elif current and stripped:
-            args[current] = f"{args[current]} {stripped}".strip()
-    return summary, args
-
-
-def _schema_of(tp: Any, tool: str, param: str) -> dict[str, Any]:
-    if tp in _SCALARS:
-        return {"type": _SCALARS[tp]}
-    origin = get_origin(tp)
-    args = get_args(tp)
-    if origin is Literal:
-        return {"enum": list(args)}
-    if origin in (Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
-        if len(options) == 1:
-            inner = _schema_of(options[0], tool, param)
-            return {"anyOf": [inner, {"type": "null"}]}
-        return {"anyOf": [_schema_of(a, tool, param) for a in args]}
-    if origin in (list, tuple, set, frozenset) or tp in (list, tuple):
-        item = args[0] if args else None
-        schema: dict[str, Any] = {"type": "array"}
-        if item is not None and item is not Ellipsis:
-            schema["items"] = _schema_of(item, tool, param)
-        return schema
-    if origin in (dict, Mapping) or tp is dict:
-        return {"type": "object"}
-    raise ToolError(tool, f"parameter {param!r}: unsupported annotation {tp!r}")
+    make = partial(
+        Tool.from_function,
+        name=name,
+        description=description,
+        in_subprocess=in_subprocess,
+    )
+    return make if fn is None else make(fn)
 
 
 def deadline(seconds: float | None) -> AbstractContextManager[object]:
@@ -256,8 +278,10 @@ async def run_tool_call(
 ) -> Message:
     """Run one tool call and return its result message; never raises for tool errors.
 
-    An unknown tool gets a pre-resolved error result; an exception or a
-    timeout becomes an error result naming the tool. Cancellation propagates.
+    An unknown tool gets a pre-resolved error result; arguments that do not
+    fit the tool's schema get one listing every bad field (the tool does not
+    run); an exception or a timeout becomes an error result naming the tool.
+    Cancellation propagates.
     """
     tool = tools.get(call.name)
     if tool is None:
@@ -279,6 +303,12 @@ async def run_tool_call(
                     f"tool {call.name!r} timed out after {limit}s",
                     is_error=True,
                 )
+    except InvalidArguments as exc:
+        return Message.tool_result(call.id, exc.report(call.name), is_error=True)
+    except ToolRaised as exc:  # raised in the tool's child process
+        return Message.tool_result(
+            call.id, f"tool {call.name!r} failed: {exc}", is_error=True
+        )
     except Exception as exc:
         return Message.tool_result(
             call.id,

@@ -1,0 +1,539 @@
+"""Tool arguments validated against the tool's schema; the schema from annotations."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+import attrs
+import pytest
+
+from turnfsm.driver import Tool
+from turnfsm.driver._tools import run_tool_call, tools_by_name
+from turnfsm.errors import ConfigError, ToolError
+from turnfsm.messages import ToolCallPart
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+@attrs.frozen
+class Item:
+    """One line of an order.
+
+    Attributes:
+        name: what to order.
+    """
+
+    name: str
+    qty: int = 1
+
+
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float = 0.0
+
+
+class Filters(TypedDict):
+    tag: str
+    since: NotRequired[int]
+
+
+@attrs.frozen
+class Node:
+    children: list[Node]
+
+
+# -- the schema from annotations -------------------------------------------------
+
+OBJECT_OF_ITEM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "what to order."},
+        "qty": {"type": "integer"},
+    },
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+SCHEMAS: list[tuple[str, object, dict[str, Any]]] = [
+    ("int", int, {"type": "integer"}),
+    ("float", float, {"type": "number"}),
+    ("bool", bool, {"type": "boolean"}),
+    ("str", str, {"type": "string"}),
+    ("None", None, {"type": "null"}),
+    ("optional", int | None, {"anyOf": [{"type": "integer"}, {"type": "null"}]}),
+    (
+        "union",
+        int | str | None,
+        {"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]},
+    ),
+    ("literal", Literal["a", "b"], {"enum": ["a", "b"]}),
+    ("enum", Color, {"enum": ["red", "blue"]}),
+    ("int-enum", Level, {"enum": [1, 2]}),
+    ("list", list[int], {"type": "array", "items": {"type": "integer"}}),
+    ("bare-list", list, {"type": "array"}),
+    ("sequence", Sequence[str], {"type": "array", "items": {"type": "string"}}),
+    ("set", set[str], {"type": "array", "items": {"type": "string"}}),
+    ("tuple-of", tuple[int, ...], {"type": "array", "items": {"type": "integer"}}),
+    (
+        "tuple",
+        tuple[int, str],
+        {
+            "type": "array",
+            "prefixItems": [{"type": "integer"}, {"type": "string"}],
+            "items": False,
+            "minItems": 2,
+        },
+    ),
+    ("empty-tuple", tuple[()], {"type": "array", "maxItems": 0}),
+    (
+        "dict",
+        dict[str, int],
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+    ),
+    ("bare-dict", dict, {"type": "object"}),
+    ("any", Any, {}),
+    (
+        "annotated",
+        Annotated[int, "how many"],
+        {"type": "integer", "description": "how many"},
+    ),
+    ("attrs", Item, OBJECT_OF_ITEM),
+    ("list-of-attrs", list[Item], {"type": "array", "items": OBJECT_OF_ITEM}),
+    (
+        "dataclass",
+        Point,
+        {
+            "type": "object",
+            "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+            "required": ["x"],
+            "additionalProperties": False,
+        },
+    ),
+    (
+        "typeddict",
+        Filters,
+        {
+            "type": "object",
+            "properties": {"tag": {"type": "string"}, "since": {"type": "integer"}},
+            "required": ["tag"],
+            "additionalProperties": False,
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [(a, e) for _, a, e in SCHEMAS],
+    ids=[i for i, _, _ in SCHEMAS],
+)
+def test_each_annotation_has_its_json_schema(
+    annotation: object, expected: dict[str, Any]
+) -> None:
+    def f(value: Any, other: int = 0) -> str:
+        return "ok"
+
+    f.__annotations__ = {"value": annotation, "other": int, "return": str}
+    params = Tool.from_function(f).parameters
+    assert params["properties"]["value"] == expected
+    assert params["required"] == ["value"]  # `other` has a default
+
+
+@pytest.mark.parametrize(
+    ("annotation", "reason"),
+    [
+        (object, "unsupported annotation"),
+        (dict[int, str], "keys are strings"),
+        (Node, "contains itself"),
+        (list[Callable[[], None]], "unsupported annotation"),
+    ],
+    ids=["object", "int-keys", "recursive", "callable"],
+)
+def test_annotations_without_a_json_form_are_refused_when_the_tool_is_built(
+    annotation: object, reason: str
+) -> None:
+    def f(value: Any) -> str:
+        return ""
+
+    f.__annotations__ = {"value": annotation, "return": str}
+    with pytest.raises(ToolError, match=reason):
+        Tool.from_function(f)
+
+
+# -- validation ----------------------------------------------------------------
+
+
+class Recorder:
+    """A tool body that records every call it gets."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, **kwargs: Any) -> str:
+        self.calls.append(kwargs)
+        return "ran"
+
+
+def order(
+    items: list[Item],
+    mode: Literal["fast", "cheap"] = "fast",
+    color: Color = Color.RED,
+    count: int = 1,
+    weight: float = 1.0,
+    gift: bool = False,
+    note: str | None = None,
+    where: Point | None = None,
+    pair: tuple[int, str] = (0, ""),
+    extras: dict[str, int] | None = None,
+) -> str:
+    """Place an order."""
+    return "placed"
+
+
+def recording(fn: Callable[..., Any]) -> tuple[Tool, Recorder]:
+    recorder = Recorder()
+    tool = Tool.from_function(fn)
+    return attrs.evolve(tool, fn=recorder), recorder
+
+
+async def run(tool: Tool, **arguments: Any) -> tuple[str, bool]:
+    part = ToolCallPart(id="c1", name=tool.name, arguments=arguments)
+    result = (await run_tool_call(part, {tool.name: tool}, limit=5)).tool_results[0]
+    return result.content, result.is_error
+
+
+def problems(content: str) -> list[str]:
+    return [line[2:] for line in content.splitlines() if line.startswith("- ")]
+
+
+BAD_ARGUMENTS = [
+    (
+        "int-gets-a-word",
+        {"count": "three"},
+        'count: expected integer, got "three" (string)',
+    ),
+    ("int-gets-a-numeral", {"count": "3"}, 'count: expected integer, got "3" (string)'),
+    ("int-gets-true", {"count": True}, "count: expected integer, got true (boolean)"),
+    (
+        "int-gets-a-fraction",
+        {"count": 2.5},
+        "count: expected integer, got 2.5 (number)",
+    ),
+    (
+        "float-gets-a-numeral",
+        {"weight": "1.5"},
+        'weight: expected number, got "1.5" (string)',
+    ),
+    (
+        "float-gets-false",
+        {"weight": False},
+        "weight: expected number, got false (boolean)",
+    ),
+    ("bool-gets-1", {"gift": 1}, "gift: expected boolean, got 1 (integer)"),
+    (
+        "bool-gets-a-word",
+        {"gift": "true"},
+        'gift: expected boolean, got "true" (string)',
+    ),
+    (
+        "literal",
+        {"mode": "zzz"},
+        'mode: expected one of "fast", "cheap", got "zzz" (string)',
+    ),
+    (
+        "enum",
+        {"color": "green"},
+        'color: expected one of "red", "blue", got "green" (string)',
+    ),
+    ("optional", {"note": 5}, "note: expected string or null, got 5 (integer)"),
+    (
+        "nested-type",
+        {"where": {"x": "north"}},
+        'where.x: expected number, got "north" (string)',
+    ),
+    ("nested-missing", {"where": {"y": 1}}, "where.x: missing (required)"),
+    (
+        "nested-unknown",
+        {"where": {"x": 1, "z": 2}},
+        "where.z: unexpected (not a field here)",
+    ),
+    (
+        "array-item",
+        {"items": [{"name": "a"}, {"name": "b"}, {"name": 3}]},
+        "items[2].name: expected string, got 3 (integer)",
+    ),
+    (
+        "array-not-array",
+        {"items": {"name": "a"}},
+        'items: expected array, got {"name": "a"} (object)',
+    ),
+    (
+        "tuple-too-long",
+        {"pair": [1, "a", 2]},
+        'pair: expected at most 2 items, got [1, "a", 2] (array)',
+    ),
+    ("tuple-too-short", {"pair": [1]}, "pair: expected minItems 2, got [1] (array)"),
+    ("tuple-item", {"pair": ["1", "a"]}, 'pair[0]: expected integer, got "1" (string)'),
+    (
+        "dict-value",
+        {"extras": {"a b": "1"}},
+        'extras["a b"]: expected integer, got "1" (string)',
+    ),
+    ("unknown", {"colour": "red"}, "colour: unexpected (not a parameter of this tool)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [(a, p) for _, a, p in BAD_ARGUMENTS],
+    ids=[i for i, _, _ in BAD_ARGUMENTS],
+)
+@pytest.mark.anyio
+async def test_a_bad_field_is_named_and_the_tool_does_not_run(
+    arguments: dict[str, Any], problem: str
+) -> None:
+    tool, recorder = recording(order)
+    content, is_error = await run(tool, **({"items": []} | arguments))
+    assert is_error
+    assert problems(content) == [problem]
+    assert content.startswith("invalid arguments for tool 'order'; it did not run:\n")
+    assert content.endswith("\nCall 'order' again with corrected arguments.")
+    assert recorder.calls == []
+
+
+@pytest.mark.anyio
+async def test_every_bad_field_is_listed_at_once() -> None:
+    tool, recorder = recording(order)
+    content, is_error = await run(
+        tool,
+        items=[{"name": "a", "qty": "2"}, {}],
+        mode="zzz",
+        count=True,
+        sneaky=1,
+    )
+    assert is_error
+    assert problems(content) == [
+        'items[0].qty: expected integer, got "2" (string)',
+        "items[1].name: missing (required)",
+        'mode: expected one of "fast", "cheap", got "zzz" (string)',
+        "count: expected integer, got true (boolean)",
+        "sneaky: unexpected (not a parameter of this tool)",
+    ]
+    assert recorder.calls == []
+
+
+@pytest.mark.anyio
+async def test_a_missing_required_argument_is_named() -> None:
+    tool, recorder = recording(order)
+    content, _ = await run(tool, mode="fast")
+    assert problems(content) == ["items: missing (required)"]
+    assert recorder.calls == []
+
+
+@pytest.mark.anyio
+async def test_a_long_value_is_shortened() -> None:
+    tool, _ = recording(order)
+    content, _ = await run(tool, items=[], count="x" * 500)
+    assert problems(content) == [
+        'count: expected integer, got "' + "x" * 56 + "... (string)"
+    ]
+
+
+@pytest.mark.anyio
+async def test_valid_arguments_reach_the_tool_as_values_of_their_annotations() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def place(
+        items: list[Item],
+        color: Color,
+        level: Level,
+        where: Point,
+        pair: tuple[int, str],
+        filters: Filters,
+        weight: float,
+        count: int,
+        note: str | None = None,
+    ) -> str:
+        """Place an order."""
+        seen.append(
+            {
+                "items": items,
+                "color": color,
+                "level": level,
+                "where": where,
+                "pair": pair,
+                "filters": filters,
+                "weight": weight,
+                "count": count,
+                "note": note,
+            }
+        )
+        return "ok"
+
+    tools = tools_by_name([place])
+    arguments = {
+        "items": [{"name": "tea", "qty": 2}, {"name": "milk"}],
+        "color": "blue",
+        "level": 2,
+        "where": {"x": 1, "y": 2.5},
+        "pair": [1, "a"],
+        "filters": {"tag": "x"},
+        "weight": 3,
+        "count": 4.0,
+    }
+    part = ToolCallPart(id="c1", name="place", arguments=arguments)
+    result = (await run_tool_call(part, tools, limit=5)).tool_results[0]
+    assert (result.content, result.is_error) == ("ok", False)
+    assert seen == [
+        {
+            "items": [Item("tea", 2), Item("milk", 1)],
+            "color": Color.BLUE,
+            "level": Level.HIGH,
+            "where": Point(1.0, 2.5),
+            "pair": (1, "a"),
+            "filters": {"tag": "x"},
+            "weight": 3.0,
+            "count": 4,
+            "note": None,
+        }
+    ]
+    # JSON has one number type: an int is a fine float, an integral float a fine int.
+    assert type(seen[0]["weight"]) is float
+    assert type(seen[0]["count"]) is int
+
+
+@pytest.mark.anyio
+async def test_a_union_reads_the_first_member_the_value_fits() -> None:
+    seen: list[object] = []
+
+    def pick(value: int | Point | list[str]) -> str:
+        """Pick one."""
+        seen.append(value)
+        return "ok"
+
+    tool = Tool.from_function(pick)
+    for value in (3, {"x": 1}, ["a"]):
+        assert await run(tool, value=value) == ("ok", False)
+    assert seen == [3, Point(1.0, 0.0), ["a"]]
+    content, _ = await run(tool, value="3")
+    assert problems(content) == [
+        'value: expected integer or object or array, got "3" (string)'
+    ]
+
+
+# -- refusals after the schema: validators of the parameters class ------------------
+
+
+@attrs.frozen
+class Positive:
+    amount: int = attrs.field(validator=attrs.validators.gt(0))
+
+
+@pytest.mark.anyio
+async def test_a_class_validator_refusing_a_value_is_an_invalid_arguments_result() -> (
+    None
+):
+    calls: list[Positive] = []
+
+    def pay(first: Positive, second: Positive) -> str:
+        """Pay twice."""
+        calls.append(first)
+        return "paid"
+
+    tool = Tool.from_function(pay)
+    content, is_error = await run(tool, first={"amount": 0}, second={"amount": 1})
+    assert is_error
+    # attrs checks in __init__: the class is named, the field in the message.
+    assert problems(content) == ["first: refused: ValueError: 'amount' must be > 0: 0"]
+    assert calls == []
+
+
+# -- an explicit schema ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_explicit_schema_is_enforced_as_given() -> None:
+    recorder = Recorder()
+    tool = Tool(
+        name="resize",
+        description="Resize an image.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "width": {"type": "integer", "minimum": 1},
+                "unit": {"const": "px"},
+                "tags": {"type": "array", "maxItems": 2},
+            },
+            "required": ["width"],
+        },
+        fn=recorder,
+    )
+    content, is_error = await run(tool, width=0, unit="em", tags=[1, 2, 3], other=1)
+    assert is_error
+    assert problems(content) == [
+        "width: expected minimum 1, got 0 (integer)",
+        'unit: expected "px", got "em" (string)',
+        "tags: expected maxItems 2, got [1, 2, 3] (array)",
+    ]
+    assert await run(tool, width=3, other={"kept": True}) == ("ran", False)
+    assert recorder.calls == [{"width": 3, "other": {"kept": True}}]
+
+
+def test_an_invalid_explicit_schema_is_a_config_error_naming_the_tool() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Tool(
+            name="resize",
+            description="d",
+            parameters={"type": "object", "properties": {"width": {"type": "integr"}}},
+            fn=Recorder(),
+        )
+    assert caught.value.field == "Tool('resize').parameters.properties.width.type"
+    assert caught.value.value == "integr"
+    assert "a valid JSON schema" in str(caught.value)
+
+
+def test_a_schema_that_is_not_an_object_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"Tool\('resize'\)\.parameters\.type"):
+        Tool(
+            name="resize", description="d", parameters={"type": "array"}, fn=Recorder()
+        )
+
+
+@pytest.mark.anyio
+async def test_an_explicit_schema_of_another_draft_is_read_as_that_draft() -> None:
+    # Draft 7's `items` as an array is a tuple; in 2020-12 it would be invalid.
+    tool = Tool(
+        name="pair",
+        description="d",
+        parameters={
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"p": {"type": "array", "items": [{"type": "integer"}]}},
+        },
+        fn=Recorder(),
+    )
+    content, _ = await run(tool, p=["x"])
+    assert problems(content) == ['p[0]: expected integer, got "x" (string)']
+
+
+@pytest.mark.anyio
+async def test_a_long_list_of_problems_is_cut_and_counted() -> None:
+    tool, recorder = recording(order)
+    content, _ = await run(tool, items=[], **{f"x{i:02}": i for i in range(25)})
+    lines = problems(content)
+    assert len(lines) == 21
+    assert lines[0] == "x00: unexpected (not a parameter of this tool)"
+    assert lines[-1] == "... and 5 more"
+    assert recorder.calls == []

@@ -1,0 +1,323 @@
+"""A tool call's arguments checked against the tool's schema, and what is wrong.
+
+The model reads the error result, so each problem names the field by its
+path in the arguments (``items[2].name``), what was expected there and the
+value given (shortened). Every problem is listed, not the first one only,
+so that one retry can fix them all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    BaseValidationError,
+    IterableValidationNote,
+)
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.protocols import Validator
+
+from turnfsm.errors import ConfigError
+
+__all__ = [
+    "InvalidArguments",
+    "Problem",
+    "check_arguments",
+    "problems_of_structuring",
+    "validator_for",
+]
+
+Path = tuple[str | int, ...]
+
+MAX_PROBLEMS: Final = 20
+"""Problems listed in one error result; the rest are counted."""
+MAX_VALUE_CHARS: Final = 60
+"""A value given is shown up to this many characters."""
+
+_ROOT_FAILURES: Final = frozenset({"type", "enum", "const", None})
+_JSON_TYPES: Final = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (tuple, "array"),
+    (Mapping, "object"),
+)
+
+
+class _Nothing:
+    """No value given (a missing field)."""
+
+    def __repr__(self) -> str:
+        return "NOTHING"
+
+
+NOTHING: Final = _Nothing()
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with a call's arguments: where, what was expected, the value."""
+
+    path: Path
+    expected: str
+    got: object = NOTHING
+
+    def __str__(self) -> str:
+        where = format_path(self.path) or "(the arguments)"
+        if self.got is NOTHING:
+            return f"{where}: {self.expected}"
+        return f"{where}: {self.expected}, got {_render(self.got)}"
+
+
+class InvalidArguments(ValueError):
+    """Raised when a call's arguments do not fit the tool; `problems` lists each."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        super().__init__(problems)
+        self.problems = tuple(problems)
+
+    def report(self, tool: str) -> str:
+        """Return the error result's text: every problem, then what to do."""
+        lines = [f"invalid arguments for tool {tool!r}; it did not run:"]
+        lines += [f"- {p}" for p in self.problems[:MAX_PROBLEMS]]
+        if len(self.problems) > MAX_PROBLEMS:
+            lines.append(f"- ... and {len(self.problems) - MAX_PROBLEMS} more")
+        lines.append(f"Call {tool!r} again with corrected arguments.")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return "; ".join(str(p) for p in self.problems)
+
+
+# -- paths and values ----------------------------------------------------------
+
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    """Return ``items[2].name`` for the path ``("items", 2, "name")``."""
+    out = ""
+    for step in path:
+        if isinstance(step, int):
+            out += f"[{step}]"
+        elif _NAME.fullmatch(step):
+            out += f".{step}" if out else step
+        else:
+            out += f"[{json.dumps(step, ensure_ascii=False)}]"
+    return out
+
+
+def _render(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[: MAX_VALUE_CHARS - 3] + "..."
+    kind = _json_kind(value)
+    return f"{text} ({kind})" if kind else text
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return ""
+    return next((name for cls, name in _JSON_TYPES if isinstance(value, cls)), "")
+
+
+def _values(values: Iterable[object]) -> str:
+    shown = [json.dumps(v, ensure_ascii=False, default=repr) for v in values]
+    return ", ".join(shown[:12]) + (", ..." if len(shown) > 12 else "")
+
+
+# -- the validator ---------------------------------------------------------------
+
+
+def validator_for(tool: str, parameters: Mapping[str, Any]) -> Validator:
+    """Return the validator of a tool's parameters schema, built once.
+
+    The schema's ``$schema`` picks the draft; without one it is Draft 2020-12.
+
+    Raises:
+        ConfigError: the schema is not a valid JSON schema, or does not
+            describe an object (a call's arguments are always one).
+    """
+    field = f"Tool({tool!r}).parameters"
+    cls = validators.validator_for(parameters, default=Draft202012Validator)
+    try:
+        cls.check_schema(dict(parameters))
+    except SchemaError as exc:
+        at = format_path(exc.absolute_path)
+        raise ConfigError(
+            f"{field}.{at}" if at else field,
+            exc.instance,
+            f"a valid JSON schema ({exc.message})",
+        ) from None
+    if parameters.get("type") != "object":
+        raise ConfigError(
+            f"{field}.type", parameters.get("type"), '"object" (arguments are one)'
+        )
+    validator: Validator = cls(parameters)
+    return validator
+
+
+def check_arguments(validator: Validator, arguments: object) -> None:
+    """Check `arguments` against the tool's schema.
+
+    Raises:
+        InvalidArguments: one or more fields do not fit; each is listed.
+    """
+    errors = list(validator.iter_errors(typing.cast(Any, arguments)))
+    if errors:
+        raise InvalidArguments(_unique(p for e in errors for p in _problems(e)))
+
+
+def _unique(problems: Iterable[Problem]) -> list[Problem]:
+    # One `required` error per missing name each lists every missing name.
+    seen: dict[str, Problem] = {}
+    for problem in problems:
+        seen.setdefault(str(problem), problem)
+    return list(seen.values())
+
+
+def _problems(error: ValidationError) -> Iterator[Problem]:
+    path = tuple(error.absolute_path)
+    # Typed loosely: a `false` schema's error has neither keyword nor value.
+    keyword: Any = error.validator
+    value: Any = error.validator_value
+    instance: Any = error.instance
+    if keyword == "required":
+        for name in value:
+            if isinstance(instance, Mapping) and name not in instance:
+                yield Problem((*path, name), "missing (required)")
+    elif keyword in ("additionalProperties", "unevaluatedProperties"):
+        yield from _unexpected(error, path)
+    elif keyword == "type":
+        kinds = value if isinstance(value, list) else [value]
+        yield Problem(path, f"expected {' or '.join(kinds)}", instance)
+    elif keyword == "enum":
+        yield Problem(path, f"expected one of {_values(value)}", instance)
+    elif keyword == "const":
+        yield Problem(path, f"expected {_values([value])}", instance)
+    elif keyword in ("anyOf", "oneOf"):
+        yield from _alternatives(error, path)
+    elif keyword == "items" and value is False:
+        yield Problem(path, f"expected at most {_prefix_length(error)} items", instance)
+    elif keyword is None:  # a `false` schema: nothing is allowed here
+        yield Problem(path, "unexpected (not allowed here)", instance)
+    else:  # minimum, maxLength, pattern, minItems, ...
+        yield Problem(path, f"expected {keyword} {_values([value])}", instance)
+
+
+def _prefix_length(error: ValidationError) -> int:
+    schema = error.schema
+    prefix = schema.get("prefixItems", ()) if isinstance(schema, Mapping) else ()
+    return len(prefix)
+
+
+def _unexpected(error: ValidationError, path: Path) -> Iterator[Problem]:
+    instance, schema = error.instance, error.schema
+    if not isinstance(instance, Mapping) or not isinstance(schema, Mapping):
+        yield Problem(path, str(error.message))
+        return
+    known = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    what = "not a parameter of this tool" if not path else "not a field here"
+    for key in instance:
+        if key not in known and not any(re.search(p, key) for p in patterns):
+            yield Problem((*path, key), f"unexpected ({what})")
+
+
+def _alternatives(error: ValidationError, path: Path) -> Iterator[Problem]:
+    """Report an ``anyOf`` miss inside the one alternative the value is shaped for.
+
+    A value that is an object where the options are an object or null failed
+    inside the object: its own fields are the problems. A value that fits the
+    type of no option is reported as ``expected A or B``.
+    """
+    branches: dict[int, list[ValidationError]] = {}
+    for sub in error.context or ():
+        branches.setdefault(int(sub.schema_path[0]), []).append(sub)
+    shaped = [errors for errors in branches.values() if not _misses_shape(errors)]
+    if shaped:
+        for sub in min(shaped, key=len):
+            yield from _problems(sub)
+        return
+    options: Any = error.validator_value
+    described = " or ".join(_describe(o) for o in options)
+    yield Problem(path, f"expected {described}", error.instance)
+
+
+def _misses_shape(errors: Iterable[ValidationError]) -> bool:
+    """Tell whether an alternative refused the value itself (its type, its enum)."""
+    return any(not e.relative_path and e.validator in _ROOT_FAILURES for e in errors)
+
+
+def _describe(schema: object) -> str:
+    if schema is True or schema == {}:
+        return "anything"
+    if not isinstance(schema, Mapping):
+        return "nothing"
+    if "enum" in schema:
+        return f"one of {_values(schema['enum'])}"
+    if "const" in schema:
+        return _values([schema["const"]])
+    if "type" in schema:
+        kinds = schema["type"]
+        return " or ".join(kinds) if isinstance(kinds, list) else str(kinds)
+    if "$ref" in schema:
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(options, list):
+        return " or ".join(_describe(o) for o in options)
+    return "a value of another shape"
+
+
+# -- failures of reading the valid arguments into values -----------------------
+
+
+def problems_of_structuring(exc: BaseException) -> list[Problem]:
+    """Translate a failure to build a parameters value into problems.
+
+    A pydantic model's own validators, an attrs validator or converter, or a
+    `__post_init__` may refuse values the schema let through.
+    """
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and type(exc).__module__.startswith("pydantic"):
+        return [
+            Problem(tuple(e["loc"]), str(e["msg"]), e.get("input", NOTHING))
+            for e in errors()
+        ]
+    return list(_cattrs_problems(exc, ()))
+
+
+def _cattrs_problems(exc: BaseException, path: Path) -> Iterator[Problem]:
+    if isinstance(exc, BaseValidationError):
+        for sub in exc.exceptions:
+            yield from _cattrs_problems(sub, (*path, *_step(sub)))
+        return
+    if isinstance(exc, KeyError) and exc.args:
+        key = str(exc.args[0])
+        yield Problem(
+            path if path[-1:] == (key,) else (*path, key), "missing (required)"
+        )
+        return
+    if problems_of := getattr(exc, "problems", None):  # a nested InvalidArguments
+        for problem in problems_of:
+            yield attrs.evolve(problem, path=(*path, *problem.path))
+        return
+    yield Problem(path, f"refused: {type(exc).__name__}: {exc}")
+
+
+def _step(exc: BaseException) -> Path:
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote):
+            return (note.name,)
+        if isinstance(note, IterableValidationNote):
+            return (note.index,)
+    return ()

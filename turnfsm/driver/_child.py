@@ -1,0 +1,96 @@
+"""The process a ``Tool(in_subprocess=True)`` call runs in (run as a script).
+
+The parent (`turnfsm.driver._subprocess`) starts ``python -u _child.py`` in a
+session of its own, writes one pickled request to its stdin and reads one
+pickled answer from its stdout. This file imports only the standard library:
+it runs as a script, so starting it costs no turnfsm import, and the tool's
+module is imported by name, as the parent has it.
+
+The request is a dict: ``path`` (the parent's `sys.path`), ``main`` (how to
+load the parent's ``__main__`` when the tool or its arguments live there:
+``["module", name]``, ``["path", file]`` or None), ``module`` and
+``qualname`` (where the tool's function is) and ``kwargs`` (the keyword
+arguments, pickled apart, so their classes unpickle once the path is set).
+The answer is ``("ok", text)`` or ``("raised", type name, message)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import runpy
+import sys
+import types
+from collections.abc import Callable
+from typing import IO, Any
+
+__all__ = ["answer", "main"]
+
+
+def _load_main(how: list[str] | None) -> None:
+    """Load the parent's ``__main__`` as ``__mp_main__``, as multiprocessing does."""
+    if how is None:
+        return
+    kind, where = how
+    if kind == "module":
+        found = runpy.run_module(where, run_name="__mp_main__", alter_sys=False)
+    else:
+        found = runpy.run_path(where, run_name="__mp_main__")
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(found)
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+
+
+def _resolve(module_name: str, qualname: str) -> Callable[..., Any]:
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    # `@function_tool` rebinds the function's name to the Tool it made.
+    if type(target).__name__ == "Tool" and callable(getattr(target, "fn", None)):
+        target = target.fn
+    fn: Callable[..., Any] = target
+    return fn
+
+
+def _as_text(result: object) -> str:
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, default=str, ensure_ascii=False)
+
+
+def answer(request: bytes) -> tuple[str, ...]:
+    """Run the request's tool and return the answer to send back."""
+    try:
+        data = pickle.loads(request)
+        sys.path[:] = data["path"]
+        _load_main(data["main"])
+        fn = _resolve(data["module"], data["qualname"])
+        kwargs = pickle.loads(data["kwargs"])
+        return ("ok", _as_text(fn(**kwargs)))
+    except BaseException as exc:  # the tool's failure, reported, not raised
+        return ("raised", type(exc).__name__, str(exc))
+
+
+def main(stdin: IO[bytes], out: IO[bytes]) -> None:
+    """Read one request from `stdin`, write its answer to `out`."""
+    request = stdin.read()
+    reply = answer(request)
+    try:
+        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # a message that does not pickle (it always should)
+        data = pickle.dumps(("raised", type(exc).__name__, str(exc)))
+    out.write(data)
+    out.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover - runs in the child process
+    # The answer goes to the original stdout; fd 1 becomes stderr, so what the
+    # tool (or a program it starts) prints cannot corrupt it; stdin is empty.
+    _out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    _in = os.fdopen(os.dup(0), "rb")
+    _null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(_null, 0)
+    main(_in, _out)

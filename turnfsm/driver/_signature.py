@@ -1,0 +1,114 @@
+"""A function's signature as a tool's parameters: the schema and the reader.
+
+`Tool.from_function` describes a function here: the schema of its
+parameters (through `turnfsm.driver._schema`, the one annotation mechanism)
+and the function that turns validated arguments into its keyword arguments.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+import attrs
+
+from turnfsm.driver._arguments import InvalidArguments, Problem, problems_of_structuring
+from turnfsm.driver._schema import (
+    Unsupported,
+    class_schema,
+    is_params_class,
+    schema_of,
+    structure_hook,
+)
+
+__all__ = ["Structure", "describe_function"]
+
+Arguments = Mapping[str, Any]
+Structure = Callable[[Arguments], dict[str, Any]]
+"""Turns a call's validated arguments into the function's keyword arguments."""
+
+
+def describe_function(
+    fn: Callable[..., Any], arg_docs: Mapping[str, str]
+) -> tuple[dict[str, Any], Structure]:
+    """Return `fn`'s parameters schema and the reader of its arguments.
+
+    Each parameter is a property (described by `arg_docs`, required unless it
+    has a default), read back by its annotation's `structure_hook`. A lone
+    parameter annotated with a parameters class stands for the arguments
+    object itself: the class's fields are the properties.
+
+    Raises:
+        Unsupported: a parameter is ``*args``/``**kwargs``, has no
+            annotation, or one without a JSON form.
+    """
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params = list(inspect.signature(fn).parameters.values())
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise Unsupported(
+                f"*args/**kwargs ({param.name}) cannot be described to a model"
+            )
+        if param.name not in hints:
+            raise Unsupported(f"parameter {param.name!r} needs a type annotation")
+    defs: dict[str, Any] = {}
+    if len(params) == 1 and is_params_class(hints[params[0].name]):
+        return _one_class(params[0].name, hints[params[0].name], defs)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    readers: dict[str, Callable[[Any], Any]] = {}
+    for param in params:
+        try:
+            schema = schema_of(hints[param.name], defs)
+        except Unsupported as exc:
+            raise Unsupported(f"parameter {param.name!r}: {exc}") from None
+        if param.name in arg_docs:
+            schema = {**schema, "description": arg_docs[param.name]}
+        properties[param.name] = schema
+        readers[param.name] = structure_hook(hints[param.name])
+        if param.default is inspect.Parameter.empty:
+            required.append(param.name)
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    if defs:
+        parameters["$defs"] = defs
+    return parameters, partial(_read_each, readers)
+
+
+def _one_class(
+    name: str, cls: type, defs: dict[str, Any]
+) -> tuple[dict[str, Any], Structure]:
+    parameters = class_schema(cls, defs)
+    if defs:
+        parameters = {**parameters, "$defs": {**parameters.get("$defs", {}), **defs}}
+    read = structure_hook(cls)
+
+    def structure(arguments: Arguments) -> dict[str, Any]:
+        return {name: read(arguments)}
+
+    return parameters, structure
+
+
+def _read_each(
+    readers: Mapping[str, Callable[[Any], Any]], arguments: Arguments
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for key, value in arguments.items():
+        try:
+            kwargs[key] = readers[key](value)
+        except Exception as exc:
+            problems += [
+                attrs.evolve(p, path=(key, *p.path))
+                for p in problems_of_structuring(exc)
+            ]
+    if problems:
+        raise InvalidArguments(problems)
+    return kwargs
