@@ -147,7 +147,7 @@ async def test_a_provider_overflow_compacts_and_retries() -> None:
                 "model_replied: call_llm -> done #9 estimate=287",
                 ("chat gpt-test", "CLIENT", chat() | {
                     A.ERROR_TYPE: "context_overflow",
-                    STATUS: f"ERROR: {OVERFLOW_ERROR}",
+                    STATUS: "ERROR: prompt is too long",  # the provider's words
                 }, [f"exception ProviderError: {OVERFLOW_ERROR}"]),
                 ("turnfsm.compaction", "INTERNAL", compaction(
                     "overflow", 690, 287
@@ -176,7 +176,7 @@ async def test_a_transient_error_is_retried_in_a_second_attempt() -> None:
                 "measured: start -> call_llm #6 estimate=6",
                 "model_replied: call_llm -> done #9 estimate=6",
                 ("chat gpt-test", "CLIENT", chat() | {
-                    A.ERROR_TYPE: "rate_limit", STATUS: f"ERROR: {RATE_ERROR}"
+                    A.ERROR_TYPE: "rate_limit", STATUS: "ERROR: slow down"
                 }, [f"exception ProviderError: {RATE_ERROR}"]),
                 ("chat gpt-test", "CLIENT", chat(attempt=2, usage=(6, 1)) | {
                     A.RETRY_WAIT: "<seconds>"
@@ -296,7 +296,7 @@ async def test_a_permanent_provider_error_fails_the_call_and_the_run() -> None:
                 "measured: start -> call_llm #6 estimate=6",
                 "model_failed: call_llm -> failed #12 error=provider_error estimate=6",
                 ("chat gpt-test", "CLIENT", chat() | {
-                    A.ERROR_TYPE: "auth", STATUS: f"ERROR: {AUTH_ERROR}"
+                    A.ERROR_TYPE: "auth", STATUS: "ERROR: bad key"
                 }, [f"exception ProviderError: {AUTH_ERROR}"]),
             ]),
         ]),

@@ -305,6 +305,17 @@ def _translated() -> Iterator[None]:
         raise classify_openai_error(exc) from exc
 
 
+def _where(exc: openai.APIError) -> str:
+    """Name what was called: the OpenAI API, or the server at its URL."""
+    try:
+        url = exc.request.url
+    except (AttributeError, RuntimeError):  # an error built without a request
+        return "the OpenAI API"
+    if url.host == "api.openai.com":
+        return "the OpenAI API"
+    return f"the server at {url.scheme}://{url.netloc.decode()}"
+
+
 def classify_openai_error(exc: openai.APIError) -> ProviderError:
     """Return the `ProviderError` for an OpenAI SDK error (see ``_errors``).
 
@@ -313,10 +324,11 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
     (vLLM, llama.cpp); an exhausted quota (a 429 with code
     ``insufficient_quota``) is not retried.
     """
+    where = _where(exc)
     if isinstance(exc, openai.APITimeoutError):
-        return timeout_error(f"the OpenAI API timed out: {exc.message}")
+        return timeout_error(f"{where} timed out: {exc.message}")
     if isinstance(exc, openai.APIConnectionError):
-        return connection_error(f"could not reach the OpenAI API: {exc.message}")
+        return connection_error(f"could not reach {where}: {exc.message}")
     body: Mapping[str, object] = exc.body if isinstance(exc.body, Mapping) else {}
     raw_message = body.get("message")
     message = raw_message if isinstance(raw_message, str) else exc.message

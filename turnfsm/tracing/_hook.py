@@ -514,10 +514,14 @@ def _fail(span: Span, error: BaseException) -> str | None:
     if _is_cancellation(error):
         span.set_attribute(A.CANCELLED, True)
         return None
-    kind = error.kind if isinstance(error, ProviderError) else type(error).__name__
+    if isinstance(error, ProviderError):
+        # Its own words, not its text as a run's failure ("retries exhausted").
+        kind, described = error.kind, error.message
+    else:
+        kind, described = type(error).__name__, str(error)
     span.set_attribute(A.ERROR_TYPE, kind)
     span.record_exception(error)
-    span.set_status(Status(StatusCode.ERROR, str(error)[:500]))
+    span.set_status(Status(StatusCode.ERROR, described[:500]))
     return kind
 
 
