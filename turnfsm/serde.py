@@ -136,7 +136,11 @@ def _error_classes() -> dict[str, type[TurnFSMError]]:
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
-        if cls.__module__ == _errors.__name__ and _has_fields(cls):
+        # attrs rebuilds a slotted class: the class it replaced stays among
+        # the subclasses until the garbage collector takes it, so only the
+        # class the module names is the error.
+        named = getattr(_errors, cls.__name__, None) is cls
+        if named and cls.__module__ == _errors.__name__ and _has_fields(cls):
             found[cls.__name__] = cls
     return dict(sorted(found.items()))
 
