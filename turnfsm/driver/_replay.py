@@ -9,6 +9,7 @@ interrupted run resumes in any process that opens the store.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import final
 
 import attrs
@@ -47,7 +48,12 @@ class ReplayReport:
 
 
 def rebuild(
-    spec: MachineSpec, session: Session, run_id: str, *, check: bool = True
+    spec: MachineSpec,
+    session: Session,
+    run_id: str,
+    *,
+    check: bool = True,
+    on_step: Callable[[TurnMachine], None] | None = None,
 ) -> TurnMachine:
     """Return a brain that has been fed every logged event of `run_id`.
 
@@ -56,6 +62,9 @@ def rebuild(
         session: The session holding the run's log.
         run_id: The run.
         check: Compare every answer with the log (raise on a divergence).
+        on_step: Called with the brain after each event it took (its
+            `last_step` is the transition that fired, if any), e.g. to draw
+            the path the run took.
 
     Raises:
         ConfigError: the session has no such run.
@@ -77,6 +86,8 @@ def rebuild(
             machine = TurnMachine.from_snapshot(spec, machine.snapshot)
         else:
             actual = (machine.phase, decision_key(decision))
+            if on_step is not None:
+                on_step(machine)
         logged = (entry.phase, entry.decision)
         if check and actual != logged:
             raise ReplayDiverged(
