@@ -367,6 +367,10 @@ class MaxTurnsExceeded(TurnFSMError):
         )
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @final
 @attrs.frozen(auto_exc=True)
 class OutputInvalid(TurnFSMError):
@@ -376,7 +380,7 @@ class OutputInvalid(TurnFSMError):
     `errors` lists what was wrong with its last answer.
     """
 
-    errors: tuple[str, ...] = attrs.field(converter=tuple)
+    errors: tuple[str, ...] = attrs.field(converter=_strings)
     retries: int = 0
 
     def __str__(self) -> str:

@@ -1,4 +1,4 @@
-"""A final answer that does not fit the output type: `output_rejected` re-asks, bounded."""
+"""A final answer that does not fit the output type: a bounded re-ask."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ SPECS = {
     "approval": load_machine(REPO_ROOT / "machines" / "approval.toml"),
 }
 U = user("how old is Ada?", id="u1")
-ERRORS = ("age: expected integer, got \"old\" (string)",)
+ERRORS = ('age: expected integer, got "old" (string)',)
 
 
 def rejected(n: int) -> OutputRejected:

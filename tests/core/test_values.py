@@ -38,12 +38,12 @@ from turnfsm.core import (
 )
 from turnfsm.errors import (
     Cancelled,
-    OutputInvalid,
     CompactionCircuitOpen,
     CompactionFailed,
     CompactionStalled,
     ContextExceeded,
     MaxTurnsExceeded,
+    OutputInvalid,
     ProviderError,
     TurnFSMError,
 )

@@ -7,7 +7,7 @@ Each event's trigger is the snake_case form of its class name
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeAlias, final
 
 import attrs
@@ -71,6 +71,10 @@ class ModelReplied:
     usage: Usage | None = None
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 def _reask_text(errors: tuple[str, ...]) -> str:
     """Return the user message that asks the model for a valid final answer."""
     lines = ["Your answer does not match the required output schema:"]
@@ -91,7 +95,7 @@ class OutputRejected:
     """
 
     message: Message
-    errors: tuple[str, ...] = attrs.field(converter=tuple)
+    errors: tuple[str, ...] = attrs.field(converter=_strings)
     feedback: Message = attrs.field()
     usage: Usage | None = None
 

@@ -99,7 +99,7 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
     ),
     "cancelled": lambda f: Cancelled(reason=f.detail),
     "output_invalid": lambda f: OutputInvalid(
-        errors=tuple(f.detail.splitlines()), retries=f.used
+        errors=f.detail.splitlines(), retries=f.used
     ),
     "provider_error": lambda f: ProviderError(
         message=f.detail, retriable=f.retriable, kind=f.error_type, status=f.status
