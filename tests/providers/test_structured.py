@@ -34,8 +34,13 @@ class Person:
     age: int
 
 
-PERSON = OutputType.of(Person).spec
-assert PERSON is not None
+def spec_of(tp: Any) -> OutputSpec:
+    spec = OutputType.of(tp).spec
+    assert spec is not None
+    return spec
+
+
+PERSON = spec_of(Person)
 LOOSE = OutputSpec(
     name="Loose",
     schema={"type": "object", "properties": {"a": {"type": "integer"}}},
