@@ -28,6 +28,7 @@ from tests.tracing._spans import (
     said,
     tool,
     traced_driver,
+    transitions,
     turn,
 )
 from turnfsm.driver import Driver, RetryPolicy, RunControl
@@ -329,3 +330,20 @@ async def test_a_model_without_a_name_makes_a_plain_chat_span() -> None:
         },
         [],
     )
+
+
+async def test_a_re_ask_for_a_structured_answer_is_a_turn_of_its_own() -> None:
+    traced = Traced.create()
+    model = ScriptedModel.of('{"result": "many"}', '{"result": 3}')
+    driver = traced_driver(traced, model, output_type=int)
+
+    result = await driver.run("how many?")
+
+    assert result.output == 3
+    assert traced.unended() == []
+    turns = [s for s in traced.spans if s.name == "turnfsm.turn"]
+    assert len(turns) == 2
+    fired = [
+        (t[A.TRANSITION_TRIGGER], t[A.TRANSITION_TO]) for t in transitions(turns[0])
+    ]
+    assert ("output_rejected", "start") in fired
