@@ -297,9 +297,15 @@ async def test_a_machine_without_the_re_ask_is_refused_by_name() -> None:
     assert (await driver.run("go", output_type=str)).output == "x"
 
 
-async def test_a_type_without_a_json_form_is_a_config_error() -> None:
+@dataclasses.dataclass
+class Dangling:
+    y: Nope  # type: ignore[name-defined]  # noqa: F821  # deliberately unresolvable
+
+
+@pytest.mark.parametrize("tp", [object, 5, Dangling], ids=["object", "5", "dangling"])
+async def test_a_type_without_a_json_form_is_a_config_error(tp: Any) -> None:
     with pytest.raises(ConfigError, match="output_type"):
-        Driver(model=ScriptedModel.of(), output_type=object)
+        Driver(model=ScriptedModel.of(), output_type=tp)
 
 
 async def test_the_request_carries_the_schema_and_strictness() -> None:

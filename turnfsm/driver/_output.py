@@ -86,7 +86,8 @@ class OutputType:
             else:
                 schema = dict(class_schema(tp, defs))
             read = structure_hook(tp)
-        except Unsupported as exc:
+        except (Unsupported, NameError, TypeError) as exc:
+            # NameError: an annotation that does not resolve (a forward ref).
             raise ConfigError(
                 "output_type", tp, f"a type with a JSON form ({exc})"
             ) from None
