@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         InvalidMessage,
         MachineBroken,
         MaxTurnsExceeded,
+        OutputInvalid,
         ProviderError,
         ReplayDiverged,
         RunCrashed,
@@ -79,7 +80,12 @@ if TYPE_CHECKING:
         SQLiteStore,
         open_store,
     )
-    from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
+    from turnfsm.providers import (
+        ModelClient,
+        ModelRequest,
+        ModelResponse,
+        OutputSpec,
+    )
     from turnfsm.tokens import (
         ConservativeTokenCounter,
         HeuristicTokenCounter,
@@ -126,6 +132,8 @@ _LAZY: dict[str, str] = {
     "ModelClient": "turnfsm.providers",
     "ModelRequest": "turnfsm.providers",
     "ModelResponse": "turnfsm.providers",
+    "OutputInvalid": "turnfsm.errors",
+    "OutputSpec": "turnfsm.providers",
     "Phase": "turnfsm.core",
     "PreCompact": "turnfsm.hooks",
     "ProviderError": "turnfsm.errors",
@@ -206,6 +214,8 @@ __all__ = [
     "ModelClient",
     "ModelRequest",
     "ModelResponse",
+    "OutputInvalid",
+    "OutputSpec",
     "Phase",
     "PreCompact",
     "ProviderError",

@@ -7,7 +7,7 @@ import functools
 import math
 import os
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, final
+from typing import Any, TypeVar, final, overload
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -21,6 +21,8 @@ from turnfsm.persistence import MemoryStore, Session, SessionStore, open_store
 from turnfsm.persistence._open import env_store
 
 __all__ = ["Agent", "RunStream"]
+
+T = TypeVar("T")
 
 
 class _Forward(Hook):
@@ -163,16 +165,44 @@ class Agent:
         session = await self.open_session(session_id)
         return await self.driver.abandon(session, run_id, reason=reason)
 
+    @overload
     async def run(
         self,
         input: str | Message | Iterable[Message],
         *,
         session: Session | None = None,
         control: RunControl | None = None,
-    ) -> RunResult:
-        """Run one task to a final answer or a typed failure (see `Driver.run`)."""
+        output_type: type[T],
+    ) -> RunResult[T]: ...
+
+    @overload
+    async def run(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None = None,
+        control: RunControl | None = None,
+        output_type: Any = None,
+    ) -> RunResult[Any]: ...
+
+    async def run(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None = None,
+        control: RunControl | None = None,
+        output_type: Any = None,
+    ) -> RunResult[Any]:
+        """Run one task to a final answer or a typed failure (see `Driver.run`).
+
+        `output_type` overrides the agent's own for this run: the answer is
+        validated and read into `RunResult.output`.
+        """
         return await self.driver.run(
-            input, session=session or self.session, control=control
+            input,
+            session=session or self.session,
+            control=control,
+            output_type=output_type,
         )
 
     @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ TurnFSMError                 base class; never raised directly
 ├── CompactionCircuitOpen    the compaction circuit breaker is open
 ├── CompactionLimitExceeded  the run used all its compaction passes
 ├── MaxTurnsExceeded         the run used all its model calls
+├── OutputInvalid            the final answer never fit the output type; .errors
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retriable
 ├── SessionBusy              another run is using the session (or one is open)
@@ -63,6 +64,7 @@ __all__ = [
     "LargeItem",
     "MachineBroken",
     "MaxTurnsExceeded",
+    "OutputInvalid",
     "Problem",
     "ProviderError",
     "ReplayDiverged",
@@ -362,6 +364,30 @@ class MaxTurnsExceeded(TurnFSMError):
         return (
             f"the run reached max_turns={self.max_turns} without a final answer; "
             "raise max_turns or check the tools for a loop"
+        )
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class OutputInvalid(TurnFSMError):
+    """Raised when the model's final answer never fit the run's output type.
+
+    The model was asked again `retries` times (`max_output_retries`);
+    `errors` lists what was wrong with its last answer.
+    """
+
+    errors: tuple[str, ...] = attrs.field(converter=_strings)
+    retries: int = 0
+
+    def __str__(self) -> str:
+        listed = "; ".join(self.errors) or "(no detail)"
+        return (
+            f"the final answer did not fit the output type after {self.retries} "
+            f"re-ask(s): {listed}; raise max_output_retries or simplify the type"
         )
 
 

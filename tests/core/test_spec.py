@@ -80,11 +80,12 @@ def test_stock_machine_loads() -> None:
         "done",
         "failed",
     )
-    assert len(spec.transitions) == 27
+    assert len(spec.transitions) == 29
     assert spec.triggers == {
         "run_started",
         "measured",
         "model_replied",
+        "output_rejected",
         "model_failed",
         "context_overflowed",
         "tools_finished",
@@ -216,7 +217,7 @@ def test_entry_problems_are_all_reported_at_once_and_first() -> None:
     errors = (
         "cancelled, compaction_circuit_open, compaction_failed,"
         " compaction_limit_exceeded, compaction_stalled, context_exceeded,"
-        " max_turns_exceeded, provider_error"
+        " max_turns_exceeded, output_invalid, provider_error"
     )
     decisions = "call_llm, compact, fail, finish, measure, pause, run_tools"
 
@@ -531,7 +532,7 @@ def test_custom_effect_phase_driven_by_signals() -> None:
 
     assert (len(spec.phases), len(spec.transitions), spec.signals) == (
         8,
-        29,
+        31,
         ("approved", "rejected"),
     )
     assert decisions == [
@@ -760,7 +761,7 @@ def test_the_compaction_limit_alone_bounds_passes_without_stall_exits() -> None:
 
     spec = MachineSpec.from_toml(text)
 
-    assert len(spec.transitions) == 25
+    assert len(spec.transitions) == 27
 
 
 def test_an_unconditional_limit_check_covers_every_compaction() -> None:

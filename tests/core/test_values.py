@@ -26,6 +26,7 @@ from turnfsm.core import (
     MessageInjected,
     ModelFailed,
     ModelReplied,
+    OutputRejected,
     RunCancelled,
     RunStarted,
     Signal,
@@ -42,6 +43,7 @@ from turnfsm.errors import (
     CompactionStalled,
     ContextExceeded,
     MaxTurnsExceeded,
+    OutputInvalid,
     ProviderError,
     TurnFSMError,
 )
@@ -106,6 +108,7 @@ ONE_OF_EACH: list[Event] = [
     RunStarted(input=[]),
     Measured(estimate=0),
     ModelReplied(message=reply()),
+    OutputRejected(message=reply(), errors=["(the answer): expected integer"]),
     ModelFailed(error=ERR),
     ContextOverflowed(error=ERR),
     ToolsFinished(results=[]),
@@ -127,6 +130,7 @@ def test_triggers_are_snake_case_class_names() -> None:
         "run_started",
         "measured",
         "model_replied",
+        "output_rejected",
         "model_failed",
         "context_overflowed",
         "tools_finished",
@@ -166,6 +170,10 @@ def test_triggers_are_snake_case_class_names() -> None:
             CompactionCircuitOpen(failures=3),
         ),
         (Failure(kind="cancelled", detail="bye"), Cancelled(reason="bye")),
+        (
+            Failure(kind="output_invalid", used=2, detail="a: bad\nb: worse"),
+            OutputInvalid(errors=("a: bad", "b: worse"), retries=2),
+        ),
         (
             Failure(
                 kind="provider_error",

@@ -28,6 +28,7 @@ from tests.tracing._spans import (
     said,
     tool,
     traced_driver,
+    transitions,
     turn,
 )
 from turnfsm.driver import Driver, RetryPolicy, RunControl
@@ -222,7 +223,7 @@ async def test_a_cancelled_run_ends_every_span() -> None:
             ("turnfsm.turn", "INTERNAL", turn(1, "failed", 91) | cut, [
                 "measured: start -> call_llm #6 estimate=91",
                 "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=91",
-                "run_cancelled: run_tools -> failed #26 error=cancelled estimate=91",
+                "run_cancelled: run_tools -> failed #28 error=cancelled estimate=91",
                 ("chat gpt-test", "CLIENT", chat(usage=(9, 4)), []),
                 ("execute_tool hang", "INTERNAL", tool("hang", "c1") | cut, []),
             ]),
@@ -329,3 +330,20 @@ async def test_a_model_without_a_name_makes_a_plain_chat_span() -> None:
         },
         [],
     )
+
+
+async def test_a_re_ask_for_a_structured_answer_is_a_turn_of_its_own() -> None:
+    traced = Traced.create()
+    model = ScriptedModel.of('{"result": "many"}', '{"result": 3}')
+    driver = traced_driver(traced, model, output_type=int)
+
+    result = await driver.run("how many?")
+
+    assert result.output == 3
+    assert traced.unended() == []
+    turns = [s for s in traced.spans if s.name == "turnfsm.turn"]
+    assert len(turns) == 2
+    fired = [
+        (t[A.TRANSITION_TRIGGER], t[A.TRANSITION_TO]) for t in transitions(turns[0])
+    ]
+    assert ("output_rejected", "start") in fired

@@ -110,7 +110,11 @@ def local_client(base_url: str | None = None) -> ModelClient | None:
         ) from None
     if base_url is None:
         return None
-    return OpenAIModel(model="local", base_url=base_url)
+    # llama-cpp-python's server takes a JSON schema as a grammar through
+    # `json_object` (its `json_schema` mode is not the OpenAI one).
+    return OpenAIModel(
+        model="local", base_url=base_url, structured_output="json_object"
+    )
 
 
 async def run_and_close(agent: Agent, task: str) -> RunResult:

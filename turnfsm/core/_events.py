@@ -7,7 +7,7 @@ Each event's trigger is the snake_case form of its class name
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeAlias, final
 
 import attrs
@@ -29,6 +29,7 @@ __all__ = [
     "MessageInjected",
     "ModelFailed",
     "ModelReplied",
+    "OutputRejected",
     "RunCancelled",
     "RunStarted",
     "Signal",
@@ -68,6 +69,39 @@ class ModelReplied:
 
     message: Message
     usage: Usage | None = None
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _reask_text(errors: tuple[str, ...]) -> str:
+    """Return the user message that asks the model for a valid final answer."""
+    lines = ["Your answer does not match the required output schema:"]
+    lines += [f"- {error}" for error in errors]
+    lines.append("Answer again with only the corrected JSON value.")
+    return "\n".join(lines)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OutputRejected:
+    """The model's final reply did not fit the run's output type.
+
+    `message` is the reply (it stays in the conversation, like any reply),
+    `errors` each problem the driver found in it, and `feedback` the user
+    message that lists them and asks again. `feedback` is made here, by
+    whoever builds the event, so a replayed log gives the same history.
+    """
+
+    message: Message
+    errors: tuple[str, ...] = attrs.field(converter=_strings)
+    feedback: Message = attrs.field()
+    usage: Usage | None = None
+
+    @feedback.default
+    def _ask_again(self) -> Message:
+        return Message.user(_reask_text(self.errors))
 
 
 @final
@@ -216,6 +250,7 @@ Event: TypeAlias = (
     RunStarted
     | Measured
     | ModelReplied
+    | OutputRejected
     | ModelFailed
     | ContextOverflowed
     | ToolsFinished
@@ -235,6 +270,7 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RunStarted,
     Measured,
     ModelReplied,
+    OutputRejected,
     ModelFailed,
     ContextOverflowed,
     ToolsFinished,

@@ -23,7 +23,9 @@ Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
 
 COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
-_COUNTER_GUARDS: Final = frozenset({"has_overflow_retries_left"})
+_COUNTER_GUARDS: Final = frozenset(
+    {"has_overflow_retries_left", "has_output_retries_left"}
+)
 
 
 def check_graph(spec: MachineSpec, problem: Report) -> None:

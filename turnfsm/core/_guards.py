@@ -89,6 +89,11 @@ def has_overflow_retries_left(snapshot: Snapshot, event: Event) -> bool:
     return snapshot.overflow_retries < snapshot.budget.max_overflow_retries
 
 
+def has_output_retries_left(snapshot: Snapshot, event: Event) -> bool:
+    """Fewer than `max_output_retries` re-asks for a valid final answer were spent."""
+    return snapshot.output_retries < snapshot.budget.max_output_retries
+
+
 def is_compaction_limit_reached(snapshot: Snapshot, event: Event) -> bool:
     """The run already made `max_compactions` compaction passes."""
     return snapshot.compactions >= snapshot.budget.max_compactions
@@ -104,6 +109,7 @@ def is_no_progress(snapshot: Snapshot, event: Event) -> bool:
 GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
     {
         "has_injected_messages": has_injected_messages,
+        "has_output_retries_left": has_output_retries_left,
         "has_overflow_retries_left": has_overflow_retries_left,
         "has_tool_calls": has_tool_calls,
         "is_compaction_limit_reached": is_compaction_limit_reached,

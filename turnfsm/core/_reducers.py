@@ -21,6 +21,7 @@ from turnfsm.core._events import (
     MessageInjected,
     ModelFailed,
     ModelReplied,
+    OutputRejected,
     RunCancelled,
     RunStarted,
     ToolCallsReviewed,
@@ -58,6 +59,21 @@ def record_reply(s: Snapshot, e: Event) -> Snapshot:
     assert isinstance(e, ModelReplied)
     return s.replace(
         pending=s.pending.append(e.message), last_reply=e.message, turns=s.turns + 1
+    )
+
+
+def record_rejection(s: Snapshot, e: Event) -> Snapshot:
+    """Keep the rejected reply and the re-ask in pending; count the turn and retry.
+
+    Both are ordinary messages: the model sees what it said and why it was
+    refused.
+    """
+    assert isinstance(e, OutputRejected)
+    return s.replace(
+        pending=s.pending.extend((e.message, e.feedback)),
+        last_reply=e.message,
+        turns=s.turns + 1,
+        output_retries=s.output_retries + 1,
     )
 
 
@@ -143,6 +159,7 @@ REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
         "record_estimate": record_estimate,
         "record_injection": record_injection,
         "record_noop": record_noop,
+        "record_rejection": record_rejection,
         "record_reply": record_reply,
         "record_results": record_results,
         "record_review": record_review,
@@ -200,6 +217,13 @@ def _cancelled(s: Snapshot, e: Event) -> Failure:
     return Failure(kind="cancelled", detail=reason)
 
 
+def _output_invalid(s: Snapshot, e: Event) -> Failure:
+    assert isinstance(e, OutputRejected)
+    return Failure(
+        kind="output_invalid", used=s.output_retries, detail="\n".join(e.errors)
+    )
+
+
 def _provider_error(s: Snapshot, e: Event) -> Failure:
     assert isinstance(e, ModelFailed)
     return Failure(
@@ -220,6 +244,7 @@ FAILURES: Final[Mapping[str, FailureBuilder]] = MappingProxyType(
         "compaction_stalled": _stalled,
         "context_exceeded": _context_exceeded,
         "max_turns_exceeded": _max_turns,
+        "output_invalid": _output_invalid,
         "provider_error": _provider_error,
     }
 )
@@ -231,6 +256,7 @@ ACCEPTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
         "record_start": frozenset({"run_started"}),
         "record_estimate": frozenset({"measured"}),
         "record_reply": frozenset({"model_replied"}),
+        "record_rejection": frozenset({"output_rejected"}),
         "record_results": frozenset({"tools_finished"}),
         "record_review": frozenset({"tool_calls_reviewed"}),
         "record_compaction": frozenset({"compaction_result"}),
@@ -240,6 +266,7 @@ ACCEPTS: Final[Mapping[str, frozenset[str]]] = MappingProxyType(
         "compaction_failed": frozenset({"compactor_failed"}),
         "compaction_circuit_open": frozenset({"compaction_circuit_opened"}),
         "provider_error": frozenset({"model_failed"}),
+        "output_invalid": frozenset({"output_rejected"}),
     }
 )
 """Reducers and failure builders that read one kind of event, by the triggers

@@ -17,6 +17,7 @@ from turnfsm.errors import (
     ConfigError,
     ContextExceeded,
     MaxTurnsExceeded,
+    OutputInvalid,
     ProviderError,
     TurnFSMError,
 )
@@ -61,6 +62,8 @@ class Budget:
         max_compactions: the most compaction passes one run may make.
         max_messages: the message-count line (seed 000): more messages than
             this compact; 0 turns the line off.
+        max_output_retries: re-asks after a final answer that does not fit
+            the run's output type.
     """
 
     context_window: int = attrs.field(
@@ -78,6 +81,9 @@ class Budget:
         default=20, validator=_int_field("max_compactions", 1)
     )
     max_messages: int = attrs.field(default=0, validator=_int_field("max_messages", 0))
+    max_output_retries: int = attrs.field(
+        default=2, validator=_int_field("max_output_retries", 0)
+    )
 
 
 _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
@@ -92,6 +98,9 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
         max_compactions=f.limit
     ),
     "cancelled": lambda f: Cancelled(reason=f.detail),
+    "output_invalid": lambda f: OutputInvalid(
+        errors=f.detail.splitlines(), retries=f.used
+    ),
     "provider_error": lambda f: ProviderError(
         message=f.detail, retriable=f.retriable, kind=f.error_type, status=f.status
     ),
@@ -138,6 +147,7 @@ class Snapshot:
     turns: int = 0
     overflow_retries: int = 0
     compactions: int = 0
+    output_retries: int = 0
     compact_reason: CompactReason | None = None
     message_line_spent: bool = False
     last_reply: Message | None = None
@@ -172,6 +182,7 @@ class Snapshot:
             "turns": self.turns,
             "overflow_retries": self.overflow_retries,
             "compactions": self.compactions,
+            "output_retries": self.output_retries,
             "compact_reason": self.compact_reason,
             "message_line_spent": self.message_line_spent,
             "last_reply": None
@@ -222,6 +233,7 @@ class Snapshot:
             turns=data["turns"],
             overflow_retries=data["overflow_retries"],
             compactions=data.get("compactions", 0),
+            output_retries=data.get("output_retries", 0),
             compact_reason=None if reason is None else CompactReason(reason),
             message_line_spent=bool(data.get("message_line_spent", False)),
             last_reply=None if reply is None else Message.from_dict(reply),

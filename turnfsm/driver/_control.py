@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal, final
+from typing import Any, Generic, Literal, final
 
 import anyio
 import attrs
+from typing_extensions import TypeVar
 
 from turnfsm.core import Event, MessageInjected, Pause, RunCancelled
 from turnfsm.errors import InvalidMessage, RunFailed, TurnFSMError
 from turnfsm.messages import Message
 from turnfsm.values import Usage
 
-__all__ = ["RunControl", "RunResult"]
+__all__ = ["OutputT", "RunControl", "RunResult"]
+
+OutputT = TypeVar("OutputT", default=Any)
+"""The type of a run's structured answer (`RunResult.output`)."""
 
 
 @final
@@ -77,8 +81,11 @@ class RunControl:
 
 @final
 @attrs.frozen(kw_only=True)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """What a run ended with; a failed run is an outcome, not an exception.
+
+    ``RunResult[T]`` is the result of a run with ``output_type=T``: `output`
+    is the final answer read as a `T`.
 
     Attributes:
         outcome: done, failed, cancelled, or paused (the run waits for an
@@ -94,6 +101,9 @@ class RunResult:
             triggers it accepts), else None.
         compaction_usage: Provider usage of the run's compaction passes (the
             summary model's calls), apart from `usage`.
+        output: The final answer as a value of the run's output type
+            (validated; re-read from `text` for a resumed run), or None (the
+            run did not finish, or asked for no output type).
     """
 
     outcome: Literal["done", "failed", "cancelled", "paused"]
@@ -105,13 +115,14 @@ class RunResult:
     turns: int
     waiting: Pause | None = None
     compaction_usage: Usage = attrs.field(factory=Usage)
+    output: OutputT | None = None
 
     @property
     def ok(self) -> bool:
         """Whether the run finished with an answer."""
         return self.outcome == "done"
 
-    def raise_for_failure(self) -> RunResult:
+    def raise_for_failure(self) -> RunResult[OutputT]:
         """Return self for a finished or paused run; raise if it failed or was stopped.
 
         Raises:

@@ -45,7 +45,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, final
+from typing import Any, TypeVar, final, overload
 
 import attrs
 
@@ -68,6 +68,7 @@ from turnfsm.driver._effects import (
     EffectContext,
 )
 from turnfsm.driver._loop import LoopSettings, _Loop
+from turnfsm.driver._output import OutputType, check_machine
 from turnfsm.driver._replay import rebuild
 from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._tools import Tool, tools_by_name
@@ -91,6 +92,8 @@ from turnfsm.providers import ModelClient, ToolSchema
 from turnfsm.tokens import Meter, TokenCounter, default_counter
 
 __all__ = ["Driver"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("turnfsm.driver")
 
@@ -157,6 +160,14 @@ class Driver:
             `turnfsm.tracing.configure` or the application), True always
             (through the global provider), False never. A `TracingHook`
             among `hooks` replaces the automatic one.
+        output_type: the type of the final answer (a dataclass, an attrs
+            class, a pydantic model, a `TypedDict`, or a primitive, a list,
+            a `Literal`, an enum), asked of the model in its provider's
+            structured mode and validated; `RunResult.output` is the value.
+            None (the default): the answer is the text. `run` may override it.
+        max_output_retries: re-asks, listing the validation errors, after a
+            final answer that does not fit `output_type`; then the run fails
+            with `OutputInvalid`.
     """
 
     model: ModelClient
@@ -194,6 +205,11 @@ class Driver:
     clock: Callable[[], float] = time.time
     name: str = attrs.field(default="turnfsm")
     tracing: bool | None = attrs.field(default=None)
+    output_type: Any = attrs.field(default=None)
+    max_output_retries: int = attrs.field(
+        default=2, validator=_count("max_output_retries", 0)
+    )
+    _output: OutputType | None = attrs.field(init=False)
     _tools: dict[str, Tool] = attrs.field(init=False)
     _budget: Budget = attrs.field(init=False)
     _schemas: tuple[ToolSchema, ...] = attrs.field(init=False)
@@ -231,6 +247,10 @@ class Driver:
                 max_compactions=self.max_compactions,
             )
         )
+        self._budget = attrs.evolve(
+            self._budget, max_output_retries=self.max_output_retries
+        )
+        self._output = self._output_type(self.output_type)
         self._effects = {**BUILTIN_EFFECTS, **self.effects}
         for name, effect in self.effects.items():
             if not callable(effect):
@@ -257,6 +277,20 @@ class Driver:
             extras.append(json.dumps([attrs.asdict(s) for s in self._schemas]))
         self._extras = tuple(e for e in extras if e)
 
+    def _output_type(self, tp: Any) -> OutputType | None:
+        """Describe `tp` for a run; the machine must be able to re-ask.
+
+        Raises:
+            ConfigError: `tp` has no JSON form, or the machine has no
+                `output_rejected` transition out of its model-call phases.
+        """
+        if tp is None:
+            return None
+        output = OutputType.of(tp)
+        if output.spec is not None:
+            check_machine(self.machine)
+        return output
+
     @property
     def budget(self) -> Budget:
         """The limits each run works within (built by the context manager)."""
@@ -267,6 +301,7 @@ class Driver:
         """The one counter used everywhere: the context manager's."""
         return self.context.counter if self.context else default_counter()
 
+    @overload
     async def run(
         self,
         input: str | Message | Iterable[Message],
@@ -274,7 +309,29 @@ class Driver:
         session: Session | None = None,
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
-    ) -> RunResult:
+        output_type: type[T],
+    ) -> RunResult[T]: ...
+
+    @overload
+    async def run(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None = None,
+        control: RunControl | None = None,
+        hooks: Sequence[Hook] = (),
+        output_type: Any = None,
+    ) -> RunResult[Any]: ...
+
+    async def run(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None = None,
+        control: RunControl | None = None,
+        hooks: Sequence[Hook] = (),
+        output_type: Any = None,
+    ) -> RunResult[Any]:
         """Run the loop until the brain finishes, fails or pauses.
 
         Args:
@@ -286,18 +343,24 @@ class Driver:
             hooks: extra hooks for this run only (after the driver's own).
                 When one wants `on_text_delta` and the model can `stream`,
                 replies are streamed.
+            output_type: the final answer's type for this run only (see
+                `Driver.output_type`; ``str`` asks for plain text).
 
         Returns:
             The `RunResult`; a failed run is an outcome (see
-            `RunResult.raise_for_failure`).
+            `RunResult.raise_for_failure`). With an output type ``T``, a
+            ``RunResult[T]`` whose `output` is the validated answer.
 
         Raises:
+            ConfigError: `output_type` has no JSON form, or the machine
+                cannot re-ask for it (no `output_rejected` transition).
             InvalidMessage: the input is malformed (nothing was written).
             SessionBusy: another run is using `session`, or a run of it is
                 paused or unfinished (resume or abandon it first).
             SessionConflict: another writer appended to the session's log.
         """
         messages = _as_messages(input)
+        output = self._output if output_type is None else self._output_type(output_type)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
@@ -311,7 +374,7 @@ class Driver:
             machine = TurnMachine.start(
                 self.machine, budget=self._budget, history=session.history
             )
-            loop = self._loop(session, run_id, machine, control, hooks)
+            loop = self._loop(session, run_id, machine, control, hooks, output)
             loop.open(messages)
             return await loop.go(RunStarted(input=messages))
 
@@ -323,14 +386,16 @@ class Driver:
         *,
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
-    ) -> RunResult:
+        output_type: Any = None,
+    ) -> RunResult[Any]:
         """Continue a paused (or unfinished) run of `session` from its log.
 
         The brain is rebuilt by replaying the run's logged events (checking
         every decision against the log), then `event` — the answer the run
         waits for, e.g. `ToolCallsReviewed.approve_all()` — is fed next.
         Without `event`, an unfinished run (its process died) redoes the
-        decision it was carrying out.
+        decision it was carrying out. `output_type` is the run's (see `run`;
+        default: the driver's); the answer is read again from the final text.
 
         Raises:
             ConfigError: no such run; the run is not open; the machine is not
@@ -361,7 +426,10 @@ class Driver:
                     )
             elif event is not None:
                 raise ConfigError("event", event, "None: the run is not paused")
-            loop = self._loop(session, run_id, machine, control, hooks)
+            output = (
+                self._output if output_type is None else self._output_type(output_type)
+            )
+            loop = self._loop(session, run_id, machine, control, hooks, output)
             loop.restore(record)
             if event is None:
                 return await loop.carry_on(decision)
@@ -394,6 +462,7 @@ class Driver:
         machine: TurnMachine,
         control: RunControl | None,
         hooks: Sequence[Hook],
+        output: OutputType | None = None,
     ) -> _Loop:
         listed = [*self.hooks, *hooks]
         traced = tracing_hook(listed, self.tracing)
@@ -428,6 +497,7 @@ class Driver:
             new_id=new_id,
             ephemeral=session.is_ephemeral,
             session=session,
+            output=output,
         )
         loop = _Loop(self._settings, session, machine, ctx, control)
         ctx.record = loop.record_result

@@ -41,11 +41,14 @@ from turnfsm.core import (
     Measured,
     ModelFailed,
     ModelReplied,
+    OutputRejected,
     Perform,
     RunTools,
     Snapshot,
     ToolsFinished,
 )
+from turnfsm.driver._arguments import InvalidArguments
+from turnfsm.driver._output import OutputType
 from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._tools import Tool, deadline, run_tool_call
 from turnfsm.errors import ProviderError
@@ -119,6 +122,8 @@ class EffectContext:
         spent: The usage of the compaction pass in flight's model calls, as
             they return (the loop keeps it when the pass times out or is
             cancelled).
+        output: The run's output type, or None (the answer is plain text):
+            a final reply that does not fit it is `OutputRejected`.
     """
 
     run_id: str
@@ -146,6 +151,7 @@ class EffectContext:
     session: Session | None = None
     reported: tuple[int, MessageLog, MessageLog] | None = None
     spent: list[Usage] = attrs.field(factory=list)
+    output: OutputType | None = None
 
     @property
     def turn(self) -> int:
@@ -221,6 +227,7 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         system=ctx.system_prompt,
         tools=ctx.tool_schemas,
         max_tokens=ctx.max_output_tokens,
+        output=None if ctx.output is None else ctx.output.spec,
     )
     try:
         response = await _complete(ctx, request)
@@ -245,6 +252,15 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
             return _overflowed(
                 f"the reply makes the conversation {size} tokens, over the "
                 f"{window} window; it is not committed"
+            )
+    if ctx.output is not None and not response.message.tool_calls:
+        try:
+            ctx.output.parse(response.message.text)
+        except InvalidArguments as exc:
+            return OutputRejected(
+                message=response.message,
+                errors=ctx.output.errors(exc),
+                usage=response.usage,
             )
     return ModelReplied(message=response.message, usage=response.usage)
 

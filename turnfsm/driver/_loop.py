@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Final, final
+from typing import Any, Final, final
 
 import anyio
 import anyio.lowlevel
@@ -30,6 +30,7 @@ from turnfsm.core import (
     Finish,
     Measure,
     ModelReplied,
+    OutputRejected,
     Pause,
     Perform,
     RunCancelled,
@@ -37,6 +38,7 @@ from turnfsm.core import (
     Snapshot,
     TurnMachine,
 )
+from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import (
     Effect,
@@ -256,7 +258,9 @@ class _Loop:
 
     def _audit(self, decision: Decision, event: Event, before: Snapshot) -> list[Entry]:
         """The audit entries a decision's outcome makes (a turn, a compaction)."""
-        if isinstance(decision, CallLLM) and isinstance(event, ModelReplied):
+        if isinstance(decision, CallLLM) and isinstance(
+            event, ModelReplied | OutputRejected
+        ):
             if event.usage is not None:
                 self.usage = self.usage + event.usage
                 if event.usage.input_tokens:
@@ -587,6 +591,7 @@ class _Loop:
         await self._append_end(opening, outcome, snapshot, text, error, waiting)
         self._hear_end(outcome, snapshot, text, error)
         return RunResult(
+            output=self._output(outcome, text),
             outcome=outcome,  # type: ignore[arg-type]
             text=text,
             error=error,
@@ -597,6 +602,23 @@ class _Loop:
             waiting=waiting,
             compaction_usage=self.compaction_usage,
         )
+
+    def _output(self, outcome: str, text: str) -> Any:
+        """The final answer read as the run's output type (None without one).
+
+        The built-in `call_llm` validated it already; a replacement effect
+        may not have: an answer that does not read is None, and logged.
+        """
+        output = self.ctx.output
+        if output is None or outcome != "done":
+            return None
+        try:
+            return output.parse(text)
+        except InvalidArguments as exc:
+            logger.warning(
+                "run %s: the final answer does not fit: %s", self.run_id, exc
+            )
+            return None
 
     async def _append_end(
         self,

@@ -15,6 +15,7 @@ from turnfsm.providers._protocol import (
     ModelClient,
     ModelRequest,
     ModelResponse,
+    OutputSpec,
     ToolSchema,
 )
 from turnfsm.providers._stream import (
@@ -36,6 +37,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIModel",
+    "OutputSpec",
     "StreamDone",
     "StreamEvent",
     "StreamingModelClient",

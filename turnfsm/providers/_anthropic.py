@@ -9,6 +9,7 @@ once, classified here in `classify_anthropic_error` (rules in ``_errors.py``).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Final, TypeAlias, final
 
@@ -32,7 +33,7 @@ from turnfsm.providers._errors import (
     mentions_overflow,
     timeout_error,
 )
-from turnfsm.providers._protocol import ModelRequest, ModelResponse
+from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.values import Usage
 
@@ -171,7 +172,9 @@ class AnthropicModel:
             block.model_dump(mode="json", warnings=False) for block in reply.content
         ]
         return ModelResponse(
-            message=_reply(blocks), usage=_usage(reply.usage), model=reply.model or None
+            message=_reply(blocks, request.output),
+            usage=_usage(reply.usage),
+            model=reply.model or None,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -183,7 +186,7 @@ class AnthropicModel:
         Raises:
             ProviderError: the API failed, before or during the stream.
         """
-        reply = _Events()
+        reply = _Events(request.output)
         with _translated():
             events: _EventStream = await self._client().messages.create(
                 **self._options(request), stream=True
@@ -223,6 +226,8 @@ class AnthropicModel:
             options["system"] = system
         if request.tools:
             options["tools"] = to_anthropic_tools(request.tools)
+        if request.output is not None:
+            _force_output(options, request.output)
         # No temperature: SDK 2.x has no sampling parameters, and the API
         # version it sends (2026-10-21) rejects them; `request.temperature`
         # is not sent.
@@ -232,7 +237,8 @@ class AnthropicModel:
 class _Events:
     """A streamed reply, assembled event by event."""
 
-    def __init__(self) -> None:
+    def __init__(self, output: OutputSpec | None = None) -> None:
+        self.output = output
         self.blocks: dict[int, dict[str, Any]] = {}  # by index, as the API sends
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
         self.usage: Usage | None = None
@@ -267,10 +273,50 @@ class _Events:
             if pieces:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
         blocks = [self.blocks[i] for i in sorted(self.blocks)]
-        return ModelResponse(message=_reply(blocks), usage=self.usage, model=self.model)
+        return ModelResponse(
+            message=_reply(blocks, self.output), usage=self.usage, model=self.model
+        )
 
 
-def _reply(blocks: list[dict[str, Any]]) -> Message:
+def _force_output(options: dict[str, Any], output: OutputSpec) -> None:
+    """Ask for the structured answer as a call of a tool named after the output.
+
+    Alone, the tool is forced; beside the run's own tools, the model must
+    call one of them or the output tool (``any``), so it can still use them.
+    """
+    tools = options.setdefault("tools", [])
+    tools.append(
+        {
+            "name": output.name,
+            "description": "Give your final answer in this format.",
+            "input_schema": dict(output.schema),
+        }
+    )
+    alone = len(tools) == 1
+    options["tool_choice"] = (
+        {"type": "tool", "name": output.name} if alone else {"type": "any"}
+    )
+
+
+def _answer_as_text(
+    blocks: list[dict[str, Any]], output: OutputSpec | None
+) -> list[dict[str, Any]]:
+    """Turn the forced output tool's call back into the reply's JSON text.
+
+    The history never holds a call without a result: the answer is text.
+    """
+    if output is None:
+        return blocks
+    return [
+        {"type": "text", "text": json.dumps(b.get("input", {}), ensure_ascii=False)}
+        if b.get("type") == "tool_use" and b.get("name") == output.name
+        else b
+        for b in blocks
+    ]
+
+
+def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Message:
+    blocks = _answer_as_text(blocks, output)
     try:
         return from_anthropic_messages([{"role": "assistant", "content": blocks}])[0]
     except InvalidMessage as exc:

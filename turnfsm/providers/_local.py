@@ -71,7 +71,11 @@ class LlamaServer:
     Example:
         ```python
         with LlamaServer(n_ctx=1024) as server:
-            model = OpenAIModel(model="local", base_url=server.base_url)
+            model = OpenAIModel(
+                model="local",
+                base_url=server.base_url,
+                structured_output="json_object",  # its JSON-schema grammar
+            )
             ...
         ```
 

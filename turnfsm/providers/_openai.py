@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Final, TypeAlias, final
+from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
 import attrs
 from anyio.lowlevel import current_token
@@ -33,7 +33,7 @@ from turnfsm.providers._errors import (
     mentions_overflow,
     timeout_error,
 )
-from turnfsm.providers._protocol import ModelRequest, ModelResponse
+from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.values import Usage
 
@@ -52,6 +52,14 @@ _ChunkStream: TypeAlias = openai.AsyncStream[ChatCompletionChunk]
 
 _KEY_ENV: Final = "OPENAI_API_KEY"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
+
+
+def _one_of(name: str, options: tuple[str, ...]) -> Any:
+    def check(_inst: object, _attr: object, value: object) -> None:
+        if value not in options:
+            raise ConfigError(name, value, " or ".join(map(repr, options)))
+
+    return check
 
 
 def _model_name(example: str) -> Any:
@@ -83,6 +91,11 @@ class OpenAIModel:
             api.openai.com and as ``max_tokens`` elsewhere.
         temperature: the sampling temperature when the request sets none.
         parallel_tool_calls: sent with tools when not None.
+        structured_output: how a request's `ModelRequest.output` is asked
+            for: ``"json_schema"`` (OpenAI's ``response_format`` with a JSON
+            schema, strict when the schema qualifies) or ``"json_object"``
+            (``{"type": "json_object", "schema": ...}``, the llama.cpp
+            server's JSON-schema grammar).
         client: a ready `openai.AsyncOpenAI` to use instead of building one
             (`base_url`, `api_key` and `timeout` are then ignored); its
             retries are switched off too.
@@ -106,6 +119,11 @@ class OpenAIModel:
     )
     temperature: float | None = attrs.field(default=None, kw_only=True)
     parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    structured_output: Literal["json_schema", "json_object"] = attrs.field(
+        default="json_schema",
+        kw_only=True,
+        validator=_one_of("structured_output", ("json_schema", "json_object")),
+    )
     client: openai.AsyncOpenAI | None = attrs.field(
         default=None, kw_only=True, repr=False
     )
@@ -212,7 +230,22 @@ class OpenAIModel:
         )
         if temperature is not None:
             options["temperature"] = temperature
+        if request.output is not None:
+            options["response_format"] = self._response_format(request.output)
         return options
+
+    def _response_format(self, output: OutputSpec) -> dict[str, Any]:
+        schema = dict(output.schema)
+        if self.structured_output == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return {
+            "type": "json_schema",
+            "json_schema": {
+                "name": output.name,
+                "schema": schema,
+                "strict": output.strict,
+            },
+        }
 
 
 class _Chunks:

@@ -11,7 +11,7 @@ from turnfsm.errors import InvalidMessage
 from turnfsm.messages import Message, Role, as_sequence
 from turnfsm.values import Usage
 
-__all__ = ["ModelClient", "ModelRequest", "ModelResponse", "ToolSchema"]
+__all__ = ["ModelClient", "ModelRequest", "ModelResponse", "OutputSpec", "ToolSchema"]
 
 
 @final
@@ -24,6 +24,25 @@ class ToolSchema:
     parameters: Mapping[str, Any] = attrs.field(hash=False)
 
 
+@final
+@attrs.frozen(kw_only=True)
+class OutputSpec:
+    """The structured final answer a request asks for, in the provider's native mode.
+
+    Attributes:
+        name: The output's name (1-64 of ``A-Z a-z 0-9 _ -``): OpenAI's
+            ``json_schema.name``, Anthropic's forced tool.
+        schema: The JSON schema of the answer; always an object schema
+            (a primitive or a list is wrapped in one property).
+        strict: Whether the schema qualifies for OpenAI's strict mode
+            (every object closed, every property required).
+    """
+
+    name: str
+    schema: Mapping[str, Any] = attrs.field(hash=False)
+    strict: bool = False
+
+
 def _schemas(value: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
     return tuple(value)
 
@@ -31,13 +50,19 @@ def _schemas(value: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
 @final
 @attrs.frozen(kw_only=True)
 class ModelRequest:
-    """One model call: the conversation, the system prompt and the tools."""
+    """One model call: the conversation, the system prompt and the tools.
+
+    `output`, when set, asks for a structured final answer: the reply's text
+    is JSON fitting `output.schema` (adapters turn their provider's native
+    mode back into text).
+    """
 
     messages: Sequence[Message] = attrs.field(converter=as_sequence)
     system: str | None = None
     tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_schemas)
     max_tokens: int | None = None
     temperature: float | None = None
+    output: OutputSpec | None = None
 
 
 @final

@@ -29,7 +29,14 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from turnfsm.core import Compact, ModelReplied, Perform, RunTools, ToolsFinished
+from turnfsm.core import (
+    Compact,
+    ModelReplied,
+    OutputRejected,
+    Perform,
+    RunTools,
+    ToolsFinished,
+)
 from turnfsm.core._lines import emergency_line, threshold_line
 from turnfsm.errors import Cancelled, ProviderError
 from turnfsm.hooks import (
@@ -289,8 +296,10 @@ class TracingHook(Hook):
         )
         event = info.event
         if isinstance(event, ToolsFinished) or (
-            # A message injected meanwhile makes the run go on: a new turn.
-            isinstance(event, ModelReplied) and not event.message.tool_calls
+            # A message injected meanwhile, or a re-ask for a structured
+            # answer, makes the run go on: a new turn.
+            isinstance(event, ModelReplied | OutputRejected)
+            and not event.message.tool_calls
         ):
             run.turn_over = True  # ended when the next turn begins, or the run
         if run.effect is not None and isinstance(info.decision, Perform):

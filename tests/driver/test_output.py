@@ -1,0 +1,328 @@
+"""Structured final answers end to end on the scripted model."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any, Literal, TypedDict
+
+import attrs
+import pydantic
+import pytest
+
+from tests.helpers import turn_toml_text
+from turnfsm import Agent, approval_machine
+from turnfsm.core import MachineSpec, OutputRejected, ToolCallsReviewed
+from turnfsm.driver import Driver, Session, replay
+from turnfsm.errors import ConfigError, OutputInvalid
+from turnfsm.messages import Role
+from turnfsm.persistence import EventRecorded, MemoryStore
+from turnfsm.providers import ModelRequest
+from turnfsm.serde import dumps, loads
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclasses.dataclass
+class Person:
+    """A person.
+
+    Attributes:
+        name: The person's name.
+        age: Their age in years.
+    """
+
+    name: str
+    age: int
+
+
+@attrs.frozen
+class City:
+    name: str
+    population: int
+
+
+class Pet(pydantic.BaseModel):
+    name: str
+    legs: int = pydantic.Field(ge=0)
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+def rejections(session: Session) -> list[OutputRejected]:
+    return [
+        e.event
+        for e in session.entries
+        if isinstance(e, EventRecorded) and isinstance(e.event, OutputRejected)
+    ]
+
+
+CASES: list[tuple[str, Any, str, Any]] = [
+    ("dataclass", Person, '{"name": "Ada", "age": 36}', Person("Ada", 36)),
+    ("attrs", City, '{"name": "Oslo", "population": 700000}', City("Oslo", 700000)),
+    ("pydantic", Pet, '{"name": "Rex", "legs": 4}', Pet(name="Rex", legs=4)),
+    (
+        "typeddict",
+        Movie,
+        '{"title": "Up", "year": 2009}',
+        {"title": "Up", "year": 2009},
+    ),
+    ("int", int, '{"result": 42}', 42),
+    ("bare-int", int, "42", 42),
+    ("list", list[str], '{"result": ["a", "b"]}', ["a", "b"]),
+    ("literal", Literal["yes", "no"], '{"result": "yes"}', "yes"),
+    ("enum", Colour, '{"result": "red"}', Colour.RED),
+    ("float", float, '{"result": 2.5}', 2.5),
+    ("bool", bool, '{"result": true}', True),
+    ("dict", dict[str, int], '{"result": {"a": 1}}', {"a": 1}),
+    ("fenced", Person, '```json\n{"name": "Ada", "age": 36}\n```', Person("Ada", 36)),
+]
+
+
+@pytest.mark.parametrize(
+    ("tp", "text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+async def test_a_valid_answer_at_once_is_the_output(
+    tp: Any, text: str, expected: Any
+) -> None:
+    model = ScriptedModel.of(text)
+
+    result = await Driver(model=model, output_type=tp).run("go")
+
+    assert result.ok, result.error
+    assert result.output == expected
+    assert type(result.output) is type(expected)
+    assert result.text == text
+    spec = model.requests[0].output
+    assert spec is not None
+    assert spec.schema["type"] == "object"
+
+
+async def test_a_typed_result_on_run() -> None:
+    model = ScriptedModel.of('{"name": "Ada", "age": 36}')
+    result = await Driver(model=model).run("go", output_type=Person)
+
+    person: Person | None = result.output
+    assert person == Person("Ada", 36)
+
+
+async def test_str_needs_no_structured_mode() -> None:
+    model = ScriptedModel.of("plain words")
+
+    result = await Driver(model=model, output_type=str).run("go")
+
+    assert (result.output, model.requests[0].output) == ("plain words", None)
+
+
+async def test_no_output_type_sends_no_output_spec() -> None:
+    model = ScriptedModel.of("hi")
+
+    result = await Driver(model=model).run("go")
+
+    assert (result.output, model.requests[0].output) == (None, None)
+
+
+async def test_invalid_then_valid_re_asks_with_the_errors() -> None:
+    model = ScriptedModel.of(
+        '{"name": "Ada", "age": "old", "extra": 1}', '{"name": "Ada", "age": 36}'
+    )
+    session = Session()
+
+    result = await Driver(model=model, output_type=Person).run("go", session=session)
+
+    assert result.ok
+    assert result.output == Person("Ada", 36)
+    assert result.turns == 2
+    (rejected,) = rejections(session)
+    assert rejected.errors == (
+        'age: expected integer, got "old" (string)',
+        "extra: unexpected (not a field of the answer)",
+    )
+    second = model.requests[1].messages
+    assert [m.role for m in second] == [Role.USER, Role.ASSISTANT, Role.USER]
+    assert second[1].text == '{"name": "Ada", "age": "old", "extra": 1}'
+    assert "age: expected integer" in second[2].text
+    assert "extra: unexpected" in second[2].text
+    assert [m.text for m in session.history][-1] == '{"name": "Ada", "age": 36}'
+    assert len(session.history) == 4
+    fired = [
+        (e.phase, e.decision)
+        for e in session.entries
+        if isinstance(e, EventRecorded) and isinstance(e.event, OutputRejected)
+    ]
+    assert fired == [("start", "measure")]
+
+
+async def test_not_json_is_rejected_with_a_reason() -> None:
+    model = ScriptedModel.of("I think Ada is 36", '{"result": 36}')
+    session = Session()
+
+    result = await Driver(model=model, output_type=int).run("go", session=session)
+
+    assert result.output == 36
+    (rejected,) = rejections(session)
+    assert rejected.errors[0].startswith("(the answer): expected JSON")
+
+
+async def test_a_type_refusing_a_value_is_a_rejection() -> None:
+    model = ScriptedModel.of(
+        '{"name": "Rex", "legs": -1}', '{"name": "Rex", "legs": 3}'
+    )
+    session = Session()
+
+    result = await Driver(model=model, output_type=Pet).run("go", session=session)
+
+    assert result.output == Pet(name="Rex", legs=3)
+    (rejected,) = rejections(session)
+    assert "legs" in rejected.errors[0]
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+async def test_invalid_every_time_fails_bounded_by_max_output_retries(
+    retries: int,
+) -> None:
+    model = FakeModelClient(lambda request: '{"result": "many"}')
+    session = Session()
+    driver = Driver(model=model, output_type=int, max_output_retries=retries)
+
+    result = await driver.run("go", session=session)
+
+    assert result.outcome == "failed"
+    assert isinstance(result.error, OutputInvalid)
+    assert result.error.errors == (
+        '(the answer): expected integer, got "many" (string)',
+    )
+    assert result.error.retries == retries
+    assert len(model.requests) == retries + 1
+    assert result.output is None
+    assert list(session.history) == []
+
+
+async def test_a_tool_call_reply_is_not_validated() -> None:
+    def lookup(name: str) -> str:
+        """Look a person up."""
+        return "36"
+
+    model = ScriptedModel.of(
+        reply("", tool_call("lookup", "c1", name="Ada")), '{"name": "Ada", "age": 36}'
+    )
+
+    result = await Driver(model=model, tools=[lookup], output_type=Person).run("go")
+
+    assert result.output == Person("Ada", 36)
+    assert model.requests[0].output is not None
+
+
+async def test_the_log_replays_with_the_rejection_and_resume_rereads_the_output() -> (
+    None
+):
+    model = ScriptedModel.of('{"age": 1}', '{"name": "Ada", "age": 36}')
+    session = Session()
+    driver = Driver(model=model, output_type=Person)
+
+    result = await driver.run("go", session=session)
+
+    assert replay(driver.machine, session, result.run_id).ok
+    for entry in session.entries:
+        assert loads(type(entry), dumps(entry)) == entry
+    assert len(rejections(session)) == 1
+
+
+async def test_a_resumed_run_re_derives_the_output_from_the_final_text() -> None:
+    store = MemoryStore()
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("t", "c1")), '{"result": ["x"]}'),
+        tools=[lambda_tool],
+        machine=approval_machine(),
+        output_type=list[str],
+        store=store,
+    )
+    paused = await agent.run("go")
+    assert paused.outcome == "paused"
+
+    done = await agent.resume(
+        paused.session_id, paused.run_id, ToolCallsReviewed.approve_all()
+    )
+
+    assert (done.outcome, done.output) == ("done", ["x"])
+
+
+def lambda_tool() -> str:
+    """A tool."""
+    return "ok"
+
+
+async def test_the_approval_machine_re_asks_too() -> None:
+    model = ScriptedModel.of('{"result": "perhaps"}', '{"result": "no"}')
+    session = Session()
+    driver = Driver(
+        model=model, machine=approval_machine(), output_type=Literal["yes", "no"]
+    )
+
+    result = await driver.run("go", session=session)
+
+    assert (result.output, result.turns) == ("no", 2)
+    (rejected,) = rejections(session)
+    assert rejected.errors == (
+        '(the answer): expected one of "yes", "no", got "perhaps" (string)',
+    )
+    assert replay(driver.machine, session, result.run_id).ok
+
+
+async def test_a_machine_without_the_re_ask_is_refused_by_name() -> None:
+    text = turn_toml_text()
+    start = text.index("# -- a structured final answer")
+    end = text.index("# -- at any time")
+    text = text[:start] + text[end:]
+    spec = MachineSpec.from_toml(text.replace('name = "turn"', 'name = "old"'))
+    model = ScriptedModel.of("x")
+
+    with pytest.raises(
+        ConfigError, match=r"'old'.*output_rejected|output_rejected.*'old'"
+    ):
+        Driver(model=model, machine=spec, output_type=Person)
+    driver = Driver(model=model, machine=spec)
+    with pytest.raises(ConfigError, match="old"):
+        await driver.run("go", output_type=int)
+    assert (await driver.run("go", output_type=str)).output == "x"
+
+
+@dataclasses.dataclass
+class Dangling:
+    y: Nope  # type: ignore[name-defined]  # noqa: F821  # deliberately unresolvable
+
+
+@pytest.mark.parametrize("tp", [object, 5, Dangling], ids=["object", "5", "dangling"])
+async def test_a_type_without_a_json_form_is_a_config_error(tp: Any) -> None:
+    with pytest.raises(ConfigError, match="output_type"):
+        Driver(model=ScriptedModel.of(), output_type=tp)
+
+
+async def test_the_request_carries_the_schema_and_strictness() -> None:
+    seen: list[ModelRequest] = []
+
+    def answer(request: ModelRequest) -> str:
+        seen.append(request)
+        return json.dumps({"result": 1})
+
+    await Driver(model=FakeModelClient(answer), output_type=int).run("go")
+    await Driver(model=FakeModelClient(answer), output_type=Pet).run(
+        "go"
+    )  # pydantic: a default field is not required, so not strict
+
+    int_spec, pet_spec = seen[0].output, seen[1].output
+    assert int_spec is not None
+    assert pet_spec is not None
+    assert (int_spec.name, int_spec.strict) == ("int", True)
+    assert int_spec.schema["properties"] == {"result": {"type": "integer"}}
+    assert (pet_spec.name, pet_spec.strict) == ("Pet", False)

@@ -1,0 +1,196 @@
+"""Structured final answers: the output type's schema, and the reply read back.
+
+The one mechanism tool arguments use serves the final answer too: the
+annotation's JSON schema comes from `turnfsm.driver._schema` (a pydantic
+model describes itself), the reply's JSON is checked against it with
+`jsonschema` and every problem listed (`turnfsm.driver._arguments`), and
+the valid JSON is read into the type by the same cattrs converter (a
+pydantic model by its `model_validate`).
+
+A type that is not an object (a primitive, a list, a `Literal`, an enum) is
+wrapped for the provider as an object of one property, ``{"result": ...}``,
+and unwrapped here. `str` asks for no structured mode: the text is the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final, final
+
+import attrs
+from jsonschema.protocols import Validator
+
+from turnfsm.core import MachineSpec
+from turnfsm.driver._arguments import (
+    InvalidArguments,
+    Problem,
+    check_arguments,
+    problems_of_structuring,
+    validator_for,
+)
+from turnfsm.driver._schema import (
+    Unsupported,
+    class_schema,
+    is_params_class,
+    schema_of,
+    structure_hook,
+)
+from turnfsm.errors import ConfigError
+from turnfsm.providers import OutputSpec
+
+__all__ = ["OutputType", "check_machine", "is_strict"]
+
+WRAPPER: Final = "result"
+"""The one property a non-object output is wrapped in."""
+
+_FENCE: Final = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
+_TRIGGER: Final = "output_rejected"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OutputType:
+    """A run's output type: what the provider is asked for and how replies are read.
+
+    Build one with `OutputType.of`; `spec` is None for `str` (plain text).
+    """
+
+    tp: Any = attrs.field(eq=False)
+    spec: OutputSpec | None
+    wrapped: bool
+    _validator: Validator | None = attrs.field(eq=False, repr=False)
+    _read: Callable[[Any], Any] = attrs.field(eq=False, repr=False)
+
+    @classmethod
+    def of(cls, tp: Any) -> OutputType:
+        """Describe `tp` (a dataclass, attrs class, pydantic model, TypedDict, ...).
+
+        Raises:
+            ConfigError: `tp` has no JSON schema (names the problem).
+        """
+        if tp is str:
+            return cls(tp=tp, spec=None, wrapped=False, validator=None, read=str)
+        defs: dict[str, Any] = {}
+        wrapped = not is_params_class(tp)
+        try:
+            if wrapped:
+                inner = schema_of(tp, defs)
+                schema: dict[str, Any] = {
+                    "type": "object",
+                    "properties": {WRAPPER: inner},
+                    "required": [WRAPPER],
+                    "additionalProperties": False,
+                }
+            else:
+                schema = dict(class_schema(tp, defs))
+            read = structure_hook(tp)
+        except (Unsupported, NameError, TypeError) as exc:
+            # NameError: an annotation that does not resolve (a forward ref).
+            raise ConfigError(
+                "output_type", tp, f"a type with a JSON form ({exc})"
+            ) from None
+        if defs:
+            schema["$defs"] = {**schema.get("$defs", {}), **defs}
+        name = _name_of(tp)
+        validator = validator_for(name, schema)
+        spec = OutputSpec(name=name, schema=schema, strict=is_strict(schema))
+        return cls(tp=tp, spec=spec, wrapped=wrapped, validator=validator, read=read)
+
+    def parse(self, text: str) -> Any:
+        """Read the reply's text as a value of the output type.
+
+        Raises:
+            InvalidArguments: the text is not JSON, or does not fit the
+                schema, or the type refused it; each problem is listed.
+        """
+        if self._validator is None:
+            return text
+        try:
+            data = json.loads(_unfenced(text))
+        except ValueError as exc:
+            raise InvalidArguments([Problem((), f"expected JSON ({exc})")]) from None
+        if self.wrapped and not (isinstance(data, Mapping) and WRAPPER in data):
+            data = {WRAPPER: data}  # the bare value, as small models often send
+        check_arguments(self._validator, data)
+        value = data[WRAPPER] if self.wrapped else data
+        try:
+            return self._read(value)
+        except Exception as exc:
+            problems = problems_of_structuring(exc)
+            if self.wrapped:
+                problems = [attrs.evolve(p, path=(WRAPPER, *p.path)) for p in problems]
+            raise InvalidArguments(problems) from exc
+
+    def errors(self, exc: InvalidArguments) -> tuple[str, ...]:
+        """Return each problem as one line for the model, paths in the answer."""
+        return tuple(self._describe(p) for p in exc.problems)
+
+    def _describe(self, problem: Problem) -> str:
+        path = problem.path
+        if self.wrapped and path[:1] == (WRAPPER,):
+            path = path[1:]
+        text = str(attrs.evolve(problem, path=path))
+        text = text.replace("not a parameter of this tool", "not a field of the answer")
+        return text.replace("(the arguments)", "(the answer)", 1)
+
+
+def _name_of(tp: Any) -> str:
+    raw = getattr(tp, "__name__", None) or "output"
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", str(raw))[:64]
+    return name or "output"
+
+
+def _unfenced(text: str) -> str:
+    match = _FENCE.match(text)
+    return match.group(1) if match else text
+
+
+def is_strict(schema: object) -> bool:
+    """Tell whether `schema` qualifies for OpenAI's strict structured outputs.
+
+    Every object schema must be closed (``additionalProperties: false``) and
+    list all its properties as required.
+    """
+    if isinstance(schema, list):
+        return all(is_strict(item) for item in schema)
+    if not isinstance(schema, Mapping):
+        return True
+    if schema.get("type") == "object" or "properties" in schema:
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return False
+        if set(schema.get("required", ())) != set(properties):
+            return False
+    return all(
+        is_strict(value)
+        for key, value in schema.items()
+        if key not in ("enum", "const")
+    )
+
+
+def check_machine(spec: MachineSpec) -> None:
+    """Refuse a machine that cannot re-ask for a structured answer.
+
+    Every phase that calls the model must have an `output_rejected`
+    transition, or a rejected answer would be an `IllegalEvent` at run time.
+
+    Raises:
+        ConfigError: a model-call phase has no `output_rejected` transition
+            (names the machine and the phases).
+    """
+    calls = [s.name for s in spec.states if s.decision == "call_llm"]
+    handled = {
+        src for t in spec.transitions if t.trigger == _TRIGGER for src in t.sources
+    }
+    missing = [p for p in calls if p not in handled]
+    if missing:
+        raise ConfigError(
+            "output_type",
+            spec.name,
+            f"a machine with an {_TRIGGER!r} transition out of "
+            + ", ".join(map(repr, missing))
+            + f" (machine {spec.name!r} cannot re-ask for a structured answer; "
+            "see machines/turn.toml)",
+        )
