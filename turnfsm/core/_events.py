@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Final, TypeAlias, final
+from typing import Any, Final, TypeAlias, final
 
 import attrs
 
-from turnfsm.messages import Message, as_messages
+from turnfsm import _checks
+from turnfsm.messages import Message
 from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
@@ -40,9 +41,15 @@ __all__ = [
 ]
 
 
-def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
+_non_negative: Final = _checks.integer(low=0)
+_message: Final = _checks.instance(Message, "a Message")
+_usage: Final = _checks.instance(Usage, "a Usage", optional=True)
+_error: Final = _checks.instance(ErrorInfo, "an ErrorInfo")
+_messages: Final = _checks.each(Message, "a Message")
+
+
+def _to_messages(name: str) -> Any:
+    return _checks.tuple_of(name, "Message")
 
 
 @final
@@ -50,7 +57,9 @@ def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None
 class RunStarted:
     """A run began: `input` are the run's new messages (they become pending)."""
 
-    input: tuple[Message, ...] = attrs.field(converter=as_messages)
+    input: tuple[Message, ...] = attrs.field(
+        converter=_to_messages("input"), validator=_messages
+    )
 
 
 @final
@@ -66,8 +75,8 @@ class Measured:
 class ModelReplied:
     """The model answered with `message` (an assistant message)."""
 
-    message: Message
-    usage: Usage | None = None
+    message: Message = attrs.field(validator=_message)
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -75,7 +84,7 @@ class ModelReplied:
 class ModelFailed:
     """The model call failed for good (the retry policy gave up)."""
 
-    error: ErrorInfo
+    error: ErrorInfo = attrs.field(validator=_error)
 
 
 @final
@@ -83,7 +92,7 @@ class ModelFailed:
 class ContextOverflowed:
     """The provider rejected the request as longer than its context."""
 
-    error: ErrorInfo
+    error: ErrorInfo = attrs.field(validator=_error)
 
 
 @final
@@ -91,7 +100,9 @@ class ContextOverflowed:
 class ToolsFinished:
     """Every tool call of the last reply has a result in `results`."""
 
-    results: tuple[Message, ...] = attrs.field(converter=as_messages)
+    results: tuple[Message, ...] = attrs.field(
+        converter=_to_messages("results"), validator=_messages
+    )
 
 
 @final
@@ -105,7 +116,9 @@ class ToolCallsReviewed:
     by whoever builds the event, so a replayed log gives the same history.
     """
 
-    results: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
+    results: tuple[Message, ...] = attrs.field(
+        default=(), converter=_to_messages("results"), validator=_messages
+    )
 
     @classmethod
     def approve_all(cls) -> ToolCallsReviewed:
@@ -137,10 +150,12 @@ class CompactionResult:
     `before` and `after` are the driver's measurements of the whole request.
     """
 
-    messages: tuple[Message, ...] = attrs.field(converter=as_messages)
+    messages: tuple[Message, ...] = attrs.field(
+        converter=_to_messages("messages"), validator=_messages
+    )
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
-    usage: Usage | None = None
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -154,8 +169,8 @@ class CompactionNoop:
 
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
-    vetoed: bool = False
-    usage: Usage | None = None
+    vetoed: bool = attrs.field(default=False, validator=_checks.boolean())
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -165,7 +180,7 @@ class CompactionOverflowed:
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
-    usage: Usage | None = None
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -175,8 +190,8 @@ class CompactorFailed:
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
-    error: ErrorInfo
-    usage: Usage | None = None
+    error: ErrorInfo = attrs.field(validator=_error)
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -192,7 +207,7 @@ class CompactionCircuitOpened:
 class MessageInjected:
     """A message was injected from outside (steering, human input)."""
 
-    message: Message
+    message: Message = attrs.field(validator=_message)
 
 
 @final
@@ -200,7 +215,7 @@ class MessageInjected:
 class RunCancelled:
     """The run was cancelled."""
 
-    reason: str = "cancelled"
+    reason: str = attrs.field(default="cancelled", validator=_checks.string())
 
 
 @final
@@ -208,8 +223,10 @@ class RunCancelled:
 class Signal:
     """A custom trigger for a user machine's own phases (declared in `signals`)."""
 
-    name: str
-    data: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    name: str = attrs.field(validator=_checks.string(non_empty=True))
+    data: Mapping[str, str] = attrs.field(
+        factory=dict, hash=False, validator=_checks.string_mapping()
+    )
 
 
 Event: TypeAlias = (
