@@ -76,15 +76,17 @@ def integer(
     high: int | None = None,
     optional: bool = False,
     error: _Error = ConfigError,
+    expected: str | None = None,
 ) -> Check:
     """Return a validator: an int (not a bool) in ``low..high``."""
-    if low is not None and high is not None:
-        expected = f"an int in {low}..{high}"
+    if expected is not None:
+        text = expected
+    elif low is not None and high is not None:
+        text = _maybe(f"an int in {low}..{high}", optional)
     elif low is not None:
-        expected = f"an int >= {low}"
+        text = _maybe(f"an int >= {low}", optional)
     else:
-        expected = "an int"
-    expected = _maybe(expected, optional)
+        text = _maybe("an int", optional)
 
     def validate(_inst: object, attr: object, value: object) -> None:
         if value is None and optional:
@@ -94,7 +96,7 @@ def integer(
             or (low is not None and value < low)  # type: ignore[operator]
             or (high is not None and value > high)  # type: ignore[operator]
         ):
-            _fail(error, _name(name, attr), value, expected)
+            _fail(error, _name(name, attr), value, text)
 
     return validate
 
@@ -240,7 +242,7 @@ def each(
     The error names the item (``tools[2]``).
     """
 
-    def validate(_inst: object, attr: object, value: object) -> None:
+    def validate(_inst: object, attr: object, value: Any) -> None:
         field = _name(name, attr)
         if not isinstance(value, tuple):
             _fail(error, field, value, f"a sequence of {expected}")
@@ -254,7 +256,7 @@ def each(
 def string_mapping(name: str | None = None, *, error: _Error = ConfigError) -> Check:
     """Return a validator: a mapping of strings to strings."""
 
-    def validate(_inst: object, attr: object, value: object) -> None:
+    def validate(_inst: object, attr: object, value: Any) -> None:
         field = _name(name, attr)
         if not isinstance(value, Mapping):
             _fail(error, field, value, "a mapping of strings to strings")
@@ -278,6 +280,15 @@ class _Named:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+def as_tuple(
+    value: Any, name: str, expected: str, *, error: _Error = ConfigError
+) -> tuple[Any, ...]:
+    """Return `value` as a tuple: any iterable but a string or a mapping."""
+    if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
+        _fail(error, name, value, f"a sequence of {expected}")
+    return tuple(value)
 
 
 def tuple_of(

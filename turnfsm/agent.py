@@ -67,10 +67,9 @@ class RunStream:
         return self._result
 
 
-@final
 def _check_options(options: Mapping[str, Any]) -> None:
     """Name an unknown or missing `Driver` setting the way a user wrote it."""
-    known = [f.alias for f in attrs.fields(Driver) if f.init]
+    known = [f.alias or f.name for f in attrs.fields(Driver) if f.init]
     for name in options:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
@@ -80,6 +79,7 @@ def _check_options(options: Mapping[str, Any]) -> None:
         raise ConfigError("model", None, "a ModelClient (model= is required)")
 
 
+@final
 class Agent:
     """An LLM agent on the Turn FSM.
 

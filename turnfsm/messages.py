@@ -164,8 +164,6 @@ _PART_TYPES: Final = (TextPart, ToolCallPart, ToolResultPart, ImagePart)
 def _to_parts(value: Iterable[Part] | str) -> tuple[Part, ...]:
     if isinstance(value, str):
         return (TextPart(text=value),)
-    if isinstance(value, _PART_TYPES):
-        return (value,)
     if isinstance(value, bytes | Mapping) or not _checks.is_iterable(value):
         raise InvalidMessage("parts", value, "expected a string or message parts")
     parts = tuple(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final, TypeAlias, final
 
 import attrs
@@ -59,8 +60,12 @@ class CallLLM:
         return (*self.history, *self.pending)
 
 
-_calls: Final = _checks.tuple_of("calls", "ToolCallPart")
-_strings: Final = _checks.tuple_of("accepts", "str")
+def _calls(value: Iterable[ToolCallPart]) -> tuple[ToolCallPart, ...]:
+    return _checks.as_tuple(value, "calls", "ToolCallPart")
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return _checks.as_tuple(value, "accepts", "str")
 
 
 @final

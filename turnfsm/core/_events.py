@@ -7,8 +7,8 @@ Each event's trigger is the snake_case form of its class name
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Final, TypeAlias, final
+from collections.abc import Iterable, Mapping
+from typing import Final, TypeAlias, final
 
 import attrs
 
@@ -48,8 +48,16 @@ _error: Final = _checks.instance(ErrorInfo, "an ErrorInfo")
 _messages: Final = _checks.each(Message, "a Message")
 
 
-def _to_messages(name: str) -> Any:
-    return _checks.tuple_of(name, "Message")
+def _input(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "input", "Message")
+
+
+def _results(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "results", "Message")
+
+
+def _compacted(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "messages", "Message")
 
 
 @final
@@ -57,9 +65,7 @@ def _to_messages(name: str) -> Any:
 class RunStarted:
     """A run began: `input` are the run's new messages (they become pending)."""
 
-    input: tuple[Message, ...] = attrs.field(
-        converter=_to_messages("input"), validator=_messages
-    )
+    input: tuple[Message, ...] = attrs.field(converter=_input, validator=_messages)
 
 
 @final
@@ -100,9 +106,7 @@ class ContextOverflowed:
 class ToolsFinished:
     """Every tool call of the last reply has a result in `results`."""
 
-    results: tuple[Message, ...] = attrs.field(
-        converter=_to_messages("results"), validator=_messages
-    )
+    results: tuple[Message, ...] = attrs.field(converter=_results, validator=_messages)
 
 
 @final
@@ -117,7 +121,7 @@ class ToolCallsReviewed:
     """
 
     results: tuple[Message, ...] = attrs.field(
-        default=(), converter=_to_messages("results"), validator=_messages
+        default=(), converter=_results, validator=_messages
     )
 
     @classmethod
@@ -151,7 +155,7 @@ class CompactionResult:
     """
 
     messages: tuple[Message, ...] = attrs.field(
-        converter=_to_messages("messages"), validator=_messages
+        converter=_compacted, validator=_messages
     )
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)

@@ -108,13 +108,22 @@ class Failure:
         return _ERROR_BUILDERS[self.kind](self)
 
 
-def _log(name: str) -> Callable[[Any], MessageLog]:
-    as_tuple = _checks.tuple_of(name, "Message")
+def _log(value: Any, name: str) -> MessageLog:
+    if isinstance(value, MessageLog):
+        return value
+    return MessageLog(_checks.as_tuple(value, name, "Message"))
 
-    def convert(value: Any) -> MessageLog:
-        return value if isinstance(value, MessageLog) else MessageLog(as_tuple(value))
 
-    return convert
+def _history(value: Any) -> MessageLog:
+    return _log(value, "history")
+
+
+def _pending(value: Any) -> MessageLog:
+    return _log(value, "pending")
+
+
+def _inbox(value: Any) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "inbox", "Message")
 
 
 def _messages(_inst: object, attr: Any, value: Any) -> None:
@@ -137,13 +146,13 @@ class Snapshot:
         factory=Budget, validator=_checks.instance(Budget, "a Budget")
     )
     history: MessageLog = attrs.field(
-        factory=MessageLog, converter=_log("history"), validator=_messages
+        factory=MessageLog, converter=_history, validator=_messages
     )
     pending: MessageLog = attrs.field(
-        factory=MessageLog, converter=_log("pending"), validator=_messages
+        factory=MessageLog, converter=_pending, validator=_messages
     )
     inbox: tuple[Message, ...] = attrs.field(
-        default=(), converter=_checks.tuple_of("inbox", "Message"), validator=_messages
+        default=(), converter=_inbox, validator=_messages
     )
     estimate: int | None = attrs.field(
         default=None, validator=_checks.integer(low=0, optional=True)
@@ -234,7 +243,7 @@ class Snapshot:
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
         def messages(value: Any) -> list[Message]:
-            return [Message.from_dict(m) for m in _checks.tuple_of("", "")(value)]
+            return [Message.from_dict(m) for m in _checks.as_tuple(value, "", "")]
 
         return cls(
             phase=data["phase"],

@@ -108,6 +108,16 @@ def _check_hooks(name: str, hooks: Sequence[object]) -> None:
             raise ConfigError(f"{name}[{i}]", hook, "a Hook")
 
 
+def _tools_tuple(
+    value: Iterable[Tool | Callable[..., Any]],
+) -> tuple[Tool | Callable[..., Any], ...]:
+    return _checks.as_tuple(value, "tools", "tools or functions")
+
+
+def _hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
+    return _checks.as_tuple(value, "hooks", "Hook")
+
+
 def _seconds(name: str) -> Any:
     return _checks.seconds(name)
 
@@ -159,7 +169,7 @@ class Driver:
 
     model: ModelClient
     tools: Sequence[Tool | Callable[..., Any]] = attrs.field(
-        default=(), converter=_checks.tuple_of("tools", "tools or functions")
+        default=(), converter=_tools_tuple
     )
     system_prompt: str | None = attrs.field(default=None)
     context: ContextManager | None = attrs.field(factory=ContextManager)
@@ -188,7 +198,7 @@ class Driver:
     )
     hooks: Sequence[Hook] = attrs.field(
         default=(),
-        converter=_checks.tuple_of("hooks", "Hook"),
+        converter=_hooks_tuple,
         validator=lambda _i, _a, v: _check_hooks("hooks", v),
     )
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
@@ -311,7 +321,7 @@ class Driver:
             SessionConflict: another writer appended to the session's log.
         """
         messages = _as_messages(input)
-        hooks = _checks.tuple_of("hooks", "Hook")(hooks)
+        hooks = _hooks_tuple(hooks)
         _check_hooks("hooks", hooks)
         session = session if session is not None else Session()
         if not isinstance(session, Session):

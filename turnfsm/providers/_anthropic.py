@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Final, TypeAlias, final
 import attrs
 from anyio.lowlevel import current_token
 
+from turnfsm import _checks
 from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import positive_or_none, resolve_api_key
@@ -112,19 +113,21 @@ class AnthropicModel:
             lambda v: isinstance(v, str) and bool(v),
         )
     )
-    base_url: str | None = attrs.field(default=None, kw_only=True)
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.string(non_empty=True, optional=True),
+    )
+    api_key: str | None = attrs.field(
+        default=None, kw_only=True, repr=False, validator=_checks.string(optional=True)
+    )
     timeout: float | None = attrs.field(
         default=600.0, kw_only=True, validator=positive_or_none("timeout")
     )
     max_tokens: int = attrs.field(
         default=1024,
         kw_only=True,
-        validator=_checked(
-            "max_tokens",
-            "an int >= 1",
-            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-        ),
+        validator=_checks.integer(low=1),
     )
     client: anthropic.AsyncAnthropic | None = attrs.field(
         default=None, kw_only=True, repr=False

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Final, TypeAlias, final
 import attrs
 from anyio.lowlevel import current_token
 
+from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import positive_or_none, resolve_api_key
@@ -96,16 +97,28 @@ class OpenAIModel:
     """The provider's name in traces (``gen_ai.provider.name``)."""
 
     model: str = attrs.field(validator=_model_name("gpt-4o-mini"))
-    base_url: str | None = attrs.field(default=None, kw_only=True)
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.string(non_empty=True, optional=True),
+    )
+    api_key: str | None = attrs.field(
+        default=None, kw_only=True, repr=False, validator=_checks.string(optional=True)
+    )
     timeout: float | None = attrs.field(
         default=600.0, kw_only=True, validator=positive_or_none("timeout")
     )
     max_tokens: int | None = attrs.field(
-        default=None, kw_only=True, validator=positive_or_none("max_tokens")
+        default=None, kw_only=True, validator=_checks.integer(low=1, optional=True)
     )
-    temperature: float | None = attrs.field(default=None, kw_only=True)
-    parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.number(low=0, high=2, optional=True),
+    )
+    parallel_tool_calls: bool | None = attrs.field(
+        default=None, kw_only=True, validator=_checks.boolean(optional=True)
+    )
     client: openai.AsyncOpenAI | None = attrs.field(
         default=None, kw_only=True, repr=False
     )
