@@ -150,9 +150,11 @@ def string(
     non_empty: bool = False,
     optional: bool = False,
     error: _Error = ConfigError,
+    expected: str | None = None,
 ) -> Check:
     """Return a validator: a string (non-empty if asked; blank counts as empty)."""
-    expected = _maybe("a non-empty string" if non_empty else "a string", optional)
+    if expected is None:
+        expected = _maybe("a non-empty string" if non_empty else "a string", optional)
 
     def validate(_inst: object, attr: object, value: object) -> None:
         if value is None and optional:
@@ -211,23 +213,34 @@ def callable_(name: str | None = None, *, optional: bool = False) -> Check:
     return validate
 
 
-def one_of(
-    values: Collection[object], name: str | None = None, *, optional: bool = False
-) -> Check:
-    """Return a validator: one of `values`."""
-    text = _maybe("one of " + ", ".join(repr(v) for v in values), optional)
+class one_of:
+    """An attrs validator: one of `options` (kept, as attrs' ``in_`` keeps them)."""
 
-    def validate(_inst: object, attr: object, value: object) -> None:
-        if value is None and optional:
+    __slots__ = ("_name", "_text", "optional", "options")
+
+    def __init__(
+        self,
+        options: Collection[object],
+        name: str | None = None,
+        *,
+        optional: bool = False,
+    ) -> None:
+        """Accept the values in `options` (and None if `optional`)."""
+        self.options = options
+        self.optional = optional
+        self._name = name
+        self._text = _maybe("one of " + ", ".join(repr(v) for v in options), optional)
+
+    def __call__(self, _inst: object, attr: object, value: object) -> None:
+        """Raise `ConfigError` unless `value` is one of the options."""
+        if value is None and self.optional:
             return
         try:
-            ok = value in values
-        except TypeError:  # an unhashable value in a set
+            ok = value in self.options
+        except TypeError:  # an unhashable value
             ok = False
-        if not ok:
-            raise ConfigError(_name(name, attr), value, text)
-
-    return validate
+        if not ok or isinstance(value, bool):
+            raise ConfigError(_name(self._name, attr), value, self._text)
 
 
 def each(

@@ -243,7 +243,15 @@ class Message:
         """Return an assistant message with `text` and optional `tool_calls`."""
         _checks.check(text, "text", _require_str("text"))
         parts: list[Part] = [TextPart(text=text)] if text else []
-        parts.extend(_checks.tuple_of("tool_calls", "ToolCallPart")(tool_calls))
+        calls = _checks.as_tuple(
+            tool_calls, "tool_calls", "ToolCallPart", error=InvalidMessage
+        )
+        for i, call in enumerate(calls):
+            if not isinstance(call, ToolCallPart):
+                raise InvalidMessage(
+                    f"tool_calls[{i}]", call, "expected a ToolCallPart"
+                )
+        parts.extend(calls)
         return cls(role=Role.ASSISTANT, parts=parts, **kwargs)
 
     @classmethod
@@ -289,7 +297,7 @@ class Message:
             raw = data["parts"]
             if not isinstance(raw, list | tuple):
                 raise InvalidMessage("parts", raw, "expected a list of parts")
-            parts = [_part_from_dict(p) for p in raw]
+            parts = [_part_at(i, p) for i, p in enumerate(raw)]
             return cls(
                 role=data["role"],
                 parts=parts,
@@ -320,6 +328,19 @@ def _part_to_dict(part: Part) -> dict[str, Any]:
             }
         case ImagePart(url=url, media_type=media_type):
             return {"type": "image", "url": url, "media_type": media_type}
+
+
+def _part_at(index: int, data: Mapping[str, Any]) -> Part:
+    """Read part `index`; an error names it (``parts[1].text``)."""
+    try:
+        return _part_from_dict(data)
+    except KeyError as exc:
+        name = f"parts[{index}].{exc.args[0]}"
+        raise InvalidMessage(name, None, "missing field") from None
+    except InvalidMessage as exc:
+        inner = exc.field.removeprefix("parts").removeprefix(".")
+        name = f"parts[{index}].{inner}" if inner else f"parts[{index}]"
+        raise InvalidMessage(name, exc.value, exc.reason) from None
 
 
 def _part_from_dict(data: Mapping[str, Any]) -> Part:

@@ -93,7 +93,7 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
 class Failure:
     """Why a run failed, as plain data; `to_error()` builds the exception."""
 
-    kind: str = attrs.field(validator=attrs.validators.in_(_ERROR_BUILDERS))
+    kind: str = attrs.field(validator=_checks.one_of(_ERROR_BUILDERS, "kind"))
     used: int = attrs.field(default=0, validator=_checks.integer(low=0))
     limit: int = attrs.field(default=0, validator=_checks.integer(low=0))
     detail: str = attrs.field(default="", validator=_checks.string())
@@ -225,7 +225,7 @@ class Snapshot:
         if not isinstance(data, Mapping):
             raise ConfigError("snapshot", data, "a mapping (Snapshot.to_dict output)")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if not _checks.is_int(version) or version != SCHEMA_VERSION:
             raise ConfigError("schema_version", version, f"{SCHEMA_VERSION}")
         try:
             snapshot = cls._from_dict(data)

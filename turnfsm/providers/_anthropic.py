@@ -110,7 +110,7 @@ class AnthropicModel:
         validator=_checked(
             "model",
             "a model name such as 'claude-sonnet-4-5'",
-            lambda v: isinstance(v, str) and bool(v),
+            lambda v: isinstance(v, str) and bool(v.strip()),
         )
     )
     base_url: str | None = attrs.field(

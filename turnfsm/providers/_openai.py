@@ -17,7 +17,7 @@ import attrs
 from anyio.lowlevel import current_token
 
 from turnfsm import _checks
-from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
+from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import positive_or_none, resolve_api_key
 from turnfsm.providers._convert_openai import (
@@ -56,11 +56,9 @@ _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
 
 
 def _model_name(example: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if not isinstance(value, str) or not value:
-            raise ConfigError("model", value, f"a model name such as {example!r}")
-
-    return check
+    return _checks.string(
+        "model", non_empty=True, expected=f"a model name such as {example!r}"
+    )
 
 
 @final
