@@ -5,9 +5,8 @@ outside failure translated once, at the effect that met it, into a value the
 brain, the log and the trace carry unchanged. Both are plain frozen values, so
 a provider can build them without importing the brain (`turnfsm.core`).
 
-This module imports only the standard library, `attrs` and the shared
-validators (`turnfsm._checks`), so every module, the brain included, may
-import it.
+This module imports only the standard library, `attrs` and turnfsm's shared
+validators, so every module, the brain included, may import it.
 """
 
 from __future__ import annotations
