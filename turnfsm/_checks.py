@@ -213,7 +213,7 @@ def callable_(name: str | None = None, *, optional: bool = False) -> Check:
     return validate
 
 
-class one_of:
+class _OneOf:
     """An attrs validator: one of `options` (kept, as attrs' ``in_`` keeps them)."""
 
     __slots__ = ("_name", "_text", "optional", "options")
@@ -241,6 +241,13 @@ class one_of:
             ok = False
         if not ok or isinstance(value, bool):
             raise ConfigError(_name(self._name, attr), value, self._text)
+
+
+def one_of(
+    options: Collection[object], name: str | None = None, *, optional: bool = False
+) -> Check:
+    """Return a validator: one of `options` (its ``options`` attribute keeps them)."""
+    return _OneOf(options, name, optional=optional)
 
 
 def each(
