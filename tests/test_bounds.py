@@ -22,7 +22,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnfsm import Agent, Driver, serde
-from turnfsm.context import ContextManager
+from turnfsm.context import (
+    ContextManager,
+    LayeredCompactor,
+    SummarizingCompactor,
+    TokenSplitter,
+    ToolResultDigest,
+    TruncatingCompactor,
+)
 from turnfsm.core import (
     Budget,
     CallLLM,
@@ -59,8 +66,9 @@ from turnfsm.messages import (
     ToolResultPart,
 )
 from turnfsm.persistence import RunEnded, SQLiteStore, open_store
+from turnfsm.providers import ModelRequest, ModelResponse, ToolSchema
 from turnfsm.testing import ScriptedModel
-from turnfsm.tokens import RatioTokenCounter
+from turnfsm.tokens import ConservativeTokenCounter, RatioTokenCounter, TiktokenCounter
 from turnfsm.values import ErrorInfo, Usage
 
 from turnfsm import default_machine  # isort: skip
@@ -479,6 +487,94 @@ CASES = [
         RatioTokenCounter,
         {"chars_per_token": 4.0},
         {"chars_per_token": bad_number(above=0)},
+    ),
+    Case(
+        "TruncatingCompactor",
+        TruncatingCompactor,
+        {},
+        {"preserve_recent": bad_int(1), "min_messages": bad_int(2)},
+    ),
+    Case(
+        "TokenSplitter",
+        TokenSplitter,
+        {},
+        {"preserve_recent": bad_int(1), "min_messages": bad_int(2)},
+    ),
+    Case(
+        "SummarizingCompactor",
+        SummarizingCompactor,
+        {},
+        {
+            "model": not_a(none=False),
+            "keep_recent_turns": bad_int(),
+            "max_summary_tokens": bad_int(1),
+            "summary_window": bad_int(1, none=False),
+            "summary_role": not_a(),
+            "temperature": bad_number(low=0),
+            "digest_min_chars": bad_int(1, none=False),
+        },
+    ),
+    Case(
+        "LayeredCompactor",
+        LayeredCompactor,
+        {},
+        {
+            "model": not_a(none=False),
+            "max_tool_result_chars": bad_int(1),
+            "trim_turns": bad_int(),
+            "preserved_turns": bad_int(),
+            "max_summary_tokens": bad_int(1),
+            "digest_min_chars": bad_int(1, none=False),
+        },
+    ),
+    Case(
+        "ToolResultDigest",
+        ToolResultDigest,
+        {},
+        {"min_chars": bad_int(1), "keep_recent_turns": bad_int()},
+    ),
+    Case(
+        "TiktokenCounter",
+        TiktokenCounter,
+        {},
+        {
+            "encoding": st.one_of(not_a(), st.just("no_such_encoding")),
+            "message_tokens": bad_int(),
+            "image_tokens": bad_int(),
+        },
+    ),
+    Case(
+        "ConservativeTokenCounter",
+        ConservativeTokenCounter,
+        {},
+        {"message_tokens": bad_int(), "image_tokens": bad_int()},
+    ),
+    Case(
+        "ToolSchema",
+        ToolSchema,
+        {"name": "t", "description": "d", "parameters": {}},
+        {
+            "name": not_str(empty=True),
+            "description": not_str(),
+            "parameters": NOT_MAPPING,
+        },
+    ),
+    Case(
+        "ModelRequest",
+        ModelRequest,
+        {"messages": [USER]},
+        {"messages": NOT_MESSAGES, "tools": NOT_MESSAGES},
+    ),
+    Case(
+        "ModelResponse",
+        ModelResponse,
+        {"message": Message.assistant("ok")},
+        {
+            "message": st.one_of(not_a(), st.just(USER)),
+            "usage": not_a(none=False),
+            "model": not_str(none=False),
+        },
+        {"message": ""},
     ),
     Case(
         "Driver",
