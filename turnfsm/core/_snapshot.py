@@ -242,15 +242,19 @@ class Snapshot:
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
-        def messages(value: Any) -> list[Message]:
-            return [Message.from_dict(m) for m in _checks.as_tuple(value, "", "")]
+        def messages(name: str) -> Callable[[Any], list[Message]]:
+            def read(value: Any) -> list[Message]:
+                items = _checks.as_tuple(value, name, "messages")
+                return [Message.from_dict(m) for m in items]
+
+            return read
 
         return cls(
             phase=data["phase"],
             budget=_read(data, "budget", lambda v: Budget(**v)),
-            history=_read(data, "history", messages),
-            pending=_read(data, "pending", messages),
-            inbox=_read(data, "inbox", messages),
+            history=_read(data, "history", messages("history")),
+            pending=_read(data, "pending", messages("pending")),
+            inbox=_read(data, "inbox", messages("inbox")),
             estimate=data["estimate"],
             turns=data["turns"],
             overflow_retries=data["overflow_retries"],
@@ -264,12 +268,17 @@ class Snapshot:
 
 
 def _read(data: Mapping[str, Any], name: str, build: Callable[[Any], Any]) -> Any:
-    """Return `build(data[name])` (None stays None), errors naming `name`."""
+    """Return `build(data[name])` (None stays None), errors naming `name`.
+
+    A `ConfigError` from inside already names its field and passes unchanged.
+    """
     value = data[name]
     if value is None:
         return None
     try:
         return build(value)
+    except ConfigError:
+        raise  # it names the field inside (``threshold`` of the budget)
     except (TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(name, value, f"a valid {name} ({exc})") from exc
 
