@@ -273,15 +273,17 @@ def each(
     return validate
 
 
-def string_mapping(name: str | None = None, *, error: _Error = ConfigError) -> Check:
-    """Return a validator: a mapping of strings to strings."""
+def string_mapping(
+    name: str | None = None, *, error: _Error = ConfigError, values: bool = True
+) -> Check:
+    """Return a validator: a mapping with string keys (and values, if `values`)."""
 
     def validate(_inst: object, attr: object, value: Any) -> None:
         field = _name(name, attr)
         if not isinstance(value, Mapping):
             _fail(error, field, value, "a mapping of strings to strings")
         for key, item in value.items():
-            if not isinstance(key, str) or not isinstance(item, str):
+            if not isinstance(key, str) or (values and not isinstance(item, str)):
                 _fail(error, f"{field}[{key!r}]", item, "a string key and value")
 
     return validate

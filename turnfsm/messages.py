@@ -192,15 +192,12 @@ class Message:
         factory=dict,
         hash=False,
         eq=False,
-        validator=_checks.string_mapping("metadata", error=InvalidMessage),
+        validator=_checks.string_mapping(
+            "metadata", error=InvalidMessage, values=False
+        ),
     )
 
     def __attrs_post_init__(self) -> None:
-        if not self.parts and self.role is not Role.ASSISTANT:
-            # A model may reply with nothing; nobody else may say nothing.
-            raise InvalidMessage(
-                "parts", self.parts, f"a {self.role.value} message needs a part"
-            )
         for part in self.parts:
             if isinstance(part, ToolCallPart) and self.role is not Role.ASSISTANT:
                 raise InvalidMessage(
