@@ -135,7 +135,7 @@ def test_from_dict_reports_missing_and_unknown_fields() -> None:
     assert caught.value.field == "id"
     with pytest.raises(InvalidMessage) as caught:
         Message.from_dict({"id": "m", "role": "user", "parts": [{"type": "audio"}]})
-    assert caught.value.field == "parts.type"
+    assert caught.value.field == "parts[0].type"
 
 
 def test_check_history_rejects_a_result_for_no_call() -> None:

@@ -58,7 +58,10 @@ from turnfsm.values import ErrorInfo, Usage
 
 TEXTS = st.text(max_size=8)
 INTS = st.integers(0, 2**40)
-FLOATS = st.floats(allow_nan=False, allow_infinity=False)
+FLOATS = st.floats(min_value=0, allow_nan=False, allow_infinity=False)
+NAMES = TEXTS.filter(str.strip)
+"""Names (a signal, a phase, an effect) must not be blank."""
+NAMED = ("name", "phase", "effect")
 SCALARS = st.one_of(st.none(), st.booleans(), INTS, TEXTS)
 """JSON-native values, for fields typed `Any` (they come back as they went)."""
 
@@ -145,6 +148,8 @@ def records(cls: type, **overrides: st.SearchStrategy[Any]) -> st.SearchStrategy
     fields = {
         f.alias: overrides[f.alias]
         if f.alias in overrides
+        else NAMES
+        if f.alias in NAMED and hints[f.name] is str
         else values_of(hints[f.name])
         for f in attrs.fields(cls)
         if f.init

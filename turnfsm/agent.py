@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import math
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, TypeVar, final, overload
 
 import anyio
+import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnfsm.core import Event, ModelReplied
@@ -67,6 +69,18 @@ class RunStream:
         return self._result
 
 
+def _check_options(options: Mapping[str, Any]) -> None:
+    """Name an unknown or missing `Driver` setting the way a user wrote it."""
+    known = [f.alias or f.name for f in attrs.fields(Driver) if f.init]
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see Driver"
+            raise ConfigError(name, options[name], f"a known Agent setting ({hint})")
+    if "model" not in options:
+        raise ConfigError("model", None, "a ModelClient (model= is required)")
+
+
 @final
 class Agent:
     """An LLM agent on the Turn FSM.
@@ -110,10 +124,10 @@ class Agent:
             StoreUnusable: the store's file cannot be used (see `open_store`).
             ImportError: a PostgreSQL URL without the ``postgres`` extra.
         """
-        try:
-            self.driver = Driver(**driver_options)
-        except TypeError as exc:
-            raise ConfigError("Agent", sorted(driver_options), str(exc)) from None
+        _check_options(driver_options)
+        if session is not None and not isinstance(session, Session):
+            raise ConfigError("session", session, "a Session or None")
+        self.driver = Driver(**driver_options)
         if store is not None:
             store = open_store(store)
         elif session is not None:

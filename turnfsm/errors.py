@@ -19,6 +19,7 @@ TurnFSMError                 base class; never raised directly
 ├── SessionBusy              another run is using the session (or one is open)
 ├── ReplayDiverged           a logged run does not replay to its logged decisions
 ├── RunCrashed               a run ended on an unexpected exception (logged)
+├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
 ├── StoreError               a record could not be loaded or saved
 │   ├── CorruptRecord        (ValueError) stored data does not read back; .path
@@ -61,6 +62,7 @@ __all__ = [
     "DuplicateRecord",
     "IllegalEvent",
     "InvalidMessage",
+    "InvalidReturn",
     "LargeItem",
     "MachineBroken",
     "MaxTurnsExceeded",
@@ -590,6 +592,24 @@ class RunCrashed(TurnFSMError):
 
     def __str__(self) -> str:
         return f"run crashed on {self.type}: {self.message}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class InvalidReturn(TurnFSMError, TypeError):
+    """Raised when an effect or a model returns a value of the wrong type.
+
+    The run ends ``failed`` with this error (logged, like a malformed
+    message): `source` names the effect (``effect 'call_llm'``) or the model
+    (``model FakeModelClient``), `value` is the repr of what it returned.
+    """
+
+    source: str
+    value: str
+    expected: str
+
+    def __str__(self) -> str:
+        return f"{self.source} returned {self.value}: expected {self.expected}"
 
 
 @final

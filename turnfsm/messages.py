@@ -22,6 +22,7 @@ from typing import Any, Final, TypeAlias, final, overload
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.errors import InvalidMessage
 
 __all__ = [
@@ -85,19 +86,11 @@ def _to_role(value: object) -> Role:
 
 
 def _require_str(field: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if not isinstance(value, str):
-            raise InvalidMessage(field, value, "expected a string")
-
-    return check
+    return _checks.string(field, error=InvalidMessage)
 
 
 def _require_id(field: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if not isinstance(value, str) or not value:
-            raise InvalidMessage(field, value, "expected a non-empty string")
-
-    return check
+    return _checks.string(field, non_empty=True, error=InvalidMessage)
 
 
 @final
@@ -119,8 +112,16 @@ class ToolCallPart:
 
     @arguments.validator
     def _check_arguments(self, _attr: object, value: object) -> None:
-        if not isinstance(value, Mapping):
-            raise InvalidMessage("tool_call.arguments", value, "expected a mapping")
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise InvalidMessage(
+                "tool_call.arguments", value, "expected a mapping with string keys"
+            )
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessage(
+                "tool_call.arguments", value, f"expected JSON values ({exc})"
+            ) from None
 
     def arguments_json(self) -> str:
         """Return the arguments as compact, key-sorted JSON."""
@@ -134,7 +135,10 @@ class ToolResultPart:
 
     call_id: str = attrs.field(validator=_require_id("tool_result.call_id"))
     content: str = attrs.field(validator=_require_str("tool_result.content"))
-    is_error: bool = False
+    is_error: bool = attrs.field(
+        default=False,
+        validator=_checks.boolean("tool_result.is_error", error=InvalidMessage),
+    )
 
 
 @final
@@ -143,7 +147,12 @@ class ImagePart:
     """An image, by URL (``https:`` or ``data:``), with an optional media type."""
 
     url: str = attrs.field(validator=_require_id("image.url"))
-    media_type: str | None = None
+    media_type: str | None = attrs.field(
+        default=None,
+        validator=_checks.string(
+            "image.media_type", non_empty=True, optional=True, error=InvalidMessage
+        ),
+    )
 
 
 Part: TypeAlias = TextPart | ToolCallPart | ToolResultPart | ImagePart
@@ -155,6 +164,8 @@ _PART_TYPES: Final = (TextPart, ToolCallPart, ToolResultPart, ImagePart)
 def _to_parts(value: Iterable[Part] | str) -> tuple[Part, ...]:
     if isinstance(value, str):
         return (TextPart(text=value),)
+    if isinstance(value, bytes | Mapping) or not _checks.is_iterable(value):
+        raise InvalidMessage("parts", value, "expected a string or message parts")
     parts = tuple(value)
     for part in parts:
         if not isinstance(part, _PART_TYPES):
@@ -177,7 +188,14 @@ class Message:
     role: Role = attrs.field(converter=_to_role)
     parts: tuple[Part, ...] = attrs.field(converter=_to_parts)
     id: str = attrs.field(factory=new_message_id, validator=_require_id("id"))
-    metadata: Mapping[str, str] = attrs.field(factory=dict, hash=False, eq=False)
+    metadata: Mapping[str, str] = attrs.field(
+        factory=dict,
+        hash=False,
+        eq=False,
+        validator=_checks.string_mapping(
+            "metadata", error=InvalidMessage, values=False
+        ),
+    )
 
     def __attrs_post_init__(self) -> None:
         for part in self.parts:
@@ -202,11 +220,13 @@ class Message:
     @classmethod
     def system(cls, text: str, **kwargs: Any) -> Message:
         """Return a system message with `text`."""
+        _checks.check(text, "text", _require_str("text"))
         return cls(role=Role.SYSTEM, parts=text, **kwargs)
 
     @classmethod
     def user(cls, text: str, **kwargs: Any) -> Message:
         """Return a user message with `text`."""
+        _checks.check(text, "text", _require_str("text"))
         return cls(role=Role.USER, parts=text, **kwargs)
 
     @classmethod
@@ -218,8 +238,17 @@ class Message:
         **kwargs: Any,
     ) -> Message:
         """Return an assistant message with `text` and optional `tool_calls`."""
+        _checks.check(text, "text", _require_str("text"))
         parts: list[Part] = [TextPart(text=text)] if text else []
-        parts.extend(tool_calls)
+        calls = _checks.as_tuple(
+            tool_calls, "tool_calls", "ToolCallPart", error=InvalidMessage
+        )
+        for i, call in enumerate(calls):
+            if not isinstance(call, ToolCallPart):
+                raise InvalidMessage(
+                    f"tool_calls[{i}]", call, "expected a ToolCallPart"
+                )
+        parts.extend(calls)
         return cls(role=Role.ASSISTANT, parts=parts, **kwargs)
 
     @classmethod
@@ -259,13 +288,18 @@ class Message:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Message:
         """Build a message from `to_dict` output; raises `InvalidMessage`."""
+        if not isinstance(data, Mapping):
+            raise InvalidMessage("message", data, "expected a mapping")
         try:
-            parts = [_part_from_dict(p) for p in data["parts"]]
+            raw = data["parts"]
+            if not isinstance(raw, list | tuple):
+                raise InvalidMessage("parts", raw, "expected a list of parts")
+            parts = [_part_at(i, p) for i, p in enumerate(raw)]
             return cls(
                 role=data["role"],
                 parts=parts,
                 id=data["id"],
-                metadata=dict(data.get("metadata", {})),
+                metadata=data.get("metadata", {}),
             )
         except KeyError as exc:
             raise InvalidMessage(str(exc.args[0]), None, "missing field") from None
@@ -293,19 +327,34 @@ def _part_to_dict(part: Part) -> dict[str, Any]:
             return {"type": "image", "url": url, "media_type": media_type}
 
 
+def _part_at(index: int, data: Mapping[str, Any]) -> Part:
+    """Read part `index`; an error names it (``parts[1].text``)."""
+    try:
+        return _part_from_dict(data)
+    except KeyError as exc:
+        name = f"parts[{index}].{exc.args[0]}"
+        raise InvalidMessage(name, None, "missing field") from None
+    except InvalidMessage as exc:
+        inner = exc.field.removeprefix("parts").removeprefix(".")
+        name = f"parts[{index}].{inner}" if inner else f"parts[{index}]"
+        raise InvalidMessage(name, exc.value, exc.reason) from None
+
+
 def _part_from_dict(data: Mapping[str, Any]) -> Part:
+    if not isinstance(data, Mapping):
+        raise InvalidMessage("parts", data, "expected a mapping per part")
     kind = data.get("type")
     if kind == "text":
         return TextPart(text=data["text"])
     if kind == "tool_call":
         return ToolCallPart(
-            id=data["id"], name=data["name"], arguments=dict(data["arguments"])
+            id=data["id"], name=data["name"], arguments=data["arguments"]
         )
     if kind == "tool_result":
         return ToolResultPart(
             call_id=data["call_id"],
             content=data["content"],
-            is_error=bool(data.get("is_error", False)),
+            is_error=data.get("is_error", False),
         )
     if kind == "image":
         return ImagePart(url=data["url"], media_type=data.get("media_type"))

@@ -5,8 +5,8 @@ outside failure translated once, at the effect that met it, into a value the
 brain, the log and the trace carry unchanged. Both are plain frozen values, so
 a provider can build them without importing the brain (`turnfsm.core`).
 
-This module imports only the standard library and `attrs`, so every module,
-the brain included, may import it.
+This module imports only the standard library, `attrs` and turnfsm's shared
+validators, so every module, the brain included, may import it.
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ from typing import final
 
 import attrs
 
+from turnfsm import _checks
+
 __all__ = ["ErrorInfo", "Usage"]
-
-
-def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
 
 
 def _retry_after_of(exc: BaseException) -> float | None:
@@ -43,11 +40,15 @@ class ErrorInfo:
         retry_after: the seconds the provider asked to wait, when it said.
     """
 
-    type: str
-    message: str
-    retryable: bool = False
-    status: int | None = None
-    retry_after: float | None = None
+    type: str = attrs.field(validator=_checks.string())
+    message: str = attrs.field(validator=_checks.string())
+    retryable: bool = attrs.field(default=False, validator=_checks.boolean())
+    status: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    retry_after: float | None = attrs.field(
+        default=None, validator=_checks.number(low=0, optional=True)
+    )
 
     @classmethod
     def from_exception(
@@ -70,8 +71,8 @@ class ErrorInfo:
 class Usage:
     """Provider-reported token usage of one model call."""
 
-    input_tokens: int = attrs.field(default=0, validator=_non_negative)
-    output_tokens: int = attrs.field(default=0, validator=_non_negative)
+    input_tokens: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    output_tokens: int = attrs.field(default=0, validator=_checks.integer(low=0))
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(

@@ -63,13 +63,15 @@ FORBIDDEN_AT_RUNTIME = (
 """Modules importing the core must not load, even through a dependency."""
 
 ALLOWED_TURNFSM = (
+    "turnfsm._checks",
     "turnfsm.core",
     "turnfsm.messages",
     "turnfsm.errors",
     "turnfsm.tokens",
     "turnfsm.values",
 )
-"""The only turnfsm modules the core may load: itself and the pure value modules."""
+"""The only turnfsm modules the core may load: itself, the pure value modules and
+the shared validators."""
 
 
 def is_within(module: str, roots: tuple[str, ...]) -> bool:

@@ -31,6 +31,7 @@ from typing import final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context._pairs import result_problem
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._truncating import TruncatingCompactor
@@ -62,9 +63,7 @@ from turnfsm.tokens._protocol import TokenCounter
 __all__ = ["ContextManager"]
 
 
-def _check_bool(_inst: object, attr: attrs.Attribute[bool], value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(attr.name, value, "a bool")
+_check_bool = _checks.boolean()
 
 
 def _check_compactor(_inst: object, _attr: object, value: object) -> None:

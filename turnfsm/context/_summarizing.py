@@ -37,12 +37,12 @@ accounting (`CompactionContext.model_call`); elsewhere through `model`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context._digest import digest_results
 from turnfsm.context._pairs import adjust_split
 from turnfsm.context._transcript import (
@@ -112,13 +112,9 @@ class SummaryPlan:
         return f"{session_id}:{last}:{len(self.summarised)}"
 
 
-def _check_temperature(_inst: object, _attr: object, value: object) -> None:
-    if (
-        type(value) not in (int, float)
-        or not math.isfinite(value)  # type: ignore[arg-type]
-        or not 0 <= value <= 2  # type: ignore[operator]
-    ):
-        raise ConfigError("temperature", value, "a finite number in 0..2")
+_check_temperature = _checks.number(
+    "temperature", low=0, high=2, expected="a finite number in 0..2"
+)
 
 
 def _to_role(value: object) -> Role:

@@ -17,6 +17,7 @@ from typing import Any, TypeAlias, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.core._lines import CompactReason
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
@@ -59,22 +60,12 @@ def int_in(
     field: str, low: int, high: int | None, expected: str
 ) -> Callable[[object, object, object], None]:
     """Return an attrs validator: an int (not a bool) in ``low..high``."""
-
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if type(value) is not int or value < low or (high is not None and value > high):
-            raise ConfigError(field, value, expected)
-
-    return check
+    return _checks.integer(field, low=low, high=high, expected=expected)
 
 
 def optional_int(field: str, low: int) -> Callable[[object, object, Any], None]:
     """Return an attrs validator: None, or an int (not a bool) >= `low`."""
-
-    def check(_inst: object, _attr: object, value: Any) -> None:
-        if value is not None and (type(value) is not int or value < low):
-            raise ConfigError(field, value, f"an int >= {low} or None")
-
-    return check
+    return _checks.integer(field, low=low, optional=True)
 
 
 def check_model(_inst: object, _attr: object, value: Any) -> None:

@@ -7,6 +7,7 @@ from typing import Final, TypeAlias, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.core._lines import CompactReason
 from turnfsm.errors import TurnFSMError
 from turnfsm.messages import Message, MessageLog, ToolCallPart
@@ -25,13 +26,18 @@ __all__ = [
 ]
 
 
+_log: Final = _checks.instance(MessageLog, "a MessageLog")
+_name: Final = _checks.string(non_empty=True)
+_call_items: Final = _checks.each(ToolCallPart, "a ToolCallPart")
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Measure:
     """Measure the whole next request and feed `Measured(estimate)`."""
 
-    history: MessageLog
-    pending: MessageLog
+    history: MessageLog = attrs.field(validator=_log)
+    pending: MessageLog = attrs.field(validator=_log)
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -44,9 +50,9 @@ class Measure:
 class CallLLM:
     """Call the model with history + pending; feed its reply or failure."""
 
-    history: MessageLog
-    pending: MessageLog
-    turn: int
+    history: MessageLog = attrs.field(validator=_log)
+    pending: MessageLog = attrs.field(validator=_log)
+    turn: int = attrs.field(validator=_checks.integer(low=0))
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -55,11 +61,11 @@ class CallLLM:
 
 
 def _calls(value: Iterable[ToolCallPart]) -> tuple[ToolCallPart, ...]:
-    return tuple(value)
+    return _checks.as_tuple(value, "calls", "ToolCallPart")
 
 
 def _strings(value: Iterable[str]) -> tuple[str, ...]:
-    return tuple(value)
+    return _checks.as_tuple(value, "accepts", "str")
 
 
 @final
@@ -71,7 +77,9 @@ class RunTools:
     answered some itself); it may be empty, then feed `ToolsFinished()`.
     """
 
-    calls: tuple[ToolCallPart, ...] = attrs.field(converter=_calls)
+    calls: tuple[ToolCallPart, ...] = attrs.field(
+        converter=_calls, validator=_call_items
+    )
 
 
 @final
@@ -79,9 +87,11 @@ class RunTools:
 class Compact:
     """Run a compaction pass over history + pending for `reason`."""
 
-    reason: CompactReason
-    history: MessageLog
-    pending: MessageLog
+    reason: CompactReason = attrs.field(
+        validator=_checks.instance(CompactReason, "a CompactReason")
+    )
+    history: MessageLog = attrs.field(validator=_log)
+    pending: MessageLog = attrs.field(validator=_log)
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -94,7 +104,7 @@ class Compact:
 class Finish:
     """The run is done; `text` is the final answer."""
 
-    text: str
+    text: str = attrs.field(validator=_checks.string())
 
 
 def _error_key(error: TurnFSMError) -> tuple[type[TurnFSMError], tuple[object, ...]]:
@@ -108,7 +118,9 @@ def _error_key(error: TurnFSMError) -> tuple[type[TurnFSMError], tuple[object, .
 class Fail:
     """The run failed with `error`."""
 
-    error: TurnFSMError = attrs.field(eq=_error_key)
+    error: TurnFSMError = attrs.field(
+        eq=_error_key, validator=_checks.instance(TurnFSMError, "a TurnFSMError")
+    )
 
 
 @final
@@ -116,8 +128,8 @@ class Fail:
 class Perform:
     """Carry out the user-registered effect `effect` (a custom machine phase)."""
 
-    effect: str
-    phase: str
+    effect: str = attrs.field(validator=_name)
+    phase: str = attrs.field(validator=_name)
 
 
 @final
@@ -131,9 +143,13 @@ class Pause:
     answers them).
     """
 
-    phase: str
-    calls: tuple[ToolCallPart, ...] = attrs.field(converter=_calls)
-    accepts: tuple[str, ...] = attrs.field(converter=_strings)
+    phase: str = attrs.field(validator=_name)
+    calls: tuple[ToolCallPart, ...] = attrs.field(
+        converter=_calls, validator=_call_items
+    )
+    accepts: tuple[str, ...] = attrs.field(
+        converter=_strings, validator=_checks.each(str, "a trigger name")
+    )
 
 
 Decision: TypeAlias = (

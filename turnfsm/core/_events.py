@@ -12,7 +12,8 @@ from typing import Final, TypeAlias, final
 
 import attrs
 
-from turnfsm.messages import Message, as_messages
+from turnfsm import _checks
+from turnfsm.messages import Message
 from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
@@ -41,9 +42,23 @@ __all__ = [
 ]
 
 
-def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
+_non_negative: Final = _checks.integer(low=0)
+_message: Final = _checks.instance(Message, "a Message")
+_usage: Final = _checks.instance(Usage, "a Usage", optional=True)
+_error: Final = _checks.instance(ErrorInfo, "an ErrorInfo")
+_messages: Final = _checks.each(Message, "a Message")
+
+
+def _input(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "input", "Message")
+
+
+def _results(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "results", "Message")
+
+
+def _compacted(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "messages", "Message")
 
 
 @final
@@ -51,7 +66,7 @@ def _non_negative(_inst: object, attr: attrs.Attribute[int], value: int) -> None
 class RunStarted:
     """A run began: `input` are the run's new messages (they become pending)."""
 
-    input: tuple[Message, ...] = attrs.field(converter=as_messages)
+    input: tuple[Message, ...] = attrs.field(converter=_input, validator=_messages)
 
 
 @final
@@ -67,8 +82,8 @@ class Measured:
 class ModelReplied:
     """The model answered with `message` (an assistant message)."""
 
-    message: Message
-    usage: Usage | None = None
+    message: Message = attrs.field(validator=_message)
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 def _strings(value: Iterable[str]) -> tuple[str, ...]:
@@ -109,7 +124,7 @@ class OutputRejected:
 class ModelFailed:
     """The model call failed for good (the retry policy gave up)."""
 
-    error: ErrorInfo
+    error: ErrorInfo = attrs.field(validator=_error)
 
 
 @final
@@ -117,7 +132,7 @@ class ModelFailed:
 class ContextOverflowed:
     """The provider rejected the request as longer than its context."""
 
-    error: ErrorInfo
+    error: ErrorInfo = attrs.field(validator=_error)
 
 
 @final
@@ -125,7 +140,7 @@ class ContextOverflowed:
 class ToolsFinished:
     """Every tool call of the last reply has a result in `results`."""
 
-    results: tuple[Message, ...] = attrs.field(converter=as_messages)
+    results: tuple[Message, ...] = attrs.field(converter=_results, validator=_messages)
 
 
 @final
@@ -139,7 +154,9 @@ class ToolCallsReviewed:
     by whoever builds the event, so a replayed log gives the same history.
     """
 
-    results: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
+    results: tuple[Message, ...] = attrs.field(
+        default=(), converter=_results, validator=_messages
+    )
 
     @classmethod
     def approve_all(cls) -> ToolCallsReviewed:
@@ -171,10 +188,12 @@ class CompactionResult:
     `before` and `after` are the driver's measurements of the whole request.
     """
 
-    messages: tuple[Message, ...] = attrs.field(converter=as_messages)
+    messages: tuple[Message, ...] = attrs.field(
+        converter=_compacted, validator=_messages
+    )
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
-    usage: Usage | None = None
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -188,8 +207,8 @@ class CompactionNoop:
 
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
-    vetoed: bool = False
-    usage: Usage | None = None
+    vetoed: bool = attrs.field(default=False, validator=_checks.boolean())
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -199,7 +218,7 @@ class CompactionOverflowed:
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
-    usage: Usage | None = None
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -209,8 +228,8 @@ class CompactorFailed:
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
-    error: ErrorInfo
-    usage: Usage | None = None
+    error: ErrorInfo = attrs.field(validator=_error)
+    usage: Usage | None = attrs.field(default=None, validator=_usage)
 
 
 @final
@@ -226,7 +245,7 @@ class CompactionCircuitOpened:
 class MessageInjected:
     """A message was injected from outside (steering, human input)."""
 
-    message: Message
+    message: Message = attrs.field(validator=_message)
 
 
 @final
@@ -234,7 +253,7 @@ class MessageInjected:
 class RunCancelled:
     """The run was cancelled."""
 
-    reason: str = "cancelled"
+    reason: str = attrs.field(default="cancelled", validator=_checks.string())
 
 
 @final
@@ -242,8 +261,10 @@ class RunCancelled:
 class Signal:
     """A custom trigger for a user machine's own phases (declared in `signals`)."""
 
-    name: str
-    data: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    name: str = attrs.field(validator=_checks.string(non_empty=True))
+    data: Mapping[str, str] = attrs.field(
+        factory=dict, hash=False, validator=_checks.string_mapping()
+    )
 
 
 Event: TypeAlias = (

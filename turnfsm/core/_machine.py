@@ -286,6 +286,11 @@ def _reducers(names: tuple[str, ...]) -> tuple[Reducer, ...]:
     return tuple(REDUCERS[name] for name in names)
 
 
+def _check_spec(spec: object) -> None:
+    if not isinstance(spec, MachineSpec):
+        raise ConfigError("spec", spec, "a MachineSpec (load_machine, default_machine)")
+
+
 _COMPILED: dict[int, tuple[weakref.ref[MachineSpec], _Compiled]] = {}
 
 
@@ -343,8 +348,12 @@ class TurnMachine:
             InvalidMessage: `history` is not a whole conversation (a tool
                 result for no call, a call without a result); names the id.
         """
-        log = history if isinstance(history, MessageLog) else MessageLog(history)
-        snapshot = Snapshot(phase=spec.initial, budget=budget or Budget(), history=log)
+        _check_spec(spec)
+        snapshot = Snapshot(
+            phase=spec.initial,
+            budget=Budget() if budget is None else budget,
+            history=history,
+        )
         return cls.from_snapshot(spec, snapshot)
 
     @classmethod
@@ -356,6 +365,9 @@ class TurnMachine:
             InvalidMessage: the snapshot's buffers are not a valid
                 conversation (Rule 4); names the call id.
         """
+        _check_spec(spec)
+        if not isinstance(snapshot, Snapshot):
+            raise ConfigError("snapshot", snapshot, "a Snapshot")
         if snapshot.phase not in _compiled(spec).decide:
             known = ", ".join(spec.phases)
             raise ConfigError(

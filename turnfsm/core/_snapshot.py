@@ -7,6 +7,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.core._lines import CompactReason
 from turnfsm.errors import (
     Cancelled,
@@ -21,7 +22,7 @@ from turnfsm.errors import (
     ProviderError,
     TurnFSMError,
 )
-from turnfsm.messages import Message, MessageLog, OpenCalls, as_messages
+from turnfsm.messages import Message, MessageLog, OpenCalls
 
 __all__ = ["SCHEMA_VERSION", "Budget", "Failure", "Snapshot"]
 
@@ -30,22 +31,11 @@ SCHEMA_VERSION: Final = 1
 
 
 def _int_field(name: str, low: int, high: int | None = None) -> Any:
-    expected = f"an int >= {low}" if high is None else f"an int in {low}..{high}"
-
-    def check(_inst: object, _attr: object, value: object) -> None:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if not ok or value < low or (high is not None and value > high):  # type: ignore[operator]
-            raise ConfigError(name, value, expected)
-
-    return check
+    return _checks.integer(name, low=low, high=high)
 
 
 def _bool_field(name: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if not isinstance(value, bool):
-            raise ConfigError(name, value, "a bool")
-
-    return check
+    return _checks.boolean(name)
 
 
 @final
@@ -112,21 +102,43 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
 class Failure:
     """Why a run failed, as plain data; `to_error()` builds the exception."""
 
-    kind: str = attrs.field(validator=attrs.validators.in_(_ERROR_BUILDERS))
-    used: int = 0
-    limit: int = 0
-    detail: str = ""
-    error_type: str = ""
-    retriable: bool = False
-    status: int | None = None
+    kind: str = attrs.field(validator=_checks.one_of(_ERROR_BUILDERS, "kind"))
+    used: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    limit: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    detail: str = attrs.field(default="", validator=_checks.string())
+    error_type: str = attrs.field(default="", validator=_checks.string())
+    retriable: bool = attrs.field(default=False, validator=_checks.boolean())
+    status: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=0, optional=True)
+    )
 
     def to_error(self) -> TurnFSMError:
         """Return the typed error this failure stands for."""
         return _ERROR_BUILDERS[self.kind](self)
 
 
-def _log(value: Any) -> MessageLog:
-    return value if isinstance(value, MessageLog) else MessageLog(value)
+def _log(value: Any, name: str) -> MessageLog:
+    if isinstance(value, MessageLog):
+        return value
+    return MessageLog(_checks.as_tuple(value, name, "Message"))
+
+
+def _history(value: Any) -> MessageLog:
+    return _log(value, "history")
+
+
+def _pending(value: Any) -> MessageLog:
+    return _log(value, "pending")
+
+
+def _inbox(value: Any) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "inbox", "Message")
+
+
+def _messages(_inst: object, attr: Any, value: Any) -> None:
+    for i, item in enumerate(value):
+        if not isinstance(item, Message):
+            raise ConfigError(f"{attr.name}[{i}]", item, "a Message")
 
 
 @final
@@ -138,22 +150,41 @@ class Snapshot:
     `inbox` messages injected while the request could not take them yet.
     """
 
-    phase: str
-    budget: Budget = attrs.field(factory=Budget)
-    history: MessageLog = attrs.field(factory=MessageLog, converter=_log)
-    pending: MessageLog = attrs.field(factory=MessageLog, converter=_log)
-    inbox: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
-    estimate: int | None = None
-    turns: int = 0
-    overflow_retries: int = 0
-    compactions: int = 0
-    output_retries: int = 0
-    compact_reason: CompactReason | None = None
-    message_line_spent: bool = False
-    last_reply: Message | None = None
-    failure: Failure | None = None
-    is_started: bool = False
-    schema_version: int = SCHEMA_VERSION
+    phase: str = attrs.field(validator=_checks.string(non_empty=True))
+    budget: Budget = attrs.field(
+        factory=Budget, validator=_checks.instance(Budget, "a Budget")
+    )
+    history: MessageLog = attrs.field(
+        factory=MessageLog, converter=_history, validator=_messages
+    )
+    pending: MessageLog = attrs.field(
+        factory=MessageLog, converter=_pending, validator=_messages
+    )
+    inbox: tuple[Message, ...] = attrs.field(
+        default=(), converter=_inbox, validator=_messages
+    )
+    estimate: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    turns: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    overflow_retries: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    compactions: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    output_retries: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    compact_reason: CompactReason | None = attrs.field(
+        default=None,
+        validator=_checks.instance(CompactReason, "a CompactReason", optional=True),
+    )
+    message_line_spent: bool = attrs.field(default=False, validator=_checks.boolean())
+    last_reply: Message | None = attrs.field(
+        default=None, validator=_checks.instance(Message, "a Message", optional=True)
+    )
+    failure: Failure | None = attrs.field(
+        default=None, validator=_checks.instance(Failure, "a Failure", optional=True)
+    )
+    is_started: bool = attrs.field(default=False, validator=_checks.boolean())
+    schema_version: int = attrs.field(
+        default=SCHEMA_VERSION, validator=_checks.one_of((SCHEMA_VERSION,))
+    )
 
     def replace(self, **changes: Any) -> Snapshot:
         """Return a copy with `changes` (the brain's internal, unvalidated evolve).
@@ -202,12 +233,14 @@ class Snapshot:
                 `history + pending` not a valid prefix of one (an orphaned
                 tool call or result); names the call id.
         """
+        if not isinstance(data, Mapping):
+            raise ConfigError("snapshot", data, "a mapping (Snapshot.to_dict output)")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if not _checks.is_int(version) or version != SCHEMA_VERSION:
             raise ConfigError("schema_version", version, f"{SCHEMA_VERSION}")
         try:
             snapshot = cls._from_dict(data)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, ConfigError):
                 raise
             field = exc.args[0] if isinstance(exc, KeyError) else "snapshot"
@@ -220,23 +253,52 @@ class Snapshot:
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
-        reply = data["last_reply"]
-        failure = data["failure"]
-        reason = data["compact_reason"]
+        def messages(name: str) -> Callable[[Any], list[Message]]:
+            def read(value: Any) -> list[Message]:
+                items = _checks.as_tuple(value, name, "messages")
+                return [Message.from_dict(m) for m in items]
+
+            return read
+
         return cls(
             phase=data["phase"],
-            budget=Budget(**data["budget"]),
-            history=[Message.from_dict(m) for m in data["history"]],
-            pending=[Message.from_dict(m) for m in data["pending"]],
-            inbox=[Message.from_dict(m) for m in data["inbox"]],
+            budget=_read(data, "budget", lambda v: Budget(**v)),
+            history=_read(data, "history", messages("history")),
+            pending=_read(data, "pending", messages("pending")),
+            inbox=_read(data, "inbox", messages("inbox")),
             estimate=data["estimate"],
             turns=data["turns"],
             overflow_retries=data["overflow_retries"],
             compactions=data.get("compactions", 0),
             output_retries=data.get("output_retries", 0),
-            compact_reason=None if reason is None else CompactReason(reason),
-            message_line_spent=bool(data.get("message_line_spent", False)),
-            last_reply=None if reply is None else Message.from_dict(reply),
-            failure=None if failure is None else Failure(**failure),
+            compact_reason=_read(data, "compact_reason", _reason),
+            message_line_spent=data.get("message_line_spent", False),
+            last_reply=_read(data, "last_reply", Message.from_dict),
+            failure=_read(data, "failure", lambda v: Failure(**v)),
             is_started=data["is_started"],
         )
+
+
+def _read(data: Mapping[str, Any], name: str, build: Callable[[Any], Any]) -> Any:
+    """Return `build(data[name])` (None stays None), errors naming `name`.
+
+    A `ConfigError` from inside already names its field and passes unchanged.
+    """
+    value = data[name]
+    if value is None:
+        return None
+    try:
+        return build(value)
+    except ConfigError:
+        raise  # it names the field inside (``threshold`` of the budget)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(name, value, f"a valid {name} ({exc})") from exc
+
+
+def _reason(value: object) -> CompactReason:
+    if isinstance(value, str) and value in _REASONS:
+        return CompactReason(value)
+    raise ConfigError("compact_reason", value, "one of " + ", ".join(_REASONS))
+
+
+_REASONS: Final = tuple(r.value for r in CompactReason)

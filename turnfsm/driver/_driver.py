@@ -49,6 +49,7 @@ from typing import Any, TypeVar, final, overload
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm._resources import default_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import (
@@ -98,31 +99,38 @@ T = TypeVar("T")
 logger = logging.getLogger("turnfsm.driver")
 
 
-def _seconds(name: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if value is None:
-            return
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not value > 0 or value == float("inf"):  # type: ignore[operator]
-            raise ConfigError(name, value, "a finite number of seconds > 0, or None")
+_HOOK_METHODS = tuple(n for n in vars(Hook) if n.startswith(("on_", "pre_", "post_")))
 
-    return check
+
+def _check_hooks(name: str, hooks: Sequence[object]) -> None:
+    """Each hook is a `Hook` or has one of its methods (hooks may be duck-typed)."""
+    for i, hook in enumerate(hooks):
+        if not isinstance(hook, Hook) and not any(
+            callable(getattr(hook, m, None)) for m in _HOOK_METHODS
+        ):
+            raise ConfigError(f"{name}[{i}]", hook, "a Hook")
+
+
+def _tools_tuple(
+    value: Iterable[Tool | Callable[..., Any]],
+) -> tuple[Tool | Callable[..., Any], ...]:
+    return _checks.as_tuple(value, "tools", "tools or functions")
+
+
+def _hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
+    return _checks.as_tuple(value, "hooks", "Hook")
+
+
+def _seconds(name: str) -> Any:
+    return _checks.seconds(name)
 
 
 def _count(name: str, low: int) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if type(value) is not int or value < low:
-            raise ConfigError(name, value, f"an int >= {low}")
-
-    return check
+    return _checks.integer(name, low=low)
 
 
 def _optional_count(name: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if value is not None and (type(value) is not int or value < 1):
-            raise ConfigError(name, value, "an int >= 1, or None")
-
-    return check
+    return _checks.integer(name, low=1, optional=True)
 
 
 @final
@@ -171,7 +179,9 @@ class Driver:
     """
 
     model: ModelClient
-    tools: Sequence[Tool | Callable[..., Any]] = ()
+    tools: Sequence[Tool | Callable[..., Any]] = attrs.field(
+        default=(), converter=_tools_tuple
+    )
     system_prompt: str | None = attrs.field(default=None)
     context: ContextManager | None = attrs.field(factory=ContextManager)
     context_window: int = attrs.field(default=0, validator=_count("context_window", 0))
@@ -194,15 +204,25 @@ class Driver:
     effect_timeout: float | None = attrs.field(
         default=300.0, validator=_seconds("effect_timeout")
     )
-    retry: RetryPolicy = attrs.field(factory=RetryPolicy)
-    hooks: Sequence[Hook] = ()
-    strict_hooks: bool = False
+    retry: RetryPolicy = attrs.field(
+        factory=RetryPolicy, validator=_checks.instance(RetryPolicy, "a RetryPolicy")
+    )
+    hooks: Sequence[Hook] = attrs.field(
+        default=(),
+        converter=_hooks_tuple,
+        validator=lambda _i, _a, v: _check_hooks("hooks", v),
+    )
+    strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(factory=default_machine)
-    effects: Mapping[str, Effect] = attrs.field(factory=dict)
+    effects: Mapping[str, Effect] = attrs.field(
+        factory=dict, validator=_checks.instance(Mapping, "a mapping of name to effect")
+    )
     max_output_tokens: int | None = attrs.field(
         default=None, validator=_optional_count("max_output_tokens")
     )
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = attrs.field(
+        default=time.time, validator=_checks.callable_()
+    )
     name: str = attrs.field(default="turnfsm")
     tracing: bool | None = attrs.field(default=None)
     output_type: Any = attrs.field(default=None)
@@ -231,6 +251,9 @@ class Driver:
             raise ConfigError("name", self.name, "a non-empty string")
         if self.tracing is not None and not isinstance(self.tracing, bool):
             raise ConfigError("tracing", self.tracing, "True, False or None")
+        for i, tool in enumerate(self.tools):
+            if not isinstance(tool, Tool) and not callable(tool):
+                raise ConfigError(f"tools[{i}]", tool, "a Tool or a function")
         self._tools = tools_by_name(self.tools)
         self._schemas = tuple(t.schema for t in self._tools.values())
         self._budget = (
@@ -253,7 +276,7 @@ class Driver:
         self._output = self._output_type(self.output_type)
         self._effects = {**BUILTIN_EFFECTS, **self.effects}
         for name, effect in self.effects.items():
-            if not callable(effect):
+            if not isinstance(name, str) or not callable(effect):
                 raise ConfigError(f"effects[{name!r}]", effect, "an async function")
         for state in self.machine.states:
             if state.effect is not None and state.effect not in self._effects:
@@ -361,9 +384,13 @@ class Driver:
         """
         messages = _as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)
+        hooks = _hooks_tuple(hooks)
+        _check_hooks("hooks", hooks)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
+        if control is not None and not isinstance(control, RunControl):
+            raise ConfigError("control", control, "a RunControl or None")
         # O(new messages): the history's own state is memoised on its log.
         OpenCalls.of(session.history).then(messages).require_closed()
         with session.claim():
@@ -524,10 +551,22 @@ def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...
         return (Message.user(value),)
     if isinstance(value, Message):
         return (value,)
-    if value is None or not isinstance(value, Iterable):
+    if (
+        value is None
+        or isinstance(value, bytes | Mapping)
+        or not isinstance(value, Iterable)
+    ):
         raise InvalidMessage("input", value, "a string, a Message or Messages")
-    # Checked once, in `run`, as the continuation of the session's history.
-    return tuple(value)
+    messages = tuple(value)
+    if not messages:
+        # A model call with nothing new to answer is never what was meant.
+        raise InvalidMessage("input", value, "at least one message")
+    for i, item in enumerate(messages):
+        if not isinstance(item, Message):
+            raise InvalidMessage(f"input[{i}]", item, "a Message")
+    # The pairing is checked once, in `run`, as the continuation of the
+    # session's history.
+    return messages
 
 
 def _open_run(session: Session, run_id: str) -> RunRecord:

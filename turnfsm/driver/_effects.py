@@ -51,7 +51,7 @@ from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._output import OutputType
 from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._tools import Tool, deadline, run_tool_call
-from turnfsm.errors import ProviderError
+from turnfsm.errors import InvalidReturn, ProviderError
 from turnfsm.hooks import (
     ModelCallEnd,
     ModelCallInfo,
@@ -300,7 +300,7 @@ async def _complete(
             with deadline(ctx.model_timeout):
                 if streamed:
                     return await _streamed(ctx, client, request)
-                return await client.complete(request)
+                return _response_of(client, await client.complete(request))
         name, provider = describe_model(client)
         started = anyio.current_time()
         info = ModelCallInfo(
@@ -323,7 +323,7 @@ async def _complete(
                 if streamed:
                     response = await _streamed(ctx, client, request)
                 else:
-                    response = await client.complete(request)
+                    response = _response_of(client, await client.complete(request))
         except BaseException as exc:
             ended = anyio.current_time()
             hooks.call(
@@ -358,6 +358,22 @@ async def _complete(
         with attempt:
             return await call()
     raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
+def _response_of(client: object, response: object) -> ModelResponse:
+    """Return `response` if it is a `ModelResponse`; else raise `InvalidReturn`."""
+    if not isinstance(response, ModelResponse):
+        raise InvalidReturn(
+            f"model {describe_model(client)[1]}",
+            _short_repr(response),
+            "a ModelResponse",
+        )
+    return response
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def describe_model(client: object) -> tuple[str | None, str | None]:

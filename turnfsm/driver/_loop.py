@@ -17,6 +17,7 @@ import attrs
 from turnfsm.context import ContextManager
 from turnfsm.context._diagnose import explain
 from turnfsm.core import (
+    EVENT_TYPES,
     CallLLM,
     Compact,
     CompactionCircuitOpened,
@@ -51,6 +52,7 @@ from turnfsm.errors import (
     Cancelled,
     ContextExceeded,
     InvalidMessage,
+    InvalidReturn,
     RunCrashed,
     TurnFSMError,
 )
@@ -433,6 +435,12 @@ class _Loop:
             return await self._steps(decision)
         except _Broken as broken:
             return await self._end(None, broken.error)
+        except InvalidReturn as exc:
+            # An effect or the model broke its contract: the run fails,
+            # logged, naming which (nothing it returned is fed to the brain).
+            logger.error("run %s: %s", self.run_id, exc)
+            self.in_flight = None
+            return await self._end(None, exc)
         except anyio.get_cancelled_exc_class():
             self._keep_spent(self.in_flight)
             with anyio.CancelScope(shield=True):
@@ -509,14 +517,14 @@ class _Loop:
         control = self.control
         limit = self._limit(decision)
         if limit is None and control is None:
-            return await effect(self.ctx, decision)
+            return _event_of(key, await effect(self.ctx, decision))
         with anyio.CancelScope() as scope:
             if limit is not None:
                 scope.deadline = anyio.current_time() + limit
             if control is not None:
                 control._scope = scope
             try:
-                return await effect(self.ctx, decision)
+                return _event_of(key, await effect(self.ctx, decision))
             finally:
                 if control is not None:
                     control._scope = None
@@ -696,6 +704,18 @@ class _Loop:
             logger.exception("run %s: could not record its crash", self.run_id)
             snapshot = self.machine.snapshot
             self._hear_end("failed", snapshot, "", crashed)
+
+
+def _event_of(key: str, value: object) -> Event:
+    """Return what effect `key` returned if it is an event; else raise."""
+    if not isinstance(value, EVENT_TYPES):
+        text = repr(value)
+        raise InvalidReturn(
+            f"effect {key!r}",
+            text if len(text) <= 200 else text[:197] + "...",
+            "an event (turnfsm.core.EVENT_TYPES)",
+        )
+    return value
 
 
 class _Broken(Exception):

@@ -15,7 +15,8 @@ from tenacity import (
     stop_after_delay,
 )
 
-from turnfsm.errors import ConfigError, ProviderError
+from turnfsm import _checks
+from turnfsm.errors import ProviderError
 
 __all__ = ["RetryPolicy", "is_transient"]
 
@@ -31,11 +32,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _positive(name: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ConfigError(name, value, "a number >= 0")
-
-    return check
+    return _checks.number(name, low=0)
 
 
 @final
@@ -55,16 +52,13 @@ class RetryPolicy:
         jitter: randomise each wait in [wait/2, wait].
     """
 
-    max_attempts: int = attrs.field(default=4)
+    max_attempts: int = attrs.field(
+        default=4, validator=_checks.integer("max_attempts", low=1)
+    )
     initial_wait: float = attrs.field(default=0.5, validator=_positive("initial_wait"))
     max_wait: float = attrs.field(default=30.0, validator=_positive("max_wait"))
     max_total: float = attrs.field(default=120.0, validator=_positive("max_total"))
-    jitter: bool = True
-
-    @max_attempts.validator
-    def _check_attempts(self, _attr: object, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError("max_attempts", value, "an int >= 1")
+    jitter: bool = attrs.field(default=True, validator=_checks.boolean("jitter"))
 
     def wait_seconds(self, attempt: int, exc: BaseException | None) -> float:
         """Return the wait before retry number `attempt` (1-based) after `exc`."""

@@ -47,6 +47,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from turnfsm import _checks
 from turnfsm.errors import (
     ConfigError,
     DuplicateRecord,
@@ -103,14 +104,16 @@ SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this turnfsm writes (and the newest it can open)."""
 
 
-def _check_synchronous(_instance: object, _attribute: object, value: object) -> None:
-    if value not in ("NORMAL", "FULL"):
-        raise ConfigError("synchronous", value, '"NORMAL" or "FULL"')
+def _to_path(value: object) -> Path:
+    if isinstance(value, str | os.PathLike) and str(value).strip():
+        return Path(value)
+    raise ConfigError("path", value, "a file path (a str or os.PathLike)")
 
 
-def _check_timeout(_instance: object, _attribute: object, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ConfigError("busy_timeout", value, "seconds, >= 0")
+_check_synchronous = _checks.one_of(("NORMAL", "FULL"), "synchronous")
+_check_timeout = _checks.number(
+    "busy_timeout", low=0, expected="a finite number of seconds >= 0"
+)
 
 
 @final
@@ -146,7 +149,7 @@ class SQLiteStore:
         ConfigError: an option is out of range.
     """
 
-    path: Path = attrs.field(converter=Path)
+    path: Path = attrs.field(converter=_to_path)
     synchronous: Literal["NORMAL", "FULL"] = attrs.field(
         default="NORMAL", kw_only=True, validator=_check_synchronous
     )

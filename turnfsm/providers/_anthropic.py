@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Final, TypeAlias, final
 import attrs
 from anyio.lowlevel import current_token
 
+from turnfsm import _checks
 from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import positive_or_none, resolve_api_key
@@ -110,22 +111,24 @@ class AnthropicModel:
         validator=_checked(
             "model",
             "a model name such as 'claude-sonnet-4-5'",
-            lambda v: isinstance(v, str) and bool(v),
+            lambda v: isinstance(v, str) and bool(v.strip()),
         )
     )
-    base_url: str | None = attrs.field(default=None, kw_only=True)
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.string(non_empty=True, optional=True),
+    )
+    api_key: str | None = attrs.field(
+        default=None, kw_only=True, repr=False, validator=_checks.string(optional=True)
+    )
     timeout: float | None = attrs.field(
         default=600.0, kw_only=True, validator=positive_or_none("timeout")
     )
     max_tokens: int = attrs.field(
         default=1024,
         kw_only=True,
-        validator=_checked(
-            "max_tokens",
-            "an int >= 1",
-            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-        ),
+        validator=_checks.integer(low=1),
     )
     client: anthropic.AsyncAnthropic | None = attrs.field(
         default=None, kw_only=True, repr=False

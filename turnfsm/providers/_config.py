@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, Final
 
+from turnfsm import _checks
 from turnfsm.errors import ConfigError
 
 __all__ = ["PLACEHOLDER_KEY", "positive_or_none", "resolve_api_key"]
@@ -47,11 +48,6 @@ def resolve_api_key(
 
 def positive_or_none(name: str) -> Any:
     """Return an attrs validator: None, or a number > 0 (ConfigError names `name`)."""
-
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if value is None:
-            return
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(name, value, "a number > 0, or None")
-
-    return check
+    return _checks.number(
+        name, above=0, optional=True, expected="a finite number > 0, or None"
+    )

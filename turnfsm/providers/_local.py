@@ -27,7 +27,7 @@ from typing import IO, final
 
 import attrs
 
-from turnfsm.errors import ConfigError
+from turnfsm import _checks
 
 __all__ = ["LlamaServer", "local_model_path"]
 
@@ -54,11 +54,7 @@ def _free_port() -> int:
 
 
 def _positive_int(name: str) -> Callable[[object, object, object], None]:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(name, value, "an int > 0")
-
-    return check
+    return _checks.integer(name, low=1, expected="an int > 0")
 
 
 @final
@@ -88,12 +84,20 @@ class LlamaServer:
         startup_timeout: seconds to wait for the server to answer.
     """
 
-    model_path: Path | None = None
+    model_path: Path | None = attrs.field(
+        default=None, validator=_checks.instance(Path, "a Path", optional=True)
+    )
     n_ctx: int = attrs.field(default=2048, validator=_positive_int("n_ctx"))
     n_threads: int = attrs.field(default=2, validator=_positive_int("n_threads"))
-    port: int | None = None
-    chat_format: str = "gemma"
-    startup_timeout: float = 180.0
+    port: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=1, high=65535, optional=True)
+    )
+    chat_format: str = attrs.field(
+        default="gemma", validator=_checks.string(non_empty=True)
+    )
+    startup_timeout: float = attrs.field(
+        default=180.0, validator=_checks.seconds(optional=False)
+    )
     _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
     _log: IO[bytes] | None = attrs.field(default=None, init=False)
 

@@ -16,7 +16,8 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 import attrs
 from anyio.lowlevel import current_token
 
-from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
+from turnfsm import _checks
+from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import positive_or_none, resolve_api_key
 from turnfsm.providers._convert_openai import (
@@ -54,20 +55,10 @@ _KEY_ENV: Final = "OPENAI_API_KEY"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
 
 
-def _one_of(name: str, options: tuple[str, ...]) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if value not in options:
-            raise ConfigError(name, value, " or ".join(map(repr, options)))
-
-    return check
-
-
 def _model_name(example: str) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if not isinstance(value, str) or not value:
-            raise ConfigError("model", value, f"a model name such as {example!r}")
-
-    return check
+    return _checks.string(
+        "model", non_empty=True, expected=f"a model name such as {example!r}"
+    )
 
 
 @final
@@ -109,20 +100,32 @@ class OpenAIModel:
     """The provider's name in traces (``gen_ai.provider.name``)."""
 
     model: str = attrs.field(validator=_model_name("gpt-4o-mini"))
-    base_url: str | None = attrs.field(default=None, kw_only=True)
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.string(non_empty=True, optional=True),
+    )
+    api_key: str | None = attrs.field(
+        default=None, kw_only=True, repr=False, validator=_checks.string(optional=True)
+    )
     timeout: float | None = attrs.field(
         default=600.0, kw_only=True, validator=positive_or_none("timeout")
     )
     max_tokens: int | None = attrs.field(
-        default=None, kw_only=True, validator=positive_or_none("max_tokens")
+        default=None, kw_only=True, validator=_checks.integer(low=1, optional=True)
     )
-    temperature: float | None = attrs.field(default=None, kw_only=True)
-    parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.number(low=0, high=2, optional=True),
+    )
+    parallel_tool_calls: bool | None = attrs.field(
+        default=None, kw_only=True, validator=_checks.boolean(optional=True)
+    )
     structured_output: Literal["json_schema", "json_object"] = attrs.field(
         default="json_schema",
         kw_only=True,
-        validator=_one_of("structured_output", ("json_schema", "json_object")),
+        validator=_checks.one_of(("json_schema", "json_object")),
     )
     client: openai.AsyncOpenAI | None = attrs.field(
         default=None, kw_only=True, repr=False

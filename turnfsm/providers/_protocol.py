@@ -7,8 +7,9 @@ from typing import Any, Protocol, final, runtime_checkable
 
 import attrs
 
-from turnfsm.errors import InvalidMessage
-from turnfsm.messages import Message, Role, as_sequence
+from turnfsm import _checks
+from turnfsm.errors import ConfigError, InvalidMessage
+from turnfsm.messages import Joined, Message, MessageLog, Role
 from turnfsm.values import Usage
 
 __all__ = ["ModelClient", "ModelRequest", "ModelResponse", "OutputSpec", "ToolSchema"]
@@ -19,9 +20,11 @@ __all__ = ["ModelClient", "ModelRequest", "ModelResponse", "OutputSpec", "ToolSc
 class ToolSchema:
     """What the model is told about one tool: name, description, JSON schema."""
 
-    name: str
-    description: str
-    parameters: Mapping[str, Any] = attrs.field(hash=False)
+    name: str = attrs.field(validator=_checks.string(non_empty=True))
+    description: str = attrs.field(validator=_checks.string())
+    parameters: Mapping[str, Any] = attrs.field(
+        hash=False, validator=_checks.instance(Mapping, "a JSON schema (a mapping)")
+    )
 
 
 @final
@@ -44,7 +47,21 @@ class OutputSpec:
 
 
 def _schemas(value: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
-    return tuple(value)
+    return _checks.as_tuple(value, "tools", "ToolSchema")
+
+
+def _request_messages(value: Iterable[Message]) -> Sequence[Message]:
+    if isinstance(value, MessageLog | Joined):
+        return value  # the brain's own views: no copy (a request per turn)
+    return _checks.as_tuple(value, "messages", "Message")
+
+
+def _check_messages(_inst: object, _attr: object, value: Sequence[Message]) -> None:
+    if isinstance(value, MessageLog | Joined):
+        return  # built of messages by construction
+    for i, item in enumerate(value):
+        if not isinstance(item, Message):
+            raise ConfigError(f"messages[{i}]", item, "a Message")
 
 
 @final
@@ -57,9 +74,15 @@ class ModelRequest:
     mode back into text).
     """
 
-    messages: Sequence[Message] = attrs.field(converter=as_sequence)
+    messages: Sequence[Message] = attrs.field(
+        converter=_request_messages, validator=_check_messages
+    )
     system: str | None = None
-    tools: tuple[ToolSchema, ...] = attrs.field(default=(), converter=_schemas)
+    tools: tuple[ToolSchema, ...] = attrs.field(
+        default=(),
+        converter=_schemas,
+        validator=_checks.each(ToolSchema, "a ToolSchema"),
+    )
     max_tokens: int | None = None
     temperature: float | None = None
     output: OutputSpec | None = None
@@ -75,11 +98,17 @@ class ModelResponse:
     """
 
     message: Message = attrs.field()
-    usage: Usage | None = None
-    model: str | None = None
+    usage: Usage | None = attrs.field(
+        default=None, validator=_checks.instance(Usage, "a Usage", optional=True)
+    )
+    model: str | None = attrs.field(
+        default=None, validator=_checks.string(optional=True)
+    )
 
     @message.validator
     def _check_role(self, _attr: object, value: Message) -> None:
+        if not isinstance(value, Message):
+            raise ConfigError("message", value, "an assistant Message")
         if value.role is not Role.ASSISTANT:
             raise InvalidMessage(
                 "role", value.role.value, "a model reply must be an assistant message"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from typing import final
 
 import attrs
 
-from turnfsm.errors import ConfigError
+from turnfsm import _checks
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
 from turnfsm.tokens._base import UnitsCounter
@@ -17,15 +16,9 @@ from turnfsm.tokens._cache import UnitCache
 __all__ = ["RatioTokenCounter"]
 
 
-def _check_ratio(_inst: object, _attr: object, value: float) -> None:
-    number: object = value  # callers may pass anything; check it all
-    if (
-        isinstance(number, bool)
-        or not isinstance(number, int | float)
-        or not math.isfinite(number)
-        or number <= 0
-    ):
-        raise ConfigError("chars_per_token", number, "a finite number > 0")
+_check_ratio = _checks.number(
+    "chars_per_token", above=0, expected="a finite number > 0"
+)
 
 
 @final

@@ -1,0 +1,337 @@
+"""The one set of attrs validators every public value type uses.
+
+Each factory returns an attrs validator that raises a typed turnfsm error
+naming the field and the value: `ConfigError` for settings, events and
+records, `InvalidMessage` for messages and parts (``error=InvalidMessage``).
+The same validators check plain values outside attrs through `check`.
+
+Numbers are checked strictly: a `bool` is not an int, NaN and the infinities
+are not finite numbers, and an int where a float is expected is fine.
+
+This module imports only `turnfsm.errors`, so the core may use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from turnfsm.errors import ConfigError, InvalidMessage
+
+__all__ = [
+    "Check",
+    "boolean",
+    "callable_",
+    "check",
+    "each",
+    "instance",
+    "integer",
+    "number",
+    "one_of",
+    "seconds",
+    "string",
+    "string_mapping",
+    "tuple_of",
+]
+
+Check = Callable[[Any, Any, Any], None]
+"""An attrs validator: ``check(instance, attribute, value)``."""
+
+_Error = type[ConfigError] | type[InvalidMessage]
+
+
+def _fail(error: _Error, name: str, value: object, expected: str) -> None:
+    if error is InvalidMessage:
+        raise InvalidMessage(name, value, f"expected {expected}")
+    raise ConfigError(name, value, expected)
+
+
+def _name(name: str | None, attr: Any) -> str:
+    if name is not None:
+        return name
+    return str(getattr(attr, "alias", None) or getattr(attr, "name", "value"))
+
+
+def _maybe(expected: str, optional: bool) -> str:
+    return f"{expected}, or None" if optional else expected
+
+
+def is_int(value: object) -> bool:
+    """Return whether `value` is an int and not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite(value: object) -> bool:
+    """Return whether `value` is a finite int or float (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value)
+
+
+def integer(
+    name: str | None = None,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    optional: bool = False,
+    error: _Error = ConfigError,
+    expected: str | None = None,
+) -> Check:
+    """Return a validator: an int (not a bool) in ``low..high``."""
+    if expected is not None:
+        text = expected
+    elif low is not None and high is not None:
+        text = _maybe(f"an int in {low}..{high}", optional)
+    elif low is not None:
+        text = _maybe(f"an int >= {low}", optional)
+    else:
+        text = _maybe("an int", optional)
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        if value is None and optional:
+            return
+        if (
+            not is_int(value)
+            or (low is not None and value < low)  # type: ignore[operator]
+            or (high is not None and value > high)  # type: ignore[operator]
+        ):
+            _fail(error, _name(name, attr), value, text)
+
+    return validate
+
+
+def number(
+    name: str | None = None,
+    *,
+    low: float | None = None,
+    above: float | None = None,
+    high: float | None = None,
+    optional: bool = False,
+    expected: str | None = None,
+) -> Check:
+    """Return a validator: a finite number, ``>= low``, ``> above``, ``<= high``."""
+    bounds = [
+        f">= {low}" if low is not None else "",
+        f"> {above}" if above is not None else "",
+        f"<= {high}" if high is not None else "",
+    ]
+    text = expected or _maybe(
+        " ".join(["a finite number", *(b for b in bounds if b)]), optional
+    )
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        if value is None and optional:
+            return
+        if (
+            not is_finite(value)
+            or (low is not None and value < low)  # type: ignore[operator]
+            or (above is not None and value <= above)  # type: ignore[operator]
+            or (high is not None and value > high)  # type: ignore[operator]
+        ):
+            raise ConfigError(_name(name, attr), value, text)
+
+    return validate
+
+
+def seconds(name: str | None = None, *, optional: bool = True) -> Check:
+    """Return a validator: a finite number of seconds > 0 (or None if optional)."""
+    return number(
+        name,
+        above=0,
+        optional=optional,
+        expected=_maybe("a finite number of seconds > 0", optional),
+    )
+
+
+def string(
+    name: str | None = None,
+    *,
+    non_empty: bool = False,
+    optional: bool = False,
+    error: _Error = ConfigError,
+    expected: str | None = None,
+) -> Check:
+    """Return a validator: a string (non-empty if asked; blank counts as empty)."""
+    if expected is None:
+        expected = _maybe("a non-empty string" if non_empty else "a string", optional)
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, str) or (non_empty and not value.strip()):
+            _fail(error, _name(name, attr), value, expected)
+
+    return validate
+
+
+def boolean(
+    name: str | None = None, *, optional: bool = False, error: _Error = ConfigError
+) -> Check:
+    """Return a validator: True or False (not 0, 1 or ``"no"``)."""
+    expected = _maybe("True or False", optional)
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, bool):
+            _fail(error, _name(name, attr), value, expected)
+
+    return validate
+
+
+def instance(
+    types: type | tuple[type, ...],
+    expected: str,
+    name: str | None = None,
+    *,
+    optional: bool = False,
+    error: _Error = ConfigError,
+) -> Check:
+    """Return a validator: an instance of `types` (described as `expected`)."""
+    text = _maybe(expected, optional)
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, types):
+            _fail(error, _name(name, attr), value, text)
+
+    return validate
+
+
+def callable_(name: str | None = None, *, optional: bool = False) -> Check:
+    """Return a validator: a callable."""
+    text = _maybe("a callable", optional)
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        if value is None and optional:
+            return
+        if not callable(value):
+            raise ConfigError(_name(name, attr), value, text)
+
+    return validate
+
+
+class _OneOf:
+    """An attrs validator: one of `options` (kept, as attrs' ``in_`` keeps them)."""
+
+    __slots__ = ("_name", "_text", "optional", "options")
+
+    def __init__(
+        self,
+        options: Collection[object],
+        name: str | None = None,
+        *,
+        optional: bool = False,
+    ) -> None:
+        """Accept the values in `options` (and None if `optional`)."""
+        self.options = options
+        self.optional = optional
+        self._name = name
+        self._text = _maybe("one of " + ", ".join(repr(v) for v in options), optional)
+
+    def __call__(self, _inst: object, attr: object, value: object) -> None:
+        """Raise `ConfigError` unless `value` is one of the options."""
+        if value is None and self.optional:
+            return
+        try:
+            ok = value in self.options
+        except TypeError:  # an unhashable value
+            ok = False
+        if not ok or isinstance(value, bool):
+            raise ConfigError(_name(self._name, attr), value, self._text)
+
+
+def one_of(
+    options: Collection[object], name: str | None = None, *, optional: bool = False
+) -> Check:
+    """Return a validator: one of `options` (its ``options`` attribute keeps them)."""
+    return _OneOf(options, name, optional=optional)
+
+
+def each(
+    types: type | tuple[type, ...],
+    expected: str,
+    name: str | None = None,
+    *,
+    error: _Error = ConfigError,
+) -> Check:
+    """Return a validator: a tuple whose every item is one of `types`.
+
+    The error names the item (``tools[2]``).
+    """
+
+    def validate(_inst: object, attr: object, value: Any) -> None:
+        field = _name(name, attr)
+        if not isinstance(value, tuple):
+            _fail(error, field, value, f"a sequence of {expected}")
+        for i, item in enumerate(value):
+            if not isinstance(item, types):
+                _fail(error, f"{field}[{i}]", item, expected)
+
+    return validate
+
+
+def string_mapping(
+    name: str | None = None, *, error: _Error = ConfigError, values: bool = True
+) -> Check:
+    """Return a validator: a mapping with string keys (and values, if `values`)."""
+
+    def validate(_inst: object, attr: object, value: Any) -> None:
+        field = _name(name, attr)
+        if not isinstance(value, Mapping):
+            _fail(error, field, value, "a mapping of strings to strings")
+        for key, item in value.items():
+            if not isinstance(key, str) or (values and not isinstance(item, str)):
+                _fail(error, f"{field}[{key!r}]", item, "a string key and value")
+
+    return validate
+
+
+def check(value: object, name: str, *validators: Check) -> None:
+    """Run `validators` on a plain `value` named `name` (outside attrs)."""
+    for validate in validators:
+        validate(None, _Named(name), value)
+
+
+class _Named:
+    """A stand-in attrs attribute carrying only a name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def as_tuple(
+    value: Any, name: str, expected: str, *, error: _Error = ConfigError
+) -> tuple[Any, ...]:
+    """Return `value` as a tuple: any iterable but a string or a mapping."""
+    if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
+        _fail(error, name, value, f"a sequence of {expected}")
+    return tuple(value)
+
+
+def tuple_of(
+    name: str, expected: str, *, error: _Error = ConfigError
+) -> Callable[[Any], tuple[Any, ...]]:
+    """Return an attrs converter: any iterable but a string or a mapping, as a tuple.
+
+    The items are checked by the field's validator (`each`).
+    """
+
+    def convert(value: Any) -> tuple[Any, ...]:
+        if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
+            _fail(error, name, value, f"a sequence of {expected}")
+        return tuple(value)
+
+    return convert
+
+
+def is_iterable(value: object) -> bool:
+    try:
+        iter(value)  # type: ignore[call-overload]
+    except TypeError:
+        return False
+    return True
