@@ -316,6 +316,8 @@ async def _complete(
             waited=started - ended if attempts > 1 else 0.0,
         )
         hooks.call("on_model_call_start", info)
+        response: ModelResponse | None = None
+        error: BaseException | None = None
         try:
             # The deadline inside, so the end hook sees its TimeoutError,
             # not the cancellation it is made of.
@@ -324,23 +326,16 @@ async def _complete(
                     response = await _streamed(ctx, client, request)
                 else:
                     response = _response_of(client, await client.complete(request))
+            return response
         except BaseException as exc:
-            ended = anyio.current_time()
-            hooks.call(
-                "on_model_call_end",
-                ModelCallEnd(
-                    call=info, response=None, error=exc, duration=ended - started
-                ),
-            )
+            error = exc
             raise
-        ended = anyio.current_time()
-        hooks.call(
-            "on_model_call_end",
-            ModelCallEnd(
-                call=info, response=response, error=None, duration=ended - started
-            ),
-        )
-        return response
+        finally:
+            ended = anyio.current_time()
+            end = ModelCallEnd(
+                call=info, response=response, error=error, duration=ended - started
+            )
+            hooks.call("on_model_call_end", end)
 
     started = anyio.current_time()
     try:
@@ -465,29 +460,18 @@ async def _observed_tool(ctx: EffectContext, call: ToolCallPart) -> Message:
     )
     hooks.call("on_tool_start", info)
     started = anyio.current_time()
+    result: Message | None = None
+    error: BaseException | None = None
     try:
         result = await run_tool_call(call, ctx.tools, limit=ctx.tool_timeout)
+        return result
     except BaseException as exc:
-        hooks.call(
-            "on_tool_end",
-            ToolCallEnd(
-                call=info,
-                result=None,
-                error=exc,
-                duration=anyio.current_time() - started,
-            ),
-        )
+        error = exc
         raise
-    hooks.call(
-        "on_tool_end",
-        ToolCallEnd(
-            call=info,
-            result=result,
-            error=None,
-            duration=anyio.current_time() - started,
-        ),
-    )
-    return result
+    finally:
+        duration = anyio.current_time() - started
+        end = ToolCallEnd(call=info, result=result, error=error, duration=duration)
+        hooks.call("on_tool_end", end)
 
 
 async def compact(ctx: EffectContext, decision: Compact) -> Event:

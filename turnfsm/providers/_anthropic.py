@@ -17,7 +17,7 @@ import attrs
 from anyio.lowlevel import current_token
 
 from turnfsm import _checks
-from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
+from turnfsm.errors import InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import positive_or_none, resolve_api_key
 from turnfsm.providers._convert_anthropic import (
@@ -68,14 +68,6 @@ _TYPE_STATUS: Final = {
 }
 
 
-def _checked(name: str, expected: str, ok: Any) -> Any:
-    def check(_inst: object, _attr: object, value: object) -> None:
-        if not ok(value):
-            raise ConfigError(name, value, expected)
-
-    return check
-
-
 @final
 @attrs.define(eq=False)
 class AnthropicModel:
@@ -108,10 +100,10 @@ class AnthropicModel:
     """The provider's name in traces (``gen_ai.provider.name``)."""
 
     model: str = attrs.field(
-        validator=_checked(
+        validator=_checks.string(
             "model",
-            "a model name such as 'claude-sonnet-4-5'",
-            lambda v: isinstance(v, str) and bool(v.strip()),
+            non_empty=True,
+            expected="a model name such as 'claude-sonnet-4-5'",
         )
     )
     base_url: str | None = attrs.field(

@@ -355,17 +355,25 @@ def _http_url(endpoint: str | None, path: str) -> str | None:
     return endpoint
 
 
+def _exporter_options(
+    headers: Mapping[str, str] | None, timeout: float | None
+) -> dict[str, Any]:
+    """The keywords every OTLP exporter takes (what is not given: its env's)."""
+    options: dict[str, Any] = {}
+    if headers is not None:
+        options["headers"] = dict(headers)
+    if timeout is not None:
+        options["timeout"] = timeout
+    return options
+
+
 def _otlp_spans(
     protocol: Protocol,
     endpoint: str | None,
     headers: Mapping[str, str] | None,
     timeout: float | None,
 ) -> tuple[SpanExporter, str]:
-    options: dict[str, Any] = {}
-    if headers is not None:
-        options["headers"] = dict(headers)
-    if timeout is not None:
-        options["timeout"] = timeout
+    options = _exporter_options(headers, timeout)
     try:
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -391,11 +399,7 @@ def _otlp_metrics(
     headers: Mapping[str, str] | None,
     timeout: float | None,
 ) -> MetricExporter:
-    options: dict[str, Any] = {}
-    if headers is not None:
-        options["headers"] = dict(headers)
-    if timeout is not None:
-        options["timeout"] = timeout
+    options = _exporter_options(headers, timeout)
     try:
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
