@@ -59,6 +59,7 @@ from turnfsm.core import (
     Pause,
     RunCancelled,
     RunStarted,
+    Snapshot,
     TurnMachine,
     trigger_of,
 )
@@ -89,6 +90,7 @@ from turnfsm.persistence import (
     machine_digest,
     new_id,
 )
+from turnfsm.persistence._store import check_id
 from turnfsm.providers import ModelClient, ToolSchema
 from turnfsm.tokens import Meter, TokenCounter, default_counter
 
@@ -333,6 +335,7 @@ class Driver:
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
         output_type: type[T],
+        run_id: str | None = None,
     ) -> RunResult[T]: ...
 
     @overload
@@ -344,6 +347,7 @@ class Driver:
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
         output_type: Any = None,
+        run_id: str | None = None,
     ) -> RunResult[Any]: ...
 
     async def run(
@@ -354,6 +358,7 @@ class Driver:
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
         output_type: Any = None,
+        run_id: str | None = None,
     ) -> RunResult[Any]:
         """Run the loop until the brain finishes, fails or pauses.
 
@@ -368,6 +373,9 @@ class Driver:
                 replies are streamed.
             output_type: the final answer's type for this run only (see
                 `Driver.output_type`; ``str`` asks for plain text).
+            run_id: the run's id (default: a fresh ``run_...``); a durable
+                run's is chosen by whoever starts it, so that its workflow
+                and its log name the same run.
 
         Returns:
             The `RunResult`; a failed run is an outcome (see
@@ -380,6 +388,8 @@ class Driver:
             InvalidMessage: the input is malformed (nothing was written).
             SessionBusy: another run is using `session`, or a run of it is
                 paused or unfinished (resume or abandon it first).
+            ConfigError: `run_id` is not a usable id, or a run of `session`
+                has it already.
             SessionConflict: another writer appended to the session's log.
         """
         messages = _as_messages(input)
@@ -391,13 +401,17 @@ class Driver:
             raise ConfigError("session", session, "a Session or None")
         if control is not None and not isinstance(control, RunControl):
             raise ConfigError("control", control, "a RunControl or None")
+        if run_id is not None:
+            check_id("run_id", run_id)
+            if session.has_run(run_id):
+                raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
         OpenCalls.of(session.history).then(messages).require_closed()
         with session.claim():
             waiting = session.open_runs()
             if waiting:
                 raise SessionBusy(session.id, run_id=waiting[-1].run_id)
-            run_id = new_id("run")
+            run_id = run_id or new_id("run")
             machine = TurnMachine.start(
                 self.machine, budget=self._budget, history=session.history
             )
@@ -421,8 +435,10 @@ class Driver:
         every decision against the log), then `event` — the answer the run
         waits for, e.g. `ToolCallsReviewed.approve_all()` — is fed next.
         Without `event`, an unfinished run (its process died) redoes the
-        decision it was carrying out. `output_type` is the run's (see `run`;
-        default: the driver's); the answer is read again from the final text.
+        decision it was carrying out. A paused run also takes a
+        `RunCancelled`: it ends ``cancelled`` (where `abandon` ends it
+        failed). `output_type` is the run's (see `run`; default: the
+        driver's); the answer is read again from the final text.
 
         Raises:
             ConfigError: no such run; the run is not open; the machine is not
@@ -444,7 +460,10 @@ class Driver:
             machine = rebuild(self.machine, session, run_id)
             decision = machine.decision
             if isinstance(decision, Pause):
-                if event is None or trigger_of(event) not in decision.accepts:
+                if event is None or (
+                    trigger_of(event) not in decision.accepts
+                    and not isinstance(event, RunCancelled)
+                ):
                     raise ConfigError(
                         "event",
                         event,
@@ -491,6 +510,30 @@ class Driver:
         hooks: Sequence[Hook],
         output: OutputType | None = None,
     ) -> _Loop:
+        ctx = self._context(
+            run_id,
+            machine.snapshot,
+            session=session,
+            session_id=session.id,
+            hooks=hooks,
+            output=output,
+        )
+        loop = _Loop(self._settings, session, machine, ctx, control)
+        ctx.record = loop.record_result
+        return loop
+
+    def _context(
+        self,
+        run_id: str,
+        snapshot: Snapshot,
+        *,
+        session: Session | None,
+        session_id: str,
+        hooks: Sequence[Hook] = (),
+        output: OutputType | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> EffectContext:
+        """The context a run's effects get (the loop's, or an activity's)."""
         listed = [*self.hooks, *hooks]
         traced = tracing_hook(listed, self.tracing)
         if traced is not None:
@@ -501,10 +544,10 @@ class Driver:
         reserved = (meter.measure(extras=kept) if kept else 0) + (
             self.max_output_tokens or 0
         )
-        ctx = EffectContext(
+        return EffectContext(
             run_id=run_id,
-            session_id=session.id,
-            snapshot=machine.snapshot,
+            session_id=session_id,
+            snapshot=snapshot,
             model=self.model,
             tools=self._tools,
             tool_schemas=self._schemas,
@@ -514,7 +557,7 @@ class Driver:
             extras=kept,
             reserved=reserved,
             max_output_tokens=self.max_output_tokens,
-            retry=self.retry,
+            retry=self.retry if retry is None else retry,
             model_timeout=self.model_timeout,
             tool_timeout=self.tool_timeout,
             hooks=dispatcher,
@@ -522,13 +565,10 @@ class Driver:
             and callable(getattr(self.model, "stream", None)),
             clock=self.clock,
             new_id=new_id,
-            ephemeral=session.is_ephemeral,
+            ephemeral=session.is_ephemeral if session is not None else False,
             session=session,
             output=output,
         )
-        loop = _Loop(self._settings, session, machine, ctx, control)
-        ctx.record = loop.record_result
-        return loop
 
 
 def tracing_hook(hooks: Sequence[Hook], setting: bool | None) -> Hook | None:

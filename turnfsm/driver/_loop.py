@@ -84,7 +84,7 @@ from turnfsm.persistence import (
 )
 from turnfsm.values import ErrorInfo, Usage
 
-__all__ = ["LoopSettings", "_Loop"]
+__all__ = ["LoopSettings", "_Loop", "carry_out"]
 
 logger = logging.getLogger("turnfsm.driver")
 
@@ -512,59 +512,16 @@ class _Loop:
 
     async def _effect(self, decision: Decision) -> Event:
         """Carry `decision` out under its timeout, interruptible by the control."""
-        key = effect_key(decision)
-        effect = self._effects[key]
-        control = self.control
-        limit = self._limit(decision)
-        if limit is None and control is None:
-            return _event_of(key, await effect(self.ctx, decision))
-        with anyio.CancelScope() as scope:
-            if limit is not None:
-                scope.deadline = anyio.current_time() + limit
-            if control is not None:
-                control._scope = scope
-            try:
-                return _event_of(key, await effect(self.ctx, decision))
-            finally:
-                if control is not None:
-                    control._scope = None
-        cancel = control.take_cancel() if control is not None else None
-        if cancel is not None:
+        event = await carry_out(self.driver, self.ctx, decision, self.control)
+        if type(event) is RunCancelled:
             self._keep_spent(decision)
-            return cancel
-        return self._timed_out(decision, key, limit)
+        return event
 
     def _keep_spent(self, decision: Decision | None) -> None:
         """Keep what an interrupted pass's model calls cost (no record follows)."""
         if isinstance(decision, Compact) and self.ctx.spent:
             self.compaction_usage = self.compaction_usage + sum(self.ctx.spent, Usage())
             self.ctx.spent.clear()
-
-    def _limit(self, decision: Decision) -> float | None:
-        kind = type(decision)
-        if kind is Compact:
-            return self.driver.compaction_timeout
-        if kind is Perform:
-            return self.driver.effect_timeout
-        return None
-
-    def _timed_out(self, decision: Decision, key: str, limit: float | None) -> Event:
-        snapshot = self.machine.snapshot
-        if isinstance(decision, Compact):
-            used = snapshot.estimate or 0
-            spent = self.ctx.spent
-            usage = sum(spent, Usage()) if spent else None
-            spent.clear()
-            return CompactorFailed(
-                used=used,
-                limit=snapshot.budget.context_window,
-                error=ErrorInfo(
-                    type="TimeoutError",
-                    message=f"the compaction pass timed out after {limit}s",
-                ),
-                usage=usage,
-            )
-        return RunCancelled(reason=f"effect {key!r} timed out after {limit}s")
 
     # -- the end -------------------------------------------------------
     async def _end(
@@ -704,6 +661,74 @@ class _Loop:
             logger.exception("run %s: could not record its crash", self.run_id)
             snapshot = self.machine.snapshot
             self._hear_end("failed", snapshot, "", crashed)
+
+
+async def carry_out(
+    settings: LoopSettings,
+    ctx: EffectContext,
+    decision: Decision,
+    control: RunControl | None = None,
+) -> Event:
+    """Carry `decision` out with its effect, under its timeout; return the event.
+
+    The one way an effect is run, by the loop and by a Temporal activity
+    (`turnfsm.temporal`) alike: a compaction pass past `compaction_timeout`
+    is `CompactorFailed`, a custom effect past `effect_timeout` cancels the
+    run, and a `control`'s cancel interrupts the effect (its `RunCancelled`
+    is returned).
+
+    Raises:
+        InvalidReturn: the effect returned something other than an event.
+    """
+    key = effect_key(decision)
+    effect = settings.effects[key]
+    limit = _limit(settings, decision)
+    if limit is None and control is None:
+        return _event_of(key, await effect(ctx, decision))
+    with anyio.CancelScope() as scope:
+        if limit is not None:
+            scope.deadline = anyio.current_time() + limit
+        if control is not None:
+            control._scope = scope
+        try:
+            return _event_of(key, await effect(ctx, decision))
+        finally:
+            if control is not None:
+                control._scope = None
+    cancel = control.take_cancel() if control is not None else None
+    if cancel is not None:
+        return cancel
+    return _timed_out(ctx, decision, key, limit)
+
+
+def _limit(settings: LoopSettings, decision: Decision) -> float | None:
+    kind = type(decision)
+    if kind is Compact:
+        return settings.compaction_timeout
+    if kind is Perform:
+        return settings.effect_timeout
+    return None
+
+
+def _timed_out(
+    ctx: EffectContext, decision: Decision, key: str, limit: float | None
+) -> Event:
+    snapshot = ctx.snapshot
+    if isinstance(decision, Compact):
+        used = snapshot.estimate or 0
+        spent = ctx.spent
+        usage = sum(spent, Usage()) if spent else None
+        spent.clear()
+        return CompactorFailed(
+            used=used,
+            limit=snapshot.budget.context_window,
+            error=ErrorInfo(
+                type="TimeoutError",
+                message=f"the compaction pass timed out after {limit}s",
+            ),
+            usage=usage,
+        )
+    return RunCancelled(reason=f"effect {key!r} timed out after {limit}s")
 
 
 def _event_of(key: str, value: object) -> Event:

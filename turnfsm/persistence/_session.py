@@ -233,6 +233,10 @@ class Session:
         """
         return self._runs[run_id].record()
 
+    def has_run(self, run_id: str) -> bool:
+        """Whether the log holds a run `run_id`."""
+        return run_id in self._runs
+
     def open_runs(self) -> list[RunRecord]:
         """Runs that can still go on: paused, or without an end in the log."""
         return [

@@ -64,9 +64,18 @@ class SessionStore(Protocol):
 
 def check_session_id(session_id: object) -> str:
     """Return `session_id` if it is a usable id; raise `ConfigError` if not."""
-    if not isinstance(session_id, str) or not session_id or len(session_id) > 200:
-        raise ConfigError("session_id", session_id, "a non-empty string (<= 200)")
-    return session_id
+    return check_id("session_id", session_id)
+
+
+def check_id(name: str, value: object) -> str:
+    """Return `value` if it is a usable id (a session's, a run's); else raise.
+
+    Raises:
+        ConfigError: `value` is not a non-empty string of at most 200 characters.
+    """
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise ConfigError(name, value, "a non-empty string (<= 200)")
+    return value
 
 
 def check_store(store: object) -> SessionStore:
