@@ -219,6 +219,47 @@ class Agent:
             output_type=output_type,
         )
 
+    async def start_durable(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        client: Any,
+        task_queue: str,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        options: Any = None,
+    ) -> Any:
+        """Start a run as a Temporal workflow; return its `DurableRun`.
+
+        Needs the ``temporal`` extra and a worker serving this agent on
+        `task_queue` (`turnfsm.temporal.create_worker`, or ``turnfsm
+        worker``). The run continues `session_id` (default: the agent's
+        session) in the workers' store; ``await run.result()`` waits for it.
+
+        Args:
+            input: The run's new messages.
+            client: A connected ``temporalio.client.Client``.
+            task_queue: The queue the workers serve.
+            session_id: The session to continue (default: this agent's).
+            run_id: The run's id (default: a fresh one).
+            options: `turnfsm.temporal.DurableOptions` (timeouts, retries).
+
+        Raises:
+            SessionBusy: a durable run of the session is still open.
+            ConfigError: a setting is not what it should be (named).
+        """
+        from turnfsm.temporal import start_durable
+
+        return await start_durable(
+            self,
+            input,
+            client=client,
+            task_queue=task_queue,
+            session_id=session_id,
+            run_id=run_id,
+            options=options,
+        )
+
     @contextlib.asynccontextmanager
     async def run_stream(
         self,

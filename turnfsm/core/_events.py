@@ -7,13 +7,13 @@ Each event's trigger is the snake_case form of its class name
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeAlias, final
 
 import attrs
 
 from turnfsm import _checks
-from turnfsm.messages import Message
+from turnfsm.messages import Message, new_message_id
 from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
@@ -164,16 +164,26 @@ class ToolCallsReviewed:
         return cls()
 
     @classmethod
-    def reject(cls, reasons: Mapping[str, str]) -> ToolCallsReviewed:
+    def reject(
+        cls,
+        reasons: Mapping[str, str],
+        *,
+        new_id: Callable[[], str] = new_message_id,
+    ) -> ToolCallsReviewed:
         """Return the review that rejects each call id in `reasons` with its reason.
 
         Each rejected call is answered by an error tool result reading
         ``rejected by the reviewer: REASON``; the other calls are approved.
+        `new_id` makes the results' message ids (a Temporal workflow passes
+        its deterministic source).
         """
         return cls(
             results=[
                 Message.tool_result(
-                    call_id, f"rejected by the reviewer: {reason}", is_error=True
+                    call_id,
+                    f"rejected by the reviewer: {reason}",
+                    is_error=True,
+                    id=new_id(),
                 )
                 for call_id, reason in reasons.items()
             ]

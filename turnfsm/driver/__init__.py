@@ -15,7 +15,7 @@ from turnfsm.driver._effects import (
 )
 from turnfsm.driver._replay import ReplayReport, rebuild, replay
 from turnfsm.driver._retry import RetryPolicy, is_transient
-from turnfsm.driver._tools import Tool, function_tool
+from turnfsm.driver._tools import Tool, current_tool_call, function_tool
 from turnfsm.persistence import (
     CompactionRecord,
     RunRecord,
@@ -39,6 +39,7 @@ __all__ = [
     "TurnRecord",
     "call_model",
     "compact",
+    "current_tool_call",
     "function_tool",
     "is_transient",
     "measure",

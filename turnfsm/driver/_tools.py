@@ -12,6 +12,7 @@ running a tool in a child process that a timeout kills in
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import re
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Final, final
 
 import anyio
 import anyio.to_thread
@@ -39,7 +40,14 @@ from turnfsm.errors import ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ToolSchema
 
-__all__ = ["Tool", "deadline", "function_tool", "run_tool_call", "tools_by_name"]
+__all__ = [
+    "Tool",
+    "current_tool_call",
+    "deadline",
+    "function_tool",
+    "run_tool_call",
+    "tools_by_name",
+]
 
 Arguments = Mapping[str, Any]
 """A call's arguments: the JSON object the model sent."""
@@ -288,6 +296,7 @@ async def run_tool_call(
         return Message.tool_result(
             call.id, f"tool {call.name!r} is not available", is_error=True
         )
+    token = _CURRENT_CALL.set(call)
     try:
         # move_on_after, not fail_after: a TimeoutError the tool raises itself
         # is the tool's failure, not our deadline.
@@ -315,7 +324,25 @@ async def run_tool_call(
             f"tool {call.name!r} failed: {type(exc).__name__}: {exc}",
             is_error=True,
         )
+    finally:
+        _CURRENT_CALL.reset(token)
     return Message.tool_result(call.id, output)
+
+
+_CURRENT_CALL: Final[contextvars.ContextVar[ToolCallPart | None]] = (
+    contextvars.ContextVar("turnfsm_tool_call", default=None)
+)
+
+
+def current_tool_call() -> ToolCallPart | None:
+    """Return the tool call being run, inside a tool (else None).
+
+    Its ``id`` is the call's idempotency key: the same on every attempt at
+    the call, in a resumed run and in a Temporal activity run again after
+    its worker died. A tool with a side effect that must not happen twice
+    (a payment, an e-mail, an append) keys the effect by it.
+    """
+    return _CURRENT_CALL.get()
 
 
 def tools_by_name(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:

@@ -1,0 +1,290 @@
+"""The activities: each effect with a side effect, and the session log's I/O.
+
+A workflow (`turnfsm.temporal._workflow`) runs the brain; everything that
+meets the outside world runs here, in a worker, with the agent the worker
+was given (`create_worker`):
+
+- ``turnfsm.effect`` carries out one decision with its effect (a model
+  call, a compaction pass, a custom effect) through `carry_out`, the loop's
+  own way of running effects, and returns the event;
+- ``turnfsm.tool`` runs one tool call (its id is the idempotency key:
+  `turnfsm.driver.current_tool_call`);
+- ``turnfsm.load`` / ``turnfsm.append`` read and extend the session's log.
+
+An effect activity first appends the log entries the workflow made since
+its last write (they ride in its input): the store holds every event
+before the effect it led to starts, as in-process (DESIGN §4). Appends are
+idempotent: an attempt run again after its worker died finds its entries
+already in the log and goes on.
+
+Retries: Temporal's policy retries the model call on a transient error
+(tenacity is off inside the activity, so the two never stack) and every
+activity lost with its worker. A bug in an effect is not retried: the
+activity fails for good and the run is logged as crashed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from turnfsm import serde
+from turnfsm.agent import Agent
+from turnfsm.core import Compact, Event, ModelFailed, Perform, Snapshot, TurnMachine
+from turnfsm.driver import RetryPolicy
+from turnfsm.driver._effects import _one_tool, effect_key
+from turnfsm.driver._loop import carry_out
+from turnfsm.errors import ConfigError, SessionConflict, TurnFSMError
+from turnfsm.messages import ToolCallPart
+from turnfsm.persistence import Entry, Session, SessionStore
+
+__all__ = [
+    "ACTIVITIES",
+    "CRASHED",
+    "TRANSIENT",
+    "TURNFSM_ERROR",
+    "agent_named",
+    "append_once",
+    "register",
+]
+
+TRANSIENT: Final = "turnfsm.transient"
+"""An `ApplicationError` type: the model call failed transiently (retried);
+its details hold the `ModelFailed` event."""
+
+TURNFSM_ERROR: Final = "turnfsm.error"
+"""An `ApplicationError` type: its details hold a turnfsm error (not retried)."""
+
+CRASHED: Final = "turnfsm.crashed"
+"""An `ApplicationError` type: an effect raised (a bug; not retried)."""
+
+_ONE_ATTEMPT: Final = RetryPolicy(max_attempts=1)
+
+_AGENTS: dict[str, Agent] = {}
+
+
+def register(agents: Sequence[Agent]) -> None:
+    """Make `agents` known to this process's workflows and activities, by name.
+
+    Raises:
+        ConfigError: two different agents share a name (`Driver.name`).
+    """
+    for agent in agents:
+        if not isinstance(agent, Agent):
+            raise ConfigError("agents", agent, "Agents")
+        name = agent.driver.name
+        known = _AGENTS.get(name)
+        if known is not None and known is not agent:
+            raise ConfigError(
+                "agents", name, "one agent per name in a process (Driver.name)"
+            )
+        _AGENTS[name] = agent
+
+
+def agent_named(name: str) -> Agent:
+    """Return the registered agent `name`.
+
+    Raises:
+        ApplicationError: no worker of this process serves it (not retried).
+    """
+    agent = _AGENTS.get(name)
+    if agent is None:
+        known = ", ".join(sorted(_AGENTS)) or "none"
+        raise ApplicationError(
+            f"no agent named {name!r} is served here (known: {known})",
+            type="turnfsm.unknown_agent",
+            non_retryable=True,
+        )
+    return agent
+
+
+async def append_once(
+    store: SessionStore, session_id: str, entries: Sequence[Entry], version: int
+) -> int:
+    """Append `entries` at `version`, or find them there already; return the version.
+
+    An attempt run again (its worker died after the write, before Temporal
+    heard of it) finds some or all of its entries in the log: it appends
+    the rest. Anything else at that position is a real conflict.
+
+    Raises:
+        SessionConflict: another writer's entries are at `version`.
+    """
+    try:
+        return await store.append(session_id, entries, expected_version=version)
+    except SessionConflict:
+        stored = await store.load(session_id)
+        there = stored[version:]
+        if len(there) > len(entries) or any(
+            serde.envelope(a) != serde.envelope(b)
+            for a, b in zip(there, entries, strict=False)
+        ):
+            raise
+        rest = entries[len(there) :]
+        if not rest:
+            return len(stored)
+        return await store.append(session_id, rest, expected_version=len(stored))
+
+
+async def _write(agent: Agent, session_id: str, log: Mapping[str, Any] | None) -> None:
+    if not log or not log["entries"]:
+        return
+    entries: list[Entry] = [serde.open_envelope(e, Entry) for e in log["entries"]]
+    await append_once(agent.store, session_id, entries, log["version"])
+
+
+@contextlib.asynccontextmanager
+async def _beating() -> AsyncIterator[None]:
+    """Heartbeat every third of the activity's heartbeat timeout while it runs."""
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if timeout is None or timeout <= timedelta(0):
+        yield
+        return
+    period = timeout.total_seconds() / 3
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(period)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _not_retried(exc: TurnFSMError) -> ApplicationError:
+    return ApplicationError(
+        str(exc),
+        serde.error_to_json(exc),
+        type=TURNFSM_ERROR,
+        non_retryable=True,
+    )
+
+
+def _crashed(exc: Exception) -> ApplicationError:
+    return ApplicationError(
+        f"{type(exc).__name__}: {exc}",
+        {"type": type(exc).__name__, "message": str(exc)},
+        type=CRASHED,
+        non_retryable=True,
+    )
+
+
+@activity.defn(name="turnfsm.load")
+async def load_log(request: dict[str, Any]) -> dict[str, Any]:
+    """Return the session's log (every entry as its envelope)."""
+    agent = agent_named(request["agent"])
+    entries = await agent.store.load(request["session_id"])
+    return {"entries": [serde.envelope(e) for e in entries]}
+
+
+@activity.defn(name="turnfsm.append")
+async def append_log(request: dict[str, Any]) -> None:
+    """Append the entries the workflow made (idempotent: `append_once`)."""
+    agent = agent_named(request["agent"])
+    try:
+        await _write(agent, request["session_id"], request["log"])
+    except SessionConflict as exc:
+        raise _not_retried(exc) from None
+
+
+@activity.defn(name="turnfsm.effect")
+async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
+    """Write the log so far, then carry out the decision the snapshot holds."""
+    agent = agent_named(request["agent"])
+    session_id, run_id = request["session_id"], request["run_id"]
+    async with _beating():
+        try:
+            await _write(agent, session_id, request.get("log"))
+        except SessionConflict as exc:
+            raise _not_retried(exc) from None
+        driver = agent.driver
+        snapshot = serde.from_json(Snapshot, request["snapshot"])
+        decision = TurnMachine.from_snapshot(driver.machine, snapshot).decision
+        key = effect_key(decision)
+        if key != request["key"]:
+            raise ApplicationError(
+                f"the snapshot decides {key!r}, not {request['key']!r}",
+                type=CRASHED,
+                non_retryable=True,
+            )
+        # A compaction pass reads the breaker and the recorded summaries; a
+        # custom effect may read anything: they get the session's log.
+        needs_log = isinstance(decision, Compact | Perform)
+        session = await Session.load(agent.store, session_id) if needs_log else None
+        ctx = driver._context(
+            run_id,
+            snapshot,
+            session=session,
+            session_id=session_id,
+            output=driver._output,
+            retry=_ONE_ATTEMPT if key == "call_llm" else None,
+        )
+        try:
+            event = await carry_out(driver._settings, ctx, decision)
+        except TurnFSMError as exc:
+            raise _not_retried(exc) from None
+        except Exception as exc:
+            raise _crashed(exc) from exc
+        return _answer(event, driver.retry.max_attempts)
+
+
+def _answer(event: Event, attempts: int) -> dict[str, Any]:
+    """The event as JSON; a transient model failure is raised for Temporal to retry.
+
+    Only while the run's `RetryPolicy.max_attempts` allows: the last attempt
+    hands the failure to the brain, as the in-process retry does.
+    """
+    data: dict[str, Any] = serde.to_json(event)  # type: ignore[assignment]
+    if (
+        isinstance(event, ModelFailed)
+        and event.error.retryable
+        and activity.info().attempt < attempts
+    ):
+        wait = event.error.retry_after
+        raise ApplicationError(
+            event.error.message,
+            data,
+            type=TRANSIENT,
+            next_retry_delay=timedelta(seconds=wait) if wait else None,
+        )
+    return data
+
+
+@activity.defn(name="turnfsm.tool")
+async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
+    """Run one tool call of the batch in flight; return its result message."""
+    agent = agent_named(request["agent"])
+    session_id = request["session_id"]
+    async with _beating():
+        try:
+            await _write(agent, session_id, request.get("log"))
+        except SessionConflict as exc:
+            raise _not_retried(exc) from None
+        driver = agent.driver
+        snapshot = serde.from_json(Snapshot, request["snapshot"])
+        call = serde.from_json(ToolCallPart, request["call"])
+        ctx = driver._context(
+            request["run_id"], snapshot, session=None, session_id=session_id
+        )
+        try:
+            result = await _one_tool(ctx, call, journal=False)
+        except Exception as exc:  # tool errors are results: this is a hook's bug
+            raise _crashed(exc) from exc
+        data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
+        return data
+
+
+ACTIVITIES: Final = (load_log, append_log, run_effect, run_tool)
+"""Every activity a worker serving durable runs registers."""

@@ -1,0 +1,258 @@
+"""Starting a durable run and steering it: `start_durable` and `DurableRun`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, final
+
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    WorkflowAlreadyStartedError,
+)
+
+from turnfsm import serde
+from turnfsm.agent import Agent
+from turnfsm.core import Event
+from turnfsm.driver import RunResult
+from turnfsm.driver._arguments import InvalidArguments
+from turnfsm.driver._driver import _as_messages
+from turnfsm.driver._output import OutputType
+from turnfsm.errors import (
+    Cancelled,
+    ConfigError,
+    RunCrashed,
+    SessionBusy,
+)
+from turnfsm.messages import Message
+from turnfsm.persistence import new_id
+from turnfsm.persistence._store import check_id
+from turnfsm.temporal._payloads import (
+    WORKFLOW,
+    DurableOptions,
+    RunSpec,
+    result_from_json,
+)
+
+__all__ = ["DurableRun", "RunStatus", "start_durable", "workflow_id_of"]
+
+
+def workflow_id_of(session_id: str) -> str:
+    """The id of the workflow running a session's open run (one at a time)."""
+    return f"turnfsm-{session_id}"
+
+
+@final
+class RunStatus:
+    """Where a durable run is (the workflow's ``status`` query).
+
+    Attributes:
+        phase: The brain's phase.
+        estimate: Its estimate of the next request, in tokens (None before
+            the first measurement).
+        decision: The last decision carried out (``call_llm``,
+            ``compact:threshold``, ...).
+        turn: Model calls made.
+        outcome: ``running``, or the run's outcome.
+        waiting: The tool calls and triggers a paused run waits for, or None.
+    """
+
+    __slots__ = ("decision", "estimate", "outcome", "phase", "turn", "waiting")
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        from turnfsm.core import Pause
+
+        self.phase: str = data["phase"]
+        self.estimate: int | None = data["estimate"]
+        self.decision: str = data["decision"]
+        self.turn: int = data["turn"]
+        self.outcome: str = data["outcome"]
+        waiting = data["waiting"]
+        self.waiting: Pause | None = (
+            serde.from_json(Pause, waiting) if waiting is not None else None
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RunStatus(phase={self.phase!r}, estimate={self.estimate}, "
+            f"decision={self.decision!r}, turn={self.turn}, "
+            f"outcome={self.outcome!r})"
+        )
+
+
+@final
+class DurableRun:
+    """A run executing as a Temporal workflow: wait for it, answer it, steer it.
+
+    Get one from `Agent.start_durable` (or `start_durable`); another process
+    reaches the same run with ``DurableRun(client, session_id, agent=agent)``.
+    """
+
+    __slots__ = ("_agent", "_handle", "session_id")
+
+    def __init__(
+        self,
+        client: Client,
+        session_id: str,
+        *,
+        agent: Agent | None = None,
+        handle: WorkflowHandle[Any, Any] | None = None,
+    ) -> None:
+        """Attach to the workflow of `session_id`'s latest durable run.
+
+        Args:
+            client: A connected Temporal client.
+            session_id: The run's session.
+            agent: The agent (reads a structured answer into
+                `RunResult.output`); optional.
+            handle: The workflow's handle, when the caller holds it.
+        """
+        self.session_id = check_id("session_id", session_id)
+        self._agent = agent
+        self._handle = handle or client.get_workflow_handle(workflow_id_of(session_id))
+
+    @property
+    def workflow_id(self) -> str:
+        """The workflow's id (``turnfsm-SESSION``)."""
+        return self._handle.id
+
+    @property
+    def handle(self) -> WorkflowHandle[Any, Any]:
+        """The Temporal workflow handle (for anything not wrapped here)."""
+        return self._handle
+
+    async def result(self) -> RunResult[Any]:
+        """Wait for the run to end (or pause for good) and return its result.
+
+        A run that failed is an outcome, as in-process (`RunResult.error`).
+
+        Raises:
+            Cancelled: the workflow itself was cancelled (the log records
+                the run as cancelled).
+            RunCrashed: the run crashed on a bug (its log records it).
+        """
+        try:
+            data = await self._handle.result()
+        except WorkflowFailureError as exc:
+            cause = exc.cause
+            if isinstance(cause, CancelledError):
+                raise Cancelled(reason="the workflow was cancelled") from exc
+            if isinstance(cause, ApplicationError) and cause.details:
+                detail = cause.details[0]
+                if isinstance(detail, Mapping) and {"type", "message"} <= set(detail):
+                    raise RunCrashed(
+                        type=str(detail["type"]), message=str(detail["message"])
+                    ) from exc
+            raise RunCrashed(type=type(cause).__name__, message=str(cause)) from exc
+        return result_from_json(data, output=self._output(data))
+
+    def _output(self, data: Mapping[str, Any]) -> Any:
+        output: OutputType | None = (
+            self._agent.driver._output if self._agent is not None else None
+        )
+        if output is None or data["outcome"] != "done":
+            return None
+        try:
+            return output.parse(data["text"])
+        except InvalidArguments:
+            return None
+
+    async def status(self) -> RunStatus:
+        """Ask the workflow where the run is."""
+        return RunStatus(await self._handle.query("status"))
+
+    async def approve(self) -> None:
+        """Approve every tool call the paused run waits on.
+
+        Raises:
+            ConfigError: the run is not paused on a tool review.
+        """
+        await self._update("approve")
+
+    async def reject(self, reasons: Mapping[str, str]) -> None:
+        """Reject the paused calls named in `reasons` (call id -> reason).
+
+        Raises:
+            ConfigError: the run is not paused on a review, or a call id is
+                not one it waits on.
+        """
+        await self._update("reject", dict(reasons))
+
+    async def answer(self, event: Event) -> None:
+        """Answer the pause with any event its phase accepts.
+
+        Raises:
+            ConfigError: the run is not paused, or its phase does not take it.
+        """
+        await self._update("answer", serde.to_json(event))
+
+    async def inject(self, message: str | Message) -> None:
+        """Queue a message for the run's next safe point (`RunControl.inject`).
+
+        Raises:
+            ConfigError: the run has ended, or the message cannot be injected.
+        """
+        await self._update(
+            "inject", message if isinstance(message, str) else serde.to_json(message)
+        )
+
+    async def cancel(self, reason: str = "cancelled") -> None:
+        """End the run ``cancelled`` (the workflow completes with that result)."""
+        await self._handle.signal("cancel", reason)
+
+    async def _update(self, name: str, *args: Any) -> None:
+        try:
+            await self._handle.execute_update(name, args=args)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            raise ConfigError(name, args[0] if args else None, str(cause)) from exc
+
+
+async def start_durable(
+    agent: Agent,
+    input: str | Message | Iterable[Message],
+    *,
+    client: Client,
+    task_queue: str,
+    session_id: str | None = None,
+    run_id: str | None = None,
+    options: DurableOptions | None = None,
+) -> DurableRun:
+    """Start a run of `agent` as a Temporal workflow (see `Agent.start_durable`)."""
+    if not isinstance(agent, Agent):
+        raise ConfigError("agent", agent, "an Agent")
+    if not isinstance(client, Client):
+        raise ConfigError("client", client, "a temporalio.client.Client")
+    if not isinstance(task_queue, str) or not task_queue:
+        raise ConfigError("task_queue", task_queue, "a non-empty string")
+    if options is not None and not isinstance(options, DurableOptions):
+        raise ConfigError("options", options, "DurableOptions or None")
+    messages = _as_messages(input)
+    session = check_id("session_id", session_id or agent.session.id)
+    spec = RunSpec(
+        agent=agent.driver.name,
+        session_id=session,
+        run_id=check_id("run_id", run_id) if run_id else new_id("run"),
+        input=messages,
+        options=options or DurableOptions(),
+    )
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW,
+            spec.to_json(),
+            id=workflow_id_of(session),
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            static_summary=f"{agent.driver.name}: run {spec.run_id}",
+        )
+    except WorkflowAlreadyStartedError:
+        raise SessionBusy(session) from None
+    return DurableRun(client, session, agent=agent, handle=handle)
