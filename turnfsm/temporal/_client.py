@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any, final
 
 from temporalio.client import (
@@ -252,6 +253,7 @@ async def start_durable(
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"{agent.driver.name}: run {spec.run_id}",
+            task_timeout=timedelta(seconds=spec.options.task_timeout),
         )
     except WorkflowAlreadyStartedError:
         raise SessionBusy(session) from None

@@ -53,6 +53,8 @@ class DurableOptions:
             failed outside its effect) is tried again.
         retry_max: The longest wait between such attempts.
         log_timeout: Seconds a session-log activity (load, append) may take.
+        task_timeout: Seconds a workflow task may take before Temporal hands
+            it to another worker (how soon a run whose worker died goes on).
     """
 
     heartbeat_timeout: float = attrs.field(
@@ -61,6 +63,7 @@ class DurableOptions:
     retry_initial: float = attrs.field(default=1.0, validator=_seconds("retry_initial"))
     retry_max: float = attrs.field(default=30.0, validator=_seconds("retry_max"))
     log_timeout: float = attrs.field(default=60.0, validator=_seconds("log_timeout"))
+    task_timeout: float = attrs.field(default=10.0, validator=_seconds("task_timeout"))
 
     def to_json(self) -> dict[str, Any]:
         """Return the options as JSON."""
