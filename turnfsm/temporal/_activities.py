@@ -66,38 +66,51 @@ CRASHED: Final = "turnfsm.crashed"
 
 _ONE_ATTEMPT: Final = RetryPolicy(max_attempts=1)
 
-_AGENTS: dict[str, Agent] = {}
+_AGENTS: dict[tuple[str, str], Agent] = {}
+"""The agents this process serves, by (task queue, `Driver.name`)."""
 
 
-def register(agents: Sequence[Agent]) -> None:
-    """Make `agents` known to this process's workflows and activities, by name.
+def register(agents: Sequence[Agent], *, task_queue: str) -> None:
+    """Serve `agents` on `task_queue` in this process (`create_worker` does this).
+
+    A workflow finds its agent by the queue it runs on and the agent's name;
+    registering another agent of the same name on the same queue replaces
+    the first (a worker made again). A workflow on a queue no worker of
+    this process serves (a `temporalio.worker.Replayer`'s) gets the agent
+    of that name registered last.
 
     Raises:
-        ConfigError: two different agents share a name (`Driver.name`).
+        ConfigError: an item is not an `Agent`, or two share a name.
     """
+    names: set[str] = set()
     for agent in agents:
         if not isinstance(agent, Agent):
             raise ConfigError("agents", agent, "Agents")
         name = agent.driver.name
-        known = _AGENTS.get(name)
-        if known is not None and known is not agent:
-            raise ConfigError(
-                "agents", name, "one agent per name in a process (Driver.name)"
-            )
-        _AGENTS[name] = agent
+        if name in names:
+            raise ConfigError("agents", name, "one agent per name (Driver.name)")
+        names.add(name)
+    for agent in agents:
+        key = (task_queue, agent.driver.name)
+        _AGENTS.pop(key, None)  # the last registered comes last
+        _AGENTS[key] = agent
 
 
-def agent_named(name: str) -> Agent:
-    """Return the registered agent `name`.
+def agent_named(name: str, task_queue: str) -> Agent:
+    """Return the agent `name` served on `task_queue`.
 
     Raises:
         ApplicationError: no worker of this process serves it (not retried).
     """
-    agent = _AGENTS.get(name)
+    agent = _AGENTS.get((task_queue, name))
     if agent is None:
-        known = ", ".join(sorted(_AGENTS)) or "none"
+        named = [a for (_, n), a in _AGENTS.items() if n == name]
+        if named:
+            return named[-1]
+        known = ", ".join(sorted({n for _, n in _AGENTS})) or "none"
         raise ApplicationError(
-            f"no agent named {name!r} is served here (known: {known})",
+            f"no agent named {name!r} is served on {task_queue!r} here "
+            f"(known: {known})",
             type="turnfsm.unknown_agent",
             non_retryable=True,
         )
@@ -184,7 +197,7 @@ def _crashed(exc: Exception) -> ApplicationError:
 @activity.defn(name="turnfsm.load")
 async def load_log(request: dict[str, Any]) -> dict[str, Any]:
     """Return the session's log (every entry as its envelope)."""
-    agent = agent_named(request["agent"])
+    agent = agent_named(request["agent"], activity.info().task_queue)
     entries = await agent.store.load(request["session_id"])
     return {"entries": [serde.envelope(e) for e in entries]}
 
@@ -192,7 +205,7 @@ async def load_log(request: dict[str, Any]) -> dict[str, Any]:
 @activity.defn(name="turnfsm.append")
 async def append_log(request: dict[str, Any]) -> None:
     """Append the entries the workflow made (idempotent: `append_once`)."""
-    agent = agent_named(request["agent"])
+    agent = agent_named(request["agent"], activity.info().task_queue)
     try:
         await _write(agent, request["session_id"], request["log"])
     except SessionConflict as exc:
@@ -202,7 +215,7 @@ async def append_log(request: dict[str, Any]) -> None:
 @activity.defn(name="turnfsm.effect")
 async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
     """Write the log so far, then carry out the decision the snapshot holds."""
-    agent = agent_named(request["agent"])
+    agent = agent_named(request["agent"], activity.info().task_queue)
     session_id, run_id = request["session_id"], request["run_id"]
     async with _beating():
         try:
@@ -265,7 +278,7 @@ def _answer(event: Event, attempts: int) -> dict[str, Any]:
 @activity.defn(name="turnfsm.tool")
 async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     """Run one tool call of the batch in flight; return its result message."""
-    agent = agent_named(request["agent"])
+    agent = agent_named(request["agent"], activity.info().task_queue)
     session_id = request["session_id"]
     async with _beating():
         try:

@@ -18,6 +18,7 @@ from temporalio.exceptions import (
     CancelledError,
     WorkflowAlreadyStartedError,
 )
+from temporalio.service import RPCError, RPCStatusCode
 
 from turnfsm import serde
 from turnfsm.agent import Agent
@@ -209,11 +210,15 @@ class DurableRun:
         await self._handle.signal("cancel", reason)
 
     async def _update(self, name: str, *args: Any) -> None:
+        value = args[0] if args else None
         try:
             await self._handle.execute_update(name, args=args)
         except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            raise ConfigError(name, args[0] if args else None, str(cause)) from exc
+            raise ConfigError(name, value, str(exc.cause)) from exc
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            raise ConfigError(name, value, "a run still going (it has ended)") from exc
 
 
 async def start_durable(

@@ -62,14 +62,15 @@ def create_worker(
     another. `options` go to `temporalio.worker.Worker`.
 
     Raises:
-        ConfigError: `agents` is empty or two of them share a name.
+        ConfigError: `agents` is empty or two of them share a name, or
+            `task_queue` is empty.
     """
     listed = (agents,) if isinstance(agents, Agent) else tuple(agents)
     if not listed:
         raise ConfigError("agents", agents, "at least one Agent")
     if not isinstance(task_queue, str) or not task_queue:
         raise ConfigError("task_queue", task_queue, "a non-empty string")
-    register(listed)
+    register(listed, task_queue=task_queue)
     options.setdefault("workflow_runner", workflow_runner())
     return Worker(
         client,

@@ -47,10 +47,16 @@ from typing import Any, Final
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetry
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import CancelledError as TemporalCancelled
 
 with workflow.unsafe.imports_passed_through():
+    # Imported here, not lazily: a lazy import (importlib) inside a workflow
+    # is not passed through the sandbox (turnfsm's machine files, anyio's
+    # backend).
+    import anyio._backends._asyncio  # noqa: F401
     import attrs
 
+    import turnfsm._resources  # noqa: F401
     from turnfsm import serde
     from turnfsm.agent import Agent
     from turnfsm.core import (
@@ -125,7 +131,8 @@ class _WorkflowLog:
         self._written = 0  # the store's version, as far as the workflow knows
         self._pending: list[Entry] = []
 
-    def _options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, Any]:
+        """How a log activity is scheduled."""
         options = self._spec.options
         return {
             "start_to_close_timeout": timedelta(seconds=options.log_timeout),
@@ -136,11 +143,11 @@ class _WorkflowLog:
         data = await workflow.execute_activity(
             load_log,
             {"agent": self._spec.agent, "session_id": session_id},
-            **self._options(),
+            **self.options(),
         )
-        entries = tuple(serde.open_envelope(e) for e in data["entries"])
+        entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
         self._written = len(entries)
-        return entries  # type: ignore[return-value]
+        return entries
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
@@ -172,20 +179,20 @@ class _WorkflowLog:
             del self._pending[:count]
             self._written += count
 
+    def request(self, log: dict[str, Any]) -> dict[str, Any]:
+        """The ``turnfsm.append`` request that writes `log` (from `take`)."""
+        return {
+            "agent": self._spec.agent,
+            "session_id": self._spec.session_id,
+            "log": log,
+        }
+
     async def flush(self) -> None:
-        """Write what is pending now (before a pause, the end, a tool batch)."""
+        """Write what is pending now (before a pause, at the end)."""
         log = self.take()
         if log is None:
             return
-        await workflow.execute_activity(
-            append_log,
-            {
-                "agent": self._spec.agent,
-                "session_id": self._spec.session_id,
-                "log": log,
-            },
-            **self._options(),
-        )
+        await workflow.execute_activity(append_log, self.request(log), **self.options())
         self.done(log)
 
 
@@ -199,12 +206,20 @@ def _infra_retry(options: DurableOptions) -> TemporalRetry:
 
 
 class _Remote:
-    """The effects of a durable run: each schedules its activity."""
+    """The effects of a durable run: each schedules its activity.
+
+    A ``cancel`` signal cancels the activities in flight (their tasks: a
+    Temporal activity is not interrupted through a cancel scope), and the
+    effect returns `RunCancelled`; an activity cancelled without one is the
+    workflow's own cancellation, raised as such.
+    """
 
     def __init__(self, spec: RunSpec, driver: Driver, log: _WorkflowLog) -> None:
         self.spec = spec
         self.driver = driver
         self.log = log
+        self.cancelled: str | None = None  # the reason of a cancel signal
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def effects(self) -> dict[str, Any]:
         """An effect for every name the driver has (built-in ones included)."""
@@ -218,6 +233,24 @@ class _Remote:
             else:
                 effects[key] = self._effect(key)
         return effects
+
+    def cancel(self, reason: str) -> bool:
+        """Cancel the activities in flight; False if there were none."""
+        self.cancelled = reason
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        return bool(tasks)
+
+    async def _run(self, activity: Any, request: Any, **options: Any) -> Any:
+        task = asyncio.ensure_future(
+            workflow.execute_activity(activity, request, **options)
+        )
+        self._tasks.add(task)
+        try:
+            return await task
+        finally:
+            self._tasks.discard(task)
 
     def _schedule(self, key: str) -> dict[str, Any]:
         driver, options = self.driver, self.spec.options
@@ -252,18 +285,20 @@ class _Remote:
 
     def _effect(self, key: str) -> Any:
         async def effect(ctx: EffectContext, decision: Any) -> Event:
+            if self.cancelled is not None:
+                return RunCancelled(reason=self.cancelled)
             request = self._request(ctx)
             request["key"] = key
             request["log"] = log = self.log.take()
             try:
-                data = await workflow.execute_activity(
+                data = await self._run(
                     run_effect,
                     request,
                     summary=_summary(decision),
                     **self._schedule(key),
                 )
             except ActivityError as exc:
-                return _failed(exc, decision)
+                return self._failed(exc, decision)
             self.log.done(log)
             event: Event = serde.from_json(Event, data)
             return event
@@ -273,31 +308,62 @@ class _Remote:
 
     async def run_tools(self, ctx: EffectContext, decision: RunTools) -> Event:
         """Run each call as its own activity, concurrently; results in call order."""
+        if self.cancelled is not None:
+            return RunCancelled(reason=self.cancelled)
         calls = decision.calls
-        if len(calls) > 1:
-            await self.log.flush()  # one writer: not the calls racing
         log = self.log.take()
+        if len(calls) > 1 and log is not None:  # one writer: not the calls racing
+            try:
+                await self._run(append_log, self.log.request(log), **self.log.options())
+            except ActivityError as exc:
+                return self._failed(exc, decision)
+            self.log.done(log)
+            log = None
         request = self._request(ctx)
         schedule = self._schedule("run_tools")
 
         async def one(index: int) -> Message:
             call = calls[index]
-            try:
-                data = await workflow.execute_activity(
-                    run_tool,
-                    {**request, "call": serde.to_json(call), "log": log},
-                    summary=f"tool {call.name} ({call.id})",
-                    **schedule,
-                )
-            except ActivityError as exc:
-                _failed(exc, decision)
-                raise AssertionError("unreachable") from exc
+            data = await self._run(
+                run_tool,
+                {**request, "call": serde.to_json(call), "log": log},
+                summary=f"tool {call.name} ({call.id})",
+                **schedule,
+            )
             message: Message = serde.from_json(Message, data)
             return message
 
-        results = await asyncio.gather(*(one(i) for i in range(len(calls))))
+        try:
+            results = await asyncio.gather(*(one(i) for i in range(len(calls))))
+        except ActivityError as exc:
+            return self._failed(exc, decision)
         self.log.done(log)
         return ToolsFinished(results=results)
+
+    def _failed(self, exc: ActivityError, decision: Any) -> Event:
+        """The event (or the error) an activity that failed for good stands for."""
+        cause = exc.cause
+        if isinstance(cause, TemporalCancelled):
+            if self.cancelled is not None:
+                return RunCancelled(reason=self.cancelled)
+            raise asyncio.CancelledError  # the workflow is being cancelled
+        if isinstance(cause, ApplicationError):
+            details = cause.details
+            if cause.type == TRANSIENT and details:
+                event: Event = serde.from_json(Event, details[0])
+                return event
+            if cause.type == TURNFSM_ERROR and details:
+                raise serde.error_from_json(details[0]) from None
+            if cause.type == CRASHED:
+                raise EffectCrashed(cause.message) from None
+        if isinstance(decision, CallLLM):
+            # The model call never came back (timeouts, retries spent).
+            return ModelFailed(
+                error=ErrorInfo(
+                    type="activity_failed", message=str(cause or exc), retryable=True
+                )
+            )
+        raise EffectCrashed(f"{effect_key(decision)}: {cause or exc}") from None
 
 
 def _summary(decision: Any) -> str:
@@ -306,28 +372,6 @@ def _summary(decision: Any) -> str:
     if isinstance(decision, Compact):
         return f"compaction ({decision.reason.value})"
     return effect_key(decision)
-
-
-def _failed(exc: ActivityError, decision: Any) -> Event:
-    """The event (or the error) an activity that failed for good stands for."""
-    cause = exc.cause
-    if isinstance(cause, ApplicationError):
-        details = cause.details
-        if cause.type == TRANSIENT and details:
-            event: Event = serde.from_json(Event, details[0])
-            return event
-        if cause.type == TURNFSM_ERROR and details:
-            raise serde.error_from_json(details[0]) from None
-        if cause.type == CRASHED:
-            raise EffectCrashed(cause.message) from None
-    if isinstance(decision, CallLLM):
-        # The model call never came back (timeouts, retries spent).
-        return ModelFailed(
-            error=ErrorInfo(
-                type="activity_failed", message=str(cause or exc), retryable=True
-            )
-        )
-    raise EffectCrashed(f"{effect_key(decision)}: {cause or exc}") from None
 
 
 class _Status(Hook):
@@ -398,10 +442,9 @@ def _quiet(hook: Hook) -> Hook:
     return cls(hook)
 
 
-def _durable(agent: Agent, spec: RunSpec, log: _WorkflowLog) -> Driver:
+def _durable(agent: Agent, remote: _Remote) -> Driver:
     """The agent's driver, its effects scheduling activities (see the module)."""
     driver = agent.driver
-    remote = _Remote(spec, driver, log)
     return attrs.evolve(
         driver,
         effects=remote.effects(),
@@ -421,15 +464,17 @@ class TurnWorkflow:
         self._control = RunControl()
         self._answers: list[Event] = []
         self._status = _Status()
+        self._remote: _Remote | None = None
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
         """Run the agent's loop to its end; return the `RunResult` as JSON."""
         spec = RunSpec.from_json(start)
-        agent = agent_named(spec.agent)
+        agent = agent_named(spec.agent, workflow.info().task_queue)
         log = _WorkflowLog(spec)
         session = await Session.load(log, spec.session_id)
-        driver = _durable(agent, spec, log)
+        self._remote = remote = _Remote(spec, agent.driver, log)
+        driver = _durable(agent, remote)
         hooks = [self._status]
         control = self._control
         try:
@@ -563,7 +608,9 @@ class TurnWorkflow:
         """End the run ``cancelled``; the workflow completes with that result."""
         if self._status.waiting is not None and not self._answers:
             self._answers.append(RunCancelled(reason=reason))
-        else:
+        elif self._remote is None or not self._remote.cancel(reason):
+            # No activity in flight: the loop takes it at its next step (no
+            # cancel scope is open between effects).
             self._control.cancel(reason)
 
     # -- where the run is ----------------------------------------------

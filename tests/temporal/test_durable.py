@@ -1,0 +1,555 @@
+"""Durable runs on a real Temporal dev server (DESIGN §3, issue 10).
+
+Each test serves its agent with `create_worker` on a task queue of its own,
+in this process, against the session's dev server (`temporal_client`); the
+stores are real SQLite files. The reference for "the same run" is always
+the in-process run of the same agent and script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from tests.helpers import approval_toml
+from turnfsm import Agent, ContextManager, TruncatingCompactor, approval_machine
+from turnfsm.cli._demo import TASK, build_demo_agent
+from turnfsm.core import MachineSpec, Signal
+from turnfsm.driver import RetryPolicy, current_tool_call, replay
+from turnfsm.errors import (
+    Cancelled,
+    ConfigError,
+    ProviderError,
+    RunCrashed,
+    SessionBusy,
+)
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    EventRecorded,
+    MemoryStore,
+    Session,
+    SessionStore,
+    SQLiteStore,
+)
+from turnfsm.providers import ModelRequest
+from turnfsm.temporal import (
+    DurableOptions,
+    TurnWorkflow,
+    _activities,
+    create_worker,
+    workflow_runner,
+)
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+FAST = DurableOptions(heartbeat_timeout=5, retry_initial=0.1, retry_max=1)
+
+
+def _queue() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+def content(messages: Sequence[Message]) -> list[Any]:
+    """What a conversation says, without its message ids."""
+    return [
+        (
+            m.role.value,
+            m.text,
+            [(c.id, c.name, c.arguments) for c in m.tool_calls],
+            [(r.call_id, r.content, r.is_error) for r in m.tool_results],
+        )
+        for m in messages
+    ]
+
+
+def kinds(session: Session) -> list[str]:
+    """The log's entries by kind (events by their class and decision)."""
+    out = []
+    for entry in session.entries:
+        if isinstance(entry, EventRecorded):
+            out.append(f"{type(entry.event).__name__}->{entry.decision}")
+        else:
+            out.append(type(entry).__name__)
+    return out
+
+
+@contextlib.asynccontextmanager
+async def _served(client: Client, agent: Agent) -> AsyncIterator[str]:
+    queue = _queue()
+    async with create_worker(client, queue, agent):
+        yield queue
+
+
+async def _history(client: Client, workflow_id: str) -> WorkflowHistory:
+    return await client.get_workflow_handle(workflow_id).fetch_history()
+
+
+async def _replays(history: WorkflowHistory) -> None:
+    replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=workflow_runner())
+    await replayer.replay_workflow(history)
+
+
+# -- the demo: the same run, durable ----------------------------------------
+
+
+async def test_the_demo_as_a_workflow_is_the_in_process_demo(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "durable.db")
+    durable = build_demo_agent(io.StringIO(), store=store)
+    local = build_demo_agent(io.StringIO(), store=MemoryStore())
+    expected = await local.run(TASK)
+    async with _served(temporal_client, durable) as queue:
+        run = await durable.start_durable(
+            TASK, client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        status = await run.status()
+    assert (result.outcome, result.text, result.turns) == (
+        expected.outcome,
+        expected.text,
+        expected.turns,
+    )
+    assert result.usage == expected.usage
+    assert result.run_id != expected.run_id
+    # The workers' store holds the same log an in-process run writes.
+    session = await Session.load(SQLiteStore(tmp_path / "durable.db"), run.session_id)
+    assert kinds(session) == kinds(local.session)
+    assert content(session.history) == content(local.session.history)
+    assert replay(durable.driver.machine, session, result.run_id).ok
+    assert sum(r.compactions[0].compacted for r in session.runs if r.compactions) == 1
+    assert (status.phase, status.outcome, status.turn) == ("done", "done", 6)
+    assert status.decision.startswith("call_llm")
+
+
+async def test_the_demo_history_replays_and_on_a_changed_agent_does_not(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "d.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(TASK, client=temporal_client, task_queue=queue)
+        assert (await run.result()).ok
+    history = await _history(temporal_client, run.workflow_id)
+    await _replays(history)
+    # The replayer is a real check: the same history on an agent that
+    # decides otherwise (no compaction) is a non-determinism error.
+    other = build_demo_agent(io.StringIO(), store=MemoryStore())
+    other.driver = type(other.driver)(
+        model=other.driver.model,
+        tools=other.driver.tools,
+        context=ContextManager(
+            TruncatingCompactor(), context_window=100_000, threshold=80
+        ),
+        system_prompt=other.driver.system_prompt,
+    )
+    saved = dict(_activities._AGENTS)
+    for key in [k for k in _activities._AGENTS if k[1] == "turnfsm"]:
+        _activities._AGENTS[key] = other
+    try:
+        with pytest.raises(Exception, match=r"[Nn]ondetermin"):
+            await _replays(history)
+    finally:
+        _activities._AGENTS.clear()
+        _activities._AGENTS.update(saved)
+
+
+# -- approval: updates answer the pause --------------------------------------
+
+RAN: list[str] = []
+
+
+def delete(path: str) -> str:
+    """Delete a file.
+
+    Args:
+        path: the file.
+    """
+    call = current_tool_call()
+    assert call is not None
+    RAN.append(f"{call.id}:{path}")
+    return f"deleted {path}"
+
+
+def _asking(name: str, store: SessionStore) -> Agent:
+    model = ScriptedModel.of(
+        reply(
+            "",
+            tool_call("delete", "c1", path="/tmp/a"),
+            tool_call("delete", "c2", path="/etc/passwd"),
+        ),
+        "cleaned up",
+    )
+    return Agent(
+        model=model,
+        tools=[delete],
+        machine=approval_machine(),
+        store=store,
+        name=name,
+    )
+
+
+async def _paused(run: Any) -> Any:
+    with anyio.fail_after(30):
+        while True:
+            status = await run.status()
+            if status.waiting is not None:
+                return status
+            await anyio.sleep(0.05)
+
+
+async def test_an_approval_run_pauses_and_approve_runs_the_tools(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    RAN.clear()
+    store = SQLiteStore(tmp_path / "a.db")
+    agent = _asking("approver", store)
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "clean up", client=temporal_client, task_queue=queue
+        )
+        status = await _paused(run)
+        assert status.phase == "await_approval"
+        assert [c.id for c in status.waiting.calls] == ["c1", "c2"]
+        assert RAN == []
+        # The paused run is in the store already, as in-process.
+        session = await Session.load(SQLiteStore(tmp_path / "a.db"), run.session_id)
+        assert [r.outcome for r in session.runs] == ["paused"]
+        with pytest.raises(ConfigError, match="c9"):
+            await run.reject({"c9": "no such call"})
+        await run.approve()
+        result = await run.result()
+        with pytest.raises(ConfigError, match="ended"):
+            await run.approve()  # a closed workflow's update is refused
+    assert result.ok
+    assert result.text == "cleaned up"
+    assert sorted(RAN) == ["c1:/tmp/a", "c2:/etc/passwd"]
+    await _replays(await _history(temporal_client, run.workflow_id))
+    session = await Session.load(SQLiteStore(tmp_path / "a.db"), run.session_id)
+    assert [r.outcome for r in session.runs] == ["done"]
+    assert replay(approval_machine(), session, result.run_id).ok
+
+
+async def test_reject_answers_the_call_and_inject_joins_the_conversation(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    RAN.clear()
+    store = SQLiteStore(tmp_path / "r.db")
+    agent = _asking("rejecter", store)
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        await run.inject("and be careful")
+        await run.reject({"c2": "never touch /etc"})
+        result = await run.result()
+    assert result.ok
+    assert RAN == ["c1:/tmp/a"]  # the rejected call never ran
+    session = await Session.load(SQLiteStore(tmp_path / "r.db"), run.session_id)
+    said = [(m.role.value, m.text) for m in session.history]
+    results = {r.call_id: r for m in session.history for r in m.tool_results}
+    assert results["c2"].content == "rejected by the reviewer: never touch /etc"
+    assert results["c2"].is_error
+    assert ("user", "and be careful") in said
+    history = await _history(temporal_client, run.workflow_id)
+    await _replays(history)
+
+
+async def test_cancel_ends_a_paused_run_cancelled(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "c.db")
+    agent = _asking("canceller", store)
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        await run.cancel("the operator said no")
+        result = await run.result()
+    assert result.outcome == "cancelled"
+    assert isinstance(result.error, Cancelled)
+    assert result.error.reason == "the operator said no"
+    session = await Session.load(SQLiteStore(tmp_path / "c.db"), run.session_id)
+    assert [r.outcome for r in session.runs] == ["cancelled"]
+    assert list(session.history) == []  # nothing of a cancelled run is committed
+
+
+# -- Temporal's cancellation, retries, failures -------------------------------
+
+
+async def test_cancelling_the_workflow_records_the_run_cancelled(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    started = anyio.Event()
+
+    async def hang(request: ModelRequest) -> Message:
+        started.set()
+        await anyio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    store = SQLiteStore(tmp_path / "k.db")
+    agent = Agent(model=FakeModelClient(hang), store=store, name="hanging")
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "wait", client=temporal_client, task_queue=queue, options=FAST
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+        await run.handle.cancel()
+        with pytest.raises(Cancelled):
+            await run.result()
+    session = await Session.load(SQLiteStore(tmp_path / "k.db"), run.session_id)
+    assert [r.outcome for r in session.runs] == ["cancelled"]
+
+
+async def test_the_cancel_signal_interrupts_the_call_in_flight(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    started = anyio.Event()
+
+    async def hang(request: ModelRequest) -> Message:
+        started.set()
+        await anyio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    store = SQLiteStore(tmp_path / "i.db")
+    agent = Agent(model=FakeModelClient(hang), store=store, name="interrupted")
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "wait", client=temporal_client, task_queue=queue, options=FAST
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+        status = await run.status()
+        assert (status.phase, status.decision, status.outcome) == (
+            "call_llm",
+            "call_llm:1",
+            "running",
+        )
+        await run.cancel("enough")
+        with anyio.fail_after(30):
+            result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.outcome == "cancelled"
+    assert result.error == Cancelled(reason="enough")
+    session = await Session.load(SQLiteStore(tmp_path / "i.db"), run.session_id)
+    assert [r.outcome for r in session.runs] == ["cancelled"]
+    await _replays(history)
+
+
+async def test_a_transient_model_error_is_retried_by_temporal_not_tenacity(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    calls: list[int] = []
+
+    async def flaky(request: ModelRequest) -> Message:
+        calls.append(len(calls))
+        if len(calls) < 3:
+            raise ProviderError("slow down", retriable=True, kind="rate_limit")
+        return reply("fine")
+
+    agent = Agent(
+        model=FakeModelClient(flaky),
+        store=SQLiteStore(tmp_path / "t.db"),
+        name="flaky",
+        retry=RetryPolicy(max_attempts=4, initial_wait=0.05, max_wait=0.1),
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable("hi", client=temporal_client, task_queue=queue)
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.ok
+    assert result.text == "fine"
+    assert calls == [0, 1, 2]  # one model call per activity attempt
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert max(attempts) == 3
+
+
+async def test_a_model_failing_for_good_fails_the_run_as_in_process(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    async def down(request: ModelRequest) -> Message:
+        raise ProviderError("overloaded", retriable=True, kind="server_error")
+
+    def make(store: SessionStore, name: str) -> Agent:
+        return Agent(
+            model=FakeModelClient(down),
+            store=store,
+            name=name,
+            retry=RetryPolicy(max_attempts=2, initial_wait=0.05, max_wait=0.1),
+        )
+
+    expected = await make(MemoryStore(), "down-local").run("hi")
+    agent = make(SQLiteStore(tmp_path / "f.db"), "down")
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable("hi", client=temporal_client, task_queue=queue)
+        result = await run.result()
+    assert result.outcome == expected.outcome == "failed"
+    assert type(result.error) is type(expected.error)
+    assert str(result.error) == str(expected.error)
+
+
+async def test_a_bug_in_an_effect_crashes_the_run_and_is_logged(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    async def broken(ctx: object, decision: object) -> object:
+        raise ValueError("the effect is broken")
+
+    spec = MachineSpec.from_toml(approval_toml(), source="approval.toml")
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("delete", "c1", path="x")), "ok"),
+        tools=[delete],
+        machine=spec,
+        effects={"await_approval": broken},
+        store=SQLiteStore(tmp_path / "b.db"),
+        name="broken",
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable("go", client=temporal_client, task_queue=queue)
+        with pytest.raises(RunCrashed, match="the effect is broken"):
+            await run.result()
+    session = await Session.load(SQLiteStore(tmp_path / "b.db"), run.session_id)
+    [record] = session.runs
+    assert record.outcome == "failed"
+    assert isinstance(record.error, RunCrashed)
+
+
+async def test_a_custom_effect_runs_as_an_activity(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    seen: list[str] = []
+
+    async def approve(ctx: Any, decision: Any) -> Signal:
+        seen.append(ctx.session.id if ctx.session is not None else "")
+        return Signal(name="approved")
+
+    RAN.clear()
+    spec = MachineSpec.from_toml(approval_toml(), source="approval.toml")
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("delete", "c1", path="x")), "ok"),
+        tools=[delete],
+        machine=spec,
+        effects={"await_approval": approve},
+        store=SQLiteStore(tmp_path / "e.db"),
+        name="custom",
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable("go", client=temporal_client, task_queue=queue)
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.ok
+    assert RAN == ["c1:x"]
+    assert seen == [run.session_id]  # the effect read the session's log
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled.count("turnfsm.effect") == 3  # two model calls + the effect
+    assert scheduled.count("turnfsm.tool") == 1
+
+
+# -- structured output, sessions ----------------------------------------------
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    reason: str
+
+
+async def test_a_durable_run_reads_the_agents_output_type(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    agent = Agent(
+        model=ScriptedModel.of(json.dumps({"ok": True, "reason": "fine"})),
+        store=SQLiteStore(tmp_path / "o.db"),
+        name="typed",
+        output_type=Verdict,
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "judge", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+    assert result.output == Verdict(ok=True, reason="fine")
+
+
+async def test_runs_continue_one_session_and_one_runs_at_a_time(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    release = anyio.Event()
+
+    async def answer(request: ModelRequest) -> Message:
+        if request.messages[-1].text == "first":
+            await release.wait()
+        return reply(f"re: {request.messages[-1].text}")
+
+    agent = Agent(
+        model=FakeModelClient(answer), store=SQLiteStore(tmp_path / "s.db"), name="two"
+    )
+    async with _served(temporal_client, agent) as queue:
+        first = await agent.start_durable(
+            "first", client=temporal_client, task_queue=queue
+        )
+        with pytest.raises(SessionBusy):
+            await agent.start_durable(
+                "second", client=temporal_client, task_queue=queue
+            )
+        release.set()
+        assert (await first.result()).text == "re: first"
+        second = await agent.start_durable(
+            "second", client=temporal_client, task_queue=queue
+        )
+        assert (await second.result()).text == "re: second"
+    session = await Session.load(SQLiteStore(tmp_path / "s.db"), agent.session.id)
+    assert [m.text for m in session.history] == [
+        "first",
+        "re: first",
+        "second",
+        "re: second",
+    ]
+
+
+async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    served = Agent(model=ScriptedModel.of("x"), store=MemoryStore(), name="served")
+    stranger = Agent(model=ScriptedModel.of("x"), store=MemoryStore(), name="stranger")
+    async with _served(temporal_client, served) as queue:
+        run = await stranger.start_durable(
+            "hi", client=temporal_client, task_queue=queue
+        )
+        with pytest.raises(RunCrashed, match="stranger"):
+            await run.result()
+
+
+async def test_start_durable_refuses_bad_settings(temporal_client: Client) -> None:
+    agent = Agent(model=ScriptedModel.of("x"), store=MemoryStore())
+    with pytest.raises(ConfigError, match="task_queue"):
+        await agent.start_durable("hi", client=temporal_client, task_queue="")
+    with pytest.raises(ConfigError, match="client"):
+        await agent.start_durable("hi", client="localhost", task_queue="q")
+    with pytest.raises(ConfigError, match="options"):
+        await agent.start_durable(
+            "hi", client=temporal_client, task_queue="q", options={"x": 1}
+        )
+    with pytest.raises(ConfigError, match="heartbeat_timeout"):
+        DurableOptions(heartbeat_timeout=0)
