@@ -344,7 +344,8 @@ async def test_the_cancel_signal_interrupts_the_call_in_flight(
             result = await run.result()
         history = await _history(temporal_client, run.workflow_id)
     assert result.outcome == "cancelled"
-    assert result.error == Cancelled(reason="enough")
+    assert isinstance(result.error, Cancelled)
+    assert result.error.reason == "enough"
     session = await Session.load(SQLiteStore(tmp_path / "i.db"), run.session_id)
     assert [r.outcome for r in session.runs] == ["cancelled"]
     await _replays(history)
