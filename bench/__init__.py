@@ -1,0 +1,1 @@
+"""turnfsm's bench scripts (``python -m bench.concurrency``; importable by tests)."""
