@@ -65,6 +65,23 @@ def _parser() -> argparse.ArgumentParser:
         default="truncating",
         help="the compactor: truncating (default), summarizing or layered",
     )
+    demo.add_argument(
+        "--durable",
+        action="store_true",
+        help="run as a Temporal workflow on a `turnfsm worker` (see --task-queue)",
+    )
+    _temporal_options(demo, required=False)
+    worker = sub.add_parser(
+        "worker", help="serve durable runs (Temporal workflows) on a task queue"
+    )
+    _temporal_options(worker, required=True)
+    worker.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="the Agent(s) to serve: an Agent, a list, or a function making them "
+        "(default: the demo agent)",
+    )
+    worker.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     replay = sub.add_parser(
         "replay", help="replay a session log's runs and check every decision"
     )
@@ -106,6 +123,24 @@ def _parser() -> argparse.ArgumentParser:
         help="a machine file (TOML), or a directory: its *.toml files",
     )
     return parser
+
+
+def _temporal_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--task-queue",
+        metavar="Q",
+        required=required,
+        default=None if required else "turnfsm-demo",
+        help="the Temporal task queue" + ("" if required else " (turnfsm-demo)"),
+    )
+    parser.add_argument(
+        "--address",
+        default="127.0.0.1:7233",
+        help="the Temporal server (default 127.0.0.1:7233)",
+    )
+    parser.add_argument(
+        "--namespace", default="default", help="the Temporal namespace (default)"
+    )
 
 
 def _diagram_parser(sub: Any) -> None:
@@ -219,6 +254,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _command(args: argparse.Namespace) -> int:
+    if args.command == "demo" and args.durable:
+        from turnfsm.cli._worker import run_durable_demo
+
+        return run_durable_demo(
+            args.task_queue,
+            address=args.address,
+            namespace=args.namespace,
+            quiet=args.quiet,
+        )
     if args.command == "demo":
         from turnfsm.cli._demo import run_demo
 
@@ -260,6 +304,16 @@ def _other(args: argparse.Namespace) -> int:
         return run_sessions(SessionsCommand(**known))
     if args.command == "diagram":
         return _diagram_command(args)
+    if args.command == "worker":
+        from turnfsm.cli._worker import run_worker_command
+
+        return run_worker_command(
+            args.task_queue,
+            address=args.address,
+            namespace=args.namespace,
+            agent=args.agent,
+            store=args.store,
+        )
     from turnfsm.cli._diagram import run_check
 
     return run_check(args.paths)

@@ -1,0 +1,120 @@
+"""``turnfsm worker`` and ``turnfsm demo --durable`` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from turnfsm import Agent
+from turnfsm.cli._worker import load_agents
+from turnfsm.errors import ConfigError
+from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.testing import ScriptedModel
+
+pytestmark = pytest.mark.timeout(120)
+
+AGENT = Agent(model=ScriptedModel.of("x"), name="cli-test")
+
+
+def make_agents() -> list[Agent]:
+    return [AGENT]
+
+
+def _turnfsm(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnfsm", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_a_worker_serves_the_demo_to_demo_durable(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "worker.db")}
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "turnfsm",
+            "worker",
+            "--task-queue",
+            queue,
+            "--address",
+            temporal_address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert worker.stdout is not None
+        first = worker.stdout.readline()
+        assert f"serving turnfsm on task queue {queue!r}" in first
+        client_env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "client.db")}
+        durable = _turnfsm(
+            "demo",
+            "--durable",
+            "--task-queue",
+            queue,
+            "--address",
+            temporal_address,
+            env=client_env,
+        )
+        local = _turnfsm("demo", "--quiet", env=client_env)
+    finally:
+        worker.send_signal(signal.SIGINT)
+        out, err = worker.communicate(timeout=30)
+    assert durable.returncode == 0, durable.stderr
+    answer = durable.stdout.strip().splitlines()[-1]
+    assert answer.startswith("final answer (6 model calls)")
+    assert answer == local.stdout.strip().splitlines()[-1]
+    assert worker.returncode == 0, err
+    assert "stopped" in out
+
+    # The run's log is in the worker's store.
+    async def stored() -> list[str]:
+        store = SQLiteStore(tmp_path / "worker.db")
+        [info] = await store.list_sessions()
+        session = await Session.load(store, info.id)
+        return [r.outcome for r in session.runs]
+
+    assert anyio.run(stored) == ["done"]
+
+
+def test_a_bad_address_or_agent_is_named(tmp_path: Path) -> None:
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "w.db")}
+    bad = _turnfsm("worker", "--task-queue", "q", "--address", "127.0.0.1:9", env=env)
+    assert bad.returncode == 2
+    assert "--address='127.0.0.1:9'" in bad.stderr
+    missing = _turnfsm("worker", "--task-queue", "q", "--agent", "nosuch:x", env=env)
+    assert missing.returncode == 2
+    assert "--agent='nosuch:x'" in missing.stderr
+    need = _turnfsm("worker", env=env)
+    assert need.returncode == 2
+    assert "--task-queue" in need.stderr
+
+
+def test_load_agents_reads_an_agent_a_list_or_a_factory() -> None:
+    here = __name__
+    assert load_agents(f"{here}:AGENT") == [AGENT]
+    assert load_agents(f"{here}:make_agents") == [AGENT]
+    for spec, why in [
+        ("no_colon", "MODULE:ATTR"),
+        (f"{here}:nothing_here", "defines"),
+        (f"{here}:pytestmark", "Agent"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            load_agents(spec)

@@ -1,0 +1,164 @@
+"""``turnfsm worker`` and ``turnfsm demo --durable``: durable runs from the shell."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, TextIO
+
+import anyio
+
+from turnfsm.agent import Agent
+from turnfsm.errors import ConfigError, StoreError, TurnFSMError
+
+__all__ = ["load_agents", "run_durable_demo", "run_worker_command"]
+
+_EXTRA = "the temporal extra is not installed: pip install 'turnfsm[temporal]'"
+
+
+def load_agents(spec: str) -> list[Agent]:
+    """Import ``MODULE:ATTR``: an `Agent`, a list of them, or a function making them.
+
+    Raises:
+        ConfigError: the spec does not name agents (the reason is given).
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError("--agent", spec, "MODULE:ATTR (e.g. myapp.agents:support)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError("--agent", spec, f"an importable module ({exc})") from None
+    value: Any = module
+    for part in attr.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            raise ConfigError("--agent", spec, f"a name {module_name} defines")
+    if callable(value) and not isinstance(value, Agent):
+        value = value()
+    if isinstance(value, Agent):
+        agents = [value]
+    elif isinstance(value, list | tuple):
+        agents = list(value)
+    else:
+        agents = []
+    if not agents or not all(isinstance(a, Agent) for a in agents):
+        raise ConfigError(
+            "--agent", spec, "an Agent, Agents, or a function making them"
+        )
+    return agents
+
+
+def _demo_agents(store: str | None, out: TextIO) -> list[Agent]:
+    from turnfsm.cli._demo import build_demo_agent
+    from turnfsm.cli._stores import open_cli_store
+
+    return [build_demo_agent(out, store=open_cli_store(store))]
+
+
+async def _connect(address: str, namespace: str) -> Any:
+    from temporalio.client import Client
+
+    try:
+        return await Client.connect(address, namespace=namespace)
+    except Exception as exc:  # the SDK raises RuntimeError for a refused connection
+        raise ConfigError(
+            "--address", address, f"a Temporal server to connect to ({exc})"
+        ) from None
+
+
+def run_worker_command(
+    task_queue: str,
+    *,
+    address: str,
+    namespace: str,
+    agent: str | None,
+    store: str | None,
+    out: TextIO | None = None,
+) -> int:
+    """Serve durable runs on `task_queue` until interrupted; return the exit status.
+
+    Without `agent`, the worker serves the demo agent (on `store`, the CLI's
+    default SQLite file if None), so ``turnfsm demo --durable`` has one.
+    """
+    stream = out or sys.stdout
+    try:
+        from turnfsm.temporal import create_worker
+    except ImportError:
+        print(f"turnfsm worker: {_EXTRA}", file=sys.stderr)
+        return 2
+    try:
+        agents = load_agents(agent) if agent else _demo_agents(store, stream)
+    except (ConfigError, StoreError) as exc:
+        print(f"turnfsm worker: {exc}", file=sys.stderr)
+        return 2
+    names = ", ".join(a.driver.name for a in agents)
+
+    async def serve() -> None:
+        client = await _connect(address, namespace)
+        worker = create_worker(client, task_queue, agents)
+        print(
+            f"turnfsm worker: serving {names} on task queue {task_queue!r} "
+            f"at {address} (namespace {namespace}); Ctrl-C stops",
+            file=stream,
+            flush=True,
+        )
+        await worker.run()
+
+    try:
+        anyio.run(serve, backend="asyncio")
+    except ConfigError as exc:
+        print(f"turnfsm worker: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("turnfsm worker: stopped", file=stream)
+    return 0
+
+
+def run_durable_demo(
+    task_queue: str,
+    *,
+    address: str,
+    namespace: str,
+    quiet: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """Run the demo's task as a durable run on a worker serving the demo agent."""
+    stream = out or sys.stdout
+    try:
+        from turnfsm.temporal import DurableRun  # noqa: F401
+    except ImportError:
+        print(f"turnfsm demo: {_EXTRA}", file=sys.stderr)
+        return 2
+    import io
+
+    from turnfsm.cli._demo import TASK, build_demo_agent
+    from turnfsm.persistence import MemoryStore
+
+    # The client's agent only names the run's agent and reads its answer:
+    # the worker's agent runs it, in the worker's store.
+    agent = build_demo_agent(io.StringIO(), store=MemoryStore())
+
+    async def go() -> Any:
+        client = await _connect(address, namespace)
+        run = await agent.start_durable(TASK, client=client, task_queue=task_queue)
+        if not quiet:
+            print(
+                f"durable run {run.handle.result_run_id} of session "
+                f"{run.session_id} started on {task_queue!r} (workflow "
+                f"{run.workflow_id}); waiting for a worker...",
+                file=stream,
+                flush=True,
+            )
+        return await run.result()
+
+    try:
+        result = anyio.run(go, backend="asyncio")
+    except TurnFSMError as exc:
+        print(f"turnfsm demo: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    if not result.ok:
+        print(f"run failed: {result.error}", file=stream)
+        return 1
+    print(f"\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
+    return 0
