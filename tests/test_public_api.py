@@ -23,6 +23,7 @@ PACKAGES = [
     "turnfsm.persistence",
     "turnfsm.providers",
     "turnfsm.serde",
+    "turnfsm.temporal",
     "turnfsm.testing",
     "turnfsm.tokens",
     "turnfsm.values",

@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetry
@@ -103,6 +103,7 @@ __all__ = ["EffectCrashed", "TurnWorkflow"]
 _REVIEWED: Final = "tool_calls_reviewed"
 
 
+@final
 class EffectCrashed(Exception):
     """An activity failed for good outside its effect's events (internal)."""
 
@@ -456,6 +457,7 @@ def _durable(agent: Agent, remote: _Remote) -> Driver:
     )
 
 
+@final
 @workflow.defn(name=WORKFLOW)
 class TurnWorkflow:
     """One run of an agent, durable: see the module's theory of operation."""
