@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
@@ -34,6 +35,7 @@ from turnfsm.errors import (
     RunCrashed,
     SessionBusy,
 )
+from turnfsm.hooks import CompactionDone, Hook, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     EventRecorded,
@@ -132,6 +134,43 @@ async def test_the_demo_as_a_workflow_is_the_in_process_demo(
     assert sum(r.compactions[0].compacted for r in session.runs if r.compactions) == 1
     assert (status.phase, status.outcome, status.turn) == ("done", "done", 6)
     assert status.decision.startswith("call_llm")
+
+
+class Heard(Hook):
+    """Every observing hook call, as (method, detail)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def on_transition(self, info: TransitionInfo) -> None:
+        self.calls.append(("on_transition", f"{info.step.source}->{info.step.dest}"))
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        self.calls.append(("on_run_end", info.outcome))
+
+    def on_compaction_done(self, info: CompactionDone) -> None:
+        self.calls.append(("on_compaction_done", info.trigger.value))
+
+
+async def test_hooks_hear_each_step_once_when_every_task_replays(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # No workflow cache: every workflow task rebuilds the workflow by
+    # replaying its whole history, so any non-determinism would show, and an
+    # observing hook must still hear each step once.
+    local_hook, durable_hook = Heard(), Heard()
+    local = build_demo_agent(io.StringIO(), store=MemoryStore())
+    local.driver = attrs.evolve(local.driver, hooks=[*local.driver.hooks, local_hook])
+    await local.run(TASK)
+    agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "h.db"))
+    agent.driver = attrs.evolve(agent.driver, hooks=[*agent.driver.hooks, durable_hook])
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent, max_cached_workflows=0):
+        run = await agent.start_durable(TASK, client=temporal_client, task_queue=queue)
+        result = await run.result()
+    assert result.ok
+    assert durable_hook.calls == local_hook.calls
+    assert [c for c in durable_hook.calls if c[0] == "on_compaction_done"]
 
 
 async def test_the_demo_history_replays_and_on_a_changed_agent_does_not(
