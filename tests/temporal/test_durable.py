@@ -568,6 +568,22 @@ async def test_runs_continue_one_session_and_one_runs_at_a_time(
     ]
 
 
+async def test_a_durable_run_on_a_session_with_a_paused_run_is_refused(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "p.db")
+    agent = _asking("busy", store)
+    paused = await agent.run("clean up")  # in-process, paused
+    assert paused.outcome == "paused"
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "again", client=temporal_client, task_queue=queue
+        )
+        with pytest.raises(SessionBusy) as caught:
+            await run.result()
+    assert caught.value.run_id == paused.run_id
+
+
 async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
     temporal_client: Client, tmp_path: Path
 ) -> None:

@@ -36,6 +36,7 @@ from turnfsm.errors import (
 from turnfsm.messages import Message
 from turnfsm.persistence import new_id
 from turnfsm.persistence._store import check_id
+from turnfsm.temporal._activities import TURNFSM_ERROR
 from turnfsm.temporal._payloads import (
     WORKFLOW,
     DurableOptions,
@@ -139,6 +140,10 @@ class DurableRun:
             Cancelled: the workflow itself was cancelled (the log records
                 the run as cancelled).
             RunCrashed: the run crashed on a bug (its log records it).
+            TurnFSMError: the run was refused as `Driver.run` refuses one
+                (`SessionBusy`: a run of the session is paused or unfinished;
+                `InvalidMessage`: the input does not continue the history),
+                or its store failed (`SessionConflict`, ...).
         """
         try:
             data = await self._handle.result()
@@ -146,6 +151,12 @@ class DurableRun:
             cause = exc.cause
             if isinstance(cause, CancelledError):
                 raise Cancelled(reason="the workflow was cancelled") from exc
+            if (
+                isinstance(cause, ApplicationError)
+                and cause.type == TURNFSM_ERROR
+                and cause.details
+            ):
+                raise serde.error_from_json(cause.details[0]) from exc
             if isinstance(cause, ApplicationError) and cause.details:
                 detail = cause.details[0]
                 if isinstance(detail, Mapping) and {"type", "message"} <= set(detail):

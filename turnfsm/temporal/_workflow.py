@@ -73,7 +73,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnfsm.driver import BUILTIN_EFFECTS, Driver, EffectContext, RunControl
     from turnfsm.driver._effects import effect_key
-    from turnfsm.errors import ConfigError, InvalidMessage, SessionConflict
+    from turnfsm.errors import (
+        ConfigError,
+        InvalidMessage,
+        SessionConflict,
+        TurnFSMError,
+    )
     from turnfsm.hooks import DecisionInfo, Hook, RunEndInfo, TransitionInfo
     from turnfsm.hooks._dispatch import _METHODS
     from turnfsm.messages import Message
@@ -503,6 +508,16 @@ class TurnWorkflow:
             raise
         except ApplicationError:
             raise
+        except TurnFSMError as exc:
+            # Refused before it began (SessionBusy, bad input), or ended by a
+            # typed error the loop logged: the caller gets the same error.
+            await log.flush()
+            raise ApplicationError(
+                str(exc),
+                serde.error_to_json(exc),
+                type=TURNFSM_ERROR,
+                non_retryable=True,
+            ) from exc
         except Exception as exc:
             # The loop logged the crash; the workflow fails for good.
             await log.flush()
