@@ -329,24 +329,35 @@ async def test_cancel_ends_a_paused_run_cancelled(
 # -- Temporal's cancellation, retries, failures -------------------------------
 
 
-async def test_cancelling_the_workflow_records_the_run_cancelled(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    started = anyio.Event()
+def _hanging(name: str, store: SessionStore, started: anyio.Event) -> Agent:
+    """An agent whose model call never returns (it sets `started`)."""
 
     async def hang(request: ModelRequest) -> Message:
         started.set()
         await anyio.sleep(3600)
         raise AssertionError("unreachable")
 
-    store = SQLiteStore(tmp_path / "k.db")
-    agent = Agent(model=FakeModelClient(hang), store=store, name="hanging")
+    return Agent(model=FakeModelClient(hang), store=store, name=name)
+
+
+async def _started(
+    agent: Agent, client: Client, queue: str, started: anyio.Event
+) -> Any:
+    run = await agent.start_durable(
+        "wait", client=client, task_queue=queue, options=FAST
+    )
+    with anyio.fail_after(30):
+        await started.wait()
+    return run
+
+
+async def test_cancelling_the_workflow_records_the_run_cancelled(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    started = anyio.Event()
+    agent = _hanging("hanging", SQLiteStore(tmp_path / "k.db"), started)
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "wait", client=temporal_client, task_queue=queue, options=FAST
-        )
-        with anyio.fail_after(30):
-            await started.wait()
+        run = await _started(agent, temporal_client, queue, started)
         await run.handle.cancel()
         with pytest.raises(Cancelled):
             await run.result()
@@ -358,20 +369,9 @@ async def test_the_cancel_signal_interrupts_the_call_in_flight(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     started = anyio.Event()
-
-    async def hang(request: ModelRequest) -> Message:
-        started.set()
-        await anyio.sleep(3600)
-        raise AssertionError("unreachable")
-
-    store = SQLiteStore(tmp_path / "i.db")
-    agent = Agent(model=FakeModelClient(hang), store=store, name="interrupted")
+    agent = _hanging("interrupted", SQLiteStore(tmp_path / "i.db"), started)
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "wait", client=temporal_client, task_queue=queue, options=FAST
-        )
-        with anyio.fail_after(30):
-            await started.wait()
+        run = await _started(agent, temporal_client, queue, started)
         status = await run.status()
         assert (status.phase, status.decision, status.outcome) == (
             "call_llm",

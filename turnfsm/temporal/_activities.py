@@ -146,10 +146,14 @@ async def append_once(
 
 
 async def _write(agent: Agent, session_id: str, log: Mapping[str, Any] | None) -> None:
+    """Write the entries the workflow made (a conflict is not retried)."""
     if not log or not log["entries"]:
         return
     entries: list[Entry] = [serde.open_envelope(e, Entry) for e in log["entries"]]
-    await append_once(agent.store, session_id, entries, log["version"])
+    try:
+        await append_once(agent.store, session_id, entries, log["version"])
+    except SessionConflict as exc:
+        raise _not_retried(exc) from None
 
 
 @contextlib.asynccontextmanager
@@ -206,10 +210,7 @@ async def load_log(request: dict[str, Any]) -> dict[str, Any]:
 async def append_log(request: dict[str, Any]) -> None:
     """Append the entries the workflow made (idempotent: `append_once`)."""
     agent = agent_named(request["agent"], activity.info().task_queue)
-    try:
-        await _write(agent, request["session_id"], request["log"])
-    except SessionConflict as exc:
-        raise _not_retried(exc) from None
+    await _write(agent, request["session_id"], request["log"])
 
 
 @activity.defn(name="turnfsm.effect")
@@ -218,10 +219,7 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
     agent = agent_named(request["agent"], activity.info().task_queue)
     session_id, run_id = request["session_id"], request["run_id"]
     async with _beating():
-        try:
-            await _write(agent, session_id, request.get("log"))
-        except SessionConflict as exc:
-            raise _not_retried(exc) from None
+        await _write(agent, session_id, request.get("log"))
         driver = agent.driver
         snapshot = serde.from_json(Snapshot, request["snapshot"])
         decision = TurnMachine.from_snapshot(driver.machine, snapshot).decision
@@ -281,10 +279,7 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     agent = agent_named(request["agent"], activity.info().task_queue)
     session_id = request["session_id"]
     async with _beating():
-        try:
-            await _write(agent, session_id, request.get("log"))
-        except SessionConflict as exc:
-            raise _not_retried(exc) from None
+        await _write(agent, session_id, request.get("log"))
         driver = agent.driver
         snapshot = serde.from_json(Snapshot, request["snapshot"])
         call = serde.from_json(ToolCallPart, request["call"])
