@@ -24,7 +24,13 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from tests.helpers import approval_toml
-from turnfsm import Agent, ContextManager, TruncatingCompactor, approval_machine
+from turnfsm import (
+    Agent,
+    ContextManager,
+    TruncatingCompactor,
+    approval_machine,
+    serde,
+)
 from turnfsm.cli._demo import TASK, build_demo_agent
 from turnfsm.core import MachineSpec, Signal
 from turnfsm.driver import RetryPolicy, current_tool_call, replay
@@ -171,6 +177,38 @@ async def test_hooks_hear_each_step_once_when_every_task_replays(
     assert result.ok
     assert durable_hook.calls == local_hook.calls
     assert [c for c in durable_hook.calls if c[0] == "on_compaction_done"]
+
+
+async def test_the_workflow_history_and_the_session_log_agree(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "g.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(TASK, client=temporal_client, task_queue=queue)
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    convert = temporal_client.data_converter.payload_converter
+    outcomes: list[Any] = []  # every effect's and tool's result, in order
+    for event in history.events:
+        if event.HasField("activity_task_completed_event_attributes"):
+            payloads = event.activity_task_completed_event_attributes.result.payloads
+            [value] = convert.from_payloads(list(payloads))
+            if value is not None and "entries" not in value:
+                outcomes.append(value)
+    session = await Session.load(SQLiteStore(tmp_path / "g.db"), run.session_id)
+    logged = [
+        serde.to_json(e.event)
+        for e in session.entries
+        if isinstance(e, EventRecorded) and type(e.event).__name__ != "Measured"
+    ]
+    # Each model reply / compaction in the history is the next event the
+    # log took; each tool result is inside the ToolsFinished that follows.
+    effects = [o for o in outcomes if o.get("type") is not None]
+    assert effects == [e for e in logged[1:] if e["type"] != "ToolsFinished"]
+    tools = [o for o in outcomes if o.get("type") is None]
+    finished = [e["results"] for e in logged if e["type"] == "ToolsFinished"]
+    assert tools == [m for batch in finished for m in batch]
+    assert result.ok
 
 
 async def test_the_demo_history_replays_and_on_a_changed_agent_does_not(
