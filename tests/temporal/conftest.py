@@ -81,3 +81,10 @@ async def temporal_client(temporal_address: str) -> Client:
     from temporalio.client import Client
 
     return await Client.connect(temporal_address)
+
+
+# The PostgreSQL server and fresh schemas of the store tests, for durable
+# runs on a shared PostgresStore.
+from tests.persistence.conftest import postgres_server, postgres_url  # noqa: E402
+
+__all__ = ["postgres_server", "postgres_url"]

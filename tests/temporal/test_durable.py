@@ -12,7 +12,7 @@ import contextlib
 import io
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,6 +177,50 @@ async def test_hooks_hear_each_step_once_when_every_task_replays(
     assert result.ok
     assert durable_hook.calls == local_hook.calls
     assert [c for c in durable_hook.calls if c[0] == "on_compaction_done"]
+
+
+async def test_two_workers_on_one_postgres_store_serve_many_sessions(
+    temporal_client: Client, postgres_url: Callable[[], str]
+) -> None:
+    from turnfsm.persistence.postgres import PostgresStore
+
+    url = postgres_url()
+    stores = [PostgresStore(url), PostgresStore(url)]  # as two processes would
+    agents = [build_demo_agent(io.StringIO(), store=s) for s in stores]
+    local = build_demo_agent(io.StringIO(), store=MemoryStore())
+    expected = await local.run(TASK)
+    queue = _queue()
+    try:
+        async with (
+            create_worker(temporal_client, queue, agents[0]),
+            create_worker(temporal_client, f"{queue}-2", agents[1]),
+        ):
+            runs = [
+                await agents[0].start_durable(
+                    TASK,
+                    client=temporal_client,
+                    task_queue=queue if i % 2 else f"{queue}-2",
+                    session_id=f"ses_{queue}_{i}",
+                )
+                for i in range(6)
+            ]
+            results = [await r.result() for r in runs]
+        assert all(r.ok for r in results)
+        reader = PostgresStore(url)
+        seen: set[str] = set()
+        for i, run in enumerate(runs):
+            session = await Session.load(reader, run.session_id)
+            assert kinds(session) == kinds(local.session)
+            assert content(session.history) == content(local.session.history)
+            assert replay(agents[0].driver.machine, session, results[i].run_id).ok
+            ids = {m.id for m in session.history}
+            assert not ids & seen  # no message of one session in another's
+            seen |= ids
+        assert {r.text for r in results} == {expected.text}
+        await reader.close()
+    finally:
+        for store in stores:
+            await store.close()
 
 
 async def test_the_workflow_history_and_the_session_log_agree(

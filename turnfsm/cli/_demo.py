@@ -92,10 +92,14 @@ class SimulatedModel:
     provider_name = "turnfsm.demo"
 
     def __init__(self) -> None:
-        self.calls = 0
+        self.calls = 0  # plan steps answered (observability only)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Ask for the next log in the plan, then summarise the visible logs.
+
+        The step is read from the request (the latest ``call_N`` it shows),
+        not kept in the model: a request asked again (a retry, a durable run
+        going on in another worker) gets the same answer.
 
         A summary request (a compactor's: temperature set, no tools) gets a
         short summary that counts each log's lines and ERROR lines.
@@ -103,10 +107,11 @@ class SimulatedModel:
         if request.temperature is not None and not request.tools:
             return ModelResponse(message=Message.assistant(_summary(request)))
         self.calls += 1
-        if self.calls <= len(PLAN):
-            name = PLAN[self.calls - 1][0]
+        step = _last_step(request) + 1
+        if step <= len(PLAN):
+            name = PLAN[step - 1][0]
             call = ToolCallPart(
-                id=f"call_{self.calls}", name="read_log", arguments={"name": name}
+                id=f"call_{step}", name="read_log", arguments={"name": name}
             )
             message = Message.assistant(f"Reading {name}.", tool_calls=[call])
             return ModelResponse(message=message)
@@ -133,6 +138,22 @@ class SimulatedModel:
             f"{errors} ERROR lines among them. {tail}"
         )
         return ModelResponse(message=Message.assistant(text))
+
+
+_STEP = re.compile(r"\bcall_(\d+)\b")
+
+
+def _last_step(request: ModelRequest) -> int:
+    """The latest plan step the conversation shows (0: none yet)."""
+    steps = [0]
+    for message in request.messages:
+        steps += [int(m[1]) for c in message.tool_calls if (m := _STEP.match(c.id))]
+        steps += [
+            int(m[1]) for r in message.tool_results if (m := _STEP.match(r.call_id))
+        ]
+        if SUMMARY_COVERS in message.metadata:
+            steps += [int(n) for n in _STEP.findall(message.text)]
+    return max(steps)
 
 
 _COUNT = re.compile(r"^- (\S+\.log): (\d+) lines, (\d+) ERROR", re.MULTILINE)
