@@ -202,7 +202,8 @@ def _crashed(exc: Exception) -> ApplicationError:
 async def load_log(request: dict[str, Any]) -> dict[str, Any]:
     """Return the session's log (every entry as its envelope)."""
     agent = agent_named(request["agent"], activity.info().task_queue)
-    entries = await agent.store.load(request["session_id"])
+    async with _beating():
+        entries = await agent.store.load(request["session_id"])
     return {"entries": [serde.envelope(e) for e in entries]}
 
 
@@ -210,7 +211,8 @@ async def load_log(request: dict[str, Any]) -> dict[str, Any]:
 async def append_log(request: dict[str, Any]) -> None:
     """Append the entries the workflow made (idempotent: `append_once`)."""
     agent = agent_named(request["agent"], activity.info().task_queue)
-    await _write(agent, request["session_id"], request["log"])
+    async with _beating():
+        await _write(agent, request["session_id"], request["log"])
 
 
 @activity.defn(name="turnfsm.effect")

@@ -142,6 +142,7 @@ class _WorkflowLog:
         options = self._spec.options
         return {
             "start_to_close_timeout": timedelta(seconds=options.log_timeout),
+            "heartbeat_timeout": timedelta(seconds=options.heartbeat_timeout),
             "retry_policy": _infra_retry(options),
         }
 
