@@ -138,9 +138,9 @@ class _WorkflowLog:
             {"agent": self._spec.agent, "session_id": session_id},
             **self._options(),
         )
-        entries = tuple(serde.open_envelope(e) for e in data["entries"])
+        entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
         self._written = len(entries)
-        return entries  # type: ignore[return-value]
+        return entries
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
