@@ -58,7 +58,7 @@ NAME = "crash-agent"
 """The agent's name: the workers and the test's client agree on it."""
 
 MODEL_SECONDS = 0.04
-TOOL_SECONDS = 0.04
+TOOL_SECONDS = 0.06
 COMPACT_SECONDS = 0.06
 """Slower than in-process: an activity's own overhead is some milliseconds,
 and the kills should land inside the effects too, not only around them."""
@@ -108,11 +108,14 @@ def record_tool(effects: str, attempts: str, trace: script.Trace) -> Tool:
         assert call is not None
         os.write(attempts_fd, f"{call.id}\n".encode())
         trace.mark(f"+tool {call.id}")
-        await anyio.sleep(TOOL_SECONDS)
+        await anyio.sleep(TOOL_SECONDS / 2)
         if _applied(effects, call.id):
             trace.mark(f"=tool {call.id}")  # applied by an attempt that died
         else:
             os.write(effects_fd, f"{call.id}\n".encode())
+        # Still busy after the effect: a kill here loses the result, not the
+        # effect, and the call runs again (where the key matters).
+        await anyio.sleep(TOOL_SECONDS / 2)
         trace.mark(f"-tool {call.id}")
         return f"recorded {key}: " + "lorem ipsum dolor " * 25
 

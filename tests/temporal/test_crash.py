@@ -49,7 +49,7 @@ pytest.importorskip("temporalio")
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from tests.persistence import crash_worker as script
@@ -294,12 +294,43 @@ async def run_tasks(
             session_id=SESSION,
             options=OPTIONS,
         )
-        with anyio.fail_after(TASK_TIMEOUT):
+        with anyio.move_on_after(TASK_TIMEOUT) as waiting:
             result = await run.result()
+        if waiting.cancelled_caught:
+            pytest.fail(await stuck(client, run, tally.tasks))
         runs.append((run, result))
         tally.tasks += 1
     finished.set()
     return runs
+
+
+async def history_of(client: Client, run: DurableRun) -> WorkflowHistory:
+    """The Temporal history of `run`'s workflow run (not the id's latest run)."""
+    run_id = run.handle.result_run_id
+    return await client.get_workflow_handle(
+        run.workflow_id, run_id=run_id
+    ).fetch_history()
+
+
+def task_failures(history: WorkflowHistory) -> list[str]:
+    """The messages of the workflow tasks that failed (non-determinism, a crash)."""
+    return [
+        e.workflow_task_failed_event_attributes.failure.message
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+
+
+async def stuck(client: Client, run: DurableRun, task: int) -> str:
+    """Why task `task`'s workflow did not complete: its failed workflow tasks."""
+    history = await history_of(client, run)
+    last = [EventType.Name(e.event_type) for e in history.events[-5:]]
+    return (
+        f"task {task} ({history.workflow_id}, run {run.handle.result_run_id}) did "
+        f"not complete in {TASK_TIMEOUT} s; workflow task failures: "
+        f"{task_failures(history)[-3:]}; last events: {last} (see `temporal "
+        f"workflow show -w {history.workflow_id}` and the workers' stderr files)"
+    )
 
 
 # -- the test ------------------------------------------------------------
@@ -312,16 +343,9 @@ async def check_workflows(
     replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=workflow_runner())
     counts: Counter[str] = Counter()
     for run, _ in runs:
-        handle = client.get_workflow_handle(
-            run.workflow_id, run_id=run.handle.result_run_id
-        )
-        history = await handle.fetch_history()
-        failed = [
-            e.workflow_task_failed_event_attributes.failure.message
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        ]
-        assert not failed, (run.workflow_id, handle.result_run_id, failed)
+        history = await history_of(client, run)
+        failed = task_failures(history)
+        assert not failed, (run.workflow_id, run.handle.result_run_id, failed)
         for e in history.events:
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 counts["workflow tasks timed out"] += 1
