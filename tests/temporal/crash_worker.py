@@ -119,7 +119,8 @@ def record_tool(effects: str, attempts: str, trace: script.Trace) -> Tool:
         trace.mark(f"-tool {call.id}")
         return f"recorded {key}: " + "lorem ipsum dolor " * 25
 
-    return function_tool(record)
+    tool: Tool = function_tool(record)
+    return tool
 
 
 def build_agent(
