@@ -49,6 +49,7 @@ from tests.persistence import crash_worker as script
 from turnfsm import Agent, ContextManager, HeuristicTokenCounter
 from turnfsm.context import CompactionContext, CompactionOutcome
 from turnfsm.driver import Tool, current_tool_call, function_tool
+from turnfsm.errors import SessionConflict
 from turnfsm.messages import Message
 from turnfsm.persistence import Entry, SessionStore
 from turnfsm.providers import ModelRequest
@@ -65,7 +66,22 @@ and the kills should land inside the effects too, not only around them."""
 
 
 class TracedStore(script.TracedStore):
-    """The persistence test's traced store; loads are marked too."""
+    """The persistence test's traced store; loads and conflicts are marked too.
+
+    An append that finds the log moved on ends with ``!append``: an
+    activity run again finding its entries written (`append_once`).
+    """
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        try:
+            return await super().append(
+                session_id, entries, expected_version=expected_version
+            )
+        except SessionConflict:
+            self.trace.mark("!append")
+            raise
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         self.trace.mark("+load")

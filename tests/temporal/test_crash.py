@@ -75,9 +75,11 @@ SEED = int(os.environ.get("TURNFSM_TEMPORAL_CRASH_SEED", "20240611"))
 KILLS = int(os.environ.get("TURNFSM_TEMPORAL_CRASH_KILLS", "30"))
 MIN_TASKS = 6
 MAX_DELAY = 1.2  # seconds a worker may work, from its first activity
-SESSION = "ses_temporalcrash"
+# The session-log activities (load, append) do not heartbeat: one lost with
+# its worker is run again only after `log_timeout` (default 60 s), so it is
+# short here too, like the heartbeat and workflow task timeouts.
 OPTIONS = DurableOptions(
-    heartbeat_timeout=2, retry_initial=0.2, retry_max=1, task_timeout=2
+    heartbeat_timeout=2, retry_initial=0.2, retry_max=1, task_timeout=2, log_timeout=3
 )
 START_TIMEOUT = 60.0  # seconds a worker may take to import and connect
 STUCK_TIMEOUT = 30.0  # seconds a worker may wait for its first activity
@@ -121,13 +123,14 @@ def in_flight(trace: Sequence[str]) -> str:
     for line in trace:
         word, _, rest = line.partition(" ")
         sign, what = word[:1], word[1:]
-        if sign not in "+-" or not what:
+        if sign not in ("+", "-", "!") or not what:
             continue
-        step = 1 if sign == "+" else -1
+        step = 1 if sign == "+" else -1  # "!append": it raised SessionConflict
         if what == "activity":
             activities[rest.split()[0]] += step
         else:
             open_[what] += step
+    running = sorted(a for a, n in activities.items() if n > 0)
     for what, name in [
         ("append", "mid-append"),
         ("load", "mid-load"),
@@ -136,8 +139,9 @@ def in_flight(trace: Sequence[str]) -> str:
         ("model", "mid-model-call"),
     ]:
         if open_[what] > 0:
-            return name
-    running = sorted(a for a, n in activities.items() if n > 0)
+            return (
+                f"{name} ({', '.join(running)})" if what in ("append", "load") else name
+            )
     if running:  # set-up, heartbeat, result: no effect or store call open
         return f"in an activity, between its steps ({', '.join(running)})"
     return "between activities (a workflow task, or waiting for one)"
@@ -147,9 +151,13 @@ def _read(path: Path) -> str:
     return path.read_text()
 
 
-def _skipped(tmp: Path) -> int:
-    """Tool re-runs that found their effect applied (the key kept it once)."""
-    return sum(_read(t).count("=tool ") for t in tmp.glob("trace*"))
+def _marks(tmp: Path, mark: str) -> int:
+    """Lines starting with `mark` in every worker's trace."""
+    return sum(
+        line.startswith(mark)
+        for t in tmp.glob("trace*")
+        for line in _read(t).split("\n")
+    )
 
 
 # -- the workers -------------------------------------------------------
@@ -275,7 +283,7 @@ async def kill_loop(
 
 
 async def run_tasks(
-    client: Client, queue: str, tally: Tally, finished: anyio.Event
+    client: Client, queue: str, session_id: str, tally: Tally, finished: anyio.Event
 ) -> list[tuple[DurableRun, RunResult[Any]]]:
     """Start the tasks one after another while kills remain (at least MIN_TASKS)."""
     # The client's agent: the workers' own, by name; it only starts runs here
@@ -291,7 +299,7 @@ async def run_tasks(
             script.task_input(tally.tasks),
             client=client,
             task_queue=queue,
-            session_id=SESSION,
+            session_id=session_id,
             options=OPTIONS,
         )
         with anyio.move_on_after(TASK_TIMEOUT) as waiting:
@@ -361,6 +369,7 @@ async def test_durable_runs_survive_sigkill(
 ) -> None:
     client = await Client.connect(temporal_address)
     queue = f"crash-{os.getpid()}-{time.monotonic_ns()}"
+    session_id = f"ses_{queue.replace('-', '')}"
     for name in ("effects", "attempts"):
         (tmp_path / name).touch()
     tally = Tally()
@@ -370,7 +379,7 @@ async def test_durable_runs_survive_sigkill(
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(kill_loop, workers, random.Random(SEED), finished)
-            runs = await run_tasks(client, queue, tally, finished)
+            runs = await run_tasks(client, queue, session_id, tally, finished)
     finally:
         with anyio.CancelScope(shield=True):
             await workers.stop_all()
@@ -388,12 +397,13 @@ async def test_durable_runs_survive_sigkill(
     attempts = Counter((tmp_path / "attempts").read_text().split())
     assert effects == reference.keys
     assert set(attempts) == set(effects)
-    skipped = _skipped(tmp_path)
+    skipped = _marks(tmp_path, "=tool ")  # re-runs finding their effect applied
+    rewritten = _marks(tmp_path, "!append")  # appends finding their entries there
 
     # The log: the uninterrupted run's history, every run replays and is done.
     store = SQLiteStore(tmp_path / "session.db")
     try:
-        session = await Session.load(store, SESSION)
+        session = await Session.load(store, session_id)
     finally:
         await store.close()
     assert content(session.history) == reference.history
@@ -404,4 +414,5 @@ async def test_durable_runs_survive_sigkill(
         assert run.outcome == "done", run
         report = replay(default_machine(), session, run.run_id)
         assert report.ok, (run.run_id, report)
+    temporal += f"; appends run again that found their entries written {rewritten}"
     print("\n" + tally.report(attempts, effects, skipped, temporal))
