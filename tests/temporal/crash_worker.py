@@ -61,27 +61,40 @@ NAME = "crash-agent"
 MODEL_SECONDS = 0.04
 TOOL_SECONDS = 0.06
 COMPACT_SECONDS = 0.06
-"""Slower than in-process: an activity's own overhead is some milliseconds,
-and the kills should land inside the effects too, not only around them."""
+STORE_SECONDS = 0.02
+"""Slower than in-process: each activity and workflow task costs Temporal's
+round trips, and the kills should land inside the effects too, not only
+around them (`build_agent`'s `pace` scales them: 0 for the reference)."""
 
 
 class TracedStore(script.TracedStore):
     """The persistence test's traced store; loads and conflicts are marked too.
 
     An append that finds the log moved on ends with ``!append``: an
-    activity run again finding its entries written (`append_once`).
+    activity run again finding its entries written (`append_once`). An
+    append that committed takes a moment more before it returns, so that
+    kills land there too (its activity runs again and finds it written).
     """
+
+    def __init__(self, inner: SessionStore, trace: script.Trace, pace: float) -> None:
+        super().__init__(inner, trace)
+        self.pace = pace
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
     ) -> int:
+        kinds = ",".join(type(e).__name__ for e in entries)
+        self.trace.mark(f"+append {expected_version} {kinds}")
         try:
-            return await super().append(
+            version = await self.inner.append(
                 session_id, entries, expected_version=expected_version
             )
         except SessionConflict:
             self.trace.mark("!append")
             raise
+        await anyio.sleep(STORE_SECONDS * self.pace)
+        self.trace.mark(f"-append {version}")
+        return version
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         self.trace.mark("+load")
@@ -93,11 +106,15 @@ class TracedStore(script.TracedStore):
 class SlowCompactor(script.SlowCompactor):
     """The persistence test's compactor, with this test's pace."""
 
+    def __init__(self, trace: script.Trace, pace: float) -> None:
+        super().__init__(trace)
+        self.pace = pace
+
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
     ) -> CompactionOutcome:
         self.trace.mark("+compact")
-        await anyio.sleep(COMPACT_SECONDS)
+        await anyio.sleep(COMPACT_SECONDS * self.pace)
         outcome = await self.inner.compact(messages, target, ctx)
         self.trace.mark("-compact")
         return outcome
@@ -108,7 +125,7 @@ def _applied(effects: str, key: str) -> bool:
         return key in f.read().split()
 
 
-def record_tool(effects: str, attempts: str, trace: script.Trace) -> Tool:
+def record_tool(effects: str, attempts: str, trace: script.Trace, pace: float) -> Tool:
     """The tool with a side effect, keyed by its call's idempotency key."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     attempts_fd = os.open(attempts, flags, 0o644)
@@ -124,14 +141,14 @@ def record_tool(effects: str, attempts: str, trace: script.Trace) -> Tool:
         assert call is not None
         os.write(attempts_fd, f"{call.id}\n".encode())
         trace.mark(f"+tool {call.id}")
-        await anyio.sleep(TOOL_SECONDS / 2)
+        await anyio.sleep(TOOL_SECONDS / 2 * pace)
         if _applied(effects, call.id):
             trace.mark(f"=tool {call.id}")  # applied by an attempt that died
         else:
             os.write(effects_fd, f"{call.id}\n".encode())
         # Still busy after the effect: a kill here loses the result, not the
         # effect, and the call runs again (where the key matters).
-        await anyio.sleep(TOOL_SECONDS / 2)
+        await anyio.sleep(TOOL_SECONDS / 2 * pace)
         trace.mark(f"-tool {call.id}")
         return f"recorded {key}: " + "lorem ipsum dolor " * 25
 
@@ -140,7 +157,12 @@ def record_tool(effects: str, attempts: str, trace: script.Trace) -> Tool:
 
 
 def build_agent(
-    store: SessionStore, effects: str, attempts: str, trace: script.Trace
+    store: SessionStore,
+    effects: str,
+    attempts: str,
+    trace: script.Trace,
+    *,
+    pace: float = 1.0,
 ) -> Agent:
     """The agent every worker, the test's client and the reference run use.
 
@@ -151,21 +173,21 @@ def build_agent(
 
     async def handle(request: ModelRequest) -> Message:
         trace.mark("+model")
-        await anyio.sleep(MODEL_SECONDS)
+        await anyio.sleep(MODEL_SECONDS * pace)
         message = script.answer(request.messages)
         trace.mark("-model")
         return message
 
     manager = ContextManager(
-        SlowCompactor(trace),
+        SlowCompactor(trace, pace),
         context_window=1_000,
         threshold=80,
         counter=HeuristicTokenCounter(),
     )
     return Agent(
-        store=TracedStore(store, trace),
+        store=TracedStore(store, trace, pace),
         model=FakeModelClient(handle),
-        tools=[record_tool(effects, attempts, trace)],
+        tools=[record_tool(effects, attempts, trace, pace)],
         system_prompt="You are the crash test's scripted agent.",
         context=manager,
         max_turns=20,

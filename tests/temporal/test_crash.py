@@ -99,7 +99,7 @@ class Reference:
 async def _reference(tmp: Path, tasks: int) -> Reference:
     effects, attempts = tmp / "reference.effects", tmp / "reference.attempts"
     agent = worker.build_agent(
-        MemoryStore(), str(effects), str(attempts), script.Trace(None)
+        MemoryStore(), str(effects), str(attempts), script.Trace(None), pace=0
     )
     answers = []
     for task in range(tasks):
