@@ -397,6 +397,7 @@ async def test_durable_runs_survive_sigkill(
     attempts = Counter((tmp_path / "attempts").read_text().split())
     assert effects == reference.keys
     assert set(attempts) == set(effects)
+    assert sum(attempts.values()) >= sum(effects.values())
     skipped = _marks(tmp_path, "=tool ")  # re-runs finding their effect applied
     rewritten = _marks(tmp_path, "!append")  # appends finding their entries there
 
