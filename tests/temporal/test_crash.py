@@ -291,7 +291,7 @@ async def run_tasks(
     agent = worker.build_agent(
         MemoryStore(), os.devnull, os.devnull, script.Trace(None)
     )
-    register([agent])
+    register([agent], task_queue=f"{queue}-replay")
     runs = []
     while tally.tasks < MIN_TASKS or tally.kills < KILLS:
         run = await start_durable(
