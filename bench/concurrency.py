@@ -16,6 +16,7 @@ its script, and its run replayed (`turnfsm.driver.replay`).
     python -m bench.concurrency --store sqlite --sessions 200 --turns 6
     python -m bench.concurrency --model-latency-ms 5
     python -m bench.concurrency --store postgres --postgres-url URL
+    python -m bench.concurrency --store sqlite --store temporal --sessions 100
 
 Run it from the repository root: it benches the checkout it is in.
 
@@ -42,11 +43,18 @@ PostgreSQL: ``--postgres-url``, else ``TURNFSM_TEST_POSTGRES_URL``, else a
 private cluster (``scripts/pg-test-cluster``, stopped at the end); the
 store's tables go to a schema of their own, dropped at the end.
 
-Another backend (e.g. the same sessions as Temporal workflows) is one more
-`Backend`, an async function of (`Workload`, the parsed options) returning
-`Measurements`, added to `BACKENDS`; the session script (`first_input`,
-`answer`, `work`, `expected_history`, `content`) and the check
-(`check_session`) are importable from this module.
+Every backend's sessions are also timed by their log: `log_latencies`, from
+the ``at`` of the entry deciding one model call to the next (the "by the
+log" column), the only latency ``--store temporal`` can read (its hooks run
+in the workers): that backend, the same sessions as durable runs on
+Temporal worker processes, is `bench.concurrency_temporal` (its docstring
+says what it measures).
+
+Another backend is one more `Backend`, an async function of (`Workload`,
+the parsed options) returning `Measurements`, added to `BACKENDS`; the
+session script (`first_input`, `answer`, `work`, `expected_history`,
+`content`), the agent (`build_agent`) and the check (`check_session`) are
+importable from this module.
 """
 
 from __future__ import annotations
