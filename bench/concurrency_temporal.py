@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -77,13 +78,20 @@ DEV_SERVER = ROOT / "scripts" / "temporal-dev"
 
 
 def settings(pairs: Sequence[str], kind: type) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as keyword arguments (values of `kind`)."""
+    """``KEY=VALUE`` strings as keyword arguments (values of `kind`).
+
+    A worker option whose name ends in ``timeout`` is in seconds.
+    """
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
             raise SystemExit(f"{pair!r}: expected KEY=VALUE")
-        out[key.replace("-", "_")] = kind(value)
+        key = key.replace("-", "_")
+        if kind is int and key.endswith("timeout"):
+            out[key] = timedelta(seconds=float(value))
+        else:
+            out[key] = kind(value)
     return out
 
 
@@ -308,7 +316,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=INT",
-        help="a temporalio Worker option, e.g. max_concurrent_activities=200",
+        help="a temporalio Worker option, e.g. max_concurrent_activities=200"
+        " (a *timeout in seconds)",
     )
     group.add_argument(
         "--durable-option",
