@@ -36,9 +36,11 @@ What it measures:
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -114,15 +116,18 @@ async def serve_worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.unsandboxed:
         options["workflow_runner"] = UnsandboxedWorkflowRunner()
     async with create_worker(client, args.task_queue, agent, **options):
-        print("ready", flush=True)
+        await anyio.Path(args.report).write_text("ready\n")
         await anyio.to_thread.run_sync(sys.stdin.read)  # until the bench closes it
     await store.close()
     usage = os.times()
     return {"rss": peak_rss_mib(), "cpu": usage.user + usage.system}
 
 
-def worker_command(options: argparse.Namespace, store: str, queue: str) -> list[str]:
+def worker_command(
+    options: argparse.Namespace, store: str, queue: str, report: Path
+) -> list[str]:
     command = [sys.executable, "-m", "bench.concurrency_temporal"]
+    command += ["--report", str(report)]
     command += ["--address", options.temporal_address, "--task-queue", queue]
     command += ["--store", store, "--pg-pool", str(options.pg_pool)]
     command += ["--sessions", str(options.sessions), "--turns", str(options.turns)]
@@ -141,43 +146,55 @@ def workers(
     """Start the worker processes, wait until each serves; yield their figures.
 
     The list fills when they stop (the end of the block): stdin closed,
-    each finishes its tasks in hand and prints its figures.
+    each finishes its tasks in hand and writes its figures to its report
+    file. Their output goes to files, never to a pipe read only at the end:
+    Temporal's core logs its warnings to stdout, and a full pipe blocks the
+    worker's workflow thread for good.
     """
     figures: list[dict[str, Any]] = []
     procs: list[tuple[subprocess.Popen[str], IO[str]]] = []
+    reports = [logs / f"worker{n}.report" for n in range(options.workers)]
     try:
-        for n in range(options.workers):
-            log: IO[str] = (logs / f"worker{n}.stderr").open("w")
+        for n, report in enumerate(reports):
+            log: IO[str] = (logs / f"worker{n}.log").open("w")
             proc = subprocess.Popen(
-                worker_command(options, store, queue),
+                worker_command(options, store, queue, report),
                 cwd=ROOT,
                 stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 text=True,
             )
             procs.append((proc, log))
-        for proc, _ in procs:
-            assert proc.stdout is not None
-            if proc.stdout.readline().strip() != "ready":
-                raise SystemExit(f"a worker did not start: see {logs}")
+        for (proc, _), report in zip(procs, reports, strict=True):
+            while not report.exists():
+                if proc.poll() is not None:
+                    raise SystemExit(f"a worker did not start: see {logs}")
+                time.sleep(0.1)
         yield figures
     finally:
         for proc, _ in procs:
             assert proc.stdin is not None
             proc.stdin.close()
-        for proc, err in procs:
-            assert proc.stdout is not None
-            lines = proc.stdout.read().strip().splitlines()
+        for (proc, log), report in zip(procs, reports, strict=True):
             proc.wait(timeout=120)
-            err.close()
-            if proc.returncode == 0 and lines:
+            log.close()
+            lines = report.read_text().splitlines() if report.exists() else []
+            if proc.returncode == 0 and len(lines) > 1:
                 figures.append(json.loads(lines[-1]))
-        for n in range(len(procs)):
-            text = (logs / f"worker{n}.stderr").read_text()
-            if text.strip():
-                tail = "\n".join(text.rstrip().splitlines()[-30:])
-                print(f"worker {n} stderr (last lines):\n{tail}", file=sys.stderr)
+        summarise_logs(logs, len(procs))
+
+
+def summarise_logs(logs: Path, count: int) -> None:
+    """Print each worker's log lines, counted by their first words."""
+    for n in range(count):
+        text = re.sub(r"\x1b\[[0-9;]*m", "", (logs / f"worker{n}.log").read_text())
+        kinds = collections.Counter(
+            re.sub(r"[0-9a-f-]{36}:\d+:\d+ |\d{4}-\S+Z ", "", line)[:90]
+            for line in text.splitlines()
+        )
+        for line, times in kinds.most_common(8):
+            print(f"worker {n} log: {times} x {line}", file=sys.stderr)
 
 
 # -- the client ----------------------------------------------------------------
@@ -333,6 +350,7 @@ def main(argv: Sequence[str]) -> None:
     """A worker process: serve the bench's agent until stdin closes."""
     parser = argparse.ArgumentParser(description="a worker of --store temporal")
     parser.add_argument("--address", required=True)
+    parser.add_argument("--report", required=True, help="ready, then the figures")
     parser.add_argument("--task-queue", required=True)
     parser.add_argument("--store", required=True, help="sqlite:///PATH or a PG URL")
     parser.add_argument("--pg-pool", type=int, default=10)
@@ -342,7 +360,9 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--worker-option", action="append", default=[])
     parser.add_argument("--unsandboxed", action="store_true")
     args = parser.parse_args(argv)
-    print(json.dumps(anyio.run(serve_worker, args, backend="asyncio")), flush=True)
+    figures = anyio.run(serve_worker, args, backend="asyncio")
+    with Path(args.report).open("a") as report:
+        report.write(json.dumps(figures) + "\n")
 
 
 @contextlib.contextmanager
