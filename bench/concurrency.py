@@ -16,6 +16,7 @@ its script, and its run replayed (`turnfsm.driver.replay`).
     python -m bench.concurrency --store sqlite --sessions 200 --turns 6
     python -m bench.concurrency --model-latency-ms 5
     python -m bench.concurrency --store postgres --postgres-url URL
+    python -m bench.concurrency --store sqlite --store temporal --sessions 100
 
 Run it from the repository root: it benches the checkout it is in.
 
@@ -42,11 +43,18 @@ PostgreSQL: ``--postgres-url``, else ``TURNFSM_TEST_POSTGRES_URL``, else a
 private cluster (``scripts/pg-test-cluster``, stopped at the end); the
 store's tables go to a schema of their own, dropped at the end.
 
-Another backend (e.g. the same sessions as Temporal workflows) is one more
-`Backend`, an async function of (`Workload`, the parsed options) returning
-`Measurements`, added to `BACKENDS`; the session script (`first_input`,
-`answer`, `work`, `expected_history`, `content`) and the check
-(`check_session`) are importable from this module.
+Every backend's sessions are also timed by their log: `log_latencies`, from
+the ``at`` of the entry deciding one model call to the next (the "by the
+log" column), the only latency ``--store temporal`` can read (its hooks run
+in the workers): that backend, the same sessions as durable runs on
+Temporal worker processes, is `bench.concurrency_temporal` (its docstring
+says what it measures).
+
+Another backend is one more `Backend`, an async function of (`Workload`,
+the parsed options) returning `Measurements`, added to `BACKENDS`; the
+session script (`first_input`, `answer`, `work`, `expected_history`,
+`content`), the agent (`build_agent`) and the check (`check_session`) are
+importable from this module.
 """
 
 from __future__ import annotations
@@ -75,13 +83,21 @@ from typing import Any
 import anyio
 import attrs
 
-from turnfsm import Driver
+from turnfsm import Agent, Driver
 from turnfsm.context import ContextManager
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
 from turnfsm.hooks import Hook, ModelCallInfo
 from turnfsm.messages import Message, Role, TextPart, ToolCallPart, ToolResultPart
-from turnfsm.persistence import MemoryStore, Session, SessionStore, SQLiteStore, new_id
+from turnfsm.persistence import (
+    EventRecorded,
+    MemoryStore,
+    RunEnded,
+    Session,
+    SessionStore,
+    SQLiteStore,
+    new_id,
+)
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
@@ -261,8 +277,8 @@ class TurnClock(Hook):
         return [b - a for s in self.stamps.values() for a, b in itertools.pairwise(s)]
 
 
-def build_driver(workload: Workload, hooks: Sequence[Hook] = ()) -> Driver:
-    """The one driver every session of a run shares (one model, one tool)."""
+def driver_options(workload: Workload, hooks: Sequence[Hook] = ()) -> dict[str, Any]:
+    """The settings of the one driver every session of a run shares."""
 
     async def handle(request: ModelRequest) -> Message:
         model.requests.clear()  # it serves every session: keep no requests
@@ -271,13 +287,40 @@ def build_driver(workload: Workload, hooks: Sequence[Hook] = ()) -> Driver:
         return answer(request.messages, workload.turns)
 
     model = FakeModelClient(handle)
-    return Driver(
-        model=model,
-        tools=[work],
-        context=ContextManager(context_window=10**12),  # never compacts
-        max_turns=workload.turns,
-        hooks=hooks,
-    )
+    return {
+        "model": model,
+        "tools": [work],
+        "context": ContextManager(context_window=10**12),  # never compacts
+        "max_turns": workload.turns,
+        "hooks": hooks,
+        "name": "bench-concurrency",  # how durable runs find it on the workers
+    }
+
+
+def build_driver(workload: Workload, hooks: Sequence[Hook] = ()) -> Driver:
+    """The one driver every session of a run shares (one model, one tool)."""
+    return Driver(**driver_options(workload, hooks))
+
+
+def build_agent(workload: Workload, store: SessionStore) -> Agent:
+    """The same driver as an `Agent` on `store` (what a Temporal worker serves)."""
+    return Agent(store=store, **driver_options(workload))
+
+
+def log_latencies(session: Session) -> list[float]:
+    """Each turn's seconds by the log's clock: a ``call_llm`` decision to the next.
+
+    From the ``at`` of the entry that decided the turn's model call to that
+    of the next one (the last turn: to the run's end). In-process the clock
+    is `time.time`; in a workflow, the start of the workflow task.
+    """
+    stamps = [
+        e.at
+        for e in session.entries
+        if isinstance(e, EventRecorded) and e.decision.startswith("call_llm")
+    ]
+    stamps += [e.at for e in session.entries if isinstance(e, RunEnded)]
+    return [b - a for a, b in itertools.pairwise(stamps)]
 
 
 # -- the measurements ----------------------------------------------------------
@@ -308,6 +351,9 @@ class Measurements:
     rss_peak: float  # MiB, peak after it
     session_ids: tuple[str, ...] = attrs.field(repr=False, default=())
     verified: int = 0  # sessions reopened and checked
+    log_latencies: tuple[float, ...] = attrs.field(repr=False, default=())
+    worker_rss: tuple[float, ...] = ()  # MiB, each worker process's peak
+    worker_cpu: tuple[float, ...] = ()  # CPU seconds of each worker process
     note: str = ""
 
     @property
@@ -327,6 +373,10 @@ class Measurements:
             "rss_before": self.rss_before,
             "rss_peak": self.rss_peak,
             "verified": self.verified,
+            "log_p50": percentile(self.log_latencies, 0.50),
+            "log_p99": percentile(self.log_latencies, 0.99),
+            "worker_rss": self.worker_rss,
+            "worker_cpu": self.worker_cpu,
             "note": self.note,
         }
 
@@ -380,16 +430,24 @@ async def verify(
     """Reopen every session of `done` from `store` and check it (`check_session`)."""
     spec = build_driver(workload).machine
     limiter = anyio.CapacityLimiter(16)
+    latencies: list[float] = []
 
     async def check(session_id: str, tag: str) -> None:
         async with limiter:
             session = await Session.load(store, session_id)
         check_session(session, tag, workload.turns, spec)
+        latencies.extend(log_latencies(session))
 
     async with anyio.create_task_group() as tg:
         for session_id, tag in zip(done.session_ids, workload.tags(), strict=True):
             tg.start_soon(check, session_id, tag)
-    return attrs.evolve(done, verified=len(done.session_ids), note=note)
+    assert len(latencies) == workload.sessions * workload.turns, len(latencies)
+    return attrs.evolve(
+        done,
+        verified=len(done.session_ids),
+        log_latencies=tuple(latencies),
+        note=note or done.note,
+    )
 
 
 @contextlib.contextmanager
@@ -444,10 +502,17 @@ def file_mib(directory: Path) -> float:
     return sum(p.stat().st_size for p in directory.iterdir()) / 2**20
 
 
+async def run_temporal(workload: Workload, options: argparse.Namespace) -> Measurements:
+    from bench.concurrency_temporal import run_temporal
+
+    return await run_temporal(workload, options)
+
+
 BACKENDS: dict[str, Backend] = {
     "memory": run_memory,
     "sqlite": run_sqlite,
     "postgres": run_postgres,
+    "temporal": run_temporal,  # bench.concurrency_temporal
 }
 
 
@@ -507,6 +572,8 @@ def run_child(args: argparse.Namespace, name: str, url: str | None) -> dict[str,
     command += ["--pg-pool", str(args.pg_pool)]
     if url is not None:
         command += ["--postgres-url", url]
+    if name == "temporal":
+        command += temporal_arguments(args)
     if args.profile:
         command.append("--profile")
     t0 = time.perf_counter()
@@ -523,11 +590,29 @@ def run_child(args: argparse.Namespace, name: str, url: str | None) -> dict[str,
     return result
 
 
+def temporal_arguments(args: argparse.Namespace) -> list[str]:
+    """The ``--store temporal`` options, for the subprocess."""
+    command = ["--workers", str(args.workers)]
+    command += ["--temporal-address", args.temporal_address]
+    command += ["--temporal-store", args.temporal_store]
+    if args.temporal_dir:
+        command += ["--temporal-dir", args.temporal_dir]
+    for pair in args.worker_option:
+        command += ["--worker-option", pair]
+    for pair in args.durable_option:
+        command += ["--durable-option", pair]
+    if args.unsandboxed:
+        command.append("--unsandboxed")
+    return command
+
+
 def table(results: Sequence[dict[str, Any]]) -> str:
     head = (
         "| store | sessions x turns | run wall (s) | turns/s | turns/s x memory"
         " | p50 turn (ms) | p99 turn (ms) | p99 x memory | peak RSS (MiB)"
-        " | RSS before run (MiB) | reopened + checked | subprocess wall (s) | note |"
+        " | RSS before run (MiB) | p50 / p99 by the log (ms) | workers' peak RSS"
+        " (MiB) | workers' CPU (s) | reopened + checked | subprocess wall (s)"
+        " | note |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in results:
@@ -538,8 +623,21 @@ def table(results: Sequence[dict[str, Any]]) -> str:
             f" | {run['throughput'] / base['throughput']:.2f}"
             f" | {run['p50'] * 1e3:.1f} | {run['p99'] * 1e3:.1f}"
             f" | {run['p99'] / base['p99']:.2f} | {run['rss_peak']:.0f}"
-            f" | {run['rss_before']:.0f} | {run['verified']:,}"
+            f" | {run['rss_before']:.0f}"
+            f" | {run['log_p50'] * 1e3:.1f} / {run['log_p99'] * 1e3:.1f}"
+            f" | {' / '.join(f'{x:.0f}' for x in run['worker_rss']) or '-'}"
+            f" | {' / '.join(f'{x:.0f}' for x in run['worker_cpu']) or '-'}"
+            f" | {run['verified']:,}"
             f" | {r['elapsed']:.1f} | {run['note']} |"
+        )
+    by = {r["run"]["backend"]: r["run"] for r in results}
+    if "temporal" in by and "sqlite" in by:
+        t, s = by["temporal"], by["sqlite"]
+        lines.append("")
+        lines.append(
+            f"temporal / sqlite: turns/s x{t['throughput'] / s['throughput']:.3f},"
+            f" p50 x{t['p50'] / s['log_p50']:.1f}, p99 x{t['p99'] / s['log_p99']:.1f}"
+            " (latencies by the log on both)"
         )
     return "\n".join(lines)
 
@@ -554,6 +652,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--pg-pool", type=int, default=10, help="pool max_size")
     parser.add_argument("--profile", action="store_true", help="cProfile each run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    with contextlib.suppress(ImportError):  # temporalio: turnfsm[temporal]
+        from bench.concurrency_temporal import add_options
+
+        add_options(parser)
     args = parser.parse_args(argv)
     if args.turns < 2 or args.sessions < 1:
         parser.error("--turns must be >= 2 and --sessions >= 1")
@@ -565,7 +667,7 @@ def main(argv: Sequence[str]) -> None:
     if args.child:
         child(args)
         return
-    stores = args.store or list(STORES)
+    stores = list(args.store or STORES)
     print(
         f"turnfsm concurrency bench: {args.sessions:,} sessions x {args.turns}"
         f" turns at once, one process, one driver, one store object;"
@@ -574,10 +676,16 @@ def main(argv: Sequence[str]) -> None:
     results = []
     with contextlib.ExitStack() as stack:
         url = None
-        if "postgres" in stores:
+        if "postgres" in stores or (
+            "temporal" in stores and args.temporal_store == "postgres"
+        ):
             url = stack.enter_context(postgres_url(args))
             if url is None:
-                stores.remove("postgres")
+                stores = [s for s in stores if s != "postgres"]
+        if "temporal" in stores:
+            from bench.concurrency_temporal import temporal_server
+
+            stack.enter_context(temporal_server(args))
         for name in stores:
             results.append(run_child(args, name, url))
             print(f"  {name}: done in {results[-1]['elapsed']:.1f} s", flush=True)
