@@ -167,9 +167,9 @@ async def _beating() -> AsyncIterator[None]:
     period = timeout.total_seconds() / 3
 
     async def beat() -> None:
-        while True:
-            activity.heartbeat()
+        while True:  # not at once: a short activity sends none
             await asyncio.sleep(period)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:
