@@ -374,6 +374,8 @@ async def test_reject_answers_the_call_and_inject_joins_the_conversation(
         )
         await _paused(run)
         await run.inject("and be careful")
+        with pytest.raises(ConfigError, match="message"):
+            await run.inject(Message.assistant("x", tool_calls=[tool_call("a", "c9")]))
         await run.reject({"c2": "never touch /etc"})
         result = await run.result()
     assert result.ok

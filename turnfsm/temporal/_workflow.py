@@ -79,7 +79,13 @@ with workflow.unsafe.imports_passed_through():
         SessionConflict,
         TurnFSMError,
     )
-    from turnfsm.hooks import DecisionInfo, Hook, RunEndInfo, TransitionInfo
+    from turnfsm.hooks import (
+        DecisionInfo,
+        Hook,
+        RunEndInfo,
+        RunStartInfo,
+        TransitionInfo,
+    )
     from turnfsm.hooks._dispatch import _METHODS
     from turnfsm.messages import Message
     from turnfsm.persistence import Entry, Session, SessionInfo, decision_key
@@ -392,6 +398,9 @@ class _Status(Hook):
         self.outcome = "running"
         self.waiting: Pause | None = None
 
+    def on_run_start(self, info: RunStartInfo) -> None:
+        self.outcome = "running"  # resumed after a pause, too
+
     def on_transition(self, info: TransitionInfo) -> None:
         self.phase = info.step.dest
         self.estimate = info.estimate
@@ -593,9 +602,7 @@ class TurnWorkflow:
         try:
             parsed = serde.from_json(Event, event)
         except Exception as exc:
-            raise ApplicationError(
-                str(exc), type="turnfsm.bad_answer", non_retryable=True
-            ) from None
+            raise _refused(exc) from None
         self._require_paused(trigger_of(parsed))
 
     @workflow.update(name="inject")
@@ -614,12 +621,9 @@ class TurnWorkflow:
         if isinstance(message, str):
             return
         try:
-            parsed = serde.from_json(Message, message)
-            RunControl().inject(parsed)
+            RunControl().inject(serde.from_json(Message, message))
         except Exception as exc:
-            raise ApplicationError(
-                str(exc), type="turnfsm.bad_answer", non_retryable=True
-            ) from None
+            raise _refused(exc) from None
 
     @workflow.signal(name="cancel")
     def cancel(self, reason: str = "cancelled") -> None:
@@ -651,6 +655,11 @@ class TurnWorkflow:
     def last_decision(self) -> str:
         """The last decision carried out (``call_llm``, ``compact:threshold``...)."""
         return self._status.decision
+
+
+def _refused(exc: Exception) -> ApplicationError:
+    """An update's argument does not read: refused before it reaches the run."""
+    return ApplicationError(str(exc), type="turnfsm.bad_answer", non_retryable=True)
 
 
 def _message(value: str | dict[str, Any]) -> Message:
