@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.worker import Replayer
 
 from tests.helpers import approval_toml
@@ -32,7 +32,7 @@ from turnfsm import (
     serde,
 )
 from turnfsm.cli._demo import TASK, build_demo_agent
-from turnfsm.core import MachineSpec, Signal
+from turnfsm.core import MachineSpec, Signal, ToolCallsReviewed
 from turnfsm.driver import RetryPolicy, current_tool_call, replay
 from turnfsm.errors import (
     Cancelled,
@@ -360,6 +360,30 @@ async def test_an_approval_run_pauses_and_approve_runs_the_tools(
     session = await Session.load(SQLiteStore(tmp_path / "a.db"), run.session_id)
     assert [r.outcome for r in session.runs] == ["done"]
     assert replay(approval_machine(), session, result.run_id).ok
+
+
+async def test_answer_takes_any_event_the_pause_accepts_and_queries_say_where(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    RAN.clear()
+    agent = _asking("answerer", SQLiteStore(tmp_path / "q.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await agent.start_durable(
+            "clean up", client=temporal_client, task_queue=queue
+        )
+        status = await _paused(run)
+        assert await run.handle.query("phase") == status.phase == "await_approval"
+        assert await run.handle.query("estimate") == status.estimate
+        assert await run.handle.query("last_decision") == status.decision
+        with pytest.raises(ConfigError, match="accepts"):
+            await run.answer(Signal(name="approved"))
+        with pytest.raises(WorkflowUpdateFailedError):  # refused by the validator
+            await run.handle.execute_update("answer", {"type": "Nope"})
+        await run.answer(ToolCallsReviewed.approve_all())
+        result = await run.result()
+        assert (await run.status()).outcome == "done"
+    assert result.ok
+    assert sorted(RAN) == ["c1:/tmp/a", "c2:/etc/passwd"]
 
 
 async def test_reject_answers_the_call_and_inject_joins_the_conversation(
