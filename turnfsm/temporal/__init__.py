@@ -24,13 +24,14 @@ Or run ``turnfsm worker --task-queue agents --agent myapp:agent``.
 from turnfsm.temporal._activities import ACTIVITIES, append_once, register
 from turnfsm.temporal._client import DurableRun, RunStatus, start_durable
 from turnfsm.temporal._payloads import DurableOptions, RunSpec
+from turnfsm.temporal._remote import EffectCrashed
 from turnfsm.temporal._worker import (
     PASSTHROUGH,
     create_worker,
     run_worker,
     workflow_runner,
 )
-from turnfsm.temporal._workflow import EffectCrashed, TurnWorkflow
+from turnfsm.temporal._workflow import TurnWorkflow
 
 __all__ = [
     "ACTIVITIES",

@@ -1,0 +1,326 @@
+"""A durable run's effects and log, as the workflow sees them (internal).
+
+`_Remote` gives the driver's copy in the workflow an effect for every name
+it has: each schedules its activity (`turnfsm.temporal._activities`), but
+the built-in measurement, which only counts tokens, runs in the workflow.
+`_WorkflowLog` is the session's store there: it keeps what the loop appends
+until the next activity carries it to the real store. See the theory of
+operation in `turnfsm.temporal._workflow`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, final
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy as TemporalRetry
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import CancelledError as TemporalCancelled
+
+with workflow.unsafe.imports_passed_through():
+    from turnfsm import serde
+    from turnfsm.core import (
+        CallLLM,
+        Compact,
+        Event,
+        ModelFailed,
+        RunCancelled,
+        RunTools,
+        ToolsFinished,
+    )
+    from turnfsm.driver import BUILTIN_EFFECTS, Driver, EffectContext
+    from turnfsm.driver._effects import effect_key
+    from turnfsm.errors import ConfigError, SessionConflict
+    from turnfsm.messages import Message
+    from turnfsm.persistence import Entry, SessionInfo
+    from turnfsm.temporal._activities import (
+        CRASHED,
+        TRANSIENT,
+        TURNFSM_ERROR,
+        append_log,
+        load_log,
+        run_effect,
+        run_tool,
+    )
+    from turnfsm.temporal._payloads import (
+        MARGIN,
+        NO_LIMIT,
+        DurableOptions,
+        RunSpec,
+    )
+    from turnfsm.values import ErrorInfo
+
+__all__ = ["EffectCrashed", "_Remote", "_WorkflowLog", "now"]
+
+
+@final
+class EffectCrashed(Exception):
+    """An activity failed for good outside its effect's events (internal)."""
+
+
+def now() -> float:
+    """The workflow's clock, in seconds (the log's timestamps)."""
+    return workflow.now().timestamp()
+
+
+def _seconds(value: float | None) -> timedelta:
+    return NO_LIMIT if value is None else timedelta(seconds=value + MARGIN)
+
+
+class _WorkflowLog:
+    """The session's store as the workflow sees it: appends wait for an activity.
+
+    `append` keeps the entries; the next activity carries them (`take`) and
+    writes them before its effect starts; `flush` writes them on their own.
+    """
+
+    def __init__(self, spec: RunSpec) -> None:
+        self._spec = spec
+        self._written = 0  # the store's version, as far as the workflow knows
+        self._pending: list[Entry] = []
+
+    def options(self) -> dict[str, Any]:
+        """How a log activity is scheduled."""
+        options = self._spec.options
+        return {
+            "start_to_close_timeout": timedelta(seconds=options.log_timeout),
+            "heartbeat_timeout": timedelta(seconds=options.heartbeat_timeout),
+            "retry_policy": _infra_retry(options),
+        }
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        data = await workflow.execute_activity(
+            load_log,
+            {"agent": self._spec.agent, "session_id": session_id},
+            **self.options(),
+        )
+        entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
+        self._written = len(entries)
+        return entries
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        version = self._written + len(self._pending)
+        if expected_version != version:
+            raise SessionConflict(
+                session_id=session_id, expected=expected_version, actual=version
+            )
+        self._pending.extend(entries)
+        return version + len(entries)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        raise ConfigError("store", "the workflow's log", "a store that lists sessions")
+
+    def take(self) -> dict[str, Any] | None:
+        """The entries not yet written, for the next activity to write first."""
+        if not self._pending:
+            return None
+        return {
+            "entries": [serde.envelope(e) for e in self._pending],
+            "version": self._written,
+        }
+
+    def done(self, log: Mapping[str, Any] | None) -> None:
+        """Count `log` (what `take` gave an activity that succeeded) as written."""
+        if log:
+            count = len(log["entries"])
+            del self._pending[:count]
+            self._written += count
+
+    def request(self, log: dict[str, Any]) -> dict[str, Any]:
+        """The ``turnfsm.append`` request that writes `log` (from `take`)."""
+        return {
+            "agent": self._spec.agent,
+            "session_id": self._spec.session_id,
+            "log": log,
+        }
+
+    async def flush(self) -> None:
+        """Write what is pending now (before a pause, at the end)."""
+        log = self.take()
+        if log is None:
+            return
+        await workflow.execute_activity(append_log, self.request(log), **self.options())
+        self.done(log)
+
+
+def _infra_retry(options: DurableOptions) -> TemporalRetry:
+    """Retries of an activity lost with its worker or its store: unbounded."""
+    return TemporalRetry(
+        initial_interval=timedelta(seconds=options.retry_initial),
+        maximum_interval=timedelta(seconds=options.retry_max),
+        non_retryable_error_types=[TURNFSM_ERROR, CRASHED],
+    )
+
+
+class _Remote:
+    """The effects of a durable run: each schedules its activity.
+
+    A ``cancel`` signal cancels the activities in flight (their tasks: a
+    Temporal activity is not interrupted through a cancel scope), and the
+    effect returns `RunCancelled`; an activity cancelled without one is the
+    workflow's own cancellation, raised as such.
+    """
+
+    def __init__(self, spec: RunSpec, driver: Driver, log: _WorkflowLog) -> None:
+        self.spec = spec
+        self.driver = driver
+        self.log = log
+        self.cancelled: str | None = None  # the reason of a cancel signal
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def effects(self) -> dict[str, Any]:
+        """An effect for every name the driver has (built-in ones included)."""
+        effects: dict[str, Any] = {}
+        for key, effect in self.driver._effects.items():
+            builtin = BUILTIN_EFFECTS.get(key)
+            if key == "measure" and effect is builtin:
+                effects[key] = effect  # counting only: it runs here
+            elif key == "run_tools" and effect is builtin:
+                effects[key] = self.run_tools
+            else:
+                effects[key] = self._effect(key)
+        return effects
+
+    def cancel(self, reason: str) -> bool:
+        """Cancel the activities in flight; False if there were none."""
+        self.cancelled = reason
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        return bool(tasks)
+
+    async def _run(self, activity: Any, request: Any, **options: Any) -> Any:
+        task = asyncio.ensure_future(
+            workflow.execute_activity(activity, request, **options)
+        )
+        self._tasks.add(task)
+        try:
+            return await task
+        finally:
+            self._tasks.discard(task)
+
+    def _schedule(self, key: str) -> dict[str, Any]:
+        driver, options = self.driver, self.spec.options
+        retry = _infra_retry(options)
+        if key == "call_llm":
+            limit = _seconds(driver.model_timeout)
+            policy = driver.retry
+            retry = TemporalRetry(
+                initial_interval=timedelta(seconds=policy.initial_wait),
+                maximum_interval=timedelta(seconds=policy.max_wait),
+                non_retryable_error_types=[TURNFSM_ERROR, CRASHED],
+            )
+        elif key == "compact":
+            limit = _seconds(driver.compaction_timeout)
+        elif key == "run_tools":
+            limit = _seconds(driver.tool_timeout)
+        else:
+            limit = _seconds(driver.effect_timeout)
+        return {
+            "start_to_close_timeout": limit,
+            "heartbeat_timeout": timedelta(seconds=options.heartbeat_timeout),
+            "retry_policy": retry,
+        }
+
+    def _request(self, ctx: EffectContext) -> dict[str, Any]:
+        return {
+            "agent": self.spec.agent,
+            "session_id": ctx.session_id,
+            "run_id": ctx.run_id,
+            "snapshot": serde.to_json(ctx.snapshot),
+        }
+
+    def _effect(self, key: str) -> Any:
+        async def effect(ctx: EffectContext, decision: Any) -> Event:
+            if self.cancelled is not None:
+                return RunCancelled(reason=self.cancelled)
+            request = self._request(ctx)
+            request["key"] = key
+            request["log"] = log = self.log.take()
+            try:
+                data = await self._run(
+                    run_effect,
+                    request,
+                    summary=_summary(decision),
+                    **self._schedule(key),
+                )
+            except ActivityError as exc:
+                return self._failed(exc, decision)
+            self.log.done(log)
+            event: Event = serde.from_json(Event, data)
+            return event
+
+        effect.__name__ = f"durable_{key}"
+        return effect
+
+    async def run_tools(self, ctx: EffectContext, decision: RunTools) -> Event:
+        """Run each call as its own activity, concurrently; results in call order."""
+        if self.cancelled is not None:
+            return RunCancelled(reason=self.cancelled)
+        calls = decision.calls
+        log = self.log.take()
+        if len(calls) > 1 and log is not None:  # one writer: not the calls racing
+            try:
+                await self._run(append_log, self.log.request(log), **self.log.options())
+            except ActivityError as exc:
+                return self._failed(exc, decision)
+            self.log.done(log)
+            log = None
+        request = self._request(ctx)
+        schedule = self._schedule("run_tools")
+
+        async def one(index: int) -> Message:
+            call = calls[index]
+            data = await self._run(
+                run_tool,
+                {**request, "call": serde.to_json(call), "log": log},
+                summary=f"tool {call.name} ({call.id})",
+                **schedule,
+            )
+            message: Message = serde.from_json(Message, data)
+            return message
+
+        try:
+            results = await asyncio.gather(*(one(i) for i in range(len(calls))))
+        except ActivityError as exc:
+            return self._failed(exc, decision)
+        self.log.done(log)
+        return ToolsFinished(results=results)
+
+    def _failed(self, exc: ActivityError, decision: Any) -> Event:
+        """The event (or the error) an activity that failed for good stands for."""
+        cause = exc.cause
+        if isinstance(cause, TemporalCancelled):
+            if self.cancelled is not None:
+                return RunCancelled(reason=self.cancelled)
+            raise asyncio.CancelledError  # the workflow is being cancelled
+        if isinstance(cause, ApplicationError):
+            details = cause.details
+            if cause.type == TRANSIENT and details:
+                event: Event = serde.from_json(Event, details[0])
+                return event
+            if cause.type == TURNFSM_ERROR and details:
+                raise serde.error_from_json(details[0]) from None
+            if cause.type == CRASHED:
+                raise EffectCrashed(cause.message) from None
+        if isinstance(decision, CallLLM):
+            # The model call never came back (timeouts, retries spent).
+            return ModelFailed(
+                error=ErrorInfo(
+                    type="activity_failed", message=str(cause or exc), retryable=True
+                )
+            )
+        raise EffectCrashed(f"{effect_key(decision)}: {cause or exc}") from None
+
+
+def _summary(decision: Any) -> str:
+    if isinstance(decision, CallLLM):
+        return f"model call, turn {decision.turn + 1}"
+    if isinstance(decision, Compact):
+        return f"compaction ({decision.reason.value})"
+    return effect_key(decision)
