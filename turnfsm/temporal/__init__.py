@@ -22,8 +22,8 @@ Or run ``turnfsm worker --task-queue agents --agent myapp:agent``.
 """
 
 from turnfsm.temporal._activities import ACTIVITIES, append_once, register
-from turnfsm.temporal._client import DurableRun, RunStatus, start_durable
-from turnfsm.temporal._payloads import DurableOptions, RunSpec
+from turnfsm.temporal._client import DurableRun, start_durable
+from turnfsm.temporal._payloads import DurableOptions, RunSpec, RunStatus
 from turnfsm.temporal._remote import EffectCrashed
 from turnfsm.temporal._worker import (
     PASSTHROUGH,

@@ -51,6 +51,7 @@ __all__ = [
     "TURNFSM_ERROR",
     "agent_named",
     "append_once",
+    "not_retried",
     "register",
 ]
 
@@ -153,7 +154,7 @@ async def _write(agent: Agent, session_id: str, log: Mapping[str, Any] | None) -
     try:
         await append_once(agent.store, session_id, entries, log["version"])
     except SessionConflict as exc:
-        raise _not_retried(exc) from None
+        raise not_retried(exc) from None
 
 
 @contextlib.asynccontextmanager
@@ -180,7 +181,8 @@ async def _beating() -> AsyncIterator[None]:
             await task
 
 
-def _not_retried(exc: TurnFSMError) -> ApplicationError:
+def not_retried(exc: TurnFSMError) -> ApplicationError:
+    """The failure that carries a typed error as a value (not retried)."""
     return ApplicationError(
         str(exc),
         serde.error_to_json(exc),
@@ -247,7 +249,7 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
         try:
             event = await carry_out(driver._settings, ctx, decision)
         except TurnFSMError as exc:
-            raise _not_retried(exc) from None
+            raise not_retried(exc) from None
         except Exception as exc:
             raise _crashed(exc) from exc
         return _answer(event, driver.retry.max_attempts)

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, final
 
+import attrs
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -41,53 +42,15 @@ from turnfsm.temporal._payloads import (
     WORKFLOW,
     DurableOptions,
     RunSpec,
-    result_from_json,
+    RunStatus,
 )
 
-__all__ = ["DurableRun", "RunStatus", "start_durable", "workflow_id_of"]
+__all__ = ["DurableRun", "start_durable", "workflow_id_of"]
 
 
 def workflow_id_of(session_id: str) -> str:
     """The id of the workflow running a session's open run (one at a time)."""
     return f"turnfsm-{session_id}"
-
-
-@final
-class RunStatus:
-    """Where a durable run is (the workflow's ``status`` query).
-
-    Attributes:
-        phase: The brain's phase.
-        estimate: Its estimate of the next request, in tokens (None before
-            the first measurement).
-        decision: The last decision carried out (``call_llm``,
-            ``compact:threshold``, ...).
-        turn: Model calls made.
-        outcome: ``running``, or the run's outcome.
-        waiting: The tool calls and triggers a paused run waits for, or None.
-    """
-
-    __slots__ = ("decision", "estimate", "outcome", "phase", "turn", "waiting")
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        from turnfsm.core import Pause
-
-        self.phase: str = data["phase"]
-        self.estimate: int | None = data["estimate"]
-        self.decision: str = data["decision"]
-        self.turn: int = data["turn"]
-        self.outcome: str = data["outcome"]
-        waiting = data["waiting"]
-        self.waiting: Pause | None = (
-            serde.from_json(Pause, waiting) if waiting is not None else None
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"RunStatus(phase={self.phase!r}, estimate={self.estimate}, "
-            f"decision={self.decision!r}, turn={self.turn}, "
-            f"outcome={self.outcome!r})"
-        )
 
 
 @final
@@ -164,22 +127,26 @@ class DurableRun:
                         type=str(detail["type"]), message=str(detail["message"])
                     ) from exc
             raise RunCrashed(type=type(cause).__name__, message=str(cause)) from exc
-        return result_from_json(data, output=self._output(data))
+        result: RunResult[Any] = serde.from_json(RunResult, data)
+        return attrs.evolve(result, output=self._output(result))
 
-    def _output(self, data: Mapping[str, Any]) -> Any:
+    def _output(self, result: RunResult[Any]) -> Any:
         output: OutputType | None = (
             self._agent.driver._output if self._agent is not None else None
         )
-        if output is None or data["outcome"] != "done":
+        if output is None or result.outcome != "done":
             return None
         try:
-            return output.parse(data["text"])
+            return output.parse(result.text)
         except InvalidArguments:
             return None
 
     async def status(self) -> RunStatus:
         """Ask the workflow where the run is."""
-        return RunStatus(await self._handle.query("status"))
+        status: RunStatus = serde.from_json(
+            RunStatus, await self._handle.query("status")
+        )
+        return status
 
     async def approve(self) -> None:
         """Approve every tool call the paused run waits on.
@@ -263,7 +230,7 @@ async def start_durable(
     try:
         handle = await client.start_workflow(
             WORKFLOW,
-            spec.to_json(),
+            serde.to_json(spec),
             id=workflow_id_of(session),
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,

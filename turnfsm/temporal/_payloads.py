@@ -1,13 +1,13 @@
 """What crosses Temporal's wire: a run's start, its options, its result.
 
 Every payload is plain JSON built by `turnfsm.serde` (the one converter of
-records), so Temporal's default JSON converter carries it unchanged and a
-workflow's history reads as turnfsm's own log formats.
+records: ``serde.to_json`` / ``serde.from_json``), so Temporal's default
+JSON converter carries it unchanged and a workflow's history reads as
+turnfsm's own log formats.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Final, final
 
@@ -16,11 +16,9 @@ import attrs
 from turnfsm import _checks, serde
 from turnfsm.core import Pause
 from turnfsm.driver import RunResult
-from turnfsm.errors import ConfigError, TurnFSMError
 from turnfsm.messages import Message
-from turnfsm.values import Usage
 
-__all__ = ["DurableOptions", "RunSpec", "result_from_json", "result_to_json"]
+__all__ = ["DurableOptions", "RunSpec", "RunStatus", "run_result"]
 
 WORKFLOW: Final = "turnfsm.run"
 """The workflow type's name."""
@@ -65,15 +63,6 @@ class DurableOptions:
     log_timeout: float = attrs.field(default=60.0, validator=_seconds("log_timeout"))
     task_timeout: float = attrs.field(default=10.0, validator=_seconds("task_timeout"))
 
-    def to_json(self) -> dict[str, Any]:
-        """Return the options as JSON."""
-        return attrs.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DurableOptions:
-        """Read options written by `to_json`."""
-        return cls(**data)
-
 
 @final
 @attrs.frozen(kw_only=True)
@@ -90,65 +79,31 @@ class RunSpec:
     input: tuple[Message, ...]
     options: DurableOptions = attrs.field(factory=DurableOptions)
 
-    def to_json(self) -> dict[str, Any]:
-        """Return the start as JSON."""
-        return {
-            "agent": self.agent,
-            "session_id": self.session_id,
-            "run_id": self.run_id,
-            "input": serde.to_json(self.input),
-            "options": self.options.to_json(),
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunSpec:
-        """Read a start written by `to_json`.
+@final
+@attrs.frozen(kw_only=True)
+class RunStatus:
+    """Where a durable run is (the workflow's ``status`` query).
 
-        Raises:
-            ConfigError: a field is missing or of the wrong type.
-        """
-        try:
-            return cls(
-                agent=data["agent"],
-                session_id=data["session_id"],
-                run_id=data["run_id"],
-                input=serde.from_json(tuple[Message, ...], data["input"]),
-                options=DurableOptions.from_json(data.get("options", {})),
-            )
-        except (KeyError, TypeError) as exc:
-            raise ConfigError("run", data, f"a durable run's start ({exc})") from None
+    Attributes:
+        phase: The brain's phase.
+        estimate: Its estimate of the next request, in tokens (None before
+            the first measurement).
+        decision: The last decision carried out (``call_llm``,
+            ``compact:threshold``, ...).
+        turn: Model calls made.
+        outcome: ``running``, or the run's outcome.
+        waiting: The tool calls and triggers a paused run waits for, or None.
+    """
+
+    phase: str
+    estimate: int | None
+    decision: str
+    turn: int
+    outcome: str
+    waiting: Pause | None = None
 
 
-def result_to_json(result: RunResult[Any]) -> dict[str, Any]:
-    """Return what a run ended with as JSON (without its parsed `output`)."""
-    return {
-        "outcome": result.outcome,
-        "text": result.text,
-        "error": serde.error_to_json(result.error) if result.error else None,
-        "usage": serde.to_json(result.usage),
-        "compaction_usage": serde.to_json(result.compaction_usage),
-        "session_id": result.session_id,
-        "run_id": result.run_id,
-        "turns": result.turns,
-        "waiting": serde.to_json(result.waiting) if result.waiting else None,
-    }
-
-
-def result_from_json(data: Mapping[str, Any], *, output: Any = None) -> RunResult[Any]:
-    """Read a result written by `result_to_json`; `output` is the parsed answer."""
-    error: TurnFSMError | None = (
-        serde.error_from_json(data["error"]) if data["error"] is not None else None
-    )
-    waiting = data.get("waiting")
-    return RunResult(
-        outcome=data["outcome"],
-        text=data["text"],
-        error=error,
-        usage=serde.from_json(Usage, data["usage"]),
-        compaction_usage=serde.from_json(Usage, data["compaction_usage"]),
-        session_id=data["session_id"],
-        run_id=data["run_id"],
-        turns=data["turns"],
-        waiting=serde.from_json(Pause, waiting) if waiting is not None else None,
-        output=output,
-    )
+def run_result(result: RunResult[Any]) -> Any:
+    """A run's result as JSON, without its `output` (the client reads it again)."""
+    return serde.to_json(attrs.evolve(result, output=None))

@@ -79,10 +79,10 @@ with workflow.unsafe.imports_passed_through():
     from turnfsm.persistence import Session, decision_key
     from turnfsm.temporal._activities import (
         CRASHED,
-        TURNFSM_ERROR,
         agent_named,
+        not_retried,
     )
-    from turnfsm.temporal._payloads import WORKFLOW, RunSpec, result_to_json
+    from turnfsm.temporal._payloads import WORKFLOW, RunSpec, RunStatus, run_result
     from turnfsm.temporal._remote import _Remote, _WorkflowLog, now
 
 __all__ = ["TurnWorkflow"]
@@ -121,15 +121,17 @@ class _Status(Hook):
         self.phase = info.phase
         self.outcome = info.outcome
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "phase": self.phase,
-            "estimate": self.estimate,
-            "decision": self.decision,
-            "turn": self.turn,
-            "outcome": self.outcome,
-            "waiting": serde.to_json(self.waiting) if self.waiting else None,
-        }
+    def to_json(self) -> Any:
+        return serde.to_json(
+            RunStatus(
+                phase=self.phase,
+                estimate=self.estimate,
+                decision=self.decision,
+                turn=self.turn,
+                outcome=self.outcome,
+                waiting=self.waiting,
+            )
+        )
 
 
 class _Quiet(Hook):
@@ -192,9 +194,12 @@ class TurnWorkflow:
         self._remote: _Remote | None = None
 
     @workflow.run
-    async def run(self, start: dict[str, Any]) -> dict[str, Any]:
+    async def run(self, start: dict[str, Any]) -> Any:
         """Run the agent's loop to its end; return the `RunResult` as JSON."""
-        spec = RunSpec.from_json(start)
+        try:
+            spec: RunSpec = serde.from_json(RunSpec, start)
+        except TurnFSMError as exc:  # not a start turnfsm wrote
+            raise not_retried(exc) from None
         agent = agent_named(spec.agent, workflow.info().task_queue)
         log = _WorkflowLog(spec)
         session = await Session.load(log, spec.session_id)
@@ -230,12 +235,7 @@ class TurnWorkflow:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
             await log.flush()
-            raise ApplicationError(
-                str(exc),
-                serde.error_to_json(exc),
-                type=TURNFSM_ERROR,
-                non_retryable=True,
-            ) from exc
+            raise not_retried(exc) from exc
         except Exception as exc:
             # The loop logged the crash; the workflow fails for good.
             await log.flush()
@@ -245,7 +245,7 @@ class TurnWorkflow:
                 type=CRASHED,
                 non_retryable=True,
             ) from exc
-        return result_to_json(result)
+        return run_result(result)
 
     async def _next_answer(self) -> tuple[Event, bool]:
         """Wait for the paused run's answer; a workflow cancel is one too."""
@@ -345,7 +345,7 @@ class TurnWorkflow:
 
     # -- where the run is ----------------------------------------------
     @workflow.query(name="status")
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Any:
         """Phase, estimate, last decision, turns, outcome, what a pause waits for."""
         return self._status.to_json()
 
