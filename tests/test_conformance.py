@@ -8,7 +8,7 @@ import pytest
 
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     TruncatingCompactor,
 )
 from turnfsm.messages import Message, Role
@@ -26,7 +26,7 @@ class Custom:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         return self.reply(messages, ctx)  # type: ignore[return-value]  # bad on purpose
 
 
@@ -56,34 +56,34 @@ def test_conforms_with_an_explicit_counter() -> None:
 
 
 def test_unchanged_is_allowed() -> None:
-    check(Custom(lambda m, c: CompactionOutcome.unchanged(m, c.tokens_before)))
+    check(Custom(lambda m, c: CompactionProposal.unchanged(m, c.tokens_before)))
 
 
 def keep(select: Callable[[Sequence[Message]], Sequence[Message]]) -> Custom:
-    return Custom(lambda m, c: CompactionOutcome.compacted(select(m), 0, 0))
+    return Custom(lambda m, c: CompactionProposal.compacted(select(m), 0, 0))
 
 
 def pop_last(messages: Sequence[Message]) -> object:
     assert isinstance(messages, list)
     kept = tuple(messages)
     messages.pop()
-    return CompactionOutcome.compacted(kept, 0, 0)
+    return CompactionProposal.compacted(kept, 0, 0)
 
 
 _flip = itertools.count()
 
 
 def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
-    return CompactionOutcome.compacted(messages, 0, next(_flip))
+    return CompactionProposal.compacted(messages, 0, next(_flip))
 
 
 @pytest.mark.parametrize(
     ("compactor", "problem"),
     [
         (object(), "object is not a ContextCompactor"),
-        (Custom(lambda m, c: None), "returned None, not a CompactionOutcome"),
+        (Custom(lambda m, c: None), "returned None, not a CompactionProposal"),
         (
-            Custom(lambda m, c: CompactionOutcome.failed("down", 0)),
+            Custom(lambda m, c: CompactionProposal.failed("down", 0)),
             "Custom on 'one message': failed on a well-formed history: down",
         ),
         (keep(lambda m: []), "returned an empty message list"),
@@ -104,7 +104,7 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
         (Custom(flaky), "gave two different answers to the same input"),
         (
             Custom(
-                lambda m, c: CompactionOutcome(
+                lambda m, c: CompactionProposal(
                     messages=m, tokens_before=0, tokens_after=-1
                 )
             ),

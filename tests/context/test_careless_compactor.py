@@ -3,7 +3,7 @@
 A careless compactor drops, moves, duplicates and inserts messages (tool
 calls and results among them) in a generated valid history. Whatever it does,
 a result the manager accepts passes `check_history` and repeats no message
-id, and a result it rejects is reported as a `CompactorError`.
+id, and a result it rejects is reported as `CompactorFailed`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,18 @@ from hypothesis import strategies as st
 
 from tests.generators import CALL_IDS, histories, valid
 from turnfsm.context import (
-    Compacted,
     CompactionContext,
-    CompactionDecision,
-    CompactionOutcome,
-    CompactorError,
+    CompactionProposal,
+    CompactionRequest,
     ContextManager,
-    NoAction,
 )
-from turnfsm.core._lines import CompactReason
+from turnfsm.core import (
+    CompactionNoop,
+    CompactionResult,
+    CompactorFailed,
+    CompactReason,
+    PassEvent,
+)
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
     Message,
@@ -77,17 +80,17 @@ class Careless:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         self.returned = apply(messages, self.plan)
-        return CompactionOutcome.compacted(self.returned, ctx.tokens_before, 0)
+        return CompactionProposal.compacted(self.returned, ctx.tokens_before, 0)
 
 
-def run_sync(coro: Coroutine[Any, Any, CompactionDecision]) -> CompactionDecision:
+def run_sync(coro: Coroutine[Any, Any, PassEvent]) -> PassEvent:
     """Drive a pass that never suspends (the compactor does not await)."""
     try:
         coro.send(None)
     except StopIteration as stop:
-        result: CompactionDecision = stop.value
+        result: PassEvent = stop.value
         return result
     coro.close()
     raise AssertionError("the pass suspended")
@@ -126,22 +129,24 @@ def test_accepted_results_are_valid_and_rejections_are_compactor_errors(
     mgr = ContextManager(compactor, context_window=0, counter=COUNTER)
 
     decision = run_sync(
-        mgr.compact_with_reason(
-            messages, turn=1, reason=CompactReason.MANUAL, reserved=2
+        mgr.compact(
+            CompactionRequest(
+                messages=messages, turn=1, reason=CompactReason.MANUAL, reserved=2
+            )
         )
     )
 
     if not messages:
-        assert isinstance(decision, NoAction)
+        assert isinstance(decision, CompactionNoop)
         return
     returned = compactor.returned
     event(type(decision).__name__)
     if is_valid(returned):
-        assert isinstance(decision, Compacted | NoAction)
-        if isinstance(decision, Compacted):
+        assert isinstance(decision, CompactionResult | CompactionNoop)
+        if isinstance(decision, CompactionResult):
             assert decision.messages == tuple(returned)
             check_history(decision.messages)
     else:
-        assert isinstance(decision, CompactorError)
+        assert isinstance(decision, CompactorFailed)
         assert decision.used == COUNTER.count(messages) + 2
-        assert decision.strategy == "Careless"
+        assert decision.error.type == "CompactorError"

@@ -28,7 +28,7 @@ from tests.generators import histories, valid
 from tests.helpers import compaction_context as ctx_for
 from turnfsm.context import (
     SUMMARY_PREFIX,
-    CompactionOutcome,
+    CompactionProposal,
     LayeredCompactor,
     SummarizingCompactor,
 )
@@ -98,12 +98,12 @@ def cases(max_messages: int, **choices: Sequence[Any]) -> st.SearchStrategy[Case
 # -- running a pass ------------------------------------------------------------
 
 
-def drive(coro: Coroutine[Any, Any, CompactionOutcome]) -> CompactionOutcome:
+def drive(coro: Coroutine[Any, Any, CompactionProposal]) -> CompactionProposal:
     """Run a pass that never suspends (its model doubles do not await)."""
     try:
         coro.send(None)
     except StopIteration as done:
-        outcome: CompactionOutcome = done.value
+        outcome: CompactionProposal = done.value
         return outcome
     coro.close()
     raise AssertionError("the pass suspended")
@@ -340,7 +340,7 @@ def test_summarizing_with_an_extractive_model_through_an_event_loop(
     )
     before = snapshot(messages)
 
-    async def go(history: Sequence[Message]) -> CompactionOutcome:
+    async def go(history: Sequence[Message]) -> CompactionProposal:
         return await compactor.compact(history, 0, ctx_for(history))
 
     outcome = anyio.run(go, messages)
@@ -393,7 +393,7 @@ def test_layered_pass_is_safe_bounded_and_deterministic(case: Case) -> None:
     allow_model = knobs.pop("allow_model")
     before = snapshot(messages)
 
-    def run() -> tuple[CompactionOutcome, FakeModelClient]:
+    def run() -> tuple[CompactionProposal, FakeModelClient]:
         model = cheap_model()
         compactor = LayeredCompactor(model=model, **knobs)
         ctx = ctx_for(messages, allow_model=allow_model)

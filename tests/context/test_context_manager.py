@@ -8,27 +8,31 @@ import attrs
 import pytest
 
 from turnfsm.context import (
-    CircuitOpen,
     CompactBase,
-    Compacted,
     CompactionContext,
-    CompactionDecision,
-    CompactionOutcome,
-    CompactorError,
+    CompactionProposal,
+    CompactionRequest,
     ContextManager,
-    ContextOverflow,
-    NoAction,
     TruncatingCompactor,
 )
-from turnfsm.core import Budget
-from turnfsm.core._lines import CompactReason
+from turnfsm.core import (
+    Budget,
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
+    CompactReason,
+    PassEvent,
+)
 from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.tokens import HeuristicTokenCounter, default_counter
+from turnfsm.values import ErrorInfo
 
 COUNTER = HeuristicTokenCounter()
 
-Reply = Callable[[Sequence[Message], int, CompactionContext], CompactionOutcome]
+Reply = Callable[[Sequence[Message], int, CompactionContext], CompactionProposal]
 
 
 class Scripted:
@@ -40,7 +44,7 @@ class Scripted:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         self.seen.append((tuple(messages), target, ctx))
         return self.reply(messages, target, ctx)
 
@@ -48,17 +52,17 @@ class Scripted:
 def keep_last(k: int) -> Reply:
     def reply(
         messages: Sequence[Message], _target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         kept = messages[-k:]
-        return CompactionOutcome.compacted(kept, ctx.tokens_before, 1)  # a bad hint
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 1)  # a bad hint
 
     return reply
 
 
 def as_is(
     messages: Sequence[Message], _target: int, ctx: CompactionContext
-) -> CompactionOutcome:
-    return CompactionOutcome.unchanged(messages, ctx.tokens_before)
+) -> CompactionProposal:
+    return CompactionProposal.unchanged(messages, ctx.tokens_before)
 
 
 def sized(n: int, chars: int = 400) -> list[Message]:
@@ -78,14 +82,16 @@ def run(
     reason: CompactReason = CompactReason.THRESHOLD_EXCEEDED,
     reserved: int = 0,
     tokens_before: int | None = None,
-) -> CompactionDecision:
-    async def go() -> CompactionDecision:
-        return await mgr.compact_with_reason(
-            messages,
-            turn=1,
-            reason=reason,
-            reserved=reserved,
-            tokens_before=tokens_before,
+) -> PassEvent:
+    async def go() -> PassEvent:
+        return await mgr.compact(
+            CompactionRequest(
+                messages=messages,
+                turn=1,
+                reason=reason,
+                reserved=reserved,
+                tokens_before=tokens_before,
+            )
         )
 
     return anyio.run(go)
@@ -222,7 +228,7 @@ def test_count_uses_the_managers_counter() -> None:
     assert manager(TruncatingCompactor()).count(messages) == COUNTER.count(messages)
 
 
-# -- compact_with_reason: classification --------------------------------------
+# -- compact: the verdict ------------------------------------------------------
 
 
 def test_empty_input_is_no_action_without_calling_the_compactor() -> None:
@@ -230,12 +236,7 @@ def test_empty_input_is_no_action_without_calling_the_compactor() -> None:
 
     decision = run(manager(compactor), [])
 
-    assert decision == NoAction(
-        tokens_before=0,
-        tokens_after=0,
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        strategy="Scripted",
-    )
+    assert decision == CompactionNoop(before=0, after=0)
     assert compactor.seen == []
 
 
@@ -246,13 +247,8 @@ def test_compacted_is_recounted_by_the_manager() -> None:
 
     decision = run(manager(Scripted(keep_last(3))), messages)
 
-    assert decision == Compacted(
-        messages=messages[-3:],
-        tokens_before=before,
-        tokens_after=after,
-        tokens_saved=before - after,
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        strategy="Scripted",
+    assert decision == CompactionResult(
+        messages=messages[-3:], before=before, after=after
     )
 
 
@@ -263,9 +259,9 @@ def test_every_size_includes_the_reserved_budget() -> None:
 
     decision = run(manager(Scripted(keep_last(3))), messages, reserved=40)
 
-    assert isinstance(decision, Compacted)
-    assert (decision.tokens_before, decision.tokens_after) == (before, after)
-    assert decision.tokens_saved == before - after
+    assert isinstance(decision, CompactionResult)
+    assert (decision.before, decision.after) == (before, after)
+    assert decision.before - decision.after == before - after
 
 
 def test_compactor_sees_target_context_and_counter() -> None:
@@ -273,14 +269,16 @@ def test_compactor_sees_target_context_and_counter() -> None:
     mgr = manager(compactor, context_window=100_000, threshold=50)
     messages = sized(10)
 
-    async def go() -> CompactionDecision:
-        return await mgr.compact_with_reason(
-            messages,
-            turn=7,
-            reason=CompactReason.OVERFLOW,
-            instructions=["keep names"],
-            additional_context=["user is Ada"],
-            reserved=1_000,
+    async def go() -> PassEvent:
+        return await mgr.compact(
+            CompactionRequest(
+                messages=messages,
+                turn=7,
+                reason=CompactReason.OVERFLOW,
+                instructions=["keep names"],
+                additional_context=["user is Ada"],
+                reserved=1_000,
+            )
         )
 
     anyio.run(go)
@@ -313,12 +311,7 @@ def test_same_count_and_no_saving_is_no_action() -> None:
 
     decision = run(manager(Scripted(as_is)), messages)
 
-    assert decision == NoAction(
-        tokens_before=before,
-        tokens_after=before,
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        strategy="Scripted",
-    )
+    assert decision == CompactionNoop(before=before, after=before)
 
 
 def test_same_count_but_smaller_is_compacted() -> None:
@@ -326,13 +319,13 @@ def test_same_count_but_smaller_is_compacted() -> None:
     shorter = [*messages[:3], Message.user("tiny")]
 
     decision = run(
-        manager(Scripted(lambda m, t, c: CompactionOutcome.unchanged(shorter, 0))),
+        manager(Scripted(lambda m, t, c: CompactionProposal.unchanged(shorter, 0))),
         messages,
     )
 
-    assert isinstance(decision, Compacted)
+    assert isinstance(decision, CompactionResult)
     assert decision.messages == tuple(shorter)
-    assert decision.tokens_after == COUNTER.count(shorter)
+    assert decision.after == COUNTER.count(shorter)
 
 
 def test_fewer_but_bigger_messages_are_compacted_with_nothing_saved() -> None:
@@ -340,13 +333,13 @@ def test_fewer_but_bigger_messages_are_compacted_with_nothing_saved() -> None:
     merged = [Message.user("y" * 1_000)]
 
     decision = run(
-        manager(Scripted(lambda m, t, c: CompactionOutcome.compacted(merged, 0, 0))),
+        manager(Scripted(lambda m, t, c: CompactionProposal.compacted(merged, 0, 0))),
         messages,
     )
 
-    assert isinstance(decision, Compacted)
-    assert decision.tokens_after > decision.tokens_before
-    assert decision.tokens_saved == 0
+    assert isinstance(decision, CompactionResult)
+    assert decision.after > decision.before
+    assert decision.after > decision.before  # nothing saved
 
 
 def test_result_over_the_window_minus_reserved_overflows() -> None:
@@ -360,13 +353,7 @@ def test_result_over_the_window_minus_reserved_overflows() -> None:
         reserved=51,
     )
 
-    assert decision == ContextOverflow(
-        used=after + 51,
-        window=after + 50,
-        message_count=3,
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        strategy="Scripted",
-    )
+    assert decision == CompactionOverflowed(used=after + 51, limit=after + 50)
 
 
 def test_result_exactly_fitting_the_window_minus_reserved_is_compacted() -> None:
@@ -379,18 +366,18 @@ def test_result_exactly_fitting_the_window_minus_reserved_is_compacted() -> None
         reserved=50,
     )
 
-    assert isinstance(decision, Compacted)
+    assert isinstance(decision, CompactionResult)
 
 
 def test_window_zero_never_overflows() -> None:
     decision = run(manager(Scripted(keep_last(3)), context_window=0), sized(10))
 
-    assert isinstance(decision, Compacted)
+    assert isinstance(decision, CompactionResult)
 
 
 def boom(
     messages: Sequence[Message], target: int, ctx: CompactionContext
-) -> CompactionOutcome:
+) -> CompactionProposal:
     raise RuntimeError("summary model down")
 
 
@@ -398,21 +385,21 @@ def boom(
     ("reply", "error"),
     [
         (boom, "RuntimeError: summary model down"),
-        (lambda m, t, c: CompactionOutcome.failed("rate limited", 0), "rate limited"),
+        (lambda m, t, c: CompactionProposal.failed("rate limited", 0), "rate limited"),
         (
-            lambda m, t, c: CompactionOutcome.failed("", 0),
+            lambda m, t, c: CompactionProposal.failed("", 0),
             "compactor reported a failure",
         ),
         (
-            lambda m, t, c: CompactionOutcome.compacted([], 0, 0),
+            lambda m, t, c: CompactionProposal.compacted([], 0, 0),
             "compactor returned an empty message list",
         ),
         (
             lambda m, t, c: "not an outcome",
-            "compactor returned str, not a CompactionOutcome",
+            "compactor returned str, not a CompactionProposal",
         ),
         (
-            lambda m, t, c: CompactionOutcome.compacted(["hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
+            lambda m, t, c: CompactionProposal.compacted(["hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
             "compactor returned something that is not a Message",
         ),
     ],
@@ -426,25 +413,22 @@ def test_compactor_failure_is_a_compactor_error_at_the_size_before(
 
     decision = run(manager(Scripted(reply)), messages, reserved=7)
 
-    assert decision == CompactorError(
+    assert decision == CompactorFailed(
         used=before + 7,
-        window=200_000,
-        message_count=5,
-        error=error,
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        strategy="Scripted",
+        limit=200_000,
+        error=ErrorInfo(type="CompactorError", message=error),
     )
 
 
 def test_an_open_circuit_is_circuit_open() -> None:
-    def refuse(m: Sequence[Message], t: int, c: CompactionContext) -> CompactionOutcome:
+    def refuse(
+        m: Sequence[Message], t: int, c: CompactionContext
+    ) -> CompactionProposal:
         raise CompactionCircuitOpen(failures=3)
 
     decision = run(manager(Scripted(refuse)), sized(5), reason=CompactReason.EMERGENCY)
 
-    assert decision == CircuitOpen(
-        failures=3, reason=CompactReason.EMERGENCY, strategy="Scripted"
-    )
+    assert decision == CompactionCircuitOpened(failures=3)
 
 
 class Cancelling:
@@ -455,7 +439,7 @@ class Cancelling:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         assert self.scope is not None
         self.scope.cancel()
         await anyio.lowlevel.checkpoint()  # the cancellation is raised here
@@ -466,12 +450,16 @@ class Cancelling:
 def test_cancellation_is_never_caught(backend: str) -> None:
     compactor = Cancelling()
     mgr = ContextManager(compactor=compactor, counter=COUNTER)
-    decisions: list[CompactionDecision] = []
+    decisions: list[PassEvent] = []
 
     async def main() -> bool:
         with anyio.CancelScope() as scope:
             compactor.scope = scope
-            decision = await mgr.compact_manual(sized(3), turn=1)
+            decision = await mgr.compact(
+                CompactionRequest(
+                    messages=sized(3), turn=1, reason=CompactReason.MANUAL
+                )
+            )
             decisions.append(decision)
         return scope.cancelled_caught
 
@@ -483,7 +471,7 @@ def test_base_exceptions_propagate() -> None:
     class Stop(BaseException):
         pass
 
-    def stop(m: Sequence[Message], t: int, c: CompactionContext) -> CompactionOutcome:
+    def stop(m: Sequence[Message], t: int, c: CompactionContext) -> CompactionProposal:
         raise Stop
 
     with pytest.raises(Stop):
@@ -507,9 +495,9 @@ def test_a_given_tokens_before_is_trusted_and_not_recounted() -> None:
 
     decision = run(manager(compactor), messages, reserved=5, tokens_before=99_999)
 
-    assert isinstance(decision, Compacted)
-    assert (decision.tokens_before, decision.tokens_after) == (99_999, after)
-    assert decision.tokens_saved == 99_999 - after
+    assert isinstance(decision, CompactionResult)
+    assert (decision.before, decision.after) == (99_999, after)
+    assert decision.before - decision.after == 99_999 - after
     # The compactor is handed the count of the messages alone.
     assert compactor.seen[0][2].tokens_before == 99_999 - 5
 
@@ -517,7 +505,7 @@ def test_a_given_tokens_before_is_trusted_and_not_recounted() -> None:
 def test_a_given_tokens_before_is_the_compactor_error_size() -> None:
     decision = run(manager(Scripted(boom)), sized(3), reserved=5, tokens_before=1_234)
 
-    assert isinstance(decision, CompactorError)
+    assert isinstance(decision, CompactorFailed)
     assert decision.used == 1_234
 
 
@@ -540,7 +528,7 @@ def test_tokens_before_below_reserved_or_not_an_int_is_rejected(
 def test_tokens_before_equal_to_reserved_is_accepted() -> None:
     decision = run(manager(Scripted(as_is)), sized(3), reserved=5, tokens_before=5)
 
-    assert isinstance(decision, NoAction)
+    assert isinstance(decision, CompactionNoop)
 
 
 # -- budget(): the sizing policy as the brain's Budget ----------------------------
@@ -588,14 +576,16 @@ def test_budget_checks_the_run_limits_through_budget() -> None:
         ContextManager().budget(context_window=1)  # the manager owns the window
 
 
-# -- ensure_context_fits and compact_manual ---------------------------------------
+# -- no reason (the lines decide) and a manual pass ----------------------------
 
 
 def fits(
     mgr: ContextManager, messages: Sequence[Message], reserved: int = 0
-) -> CompactionDecision:
-    async def go() -> CompactionDecision:
-        return await mgr.ensure_context_fits(messages, turn=2, reserved=reserved)
+) -> PassEvent:
+    async def go() -> PassEvent:
+        return await mgr.compact(
+            CompactionRequest(messages=messages, turn=2, reserved=reserved)
+        )
 
     return anyio.run(go)
 
@@ -608,9 +598,7 @@ def test_under_the_lines_is_no_action_without_a_pass() -> None:
 
     decision = fits(mgr, messages)
 
-    assert decision == NoAction(
-        tokens_before=size, tokens_after=size, reason=None, strategy="Scripted"
-    )
+    assert decision == CompactionNoop(before=size, after=size)
     assert compactor.seen == []
 
 
@@ -621,12 +609,7 @@ def test_under_the_lines_reports_the_reserved_budget_too() -> None:
 
     decision = fits(mgr, messages, reserved=9)
 
-    assert decision == NoAction(
-        tokens_before=size + 9,
-        tokens_after=size + 9,
-        reason=None,
-        strategy="Scripted",
-    )
+    assert decision == CompactionNoop(before=size + 9, after=size + 9)
 
 
 @pytest.mark.parametrize(
@@ -646,8 +629,7 @@ def test_over_a_line_compacts_with_its_reason(
 
     decision = fits(manager(compactor, context_window=window), messages)
 
-    assert isinstance(decision, Compacted)
-    assert decision.reason is reason
+    assert isinstance(decision, CompactionResult)
     assert compactor.seen[0][2].reason is reason
 
 
@@ -656,8 +638,8 @@ def test_reserved_counts_toward_the_lines() -> None:
     size = COUNTER.count(messages)
     mgr = manager(Scripted(keep_last(1)), context_window=2 * size, threshold=50)
 
-    assert isinstance(fits(mgr, messages, reserved=0), NoAction)
-    assert isinstance(fits(mgr, messages, reserved=1), Compacted)
+    assert isinstance(fits(mgr, messages, reserved=0), CompactionNoop)
+    assert isinstance(fits(mgr, messages, reserved=1), CompactionResult)
 
 
 def test_auto_compact_off_ignores_the_threshold_line() -> None:
@@ -665,8 +647,10 @@ def test_auto_compact_off_ignores_the_threshold_line() -> None:
     size = COUNTER.count(messages)
     mgr = manager(Scripted(keep_last(1)), context_window=size * 100 // 90)
 
-    assert isinstance(fits(mgr, messages), Compacted)
-    assert isinstance(fits(attrs.evolve(mgr, auto_compact=False), messages), NoAction)
+    assert isinstance(fits(mgr, messages), CompactionResult)
+    assert isinstance(
+        fits(attrs.evolve(mgr, auto_compact=False), messages), CompactionNoop
+    )
 
 
 def test_manual_bypasses_the_lines() -> None:
@@ -674,13 +658,17 @@ def test_manual_bypasses_the_lines() -> None:
     compactor = Scripted(keep_last(2))
     mgr = manager(compactor)  # 200k window: far under the lines
 
-    async def go() -> CompactionDecision:
-        return await mgr.compact_manual(messages, turn=4, reserved=3)
+    async def go() -> PassEvent:
+        return await mgr.compact(
+            CompactionRequest(
+                messages=messages, turn=4, reason=CompactReason.MANUAL, reserved=3
+            )
+        )
 
     decision = anyio.run(go)
 
-    assert isinstance(decision, Compacted)
-    assert decision.reason is CompactReason.MANUAL
+    assert isinstance(decision, CompactionResult)
+    assert compactor.seen[0][2].reason is CompactReason.MANUAL
     assert compactor.seen[0][1] == 112_000 - 3
 
 
@@ -690,9 +678,9 @@ def test_default_truncator_end_to_end() -> None:
 
     decision = fits(mgr, messages)
 
-    assert isinstance(decision, Compacted)
+    assert isinstance(decision, CompactionResult)
     assert decision.messages == (messages[0], *messages[8:])
-    assert decision.reason is CompactReason.EMERGENCY
+    assert mgr.reason_for(decision.before) is CompactReason.EMERGENCY
 
 
 def test_truncator_that_cannot_cut_is_no_action() -> None:
@@ -701,9 +689,9 @@ def test_truncator_that_cannot_cut_is_no_action() -> None:
 
     decision = fits(mgr, messages)
 
-    assert isinstance(decision, NoAction)
-    assert decision.reason is CompactReason.EMERGENCY
-    assert decision.strategy == "TruncatingCompactor"
+    assert isinstance(decision, CompactionNoop)
+    assert mgr.reason_for(decision.before) is CompactReason.EMERGENCY
+    assert mgr.strategy == "TruncatingCompactor"
 
 
 # -- results must be valid conversations ------------------------------------------
@@ -732,8 +720,8 @@ TOOLS = [U0, A1, T2, A3, T4, T5, A6, U7]
 def answer(messages: Sequence[Message]) -> Reply:
     def reply(
         _m: Sequence[Message], _target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
-        return CompactionOutcome.compacted(messages, ctx.tokens_before, 0)
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted(messages, ctx.tokens_before, 0)
 
     return reply
 
@@ -794,13 +782,10 @@ def test_a_result_that_is_not_a_valid_conversation_is_a_compactor_error(
 ) -> None:
     decision = run(manager(Scripted(answer(returned))), TOOLS, reserved=3)
 
-    assert decision == CompactorError(
+    assert decision == CompactorFailed(
         used=COUNTER.count(TOOLS) + 3,
-        window=200_000,
-        message_count=len(TOOLS),
-        error=error,
-        reason=CompactReason.THRESHOLD_EXCEEDED,
-        strategy="Scripted",
+        limit=200_000,
+        error=ErrorInfo(type="CompactorError", message=error),
     )
 
 
@@ -809,7 +794,7 @@ def test_a_valid_result_is_compacted() -> None:
 
     decision = run(manager(Scripted(answer(kept))), TOOLS)
 
-    assert isinstance(decision, Compacted)
+    assert isinstance(decision, CompactionResult)
     assert decision.messages == tuple(kept)
 
 
@@ -821,7 +806,7 @@ def test_orphans_the_input_already_had_may_survive() -> None:
 
     decision = run(manager(Scripted(answer(kept))), messages)
 
-    assert isinstance(decision, Compacted)
+    assert isinstance(decision, CompactionResult)
     assert decision.messages == tuple(kept)
 
 
@@ -832,8 +817,8 @@ def test_more_orphans_than_the_input_had_are_rejected() -> None:
 
     decision = run(manager(Scripted(answer(kept))), messages)
 
-    assert isinstance(decision, CompactorError)
-    assert decision.error == (
+    assert isinstance(decision, CompactorFailed)
+    assert decision.error.message == (
         "the compactor's result breaks tool call 'tc_1': the call in message "
         "'a1' has no result"
     )
@@ -843,9 +828,9 @@ def test_a_split_pair_is_rejected_even_if_the_input_had_one() -> None:
     messages = [U0, A1, U7, T2, A6]  # the input already splits tc_1
     decision = run(manager(Scripted(answer([U0, A1, U7, T2]))), messages)
 
-    assert isinstance(decision, CompactorError)
+    assert isinstance(decision, CompactorFailed)
     assert "breaks tool call 'tc_1': message 'u7' (user) comes between" in (
-        decision.error
+        decision.error.message
     )
 
 
@@ -853,4 +838,4 @@ def test_ids_the_input_already_repeated_may_survive() -> None:
     messages = [U0, U7, A6, U7]
     decision = run(manager(Scripted(answer([U0, U7, U7]))), messages)
 
-    assert isinstance(decision, Compacted)
+    assert isinstance(decision, CompactionResult)

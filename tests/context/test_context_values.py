@@ -2,14 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from turnfsm.context import (
-    CircuitOpen,
-    CompactBase,
-    CompactionContext,
-    CompactionOutcome,
-    CompactorError,
-    ContextOverflow,
-)
+from turnfsm.context import CompactBase, CompactionContext, CompactionProposal
+
+# The manager's old verdicts, kept one release (importing them from
+# turnfsm.context warns).
+from turnfsm.context._verdicts import CircuitOpen, CompactorError, ContextOverflow
 from turnfsm.core._lines import CompactReason
 from turnfsm.messages import Message
 from turnfsm.tokens import HeuristicTokenCounter
@@ -22,11 +19,11 @@ def test_compact_base_values() -> None:
 def test_outcome_constructors() -> None:
     messages = [Message.user("hi")]
 
-    compacted = CompactionOutcome.compacted(messages, 10, 4)
-    unchanged = CompactionOutcome.unchanged(messages, 10)
-    failed = CompactionOutcome.failed("model down", 10)
+    compacted = CompactionProposal.compacted(messages, 10, 4)
+    unchanged = CompactionProposal.unchanged(messages, 10)
+    failed = CompactionProposal.failed("model down", 10)
 
-    assert compacted == CompactionOutcome(
+    assert compacted == CompactionProposal(
         messages=tuple(messages), tokens_before=10, tokens_after=4
     )
     assert (unchanged.tokens_before, unchanged.tokens_after) == (10, 10)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.generators import histories
-from turnfsm.context import CompactionContext, CompactionOutcome, ContextCompactor
+from turnfsm.context import CompactionContext, CompactionProposal, ContextCompactor
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._pairs import pair_tool_traffic, result_problem
 from turnfsm.core._lines import CompactReason
@@ -454,7 +454,7 @@ def test_zero_recent_turns_is_allowed() -> None:
 
 def compact(
     messages: Sequence[Message], compactor: ToolResultDigest
-) -> CompactionOutcome:
+) -> CompactionProposal:
     ctx = CompactionContext(
         tokens_before=COUNTER.count(messages),
         reason=CompactReason.THRESHOLD_EXCEEDED,
@@ -463,7 +463,7 @@ def compact(
         counter=COUNTER,
     )
 
-    async def go() -> CompactionOutcome:
+    async def go() -> CompactionProposal:
         return await compactor.compact(messages, 0, ctx)
 
     return anyio.run(go)
@@ -486,7 +486,7 @@ def test_compactor_with_nothing_to_digest_is_unchanged() -> None:
 
     outcome = compact(messages, ToolResultDigest(keep_recent_turns=2))
 
-    assert outcome == CompactionOutcome.unchanged(messages, COUNTER.count(messages))
+    assert outcome == CompactionProposal.unchanged(messages, COUNTER.count(messages))
     assert all(a is b for a, b in zip(outcome.messages, messages, strict=True))
 
 

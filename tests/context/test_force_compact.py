@@ -1,4 +1,4 @@
-"""`ContextManager.force_compact`: the operator's ``/compact`` (seed 004)."""
+"""A manual pass: the operator's ``/compact``, whatever the lines say."""
 
 from __future__ import annotations
 
@@ -7,15 +7,19 @@ from collections.abc import Sequence
 import pytest
 
 from turnfsm.context import (
-    CircuitOpen,
-    Compacted,
     CompactionContext,
-    CompactionOutcome,
-    CompactorError,
+    CompactionProposal,
+    CompactionRequest,
     ContextManager,
-    NoAction,
 )
-from turnfsm.core._lines import CompactReason
+from turnfsm.core import (
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionResult,
+    CompactorFailed,
+    CompactReason,
+    PassEvent,
+)
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -35,10 +39,10 @@ class KeepLast:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         self.seen.append((tuple(messages), target, ctx))
         kept = messages[-self.k :]
-        return CompactionOutcome.compacted(
+        return CompactionProposal.compacted(
             kept, ctx.tokens_before, ctx.counter.count(kept)
         )
 
@@ -49,13 +53,21 @@ class Failing:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         self.calls += 1
         raise RuntimeError("summary model down")
 
 
 def sized(n: int, chars: int = 400) -> list[Message]:
     return [Message.user(f"{i}:" + "x" * chars, id=f"m{i}") for i in range(n)]
+
+
+async def manual(
+    mgr: ContextManager, messages: Sequence[Message], **fields: object
+) -> PassEvent:
+    return await mgr.compact(
+        CompactionRequest(messages=messages, reason=CompactReason.MANUAL, **fields)  # type: ignore[arg-type]
+    )
 
 
 def manager(compactor: object, **kwargs: object) -> ContextManager:
@@ -67,27 +79,25 @@ def manager(compactor: object, **kwargs: object) -> ContextManager:
     )
 
 
-async def test_an_ephemeral_session_never_compacts() -> None:
+async def test_the_old_force_compact_keeps_an_ephemeral_session_as_it_is() -> None:
     compactor = KeepLast()
     mgr = manager(compactor)
     messages = sized(6)
-    verdict = await mgr.force_compact(messages, turn=3, reserved=25, ephemeral=True)
+    with pytest.warns(DeprecationWarning, match="force_compact"):
+        verdict = await mgr.force_compact(messages, turn=3, reserved=25, ephemeral=True)
     size = COUNTER.count(messages) + 25
-    assert verdict == NoAction(
-        tokens_before=size,
-        tokens_after=size,
-        reason=CompactReason.MANUAL,
-        strategy="KeepLast",
-    )
+    assert (verdict.tokens_before, verdict.tokens_after) == (size, size)  # type: ignore[union-attr]
+    assert verdict.reason is CompactReason.MANUAL
     assert compactor.seen == []
 
 
 async def test_an_ephemeral_session_wins_over_an_open_breaker() -> None:
     compactor = KeepLast()
-    verdict = await manager(compactor).force_compact(
-        sized(6), turn=1, ephemeral=True, failures=3
-    )
-    assert isinstance(verdict, NoAction)
+    with pytest.warns(DeprecationWarning, match="force_compact"):
+        verdict = await manager(compactor).force_compact(
+            sized(6), turn=1, ephemeral=True, failures=3
+        )
+    assert type(verdict).__name__ == "NoAction"
     assert verdict.reason is CompactReason.MANUAL
     assert compactor.seen == []
 
@@ -97,15 +107,12 @@ async def test_it_compacts_far_below_the_lines() -> None:
     mgr = manager(compactor)
     messages = sized(6)
     size = COUNTER.count(messages) + 10
-    assert mgr.reason_for(size) is None  # ensure_context_fits would not act
-    verdict = await mgr.force_compact(messages, turn=4, reserved=10)
-    assert isinstance(verdict, Compacted)
-    assert verdict.reason is CompactReason.MANUAL
-    assert verdict.strategy == "KeepLast"
+    assert mgr.reason_for(size) is None  # a pass with no reason would not act
+    verdict = await manual(mgr, messages, turn=4, reserved=10)
+    assert isinstance(verdict, CompactionResult)
     assert list(verdict.messages) == messages[-2:]
-    assert verdict.tokens_before == size
-    assert verdict.tokens_after == COUNTER.count(messages[-2:]) + 10
-    assert verdict.tokens_saved == verdict.tokens_before - verdict.tokens_after
+    assert verdict.before == size
+    assert verdict.after == COUNTER.count(messages[-2:]) + 10
     ((seen, target, ctx),) = compactor.seen
     assert list(seen) == messages
     assert target == mgr.target_tokens - 10
@@ -122,7 +129,8 @@ async def test_it_hands_the_session_over_to_the_compactor() -> None:
         raise AssertionError("not called")
 
     summaries = {"msg_s": "## Active Task\nearlier"}
-    await manager(compactor).force_compact(
+    await manual(
+        manager(compactor),
         sized(4),
         turn=2,
         failures=1,
@@ -140,68 +148,66 @@ async def test_it_hands_the_session_over_to_the_compactor() -> None:
 @pytest.mark.parametrize("failures", [3, 4])
 async def test_an_open_breaker_is_a_circuit_open_without_a_call(failures: int) -> None:
     compactor = KeepLast()
-    verdict = await manager(compactor).force_compact(
-        sized(4), turn=1, failures=failures
-    )
-    assert verdict == CircuitOpen(
-        failures=failures, reason=CompactReason.MANUAL, strategy="KeepLast"
-    )
+    verdict = await manual(manager(compactor), sized(4), turn=1, failures=failures)
+    assert verdict == CompactionCircuitOpened(failures=failures)
     assert compactor.seen == []  # MANUAL is proactive: no deterministic fallback
 
 
 async def test_the_breaker_opens_at_the_managers_max_failures() -> None:
     compactor = KeepLast()
     mgr = manager(compactor, max_failures=1)
-    verdict = await mgr.force_compact(sized(4), turn=1, failures=1)
-    assert isinstance(verdict, CircuitOpen)
-    closed = await manager(compactor, max_failures=5).force_compact(
-        sized(4), turn=1, failures=4
+    verdict = await manual(mgr, sized(4), turn=1, failures=1)
+    assert isinstance(verdict, CompactionCircuitOpened)
+    closed = await manual(
+        manager(compactor, max_failures=5), sized(4), turn=1, failures=4
     )
-    assert isinstance(closed, Compacted)
+    assert isinstance(closed, CompactionResult)
 
 
 async def test_a_failing_compactor_is_a_compactor_error() -> None:
     compactor = Failing()
-    verdict = await manager(compactor).force_compact(sized(4), turn=1)
-    assert isinstance(verdict, CompactorError)
-    assert verdict.reason is CompactReason.MANUAL
-    assert "summary model down" in verdict.error
+    verdict = await manual(manager(compactor), sized(4), turn=1)
+    assert isinstance(verdict, CompactorFailed)
+    assert "summary model down" in verdict.error.message
     assert compactor.calls == 1
 
 
 async def test_nothing_to_compact_is_a_no_action() -> None:
     compactor = KeepLast()
-    verdict = await manager(compactor).force_compact([], turn=1, reserved=7)
-    assert verdict == NoAction(
-        tokens_before=7,
-        tokens_after=7,
-        reason=CompactReason.MANUAL,
-        strategy="KeepLast",
-    )
+    verdict = await manual(manager(compactor), [], turn=1, reserved=7)
+    assert verdict == CompactionNoop(before=7, after=7)
     assert compactor.seen == []
 
 
-@pytest.mark.parametrize("ephemeral", [False, True])
 @pytest.mark.parametrize("reserved", [-1, 1.5, "10"])
-async def test_a_bad_reserved_budget_is_a_config_error(
-    ephemeral: bool, reserved: object
-) -> None:
+def test_a_bad_reserved_budget_is_a_config_error(reserved: object) -> None:
     with pytest.raises(ConfigError, match="reserved"):
-        await manager(KeepLast()).force_compact(
-            sized(2),
-            turn=1,
-            reserved=reserved,  # type: ignore[arg-type]
-            ephemeral=ephemeral,
-        )
+        CompactionRequest(messages=sized(2), reserved=reserved)  # type: ignore[arg-type]
 
 
-async def test_a_bad_failure_count_is_a_config_error() -> None:
+@pytest.mark.parametrize("failures", [-1, 1.5, True])
+def test_a_bad_failure_count_is_a_config_error(failures: object) -> None:
     with pytest.raises(ConfigError, match="failures"):
-        await manager(KeepLast()).force_compact(sized(2), turn=1, failures=-1)
+        CompactionRequest(messages=sized(2), failures=failures)  # type: ignore[arg-type]
 
 
-async def test_a_bad_failure_count_is_a_config_error_when_ephemeral_too() -> None:
-    with pytest.raises(ConfigError, match="failures"):
-        await manager(KeepLast()).force_compact(
-            sized(2), turn=1, failures=-1, ephemeral=True
-        )
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("messages", ["hi"]),
+        ("reason", "threshold"),
+        ("turn", -1),
+        ("tokens_before", 3),  # under the reserved budget of 5
+        ("session_id", 7),
+        ("model_call", "not callable"),
+        ("target_tokens", -1),
+    ],
+)
+def test_every_bad_field_is_a_config_error_naming_it(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        CompactionRequest(**{"messages": sized(2), "reserved": 5, field: value})  # type: ignore[arg-type]
+
+
+async def test_the_manager_takes_nothing_but_a_request() -> None:
+    with pytest.raises(ConfigError, match="request"):
+        await manager(KeepLast()).compact(sized(2))  # type: ignore[arg-type]

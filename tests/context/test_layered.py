@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import compaction_context as ctx_for
 from turnfsm.context import (
     Applied,
-    CompactionOutcome,
+    CompactionProposal,
     CompactionStatus,
     Failed,
     LayeredCompactor,
@@ -43,8 +43,8 @@ def run(
     messages: Sequence[Message],
     target: int = 0,
     **ctx: object,
-) -> CompactionOutcome:
-    async def go() -> CompactionOutcome:
+) -> CompactionProposal:
+    async def go() -> CompactionProposal:
         return await compactor.compact(messages, target, ctx_for(messages, **ctx))  # type: ignore[arg-type]
 
     return anyio.run(go)

@@ -11,7 +11,7 @@ from tests.helpers import compaction_context as ctx_for
 from turnfsm.context import (
     SUMMARY_PREFIX,
     SUMMARY_SECTIONS,
-    CompactionOutcome,
+    CompactionProposal,
     SummarizingCompactor,
 )
 from turnfsm.context._transcript import (
@@ -34,8 +34,8 @@ COUNTER = HeuristicTokenCounter()
 
 def run(
     compactor: SummarizingCompactor, messages: Sequence[Message], **ctx: object
-) -> CompactionOutcome:
-    async def go() -> CompactionOutcome:
+) -> CompactionProposal:
+    async def go() -> CompactionProposal:
         return await compactor.compact(messages, 0, ctx_for(messages, **ctx))  # type: ignore[arg-type]
 
     return anyio.run(go)

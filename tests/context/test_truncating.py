@@ -7,7 +7,7 @@ import pytest
 
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     TruncatingCompactor,
 )
 from turnfsm.core._lines import CompactReason
@@ -42,7 +42,7 @@ def chat(n: int) -> list[Message]:
 
 def truncate(
     messages: Sequence[Message], compactor: TruncatingCompactor | None = None
-) -> CompactionOutcome:
+) -> CompactionProposal:
     compactor = compactor or TruncatingCompactor()
     before = COUNTER.count(messages)
     ctx = CompactionContext(
@@ -53,7 +53,7 @@ def truncate(
         counter=COUNTER,
     )
 
-    async def go() -> CompactionOutcome:
+    async def go() -> CompactionProposal:
         return await compactor.compact(messages, 0, ctx)
 
     return anyio.run(go)
@@ -111,7 +111,7 @@ def test_target_is_ignored() -> None:
         counter=COUNTER,
     )
 
-    async def go(target: int) -> CompactionOutcome:
+    async def go(target: int) -> CompactionProposal:
         return await TruncatingCompactor().compact(messages, target, ctx)
 
     assert anyio.run(go, 0) == anyio.run(go, 10**9)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.generators import histories, tag_of
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     TokenSplitter,
     TruncatingCompactor,
     adjust_split,
@@ -62,7 +62,7 @@ def is_subsequence(short: list[str], long: list[str]) -> bool:
 
 def compact(
     messages: list[Message], compactor: TruncatingCompactor
-) -> CompactionOutcome:
+) -> CompactionProposal:
     ctx = CompactionContext(
         tokens_before=COUNTER.count(messages),
         reason=CompactReason.EMERGENCY,
@@ -71,7 +71,7 @@ def compact(
         counter=COUNTER,
     )
 
-    async def go() -> CompactionOutcome:
+    async def go() -> CompactionProposal:
         return await compactor.compact(messages, 0, ctx)
 
     return anyio.run(go)
@@ -79,7 +79,7 @@ def compact(
 
 def truncate(
     messages: list[Message], compactor: TruncatingCompactor
-) -> CompactionOutcome:
+) -> CompactionProposal:
     # The compactor never awaits: drive its coroutine by hand so that 10,000
     # examples do not each start an event loop.
     ctx = CompactionContext(
@@ -93,7 +93,7 @@ def truncate(
     try:
         coro.send(None)
     except StopIteration as done:
-        outcome: CompactionOutcome = done.value
+        outcome: CompactionProposal = done.value
         return outcome
     coro.close()
     raise AssertionError("TruncatingCompactor awaited something")

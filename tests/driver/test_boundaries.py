@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from turnfsm import Agent
-from turnfsm.context import CompactionContext, CompactionOutcome, ContextManager
+from turnfsm.context import CompactionContext, CompactionProposal, ContextManager
 from turnfsm.driver import Driver, RunControl, Session
 from turnfsm.errors import CompactionFailed, InvalidMessage, SessionBusy
 from turnfsm.messages import Message, ToolCallPart, check_history
@@ -79,8 +79,8 @@ class KeepLast:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
-        return CompactionOutcome.compacted(list(messages[-1:]), ctx.tokens_before, 0)
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted(list(messages[-1:]), ctx.tokens_before, 0)
 
 
 async def test_a_compactor_that_orphans_a_tool_result_fails_the_pass() -> None:

@@ -9,9 +9,9 @@ import pytest
 from turnfsm.context import ContextManager, SummarizingCompactor
 from turnfsm.driver import Driver, RunControl, Session
 from turnfsm.errors import CompactionStalled, ProviderError
-from turnfsm.hooks import CompactionDone, Hook
+from turnfsm.hooks import Hook
 from turnfsm.messages import Message
-from turnfsm.persistence import BreakerChanged
+from turnfsm.persistence import BreakerChanged, CompactionRecord
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -41,10 +41,11 @@ def manager(model: object, **options: object) -> ContextManager:
 
 class Done(Hook):
     def __init__(self) -> None:
-        self.seen: list[CompactionDone] = []
+        self.seen: list[CompactionRecord] = []
 
-    def on_compaction_done(self, info: CompactionDone) -> None:
-        self.seen.append(info)
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        if record.compacted:
+            self.seen.append(record)
 
 
 async def test_a_result_the_brain_refuses_is_logged_stalled_not_compacted() -> None:

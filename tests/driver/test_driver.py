@@ -9,7 +9,7 @@ import pytest
 from turnfsm import Agent
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     ContextManager,
     TruncatingCompactor,
 )
@@ -25,8 +25,9 @@ from turnfsm.errors import (
     ProviderError,
     RunFailed,
 )
-from turnfsm.hooks import CompactionInfo, Hook, PreCompact, PreCompactInfo
+from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
 from turnfsm.messages import Message, Role
+from turnfsm.persistence import CompactionRecord
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -205,25 +206,24 @@ class Recording:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         self.contexts.append(ctx)
         kept = list(messages[-1:])
-        return CompactionOutcome.compacted(kept, ctx.tokens_before, 0)
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
 
 
 class Steer(Hook):
     def __init__(self) -> None:
-        self.compactions: list[CompactionInfo] = []
-        self.posts: list[CompactionInfo] = []
+        self.compactions: list[CompactionRecord] = []
+        self.posts: list[CompactionRecord] = []
 
     def pre_compact(self, info: PreCompactInfo) -> PreCompact:
         return PreCompact(instructions="keep the numbers", additional_context="ctx!")
 
-    def on_compaction(self, info: CompactionInfo) -> None:
-        self.compactions.append(info)
-
-    def post_compact(self, info: CompactionInfo) -> None:
-        self.posts.append(info)
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        self.posts.append(record)
+        if record.compacted:
+            self.compactions.append(record)
 
 
 async def test_pre_compact_guidance_reaches_the_compactor() -> None:
@@ -282,9 +282,9 @@ class DropOldest:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         kept = list(messages[1:])
-        return CompactionOutcome.compacted(kept, ctx.tokens_before, 0)
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
 
 
 async def test_repeated_overflow_fails_after_the_bounded_retries() -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     ContextManager,
     TruncatingCompactor,
 )
@@ -173,7 +173,7 @@ class Careless:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         out = list(messages)
         for op, a, b in self.plan:
             if not out:
@@ -191,7 +191,7 @@ class Careless:
                 call = next((m for m in out if m.tool_calls), None)
                 cid = call.tool_calls[0].id if call else "ghost"
                 out.insert(j, Message.tool_result(cid, "forged"))
-        return CompactionOutcome.compacted(out, ctx.tokens_before, 0)
+        return CompactionProposal.compacted(out, ctx.tokens_before, 0)
 
 
 plans = st.lists(

@@ -9,7 +9,7 @@ import pytest
 
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     ContextManager,
     TruncatingCompactor,
 )
@@ -22,10 +22,11 @@ from turnfsm.core import (
 )
 from turnfsm.driver import Driver, EffectContext, RunControl, Session, replay
 from turnfsm.errors import Cancelled, CompactionFailed, InvalidMessage
-from turnfsm.hooks import CompactionInfo, DecisionInfo, Hook
+from turnfsm.hooks import DecisionInfo, Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     Committed,
+    CompactionRecord,
     EventRecorded,
     MemoryStore,
     RunEnded,
@@ -124,7 +125,7 @@ class _HangingCompactor:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         await self.blocker.block()
         raise AssertionError("unreachable")
 
@@ -397,7 +398,7 @@ async def test_an_injecting_hook_cannot_make_a_run_compact_without_bound() -> No
         def __init__(self) -> None:
             self.passes = 0
 
-        def post_compact(self, info: CompactionInfo) -> None:
+        def on_compaction_pass(self, record: CompactionRecord) -> None:
             self.passes += 1
             control.inject(Message.user(f"and one more thing ({self.passes})"))
 
@@ -549,7 +550,7 @@ class _Summarising:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         from turnfsm.messages import SUMMARY_COVERS
 
         head, tail = messages[:-1], messages[-1:]
@@ -557,7 +558,7 @@ class _Summarising:
             f"summary of {len(head)} messages",
             metadata={SUMMARY_COVERS: head[-1].id},
         )
-        return CompactionOutcome.compacted([summary, *tail], ctx.tokens_before, 0)
+        return CompactionProposal.compacted([summary, *tail], ctx.tokens_before, 0)
 
 
 async def test_a_committed_summary_is_recorded_and_survives_a_reload(

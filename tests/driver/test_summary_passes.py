@@ -20,7 +20,7 @@ from turnfsm.errors import (
     ContextExceeded,
     ProviderError,
 )
-from turnfsm.hooks import CircuitInfo, CompactionDone, Hook
+from turnfsm.hooks import CircuitInfo, Hook
 from turnfsm.messages import SUMMARY_COVERS, Message, Role
 from turnfsm.persistence import (
     BreakerChanged,
@@ -75,11 +75,12 @@ def agent_model(*texts: str) -> FakeModelClient:
 
 class Recorder(Hook):
     def __init__(self) -> None:
-        self.done: list[CompactionDone] = []
+        self.done: list[CompactionRecord] = []
         self.opened: list[CircuitInfo] = []
 
-    def on_compaction_done(self, info: CompactionDone) -> None:
-        self.done.append(info)
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        if record.compacted:
+            self.done.append(record)
 
     def on_circuit_opened(self, info: CircuitInfo) -> None:
         self.opened.append(info)
@@ -111,8 +112,9 @@ async def test_a_summary_pass_commits_one_summary_and_accounts_its_usage() -> No
     assert result.compaction_usage == record.usage
     assert result.usage == Usage(input_tokens=10, output_tokens=2)  # the agent's alone
     (done,) = hook.done
-    assert done.session_id == session.id
-    assert done.trigger.value == "threshold_exceeded"
+    assert done == record  # the hook hears the very record the log keeps
+    assert done.run_id == result.run_id
+    assert done.reason.value == "threshold_exceeded"
     assert done.strategy == "SummarizingCompactor"
     assert done.tokens_after < done.tokens_before
     assert done.covers == record.covers

@@ -20,7 +20,7 @@ import pytest
 from tests.integration._local import require_local_extra
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     ContextManager,
     TruncatingCompactor,
 )
@@ -133,8 +133,8 @@ class ShaveOne:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
-        return CompactionOutcome.compacted(list(messages[1:]), ctx.tokens_before, 0)
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted(list(messages[1:]), ctx.tokens_before, 0)
 
 
 def test_bounded_overflow_retries_end_with_a_typed_error(server: LlamaServer) -> None:

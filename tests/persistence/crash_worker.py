@@ -45,7 +45,7 @@ from typing import Any
 import anyio
 
 from turnfsm import ContextManager, Driver, HeuristicTokenCounter, TruncatingCompactor
-from turnfsm.context import CompactionContext, CompactionOutcome
+from turnfsm.context import CompactionContext, CompactionProposal
 from turnfsm.driver import function_tool
 from turnfsm.messages import Message, Role
 from turnfsm.persistence import Entry, Session, SessionInfo, SessionStore
@@ -126,7 +126,7 @@ class SlowCompactor:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         self.trace.mark("+compact")
         await anyio.sleep(COMPACT_SECONDS)
         outcome = await self.inner.compact(messages, target, ctx)

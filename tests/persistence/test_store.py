@@ -205,7 +205,10 @@ def entries(draw: st.DrawFn) -> Entry:
             key=f"{run}:1",
         )
     if kind is ToolResultRecorded:
-        result = Message.tool_result(draw(texts) or "c", draw(texts), is_error=True)
+        call_id = draw(texts)
+        result = Message.tool_result(
+            call_id if call_id.strip() else "c", draw(texts), is_error=True
+        )
         return ToolResultRecorded(
             run_id=run, index=draw(st.integers(0, 9)), result=result
         )

@@ -47,7 +47,7 @@ import anyio.to_thread
 
 from tests.persistence import crash_worker as script
 from turnfsm import Agent, ContextManager, HeuristicTokenCounter
-from turnfsm.context import CompactionContext, CompactionOutcome
+from turnfsm.context import CompactionContext, CompactionProposal
 from turnfsm.driver import Tool, current_tool_call, function_tool
 from turnfsm.errors import SessionConflict
 from turnfsm.messages import Message
@@ -112,7 +112,7 @@ class SlowCompactor(script.SlowCompactor):
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         self.trace.mark("+compact")
         await anyio.sleep(COMPACT_SECONDS * self.pace)
         outcome = await self.inner.compact(messages, target, ctx)

@@ -41,9 +41,10 @@ from turnfsm.errors import (
     RunCrashed,
     SessionBusy,
 )
-from turnfsm.hooks import CompactionDone, Hook, RunEndInfo, TransitionInfo
+from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import (
+    CompactionRecord,
     EventRecorded,
     MemoryStore,
     Session,
@@ -154,8 +155,9 @@ class Heard(Hook):
     def on_run_end(self, info: RunEndInfo) -> None:
         self.calls.append(("on_run_end", info.outcome))
 
-    def on_compaction_done(self, info: CompactionDone) -> None:
-        self.calls.append(("on_compaction_done", info.trigger.value))
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        if record.compacted:
+            self.calls.append(("on_compaction_pass", record.reason.value))
 
 
 async def test_hooks_hear_each_step_once_when_every_task_replays(
@@ -176,7 +178,7 @@ async def test_hooks_hear_each_step_once_when_every_task_replays(
         result = await run.result()
     assert result.ok
     assert durable_hook.calls == local_hook.calls
-    assert [c for c in durable_hook.calls if c[0] == "on_compaction_done"]
+    assert [c for c in durable_hook.calls if c[0] == "on_compaction_pass"]
 
 
 async def test_two_workers_on_one_postgres_store_serve_many_sessions(

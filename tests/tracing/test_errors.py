@@ -21,7 +21,7 @@ from tests.tracing._spans import (
     traced_driver,
     turn,
 )
-from turnfsm.context import CompactionContext, CompactionOutcome, ContextManager
+from turnfsm.context import CompactionContext, CompactionProposal, ContextManager
 from turnfsm.driver import RetryPolicy, Session
 from turnfsm.errors import CompactionFailed
 from turnfsm.messages import Message
@@ -41,7 +41,7 @@ class Broken:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         raise RuntimeError("summary model down")
 
 

@@ -30,14 +30,18 @@ from turnfsm.core import CompactReason, Measure
 from turnfsm.driver import RunResult
 from turnfsm.errors import ConfigError, StoreError
 from turnfsm.hooks import (
-    CompactionDone,
     DecisionInfo,
     Hook,
     OutcomeInfo,
     TransitionInfo,
 )
 from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolCallPart
-from turnfsm.persistence import MemoryStore, SessionStore, dump_session
+from turnfsm.persistence import (
+    CompactionRecord,
+    MemoryStore,
+    SessionStore,
+    dump_session,
+)
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
 
 __all__ = [
@@ -222,9 +226,12 @@ class ConsoleHook(Hook):
                 file=self.out,
             )
 
-    def on_compaction_done(self, info: CompactionDone) -> None:
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
         """Print each real compaction: reason, strategy, tokens before -> after."""
-        tag = "EMERGENCY " if info.trigger is CompactReason.EMERGENCY else ""
+        if not record.compacted:
+            return
+        info = record
+        tag = "EMERGENCY " if info.reason is CompactReason.EMERGENCY else ""
         spent = ""
         if info.usage is not None:
             spent = (
@@ -232,7 +239,7 @@ class ConsoleHook(Hook):
                 f"{info.usage.output_tokens} out"
             )
         print(
-            f"[compaction] {tag}reason={info.trigger.value} ({info.strategy}): "
+            f"[compaction] {tag}reason={info.reason.value} ({info.strategy}): "
             f"{info.tokens_before} -> {info.tokens_after} tokens "
             f"({len(info.covers)} -> {len(info.replacement)} messages{spent})",
             file=self.out,

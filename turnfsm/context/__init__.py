@@ -1,9 +1,10 @@
 """Context management: when and how a conversation shrinks to fit the window.
 
 `ContextManager` is the policy (window, threshold, target, counter), builds the
-brain's `Budget` and judges each pass (`Compacted`, `NoAction`,
-`ContextOverflow`, `CompactorError`, `CircuitOpen`); a `ContextCompactor` is
-the strategy that shrinks.
+brain's `Budget` and judges each pass: `ContextManager.compact` takes one
+`CompactionRequest` and answers with the event the brain takes next. A
+`ContextCompactor` is the strategy that shrinks: it answers with a
+`CompactionProposal`.
 `TruncatingCompactor` is the default strategy (seed 003); `SummarizingCompactor`
 summarises old turns with a model (seeds 000, 004); `LayeredCompactor` shrinks
 in five layers, cheapest first (seed 001); `ToolResultDigest` replaces old,
@@ -15,6 +16,7 @@ orphaning a tool call or result.
 
 from __future__ import annotations
 
+from turnfsm import _deprecated
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._layered import (
     Applied,
@@ -43,37 +45,27 @@ from turnfsm.context._summarizing import (
 from turnfsm.context._transcript import SUMMARY_PREFIX, SUMMARY_SECTIONS
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
-    CircuitOpen,
     CompactBase,
-    Compacted,
     CompactionContext,
-    CompactionDecision,
-    CompactionOutcome,
-    CompactorError,
-    ContextOverflow,
+    CompactionProposal,
+    CompactionRequest,
     ModelCall,
-    NoAction,
 )
 
 __all__ = [
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",
-    "CircuitOpen",
     "CompactBase",
-    "Compacted",
     "CompactionContext",
-    "CompactionDecision",
-    "CompactionOutcome",
+    "CompactionProposal",
+    "CompactionRequest",
     "CompactionStatus",
-    "CompactorError",
     "ContextCompactor",
     "ContextManager",
-    "ContextOverflow",
     "Failed",
     "LayeredCompactor",
     "ModelCall",
-    "NoAction",
     "PartRef",
     "Skipped",
     "Split",
@@ -92,3 +84,28 @@ __all__ = [
     "pair_tool_traffic",
     "sanitize",
 ]
+
+__getattr__ = _deprecated.moved(
+    __name__,
+    {
+        "CompactionOutcome": (
+            "turnfsm.context._values:CompactionProposal",
+            "turnfsm.context.CompactionProposal",
+        ),
+        **{
+            name: (
+                f"turnfsm.context._verdicts:{name}",
+                "ContextManager.compact, which answers with the brain's event "
+                "(turnfsm.core.PassEvent)",
+            )
+            for name in (
+                "CircuitOpen",
+                "Compacted",
+                "CompactionDecision",
+                "CompactorError",
+                "ContextOverflow",
+                "NoAction",
+            )
+        },
+    },
+)

@@ -44,7 +44,7 @@ from turnfsm.context._transcript import (
 )
 from turnfsm.context._values import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     check_model,
     int_in,
     optional_int,
@@ -243,7 +243,7 @@ class LayeredCompactor:
     # -- the passes --------------------------------------------------------
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         """Apply the layers in order, stopping as soon as the result fits `target`.
 
         Args:
@@ -260,12 +260,12 @@ class LayeredCompactor:
         try:
             current, _layers = await self._run(messages, target, ctx)
         except SummaryFailed as exc:
-            return CompactionOutcome.failed(str(exc), ctx.tokens_before)
+            return CompactionProposal.failed(str(exc), ctx.tokens_before)
         if len(current) == len(messages) and all(
             a is b for a, b in zip(current, messages, strict=True)
         ):
-            return CompactionOutcome.unchanged(messages, ctx.tokens_before)
-        return CompactionOutcome.compacted(
+            return CompactionProposal.unchanged(messages, ctx.tokens_before)
+        return CompactionProposal.compacted(
             current, ctx.tokens_before, ctx.counter.count(current)
         )
 

@@ -1,25 +1,29 @@
 """`ContextManager`: the sizing policy around a compactor.
 
 The manager owns the window, the threshold, the compaction target and the one
-counter every decision is measured with. It runs a compactor and classifies
-the pass by re-counting the result itself; a compactor's own numbers are
-hints. Every size it reports is the whole request's: the messages plus the
-reserved budget (system prompt, tool schemas, reply budget), so the manager,
-the driver, the audit record and the hooks report one count. Classification,
-in order:
+counter every decision is measured with. It has one way in: `compact` takes
+a `CompactionRequest` and answers with the event the brain takes next
+(`turnfsm.core.PassEvent`), judged by re-counting the compactor's proposal
+itself; a compactor's own numbers are hints. Every size it reports is the
+whole request's: the messages plus the reserved budget (system prompt, tool
+schemas, reply budget), so the manager, the driver, the audit record and the
+hooks report one count. The verdict, in order:
 
-0. no messages → `NoAction` (the compactor is not called);
+0. no reason given and the request is under both lines, or no messages
+   → `CompactionNoop` (the compactor is not called);
 1. the session's circuit breaker is open (`failures >= max_failures`): a
-   proactive pass → `CircuitOpen` at once, no compactor call; a pass after a
-   provider overflow runs with `allow_model` False (deterministic work
-   only); a compactor that raises `CompactionCircuitOpen` → `CircuitOpen`;
+   proactive pass → `CompactionCircuitOpened` at once, no compactor call; a
+   pass after a provider overflow runs with `allow_model` False
+   (deterministic work only); a compactor that raises
+   `CompactionCircuitOpen` → `CompactionCircuitOpened`;
 2. it raised anything else, reported a failure, returned something that is
-   not a usable outcome, or a result that is not a valid conversation (a
-   tool pair split or out of place, a repeated message id) → `CompactorError`;
+   not a usable proposal, or a result that is not a valid conversation (a
+   tool pair split or out of place, a repeated message id)
+   → `CompactorFailed`;
 3. the result plus the reserved budget is still over the window
-   → `ContextOverflow`;
-4. same message count and no size reduction → `NoAction`;
-5. anything else → `Compacted`, with the manager's numbers.
+   → `CompactionOverflowed`;
+4. same message count and no size reduction → `CompactionNoop`;
+5. anything else → `CompactionResult`, with the manager's numbers.
 
 `budget()` turns the same sizing policy into the brain's `Budget`.
 """
@@ -31,26 +35,28 @@ from typing import final
 
 import attrs
 
-from turnfsm import _checks
+from turnfsm import _checks, _deprecated
 from turnfsm.context._pairs import result_problem
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
-    CircuitOpen,
     CompactBase,
-    Compacted,
     CompactionContext,
-    CompactionDecision,
-    CompactionOutcome,
-    CompactorError,
-    ContextOverflow,
+    CompactionProposal,
+    CompactionRequest,
     ModelCall,
-    NoAction,
     int_in,
 )
-from turnfsm.core import Budget
-from turnfsm.core._lines import (
+from turnfsm.context._verdicts import CompactionDecision, NoAction, verdict_of
+from turnfsm.core import (
+    Budget,
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
     CompactReason,
+    PassEvent,
     emergency_line,
     line_reason,
     threshold_line,
@@ -59,6 +65,7 @@ from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message
 from turnfsm.tokens import default_counter
 from turnfsm.tokens._protocol import TokenCounter
+from turnfsm.values import ErrorInfo
 
 __all__ = ["ContextManager"]
 
@@ -90,35 +97,20 @@ def _to_base(value: object) -> CompactBase:
     )
 
 
-def _check_reserved(reserved: object) -> None:
-    if type(reserved) is not int or reserved < 0:
-        raise ConfigError("reserved", reserved, "an int >= 0 (tokens)")
-
-
 def _describe(exc: Exception) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _check_tokens_before(tokens_before: object, reserved: int) -> None:
-    if type(tokens_before) is not int or tokens_before < reserved:
-        raise ConfigError(
-            "tokens_before",
-            tokens_before,
-            f"an int >= reserved ({reserved}): the count of the messages plus "
-            "the reserved budget",
-        )
-
-
-def _outcome_problem(outcome: object) -> str | None:
-    """Return why `outcome` counts as a compactor failure, or None."""
-    if not isinstance(outcome, CompactionOutcome):
-        return f"compactor returned {type(outcome).__name__}, not a CompactionOutcome"
-    if outcome.error is not None:
-        return outcome.error or "compactor reported a failure"
-    if not outcome.messages:
+def _proposal_problem(proposal: object) -> str | None:
+    """Return why `proposal` counts as a compactor failure, or None."""
+    if not isinstance(proposal, CompactionProposal):
+        return f"compactor returned {type(proposal).__name__}, not a CompactionProposal"
+    if proposal.error is not None:
+        return proposal.error or "compactor reported a failure"
+    if not proposal.messages:
         return "compactor returned an empty message list"
-    if not all(isinstance(m, Message) for m in outcome.messages):
+    if not all(isinstance(m, Message) for m in proposal.messages):
         return "compactor returned something that is not a Message"
     return None
 
@@ -238,7 +230,7 @@ class ContextManager:
 
     @property
     def strategy(self) -> str:
-        """The compactor's class name, as every verdict reports it."""
+        """The compactor's class name, as every pass's record reports it."""
         return type(self.compactor).__name__
 
     def budget(
@@ -270,7 +262,102 @@ class ContextManager:
             **limits,
         )
 
-    # -- passes ------------------------------------------------------------
+    # -- the pass ----------------------------------------------------------
+    async def compact(self, request: CompactionRequest) -> PassEvent:
+        """Run one pass as `request` asks and judge it; return the brain's event.
+
+        Args:
+            request: The pass: the messages, why, and what rides with them.
+
+        Returns:
+            `CompactionResult` (the messages that replace the conversation,
+            with the manager's counts), `CompactionNoop` (nothing changed, or
+            nothing was asked: under both lines with no reason given),
+            `CompactionOverflowed` (the result plus `reserved` is over the
+            window), `CompactorFailed` (the compactor failed or broke the
+            conversation) or `CompactionCircuitOpened`. Every size includes
+            `request.reserved`.
+
+        Raises:
+            ConfigError: `request` is not a `CompactionRequest`.
+        """
+        if not isinstance(request, CompactionRequest):
+            raise ConfigError("request", request, "a CompactionRequest")
+        before = request.tokens_before
+        if before is None:
+            before = self.count(request.messages) + request.reserved
+        reason = request.reason
+        if reason is None:
+            reason = self.reason_for(before)
+            if reason is None:  # under both lines: nothing is asked
+                return CompactionNoop(before=before, after=before)
+        allow_model = True
+        if request.failures >= self.max_failures:
+            if reason is not CompactReason.OVERFLOW:  # fail fast, no model call
+                return CompactionCircuitOpened(failures=request.failures)
+            allow_model = False  # an overflow still gets the deterministic work
+        if not request.messages:
+            return CompactionNoop(before=before, after=before)
+        return await self._pass(request, before, reason, allow_model=allow_model)
+
+    async def _pass(
+        self,
+        request: CompactionRequest,
+        before: int,
+        reason: CompactReason,
+        *,
+        allow_model: bool,
+    ) -> PassEvent:
+        """Run the compactor; `before` is the messages plus the reserved budget."""
+        messages, reserved = request.messages, request.reserved
+        ctx = CompactionContext(
+            tokens_before=before - reserved,  # what the compactor is handed
+            reason=reason,
+            context_window=self.context_window,
+            turn=request.turn,
+            counter=self.counter,
+            instructions=request.instructions,
+            additional_context=request.additional_context,
+            session_id=request.session_id,
+            summaries=request.summaries,
+            model_call=request.model_call,
+            allow_model=allow_model,
+        )
+        aim = (
+            self.target_tokens
+            if request.target_tokens is None
+            else (request.target_tokens)
+        )
+        try:
+            proposal = await self.compactor.compact(
+                messages, max(0, aim - reserved), ctx
+            )
+        # An outside failure becomes a value; cancellation (a BaseException)
+        # is never caught here.
+        except CompactionCircuitOpen as exc:
+            return CompactionCircuitOpened(failures=exc.failures)
+        except Exception as exc:
+            problem: str | None = _describe(exc)
+        else:
+            problem = _proposal_problem(proposal)
+            if problem is None:
+                problem = result_problem(proposal.messages, messages)
+        if problem is not None:
+            return CompactorFailed(
+                used=before,
+                limit=self.context_window,
+                error=ErrorInfo(type="CompactorError", message=problem),
+            )
+        new = proposal.messages
+        # The compactor's numbers are only hints; the reserved budget rides too.
+        after = self.count(new) + reserved
+        if self.context_window > 0 and after > self.context_window:
+            return CompactionOverflowed(used=after, limit=self.context_window)
+        if len(new) == len(messages) and after >= before:
+            return CompactionNoop(before=before, after=after)
+        return CompactionResult(messages=new, before=before, after=after)
+
+    # -- the old ways in (deprecated) ----------------------------------------
     async def compact_with_reason(
         self,
         messages: Sequence[Message],
@@ -287,121 +374,52 @@ class ContextManager:
         model_call: ModelCall | None = None,
         target_tokens: int | None = None,
     ) -> CompactionDecision:
-        """Run the compactor on `messages` and classify the pass.
-
-        Args:
-            messages: The conversation (history and pending, as one list).
-            turn: The turn the pass runs in.
-            reason: Why the pass runs; passed to the compactor and echoed.
-            instructions: Guidance from pre-compact hooks.
-            additional_context: Extra text from pre-compact hooks.
-            reserved: Tokens that ride the request besides `messages` (system
-                prompt, tool schemas, reply budget); they must still fit
-                afterwards, and every reported size includes them.
-            tokens_before: The caller's count of `messages` plus `reserved`,
-                with this manager's counter, when it already has it (the
-                manager then does not recount); None: the manager counts.
-            failures: The session's consecutive failed passes so far (its
-                circuit breaker: open at `max_failures`).
-            session_id: The session, for the compactor's idempotency key.
-            summaries: The session's recorded summaries, by message id.
-            model_call: How the compactor calls a model (the driver's).
-            target_tokens: The size to aim for instead of `target_tokens`
-                (the reserved budget included), e.g. calibrated to what the
-                provider reported; None: the manager's.
-
-        Returns:
-            `Compacted`, `NoAction`, `ContextOverflow` (the result plus
-            `reserved` is over the window), `CompactorError` (the compactor
-            failed or broke the conversation) or `CircuitOpen`.
-
-        Raises:
-            ConfigError: `reserved` is not an int >= 0, or `tokens_before`
-                is not an int >= `reserved`.
-        """
-        _check_reserved(reserved)
-        if tokens_before is None:
-            tokens_before = self.count(messages) + reserved
-        else:
-            _check_tokens_before(tokens_before, reserved)
-        if type(failures) is not int or failures < 0:
-            raise ConfigError("failures", failures, "an int >= 0")
-        if target_tokens is not None and (
-            type(target_tokens) is not int or target_tokens < 0
-        ):
-            raise ConfigError("target_tokens", target_tokens, "an int >= 0 or None")
-        allow_model = True
-        if failures >= self.max_failures:
-            if reason is not CompactReason.OVERFLOW:  # fail fast, no model call
-                return CircuitOpen(
-                    failures=failures, reason=reason, strategy=self.strategy
-                )
-            allow_model = False  # an overflow still gets the deterministic work
-        return await self._pass(
-            messages,
-            tokens_before,
-            turn=turn,
+        """Run a pass for `reason` (deprecated: use `compact`)."""
+        request = CompactionRequest(
+            messages=messages,
             reason=reason,
+            turn=turn,
             instructions=instructions,
             additional_context=additional_context,
             reserved=reserved,
+            tokens_before=tokens_before,
+            failures=failures,
             session_id=session_id,
             summaries=summaries or {},
             model_call=model_call,
-            allow_model=allow_model,
             target_tokens=target_tokens,
         )
+        return await self._old("compact_with_reason", request)
 
     async def ensure_context_fits(
         self, messages: Sequence[Message], *, turn: int, reserved: int = 0
     ) -> CompactionDecision:
-        """Compact `messages` only if they plus `reserved` cross a line.
-
-        Args:
-            messages: The conversation.
-            turn: The current turn.
-            reserved: Tokens that ride the request besides `messages`.
-
-        Returns:
-            `NoAction` (reason None) under the lines; otherwise the
-            classification of a pass run with the line's reason.
-
-        Raises:
-            ConfigError: `reserved` is not an int >= 0.
-        """
-        _check_reserved(reserved)
-        before = self.count(messages) + reserved
+        """Compact only over a line (deprecated: use `compact` with no reason)."""
+        request = CompactionRequest(messages=messages, turn=turn, reserved=reserved)
+        before = self.count(request.messages) + reserved
         reason = self.reason_for(before)
         if reason is None:
+            _deprecated.warn(
+                "ContextManager.ensure_context_fits",
+                "ContextManager.compact(CompactionRequest(...))",
+            )
             return NoAction(
                 tokens_before=before,
                 tokens_after=before,
                 reason=None,
                 strategy=self.strategy,
             )
-        return await self._pass(
-            messages, before, turn=turn, reason=reason, reserved=reserved
-        )
+        request = attrs.evolve(request, reason=reason, tokens_before=before)
+        return await self._old("ensure_context_fits", request)
 
     async def compact_manual(
         self, messages: Sequence[Message], *, turn: int, reserved: int = 0
     ) -> CompactionDecision:
-        """Compact `messages` now, whatever the lines say (reason MANUAL).
-
-        Args:
-            messages: The conversation.
-            turn: The current turn.
-            reserved: Tokens that ride the request besides `messages`.
-
-        Returns:
-            The classification of the pass.
-
-        Raises:
-            ConfigError: `reserved` is not an int >= 0.
-        """
-        return await self.compact_with_reason(
-            messages, turn=turn, reason=CompactReason.MANUAL, reserved=reserved
+        """Compact now (deprecated: use `compact` with `CompactReason.MANUAL`)."""
+        request = CompactionRequest(
+            messages=messages, reason=CompactReason.MANUAL, turn=turn, reserved=reserved
         )
+        return await self._old("compact_manual", request)
 
     async def force_compact(
         self,
@@ -415,146 +433,41 @@ class ContextManager:
         summaries: Mapping[str, str] | None = None,
         model_call: ModelCall | None = None,
     ) -> CompactionDecision:
-        """Compact now, skipping the lines but keeping the ephemeral guard (seed 004).
-
-        The operator's ``/compact``: like `compact_manual`, but an ephemeral
-        session (a cron job, a one-off) never compacts, and the session's
-        circuit breaker and summaries apply as in a run.
-
-        Args:
-            messages: The conversation.
-            turn: The current turn.
-            reserved: Tokens that ride the request besides `messages`.
-            ephemeral: The session is ephemeral: `NoAction`, nothing runs.
-            failures: The session's consecutive failed passes (its breaker).
-            session_id: The session, for the compactor's idempotency key.
-            summaries: The session's recorded summaries, by message id.
-            model_call: How the compactor calls a model.
-
-        Returns:
-            `NoAction` (reason MANUAL) for an ephemeral session, else the
-            classification of the pass.
-
-        Raises:
-            ConfigError: `reserved` or `failures` is out of range.
-        """
-        _check_reserved(reserved)
-        if type(failures) is not int or failures < 0:
-            raise ConfigError("failures", failures, "an int >= 0")
+        """Compact now unless ephemeral (deprecated: use `compact`, reason MANUAL)."""
+        request = CompactionRequest(
+            messages=messages,
+            reason=CompactReason.MANUAL,
+            turn=turn,
+            reserved=reserved,
+            failures=failures,
+            session_id=session_id,
+            summaries=summaries or {},
+            model_call=model_call,
+        )
         if ephemeral:
-            before = self.count(messages) + reserved
+            _deprecated.warn(
+                "ContextManager.force_compact",
+                "ContextManager.compact(CompactionRequest(...))",
+            )
+            before = self.count(request.messages) + reserved
             return NoAction(
                 tokens_before=before,
                 tokens_after=before,
                 reason=CompactReason.MANUAL,
                 strategy=self.strategy,
             )
-        return await self.compact_with_reason(
-            messages,
-            turn=turn,
-            reason=CompactReason.MANUAL,
-            reserved=reserved,
-            failures=failures,
-            session_id=session_id,
-            summaries=summaries,
-            model_call=model_call,
-        )
+        return await self._old("force_compact", request)
 
-    async def _pass(
-        self,
-        messages: Sequence[Message],
-        before: int,
-        *,
-        turn: int,
-        reason: CompactReason,
-        reserved: int,
-        instructions: Iterable[str] = (),
-        additional_context: Iterable[str] = (),
-        session_id: str = "",
-        summaries: Mapping[str, str] | None = None,
-        model_call: ModelCall | None = None,
-        allow_model: bool = True,
-        target_tokens: int | None = None,
-    ) -> CompactionDecision:
-        """Run one pass; `before` is the count of `messages` plus `reserved`."""
-        strategy = self.strategy
-        if not messages:
-            return NoAction(
-                tokens_before=before,
-                tokens_after=before,
-                reason=reason,
-                strategy=strategy,
-            )
-        ctx = CompactionContext(
-            tokens_before=before - reserved,  # what the compactor is handed
-            reason=reason,
-            context_window=self.context_window,
-            turn=turn,
-            counter=self.counter,
-            instructions=instructions,
-            additional_context=additional_context,
-            session_id=session_id,
-            summaries=summaries or {},
-            model_call=model_call,
-            allow_model=allow_model,
+    async def _old(self, name: str, request: CompactionRequest) -> CompactionDecision:
+        _deprecated.warn(
+            f"ContextManager.{name}",
+            "ContextManager.compact(CompactionRequest(...))",
+            stacklevel=4,
         )
-        aim = self.target_tokens if target_tokens is None else target_tokens
-        target = max(0, aim - reserved)
-        try:
-            outcome = await self.compactor.compact(messages, target, ctx)
-        # An outside failure becomes a value; cancellation (a BaseException)
-        # is never caught here.
-        except CompactionCircuitOpen as exc:
-            return CircuitOpen(failures=exc.failures, reason=reason, strategy=strategy)
-        except Exception as exc:
-            problem: str | None = _describe(exc)
-        else:
-            problem = _outcome_problem(outcome)
-            if problem is None:
-                problem = result_problem(outcome.messages, messages)
-        if problem is not None:
-            return CompactorError(
-                used=before,
-                window=self.context_window,
-                message_count=len(messages),
-                error=problem,
-                reason=reason,
-                strategy=strategy,
-            )
-        return self._classify(len(messages), before, outcome, reason, reserved)
-
-    def _classify(
-        self,
-        count_before: int,
-        before: int,
-        outcome: CompactionOutcome,
-        reason: CompactReason,
-        reserved: int,
-    ) -> CompactionDecision:
-        new = outcome.messages
-        # The compactor's numbers are only hints; the reserved budget rides too.
-        after = self.count(new) + reserved
-        strategy = self.strategy
-        if self.context_window > 0 and after > self.context_window:
-            return ContextOverflow(
-                used=after,
-                window=self.context_window,
-                message_count=len(new),
-                reason=reason,
-                strategy=strategy,
-            )
-        if len(new) == count_before and after >= before:
-            return NoAction(
-                tokens_before=before,
-                tokens_after=after,
-                reason=reason,
-                strategy=strategy,
-            )
-        return Compacted(
-            messages=new,
-            tokens_before=before,
-            tokens_after=after,
-            tokens_saved=max(0, before - after),
-            reason=reason,
-            strategy=strategy,
+        event = await self.compact(request)
+        return verdict_of(
+            event,
+            reason=request.reason,
+            strategy=self.strategy,
+            message_count=len(request.messages),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from turnfsm.context._values import CompactionContext, CompactionOutcome
+from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import Message
 
 __all__ = ["ContextCompactor"]
@@ -22,8 +22,8 @@ class ContextCompactor(Protocol):
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
-        """Return a shorter conversation for `messages`, or a failed outcome.
+    ) -> CompactionProposal:
+        """Return a shorter conversation for `messages`, or a failed proposal.
 
         Args:
             messages: The conversation to shrink; never empty.
@@ -32,7 +32,7 @@ class ContextCompactor(Protocol):
             ctx: The pass's context, including the manager's counter.
 
         Returns:
-            An outcome whose messages never orphan a tool call/result pair and
-            are never empty, or `CompactionOutcome.failed(...)`.
+            A proposal whose messages never orphan a tool call/result pair and
+            are never empty, or `CompactionProposal.failed(...)`.
         """
         ...

@@ -1,11 +1,10 @@
-"""Values that cross the manager/compactor boundary.
+"""Values that cross the manager's and the compactor's boundaries.
 
-A compactor receives a `CompactionContext` and answers with a
-`CompactionOutcome`. The manager re-counts that outcome with its own counter
-and classifies the pass as one `CompactionDecision`: `Compacted`, `NoAction`,
-`ContextOverflow` (the result does not fit), `CompactorError` (the compactor
-failed or broke the conversation) or `CircuitOpen` (the compactor's breaker
-refused to run).
+A pass has one shape end to end: the caller hands the manager one
+`CompactionRequest`; the manager hands its compactor the messages, a target
+and a `CompactionContext`; the compactor answers with a
+`CompactionProposal`; the manager re-counts the proposal with its own counter
+and answers with the brain's own event (`turnfsm.core.PassEvent`).
 """
 
 from __future__ import annotations
@@ -25,16 +24,11 @@ from turnfsm.providers._protocol import ModelClient, ModelRequest, ModelResponse
 from turnfsm.tokens._protocol import TokenCounter
 
 __all__ = [
-    "CircuitOpen",
     "CompactBase",
-    "Compacted",
     "CompactionContext",
-    "CompactionDecision",
-    "CompactionOutcome",
-    "CompactorError",
-    "ContextOverflow",
+    "CompactionProposal",
+    "CompactionRequest",
     "ModelCall",
-    "NoAction",
 ]
 
 ModelCall: TypeAlias = Callable[
@@ -129,11 +123,11 @@ class CompactionContext:
 
 @final
 @attrs.frozen(kw_only=True)
-class CompactionOutcome:
+class CompactionProposal:
     """What a compactor returns: new messages and its self-reported sizes.
 
     The sizes are hints; the manager re-counts `messages` itself. A failed
-    outcome carries `error` and no messages.
+    proposal carries `error` and no messages.
 
     Attributes:
         messages: The messages that replace the input (empty when failed).
@@ -150,8 +144,8 @@ class CompactionOutcome:
     @classmethod
     def compacted(
         cls, messages: Iterable[Message], before: int, after: int
-    ) -> CompactionOutcome:
-        """Return an outcome that replaces the input with `messages`.
+    ) -> CompactionProposal:
+        """Return a proposal that replaces the input with `messages`.
 
         Args:
             messages: The shorter conversation.
@@ -161,8 +155,8 @@ class CompactionOutcome:
         return cls(messages=messages, tokens_before=before, tokens_after=after)
 
     @classmethod
-    def unchanged(cls, messages: Iterable[Message], before: int) -> CompactionOutcome:
-        """Return an outcome that keeps `messages` at the input's size.
+    def unchanged(cls, messages: Iterable[Message], before: int) -> CompactionProposal:
+        """Return a proposal that keeps `messages` at the input's size.
 
         Args:
             messages: The conversation, as received.
@@ -171,8 +165,8 @@ class CompactionOutcome:
         return cls(messages=messages, tokens_before=before, tokens_after=before)
 
     @classmethod
-    def failed(cls, error: str, before: int) -> CompactionOutcome:
-        """Return an outcome saying the compactor could not run.
+    def failed(cls, error: str, before: int) -> CompactionProposal:
+        """Return a proposal saying the compactor could not run.
 
         Args:
             error: What went wrong, for the run's failure report.
@@ -186,134 +180,86 @@ class CompactionOutcome:
         return self.error is not None
 
 
-@final
-@attrs.frozen(kw_only=True)
-class Compacted:
-    """The pass shrank the conversation; `messages` replaces it wholesale.
-
-    Every size is the whole request's: the messages plus the reserved budget
-    (system prompt, tool schemas, reply budget), so the manager, the driver,
-    the audit record and the hooks all report one count.
-
-    Attributes:
-        messages: The compacted conversation.
-        tokens_before: The manager's count before the pass, reserved included.
-        tokens_after: The manager's count of `messages`, reserved included.
-        tokens_saved: `tokens_before - tokens_after`, never below 0.
-        reason: Why the pass ran.
-        strategy: The compactor's class name (``"TruncatingCompactor"``).
-    """
-
-    messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
-    tokens_before: int
-    tokens_after: int
-    tokens_saved: int
-    reason: CompactReason
-    strategy: str
-
-
-@final
-@attrs.frozen(kw_only=True)
-class NoAction:
-    """Nothing changed: the caller keeps its messages as they are.
-
-    Attributes:
-        tokens_before: The manager's count before the pass, reserved included.
-        tokens_after: The manager's count after it, reserved included (never
-            below `tokens_before` when a compactor ran, equal when none did).
-        reason: Why the pass ran, or was considered.
-        strategy: The compactor's class name.
-    """
-
-    tokens_before: int
-    tokens_after: int
-    reason: CompactReason | None
-    strategy: str
-
-
-@final
-@attrs.frozen(kw_only=True)
-class ContextOverflow:
-    """The compactor's result, plus the reserved budget, is over the window.
-
-    Attributes:
-        used: Tokens the request would use, reserved budget included.
-        window: The context window.
-        message_count: How many messages the overflowing result has.
-        reason: Why the pass ran.
-        strategy: The compactor's class name.
-    """
-
-    used: int
-    window: int
-    message_count: int
-    reason: CompactReason
-    strategy: str
-
-    @property
-    def utilization(self) -> float:
-        """`used / window`, or 0.0 for an unlimited window (0)."""
-        return self.used / self.window if self.window else 0.0
-
-    def __str__(self) -> str:
-        return (
-            f"context overflow: {self.used} tokens used of {self.window} window "
-            f"({self.message_count} messages, {self.used - self.window} overflow)"
+def _check_tokens_before(inst: CompactionRequest, _attr: object, value: Any) -> None:
+    if value is None:
+        return
+    if not _checks.is_int(value) or value < inst.reserved:
+        raise ConfigError(
+            "tokens_before",
+            value,
+            f"an int >= reserved ({inst.reserved}): the count of the messages "
+            "plus the reserved budget, or None",
         )
 
 
 @final
 @attrs.frozen(kw_only=True)
-class CompactorError:
-    """The compactor failed; the caller keeps its messages as they are.
+class CompactionRequest:
+    """One pass asked of a `ContextManager`: what to shrink, why, and with what.
 
-    It raised, reported a failure, returned something that is not a usable
-    outcome, or returned messages that break the conversation (a tool call
-    split from its result or a result out of place, a repeated message id).
+    Checked once, here; `ContextManager.compact` takes nothing else.
 
     Attributes:
-        used: The size of the input, reserved budget included (nothing was
-            saved).
-        window: The context window.
-        message_count: How many messages the input has.
-        error: What went wrong, for the run's failure report.
-        reason: Why the pass ran.
-        strategy: The compactor's class name.
+        messages: The conversation (history and pending, as one list).
+        reason: Why the pass runs. None: only if the messages plus
+            `reserved` cross one of the manager's lines (the line names
+            the reason); under both lines nothing runs.
+            `CompactReason.MANUAL` is a manual pass (the operator's
+            ``/compact``): it runs whatever the lines say.
+        turn: The turn the pass runs in.
+        reserved: Tokens that ride the request besides `messages` (system
+            prompt, tool schemas, reply budget); they must still fit
+            afterwards, and every reported size includes them.
+        tokens_before: The caller's count of `messages` plus `reserved`, with
+            the manager's counter, when it has it already; None: the
+            manager counts.
+        instructions: Guidance from pre-compact hooks.
+        additional_context: Extra text from pre-compact hooks.
+        failures: The session's consecutive failed passes so far (its
+            circuit breaker opens at the manager's `max_failures`).
+        session_id: The session, for the compactor's idempotency key.
+        summaries: The session's recorded summaries, by message id.
+        model_call: How the compactor calls a model (a driver's: its retry
+            policy, timeout and usage accounting), or None.
+        target_tokens: The size to aim for (reserved budget included)
+            instead of the manager's `target_tokens`, e.g. calibrated to
+            what the provider reported; None: the manager's.
+
+    Raises:
+        ConfigError: On construction, naming the field and the value.
     """
 
-    used: int
-    window: int
-    message_count: int
-    error: str
-    reason: CompactReason
-    strategy: str
+    messages: tuple[Message, ...] = attrs.field(
+        converter=_to_messages, validator=_checks.each(Message, "a Message")
+    )
+    reason: CompactReason | None = attrs.field(
+        default=None,
+        validator=_checks.instance(CompactReason, "a CompactReason", optional=True),
+    )
+    turn: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    reserved: int = attrs.field(
+        default=0, validator=_checks.integer(low=0, expected="an int >= 0 (tokens)")
+    )
+    tokens_before: int | None = attrs.field(
+        default=None, validator=_check_tokens_before
+    )
+    instructions: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
+    additional_context: tuple[str, ...] = attrs.field(default=(), converter=_to_strings)
+    failures: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    session_id: str = attrs.field(default="", validator=_checks.string())
+    summaries: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_to_mapping, hash=False
+    )
+    model_call: ModelCall | None = attrs.field(
+        default=None,
+        eq=False,
+        hash=False,
+        validator=_checks.callable_(optional=True),
+    )
+    target_tokens: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=0, optional=True)
+    )
 
-    def __str__(self) -> str:
-        return f"compactor {self.strategy} failed: {self.error}"
 
-
-@final
-@attrs.frozen(kw_only=True)
-class CircuitOpen:
-    """The compactor refused to run: its circuit breaker is open.
-
-    Produced when the compactor raises `turnfsm.errors.CompactionCircuitOpen`.
-
-    Attributes:
-        failures: The consecutive failures that opened the breaker.
-        reason: Why the pass ran.
-        strategy: The compactor's class name.
-    """
-
-    failures: int
-    reason: CompactReason
-    strategy: str
-
-    def __str__(self) -> str:
-        return f"compaction circuit open after {self.failures} consecutive failures"
-
-
-CompactionDecision: TypeAlias = (
-    Compacted | NoAction | ContextOverflow | CompactorError | CircuitOpen
-)
-"""How the manager classified one compaction pass."""
+# The proposal's old name, for modules not yet moved to the new one (internal).
+CompactionOutcome = CompactionProposal

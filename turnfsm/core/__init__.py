@@ -21,6 +21,7 @@ from turnfsm.core._decisions import (
 )
 from turnfsm.core._events import (
     EVENT_TYPES,
+    PASS_EVENT_TYPES,
     CompactionCircuitOpened,
     CompactionNoop,
     CompactionOverflowed,
@@ -33,6 +34,7 @@ from turnfsm.core._events import (
     ModelFailed,
     ModelReplied,
     OutputRejected,
+    PassEvent,
     RunCancelled,
     RunStarted,
     Signal,
@@ -60,6 +62,7 @@ __all__ = [
     "EVENT_TYPES",
     "FAILURES",
     "GUARDS",
+    "PASS_EVENT_TYPES",
     "REDUCERS",
     "SCHEMA_VERSION",
     "Budget",
@@ -86,6 +89,7 @@ __all__ = [
     "ModelFailed",
     "ModelReplied",
     "OutputRejected",
+    "PassEvent",
     "Pause",
     "Perform",
     "Phase",

@@ -18,6 +18,7 @@ from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
     "EVENT_TYPES",
+    "PASS_EVENT_TYPES",
     "CompactionCircuitOpened",
     "CompactionNoop",
     "CompactionOverflowed",
@@ -31,6 +32,7 @@ __all__ = [
     "ModelFailed",
     "ModelReplied",
     "OutputRejected",
+    "PassEvent",
     "RunCancelled",
     "RunStarted",
     "Signal",
@@ -276,6 +278,24 @@ class Signal:
         factory=dict, hash=False, validator=_checks.string_mapping()
     )
 
+
+PassEvent: TypeAlias = (
+    CompactionResult
+    | CompactionNoop
+    | CompactionOverflowed
+    | CompactorFailed
+    | CompactionCircuitOpened
+)
+"""What one compaction pass feeds the brain: the context manager's result."""
+
+PASS_EVENT_TYPES: Final[tuple[type[PassEvent], ...]] = (
+    CompactionResult,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactorFailed,
+    CompactionCircuitOpened,
+)
+"""Every class of `PassEvent`."""
 
 Event: TypeAlias = (
     RunStarted

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from turnfsm.driver._carry import EffectSettings, carry_out
+from turnfsm.driver._context import (
+    EffectContext,
+    Reported,
+    RunResources,
+    ToolJournal,
+    UsageTally,
+)
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._driver import Driver
 from turnfsm.driver._effects import (
     BUILTIN_EFFECTS,
     Effect,
-    EffectContext,
     call_model,
     compact,
+    effect_key,
     measure,
+    run_one_tool,
     run_tools,
 )
 from turnfsm.driver._replay import ReplayReport, rebuild, replay
@@ -29,21 +38,29 @@ __all__ = [
     "Driver",
     "Effect",
     "EffectContext",
+    "EffectSettings",
     "ReplayReport",
+    "Reported",
     "RetryPolicy",
     "RunControl",
     "RunRecord",
+    "RunResources",
     "RunResult",
     "Session",
     "Tool",
+    "ToolJournal",
     "TurnRecord",
+    "UsageTally",
     "call_model",
+    "carry_out",
     "compact",
     "current_tool_call",
+    "effect_key",
     "function_tool",
     "is_transient",
     "measure",
     "rebuild",
     "replay",
+    "run_one_tool",
     "run_tools",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Generic, Literal, final
 
 import anyio
@@ -64,6 +66,15 @@ class RunControl:
     def is_cancel_requested(self) -> bool:
         """Whether `cancel()` was called and the run has not taken it yet."""
         return any(isinstance(e, RunCancelled) for e in self._queue)
+
+    @contextlib.contextmanager
+    def interrupting(self, scope: anyio.CancelScope) -> Iterator[None]:
+        """Let `cancel()` interrupt what runs inside `scope` (the driver calls this)."""
+        self._scope = scope
+        try:
+            yield
+        finally:
+            self._scope = None
 
     def take_cancel(self) -> RunCancelled | None:
         """Remove and return the queued cancel, if any (the driver calls this)."""

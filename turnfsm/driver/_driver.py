@@ -1,41 +1,8 @@
 """The Driver: the hands that carry out the brain's decisions.
 
-Theory of operation
--------------------
-One loop per run, and the run is its log. The brain (`TurnMachine`) answers
-every event with a decision; the loop appends the event to the session's
-log (with the phase and decision it led to), awaits the decision's effect,
-and feeds the event the effect returns back into the brain:
-
-    event = RunStarted(input)
-    while True:
-        decision = brain.handle(event);  log.append(event, decision)
-        if decision ends or pauses the run: break
-        event = await effects[decision](ctx, decision)
-
-Rule 1 - effects are plain functions, `async (ctx, decision) -> Event`, the
-same shape for the built-in phases and the ones users add. They record
-nothing; the loop writes the audit trail (turns, compaction passes, commit
-points) from (decision, event) and calls the observing hooks.
-
-Rule 2 - the log is written as it happens, never only at the end. A
-commit point (a compaction the brain accepted, a finished run) is in the
-log before the next effect starts, so whatever happens afterwards -
-failure, cancellation, a crash - the committed history stays committed.
-
-Rule 3 - nothing oversized is ever sent, and nothing invalid is ever
-committed. The driver measures the whole request (history + pending +
-extras + reply budget) and re-measures right before each call; the brain
-checks every event's messages (tool pairs, roles) before adopting them, so
-a broken event from any producer fails the run with a typed error.
-
-Rule 4 - every run can be stopped. The loop yields to the event loop at
-every step; `RunControl.cancel()` interrupts the effect in flight; compaction
-passes and user effects run under a timeout; a cancelled run still ends in
-the log (outcome ``cancelled``) and the cancellation propagates.
-
-Rule 5 - outside failures become events once, at the effect that met them;
-bugs propagate unchanged (the run is logged as crashed first).
+`Driver.run` opens a run in a session and hands it to its loop
+(`turnfsm.driver._loop`, where the theory of operation is); `resume` and
+`abandon` pick an open run up from the session's log.
 """
 
 from __future__ import annotations
@@ -59,17 +26,14 @@ from turnfsm.core import (
     Pause,
     RunCancelled,
     RunStarted,
-    Snapshot,
     TurnMachine,
     trigger_of,
 )
+from turnfsm.driver._carry import EffectSettings
+from turnfsm.driver._context import RunResources
 from turnfsm.driver._control import RunControl, RunResult
-from turnfsm.driver._effects import (
-    BUILTIN_EFFECTS,
-    Effect,
-    EffectContext,
-)
-from turnfsm.driver._loop import LoopSettings, _Loop
+from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect
+from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType, check_machine
 from turnfsm.driver._replay import rebuild
 from turnfsm.driver._retry import RetryPolicy
@@ -238,7 +202,7 @@ class Driver:
     _effects: dict[str, Effect] = attrs.field(init=False)
     _digest: str = attrs.field(init=False)
     _extras: tuple[str, ...] = attrs.field(init=False)
-    _settings: LoopSettings = attrs.field(init=False)
+    _settings: EffectSettings = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.model, ModelClient):
@@ -288,7 +252,7 @@ class Driver:
                     f"an effect named {state.effect!r} for phase {state.name!r}",
                 )
         self._digest = machine_digest(self.machine)
-        self._settings = LoopSettings(
+        self._settings = EffectSettings(
             machine_name=self.machine.name,
             digest=self._digest,
             agent=self.name,
@@ -509,31 +473,40 @@ class Driver:
         control: RunControl | None,
         hooks: Sequence[Hook],
         output: OutputType | None = None,
-    ) -> _Loop:
-        ctx = self._context(
-            run_id,
-            machine.snapshot,
-            session=session,
-            session_id=session.id,
-            hooks=hooks,
-            output=output,
+    ) -> RunLoop:
+        run = self.resources(
+            run_id, session=session, session_id=session.id, hooks=hooks, output=output
         )
-        loop = _Loop(self._settings, session, machine, ctx, control)
-        ctx.record = loop.record_result
-        return loop
+        return RunLoop(self._settings, session, machine, run, control)
 
-    def _context(
+    @property
+    def effect_settings(self) -> EffectSettings:
+        """The effects and their limits, as `carry_out` takes them."""
+        return self._settings
+
+    def resources(
         self,
         run_id: str,
-        snapshot: Snapshot,
         *,
         session: Session | None,
         session_id: str,
         hooks: Sequence[Hook] = (),
         output: OutputType | None = None,
         retry: RetryPolicy | None = None,
-    ) -> EffectContext:
-        """The context a run's effects get (the loop's, or an activity's)."""
+    ) -> RunResources:
+        """Return what the effects of run `run_id` may use.
+
+        The loop's run gets them, and so does each Temporal activity that
+        carries out one of a durable run's effects.
+
+        Args:
+            run_id: The run.
+            session: The session's log, or None (an effect that needs no log).
+            session_id: The session's id.
+            hooks: Hooks for this run only, after the driver's own.
+            output: The run's output type (default: none, plain text).
+            retry: The retry policy instead of the driver's.
+        """
         listed = [*self.hooks, *hooks]
         traced = tracing_hook(listed, self.tracing)
         if traced is not None:
@@ -544,10 +517,9 @@ class Driver:
         reserved = (meter.measure(extras=kept) if kept else 0) + (
             self.max_output_tokens or 0
         )
-        return EffectContext(
+        return RunResources(
             run_id=run_id,
             session_id=session_id,
-            snapshot=snapshot,
             model=self.model,
             tools=self._tools,
             tool_schemas=self._schemas,

@@ -1,30 +1,58 @@
-"""One run of the driver: the brain, its effects' context, and the run's log.
+"""One run of the driver: the brain, its effects, and the run's log.
 
-`Driver` builds a `_Loop` per run (or per resumed run); see the theory of
-operation in `turnfsm.driver._driver`.
+Theory of operation
+-------------------
+One loop per run, and the run is its log. The brain (`TurnMachine`) answers
+every event with a decision; the loop appends the event to the session's
+log (with the phase and decision it led to), awaits the decision's effect,
+and feeds the event the effect returns back into the brain:
+
+    event = RunStarted(input)
+    while True:
+        decision = brain.handle(event);  log.append(event, decision)
+        if decision ends or pauses the run: break
+        event = await effects[decision](ctx, decision)
+
+Rule 1 - effects are plain functions, `async (ctx, decision) -> Event`, the
+same shape for the built-in phases and the ones users add. Each step gets a
+frozen `EffectContext`; effects record nothing. The loop writes the audit
+trail (turns, compaction passes, commit points) from (decision, event) and
+calls the observing hooks (`_audit`).
+
+Rule 2 - the log is written as it happens, never only at the end. A
+commit point (a compaction the brain accepted, a finished run) is in the
+log before the next effect starts, so whatever happens afterwards -
+failure, cancellation, a crash - the committed history stays committed.
+
+Rule 3 - nothing oversized is ever sent, and nothing invalid is ever
+committed. The driver measures the whole request (history + pending +
+extras + reply budget) and re-measures right before each call; the brain
+checks every event's messages (tool pairs, roles) before adopting them, so
+a broken event from any producer fails the run with a typed error.
+
+Rule 4 - every run can be stopped. The loop yields to the event loop at
+every step; `RunControl.cancel()` interrupts the effect in flight; compaction
+passes and user effects run under a timeout (`carry_out`); a cancelled run
+still ends in the log (outcome ``cancelled``) and the cancellation
+propagates.
+
+Rule 5 - outside failures become events once, at the effect that met them;
+bugs propagate unchanged (the run is logged as crashed first, `_ending`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, Final, final
 
 import anyio
 import anyio.lowlevel
-import attrs
 
-from turnfsm.context import ContextManager
-from turnfsm.context._diagnose import explain
 from turnfsm.core import (
-    EVENT_TYPES,
+    PASS_EVENT_TYPES,
     CallLLM,
     Compact,
-    CompactionCircuitOpened,
-    CompactionNoop,
-    CompactionOverflowed,
     CompactionResult,
-    CompactorFailed,
     Decision,
     Event,
     Fail,
@@ -32,116 +60,85 @@ from turnfsm.core import (
     Measure,
     ModelReplied,
     OutputRejected,
+    PassEvent,
     Pause,
-    Perform,
     RunCancelled,
     RunTools,
     Snapshot,
     TurnMachine,
 )
-from turnfsm.driver._arguments import InvalidArguments
-from turnfsm.driver._control import RunControl, RunResult
-from turnfsm.driver._effects import (
-    Effect,
+from turnfsm.driver import _audit
+from turnfsm.driver._carry import EffectSettings, carry_out
+from turnfsm.driver._context import (
     EffectContext,
-    describe_model,
-    effect_key,
-    is_extension,
+    Reported,
+    RunResources,
+    ToolJournal,
+    UsageTally,
 )
-from turnfsm.errors import (
-    Cancelled,
-    ContextExceeded,
-    InvalidMessage,
-    InvalidReturn,
-    RunCrashed,
-    TurnFSMError,
-)
+from turnfsm.driver._control import RunControl, RunResult
+from turnfsm.driver._effects import is_extension
+from turnfsm.driver._ending import Ending
+from turnfsm.driver._model_calls import describe_model
+from turnfsm.errors import InvalidMessage, InvalidReturn
 from turnfsm.hooks import (
     CircuitInfo,
-    CompactionDone,
-    CompactionInfo,
     DecisionInfo,
     OutcomeInfo,
-    RunEndInfo,
     RunStartInfo,
     TransitionInfo,
 )
-from turnfsm.messages import SUMMARY_COVERS, Joined, Message, MessageLog
+from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence import (
     BreakerChanged,
-    Committed,
     CompactionRecord,
     Entry,
     EventRecorded,
-    RunEnded,
     RunOpened,
     RunRecord,
     Session,
-    SummaryRecorded,
     ToolResultRecorded,
-    TurnRecord,
     decision_key,
 )
-from turnfsm.values import ErrorInfo, Usage
+from turnfsm.values import Usage
 
-__all__ = ["LoopSettings", "_Loop", "carry_out"]
+__all__ = ["RunLoop"]
 
 logger = logging.getLogger("turnfsm.driver")
 
 
-@final
-@attrs.frozen(kw_only=True)
-class LoopSettings:
-    """What a run's loop takes from its `Driver` (internal)."""
-
-    machine_name: str
-    digest: str
-    agent: str
-    effects: Mapping[str, Effect]
-    context: ContextManager | None
-    compaction_timeout: float | None
-    effect_timeout: float | None
-
-
-_COMPACTION_OUTCOMES: Final = {
-    CompactionResult: "compacted",
-    CompactionNoop: "noop",
-    CompactionOverflowed: "overflow",
-    CompactorFailed: "failed",
-    CompactionCircuitOpened: "circuit_open",
-}
-
-
-class _Loop:
-    """One run of the driver: the brain, its context and the log (internal)."""
+class RunLoop(Ending):
+    """One run of the driver: the brain, its effects and the log (internal)."""
 
     def __init__(
         self,
-        driver: LoopSettings,
+        settings: EffectSettings,
         session: Session,
         machine: TurnMachine,
-        ctx: EffectContext,
+        run: RunResources,
         control: RunControl | None,
     ) -> None:
-        self.driver = driver
+        self.settings = settings
         self.session = session
         self.machine = machine
-        self.ctx = ctx
+        self.run = run
         self.control = control
-        self.hooks = ctx.hooks
-        self.run_id = ctx.run_id
+        self.hooks = run.hooks
+        self.run_id = run.run_id
         self.index = 0
         self.usage = Usage()
         self.compaction_usage = Usage()
-        self.compactions = 0
+        self.reported: Reported | None = None  # the provider's count of the last call
         self.context: tuple[MessageLog, MessageLog] | None = None
-        self._effects = driver.effects
+        self._effects = settings.effects
         self._wants_transition = self.hooks.wants("on_transition")
-        self._journal: anyio.Lock | None = None  # made on the first tool result
+        self._journal: ToolJournal | None = None  # made on the first batch of calls
+        self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
+        self._lock: anyio.Lock | None = None  # made on the first journaled result
         self._opening: RunOpened | None = None  # written with the first event
         self.abandoning = False  # an abandoned run ends failed, not cancelled
         self.before = machine.snapshot  # as of the last feed (for diagnostics)
-        self.in_flight: Decision | None = None  # the decision an effect carries out
+        self.step: EffectContext | None = None  # the step an effect carries out
         self._heard_end = False  # on_run_end is called once
 
     # -- the log -------------------------------------------------------
@@ -153,26 +150,26 @@ class _Loop:
         """
         self._opening = RunOpened(
             run_id=self.run_id,
-            machine=self.driver.machine_name,
-            digest=self.driver.digest,
+            machine=self.settings.machine_name,
+            digest=self.settings.digest,
             budget=self.machine.snapshot.budget,
-            at=self.ctx.clock(),
+            at=self.run.clock(),
         )
         self._started(input, resumed=False)
 
     def _started(self, input: tuple[Message, ...], *, resumed: bool) -> None:
         if not self.hooks.wants("on_run_start"):
             return
-        model, provider = describe_model(self.ctx.model)
+        model, provider = describe_model(self.run.model)
         self.hooks.call(
             "on_run_start",
             RunStartInfo(
                 session_id=self.session.id,
                 run_id=self.run_id,
                 input=input,
-                agent=self.driver.agent,
-                machine=self.driver.machine_name,
-                digest=self.driver.digest,
+                agent=self.settings.agent,
+                machine=self.settings.machine_name,
+                digest=self.settings.digest,
                 budget=self.machine.snapshot.budget,
                 model=model,
                 provider=provider,
@@ -181,24 +178,24 @@ class _Loop:
         )
 
     def restore(self, record: RunRecord) -> None:
+        """Pick up a run from its record (a resumed or abandoned run)."""
         self.index = len(record.events)
         self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
         self.compaction_usage = sum(
             (c.usage for c in record.compactions if c.usage), Usage()
         )
-        self.compactions = len(record.compactions)
-        self.ctx.recorded = self.session.recorded_results(self.run_id)
+        self._resumed = self.session.recorded_results(self.run_id)
         self._started((), resumed=True)
 
-    async def record_result(self, result: Message) -> None:
+    async def _record_result(self, result: Message) -> None:
         """Log one tool result of the batch in flight (calls finish concurrently)."""
         entry = ToolResultRecorded(run_id=self.run_id, index=self.index, result=result)
         # One writer at a time (the versioned append); an uncontended lock is
         # taken without waiting, so the usual lone call pays no checkpoint
         # (the loop's own checkpoint per step is where cancellation lands).
-        lock = self._journal
+        lock = self._lock
         if lock is None:
-            lock = self._journal = anyio.Lock()
+            lock = self._lock = anyio.Lock()
         try:
             lock.acquire_nowait()
         except anyio.WouldBlock:
@@ -212,27 +209,33 @@ class _Loop:
         """Feed `event` to the brain and append it, and what it led to, to the log."""
         machine = self.machine
         before = self.before = machine.snapshot
-        entries: list[Entry] = [] if last is None else self._audit(last, event, before)
+        entries: list[Entry] = []
         if self._opening is not None:
-            entries.insert(0, self._opening)
+            entries.append(self._opening)
             self._opening = None
+        if isinstance(last, CallLLM) and isinstance(
+            event, ModelReplied | OutputRejected
+        ):
+            entries.append(self._turn(last, event))
         try:
             decision = machine.handle(event)
         except InvalidMessage as exc:
             # A producer (effect, compactor, injection) broke the conversation:
             # nothing of it is adopted; the run fails naming the call id.
+            if isinstance(last, Compact) and isinstance(event, CompactionResult):
+                entries += self._pass(last, event, before, taken=None)
             entries.append(self._recorded(event, before.phase, "error:InvalidMessage"))
             await self.session.append(*entries)
             raise _Broken(exc) from None
         after = machine.snapshot
-        self.ctx.snapshot = after
-        if isinstance(last, Compact):
-            self._settle(entries, before, after)
+        changed = after.history is not before.history
+        if isinstance(last, Compact) and isinstance(event, PASS_EVENT_TYPES):
+            entries += self._pass(last, event, before, taken=changed)
         entries.append(self._recorded(event, after.phase, decision_key(decision)))
-        if after.history is not before.history:
+        if changed:
             if isinstance(event, CompactionResult):
-                entries.extend(_summaries(self.run_id, event.messages))
-            entries.append(_committed(self.run_id, before.history, after.history))
+                entries += _audit.summaries(self.run_id, event.messages)
+            entries.append(_audit.committed(self.run_id, before.history, after.history))
         await self.session.append(*entries, history=after.history)
         if self._wants_transition and machine.last_step is not None:
             self.hooks.call(
@@ -253,66 +256,25 @@ class _Loop:
             event=event,
             phase=phase,
             decision=decision,
-            at=self.ctx.clock(),
+            at=self.run.clock(),
         )
         self.index += 1
         return entry
 
-    def _audit(self, decision: Decision, event: Event, before: Snapshot) -> list[Entry]:
-        """The audit entries a decision's outcome makes (a turn, a compaction)."""
-        if isinstance(decision, CallLLM) and isinstance(
-            event, ModelReplied | OutputRejected
-        ):
-            if event.usage is not None:
-                self.usage = self.usage + event.usage
-                if event.usage.input_tokens:
-                    self.ctx.reported = (
-                        event.usage.input_tokens,
-                        decision.history,
-                        decision.pending,
-                    )
-            keep, added = self._context_change(decision)
-            return [
-                TurnRecord(
-                    run_id=self.run_id,
-                    turn=decision.turn,
-                    keep=keep,
-                    added=added,
-                    output=event.message.id,
-                    usage=event.usage,
+    def _turn(self, decision: CallLLM, event: ModelReplied | OutputRejected) -> Entry:
+        """The turn a model reply makes; keeps its usage and the provider's count."""
+        usage = event.usage
+        if usage is not None:
+            self.usage = self.usage + usage
+            if usage.input_tokens:
+                self.reported = Reported(
+                    tokens=usage.input_tokens,
+                    history=decision.history,
+                    pending=decision.pending,
                 )
-            ]
-        if isinstance(decision, Compact):
-            outcome = _COMPACTION_OUTCOMES.get(type(event))
-            if outcome is not None:
-                record = self._compaction(decision, event, outcome, before)
-                return [record, *self._breaker(record)]
-        return []
-
-    def _breaker(self, record: CompactionRecord) -> list[Entry]:
-        """The breaker's opening, when this failed pass reaches `max_failures`.
-
-        Written once, on the transition; the count itself is a projection
-        of the session's log (`Session.compaction_failures`).
-        """
-        manager = self.driver.context
-        if manager is None or record.outcome != "failed":
-            return []
-        failures = self.session.compaction_failures + 1
-        if failures != manager.max_failures:
-            return []
-        if self.hooks.wants("on_circuit_opened"):
-            self.hooks.call(
-                "on_circuit_opened",
-                CircuitInfo(
-                    session_id=self.session.id, run_id=self.run_id, failures=failures
-                ),
-            )
-        return [
-            BreakerChanged(
-                run_id=self.run_id, open=True, failures=failures, at=self.ctx.clock()
-            )
-        ]
+        return _audit.turn_record(
+            self.run_id, decision, event, self._context_change(decision)
+        )
 
     def _context_change(self, decision: CallLLM) -> tuple[int, list[str]]:
         """The context of this call as a change from the previous call's."""
@@ -327,94 +289,54 @@ class _Loop:
             return keep, [m.id for m in pending.items_from(len(last[1]))]
         return 0, [m.id for m in history] + [m.id for m in pending]
 
-    def _compaction(
-        self, decision: Compact, event: Event, outcome: str, before: Snapshot
-    ) -> CompactionRecord:
-        covers = [m.id for m in decision.history] + [m.id for m in decision.pending]
-        usage: Usage | None = None
-        match event:
-            case CompactionResult(messages=new, before=size, after=after, usage=usage):
-                replacement = [m.id for m in new]
-            case CompactionNoop(before=size, after=after, vetoed=vetoed, usage=usage):
-                replacement = covers
-                outcome = "vetoed" if vetoed else "noop"
-            case (
-                CompactionOverflowed(used=after, usage=usage)
-                | CompactorFailed(used=after, usage=usage)
-            ):
-                size, replacement = before.estimate or after, covers
-            case _:
-                size = after = before.estimate or 0
-                replacement = covers
-        if usage is not None:
-            self.compaction_usage = self.compaction_usage + usage
-        manager = self.driver.context
-        record = CompactionRecord(
-            run_id=self.run_id,
-            turn=before.turns,
-            reason=decision.reason,
+    def _pass(
+        self,
+        decision: Compact,
+        event: PassEvent,
+        before: Snapshot,
+        *,
+        taken: bool | None,
+    ) -> list[Entry]:
+        """The pass's one record (told to the hooks) and the breaker's opening."""
+        manager = self.settings.context
+        record = _audit.compaction_record(
+            self.run_id,
+            f"{self.run_id}:{self.index}",
+            decision,
+            event,
+            before,
+            taken=taken,
             strategy=type(manager.compactor).__name__ if manager else "",
-            outcome=outcome,  # type: ignore[arg-type]
-            covers=covers,
-            replacement=replacement,
-            tokens_before=size,
-            tokens_after=after,
-            key=f"{self.run_id}:{self.index}",
-            usage=usage,
         )
-        self.compactions += 1
-        return record
+        if record.usage is not None:
+            self.compaction_usage = self.compaction_usage + record.usage
+        self.hooks.compaction_pass(record, self.session.id)
+        return [record, *self._breaker(record)]
 
-    def _settle(self, entries: list[Entry], before: Snapshot, after: Snapshot) -> None:
-        """Settle the pass's record on what the brain made of it, then report it.
+    def _breaker(self, record: CompactionRecord) -> list[Entry]:
+        """The breaker's opening, when this failed pass reaches `max_failures`.
 
-        A result the brain refused (the no-progress guard: it saved nothing)
-        is logged as stalled, not compacted: nothing was committed.
+        Written once, on the transition; the count itself is a projection
+        of the session's log (`Session.compaction_failures`).
         """
-        for i, entry in enumerate(entries):
-            if isinstance(entry, CompactionRecord):
-                if entry.compacted and after.history is before.history:
-                    entry = entries[i] = attrs.evolve(entry, outcome="stalled")
-                self._report(entry)
-                return
-
-    def _report(self, record: CompactionRecord) -> None:
-        hooks = self.hooks
-        if record.compacted and hooks.wants("on_compaction_done"):
-            hooks.call(
-                "on_compaction_done",
-                CompactionDone(
-                    session_id=self.session.id,
-                    run_id=self.run_id,
-                    turn=record.turn,
-                    trigger=record.reason,
-                    strategy=record.strategy,
-                    covers=record.covers,
-                    replacement=record.replacement,
-                    tokens_before=record.tokens_before,
-                    tokens_after=record.tokens_after,
-                    usage=record.usage,
+        manager = self.settings.context
+        if manager is None or record.outcome != "failed":
+            return []
+        failures = self.session.compaction_failures + 1
+        if failures != manager.max_failures:
+            return []
+        if self.hooks.wants("on_circuit_opened"):
+            self.hooks.call(
+                "on_circuit_opened",
+                CircuitInfo(
+                    session_id=self.session.id, run_id=self.run_id, failures=failures
                 ),
             )
-        if not (hooks.wants("post_compact") or hooks.wants("on_compaction")):
-            return
-        info = CompactionInfo(
-            run_id=self.run_id,
-            reason=record.reason,
-            turn=record.turn,
-            tokens_before=record.tokens_before,
-            tokens_after=record.tokens_after,
-            messages_before=len(record.covers),
-            messages_after=len(record.replacement),
-            compacted=record.compacted,
-            vetoed=record.vetoed,
-            outcome=record.outcome,
-            strategy=record.strategy,
-            usage=record.usage,
-        )
-        if record.compacted:
-            hooks.call("on_compaction", info)
-        hooks.call("post_compact", info)
+        return [
+            BreakerChanged(
+                run_id=self.run_id, open=True, failures=failures, at=self.run.clock()
+            )
+        ]
 
     # -- the loop ------------------------------------------------------
     async def go(self, event: Event) -> RunResult:
@@ -434,21 +356,21 @@ class _Loop:
             assert decision is not None
             return await self._steps(decision)
         except _Broken as broken:
-            return await self._end(None, broken.error)
+            return await self.end(None, broken.error)
         except InvalidReturn as exc:
             # An effect or the model broke its contract: the run fails,
             # logged, naming which (nothing it returned is fed to the brain).
             logger.error("run %s: %s", self.run_id, exc)
-            self.in_flight = None
-            return await self._end(None, exc)
+            self.step = None
+            return await self.end(None, exc)
         except anyio.get_cancelled_exc_class():
-            self._keep_spent(self.in_flight)
+            self._keep_spent()
             with anyio.CancelScope(shield=True):
-                await self._abort(RunCancelled(reason="cancelled from outside"))
+                await self.abort(RunCancelled(reason="cancelled from outside"))
             raise
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                await self._crash(exc)
+                await self.crash(exc)
             raise
 
     async def _steps(self, decision: Decision) -> RunResult:
@@ -462,7 +384,7 @@ class _Loop:
             if control is not None:
                 decision = await self._steer(decision)
             if isinstance(decision, Finish | Fail | Pause):
-                return await self._end(decision, None)
+                return await self.end(decision, None)
             await anyio.lowlevel.checkpoint()
             if wants_decision:
                 hooks.call(
@@ -474,11 +396,7 @@ class _Loop:
                         turn=self.machine.snapshot.turns,
                     ),
                 )
-            self.in_flight = decision
             event = await self._effect(decision)
-            self.in_flight = None
-            if self.ctx.recorded and isinstance(decision, RunTools):
-                self.ctx.recorded = {}  # the resumed batch is done
             if wants_outcome:
                 hooks.call(
                     "on_outcome",
@@ -500,7 +418,7 @@ class _Loop:
             ):
                 steered = await self._steer(decision)
                 if isinstance(steered, Finish | Fail | Pause):
-                    return await self._end(steered, None)
+                    return await self.end(steered, None)
             decision = await self.feed(event, decision)
 
     async def _steer(self, decision: Decision) -> Decision:
@@ -510,237 +428,43 @@ class _Loop:
                 decision = await self.feed(queued, None)
         return decision
 
+    def _context(self, decision: Decision) -> EffectContext:
+        """The frozen context of one step."""
+        journal = None
+        if type(decision) is RunTools:
+            journal = self._journal
+            if self._resumed:  # the batch in flight when the process died
+                journal = ToolJournal(
+                    recorded=self._resumed, record=self._record_result
+                )
+                self._resumed = {}
+            elif journal is None:
+                journal = self._journal = ToolJournal(record=self._record_result)
+        return EffectContext(
+            run=self.run,
+            snapshot=self.machine.snapshot,
+            journal=journal,
+            spent=UsageTally(),
+            reported=self.reported,
+        )
+
     async def _effect(self, decision: Decision) -> Event:
         """Carry `decision` out under its timeout, interruptible by the control."""
-        event = await carry_out(self.driver, self.ctx, decision, self.control)
+        step = self.step = self._context(decision)
+        event = await carry_out(self.settings, step, decision, self.control)
         if type(event) is RunCancelled:
-            self._keep_spent(decision)
+            self._keep_spent()
+        self.step = None
         return event
 
-    def _keep_spent(self, decision: Decision | None) -> None:
+    def _keep_spent(self) -> None:
         """Keep what an interrupted pass's model calls cost (no record follows)."""
-        if isinstance(decision, Compact) and self.ctx.spent:
-            self.compaction_usage = self.compaction_usage + sum(self.ctx.spent, Usage())
-            self.ctx.spent.clear()
-
-    # -- the end -------------------------------------------------------
-    async def _end(
-        self, decision: Finish | Fail | Pause | None, error: TurnFSMError | None
-    ) -> RunResult:
-        snapshot = self.machine.snapshot
-        text = decision.text if isinstance(decision, Finish) else ""
-        waiting = decision if isinstance(decision, Pause) else None
-        if isinstance(decision, Fail):
-            error = decision.error
-        if isinstance(error, ContextExceeded) and self.driver.context is not None:
-            # Say what filled the window (the brain's own error stays as it
-            # decided it: the log's decisions replay unchanged).
-            context = self.before
-            error = explain(
-                error,
-                Joined(context.history, context.pending),
-                self.driver.context.counter,
-            )
-        if waiting is not None:
-            outcome = "paused"
-        elif error is None:
-            outcome = "done"
-        elif isinstance(error, Cancelled) and not self.abandoning:
-            outcome = "cancelled"
-        else:
-            outcome = "failed"
-        # A run that ends before its first event was logged (a crash in the
-        # first feed) still opens in the log before it ends.
-        opening = () if self._opening is None else (self._opening,)
-        self._opening = None
-        await self._append_end(opening, outcome, snapshot, text, error, waiting)
-        self._hear_end(outcome, snapshot, text, error)
-        return RunResult(
-            output=self._output(outcome, text),
-            outcome=outcome,  # type: ignore[arg-type]
-            text=text,
-            error=error,
-            usage=self.usage,
-            session_id=self.session.id,
-            run_id=self.run_id,
-            turns=snapshot.turns,
-            waiting=waiting,
-            compaction_usage=self.compaction_usage,
-        )
-
-    def _output(self, outcome: str, text: str) -> Any:
-        """The final answer read as the run's output type (None without one).
-
-        The built-in `call_llm` validated it already; a replacement effect
-        may not have: an answer that does not read is None, and logged.
-        """
-        output = self.ctx.output
-        if output is None or outcome != "done":
-            return None
-        try:
-            return output.parse(text)
-        except InvalidArguments as exc:
-            logger.warning(
-                "run %s: the final answer does not fit: %s", self.run_id, exc
-            )
-            return None
-
-    async def _append_end(
-        self,
-        opening: tuple[RunOpened, ...],
-        outcome: str,
-        snapshot: Snapshot,
-        text: str,
-        error: TurnFSMError | None,
-        waiting: Pause | None,
-    ) -> None:
-        await self.session.append(
-            *opening,
-            RunEnded(
-                run_id=self.run_id,
-                outcome=outcome,  # type: ignore[arg-type]
-                phase=snapshot.phase,
-                text=text,
-                error=error,
-                usage=self.usage,
-                turns=snapshot.turns,
-                waiting=waiting,
-                at=self.ctx.clock(),
-                compaction_usage=self.compaction_usage,
-            ),
-        )
-
-    def _hear_end(
-        self, outcome: str, snapshot: Snapshot, text: str, error: TurnFSMError | None
-    ) -> None:
-        if self._heard_end:
-            return
-        self._heard_end = True
-        if self.hooks.wants("on_run_end"):
-            self.hooks.call(
-                "on_run_end",
-                RunEndInfo(
-                    run_id=self.run_id,
-                    phase=snapshot.phase,
-                    text=text,
-                    error=error,
-                    outcome=outcome,
-                    session_id=self.session.id,
-                    turns=snapshot.turns,
-                    usage=self.usage,
-                    compaction_usage=self.compaction_usage,
-                ),
-            )
-
-    async def _abort(self, event: RunCancelled) -> None:
-        """Record a cancellation from outside (shielded; never raises)."""
-        decision: Decision = Fail(error=Cancelled(reason=event.reason))
-        try:
-            fed = await self.feed(event, None)
-            if isinstance(fed, Fail):
-                decision = fed
-        except Exception:  # a broken brain: the run still ends cancelled
-            logger.debug("run %s: the brain refused the cancel", self.run_id)
-        try:
-            await self._end(decision, None)  # type: ignore[arg-type]
-        except Exception:
-            logger.exception("run %s: could not record its cancellation", self.run_id)
-            error = decision.error if isinstance(decision, Fail) else None
-            self._hear_end("cancelled", self.machine.snapshot, "", error)
-
-    async def _crash(self, exc: BaseException) -> None:
-        """Record that the run ended on an unexpected exception (shielded).
-
-        Observers hear of it even when the log cannot take it (its store is
-        down): the run is over in this process, whatever the log says.
-        """
-        crashed = RunCrashed(type=type(exc).__name__, message=str(exc))
-        try:
-            await self._end(None, crashed)
-        except Exception:
-            logger.exception("run %s: could not record its crash", self.run_id)
-            snapshot = self.machine.snapshot
-            self._hear_end("failed", snapshot, "", crashed)
-
-
-async def carry_out(
-    settings: LoopSettings,
-    ctx: EffectContext,
-    decision: Decision,
-    control: RunControl | None = None,
-) -> Event:
-    """Carry `decision` out with its effect, under its timeout; return the event.
-
-    The one way an effect is run, by the loop and by a Temporal activity
-    (`turnfsm.temporal`) alike: a compaction pass past `compaction_timeout`
-    is `CompactorFailed`, a custom effect past `effect_timeout` cancels the
-    run, and a `control`'s cancel interrupts the effect (its `RunCancelled`
-    is returned).
-
-    Raises:
-        InvalidReturn: the effect returned something other than an event.
-    """
-    key = effect_key(decision)
-    effect = settings.effects[key]
-    limit = _limit(settings, decision)
-    if limit is None and control is None:
-        return _event_of(key, await effect(ctx, decision))
-    with anyio.CancelScope() as scope:
-        if limit is not None:
-            scope.deadline = anyio.current_time() + limit
-        if control is not None:
-            control._scope = scope
-        try:
-            return _event_of(key, await effect(ctx, decision))
-        finally:
-            if control is not None:
-                control._scope = None
-    cancel = control.take_cancel() if control is not None else None
-    if cancel is not None:
-        return cancel
-    return _timed_out(ctx, decision, key, limit)
-
-
-def _limit(settings: LoopSettings, decision: Decision) -> float | None:
-    kind = type(decision)
-    if kind is Compact:
-        return settings.compaction_timeout
-    if kind is Perform:
-        return settings.effect_timeout
-    return None
-
-
-def _timed_out(
-    ctx: EffectContext, decision: Decision, key: str, limit: float | None
-) -> Event:
-    snapshot = ctx.snapshot
-    if isinstance(decision, Compact):
-        used = snapshot.estimate or 0
-        spent = ctx.spent
-        usage = sum(spent, Usage()) if spent else None
-        spent.clear()
-        return CompactorFailed(
-            used=used,
-            limit=snapshot.budget.context_window,
-            error=ErrorInfo(
-                type="TimeoutError",
-                message=f"the compaction pass timed out after {limit}s",
-            ),
-            usage=usage,
-        )
-    return RunCancelled(reason=f"effect {key!r} timed out after {limit}s")
-
-
-def _event_of(key: str, value: object) -> Event:
-    """Return what effect `key` returned if it is an event; else raise."""
-    if not isinstance(value, EVENT_TYPES):
-        text = repr(value)
-        raise InvalidReturn(
-            f"effect {key!r}",
-            text if len(text) <= 200 else text[:197] + "...",
-            "an event (turnfsm.core.EVENT_TYPES)",
-        )
-    return value
+        step = self.step
+        if step is not None:
+            spent = step.spent.total
+            if spent is not None:
+                self.compaction_usage = self.compaction_usage + spent
+            self.step = None
 
 
 class _Broken(Exception):
@@ -749,25 +473,3 @@ class _Broken(Exception):
     def __init__(self, error: InvalidMessage) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _committed(run_id: str, old: MessageLog, new: MessageLog) -> Committed:
-    """Describe how the committed history changed from `old` to `new`."""
-    keep = len(old)
-    if len(new) >= keep and new.store_key[0] is old.store_key[0]:
-        return Committed(run_id=run_id, keep=keep, messages=[m.id for m in new[keep:]])
-    return Committed(run_id=run_id, keep=0, messages=[m.id for m in new])
-
-
-def _summaries(run_id: str, messages: tuple[Message, ...]) -> list[Entry]:
-    """The summaries a committed compaction brought in (`SUMMARY_COVERS`)."""
-    return [
-        SummaryRecorded(
-            run_id=run_id,
-            message_id=m.id,
-            content=m.text,
-            covers_up_to_message_id=m.metadata[SUMMARY_COVERS],
-        )
-        for m in messages
-        if SUMMARY_COVERS in m.metadata
-    ]

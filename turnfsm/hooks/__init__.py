@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from turnfsm import _deprecated
+from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.hooks._hook import (
+    HOOK_METHODS,
     CircuitInfo,
-    CompactionDone,
-    CompactionInfo,
     DecisionInfo,
     Hook,
     ModelCallEnd,
@@ -22,11 +23,11 @@ from turnfsm.hooks._hook import (
 )
 
 __all__ = [
+    "HOOK_METHODS",
     "CircuitInfo",
-    "CompactionDone",
-    "CompactionInfo",
     "DecisionInfo",
     "Hook",
+    "HookDispatcher",
     "ModelCallEnd",
     "ModelCallInfo",
     "OutcomeInfo",
@@ -39,3 +40,14 @@ __all__ = [
     "ToolCallInfo",
     "TransitionInfo",
 ]
+
+__getattr__ = _deprecated.moved(
+    __name__,
+    {
+        name: (
+            f"turnfsm.hooks._hook:{name}",
+            "Hook.on_compaction_pass, which receives the pass's CompactionRecord",
+        )
+        for name in ("CompactionDone", "CompactionInfo")
+    },
+)

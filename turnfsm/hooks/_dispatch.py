@@ -4,39 +4,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, final
 
 import attrs
 
-from turnfsm.hooks._hook import Hook, PreCompact, PreCompactInfo
+from turnfsm import _deprecated
+from turnfsm.hooks._hook import (
+    DEPRECATED_METHODS,
+    HOOK_METHODS,
+    CompactionDone,
+    CompactionInfo,
+    Hook,
+    PreCompact,
+    PreCompactInfo,
+)
+from turnfsm.persistence import CompactionRecord
 
 __all__ = ["HookDispatcher"]
 
 logger = logging.getLogger("turnfsm.hooks")
-
-_METHODS = (
-    "on_run_start",
-    "on_transition",
-    "on_decision",
-    "on_outcome",
-    "on_model_call_start",
-    "on_model_call_end",
-    "on_tool_start",
-    "on_tool_end",
-    "on_text_delta",
-    "pre_compact",
-    "post_compact",
-    "on_compaction",
-    "on_compaction_done",
-    "on_circuit_opened",
-    "on_run_end",
-)
 
 
 def _hook_list(value: Iterable[Hook]) -> list[Hook]:
     return list(value)
 
 
+@final
 @attrs.define(eq=False)
 class HookDispatcher:
     """Fans each call out to the hooks that override the method."""
@@ -44,17 +37,40 @@ class HookDispatcher:
     hooks: list[Hook] = attrs.field(converter=_hook_list)
     strict: bool = False
     _table: dict[str, list[Hook]] = attrs.field(init=False, factory=dict)
+    _compaction: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         hooks = self.hooks
         if not hooks:  # the usual run: nothing to look up
-            self._table = {name: [] for name in _METHODS}
+            self._table = {name: [] for name in HOOK_METHODS}
             return
-        for name in _METHODS:
+        for name in HOOK_METHODS:
             base = getattr(Hook, name)
             self._table[name] = [
                 h for h in hooks if getattr(type(h), name, base) is not base
             ]
+        for name in DEPRECATED_METHODS:
+            for hook in self._table[name]:
+                _deprecated.warn(
+                    f"{type(hook).__name__}.{name}",
+                    "on_compaction_pass(record), which every pass calls with "
+                    "its CompactionRecord",
+                    stacklevel=5,
+                )
+        self._compaction = any(self._table[n] for n in _COMPACTION_METHODS)
+
+    def compaction_pass(self, record: CompactionRecord, session_id: str) -> None:
+        """Tell the hooks about one pass: `on_compaction_pass`, then the old methods."""
+        if not self._compaction:
+            return
+        self.call("on_compaction_pass", record)
+        if record.compacted and self._table["on_compaction_done"]:
+            self.call("on_compaction_done", _done(record, session_id))
+        if self._table["post_compact"] or self._table["on_compaction"]:
+            info = _info(record)
+            if record.compacted:
+                self.call("on_compaction", info)
+            self.call("post_compact", info)
 
     def wants(self, name: str) -> bool:
         """Whether any hook overrides `name` (lets the driver skip building records)."""
@@ -104,3 +120,38 @@ class HookDispatcher:
     def of(cls, hooks: Iterable[Hook], *, strict: bool = False) -> HookDispatcher:
         """Return a dispatcher over `hooks`."""
         return cls(list(hooks), strict)
+
+
+_COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)
+
+
+def _done(record: CompactionRecord, session_id: str) -> CompactionDone:
+    return CompactionDone(
+        session_id=session_id,
+        run_id=record.run_id,
+        turn=record.turn,
+        trigger=record.reason,
+        strategy=record.strategy,
+        covers=record.covers,
+        replacement=record.replacement,
+        tokens_before=record.tokens_before,
+        tokens_after=record.tokens_after,
+        usage=record.usage,
+    )
+
+
+def _info(record: CompactionRecord) -> CompactionInfo:
+    return CompactionInfo(
+        run_id=record.run_id,
+        reason=record.reason,
+        turn=record.turn,
+        tokens_before=record.tokens_before,
+        tokens_after=record.tokens_after,
+        messages_before=len(record.covers),
+        messages_after=len(record.replacement),
+        compacted=record.compacted,
+        vetoed=record.vetoed,
+        outcome=record.outcome,
+        strategy=record.strategy,
+        usage=record.usage,
+    )

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal, final
+from typing import Final, Literal, final
 
 import attrs
 
 from turnfsm.core import Budget, CompactReason, Decision, Event, Step
 from turnfsm.messages import Message, ToolCallPart
+from turnfsm.persistence import CompactionRecord
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.values import Usage
 
 __all__ = [
+    "HOOK_METHODS",
     "CircuitInfo",
     "CompactionDone",
     "CompactionInfo",
@@ -265,7 +267,9 @@ class PreCompact:
 @final
 @attrs.frozen(kw_only=True)
 class CompactionInfo:
-    """A compaction pass finished; `compacted` is False for a no-op or veto.
+    """A compaction pass finished (deprecated: `Hook.on_compaction_pass`).
+
+    `compacted` is False for a no-op or veto.
 
     `outcome` is the pass's logged outcome (compacted, noop, vetoed,
     overflow, stalled, failed, circuit_open), `strategy` the compactor's
@@ -294,7 +298,9 @@ class CompactionInfo:
 @final
 @attrs.frozen(kw_only=True)
 class CompactionDone:
-    """A pass compacted a session's conversation (seed 004's CompactionDone).
+    """A pass compacted a session's conversation (deprecated).
+
+    `Hook.on_compaction_pass` receives the pass's `CompactionRecord` instead.
 
     Its logged form is the run's `CompactionRecord` (outcome "compacted").
 
@@ -383,22 +389,51 @@ class Hook:
         """Called before a compaction pass; return a `PreCompact` to veto or steer."""
         return None
 
-    def post_compact(self, info: CompactionInfo) -> None:
-        """Called after every compaction pass, whatever it came to.
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        """Called after every compaction pass with its record, as logged.
 
-        Real compactions, no-ops, vetoes, and passes that failed (the
-        compactor raised, or its result still did not fit) alike;
-        `info.compacted` is True only for a real compaction.
+        Real compactions, no-ops, vetoes, and passes that failed alike:
+        `record.outcome` is the pass's `Verdict` (`record.compacted` is True
+        only for a real compaction); `record.covers` and
+        `record.replacement` name the messages it was given and those that
+        replace them.
         """
 
+    def post_compact(self, info: CompactionInfo) -> None:
+        """Deprecated: override `on_compaction_pass` (every pass, its record)."""
+
     def on_compaction(self, info: CompactionInfo) -> None:
-        """Called only after a pass that really compacted the conversation."""
+        """Deprecated: override `on_compaction_pass` and read `record.compacted`."""
 
     def on_compaction_done(self, info: CompactionDone) -> None:
-        """Called after a pass that compacted: the session, what it covered."""
+        """Deprecated: override `on_compaction_pass` and read `record.compacted`."""
 
     def on_circuit_opened(self, info: CircuitInfo) -> None:
         """Called once when a session's compaction circuit breaker opens."""
 
     def on_run_end(self, info: RunEndInfo) -> None:
         """Called once when a run ends."""
+
+
+HOOK_METHODS: Final = (
+    "on_run_start",
+    "on_transition",
+    "on_decision",
+    "on_outcome",
+    "on_model_call_start",
+    "on_model_call_end",
+    "on_tool_start",
+    "on_tool_end",
+    "on_text_delta",
+    "pre_compact",
+    "on_compaction_pass",
+    "post_compact",
+    "on_compaction",
+    "on_compaction_done",
+    "on_circuit_opened",
+    "on_run_end",
+)
+"""Every method of `Hook` the driver calls (a hook overrides what it needs)."""
+
+DEPRECATED_METHODS: Final = ("post_compact", "on_compaction", "on_compaction_done")
+"""Hook methods kept one release; `on_compaction_pass` replaces them."""

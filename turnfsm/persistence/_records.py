@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import Final, Literal, TypeAlias, final
 
 import attrs
@@ -62,6 +63,7 @@ __all__ = [
     "SummaryRecorded",
     "ToolResultRecorded",
     "TurnRecord",
+    "Verdict",
     "decision_key",
     "event_messages",
     "machine_digest",
@@ -126,9 +128,23 @@ class TurnRecord:
     usage: Usage | None = None
 
 
-CompactionOutcome: TypeAlias = Literal[
-    "compacted", "noop", "vetoed", "overflow", "failed", "circuit_open", "stalled"
-]
+class Verdict(StrEnum):
+    """What one compaction pass came to, decided once, when the brain took it."""
+
+    COMPACTED = "compacted"
+    """The pass replaced the conversation, and the brain committed it."""
+    NOOP = "noop"
+    """The pass changed nothing (no manager, nothing to cut, under the lines)."""
+    VETOED = "vetoed"
+    """A pre-compact hook stopped the pass."""
+    OVERFLOW = "overflow"
+    """The result, with the reserved budget, was still over the window."""
+    FAILED = "failed"
+    """The compactor failed, broke the conversation, or timed out."""
+    CIRCUIT_OPEN = "circuit_open"
+    """The session's circuit breaker was open: nothing ran."""
+    STALLED = "stalled"
+    """The pass saved nothing, and the brain refused it (no progress)."""
 
 
 @final
@@ -141,8 +157,9 @@ class CompactionRecord:
         turn: The turns taken when it ran.
         reason: Why it ran.
         strategy: The compactor's class name ("" without a context manager).
-        outcome: compacted, noop, vetoed, overflow, failed, circuit_open, or
-            stalled (a result the brain refused: it saved nothing).
+        outcome: The pass's `Verdict`: compacted, noop, vetoed, overflow,
+            failed, circuit_open, or stalled (a result the brain refused: it
+            saved nothing).
         covers: Ids of the messages the pass was given (history + pending).
         replacement: Ids of the messages that replace them (== covers when
             nothing was compacted).
@@ -157,7 +174,7 @@ class CompactionRecord:
     turn: int
     reason: CompactReason
     strategy: str
-    outcome: CompactionOutcome
+    outcome: Verdict = attrs.field(converter=Verdict)
     covers: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
     replacement: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
     tokens_before: int
@@ -168,12 +185,12 @@ class CompactionRecord:
     @property
     def compacted(self) -> bool:
         """Whether the pass replaced the conversation."""
-        return self.outcome == "compacted"
+        return self.outcome is Verdict.COMPACTED
 
     @property
     def vetoed(self) -> bool:
         """Whether a pre-compact hook vetoed the pass."""
-        return self.outcome == "vetoed"
+        return self.outcome is Verdict.VETOED
 
     @property
     def tokens_saved(self) -> int:

@@ -37,9 +37,13 @@ from temporalio.exceptions import ApplicationError
 from turnfsm import serde
 from turnfsm.agent import Agent
 from turnfsm.core import Compact, Event, ModelFailed, Perform, Snapshot, TurnMachine
-from turnfsm.driver import RetryPolicy
-from turnfsm.driver._effects import _one_tool, effect_key
-from turnfsm.driver._loop import carry_out
+from turnfsm.driver import (
+    EffectContext,
+    RetryPolicy,
+    carry_out,
+    effect_key,
+    run_one_tool,
+)
 from turnfsm.errors import ConfigError, SessionConflict, TurnFSMError
 from turnfsm.messages import ToolCallPart
 from turnfsm.persistence import Entry, Session, SessionStore
@@ -238,16 +242,16 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
         # custom effect may read anything: they get the session's log.
         needs_log = isinstance(decision, Compact | Perform)
         session = await Session.load(agent.store, session_id) if needs_log else None
-        ctx = driver._context(
+        run = driver.resources(
             run_id,
-            snapshot,
             session=session,
             session_id=session_id,
             output=driver._output,
             retry=_ONE_ATTEMPT if key == "call_llm" else None,
         )
+        ctx = EffectContext(run=run, snapshot=snapshot)
         try:
-            event = await carry_out(driver._settings, ctx, decision)
+            event = await carry_out(driver.effect_settings, ctx, decision)
         except TurnFSMError as exc:
             raise not_retried(exc) from None
         except Exception as exc:
@@ -287,11 +291,9 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
         driver = agent.driver
         snapshot = serde.from_json(Snapshot, request["snapshot"])
         call = serde.from_json(ToolCallPart, request["call"])
-        ctx = driver._context(
-            request["run_id"], snapshot, session=None, session_id=session_id
-        )
+        run = driver.resources(request["run_id"], session=None, session_id=session_id)
         try:
-            result = await _one_tool(ctx, call, journal=False)
+            result = await run_one_tool(EffectContext(run=run, snapshot=snapshot), call)
         except Exception as exc:  # tool errors are results: this is a hook's bug
             raise _crashed(exc) from exc
         data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]

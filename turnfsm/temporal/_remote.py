@@ -31,8 +31,7 @@ with workflow.unsafe.imports_passed_through():
         RunTools,
         ToolsFinished,
     )
-    from turnfsm.driver import BUILTIN_EFFECTS, Driver, EffectContext
-    from turnfsm.driver._effects import effect_key
+    from turnfsm.driver import BUILTIN_EFFECTS, Driver, EffectContext, effect_key
     from turnfsm.errors import ConfigError, SessionConflict
     from turnfsm.messages import Message
     from turnfsm.persistence import Entry, SessionInfo

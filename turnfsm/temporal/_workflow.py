@@ -68,13 +68,13 @@ with workflow.unsafe.imports_passed_through():
         TurnFSMError,
     )
     from turnfsm.hooks import (
+        HOOK_METHODS,
         DecisionInfo,
         Hook,
         RunEndInfo,
         RunStartInfo,
         TransitionInfo,
     )
-    from turnfsm.hooks._dispatch import _METHODS
     from turnfsm.messages import Message
     from turnfsm.persistence import Session, decision_key
     from turnfsm.temporal._activities import (
@@ -161,7 +161,7 @@ def _quiet(hook: Hook) -> Hook:
 
         overridden = {
             name: forward(name)
-            for name in _METHODS
+            for name in HOOK_METHODS
             if getattr(kind, name, None) is not getattr(Hook, name)
         }
         cls = _QUIET[kind] = type(f"Quiet{kind.__name__}", (_Quiet,), overridden)

@@ -7,7 +7,7 @@ async test)::
 
 It feeds a fixed set of well-formed conversations (plain chat, sequential,
 parallel and reused tool calls, calls in the first message, a call still
-pending, an orphan result) at a few targets and checks each outcome.
+pending, an orphan result) at a few targets and checks each proposal.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from turnfsm import _checks
 from turnfsm.context import (
     CompactionContext,
-    CompactionOutcome,
+    CompactionProposal,
     ContextCompactor,
     pair_tool_traffic,
 )
-from turnfsm.core._lines import CompactReason
+from turnfsm.core import CompactReason
 from turnfsm.messages import Message, MessageLog, Part, ToolCallPart, ToolResultPart
-from turnfsm.tokens import default_counter
-from turnfsm.tokens._protocol import TokenCounter
+from turnfsm.tokens import TokenCounter, default_counter
 
 __all__ = ["check_compactor"]
 
@@ -142,16 +142,16 @@ def _check_pairs(
 
 
 def _check_messages(
-    compactor: object, case: str, given: Sequence[Message], outcome: object
-) -> CompactionOutcome:
-    """Check one outcome on its own; return it typed."""
-    if not isinstance(outcome, CompactionOutcome):
-        raise _fail(compactor, case, f"returned {outcome!r}, not a CompactionOutcome")
-    if outcome.is_failed:
+    compactor: object, case: str, given: Sequence[Message], proposal: object
+) -> CompactionProposal:
+    """Check one proposal on its own; return it typed."""
+    if not isinstance(proposal, CompactionProposal):
+        raise _fail(compactor, case, f"returned {proposal!r}, not a CompactionProposal")
+    if proposal.is_failed:
         raise _fail(
-            compactor, case, f"failed on a well-formed history: {outcome.error}"
+            compactor, case, f"failed on a well-formed history: {proposal.error}"
         )
-    out = outcome.messages
+    out = proposal.messages
     if not out:
         raise _fail(compactor, case, "returned an empty message list")
     if not all(isinstance(m, Message) for m in out):
@@ -159,9 +159,9 @@ def _check_messages(
     if any(not m.parts for m in out):
         raise _fail(compactor, case, "returned a message with no parts")
     _check_pairs(compactor, case, given, out)
-    if type(outcome.tokens_after) is not int or outcome.tokens_after < 0:
-        raise _fail(compactor, case, f"reported tokens_after={outcome.tokens_after!r}")
-    return outcome
+    if not _checks.is_int(proposal.tokens_after) or proposal.tokens_after < 0:
+        raise _fail(compactor, case, f"reported tokens_after={proposal.tokens_after!r}")
+    return proposal
 
 
 async def _check_case(
@@ -203,7 +203,7 @@ async def check_compactor(
     """Check that `compactor` keeps the `ContextCompactor` contract.
 
     For each built-in conversation, at a target of half its size and of 0,
-    the compactor must return a `CompactionOutcome` that is not failed, holds
+    the compactor must return a `CompactionProposal` that is not failed, holds
     at least one message and no message without parts, splits no tool
     call/result pair (a call still pending, or an orphan result, that the
     input already had may stay), leaves the list it was given as it was, and

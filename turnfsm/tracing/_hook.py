@@ -40,7 +40,6 @@ from turnfsm.core import (
 from turnfsm.core._lines import emergency_line, threshold_line
 from turnfsm.errors import Cancelled, ProviderError
 from turnfsm.hooks import (
-    CompactionInfo,
     DecisionInfo,
     Hook,
     ModelCallEnd,
@@ -53,6 +52,7 @@ from turnfsm.hooks import (
     TransitionInfo,
 )
 from turnfsm.messages import Message
+from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
 
 __all__ = ["CAPTURE_CONTENT_ENV", "TracingHook"]
@@ -330,21 +330,21 @@ class TracingHook(Hook):
         span.add_event(A.EVENT_TRANSITION, attributes)
 
     # -- compaction ----------------------------------------------------
-    def post_compact(self, info: CompactionInfo) -> None:
-        """End the pass's span with its outcome and tokens."""
-        run = self._runs.get(info.run_id)
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        """End the pass's span with its verdict and tokens."""
+        run = self._runs.get(record.run_id)
         if run is None:
             return
-        saved = info.tokens_saved
+        saved = record.tokens_saved
         labels = {
-            A.COMPACTION_REASON: str(info.reason),
-            A.COMPACTION_OUTCOME: info.outcome,
-            A.COMPACTION_STRATEGY: info.strategy,
+            A.COMPACTION_REASON: str(record.reason),
+            A.COMPACTION_OUTCOME: str(record.outcome),
+            A.COMPACTION_STRATEGY: record.strategy,
         }
         self._compactions.add(1, labels)
-        if saved and info.compacted:
+        if saved and record.compacted:
             self._saved.add(saved, labels)
-        if info.compacted:
+        if record.compacted:
             run.compacted = True
         span = run.compaction
         run.compaction = None
@@ -352,23 +352,23 @@ class TracingHook(Hook):
             return
         span.set_attributes(
             {
-                A.COMPACTION_STRATEGY: info.strategy,
-                A.COMPACTION_OUTCOME: info.outcome,
-                A.TOKENS_BEFORE: info.tokens_before,
-                A.TOKENS_AFTER: info.tokens_after,
-                A.TOKENS_SAVED: saved if info.compacted else 0,
+                A.COMPACTION_STRATEGY: record.strategy,
+                A.COMPACTION_OUTCOME: str(record.outcome),
+                A.TOKENS_BEFORE: record.tokens_before,
+                A.TOKENS_AFTER: record.tokens_after,
+                A.TOKENS_SAVED: saved if record.compacted else 0,
             }
         )
-        if info.usage is not None:
+        if record.usage is not None:
             span.set_attributes(
                 {
-                    A.USAGE_INPUT_TOKENS: info.usage.input_tokens,
-                    A.USAGE_OUTPUT_TOKENS: info.usage.output_tokens,
+                    A.USAGE_INPUT_TOKENS: record.usage.input_tokens,
+                    A.USAGE_OUTPUT_TOKENS: record.usage.output_tokens,
                 }
             )
-        if info.outcome in ("failed", "overflow"):
-            span.set_attribute(A.ERROR_TYPE, f"compaction_{info.outcome}")
-            span.set_status(Status(StatusCode.ERROR, f"the pass {info.outcome}"))
+        if record.outcome in (Verdict.FAILED, Verdict.OVERFLOW):
+            span.set_attribute(A.ERROR_TYPE, f"compaction_{record.outcome}")
+            span.set_status(Status(StatusCode.ERROR, f"the pass {record.outcome}"))
         span.end()
 
     # -- model calls -------------------------------------------------------

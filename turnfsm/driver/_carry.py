@@ -1,0 +1,128 @@
+"""Carrying one decision out: its effect, under its timeout, interruptible.
+
+`carry_out` is the one way an effect runs, by the loop and by a Temporal
+activity alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import final
+
+import anyio
+import attrs
+
+from turnfsm.context import ContextManager
+from turnfsm.core import (
+    EVENT_TYPES,
+    Compact,
+    CompactorFailed,
+    Decision,
+    Event,
+    Perform,
+    RunCancelled,
+)
+from turnfsm.driver._context import EffectContext
+from turnfsm.driver._control import RunControl
+from turnfsm.driver._effects import Effect, effect_key
+from turnfsm.errors import InvalidReturn
+from turnfsm.values import ErrorInfo
+
+__all__ = ["EffectSettings", "carry_out"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class EffectSettings:
+    """What a run's loop takes from its `Driver`: the effects and their limits.
+
+    Attributes:
+        machine_name: The machine's name, as the log records it.
+        digest: The machine's digest.
+        agent: The agent's name (`Driver.name`).
+        effects: Every effect, by the decision kind it carries out.
+        context: The context manager, or None.
+        compaction_timeout: Seconds a compaction pass may take (None: no limit).
+        effect_timeout: Seconds a custom effect may take (None: no limit).
+    """
+
+    machine_name: str
+    digest: str
+    agent: str
+    effects: Mapping[str, Effect]
+    context: ContextManager | None
+    compaction_timeout: float | None
+    effect_timeout: float | None
+
+
+async def carry_out(
+    settings: EffectSettings,
+    ctx: EffectContext,
+    decision: Decision,
+    control: RunControl | None = None,
+) -> Event:
+    """Carry `decision` out with its effect, under its timeout; return the event.
+
+    The one way an effect is run, by the loop and by a Temporal activity
+    alike: a compaction pass past `compaction_timeout` is `CompactorFailed`
+    (with what its summary calls cost so far), a custom effect past
+    `effect_timeout` cancels the run, and a `control`'s cancel interrupts the
+    effect (its `RunCancelled` is returned).
+
+    Raises:
+        InvalidReturn: the effect returned something other than an event.
+    """
+    key = effect_key(decision)
+    effect = settings.effects[key]
+    limit = _limit(settings, decision)
+    if limit is None and control is None:
+        return _event_of(key, await effect(ctx, decision))
+    with anyio.CancelScope() as scope:
+        if limit is not None:
+            scope.deadline = anyio.current_time() + limit
+        if control is None:
+            return _event_of(key, await effect(ctx, decision))
+        with control.interrupting(scope):
+            return _event_of(key, await effect(ctx, decision))
+    cancel = control.take_cancel() if control is not None else None
+    if cancel is not None:
+        return cancel
+    return _timed_out(ctx, decision, key, limit)
+
+
+def _limit(settings: EffectSettings, decision: Decision) -> float | None:
+    kind = type(decision)
+    if kind is Compact:
+        return settings.compaction_timeout
+    if kind is Perform:
+        return settings.effect_timeout
+    return None
+
+
+def _timed_out(
+    ctx: EffectContext, decision: Decision, key: str, limit: float | None
+) -> Event:
+    snapshot = ctx.snapshot
+    if isinstance(decision, Compact):
+        return CompactorFailed(
+            used=snapshot.estimate or 0,
+            limit=snapshot.budget.context_window,
+            error=ErrorInfo(
+                type="TimeoutError",
+                message=f"the compaction pass timed out after {limit}s",
+            ),
+            usage=ctx.spent.total,
+        )
+    return RunCancelled(reason=f"effect {key!r} timed out after {limit}s")
+
+
+def _event_of(key: str, value: object) -> Event:
+    """Return what effect `key` returned if it is an event; else raise."""
+    if not isinstance(value, EVENT_TYPES):
+        text = repr(value)
+        raise InvalidReturn(
+            f"effect {key!r}",
+            text if len(text) <= 200 else text[:197] + "...",
+            "an event (turnfsm.core.EVENT_TYPES)",
+        )
+    return value

@@ -1,0 +1,212 @@
+"""What an effect is given: the run's resources and one step's frozen context.
+
+An effect is a function of one `EffectContext` and one decision, returning
+one event (httpx's request in, response out). The context is frozen and
+made by the loop for each step: the run's `RunResources` (the same for the
+whole run), the brain's snapshot as of the decision, and the step's two
+explicit outlets, the `ToolJournal` (tool results as they finish) and the
+`UsageTally` (what the step's summary calls cost, kept when the step is
+cut short). Effects write nothing else: the loop appends to the log and
+builds the audit trail from (decision, event).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, final
+
+import attrs
+
+from turnfsm import _deprecated
+from turnfsm.context import ContextManager
+from turnfsm.core import Snapshot
+from turnfsm.driver._output import OutputType
+from turnfsm.driver._retry import RetryPolicy
+from turnfsm.driver._tools import Tool
+from turnfsm.hooks import HookDispatcher
+from turnfsm.messages import Message, MessageLog
+from turnfsm.persistence import Session
+from turnfsm.providers import ModelClient, ToolSchema
+from turnfsm.tokens import Meter
+from turnfsm.values import Usage
+
+__all__ = ["EffectContext", "Reported", "RunResources", "ToolJournal", "UsageTally"]
+
+
+@final
+@attrs.frozen(kw_only=True, eq=False)
+class RunResources:
+    """What every effect of one run may use; the same for the whole run.
+
+    Attributes:
+        run_id: The run.
+        session_id: Its session.
+        model: The `ModelClient`.
+        tools: The registered tools, by name.
+        tool_schemas: Their schemas, as sent with every request.
+        system_prompt: Sent with every request.
+        context: The context manager, or None (no compaction).
+        meter: Measures requests with the one counter (the manager's).
+        extras: Texts that ride every request (system prompt, tool schemas).
+        reserved: Tokens the request needs besides its messages: the extras
+            plus the reply budget (`max_output_tokens`).
+        max_output_tokens: The reply budget asked of the model.
+        retry: The policy for transient model errors.
+        model_timeout: Seconds each model attempt may take (None: no limit).
+        tool_timeout: Seconds each tool call may take (None: no limit).
+        hooks: The run's hooks (for the effects that steer or stream).
+        stream: Whether replies are streamed to the hooks.
+        clock: Wall-clock seconds (``time.time`` unless replaced).
+        new_id: Makes a fresh id from a prefix.
+        session: The session's log (read it; only the loop appends), or
+            None: compaction passes read its circuit breaker and recorded
+            summaries from it.
+        ephemeral: The session is ephemeral: compaction passes change nothing.
+        output: The run's output type, or None (the answer is plain text):
+            a final reply that does not fit it is `OutputRejected`.
+    """
+
+    run_id: str
+    session_id: str
+    model: ModelClient
+    tools: Mapping[str, Tool]
+    tool_schemas: tuple[ToolSchema, ...]
+    system_prompt: str | None
+    context: ContextManager | None
+    meter: Meter
+    extras: tuple[str, ...]
+    reserved: int
+    max_output_tokens: int | None
+    retry: RetryPolicy
+    model_timeout: float | None
+    tool_timeout: float | None
+    hooks: HookDispatcher
+    stream: bool
+    clock: Callable[[], float]
+    new_id: Callable[[str], str]
+    session: Session | None = None
+    ephemeral: bool = False
+    output: OutputType | None = None
+
+    def measure(self, *parts: Sequence[Message]) -> int:
+        """Return the size of a request carrying `parts`: messages + reserved."""
+        return self.meter.measure(*parts, extras=self.extras) + (
+            self.max_output_tokens or 0
+        )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Reported:
+    """The input tokens the provider reported for the run's last model call.
+
+    Attributes:
+        tokens: The reported input tokens.
+        history: The history that call carried.
+        pending: The pending messages that call carried.
+    """
+
+    tokens: int
+    history: MessageLog
+    pending: MessageLog
+
+
+@final
+@attrs.frozen(kw_only=True, eq=False)
+class ToolJournal:
+    """Where the tool results of the batch in flight go as each call finishes.
+
+    Attributes:
+        recorded: Results a previous process recorded before it died, by
+            call id: those calls are not run again.
+        record: Hands one finished result to the loop, which logs it at
+            once (None: nothing is journaled; a lone call's result is logged
+            with its batch).
+    """
+
+    recorded: Mapping[str, Message] = attrs.field(factory=dict)
+    record: Callable[[Message], Awaitable[None]] | None = None
+
+
+@final
+class UsageTally:
+    """What one step's model calls cost so far (a compaction pass's summaries).
+
+    Kept by the loop, so a pass cut short (a timeout, a cancel) still
+    counts what its calls cost.
+    """
+
+    __slots__ = ("_spent",)
+
+    def __init__(self) -> None:
+        self._spent: list[Usage] = []
+
+    def add(self, usage: Usage | None) -> None:
+        """Count one call's usage (None: the call reported none)."""
+        if usage is not None:
+            self._spent.append(usage)
+
+    @property
+    def total(self) -> Usage | None:
+        """The sum so far, or None when no call reported usage."""
+        return sum(self._spent, Usage()) if self._spent else None
+
+
+@final
+@attrs.frozen(kw_only=True, eq=False)
+class EffectContext:
+    """What an effect gets for one step of a run (frozen; made per step).
+
+    Attributes:
+        run: The run's resources (model, tools, context manager, hooks, ...).
+        snapshot: The brain's state as of the decision being carried out.
+        journal: Where tool results go as they finish (a `run_tools` step).
+        spent: What the step's own model calls cost so far.
+        reported: The provider's count of the run's last call, or None.
+    """
+
+    run: RunResources
+    snapshot: Snapshot
+    journal: ToolJournal | None = None
+    spent: UsageTally = attrs.field(factory=UsageTally)
+    reported: Reported | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The run."""
+        return self.run.run_id
+
+    @property
+    def session_id(self) -> str:
+        """The run's session."""
+        return self.run.session_id
+
+    @property
+    def session(self) -> Session | None:
+        """The session's log (read only), or None."""
+        return self.run.session
+
+    @property
+    def turn(self) -> int:
+        """Model calls the run has made so far."""
+        return self.snapshot.turns
+
+    @property
+    def window(self) -> int:
+        """The context window the run works within (0: unlimited)."""
+        return self.snapshot.budget.context_window
+
+    def measure(self, *parts: Sequence[Message]) -> int:
+        """Return the size of a request carrying `parts`: messages + reserved."""
+        return self.run.measure(*parts)
+
+    def __getattr__(self, name: str) -> Any:
+        # The run's resources were the context's own fields before it was
+        # frozen per step: read them through `run`, with a warning.
+        if name in _RESOURCES:
+            _deprecated.warn(f"EffectContext.{name}", f"EffectContext.run.{name}")
+            return getattr(self.run, name)
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+
+
+_RESOURCES = frozenset(a.name for a in attrs.fields(RunResources)) - {"session"}

@@ -1,0 +1,184 @@
+"""How a run ends: its outcome, its last log entry, its result.
+
+A run ends in exactly one of five ways (done, failed, cancelled, paused,
+or a crash logged as failed) and each is written to the log once, then told
+to the `on_run_end` hooks once. `Ending` is the part of the run's loop
+(`RunLoop`) that does it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from turnfsm.context._diagnose import explain
+from turnfsm.core import (
+    Decision,
+    Event,
+    Fail,
+    Finish,
+    Pause,
+    RunCancelled,
+    Snapshot,
+    TurnMachine,
+)
+from turnfsm.driver._arguments import InvalidArguments
+from turnfsm.driver._carry import EffectSettings
+from turnfsm.driver._context import RunResources
+from turnfsm.driver._control import RunResult
+from turnfsm.errors import Cancelled, ContextExceeded, RunCrashed, TurnFSMError
+from turnfsm.hooks import HookDispatcher, RunEndInfo
+from turnfsm.messages import Joined
+from turnfsm.persistence import RunEnded, RunOpened, Session
+from turnfsm.values import Usage
+
+__all__ = ["Ending"]
+
+logger = logging.getLogger("turnfsm.driver")
+
+
+class Ending:
+    """Ends a run: logs its one `RunEnded` and tells the hooks (internal)."""
+
+    settings: EffectSettings
+    session: Session
+    machine: TurnMachine
+    run: RunResources
+    hooks: HookDispatcher
+    run_id: str
+    usage: Usage
+    compaction_usage: Usage
+    abandoning: bool
+    before: Snapshot
+    _opening: RunOpened | None
+    _heard_end: bool
+
+    feed: Callable[[Event, Decision | None], Awaitable[Decision]]
+
+    async def end(
+        self, decision: Finish | Fail | Pause | None, error: TurnFSMError | None
+    ) -> RunResult:
+        """Log the run's end and return its result."""
+        snapshot = self.machine.snapshot
+        text = decision.text if isinstance(decision, Finish) else ""
+        waiting = decision if isinstance(decision, Pause) else None
+        if isinstance(decision, Fail):
+            error = decision.error
+        manager = self.settings.context
+        if isinstance(error, ContextExceeded) and manager is not None:
+            # Say what filled the window (the brain's own error stays as it
+            # decided it: the log's decisions replay unchanged).
+            context = self.before
+            error = explain(
+                error, Joined(context.history, context.pending), manager.counter
+            )
+        if waiting is not None:
+            outcome = "paused"
+        elif error is None:
+            outcome = "done"
+        elif isinstance(error, Cancelled) and not self.abandoning:
+            outcome = "cancelled"
+        else:
+            outcome = "failed"
+        # A run that ends before its first event was logged (a crash in the
+        # first feed) still opens in the log before it ends.
+        opening = () if self._opening is None else (self._opening,)
+        self._opening = None
+        await self.session.append(
+            *opening,
+            RunEnded(
+                run_id=self.run_id,
+                outcome=outcome,  # type: ignore[arg-type]
+                phase=snapshot.phase,
+                text=text,
+                error=error,
+                usage=self.usage,
+                turns=snapshot.turns,
+                waiting=waiting,
+                at=self.run.clock(),
+                compaction_usage=self.compaction_usage,
+            ),
+        )
+        self.hear_end(outcome, snapshot, text, error)
+        return RunResult(
+            output=self._output(outcome, text),
+            outcome=outcome,  # type: ignore[arg-type]
+            text=text,
+            error=error,
+            usage=self.usage,
+            session_id=self.session.id,
+            run_id=self.run_id,
+            turns=snapshot.turns,
+            waiting=waiting,
+            compaction_usage=self.compaction_usage,
+        )
+
+    def _output(self, outcome: str, text: str) -> Any:
+        """The final answer read as the run's output type (None without one).
+
+        The built-in `call_llm` validated it already; a replacement effect
+        may not have: an answer that does not read is None, and logged.
+        """
+        output = self.run.output
+        if output is None or outcome != "done":
+            return None
+        try:
+            return output.parse(text)
+        except InvalidArguments as exc:
+            logger.warning(
+                "run %s: the final answer does not fit: %s", self.run_id, exc
+            )
+            return None
+
+    def hear_end(
+        self, outcome: str, snapshot: Snapshot, text: str, error: TurnFSMError | None
+    ) -> None:
+        """Tell the `on_run_end` hooks, once."""
+        if self._heard_end:
+            return
+        self._heard_end = True
+        if self.hooks.wants("on_run_end"):
+            self.hooks.call(
+                "on_run_end",
+                RunEndInfo(
+                    run_id=self.run_id,
+                    phase=snapshot.phase,
+                    text=text,
+                    error=error,
+                    outcome=outcome,
+                    session_id=self.session.id,
+                    turns=snapshot.turns,
+                    usage=self.usage,
+                    compaction_usage=self.compaction_usage,
+                ),
+            )
+
+    async def abort(self, event: RunCancelled) -> None:
+        """Record a cancellation from outside (shielded; never raises)."""
+        decision: Decision = Fail(error=Cancelled(reason=event.reason))
+        try:
+            fed = await self.feed(event, None)
+            if isinstance(fed, Fail):
+                decision = fed
+        except Exception:  # a broken brain: the run still ends cancelled
+            logger.debug("run %s: the brain refused the cancel", self.run_id)
+        try:
+            await self.end(decision, None)  # type: ignore[arg-type]
+        except Exception:
+            logger.exception("run %s: could not record its cancellation", self.run_id)
+            error = decision.error if isinstance(decision, Fail) else None
+            self.hear_end("cancelled", self.machine.snapshot, "", error)
+
+    async def crash(self, exc: BaseException) -> None:
+        """Record that the run ended on an unexpected exception (shielded).
+
+        Observers hear of it even when the log cannot take it (its store is
+        down): the run is over in this process, whatever the log says.
+        """
+        crashed = RunCrashed(type=type(exc).__name__, message=str(exc))
+        try:
+            await self.end(None, crashed)
+        except Exception:
+            logger.exception("run %s: could not record its crash", self.run_id)
+            self.hear_end("failed", self.machine.snapshot, "", crashed)

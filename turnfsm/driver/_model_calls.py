@@ -1,0 +1,171 @@
+"""Model calls: the hooks around each attempt, the timeout, and the retries.
+
+Every model call of a run goes through `complete`: the agent's own turns
+(the `call_llm` effect) and a compaction pass's summary calls alike, so
+both get the run's retry policy, timeout and hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import anyio
+
+from turnfsm.driver._context import RunResources
+from turnfsm.driver._retry import is_transient
+from turnfsm.driver._tools import deadline
+from turnfsm.errors import InvalidReturn, ProviderError
+from turnfsm.hooks import ModelCallEnd, ModelCallInfo, TextDeltaInfo
+from turnfsm.providers import (
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    StreamDone,
+    TextDelta,
+)
+
+__all__ = ["complete", "describe_model"]
+
+
+async def complete(
+    run: RunResources,
+    request: ModelRequest,
+    *,
+    turn: int,
+    model: ModelClient | None = None,
+    stream: bool | None = None,
+    purpose: Literal["turn", "summary"] = "turn",
+) -> ModelResponse:
+    """Call the model; on a transient error, hand over to the retry policy.
+
+    Args:
+        run: The run's resources (retry policy, timeout, hooks).
+        request: The request.
+        turn: The turn the call belongs to (the run's model calls so far + 1).
+        model: The client to call (default: the run's model).
+        stream: Whether to stream to the hooks (default: the run's setting).
+        purpose: What the call is for, as the model-call hooks see it.
+    """
+    client = run.model if model is None else model
+    streamed = run.stream if stream is None else stream
+    hooks = run.hooks
+    observed = hooks.wants("on_model_call_start") or hooks.wants("on_model_call_end")
+    attempts = 0
+    ended = 0.0
+
+    async def call() -> ModelResponse:
+        nonlocal attempts, ended
+        attempts += 1
+        if not observed:
+            with deadline(run.model_timeout):
+                if streamed:
+                    return await _streamed(run, client, request, turn)
+                return _response_of(client, await client.complete(request))
+        name, provider = describe_model(client)
+        started = anyio.current_time()
+        info = ModelCallInfo(
+            session_id=run.session_id,
+            run_id=run.run_id,
+            key=run.new_id("call"),
+            turn=turn,
+            attempt=attempts,
+            purpose=purpose,
+            model=name,
+            provider=provider,
+            request=request,
+            waited=started - ended if attempts > 1 else 0.0,
+        )
+        hooks.call("on_model_call_start", info)
+        response: ModelResponse | None = None
+        error: BaseException | None = None
+        try:
+            # The deadline inside, so the end hook sees its TimeoutError,
+            # not the cancellation it is made of.
+            with deadline(run.model_timeout):
+                if streamed:
+                    response = await _streamed(run, client, request, turn)
+                else:
+                    response = _response_of(client, await client.complete(request))
+            return response
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            ended = anyio.current_time()
+            end = ModelCallEnd(
+                call=info, response=response, error=error, duration=ended - started
+            )
+            hooks.call("on_model_call_end", end)
+
+    started = anyio.current_time()
+    try:
+        # The first attempt runs outside tenacity: the happy path pays nothing.
+        return await call()
+    except Exception as exc:
+        if not is_transient(exc) or run.retry.max_attempts < 2:
+            raise
+        first = exc
+    # Attempt 1 failed: wait its backoff, then let tenacity continue the count.
+    policy = run.retry
+    await anyio.sleep(policy.wait_seconds(1, first))
+    elapsed = anyio.current_time() - started
+    async for attempt in policy.retrying(done=1, elapsed=elapsed):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
+def _response_of(client: object, response: object) -> ModelResponse:
+    """Return `response` if it is a `ModelResponse`; else raise `InvalidReturn`."""
+    if not isinstance(response, ModelResponse):
+        raise InvalidReturn(
+            f"model {describe_model(client)[1]}",
+            _short_repr(response),
+            "a ModelResponse",
+        )
+    return response
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def describe_model(client: object) -> tuple[str | None, str | None]:
+    """Return a client's (model name, provider name) as traces show them.
+
+    The name is ``client.model`` when it is a string; the provider is
+    ``client.provider_name``, else the client's class name.
+    """
+    name = getattr(client, "model", None)
+    provider = getattr(client, "provider_name", None)
+    return (
+        name if isinstance(name, str) else None,
+        provider if isinstance(provider, str) else type(client).__name__,
+    )
+
+
+async def _streamed(
+    run: RunResources, model: ModelClient, request: ModelRequest, turn: int
+) -> ModelResponse:
+    """Consume the model's stream, forwarding text deltas to the hooks.
+
+    A retried stream starts over, so observers may see a reply's first
+    deltas twice; the brain only ever sees the one assembled reply.
+    """
+    stream = model.stream(request)  # type: ignore[attr-defined]
+    response: ModelResponse | None = None
+    async for item in stream:
+        if isinstance(item, TextDelta):
+            if item.text:
+                run.hooks.call(
+                    "on_text_delta",
+                    TextDeltaInfo(run_id=run.run_id, turn=turn, text=item.text),
+                )
+        elif isinstance(item, StreamDone):
+            response = item.response
+    if response is None:
+        raise ProviderError(
+            "the model's stream ended without a reply", kind="bad_stream"
+        )
+    return response
