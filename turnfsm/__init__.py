@@ -9,8 +9,11 @@ friends) shrinks the conversation. `Agent` is the small façade over them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from turnfsm import _instrument
 from turnfsm._lazy import lazy_getattr
 
 if TYPE_CHECKING:
@@ -256,3 +259,21 @@ __all__ = [
     "open_store",
     "replay",
 ]
+
+
+def _tracing(hooks: Sequence[Any], setting: bool | None) -> Any:
+    """The tracing hook a run gets besides `hooks`, or None (see `Driver.tracing`).
+
+    OpenTelemetry is looked at only when something imported it: a process
+    that never set up a tracer provider pays nothing.
+    """
+    if setting is False or any(getattr(h, "traces_runs", False) for h in hooks):
+        return None
+    if setting is None and "opentelemetry.trace" not in sys.modules:
+        return None
+    from turnfsm import tracing
+
+    return tracing.global_hook(force=setting is True)
+
+
+_instrument.wire(_tracing)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Final
 
 from turnfsm.errors import ConfigError, InvalidMessage
 
@@ -24,11 +24,14 @@ __all__ = [
     "boolean",
     "callable_",
     "check",
+    "check_id",
     "each",
+    "identifier",
     "instance",
     "integer",
     "number",
     "one_of",
+    "satisfies",
     "seconds",
     "string",
     "string_mapping",
@@ -273,6 +276,36 @@ def each(
     return validate
 
 
+def satisfies(
+    test: Callable[[Any], bool],
+    expected: str,
+    name: str | None = None,
+    *,
+    each: bool = False,
+    optional: bool = False,
+) -> Check:
+    """Return a validator: `test(value)` holds (for every item, with `each`).
+
+    For what no type names: "a Tool or a function", "a Hook". With `each`
+    the value is a tuple and the error names the item (``hooks[1]``).
+    """
+    text = _maybe(expected, optional)
+
+    def validate(_inst: object, attr: object, value: Any) -> None:
+        if value is None and optional:
+            return
+        field = _name(name, attr)
+        if not each:
+            if not test(value):
+                raise ConfigError(field, value, text)
+            return
+        for i, item in enumerate(value):
+            if not test(item):
+                raise ConfigError(f"{field}[{i}]", item, expected)
+
+    return validate
+
+
 def string_mapping(
     name: str | None = None, *, error: _Error = ConfigError, values: bool = True
 ) -> Check:
@@ -287,6 +320,32 @@ def string_mapping(
                 _fail(error, f"{field}[{key!r}]", item, "a string key and value")
 
     return validate
+
+
+def identifier(name: str | None = None) -> Check:
+    """Return a validator: a usable id (a session's, a run's).
+
+    A non-empty string of at most 200 characters.
+    """
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        if not isinstance(value, str) or not value or len(value) > 200:
+            raise ConfigError(_name(name, attr), value, "a non-empty string (<= 200)")
+
+    return validate
+
+
+_ID: Final = identifier()
+
+
+def check_id(name: str, value: object) -> str:
+    """Return `value` if it is a usable id (see `identifier`); else raise.
+
+    Raises:
+        ConfigError: `value` is not a non-empty string of at most 200 characters.
+    """
+    check(value, name, _ID)
+    return value  # type: ignore[return-value]
 
 
 def check(value: object, name: str, *validators: Check) -> None:

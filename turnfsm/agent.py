@@ -14,13 +14,19 @@ import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from turnfsm import _deprecated
 from turnfsm.core import Event, ModelReplied
 from turnfsm.driver import Driver, RunControl, RunResult
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
 from turnfsm.messages import Message
-from turnfsm.persistence import MemoryStore, Session, SessionStore, open_store
-from turnfsm.persistence._open import env_store
+from turnfsm.persistence import (
+    MemoryStore,
+    Session,
+    SessionStore,
+    env_store,
+    open_store,
+)
 
 __all__ = ["Agent", "RunStream"]
 
@@ -229,7 +235,7 @@ class Agent:
         run_id: str | None = None,
         options: Any = None,
     ) -> Any:
-        """Start a run as a Temporal workflow; return its `DurableRun`.
+        """Start a durable run (deprecated: use `turnfsm.temporal.start_durable`).
 
         Needs the ``temporal`` extra and a worker serving this agent on
         `task_queue` (`turnfsm.temporal.create_worker`, or ``turnfsm
@@ -248,6 +254,11 @@ class Agent:
             SessionBusy: a durable run of the session is still open.
             ConfigError: a setting is not what it should be (named).
         """
+        _deprecated.warn(
+            "Agent.start_durable", "turnfsm.temporal.start_durable(agent, ...)"
+        )
+        # The one import of turnfsm.temporal from below it, until this
+        # deprecated method goes.
         from turnfsm.temporal import start_durable
 
         return await start_durable(

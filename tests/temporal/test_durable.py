@@ -57,6 +57,7 @@ from turnfsm.temporal import (
     TurnWorkflow,
     _activities,
     create_worker,
+    start_durable,
     workflow_runner,
 )
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
@@ -121,8 +122,8 @@ async def test_the_demo_as_a_workflow_is_the_in_process_demo(
     local = build_demo_agent(io.StringIO(), store=MemoryStore())
     expected = await local.run(TASK)
     async with _served(temporal_client, durable) as queue:
-        run = await durable.start_durable(
-            TASK, client=temporal_client, task_queue=queue
+        run = await start_durable(
+            durable, TASK, client=temporal_client, task_queue=queue
         )
         result = await run.result()
         status = await run.status()
@@ -174,7 +175,7 @@ async def test_hooks_hear_each_step_once_when_every_task_replays(
     agent.driver = attrs.evolve(agent.driver, hooks=[*agent.driver.hooks, durable_hook])
     queue = _queue()
     async with create_worker(temporal_client, queue, agent, max_cached_workflows=0):
-        run = await agent.start_durable(TASK, client=temporal_client, task_queue=queue)
+        run = await start_durable(agent, TASK, client=temporal_client, task_queue=queue)
         result = await run.result()
     assert result.ok
     assert durable_hook.calls == local_hook.calls
@@ -198,7 +199,8 @@ async def test_two_workers_on_one_postgres_store_serve_many_sessions(
             create_worker(temporal_client, f"{queue}-2", agents[1]),
         ):
             runs = [
-                await agents[0].start_durable(
+                await start_durable(
+                    agents[0],
                     TASK,
                     client=temporal_client,
                     task_queue=queue if i % 2 else f"{queue}-2",
@@ -230,7 +232,7 @@ async def test_the_workflow_history_and_the_session_log_agree(
 ) -> None:
     agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "g.db"))
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(TASK, client=temporal_client, task_queue=queue)
+        run = await start_durable(agent, TASK, client=temporal_client, task_queue=queue)
         result = await run.result()
         history = await _history(temporal_client, run.workflow_id)
     convert = temporal_client.data_converter.payload_converter
@@ -262,7 +264,7 @@ async def test_the_demo_history_replays_and_on_a_changed_agent_does_not(
 ) -> None:
     agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "d.db"))
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(TASK, client=temporal_client, task_queue=queue)
+        run = await start_durable(agent, TASK, client=temporal_client, task_queue=queue)
         assert (await run.result()).ok
     history = await _history(temporal_client, run.workflow_id)
     await _replays(history)
@@ -339,8 +341,8 @@ async def test_an_approval_run_pauses_and_approve_runs_the_tools(
     store = SQLiteStore(tmp_path / "a.db")
     agent = _asking("approver", store)
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "clean up", client=temporal_client, task_queue=queue
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
         )
         status = await _paused(run)
         assert status.phase == "await_approval"
@@ -370,8 +372,8 @@ async def test_answer_takes_any_event_the_pause_accepts_and_queries_say_where(
     RAN.clear()
     agent = _asking("answerer", SQLiteStore(tmp_path / "q.db"))
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "clean up", client=temporal_client, task_queue=queue
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
         )
         status = await _paused(run)
         assert await run.handle.query("phase") == status.phase == "await_approval"
@@ -395,8 +397,8 @@ async def test_reject_answers_the_call_and_inject_joins_the_conversation(
     store = SQLiteStore(tmp_path / "r.db")
     agent = _asking("rejecter", store)
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "clean up", client=temporal_client, task_queue=queue
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
         )
         await _paused(run)
         await run.inject("and be careful")
@@ -422,8 +424,8 @@ async def test_cancel_ends_a_paused_run_cancelled(
     store = SQLiteStore(tmp_path / "c.db")
     agent = _asking("canceller", store)
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "clean up", client=temporal_client, task_queue=queue
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
         )
         await _paused(run)
         await run.cancel("the operator said no")
@@ -453,8 +455,8 @@ def _hanging(name: str, store: SessionStore, started: anyio.Event) -> Agent:
 async def _started(
     agent: Agent, client: Client, queue: str, started: anyio.Event
 ) -> Any:
-    run = await agent.start_durable(
-        "wait", client=client, task_queue=queue, options=FAST
+    run = await start_durable(
+        agent, "wait", client=client, task_queue=queue, options=FAST
     )
     with anyio.fail_after(30):
         await started.wait()
@@ -518,7 +520,7 @@ async def test_a_transient_model_error_is_retried_by_temporal_not_tenacity(
         retry=RetryPolicy(max_attempts=4, initial_wait=0.05, max_wait=0.1),
     )
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable("hi", client=temporal_client, task_queue=queue)
+        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
         result = await run.result()
         history = await _history(temporal_client, run.workflow_id)
     assert result.ok
@@ -549,7 +551,7 @@ async def test_a_model_failing_for_good_fails_the_run_as_in_process(
     expected = await make(MemoryStore(), "down-local").run("hi")
     agent = make(SQLiteStore(tmp_path / "f.db"), "down")
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable("hi", client=temporal_client, task_queue=queue)
+        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
         result = await run.result()
     assert result.outcome == expected.outcome == "failed"
     assert type(result.error) is type(expected.error)
@@ -572,7 +574,7 @@ async def test_a_bug_in_an_effect_crashes_the_run_and_is_logged(
         name="broken",
     )
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable("go", client=temporal_client, task_queue=queue)
+        run = await start_durable(agent, "go", client=temporal_client, task_queue=queue)
         with pytest.raises(RunCrashed, match="the effect is broken"):
             await run.result()
     session = await Session.load(SQLiteStore(tmp_path / "b.db"), run.session_id)
@@ -601,7 +603,7 @@ async def test_a_custom_effect_runs_as_an_activity(
         name="custom",
     )
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable("go", client=temporal_client, task_queue=queue)
+        run = await start_durable(agent, "go", client=temporal_client, task_queue=queue)
         result = await run.result()
         history = await _history(temporal_client, run.workflow_id)
     assert result.ok
@@ -635,8 +637,8 @@ async def test_a_durable_run_reads_the_agents_output_type(
         output_type=Verdict,
     )
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "judge", client=temporal_client, task_queue=queue
+        run = await start_durable(
+            agent, "judge", client=temporal_client, task_queue=queue
         )
         result = await run.result()
     assert result.output == Verdict(ok=True, reason="fine")
@@ -656,17 +658,17 @@ async def test_runs_continue_one_session_and_one_runs_at_a_time(
         model=FakeModelClient(answer), store=SQLiteStore(tmp_path / "s.db"), name="two"
     )
     async with _served(temporal_client, agent) as queue:
-        first = await agent.start_durable(
-            "first", client=temporal_client, task_queue=queue
+        first = await start_durable(
+            agent, "first", client=temporal_client, task_queue=queue
         )
         with pytest.raises(SessionBusy):
-            await agent.start_durable(
-                "second", client=temporal_client, task_queue=queue
+            await start_durable(
+                agent, "second", client=temporal_client, task_queue=queue
             )
         release.set()
         assert (await first.result()).text == "re: first"
-        second = await agent.start_durable(
-            "second", client=temporal_client, task_queue=queue
+        second = await start_durable(
+            agent, "second", client=temporal_client, task_queue=queue
         )
         assert (await second.result()).text == "re: second"
     session = await Session.load(SQLiteStore(tmp_path / "s.db"), agent.session.id)
@@ -686,8 +688,8 @@ async def test_a_durable_run_on_a_session_with_a_paused_run_is_refused(
     paused = await agent.run("clean up")  # in-process, paused
     assert paused.outcome == "paused"
     async with _served(temporal_client, agent) as queue:
-        run = await agent.start_durable(
-            "again", client=temporal_client, task_queue=queue
+        run = await start_durable(
+            agent, "again", client=temporal_client, task_queue=queue
         )
         with pytest.raises(SessionBusy) as caught:
             await run.result()
@@ -700,8 +702,8 @@ async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
     served = Agent(model=ScriptedModel.of("x"), store=MemoryStore(), name="served")
     stranger = Agent(model=ScriptedModel.of("x"), store=MemoryStore(), name="stranger")
     async with _served(temporal_client, served) as queue:
-        run = await stranger.start_durable(
-            "hi", client=temporal_client, task_queue=queue
+        run = await start_durable(
+            stranger, "hi", client=temporal_client, task_queue=queue
         )
         with pytest.raises(RunCrashed, match="stranger"):
             await run.result()
@@ -710,12 +712,12 @@ async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
 async def test_start_durable_refuses_bad_settings(temporal_client: Client) -> None:
     agent = Agent(model=ScriptedModel.of("x"), store=MemoryStore())
     with pytest.raises(ConfigError, match="task_queue"):
-        await agent.start_durable("hi", client=temporal_client, task_queue="")
+        await start_durable(agent, "hi", client=temporal_client, task_queue="")
     with pytest.raises(ConfigError, match="client"):
-        await agent.start_durable("hi", client="localhost", task_queue="q")
+        await start_durable(agent, "hi", client="localhost", task_queue="q")
     with pytest.raises(ConfigError, match="options"):
-        await agent.start_durable(
-            "hi", client=temporal_client, task_queue="q", options={"x": 1}
+        await start_durable(
+            agent, "hi", client=temporal_client, task_queue="q", options={"x": 1}
         )
     with pytest.raises(ConfigError, match="heartbeat_timeout"):
         DurableOptions(heartbeat_timeout=0)

@@ -29,15 +29,19 @@ from turnfsm.core import (
     render_mermaid,
     tally,
 )
-from turnfsm.driver._replay import rebuild
+from turnfsm.driver import rebuild
 from turnfsm.errors import (
     ConfigError,
     DefinitionError,
     TurnFSMError,
 )
 from turnfsm.persistence import Session, machine_digest
-from turnfsm.tracing._otlp_json import load_otlp_json
-from turnfsm.tracing._traced import TRANSITION_EVENT, TracedTransition, traced_runs
+from turnfsm.tracing import (
+    TRANSITION_EVENT,
+    TracedTransition,
+    load_otlp_json,
+    traced_runs,
+)
 
 __all__ = [
     "Fired",

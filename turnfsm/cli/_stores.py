@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 
 from turnfsm.persistence import (
+    STORE_ENV,
     MemoryStore,
     SessionStore,
     SQLiteStore,
     default_store_path,
     open_store,
 )
-from turnfsm.persistence._open import STORE_ENV
 
 __all__ = ["close_store", "open_cli_store", "where"]
 

@@ -126,7 +126,7 @@ def run_durable_demo(
     """Run the demo's task as a durable run on a worker serving the demo agent."""
     stream = out or sys.stdout
     try:
-        from turnfsm.temporal import DurableRun  # noqa: F401
+        from turnfsm.temporal import start_durable
     except ImportError:
         print(f"turnfsm demo: {_EXTRA}", file=sys.stderr)
         return 2
@@ -141,7 +141,7 @@ def run_durable_demo(
 
     async def go() -> Any:
         client = await _connect(address, namespace)
-        run = await agent.start_durable(TASK, client=client, task_queue=task_queue)
+        run = await start_durable(agent, TASK, client=client, task_queue=task_queue)
         if not quiet:
             print(
                 f"durable run {run.handle.result_run_id} of session "

@@ -17,6 +17,7 @@ orphaning a tool call or result.
 from __future__ import annotations
 
 from turnfsm import _deprecated
+from turnfsm.context._diagnose import explain
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._layered import (
     Applied,
@@ -80,6 +81,7 @@ __all__ = [
     "adjust_split",
     "digest_line",
     "digest_results",
+    "explain",
     "keep_parts",
     "pair_tool_traffic",
     "sanitize",

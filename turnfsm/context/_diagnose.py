@@ -21,8 +21,7 @@ import attrs
 
 from turnfsm.errors import ConfigError, ContextExceeded, LargeItem, TurnFSMError
 from turnfsm.messages import Message, Role, TextPart, ToolCallPart, ToolResultPart
-from turnfsm.tokens import TokenCounter
-from turnfsm.tokens._render import arguments_json
+from turnfsm.tokens import TokenCounter, arguments_json
 
 __all__ = ["explain", "largest_items"]
 

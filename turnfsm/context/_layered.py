@@ -34,6 +34,7 @@ from typing import Final, TypeAlias, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context._digest import digest_results
 from turnfsm.context._summarizing import SummaryFailed, split_turns, summarise
 from turnfsm.context._transcript import (
@@ -45,15 +46,11 @@ from turnfsm.context._transcript import (
 from turnfsm.context._values import (
     CompactionContext,
     CompactionProposal,
-    check_model,
-    int_in,
-    optional_int,
 )
-from turnfsm.core._lines import CompactReason
+from turnfsm.core import CompactReason
 from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolResultPart
-from turnfsm.providers._protocol import ModelClient
-from turnfsm.tokens import default_counter
-from turnfsm.tokens._protocol import TokenCounter
+from turnfsm.providers import ModelClient
+from turnfsm.tokens import TokenCounter, default_counter
 
 __all__ = [
     "MAX_TOOL_RESULT_CHARS",
@@ -141,24 +138,29 @@ class LayeredCompactor:
             out of range or of the wrong type.
     """
 
-    model: ModelClient | None = attrs.field(default=None, validator=check_model)
+    model: ModelClient | None = attrs.field(
+        default=None,
+        validator=_checks.instance(
+            ModelClient, "a ModelClient (None: the agent's own)", optional=True
+        ),
+    )
     max_tool_result_chars: int = attrs.field(
         default=MAX_TOOL_RESULT_CHARS,
-        validator=int_in("max_tool_result_chars", 1, None, "an int >= 1"),
+        validator=_checks.integer(low=1, expected="an int >= 1"),
     )
     trim_turns: int = attrs.field(
         default=TRIM_TURN_THRESHOLD,
-        validator=int_in("trim_turns", 1, None, "an int >= 1"),
+        validator=_checks.integer(low=1, expected="an int >= 1"),
     )
     preserved_turns: int = attrs.field(
         default=PRESERVED_TURNS,
-        validator=int_in("preserved_turns", 1, None, "an int >= 1"),
+        validator=_checks.integer(low=1, expected="an int >= 1"),
     )
     max_summary_tokens: int = attrs.field(
-        default=1_000, validator=int_in("max_summary_tokens", 16, None, "an int >= 16")
+        default=1_000, validator=_checks.integer(low=16, expected="an int >= 16")
     )
     digest_min_chars: int | None = attrs.field(
-        default=None, validator=optional_int("digest_min_chars", 1)
+        default=None, validator=_checks.integer(low=1, optional=True)
     )
 
     # -- the deterministic layers ----------------------------------------
@@ -344,7 +346,7 @@ class LayeredCompactor:
             `Skipped("deterministic layers insufficient; LLM layers
             required")`.
         """
-        _check_limit("limit", limit)
+        _checks.check(limit, "limit", _TOKENS)
         counter = counter or default_counter()
         before = counter.count(messages)
         new, applied, fits = self._deterministic_layers(messages, limit, counter)
@@ -380,9 +382,9 @@ class LayeredCompactor:
             the breaker is open, a layer failed, or every layer ran and the
             result is still over `limit` (seed 001's CompactionFailed).
         """
-        _check_limit("line", line)
-        _check_limit("limit", limit)
-        _check_limit("window", window)
+        _checks.check(line, "line", _TOKENS)
+        _checks.check(limit, "limit", _TOKENS)
+        _checks.check(window, "window", _TOKENS)
         counter = counter or default_counter()
         before = counter.count(messages)
         if before <= line:
@@ -422,8 +424,7 @@ def _summarised_turns(summary: Message) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _check_limit(field: str, value: object) -> None:
-    int_in(field, 0, None, "an int >= 0 (tokens)")(None, None, value)
+_TOKENS = _checks.integer(low=0, expected="an int >= 0 (tokens)")
 
 
 def _emptied(part: ToolResultPart) -> ToolResultPart:

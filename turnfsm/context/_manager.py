@@ -45,7 +45,6 @@ from turnfsm.context._values import (
     CompactionProposal,
     CompactionRequest,
     ModelCall,
-    int_in,
 )
 from turnfsm.context._verdicts import CompactionDecision, NoAction, verdict_of
 from turnfsm.core import (
@@ -63,28 +62,10 @@ from turnfsm.core import (
 )
 from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message
-from turnfsm.tokens import default_counter
-from turnfsm.tokens._protocol import TokenCounter
+from turnfsm.tokens import TokenCounter, default_counter
 from turnfsm.values import ErrorInfo
 
 __all__ = ["ContextManager"]
-
-
-_check_bool = _checks.boolean()
-
-
-def _check_compactor(_inst: object, _attr: object, value: object) -> None:
-    if not isinstance(value, ContextCompactor):
-        raise ConfigError(
-            "compactor", value, "a ContextCompactor (an async compact() method)"
-        )
-
-
-def _check_counter(_inst: object, _attr: object, value: object) -> None:
-    if not isinstance(value, TokenCounter):
-        raise ConfigError(
-            "counter", value, "a TokenCounter (count() and count_text() methods)"
-        )
 
 
 def _to_base(value: object) -> CompactBase:
@@ -155,38 +136,45 @@ class ContextManager:
 
     # The one positional setting: ``ContextManager(MyCompactor(), ...)``.
     compactor: ContextCompactor = attrs.field(
-        factory=TruncatingCompactor, validator=_check_compactor, kw_only=False
+        factory=TruncatingCompactor,
+        validator=_checks.instance(
+            ContextCompactor, "a ContextCompactor (an async compact() method)"
+        ),
+        kw_only=False,
     )
     context_window: int = attrs.field(
         default=200_000,
-        validator=int_in("context_window", 0, None, "an int >= 0 (tokens)"),
+        validator=_checks.integer(low=0, expected="an int >= 0 (tokens)"),
     )
     threshold: int = attrs.field(
         default=80,
-        validator=int_in(
-            "threshold", 0, 100, "an int percentage in 0..100 (80, not 0.8)"
+        validator=_checks.integer(
+            low=0, high=100, expected="an int percentage in 0..100 (80, not 0.8)"
         ),
     )
-    auto_compact: bool = attrs.field(default=True, validator=_check_bool)
+    auto_compact: bool = attrs.field(default=True, validator=_checks.boolean())
     compact_target: CompactBase = attrs.field(
         default=CompactBase.THRESHOLD, converter=_to_base
     )
     compact_target_pct: int = attrs.field(
         default=70,
-        validator=int_in(
-            "compact_target_pct", 1, 100, "an int percentage in 1..100 (70, not 0.7)"
+        validator=_checks.integer(
+            low=1, high=100, expected="an int percentage in 1..100 (70, not 0.7)"
         ),
     )
     counter: TokenCounter = attrs.field(
-        factory=default_counter, validator=_check_counter
+        factory=default_counter,
+        validator=_checks.instance(
+            TokenCounter, "a TokenCounter (count() and count_text() methods)"
+        ),
     )
-    use_reported_usage: bool = attrs.field(default=False, validator=_check_bool)
+    use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())
     max_failures: int = attrs.field(
-        default=3, validator=int_in("max_failures", 1, None, "an int >= 1")
+        default=3, validator=_checks.integer(low=1, expected="an int >= 1")
     )
     max_messages: int = attrs.field(
         default=50,
-        validator=int_in("max_messages", 0, None, "an int >= 0 (0: no line)"),
+        validator=_checks.integer(low=0, expected="an int >= 0 (0: no line)"),
     )
 
     # -- the lines -------------------------------------------------------

@@ -17,11 +17,11 @@ from typing import Any, TypeAlias, final
 import attrs
 
 from turnfsm import _checks
-from turnfsm.core._lines import CompactReason
+from turnfsm.core import CompactReason
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
-from turnfsm.providers._protocol import ModelClient, ModelRequest, ModelResponse
-from turnfsm.tokens._protocol import TokenCounter
+from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
+from turnfsm.tokens import TokenCounter
 
 __all__ = [
     "CompactBase",

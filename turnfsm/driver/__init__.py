@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._carry import EffectSettings, carry_out
 from turnfsm.driver._context import (
     EffectContext,
@@ -11,7 +12,7 @@ from turnfsm.driver._context import (
     UsageTally,
 )
 from turnfsm.driver._control import RunControl, RunResult
-from turnfsm.driver._driver import Driver
+from turnfsm.driver._driver import Driver, as_messages
 from turnfsm.driver._effects import (
     BUILTIN_EFFECTS,
     Effect,
@@ -22,6 +23,7 @@ from turnfsm.driver._effects import (
     run_one_tool,
     run_tools,
 )
+from turnfsm.driver._output import OutputType
 from turnfsm.driver._replay import ReplayReport, rebuild, replay
 from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._tools import Tool, current_tool_call, function_tool
@@ -39,6 +41,8 @@ __all__ = [
     "Effect",
     "EffectContext",
     "EffectSettings",
+    "InvalidArguments",
+    "OutputType",
     "ReplayReport",
     "Reported",
     "RetryPolicy",
@@ -51,6 +55,7 @@ __all__ = [
     "ToolJournal",
     "TurnRecord",
     "UsageTally",
+    "as_messages",
     "call_model",
     "carry_out",
     "compact",

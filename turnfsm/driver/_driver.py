@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final, overload
 
 import attrs
 
-from turnfsm import _checks
+from turnfsm import _checks, _instrument
 from turnfsm._resources import default_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import (
@@ -43,10 +42,7 @@ from turnfsm.errors import (
     InvalidMessage,
     SessionBusy,
 )
-from turnfsm.hooks import (
-    Hook,
-)
-from turnfsm.hooks._dispatch import HookDispatcher
+from turnfsm.hooks import HOOK_METHODS, Hook, HookDispatcher
 from turnfsm.messages import Message, OpenCalls
 from turnfsm.persistence import (
     RunRecord,
@@ -54,27 +50,46 @@ from turnfsm.persistence import (
     machine_digest,
     new_id,
 )
-from turnfsm.persistence._store import check_id
 from turnfsm.providers import ModelClient, ToolSchema
 from turnfsm.tokens import Meter, TokenCounter, default_counter
 
-__all__ = ["Driver"]
+__all__ = ["Driver", "as_messages"]
 
 T = TypeVar("T")
 
 logger = logging.getLogger("turnfsm.driver")
 
 
-_HOOK_METHODS = tuple(n for n in vars(Hook) if n.startswith(("on_", "pre_", "post_")))
+def _is_hook(hook: object) -> bool:
+    """A `Hook`, or an object with one of its methods (hooks may be duck-typed)."""
+    return isinstance(hook, Hook) or any(
+        callable(getattr(hook, m, None)) for m in HOOK_METHODS
+    )
 
 
-def _check_hooks(name: str, hooks: Sequence[object]) -> None:
-    """Each hook is a `Hook` or has one of its methods (hooks may be duck-typed)."""
-    for i, hook in enumerate(hooks):
-        if not isinstance(hook, Hook) and not any(
-            callable(getattr(hook, m, None)) for m in _HOOK_METHODS
+def _is_tool(tool: object) -> bool:
+    return isinstance(tool, Tool) or callable(tool)
+
+
+def _check_effects(inst: Driver, _attr: object, effects: object) -> None:
+    """Effects by name, and one for every custom phase of the driver's machine."""
+    if not isinstance(effects, Mapping):
+        raise ConfigError("effects", effects, "a mapping of name to effect")
+    for name, effect in effects.items():
+        if not isinstance(name, str) or not callable(effect):
+            raise ConfigError(f"effects[{name!r}]", effect, "an async function")
+    for state in inst.machine.states:
+        effect = state.effect
+        if (
+            effect is not None
+            and effect not in effects
+            and effect not in BUILTIN_EFFECTS
         ):
-            raise ConfigError(f"{name}[{i}]", hook, "a Hook")
+            raise ConfigError(
+                "effects",
+                sorted(effects),
+                f"an effect named {effect!r} for phase {state.name!r}",
+            )
 
 
 def _tools_tuple(
@@ -87,16 +102,7 @@ def _hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
     return _checks.as_tuple(value, "hooks", "Hook")
 
 
-def _seconds(name: str) -> Any:
-    return _checks.seconds(name)
-
-
-def _count(name: str, low: int) -> Any:
-    return _checks.integer(name, low=low)
-
-
-def _optional_count(name: str) -> Any:
-    return _checks.integer(name, low=1, optional=True)
+_CHECK_HOOKS = _checks.satisfies(_is_hook, "a Hook", each=True)
 
 
 @final
@@ -144,57 +150,63 @@ class Driver:
             with `OutputInvalid`.
     """
 
-    model: ModelClient
+    model: ModelClient = attrs.field(
+        validator=_checks.instance(ModelClient, "a ModelClient (async complete())")
+    )
     tools: Sequence[Tool | Callable[..., Any]] = attrs.field(
-        default=(), converter=_tools_tuple
+        default=(),
+        converter=_tools_tuple,
+        validator=_checks.satisfies(_is_tool, "a Tool or a function", each=True),
     )
-    system_prompt: str | None = attrs.field(default=None)
-    context: ContextManager | None = attrs.field(factory=ContextManager)
-    context_window: int = attrs.field(default=0, validator=_count("context_window", 0))
-    max_turns: int = attrs.field(default=50, validator=_count("max_turns", 1))
-    max_overflow_retries: int = attrs.field(
-        default=2, validator=_count("max_overflow_retries", 0)
+    system_prompt: str | None = attrs.field(
+        default=None,
+        validator=_checks.string(expected="a string or None", optional=True),
     )
-    max_compactions: int = attrs.field(
-        default=20, validator=_count("max_compactions", 1)
+    context: ContextManager | None = attrs.field(
+        factory=ContextManager,
+        validator=_checks.instance(
+            ContextManager, "a ContextManager or None", optional=True
+        ),
     )
-    tool_timeout: float | None = attrs.field(
-        default=60.0, validator=_seconds("tool_timeout")
-    )
+    context_window: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    max_turns: int = attrs.field(default=50, validator=_checks.integer(low=1))
+    max_overflow_retries: int = attrs.field(default=2, validator=_checks.integer(low=0))
+    max_compactions: int = attrs.field(default=20, validator=_checks.integer(low=1))
+    tool_timeout: float | None = attrs.field(default=60.0, validator=_checks.seconds())
     model_timeout: float | None = attrs.field(
-        default=300.0, validator=_seconds("model_timeout")
+        default=300.0, validator=_checks.seconds()
     )
     compaction_timeout: float | None = attrs.field(
-        default=120.0, validator=_seconds("compaction_timeout")
+        default=120.0, validator=_checks.seconds()
     )
     effect_timeout: float | None = attrs.field(
-        default=300.0, validator=_seconds("effect_timeout")
+        default=300.0, validator=_checks.seconds()
     )
     retry: RetryPolicy = attrs.field(
         factory=RetryPolicy, validator=_checks.instance(RetryPolicy, "a RetryPolicy")
     )
     hooks: Sequence[Hook] = attrs.field(
-        default=(),
-        converter=_hooks_tuple,
-        validator=lambda _i, _a, v: _check_hooks("hooks", v),
+        default=(), converter=_hooks_tuple, validator=_CHECK_HOOKS
     )
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
-    machine: MachineSpec = attrs.field(factory=default_machine)
-    effects: Mapping[str, Effect] = attrs.field(
-        factory=dict, validator=_checks.instance(Mapping, "a mapping of name to effect")
+    machine: MachineSpec = attrs.field(
+        factory=default_machine,
+        validator=_checks.instance(MachineSpec, "a MachineSpec"),
     )
+    effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=_check_effects)
     max_output_tokens: int | None = attrs.field(
-        default=None, validator=_optional_count("max_output_tokens")
+        default=None, validator=_checks.integer(low=1, optional=True)
     )
     clock: Callable[[], float] = attrs.field(
         default=time.time, validator=_checks.callable_()
     )
-    name: str = attrs.field(default="turnfsm")
-    tracing: bool | None = attrs.field(default=None)
-    output_type: Any = attrs.field(default=None)
-    max_output_retries: int = attrs.field(
-        default=2, validator=_count("max_output_retries", 0)
+    name: str = attrs.field(default="turnfsm", validator=_checks.string(non_empty=True))
+    tracing: bool | None = attrs.field(
+        default=None,
+        validator=_checks.instance(bool, "True, False or None", optional=True),
     )
+    output_type: Any = attrs.field(default=None)
+    max_output_retries: int = attrs.field(default=2, validator=_checks.integer(low=0))
     _output: OutputType | None = attrs.field(init=False)
     _tools: dict[str, Tool] = attrs.field(init=False)
     _budget: Budget = attrs.field(init=False)
@@ -205,21 +217,6 @@ class Driver:
     _settings: EffectSettings = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.model, ModelClient):
-            raise ConfigError("model", self.model, "a ModelClient (async complete())")
-        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
-            raise ConfigError("system_prompt", self.system_prompt, "a string or None")
-        if not isinstance(self.machine, MachineSpec):
-            raise ConfigError("machine", self.machine, "a MachineSpec")
-        if self.context is not None and not isinstance(self.context, ContextManager):
-            raise ConfigError("context", self.context, "a ContextManager or None")
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise ConfigError("name", self.name, "a non-empty string")
-        if self.tracing is not None and not isinstance(self.tracing, bool):
-            raise ConfigError("tracing", self.tracing, "True, False or None")
-        for i, tool in enumerate(self.tools):
-            if not isinstance(tool, Tool) and not callable(tool):
-                raise ConfigError(f"tools[{i}]", tool, "a Tool or a function")
         self._tools = tools_by_name(self.tools)
         self._schemas = tuple(t.schema for t in self._tools.values())
         self._budget = (
@@ -241,16 +238,6 @@ class Driver:
         )
         self._output = self._output_type(self.output_type)
         self._effects = {**BUILTIN_EFFECTS, **self.effects}
-        for name, effect in self.effects.items():
-            if not isinstance(name, str) or not callable(effect):
-                raise ConfigError(f"effects[{name!r}]", effect, "an async function")
-        for state in self.machine.states:
-            if state.effect is not None and state.effect not in self._effects:
-                raise ConfigError(
-                    "effects",
-                    sorted(self.effects),
-                    f"an effect named {state.effect!r} for phase {state.name!r}",
-                )
         self._digest = machine_digest(self.machine)
         self._settings = EffectSettings(
             machine_name=self.machine.name,
@@ -356,17 +343,17 @@ class Driver:
                 has it already.
             SessionConflict: another writer appended to the session's log.
         """
-        messages = _as_messages(input)
+        messages = as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)
         hooks = _hooks_tuple(hooks)
-        _check_hooks("hooks", hooks)
+        _checks.check(hooks, "hooks", _CHECK_HOOKS)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
         if control is not None and not isinstance(control, RunControl):
             raise ConfigError("control", control, "a RunControl or None")
         if run_id is not None:
-            check_id("run_id", run_id)
+            _checks.check_id("run_id", run_id)
             if session.has_run(run_id):
                 raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
@@ -507,10 +494,7 @@ class Driver:
             output: The run's output type (default: none, plain text).
             retry: The retry policy instead of the driver's.
         """
-        listed = [*self.hooks, *hooks]
-        traced = tracing_hook(listed, self.tracing)
-        if traced is not None:
-            listed.insert(0, traced)
+        listed = _instrument.hooks_for([*self.hooks, *hooks], self.tracing)
         dispatcher = HookDispatcher.of(listed, strict=self.strict_hooks)
         meter = Meter(self.counter)
         kept = self._extras
@@ -543,22 +527,13 @@ class Driver:
         )
 
 
-def tracing_hook(hooks: Sequence[Hook], setting: bool | None) -> Hook | None:
-    """The tracing hook a run gets besides `hooks`, or None (see `Driver.tracing`).
+def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
+    """Return a run's input as messages: a string is one user message.
 
-    OpenTelemetry is looked at only when something imported it: a process
-    that never set up a tracer provider pays nothing.
+    Raises:
+        InvalidMessage: `value` is not a string, a `Message` or a non-empty
+            sequence of them.
     """
-    if setting is False or any(getattr(h, "traces_runs", False) for h in hooks):
-        return None
-    if setting is None and "opentelemetry.trace" not in sys.modules:
-        return None
-    from turnfsm import tracing
-
-    return tracing.global_hook(force=setting is True)
-
-
-def _as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
     if isinstance(value, str):
         return (Message.user(value),)
     if isinstance(value, Message):

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from turnfsm.context._diagnose import explain
+from turnfsm.context import explain
 from turnfsm.core import (
     Decision,
     Event,

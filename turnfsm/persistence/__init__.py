@@ -8,7 +8,12 @@ run's end. The working history and the audit trail are projections of it.
 from __future__ import annotations
 
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
-from turnfsm.persistence._open import default_store_path, open_store
+from turnfsm.persistence._open import (
+    STORE_ENV,
+    default_store_path,
+    env_store,
+    open_store,
+)
 from turnfsm.persistence._records import (
     ENTRY_TYPES,
     OUTCOMES,
@@ -35,6 +40,7 @@ from turnfsm.persistence.sqlite import SQLiteStore
 __all__ = [
     "ENTRY_TYPES",
     "OUTCOMES",
+    "STORE_ENV",
     "BreakerChanged",
     "Committed",
     "CompactionRecord",
@@ -56,6 +62,7 @@ __all__ = [
     "decision_key",
     "default_store_path",
     "dump_session",
+    "env_store",
     "event_messages",
     "load_session",
     "machine_digest",

@@ -13,6 +13,7 @@ from typing import Protocol, final, runtime_checkable
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.errors import ConfigError, SessionConflict
 from turnfsm.persistence._records import Entry
 
@@ -64,18 +65,7 @@ class SessionStore(Protocol):
 
 def check_session_id(session_id: object) -> str:
     """Return `session_id` if it is a usable id; raise `ConfigError` if not."""
-    return check_id("session_id", session_id)
-
-
-def check_id(name: str, value: object) -> str:
-    """Return `value` if it is a usable id (a session's, a run's); else raise.
-
-    Raises:
-        ConfigError: `value` is not a non-empty string of at most 200 characters.
-    """
-    if not isinstance(value, str) or not value or len(value) > 200:
-        raise ConfigError(name, value, "a non-empty string (<= 200)")
-    return value
+    return _checks.check_id("session_id", session_id)
 
 
 def check_store(store: object) -> SessionStore:

@@ -9,12 +9,12 @@ finished tool call runs again.
 Example:
     ```python
     from temporalio.client import Client
-    from turnfsm.temporal import create_worker
+    from turnfsm.temporal import create_worker, start_durable
 
     client = await Client.connect("127.0.0.1:7233")
     async with create_worker(client, "agents", agent):
-        run = await agent.start_durable("Audit the logs", client=client,
-                                        task_queue="agents")
+        run = await start_durable(agent, "Audit the logs", client=client,
+                                  task_queue="agents")
         result = await run.result()
     ```
 

@@ -21,13 +21,10 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from turnfsm import serde
+from turnfsm import _checks, serde
 from turnfsm.agent import Agent
 from turnfsm.core import Event
-from turnfsm.driver import RunResult
-from turnfsm.driver._arguments import InvalidArguments
-from turnfsm.driver._driver import _as_messages
-from turnfsm.driver._output import OutputType
+from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
 from turnfsm.errors import (
     Cancelled,
     ConfigError,
@@ -36,7 +33,6 @@ from turnfsm.errors import (
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import new_id
-from turnfsm.persistence._store import check_id
 from turnfsm.temporal._activities import TURNFSM_ERROR
 from turnfsm.temporal._payloads import (
     WORKFLOW,
@@ -80,7 +76,7 @@ class DurableRun:
                 `RunResult.output`); optional.
             handle: The workflow's handle, when the caller holds it.
         """
-        self.session_id = check_id("session_id", session_id)
+        self.session_id = _checks.check_id("session_id", session_id)
         self._agent = agent
         self._handle = handle or client.get_workflow_handle(workflow_id_of(session_id))
 
@@ -218,12 +214,12 @@ async def start_durable(
         raise ConfigError("task_queue", task_queue, "a non-empty string")
     if options is not None and not isinstance(options, DurableOptions):
         raise ConfigError("options", options, "DurableOptions or None")
-    messages = _as_messages(input)
-    session = check_id("session_id", session_id or agent.session.id)
+    messages = as_messages(input)
+    session = _checks.check_id("session_id", session_id or agent.session.id)
     spec = RunSpec(
         agent=agent.driver.name,
         session_id=session,
-        run_id=check_id("run_id", run_id) if run_id else new_id("run"),
+        run_id=_checks.check_id("run_id", run_id) if run_id else new_id("run"),
         input=messages,
         options=options or DurableOptions(),
     )

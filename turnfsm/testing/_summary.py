@@ -17,7 +17,7 @@ from typing import Final, final
 
 import attrs
 
-from turnfsm.context._transcript import SUMMARY_SECTIONS
+from turnfsm.context import SUMMARY_SECTIONS
 from turnfsm.messages import Message
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.values import Usage

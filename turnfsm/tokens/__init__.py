@@ -20,6 +20,7 @@ from turnfsm.tokens._heuristic import HeuristicTokenCounter
 from turnfsm.tokens._meter import Meter
 from turnfsm.tokens._protocol import IncrementalCounter, TokenCounter
 from turnfsm.tokens._ratio import RatioTokenCounter
+from turnfsm.tokens._render import arguments_json
 from turnfsm.tokens._tiktoken import TiktokenCounter
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "RatioTokenCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "arguments_json",
     "default_counter",
 ]
 

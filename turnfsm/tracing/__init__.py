@@ -31,11 +31,14 @@ from turnfsm.tracing._setup import (
     global_hook,
     is_configured,
 )
+from turnfsm.tracing._traced import TRANSITION_EVENT, TracedTransition, traced_runs
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
+    "TRANSITION_EVENT",
     "OTLPJSONFileExporter",
     "Protocol",
+    "TracedTransition",
     "Tracing",
     "TracingHook",
     "attributes",
@@ -44,4 +47,5 @@ __all__ = [
     "is_configured",
     "load_otlp_json",
     "parse_otlp_json",
+    "traced_runs",
 ]

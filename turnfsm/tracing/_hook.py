@@ -36,8 +36,9 @@ from turnfsm.core import (
     Perform,
     RunTools,
     ToolsFinished,
+    emergency_line,
+    threshold_line,
 )
-from turnfsm.core._lines import emergency_line, threshold_line
 from turnfsm.errors import Cancelled, ProviderError
 from turnfsm.hooks import (
     DecisionInfo,
