@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+import pathlib
 import pkgutil
 import typing
 
@@ -26,6 +28,7 @@ PACKAGES = [
     "turnfsm.temporal",
     "turnfsm.testing",
     "turnfsm.tokens",
+    "turnfsm.tracing",
     "turnfsm.values",
 ]
 # Built for subclassing (or protocols / type aliases), so not @final.
@@ -85,3 +88,46 @@ def test_private_modules_declare_all() -> None:
         ):
             module = importlib.import_module(info.name)
             assert hasattr(module, "__all__"), f"{info.name} has no __all__"
+
+
+def test_the_root_packages_type_imports_are_its_table() -> None:
+    """`_LAZY` is the one list; the imports type checkers read must match it."""
+    tree = ast.parse(inspect.getsource(turnfsm))
+    (block,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    ]
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert all(
+        alias.asname == alias.name
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    ), "each name is re-exported explicitly (`X as X`)"
+    assert imported == turnfsm._LAZY
+    assert turnfsm.__all__ == sorted(turnfsm._LAZY)
+
+
+PINNED = pathlib.Path(__file__).with_name("public_api.txt")
+
+
+def _public_names() -> list[str]:
+    return [
+        f"{name}.{attr}"
+        for name in PACKAGES
+        for attr in importlib.import_module(name).__all__
+    ]
+
+
+def test_the_public_surface_is_pinned() -> None:
+    """Adding or removing a public name is a decision: update public_api.txt."""
+    assert _public_names() == PINNED.read_text().split(), (
+        "the public surface changed; if on purpose, write the new list to "
+        f"{PINNED.name} (one qualified name per line)"
+    )

@@ -17,87 +17,207 @@ from turnfsm import _instrument
 from turnfsm._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from turnfsm._resources import approval_machine, default_machine, load_machine
-    from turnfsm.agent import Agent
+    from turnfsm._resources import (
+        approval_machine as approval_machine,
+    )
+    from turnfsm._resources import (
+        default_machine as default_machine,
+    )
+    from turnfsm._resources import (
+        load_machine as load_machine,
+    )
+    from turnfsm.agent import Agent as Agent
     from turnfsm.context import (
-        CompactBase,
-        ContextCompactor,
-        ContextManager,
-        LayeredCompactor,
-        SummarizingCompactor,
-        TokenSplitter,
-        ToolResultDigest,
-        TruncatingCompactor,
+        CompactBase as CompactBase,
+    )
+    from turnfsm.context import (
+        ContextCompactor as ContextCompactor,
+    )
+    from turnfsm.context import (
+        ContextManager as ContextManager,
+    )
+    from turnfsm.context import (
+        LayeredCompactor as LayeredCompactor,
+    )
+    from turnfsm.context import (
+        SummarizingCompactor as SummarizingCompactor,
+    )
+    from turnfsm.context import (
+        TokenSplitter as TokenSplitter,
+    )
+    from turnfsm.context import (
+        ToolResultDigest as ToolResultDigest,
+    )
+    from turnfsm.context import (
+        TruncatingCompactor as TruncatingCompactor,
     )
     from turnfsm.core import (
-        Budget,
-        CompactReason,
-        MachineSpec,
-        Phase,
-        Snapshot,
-        TurnMachine,
+        Budget as Budget,
+    )
+    from turnfsm.core import (
+        CompactReason as CompactReason,
+    )
+    from turnfsm.core import (
+        MachineSpec as MachineSpec,
+    )
+    from turnfsm.core import (
+        Phase as Phase,
+    )
+    from turnfsm.core import (
+        Snapshot as Snapshot,
+    )
+    from turnfsm.core import (
+        TurnMachine as TurnMachine,
     )
     from turnfsm.driver import (
-        Driver,
-        EffectContext,
-        RetryPolicy,
-        RunControl,
-        RunResult,
-        Tool,
-        function_tool,
-        replay,
+        Driver as Driver,
+    )
+    from turnfsm.driver import (
+        EffectContext as EffectContext,
+    )
+    from turnfsm.driver import (
+        RetryPolicy as RetryPolicy,
+    )
+    from turnfsm.driver import (
+        RunControl as RunControl,
+    )
+    from turnfsm.driver import (
+        RunResult as RunResult,
+    )
+    from turnfsm.driver import (
+        Tool as Tool,
+    )
+    from turnfsm.driver import (
+        function_tool as function_tool,
+    )
+    from turnfsm.driver import (
+        replay as replay,
     )
     from turnfsm.errors import (
-        Cancelled,
-        CompactionCircuitOpen,
-        CompactionFailed,
-        CompactionLimitExceeded,
-        CompactionStalled,
-        ConfigError,
-        ContextExceeded,
-        CorruptRecord,
-        DefinitionError,
-        DuplicateRecord,
-        IllegalEvent,
-        InvalidMessage,
-        InvalidReturn,
-        MachineBroken,
-        MaxTurnsExceeded,
-        OutputInvalid,
-        ProviderError,
-        ReplayDiverged,
-        RunCrashed,
-        RunFailed,
-        SessionBusy,
-        SessionConflict,
-        StoreError,
-        StoreUnusable,
-        ToolError,
-        TurnFSMError,
+        Cancelled as Cancelled,
     )
-    from turnfsm.hooks import Hook, PreCompact
-    from turnfsm.messages import Message, Role
+    from turnfsm.errors import (
+        CompactionCircuitOpen as CompactionCircuitOpen,
+    )
+    from turnfsm.errors import (
+        CompactionFailed as CompactionFailed,
+    )
+    from turnfsm.errors import (
+        CompactionLimitExceeded as CompactionLimitExceeded,
+    )
+    from turnfsm.errors import (
+        CompactionStalled as CompactionStalled,
+    )
+    from turnfsm.errors import (
+        ConfigError as ConfigError,
+    )
+    from turnfsm.errors import (
+        ContextExceeded as ContextExceeded,
+    )
+    from turnfsm.errors import (
+        CorruptRecord as CorruptRecord,
+    )
+    from turnfsm.errors import (
+        DefinitionError as DefinitionError,
+    )
+    from turnfsm.errors import (
+        DuplicateRecord as DuplicateRecord,
+    )
+    from turnfsm.errors import (
+        IllegalEvent as IllegalEvent,
+    )
+    from turnfsm.errors import (
+        InvalidMessage as InvalidMessage,
+    )
+    from turnfsm.errors import (
+        InvalidReturn as InvalidReturn,
+    )
+    from turnfsm.errors import (
+        MachineBroken as MachineBroken,
+    )
+    from turnfsm.errors import (
+        MaxTurnsExceeded as MaxTurnsExceeded,
+    )
+    from turnfsm.errors import (
+        OutputInvalid as OutputInvalid,
+    )
+    from turnfsm.errors import (
+        ProviderError as ProviderError,
+    )
+    from turnfsm.errors import (
+        ReplayDiverged as ReplayDiverged,
+    )
+    from turnfsm.errors import (
+        RunCrashed as RunCrashed,
+    )
+    from turnfsm.errors import (
+        RunFailed as RunFailed,
+    )
+    from turnfsm.errors import (
+        SessionBusy as SessionBusy,
+    )
+    from turnfsm.errors import (
+        SessionConflict as SessionConflict,
+    )
+    from turnfsm.errors import (
+        StoreError as StoreError,
+    )
+    from turnfsm.errors import (
+        StoreUnusable as StoreUnusable,
+    )
+    from turnfsm.errors import (
+        ToolError as ToolError,
+    )
+    from turnfsm.errors import (
+        TurnFSMError as TurnFSMError,
+    )
+    from turnfsm.hooks import Hook as Hook
+    from turnfsm.hooks import PreCompact as PreCompact
+    from turnfsm.messages import Message as Message
+    from turnfsm.messages import Role as Role
     from turnfsm.persistence import (
-        MemoryStore,
-        Session,
-        SessionStore,
-        SQLiteStore,
-        open_store,
+        MemoryStore as MemoryStore,
+    )
+    from turnfsm.persistence import (
+        Session as Session,
+    )
+    from turnfsm.persistence import (
+        SessionStore as SessionStore,
+    )
+    from turnfsm.persistence import (
+        SQLiteStore as SQLiteStore,
+    )
+    from turnfsm.persistence import (
+        open_store as open_store,
     )
     from turnfsm.providers import (
-        ModelClient,
-        ModelRequest,
-        ModelResponse,
-        OutputSpec,
+        ModelClient as ModelClient,
+    )
+    from turnfsm.providers import (
+        ModelRequest as ModelRequest,
+    )
+    from turnfsm.providers import (
+        ModelResponse as ModelResponse,
+    )
+    from turnfsm.providers import (
+        OutputSpec as OutputSpec,
     )
     from turnfsm.tokens import (
-        ConservativeTokenCounter,
-        HeuristicTokenCounter,
-        RatioTokenCounter,
-        TiktokenCounter,
-        TokenCounter,
+        ConservativeTokenCounter as ConservativeTokenCounter,
     )
-    from turnfsm.values import Usage
+    from turnfsm.tokens import (
+        HeuristicTokenCounter as HeuristicTokenCounter,
+    )
+    from turnfsm.tokens import (
+        RatioTokenCounter as RatioTokenCounter,
+    )
+    from turnfsm.tokens import (
+        TiktokenCounter as TiktokenCounter,
+    )
+    from turnfsm.tokens import (
+        TokenCounter as TokenCounter,
+    )
+    from turnfsm.values import Usage as Usage
 
 __version__ = "0.1.0"
 
@@ -186,79 +306,9 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = [
-    "Agent",
-    "Budget",
-    "Cancelled",
-    "CompactBase",
-    "CompactReason",
-    "CompactionCircuitOpen",
-    "CompactionFailed",
-    "CompactionLimitExceeded",
-    "CompactionStalled",
-    "ConfigError",
-    "ConservativeTokenCounter",
-    "ContextCompactor",
-    "ContextExceeded",
-    "ContextManager",
-    "CorruptRecord",
-    "DefinitionError",
-    "Driver",
-    "DuplicateRecord",
-    "EffectContext",
-    "HeuristicTokenCounter",
-    "Hook",
-    "IllegalEvent",
-    "InvalidMessage",
-    "InvalidReturn",
-    "LayeredCompactor",
-    "MachineBroken",
-    "MachineSpec",
-    "MaxTurnsExceeded",
-    "MemoryStore",
-    "Message",
-    "ModelClient",
-    "ModelRequest",
-    "ModelResponse",
-    "OutputInvalid",
-    "OutputSpec",
-    "Phase",
-    "PreCompact",
-    "ProviderError",
-    "RatioTokenCounter",
-    "ReplayDiverged",
-    "RetryPolicy",
-    "Role",
-    "RunControl",
-    "RunCrashed",
-    "RunFailed",
-    "RunResult",
-    "SQLiteStore",
-    "Session",
-    "SessionBusy",
-    "SessionConflict",
-    "SessionStore",
-    "Snapshot",
-    "StoreError",
-    "StoreUnusable",
-    "SummarizingCompactor",
-    "TiktokenCounter",
-    "TokenCounter",
-    "TokenSplitter",
-    "Tool",
-    "ToolError",
-    "ToolResultDigest",
-    "TruncatingCompactor",
-    "TurnFSMError",
-    "TurnMachine",
-    "Usage",
-    "approval_machine",
-    "default_machine",
-    "function_tool",
-    "load_machine",
-    "open_store",
-    "replay",
-]
+# The one list of the package's public names is `_LAZY`: `__all__` is made
+# from it (the imports above only tell type checkers; a test keeps them equal).
+__all__ = sorted(_LAZY)
 
 
 def _tracing(hooks: Sequence[Any], setting: bool | None) -> Any:

@@ -22,7 +22,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, final
 
 import attrs
 from opentelemetry import context as otel_context
@@ -91,6 +91,7 @@ class _Run:
     tools: dict[str, tuple[Span, object]] = attrs.field(factory=dict)
 
 
+@final
 class TracingHook(Hook):
     """Trace runs with OpenTelemetry: spans, transition events and metrics.
 
