@@ -6,9 +6,9 @@ calls, several tool messages per turn), then times, in this process:
 - the baseline: a plain ``list(messages)`` copy plus one warm
   ``counter.count(messages)`` pass (what any compaction must at least do);
 - ``pair_tool_traffic(messages)`` alone (the pair scan a compactor runs);
-- a whole ``compact_with_reason`` pass with the default `TruncatingCompactor`
-  (the manager counts the input, runs the compactor, checks and re-counts
-  the result);
+- a whole ``ContextManager.compact`` pass with the default
+  `TruncatingCompactor` (the manager counts the input, runs the compactor,
+  checks and re-counts the result);
 - the same pass given ``tokens_before`` (the driver's path: it has already
   measured the request, so the manager does not recount).
 
@@ -30,8 +30,8 @@ from collections.abc import Callable
 
 import anyio
 
-from turnfsm.context import Compacted, ContextManager, pair_tool_traffic
-from turnfsm.core import CompactReason
+from turnfsm.context import CompactionRequest, ContextManager, pair_tool_traffic
+from turnfsm.core import CompactionResult, CompactReason
 from turnfsm.messages import Message, ToolCallPart
 
 TARGET_MS = 20.0
@@ -88,15 +88,17 @@ def main(n: int, repeats: int) -> None:
         times = []
         for _ in range(repeats + 1):
             start = time.perf_counter()
-            decision = await manager.compact_with_reason(
-                messages,
-                turn=1,
-                reason=CompactReason.EMERGENCY,
-                reserved=reserved,
-                tokens_before=tokens_before,
+            event = await manager.compact(
+                CompactionRequest(
+                    messages=messages,
+                    reason=CompactReason.EMERGENCY,
+                    turn=1,
+                    reserved=reserved,
+                    tokens_before=tokens_before,
+                )
             )
             times.append(time.perf_counter() - start)
-            assert isinstance(decision, Compacted), decision
+            assert isinstance(event, CompactionResult), event
         return statistics.median(times[1:]) * 1e3  # the first pass warms
 
     base = median_ms(baseline, repeats)

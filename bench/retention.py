@@ -12,11 +12,11 @@ planting.
 Each strategy then replays the session the way the driver would: turns are
 added in chunks of ``--chunk``, and whenever the context is over the
 threshold line, ``ContextManager(compactor, context_window=W, threshold=80)``
-(the default counter) runs ``compact_with_reason`` passes (reason
+(the default counter) runs ``ContextManager.compact`` passes (reason
 THRESHOLD_EXCEEDED), at most ``--max-passes`` of them, until the context is
-under the line; anything but `Compacted` ends the crossing with the context
-kept as it was. As in the driver, only a `CompactorError` counts towards the
-circuit breaker, and a context left over the window W is where a real run
+under the line; anything but a `CompactionResult` ends the crossing with the
+context kept as it was. As in the driver, only a `CompactorFailed` counts
+towards the circuit breaker, and a context left over the window W is where a real run
 would fail (``context_exceeded``): the table shows that turn, and the replay
 goes on growing the session so that retention can still be measured. The
 summarising strategies write a first summary, then update it. The strategies:
@@ -77,20 +77,24 @@ import anyio
 import attrs
 
 from turnfsm.context import (
-    CircuitOpen,
-    Compacted,
-    CompactorError,
+    CompactionRequest,
     ContextCompactor,
     ContextManager,
-    ContextOverflow,
     LayeredCompactor,
-    NoAction,
     SummarizingCompactor,
     ToolResultDigest,
     TruncatingCompactor,
 )
 from turnfsm.context._transcript import is_summary, render_transcript
-from turnfsm.core import CompactReason
+from turnfsm.core import (
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
+    CompactReason,
+    PassEvent,
+)
 from turnfsm.errors import ProviderError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
@@ -419,7 +423,7 @@ class Result:
     after: int = 0
     events: int = 0  # times the context was over the line
     overflow_turn: int | None = None  # first turn whose context is over W
-    failures: int = 0  # consecutive CompactorErrors: the breaker's count
+    failures: int = 0  # consecutive CompactorFailed: the breaker's count
     passes: int = 0
     verdicts: dict[str, int] = attrs.field(factory=dict)
     summary_calls: int = 0
@@ -462,11 +466,11 @@ def make_compactor(
 
 
 VERDICTS = (
-    (Compacted, "C"),
-    (NoAction, "N"),
-    (ContextOverflow, "O"),
-    (CompactorError, "E"),
-    (CircuitOpen, "B"),
+    (CompactionResult, "C"),
+    (CompactionNoop, "N"),
+    (CompactionOverflowed, "O"),
+    (CompactorFailed, "E"),
+    (CompactionCircuitOpened, "B"),
 )
 
 
@@ -531,33 +535,47 @@ async def crossing(
     """Compact `context` (over the line) in passes, as the driver would.
 
     At most `args.max_passes` passes, until it is under the threshold line;
-    anything but `Compacted` ends the crossing (the driver keeps the
-    messages). Only a `CompactorError` counts towards the breaker.
+    anything but a `CompactionResult` ends the crossing (the driver keeps the
+    messages). Only a `CompactorFailed` counts towards the breaker.
     """
     for _ in range(args.max_passes):
         out.passes += 1
-        verdict = await manager.compact_with_reason(
-            context,
-            turn=turn,
-            reason=CompactReason.THRESHOLD_EXCEEDED,
-            tokens_before=size,
-            failures=out.failures,
-            session_id=SESSION_ID,
-            summaries=summaries,
+        event = await manager.compact(
+            CompactionRequest(
+                messages=context,
+                reason=CompactReason.THRESHOLD_EXCEEDED,
+                turn=turn,
+                tokens_before=size,
+                failures=out.failures,
+                session_id=SESSION_ID,
+                summaries=summaries,
+            )
         )
-        tag = next(t for kind, t in VERDICTS if isinstance(verdict, kind))
+        tag = next(t for kind, t in VERDICTS if isinstance(event, kind))
         out.verdicts[tag] = out.verdicts.get(tag, 0) + 1
-        if not isinstance(verdict, Compacted):
-            if isinstance(verdict, CompactorError):
+        if not isinstance(event, CompactionResult):
+            if isinstance(event, CompactorFailed):
                 out.failures += 1
-            if args.model == "local" and not isinstance(verdict, NoAction):
-                log(f"    turn {turn + 1}: {type(verdict).__name__}: {verdict}")
+            if args.model == "local" and not isinstance(event, CompactionNoop):
+                log(f"    turn {turn + 1}: {describe(event)}")
             break
         out.failures = 0
-        context, size = list(verdict.messages), verdict.tokens_after
+        context, size = list(event.messages), event.after
         if size <= manager.threshold_line:
             break
     return context, size
+
+
+def describe(event: PassEvent) -> str:
+    """One line for a pass that did not compact (the local model's log)."""
+    match event:
+        case CompactionOverflowed(used=used, limit=limit):
+            return f"CompactionOverflowed: {used} tokens of a {limit}-token window"
+        case CompactorFailed(error=error):
+            return f"CompactorFailed: {error.message}"
+        case CompactionCircuitOpened(failures=failures):
+            return f"CompactionCircuitOpened after {failures} failures"
+    return type(event).__name__
 
 
 def show_summary(result: Result) -> None:
@@ -666,9 +684,10 @@ def print_tables(
             ]
         print("| " + " | ".join(row) + " |")
     print()
-    print("verdicts: C Compacted, N NoAction, O ContextOverflow, E CompactorError,")
-    print("B CircuitOpen. over W at turn: the first turn after which the context")
-    print("(compacted, if it was) was over the window: a real run fails there.")
+    print("verdicts: C CompactionResult, N CompactionNoop, O CompactionOverflowed,")
+    print("E CompactorFailed, B CompactionCircuitOpened. over W at turn: the first")
+    print("turn after which the context (compacted, if it was) was over the window:")
+    print("a real run fails there.")
     print()
     marks = "present / answered" if local else "present"
     print(f"per fact ({marks}; + yes, - no, . not asked)")
