@@ -8,11 +8,13 @@ these classes, made from that event by `verdict_of`, and warn.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TypeAlias, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias, final
 
 import attrs
 
+from turnfsm import _deprecated
+from turnfsm.context._values import CompactionRequest, ModelCall
 from turnfsm.core import (
     CompactionCircuitOpened,
     CompactionNoop,
@@ -31,6 +33,7 @@ __all__ = [
     "CompactorError",
     "ContextOverflow",
     "NoAction",
+    "OldEntryPoints",
     "verdict_of",
 ]
 
@@ -220,3 +223,129 @@ def verdict_of(
                 reason=reason or CompactReason.MANUAL,
                 strategy=strategy,
             )
+
+
+class OldEntryPoints:
+    """`ContextManager`'s four old ways in, kept one release (each warns)."""
+
+    if TYPE_CHECKING:  # what `ContextManager` provides
+
+        @property
+        def strategy(self) -> str: ...
+        async def compact(self, request: CompactionRequest) -> PassEvent: ...
+        def count(self, messages: Sequence[Message]) -> int: ...
+        def reason_for(self, estimate: int) -> CompactReason | None: ...
+
+    async def compact_with_reason(
+        self,
+        messages: Sequence[Message],
+        *,
+        turn: int,
+        reason: CompactReason,
+        instructions: Iterable[str] = (),
+        additional_context: Iterable[str] = (),
+        reserved: int = 0,
+        tokens_before: int | None = None,
+        failures: int = 0,
+        session_id: str = "",
+        summaries: Mapping[str, str] | None = None,
+        model_call: ModelCall | None = None,
+        target_tokens: int | None = None,
+    ) -> CompactionDecision:
+        """Run a pass for `reason` (deprecated: use `compact`)."""
+        request = CompactionRequest(
+            messages=messages,
+            reason=reason,
+            turn=turn,
+            instructions=instructions,
+            additional_context=additional_context,
+            reserved=reserved,
+            tokens_before=tokens_before,
+            failures=failures,
+            session_id=session_id,
+            summaries=summaries or {},
+            model_call=model_call,
+            target_tokens=target_tokens,
+        )
+        return await self._old("compact_with_reason", request)
+
+    async def ensure_context_fits(
+        self, messages: Sequence[Message], *, turn: int, reserved: int = 0
+    ) -> CompactionDecision:
+        """Compact only over a line (deprecated: use `compact` with no reason)."""
+        request = CompactionRequest(messages=messages, turn=turn, reserved=reserved)
+        before = self.count(request.messages) + reserved
+        reason = self.reason_for(before)
+        if reason is None:
+            _deprecated.warn(
+                "ContextManager.ensure_context_fits",
+                "ContextManager.compact(CompactionRequest(...))",
+            )
+            return NoAction(
+                tokens_before=before,
+                tokens_after=before,
+                reason=None,
+                strategy=self.strategy,
+            )
+        request = attrs.evolve(request, reason=reason, tokens_before=before)
+        return await self._old("ensure_context_fits", request)
+
+    async def compact_manual(
+        self, messages: Sequence[Message], *, turn: int, reserved: int = 0
+    ) -> CompactionDecision:
+        """Compact now (deprecated: use `compact` with `CompactReason.MANUAL`)."""
+        request = CompactionRequest(
+            messages=messages, reason=CompactReason.MANUAL, turn=turn, reserved=reserved
+        )
+        return await self._old("compact_manual", request)
+
+    async def force_compact(
+        self,
+        messages: Sequence[Message],
+        *,
+        turn: int,
+        reserved: int = 0,
+        ephemeral: bool = False,
+        failures: int = 0,
+        session_id: str = "",
+        summaries: Mapping[str, str] | None = None,
+        model_call: ModelCall | None = None,
+    ) -> CompactionDecision:
+        """Compact now unless ephemeral (deprecated: use `compact`, reason MANUAL)."""
+        request = CompactionRequest(
+            messages=messages,
+            reason=CompactReason.MANUAL,
+            turn=turn,
+            reserved=reserved,
+            failures=failures,
+            session_id=session_id,
+            summaries=summaries or {},
+            model_call=model_call,
+        )
+        if ephemeral:
+            _deprecated.warn(
+                "ContextManager.force_compact",
+                "ContextManager.compact(CompactionRequest(...))",
+            )
+            before = self.count(request.messages) + reserved
+            return NoAction(
+                tokens_before=before,
+                tokens_after=before,
+                reason=CompactReason.MANUAL,
+                strategy=self.strategy,
+            )
+        return await self._old("force_compact", request)
+
+    async def _old(self, name: str, request: CompactionRequest) -> CompactionDecision:
+        _deprecated.warn(
+            f"ContextManager.{name}",
+            "ContextManager.compact(CompactionRequest(...))",
+            stacklevel=4,
+        )
+        event = await self.compact(request)
+        return verdict_of(
+            event,
+            reason=request.reason,
+            strategy=self.strategy,
+            message_count=len(request.messages),
+        )

@@ -12,7 +12,7 @@ from turnfsm.driver._context import (
     UsageTally,
 )
 from turnfsm.driver._control import RunControl, RunResult
-from turnfsm.driver._driver import Driver, as_messages
+from turnfsm.driver._driver import Driver
 from turnfsm.driver._effects import (
     BUILTIN_EFFECTS,
     Effect,
@@ -23,6 +23,7 @@ from turnfsm.driver._effects import (
     run_one_tool,
     run_tools,
 )
+from turnfsm.driver._inputs import as_messages
 from turnfsm.driver._output import OutputType
 from turnfsm.driver._replay import ReplayReport, rebuild, replay
 from turnfsm.driver._retry import RetryPolicy, is_transient

@@ -9,8 +9,9 @@ refused is `stalled` from the start, never rewritten afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from turnfsm.context import ContextManager
 from turnfsm.core import (
     CallLLM,
     Compact,
@@ -24,16 +25,25 @@ from turnfsm.core import (
     PassEvent,
     Snapshot,
 )
+from turnfsm.driver._context import Reported
+from turnfsm.driver._effects import is_extension
+from turnfsm.hooks import CircuitInfo, HookDispatcher
 from turnfsm.messages import SUMMARY_COVERS, Message, MessageLog
 from turnfsm.persistence import (
+    BreakerChanged,
     Committed,
     CompactionRecord,
+    Entry,
+    RunRecord,
+    Session,
     SummaryRecorded,
     TurnRecord,
     Verdict,
 )
+from turnfsm.values import Usage
 
 __all__ = [
+    "Audit",
     "committed",
     "compaction_record",
     "summaries",
@@ -153,3 +163,114 @@ def summaries(run_id: str, messages: Sequence[Message]) -> list[SummaryRecorded]
         for m in messages
         if SUMMARY_COVERS in m.metadata
     ]
+
+
+class Audit:
+    """A run's audit trail as it grows: its turns, its passes, their usage.
+
+    The loop asks it for the entries a model reply or a compaction pass
+    makes; it keeps what the run has spent and the provider's count of the
+    last call, and tells the hooks of each pass (its one record) and of the
+    circuit breaker's opening.
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        session: Session,
+        hooks: HookDispatcher,
+        manager: ContextManager | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.run_id = run_id
+        self.session = session
+        self.hooks = hooks
+        self.manager = manager
+        self.clock = clock
+        self.usage = Usage()  # the agent's own model calls
+        self.compaction_usage = Usage()  # the passes' summary calls
+        self.reported: Reported | None = None  # the provider's count of the last call
+        self._context: tuple[MessageLog, MessageLog] | None = None
+
+    def restore(self, record: RunRecord) -> None:
+        """Pick up what a run logged so far (a resumed or abandoned run)."""
+        self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
+        self.compaction_usage = sum(
+            (c.usage for c in record.compactions if c.usage), Usage()
+        )
+
+    def turn(self, decision: CallLLM, event: ModelReplied | OutputRejected) -> Entry:
+        """The turn a model reply makes; keeps its usage and the provider's count."""
+        usage = event.usage
+        if usage is not None:
+            self.usage = self.usage + usage
+            if usage.input_tokens:
+                self.reported = Reported(
+                    tokens=usage.input_tokens,
+                    history=decision.history,
+                    pending=decision.pending,
+                )
+        return turn_record(self.run_id, decision, event, self._context_change(decision))
+
+    def _context_change(self, decision: CallLLM) -> tuple[int, list[str]]:
+        """The context of this call as a change from the previous call's."""
+        history, pending = decision.history, decision.pending
+        last, self._context = self._context, (history, pending)
+        if (
+            last is not None
+            and is_extension(history, last[0], same=True)
+            and is_extension(pending, last[1], same=False)
+        ):
+            keep = len(history) + len(last[1])
+            return keep, [m.id for m in pending.items_from(len(last[1]))]
+        return 0, [m.id for m in history] + [m.id for m in pending]
+
+    def compaction(
+        self,
+        decision: Compact,
+        event: PassEvent,
+        before: Snapshot,
+        *,
+        taken: bool | None,
+        key: str,
+    ) -> list[Entry]:
+        """The pass's one record (told to the hooks) and the breaker's opening."""
+        manager = self.manager
+        record = compaction_record(
+            self.run_id,
+            key,
+            decision,
+            event,
+            before,
+            taken=taken,
+            strategy=type(manager.compactor).__name__ if manager else "",
+        )
+        if record.usage is not None:
+            self.compaction_usage = self.compaction_usage + record.usage
+        self.hooks.compaction_pass(record, self.session.id)
+        return [record, *self._breaker(record)]
+
+    def _breaker(self, record: CompactionRecord) -> list[Entry]:
+        """The breaker's opening, when this failed pass reaches `max_failures`.
+
+        Written once, on the transition; the count itself is a projection
+        of the session's log (`Session.compaction_failures`).
+        """
+        manager = self.manager
+        if manager is None or record.outcome is not Verdict.FAILED:
+            return []
+        failures = self.session.compaction_failures + 1
+        if failures != manager.max_failures:
+            return []
+        if self.hooks.wants("on_circuit_opened"):
+            self.hooks.call(
+                "on_circuit_opened",
+                CircuitInfo(
+                    session_id=self.session.id, run_id=self.run_id, failures=failures
+                ),
+            )
+        return [
+            BreakerChanged(
+                run_id=self.run_id, open=True, failures=failures, at=self.clock()
+            )
+        ]

@@ -32,6 +32,15 @@ from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect
+from turnfsm.driver._inputs import (
+    CHECK_HOOKS,
+    as_messages,
+    check_effects,
+    hooks_tuple,
+    is_tool,
+    open_run,
+    tools_tuple,
+)
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType, check_machine
 from turnfsm.driver._replay import rebuild
@@ -39,13 +48,11 @@ from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
     ConfigError,
-    InvalidMessage,
     SessionBusy,
 )
-from turnfsm.hooks import HOOK_METHODS, Hook, HookDispatcher
+from turnfsm.hooks import Hook, HookDispatcher
 from turnfsm.messages import Message, OpenCalls
 from turnfsm.persistence import (
-    RunRecord,
     Session,
     machine_digest,
     new_id,
@@ -53,56 +60,11 @@ from turnfsm.persistence import (
 from turnfsm.providers import ModelClient, ToolSchema
 from turnfsm.tokens import Meter, TokenCounter, default_counter
 
-__all__ = ["Driver", "as_messages"]
+__all__ = ["Driver"]
 
 T = TypeVar("T")
 
 logger = logging.getLogger("turnfsm.driver")
-
-
-def _is_hook(hook: object) -> bool:
-    """A `Hook`, or an object with one of its methods (hooks may be duck-typed)."""
-    return isinstance(hook, Hook) or any(
-        callable(getattr(hook, m, None)) for m in HOOK_METHODS
-    )
-
-
-def _is_tool(tool: object) -> bool:
-    return isinstance(tool, Tool) or callable(tool)
-
-
-def _check_effects(inst: Driver, _attr: object, effects: object) -> None:
-    """Effects by name, and one for every custom phase of the driver's machine."""
-    if not isinstance(effects, Mapping):
-        raise ConfigError("effects", effects, "a mapping of name to effect")
-    for name, effect in effects.items():
-        if not isinstance(name, str) or not callable(effect):
-            raise ConfigError(f"effects[{name!r}]", effect, "an async function")
-    for state in inst.machine.states:
-        effect = state.effect
-        if (
-            effect is not None
-            and effect not in effects
-            and effect not in BUILTIN_EFFECTS
-        ):
-            raise ConfigError(
-                "effects",
-                sorted(effects),
-                f"an effect named {effect!r} for phase {state.name!r}",
-            )
-
-
-def _tools_tuple(
-    value: Iterable[Tool | Callable[..., Any]],
-) -> tuple[Tool | Callable[..., Any], ...]:
-    return _checks.as_tuple(value, "tools", "tools or functions")
-
-
-def _hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
-    return _checks.as_tuple(value, "hooks", "Hook")
-
-
-_CHECK_HOOKS = _checks.satisfies(_is_hook, "a Hook", each=True)
 
 
 @final
@@ -155,8 +117,8 @@ class Driver:
     )
     tools: Sequence[Tool | Callable[..., Any]] = attrs.field(
         default=(),
-        converter=_tools_tuple,
-        validator=_checks.satisfies(_is_tool, "a Tool or a function", each=True),
+        converter=tools_tuple,
+        validator=_checks.satisfies(is_tool, "a Tool or a function", each=True),
     )
     system_prompt: str | None = attrs.field(
         default=None,
@@ -186,14 +148,14 @@ class Driver:
         factory=RetryPolicy, validator=_checks.instance(RetryPolicy, "a RetryPolicy")
     )
     hooks: Sequence[Hook] = attrs.field(
-        default=(), converter=_hooks_tuple, validator=_CHECK_HOOKS
+        default=(), converter=hooks_tuple, validator=CHECK_HOOKS
     )
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(
         factory=default_machine,
         validator=_checks.instance(MachineSpec, "a MachineSpec"),
     )
-    effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=_check_effects)
+    effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=check_effects)
     max_output_tokens: int | None = attrs.field(
         default=None, validator=_checks.integer(low=1, optional=True)
     )
@@ -345,8 +307,8 @@ class Driver:
         """
         messages = as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)
-        hooks = _hooks_tuple(hooks)
-        _checks.check(hooks, "hooks", _CHECK_HOOKS)
+        hooks = hooks_tuple(hooks)
+        _checks.check(hooks, "hooks", CHECK_HOOKS)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
@@ -399,7 +361,7 @@ class Driver:
             SessionBusy: another run is using `session`.
         """
         with session.claim():
-            record = _open_run(session, run_id)
+            record = open_run(session, run_id)
             opened = record.opened
             if opened.digest != self._digest:
                 raise ConfigError(
@@ -445,7 +407,7 @@ class Driver:
             SessionBusy: another run is using `session`.
         """
         with session.claim():
-            record = _open_run(session, run_id)
+            record = open_run(session, run_id)
             machine = rebuild(self.machine, session, run_id, check=False)
             loop = self._loop(session, run_id, machine, None, ())
             loop.restore(record)
@@ -525,46 +487,3 @@ class Driver:
             session=session,
             output=output,
         )
-
-
-def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
-    """Return a run's input as messages: a string is one user message.
-
-    Raises:
-        InvalidMessage: `value` is not a string, a `Message` or a non-empty
-            sequence of them.
-    """
-    if isinstance(value, str):
-        return (Message.user(value),)
-    if isinstance(value, Message):
-        return (value,)
-    if (
-        value is None
-        or isinstance(value, bytes | Mapping)
-        or not isinstance(value, Iterable)
-    ):
-        raise InvalidMessage("input", value, "a string, a Message or Messages")
-    messages = tuple(value)
-    if not messages:
-        # A model call with nothing new to answer is never what was meant.
-        raise InvalidMessage("input", value, "at least one message")
-    for i, item in enumerate(messages):
-        if not isinstance(item, Message):
-            raise InvalidMessage(f"input[{i}]", item, "a Message")
-    # The pairing is checked once, in `run`, as the continuation of the
-    # session's history.
-    return messages
-
-
-def _open_run(session: Session, run_id: str) -> RunRecord:
-    try:
-        record = session.run(run_id)
-    except KeyError:
-        raise ConfigError(
-            "run_id", run_id, f"a run of session {session.id!r}"
-        ) from None
-    if not record.is_open:
-        raise ConfigError(
-            "run_id", run_id, f"a paused or unfinished run (it is {record.outcome})"
-        )
-    return record

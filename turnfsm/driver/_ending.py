@@ -24,6 +24,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.driver._arguments import InvalidArguments
+from turnfsm.driver._audit import Audit
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._control import RunResult
@@ -31,7 +32,6 @@ from turnfsm.errors import Cancelled, ContextExceeded, RunCrashed, TurnFSMError
 from turnfsm.hooks import HookDispatcher, RunEndInfo
 from turnfsm.messages import Joined
 from turnfsm.persistence import RunEnded, RunOpened, Session
-from turnfsm.values import Usage
 
 __all__ = ["Ending"]
 
@@ -47,8 +47,7 @@ class Ending:
     run: RunResources
     hooks: HookDispatcher
     run_id: str
-    usage: Usage
-    compaction_usage: Usage
+    audit: Audit
     abandoning: bool
     before: Snapshot
     _opening: RunOpened | None
@@ -93,11 +92,11 @@ class Ending:
                 phase=snapshot.phase,
                 text=text,
                 error=error,
-                usage=self.usage,
+                usage=self.audit.usage,
                 turns=snapshot.turns,
                 waiting=waiting,
                 at=self.run.clock(),
-                compaction_usage=self.compaction_usage,
+                compaction_usage=self.audit.compaction_usage,
             ),
         )
         self.hear_end(outcome, snapshot, text, error)
@@ -106,12 +105,12 @@ class Ending:
             outcome=outcome,  # type: ignore[arg-type]
             text=text,
             error=error,
-            usage=self.usage,
+            usage=self.audit.usage,
             session_id=self.session.id,
             run_id=self.run_id,
             turns=snapshot.turns,
             waiting=waiting,
-            compaction_usage=self.compaction_usage,
+            compaction_usage=self.audit.compaction_usage,
         )
 
     def _output(self, outcome: str, text: str) -> Any:
@@ -149,8 +148,8 @@ class Ending:
                     outcome=outcome,
                     session_id=self.session.id,
                     turns=snapshot.turns,
-                    usage=self.usage,
-                    compaction_usage=self.compaction_usage,
+                    usage=self.audit.usage,
+                    compaction_usage=self.audit.compaction_usage,
                 ),
             )
 

@@ -60,38 +60,32 @@ from turnfsm.core import (
     Measure,
     ModelReplied,
     OutputRejected,
-    PassEvent,
     Pause,
     RunCancelled,
     RunTools,
-    Snapshot,
     TurnMachine,
 )
 from turnfsm.driver import _audit
+from turnfsm.driver._audit import Audit
 from turnfsm.driver._carry import EffectSettings, carry_out
 from turnfsm.driver._context import (
     EffectContext,
-    Reported,
     RunResources,
     ToolJournal,
     UsageTally,
 )
 from turnfsm.driver._control import RunControl, RunResult
-from turnfsm.driver._effects import is_extension
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._model_calls import describe_model
 from turnfsm.errors import InvalidMessage, InvalidReturn
 from turnfsm.hooks import (
-    CircuitInfo,
     DecisionInfo,
     OutcomeInfo,
     RunStartInfo,
     TransitionInfo,
 )
-from turnfsm.messages import Message, MessageLog
+from turnfsm.messages import Message
 from turnfsm.persistence import (
-    BreakerChanged,
-    CompactionRecord,
     Entry,
     EventRecorded,
     RunOpened,
@@ -100,7 +94,6 @@ from turnfsm.persistence import (
     ToolResultRecorded,
     decision_key,
 )
-from turnfsm.values import Usage
 
 __all__ = ["RunLoop"]
 
@@ -126,10 +119,7 @@ class RunLoop(Ending):
         self.hooks = run.hooks
         self.run_id = run.run_id
         self.index = 0
-        self.usage = Usage()
-        self.compaction_usage = Usage()
-        self.reported: Reported | None = None  # the provider's count of the last call
-        self.context: tuple[MessageLog, MessageLog] | None = None
+        self.audit = Audit(run.run_id, session, self.hooks, settings.context, run.clock)
         self._effects = settings.effects
         self._wants_transition = self.hooks.wants("on_transition")
         self._journal: ToolJournal | None = None  # made on the first batch of calls
@@ -180,10 +170,7 @@ class RunLoop(Ending):
     def restore(self, record: RunRecord) -> None:
         """Pick up a run from its record (a resumed or abandoned run)."""
         self.index = len(record.events)
-        self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
-        self.compaction_usage = sum(
-            (c.usage for c in record.compactions if c.usage), Usage()
-        )
+        self.audit.restore(record)
         self._resumed = self.session.recorded_results(self.run_id)
         self._started((), resumed=True)
 
@@ -216,21 +203,25 @@ class RunLoop(Ending):
         if isinstance(last, CallLLM) and isinstance(
             event, ModelReplied | OutputRejected
         ):
-            entries.append(self._turn(last, event))
+            entries.append(self.audit.turn(last, event))
         try:
             decision = machine.handle(event)
         except InvalidMessage as exc:
             # A producer (effect, compactor, injection) broke the conversation:
             # nothing of it is adopted; the run fails naming the call id.
             if isinstance(last, Compact) and isinstance(event, CompactionResult):
-                entries += self._pass(last, event, before, taken=None)
+                entries += self.audit.compaction(
+                    last, event, before, taken=None, key=self._key()
+                )
             entries.append(self._recorded(event, before.phase, "error:InvalidMessage"))
             await self.session.append(*entries)
             raise _Broken(exc) from None
         after = machine.snapshot
         changed = after.history is not before.history
         if isinstance(last, Compact) and isinstance(event, PASS_EVENT_TYPES):
-            entries += self._pass(last, event, before, taken=changed)
+            entries += self.audit.compaction(
+                last, event, before, taken=changed, key=self._key()
+            )
         entries.append(self._recorded(event, after.phase, decision_key(decision)))
         if changed:
             if isinstance(event, CompactionResult):
@@ -249,6 +240,10 @@ class RunLoop(Ending):
             )
         return decision
 
+    def _key(self) -> str:
+        """The idempotency key of the pass whose event is fed next."""
+        return f"{self.run_id}:{self.index}"
+
     def _recorded(self, event: Event, phase: str, decision: str) -> EventRecorded:
         entry = EventRecorded(
             run_id=self.run_id,
@@ -260,83 +255,6 @@ class RunLoop(Ending):
         )
         self.index += 1
         return entry
-
-    def _turn(self, decision: CallLLM, event: ModelReplied | OutputRejected) -> Entry:
-        """The turn a model reply makes; keeps its usage and the provider's count."""
-        usage = event.usage
-        if usage is not None:
-            self.usage = self.usage + usage
-            if usage.input_tokens:
-                self.reported = Reported(
-                    tokens=usage.input_tokens,
-                    history=decision.history,
-                    pending=decision.pending,
-                )
-        return _audit.turn_record(
-            self.run_id, decision, event, self._context_change(decision)
-        )
-
-    def _context_change(self, decision: CallLLM) -> tuple[int, list[str]]:
-        """The context of this call as a change from the previous call's."""
-        history, pending = decision.history, decision.pending
-        last, self.context = self.context, (history, pending)
-        if (
-            last is not None
-            and is_extension(history, last[0], same=True)
-            and is_extension(pending, last[1], same=False)
-        ):
-            keep = len(history) + len(last[1])
-            return keep, [m.id for m in pending.items_from(len(last[1]))]
-        return 0, [m.id for m in history] + [m.id for m in pending]
-
-    def _pass(
-        self,
-        decision: Compact,
-        event: PassEvent,
-        before: Snapshot,
-        *,
-        taken: bool | None,
-    ) -> list[Entry]:
-        """The pass's one record (told to the hooks) and the breaker's opening."""
-        manager = self.settings.context
-        record = _audit.compaction_record(
-            self.run_id,
-            f"{self.run_id}:{self.index}",
-            decision,
-            event,
-            before,
-            taken=taken,
-            strategy=type(manager.compactor).__name__ if manager else "",
-        )
-        if record.usage is not None:
-            self.compaction_usage = self.compaction_usage + record.usage
-        self.hooks.compaction_pass(record, self.session.id)
-        return [record, *self._breaker(record)]
-
-    def _breaker(self, record: CompactionRecord) -> list[Entry]:
-        """The breaker's opening, when this failed pass reaches `max_failures`.
-
-        Written once, on the transition; the count itself is a projection
-        of the session's log (`Session.compaction_failures`).
-        """
-        manager = self.settings.context
-        if manager is None or record.outcome != "failed":
-            return []
-        failures = self.session.compaction_failures + 1
-        if failures != manager.max_failures:
-            return []
-        if self.hooks.wants("on_circuit_opened"):
-            self.hooks.call(
-                "on_circuit_opened",
-                CircuitInfo(
-                    session_id=self.session.id, run_id=self.run_id, failures=failures
-                ),
-            )
-        return [
-            BreakerChanged(
-                run_id=self.run_id, open=True, failures=failures, at=self.run.clock()
-            )
-        ]
 
     # -- the loop ------------------------------------------------------
     async def go(self, event: Event) -> RunResult:
@@ -445,7 +363,7 @@ class RunLoop(Ending):
             snapshot=self.machine.snapshot,
             journal=journal,
             spent=UsageTally(),
-            reported=self.reported,
+            reported=self.audit.reported,
         )
 
     async def _effect(self, decision: Decision) -> Event:
@@ -463,7 +381,7 @@ class RunLoop(Ending):
         if step is not None:
             spent = step.spent.total
             if spent is not None:
-                self.compaction_usage = self.compaction_usage + spent
+                self.audit.compaction_usage += spent
             self.step = None
 
 

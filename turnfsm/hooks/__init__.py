@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from turnfsm import _deprecated
 from turnfsm.hooks._dispatch import HookDispatcher
-from turnfsm.hooks._hook import (
-    HOOK_METHODS,
+from turnfsm.hooks._hook import HOOK_METHODS, Hook
+from turnfsm.hooks._infos import (
     CircuitInfo,
     DecisionInfo,
-    Hook,
     ModelCallEnd,
     ModelCallInfo,
     OutcomeInfo,
@@ -45,7 +44,7 @@ __getattr__ = _deprecated.moved(
     __name__,
     {
         name: (
-            f"turnfsm.hooks._hook:{name}",
+            f"turnfsm.hooks._infos:{name}",
             "Hook.on_compaction_pass, which receives the pass's CompactionRecord",
         )
         for name in ("CompactionDone", "CompactionInfo")

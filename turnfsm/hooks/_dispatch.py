@@ -9,12 +9,10 @@ from typing import Any, final
 import attrs
 
 from turnfsm import _deprecated
-from turnfsm.hooks._hook import (
-    DEPRECATED_METHODS,
-    HOOK_METHODS,
+from turnfsm.hooks._hook import DEPRECATED_METHODS, HOOK_METHODS, Hook
+from turnfsm.hooks._infos import (
     CompactionDone,
     CompactionInfo,
-    Hook,
     PreCompact,
     PreCompactInfo,
 )

@@ -1,0 +1,115 @@
+"""What a `Driver` takes in, checked: its hooks, tools and effects; a run's input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from turnfsm import _checks
+from turnfsm.driver._effects import BUILTIN_EFFECTS
+from turnfsm.driver._tools import Tool
+from turnfsm.errors import ConfigError, InvalidMessage
+from turnfsm.hooks import HOOK_METHODS, Hook
+from turnfsm.messages import Message
+from turnfsm.persistence import RunRecord, Session
+
+if TYPE_CHECKING:
+    from turnfsm.driver._driver import Driver
+
+__all__ = [
+    "CHECK_HOOKS",
+    "as_messages",
+    "check_effects",
+    "hooks_tuple",
+    "is_tool",
+    "open_run",
+    "tools_tuple",
+]
+
+
+def _is_hook(hook: object) -> bool:
+    """A `Hook`, or an object with one of its methods (hooks may be duck-typed)."""
+    return isinstance(hook, Hook) or any(
+        callable(getattr(hook, m, None)) for m in HOOK_METHODS
+    )
+
+
+def is_tool(tool: object) -> bool:
+    return isinstance(tool, Tool) or callable(tool)
+
+
+def check_effects(inst: Driver, _attr: object, effects: object) -> None:
+    """Effects by name, and one for every custom phase of the driver's machine."""
+    if not isinstance(effects, Mapping):
+        raise ConfigError("effects", effects, "a mapping of name to effect")
+    for name, effect in effects.items():
+        if not isinstance(name, str) or not callable(effect):
+            raise ConfigError(f"effects[{name!r}]", effect, "an async function")
+    for state in inst.machine.states:
+        effect = state.effect
+        if (
+            effect is not None
+            and effect not in effects
+            and effect not in BUILTIN_EFFECTS
+        ):
+            raise ConfigError(
+                "effects",
+                sorted(effects),
+                f"an effect named {effect!r} for phase {state.name!r}",
+            )
+
+
+def tools_tuple(
+    value: Iterable[Tool | Callable[..., Any]],
+) -> tuple[Tool | Callable[..., Any], ...]:
+    return _checks.as_tuple(value, "tools", "tools or functions")
+
+
+def hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
+    return _checks.as_tuple(value, "hooks", "Hook")
+
+
+CHECK_HOOKS = _checks.satisfies(_is_hook, "a Hook", each=True)
+
+
+def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:
+    """Return a run's input as messages: a string is one user message.
+
+    Raises:
+        InvalidMessage: `value` is not a string, a `Message` or a non-empty
+            sequence of them.
+    """
+    if isinstance(value, str):
+        return (Message.user(value),)
+    if isinstance(value, Message):
+        return (value,)
+    if (
+        value is None
+        or isinstance(value, bytes | Mapping)
+        or not isinstance(value, Iterable)
+    ):
+        raise InvalidMessage("input", value, "a string, a Message or Messages")
+    messages = tuple(value)
+    if not messages:
+        # A model call with nothing new to answer is never what was meant.
+        raise InvalidMessage("input", value, "at least one message")
+    for i, item in enumerate(messages):
+        if not isinstance(item, Message):
+            raise InvalidMessage(f"input[{i}]", item, "a Message")
+    # The pairing is checked once, in `run`, as the continuation of the
+    # session's history.
+    return messages
+
+
+def open_run(session: Session, run_id: str) -> RunRecord:
+    try:
+        record = session.run(run_id)
+    except KeyError:
+        raise ConfigError(
+            "run_id", run_id, f"a run of session {session.id!r}"
+        ) from None
+    if not record.is_open:
+        raise ConfigError(
+            "run_id", run_id, f"a paused or unfinished run (it is {record.outcome})"
+        )
+    return record
