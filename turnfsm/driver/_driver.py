@@ -33,7 +33,7 @@ from turnfsm.driver._context import RunResources
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect
 from turnfsm.driver._inputs import (
-    CHECK_HOOKS,
+    _CHECK_HOOKS,
     as_messages,
     check_effects,
     hooks_tuple,
@@ -148,7 +148,7 @@ class Driver:
         factory=RetryPolicy, validator=_checks.instance(RetryPolicy, "a RetryPolicy")
     )
     hooks: Sequence[Hook] = attrs.field(
-        default=(), converter=hooks_tuple, validator=CHECK_HOOKS
+        default=(), converter=hooks_tuple, validator=_CHECK_HOOKS
     )
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(
@@ -308,7 +308,7 @@ class Driver:
         messages = as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)
         hooks = hooks_tuple(hooks)
-        _checks.check(hooks, "hooks", CHECK_HOOKS)
+        _checks.check(hooks, "hooks", _CHECK_HOOKS)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from turnfsm.driver._driver import Driver
 
 __all__ = [
-    "CHECK_HOOKS",
     "as_messages",
     "check_effects",
     "hooks_tuple",
@@ -69,7 +68,7 @@ def hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
     return _checks.as_tuple(value, "hooks", "Hook")
 
 
-CHECK_HOOKS = _checks.satisfies(_is_hook, "a Hook", each=True)
+_CHECK_HOOKS = _checks.satisfies(_is_hook, "a Hook", each=True)
 
 
 def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:

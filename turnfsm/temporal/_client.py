@@ -21,7 +21,8 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from turnfsm import _checks, serde
+from turnfsm import serde
+from turnfsm._checks import check_id
 from turnfsm.agent import Agent
 from turnfsm.core import Event
 from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
@@ -76,7 +77,7 @@ class DurableRun:
                 `RunResult.output`); optional.
             handle: The workflow's handle, when the caller holds it.
         """
-        self.session_id = _checks.check_id("session_id", session_id)
+        self.session_id = check_id("session_id", session_id)
         self._agent = agent
         self._handle = handle or client.get_workflow_handle(workflow_id_of(session_id))
 
@@ -215,11 +216,11 @@ async def start_durable(
     if options is not None and not isinstance(options, DurableOptions):
         raise ConfigError("options", options, "DurableOptions or None")
     messages = as_messages(input)
-    session = _checks.check_id("session_id", session_id or agent.session.id)
+    session = check_id("session_id", session_id or agent.session.id)
     spec = RunSpec(
         agent=agent.driver.name,
         session_id=session,
-        run_id=_checks.check_id("run_id", run_id) if run_id else new_id("run"),
+        run_id=check_id("run_id", run_id) if run_id else new_id("run"),
         input=messages,
         options=options or DurableOptions(),
     )
