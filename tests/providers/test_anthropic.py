@@ -307,7 +307,10 @@ def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
     model = AnthropicModel("claude-sonnet-4-5", timeout=5)
-    assert (model._sdk.api_key, model._sdk.max_retries) == ("sk-ant-env", 0)
+    assert (model._sdk.client.api_key, model._sdk.client.max_retries) == (
+        "sk-ant-env",
+        0,
+    )
 
 
 @pytest.mark.parametrize(

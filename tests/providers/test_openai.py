@@ -397,7 +397,7 @@ def test_a_base_url_server_gets_the_env_key_or_a_placeholder(
     else:
         monkeypatch.setenv("OPENAI_API_KEY", env)
     model = OpenAIModel("local", base_url=BASE_URL, timeout=5)
-    sdk = model._sdk
+    sdk = model._sdk.client
     assert (sdk.api_key, sdk.max_retries, str(sdk.base_url)) == (
         expected.removeprefix("Bearer "),
         0,

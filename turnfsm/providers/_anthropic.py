@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
-from anyio.lowlevel import current_token
 
 from turnfsm import _checks
 from turnfsm.errors import InvalidMessage, ProviderError
@@ -35,6 +34,7 @@ from turnfsm.providers._errors import (
     timeout_error,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
+from turnfsm.providers._sdk import LoopClient
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.values import Usage
 
@@ -125,22 +125,13 @@ class AnthropicModel:
     client: anthropic.AsyncAnthropic | None = attrs.field(
         default=None, kw_only=True, repr=False
     )
-    _sdk: anthropic.AsyncAnthropic = attrs.field(init=False, repr=False)
-    _loop: object = attrs.field(default=None, init=False, repr=False)
+    _sdk: LoopClient[anthropic.AsyncAnthropic] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self._sdk = self._build()
+        self._sdk = LoopClient(self._build, owned=self.client is None)
 
     def _client(self) -> anthropic.AsyncAnthropic:
-        # An SDK client keeps connections bound to the event loop that opened
-        # them: a client built here is rebuilt when a new loop (a second
-        # `anyio.run`, e.g. `Agent.run_sync`) uses the model. A client passed
-        # in by the caller is theirs to manage.
-        loop = current_token().native_token
-        if self._loop is not None and loop is not self._loop and self.client is None:
-            self._sdk = self._build()
-        self._loop = loop
-        return self._sdk
+        return self._sdk.get()
 
     def _build(self) -> anthropic.AsyncAnthropic:
         if self.client is not None:
@@ -198,10 +189,7 @@ class AnthropicModel:
         A client this model built is replaced by a fresh one, so the model
         stays usable, e.g. from a later event loop.
         """
-        await self._client().close()
-        if self.client is None:
-            self._sdk = self._build()
-            self._loop = None
+        await self._sdk.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         system, messages = to_anthropic_messages(request.messages)

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
 import attrs
-from anyio.lowlevel import current_token
 
 from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
@@ -35,6 +34,7 @@ from turnfsm.providers._errors import (
     timeout_error,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
+from turnfsm.providers._sdk import LoopClient
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.values import Usage
 
@@ -130,25 +130,16 @@ class OpenAIModel:
     client: openai.AsyncOpenAI | None = attrs.field(
         default=None, kw_only=True, repr=False
     )
-    _sdk: openai.AsyncOpenAI = attrs.field(init=False, repr=False)
-    _loop: object = attrs.field(default=None, init=False, repr=False)
+    _sdk: LoopClient[openai.AsyncOpenAI] = attrs.field(init=False, repr=False)
     _limit_field: str = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        self._sdk = self._build()
-        official = self._sdk.base_url.host == "api.openai.com"
+        self._sdk = LoopClient(self._build, owned=self.client is None)
+        official = self._sdk.client.base_url.host == "api.openai.com"
         self._limit_field = "max_completion_tokens" if official else "max_tokens"
 
     def _client(self) -> openai.AsyncOpenAI:
-        # An SDK client keeps connections bound to the event loop that opened
-        # them: a client built here is rebuilt when a new loop (a second
-        # `anyio.run`, e.g. `Agent.run_sync`) uses the model. A client passed
-        # in by the caller is theirs to manage.
-        loop = current_token().native_token
-        if self._loop is not None and loop is not self._loop and self.client is None:
-            self._sdk = self._build()
-        self._loop = loop
-        return self._sdk
+        return self._sdk.get()
 
     def _build(self) -> openai.AsyncOpenAI:
         if self.client is not None:
@@ -208,10 +199,7 @@ class OpenAIModel:
         A client this model built is replaced by a fresh one, so the model
         stays usable, e.g. from a later event loop.
         """
-        await self._client().close()
-        if self.client is None:
-            self._sdk = self._build()
-            self._loop = None
+        await self._sdk.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, object]] = []
