@@ -24,7 +24,13 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _private_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep every default store (the user data dir) inside the test's tmp dir."""
+def _private_cwd_and_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep whatever a test writes inside its tmp dir, which is also its cwd.
+
+    Every default store (the user data dir) lives there, and so does a file
+    written by relative path: the repository stays as it was. Tests reach the
+    repository's files through `tests.helpers.REPO_ROOT`, never through the cwd.
+    """
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     monkeypatch.delenv("TURNFSM_STORE", raising=False)

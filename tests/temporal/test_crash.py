@@ -52,6 +52,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from tests.helpers import REPO_ROOT
 from tests.persistence import crash_worker as script
 from tests.persistence.test_crash import content
 from tests.temporal import crash_worker as worker
@@ -70,7 +71,6 @@ from turnfsm.temporal import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).parents[2]
 SEED = int(os.environ.get("TURNFSM_TEMPORAL_CRASH_SEED", "20240611"))
 KILLS = int(os.environ.get("TURNFSM_TEMPORAL_CRASH_KILLS", "30"))
 MIN_TASKS = 6
@@ -221,8 +221,7 @@ class Workers:
                     str(self.tmp / "attempts"),
                     str(trace),
                 ],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                 stderr=stderr,
                 start_new_session=True,
             )
