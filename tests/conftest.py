@@ -1,21 +1,14 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
 
-# Two hypothesis profiles: "ci" (thorough; what .ci/run uses) and "dev" (quick,
-# for local iteration). Pick one with HYPOTHESIS_PROFILE; tests that need a
-# minimum number of examples set it on their own @settings.
-settings.register_profile(
-    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile(
-    "dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+from tests import profiles
+
+# The hypothesis profile HYPOTHESIS_PROFILE names: "ci" (thorough; the default,
+# what .ci/run uses) or "dev" (quick, for local iteration); see tests/profiles.py.
+profiles.load()
 
 
 @pytest.fixture(params=["asyncio", "trio"])
