@@ -42,7 +42,9 @@ EXAMPLE_SECONDS = 30.0
 """How long one example of a heavy property may run before it fails as hung.
 
 Their examples take milliseconds; the margin is for a machine busy with
-other work.
+other work. A hang fails the test in minutes, not never: hypothesis then
+shrinks, and each attempt that hangs again costs this long (it stops
+shrinking after about five minutes).
 """
 
 settings.register_profile(
@@ -128,6 +130,6 @@ def heavy(ci_examples: int, **options: Any) -> Callable[[T], T]:
             suppress_health_check=suppress,
             **options,
         )(test)
-        return pytest.mark.slow(pytest.mark.timeout(0)(sized_test))  # type: ignore[no-any-return]
+        return pytest.mark.slow(pytest.mark.timeout(0)(sized_test))
 
     return decorate
