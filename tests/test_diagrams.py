@@ -14,16 +14,15 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from tests.core.test_render import expected_edges
+from tests.helpers import REPO_ROOT
 from turnfsm._resources import load_machine
 from turnfsm.cli._diagram import render_all
 from turnfsm.core import MachineSpec, render_dot
 
-ROOT = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
 MACHINES = ["turn", "approval"]
 MAX_WIDTH_PT = 1_000  # 10 pt labels at 800 px: 8 px and up
@@ -31,10 +30,10 @@ ARROW = re.compile(r"^(.+)->(.+)$")
 
 
 def test_committed_diagrams_are_fresh() -> None:
-    rendered = render_all(ROOT / "machines")
+    rendered = render_all(REPO_ROOT / "machines")
     assert {"turn.mmd", "approval.mmd"} <= set(rendered), "shipped machines missing"
     for name, text in rendered.items():
-        committed = ROOT / "diagrams" / name
+        committed = REPO_ROOT / "diagrams" / name
         assert committed.is_file(), f"{committed} missing: run `turnfsm diagram`"
         assert committed.read_text() == text, (
             f"{committed} is stale: run `turnfsm diagram`"
@@ -89,15 +88,15 @@ def check_svg(spec: MachineSpec, text: str) -> None:
 
 @pytest.mark.parametrize("name", MACHINES)
 def test_committed_svgs_are_narrow_and_carry_every_label(name: str) -> None:
-    spec = load_machine(ROOT / "machines" / f"{name}.toml")
+    spec = load_machine(REPO_ROOT / "machines" / f"{name}.toml")
 
-    check_svg(spec, (ROOT / "diagrams" / f"{name}.svg").read_text())
+    check_svg(spec, (REPO_ROOT / "diagrams" / f"{name}.svg").read_text())
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot")
 @pytest.mark.parametrize("name", MACHINES)
 def test_this_graphviz_draws_them_narrow_with_every_label(name: str) -> None:
-    spec = load_machine(ROOT / "machines" / f"{name}.toml")
+    spec = load_machine(REPO_ROOT / "machines" / f"{name}.toml")
 
     drawn = subprocess.run(
         ["dot", "-Tsvg"], input=render_dot(spec), text=True, capture_output=True

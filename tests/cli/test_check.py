@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REPO_ROOT
 from turnfsm.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
-STOCK = (ROOT / "machines" / "turn.toml").read_text()
+STOCK = (REPO_ROOT / "machines" / "turn.toml").read_text()
 
 
 def edit(text: str, old: str, new: str) -> str:
@@ -105,13 +105,13 @@ def test_check_takes_files_and_directories_and_goes_on_past_a_missing_one(
     empty.mkdir()
     missing = tmp_path / "missing.toml"
 
-    status = main(["check", str(ROOT / "machines"), str(missing), str(empty)])
+    status = main(["check", str(REPO_ROOT / "machines"), str(missing), str(empty)])
 
     out, err = capsys.readouterr()
     assert status == 1
     assert out.splitlines() == [
-        f"{ROOT / 'machines' / 'approval.toml'}: ok (8 phases, 30 transitions)",
-        f"{ROOT / 'machines' / 'turn.toml'}: ok (7 phases, 29 transitions)",
+        f"{REPO_ROOT / 'machines' / 'approval.toml'}: ok (8 phases, 30 transitions)",
+        f"{REPO_ROOT / 'machines' / 'turn.toml'}: ok (7 phases, 29 transitions)",
     ]
     assert err.splitlines() == [
         f"{empty}: no machine files (*.toml)",
@@ -123,7 +123,7 @@ def test_check_takes_files_and_directories_and_goes_on_past_a_missing_one(
 def test_check_passes_on_the_shipped_machines(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    status = main(["check", str(ROOT / "machines")])
+    status = main(["check", str(REPO_ROOT / "machines")])
 
     out, err = capsys.readouterr()
     assert (status, err) == (0, "")

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REPO_ROOT
 from turnfsm.cli import main
 from turnfsm.cli._demo import run_demo
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_demo_compacts_hits_the_emergency_line_and_finishes() -> None:
@@ -31,7 +30,7 @@ def test_demo_quiet_prints_only_the_answer(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_check_accepts_the_shipped_machine(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", str(ROOT / "machines" / "turn.toml")]) == 0
+    assert main(["check", str(REPO_ROOT / "machines" / "turn.toml")]) == 0
     assert "ok (7 phases" in capsys.readouterr().out
 
 
@@ -39,7 +38,7 @@ def test_check_lists_every_problem(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.toml"
-    text = (ROOT / "machines" / "turn.toml").read_text()
+    text = (REPO_ROOT / "machines" / "turn.toml").read_text()
     text = text.replace('conditions = ["is_no_progress"]', 'conditions = ["is_nope"]')
     text = text.replace('dest = "done"', 'dest = "finished"')
     bad.write_text(text)
@@ -57,15 +56,15 @@ def test_check_reports_a_missing_file(capsys: pytest.CaptureFixture[str]) -> Non
 def test_diagram_writes_mermaid_and_check_detects_drift(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "diagrams"
-    assert main(["diagram", str(ROOT / "machines"), "--out", str(out)]) == 0
+    machines, out = str(REPO_ROOT / "machines"), tmp_path / "diagrams"
+    assert main(["diagram", machines, "--out", str(out)]) == 0
     mmd = (out / "turn.mmd").read_text()
     assert 'call_llm -->|"model_replied<br/>[has_tool_calls]"| run_tools' in mmd
     if shutil.which("dot"):
         assert (out / "turn.svg").read_text().lstrip().startswith("<?xml")
-    assert main(["diagram", str(ROOT / "machines"), "--out", str(out), "--check"]) == 0
+    assert main(["diagram", machines, "--out", str(out), "--check"]) == 0
     (out / "turn.mmd").write_text(mmd + "stale\n")
-    assert main(["diagram", str(ROOT / "machines"), "--out", str(out), "--check"]) == 1
+    assert main(["diagram", machines, "--out", str(out), "--check"]) == 1
     assert "stale" in capsys.readouterr().err
 
 

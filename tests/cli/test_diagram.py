@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import turnfsm
 from tests.core.test_render import X, dot_edges, mermaid_edges
-from tests.helpers import load_turn_spec
+from tests.helpers import REPO_ROOT, load_turn_spec
 from tests.test_diagrams import svg_texts
 from turnfsm.agent import Agent
 from turnfsm.cli import main
@@ -35,7 +35,6 @@ from turnfsm.persistence import SQLiteStore, machine_digest
 from turnfsm.tracing._otlp_json import OTLPJSONFileExporter
 
 Capture = pytest.CaptureFixture[str]
-ROOT = Path(__file__).resolve().parents[2]
 
 # The demo run's fired edges, by label (as the DOT draws them) and count.
 DEMO_PATH = {
@@ -81,7 +80,7 @@ def test_diagrams_go_beside_the_machines_wherever_you_stand(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
 ) -> None:
     project = tmp_path / "project"
-    shutil.copytree(ROOT / "machines", project / "machines")
+    shutil.copytree(REPO_ROOT / "machines", project / "machines")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -102,7 +101,7 @@ def test_the_shipped_machines_of_an_installed_turnfsm_draw_into_the_cwd() -> Non
     packaged = Path(turnfsm.__file__).parent / "_machines"
 
     assert default_out(packaged) == Path("diagrams")
-    assert default_out(ROOT / "machines") == ROOT / "diagrams"
+    assert default_out(REPO_ROOT / "machines") == REPO_ROOT / "diagrams"
 
 
 # -- the path of stored runs ------------------------------------------------
@@ -131,7 +130,8 @@ def test_a_stored_run_is_drawn_with_exactly_the_edges_it_fired(
 
     assert main(["diagram", "--run", first, "--store", str(store), "-o", str(out)]) == 0
 
-    assert capsys.readouterr().out == f"wrote {out} (1 run, 22 transitions)\n"
+    # the cwd is tmp_path: the path is shown relative to it
+    assert capsys.readouterr().out == "wrote path.dot (1 run, 22 transitions)\n"
     drawn = fired([e.label for e in dot_edges(out.read_text())])
     assert {label: n for label, (n, _) in drawn.items()} == DEMO_PATH
     emergency = drawn["measured [is_over_emergency_line] / emergency"][1]
@@ -216,9 +216,9 @@ def test_a_machine_file_of_another_digest_is_refused(
 ) -> None:
     store, first, _ = two_demos
     edited = tmp_path / "turn.toml"
-    text = (ROOT / "machines" / "turn.toml").read_text()
+    text = (REPO_ROOT / "machines" / "turn.toml").read_text()
     edited.write_text(text.replace('error = "provider_error"', 'error = "cancelled"'))
-    approval = ROOT / "machines" / "approval.toml"
+    approval = REPO_ROOT / "machines" / "approval.toml"
     base = [
         "diagram",
         "--run",
@@ -237,7 +237,7 @@ def test_a_machine_file_of_another_digest_is_refused(
     err = capsys.readouterr().err
     assert f"left out {first}:" in err
     assert "it ran on 'turn'" in err
-    assert main([*base, "--machine", str(ROOT / "machines" / "turn.toml")]) == 0
+    assert main([*base, "--machine", str(REPO_ROOT / "machines" / "turn.toml")]) == 0
 
 
 @pytest.mark.parametrize(
@@ -321,7 +321,7 @@ def test_a_machine_alone_is_drawn_plain(tmp_path: Path, capsys: Capture) -> None
             [
                 "diagram",
                 "--machine",
-                str(ROOT / "machines" / "turn.toml"),
+                str(REPO_ROOT / "machines" / "turn.toml"),
                 "-o",
                 str(out),
             ]
@@ -329,7 +329,7 @@ def test_a_machine_alone_is_drawn_plain(tmp_path: Path, capsys: Capture) -> None
         == 0
     )
 
-    assert capsys.readouterr().out == f"wrote {out}\n"
+    assert capsys.readouterr().out == "wrote turn.dot\n"  # relative to the cwd
     assert X not in out.read_text()
     assert "label=" in out.read_text()
 
@@ -483,7 +483,7 @@ def test_a_trace_without_a_machine_name_draws_with_machine(
     trace.write_text(otlp([MEASURED, MEASURED], {"turnfsm.run.id": "run_x"}))
     out = tmp_path / "x.dot"
 
-    turn = str(ROOT / "machines" / "turn.toml")
+    turn = str(REPO_ROOT / "machines" / "turn.toml")
     assert (
         main(["diagram", "--trace", str(trace), "--machine", turn, "-o", str(out)]) == 0
     )

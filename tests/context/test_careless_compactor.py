@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.generators import CALL_IDS, histories, valid
+from tests.profiles import heavy, sized
 from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
@@ -108,19 +109,15 @@ def is_valid(messages: Sequence[Message]) -> bool:
 
 def test_the_repaired_generator_gives_valid_histories() -> None:
     @given(histories(max_messages=12))
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=sized(200), deadline=None)
     def check(messages: list[Message]) -> None:
         assert is_valid(valid(messages)) or not valid(messages)
 
     check()
 
 
+@heavy(10_000, suppress_health_check=[HealthCheck.filter_too_much])
 @given(histories(max_messages=12), edits)
-@settings(
-    max_examples=10_000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
 def test_accepted_results_are_valid_and_rejections_are_compactor_errors(
     generated: list[Message], plan: list[Edit]
 ) -> None:

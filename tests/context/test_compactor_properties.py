@@ -14,18 +14,18 @@ CI (the "ci" profile) runs at least 10,000 examples per main property; the
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Coroutine, Sequence
 from math import prod
 from typing import Any
 
 import anyio
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.generators import histories, valid
 from tests.helpers import compaction_context as ctx_for
+from tests.profiles import heavy, sized
 from turnfsm.context import (
     SUMMARY_PREFIX,
     CompactionProposal,
@@ -49,17 +49,6 @@ from turnfsm.tokens import HeuristicTokenCounter
 COUNTER = HeuristicTokenCounter()
 SUMMARY = "Goal: finish the task. Done: steps 1-3."
 """What the cheap summary model always answers (well under 16 tokens)."""
-
-_QUICK = os.environ.get("HYPOTHESIS_PROFILE", "ci") != "ci"
-
-
-def at_least(n: int) -> settings:
-    """`n` examples in CI; the loaded profile's own count for local runs."""
-    return settings(
-        max_examples=min(n, settings().max_examples) if _QUICK else n,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
 
 
 # -- inputs ------------------------------------------------------------------
@@ -176,7 +165,7 @@ def same(a: Sequence[Message], b: Sequence[Message]) -> bool:
 
 
 def test_repaired_histories_are_valid() -> None:
-    @at_least(500)
+    @settings(max_examples=sized(500), deadline=None)
     @given(histories(max_messages=16))
     def check(messages: list[Message]) -> None:
         repaired = repair(messages)
@@ -214,7 +203,7 @@ def assert_partition(messages: Sequence[Message], compactor: Any) -> Any:
     return plan
 
 
-@at_least(10_000)
+@heavy(10_000)
 @given(case=cases(16, **SUMMARIZER_KNOBS))
 def test_summarizing_pass_is_complete_safe_and_idempotent(case: Case) -> None:
     messages, knobs = case
@@ -289,7 +278,7 @@ _ONE_TURN_KEPT = [
 ]
 
 
-@at_least(1_000)
+@settings(max_examples=sized(1_000), deadline=None)
 @example(case=(_ONE_TURN_KEPT, {"keep_recent_turns": 1}))
 @given(case=cases(16, **{**SUMMARIZER_KNOBS, "keep_recent_turns": (1,)}))
 def test_summarizing_keeping_one_turn_its_own_output_is_final(case: Case) -> None:
@@ -300,7 +289,7 @@ def test_summarizing_keeping_one_turn_its_own_output_is_final(case: Case) -> Non
     assert_own_output_is_final(compactor, out.messages)
 
 
-@at_least(2_000)
+@heavy(2_000)
 @given(case=cases(16, **SUMMARIZER_KNOBS))
 def test_summarizing_with_the_breaker_open_calls_no_model(case: Case) -> None:
     messages, knobs = case
@@ -320,7 +309,7 @@ def test_summarizing_with_the_breaker_open_calls_no_model(case: Case) -> None:
     assert_untouched(messages, before)
 
 
-@at_least(300)
+@settings(max_examples=sized(300), deadline=None)
 @given(
     messages=histories(max_messages=12) | histories(max_messages=12).map(repair),
     keep=st.integers(1, 5),
@@ -385,7 +374,7 @@ LAYERED_KNOBS: dict[str, Sequence[Any]] = {
 }
 
 
-@at_least(10_000)
+@heavy(10_000)
 @given(case=cases(16, **LAYERED_KNOBS, percent=range(101), allow_model=(True, False)))
 def test_layered_pass_is_safe_bounded_and_deterministic(case: Case) -> None:
     messages, knobs = case
@@ -436,7 +425,7 @@ def test_layered_pass_is_safe_bounded_and_deterministic(case: Case) -> None:
 # -- ToolResultDigest ------------------------------------------------------------
 
 
-@at_least(10_000)
+@heavy(10_000)
 @given(
     case=cases(
         16,

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.generators import histories, tag_of
+from tests.profiles import heavy, sized
 from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
@@ -26,11 +27,6 @@ from turnfsm.messages import Message, Role, ToolCallPart, ToolResultPart
 from turnfsm.tokens import HeuristicTokenCounter
 
 COUNTER = HeuristicTokenCounter()
-SETTINGS = settings(
-    max_examples=10_000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 
 
 def reference_pairs(messages: Sequence[Message]) -> tuple[dict[str, str], set[str]]:
@@ -106,7 +102,7 @@ compactors = st.builds(
 )
 
 
-@SETTINGS
+@heavy(10_000)
 @given(messages=histories(), compactor=compactors)
 def test_truncation_never_splits_a_pair(
     messages: list[Message], compactor: TruncatingCompactor
@@ -141,7 +137,7 @@ def test_truncation_never_splits_a_pair(
     assert outcome.tokens_before == COUNTER.count(messages)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=sized(300), deadline=None)
 @given(messages=histories(), compactor=compactors)
 def test_compact_through_an_event_loop_agrees(
     messages: list[Message], compactor: TruncatingCompactor
@@ -149,7 +145,7 @@ def test_compact_through_an_event_loop_agrees(
     assert compact(messages, compactor) == truncate(messages, compactor)
 
 
-@settings(max_examples=2_000, deadline=None)
+@heavy(2_000)
 @given(messages=histories(), split=st.integers(-2, 26), keep_head=st.integers(0, 2))
 def test_adjusted_split_is_the_latest_safe_cut(
     messages: list[Message], split: int, keep_head: int
@@ -165,7 +161,7 @@ def test_adjusted_split_is_the_latest_safe_cut(
     assert all(traffic.crosses(s, keep_head=keep_head) for s in later)
 
 
-@settings(max_examples=2_000, deadline=None)
+@heavy(2_000)
 @given(messages=histories(), recent=st.integers(1, 6), minimum=st.integers(2, 8))
 def test_splitter_cuts_only_at_safe_turn_boundaries(
     messages: list[Message], recent: int, minimum: int

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import REPO_ROOT, turn_toml_text
+from tests.profiles import sized
 from turnfsm.core import FAILURES, GUARDS, REDUCERS, CompactReason, MachineSpec
 from turnfsm.core._spec import BUILTIN_TRIGGERS, DECISION_KINDS
 from turnfsm.errors import DefinitionError, Problem
@@ -457,7 +458,7 @@ def name_sites(text: str) -> list[tuple[int, int, int]]:
     return sites
 
 
-@settings(max_examples=200)
+@settings(max_examples=sized(200))
 @given(
     path=st.sampled_from(MACHINES),
     data=st.data(),
@@ -512,7 +513,7 @@ def subtrees(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
-@settings(max_examples=200)
+@settings(max_examples=sized(200))
 @given(data=st.data(), replacement=JSON)
 def test_any_value_anywhere_is_a_problem_not_a_crash(
     data: st.DataObject, replacement: Any

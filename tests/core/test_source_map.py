@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import REPO_ROOT
+from tests.profiles import sized
 from turnfsm.core._source_map import Path, line_of, source_map
 
 SCALARS = [
@@ -175,7 +176,7 @@ def paths_of(value: Any, prefix: Path = ()) -> set[Path]:
     return out
 
 
-@settings(max_examples=200)
+@settings(max_examples=sized(200))
 @given(st.data())
 def test_every_path_is_found_on_the_line_it_was_written(data: st.DataObject) -> None:
     emitter = Emitter(data)

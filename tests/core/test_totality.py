@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import REPO_ROOT, approval_toml, load_turn_spec
+from tests.profiles import sized
 from turnfsm._resources import load_machine
 from turnfsm.core import (
     DECISION_TYPES,
@@ -261,7 +262,7 @@ def assert_rule_4(machine: TurnMachine) -> None:
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=sized(300), deadline=None)
 @given(data=st.data())
 def test_handle_returns_a_decision_or_raises_illegal_event(
     name: str, data: st.DataObject
@@ -289,7 +290,7 @@ def test_handle_returns_a_decision_or_raises_illegal_event(
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=sized(100), deadline=None)
 @given(data=st.data())
 def test_terminal_phases_absorb_every_event(name: str, data: st.DataObject) -> None:
     spec = SPECS[name]
@@ -475,7 +476,7 @@ def replay(
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=sized(100), deadline=None)
 @given(data=st.data())
 def test_same_log_gives_same_decisions(name: str, data: st.DataObject) -> None:
     spec = SPECS[name]
@@ -489,7 +490,7 @@ def test_same_log_gives_same_decisions(name: str, data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=sized(100), deadline=None)
 @given(data=st.data())
 def test_snapshot_round_trip_at_any_point_equals_the_uninterrupted_run(
     name: str, data: st.DataObject
@@ -511,7 +512,7 @@ def test_snapshot_round_trip_at_any_point_equals_the_uninterrupted_run(
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=sized(200), deadline=None)
 @given(data=st.data())
 def test_no_model_call_on_or_over_the_emergency_line(
     name: str, data: st.DataObject
@@ -534,7 +535,7 @@ def test_no_model_call_on_or_over_the_emergency_line(
 
 
 @pytest.mark.parametrize("name", SPEC_IDS)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=sized(200), deadline=None)
 @given(data=st.data())
 def test_overflow_retries_and_turns_stay_within_the_budget(
     name: str, data: st.DataObject

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 from collections.abc import Sequence
 
@@ -17,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import heavy, sized
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.context import (
     CompactionContext,
@@ -90,7 +90,9 @@ def _run_all(driver: Driver, session: Session, control: RunControl) -> object:
 
 
 @pytest.mark.parametrize("name", MACHINES)
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=sized(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(s=scenarios())
 def test_no_request_exceeds_the_window_and_every_run_terminates(
     name: str, s: dict[str, object]
@@ -204,12 +206,7 @@ plans = st.lists(
 ).map(tuple)
 
 
-@pytest.mark.timeout(600)
-@settings(
-    max_examples=int(os.environ.get("TURNFSM_CARELESS_EXAMPLES", "10000")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@heavy(10_000)
 @given(
     plan=plans,
     tools=st.lists(st.integers(1, 3), min_size=1, max_size=4),

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from tests.driver import decorated_tool, isolated_tools
+from tests.helpers import REPO_ROOT
 from turnfsm.driver import Driver, RunControl, Session, Tool
 from turnfsm.driver._child import answer, main
 from turnfsm.driver._tools import run_tool_call, tools_by_name
@@ -245,13 +246,12 @@ if __name__ == "__main__":
 def test_a_tool_defined_in_the_main_script_runs_in_the_child(tmp_path: Path) -> None:
     script = tmp_path / "agent.py"
     script.write_text(SCRIPT)
-    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         timeout=30,
     )
     assert done.stdout.strip() == "42"

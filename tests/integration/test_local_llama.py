@@ -33,7 +33,7 @@ require_local_extra()
 
 from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
 
-pytestmark = [pytest.mark.local_model, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(300)]
 
 N_CTX = 1024
 

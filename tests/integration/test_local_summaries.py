@@ -30,7 +30,7 @@ require_local_extra()
 
 from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
 
-pytestmark = [pytest.mark.local_model, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(600)]
 
 N_CTX = 2048
 

@@ -15,11 +15,12 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-CLUSTER = Path(__file__).parents[2] / "scripts" / "pg-test-cluster"
+from tests.helpers import REPO_ROOT
+
+CLUSTER = REPO_ROOT / "scripts" / "pg-test-cluster"
 
 
 def _unavailable(reason: str) -> None:

@@ -28,9 +28,10 @@ counts those calls after each kill and asserts that the duplicates in the
 side-effect file are exactly those, which bounds them by the kills that
 landed in that window (times the calls a step makes at most).
 
-Kill counts: ``TURNFSM_CRASH_KILLS_SQLITE`` (default 120) and
-``TURNFSM_CRASH_KILLS_POSTGRES`` (default 80); ``TURNFSM_CRASH_SEED`` seeds
-the delays. Run with ``-s`` to see the tally of each store.
+Kill counts: ``TURNFSM_CRASH_KILLS_SQLITE`` (default 120, 12 under the
+``dev`` hypothesis profile) and ``TURNFSM_CRASH_KILLS_POSTGRES`` (default 80,
+8 under ``dev``); ``TURNFSM_CRASH_SEED`` seeds the delays. Run with ``-s``
+to see the tally of each store.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import anyio
 import pytest
 
 from tests.persistence import crash_worker as worker
+from tests.profiles import sized
 from turnfsm import default_machine
 from turnfsm.core import ToolsFinished
 from turnfsm.driver import replay
@@ -407,8 +409,9 @@ def _run_crash_test(
     return tally
 
 
+@pytest.mark.slow
 def test_sqlite_sessions_survive_sigkill(tmp_path: Path) -> None:
-    kills = _kills("TURNFSM_CRASH_KILLS_SQLITE", 120)
+    kills = _kills("TURNFSM_CRASH_KILLS_SQLITE", sized(120, dev=12))
     path = tmp_path / "crash.db"
     tally = _run_crash_test(
         "SQLite", f"sqlite:{path}", lambda: SQLiteStore(path), kills, tmp_path
@@ -420,12 +423,13 @@ def test_sqlite_sessions_survive_sigkill(tmp_path: Path) -> None:
         assert sum(v for k, v in tally.phases.items() if k.startswith("mid-append"))
 
 
+@pytest.mark.slow
 def test_postgres_sessions_survive_sigkill(
     tmp_path: Path, postgres_url: Callable[[], str]
 ) -> None:
     from turnfsm.persistence.postgres import PostgresStore
 
-    kills = _kills("TURNFSM_CRASH_KILLS_POSTGRES", 80)
+    kills = _kills("TURNFSM_CRASH_KILLS_POSTGRES", sized(80, dev=8))
     url = postgres_url()
     tally = _run_crash_test(
         "PostgreSQL",

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.helpers import REPO_ROOT
 from turnfsm import Agent
 from turnfsm.core import CompactionResult, Event, ModelReplied, RunStarted
 from turnfsm.errors import (
@@ -40,8 +41,6 @@ from turnfsm.persistence.sqlite import SCHEMA_VERSION
 from turnfsm.testing import ScriptedModel, check_store, reply, sample_entries, tool_call
 
 pytestmark = pytest.mark.anyio
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(path: Path, sql: str) -> list[Any]:
@@ -148,7 +147,7 @@ async def test_two_processes_racing_on_one_session_never_interleave(
     SQLiteStore(path)  # the schema exists before the race
     script = tmp_path / "racer.py"
     script.write_text(_RACER)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     results: dict[str, dict[str, object]] = {}
 
     async def racer(name: str) -> None:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.generators import histories
+from tests.profiles import sized
 from turnfsm import serde
 from turnfsm.core import (
     Budget,
@@ -245,7 +246,7 @@ def _same(a: Entry, b: Entry) -> bool:
     return a == b
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=sized(500), deadline=None)
 @given(entry=entries())
 def test_every_entry_round_trips_through_json(entry: Entry) -> None:
     line = serde.dumps(serde.envelope(entry))

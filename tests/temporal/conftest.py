@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.helpers import REPO_ROOT
+
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-DEV_SERVER = Path(__file__).parents[2] / "scripts" / "temporal-dev"
+DEV_SERVER = REPO_ROOT / "scripts" / "temporal-dev"
 
 
 def _unavailable(reason: str) -> None:

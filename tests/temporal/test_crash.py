@@ -7,9 +7,10 @@ hands the task queue to one worker process at a time (`crash_worker.py`),
 lets it work for a seeded random while (counted from its first activity, so
 the kills land mid-run: mid-model, mid-tool, mid-compaction, mid-append or
 between effects), kills it with SIGKILL and hands over to the next, until
-``TURNFSM_TEMPORAL_CRASH_KILLS`` kills (default 30) are spent; a last worker
-then runs unkilled until the last task completes. Tasks are started while
-kills remain (at least `MIN_TASKS`), so the kills never run out of work.
+``TURNFSM_TEMPORAL_CRASH_KILLS`` kills (default 30, 3 under the ``dev``
+hypothesis profile) are spent; a last worker then runs unkilled until the
+last task completes. Tasks are started while kills remain (at least
+`MIN_TASKS`), so the kills never run out of work.
 
 Then:
 
@@ -52,8 +53,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
+from tests.helpers import REPO_ROOT
 from tests.persistence import crash_worker as script
 from tests.persistence.test_crash import content
+from tests.profiles import sized
 from tests.temporal import crash_worker as worker
 from turnfsm import default_machine
 from turnfsm.driver import RunResult, replay
@@ -70,9 +73,8 @@ from turnfsm.temporal import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).parents[2]
 SEED = int(os.environ.get("TURNFSM_TEMPORAL_CRASH_SEED", "20240611"))
-KILLS = int(os.environ.get("TURNFSM_TEMPORAL_CRASH_KILLS", "30"))
+KILLS = int(os.environ.get("TURNFSM_TEMPORAL_CRASH_KILLS", sized(30, dev=3)))
 MIN_TASKS = 6
 MAX_DELAY = 1.2  # seconds a worker may work, from its first activity
 # Short heartbeat and workflow-task timeouts: a run whose worker died goes
@@ -221,8 +223,7 @@ class Workers:
                     str(self.tmp / "attempts"),
                     str(trace),
                 ],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                 stderr=stderr,
                 start_new_session=True,
             )
@@ -364,6 +365,7 @@ async def check_workflows(
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
+@pytest.mark.slow
 async def test_durable_runs_survive_sigkill(
     temporal_address: str, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import sized
 from turnfsm.errors import ConfigError
 from turnfsm.messages import ImagePart, Message, Role, ToolCallPart
 from turnfsm.tokens import (
@@ -41,13 +42,13 @@ def test_framing_matches_tiktoken_counter() -> None:
     assert COUNTER.count([]) == 0
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=sized(1000), deadline=None)
 @given(st.text())
 def test_never_below_real_count_on_arbitrary_text(text: str) -> None:
     assert COUNTER.count_text(text) >= real(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=sized(300), deadline=None)
 @given(st.text(min_size=100, max_size=2000))
 def test_estimate_alone_not_below_real_count_on_longer_text(text: str) -> None:
     assert estimate(text) >= real(text)

@@ -15,6 +15,7 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import sized
 from turnfsm.messages import (
     ImagePart,
     JSONValue,
@@ -159,7 +160,7 @@ def conversations(draw: st.DrawFn) -> list[Message]:
     return out
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=sized(50), deadline=None)
 @given(conversations())
 def test_conversations_not_below_tiktoken_counter(conversation: list[Message]) -> None:
     assert COUNTER.count(conversation) >= TiktokenCounter().count(conversation)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import sized
 from turnfsm.messages import Message, MessageLog
 from turnfsm.tokens import (
     ConservativeTokenCounter,
@@ -171,7 +172,7 @@ OPERATIONS = st.lists(
 TEXTS = st.text(max_size=40)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=sized(100), deadline=None)
 @given(
     counter=st.sampled_from([*INCREMENTAL, PlainCounter()]),
     program=OPERATIONS,
