@@ -30,8 +30,8 @@ from turnfsm.driver._context import RunResources
 from turnfsm.driver._control import RunResult
 from turnfsm.errors import Cancelled, ContextExceeded, RunCrashed, TurnFSMError
 from turnfsm.hooks import HookDispatcher, RunEndInfo
-from turnfsm.messages import Joined
-from turnfsm.persistence import RunEnded, RunOpened, Session
+from turnfsm.messages import Joined, MessageLog
+from turnfsm.persistence import Committed, Entry, RunEnded, RunOpened, Session
 
 __all__ = ["Ending"]
 
@@ -52,6 +52,9 @@ class Ending:
     before: Snapshot
     _opening: RunOpened | None
     _heard_end: bool
+    held: list[Entry]
+    held_history: MessageLog | None
+    ended: bool
 
     feed: Callable[[Event, Decision | None], Awaitable[Decision]]
 
@@ -81,11 +84,14 @@ class Ending:
         else:
             outcome = "failed"
         # A run that ends before its first event was logged (a crash in the
-        # first feed) still opens in the log before it ends.
+        # first feed) still opens in the log before it ends. The last step's
+        # entries (a done run's final commit) go in the same append.
         opening = () if self._opening is None else (self._opening,)
         self._opening = None
+        held, self.held = self.held, []
         await self.session.append(
             *opening,
+            *held,
             RunEnded(
                 run_id=self.run_id,
                 outcome=outcome,  # type: ignore[arg-type]
@@ -98,7 +104,9 @@ class Ending:
                 at=self.run.clock(),
                 compaction_usage=self.audit.compaction_usage,
             ),
+            history=self.held_history if held else None,
         )
+        self.ended = True
         self.hear_end(outcome, snapshot, text, error)
         return RunResult(
             output=self._output(outcome, text),
@@ -155,6 +163,8 @@ class Ending:
 
     async def abort(self, event: RunCancelled) -> None:
         """Record a cancellation from outside (shielded; never raises)."""
+        if self.ended:  # cancelled after its end was logged: nothing to add
+            return
         decision: Decision = Fail(error=Cancelled(reason=event.reason))
         try:
             fed = await self.feed(event, None)
@@ -176,6 +186,10 @@ class Ending:
         down): the run is over in this process, whatever the log says.
         """
         crashed = RunCrashed(type=type(exc).__name__, message=str(exc))
+        if self.ended:  # its end is logged (an `on_run_end` hook raised): once
+            return
+        # What the last step would have committed is not: the run crashed.
+        self.held = [e for e in self.held if not isinstance(e, Committed)]
         try:
             await self.end(None, crashed)
         except Exception:

@@ -84,7 +84,7 @@ from turnfsm.hooks import (
     RunStartInfo,
     TransitionInfo,
 )
-from turnfsm.messages import Message
+from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence import (
     Entry,
     EventRecorded,
@@ -126,6 +126,9 @@ class RunLoop(Ending):
         self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
         self._lock: anyio.Lock | None = None  # made on the first journaled result
         self._opening: RunOpened | None = None  # written with the first event
+        self.held: list[Entry] = []  # the last step's entries, written with the end
+        self.held_history: MessageLog | None = None
+        self.ended = False  # its RunEnded is in the log
         self.abandoning = False  # an abandoned run ends failed, not cancelled
         self.before = machine.snapshot  # as of the last feed (for diagnostics)
         self.step: EffectContext | None = None  # the step an effect carries out
@@ -200,6 +203,9 @@ class RunLoop(Ending):
         if self._opening is not None:
             entries.append(self._opening)
             self._opening = None
+        if self.held:  # a step fed after a run-ending one (it changes nothing)
+            entries += self.held
+            self.held = []
         if isinstance(last, CallLLM) and isinstance(
             event, ModelReplied | OutputRejected
         ):
@@ -227,7 +233,12 @@ class RunLoop(Ending):
             if isinstance(event, CompactionResult):
                 entries += _audit.summaries(self.run_id, event.messages)
             entries.append(_audit.committed(self.run_id, before.history, after.history))
-        await self.session.append(*entries, history=after.history)
+        if isinstance(decision, Finish | Fail | Pause):
+            # The run's end is one append: these entries (its final commit
+            # among them) are written with its `RunEnded` (`Ending.end`).
+            self.held, self.held_history = entries, after.history
+        else:
+            await self.session.append(*entries, history=after.history)
         if self._wants_transition and machine.last_step is not None:
             self.hooks.call(
                 "on_transition",

@@ -1,0 +1,110 @@
+"""A run ends in one append, with exactly one `RunEnded`, whatever a hook does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from turnfsm.driver import Driver
+from turnfsm.hooks import Hook, RunEndInfo
+from turnfsm.persistence import (
+    Committed,
+    Entry,
+    MemoryStore,
+    RunEnded,
+    Session,
+    SessionInfo,
+)
+from turnfsm.testing import ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+
+class Recording:
+    """A store that keeps each append as one batch (it delegates to memory)."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.batches: list[tuple[Entry, ...]] = []
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        version = await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+        self.batches.append(tuple(entries))
+        return version
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        return await self.inner.list_sessions()
+
+
+def _tools() -> list[object]:
+    def look(q: str) -> str:
+        """Look up.
+
+        Args:
+            q: the query.
+        """
+        return f"found {q}"
+
+    return [look]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        ["the answer"],
+        [reply("", tool_call("look", "c1", q="x")), "the answer"],
+    ],
+    ids=["one turn", "a tool turn"],
+)
+async def test_a_finished_run_commits_and_ends_in_one_append(
+    script: list[object],
+) -> None:
+    store = Recording()
+    session = Session(store=store)  # type: ignore[arg-type]
+    driver = Driver(model=ScriptedModel.of(*script), tools=_tools())  # type: ignore[arg-type]
+    result = await driver.run("go", session=session)
+    assert result.ok
+    last = store.batches[-1]
+    assert isinstance(last[-1], RunEnded)
+    assert any(isinstance(e, Committed) for e in last)
+    # Nothing before the last batch commits the run's messages or ends it.
+    for batch in store.batches[:-1]:
+        assert not any(isinstance(e, RunEnded | Committed) for e in batch)
+    assert [m.text for m in session.history][-1] == "the answer"
+
+
+class Raising(Hook):
+    def on_run_end(self, info: RunEndInfo) -> None:
+        raise RuntimeError("the hook broke")
+
+
+async def test_a_strict_end_hook_that_raises_leaves_one_run_ended() -> None:
+    session = Session()
+    driver = Driver(
+        model=ScriptedModel.of("the answer"), hooks=[Raising()], strict_hooks=True
+    )
+    with pytest.raises(RuntimeError, match="the hook broke"):
+        await driver.run("go", session=session)
+    ends = [e for e in session.entries if isinstance(e, RunEnded)]
+    assert [e.outcome for e in ends] == ["done"]
+    assert session.runs[0].outcome == "done"
+    assert [m.text for m in session.history] == ["go", "the answer"]
+    # The session is free: the next run starts.
+    driver = Driver(model=ScriptedModel.of("again"))
+    assert (await driver.run("more", session=session)).ok
+
+
+async def test_a_non_strict_end_hook_that_raises_is_detached() -> None:
+    session = Session()
+    driver = Driver(model=ScriptedModel.of("the answer"), hooks=[Raising()])
+    result = await driver.run("go", session=session)
+    assert result.ok
+    assert len([e for e in session.entries if isinstance(e, RunEnded)]) == 1
