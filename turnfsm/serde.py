@@ -130,6 +130,12 @@ def _has_fields(cls: type) -> bool:
     return bool(attrs.has(cls))
 
 
+def _in_errors(cls: type) -> bool:
+    """Whether `cls` is defined in `turnfsm.errors` (in one of its modules)."""
+    module = cls.__module__
+    return module == _errors.__name__ or module.startswith(f"{_errors.__name__}.")
+
+
 def _error_classes() -> dict[str, type[TurnFSMError]]:
     found: dict[str, type[TurnFSMError]] = {}
     todo: list[type[TurnFSMError]] = [TurnFSMError]
@@ -140,7 +146,7 @@ def _error_classes() -> dict[str, type[TurnFSMError]]:
         # the subclasses until the garbage collector takes it, so only the
         # class the module names is the error.
         named = getattr(_errors, cls.__name__, None) is cls
-        if named and cls.__module__ == _errors.__name__ and _has_fields(cls):
+        if named and _in_errors(cls) and _has_fields(cls):
             found[cls.__name__] = cls
     return dict(sorted(found.items()))
 
