@@ -81,9 +81,8 @@ from turnfsm.messages import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
-    _part_from_dict,
-    _part_to_dict,
 )
+from turnfsm.messages._values import _part_from_dict, _part_to_dict
 from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
