@@ -34,7 +34,20 @@ from turnfsm.core import Decision, Event
 from turnfsm.errors import CorruptRecord
 from turnfsm.messages import JSONValue, Part, ToolCallPart
 
-__all__ = ["TAG"]
+__all__ = [
+    "TAG",
+    "_FAILURES",
+    "_Invalid",
+    "_SchemaError",
+    "_converter",
+    "_corrupt",
+    "_enum_value",
+    "_format_path",
+    "_json_kind",
+    "_name_of",
+    "_object",
+    "_structure",
+]
 
 
 TAG: Final = "type"

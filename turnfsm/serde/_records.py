@@ -28,7 +28,7 @@ from turnfsm.serde._converter import (
     _object,
 )
 
-__all__: list[str] = []
+__all__ = ["_PARTS"]
 
 
 _PARTS: Final[dict[type, str]] = {

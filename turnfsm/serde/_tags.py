@@ -26,7 +26,15 @@ from turnfsm.serde._converter import (
 )
 from turnfsm.serde._records import _PARTS
 
-__all__ = ["ESCAPED_TAG"]
+__all__ = [
+    "ESCAPED_TAG",
+    "_ERRORS",
+    "_TAGGED",
+    "_is_error_class",
+    "_is_union",
+    "_unknown_error",
+    "_unstructure_error",
+]
 
 
 _TAGGED: Final[tuple[type, ...]] = (*EVENT_TYPES, *DECISION_TYPES)
