@@ -16,10 +16,10 @@ from typing import final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context._digest_line import _is_digest, digest_line
 from turnfsm.context._pairs import pair_tool_traffic
 from turnfsm.context._values import CompactionContext, CompactionOutcome
-from turnfsm.errors import ConfigError
 from turnfsm.messages import (
     Message,
     Part,
@@ -59,7 +59,8 @@ def digest_results(
     Raises:
         ConfigError: When a knob is out of range.
     """
-    _check_knobs(min_chars, keep_recent_turns)
+    _checks.check(min_chars, "min_chars", _checks.integer(low=1))
+    _checks.check(keep_recent_turns, "keep_recent_turns", _checks.integer(low=0))
     end = _recent_start(messages, keep_recent_turns)
     big = [
         (i, j)
@@ -90,14 +91,6 @@ def digest_results(
     return tuple(out)
 
 
-def _check_knobs(min_chars: object, keep_recent_turns: object) -> None:
-    """Raise `ConfigError` unless ``min_chars >= 1`` and ``keep_recent_turns >= 0``."""
-    if type(min_chars) is not int or min_chars < 1:
-        raise ConfigError("min_chars", min_chars, "an int >= 1")
-    if type(keep_recent_turns) is not int or keep_recent_turns < 0:
-        raise ConfigError("keep_recent_turns", keep_recent_turns, "an int >= 0")
-
-
 @final
 @attrs.frozen(kw_only=True)
 class ToolResultDigest:
@@ -117,11 +110,8 @@ class ToolResultDigest:
         ConfigError: On construction, when a knob is out of range.
     """
 
-    min_chars: int = 2000
-    keep_recent_turns: int = 1
-
-    def __attrs_post_init__(self) -> None:
-        _check_knobs(self.min_chars, self.keep_recent_turns)
+    min_chars: int = attrs.field(default=2000, validator=_checks.integer(low=1))
+    keep_recent_turns: int = attrs.field(default=1, validator=_checks.integer(low=0))
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
