@@ -30,6 +30,9 @@ from turnfsm.messages import (
 
 __all__ = ["ToolResultDigest", "digest_line", "digest_results"]
 
+_check_min_chars = _checks.integer("min_chars", low=1)
+_check_keep_recent_turns = _checks.integer("keep_recent_turns", low=0)
+
 
 def digest_results(
     messages: Sequence[Message], *, min_chars: int = 2000, keep_recent_turns: int = 1
@@ -59,8 +62,8 @@ def digest_results(
     Raises:
         ConfigError: When a knob is out of range.
     """
-    _checks.check(min_chars, "min_chars", _checks.integer(low=1))
-    _checks.check(keep_recent_turns, "keep_recent_turns", _checks.integer(low=0))
+    _checks.check(min_chars, "min_chars", _check_min_chars)
+    _checks.check(keep_recent_turns, "keep_recent_turns", _check_keep_recent_turns)
     end = _recent_start(messages, keep_recent_turns)
     big = [
         (i, j)
@@ -110,8 +113,8 @@ class ToolResultDigest:
         ConfigError: On construction, when a knob is out of range.
     """
 
-    min_chars: int = attrs.field(default=2000, validator=_checks.integer(low=1))
-    keep_recent_turns: int = attrs.field(default=1, validator=_checks.integer(low=0))
+    min_chars: int = attrs.field(default=2000, validator=_check_min_chars)
+    keep_recent_turns: int = attrs.field(default=1, validator=_check_keep_recent_turns)
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
