@@ -281,7 +281,7 @@ def _group(func: tuple[str, int, str]) -> str | None:
         return "transitions"
     if "/turnfsm/core/" in path:
         return "core"
-    if path.endswith("/turnfsm/messages.py") and name in _OPEN_CALLS:
+    if path.endswith("/turnfsm/messages/_open_calls.py") and name in _OPEN_CALLS:
         return "messages"
     if "/turnfsm/tokens/" in path:
         return "tokens"

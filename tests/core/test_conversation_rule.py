@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import turnfsm.messages
+import turnfsm.messages._open_calls
 from tests.helpers import (
     calling,
     load_turn_spec,
@@ -237,13 +237,13 @@ def test_run_tools_without_a_reply_runs_nothing() -> None:
 def steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the messages the conversation checker steps over."""
     count = [0]
-    step = turnfsm.messages._step
+    step = turnfsm.messages._open_calls._step
 
     def counting(open_ids: tuple[str, ...], message: object) -> tuple[str, ...]:
         count[0] += 1
         return step(open_ids, message)
 
-    monkeypatch.setattr(turnfsm.messages, "_step", counting)
+    monkeypatch.setattr(turnfsm.messages._open_calls, "_step", counting)
     return count
 
 

@@ -38,11 +38,8 @@ from turnfsm.context._pairs import (
 )
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._splitter import Split, TokenSplitter
-from turnfsm.context._summarizing import (
-    SummarizingCompactor,
-    SummaryFailed,
-    SummaryPlan,
-)
+from turnfsm.context._summarizing import SummarizingCompactor, SummaryPlan
+from turnfsm.context._summary_model import SummaryFailed
 from turnfsm.context._transcript import SUMMARY_PREFIX, SUMMARY_SECTIONS
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (

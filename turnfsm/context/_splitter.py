@@ -13,8 +13,8 @@ from typing import final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context._pairs import pair_tool_traffic
-from turnfsm.context._truncating import _check_knobs
 from turnfsm.messages import Message, Role
 
 __all__ = ["Split", "TokenSplitter"]
@@ -53,11 +53,8 @@ class TokenSplitter:
         ConfigError: On construction, when a knob is out of range.
     """
 
-    preserve_recent: int = 4
-    min_messages: int = 6
-
-    def __attrs_post_init__(self) -> None:
-        _check_knobs(self.preserve_recent, self.min_messages)
+    preserve_recent: int = attrs.field(default=4, validator=_checks.integer(low=1))
+    min_messages: int = attrs.field(default=6, validator=_checks.integer(low=2))
 
     def split(self, messages: Sequence[Message]) -> Split:
         """Split `messages` at the latest safe turn boundary.

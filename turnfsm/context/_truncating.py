@@ -25,6 +25,7 @@ from typing import final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context._pairs import (
     PartRef,
     ToolTraffic,
@@ -34,21 +35,9 @@ from turnfsm.context._pairs import (
     sanitize,
 )
 from turnfsm.context._values import CompactionContext, CompactionOutcome
-from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 
 __all__ = ["TruncatingCompactor"]
-
-
-def _check_knobs(preserve_recent: object, min_messages: object) -> None:
-    """Raise `ConfigError` unless ``preserve_recent >= 1`` and ``min_messages >= 2``.
-
-    Shared with `TokenSplitter`, which has the same two knobs.
-    """
-    if type(preserve_recent) is not int or preserve_recent < 1:
-        raise ConfigError("preserve_recent", preserve_recent, "an int >= 1")
-    if type(min_messages) is not int or min_messages < 2:
-        raise ConfigError("min_messages", min_messages, "an int >= 2")
 
 
 @final
@@ -69,11 +58,8 @@ class TruncatingCompactor:
         ConfigError: On construction, when a knob is out of range.
     """
 
-    preserve_recent: int = 4
-    min_messages: int = 6
-
-    def __attrs_post_init__(self) -> None:
-        _check_knobs(self.preserve_recent, self.min_messages)
+    preserve_recent: int = attrs.field(default=4, validator=_checks.integer(low=1))
+    min_messages: int = attrs.field(default=6, validator=_checks.integer(low=2))
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext

@@ -7,6 +7,7 @@ and turnfsm's pure value modules.
 
 from __future__ import annotations
 
+from turnfsm.core._compiled import Step
 from turnfsm.core._decisions import (
     DECISION_TYPES,
     CallLLM,
@@ -49,7 +50,7 @@ from turnfsm.core._lines import (
     line_reason,
     threshold_line,
 )
-from turnfsm.core._machine import Step, TurnMachine
+from turnfsm.core._machine import TurnMachine
 from turnfsm.core._phases import Phase
 from turnfsm.core._reducers import FAILURES, REDUCERS
 from turnfsm.core._render import EdgeKey, Traffic, render_dot, render_mermaid, tally

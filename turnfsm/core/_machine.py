@@ -1,4 +1,4 @@
-"""TurnMachine: the brain. The only module that imports `transitions`.
+"""TurnMachine: the brain, over the Machine `_compiled.py` builds from its spec.
 
 Theory of operation
 -------------------
@@ -46,263 +46,28 @@ so the same events in the same order give the same phases and decisions.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
-from functools import partial
-from typing import Any, Protocol, TypeAlias, final
+from typing import final
 
-import attrs
-from transitions import Machine, State
-from transitions.core import Event as TransitionsEvent
-
-from turnfsm.core._decisions import (
-    CallLLM,
-    Compact,
-    Decision,
-    Fail,
-    Finish,
-    Measure,
-    Pause,
-    Perform,
-    RunTools,
-)
+from turnfsm.core._compiled import Step, _compiled, _Model, _select
+from turnfsm.core._decisions import CallLLM, Compact, Decision, Finish
 from turnfsm.core._events import (
-    EVENT_TYPES,
     Event,
     MessageInjected,
     RunCancelled,
     Signal,
-    trigger_name,
     trigger_of,
 )
-from turnfsm.core._guards import GUARDS, Guard
-from turnfsm.core._lines import CompactReason
-from turnfsm.core._reducers import FAILURES, REDUCERS, FailureBuilder, Reducer
 from turnfsm.core._snapshot import Budget, Snapshot
-from turnfsm.core._spec import MachineSpec, StateSpec
-from turnfsm.errors import (
-    ConfigError,
-    IllegalEvent,
-    InvalidMessage,
-    MachineBroken,
-    TurnFSMError,
-)
-from turnfsm.messages import Message, MessageLog, OpenCalls, ToolCallPart
+from turnfsm.core._spec import MachineSpec
+from turnfsm.errors import ConfigError, IllegalEvent, InvalidMessage, MachineBroken
+from turnfsm.messages import Message, MessageLog, OpenCalls
 
-__all__ = ["Step", "TurnMachine"]
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Step:
-    """One fired transition: what a hook or a trace sees.
-
-    Attributes:
-        source: The phase it left.
-        dest: The phase it entered (`source` for an internal transition).
-        trigger: The event's trigger.
-        reason: The compaction reason the transition sets, if any.
-        error: The failure it builds, if any.
-        index: Its position among the machine file's transitions (0-based):
-            which edge of the diagram fired.
-        guards: The guards that passed: its ``conditions``, then each of its
-            ``unless`` as ``not NAME``.
-    """
-
-    source: str
-    dest: str
-    trigger: str
-    reason: CompactReason | None = None
-    error: str | None = None
-    index: int = -1
-    guards: tuple[str, ...] = ()
-
-
-class _Model:
-    """The object `transitions` moves between states: one per run (internal)."""
-
-    __slots__ = ("event", "snapshot", "state", "step")
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.state = snapshot.phase
-        self.snapshot = snapshot
-        self.event: Event | None = None
-        self.step: Step | None = None
-
-
-class _Data(Protocol):
-    """What the callbacks read of the `EventData` transitions hands them."""
-
-    model: _Model
-
-
-Decide: TypeAlias = Callable[[Snapshot, OpenCalls], Decision]
-"""The decision a phase emits, given the snapshot and its pending's open calls."""
-
-
-_Candidate: TypeAlias = tuple[tuple[Guard, ...], tuple[Guard, ...], TransitionsEvent]
-"""One transition of a (phase, trigger) group: its conditions, its `unless`
-guards and the `transitions` event that fires it alone (internal)."""
-
-_Groups: TypeAlias = dict[str, tuple[_Candidate, ...]]
-"""Phase -> the transitions one trigger may fire there, in file order."""
-
-
-def _select(candidates: tuple[_Candidate, ...], s: Snapshot, event: Event) -> Any:
-    """Return the `transitions` event of the first candidate whose guards pass."""
-    for conditions, unless, fire in candidates:
-        passed = True
-        for guard in conditions:
-            if not guard(s, event):
-                passed = False
-                break
-        if passed:
-            for guard in unless:
-                if guard(s, event):
-                    passed = False
-                    break
-        if passed:
-            return fire
-    return None
-
-
-def _fire(
-    step: Step,
-    base: dict[str, Any],
-    failure: FailureBuilder | None,
-    reducers: tuple[Reducer, ...],
-    data: _Data,
-) -> None:
-    model = data.model
-    event = model.event
-    assert event is not None
-    s = model.snapshot
-    if failure is not None:
-        s = s.replace(**base, failure=failure(s, event))
-    else:
-        s = s.replace(**base)
-    for reducer in reducers:
-        s = reducer(s, event)
-    model.snapshot = s
-    model.step = step
-
-
-def _enter(reducers: tuple[Reducer, ...], data: _Data) -> None:
-    model = data.model
-    event = model.event
-    assert event is not None
-    s = model.snapshot
-    for reducer in reducers:
-        s = reducer(s, event)
-    model.snapshot = s
-
-
-@final
-class _Compiled:
-    """One `MachineSpec` built into a `transitions` Machine, shared by its runs.
-
-    Building the Machine is most of what starting a run would cost, so it is
-    built once per spec: its callbacks read the run's `_Model` from the
-    `EventData` (``send_event=True``), and no model is ever registered with
-    it, so runs share nothing but the transition table (internal).
-    """
-
-    __slots__ = ("by_type", "decide", "machine", "signals", "terminal")
-
-    def __init__(self, spec: MachineSpec) -> None:
-        states = [
-            State(
-                s.name,
-                on_enter=[partial(_enter, _reducers(s.on_enter))]
-                if s.on_enter
-                else None,
-            )
-            for s in spec.states
-        ]
-        machine = Machine(
-            model=None,
-            states=states,
-            initial=spec.initial,
-            auto_transitions=False,
-            model_override=True,
-            send_event=True,
-            ignore_invalid_triggers=False,
-        )
-        # The guards are pure, so the brain picks the transition a trigger
-        # fires itself (the first whose guards pass, in file order, as
-        # `transitions` would) and fires it through `transitions` under a
-        # trigger of its own, which then has no condition left to check.
-        groups: dict[str, dict[str, list[_Candidate]]] = {}
-        for index, t in enumerate(spec.transitions):
-            conditions = tuple(GUARDS[g] for g in t.conditions)
-            unless = tuple(GUARDS[g] for g in t.unless)
-            failure = FAILURES[t.error] if t.error is not None else None
-            reducers = _reducers(t.actions)
-            name = f"{t.trigger}#{index}"
-            for source in t.sources:
-                dest = t.dest if t.dest is not None else source
-                step = Step(
-                    source=source,
-                    dest=dest,
-                    trigger=t.trigger,
-                    reason=t.reason,
-                    error=t.error,
-                    index=index,
-                    guards=(*t.conditions, *(f"not {g}" for g in t.unless)),
-                )
-                base: dict[str, Any] = {"phase": dest}
-                if t.reason is not None:
-                    base["compact_reason"] = t.reason
-                machine.add_transition(
-                    name,
-                    source,
-                    t.dest,
-                    before=[partial(_fire, step, base, failure, reducers)],
-                )
-            fire = machine.events[name]
-            by_phase = groups.setdefault(t.trigger, {})
-            for source in t.sources:
-                by_phase.setdefault(source, []).append((conditions, unless, fire))
-        table: dict[str, _Groups] = {
-            trigger: {phase: tuple(c) for phase, c in by_phase.items()}
-            for trigger, by_phase in groups.items()
-        }
-        self.machine = machine
-        self.by_type: dict[type, _Groups] = {
-            cls: table[trigger_name(cls)]
-            for cls in EVENT_TYPES
-            if cls is not Signal and trigger_name(cls) in table
-        }
-        self.signals: dict[str, _Groups] = {
-            name: table[name] for name in spec.signals if name in table
-        }
-        self.terminal = frozenset(spec.terminal)
-        self.decide: dict[str, Decide] = {
-            s.name: _decider(spec, s) for s in spec.states
-        }
-
-
-def _reducers(names: tuple[str, ...]) -> tuple[Reducer, ...]:
-    return tuple(REDUCERS[name] for name in names)
+__all__ = ["TurnMachine"]
 
 
 def _check_spec(spec: object) -> None:
     if not isinstance(spec, MachineSpec):
         raise ConfigError("spec", spec, "a MachineSpec (load_machine, default_machine)")
-
-
-_COMPILED: dict[int, tuple[weakref.ref[MachineSpec], _Compiled]] = {}
-
-
-def _compiled(spec: MachineSpec) -> _Compiled:
-    """Return the built machine of `spec`, building it on first use."""
-    key = id(spec)
-    entry = _COMPILED.get(key)
-    if entry is None or entry[0]() is not spec:
-        # The entry goes with the spec, so an id is never reused stale.
-        ref = weakref.ref(spec, lambda _ref: _COMPILED.pop(key, None))
-        entry = _COMPILED[key] = (ref, _Compiled(spec))
-    return entry[1]
 
 
 @final
@@ -498,57 +263,3 @@ def _check_open(left_open: OpenCalls, decision: Decision) -> None:
     """Rule 4: no call may stay open when the conversation is sent on."""
     if left_open.ids and isinstance(decision, CallLLM | Compact | Finish):
         left_open.require_closed()
-
-
-def _unanswered(s: Snapshot, left_open: OpenCalls) -> tuple[ToolCallPart, ...]:
-    """The last reply's tool calls that have no result in pending yet."""
-    if s.last_reply is None:
-        return ()
-    open_ids = list(left_open.ids)
-    calls = []
-    for call in s.last_reply.tool_calls:
-        if call.id in open_ids:
-            open_ids.remove(call.id)
-            calls.append(call)
-    return tuple(calls)
-
-
-def _accepts(spec: MachineSpec, phase: str) -> tuple[str, ...]:
-    return tuple(sorted({t.trigger for t in spec.transitions if phase in t.sources}))
-
-
-def _decider(spec: MachineSpec, state: StateSpec) -> Decide:
-    """Return how the phase `state` decides (built once per spec)."""
-    kind = state.decision
-    phase = state.name
-    if kind == "measure":
-        return lambda s, _o: Measure(history=s.history, pending=s.pending)
-    if kind == "call_llm":
-        return lambda s, _o: CallLLM(
-            history=s.history, pending=s.pending, turn=s.turns + 1
-        )
-    if kind == "run_tools":
-        return lambda s, o: RunTools(calls=_unanswered(s, o))
-    if kind == "pause":
-        accepts = _accepts(spec, phase)
-        return lambda s, o: Pause(phase=phase, calls=_unanswered(s, o), accepts=accepts)
-    if kind == "compact":
-        return lambda s, _o: Compact(
-            reason=s.compact_reason or CompactReason.MANUAL,
-            history=s.history,
-            pending=s.pending,
-        )
-    if kind == "finish":
-        return lambda s, _o: Finish(
-            text=s.last_reply.text if s.last_reply is not None else ""
-        )
-    if kind == "fail":
-        return lambda s, _o: Fail(error=_error_of(s))
-    effect = state.effect or ""
-    return lambda _s, _o: Perform(effect=effect, phase=phase)
-
-
-def _error_of(s: Snapshot) -> TurnFSMError:
-    if s.failure is not None:
-        return s.failure.to_error()
-    return IllegalEvent(phase=s.phase, event="?")

@@ -30,14 +30,6 @@ SCHEMA_VERSION: Final = 1
 """The version of `Snapshot.to_dict` output."""
 
 
-def _int_field(name: str, low: int, high: int | None = None) -> Any:
-    return _checks.integer(name, low=low, high=high)
-
-
-def _bool_field(name: str) -> Any:
-    return _checks.boolean(name)
-
-
 @final
 @attrs.frozen(kw_only=True)
 class Budget:
@@ -57,22 +49,28 @@ class Budget:
     """
 
     context_window: int = attrs.field(
-        default=200_000, validator=_int_field("context_window", 0)
+        default=200_000, validator=_checks.integer("context_window", low=0)
     )
-    threshold: int = attrs.field(default=80, validator=_int_field("threshold", 0, 100))
+    threshold: int = attrs.field(
+        default=80, validator=_checks.integer("threshold", low=0, high=100)
+    )
     auto_compact: bool = attrs.field(
-        default=True, validator=_bool_field("auto_compact")
+        default=True, validator=_checks.boolean("auto_compact")
     )
-    max_turns: int = attrs.field(default=50, validator=_int_field("max_turns", 1))
+    max_turns: int = attrs.field(
+        default=50, validator=_checks.integer("max_turns", low=1)
+    )
     max_overflow_retries: int = attrs.field(
-        default=2, validator=_int_field("max_overflow_retries", 0)
+        default=2, validator=_checks.integer("max_overflow_retries", low=0)
     )
     max_compactions: int = attrs.field(
-        default=20, validator=_int_field("max_compactions", 1)
+        default=20, validator=_checks.integer("max_compactions", low=1)
     )
-    max_messages: int = attrs.field(default=0, validator=_int_field("max_messages", 0))
+    max_messages: int = attrs.field(
+        default=0, validator=_checks.integer("max_messages", low=0)
+    )
     max_output_retries: int = attrs.field(
-        default=2, validator=_int_field("max_output_retries", 0)
+        default=2, validator=_checks.integer("max_output_retries", low=0)
     )
 
 

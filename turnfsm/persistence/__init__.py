@@ -33,7 +33,8 @@ from turnfsm.persistence._records import (
     event_messages,
     machine_digest,
 )
-from turnfsm.persistence._session import RunRecord, Session, new_id
+from turnfsm.persistence._run_record import RunRecord
+from turnfsm.persistence._session import Session, new_id
 from turnfsm.persistence._store import MemoryStore, SessionInfo, SessionStore
 from turnfsm.persistence.sqlite import SQLiteStore
 

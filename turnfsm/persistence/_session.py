@@ -12,12 +12,9 @@ import contextlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Literal, final
+from typing import final
 
-import attrs
-
-from turnfsm.core import Event, Pause, RunStarted
-from turnfsm.errors import CorruptRecord, SessionBusy, TurnFSMError
+from turnfsm.errors import CorruptRecord, SessionBusy
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
     BreakerChanged,
@@ -32,110 +29,20 @@ from turnfsm.persistence._records import (
     TurnRecord,
     event_messages,
 )
+from turnfsm.persistence._run_record import RunRecord, _Run
 from turnfsm.persistence._store import (
     MemoryStore,
     SessionStore,
     check_session_id,
     check_store,
 )
-from turnfsm.values import Usage
 
-__all__ = ["RunRecord", "Session", "new_id"]
+__all__ = ["Session", "new_id"]
 
 
 def new_id(prefix: str) -> str:
     """Return a fresh id such as ``run_3f2a...``."""
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
-
-
-@final
-@attrs.frozen(kw_only=True)
-class RunRecord:
-    """The audit trail of one run, projected from the log; never rewritten.
-
-    Attributes:
-        run_id: The run.
-        outcome: done, failed, cancelled, paused — or running: the run has
-            no end in the log (in flight, or its process died).
-        phase: The phase the run ended (or paused) in.
-        input: The run's new messages.
-        events: Every event fed to the brain, in order.
-        turns: Every model call: the context it saw, its reply, its usage.
-        compactions: Every compaction pass.
-        text: The final answer ("" unless done).
-        error: Why the run failed, or None.
-        usage: Provider usage summed over the turns.
-        waiting: What a paused run waits for.
-    """
-
-    run_id: str
-    outcome: Literal["done", "failed", "cancelled", "paused", "running"]
-    phase: str
-    input: tuple[Message, ...] = attrs.field(repr=False)
-    events: tuple[Event, ...] = attrs.field(repr=False)
-    turns: tuple[TurnRecord, ...] = attrs.field(repr=False)
-    compactions: tuple[CompactionRecord, ...]
-    text: str
-    error: TurnFSMError | None = attrs.field(eq=False)
-    usage: Usage
-    waiting: Pause | None = None
-    opened: RunOpened = attrs.field(repr=False, eq=False)
-
-    @property
-    def is_open(self) -> bool:
-        """Whether the run can still go on (paused, or never ended)."""
-        return self.outcome in ("paused", "running")
-
-    def context(self, index: int) -> tuple[str, ...]:
-        """Return the ids of the messages the model saw on `turns[index]`.
-
-        Raises:
-            IndexError: the run has no such turn.
-        """
-        if not -len(self.turns) <= index < len(self.turns):
-            raise IndexError(f"the run has {len(self.turns)} turns, not {index + 1}")
-        ids: tuple[str, ...] = ()
-        for turn in self.turns[: index + 1]:
-            ids = ids[: turn.keep] + turn.added
-        return ids
-
-
-@attrs.define(eq=False)
-class _Run:
-    """The entries of one run, as they arrive (internal)."""
-
-    opened: RunOpened
-    version: int  # the log's version right before `opened`
-    last: int = 0  # the log's version right after the run's latest entry
-    events: list[EventRecorded] = attrs.field(factory=list)
-    turns: list[TurnRecord] = attrs.field(factory=list)
-    compactions: list[CompactionRecord] = attrs.field(factory=list)
-    results: list[ToolResultRecorded] = attrs.field(factory=list)
-    ended: RunEnded | None = None
-
-    def record(self) -> RunRecord:
-        end = self.ended
-        first = self.events[0].event if self.events else None
-        if end is not None:
-            phase = end.phase
-        else:
-            phase = self.events[-1].phase if self.events else ""
-        return RunRecord(
-            run_id=self.opened.run_id,
-            outcome="running" if end is None else end.outcome,
-            phase=phase,
-            input=first.input if isinstance(first, RunStarted) else (),
-            events=tuple(e.event for e in self.events),
-            turns=tuple(self.turns),
-            compactions=tuple(self.compactions),
-            text="" if end is None else end.text,
-            error=None if end is None else end.error,
-            usage=sum((t.usage for t in self.turns if t.usage), Usage())
-            if end is None
-            else end.usage,
-            waiting=None if end is None else end.waiting,
-            opened=self.opened,
-        )
 
 
 @final

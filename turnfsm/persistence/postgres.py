@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import Final, TypeAlias, TypeVar, final
+from typing import final
 
 try:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg.rows import TupleRow
     from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
@@ -53,60 +52,27 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 import anyio
-import attrs
 
-from turnfsm.errors import (
-    ConfigError,
-    DuplicateRecord,
-    SessionConflict,
-    StoreUnusable,
+from turnfsm.errors import ConfigError, StoreUnusable
+from turnfsm.persistence._postgres_append import (
+    _T,
+    _append,
+    _check_keys,
+    _Conn,
+    _Op,
+    _Step,
+)
+from turnfsm.persistence._postgres_schema import (
+    _LOCK_CLASS,
+    _MIGRATIONS,
+    APPLICATION,
+    SCHEMA_VERSION,
 )
 from turnfsm.persistence._records import Entry
-from turnfsm.persistence._rows import Row, decode, encode
+from turnfsm.persistence._rows import decode, encode
 from turnfsm.persistence._store import SessionInfo, check_session_id
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
-
-_Conn: TypeAlias = "psycopg.AsyncConnection[TupleRow]"
-
-SCHEMA_VERSION: Final = 1
-"""The schema version this turnfsm writes (and the newest it can read)."""
-
-APPLICATION: Final = "turnfsm"
-"""The value of the ``application`` marker in ``turnfsm_meta``."""
-
-# pg_advisory_xact_lock(classid, objid): turnfsm's class, then the schema.
-_LOCK_CLASS: Final = 0x7466736D  # "tfsm"
-
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
-    1: (
-        """CREATE TABLE turnfsm_sessions (
-            id TEXT PRIMARY KEY,
-            version BIGINT NOT NULL,
-            created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-            updated_at TIMESTAMPTZ NOT NULL DEFAULT now())""",
-        """CREATE TABLE turnfsm_entries (
-            session_id TEXT NOT NULL REFERENCES turnfsm_sessions (id)
-                ON DELETE CASCADE,
-            seq BIGINT NOT NULL,
-            run_id TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            body TEXT NOT NULL,
-            PRIMARY KEY (session_id, seq))""",
-        """CREATE TABLE turnfsm_messages (
-            session_id TEXT NOT NULL REFERENCES turnfsm_sessions (id)
-                ON DELETE CASCADE,
-            digest TEXT NOT NULL,
-            body TEXT NOT NULL,
-            PRIMARY KEY (session_id, digest))""",
-        """CREATE TABLE turnfsm_compactions (
-            session_id TEXT NOT NULL REFERENCES turnfsm_sessions (id)
-                ON DELETE CASCADE,
-            key TEXT NOT NULL,
-            seq BIGINT NOT NULL,
-            UNIQUE (session_id, key))""",
-    ),
-}
 
 
 def _server(url: str) -> str:
@@ -424,137 +390,3 @@ class PostgresStore:
             )
 
         return await self._run("listing sessions", op)
-
-
-@attrs.define
-class _Step:
-    """How far an operation got: past the point where a retry is safe?"""
-
-    committing: bool = False
-
-
-_T = TypeVar("_T")
-_Op: TypeAlias = Callable[[_Conn, _Step], Awaitable[_T]]
-
-
-def _check_keys(session_id: str, rows: Sequence[Row]) -> None:
-    seen: set[str] = set()
-    for row in rows:
-        if row.key is not None:
-            if row.key in seen:
-                raise DuplicateRecord(session_id, row.key)
-            seen.add(row.key)
-
-
-# One statement writes a whole append: the session's row moves to its new
-# version only if it is at the expected one (`s` holds it then, else nothing),
-# and every insert takes its rows from `s`, so a stale append writes nothing.
-# A first append (expected 0) creates the row, or advances one an empty
-# append left at version 0; a racing first append waits on the primary key
-# until this transaction ends, then finds the row at another version.
-_ADVANCE: Final = (
-    "UPDATE turnfsm_sessions SET version = %(version)s, updated_at = now()"
-    " WHERE id = %(session)s AND version = %(expected)s RETURNING id"
-)
-_CREATE: Final = (
-    "INSERT INTO turnfsm_sessions AS t (id, version) VALUES (%(session)s, %(version)s)"
-    " ON CONFLICT (id) DO UPDATE SET version = excluded.version, updated_at = now()"
-    " WHERE t.version = 0 RETURNING id"
-)
-_WRITE: Final = """
-WITH s AS ({advance}),
-e AS (
-    INSERT INTO turnfsm_entries (session_id, seq, run_id, kind, body)
-    SELECT s.id, %(expected)s::bigint + u.n - 1, u.run_id, u.kind, u.body
-    FROM s, unnest(%(run_ids)s::text[], %(kinds)s::text[], %(bodies)s::text[])
-        WITH ORDINALITY AS u (run_id, kind, body, n)
-),
-m AS (
-    INSERT INTO turnfsm_messages (session_id, digest, body)
-    SELECT s.id, x.digest, x.body
-    FROM s, unnest(%(digests)s::text[], %(texts)s::text[]) AS x (digest, body)
-    ON CONFLICT DO NOTHING
-),
-k AS (
-    INSERT INTO turnfsm_compactions (session_id, key, seq)
-    SELECT s.id, y.key, y.seq
-    FROM s, unnest(%(keys)s::text[], %(key_seqs)s::bigint[]) AS y (key, seq)
-)
-SELECT count(*) FROM s"""
-_APPEND: Final = _WRITE.format(advance=_ADVANCE)
-_APPEND_FIRST: Final = _WRITE.format(advance=_CREATE)
-
-
-async def _append(
-    conn: _Conn,
-    step: _Step,
-    session_id: str,
-    rows: Sequence[Row],
-    expected: int,
-) -> int:
-    """Write one append in three round trips: BEGIN, the write, COMMIT.
-
-    Nothing is committed before COMMIT is sent, so a connection found dead
-    before it is safe to retry on another (`PostgresStore._run`). (psycopg's
-    pipeline mode, which would send BEGIN with the write, measured slower:
-    it adds syncs of its own.)
-    """
-    version = expected + len(rows)
-    messages = {d: t for row in rows for d, t in row.messages.items()}
-    keyed = [(r.key, expected + i) for i, r in enumerate(rows) if r.key is not None]
-    params = {
-        "session": session_id,
-        "version": version,
-        "expected": expected,
-        "run_ids": [r.run_id for r in rows],
-        "kinds": [r.kind for r in rows],
-        "bodies": [r.body for r in rows],
-        "digests": list(messages),
-        "texts": list(messages.values()),
-        "keys": [k for k, _ in keyed],
-        "key_seqs": [n for _, n in keyed],
-    }
-    write = _APPEND_FIRST if expected == 0 else _APPEND
-    try:
-        async with conn.transaction():
-            cur = await conn.execute(write, params)
-            found = await cur.fetchone()
-            if not (found and found[0]):
-                raise _Stale
-            step.committing = True  # the block's end sends COMMIT
-    except _Stale:
-        # Rolled back (it wrote nothing); the version is read afresh.
-        cur = await conn.execute(
-            "SELECT version FROM turnfsm_sessions WHERE id = %s", (session_id,)
-        )
-        row = await cur.fetchone()
-        raise SessionConflict(
-            session_id=session_id,
-            expected=expected,
-            actual=0 if row is None else int(row[0]),
-        ) from None
-    except psycopg.errors.UniqueViolation as exc:
-        if exc.diag.table_name != "turnfsm_compactions":
-            raise
-        await _refuse_known_keys(conn, session_id, rows)
-        raise
-    return version
-
-
-class _Stale(Exception):
-    """The session was not at the expected version (internal)."""
-
-
-async def _refuse_known_keys(conn: _Conn, session_id: str, rows: Sequence[Row]) -> None:
-    keys = [row.key for row in rows if row.key is not None]
-    if not keys:
-        return
-    # Keys are never removed: the one the write met is still there.
-    cur = await conn.execute(
-        "SELECT key FROM turnfsm_compactions"
-        " WHERE session_id = %s AND key = ANY(%s) ORDER BY key LIMIT 1",
-        (session_id, keys),
-    )
-    found = await cur.fetchone()
-    if found is not None:
-        raise DuplicateRecord(session_id, str(found[0]))

@@ -20,7 +20,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, final
@@ -53,10 +52,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _positive_int(name: str) -> Callable[[object, object, object], None]:
-    return _checks.integer(name, low=1, expected="an int > 0")
-
-
 @final
 @attrs.define(eq=False, kw_only=True)
 class LlamaServer:
@@ -87,8 +82,12 @@ class LlamaServer:
     model_path: Path | None = attrs.field(
         default=None, validator=_checks.instance(Path, "a Path", optional=True)
     )
-    n_ctx: int = attrs.field(default=2048, validator=_positive_int("n_ctx"))
-    n_threads: int = attrs.field(default=2, validator=_positive_int("n_threads"))
+    n_ctx: int = attrs.field(
+        default=2048, validator=_checks.integer("n_ctx", low=1, expected="an int > 0")
+    )
+    n_threads: int = attrs.field(
+        default=2, validator=_checks.integer("n_threads", low=1, expected="an int > 0")
+    )
     port: int | None = attrs.field(
         default=None, validator=_checks.integer(low=1, high=65535, optional=True)
     )

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from turnfsm.tracing import attributes
 from turnfsm.tracing._hook import CAPTURE_CONTENT_ENV, TracingHook
+from turnfsm.tracing._otlp import Protocol
 from turnfsm.tracing._otlp_json import (
     OTLPJSONFileExporter,
     load_otlp_json,
     parse_otlp_json,
 )
 from turnfsm.tracing._setup import (
-    Protocol,
     Tracing,
     configure,
     global_hook,

@@ -1,0 +1,116 @@
+"""Every exception turnfsm raises, in one tree.
+
+```
+TurnFSMError                 base class; never raised directly
+├── DefinitionError          (ValueError) a machine file is invalid; .problems
+├── ConfigError              (ValueError) a setting is out of range; field, value
+├── InvalidMessage           (ValueError) a malformed message or history; field
+├── IllegalEvent             event not accepted in this phase (a driver bug)
+├── MachineBroken            an earlier handle() raised; no further input
+├── ContextExceeded          the run could not fit the window; .used, .limit, .largest
+│   ├── CompactionStalled    no-progress guard fired; .limit is the size before the pass
+│   └── CompactionFailed     the compactor failed; .cause
+├── CompactionCircuitOpen    the compaction circuit breaker is open
+├── CompactionLimitExceeded  the run used all its compaction passes
+├── MaxTurnsExceeded         the run used all its model calls
+├── OutputInvalid            the final answer never fit the output type; .errors
+├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
+├── ProviderError            the model API failed after retries; .retriable
+├── SessionBusy              another run is using the session (or one is open)
+├── ReplayDiverged           a logged run does not replay to its logged decisions
+├── RunCrashed               a run ended on an unexpected exception (logged)
+├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
+├── ToolError                a tool could not be registered or described
+├── StoreError               a record could not be loaded or saved
+│   ├── CorruptRecord        (ValueError) stored data does not read back; .path
+│   ├── SessionConflict      another writer appended to the session first
+│   ├── DuplicateRecord      an append repeats a compaction's idempotency key
+│   └── StoreUnusable        a store file or database cannot be used; .path, .reason
+└── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
+```
+
+Expected failures of a run (a compaction that cannot shrink, a provider that
+keeps failing) are *outcomes*: the run ends in the ``failed`` phase and the
+error is carried on the `RunResult`. Only misuse and bad configuration raise at
+the call site.
+
+`LargeItem` and `Problem` are not errors: they are the plain values a
+`ContextExceeded` lists in `largest` to say what filled the window, and a
+`DefinitionError` in `problems` to say what is wrong with a machine file, where.
+
+This package imports no other turnfsm module, so every module may import it;
+its private modules hold the families of the tree (`_misuse`, `_context`,
+`_run`, `_store`), on the base class in `_base`.
+"""
+
+from __future__ import annotations
+
+from turnfsm.errors._base import TurnFSMError
+from turnfsm.errors._context import (
+    CompactionCircuitOpen,
+    CompactionFailed,
+    CompactionLimitExceeded,
+    CompactionStalled,
+    ContextExceeded,
+    LargeItem,
+)
+from turnfsm.errors._misuse import (
+    ConfigError,
+    DefinitionError,
+    IllegalEvent,
+    InvalidMessage,
+    InvalidReturn,
+    MachineBroken,
+    Problem,
+    ToolError,
+)
+from turnfsm.errors._run import (
+    CONTEXT_OVERFLOW,
+    Cancelled,
+    MaxTurnsExceeded,
+    OutputInvalid,
+    ProviderError,
+    ReplayDiverged,
+    RunCrashed,
+    RunFailed,
+    SessionBusy,
+)
+from turnfsm.errors._store import (
+    CorruptRecord,
+    DuplicateRecord,
+    SessionConflict,
+    StoreError,
+    StoreUnusable,
+)
+
+__all__ = [
+    "CONTEXT_OVERFLOW",
+    "Cancelled",
+    "CompactionCircuitOpen",
+    "CompactionFailed",
+    "CompactionLimitExceeded",
+    "CompactionStalled",
+    "ConfigError",
+    "ContextExceeded",
+    "CorruptRecord",
+    "DefinitionError",
+    "DuplicateRecord",
+    "IllegalEvent",
+    "InvalidMessage",
+    "InvalidReturn",
+    "LargeItem",
+    "MachineBroken",
+    "MaxTurnsExceeded",
+    "OutputInvalid",
+    "Problem",
+    "ProviderError",
+    "ReplayDiverged",
+    "RunCrashed",
+    "RunFailed",
+    "SessionBusy",
+    "SessionConflict",
+    "StoreError",
+    "StoreUnusable",
+    "ToolError",
+    "TurnFSMError",
+]

@@ -1,0 +1,169 @@
+"""Errors of the context window: a run that did not fit it; compaction's limits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, Literal, final
+
+import attrs
+
+from turnfsm.errors._base import TurnFSMError
+
+__all__ = [
+    "CompactionCircuitOpen",
+    "CompactionFailed",
+    "CompactionLimitExceeded",
+    "CompactionStalled",
+    "ContextExceeded",
+    "LargeItem",
+]
+
+
+_KINDS: Final = ("tool_result", "tool_call", "message")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LargeItem:
+    """One big piece of a context: a tool result, a tool call or a message's text.
+
+    A `ContextExceeded` lists the largest ones in `largest`, so its message
+    says what filled the window (`largest_items` finds them, `explain` fills them).
+
+    Attributes:
+        kind: ``"tool_result"``, ``"tool_call"`` or ``"message"`` (the text
+            parts of one message).
+        role: the role of the message holding it.
+        turn: the 1-based turn it is in; a turn starts at each user message,
+            and items before the first user message are in turn 0.
+        index: the position of its message in the context.
+        tokens: its size, by the run's counter.
+        tool: the tool's name for a tool call or result (a result's is found
+            from the call it answers; ``""`` if unknown); ``""`` otherwise.
+        call_id: the tool call's id for a tool call or result; ``""`` otherwise.
+    """
+
+    kind: Literal["tool_result", "tool_call", "message"] = attrs.field(
+        validator=attrs.validators.in_(_KINDS)
+    )
+    role: str
+    turn: int
+    index: int
+    tokens: int
+    tool: str = ""
+    call_id: str = ""
+
+    def __str__(self) -> str:
+        call = f" (call {self.call_id})" if self.call_id else ""
+        match self.kind:
+            case "tool_result":
+                what = f"tool result of {self.tool}" if self.tool else "tool result"
+            case "tool_call":
+                what = f"tool call to {self.tool}" if self.tool else "tool call"
+            case _:
+                what, call = f"{self.role} message #{self.index}", ""
+        when = f"in turn {self.turn}" if self.turn else "before the first turn"
+        return f"{what}{call} {when}: {self.tokens:,} tokens"
+
+
+def _items(value: Iterable[LargeItem]) -> tuple[LargeItem, ...]:
+    return tuple(value)
+
+
+def _largest_text(largest: tuple[LargeItem, ...]) -> str:
+    """Return the ``"; largest: ..."`` tail of a `ContextExceeded` message."""
+    if not largest:
+        return ""
+    items = ", ".join(str(item) for item in largest)
+    # The hint follows where the listed tokens are: tool results shrink in
+    # place (digested), anything else only by summarising the old turns.
+    results = sum(i.tokens for i in largest if i.kind == "tool_result")
+    if 2 * results >= sum(i.tokens for i in largest):
+        hint = "ToolResultDigest or LayeredCompactor shrink tool results"
+    else:
+        hint = "SummarizingCompactor summarises old turns"
+    return f"; largest: {items}; {hint}"
+
+
+@attrs.frozen(auto_exc=True)
+class ContextExceeded(TurnFSMError):
+    """Raised when a run could not fit the context window.
+
+    `used` and `limit` are payload-comparable token estimates. `limit` is the
+    window when the compacted result still did not fit. `largest` lists the
+    biggest items of the context, biggest first (empty when not measured);
+    the message then names them and the strategy that would shrink them.
+    """
+
+    used: int
+    limit: int
+    largest: tuple[LargeItem, ...] = attrs.field(
+        default=(), converter=_items, kw_only=True
+    )
+
+    def __str__(self) -> str:
+        return (
+            f"context exceeded: {self.used} tokens used, limit {self.limit}; "
+            "use a bigger window or a compactor that shrinks harder"
+        ) + _largest_text(self.largest)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CompactionStalled(ContextExceeded):
+    """Raised when a compaction pass saved nothing (the no-progress guard).
+
+    `used` is the size after the pass and `limit` the size before it; a
+    pre-compact hook that vetoes over the line ends here too.
+    """
+
+    def __str__(self) -> str:
+        return (
+            f"compaction stalled: {self.used} tokens after the pass, "
+            f"{self.limit} before; nothing was saved (a vetoing hook or a "
+            "conversation the compactor cannot cut) - see what is biggest, "
+            "choose a strategy that shrinks it, or a bigger window"
+        ) + _largest_text(self.largest)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CompactionFailed(ContextExceeded):
+    """Raised when the compactor itself failed; `cause` says why."""
+
+    cause: str = ""
+
+    def __str__(self) -> str:
+        return (
+            f"compaction failed at {self.used} tokens (limit {self.limit}): "
+            f"{self.cause}"
+        ) + _largest_text(self.largest)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CompactionCircuitOpen(TurnFSMError):
+    """Raised when the compaction circuit breaker is open and refuses to run."""
+
+    failures: int
+
+    def __str__(self) -> str:
+        return (
+            f"compaction circuit open after {self.failures} consecutive failures; "
+            "reset the breaker once the summary model is healthy"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CompactionLimitExceeded(TurnFSMError):
+    """Raised when a run used all of its `max_compactions` compaction passes."""
+
+    max_compactions: int
+
+    def __str__(self) -> str:
+        return (
+            f"the run reached max_compactions={self.max_compactions} compaction "
+            "passes without a request that fits; raise max_compactions, or check "
+            "for a hook that adds a message after every pass"
+        )

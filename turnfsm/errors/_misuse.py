@@ -1,0 +1,171 @@
+"""Errors of misuse: a bad definition, setting, message, tool, return value or feed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, final
+
+import attrs
+
+from turnfsm.errors._base import TurnFSMError
+
+__all__ = [
+    "ConfigError",
+    "DefinitionError",
+    "IllegalEvent",
+    "InvalidMessage",
+    "InvalidReturn",
+    "MachineBroken",
+    "Problem",
+    "ToolError",
+]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Problem:
+    """One problem of a machine file: where it is, what is wrong, a likely fix.
+
+    `str()` gives the message and the suggestion, for example
+    ``transition #3 (measured): unknown guard 'is_over_treshold_line' (did you
+    mean 'is_over_threshold_line'?)``.
+
+    Attributes:
+        message: what is wrong, naming the entry (``state 'call_llm'``,
+            ``transition #3 (measured)``) and the value.
+        line: the 1-based line of the file it is on: the line of the key or
+            of the array item at fault, else of the nearest enclosing table
+            written in the file (a ``[[transitions]]`` header, a state's line);
+            `None` for the file as a whole (a missing top-level key) or when
+            the definition came without its text (`MachineSpec.from_dict`).
+        field: the path of the value in the parsed file, such as
+            ``transitions[2].conditions[0]`` or ``states.call_llm`` (0-based
+            indexes; ``""`` for the file as a whole).
+        value: the value at fault, as parsed (`None` when it is missing).
+        suggestion: the known name closest to a misspelt one, if any is close.
+    """
+
+    message: str
+    line: int | None = None
+    field: str = ""
+    value: Any = None
+    suggestion: str | None = None
+
+    def __str__(self) -> str:
+        if self.suggestion is None:
+            return self.message
+        return f"{self.message} (did you mean {self.suggestion!r}?)"
+
+
+def _problems(value: Iterable[Problem | str]) -> tuple[Problem, ...]:
+    return tuple(p if isinstance(p, Problem) else Problem(message=p) for p in value)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class DefinitionError(TurnFSMError, ValueError):
+    """Raised when a machine file is invalid; lists every problem at once.
+
+    `problems` holds one `Problem` per fault, in the order the loader found
+    them: the names and types of each entry first, then the checks of the
+    graph (reachability, exits, termination, limits, cancellation) on what
+    resolved. `str()` puts one problem on each line,
+    ``FILE:LINE: MESSAGE (did you mean 'NAME'?)``, as compilers do, so
+    editors can jump to each; a problem without a line reads ``FILE: MESSAGE``.
+    Plain strings given as problems become problems without a line.
+    """
+
+    source: str
+    problems: tuple[Problem, ...] = attrs.field(converter=_problems)
+
+    def __str__(self) -> str:
+        return "\n".join(
+            f"{self.source}:{p.line}: {p}" if p.line else f"{self.source}: {p}"
+            for p in self.problems
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ConfigError(TurnFSMError, ValueError):
+    """Raised when a setting is out of range; names the field and the value."""
+
+    field: str
+    value: Any
+    expected: str
+
+    def __str__(self) -> str:
+        return f"invalid {self.field}={self.value!r}: expected {self.expected}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class InvalidMessage(TurnFSMError, ValueError):
+    """Raised when a message or a history is malformed; names the field and value."""
+
+    field: str
+    value: Any
+    reason: str
+
+    def __str__(self) -> str:
+        return f"invalid message {self.field}={self.value!r}: {self.reason}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class IllegalEvent(TurnFSMError):
+    """Raised when an event is not accepted in the current phase (a driver bug)."""
+
+    phase: str
+    event: str
+
+    def __str__(self) -> str:
+        return (
+            f"event {self.event!r} is not accepted in phase {self.phase!r}; "
+            "feed only the event the last decision asked for"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class MachineBroken(TurnFSMError):
+    """Raised when a machine whose earlier `handle()` raised is fed again."""
+
+    phase: str
+    cause: str
+
+    def __str__(self) -> str:
+        return (
+            f"the machine broke in phase {self.phase!r} ({self.cause}); "
+            "start a new machine from the last good snapshot"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ToolError(TurnFSMError, ValueError):
+    """Raised when a tool cannot be registered or described."""
+
+    tool: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"tool {self.tool!r}: {self.reason}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class InvalidReturn(TurnFSMError, TypeError):
+    """Raised when an effect or a model returns a value of the wrong type.
+
+    The run ends ``failed`` with this error (logged, like a malformed
+    message): `source` names the effect (``effect 'call_llm'``) or the model
+    (``model FakeModelClient``), `value` is the repr of what it returned.
+    """
+
+    source: str
+    value: str
+    expected: str
+
+    def __str__(self) -> str:
+        return f"{self.source} returned {self.value}: expected {self.expected}"

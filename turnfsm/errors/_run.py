@@ -1,0 +1,172 @@
+"""Errors a run ends on: its limits, the provider, cancellation, a crash, a replay."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import final
+
+import attrs
+
+from turnfsm.errors._base import TurnFSMError
+
+__all__ = [
+    "CONTEXT_OVERFLOW",
+    "Cancelled",
+    "MaxTurnsExceeded",
+    "OutputInvalid",
+    "ProviderError",
+    "ReplayDiverged",
+    "RunCrashed",
+    "RunFailed",
+    "SessionBusy",
+]
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class MaxTurnsExceeded(TurnFSMError):
+    """Raised when a run used all of its `max_turns` model calls."""
+
+    max_turns: int
+
+    def __str__(self) -> str:
+        return (
+            f"the run reached max_turns={self.max_turns} without a final answer; "
+            "raise max_turns or check the tools for a loop"
+        )
+
+
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class OutputInvalid(TurnFSMError):
+    """Raised when the model's final answer never fit the run's output type.
+
+    The model was asked again `retries` times (`max_output_retries`);
+    `errors` lists what was wrong with its last answer.
+    """
+
+    errors: tuple[str, ...] = attrs.field(converter=_strings)
+    retries: int = 0
+
+    def __str__(self) -> str:
+        listed = "; ".join(self.errors) or "(no detail)"
+        return (
+            f"the final answer did not fit the output type after {self.retries} "
+            f"re-ask(s): {listed}; raise max_output_retries or simplify the type"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class Cancelled(TurnFSMError):
+    """Raised when a run was cancelled through `TurnMachine.cancel()`."""
+
+    reason: str = "cancelled"
+
+    def __str__(self) -> str:
+        return f"run cancelled: {self.reason}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ProviderError(TurnFSMError):
+    """Raised when the model API failed and the retry policy gave up."""
+
+    message: str
+    retriable: bool = False
+    kind: str = "error"
+    retry_after: float | None = None
+    status: int | None = None
+
+    @property
+    def is_context_overflow(self) -> bool:
+        """Whether the provider said the request is longer than its context."""
+        return self.kind == CONTEXT_OVERFLOW
+
+    def __str__(self) -> str:
+        hint = " (transient; retries exhausted)" if self.retriable else ""
+        return f"model provider error [{self.kind}]{hint}: {self.message}"
+
+
+CONTEXT_OVERFLOW = "context_overflow"
+"""The `ProviderError.kind` of a provider's context-length rejection."""
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SessionBusy(TurnFSMError):
+    """Raised when a run starts on a session that another run is still using."""
+
+    session_id: str
+    run_id: str | None = None
+
+    def __str__(self) -> str:
+        if self.run_id is not None:
+            return (
+                f"session {self.session_id!r} has an open run {self.run_id!r} "
+                "(paused, or its process died); resume or abandon it first"
+            )
+        return (
+            f"session {self.session_id!r} is running another run; wait for it, "
+            "or give this run its own Session"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ReplayDiverged(TurnFSMError):
+    """Raised when a run's logged events do not replay to the logged decisions.
+
+    `index` is the first diverging event of the run, `event` its trigger;
+    `expected` is what the log says the brain answered, `actual` what a
+    fresh brain answers.
+    """
+
+    run_id: str
+    index: int
+    event: str
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id!r} diverges at event #{self.index} ({self.event}): "
+            f"the log says {self.expected}, the brain says {self.actual}; the log "
+            "was changed, or the machine or a guard is not the one it ran on"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class RunCrashed(TurnFSMError):
+    """Raised when a run ended on an unexpected exception; logged as its error.
+
+    The exception itself (a bug in an effect, a tool wrapper, a hook or a
+    store) propagated to the caller; the run's log records it as this value.
+    """
+
+    type: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"run crashed on {self.type}: {self.message}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class RunFailed(TurnFSMError):
+    """Raised by `RunResult.raise_for_failure()` for a run that ended in `failed`."""
+
+    error: TurnFSMError
+
+    @property
+    def outcome(self) -> TurnFSMError:
+        """The error the run ended with."""
+        return self.error
+
+    def __str__(self) -> str:
+        return f"run failed: {self.error}"

@@ -1,0 +1,110 @@
+"""Errors of loading and saving records: `StoreError` and its kinds."""
+
+from __future__ import annotations
+
+from typing import final
+
+import attrs
+
+from turnfsm.errors._base import TurnFSMError
+
+__all__ = [
+    "CorruptRecord",
+    "DuplicateRecord",
+    "SessionConflict",
+    "StoreError",
+    "StoreUnusable",
+]
+
+
+class StoreError(TurnFSMError):
+    """Base class of the errors of loading and saving records; never raised directly.
+
+    A load or save that failed, an unknown schema version and a write
+    conflict are store errors.
+    """
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class CorruptRecord(StoreError, ValueError):
+    """Raised when stored data does not read back as the record it should be.
+
+    `type` names what was being read (``"Snapshot"``, ``"Event"``), `path`
+    where in the data the problem is (``"events[3].message.parts"``; empty
+    for the whole value) and `reason` what is wrong there. An unknown schema
+    version is a corrupt record too (its `path` is ``"v"``).
+    """
+
+    type: str
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f" at {self.path}" if self.path else ""
+        return (
+            f"corrupt {self.type} record{where}: {self.reason}; it was written "
+            "by another turnfsm version or changed since"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SessionConflict(StoreError):
+    """Raised when an append finds the session's log at another version.
+
+    Another writer (a second process, host or `Session` view) appended first;
+    nothing of this append was written.
+    """
+
+    session_id: str
+    expected: int
+    actual: int
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} changed under this writer: expected "
+            f"version {self.expected}, found {self.actual}; another writer "
+            "appended first - reload the session and retry"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class DuplicateRecord(StoreError):
+    """Raised when an append carries a compaction key the session already holds.
+
+    A compaction record's idempotency `key` is unique in its session, so a
+    pass that was already logged (a retried or redone append) is not logged
+    twice; nothing of this append was written.
+    """
+
+    session_id: str
+    key: str
+
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id!r} already holds the compaction record "
+            f"with key {self.key!r}; nothing was appended - reload the session, "
+            "the pass is logged already"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class StoreUnusable(StoreError):
+    """Raised when a store's file or database cannot be used; it was left unchanged.
+
+    `path` names the file (or database) and `reason` what is wrong with it:
+    not an SQLite file, another application's database, or a schema newer
+    than this turnfsm knows.
+    """
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"cannot use {self.path} as a turnfsm session store: {self.reason} "
+            "(nothing was changed)"
+        )

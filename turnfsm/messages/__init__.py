@@ -1,0 +1,49 @@
+"""Messages: frozen values with a role, parts and a stable id.
+
+A `Message` has a `Role` and a tuple of parts: `TextPart`, `ToolCallPart`,
+`ToolResultPart` and `ImagePart`. Tool calls live on assistant messages; tool
+results live on tool messages and name the call they answer by `call_id`.
+Every message carries a stable `id` (used for caching token counts and for the
+audit trail) and free-form string `metadata`.
+
+`MessageLog` is the append-only sequence the brain keeps its buffers in:
+immutable to its readers, O(1) to append, so a long run does not copy its
+history on every turn.
+"""
+
+from __future__ import annotations
+
+from turnfsm.messages._log import Joined, MessageLog, as_sequence
+from turnfsm.messages._open_calls import OpenCalls, check_history
+from turnfsm.messages._values import (
+    SUMMARY_COVERS,
+    ImagePart,
+    JSONValue,
+    Message,
+    Part,
+    Role,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+    as_messages,
+    new_message_id,
+)
+
+__all__ = [
+    "SUMMARY_COVERS",
+    "ImagePart",
+    "JSONValue",
+    "Joined",
+    "Message",
+    "MessageLog",
+    "OpenCalls",
+    "Part",
+    "Role",
+    "TextPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "as_messages",
+    "as_sequence",
+    "check_history",
+    "new_message_id",
+]

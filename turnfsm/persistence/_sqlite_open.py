@@ -1,0 +1,182 @@
+"""Opening an SQLite store's file: the checks it must pass, its schema, migrations."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from turnfsm.errors import StoreUnusable
+
+__all__ = [
+    "APPLICATION",
+    "SCHEMA_VERSION",
+    "_open",
+    "_roll_back",
+    "_transaction",
+]
+
+
+APPLICATION: Final = "turnfsm"
+"""The marker ``turnfsm_meta`` holds under ``application``."""
+
+_HEADER: Final = b"SQLite format 3\x00"
+
+# Each step is applied, in order, to a file at the version before it; all the
+# steps a file needs run in one transaction. Never edit a released step: add one.
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (  # 1: the log, its messages (stored once) and the compaction keys
+        "CREATE TABLE turnfsm_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "CREATE TABLE turnfsm_sessions ("
+        " id TEXT PRIMARY KEY,"
+        " version INTEGER NOT NULL,"
+        " created_at REAL NOT NULL,"
+        " updated_at REAL NOT NULL)",
+        "CREATE TABLE turnfsm_entries ("
+        " session_id TEXT NOT NULL"
+        "  REFERENCES turnfsm_sessions (id) ON DELETE CASCADE,"
+        " seq INTEGER NOT NULL,"
+        " run_id TEXT NOT NULL,"
+        " kind TEXT NOT NULL,"
+        " body TEXT NOT NULL,"
+        " PRIMARY KEY (session_id, seq))",
+        "CREATE TABLE turnfsm_messages ("
+        " session_id TEXT NOT NULL"
+        "  REFERENCES turnfsm_sessions (id) ON DELETE CASCADE,"
+        " digest TEXT NOT NULL,"
+        " body TEXT NOT NULL,"
+        " PRIMARY KEY (session_id, digest))",
+        "CREATE TABLE turnfsm_compactions ("
+        " session_id TEXT NOT NULL"
+        "  REFERENCES turnfsm_sessions (id) ON DELETE CASCADE,"
+        " key TEXT NOT NULL,"
+        " seq INTEGER NOT NULL,"
+        " UNIQUE (session_id, key))",
+    ),
+)
+
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+"""The schema version this turnfsm writes (and the newest it can open)."""
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
+    """Run a block as one transaction: commit if it returns, else roll back."""
+    conn.execute(begin)
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        _roll_back(conn)
+        raise
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already."""
+    # SQLite rolls some failures back itself (a full disk); then there is
+    # nothing left to roll back, and the original error must surface.
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
+    where = os.fspath(path)
+    _check_header(path, where)
+    try:
+        conn = sqlite3.connect(
+            where, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as exc:
+        raise StoreUnusable(where, f"it cannot be opened ({exc})") from None
+    try:
+        version = _schema_version(conn, where)
+        # Only now, the file being ours (or empty), may anything change it.
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if version < SCHEMA_VERSION:
+            _migrate(conn, where)
+        # From here on a write tries the lock without waiting (`_write`).
+        conn.execute("PRAGMA busy_timeout = 0")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreUnusable(
+            where, f"it is not a usable SQLite database ({exc})"
+        ) from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_header(path: Path, where: str) -> None:
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreUnusable(where, f"it cannot be read ({exc.strerror})") from None
+    if head and head != _HEADER:
+        raise StoreUnusable(where, "it is not an SQLite database")
+
+
+def _schema_version(conn: sqlite3.Connection, where: str) -> int:
+    """Return the file's turnfsm schema version (0 for an empty database)."""
+    with _transaction(conn, "BEGIN"):
+        tables = {
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+            )
+        }
+        if not tables:
+            return 0
+        meta: dict[str, str] = {}
+        if "turnfsm_meta" in tables:
+            meta = dict(conn.execute("SELECT key, value FROM turnfsm_meta").fetchall())
+    if meta.get("application") != APPLICATION:
+        shown = ", ".join(sorted(tables)[:5])
+        raise StoreUnusable(
+            where, f"it is another application's SQLite database (tables: {shown})"
+        )
+    try:
+        version = int(meta["schema_version"])
+    except (KeyError, ValueError):
+        raise StoreUnusable(where, "its turnfsm_meta has no schema_version") from None
+    if version > SCHEMA_VERSION:
+        raise StoreUnusable(
+            where,
+            f"its schema version {version} is newer than this turnfsm knows "
+            f"({SCHEMA_VERSION}); upgrade turnfsm to open it",
+        )
+    return version
+
+
+def _migrate(conn: sqlite3.Connection, where: str) -> None:
+    with _transaction(conn, "BEGIN IMMEDIATE"):
+        # Read again under the write lock: another process may have migrated.
+        version = _schema_version_unlocked(conn, where)
+        for step in _MIGRATIONS[version:]:
+            for sql in step:
+                conn.execute(sql)
+        conn.executemany(
+            "INSERT OR REPLACE INTO turnfsm_meta (key, value) VALUES (?, ?)",
+            [("application", APPLICATION), ("schema_version", str(SCHEMA_VERSION))],
+        )
+
+
+def _schema_version_unlocked(conn: sqlite3.Connection, where: str) -> int:
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'turnfsm_meta'"
+    ).fetchone()
+    if found is None:
+        return 0
+    row = conn.execute(
+        "SELECT value FROM turnfsm_meta WHERE key = 'schema_version'"
+    ).fetchone()
+    return 0 if row is None else int(row[0])
