@@ -112,10 +112,13 @@ async def test_a_run_whose_end_could_not_be_logged_ends_crashed() -> None:
 
 async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
     """The run's end could not be logged (its store failed twice): its spans
-    end at once, failed as crashed; the same process then resumes the run."""
+    end at once, failed as crashed; the same process then resumes the run.
+
+    The end is one append with the last step's event, so the reply that
+    ended the run was not logged either: the resumed run asks again."""
     traced = Traced.create()
     session = Session(store=Flaky(failures=2))
-    model = ScriptedModel.of(said("hi", usage=(6, 1)))
+    model = ScriptedModel.of(said("hi", usage=(6, 1)), said("hi", usage=(6, 1)))
     driver = traced_driver(traced, model)
     with pytest.raises(OSError, match="disk full"):
         await driver.run("hello", session=session)
@@ -138,8 +141,14 @@ async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
         ]),
         ("invoke_agent assistant", "INTERNAL", agent(usage=(6, 1)) | {
             A.RUN_RESUMED: True
-        }, []),
+        }, [
+            ("turnfsm.turn", "INTERNAL", turn(1, "done", 6), [
+                "model_replied: call_llm -> done #9 estimate=6",
+                ("chat gpt-test", "CLIENT", chat(usage=(6, 1)), []),
+            ]),
+        ]),
     ]  # fmt: skip
+    assert len(model.requests) == 2
 
 
 async def test_a_run_whose_end_cannot_be_logged_still_ends_its_spans() -> None:

@@ -19,7 +19,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.context._digest_line import _is_digest, digest_line
 from turnfsm.context._pairs import pair_tool_traffic
-from turnfsm.context._values import CompactionContext, CompactionOutcome
+from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import (
     Message,
     Part,
@@ -118,7 +118,7 @@ class ToolResultDigest:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         """Digest the oversized results of `messages`; `target` is ignored.
 
         Args:
@@ -137,8 +137,8 @@ class ToolResultDigest:
             keep_recent_turns=self.keep_recent_turns,
         )
         if all(a is b for a, b in zip(digested, messages, strict=True)):
-            return CompactionOutcome.unchanged(messages, ctx.tokens_before)
-        return CompactionOutcome.compacted(
+            return CompactionProposal.unchanged(messages, ctx.tokens_before)
+        return CompactionProposal.compacted(
             digested, ctx.tokens_before, ctx.counter.count(digested)
         )
 

@@ -56,14 +56,11 @@ from turnfsm.context._transcript import (
 )
 from turnfsm.context._values import (
     CompactionContext,
-    CompactionOutcome,
-    check_model,
-    int_in,
-    optional_int,
+    CompactionProposal,
 )
 from turnfsm.errors import ConfigError
 from turnfsm.messages import SUMMARY_COVERS, Message, Role, as_messages
-from turnfsm.providers._protocol import ModelClient
+from turnfsm.providers import ModelClient
 
 __all__ = [
     "SummarizingCompactor",
@@ -138,20 +135,25 @@ class SummarizingCompactor:
             out of range or of the wrong type.
     """
 
-    model: ModelClient | None = attrs.field(default=None, validator=check_model)
+    model: ModelClient | None = attrs.field(
+        default=None,
+        validator=_checks.instance(
+            ModelClient, "a ModelClient (None: the agent's own)", optional=True
+        ),
+    )
     keep_recent_turns: int = attrs.field(
-        default=4, validator=int_in("keep_recent_turns", 1, None, "an int >= 1")
+        default=4, validator=_checks.integer(low=1, expected="an int >= 1")
     )
     max_summary_tokens: int = attrs.field(
-        default=1_000, validator=int_in("max_summary_tokens", 16, None, "an int >= 16")
+        default=1_000, validator=_checks.integer(low=16, expected="an int >= 16")
     )
     summary_window: int | None = attrs.field(
-        default=None, validator=optional_int("summary_window", 1)
+        default=None, validator=_checks.integer(low=1, optional=True)
     )
     summary_role: Role = attrs.field(default=Role.SYSTEM, converter=_to_role)
     temperature: float = attrs.field(default=0.3, validator=_check_temperature)
     digest_min_chars: int | None = attrs.field(
-        default=None, validator=optional_int("digest_min_chars", 1)
+        default=None, validator=_checks.integer(low=1, optional=True)
     )
 
     def plan(self, messages: Sequence[Message]) -> SummaryPlan:
@@ -160,7 +162,7 @@ class SummarizingCompactor:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         """Summarise the old part of `messages`; `target` is a hint only.
 
         Args:
@@ -179,7 +181,7 @@ class SummarizingCompactor:
         del target
         plan = self.plan(messages)
         if not plan.summarised:
-            return CompactionOutcome.unchanged(messages, ctx.tokens_before)
+            return CompactionProposal.unchanged(messages, ctx.tokens_before)
         key = plan.key(ctx.session_id)
         message_id = summary_id(key)
         text = ctx.summaries.get(message_id)
@@ -198,7 +200,7 @@ class SummarizingCompactor:
                     digest_min_chars=self.digest_min_chars,
                 )
             except SummaryFailed as exc:
-                return CompactionOutcome.failed(str(exc), ctx.tokens_before)
+                return CompactionProposal.failed(str(exc), ctx.tokens_before)
             text = f"{SUMMARY_PREFIX}\n\n{body}"
         summary = Message(
             role=self.summary_role,
@@ -207,13 +209,13 @@ class SummarizingCompactor:
             metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
         )
         new = (*plan.head, summary, *plan.kept)
-        return CompactionOutcome.compacted(
+        return CompactionProposal.compacted(
             new, ctx.tokens_before, ctx.counter.count(new)
         )
 
     def _deterministic(
         self, messages: Sequence[Message], ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         """What a pass may do without a model: digest old tool results."""
         new = digest_results(
             messages,
@@ -221,8 +223,8 @@ class SummarizingCompactor:
             keep_recent_turns=self.keep_recent_turns,
         )
         if all(a is b for a, b in zip(new, messages, strict=True)):
-            return CompactionOutcome.unchanged(messages, ctx.tokens_before)
-        return CompactionOutcome.compacted(
+            return CompactionProposal.unchanged(messages, ctx.tokens_before)
+        return CompactionProposal.compacted(
             new, ctx.tokens_before, ctx.counter.count(new)
         )
 

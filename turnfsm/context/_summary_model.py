@@ -14,8 +14,8 @@ from turnfsm.context._transcript import (
 )
 from turnfsm.context._values import CompactionContext
 from turnfsm.messages import Message
-from turnfsm.providers._protocol import ModelClient, ModelRequest
-from turnfsm.tokens._protocol import TokenCounter
+from turnfsm.providers import ModelClient, ModelRequest
+from turnfsm.tokens import TokenCounter
 
 __all__ = ["SummaryFailed", "summarise"]
 

@@ -34,7 +34,7 @@ from turnfsm.context._pairs import (
     pair_tool_traffic,
     sanitize,
 )
-from turnfsm.context._values import CompactionContext, CompactionOutcome
+from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import Message
 
 __all__ = ["TruncatingCompactor"]
@@ -63,7 +63,7 @@ class TruncatingCompactor:
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
-    ) -> CompactionOutcome:
+    ) -> CompactionProposal:
         """Drop the middle of `messages`; `target` is ignored (positional).
 
         Args:
@@ -88,22 +88,22 @@ class TruncatingCompactor:
         kept = _cut(messages, split, traffic)
         if not kept:  # only lone results were left: cutting saves nothing
             return _unchanged(messages, traffic, ctx)
-        return CompactionOutcome.compacted(
+        return CompactionProposal.compacted(
             kept, ctx.tokens_before, ctx.counter.count(kept)
         )
 
 
 def _unchanged(
     messages: Sequence[Message], traffic: ToolTraffic, ctx: CompactionContext
-) -> CompactionOutcome:
+) -> CompactionProposal:
     """Return the no-cut outcome: the input, less its lone results."""
     cleaned = sanitize(messages, traffic=traffic)
     if len(cleaned) == len(messages) and all(
         a is b for a, b in zip(cleaned, messages, strict=True)
     ):
-        return CompactionOutcome.unchanged(cleaned, ctx.tokens_before)
+        return CompactionProposal.unchanged(cleaned, ctx.tokens_before)
     # An honest report: sanitising alone may have saved something.
-    return CompactionOutcome.compacted(
+    return CompactionProposal.compacted(
         cleaned, ctx.tokens_before, ctx.counter.count(cleaned)
     )
 

@@ -50,24 +50,6 @@ class CompactBase(StrEnum):
     """The whole context window."""
 
 
-def int_in(
-    field: str, low: int, high: int | None, expected: str
-) -> Callable[[object, object, object], None]:
-    """Return an attrs validator: an int (not a bool) in ``low..high``."""
-    return _checks.integer(field, low=low, high=high, expected=expected)
-
-
-def optional_int(field: str, low: int) -> Callable[[object, object, Any], None]:
-    """Return an attrs validator: None, or an int (not a bool) >= `low`."""
-    return _checks.integer(field, low=low, optional=True)
-
-
-def check_model(_inst: object, _attr: object, value: Any) -> None:
-    """An attrs validator: a `ModelClient`, or None (the agent's own)."""
-    if value is not None and not isinstance(value, ModelClient):
-        raise ConfigError("model", value, "a ModelClient or None (the agent's own)")
-
-
 def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
     return tuple(value)
 
@@ -259,7 +241,3 @@ class CompactionRequest:
     target_tokens: int | None = attrs.field(
         default=None, validator=_checks.integer(low=0, optional=True)
     )
-
-
-# The proposal's old name, for modules not yet moved to the new one (internal).
-CompactionOutcome = CompactionProposal

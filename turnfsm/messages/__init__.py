@@ -27,6 +27,8 @@ from turnfsm.messages._values import (
     ToolResultPart,
     as_messages,
     new_message_id,
+    part_from_dict,
+    part_to_dict,
 )
 
 __all__ = [
@@ -46,4 +48,6 @@ __all__ = [
     "as_sequence",
     "check_history",
     "new_message_id",
+    "part_from_dict",
+    "part_to_dict",
 ]

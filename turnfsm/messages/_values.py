@@ -25,6 +25,8 @@ __all__ = [
     "ToolResultPart",
     "as_messages",
     "new_message_id",
+    "part_from_dict",
+    "part_to_dict",
 ]
 
 
@@ -265,7 +267,7 @@ class Message:
         return {
             "id": self.id,
             "role": self.role.value,
-            "parts": [_part_to_dict(p) for p in self.parts],
+            "parts": [part_to_dict(p) for p in self.parts],
             "metadata": dict(self.metadata),
         }
 
@@ -289,7 +291,8 @@ class Message:
             raise InvalidMessage(str(exc.args[0]), None, "missing field") from None
 
 
-def _part_to_dict(part: Part) -> dict[str, Any]:
+def part_to_dict(part: Part) -> dict[str, Any]:
+    """Return `part` as JSON (the form `Message.to_dict` and the session log use)."""
     match part:
         case TextPart(text=text):
             return {"type": "text", "text": text}
@@ -314,7 +317,7 @@ def _part_to_dict(part: Part) -> dict[str, Any]:
 def _part_at(index: int, data: Mapping[str, Any]) -> Part:
     """Read part `index`; an error names it (``parts[1].text``)."""
     try:
-        return _part_from_dict(data)
+        return part_from_dict(data)
     except KeyError as exc:
         name = f"parts[{index}].{exc.args[0]}"
         raise InvalidMessage(name, None, "missing field") from None
@@ -324,7 +327,8 @@ def _part_at(index: int, data: Mapping[str, Any]) -> Part:
         raise InvalidMessage(name, exc.value, exc.reason) from None
 
 
-def _part_from_dict(data: Mapping[str, Any]) -> Part:
+def part_from_dict(data: Mapping[str, Any]) -> Part:
+    """Return the part `part_to_dict` wrote; raises `InvalidMessage`."""
     if not isinstance(data, Mapping):
         raise InvalidMessage("parts", data, "expected a mapping per part")
     kind = data.get("type")

@@ -17,8 +17,9 @@ from turnfsm.messages import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    part_from_dict,
+    part_to_dict,
 )
-from turnfsm.messages._values import _part_from_dict, _part_to_dict
 from turnfsm.serde._converter import (
     TAG,
     _converter,
@@ -70,7 +71,7 @@ def _unstructure_messages(value: Sequence[Message]) -> list[dict[str, Any]]:
 def _structure_part(value: object, cls: Any) -> Part:
     data = _object(value)
     try:
-        part = _part_from_dict(data)
+        part = part_from_dict(data)
     except KeyError as exc:
         raise _Invalid((str(exc.args[0]),), "missing") from exc
     except _errors.InvalidMessage as exc:
@@ -86,7 +87,7 @@ _converter.register_unstructure_hook(MessageLog, _unstructure_messages)
 _converter.register_unstructure_hook(Joined, _unstructure_messages)
 _converter.register_structure_hook(MessageLog, _structure_log)
 for _part in _PARTS:
-    _converter.register_unstructure_hook(_part, _part_to_dict)
+    _converter.register_unstructure_hook(_part, part_to_dict)
     _converter.register_structure_hook(_part, _structure_part)
 
 
