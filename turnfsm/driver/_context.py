@@ -13,24 +13,34 @@ builds the audit trail from (decision, event).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from turnfsm import _deprecated
+from turnfsm import _deprecated, _instrument
 from turnfsm.context import ContextManager
 from turnfsm.core import Snapshot
 from turnfsm.driver._output import OutputType
 from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._tools import Tool
-from turnfsm.hooks import HookDispatcher
+from turnfsm.hooks import Hook, HookDispatcher
 from turnfsm.messages import Message, MessageLog
-from turnfsm.persistence import Session
+from turnfsm.persistence import Session, new_id
 from turnfsm.providers import ModelClient, ToolSchema
 from turnfsm.tokens import Meter
 from turnfsm.values import Usage
 
-__all__ = ["EffectContext", "Reported", "RunResources", "ToolJournal", "UsageTally"]
+if TYPE_CHECKING:
+    from turnfsm.driver._driver import Driver
+
+__all__ = [
+    "EffectContext",
+    "Reported",
+    "RunResources",
+    "ToolJournal",
+    "UsageTally",
+    "run_resources",
+]
 
 
 @final
@@ -210,3 +220,47 @@ class EffectContext:
 
 
 _RESOURCES = frozenset(a.name for a in attrs.fields(RunResources)) - {"session"}
+
+
+def run_resources(
+    driver: Driver,
+    run_id: str,
+    *,
+    session: Session | None,
+    session_id: str,
+    hooks: Sequence[Hook],
+    output: OutputType | None,
+    retry: RetryPolicy | None,
+) -> RunResources:
+    """What the effects of run `run_id` may use (see `Driver.resources`)."""
+    listed = _instrument.hooks_for([*driver.hooks, *hooks], driver.tracing)
+    dispatcher = HookDispatcher.of(listed, strict=driver.strict_hooks)
+    meter = Meter(driver.counter)
+    kept = driver._extras
+    reserved = (meter.measure(extras=kept) if kept else 0) + (
+        driver.max_output_tokens or 0
+    )
+    return RunResources(
+        run_id=run_id,
+        session_id=session_id,
+        model=driver.model,
+        tools=driver._tools,
+        tool_schemas=driver._schemas,
+        system_prompt=driver.system_prompt,
+        context=driver.context,
+        meter=meter,
+        extras=kept,
+        reserved=reserved,
+        max_output_tokens=driver.max_output_tokens,
+        retry=driver.retry if retry is None else retry,
+        model_timeout=driver.model_timeout,
+        tool_timeout=driver.tool_timeout,
+        hooks=dispatcher,
+        stream=dispatcher.wants("on_text_delta")
+        and callable(getattr(driver.model, "stream", None)),
+        clock=driver.clock,
+        new_id=new_id,
+        ephemeral=session.is_ephemeral if session is not None else False,
+        session=session,
+        output=output,
+    )

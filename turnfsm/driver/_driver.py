@@ -15,21 +15,19 @@ from typing import Any, TypeVar, final, overload
 
 import attrs
 
-from turnfsm import _checks, _instrument
+from turnfsm import _checks
 from turnfsm._resources import default_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import (
     Budget,
     Event,
     MachineSpec,
-    Pause,
     RunCancelled,
     RunStarted,
     TurnMachine,
-    trigger_of,
 )
 from turnfsm.driver._carry import EffectSettings
-from turnfsm.driver._context import RunResources
+from turnfsm.driver._context import RunResources, run_resources
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect
 from turnfsm.driver._inputs import (
@@ -39,6 +37,7 @@ from turnfsm.driver._inputs import (
     hooks_tuple,
     is_tool,
     open_run,
+    reopen,
     tools_tuple,
 )
 from turnfsm.driver._loop import RunLoop
@@ -50,7 +49,7 @@ from turnfsm.errors import (
     ConfigError,
     SessionBusy,
 )
-from turnfsm.hooks import Hook, HookDispatcher
+from turnfsm.hooks import Hook
 from turnfsm.messages import Message, OpenCalls
 from turnfsm.persistence import (
     Session,
@@ -58,7 +57,7 @@ from turnfsm.persistence import (
     new_id,
 )
 from turnfsm.providers import ModelClient, ToolSchema
-from turnfsm.tokens import Meter, TokenCounter, default_counter
+from turnfsm.tokens import TokenCounter, default_counter
 
 __all__ = ["Driver"]
 
@@ -361,30 +360,8 @@ class Driver:
             SessionBusy: another run is using `session`.
         """
         with session.claim():
-            record = open_run(session, run_id)
-            opened = record.opened
-            if opened.digest != self._digest:
-                raise ConfigError(
-                    "machine",
-                    f"{self.machine.name} ({self._digest})",
-                    f"the machine run {run_id!r} began on "
-                    f"({opened.machine} {opened.digest})",
-                )
-            machine = rebuild(self.machine, session, run_id)
+            record, machine = reopen(self.machine, self._digest, session, run_id, event)
             decision = machine.decision
-            if isinstance(decision, Pause):
-                if event is None or (
-                    trigger_of(event) not in decision.accepts
-                    and not isinstance(event, RunCancelled)
-                ):
-                    raise ConfigError(
-                        "event",
-                        event,
-                        f"an event the paused phase {decision.phase!r} accepts: "
-                        + ", ".join(decision.accepts),
-                    )
-            elif event is not None:
-                raise ConfigError("event", event, "None: the run is not paused")
             output = (
                 self._output if output_type is None else self._output_type(output_type)
             )
@@ -456,34 +433,12 @@ class Driver:
             output: The run's output type (default: none, plain text).
             retry: The retry policy instead of the driver's.
         """
-        listed = _instrument.hooks_for([*self.hooks, *hooks], self.tracing)
-        dispatcher = HookDispatcher.of(listed, strict=self.strict_hooks)
-        meter = Meter(self.counter)
-        kept = self._extras
-        reserved = (meter.measure(extras=kept) if kept else 0) + (
-            self.max_output_tokens or 0
-        )
-        return RunResources(
-            run_id=run_id,
-            session_id=session_id,
-            model=self.model,
-            tools=self._tools,
-            tool_schemas=self._schemas,
-            system_prompt=self.system_prompt,
-            context=self.context,
-            meter=meter,
-            extras=kept,
-            reserved=reserved,
-            max_output_tokens=self.max_output_tokens,
-            retry=self.retry if retry is None else retry,
-            model_timeout=self.model_timeout,
-            tool_timeout=self.tool_timeout,
-            hooks=dispatcher,
-            stream=dispatcher.wants("on_text_delta")
-            and callable(getattr(self.model, "stream", None)),
-            clock=self.clock,
-            new_id=new_id,
-            ephemeral=session.is_ephemeral if session is not None else False,
+        return run_resources(
+            self,
+            run_id,
             session=session,
+            session_id=session_id,
+            hooks=hooks,
             output=output,
+            retry=retry,
         )

@@ -6,7 +6,16 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from turnfsm import _checks
+from turnfsm.core import (
+    Event,
+    MachineSpec,
+    Pause,
+    RunCancelled,
+    TurnMachine,
+    trigger_of,
+)
 from turnfsm.driver._effects import BUILTIN_EFFECTS
+from turnfsm.driver._replay import rebuild
 from turnfsm.driver._tools import Tool
 from turnfsm.errors import ConfigError, InvalidMessage
 from turnfsm.hooks import HOOK_METHODS, Hook
@@ -22,6 +31,7 @@ __all__ = [
     "hooks_tuple",
     "is_tool",
     "open_run",
+    "reopen",
     "tools_tuple",
 ]
 
@@ -112,3 +122,40 @@ def open_run(session: Session, run_id: str) -> RunRecord:
             "run_id", run_id, f"a paused or unfinished run (it is {record.outcome})"
         )
     return record
+
+
+def reopen(
+    spec: MachineSpec, digest: str, session: Session, run_id: str, event: Event | None
+) -> tuple[RunRecord, TurnMachine]:
+    """The open run `run_id` of `session`, its brain rebuilt, ready for `event`.
+
+    Raises:
+        ConfigError: no such run; the run is not open; `spec` (of `digest`)
+            is not the machine the run began on; `event` is not what the
+            paused phase accepts (None when the run is not paused).
+        ReplayDiverged: the log does not replay on `spec`.
+    """
+    record = open_run(session, run_id)
+    opened = record.opened
+    if opened.digest != digest:
+        raise ConfigError(
+            "machine",
+            f"{spec.name} ({digest})",
+            f"the machine run {run_id!r} began on ({opened.machine} {opened.digest})",
+        )
+    machine = rebuild(spec, session, run_id)
+    decision = machine.decision
+    if isinstance(decision, Pause):
+        if event is None or (
+            trigger_of(event) not in decision.accepts
+            and not isinstance(event, RunCancelled)
+        ):
+            raise ConfigError(
+                "event",
+                event,
+                f"an event the paused phase {decision.phase!r} accepts: "
+                + ", ".join(decision.accepts),
+            )
+    elif event is not None:
+        raise ConfigError("event", event, "None: the run is not paused")
+    return record, machine
