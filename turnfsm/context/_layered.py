@@ -29,13 +29,29 @@ here it keeps only the latest user message and the two messages after it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Final, TypeAlias, final
+from collections.abc import Sequence
+from typing import Final, final
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm.context._deterministic_layers import (
+    MAX_TOOL_RESULT_CHARS,
+    TRIM_TURN_THRESHOLD,
+    TRUNCATION_SUFFIX,
+    Layer,
+    cap_results,
+    first_fit,
+    microcompact,
+    trim_results,
+)
 from turnfsm.context._digest import digest_results
+from turnfsm.context._layered_status import (
+    Applied,
+    CompactionStatus,
+    Failed,
+    Skipped,
+)
 from turnfsm.context._summarizing import SummaryFailed, split_turns, summarise
 from turnfsm.context._transcript import (
     SUMMARY_KEY,
@@ -48,7 +64,7 @@ from turnfsm.context._values import (
     CompactionProposal,
 )
 from turnfsm.core import CompactReason
-from turnfsm.messages import SUMMARY_COVERS, Message, Role, ToolResultPart
+from turnfsm.messages import SUMMARY_COVERS, Message
 from turnfsm.providers import ModelClient
 from turnfsm.tokens import TokenCounter, default_counter
 
@@ -64,57 +80,11 @@ __all__ = [
     "Skipped",
 ]
 
-MAX_TOOL_RESULT_CHARS: Final = 4_000
-"""Layer 1: the most characters a tool result keeps."""
-TRUNCATION_SUFFIX: Final = "... [truncated]"
-"""Layer 1: appended to a tool result it cut."""
-TRIM_TURN_THRESHOLD: Final = 20
-"""Layer 2: the newest turns whose tool results are kept."""
 PRESERVED_TURNS: Final = 10
 """Layer 4: the newest turns kept verbatim by the collapse."""
 
 _INSUFFICIENT: Final = "deterministic layers insufficient; LLM layers required"
 _BELOW: Final = "below trigger threshold"
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Applied:
-    """Layers ran; sizes in the counter's tokens (no message content).
-
-    Attributes:
-        layers: The layers that changed something, in order.
-        tokens_before: The size before.
-        tokens_after: The size after.
-    """
-
-    layers: tuple[str, ...]
-    tokens_before: int
-    tokens_after: int
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Skipped:
-    """Nothing was done, and why."""
-
-    reason: str
-
-
-@final
-@attrs.frozen(kw_only=True)
-class Failed:
-    """The pass failed; the messages came back as they were.
-
-    `error` is the failure's kind and turnfsm's own explanation, never
-    message content.
-    """
-
-    error: str
-
-
-CompactionStatus: TypeAlias = Applied | Skipped | Failed
-"""What `LayeredCompactor.compact_deterministic` / `manual_compact` report."""
 
 
 @final
@@ -166,29 +136,11 @@ class LayeredCompactor:
     # -- the deterministic layers ----------------------------------------
     def apply_budget(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         """Layer 1: cap each tool result at `max_tool_result_chars` characters."""
-        cap = self.max_tool_result_chars
-
-        def cut(part: ToolResultPart) -> ToolResultPart:
-            content = part.content
-            if len(content) <= cap or (
-                len(content) == cap + len(TRUNCATION_SUFFIX)
-                and content.endswith(TRUNCATION_SUFFIX)
-            ):  # short enough, or cut already
-                return part
-            return attrs.evolve(part, content=content[:cap] + TRUNCATION_SUFFIX)
-
-        return tuple(_map_results(m, cut) for m in messages)
+        return cap_results(messages, self.max_tool_result_chars)
 
     def apply_trim(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         """Layer 2: empty the tool results of all but the newest `trim_turns` turns."""
-        starts = turn_starts(messages)
-        if len(starts) <= self.trim_turns:
-            return tuple(messages)
-        boundary = starts[-self.trim_turns]
-        return tuple(
-            _map_results(m, _emptied) if i < boundary else m
-            for i, m in enumerate(messages)
-        )
+        return trim_results(messages, self.trim_turns)
 
     def apply_digest(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         """Layer 0 (with `digest_min_chars`): digest long results of earlier turns."""
@@ -200,47 +152,20 @@ class LayeredCompactor:
 
     def apply_microcompact(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         """Layer 3: per tool call id, only the last result keeps its content."""
-        last: dict[str, tuple[int, int]] = {}
-        for i, m in enumerate(messages):
-            for j, part in enumerate(m.parts):
-                if isinstance(part, ToolResultPart):
-                    last[part.call_id] = (i, j)
-        out: list[Message] = []
-        for i, m in enumerate(messages):
-            if m.role is not Role.TOOL:
-                out.append(m)
-                continue
-            parts = tuple(
-                _emptied(p)
-                if isinstance(p, ToolResultPart) and last[p.call_id] != (i, j)
-                else p
-                for j, p in enumerate(m.parts)
-            )
-            changed = any(a is not b for a, b in zip(parts, m.parts, strict=True))
-            out.append(attrs.evolve(m, parts=parts) if changed else m)
-        return tuple(out)
+        return microcompact(messages)
 
     def _deterministic_layers(
         self, messages: Sequence[Message], target: int, counter: TokenCounter
     ) -> tuple[tuple[Message, ...], list[str], bool]:
         """Run layers 1-3 until the result fits `target`."""
-        current = tuple(messages)
-        applied: list[str] = []
-        layers: list[tuple[str, Callable[[Sequence[Message]], tuple[Message, ...]]]] = [
+        layers: list[tuple[str, Layer]] = [
             ("budget", self.apply_budget),
             ("trim", self.apply_trim),
             ("microcompact", self.apply_microcompact),
         ]
         if self.digest_min_chars is not None:
             layers.insert(0, ("digest", self.apply_digest))
-        for name, layer in layers:
-            new = layer(current)
-            if any(a is not b for a, b in zip(new, current, strict=True)):
-                applied.append(name)
-                current = new
-            if counter.count(current) <= target:
-                return current, applied, True
-        return current, applied, False
+        return first_fit(layers, messages, target, counter)
 
     # -- the passes --------------------------------------------------------
     async def compact(
@@ -425,21 +350,3 @@ def _summarised_turns(summary: Message) -> int:
 
 
 _TOKENS = _checks.integer(low=0, expected="an int >= 0 (tokens)")
-
-
-def _emptied(part: ToolResultPart) -> ToolResultPart:
-    return part if not part.content else attrs.evolve(part, content="")
-
-
-def _map_results(
-    message: Message, change: Callable[[ToolResultPart], ToolResultPart]
-) -> Message:
-    """Return `message` with `change` applied to its tool results (or itself)."""
-    if message.role is not Role.TOOL:
-        return message
-    parts = tuple(
-        change(p) if isinstance(p, ToolResultPart) else p for p in message.parts
-    )
-    if all(a is b for a, b in zip(parts, message.parts, strict=True)):
-        return message
-    return attrs.evolve(message, parts=parts)

@@ -1,0 +1,156 @@
+"""The spans of a model-call attempt (``chat``) and a tool call (``execute_tool``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.metrics import Histogram
+from opentelemetry.trace import Span, Status, StatusCode
+
+from turnfsm.errors import Cancelled, ProviderError
+from turnfsm.hooks import ModelCallEnd, ModelCallInfo, ToolCallEnd, ToolCallInfo
+from turnfsm.tracing import attributes as A
+from turnfsm.tracing._content import messages_json, to_json
+
+__all__ = [
+    "chat_attributes",
+    "detach",
+    "end_chat",
+    "end_tool",
+    "tool_attributes",
+]
+
+
+def chat_attributes(
+    info: ModelCallInfo, *, compacted: bool, capture: bool
+) -> dict[str, Any]:
+    """A ``chat`` span's attributes as the attempt starts."""
+    request = info.request
+    attributes: dict[str, Any] = {
+        A.OPERATION_NAME: A.OP_CHAT,
+        A.CONVERSATION_ID: info.session_id,
+        A.ATTEMPT: info.attempt,
+        A.PURPOSE: info.purpose,
+    }
+    if info.provider:
+        attributes[A.PROVIDER_NAME] = info.provider
+    if info.model:
+        attributes[A.REQUEST_MODEL] = info.model
+    if request.max_tokens is not None:
+        attributes[A.REQUEST_MAX_TOKENS] = request.max_tokens
+    if request.temperature is not None:
+        attributes[A.REQUEST_TEMPERATURE] = request.temperature
+    if info.attempt > 1:
+        attributes[A.RETRY_WAIT] = round(info.waited, 6)
+    if compacted:
+        attributes[A.CONVERSATION_COMPACTED] = True
+    if capture:
+        attributes[A.INPUT_MESSAGES] = messages_json(request.messages)
+        if request.system:
+            attributes[A.SYSTEM_INSTRUCTIONS] = request.system
+    return attributes
+
+
+def end_chat(
+    span: Span, info: ModelCallEnd, *, tokens: Histogram, capture: bool
+) -> dict[str, Any]:
+    """Set the attempt's usage, or its error, on `span`; its metric labels."""
+    call = info.call
+    labels: dict[str, Any] = {A.OPERATION_NAME: A.OP_CHAT}
+    if call.provider:
+        labels[A.PROVIDER_NAME] = call.provider
+    if call.model:
+        labels[A.REQUEST_MODEL] = call.model
+    response = info.response
+    if response is not None:
+        if response.model:
+            span.set_attribute(A.RESPONSE_MODEL, response.model)
+            labels[A.RESPONSE_MODEL] = response.model
+        usage = response.usage
+        if usage is not None:
+            span.set_attributes(
+                {
+                    A.USAGE_INPUT_TOKENS: usage.input_tokens,
+                    A.USAGE_OUTPUT_TOKENS: usage.output_tokens,
+                }
+            )
+            tokens.record(usage.input_tokens, {**labels, A.TOKEN_TYPE: "input"})
+            tokens.record(usage.output_tokens, {**labels, A.TOKEN_TYPE: "output"})
+        if capture:
+            span.set_attribute(A.OUTPUT_MESSAGES, messages_json((response.message,)))
+    elif info.error is not None:
+        kind = _fail(span, info.error)
+        if kind is not None:
+            labels[A.ERROR_TYPE] = kind
+    return labels
+
+
+def tool_attributes(info: ToolCallInfo, *, capture: bool) -> dict[str, Any]:
+    """An ``execute_tool`` span's attributes as the tool starts."""
+    call = info.call
+    attributes: dict[str, Any] = {
+        A.OPERATION_NAME: A.OP_EXECUTE_TOOL,
+        A.TOOL_NAME: call.name,
+        A.TOOL_CALL_ID: call.id,
+        A.TOOL_TYPE: "function",
+        A.CONVERSATION_ID: info.session_id,
+    }
+    if capture:
+        attributes[A.TOOL_CALL_ARGUMENTS] = to_json(call.arguments)
+    return attributes
+
+
+def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
+    """Set the tool's result, or its error, on `span`; its metric labels."""
+    labels: dict[str, Any] = {
+        A.OPERATION_NAME: A.OP_EXECUTE_TOOL,
+        A.TOOL_NAME: info.call.call.name,
+    }
+    if info.result is not None:
+        # A tool message has no text parts: its content is its results'.
+        text = "".join(p.content for p in info.result.tool_results)
+        if capture:
+            span.set_attribute(A.TOOL_CALL_RESULT, text)
+        if info.is_error:
+            span.set_attribute(A.ERROR_TYPE, "tool_error")
+            # An error result is content too (it may quote the arguments).
+            described = text[:500] if capture else None
+            span.set_status(Status(StatusCode.ERROR, described))
+            labels[A.ERROR_TYPE] = "tool_error"
+    elif info.error is not None:
+        kind = _fail(span, info.error)
+        if kind is not None:
+            labels[A.ERROR_TYPE] = kind
+    return labels
+
+
+def detach(token: object) -> None:
+    otel_context.detach(token)  # type: ignore[arg-type]
+
+
+def _fail(span: Span, error: BaseException) -> str | None:
+    """Mark `span` with how its operation ended; the error type, or None (cancel)."""
+    if _is_cancellation(error):
+        span.set_attribute(A.CANCELLED, True)
+        return None
+    if isinstance(error, ProviderError):
+        # Its own words, not its text as a run's failure ("retries exhausted").
+        kind, described = error.kind, error.message
+    else:
+        kind, described = type(error).__name__, str(error)
+    span.set_attribute(A.ERROR_TYPE, kind)
+    span.record_exception(error)
+    span.set_status(Status(StatusCode.ERROR, described[:500]))
+    return kind
+
+
+def _is_cancellation(error: BaseException) -> bool:
+    if isinstance(error, Cancelled):
+        return True
+    kind = type(error)
+    return kind.__name__ in ("CancelledError", "Cancelled") and kind.__module__ in (
+        "asyncio.exceptions",
+        "trio",
+        "trio._core._exceptions",
+    )

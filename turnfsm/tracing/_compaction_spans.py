@@ -1,0 +1,71 @@
+"""The spans of a turn's compaction passes and effects: opened, labelled, ended."""
+
+from __future__ import annotations
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from turnfsm.core import Compact, Perform
+from turnfsm.persistence import CompactionRecord, Verdict
+from turnfsm.tracing import attributes as A
+
+__all__ = ["end_compaction", "pass_labels", "start_compaction", "start_effect"]
+
+
+def start_compaction(
+    tracer: trace.Tracer, parent: otel_context.Context | None, decision: Compact
+) -> Span:
+    """Open a ``turnfsm.compaction`` span for the pass `decision` asks for."""
+    return tracer.start_span(
+        A.SPAN_COMPACTION,
+        context=parent,
+        attributes={A.COMPACTION_REASON: str(decision.reason)},
+    )
+
+
+def start_effect(
+    tracer: trace.Tracer,
+    parent: otel_context.Context | None,
+    decision: Perform,
+    phase: str,
+) -> Span:
+    """Open a ``turnfsm.effect`` span for a custom phase's effect."""
+    return tracer.start_span(
+        A.SPAN_EFFECT,
+        context=parent,
+        attributes={A.EFFECT: decision.effect, A.PHASE: phase},
+    )
+
+
+def pass_labels(record: CompactionRecord) -> dict[str, str]:
+    """The metric labels of a compaction pass: reason, outcome, strategy."""
+    return {
+        A.COMPACTION_REASON: str(record.reason),
+        A.COMPACTION_OUTCOME: str(record.outcome),
+        A.COMPACTION_STRATEGY: record.strategy,
+    }
+
+
+def end_compaction(span: Span, record: CompactionRecord) -> None:
+    """End the pass's span with its verdict and tokens."""
+    span.set_attributes(
+        {
+            A.COMPACTION_STRATEGY: record.strategy,
+            A.COMPACTION_OUTCOME: str(record.outcome),
+            A.TOKENS_BEFORE: record.tokens_before,
+            A.TOKENS_AFTER: record.tokens_after,
+            A.TOKENS_SAVED: record.tokens_saved if record.compacted else 0,
+        }
+    )
+    if record.usage is not None:
+        span.set_attributes(
+            {
+                A.USAGE_INPUT_TOKENS: record.usage.input_tokens,
+                A.USAGE_OUTPUT_TOKENS: record.usage.output_tokens,
+            }
+        )
+    if record.outcome in (Verdict.FAILED, Verdict.OVERFLOW):
+        span.set_attribute(A.ERROR_TYPE, f"compaction_{record.outcome}")
+        span.set_status(Status(StatusCode.ERROR, f"the pass {record.outcome}"))
+    span.end()
