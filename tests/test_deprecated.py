@@ -16,7 +16,7 @@ from turnfsm.context import (
 from turnfsm.core import CompactionResult, CompactReason
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
-from turnfsm.persistence import CompactionRecord, Session
+from turnfsm.persistence import CompactionRecord, Session, Verdict
 from turnfsm.testing import ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -135,9 +135,26 @@ async def test_the_old_compaction_hooks_hear_what_the_record_says() -> None:
     (post,) = old.posts
     (compaction,) = old.compactions
     assert post == compaction
-    assert post.outcome == record.outcome  # type: ignore[attr-defined]
+    assert post.outcome == record.verdict  # type: ignore[attr-defined]
     assert post.tokens_saved == record.tokens_saved  # type: ignore[attr-defined]
     (done,) = old.done
     assert done.session_id == session.id  # type: ignore[attr-defined]
     assert done.trigger is record.reason  # type: ignore[attr-defined]
     assert done.covers == record.covers  # type: ignore[attr-defined]
+
+
+def test_a_records_old_outcome_reads_its_verdict() -> None:
+    record = CompactionRecord(
+        run_id="r",
+        turn=1,
+        reason=CompactReason.EMERGENCY,
+        strategy="S",
+        outcome="stalled",
+        covers=("a",),
+        replacement=("a",),
+        tokens_before=9,
+        tokens_after=9,
+        key="r:1",
+    )
+    with pytest.warns(DeprecationWarning, match="CompactionRecord.outcome"):
+        assert record.outcome is record.verdict is Verdict.STALLED

@@ -67,7 +67,7 @@ async def test_a_result_the_brain_refuses_is_logged_stalled_not_compacted() -> N
     )
     assert isinstance(result.error, CompactionStalled), result.error
     (record,) = session.runs[0].compactions
-    assert record.outcome == "stalled"
+    assert record.verdict == "stalled"
     assert not record.compacted
     assert hook.seen == []
     assert session.summaries == ()
@@ -150,7 +150,7 @@ async def test_a_pass_that_times_out_keeps_its_summary_calls_usage() -> None:
     result = await driver.run(history(6), session=session)
     assert result.outcome == "failed"
     (record,) = session.runs[0].compactions
-    assert record.outcome == "failed"
+    assert record.verdict == "failed"
     assert record.usage == Usage(input_tokens=500, output_tokens=600)
     assert result.compaction_usage == record.usage
     assert session.runs[0].outcome == "failed"

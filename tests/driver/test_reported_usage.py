@@ -281,4 +281,4 @@ async def test_a_large_report_makes_a_layered_compactor_compact_not_stall() -> N
     # Today: CompactionStalled (used == limit): the pass was handed the
     # estimate (~1,000 tokens, under the target), so it changed nothing.
     assert result.ok, result.error
-    assert [c.outcome for c in session.runs[0].compactions] == ["compacted"]
+    assert [c.verdict for c in session.runs[0].compactions] == ["compacted"]

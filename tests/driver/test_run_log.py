@@ -541,7 +541,7 @@ async def test_an_ephemeral_session_is_never_stored_and_never_compacts(
     assert await store.list_sessions() == ()  # nothing reached the agent's store
     result = await agent.run(_big_history(10, 500), session=short)
     assert isinstance(result.error, CompactionStalled)  # no pass ran
-    assert [c.outcome for c in short.runs[-1].compactions] == ["noop"]
+    assert [c.verdict for c in short.runs[-1].compactions] == ["noop"]
     assert await store.list_sessions() == ()
 
 

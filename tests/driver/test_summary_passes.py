@@ -414,7 +414,7 @@ async def test_a_message_count_pass_that_cuts_nothing_lets_the_run_finish() -> N
 
     assert (result.outcome, result.error) == ("done", None)
     (record,) = session.runs[0].compactions
-    assert (record.reason.value, record.outcome) == ("message_count", "noop")
+    assert (record.reason.value, record.verdict) == ("message_count", "noop")
     assert len(record.covers) == len(messages) == 52
 
 

@@ -139,7 +139,7 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     print(f"\ncompactions ({len(passes)}):", file=out)
     for run_id, c in passes:
         print(
-            f"  {run_id} turn {c.turn}  {c.reason.value}  {c.outcome}  "
+            f"  {run_id} turn {c.turn}  {c.reason.value}  {c.verdict}  "
             f"{c.tokens_before} -> {c.tokens_after} tokens  "
             f"({len(c.covers)} -> {len(c.replacement)} messages, "
             f"{c.strategy or 'no compactor'})",

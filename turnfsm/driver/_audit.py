@@ -257,7 +257,7 @@ class Audit:
         of the session's log (`Session.compaction_failures`).
         """
         manager = self.manager
-        if manager is None or record.outcome is not Verdict.FAILED:
+        if manager is None or record.verdict is not Verdict.FAILED:
             return []
         failures = self.session.compaction_failures + 1
         if failures != manager.max_failures:

@@ -149,7 +149,7 @@ def _info(record: CompactionRecord) -> CompactionInfo:
         messages_after=len(record.replacement),
         compacted=record.compacted,
         vetoed=record.vetoed,
-        outcome=record.outcome,
+        outcome=record.verdict,
         strategy=record.strategy,
         usage=record.usage,
     )

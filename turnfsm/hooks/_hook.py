@@ -75,7 +75,7 @@ class Hook:
         """Called after every compaction pass with its record, as logged.
 
         Real compactions, no-ops, vetoes, and passes that failed alike:
-        `record.outcome` is the pass's `Verdict` (`record.compacted` is True
+        `record.verdict` is the pass's `Verdict` (`record.compacted` is True
         only for a real compaction); `record.covers` and
         `record.replacement` name the messages it was given and those that
         replace them.

@@ -30,6 +30,7 @@ from typing import Final, Literal, TypeAlias, final
 
 import attrs
 
+from turnfsm import _deprecated
 from turnfsm.core import (
     Budget,
     CallLLM,
@@ -157,9 +158,10 @@ class CompactionRecord:
         turn: The turns taken when it ran.
         reason: Why it ran.
         strategy: The compactor's class name ("" without a context manager).
-        outcome: The pass's `Verdict`: compacted, noop, vetoed, overflow,
-            failed, circuit_open, or stalled (a result the brain refused: it
-            saved nothing).
+        verdict: What the pass came to (a `Verdict`): compacted, noop,
+            vetoed, overflow, failed, circuit_open, or stalled (a result the
+            brain refused: it saved nothing). Built as ``outcome=``, the key
+            the log stores it under.
         covers: Ids of the messages the pass was given (history + pending).
         replacement: Ids of the messages that replace them (== covers when
             nothing was compacted).
@@ -174,7 +176,8 @@ class CompactionRecord:
     turn: int
     reason: CompactReason
     strategy: str
-    outcome: Verdict = attrs.field(converter=Verdict)
+    # Stored (and built) under the key the log has always used.
+    verdict: Verdict = attrs.field(converter=Verdict, alias="outcome")
     covers: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
     replacement: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
     tokens_before: int
@@ -185,12 +188,18 @@ class CompactionRecord:
     @property
     def compacted(self) -> bool:
         """Whether the pass replaced the conversation."""
-        return self.outcome is Verdict.COMPACTED
+        return self.verdict is Verdict.COMPACTED
 
     @property
     def vetoed(self) -> bool:
         """Whether a pre-compact hook vetoed the pass."""
-        return self.outcome is Verdict.VETOED
+        return self.verdict is Verdict.VETOED
+
+    @property
+    def outcome(self) -> Verdict:
+        """The pass's verdict (deprecated: read `verdict`)."""
+        _deprecated.warn("CompactionRecord.outcome", "CompactionRecord.verdict")
+        return self.verdict
 
     @property
     def tokens_saved(self) -> int:

@@ -303,7 +303,7 @@ class Session:
                 self._history = _commit(self._history, keep, ids, self._messages, hint)
             case TurnRecord():
                 self._runs[entry.run_id].turns.append(entry)
-            case CompactionRecord(outcome=outcome):
+            case CompactionRecord(verdict=outcome):
                 self._runs[entry.run_id].compactions.append(entry)
                 if outcome == "failed":
                     self._failures += 1

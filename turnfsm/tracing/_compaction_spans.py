@@ -42,7 +42,7 @@ def pass_labels(record: CompactionRecord) -> dict[str, str]:
     """The metric labels of a compaction pass: reason, outcome, strategy."""
     return {
         A.COMPACTION_REASON: str(record.reason),
-        A.COMPACTION_OUTCOME: str(record.outcome),
+        A.COMPACTION_OUTCOME: str(record.verdict),
         A.COMPACTION_STRATEGY: record.strategy,
     }
 
@@ -52,7 +52,7 @@ def end_compaction(span: Span, record: CompactionRecord) -> None:
     span.set_attributes(
         {
             A.COMPACTION_STRATEGY: record.strategy,
-            A.COMPACTION_OUTCOME: str(record.outcome),
+            A.COMPACTION_OUTCOME: str(record.verdict),
             A.TOKENS_BEFORE: record.tokens_before,
             A.TOKENS_AFTER: record.tokens_after,
             A.TOKENS_SAVED: record.tokens_saved if record.compacted else 0,
@@ -65,7 +65,7 @@ def end_compaction(span: Span, record: CompactionRecord) -> None:
                 A.USAGE_OUTPUT_TOKENS: record.usage.output_tokens,
             }
         )
-    if record.outcome in (Verdict.FAILED, Verdict.OVERFLOW):
-        span.set_attribute(A.ERROR_TYPE, f"compaction_{record.outcome}")
-        span.set_status(Status(StatusCode.ERROR, f"the pass {record.outcome}"))
+    if record.verdict in (Verdict.FAILED, Verdict.OVERFLOW):
+        span.set_attribute(A.ERROR_TYPE, f"compaction_{record.verdict}")
+        span.set_status(Status(StatusCode.ERROR, f"the pass {record.verdict}"))
     span.end()
