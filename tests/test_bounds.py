@@ -397,7 +397,7 @@ CASES = [
             "used": bad_int(),
             "limit": bad_int(),
             "detail": not_str(),
-            "retriable": not_bool(),
+            "retryable": not_bool(),
             "status": bad_int(none=False),
         },
     ),

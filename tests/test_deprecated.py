@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from turnfsm import Driver
+from turnfsm import Driver, serde
 from turnfsm.context import (
     CompactionProposal,
     CompactionRequest,
@@ -14,9 +14,10 @@ from turnfsm.context import (
     TruncatingCompactor,
 )
 from turnfsm.core import CompactionResult, CompactReason
+from turnfsm.errors import ProviderError
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
-from turnfsm.persistence import CompactionRecord, Session, Verdict
+from turnfsm.persistence import CompactionRecord, Entry, Session, Verdict
 from turnfsm.testing import ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -149,7 +150,7 @@ def test_a_records_old_outcome_reads_its_verdict() -> None:
         turn=1,
         reason=CompactReason.EMERGENCY,
         strategy="S",
-        outcome="stalled",
+        verdict="stalled",
         covers=("a",),
         replacement=("a",),
         tokens_before=9,
@@ -158,3 +159,30 @@ def test_a_records_old_outcome_reads_its_verdict() -> None:
     )
     with pytest.warns(DeprecationWarning, match="CompactionRecord.outcome"):
         assert record.outcome is record.verdict is Verdict.STALLED
+    # Stored under the key logs were written with, before the rename.
+    stored = serde.envelope(record)
+    assert stored["data"]["outcome"] == "stalled"  # type: ignore[index, call-overload]
+    assert serde.open_envelope(stored, Entry) == record
+
+
+def test_a_provider_errors_old_retriable_still_builds_and_reads() -> None:
+    with pytest.warns(DeprecationWarning, match=r"ProviderError\(retriable"):
+        error = ProviderError("slow down", retriable=True, kind="rate_limit")
+    assert error.retryable
+    with pytest.warns(DeprecationWarning, match="ProviderError.retriable"):
+        assert error.retriable
+
+
+def test_a_renamed_field_keeps_its_stored_key() -> None:
+    """A log written before `retryable` was named so reads the same."""
+    error = ProviderError("slow down", retryable=True, kind="rate_limit")
+    data = serde.error_to_json(error)
+    assert data["retriable"] is True
+    assert "retryable" not in data
+    restored = serde.error_from_json(data)
+    assert isinstance(restored, ProviderError)
+    assert (restored.message, restored.retryable, restored.kind) == (
+        "slow down",
+        True,
+        "rate_limit",
+    )

@@ -393,7 +393,7 @@ def test_enums_are_their_values_and_dumps_is_compact_and_sorted() -> None:
 
 
 def test_error_info_keeps_the_retry_after_of_a_provider_error() -> None:
-    exc = ProviderError(message="slow down", retriable=True, retry_after=2.5)
+    exc = ProviderError(message="slow down", retryable=True, retry_after=2.5)
 
     info = ErrorInfo.from_exception(exc, retryable=True)
 

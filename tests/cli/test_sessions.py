@@ -227,7 +227,7 @@ def _history(turns: int, size: int = 900) -> list[Message]:
 
 
 def _down(request: ModelRequest) -> ModelResponse:
-    raise ProviderError("summary model down", retriable=False, kind="server")
+    raise ProviderError("summary model down", retryable=False, kind="server")
 
 
 def _unused(request: ModelRequest) -> ModelResponse:

@@ -581,7 +581,7 @@ def test_manual_compact_fails_fast_with_the_breaker_open() -> None:
 
 
 def _raise(request: ModelRequest) -> ModelResponse:
-    raise ProviderError(f"upstream said {SECRET}", retriable=False, kind="server")
+    raise ProviderError(f"upstream said {SECRET}", retryable=False, kind="server")
 
 
 @pytest.mark.parametrize(

@@ -334,7 +334,7 @@ def test_a_summary_oversized_twice_fails_the_pass() -> None:
 
 def test_a_model_error_propagates_to_the_manager() -> None:
     def boom(_r: ModelRequest) -> ModelResponse:
-        raise ProviderError("down", retriable=False, kind="server")
+        raise ProviderError("down", retryable=False, kind="server")
 
     with pytest.raises(ProviderError):
         run(SummarizingCompactor(model=FakeModelClient(boom)), conversation(6))

@@ -294,7 +294,7 @@ def test_model_failure_fails_the_run() -> None:
         "failed",
         Fail(
             error=ProviderError(
-                message="slow down", retriable=True, kind="RateLimitError"
+                message="slow down", retryable=True, kind="RateLimitError"
             )
         ),
     )

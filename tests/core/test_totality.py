@@ -205,7 +205,7 @@ failures = st.builds(
     limit=counts,
     detail=texts,
     error_type=texts,
-    retriable=st.booleans(),
+    retryable=st.booleans(),
 )
 
 

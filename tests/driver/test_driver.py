@@ -302,7 +302,7 @@ async def test_repeated_overflow_fails_after_the_bounded_retries() -> None:
 
 
 async def test_transient_errors_are_retried_and_permanent_ones_fail() -> None:
-    rate = ProviderError("slow down", retriable=True, kind="rate_limit", retry_after=0)
+    rate = ProviderError("slow down", retryable=True, kind="rate_limit", retry_after=0)
     model = ScriptedModel.of(rate, rate, "fine")
     result = await Driver(model=model, retry=NO_WAIT).run("x")
     assert (result.text, len(model.requests)) == ("fine", 3)
@@ -315,11 +315,11 @@ async def test_transient_errors_are_retried_and_permanent_ones_fail() -> None:
 
 
 async def test_retries_give_up_after_max_attempts() -> None:
-    rate = ProviderError("slow down", retriable=True, kind="rate_limit")
+    rate = ProviderError("slow down", retryable=True, kind="rate_limit")
     model = ScriptedModel.of(rate, rate, rate, "never")
     result = await Driver(model=model, retry=NO_WAIT).run("x")
     assert isinstance(result.error, ProviderError)
-    assert result.error.retriable
+    assert result.error.retryable
     assert len(model.requests) == 3
 
 

@@ -9,12 +9,12 @@ from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
 
 
 def test_transient_errors_are_retried_overflow_and_bugs_are_not() -> None:
-    assert is_transient(ProviderError("slow", retriable=True, kind="rate_limit"))
+    assert is_transient(ProviderError("slow", retryable=True, kind="rate_limit"))
     assert is_transient(TimeoutError())
     assert is_transient(ConnectionResetError())
     assert not is_transient(ProviderError("auth", kind="auth"))
     assert not is_transient(
-        ProviderError("too long", retriable=True, kind=CONTEXT_OVERFLOW)
+        ProviderError("too long", retryable=True, kind=CONTEXT_OVERFLOW)
     )
     assert not is_transient(TypeError("bug"))
 
@@ -31,9 +31,9 @@ def test_backoff_is_exponential_capped_and_jittered() -> None:
 
 def test_retry_after_is_honoured_but_bounded_by_the_total() -> None:
     policy = RetryPolicy(initial_wait=0.1, max_total=30, jitter=False)
-    late = ProviderError("slow", retriable=True, kind="rate_limit", retry_after=7)
+    late = ProviderError("slow", retryable=True, kind="rate_limit", retry_after=7)
     assert policy.wait_seconds(1, late) == 7
-    huge = ProviderError("slow", retriable=True, kind="rate_limit", retry_after=999)
+    huge = ProviderError("slow", retryable=True, kind="rate_limit", retry_after=999)
     assert policy.wait_seconds(1, huge) == 30
 
 
@@ -63,7 +63,7 @@ async def test_the_driver_backs_off_exponentially_across_attempts() -> None:
     from turnfsm.testing import FakeModelClient
 
     stamps: list[float] = []
-    rate = ProviderError("slow", retriable=True, kind="rate_limit")
+    rate = ProviderError("slow", retryable=True, kind="rate_limit")
 
     def handler(request: ModelRequest) -> ModelResponse | str:
         stamps.append(anyio.current_time())

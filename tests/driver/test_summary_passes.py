@@ -146,7 +146,7 @@ async def test_a_transient_summary_error_is_retried_by_the_runs_policy() -> None
         nonlocal calls
         calls += 1
         if calls == 1:
-            raise ProviderError("overloaded", retriable=True, kind="server", status=529)
+            raise ProviderError("overloaded", retryable=True, kind="server", status=529)
         return await summaries.complete(request)
 
     driver = Driver(
@@ -164,7 +164,7 @@ async def test_a_transient_summary_error_is_retried_by_the_runs_policy() -> None
 def failing(kind: str) -> FakeModelClient:
     async def handle(request: ModelRequest) -> ModelResponse:
         if kind == "error":
-            raise ProviderError("summary model down", retriable=False, kind="server")
+            raise ProviderError("summary model down", retryable=False, kind="server")
         if kind == "timeout":
             await anyio.sleep(10)
         if kind == "empty":

@@ -151,7 +151,7 @@ errors = st.one_of(
     st.none(),
     st.builds(CompactionStalled, used=st.integers(0, 99), limit=st.integers(0, 99)),
     st.builds(Cancelled, reason=texts),
-    st.builds(ProviderError, message=texts, retriable=st.booleans(), status=st.none()),
+    st.builds(ProviderError, message=texts, retryable=st.booleans(), status=st.none()),
 )
 
 
@@ -198,7 +198,7 @@ def entries(draw: st.DrawFn) -> Entry:
             turn=2,
             reason=draw(st.sampled_from(list(CompactReason))),
             strategy="S",
-            outcome=draw(st.sampled_from(["compacted", "noop", "failed"])),
+            verdict=draw(st.sampled_from(["compacted", "noop", "failed"])),
             covers=ids,
             replacement=ids[:1],
             tokens_before=9,

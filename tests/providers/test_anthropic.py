@@ -181,7 +181,7 @@ async def test_an_unreadable_reply_is_a_provider_error_not_a_crash() -> None:
     server = Server(anthropic_reply({"type": "mystery_block", "x": 1}))
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
-    assert (info.value.kind, info.value.retriable) == ("bad_response", False)
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
 
 
 OVERFLOWS = {
@@ -214,7 +214,7 @@ async def test_context_overflow_is_classified(
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
     error = info.value
-    assert (error.kind, error.retriable, error.status) == (
+    assert (error.kind, error.retryable, error.status) == (
         CONTEXT_OVERFLOW,
         False,
         status,
@@ -234,7 +234,7 @@ ERRORS = {
 
 
 @pytest.mark.parametrize(
-    ("status", "error_type", "headers", "kind", "retriable", "retry_after"),
+    ("status", "error_type", "headers", "kind", "retryable", "retry_after"),
     ERRORS.values(),
     ids=ERRORS.keys(),
 )
@@ -243,7 +243,7 @@ async def test_http_errors_are_classified_without_sdk_retries(
     error_type: str,
     headers: dict[str, str],
     kind: str,
-    retriable: bool,
+    retryable: bool,
     retry_after: float | None,
 ) -> None:
     server = Server(
@@ -252,7 +252,7 @@ async def test_http_errors_are_classified_without_sdk_retries(
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
     error = info.value
-    assert (error.kind, error.retriable, error.status) == (kind, retriable, status)
+    assert (error.kind, error.retryable, error.status) == (kind, retryable, status)
     assert error.retry_after == retry_after
     assert "the provider says no" in error.message
     assert len(server.requests) == 1  # the SDK did not retry on its own
@@ -271,7 +271,7 @@ async def test_transport_failures_are_retriable(failure: Any, kind: str) -> None
     server = Server(failure)
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
-    assert (info.value.kind, info.value.retriable) == (kind, True)
+    assert (info.value.kind, info.value.retryable) == (kind, True)
     assert len(server.requests) == 1
 
 
@@ -438,7 +438,7 @@ async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
     with pytest.raises(ProviderError) as info:
         await drain(model_for(server), ask(), events)
     assert events == [TextDelta(text="partial")]
-    assert (info.value.kind, info.value.retriable, info.value.status) == (
+    assert (info.value.kind, info.value.retryable, info.value.status) == (
         "server",
         True,
         529,

@@ -53,4 +53,4 @@ def test_other_texts_are_not_overflow() -> None:
 
 def test_overflow_wins_over_the_status() -> None:
     error = from_status(500, "maximum context length", overflow=True, key_hint="k")
-    assert (error.kind, error.retriable, error.status) == (CONTEXT_OVERFLOW, False, 500)
+    assert (error.kind, error.retryable, error.status) == (CONTEXT_OVERFLOW, False, 500)

@@ -246,7 +246,7 @@ async def test_context_overflow_is_classified(body: dict[str, Any]) -> None:
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
     error = info.value
-    assert (error.kind, error.retriable, error.status) == (CONTEXT_OVERFLOW, False, 400)
+    assert (error.kind, error.retryable, error.status) == (CONTEXT_OVERFLOW, False, 400)
     assert error.is_context_overflow
     assert "context" in error.message
 
@@ -271,7 +271,7 @@ ERRORS = {
 
 
 @pytest.mark.parametrize(
-    ("status", "headers", "kind", "retriable", "retry_after"),
+    ("status", "headers", "kind", "retryable", "retry_after"),
     ERRORS.values(),
     ids=ERRORS.keys(),
 )
@@ -279,7 +279,7 @@ async def test_http_errors_are_classified_without_sdk_retries(
     status: int,
     headers: dict[str, str],
     kind: str,
-    retriable: bool,
+    retryable: bool,
     retry_after: float | None,
 ) -> None:
     body = {"error": {"message": "the provider says no", "type": "x", "code": None}}
@@ -287,7 +287,7 @@ async def test_http_errors_are_classified_without_sdk_retries(
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
     error = info.value
-    assert (error.kind, error.retriable, error.status) == (kind, retriable, status)
+    assert (error.kind, error.retryable, error.status) == (kind, retryable, status)
     assert error.retry_after == retry_after
     assert "the provider says no" in error.message
     assert len(server.requests) == 1  # the SDK did not retry on its own
@@ -319,7 +319,7 @@ async def test_an_exhausted_quota_is_not_retried() -> None:
     server = Server(json_reply(body, 429))
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
-    assert (info.value.kind, info.value.retriable) == ("quota", False)
+    assert (info.value.kind, info.value.retryable) == ("quota", False)
 
 
 @pytest.mark.parametrize(
@@ -329,7 +329,7 @@ async def test_transport_failures_are_retriable(failure: Any, kind: str) -> None
     server = Server(failure)
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
-    assert (info.value.kind, info.value.retriable, info.value.status) == (
+    assert (info.value.kind, info.value.retryable, info.value.status) == (
         kind,
         True,
         None,
@@ -487,7 +487,7 @@ async def test_an_error_event_mid_stream_is_a_retriable_server_error() -> None:
     with pytest.raises(ProviderError) as info:
         await drain(model_for(server), ask(), events)
     assert events == [TextDelta(text="partial")]
-    assert (info.value.kind, info.value.retriable) == ("server", True)
+    assert (info.value.kind, info.value.retryable) == ("server", True)
 
 
 UNREADABLE = {
@@ -514,7 +514,7 @@ async def test_an_unreadable_reply_is_a_provider_error_not_a_crash(
     server = Server(json_reply(body))
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
-    assert (info.value.kind, info.value.retriable) == ("bad_response", False)
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
 
 
 async def test_close_closes_the_http_client() -> None:

@@ -510,7 +510,7 @@ async def test_a_transient_model_error_is_retried_by_temporal_not_tenacity(
     async def flaky(request: ModelRequest) -> Message:
         calls.append(len(calls))
         if len(calls) < 3:
-            raise ProviderError("slow down", retriable=True, kind="rate_limit")
+            raise ProviderError("slow down", retryable=True, kind="rate_limit")
         return reply("fine")
 
     agent = Agent(
@@ -538,7 +538,7 @@ async def test_a_model_failing_for_good_fails_the_run_as_in_process(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     async def down(request: ModelRequest) -> Message:
-        raise ProviderError("overloaded", retriable=True, kind="server_error")
+        raise ProviderError("overloaded", retryable=True, kind="server_error")
 
     def make(store: SessionStore, name: str) -> Agent:
         return Agent(

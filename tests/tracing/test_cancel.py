@@ -57,7 +57,7 @@ def _scenario(
             await hang()
         if where == "backoff":
             reached.set()  # the cancel lands in the wait before the retry
-            raise ProviderError("slow down", retriable=True, kind="rate_limit")
+            raise ProviderError("slow down", retryable=True, kind="rate_limit")
         return said("", tool_call("hang", "c1"))
 
     model = FakeModelClient(answer)

@@ -166,7 +166,7 @@ RATE_ERROR = (
 
 async def test_a_transient_error_is_retried_in_a_second_attempt() -> None:
     traced = Traced.create()
-    rate = ProviderError("slow down", retriable=True, kind="rate_limit")
+    rate = ProviderError("slow down", retryable=True, kind="rate_limit")
     model = ScriptedModel.of(rate, said("fine", usage=(6, 1)))
     policy = RetryPolicy(max_attempts=3, initial_wait=0.01, jitter=False)
     result = await traced_driver(traced, model, retry=policy).run("hello")

@@ -230,7 +230,7 @@ def _provider_error(s: Snapshot, e: Event) -> Failure:
         kind="provider_error",
         detail=e.error.message,
         error_type=e.error.type,
-        retriable=e.error.retryable,
+        retryable=e.error.retryable,
         status=e.error.status,
     )
 

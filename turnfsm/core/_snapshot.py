@@ -90,7 +90,7 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
         errors=f.detail.splitlines(), retries=f.used
     ),
     "provider_error": lambda f: ProviderError(
-        message=f.detail, retriable=f.retriable, kind=f.error_type, status=f.status
+        message=f.detail, retryable=f.retryable, kind=f.error_type, status=f.status
     ),
 }
 
@@ -105,7 +105,7 @@ class Failure:
     limit: int = attrs.field(default=0, validator=_checks.integer(low=0))
     detail: str = attrs.field(default="", validator=_checks.string())
     error_type: str = attrs.field(default="", validator=_checks.string())
-    retriable: bool = attrs.field(default=False, validator=_checks.boolean())
+    retryable: bool = attrs.field(default=False, validator=_checks.boolean())
     status: int | None = attrs.field(
         default=None, validator=_checks.integer(low=0, optional=True)
     )
@@ -272,9 +272,17 @@ class Snapshot:
             compact_reason=_read(data, "compact_reason", _reason),
             message_line_spent=data.get("message_line_spent", False),
             last_reply=_read(data, "last_reply", Message.from_dict),
-            failure=_read(data, "failure", lambda v: Failure(**v)),
+            failure=_read(data, "failure", _failure),
             is_started=data["is_started"],
         )
+
+
+def _failure(data: Mapping[str, Any]) -> Failure:
+    """A stored failure (its `retryable` was once written ``retriable``)."""
+    fields = dict(data)
+    if "retriable" in fields:
+        fields["retryable"] = fields.pop("retriable")
+    return Failure(**fields)
 
 
 def _read(data: Mapping[str, Any], name: str, build: Callable[[Any], Any]) -> Any:

@@ -133,7 +133,7 @@ def compaction_record(
         turn=before.turns,
         reason=decision.reason,
         strategy=strategy,
-        outcome=verdict_of(event, taken=taken),
+        verdict=verdict_of(event, taken=taken),
         covers=covers,
         replacement=replacement,
         tokens_before=size,

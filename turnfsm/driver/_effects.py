@@ -138,7 +138,7 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         info = ErrorInfo(
             type=exc.kind,
             message=exc.message,
-            retryable=exc.retriable,
+            retryable=exc.retryable,
             status=exc.status,
             retry_after=exc.retry_after,
         )

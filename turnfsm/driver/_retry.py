@@ -22,12 +22,12 @@ __all__ = ["RetryPolicy", "is_transient"]
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether `exc` is worth retrying: a retriable ProviderError, a timeout, a reset.
+    """Whether `exc` is worth retrying: a retryable ProviderError, a timeout, a reset.
 
     A context overflow is never transient: retrying the same request cannot help.
     """
     if isinstance(exc, ProviderError):
-        return exc.retriable and not exc.is_context_overflow
+        return exc.retryable and not exc.is_context_overflow
     return isinstance(exc, TimeoutError | ConnectionError)
 
 

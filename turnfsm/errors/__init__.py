@@ -15,7 +15,7 @@ TurnFSMError                 base class; never raised directly
 ├── MaxTurnsExceeded         the run used all its model calls
 ├── OutputInvalid            the final answer never fit the output type; .errors
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
-├── ProviderError            the model API failed after retries; .retriable
+├── ProviderError            the model API failed after retries; .retryable
 ├── SessionBusy              another run is using the session (or one is open)
 ├── ReplayDiverged           a logged run does not replay to its logged decisions
 ├── RunCrashed               a run ended on an unexpected exception (logged)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import final
 
@@ -72,15 +73,58 @@ class Cancelled(TurnFSMError):
 
 
 @final
-@attrs.frozen(auto_exc=True)
+@attrs.frozen(auto_exc=True, init=False)
 class ProviderError(TurnFSMError):
-    """Raised when the model API failed and the retry policy gave up."""
+    """Raised when the model API failed and the retry policy gave up.
+
+    Attributes:
+        message: What the provider said.
+        retryable: Whether the failure was transient (a rate limit, a
+            timeout, a server error): the retry policy retries those.
+        kind: How it failed (``"rate_limit"``, ``"context_overflow"``, ...).
+        retry_after: Seconds the provider asked to wait, if it said.
+        status: The HTTP status, if there was one.
+    """
 
     message: str
-    retriable: bool = False
+    # Stored under the key the log has always used.
+    retryable: bool = attrs.field(
+        default=False, metadata={"turnfsm.stored_as": "retriable"}
+    )
     kind: str = "error"
     retry_after: float | None = None
     status: int | None = None
+
+    def __init__(
+        self,
+        message: str,
+        retryable: bool = False,
+        kind: str = "error",
+        retry_after: float | None = None,
+        status: int | None = None,
+        *,
+        retriable: bool | None = None,
+    ) -> None:
+        if retriable is not None:  # the old name, kept one release
+            warnings.warn(
+                "ProviderError(retriable=...) is deprecated and will be removed "
+                "in turnfsm 0.3; use retryable=",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            retryable = retriable
+        self.__attrs_init__(message, retryable, kind, retry_after, status)
+
+    @property
+    def retriable(self) -> bool:
+        """Whether the failure was transient (deprecated: read `retryable`)."""
+        warnings.warn(
+            "ProviderError.retriable is deprecated and will be removed in "
+            "turnfsm 0.3; use ProviderError.retryable",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.retryable
 
     @property
     def is_context_overflow(self) -> bool:
@@ -88,7 +132,7 @@ class ProviderError(TurnFSMError):
         return self.kind == CONTEXT_OVERFLOW
 
     def __str__(self) -> str:
-        hint = " (transient; retries exhausted)" if self.retriable else ""
+        hint = " (transient; retries exhausted)" if self.retryable else ""
         return f"model provider error [{self.kind}]{hint}: {self.message}"
 
 

@@ -160,8 +160,7 @@ class CompactionRecord:
         strategy: The compactor's class name ("" without a context manager).
         verdict: What the pass came to (a `Verdict`): compacted, noop,
             vetoed, overflow, failed, circuit_open, or stalled (a result the
-            brain refused: it saved nothing). Built as ``outcome=``, the key
-            the log stores it under.
+            brain refused: it saved nothing).
         covers: Ids of the messages the pass was given (history + pending).
         replacement: Ids of the messages that replace them (== covers when
             nothing was compacted).
@@ -176,8 +175,10 @@ class CompactionRecord:
     turn: int
     reason: CompactReason
     strategy: str
-    # Stored (and built) under the key the log has always used.
-    verdict: Verdict = attrs.field(converter=Verdict, alias="outcome")
+    # Stored under the key the log has always used.
+    verdict: Verdict = attrs.field(
+        converter=Verdict, metadata={"turnfsm.stored_as": "outcome"}
+    )
     covers: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
     replacement: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
     tokens_before: int

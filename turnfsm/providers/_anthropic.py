@@ -337,7 +337,7 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     A context overflow is a 400 whose message says "prompt is too long" (or
     that input and max_tokens "exceed context limit"), or a 413
     ``request_too_large``: a smaller conversation fixes all three. 529
-    (overloaded) is a retriable server error. An error sent inside a stream
+    (overloaded) is a retryable server error. An error sent inside a stream
     is classified by its error type.
     """
     if isinstance(exc, anthropic.APITimeoutError):
@@ -354,7 +354,7 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
             f"unreadable reply: {message}", kind=BAD_RESPONSE, status=exc.status_code
         )
     if not isinstance(exc, anthropic.APIStatusError):
-        return ProviderError(message, retriable=True, kind=SERVER)
+        return ProviderError(message, retryable=True, kind=SERVER)
     status = exc.status_code
     if status < 400:  # an error event inside a stream
         status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)

@@ -3,7 +3,7 @@
 Each provider module classifies its SDK's exceptions in one function and
 leans on these helpers, so both providers agree on what is transient:
 
-| failure                          | `kind`             | retriable |
+| failure                          | `kind`             | retryable |
 |----------------------------------|--------------------|-----------|
 | request longer than the context  | `CONTEXT_OVERFLOW` | no        |
 | HTTP 429                         | ``rate_limit``     | yes       |
@@ -47,23 +47,23 @@ __all__ = [
 ]
 
 RATE_LIMIT: Final = "rate_limit"
-"""`ProviderError.kind` of an HTTP 429: retriable, honours Retry-After."""
+"""`ProviderError.kind` of an HTTP 429: retryable, honours Retry-After."""
 QUOTA: Final = "quota"
-"""`ProviderError.kind` of an exhausted quota or balance: not retriable."""
+"""`ProviderError.kind` of an exhausted quota or balance: not retryable."""
 TIMEOUT: Final = "timeout"
-"""`ProviderError.kind` of a request that timed out: retriable."""
+"""`ProviderError.kind` of a request that timed out: retryable."""
 CONFLICT: Final = "conflict"
-"""`ProviderError.kind` of an HTTP 409 (a lock timeout upstream): retriable."""
+"""`ProviderError.kind` of an HTTP 409 (a lock timeout upstream): retryable."""
 SERVER: Final = "server"
-"""`ProviderError.kind` of an HTTP 5xx or an overloaded API: retriable."""
+"""`ProviderError.kind` of an HTTP 5xx or an overloaded API: retryable."""
 CONNECTION: Final = "connection"
-"""`ProviderError.kind` of a failed connection: retriable."""
+"""`ProviderError.kind` of a failed connection: retryable."""
 AUTH: Final = "auth"
-"""`ProviderError.kind` of a rejected key (HTTP 401 or 403): not retriable."""
+"""`ProviderError.kind` of a rejected key (HTTP 401 or 403): not retryable."""
 BAD_REQUEST: Final = "bad_request"
-"""`ProviderError.kind` of any other HTTP 4xx: not retriable."""
+"""`ProviderError.kind` of any other HTTP 4xx: not retryable."""
 BAD_RESPONSE: Final = "bad_response"
-"""`ProviderError.kind` of a reply the SDK could not read: not retriable."""
+"""`ProviderError.kind` of a reply the SDK could not read: not retryable."""
 
 OVERFLOW_MARKERS: Final = (
     "maximum context length",  # OpenAI, vLLM, llama-cpp-python
@@ -155,16 +155,16 @@ def from_status(
     if status == 429:
         wait = parse_retry_after(headers)
         return ProviderError(
-            text, retriable=True, kind=RATE_LIMIT, retry_after=wait, status=status
+            text, retryable=True, kind=RATE_LIMIT, retry_after=wait, status=status
         )
     if status == 408:
-        return ProviderError(text, retriable=True, kind=TIMEOUT, status=status)
+        return ProviderError(text, retryable=True, kind=TIMEOUT, status=status)
     if status == 409:
-        return ProviderError(text, retriable=True, kind=CONFLICT, status=status)
+        return ProviderError(text, retryable=True, kind=CONFLICT, status=status)
     if status >= 500:
         wait = parse_retry_after(headers)
         return ProviderError(
-            text, retriable=True, kind=SERVER, retry_after=wait, status=status
+            text, retryable=True, kind=SERVER, retry_after=wait, status=status
         )
     if status in (401, 403):
         return ProviderError(f"{text} - {key_hint}", kind=AUTH, status=status)
@@ -172,10 +172,10 @@ def from_status(
 
 
 def timeout_error(message: str) -> ProviderError:
-    """Return the retriable `ProviderError` for a request that timed out."""
-    return ProviderError(message, retriable=True, kind=TIMEOUT)
+    """Return the retryable `ProviderError` for a request that timed out."""
+    return ProviderError(message, retryable=True, kind=TIMEOUT)
 
 
 def connection_error(message: str) -> ProviderError:
-    """Return the retriable `ProviderError` for a connection that failed."""
-    return ProviderError(message, retriable=True, kind=CONNECTION)
+    """Return the retryable `ProviderError` for a connection that failed."""
+    return ProviderError(message, retryable=True, kind=CONNECTION)

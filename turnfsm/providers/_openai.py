@@ -379,4 +379,4 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
     # An error event inside a stream: the server failed mid-reply.
     if overflow:
         return ProviderError(message, kind=CONTEXT_OVERFLOW)
-    return ProviderError(message, retriable=True, kind=SERVER)
+    return ProviderError(message, retryable=True, kind=SERVER)

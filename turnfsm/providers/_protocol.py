@@ -121,7 +121,7 @@ class ModelClient(Protocol):
 
     Raise `turnfsm.errors.ProviderError` for API failures: with
     ``kind=CONTEXT_OVERFLOW`` when the request is too long for the model,
-    ``retriable=True`` for transient ones (rate limit, 5xx, timeouts), so the
+    ``retryable=True`` for transient ones (rate limit, 5xx, timeouts), so the
     driver can compact, retry or fail the run. `TimeoutError` and
     `ConnectionError` count as transient; anything else is a bug and propagates.
     """

@@ -29,12 +29,14 @@ from cattrs.errors import (
     CattrsError,
     IterableValidationNote,
 )
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from turnfsm.core import Decision, Event
 from turnfsm.errors import CorruptRecord
 from turnfsm.messages import JSONValue, Part, ToolCallPart
 
 __all__ = [
+    "STORED_AS",
     "TAG",
     "_FAILURES",
     "_Invalid",
@@ -47,6 +49,7 @@ __all__ = [
     "_name_of",
     "_object",
     "_structure",
+    "stored_keys",
 ]
 
 
@@ -243,8 +246,31 @@ def _object(value: object) -> Mapping[str, Any]:
     return value
 
 
+STORED_AS: Final = "turnfsm.stored_as"
+"""A field's metadata: the JSON key it is stored under, when it was renamed.
+
+``attrs.field(metadata={"turnfsm.stored_as": "retriable"})`` on a field now
+named ``retryable``: records written before the rename keep reading, and new
+ones keep their form.
+"""
+
+
+def stored_keys(cls: type) -> dict[str, Any]:
+    """The cattrs overrides of `cls`'s fields stored under an old name."""
+    return {
+        f.name: override(rename=f.metadata[STORED_AS])
+        for f in attrs.fields(cls)
+        if STORED_AS in f.metadata
+    }
+
+
 def _attrs_structure_factory(cls: Any) -> Callable[[object, Any], Any]:
-    base = _converter.gen_structure_attrs_fromdict(cls)
+    renamed = stored_keys(cls)
+    base = (
+        make_dict_structure_fn(cls, _converter, **renamed)
+        if renamed
+        else _converter.gen_structure_attrs_fromdict(cls)
+    )
 
     def structure(value: object, _: Any) -> Any:
         return base(_object(value), cls)
@@ -253,6 +279,10 @@ def _attrs_structure_factory(cls: Any) -> Callable[[object, Any], Any]:
 
 
 _converter.register_structure_hook_factory(attrs.has, _attrs_structure_factory)
+_converter.register_unstructure_hook_factory(
+    lambda cls: attrs.has(cls) and bool(stored_keys(cls)),
+    lambda cls: make_dict_unstructure_fn(cls, _converter, **stored_keys(cls)),
+)
 
 
 # -- translating failures ------------------------------------------------------------

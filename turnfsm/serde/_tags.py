@@ -18,11 +18,13 @@ from turnfsm import errors as _errors
 from turnfsm.core import DECISION_TYPES, EVENT_TYPES
 from turnfsm.errors import ConfigError, TurnFSMError
 from turnfsm.serde._converter import (
+    STORED_AS,
     TAG,
     _converter,
     _Invalid,
     _object,
     _SchemaError,
+    stored_keys,
 )
 from turnfsm.serde._records import _PARTS
 
@@ -86,15 +88,21 @@ def _check_untagged_fields(cls: type) -> None:
 
 
 def _escapes(cls: type) -> dict[str, Any]:
-    """Return the override that moves a field keyed `TAG` to `ESCAPED_TAG`."""
-    keys = {f.alias: f.name for f in attrs.fields(cls)}
+    """Return the overrides of `cls`'s keys.
+
+    A field stored under its old name (`STORED_AS`) is read and written
+    there; a field keyed `TAG` moves to `ESCAPED_TAG`.
+    """
+    fields = attrs.fields(cls)
+    renamed = stored_keys(cls)
+    keys = {f.metadata.get(STORED_AS, f.alias): f.name for f in fields}
     if TAG not in keys:
-        return {}
+        return renamed
     if ESCAPED_TAG in keys:
         raise _SchemaError(
             f"{cls.__name__} has fields keyed both {TAG!r} and {ESCAPED_TAG!r}"
         )
-    return {keys[TAG]: override(rename=ESCAPED_TAG)}
+    return {**renamed, keys[TAG]: override(rename=ESCAPED_TAG)}
 
 
 _BODY_UNSTRUCTURE: Final[dict[type, Callable[[Any], dict[str, Any]]]] = {}
