@@ -249,7 +249,8 @@ def check_session(session: Session, tag: str, turns: int, spec: MachineSpec) -> 
         raise CrossTalk(
             f"{session.id}: runs {[(r.outcome, len(r.turns)) for r in runs]}"
         )
-    if {e.run_id for e in session.entries} != {runs[0].run_id}:
+    # Session-wide entries (the stored machine) belong to no run: "".
+    if {e.run_id for e in session.entries} - {""} != {runs[0].run_id}:
         raise CrossTalk(f"{session.id}: entries of another run in its log")
     report = replay(spec, session, runs[0].run_id)
     if not report.ok:

@@ -134,7 +134,11 @@ def test_export_json_is_one_document_that_imports_too(
     assert main(["sessions", "export", sid, "--format", "json", *one]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["session_id"] == sid
-    assert document["entries"][0]["type"] == "RunOpened"
+    # The machine the run began on, then the run.
+    assert [e["type"] for e in document["entries"][:2]] == [
+        "MachineStored",
+        "RunOpened",
+    ]
     path = tmp_path / "s.json"
     path.write_text(json.dumps(document))
     assert main(["sessions", "import", str(path), *two]) == 0

@@ -9,6 +9,7 @@ import pytest
 from tests.helpers import calling, reply, result, user
 from turnfsm.core import (
     EVENT_TYPES,
+    Budget,
     CallLLM,
     Compact,
     CompactionCircuitOpened,
@@ -226,3 +227,13 @@ def test_snapshot_keeps_a_message_log_it_is_given() -> None:
     log = MessageLog([H, result("c9", id="r1")])
 
     assert Snapshot(phase="start", history=log).history is log
+
+
+def test_a_snapshot_written_with_retriable_reads_as_retryable() -> None:
+    """Snapshots written before the field was renamed still read."""
+    failure = Failure(kind="provider_error", detail="slow down", retryable=True)
+    snapshot = Snapshot(phase="failed", budget=Budget(), failure=failure)
+    data = snapshot.to_dict()
+    assert data["failure"]["retryable"] is True
+    data["failure"]["retriable"] = data["failure"].pop("retryable")
+    assert Snapshot.from_dict(data).failure == failure

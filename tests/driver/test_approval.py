@@ -6,13 +6,20 @@ import sys
 import textwrap
 
 import anyio
+import attrs
 import pytest
 
 from turnfsm import Agent, approval_machine
 from turnfsm.core import RunCancelled, Signal, ToolCallsReviewed
 from turnfsm.errors import Cancelled, ConfigError, SessionBusy
 from turnfsm.hooks import Hook, RunEndInfo
-from turnfsm.persistence import MemoryStore, dump_session, load_session
+from turnfsm.persistence import (
+    MachineStored,
+    MemoryStore,
+    Session,
+    dump_session,
+    load_session,
+)
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
@@ -131,11 +138,40 @@ async def test_resume_refuses_what_the_pause_does_not_accept() -> None:
         await agent.resume(first.session_id, first.run_id, None)
 
 
-async def test_resume_refuses_another_machine() -> None:
+async def test_a_run_resumes_on_the_machine_it_began_on_without_its_file() -> None:
+    """The log keeps the approval machine: an agent built on the default one
+    (no machine file) resumes the paused run on the machine it began on."""
+    RAN.clear()
     store = MemoryStore()
     first = await _agent(_asking_model(), store).run("clean up")
-    other = Agent(model=ScriptedModel.of("x"), tools=[delete], store=store)
-    with pytest.raises(ConfigError, match="machine"):
+    other = Agent(model=ScriptedModel.of("cleaned up"), tools=[delete], store=store)
+    assert other.driver.machine.name == "turn"
+    done = await other.resume(
+        first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.ok, done.error
+    assert sorted(RAN) == ["/etc/passwd", "/tmp/a"]  # run concurrently
+    session = await Session.load(store, first.session_id)
+    stored = [e for e in session.entries if isinstance(e, MachineStored)]
+    assert [m.name for m in stored] == ["approval"]
+    assert stored[0].spec() == attrs.evolve(
+        approval_machine(), source=stored[0].spec().source
+    )
+
+
+async def test_resume_refuses_another_machine_when_the_log_keeps_none() -> None:
+    """A log written before machines were kept: the run's machine is needed."""
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    kept = [
+        e
+        for e in await store.load(first.session_id)
+        if not isinstance(e, MachineStored)
+    ]
+    old = MemoryStore()
+    await old.append(first.session_id, kept, expected_version=0)
+    other = Agent(model=ScriptedModel.of("x"), tools=[delete], store=old)
+    with pytest.raises(ConfigError, match="which the log does not keep"):
         await other.resume(
             first.session_id, first.run_id, ToolCallsReviewed.approve_all()
         )

@@ -465,5 +465,7 @@ def test_a_run_opens_in_the_same_append_as_its_input() -> None:
 
     anyio.run(go, backend="asyncio")
     opening = next(b for b in batches if any(isinstance(e, RunOpened) for e in b))
-    assert isinstance(opening[1], EventRecorded)
-    assert [m.text for m in opening[1].event.input] == ["first"]  # type: ignore[union-attr]
+    opened = next(i for i, e in enumerate(opening) if isinstance(e, RunOpened))
+    first = opening[opened + 1]
+    assert isinstance(first, EventRecorded)
+    assert [m.text for m in first.event.input] == ["first"]  # type: ignore[union-attr]

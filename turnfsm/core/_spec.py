@@ -83,6 +83,25 @@ class TransitionSpec:
         return bool(self.conditions or self.unless)
 
 
+def _transition_data(transition: TransitionSpec) -> dict[str, Any]:
+    """One transition as a file writes it (a wildcard as its ``"*"``)."""
+    entry: dict[str, Any] = {
+        "trigger": transition.trigger,
+        "source": ["*"] if transition.is_wildcard else list(transition.sources),
+    }
+    if transition.dest is not None:
+        entry["dest"] = transition.dest
+    for key in ("conditions", "unless", "actions"):
+        names: tuple[str, ...] = getattr(transition, key)
+        if names:
+            entry[key] = list(names)
+    if transition.reason is not None:
+        entry["reason"] = transition.reason.value
+    if transition.error is not None:
+        entry["error"] = transition.error
+    return entry
+
+
 @final
 @attrs.frozen(kw_only=True)
 class MachineSpec:
@@ -135,6 +154,34 @@ class MachineSpec:
         from turnfsm.core._loader import load_spec
 
         return load_spec(data, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the machine as a file's data: `from_dict` reads it back.
+
+        The machine read back is this one, with the same digest (the session
+        log keeps it in this form, so a run resumes on the machine it began
+        on without the file).
+        """
+        states: dict[str, dict[str, Any]] = {}
+        for state in self.states:
+            entry: dict[str, Any] = {}
+            if state.decision is not None:
+                entry["decision"] = state.decision
+            if state.effect is not None:
+                entry["effect"] = state.effect
+            if state.on_enter:
+                entry["on_enter"] = list(state.on_enter)
+            states[state.name] = entry
+        data: dict[str, Any] = {
+            "name": self.name,
+            "initial": self.initial,
+            "terminal": list(self.terminal),
+            "states": states,
+            "transitions": [_transition_data(t) for t in self.transitions],
+        }
+        if self.signals:
+            data["signals"] = list(self.signals)
+        return data
 
     @property
     def phases(self) -> tuple[str, ...]:

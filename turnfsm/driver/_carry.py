@@ -7,7 +7,7 @@ activity alike.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import final
+from typing import Any, final
 
 import anyio
 import attrs
@@ -39,6 +39,7 @@ class EffectSettings:
     Attributes:
         machine_name: The machine's name, as the log records it.
         digest: The machine's digest.
+        definition: The machine as a file's data (the log keeps it once).
         agent: The agent's name (`Driver.name`).
         effects: Every effect, by the decision kind it carries out.
         context: The context manager, or None.
@@ -48,6 +49,7 @@ class EffectSettings:
 
     machine_name: str
     digest: str
+    definition: Mapping[str, Any]
     agent: str
     effects: Mapping[str, Effect]
     context: ContextManager | None

@@ -36,13 +36,11 @@ from turnfsm.driver._inputs import (
     check_effects,
     hooks_tuple,
     is_tool,
-    open_run,
     reopen,
     tools_tuple,
 )
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType, check_machine
-from turnfsm.driver._replay import rebuild
 from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
@@ -203,6 +201,7 @@ class Driver:
         self._settings = EffectSettings(
             machine_name=self.machine.name,
             digest=self._digest,
+            definition=self.machine.to_dict(),
             agent=self.name,
             effects=self._effects,
             context=self.context,
@@ -360,7 +359,9 @@ class Driver:
             SessionBusy: another run is using `session`.
         """
         with session.claim():
-            record, machine = reopen(self.machine, self._digest, session, run_id, event)
+            record, machine = reopen(
+                self.machine, self._digest, self._effects, session, run_id, event
+            )
             decision = machine.decision
             output = (
                 self._output if output_type is None else self._output_type(output_type)
@@ -384,8 +385,15 @@ class Driver:
             SessionBusy: another run is using `session`.
         """
         with session.claim():
-            record = open_run(session, run_id)
-            machine = rebuild(self.machine, session, run_id, check=False)
+            record, machine = reopen(
+                self.machine,
+                self._digest,
+                self._effects,
+                session,
+                run_id,
+                None,
+                check=False,
+            )
             loop = self._loop(session, run_id, machine, None, ())
             loop.restore(record)
             loop.abandoning = True

@@ -31,7 +31,7 @@ from turnfsm.driver._control import RunResult
 from turnfsm.errors import Cancelled, ContextExceeded, RunCrashed, TurnFSMError
 from turnfsm.hooks import HookDispatcher, RunEndInfo
 from turnfsm.messages import Joined, MessageLog
-from turnfsm.persistence import Committed, Entry, RunEnded, RunOpened, Session
+from turnfsm.persistence import Committed, Entry, RunEnded, Session
 
 __all__ = ["Ending"]
 
@@ -50,7 +50,7 @@ class Ending:
     audit: Audit
     abandoning: bool
     before: Snapshot
-    _opening: RunOpened | None
+    _opening: list[Entry]
     _heard_end: bool
     held: list[Entry]
     held_history: MessageLog | None
@@ -86,8 +86,7 @@ class Ending:
         # A run that ends before its first event was logged (a crash in the
         # first feed) still opens in the log before it ends. The last step's
         # entries (a done run's final commit) go in the same append.
-        opening = () if self._opening is None else (self._opening,)
-        self._opening = None
+        opening, self._opening = self._opening, []
         held, self.held = self.held, []
         await self.session.append(
             *opening,

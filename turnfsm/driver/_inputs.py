@@ -125,26 +125,66 @@ def open_run(session: Session, run_id: str) -> RunRecord:
 
 
 def reopen(
-    spec: MachineSpec, digest: str, session: Session, run_id: str, event: Event | None
+    spec: MachineSpec,
+    digest: str,
+    effects: Mapping[str, Any],
+    session: Session,
+    run_id: str,
+    event: Event | None,
+    *,
+    check: bool = True,
 ) -> tuple[RunRecord, TurnMachine]:
     """The open run `run_id` of `session`, its brain rebuilt, ready for `event`.
 
+    The brain runs the machine the run began on: `spec` when its `digest` is
+    that machine's, else the one the session's log keeps (a process without
+    the machine's file resumes a run all the same); `effects` must carry out
+    its custom phases.
+
+    Args:
+        spec: The driver's machine.
+        digest: Its digest.
+        effects: The driver's effects, by name.
+        session: The run's session.
+        run_id: The run.
+        event: The answer a paused run waits for (None: the run is not
+            paused; its process died).
+        check: Check each logged decision against the rebuilt brain's.
+
+    An abandoned run (`check` False) of a log that keeps no machine is
+    rebuilt on `spec`, unchecked: it only ends.
+
     Raises:
-        ConfigError: no such run; the run is not open; `spec` (of `digest`)
-            is not the machine the run began on; `event` is not what the
-            paused phase accepts (None when the run is not paused).
-        ReplayDiverged: the log does not replay on `spec`.
+        ConfigError: no such run; the run is not open; the machine it began
+            on is neither `spec` nor in the log; an effect it needs is
+            missing; `event` is not what the paused phase accepts (None when
+            the run is not paused).
+        ReplayDiverged: the log does not replay on the machine.
     """
     record = open_run(session, run_id)
     opened = record.opened
-    if opened.digest != digest:
+    stored = session.machine(opened.digest) if opened.digest != digest else None
+    if stored is None and opened.digest != digest and check:
         raise ConfigError(
             "machine",
             f"{spec.name} ({digest})",
-            f"the machine run {run_id!r} began on ({opened.machine} {opened.digest})",
+            f"the machine run {run_id!r} began on "
+            f"({opened.machine} {opened.digest}), which the log does not keep",
         )
-    machine = rebuild(spec, session, run_id)
+    if stored is not None:
+        spec = stored
+        for state in spec.states:
+            if state.effect is not None and state.effect not in effects:
+                raise ConfigError(
+                    "effects",
+                    sorted(effects),
+                    f"an effect named {state.effect!r} for phase {state.name!r} "
+                    f"of the machine run {run_id!r} began on ({opened.machine})",
+                )
+    machine = rebuild(spec, session, run_id, check=check)
     decision = machine.decision
+    if event is None and not check:
+        return record, machine
     if isinstance(decision, Pause):
         if event is None or (
             trigger_of(event) not in decision.accepts

@@ -88,6 +88,7 @@ from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence import (
     Entry,
     EventRecorded,
+    MachineStored,
     RunOpened,
     RunRecord,
     Session,
@@ -125,7 +126,7 @@ class RunLoop(Ending):
         self._journal: ToolJournal | None = None  # made on the first batch of calls
         self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
         self._lock: anyio.Lock | None = None  # made on the first journaled result
-        self._opening: RunOpened | None = None  # written with the first event
+        self._opening: list[Entry] = []  # written with the first event
         self.held: list[Entry] = []  # the last step's entries, written with the end
         self.held_history: MessageLog | None = None
         self.ended = False  # its RunEnded is in the log
@@ -141,12 +142,25 @@ class RunLoop(Ending):
         A run whose opening were in the log without its input (the process
         died between the two appends) would resume without it.
         """
-        self._opening = RunOpened(
-            run_id=self.run_id,
-            machine=self.settings.machine_name,
-            digest=self.settings.digest,
-            budget=self.machine.snapshot.budget,
-            at=self.run.clock(),
+        settings = self.settings
+        if not self.session.has_machine(settings.digest):
+            # The machine goes in the log once: a run resumes on it without
+            # the file.
+            self._opening.append(
+                MachineStored(
+                    digest=settings.digest,
+                    name=settings.machine_name,
+                    definition=settings.definition,
+                )
+            )
+        self._opening.append(
+            RunOpened(
+                run_id=self.run_id,
+                machine=settings.machine_name,
+                digest=settings.digest,
+                budget=self.machine.snapshot.budget,
+                at=self.run.clock(),
+            )
         )
         self._started(input, resumed=False)
 
@@ -200,9 +214,9 @@ class RunLoop(Ending):
         machine = self.machine
         before = self.before = machine.snapshot
         entries: list[Entry] = []
-        if self._opening is not None:
-            entries.append(self._opening)
-            self._opening = None
+        if self._opening:
+            entries += self._opening
+            self._opening = []
         if self.held:  # a step fed after a run-ending one (it changes nothing)
             entries += self.held
             self.held = []

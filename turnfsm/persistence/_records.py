@@ -6,6 +6,7 @@ appends each entry as it happens:
 
 | entry | when |
 |---|---|
+| `MachineStored` | a machine's definition, once per digest, before a run on it opens |
 | `RunOpened` | a run begins: its budget and the machine it runs on |
 | `EventRecorded` | every event fed to the brain, in order (the replay source) |
 | `TurnRecord` | every model reply: the context it saw (message ids), usage |
@@ -24,8 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Final, Literal, TypeAlias, final
 
 import attrs
@@ -47,7 +49,7 @@ from turnfsm.core import (
     RunTools,
 )
 from turnfsm.errors import TurnFSMError
-from turnfsm.messages import Message
+from turnfsm.messages import JSONValue, Message
 from turnfsm.values import Usage
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "CompactionRecord",
     "Entry",
     "EventRecorded",
+    "MachineStored",
     "Outcome",
     "RunEnded",
     "RunOpened",
@@ -79,6 +82,10 @@ OUTCOMES: Final[tuple[Outcome, ...]] = ("done", "failed", "cancelled", "paused")
 
 def _ids(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
+
+
+def _mapping(value: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
+    return MappingProxyType(dict(value))
 
 
 @final
@@ -292,8 +299,35 @@ class BreakerChanged:
     at: float = 0.0
 
 
+@final
+@attrs.frozen(kw_only=True)
+class MachineStored:
+    """The definition of a machine a run of the session began on.
+
+    Written once per digest, before the first run on that machine opens: a
+    run then resumes, is abandoned or is replayed on the machine it began
+    on, in a process that has the store but not the machine's file.
+
+    Attributes:
+        digest: The machine's digest (`machine_digest`).
+        name: The machine's name.
+        definition: The machine as a file's data (`MachineSpec.to_dict`).
+        run_id: Always "": the machine belongs to the session, not a run.
+    """
+
+    digest: str
+    name: str
+    definition: Mapping[str, JSONValue] = attrs.field(converter=_mapping, hash=False)
+    run_id: str = ""
+
+    def spec(self) -> MachineSpec:
+        """Return the machine (it is checked again as it is read)."""
+        return MachineSpec.from_dict(self.definition, source=f"<stored {self.name}>")
+
+
 Entry: TypeAlias = (
-    RunOpened
+    MachineStored
+    | RunOpened
     | EventRecorded
     | TurnRecord
     | CompactionRecord
@@ -306,6 +340,7 @@ Entry: TypeAlias = (
 """Any entry of a session's log."""
 
 ENTRY_TYPES: Final[tuple[type[Entry], ...]] = (
+    MachineStored,
     RunOpened,
     EventRecorded,
     TurnRecord,

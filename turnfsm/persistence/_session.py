@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import final
 
+from turnfsm.core import MachineSpec
 from turnfsm.errors import CorruptRecord, SessionBusy
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
@@ -22,6 +23,7 @@ from turnfsm.persistence._records import (
     CompactionRecord,
     Entry,
     EventRecorded,
+    MachineStored,
     RunEnded,
     RunOpened,
     SummaryRecorded,
@@ -60,6 +62,7 @@ class Session:
         "_entries",
         "_failures",
         "_history",
+        "_machines",
         "_messages",
         "_running",
         "_runs",
@@ -89,6 +92,7 @@ class Session:
         self._failures = 0
         self._breaker_open = False
         self._running = False
+        self._machines: dict[str, MachineStored] = {}
 
     @classmethod
     def ephemeral(cls, id: str | None = None) -> Session:
@@ -162,6 +166,19 @@ class Session:
         leave it as it is.
         """
         return self._failures
+
+    def machine(self, digest: str) -> MachineSpec | None:
+        """The machine of `digest` a run of this session began on, or None.
+
+        Raises:
+            DefinitionError: the stored definition no longer loads.
+        """
+        stored = self._machines.get(digest)
+        return None if stored is None else stored.spec()
+
+    def has_machine(self, digest: str) -> bool:
+        """Whether the log holds the machine of `digest`."""
+        return digest in self._machines
 
     @property
     def summary_texts(self) -> Mapping[str, str]:
@@ -283,7 +300,7 @@ class Session:
         version = len(self._entries)
         run = self._runs.get(entry.run_id)
         if run is None and not (
-            isinstance(entry, RunOpened)
+            isinstance(entry, RunOpened | MachineStored)
             or (isinstance(entry, BreakerChanged) and not entry.run_id)
         ):
             raise CorruptRecord(
@@ -319,6 +336,8 @@ class Session:
             case ToolResultRecorded(result=result):
                 self._messages.setdefault(result.id, result)
                 self._runs[entry.run_id].results.append(entry)
+            case MachineStored(digest=digest):
+                self._machines.setdefault(digest, entry)
             case RunOpened():
                 self._runs[entry.run_id] = _Run(
                     opened=entry, version=version, last=version + 1
