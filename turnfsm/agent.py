@@ -181,7 +181,7 @@ class Agent:
     async def abandon(
         self, session_id: str, run_id: str, *, reason: str = "abandoned"
     ) -> RunResult:
-        """End a paused or unfinished run as cancelled (see `Driver.abandon`)."""
+        """End a paused or unfinished run as failed (see `Driver.abandon`)."""
         session = await self.open_session(session_id)
         return await self.driver.abandon(session, run_id, reason=reason)
 
