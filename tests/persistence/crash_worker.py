@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,11 +94,18 @@ class Trace:
 
 
 class TracedStore:
-    """A `SessionStore` that marks the start and end of every append."""
+    """A `SessionStore` that marks the start and end of every append.
+
+    With ``TURNFSM_KILL_AFTER_APPEND=N`` in the environment, the process
+    kills itself (SIGKILL) as soon as its N-th append has committed, before
+    the driver hears of it: a kill at that append boundary.
+    """
 
     def __init__(self, inner: SessionStore, trace: Trace) -> None:
         self.inner = inner
         self.trace = trace
+        self.appends = 0
+        self.kill_after = int(os.environ.get("TURNFSM_KILL_AFTER_APPEND", "0"))
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
@@ -108,6 +116,9 @@ class TracedStore:
             session_id, entries, expected_version=expected_version
         )
         self.trace.mark(f"-append {version}")
+        self.appends += 1
+        if self.appends == self.kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
         return version
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
@@ -239,7 +250,8 @@ def open_store(spec: str) -> Any:
 
 
 async def main(argv: Sequence[str]) -> None:
-    spec, session_id, effects, trace_path = argv
+    spec, session_id, effects, trace_path, *rest = argv
+    tasks = int(rest[0]) if rest else TASKS
     trace = Trace(trace_path)
     store = open_store(spec)
     driver = build_driver(effects, trace)
@@ -247,7 +259,7 @@ async def main(argv: Sequence[str]) -> None:
     def ready() -> None:
         print("ready", flush=True)
 
-    await drive(store, session_id, driver, trace, ready=ready)
+    await drive(store, session_id, driver, trace, tasks=tasks, ready=ready)
     await store.close()
     trace.mark("complete")
     print("complete", flush=True)
