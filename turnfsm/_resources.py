@@ -7,7 +7,13 @@ from pathlib import Path
 
 from turnfsm.core import MachineSpec
 
-__all__ = ["approval_machine", "default_machine", "load_machine", "machines_dir"]
+__all__ = [
+    "approval_machine",
+    "compaction_machine",
+    "default_machine",
+    "load_machine",
+    "machines_dir",
+]
 
 
 def machines_dir() -> Path:
@@ -48,3 +54,13 @@ def approval_machine() -> MachineSpec:
     `ToolCallsReviewed` (or `run_cancelled`) to go on.
     """
     return load_machine(machines_dir() / "approval.toml")
+
+
+@functools.cache
+def compaction_machine() -> MachineSpec:
+    """Return the machine of a manual compaction, ``compaction.toml`` (loaded once).
+
+    One pass over a stored session's history, outside any run of the agent
+    (`Agent.compact`, ``turnfsm sessions compact``).
+    """
+    return load_machine(machines_dir() / "compaction.toml")

@@ -178,6 +178,25 @@ class Agent:
         session = await self.open_session(session_id)
         return await self.driver.resume(session, run_id, event, control=control)
 
+    async def compact(self, session_id: str | None = None) -> RunResult:
+        """Compact a stored session now, outside any run (see `Driver.compact`).
+
+        The operator's ``/compact``: one pass of the agent's context manager
+        over the session's history (default: the agent's session), logged
+        as a run of its own. Twice in a row, the second changes nothing.
+
+        Example:
+            ```python
+            result = await agent.compact(session_id)
+            (record,) = (await agent.open_session(session_id)).runs[-1].compactions
+            print(record.verdict, record.tokens_before, "->", record.tokens_after)
+            ```
+        """
+        session = (
+            self.session if session_id is None else await self.open_session(session_id)
+        )
+        return await self.driver.compact(session)
+
     async def abandon(
         self, session_id: str, run_id: str, *, reason: str = "abandoned"
     ) -> RunResult:

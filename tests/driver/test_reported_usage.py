@@ -162,17 +162,19 @@ async def test_after_a_reply_the_measure_is_the_report_plus_what_was_added(
     )
 
 
-async def test_the_first_measure_of_a_run_is_the_estimate() -> None:
+async def test_a_session_s_first_measure_is_the_estimate_then_the_last_report() -> None:
+    """A run starts from the estimate when the session has no report yet, and
+    from the session's last report (plus what came after it) when it has one."""
     reported = driver(model([6_000]), use_reported_usage=True)
     estimated = driver(model([6_000]), use_reported_usage=False)
     with_report, without = Session(), Session()
-    # Two runs each: every run starts from the estimate, whatever came before.
     for _ in range(2):
         await run_once(reported, with_report)
         await run_once(estimated, without)
-    for a, b in zip(with_report.runs, without.runs, strict=True):
-        assert measures(a)[0] == measures(b)[0]
-        assert measures(a)[0] < 6_000 < measures(a)[1]
+    first, second = with_report.runs
+    assert measures(first)[0] == measures(without.runs[0])[0]
+    assert measures(first)[0] < 6_000 < measures(first)[1]
+    assert measures(second)[0] > 6_000 > measures(without.runs[1])[0]
     assert [r.compactions for r in with_report.runs] == [(), ()]
 
 

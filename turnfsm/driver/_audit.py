@@ -40,6 +40,7 @@ from turnfsm.persistence import (
     TurnRecord,
     Verdict,
 )
+from turnfsm.tokens import TokenCounter
 from turnfsm.values import Usage
 
 __all__ = [
@@ -191,6 +192,32 @@ class Audit:
         self.compaction_usage = Usage()  # the passes' summary calls
         self.reported: Reported | None = None  # the provider's count of the last call
         self._context: tuple[MessageLog, MessageLog] | None = None
+
+    def carry_over(self, session: Session, counter: TokenCounter) -> None:
+        """Start from the provider's count of the session's last model call.
+
+        When the session's history still begins with what that call saw (no
+        compaction since), the count, plus the estimate of what was added
+        after it, stands for the history: the first measurement of a new run
+        uses it, in a new process too (a restart does not forget it).
+        """
+        for run in reversed(session.runs):
+            turns = [t for t in run.turns if t.usage and t.usage.input_tokens]
+            if not turns:
+                continue
+            last = turns[-1]
+            seen = run.context(run.turns.index(last))
+            history = session.history
+            if [m.id for m in history.items_from(0)][: len(seen)] != list(seen):
+                return
+            assert last.usage is not None
+            added = list(history.items_from(len(seen)))
+            self.reported = Reported(
+                tokens=last.usage.input_tokens + counter.count(added),
+                history=history,
+                pending=MessageLog(),
+            )
+            return
 
     def restore(self, record: RunRecord) -> None:
         """Pick up what a run logged so far (a resumed or abandoned run)."""

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, final, overload
 import attrs
 
 from turnfsm import _checks
-from turnfsm._resources import default_machine
+from turnfsm._resources import compaction_machine, default_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import (
     Budget,
@@ -174,6 +174,7 @@ class Driver:
     _digest: str = attrs.field(init=False)
     _extras: tuple[str, ...] = attrs.field(init=False)
     _settings: EffectSettings = attrs.field(init=False)
+    _compacting: Driver | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._tools = tools_by_name(self.tools)
@@ -318,6 +319,60 @@ class Driver:
                 raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
         OpenCalls.of(session.history).then(messages).require_closed()
+        return await self._start(session, messages, run_id, control, hooks, output)
+
+    async def compact(
+        self,
+        session: Session,
+        *,
+        control: RunControl | None = None,
+        hooks: Sequence[Hook] = (),
+    ) -> RunResult[Any]:
+        """Compact `session`'s history now, outside any run (a manual pass).
+
+        The operator's ``/compact``: one pass of this driver's context
+        manager over the session's history, whatever the token lines say,
+        logged as a run of the ``compaction`` machine (its pass, its commit,
+        its summaries and the circuit breaker, as in any run). A pass that
+        saves nothing changes nothing; an ephemeral session never compacts.
+
+        A compaction whose process died mid-pass is carried on, not begun
+        again: calling this again is the retry (the pass is redone, and a
+        summary the log already holds is not written twice).
+
+        Returns:
+            The run's result: ``done`` (the pass's record says what it came
+            to), or ``failed`` with the pass's error.
+
+        Raises:
+            SessionBusy: another run is using `session`, or a run of it (not
+                a compaction) is paused or unfinished.
+            SessionConflict: another writer appended to the session's log.
+        """
+        compacting = self._compacting
+        if compacting is None:
+            compacting = self._compacting = attrs.evolve(
+                self, machine=compaction_machine(), output_type=None
+            )
+        hooks = hooks_tuple(hooks)
+        _checks.check(hooks, "hooks", _CHECK_HOOKS)
+        waiting = session.open_runs()
+        if waiting and waiting[-1].opened.digest == compacting._digest:
+            return await compacting.resume(
+                session, waiting[-1].run_id, control=control, hooks=hooks
+            )
+        return await compacting._start(session, (), None, control, hooks, None)
+
+    async def _start(
+        self,
+        session: Session,
+        messages: tuple[Message, ...],
+        run_id: str | None,
+        control: RunControl | None,
+        hooks: Sequence[Hook],
+        output: OutputType | None,
+    ) -> RunResult[Any]:
+        """Open a run of `session` with `messages` and carry it to its end."""
         with session.claim():
             waiting = session.open_runs()
             if waiting:

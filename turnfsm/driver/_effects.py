@@ -98,7 +98,7 @@ def _extends(history: MessageLog, pending: MessageLog, last: Reported) -> bool:
 
 def is_extension(new: MessageLog, old: MessageLog, *, same: bool) -> bool:
     """Whether `new` is `old` (`same`) or `old` plus more (no copy compared)."""
-    if new is old:
+    if new is old or (not same and not old):
         return True
     if new.store_key[0] is not old.store_key[0]:
         return False

@@ -143,6 +143,9 @@ class RunLoop(Ending):
         died between the two appends) would resume without it.
         """
         settings = self.settings
+        manager = settings.context
+        if manager is not None and manager.use_reported_usage:
+            self.audit.carry_over(self.session, manager.counter)
         if not self.session.has_machine(settings.digest):
             # The machine goes in the log once: a run resumes on it without
             # the file.

@@ -167,6 +167,16 @@ class Session:
         """
         return self._failures
 
+    @property
+    def breaker_open(self) -> bool:
+        """Whether the session's compaction circuit breaker is open.
+
+        It opens when `compaction_failures` reaches the context manager's
+        `max_failures`; then passes make no model call until an operator
+        resets it (`reset_breaker`, ``turnfsm sessions reset-breaker``).
+        """
+        return self._breaker_open
+
     def machine(self, digest: str) -> MachineSpec | None:
         """The machine of `digest` a run of this session began on, or None.
 

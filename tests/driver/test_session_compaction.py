@@ -1,0 +1,114 @@
+"""Compacting a stored session outside any run: idempotent, crash-safe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+from turnfsm import Agent, ContextManager, Driver, SummarizingCompactor
+from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded, Verdict
+from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
+from turnfsm.tokens import HeuristicTokenCounter
+
+pytestmark = pytest.mark.anyio
+
+COUNTER = HeuristicTokenCounter()
+
+
+def driver_with(summaries: object) -> Driver:
+    return Driver(
+        model=ScriptedModel.of(*[f"answer {i}" for i in range(20)]),
+        context=ContextManager(
+            SummarizingCompactor(model=summaries, keep_recent_turns=2),  # type: ignore[arg-type]
+            context_window=50_000,
+            counter=COUNTER,
+        ),
+    )
+
+
+async def _filled(session: Session, driver: Driver, n: int = 8) -> None:
+    for i in range(n):
+        fact = f"fact {i}: the code of box {i} is {1000 + i}. " + "filler " * 150
+        assert (await driver.run(fact, session=session)).ok
+
+
+def _summaries(session: Session) -> list[SummaryRecorded]:
+    return [e for e in session.entries if isinstance(e, SummaryRecorded)]
+
+
+async def test_compacting_twice_writes_one_summary() -> None:
+    model = ExtractiveSummaryModel()
+    driver = driver_with(model)
+    session = Session()
+    await _filled(session, driver)
+    first = await driver.compact(session)
+    second = await driver.compact(session)
+    assert (first.outcome, second.outcome) == ("done", "done")
+    ((one,), (two,)) = (r.compactions for r in session.runs[-2:])
+    assert one.verdict is Verdict.COMPACTED
+    assert two.verdict in (Verdict.NOOP, Verdict.STALLED)
+    assert len(_summaries(session)) == 1
+    assert len(model.requests) == 1  # the repeat made no model call
+    assert [r.opened.machine for r in session.runs[-2:]] == ["compaction", "compaction"]
+    # The next run goes on from the compacted history.
+    assert (await driver.run("and the code of box 0?", session=session)).ok
+
+
+async def test_an_agent_compacts_a_session_by_id(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    model = ExtractiveSummaryModel()
+    agent = Agent(
+        model=ScriptedModel.of(*["ok"] * 20),
+        context=driver_with(model).context,
+        store=store,
+    )
+    await _filled(agent.session, agent.driver)
+    session_id = agent.session.id
+    other = Agent(
+        model=ScriptedModel.of(), context=driver_with(model).context, store=store
+    )
+    result = await other.compact(session_id)
+    assert result.ok
+    reopened = await Session.load(SQLiteStore(tmp_path / "s.db"), session_id)
+    assert len(_summaries(reopened)) == 1
+    await store.close()
+
+
+@pytest.mark.slow
+async def test_a_compaction_killed_mid_pass_then_retried_writes_one_summary(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path)
+    session = Session(store=store)
+    await _filled(session, driver_with(ExtractiveSummaryModel()))
+    await store.close()
+    worker = subprocess.run(  # noqa: ASYNC221 - the test waits for the kill
+        [sys.executable, "-m", "tests.driver.compact_worker", str(path), session.id],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == -signal.SIGKILL, worker.stderr.decode()
+    store = SQLiteStore(path)
+    crashed = await Session.load(store, session.id)
+    (open_run,) = crashed.open_runs()
+    assert open_run.opened.machine == "compaction"
+    assert _summaries(crashed) == []
+    # The retry carries the unfinished compaction on.
+    model = ExtractiveSummaryModel()
+    result = await driver_with(model).compact(crashed)
+    assert result.ok, result.error
+    assert result.run_id == open_run.run_id
+    assert len(_summaries(crashed)) == 1
+    assert (await driver_with(model).compact(crashed)).ok
+    assert len(_summaries(crashed)) == 1
+    await store.close()
