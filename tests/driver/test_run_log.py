@@ -68,10 +68,18 @@ async def test_the_log_is_written_as_the_run_goes() -> None:
     model = ScriptedModel.of(reply("", tool_call("peek", "c1")), "done")
     result = await Driver(model=model, tools=[peek]).run("go", session=session)
     assert result.ok
-    # While the tool ran, the run's opening, its events so far and the turn
-    # that asked for the tool were already in the store.
+    # While the tool ran, the machine the run began on, the run's opening,
+    # its events so far and the turn that asked for the tool were already in
+    # the store.
     assert seen == [
-        ["RunOpened", "EventRecorded", "EventRecorded", "TurnRecord", "EventRecorded"]
+        [
+            "MachineStored",
+            "RunOpened",
+            "EventRecorded",
+            "EventRecorded",
+            "TurnRecord",
+            "EventRecorded",
+        ]
     ]
     stored = await session.store.load(session.id)
     assert list(stored) == list(session.entries)
