@@ -29,7 +29,6 @@ from turnfsm.errors import (
     IllegalEvent,
     InvalidMessage,
     LogInconsistent,
-    MachineBroken,
     ReplayDiverged,
     ReplayError,
 )
@@ -126,12 +125,14 @@ def rebuild(
         except InvalidMessage:
             actual = (entry.phase, "error:InvalidMessage")
             machine = TurnMachine.from_snapshot(spec, machine.snapshot)
-        except (IllegalEvent, MachineBroken) as exc:
+        except IllegalEvent as exc:
             raise feed.inconsistent(
                 entry,
                 f"it led to {entry.phase} -> {entry.decision}",
-                f"{exc} (an event before it is repeated, moved or missing)",
+                f"phase {exc.phase!r} does not take {exc.event!r} (an event "
+                "before it is missing, repeated or out of order)",
             ) from None
+
         else:
             actual = (machine.phase, decision_key(decision))
             if on_step is not None:
@@ -198,6 +199,7 @@ class _Feed:
         self.record = record
         self.turns = record.turns if check else ()
         self.replies = 0  # model replies fed so far
+        self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
 
     def position(self, entry: Entry) -> int | None:
         """Where `entry` is in the session's log (looked up only on a failure)."""
@@ -244,6 +246,7 @@ class _Feed:
             )
         turn = self.turns[self.replies]
         self.replies += 1
+        self.context = self.context[: turn.keep] + turn.added  # as `RunRecord`
         if reply.id != turn.output:
             raise self.inconsistent(
                 entry,
@@ -269,7 +272,7 @@ class _Feed:
                 f"the reply answers model call {turn.turn}",
                 f"the brain made model call {decision.turn}",
             )
-        logged = self.record.context(self.replies - 1)
+        logged = self.context
         sent = tuple(m.id for m in (*decision.history, *decision.pending))
         if logged != sent:
             k = next(
