@@ -478,6 +478,21 @@ def _swap(a: int, b: int) -> Edit:
     return edit
 
 
+def _swap_renumbered(a: int, b: int) -> Edit:
+    """Swap two event lines and their indexes: the order checks pass."""
+
+    def edit(lines: list[str]) -> list[str]:
+        first, second = json.loads(lines[a - 1]), json.loads(lines[b - 1])
+        first["data"]["index"], second["data"]["index"] = (
+            second["data"]["index"],
+            first["data"]["index"],
+        )
+        lines[a - 1], lines[b - 1] = json.dumps(second), json.dumps(first)
+        return lines
+
+    return edit
+
+
 def _delete(number: int) -> Edit:
     return lambda ls: [*ls[: number - 1], *ls[number:]]
 
@@ -504,6 +519,14 @@ class Tampered:
 
 TAMPERED = [
     Tampered("swapped events", _swap(7, 8), 0, 3, 7, "logged as #4"),
+    Tampered(
+        "swapped events, renumbered",
+        _swap_renumbered(7, 8),
+        0,
+        3,
+        7,
+        "phase 'run_tools' does not take 'measured'",
+    ),
     Tampered("a repeated event", _repeat(4), 0, 2, 5, "logged as #1"),
     Tampered("a deleted event", _delete(4), 0, 1, 5, "logged as #2"),
     Tampered(
