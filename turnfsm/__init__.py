@@ -133,6 +133,9 @@ if TYPE_CHECKING:
         InvalidReturn as InvalidReturn,
     )
     from turnfsm.errors import (
+        LogInconsistent as LogInconsistent,
+    )
+    from turnfsm.errors import (
         MachineBroken as MachineBroken,
     )
     from turnfsm.errors import (
@@ -148,6 +151,9 @@ if TYPE_CHECKING:
         ReplayDiverged as ReplayDiverged,
     )
     from turnfsm.errors import (
+        ReplayError as ReplayError,
+    )
+    from turnfsm.errors import (
         RunCrashed as RunCrashed,
     )
     from turnfsm.errors import (
@@ -158,6 +164,9 @@ if TYPE_CHECKING:
     )
     from turnfsm.errors import (
         SessionConflict as SessionConflict,
+    )
+    from turnfsm.errors import (
+        SessionNotFound as SessionNotFound,
     )
     from turnfsm.errors import (
         StoreError as StoreError,
@@ -249,6 +258,7 @@ _LAZY: dict[str, str] = {
     "IllegalEvent": "turnfsm.errors",
     "InvalidMessage": "turnfsm.errors",
     "InvalidReturn": "turnfsm.errors",
+    "LogInconsistent": "turnfsm.errors",
     "MachineBroken": "turnfsm.errors",
     "MachineSpec": "turnfsm.core",
     "MaxTurnsExceeded": "turnfsm.errors",
@@ -264,6 +274,7 @@ _LAZY: dict[str, str] = {
     "ProviderError": "turnfsm.errors",
     "RatioTokenCounter": "turnfsm.tokens",
     "ReplayDiverged": "turnfsm.errors",
+    "ReplayError": "turnfsm.errors",
     "RetryPolicy": "turnfsm.driver",
     "Role": "turnfsm.messages",
     "RunControl": "turnfsm.driver",
@@ -274,6 +285,7 @@ _LAZY: dict[str, str] = {
     "Session": "turnfsm.persistence",
     "SessionBusy": "turnfsm.errors",
     "SessionConflict": "turnfsm.errors",
+    "SessionNotFound": "turnfsm.errors",
     "SessionStore": "turnfsm.persistence",
     "Snapshot": "turnfsm.core",
     "StoreError": "turnfsm.errors",

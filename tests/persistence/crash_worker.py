@@ -9,7 +9,7 @@ store and carries on where the log says it stopped:
 STORE is ``sqlite:PATH`` or a ``postgresql://`` URL / conninfo (prefixed by
 ``postgres:``). The worker
 
-1. reopens the session (`Session.load`) and prints ``ready`` on stdout;
+1. reopens the session, or starts it (`Session.open`), and prints ``ready``;
 2. resumes the open run, if there is one (`Driver.resume`, no event: the
    effect in flight is redone, journaled tool results are not re-run);
 3. runs the remaining scripted tasks (``task 0`` .. ``task N-1``, one run
@@ -215,7 +215,7 @@ async def drive(
 ) -> Session:
     """Carry the scripted session on from its log until every task is done."""
     store = TracedStore(store, trace)
-    session = await Session.load(store, session_id)
+    session = await Session.open(store, session_id)
     trace.mark(f"loaded {session.version}")
     if ready is not None:
         ready()

@@ -31,6 +31,7 @@ from turnfsm.errors import (
     CorruptRecord,
     ProviderError,
     SessionConflict,
+    SessionNotFound,
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import (
@@ -121,7 +122,9 @@ async def test_the_suite_rejects_what_is_not_a_store() -> None:
 async def test_a_stale_session_view_gets_a_conflict_and_writes_nothing() -> None:
     store = MemoryStore()
     first = Session("s1", store=store)
-    await Session.load(store, "s1")
+    with pytest.raises(SessionNotFound):  # reading writes nothing, creates nothing
+        await Session.load(store, "s1")
+    assert await store.list_sessions() == ()
     driver_model = ScriptedModel.of("one", "two")
     from turnfsm.driver import Driver
 

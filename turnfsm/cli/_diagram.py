@@ -253,7 +253,7 @@ async def _stored_runs(store: str | None, given: Sequence[str]) -> list[_Run]:
         for text in given:
             session_id, _, run_id = text.partition(":")
             if session_id not in loaded:
-                loaded[session_id] = await Session.load(sessions, session_id)
+                loaded[session_id] = await Session.open(sessions, session_id)
             session = loaded[session_id]
             records = [r for r in session.runs if run_id in ("", r.run_id)]
             if not records:

@@ -10,7 +10,13 @@ import anyio
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
-from turnfsm.errors import ConfigError, DefinitionError, StoreError
+from turnfsm.errors import (
+    ConfigError,
+    DefinitionError,
+    ReplayError,
+    SessionNotFound,
+    StoreError,
+)
 from turnfsm.persistence import RunRecord, Session, load_session
 
 __all__ = ["run_replay"]
@@ -35,7 +41,7 @@ def run_replay(
     """
     stream = out or sys.stdout
     try:
-        session, source = _open(path, store, session_id)
+        session, source, lines = _open(path, store, session_id)
         runs = [r for r in session.runs if run_id is None or r.run_id == run_id]
         if not runs:
             raise ConfigError("--run", run_id, f"a run of the log ({source})")
@@ -44,30 +50,34 @@ def run_replay(
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
         print(f"turnfsm replay: {exc}", file=sys.stderr)
         return 2
-    return _report(session, runs, specs, stream)
+    return _report(session, runs, specs, stream, lines)
 
 
 def _open(
     path: str | None, store: str | None, session_id: str | None
-) -> tuple[Session, str]:
+) -> tuple[Session, str, list[int] | None]:
+    """The session, where it came from, and the file line of each entry."""
     if (path is None) == (session_id is None):
         raise ConfigError("replay", path, "a log file or --session ID (one of them)")
     if path is not None:
-        with open(path, encoding="utf-8") as lines:
-            return anyio.run(load_session, lines), path
-    return anyio.run(_load_stored, store, str(session_id))
+        with open(path, "rb") as file:
+            data = file.read()
+        session = anyio.run(load_session, data)
+        return session, path, _entry_lines(data, session.version)
+    return *anyio.run(_load_stored, store, str(session_id)), None
 
 
 async def _load_stored(store: str | None, session_id: str) -> tuple[Session, str]:
+    from turnfsm.cli._sessions import not_found
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
     sessions = open_cli_store(store)
     try:
         session = await Session.load(sessions, session_id)
+    except SessionNotFound as exc:
+        raise await not_found(exc, sessions) from None
     finally:
         await close_store(sessions)
-    if session.version == 0:
-        raise ConfigError("--session", session_id, f"a session in {where(sessions)}")
     return session, f"session {session_id} in {where(sessions)}"
 
 
@@ -87,6 +97,7 @@ def _report(
     runs: list[RunRecord],
     specs: dict[str, MachineSpec],
     out: TextIO,
+    lines: list[int] | None,
 ) -> int:
     failed = 0
     for run in runs:
@@ -100,5 +111,22 @@ def _report(
             continue
         failed += 1
         reason = report.divergence or "the replayed history differs from the log"
-        print(f"{run.run_id}: DIVERGES - {reason}", file=out)
+        at = _line(report.divergence, lines)
+        print(f"{run.run_id}: DIVERGES{at} - {reason}", file=out)
     return 1 if failed else 0
+
+
+def _line(divergence: ReplayError | None, lines: list[int] | None) -> str:
+    """`` at line N`` of the log file where `divergence` is, if that is known."""
+    if divergence is None or divergence.entry is None or lines is None:
+        return ""
+    return f" at line {lines[divergence.entry]}"
+
+
+def _entry_lines(data: bytes, entries: int) -> list[int] | None:
+    """The line of each entry of a JSON lines log (None: a JSON document)."""
+    rows = data.split(b"\n")
+    numbers = [n for n, row in enumerate(rows, start=1) if row.strip()]
+    if len(numbers) != entries + 1 or rows[0].strip() == b"{":
+        return None
+    return numbers[1:]

@@ -8,11 +8,11 @@ moves between stores and machines without loss.
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 import time
-from collections.abc import Iterable
-from typing import Any, TextIO, final
+from typing import TextIO, final
 
 import anyio
 import anyio.to_thread
@@ -20,11 +20,11 @@ import attrs
 
 from turnfsm import serde
 from turnfsm.cli._stores import close_store, open_cli_store, where
-from turnfsm.errors import ConfigError, SessionConflict, StoreError
+from turnfsm.errors import ConfigError, SessionConflict, SessionNotFound, StoreError
 from turnfsm.messages import Message
 from turnfsm.persistence import Session, SessionStore, load_session, session_lines
 
-__all__ = ["SessionsCommand", "run_sessions"]
+__all__ = ["SessionsCommand", "not_found", "run_sessions"]
 
 
 @final
@@ -85,10 +85,20 @@ async def _reset_breaker(session: Session, out: TextIO) -> int:
 
 
 async def _session(store: SessionStore, session_id: str) -> Session:
-    session = await Session.load(store, session_id)
-    if session.version == 0:
-        raise ConfigError("session", session_id, f"a session in {where(store)}")
-    return session
+    try:
+        return await Session.load(store, session_id)
+    except SessionNotFound as exc:
+        raise await not_found(exc, store) from None
+
+
+async def not_found(exc: SessionNotFound, store: SessionStore) -> SessionNotFound:
+    """`exc`, saying which store and the stored ids closest to the one asked for."""
+    try:
+        ids = [info.id for info in await store.list_sessions()]
+    except StoreError:  # the store cannot list: say no more than the id
+        ids = []
+    close = difflib.get_close_matches(exc.session_id, ids, n=3, cutoff=0.8)
+    return attrs.evolve(exc, store=where(store), suggestions=close)
 
 
 async def _list(store: SessionStore, out: TextIO) -> int:
@@ -174,7 +184,9 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         entries = [serde.envelope(entry) for entry in session.entries]
         document = {**header, "entries": entries}
         text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
-        text += "\n"
+        # A lone surrogate (text from bytes that were not UTF-8) is written as
+        # its JSON escape, as in the JSON lines form: the same text reads back.
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
     if path is None:
         out.write(text)
         return 0
@@ -188,12 +200,14 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
 
 
 async def _import(store: SessionStore, path: str, out: TextIO) -> int:
+    data: str | bytes
     if path == "-":
-        text = sys.stdin.read()
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes, unless replaced
+        data = stdin.read()
     else:
-        text = await anyio.Path(path).read_text(encoding="utf-8")
+        data = await anyio.Path(path).read_bytes()
     try:
-        session = await load_session(_log_lines(text), store)
+        session = await load_session(data, store)
     except SessionConflict as exc:
         print(
             f"turnfsm sessions import: session {exc.session_id} is already in "
@@ -208,18 +222,6 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         file=out,
     )
     return 0
-
-
-def _log_lines(text: str) -> Iterable[str]:
-    """Return the JSON lines of a log exported as JSON lines or as one document."""
-    try:
-        document: Any = json.loads(text)
-    except json.JSONDecodeError:
-        return text.splitlines()  # JSON lines (load_session names a bad line)
-    if isinstance(document, dict) and isinstance(document.get("entries"), list):
-        header = {k: v for k, v in document.items() if k != "entries"}
-        return [json.dumps(header), *map(json.dumps, document["entries"])]
-    return text.splitlines()
 
 
 async def _remove(

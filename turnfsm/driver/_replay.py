@@ -9,15 +9,38 @@ interrupted run resumes in any process that opens the store.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
-from typing import final
+from typing import Final, final
 
 import attrs
 
-from turnfsm.core import MachineSpec, TurnMachine, trigger_of
-from turnfsm.errors import ConfigError, InvalidMessage, ReplayDiverged
-from turnfsm.messages import MessageLog
-from turnfsm.persistence import Session, decision_key
+from turnfsm.core import (
+    CallLLM,
+    Decision,
+    MachineSpec,
+    ModelReplied,
+    OutputRejected,
+    TurnMachine,
+    trigger_of,
+)
+from turnfsm.errors import (
+    ConfigError,
+    IllegalEvent,
+    InvalidMessage,
+    LogInconsistent,
+    ReplayDiverged,
+    ReplayError,
+)
+from turnfsm.messages import MessageLog, Role
+from turnfsm.persistence import (
+    Entry,
+    EventRecorded,
+    RunRecord,
+    Session,
+    TurnRecord,
+    decision_key,
+)
 
 __all__ = ["ReplayReport", "rebuild", "replay"]
 
@@ -31,14 +54,15 @@ class ReplayReport:
         run_id: The run.
         events: How many logged events were re-fed.
         divergence: The first event whose phase or decision differs from the
-            log (or whose history differs), or None.
+            log (a `ReplayDiverged`), or where the log contradicts itself (a
+            `LogInconsistent`), or None.
         history_matches: Whether the replayed committed history equals the
-            one the log's commit points project.
+            one the log's commit points project (message for message).
     """
 
     run_id: str
     events: int
-    divergence: ReplayDiverged | None = attrs.field(eq=False)
+    divergence: ReplayError | None = attrs.field(eq=False)
     history_matches: bool
 
     @property
@@ -57,11 +81,17 @@ def rebuild(
 ) -> TurnMachine:
     """Return a brain that has been fed every logged event of `run_id`.
 
+    With `check`, the log is checked as it is fed: the events come in their
+    logged order (none repeated, moved or missing), every model reply is the
+    assistant message its turn record names, each turn's recorded context is
+    the request the brain makes, and every answer of the brain is the
+    logged one.
+
     Args:
         spec: The machine the run ran on.
         session: The session holding the run's log.
         run_id: The run.
-        check: Compare every answer with the log (raise on a divergence).
+        check: Check the log, and compare every answer with it.
         on_step: Called with the brain after each event it took (its
             `last_step` is the transition that fired, if any), e.g. to draw
             the path the run took.
@@ -69,21 +99,40 @@ def rebuild(
     Raises:
         ConfigError: the session has no such run.
         ReplayDiverged: `check` and the brain answers differently from the log.
+        LogInconsistent: the log contradicts itself: the history before the
+            run is not a whole conversation, or an event is one the brain
+            cannot take where the log puts it (always), or, with `check`, an
+            event is out of order or a reply is not what the turn records say.
     """
+    record = _record(session, run_id)
+    feed = _Feed(session, record, check=check)
     try:
-        record = session.run(run_id)
-    except KeyError:
-        expected = f"a run of session {session.id!r}"
-        raise ConfigError("run_id", run_id, expected) from None
-    machine = TurnMachine.start(
-        spec, budget=record.opened.budget, history=session.history_before(run_id)
-    )
-    for entry in session.run_entries(run_id):
+        machine = TurnMachine.start(
+            spec, budget=record.opened.budget, history=session.history_before(run_id)
+        )
+    except InvalidMessage as exc:
+        raise feed.inconsistent(
+            None,
+            "the history before the run is a whole conversation",
+            f"it is not: {exc}",
+        ) from None
+    for index, entry in enumerate(session.run_entries(run_id)):
+        event = entry.event
+        if check:
+            feed.check(index, entry, machine.decision)
         try:
-            decision = machine.handle(entry.event)
+            decision = machine.handle(event)
         except InvalidMessage:
             actual = (entry.phase, "error:InvalidMessage")
             machine = TurnMachine.from_snapshot(spec, machine.snapshot)
+        except IllegalEvent as exc:
+            raise feed.inconsistent(
+                entry,
+                f"it led to {entry.phase} -> {entry.decision}",
+                f"phase {exc.phase!r} does not take {exc.event!r} (an event "
+                "before it is missing, repeated or out of order)",
+            ) from None
+
         else:
             actual = (machine.phase, decision_key(decision))
             if on_step is not None:
@@ -92,30 +141,166 @@ def rebuild(
         if check and actual != logged:
             raise ReplayDiverged(
                 run_id=run_id,
-                index=entry.index,
-                event=trigger_of(entry.event),
+                index=index,
+                event=trigger_of(event),
                 expected=" -> ".join(logged),
                 actual=" -> ".join(actual),
+                entry=feed.position(entry),
             )
+    if check:
+        feed.finish()
     return machine
 
 
 def replay(spec: MachineSpec, session: Session, run_id: str) -> ReplayReport:
     """Replay the logged run `run_id` on `spec` and report the first divergence.
 
+    A log that contradicts itself is reported too (a `LogInconsistent`), as
+    is a replayed history that differs from the one the log projects.
+
     Raises:
         ConfigError: the session has no such run.
     """
+    _record(session, run_id)
     events = len(session.run_entries(run_id))
     try:
         machine = rebuild(spec, session, run_id)
-    except ReplayDiverged as diverged:
+    except ReplayError as diverged:
         return ReplayReport(
             run_id=run_id, events=events, divergence=diverged, history_matches=False
         )
     expected = session.history_after(run_id)
     replayed: MessageLog = machine.snapshot.history
-    matches = [m.id for m in replayed] == [m.id for m in expected]
+    matches = list(replayed) == list(expected)
     return ReplayReport(
         run_id=run_id, events=events, divergence=None, history_matches=matches
     )
+
+
+def _record(session: Session, run_id: str) -> RunRecord:
+    try:
+        return session.run(run_id)
+    except KeyError:
+        known = [run.run_id for run in session.runs]
+        close = difflib.get_close_matches(str(run_id), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        expected = f"a run of session {session.id!r}{hint}"
+        raise ConfigError("run_id", run_id, expected) from None
+
+
+_REPLIES: Final = (ModelReplied, OutputRejected)
+
+
+class _Feed:
+    """The checks of one run's log as its events are fed (`rebuild`)."""
+
+    def __init__(self, session: Session, record: RunRecord, *, check: bool) -> None:
+        self.session = session
+        self.record = record
+        self.turns = record.turns if check else ()
+        self.replies = 0  # model replies fed so far
+        self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
+
+    def position(self, entry: Entry) -> int | None:
+        """Where `entry` is in the session's log (looked up only on a failure)."""
+        return next((i for i, e in enumerate(self.session.entries) if e is entry), None)
+
+    def inconsistent(
+        self, entry: EventRecorded | None, expected: str, actual: str
+    ) -> LogInconsistent:
+        events = self.session.run_entries(self.record.run_id)
+        if entry is None:  # before the first event: at the run's opening
+            index = 0
+            event = trigger_of(events[0].event) if events else "run_started"
+            at: Entry = self.record.opened
+        else:
+            index = next((i for i, e in enumerate(events) if e is entry), entry.index)
+            event, at = trigger_of(entry.event), entry
+        return LogInconsistent(
+            run_id=self.record.run_id,
+            index=index,
+            event=event,
+            expected=expected,
+            actual=actual,
+            entry=self.position(at),
+        )
+
+    def check(self, index: int, entry: EventRecorded, decision: Decision) -> None:
+        """Check the `index`-th event before the brain takes it."""
+        if entry.index != index:
+            raise self.inconsistent(
+                entry,
+                f"event #{index} of the run comes here",
+                f"the event here is logged as #{entry.index} (an event is "
+                "missing, repeated or out of order)",
+            )
+        event = entry.event
+        if not isinstance(event, _REPLIES):
+            return
+        reply = event.message
+        if self.replies >= len(self.turns):
+            raise self.inconsistent(
+                entry,
+                f"{len(self.turns)} model call(s), each with its turn record",
+                f"no turn record names the reply {reply.id!r}",
+            )
+        turn = self.turns[self.replies]
+        self.replies += 1
+        self.context = self.context[: turn.keep] + turn.added  # as `RunRecord`
+        if reply.id != turn.output:
+            raise self.inconsistent(
+                entry,
+                f"turn {turn.turn}'s reply is message {turn.output!r}",
+                f"the event carries message {reply.id!r}",
+            )
+        if reply.role is not Role.ASSISTANT:
+            raise self.inconsistent(
+                entry,
+                f"turn {turn.turn}'s reply {reply.id!r} is the model's "
+                "(an assistant message)",
+                f"the event carries it as a {reply.role.value} message",
+            )
+        if isinstance(decision, CallLLM):
+            self._check_context(entry, turn, decision)
+
+    def _check_context(
+        self, entry: EventRecorded, turn: TurnRecord, decision: CallLLM
+    ) -> None:
+        if turn.turn != decision.turn:
+            raise self.inconsistent(
+                entry,
+                f"the reply answers model call {turn.turn}",
+                f"the brain made model call {decision.turn}",
+            )
+        logged = self.context
+        sent = tuple(m.id for m in (*decision.history, *decision.pending))
+        if logged != sent:
+            k = next(
+                (
+                    i
+                    for i, (a, b) in enumerate(zip(logged, sent, strict=False))
+                    if a != b
+                ),
+                min(len(logged), len(sent)),
+            )
+            said = repr(logged[k]) if k < len(logged) else "nothing more"
+            made = repr(sent[k]) if k < len(sent) else "nothing more"
+            raise self.inconsistent(
+                entry,
+                f"model call {turn.turn} saw {said} at message {k} of its context",
+                f"the brain's request has {made} there",
+            )
+
+    def finish(self) -> None:
+        """Every turn record was matched by its reply."""
+        if self.replies < len(self.turns):
+            turn = self.turns[self.replies]
+            events = self.session.run_entries(self.record.run_id)
+            raise LogInconsistent(
+                run_id=self.record.run_id,
+                index=len(events),
+                event="end of the run's events",
+                expected=f"model call {turn.turn} replied with {turn.output!r}",
+                actual="no event carries that reply",
+                entry=self.position(turn),
+            )

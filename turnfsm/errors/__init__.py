@@ -17,13 +17,16 @@ TurnFSMError                 base class; never raised directly
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retryable
 ├── SessionBusy              another run is using the session (or one is open)
-├── ReplayDiverged           a logged run does not replay to its logged decisions
+├── ReplayError              a logged run cannot be replayed; .run_id, .index, .entry
+│   ├── ReplayDiverged       the brain answers differently from the log
+│   └── LogInconsistent      the run's log contradicts itself (order, replies, history)
 ├── RunCrashed               a run ended on an unexpected exception (logged)
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
 ├── StoreError               a record could not be loaded or saved
 │   ├── CorruptRecord        (ValueError) stored data does not read back; .path
 │   ├── SessionConflict      another writer appended to the session first
+│   ├── SessionNotFound      (LookupError) no session of that id is stored
 │   ├── DuplicateRecord      an append repeats a compaction's idempotency key
 │   └── StoreUnusable        a store file or database cannot be used; .path, .reason
 └── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
@@ -67,10 +70,12 @@ from turnfsm.errors._misuse import (
 from turnfsm.errors._run import (
     CONTEXT_OVERFLOW,
     Cancelled,
+    LogInconsistent,
     MaxTurnsExceeded,
     OutputInvalid,
     ProviderError,
     ReplayDiverged,
+    ReplayError,
     RunCrashed,
     RunFailed,
     SessionBusy,
@@ -79,6 +84,7 @@ from turnfsm.errors._store import (
     CorruptRecord,
     DuplicateRecord,
     SessionConflict,
+    SessionNotFound,
     StoreError,
     StoreUnusable,
 )
@@ -99,16 +105,19 @@ __all__ = [
     "InvalidMessage",
     "InvalidReturn",
     "LargeItem",
+    "LogInconsistent",
     "MachineBroken",
     "MaxTurnsExceeded",
     "OutputInvalid",
     "Problem",
     "ProviderError",
     "ReplayDiverged",
+    "ReplayError",
     "RunCrashed",
     "RunFailed",
     "SessionBusy",
     "SessionConflict",
+    "SessionNotFound",
     "StoreError",
     "StoreUnusable",
     "ToolError",

@@ -13,10 +13,12 @@ from turnfsm.errors._base import TurnFSMError
 __all__ = [
     "CONTEXT_OVERFLOW",
     "Cancelled",
+    "LogInconsistent",
     "MaxTurnsExceeded",
     "OutputInvalid",
     "ProviderError",
     "ReplayDiverged",
+    "ReplayError",
     "RunCrashed",
     "RunFailed",
     "SessionBusy",
@@ -160,14 +162,14 @@ class SessionBusy(TurnFSMError):
         )
 
 
-@final
-@attrs.frozen(auto_exc=True)
-class ReplayDiverged(TurnFSMError):
-    """Raised when a run's logged events do not replay to the logged decisions.
+class ReplayError(TurnFSMError):
+    """Base class of the errors of replaying a logged run; never raised directly.
 
-    `index` is the first diverging event of the run, `event` its trigger;
-    `expected` is what the log says the brain answered, `actual` what a
-    fresh brain answers.
+    Each names the run (`run_id`), the event where the replay stopped
+    (`index`, its position among the run's events, 0-based; `event`, its
+    trigger), what the log says there (`expected`) and what was found
+    instead (`actual`); `entry` is that event's position in the session's
+    log (`Session.entries[entry]`), when known.
     """
 
     run_id: str
@@ -175,12 +177,64 @@ class ReplayDiverged(TurnFSMError):
     event: str
     expected: str
     actual: str
+    entry: int | None
+
+    def _where(self) -> str:
+        at = f" in entries[{self.entry}]" if self.entry is not None else ""
+        return f"event #{self.index} ({self.event}){at}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ReplayDiverged(ReplayError):
+    """Raised when a run's logged events do not replay to the logged decisions.
+
+    `index` is the first diverging event of the run, `event` its trigger;
+    `expected` is what the log says the brain answered, `actual` what a
+    fresh brain answers; `entry` is the event's position in the session's
+    log, when known.
+    """
+
+    run_id: str
+    index: int
+    event: str
+    expected: str
+    actual: str
+    entry: int | None = None
 
     def __str__(self) -> str:
         return (
-            f"run {self.run_id!r} diverges at event #{self.index} ({self.event}): "
-            f"the log says {self.expected}, the brain says {self.actual}; the log "
-            "was changed, or the machine or a guard is not the one it ran on"
+            f"run {self.run_id!r} diverges at {self._where()}: the log says "
+            f"{self.expected}, the brain says {self.actual}; the log was changed, "
+            "or the machine or a guard is not the one it ran on"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class LogInconsistent(ReplayError):
+    """Raised when a run's log contradicts itself, so the run cannot be replayed.
+
+    Events out of order, repeated or missing, an event the brain cannot take
+    where the log puts it, a model reply that is not the assistant message
+    the run's turn records name, or a history before the run that is not a
+    whole conversation: the log was changed or damaged after it was written.
+    `expected` is what the rest of the log says, `actual` what the event
+    carries.
+    """
+
+    run_id: str
+    index: int
+    event: str
+    expected: str
+    actual: str
+    entry: int | None = None
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id!r} cannot be replayed at {self._where()}: the log "
+            f"says {self.expected}, but {self.actual}; the log was changed or "
+            "damaged after it was written - restore it from a copy"
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import final
 
 import attrs
@@ -12,6 +13,7 @@ __all__ = [
     "CorruptRecord",
     "DuplicateRecord",
     "SessionConflict",
+    "SessionNotFound",
     "StoreError",
     "StoreUnusable",
 ]
@@ -66,6 +68,38 @@ class SessionConflict(StoreError):
             f"session {self.session_id!r} changed under this writer: expected "
             f"version {self.expected}, found {self.actual}; another writer "
             "appended first - reload the session and retry"
+        )
+
+
+def _ids(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SessionNotFound(StoreError, LookupError):
+    """Raised when a session is read by an id that the store does not hold.
+
+    Reading is never how a session starts (a run on a new id is): a
+    misspelt id fails here instead of opening an empty conversation.
+    `store` says where it was looked for ("" when the reader did not say),
+    `suggestions` the stored ids closest to `session_id`, if the reader
+    looked for any.
+    """
+
+    session_id: str
+    store: str = ""
+    suggestions: tuple[str, ...] = attrs.field(default=(), converter=_ids)
+
+    def __str__(self) -> str:
+        where = f" in {self.store}" if self.store else " in the store"
+        hint = ""
+        if self.suggestions:
+            hint = f" (did you mean {' or '.join(map(repr, self.suggestions))}?)"
+        return (
+            f"no session {self.session_id!r}{where}{hint}; check the id against "
+            "the stored sessions (a session is created by its first run, "
+            "never by reading it)"
         )
 
 

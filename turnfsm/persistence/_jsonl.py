@@ -3,7 +3,14 @@
 Each entry line is `turnfsm.serde.envelope(entry)`: versioned, tagged with
 the entry's class, in the one JSON form every record has. The file can be
 read back into any store (`load_session`), replayed (`turnfsm replay FILE`),
-or read by other tools.
+or read by other tools. The same log as one JSON document (the header's
+keys, plus ``entries``: the list of entries) reads back too.
+
+Reading a log checks all of it before anything is written: each line, then
+the session it projects to (every entry of an opened run, every committed
+message brought in by an event, every committed history a whole
+conversation). A log that fails a check is refused whole, naming the line
+(or the entry of a document) and the field.
 """
 
 from __future__ import annotations
@@ -13,22 +20,45 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from turnfsm import serde
-from turnfsm.errors import CorruptRecord
-from turnfsm.persistence._records import Entry
+from turnfsm.errors import ConfigError, CorruptRecord, InvalidMessage
+from turnfsm.messages import OpenCalls
+from turnfsm.persistence._records import Committed, Entry, RunOpened
 from turnfsm.persistence._session import Session
-from turnfsm.persistence._store import MemoryStore, SessionStore
+from turnfsm.persistence._store import SessionStore, check_session_id
 
 __all__ = ["dump_session", "load_session", "session_lines"]
 
 FORMAT: Final = "turnfsm-session-log"
 
+_LOG: Final = "session log"
+"""What a `CorruptRecord` of the file itself (not of one entry) names."""
+
 
 def session_lines(session: Session) -> Iterator[str]:
-    """Yield the JSON lines of `session`'s log: a header, then every entry."""
+    """Yield the JSON lines of `session`'s log: a header, then every entry.
+
+    Each line encodes to UTF-8: a lone surrogate (text decoded from bytes
+    that were not UTF-8, such as a file name) is written as its JSON escape,
+    which reads back as the same text.
+    """
     header = {"format": FORMAT, "v": serde.SCHEMA_VERSION, "session_id": session.id}
     yield json.dumps(header, sort_keys=True)
     for entry in session.entries:
-        yield serde.dumps(serde.envelope(entry))
+        yield _as_utf8(serde.dumps(serde.envelope(entry)))
+
+
+def _as_utf8(text: str) -> str:
+    """Return JSON `text` with each lone surrogate written as its JSON escape.
+
+    JSON text holds surrogates only inside strings, where the six characters
+    backslash, ``u``, ``dc80`` are the escape of the same character: the text
+    reads back unchanged, and now encodes to UTF-8.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def dump_session(session: Session, path: str) -> int:
@@ -40,52 +70,163 @@ def dump_session(session: Session, path: str) -> int:
 
 
 async def load_session(
-    lines: Iterable[str], store: SessionStore | None = None
+    lines: Iterable[str] | str | bytes, store: SessionStore | None = None
 ) -> Session:
     """Read a log written by `dump_session` into `store` and open it.
 
+    The whole log is checked first, in memory: a log that fails a check
+    writes nothing. It is then written in one append.
+
     Args:
-        lines: The file's lines (an open file works).
+        lines: The log: its lines (an open text file works), or its whole
+            text as `str` or UTF-8 `bytes`; JSON lines, or the one JSON
+            document ``turnfsm sessions export --format json`` writes.
         store: Where to put the session (a new `MemoryStore` if None).
 
     Raises:
-        CorruptRecord: a line is not JSON or not an entry (its number is
-            named), or the header is missing or of another version.
-        SessionConflict: `store` already holds that session.
+        CorruptRecord: the log cannot be read, naming the line (or the
+            document's ``entries[i]``) and the field: text that is not UTF-8
+            or not JSON, a missing or foreign header or version, a line that
+            is not an entry, no entries at all, an entry of a run opened
+            nowhere before it (or opened twice), a commit of messages no
+            earlier event brought in, or a committed history that is not a
+            whole conversation (a tool result without its call).
+        SessionConflict: `store` already holds that session (nothing written).
     """
-    rows = iter(enumerate(lines, start=1))
-    header = _header(next(rows, (1, "")))
-    entries: list[Entry] = []
-    for number, line in rows:
-        if line.strip():
-            entries.append(_entry(number, line))
-    target = store if store is not None else MemoryStore()
-    await target.append(header["session_id"], entries, expected_version=0)
-    return await Session.load(target, header["session_id"])
+    session_id, located = _read(lines)
+    session = await _project(session_id, located)
+    if store is None:
+        return session  # its own MemoryStore holds the checked log
+    await store.append(session_id, session.entries, expected_version=0)
+    return await Session.load(store, session_id)
 
 
-def _header(row: tuple[int, str]) -> dict[str, Any]:
-    number, line = row
-    data = _json(number, line)
-    ok = (
-        isinstance(data, dict)
-        and data.get("format") == FORMAT
-        and isinstance(data.get("session_id"), str)
-    )
-    if not ok:
-        raise CorruptRecord("session log", f"line {number}", "not a session log header")
-    if data["v"] != serde.SCHEMA_VERSION:
-        raise CorruptRecord("session log", "v", f"unknown version {data['v']!r}")
-    return data  # type: ignore[no-any-return]
+# -- reading the text ----------------------------------------------------------
 
 
-def _entry(number: int, line: str) -> Entry:
-    try:
-        return serde.open_envelope(_json(number, line), Entry)  # type: ignore[no-any-return]
-    except CorruptRecord as exc:
+def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Entry]]]:
+    """The log's session id, and each entry with where it is in the file."""
+    rows = _rows(source)
+    if not any(row.strip() for row in rows):
+        raise CorruptRecord(_LOG, "line 1", "the file is empty")
+    first = _json_or_none(rows[0])
+    if first is not None and not isinstance(first, dict):
+        raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
+    if first is not None and "entries" not in first:
+        session_id = _header("line 1", first)
+        located = [
+            (f"line {number}", _entry(f"line {number}", _json(number, row)))
+            for number, row in enumerate(rows[1:], start=2)
+            if row.strip()
+        ]
+        where = "line 2"
+    else:  # one JSON document, on one line or many
+        document = _document(rows) if first is None else first
+        entries = document.get("entries")
+        session_id = _header("", {k: v for k, v in document.items() if k != "entries"})
+        if not isinstance(entries, list):
+            raise CorruptRecord(
+                _LOG, "entries", f"expected a list of entries, got {_kind(entries)}"
+            )
+        located = [
+            (f"entries[{i}]", _entry(f"entries[{i}]", item))
+            for i, item in enumerate(entries)
+        ]
+        where = "entries"
+    if not located:
         raise CorruptRecord(
-            exc.type, f"line {number}: {exc.path}".rstrip(": "), exc.reason
+            _LOG,
+            where,
+            "no entries after the header: a session's log holds at "
+            "least the opening of its first run",
+        )
+    return session_id, located
+
+
+def _rows(source: Iterable[str] | str | bytes) -> list[str]:
+    """The log's lines, its text checked to be UTF-8."""
+    if isinstance(source, bytes):
+        data = source
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise _not_utf8(line, data[exc.start]) from None
+    if isinstance(source, str):
+        return source.removeprefix("\ufeff").split("\n")
+    rows: list[str] = []
+    try:
+        rows.extend(source)
+    except UnicodeDecodeError as exc:  # a file opened as UTF-8 that is not
+        raise _not_utf8(len(rows) + 1, exc.object[exc.start]) from None
+    if rows:
+        rows[0] = rows[0].removeprefix("\ufeff")
+    return rows
+
+
+def _not_utf8(line: int, byte: int) -> CorruptRecord:
+    return CorruptRecord(
+        _LOG,
+        f"line {line}",
+        f"not UTF-8 text (byte {byte:#04x}); a session log is UTF-8: write it "
+        "again in that encoding",
+    )
+
+
+def _document(rows: list[str]) -> dict[str, Any]:
+    """The log as one JSON document (an export in ``--format json``)."""
+    try:
+        data = json.loads("\n".join(rows))
+    except json.JSONDecodeError as exc:
+        raise CorruptRecord(
+            _LOG, f"line {exc.lineno}", f"not JSON: {exc.msg} (column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise CorruptRecord(_LOG, "", _TOO_DEEP) from None
+    if not isinstance(data, dict):
+        raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
+    return data
+
+
+_NOT_A_HEADER: Final = (
+    f'not a session log header (a JSON object with "format": "{FORMAT}", '
+    '"v" and "session_id")'
+)
+_TOO_DEEP: Final = "nested deeper than any session log is"
+
+
+def _header(where: str, data: dict[str, Any]) -> str:
+    """Check the header; return the session id it names."""
+    if data.get("format") != FORMAT:
+        raise CorruptRecord(_LOG, where or "format", _NOT_A_HEADER)
+    if "v" not in data:
+        raise CorruptRecord(
+            _LOG, _at(where, "v"), "missing: the header names the log's version"
+        )
+    if data["v"] != serde.SCHEMA_VERSION:
+        raise CorruptRecord(
+            _LOG,
+            _at(where, "v"),
+            f"unknown version {data['v']!r}; this turnfsm reads version "
+            f"{serde.SCHEMA_VERSION}",
+        )
+    try:
+        return check_session_id(data.get("session_id"))
+    except ConfigError as exc:
+        raise CorruptRecord(
+            _LOG,
+            _at(where, "session_id"),
+            f"{exc.value!r} is not a session id (expected {exc.expected})",
+        ) from None
+
+
+def _entry(where: str, data: Any) -> Entry:
+    try:
+        return serde.open_envelope(data, Entry)  # type: ignore[no-any-return]
+    except CorruptRecord as exc:
+        raise CorruptRecord(exc.type, _at(where, exc.path), exc.reason) from None
+    except RecursionError:
+        raise CorruptRecord(_LOG, where, _TOO_DEEP) from None
 
 
 def _json(number: int, line: str) -> Any:
@@ -93,5 +234,64 @@ def _json(number: int, line: str) -> Any:
         return json.loads(line)
     except json.JSONDecodeError as exc:
         raise CorruptRecord(
-            "session log", f"line {number}", f"not JSON: {exc}"
+            _LOG, f"line {number}", f"not JSON: {exc.msg} (column {exc.colno})"
         ) from None
+    except RecursionError:
+        raise CorruptRecord(_LOG, f"line {number}", _TOO_DEEP) from None
+
+
+def _json_or_none(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
+def _at(where: str, field: str) -> str:
+    return f"{where}: {field}" if where and field else where or field
+
+
+def _kind(value: object) -> str:
+    names = {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+# -- checking the session it projects to -------------------------------------
+
+
+async def _project(session_id: str, located: list[tuple[str, Entry]]) -> Session:
+    """The session the entries project to, in memory, every check passed."""
+    session = Session(session_id)
+    for where, entry in located:
+        if isinstance(entry, RunOpened) and session.has_run(entry.run_id):
+            raise CorruptRecord(
+                "RunOpened",
+                _at(where, "data.run_id"),
+                f"run {entry.run_id!r} was opened before; a run opens once",
+            )
+        if isinstance(entry, Committed):
+            size = len(session.history)
+            if not 0 <= entry.keep <= size:
+                raise CorruptRecord(
+                    "Committed",
+                    _at(where, "data.keep"),
+                    f"keeps {entry.keep} messages of a history of {size}",
+                )
+        try:
+            await session.append(entry)
+        except CorruptRecord as exc:
+            # The session names the entry's position; the file names its line.
+            field = exc.path.partition("]")[2].lstrip(".")
+            raise CorruptRecord(
+                exc.type, _at(where, f"data.{field}" if field else ""), exc.reason
+            ) from None
+        if isinstance(entry, Committed):
+            try:
+                OpenCalls.of(session.history).require_closed()
+            except InvalidMessage as exc:
+                raise CorruptRecord(
+                    "Committed",
+                    _at(where, "data.messages"),
+                    f"the committed history is not a whole conversation: {exc}",
+                ) from None
+    return session

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import final
 
 from turnfsm.core import MachineSpec
-from turnfsm.errors import CorruptRecord, SessionBusy
+from turnfsm.errors import CorruptRecord, SessionBusy, SessionNotFound
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
     BreakerChanged,
@@ -53,8 +53,10 @@ class Session:
 
     `Session()` starts a new conversation in a private `MemoryStore`;
     `Session(store=s)` a new one in `s`; `await Session.load(s, id)` reopens
-    a stored one. The driver appends to the log; `history` and `runs` are
-    its projections, kept up to date as it grows.
+    a stored one (`SessionNotFound` if `s` holds none); `await
+    Session.open(s, id)` reopens it, or starts a new one under that id. The
+    driver appends to the log; `history` and `runs` are its projections,
+    kept up to date as it grows.
     """
 
     __slots__ = (
@@ -108,7 +110,34 @@ class Session:
 
     @classmethod
     async def load(cls, store: SessionStore, id: str) -> Session:
-        """Reopen the session `id` from `store` (a new, empty one if unknown)."""
+        """Reopen the stored session `id`: its history and runs, rebuilt from its log.
+
+        Reading never creates a session: a misspelt id fails here instead
+        of quietly starting an empty conversation. `Session.open` reopens a
+        session or starts a new one under that id.
+
+        Raises:
+            SessionNotFound: `store` holds no session `id`.
+            CorruptRecord: the stored log does not project (an entry of a run
+                that never opened, a commit of messages no event brought).
+            ConfigError: `id` is not a usable session id.
+        """
+        session = await cls.open(store, id)
+        if not session.version:
+            raise SessionNotFound(session.id)
+        return session
+
+    @classmethod
+    async def open(cls, store: SessionStore, id: str) -> Session:
+        """Reopen the session `id` from `store`, or start a new one under that id.
+
+        Nothing is written: a new session is stored by its first run. Use
+        `Session.load` to read a session that must exist.
+
+        Raises:
+            CorruptRecord: the stored log does not project.
+            ConfigError: `id` is not a usable session id.
+        """
         session = cls(id, store=store)
         entries = await store.load(session.id)
         for entry in entries:
@@ -318,6 +347,8 @@ class Session:
                 f"entries[{version}]",
                 f"run {entry.run_id!r} has no RunOpened before it",
             )
+        if isinstance(entry, Committed):
+            committed = self._committed(entry, version, hint)
         self._entries.append(entry)
         if run is not None:
             run.last = version + 1
@@ -326,8 +357,8 @@ class Session:
                 for message in event_messages(entry.event):
                     self._messages.setdefault(message.id, message)
                 self._runs[entry.run_id].events.append(entry)
-            case Committed(keep=keep, messages=ids):
-                self._history = _commit(self._history, keep, ids, self._messages, hint)
+            case Committed():
+                self._history = committed
             case TurnRecord():
                 self._runs[entry.run_id].turns.append(entry)
             case CompactionRecord(verdict=outcome):
@@ -354,6 +385,20 @@ class Session:
                 )
             case RunEnded():
                 self._runs[entry.run_id].ended = entry
+
+    def _committed(
+        self, entry: Committed, version: int, hint: MessageLog | None
+    ) -> MessageLog:
+        try:
+            return _commit(
+                self._history, entry.keep, entry.messages, self._messages, hint
+            )
+        except KeyError as unknown:
+            raise CorruptRecord(
+                "Committed",
+                f"entries[{version}].messages",
+                f"message {unknown.args[0]!r} was brought in by no event before it",
+            ) from None
 
 
 def _commit(

@@ -241,7 +241,7 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
         # A compaction pass reads the breaker and the recorded summaries; a
         # custom effect may read anything: they get the session's log.
         needs_log = isinstance(decision, Compact | Perform)
-        session = await Session.load(agent.store, session_id) if needs_log else None
+        session = await Session.open(agent.store, session_id) if needs_log else None
         run = driver.resources(
             run_id,
             session=session,

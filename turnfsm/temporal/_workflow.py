@@ -202,7 +202,7 @@ class TurnWorkflow:
             raise not_retried(exc) from None
         agent = agent_named(spec.agent, workflow.info().task_queue)
         log = _WorkflowLog(spec)
-        session = await Session.load(log, spec.session_id)
+        session = await Session.open(log, spec.session_id)
         self._remote = remote = _Remote(spec, agent.driver, log)
         driver = _durable(agent, remote)
         hooks = [self._status]

@@ -1,0 +1,247 @@
+"""A bad import file is refused whole, naming its line and field; nothing is written.
+
+Each row makes a bad file from a good export and names what the refusal must
+say: through `load_session` (a `CorruptRecord`) and `turnfsm sessions import`
+(exit status 2, one line); the store is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import attrs
+import pytest
+
+from tests.persistence.refusal_world import (
+    GOOD,
+    Capture,
+    World,
+    build_world,
+    driver_of,
+    drop_call,
+    edit_line,
+    in_store,
+    one_line,
+    still_fine,
+    unknown_message,
+)
+from turnfsm.cli import main
+from turnfsm.errors import (
+    CorruptRecord,
+)
+from turnfsm.persistence import (
+    Session,
+    SQLiteStore,
+    dump_session,
+    load_session,
+)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return build_world(tmp_path)
+
+
+def _document(entries: object) -> Callable[[list[str]], bytes]:
+    def make(lines: list[str]) -> bytes:
+        header = json.loads(lines[0])
+        return json.dumps({**header, "entries": entries}).encode()
+
+    return make
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _deep_arguments(line: str) -> str:
+    data = json.loads(line)
+    (call,) = [p for p in data["data"]["event"]["message"]["parts"] if "arguments" in p]
+    call["arguments"] = {"name": "DEEP"}
+    return json.dumps(data).replace('"DEEP"', _deep(100_000))
+
+
+@attrs.frozen
+class BadFile:
+    """One bad import file: how to make it from a good log, what it must name."""
+
+    name: str
+    make: Callable[[list[str]], list[str] | bytes]
+    where: str  # the line (and field) the error names
+    reason: str
+
+
+BAD_FILES = [
+    BadFile("reversed", lambda ls: [ls[0], *ls[:0:-1]], "line 2", "no RunOpened"),
+    BadFile("no RunOpened", lambda ls: [ls[0], *ls[2:]], "line 2", "no RunOpened"),
+    BadFile(
+        "unknown message id",
+        edit_line(11, unknown_message),
+        "line 11: data.messages",
+        "'msg_nope' was brought in by no event",
+    ),
+    BadFile(
+        "lone tool result",
+        edit_line(11, drop_call),
+        "line 11: data.messages",
+        "not a whole conversation",
+    ),
+    BadFile(
+        "header without v",
+        edit_line(1, lambda d: d.pop("v")),
+        "line 1: v",
+        "missing",
+    ),
+    BadFile(
+        "unknown version",
+        edit_line(1, lambda d: d.update(v=99)),
+        "line 1: v",
+        "unknown version 99",
+    ),
+    BadFile(
+        "header with no usable id",
+        edit_line(1, lambda d: d.update(session_id="")),
+        "line 1: session_id",
+        "not a session id",
+    ),
+    BadFile("no header", lambda ls: ls[1:], "line 1", "not a session log header"),
+    BadFile("header only", lambda ls: ls[:1], "line 2", "no entries"),
+    BadFile("empty", lambda ls: [], "line 1", "empty"),
+    BadFile(
+        "deep nesting on a line",
+        lambda ls: [*ls, _deep(100_000)],
+        "line 20",
+        "nested deeper",
+    ),
+    BadFile(
+        "deep nesting in a tool call's arguments",
+        lambda ls: [*ls[:5], _deep_arguments(ls[5]), *ls[6:]],
+        "line 6",
+        "nested deeper",
+    ),
+    BadFile(
+        "UTF-16",
+        lambda ls: "\n".join(ls).encode("utf-16"),
+        "line 1",
+        "not UTF-8",
+    ),
+    BadFile(
+        "entries not a list",
+        _document({"a": 1}),
+        "entries",
+        "expected a list of entries, got an object",
+    ),
+    BadFile(
+        "a document entry that is not an entry",
+        _document([[]]),
+        "entries[0]",
+        "expected an object",
+    ),
+    BadFile(
+        "a line not JSON", lambda ls: [*ls[:4], "{oops", *ls[5:]], "line 5", "not JSON"
+    ),
+    BadFile(
+        "a line not an entry",
+        edit_line(5, lambda d: d.update(type="Nope")),
+        "line 5: type",
+        "unknown record type 'Nope'",
+    ),
+    BadFile(
+        "a run opened twice",
+        lambda ls: [*ls[:2], ls[1], *ls[2:]],
+        "line 3: data.run_id",
+        "opened before",
+    ),
+    BadFile(
+        "a commit keeping more than the history",
+        edit_line(18, lambda d: d["data"].update(keep=9)),
+        "line 18: data.keep",
+        "keeps 9 messages of a history of 4",
+    ),
+]
+
+
+def _bad_file(world: World, tmp_path: Path, bad: BadFile) -> Path:
+    lines = list(world.lines)
+    header = json.loads(lines[0])
+    header["session_id"] = "ses_imported"  # a new session, were it imported
+    lines[0] = json.dumps(header)
+    made = bad.make(lines)
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(made if isinstance(made, bytes) else "\n".join(made).encode())
+    return path
+
+
+@pytest.mark.parametrize("bad", BAD_FILES, ids=lambda b: b.name)
+def test_a_bad_import_file_is_refused_whole_naming_the_line(
+    world: World, tmp_path: Path, capsys: Capture, bad: BadFile
+) -> None:
+    path = _bad_file(world, tmp_path, bad)
+
+    async def load(store: SQLiteStore) -> Session:
+        return await load_session(path.read_bytes(), store)
+
+    with pytest.raises(CorruptRecord) as raised:
+        in_store(world, load)
+    assert raised.value.path.startswith(bad.where), raised.value
+    assert bad.reason in str(raised.value)
+    still_fine(world, capsys)
+    assert main(["sessions", "import", str(path), *world.store]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    line = one_line(captured.err, "turnfsm sessions import: corrupt ")
+    assert f"at {bad.where}" in line
+    assert bad.reason in line
+    still_fine(world, capsys)
+
+
+def test_the_same_files_made_well_import(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    path = _bad_file(world, tmp_path, BadFile("none", lambda ls: ls, "", ""))
+    assert main(["sessions", "import", str(path), *world.store]) == 0
+    assert "imported session ses_imported (18 entries)" in capsys.readouterr().out
+
+
+def test_a_line_separator_inside_a_message_survives_export_and_import(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    one, two = tmp_path / "1.db", tmp_path / "2.db"
+
+    async def build() -> None:
+        async with SQLiteStore(one) as store:
+            session = Session(GOOD, store=store)
+            await driver_of("a\u2028b\x85c").run("x\u2029y", session=session)
+
+    anyio.run(build)
+    log = tmp_path / "s.jsonl"
+    export = ["sessions", "export", GOOD, "--out", str(log), "--store", str(one)]
+    assert main(export) == 0
+    assert main(["sessions", "import", str(log), "--store", str(two)]) == 0
+    capsys.readouterr()
+
+    async def texts(path: Path) -> list[str]:
+        async with SQLiteStore(path) as store:
+            return [m.text for m in (await Session.load(store, GOOD)).history]
+
+    assert (
+        anyio.run(texts, two) == anyio.run(texts, one) == ["x\u2029y", "a\u2028b\x85c"]
+    )
+
+
+def test_lone_surrogates_survive_export_and_import(tmp_path: Path) -> None:
+    """Text decoded from bytes that were not UTF-8 is exported as JSON escapes."""
+
+    async def go() -> tuple[Session, Session]:
+        session = Session(GOOD)
+        await driver_of("a\udcffb \\udcff").run("in\ud800put", session=session)
+        dump_session(session, str(tmp_path / "s.jsonl"))
+        data = (tmp_path / "s.jsonl").read_bytes()
+        return session, await load_session(data)
+
+    session, loaded = anyio.run(go)
+    assert loaded.entries == session.entries
+    assert [m.text for m in loaded.history] == ["in\ud800put", "a\udcffb \\udcff"]

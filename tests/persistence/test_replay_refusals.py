@@ -1,0 +1,285 @@
+"""A tampered log is a typed replay error naming the event and the line.
+
+Each row tampers with a good log: replay reports a `LogInconsistent` naming
+the run, the event and the entry (`turnfsm replay` the line, exit status 1),
+or, when the log does not even read as a session, the load names the line
+(exit status 2).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+from tests.persistence.refusal_world import (
+    Capture,
+    Edit,
+    World,
+    as_user,
+    build_world,
+    drop_call,
+    edit_line,
+    in_store,
+    one_line,
+    still_fine,
+)
+from turnfsm.cli import main
+from turnfsm.driver import rebuild, replay
+from turnfsm.errors import (
+    CorruptRecord,
+    LogInconsistent,
+    ReplayDiverged,
+    ReplayError,
+)
+from turnfsm.persistence import (
+    Session,
+    SQLiteStore,
+    load_session,
+)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return build_world(tmp_path)
+
+
+def _swap(a: int, b: int) -> Edit:
+    def edit(lines: list[str]) -> list[str]:
+        lines[a - 1], lines[b - 1] = lines[b - 1], lines[a - 1]
+        return lines
+
+    return edit
+
+
+def _swap_renumbered(a: int, b: int) -> Edit:
+    """Swap two event lines and their indexes: the order checks pass."""
+
+    def edit(lines: list[str]) -> list[str]:
+        first, second = json.loads(lines[a - 1]), json.loads(lines[b - 1])
+        first["data"]["index"], second["data"]["index"] = (
+            second["data"]["index"],
+            first["data"]["index"],
+        )
+        lines[a - 1], lines[b - 1] = json.dumps(second), json.dumps(first)
+        return lines
+
+    return edit
+
+
+def _delete(number: int) -> Edit:
+    return lambda ls: [*ls[: number - 1], *ls[number:]]
+
+
+def _repeat(number: int) -> Edit:
+    return lambda ls: [*ls[:number], ls[number - 1], *ls[number:]]
+
+
+@attrs.frozen
+class Tampered:
+    """One tampered log, and the run, event and line where replay must stop."""
+
+    name: str
+    edit: Edit
+    run: int  # which run (0 or 1) replay stops in
+    index: int  # the event of that run
+    line: int  # the line of the file
+    says: str  # what the error says differs
+
+
+TAMPERED = [
+    Tampered("swapped events", _swap(7, 8), 0, 3, 7, "logged as #4"),
+    Tampered(
+        "swapped events, renumbered",
+        _swap_renumbered(7, 8),
+        0,
+        3,
+        7,
+        "phase 'run_tools' does not take 'measured'",
+    ),
+    Tampered("a repeated event", _repeat(4), 0, 2, 5, "logged as #1"),
+    Tampered("a deleted event", _delete(4), 0, 1, 5, "logged as #2"),
+    Tampered(
+        "a reply turned into a user message",
+        edit_line(17, as_user),
+        1,
+        2,
+        17,
+        "carries it as a user message",
+    ),
+    Tampered(
+        "a turn record naming another reply",
+        edit_line(16, lambda d: d["data"].update(output="msg_other")),
+        1,
+        2,
+        17,
+        "turn 1's reply is message 'msg_other'",
+    ),
+    Tampered(
+        "a deleted turn record",
+        _delete(16),
+        1,
+        2,
+        16,
+        "no turn record names the reply",
+    ),
+    Tampered(
+        "a turn record with another context",
+        edit_line(16, lambda d: d["data"].update(added=d["data"]["added"][1:])),
+        1,
+        2,
+        17,
+        "model call 1 saw",
+    ),
+]
+
+
+def _tampered_entries(world: World, edit: Edit) -> Session:
+    lines = edit(list(world.lines))
+    return anyio.run(load_session, "\n".join(lines))
+
+
+@pytest.mark.parametrize("case", TAMPERED, ids=lambda c: c.name)
+def test_a_tampered_log_is_a_typed_replay_error_naming_the_line(
+    world: World, tmp_path: Path, capsys: Capture, case: Tampered
+) -> None:
+    session = _tampered_entries(world, case.edit)
+    run_id = world.runs[case.run]
+    report = replay(world.spec, session, run_id)
+    assert not report.ok
+    error = report.divergence
+    assert isinstance(error, LogInconsistent), error
+    assert (error.run_id, error.index) == (run_id, case.index)
+    assert error.entry == case.line - 2  # the header is line 1
+    assert case.says in str(error)
+    with pytest.raises(LogInconsistent):
+        rebuild(world.spec, session, run_id)
+    # The other run replays exactly.
+    other = world.runs[1 - case.run]
+    assert replay(world.spec, session, other).ok
+    # The command line: one line per run, the tampered one naming the line.
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(case.edit(list(world.lines))) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    out = captured.out.strip().splitlines()
+    assert len(out) == 2, captured.out
+    events = len(session.run(other).events)
+    assert out[1 - case.run] == f"{other}: {events} events replayed exactly (done)"
+    assert out[case.run].startswith(f"{run_id}: DIVERGES at line {case.line} - ")
+    assert case.says in out[case.run]
+    still_fine(world, capsys)
+
+
+@attrs.frozen
+class Unreadable:
+    """A tampered log that does not even read as a session."""
+
+    name: str
+    edit: Edit
+    where: str
+    reason: str
+
+
+UNREADABLE = [
+    Unreadable(
+        "a deleted line that brought a message",
+        _delete(6),
+        "line 10: data.messages",
+        "was brought in by no event",
+    ),
+    Unreadable(
+        "an event of an unknown run",
+        edit_line(4, lambda d: d["data"].update(run_id="run_nope")),
+        "line 4",
+        "run 'run_nope' has no RunOpened before it",
+    ),
+    Unreadable(
+        "a tampered history before a run",
+        edit_line(11, drop_call),
+        "line 11: data.messages",
+        "not a whole conversation",
+    ),
+    Unreadable(
+        "a tool call turned into a user message",
+        edit_line(6, as_user),
+        "line 6: data.event.message.parts",
+        "a tool call needs role 'assistant'",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", UNREADABLE, ids=lambda c: c.name)
+def test_a_log_too_damaged_to_read_is_refused_naming_the_line(
+    world: World, tmp_path: Path, capsys: Capture, case: Unreadable
+) -> None:
+    with pytest.raises(CorruptRecord) as raised:
+        _tampered_entries(world, case.edit)
+    assert raised.value.path == case.where
+    assert case.reason in str(raised.value)
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(case.edit(list(world.lines))) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    line = one_line(captured.err, "turnfsm replay: corrupt ")
+    assert f"at {case.where}: " in line
+    still_fine(world, capsys)
+
+
+def test_a_stored_log_with_a_tampered_history_before_a_run(
+    world: World, capsys: Capture
+) -> None:
+    """A store does not check the conversation: replay names the run's opening."""
+    lines = edit_line(11, drop_call)(list(world.lines))
+    entries = [load_session_entry(line) for line in lines[1:]]
+
+    async def store_it(store: SQLiteStore) -> Session:
+        await store.append("ses_tampered", entries, expected_version=0)
+        return await Session.load(store, "ses_tampered")
+
+    session = in_store(world, store_it)
+    first, second = world.runs
+    assert not replay(world.spec, session, first).history_matches
+    report = replay(world.spec, session, second)
+    error = report.divergence
+    assert isinstance(error, LogInconsistent), error
+    assert (error.run_id, error.index, error.event) == (second, 0, "run_started")
+    assert error.entry == 11  # the second run's RunOpened
+    assert "the history before the run is a whole conversation" in str(error)
+    assert "answers no earlier tool call" in str(error) or "call_id" in str(error)
+    capsys.readouterr()
+    assert main(["replay", "--session", "ses_tampered", *world.store]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    out = captured.out.strip().splitlines()
+    assert len(out) == 2
+    assert out[0] == f"{first}: DIVERGES - the replayed history differs from the log"
+    assert out[1].startswith(f"{second}: DIVERGES - run {second!r} cannot be replayed")
+    assert "in entries[11]" in out[1]
+
+
+def load_session_entry(line: str) -> Any:
+    from turnfsm import serde
+    from turnfsm.persistence import Entry
+
+    return serde.open_envelope(json.loads(line), Entry)
+
+
+def test_replay_errors_are_one_family() -> None:
+    assert issubclass(ReplayDiverged, ReplayError)
+    assert issubclass(LogInconsistent, ReplayError)
+    error = LogInconsistent(
+        run_id="run_1", index=3, event="measured", expected="a", actual="b", entry=7
+    )
+    assert str(error).startswith(
+        "run 'run_1' cannot be replayed at event #3 (measured) in entries[7]: "
+        "the log says a, but b;"
+    )
