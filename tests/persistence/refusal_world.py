@@ -88,7 +88,7 @@ def build_world(tmp_path: Path) -> World:
             )
 
     built = anyio.run(build)
-    assert len(built.lines) == 19
+    assert len(built.lines) == 20
     assert [i for i, _ in built.listed] == [GOOD, OTHER]
     return built
 

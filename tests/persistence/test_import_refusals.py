@@ -76,17 +76,17 @@ class BadFile:
 
 BAD_FILES = [
     BadFile("reversed", lambda ls: [ls[0], *ls[:0:-1]], "line 2", "no RunOpened"),
-    BadFile("no RunOpened", lambda ls: [ls[0], *ls[2:]], "line 2", "no RunOpened"),
+    BadFile("no RunOpened", lambda ls: [*ls[:2], *ls[3:]], "line 3", "no RunOpened"),
     BadFile(
         "unknown message id",
-        edit_line(11, unknown_message),
-        "line 11: data.messages",
+        edit_line(12, unknown_message),
+        "line 12: data.messages",
         "'msg_nope' was brought in by no event",
     ),
     BadFile(
         "lone tool result",
-        edit_line(11, drop_call),
-        "line 11: data.messages",
+        edit_line(12, drop_call),
+        "line 12: data.messages",
         "not a whole conversation",
     ),
     BadFile(
@@ -113,13 +113,13 @@ BAD_FILES = [
     BadFile(
         "deep nesting on a line",
         lambda ls: [*ls, _deep(100_000)],
-        "line 20",
+        "line 21",
         "nested deeper",
     ),
     BadFile(
         "deep nesting in a tool call's arguments",
-        lambda ls: [*ls[:5], _deep_arguments(ls[5]), *ls[6:]],
-        "line 6",
+        lambda ls: [*ls[:6], _deep_arguments(ls[6]), *ls[7:]],
+        "line 7",
         "nested deeper",
     ),
     BadFile(
@@ -151,14 +151,14 @@ BAD_FILES = [
     ),
     BadFile(
         "a run opened twice",
-        lambda ls: [*ls[:2], ls[1], *ls[2:]],
-        "line 3: data.run_id",
+        lambda ls: [*ls[:3], ls[2], *ls[3:]],
+        "line 4: data.run_id",
         "opened before",
     ),
     BadFile(
         "a commit keeping more than the history",
-        edit_line(18, lambda d: d["data"].update(keep=9)),
-        "line 18: data.keep",
+        edit_line(19, lambda d: d["data"].update(keep=9)),
+        "line 19: data.keep",
         "keeps 9 messages of a history of 4",
     ),
 ]
@@ -203,7 +203,7 @@ def test_the_same_files_made_well_import(
 ) -> None:
     path = _bad_file(world, tmp_path, BadFile("none", lambda ls: ls, "", ""))
     assert main(["sessions", "import", str(path), *world.store]) == 0
-    assert "imported session ses_imported (18 entries)" in capsys.readouterr().out
+    assert "imported session ses_imported (19 entries)" in capsys.readouterr().out
 
 
 def test_a_line_separator_inside_a_message_survives_export_and_import(

@@ -92,47 +92,47 @@ class Tampered:
 
 
 TAMPERED = [
-    Tampered("swapped events", _swap(7, 8), 0, 3, 7, "logged as #4"),
+    Tampered("swapped events", _swap(8, 9), 0, 3, 8, "logged as #4"),
     Tampered(
         "swapped events, renumbered",
-        _swap_renumbered(7, 8),
+        _swap_renumbered(8, 9),
         0,
         3,
-        7,
+        8,
         "phase 'run_tools' does not take 'measured'",
     ),
-    Tampered("a repeated event", _repeat(4), 0, 2, 5, "logged as #1"),
-    Tampered("a deleted event", _delete(4), 0, 1, 5, "logged as #2"),
+    Tampered("a repeated event", _repeat(5), 0, 2, 6, "logged as #1"),
+    Tampered("a deleted event", _delete(5), 0, 1, 6, "logged as #2"),
     Tampered(
         "a reply turned into a user message",
-        edit_line(17, as_user),
+        edit_line(18, as_user),
         1,
         2,
-        17,
+        18,
         "carries it as a user message",
     ),
     Tampered(
         "a turn record naming another reply",
-        edit_line(16, lambda d: d["data"].update(output="msg_other")),
+        edit_line(17, lambda d: d["data"].update(output="msg_other")),
         1,
         2,
-        17,
+        18,
         "turn 1's reply is message 'msg_other'",
     ),
     Tampered(
         "a deleted turn record",
-        _delete(16),
+        _delete(17),
         1,
         2,
-        16,
+        17,
         "no turn record names the reply",
     ),
     Tampered(
         "a turn record with another context",
-        edit_line(16, lambda d: d["data"].update(added=d["data"]["added"][1:])),
+        edit_line(17, lambda d: d["data"].update(added=d["data"]["added"][1:])),
         1,
         2,
-        17,
+        18,
         "model call 1 saw",
     ),
 ]
@@ -190,26 +190,26 @@ class Unreadable:
 UNREADABLE = [
     Unreadable(
         "a deleted line that brought a message",
-        _delete(6),
-        "line 10: data.messages",
+        _delete(7),
+        "line 11: data.messages",
         "was brought in by no event",
     ),
     Unreadable(
         "an event of an unknown run",
-        edit_line(4, lambda d: d["data"].update(run_id="run_nope")),
-        "line 4",
+        edit_line(5, lambda d: d["data"].update(run_id="run_nope")),
+        "line 5",
         "run 'run_nope' has no RunOpened before it",
     ),
     Unreadable(
         "a tampered history before a run",
-        edit_line(11, drop_call),
-        "line 11: data.messages",
+        edit_line(12, drop_call),
+        "line 12: data.messages",
         "not a whole conversation",
     ),
     Unreadable(
         "a tool call turned into a user message",
-        edit_line(6, as_user),
-        "line 6: data.event.message.parts",
+        edit_line(7, as_user),
+        "line 7: data.event.message.parts",
         "a tool call needs role 'assistant'",
     ),
 ]
@@ -238,7 +238,7 @@ def test_a_stored_log_with_a_tampered_history_before_a_run(
     world: World, capsys: Capture
 ) -> None:
     """A store does not check the conversation: replay names the run's opening."""
-    lines = edit_line(11, drop_call)(list(world.lines))
+    lines = edit_line(12, drop_call)(list(world.lines))
     entries = [load_session_entry(line) for line in lines[1:]]
 
     async def store_it(store: SQLiteStore) -> Session:
@@ -252,7 +252,7 @@ def test_a_stored_log_with_a_tampered_history_before_a_run(
     error = report.divergence
     assert isinstance(error, LogInconsistent), error
     assert (error.run_id, error.index, error.event) == (second, 0, "run_started")
-    assert error.entry == 11  # the second run's RunOpened
+    assert error.entry == 12  # the second run's RunOpened
     assert "the history before the run is a whole conversation" in str(error)
     assert "answers no earlier tool call" in str(error) or "call_id" in str(error)
     capsys.readouterr()
@@ -263,7 +263,7 @@ def test_a_stored_log_with_a_tampered_history_before_a_run(
     assert len(out) == 2
     assert out[0] == f"{first}: DIVERGES - the replayed history differs from the log"
     assert out[1].startswith(f"{second}: DIVERGES - run {second!r} cannot be replayed")
-    assert "in entries[11]" in out[1]
+    assert "in entries[12]" in out[1]
 
 
 def load_session_entry(line: str) -> Any:
