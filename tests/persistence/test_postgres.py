@@ -68,7 +68,7 @@ async def make_store(
 
     yield make
     for store in made:
-        await store.close()
+        await store.aclose()
 
 
 def _same(got: tuple[Entry, ...], want: tuple[Entry, ...] | list[Entry]) -> bool:

@@ -16,7 +16,7 @@ TurnFSMError                 base class; never raised directly
 ├── OutputInvalid            the final answer never fit the output type; .errors
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retryable
-├── SessionBusy              another run is using the session (or one is open)
+├── SessionBusy              another run or process holds the session; .owner, .alive
 ├── ReplayDiverged           a logged run does not replay to its logged decisions
 ├── RunCrashed               a run ended on an unexpected exception (logged)
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
@@ -25,6 +25,7 @@ TurnFSMError                 base class; never raised directly
 │   ├── CorruptRecord        (ValueError) stored data does not read back; .path
 │   ├── SessionConflict      another writer appended to the session first
 │   ├── DuplicateRecord      an append repeats a compaction's idempotency key
+│   ├── LeaseLost            a session's lease is no longer its owner's; .holder
 │   └── StoreUnusable        a store file or database cannot be used; .path, .reason
 └── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
 ```
@@ -78,6 +79,7 @@ from turnfsm.errors._run import (
 from turnfsm.errors._store import (
     CorruptRecord,
     DuplicateRecord,
+    LeaseLost,
     SessionConflict,
     StoreError,
     StoreUnusable,
@@ -99,6 +101,7 @@ __all__ = [
     "InvalidMessage",
     "InvalidReturn",
     "LargeItem",
+    "LeaseLost",
     "MachineBroken",
     "MaxTurnsExceeded",
     "OutputInvalid",

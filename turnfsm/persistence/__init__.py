@@ -8,6 +8,7 @@ run's end. The working history and the audit trail are projections of it.
 from __future__ import annotations
 
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
+from turnfsm.persistence._lease import Lease, LeasingStore
 from turnfsm.persistence._open import (
     STORE_ENV,
     default_store_path,
@@ -47,6 +48,8 @@ __all__ = [
     "CompactionRecord",
     "Entry",
     "EventRecorded",
+    "Lease",
+    "LeasingStore",
     "MemoryStore",
     "Outcome",
     "RunEnded",
