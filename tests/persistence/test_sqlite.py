@@ -49,7 +49,17 @@ def _rows(path: Path, sql: str) -> list[Any]:
 
 
 async def test_sqlite_store_passes_the_conformance_suite(tmp_path: Path) -> None:
-    await check_store(lambda: SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db"))
+    async def damage(store: SQLiteStore, session_id: str) -> None:
+        with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
+            conn.execute(
+                "UPDATE turnfsm_entries SET body = 'not json'"
+                " WHERE session_id = ? AND seq = 1",
+                (session_id,),
+            )
+
+    await check_store(
+        lambda: SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db"), damage=damage
+    )
 
 
 async def test_a_reopened_file_loads_what_was_written(tmp_path: Path) -> None:

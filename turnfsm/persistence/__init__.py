@@ -3,6 +3,8 @@
 A session's log holds, in order, every run's opening, every event fed to
 the brain, every turn and compaction pass, every commit point and every
 run's end. The working history and the audit trail are projections of it.
+Every shipped store also keeps owner leases (`LeasingStore`): which process
+holds a session, and whether it is still alive.
 """
 
 from __future__ import annotations

@@ -178,6 +178,12 @@ class MemoryStore:
             for sid, log in sorted(self._logs.items())
         )
 
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete `session_id`, its entries and its lease; return whether it existed."""
+        self._keys.pop(session_id, None)
+        self._leases.pop(session_id, None)
+        return self._logs.pop(session_id, None) is not None
+
     # -- LeasingStore ----------------------------------------------------
     async def acquire_lease(
         self, session_id: str, owner: str, *, ttl: float, force: bool = False

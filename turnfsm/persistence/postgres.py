@@ -61,8 +61,8 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 import anyio
 
-from turnfsm import _deprecated
-from turnfsm.errors import ConfigError, StoreUnusable
+from turnfsm import _checks, _deprecated
+from turnfsm.errors import StoreUnusable
 from turnfsm.persistence import _postgres_lease
 from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._postgres_append import (
@@ -92,6 +92,8 @@ from turnfsm.persistence._rows import (
 from turnfsm.persistence._store import SessionInfo, check_session_id
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+_URL = _checks.string(non_empty=True, expected="a PostgreSQL URL or conninfo string")
 
 
 @final
@@ -147,14 +149,10 @@ class PostgresStore:
     def __init__(
         self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
     ) -> None:
-        if not isinstance(url, str) or not url:
-            raise ConfigError("url", url, "a PostgreSQL URL or conninfo string")
-        if not isinstance(min_size, int) or min_size < 0:
-            raise ConfigError("min_size", min_size, "an int >= 0")
-        if not isinstance(max_size, int) or max_size < max(min_size, 1):
-            raise ConfigError("max_size", max_size, f"an int >= {max(min_size, 1)}")
-        if not isinstance(timeout, int | float) or timeout <= 0:
-            raise ConfigError("timeout", timeout, "a number of seconds > 0")
+        _checks.check(url, "url", _URL)
+        _checks.check(min_size, "min_size", _checks.integer(low=0))
+        _checks.check(max_size, "max_size", _checks.integer(low=max(min_size, 1)))
+        _checks.check(timeout, "timeout", _checks.seconds(optional=False))
         self.server = server_of(url)
         self._url = url
         self.min_size = min_size
@@ -366,6 +364,30 @@ class PostgresStore:
             if version or last is not None
         ]
         return tuple(sorted(infos, key=lambda info: info.id))
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete `session_id`, its entries and its lease; return whether it existed.
+
+        The log is otherwise never rewritten: this is for ``turnfsm sessions
+        rm``, which asks first.
+
+        Raises:
+            StoreUnusable: the server could not be reached.
+        """
+        key = column_text(session_id)
+
+        async def op(conn: _Conn, step: _Step) -> bool:
+            async with conn.transaction():
+                await conn.execute(
+                    "DELETE FROM turnfsm_leases WHERE session_id = %s", (key,)
+                )
+                cur = await conn.execute(
+                    "DELETE FROM turnfsm_sessions WHERE id = %s", (key,)
+                )
+                step.committing = True
+                return cur.rowcount > 0
+
+        return await self._run(f"deleting session {session_id!r}", op)
 
     # -- LeasingStore --------------------------------------------------
     async def acquire_lease(
