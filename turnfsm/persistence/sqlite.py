@@ -71,11 +71,14 @@ T = TypeVar("T")
 
 
 def _to_path(value: Any) -> Any:
-    """Return a str or str path-like `value` as a `Path`; anything else as it is."""
-    if isinstance(value, str) or (
-        isinstance(value, os.PathLike) and isinstance(os.fspath(value), str)
-    ):
-        return Path(value)
+    """Return a str or str path-like `value` as a `Path`; anything else as it is.
+
+    A blank one stays as it is too (``Path("")`` would be the directory
+    ``.``), for the validator to refuse.
+    """
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if isinstance(text, str) and text.strip():
+        return Path(text)
     return value
 
 
@@ -311,7 +314,7 @@ class SQLiteStore:
 class _Handle:
     """The store's one connection: None once closed, until the next use opens it."""
 
-    __slots__ = ("__weakref__", "conn")
+    __slots__ = ("conn",)
 
     def __init__(self) -> None:
         self.conn: sqlite3.Connection | None = None
