@@ -364,10 +364,9 @@ class Agent:
         finally:
             # The event loop ends with the call: let go of what is bound to it
             # (the model's connections; a store's pool, which reopens on use).
-            for release in (
-                getattr(self.driver.model, "close", None),
-                getattr(self.store, "release", None),
-            ):
+            # (The shipped stores need nothing: a store's connections close
+            # with their event loop.)
+            for release in (getattr(self.driver.model, "close", None),):
                 if release is not None:
                     with anyio.CancelScope(shield=True):
                         await release()

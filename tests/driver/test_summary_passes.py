@@ -218,7 +218,7 @@ async def test_a_failing_summary_model_opens_the_breaker_at_the_third_failure(
     assert reopened.compaction_failures == 0
     again = await Session.load(store, session.id)
     assert again.compaction_failures == 0
-    await store.close()
+    await store.aclose()
 
 
 async def test_success_resets_the_count() -> None:
@@ -308,7 +308,7 @@ async def test_summaries_survive_a_reopen_and_stop_a_repeat(tmp_path: Path) -> N
     assert reopened.latest_summary is not None
     assert dict(reopened.summary_texts) == dict(session.summary_texts)
     assert reopened.history[0].id == reopened.latest_summary.message_id
-    await store.close()
+    await store.aclose()
 
 
 async def test_a_tool_heavy_single_run_is_summarised_not_stalled() -> None:

@@ -98,7 +98,7 @@ def test_a_real_model_writes_a_first_summary_then_updates_it(
             reopened = await Session.load(store, session.id)
         finally:
             await real.close()
-            await store.close()
+            await store.aclose()
         return reopened, summaries, outcomes
 
     session, summaries, outcomes = anyio.run(go)

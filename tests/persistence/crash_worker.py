@@ -260,7 +260,7 @@ async def main(argv: Sequence[str]) -> None:
         print("ready", flush=True)
 
     await drive(store, session_id, driver, trace, tasks=tasks, ready=ready)
-    await store.close()
+    await store.aclose()
     trace.mark("complete")
     print("complete", flush=True)
 

@@ -400,7 +400,7 @@ def _run_crash_test(
             try:
                 return await Session.load(fresh, session_id)
             finally:
-                await fresh.close()
+                await fresh.aclose()
 
         return anyio.run(go, backend="asyncio")
 

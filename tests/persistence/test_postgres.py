@@ -68,7 +68,7 @@ async def make_store(
 
     yield make
     for store in made:
-        await store.close()
+        await store.aclose()
 
 
 def _same(got: tuple[Entry, ...], want: tuple[Entry, ...] | list[Entry]) -> bool:
@@ -85,9 +85,24 @@ async def _query(url: str, sql: str, *params: object) -> list[tuple[object, ...]
 
 
 async def test_postgres_store_passes_the_conformance_suite(
-    make_store: MakeStore,
+    make_store: MakeStore, postgres_url: Callable[[], str]
 ) -> None:
-    await check_store(make_store)
+    urls: dict[int, str] = {}
+
+    def make() -> PostgresStore:
+        url = postgres_url()
+        store = make_store(url)
+        urls[id(store)] = url
+        return store
+
+    async def damage(store: PostgresStore, session_id: str) -> None:
+        await _query(
+            urls[id(store)],
+            "UPDATE turnfsm_sessions SET version = version + 2 WHERE id = %s",
+            session_id,
+        )
+
+    await check_store(make, damage=damage)
 
 
 async def test_a_new_store_object_reads_what_another_wrote(

@@ -49,7 +49,17 @@ def _rows(path: Path, sql: str) -> list[Any]:
 
 
 async def test_sqlite_store_passes_the_conformance_suite(tmp_path: Path) -> None:
-    await check_store(lambda: SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db"))
+    async def damage(store: SQLiteStore, session_id: str) -> None:
+        with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
+            conn.execute(
+                "UPDATE turnfsm_entries SET body = 'not json'"
+                " WHERE session_id = ? AND seq = 1",
+                (session_id,),
+            )
+
+    await check_store(
+        lambda: SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.db"), damage=damage
+    )
 
 
 async def test_a_reopened_file_loads_what_was_written(tmp_path: Path) -> None:
@@ -99,7 +109,7 @@ async def test_two_stores_on_one_file_racing_at_one_version_one_wins(
     assert len(wins) == 1
     for store in stores:
         assert await store.load("s") == entries[wins[0] : wins[0] + 2]
-        await store.close()
+        await store.aclose()
 
 
 _RACER = textwrap.dedent(
@@ -132,7 +142,7 @@ _RACER = textwrap.dedent(
                 won.append(run_id)
             except SessionConflict:
                 lost += 1
-        await store.close()
+        await store.aclose()
         print(json.dumps({"won": won, "lost": lost}))
 
     anyio.run(main)
@@ -348,7 +358,7 @@ async def test_an_agent_run_on_sqlite_reopens_from_a_fresh_store(
     first = await agent.run("what is fsm?")
     second = await agent.run("and again?")
     assert (first.ok, second.ok) == (True, True)
-    await agent.store.close()
+    await agent.store.aclose()
 
     async with SQLiteStore(path) as store:
         session = await Session.load(store, first.session_id)
@@ -382,7 +392,7 @@ async def test_open_store_takes_every_form(tmp_path: Path) -> None:
         store = open_store(spec)
         assert isinstance(store, SQLiteStore)
         assert store.path == tmp_path / file
-        await store.close()
+        await store.aclose()
 
 
 @pytest.mark.parametrize(
@@ -424,7 +434,7 @@ async def test_an_agent_keeps_sessions_in_memory_unless_turnfsm_store_names_one(
     assert isinstance(agent.store, SQLiteStore)
     assert agent.store.path == tmp_path / "env.db"
     result = await agent.run("hello")
-    await agent.store.close()
+    await agent.store.aclose()
     async with SQLiteStore(tmp_path / "env.db") as store:
         assert [s.id for s in await store.list_sessions()] == [result.session_id]
     memory = MemoryStore()

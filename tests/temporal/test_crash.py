@@ -408,7 +408,7 @@ async def test_durable_runs_survive_sigkill(
     try:
         session = await Session.load(store, session_id)
     finally:
-        await store.close()
+        await store.aclose()
     assert content(session.history) == reference.history
     check_history(session.history)
     assert [r.run_id for r in session.runs] == [r.run_id for _, r in runs]

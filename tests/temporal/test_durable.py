@@ -221,10 +221,10 @@ async def test_two_workers_on_one_postgres_store_serve_many_sessions(
             assert not ids & seen  # no message of one session in another's
             seen |= ids
         assert {r.text for r in results} == {expected.text}
-        await reader.close()
+        await reader.aclose()
     finally:
         for store in stores:
-            await store.close()
+            await store.aclose()
 
 
 async def test_the_workflow_history_and_the_session_log_agree(

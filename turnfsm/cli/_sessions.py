@@ -20,9 +20,21 @@ import attrs
 
 from turnfsm import serde
 from turnfsm.cli._stores import close_store, open_cli_store, where
-from turnfsm.errors import ConfigError, SessionConflict, SessionNotFound, StoreError
+from turnfsm.errors import (
+    ConfigError,
+    CorruptRecord,
+    SessionConflict,
+    SessionNotFound,
+    StoreError,
+)
 from turnfsm.messages import Message
-from turnfsm.persistence import Session, SessionStore, load_session, session_lines
+from turnfsm.persistence import (
+    RunRecord,
+    Session,
+    SessionStore,
+    load_session,
+    session_lines,
+)
 
 __all__ = ["SessionsCommand", "not_found", "run_sessions"]
 
@@ -61,14 +73,16 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             return await _list(store, out)
         if command.action == "import":
             return await _import(store, str(command.file), out)
+        if command.action == "rm":
+            return await _remove(
+                store, str(command.session_id), yes=command.yes, out=out
+            )
         session = await _session(store, str(command.session_id))
         if command.action == "show":
             return _show(session, store, out)
         if command.action == "export":
             return _export(session, command.format, command.out, out)
-        if command.action == "reset-breaker":
-            return await _reset_breaker(session, out)
-        return await _remove(session, store, yes=command.yes, out=out)
+        return await _reset_breaker(session, out)
     finally:
         await close_store(store)
 
@@ -107,8 +121,20 @@ async def _list(store: SessionStore, out: TextIO) -> int:
         print(f"no sessions in {where(store)}", file=out)
         return 0
     rows = [("ID", "VERSION", "RUNS", "LAST OUTCOME")]
+    damaged = 0
     for info in infos:
-        runs = (await Session.load(store, info.id)).runs
+        # One damaged session is reported on its line, never hides the others.
+        problem = getattr(info, "problem", None)
+        runs: list[RunRecord] = []
+        if problem is None:
+            try:
+                runs = (await Session.load(store, info.id)).runs
+            except CorruptRecord as exc:
+                problem = str(exc)
+        if problem is not None:
+            damaged += 1
+            rows.append((info.id, str(info.version), "-", f"damaged: {problem}"))
+            continue
         last = runs[-1].outcome if runs else "-"
         rows.append((info.id, str(info.version), str(len(runs)), last))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
@@ -116,6 +142,12 @@ async def _list(store: SessionStore, out: TextIO) -> int:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join([*cells, row[3]]), file=out)
     print(f"{len(infos)} session(s) in {where(store)}", file=out)
+    if damaged:
+        print(
+            f"{damaged} damaged session(s): `turnfsm sessions rm ID` removes one",
+            file=out,
+        )
+        return 1
     return 0
 
 
@@ -225,24 +257,28 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
 
 
 async def _remove(
-    session: Session, store: SessionStore, *, yes: bool, out: TextIO
+    store: SessionStore, session_id: str, *, yes: bool, out: TextIO
 ) -> int:
     delete = getattr(store, "delete_session", None)
     if delete is None:
         raise ConfigError(
-            "--store", where(store), "a store that can delete sessions (SQLite)"
+            "--store",
+            where(store),
+            "a store that can delete sessions (SQLite, PostgreSQL)",
         )
+    try:
+        session = await _session(store, session_id)
+        what = f"{session.version} entries, {len(session.runs)} run(s)"
+    except CorruptRecord as exc:
+        what = f"damaged: {exc}"  # a damaged session can be removed all the same
     if not yes:
-        question = (
-            f"delete session {session.id} ({session.version} entries, "
-            f"{len(session.runs)} run(s)) from {where(store)}? [y/N] "
-        )
+        question = f"delete session {session_id} ({what}) from {where(store)}? [y/N] "
         answer = await anyio.to_thread.run_sync(_ask, question)
         if answer.strip().lower() not in ("y", "yes"):
             print("not deleted", file=out)
             return 1
-    await delete(session.id)
-    print(f"deleted session {session.id} from {where(store)}", file=out)
+    await delete(session_id)
+    print(f"deleted session {session_id} from {where(store)}", file=out)
     return 0
 
 

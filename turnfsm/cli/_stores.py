@@ -47,7 +47,7 @@ def where(store: SessionStore) -> str:
 
 
 async def close_store(store: SessionStore) -> None:
-    """Close `store` if it has an (async) ``close()``."""
-    close = getattr(store, "close", None)
+    """Close `store`: its ``aclose()``, else a store of one's own's ``close()``."""
+    close = getattr(store, "aclose", None) or getattr(store, "close", None)
     if close is not None:
         await close()

@@ -16,7 +16,7 @@ TurnFSMError                 base class; never raised directly
 ├── OutputInvalid            the final answer never fit the output type; .errors
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retryable
-├── SessionBusy              another run is using the session (or one is open)
+├── SessionBusy              another run or process holds the session; .owner, .alive
 ├── ReplayError              a logged run cannot be replayed; .run_id, .index, .entry
 │   ├── ReplayDiverged       the brain answers differently from the log
 │   └── LogInconsistent      the run's log contradicts itself (order, replies, history)
@@ -28,6 +28,7 @@ TurnFSMError                 base class; never raised directly
 │   ├── SessionConflict      another writer appended to the session first
 │   ├── SessionNotFound      (LookupError) no session of that id is stored
 │   ├── DuplicateRecord      an append repeats a compaction's idempotency key
+│   ├── LeaseLost            a session's lease is no longer its owner's; .holder
 │   └── StoreUnusable        a store file or database cannot be used; .path, .reason
 └── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
 ```
@@ -83,6 +84,7 @@ from turnfsm.errors._run import (
 from turnfsm.errors._store import (
     CorruptRecord,
     DuplicateRecord,
+    LeaseLost,
     SessionConflict,
     SessionNotFound,
     StoreError,
@@ -105,6 +107,7 @@ __all__ = [
     "InvalidMessage",
     "InvalidReturn",
     "LargeItem",
+    "LeaseLost",
     "LogInconsistent",
     "MachineBroken",
     "MaxTurnsExceeded",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import warnings
 from collections.abc import Iterable
 from typing import final
@@ -145,12 +146,37 @@ CONTEXT_OVERFLOW = "context_overflow"
 @final
 @attrs.frozen(auto_exc=True)
 class SessionBusy(TurnFSMError):
-    """Raised when a run starts on a session that another run is still using."""
+    """Raised when a run starts on a session that another run is still using.
+
+    `run_id` names the session's open run, when there is one. When a store
+    holds owner leases, `owner` names the process that holds the session,
+    `alive` says whether its lease is live (it renews it: its process is
+    working) or expired (its process likely died), and `since` when it took
+    the session (seconds since the epoch, on the store's clock).
+    """
 
     session_id: str
     run_id: str | None = None
+    owner: str | None = attrs.field(default=None, kw_only=True)
+    alive: bool | None = attrs.field(default=None, kw_only=True)
+    since: float | None = attrs.field(default=None, kw_only=True)
 
     def __str__(self) -> str:
+        run = f" (run {self.run_id!r})" if self.run_id is not None else ""
+        if self.owner is not None and self.alive is not None:
+            held = f"{self.owner!r}{_since(self.since)}"
+            if self.alive:
+                return (
+                    f"session {self.session_id!r}{run} is held by {held}, which is "
+                    "alive (it keeps renewing its lease); wait for its run to end, "
+                    "or take it over with force=True only if you know that "
+                    "process is gone"
+                )
+            return (
+                f"session {self.session_id!r}{run} was held by {held}, whose "
+                "lease has expired (its process likely died); resume or abandon "
+                "the run to take it over"
+            )
         if self.run_id is not None:
             return (
                 f"session {self.session_id!r} has an open run {self.run_id!r} "
@@ -160,6 +186,17 @@ class SessionBusy(TurnFSMError):
             f"session {self.session_id!r} is running another run; wait for it, "
             "or give this run its own Session"
         )
+
+
+def _since(since: float | None) -> str:
+    """Return `` since 2026-05-09 07:35:25 UTC`` (empty for None or a bad time)."""
+    if since is None:
+        return ""
+    try:
+        when = datetime.datetime.fromtimestamp(since, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return f" since {when:%Y-%m-%d %H:%M:%S} UTC"
 
 
 class ReplayError(TurnFSMError):

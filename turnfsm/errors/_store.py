@@ -12,6 +12,7 @@ from turnfsm.errors._base import TurnFSMError
 __all__ = [
     "CorruptRecord",
     "DuplicateRecord",
+    "LeaseLost",
     "SessionConflict",
     "SessionNotFound",
     "StoreError",
@@ -141,4 +142,30 @@ class StoreUnusable(StoreError):
         return (
             f"cannot use {self.path} as a turnfsm session store: {self.reason} "
             "(nothing was changed)"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class LeaseLost(StoreError):
+    """Raised when an owner renews a session's lease that is no longer its own.
+
+    `holder` took the session over after the lease expired (None: nobody
+    holds it now). The owner must stop working on the session: another
+    process may be resuming or abandoning its run.
+    """
+
+    session_id: str
+    owner: str
+    holder: str | None = None
+
+    def __str__(self) -> str:
+        if self.holder is not None:
+            why = f"its lease expired and {self.holder!r} took the session over"
+        else:
+            why = "nobody holds it now: the lease was released, or the session removed"
+        return (
+            f"{self.owner!r} no longer holds the lease on session "
+            f"{self.session_id!r} ({why}); stop working on the session and "
+            "reload it to see what the other process did"
         )

@@ -3,11 +3,14 @@
 A session's log holds, in order, every run's opening, every event fed to
 the brain, every turn and compaction pass, every commit point and every
 run's end. The working history and the audit trail are projections of it.
+Every shipped store also keeps owner leases (`LeasingStore`): which process
+holds a session, and whether it is still alive.
 """
 
 from __future__ import annotations
 
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
+from turnfsm.persistence._lease import Lease, LeasingStore
 from turnfsm.persistence._open import (
     STORE_ENV,
     default_store_path,
@@ -48,6 +51,8 @@ __all__ = [
     "CompactionRecord",
     "Entry",
     "EventRecorded",
+    "Lease",
+    "LeasingStore",
     "MachineStored",
     "MemoryStore",
     "Outcome",

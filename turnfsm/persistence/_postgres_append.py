@@ -10,7 +10,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from turnfsm.errors import DuplicateRecord, SessionConflict
-from turnfsm.persistence._rows import Row
+from turnfsm.persistence._rows import Row, column_text, column_value
 
 __all__ = ["_T", "_Conn", "_Op", "_Step", "_append", "_check_keys"]
 
@@ -88,16 +88,27 @@ async def _append(
     Nothing is committed before COMMIT is sent, so a connection found dead
     before it is safe to retry on another (`PostgresStore._run`). (psycopg's
     pipeline mode, which would send BEGIN with the write, measured slower:
-    it adds syncs of its own.)
+    it adds syncs of its own.) An empty append writes nothing: it checks the
+    version, so that it creates no session.
     """
+    key = column_text(session_id)
+    if not rows:
+        actual = await _version(conn, key)
+        if actual != expected:
+            raise SessionConflict(session_id, expected, actual)
+        return expected
     version = expected + len(rows)
     messages = {d: t for row in rows for d, t in row.messages.items()}
-    keyed = [(r.key, expected + i) for i, r in enumerate(rows) if r.key is not None]
+    keyed = [
+        (column_text(r.key), expected + i)
+        for i, r in enumerate(rows)
+        if r.key is not None
+    ]
     params = {
-        "session": session_id,
+        "session": key,
         "version": version,
         "expected": expected,
-        "run_ids": [r.run_id for r in rows],
+        "run_ids": [column_text(r.run_id) for r in rows],
         "kinds": [r.kind for r in rows],
         "bodies": [r.body for r in rows],
         "digests": list(messages),
@@ -115,14 +126,10 @@ async def _append(
             step.committing = True  # the block's end sends COMMIT
     except _Stale:
         # Rolled back (it wrote nothing); the version is read afresh.
-        cur = await conn.execute(
-            "SELECT version FROM turnfsm_sessions WHERE id = %s", (session_id,)
-        )
-        row = await cur.fetchone()
         raise SessionConflict(
             session_id=session_id,
             expected=expected,
-            actual=0 if row is None else int(row[0]),
+            actual=await _version(conn, key),
         ) from None
     except psycopg.errors.UniqueViolation as exc:
         if exc.diag.table_name != "turnfsm_compactions":
@@ -132,20 +139,28 @@ async def _append(
     return version
 
 
+async def _version(conn: _Conn, key: str) -> int:
+    cur = await conn.execute(
+        "SELECT version FROM turnfsm_sessions WHERE id = %s", (key,)
+    )
+    row = await cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
 class _Stale(Exception):
     """The session was not at the expected version (internal)."""
 
 
 async def _refuse_known_keys(conn: _Conn, session_id: str, rows: Sequence[Row]) -> None:
-    keys = [row.key for row in rows if row.key is not None]
+    keys = [column_text(row.key) for row in rows if row.key is not None]
     if not keys:
         return
     # Keys are never removed: the one the write met is still there.
     cur = await conn.execute(
         "SELECT key FROM turnfsm_compactions"
         " WHERE session_id = %s AND key = ANY(%s) ORDER BY key LIMIT 1",
-        (session_id, keys),
+        (column_text(session_id), keys),
     )
     found = await cur.fetchone()
     if found is not None:
-        raise DuplicateRecord(session_id, str(found[0]))
+        raise DuplicateRecord(session_id, column_value(str(found[0])))

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPLICATION", "SCHEMA_VERSION", "_LOCK_CLASS", "_MIGRATIONS"]
+from turnfsm.errors import StoreUnusable
+from turnfsm.persistence._postgres_append import _Conn
+
+__all__ = ["APPLICATION", "SCHEMA_VERSION", "_LOCK_CLASS", "_MIGRATIONS", "migrate"]
 
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The schema version this turnfsm writes (and the newest it can read)."""
 
 APPLICATION: Final = "turnfsm"
@@ -44,4 +47,56 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
             seq BIGINT NOT NULL,
             UNIQUE (session_id, key))""",
     ),
+    2: (
+        # Owner leases, timed by the server's clock. No reference to the
+        # session: a run takes the lease before its first append creates it.
+        """CREATE TABLE turnfsm_leases (
+            session_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            since TIMESTAMPTZ NOT NULL,
+            expires_at TIMESTAMPTZ NOT NULL)""",
+    ),
 }
+
+
+async def migrate(conn: _Conn, server: str) -> None:
+    """Create or migrate the schema, in one transaction under an advisory lock.
+
+    Raises:
+        StoreUnusable: the tables are another application's, or the schema
+            is newer than this turnfsm; nothing was changed.
+    """
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
+            (_LOCK_CLASS,),
+        )
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS turnfsm_meta"
+            " (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+        )
+        cur = await conn.execute("SELECT key, value FROM turnfsm_meta")
+        meta = {str(k): str(v) for k, v in await cur.fetchall()}
+        if meta and meta.get("application") != APPLICATION:
+            raise StoreUnusable(
+                server,
+                "its turnfsm_meta table belongs to another application"
+                f" ({meta.get('application')!r}); use another database or schema",
+            )
+        version = int(meta.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise StoreUnusable(
+                server,
+                f"its schema version {version} is newer than this turnfsm"
+                f" knows ({SCHEMA_VERSION}); upgrade turnfsm to use it",
+            )
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[step]:
+                await conn.execute(statement)
+        if version < SCHEMA_VERSION:
+            await conn.execute(
+                "INSERT INTO turnfsm_meta (key, value) VALUES"
+                " ('application', %s), ('schema_version', %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (APPLICATION, str(SCHEMA_VERSION)),
+            )

@@ -1,17 +1,26 @@
-"""Log entries as database rows, with message content stored once.
+r"""Log entries as database rows, with message content stored once.
 
 Every database store writes the same rows: an entry becomes its versioned
 JSON envelope (`turnfsm.serde.envelope`) in which every message is replaced
 by a reference to its content (``{"$msg": DIGEST}``), and the contents go to
 a table of their own, keyed by the digest of their JSON. A message carried by
 many events (a compaction keeps most of the conversation) is stored once.
+
+Text a database cannot hold as UTF-8 (a lone surrogate, such as the
+``"\udcff"`` an `os.listdir` name with undecodable bytes carries; a NUL on
+PostgreSQL) is written as a JSON escape, the one mechanism of every database
+store: inside a JSON body a lone surrogate is its ``\udcff`` escape (which
+``json.loads`` reads back as the same character), and an id column (a
+session's, a run's, a lease owner's) that would hold such text holds the id's
+JSON string literal instead (`column_text`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -20,7 +29,17 @@ from turnfsm import serde
 from turnfsm.errors import CorruptRecord
 from turnfsm.persistence._records import Entry
 
-__all__ = ["MESSAGE_REF", "Row", "decode", "encode", "entry_kind"]
+__all__ = [
+    "MESSAGE_REF",
+    "Row",
+    "column_text",
+    "column_value",
+    "counter_problem",
+    "decode",
+    "decode_log",
+    "encode",
+    "entry_kind",
+]
 
 MESSAGE_REF: Final = "$msg"
 """The key of a message reference inside a stored entry."""
@@ -87,8 +106,82 @@ def _c_encoder() -> Callable[[object], str] | None:
     return dumps if dumps(sample) == _ENCODER.encode(sample) else None
 
 
-_dumps: Final[Callable[[object], str]] = _c_encoder() or _ENCODER.encode
+_plain_dumps: Final[Callable[[object], str]] = _c_encoder() or _ENCODER.encode
 """`json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)`."""
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _escape_surrogates(text: str) -> str:
+    r"""Return JSON `text` with each lone surrogate written as its ``\uXXXX`` escape.
+
+    A lone surrogate can only stand inside a JSON string, where its escape
+    reads back as the same character: what ``ensure_ascii=True`` writes for
+    it, leaving all other text as it is (so the stored format of text
+    without surrogates does not change).
+    """
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(_escape, text)
+
+
+def _dumps(value: object) -> str:
+    """Return `value`'s stored JSON text: compact, sorted keys, UTF-8 safe."""
+    return _escape_surrogates(_plain_dumps(value))
+
+
+def _storable(value: str) -> bool:
+    """Whether every database can hold `value` as it is in a text column."""
+    if value.isascii():
+        return "\x00" not in value
+    return "\x00" not in value and _SURROGATE.search(value) is None
+
+
+def _quoted(text: str) -> bool:
+    """Whether `text` is what `column_text` writes for an id it quoted.
+
+    That is a JSON string literal, exactly as `column_text` would write it,
+    of an id that had to be quoted: one no database can hold as it is, or
+    one that is itself such a literal (quoted again, so that no id is
+    mistaken for another).
+    """
+    if not text.startswith('"'):
+        return False
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return (
+        isinstance(value, str)
+        and _escape_surrogates(json.dumps(value, ensure_ascii=False)) == text
+        and (not _storable(value) or _quoted(value))
+    )
+
+
+def column_text(value: str) -> str:
+    r"""Return the text an id column holds for the id `value`.
+
+    An id every database can hold (no NUL, no lone surrogate) is held as it
+    is, as every earlier turnfsm wrote it; any other id is held as its JSON
+    string literal, quotes included (``"a\udcff"``). An id that happens to
+    be such a literal already is quoted once more, so `column_value` reads
+    every stored id back as exactly the id that was written.
+    """
+    if _storable(value) and not _quoted(value):
+        return value
+    return _escape_surrogates(json.dumps(value, ensure_ascii=False))
+
+
+def column_value(text: str) -> str:
+    """Return the id an id column's `text` holds (the inverse of `column_text`)."""
+    if _quoted(text):
+        value: str = json.loads(text)
+        return value
+    return text
 
 
 def _reference(value: dict[str, Any], out: dict[str, str]) -> dict[str, str]:
@@ -155,11 +248,73 @@ def _fill(value: Any, messages: Mapping[str, Any]) -> Any:
                 raise CorruptRecord(
                     "Entry", MESSAGE_REF, f"message {digest!r} is missing"
                 ) from None
-            return json.loads(found) if isinstance(found, str) else found
+            if isinstance(found, str):
+                return _loads(found, f"{MESSAGE_REF}[{digest!r}]")
+            return found
         return {k: _fill(v, messages) for k, v in value.items()}
     if isinstance(value, list):
         return [_fill(v, messages) for v in value]
     return value
+
+
+def counter_problem(version: int, rows: int) -> str | None:
+    """Say what is wrong when a session's counter is not its number of rows.
+
+    Args:
+        version: The session's version counter, as stored.
+        rows: How many rows its log holds (or the last row's number + 1).
+    """
+    if version == rows:
+        return None
+    return f"its version counter says {version} entries, the log holds {rows}"
+
+
+def decode_log(
+    session_id: str,
+    bodies: Sequence[object],
+    messages: Mapping[str, Any],
+    *,
+    version: int,
+    seqs: Sequence[int] | None = None,
+) -> tuple[Entry, ...]:
+    """Rebuild the log of `session_id` from its rows, checking that it is whole.
+
+    Args:
+        session_id: The session (named in errors).
+        bodies: The entries' bodies, in log order.
+        messages: Digest -> message JSON for their references.
+        version: The session's version counter, as stored.
+        seqs: Each body's position, as stored (None: not checked).
+
+    Raises:
+        CorruptRecord: a row does not read back as an entry, a row is
+            missing, or the version counter disagrees with the rows; its
+            path names the session and the row
+            (``sessions['s1'].entries[3]``).
+    """
+    where = f"sessions[{session_id!r}]"
+    if seqs is not None:
+        for index, seq in enumerate(seqs):
+            if seq != index:
+                raise CorruptRecord(
+                    "Entry",
+                    f"{where}.entries[{index}]",
+                    f"the row stored there is numbered {seq}: rows are missing",
+                )
+    problem = counter_problem(version, len(bodies))
+    if problem is not None:
+        raise CorruptRecord("Session", f"{where}.version", problem)
+    entries = []
+    for index, body in enumerate(bodies):
+        try:
+            if not isinstance(body, str):
+                kind = type(body).__name__
+                raise CorruptRecord("Entry", "", f"a {kind} where JSON text belongs")
+            entries.append(decode(body, messages))
+        except CorruptRecord as exc:
+            path = f"{where}.entries[{index}]" + (f".{exc.path}" if exc.path else "")
+            raise CorruptRecord(exc.type, path, exc.reason) from None
+    return tuple(entries)
 
 
 def decode(body: str | Mapping[str, Any], messages: Mapping[str, Any]) -> Entry:
@@ -174,11 +329,15 @@ def decode(body: str | Mapping[str, Any], messages: Mapping[str, Any]) -> Entry:
             message that is not there.
     """
     if isinstance(body, str):
-        try:
-            body = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise CorruptRecord("Entry", "", f"not JSON: {exc}") from None
+        body = _loads(body, "")
     return serde.open_envelope(_fill(body, messages), Entry)  # type: ignore[no-any-return]
+
+
+def _loads(text: str, path: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptRecord("Entry", path, f"not JSON: {exc}") from None
 
 
 def entry_kind(entry: Entry) -> str:

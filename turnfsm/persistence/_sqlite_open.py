@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -55,6 +56,13 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         " key TEXT NOT NULL,"
         " seq INTEGER NOT NULL,"
         " UNIQUE (session_id, key))",
+    ),
+    (  # 2: owner leases (times in seconds since the epoch, this host's clock)
+        "CREATE TABLE turnfsm_leases ("
+        " session_id TEXT PRIMARY KEY,"
+        " owner TEXT NOT NULL,"
+        " since REAL NOT NULL,"
+        " expires_at REAL NOT NULL)",
     ),
 )
 
@@ -113,15 +121,38 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
 
 
 def _check_header(path: Path, where: str) -> None:
+    """Refuse what is not a regular file holding SQLite (or nothing yet).
+
+    The file is opened without blocking and its type checked on the open
+    descriptor, before anything is read: a FIFO would block a read forever.
+    """
     try:
-        with path.open("rb") as file:
-            head = file.read(len(_HEADER))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StoreUnusable(where, f"it cannot be read ({exc.strerror})") from None
+    try:
+        kind = _KINDS.get(stat.S_IFMT(os.fstat(fd).st_mode), "not a regular file")
+        if kind:
+            raise StoreUnusable(where, f"it is {kind}, not a regular file")
+        head = os.read(fd, len(_HEADER))
+    except OSError as exc:
+        raise StoreUnusable(where, f"it cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     if head and head != _HEADER:
         raise StoreUnusable(where, "it is not an SQLite database")
+
+
+_KINDS: Final = {
+    stat.S_IFREG: "",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 def _schema_version(conn: sqlite3.Connection, where: str) -> int:

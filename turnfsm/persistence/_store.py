@@ -8,37 +8,66 @@ nothing. Stores never rewrite or delete entries.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Protocol, final, runtime_checkable
 
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import ConfigError, SessionConflict
+from turnfsm.errors import ConfigError, DuplicateRecord, SessionConflict
+from turnfsm.persistence._lease import Lease, check_lease, renewed, taken
 from turnfsm.persistence._records import Entry
 
-__all__ = ["MemoryStore", "SessionInfo", "SessionStore"]
+__all__ = [
+    "MemoryStore",
+    "SessionInfo",
+    "SessionStore",
+    "check_session_id",
+    "check_store",
+]
 
 
 @final
 @attrs.frozen(kw_only=True)
 class SessionInfo:
-    """One session as a store lists it: its id and how many entries it has."""
+    """One session as a store lists it: its id and how many entries it has.
+
+    Attributes:
+        id: The session's id.
+        version: Its version counter: the number of entries in its log.
+        problem: What is wrong with the session, when the store sees at a
+            glance that it is damaged (its counter disagrees with its rows);
+            None for a sound one. A damaged session is listed all the same,
+            so that one bad session never hides the others; loading it
+            raises `CorruptRecord`.
+    """
 
     id: str
     version: int
+    problem: str | None = None
 
 
 @runtime_checkable
 class SessionStore(Protocol):
-    """Where session logs live: append-only, versioned, one log per session id."""
+    """Where session logs live: append-only, versioned, one log per session id.
+
+    A store that holds resources (a file, a connection pool) lets go of
+    them in ``await store.aclose()``, and is an async context manager that
+    calls it (``async with SQLiteStore(path) as store:``); every shipped
+    store is. Neither is part of the protocol: a store without them works.
+    """
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
     ) -> int:
         """Append `entries` to the log of `session_id` if it is at `expected_version`.
 
-        A session that does not exist yet is at version 0.
+        A session that does not exist yet is at version 0, and its first
+        append creates it. An append that is refused, for any reason, leaves
+        no trace: a session it would have created does not exist after it.
 
         Returns:
             The new version (the number of entries in the log).
@@ -46,26 +75,47 @@ class SessionStore(Protocol):
         Raises:
             SessionConflict: the log is not at `expected_version` (another
                 writer appended first); nothing was written.
+            DuplicateRecord: a compaction record's idempotency key is already
+                in the session (or twice in `entries`); nothing was written.
+            ConfigError: `session_id` is not a usable id; nothing was written.
         """
         ...
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
-        """Return every entry of `session_id`, oldest first (empty if unknown)."""
+        """Return every entry of `session_id`, oldest first (empty if unknown).
+
+        Raises:
+            CorruptRecord: a stored row does not read back, or the session's
+                rows disagree with its version counter; the error's path
+                names the session and the row.
+        """
         ...
 
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
-        """Return every session the store holds, by id."""
+        """Return every session the store holds, by id (damaged ones too)."""
         ...
 
 
-# A store whose resources are bound to an event loop (a connection pool) may
-# also define `async def release()`: `Agent.run_sync` calls it before the loop
-# it made ends. It is not part of the protocol: most stores need none.
+_ID = _checks.identifier()
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_WHOLE = _checks.satisfies(
+    lambda value: _PAIR.search(value) is None,
+    "a non-empty string (<= 200) without a surrogate pair split into two "
+    "characters (text no encoding can hold)",
+)
 
 
 def check_session_id(session_id: object) -> str:
-    """Return `session_id` if it is a usable id; raise `ConfigError` if not."""
-    return _checks.check_id("session_id", session_id)
+    r"""Return `session_id` if it is a usable id; raise `ConfigError` if not.
+
+    Any string of 1 to 200 characters is usable, NUL and lone surrogates
+    (the ``"\udcff"`` of an undecodable file name) included: every store
+    holds it as it is. Refused: a high surrogate right before a low one,
+    which reads back from any JSON text as the one character the pair
+    encodes.
+    """
+    _checks.check(session_id, "session_id", _ID, _WHOLE)
+    return session_id  # type: ignore[return-value]
 
 
 def check_store(store: object) -> SessionStore:
@@ -81,10 +131,14 @@ class MemoryStore:
     """Session logs in this process's memory (a library `Agent`'s default).
 
     Entries are frozen values, kept as they are (no serialisation): a
-    `MemoryStore` is as fast as a list, and is lost with the process.
+    `MemoryStore` is as fast as a list, and is lost with the process. It
+    keeps owner leases too (a `LeasingStore`), on this process's clock.
+    `aclose` has nothing to let go of: the sessions stay.
     """
 
     _logs: dict[str, list[Entry]] = attrs.field(factory=dict, init=False)
+    _keys: dict[str, set[str]] = attrs.field(factory=dict, init=False)
+    _leases: dict[str, Lease] = attrs.field(factory=dict, init=False)
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
@@ -93,12 +147,24 @@ class MemoryStore:
         log = self._logs.get(session_id)
         if log is None:
             check_session_id(session_id)
-            log = self._logs[session_id] = []
-        if len(log) != expected_version:
+        actual = 0 if log is None else len(log)
+        if actual != expected_version:
             raise SessionConflict(
-                session_id=session_id, expected=expected_version, actual=len(log)
+                session_id=session_id, expected=expected_version, actual=actual
             )
+        keys = self._keys.get(session_id, set())
+        new = [key for e in entries if (key := getattr(e, "key", None)) is not None]
+        for index, key in enumerate(new):
+            if key in keys or key in new[:index]:
+                raise DuplicateRecord(session_id=session_id, key=key)
+        # Checked: nothing below can fail, so a refused append leaves no trace.
+        if not entries:
+            return actual
+        if log is None:
+            log = self._logs[session_id] = []
         log.extend(entries)
+        if new:
+            self._keys[session_id] = keys | set(new)
         return len(log)
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
@@ -111,3 +177,62 @@ class MemoryStore:
             SessionInfo(id=sid, version=len(log))
             for sid, log in sorted(self._logs.items())
         )
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete `session_id`, its entries and its lease; return whether it existed."""
+        self._keys.pop(session_id, None)
+        self._leases.pop(session_id, None)
+        return self._logs.pop(session_id, None) is not None
+
+    # -- LeasingStore ----------------------------------------------------
+    async def acquire_lease(
+        self, session_id: str, owner: str, *, ttl: float, force: bool = False
+    ) -> Lease:
+        """Take the lease on `session_id` for `owner` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner, ttl, force)
+        lease = taken(
+            self._leases.get(session_id),
+            session_id,
+            owner,
+            now=time.time(),
+            ttl=ttl,
+            force=force,
+        )
+        self._leases[session_id] = lease
+        return lease
+
+    async def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> Lease:
+        """Extend `owner`'s lease on `session_id` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner, ttl)
+        lease = renewed(
+            self._leases.get(session_id), session_id, owner, now=time.time(), ttl=ttl
+        )
+        self._leases[session_id] = lease
+        return lease
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Let go of `owner`'s lease on `session_id` (see `LeasingStore`)."""
+        lease = self._leases.get(session_id)
+        if lease is not None and lease.owner == owner:
+            del self._leases[session_id]
+
+    async def lease_of(self, session_id: str) -> Lease | None:
+        """Return the lease on `session_id`, or None (see `LeasingStore`)."""
+        return self._leases.get(session_id)
+
+    # -- lifecycle -------------------------------------------------------
+    async def aclose(self) -> None:
+        """Do nothing: a memory store holds no resources (its sessions stay)."""
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -29,7 +29,15 @@ hold several stores (``options=-csearch_path=tenant_a`` in the URL).
 Migrations run once per store object, in one transaction under an advisory
 lock, so processes that start together do not race.
 
-psycopg's async connections run on asyncio only: use the store from
+Owner leases (`LeasingStore`) live in ``turnfsm_leases``, timed by the
+server's clock (`turnfsm.persistence._postgres_lease`). Ids are held as
+`turnfsm.persistence._rows.column_text` writes them (an id with a NUL or a
+lone surrogate is held as its JSON string literal).
+
+Connections are pooled per event loop (`turnfsm.persistence._postgres_pool`):
+one store serves any number of ``anyio.run`` calls, one after another, and
+each loop's connections close when the loop ends. psycopg's async
+connections run on asyncio only: use the store from
 ``anyio.run(..., backend="asyncio")`` (the default).
 """
 
@@ -37,23 +45,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import final
 
 try:
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-    from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
-        "turnfsm.persistence.postgres needs psycopg 3 and psycopg-pool: "
+        "turnfsm.persistence.postgres needs psycopg 3: "
         "install the extra with `pip install 'turnfsm[postgres]'`"
     ) from exc
 
 import anyio
 
-from turnfsm.errors import ConfigError, StoreUnusable
+from turnfsm import _checks, _deprecated
+from turnfsm.errors import StoreUnusable
+from turnfsm.persistence import _postgres_lease
+from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._postgres_append import (
     _T,
     _append,
@@ -62,52 +73,43 @@ from turnfsm.persistence._postgres_append import (
     _Op,
     _Step,
 )
-from turnfsm.persistence._postgres_schema import (
-    _LOCK_CLASS,
-    _MIGRATIONS,
-    APPLICATION,
-    SCHEMA_VERSION,
+from turnfsm.persistence._postgres_pool import (
+    LoopPool,
+    loop_or_none,
+    running_loop,
+    server_of,
 )
+from turnfsm.persistence._postgres_read import Listed, Log, read_list, read_log
+from turnfsm.persistence._postgres_schema import SCHEMA_VERSION, migrate
 from turnfsm.persistence._records import Entry
-from turnfsm.persistence._rows import decode, encode
+from turnfsm.persistence._rows import (
+    column_text,
+    column_value,
+    counter_problem,
+    decode_log,
+    encode,
+)
 from turnfsm.persistence._store import SessionInfo, check_session_id
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
-
-def _server(url: str) -> str:
-    """Return `url` as ``postgresql://user@host:port/dbname``: no password."""
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigError(
-            "url", "<not shown>", f"a PostgreSQL URL or conninfo string ({exc})"
-        ) from None
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    port = params.get("port") or 5432
-    user = f"{params['user']}@" if params.get("user") else ""
-    return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
-
-
-def _running_loop() -> asyncio.AbstractEventLoop:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        raise ConfigError(
-            "async backend",
-            "not asyncio",
-            "asyncio: psycopg's async connections run on asyncio only",
-        ) from None
+_URL = _checks.string(non_empty=True, expected="a PostgreSQL URL or conninfo string")
 
 
 @final
 class PostgresStore:
-    """Session logs in a PostgreSQL database, through a connection pool.
+    """Session logs in a PostgreSQL database, through connection pools.
 
     Several processes and hosts may share one database: appends to one
     session serialise on its row, and the loser of a race gets
-    `SessionConflict`. The pool opens on first use (or `open`, or ``async
-    with``); `close` closes it.
+    `SessionConflict`. It keeps owner leases too (a `LeasingStore`), on the
+    server's clock.
+
+    Connections open on first use (or `open`, or ``async with``), in a pool
+    of the running event loop; they close when that loop ends, or at
+    ``await store.aclose()``, after which the store opens again on next
+    use. One store therefore serves consecutive ``anyio.run`` calls (as
+    `Agent.run_sync` makes) with nothing to call in between.
 
     Example:
         ```python
@@ -123,8 +125,9 @@ class PostgresStore:
     Args:
         url: A ``postgresql://`` URL or a libpq conninfo string. Its password
             never appears in errors or in the store's repr.
-        min_size: Connections the pool keeps open.
-        max_size: The most connections the pool opens.
+        min_size: Connections `open` makes ready (idle connections stay
+            open until their loop ends or the store is closed).
+        max_size: The most connections in use at once, per event loop.
         timeout: Seconds to wait for a connection (to connect, or for a free
             one) before `StoreUnusable`.
 
@@ -133,9 +136,9 @@ class PostgresStore:
     """
 
     __slots__ = (
-        "_lock",
-        "_loop",
-        "_pool",
+        "_migrated",
+        "_mutex",
+        "_pools",
         "_url",
         "max_size",
         "min_size",
@@ -146,29 +149,27 @@ class PostgresStore:
     def __init__(
         self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
     ) -> None:
-        if not isinstance(url, str) or not url:
-            raise ConfigError("url", url, "a PostgreSQL URL or conninfo string")
-        if not isinstance(min_size, int) or min_size < 0:
-            raise ConfigError("min_size", min_size, "an int >= 0")
-        if not isinstance(max_size, int) or max_size < max(min_size, 1):
-            raise ConfigError("max_size", max_size, f"an int >= {max(min_size, 1)}")
-        if not isinstance(timeout, int | float) or timeout <= 0:
-            raise ConfigError("timeout", timeout, "a number of seconds > 0")
-        self.server = _server(url)
+        _checks.check(url, "url", _URL)
+        _checks.check(min_size, "min_size", _checks.integer(low=0))
+        _checks.check(max_size, "max_size", _checks.integer(low=max(min_size, 1)))
+        _checks.check(timeout, "timeout", _checks.seconds(optional=False))
+        self.server = server_of(url)
         self._url = url
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = float(timeout)
-        self._pool: AsyncConnectionPool[_Conn] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = anyio.Lock()
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopPool] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._mutex = threading.Lock()
+        self._migrated = False
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.server!r})"
 
     # -- lifecycle -----------------------------------------------------
     async def open(self) -> PostgresStore:
-        """Connect, create or migrate the schema, and open the pool.
+        """Connect, create or migrate the schema, and ready `min_size` connections.
 
         Calling it again is a no-op. Returns the store itself.
 
@@ -177,27 +178,41 @@ class PostgresStore:
                 tables belong to another application, or the schema is newer
                 than this turnfsm (nothing is changed then).
         """
-        await self._get_pool()
+        pool = await self._get_pool()
+        with self._translate("connecting"):
+            await pool.fill(self.min_size)
         return self
 
-    async def close(self) -> None:
-        """Close the pool's connections (the store opens again on next use).
+    async def aclose(self) -> None:
+        """Close every connection the store holds; it opens again on next use.
 
-        A pool opened on an event loop that has ended since (`Agent.run_sync`
-        runs each call on its own loop) is dropped: its loop took its tasks.
+        Connections in use (by another thread's event loop) close when they
+        are given back.
         """
-        pool, self._pool = self._pool, None
-        if pool is not None and self._loop is _running_loop():
-            with anyio.CancelScope(shield=True):
-                await pool.close()
+        loop = loop_or_none()
+        with self._mutex:
+            pools = list(self._pools.items())
+            self._pools.clear()
+        for owner, pool in pools:
+            if owner is loop:
+                with anyio.CancelScope(shield=True):
+                    await pool.aclose()
+            else:
+                pool.close_now()
+
+    async def close(self) -> None:
+        """Close the store's connections (deprecated: use `aclose`)."""
+        _deprecated.warn("PostgresStore.close()", "PostgresStore.aclose()")
+        await self.aclose()
 
     async def release(self) -> None:
-        """Close the pool before its event loop ends; it reopens on next use.
+        """Close the store's connections (deprecated: nothing needs it now).
 
-        `Agent.run_sync` calls this at the end of each call, whose event loop
-        ends with it, so no pool task is left behind on a dead loop.
+        Each event loop's connections close when the loop ends; `aclose`
+        closes them all.
         """
-        await self.close()
+        _deprecated.warn("PostgresStore.release()", "PostgresStore.aclose()")
+        await self.aclose()
 
     async def __aenter__(self) -> PostgresStore:
         return await self.open()
@@ -208,79 +223,39 @@ class PostgresStore:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        await self.aclose()
 
-    async def _get_pool(self) -> AsyncConnectionPool[_Conn]:
-        loop = _running_loop()
-        if self._loop is not loop:
-            # A pool belongs to the event loop that opened it, and
-            # `Agent.run_sync` runs each call on a new loop: the old loop is
-            # gone with its pool's tasks, so start over on this one.
-            self._loop, self._pool, self._lock = loop, None, anyio.Lock()
-        if self._pool is not None:
-            return self._pool
-        async with self._lock:
-            if self._pool is None:
-                with self._translate("connecting"):
-                    # One direct connection first: a refused connection or a
-                    # failed login is reported now, not after a pool timeout.
-                    conn = await psycopg.AsyncConnection.connect(
-                        self._url, autocommit=True, connect_timeout=self._wait
-                    )
-                    async with conn:
-                        await self._migrate(conn)
-                    pool = AsyncConnectionPool(
-                        self._url,
-                        min_size=self.min_size,
-                        max_size=self.max_size,
-                        kwargs={"autocommit": True},
-                        timeout=self.timeout,
-                        open=False,
-                        name=self.server,
-                    )
-                    await pool.open(wait=False)
-                    self._pool = pool
-        return self._pool
+    async def _get_pool(self) -> LoopPool:
+        loop = running_loop()
+        with self._mutex:
+            pool = self._pools.get(loop)
+            fresh = pool is None
+            if pool is None:
+                pool = self._pools[loop] = LoopPool(
+                    self._connect,
+                    max_size=self.max_size,
+                    timeout=self.timeout,
+                    server=self.server,
+                )
+        if fresh:
+            await pool.start()
+        if not self._migrated:
+            async with pool.ready:
+                if not self._migrated:
+                    with self._translate("connecting"):
+                        async with pool.connection() as conn:
+                            await migrate(conn, self.server)
+                    self._migrated = True
+        return pool
+
+    async def _connect(self) -> _Conn:
+        return await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, connect_timeout=self._wait
+        )
 
     @property
     def _wait(self) -> int:
         return max(1, round(self.timeout))
-
-    async def _migrate(self, conn: _Conn) -> None:
-        async with conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
-                (_LOCK_CLASS,),
-            )
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS turnfsm_meta"
-                " (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
-            cur = await conn.execute("SELECT key, value FROM turnfsm_meta")
-            meta = {str(k): str(v) for k, v in await cur.fetchall()}
-            if meta and meta.get("application") != APPLICATION:
-                raise StoreUnusable(
-                    self.server,
-                    "its turnfsm_meta table belongs to another application"
-                    f" ({meta.get('application')!r}); use another database or schema",
-                )
-            version = int(meta.get("schema_version", "0"))
-            if version > SCHEMA_VERSION:
-                raise StoreUnusable(
-                    self.server,
-                    f"its schema version {version} is newer than this turnfsm"
-                    f" knows ({SCHEMA_VERSION}); upgrade turnfsm to use it",
-                )
-            for step in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[step]:
-                    await conn.execute(statement)
-            if version < SCHEMA_VERSION:
-                await conn.execute(
-                    "INSERT INTO turnfsm_meta (key, value) VALUES"
-                    " ('application', %s), ('schema_version', %s)"
-                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (APPLICATION, str(SCHEMA_VERSION)),
-                )
 
     @contextlib.contextmanager
     def _translate(self, doing: str) -> Iterator[None]:
@@ -345,48 +320,115 @@ class PostgresStore:
         """Return every entry of `session_id`, oldest first (empty if unknown).
 
         Raises:
-            CorruptRecord: a stored entry does not read back.
+            CorruptRecord: a stored entry does not read back, or the
+                session's rows disagree with its version counter (its path
+                names the session and the row).
             StoreUnusable: the server could not be reached.
         """
+        key = column_text(session_id)
 
-        async def op(conn: _Conn, step: _Step) -> tuple[list[str], dict[str, str]]:
-            async with conn.transaction():
-                # One snapshot for both reads.
-                await conn.execute(
-                    "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-                )
-                cur = await conn.execute(
-                    "SELECT body FROM turnfsm_entries WHERE session_id = %s"
-                    " ORDER BY seq",
-                    (session_id,),
-                )
-                bodies = [str(body) for (body,) in await cur.fetchall()]
-                if not bodies:
-                    return [], {}
-                cur = await conn.execute(
-                    "SELECT digest, body FROM turnfsm_messages WHERE session_id = %s",
-                    (session_id,),
-                )
-                return bodies, {str(d): str(t) for d, t in await cur.fetchall()}
+        async def op(conn: _Conn, step: _Step) -> Log:
+            return await read_log(conn, key)
 
-        bodies, messages = await self._run(f"loading session {session_id!r}", op)
-        return tuple(decode(body, messages) for body in bodies)
+        version, rows, messages = await self._run(f"loading session {session_id!r}", op)
+        if version is None and not rows:
+            return ()
+        return decode_log(
+            session_id,
+            [body for _, body in rows],
+            messages,
+            version=version or 0,
+            seqs=[seq for seq, _ in rows],
+        )
 
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
         """Return every session with at least one entry, sorted by id.
+
+        A session whose version counter disagrees with its rows is listed
+        with its `problem`.
 
         Raises:
             StoreUnusable: the server could not be reached.
         """
 
-        async def op(conn: _Conn, step: _Step) -> tuple[SessionInfo, ...]:
-            # COLLATE "C": code point order, as Python sorts strings.
-            cur = await conn.execute(
-                "SELECT id, version FROM turnfsm_sessions WHERE version > 0"
-                ' ORDER BY id COLLATE "C"'
+        async def op(conn: _Conn, step: _Step) -> list[Listed]:
+            return await read_list(conn)
+
+        infos = [
+            SessionInfo(
+                id=column_value(key),
+                version=version,
+                problem=counter_problem(version, 0 if last is None else last + 1),
             )
-            return tuple(
-                SessionInfo(id=str(i), version=int(v)) for i, v in await cur.fetchall()
+            for key, version, last in await self._run("listing sessions", op)
+            if version or last is not None
+        ]
+        return tuple(sorted(infos, key=lambda info: info.id))
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete `session_id`, its entries and its lease; return whether it existed.
+
+        The log is otherwise never rewritten: this is for ``turnfsm sessions
+        rm``, which asks first.
+
+        Raises:
+            StoreUnusable: the server could not be reached.
+        """
+        key = column_text(session_id)
+
+        async def op(conn: _Conn, step: _Step) -> bool:
+            async with conn.transaction():
+                await conn.execute(
+                    "DELETE FROM turnfsm_leases WHERE session_id = %s", (key,)
+                )
+                cur = await conn.execute(
+                    "DELETE FROM turnfsm_sessions WHERE id = %s", (key,)
+                )
+                step.committing = True
+                return cur.rowcount > 0
+
+        return await self._run(f"deleting session {session_id!r}", op)
+
+    # -- LeasingStore --------------------------------------------------
+    async def acquire_lease(
+        self, session_id: str, owner: str, *, ttl: float, force: bool = False
+    ) -> Lease:
+        """Take the lease on `session_id` for `owner` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner, ttl, force)
+
+        async def op(conn: _Conn, step: _Step) -> Lease:
+            return await _postgres_lease.acquire(
+                conn, step, session_id, owner, ttl, force
             )
 
-        return await self._run("listing sessions", op)
+        return await self._run(f"taking the lease on session {session_id!r}", op)
+
+    async def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> Lease:
+        """Extend `owner`'s lease on `session_id` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner, ttl)
+
+        async def op(conn: _Conn, step: _Step) -> Lease:
+            return await _postgres_lease.renew(conn, step, session_id, owner, ttl)
+
+        return await self._run(f"renewing the lease on session {session_id!r}", op)
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Let go of `owner`'s lease on `session_id` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner)
+
+        async def op(conn: _Conn, step: _Step) -> None:
+            await _postgres_lease.release(conn, step, session_id, owner)
+
+        await self._run(f"releasing the lease on session {session_id!r}", op)
+
+    async def lease_of(self, session_id: str) -> Lease | None:
+        """Return the lease on `session_id`, or None (see `LeasingStore`)."""
+        check_session_id(session_id)
+
+        async def op(conn: _Conn, step: _Step) -> Lease | None:
+            return await _postgres_lease.lease_of(conn, step, session_id)
+
+        return await self._run(f"reading the lease on session {session_id!r}", op)

@@ -28,6 +28,11 @@ Theory of operation:
   new loop per call). Each call is a whole transaction, and the wait for a
   write is shielded: a cancelled caller never leaves a transaction
   half-done, and learns of an append that committed.
+- Owner leases (`LeasingStore`) live in ``turnfsm_leases``, one row per held
+  session, timed by this host's clock; each operation is one
+  ``BEGIN IMMEDIATE`` transaction (`turnfsm.persistence._sqlite_lease`).
+- Ids are held as `turnfsm.persistence._rows.column_text` writes them, so
+  that an id with a lone surrogate is stored and read back as it is.
 """
 
 from __future__ import annotations
@@ -35,31 +40,28 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, TypeVar, final
+from typing import Any, Literal, TypeVar, final
 
 import anyio
 import anyio.to_thread
 import attrs
 
-from turnfsm import _checks
-from turnfsm.errors import (
-    ConfigError,
-    DuplicateRecord,
-    SessionConflict,
-    StoreUnusable,
-)
+from turnfsm import _checks, _deprecated
+from turnfsm.errors import StoreUnusable
+from turnfsm.persistence import _sqlite_lease, _sqlite_ops
+from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._records import Entry
-from turnfsm.persistence._rows import Row, decode, encode
+from turnfsm.persistence._rows import (
+    column_text,
+    encode,
+)
 from turnfsm.persistence._sqlite_open import (
     SCHEMA_VERSION,
     _open,
-    _roll_back,
-    _transaction,
 )
 from turnfsm.persistence._store import SessionInfo, check_session_id
 
@@ -68,12 +70,28 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 T = TypeVar("T")
 
 
-def _to_path(value: object) -> Path:
-    if isinstance(value, str | os.PathLike) and str(value).strip():
-        return Path(value)
-    raise ConfigError("path", value, "a file path (a str or os.PathLike)")
+def _to_path(value: Any) -> Any:
+    """Return a str or str path-like `value` as a `Path`; anything else as it is.
+
+    A blank one stays as it is too (``Path("")`` would be the directory
+    ``.``), for the validator to refuse.
+    """
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if isinstance(text, str) and text.strip():
+        return Path(text)
+    return value
 
 
+def _usable_path(value: object) -> bool:
+    text = os.fspath(value) if isinstance(value, Path) else ""
+    return bool(text.strip()) and "\x00" not in text
+
+
+_check_path = _checks.satisfies(
+    _usable_path,
+    "a file path (a str or os.PathLike, not blank, without NUL characters)",
+    "path",
+)
 _check_synchronous = _checks.one_of(("NORMAL", "FULL"), "synchronous")
 _check_timeout = _checks.number(
     "busy_timeout", low=0, expected="a finite number of seconds >= 0"
@@ -86,9 +104,11 @@ class SQLiteStore:
     """Session logs in one SQLite file: embedded, WAL, safe across processes.
 
     Opening creates the file (and its schema) if it does not exist, and
-    migrates an older turnfsm schema. Close it with ``await store.close()``
-    or use it as ``async with SQLiteStore(path) as store:``; a store dropped
-    unclosed closes its connection when it is collected.
+    migrates an older turnfsm schema. Let go of the file with ``await
+    store.aclose()`` or use the store as ``async with SQLiteStore(path) as
+    store:``; a closed store opens the file again on next use, and a store
+    dropped unclosed closes its connection when it is collected. It keeps
+    owner leases too (a `LeasingStore`), on this host's clock.
 
     Example:
         ```python
@@ -96,7 +116,8 @@ class SQLiteStore:
             agent = Agent(model=model, store=store)
             result = await agent.run("hello")
         # later, in any process:
-        session = await Session.load(SQLiteStore("sessions.db"), result.session_id)
+        async with SQLiteStore("sessions.db") as store:
+            session = await Session.load(store, result.session_id)
         ```
 
     Attributes:
@@ -107,26 +128,36 @@ class SQLiteStore:
         busy_timeout: Seconds to wait for another writer's lock.
 
     Raises:
-        StoreUnusable: the file is not an SQLite database, is another
-            application's, or has a schema newer than this turnfsm knows;
-            it was not changed.
-        ConfigError: an option is out of range.
+        StoreUnusable: the file is not an SQLite database (or not a regular
+            file: a FIFO, a directory), is another application's, or has a
+            schema newer than this turnfsm knows; it was not changed.
+        ConfigError: a bad path (blank, with a NUL character) or an option
+            out of range.
     """
 
-    path: Path = attrs.field(converter=_to_path)
+    path: Path = attrs.field(converter=_to_path, validator=_check_path)
     synchronous: Literal["NORMAL", "FULL"] = attrs.field(
         default="NORMAL", kw_only=True, validator=_check_synchronous
     )
     busy_timeout: float = attrs.field(
         default=5.0, kw_only=True, validator=_check_timeout
     )
-    _conn: sqlite3.Connection = attrs.field(init=False, repr=False)
+    _handle: _Handle = attrs.field(init=False, repr=False, factory=lambda: _Handle())
     _lock: threading.Lock = attrs.field(init=False, repr=False, factory=threading.Lock)
 
     def __attrs_post_init__(self) -> None:
-        self._conn = _open(self.path, self.synchronous, self.busy_timeout)
-        # A store dropped without close() still closes its connection.
-        weakref.finalize(self, self._conn.close)
+        self._handle.conn = _open(self.path, self.synchronous, self.busy_timeout)
+        # A store dropped without aclose() still closes its connection.
+        weakref.finalize(self, self._handle.close)
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection, opened again if the store was closed."""
+        conn = self._handle.conn
+        if conn is None:
+            conn = _open(self.path, self.synchronous, self.busy_timeout)
+            self._handle.conn = conn
+        return conn
 
     # -- SessionStore --------------------------------------------------
     async def append(
@@ -145,19 +176,52 @@ class SQLiteStore:
         """
         check_session_id(session_id)
         rows = [encode(entry) for entry in entries]
-        return await self._write(self._append, session_id, rows, expected_version)
+        key = column_text(session_id)
+        return await self._write(
+            self._on, _sqlite_ops.append, key, session_id, rows, expected_version
+        )
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         """Return every entry of `session_id`, oldest first (empty if unknown).
 
         Raises:
-            CorruptRecord: a stored row does not read back as an entry.
+            CorruptRecord: a stored row does not read back as an entry, or
+                the session's rows disagree with its version counter (its
+                path names the session and the row).
         """
-        return await self._read(self._load, session_id)
+        return await self._read(self._on, _sqlite_ops.load, session_id)
 
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
-        """Return every session, sorted by id."""
-        return await self._read(self._list)
+        """Return every session, sorted by id; a damaged one says its `problem`."""
+        return await self._read(self._on, _sqlite_ops.list_sessions)
+
+    # -- LeasingStore --------------------------------------------------
+    async def acquire_lease(
+        self, session_id: str, owner: str, *, ttl: float, force: bool = False
+    ) -> Lease:
+        """Take the lease on `session_id` for `owner` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner, ttl, force)
+        return await self._write(
+            self._on, _sqlite_lease.acquire, session_id, owner, ttl, force
+        )
+
+    async def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> Lease:
+        """Extend `owner`'s lease on `session_id` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner, ttl)
+        return await self._write(self._on, _sqlite_lease.renew, session_id, owner, ttl)
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        """Let go of `owner`'s lease on `session_id` (see `LeasingStore`)."""
+        check_session_id(session_id)
+        check_lease(owner)
+        await self._write(self._on, _sqlite_lease.release, session_id, owner)
+
+    async def lease_of(self, session_id: str) -> Lease | None:
+        """Return the lease on `session_id`, or None (see `LeasingStore`)."""
+        check_session_id(session_id)
+        return await self._read(self._on, _sqlite_lease.lease_of, session_id)
 
     # -- beyond the protocol -------------------------------------------
     async def delete_session(self, session_id: str) -> bool:
@@ -166,10 +230,10 @@ class SQLiteStore:
         The log is otherwise never rewritten: this is for ``turnfsm sessions
         rm``, which asks first.
         """
-        return await self._write(self._delete, session_id)
+        return await self._write(self._on, _sqlite_ops.delete, column_text(session_id))
 
-    async def close(self) -> None:
-        """Close the connection (the file stays; reopen it with a new store).
+    async def aclose(self) -> None:
+        """Close the connection; the file stays, and the store reopens on next use.
 
         The last connection to close folds the write-ahead log back into the
         file, which takes a moment: it runs in a worker thread, shielded.
@@ -177,9 +241,14 @@ class SQLiteStore:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self._close)
 
+    async def close(self) -> None:
+        """Close the connection (deprecated: use `aclose`)."""
+        _deprecated.warn("SQLiteStore.close()", "SQLiteStore.aclose()")
+        await self.aclose()
+
     def _close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._handle.close()
 
     async def __aenter__(self) -> SQLiteStore:
         return self
@@ -190,7 +259,7 @@ class SQLiteStore:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        await self.aclose()
 
     # -- running the blocking calls ------------------------------------
     async def _write(self, fn: Callable[..., T], *args: object) -> T:
@@ -238,99 +307,22 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:
             raise StoreUnusable(os.fspath(self.path), str(exc)) from None
 
-    def _append(self, session_id: str, rows: list[Row], expected: int) -> int:
-        conn = self._conn
-        version, now = expected + len(rows), time.time()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # The version check is the write itself: the row moves to the new
-            # version only if it is at the expected one.
-            if conn.execute(_ADVANCE, (version, now, session_id, expected)).rowcount:
-                pass
-            elif (
-                expected != 0
-                or not conn.execute(_CREATE, (session_id, version, now, now)).rowcount
-            ):
-                found = conn.execute(_VERSION, (session_id,)).fetchone()
-                raise SessionConflict(
-                    session_id=session_id,
-                    expected=expected,
-                    actual=0 if found is None else found[0],
-                )
-            conn.executemany(
-                _ENTRY,
-                [
-                    (session_id, expected + n, row.run_id, row.kind, row.body)
-                    for n, row in enumerate(rows)
-                ],
-            )
-            messages = [
-                (session_id, digest, body)
-                for row in rows
-                for digest, body in row.messages.items()
-            ]
-            if messages:
-                conn.executemany(_MESSAGE, messages)
-            for n, row in enumerate(rows):
-                if row.key is not None:
-                    _insert_key(conn, session_id, row.key, expected + n)
-            conn.execute("COMMIT")
-        except BaseException:
-            _roll_back(conn)
-            raise
-        return version
-
-    def _load(self, session_id: str) -> tuple[Entry, ...]:
-        conn = self._conn
-        # One read transaction: the entries and their messages are one snapshot.
-        with _transaction(conn, "BEGIN"):
-            bodies = [b for (b,) in conn.execute(_ENTRIES, (session_id,))]
-            messages = dict(conn.execute(_MESSAGES, (session_id,)).fetchall())
-        # Decoded here, in the worker thread: a long log takes a while.
-        return tuple(decode(body, messages) for body in bodies)
-
-    def _list(self) -> tuple[SessionInfo, ...]:
-        return tuple(
-            SessionInfo(id=sid, version=version)
-            for sid, version in self._conn.execute(_LIST)
-        )
-
-    def _delete(self, session_id: str) -> bool:
-        with _transaction(self._conn, "BEGIN IMMEDIATE"):
-            cursor = self._conn.execute(_DELETE, (session_id,))
-            return cursor.rowcount > 0
+    def _on(self, fn: Callable[..., T], *args: object) -> T:
+        return fn(self._conn, *args)
 
 
-_VERSION: Final = "SELECT version FROM turnfsm_sessions WHERE id = ?"
-# A first append (expected version 0) creates the session's row; a row that
-# is there already (at version 0: an empty append made it) is advanced instead.
-_CREATE: Final = (
-    "INSERT OR IGNORE INTO turnfsm_sessions (id, version, created_at, updated_at)"
-    " VALUES (?, ?, ?, ?)"
-)
-_ADVANCE: Final = (
-    "UPDATE turnfsm_sessions SET version = ?, updated_at = ?"
-    " WHERE id = ? AND version = ?"
-)
-_ENTRY: Final = (
-    "INSERT INTO turnfsm_entries (session_id, seq, run_id, kind, body)"
-    " VALUES (?, ?, ?, ?, ?)"
-)
-_MESSAGE: Final = (
-    "INSERT OR IGNORE INTO turnfsm_messages (session_id, digest, body) VALUES (?, ?, ?)"
-)
-_KEY: Final = "INSERT INTO turnfsm_compactions (session_id, key, seq) VALUES (?, ?, ?)"
-_ENTRIES: Final = "SELECT body FROM turnfsm_entries WHERE session_id = ? ORDER BY seq"
-_MESSAGES: Final = "SELECT digest, body FROM turnfsm_messages WHERE session_id = ?"
-_LIST: Final = "SELECT id, version FROM turnfsm_sessions ORDER BY id"
-_DELETE: Final = "DELETE FROM turnfsm_sessions WHERE id = ?"
+class _Handle:
+    """The store's one connection: None once closed, until the next use opens it."""
 
+    __slots__ = ("conn",)
 
-def _insert_key(conn: sqlite3.Connection, session_id: str, key: str, seq: int) -> None:
-    try:
-        conn.execute(_KEY, (session_id, key, seq))
-    except sqlite3.IntegrityError:
-        raise DuplicateRecord(session_id=session_id, key=key) from None
+    def __init__(self) -> None:
+        self.conn: sqlite3.Connection | None = None
+
+    def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.close()
 
 
 class _Busy(Exception):

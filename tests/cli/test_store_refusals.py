@@ -1,0 +1,103 @@
+"""`turnfsm sessions` on bad stores: a FIFO never hangs it, a damaged session is
+reported on its line without hiding the others, and can be removed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.helpers import REPO_ROOT
+from turnfsm.cli import main
+from turnfsm.persistence import SQLiteStore
+from turnfsm.testing import sample_entries
+
+Capture = pytest.CaptureFixture[str]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_store_path_that_is_no_file_exits_2_at_once(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / f"store.{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    # In a process of its own: a store that blocks on the FIFO would hang it.
+    done = subprocess.run(
+        [sys.executable, "-m", "turnfsm", "sessions", "list", "--store", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a directory"
+    assert f"cannot use {path} as a turnfsm session store: it is {what}" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing made
+
+
+def _store(path: Path) -> None:
+    async def write() -> None:
+        async with SQLiteStore(path) as store:
+            for name in ("s_a", "s_counter", "s_row", "s_z"):
+                await store.append(name, sample_entries(), expected_version=0)
+
+    anyio.run(write)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("UPDATE turnfsm_sessions SET version = 40 WHERE id = 's_counter'")
+        conn.execute(
+            "UPDATE turnfsm_entries SET body = '{nope' WHERE session_id = 's_row'"
+            " AND seq = 3"
+        )
+
+
+def test_sessions_list_reports_damaged_sessions_and_lists_the_others(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    path = tmp_path / "s.db"
+    _store(path)
+    assert main(["sessions", "list", "--store", str(path)]) == 1
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    entries = len(sample_entries())
+    for sound in ("s_a", "s_z"):
+        assert lines[sound].split()[1:4] == [str(entries), "1", "paused"]
+    assert (
+        "damaged: its version counter says 40 entries, the log holds"
+        in (lines["s_counter"])
+    )
+    assert (
+        "damaged: corrupt Entry record at sessions['s_row'].entries[3]"
+        in (lines["s_row"])
+    )
+    assert "4 session(s) in" in out
+    assert "2 damaged session(s): `turnfsm sessions rm ID` removes one" in out
+
+
+def test_a_damaged_session_can_be_removed_and_the_list_is_clean_again(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    path = tmp_path / "s.db"
+    _store(path)
+    for damaged in ("s_counter", "s_row"):
+        assert main(["sessions", "show", damaged, "--store", str(path)]) == 2
+        assert main(["sessions", "rm", damaged, "--yes", "--store", str(path)]) == 0
+    assert main(["sessions", "list", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "deleted session s_counter" in out
+    assert "deleted session s_row" in out
+    assert "2 session(s) in" in out
+    listing = out.split("deleted session s_row")[-1]
+    assert "damaged:" not in listing
+    assert "damaged session(s)" not in listing

@@ -1,0 +1,195 @@
+"""The PostgreSQL store's connections: one small pool per event loop.
+
+psycopg's async connections belong to the event loop that opened them, and
+`Agent.run_sync` runs each call on a loop of its own. So the store keeps a
+pool per loop, opened by the loop's first use, and closed when the loop
+ends: the pool registers an async generator with its loop, and asyncio
+finalises every such generator when the loop shuts down (``asyncio.run``,
+``anyio.run``), which closes the pool's idle connections. No
+``release()`` is needed before the loop ends, and no connection outlives it.
+
+The pool runs no task of its own (a background task would be cancelled at
+the loop's end before the pool could be closed): a connection is opened
+when an operation needs one and none is idle, and is kept idle after it
+until the pool closes. At most `max_size` are in use at once; an operation
+that finds none free within `timeout` seconds raises `StoreUnusable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import final
+
+import anyio
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
+
+from turnfsm.errors import ConfigError, StoreUnusable
+from turnfsm.persistence._postgres_append import _Conn
+
+__all__ = ["LoopPool", "loop_or_none", "running_loop", "server_of"]
+
+
+@final
+class LoopPool:
+    """The connections of one event loop (made and used on that loop)."""
+
+    __slots__ = (
+        "_connect",
+        "_idle",
+        "_keeper",
+        "_mutex",
+        "_slots",
+        "closed",
+        "max_size",
+        "ready",
+        "server",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[_Conn]],
+        *,
+        max_size: int,
+        timeout: float,
+        server: str,
+    ) -> None:
+        """Start an empty pool; `start` ties it to the running loop."""
+        self._connect = connect
+        self.max_size = max_size
+        self.timeout = timeout
+        self.server = server
+        self._idle: list[_Conn] = []
+        self._slots = anyio.Semaphore(max_size)
+        # Another thread's `PostgresStore.aclose` may close this pool.
+        self._mutex = threading.Lock()
+        self._keeper: contextlib.AbstractAsyncContextManager[None] | None = None
+        self.closed = False
+        self.ready = anyio.Lock()
+
+    async def start(self) -> None:
+        """Have the running loop close the pool when it ends."""
+        keeper = _closed_at_loop_end(self)
+        await keeper.__aenter__()
+        self._keeper = keeper
+
+    async def fill(self, size: int) -> None:
+        """Open connections until `size` of them are idle."""
+        while len(self._idle) < size:
+            conn = await self._connect()
+            self._put(conn)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[_Conn]:
+        """Lend a connection: an idle one, else a new one; give it back after."""
+        with anyio.move_on_after(self.timeout) as waited:
+            await self._slots.acquire()
+        if waited.cancelled_caught:
+            raise StoreUnusable(
+                self.server,
+                f"no connection was free within timeout={self.timeout} s "
+                f"(max_size={self.max_size} are in use)",
+            )
+        try:
+            conn = self._take() or await self._connect()
+            try:
+                yield conn
+            finally:
+                self._put(conn)
+        finally:
+            self._slots.release()
+
+    def _take(self) -> _Conn | None:
+        with self._mutex:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+        return None
+
+    def _put(self, conn: _Conn) -> None:
+        """Keep `conn` idle if it is sound and the pool open; else close it."""
+        sound = (
+            not conn.closed
+            and not conn.broken
+            and conn.info.transaction_status == TransactionStatus.IDLE
+        )
+        with self._mutex:
+            if sound and not self.closed:
+                self._idle.append(conn)
+                return
+        _close_now(conn)
+
+    def close_now(self) -> None:
+        """Close the idle connections; one in use is closed when it is given back.
+
+        Safe from any thread and any loop: closing a connection sends nothing
+        and awaits nothing.
+        """
+        with self._mutex:
+            self.closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            _close_now(conn)
+
+    async def aclose(self) -> None:
+        """Close the pool (on its own loop): its idle connections, and its keeper."""
+        keeper, self._keeper = self._keeper, None
+        self.close_now()
+        if keeper is not None:
+            await keeper.__aexit__(None, None, None)
+
+
+def _close_now(conn: _Conn) -> None:
+    # `AsyncConnection.close()` does only this, without awaiting anything.
+    if not conn.closed:
+        conn.pgconn.finish()
+
+
+@contextlib.asynccontextmanager
+async def _closed_at_loop_end(pool: LoopPool) -> AsyncIterator[None]:
+    # An async generator first run on a loop is finalised by that loop's
+    # shutdown (`loop.shutdown_asyncgens`): this `finally` is the hook.
+    try:
+        yield
+    finally:
+        pool.close_now()
+
+
+def server_of(url: str) -> str:
+    """Return `url` as ``postgresql://user@host:port/dbname``: no password."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(
+            "url", "<not shown>", f"a PostgreSQL URL or conninfo string ({exc})"
+        ) from None
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = params.get("port") or 5432
+    user = f"{params['user']}@" if params.get("user") else ""
+    return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
+
+
+def loop_or_none() -> asyncio.AbstractEventLoop | None:
+    """Return the running asyncio loop, or None (no loop, or not asyncio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def running_loop() -> asyncio.AbstractEventLoop:
+    """Return the running asyncio loop; raise `ConfigError` on another backend."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise ConfigError(
+            "async backend",
+            "not asyncio",
+            "asyncio: psycopg's async connections run on asyncio only",
+        ) from None
