@@ -18,12 +18,12 @@ import pytest
 
 from tests.helpers import compaction_context as ctx_for
 from turnfsm.context import (
+    MIN_SUMMARY_TOKENS,
     CompactionProposal,
     ContextCompactor,
     LayeredCompactor,
     SummarizingCompactor,
 )
-from turnfsm.context._summary_model import MIN_SUMMARY_TOKENS
 from turnfsm.context._transcript import summary_prompt
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
