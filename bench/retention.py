@@ -25,7 +25,8 @@ summarising strategies write a first summary, then update it. The strategies:
 - ``truncating``: `TruncatingCompactor` (defaults: first message + last 4);
 - ``summarizing``: `SummarizingCompactor` (``--keep-turns`` raw turns,
   ``--summary-tokens``, the summary window = W);
-- ``layered``: `LayeredCompactor` (defaults, ``--summary-tokens``);
+- ``layered``: `LayeredCompactor` (defaults, ``--summary-tokens``, the
+  summary window = W);
 - ``digest``: `ToolResultDigest` (results over ``--digest-chars`` of all but
   the newest turn become one-line digests; it drops nothing, so it may not
   fit).
@@ -459,7 +460,11 @@ def make_compactor(
             summary_window=args.window,
         )
     if strategy == "layered":
-        return LayeredCompactor(model=model, max_summary_tokens=args.summary_tokens)
+        return LayeredCompactor(
+            model=model,
+            max_summary_tokens=args.summary_tokens,
+            summary_window=args.window,
+        )
     if strategy == "digest":
         return ToolResultDigest(min_chars=args.digest_chars)
     raise ValueError(strategy)

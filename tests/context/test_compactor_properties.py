@@ -183,13 +183,14 @@ SUMMARIZER_KNOBS: dict[str, Sequence[Any]] = {
     "max_summary_tokens": (16, 24, 48),
     "summary_role": ("system", "user"),
     "digest_min_chars": (None, 1, 2, 3),
+    "compact_newest_exchange": (False, True),
 }
 
 
 def assert_partition(messages: Sequence[Message], compactor: Any) -> Any:
     """Every input message is in exactly one part of the plan, in order."""
     plan = compactor.plan(messages)
-    parts = (plan.head, plan.previous, plan.summarised, plan.kept)
+    parts = (plan.head, plan.opening, plan.previous, plan.summarised, plan.kept)
     assert sum(map(len, parts)) == len(messages)
     assert Counter(m.id for p in parts for m in p) == Counter(m.id for m in messages)
     position = {id(m): i for i, m in enumerate(messages)}
@@ -197,9 +198,9 @@ def assert_partition(messages: Sequence[Message], compactor: Any) -> Any:
         range(len(messages))
     )
     assert plan.head == tuple(messages[: len(plan.head)])
-    for part in (plan.summarised, plan.kept):
+    for part in (plan.summarised, plan.head + plan.opening + plan.kept):
         indices = [position[id(m)] for m in part]
-        assert indices == sorted(indices)
+        assert indices == sorted(indices)  # what is kept stays in order
     return plan
 
 
@@ -234,8 +235,9 @@ def test_summarizing_pass_is_complete_safe_and_idempotent(case: Case) -> None:
     assert not request.tools
     assert request.max_tokens is not None
     assert request.max_tokens <= knobs["max_summary_tokens"]  # the reply budget
-    n = len(plan.head)
-    assert all(a is b for a, b in zip(out[:n], plan.head, strict=True))
+    n = len(plan.head) + len(plan.opening)
+    lead = plan.head + plan.opening
+    assert all(a is b for a, b in zip(out[:n], lead, strict=True))
     summary = out[n]
     assert all(a is b for a, b in zip(out[n + 1 :], plan.kept, strict=True))
     assert len(out) == n + 1 + len(plan.kept)

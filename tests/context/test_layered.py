@@ -412,18 +412,34 @@ def test_autocompact_keeps_only_the_last_turn() -> None:
     assert status.layers == ("collapse", "autocompact")
 
 
-def test_one_long_turn_keeps_its_user_message() -> None:
+def test_one_long_exchange_is_kept_whole() -> None:
     messages = [Message.system("rules", id="sys"), Message.user("do the task", id="u")]
     for i in range(8):
         messages.append(Message.assistant(tool_calls=[call("t", f"c{i}")], id=f"a{i}"))
         messages.append(Message.tool_result(f"c{i}", f"out {i} " * 50, id=f"r{i}"))
-    out = run(LayeredCompactor(model=ExtractiveSummaryModel()), messages, 0)
+    model = ExtractiveSummaryModel()
+    out = run(LayeredCompactor(model=model), messages, 0)
+    # Layers 4 and 5 never split the newest exchange: nothing to summarise.
+    assert out.error is None
+    assert out.messages == tuple(messages)
+    assert not model.requests
+
+
+def test_compact_newest_exchange_summarises_inside_it_in_order() -> None:
+    messages = [Message.system("rules", id="sys"), Message.user("do the task", id="u")]
+    for i in range(8):
+        messages.append(Message.assistant(tool_calls=[call("t", f"c{i}")], id=f"a{i}"))
+        messages.append(Message.tool_result(f"c{i}", f"out {i} " * 50, id=f"r{i}"))
+    compactor = LayeredCompactor(
+        model=ExtractiveSummaryModel(), compact_newest_exchange=True
+    )
+    out = run(compactor, messages, 0)
     assert out.error is None
     ids = [m.id for m in out.messages]
-    assert ids[0] == "sys"
-    assert out.messages[1].text.startswith(FULL_HEADER)
-    assert ids[2] == "u"
-    assert ids[-2:] == ["a7", "r7"]
+    # The request stays first; the summary of what followed it comes next.
+    assert ids[:2] == ["sys", "u"]
+    assert out.messages[2].text.startswith(FULL_HEADER)
+    assert ids[3:] == ["a7", "r7"]
     assert result_problem(out.messages, messages) is None
 
 

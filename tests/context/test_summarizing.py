@@ -175,7 +175,7 @@ def test_plan_keeps_the_last_four_turns_and_the_system_prompt() -> None:
     assert plan.kept[-1].id == "z5"
 
 
-def test_one_long_turn_keeps_its_user_message_and_the_last_messages() -> None:
+def test_one_long_exchange_has_nothing_to_summarise() -> None:
     messages = [Message.user("do the task", id="u")]
     for i in range(10):
         messages.append(
@@ -183,11 +183,102 @@ def test_one_long_turn_keeps_its_user_message_and_the_last_messages() -> None:
         )
         messages.append(Message.tool_result(f"c{i}", f"out {i}", id=f"r{i}"))
     plan = SummarizingCompactor(keep_recent_turns=2).plan(messages)
-    # Two turns asked, one exists: the last 2 * 2 messages are kept, and the
-    # latest user message is kept verbatim.
-    assert [m.id for m in plan.kept] == ["u", "a8", "r8", "a9", "r9"]
+    # Two exchanges asked, one exists: it is kept whole, never split.
+    assert plan.summarised == ()
+    assert plan.kept == tuple(messages)
+
+
+@pytest.mark.parametrize(
+    ("ids", "keep", "summarised"),
+    [
+        # The newest exchange alone: nothing to summarise (it was [a1]).
+        (["u0", "a1", "a2", "a3"], 1, []),
+        (["sys", "u0", "a1", "a2", "a3"], 1, []),
+        (["u0", "a1", "u2", "a3", "a4", "a5"], 1, ["u0", "a1"]),
+        (["u0", "a1", "u2", "a3", "a4", "a5"], 2, []),
+        (["u0", "u1", "a2", "a3", "a4"], 1, ["u0"]),
+        (["a0", "u1", "a2"], 1, []),  # before the first user message: oldest
+        (["a0", "u1", "a2", "u3", "a4"], 1, ["a0", "u1", "a2"]),
+    ],
+)
+def test_the_cut_walks_back_to_a_user_message(
+    ids: list[str], keep: int, summarised: list[str]
+) -> None:
+    make = {"s": Message.system, "u": Message.user, "a": Message.assistant}
+    messages = [make[i[0]](f"text {i}", id=i) for i in ids]
+    model = FakeModelClient(lambda _request: "the summary")
+    compactor = SummarizingCompactor(model=model, keep_recent_turns=keep)
+
+    plan = compactor.plan(messages)
+    out = run(compactor, messages)
+
+    assert [m.id for m in plan.summarised] == summarised
+    kept = [m.id for m in out.messages if m.id in ids]
+    assert kept == [i for i in ids if i not in summarised]  # in their order
+    if not summarised:
+        assert out.messages == tuple(messages)
+        assert not model.requests
+
+
+def long_exchange(calls: int = 10) -> list[Message]:
+    """One request answered by `calls` tool calls, each with its result."""
+    messages = [Message.user("do the task", id="u")]
+    for i in range(calls):
+        messages.append(
+            Message(role=Role.ASSISTANT, parts=(call("t", f"c{i}"),), id=f"a{i}")
+        )
+        messages.append(Message.tool_result(f"c{i}", f"out {i}", id=f"r{i}"))
+    return messages
+
+
+def test_compact_newest_exchange_summarises_inside_it_in_order() -> None:
+    messages = [Message.system("rules", id="sys"), *long_exchange()]
+    compactor = SummarizingCompactor(
+        model=ExtractiveSummaryModel(),
+        keep_recent_turns=2,
+        compact_newest_exchange=True,
+    )
+
+    plan = compactor.plan(messages)
+    out = run(compactor, messages)
+
+    assert [m.id for m in plan.opening] == ["u"]
+    assert [m.id for m in plan.kept] == ["a8", "r8", "a9", "r9"]
     assert plan.summarised[0].id == "a0"
     assert plan.summarised[-1].id == "r7"
+    ids = [m.id for m in out.messages]
+    # The request, then the summary of what followed it, then the last ones.
+    assert ids[:2] == ["sys", "u"]
+    assert out.messages[2].metadata[SUMMARY_COVERS] == "r7"
+    assert ids[3:] == ["a8", "r8", "a9", "r9"]
+    # A second pass finds nothing new.
+    assert not compactor.plan(out.messages).summarised
+
+
+def test_compact_newest_exchange_with_earlier_exchanges_summarises_them_too() -> None:
+    earlier = [Message.user("hi", id="u0"), Message.assistant("hello", id="z0")]
+    messages = [*earlier, *long_exchange(3)]
+    compactor = SummarizingCompactor(keep_recent_turns=1, compact_newest_exchange=True)
+
+    plan = compactor.plan(messages)
+
+    assert [m.id for m in plan.summarised] == ["u0", "z0", "a0", "r0", "a1", "r1"]
+    assert [m.id for m in plan.opening] == ["u"]
+    assert [m.id for m in plan.kept] == ["a2", "r2"]  # 2 * keep_recent_turns
+
+
+def test_compact_newest_exchange_never_splits_a_tool_pair() -> None:
+    messages = long_exchange(3)
+    # The last two messages are the answer to one call of a parallel pair.
+    messages[-2] = Message(
+        role=Role.ASSISTANT, parts=(call("t", "c2"), call("t", "c3")), id="a2"
+    )
+    messages[-1] = Message.tool_result("c2", "out 2", id="r2")
+    messages.append(Message.tool_result("c3", "out 3", id="r3"))
+    plan = SummarizingCompactor(keep_recent_turns=1, compact_newest_exchange=True).plan(
+        messages
+    )
+    assert [m.id for m in plan.kept] == ["a2", "r2", "r3"]
 
 
 def test_the_cut_never_splits_a_tool_pair() -> None:
@@ -393,6 +484,8 @@ def test_a_window_too_small_for_any_transcript_fails() -> None:
         ("temperature", 3),
         ("digest_min_chars", 0),
         ("model", "gpt-4o"),
+        ("compact_newest_exchange", 1),
+        ("compact_newest_exchange", "no"),
     ],
 )
 def test_bad_settings_name_the_field(field: str, value: object) -> None:

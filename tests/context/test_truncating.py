@@ -287,13 +287,64 @@ def test_only_lone_results_are_returned_as_received() -> None:
     assert outcome.tokens_after == outcome.tokens_before
 
 
-def test_cut_that_would_leave_only_lone_results_falls_back_to_sanitising() -> None:
+def test_a_cut_into_lone_results_moves_back_to_the_newest_exchange() -> None:
+    # Seed 003 cut after q2: only lone results were left, so it fell back to
+    # sanitising. The cut now never passes the newest exchange's user message.
     messages = [results("g0"), user("q"), asst("a"), user("q2"), asst("a2")]
     messages += [results(f"g{i}") for i in range(1, 5)]
 
     out = truncate(messages).messages
 
-    assert out == tuple(messages[1:5])
+    assert out == tuple(messages[3:5])
+
+
+def one_long_exchange(calls: int) -> list[Message]:
+    """The task, an earlier exchange, then one request answered by `calls` tools."""
+    out = [Message.system("task", id="sys"), user("q0"), asst("a0"), user("go")]
+    for i in range(calls):
+        out += [asst(f"call{i}", f"c{i}"), results(f"c{i}")]
+    out.append(asst("done"))
+    return out
+
+
+def test_the_newest_exchange_is_never_cut() -> None:
+    messages = one_long_exchange(6)  # the newest exchange: messages[3:]
+
+    out = truncate(messages).messages
+
+    # Seed 003 kept [sys] + the last four: the request "go" was dropped.
+    assert out == (messages[0], *messages[3:])
+
+
+def test_a_conversation_of_one_exchange_is_not_cut() -> None:
+    messages = one_long_exchange(6)[:1] + one_long_exchange(6)[3:]
+
+    outcome = truncate(messages)
+
+    assert outcome.messages == tuple(messages)
+    assert outcome.tokens_after == outcome.tokens_before
+
+
+def test_with_compact_newest_exchange_the_cut_keeps_its_user_message() -> None:
+    messages = one_long_exchange(6)
+    compactor = TruncatingCompactor(compact_newest_exchange=True)
+
+    out = truncate(messages, compactor).messages
+
+    # The first message, the request, and the last four moved back to the
+    # call whose result they hold: in their order.
+    assert out == (messages[0], messages[3], *messages[-5:])
+
+
+def test_with_compact_newest_exchange_only_lone_results_left_is_unchanged() -> None:
+    # No user message, a tail of lone results: cutting would leave nothing.
+    messages = [results("g0"), asst("x"), asst("y"), asst("z")]
+    messages += [results(f"g{i}") for i in range(1, 5)]
+    compactor = TruncatingCompactor(compact_newest_exchange=True)
+
+    out = truncate(messages, compactor).messages
+
+    assert out == tuple(messages[1:4])
 
 
 def test_first_message_lone_result_is_dropped() -> None:
@@ -312,8 +363,18 @@ def test_first_message_lone_result_is_dropped() -> None:
         ("preserve_recent", {"preserve_recent": 2.0}),
         ("min_messages", {"min_messages": 1}),
         ("min_messages", {"min_messages": "6"}),
+        ("compact_newest_exchange", {"compact_newest_exchange": 1}),
+        ("compact_newest_exchange", {"compact_newest_exchange": None}),
     ],
-    ids=["recent-0", "recent-bool", "recent-float", "min-1", "min-str"],
+    ids=[
+        "recent-0",
+        "recent-bool",
+        "recent-float",
+        "min-1",
+        "min-str",
+        "newest-int",
+        "newest-none",
+    ],
 )
 def test_bad_knobs_raise_config_error(field: str, kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError) as info:

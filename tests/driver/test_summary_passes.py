@@ -330,7 +330,11 @@ async def test_a_tool_heavy_single_run_is_summarised_not_stalled() -> None:
         model=FakeModelClient(agent),
         tools=[read_file],
         context=manager(
-            SummarizingCompactor(model=ExtractiveSummaryModel(), keep_recent_turns=2),
+            SummarizingCompactor(
+                model=ExtractiveSummaryModel(),
+                keep_recent_turns=2,
+                compact_newest_exchange=True,  # one run: one exchange
+            ),
             window=3_000,
         ),
         max_turns=20,
@@ -341,7 +345,9 @@ async def test_a_tool_heavy_single_run_is_summarised_not_stalled() -> None:
     records = [c for r in session.runs for c in r.compactions]
     assert records
     assert all(c.compacted for c in records)
-    assert session.history[0].metadata.get(SUMMARY_COVERS)
+    # The request stays first; the summary of what followed it comes next.
+    assert session.history[0].text == "read the logs and find the code"
+    assert session.history[1].metadata.get(SUMMARY_COVERS)
     assert any(m.text == "read the logs and find the code" for m in session.history)
     assert isinstance(records[0], CompactionRecord)
 

@@ -247,24 +247,40 @@ class ConsoleHook(Hook):
 
 
 def demo_compactor(
-    strategy: str, *, summary_model: ModelClient | None = None
+    strategy: str,
+    *,
+    summary_model: ModelClient | None = None,
+    summary_window: int | None = None,
 ) -> ContextCompactor:
     """Return the demo's compactor for `strategy` (one of `STRATEGIES`).
 
     The summarizing and layered ones use `summary_model` (None: the agent's
-    own model, as with ``--model local``).
+    own model, as with ``--model local``), whose window is `summary_window`
+    (None: not known). The demo is one long tool-using run, so every
+    strategy compacts inside the newest exchange (``compact_newest_exchange``).
 
     Raises:
         ConfigError: `strategy` is not one of `STRATEGIES`.
     """
     if strategy == "truncating":
-        return TruncatingCompactor(preserve_recent=2, min_messages=3)
+        return TruncatingCompactor(
+            preserve_recent=2, min_messages=3, compact_newest_exchange=True
+        )
     if strategy == "summarizing":
         return SummarizingCompactor(
-            model=summary_model, keep_recent_turns=1, max_summary_tokens=300
+            model=summary_model,
+            keep_recent_turns=1,
+            max_summary_tokens=300,
+            summary_window=summary_window,
+            compact_newest_exchange=True,
         )
     if strategy == "layered":
-        return LayeredCompactor(model=summary_model, max_summary_tokens=300)
+        return LayeredCompactor(
+            model=summary_model,
+            max_summary_tokens=300,
+            summary_window=summary_window,
+            compact_newest_exchange=True,
+        )
     raise ConfigError("strategy", strategy, " | ".join(STRATEGIES))
 
 
@@ -276,6 +292,7 @@ def build_demo_agent(
     store: SessionStore | None = None,
     strategy: str = "truncating",
     summary_model: ModelClient | None = None,
+    summary_window: int | None = None,
 ) -> Agent:
     """Return the demo agent: one tool, a small window, the simulated model.
 
@@ -288,7 +305,9 @@ def build_demo_agent(
         tools=[read_log],
         system_prompt="You are an SRE assistant. Audit logs with read_log and report.",
         context=ContextManager(
-            demo_compactor(strategy, summary_model=summary_model),
+            demo_compactor(
+                strategy, summary_model=summary_model, summary_window=summary_window
+            ),
             context_window=window,
             threshold=THRESHOLD,
         ),
@@ -376,8 +395,13 @@ def _run_local_demo(
     try:
         model = local_client(server.base_url)
         assert model is not None
-        agent = build_demo_agent(
-            sink, model=model, window=window, store=store, strategy=strategy
+        agent = build_demo_agent(  # its own model summarises: its n_ctx
+            sink,
+            model=model,
+            window=window,
+            store=store,
+            strategy=strategy,
+            summary_window=window,
         )
         print(f"task: {TASK}\n", file=sink)
         result = anyio.run(run_and_close_store, agent, TASK)

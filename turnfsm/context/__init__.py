@@ -39,7 +39,7 @@ from turnfsm.context._pairs import (
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._splitter import Split, TokenSplitter
 from turnfsm.context._summarizing import SummarizingCompactor, SummaryPlan
-from turnfsm.context._summary_model import SummaryFailed
+from turnfsm.context._summary_model import MIN_SUMMARY_TOKENS, SummaryFailed
 from turnfsm.context._transcript import SUMMARY_PREFIX, SUMMARY_SECTIONS
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
@@ -51,6 +51,7 @@ from turnfsm.context._values import (
 )
 
 __all__ = [
+    "MIN_SUMMARY_TOKENS",
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",

@@ -27,7 +27,7 @@ MAX_TOOL_RESULT_CHARS: Final = 4_000
 TRUNCATION_SUFFIX: Final = "... [truncated]"
 """Layer 1: appended to a tool result it cut."""
 TRIM_TURN_THRESHOLD: Final = 20
-"""Layer 2: the newest turns whose tool results are kept."""
+"""Layer 2: the newest exchanges whose tool results are kept."""
 
 Layer: TypeAlias = Callable[[Sequence[Message]], tuple[Message, ...]]
 """A deterministic layer: the messages in, the messages out (the same if unchanged)."""
@@ -49,7 +49,11 @@ def cap_results(messages: Sequence[Message], cap: int) -> tuple[Message, ...]:
 
 
 def trim_results(messages: Sequence[Message], keep_turns: int) -> tuple[Message, ...]:
-    """Layer 2: empty the tool results of all but the newest `keep_turns` turns."""
+    """Layer 2: empty the tool results of all but the newest `keep_turns` exchanges.
+
+    An exchange starts at each user message (not a summary); messages before
+    the first belong to the oldest.
+    """
     starts = turn_starts(messages)
     if len(starts) <= keep_turns:
         return tuple(messages)

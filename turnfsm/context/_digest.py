@@ -1,6 +1,7 @@
 """`ToolResultDigest`: replace old, oversized tool results with one line.
 
-Seed 004's `maybe_hide_tool_result`: a result from an earlier turn that is
+Seed 004's `maybe_hide_tool_result`: a result from an earlier exchange (a
+user message and everything that answers it) that is
 longer than `min_chars` characters becomes an informative one-line digest of
 what the call did, rather than a generic "hidden" placeholder. No model call:
 the digest is pure string parsing of the call's arguments and the result's
@@ -19,6 +20,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.context._digest_line import _is_digest, digest_line
 from turnfsm.context._pairs import pair_tool_traffic
+from turnfsm.context._transcript import turn_starts
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import (
     Message,
@@ -37,23 +39,24 @@ _check_keep_recent_turns = _checks.integer("keep_recent_turns", low=0)
 def digest_results(
     messages: Sequence[Message], *, min_chars: int = 2000, keep_recent_turns: int = 1
 ) -> tuple[Message, ...]:
-    """Replace the oversized tool results of older turns by their digests.
+    """Replace the oversized tool results of older exchanges by their digests.
 
-    A turn starts at each user message (messages before the first user
-    message belong to the oldest turn). In every turn but the newest
-    `keep_recent_turns`, a tool result longer than `min_chars` characters gets
-    `digest_line(call, result)` as its content; its call id and error flag,
-    and its message's role, id and metadata, are kept. The call is the one
-    `pair_tool_traffic` pairs the result with (None for a lone result). A
-    result that already reads like its digest (one line of at most 200
-    characters starting as its digest would) is left alone, so applying the
-    function twice changes nothing more.
+    An exchange is a user message and everything that answers it (summaries
+    do not start one; messages before the first user message come before the
+    oldest exchange, and are digested with the older ones). In every exchange
+    but the newest `keep_recent_turns`, a tool result longer than `min_chars`
+    characters gets `digest_line(call, result)` as its content; its call id
+    and error flag, and its message's role, id and metadata, are kept. The
+    call is the one `pair_tool_traffic` pairs the result with (None for a
+    lone result). A result that already reads like its digest (one line of
+    at most 200 characters starting as its digest would) is left alone, so
+    applying the function twice changes nothing more.
 
     Args:
         messages: The conversation.
         min_chars: Results of at most this many characters are kept (≥ 1).
-        keep_recent_turns: How many of the newest turns are left as they are
-            (≥ 0; 0 digests every turn).
+        keep_recent_turns: How many of the newest exchanges are left as they
+            are (≥ 0; 0 digests every exchange).
 
     Returns:
         As many messages as `messages`; the ones with no digested result are
@@ -97,7 +100,7 @@ def digest_results(
 @final
 @attrs.frozen(kw_only=True)
 class ToolResultDigest:
-    """Digest the oversized tool results of older turns; drop nothing.
+    """Digest the oversized tool results of older exchanges; drop nothing.
 
     A `ContextCompactor` that applies `digest_results`: every message stays,
     so no tool call/result pair can break, and a pass on its own output
@@ -106,8 +109,9 @@ class ToolResultDigest:
 
     Attributes:
         min_chars: Results of at most this many characters are kept (≥ 1).
-        keep_recent_turns: How many of the newest turns (each starting at a
-            user message) are left as they are (≥ 0).
+        keep_recent_turns: How many of the newest exchanges (a user message
+            and everything that answers it) are left as they are (≥ 0; the
+            seed's name: a *turn* elsewhere in turnfsm is one model call).
 
     Raises:
         ConfigError: On construction, when a knob is out of range.
@@ -144,10 +148,10 @@ class ToolResultDigest:
 
 
 def _recent_start(messages: Sequence[Message], keep: int) -> int:
-    """Return the index of the first message of the newest `keep` turns."""
+    """Return the index of the first message of the newest `keep` exchanges."""
     if keep == 0:
         return len(messages)
-    starts = [i for i, m in enumerate(messages) if m.role is Role.USER]
+    starts = turn_starts(messages)
     return starts[-keep] if len(starts) >= keep else 0
 
 

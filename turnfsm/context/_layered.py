@@ -1,29 +1,37 @@
 """`LayeredCompactor`: five layers from cheap to expensive (seed 001).
 
-A turn starts at each user message. The layers run in order and the pass
-stops as soon as the conversation fits the target:
+An exchange is a user message and everything that answers it, up to the
+next user message (the seed calls it a turn; summaries do not start one).
+The layers run in order and the pass stops as soon as the conversation fits
+the target:
 
 1. budget: a tool result over 4,000 characters keeps its first 4,000 and
    ends ``"... [truncated]"``;
-2. trim: the tool results of all but the newest 20 turns are emptied (the
-   message and ``is_error`` stay);
+2. trim: the tool results of all but the newest 20 exchanges are emptied
+   (the message and ``is_error`` stay);
 3. microcompact: per tool call id, only the last result keeps its content;
-4. collapse (model): all but the last 10 turns become one user message,
-   ``"[Conversation summary of N earlier turns]"`` and the summary;
-5. autocompact (model): everything but the latest user message and the
-   two messages after it becomes one user message,
-   ``"[Full conversation summary]"`` and the summary.
+4. collapse (model): all but the newest 10 exchanges become one user
+   message, ``"[Conversation summary of N earlier turns]"`` and the summary;
+5. autocompact (model): all but the newest exchange becomes one user
+   message, ``"[Full conversation summary]"`` and the summary.
 
-Characters, not bytes. The model layers call the summary model (the
-agent's own under a `Driver`, through its retry policy and usage
-accounting); with the session's circuit breaker open (`allow_model` False)
-only layers 1-3 run. `compact_deterministic` runs layers 1-3 on their own
-and `manual_compact` is the operator's trigger; both answer with a status
+Layers 4 and 5 summarise whole exchanges and keep the rest as it was, in
+order: they never split the newest exchange (when it is all there is, they
+have nothing to do). With ``compact_newest_exchange``, layer 5 also
+summarises inside the newest exchange: its user message and its last two
+messages are kept, with the summary between them. Characters, not bytes.
+
+The model layers call the summary model (the agent's own under a `Driver`,
+through its retry policy and usage accounting), sized by its own window
+(`summary_window`, else the model's ``context_window``, never the agent's);
+with the session's circuit breaker open (`allow_model` False) only layers
+1-3 run. `compact_deterministic` runs layers 1-3 on their own and
+`manual_compact` is the operator's trigger; both answer with a status
 (`Applied`, `Skipped`, `Failed`) that never carries message content.
 
 Deliberate difference from the seed: its layer 5 preserved the same last 10
 turns as layer 4, so after a collapse it had nothing left to summarise;
-here it keeps only the latest user message and the two messages after it.
+here it keeps only the newest exchange.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from turnfsm.context._layered_status import (
     Skipped,
 )
 from turnfsm.context._summarizing import SummaryFailed, split_turns, summarise
+from turnfsm.context._summary_model import check_model, summary_window
 from turnfsm.context._transcript import (
     SUMMARY_KEY,
     summary_body,
@@ -81,7 +90,7 @@ __all__ = [
 ]
 
 PRESERVED_TURNS: Final = 10
-"""Layer 4: the newest turns kept verbatim by the collapse."""
+"""Layer 4: the newest exchanges kept verbatim by the collapse."""
 
 _INSUFFICIENT: Final = "deterministic layers insufficient; LLM layers required"
 _BELOW: Final = "below trigger threshold"
@@ -92,13 +101,31 @@ _BELOW: Final = "below trigger threshold"
 class LayeredCompactor:
     """Shrink in five layers, cheapest first, until the conversation fits.
 
+    The settings named ``*_turns`` count exchanges (a user message and
+    everything that answers it), as the seed's "turns" did; a *turn*
+    elsewhere in turnfsm is one model call.
+
     Attributes:
         model: The summary model for layers 4-5, or None: the agent's own
-            under a `Driver` (required when used on its own).
+            under a `Driver` (required when used on its own). A client that
+            knows its window says so with an int attribute ``context_window``.
         max_tool_result_chars: Layer 1's cap (4,000 characters).
-        trim_turns: Layer 2 keeps tool results of this many newest turns (20).
-        preserved_turns: Layer 4 keeps this many newest turns verbatim (10).
-        max_summary_tokens: The most a layer-4/5 summary may be.
+        trim_turns: Layer 2 keeps the tool results of this many newest
+            exchanges (20).
+        preserved_turns: Layer 4 keeps this many newest exchanges verbatim,
+            whole (10).
+        max_summary_tokens: The most a layer-4/5 summary may be. A summary
+            model whose window cannot hold it beside the prompt and some of
+            the transcript gets a smaller budget, down to 64 tokens.
+        summary_window: The summary model's context window in tokens, or
+            None: the model's ``context_window`` when it has one, else not
+            known (the transcript goes in one request). Never the agent's
+            window. A transcript that does not fit is summarised in parts.
+        compact_newest_exchange: Off (the default), layer 5 keeps the newest
+            exchange whole, so a conversation that is one long tool-using
+            exchange (a single run) is left to layers 1-3. On, layer 5 also
+            summarises inside it: its user message and its last two
+            messages are kept, in order, with the summary between them.
         digest_min_chars: When set, a layer 0 runs first: tool results of
             earlier turns longer than this become their one-line digest
             (`ToolResultDigest` as a layer).
@@ -110,9 +137,12 @@ class LayeredCompactor:
 
     model: ModelClient | None = attrs.field(
         default=None,
-        validator=_checks.instance(
-            ModelClient, "a ModelClient (None: the agent's own)", optional=True
-        ),
+        validator=[
+            _checks.instance(
+                ModelClient, "a ModelClient (None: the agent's own)", optional=True
+            ),
+            check_model,
+        ],
     )
     max_tool_result_chars: int = attrs.field(
         default=MAX_TOOL_RESULT_CHARS,
@@ -132,6 +162,12 @@ class LayeredCompactor:
     digest_min_chars: int | None = attrs.field(
         default=None, validator=_checks.integer(low=1, optional=True)
     )
+    summary_window: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=1, optional=True)
+    )
+    compact_newest_exchange: bool = attrs.field(
+        default=False, validator=_checks.boolean()
+    )
 
     # -- the deterministic layers ----------------------------------------
     def apply_budget(self, messages: Sequence[Message]) -> tuple[Message, ...]:
@@ -139,11 +175,11 @@ class LayeredCompactor:
         return cap_results(messages, self.max_tool_result_chars)
 
     def apply_trim(self, messages: Sequence[Message]) -> tuple[Message, ...]:
-        """Layer 2: empty the tool results of all but the newest `trim_turns` turns."""
+        """Layer 2: empty tool results older than the newest `trim_turns` exchanges."""
         return trim_results(messages, self.trim_turns)
 
     def apply_digest(self, messages: Sequence[Message]) -> tuple[Message, ...]:
-        """Layer 0 (with `digest_min_chars`): digest long results of earlier turns."""
+        """Layer 0 (with `digest_min_chars`): digest long results of older exchanges."""
         if self.digest_min_chars is None:
             return tuple(messages)
         return digest_results(
@@ -185,7 +221,7 @@ class LayeredCompactor:
             summary could not be made.
         """
         try:
-            current, _layers = await self._run(messages, target, ctx)
+            current, _layers = await self._run(messages, target, ctx, self._window())
         except SummaryFailed as exc:
             return CompactionProposal.failed(str(exc), ctx.tokens_before)
         if len(current) == len(messages) and all(
@@ -196,8 +232,16 @@ class LayeredCompactor:
             current, ctx.tokens_before, ctx.counter.count(current)
         )
 
+    def _window(self) -> int:
+        """The summary model's window (0: not known)."""
+        return summary_window(self.summary_window, self.model)
+
     async def _run(
-        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+        self,
+        messages: Sequence[Message],
+        target: int,
+        ctx: CompactionContext,
+        window: int,
     ) -> tuple[tuple[Message, ...], list[str]]:
         """Run the layers until the result fits; return it and the layers used."""
         counter = ctx.counter
@@ -208,7 +252,7 @@ class LayeredCompactor:
             ("collapse", self.preserved_turns, None),
             ("autocompact", 1, "[Full conversation summary]"),
         ):
-            new = await self._collapse(current, keep, label, ctx)
+            new = await self._collapse(current, keep, label, ctx, window)
             if new is not current:
                 applied.append(name)
                 current = new
@@ -222,9 +266,14 @@ class LayeredCompactor:
         keep: int,
         label: str | None,
         ctx: CompactionContext,
+        window: int,
     ) -> tuple[Message, ...]:
-        """Layers 4 and 5: summarise all but the last `keep` turns."""
-        plan = split_turns(messages, keep, fallback=label is not None)
+        """Layers 4 and 5: summarise all but the newest `keep` exchanges."""
+        plan = split_turns(
+            messages,
+            keep,
+            into_newest=label is not None and self.compact_newest_exchange,
+        )
         if not plan.summarised:
             return messages
         key = plan.key(ctx.session_id) + (":full" if label else ":collapse")
@@ -237,7 +286,7 @@ class LayeredCompactor:
                 ctx=ctx,
                 model=self.model,
                 max_tokens=self.max_summary_tokens,
-                window=ctx.context_window,
+                window=window,
             )
             turns = len(turn_starts(plan.summarised)) + sum(
                 _summarised_turns(m) for m in plan.previous
@@ -249,7 +298,7 @@ class LayeredCompactor:
             id=message_id,
             metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
         )
-        return (*plan.head, summary, *plan.kept)
+        return (*plan.head, *plan.opening, summary, *plan.kept)
 
     def compact_deterministic(
         self,
@@ -299,7 +348,9 @@ class LayeredCompactor:
             limit: The size to fit (the window, or a target under it).
             counter: The counter (default: turnfsm's conservative one).
             circuit_open: The session's circuit breaker is open: fail fast.
-            window: The summary model's context window (0: unlimited).
+            window: The summary model's context window in tokens for this
+                call; 0: the compactor's own (`summary_window`, else the
+                model's ``context_window``, else not known).
 
         Returns:
             The messages and `Skipped("below trigger threshold")`,
@@ -324,7 +375,9 @@ class LayeredCompactor:
             counter=counter,
         )
         try:
-            new, layers = await self._run(messages, limit, ctx)
+            new, layers = await self._run(
+                messages, limit, ctx, window or self._window()
+            )
         except SummaryFailed as exc:
             return tuple(messages), Failed(error=str(exc))
         except Exception as exc:  # a status, not content: the type only

@@ -1,16 +1,20 @@
-"""`SummarizingCompactor`: old turns become one summary (seeds 000 and 004).
+"""`SummarizingCompactor`: old exchanges become one summary (seeds 000 and 004).
 
-A pass:
+An exchange is a user message and everything that answers it, up to the next
+user message (summaries do not start one; messages before the first user
+message belong to the oldest). A pass:
 
 1. **Split** (`SummarizingCompactor.plan`): the leading system messages are
-   kept; an earlier summary is folded in; of the rest, the last
-   `keep_recent_turns` turns (a turn starts at each user message) are kept
-   raw. When that is one turn (one long tool-using run, or
-   `keep_recent_turns` 1), it keeps the turn's user message and its last
-   ``2 * keep_recent_turns`` messages. The cut never
-   separates a tool call from its result, and the latest user message is
-   always kept verbatim. Every input message is in exactly one of
-   summarised / kept.
+   kept; an earlier summary is folded in; of the rest, the newest
+   `keep_recent_turns` exchanges are kept raw and whole, the ones before
+   them are summarised whole. The cut sits at a user message, and moves
+   back an exchange while a tool call and its result would straddle it.
+   Nothing is reordered, and the newest exchange is never split: a
+   conversation of no more exchanges than `keep_recent_turns` (one long
+   tool-using exchange, say) has nothing to summarise, unless
+   `compact_newest_exchange` lets the pass summarise inside the newest
+   exchange (its user message and last messages kept, in order). Every
+   input message is in exactly one of summarised / kept.
 2. **Nothing to summarise** → the input, unchanged, no model call (with an
    earlier summary, that summary stands).
 3. **Idempotent**: the pass's key is (session, last summarised message id,
@@ -19,14 +23,17 @@ A pass:
 4. **Incremental**: only messages after the earlier summary are summarised,
    with the iterative-update prompt ("PREVIOUS SUMMARY:" + "NEW TURNS TO
    INCORPORATE:").
-5. **Chunked** when the prompt would not fit the summary model's window:
-   each chunk is summarised, then the chunk summaries are summarised, to
-   `max_summary_tokens`.
-6. **Checked**: an empty or whitespace summary fails the pass; one over
-   `max_summary_tokens` is re-asked shorter once, then fails the pass. A
-   summary is never committed oversized.
+5. **Sized by the summary model**: its window is `summary_window`, else the
+   model's own ``context_window``, never the agent's. A transcript that does
+   not fit beside the prompt and the summary is summarised in parts, then
+   the part summaries are; a window too small even for that shrinks the
+   summary's budget, down to `MIN_SUMMARY_TOKENS`, before the pass fails.
+6. **Checked**: an empty or whitespace summary fails the pass; one over its
+   budget is re-asked shorter once, then fails the pass. A summary is never
+   committed oversized.
 7. The summary becomes one message (role `summary_role`, system by default)
-   right after the leading system messages: `SUMMARY_PREFIX`, then the
+   right after the leading system messages (after the newest exchange's user
+   message, when the pass summarised inside it): `SUMMARY_PREFIX`, then the
    summary; its metadata names the last message it covers (`SUMMARY_COVERS`)
    and the pass's key.
 
@@ -44,8 +51,13 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.context._digest import digest_results
-from turnfsm.context._pairs import adjust_split
-from turnfsm.context._summary_model import SummaryFailed, summarise
+from turnfsm.context._pairs import adjust_split, pair_tool_traffic
+from turnfsm.context._summary_model import (
+    SummaryFailed,
+    check_model,
+    summarise,
+    summary_window,
+)
 from turnfsm.context._transcript import (
     SUMMARY_KEY,
     SUMMARY_PREFIX,
@@ -76,21 +88,27 @@ __all__ = [
 class SummaryPlan:
     """How a conversation splits for one summarising pass.
 
-    The result of the pass is ``head + (summary,) + kept``. Every input
-    message is in exactly one of `head`, `previous`, `summarised`, `kept`.
+    The result of the pass is ``head + opening + (summary,) + kept``: what
+    is kept stays in its order. Every input message is in exactly one of
+    `head`, `opening`, `previous`, `summarised`, `kept`.
 
     Attributes:
         head: Leading system messages, kept as they are.
         previous: Earlier summaries, folded into the new one.
         summarised: The messages the new summary covers, in order.
-        kept: The messages kept raw: the latest user message (when the cut
-            falls after it) and the recent tail, in order.
+        kept: The messages kept raw after the summary: the newest exchanges,
+            whole, in order (or, with `opening`, the newest exchange's last
+            messages).
+        opening: The newest exchange's user message when the pass compacts
+            inside that exchange (``compact_newest_exchange``): kept, before
+            the summary. Empty otherwise.
     """
 
     head: tuple[Message, ...] = attrs.field(converter=as_messages)
     previous: tuple[Message, ...] = attrs.field(converter=as_messages)
     summarised: tuple[Message, ...] = attrs.field(converter=as_messages)
     kept: tuple[Message, ...] = attrs.field(converter=as_messages)
+    opening: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
 
     def key(self, session_id: str) -> str:
         """Return the idempotency key of the pass (seed 000)."""
@@ -112,23 +130,39 @@ def _to_role(value: object) -> Role:
 @final
 @attrs.frozen(kw_only=True)
 class SummarizingCompactor:
-    """Summarise old turns with a model; keep the recent ones raw.
+    """Summarise old exchanges with a model; keep the recent ones raw.
 
     Attributes:
         model: The summary model, or None: the agent's own under a
-            `Driver` (required when the compactor is used on its own).
-        keep_recent_turns: Turns kept raw (≥ 1).
+            `Driver` (required when the compactor is used on its own). A
+            client that knows its window says so with an int attribute
+            ``context_window``.
+        keep_recent_turns: Exchanges kept raw, whole (≥ 1): an exchange is
+            a user message and everything that answers it (the name is the
+            seed's; a *turn* elsewhere in turnfsm is one model call).
         max_summary_tokens: The most a summary may be, in the counter's
             tokens (≥ 16). The summary call asks the model for 5/8 of it
-            (the counter errs high, up to 1.6x on prose).
-        summary_window: The summary model's context window, or None: the
-            run's. A prompt that would not fit is summarised in chunks.
+            (the counter errs high, up to 1.6x on prose). A summary model
+            whose window cannot hold it beside the prompt and some of the
+            transcript gets a smaller budget, down to `MIN_SUMMARY_TOKENS`.
+        summary_window: The summary model's context window in tokens, or
+            None: the model's ``context_window`` when it has one, else not
+            known (the transcript goes in one request). Never the agent's
+            window. A transcript that does not fit is summarised in parts.
         summary_role: The role of the summary message: system (the seed's;
             providers that drop later system messages need "user").
         temperature: Of the summary call (0.3: faithful, low-creativity).
         digest_min_chars: When set, summarised tool results longer than
             this are replaced by their one-line digest before the summary
             model sees them (`ToolResultDigest` as a pre-pass).
+        compact_newest_exchange: Off (the default), the newest exchange is
+            kept whole, so a conversation that is one long tool-using
+            exchange (a single run) has nothing to summarise. On, when what
+            is kept is one exchange (`keep_recent_turns` 1, or a
+            conversation of one exchange), the pass also summarises inside
+            the newest exchange: its user message and its last
+            ``2 * keep_recent_turns`` messages are kept, in order, with the
+            summary between them.
 
     Raises:
         ConfigError: On construction, naming the field, when a setting is
@@ -137,9 +171,12 @@ class SummarizingCompactor:
 
     model: ModelClient | None = attrs.field(
         default=None,
-        validator=_checks.instance(
-            ModelClient, "a ModelClient (None: the agent's own)", optional=True
-        ),
+        validator=[
+            _checks.instance(
+                ModelClient, "a ModelClient (None: the agent's own)", optional=True
+            ),
+            check_model,
+        ],
     )
     keep_recent_turns: int = attrs.field(
         default=4, validator=_checks.integer(low=1, expected="an int >= 1")
@@ -155,10 +192,17 @@ class SummarizingCompactor:
     digest_min_chars: int | None = attrs.field(
         default=None, validator=_checks.integer(low=1, optional=True)
     )
+    compact_newest_exchange: bool = attrs.field(
+        default=False, validator=_checks.boolean()
+    )
 
     def plan(self, messages: Sequence[Message]) -> SummaryPlan:
         """Split `messages` for a pass (pure: no model, no counting)."""
-        return split_turns(messages, self.keep_recent_turns)
+        return split_turns(
+            messages,
+            self.keep_recent_turns,
+            into_newest=self.compact_newest_exchange,
+        )
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
@@ -167,8 +211,8 @@ class SummarizingCompactor:
 
         Args:
             messages: The conversation.
-            target: Ignored: the split is by turns, the summary's size is
-                bounded by `max_summary_tokens`.
+            target: Ignored: the split is by exchanges, the summary's size
+                is bounded by `max_summary_tokens`.
             ctx: The pass's context: the counter, the session's recorded
                 summaries, the driver's model call, whether a model may be
                 called at all (the circuit breaker).
@@ -195,7 +239,7 @@ class SummarizingCompactor:
                     ctx=ctx,
                     model=self.model,
                     max_tokens=self.max_summary_tokens,
-                    window=self.summary_window or ctx.context_window,
+                    window=summary_window(self.summary_window, self.model),
                     temperature=self.temperature,
                     digest_min_chars=self.digest_min_chars,
                 )
@@ -208,7 +252,7 @@ class SummarizingCompactor:
             id=message_id,
             metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
         )
-        new = (*plan.head, summary, *plan.kept)
+        new = (*plan.head, *plan.opening, summary, *plan.kept)
         return CompactionProposal.compacted(
             new, ctx.tokens_before, ctx.counter.count(new)
         )
@@ -230,18 +274,23 @@ class SummarizingCompactor:
 
 
 def split_turns(
-    messages: Sequence[Message], keep_turns: int, *, fallback: bool = True
+    messages: Sequence[Message], keep_turns: int, *, into_newest: bool = False
 ) -> SummaryPlan:
     """Split `messages` into head / previous summaries / summarised / kept.
 
-    A turn starts at each user message (summaries do not start one). The
-    last `keep_turns` turns are kept; when what is kept is one turn (a
-    conversation of one long tool-using turn, or `keep_turns` 1), with
-    `fallback`, only its user message and its last ``2 * keep_turns``
-    messages are. A pass's result splits to nothing more: a
-    second pass finds nothing new. The cut moves
-    earlier until no tool pair straddles it, and the latest user message is
-    always kept.
+    An exchange starts at each user message (summaries do not start one;
+    messages before the first user message belong to the oldest). The newest
+    `keep_turns` exchanges are kept, whole; the ones before them are
+    summarised, whole. The cut sits at a user message and moves back an
+    exchange while a tool call and its result straddle it (only a
+    conversation with a broken pair has one).
+
+    With `into_newest`, when what is kept is one exchange (`keep_turns` 1, or
+    a conversation of one exchange), the newest exchange's user message (the
+    plan's `opening`) and its last ``2 * keep_turns`` messages are kept and
+    everything else is summarised; the cut moves earlier while a tool pair
+    straddles it. A pass's result splits to nothing more: a second pass
+    finds nothing new.
     """
     n_head = 0
     while (
@@ -253,23 +302,28 @@ def split_turns(
     rest = messages[n_head:]
     previous = [m for m in rest if is_summary(m)]
     body = [m for m in rest if not is_summary(m)] if previous else list(rest)
+    head = messages[:n_head]
     users = turn_starts(body)
+    traffic = pair_tool_traffic(body)
+    if into_newest and (len(users) == 1 or (users and keep_turns == 1)):
+        latest = users[-1]
+        inner = adjust_split(body, len(body) - 2 * keep_turns, traffic=traffic)
+        if inner > latest + 1:  # something inside the newest exchange
+            return SummaryPlan(
+                head=head,
+                previous=previous,
+                summarised=body[:latest] + body[latest + 1 : inner],
+                kept=body[inner:],
+                opening=[body[latest]],
+            )
     cut = users[-keep_turns] if len(users) > keep_turns else 0
-    if fallback and (len(users) <= 1 or keep_turns == 1):
-        # What is kept is one turn: its user message and its last messages
-        # (one long tool-using turn would otherwise be kept whole).
-        cut = max(cut, len(body) - 2 * keep_turns)
-    cut = adjust_split(body, cut)
-    latest = users[-1] if users else -1
-    if 0 <= latest < cut:  # the latest user message is always kept
-        summarised = body[:latest] + body[latest + 1 : cut]
-        kept = [body[latest], *body[cut:]]
-    else:
-        summarised, kept = body[:cut], body[cut:]
-    if not summarised:  # nothing to summarise: the earlier summaries stand
-        return SummaryPlan(
-            head=messages[:n_head], previous=(), summarised=(), kept=rest
-        )
+    while cut:
+        safe = adjust_split(body, cut, traffic=traffic)
+        if safe == cut:
+            break
+        cut = max((u for u in users if u <= safe), default=0)
+    if not cut:  # nothing to summarise: the earlier summaries stand
+        return SummaryPlan(head=head, previous=(), summarised=(), kept=rest)
     return SummaryPlan(
-        head=messages[:n_head], previous=previous, summarised=summarised, kept=kept
+        head=head, previous=previous, summarised=body[:cut], kept=body[cut:]
     )

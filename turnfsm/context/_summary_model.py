@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, final
+from typing import Any, Final, final
 
+from turnfsm import _checks
 from turnfsm.context._digest import digest_results
 from turnfsm.context._transcript import (
     clip,
@@ -17,15 +18,72 @@ from turnfsm.messages import Message
 from turnfsm.providers import ModelClient, ModelRequest
 from turnfsm.tokens import TokenCounter
 
-__all__ = ["SummaryFailed", "summarise"]
+__all__ = [
+    "MIN_SUMMARY_TOKENS",
+    "SummaryFailed",
+    "check_model",
+    "known_window",
+    "summarise",
+    "summary_window",
+]
 
 
-_MAX_DEPTH: Final = 4
-"""Rounds of summarising chunk summaries before a pass gives up."""
+MIN_SUMMARY_TOKENS: Final = 64
+"""The smallest summary budget a pass shrinks `max_summary_tokens` to.
+
+When the summary model's window cannot hold the summary prompt, a transcript
+and a reply of `max_summary_tokens`, the budget shrinks (never below this, or
+below `max_summary_tokens` when that is smaller); a window that cannot hold a
+request even then fails the pass, naming the figures.
+"""
+
+_PART_LABEL: Final = "[SUMMARY OF PART 9999]\n"
+"""The widest label a chunk summary carries when the summaries are summarised."""
 
 
 class SummaryFailed(Exception):
     """A summary could not be made (empty, oversized, or would not fit)."""
+
+
+def known_window(model: object) -> int | None:
+    """Return the window a summary model says it has, or None if it says none.
+
+    A client tells its window with an int attribute ``context_window``, in
+    tokens (a client of a llama.cpp server: the server's ``n_ctx``). The
+    shipped clients have none: give the compactor ``summary_window``.
+
+    Raises:
+        ConfigError: The attribute is there but not an int >= 1 or None.
+    """
+    value: Any = getattr(model, "context_window", None)
+    _checks.check(value, "model.context_window", _WINDOW)
+    window: int | None = value
+    return window
+
+
+def check_model(_inst: Any, _attr: Any, value: Any) -> None:
+    """An attrs validator: a summary model's ``context_window``, if any, is usable."""
+    known_window(value)
+
+
+_WINDOW = _checks.integer(
+    low=1, optional=True, expected="an int >= 1 (tokens), or None (not known)"
+)
+
+
+def summary_window(setting: int | None, model: object) -> int:
+    """Return the summary model's window in tokens; 0 when it is not known.
+
+    The compactor's setting first, else the model's `known_window`; never
+    the agent's window (a `ContextManager`'s window is a compaction policy
+    for the agent's requests, not the summary model's limit). 0 (not known)
+    sends the transcript in one request, with `max_summary_tokens` as the
+    reply budget: a model that cannot hold it fails the pass with its own
+    error.
+    """
+    if setting is not None:
+        return setting
+    return known_window(model) or 0
 
 
 async def summarise(
@@ -42,7 +100,16 @@ async def summarise(
     """Return a summary of `messages` (updating `previous`), checked for size.
 
     The one summary routine of the shipped compactors: `SummarizingCompactor`
-    and `LayeredCompactor` both call it.
+    and `LayeredCompactor` both call it. A request is the prompt, a part of
+    the transcript and the summary's budget; within a `window`:
+
+    1. the whole transcript in one request, with `max_tokens`, when it fits;
+    2. else in parts of the room left beside the prompt and `max_tokens`,
+       when that room holds at least two part summaries (their summaries
+       are then summarised, in rounds, until one is left);
+    3. else with the largest budget under `max_tokens`, down to
+       `MIN_SUMMARY_TOKENS`, for which 1 or 2 holds;
+    4. else the pass fails, naming the window, the prompt and the budget.
 
     Args:
         messages: The turns to summarise.
@@ -50,48 +117,46 @@ async def summarise(
         ctx: The pass's context (counter, hook guidance, model call).
         model: The summary model, or None: the driver's (the agent's own).
         max_tokens: The most the summary may be, in `ctx.counter` tokens.
-        window: The summary model's window in tokens (0: unlimited).
+        window: The summary model's window in tokens (0: not known, no limit;
+            see `summary_window`).
         temperature: Of the summary call.
         digest_min_chars: Digest tool results longer than this first.
 
     Raises:
-        SummaryFailed: The summary is empty, stays over `max_tokens` after a
-            shorter re-ask, or the input cannot be made to fit `window`.
+        SummaryFailed: The summary is empty, stays over its budget after a
+            shorter re-ask, or no request fits `window`.
         Exception: Whatever the model call raised (a `ProviderError`, ...).
     """
     if digest_min_chars is not None:
         messages = digest_results(
             messages, min_chars=digest_min_chars, keep_recent_turns=0
         )
-    asker = _Asker(ctx, model, max_tokens, temperature)
     blocks = [render_message(m) for m in messages]
-    for _ in range(_MAX_DEPTH):
-        chunks = _chunks(blocks, asker, previous, window)
+    asker = _Asker(ctx, model, max_tokens, temperature, window)
+    asker.fit(blocks, previous)
+    rounds = 0
+    while True:
+        rounds += 1
+        chunks = _chunks(blocks, asker, previous)
         if len(chunks) == 1:
             return await asker.summary(chunks[0], previous)
+        if rounds > 1 and len(chunks) >= len(blocks):  # unreachable by `fit`
+            raise SummaryFailed(
+                f"the part summaries did not fit the summary model's "
+                f"{window}-token window two at a time"
+            )
         # Chunk by chunk, then the chunk summaries are the new turns.
         blocks = [
             f"[SUMMARY OF PART {i}]\n{await asker.summary(chunk, '')}"
             for i, chunk in enumerate(chunks, 1)
         ]
-    raise SummaryFailed(
-        f"the input did not fit the summary model's {window}-token window "
-        f"after {_MAX_DEPTH} rounds of chunking"
-    )
 
 
-def _chunks(
-    blocks: list[str], asker: _Asker, previous: str, window: int
-) -> list[list[str]]:
-    """Group `blocks` so each group's prompt fits `window` with the reply."""
-    if not window:
+def _chunks(blocks: list[str], asker: _Asker, previous: str) -> list[list[str]]:
+    """Group `blocks` so each group's prompt fits the window with the reply."""
+    if not asker.window:
         return [blocks]
-    room = window - asker.max_tokens - asker.size(asker.prompt([], previous))
-    if room <= 0:
-        raise SummaryFailed(
-            f"the summary model's {window}-token window leaves no room for a "
-            f"transcript beside a {asker.max_tokens}-token summary"
-        )
+    room = asker.room(previous)
     chunks: list[list[str]] = [[]]
     used = 0
     for block in blocks:
@@ -109,13 +174,13 @@ def _chunks(
 
 def _shrink(block: str, asker: _Asker, room: int) -> str:
     keep = len(block)
-    while keep > 200:
+    while keep > 32:
         keep //= 2
         cut = clip(block, keep * 3 // 4, keep // 4)
         if asker.size(cut) + 1 <= room:
             return cut
     raise SummaryFailed(
-        "a message does not fit the summary model's window even cut to 200 characters"
+        "a message does not fit the summary model's window even cut to 32 characters"
     )
 
 
@@ -129,16 +194,24 @@ class _Asker:
         model: ModelClient | None,
         max_tokens: int,
         temperature: float,
+        window: int,
     ) -> None:
         self.ctx = ctx
         self.model = model
+        self.ceiling = max_tokens  # the setting; `fit` may lower the budget
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.window = window
         self.counter: TokenCounter = ctx.counter
-        # The reply budget asked of the model, in its tokens: turnfsm's
-        # counter errs high (up to 1.6x on prose), so a reply the model cuts
-        # at this budget still counts under `max_tokens`.
-        self.reply_budget = max(16, max_tokens * 5 // 8)
+
+    @property
+    def reply_budget(self) -> int:
+        """The reply budget asked of the model, in its tokens.
+
+        turnfsm's counter errs high (up to 1.6x on prose), so a reply the
+        model cuts at 5/8 of the summary's budget still counts under it.
+        """
+        return max(16, self.max_tokens * 5 // 8)
 
     def size(self, text: str) -> int:
         return self.counter.count_text(text)
@@ -152,6 +225,59 @@ class _Asker:
             additional_context=self.ctx.additional_context,
         )
 
+    def room(self, previous: str) -> int:
+        """Tokens left for the transcript beside the prompt and the budget."""
+        return self.window - self.max_tokens - self.size(self.prompt([], previous))
+
+    def _fits(self, budget: int, total: int, previous: str) -> bool:
+        self.max_tokens = budget
+        room = self.room(previous)
+        return room >= total or room >= 2 * (budget + self.size(_PART_LABEL) + 1)
+
+    def fit(self, blocks: Sequence[str], previous: str) -> None:
+        """Set the summary's budget: the largest that fits the window.
+
+        `max_tokens` when the whole transcript, or parts of it two part
+        summaries at a time, fit beside it; else the largest smaller budget,
+        down to `MIN_SUMMARY_TOKENS`, for which they do.
+
+        Raises:
+            SummaryFailed: Not even the smallest budget fits, with the figures.
+        """
+        if not self.window:
+            return
+        total = sum(self.size(block) + 1 for block in blocks)
+        if self._fits(self.ceiling, total, previous):
+            return
+        floor = min(MIN_SUMMARY_TOKENS, self.ceiling)
+        if not self._fits(floor, total, previous):
+            prompt = self.size(self.prompt([], previous))
+            raise SummaryFailed(
+                f"the summary model's {self.window}-token window cannot hold a "
+                f"summary request: the prompt alone is {prompt} tokens, and with "
+                f"even a {floor}-token summary (max_summary_tokens "
+                f"{self.ceiling}) {max(0, self.window - prompt - floor)} tokens "
+                f"are left for a {total}-token transcript; give the summary "
+                "model a larger window (summary_window)"
+            )
+        low, high = floor, self.ceiling - 1  # low fits, ceiling does not
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._fits(middle, total, previous):
+                low = middle
+            else:
+                high = middle - 1
+        self.max_tokens = low
+
+    def _over(self, size: int) -> str:
+        if self.max_tokens == self.ceiling:
+            return f"over max_summary_tokens ({self.ceiling})"
+        return (
+            f"over its {self.max_tokens}-token budget (max_summary_tokens "
+            f"{self.ceiling}, shrunk to fit the summary model's "
+            f"{self.window}-token window)"
+        )
+
     async def summary(self, blocks: Sequence[str], previous: str) -> str:
         text = await self._ask(self.prompt(blocks, previous))
         size = self.size(text)
@@ -159,12 +285,19 @@ class _Asker:
             # Re-asked shorter once; never committed oversized.
             prompt = shorten_prompt(text, max_tokens=self.max_tokens, size=size)
             # Half the reply budget: a model that filled it can only be shorter.
-            text = await self._ask(prompt, budget=max(16, self.reply_budget // 2))
+            budget = max(16, self.reply_budget // 2)
+            if self.window and self.size(prompt) + budget > self.window:
+                raise SummaryFailed(
+                    f"the summary is {size} tokens, {self._over(size)}, and "
+                    "asking for a shorter one would not fit the summary "
+                    f"model's {self.window}-token window"
+                )
+            text = await self._ask(prompt, budget=budget)
             size = self.size(text)
             if size > self.max_tokens:
                 raise SummaryFailed(
-                    f"the summary is {size} tokens, over max_summary_tokens "
-                    f"({self.max_tokens}), even when asked for a shorter one"
+                    f"the summary is {size} tokens, {self._over(size)}, even "
+                    "when asked for a shorter one"
                 )
         return text
 

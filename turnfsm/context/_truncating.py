@@ -4,14 +4,22 @@ The default strategy: no model call, no dependency, positional (the target is
 ignored). The procedure:
 
 1. ``len <= min_messages`` → unchanged.
-2. ``split = len - preserve_recent``, the provisional cut.
+2. ``split = len - preserve_recent``, the provisional cut, or the newest
+   exchange's user message when that comes first: the newest exchange (the
+   last user message and everything after it) is kept whole, so a
+   conversation that is one exchange is not cut (a deliberate difference
+   from seed 003, which cut into it and could drop the user's request).
+   With ``compact_newest_exchange`` the cut may fall inside the newest
+   exchange, as in seed 003, but its user message is kept.
 3. Move the cut earlier while a result at or after it answers a call before
    it (a fixpoint, see `adjust_split`). Calls in the first message do not move
    it: the first message is always kept, so those pairs survive anyway.
 4. Nothing left to drop → unchanged.
-5. Keep ``[first] + messages[split:]``.
+5. Keep ``[first] + messages[split:]`` (and the newest exchange's user
+   message, when the cut fell after it).
 6. Pull the dropped results of the first message's calls back, right after
-   the first message, so its calls keep their results.
+   the first message, so its calls keep their results. What is kept stays
+   in its order.
 7. Sanitise: lone results are dropped everywhere (unchanged paths included),
    lone calls outside the dropped region survive, messages emptied by the
    filtering are removed, and the result is never empty.
@@ -34,6 +42,7 @@ from turnfsm.context._pairs import (
     pair_tool_traffic,
     sanitize,
 )
+from turnfsm.context._transcript import turn_starts
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import Message
 
@@ -47,12 +56,20 @@ class TruncatingCompactor:
 
     Tool call/result pairs are never orphaned: the cut moves earlier until no
     pair straddles it, and results of the first message's calls are pulled
-    back next to it. A conversation that cannot be cut comes back unchanged
-    (less any lone results), never empty.
+    back next to it. The newest exchange (the last user message and
+    everything after it) is always kept whole, and what is kept stays in
+    order. A conversation that cannot be cut comes back unchanged (less any
+    lone results), never empty.
 
     Attributes:
-        preserve_recent: How many recent messages a cut keeps (≥ 1).
+        preserve_recent: How many recent messages a cut keeps at least (≥ 1);
+            more when the newest exchange is longer.
         min_messages: Conversations this long or shorter are never cut (≥ 2).
+        compact_newest_exchange: Off (the default), the newest exchange is
+            kept whole, so a conversation that is one long tool-using
+            exchange (a single run) is not cut. On, the cut may fall inside
+            it (`preserve_recent` messages are kept), but its user message
+            is always kept.
 
     Raises:
         ConfigError: On construction, when a knob is out of range.
@@ -60,6 +77,9 @@ class TruncatingCompactor:
 
     preserve_recent: int = attrs.field(default=4, validator=_checks.integer(low=1))
     min_messages: int = attrs.field(default=6, validator=_checks.integer(low=2))
+    compact_newest_exchange: bool = attrs.field(
+        default=False, validator=_checks.boolean()
+    )
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
@@ -80,12 +100,14 @@ class TruncatingCompactor:
         n = len(messages)
         if n <= self.min_messages:
             return _unchanged(messages, traffic, ctx)
-        split = adjust_split(
-            messages, n - self.preserve_recent, keep_head=1, traffic=traffic
-        )
+        newest = max(turn_starts(messages), default=0)
+        split = n - self.preserve_recent
+        if not self.compact_newest_exchange:
+            split = min(split, newest)
+        split = adjust_split(messages, split, keep_head=1, traffic=traffic)
         if split <= 1:  # nothing between the first message and the cut
             return _unchanged(messages, traffic, ctx)
-        kept = _cut(messages, split, traffic)
+        kept = _cut(messages, split, traffic, also=newest)
         if not kept:  # only lone results were left: cutting saves nothing
             return _unchanged(messages, traffic, ctx)
         return CompactionProposal.compacted(
@@ -109,19 +131,22 @@ def _unchanged(
 
 
 def _cut(
-    messages: Sequence[Message], split: int, traffic: ToolTraffic
+    messages: Sequence[Message], split: int, traffic: ToolTraffic, *, also: int
 ) -> list[Message]:
     """Return ``[first] + reattached results + messages[split:]``, sanitised.
 
     Lone results are dropped; in the dropped region ``messages[1:split]`` only
     the results answering the first message's calls survive, pulled back next
-    to it; messages emptied by this filtering are removed.
+    to it, and ``messages[also]`` (the newest exchange's user message), in
+    their order; messages emptied by this filtering are removed.
     """
     lone = set(traffic.lone_results)
     reattach: dict[int, list[int]] = {}
     for pair in traffic.pairs:
         if pair.call_message == 0 and pair.result_message < split:
             reattach.setdefault(pair.result_message, []).append(pair.result_part)
+    if 0 < also < split:
+        reattach[also] = _non_lone(messages, also, lone)
     plan: list[tuple[int, list[int]]] = [(0, _non_lone(messages, 0, lone))]
     plan.extend(sorted(reattach.items()))
     plan.extend((i, _non_lone(messages, i, lone)) for i in range(split, len(messages)))
