@@ -118,7 +118,7 @@ async def serve_worker(args: argparse.Namespace) -> dict[str, Any]:
     async with create_worker(client, args.task_queue, agent, **options):
         await anyio.Path(args.report).write_text("ready\n")
         await anyio.to_thread.run_sync(sys.stdin.read)  # until the bench closes it
-    await store.close()
+    await store.aclose()
     usage = os.times()
     return {"rss": peak_rss_mib(), "cpu": usage.user + usage.system}
 
@@ -275,7 +275,7 @@ async def run_temporal(workload: Workload, options: argparse.Namespace) -> Measu
             what = f"PostgreSQL, pool max_size={pg} per worker"
         else:
             path = Path(tmp) / "sessions.db"
-            await SQLiteStore(path).close()  # the schema, before the workers race
+            await SQLiteStore(path).aclose()  # the schema, before the workers race
             store, what = f"sqlite:///{path}", "one SQLite file"
         client = await Client.connect(options.temporal_address)
         before = peak_rss_mib()

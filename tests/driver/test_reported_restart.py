@@ -54,7 +54,7 @@ async def test_a_new_process_measures_with_the_last_reported_count(
     store = SQLiteStore(path)
     session = Session(store=store)
     assert (await _driver().run("remember 42", session=session)).ok
-    await store.close()
+    await store.aclose()
 
     # Another process: a fresh store object, a fresh driver, the same log.
     store = SQLiteStore(path)
@@ -65,7 +65,7 @@ async def test_a_new_process_measures_with_the_last_reported_count(
     assert reply.text == "noted"
     expected = REPORTED + COUNTER.count([reply]) + COUNTER.count([follow])
     assert _first_estimate(again) == expected
-    await store.close()
+    await store.aclose()
 
 
 async def test_after_a_compaction_the_estimate_is_used_again(tmp_path: object) -> None:
@@ -82,4 +82,4 @@ async def test_after_a_compaction_the_estimate_is_used_again(tmp_path: object) -
     estimate = _first_estimate(session)
     assert estimate != REPORTED + COUNTER.count([follow])
     assert estimate < REPORTED  # the estimate of a short history, not the report
-    await store.close()
+    await store.aclose()

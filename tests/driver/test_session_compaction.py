@@ -77,7 +77,7 @@ async def test_an_agent_compacts_a_session_by_id(tmp_path: Path) -> None:
     assert result.ok
     reopened = await Session.load(SQLiteStore(tmp_path / "s.db"), session_id)
     assert len(_summaries(reopened)) == 1
-    await store.close()
+    await store.aclose()
 
 
 @pytest.mark.slow
@@ -88,7 +88,7 @@ async def test_a_compaction_killed_mid_pass_then_retried_writes_one_summary(
     store = SQLiteStore(path)
     session = Session(store=store)
     await _filled(session, driver_with(ExtractiveSummaryModel()))
-    await store.close()
+    await store.aclose()
     worker = subprocess.run(  # noqa: ASYNC221 - the test waits for the kill
         [sys.executable, "-m", "tests.driver.compact_worker", str(path), session.id],
         cwd=REPO_ROOT,
@@ -111,4 +111,4 @@ async def test_a_compaction_killed_mid_pass_then_retried_writes_one_summary(
     assert len(_summaries(crashed)) == 1
     assert (await driver_with(model).compact(crashed)).ok
     assert len(_summaries(crashed)) == 1
-    await store.close()
+    await store.aclose()

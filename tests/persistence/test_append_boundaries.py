@@ -151,7 +151,7 @@ def _boundaries(
             try:
                 return await Session.load(store, session_id)
             finally:
-                await store.close()
+                await store.aclose()
 
         session = anyio.run(reopen, backend="asyncio")
         _check_agreement(session, committed)
@@ -189,7 +189,7 @@ def _boundaries(
                     assert isinstance(result.error, Cancelled)
                     return await Session.load(store, session_id)
                 finally:
-                    await store.close()
+                    await store.aclose()
 
             after = anyio.run(abandon, backend="asyncio")
             assert content(after.history) == before  # nothing of it committed

@@ -22,9 +22,6 @@ from turnfsm.core import (
     Budget,
     Event,
     MachineSpec,
-    RunCancelled,
-    RunStarted,
-    TurnMachine,
 )
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources, run_resources
@@ -36,23 +33,20 @@ from turnfsm.driver._inputs import (
     check_effects,
     hooks_tuple,
     is_tool,
-    reopen,
     tools_tuple,
 )
-from turnfsm.driver._loop import RunLoop
+from turnfsm.driver._opening import abandon_run, resume_run, start_run
 from turnfsm.driver._output import OutputType, check_machine
 from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
     ConfigError,
-    SessionBusy,
 )
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message, OpenCalls
 from turnfsm.persistence import (
     Session,
     machine_digest,
-    new_id,
 )
 from turnfsm.providers import ModelClient, ToolSchema
 from turnfsm.tokens import TokenCounter, default_counter
@@ -83,6 +77,10 @@ class Driver:
         model_timeout: seconds each model attempt may take (None: no limit).
         compaction_timeout: seconds a compaction pass may take (None: no limit).
         effect_timeout: seconds a custom effect may take (None: no limit).
+        lease_ttl: seconds a run's hold on its session outlives its process:
+            in a store several processes share (SQLite, PostgreSQL), a run
+            renews its lease every third of this; another process may take
+            a run over once its lease has expired.
         retry: the policy for transient model errors.
         hooks: observers; see `Hook`.
         strict_hooks: re-raise hook errors instead of detaching the hook.
@@ -140,6 +138,9 @@ class Driver:
     )
     effect_timeout: float | None = attrs.field(
         default=300.0, validator=_checks.seconds()
+    )
+    lease_ttl: float = attrs.field(
+        default=30.0, validator=_checks.seconds(optional=False)
     )
     retry: RetryPolicy = attrs.field(
         factory=RetryPolicy, validator=_checks.instance(RetryPolicy, "a RetryPolicy")
@@ -319,7 +320,7 @@ class Driver:
                 raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
         OpenCalls.of(session.history).then(messages).require_closed()
-        return await self._start(session, messages, run_id, control, hooks, output)
+        return await start_run(self, session, messages, run_id, control, hooks, output)
 
     async def compact(
         self,
@@ -361,29 +362,7 @@ class Driver:
             return await compacting.resume(
                 session, waiting[-1].run_id, control=control, hooks=hooks
             )
-        return await compacting._start(session, (), None, control, hooks, None)
-
-    async def _start(
-        self,
-        session: Session,
-        messages: tuple[Message, ...],
-        run_id: str | None,
-        control: RunControl | None,
-        hooks: Sequence[Hook],
-        output: OutputType | None,
-    ) -> RunResult[Any]:
-        """Open a run of `session` with `messages` and carry it to its end."""
-        with session.claim():
-            waiting = session.open_runs()
-            if waiting:
-                raise SessionBusy(session.id, run_id=waiting[-1].run_id)
-            run_id = run_id or new_id("run")
-            machine = TurnMachine.start(
-                self.machine, budget=self._budget, history=session.history
-            )
-            loop = self._loop(session, run_id, machine, control, hooks, output)
-            loop.open(messages)
-            return await loop.go(RunStarted(input=messages))
+        return await start_run(compacting, session, (), None, control, hooks, None)
 
     async def resume(
         self,
@@ -394,6 +373,7 @@ class Driver:
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
         output_type: Any = None,
+        force: bool = False,
     ) -> RunResult[Any]:
         """Continue a paused (or unfinished) run of `session` from its log.
 
@@ -411,24 +391,22 @@ class Driver:
                 the one the run began on; `event` is not an event the paused
                 phase accepts.
             ReplayDiverged: the log does not replay on this machine.
-            SessionBusy: another run is using `session`.
+            SessionBusy: another run is using `session`, or another process
+                holds it and is alive (its lease is live): resume with
+                `force` only if that process is known to be gone.
         """
-        with session.claim():
-            record, machine = reopen(
-                self.machine, self._digest, self._effects, session, run_id, event
-            )
-            decision = machine.decision
-            output = (
-                self._output if output_type is None else self._output_type(output_type)
-            )
-            loop = self._loop(session, run_id, machine, control, hooks, output)
-            loop.restore(record)
-            if event is None:
-                return await loop.carry_on(decision)
-            return await loop.go(event)
+        output = self._output if output_type is None else self._output_type(output_type)
+        return await resume_run(
+            self, session, run_id, event, control, hooks, output, force=force
+        )
 
     async def abandon(
-        self, session: Session, run_id: str, *, reason: str = "abandoned"
+        self,
+        session: Session,
+        run_id: str,
+        *,
+        reason: str = "abandoned",
+        force: bool = False,
     ) -> RunResult:
         """End a paused or unfinished run as failed; nothing it said is committed.
 
@@ -437,36 +415,20 @@ class Driver:
 
         Raises:
             ConfigError: no such run, or the run is not open.
-            SessionBusy: another run is using `session`.
+            SessionBusy: another run is using `session`, or another process
+                holds it and is alive (not with `force`).
         """
-        with session.claim():
-            record, machine = reopen(
-                self.machine,
-                self._digest,
-                self._effects,
-                session,
-                run_id,
-                None,
-                check=False,
-            )
-            loop = self._loop(session, run_id, machine, None, ())
-            loop.restore(record)
-            loop.abandoning = True
-            return await loop.go(RunCancelled(reason=reason))
+        return await abandon_run(self, session, run_id, reason, force=force)
 
-    def _loop(
-        self,
-        session: Session,
-        run_id: str,
-        machine: TurnMachine,
-        control: RunControl | None,
-        hooks: Sequence[Hook],
-        output: OutputType | None = None,
-    ) -> RunLoop:
-        run = self.resources(
-            run_id, session=session, session_id=session.id, hooks=hooks, output=output
-        )
-        return RunLoop(self._settings, session, machine, run, control)
+    @property
+    def digest(self) -> str:
+        """The machine's digest, as the log records the machine a run began on."""
+        return self._digest
+
+    @property
+    def effects_by_name(self) -> Mapping[str, Effect]:
+        """Every effect the driver carries decisions out with, by name."""
+        return self._effects
 
     @property
     def effect_settings(self) -> EffectSettings:

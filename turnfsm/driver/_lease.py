@@ -1,0 +1,93 @@
+"""Holding a session's owner lease while a run works on it.
+
+A run on a session in a store shared by several processes (SQLite,
+PostgreSQL: a `LeasingStore`) holds the session's lease from its start to its
+end and renews it in the background, every third of its time to live, so
+that another process can tell a live owner (wait for it) from a dead one
+(take its run over). A `MemoryStore` lives in one process: its sessions are
+held by the process-local claim alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from typing import Final
+
+import anyio
+
+from turnfsm.errors import LeaseLost
+from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
+
+__all__ = ["holding", "owner_id"]
+
+logger = logging.getLogger("turnfsm.driver")
+
+_TOKEN: Final = uuid.uuid4().hex[:8]
+
+
+def owner_id() -> str:
+    """This process's name as a lease owner: ``host:pid:token``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_TOKEN}"
+
+
+@contextlib.asynccontextmanager
+async def holding(
+    session: Session, *, ttl: float, force: bool = False
+) -> AsyncIterator[Lease | None]:
+    """Hold `session`'s lease while the body runs; yield the lease it replaced.
+
+    The lease it replaced is the previous owner's (None: nobody held it, or
+    this process did): expired, or taken over by `force`.
+
+    Raises:
+        SessionBusy: another process holds a live lease (not with `force`).
+    """
+    store = session.store
+    if isinstance(store, MemoryStore) or not isinstance(store, LeasingStore):
+        yield None
+        return
+    owner = owner_id()
+    previous = await store.lease_of(session.id)
+    await store.acquire_lease(session.id, owner, ttl=ttl, force=force)
+    if previous is not None and previous.owner == owner:
+        previous = None
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_renew, store, session.id, owner, ttl)
+            try:
+                yield previous
+            finally:
+                group.cancel_scope.cancel()
+    except BaseExceptionGroup as raised:
+        # One failure (the run's) surfaces as itself, as it would unleased.
+        if len(raised.exceptions) == 1:
+            raise raised.exceptions[0] from None
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await store.release_lease(session.id, owner)
+            except Exception:  # the store is down: the lease expires by itself
+                logger.warning("could not release the lease on %s", session.id)
+
+
+async def _renew(store: LeasingStore, session_id: str, owner: str, ttl: float) -> None:
+    """Renew the lease every third of `ttl` until cancelled."""
+    while True:
+        await anyio.sleep(ttl / 3)
+        try:
+            await store.renew_lease(session_id, owner, ttl=ttl)
+        except LeaseLost:
+            logger.error(
+                "the lease on session %s was taken over by another process; "
+                "this run can no longer write to it",
+                session_id,
+            )
+            return
+        except Exception:  # the store is down for a moment: try again later
+            logger.warning("could not renew the lease on %s", session_id)

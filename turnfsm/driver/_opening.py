@@ -1,0 +1,132 @@
+"""Opening a run, or reopening one, with its session held: the driver's entry points.
+
+`Driver.run`, `resume`, `abandon` and `compact` check their arguments and
+come here: the session is claimed in this process and, in a store several
+processes share, its owner lease is held (`_lease`) while the run's loop
+(`RunLoop`) carries the run to its end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from turnfsm.core import Event, RunCancelled, RunStarted, TurnMachine
+from turnfsm.driver._control import RunControl, RunResult
+from turnfsm.driver._inputs import reopen
+from turnfsm.driver._lease import holding
+from turnfsm.driver._loop import RunLoop
+from turnfsm.driver._output import OutputType
+from turnfsm.errors import SessionBusy
+from turnfsm.hooks import Hook
+from turnfsm.messages import Message
+from turnfsm.persistence import Lease, Session, new_id
+
+if TYPE_CHECKING:
+    from turnfsm.driver._driver import Driver
+
+__all__ = ["abandon_run", "resume_run", "start_run"]
+
+
+async def start_run(
+    driver: Driver,
+    session: Session,
+    messages: tuple[Message, ...],
+    run_id: str | None,
+    control: RunControl | None,
+    hooks: Sequence[Hook],
+    output: OutputType | None,
+) -> RunResult[Any]:
+    """Open a run of `session` with `messages` and carry it to its end."""
+    with session.claim():
+        async with holding(session, ttl=driver.lease_ttl) as previous:
+            waiting = session.open_runs()
+            if waiting:
+                raise _busy(session, waiting[-1].run_id, previous)
+            run_id = run_id or new_id("run")
+            machine = TurnMachine.start(
+                driver.machine, budget=driver.budget, history=session.history
+            )
+            loop = _loop(driver, session, run_id, machine, control, hooks, output)
+            loop.open(messages)
+            return await loop.go(RunStarted(input=messages))
+
+
+async def resume_run(
+    driver: Driver,
+    session: Session,
+    run_id: str,
+    event: Event | None,
+    control: RunControl | None,
+    hooks: Sequence[Hook],
+    output: OutputType | None,
+    *,
+    force: bool,
+) -> RunResult[Any]:
+    """Carry the open run `run_id` on, with `event` if it is paused."""
+    with session.claim():
+        async with holding(session, ttl=driver.lease_ttl, force=force):
+            record, machine = reopen(
+                driver.machine,
+                driver.digest,
+                driver.effects_by_name,
+                session,
+                run_id,
+                event,
+            )
+            decision = machine.decision
+            loop = _loop(driver, session, run_id, machine, control, hooks, output)
+            loop.restore(record)
+            if event is None:
+                return await loop.carry_on(decision)
+            return await loop.go(event)
+
+
+async def abandon_run(
+    driver: Driver, session: Session, run_id: str, reason: str, *, force: bool
+) -> RunResult[Any]:
+    """End the open run `run_id` as failed, `Cancelled(reason)`."""
+    with session.claim():
+        async with holding(session, ttl=driver.lease_ttl, force=force):
+            record, machine = reopen(
+                driver.machine,
+                driver.digest,
+                driver.effects_by_name,
+                session,
+                run_id,
+                None,
+                check=False,
+            )
+            loop = _loop(driver, session, run_id, machine, None, (), None)
+            loop.restore(record)
+            loop.abandoning = True
+            return await loop.go(RunCancelled(reason=reason))
+
+
+def _loop(
+    driver: Driver,
+    session: Session,
+    run_id: str,
+    machine: TurnMachine,
+    control: RunControl | None,
+    hooks: Sequence[Hook],
+    output: OutputType | None,
+) -> RunLoop:
+    run = driver.resources(
+        run_id, session=session, session_id=session.id, hooks=hooks, output=output
+    )
+    return RunLoop(driver.effect_settings, session, machine, run, control)
+
+
+def _busy(session: Session, run_id: str, previous: Lease | None) -> SessionBusy:
+    """The refusal of a run on a session whose run `run_id` is open."""
+    if previous is None:
+        return SessionBusy(session.id, run_id=run_id)
+    # This process took the lease over: its previous owner is gone.
+    return SessionBusy(
+        session.id,
+        run_id=run_id,
+        owner=previous.owner,
+        alive=False,
+        since=previous.since,
+    )
