@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from turnfsm import Agent
-from turnfsm.cli._worker import load_agents
+from turnfsm.cli._agents import load_agents
 from turnfsm.errors import ConfigError
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel

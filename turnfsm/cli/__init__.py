@@ -199,7 +199,7 @@ def _diagram_parser(sub: Any) -> None:
 
 def _sessions_parser(sub: Any) -> None:
     sessions = sub.add_parser(
-        "sessions", help="list, show, export, import, rm, reset-breaker"
+        "sessions", help="list, show, compact, export, import, rm, reset-breaker"
     )
     actions = sessions.add_subparsers(dest="action", required=True)
     store = argparse.ArgumentParser(add_help=False)
@@ -229,6 +229,18 @@ def _sessions_parser(sub: Any) -> None:
     rm = actions.add_parser("rm", parents=[store], help="delete a session")
     rm.add_argument("session_id", metavar="ID", help=_ID_HELP)
     rm.add_argument("--yes", action="store_true", help="do not ask first")
+    compact = actions.add_parser(
+        "compact",
+        parents=[store],
+        help="compact a session now, outside any run (the operator's /compact)",
+    )
+    compact.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    compact.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="the agent whose context manager compacts (default: the default "
+        "one, which truncates and calls no model)",
+    )
     reset = actions.add_parser(
         "reset-breaker",
         parents=[store],

@@ -19,7 +19,10 @@ import anyio.to_thread
 import attrs
 
 from turnfsm import serde
+from turnfsm.cli._agents import load_agents
 from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.context import ContextManager
+from turnfsm.driver import Driver
 from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
@@ -32,9 +35,11 @@ from turnfsm.persistence import (
     RunRecord,
     Session,
     SessionStore,
+    SummaryRecorded,
     load_session,
     session_lines,
 )
+from turnfsm.providers import ModelRequest, ModelResponse
 
 __all__ = ["SessionsCommand", "not_found", "run_sessions"]
 
@@ -51,6 +56,7 @@ class SessionsCommand:
     out: str | None = None
     file: str | None = None
     yes: bool = False
+    agent: str | None = None
 
 
 def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
@@ -78,6 +84,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
                 store, str(command.session_id), yes=command.yes, out=out
             )
         session = await _session(store, str(command.session_id))
+        if command.action == "compact":
+            return await _compact(session, command.agent, out)
         if command.action == "show":
             return _show(session, store, out)
         if command.action == "export":
@@ -85,6 +93,49 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         return await _reset_breaker(session, out)
     finally:
         await close_store(store)
+
+
+async def _compact(session: Session, agent: str | None, out: TextIO) -> int:
+    """One manual pass over the session, by the agent's context manager."""
+    driver = load_agents(agent)[0].driver if agent else _compacting_driver()
+    result = await driver.compact(session)
+    record = next(iter(session.runs[-1].compactions), None)
+    if record is None:  # ended before its pass (cancelled)
+        print(f"session {session.id}: not compacted ({result.outcome})", file=out)
+        return 1
+    summaries = sum(
+        1
+        for e in session.entries
+        if isinstance(e, SummaryRecorded) and e.run_id == result.run_id
+    )
+    print(
+        f"session {session.id}: {record.verdict} by {record.strategy} "
+        f"({record.reason.value}): {record.tokens_before} -> "
+        f"{record.tokens_after} tokens, {len(record.covers)} -> "
+        f"{len(record.replacement)} messages"
+        + (f", {summaries} summary written" if summaries else ""),
+        file=out,
+    )
+    if not result.ok:
+        print(f"turnfsm sessions compact: {result.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _compacting_driver() -> Driver:
+    """The default context manager's driver (its truncator calls no model)."""
+    return Driver(model=_NoModel(), context=ContextManager())
+
+
+class _NoModel:
+    """A model for a compaction that must not call one (no ``--agent`` given)."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise ConfigError(
+            "--agent",
+            None,
+            "an agent (MODULE:ATTR) whose model can write the summary",
+        )
 
 
 async def _reset_breaker(session: Session, out: TextIO) -> int:
@@ -161,10 +212,17 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     print(f"\nhistory ({len(session.history)} messages):", file=out)
     for message in session.history:
         print(f"  {message.role.value:<9} {_first_line(message)}", file=out)
-    if session.compaction_failures:
+    if session.breaker_open:
         print(
-            f"\ncompaction failures in a row: {session.compaction_failures} "
-            "(`turnfsm sessions reset-breaker` clears them)",
+            f"\ncompaction circuit breaker: open after {session.compaction_failures} "
+            "failure(s) in a row: passes make no model call "
+            "(`turnfsm sessions reset-breaker` closes it)",
+            file=out,
+        )
+    elif session.compaction_failures:
+        print(
+            f"\ncompaction circuit breaker: closed, {session.compaction_failures} "
+            "failure(s) in a row (`turnfsm sessions reset-breaker` clears them)",
             file=out,
         )
     print(f"\nruns ({len(runs)}):", file=out)

@@ -1,0 +1,83 @@
+"""`turnfsm sessions compact ID`: the operator's /compact, outside any run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.cli.compact_agent import agent
+from turnfsm.cli import main
+from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded
+
+Capture = pytest.CaptureFixture[str]
+
+
+def _filled(db: Path) -> str:
+    async def go() -> str:
+        async with SQLiteStore(db) as store:
+            made = agent()
+            session = Session(store=store)
+            for i in range(8):
+                fact = f"fact {i}: the code of box {i} is {1000 + i}. " + "w " * 300
+                assert (await made.driver.run(fact, session=session)).ok
+            return session.id
+
+    return anyio.run(go)
+
+
+def _summaries(db: Path, session_id: str) -> int:
+    async def go() -> int:
+        async with SQLiteStore(db) as store:
+            session = await Session.load(store, session_id)
+        return sum(isinstance(e, SummaryRecorded) for e in session.entries)
+
+    return anyio.run(go)
+
+
+def test_compacting_twice_from_the_cli_writes_one_summary(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    session_id = _filled(db)
+    command = [
+        "sessions",
+        "compact",
+        session_id,
+        "--store",
+        str(db),
+        "--agent",
+        "tests.cli.compact_agent:agent",
+    ]
+    assert main(command) == 0
+    first = capsys.readouterr().out
+    assert first.startswith(f"session {session_id}: compacted by SummarizingCompactor")
+    assert "1 summary written" in first
+    assert main(command) == 0
+    second = capsys.readouterr().out
+    assert "compacted" not in second.split(":")[1]
+    assert "summary written" not in second
+    assert _summaries(db, session_id) == 1
+    assert main(["sessions", "show", session_id, "--store", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert "compactions (2):" in shown
+    assert "manual" in shown
+
+
+def test_without_an_agent_the_default_truncates_and_calls_no_model(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    session_id = _filled(db)
+    assert main(["sessions", "compact", session_id, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "compacted by TruncatingCompactor (manual)" in out
+    assert _summaries(db, session_id) == 0
+
+
+def test_an_unknown_session_is_named(tmp_path: Path, capsys: Capture) -> None:
+    db = tmp_path / "s.db"
+    _filled(db)
+    assert main(["sessions", "compact", "ses_nope", "--store", str(db)]) == 2
+    assert "ses_nope" in capsys.readouterr().err
