@@ -835,3 +835,37 @@ def test_limits_are_checked(value: object) -> None:
         with pytest.raises(ConfigError) as info:
             anyio.run(functools.partial(layered.manual_compact, messages, **options))  # type: ignore[arg-type]
         assert info.value.field == field
+
+
+@pytest.mark.anyio
+async def test_layers_four_and_five_are_callable_on_their_own() -> None:
+    from turnfsm.context import CompactionContext
+    from turnfsm.core import CompactReason
+    from turnfsm.testing import ExtractiveSummaryModel
+    from turnfsm.tokens import HeuristicTokenCounter
+
+    messages = [
+        m
+        for i in range(14)
+        for m in (
+            Message.user(f"step {i}: the code is {1000 + i}"),
+            Message.assistant(f"ok {i}"),
+        )
+    ]
+    layered = LayeredCompactor(model=ExtractiveSummaryModel())
+    counter = HeuristicTokenCounter()
+    ctx = CompactionContext(
+        tokens_before=counter.count(messages),
+        reason=CompactReason.MANUAL,
+        context_window=0,
+        turn=0,
+        counter=counter,
+    )
+    collapsed = await layered.apply_collapse(messages, ctx)
+    assert collapsed[0].text.startswith("[Conversation summary of 4 earlier turns]")
+    assert collapsed[1:] == tuple(messages[8:])  # the newest 10 exchanges kept
+    full = await layered.apply_autocompact(messages, ctx)
+    assert full[0].text.startswith("[Full conversation summary]")
+    assert full[1:] == tuple(messages[-2:])  # the newest exchange kept
+    short = messages[:4]
+    assert await layered.apply_collapse(short, ctx) == tuple(short)  # nothing to do

@@ -1,4 +1,4 @@
-"""`LayeredCompactor`: five layers from cheap to expensive (seed 001).
+"""`LayeredCompactor`: five layers from cheap to expensive.
 
 An exchange is a user message and everything that answers it, up to the
 next user message (the seed calls it a turn; summaries do not start one).
@@ -25,8 +25,10 @@ The model layers call the summary model (the agent's own under a `Driver`,
 through its retry policy and usage accounting), sized by its own window
 (`summary_window`, else the model's ``context_window``, never the agent's);
 with the session's circuit breaker open (`allow_model` False) only layers
-1-3 run. `compact_deterministic` runs layers 1-3 on their own and
-`manual_compact` is the operator's trigger; both answer with a status
+1-3 run. Each layer is callable on its own (`apply_budget`, `apply_trim`,
+`apply_microcompact`, `apply_collapse`, `apply_autocompact`);
+`compact_deterministic` runs layers 1-3 and `manual_compact` is the
+operator's trigger; both answer with a status
 (`Applied`, `Skipped`, `Failed`) that never carries message content.
 
 Deliberate difference from the seed: its layer 5 preserved the same last 10
@@ -299,6 +301,43 @@ class LayeredCompactor:
             metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
         )
         return (*plan.head, *plan.opening, summary, *plan.kept)
+
+    async def apply_collapse(
+        self, messages: Sequence[Message], ctx: CompactionContext
+    ) -> tuple[Message, ...]:
+        """Layer 4 on its own: summarise all but the newest `preserved_turns`.
+
+        The summary is one user message, ``"[Conversation summary of N
+        earlier turns]"`` and the summary, in place of the exchanges it
+        covers. Nothing to summarise: the messages as they are.
+
+        Raises:
+            SummaryFailed: the summary model failed or its summary does not
+                fit its budget.
+        """
+        return await self._collapse(
+            tuple(messages), self.preserved_turns, None, ctx, self._window()
+        )
+
+    async def apply_autocompact(
+        self, messages: Sequence[Message], ctx: CompactionContext
+    ) -> tuple[Message, ...]:
+        """Layer 5 on its own: summarise everything but the newest exchange.
+
+        The summary is one user message, ``"[Full conversation summary]"``
+        and the summary. Nothing to summarise: the messages as they are.
+
+        Raises:
+            SummaryFailed: the summary model failed or its summary does not
+                fit its budget.
+        """
+        return await self._collapse(
+            tuple(messages),
+            1,
+            "[Full conversation summary]",
+            ctx,
+            self._window(),
+        )
 
     def compact_deterministic(
         self,
