@@ -17,6 +17,7 @@ from typing import Any, Final, final
 import attrs
 
 from turnfsm.core._events import EVENT_TYPES, Signal, trigger_name
+from turnfsm.core._limits import text_problem
 from turnfsm.core._lines import CompactReason
 from turnfsm.core._source_map import source_map
 from turnfsm.errors import DefinitionError, Problem
@@ -107,8 +108,14 @@ class MachineSpec:
         """Parse and validate a machine file's text.
 
         Raises:
-            DefinitionError: listing every problem found, each with its line.
+            DefinitionError: listing every problem found, each with its line;
+                only the first for a text that is no TOML, or that nests too
+                deep or writes too long a number for a machine file
+                (`MAX_NESTING`, `MAX_DIGITS`).
         """
+        too_big = text_problem(text)
+        if too_big is not None:
+            raise DefinitionError(source, (too_big,))
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -128,7 +135,9 @@ class MachineSpec:
 
         Raises:
             DefinitionError: listing every problem found (with no lines: use
-                `from_toml` for those).
+                `from_toml` for those), also when `data` is not a mapping with
+                string keys, nests deeper than `MAX_NESTING` or holds an
+                integer out of TOML's 64-bit range.
         """
         # The loader builds MachineSpecs, so it imports this module; import it
         # here, at call time, to keep the two modules free of an import cycle.
