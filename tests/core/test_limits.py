@@ -29,7 +29,7 @@ from turnfsm.core._limits import (
     text_problem,
 )
 from turnfsm.core._problems import SUGGESTION_BUDGET
-from turnfsm.errors import DefinitionError, Problem
+from turnfsm.errors import ConfigError, DefinitionError, Problem
 
 STOCK = turn_toml_text()
 DEEP = MAX_NESTING + 1
@@ -377,3 +377,20 @@ def test_thousands_of_misspelt_names_get_suggestions_until_the_budget_is_spent()
     assert typos[0].suggestion == "p1"
     assert 0 < len(suggested) <= SUGGESTION_BUDGET // phases
     assert typos[: len(suggested)] == suggested  # the first ones, in file order
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda: MachineSpec.from_toml(None), "text"),  # type: ignore[arg-type]
+        (lambda: MachineSpec.from_toml(STOCK.encode()), "text"),  # type: ignore[arg-type]
+        (lambda: MachineSpec.from_toml(STOCK, source=None), "source"),  # type: ignore[arg-type]
+        (lambda: MachineSpec.from_dict(BASE, source=5), "source"),  # type: ignore[arg-type]
+    ],
+    ids=["no-text", "bytes", "no-source", "a-number-as-source"],
+)
+def test_the_text_and_source_are_strings(call: Any, field: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        call()
+
+    assert raised.value.field == field
