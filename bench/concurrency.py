@@ -291,7 +291,7 @@ def driver_options(workload: Workload, hooks: Sequence[Hook] = ()) -> dict[str, 
     return {
         "model": model,
         "tools": [work],
-        "context": ContextManager(context_window=10**12),  # never compacts
+        "context": ContextManager(context_window=100_000_000),  # never compacts
         "max_turns": workload.turns,
         "hooks": hooks,
         "name": "bench-concurrency",  # how durable runs find it on the workers

@@ -127,7 +127,7 @@ def _driver(
     return Driver(
         model=model,
         tools=[noop],
-        context=ContextManager(context_window=10**12),
+        context=ContextManager(context_window=100_000_000),
         max_turns=turns + 1,
         hooks=hooks,
         tracing=False,
@@ -218,7 +218,7 @@ def brain_only_us(turns: int) -> float:
     for _ in range(REPEATS):
         machine = TurnMachine.start(
             default_machine(),
-            budget=Budget(context_window=10**12, max_turns=turns + 1),
+            budget=Budget(context_window=100_000_000, max_turns=turns + 1),
         )
         machine.handle(RunStarted(input=[Message.user("go")]))
         t0 = time.perf_counter()

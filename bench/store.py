@@ -119,7 +119,7 @@ def make_driver(clock: Clock) -> Driver:
     return Driver(
         model=FakeModelClient(clock),
         tools=[noop],
-        context=ContextManager(context_window=10**12),  # never compacts
+        context=ContextManager(context_window=100_000_000),  # never compacts
         max_turns=clock.turns + 1,
     )
 

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turnfsm import Agent, Driver, serde
+from turnfsm._checks import MAX_COUNT, MAX_TOKENS
 from turnfsm.context import (
     ContextManager,
     LayeredCompactor,
@@ -168,6 +169,18 @@ NOT_MAPPING_KEYS = st.one_of(
     st.lists(st.integers(), max_size=1),
     st.dictionaries(st.integers(), st.text(max_size=2), min_size=1, max_size=1),
 )
+NOT_JSON_MAPPING = st.dictionaries(
+    st.text(max_size=2),
+    st.one_of(
+        st.builds(object),
+        st.just({1, 2}),
+        st.just(b"x"),
+        NONFINITE,
+    ),
+    min_size=1,
+    max_size=1,
+)
+"""Mappings with a value JSON cannot carry (an object, a set, bytes, NaN)."""
 
 # -- the table -----------------------------------------------------------------
 MODEL = ScriptedModel.of("ok")
@@ -249,12 +262,12 @@ CASES = [
         {"role": "user", "parts": "hi", "id": "m"},
         {
             "role": st.one_of(not_a(), st.sampled_from(["bot", "USER", ""])),
-            "parts": st.one_of(NOT_MESSAGES, st.none()),
+            "parts": st.one_of(NOT_MESSAGES, st.none(), st.sampled_from(["", " ", ()])),
             "id": not_str(empty=True),
-            "metadata": NOT_MAPPING_KEYS,
+            "metadata": st.one_of(NOT_MAPPING_KEYS, NOT_JSON_MAPPING),
         },
     ),
-    Case("Message.user", Message.user, {"text": "x"}, {"text": not_str()}),
+    Case("Message.user", Message.user, {"text": "x"}, {"text": not_str(empty=True)}),
     Case("Message.system", Message.system, {"text": "x"}, {"text": not_str()}),
     Case(
         "Message.assistant",
@@ -284,7 +297,7 @@ CASES = [
             ),
             "role": not_a(),
             "id": not_str(empty=True),
-            "metadata": NOT_MAPPING_KEYS,
+            "metadata": st.one_of(NOT_MAPPING_KEYS, NOT_JSON_MAPPING),
         },
     ),
     Case(
@@ -379,13 +392,14 @@ CASES = [
         Budget,
         {},
         {
-            "context_window": bad_int(),
+            "context_window": bad_int(0, MAX_TOKENS),
             "threshold": bad_int(0, 100),
             "auto_compact": not_bool(),
-            "max_turns": bad_int(1),
-            "max_overflow_retries": bad_int(),
-            "max_compactions": bad_int(1),
-            "max_messages": bad_int(),
+            "max_turns": bad_int(1, MAX_COUNT),
+            "max_overflow_retries": bad_int(0, MAX_COUNT),
+            "max_compactions": bad_int(1, MAX_COUNT),
+            "max_messages": bad_int(0, MAX_COUNT),
+            "max_output_retries": bad_int(0, MAX_COUNT),
         },
     ),
     Case(
@@ -466,7 +480,7 @@ CASES = [
         RetryPolicy,
         {},
         {
-            "max_attempts": bad_int(1),
+            "max_attempts": bad_int(1, MAX_COUNT),
             "initial_wait": bad_number(low=0),
             "max_wait": bad_number(low=0),
             "max_total": bad_number(low=0),
@@ -479,15 +493,15 @@ CASES = [
         {},
         {
             "compactor": not_a(),
-            "context_window": bad_int(),
+            "context_window": bad_int(0, MAX_TOKENS),
             "threshold": bad_int(0, 100),
             "auto_compact": not_bool(),
             "compact_target": not_a(),
             "compact_target_pct": bad_int(1, 100),
             "counter": not_a(),
             "use_reported_usage": not_bool(),
-            "max_failures": bad_int(1),
-            "max_messages": bad_int(),
+            "max_failures": bad_int(1, MAX_COUNT),
+            "max_messages": bad_int(0, MAX_COUNT),
         },
     ),
     Case(
@@ -593,10 +607,10 @@ CASES = [
             "tools": st.one_of(st.integers(), st.just("tool"), st.just([123])),
             "system_prompt": not_str(none=False),
             "context": not_a(none=False),
-            "context_window": bad_int(),
-            "max_turns": bad_int(1),
-            "max_overflow_retries": bad_int(),
-            "max_compactions": bad_int(1),
+            "context_window": bad_int(0, MAX_TOKENS),
+            "max_turns": bad_int(1, MAX_COUNT),
+            "max_overflow_retries": bad_int(0, MAX_COUNT),
+            "max_compactions": bad_int(1, MAX_COUNT),
             "tool_timeout": bad_number(above=0, none=False),
             "model_timeout": bad_number(above=0, none=False),
             "compaction_timeout": bad_number(above=0, none=False),
@@ -606,7 +620,8 @@ CASES = [
             "strict_hooks": not_bool(),
             "machine": not_a(),
             "effects": st.one_of(st.integers(), st.just({"measure": 5})),
-            "max_output_tokens": bad_int(1, none=False),
+            "max_output_tokens": bad_int(1, MAX_TOKENS, none=False),
+            "max_output_retries": bad_int(0, MAX_COUNT),
             "clock": not_a(),
             "name": not_str(empty=True),
             "tracing": not_bool(none=False),
@@ -617,7 +632,7 @@ CASES = [
         Agent,
         {"model": MODEL},
         {
-            "max_turns": bad_int(1),
+            "max_turns": bad_int(1, MAX_COUNT),
             "model_timeout": bad_number(above=0, none=False),
             "system_prompt": not_str(none=False),
             "modle": st.just(MODEL),

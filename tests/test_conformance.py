@@ -89,7 +89,7 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
         (keep(lambda m: []), "returned an empty message list"),
         (keep(lambda m: ["hi"]), "returned something that is not a Message"),  # type: ignore[list-item]  # bad on purpose
         (
-            keep(lambda m: [Message(role=Role.USER, parts=())]),
+            keep(lambda m: [Message(role=Role.ASSISTANT, parts=())]),
             "returned a message with no parts",
         ),
         (

@@ -84,7 +84,7 @@ texts = st.text(max_size=20)
 parts_for = {
     Role.USER: st.lists(
         st.one_of(
-            st.builds(TextPart, text=texts),
+            st.builds(TextPart, text=texts.filter(str.strip)),  # a user says something
             st.builds(
                 ImagePart,
                 url=st.just("data:image/png;base64,AA"),

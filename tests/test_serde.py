@@ -74,7 +74,7 @@ IMAGES = st.builds(
             url=st.just("data:image/png;base64,AAAA"),
             media_type=st.none() | st.just("image/png"),
         ),
-        st.builds(TextPart, text=TEXTS),
+        st.builds(TextPart, text=NAMES),  # a user's text is not blank
     ),
     id=st.just("img"),
     metadata=st.dictionaries(TEXTS, TEXTS, max_size=2),
@@ -160,7 +160,7 @@ def records(cls: type, **overrides: st.SearchStrategy[Any]) -> st.SearchStrategy
 BUDGETS = records(
     Budget,
     **{
-        f.alias: st.integers(0, 100) if f.name == "threshold" else st.integers(1, 2**20)
+        f.alias: st.integers(0, 100) if f.name == "threshold" else st.integers(1, 10**6)
         for f in attrs.fields(Budget)
         if f.type in (int, "int")
     },

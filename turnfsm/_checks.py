@@ -8,6 +8,11 @@ The same validators check plain values outside attrs through `check`.
 Numbers are checked strictly: a `bool` is not an int, NaN and the infinities
 are not finite numbers, and an int where a float is expected is fine.
 
+The upper bounds of sizes live here, one constant each (`MAX_TOKENS`,
+`MAX_COUNT`, `MAX_JSON_DEPTH`): a setting past them is a mistake (a window
+of 10**40 tokens, 10**30 turns), refused when it is made rather than found
+out in a run.
+
 This module imports only `turnfsm.errors`, so the core may use it.
 """
 
@@ -20,6 +25,9 @@ from typing import Any, Final
 from turnfsm.errors import ConfigError, InvalidMessage
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_JSON_DEPTH",
+    "MAX_TOKENS",
     "Check",
     "boolean",
     "callable_",
@@ -29,6 +37,7 @@ __all__ = [
     "identifier",
     "instance",
     "integer",
+    "json_object",
     "number",
     "one_of",
     "satisfies",
@@ -37,6 +46,21 @@ __all__ = [
     "string_mapping",
     "tuple_of",
 ]
+
+MAX_TOKENS: Final = 100_000_000
+"""The largest number of tokens a setting may give (a window, a reply budget).
+
+A hundred million: ten times the largest windows models advertise.
+"""
+
+MAX_COUNT: Final = 1_000_000
+"""The largest count a limit may set: turns, attempts, passes, retries, messages."""
+
+MAX_JSON_DEPTH: Final = 100
+"""The deepest a JSON value may nest: a tool's schema, a call's arguments, metadata."""
+
+_JSON_INT: Final = 10**4000
+"""Integers JSON text can carry from Python are shorter than this (digits)."""
 
 Check = Callable[[Any, Any, Any], None]
 """An attrs validator: ``check(instance, attribute, value)``."""
@@ -85,9 +109,9 @@ def integer(
     if expected is not None:
         text = expected
     elif low is not None and high is not None:
-        text = _maybe(f"an int in {low}..{high}", optional)
+        text = _maybe(f"an int in {low:,}..{high:,}", optional)
     elif low is not None:
-        text = _maybe(f"an int >= {low}", optional)
+        text = _maybe(f"an int >= {low:,}", optional)
     else:
         text = _maybe("an int", optional)
 
@@ -320,6 +344,62 @@ def string_mapping(
                 _fail(error, f"{field}[{key!r}]", item, "a string key and value")
 
     return validate
+
+
+def json_object(
+    name: str | None = None,
+    *,
+    error: _Error = ConfigError,
+    expected: str = "a mapping of strings to JSON values",
+    finite: bool = True,
+) -> Check:
+    """Return a validator: a mapping with string keys whose values JSON carries.
+
+    Strings, ints, floats (finite unless not `finite`), booleans, None, and
+    lists, tuples and mappings of them with string keys, nested at most
+    `MAX_JSON_DEPTH` deep, none inside itself. The error names the value at
+    fault inside (``metadata.a[2]``).
+    """
+
+    def validate(_inst: object, attr: object, value: object) -> None:
+        field = _name(name, attr)
+        if not isinstance(value, Mapping):
+            _fail(error, field, value, expected)
+        fault = _json_fault(value, finite=finite)
+        if fault is not None:
+            where, bad, why = fault
+            _fail(error, field + where, bad, why)
+
+    return validate
+
+
+def _json_fault(value: object, *, finite: bool) -> tuple[str, object, str] | None:
+    """The first value in `value` JSON cannot carry: (where, what, expected)."""
+    stack: list[tuple[str, object, tuple[int, ...]]] = [("", value, ())]
+    while stack:
+        where, item, inside = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            if len(inside) == MAX_JSON_DEPTH:
+                return where, None, f"JSON nested at most {MAX_JSON_DEPTH} deep"
+            if id(item) in inside:
+                return where, None, "a JSON value, not one that holds itself"
+            inner = (*inside, id(item))
+            if isinstance(item, Mapping):
+                for key in item:
+                    if not isinstance(key, str):
+                        return where, key, "string keys (JSON objects have no others)"
+                items = [(f"{where}.{k}", v, inner) for k, v in item.items()]
+            else:
+                items = [(f"{where}[{i}]", v, inner) for i, v in enumerate(item)]
+            stack += reversed(items)
+        elif is_int(item):
+            if not -_JSON_INT < item < _JSON_INT:  # type: ignore[operator]
+                return where, None, "an int of fewer than 4,000 digits"
+        elif isinstance(item, float) and finite and not math.isfinite(item):
+            return where, item, "a finite number (JSON has no NaN or infinity)"
+        elif not (item is None or isinstance(item, str | bool | float)):
+            return where, item, f"a JSON value, not of type {type(item).__name__}"
+    return None
 
 
 def identifier(name: str | None = None) -> Check:

@@ -6,6 +6,7 @@ import functools
 from pathlib import Path
 
 from turnfsm.core import MachineSpec
+from turnfsm.errors import DefinitionError, Problem
 
 __all__ = [
     "approval_machine",
@@ -33,11 +34,24 @@ def load_machine(path: str | Path) -> MachineSpec:
     """Load and validate the machine file at `path`.
 
     Raises:
-        DefinitionError: the file is invalid (every problem listed).
+        DefinitionError: the file is invalid (every problem listed, each
+            with its line), also when it is not UTF-8 text.
         OSError: the file cannot be read.
     """
     p = Path(path)
-    return MachineSpec.from_toml(p.read_text(encoding="utf-8"), source=str(p))
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = Problem(
+            message=f"not UTF-8 text: byte {data[exc.start]:#04x} cannot be read"
+            " (a machine file is TOML, which is UTF-8)",
+            line=data.count(b"\n", 0, exc.start) + 1,
+        )
+        raise DefinitionError(str(p), (problem,)) from None
+    # Line ends as `Path.read_text` reads them (universal newlines).
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return MachineSpec.from_toml(text, source=str(p))
 
 
 @functools.cache

@@ -55,7 +55,7 @@ def tool_heavy() -> list[Message]:
             "b" * 7,
             tool_calls=[call("c2", "grep", q="z"), call("c3", "read_file", path="b")],
         ),
-        Message(role="tool", parts=[]),  # 7: an empty tool message
+        Message.assistant(""),  # 7: an empty reply (nothing to measure)
         Message.tool_result("c2", "y" * 120),  # 8
         Message.tool_result("c3", "w" * 500),  # 9
     ]

@@ -109,7 +109,7 @@ def test_keep_parts() -> None:
 
 
 def test_keep_parts_leaves_an_empty_message_alone() -> None:
-    empty = Message(role="user", parts=())
+    empty = Message.assistant("")  # a model's empty reply: no parts
 
     assert keep_parts(empty, []) is empty
 

@@ -76,7 +76,9 @@ ids = st.integers(0, 999).map(lambda n: f"m{n}")
 texts = st.text(alphabet="ab z", max_size=6)
 counts = st.integers(0, 25_000)
 call_ids = st.sampled_from(["c1", "c2", "c3"])
-users = st.builds(lambda text, id: Message.user(text, id=id), texts, ids)
+users = st.builds(
+    lambda text, id: Message.user(text, id=id), texts.filter(str.strip), ids
+)
 calls = st.builds(
     lambda call_id, name: ToolCallPart(id=call_id, name=name),
     call_ids,

@@ -57,6 +57,8 @@ def images(draw: st.DrawFn) -> ImagePart:
 
 
 text_parts = texts.map(lambda t: TextPart(text=t))
+said = texts.filter(str.strip).map(lambda t: TextPart(text=t))
+"""A user's text parts: a user message says something."""
 calls = st.builds(ToolCallPart, id=ids, name=ids, arguments=arguments)
 results = st.builds(ToolResultPart, call_id=ids, content=texts, is_error=st.booleans())
 
@@ -72,7 +74,7 @@ def _texts_then_calls(
 
 
 def _canonical_message() -> st.SearchStrategy[Message]:
-    user = st.lists(text_parts | images(), max_size=3)
+    user = st.lists(said | images(), min_size=1, max_size=3)
     assistant = st.tuples(
         st.lists(text_parts, max_size=2), st.lists(calls, max_size=3)
     ).map(_texts_then_calls)
@@ -97,8 +99,10 @@ def canonical(draw: st.DrawFn) -> list[Message]:
 def conversations() -> st.SearchStrategy[list[Message]]:
     """Any conversation: parts in any order, several results, system anywhere."""
     message = st.one_of(
-        st.lists(text_parts, max_size=2).map(lambda p: _message(Role.SYSTEM, p)),
-        st.lists(text_parts | images(), max_size=3).map(
+        st.lists(text_parts, min_size=1, max_size=2).map(
+            lambda p: _message(Role.SYSTEM, p)
+        ),
+        st.lists(said | images(), min_size=1, max_size=3).map(
             lambda p: _message(Role.USER, p)
         ),
         st.lists(text_parts | images() | calls, max_size=4).map(

@@ -36,8 +36,8 @@ def test_is_the_default_counter() -> None:
 
 def test_framing_matches_tiktoken_counter() -> None:
     assert FRAMING == 4
-    assert COUNTER.count([Message.user("")]) == TiktokenCounter().count(
-        [Message.user("")]
+    assert COUNTER.count([Message.system("")]) == TiktokenCounter().count(
+        [Message.system("")]
     )
     assert COUNTER.count([]) == 0
 

@@ -189,7 +189,7 @@ def test_meter_agrees_with_counting_the_concatenation(
     extras: list[str],
     as_list: bool,
 ) -> None:
-    fresh = iter(Message.user(t) for t in texts * 2)
+    fresh = iter(Message.system(t) for t in texts * 2)  # any text, blank too
     logs: list[MessageLog] = []
     meter = Meter(counter)
     for op, a, b in program:

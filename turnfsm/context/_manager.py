@@ -107,7 +107,8 @@ class ContextManager(OldEntryPoints):
     Attributes:
         compactor: The strategy that shrinks (default `TruncatingCompactor`);
             the only setting that may be passed positionally.
-        context_window: The model's window in tokens; 0 disables both lines.
+        context_window: The model's window in tokens, at most 100,000,000;
+            0 disables both lines.
         threshold: The soft line, in percent of the window (0..100; 0 turns
             the threshold line off). A whole percentage: 80, not 0.8.
         auto_compact: Whether the threshold line triggers compaction (the
@@ -122,11 +123,12 @@ class ContextManager(OldEntryPoints):
             no report: a run's first measurement, after a compaction). The
             request is still checked against the window with the estimate
             before it is sent.
-        max_failures: Consecutive failed passes of a session that open its
+        max_failures: Consecutive failed passes (at most 1,000,000) that open its
             circuit breaker (seed 000: 3). The count lives in the session's
             log, so it survives restarts and is per session.
-        max_messages: The message-count line (seed 000: 50): a conversation
-            with more messages compacts (reason MESSAGE_COUNT); 0 turns it off.
+        max_messages: The message-count line (seed 000: 50; at most
+            1,000,000): a conversation with more messages compacts (reason
+            MESSAGE_COUNT); 0 turns it off.
 
     Raises:
         ConfigError: On construction, naming the field and the value, when a
@@ -143,7 +145,9 @@ class ContextManager(OldEntryPoints):
     )
     context_window: int = attrs.field(
         default=200_000,
-        validator=_checks.integer(low=0, expected="an int >= 0 (tokens)"),
+        validator=_checks.integer(
+            low=0, high=_checks.MAX_TOKENS, expected="an int in 0..100,000,000 (tokens)"
+        ),
     )
     threshold: int = attrs.field(
         default=80,
@@ -169,11 +173,15 @@ class ContextManager(OldEntryPoints):
     )
     use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())
     max_failures: int = attrs.field(
-        default=3, validator=_checks.integer(low=1, expected="an int >= 1")
+        default=3, validator=_checks.integer(low=1, high=_checks.MAX_COUNT)
     )
     max_messages: int = attrs.field(
         default=50,
-        validator=_checks.integer(low=0, expected="an int >= 0 (0: no line)"),
+        validator=_checks.integer(
+            low=0,
+            high=_checks.MAX_COUNT,
+            expected="an int in 0..1,000,000 (0: no line)",
+        ),
     )
 
     # -- the lines -------------------------------------------------------

@@ -12,7 +12,7 @@ unknown `initial` is an empty one, and skips the reachability check.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final, TypeAlias
 
 from turnfsm.core._spec import MachineSpec, TransitionSpec
@@ -203,6 +203,12 @@ _EXTERNAL_TRIGGERS: Final = frozenset(
 )
 _COUNTS_TURN: Final = "record_reply"
 
+_CYCLE_STARTS: Final = 64
+"""How many phases of a cycle the search for its shortest one starts from."""
+
+_CYCLE_SHOWN: Final = 12
+"""How many steps of an unbounded cycle its problem names."""
+
 _Node: TypeAlias = tuple[str, bool]
 """A phase, and for a model-call phase whether it was entered on `measured`."""
 
@@ -259,13 +265,20 @@ def _check_termination(
     adjacent = {n: [d for _, d in out] for n, out in edges.items()}
     named = []
     for component in _cycles(adjacent):
+        # The shortest cycle through one of the component's first phases: a
+        # search from each is linear, so a cap keeps a cycle of thousands of
+        # phases from costing a search per phase.
+        starts = sorted(component, key=lambda n: (order[n[0]], n[1]))
         cycle = min(
-            (_cycle_from(node, component, edges) for node in sorted(component)),
+            (_cycle_from(n, component, edges) for n in starts[:_CYCLE_STARTS]),
             key=lambda c: (len(c), [order[p] for p, _ in c]),
         )
         named.append((order[cycle[0][0]], cycle))
     for _, cycle in sorted(named):
-        path = " ".join(f"{phase} -[{trigger}]->" for phase, trigger in cycle)
+        steps = [f"{phase} -[{trigger}]->" for phase, trigger in cycle]
+        if len(steps) > _CYCLE_SHOWN:  # a generated machine's: its start is enough
+            steps[_CYCLE_SHOWN:] = [f"... ({len(cycle) - _CYCLE_SHOWN} more steps) ->"]
+        path = " ".join(steps)
         problem(
             f"cycle {path} {cycle[0][0]} is not bounded by a model call, a retry "
             "counter or the no-progress guard",
@@ -293,35 +306,57 @@ def _cycle_from(
 
 
 def _cycles(edges: Mapping[_Node, list[_Node]]) -> list[set[_Node]]:
-    """Return the strongly connected components that contain a cycle (Tarjan)."""
+    """Return the strongly connected components that contain a cycle (Tarjan).
+
+    Iterative, with an explicit stack of (node, its successors left), so a
+    machine of thousands of phases in one cycle needs no deep recursion.
+    """
     index: dict[_Node, int] = {}
     low: dict[_Node, int] = {}
     stack: list[_Node] = []
     on_stack: set[_Node] = set()
     out: list[set[_Node]] = []
 
-    def visit(v: _Node) -> None:
+    def enter(v: _Node) -> tuple[_Node, Iterator[_Node]]:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp: set[_Node] = set()
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.add(w)
-                if w == v:
-                    break
-            if len(comp) > 1 or v in edges[v]:
-                out.append(comp)
+        return v, iter(edges[v])
 
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [enter(root)]
+        while work:
+            v, successors = work[-1]
+            for w in successors:
+                if w not in index:
+                    work.append(enter(w))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:  # every successor seen: v is done, as a return from visit(v)
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[v])
+                if low[v] == index[v]:
+                    out.extend(_component(v, stack, on_stack, edges))
     return out
+
+
+def _component(
+    v: _Node,
+    stack: list[_Node],
+    on_stack: set[_Node],
+    edges: Mapping[_Node, list[_Node]],
+) -> list[set[_Node]]:
+    """Pop the component rooted at `v`; return it if it holds a cycle."""
+    comp: set[_Node] = set()
+    while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        comp.add(w)
+        if w == v:
+            break
+    return [comp] if len(comp) > 1 or v in edges[v] else []

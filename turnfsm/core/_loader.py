@@ -25,7 +25,7 @@ from typing import Any, Final
 import attrs
 
 from turnfsm.core._graph import check_graph
-from turnfsm.core._problems import read_as, resolved
+from turnfsm.core._limits import shape_problems
 from turnfsm.core._reducers import ACCEPTS, REDUCERS
 from turnfsm.core._source_map import Path
 from turnfsm.core._spec import (
@@ -56,7 +56,8 @@ def load_spec(
             without it, problems carry no line.
 
     Raises:
-        DefinitionError: listing every problem found.
+        DefinitionError: listing every problem found; only those of its shape
+            (`shape_problems`) when `data` is no machine definition at all.
     """
     return _Loader(data, source, lines or {}).load()
 
@@ -75,6 +76,11 @@ class _Loader(TransitionReader):
         """Each phase's decision, as read (see `resolved`)."""
 
     def load(self) -> MachineSpec:
+        # What is no machine definition at all stops here: the checks below
+        # read string keys, and print values, so they need a sane shape.
+        for message, at, value in shape_problems(self.data):
+            self.problem(message, at, value)
+        self.raise_any()
         for key in sorted(set(self.data) - _TOP_KEYS):
             self.problem(f"unknown key {key!r}", (key,), key, _TOP_KEYS)
         name = self._str("name")
@@ -122,8 +128,10 @@ class _Loader(TransitionReader):
                     phase,
                     names,
                 )
-        ends = dict.fromkeys(p for p in read_as(tuple(terminal), names) if p in names)
-        return resolved(initial, names) or "", tuple(ends)
+        ends = dict.fromkeys(
+            p for p in self.read_as(tuple(terminal), names) if p in names
+        )
+        return self.resolved(initial, names) or "", tuple(ends)
 
     def _str(self, key: str) -> str:
         value = self.data.get(key)
@@ -197,7 +205,7 @@ class _Loader(TransitionReader):
             at = ("states", s.name)
             decision = s.decision
             if decision is not None and decision not in DECISION_KINDS:
-                decision = resolved(decision, DECISION_KINDS) or decision
+                decision = self.resolved(decision, DECISION_KINDS) or decision
             out.append(attrs.evolve(s, decision=decision))
             if s.name in self.untyped:
                 continue

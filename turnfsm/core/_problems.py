@@ -15,40 +15,28 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, Final
 
-from turnfsm.core._source_map import Path, line_of
+from turnfsm.core._source_map import Path, field_name, line_of
 from turnfsm.core._spec import TransitionSpec
 from turnfsm.errors import DefinitionError, Problem
 
-__all__ = ["ProblemLog", "closest", "read_as", "resolved"]
+__all__ = ["SUGGESTION_BUDGET", "ProblemLog"]
 
 
-def closest(value: object, known: Collection[str]) -> str | None:
-    """The known name closest to `value`, if `value` is a string and one is close."""
-    if not isinstance(value, str):
-        return None
+def _closest(value: str, known: Collection[str]) -> str | None:
     close = difflib.get_close_matches(value, sorted(known), n=1)
     return close[0] if close else None
 
 
-def resolved(name: object, known: Collection[str]) -> str | None:
-    """`name` if it is known, else the known name closest to it, if any."""
-    if isinstance(name, str) and name in known:
-        return name
-    return closest(name, known)
+SUGGESTION_BUDGET: Final = 100_000
+"""How many known names the suggestions of one file may compare a name with.
 
-
-def read_as(names: tuple[str, ...], known: Collection[str]) -> tuple[str, ...]:
-    """Each of `names` as the later checks read it (unknown ones as written)."""
-    return tuple(resolved(n, known) or n for n in names)
-
-
-def _field(path: Path) -> str:
-    out = ""
-    for step in path:
-        out += f"[{step}]" if isinstance(step, int) else f".{step}" if out else step
-    return out
+A suggestion compares a misspelt name with every known one; past this
+budget a misspelt name gets none (and is read as written), so a generated
+file of thousands of misspelt names over thousands of phases is still
+refused in seconds. A hand-written file never comes near it.
+"""
 
 
 def _by_line(problem: Problem) -> int:
@@ -62,10 +50,43 @@ class ProblemLog:
         self.source = source
         self.lines = lines
         self.problems: list[Problem] = []
+        self.messages: set[str] = set()
+        """The messages of `problems`, to report each once."""
         self.index_of: dict[int, int] = {}
         """Each `TransitionSpec` built (by `id`): its index in the file."""
         self.graph_starts = 0
         """How many problems the entries had when the graph checks began."""
+        self.suggested: dict[tuple[str, int], tuple[str | None, Collection[str]]] = {}
+        """Each suggestion made, by misspelt name and the (id of the) known names."""
+        self.budget = SUGGESTION_BUDGET
+        """How many more known names the suggestions may compare with."""
+
+    def closest(self, value: object, known: Collection[str]) -> str | None:
+        """The known name closest to `value`, if `value` is a string and one is close.
+
+        Each is looked up once; none past the `SUGGESTION_BUDGET`.
+        """
+        if not isinstance(value, str) or not known:
+            return None
+        key = (value, id(known))
+        if key not in self.suggested:
+            self.budget -= len(known)
+            found = _closest(value, known) if self.budget >= 0 else None
+            # Holding `known` keeps its id from naming another collection.
+            self.suggested[key] = (found, known)
+        return self.suggested[key][0]
+
+    def resolved(self, name: object, known: Collection[str]) -> str | None:
+        """`name` if it is known, else the known name closest to it, if any."""
+        if isinstance(name, str) and name in known:
+            return name
+        return self.closest(name, known)
+
+    def read_as(
+        self, names: tuple[str, ...], known: Collection[str]
+    ) -> tuple[str, ...]:
+        """Each of `names` as the later checks read it (unknown ones as written)."""
+        return tuple(self.resolved(n, known) or n for n in names)
 
     def problem(
         self,
@@ -75,15 +96,16 @@ class ProblemLog:
         known: Collection[str] = (),
     ) -> None:
         """Report `message` about the value at path `at`; suggest from `known`."""
-        if any(p.message == message for p in self.problems):
+        if message in self.messages:
             return  # two transitions of one group, one fix
+        self.messages.add(message)
         self.problems.append(
             Problem(
                 message=message,
                 line=line_of(self.lines, at),
-                field=_field(at),
+                field=field_name(at),
                 value=value,
-                suggestion=closest(value, known),
+                suggestion=self.closest(value, known),
             )
         )
 

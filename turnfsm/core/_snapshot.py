@@ -30,13 +30,18 @@ SCHEMA_VERSION: Final = 1
 """The version of `Snapshot.to_dict` output."""
 
 
+def _count(name: str, low: int) -> _checks.Check:
+    return _checks.integer(name, low=low, high=_checks.MAX_COUNT)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Budget:
     """The limits one run works within.
 
     Attributes:
-        context_window: the model's window in tokens; 0 disables both lines.
+        context_window: the model's window in tokens (at most 100,000,000);
+            0 disables both lines.
         threshold: the soft line in percent of the window (0 disables it).
         auto_compact: whether the threshold line triggers compaction.
         max_turns: the most model calls one run may make.
@@ -46,10 +51,16 @@ class Budget:
             this compact; 0 turns the line off.
         max_output_retries: re-asks after a final answer that does not fit
             the run's output type.
+
+    Each count is at most 1,000,000.
+
+    Raises:
+        ConfigError: a field is of the wrong type or out of its range.
     """
 
     context_window: int = attrs.field(
-        default=200_000, validator=_checks.integer("context_window", low=0)
+        default=200_000,
+        validator=_checks.integer("context_window", low=0, high=_checks.MAX_TOKENS),
     )
     threshold: int = attrs.field(
         default=80, validator=_checks.integer("threshold", low=0, high=100)
@@ -57,20 +68,16 @@ class Budget:
     auto_compact: bool = attrs.field(
         default=True, validator=_checks.boolean("auto_compact")
     )
-    max_turns: int = attrs.field(
-        default=50, validator=_checks.integer("max_turns", low=1)
-    )
+    max_turns: int = attrs.field(default=50, validator=_count("max_turns", 1))
     max_overflow_retries: int = attrs.field(
-        default=2, validator=_checks.integer("max_overflow_retries", low=0)
+        default=2, validator=_count("max_overflow_retries", 0)
     )
     max_compactions: int = attrs.field(
-        default=20, validator=_checks.integer("max_compactions", low=1)
+        default=20, validator=_count("max_compactions", 1)
     )
-    max_messages: int = attrs.field(
-        default=0, validator=_checks.integer("max_messages", low=0)
-    )
+    max_messages: int = attrs.field(default=0, validator=_count("max_messages", 0))
     max_output_retries: int = attrs.field(
-        default=2, validator=_checks.integer("max_output_retries", low=0)
+        default=2, validator=_count("max_output_retries", 0)
     )
 
 

@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Final, TypeAlias
 
-__all__ = ["Path", "line_of", "source_map"]
+__all__ = ["Path", "field_name", "line_of", "source_map"]
 
 Path: TypeAlias = tuple[str | int, ...]
 """A way into a parsed document: keys and 0-based array indexes."""
@@ -39,6 +39,14 @@ def source_map(text: str) -> dict[Path, int]:
     scanner = _Scanner(text)
     scanner.document()
     return scanner.lines
+
+
+def field_name(path: Path) -> str:
+    """`path` as a field's name: ``transitions[2].conditions[0]`` (``""`` for none)."""
+    out = ""
+    for step in path:
+        out += f"[{step}]" if isinstance(step, int) else f".{step}" if out else step
+    return out
 
 
 def line_of(lines: Mapping[Path, int], path: Path) -> int | None:

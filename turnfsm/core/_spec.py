@@ -16,7 +16,9 @@ from typing import Any, Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.core._events import EVENT_TYPES, Signal, trigger_name
+from turnfsm.core._limits import text_problem
 from turnfsm.core._lines import CompactReason
 from turnfsm.core._source_map import source_map
 from turnfsm.errors import DefinitionError, Problem
@@ -42,6 +44,7 @@ BUILTIN_TRIGGERS: Final = frozenset(
 )
 """The triggers of the built-in events."""
 
+_TEXT: Final = _checks.string(expected="the text of a machine file (a str)")
 _AT_LINE: Final = re.compile(r"\(at line (\d+), column \d+\)$")
 
 
@@ -126,8 +129,17 @@ class MachineSpec:
         """Parse and validate a machine file's text.
 
         Raises:
-            DefinitionError: listing every problem found, each with its line.
+            DefinitionError: listing every problem found, each with its line;
+                only the first for a text that is no TOML, or that nests too
+                deep or writes too long a number for a machine file (32
+                levels, 100 digits).
+            ConfigError: `text` or `source` is not a string.
         """
+        _checks.check(text, "text", _TEXT)
+        _checks.check(source, "source", _checks.string())
+        too_big = text_problem(text)
+        if too_big is not None:
+            raise DefinitionError(source, (too_big,))
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -147,8 +159,12 @@ class MachineSpec:
 
         Raises:
             DefinitionError: listing every problem found (with no lines: use
-                `from_toml` for those).
+                `from_toml` for those), also when `data` is not a mapping with
+                string keys, nests deeper than 32 levels or holds an integer
+                out of TOML's 64-bit range.
+            ConfigError: `source` is not a string.
         """
+        _checks.check(source, "source", _checks.string())
         # The loader builds MachineSpecs, so it imports this module; import it
         # here, at call time, to keep the two modules free of an import cycle.
         from turnfsm.core._loader import load_spec

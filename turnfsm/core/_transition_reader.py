@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from turnfsm.core._guards import GUARDS
 from turnfsm.core._lines import CompactReason
-from turnfsm.core._problems import ProblemLog, read_as, resolved
+from turnfsm.core._problems import ProblemLog
 from turnfsm.core._reducers import ACCEPTS, FAILURES, REDUCERS
 from turnfsm.core._source_map import Path
 from turnfsm.core._spec import BUILTIN_TRIGGERS, TransitionSpec
@@ -117,9 +117,9 @@ class TransitionReader(ProblemLog):
             trigger=trigger or str(written),
             sources=sources,
             dest=dest,
-            conditions=read_as(conditions, GUARDS),
-            unless=read_as(unless, GUARDS),
-            actions=read_as(actions, REDUCERS),
+            conditions=self.read_as(conditions, GUARDS),
+            unless=self.read_as(unless, GUARDS),
+            actions=self.read_as(actions, REDUCERS),
             reason=reason,
             error=error,
             is_wildcard=is_wildcard,
@@ -138,7 +138,7 @@ class TransitionReader(ProblemLog):
                 written,
                 triggers,
             )
-        return resolved(written, triggers)
+        return self.resolved(written, triggers)
 
     def _check_events(
         self,
@@ -177,7 +177,7 @@ class TransitionReader(ProblemLog):
             written = sorted(names - terminal)
         if not written:
             self.problem(f"{where}: no source phase", (*at, "source"))
-        live: list[str] = []
+        live: dict[str, None] = {}  # in file order, each once
         for j, src in enumerate(written):
             if src not in names:
                 self.problem(
@@ -192,9 +192,9 @@ class TransitionReader(ProblemLog):
                     (*at, "source", j),
                     src,
                 )
-            phase = resolved(src, names)
-            if phase is not None and phase not in terminal and phase not in live:
-                live.append(phase)
+            phase = self.resolved(src, names)
+            if phase is not None and phase not in terminal:
+                live.setdefault(phase)
         return tuple(live), is_wildcard
 
     def _dest(
@@ -211,7 +211,7 @@ class TransitionReader(ProblemLog):
                 written,
                 names,
             )
-        dest = resolved(written, names)
+        dest = self.resolved(written, names)
         return dest, dest is not None
 
     def _names(

@@ -58,6 +58,10 @@ T = TypeVar("T")
 logger = logging.getLogger("turnfsm.driver")
 
 
+def _count(low: int) -> _checks.Check:
+    return _checks.integer(low=low, high=_checks.MAX_COUNT)
+
+
 @final
 @attrs.define(eq=False, kw_only=True)
 class Driver:
@@ -69,8 +73,10 @@ class Driver:
         system_prompt: sent with every request and counted in every measure.
         context: the `ContextManager` (window, lines, compactor); None means
             no compaction: a pass over the line is a no-op and the run fails.
-        context_window: the window when there is no context manager.
-        max_turns: model calls per run.
+        context_window: the window when there is no context manager (tokens,
+            at most 100,000,000).
+        max_turns: model calls per run. This and every other count (retries,
+            passes) is at most 1,000,000.
         max_overflow_retries: compact-and-retry passes after provider overflows.
         max_compactions: compaction passes per run.
         tool_timeout: seconds each tool call may take (None: no limit).
@@ -125,10 +131,12 @@ class Driver:
             ContextManager, "a ContextManager or None", optional=True
         ),
     )
-    context_window: int = attrs.field(default=0, validator=_checks.integer(low=0))
-    max_turns: int = attrs.field(default=50, validator=_checks.integer(low=1))
-    max_overflow_retries: int = attrs.field(default=2, validator=_checks.integer(low=0))
-    max_compactions: int = attrs.field(default=20, validator=_checks.integer(low=1))
+    context_window: int = attrs.field(
+        default=0, validator=_checks.integer(low=0, high=_checks.MAX_TOKENS)
+    )
+    max_turns: int = attrs.field(default=50, validator=_count(1))
+    max_overflow_retries: int = attrs.field(default=2, validator=_count(0))
+    max_compactions: int = attrs.field(default=20, validator=_count(1))
     tool_timeout: float | None = attrs.field(default=60.0, validator=_checks.seconds())
     model_timeout: float | None = attrs.field(
         default=300.0, validator=_checks.seconds()
@@ -155,7 +163,8 @@ class Driver:
     )
     effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=check_effects)
     max_output_tokens: int | None = attrs.field(
-        default=None, validator=_checks.integer(low=1, optional=True)
+        default=None,
+        validator=_checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True),
     )
     clock: Callable[[], float] = attrs.field(
         default=time.time, validator=_checks.callable_()
@@ -166,7 +175,7 @@ class Driver:
         validator=_checks.instance(bool, "True, False or None", optional=True),
     )
     output_type: Any = attrs.field(default=None)
-    max_output_retries: int = attrs.field(default=2, validator=_checks.integer(low=0))
+    max_output_retries: int = attrs.field(default=2, validator=_count(0))
     _output: OutputType | None = attrs.field(init=False)
     _tools: dict[str, Tool] = attrs.field(init=False)
     _budget: Budget = attrs.field(init=False)

@@ -44,7 +44,8 @@ class RetryPolicy:
     wait is at least that long. Context overflow is never retried.
 
     Attributes:
-        max_attempts: calls in all, the first included (1 disables retries).
+        max_attempts: calls in all, the first included (1 disables retries;
+            at most 1,000,000).
         initial_wait: the first backoff, in seconds.
         max_wait: the longest single wait, in seconds.
         max_total: give up once this many seconds have passed since the
@@ -53,7 +54,8 @@ class RetryPolicy:
     """
 
     max_attempts: int = attrs.field(
-        default=4, validator=_checks.integer("max_attempts", low=1)
+        default=4,
+        validator=_checks.integer("max_attempts", low=1, high=_checks.MAX_COUNT),
     )
     initial_wait: float = attrs.field(default=0.5, validator=_positive("initial_wait"))
     max_wait: float = attrs.field(default=30.0, validator=_positive("max_wait"))

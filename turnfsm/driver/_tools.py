@@ -27,6 +27,7 @@ import anyio.to_thread
 import attrs
 from jsonschema.protocols import Validator
 
+from turnfsm import _checks
 from turnfsm.driver._arguments import (
     InvalidArguments,
     check_arguments,
@@ -51,6 +52,10 @@ __all__ = [
 
 Arguments = Mapping[str, Any]
 """A call's arguments: the JSON object the model sent."""
+
+_SCHEMA: Final = _checks.json_object(
+    expected="a JSON schema: a mapping with string keys of JSON values"
+)
 
 
 @final
@@ -81,6 +86,14 @@ class Tool:
             call times out or is cancelled, instead of in a worker thread
             that cannot be stopped. `fn` must be a sync function defined at
             the top level of a module, its arguments picklable.
+
+    Raises:
+        ConfigError: `parameters` is not a mapping of JSON values (None, a
+            set, an object, NaN, nested over 100 deep: the error names the
+            value inside, ``Tool('t').parameters.properties.a.default``), or
+            not a valid JSON schema of an object.
+        ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``, or `fn`
+            cannot run in a subprocess.
     """
 
     name: str = attrs.field()
@@ -101,6 +114,9 @@ class Tool:
 
     @_validator.default
     def _build_validator(self) -> Validator:
+        # Derived before any validator runs: check the schema's shape first.
+        field = f"Tool({self.name!r}).parameters"
+        _checks.check(self.parameters, field, _SCHEMA)
         return validator_for(self.name, self.parameters)
 
     @name.validator

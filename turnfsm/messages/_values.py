@@ -71,6 +71,9 @@ def _to_role(value: object) -> Role:
     raise InvalidMessage("role", value, f"expected one of {allowed}")
 
 
+_USER_TEXT: Final = "a text that is not blank: a user message says something"
+
+
 def _require_str(field: str) -> Any:
     return _checks.string(field, error=InvalidMessage)
 
@@ -94,20 +97,17 @@ class ToolCallPart:
 
     id: str = attrs.field(validator=_require_id("tool_call.id"))
     name: str = attrs.field(validator=_require_id("tool_call.name"))
-    arguments: Mapping[str, JSONValue] = attrs.field(factory=dict, hash=False)
-
-    @arguments.validator
-    def _check_arguments(self, _attr: object, value: object) -> None:
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise InvalidMessage(
-                "tool_call.arguments", value, "expected a mapping with string keys"
-            )
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidMessage(
-                "tool_call.arguments", value, f"expected JSON values ({exc})"
-            ) from None
+    # NaN stays: a model's arguments are read by `json.loads`, which reads it.
+    arguments: Mapping[str, JSONValue] = attrs.field(
+        factory=dict,
+        hash=False,
+        validator=_checks.json_object(
+            "tool_call.arguments",
+            error=InvalidMessage,
+            expected="a mapping with string keys of JSON values",
+            finite=False,
+        ),
+    )
 
     def arguments_json(self) -> str:
         """Return the arguments as compact, key-sorted JSON."""
@@ -168,22 +168,39 @@ class Message:
     `Message.assistant("ok", tool_calls=[...])`, `Message.tool_result(...)`)
     or directly from a role and parts. Invalid combinations raise
     `InvalidMessage` naming the field: tool calls only on assistant messages,
-    tool results only (and alone) on tool messages.
+    tool results only (and alone) on tool messages; a part in every message
+    but an assistant's (a model may reply with nothing: no text, no tool
+    calls); no blank text in a user message; metadata that JSON carries
+    (string keys; values, strings by convention, nested at most 100 deep).
     """
 
     role: Role = attrs.field(converter=_to_role)
     parts: tuple[Part, ...] = attrs.field(converter=_to_parts)
     id: str = attrs.field(factory=new_message_id, validator=_require_id("id"))
+    # JSON values, not only strings: stored messages with numbers or lists in
+    # their metadata (the row format allows them) must still load.
     metadata: Mapping[str, str] = attrs.field(
         factory=dict,
         hash=False,
         eq=False,
-        validator=_checks.string_mapping(
-            "metadata", error=InvalidMessage, values=False
-        ),
+        validator=_checks.json_object("metadata", error=InvalidMessage),
     )
 
     def __attrs_post_init__(self) -> None:
+        if not self.parts and self.role is not Role.ASSISTANT:
+            # A model may reply with nothing; nobody else may say nothing.
+            raise InvalidMessage(
+                "parts",
+                self.parts,
+                f"a {self.role.value} message needs a part (only a model's reply"
+                " may be empty)",
+            )
+        if self.role is Role.USER:
+            for i, part in enumerate(self.parts):
+                if isinstance(part, TextPart) and not part.text.strip():
+                    raise InvalidMessage(
+                        f"parts[{i}].text", part.text, f"expected {_USER_TEXT}"
+                    )
         for part in self.parts:
             if isinstance(part, ToolCallPart) and self.role is not Role.ASSISTANT:
                 raise InvalidMessage(
@@ -211,8 +228,17 @@ class Message:
 
     @classmethod
     def user(cls, text: str, **kwargs: Any) -> Message:
-        """Return a user message with `text`."""
-        _checks.check(text, "text", _require_str("text"))
+        """Return a user message with `text`.
+
+        Raises:
+            InvalidMessage: `text` is not a string, or is blank (a user
+                message says something).
+        """
+        _checks.check(
+            text,
+            "text",
+            _checks.string(non_empty=True, error=InvalidMessage, expected=_USER_TEXT),
+        )
         return cls(role=Role.USER, parts=text, **kwargs)
 
     @classmethod

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import final
 
 from turnfsm.core import MachineSpec
-from turnfsm.errors import CorruptRecord, SessionBusy, SessionNotFound
+from turnfsm.errors import ConfigError, CorruptRecord, SessionBusy, SessionNotFound
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
     BreakerChanged,
@@ -329,11 +329,34 @@ class Session:
 
         Raises:
             SessionConflict: another writer appended to this session first.
+            ConfigError: a `Committed` entry names a message that no event
+                of the session brought (nothing is written).
         """
+        self._check_commits(entries)
         await self.store.append(self.id, entries, expected_version=len(self._entries))
         apply = self._apply
         for entry in entries:
             apply(entry, history)
+
+    def _check_commits(self, entries: Sequence[Entry]) -> None:
+        """Refuse a commit of a message no event brought, before it is written."""
+        brought: set[str] = set()
+        for n, entry in enumerate(entries):
+            if isinstance(entry, EventRecorded):
+                brought.update(m.id for m in event_messages(entry.event))
+            elif isinstance(entry, ToolResultRecorded):
+                brought.add(entry.result.id)
+            elif isinstance(entry, Committed):
+                known = self._messages
+                missing = [
+                    i for i in entry.messages if i not in known and i not in brought
+                ]
+                if missing:
+                    raise ConfigError(
+                        f"entries[{n}].messages",
+                        missing,
+                        "ids of messages an event of the session brought",
+                    )
 
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
@@ -408,6 +431,10 @@ def _commit(
     messages: dict[str, Message],
     hint: MessageLog | None,
 ) -> MessageLog:
+    missing = [i for i in ids if i not in messages]
+    if missing:
+        reason = f"it commits messages no event brought: {', '.join(missing)}"
+        raise CorruptRecord("Committed", "messages", reason)
     size = keep + len(ids)
     if (
         hint is not None
