@@ -281,8 +281,9 @@ def test_show_prints_the_consecutive_compaction_failures(
     sid = _broken_session(db)
     assert main(["sessions", "show", sid, "--store", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "compaction failures in a row: 3" in out
-    assert "`turnfsm sessions reset-breaker` clears them" in out
+    # Three failures in a row opened the breaker (max_failures 3).
+    assert "compaction circuit breaker: open after 3 failure(s) in a row" in out
+    assert "`turnfsm sessions reset-breaker` closes it" in out
     assert out.count("  failed  ") >= 3  # the runs and their failed passes
 
 
@@ -292,7 +293,7 @@ def test_show_says_nothing_of_failures_when_there_are_none(
     store = ["--store", str(tmp_path / "s.db")]
     sid = _demo(capsys, *store)
     assert main(["sessions", "show", sid, *store]) == 0
-    assert "compaction failures in a row" not in capsys.readouterr().out
+    assert "compaction circuit breaker" not in capsys.readouterr().out
 
 
 def test_reset_breaker_clears_the_count_and_logs_a_runless_entry(
@@ -317,7 +318,7 @@ def test_reset_breaker_clears_the_count_and_logs_a_runless_entry(
     assert last.at > 0
     assert len(after.runs) == 3  # no run was added
     assert main(["sessions", "show", sid, "--store", str(db)]) == 0
-    assert "compaction failures in a row" not in capsys.readouterr().out
+    assert "compaction circuit breaker" not in capsys.readouterr().out
     # A second reset clears nothing, and says so.
     assert main(["sessions", "reset-breaker", sid, "--store", str(db)]) == 0
     assert "(0 consecutive failure(s) cleared)" in capsys.readouterr().out
@@ -387,7 +388,7 @@ def test_an_unreset_session_imports_with_its_breaker_still_open(
     capsys.readouterr()
     assert _load(two, sid).compaction_failures == 3
     assert main(["sessions", "show", sid, "--store", str(two)]) == 0
-    assert "compaction failures in a row: 3" in capsys.readouterr().out
+    assert "open after 3 failure(s) in a row" in capsys.readouterr().out
 
 
 def _load_entries(entries: list[Entry]) -> Session:

@@ -58,7 +58,8 @@ def test_two_ids_never_share_a_column_form(a: str, b: str) -> None:
 def test_an_entry_with_any_text_reads_back_from_rows_a_database_holds(
     text: str,
 ) -> None:
-    message = Message.user(text or "x", id="m1", metadata={"k": text})
+    said = text if text.strip() else "x"  # a user message says something
+    message = Message.user(said, id="m1", metadata={"k": text})
     entry = EventRecorded(
         run_id="r",
         index=0,
@@ -75,5 +76,5 @@ def test_an_entry_with_any_text_reads_back_from_rows_a_database_holds(
     assert back == entry
     assert isinstance(back, EventRecorded)
     assert isinstance(back.event, RunStarted)
-    assert back.event.input[0].text == (text or "x")
+    assert back.event.input[0].text == said
     assert back.event.input[0].metadata == {"k": text}

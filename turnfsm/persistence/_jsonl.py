@@ -23,7 +23,7 @@ from turnfsm import serde
 from turnfsm.errors import ConfigError, CorruptRecord, InvalidMessage
 from turnfsm.messages import OpenCalls
 from turnfsm.persistence._records import Committed, Entry, RunOpened
-from turnfsm.persistence._session import Session
+from turnfsm.persistence._session import Session, unbrought
 from turnfsm.persistence._store import SessionStore, check_session_id
 
 __all__ = ["dump_session", "load_session", "session_lines"]
@@ -279,6 +279,10 @@ async def _project(session_id: str, located: list[tuple[str, Entry]]) -> Session
                 )
         try:
             await session.append(entry)
+        except ConfigError as exc:  # a commit of messages no event brought
+            raise CorruptRecord(
+                "Committed", _at(where, "data.messages"), unbrought(exc.value)
+            ) from None
         except CorruptRecord as exc:
             # The session names the entry's position; the file names its line.
             field = exc.path.partition("]")[2].lstrip(".")

@@ -39,7 +39,7 @@ from turnfsm.persistence._store import (
     check_store,
 )
 
-__all__ = ["Session", "new_id"]
+__all__ = ["Session", "new_id", "unbrought"]
 
 
 def new_id(prefix: str) -> str:
@@ -412,16 +412,17 @@ class Session:
     def _committed(
         self, entry: Committed, version: int, hint: MessageLog | None
     ) -> MessageLog:
-        try:
-            return _commit(
-                self._history, entry.keep, entry.messages, self._messages, hint
-            )
-        except KeyError as unknown:
+        missing = [i for i in entry.messages if i not in self._messages]
+        if missing:
             raise CorruptRecord(
-                "Committed",
-                f"entries[{version}].messages",
-                f"message {unknown.args[0]!r} was brought in by no event before it",
-            ) from None
+                "Committed", f"entries[{version}].messages", unbrought(missing)
+            )
+        return _commit(self._history, entry.keep, entry.messages, self._messages, hint)
+
+
+def unbrought(missing: Sequence[str]) -> str:
+    """Why a commit of messages no event brought cannot be read."""
+    return f"message {missing[0]!r} was brought in by no event before it"
 
 
 def _commit(
@@ -431,10 +432,8 @@ def _commit(
     messages: dict[str, Message],
     hint: MessageLog | None,
 ) -> MessageLog:
-    missing = [i for i in ids if i not in messages]
-    if missing:
-        reason = f"it commits messages no event brought: {', '.join(missing)}"
-        raise CorruptRecord("Committed", "messages", reason)
+    # The ids are known: `Session._committed` checked them (a projection of
+    # a log already read, `_history_at`, needs no check).
     size = keep + len(ids)
     if (
         hint is not None
