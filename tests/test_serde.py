@@ -164,6 +164,12 @@ BUDGETS = records(
         for f in attrs.fields(Budget)
         if f.type in (int, "int")
     },
+    # An absolute threshold line lies inside the window (set apart below).
+    threshold_tokens=st.none(),
+) | st.builds(
+    Budget,
+    context_window=st.just(10**6),
+    threshold_tokens=st.integers(1, 10**6),
 )
 _FAILURE_KINDS = sorted(attrs.fields(Failure).kind.validator.options)  # type: ignore[union-attr]
 FAILURES = st.deferred(lambda: records(Failure, kind=st.sampled_from(_FAILURE_KINDS)))

@@ -839,3 +839,14 @@ def test_ids_the_input_already_repeated_may_survive() -> None:
     decision = run(manager(Scripted(answer([U0, U7, U7]))), messages)
 
     assert isinstance(decision, CompactionResult)
+
+
+def test_an_absolute_threshold_line_is_the_managers_and_the_brains() -> None:
+    mgr = ContextManager(context_window=200_000, threshold_tokens=150_000)
+    assert mgr.threshold_line == 150_000
+    assert mgr.target_tokens == 150_000 * 70 // 100
+    assert mgr.reason_for(150_000) is None
+    assert mgr.reason_for(150_001) is CompactReason.THRESHOLD_EXCEEDED
+    assert mgr.budget().threshold_tokens == 150_000
+    with pytest.raises(ConfigError, match="threshold_tokens"):
+        ContextManager(context_window=1_000, threshold_tokens=5_000)

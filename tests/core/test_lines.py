@@ -14,6 +14,7 @@ from tests.helpers import (
     start_machine,
     user,
 )
+from turnfsm import default_machine
 from turnfsm.core import (
     Budget,
     CallLLM,
@@ -27,12 +28,13 @@ from turnfsm.core import (
     RunStarted,
     RunTools,
     ToolsFinished,
+    TurnMachine,
     emergency_line,
     line_reason,
     threshold_line,
 )
-from turnfsm.errors import MaxTurnsExceeded
-from turnfsm.messages import MessageLog
+from turnfsm.errors import ConfigError, MaxTurnsExceeded
+from turnfsm.messages import Message, MessageLog
 
 EMERGENCY = CompactReason.EMERGENCY
 THRESHOLD = CompactReason.THRESHOLD_EXCEEDED
@@ -183,3 +185,46 @@ def test_turn_limit_counts_model_calls_of_the_run() -> None:
         Fail(error=MaxTurnsExceeded(max_turns=1)),
     ]
     assert machine.snapshot.pending == MessageLog()
+
+
+@pytest.mark.parametrize(
+    ("estimate", "reason"),
+    [
+        (5_000, None),
+        (5_001, CompactReason.THRESHOLD_EXCEEDED),
+        (7_599, CompactReason.THRESHOLD_EXCEEDED),
+        (7_600, CompactReason.EMERGENCY),
+    ],
+)
+def test_an_absolute_threshold_line_replaces_the_percentage(
+    estimate: int, reason: CompactReason | None
+) -> None:
+    """Window 8,000: an absolute line at 5,000 tokens, the emergency at 7,600."""
+    assert line_reason(estimate, 8_000, 80, auto_compact=True, tokens=5_000) is reason
+    assert threshold_line(8_000, 80, 5_000) == 5_000
+    assert threshold_line(8_000, 80) == 6_400
+
+
+def test_an_absolute_line_works_with_the_percentage_off() -> None:
+    assert line_reason(4_001, 8_000, 0, auto_compact=True, tokens=4_000) is (
+        CompactReason.THRESHOLD_EXCEEDED
+    )
+    assert line_reason(4_001, 8_000, 0, auto_compact=True) is None
+    assert line_reason(4_001, 8_000, 80, auto_compact=False, tokens=4_000) is None
+
+
+def test_the_brain_compacts_at_the_absolute_line() -> None:
+    spec = default_machine()
+    budget = Budget(context_window=8_000, threshold=80, threshold_tokens=5_000)
+    over = TurnMachine.start(spec, budget=budget)
+    over.handle(RunStarted(input=[Message.user("hi")]))
+    assert isinstance(over.handle(Measured(estimate=5_001)), Compact)
+    under = TurnMachine.start(spec, budget=budget)
+    under.handle(RunStarted(input=[Message.user("hi")]))
+    assert isinstance(under.handle(Measured(estimate=5_000)), CallLLM)
+
+
+@pytest.mark.parametrize("tokens", [0, 8_001, 1.5, "5000"])
+def test_an_absolute_line_outside_the_window_is_refused(tokens: object) -> None:
+    with pytest.raises(ConfigError, match="threshold_tokens"):
+        Budget(context_window=8_000, threshold_tokens=tokens)  # type: ignore[arg-type]

@@ -113,6 +113,9 @@ class ContextManager(OldEntryPoints):
             the threshold line off). A whole percentage: 80, not 0.8.
         auto_compact: Whether the threshold line triggers compaction (the
             emergency line always does).
+        threshold_tokens: The soft line in tokens, in place of `threshold`:
+            an absolute line (``threshold_tokens=150_000``), at most the
+            window; None: the percentage.
         compact_target: What `compact_target_pct` is a percentage of.
         compact_target_pct: The target size, in percent (1..100).
         counter: The one counter every measurement uses (default: the
@@ -156,6 +159,15 @@ class ContextManager(OldEntryPoints):
         ),
     )
     auto_compact: bool = attrs.field(default=True, validator=_checks.boolean())
+    threshold_tokens: int | None = attrs.field(
+        default=None,
+        validator=[
+            _checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True),
+            lambda inst, _a, value: Budget(
+                context_window=inst.context_window, threshold_tokens=value
+            ),
+        ],
+    )
     compact_target: CompactBase = attrs.field(
         default=CompactBase.THRESHOLD, converter=_to_base
     )
@@ -187,8 +199,13 @@ class ContextManager(OldEntryPoints):
     # -- the lines -------------------------------------------------------
     @property
     def threshold_line(self) -> int:
-        """``context_window * threshold // 100``; strictly over it compacts."""
-        return threshold_line(self.context_window, self.threshold)
+        """`threshold_tokens`, else ``context_window * threshold // 100``.
+
+        Strictly over it compacts (with `auto_compact`).
+        """
+        return threshold_line(
+            self.context_window, self.threshold, self.threshold_tokens
+        )
 
     @property
     def emergency_line(self) -> int:
@@ -221,6 +238,7 @@ class ContextManager(OldEntryPoints):
             self.context_window,
             self.threshold,
             auto_compact=self.auto_compact,
+            tokens=self.threshold_tokens,
         )
 
     @property
@@ -251,6 +269,7 @@ class ContextManager(OldEntryPoints):
             context_window=self.context_window,
             threshold=self.threshold,
             auto_compact=self.auto_compact,
+            threshold_tokens=self.threshold_tokens,
             max_messages=self.max_messages,
             max_turns=max_turns,
             max_overflow_retries=max_overflow_retries,

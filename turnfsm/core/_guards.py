@@ -50,6 +50,7 @@ def is_over_threshold_line(snapshot: Snapshot, event: Event) -> bool:
         budget.context_window,
         budget.threshold,
         auto_compact=budget.auto_compact,
+        tokens=budget.threshold_tokens,
     )
 
 

@@ -28,9 +28,12 @@ class CompactReason(StrEnum):
     MESSAGE_COUNT = "message_count"
 
 
-def threshold_line(window: int, threshold: int) -> int:
-    """Return ``window * threshold // 100``."""
-    return window * threshold // 100
+def threshold_line(window: int, threshold: int, tokens: int | None = None) -> int:
+    """Return the threshold line: `tokens`, else ``window * threshold // 100``.
+
+    `tokens` is an absolute line, in place of the percentage.
+    """
+    return tokens if tokens is not None else window * threshold // 100
 
 
 def emergency_line(window: int) -> int:
@@ -44,26 +47,42 @@ def is_over_emergency_line(estimate: int, window: int) -> bool:
 
 
 def is_over_threshold_line(
-    estimate: int, window: int, threshold: int, *, auto_compact: bool
+    estimate: int,
+    window: int,
+    threshold: int,
+    *,
+    auto_compact: bool,
+    tokens: int | None = None,
 ) -> bool:
-    """Return whether `estimate` is strictly over the threshold line."""
+    """Return whether `estimate` is strictly over the threshold line.
+
+    `tokens` is an absolute line, in place of the percentage `threshold`.
+    """
     return (
         auto_compact
         and window > 0
-        and threshold > 0
-        and estimate > threshold_line(window, threshold)
+        and (threshold > 0 or tokens is not None)
+        and estimate > threshold_line(window, threshold, tokens)
     )
 
 
 def line_reason(
-    estimate: int, window: int, threshold: int, *, auto_compact: bool
+    estimate: int,
+    window: int,
+    threshold: int,
+    *,
+    auto_compact: bool,
+    tokens: int | None = None,
 ) -> CompactReason | None:
     """Return the reason to compact before a model call, or None to call.
 
-    The emergency line wins over the threshold line (first hit wins).
+    The emergency line wins over the threshold line (first hit wins);
+    `tokens` is an absolute threshold line, in place of the percentage.
     """
     if is_over_emergency_line(estimate, window):
         return CompactReason.EMERGENCY
-    if is_over_threshold_line(estimate, window, threshold, auto_compact=auto_compact):
+    if is_over_threshold_line(
+        estimate, window, threshold, auto_compact=auto_compact, tokens=tokens
+    ):
         return CompactReason.THRESHOLD_EXCEEDED
     return None

@@ -43,6 +43,8 @@ class Budget:
         context_window: the model's window in tokens (at most 100,000,000);
             0 disables both lines.
         threshold: the soft line in percent of the window (0 disables it).
+        threshold_tokens: the soft line in tokens, in place of `threshold`
+            (an absolute line, at most the window), or None.
         auto_compact: whether the threshold line triggers compaction.
         max_turns: the most model calls one run may make.
         max_overflow_retries: compact-and-retry passes after provider overflows.
@@ -68,6 +70,13 @@ class Budget:
     auto_compact: bool = attrs.field(
         default=True, validator=_checks.boolean("auto_compact")
     )
+    threshold_tokens: int | None = attrs.field(
+        default=None,
+        validator=[
+            _checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True),
+            lambda inst, _a, value: _within_window(inst, value),
+        ],
+    )
     max_turns: int = attrs.field(default=50, validator=_count("max_turns", 1))
     max_overflow_retries: int = attrs.field(
         default=2, validator=_count("max_overflow_retries", 0)
@@ -79,6 +88,15 @@ class Budget:
     max_output_retries: int = attrs.field(
         default=2, validator=_count("max_output_retries", 0)
     )
+
+
+def _within_window(budget: Budget, tokens: int | None) -> None:
+    """An absolute threshold line lies inside the window it is a line of."""
+    window = budget.context_window
+    if tokens is not None and window and tokens > window:
+        raise ConfigError(
+            "threshold_tokens", tokens, f"at most the context_window ({window})"
+        )
 
 
 _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {

@@ -67,7 +67,9 @@ def run_attributes(info: RunStartInfo, *, capture: bool) -> dict[str, Any]:
         attributes[A.WINDOW] = window
         attributes[A.EMERGENCY_LINE] = emergency_line(window)
         if budget.threshold:
-            attributes[A.THRESHOLD_LINE] = threshold_line(window, budget.threshold)
+            attributes[A.THRESHOLD_LINE] = threshold_line(
+                window, budget.threshold, budget.threshold_tokens
+            )
     if capture and info.input:
         attributes[A.INPUT_MESSAGES] = messages_json(info.input)
     return attributes
