@@ -235,3 +235,12 @@ async def test_a_paused_run_resumes_in_another_process(tmp_path: object) -> None
     assert [r.outcome for r in back.runs] == ["done"]
     assert back.history[-1].text == "resumed elsewhere"
     assert {p.call_id for m in back.history for p in m.tool_results} == {"c1", "c2"}
+
+
+async def test_a_run_replays_on_the_machine_the_log_keeps() -> None:
+    from turnfsm.driver import replay
+
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    session = await Session.load(store, first.session_id)
+    assert replay(None, session, first.run_id).ok  # no machine file needed

@@ -45,8 +45,7 @@ def run_replay(
         runs = [r for r in session.runs if run_id is None or r.run_id == run_id]
         if not runs:
             raise ConfigError("--run", run_id, f"a run of the log ({source})")
-        names = {r.opened.machine for r in runs}
-        specs = {name: _machine(name, machine) for name in names}
+        specs = {r.run_id: _machine(session, r, machine) for r in runs}
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
         print(f"turnfsm replay: {exc}", file=sys.stderr)
         return 2
@@ -81,9 +80,14 @@ async def _load_stored(store: str | None, session_id: str) -> tuple[Session, str
     return session, f"session {session_id} in {where(sessions)}"
 
 
-def _machine(name: str, path: str | None) -> MachineSpec:
+def _machine(session: Session, run: RunRecord, path: str | None) -> MachineSpec:
+    """The machine to replay `run` on: the file given, else the log's, else shipped."""
     if path is not None:
         return load_machine(path)
+    kept = session.machine(run.opened.digest)
+    if kept is not None:
+        return kept
+    name = run.opened.machine
     shipped = machines_dir() / f"{name}.toml"
     if not shipped.is_file():
         raise ConfigError(
@@ -101,7 +105,7 @@ def _report(
 ) -> int:
     failed = 0
     for run in runs:
-        report = replay(specs[run.opened.machine], session, run.run_id)
+        report = replay(specs[run.run_id], session, run.run_id)
         if report.ok:
             print(
                 f"{run.run_id}: {report.events} events replayed exactly "

@@ -42,7 +42,12 @@ from turnfsm.persistence import (
     decision_key,
 )
 
-__all__ = ["ReplayReport", "rebuild", "replay"]
+__all__ = [
+    "ReplayReport",
+    "rebuild",
+    "replay",
+    "stored_machine",
+]
 
 
 @final
@@ -152,16 +157,21 @@ def rebuild(
     return machine
 
 
-def replay(spec: MachineSpec, session: Session, run_id: str) -> ReplayReport:
+def replay(spec: MachineSpec | None, session: Session, run_id: str) -> ReplayReport:
     """Replay the logged run `run_id` on `spec` and report the first divergence.
 
-    A log that contradicts itself is reported too (a `LogInconsistent`), as
-    is a replayed history that differs from the one the log projects.
+    `spec` None: the machine the run began on, as the log keeps it (a process
+    without the machine's file replays the run all the same). A log that
+    contradicts itself is reported too (a `LogInconsistent`), as is a
+    replayed history that differs from the one the log projects.
 
     Raises:
-        ConfigError: the session has no such run.
+        ConfigError: the session has no such run, or `spec` is None and the
+            log keeps no machine for it.
     """
-    _record(session, run_id)
+    record = _record(session, run_id)
+    if spec is None:
+        spec = stored_machine(session, record)
     events = len(session.run_entries(run_id))
     try:
         machine = rebuild(spec, session, run_id)
@@ -304,3 +314,21 @@ class _Feed:
                 actual="no event carries that reply",
                 entry=self.position(turn),
             )
+
+
+def stored_machine(session: Session, record: RunRecord) -> MachineSpec:
+    """The machine run `record` began on, as `session`'s log keeps it.
+
+    Raises:
+        ConfigError: the log keeps no machine of that digest.
+    """
+    opened = record.opened
+    spec = session.machine(opened.digest)
+    if spec is None:
+        raise ConfigError(
+            "machine",
+            None,
+            f"the machine run {record.run_id!r} began on ({opened.machine} "
+            f"{opened.digest}); the log does not keep it: give its file",
+        )
+    return spec
