@@ -38,7 +38,6 @@ here it keeps only the newest exchange.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -62,20 +61,15 @@ from turnfsm.context._layered_status import (
     Failed,
     Skipped,
 )
-from turnfsm.context._summarizing import SummaryFailed, split_turns, summarise
+from turnfsm.context._summarizing import SummaryFailed
+from turnfsm.context._summary_layers import collapse
 from turnfsm.context._summary_model import check_model, summary_window
-from turnfsm.context._transcript import (
-    SUMMARY_KEY,
-    summary_body,
-    summary_id,
-    turn_starts,
-)
 from turnfsm.context._values import (
     CompactionContext,
     CompactionProposal,
 )
 from turnfsm.core import CompactReason
-from turnfsm.messages import SUMMARY_COVERS, Message
+from turnfsm.messages import Message
 from turnfsm.providers import ModelClient
 from turnfsm.tokens import TokenCounter, default_counter
 
@@ -254,53 +248,13 @@ class LayeredCompactor:
             ("collapse", self.preserved_turns, None),
             ("autocompact", 1, "[Full conversation summary]"),
         ):
-            new = await self._collapse(current, keep, label, ctx, window)
+            new = await collapse(self, current, keep, label, ctx, window)
             if new is not current:
                 applied.append(name)
                 current = new
                 if counter.count(current) <= target:
                     break
         return current, applied
-
-    async def _collapse(
-        self,
-        messages: tuple[Message, ...],
-        keep: int,
-        label: str | None,
-        ctx: CompactionContext,
-        window: int,
-    ) -> tuple[Message, ...]:
-        """Layers 4 and 5: summarise all but the newest `keep` exchanges."""
-        plan = split_turns(
-            messages,
-            keep,
-            into_newest=label is not None and self.compact_newest_exchange,
-        )
-        if not plan.summarised:
-            return messages
-        key = plan.key(ctx.session_id) + (":full" if label else ":collapse")
-        message_id = summary_id(key)
-        text = ctx.summaries.get(message_id)
-        if text is None:
-            body = await summarise(
-                plan.summarised,
-                previous="\n\n".join(summary_body(m) for m in plan.previous),
-                ctx=ctx,
-                model=self.model,
-                max_tokens=self.max_summary_tokens,
-                window=window,
-            )
-            turns = len(turn_starts(plan.summarised)) + sum(
-                _summarised_turns(m) for m in plan.previous
-            )
-            header = label or f"[Conversation summary of {max(turns, 1)} earlier turns]"
-            text = f"{header}\n{body}"
-        summary = Message.user(
-            text,
-            id=message_id,
-            metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
-        )
-        return (*plan.head, *plan.opening, summary, *plan.kept)
 
     async def apply_collapse(
         self, messages: Sequence[Message], ctx: CompactionContext
@@ -315,8 +269,8 @@ class LayeredCompactor:
             SummaryFailed: the summary model failed or its summary does not
                 fit its budget.
         """
-        return await self._collapse(
-            tuple(messages), self.preserved_turns, None, ctx, self._window()
+        return await collapse(
+            self, tuple(messages), self.preserved_turns, None, ctx, self._window()
         )
 
     async def apply_autocompact(
@@ -331,7 +285,8 @@ class LayeredCompactor:
             SummaryFailed: the summary model failed or its summary does not
                 fit its budget.
         """
-        return await self._collapse(
+        return await collapse(
+            self,
             tuple(messages),
             1,
             "[Full conversation summary]",
@@ -430,15 +385,6 @@ class LayeredCompactor:
         return new, Applied(
             layers=tuple(layers), tokens_before=before, tokens_after=after
         )
-
-
-_COLLAPSED: Final = re.compile(r"^\[Conversation summary of (\d+) earlier turns\]")
-
-
-def _summarised_turns(summary: Message) -> int:
-    """The turns an earlier collapse summary says it covers (0 if none)."""
-    found = _COLLAPSED.match(summary.text)
-    return int(found.group(1)) if found else 0
 
 
 _TOKENS = _checks.integer(low=0, expected="an int >= 0 (tokens)")

@@ -22,8 +22,9 @@ from typing import Any, Final
 from turnfsm import serde
 from turnfsm.errors import ConfigError, CorruptRecord, InvalidMessage
 from turnfsm.messages import OpenCalls
+from turnfsm.persistence._commits import unbrought
 from turnfsm.persistence._records import Committed, Entry, RunOpened
-from turnfsm.persistence._session import Session, unbrought
+from turnfsm.persistence._session import Session
 from turnfsm.persistence._store import SessionStore, check_session_id
 
 __all__ = ["dump_session", "load_session", "session_lines"]

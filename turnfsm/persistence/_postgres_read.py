@@ -1,12 +1,15 @@
-"""The PostgreSQL store's reads: one session's rows, and the list of sessions."""
+"""The PostgreSQL store's reads: a session's rows and the list of sessions, decoded."""
 
 from __future__ import annotations
 
 from typing import TypeAlias
 
 from turnfsm.persistence._postgres_append import _Conn
+from turnfsm.persistence._records import Entry
+from turnfsm.persistence._rows import column_value, counter_problem, decode_log
+from turnfsm.persistence._store import SessionInfo
 
-__all__ = ["Listed", "Log", "read_list", "read_log"]
+__all__ = ["Listed", "Log", "decode_read", "listed_infos", "read_list", "read_log"]
 
 Log: TypeAlias = tuple[int | None, list[tuple[int, object]], dict[str, object]]
 """A session as stored: its counter (None: no row), its ``(seq, body)`` rows,
@@ -51,3 +54,31 @@ async def read_list(conn: _Conn) -> list[Listed]:
         (str(i), int(v), None if last is None else int(last))
         for i, v, last in await cur.fetchall()
     ]
+
+
+def decode_read(session_id: str, log: Log) -> tuple[Entry, ...]:
+    """The entries of `session_id` as `read_log` read them (empty if unknown)."""
+    version, rows, messages = log
+    if version is None and not rows:
+        return ()
+    return decode_log(
+        session_id,
+        [body for _, body in rows],
+        messages,
+        version=version or 0,
+        seqs=[seq for seq, _ in rows],
+    )
+
+
+def listed_infos(listed: list[Listed]) -> tuple[SessionInfo, ...]:
+    """The sessions `read_list` read, sorted by id (with a bad counter's problem)."""
+    infos = [
+        SessionInfo(
+            id=column_value(key),
+            version=version,
+            problem=counter_problem(version, 0 if last is None else last + 1),
+        )
+        for key, version, last in listed
+        if version or last is not None
+    ]
+    return tuple(sorted(infos, key=lambda info: info.id))

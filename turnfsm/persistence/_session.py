@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import final
 
 from turnfsm.core import MachineSpec
-from turnfsm.errors import ConfigError, CorruptRecord, SessionBusy, SessionNotFound
+from turnfsm.errors import CorruptRecord, SessionBusy, SessionNotFound
 from turnfsm.messages import Message, MessageLog
+from turnfsm.persistence._commits import _check_commits, _committed, _history_at
 from turnfsm.persistence._records import (
     BreakerChanged,
     Committed,
@@ -39,7 +40,7 @@ from turnfsm.persistence._store import (
     check_store,
 )
 
-__all__ = ["Session", "new_id", "unbrought"]
+__all__ = ["Session", "new_id"]
 
 
 def new_id(prefix: str) -> str:
@@ -332,31 +333,11 @@ class Session:
             ConfigError: a `Committed` entry names a message that no event
                 of the session brought (nothing is written).
         """
-        self._check_commits(entries)
+        _check_commits(entries, self._messages)
         await self.store.append(self.id, entries, expected_version=len(self._entries))
         apply = self._apply
         for entry in entries:
             apply(entry, history)
-
-    def _check_commits(self, entries: Sequence[Entry]) -> None:
-        """Refuse a commit of a message no event brought, before it is written."""
-        brought: set[str] = set()
-        for n, entry in enumerate(entries):
-            if isinstance(entry, EventRecorded):
-                brought.update(m.id for m in event_messages(entry.event))
-            elif isinstance(entry, ToolResultRecorded):
-                brought.add(entry.result.id)
-            elif isinstance(entry, Committed):
-                known = self._messages
-                missing = [
-                    i for i in entry.messages if i not in known and i not in brought
-                ]
-                if missing:
-                    raise ConfigError(
-                        f"entries[{n}].messages",
-                        missing,
-                        "ids of messages an event of the session brought",
-                    )
 
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
@@ -371,7 +352,7 @@ class Session:
                 f"run {entry.run_id!r} has no RunOpened before it",
             )
         if isinstance(entry, Committed):
-            committed = self._committed(entry, version, hint)
+            committed = _committed(entry, version, self._history, self._messages, hint)
         self._entries.append(entry)
         if run is not None:
             run.last = version + 1
@@ -408,51 +389,3 @@ class Session:
                 )
             case RunEnded():
                 self._runs[entry.run_id].ended = entry
-
-    def _committed(
-        self, entry: Committed, version: int, hint: MessageLog | None
-    ) -> MessageLog:
-        missing = [i for i in entry.messages if i not in self._messages]
-        if missing:
-            raise CorruptRecord(
-                "Committed", f"entries[{version}].messages", unbrought(missing)
-            )
-        return _commit(self._history, entry.keep, entry.messages, self._messages, hint)
-
-
-def unbrought(missing: Sequence[str]) -> str:
-    """Why a commit of messages no event brought cannot be read."""
-    return f"message {missing[0]!r} was brought in by no event before it"
-
-
-def _commit(
-    history: MessageLog,
-    keep: int,
-    ids: Sequence[str],
-    messages: dict[str, Message],
-    hint: MessageLog | None,
-) -> MessageLog:
-    # The ids are known: `Session._committed` checked them (a projection of
-    # a log already read, `_history_at`, needs no check).
-    size = keep + len(ids)
-    if (
-        hint is not None
-        and len(hint) == size
-        and (not ids or hint[size - 1].id == ids[-1])
-    ):
-        return hint
-    if keep == len(history):
-        return history.extend(messages[i] for i in ids)
-    return MessageLog([*history[:keep], *(messages[i] for i in ids)])
-
-
-def _history_at(entries: Sequence[Entry]) -> MessageLog:
-    messages: dict[str, Message] = {}
-    history = MessageLog()
-    for entry in entries:
-        if isinstance(entry, EventRecorded):
-            for message in event_messages(entry.event):
-                messages.setdefault(message.id, message)
-        elif isinstance(entry, Committed):
-            history = _commit(history, entry.keep, entry.messages, messages, None)
-    return history

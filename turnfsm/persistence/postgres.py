@@ -44,10 +44,9 @@ connections run on asyncio only: use the store from
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import final
 
@@ -62,8 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 import anyio
 
 from turnfsm import _checks, _deprecated
-from turnfsm.errors import StoreUnusable
-from turnfsm.persistence import _postgres_lease
+from turnfsm.persistence import _postgres_lease, _postgres_run
 from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._postgres_append import (
     _T,
@@ -79,14 +77,19 @@ from turnfsm.persistence._postgres_pool import (
     running_loop,
     server_of,
 )
-from turnfsm.persistence._postgres_read import Listed, Log, read_list, read_log
+from turnfsm.persistence._postgres_read import (
+    Listed,
+    Log,
+    decode_read,
+    listed_infos,
+    read_list,
+    read_log,
+)
+from turnfsm.persistence._postgres_run import translate
 from turnfsm.persistence._postgres_schema import SCHEMA_VERSION, migrate
 from turnfsm.persistence._records import Entry
 from turnfsm.persistence._rows import (
     column_text,
-    column_value,
-    counter_problem,
-    decode_log,
     encode,
 )
 from turnfsm.persistence._store import SessionInfo, check_session_id
@@ -179,7 +182,7 @@ class PostgresStore:
                 than this turnfsm (nothing is changed then).
         """
         pool = await self._get_pool()
-        with self._translate("connecting"):
+        with translate(self.server, "connecting"):
             await pool.fill(self.min_size)
         return self
 
@@ -242,7 +245,7 @@ class PostgresStore:
         if not self._migrated:
             async with pool.ready:
                 if not self._migrated:
-                    with self._translate("connecting"):
+                    with translate(self.server, "connecting"):
                         async with pool.connection() as conn:
                             await migrate(conn, self.server)
                     self._migrated = True
@@ -257,41 +260,11 @@ class PostgresStore:
     def _wait(self) -> int:
         return max(1, round(self.timeout))
 
-    @contextlib.contextmanager
-    def _translate(self, doing: str) -> Iterator[None]:
-        """Turn psycopg's errors into `StoreUnusable` naming the server (once)."""
-        try:
-            yield
-        except psycopg.Error as exc:
-            lines = str(exc).strip().splitlines()
-            detail = lines[0] if lines else "no detail"
-            raise StoreUnusable(
-                self.server, f"{doing} failed: {type(exc).__name__}: {detail}"
-            ) from exc
-
     async def _run(self, doing: str, op: _Op[_T]) -> _T:
-        """Run `op` on a pooled connection; retry it if the connection was dead.
-
-        A pooled connection the server dropped while it was idle (a restart,
-        `pg_terminate_backend`) fails at its next statement. Until COMMIT is
-        sent nothing is written (the server rolls back a transaction whose
-        connection is gone), so `op` runs again on another connection; a
-        connection lost while committing is reported, since the append may
-        have been written.
-        """
-        with self._translate(doing):
-            pool = await self._get_pool()
-            for retries in range(self.max_size, -1, -1):
-                step = _Step()
-                conn: _Conn | None = None
-                try:
-                    async with pool.connection() as conn:
-                        return await op(conn, step)
-                except psycopg.OperationalError:
-                    lost = conn is not None and conn.broken
-                    if not (lost and retries and not step.committing):
-                        raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Run `op` on a pooled connection, a dead one retried (`_postgres_run.run`)."""
+        return await _postgres_run.run(
+            self._get_pool, self.server, self.max_size, doing, op
+        )
 
     # -- the SessionStore protocol -------------------------------------
     async def append(
@@ -330,15 +303,8 @@ class PostgresStore:
         async def op(conn: _Conn, step: _Step) -> Log:
             return await read_log(conn, key)
 
-        version, rows, messages = await self._run(f"loading session {session_id!r}", op)
-        if version is None and not rows:
-            return ()
-        return decode_log(
-            session_id,
-            [body for _, body in rows],
-            messages,
-            version=version or 0,
-            seqs=[seq for seq, _ in rows],
+        return decode_read(
+            session_id, await self._run(f"loading session {session_id!r}", op)
         )
 
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
@@ -354,16 +320,7 @@ class PostgresStore:
         async def op(conn: _Conn, step: _Step) -> list[Listed]:
             return await read_list(conn)
 
-        infos = [
-            SessionInfo(
-                id=column_value(key),
-                version=version,
-                problem=counter_problem(version, 0 if last is None else last + 1),
-            )
-            for key, version, last in await self._run("listing sessions", op)
-            if version or last is not None
-        ]
-        return tuple(sorted(infos, key=lambda info: info.id))
+        return listed_infos(await self._run("listing sessions", op))
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete `session_id`, its entries and its lease; return whether it existed.

@@ -13,132 +13,26 @@ lease checks (`turnfsm.testing._store_leases`) run when the store is a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-
-from turnfsm import serde
-from turnfsm.core import (
-    Budget,
-    CompactionResult,
-    CompactReason,
-    Event,
-    ModelReplied,
-    Pause,
-    RunStarted,
-    ToolsFinished,
-)
-from turnfsm.errors import (
-    CompactionStalled,
-    ConfigError,
-    CorruptRecord,
-    DuplicateRecord,
-    SessionConflict,
-)
-from turnfsm.messages import Message, ToolCallPart
-from turnfsm.persistence import (
-    Committed,
-    CompactionRecord,
-    Entry,
-    EventRecorded,
-    LeasingStore,
-    RunEnded,
-    RunOpened,
-    SessionStore,
-    SummaryRecorded,
-    ToolResultRecorded,
-    TurnRecord,
-)
+from turnfsm.errors import CorruptRecord
+from turnfsm.persistence import LeasingStore, SessionStore
 from turnfsm.testing._store_leases import LEASE_CHECKS
-from turnfsm.values import Usage
+from turnfsm.testing._store_refusals import (
+    _bad_id,
+    _conflict,
+    _duplicate_key,
+    _no_ghosts,
+    _race,
+)
+from turnfsm.testing._store_samples import _odd_entries, _same, sample_entries
 
 __all__ = ["check_store", "sample_entries"]
 
 StoreFactory = Callable[[], "SessionStore | Awaitable[SessionStore]"]
 Damage = Callable[[Any, str], Awaitable[None]]
 """``damage(store, session_id)``: break a stored session (a test's own hook)."""
-
-ODD_TEXT = 'ls: \udcff\udc80.txt \ud800 nul \x00 😀 "q" \\u0000'
-"""Text a database cannot hold as it is: lone surrogates (an `os.listdir` name
-with undecodable bytes), a NUL, and what looks like their escapes."""
-
-
-def sample_entries(run_id: str = "run_1") -> tuple[Entry, ...]:
-    """Return one run's worth of log entries, one of every kind.
-
-    The messages use tool calls, tool results with errors, metadata and
-    non-ASCII text, so a store that loses any of it fails the suite.
-    """
-    call = ToolCallPart(id="tc_1", name="read", arguments={"path": "ü/ñ.md", "n": 2})
-    user = Message.user("Zusammenfassung bitte 🙂", id="m_user", metadata={"k": "v"})
-    asked = Message.assistant("", tool_calls=[call], id="m_call")
-    result = Message.tool_result("tc_1", "no such file", is_error=True, id="m_res")
-    summary = Message.system("summary: 日本語", id="m_sum")
-    final = Message.assistant("done", id="m_final")
-    usage = Usage(input_tokens=12, output_tokens=3)
-    events: tuple[Event, ...] = (
-        RunStarted(input=(user,)),
-        ModelReplied(message=asked, usage=usage),
-        ToolsFinished(results=(result,)),
-        CompactionResult(messages=(summary, user), before=900, after=300),
-        ModelReplied(message=final, usage=None),
-    )
-    entries: list[Entry] = [
-        RunOpened(run_id=run_id, machine="turn", digest="abc", budget=Budget(), at=1.5),
-    ]
-    for index, event in enumerate(events):
-        entries.append(
-            EventRecorded(
-                run_id=run_id,
-                index=index,
-                event=event,
-                phase="start",
-                decision="measure",
-                at=2.0 + index,
-            )
-        )
-    entries += [
-        TurnRecord(
-            run_id=run_id,
-            turn=1,
-            keep=0,
-            added=("m_user",),
-            output="m_call",
-            usage=usage,
-        ),
-        CompactionRecord(
-            run_id=run_id,
-            turn=1,
-            reason=CompactReason.THRESHOLD_EXCEEDED,
-            strategy="TruncatingCompactor",
-            verdict="compacted",
-            covers=("m_user", "m_call", "m_res"),
-            replacement=("m_sum", "m_user"),
-            tokens_before=900,
-            tokens_after=300,
-            key=f"{run_id}:3",
-        ),
-        ToolResultRecorded(run_id=run_id, index=2, result=result),
-        SummaryRecorded(
-            run_id=run_id,
-            message_id="m_sum",
-            content="summary: 日本語",
-            covers_up_to_message_id="m_res",
-        ),
-        Committed(run_id=run_id, keep=0, messages=("m_sum", "m_user")),
-        RunEnded(
-            run_id=run_id,
-            outcome="paused",
-            phase="await_approval",
-            error=CompactionStalled(used=5, limit=9),
-            usage=usage,
-            turns=2,
-            waiting=Pause(phase="await_approval", calls=(call,), accepts=("x",)),
-            at=9.25,
-        ),
-    ]
-    return tuple(entries)
 
 
 async def _make(factory: StoreFactory) -> SessionStore:
@@ -148,18 +42,6 @@ async def _make(factory: StoreFactory) -> SessionStore:
     if not isinstance(store, SessionStore):
         raise AssertionError(f"the factory made {store!r}, not a SessionStore")
     return store
-
-
-def _same(got: Sequence[Entry], want: Sequence[Entry], check: str) -> None:
-    if len(got) != len(want):
-        raise AssertionError(f"{check}: loaded {len(got)} entries, wrote {len(want)}")
-    for index, (a, b) in enumerate(zip(got, want, strict=True)):
-        # The JSON form carries everything (metadata and errors too, which
-        # equality ignores), so it is what must come back unchanged.
-        if a != b or serde.envelope(a) != serde.envelope(b):
-            raise AssertionError(
-                f"{check}: entry {index} came back as {a!r}, was written as {b!r}"
-            )
 
 
 async def _round_trip(store: SessionStore) -> None:
@@ -180,45 +62,6 @@ async def _unknown_is_empty(store: SessionStore) -> None:
         raise AssertionError("a new store must list no sessions")
 
 
-async def _conflict(store: SessionStore) -> None:
-    entries = sample_entries()
-    await store.append("s_conflict", entries[:2], expected_version=0)
-    for stale in (0, 1, 3):
-        try:
-            await store.append("s_conflict", entries[2:], expected_version=stale)
-        except SessionConflict as exc:
-            if (exc.expected, exc.actual) != (stale, 2):
-                raise AssertionError(f"conflict: wrong versions in {exc!r}") from None
-        else:
-            raise AssertionError(
-                f"conflict: an append expecting version {stale} of a log at 2 "
-                "was accepted"
-            )
-    _same(await store.load("s_conflict"), entries[:2], "conflict (nothing written)")
-
-
-async def _race(store: SessionStore) -> None:
-    entries = sample_entries()
-    wins: list[int] = []
-    losses: list[SessionConflict] = []
-
-    async def writer(n: int) -> None:
-        try:
-            await store.append("s_race", entries[n : n + 1], expected_version=0)
-            wins.append(n)
-        except SessionConflict as exc:
-            losses.append(exc)
-
-    async with anyio.create_task_group() as group:
-        for n in range(4):
-            group.start_soon(writer, n)
-    if len(wins) != 1 or len(losses) != 3:
-        raise AssertionError(
-            f"race: {len(wins)} of 4 writers expecting version 0 succeeded"
-        )
-    _same(await store.load("s_race"), entries[wins[0] : wins[0] + 1], "race")
-
-
 async def _isolation(store: SessionStore) -> None:
     a, b = sample_entries("run_a"), sample_entries("run_b")
     await store.append("s_b", b, expected_version=0)
@@ -228,113 +71,6 @@ async def _isolation(store: SessionStore) -> None:
     listed = [(s.id, s.version) for s in await store.list_sessions()]
     if listed != [("s_a", 4), ("s_b", len(b))]:
         raise AssertionError(f"list_sessions: got {listed}")
-
-
-async def _bad_id(store: SessionStore) -> None:
-    for bad in ("", 5, None):
-        try:
-            await store.append(bad, sample_entries()[:1], expected_version=0)  # type: ignore[arg-type]
-        except ConfigError:
-            continue
-        raise AssertionError(f"a session id of {bad!r} was accepted")
-
-
-async def _duplicate_key(store: SessionStore) -> None:
-    entries = sample_entries()
-    await store.append("s_keys", entries, expected_version=0)
-    again = sample_entries("run_2")
-    for batch, version in (((*again, *entries), len(entries)), ((*again, *again), 0)):
-        session = "s_keys" if version else "s_keys_new"
-        try:
-            await store.append(session, batch, expected_version=version)
-        except DuplicateRecord as exc:
-            if exc.key not in ("run_1:3", "run_2:3"):
-                raise AssertionError(f"duplicate key: wrong key in {exc!r}") from None
-        else:
-            raise AssertionError(
-                "duplicate key: an append repeating a compaction key was accepted"
-            )
-    _same(await store.load("s_keys"), entries, "duplicate key (nothing written)")
-    await _no_trace(store, "s_keys_new", "duplicate key")
-
-
-async def _no_trace(store: SessionStore, session_id: str, check: str) -> None:
-    """A session a refused append would have created must not exist."""
-    if await store.load(session_id) != ():
-        raise AssertionError(f"{check}: a refused append left entries behind")
-    listed = [info.id for info in await store.list_sessions()]
-    if session_id in listed:
-        raise AssertionError(
-            f"{check}: a refused append left a ghost session {session_id!r} "
-            f"(listed: {listed})"
-        )
-    entries = sample_entries("run_after")
-    if await store.append(session_id, entries[:1], expected_version=0) != 1:
-        raise AssertionError(f"{check}: a first append after a refused one failed")
-
-
-async def _no_ghosts(store: SessionStore) -> None:
-    entries = sample_entries()
-    for stale in (1, 5):
-        try:
-            await store.append("s_ghost", entries[:2], expected_version=stale)
-        except SessionConflict as exc:
-            if (exc.expected, exc.actual) != (stale, 0):
-                raise AssertionError(f"ghost: wrong versions in {exc!r}") from None
-        else:
-            raise AssertionError(
-                f"ghost: an append expecting version {stale} of a new session "
-                "was accepted"
-            )
-    if await store.append("s_empty", (), expected_version=0) != 0:
-        raise AssertionError("ghost: an empty first append must return version 0")
-    if "s_empty" in [info.id for info in await store.list_sessions()]:
-        raise AssertionError("ghost: an empty append created a listed session")
-    await _no_trace(store, "s_ghost", "ghost")
-
-
-def _odd_entries(run_id: str) -> tuple[Entry, ...]:
-    """One run whose input, tool call, tool output and reply carry `ODD_TEXT`."""
-    call = ToolCallPart(id="tc_odd", name="ls", arguments={"path": ODD_TEXT})
-    user = Message.user(ODD_TEXT, id="m_odd_user", metadata={"dir": ODD_TEXT})
-    asked = Message.assistant("", tool_calls=[call], id="m_odd_call")
-    result = Message.tool_result("tc_odd", ODD_TEXT, id="m_odd_res")
-    final = Message.assistant(ODD_TEXT, id="m_odd_final")
-    events: tuple[Event, ...] = (
-        RunStarted(input=(user,)),
-        ModelReplied(message=asked, usage=None),
-        ToolsFinished(results=(result,)),
-        ModelReplied(message=final, usage=None),
-    )
-    opened = RunOpened(
-        run_id=run_id, machine="turn", digest="abc", budget=Budget(), at=1.0
-    )
-    return (
-        opened,
-        *(
-            EventRecorded(
-                run_id=run_id,
-                index=i,
-                event=event,
-                phase="start",
-                decision="measure",
-                at=2.0 + i,
-            )
-            for i, event in enumerate(events)
-        ),
-        ToolResultRecorded(run_id=run_id, index=2, result=result),
-        Committed(run_id=run_id, keep=0, messages=(user.id, final.id)),
-        RunEnded(
-            run_id=run_id,
-            outcome="done",
-            phase="done",
-            error=None,
-            usage=Usage(),
-            turns=2,
-            waiting=None,
-            at=9.0,
-        ),
-    )
 
 
 async def _odd_text(store: SessionStore) -> None:
