@@ -1,17 +1,18 @@
 """Every machine that loads terminates, and every run can be stopped.
 
 The loader proves that every cycle of a machine passes a model call entered
-on `measured` (at most max_turns), a retry-counter guard, a compact phase
-never entered once the compaction passes are spent (at most max_compactions),
-or a compaction feed after the no-progress guard; and that `run_cancelled` ends
-the run from every live phase. The brain enforces the bounds at run time.
+on `measured` (at most max_turns), a retry-counter guard, or, on a cycle with
+no reply (which starts the count again), a compact phase never entered once
+max_compactions passes in a row are spent or a compaction feed after the
+no-progress guard; and that `run_cancelled` ends the run from every live
+phase. The brain enforces the bounds at run time.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers import REPO_ROOT, turn_toml_text, user
+from tests.helpers import REPO_ROOT, calling, results_for, turn_toml_text, user
 from turnfsm._resources import load_machine
 from turnfsm.core import (
     Budget,
@@ -27,8 +28,10 @@ from turnfsm.core import (
     Measure,
     Measured,
     MessageInjected,
+    ModelReplied,
     RunStarted,
     Snapshot,
+    ToolsFinished,
     TurnMachine,
 )
 from turnfsm.errors import (
@@ -323,6 +326,66 @@ def test_an_injection_after_every_pass_ends_at_the_compaction_limit(
     assert machine.phase == "failed"
 
 
+def test_a_model_call_between_passes_starts_the_count_again() -> None:
+    """A long run compacts as often as its length needs: 10 passes, a limit of 2."""
+    budget = Budget(context_window=8_000, max_compactions=2, max_turns=100)
+    machine = TurnMachine.start(MachineSpec.from_toml(STOCK), budget=budget)
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    passes = 0
+    for i in range(10):
+        decision = machine.handle(Measured(estimate=7_000))
+        assert isinstance(decision, Compact)
+        machine.handle(CompactionResult(messages=[SUMMARY], before=7_000, after=900))
+        passes += 1
+        assert isinstance(machine.handle(Measured(estimate=900)), CallLLM)
+        ask = calling(f"c{i}", id=f"a{i}")
+        machine.handle(ModelReplied(message=ask))
+        machine.handle(ToolsFinished(results=results_for(ask)))
+
+    assert (passes, machine.snapshot.compactions, machine.phase) == (10, 0, "start")
+
+
+def test_passes_in_a_row_without_a_model_call_still_end_at_the_limit() -> None:
+    budget = Budget(context_window=8_000, max_compactions=2, max_turns=100)
+    machine = TurnMachine.start(MachineSpec.from_toml(STOCK), budget=budget)
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    ask = calling("c0", id="a0")
+    machine.handle(Measured(estimate=900))
+    machine.handle(ModelReplied(message=ask))
+    machine.handle(ToolsFinished(results=results_for(ask)))
+    decisions = []
+    for _ in range(4):
+        decisions.append(machine.handle(Measured(estimate=7_600)))
+        if machine.is_finished:
+            break
+        machine.handle(CompactionResult(messages=[SUMMARY], before=7_600, after=7_500))
+
+    assert [type(d) for d in decisions] == [Compact, Compact, Fail]
+    assert decisions[-1] == Fail(error=CompactionLimitExceeded(max_compactions=2))
+
+
+def test_a_reply_that_starts_the_count_again_on_a_cycle_needs_another_bound() -> None:
+    """A pass that goes straight to the model skips the turn-limit check.
+
+    The reply starts the count of passes again, so the compact phase's limit
+    bounds nothing on this cycle.
+    """
+    text = edit(
+        STOCK,
+        '[[transitions]]\ntrigger = "compaction_result"\nsource = "compact"\n'
+        'dest = "start"\nactions = ["record_compaction", "count_compaction"]\n',
+        '[[transitions]]\ntrigger = "compaction_result"\nsource = "compact"\n'
+        'dest = "call_llm"\nactions = ["record_compaction", "count_compaction"]\n',
+    )
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "cycle call_llm -[model_replied]-> run_tools -[tools_finished]-> start"
+        f" -[measured]-> compact -[compaction_result]-> call_llm {UNBOUNDED}",
+    )
+
+
 def test_noop_passes_count_too() -> None:
     machine = TurnMachine.start(
         MachineSpec.from_toml(STOCK),
@@ -403,9 +466,10 @@ def test_the_compaction_limit_failure_and_error() -> None:
     assert isinstance(error, TurnFSMError)
     assert error.max_compactions == 20
     assert str(error) == (
-        "the run reached max_compactions=20 compaction passes without a request"
-        " that fits; raise max_compactions, or check for a hook that adds a"
-        " message after every pass"
+        "the run made max_compactions=20 compaction passes in a row, with no"
+        " model call between them, and still has no request that fits; raise"
+        " max_compactions, or check for a hook that adds a message after every"
+        " pass"
     )
 
 

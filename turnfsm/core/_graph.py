@@ -12,7 +12,7 @@ unknown `initial` is an empty one, and skips the reachability check.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Final, TypeAlias
 
 from turnfsm.core._spec import MachineSpec, TransitionSpec
@@ -202,6 +202,8 @@ _EXTERNAL_TRIGGERS: Final = frozenset(
     {"run_started", "message_injected", "run_cancelled"}
 )
 _COUNTS_TURN: Final = "record_reply"
+_RESETS_PASSES: Final = frozenset({"record_reply", "record_rejection"})
+"""The reducers that start the count of compaction passes in a row again."""
 
 _CYCLE_STARTS: Final = 64
 """How many phases of a cycle the search for its shortest one starts from."""
@@ -224,19 +226,27 @@ def _check_termination(
     limit first, see `_check_model_calls`) and left by a reply that counts the
     turn, at most max_turns times; an edge guarded by a retry counter; a
     compact phase entered after the compaction-limit check (every way on out
-    of it counts the pass), at most max_compactions times; a compaction feed
-    after the no-progress guard, which strictly lowers the estimate. A model
-    call phase is split in two nodes, entered on `measured` or otherwise, so
-    that only the first kind's counting exits are bounded.
+    of it counts the pass), at most max_compactions times in a row; and a
+    compaction feed after the no-progress guard, which strictly lowers the
+    estimate. The last two bound only the cycles with no reply that counts a
+    turn: a reply starts the count of passes again, and adds to the estimate,
+    so a cycle through one must be bounded by something else. A model call phase is
+    split in two nodes, entered on `measured` or otherwise, so that only the
+    first kind's counting exits are bounded.
     """
     calls = _phases_emitting(spec, "call_llm")
     compacts = _phases_emitting(spec, "compact")
     terminal = set(spec.terminal)
     edges: dict[_Node, list[tuple[str, _Node]]] = {}
+    # The same graph with the limit-checked entries into a compact phase kept,
+    # and the steps that start the count of passes again (a reply's).
+    full: dict[_Node, list[tuple[str, _Node]]] = {}
+    resets: list[tuple[_Node, str, _Node]] = []
     for phase in spec.phases:
-        edges[(phase, False)] = []
+        full[(phase, False)] = []
         if phase in calls:
-            edges[(phase, True)] = []
+            full[(phase, True)] = []
+    edges = {node: [] for node in full}
     for (src, trigger), group in groups.items():
         stalled = False
         for index, t in enumerate(group):
@@ -248,19 +258,24 @@ def _check_termination(
             if dest in terminal:
                 stalled = stalled or "is_no_progress" in t.conditions
                 continue
-            if (
-                _COUNTER_GUARDS & set(t.conditions)
-                or (dest in compacts and _is_limit_checked(group, index, terminal))
-                or (src in compacts and trigger in COMPACTION_FEEDS and stalled)
-            ):
+            if _COUNTER_GUARDS & set(t.conditions):
                 continue
+            # Bounded by the passes in a row: on a cycle with no reply.
+            limited = (
+                dest in compacts and _is_limit_checked(group, index, terminal)
+            ) or (src in compacts and trigger in COMPACTION_FEEDS and stalled)
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
             for node in [(src, False), (src, True)] if src in calls else [(src, False)]:
                 step = (trigger, target)
-                counted = node[1] and _COUNTS_TURN in t.actions
-                if not counted and step not in edges[node]:
+                if node[1] and _COUNTS_TURN in t.actions:
+                    continue
+                if not limited and step not in edges[node]:
                     edges[node].append(step)
+                if step not in full[node]:
+                    full[node].append(step)
+                    if _RESETS_PASSES & set(t.actions):
+                        resets.append((node, trigger, target))
     order = {p: i for i, p in enumerate(spec.phases)}
     adjacent = {n: [d for _, d in out] for n, out in edges.items()}
     named = []
@@ -274,6 +289,7 @@ def _check_termination(
             key=lambda c: (len(c), [order[p] for p, _ in c]),
         )
         named.append((order[cycle[0][0]], cycle))
+    named.extend(_reset_cycles(spec, full, resets, edges))
     for _, cycle in sorted(named):
         steps = [f"{phase} -[{trigger}]->" for phase, trigger in cycle]
         if len(steps) > _CYCLE_SHOWN:  # a generated machine's: its start is enough
@@ -286,18 +302,63 @@ def _check_termination(
         )
 
 
+def _reset_cycles(
+    spec: MachineSpec,
+    full: Mapping[_Node, list[tuple[str, _Node]]],
+    resets: Sequence[tuple[_Node, str, _Node]],
+    bounded_elsewhere: Mapping[_Node, list[tuple[str, _Node]]],
+) -> list[tuple[int, list[tuple[str, str]]]]:
+    """The cycles through a compact phase that a reply's reset leaves unbounded.
+
+    A step that starts the count of compaction passes again, on a cycle of
+    `full`, makes that cycle's compact entries no bound. The cycles without a
+    compact entry are found with `bounded_elsewhere`; the ones found here go
+    through one, and are named from their resetting step.
+    """
+    order = {p: i for i, p in enumerate(spec.phases)}
+    components = _cycles({n: [d for _, d in out] for n, out in full.items()})
+    where = {node: i for i, c in enumerate(components) for node in c}
+    plain = _cycles({n: [d for _, d in out] for n, out in bounded_elsewhere.items()})
+    named_already = {node: i for i, c in enumerate(plain) for node in c}
+    named: list[tuple[int, list[tuple[str, str]]]] = []
+    seen: set[int] = set()
+    for src, trigger, dest in resets:
+        home = where.get(src)
+        if home is None or where.get(dest) != home or home in seen:
+            continue
+        if (trigger, dest) in bounded_elsewhere[src] and named_already.get(
+            src, -1
+        ) == named_already.get(dest, -2):
+            continue  # on a cycle with no compact entry, named already
+        seen.add(home)
+        component = components[home]
+        back = [] if dest == src else _cycle_from(dest, component, full, until=src)
+        cycle = [(src[0], trigger), *back]
+        named.append((order[src[0]], cycle))
+    return named
+
+
 def _cycle_from(
-    first: _Node, component: set[_Node], edges: Mapping[_Node, list[tuple[str, _Node]]]
+    first: _Node,
+    component: set[_Node],
+    edges: Mapping[_Node, list[tuple[str, _Node]]],
+    *,
+    until: _Node | None = None,
 ) -> list[tuple[str, str]]:
-    """A shortest cycle from `first` back to it: (phase, trigger) per step."""
+    """A shortest path from `first` back to it (or to `until`), per step."""
+    goal = first if until is None else until
     came_from: dict[_Node, tuple[_Node, str]] = {}
     queue = [first]
     for node in queue:
         for trigger, dest in edges[node]:
-            if dest in component and dest != first and dest not in came_from:
+            if (
+                dest in component
+                and dest not in (first, goal)
+                and dest not in came_from
+            ):
                 came_from[dest] = (node, trigger)
                 queue.append(dest)
-    last, via = next((n, t) for n in queue for t, d in edges[n] if d == first)
+    last, via = next((n, t) for n in queue for t, d in edges[n] if d == goal)
     steps = [(last[0], via)]
     while last != first:
         last, via = came_from[last]

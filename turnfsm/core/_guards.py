@@ -96,7 +96,7 @@ def has_output_retries_left(snapshot: Snapshot, event: Event) -> bool:
 
 
 def is_compaction_limit_reached(snapshot: Snapshot, event: Event) -> bool:
-    """The run already made `max_compactions` compaction passes."""
+    """The run made `max_compactions` compaction passes in a row (no model call)."""
     return snapshot.compactions >= snapshot.budget.max_compactions
 
 

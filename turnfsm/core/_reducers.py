@@ -55,10 +55,16 @@ def record_estimate(s: Snapshot, e: Event) -> Snapshot:
 
 
 def record_reply(s: Snapshot, e: Event) -> Snapshot:
-    """Append the reply to pending and count the turn."""
+    """Append the reply to pending and count the turn.
+
+    A model call came: the count of compaction passes in a row starts again.
+    """
     assert isinstance(e, ModelReplied)
     return s.replace(
-        pending=s.pending.append(e.message), last_reply=e.message, turns=s.turns + 1
+        pending=s.pending.append(e.message),
+        last_reply=e.message,
+        turns=s.turns + 1,
+        compactions=0,
     )
 
 
@@ -66,13 +72,15 @@ def record_rejection(s: Snapshot, e: Event) -> Snapshot:
     """Keep the rejected reply and the re-ask in pending; count the turn and retry.
 
     Both are ordinary messages: the model sees what it said and why it was
-    refused.
+    refused. A model call came: the count of compaction passes in a row
+    starts again.
     """
     assert isinstance(e, OutputRejected)
     return s.replace(
         pending=s.pending.extend((e.message, e.feedback)),
         last_reply=e.message,
         turns=s.turns + 1,
+        compactions=0,
         output_retries=s.output_retries + 1,
     )
 
@@ -120,7 +128,7 @@ def count_overflow(s: Snapshot, e: Event) -> Snapshot:
 
 
 def count_compaction(s: Snapshot, e: Event) -> Snapshot:
-    """Count one compaction pass."""
+    """Count one compaction pass (since the last model call)."""
     return s.replace(compactions=s.compactions + 1)
 
 

@@ -48,7 +48,9 @@ class Budget:
         auto_compact: whether the threshold line triggers compaction.
         max_turns: the most model calls one run may make.
         max_overflow_retries: compact-and-retry passes after provider overflows.
-        max_compactions: the most compaction passes one run may make.
+        max_compactions: the most compaction passes in a row, with no model
+            call between them (a long run compacts as often as its length
+            needs; each model call starts the count again).
         max_messages: the message-count line (seed 000): more messages than
             this compact; 0 turns the line off.
         max_output_retries: re-asks after a final answer that does not fit

@@ -78,7 +78,8 @@ class Driver:
         max_turns: model calls per run. This and every other count (retries,
             passes) is at most 1,000,000.
         max_overflow_retries: compact-and-retry passes after provider overflows.
-        max_compactions: compaction passes per run.
+        max_compactions: compaction passes in a row, with no model call
+            between them.
         tool_timeout: seconds each tool call may take (None: no limit).
         model_timeout: seconds each model attempt may take (None: no limit).
         compaction_timeout: seconds a compaction pass may take (None: no limit).

@@ -157,13 +157,14 @@ class CompactionCircuitOpen(TurnFSMError):
 @final
 @attrs.frozen(auto_exc=True)
 class CompactionLimitExceeded(TurnFSMError):
-    """Raised when a run used all of its `max_compactions` compaction passes."""
+    """Raised after `max_compactions` passes in a row with no model call between."""
 
     max_compactions: int
 
     def __str__(self) -> str:
         return (
-            f"the run reached max_compactions={self.max_compactions} compaction "
-            "passes without a request that fits; raise max_compactions, or check "
-            "for a hook that adds a message after every pass"
+            f"the run made max_compactions={self.max_compactions} compaction "
+            "passes in a row, with no model call between them, and still has no "
+            "request that fits; raise max_compactions, or check for a hook that "
+            "adds a message after every pass"
         )
