@@ -3,8 +3,8 @@
 The brain (`TurnMachine`, in `turnfsm.core`) decides when to call the model,
 run tools, compact, finish or fail; the hands (`Driver`, in
 `turnfsm.driver`) carry each decision out; the policy (`ContextManager`)
-judges every compaction pass; the strategy (`TruncatingCompactor` and
-friends) shrinks the conversation. `Agent` is the small façade over them.
+judges every compaction pass; the strategy (`MaskingCompactor`, the default,
+and friends) shrinks the conversation. `Agent` is the small façade over them.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     )
     from turnfsm.context import (
         LayeredCompactor as LayeredCompactor,
+    )
+    from turnfsm.context import (
+        MaskingCompactor as MaskingCompactor,
     )
     from turnfsm.context import (
         SummarizingCompactor as SummarizingCompactor,
@@ -296,6 +299,7 @@ _LAZY: dict[str, str] = {
     "Tool": "turnfsm.driver",
     "ToolError": "turnfsm.errors",
     "TruncatingCompactor": "turnfsm.context",
+    "MaskingCompactor": "turnfsm.context",
     "SummarizingCompactor": "turnfsm.context",
     "LayeredCompactor": "turnfsm.context",
     "ToolResultDigest": "turnfsm.context",

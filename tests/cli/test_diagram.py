@@ -42,8 +42,8 @@ DEMO_PATH = {
     "measured": 6,
     "model_replied [has_tool_calls]": 5,
     "tools_finished": 5,
-    "measured [is_over_threshold_line and not is_compaction_limit_reached]"
-    " / threshold_exceeded": 1,
+    "measured [is_over_threshold_line and not is_compaction_limit_reached"
+    " and not is_threshold_line_spent] / threshold_exceeded": 1,
     "measured [is_over_emergency_line] / emergency": 1,
     "compaction_result": 2,
     "model_replied": 1,
@@ -136,8 +136,8 @@ def test_a_stored_run_is_drawn_with_exactly_the_edges_it_fired(
     assert {label: n for label, (n, _) in drawn.items()} == DEMO_PATH
     emergency = drawn["measured [is_over_emergency_line] / emergency"][1]
     threshold = drawn[
-        "measured [is_over_threshold_line and not is_compaction_limit_reached]"
-        " / threshold_exceeded"
+        "measured [is_over_threshold_line and not is_compaction_limit_reached"
+        " and not is_threshold_line_spent] / threshold_exceeded"
     ][1]
     assert emergency is not None
     assert threshold is not None

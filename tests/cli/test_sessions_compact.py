@@ -65,14 +65,14 @@ def test_compacting_twice_from_the_cli_writes_one_summary(
     assert "manual" in shown
 
 
-def test_without_an_agent_the_default_truncates_and_calls_no_model(
+def test_without_an_agent_the_default_strategy_runs_and_calls_no_model(
     tmp_path: Path, capsys: Capture
 ) -> None:
     db = tmp_path / "s.db"
     session_id = _filled(db)
     assert main(["sessions", "compact", session_id, "--store", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "compacted by TruncatingCompactor (manual)" in out
+    assert "compacted by MaskingCompactor (manual)" in out
     assert _summaries(db, session_id) == 0
 
 

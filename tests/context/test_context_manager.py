@@ -13,6 +13,7 @@ from turnfsm.context import (
     CompactionProposal,
     CompactionRequest,
     ContextManager,
+    MaskingCompactor,
     TruncatingCompactor,
 )
 from turnfsm.core import (
@@ -103,7 +104,7 @@ def run(
 def test_defaults() -> None:
     mgr = ContextManager()
 
-    assert isinstance(mgr.compactor, TruncatingCompactor)
+    assert isinstance(mgr.compactor, MaskingCompactor)
     assert type(mgr.counter) is type(default_counter())
     assert (mgr.context_window, mgr.threshold, mgr.compact_target_pct) == (
         200_000,
@@ -685,7 +686,9 @@ def test_default_truncator_end_to_end() -> None:
 
 def test_truncator_that_cannot_cut_is_no_action() -> None:
     messages = sized(5)
-    mgr = ContextManager(counter=COUNTER, context_window=COUNTER.count(messages))
+    mgr = ContextManager(
+        TruncatingCompactor(), counter=COUNTER, context_window=COUNTER.count(messages)
+    )
 
     decision = fits(mgr, messages)
 

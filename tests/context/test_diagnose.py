@@ -252,8 +252,8 @@ def test_the_message_names_the_largest_items_and_a_tool_result_strategy() -> Non
     assert str(error) == (
         f"{plain}; largest: tool result of read_file (call c1) in turn 3: "
         "2,410 tokens, user message #4 in turn 2: 1,200 tokens, system "
-        "message #0 before the first turn: 300 tokens; ToolResultDigest or "
-        "LayeredCompactor shrink tool results"
+        "message #0 before the first turn: 300 tokens; tool results fill it: "
+        "MaskingCompactor (the default strategy) caps, digests and cuts them to fit"
     )
     assert error.largest == (RESULT, USER, SYSTEM)  # a list becomes a tuple
 
@@ -271,7 +271,10 @@ def test_when_tool_results_are_not_the_bulk_the_hint_is_summarising() -> None:
     error = ContextExceeded(used=9, limit=8, largest=(small, USER, SYSTEM))
 
     assert str(error).startswith(str(ContextExceeded(used=9, limit=8)))
-    assert str(error).endswith("; SummarizingCompactor summarises old turns")
+    assert str(error).endswith(
+        "; messages fill it: SummarizingCompactor, or LayeredCompactor with a"
+        " summary model, summarises old turns; or set a bigger context_window"
+    )
     assert "ToolResultDigest" not in str(error)
 
 
@@ -281,7 +284,8 @@ def test_compaction_failed_keeps_its_cause_positionally_and_lists_items() -> Non
     assert error.cause == "boom"
     assert str(error).startswith("compaction failed at 7 tokens (limit 8): boom; ")
     assert str(error).endswith(
-        "ToolResultDigest or LayeredCompactor shrink tool results"
+        "tool results fill it: MaskingCompactor (the default strategy) caps,"
+        " digests and cuts them to fit"
     )
 
 

@@ -59,8 +59,10 @@ def line_with(text: str, marker: str) -> int:
             "is_over_emergency_line",
         ),
         (
-            'unless = ["is_compaction_limit_reached"]\nreason = "threshold_exceeded"',
-            'unless = ["is_compaction_limit_reachd"]\nreason = "threshold_exceeded"',
+            'unless = ["is_compaction_limit_reached", "is_threshold_line_spent"]\n'
+            'reason = "threshold_exceeded"',
+            'unless = ["is_compaction_limit_reachd", "is_threshold_line_spent"]\n'
+            'reason = "threshold_exceeded"',
             "is_compaction_limit_reachd",
             "unknown guard 'is_compaction_limit_reachd'",
             "is_compaction_limit_reached",

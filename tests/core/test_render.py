@@ -426,15 +426,15 @@ DEMO = tally(
     + [(6, "start", 1000 + n) for n in range(6)]
     + [(7, "call_llm", 1000)] * 5
     + [(13, "run_tools", 1000)] * 5
-    + [(4, "start", 6818), (17, "compact", 1853)]
-    + [(3, "start", 7860), (17, "compact", 6204)]
+    + [(4, "start", 6818), (18, "compact", 1853)]
+    + [(3, "start", 7860), (18, "compact", 6204)]
     + [(9, "call_llm", 6204)]
 )
 
 
 def test_tally_counts_each_edge_and_keeps_the_most_tokens() -> None:
     assert DEMO[(6, "start")] == Traffic(count=6, tokens=1005)
-    assert DEMO[(17, "compact")] == Traffic(count=2, tokens=6204)
+    assert DEMO[(18, "compact")] == Traffic(count=2, tokens=6204)
     assert DEMO[(0, "start")] == Traffic(count=1, tokens=None)
     assert list(DEMO)[:3] == [(0, "start"), (6, "start"), (7, "call_llm")]
 
@@ -468,7 +468,8 @@ def test_the_fired_edges_are_drawn_alone_with_their_counts(
         (
             ("start",),
             "compact",
-            "measured [is_over_threshold_line and not is_compaction_limit_reached]"
+            "measured [is_over_threshold_line and not is_compaction_limit_reached"
+            " and not is_threshold_line_spent]"
             f" / threshold_exceeded {X}1, max 6,818 tokens",
         ),
         (

@@ -80,7 +80,7 @@ def test_stock_machine_loads() -> None:
         "done",
         "failed",
     )
-    assert len(spec.transitions) == 29
+    assert len(spec.transitions) == 30
     assert spec.triggers == {
         "run_started",
         "measured",
@@ -532,7 +532,7 @@ def test_custom_effect_phase_driven_by_signals() -> None:
 
     assert (len(spec.phases), len(spec.transitions), spec.signals) == (
         8,
-        31,
+        32,
         ("approved", "rejected"),
     )
     assert decisions == [
@@ -629,7 +629,10 @@ error = "compaction_limit_exceeded"
 
 """
 THRESHOLD_ONLY = 'conditions = ["is_over_threshold_line"]\n'
-THRESHOLD_UNLESS = THRESHOLD_ONLY + 'unless = ["is_compaction_limit_reached"]\n'
+THRESHOLD_UNLESS = (
+    THRESHOLD_ONLY
+    + 'unless = ["is_compaction_limit_reached", "is_threshold_line_spent"]\n'
+)
 """What keeps the threshold compaction out once the passes are spent."""
 MESSAGE_ONLY = 'conditions = ["is_over_message_line"]\n'
 MESSAGE_UNLESS = (
@@ -761,7 +764,7 @@ def test_the_compaction_limit_alone_bounds_passes_without_stall_exits() -> None:
 
     spec = MachineSpec.from_toml(text)
 
-    assert len(spec.transitions) == 27
+    assert len(spec.transitions) == 28
 
 
 def test_an_unconditional_limit_check_covers_every_compaction() -> None:
@@ -1100,16 +1103,11 @@ def test_a_message_count_result_without_progress_is_committed(
     )
 
 
-@pytest.mark.parametrize("feed", ["compaction_result", "compaction_noop"])
-def test_a_threshold_pass_without_progress_still_stalls(feed: str) -> None:
+def test_a_threshold_pass_that_changed_messages_without_progress_stalls() -> None:
     history, pending = conversation(4)
     budget = Budget(context_window=8_000, threshold=80, max_messages=3)
     machine, first = measure(budget, 4, 7_000)
-    event: Event = (
-        CompactionResult(messages=(*history, *pending), before=7_000, after=7_000)
-        if feed == "compaction_result"
-        else CompactionNoop(before=7_000, after=7_000)
-    )
+    event = CompactionResult(messages=(*history, *pending), before=7_000, after=7_000)
 
     decision = machine.handle(event)
 
@@ -1120,6 +1118,65 @@ def test_a_threshold_pass_without_progress_still_stalls(feed: str) -> None:
         Fail(error=CompactionStalled(used=7_000, limit=7_000)),
     )
     assert machine.snapshot.message_line_spent is False
+
+
+def test_a_threshold_pass_that_cannot_shrink_a_request_that_fits_calls_the_model() -> (
+    None
+):
+    """Under the emergency line (7,600) the request fits: the model is called."""
+    budget = Budget(context_window=8_000, threshold=80)
+    machine, first = measure(budget, 4, 7_000)
+
+    after_pass = machine.handle(CompactionNoop(before=7_000, after=7_000))
+    served = machine.handle(Measured(estimate=7_000))
+
+    assert isinstance(first, Compact)
+    assert isinstance(after_pass, Measure)
+    assert isinstance(served, CallLLM)
+    assert machine.snapshot.threshold_line_spent is True
+    assert machine.snapshot.failure is None
+
+
+def test_a_spent_threshold_line_still_leaves_the_emergency_line_on() -> None:
+    budget = Budget(context_window=8_000, threshold=80)
+    machine, _ = measure(budget, 4, 7_000)
+    machine.handle(CompactionNoop(before=7_000, after=7_000))
+
+    decision = machine.handle(Measured(estimate=7_600))
+
+    assert isinstance(decision, Compact)
+    assert decision.reason is CompactReason.EMERGENCY
+
+
+def test_a_threshold_pass_without_progress_over_the_emergency_line_stalls() -> None:
+    """A pass whose result grew onto the emergency line does not fit: it fails."""
+    budget = Budget(context_window=8_000, threshold=80)
+    machine, _ = measure(budget, 4, 7_000)
+
+    decision = machine.handle(CompactionNoop(before=7_000, after=7_700))
+
+    assert (machine.phase, decision) == (
+        "failed",
+        Fail(error=CompactionStalled(used=7_700, limit=7_000)),
+    )
+
+
+def test_a_commit_turns_the_threshold_line_on_again() -> None:
+    history, pending = conversation(4)
+    budget = Budget(context_window=8_000, threshold=80)
+    machine, _ = measure(budget, 4, 7_000)
+    machine.handle(CompactionNoop(before=7_000, after=7_000))
+    emergency = machine.handle(Measured(estimate=7_600))
+    machine.handle(
+        CompactionResult(messages=(*history, *pending), before=7_600, after=6_500)
+    )
+
+    decision = machine.handle(Measured(estimate=6_500))
+
+    assert isinstance(emergency, Compact)
+    assert machine.snapshot.threshold_line_spent is False
+    assert isinstance(decision, Compact)
+    assert decision.reason is CompactReason.THRESHOLD_EXCEEDED
 
 
 @pytest.mark.parametrize(

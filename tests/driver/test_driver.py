@@ -247,7 +247,8 @@ async def test_on_compaction_is_silent_for_a_noop_but_post_compact_fires() -> No
         hooks=[hook],
     )
     result = await driver.run([Message.user("u" * 3_400), Message.assistant("a")])
-    assert isinstance(result.error, CompactionStalled)
+    # Over the threshold line, under the emergency line: the request fits.
+    assert (result.outcome, result.text) == ("done", "never")
     assert hook.compactions == []
     assert [p.compacted for p in hook.posts] == [False]
 

@@ -537,7 +537,6 @@ async def test_an_ephemeral_session_is_never_stored_and_never_compacts(
     tmp_path: object,
 ) -> None:
     from turnfsm import Agent
-    from turnfsm.errors import CompactionStalled
 
     store = MemoryStore()
     ctx = ContextManager(
@@ -548,7 +547,8 @@ async def test_an_ephemeral_session_is_never_stored_and_never_compacts(
     assert (await agent.run("a quick job", session=short)).ok
     assert await store.list_sessions() == ()  # nothing reached the agent's store
     result = await agent.run(_big_history(10, 500), session=short)
-    assert isinstance(result.error, CompactionStalled)  # no pass ran
+    # No pass ran; the request fits under the emergency line, so the model answers.
+    assert (result.outcome, result.text) == ("done", "never")
     assert [c.verdict for c in short.runs[-1].compactions] == ["noop"]
     assert await store.list_sessions() == ()
 

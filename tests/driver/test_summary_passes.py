@@ -12,6 +12,7 @@ from turnfsm.context import (
     ContextManager,
     LayeredCompactor,
     SummarizingCompactor,
+    TruncatingCompactor,
 )
 from turnfsm.driver import Driver, RetryPolicy, Session, replay
 from turnfsm.errors import (
@@ -370,7 +371,10 @@ async def test_a_stall_names_what_is_big_and_still_replays() -> None:
     driver = Driver(
         model=FakeModelClient(agent),
         tools=[read_file],
-        context=ContextManager(context_window=3_000, counter=COUNTER),
+        # The truncator alone cannot cut one exchange: the run stalls.
+        context=ContextManager(
+            TruncatingCompactor(), context_window=3_000, counter=COUNTER
+        ),
     )
     result = await driver.run("go", session=session)
     error = result.error
@@ -379,7 +383,7 @@ async def test_a_stall_names_what_is_big_and_still_replays() -> None:
     assert (biggest.kind, biggest.tool) == ("tool_result", "read_file")
     where = f"largest: tool result of read_file (call {biggest.call_id}) in turn 1"
     assert where in str(error)
-    assert "LayeredCompactor" in str(error)
+    assert "MaskingCompactor (the default strategy)" in str(error)
     ended = session.runs[0]
     assert ended.error == error
     report = replay(default_machine(), session, ended.run_id)

@@ -5,11 +5,14 @@ brain's `Budget` and judges each pass: `ContextManager.compact` takes one
 `CompactionRequest` and answers with the event the brain takes next. A
 `ContextCompactor` is the strategy that shrinks: it answers with a
 `CompactionProposal`.
-`TruncatingCompactor` is the default strategy (seed 003); `SummarizingCompactor`
-summarises old turns with a model (seeds 000, 004); `LayeredCompactor` shrinks
-in five layers, cheapest first (seed 001); `ToolResultDigest` replaces old,
-oversized tool results with one-line digests (seed 004). `TokenSplitter` finds
-a pair-safe old/recent boundary for custom strategies. The pair-safety helpers
+`MaskingCompactor` is the default strategy: with no model call it caps
+oversized tool results, digests old ones, keeps the last result per call, then
+drops the middle (`TruncatingCompactor`, which also works alone);
+`SummarizingCompactor` summarises old turns with a model; `LayeredCompactor`
+shrinks in five layers, cheapest first, the last two with a model;
+`ToolResultDigest` replaces old, oversized tool results with one-line
+digests. `TokenSplitter` finds a pair-safe old/recent boundary for custom
+strategies. The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
 orphaning a tool call or result.
 """
@@ -27,6 +30,7 @@ from turnfsm.context._layered import (
     Skipped,
 )
 from turnfsm.context._manager import ContextManager
+from turnfsm.context._masking import MaskingCompactor, cut_result
 from turnfsm.context._pairs import (
     PartRef,
     ToolPair,
@@ -64,6 +68,7 @@ __all__ = [
     "ContextManager",
     "Failed",
     "LayeredCompactor",
+    "MaskingCompactor",
     "ModelCall",
     "PartRef",
     "Skipped",
@@ -77,6 +82,7 @@ __all__ = [
     "ToolTraffic",
     "TruncatingCompactor",
     "adjust_split",
+    "cut_result",
     "digest_line",
     "digest_results",
     "explain",

@@ -18,6 +18,7 @@ __all__ = [
     "Layer",
     "cap_results",
     "first_fit",
+    "map_results",
     "microcompact",
     "trim_results",
 ]
@@ -108,6 +109,13 @@ def first_fit(
         if counter.count(current) <= target:
             return current, applied, True
     return current, applied, False
+
+
+def map_results(
+    messages: Sequence[Message], change: Callable[[ToolResultPart], ToolResultPart]
+) -> tuple[Message, ...]:
+    """Apply `change` to every tool result; unchanged messages stay the same objects."""
+    return tuple(_map_results(m, change) for m in messages)
 
 
 def _emptied(part: ToolResultPart) -> ToolResultPart:

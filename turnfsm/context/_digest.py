@@ -30,7 +30,7 @@ from turnfsm.messages import (
     ToolResultPart,
 )
 
-__all__ = ["ToolResultDigest", "digest_line", "digest_results"]
+__all__ = ["ToolResultDigest", "digest_before", "digest_line", "digest_results"]
 
 _check_min_chars = _checks.integer("min_chars", low=1)
 _check_keep_recent_turns = _checks.integer("keep_recent_turns", low=0)
@@ -67,7 +67,18 @@ def digest_results(
     """
     _checks.check(min_chars, "min_chars", _check_min_chars)
     _checks.check(keep_recent_turns, "keep_recent_turns", _check_keep_recent_turns)
-    end = _recent_start(messages, keep_recent_turns)
+    return digest_before(
+        messages, _recent_start(messages, keep_recent_turns), min_chars
+    )
+
+
+def digest_before(
+    messages: Sequence[Message], end: int, min_chars: int
+) -> tuple[Message, ...]:
+    """Digest the results in ``messages[:end]`` longer than `min_chars` characters.
+
+    The rules are `digest_results`'s, with the boundary given as an index.
+    """
     big = [
         (i, j)
         for i in range(end)

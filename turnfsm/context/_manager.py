@@ -36,9 +36,9 @@ from typing import final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.context._masking import MaskingCompactor
 from turnfsm.context._pairs import result_problem
 from turnfsm.context._protocol import ContextCompactor
-from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import (
     CompactBase,
     CompactionContext,
@@ -105,7 +105,9 @@ class ContextManager(OldEntryPoints):
     190,000 and the compaction target 112,000.
 
     Attributes:
-        compactor: The strategy that shrinks (default `TruncatingCompactor`);
+        compactor: The strategy that shrinks (default `MaskingCompactor`: tool
+            results capped, old ones digested, then the middle truncated, with
+            no model call);
             the only setting that may be passed positionally.
         context_window: The model's window in tokens, at most 100,000,000;
             0 disables both lines.
@@ -140,7 +142,7 @@ class ContextManager(OldEntryPoints):
 
     # The one positional setting: ``ContextManager(MyCompactor(), ...)``.
     compactor: ContextCompactor = attrs.field(
-        factory=TruncatingCompactor,
+        factory=MaskingCompactor,
         validator=_checks.instance(
             ContextCompactor, "a ContextCompactor (an async compact() method)"
         ),

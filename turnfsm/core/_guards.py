@@ -26,8 +26,11 @@ Guard: TypeAlias = Callable[[Snapshot, Event], bool]
 
 
 def _estimate(snapshot: Snapshot, event: Event) -> int:
+    """The size the event reports (a measurement, or a pass's after), else the last."""
     if isinstance(event, Measured):
         return event.estimate
+    if isinstance(event, CompactionResult | CompactionNoop):
+        return event.after
     return snapshot.estimate or 0
 
 
@@ -68,6 +71,16 @@ def is_over_message_line(snapshot: Snapshot, event: Event) -> bool:
 def is_message_line_spent(snapshot: Snapshot, event: Event) -> bool:
     """A message-count pass changed nothing since the last commit."""
     return snapshot.message_line_spent
+
+
+def is_threshold_line_spent(snapshot: Snapshot, event: Event) -> bool:
+    """A threshold pass could not shrink the request since the last commit."""
+    return snapshot.threshold_line_spent
+
+
+def is_threshold_pass(snapshot: Snapshot, event: Event) -> bool:
+    """The pass runs for the threshold line (under the emergency line)."""
+    return snapshot.compact_reason is _lines.CompactReason.THRESHOLD_EXCEEDED
 
 
 def is_message_count_pass(snapshot: Snapshot, event: Event) -> bool:
@@ -120,6 +133,8 @@ GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
         "is_message_line_spent": is_message_line_spent,
         "is_over_message_line": is_over_message_line,
         "is_over_threshold_line": is_over_threshold_line,
+        "is_threshold_line_spent": is_threshold_line_spent,
+        "is_threshold_pass": is_threshold_pass,
         "is_turn_limit_reached": is_turn_limit_reached,
     }
 )

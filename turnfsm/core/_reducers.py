@@ -100,7 +100,7 @@ def record_review(s: Snapshot, e: Event) -> Snapshot:
 def record_compaction(s: Snapshot, e: Event) -> Snapshot:
     """A commit point: history := the compacted messages, pending := [].
 
-    The message-count line counts again on the new conversation.
+    The message-count and threshold lines count again on the new conversation.
     """
     assert isinstance(e, CompactionResult)
     return s.replace(
@@ -108,12 +108,22 @@ def record_compaction(s: Snapshot, e: Event) -> Snapshot:
         pending=MessageLog(),
         estimate=e.after,
         message_line_spent=False,
+        threshold_line_spent=False,
     )
 
 
 def spend_message_line(s: Snapshot, e: Event) -> Snapshot:
     """A message-count pass changed nothing: the line is off until a commit."""
     return s.replace(message_line_spent=True)
+
+
+def spend_threshold_line(s: Snapshot, e: Event) -> Snapshot:
+    """A threshold pass could not shrink a request that fits: the line is off.
+
+    Until the next commit the threshold line starts no pass; the emergency
+    line still does.
+    """
+    return s.replace(threshold_line_spent=True)
 
 
 def record_noop(s: Snapshot, e: Event) -> Snapshot:
@@ -164,6 +174,7 @@ REDUCERS: Final[Mapping[str, Reducer]] = MappingProxyType(
         "flush_inbox": flush_inbox,
         "record_compaction": record_compaction,
         "spend_message_line": spend_message_line,
+        "spend_threshold_line": spend_threshold_line,
         "record_estimate": record_estimate,
         "record_injection": record_injection,
         "record_noop": record_noop,

@@ -200,6 +200,7 @@ class Snapshot:
         validator=_checks.instance(CompactReason, "a CompactReason", optional=True),
     )
     message_line_spent: bool = attrs.field(default=False, validator=_checks.boolean())
+    threshold_line_spent: bool = attrs.field(default=False, validator=_checks.boolean())
     last_reply: Message | None = attrs.field(
         default=None, validator=_checks.instance(Message, "a Message", optional=True)
     )
@@ -241,6 +242,7 @@ class Snapshot:
             "output_retries": self.output_retries,
             "compact_reason": self.compact_reason,
             "message_line_spent": self.message_line_spent,
+            "threshold_line_spent": self.threshold_line_spent,
             "last_reply": None
             if self.last_reply is None
             else self.last_reply.to_dict(),
@@ -298,6 +300,7 @@ class Snapshot:
             output_retries=data.get("output_retries", 0),
             compact_reason=_read(data, "compact_reason", _reason),
             message_line_spent=data.get("message_line_spent", False),
+            threshold_line_spent=data.get("threshold_line_spent", False),
             last_reply=_read(data, "last_reply", Message.from_dict),
             failure=_read(data, "failure", _failure),
             is_started=data["is_started"],

@@ -79,9 +79,15 @@ def _largest_text(largest: tuple[LargeItem, ...]) -> str:
     # place (digested), anything else only by summarising the old turns.
     results = sum(i.tokens for i in largest if i.kind == "tool_result")
     if 2 * results >= sum(i.tokens for i in largest):
-        hint = "ToolResultDigest or LayeredCompactor shrink tool results"
+        hint = (
+            "tool results fill it: MaskingCompactor (the default strategy) caps, "
+            "digests and cuts them to fit"
+        )
     else:
-        hint = "SummarizingCompactor summarises old turns"
+        hint = (
+            "messages fill it: SummarizingCompactor, or LayeredCompactor with a "
+            "summary model, summarises old turns; or set a bigger context_window"
+        )
     return f"; largest: {items}; {hint}"
 
 

@@ -1,0 +1,282 @@
+"""The default strategy: a run whose request fits never fails for want of a pass.
+
+`MaskingCompactor` caps, digests and cuts tool results and truncates the
+middle with no model call; the brain calls the model when a threshold pass
+cannot shrink a request that still fits under the emergency line.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.profiles import sized
+from turnfsm import Agent
+from turnfsm.context import (
+    CompactionContext,
+    ContextManager,
+    MaskingCompactor,
+    cut_result,
+)
+from turnfsm.core import CompactReason
+from turnfsm.driver import function_tool
+from turnfsm.errors import ConfigError
+from turnfsm.hooks import Hook
+from turnfsm.messages import Message, ToolResultPart
+from turnfsm.persistence import CompactionRecord
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.tokens import ConservativeTokenCounter
+
+COUNTER = ConservativeTokenCounter()
+
+
+def context(messages: list[Message], target: int) -> CompactionContext:
+    return CompactionContext(
+        tokens_before=COUNTER.count(messages),
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        context_window=10 * target,
+        turn=1,
+        counter=COUNTER,
+    )
+
+
+def compact(messages: list[Message], target: int) -> tuple[Message, ...]:
+    compactor = MaskingCompactor()
+    proposal = anyio.run(compactor.compact, messages, target, context(messages, target))
+    return proposal.messages
+
+
+def results(messages: tuple[Message, ...]) -> list[str]:
+    return [
+        p.content for m in messages for p in m.parts if isinstance(p, ToolResultPart)
+    ]
+
+
+def exchange(n: int, size: int) -> list[Message]:
+    """A user request, then `n` tool rounds of `size`-character results."""
+    out = [Message.user("look around", id="u")]
+    for i in range(n):
+        out.append(reply("", tool_call("read", f"c{i}", path=f"f{i}")))
+        out.append(Message.tool_result(f"c{i}", f"line {i} " + "x" * size, id=f"r{i}"))
+    return out
+
+
+# -- the layers ----------------------------------------------------------------------
+
+
+def test_cut_result_says_how_much_went_and_cuts_again_from_the_original() -> None:
+    once = cut_result("a" * 1_000, 100)
+    twice = cut_result(once, 10)
+
+    assert once.startswith("a" * 100 + "\n[... 900 more characters not shown")
+    assert twice.startswith("a" * 10 + "\n[... 990 more characters not shown")
+    assert cut_result(twice, 10) == twice
+    assert cut_result("short", 10) == "short"
+    assert cut_result("a" * 120, 100) == "a" * 120  # the note would not save
+
+
+def test_an_oversized_result_is_capped_first() -> None:
+    messages = exchange(1, 10_000)
+
+    out = compact(messages, COUNTER.count(messages) - 1)
+
+    (content,) = results(out)
+    assert content.startswith("line 0 " + "x" * 3_993)
+    assert "more characters not shown" in content
+
+
+def test_old_results_become_digests_and_the_newest_stay() -> None:
+    messages = exchange(5, 1_000)
+
+    out = compact(messages, COUNTER.count(messages) // 2)
+
+    contents = results(out)
+    assert all(len(c) < 200 and "\n" not in c for c in contents[:3])
+    assert contents[3:] == results(tuple(messages))[3:]
+    assert [m.id for m in out] == [m.id for m in messages]
+
+
+def test_a_result_bigger_than_the_window_is_cut_to_fit() -> None:
+    messages = exchange(1, 6_000)
+    target = 500
+
+    out = compact(messages, target)
+
+    assert COUNTER.count(out) <= target
+    (content,) = results(out)
+    assert "the result was cut to fit the context window" in content
+
+
+def test_a_long_run_drops_its_middle_and_keeps_its_request_and_pairs() -> None:
+    messages = exchange(40, 300)
+
+    out = compact(messages, 1_000)
+
+    assert out[0].id == "u"
+    assert COUNTER.count(out) <= 1_000
+    calls = {c.id for m in out for c in m.tool_calls}
+    answered = {
+        p.call_id for m in out for p in m.parts if isinstance(p, ToolResultPart)
+    }
+    assert calls == answered
+
+
+def test_words_alone_that_cannot_be_cut_come_back_unchanged() -> None:
+    messages = [Message.user("please " * 2_000, id="u")]
+
+    proposal = anyio.run(
+        MaskingCompactor().compact, messages, 10, context(messages, 10)
+    )
+
+    assert proposal.tokens_after == proposal.tokens_before
+    assert proposal.messages == tuple(messages)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tool_result_chars", 0),
+        ("keep_recent_calls", -1),
+        ("mask_min_chars", 0),
+        ("min_result_chars", -1),
+        ("preserve_recent", 0),
+        ("max_tool_result_chars", "4000"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(field: str, value: object) -> None:
+    with pytest.raises(ConfigError) as raised:
+        MaskingCompactor(**{field: value})  # type: ignore[arg-type]
+
+    assert raised.value.field == field
+
+
+# -- runs that fit complete ----------------------------------------------------------
+
+
+class Passes(Hook):
+    def __init__(self) -> None:
+        self.records: list[CompactionRecord] = []
+
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        self.records.append(record)
+
+
+def one_fat_result() -> FakeModelClient:
+    def answer(request: ModelRequest) -> Message:
+        if any(m.role.value == "tool" for m in request.messages):
+            return reply("done")
+        return reply("", tool_call("fetch", "c1"))
+
+    return FakeModelClient(answer)
+
+
+@pytest.mark.parametrize(
+    ("chars", "window", "threshold"),
+    [(1_500, 1_500, 50), (2_500, 1_500, 80), (6_000, 1_500, 50), (3_000, 640, 80)],
+    ids=["over-the-threshold", "over-the-emergency-line", "bigger-than-window", "640"],
+)
+def test_a_run_with_one_fat_tool_result_completes_with_the_defaults(
+    chars: int, window: int, threshold: int
+) -> None:
+    """The model is told that the result was cut."""
+
+    @function_tool
+    def fetch() -> str:
+        """Fetch the page."""
+        return "Lorem ipsum, 12.5%; " * (chars // 20)
+
+    model = one_fat_result()
+    passes = Passes()
+    agent = Agent(
+        model=model,
+        tools=[fetch],
+        context=ContextManager(context_window=window, threshold=threshold),
+        hooks=[passes],
+    )
+
+    result = agent.run_sync("fetch the page")
+
+    assert result.outcome == "done", result.error
+    assert result.text == "done"
+    last = model.requests[-1].messages
+    assert "the result was cut to fit the context window" in results(tuple(last))[0]
+    assert [r.verdict.value for r in passes.records] == ["compacted"]
+
+
+def test_a_long_run_compacts_as_often_as_it_needs() -> None:
+    """10,000 tool rounds in an 8,192-token window: hundreds of passes, recorded."""
+    rounds = 10_000
+
+    @function_tool
+    def step(n: int) -> str:
+        """Do step n."""
+        return f"step {n} done: " + "ok " * 60
+
+    calls = iter(range(rounds + 1))
+
+    def answer(request: ModelRequest) -> Message:
+        done = next(calls)
+        if done == rounds:
+            return reply("all done")
+        return reply("", tool_call("step", f"s{done}", n=done))
+
+    passes = Passes()
+    agent = Agent(
+        model=FakeModelClient(answer),
+        tools=[step],
+        context=ContextManager(context_window=8_192),
+        hooks=[passes],
+        max_turns=rounds * 10,
+    )
+
+    result = agent.run_sync("do every step")
+
+    assert result.outcome == "done", result.error
+    assert len(passes.records) > 20  # more than the old per-run total allowed
+    assert all(r.verdict.value == "compacted" for r in passes.records)
+
+
+# -- the invariant -------------------------------------------------------------------
+
+words = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=400)
+
+
+@given(
+    rounds=st.lists(st.tuples(words, st.integers(0, 3_000)), min_size=0, max_size=6),
+    request=st.text(alphabet="abcdefgh?", min_size=1, max_size=100),
+    window=st.integers(600, 4_000),
+    threshold=st.integers(20, 90),
+)
+@settings(max_examples=sized(100), deadline=None)
+def test_a_request_under_the_emergency_line_never_stalls(
+    rounds: list[tuple[str, int]], request: str, window: int, threshold: int
+) -> None:
+    """Whatever the conversation, the default strategy shrinks it or the model is
+    called: a run only fails when a request cannot be brought under the line."""
+
+    @function_tool
+    def fetch(n: int) -> str:
+        """Fetch part n."""
+        text, size = rounds[n]
+        return (text * (size // len(text) + 1))[:size]
+
+    def answer(request_: ModelRequest) -> Message:
+        asked = sum(1 for m in request_.messages if m.tool_calls)
+        if asked < len(rounds):
+            return reply("", tool_call("fetch", f"c{asked}", n=asked))
+        return reply("done")
+
+    agent = Agent(
+        model=FakeModelClient(answer),
+        tools=[fetch],
+        context=ContextManager(context_window=window, threshold=threshold),
+        max_turns=50,
+    )
+
+    result = agent.run_sync(request)
+
+    if result.outcome != "done":
+        assert type(result.error).__name__ != "CompactionStalled", result.error

@@ -1,0 +1,218 @@
+"""`MaskingCompactor`: the default strategy, no model call, cheapest first.
+
+What makes an agent's conversation fat is nearly always what its tools
+returned, so the layers shrink tool results first and drop messages last.
+They run in order and the pass stops as soon as the conversation fits the
+target:
+
+1. cap: a tool result over `max_tool_result_chars` characters keeps its head
+   and says how many characters were cut;
+2. mask: the results of all but the newest `keep_recent_calls` tool-calling
+   replies, when longer than `mask_min_chars`, become their one-line digest
+   (what the call did, e.g. ``[read_file] read notes.md (10 chars)``);
+3. latest: per tool call id, only the last result keeps its content;
+4. truncate: the middle of the conversation is dropped by `TruncatingCompactor`
+   (the first message and the newest user message stay; no tool call is
+   parted from its result);
+5. fit: every tool result still over the size at which the conversation fits
+   is cut to it (down to `min_result_chars`), and says so.
+
+A pass for the message-count line (too many messages, not too many tokens)
+or one asked for by hand (`Agent.compact`, ``turnfsm sessions compact``)
+always runs the truncation, which is what shortens the conversation.
+
+So a run whose one tool result is bigger than the whole window goes on with
+that result cut to fit, and the model reads that it was cut. A conversation
+whose size is in its own words (a long user message, long replies) and too
+short to truncate comes back unchanged: the brain then calls the model when
+the request still fits under the emergency line, and the error says what is
+large otherwise.
+
+Masking old observations rather than summarising them is as good at half the
+cost (JetBrains, "The Complexity Trap", arXiv 2508.21433). Characters, not
+bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final, final
+
+import attrs
+
+from turnfsm import _checks
+from turnfsm.context._deterministic_layers import (
+    MAX_TOOL_RESULT_CHARS,
+    map_results,
+    microcompact,
+)
+from turnfsm.context._digest import digest_before
+from turnfsm.context._truncating import TruncatingCompactor
+from turnfsm.context._values import CompactionContext, CompactionProposal
+from turnfsm.core import CompactReason
+from turnfsm.messages import Message, Role, ToolResultPart
+from turnfsm.tokens import TokenCounter
+
+__all__ = ["MaskingCompactor", "cut_result"]
+
+_ALWAYS_TRUNCATE: Final = frozenset({CompactReason.MESSAGE_COUNT, CompactReason.MANUAL})
+"""The passes that are for fewer messages, or asked for, whatever the size."""
+
+_CUT: Final = re.compile(r"\n\[\.\.\. (\d+) more characters not shown[^\n]*\]\Z")
+
+
+def cut_result(content: str, keep: int) -> str:
+    """Return `content` cut to its first `keep` characters, saying how much went.
+
+    The note names how many characters were cut, counting an earlier cut's
+    too, so cutting again only shortens the head. Content of at most `keep`
+    characters, or that the note would not make shorter, comes back as it is.
+
+    Args:
+        content: A tool result's text, maybe cut already.
+        keep: How many characters of its head to keep (≥ 0).
+    """
+    found = _CUT.search(content)
+    head, gone = (
+        (content, 0)
+        if found is None
+        else (
+            content[: found.start()],
+            int(found.group(1)),
+        )
+    )
+    if len(head) <= keep:
+        return content
+    gone += len(head) - keep
+    cut = (
+        f"{head[:keep]}\n[... {gone} more characters not shown: the result was "
+        "cut to fit the context window]"
+    )
+    return cut if len(cut) < len(content) else content
+
+
+def _is_changed(new: Sequence[Message], old: Sequence[Message]) -> bool:
+    return len(new) != len(old) or any(
+        a is not b for a, b in zip(new, old, strict=True)
+    )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class MaskingCompactor:
+    """Shrink tool results, then drop the middle, with no model call (the default).
+
+    The layers are listed in the module's docstring; the pass stops as soon
+    as the conversation fits the target. Every message that is kept stays in
+    its order, and no tool call is parted from its result.
+
+    Attributes:
+        max_tool_result_chars: Layer 1's cap on any tool result (4,000).
+        keep_recent_calls: Layer 2 leaves the results of this many newest
+            tool-calling replies as they are (2).
+        mask_min_chars: Layer 2 digests older results longer than this (200).
+        min_result_chars: Layer 5 cuts no result below this many characters
+            (0: as far as the conversation needs, down to the note alone).
+        preserve_recent: Layer 4 keeps at least this many recent messages (4).
+
+    Raises:
+        ConfigError: On construction, naming the field, when a setting is
+            out of range or of the wrong type.
+    """
+
+    max_tool_result_chars: int = attrs.field(
+        default=MAX_TOOL_RESULT_CHARS, validator=_checks.integer(low=1)
+    )
+    keep_recent_calls: int = attrs.field(default=2, validator=_checks.integer(low=0))
+    mask_min_chars: int = attrs.field(default=200, validator=_checks.integer(low=1))
+    min_result_chars: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    preserve_recent: int = attrs.field(default=4, validator=_checks.integer(low=1))
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """Apply the layers in order until the conversation fits `target`.
+
+        Args:
+            messages: The conversation.
+            target: The size to reach, in the counter's tokens.
+            ctx: The pass's context; `ctx.counter` measures.
+
+        Returns:
+            The shrunk conversation (however far the layers got), or the
+            input unchanged when no layer could change anything.
+        """
+        counter = ctx.counter
+        current = tuple(messages)
+        by_count = ctx.reason in _ALWAYS_TRUNCATE
+        for layer in (self._cap, self._mask, microcompact):
+            current = layer(current)
+            if counter.count(current) <= target and not by_count:
+                return _proposal(messages, current, ctx)
+        truncator = TruncatingCompactor(
+            preserve_recent=self.preserve_recent, compact_newest_exchange=True
+        )
+        cut = await truncator.compact(current, target, ctx)
+        if _is_changed(cut.messages, current):
+            current = tuple(cut.messages)
+        if counter.count(current) > target:
+            current = self._fit(current, target, counter)
+        return _proposal(messages, current, ctx)
+
+    def _cap(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        cap = self.max_tool_result_chars
+        return map_results(messages, lambda p: _cut_part(p, cap))
+
+    def _mask(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        keep = self.keep_recent_calls
+        asks = [
+            i
+            for i, m in enumerate(messages)
+            if m.role is Role.ASSISTANT and m.tool_calls
+        ]
+        end = len(messages) if keep == 0 else (asks[-keep] if len(asks) >= keep else 0)
+        return digest_before(messages, end, self.mask_min_chars)
+
+    def _fit(
+        self, messages: tuple[Message, ...], target: int, counter: TokenCounter
+    ) -> tuple[Message, ...]:
+        """Cut every tool result to the longest size at which `messages` fit."""
+        sizes = [
+            len(p.content)
+            for m in messages
+            if m.role is Role.TOOL
+            for p in m.parts
+            if isinstance(p, ToolResultPart)
+        ]
+        low, high = self.min_result_chars, max(sizes, default=0)
+        if high <= low:
+            return messages
+
+        def at(keep: int) -> tuple[Message, ...]:
+            return map_results(messages, lambda p: _cut_part(p, keep))
+
+        if counter.count(at(low)) > target:
+            return at(low)  # as small as this layer goes
+        while high - low > 1:  # count(at(low)) fits; find the largest that does
+            middle = (low + high) // 2
+            if counter.count(at(middle)) <= target:
+                low = middle
+            else:
+                high = middle
+        return at(low)
+
+
+def _cut_part(part: ToolResultPart, keep: int) -> ToolResultPart:
+    content = cut_result(part.content, keep)
+    return part if content is part.content else attrs.evolve(part, content=content)
+
+
+def _proposal(
+    original: Sequence[Message], current: tuple[Message, ...], ctx: CompactionContext
+) -> CompactionProposal:
+    if not _is_changed(current, original):
+        return CompactionProposal.unchanged(original, ctx.tokens_before)
+    return CompactionProposal.compacted(
+        current, ctx.tokens_before, ctx.counter.count(current)
+    )
