@@ -75,8 +75,8 @@ def approval_machine() -> MachineSpec:
 def review_machine() -> MachineSpec:
     """Return the Turn FSM with a review of the final answer, ``review.toml``.
 
-    A reply without tool calls enters ``review``, a phase whose effect is
-    named ``review`` (give it in `effects=`). It answers with a `Signal`:
+    A reply without tool calls enters ``await_review``, a phase whose effect
+    is named ``review`` (give it in `effects=`). It answers with a `Signal`:
     ``approved`` ends the run; ``revise`` with ``data={"feedback": TEXT}``
     adds TEXT to the conversation as a user message and calls the model
     again. Loaded once.

@@ -24,7 +24,7 @@ REVIEW = (REPO_ROOT / "machines" / "review.toml").read_text(encoding="utf-8")
 
 REVISE = """[[transitions]]
 trigger = "revise"
-source = "review"
+source = "await_review"
 dest = "start"
 message = "feedback"
 """
@@ -46,7 +46,7 @@ def line_of(text: str, needle: str) -> int:
 TOOLS_FINISHED = '[[transitions]]\ntrigger = "tools_finished"\n'
 GIVE_UP = """[[transitions]]
 trigger = "give_up"
-source = "review"
+source = "await_review"
 dest = "failed"
 error = "cancelled"
 message = "why"
@@ -167,7 +167,7 @@ def _in_review() -> TurnMachine:
     machine.handle(RunStarted([user("How many?", id="m-ask")]))
     machine.handle(Measured(10))
     machine.handle(ModelReplied(reply("It is 42.", id="m-answer")))
-    assert machine.phase == "review"
+    assert machine.phase == "await_review"
     return machine
 
 

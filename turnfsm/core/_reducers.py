@@ -106,8 +106,7 @@ def record_signal_message(key: str, s: Snapshot, e: Event) -> Snapshot:
     history; a signal without one, or with one that is no plain user
     message, is refused.
     """
-    if not isinstance(e, Signal):
-        raise IllegalEvent(phase=s.phase, event=trigger_of(e))
+    assert isinstance(e, Signal)  # the loader allows `message` on signals only
     message = e.message
     if message is None:
         raise InvalidMessage(f"signal {e.name!r}.data", dict(e.data), _unsaid(key, e))
