@@ -81,11 +81,17 @@ async def test_the_feedback_is_logged_on_its_event_and_committed() -> None:
         if isinstance(entry, EventRecorded) and isinstance(entry.event, Signal)
     ]
     revise, approved = signals
+    (index,) = [
+        e.index
+        for e in session.entries
+        if isinstance(e, EventRecorded) and e.event is revise
+    ]
     assert revise.name == "revise"
     assert revise.message is not None
     assert (revise.message.role, revise.message.text) == (Role.USER, FEEDBACK)
     assert approved.message is None  # its transition adds nothing
     committed = [e for e in session.entries if isinstance(e, Committed)]
+    assert revise.message.id == f"msg_{result.run_id}_{index}"  # deterministic
     assert revise.message.id in committed[-1].messages
     assert [(m.role, m.text) for m in session.history] == [
         (Role.USER, "How many?"),

@@ -330,9 +330,10 @@ class Signal:
     `data` is what the signal carries. Where the machine file gives a
     transition ``message = "KEY"``, the signal's ``data["KEY"]`` joins the
     conversation as a user message, `message`: the driver builds it when it
-    feeds the signal (its id from the run's id source, so a replayed log
-    gives the same history), or the event's builder gives it. `message` is
-    stored with the event only when it is set.
+    feeds the signal and logs it on the event (its id made from the run's id
+    and the event's place in the run), so a replayed log gives the same
+    history; or the event's builder gives it. `message` is stored with the
+    event only when it is set.
 
     Fields, in positional order: `name`, `data`, `message`.
     """

@@ -276,13 +276,15 @@ class RunLoop(Ending):
         """The signal with the message its data adds, where the machine says so.
 
         The message is made here, once, and logged on the event: a replay
-        feeds it as it was (the brain refuses a signal missing it).
+        feeds it as it was (the brain refuses a signal missing it). Its id
+        is the run's and the event's position in it, so a durable workflow
+        that re-runs this code makes the same one.
         """
         key = self.machine.message_key(event)
         text = event.data.get(key) if key is not None else None
         if text is None or not text.strip():
             return event  # the brain says what is missing
-        message = Message.user(text, id=self.run.new_id("msg"))
+        message = Message.user(text, id=f"msg_{self.run_id}_{self.index}")
         return attrs.evolve(event, message=message)
 
     def _key(self) -> str:
