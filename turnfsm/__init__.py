@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from turnfsm._resources import (
         load_machine as load_machine,
     )
+    from turnfsm._resources import (
+        review_machine as review_machine,
+    )
     from turnfsm.agent import Agent as Agent
     from turnfsm.context import (
         CompactBase as CompactBase,
@@ -312,6 +315,7 @@ _LAZY: dict[str, str] = {
     "load_machine": "turnfsm._resources",
     "open_store": "turnfsm.persistence",
     "replay": "turnfsm.driver",
+    "review_machine": "turnfsm._resources",
 }
 
 

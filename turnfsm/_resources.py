@@ -14,6 +14,7 @@ __all__ = [
     "default_machine",
     "load_machine",
     "machines_dir",
+    "review_machine",
 ]
 
 
@@ -68,6 +69,19 @@ def approval_machine() -> MachineSpec:
     `ToolCallsReviewed` (or `run_cancelled`) to go on.
     """
     return load_machine(machines_dir() / "approval.toml")
+
+
+@functools.cache
+def review_machine() -> MachineSpec:
+    """Return the Turn FSM with a review of the final answer, ``review.toml``.
+
+    A reply without tool calls enters ``await_review``, a phase whose effect
+    is named ``review`` (give it in `effects=`). It answers with a `Signal`:
+    ``approved`` ends the run; ``revise`` with ``data={"feedback": TEXT}``
+    adds TEXT to the conversation as a user message and calls the model
+    again. Loaded once.
+    """
+    return load_machine(machines_dir() / "review.toml")
 
 
 @functools.cache

@@ -22,6 +22,7 @@ from turnfsm.core._decisions import (
 )
 from turnfsm.core._events import (
     EVENT_TYPES,
+    OMITTED_IF_DEFAULT,
     PASS_EVENT_TYPES,
     CompactionCircuitOpened,
     CompactionNoop,
@@ -63,6 +64,7 @@ __all__ = [
     "EVENT_TYPES",
     "FAILURES",
     "GUARDS",
+    "OMITTED_IF_DEFAULT",
     "PASS_EVENT_TYPES",
     "REDUCERS",
     "SCHEMA_VERSION",

@@ -19,7 +19,13 @@ from turnfsm.core._deciders import Decide, _decider
 from turnfsm.core._events import EVENT_TYPES, Event, Signal, trigger_name
 from turnfsm.core._guards import GUARDS, Guard
 from turnfsm.core._lines import CompactReason
-from turnfsm.core._reducers import FAILURES, REDUCERS, FailureBuilder, Reducer
+from turnfsm.core._reducers import (
+    FAILURES,
+    REDUCERS,
+    FailureBuilder,
+    Reducer,
+    record_signal_message,
+)
 from turnfsm.core._snapshot import Snapshot
 from turnfsm.core._spec import MachineSpec
 
@@ -137,7 +143,7 @@ class _Compiled:
     it, so runs share nothing but the transition table (internal).
     """
 
-    __slots__ = ("by_type", "decide", "machine", "signals", "terminal")
+    __slots__ = ("by_type", "decide", "machine", "messages", "signals", "terminal")
 
     def __init__(self, spec: MachineSpec) -> None:
         states = [
@@ -163,12 +169,18 @@ class _Compiled:
         # `transitions` would) and fires it through `transitions` under a
         # trigger of its own, which then has no condition left to check.
         groups: dict[str, dict[str, list[_Candidate]]] = {}
+        self.messages: dict[str, str] = {}
+        """A transition's trigger of its own -> the data key its signal adds."""
         for index, t in enumerate(spec.transitions):
             conditions = tuple(GUARDS[g] for g in t.conditions)
             unless = tuple(GUARDS[g] for g in t.unless)
             failure = FAILURES[t.error] if t.error is not None else None
             reducers = _reducers(t.actions)
             name = f"{t.trigger}#{index}"
+            if t.message is not None:
+                # The signal's message joins pending first, then the actions.
+                reducers = (partial(record_signal_message, t.message), *reducers)
+                self.messages[name] = t.message
             for source in t.sources:
                 dest = t.dest if t.dest is not None else source
                 step = Step(

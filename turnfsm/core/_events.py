@@ -2,6 +2,11 @@
 
 Each event's trigger is the snake_case form of its class name
 (`ModelReplied` -> ``"model_replied"``), derived, never retyped.
+
+Every event is built by keyword or positionally, its fields in the order its
+docstring lists them (``Measured(120)`` is ``Measured(estimate=120)``,
+``Signal("revise", {"feedback": "..."})`` is ``Signal(name="revise",
+data={"feedback": "..."})``); fields with a default come last.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
     "EVENT_TYPES",
+    "OMITTED_IF_DEFAULT",
     "PASS_EVENT_TYPES",
     "CompactionCircuitOpened",
     "CompactionNoop",
@@ -44,6 +50,13 @@ __all__ = [
 ]
 
 
+OMITTED_IF_DEFAULT: Final = "turnfsm.omitted_if_default"
+"""A field's metadata: its stored form leaves the field out while it has its default.
+
+So a field added to an event keeps the stored form of the events that do
+not use it (`Signal.message`).
+"""
+
 _non_negative: Final = _checks.integer(low=0)
 _message: Final = _checks.instance(Message, "a Message")
 _usage: Final = _checks.instance(Usage, "a Usage", optional=True)
@@ -64,25 +77,34 @@ def _compacted(value: Iterable[Message]) -> tuple[Message, ...]:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class RunStarted:
-    """A run began: `input` are the run's new messages (they become pending)."""
+    """A run began: `input` are the run's new messages (they become pending).
+
+    Fields, in positional order: `input`.
+    """
 
     input: tuple[Message, ...] = attrs.field(converter=_input, validator=_messages)
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class Measured:
-    """The driver measured the whole next request at `estimate` tokens."""
+    """The driver measured the whole next request at `estimate` tokens.
+
+    Fields, in positional order: `estimate`.
+    """
 
     estimate: int = attrs.field(validator=_non_negative)
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class ModelReplied:
-    """The model answered with `message` (an assistant message)."""
+    """The model answered with `message` (an assistant message).
+
+    Fields, in positional order: `message`, `usage`.
+    """
 
     message: Message = attrs.field(validator=_message)
     usage: Usage | None = attrs.field(default=None, validator=_usage)
@@ -101,7 +123,7 @@ def _reask_text(errors: tuple[str, ...]) -> str:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class OutputRejected:
     """The model's final reply did not fit the run's output type.
 
@@ -109,6 +131,8 @@ class OutputRejected:
     `errors` each problem the driver found in it, and `feedback` the user
     message that lists them and asks again. `feedback` is made here, by
     whoever builds the event, so a replayed log gives the same history.
+
+    Fields, in positional order: `message`, `errors`, `feedback`, `usage`.
     """
 
     message: Message
@@ -122,31 +146,40 @@ class OutputRejected:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class ModelFailed:
-    """The model call failed for good (the retry policy gave up)."""
+    """The model call failed for good (the retry policy gave up).
+
+    Fields, in positional order: `error`.
+    """
 
     error: ErrorInfo = attrs.field(validator=_error)
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class ContextOverflowed:
-    """The provider rejected the request as longer than its context."""
+    """The provider rejected the request as longer than its context.
+
+    Fields, in positional order: `error`.
+    """
 
     error: ErrorInfo = attrs.field(validator=_error)
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class ToolsFinished:
-    """Every tool call of the last reply has a result in `results`."""
+    """Every tool call of the last reply has a result in `results`.
+
+    Fields, in positional order: `results`.
+    """
 
     results: tuple[Message, ...] = attrs.field(converter=_results, validator=_messages)
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class ToolCallsReviewed:
     """A reviewer answered a pause over the last reply's tool calls.
 
@@ -154,6 +187,8 @@ class ToolCallsReviewed:
     calls get none, and the next `RunTools` runs them. Build one with
     `approve_all()` or `reject(...)`: the results' message ids are made here,
     by whoever builds the event, so a replayed log gives the same history.
+
+    Fields, in positional order: `results`.
     """
 
     results: tuple[Message, ...] = attrs.field(
@@ -193,11 +228,13 @@ class ToolCallsReviewed:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class CompactionResult:
     """A compaction pass replaced the conversation with `messages`.
 
     `before` and `after` are the driver's measurements of the whole request.
+
+    Fields, in positional order: `messages`, `before`, `after`, `usage`.
     """
 
     messages: tuple[Message, ...] = attrs.field(
@@ -209,12 +246,14 @@ class CompactionResult:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class CompactionNoop:
     """A compaction pass changed nothing (no manager, a veto, nothing to cut).
 
     `vetoed` says a pre-compact hook stopped the pass (the brain reads only
     the sizes; the audit trail and the hooks read the rest).
+
+    Fields, in positional order: `before`, `after`, `vetoed`, `usage`.
     """
 
     before: int = attrs.field(validator=_non_negative)
@@ -224,9 +263,12 @@ class CompactionNoop:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class CompactionOverflowed:
-    """The compacted conversation still does not fit: `used` of `limit`."""
+    """The compacted conversation still does not fit: `used` of `limit`.
+
+    Fields, in positional order: `used`, `limit`, `usage`.
+    """
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
@@ -234,9 +276,12 @@ class CompactionOverflowed:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class CompactorFailed:
-    """The compactor raised or reported a failure."""
+    """The compactor raised or reported a failure.
+
+    Fields, in positional order: `used`, `limit`, `error`, `usage`.
+    """
 
     used: int = attrs.field(validator=_non_negative)
     limit: int = attrs.field(validator=_non_negative)
@@ -245,37 +290,62 @@ class CompactorFailed:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class CompactionCircuitOpened:
-    """The compaction circuit breaker is open after `failures` failures."""
+    """The compaction circuit breaker is open after `failures` failures.
+
+    Fields, in positional order: `failures`.
+    """
 
     failures: int = attrs.field(validator=_non_negative)
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class MessageInjected:
-    """A message was injected from outside (steering, human input)."""
+    """A message was injected from outside (steering, human input).
+
+    Fields, in positional order: `message`.
+    """
 
     message: Message = attrs.field(validator=_message)
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class RunCancelled:
-    """The run was cancelled."""
+    """The run was cancelled.
+
+    Fields, in positional order: `reason`.
+    """
 
     reason: str = attrs.field(default="cancelled", validator=_checks.string())
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen
 class Signal:
-    """A custom trigger for a user machine's own phases (declared in `signals`)."""
+    """A custom trigger for a user machine's own phases (declared in `signals`).
+
+    `data` is what the signal carries. Where the machine file gives a
+    transition ``message = "KEY"``, the signal's ``data["KEY"]`` joins the
+    conversation as a user message, `message`: the driver builds it when it
+    feeds the signal and logs it on the event (its id made from the run's id
+    and the event's place in the run), so a replayed log gives the same
+    history; or the event's builder gives it. `message` is stored with the
+    event only when it is set.
+
+    Fields, in positional order: `name`, `data`, `message`.
+    """
 
     name: str = attrs.field(validator=_checks.string(non_empty=True))
     data: Mapping[str, str] = attrs.field(
         factory=dict, hash=False, validator=_checks.string_mapping()
+    )
+    message: Message | None = attrs.field(
+        default=None,
+        validator=_checks.instance(Message, "a Message", optional=True),
+        metadata={OMITTED_IF_DEFAULT: True},
     )
 
 

@@ -20,10 +20,11 @@ the winner through `transitions` under a trigger of that transition alone
 (``measured#3``): the state change, the callbacks and their order are
 `transitions`', but no guard is checked twice or through its machinery.
 
-Rule 2 - state changes happen in one order: the transition's `actions`
-reducers (with the snapshot's phase already set to the destination), then the
-destination's `on_enter` reducers. A compact transition records its reason,
-a fail transition its `Failure`.
+Rule 2 - state changes happen in one order: a signal's message, where the
+transition names one (``message = KEY``: `Signal.message` joins pending), then
+the transition's `actions` reducers (with the snapshot's phase already set to
+the destination), then the destination's `on_enter` reducers. A compact
+transition records its reason, a fail transition its `Failure`.
 
 Rule 3 - terminal phases absorb: once `done` or `failed`, every feed is a
 no-op that returns the same decision. If `handle()` raises (an illegal event,
@@ -235,6 +236,25 @@ class TurnMachine:
         model.event = event
         fire.trigger(model)
         model.event = None
+
+    def message_key(self, event: Signal) -> str | None:
+        """Return the key of `event`'s data that feeding it adds to the conversation.
+
+        That is the ``message`` of the transition `event` would fire now (the
+        first of its group whose guards pass); `None` when that transition
+        names none, or when the phase does not accept `event`. The driver
+        asks before it feeds a signal, to build `Signal.message`. Changes
+        nothing.
+        """
+        if self._broken is not None or self.is_finished:
+            return None
+        compiled = self._compiled
+        groups = compiled.signals.get(event.name)
+        candidates = groups.get(self._model.state) if groups is not None else None
+        if candidates is None:
+            return None
+        fire = _select(candidates, self._snapshot, event)
+        return None if fire is None else compiled.messages.get(fire.name)
 
     def cancel(self, reason: str = "cancelled") -> Decision:
         """End the run: the next decision is `Fail(Cancelled)`.

@@ -24,15 +24,23 @@ from turnfsm.core._events import (
     OutputRejected,
     RunCancelled,
     RunStarted,
+    Signal,
     ToolCallsReviewed,
     ToolsFinished,
     trigger_of,
 )
 from turnfsm.core._snapshot import Failure, Snapshot
-from turnfsm.errors import IllegalEvent
-from turnfsm.messages import MessageLog
+from turnfsm.errors import IllegalEvent, InvalidMessage
+from turnfsm.messages import MessageLog, Role
 
-__all__ = ["ACCEPTS", "FAILURES", "REDUCERS", "FailureBuilder", "Reducer"]
+__all__ = [
+    "ACCEPTS",
+    "FAILURES",
+    "REDUCERS",
+    "FailureBuilder",
+    "Reducer",
+    "record_signal_message",
+]
 
 Reducer: TypeAlias = Callable[[Snapshot, Event], Snapshot]
 """A pure update of the snapshot."""
@@ -95,6 +103,43 @@ def record_review(s: Snapshot, e: Event) -> Snapshot:
     """Append the reviewer's results (the rejected calls' answers) to pending."""
     assert isinstance(e, ToolCallsReviewed)
     return s.replace(pending=s.pending.extend(e.results))
+
+
+def record_signal_message(key: str, s: Snapshot, e: Event) -> Snapshot:
+    """Append the signal's message, its data at `key`, to pending.
+
+    A transition's ``message = KEY`` runs this before its actions. The
+    message travels on the event (`Signal.message`, which the driver builds
+    from the data as it feeds the signal), so a replayed log gives the same
+    history; a signal without one, or with one that is no plain user
+    message, is refused.
+    """
+    assert isinstance(e, Signal)  # the loader allows `message` on signals only
+    message = e.message
+    if message is None:
+        raise InvalidMessage(f"signal {e.name!r}.data", dict(e.data), _unsaid(key, e))
+    if message.role is not Role.USER or message.tool_calls or message.tool_results:
+        raise InvalidMessage(
+            f"signal {e.name!r}.message",
+            message.id,
+            "a signal's message must be a user message without tool calls or "
+            "tool results",
+        )
+    return s.replace(pending=s.pending.append(message))
+
+
+def _unsaid(key: str, e: Signal) -> str:
+    """Why a signal's data did not become the message a transition adds."""
+    said = f"the machine file adds the signal's data {key!r} to the conversation"
+    text = e.data.get(key)
+    if text is None:
+        return f"{said}; give the signal data {{{key!r}: TEXT}}"
+    if not text.strip():
+        return f"{said}, and it is blank; give it the text to add"
+    return (
+        f"{said}, but the signal carries no message: feed it through the "
+        f"driver, or build it with message=Message.user(data[{key!r}])"
+    )
 
 
 def record_compaction(s: Snapshot, e: Event) -> Snapshot:

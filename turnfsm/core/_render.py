@@ -93,7 +93,11 @@ class _Edge:
 
 
 def _phrases(t: TransitionSpec) -> list[str]:
-    """The transition's label, ``trigger [guards] / outcome``, in breakable pieces."""
+    """The transition's label, ``trigger [guards] / outcome``, in breakable pieces.
+
+    A signal's transition that adds its data to the conversation ends with
+    ``/ adds KEY``.
+    """
     guards = [*t.conditions, *(f"not {g}" for g in t.unless)]
     phrases = [t.trigger, *(f"and {g}" for g in guards)]
     if guards:
@@ -102,6 +106,8 @@ def _phrases(t: TransitionSpec) -> list[str]:
     outcome = t.reason.value if t.reason is not None else t.error
     if outcome is not None:
         phrases.append(f"/ {outcome}")
+    if t.message is not None:
+        phrases.append(f"/ adds {t.message}")
     return phrases
 
 

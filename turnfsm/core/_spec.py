@@ -3,8 +3,9 @@
 A machine file (TOML) lists phases, the decision each emits, and the
 transitions between them: trigger, source(s), destination, named guards
 (`conditions` / `unless`), named reducers (`actions`), and for transitions into
-a compact phase the `reason`, into a fail phase the `error`. The checks live
-in `_loader.py`.
+a compact phase the `reason`, into a fail phase the `error`; a transition on
+a signal may name the key of the signal's data that joins the conversation
+(`message`). The checks live in `_loader.py`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ class TransitionSpec:
     reason: CompactReason | None = None
     error: str | None = None
     is_wildcard: bool = False
+    message: str | None = None
+    """On a signal's transition: the key of the signal's data whose value joins
+    the conversation as a user message (``message = "feedback"``)."""
 
     @property
     def is_guarded(self) -> bool:
@@ -102,6 +106,8 @@ def _transition_data(transition: TransitionSpec) -> dict[str, Any]:
         entry["reason"] = transition.reason.value
     if transition.error is not None:
         entry["error"] = transition.error
+    if transition.message is not None:
+        entry["message"] = transition.message
     return entry
 
 

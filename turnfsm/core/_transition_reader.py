@@ -21,7 +21,17 @@ __all__ = ["WILDCARD", "TransitionReader"]
 
 
 _TRANSITION_KEYS: Final = frozenset(
-    {"trigger", "source", "dest", "conditions", "unless", "actions", "reason", "error"}
+    {
+        "trigger",
+        "source",
+        "dest",
+        "conditions",
+        "unless",
+        "actions",
+        "reason",
+        "error",
+        "message",
+    }
 )
 _REASONS: Final = frozenset(r.value for r in CompactReason)
 WILDCARD: Final = "*"
@@ -113,6 +123,7 @@ class TransitionReader(ProblemLog):
             reason, error = None, None
         if trigger is not None and written == trigger:
             self._check_events(at, where, trigger, actions, error)
+        message = self._message(body, at, where, trigger, signals, dest)
         t = TransitionSpec(
             trigger=trigger or str(written),
             sources=sources,
@@ -123,6 +134,7 @@ class TransitionReader(ProblemLog):
             reason=reason,
             error=error,
             is_wildcard=is_wildcard,
+            message=message,
         )
         return t, trigger is not None and has_dest and bool(sources)
 
@@ -139,6 +151,46 @@ class TransitionReader(ProblemLog):
                 triggers,
             )
         return self.resolved(written, triggers)
+
+    def _message(
+        self,
+        body: dict[str, Any],
+        at: Path,
+        where: str,
+        trigger: str | None,
+        signals: set[str],
+        dest: str | None,
+    ) -> str | None:
+        """Check a transition's `message`: a data key of the signal it is on."""
+        written = body.get("message")
+        if written is None:
+            return None
+        place = (*at, "message")
+        if not isinstance(written, str) or not written:
+            self.problem(
+                f"{where}: message must be the non-empty name of a key of the "
+                f"signal's data, got {written!r}",
+                place,
+                written,
+            )
+            return None
+        if trigger is not None and trigger not in signals:
+            self.problem(
+                f"{where}: message is only for transitions on a signal "
+                "(declared in signals): a built-in event brings its own messages",
+                place,
+                written,
+            )
+            return None
+        if dest is not None and self.kinds.get(dest) == "fail":
+            self.problem(
+                f"{where}: message on a transition into the fail phase {dest!r} "
+                "would never reach the conversation (a failed run discards it)",
+                place,
+                written,
+            )
+            return None
+        return written
 
     def _check_events(
         self,

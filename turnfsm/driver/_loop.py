@@ -47,6 +47,7 @@ from collections.abc import Mapping
 
 import anyio
 import anyio.lowlevel
+import attrs
 
 from turnfsm.core import (
     PASS_EVENT_TYPES,
@@ -63,6 +64,7 @@ from turnfsm.core import (
     Pause,
     RunCancelled,
     RunTools,
+    Signal,
     TurnMachine,
 )
 from turnfsm.driver import _audit
@@ -223,6 +225,8 @@ class RunLoop(Ending):
         if self.held:  # a step fed after a run-ending one (it changes nothing)
             entries += self.held
             self.held = []
+        if type(event) is Signal and event.message is None:
+            event = self._with_message(event)
         if isinstance(last, CallLLM) and isinstance(
             event, ModelReplied | OutputRejected
         ):
@@ -267,6 +271,21 @@ class RunLoop(Ending):
                 ),
             )
         return decision
+
+    def _with_message(self, event: Signal) -> Signal:
+        """The signal with the message its data adds, where the machine says so.
+
+        The message is made here, once, and logged on the event: a replay
+        feeds it as it was (the brain refuses a signal missing it). Its id
+        is the run's and the event's position in it, so a durable workflow
+        that re-runs this code makes the same one.
+        """
+        key = self.machine.message_key(event)
+        text = event.data.get(key) if key is not None else None
+        if text is None or not text.strip():
+            return event  # the brain says what is missing
+        message = Message.user(text, id=f"msg_{self.run_id}_{self.index}")
+        return attrs.evolve(event, message=message)
 
     def _key(self) -> str:
         """The idempotency key of the pass whose event is fed next."""

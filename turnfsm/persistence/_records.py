@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final, Literal, TypeAlias, final
+from typing import Any, Final, Literal, TypeAlias, final
 
 import attrs
 
@@ -379,9 +379,20 @@ def decision_key(decision: Decision) -> str:
             return f"pause:{phase}"
 
 
+def _decides_by(field: attrs.Attribute[Any], value: object) -> bool:
+    """Whether a field of a spec goes into its digest.
+
+    A transition's `message` counts only when it is set, so the machines
+    written before it keep their digests (and their runs resume).
+    """
+    if field.name in ("source", "_by_name"):
+        return False
+    return not (field.name == "message" and value is None)
+
+
 def machine_digest(spec: MachineSpec) -> str:
     """Return a digest of what `spec` decides by (not where it was loaded from)."""
-    data = attrs.asdict(spec, filter=lambda a, _v: a.name not in ("source", "_by_name"))
+    data = attrs.asdict(spec, filter=_decides_by)
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -15,7 +15,7 @@ from cattrs.gen import (
 )
 
 from turnfsm import errors as _errors
-from turnfsm.core import DECISION_TYPES, EVENT_TYPES
+from turnfsm.core import DECISION_TYPES, EVENT_TYPES, OMITTED_IF_DEFAULT
 from turnfsm.errors import ConfigError, TurnFSMError
 from turnfsm.serde._converter import (
     STORED_AS,
@@ -91,10 +91,14 @@ def _escapes(cls: type) -> dict[str, Any]:
     """Return the overrides of `cls`'s keys.
 
     A field stored under its old name (`STORED_AS`) is read and written
-    there; a field keyed `TAG` moves to `ESCAPED_TAG`.
+    there; a field keyed `TAG` moves to `ESCAPED_TAG`; a field marked
+    `OMITTED_IF_DEFAULT` is left out while it has its default.
     """
     fields = attrs.fields(cls)
     renamed = stored_keys(cls)
+    for f in fields:
+        if f.metadata.get(OMITTED_IF_DEFAULT):
+            renamed[f.name] = override(omit_if_default=True)
     keys = {f.metadata.get(STORED_AS, f.alias): f.name for f in fields}
     if TAG not in keys:
         return renamed
