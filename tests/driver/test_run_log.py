@@ -21,7 +21,7 @@ from turnfsm.core import (
     ToolsFinished,
 )
 from turnfsm.driver import Driver, EffectContext, RunControl, Session, replay
-from turnfsm.errors import Cancelled, CompactionFailed, InvalidMessage
+from turnfsm.errors import Cancelled, CompactionFailed, InvalidMessage, SessionBusy
 from turnfsm.hooks import DecisionInfo, Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import (
@@ -209,7 +209,8 @@ async def test_a_cancel_from_outside_at_any_await_is_logged_and_propagates(
                     scope.cancel()
     assert scope.cancelled_caught  # the cancellation propagated
     run = session.runs[-1]
-    assert run.outcome == "cancelled"
+    assert run.outcome == "interrupted"
+    assert run.is_open  # resumable, like a crashed run
     assert isinstance(run.error, Cancelled)
     if where in ("model", "tool", "hook"):
         # The compaction committed before the cancel is still the history.
@@ -218,7 +219,12 @@ async def test_a_cancel_from_outside_at_any_await_is_logged_and_propagates(
     else:
         assert list(session.history) == history_before
     assert not session.is_running
-    # ...and the session takes its next run.
+    # The interrupted run holds the session until it is resumed or abandoned...
+    with pytest.raises(SessionBusy):
+        await Driver(model=ScriptedModel.of("fine")).run("next", session=session)
+    abandoned = await driver.abandon(session, run.run_id)
+    assert (abandoned.outcome, session.runs[-1].outcome) == ("failed", "failed")
+    # ...and then the session takes its next run.
     nxt = await Driver(model=ScriptedModel.of("fine")).run("next", session=session)
     assert nxt.ok
     assert session.history[-1].text == "fine"

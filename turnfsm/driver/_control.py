@@ -117,7 +117,7 @@ class RunResult(Generic[OutputT]):
             run did not finish, or asked for no output type).
     """
 
-    outcome: Literal["done", "failed", "cancelled", "paused"]
+    outcome: Literal["done", "failed", "cancelled", "interrupted", "paused"]
     text: str
     error: TurnFSMError | None
     usage: Usage

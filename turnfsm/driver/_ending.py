@@ -1,8 +1,10 @@
 """How a run ends: its outcome, its last log entry, its result.
 
-A run ends in exactly one of five ways (done, failed, cancelled, paused,
-or a crash logged as failed) and each is written to the log once, then told
-to the `on_run_end` hooks once. `Ending` is the part of the run's loop
+A run ends in exactly one of six ways (done, failed, cancelled, paused,
+interrupted, or a crash logged as failed) and each is written to the log
+once, then told to the `on_run_end` hooks once. An interrupted run (Ctrl-C,
+a cancel from outside) is not fed to the brain: its log keeps what completed
+and it resumes like a crashed one. `Ending` is the part of the run's loop
 (`RunLoop`) that does it.
 """
 
@@ -19,7 +21,6 @@ from turnfsm.core import (
     Fail,
     Finish,
     Pause,
-    RunCancelled,
     Snapshot,
     TurnMachine,
 )
@@ -59,7 +60,11 @@ class Ending:
     feed: Callable[[Event, Decision | None], Awaitable[Decision]]
 
     async def end(
-        self, decision: Finish | Fail | Pause | None, error: TurnFSMError | None
+        self,
+        decision: Finish | Fail | Pause | None,
+        error: TurnFSMError | None,
+        *,
+        interrupted: bool = False,
     ) -> RunResult:
         """Log the run's end and return its result."""
         snapshot = self.machine.snapshot
@@ -75,7 +80,9 @@ class Ending:
             error = explain(
                 error, Joined(context.history, context.pending), manager.counter
             )
-        if waiting is not None:
+        if interrupted:
+            outcome = "interrupted"
+        elif waiting is not None:
             outcome = "paused"
         elif error is None:
             outcome = "done"
@@ -160,23 +167,23 @@ class Ending:
                 ),
             )
 
-    async def abort(self, event: RunCancelled) -> None:
-        """Record a cancellation from outside (shielded; never raises)."""
-        if self.ended:  # cancelled after its end was logged: nothing to add
+    async def interrupt(self, reason: str) -> None:
+        """Record an interruption from outside (shielded; never raises).
+
+        The brain is not told: the run stays where it was, its log keeps
+        what completed (journaled tool results, committed passes), and
+        `resume` carries the decision in flight out again, as after a crash.
+        """
+        if self.ended:
             return
-        decision: Decision = Fail(error=Cancelled(reason=event.reason))
+        # The last step's commit is not made: the run has not finished.
+        self.held = [e for e in self.held if not isinstance(e, Committed)]
+        error = Cancelled(reason=reason)
         try:
-            fed = await self.feed(event, None)
-            if isinstance(fed, Fail):
-                decision = fed
-        except Exception:  # a broken brain: the run still ends cancelled
-            logger.debug("run %s: the brain refused the cancel", self.run_id)
-        try:
-            await self.end(decision, None)  # type: ignore[arg-type]
+            await self.end(None, error, interrupted=True)
         except Exception:
-            logger.exception("run %s: could not record its cancellation", self.run_id)
-            error = decision.error if isinstance(decision, Fail) else None
-            self.hear_end("cancelled", self.machine.snapshot, "", error)
+            logger.exception("run %s: could not record its interruption", self.run_id)
+            self.hear_end("interrupted", self.machine.snapshot, "", error)
 
     async def crash(self, exc: BaseException) -> None:
         """Record that the run ended on an unexpected exception (shielded).

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Final
 
 import anyio
 import anyio.lowlevel
@@ -328,10 +329,10 @@ class RunLoop(Ending):
             logger.error("run %s: %s", self.run_id, exc)
             self.step = None
             return await self.end(None, exc)
-        except anyio.get_cancelled_exc_class():
+        except (anyio.get_cancelled_exc_class(), KeyboardInterrupt):
             self._keep_spent()
             with anyio.CancelScope(shield=True):
-                await self.abort(RunCancelled(reason="cancelled from outside"))
+                await self.interrupt(_INTERRUPTED)
             raise
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
@@ -430,6 +431,12 @@ class RunLoop(Ending):
             if spent is not None:
                 self.audit.compaction_usage += spent
             self.step = None
+
+
+_INTERRUPTED: Final = (
+    "interrupted from outside (Ctrl-C, or a cancelled task); resume the run to go "
+    "on, or abandon it"
+)
 
 
 class _Broken(Exception):

@@ -73,10 +73,16 @@ __all__ = [
     "machine_digest",
 ]
 
-Outcome: TypeAlias = Literal["done", "failed", "cancelled", "paused"]
+Outcome: TypeAlias = Literal["done", "failed", "cancelled", "interrupted", "paused"]
 """How a run ended."""
 
-OUTCOMES: Final[tuple[Outcome, ...]] = ("done", "failed", "cancelled", "paused")
+OUTCOMES: Final[tuple[Outcome, ...]] = (
+    "done",
+    "failed",
+    "cancelled",
+    "interrupted",
+    "paused",
+)
 """Every run outcome."""
 
 

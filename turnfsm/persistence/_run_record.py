@@ -43,7 +43,7 @@ class RunRecord:
     """
 
     run_id: str
-    outcome: Literal["done", "failed", "cancelled", "paused", "running"]
+    outcome: Literal["done", "failed", "cancelled", "interrupted", "paused", "running"]
     phase: str
     input: tuple[Message, ...] = attrs.field(repr=False)
     events: tuple[Event, ...] = attrs.field(repr=False)
@@ -57,8 +57,8 @@ class RunRecord:
 
     @property
     def is_open(self) -> bool:
-        """Whether the run can still go on (paused, or never ended)."""
-        return self.outcome in ("paused", "running")
+        """Whether the run can still go on (paused, interrupted, or never ended)."""
+        return self.outcome in ("paused", "interrupted", "running")
 
     def context(self, index: int) -> tuple[str, ...]:
         """Return the ids of the messages the model saw on `turns[index]`.

@@ -179,11 +179,11 @@ class Session:
         return run_id in self._runs
 
     def open_runs(self) -> list[RunRecord]:
-        """Runs that can still go on: paused, or without an end in the log."""
+        """Runs that can still go on: paused, interrupted, or not ended in the log."""
         return [
             run.record()
             for run in self._runs.values()
-            if run.ended is None or run.ended.outcome == "paused"
+            if run.ended is None or run.ended.outcome in ("paused", "interrupted")
         ]
 
     @property

@@ -1,0 +1,118 @@
+"""Interrupted, not lost: Ctrl-C or a cancel from outside keeps what completed.
+
+An interrupted run is logged ``interrupted``, holds its session like a paused
+run, and `resume` carries it on as after a crash: no finished tool runs again.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from turnfsm.driver import Driver, Session
+from turnfsm.errors import Cancelled, SessionBusy
+from turnfsm.messages import Message
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _model(request: ModelRequest) -> Message:
+    if any(m.role.value == "tool" for m in request.messages):
+        return reply("all three done")
+    return reply(
+        "",
+        tool_call("work", "c1", name="a"),
+        tool_call("work", "c2", name="b"),
+        tool_call("work", "c3", name="c"),
+    )
+
+
+async def test_an_interrupted_batch_resumes_without_running_a_finished_tool() -> None:
+    ran: list[str] = []
+    hang = anyio.Event()
+    two_done = anyio.Event()
+
+    async def work(name: str) -> str:
+        """Do one piece of work.
+
+        Args:
+            name: which piece.
+        """
+        if name == "c" and not hang.is_set():
+            await anyio.sleep_forever()
+        ran.append(name)
+        if len(ran) == 2:
+            two_done.set()
+        return f"{name} done"
+
+    session = Session()
+    driver = Driver(model=FakeModelClient(_model), tools=[work])
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                await driver.run("do a, b and c", session=session)
+
+            group.start_soon(run)
+            await two_done.wait()
+            await anyio.sleep(0.05)  # the two results reach the journal
+            group.cancel_scope.cancel()
+
+    interrupted = session.runs[-1]
+    assert interrupted.outcome == "interrupted"
+    assert isinstance(interrupted.error, Cancelled)
+    assert list(session.history) == []  # nothing committed by an unfinished run
+    with pytest.raises(SessionBusy):
+        await driver.run("something else", session=session)
+
+    hang.set()
+    result = await driver.resume(session, interrupted.run_id)
+
+    assert (result.outcome, result.text) == ("done", "all three done")
+    assert sorted(ran) == ["a", "b", "c"]  # a and b ran once, before the interrupt
+    assert [m.text for m in session.history][-1] == "all three done"
+
+
+WORKER = Path(__file__).with_name("interrupt_worker.py")
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_ctrl_c_keeps_the_finished_tools_and_resume_finishes(
+    tmp_path: Path,
+) -> None:
+    script = WORKER
+    effects = tmp_path / "effects.txt"
+    store = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    first = subprocess.run(
+        [sys.executable, str(script), str(effects), str(store), "first"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert first.returncode != 0  # Ctrl-C ends the process
+    assert "KeyboardInterrupt" in first.stderr
+    assert effects.read_text().split() == ["0", "1"]
+
+    second = subprocess.run(
+        [sys.executable, str(script), str(effects), str(store), "second"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == ["interrupted", "done finished"]
+    assert effects.read_text().split() == ["0", "1", "2"]  # no step ran twice
