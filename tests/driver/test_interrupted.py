@@ -7,7 +7,6 @@ run, and `resume` carries it on as after a crash: no finished tool runs again.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -94,25 +93,23 @@ async def test_ctrl_c_keeps_the_finished_tools_and_resume_finishes(
     store = tmp_path / "s.db"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
-    first = subprocess.run(
-        [sys.executable, str(script), str(effects), str(store), "first"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    with anyio.fail_after(60):
+        first = await anyio.run_process(
+            [sys.executable, str(script), str(effects), str(store), "first"],
+            env=env,
+            check=False,
+        )
     assert first.returncode != 0  # Ctrl-C ends the process
-    assert "KeyboardInterrupt" in first.stderr
+    assert "KeyboardInterrupt" in first.stderr.decode()
     assert effects.read_text().split() == ["0", "1"]
 
-    second = subprocess.run(
-        [sys.executable, str(script), str(effects), str(store), "second"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    with anyio.fail_after(60):
+        second = await anyio.run_process(
+            [sys.executable, str(script), str(effects), str(store), "second"],
+            env=env,
+            check=False,
+        )
 
-    assert second.returncode == 0, second.stderr
-    assert second.stdout.splitlines() == ["interrupted", "done finished"]
+    assert second.returncode == 0, second.stderr.decode()
+    assert second.stdout.decode().splitlines() == ["interrupted", "done finished"]
     assert effects.read_text().split() == ["0", "1", "2"]  # no step ran twice
