@@ -437,3 +437,16 @@ def test_no_lookup_touches_the_network_in_process(
             model=anthropic_model("claude-3-5-haiku-latest"),
             context=ContextManager(context_window=300_000),
         )
+
+
+@pytest.mark.parametrize("stated", [0, -5, 1.5, "128000", True])
+def test_a_client_stating_a_window_that_is_not_one_is_refused(stated: Any) -> None:
+    class Stating:
+        context_window = stated
+
+        async def complete(self, request: Any) -> Any:
+            raise AssertionError("not called")
+
+    with pytest.raises(ConfigError) as info:
+        Agent(model=Stating())
+    assert (info.value.field, info.value.value) == ("model.context_window", stated)

@@ -115,6 +115,11 @@ class Driver:
         max_output_retries: re-asks, listing the validation errors, after a
             final answer that does not fit `output_type`; then the run fails
             with `OutputInvalid`.
+
+    Raises:
+        ConfigError: a setting is out of range (the field is named).
+        WindowTooLarge: the context manager's window (or `context_window`)
+            is larger than the model's known window.
     """
 
     model: ModelClient = attrs.field(
