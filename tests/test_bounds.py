@@ -493,7 +493,8 @@ CASES = [
         {},
         {
             "compactor": not_a(),
-            "context_window": bad_int(0, MAX_TOKENS),
+            # None is the model's window.
+            "context_window": bad_int(0, MAX_TOKENS, none=False),
             "threshold": bad_int(0, 100),
             "auto_compact": not_bool(),
             "compact_target": not_a(),
@@ -689,6 +690,7 @@ def _provider_cases() -> list[Case]:
                     "temperature": bad_number(low=0, none=False),
                     "base_url": not_str(none=False, empty=True),
                     "parallel_tool_calls": not_bool(none=False),
+                    "context_window": bad_int(1, MAX_TOKENS, none=False),
                 },
             )
         )
@@ -707,6 +709,7 @@ def _provider_cases() -> list[Case]:
                     "timeout": bad_number(above=0, none=False),
                     "max_tokens": bad_int(1),
                     "base_url": not_str(none=False, empty=True),
+                    "context_window": bad_int(1, MAX_TOKENS, none=False),
                 },
             )
         )

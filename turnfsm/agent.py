@@ -127,6 +127,8 @@ class Agent:
         Raises:
             ConfigError: a setting is out of range or unknown (the field is
                 named), or `store` names no store.
+            WindowTooLarge: the context window is larger than the model's
+                known one (see `turnfsm.providers.window_for`).
             StoreUnusable: the store's file cannot be used (see `open_store`).
             ImportError: a PostgreSQL URL without the ``postgres`` extra.
         """

@@ -106,7 +106,9 @@ def test_defaults() -> None:
 
     assert isinstance(mgr.compactor, MaskingCompactor)
     assert type(mgr.counter) is type(default_counter())
-    assert (mgr.context_window, mgr.threshold, mgr.compact_target_pct) == (
+    # No window of its own: an agent gives it the model's; alone, 200,000.
+    assert mgr.context_window is None
+    assert (mgr.window, mgr.threshold, mgr.compact_target_pct) == (
         200_000,
         80,
         70,

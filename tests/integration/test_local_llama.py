@@ -196,3 +196,20 @@ def test_one_model_serves_consecutive_event_loops(server: LlamaServer) -> None:
     assert second.ok, second.error
     assert len(agent.session.runs) == 2
     assert all(t.usage is not None for r in agent.session.runs for t in r.turns)
+
+
+def test_the_server_window_reaches_the_agent(server: LlamaServer) -> None:
+    """llama-cpp-python's server reports no n_ctx: the one it was started with."""
+    from turnfsm import Agent
+    from turnfsm.errors import WindowTooLarge
+    from turnfsm.providers import server_window
+
+    assert server_window(server.base_url) is None  # no /props on this server
+    assert server.context_window == N_CTX
+    model = OpenAIModel(
+        model="local", base_url=server.base_url, context_window=server.context_window
+    )
+    assert Agent(model=model).driver.budget.context_window == N_CTX
+    with pytest.raises(WindowTooLarge) as info:
+        Agent(model=model, context=ContextManager(context_window=N_CTX * 2))
+    assert (info.value.value, info.value.window) == (N_CTX * 2, N_CTX)

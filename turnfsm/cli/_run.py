@@ -17,7 +17,7 @@ from turnfsm.context import ContextManager
 from turnfsm.driver import RunResult
 from turnfsm.errors import ConfigError, StoreError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
-from turnfsm.providers import ModelClient
+from turnfsm.providers import ModelClient, server_window, window_for
 
 __all__ = ["StreamPrinter", "open_model", "run_and_close", "run_task"]
 
@@ -45,18 +45,28 @@ class StreamPrinter(Hook):
 
 
 @contextlib.contextmanager
-def open_model(spec: str, *, n_ctx: int = 4096) -> Iterator[tuple[ModelClient, int]]:
+def open_model(
+    spec: str, *, n_ctx: int = 4096, window: int | None = None
+) -> Iterator[tuple[ModelClient, int]]:
     """Yield the model named by `spec` and its context window.
 
     `spec` is ``openai:MODEL``, ``anthropic:MODEL``, ``local`` (starts the
     bundled llama.cpp model, stopped on exit) or an OpenAI-compatible base
     URL (``http://host:port/v1``; ``URL#MODEL`` names the model).
 
+    The window is `window` when given, else the model's: a known model's
+    (`known_window`), the local server's ``n_ctx``, a URL server's own
+    when it tells it (`server_window`), else `n_ctx` for a URL server and
+    200,000 for an unknown ``openai:`` or ``anthropic:`` model. A `window`
+    larger than the model's known one is refused (`WindowTooLarge`, naming
+    ``--window``).
+
     Only the provider `spec` needs is imported: a missing SDK is named with
     the extra that brings it.
 
     Raises:
         ConfigError: an unknown spec, or a missing API key (named).
+        WindowTooLarge: `window` is larger than the model's window.
         ImportError: the SDK `spec` needs is not installed (names the extra).
     """
     kind, _, name = spec.partition(":")
@@ -66,37 +76,45 @@ def open_model(spec: str, *, n_ctx: int = 4096) -> Iterator[tuple[ModelClient, i
         if kind == "openai":
             from turnfsm.providers import OpenAIModel
 
-            yield OpenAIModel(model=name), 128_000
+            client: ModelClient = OpenAIModel(model=name)
         else:
             from turnfsm.providers import AnthropicModel
 
-            yield AnthropicModel(model=name), 200_000
+            client = AnthropicModel(model=name)
+        yield client, window_for(client, window, field="--window")
         return
     if spec == "local":
         from turnfsm.providers import LlamaServer
 
         local_client()  # the SDK first: no server is started for nothing
         with LlamaServer(n_ctx=n_ctx) as server:
-            client = local_client(server.base_url)
-            assert client is not None
-            yield client, n_ctx
+            local = local_client(server.base_url, window=server.context_window)
+            assert local is not None
+            yield local, window_for(local, window, field="--window")
         return
     if spec.startswith(("http://", "https://")):
         from turnfsm.providers import OpenAIModel
 
         url, _, model = spec.partition("#")
-        yield OpenAIModel(model=model or "default", base_url=url), n_ctx
+        remote = OpenAIModel(
+            model=model or "default", base_url=url, context_window=server_window(url)
+        )
+        default = None if remote.context_window else n_ctx
+        given = window if window is not None else default
+        yield remote, window_for(remote, given, field="--window")
         return
     raise ConfigError(
         "model", spec, "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
     )
 
 
-def local_client(base_url: str | None = None) -> ModelClient | None:
+def local_client(
+    base_url: str | None = None, *, window: int | None = None
+) -> ModelClient | None:
     """The OpenAI-compatible client of the bundled local model's server.
 
     With no `base_url`, only check that it can be made (before a server is
-    started for it) and return None.
+    started for it) and return None. `window` is the server's ``n_ctx``.
 
     Raises:
         ImportError: the ``local`` extra (which brings the OpenAI SDK) is
@@ -113,7 +131,10 @@ def local_client(base_url: str | None = None) -> ModelClient | None:
     # llama-cpp-python's server takes a JSON schema as a grammar through
     # `json_object` (its `json_schema` mode is not the OpenAI one).
     return OpenAIModel(
-        model="local", base_url=base_url, structured_output="json_object"
+        model="local",
+        base_url=base_url,
+        structured_output="json_object",
+        context_window=window,
     )
 
 
@@ -135,21 +156,24 @@ def run_task(
     max_tokens: int = 256,
     out: TextIO | None = None,
     store: str | None = None,
+    window: int | None = None,
 ) -> int:
     """Run `task` on the named model, printing phases and streamed text.
 
     The session is kept in `store` (a store spec; by default
     ``TURNFSM_STORE``, else the SQLite file in the user data directory).
+    `window` is the context window (None: the model's, see `open_model`).
     """
     stream = out or sys.stdout
     try:
-        sessions = open_cli_store(store)
-        with open_model(model_spec, n_ctx=n_ctx) as (model, window):
+        with open_model(model_spec, n_ctx=n_ctx, window=window) as (model, size):
+            # After the model: a refused model or window leaves no store file.
+            sessions = open_cli_store(store)
             agent = Agent(
                 model=model,
                 store=sessions,
-                context=ContextManager(context_window=window),
-                hooks=[ConsoleHook(stream, window=window), StreamPrinter(stream)],
+                context=ContextManager(context_window=size),
+                hooks=[ConsoleHook(stream, window=size), StreamPrinter(stream)],
                 max_output_tokens=max_tokens,
             )
             result = anyio.run(run_and_close_store, agent, task)

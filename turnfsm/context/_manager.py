@@ -61,6 +61,7 @@ from turnfsm.core import (
 )
 from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message
+from turnfsm.providers import FALLBACK_WINDOW, window_for
 from turnfsm.tokens import TokenCounter, default_counter
 from turnfsm.values import ErrorInfo
 
@@ -100,17 +101,21 @@ def _proposal_problem(proposal: object) -> str | None:
 class ContextManager(OldEntryPoints):
     """Decide whether a conversation must shrink, shrink it, and judge the result.
 
-    With the defaults (window 200,000, threshold 80, target 70% of the
-    threshold line) the threshold line is 160,000 tokens, the emergency line
-    190,000 and the compaction target 112,000.
+    With the defaults (the model's window, threshold 80, target 70% of the
+    threshold line) a 200,000-token window puts the threshold line at
+    160,000 tokens, the emergency line at 190,000 and the compaction target
+    at 112,000; a 128,000-token one at 102,400, 121,600 and 71,680.
 
     Attributes:
         compactor: The strategy that shrinks (default `MaskingCompactor`: tool
             results capped, old ones digested, then the middle truncated, with
             no model call);
             the only setting that may be passed positionally.
-        context_window: The model's window in tokens, at most 100,000,000;
-            0 disables both lines.
+        context_window: The window in tokens, at most 100,000,000 and at
+            most the model's known one; 0 disables both lines. None (the
+            default): the model's window, as `window_for` chooses it when
+            the manager is given to an agent (a model whose window is not
+            known: 200,000); the manager alone draws its lines on 200,000.
         threshold: The soft line, in percent of the window (0..100; 0 turns
             the threshold line off). A whole percentage: 80, not 0.8.
         auto_compact: Whether the threshold line triggers compaction (the
@@ -148,10 +153,13 @@ class ContextManager(OldEntryPoints):
         ),
         kw_only=False,
     )
-    context_window: int = attrs.field(
-        default=200_000,
+    context_window: int | None = attrs.field(
+        default=None,
         validator=_checks.integer(
-            low=0, high=_checks.MAX_TOKENS, expected="an int in 0..100,000,000 (tokens)"
+            low=0,
+            high=_checks.MAX_TOKENS,
+            optional=True,
+            expected="an int in 0..100,000,000 (tokens), or None (the model's)",
         ),
     )
     threshold: int = attrs.field(
@@ -166,7 +174,7 @@ class ContextManager(OldEntryPoints):
         validator=[
             _checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True),
             lambda inst, _a, value: Budget(
-                context_window=inst.context_window, threshold_tokens=value
+                context_window=inst.window, threshold_tokens=value
             ),
         ],
     )
@@ -198,21 +206,45 @@ class ContextManager(OldEntryPoints):
         ),
     )
 
-    # -- the lines -------------------------------------------------------
+    # -- the window and the lines ------------------------------------------
+    @property
+    def window(self) -> int:
+        """The window the lines are drawn on: `context_window`, else 200,000."""
+        if self.context_window is None:
+            return FALLBACK_WINDOW
+        return self.context_window
+
+    def for_model(
+        self, model: object, *, field: str = "context_window"
+    ) -> ContextManager:
+        """Return the manager for runs on `model`: its window chosen by `window_for`.
+
+        With no `context_window`, a copy on the model's known window (else
+        200,000); with one, the manager itself once the window is checked
+        against the model's. A `Driver` calls it when it is built.
+
+        Raises:
+            WindowTooLarge: `context_window` is larger than the model's
+                known window (`field` names it in the message).
+            ConfigError: `threshold_tokens` is over the model's window.
+        """
+        window = window_for(model, self.context_window, field=field)
+        if window == self.context_window:
+            return self
+        return attrs.evolve(self, context_window=window)
+
     @property
     def threshold_line(self) -> int:
         """`threshold_tokens`, else ``context_window * threshold // 100``.
 
         Strictly over it compacts (with `auto_compact`).
         """
-        return threshold_line(
-            self.context_window, self.threshold, self.threshold_tokens
-        )
+        return threshold_line(self.window, self.threshold, self.threshold_tokens)
 
     @property
     def emergency_line(self) -> int:
         """``context_window * 95 // 100``; on or over it always compacts."""
-        return emergency_line(self.context_window)
+        return emergency_line(self.window)
 
     @property
     def target_tokens(self) -> int:
@@ -220,7 +252,7 @@ class ContextManager(OldEntryPoints):
         base = (
             self.threshold_line
             if self.compact_target is CompactBase.THRESHOLD
-            else self.context_window
+            else self.window
         )
         return base * self.compact_target_pct // 100
 
@@ -237,7 +269,7 @@ class ContextManager(OldEntryPoints):
         """
         return line_reason(
             estimate,
-            self.context_window,
+            self.window,
             self.threshold,
             auto_compact=self.auto_compact,
             tokens=self.threshold_tokens,
@@ -268,7 +300,7 @@ class ContextManager(OldEntryPoints):
             TypeError: `limits` names a field the manager owns or no field.
         """
         return Budget(
-            context_window=self.context_window,
+            context_window=self.window,
             threshold=self.threshold,
             auto_compact=self.auto_compact,
             threshold_tokens=self.threshold_tokens,
@@ -329,7 +361,7 @@ class ContextManager(OldEntryPoints):
         ctx = CompactionContext(
             tokens_before=before - reserved,  # what the compactor is handed
             reason=reason,
-            context_window=self.context_window,
+            context_window=self.window,
             turn=request.turn,
             counter=self.counter,
             instructions=request.instructions,
@@ -361,14 +393,14 @@ class ContextManager(OldEntryPoints):
         if problem is not None:
             return CompactorFailed(
                 used=before,
-                limit=self.context_window,
+                limit=self.window,
                 error=ErrorInfo(type="CompactorError", message=problem),
             )
         new = proposal.messages
         # The compactor's numbers are only hints; the reserved budget rides too.
         after = self.count(new) + reserved
-        if self.context_window > 0 and after > self.context_window:
-            return CompactionOverflowed(used=after, limit=self.context_window)
+        if self.window > 0 and after > self.window:
+            return CompactionOverflowed(used=after, limit=self.window)
         if len(new) == len(messages) and after >= before:
             return CompactionNoop(before=before, after=after)
         return CompactionResult(messages=new, before=before, after=after)

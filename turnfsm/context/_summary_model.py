@@ -49,8 +49,10 @@ def known_window(model: object) -> int | None:
     """Return the window a summary model says it has, or None if it says none.
 
     A client tells its window with an int attribute ``context_window``, in
-    tokens (a client of a llama.cpp server: the server's ``n_ctx``). The
-    shipped clients have none: give the compactor ``summary_window``.
+    tokens (a client of a llama.cpp server: the server's ``n_ctx``).
+    `OpenAIModel` and `AnthropicModel` have it for the models the bundled
+    catalogue knows (`turnfsm.providers.known_window`); for others, give
+    the client ``context_window`` or the compactor ``summary_window``.
 
     Raises:
         ConfigError: The attribute is there but not an int >= 1 or None.

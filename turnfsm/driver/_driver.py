@@ -48,7 +48,7 @@ from turnfsm.persistence import (
     Session,
     machine_digest,
 )
-from turnfsm.providers import ModelClient, ToolSchema
+from turnfsm.providers import ModelClient, ToolSchema, window_for
 from turnfsm.tokens import TokenCounter, default_counter
 
 __all__ = ["Driver"]
@@ -73,8 +73,12 @@ class Driver:
         system_prompt: sent with every request and counted in every measure.
         context: the `ContextManager` (window, lines, compactor); None means
             no compaction: a pass over the line is a no-op and the run fails.
+            A manager without a window gets the model's (see `window_for`);
+            one with a window larger than the model's known one is refused
+            (`WindowTooLarge`).
         context_window: the window when there is no context manager (tokens,
-            at most 100,000,000).
+            at most 100,000,000 and at most the model's known window; 0:
+            no lines).
         max_turns: model calls per run. This and every other count (retries,
             passes) is at most 1,000,000.
         max_overflow_retries: compact-and-retry passes after provider overflows.
@@ -112,6 +116,11 @@ class Driver:
         max_output_retries: re-asks, listing the validation errors, after a
             final answer that does not fit `output_type`; then the run fails
             with `OutputInvalid`.
+
+    Raises:
+        ConfigError: a setting is out of range (the field is named).
+        WindowTooLarge: the context manager's window (or `context_window`)
+            is larger than the model's known window.
     """
 
     model: ModelClient = attrs.field(
@@ -188,6 +197,11 @@ class Driver:
     _compacting: Driver | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
+        # The window: the model's known one unless given; refused if larger.
+        if self.context is not None:
+            self.context = self.context.for_model(self.model)
+        elif self.context_window:
+            window_for(self.model, self.context_window)
         self._tools = tools_by_name(self.tools)
         self._schemas = tuple(t.schema for t in self._tools.values())
         self._budget = (

@@ -4,6 +4,7 @@
 TurnFSMError                 base class; never raised directly
 ├── DefinitionError          (ValueError) a machine file is invalid; .problems
 ├── ConfigError              (ValueError) a setting is out of range; field, value
+│   └── WindowTooLarge       a window larger than the model's; .model, .window
 ├── InvalidMessage           (ValueError) a malformed message or history; field
 ├── IllegalEvent             event not accepted in this phase (a driver bug)
 ├── MachineBroken            an earlier handle() raised; no further input
@@ -67,6 +68,7 @@ from turnfsm.errors._misuse import (
     MachineBroken,
     Problem,
     ToolError,
+    WindowTooLarge,
 )
 from turnfsm.errors._run import (
     CONTEXT_OVERFLOW,
@@ -125,4 +127,5 @@ __all__ = [
     "StoreUnusable",
     "ToolError",
     "TurnFSMError",
+    "WindowTooLarge",
 ]

@@ -18,6 +18,7 @@ __all__ = [
     "MachineBroken",
     "Problem",
     "ToolError",
+    "WindowTooLarge",
 ]
 
 
@@ -85,7 +86,6 @@ class DefinitionError(TurnFSMError, ValueError):
         )
 
 
-@final
 @attrs.frozen(auto_exc=True)
 class ConfigError(TurnFSMError, ValueError):
     """Raised when a setting is out of range; names the field and the value."""
@@ -96,6 +96,32 @@ class ConfigError(TurnFSMError, ValueError):
 
     def __str__(self) -> str:
         return f"invalid {self.field}={self.value!r}: expected {self.expected}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class WindowTooLarge(ConfigError):
+    """Raised when a configured window is larger than the model's real one.
+
+    The model's window comes from the price and limits catalogue turnfsm
+    ships with (the ``genai-prices`` package), or from the llama.cpp server
+    the model runs on. A request that size would be refused by the provider,
+    so the setting is refused when the agent is built, before any run.
+
+    Attributes:
+        model: the model's name, as configured.
+        window: the model's context window in tokens.
+    """
+
+    model: str = ""
+    window: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.field}={self.value!r} is larger than {self.model}'s context "
+            f"window of {self.window} tokens: give at most {self.window}, or "
+            "leave it unset to use the model's window"
+        )
 
 
 @final

@@ -4,6 +4,10 @@
 Ollama), `AnthropicModel`, and `LlamaServer` (a local llama.cpp server on a
 small GGUF model) load lazily, so their SDKs are only needed when used:
 ``pip install 'turnfsm[openai]'``, ``'turnfsm[anthropic]'``, ``'turnfsm[local]'``.
+
+`known_window` gives a known model's context window (from the catalogue
+bundled with ``genai-prices``), `server_window` a llama.cpp server's, and
+`window_for` the window a run on a model works in.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ from turnfsm.providers._stream import (
     StreamingModelClient,
     TextDelta,
 )
+from turnfsm.providers._windows import (
+    FALLBACK_WINDOW,
+    known_window,
+    server_window,
+    window_for,
+)
 
 if TYPE_CHECKING:
     from turnfsm.providers._anthropic import AnthropicModel
@@ -31,6 +41,7 @@ if TYPE_CHECKING:
     from turnfsm.providers._openai import OpenAIModel
 
 __all__ = [
+    "FALLBACK_WINDOW",
     "AnthropicModel",
     "LlamaServer",
     "ModelClient",
@@ -43,7 +54,10 @@ __all__ = [
     "StreamingModelClient",
     "TextDelta",
     "ToolSchema",
+    "known_window",
     "local_model_path",
+    "server_window",
+    "window_for",
 ]
 
 _LAZY = {

@@ -36,6 +36,7 @@ from turnfsm.providers._errors import (
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
+from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
 
 try:
@@ -90,6 +91,11 @@ class AnthropicModel:
         client: a ready `anthropic.AsyncAnthropic` to use instead of building
             one (`base_url`, `api_key` and `timeout` are then ignored); its
             retries are switched off too.
+        context_window: the model's window in tokens; None: the window
+            `known_window` gives for `model` (from the catalogue bundled
+            with ``genai-prices``) for the URL the requests go to, else
+            not known (a local server, a proxy). A run's window is
+            chosen from it (see `window_for`).
 
     Raises:
         ConfigError: no key is found and no `base_url` is given, or a
@@ -125,10 +131,18 @@ class AnthropicModel:
     client: anthropic.AsyncAnthropic | None = attrs.field(
         default=None, kw_only=True, repr=False
     )
+    context_window: int | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True),
+    )
     _sdk: LoopClient[anthropic.AsyncAnthropic] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._sdk = LoopClient(self._build, owned=self.client is None)
+        if self.context_window is None:  # where the requests really go
+            url = str(self._sdk.client.base_url)
+            self.context_window = known_window(self.model, api_url=url)
 
     def _client(self) -> anthropic.AsyncAnthropic:
         return self._sdk.get()

@@ -27,6 +27,7 @@ from typing import IO, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.providers._windows import server_window
 
 __all__ = ["LlamaServer", "local_model_path"]
 
@@ -104,6 +105,17 @@ class LlamaServer:
     def pid(self) -> int | None:
         """The server's process id while it runs."""
         return self._process.pid if self._process is not None else None
+
+    @property
+    def context_window(self) -> int:
+        """The server's context window in tokens, as the server tells it.
+
+        Read from the running server (`server_window`) when it says;
+        llama-cpp-python's server does not, so its window is the ``n_ctx``
+        it was started with.
+        """
+        told = server_window(self.base_url) if self.pid is not None else None
+        return told if told is not None else self.n_ctx
 
     @property
     def base_url(self) -> str:

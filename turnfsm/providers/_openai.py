@@ -36,6 +36,7 @@ from turnfsm.providers._errors import (
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
+from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
 
 try:
@@ -90,6 +91,11 @@ class OpenAIModel:
         client: a ready `openai.AsyncOpenAI` to use instead of building one
             (`base_url`, `api_key` and `timeout` are then ignored); its
             retries are switched off too.
+        context_window: the model's window in tokens; None: the window
+            `known_window` gives for `model` (from the catalogue bundled
+            with ``genai-prices``) for the URL the requests go to, else
+            not known (a local server, a proxy). A run's window is
+            chosen from it (see `window_for`).
 
     Raises:
         ConfigError: no key is found and no `base_url` is given, or a
@@ -130,11 +136,19 @@ class OpenAIModel:
     client: openai.AsyncOpenAI | None = attrs.field(
         default=None, kw_only=True, repr=False
     )
+    context_window: int | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True),
+    )
     _sdk: LoopClient[openai.AsyncOpenAI] = attrs.field(init=False, repr=False)
     _limit_field: str = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._sdk = LoopClient(self._build, owned=self.client is None)
+        if self.context_window is None:  # where the requests really go
+            url = str(self._sdk.client.base_url)
+            self.context_window = known_window(self.model, api_url=url)
         official = self._sdk.client.base_url.host == "api.openai.com"
         self._limit_field = "max_completion_tokens" if official else "max_tokens"
 

@@ -1,0 +1,148 @@
+"""Context windows: the known models' from a catalogue, a llama.cpp server's own.
+
+`known_window` reads the windows of the OpenAI, Anthropic and other
+providers' models from the snapshot the ``genai-prices`` package (kept by
+the pydantic team) ships with: the bundled data only, never an update
+fetched at run time, so a lookup makes no network call. `server_window`
+asks a llama.cpp server for its ``n_ctx``. `window_for` is the one place a
+run's window is chosen from them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any, Final
+
+from turnfsm import _checks
+from turnfsm.errors import WindowTooLarge
+
+if TYPE_CHECKING:
+    from genai_prices.data_snapshot import DataSnapshot
+
+__all__ = ["FALLBACK_WINDOW", "known_window", "server_window", "window_for"]
+
+FALLBACK_WINDOW: Final = 200_000
+"""The window, in tokens, of a model whose window is not known, when none is given."""
+
+_WINDOW = _checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True)
+
+
+@functools.cache
+def _catalogue() -> DataSnapshot:
+    # The data the package was built with, never the one `UpdatePrices`
+    # may have fetched into the package's global snapshot.
+    from genai_prices.data import providers
+    from genai_prices.data_snapshot import DataSnapshot
+
+    return DataSnapshot(providers=providers, from_auto_update=False)
+
+
+def known_window(
+    model: str, *, provider: str | None = None, api_url: str | None = None
+) -> int | None:
+    """Return the context window of `model` in tokens, or None if it is not known.
+
+    The figure comes from the catalogue bundled with the ``genai-prices``
+    package; nothing is fetched. Dated names find their model
+    (``gpt-4o-2024-08-06`` is ``gpt-4o``).
+
+    Args:
+        model: the model's name, as sent to the provider (``gpt-4o``,
+            ``claude-sonnet-4-5``).
+        provider: the provider's id (``openai``, ``anthropic``, ``groq``,
+            ...); None: the provider `api_url` names, else the one whose
+            models the name looks like.
+        api_url: the base URL the model is served from; a URL the
+            catalogue does not know (a local server, a proxy) knows no
+            window.
+
+    Returns:
+        The window, or None for a model (or a server) the catalogue does not
+        know or whose window it does not give.
+
+    Example:
+        ```python
+        known_window("gpt-4o", provider="openai")  # 128000
+        known_window("my-fine-tune", provider="openai")  # None
+        ```
+    """
+    _checks.check(model, "model", _checks.string(non_empty=True))
+    try:
+        _, info = _catalogue().find_provider_model(model, None, provider, api_url)
+    except LookupError:
+        return None
+    window = info.context_window
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def server_window(base_url: str, *, timeout: float = 2.0) -> int | None:
+    """Ask a llama.cpp server for its window (``n_ctx``); None if it does not say.
+
+    llama.cpp's ``llama-server`` tells its ``n_ctx`` at ``/props``; a server
+    that does not answer there (llama-cpp-python's, an OpenAI-compatible
+    server of another kind) or cannot be reached gives None.
+
+    Args:
+        base_url: the server's OpenAI-compatible base URL
+            (``http://127.0.0.1:8080/v1``).
+        timeout: seconds to wait for the answer.
+    """
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        with urllib.request.urlopen(f"{root}/props", timeout=timeout) as reply:
+            data: Any = json.load(reply)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    settings = data.get("default_generation_settings")
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    if n_ctx is None:
+        n_ctx = data.get("n_ctx")
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
+        return None
+    return n_ctx
+
+
+def window_for(
+    model: object, window: int | None = None, *, field: str = "context_window"
+) -> int:
+    """Return the window a run on `model` works in; refuse one larger than the model's.
+
+    The model's window is the one its client states in an int attribute
+    ``context_window`` (`OpenAIModel` and `AnthropicModel` take it from
+    `known_window`; a llama.cpp server's client is given the server's
+    ``n_ctx``). Then:
+
+    - `window` given: used as given when the model's window is not known
+      (a custom model, a fine-tune, a local server that does not say) or
+      is at least as large; refused when larger;
+    - `window` None: the model's window, else `FALLBACK_WINDOW` (200,000).
+
+    Args:
+        model: the model client.
+        window: the configured window in tokens, or None.
+        field: the setting's name, as the user wrote it, for the error.
+
+    Raises:
+        WindowTooLarge: `window` is larger than the model's known window
+            (names `field`, the value and the model's figure).
+        ConfigError: the client's ``context_window`` is not an int >= 1 or None.
+    """
+    known: Any = getattr(model, "context_window", None)
+    _checks.check(known, "model.context_window", _WINDOW)
+    if window is None:
+        return known if known is not None else FALLBACK_WINDOW
+    if known is not None and window > known:
+        name = getattr(model, "model", None)
+        raise WindowTooLarge(
+            field,
+            window,
+            f"at most {known}",
+            model=name if isinstance(name, str) else type(model).__name__,
+            window=known,
+        )
+    return window
