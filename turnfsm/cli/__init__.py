@@ -304,7 +304,10 @@ def _sessions_parser(sub: Any) -> None:
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     actions.add_parser(
-        "list", parents=[store], help="every session: id, version, runs, outcome"
+        "list",
+        parents=[store],
+        help="every session, newest first: id, start and last activity times, "
+        "entries, runs, last outcome",
     )
     show = actions.add_parser(
         "show", parents=[store], help="a session's history, runs and compactions"
@@ -320,7 +323,9 @@ def _sessions_parser(sub: Any) -> None:
         default="jsonl",
         help="jsonl: a header and one entry per line (default); json: one document",
     )
-    export.add_argument("--out", metavar="FILE", help="write to FILE, not stdout")
+    export.add_argument(
+        "--out", metavar="FILE", help="write to FILE (default, or -: stdout)"
+    )
     load = actions.add_parser(
         "import", parents=[store], help="read an exported log into the store"
     )

@@ -11,6 +11,7 @@ option takes.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,11 +37,12 @@ def load_object(option: str, spec: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
+        missing = exc.name or ""
+        if missing and (module_name + ".").startswith(missing + "."):
             raise ConfigError(
                 option,
                 spec,
-                f"an importable module: no module named {exc.name!r} "
+                f"an importable module: no module named {missing!r} "
                 "(run from the directory that holds it, or set PYTHONPATH)",
             ) from None
         raise _import_failed(option, spec, exc) from None
@@ -72,7 +74,7 @@ def load_agent(spec: str, *, option: str = "--agent") -> Agent:
             object is not an `Agent`, or the function returned none).
     """
     value = load_object(option, spec)
-    if callable(value) and not isinstance(value, Agent):
+    if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
         value = value()
     if not isinstance(value, Agent):
         raise ConfigError(
@@ -83,6 +85,18 @@ def load_agent(spec: str, *, option: str = "--agent") -> Agent:
     return value
 
 
+def _no_arguments(fn: Any) -> bool:
+    """Whether `fn` can be called with no arguments (a factory)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: try it
+        return True
+    return all(
+        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        for p in signature.parameters.values()
+    )
+
+
 def load_agents(spec: str) -> list[Agent]:
     """Import ``MODULE:ATTR``: an `Agent`, a list of them, or a function making them.
 
@@ -90,7 +104,7 @@ def load_agents(spec: str) -> list[Agent]:
         ConfigError: the spec does not name agents (the reason is given).
     """
     value = load_object("--agent", spec)
-    if callable(value) and not isinstance(value, Agent):
+    if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
         value = value()
     if isinstance(value, Agent):
         agents = [value]

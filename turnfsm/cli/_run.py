@@ -178,7 +178,12 @@ def open_driver(
         return
     tools = load_tools(options.tools) if options.tools else []
     if options.machine is not None:
-        machine = load_machine(options.machine)
+        try:
+            machine = load_machine(options.machine)
+        except OSError as exc:
+            raise ConfigError(
+                "--machine", options.machine, f"a machine file ({exc.strerror})"
+            ) from None
     if options.model is None:
         if need_model:
             raise ConfigError(
