@@ -87,7 +87,7 @@ def _env(home: Path) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(home)]),
         "TURNFSM_STORE": str(home / "sessions.db"),
         "XDG_DATA_HOME": str(home / "xdg"),
-        "NO_COLOR": "1",
+        "TERM": "xterm",
     }
 
 
@@ -131,6 +131,7 @@ def test_a_run_pauses_for_approval_and_another_process_approves(home: Path) -> N
 
     approved = _turnfsm(home, "approve", session_id, "--agent", "cleaner:careful")
     assert approved.returncode == 0, approved.stderr
+    assert "\x1b" not in approved.stdout  # piped: plain lines, no status line
     lines = approved.stdout.splitlines()
     assert lines[:3] == [
         f"run {_run_id(approved.stdout)} waits in await_approval on 2 tool call(s):",
@@ -164,7 +165,11 @@ def test_a_killed_run_is_resumed_and_runs_no_finished_tool_again(home: Path) -> 
         timeout=60,
     )
     child.expect(r"\[run_tools\] RunTools")  # the first tool
-    child.expect(r"\[run_tools\] RunTools")  # the second, which blocks
+    child.expect_exact('[tool] delete_file({"path": "one"})')
+    child.expect_exact("[tool] delete_file -> 11 characters")
+    child.expect_exact('[tool] delete_file({"path": "two-slow"})')  # it blocks
+    # On a terminal, a live status line: phase, tokens, calls, tools.
+    child.expect(r"run_tools \| \d+ of 200000 tokens \| 2 model call\(s\) \| 2 tool")
     deadline = time.monotonic() + 30
     while _effects(home) != ["one"] and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -23,7 +23,6 @@ import attrs
 from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
-from turnfsm.cli._demo import ConsoleHook
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import (
     ContextCompactor,
@@ -32,17 +31,16 @@ from turnfsm.context import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
-from turnfsm.core import MachineSpec, ModelReplied
+from turnfsm.core import MachineSpec
 from turnfsm.driver import Driver, RunResult
 from turnfsm.errors import ConfigError, SessionNotFound, TurnFSMError
-from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
+from turnfsm.hooks import ConsoleHook, Hook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
 from turnfsm.providers import ModelClient
 
 __all__ = [
     "STRATEGY_NAMES",
     "AgentOptions",
-    "StreamPrinter",
     "open_model",
     "report_result",
     "run_and_close",
@@ -57,31 +55,6 @@ STRATEGY_NAMES = ("truncating", "summarizing", "layered")
 # The errors a command reports on one line (exit status 2): a setting, a
 # store, a missing extra, a local server that would not start.
 REPORTED = (TurnFSMError, ImportError, RuntimeError, OSError)
-
-
-class StreamPrinter(Hook):
-    """Prints each reply's text once: as it streams in, or whole when it arrives."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.streamed = False
-
-    def on_text_delta(self, info: TextDeltaInfo) -> None:
-        """Print one piece of text, unbuffered."""
-        self.out.write(info.text)
-        self.out.flush()
-        self.streamed = True
-
-    def on_outcome(self, info: OutcomeInfo) -> None:
-        """Print a reply that did not stream; end a streamed reply's line."""
-        if not isinstance(info.event, ModelReplied):
-            return
-        if self.streamed:
-            self.out.write("\n")
-        elif info.event.message.text:
-            self.out.write(info.event.message.text + "\n")
-        self.out.flush()
-        self.streamed = False
 
 
 @final
@@ -359,10 +332,11 @@ async def load_cli_session(store: SessionStore, session_id: str) -> Session:
 
 
 def hooks_for(out: TextIO, driver: Driver) -> list[Hook]:
-    """The hooks a command prints a run with: phases, tools, and the replies."""
-    window = driver.context.context_window if driver.context else 0
-    threshold = driver.context.threshold if driver.context else 80
-    return [ConsoleHook(out, window=window, threshold=threshold), StreamPrinter(out)]
+    """The hooks a command prints a run with: phases, tools, and the replies.
+
+    On a terminal, a live status line too (see `ConsoleHook`).
+    """
+    return [ConsoleHook(out, replies=True)]
 
 
 def run_task(
