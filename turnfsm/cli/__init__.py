@@ -151,7 +151,10 @@ def _agent_options() -> argparse.ArgumentParser:
         help="the tools: functions, by MODULE:FUNC, comma-separated",
     )
     group.add_argument(
-        "--machine", metavar="FILE", help="the machine file (default: the stock one)"
+        "--machine",
+        metavar="FILE",
+        help="the machine file (default: the stock one; for a paused run, the "
+        "one it began on, from the store)",
     )
     group.add_argument(
         "--strategy",
@@ -169,10 +172,15 @@ def _agent_options() -> argparse.ArgumentParser:
         "--n-ctx",
         type=int,
         default=None,
+        metavar="N",
         help="the local model's server window (default: --window, else 4096)",
     )
     group.add_argument(
-        "--max-tokens", type=int, default=256, help="reply budget per model call"
+        "--max-tokens",
+        type=int,
+        default=256,
+        metavar="N",
+        help="reply budget per model call (default 256; not with --agent)",
     )
     group.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     return options
