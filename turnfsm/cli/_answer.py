@@ -8,6 +8,7 @@ run calls when they are your own: ``--agent MODULE:ATTR`` (your agent), or
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TextIO, final
 
@@ -76,20 +77,36 @@ def run_answer(
 
 
 async def _answer(command: AnswerCommand, options: AgentOptions, out: TextIO) -> int:
-    # The machine comes from the log: the run is read first, from --store,
-    # else your agent's own store (when it has one), else the CLI's.
-    own = None
-    if options.agent is not None:
-        with open_driver(options) as (_agent_driver, own):
-            pass  # an agent is loaded twice: once for its store, once to run
+    if options.agent is not None:  # your agent: loaded once, its store first
+        with open_driver(options) as (driver, own):
+            return await _answer_with(command, options, out, driver, own)
+    return await _answer_with(command, options, out, None, None)
+
+
+async def _answer_with(
+    command: AnswerCommand,
+    options: AgentOptions,
+    out: TextIO,
+    agent_driver: Driver | None,
+    own: SessionStore | None,
+) -> int:
+    # The run is read first (from --store, else your agent's own store when
+    # it has one, else the CLI's): without --agent, its machine comes from
+    # the log.
     async with cli_store(options.store, own) as store:
         session = await load_cli_session(store, command.session_id)
         run = _open_run(session, command.run_id, store)
         _show_waiting(run, out)
-        machine = session.machine(run.opened.digest)
-        with open_driver(
-            options, machine=machine, need_model=command.action != "abandon"
-        ) as (driver, _own):
+        with contextlib.ExitStack() as stack:
+            driver = agent_driver
+            if driver is None:
+                driver, _ = stack.enter_context(
+                    open_driver(
+                        options,
+                        machine=session.machine(run.opened.digest),
+                        need_model=command.action != "abandon",
+                    )
+                )
             try:
                 result = await _go_on(command, driver, session, run, out)
             finally:
@@ -152,7 +169,7 @@ async def _go_on(
         session,
         run.run_id,
         event,
-        hooks=hooks_for(out, driver),
+        hooks=hooks_for(out),
         force=command.force,
     )
 

@@ -331,7 +331,7 @@ async def load_cli_session(store: SessionStore, session_id: str) -> Session:
         raise await not_found(exc, store) from None
 
 
-def hooks_for(out: TextIO, driver: Driver) -> list[Hook]:
+def hooks_for(out: TextIO) -> list[Hook]:
     """The hooks a command prints a run with: phases, tools, and the replies.
 
     On a terminal, a live status line too (see `ConsoleHook`).
@@ -381,9 +381,7 @@ async def _run(
                 session = Session(store=store)
             else:
                 session = await load_cli_session(store, session_id)
-            result = await driver.run(
-                task, session=session, hooks=hooks_for(out, driver)
-            )
+            result = await driver.run(task, session=session, hooks=hooks_for(out))
             return result, where(store)
     finally:
         await close_model(driver)
