@@ -113,3 +113,33 @@ def test_with_only_the_openai_sdk_an_openai_compatible_model_runs() -> None:
     assert "Anthropic" not in said
     assert "SDK" not in said
     assert "could not reach" in said  # it got as far as calling the server
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [
+        ("openai:gpt-4o-mini", "turnfsm[openai]"),
+        ("anthropic:claude-3-5-haiku-latest", "turnfsm[anthropic]"),
+    ],
+)
+def test_a_missing_sdk_is_named_before_a_missing_key(model: str, extra: str) -> None:
+    keyless = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _RUN.format(blocked=NEITHER, argv=["run", "hi", "--model", model]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=keyless | {"TURNFSM_STORE": "memory:"},
+        check=False,
+    )
+    assert done.returncode == 2
+    assert extra in done.stderr
+    assert "API_KEY" not in done.stderr.split(extra)[0]

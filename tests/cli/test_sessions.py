@@ -54,7 +54,8 @@ def test_the_demo_stores_its_session_in_the_user_data_dir(
     assert main(["sessions", "list"]) == 0
     listed = capsys.readouterr().out
     assert found.group(1) in listed
-    assert re.search(rf"{found.group(1)}\s+\d+\s+1\s+done", listed)
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    assert re.search(rf"{found.group(1)}\s+{stamp}\s+{stamp}\s+\d+\s+1\s+done", listed)
 
 
 def test_store_option_and_env_var_choose_the_store(

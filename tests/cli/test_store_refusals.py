@@ -72,7 +72,8 @@ def test_sessions_list_reports_damaged_sessions_and_lists_the_others(
     lines = {line.split()[0]: line for line in out.splitlines()}
     entries = len(sample_entries())
     for sound in ("s_a", "s_z"):
-        assert lines[sound].split()[1:4] == [str(entries), "1", "paused"]
+        # ID, STARTED and LAST ACTIVITY (a date and a time each), ENTRIES, ...
+        assert lines[sound].split()[5:8] == [str(entries), "1", "paused"]
     assert (
         "damaged: its version counter says 40 entries, the log holds"
         in (lines["s_counter"])
@@ -101,3 +102,50 @@ def test_a_damaged_session_can_be_removed_and_the_list_is_clean_again(
     listing = out.split("deleted session s_row")[-1]
     assert "damaged:" not in listing
     assert "damaged session(s)" not in listing
+
+
+@pytest.mark.parametrize("command", [["demo"], ["sessions", "list"]])
+@pytest.mark.parametrize(
+    ("where", "setting", "reason"),
+    [
+        ("store=missing/s.db", "--store", "it does not exist"),
+        ("store=sqlite:///missing/s.db", "--store", "it does not exist"),
+        ("store=afile/s.db", "--store", "it is not a directory"),
+        ("env=missing/s.db", "TURNFSM_STORE", "it does not exist"),
+        ("env=sqlite:///afile/s.db", "TURNFSM_STORE", "it is not a directory"),
+        ("xdg=afile", "XDG_DATA_HOME", "it cannot be created"),
+        ("xdg=/proc/xdg", "XDG_DATA_HOME", "it cannot be created"),
+    ],
+)
+def test_a_store_directory_that_cannot_be_used_is_named_with_its_setting(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Capture,
+    command: list[str],
+    where: str,
+    setting: str,
+    reason: str,
+) -> None:
+    (tmp_path / "afile").write_text("not a directory")
+    kind, _, value = where.partition("=")
+    if kind == "xdg" and not value.startswith("/"):
+        value = str(tmp_path / value)  # XDG_DATA_HOME is an absolute path
+    argv = [*command]
+    if kind == "store":
+        argv += ["--store", value]
+    elif kind == "env":
+        monkeypatch.setenv("TURNFSM_STORE", value)
+    else:
+        monkeypatch.setenv("XDG_DATA_HOME", value)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    path = value.removeprefix("sqlite:///")
+    directory = Path(path) / "turnfsm" if kind == "xdg" else Path(path).parent
+    named = f"cannot keep sessions in the directory {directory.absolute()}: "
+    assert captured.err.startswith(f"turnfsm {' '.join(command)}: {named}")
+    assert reason in captured.err
+    assert f"change {setting}" in captured.err
+    assert "Traceback" not in captured.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made

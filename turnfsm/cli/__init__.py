@@ -1,4 +1,4 @@
-"""The ``turnfsm`` command: demo, run, sessions, replay, diagram, check."""
+"""The ``turnfsm`` command: demo, run, approve, sessions, replay, diagram, check."""
 
 from __future__ import annotations
 
@@ -99,20 +99,24 @@ def _parser() -> argparse.ArgumentParser:
         help="the machine file the runs ran on (default: the shipped machine "
         "with the logged name)",
     )
-    run = sub.add_parser("run", parents=[traced], help="run one task on a real model")
+    agent_options = _agent_options()
+    run = sub.add_parser(
+        "run",
+        parents=[traced, agent_options],
+        help="run one task: on a model, or on your own agent",
+        description="Run one task with your own agent (--agent MODULE:ATTR) or "
+        "one built of --model and the options below, printing the phases, the "
+        "tool calls and the replies as they happen. Exit status: 0 done, "
+        "1 failed, 2 could not start, 3 paused (answer it with `turnfsm "
+        "approve`).",
+    )
     run.add_argument("task", help="what the agent should do")
     run.add_argument(
-        "--model",
-        required=True,
-        help="openai:MODEL | anthropic:MODEL | local | http(s)://BASE_URL[#MODEL]",
+        "--session",
+        metavar="ID",
+        help="continue this stored session (default: a new one)",
     )
-    run.add_argument(
-        "--n-ctx", type=int, default=4096, help="context window for local / URL models"
-    )
-    run.add_argument(
-        "--max-tokens", type=int, default=256, help="reply budget per model call"
-    )
-    run.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    _answer_parsers(sub, agent_options)
     _sessions_parser(sub)
     _diagram_parser(sub)
     check = sub.add_parser("check", help="validate machine files")
@@ -123,6 +127,109 @@ def _parser() -> argparse.ArgumentParser:
         help="a machine file (TOML), or a directory: its *.toml files",
     )
     return parser
+
+
+def _agent_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group(
+        "the agent",
+        "your own agent (--agent), or one built of --model and the rest",
+    )
+    group.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="your own Agent (or a function making one): its model, tools, "
+        "machine and context; e.g. myapp.agents:support",
+    )
+    group.add_argument(
+        "--model",
+        help="openai:MODEL | anthropic:MODEL | local | http(s)://BASE_URL[#MODEL]",
+    )
+    group.add_argument(
+        "--tools",
+        metavar="MODULE:FUNC,...",
+        help="the tools: functions, by MODULE:FUNC, comma-separated",
+    )
+    group.add_argument(
+        "--machine",
+        metavar="FILE",
+        help="the machine file (default: the stock one; for a paused run, the "
+        "one it began on, from the store)",
+    )
+    group.add_argument(
+        "--strategy",
+        choices=["masking", "truncating", "summarizing", "layered"],
+        help="the compactor (default: the context manager's own, masking)",
+    )
+    group.add_argument("--system", metavar="TEXT", help="the system prompt")
+    group.add_argument(
+        "--window",
+        type=int,
+        metavar="N",
+        help="the context window in tokens (default: the model's)",
+    )
+    group.add_argument(
+        "--n-ctx",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the local model's server window (default: --window, else 4096)",
+    )
+    group.add_argument(
+        "--max-tokens",
+        type=int,
+        default=256,
+        metavar="N",
+        help="reply budget per model call (default 256; not with --agent)",
+    )
+    group.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    return options
+
+
+def _answer_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
+    helps = {
+        "approve": "approve every tool call a paused run waits on; it goes on",
+        "reject": "reject a paused run's tool calls (the model hears why); it goes on",
+        "resume": "carry on a run whose process ended (it runs no finished tool again)",
+        "abandon": "end a paused or unfinished run as failed; the session "
+        "takes new runs",
+    }
+    for action, text in helps.items():
+        answer = sub.add_parser(
+            action,
+            parents=[agent_options],
+            help=text,
+            description=f"{text[0].upper()}{text[1:]}. Shows the calls the run "
+            "waits on first. The run and its machine come from the store; "
+            "going on needs the model (and your tools): --agent MODULE:ATTR, "
+            "or --model and --tools.",
+        )
+        answer.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+        answer.add_argument(
+            "run_id",
+            metavar="RUN",
+            nargs="?",
+            help="the run (default: the session's paused or unfinished one)",
+        )
+        if action == "reject":
+            answer.add_argument(
+                "--call",
+                dest="calls",
+                action="append",
+                default=[],
+                metavar="ID",
+                help="reject only this call (repeat it; default: every call)",
+            )
+        if action in ("reject", "abandon"):
+            answer.add_argument(
+                "--reason", metavar="TEXT", help="why (the model reads it)"
+            )
+        answer.add_argument(
+            "--force",
+            action="store_true",
+            help="take the session over though another process holds it "
+            "(only if that process is known to be gone)",
+        )
 
 
 def _temporal_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -205,7 +312,10 @@ def _sessions_parser(sub: Any) -> None:
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     actions.add_parser(
-        "list", parents=[store], help="every session: id, version, runs, outcome"
+        "list",
+        parents=[store],
+        help="every session, newest first: id, start and last activity times, "
+        "entries, runs, last outcome",
     )
     show = actions.add_parser(
         "show", parents=[store], help="a session's history, runs and compactions"
@@ -221,7 +331,9 @@ def _sessions_parser(sub: Any) -> None:
         default="jsonl",
         help="jsonl: a header and one entry per line (default); json: one document",
     )
-    export.add_argument("--out", metavar="FILE", help="write to FILE, not stdout")
+    export.add_argument(
+        "--out", metavar="FILE", help="write to FILE (default, or -: stdout)"
+    )
     load = actions.add_parser(
         "import", parents=[store], help="read an exported log into the store"
     )
@@ -287,16 +399,29 @@ def _command(args: argparse.Namespace) -> int:
         )
     from turnfsm.cli._run import run_task
 
-    return run_task(
-        args.task,
-        args.model,
-        n_ctx=args.n_ctx,
-        max_tokens=args.max_tokens,
-        store=args.store,
-    )
+    return run_task(args.task, _options(args), session_id=args.session)
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from turnfsm.cli._run import AgentOptions
+
+    names = [f.name for f in AgentOptions.__attrs_attrs__]
+    return AgentOptions(**{name: getattr(args, name) for name in names})
 
 
 def _other(args: argparse.Namespace) -> int:
+    if args.command in ("approve", "reject", "resume", "abandon"):
+        from turnfsm.cli._answer import AnswerCommand, run_answer
+
+        command = AnswerCommand(
+            action=args.command,
+            session_id=args.session_id,
+            run_id=args.run_id,
+            calls=tuple(getattr(args, "calls", ())),
+            reason=getattr(args, "reason", None),
+            force=args.force,
+        )
+        return run_answer(command, _options(args))
     if args.command == "replay":
         from turnfsm.cli._replay import run_replay
 

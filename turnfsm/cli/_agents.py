@@ -1,14 +1,100 @@
-"""Finding a user's agent for the command line: ``--agent MODULE:ATTR``."""
+"""Finding a user's code for the command line: ``--agent`` and ``--tools``.
+
+Each names objects as ``MODULE:ATTR`` (``myapp.agents:support``); the module
+is imported as Python would import it (the current directory is on the path,
+as with ``python -m``). A spec that names nothing usable is refused with a
+`ConfigError` naming the option, the value and what is wrong: the module
+cannot be found, it has no such attribute, or the attribute is not what the
+option takes.
+"""
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from turnfsm.agent import Agent
 from turnfsm.errors import ConfigError
 
-__all__ = ["load_agents"]
+__all__ = ["load_agent", "load_agents", "load_object", "load_tools"]
+
+
+def load_object(option: str, spec: str) -> Any:
+    """Import ``MODULE:ATTR`` (ATTR may be dotted) and return the object.
+
+    Raises:
+        ConfigError: `spec` is not ``MODULE:ATTR``, the module is not found
+            (or raised on import: the error is named), or it has no ATTR.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(option, spec, "MODULE:ATTR (e.g. myapp.agents:support)")
+    if "" not in sys.path:  # as `python -m` does: the current directory first
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name + ".").startswith(missing + "."):
+            raise ConfigError(
+                option,
+                spec,
+                f"an importable module: no module named {missing!r} "
+                "(run from the directory that holds it, or set PYTHONPATH)",
+            ) from None
+        raise _import_failed(option, spec, exc) from None
+    except Exception as exc:  # the module's own code failed
+        raise _import_failed(option, spec, exc) from None
+    value: Any = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise ConfigError(
+                option, spec, f"a name module {module_name} defines (no {attr!r})"
+            )
+        value = getattr(value, part)
+    return value
+
+
+def _import_failed(option: str, spec: str, exc: BaseException) -> ConfigError:
+    return ConfigError(
+        option,
+        spec,
+        f"a module that imports (it raised {type(exc).__name__}: {exc})",
+    )
+
+
+def load_agent(spec: str, *, option: str = "--agent") -> Agent:
+    """Import ``MODULE:ATTR``: an `Agent`, or a function of no arguments making one.
+
+    Raises:
+        ConfigError: the spec names no agent (see `load_object`; or the
+            object is not an `Agent`, or the function returned none).
+    """
+    value = load_object(option, spec)
+    if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
+        value = value()
+    if not isinstance(value, Agent):
+        raise ConfigError(
+            option,
+            spec,
+            f"an Agent, or a function making one (it is a {type(value).__name__})",
+        )
+    return value
+
+
+def _no_arguments(fn: Any) -> bool:
+    """Whether `fn` can be called with no arguments (a factory)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: try it
+        return True
+    return all(
+        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        for p in signature.parameters.values()
+    )
 
 
 def load_agents(spec: str) -> list[Agent]:
@@ -17,19 +103,8 @@ def load_agents(spec: str) -> list[Agent]:
     Raises:
         ConfigError: the spec does not name agents (the reason is given).
     """
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError("--agent", spec, "MODULE:ATTR (e.g. myapp.agents:support)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError("--agent", spec, f"an importable module ({exc})") from None
-    value: Any = module
-    for part in attr.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            raise ConfigError("--agent", spec, f"a name {module_name} defines")
-    if callable(value) and not isinstance(value, Agent):
+    value = load_object("--agent", spec)
+    if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
         value = value()
     if isinstance(value, Agent):
         agents = [value]
@@ -39,6 +114,35 @@ def load_agents(spec: str) -> list[Agent]:
         agents = []
     if not agents or not all(isinstance(a, Agent) for a in agents):
         raise ConfigError(
-            "--agent", spec, "an Agent, Agents, or a function making them"
+            "--agent",
+            spec,
+            "an Agent, Agents, or a function making them "
+            f"(it is a {type(value).__name__})",
         )
     return agents
+
+
+def load_tools(spec: str) -> list[Callable[..., Any]]:
+    """Import the tools of ``MODULE:FUNC,MODULE:FUNC,...``.
+
+    A name without a module (``MODULE:a,b``) is looked up in the module
+    named before it.
+
+    Raises:
+        ConfigError: a name is not ``MODULE:FUNC``, or names no function.
+    """
+    tools: list[Callable[..., Any]] = []
+    module = ""
+    for item in (part.strip() for part in spec.split(",")):
+        if ":" not in item and module and item:
+            item = f"{module}:{item}"
+        module = item.partition(":")[0]
+        value = load_object("--tools", item)
+        if not callable(value):
+            raise ConfigError(
+                "--tools",
+                item,
+                f"a function (it is a {type(value).__name__})",
+            )
+        tools.append(value)
+    return tools

@@ -25,17 +25,10 @@ from turnfsm.context import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
-from turnfsm.core import CompactReason, Measure
 from turnfsm.driver import RunResult
 from turnfsm.errors import ConfigError, StoreError
-from turnfsm.hooks import (
-    DecisionInfo,
-    Hook,
-    OutcomeInfo,
-    TransitionInfo,
-)
+from turnfsm.hooks import ConsoleHook
 from turnfsm.persistence import (
-    CompactionRecord,
     MemoryStore,
     SessionStore,
     dump_session,
@@ -44,7 +37,6 @@ from turnfsm.providers import ModelClient
 
 __all__ = [
     "STRATEGIES",
-    "ConsoleHook",
     "SimulatedModel",
     "build_demo_agent",
     "run_and_close_store",
@@ -55,62 +47,6 @@ WINDOW = 8_000
 THRESHOLD = 80
 STRATEGIES = ("truncating", "summarizing", "layered")
 """The compactors ``turnfsm demo --strategy`` can run."""
-
-
-class ConsoleHook(Hook):
-    """Prints phases, transitions, tool calls and compactions as they happen."""
-
-    def __init__(
-        self, out: TextIO, *, window: int = WINDOW, threshold: int = THRESHOLD
-    ) -> None:
-        self.out = out
-        self.window = window
-        self.threshold = threshold
-
-    def on_transition(self, info: TransitionInfo) -> None:
-        """Print `source --trigger--> dest`."""
-        step = info.step
-        if step.source == step.dest and step.trigger != "run_started":
-            return
-        why = f" ({step.reason.value})" if step.reason else ""
-        why += f" ({step.error})" if step.error else ""
-        print(f"  {step.source} --{step.trigger}--> {step.dest}{why}", file=self.out)
-
-    def on_decision(self, info: DecisionInfo) -> None:
-        """Print the estimate before every decision to call the model."""
-        if isinstance(info.decision, Measure):
-            return
-        print(f"[{info.phase}] {type(info.decision).__name__}", file=self.out)
-
-    def on_outcome(self, info: OutcomeInfo) -> None:
-        """Print measurements."""
-        estimate = getattr(info.event, "estimate", None)
-        if estimate is not None:
-            line = self.window * self.threshold // 100
-            print(
-                f"[measure] request = {estimate} tokens (threshold line {line}, "
-                f"emergency line {self.window * 95 // 100}, window {self.window})",
-                file=self.out,
-            )
-
-    def on_compaction_pass(self, record: CompactionRecord) -> None:
-        """Print each real compaction: reason, strategy, tokens before -> after."""
-        if not record.compacted:
-            return
-        info = record
-        tag = "EMERGENCY " if info.reason is CompactReason.EMERGENCY else ""
-        spent = ""
-        if info.usage is not None:
-            spent = (
-                f", summary model {info.usage.input_tokens} in / "
-                f"{info.usage.output_tokens} out"
-            )
-        print(
-            f"[compaction] {tag}reason={info.reason.value} ({info.strategy}): "
-            f"{info.tokens_before} -> {info.tokens_after} tokens "
-            f"({len(info.covers)} -> {len(info.replacement)} messages{spent})",
-            file=self.out,
-        )
 
 
 def demo_compactor(
@@ -178,7 +114,7 @@ def build_demo_agent(
             context_window=window,
             threshold=THRESHOLD,
         ),
-        hooks=[ConsoleHook(out, window=window)],
+        hooks=[ConsoleHook(out)],
         max_output_tokens=None if model is None else 64,
         strict_hooks=True,
     )

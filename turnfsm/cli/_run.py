@@ -1,47 +1,215 @@
-"""``turnfsm run "task" --model ...``: one task on a real model, streamed."""
+"""``turnfsm run "task"``: one task on a real model, or on your own agent.
+
+The agent is your own (``--agent MODULE:ATTR``: its model, tools, machine
+and context), or one built from the options: ``--model``, ``--tools``,
+``--machine``, ``--strategy``, ``--system``, ``--window``. Every reply is
+printed once, as it streams in (or whole, from a model that does not
+stream); a run that pauses prints the calls it waits on and how to answer.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shlex
 import sys
-from collections.abc import Iterator
-from typing import TextIO
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TextIO, final
 
 import anyio
+import attrs
 
+from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
-from turnfsm.cli._demo import ConsoleHook, run_and_close_store
-from turnfsm.cli._stores import open_cli_store, where
-from turnfsm.context import ContextManager
-from turnfsm.driver import RunResult
-from turnfsm.errors import ConfigError, StoreError
-from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
+from turnfsm.cli._agents import load_agent, load_tools
+from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.context import (
+    ContextCompactor,
+    ContextManager,
+    LayeredCompactor,
+    MaskingCompactor,
+    SummarizingCompactor,
+    TruncatingCompactor,
+)
+from turnfsm.core import MachineSpec
+from turnfsm.driver import Driver, RunResult
+from turnfsm.errors import ConfigError, SessionNotFound, TurnFSMError
+from turnfsm.hooks import ConsoleHook, Hook
+from turnfsm.persistence import MemoryStore, Session, SessionStore
 from turnfsm.providers import ModelClient, server_window, window_for
 
-__all__ = ["StreamPrinter", "open_model", "run_and_close", "run_task"]
+__all__ = [
+    "STRATEGY_NAMES",
+    "AgentOptions",
+    "open_model",
+    "report_result",
+    "run_and_close",
+    "run_task",
+]
 
 _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
+STRATEGY_NAMES = ("masking", "truncating", "summarizing", "layered")
+"""The compactors ``--strategy`` names."""
 
-class StreamPrinter(Hook):
-    """Prints the model's text as it streams in."""
+# The errors a command reports on one line (exit status 2): a setting, a
+# store, a missing extra, a local server that would not start.
+REPORTED = (TurnFSMError, ImportError, RuntimeError, OSError)
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.pending_newline = False
 
-    def on_text_delta(self, info: TextDeltaInfo) -> None:
-        """Print one piece of text, unbuffered."""
-        self.out.write(info.text)
-        self.out.flush()
-        self.pending_newline = True
+@final
+@attrs.frozen(kw_only=True)
+class AgentOptions:
+    """The options that choose the agent a command runs (its parsed arguments).
 
-    def on_outcome(self, info: OutcomeInfo) -> None:
-        """End a streamed reply's line before the next phase is printed."""
-        if self.pending_newline:
-            self.out.write("\n")
-            self.pending_newline = False
+    `agent` (``MODULE:ATTR``) is your own agent; otherwise one is built of
+    `model` and the other settings. `window` None: the model's own.
+    """
+
+    agent: str | None = None
+    model: str | None = None
+    tools: str | None = None
+    machine: str | None = None
+    strategy: str | None = None
+    system: str | None = None
+    window: int | None = None
+    n_ctx: int | None = None
+    max_tokens: int | None = None
+    store: str | None = None
+
+    def flags(self) -> list[str]:
+        """The options another command needs to find this agent and store."""
+        flags: list[str] = []
+        for name in ("agent", "model", "tools", "machine", "strategy", "system"):
+            value = getattr(self, name)
+            if value is not None:
+                flags += [f"--{name}", value]
+        if self.window is not None:
+            flags += ["--window", str(self.window)]
+        if self.store is not None:
+            flags += ["--store", self.store]
+        return flags
+
+
+def _refuse_with_agent(options: AgentOptions) -> None:
+    built = {
+        "--model": options.model,
+        "--tools": options.tools,
+        "--machine": options.machine,
+        "--strategy": options.strategy,
+        "--system": options.system,
+        "--window": options.window,
+    }
+    for flag, value in built.items():
+        if value is not None:
+            raise ConfigError(
+                flag,
+                value,
+                f"no {flag} with --agent (your agent brings its own settings: "
+                "set them where it is built)",
+            )
+
+
+def compactor(name: str) -> ContextCompactor:
+    """The compactor ``--strategy NAME`` names (its defaults).
+
+    Raises:
+        ConfigError: `name` is not one of `STRATEGY_NAMES`.
+    """
+    if name == "masking":
+        return MaskingCompactor()
+    if name == "truncating":
+        return TruncatingCompactor()
+    if name == "summarizing":
+        return SummarizingCompactor()
+    if name == "layered":
+        return LayeredCompactor()
+    raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES))
+
+
+@contextlib.contextmanager
+def open_driver(
+    options: AgentOptions,
+    *,
+    machine: MachineSpec | None = None,
+    need_model: bool = True,
+) -> Iterator[tuple[Driver, SessionStore | None]]:
+    """Yield the driver the options name, and the agent's own store (if any).
+
+    `machine` is the one to use when ``--machine`` is not given (a paused
+    run's, from its log). Without `need_model`, a driver is built with no
+    ``--model`` too: its model refuses to be called.
+
+    Raises:
+        ConfigError: a bad option (named with its value).
+        DefinitionError: the ``--machine`` file is not a valid machine.
+        ImportError: the SDK the model needs is not installed.
+    """
+    if options.agent is not None:
+        _refuse_with_agent(options)
+        agent = load_agent(options.agent)
+        own = None if isinstance(agent.store, MemoryStore) else agent.store
+        yield agent.driver, own
+        return
+    tools = load_tools(options.tools) if options.tools else []
+    if options.machine is not None:
+        try:
+            machine = load_machine(options.machine)
+        except OSError as exc:
+            raise ConfigError(
+                "--machine", options.machine, f"a machine file ({exc.strerror})"
+            ) from None
+    if options.model is None:
+        if need_model:
+            raise ConfigError(
+                "--model",
+                None,
+                "a model (openai:MODEL, anthropic:MODEL, local, or a URL), "
+                "or your own agent with --agent MODULE:ATTR",
+            )
+        yield _driver(NoModel(), None, tools, machine, options), None
+        return
+    n_ctx = options.n_ctx or options.window or 4096
+    with open_model(options.model, n_ctx=n_ctx, window=options.window) as (
+        model,
+        window,
+    ):
+        yield _driver(model, window, tools, machine, options), None
+
+
+def _driver(
+    model: ModelClient,
+    window: int | None,
+    tools: list[Any],
+    machine: MachineSpec | None,
+    options: AgentOptions,
+) -> Driver:
+    settings: dict[str, Any] = {}
+    if window is not None:  # the model's, or --window (checked against it)
+        settings["context_window"] = window
+    strategy = [compactor(options.strategy)] if options.strategy else []
+    extra: dict[str, Any] = {} if machine is None else {"machine": machine}
+    return Driver(
+        model=model,
+        tools=tools,
+        system_prompt=options.system,
+        context=ContextManager(*strategy, **settings),
+        max_output_tokens=options.max_tokens,
+        **extra,
+    )
+
+
+class NoModel:
+    """The model of a command that must not call one (no ``--model`` given)."""
+
+    async def complete(self, request: Any) -> Any:
+        """Refuse: name the options that give a model."""
+        raise ConfigError(
+            "--model",
+            None,
+            "a model to continue the run with (--model SPEC, or --agent MODULE:ATTR)",
+        )
 
 
 @contextlib.contextmanager
@@ -62,7 +230,7 @@ def open_model(
     ``--window``).
 
     Only the provider `spec` needs is imported: a missing SDK is named with
-    the extra that brings it.
+    the extra that brings it, before a missing API key.
 
     Raises:
         ConfigError: an unknown spec, or a missing API key (named).
@@ -71,16 +239,18 @@ def open_model(
     """
     kind, _, name = spec.partition(":")
     if kind in _KEYS and name:
-        if not os.environ.get(_KEYS[kind]):
-            raise ConfigError("api_key", None, f"set {_KEYS[kind]} to use {spec}")
+        client: ModelClient
         if kind == "openai":
             from turnfsm.providers import OpenAIModel
 
-            client: ModelClient = OpenAIModel(model=name)
+            maker: Any = OpenAIModel
         else:
             from turnfsm.providers import AnthropicModel
 
-            client = AnthropicModel(model=name)
+            maker = AnthropicModel
+        if not os.environ.get(_KEYS[kind]):
+            raise ConfigError("api_key", None, f"set {_KEYS[kind]} to use {spec}")
+        client = maker(model=name)
         yield client, window_for(client, window, field="--window")
         return
     if spec == "local":
@@ -143,48 +313,153 @@ async def run_and_close(agent: Agent, task: str) -> RunResult:
     try:
         return await agent.run(task)
     finally:
-        close = getattr(agent.driver.model, "close", None)
-        if close is not None:
+        await close_model(agent.driver)
+
+
+async def close_model(driver: Driver) -> None:
+    """Close the driver's model's connections (if it has ``close()``)."""
+    close = getattr(driver.model, "close", None)
+    if close is not None:
+        with anyio.CancelScope(shield=True):
             await close()
+
+
+@contextlib.asynccontextmanager
+async def cli_store(
+    spec: str | None, own: SessionStore | None
+) -> AsyncIterator[SessionStore]:
+    """The store a command uses (`spec`, else the agent's `own`, else the CLI's).
+
+    Closed on exit, unless it is the agent's own.
+    """
+    store = own if spec is None and own is not None else open_cli_store(spec)
+    try:
+        yield store
+    finally:
+        if store is not own:
+            with anyio.CancelScope(shield=True):
+                await close_store(store)
+
+
+async def load_cli_session(store: SessionStore, session_id: str) -> Session:
+    """`session_id` from `store`; a missing one names the store and close ids.
+
+    Raises:
+        SessionNotFound: no such session (with suggestions).
+    """
+    from turnfsm.cli._sessions import not_found
+
+    try:
+        return await Session.load(store, session_id)
+    except SessionNotFound as exc:
+        raise await not_found(exc, store) from None
+
+
+def hooks_for(out: TextIO) -> list[Hook]:
+    """The hooks a command prints a run with: phases, tools, and the replies.
+
+    On a terminal, a live status line too (see `ConsoleHook`).
+    """
+    return [ConsoleHook(out, replies=True)]
 
 
 def run_task(
     task: str,
-    model_spec: str,
+    options: AgentOptions,
     *,
-    n_ctx: int = 4096,
-    max_tokens: int = 256,
+    session_id: str | None = None,
     out: TextIO | None = None,
-    store: str | None = None,
-    window: int | None = None,
 ) -> int:
-    """Run `task` on the named model, printing phases and streamed text.
+    """Run `task` with the agent `options` name; print it as it happens.
 
-    The session is kept in `store` (a store spec; by default
-    ``TURNFSM_STORE``, else the SQLite file in the user data directory).
-    `window` is the context window (None: the model's, see `open_model`).
+    The session is kept in ``--store`` (else your agent's own store, unless
+    it is a memory store; else ``TURNFSM_STORE``, else the SQLite file in the
+    user data directory); `session_id` continues a stored session.
+
+    Returns 0 when the run is done, 1 when it failed, 3 when it paused (it
+    waits for an answer: ``turnfsm approve``), 2 when it could not start.
     """
     stream = out or sys.stdout
     try:
-        with open_model(model_spec, n_ctx=n_ctx, window=window) as (model, size):
-            # After the model: a refused model or window leaves no store file.
-            sessions = open_cli_store(store)
-            agent = Agent(
-                model=model,
-                store=sessions,
-                context=ContextManager(context_window=size),
-                hooks=[ConsoleHook(stream, window=size), StreamPrinter(stream)],
-                max_output_tokens=max_tokens,
+        with open_driver(options) as (driver, own):
+            result, place = anyio.run(
+                _run, driver, own, task, options, session_id, stream
             )
-            result = anyio.run(run_and_close_store, agent, task)
-    except (ConfigError, StoreError, ImportError, RuntimeError) as exc:
-        # A missing key or extra, a local server that would not start, or a
-        # store that cannot be opened.
+    except REPORTED as exc:
         print(f"turnfsm run: {exc}", file=sys.stderr)
         return 2
-    print(f"\nsession {result.session_id} stored in {where(sessions)}", file=stream)
+    return report_result(result, place, options, stream)
+
+
+async def _run(
+    driver: Driver,
+    own: SessionStore | None,
+    task: str,
+    options: AgentOptions,
+    session_id: str | None,
+    out: TextIO,
+) -> tuple[RunResult, str]:
+    try:
+        async with cli_store(options.store, own) as store:
+            if session_id is None:
+                session = Session(store=store)
+            else:
+                session = await load_cli_session(store, session_id)
+            result = await driver.run(task, session=session, hooks=hooks_for(out))
+            return result, where(store)
+    finally:
+        await close_model(driver)
+
+
+def report_result(
+    result: RunResult,
+    place: str,
+    options: AgentOptions,
+    out: TextIO,
+    *,
+    abandoned: bool = False,
+) -> int:
+    """Print how a run ended (the reply itself was printed as it came).
+
+    Returns 0 (done, or `abandoned` as asked), 1 (failed or cancelled) or 3
+    (paused).
+    """
+    print(f"\nsession {result.session_id} stored in {place}", file=out)
+    if result.outcome == "paused":
+        print_waiting(result, out)
+        command = shlex.join([result.session_id, *options.flags()])
+        print(
+            "answer it with: turnfsm approve|reject|abandon " + command,
+            file=out,
+        )
+        return 3
+    if abandoned:
+        print(f"run {result.run_id} abandoned: {result.error}", file=out)
+        return 0
     if not result.ok:
-        print(f"\nrun failed: {result.error}", file=stream)
+        print(f"run {result.outcome}: {result.error}", file=out)
         return 1
-    print(f"\n\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
+    print(
+        f"run done: {result.turns} model call(s), "
+        f"{result.usage.input_tokens} tokens in / {result.usage.output_tokens} out",
+        file=out,
+    )
     return 0
+
+
+def print_waiting(result: RunResult, out: TextIO) -> None:
+    """Print what a paused run waits on: its phase and tool calls."""
+    waiting = result.waiting
+    assert waiting is not None
+    print(
+        f"run {result.run_id} paused in {waiting.phase}, waiting on "
+        f"{len(waiting.calls)} tool call(s):",
+        file=out,
+    )
+    for call in waiting.calls:
+        print(f"  {call.id}  {call_text(call.name, call.arguments)}", file=out)
+
+
+def call_text(name: str, arguments: Any) -> str:
+    """``name({"arg": value})``: a tool call as a person reads it."""
+    return f"{name}({json.dumps(arguments, ensure_ascii=False, sort_keys=True)})"

@@ -20,6 +20,7 @@ import attrs
 
 from turnfsm import serde
 from turnfsm.cli._agents import load_agents
+from turnfsm.cli._run import call_text
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
@@ -32,7 +33,6 @@ from turnfsm.errors import (
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import (
-    RunRecord,
     Session,
     SessionStore,
     SummaryRecorded,
@@ -166,33 +166,58 @@ async def not_found(exc: SessionNotFound, store: SessionStore) -> SessionNotFoun
     return attrs.evolve(exc, store=where(store), suggestions=close)
 
 
+_NO_TIME = "-"
+
+
+def _when(at: float | None) -> str:
+    """Local wall-clock time, to the second ("-" when unknown)."""
+    if not at:
+        return _NO_TIME
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def _times(session: Session) -> tuple[float | None, float | None]:
+    """When the session's first run began, and its log's latest entry's time."""
+    stamps = [at for e in session.entries if (at := getattr(e, "at", 0.0))]
+    started = [run.opened.at for run in session.runs]
+    return (min(started) if started else None, max(stamps) if stamps else None)
+
+
 async def _list(store: SessionStore, out: TextIO) -> int:
     infos = await store.list_sessions()
     if not infos:
         print(f"no sessions in {where(store)}", file=out)
         return 0
-    rows = [("ID", "VERSION", "RUNS", "LAST OUTCOME")]
+    header = ("ID", "STARTED", "LAST ACTIVITY", "ENTRIES", "RUNS", "LAST OUTCOME")
+    listed: list[tuple[float, tuple[str, ...]]] = []
     damaged = 0
     for info in infos:
         # One damaged session is reported on its line, never hides the others.
         problem = getattr(info, "problem", None)
-        runs: list[RunRecord] = []
+        session: Session | None = None
         if problem is None:
             try:
-                runs = (await Session.load(store, info.id)).runs
+                session = await Session.load(store, info.id)
             except CorruptRecord as exc:
                 problem = str(exc)
-        if problem is not None:
+        if session is None:
             damaged += 1
-            rows.append((info.id, str(info.version), "-", f"damaged: {problem}"))
+            damaged_row = (info.id, _NO_TIME, _NO_TIME, str(info.version), "-")
+            listed.append((-1.0, (*damaged_row, f"damaged: {problem}")))
             continue
-        last = runs[-1].outcome if runs else "-"
-        rows.append((info.id, str(info.version), str(len(runs)), last))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        runs = session.runs
+        started, last = _times(session)
+        outcome = runs[-1].outcome if runs else "-"
+        cells = (info.id, _when(started), _when(last), str(info.version))
+        listed.append((last or 0.0, (*cells, str(len(runs)), outcome)))
+    # Newest first: the latest activity on top (damaged sessions at the end).
+    rows: list[tuple[str, ...]] = [header]
+    rows += [row for _, row in sorted(listed, key=lambda r: -r[0])]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[3]]), file=out)
-    print(f"{len(infos)} session(s) in {where(store)}", file=out)
+        padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*padded, row[-1]]), file=out)
+    print(f"{len(infos)} session(s) in {where(store)}, newest first", file=out)
     if damaged:
         print(
             f"{damaged} damaged session(s): `turnfsm sessions rm ID` removes one",
@@ -235,6 +260,21 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
         if run.error is not None:
             line += f"  error: {_clip(str(run.error))}"
         print(line, file=out)
+        if run.outcome == "paused" and run.waiting is not None:
+            calls = run.waiting.calls
+            print(
+                f"    paused in {run.waiting.phase}, waiting on {len(calls)} "
+                "tool call(s):",
+                file=out,
+            )
+            for call in calls:
+                print(
+                    f"    {call.id}  {call_text(call.name, call.arguments)}", file=out
+                )
+            print(
+                f"    answer it: turnfsm approve|reject|abandon {session.id}",
+                file=out,
+            )
     passes = [(run.run_id, c) for run in runs for c in run.compactions]
     print(f"\ncompactions ({len(passes)}):", file=out)
     for run_id, c in passes:
@@ -277,7 +317,7 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         # A lone surrogate (text from bytes that were not UTF-8) is written as
         # its JSON escape, as in the JSON lines form: the same text reads back.
         text = text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
-    if path is None:
+    if path is None or path == "-":
         out.write(text)
         return 0
     with open(path, "w", encoding="utf-8") as file:

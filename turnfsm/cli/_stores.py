@@ -8,7 +8,9 @@ sessions`` finds what ``turnfsm demo`` ran.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from turnfsm.errors import StoreDirectoryUnusable
 from turnfsm.persistence import (
     STORE_ENV,
     MemoryStore,
@@ -26,14 +28,63 @@ def open_cli_store(spec: str | None) -> SessionStore:
 
     Raises:
         ConfigError: the spec names no store.
+        StoreDirectoryUnusable: the file's directory is missing, or cannot
+            be created or written (the setting that chose it is named).
         StoreUnusable: the file cannot be used (it was not changed).
         ImportError: a PostgreSQL URL without the ``postgres`` extra.
     """
+    setting = "--store"
     if spec is None:
         spec = os.environ.get(STORE_ENV, "").strip() or None
+        setting = STORE_ENV
     if spec is None:
-        return SQLiteStore(default_store_path())
+        return SQLiteStore(_default_path())
+    file = _file_of(spec)
+    if file is not None:  # before the file is opened (and made)
+        _check_directory(file.absolute().parent, setting)
     return open_store(spec)
+
+
+def _file_of(spec: str) -> Path | None:
+    """The SQLite file a store spec names (None: not a file)."""
+    if spec.startswith("sqlite:///"):
+        spec = spec.removeprefix("sqlite:///")
+    elif spec == "memory:" or ":" in spec.split("/")[0]:
+        return None  # memory:, a URL, or a spec open_store refuses
+    return Path(spec) if spec.strip() else None
+
+
+def _default_path() -> Path:
+    """The default file; its directory (the user data directory) made if missing."""
+    try:
+        return default_store_path()
+    except OSError as exc:
+        import platformdirs
+
+        directory = platformdirs.user_data_path("turnfsm", appauthor=False)
+        raise StoreDirectoryUnusable(
+            os.fspath(directory),
+            f"it cannot be created ({exc.strerror or exc})",
+            "XDG_DATA_HOME (the user data directory), or choose the store "
+            f"with {STORE_ENV} or --store",
+        ) from None
+
+
+def _check_directory(directory: Path, setting: str) -> None:
+    """Refuse a store file whose directory is missing or cannot be written.
+
+    Raises:
+        StoreDirectoryUnusable: naming the directory and `setting`.
+    """
+    reason = None
+    if not directory.exists():
+        reason = "it does not exist"
+    elif not directory.is_dir():
+        reason = "it is not a directory"
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        reason = "it cannot be written"
+    if reason is not None:
+        raise StoreDirectoryUnusable(os.fspath(directory), reason, setting)
 
 
 def where(store: SessionStore) -> str:

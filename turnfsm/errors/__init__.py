@@ -30,7 +30,8 @@ TurnFSMError                 base class; never raised directly
 │   ├── SessionNotFound      (LookupError) no session of that id is stored
 │   ├── DuplicateRecord      an append repeats a compaction's idempotency key
 │   ├── LeaseLost            a session's lease is no longer its owner's; .holder
-│   └── StoreUnusable        a store file or database cannot be used; .path, .reason
+│   ├── StoreUnusable        a store file or database cannot be used; .path, .reason
+│   └── StoreDirectoryUnusable  a store file's directory cannot be used; .directory
 └── RunFailed                raised by ``RunResult.raise_for_failure()``; .outcome
 ```
 
@@ -89,6 +90,7 @@ from turnfsm.errors._store import (
     LeaseLost,
     SessionConflict,
     SessionNotFound,
+    StoreDirectoryUnusable,
     StoreError,
     StoreUnusable,
 )
@@ -123,6 +125,7 @@ __all__ = [
     "SessionBusy",
     "SessionConflict",
     "SessionNotFound",
+    "StoreDirectoryUnusable",
     "StoreError",
     "StoreUnusable",
     "ToolError",

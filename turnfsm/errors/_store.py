@@ -15,6 +15,7 @@ __all__ = [
     "LeaseLost",
     "SessionConflict",
     "SessionNotFound",
+    "StoreDirectoryUnusable",
     "StoreError",
     "StoreUnusable",
 ]
@@ -142,6 +143,29 @@ class StoreUnusable(StoreError):
         return (
             f"cannot use {self.path} as a turnfsm session store: {self.reason} "
             "(nothing was changed)"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class StoreDirectoryUnusable(StoreError):
+    """Raised when the directory a store's file would live in cannot be used.
+
+    It is missing, not a directory, or cannot be created or written.
+    `directory` names it, `reason` says what is wrong, and `setting` names
+    what chose it (``--store``, ``TURNFSM_STORE``, ``XDG_DATA_HOME``), the
+    thing to change. Nothing was written.
+    """
+
+    directory: str
+    reason: str
+    setting: str
+
+    def __str__(self) -> str:
+        return (
+            f"cannot keep sessions in the directory {self.directory}: "
+            f"{self.reason}; create it, or change {self.setting} "
+            "(nothing was written)"
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from turnfsm import _deprecated
+from turnfsm.hooks._console import ConsoleHook
 from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.hooks._hook import HOOK_METHODS, Hook
 from turnfsm.hooks._infos import (
@@ -24,6 +25,7 @@ from turnfsm.hooks._infos import (
 __all__ = [
     "HOOK_METHODS",
     "CircuitInfo",
+    "ConsoleHook",
     "DecisionInfo",
     "Hook",
     "HookDispatcher",

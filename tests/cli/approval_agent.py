@@ -1,0 +1,50 @@
+"""Agents for the answer commands' tests (`--agent tests.cli.approval_agent:...`).
+
+`careful` asks to delete two files on the approval machine, then reports
+what the tools said; each tool run is kept in `DELETED`.
+"""
+
+from __future__ import annotations
+
+from turnfsm import Agent, approval_machine
+from turnfsm.messages import Message
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply, tool_call
+
+DELETED: list[str] = []
+
+
+def delete_file(path: str) -> str:
+    """Delete a file.
+
+    Args:
+        path: the file to delete.
+    """
+    DELETED.append(path)
+    return f"deleted {path}"
+
+
+def _plan(request: ModelRequest) -> Message:
+    results = [p.content for m in request.messages for p in m.tool_results]
+    if not results:
+        return reply(
+            "",
+            tool_call("delete_file", "c1", path="/tmp/cache.db"),
+            tool_call("delete_file", "c2", path="/etc/hosts"),
+        )
+    return reply("Report: " + "; ".join(results))
+
+
+def careful() -> Agent:
+    """The approval agent (a fresh one per call)."""
+    return Agent(
+        model=FakeModelClient(_plan), tools=[delete_file], machine=approval_machine()
+    )
+
+
+def needs_a_name(name: str) -> Agent:
+    """Not a factory: it takes an argument."""
+    raise AssertionError(name)
+
+
+not_an_agent = 42

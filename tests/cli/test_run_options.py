@@ -1,0 +1,243 @@
+"""`turnfsm run` with your own agent or one built of options; the answer commands.
+
+Each bad option is refused with exit status 2 and one line naming the option
+and its value, before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.cli import approval_agent
+from tests.helpers import REPO_ROOT
+from turnfsm.cli import main
+from turnfsm.cli._run import AgentOptions, open_driver
+from turnfsm.context import LayeredCompactor, SummarizingCompactor
+from turnfsm.persistence import Session, SQLiteStore
+
+Capture = pytest.CaptureFixture[str]
+CAREFUL = "tests.cli.approval_agent:careful"
+SCRIPTED = "tests.cli.compact_agent:agent"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_effects() -> Iterator[None]:
+    approval_agent.DELETED.clear()
+    yield
+    approval_agent.DELETED.clear()
+
+
+TOOLS = "tests.cli.approval_agent"
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "named"),
+    [
+        (["--agent", "no_such_mod:agent"], "--agent", "named 'no_such_mod'"),
+        (["--agent", "tests.cli.nope:a"], "--agent", "named 'tests.cli.nope'"),
+        (["--agent", TOOLS], "--agent", "MODULE:ATTR"),
+        (["--agent", f"{TOOLS}:nobody"], "--agent", "no 'nobody'"),
+        (["--agent", f"{TOOLS}:not_an_agent"], "--agent", "(it is a int)"),
+        (["--agent", f"{TOOLS}:needs_a_name"], "--agent", "(it is a function)"),
+        (
+            ["--agent", "tests.cli.broken_module:x"],
+            "--agent",
+            "it raised RuntimeError: the module's own code failed",
+        ),
+        (["--agent", CAREFUL, "--model", "openai:gpt-4o"], "--model", "with --agent"),
+        (["--agent", CAREFUL, "--window", "9000"], "--window=9000", "with --agent"),
+        (["--agent", CAREFUL, "--system", "hi"], "--system='hi'", "with --agent"),
+        (["--agent", CAREFUL, "--tools", TOOLS], "--tools", "with --agent"),
+        ([], "--model=None", "--agent MODULE:ATTR"),
+        (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
+        (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
+        (["--model", "openai:o", "--machine", "none.toml"], "--machine", "No such"),
+        (["--agent", SCRIPTED, "--session", "ses_nothere"], "ses_nothere", "s.db"),
+    ],
+)
+def test_a_bad_option_is_named_with_its_value(
+    argv: list[str],
+    option: str,
+    named: str,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store = tmp_path / "s.db"
+    assert main(["run", "hi", "--store", str(store), *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("turnfsm run: ")
+    assert captured.err.count("\n") == 1
+    assert option in captured.err
+    assert named in captured.err
+    if store.exists():  # nothing was written
+        assert main(["sessions", "list", "--store", str(store)]) == 0
+        assert capsys.readouterr().out.startswith("no sessions")
+
+
+@pytest.mark.parametrize(
+    ("settings", "check"),
+    [
+        ({"system": "Be brief."}, lambda d: d.system_prompt == "Be brief."),
+        ({"window": 9000}, lambda d: d.context.context_window == 9000),
+        ({"strategy": "layered"}, lambda d: _compactor(d, LayeredCompactor)),
+        ({"strategy": "summarizing"}, lambda d: _compactor(d, SummarizingCompactor)),
+        (
+            {"tools": "tests.cli.approval_agent:delete_file,careful"},
+            lambda d: len(d.tools) == 2,
+        ),
+        (
+            {"machine": str(REPO_ROOT / "machines" / "approval.toml")},
+            lambda d: d.machine.name == "approval",
+        ),
+        ({}, lambda d: d.context.context_window == 128_000),
+    ],
+    ids=lambda v: "-".join(v) if isinstance(v, dict) else "",
+)
+def test_the_options_build_the_agent(
+    settings: dict[str, Any],
+    check: Callable[[Any], bool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    options = AgentOptions(model="openai:gpt-4o", **settings)
+    with open_driver(options) as (driver, own):
+        assert own is None
+        assert check(driver)
+
+
+def _compactor(driver: object, kind: type) -> bool:
+    context = getattr(driver, "context", None)
+    return isinstance(getattr(context, "compactor", None), kind)
+
+
+def _session_id(text: str) -> str:
+    found = re.search(r"session (ses_\w+) stored in", text)
+    assert found is not None, text
+    return found.group(1)
+
+
+def test_a_reply_is_printed_once_and_session_continues(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "s.db")
+    assert main(["run", "first", "--agent", SCRIPTED, "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert out.count("answer 0") == 1
+    assert "run done: 1 model call(s)" in out
+    session_id = _session_id(out)
+    argv = ["run", "second", "--agent", SCRIPTED, "--store", store]
+    assert main([*argv, "--session", session_id]) == 0
+    assert _session_id(capsys.readouterr().out) == session_id
+
+    async def history() -> list[str]:
+        async with SQLiteStore(store) as sessions:
+            session = await Session.load(sessions, session_id)
+        return [m.text for m in session.history]
+
+    assert anyio.run(history) == ["first", "answer 0", "second", "answer 0"]
+
+
+def _paused(store: str, capsys: Capture) -> str:
+    assert main(["run", "Free disk.", "--agent", CAREFUL, "--store", store]) == 3
+    out = capsys.readouterr().out
+    assert "paused in await_approval, waiting on 2 tool call(s):" in out
+    return _session_id(out)
+
+
+def test_reject_one_call_runs_the_other(capsys: Capture, tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    session_id = _paused(store, capsys)
+    assert main(["sessions", "show", session_id, "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert "paused in await_approval, waiting on 2 tool call(s):" in shown
+    assert '    c2  delete_file({"path": "/etc/hosts"})' in shown
+    argv = ["reject", session_id, "--agent", CAREFUL, "--store", store]
+    assert main([*argv, "--call", "c2", "--reason", "never /etc"]) == 0
+    out = capsys.readouterr().out
+    assert "Report: rejected by the reviewer: never /etc; deleted /tmp/cache.db" in out
+    assert approval_agent.DELETED == ["/tmp/cache.db"]
+
+
+def test_abandon_needs_no_model_and_frees_the_session(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "s.db")
+    session_id = _paused(store, capsys)
+    assert main(["abandon", session_id, "--store", store, "--reason", "no"]) == 0
+    out = capsys.readouterr().out
+    assert "abandoned: run cancelled: no" in out
+    assert main(["sessions", "list", "--store", store]) == 0
+    assert " failed" in capsys.readouterr().out
+    assert approval_agent.DELETED == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["approve"], "invalid --model=None"),
+        (["approve", "--model", "openai:gpt-4o"], "(delete_file)"),
+        (["approve", "RUN", "run_nothere"], "invalid RUN='run_nothere'"),
+        (["reject", "--agent", CAREFUL, "--call", "c9"], "invalid --call='c9'"),
+        (["resume", "--agent", CAREFUL], "tool_calls_reviewed"),
+        (["approve", "SESSION", "ses_nothere"], "ses_nothere"),
+    ],
+)
+def test_a_refused_answer_writes_nothing(
+    argv: list[str],
+    named: str,
+    capsys: Capture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    store = str(tmp_path / "s.db")
+    session_id = _paused(store, capsys)
+    action, *rest = argv
+    target = [session_id]
+    if rest[:1] == ["RUN"]:
+        target, rest = [session_id, rest[1]], rest[2:]
+    elif rest[:1] == ["SESSION"]:
+        target, rest = [rest[1]], rest[2:]
+    assert main([action, *target, "--store", store, *rest]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"turnfsm {action}: ")
+    assert named in err
+    # Still paused, and still answerable.
+    argv = ["approve", session_id, "--agent", CAREFUL, "--store", store]
+    assert main(argv) == 0
+    assert approval_agent.DELETED == ["/tmp/cache.db", "/etc/hosts"]
+
+
+def test_list_puts_the_newest_first_with_times(capsys: Capture, tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    paused = _paused(store, capsys)
+    assert main(["run", "hi", "--agent", SCRIPTED, "--store", store]) == 0
+    done = _session_id(capsys.readouterr().out)
+    assert main(["sessions", "list", "--store", store]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "ID", "STARTED", "LAST", "ACTIVITY", "ENTRIES", "RUNS", "LAST", "OUTCOME"
+    ]  # fmt: skip
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    assert re.fullmatch(rf"{done}\s+{stamp}\s+{stamp}\s+\d+\s+1\s+done", lines[1])
+    assert re.fullmatch(rf"{paused}\s+{stamp}\s+{stamp}\s+\d+\s+1\s+paused", lines[2])
+    assert lines[3] == f"2 session(s) in {store}, newest first"
+
+
+def test_export_to_a_dash_writes_stdout(capsys: Capture, tmp_path: Path) -> None:
+    store = str(tmp_path / "s.db")
+    session_id = _paused(store, capsys)
+    assert main(["sessions", "export", session_id, "--store", store, "--out", "-"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.splitlines()[0])["session_id"] == session_id
+    assert not (tmp_path / "-").exists()

@@ -1,0 +1,220 @@
+"""``turnfsm approve | reject | resume | abandon SESSION [RUN]``: answer a paused run.
+
+Each works from the store alone, in any process: the session's log keeps the
+run and the machine it began on. Going on needs a model, and the tools the
+run calls when they are your own: ``--agent MODULE:ATTR`` (your agent), or
+``--model`` and ``--tools``. ``abandon`` needs neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import TextIO, final
+
+import anyio
+import attrs
+
+from turnfsm.cli._run import (
+    REPORTED,
+    AgentOptions,
+    call_text,
+    cli_store,
+    close_model,
+    hooks_for,
+    load_cli_session,
+    open_driver,
+    report_result,
+)
+from turnfsm.cli._stores import where
+from turnfsm.core import Event, ToolCallsReviewed
+from turnfsm.driver import Driver, RunResult, Tool
+from turnfsm.errors import ConfigError, SessionBusy
+from turnfsm.persistence import RunRecord, Session, SessionStore
+
+__all__ = ["ANSWERS", "AnswerCommand", "run_answer"]
+
+ANSWERS = ("approve", "reject", "resume", "abandon")
+"""The commands that answer a paused (or unfinished) run."""
+
+
+@final
+@attrs.frozen(kw_only=True)
+class AnswerCommand:
+    """What ``turnfsm approve | reject | resume | abandon`` was asked to do.
+
+    `calls` are the call ids ``reject`` refuses (empty: every call the run
+    waits on); `reason` is the reviewer's word (``reject``, ``abandon``).
+    """
+
+    action: str
+    session_id: str
+    run_id: str | None = None
+    calls: tuple[str, ...] = ()
+    reason: str | None = None
+    force: bool = False
+
+
+def run_answer(
+    command: AnswerCommand, options: AgentOptions, *, out: TextIO | None = None
+) -> int:
+    """Answer the run; print the calls it waits on, then how it went on.
+
+    Returns as ``turnfsm run`` does: 0 done, 1 failed or cancelled, 3 paused
+    again; 2 when the answer was refused (nothing was written).
+    """
+    stream = out or sys.stdout
+    name = f"turnfsm {command.action}"
+    try:
+        return anyio.run(_answer, command, options, stream)
+    except SessionBusy as exc:
+        hint = " (--force takes it over)" if exc.alive is not None else ""
+        print(f"{name}: {exc}{hint}", file=sys.stderr)
+        return 2
+    except REPORTED as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _answer(command: AnswerCommand, options: AgentOptions, out: TextIO) -> int:
+    if options.agent is not None:  # your agent: loaded once, its store first
+        with open_driver(options) as (driver, own):
+            return await _answer_with(command, options, out, driver, own)
+    return await _answer_with(command, options, out, None, None)
+
+
+async def _answer_with(
+    command: AnswerCommand,
+    options: AgentOptions,
+    out: TextIO,
+    agent_driver: Driver | None,
+    own: SessionStore | None,
+) -> int:
+    # The run is read first (from --store, else your agent's own store when
+    # it has one, else the CLI's): without --agent, its machine comes from
+    # the log.
+    async with cli_store(options.store, own) as store:
+        session = await load_cli_session(store, command.session_id)
+        run = _open_run(session, command.run_id, store)
+        _show_waiting(run, out)
+        with contextlib.ExitStack() as stack:
+            driver = agent_driver
+            if driver is None:
+                driver, _ = stack.enter_context(
+                    open_driver(
+                        options,
+                        machine=session.machine(run.opened.digest),
+                        need_model=command.action != "abandon",
+                    )
+                )
+            try:
+                result = await _go_on(command, driver, session, run, out)
+            finally:
+                await close_model(driver)
+        abandoned = command.action == "abandon"
+        return report_result(result, where(store), options, out, abandoned=abandoned)
+
+
+def _open_run(session: Session, run_id: str | None, store: SessionStore) -> RunRecord:
+    waiting = session.open_runs()
+    if run_id is not None:
+        for run in waiting:
+            if run.run_id == run_id:
+                return run
+        runs = ", ".join(r.run_id for r in waiting) or "none"
+        raise ConfigError(
+            "RUN",
+            run_id,
+            f"a paused or unfinished run of session {session.id} (open: {runs})",
+        )
+    if not waiting:
+        raise ConfigError(
+            "SESSION",
+            session.id,
+            f"a session with a paused or unfinished run (in {where(store)}, "
+            "it has none: `turnfsm sessions show` lists its runs)",
+        )
+    return waiting[-1]
+
+
+def _show_waiting(run: RunRecord, out: TextIO) -> None:
+    if run.waiting is None:
+        print(f"run {run.run_id} is unfinished (its process ended)", file=out)
+        return
+    calls = run.waiting.calls
+    print(
+        f"run {run.run_id} waits in {run.waiting.phase} on {len(calls)} tool call(s):",
+        file=out,
+    )
+    for call in calls:
+        print(f"  {call.id}  {call_text(call.name, call.arguments)}", file=out)
+
+
+async def _go_on(
+    command: AnswerCommand,
+    driver: Driver,
+    session: Session,
+    run: RunRecord,
+    out: TextIO,
+) -> RunResult:
+    if command.action == "abandon":
+        reason = command.reason or "abandoned from the command line"
+        return await driver.abandon(
+            session, run.run_id, reason=reason, force=command.force
+        )
+    event = _event(command, run)
+    _check_tools(driver, run, command)
+    print(f"{command.action}: the run goes on", file=out)
+    return await driver.resume(
+        session,
+        run.run_id,
+        event,
+        hooks=hooks_for(out),
+        force=command.force,
+    )
+
+
+def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
+    if command.action == "resume":
+        return None
+    if run.waiting is None:
+        raise ConfigError(
+            "RUN",
+            run.run_id,
+            f"a paused run to {command.action} (it is unfinished: "
+            "`turnfsm resume` carries it on)",
+        )
+    if command.action == "approve":
+        return ToolCallsReviewed.approve_all()
+    waiting = [call.id for call in run.waiting.calls]
+    for call_id in command.calls:
+        if call_id not in waiting:
+            raise ConfigError(
+                "--call", call_id, f"a call the run waits on ({', '.join(waiting)})"
+            )
+    reason = command.reason or "rejected from the command line"
+    return ToolCallsReviewed.reject(
+        dict.fromkeys(command.calls or tuple(waiting), reason)
+    )
+
+
+def _check_tools(driver: Driver, run: RunRecord, command: AnswerCommand) -> None:
+    """Refuse before anything is written when an approved call's tool is missing."""
+    if run.waiting is None:
+        return
+    rejected = set(command.calls) if command.calls else None
+    if command.action == "reject" and rejected is None:
+        return  # every call is rejected: no tool runs
+    approved = [c for c in run.waiting.calls if c.id not in (rejected or ())]
+    known = {
+        tool.name if isinstance(tool, Tool) else Tool.from_function(tool).name
+        for tool in driver.tools
+    }
+    missing = sorted({c.name for c in approved} - known)
+    if missing:
+        raise ConfigError(
+            "--tools",
+            None,
+            f"the tools the run calls ({', '.join(missing)}): give your agent "
+            "with --agent MODULE:ATTR, or --tools MODULE:FUNC,...",
+        )

@@ -1,0 +1,262 @@
+"""`ConsoleHook`: a run printed as it happens, for a person watching it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, TextIO, final
+
+from turnfsm.core import CompactReason, Measure, ModelReplied, emergency_line
+from turnfsm.core import threshold_line as _threshold_line
+from turnfsm.hooks._hook import Hook
+from turnfsm.hooks._infos import (
+    DecisionInfo,
+    ModelCallInfo,
+    OutcomeInfo,
+    RunEndInfo,
+    RunStartInfo,
+    TextDeltaInfo,
+    ToolCallEnd,
+    ToolCallInfo,
+    TransitionInfo,
+)
+from turnfsm.persistence import CompactionRecord
+
+__all__ = ["ConsoleHook"]
+
+_ARGUMENTS_WIDTH = 120
+
+
+@final
+class ConsoleHook(Hook):
+    """Prints a run as it happens: phases, measurements, tool calls, compactions.
+
+    One line per step, in plain text:
+
+    ```text
+      start --measured--> call_llm
+    [call_llm] CallLLM
+    [tool] read_log({"name": "app.log"})
+    [tool] read_log -> 1571 characters
+    [measure] request = 1851 tokens (threshold line 6400, emergency line 7600, ...)
+    [compaction] reason=threshold_exceeded (TruncatingCompactor): 6818 -> 2026 ...
+    ```
+
+    On a terminal it also keeps a live status line at the bottom (the phase,
+    the last measured tokens, the tool calls so far, the time), drawn with
+    ``rich``; piped or redirected, it prints the plain lines only.
+
+    Example:
+        ```python
+        agent = Agent(model=my_model, tools=[search], hooks=[ConsoleHook()])
+        ```
+
+    Args:
+        out: Where to print (default: standard output when the run starts).
+        replies: Also print the model's replies: as they stream in, or
+            whole when they arrive (a model that does not stream).
+        live: Keep the live status line: None (the default) on a terminal
+            only (not when ``TERM=dumb`` or ``NO_COLOR`` is set), True or
+            False to choose.
+    """
+
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        *,
+        replies: bool = False,
+        live: bool | None = None,
+    ) -> None:
+        self._out = out
+        self.replies = replies
+        self._live_wanted = live
+        self._live: Any = None
+        self._console: Any = None
+        self._streamed = False
+        self._pending = ""
+        self._window = 0
+        self._threshold = 0
+        self._phase = "start"
+        self._tokens: int | None = None
+        self._tools = 0
+        self._turns = 0
+        self._started = time.monotonic()
+
+    @property
+    def out(self) -> TextIO:
+        """The stream the lines go to."""
+        return self._out if self._out is not None else sys.stdout
+
+    # -- printing ------------------------------------------------------------
+
+    def print(self, line: str) -> None:
+        """Print one line (above the live status line, when there is one)."""
+        if self._console is not None:
+            self._flush_pending()
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+        else:
+            print(line, file=self.out, flush=True)
+
+    def write(self, text: str) -> None:
+        """Print `text` as it comes (a streamed reply: no line end of its own)."""
+        if self._console is None:
+            self.out.write(text)
+            self.out.flush()
+            return
+        # Under the live line, whole lines only: the rest waits for its end.
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def _flush_pending(self) -> None:
+        if self._pending and self._console is not None:
+            pending, self._pending = self._pending, ""
+            self._console.print(pending, markup=False, highlight=False, soft_wrap=True)
+
+    def _wants_live(self) -> bool:
+        if self._live_wanted is not None:
+            return self._live_wanted
+        if os.environ.get("TERM") == "dumb" or os.environ.get("NO_COLOR"):
+            return False
+        isatty = getattr(self.out, "isatty", None)
+        return bool(isatty is not None and isatty())
+
+    def _status(self) -> str:
+        tokens = "-" if self._tokens is None else str(self._tokens)
+        window = f" of {self._window}" if self._window else ""
+        elapsed = time.monotonic() - self._started
+        return (
+            f"{self._phase} | {tokens}{window} tokens | {self._turns} model "
+            f"call(s) | {self._tools} tool call(s) | {elapsed:.0f} s"
+        )
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._status())
+
+    # -- the hook ------------------------------------------------------------
+
+    def on_run_start(self, info: RunStartInfo) -> None:
+        """Remember the window and lines; start the live status line."""
+        budget = info.budget
+        if budget is not None:
+            self._window = budget.context_window
+            self._threshold = _threshold_line(
+                budget.context_window, budget.threshold, budget.threshold_tokens
+            )
+        self._started = time.monotonic()
+        if self._live is None and self._wants_live():
+            from rich.console import Console
+            from rich.live import Live
+
+            self._console = Console(file=self.out, highlight=False)
+            self._live = Live(
+                self._status(),
+                console=self._console,
+                transient=True,
+                refresh_per_second=4,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        """Stop the live status line (it leaves no trace)."""
+        self._flush_pending()
+        if self._live is not None:
+            self._live.stop()
+        self._live = None
+        self._console = None
+
+    def on_transition(self, info: TransitionInfo) -> None:
+        """Print ``source --trigger--> dest`` (and the reason or error)."""
+        step = info.step
+        self._phase = step.dest
+        self._refresh()
+        if step.source == step.dest and step.trigger != "run_started":
+            return
+        why = f" ({step.reason.value})" if step.reason else ""
+        why += f" ({step.error})" if step.error else ""
+        self.print(f"  {step.source} --{step.trigger}--> {step.dest}{why}")
+
+    def on_decision(self, info: DecisionInfo) -> None:
+        """Print each decision but a measurement: ``[phase] Decision``."""
+        if isinstance(info.decision, Measure):
+            return
+        self.print(f"[{info.phase}] {type(info.decision).__name__}")
+
+    def on_model_call_start(self, info: ModelCallInfo) -> None:
+        """Count the model calls (the status line shows them)."""
+        if info.purpose == "turn" and info.attempt <= 1:
+            self._turns += 1
+            self._refresh()
+
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        """Print a streamed piece of a reply (with `replies`)."""
+        if self.replies:
+            self.write(info.text)
+            self._streamed = True
+
+    def on_outcome(self, info: OutcomeInfo) -> None:
+        """Print measurements, and (with `replies`) a reply that did not stream."""
+        event = info.event
+        if isinstance(event, ModelReplied) and self.replies:
+            if self._streamed:
+                self.write("\n")
+            elif event.message.text:
+                self.write(event.message.text + "\n")
+            self._streamed = False
+        estimate = getattr(event, "estimate", None)
+        if estimate is None:
+            return
+        self._tokens = estimate
+        self._refresh()
+        if self._window:
+            self.print(
+                f"[measure] request = {estimate} tokens (threshold line "
+                f"{self._threshold}, emergency line {emergency_line(self._window)}, "
+                f"window {self._window})"
+            )
+        else:
+            self.print(f"[measure] request = {estimate} tokens")
+
+    def on_tool_start(self, info: ToolCallInfo) -> None:
+        """Print the tool call: ``[tool] name({"argument": value})``."""
+        self._tools += 1
+        self._refresh()
+        arguments = json.dumps(info.call.arguments, ensure_ascii=False, sort_keys=True)
+        if len(arguments) > _ARGUMENTS_WIDTH:
+            arguments = arguments[: _ARGUMENTS_WIDTH - 3] + "..."
+        self.print(f"[tool] {info.call.name}({arguments})")
+
+    def on_tool_end(self, info: ToolCallEnd) -> None:
+        """Print how the tool call ended: its result's size, or its error."""
+        name = info.call.call.name
+        if info.error is not None:
+            self.print(f"[tool] {name} raised {type(info.error).__name__}")
+            return
+        result = info.result
+        parts = result.tool_results if result is not None else ()
+        size = sum(len(part.content) for part in parts)
+        failed = " (an error result)" if any(p.is_error for p in parts) else ""
+        self.print(f"[tool] {name} -> {size} characters{failed}")
+
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        """Print each real compaction: reason, strategy, tokens before -> after."""
+        if not record.compacted:
+            return
+        tag = "EMERGENCY " if record.reason is CompactReason.EMERGENCY else ""
+        spent = ""
+        if record.usage is not None:
+            spent = (
+                f", summary model {record.usage.input_tokens} in / "
+                f"{record.usage.output_tokens} out"
+            )
+        self.print(
+            f"[compaction] {tag}reason={record.reason.value} ({record.strategy}): "
+            f"{record.tokens_before} -> {record.tokens_after} tokens "
+            f"({len(record.covers)} -> {len(record.replacement)} messages{spent})"
+        )
