@@ -4,8 +4,8 @@ Their agent lives in a module of their own (written into the test's directory):
 a tool with a side effect (a line in a file, so a tool run twice shows), the
 approval machine, and a stand-in model. `turnfsm run --agent` pauses for
 approval; `turnfsm approve` in another process finishes the run; a run whose
-process is killed is carried on by `turnfsm resume`, running no finished tool
-again.
+process is killed, or that Ctrl-C interrupts, is carried on by `turnfsm
+resume`, running no finished tool again.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ AGENT_MODULE = '''
 """The user's agent: a tool that deletes files (it writes a line instead)."""
 from pathlib import Path
 import time
+
+import anyio
 
 from turnfsm import Agent, approval_machine
 from turnfsm.testing import FakeModelClient, reply, tool_call
@@ -68,10 +70,19 @@ def _steps(request):
     return reply("finished")
 
 
+async def _slow_steps(request):
+    """The model thinks while BLOCK exists, after the first tool."""
+    if sum(len(m.tool_results) for m in request.messages) == 1:
+        while BLOCK.exists():
+            await anyio.sleep(0.05)
+    return _steps(request)
+
+
 careful = Agent(
     model=FakeModelClient(_plan), tools=[delete_file], machine=approval_machine()
 )
 steps = Agent(model=FakeModelClient(_steps), tools=[delete_file])
+slow_steps = Agent(model=FakeModelClient(_slow_steps), tools=[delete_file])
 '''
 
 
@@ -190,5 +201,39 @@ def test_a_killed_run_is_resumed_and_runs_no_finished_tool_again(home: Path) -> 
     )
     assert resumed.returncode == 0, resumed.stderr
     assert "is unfinished (its process ended)" in resumed.stdout
+    assert "finished" in resumed.stdout.splitlines()
+    assert _effects(home) == ["one", "two-slow"]  # "one" ran once
+
+
+def test_ctrl_c_interrupts_a_run_and_resume_runs_no_finished_tool_again(
+    home: Path,
+) -> None:
+    (home / "block").touch()
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "turnfsm", "run", "Delete two files.", "--agent", "cleaner:slow_steps"],
+        cwd=str(home),
+        env=_env(home),
+        encoding="utf-8",
+        timeout=60,
+    )
+    child.expect_exact("[tool] delete_file -> 11 characters")  # "one" is done
+    deadline = time.monotonic() + 30
+    while _effects(home) != ["one"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the model is thinking about the second step
+    child.sendintr()  # Ctrl-C on the terminal
+    child.expect_exact("interrupting: the run keeps what it finished")
+    child.expect(r"turnfsm resume (ses_\w+) --agent cleaner:slow_steps")
+    session_id = child.match.group(1)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    assert _effects(home) == ["one"]
+    (home / "block").unlink()
+
+    resumed = _turnfsm(home, "resume", session_id, "--agent", "cleaner:slow_steps")
+
+    assert resumed.returncode == 0, resumed.stderr
     assert "finished" in resumed.stdout.splitlines()
     assert _effects(home) == ["one", "two-slow"]  # "one" ran once

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TextIO, final
@@ -382,13 +383,26 @@ def run_task(
     stream = out or sys.stdout
     try:
         with open_driver(options) as (driver, own):
-            result, place = anyio.run(
+            result, place, session = anyio.run(
                 _run, driver, own, task, options, session_id, stream
             )
     except REPORTED as exc:
         print(f"turnfsm run: {exc}", file=sys.stderr)
         return 2
+    if result is None:  # Ctrl-C: the run is logged interrupted
+        command = shlex.join([session, *options.flags()])
+        print(f"\nsession {session} stored in {place}", file=stream)
+        print(
+            "run interrupted: what it finished is kept; go on with: turnfsm resume "
+            f"{command} (or end it: turnfsm abandon {command})",
+            file=stream,
+        )
+        return INTERRUPTED_STATUS
     return report_result(result, place, options, stream)
+
+
+INTERRUPTED_STATUS = 130
+"""The exit status of a run Ctrl-C interrupted (128 + SIGINT, as shells use)."""
 
 
 async def _run(
@@ -398,17 +412,41 @@ async def _run(
     options: AgentOptions,
     session_id: str | None,
     out: TextIO,
-) -> tuple[RunResult, str]:
+) -> tuple[RunResult | None, str, str]:
+    """Run `task`; None for a run that Ctrl-C interrupted (it is logged so)."""
     try:
         async with cli_store(options.store, own) as store:
             if session_id is None:
                 session = Session(store=store)
             else:
                 session = await load_cli_session(store, session_id)
-            result = await driver.run(task, session=session, hooks=hooks_for(out))
-            return result, where(store)
+            result: RunResult | None = None
+            run_scope = anyio.CancelScope()
+            async with anyio.create_task_group() as watchers:
+                watchers.start_soon(_on_ctrl_c, run_scope, out)
+                with run_scope:
+                    result = await driver.run(
+                        task, session=session, hooks=hooks_for(out)
+                    )
+                watchers.cancel_scope.cancel()
+            return result, where(store), session.id
     finally:
         await close_model(driver)
+
+
+async def _on_ctrl_c(run_scope: anyio.CancelScope, out: TextIO) -> None:
+    """The first Ctrl-C interrupts the run (it is logged); a second exits at once."""
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            if run_scope.cancel_called:
+                os._exit(INTERRUPTED_STATUS)
+            print(
+                "\ninterrupting: the run keeps what it finished "
+                "(Ctrl-C again to exit at once)",
+                file=out,
+                flush=True,
+            )
+            run_scope.cancel()
 
 
 def report_result(
