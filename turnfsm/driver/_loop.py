@@ -78,9 +78,10 @@ from turnfsm.driver._context import (
     UsageTally,
 )
 from turnfsm.driver._control import RunControl, RunResult
+from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._model_calls import describe_model
-from turnfsm.errors import InvalidMessage, InvalidReturn
+from turnfsm.errors import EffectFailed, InvalidMessage, InvalidReturn
 from turnfsm.hooks import (
     DecisionInfo,
     OutcomeInfo,
@@ -323,7 +324,7 @@ class RunLoop(Ending):
             return await self._steps(decision)
         except _Broken as broken:
             return await self.end(None, broken.error)
-        except InvalidReturn as exc:
+        except (InvalidReturn, EffectFailed) as exc:
             # An effect or the model broke its contract: the run fails,
             # logged, naming which (nothing it returned is fed to the brain).
             logger.error("run %s: %s", self.run_id, exc)
@@ -417,7 +418,18 @@ class RunLoop(Ending):
     async def _effect(self, decision: Decision) -> Event:
         """Carry `decision` out under its timeout, interruptible by the control."""
         step = self.step = self._context(decision)
-        event = await carry_out(self.settings, step, decision, self.control)
+        try:
+            event = await carry_out(self.settings, step, decision, self.control)
+        except InvalidReturn:
+            raise
+        except Exception as exc:
+            key = effect_key(decision)
+            if self.settings.effects[key] is BUILTIN_EFFECTS.get(key):
+                raise  # a bug of turnfsm's: the run crashes, logged
+            logger.error("run %s: effect %r raised", self.run_id, key, exc_info=exc)
+            raise EffectFailed(
+                effect=key, type=type(exc).__name__, message=str(exc)
+            ) from exc
         if type(event) is RunCancelled:
             self._keep_spent()
         self.step = None

@@ -22,6 +22,7 @@ TurnFSMError                 base class; never raised directly
 │   ├── ReplayDiverged       the brain answers differently from the log
 │   └── LogInconsistent      the run's log contradicts itself (order, replies, history)
 ├── RunCrashed               a run ended on an unexpected exception (logged)
+├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
 ├── StoreError               a record could not be loaded or saved
@@ -63,6 +64,7 @@ from turnfsm.errors._context import (
 from turnfsm.errors._misuse import (
     ConfigError,
     DefinitionError,
+    EffectFailed,
     IllegalEvent,
     InvalidMessage,
     InvalidReturn,
@@ -107,6 +109,7 @@ __all__ = [
     "CorruptRecord",
     "DefinitionError",
     "DuplicateRecord",
+    "EffectFailed",
     "IllegalEvent",
     "InvalidMessage",
     "InvalidReturn",

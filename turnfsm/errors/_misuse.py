@@ -12,6 +12,7 @@ from turnfsm.errors._base import TurnFSMError
 __all__ = [
     "ConfigError",
     "DefinitionError",
+    "EffectFailed",
     "IllegalEvent",
     "InvalidMessage",
     "InvalidReturn",
@@ -177,6 +178,29 @@ class ToolError(TurnFSMError, ValueError):
 
     def __str__(self) -> str:
         return f"tool {self.tool!r}: {self.reason}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class EffectFailed(TurnFSMError):
+    """Raised when an effect of yours raised: the run ends ``failed`` with it.
+
+    An effect you register (a phase of your own, or one that replaces a
+    built-in) that raises ends its run as a typed failure rather than a
+    crash; the traceback goes to the ``turnfsm.driver`` logger at ERROR.
+    `effect` names it, `type` and `message` say what it raised.
+    """
+
+    effect: str
+    type: str
+    message: str
+
+    def __str__(self) -> str:
+        return (
+            f"effect {self.effect!r} raised {self.type}: {self.message} (its "
+            "traceback is logged by the 'turnfsm.driver' logger); fix the effect, "
+            "or make it return an event for what went wrong"
+        )
 
 
 @final

@@ -1,0 +1,62 @@
+"""An effect of yours that raises ends its run as a typed failure, not a crash."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from turnfsm import Agent, review_machine
+from turnfsm.core import Event, Perform
+from turnfsm.driver import EffectContext
+from turnfsm.errors import EffectFailed
+from turnfsm.testing import ScriptedModel
+
+
+async def review(ctx: EffectContext, decision: Perform) -> Event:
+    raise ValueError("the reviewer is out to lunch")
+
+
+def test_an_effect_that_raises_fails_the_run_with_a_typed_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": review},
+    )
+
+    with caplog.at_level(logging.ERROR, logger="turnfsm.driver"):
+        result = agent.run_sync("write a haiku")  # returns: no traceback escapes
+
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, EffectFailed)
+    assert (error.effect, error.type, error.message) == (
+        "review",
+        "ValueError",
+        "the reviewer is out to lunch",
+    )
+    assert str(result.error).startswith(
+        "effect 'review' raised ValueError: the reviewer is out to lunch"
+    )
+    assert list(agent.session.history) == []  # nothing the run said is committed
+    assert agent.session.runs[-1].outcome == "failed"
+    tracebacks = [r.exc_info for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1  # the traceback is in the log, once
+    assert isinstance(tracebacks[0][1], ValueError)
+
+
+def test_a_built_in_effect_that_raises_is_still_a_crash() -> None:
+    """A bug of turnfsm's own is not dressed up: it propagates, logged as crashed."""
+
+    class Broken:
+        async def complete(self, request: object) -> object:
+            raise RuntimeError("a bug in the client")
+
+    agent = Agent(model=Broken())
+
+    with pytest.raises(RuntimeError, match="a bug in the client"):
+        agent.run_sync("hi")
+
+    assert agent.session.runs[-1].outcome == "failed"  # logged as crashed
