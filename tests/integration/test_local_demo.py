@@ -49,11 +49,23 @@ def test_the_local_demo_makes_real_tool_calls_and_compacts(
 
     path = tmp_path / "demo.db"
     started = time.monotonic()
-    code = main(["demo", "--model", "local", "--store", f"sqlite:///{path}"])
+    log = tmp_path / "demo.jsonl"
+    code = main(
+        ["demo", "--model", "local", "--store", f"sqlite:///{path}", "--log", str(log)]
+    )
     seconds = time.monotonic() - started
     out = capsys.readouterr().out
     assert code == 0, out
     assert "REAL local model: Gemma 3 270M on llama.cpp" in out
+    assert "start --measured--> call_llm" in out
+    # It answered, or used the demo's model calls for the local model.
+    assert re.search(
+        r"^(final answer \(\d+ model calls\): |stopped after 3 model calls, )",
+        out,
+        re.MULTILINE,
+    ), out
+    assert f"entries written to {log}" in out
+    assert log.read_text().count("\n") >= 10
     found = re.search(r"^session (ses_\w+) stored in", out, re.MULTILINE)
     assert found is not None, out
     run = _run(path, found[1])

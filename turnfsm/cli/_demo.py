@@ -233,7 +233,7 @@ def run_demo(
         print(f"turnfsm demo: {exc}", file=sys.stderr)
         return 2
     if local:
-        return _run_local_demo(sink, stream, sessions, strategy)
+        return _run_local_demo(sink, stream, sessions, strategy, log)
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
     agent = build_demo_agent(sink, store=sessions, strategy=strategy)
     print(f"task: {TASK}\n", file=sink)
@@ -261,7 +261,7 @@ async def run_and_close_store(agent: Agent, task: str) -> RunResult:
 
 
 def _run_local_demo(
-    sink: TextIO, stream: TextIO, store: SessionStore, strategy: str
+    sink: TextIO, stream: TextIO, store: SessionStore, strategy: str, log: str | None
 ) -> int:
     window = LOCAL_WINDOW
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
@@ -294,6 +294,9 @@ def _run_local_demo(
     finally:
         server.stop()
     print(f"session {result.session_id} stored in {where(store)}", file=sink)
+    if log is not None:
+        count = dump_session(agent.session, log)
+        print(f"session log: {count} entries written to {log}", file=sink)
     if isinstance(result.error, MaxTurnsExceeded):
         print(
             f"\nstopped after {result.turns} model calls, the demo's limit for the "
