@@ -119,7 +119,12 @@ class SimulatedModel:
         self.calls = 0  # plan steps answered (observability only)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Ask for the next log in the plan, then summarise the visible logs.
+        """Ask for the next log in the plan, then answer (see `_answer`).
+
+        The answer counts each log's ERROR lines from its whole text in
+        context or from the conversation summary's count, never from a copy
+        cut short (a log left only so is read again, once), and names the
+        logs it cannot count.
 
         The step is read from the request (the latest ``call_N`` it shows),
         not kept in the model: a request asked again (a retry, a durable run
