@@ -14,13 +14,15 @@ from turnfsm.cli._demo import (
     build_demo_agent,
     demo_compactor,
 )
+from turnfsm.cli._demo_model import PLAN, read_log
 from turnfsm.context import (
     LayeredCompactor,
     SummarizingCompactor,
     TruncatingCompactor,
 )
+from turnfsm.driver import Tool
 from turnfsm.errors import ConfigError
-from turnfsm.messages import Message
+from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ModelRequest
 
 Capture = pytest.CaptureFixture[str]
@@ -69,7 +71,7 @@ def test_each_strategy_compacts_with_its_class_and_finishes(
     for _, _, _, before, after in passes:
         assert int(after) < int(before)
     assert "call_llm --model_replied--> done" in out
-    assert "final answer (6 model calls): Audit done." in out
+    assert "final answer (6 model calls): Audit done: " in out
 
 
 @pytest.mark.parametrize("strategy", ["summarizing", "layered"])
@@ -172,6 +174,7 @@ async def test_the_simulated_model_summarises_each_log() -> None:
         f"2026-11-30T02:00:0{i}Z {level} db.log worker=1 req=12345 latency_ms=5"
         for i, level in enumerate(["INFO", "ERROR", "ERROR", "WARN"])
     )
+    log += "\n-- end of db.log: 4 lines --"
     prompt = (
         f"Summarise this.\n- app.log: 40 lines, 7 ERROR\n[TOOL RESULT call_2]: {log}\n"
     )
@@ -182,3 +185,110 @@ async def test_the_simulated_model_summarises_each_log() -> None:
     assert "- app.log: 40 lines, 7 ERROR" in text  # an earlier summary's fact
     assert "- db.log: 4 lines, 2 ERROR" in text
     assert model.calls == 0  # a summary is not a step of the plan
+
+
+@pytest.mark.anyio
+async def test_a_summary_leaves_out_a_log_cut_short() -> None:
+    """A log without its end line, or shorter than it says, is not counted."""
+    model = SimulatedModel()
+    whole = read_log("app.log")
+    lines = whole.splitlines()
+    cut = "\n".join(lines[:10])  # a capped result: no end line
+    short = "\n".join([*lines[:10], lines[-1]])  # an end line that overstates
+    prompt = (
+        f"[TOOL RESULT call_1]: {cut}\n[TOOL RESULT call_2]: {short}\n"
+        "[TOOL RESULT call_3]: [read_log] (name=db.log) returned 3900 chars\n"
+    )
+    request = ModelRequest(messages=[Message.user(prompt)], temperature=0.3)
+    text = (await model.complete(request)).message.text
+    assert "app.log:" not in text
+    assert "db.log:" not in text
+    assert "## Critical Context\nNone" in text
+
+
+ANSWER = re.compile(r"Audit done: (\d+) ERROR lines in (\d+) log\(s\) \(([^)]*)\)\.")
+AWAY = re.compile(r"Older logs were compacted away \(([^)]*)\)")
+
+
+def _errors_in_the_logs() -> dict[str, int]:
+    """Each log's ERROR lines, counted from the log the demo's tool returns."""
+    return {
+        name: sum(
+            line.split()[1:2] == ["ERROR"]
+            for line in read_log(name).splitlines()
+            if not line.startswith("--")
+        )
+        for name, _ in PLAN
+    }
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_each_strategys_answer_counts_the_logs_right(
+    capsys: Capture, strategy: str
+) -> None:
+    """Every count the answer gives is the logs' own; no log goes unmentioned.
+
+    Truncating drops the old logs with no summary: its answer counts the log
+    still in context and names the others as compacted away. The summarising
+    strategies know every log, through their summaries.
+    """
+    truth = _errors_in_the_logs()
+    answer = _answer(_demo(capsys, strategy))
+    found = ANSWER.search(answer)
+    assert found is not None, answer
+    claimed = {
+        name: int(count)
+        for name, count in (item.rsplit(" ", 1) for item in found[3].split(", "))
+    }
+    assert claimed == {name: truth[name] for name in claimed}, answer
+    assert int(found[1]) == sum(claimed.values())
+    assert int(found[2]) == len(claimed)
+    away = AWAY.search(answer)
+    named_away = set(away[1].split(", ")) if away else set()
+    assert named_away == set(truth) - set(claimed), answer
+    if strategy == "truncating":
+        assert claimed == {"kernel.log": truth["kernel.log"]}
+    else:
+        assert claimed == truth
+        assert int(found[1]) == sum(truth.values())
+
+
+def _transcript(contents: dict[str, str]) -> list[Message]:
+    """The plan's five reads, call_1..call_5, with these results by log."""
+    messages = [Message.user("Audit the logs.")]
+    for step, (name, _) in enumerate(PLAN, start=1):
+        call = ToolCallPart(
+            id=f"call_{step}", name="read_log", arguments={"name": name}
+        )
+        messages.append(Message.assistant(f"Reading {name}.", tool_calls=[call]))
+        messages.append(Message.tool_result(f"call_{step}", contents[name]))
+    return messages
+
+
+@pytest.mark.anyio
+async def test_a_log_left_only_as_a_digest_is_read_again_once() -> None:
+    """The answer never counts a one-line digest as a log."""
+    model = SimulatedModel()
+    contents = {name: read_log(name) for name, _ in PLAN}
+    contents["metrics.log"] = "[read_log] (name=metrics.log) returned 3900 chars"
+    messages = _transcript(contents)
+    tools = (Tool.from_function(read_log).schema,)
+    reply = (await model.complete(ModelRequest(messages=messages, tools=tools))).message
+    (call,) = reply.tool_calls
+    assert (call.id, call.arguments) == ("call_6", {"name": "metrics.log"})
+
+    # The second copy is whole: every log is counted.
+    messages += [reply, Message.tool_result("call_6", read_log("metrics.log"))]
+    request = ModelRequest(messages=messages, tools=tools)
+    text = (await model.complete(request)).message.text
+    truth = _errors_in_the_logs()
+    assert f"Audit done: {sum(truth.values())} ERROR lines in 5 log(s)" in text
+
+    # The second copy is cut short too: named so, not read a third time.
+    messages[-1] = Message.tool_result("call_6", "[read_log] (name=metrics.log) ...")
+    reply = (await model.complete(ModelRequest(messages=messages, tools=tools))).message
+    assert reply.tool_calls == ()
+    assert "Only cut-short copies of metrics.log are left" in reply.text
+    assert (
+        f"{sum(truth.values()) - truth['metrics.log']} ERROR lines in 4" in reply.text
+    )

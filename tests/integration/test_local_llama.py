@@ -171,18 +171,6 @@ def test_cli_run_streams_a_real_reply(
     assert "final answer (1 model calls)" in out
 
 
-def test_demo_runs_on_the_local_model(capsys: pytest.CaptureFixture[str]) -> None:
-    from turnfsm.cli import main
-
-    code = main(["demo", "--model", "local"])
-    out = capsys.readouterr().out
-    assert "REAL local model: Gemma 3 270M on llama.cpp" in out
-    assert "start --measured--> call_llm" in out
-    # A tiny model may or may not use the tool; either way the run ends.
-    assert code in (0, 1)
-    assert ("final answer" in out) or ("run failed" in out)
-
-
 def test_one_model_serves_consecutive_event_loops(server: LlamaServer) -> None:
     from turnfsm import Agent
 

@@ -523,3 +523,30 @@ async def test_close_closes_the_http_client() -> None:
     client = openai.AsyncOpenAI(api_key="k", base_url=BASE_URL, http_client=http)
     await OpenAIModel("m", client=client).close()
     assert http.is_closed
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "none"])
+async def test_tool_choice_is_sent_with_the_tools(choice: str) -> None:
+    server = Server(openai_reply("ok"), openai_reply("ok"))
+    model = model_for(server, tool_choice=choice)
+    await model.complete(ask(tools=[ECHO]))
+    await model.complete(ask())  # no tools: no tool_choice either
+    with_tools, without = server.bodies
+    assert with_tools["tool_choice"] == choice
+    assert "tool_choice" not in without
+
+
+async def test_no_tool_choice_by_default() -> None:
+    server = Server(openai_reply("ok"))
+    await model_for(server).complete(ask(tools=[ECHO]))
+    [body] = server.bodies
+    assert "tool_choice" not in body
+
+
+@pytest.mark.parametrize("bad", ["any", "", 1, True])
+def test_an_unknown_tool_choice_is_refused_naming_the_field(bad: object) -> None:
+    with pytest.raises(ConfigError) as raised:
+        OpenAIModel("gpt-test", base_url=BASE_URL, tool_choice=bad)  # type: ignore[arg-type]
+    assert raised.value.field == "tool_choice"
+    assert raised.value.value == bad
+    assert "tool_choice" in str(raised.value)

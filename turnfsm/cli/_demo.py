@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 import anyio
 
 from turnfsm.agent import Agent
-from turnfsm.cli._demo_model import SimulatedModel, read_log
+from turnfsm.cli._demo_model import SimulatedModel, read_log, read_log_head
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import (
     ContextCompactor,
@@ -25,8 +26,8 @@ from turnfsm.context import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
-from turnfsm.driver import RunResult
-from turnfsm.errors import ConfigError, StoreError
+from turnfsm.driver import RunResult, Tool
+from turnfsm.errors import ConfigError, MaxTurnsExceeded, StoreError
 from turnfsm.hooks import ConsoleHook
 from turnfsm.persistence import (
     MemoryStore,
@@ -45,6 +46,12 @@ __all__ = [
 
 WINDOW = 8_000
 THRESHOLD = 80
+# The local model is slow on a small machine: short logs (LOCAL_LINES lines),
+# a small window that two of them cross, short replies, a few calls.
+LOCAL_WINDOW = 1_024
+LOCAL_THRESHOLD = 70
+LOCAL_MAX_TOKENS = 24
+LOCAL_MAX_TURNS = 3
 STRATEGIES = ("truncating", "summarizing", "layered")
 """The compactors ``turnfsm demo --strategy`` can run."""
 
@@ -80,6 +87,9 @@ def demo_compactor(
     if strategy == "layered":
         return LayeredCompactor(
             model=summary_model,
+            # Above the longest log: a log is kept whole or summarised, never
+            # cut short, so the answer can count every log's ERROR lines.
+            max_tool_result_chars=16_000,
             max_summary_tokens=300,
             summary_window=summary_window,
             compact_newest_exchange=True,
@@ -96,26 +106,32 @@ def build_demo_agent(
     strategy: str = "truncating",
     summary_model: ModelClient | None = None,
     summary_window: int | None = None,
+    threshold: int = THRESHOLD,
+    tool: Tool | Callable[..., str] = read_log,
+    max_turns: int = 50,
 ) -> Agent:
     """Return the demo agent: one tool, a small window, the simulated model.
 
     Its sessions go to `store` (a private `MemoryStore` if None); it
-    compacts with `strategy` (see `demo_compactor`).
+    compacts with `strategy` (see `demo_compactor`) when a request passes
+    `threshold` percent of `window`. A real `model` answers in at most
+    `LOCAL_MAX_TOKENS` tokens.
     """
     return Agent(
         store=store if store is not None else MemoryStore(),
         model=model or SimulatedModel(),
-        tools=[read_log],
+        tools=[tool],
         system_prompt="You are an SRE assistant. Audit logs with read_log and report.",
         context=ContextManager(
             demo_compactor(
                 strategy, summary_model=summary_model, summary_window=summary_window
             ),
             context_window=window,
-            threshold=THRESHOLD,
+            threshold=threshold,
         ),
         hooks=[ConsoleHook(out)],
-        max_output_tokens=None if model is None else 64,
+        max_output_tokens=None if model is None else LOCAL_MAX_TOKENS,
+        max_turns=max_turns,
         strict_hooks=True,
     )
 
@@ -153,7 +169,7 @@ def run_demo(
         print(f"turnfsm demo: {exc}", file=sys.stderr)
         return 2
     if local:
-        return _run_local_demo(sink, stream, sessions, strategy)
+        return _run_local_demo(sink, stream, sessions, strategy, log)
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
     agent = build_demo_agent(sink, store=sessions, strategy=strategy)
     print(f"task: {TASK}\n", file=sink)
@@ -181,9 +197,9 @@ async def run_and_close_store(agent: Agent, task: str) -> RunResult:
 
 
 def _run_local_demo(
-    sink: TextIO, stream: TextIO, store: SessionStore, strategy: str
+    sink: TextIO, stream: TextIO, store: SessionStore, strategy: str, log: str | None
 ) -> int:
-    window = 2_048
+    window = LOCAL_WINDOW
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
     try:
         from turnfsm.cli._run import local_client
@@ -205,12 +221,25 @@ def _run_local_demo(
             store=store,
             strategy=strategy,
             summary_window=window,
+            threshold=LOCAL_THRESHOLD,
+            tool=read_log_head,
+            max_turns=LOCAL_MAX_TURNS,
         )
         print(f"task: {TASK}\n", file=sink)
         result = anyio.run(run_and_close_store, agent, TASK)
     finally:
         server.stop()
     print(f"session {result.session_id} stored in {where(store)}", file=sink)
+    if log is not None:
+        count = dump_session(agent.session, log)
+        print(f"session log: {count} entries written to {log}", file=sink)
+    if isinstance(result.error, MaxTurnsExceeded):
+        print(
+            f"\nstopped after {result.turns} model calls, the demo's limit for the "
+            "local model (a small base model seldom decides it is done)",
+            file=stream,
+        )
+        return 0
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1

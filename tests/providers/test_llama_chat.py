@@ -1,0 +1,117 @@
+"""The ``turnfsm-tools`` prompt format: every message kept, choices as grammars.
+
+Pure text: the format's rendering and grammars are checked here without
+llama.cpp; tests/integration/test_local_demo.py runs them on the real server.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from turnfsm.messages import Message, ToolCallPart
+from turnfsm.providers import ToolSchema
+from turnfsm.providers._convert_openai import to_openai_messages, to_openai_tools
+from turnfsm.providers._llama_chat import (
+    STOP,
+    call_prefix,
+    choice_grammar,
+    chosen_tool,
+    message_prefix,
+    render_prompt,
+    tool_names,
+)
+
+READ_LOG = ToolSchema(
+    name="read_log",
+    description="Read a log file.",
+    parameters={
+        "type": "object",
+        "properties": {"name": {"enum": ["app.log", "db.log"]}},
+        "required": ["name"],
+    },
+)
+TOOLS = to_openai_tools([READ_LOG])
+
+
+def _conversation() -> list[dict[str, object]]:
+    call = ToolCallPart(id="c1", name="read_log", arguments={"name": "app.log"})
+    return [
+        {"role": "system", "content": "You are an SRE assistant."},
+        *to_openai_messages(
+            [
+                Message.user("Audit app.log."),
+                Message.assistant(tool_calls=[call]),
+                Message.tool_result("c1", "2026 ERROR app.log boom"),
+                Message.assistant("One ERROR line."),
+            ]
+        ),
+    ]
+
+
+def test_every_message_reaches_the_prompt_in_order() -> None:
+    prompt = render_prompt(_conversation(), TOOLS)
+    expected = [
+        "<start_of_turn>system\nYou are an SRE assistant.",
+        "functions.read_log: Read a log file. Arguments: ",
+        "<start_of_turn>user\nAudit app.log." + STOP,
+        '<start_of_turn>model\nfunctions.read_log:\n{"name":"app.log"}' + STOP,
+        "<start_of_turn>tool\n[result of c1]\n2026 ERROR app.log boom" + STOP,
+        "<start_of_turn>model\nmessage:\nOne ERROR line." + STOP,
+    ]
+    positions = [prompt.index(part) for part in expected]
+    assert positions == sorted(positions)
+    assert prompt.endswith("<start_of_turn>model\n")
+    # The tool's schema is listed, so the model sees the log names.
+    schema = json.dumps(READ_LOG.parameters, sort_keys=True)
+    assert f"Arguments: {schema}" in prompt
+
+
+def test_without_tools_the_prompt_is_plain_turns() -> None:
+    prompt = render_prompt(_conversation(), None)
+    assert "functions.read_log: Read" not in prompt
+    assert "<start_of_turn>model\nOne ERROR line." + STOP in prompt
+    assert "<start_of_turn>system\nYou are an SRE assistant." + STOP in prompt
+
+
+def test_tools_without_a_system_prompt_get_a_system_turn() -> None:
+    prompt = render_prompt([{"role": "user", "content": "hi"}], TOOLS)
+    assert prompt.startswith("<start_of_turn>system\nTools you can call:")
+    assert prompt.index("Tools you can call") < prompt.index("<start_of_turn>user")
+
+
+def test_content_parts_are_joined_as_text() -> None:
+    parts = [
+        {"type": "text", "text": "a"},
+        {"type": "image_url"},
+        {"type": "text", "text": "b"},
+    ]
+    prompt = render_prompt([{"role": "user", "content": parts}], None)
+    assert "<start_of_turn>user\nab" + STOP in prompt
+
+
+@pytest.mark.parametrize(
+    ("allow_message", "expected"),
+    [
+        (True, 'root ::= "functions.read_log:" | "functions.grep:" | "message:"\n'),
+        (False, 'root ::= "functions.read_log:" | "functions.grep:"\n'),
+    ],
+)
+def test_the_choice_grammar_lists_the_tools(allow_message: bool, expected: str) -> None:
+    assert choice_grammar(["read_log", "grep"], allow_message=allow_message) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "tool"),
+    [("functions.read_log:", "read_log"), ("message:", None), ("functions.x", None)],
+)
+def test_the_chosen_tool_is_read_back(text: str, tool: str | None) -> None:
+    assert chosen_tool(text) == tool
+
+
+def test_prefixes_match_what_the_prompt_shows_for_past_replies() -> None:
+    prompt = render_prompt(_conversation(), TOOLS)
+    assert call_prefix("read_log") in prompt
+    assert message_prefix() in prompt
+    assert tool_names(TOOLS) == ["read_log"]

@@ -1,0 +1,210 @@
+"""``python -m turnfsm.providers._llama_serve``: llama.cpp's server, with tools.
+
+Registers the ``turnfsm-tools`` chat format (see `_llama_chat`) in
+llama-cpp-python, then runs its OpenAI-compatible server with the same
+arguments as ``python -m llama_cpp.server``. `LlamaServer` starts it; this
+module is imported only in that process (it loads llama.cpp).
+
+With tools offered and ``tool_choice`` not ``"none"``, a reply is made in two
+grammar-constrained steps (llama.cpp's GBNF grammars): the choice of a tool or
+of a text answer (``"auto"``; a named tool is forced, ``"required"`` picks
+among the tools), then the call's arguments under the tool's JSON-schema
+grammar, or the text. Replies are never longer than ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NotRequired
+
+from turnfsm.providers._llama_chat import (
+    CHAT_FORMAT,
+    STOP,
+    call_prefix,
+    choice_grammar,
+    chosen_tool,
+    message_prefix,
+    render_prompt,
+    tool_names,
+)
+
+__all__ = ["serve", "tool_chat_handler"]
+
+_SAMPLING = (
+    "top_p",
+    "top_k",
+    "min_p",
+    "typical_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "seed",
+)
+
+
+def _grammar(text: str) -> Any:
+    from llama_cpp import llama_grammar
+
+    return llama_grammar.LlamaGrammar.from_string(text, verbose=False)
+
+
+def _schema_grammar(schema: object) -> Any:
+    from llama_cpp import llama_grammar
+
+    if not schema:
+        return _grammar(llama_grammar.JSON_GBNF)
+    try:
+        return llama_grammar.LlamaGrammar.from_json_schema(
+            json.dumps(schema), verbose=False
+        )
+    except Exception:  # a schema llama.cpp cannot compile: any JSON
+        return _grammar(llama_grammar.JSON_GBNF)
+
+
+def _response(
+    text: str | None,
+    calls: list[dict[str, Any]],
+    usage: Mapping[str, int],
+    model: str,
+    finish: str,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
+        ],
+        "usage": dict(usage),
+    }
+
+
+def _stream(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """One reply as stream chunks: its content and calls, then its finish."""
+    choice = response["choices"][0]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message["content"]}
+    if "tool_calls" in message:
+        delta["tool_calls"] = [
+            {"index": i, **call} for i, call in enumerate(message["tool_calls"])
+        ]
+    base = {k: response[k] for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    yield {
+        **base,
+        "choices": [
+            {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}
+        ],
+        "usage": response["usage"],
+    }
+
+
+def tool_chat_handler(
+    llama: Any,
+    messages: Sequence[Mapping[str, object]],
+    tools: Sequence[Mapping[str, object]] | None = None,
+    tool_choice: object = None,
+    temperature: float = 0.2,
+    max_tokens: int | None = None,
+    stream: bool = False,
+    stop: str | list[str] | None = None,
+    response_format: Mapping[str, Any] | None = None,
+    grammar: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """Answer a chat request in the ``turnfsm-tools`` format (see module doc)."""
+    sampling = {k: kwargs[k] for k in _SAMPLING if kwargs.get(k) is not None}
+    stops = [STOP, *([stop] if isinstance(stop, str) else (stop or []))]
+    offered = list(tools or []) if tool_choice != "none" else []
+    prompt = render_prompt(messages, offered)
+    used = {"prompt_tokens": 0, "completion_tokens": 0}
+    ended = ["stop"]  # the last completion's finish reason
+
+    def complete(text: str, **options: Any) -> str:
+        out: Any = llama.create_completion(prompt=text, stream=False, **options)
+        used["prompt_tokens"] = max(
+            used["prompt_tokens"], out["usage"]["prompt_tokens"]
+        )
+        used["completion_tokens"] += out["usage"]["completion_tokens"]
+        ended[0] = str(out["choices"][0].get("finish_reason") or "stop")
+        return str(out["choices"][0]["text"])
+
+    name: str | None = None
+    if offered:
+        names = tool_names(offered)
+        forced = tool_choice if isinstance(tool_choice, Mapping) else None
+        if forced is not None:
+            name = str(forced.get("function", {}).get("name", ""))
+        else:
+            choice = complete(
+                prompt,
+                temperature=0.0,
+                max_tokens=16,
+                grammar=_grammar(
+                    choice_grammar(names, allow_message=tool_choice != "required")
+                ),
+            )
+            name = chosen_tool(choice)
+    if name is not None:
+        tool = next((t for t in offered if tool_names([t]) == [name]), None)
+        if tool is None:
+            raise ValueError(f"tool_choice names {name!r}, which is not in tools")
+        arguments = complete(
+            prompt + call_prefix(name),
+            temperature=temperature,
+            max_tokens=max_tokens,
+            stop=stops,
+            grammar=_schema_grammar(tool.get("function", {}).get("parameters", {})),  # type: ignore[attr-defined]
+            **sampling,
+        )
+        call = {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+        text, calls, finish = None, [call], "tool_calls"
+    else:
+        if response_format is not None and response_format.get("type") == "json_object":
+            grammar = _schema_grammar(response_format.get("schema"))
+        text = complete(
+            prompt + (message_prefix() if offered else ""),
+            temperature=temperature,
+            max_tokens=max_tokens,
+            stop=stops,
+            grammar=grammar,
+            **sampling,
+        )
+        calls, finish = [], ended[0]
+    usage = {**used, "total_tokens": used["prompt_tokens"] + used["completion_tokens"]}
+    response = _response(text, calls, usage, str(llama.model_path), finish)
+    return _stream(response) if stream else response
+
+
+def serve() -> None:
+    """Register the ``turnfsm-tools`` format, then run llama.cpp's server."""
+    from llama_cpp import llama_chat_format, llama_types
+
+    # OpenAI's API takes ``"content": null`` on an assistant message that only
+    # calls tools (turnfsm sends it so); the server's request model wants a
+    # string there. Loosened before the server's models are built (on import).
+    llama_types.ChatCompletionRequestAssistantMessage.__annotations__["content"] = (
+        NotRequired[str | None]
+    )
+    register: Any = llama_chat_format.register_chat_completion_handler
+    register(CHAT_FORMAT)(tool_chat_handler)
+    from llama_cpp.server import __main__ as server
+
+    run: Any = server.main
+    run()
+
+
+if __name__ == "__main__":
+    serve()
