@@ -65,7 +65,9 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 
 
 async def test_the_old_entry_points_answer_with_the_old_verdicts() -> None:
-    manager = ContextManager(context_window=2_000, counter=COUNTER)
+    manager = ContextManager(
+        TruncatingCompactor(), context_window=2_000, counter=COUNTER
+    )
     messages = long_history(8)
     with pytest.warns(DeprecationWarning, match="compact_with_reason"):
         old = await manager.compact_with_reason(

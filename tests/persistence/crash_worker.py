@@ -132,7 +132,9 @@ class SlowCompactor:
     """`TruncatingCompactor`, after a short sleep (so kills land mid-pass)."""
 
     def __init__(self, trace: Trace) -> None:
-        self.inner = TruncatingCompactor(preserve_recent=4, min_messages=6)
+        self.inner = TruncatingCompactor(
+            preserve_recent=4, min_messages=6, compact_newest_exchange=True
+        )
         self.trace = trace
 
     async def compact(

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from turnfsm import Agent
-from turnfsm.cli._run import open_model, run_task
+from turnfsm.cli import main
+from turnfsm.cli._run import open_model
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
 from turnfsm.errors import ConfigError, WindowTooLarge
@@ -273,7 +274,9 @@ def test_the_cli_refuses_a_window_larger_than_the_models(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
     store = tmp_path / "sessions.db"
-    code = run_task("hi", spec, window=500_000, store=str(store))
+    code = main(
+        ["run", "hi", "--model", spec, "--window", "500000", "--store", str(store)]
+    )
     assert code == 2
     assert not store.exists()  # refused before anything is written
     err = capsys.readouterr().err

@@ -61,9 +61,10 @@ async def test_a_failed_compaction_pass_is_an_error_span() -> None:
             STARTED,
             ("turnfsm.turn", "INTERNAL", turn(1, "failed", 2_650), [
                 "measured: start -> compact #4 [is_over_threshold_line, "
-                "not is_compaction_limit_reached] reason=threshold_exceeded "
+                "not is_compaction_limit_reached, not is_threshold_line_spent] "
+                "reason=threshold_exceeded "
                 "estimate=2650",
-                "compactor_failed: compact -> failed #22 error=compaction_failed "
+                "compactor_failed: compact -> failed #23 error=compaction_failed "
                 "estimate=2650",
                 ("turnfsm.compaction", "INTERNAL", {
                     A.COMPACTION_REASON: "threshold_exceeded",

@@ -78,8 +78,9 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
     [(_, _, _, [_, first, second])] = traced.tree(masks(result))
     assert first == ("turnfsm.turn", "INTERNAL", turn(1, "start", 1_085), [
         "measured: start -> compact #4 [is_over_threshold_line, "
-        "not is_compaction_limit_reached] reason=threshold_exceeded estimate=2709",
-        "compaction_result: compact -> start #17 estimate=1085",
+        "not is_compaction_limit_reached, not is_threshold_line_spent] "
+        "reason=threshold_exceeded estimate=2709",
+        "compaction_result: compact -> start #18 estimate=1085",
         "measured: start -> call_llm #6 estimate=1085",
         "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=1085",
         "tools_finished: run_tools -> start #13 estimate=1085",
@@ -193,7 +194,7 @@ async def test_each_model_call_has_its_own_turn_when_an_injection_goes_on() -> N
     assert turns == [
         ("turnfsm.turn", "INTERNAL", turn(1, "start", 6), [
             "measured: start -> call_llm #6 estimate=6",
-            "message_injected: call_llm -> call_llm #27 estimate=6",
+            "message_injected: call_llm -> call_llm #28 estimate=6",
             "model_replied: call_llm -> start #8 [has_injected_messages] estimate=6",
             ("chat gpt-test", "CLIENT", chat(usage=(5, 2)), []),
         ]),
@@ -399,7 +400,7 @@ async def test_a_custom_phase_is_an_effect_span_in_its_turn() -> None:
     assert first == ("turnfsm.turn", "INTERNAL", turn(1, "start", 124), [
         "measured: start -> call_llm #6 estimate=124",
         "model_replied: call_llm -> await_approval #7 [has_tool_calls] estimate=124",
-        "approved: await_approval -> run_tools #29 estimate=124",
+        "approved: await_approval -> run_tools #30 estimate=124",
         "tools_finished: run_tools -> start #13 estimate=124",
         ("chat gpt-test", "CLIENT", chat(usage=(0, 0)), []),
         ("turnfsm.effect", "INTERNAL", {

@@ -87,9 +87,10 @@ async def test_a_threshold_compaction() -> None:
             STARTED,
             ("turnfsm.turn", "INTERNAL", turn(1, "done", 662), [
                 "measured: start -> compact #4 [is_over_threshold_line, "
-                "not is_compaction_limit_reached] reason=threshold_exceeded "
+                "not is_compaction_limit_reached, not is_threshold_line_spent] "
+                "reason=threshold_exceeded "
                 "estimate=2650",
-                "compaction_result: compact -> start #17 estimate=662",
+                "compaction_result: compact -> start #18 estimate=662",
                 "measured: start -> call_llm #6 estimate=662",
                 "model_replied: call_llm -> done #9 estimate=662",
                 ("turnfsm.compaction", "INTERNAL", compaction(
@@ -114,7 +115,7 @@ async def test_an_emergency_compaction() -> None:
             ("turnfsm.turn", "INTERNAL", turn(1, "done", 663), [
                 "measured: start -> compact #3 [is_over_emergency_line] "
                 "reason=emergency estimate=5305",
-                "compaction_result: compact -> start #17 estimate=663",
+                "compaction_result: compact -> start #18 estimate=663",
                 "measured: start -> call_llm #6 estimate=663",
                 "model_replied: call_llm -> done #9 estimate=663",
                 ("turnfsm.compaction", "INTERNAL", compaction(
@@ -144,7 +145,7 @@ async def test_a_provider_overflow_compacts_and_retries() -> None:
                 "measured: start -> call_llm #6 estimate=690",
                 "context_overflowed: call_llm -> compact_and_retry #10 "
                 "[has_overflow_retries_left] reason=overflow estimate=690",
-                "compaction_result: compact_and_retry -> call_llm #18 estimate=287",
+                "compaction_result: compact_and_retry -> call_llm #19 estimate=287",
                 "model_replied: call_llm -> done #9 estimate=287",
                 ("chat gpt-test", "CLIENT", chat() | {
                     A.ERROR_TYPE: "context_overflow",
@@ -223,7 +224,7 @@ async def test_a_cancelled_run_ends_every_span() -> None:
             ("turnfsm.turn", "INTERNAL", turn(1, "failed", 91) | cut, [
                 "measured: start -> call_llm #6 estimate=91",
                 "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=91",
-                "run_cancelled: run_tools -> failed #28 error=cancelled estimate=91",
+                "run_cancelled: run_tools -> failed #29 error=cancelled estimate=91",
                 ("chat gpt-test", "CLIENT", chat(usage=(9, 4)), []),
                 ("execute_tool hang", "INTERNAL", tool("hang", "c1") | cut, []),
             ]),

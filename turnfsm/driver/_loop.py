@@ -81,7 +81,7 @@ from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._model_calls import describe_model
-from turnfsm.errors import EffectFailed, InvalidMessage, InvalidReturn
+from turnfsm.errors import EffectFailed, InvalidMessage, InvalidReturn, TurnFSMError
 from turnfsm.hooks import (
     DecisionInfo,
     OutcomeInfo,
@@ -420,11 +420,13 @@ class RunLoop(Ending):
         step = self.step = self._context(decision)
         try:
             event = await carry_out(self.settings, step, decision, self.control)
-        except InvalidReturn:
-            raise
+        except TurnFSMError:
+            raise  # typed already (a durable run's EffectFailed among them)
         except Exception as exc:
             key = effect_key(decision)
-            if self.settings.effects[key] is BUILTIN_EFFECTS.get(key):
+            if self.settings.effects[key] is BUILTIN_EFFECTS.get(key) or getattr(
+                exc, "is_crash", False
+            ):
                 raise  # a bug of turnfsm's: the run crashes, logged
             logger.error("run %s: effect %r raised", self.run_id, key, exc_info=exc)
             raise EffectFailed(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Final
@@ -44,7 +45,7 @@ from turnfsm.driver import (
     effect_key,
     run_one_tool,
 )
-from turnfsm.errors import ConfigError, SessionConflict, TurnFSMError
+from turnfsm.errors import ConfigError, EffectFailed, SessionConflict, TurnFSMError
 from turnfsm.messages import ToolCallPart
 from turnfsm.persistence import Entry, Session, SessionStore
 
@@ -65,6 +66,8 @@ its details hold the `ModelFailed` event."""
 
 TURNFSM_ERROR: Final = "turnfsm.error"
 """An `ApplicationError` type: its details hold a turnfsm error (not retried)."""
+
+logger = logging.getLogger("turnfsm.driver")
 
 CRASHED: Final = "turnfsm.crashed"
 """An `ApplicationError` type: an effect raised (a bug; not retried)."""
@@ -255,7 +258,13 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
         except TurnFSMError as exc:
             raise not_retried(exc) from None
         except Exception as exc:
-            raise _crashed(exc) from exc
+            if key not in driver.effects:  # a built-in effect's bug
+                raise _crashed(exc) from exc
+            # An effect of the user's: the run fails with a typed error, as
+            # in-process (its traceback in the worker's log).
+            logger.error("run %s: effect %r raised", run_id, key, exc_info=exc)
+            failed = EffectFailed(effect=key, type=type(exc).__name__, message=str(exc))
+            raise not_retried(failed) from None
         return _answer(event, driver.retry.max_attempts)
 
 

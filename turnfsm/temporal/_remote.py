@@ -57,7 +57,12 @@ __all__ = ["EffectCrashed", "_Remote", "_WorkflowLog", "now"]
 
 @final
 class EffectCrashed(Exception):
-    """An activity failed for good outside its effect's events (internal)."""
+    """An activity failed for good outside its effect's events (internal).
+
+    A crash, not an effect's failure: the run is logged crashed (`is_crash`).
+    """
+
+    is_crash = True
 
 
 def now() -> float:

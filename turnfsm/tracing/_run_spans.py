@@ -77,7 +77,8 @@ def run_attributes(info: RunStartInfo, *, capture: bool) -> dict[str, Any]:
 
 def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
     """Close every span the run holds open, then the run's own."""
-    cancelled = info.outcome == "cancelled"
+    # Cut short: cancelled by its own control, or interrupted from outside.
+    cancelled = info.outcome in ("cancelled", "interrupted")
     close(run, cancelled=cancelled)
     root = run.root
     usage = info.usage
