@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import attrs
+
 from turnfsm.errors import StoreDirectoryUnusable
 from turnfsm.persistence import (
     STORE_ENV,
@@ -39,19 +41,10 @@ def open_cli_store(spec: str | None) -> SessionStore:
         setting = STORE_ENV
     if spec is None:
         return SQLiteStore(_default_path())
-    file = _file_of(spec)
-    if file is not None:  # before the file is opened (and made)
-        _check_directory(file.absolute().parent, setting)
-    return open_store(spec)
-
-
-def _file_of(spec: str) -> Path | None:
-    """The SQLite file a store spec names (None: not a file)."""
-    if spec.startswith("sqlite:///"):
-        spec = spec.removeprefix("sqlite:///")
-    elif spec == "memory:" or ":" in spec.split("/")[0]:
-        return None  # memory:, a URL, or a spec open_store refuses
-    return Path(spec) if spec.strip() else None
+    try:
+        return open_store(spec)
+    except StoreDirectoryUnusable as exc:  # the setting the user chose it by
+        raise attrs.evolve(exc, setting=setting) from None
 
 
 def _default_path() -> Path:
@@ -68,23 +61,6 @@ def _default_path() -> Path:
             "XDG_DATA_HOME (the user data directory), or choose the store "
             f"with {STORE_ENV} or --store",
         ) from None
-
-
-def _check_directory(directory: Path, setting: str) -> None:
-    """Refuse a store file whose directory is missing or cannot be written.
-
-    Raises:
-        StoreDirectoryUnusable: naming the directory and `setting`.
-    """
-    reason = None
-    if not directory.exists():
-        reason = "it does not exist"
-    elif not directory.is_dir():
-        reason = "it is not a directory"
-    elif not os.access(directory, os.W_OK | os.X_OK):
-        reason = "it cannot be written"
-    if reason is not None:
-        raise StoreDirectoryUnusable(os.fspath(directory), reason, setting)
 
 
 def where(store: SessionStore) -> str:

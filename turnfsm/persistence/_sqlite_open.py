@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from turnfsm.errors import StoreUnusable
+from turnfsm.errors import StoreDirectoryUnusable, StoreUnusable
 
 __all__ = [
     "APPLICATION",
@@ -92,6 +92,7 @@ def _roll_back(conn: sqlite3.Connection) -> None:
 
 def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
     where = os.fspath(path)
+    check_directory(path.absolute().parent, "the store's path")
     _check_header(path, where)
     try:
         conn = sqlite3.connect(
@@ -118,6 +119,26 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
         conn.close()
         raise
     return conn
+
+
+def check_directory(directory: Path, setting: str) -> None:
+    """Refuse a store file whose directory is missing or cannot be written.
+
+    Before the file is opened (and made): nothing is written.
+
+    Raises:
+        StoreDirectoryUnusable: naming the directory and `setting`, what
+            chose it.
+    """
+    reason = None
+    if not directory.exists():
+        reason = "it does not exist"
+    elif not directory.is_dir():
+        reason = "it is not a directory"
+    elif not os.access(directory, os.W_OK | os.X_OK):
+        reason = "it cannot be written"
+    if reason is not None:
+        raise StoreDirectoryUnusable(os.fspath(directory), reason, setting)
 
 
 def _check_header(path: Path, where: str) -> None:
