@@ -25,6 +25,7 @@ from turnfsm.errors import (
     ConfigError,
     DuplicateRecord,
     SessionConflict,
+    StoreDirectoryUnusable,
     StoreError,
     StoreUnusable,
 )
@@ -241,7 +242,7 @@ async def test_an_unusable_file_is_a_typed_error_and_stays_unchanged(
 
 
 async def test_a_missing_directory_is_a_typed_error(tmp_path: Path) -> None:
-    with pytest.raises(StoreUnusable, match="cannot be opened"):
+    with pytest.raises(StoreDirectoryUnusable, match="it does not exist"):
         SQLiteStore(tmp_path / "nowhere" / "s.db")
     assert not (tmp_path / "nowhere").exists()
 
