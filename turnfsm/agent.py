@@ -180,12 +180,15 @@ class Agent:
         session = await self.open_session(session_id)
         return await self.driver.resume(session, run_id, event, control=control)
 
-    async def compact(self, session_id: str | None = None) -> RunResult:
+    async def compact(
+        self, session_id: str | None = None, *, force: bool = False
+    ) -> RunResult:
         """Compact a stored session now, outside any run (see `Driver.compact`).
 
         The operator's ``/compact``: one pass of the agent's context manager
         over the session's history (default: the agent's session), logged
         as a run of its own. Twice in a row, the second changes nothing.
+        `force` takes over the lease of a process that died mid-pass.
 
         Example:
             ```python
@@ -197,7 +200,7 @@ class Agent:
         session = (
             self.session if session_id is None else await self.open_session(session_id)
         )
-        return await self.driver.compact(session)
+        return await self.driver.compact(session, force=force)
 
     async def abandon(
         self, session_id: str, run_id: str, *, reason: str = "abandoned"

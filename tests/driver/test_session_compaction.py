@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 from turnfsm import Agent, ContextManager, Driver, SummarizingCompactor
+from turnfsm.errors import SessionBusy
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded, Verdict
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
@@ -103,9 +104,12 @@ async def test_a_compaction_killed_mid_pass_then_retried_writes_one_summary(
     (open_run,) = crashed.open_runs()
     assert open_run.opened.machine == "compaction"
     assert _summaries(crashed) == []
-    # The retry carries the unfinished compaction on.
+    # The retry carries the unfinished compaction on; the killed worker's
+    # lease has not expired yet: force takes it over.
     model = ExtractiveSummaryModel()
-    result = await driver_with(model).compact(crashed)
+    with pytest.raises(SessionBusy):
+        await driver_with(model).compact(crashed)
+    result = await driver_with(model).compact(crashed, force=True)
     assert result.ok, result.error
     assert result.run_id == open_run.run_id
     assert len(_summaries(crashed)) == 1

@@ -168,7 +168,7 @@ def test_cli_run_streams_a_real_reply(
     assert code == 0, out
     assert "start --measured--> call_llm" in out
     assert "call_llm --model_replied--> done" in out
-    assert "final answer (1 model calls)" in out
+    assert "run done: 1 model call(s)" in out
 
 
 def test_one_model_serves_consecutive_event_loops(server: LlamaServer) -> None:

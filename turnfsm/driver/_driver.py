@@ -352,6 +352,7 @@ class Driver:
         *,
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
+        force: bool = False,
     ) -> RunResult[Any]:
         """Compact `session`'s history now, outside any run (a manual pass).
 
@@ -363,7 +364,9 @@ class Driver:
 
         A compaction whose process died mid-pass is carried on, not begun
         again: calling this again is the retry (the pass is redone, and a
-        summary the log already holds is not written twice).
+        summary the log already holds is not written twice). Until the dead
+        process's lease expires (`lease_ttl`), the retry needs `force`, as
+        `resume` does.
 
         Returns:
             The run's result: ``done`` (the pass's record says what it came
@@ -371,7 +374,8 @@ class Driver:
 
         Raises:
             SessionBusy: another run is using `session`, or a run of it (not
-                a compaction) is paused or unfinished.
+                a compaction) is paused or unfinished, or another process
+                holds its lease (take a dead one's over with `force`).
             SessionConflict: another writer appended to the session's log.
         """
         compacting = self._compacting
@@ -384,7 +388,7 @@ class Driver:
         waiting = session.open_runs()
         if waiting and waiting[-1].opened.digest == compacting._digest:
             return await compacting.resume(
-                session, waiting[-1].run_id, control=control, hooks=hooks
+                session, waiting[-1].run_id, control=control, hooks=hooks, force=force
             )
         return await start_run(compacting, session, (), None, control, hooks, None)
 
