@@ -66,19 +66,9 @@ async def resume_run(
     """Carry the open run `run_id` on, with `event` if it is paused."""
     with session.claim():
         async with holding(session, ttl=driver.lease_ttl, force=force):
-            record, machine = reopen(
-                driver.machine,
-                driver.digest,
-                driver.effects_by_name,
-                session,
-                run_id,
-                event,
-            )
-            decision = machine.decision
-            loop = _loop(driver, session, run_id, machine, control, hooks, output)
-            loop.restore(record)
+            loop = _reopened(driver, session, run_id, event, control, hooks, output)
             if event is None:
-                return await loop.carry_on(decision)
+                return await loop.carry_on(loop.machine.decision)
             return await loop.go(event)
 
 
@@ -88,19 +78,35 @@ async def abandon_run(
     """End the open run `run_id` as failed, `Cancelled(reason)`."""
     with session.claim():
         async with holding(session, ttl=driver.lease_ttl, force=force):
-            record, machine = reopen(
-                driver.machine,
-                driver.digest,
-                driver.effects_by_name,
-                session,
-                run_id,
-                None,
-                check=False,
-            )
-            loop = _loop(driver, session, run_id, machine, None, (), None)
-            loop.restore(record)
+            loop = _reopened(driver, session, run_id, None, None, (), None, check=False)
             loop.abandoning = True
             return await loop.go(RunCancelled(reason=reason))
+
+
+def _reopened(
+    driver: Driver,
+    session: Session,
+    run_id: str,
+    event: Event | None,
+    control: RunControl | None,
+    hooks: Sequence[Hook],
+    output: OutputType | None,
+    *,
+    check: bool = True,
+) -> RunLoop:
+    """The loop of the open run `run_id`, its brain rebuilt from the log."""
+    record, machine = reopen(
+        driver.machine,
+        driver.digest,
+        driver.effects_by_name,
+        session,
+        run_id,
+        event,
+        check=check,
+    )
+    loop = _loop(driver, session, run_id, machine, control, hooks, output)
+    loop.restore(record)
+    return loop
 
 
 def _loop(
