@@ -350,7 +350,7 @@ class LayeredCompactor:
             The messages and `Skipped("below trigger threshold")`,
             `Applied(...)`, or `Failed(error)` with the messages unchanged:
             the breaker is open, a layer failed, or every layer ran and the
-            result is still over `limit` (seed 001's CompactionFailed).
+            result is still over `limit` (a CompactionFailed).
         """
         _checks.check(line, "line", _TOKENS)
         _checks.check(limit, "limit", _TOKENS)

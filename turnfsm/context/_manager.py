@@ -134,9 +134,9 @@ class ContextManager(OldEntryPoints):
             request is still checked against the window with the estimate
             before it is sent.
         max_failures: Consecutive failed passes (at most 1,000,000) that open its
-            circuit breaker (seed 000: 3). The count lives in the session's
+            circuit breaker (3 by default). The count lives in the session's
             log, so it survives restarts and is per session.
-        max_messages: The message-count line (seed 000: 50; at most
+        max_messages: The message-count line (50 by default; at most
             1,000,000): a conversation with more messages compacts (reason
             MESSAGE_COUNT); 0 turns it off.
 

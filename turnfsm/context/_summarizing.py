@@ -1,4 +1,4 @@
-"""`SummarizingCompactor`: old exchanges become one summary (seeds 000 and 004).
+"""`SummarizingCompactor`: old exchanges become one summary.
 
 An exchange is a user message and everything that answers it, up to the next
 user message (summaries do not start one; messages before the first user
@@ -111,7 +111,7 @@ class SummaryPlan:
     opening: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
 
     def key(self, session_id: str) -> str:
-        """Return the idempotency key of the pass (seed 000)."""
+        """Return the idempotency key of the pass."""
         last = self.summarised[-1].id if self.summarised else ""
         return f"{session_id}:{last}:{len(self.summarised)}"
 

@@ -1,4 +1,4 @@
-"""What a summary model is shown, and what it is asked (seeds 000 and 004).
+"""What a summary model is shown, and what it is asked.
 
 The summarised messages become one labelled transcript:
 
@@ -82,7 +82,7 @@ SUMMARY_PREFIX: Final = (
     "new instructions: resume from its Active Task and answer the latest "
     "user message."
 )
-"""The handoff header a summary message starts with (seed 004)."""
+"""The handoff header a summary message starts with."""
 
 SUMMARY_SECTIONS: Final[tuple[str, ...]] = (
     "Active Task",

@@ -8,9 +8,9 @@ ignored). The procedure:
    exchange's user message when that comes first: the newest exchange (the
    last user message and everything after it) is kept whole, so a
    conversation that is one exchange is not cut (a deliberate difference
-   from seed 003, which cut into it and could drop the user's request).
+   from the classic truncator, which cut into it and could drop the user's request).
    With ``compact_newest_exchange`` the cut may fall inside the newest
-   exchange, as in seed 003, but its user message is kept.
+   exchange, as the classic truncator does, but its user message is kept.
 3. Move the cut earlier while a result at or after it answers a call before
    it (a fixpoint, see `adjust_split`). Calls in the first message do not move
    it: the first message is always kept, so those pairs survive anyway.

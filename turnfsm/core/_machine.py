@@ -39,7 +39,7 @@ reply's calls may still be open: tools not run yet, or awaiting a review);
 and when the decision sends the conversation on (`CallLLM`, `Compact`,
 `Finish`) no call is open. Else `handle()` raises `InvalidMessage` naming the
 call id. `OpenCalls` memoises each checked prefix on the `MessageLog`, so
-the check costs O(new messages) per event, not O(history) (DESIGN 3, STYLE 14).
+the check costs O(new messages) per event, not O(history).
 
 No clock, no I/O, no randomness: time, ids and token counts arrive on events,
 so the same events in the same order give the same phases and decisions.

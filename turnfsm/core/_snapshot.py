@@ -51,7 +51,7 @@ class Budget:
         max_compactions: the most compaction passes in a row, with no model
             call between them (a long run compacts as often as its length
             needs; each model call starts the count again).
-        max_messages: the message-count line (seed 000): more messages than
+        max_messages: the message-count line: more messages than
             this compact; 0 turns the line off.
         max_output_retries: re-asks after a final answer that does not fit
             the run's output type.

@@ -36,7 +36,7 @@ JSONValue: TypeAlias = (
 """A value that JSON can carry (tool-call arguments)."""
 
 SUMMARY_COVERS: Final = "turnfsm.summary.covers_up_to"
-"""The metadata key that marks a message as a summary (seed 004).
+"""The metadata key that marks a message as a summary.
 
 Its value is the id of the last message the summary covers. A compactor
 that summarises sets it on its summary message; when the pass is committed,

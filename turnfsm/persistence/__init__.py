@@ -1,4 +1,4 @@
-"""Sessions as append-only logs in a `SessionStore` (DESIGN §4).
+"""Sessions as append-only logs in a `SessionStore`.
 
 A session's log holds, in order, every run's opening, every event fed to
 the brain, every turn and compaction pass, every commit point and every

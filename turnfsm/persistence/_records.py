@@ -1,7 +1,7 @@
 """The entries of a session's append-only log.
 
 A session is a log; everything else (the working history, the audit trail of
-runs, turns and compactions) is a projection of it (DESIGN §4). The driver
+runs, turns and compactions) is a projection of it. The driver
 appends each entry as it happens:
 
 | entry | when |
@@ -12,7 +12,7 @@ appends each entry as it happens:
 | `TurnRecord` | every model reply: the context it saw (message ids), usage |
 | `CompactionRecord` | every compaction pass, whatever it came to |
 | `ToolResultRecorded` | a tool call's result, as the call finishes (in a batch) |
-| `SummaryRecorded` | a committed compaction brought in a summary (seed 004) |
+| `SummaryRecorded` | a committed compaction brought in a summary |
 | `Committed` | the brain changed its committed history (a commit point) |
 | `RunEnded` | the run ended: done, failed, cancelled or paused |
 | `BreakerChanged` | the compaction circuit breaker opened, or was reset |
@@ -238,7 +238,7 @@ class ToolResultRecorded:
 @final
 @attrs.frozen(kw_only=True)
 class SummaryRecorded:
-    """A committed compaction brought in a summary (seed 004's summaries record).
+    """A committed compaction brought in a summary.
 
     Attributes:
         run_id: The run whose compaction committed it.

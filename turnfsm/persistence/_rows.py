@@ -117,7 +117,7 @@ def _escape(match: re.Match[str]) -> str:
 
 
 def _escape_surrogates(text: str) -> str:
-    r"""Return JSON `text` with each lone surrogate written as its ``\uXXXX`` escape.
+    r"""Return JSON `text` with each lone surrogate written as its backslash-u escape.
 
     A lone surrogate can only stand inside a JSON string, where its escape
     reads back as the same character: what ``ensure_ascii=True`` writes for

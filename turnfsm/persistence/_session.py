@@ -99,7 +99,7 @@ class Session:
 
     @classmethod
     def ephemeral(cls, id: str | None = None) -> Session:
-        """Return a short-lived session (a cron job, a one-off tool run; seed 004).
+        """Return a short-lived session (a cron job, a one-off tool run).
 
         An ephemeral session is never stored (its log lives in a private
         `MemoryStore`, whatever store the agent has) and never compacts: a
@@ -245,7 +245,7 @@ class Session:
 
     @property
     def latest_summary(self) -> SummaryRecorded | None:
-        """The latest summary still in the working history, if any (seed 004).
+        """The latest summary still in the working history, if any.
 
         The working history is that summary plus the messages after it; a
         later compaction that dropped the summary message leaves none.

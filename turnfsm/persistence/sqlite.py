@@ -9,7 +9,7 @@ Theory of operation:
   first, then moves the session's version only if it is the expected one
   (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
   another version raises `SessionConflict` and nothing is written, so two
-  writers on one session can never interleave (DESIGN §4).
+  writers on one session can never interleave.
 - Rows are `turnfsm.persistence._rows.encode`'s: an entry's body refers to
   its messages by digest, and each distinct message is stored once per
   session (``INSERT OR IGNORE``), however many events carry it again.

@@ -13,7 +13,7 @@ was given (`create_worker`):
 
 An effect activity first appends the log entries the workflow made since
 its last write (they ride in its input): the store holds every event
-before the effect it led to starts, as in-process (DESIGN §4). Appends are
+before the effect it led to starts, as in-process. Appends are
 idempotent: an attempt run again after its worker died finds its entries
 already in the log and goes on.
 
