@@ -1,0 +1,186 @@
+"""The docs runner fails a page whose shown output is not what its code prints."""
+
+from __future__ import annotations
+
+import textwrap
+from collections import Counter
+from pathlib import Path
+from unittest import SkipTest
+
+import pytest
+
+from tests import docs_blocks
+
+FENCE = "```"
+
+
+def _page(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "page.md"
+    path.write_text(textwrap.dedent(text).replace("~~~", FENCE))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _uncounted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These pages are not the project's: keep them out of the docs count."""
+    monkeypatch.setattr(docs_blocks, "RUN", Counter())
+
+
+def _run(path: Path) -> list[str]:
+    """Evaluate every block of the page in order; what each did."""
+    document = docs_blocks.docs_sybil().parse(path)
+    outcomes: list[str] = []
+    docs_blocks._setup(document.namespace)
+    try:
+        for example in document.examples():
+            try:
+                example.evaluate()
+            except SkipTest as skip:
+                outcomes.append(f"skipped: {skip}")
+            except AssertionError as failure:
+                outcomes.append(f"failed: {type(failure).__name__}")
+            else:
+                outcomes.append("ok")
+    finally:
+        docs_blocks._teardown(document.namespace)
+    return outcomes
+
+
+def test_a_page_that_shows_what_it_prints_passes(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        ~~~python
+        tokens = 1543
+        print(f"{tokens} tokens")
+        ~~~
+
+        ~~~text
+        1543 tokens
+        ~~~
+
+        ~~~python
+        print(tokens + 1)
+        ~~~
+
+        ~~~text
+        1544
+        ~~~
+        """,
+    )
+    assert _run(page) == ["ok", "ok"]
+
+
+def test_changing_one_printed_number_fails_the_page(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        ~~~python
+        print(f"{1543} tokens")
+        ~~~
+
+        ~~~text
+        1571 tokens
+        ~~~
+        """,
+    )
+    assert _run(page) == ["failed: ShownOutputDiffers"]
+
+
+def test_a_block_that_prints_with_no_output_shown_fails(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        ~~~python
+        print("hidden")
+        ~~~
+        """,
+    )
+    assert _run(page) == ["failed: ShownOutputDiffers"]
+
+
+def test_only_an_ellipsis_matches_what_varies(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        ~~~python
+        import uuid
+        print("run", uuid.uuid4().hex, "done")
+        ~~~
+
+        ~~~text
+        run ... done
+        ~~~
+        """,
+    )
+    assert _run(page) == ["ok"]
+
+
+def test_a_console_command_is_run_and_its_output_compared(tmp_path: Path) -> None:
+    good = _page(tmp_path, "~~~console\n$ echo 1543\n1543\n~~~\n")
+    assert _run(good) == ["ok"]
+    bad = _page(tmp_path, "~~~console\n$ echo 1543\n1571\n~~~\n")
+    assert _run(bad) == ["failed: ShownOutputDiffers"]
+
+
+def test_a_failing_shell_block_fails(tmp_path: Path) -> None:
+    page = _page(tmp_path, "~~~sh\ntrue\nfalse\n~~~\n")
+    assert _run(page) == ["failed: AssertionError"]
+
+
+def test_a_labelled_block_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        <!-- skip: next "needs an OpenAI API key" -->
+
+        ~~~python
+        raise RuntimeError("never run")
+        ~~~
+        """,
+    )
+    # The directive is an example of its own, then the block it skips.
+    assert _run(page) == ["ok", "skipped: needs an OpenAI API key"]
+
+
+def test_a_machine_in_a_toml_block_must_load(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        ~~~toml
+        name = "broken"
+        initial = "start"
+        terminal = ["done"]
+        states = {}
+        transitions = []
+        ~~~
+        """,
+    )
+    with pytest.raises(Exception, match="start"):
+        _run(page)
+
+
+def test_a_page_runs_in_its_own_directory(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        ~~~python
+        import os
+        open("left.txt", "w").close()
+        here = os.getcwd()
+        ~~~
+        """,
+    )
+    before = Path.cwd()
+    document = docs_blocks.docs_sybil().parse(page)
+    docs_blocks._setup(document.namespace)
+    try:
+        for example in document.examples():
+            example.evaluate()
+    finally:
+        docs_blocks._teardown(document.namespace)
+    here = Path(document.namespace["here"])
+    assert here != before
+    assert Path.cwd() == before
+    assert not here.exists()
+    assert not (before / "left.txt").exists()
