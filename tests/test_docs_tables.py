@@ -146,3 +146,33 @@ def test_every_subcommand_has_its_help_on_the_cli_page() -> None:
     commands = set(docs_tables.subcommands(docs_tables.cli_parser()))
     assert len(commands) == 11
     assert commands == usages
+
+
+def _docstring_tree() -> list[tuple[int, str]]:
+    """(depth, name) of each line of the tree in `turnfsm.errors`' docstring."""
+    doc = errors.__doc__ or ""
+    block = doc.split("```")[1]
+    found = []
+    for line in block.strip("\n").splitlines():
+        match = re.match(r"^((?:│   |    )*)(?:[├└]── )?(\w+)", line)
+        assert match, line
+        depth = len(match.group(1)) // 4 + (1 if "── " in line else 0)
+        found.append((depth, match.group(2)))
+    return found
+
+
+def test_the_tree_in_the_errors_docstring_is_the_class_tree() -> None:
+    classes = {
+        name: obj
+        for name in errors.__all__
+        if isinstance(obj := getattr(errors, name), type)
+        and issubclass(obj, errors.TurnFSMError)
+    }
+    tree = _docstring_tree()
+    assert sorted(name for _, name in tree) == sorted(classes)
+    parents: list[str] = []
+    for depth, name in tree:
+        del parents[depth:]
+        if parents:
+            assert classes[name].__bases__[0] is classes[parents[-1]], name
+        parents.append(name)
