@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("turnfsm", "machines", "docs", "diagrams", "README.md", "CHANGELOG.md")
 """What a user reads, relative to the repository root."""
 
-SUFFIXES = frozenset({".py", ".toml", ".md", ".mmd", ".txt", ".json"})
+SUFFIXES = frozenset({".py", ".toml", ".md", ".mmd", ".svg", ".txt", ".json"})
 """The text files scanned inside a directory."""
 
 _SEED = r"seeds?"
