@@ -1,11 +1,10 @@
 """`ToolResultDigest`: replace old, oversized tool results with one line.
 
-Seed 004's `maybe_hide_tool_result`: a result from an earlier exchange (a
-user message and everything that answers it) that is
-longer than `min_chars` characters becomes an informative one-line digest of
-what the call did, rather than a generic "hidden" placeholder. No model call:
-the digest is pure string parsing of the call's arguments and the result's
-text (`digest_line`).
+A result from an earlier exchange (a user message and everything that
+answers it) that is longer than `min_chars` characters becomes an
+informative one-line digest of what the call did, rather than a generic
+"hidden" placeholder. No model call: the digest is pure string parsing of
+the call's arguments and the result's text (`digest_line`).
 
 The digest formats are listed in `_digest_line.py`.
 """
@@ -121,8 +120,8 @@ class ToolResultDigest:
     Attributes:
         min_chars: Results of at most this many characters are kept (≥ 1).
         keep_recent_turns: How many of the newest exchanges (a user message
-            and everything that answers it) are left as they are (≥ 0; the
-            seed's name: a *turn* elsewhere in turnfsm is one model call).
+            and everything that answers it) are left as they are (≥ 0; not
+            a *turn*, which elsewhere in turnfsm is one model call).
 
     Raises:
         ConfigError: On construction, when a knob is out of range.

@@ -1,7 +1,7 @@
 """`LayeredCompactor`: five layers from cheap to expensive.
 
 An exchange is a user message and everything that answers it, up to the
-next user message (the seed calls it a turn; summaries do not start one).
+next user message (summaries do not start one).
 The layers run in order and the pass stops as soon as the conversation fits
 the target:
 
@@ -31,9 +31,8 @@ with the session's circuit breaker open (`allow_model` False) only layers
 operator's trigger; both answer with a status
 (`Applied`, `Skipped`, `Failed`) that never carries message content.
 
-Deliberate difference from the seed: its layer 5 preserved the same last 10
-turns as layer 4, so after a collapse it had nothing left to summarise;
-here it keeps only the newest exchange.
+Layer 5 keeps only the newest exchange, not the 10 layer 4 keeps: after a
+collapse, keeping the same 10 would leave it nothing to summarise.
 """
 
 from __future__ import annotations
@@ -98,8 +97,8 @@ class LayeredCompactor:
     """Shrink in five layers, cheapest first, until the conversation fits.
 
     The settings named ``*_turns`` count exchanges (a user message and
-    everything that answers it), as the seed's "turns" did; a *turn*
-    elsewhere in turnfsm is one model call.
+    everything that answers it), not turns: a *turn* elsewhere in turnfsm
+    is one model call.
 
     Attributes:
         model: The summary model for layers 4-5, or None: the agent's own

@@ -127,7 +127,7 @@ class ContextManager(OldEntryPoints):
         compact_target_pct: The target size, in percent (1..100).
         counter: The one counter every measurement uses (default: the
             conservative counter, which errs high).
-        use_reported_usage: Seed 004's trigger: measure with the input tokens
+        use_reported_usage: Measure with the input tokens
             the provider reported for the run's last call, plus the messages
             added since, instead of the estimate (which is used when there is
             no report: a run's first measurement, after a compaction). The

@@ -138,8 +138,8 @@ class SummarizingCompactor:
             client that knows its window says so with an int attribute
             ``context_window``.
         keep_recent_turns: Exchanges kept raw, whole (≥ 1): an exchange is
-            a user message and everything that answers it (the name is the
-            seed's; a *turn* elsewhere in turnfsm is one model call).
+            a user message and everything that answers it (not a *turn*,
+            which elsewhere in turnfsm is one model call).
         max_summary_tokens: The most a summary may be, in the counter's
             tokens (≥ 16). The summary call asks the model for 5/8 of it
             (the counter errs high, up to 1.6x on prose). A summary model
@@ -149,8 +149,8 @@ class SummarizingCompactor:
             None: the model's ``context_window`` when it has one, else not
             known (the transcript goes in one request). Never the agent's
             window. A transcript that does not fit is summarised in parts.
-        summary_role: The role of the summary message: system (the seed's;
-            providers that drop later system messages need "user").
+        summary_role: The role of the summary message: system (the
+            default; providers that drop later system messages need "user").
         temperature: Of the summary call (0.3: faithful, low-creativity).
         digest_min_chars: When set, summarised tool results longer than
             this are replaced by their one-line digest before the summary

@@ -99,7 +99,7 @@ SUMMARY_SECTIONS: Final[tuple[str, ...]] = (
     "Remaining Work",
     "Critical Context",
 )
-"""The template's sections, in the seed's order."""
+"""The template's sections, in the order the summary gives them."""
 
 _PREAMBLE: Final = (
     "You are writing a handoff note. An assistant has been working with a "

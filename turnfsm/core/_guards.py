@@ -40,13 +40,16 @@ def is_turn_limit_reached(snapshot: Snapshot, event: Event) -> bool:
 
 
 def is_over_emergency_line(snapshot: Snapshot, event: Event) -> bool:
-    """The estimate is on or over 95 % of a non-zero window (always active)."""
+    """The estimate is on or over 95 % of a non-zero window (always active).
+
+    It holds whatever `auto_compact` says.
+    """
     estimate = _estimate(snapshot, event)
     return _lines.is_over_emergency_line(estimate, snapshot.budget.context_window)
 
 
 def is_over_threshold_line(snapshot: Snapshot, event: Event) -> bool:
-    """auto_compact is on and the estimate is strictly over the threshold line."""
+    """`auto_compact` is on and the estimate is strictly over the threshold line."""
     budget = snapshot.budget
     return _lines.is_over_threshold_line(
         _estimate(snapshot, event),
@@ -58,7 +61,7 @@ def is_over_threshold_line(snapshot: Snapshot, event: Event) -> bool:
 
 
 def is_over_message_line(snapshot: Snapshot, event: Event) -> bool:
-    """auto_compact is on and the conversation has more than `max_messages` (> 0)."""
+    """`auto_compact` is on and there are more than `max_messages` (not 0) messages."""
     budget = snapshot.budget
     limit = budget.max_messages
     return (
@@ -69,12 +72,12 @@ def is_over_message_line(snapshot: Snapshot, event: Event) -> bool:
 
 
 def is_message_line_spent(snapshot: Snapshot, event: Event) -> bool:
-    """A message-count pass changed nothing since the last commit."""
+    """A pass for the message-count line changed nothing since the last commit."""
     return snapshot.message_line_spent
 
 
 def is_threshold_line_spent(snapshot: Snapshot, event: Event) -> bool:
-    """A threshold pass could not shrink the request since the last commit."""
+    """A threshold-line pass could not shrink the request since the last commit."""
     return snapshot.threshold_line_spent
 
 
@@ -114,7 +117,7 @@ def is_compaction_limit_reached(snapshot: Snapshot, event: Event) -> bool:
 
 
 def is_no_progress(snapshot: Snapshot, event: Event) -> bool:
-    """The compaction pass saved nothing: after >= before (the no-progress guard)."""
+    """The compaction pass saved nothing: `after >= before` (the no-progress guard)."""
     if isinstance(event, CompactionResult | CompactionNoop):
         return event.after >= event.before
     return False

@@ -50,7 +50,10 @@ FailureBuilder: TypeAlias = Callable[[Snapshot, Event], Failure]
 
 
 def record_start(s: Snapshot, e: Event) -> Snapshot:
-    """Take the run's input as pending; a second start is a driver bug."""
+    """Take the run's input as pending.
+
+    A second start is a driver bug: `IllegalEvent`.
+    """
     if s.is_started or not isinstance(e, RunStarted):
         raise IllegalEvent(phase=s.phase, event=trigger_of(e))
     return s.replace(pending=s.pending.extend(e.input), is_started=True)
@@ -77,7 +80,7 @@ def record_reply(s: Snapshot, e: Event) -> Snapshot:
 
 
 def record_rejection(s: Snapshot, e: Event) -> Snapshot:
-    """Keep the rejected reply and the re-ask in pending; count the turn and retry.
+    """Append the rejected answer and the re-ask to pending; count turn and retry.
 
     Both are ordinary messages: the model sees what it said and why it was
     refused. A model call came: the count of compaction passes in a row
@@ -143,7 +146,7 @@ def _unsaid(key: str, e: Signal) -> str:
 
 
 def record_compaction(s: Snapshot, e: Event) -> Snapshot:
-    """A commit point: history := the compacted messages, pending := [].
+    """Replace history with the compacted messages and clear pending: a commit.
 
     The message-count and threshold lines count again on the new conversation.
     """
@@ -158,21 +161,21 @@ def record_compaction(s: Snapshot, e: Event) -> Snapshot:
 
 
 def spend_message_line(s: Snapshot, e: Event) -> Snapshot:
-    """A message-count pass changed nothing: the line is off until a commit."""
+    """Turn the message-count line off until the next commit (its pass did nothing)."""
     return s.replace(message_line_spent=True)
 
 
 def spend_threshold_line(s: Snapshot, e: Event) -> Snapshot:
-    """A threshold pass could not shrink a request that fits: the line is off.
+    """Turn the threshold line off until the next commit (its pass saved nothing).
 
-    Until the next commit the threshold line starts no pass; the emergency
-    line still does.
+    A threshold pass could not shrink a request that fits: until the next
+    commit the threshold line starts no pass; the emergency line still does.
     """
     return s.replace(threshold_line_spent=True)
 
 
 def record_noop(s: Snapshot, e: Event) -> Snapshot:
-    """Buffers stay untouched; only the estimate is refreshed."""
+    """Refresh the estimate only; the messages stay as they are."""
     assert isinstance(e, CompactionNoop)
     return s.replace(estimate=e.after)
 
@@ -201,12 +204,12 @@ def flush_inbox(s: Snapshot, e: Event) -> Snapshot:
 
 
 def commit_pending(s: Snapshot, e: Event) -> Snapshot:
-    """A run that succeeds appends pending to history."""
+    """Append pending to history (a run that succeeds)."""
     return s.replace(history=s.history.extend(s.pending), pending=MessageLog())
 
 
 def discard_pending(s: Snapshot, e: Event) -> Snapshot:
-    """A run that fails leaves no trace in history."""
+    """Drop pending and the inbox (a run that fails leaves no trace in history)."""
     return s.replace(pending=MessageLog(), inbox=())
 
 

@@ -1,6 +1,6 @@
 """MachineSpec -> Mermaid / DOT text (pure, deterministic).
 
-A diagram has to read at the width of a page (issue 11). It is drawn top to
+A diagram has to read at the width of a page. It is drawn top to
 bottom, the terminal phases on the bottom rank, and each pair of phases gets
 one edge listing every transition between them. Transitions that fail the
 run (those with an `error`) are drawn grey and dashed; two phases that fail
@@ -8,7 +8,7 @@ the same ways share one edge through a junction point; a wildcard
 transition (``source = "*"``) is drawn once, from "any phase". Labels break
 between a trigger, its guards and its outcome, at about 24 characters.
 
-With `traffic` (issue 9) the diagram shows where some runs went: every
+With `traffic` the diagram shows where some runs went: every
 transition that fired is drawn on an edge of its own, coloured and thickened
 by how often it fired (a heat map over many runs) and labelled with the count
 and the most tokens estimated when it fired; the rest is greyed. A fired

@@ -71,8 +71,8 @@ async def measure(ctx: EffectContext, decision: Measure) -> Event:
     """Measure the whole next request: history + pending + extras + reply budget.
 
     With `ContextManager.use_reported_usage`, the provider's report for the
-    last call stands in for the estimate of what that call carried (seed
-    004), plus the estimate of what was added since.
+    last call stands in for the estimate of what that call carried, plus the
+    estimate of what was added since.
     """
     reported = ctx.reported
     run = ctx.run
