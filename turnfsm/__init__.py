@@ -27,6 +27,9 @@ if TYPE_CHECKING:
         load_machine as load_machine,
     )
     from turnfsm._resources import (
+        machines_dir as machines_dir,
+    )
+    from turnfsm._resources import (
         review_machine as review_machine,
     )
     from turnfsm.agent import Agent as Agent
@@ -313,6 +316,7 @@ _LAZY: dict[str, str] = {
     "default_machine": "turnfsm._resources",
     "function_tool": "turnfsm.driver",
     "load_machine": "turnfsm._resources",
+    "machines_dir": "turnfsm._resources",
     "open_store": "turnfsm.persistence",
     "replay": "turnfsm.driver",
     "review_machine": "turnfsm._resources",

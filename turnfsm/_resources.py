@@ -21,6 +21,9 @@ __all__ = [
 def machines_dir() -> Path:
     """Return the directory holding the shipped machine files.
 
+    ``turn.toml`` (the stock machine), ``approval.toml``, ``review.toml`` and
+    ``compaction.toml``: copy one to start a machine of your own.
+
     In an installed wheel they sit in ``turnfsm/_machines``; in a source
     checkout, in ``machines/`` at the repository root (one copy, no duplicate).
     """

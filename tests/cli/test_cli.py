@@ -29,6 +29,13 @@ def test_demo_quiet_prints_only_the_answer(capsys: pytest.CaptureFixture[str]) -
     assert lines[0].startswith("final answer")
 
 
+def test_demo_quiet_prints_no_blank_line_before_the_answer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("final answer (")
+
+
 def test_check_accepts_the_shipped_machine(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(REPO_ROOT / "machines" / "turn.toml")]) == 0
     assert "ok (7 phases" in capsys.readouterr().out

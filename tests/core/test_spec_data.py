@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 import pytest
 
@@ -36,3 +38,16 @@ def test_to_dict_writes_what_a_file_would() -> None:
     assert "emergency" in reasons  # an enum as its value
     assert data["states"]["await_approval"] == {"effect": "await_approval"}
     assert "signals" not in default_machine().to_dict()
+
+
+@pytest.mark.parametrize(
+    ("name", "stock"),
+    [("turn", default_machine), ("approval", approval_machine)],
+)
+def test_machines_dir_holds_the_shipped_files_to_copy(
+    name: str, stock: Callable[[], MachineSpec]
+) -> None:
+    from turnfsm import load_machine, machines_dir
+
+    copied = load_machine(machines_dir() / f"{name}.toml")
+    assert copied.to_dict() == stock().to_dict()

@@ -108,3 +108,34 @@ async def test_a_non_strict_end_hook_that_raises_is_detached() -> None:
     result = await driver.run("go", session=session)
     assert result.ok
     assert len([e for e in session.entries if isinstance(e, RunEnded)]) == 1
+
+
+async def test_a_run_that_lost_a_write_race_raises_the_conflict_and_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from turnfsm import Agent
+    from turnfsm.errors import SessionConflict
+
+    ends: list[RunEndInfo] = []
+
+    class Ends(Hook):
+        def on_run_end(self, info: RunEndInfo) -> None:
+            ends.append(info)
+
+    store = MemoryStore()
+    agent = Agent(
+        model=ScriptedModel.of("Hello.", "Again."), store=store, hooks=[Ends()]
+    )
+    driver = agent.driver
+    await driver.run("Say hello.", session=Session("s", store=store))
+    here = await Session.load(store, "s")
+    there = await Session.load(store, "s")
+    await driver.run("Say it again.", session=here)
+    version = len(await store.load("s"))
+
+    with pytest.raises(SessionConflict):
+        await driver.run("And once more.", session=there)
+
+    assert len(await store.load("s")) == version  # nothing written
+    assert [r.levelname for r in caplog.records if r.levelno >= 30] == []
+    assert [e.outcome for e in ends] == ["done", "done", "failed"]

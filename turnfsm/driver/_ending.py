@@ -29,7 +29,13 @@ from turnfsm.driver._audit import Audit
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._control import RunResult
-from turnfsm.errors import Cancelled, ContextExceeded, RunCrashed, TurnFSMError
+from turnfsm.errors import (
+    Cancelled,
+    ContextExceeded,
+    RunCrashed,
+    SessionConflict,
+    TurnFSMError,
+)
 from turnfsm.hooks import HookDispatcher, RunEndInfo
 from turnfsm.messages import Joined, MessageLog
 from turnfsm.persistence import Committed, Entry, RunEnded, Session
@@ -196,6 +202,11 @@ class Ending:
             return
         # What the last step would have committed is not: the run crashed.
         self.held = [e for e in self.held if not isinstance(e, Committed)]
+        if isinstance(exc, SessionConflict):
+            # Another writer appended first: this view cannot append (its
+            # version is stale), and the caller gets the conflict, to reload.
+            self.hear_end("failed", self.machine.snapshot, "", crashed)
+            return
         try:
             await self.end(None, crashed)
         except Exception:
