@@ -181,7 +181,8 @@ def run_demo(
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1
-    print(f"\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
+    print(file=sink)
+    print(f"final answer ({result.turns} model calls): {result.text}", file=stream)
     return 0
 
 
@@ -234,8 +235,9 @@ def _run_local_demo(
         count = dump_session(agent.session, log)
         print(f"session log: {count} entries written to {log}", file=sink)
     if isinstance(result.error, MaxTurnsExceeded):
+        print(file=sink)
         print(
-            f"\nstopped after {result.turns} model calls, the demo's limit for the "
+            f"stopped after {result.turns} model calls, the demo's limit for the "
             "local model (a small base model seldom decides it is done)",
             file=stream,
         )
@@ -243,5 +245,6 @@ def _run_local_demo(
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1
-    print(f"\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
+    print(file=sink)
+    print(f"final answer ({result.turns} model calls): {result.text}", file=stream)
     return 0
