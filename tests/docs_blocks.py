@@ -38,6 +38,7 @@ import importlib.util
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -152,15 +153,37 @@ def _environment() -> dict[str, str]:
 
 
 def _shell(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """Run `script` in bash, stdout and stderr together.
+
+    A script that times out (or a test run that is stopped) is interrupted
+    as Ctrl-C would do it, so that what it started (a model server) stops
+    with it, then killed: it leaves no process behind.
+    """
+    with subprocess.Popen(
         ["bash", "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env=_environment(),
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
+        start_new_session=True,
+    ) as process:
+        try:
+            printed, _ = process.communicate(timeout=COMMAND_TIMEOUT)
+        except BaseException:
+            _stop(process)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, printed)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
 
 
 def _commands(source: str) -> Iterator[tuple[str, str]]:
