@@ -9,9 +9,9 @@ its language:
   a block that prints with no output block after it fails: a page shows what
   its code prints, or the code prints nothing.
 - ``pycon``: a doctest, in the page's namespace.
-- ``console``: each ``$ command`` runs in bash (the project's ``turnfsm`` first
-  on ``PATH``); what it prints, stdout and stderr together, must equal the lines
-  shown under it.
+- ``console``: the ``$ command`` lines run in one bash (the project's
+  ``turnfsm`` first on ``PATH``), as typed into a terminal; what each prints,
+  stdout and stderr together, must equal the lines shown under it.
 - ``sh`` / ``bash``: run as one bash script; it must succeed.
 - ``toml``: must parse; one with ``states`` and ``transitions`` must load as a
   machine.
@@ -38,6 +38,7 @@ import importlib.util
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -152,15 +153,37 @@ def _environment() -> dict[str, str]:
 
 
 def _shell(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """Run `script` in bash, stdout and stderr together.
+
+    A script that times out (or a test run that is stopped) is interrupted
+    as Ctrl-C would do it, so that what it started (a model server) stops
+    with it, then killed: it leaves no process behind.
+    """
+    with subprocess.Popen(
         ["bash", "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env=_environment(),
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
+        start_new_session=True,
+    ) as process:
+        try:
+            printed, _ = process.communicate(timeout=COMMAND_TIMEOUT)
+        except BaseException:
+            _stop(process)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, printed)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
 
 
 def _commands(source: str) -> Iterator[tuple[str, str]]:
@@ -184,15 +207,25 @@ def _commands(source: str) -> Iterator[tuple[str, str]]:
         yield "".join(command), "".join(shown)
 
 
+_MARK = "--- turnfsm docs: command ended ---"
+
+
 def console_block(example: Example) -> None:
-    """Run each command of a ``console`` block; compare what it prints."""
+    """Run the commands of a ``console`` block; compare what each prints.
+
+    They run in one shell, as typed into a terminal: what one exports or
+    sets, the next sees.
+    """
     RUN["console"] += 1
     commands = list(_commands(example.parsed))
     assert commands, f"{example.path}, line {example.line}: no `$ command` in the block"
-    for command, shown in commands:
-        done = _shell(command)
+    script = "".join(
+        f"{command.rstrip()}\nprintf '\\n%s\\n' '{_MARK}'\n" for command, _ in commands
+    )
+    printed = _shell(script).stdout.split(f"\n{_MARK}\n")
+    for index, (command, shown) in enumerate(commands):
         where = f"`$ {command.strip()}` ({example.path}, line {example.line})"
-        _compare(where, done.stdout, shown)
+        _compare(where, printed[index] if index < len(printed) else "", shown)
 
 
 def shell_block(example: Example) -> None:

@@ -24,9 +24,11 @@ def test_demo_compacts_hits_the_emergency_line_and_finishes() -> None:
 
 def test_demo_quiet_prints_only_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--quiet"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("final answer")
+    assert out == lines[0] + "\n", "no blank line before the answer"
 
 
 def test_demo_quiet_prints_no_blank_line_before_the_answer(
