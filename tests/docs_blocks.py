@@ -210,11 +210,13 @@ def shell_block(example: Example) -> None:
 def toml_block(example: Example) -> None:
     """A ``toml`` block parses; a machine definition loads."""
     RUN["toml"] += 1
-    from turnfsm.core import load_spec
+    from turnfsm.core import MachineSpec
 
     data = tomllib.loads(example.parsed)
     if "states" in data and "transitions" in data:
-        load_spec(data, f"{example.path}, line {example.line}")
+        MachineSpec.from_toml(
+            example.parsed, source=f"{example.path}, line {example.line}"
+        )
 
 
 # -- the parser -----------------------------------------------------------
