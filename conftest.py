@@ -9,6 +9,13 @@ from tests import docs_blocks
 pytest_collect_file = docs_blocks.docs_sybil().pytest()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each docs block the time a command of it may take, not the suite's 60 s."""
+    for item in items:
+        if item.path.suffix == ".md":
+            item.add_marker(pytest.mark.timeout(docs_blocks.COMMAND_TIMEOUT))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say how many code blocks of the docs ran."""
     if docs_blocks.RUN:
