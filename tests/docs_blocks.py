@@ -26,6 +26,9 @@ run has (the names of `CONDITIONS`):
 
 Each page runs in a fresh temporary directory as its working directory, with
 its own data directory (the CLI's default store), and leaves nothing behind.
+A page that uses a server reads its address where a reader's setup keeps it,
+``DATABASE_URL`` (PostgreSQL) and ``TEMPORAL_ADDRESS`` (Temporal's own name):
+the run sets them from its test servers' variables.
 """
 
 from __future__ import annotations
@@ -307,6 +310,12 @@ class BlockParser:
 
 _SAVED = "__docs_saved__"
 
+_SERVERS = {
+    "DATABASE_URL": "TURNFSM_TEST_POSTGRES_URL",
+    "TEMPORAL_ADDRESS": "TURNFSM_TEST_TEMPORAL_ADDRESS",
+}
+"""Environment variables a page reads, from the test run's own."""
+
 
 def _setup(namespace: dict[str, Any]) -> None:
     directory = tempfile.mkdtemp(prefix="turnfsm-docs-")
@@ -314,6 +323,11 @@ def _setup(namespace: dict[str, Any]) -> None:
     os.chdir(directory)
     os.environ["XDG_DATA_HOME"] = str(Path(directory) / "xdg-data")
     os.environ.pop("TURNFSM_STORE", None)
+    # The servers the run has, under the names a reader's own setup uses: a
+    # block that needs one reads its address from there, as a reader's does.
+    for name, test_name in _SERVERS.items():
+        if os.environ.get(test_name):
+            os.environ[name] = os.environ[test_name]
     namespace.update(conditions())
     namespace["__name__"] = "__docs__"
 

@@ -156,3 +156,32 @@ def test_diagram_renders_the_good_files_and_fails_for_the_bad_ones(
     assert err.count("unknown dest phase 'don' (did you mean 'done'?)") == 2
     assert err.count(f"{machines / 'c_bad.toml'}:1: not valid TOML") == 2
     assert "stale" not in err
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["write", "check"])
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("missing", "no such directory"),
+        ("empty", "no machine files (*.toml)"),
+        ("turn.toml", "not a directory (give the directory of the machine files)"),
+    ],
+    ids=["missing", "empty", "a-file"],
+)
+def test_diagram_of_a_directory_without_machines_fails_and_writes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    problem: str,
+    check: bool,
+) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "turn.toml").write_text(STOCK)
+    given = tmp_path / name
+    before = sorted(tmp_path.rglob("*"))
+
+    status = main(["diagram", str(given), *(["--check"] if check else [])])
+
+    out, err = capsys.readouterr()
+    assert (status, out, err) == (1, "", f"{given}: {problem}\n")
+    assert sorted(tmp_path.rglob("*")) == before

@@ -89,13 +89,24 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
     Without `out`, the diagrams go beside the machines (`default_out`); each
     file written is printed. Every machine file is loaded; the problems of
     those that do not load are printed, the others rendered, and the status
-    is then 1.
+    is then 1. A directory that is missing or holds no machine file is
+    named on standard error, nothing is written, and the status is 1.
     """
     source = Path(machines) if machines else machines_dir()
+    files = sorted(source.glob("*.toml")) if source.is_dir() else []
+    if not files:
+        if source.is_dir():
+            problem = "no machine files (*.toml)"
+        elif source.exists():
+            problem = "not a directory (give the directory of the machine files)"
+        else:
+            problem = "no such directory"
+        print(f"{source}: {problem}", file=sys.stderr)
+        return 1
     target = Path(out) if out is not None else Path(shown(default_out(source)))
     rendered: dict[str, str] = {}
     failed = 0
-    for path in sorted(source.glob("*.toml")):  # every file, the bad ones reported
+    for path in files:  # every file, the bad ones reported
         spec = _load(path)
         if spec is None:
             failed += 1
