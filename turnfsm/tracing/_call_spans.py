@@ -144,7 +144,8 @@ def _raised(span: Span, raised: Exception, *, capture: bool) -> str:
         span.record_exception(raised)
     else:
         trace = "".join(traceback.format_tb(raised.__traceback__))
-        qualified = f"{type(raised).__module__}.{type(raised).__qualname__}"
+        module, name = type(raised).__module__, type(raised).__qualname__
+        qualified = name if module == "builtins" else f"{module}.{name}"  # as Python
         span.record_exception(
             raised,
             attributes={
