@@ -115,10 +115,10 @@ def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
             span.set_attribute(A.TOOL_CALL_RESULT, text)
         raised = info.raised
         if raised is not None:
-            kind = _raised(span, raised, capture=capture)
+            named = _raised(span, raised, capture=capture)
             # Its error result with content captured, else its type alone.
-            span.set_status(Status(StatusCode.ERROR, text[:500] if capture else kind))
-            labels[A.ERROR_TYPE] = kind
+            span.set_status(Status(StatusCode.ERROR, text[:500] if capture else named))
+            labels[A.ERROR_TYPE] = named
         elif info.is_error:
             span.set_attribute(A.ERROR_TYPE, "tool_error")
             # An error result is content too (it may quote the arguments).
