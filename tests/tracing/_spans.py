@@ -401,7 +401,7 @@ def agent(
         A.PHASE: phase,
         A.USAGE_INPUT_TOKENS: usage[0],
         A.USAGE_OUTPUT_TOKENS: usage[1],
-    }
+    } | ({STATUS: "OK"} if outcome in ("done", "paused") else {})
 
 
 def chat(*, attempt: int = 1, usage: Sequence[int] | None = None) -> dict[str, Any]:
@@ -431,8 +431,15 @@ def tool(name: str, call_id: str) -> dict[str, Any]:
     }
 
 
-def turn(number: int, phase: str, estimate: int) -> dict[str, Any]:
-    return {A.TURN_NUMBER: number, A.PHASE: phase, A.ESTIMATE: estimate}
+def turn(
+    number: int, phase: str, estimate: int, *, usage: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """A turn span's attributes; `usage` is its reply's (as the run log has it)."""
+    out: dict[str, Any] = {A.TURN_NUMBER: number}
+    if usage is not None:
+        out[A.USAGE_INPUT_TOKENS] = usage[0]
+        out[A.USAGE_OUTPUT_TOKENS] = usage[1]
+    return out | {A.PHASE: phase, A.ESTIMATE: estimate}
 
 
 def compaction(

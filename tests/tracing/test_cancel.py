@@ -30,10 +30,10 @@ Where = Literal["model", "tool", "summary", "backoff"]
 
 ROOT = "invoke_agent assistant"
 CUT: dict[Where, list[str]] = {
-    "model": ["chat gpt-test", ROOT, "turnfsm.turn"],
-    "tool": ["execute_tool hang", ROOT, "turnfsm.turn"],
-    "summary": ["chat summarizer", ROOT, "turnfsm.compaction", "turnfsm.turn"],
-    "backoff": [ROOT, "turnfsm.turn"],  # the failed attempt had ended
+    "model": ["chat gpt-test", ROOT, "turnfsm.turn 1"],
+    "tool": ["execute_tool hang", ROOT, "turnfsm.turn 1"],
+    "summary": ["chat summarizer", ROOT, "turnfsm.compaction", "turnfsm.turn 1"],
+    "backoff": [ROOT, "turnfsm.turn 1"],  # the failed attempt had ended
 }
 
 

@@ -59,7 +59,8 @@ async def test_a_failed_compaction_pass_is_an_error_span() -> None:
     assert traced.tree(masks(result)) == [
         ("invoke_agent assistant", "INTERNAL", failed, [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "failed", 2_650), [
+            f"exception CompactionFailed: {result.error}",
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "failed", 2_650), [
                 "measured: start -> compact #4 [is_over_threshold_line, "
                 "not is_compaction_limit_reached, not is_threshold_line_spent] "
                 "reason=threshold_exceeded "
@@ -134,7 +135,8 @@ async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
     assert traced.tree(masks(result)) == [
         ("invoke_agent assistant", "INTERNAL", crashed, [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "done", 6), [
+            "exception RunCrashed: run crashed on OSError: disk full",
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 6, usage=(6, 1)), [
                 "measured: start -> call_llm #6 estimate=6",
                 "model_replied: call_llm -> done #9 estimate=6",
                 ("chat gpt-test", "CLIENT", chat(usage=(6, 1)), []),
@@ -143,7 +145,7 @@ async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
         ("invoke_agent assistant", "INTERNAL", agent(usage=(6, 1)) | {
             A.RUN_RESUMED: True
         }, [
-            ("turnfsm.turn", "INTERNAL", turn(1, "done", 6), [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 6, usage=(6, 1)), [
                 "model_replied: call_llm -> done #9 estimate=6",
                 ("chat gpt-test", "CLIENT", chat(usage=(6, 1)), []),
             ]),

@@ -55,7 +55,7 @@ def report():
     }))
 """
 
-TRACED = ["chat", "invoke_agent turnfsm", "turnfsm.turn"]
+TRACED = ["chat", "invoke_agent turnfsm", "turnfsm.turn 1"]
 
 
 def _run(script: str) -> dict[str, Any]:

@@ -76,7 +76,8 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
     driver = traced_driver(traced, model, tools=[echo], context=summarizing())
     result = await driver.run(history(10, 500))
     [(_, _, _, [_, first, second])] = traced.tree(masks(result))
-    assert first == ("turnfsm.turn", "INTERNAL", turn(1, "start", 1_085), [
+    first_turn = turn(1, "start", 1_085, usage=(900, 5))
+    assert first == ("turnfsm.turn 1", "INTERNAL", first_turn, [
         "measured: start -> compact #4 [is_over_threshold_line, "
         "not is_compaction_limit_reached, not is_threshold_line_spent] "
         "reason=threshold_exceeded estimate=2709",
@@ -112,7 +113,8 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
         ("chat gpt-test", "CLIENT", chat(usage=(900, 5)) | COMPACTED, []),
         ("execute_tool echo", "INTERNAL", tool("echo", "c1"), []),
     ])  # fmt: skip
-    assert second == ("turnfsm.turn", "INTERNAL", turn(2, "done", 1_099), [
+    second_turn = turn(2, "done", 1_099, usage=(950, 1))
+    assert second == ("turnfsm.turn 2", "INTERNAL", second_turn, [
         "measured: start -> call_llm #6 estimate=1099",
         "model_replied: call_llm -> done #9 estimate=1099",
         ("chat gpt-test", "CLIENT", chat(usage=(950, 1)), []),
@@ -149,7 +151,9 @@ async def test_a_resumed_run_is_a_root_of_its_own_marked_resumed() -> None:
             outcome="paused", phase="await_approval", usage=(40, 9)
         ) | approval, [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "await_approval", 122), [
+            ("turnfsm.turn 1", "INTERNAL", turn(
+                1, "await_approval", 122, usage=(40, 9)
+            ), [
                 "measured: start -> call_llm #6 estimate=122",
                 "model_replied: call_llm -> await_approval #7 [has_tool_calls] "
                 "estimate=122",
@@ -161,11 +165,11 @@ async def test_a_resumed_run_is_a_root_of_its_own_marked_resumed() -> None:
         ) | approval | {A.RUN_RESUMED: True}, [
             "tool_calls_reviewed: await_approval -> run_tools #13 estimate=122",
             # The tools belong to the turn whose call asked for them.
-            ("turnfsm.turn", "INTERNAL", turn(1, "start", 122), [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "start", 122), [
                 "tools_finished: run_tools -> start #14 estimate=122",
                 ("execute_tool delete", "INTERNAL", tool("delete", "c1"), []),
             ]),
-            ("turnfsm.turn", "INTERNAL", turn(2, "done", 154), [
+            ("turnfsm.turn 2", "INTERNAL", turn(2, "done", 154, usage=(60, 2)), [
                 "measured: start -> call_llm #6 estimate=154",
                 "model_replied: call_llm -> done #9 estimate=154",
                 ("chat gpt-test", "CLIENT", chat(usage=(60, 2)), []),
@@ -192,13 +196,13 @@ async def test_each_model_call_has_its_own_turn_when_an_injection_goes_on() -> N
     assert result.text == "second answer"
     [(_, _, _, [_, *turns])] = traced.tree(masks(result))
     assert turns == [
-        ("turnfsm.turn", "INTERNAL", turn(1, "start", 6), [
+        ("turnfsm.turn 1", "INTERNAL", turn(1, "start", 6, usage=(5, 2)), [
             "measured: start -> call_llm #6 estimate=6",
             "message_injected: call_llm -> call_llm #28 estimate=6",
             "model_replied: call_llm -> start #8 [has_injected_messages] estimate=6",
             ("chat gpt-test", "CLIENT", chat(usage=(5, 2)), []),
         ]),
-        ("turnfsm.turn", "INTERNAL", turn(2, "done", 21), [
+        ("turnfsm.turn 2", "INTERNAL", turn(2, "done", 21, usage=(9, 2)), [
             "measured: start -> call_llm #6 estimate=21",
             "model_replied: call_llm -> done #9 estimate=21",
             ("chat gpt-test", "CLIENT", chat(usage=(9, 2)), []),
@@ -262,8 +266,8 @@ async def test_concurrent_runs_sharing_one_hook_keep_their_own_traces() -> None:
     assert {str(_shape(t)) for t in trees} == {
         str(
             ("invoke_agent assistant", [
-                ("turnfsm.turn", [("chat gpt-test", []), ("execute_tool echo", [])]),
-                ("turnfsm.turn", [("chat gpt-test", [])]),
+                ("turnfsm.turn 1", [("chat gpt-test", []), ("execute_tool echo", [])]),
+                ("turnfsm.turn 2", [("chat gpt-test", [])]),
             ])
         )
     }  # fmt: skip
@@ -397,7 +401,8 @@ async def test_a_custom_phase_is_an_effect_span_in_its_turn() -> None:
     )
     result = await driver.run("go")
     [(_, _, _, [_, first, _])] = traced.tree(masks(result))
-    assert first == ("turnfsm.turn", "INTERNAL", turn(1, "start", 124), [
+    first_turn = turn(1, "start", 124, usage=(0, 0))
+    assert first == ("turnfsm.turn 1", "INTERNAL", first_turn, [
         "measured: start -> call_llm #6 estimate=124",
         "model_replied: call_llm -> await_approval #7 [has_tool_calls] estimate=124",
         "approved: await_approval -> run_tools #30 estimate=124",
@@ -439,7 +444,7 @@ async def test_an_effect_span_ends_with_its_effect_when_that_ends_the_turn() -> 
         [],
     )
     [effect] = [s for s in traced.spans if s.name == "turnfsm.effect"]
-    [_, turn_two] = [s for s in traced.spans if s.name == "turnfsm.turn"]
+    [_, turn_two] = [s for s in traced.spans if s.name.startswith("turnfsm.turn ")]
     assert effect.end_time is not None
     assert turn_two.start_time is not None
     assert effect.end_time <= turn_two.start_time  # not held open to the run's end

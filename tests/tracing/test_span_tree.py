@@ -56,17 +56,19 @@ async def test_a_run_with_tools() -> None:
     assert traced.tree(masks(result)) == [
         ("invoke_agent assistant", "INTERNAL", agent(turns=2, usage=(130, 10)), [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "start", 202), [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "start", 202, usage=(50, 7)), [
                 "measured: start -> call_llm #6 estimate=202",
                 "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=202",
                 "tools_finished: run_tools -> start #13 estimate=202",
                 ("chat gpt-test", "CLIENT", chat(usage=(50, 7)), []),
                 ("execute_tool echo", "INTERNAL", tool("echo", "c1"), []),
+                # The tool's exception: its type and traceback (its message
+                # only with content captured).
                 ("execute_tool boom", "INTERNAL", tool("boom", "c2") | {
-                    A.ERROR_TYPE: "tool_error", STATUS: "ERROR"
-                }, []),
+                    A.ERROR_TYPE: "ValueError", STATUS: "ERROR: ValueError"
+                }, ["exception ValueError: "]),
             ]),
-            ("turnfsm.turn", "INTERNAL", turn(2, "done", 252), [
+            ("turnfsm.turn 2", "INTERNAL", turn(2, "done", 252, usage=(80, 3)), [
                 "measured: start -> call_llm #6 estimate=252",
                 "model_replied: call_llm -> done #9 estimate=252",
                 ("chat gpt-test", "CLIENT", chat(usage=(80, 3)), []),
@@ -85,7 +87,7 @@ async def test_a_threshold_compaction() -> None:
             usage=(700, 2), window=4_000, lines=(2_400, 3_800)
         ), [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "done", 662), [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 662, usage=(700, 2)), [
                 "measured: start -> compact #4 [is_over_threshold_line, "
                 "not is_compaction_limit_reached, not is_threshold_line_spent] "
                 "reason=threshold_exceeded "
@@ -112,7 +114,7 @@ async def test_an_emergency_compaction() -> None:
             usage=(700, 2), window=4_000, lines=(2_400, 3_800)
         ), [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "done", 663), [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 663, usage=(700, 2)), [
                 "measured: start -> compact #3 [is_over_emergency_line] "
                 "reason=emergency estimate=5305",
                 "compaction_result: compact -> start #18 estimate=663",
@@ -141,7 +143,7 @@ async def test_a_provider_overflow_compacts_and_retries() -> None:
             usage=(300, 2), window=100_000, lines=(80_000, 95_000)
         ), [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "done", 287), [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 287, usage=(300, 2)), [
                 "measured: start -> call_llm #6 estimate=690",
                 "context_overflowed: call_llm -> compact_and_retry #10 "
                 "[has_overflow_retries_left] reason=overflow estimate=690",
@@ -174,7 +176,7 @@ async def test_a_transient_error_is_retried_in_a_second_attempt() -> None:
     assert traced.tree(masks(result)) == [
         ("invoke_agent assistant", "INTERNAL", agent(usage=(6, 1)), [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "done", 6), [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 6, usage=(6, 1)), [
                 "measured: start -> call_llm #6 estimate=6",
                 "model_replied: call_llm -> done #9 estimate=6",
                 ("chat gpt-test", "CLIENT", chat() | {
@@ -221,7 +223,7 @@ async def test_a_cancelled_run_ends_every_span() -> None:
             outcome="cancelled", phase="failed", usage=(9, 4)
         ) | cut, [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "failed", 91) | cut, [
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "failed", 91, usage=(9, 4)) | cut, [
                 "measured: start -> call_llm #6 estimate=91",
                 "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=91",
                 "run_cancelled: run_tools -> failed #29 error=cancelled estimate=91",
@@ -260,21 +262,22 @@ async def test_a_failed_run_marks_its_root_span() -> None:
             outcome="failed", turns=2, phase="failed", usage=(20, 10)
         ) | {A.ERROR_TYPE: "MaxTurnsExceeded", STATUS: f"ERROR: {MAX_TURNS}"}, [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "start", 124), [
+            f"exception MaxTurnsExceeded: {MAX_TURNS}",
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "start", 124, usage=(10, 5)), [
                 "measured: start -> call_llm #6 estimate=124",
                 "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=124",
                 "tools_finished: run_tools -> start #13 estimate=124",
                 ("chat gpt-test", "CLIENT", chat(usage=(10, 5)), []),
                 ("execute_tool echo", "INTERNAL", tool("echo", "c1"), []),
             ]),
-            ("turnfsm.turn", "INTERNAL", turn(2, "start", 147), [
+            ("turnfsm.turn 2", "INTERNAL", turn(2, "start", 147, usage=(10, 5)), [
                 "measured: start -> call_llm #6 estimate=147",
                 "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=147",
                 "tools_finished: run_tools -> start #13 estimate=147",
                 ("chat gpt-test", "CLIENT", chat(usage=(10, 5)), []),
                 ("execute_tool echo", "INTERNAL", tool("echo", "c2"), []),
             ]),
-            ("turnfsm.turn", "INTERNAL", turn(3, "failed", 147), [
+            ("turnfsm.turn 3", "INTERNAL", turn(3, "failed", 147), [
                 "measured: start -> failed #1 [is_turn_limit_reached] "
                 "error=max_turns_exceeded estimate=147",
             ]),
@@ -294,7 +297,8 @@ async def test_a_permanent_provider_error_fails_the_call_and_the_run() -> None:
             outcome="failed", turns=0, phase="failed"
         ) | {A.ERROR_TYPE: "ProviderError", STATUS: f"ERROR: {AUTH_ERROR}"}, [
             STARTED,
-            ("turnfsm.turn", "INTERNAL", turn(1, "failed", 6), [
+            f"exception ProviderError: {AUTH_ERROR}",
+            ("turnfsm.turn 1", "INTERNAL", turn(1, "failed", 6), [
                 "measured: start -> call_llm #6 estimate=6",
                 "model_failed: call_llm -> failed #12 error=provider_error estimate=6",
                 ("chat gpt-test", "CLIENT", chat() | {
@@ -342,7 +346,7 @@ async def test_a_re_ask_for_a_structured_answer_is_a_turn_of_its_own() -> None:
 
     assert result.output == 3
     assert traced.unended() == []
-    turns = [s for s in traced.spans if s.name == "turnfsm.turn"]
+    turns = [s for s in traced.spans if s.name.startswith("turnfsm.turn ")]
     assert len(turns) == 2
     fired = [
         (t[A.TRANSITION_TRIGGER], t[A.TRANSITION_TO]) for t in transitions(turns[0])

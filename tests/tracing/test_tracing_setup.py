@@ -76,7 +76,7 @@ def test_configure_sends_runs_to_its_exporters_with_the_service_name() -> None:
     finally:
         assert tracing.shutdown()
     names = sorted(s.name for s in exporter.get_finished_spans())
-    assert names == ["chat", "invoke_agent turnfsm", "turnfsm.turn"]
+    assert names == ["chat", "invoke_agent turnfsm", "turnfsm.turn 1"]
     (root,) = [s for s in exporter.get_finished_spans() if s.parent is None]
     assert root.resource.attributes["service.name"] == "svc"
     # After shutdown, runs are no longer traced through it.
@@ -173,10 +173,10 @@ def test_runs_reach_a_real_otlp_receiver(protocol: str) -> None:
             assert tracing.shutdown(timeout=10)
         spans = received.spans()
     by_name = {s["name"]: s for s in spans}
-    assert set(by_name) == {"invoke_agent turnfsm", "turnfsm.turn", "chat"}
+    assert set(by_name) == {"invoke_agent turnfsm", "turnfsm.turn 1", "chat"}
     root, turn, chat = (
         by_name["invoke_agent turnfsm"],
-        by_name["turnfsm.turn"],
+        by_name["turnfsm.turn 1"],
         by_name["chat"],
     )
     assert root["parent_id"] == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from typing import Literal
@@ -9,6 +10,8 @@ from typing import Literal
 from turnfsm.driver import Tool
 from turnfsm.messages import SUMMARY_COVERS, Message, ToolCallPart
 from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
 
 __all__ = [
     "LOCAL_LINES",
@@ -134,7 +137,7 @@ class SimulatedModel:
         short summary that counts each log's lines and ERROR lines.
         """
         if request.temperature is not None and not request.tools:
-            return ModelResponse(message=Message.assistant(_summary(request)))
+            return _reply(request, Message.assistant(_summary(request)))
         self.calls += 1
         step = _last_step(request) + 1
         if step <= len(PLAN):
@@ -143,8 +146,27 @@ class SimulatedModel:
                 id=f"call_{step}", name="read_log", arguments={"name": name}
             )
             message = Message.assistant(f"Reading {name}.", tool_calls=[call])
-            return ModelResponse(message=message)
-        return ModelResponse(message=_answer(request, step))
+            return _reply(request, message)
+        return _reply(request, _answer(request, step))
+
+
+_COUNTER = HeuristicTokenCounter()
+
+
+def _reply(request: ModelRequest, message: Message) -> ModelResponse:
+    """`message`, with the usage a provider would report: tokens in and out.
+
+    The simulated model counts with the characters-over-four rule: the
+    request's messages, system prompt and tool schemas in, the reply out.
+    """
+    sent = _COUNTER.count(request.messages)
+    if request.system:
+        sent += _COUNTER.count_text(request.system)
+    for tool in request.tools:
+        schema = {"name": tool.name, "description": tool.description}
+        sent += _COUNTER.count_text(json.dumps({**schema, **tool.parameters}))
+    usage = Usage(input_tokens=sent, output_tokens=_COUNTER.count([message]))
+    return ModelResponse(message=message, usage=usage)
 
 
 def _answer(request: ModelRequest, step: int) -> Message:

@@ -57,6 +57,22 @@ T = TypeVar("T")
 
 logger = logging.getLogger("turnfsm.driver")
 
+_TRANSITIONS_LOGGER = "transitions.core"
+"""The `transitions` library's logger: INFO lines for every state entered, left."""
+
+
+def _quiet_transitions() -> None:
+    """Keep the `transitions` library's per-step INFO lines out of an INFO log.
+
+    Its ``transitions.core`` logger is set to WARNING, unless the
+    application chose a level for it (or for ``transitions``) first; a level
+    the application sets later wins as well.
+    """
+    for name in (_TRANSITIONS_LOGGER, "transitions"):
+        if logging.getLogger(name).level != logging.NOTSET:
+            return
+    logging.getLogger(_TRANSITIONS_LOGGER).setLevel(logging.WARNING)
+
 
 def _count(low: int) -> _checks.Check:
     return _checks.integer(low=low, high=_checks.MAX_COUNT)
@@ -197,6 +213,7 @@ class Driver:
     _compacting: Driver | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
+        _quiet_transitions()  # its machine's steps are the trace's, not the log's
         # The window: the model's known one unless given; refused if larger.
         if self.context is not None:
             self.context = self.context.for_model(self.model)

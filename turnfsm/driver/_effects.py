@@ -43,7 +43,7 @@ from turnfsm.core import (
 from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._context import EffectContext, Reported
 from turnfsm.driver._model_calls import complete
-from turnfsm.driver._tools import run_tool_call
+from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import ProviderError
 from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallEnd, ToolCallInfo
 from turnfsm.messages import Joined, Message, MessageLog, ToolCallPart
@@ -232,16 +232,21 @@ async def _observed_tool(ctx: EffectContext, call: ToolCallPart) -> Message:
     hooks.call("on_tool_start", info)
     started = anyio.current_time()
     result: Message | None = None
+    raised: Exception | None = None
     error: BaseException | None = None
     try:
-        result = await run_tool_call(call, run.tools, limit=run.tool_timeout)
+        result, raised = await tool_call_outcome(
+            call, run.tools, limit=run.tool_timeout
+        )
         return result
     except BaseException as exc:
         error = exc
         raise
     finally:
         duration = anyio.current_time() - started
-        end = ToolCallEnd(call=info, result=result, error=error, duration=duration)
+        end = ToolCallEnd(
+            call=info, result=result, error=error, raised=raised, duration=duration
+        )
         hooks.call("on_tool_end", end)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -47,8 +48,11 @@ __all__ = [
     "deadline",
     "function_tool",
     "run_tool_call",
+    "tool_call_outcome",
     "tools_by_name",
 ]
+
+logger = logging.getLogger("turnfsm.tools")
 
 Arguments = Mapping[str, Any]
 """A call's arguments: the JSON object the model sent."""
@@ -307,11 +311,22 @@ async def run_tool_call(
     run); an exception or a timeout becomes an error result naming the tool.
     Cancellation propagates.
     """
+    result, _raised = await tool_call_outcome(call, tools, limit=limit)
+    return result
+
+
+async def tool_call_outcome(
+    call: ToolCallPart, tools: Mapping[str, Tool], *, limit: float | None
+) -> tuple[Message, Exception | None]:
+    """`run_tool_call`, and the exception the tool raised (None: it did not).
+
+    The exception, with its traceback, is logged at DEBUG on the
+    ``turnfsm.tools`` logger; the model sees only its type and message.
+    """
     tool = tools.get(call.name)
     if tool is None:
-        return Message.tool_result(
-            call.id, f"tool {call.name!r} is not available", is_error=True
-        )
+        missing = f"tool {call.name!r} is not available"
+        return Message.tool_result(call.id, missing, is_error=True), None
     token = _CURRENT_CALL.set(call)
     try:
         # move_on_after, not fail_after: a TimeoutError the tool raises itself
@@ -323,26 +338,26 @@ async def run_tool_call(
             with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
                 output = await tool.invoke(call.arguments)
             if scope.cancelled_caught:
-                return Message.tool_result(
-                    call.id,
-                    f"tool {call.name!r} timed out after {limit}s",
-                    is_error=True,
-                )
+                late = f"tool {call.name!r} timed out after {limit}s"
+                return Message.tool_result(call.id, late, is_error=True), None
     except InvalidArguments as exc:
-        return Message.tool_result(call.id, exc.report(call.name), is_error=True)
+        return Message.tool_result(call.id, exc.report(call.name), is_error=True), None
     except ToolRaised as exc:  # raised in the tool's child process
-        return Message.tool_result(
-            call.id, f"tool {call.name!r} failed: {exc}", is_error=True
-        )
+        failed = f"tool {call.name!r} failed: {exc}"
+        _log_raised(call, failed, exc)
+        return Message.tool_result(call.id, failed, is_error=True), exc
     except Exception as exc:
-        return Message.tool_result(
-            call.id,
-            f"tool {call.name!r} failed: {type(exc).__name__}: {exc}",
-            is_error=True,
-        )
+        failed = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}"
+        _log_raised(call, failed, exc)
+        return Message.tool_result(call.id, failed, is_error=True), exc
     finally:
         _CURRENT_CALL.reset(token)
-    return Message.tool_result(call.id, output)
+    return Message.tool_result(call.id, output), None
+
+
+def _log_raised(call: ToolCallPart, failed: str, exc: Exception) -> None:
+    """Log what the model is told, with the exception's traceback (DEBUG)."""
+    logger.debug("%s (call %s)", failed, call.id, exc_info=exc)
 
 
 _CURRENT_CALL: Final[contextvars.ContextVar[ToolCallPart | None]] = (

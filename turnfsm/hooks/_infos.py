@@ -189,12 +189,15 @@ class ToolCallEnd:
             cancelled.
         error: The cancellation that stopped it, or None.
         duration: Seconds the call took.
+        raised: The exception the tool raised, with its traceback (its
+            `result` is the error result the model sees), or None.
     """
 
     call: ToolCallInfo
     result: Message | None
     error: BaseException | None
     duration: float
+    raised: Exception | None = None
 
     @property
     def is_error(self) -> bool:

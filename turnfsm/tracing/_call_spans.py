@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -112,7 +113,13 @@ def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
         text = "".join(p.content for p in info.result.tool_results)
         if capture:
             span.set_attribute(A.TOOL_CALL_RESULT, text)
-        if info.is_error:
+        raised = info.raised
+        if raised is not None:
+            named = _raised(span, raised, capture=capture)
+            # Its error result with content captured, else its type alone.
+            span.set_status(Status(StatusCode.ERROR, text[:500] if capture else named))
+            labels[A.ERROR_TYPE] = named
+        elif info.is_error:
             span.set_attribute(A.ERROR_TYPE, "tool_error")
             # An error result is content too (it may quote the arguments).
             described = text[:500] if capture else None
@@ -123,6 +130,32 @@ def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
         if kind is not None:
             labels[A.ERROR_TYPE] = kind
     return labels
+
+
+def _raised(span: Span, raised: Exception, *, capture: bool) -> str:
+    """Record the tool's own exception on `span`: its type and traceback.
+
+    Its message may quote what was said (the tool's arguments): it is kept
+    only when content is captured, as the error result is.
+    """
+    kind = getattr(raised, "type_name", type(raised).__name__)  # a child's: by name
+    span.set_attribute(A.ERROR_TYPE, kind)
+    if capture:
+        span.record_exception(raised)
+    else:
+        trace = "".join(traceback.format_tb(raised.__traceback__))
+        module, name = type(raised).__module__, type(raised).__qualname__
+        qualified = name if module == "builtins" else f"{module}.{name}"  # as Python
+        span.record_exception(
+            raised,
+            attributes={
+                "exception.message": "",
+                "exception.stacktrace": (
+                    f"Traceback (most recent call last):\n{trace}{qualified}\n"
+                ),
+            },
+        )
+    return kind
 
 
 def detach(token: object) -> None:

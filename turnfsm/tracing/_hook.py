@@ -3,7 +3,8 @@
 The span tree of one run::
 
     invoke_agent {agent}                      INTERNAL, the run
-      turnfsm.turn                            one per turn (measure .. tools)
+      turnfsm.turn {n}                        one per turn (measure .. tools):
+                                              its number, estimate and usage
         turnfsm.compaction                    a pass: reason, tokens, outcome
           chat {model}                        CLIENT, a summary call attempt
         chat {model}                          CLIENT, one per attempt (retries)
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Final, final
 
 from opentelemetry import context as otel_context
@@ -152,6 +154,15 @@ class TracingHook(Hook):
             capture_content = flag.strip().lower() in ("1", "true", "yes")
         self.capture_content = capture_content
         self._runs: dict[str, OpenRun] = {}
+        self._tracer_for: Callable[[str], trace.Tracer] | None = None
+
+    def _trace_agents_apart(self, tracer_for: Callable[[str], trace.Tracer]) -> None:
+        """Trace each agent's runs with ``tracer_for(agent name)`` from now on.
+
+        `configure` uses it so that each agent's runs land in a service
+        (Jaeger) and a project (Phoenix) named after the agent.
+        """
+        self._tracer_for = tracer_for
 
     # -- the run -------------------------------------------------------
     def on_run_start(self, info: RunStartInfo) -> None:
@@ -160,13 +171,17 @@ class TracingHook(Hook):
         if stale is not None:  # a run that never ended here (its end went unlogged)
             close(stale, cancelled=True)
             end_open(stale.root, cancelled=True)
-        root = self._tracer.start_span(
+        tracer = self._tracer
+        if self._tracer_for is not None:
+            tracer = self._tracer_for(info.agent)
+        root = tracer.start_span(
             f"{A.OP_INVOKE_AGENT} {info.agent}",
             kind=SpanKind.INTERNAL,
             attributes=run_attributes(info, capture=self.capture_content),
         )
         self._runs[info.run_id] = OpenRun(
             root=root,
+            tracer=tracer,
             session_id=info.session_id,
             root_context=trace.set_span_in_context(root),
         )
@@ -191,18 +206,19 @@ class TracingHook(Hook):
                 end_turn(run)
             # Tools (a resumed approval) belong to the turn whose call asked.
             number = info.turn if isinstance(decision, RunTools) else info.turn + 1
-            run.turn = turn = self._tracer.start_span(
-                A.SPAN_TURN,
+            number = max(number, 1)
+            run.turn = turn = run.tracer.start_span(
+                f"{A.SPAN_TURN} {number}",
                 context=run.root_context,
-                attributes={A.TURN_NUMBER: max(number, 1)},
+                attributes={A.TURN_NUMBER: number},
             )
             run.turn_context = trace.set_span_in_context(turn)
             run.turn_over = False
         if isinstance(decision, Compact):
-            run.compaction = start_compaction(self._tracer, run.turn_context, decision)
+            run.compaction = start_compaction(run.tracer, run.turn_context, decision)
         elif isinstance(decision, Perform):
             run.effect = start_effect(
-                self._tracer, run.turn_context, decision, info.phase
+                run.tracer, run.turn_context, decision, info.phase
             )
         run.decided_at = time.perf_counter()
         run.decided_phase = info.phase
@@ -266,7 +282,7 @@ class TracingHook(Hook):
         compacted = info.purpose == "turn" and run.compacted
         if compacted:
             run.compacted = False
-        span = self._tracer.start_span(
+        span = run.tracer.start_span(
             f"{A.OP_CHAT} {info.model}" if info.model else A.OP_CHAT,
             context=parent,
             kind=SpanKind.CLIENT,
@@ -291,6 +307,15 @@ class TracingHook(Hook):
         labels = end_chat(span, info, tokens=self._tokens, capture=self.capture_content)
         self._duration.record(info.duration, labels)
         span.end()
+        usage = info.usage
+        if call.purpose == "turn" and usage is not None and run.turn is not None:
+            # The turn's reply: what the run log records as the turn's usage.
+            run.turn.set_attributes(
+                {
+                    A.USAGE_INPUT_TOKENS: usage.input_tokens,
+                    A.USAGE_OUTPUT_TOKENS: usage.output_tokens,
+                }
+            )
 
     # -- tools -----------------------------------------------------------
     def on_tool_start(self, info: ToolCallInfo) -> None:
@@ -298,7 +323,7 @@ class TracingHook(Hook):
         run = self._runs.get(info.run_id)
         if run is None:
             return
-        span = self._tracer.start_span(
+        span = run.tracer.start_span(
             f"{A.OP_EXECUTE_TOOL} {info.call.name}",
             context=run.turn_context or run.root_context,
             kind=SpanKind.INTERNAL,

@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 from opentelemetry import context as otel_context
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from turnfsm.core import emergency_line, threshold_line
 from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
@@ -30,6 +30,7 @@ class OpenRun:
     """What one run's trace holds open (internal)."""
 
     root: Span
+    tracer: Tracer  # the run's spans all come from the one that made its root
     session_id: str
     root_context: otel_context.Context
     turn: Span | None = None
@@ -100,7 +101,10 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
         root.set_attribute(A.CANCELLED, True)
     elif error is not None:
         root.set_attribute(A.ERROR_TYPE, type(error).__name__)
+        root.record_exception(error)
         root.set_status(Status(StatusCode.ERROR, str(error)))
+    elif info.outcome in ("done", "paused"):
+        root.set_status(Status(StatusCode.OK))
     root.end()
 
 

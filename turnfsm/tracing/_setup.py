@@ -13,10 +13,12 @@ from typing import final
 from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SDKSpan
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -24,6 +26,7 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from turnfsm.errors import ConfigError
+from turnfsm.tracing import attributes as A
 from turnfsm.tracing._hook import TracingHook
 from turnfsm.tracing._otlp import (
     _ENDPOINT_VARS,
@@ -175,8 +178,13 @@ def configure(
             ``http://localhost:4317`` (gRPC).
         protocol: The OTLP transport.
         headers: Sent with every export (e.g. an API key).
-        service_name: The ``service.name`` resource attribute (default:
-            ``OTEL_SERVICE_NAME``, else ``turnfsm``).
+        service_name: The ``service.name`` resource attribute, and so the
+            Jaeger service and (unless ``openinference.project.name`` is
+            set) the Phoenix project every run lands in. Default:
+            ``OTEL_SERVICE_NAME`` (or ``service.name`` in
+            ``OTEL_RESOURCE_ATTRIBUTES``); else each run lands in a service
+            and a project named after its agent (`Agent`'s ``name``,
+            ``turnfsm`` unless set).
         exporters: Span exporters to use instead of OTLP (e.g. the SDK's
             ``InMemorySpanExporter``), each behind a batch processor.
         file: Also write the spans as OTLP/JSON lines to this file (what
@@ -214,7 +222,7 @@ def configure(
         return tracing
     if endpoint is not None:
         _check_endpoint(endpoint)
-    resource = _resource(service_name)
+    resource, named = _resource(service_name)
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp")
     used: list[SpanExporter] = list(exporters or ())
@@ -230,8 +238,9 @@ def configure(
         used.append(ConsoleSpanExporter())
     if file is not None:
         used.append(_file_exporter(Path(file)))
-    for exporter in used:
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+    processors = [BatchSpanProcessor(exporter) for exporter in used]
+    for processor in processors:
+        provider.add_span_processor(processor)
     meter_provider = None
     if metrics_export is None:
         metrics_export = "otlp" in _env_list("OTEL_METRICS_EXPORTER", "none")
@@ -246,19 +255,101 @@ def configure(
             shutdown_on_exit=False,
         )
     tracing = Tracing(provider, meter_provider, endpoint=target, protocol=chosen)
+    if not named:
+        tracing.hook._trace_agents_apart(_AgentProviders(resource, processors).tracer)
     _install(tracing, set_global=set_global)
     return tracing
 
 
-def _resource(service_name: str | None) -> Resource:
-    """The resource: `service_name`, else the environment's, else ``turnfsm``."""
+def _resource(service_name: str | None) -> tuple[Resource, bool]:
+    """The resource, and whether the service was named (argument or environment).
+
+    Unnamed, the service is ``turnfsm`` (each agent's runs then go to a
+    service named after the agent: see `_AgentProviders`). Phoenix's project
+    (``openinference.project.name``) is the service's name unless given.
+    """
     resource = Resource.create(
         {"service.name": service_name} if service_name is not None else {}
     )
     name = str(resource.attributes.get("service.name", ""))
-    if not name or name.startswith("unknown_service"):
+    named = bool(name) and not name.startswith("unknown_service")
+    if not named:
         resource = resource.merge(Resource({"service.name": "turnfsm"}))
-    return resource
+    return _with_project(resource), named
+
+
+def _with_project(resource: Resource) -> Resource:
+    """`resource`, with Phoenix's project named after its service unless set."""
+    if A.PROJECT_NAME in resource.attributes:
+        return resource
+    name = resource.attributes["service.name"]
+    return resource.merge(Resource({A.PROJECT_NAME: name}))
+
+
+@final
+class _Forward(SpanProcessor):
+    """Hands spans on to `configure`'s processors, which it does not own."""
+
+    def __init__(self, processors: Sequence[SpanProcessor]) -> None:
+        self._processors = tuple(processors)
+
+    def on_start(self, span: SDKSpan, parent_context: Context | None = None) -> None:
+        for processor in self._processors:
+            processor.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for processor in self._processors:
+            processor.on_end(span)
+
+    def shutdown(self) -> None:
+        """Nothing: the main provider shuts its processors down."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return all(p.force_flush(timeout_millis) for p in self._processors)
+
+
+@final
+class _AgentProviders:
+    """One tracer provider per agent name, its resource named after the agent.
+
+    So that a run lands in a Jaeger service (``service.name``) and a Phoenix
+    project (``openinference.project.name``) named after its agent. They
+    share `configure`'s processors (and so its exporters and batches).
+    """
+
+    def __init__(self, resource: Resource, processors: Sequence[SpanProcessor]):
+        self._resource = resource
+        self._forward = _Forward(processors)
+        self._tracers: dict[str, trace.Tracer] = {}
+        self._lock = threading.Lock()
+
+    def tracer(self, agent: str) -> trace.Tracer:
+        with self._lock:
+            found = self._tracers.get(agent)
+            if found is None:
+                named = {"service.name": agent}
+                if A.PROJECT_NAME not in _given_attributes():
+                    named[A.PROJECT_NAME] = agent
+                provider = TracerProvider(
+                    resource=self._resource.merge(Resource(named)),
+                    shutdown_on_exit=False,
+                )
+                provider.add_span_processor(self._forward)
+                found = self._tracers[agent] = provider.get_tracer(
+                    "turnfsm", _version()
+                )
+            return found
+
+
+def _given_attributes() -> Mapping[str, object]:
+    """The resource attributes the environment sets (OTEL_RESOURCE_ATTRIBUTES)."""
+    return Resource.create({}).attributes
+
+
+def _version() -> str:
+    from turnfsm import __version__
+
+    return __version__
 
 
 def _file_exporter(path: Path) -> SpanExporter:

@@ -38,6 +38,10 @@ OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_CHAT: Final = "chat"
 OP_EXECUTE_TOOL: Final = "execute_tool"
 
+# -- resource ----------------------------------------------------------------
+SERVICE_NAME: Final = "service.name"  # Jaeger's service
+PROJECT_NAME: Final = "openinference.project.name"  # Phoenix's project
+
 # -- turnfsm ---------------------------------------------------------------
 RUN_ID: Final = "turnfsm.run.id"
 RUN_OUTCOME: Final = "turnfsm.run.outcome"
