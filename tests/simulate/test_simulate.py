@@ -8,6 +8,9 @@ from decimal import Decimal
 import attrs
 import pytest
 
+from tests.helpers import REPO_ROOT
+from turnfsm import Agent, TruncatingCompactor
+from turnfsm._resources import load_machine
 from turnfsm.cli._demo import STRATEGIES, TASK, SimulatedModel, build_demo_agent
 from turnfsm.context import ContextManager, LayeredCompactor
 from turnfsm.core import Measured, ModelReplied
@@ -16,6 +19,7 @@ from turnfsm.persistence import CompactionRecord, MemoryStore, RunRecord, Sessio
 from turnfsm.providers import known_prices
 from turnfsm.simulate import Simulation, simulate, stored_context
 from turnfsm.simulate._simulate import CAVEATS
+from turnfsm.testing import ScriptedModel, reply, tool_call
 
 
 def _measured(run: RunRecord) -> list[int]:
@@ -165,3 +169,56 @@ def test_known_prices_come_from_the_bundled_catalogue() -> None:
     assert claude.tiers  # dearer past 200,000 input tokens
     assert claude.cost(300_000, 0, 0) > claude.cost(100_000, 0, 0) * 3
     assert known_prices("no-such-model") is None
+
+
+def _read(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file's path.
+    """
+    return f"# {path}\n" + "".join(f"line {n} of {path}\n" for n in range(60))
+
+
+@pytest.mark.anyio
+async def test_a_session_of_several_runs_reproduces_run_by_run() -> None:
+    calls = [
+        reply(f"Reading {i}.", tool_call("_read", f"call_{i}", path=f"f{i}.py"))
+        for i in range(6)
+    ]
+    model = ScriptedModel.of(
+        *calls[:3], "first three read", *calls[3:], "all six read", "bye"
+    )
+    context = ContextManager(
+        TruncatingCompactor(preserve_recent=2, min_messages=3),
+        context_window=4_000,
+        threshold=60,
+    )
+    store = MemoryStore()
+    agent = Agent(
+        model=model, tools=[_read], context=context, store=store, system_prompt="Hi."
+    )
+    for task in ("read f0..f2", "read f3..f5", "thanks"):
+        assert (await agent.run(task)).ok
+    stored = await Session.load(store, agent.session.id)
+    assert len(stored.runs) == 3
+    assert any(r.compactions for r in stored.runs)
+    sim = await simulate(stored, context=context)
+    assert sim.differences == ()
+    assert [c.tokens for c in sim.calls] == [
+        size for run in stored.runs for size in _measured(run)
+    ]
+    assert [c.run_id for c in sim.calls] == [
+        run.run_id for run in stored.runs for _ in run.turns
+    ]
+    assert sim.passes == tuple(p for r in stored.runs for p in r.compactions)
+
+
+@pytest.mark.anyio
+async def test_the_shipped_machine_file_gives_the_same_figures() -> None:
+    stored, context = await _demo("truncating")
+    own = await simulate(stored, context=context)
+    shipped = load_machine(REPO_ROOT / "machines" / "turn.toml")
+    again = await simulate(stored, context=context, machine=shipped)
+    assert [c.tokens for c in again.calls] == [c.tokens for c in own.calls]
+    assert again.passes == own.passes
