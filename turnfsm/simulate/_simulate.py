@@ -444,6 +444,12 @@ async def simulate(
         )
     else:
         manager = context
+    if manager.use_reported_usage:
+        caveats += (
+            "the provider's reported counts are the recorded ones, for the "
+            "recorded requests: after a pass the log does not hold, the "
+            "measurements that use them are what the recorded run reported",
+        )
     reserved = _reserved(session, runs[0], manager.counter)
     manager = attrs.evolve(manager, counter=_Reserved(manager.counter, reserved))
     model = _ReplayModel(summary_model)
