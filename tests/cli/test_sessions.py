@@ -100,6 +100,23 @@ def test_show_prints_history_runs_and_compactions(
     assert "emergency  compacted" in out
 
 
+def test_show_says_which_counts_are_reported_and_which_estimated(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    store = ["--store", str(tmp_path / "s.db")]
+    sid = _demo(capsys, *store)
+    assert main(["sessions", "show", sid, *store]) == 0
+    out = capsys.readouterr().out
+    assert "usage 8263 in / 126 out (reported)" in out
+    passes = re.findall(r"compacted  (\d+) -> (\d+) tokens \(estimated\)", out)
+    assert len(passes) == 2
+    assert re.search(
+        r"token counts: the provider reported up to 0\.\d\d times turnfsm's "
+        r"estimate \(6 call\(s\) with both\)",
+        out,
+    )
+
+
 def test_export_jsonl_imports_again_into_another_store(
     tmp_path: Path, capsys: Capture
 ) -> None:

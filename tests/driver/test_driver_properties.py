@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Sequence
 
@@ -31,6 +32,7 @@ from turnfsm.messages import Message, check_history
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter, Meter
+from turnfsm.values import Usage
 
 COUNTER = HeuristicTokenCounter()
 
@@ -47,13 +49,17 @@ def machine(name: str) -> MachineSpec:
 MACHINES = ["turn", "renamed", "approval"]
 
 
-def request_size(request: ModelRequest) -> int:
+def input_size(request: ModelRequest) -> int:
     extras = [request.system or ""]
     if request.tools:
         extras.append(json.dumps([attrs.asdict(t) for t in request.tools]))
     return Meter(COUNTER).measure(
         list(request.messages), extras=[e for e in extras if e]
-    ) + (request.max_tokens or 0)
+    )
+
+
+def request_size(request: ModelRequest) -> int:
+    return input_size(request) + (request.max_tokens or 0)
 
 
 @st.composite
@@ -70,6 +76,10 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
         "preserve_recent": draw(st.integers(1, 4)),
         "min_messages": draw(st.integers(2, 6)),
         "reply_budget": draw(st.sampled_from([None, 50])),
+        # The provider's own count, as a multiple of the estimate; with
+        # `calibrate` the manager learns it from the reported usage.
+        "calibrate": draw(st.booleans()),
+        "true_ratio": draw(st.sampled_from([0.6, 0.8, 1.0, 1.25])),
     }
 
 
@@ -100,11 +110,16 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
     window = int(s["window"])  # type: ignore[call-overload]
     outputs: list[int] = s["outputs"]  # type: ignore[assignment]
     sizes: list[int] = []
+    true_sizes: list[int] = []  # what the provider counts, reply budget included
+    ratio = float(s["true_ratio"])  # type: ignore[arg-type]
     control = RunControl()
     injected: list[Message] = []
 
     def handler(request: ModelRequest) -> ModelResponse:
         sizes.append(request_size(request))
+        true_input = math.ceil(input_size(request) * ratio)
+        true_sizes.append(true_input + (request.max_tokens or 0))
+        usage = Usage(input_tokens=true_input)
         check_history(request.messages)
         turn = len(sizes) - 1
         if turn in s["inject_on"]:  # type: ignore[operator]
@@ -118,8 +133,8 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
                 tool_call("dump", f"c{turn}_{i}", size=outputs[turn])
                 for i in range(int(s["parallel"]))  # type: ignore[call-overload]
             ]
-            return ModelResponse(message=reply("", *calls))
-        return ModelResponse(message=reply("final"))
+            return ModelResponse(message=reply("", *calls), usage=usage)
+        return ModelResponse(message=reply("final"), usage=usage)
 
     async def dump(size: int) -> str:
         """Return `size` characters."""
@@ -139,6 +154,7 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
             threshold=int(s["threshold"]),  # type: ignore[call-overload]
             auto_compact=bool(s["auto_compact"]),
             counter=COUNTER,
+            calibrate=bool(s["calibrate"]),
         ),
         max_turns=10,
         max_output_tokens=s["reply_budget"],  # type: ignore[arg-type]
@@ -157,8 +173,14 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
         assert all(m.id in seen | covered for m in injected[:-1])
     else:
         assert isinstance(result.error, TurnFSMError)  # type: ignore[attr-defined]
-    if window:
+    if window and not s["calibrate"]:
         assert all(size <= window for size in sizes), (sizes, window)
+    if window and s["calibrate"]:
+        # Calibrated on what the provider reported: its own count is never
+        # over the window once it reported (from the first call when the
+        # estimate errs high).
+        checked = true_sizes if ratio <= 1 else true_sizes[1:]
+        assert all(size <= window for size in checked), (true_sizes, window)
     check_history(session.history)
     for run in session.runs:
         assert replay(driver.machine, session, run.run_id).ok

@@ -83,3 +83,65 @@ async def test_after_a_compaction_the_estimate_is_used_again(tmp_path: object) -
     assert estimate != REPORTED + COUNTER.count([follow])
     assert estimate < REPORTED  # the estimate of a short history, not the report
     await store.aclose()
+
+
+async def test_a_run_resumed_in_a_new_process_measures_with_its_last_report(
+    tmp_path: object,
+) -> None:
+    """A paused run's next measurement starts from its last call's count."""
+    from turnfsm._resources import load_machine, machines_dir
+    from turnfsm.core import ToolCallsReviewed
+    from turnfsm.testing import reply, tool_call
+
+    def _approving(*messages: Message) -> Driver:
+        replies = iter(messages)
+
+        def handle(_request: ModelRequest) -> ModelResponse:
+            return ModelResponse(
+                message=next(replies),
+                usage=Usage(input_tokens=REPORTED, output_tokens=3),
+            )
+
+        async def echo(text: str) -> str:
+            """Return `text`."""
+            return text
+
+        return Driver(
+            model=FakeModelClient(handle),
+            tools=[echo],
+            machine=load_machine(machines_dir() / "approval.toml"),
+            context=ContextManager(
+                context_window=100_000, counter=COUNTER, use_reported_usage=True
+            ),
+        )
+
+    path = tmp_path / "s.db"  # type: ignore[operator]
+    store = SQLiteStore(path)
+    session = Session(store=store)
+    asking = _approving(reply("", tool_call("echo", "c1", text="hi")))
+    paused = await asking.run("say hi", session=session)
+    assert paused.outcome == "paused"
+    await store.aclose()
+
+    store = SQLiteStore(path)  # another process
+    again = await Session.load(store, session.id)
+    count = len(_measures(again, paused.run_id))
+    driver = _approving(reply("done"))
+    done = await driver.resume(again, paused.run_id, ToolCallsReviewed.approve_all())
+    assert done.ok
+    after = _measures(again, paused.run_id)[count]  # the first after the resume
+    turn = again.run(paused.run_id).turns[0]
+    answer = again.message(turn.output)
+    [result] = [m for m in again.history if m.tool_results]
+    assert after == REPORTED + COUNTER.count([answer]) + COUNTER.count([result])
+    await store.aclose()
+
+
+def _measures(session: Session, run_id: str) -> list[int]:
+    return [
+        e.event.estimate
+        for e in session.entries
+        if isinstance(e, EventRecorded)
+        and e.run_id == run_id
+        and isinstance(e.event, Measured)
+    ]

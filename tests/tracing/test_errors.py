@@ -74,6 +74,7 @@ async def test_a_failed_compaction_pass_is_an_error_span() -> None:
                     A.TOKENS_BEFORE: 2_650,
                     A.TOKENS_AFTER: 2_650,
                     A.TOKENS_SAVED: 0,
+                    A.TOKENS_SOURCE: "estimated",
                     A.ERROR_TYPE: "compaction_failed",
                     STATUS: "ERROR: the pass failed",
                 }, []),

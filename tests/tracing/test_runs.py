@@ -92,6 +92,7 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
             A.TOKENS_BEFORE: 2_709,
             A.TOKENS_AFTER: 1_085,
             A.TOKENS_SAVED: 1_624,
+            A.TOKENS_SOURCE: "estimated",
             A.USAGE_INPUT_TOKENS: 2_301,  # the summary calls' usage
             A.USAGE_OUTPUT_TOKENS: 435,
         }, [

@@ -111,7 +111,7 @@ async def _compact(session: Session, agent: str | None, out: TextIO) -> int:
     print(
         f"session {session.id}: {record.verdict} by {record.strategy} "
         f"({record.reason.value}): {record.tokens_before} -> "
-        f"{record.tokens_after} tokens, {len(record.covers)} -> "
+        f"{record.tokens_after} tokens (estimated), {len(record.covers)} -> "
         f"{len(record.replacement)} messages"
         + (f", {summaries} summary written" if summaries else ""),
         file=out,
@@ -250,12 +250,20 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
             "failure(s) in a row (`turnfsm sessions reset-breaker` clears them)",
             file=out,
         )
+    ratio = session.reported_ratio
+    if ratio is not None:
+        both = sum(1 for run in runs for t in run.turns if t.reported_ratio)
+        print(
+            f"\ntoken counts: the provider reported up to {ratio:.2f} times "
+            f"turnfsm's estimate ({both} call(s) with both)",
+            file=out,
+        )
     print(f"\nruns ({len(runs)}):", file=out)
     for run in runs:
         usage = run.usage
         line = (
             f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  "
-            f"usage {usage.input_tokens} in / {usage.output_tokens} out"
+            f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
         )
         if run.error is not None:
             line += f"  error: {_clip(str(run.error))}"
@@ -280,7 +288,7 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     for run_id, c in passes:
         print(
             f"  {run_id} turn {c.turn}  {c.reason.value}  {c.verdict}  "
-            f"{c.tokens_before} -> {c.tokens_after} tokens  "
+            f"{c.tokens_before} -> {c.tokens_after} tokens (estimated)  "
             f"({len(c.covers)} -> {len(c.replacement)} messages, "
             f"{c.strategy or 'no compactor'})",
             file=out,

@@ -29,7 +29,12 @@ from turnfsm.context._layered import (
     LayeredCompactor,
     Skipped,
 )
-from turnfsm.context._manager import ContextManager
+from turnfsm.context._manager import (
+    CALIBRATION_CEILING,
+    CALIBRATION_FLOOR,
+    CALIBRATION_HEADROOM,
+    ContextManager,
+)
 from turnfsm.context._masking import MaskingCompactor, cut_result
 from turnfsm.context._pairs import (
     PartRef,
@@ -55,6 +60,9 @@ from turnfsm.context._values import (
 )
 
 __all__ = [
+    "CALIBRATION_CEILING",
+    "CALIBRATION_FLOOR",
+    "CALIBRATION_HEADROOM",
     "MIN_SUMMARY_TOKENS",
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",

@@ -30,8 +30,9 @@ hooks report one count. The verdict, in order:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -65,7 +66,22 @@ from turnfsm.providers import FALLBACK_WINDOW, window_for
 from turnfsm.tokens import TokenCounter, default_counter
 from turnfsm.values import ErrorInfo
 
-__all__ = ["ContextManager"]
+__all__ = [
+    "CALIBRATION_CEILING",
+    "CALIBRATION_FLOOR",
+    "CALIBRATION_HEADROOM",
+    "ContextManager",
+]
+
+CALIBRATION_FLOOR: Final = 0.25
+"""The smallest factor a calibrating manager scales its estimates by."""
+
+CALIBRATION_HEADROOM: Final = 1.02
+"""What the observed ratio is multiplied by: text unlike what was observed
+may read a little higher than the ratio says."""
+
+CALIBRATION_CEILING: Final = 4.0
+"""The largest factor a calibrating manager scales its estimates by."""
 
 
 def _to_base(value: object) -> CompactBase:
@@ -133,6 +149,16 @@ class ContextManager(OldEntryPoints):
             no report: a run's first measurement, after a compaction). The
             request is still checked against the window with the estimate
             before it is sent.
+        calibrate: Scale every measurement of a request by what the
+            provider reported (False by default). The factor is the
+            session's largest ratio of reported to estimated input tokens
+            over its model calls (`Session.reported_ratio`), plus 2 %
+            (`CALIBRATION_HEADROOM`), kept between `CALIBRATION_FLOOR` and
+            `CALIBRATION_CEILING`: the estimate may come down only as far
+            as every call observed allows. It is used
+            for the lines and for the check before sending; until the first
+            report, and on a provider that reports nothing, the estimate
+            stands.
         max_failures: Consecutive failed passes (at most 1,000,000) that open its
             circuit breaker (3 by default). The count lives in the session's
             log, so it survives restarts and is per session.
@@ -194,6 +220,7 @@ class ContextManager(OldEntryPoints):
         ),
     )
     use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())
+    calibrate: bool = attrs.field(default=False, validator=_checks.boolean())
     max_failures: int = attrs.field(
         default=3, validator=_checks.integer(low=1, high=_checks.MAX_COUNT)
     )
@@ -259,6 +286,25 @@ class ContextManager(OldEntryPoints):
     def count(self, messages: Sequence[Message]) -> int:
         """Return the manager's token count of `messages`."""
         return self.counter.count(messages)
+
+    def calibration_factor(self, ratio: float | None) -> float:
+        """Return the factor estimates are scaled by, given the observed `ratio`.
+
+        1.0 without `calibrate` or without an observed ratio (None); else
+        `ratio` times `CALIBRATION_HEADROOM`, kept between
+        `CALIBRATION_FLOOR` and `CALIBRATION_CEILING`.
+        """
+        if not self.calibrate or ratio is None or not math.isfinite(ratio):
+            return 1.0
+        factor = ratio * CALIBRATION_HEADROOM
+        return min(CALIBRATION_CEILING, max(CALIBRATION_FLOOR, factor))
+
+    def calibrated(self, estimate: int, ratio: float | None) -> int:
+        """Return `estimate` scaled by `calibration_factor(ratio)`, rounded up."""
+        factor = self.calibration_factor(ratio)
+        if factor == 1.0:
+            return estimate
+        return math.ceil(estimate * factor)
 
     def reason_for(self, estimate: int) -> CompactReason | None:
         """Return why a payload of `estimate` tokens must compact, or None.

@@ -58,11 +58,13 @@ def turn_record(
     decision: CallLLM,
     event: ModelReplied | OutputRejected,
     context: tuple[int, list[str]],
+    estimate: int | None = None,
 ) -> TurnRecord:
     """The record of one model call: the context it saw, its reply and usage.
 
     `context` is the call's context as a change from the run's previous
-    call: (ids kept, ids added).
+    call: (ids kept, ids added); `estimate` is turnfsm's estimate of the
+    request's input tokens, beside what the provider reported.
     """
     keep, added = context
     return TurnRecord(
@@ -72,6 +74,7 @@ def turn_record(
         added=added,
         output=event.message.id,
         usage=event.usage,
+        estimate=estimate,
     )
 
 
@@ -226,8 +229,49 @@ class Audit:
             (c.usage for c in record.compactions if c.usage), Usage()
         )
 
-    def turn(self, decision: CallLLM, event: ModelReplied | OutputRejected) -> Entry:
-        """The turn a model reply makes; keeps its usage and the provider's count."""
+    def resume_reported(
+        self, record: RunRecord, now: Snapshot, counter: TokenCounter
+    ) -> None:
+        """Start a resumed run from the provider's count of its last call.
+
+        When the brain's request (`now`'s history, then its pending
+        messages) still begins with what that call saw, the count plus the
+        estimate of what came after it stands for the request, in a new
+        process too; else (a compaction since, or no report) the run keeps
+        what `carry_over` found, if anything.
+        """
+        turns = [t for t in record.turns if t.usage and t.usage.input_tokens]
+        if not turns:
+            return
+        last = turns[-1]
+        seen = list(record.context(record.turns.index(last)))
+        current = [*now.history, *now.pending]
+        if [m.id for m in current[: len(seen)]] != seen:
+            return
+        assert last.usage is not None
+        self.reported = Reported(
+            tokens=last.usage.input_tokens + counter.count(current[len(seen) :]),
+            history=now.history,
+            pending=now.pending,
+        )
+
+    @property
+    def ratio(self) -> float | None:
+        """The session's largest reported-to-estimated ratio so far, or None."""
+        return self.session.reported_ratio
+
+    def turn(
+        self,
+        decision: CallLLM,
+        event: ModelReplied | OutputRejected,
+        *,
+        estimate: int | None = None,
+    ) -> Entry:
+        """The turn a model reply makes; keeps its usage and the provider's count.
+
+        `estimate` is turnfsm's uncalibrated estimate of the request's input
+        tokens, recorded beside the provider's report.
+        """
         usage = event.usage
         if usage is not None:
             self.usage = self.usage + usage
@@ -237,7 +281,13 @@ class Audit:
                     history=decision.history,
                     pending=decision.pending,
                 )
-        return turn_record(self.run_id, decision, event, self._context_change(decision))
+        return turn_record(
+            self.run_id,
+            decision,
+            event,
+            self._context_change(decision),
+            estimate,
+        )
 
     def _context_change(self, decision: CallLLM) -> tuple[int, list[str]]:
         """The context of this call as a change from the previous call's."""

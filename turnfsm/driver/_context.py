@@ -173,6 +173,8 @@ class EffectContext:
         journal: Where tool results go as they finish (a `run_tools` step).
         spent: What the step's own model calls cost so far.
         reported: The provider's count of the run's last call, or None.
+        ratio: The session's largest ratio of reported to estimated input
+            tokens so far (`Session.reported_ratio`), or None.
     """
 
     run: RunResources
@@ -180,6 +182,7 @@ class EffectContext:
     journal: ToolJournal | None = None
     spent: UsageTally = attrs.field(factory=UsageTally)
     reported: Reported | None = None
+    ratio: float | None = None
 
     @property
     def run_id(self) -> str:
@@ -207,8 +210,17 @@ class EffectContext:
         return self.snapshot.budget.context_window
 
     def measure(self, *parts: Sequence[Message]) -> int:
-        """Return the size of a request carrying `parts`: messages + reserved."""
-        return self.run.measure(*parts)
+        """Return the size of a request carrying `parts`: messages + reserved.
+
+        As the lines and the window check see it: the estimate of its input
+        (messages and extras), calibrated by the manager against `ratio`
+        (unchanged unless it calibrates), plus the reply budget.
+        """
+        run = self.run
+        estimate = run.meter.measure(*parts, extras=run.extras)
+        if run.context is not None:
+            estimate = run.context.calibrated(estimate, self.ratio)
+        return estimate + (run.max_output_tokens or 0)
 
     def __getattr__(self, name: str) -> Any:
         # The run's resources were the context's own fields before it was

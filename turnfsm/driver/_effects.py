@@ -15,6 +15,7 @@ translate-once rule); bugs and cancellation propagate unchanged.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -72,7 +73,8 @@ async def measure(ctx: EffectContext, decision: Measure) -> Event:
 
     With `ContextManager.use_reported_usage`, the provider's report for the
     last call stands in for the estimate of what that call carried, plus the
-    estimate of what was added since.
+    estimate of what was added since. With `ContextManager.calibrate`, the
+    estimates are scaled by the session's observed ratio.
     """
     reported = ctx.reported
     run = ctx.run
@@ -85,8 +87,9 @@ async def measure(ctx: EffectContext, decision: Measure) -> Event:
     ):
         added = list(decision.pending.items_from(len(reported.pending)))
         reply = run.max_output_tokens or 0
-        return Measured(estimate=reported.tokens + manager.count(added) + reply)
-    return Measured(estimate=run.measure(decision.history, decision.pending))
+        fresh = manager.calibrated(manager.count(added), ctx.ratio)
+        return Measured(estimate=reported.tokens + fresh + reply)
+    return Measured(estimate=ctx.measure(decision.history, decision.pending))
 
 
 def _extends(history: MessageLog, pending: MessageLog, last: Reported) -> bool:
@@ -109,14 +112,15 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     """Call the model with the whole request; classify what comes back.
 
     The request is measured again right before sending (cheap: the meter is
-    incremental), whatever the machine believes, so that no machine file can
-    make the driver send a request over the window; and the reply is measured
+    incremental; calibrated like every measurement), whatever the machine
+    believes, so that no machine file can make the driver send a request
+    over the window; and the reply is measured
     before it is handed back, so a reply that would not fit is never committed.
     """
     window = ctx.window
     run = ctx.run
     if window:
-        estimate = run.measure(decision.history, decision.pending)
+        estimate = ctx.measure(decision.history, decision.pending)
         if estimate > window:
             # Never serve a request over the window: treat it like the
             # provider's own rejection, so the machine compacts and retries.
@@ -303,6 +307,11 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # in the same proportion, so that the pass shrinks what the provider
         # will count.
         target = manager.target_tokens * before // reported
+    elif (factor := manager.calibration_factor(ctx.ratio)) < 1.0:
+        # The lines read calibrated sizes, the pass works on estimates:
+        # aim at the estimate whose calibrated size is the target (never
+        # past the window, which the manager checks the estimate against).
+        target = min(manager.window, math.floor(manager.target_tokens / factor))
     event = await manager.compact(
         CompactionRequest(
             messages=messages,

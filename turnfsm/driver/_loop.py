@@ -195,6 +195,10 @@ class RunLoop(Ending):
         """Pick up a run from its record (a resumed or abandoned run)."""
         self.index = len(record.events)
         self.audit.restore(record)
+        manager = self.settings.context
+        if manager is not None and manager.use_reported_usage:
+            self.audit.carry_over(self.session, manager.counter)
+            self.audit.resume_reported(record, self.machine.snapshot, manager.counter)
         self._resumed = self.session.recorded_results(self.run_id)
         self._started((), resumed=True)
 
@@ -232,7 +236,9 @@ class RunLoop(Ending):
         if isinstance(last, CallLLM) and isinstance(
             event, ModelReplied | OutputRejected
         ):
-            entries.append(self.audit.turn(last, event))
+            run = self.run
+            estimate = run.meter.measure(last.history, last.pending, extras=run.extras)
+            entries.append(self.audit.turn(last, event, estimate=estimate))
         try:
             decision = machine.handle(event)
         except InvalidMessage as exc:
@@ -413,6 +419,7 @@ class RunLoop(Ending):
             journal=journal,
             spent=UsageTally(),
             reported=self.audit.reported,
+            ratio=self.audit.ratio,
         )
 
     async def _effect(self, decision: Decision) -> Event:

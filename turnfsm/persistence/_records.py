@@ -132,6 +132,22 @@ class TurnRecord:
     turn costs O(new messages) in the log however long the conversation is:
     the first `keep` message ids of the previous turn's context, then the
     ids in `added` (`RunRecord.context(n)` spells it out).
+
+    Its two counts say where they came from: `usage` is what the provider
+    reported for the call, `estimate` is turnfsm's estimate of the same
+    request's input (the manager's counter over the messages, the system
+    prompt and the tool schemas; no reply budget). Their ratio is what a
+    calibrating `ContextManager` learns from.
+
+    Attributes:
+        run_id: The run.
+        turn: The call's number in the run.
+        keep: Message ids kept from the previous turn's context.
+        added: Message ids added after them.
+        output: The reply's message id.
+        usage: The provider's reported usage (None: it reported none).
+        estimate: turnfsm's estimated input tokens of the request (None: not
+            measured, as in logs written before it was recorded).
     """
 
     run_id: str
@@ -140,6 +156,14 @@ class TurnRecord:
     added: tuple[str, ...] = attrs.field(converter=_ids, repr=False)
     output: str
     usage: Usage | None = None
+    estimate: int | None = None
+
+    @property
+    def reported_ratio(self) -> float | None:
+        """The provider's input tokens over `estimate`, or None without both."""
+        if self.usage is None or not self.usage.input_tokens or not self.estimate:
+            return None
+        return self.usage.input_tokens / self.estimate
 
 
 class Verdict(StrEnum):

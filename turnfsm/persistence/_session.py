@@ -67,6 +67,7 @@ class Session:
         "_history",
         "_machines",
         "_messages",
+        "_ratio",
         "_running",
         "_runs",
         "_summaries",
@@ -93,6 +94,7 @@ class Session:
         self._summaries: list[SummaryRecorded] = []
         self._summary_texts: dict[str, str] = {}
         self._failures = 0
+        self._ratio: float | None = None
         self._breaker_open = False
         self._running = False
         self._machines: dict[str, MachineStored] = {}
@@ -196,6 +198,18 @@ class Session:
         leave it as it is.
         """
         return self._failures
+
+    @property
+    def reported_ratio(self) -> float | None:
+        """The largest ratio of reported to estimated input tokens so far.
+
+        Over the session's model calls whose record carries both the
+        provider's reported input tokens and turnfsm's estimate of the same
+        request (`TurnRecord.reported_ratio`); None before the first. A
+        projection of the log, so it survives restarts and replays; a
+        calibrating `ContextManager` scales its estimates by it.
+        """
+        return self._ratio
 
     @property
     def breaker_open(self) -> bool:
@@ -365,6 +379,9 @@ class Session:
                 self._history = committed
             case TurnRecord():
                 self._runs[entry.run_id].turns.append(entry)
+                ratio = entry.reported_ratio
+                if ratio is not None and (self._ratio is None or ratio > self._ratio):
+                    self._ratio = ratio
             case CompactionRecord(verdict=outcome):
                 self._runs[entry.run_id].compactions.append(entry)
                 if outcome == "failed":

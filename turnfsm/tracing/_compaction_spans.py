@@ -56,6 +56,9 @@ def end_compaction(span: Span, record: CompactionRecord) -> None:
             A.TOKENS_BEFORE: record.tokens_before,
             A.TOKENS_AFTER: record.tokens_after,
             A.TOKENS_SAVED: record.tokens_saved if record.compacted else 0,
+            # The pass's counts are turnfsm's estimates; the gen_ai.usage
+            # ones below are what the provider reported.
+            A.TOKENS_SOURCE: "estimated",
         }
     )
     if record.usage is not None:

@@ -1,0 +1,164 @@
+"""`ContextManager(calibrate=True)`: estimates scaled by what the provider reported.
+
+The factor is the session's largest ratio of reported to estimated input
+tokens (`Session.reported_ratio`), kept between a floor and a ceiling; it is
+a projection of the log, so a new process measures with it, and a log
+written before estimates were recorded still loads (and calibrates
+nothing).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from turnfsm import ContextManager, Driver
+from turnfsm.context import (
+    CALIBRATION_CEILING,
+    CALIBRATION_FLOOR,
+    CALIBRATION_HEADROOM,
+)
+from turnfsm.core import Measured
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+from turnfsm.persistence import EventRecorded, Session, SQLiteStore, TurnRecord
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.serde import from_json, to_json
+from turnfsm.testing import FakeModelClient
+from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
+
+COUNTER = HeuristicTokenCounter()
+
+
+@pytest.mark.parametrize(
+    ("calibrate", "ratio", "factor"),
+    [
+        (False, 0.6, 1.0),  # off: the estimate stands
+        (True, None, 1.0),  # nothing reported yet
+        (True, float("nan"), 1.0),
+        (True, 0.6, 0.6 * CALIBRATION_HEADROOM),
+        (True, 1.3, 1.3 * CALIBRATION_HEADROOM),  # the estimate read low: up
+        (True, 0.01, CALIBRATION_FLOOR),
+        (True, 50.0, CALIBRATION_CEILING),
+    ],
+)
+def test_the_factor_is_the_observed_ratio_within_its_bounds(
+    calibrate: bool, ratio: float | None, factor: float
+) -> None:
+    manager = ContextManager(calibrate=calibrate)
+    assert manager.calibration_factor(ratio) == factor
+    assert manager.calibrated(1_000, ratio) == math.ceil(1_000 * factor)
+
+
+def test_the_calibrated_count_rounds_up() -> None:
+    assert ContextManager(calibrate=True).calibrated(10, 0.6) == 7  # 6.12 up
+
+
+def test_calibrate_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="calibrate"):
+        ContextManager(calibrate="yes")  # type: ignore[arg-type]
+
+
+def test_a_turn_record_without_an_estimate_loads_and_calibrates_nothing() -> None:
+    old = TurnRecord(
+        run_id="run_1",
+        turn=0,
+        keep=0,
+        added=("m1",),
+        output="m2",
+        usage=Usage(input_tokens=10, output_tokens=2),
+    )
+    stored = to_json(old)
+    assert isinstance(stored, dict)
+    del stored["estimate"]  # as a log written before estimates were recorded
+    assert from_json(TurnRecord, stored) == old
+    assert old.reported_ratio is None
+    new = TurnRecord(
+        run_id="run_1",
+        turn=0,
+        keep=0,
+        added=("m1",),
+        output="m2",
+        usage=Usage(input_tokens=10, output_tokens=2),
+        estimate=20,
+    )
+    assert from_json(TurnRecord, to_json(new)) == new
+    assert new.reported_ratio == 0.5
+
+
+def _driver(ratio: float, *, calibrate: bool = True) -> Driver:
+    """A provider that counts `ratio` times turnfsm's estimate of the request."""
+    seen: list[int] = []
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        reported = math.ceil(COUNTER.count(list(request.messages)) * ratio)
+        seen.append(reported)
+        return ModelResponse(
+            message=Message.assistant("noted"),
+            usage=Usage(input_tokens=reported, output_tokens=1),
+        )
+
+    return Driver(
+        model=FakeModelClient(handle),
+        context=ContextManager(
+            context_window=100_000, counter=COUNTER, calibrate=calibrate
+        ),
+    )
+
+
+def _measured(session: Session) -> list[int]:
+    run = session.runs[-1].run_id
+    return [
+        e.event.estimate
+        for e in session.entries
+        if isinstance(e, EventRecorded)
+        and e.run_id == run
+        and isinstance(e.event, Measured)
+    ]
+
+
+@pytest.mark.anyio
+async def test_the_ratio_is_learned_and_a_new_process_measures_with_it(
+    tmp_path: object,
+) -> None:
+    path = tmp_path / "s.db"  # type: ignore[operator]
+    store = SQLiteStore(path)
+    session = Session(store=store)
+    assert (await _driver(0.5).run("remember 42 " * 40, session=session)).ok
+    [turn] = session.runs[0].turns
+    assert turn.estimate == COUNTER.count(list(session.history)[:1])
+    assert turn.usage is not None
+    assert session.reported_ratio == turn.usage.input_tokens / turn.estimate
+    await store.aclose()
+
+    store = SQLiteStore(path)  # another process: the same log
+    again = await Session.load(store, session.id)
+    assert again.reported_ratio == session.reported_ratio
+    follow = Message.user("what was it?")
+    assert (await _driver(0.5).run(follow, session=again)).ok
+    estimate = COUNTER.count(list(again.history)[:3])
+    assert again.reported_ratio is not None
+    factor = again.reported_ratio * CALIBRATION_HEADROOM
+    assert _measured(again)[0] == math.ceil(estimate * factor)
+    await store.aclose()
+
+
+@pytest.mark.anyio
+async def test_without_calibrate_the_estimate_stands() -> None:
+    session = Session()
+    driver = _driver(0.5, calibrate=False)
+    assert (await driver.run("remember 42 " * 40, session=session)).ok
+    assert (await driver.run("and?", session=session)).ok
+    assert _measured(session)[0] == COUNTER.count(list(session.history)[:3])
+
+
+@pytest.mark.anyio
+async def test_the_factor_is_the_largest_ratio_seen() -> None:
+    session = Session()
+    for ratio in (0.5, 0.8, 0.6):
+        assert (await _driver(ratio).run("text " * 50, session=session)).ok
+    ratios = [t.reported_ratio for run in session.runs for t in run.turns]
+    assert session.reported_ratio == max(r for r in ratios if r is not None)
+    assert session.reported_ratio == pytest.approx(0.8, abs=0.02)
