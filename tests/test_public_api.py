@@ -26,6 +26,7 @@ PACKAGES = [
     "turnfsm.persistence",
     "turnfsm.providers",
     "turnfsm.serde",
+    "turnfsm.simulate",
     "turnfsm.temporal",
     "turnfsm.testing",
     "turnfsm.tokens",

@@ -30,6 +30,8 @@ from turnfsm.providers._stream import (
 )
 from turnfsm.providers._windows import (
     FALLBACK_WINDOW,
+    ModelPrices,
+    known_prices,
     known_window,
     server_window,
     window_for,
@@ -45,6 +47,7 @@ __all__ = [
     "AnthropicModel",
     "LlamaServer",
     "ModelClient",
+    "ModelPrices",
     "ModelRequest",
     "ModelResponse",
     "OpenAIModel",
@@ -54,6 +57,7 @@ __all__ = [
     "StreamingModelClient",
     "TextDelta",
     "ToolSchema",
+    "known_prices",
     "known_window",
     "local_model_path",
     "server_window",

@@ -1,9 +1,10 @@
-"""Context windows: the known models' from a catalogue, a llama.cpp server's own.
+"""Context windows and prices: the known models' from a catalogue, a server's own.
 
 `known_window` reads the windows of the OpenAI, Anthropic and other
-providers' models from the snapshot the ``genai-prices`` package (kept by
-the pydantic team) ships with: the bundled data only, never an update
-fetched at run time, so a lookup makes no network call. `server_window`
+providers' models (and `known_prices` their prices) from the snapshot the
+``genai-prices`` package (kept by the pydantic team) ships with: the
+bundled data only, never an update fetched at run time, so a lookup makes
+no network call. `server_window`
 asks a llama.cpp server for its ``n_ctx``. `window_for` is the one place a
 run's window is chosen from them.
 """
@@ -14,7 +15,11 @@ import functools
 import json
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Any, Final
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final, final
+
+import attrs
 
 from turnfsm import _checks
 from turnfsm.errors import WindowTooLarge
@@ -22,7 +27,14 @@ from turnfsm.errors import WindowTooLarge
 if TYPE_CHECKING:
     from genai_prices.data_snapshot import DataSnapshot
 
-__all__ = ["FALLBACK_WINDOW", "known_window", "server_window", "window_for"]
+__all__ = [
+    "FALLBACK_WINDOW",
+    "ModelPrices",
+    "known_prices",
+    "known_window",
+    "server_window",
+    "window_for",
+]
 
 FALLBACK_WINDOW: Final = 200_000
 """The window, in tokens, of a model whose window is not known, when none is given."""
@@ -76,6 +88,106 @@ def known_window(
         return None
     window = info.context_window
     return window if isinstance(window, int) and window > 0 else None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ModelPrices:
+    """A model's prices in US dollars per million tokens (input, cached, output).
+
+    Attributes:
+        model: The model's name, as the catalogue knows it.
+        input: Per million input tokens.
+        cached_input: Per million input tokens a prompt cache serves.
+        output: Per million output tokens.
+        tiers: Higher prices from a number of input tokens on, as
+            ``(start, input, cached_input, output)``, lowest start first.
+    """
+
+    model: str
+    input: Decimal
+    cached_input: Decimal
+    output: Decimal
+    tiers: tuple[tuple[int, Decimal, Decimal, Decimal], ...] = ()
+
+    def cost(
+        self, input_tokens: int, cached_tokens: int, output_tokens: int
+    ) -> Decimal:
+        """The price of one call: its input (`cached_tokens` of it cached) and output.
+
+        Example:
+            ```python
+            known_prices("gpt-4o").cost(1_000_000, 0, 0)  # Decimal('2.5')
+            ```
+        """
+        rates = (self.input, self.cached_input, self.output)
+        for start, *tier in self.tiers:
+            if input_tokens >= start:
+                rates = (tier[0], tier[1], tier[2])
+        fresh = max(0, input_tokens - cached_tokens)
+        total = (
+            fresh * rates[0]
+            + min(cached_tokens, input_tokens) * rates[1]
+            + output_tokens * rates[2]
+        )
+        return total / 1_000_000
+
+
+def _rate(value: Any) -> tuple[Decimal | None, dict[int, Decimal]]:
+    """A catalogue price: its base and its tiers by start (none: no price)."""
+    if value is None:
+        return None, {}
+    if isinstance(value, Decimal):
+        return value, {}
+    return value.base, {t.start: t.price for t in value.tiers}
+
+
+def known_prices(
+    model: str, *, provider: str | None = None, at: datetime | None = None
+) -> ModelPrices | None:
+    """Return a known model's prices, or None if the catalogue has none.
+
+    The figures come from the catalogue bundled with the ``genai-prices``
+    package (the one `known_window` reads); nothing is fetched.
+
+    Args:
+        model: The model's name (``gpt-4o``, ``claude-sonnet-4-5``).
+        provider: The provider's id; None: the one whose models the name
+            looks like.
+        at: When the prices apply (None: now).
+
+    Example:
+        ```python
+        known_prices("gpt-4o").output  # Decimal('10')
+        ```
+    """
+    _checks.check(model, "model", _checks.string(non_empty=True))
+    try:
+        _, info = _catalogue().find_provider_model(model, None, provider, None)
+    except LookupError:
+        return None
+    prices = info.get_prices(at or datetime.now(UTC))
+    fresh, fresh_tiers = _rate(getattr(prices, "input_mtok", None))
+    if fresh is None:
+        return None
+    cached, cached_tiers = _rate(getattr(prices, "cache_read_mtok", None))
+    out, out_tiers = _rate(getattr(prices, "output_mtok", None))
+    tiers = tuple(
+        (
+            start,
+            fresh_tiers[start],
+            cached_tiers.get(start, cached if cached is not None else price),
+            out_tiers.get(start, out or Decimal(0)),
+        )
+        for start, price in sorted(fresh_tiers.items())
+    )
+    return ModelPrices(
+        model=info.id,
+        input=fresh,
+        cached_input=cached if cached is not None else fresh,
+        output=out or Decimal(0),
+        tiers=tiers,
+    )
 
 
 def server_window(base_url: str, *, timeout: float = 2.0) -> int | None:

@@ -1,0 +1,535 @@
+"""`simulate`: a stored session's runs again, replies and tool results held fixed.
+
+The runs go through a real `Driver` (the same brain, the same effects, the
+same context manager code), on a stand-in model that gives back the
+recorded replies in order and tool effects that give back the recorded
+results by call id. The stored session is never written to: the simulation
+runs in a `MemoryStore`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Final, cast, final
+
+import attrs
+
+from turnfsm.context import (
+    ContextCompactor,
+    ContextManager,
+    LayeredCompactor,
+    MaskingCompactor,
+    SummarizingCompactor,
+    TruncatingCompactor,
+)
+from turnfsm.core import (
+    Event,
+    MachineSpec,
+    Measured,
+    ModelReplied,
+    OutputRejected,
+    RunTools,
+    ToolsFinished,
+)
+from turnfsm.driver import Driver, EffectContext
+from turnfsm.driver import compact as builtin_compact
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    CompactionRecord,
+    MemoryStore,
+    RunRecord,
+    Session,
+)
+from turnfsm.providers import (
+    ModelClient,
+    ModelPrices,
+    ModelRequest,
+    ModelResponse,
+    known_prices,
+)
+from turnfsm.tokens import TokenCounter, default_counter
+from turnfsm.values import Usage
+
+__all__ = ["SimulatedCall", "Simulation", "simulate"]
+
+CAVEATS: Final = (
+    "the replies and tool results are the recorded ones: under other settings "
+    "the model would have answered differently, so later calls are what the "
+    "recorded run would have sent, not what a new run would do",
+    "tokens are the context manager's estimates, not the provider's count",
+)
+
+STRATEGIES: Final[Mapping[str, type[ContextCompactor]]] = {
+    "layered": LayeredCompactor,
+    "masking": MaskingCompactor,
+    "summarizing": SummarizingCompactor,
+    "truncating": TruncatingCompactor,
+}
+"""The compactors a simulation can be asked for by name."""
+
+_SUMMARY: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "turnfsm_simulate_summary", default=False
+)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SimulatedCall:
+    """One model call of a simulated run.
+
+    Attributes:
+        run_id: The run.
+        turn: The call's number within the run (1-based).
+        tokens: The request's estimated size, as the run measured it before
+            the call (reply budget and system prompt included).
+        messages: The context the model would see.
+        reply: The recorded reply it is given.
+        cached_tokens: The tokens of the prefix shared with the previous
+            call: what a prompt cache would serve.
+        cache_break: Whether a compaction pass rewrote the previous call's
+            context (the cache serves less than the previous call sent).
+        cost: The call's price in US dollars at the chosen model's prices
+            (None: no prices asked for).
+    """
+
+    run_id: str
+    turn: int
+    tokens: int
+    messages: tuple[Message, ...] = attrs.field(repr=False)
+    reply: Message = attrs.field(repr=False)
+    cached_tokens: int
+    cache_break: bool
+    cost: Decimal | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class Simulation:
+    """What simulating a stored session found.
+
+    Attributes:
+        session_id: The stored session.
+        calls: Every model call of every run, in order.
+        passes: Every compaction pass, in order.
+        caveats: What the simulation cannot know.
+        prices: The model whose prices cost the calls, or None.
+        summary_cost: The price of the summaries' model calls (None: no
+            prices asked for).
+    """
+
+    session_id: str
+    calls: tuple[SimulatedCall, ...]
+    passes: tuple[CompactionRecord, ...]
+    caveats: tuple[str, ...] = CAVEATS
+    prices: str | None = None
+    summary_cost: Decimal | None = None
+
+    @property
+    def tokens_sent(self) -> int:
+        """The tokens of every call's request, summed."""
+        return sum(c.tokens for c in self.calls)
+
+    @property
+    def summary_calls(self) -> int:
+        """The passes that called a model for a summary."""
+        return sum(1 for p in self.passes if p.usage is not None)
+
+    @property
+    def cache_breaks(self) -> int:
+        """The calls whose prompt cache a pass broke."""
+        return sum(1 for c in self.calls if c.cache_break)
+
+    @property
+    def cost(self) -> Decimal | None:
+        """The price of every call and summary, or None without prices."""
+        if self.prices is None:
+            return None
+        total = sum((c.cost or Decimal(0) for c in self.calls), Decimal(0))
+        return total + (self.summary_cost or Decimal(0))
+
+    @property
+    def totals(self) -> Mapping[str, Any]:
+        """Tokens sent, passes, compacted passes, summary calls, cache breaks, cost."""
+        return {
+            "calls": len(self.calls),
+            "tokens_sent": self.tokens_sent,
+            "passes": len(self.passes),
+            "compacted": sum(1 for p in self.passes if p.compacted),
+            "summary_calls": self.summary_calls,
+            "cache_breaks": self.cache_breaks,
+            "cost": self.cost,
+        }
+
+    def table(self) -> str:
+        """The per-call table, the passes and the totals, as the CLI prints them."""
+        priced = self.prices is not None
+        head = f"{'run':<24} {'call':>4} {'tokens':>7} {'cached':>7} {'break':>5}"
+        lines = [head + (f" {'cost $':>10}" if priced else "")]
+        for c in self.calls:
+            row = (
+                f"{c.run_id:<24} {c.turn:>4} {c.tokens:>7} {c.cached_tokens:>7} "
+                f"{'yes' if c.cache_break else '':>5}"
+            )
+            lines.append(row + (f" {_money(c.cost):>10}" if priced else ""))
+        lines.append("")
+        lines.append(f"passes: {len(self.passes)}")
+        for p in self.passes:
+            lines.append(
+                f"  {p.run_id} after call {p.turn}: {p.reason} -> {p.verdict} "
+                f"({p.strategy or 'no compactor'}, "
+                f"{p.tokens_before} -> {p.tokens_after} tokens)"
+            )
+        t = self.totals
+        lines.append("")
+        lines.append(
+            f"totals: {t['calls']} calls, {t['tokens_sent']} tokens sent, "
+            f"{t['passes']} passes ({t['compacted']} compacted), "
+            f"{t['summary_calls']} summary calls, {t['cache_breaks']} cache breaks"
+            + (f", cost ${_money(self.cost)} at {self.prices} prices" if priced else "")
+        )
+        lines.append("")
+        lines.extend(f"note: {c}" for c in self.caveats)
+        return "\n".join(lines)
+
+
+def _money(value: Decimal | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _Recorded:
+    """What a stored run's log says the model replied and the tools returned."""
+
+    replies: tuple[tuple[Message, Usage | None], ...]
+    results: Mapping[str, Message]
+
+
+def _recorded(run: RunRecord) -> _Recorded:
+    replies: list[tuple[Message, Usage | None]] = []
+    results: dict[str, Message] = {}
+    for event in run.events:
+        if isinstance(event, ModelReplied | OutputRejected):
+            replies.append((event.message, event.usage))
+        elif isinstance(event, ToolsFinished):
+            for message in event.results:
+                for part in message.tool_results:
+                    results[part.call_id] = message
+    return _Recorded(replies=tuple(replies), results=results)
+
+
+@final
+class _ReplayModel:
+    """Gives back the current run's recorded replies, in order."""
+
+    def __init__(self, summary_model: ModelClient | None) -> None:
+        self.summary_model = summary_model
+        self.replies: list[tuple[Message, Usage | None]] = []
+        self.run_id = ""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if _SUMMARY.get():
+            if self.summary_model is None:
+                raise ConfigError(
+                    "summary_model",
+                    None,
+                    "a model for the summaries this strategy asks for "
+                    f"(run {self.run_id}: no recorded summary has the same request)",
+                )
+            return await self.summary_model.complete(request)
+        if not self.replies:
+            raise ConfigError(
+                "session",
+                self.run_id,
+                "a run whose recorded replies last the simulation (the "
+                "simulated run asked for more model calls than were recorded)",
+            )
+        message, usage = self.replies.pop(0)
+        return ModelResponse(message=message, usage=usage)
+
+
+@final
+class _Reserved:
+    """The context manager's counter, with the stored run's reserved tokens.
+
+    The stored log keeps the size of each request (its messages, the system
+    prompt, the tool schemas, the reply budget) but not the system prompt or
+    the schemas themselves: the simulation's request carries one stand-in
+    text, counted as what the stored run reserved beside its messages.
+    """
+
+    TEXT: Final = "\x00turnfsm simulate: the stored run's reserved tokens"
+
+    def __init__(self, inner: TokenCounter, reserved: int) -> None:
+        self.inner = inner
+        self.reserved = reserved
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return self.inner.count(messages)
+
+    def count_text(self, text: str) -> int:
+        if text == self.TEXT:
+            return self.reserved
+        return self.inner.count_text(text)
+
+
+class _SeededSession:
+    """The simulated session as a pass sees it, with the stored summaries."""
+
+    def __init__(self, session: Session, summaries: Mapping[str, str]) -> None:
+        self._session = session
+        self._summaries = summaries
+
+    @property
+    def compaction_failures(self) -> int:
+        return self._session.compaction_failures
+
+    @property
+    def summary_texts(self) -> Mapping[str, str]:
+        return {**self._summaries, **self._session.summary_texts}
+
+
+def _effects(
+    recorded: Mapping[str, Message], stored: Mapping[str, str]
+) -> dict[str, Any]:
+    async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
+        results: list[Message] = []
+        for call in decision.calls:
+            result = recorded.get(call.id)
+            if result is None:
+                raise ConfigError(
+                    "session",
+                    ctx.run_id,
+                    f"a recorded result for tool call {call.id!r}",
+                )
+            if result not in results:
+                results.append(result)
+        return ToolsFinished(results=results)
+
+    async def compact(ctx: EffectContext, decision: Any) -> Event:
+        session = ctx.run.session
+        run = ctx.run
+        if session is not None:
+            seeded = cast(Session, _SeededSession(session, stored))
+            run = attrs.evolve(run, session=seeded)
+        token = _SUMMARY.set(True)
+        try:
+            return await builtin_compact(attrs.evolve(ctx, run=run), decision)
+        finally:
+            _SUMMARY.reset(token)
+
+    return {"run_tools": run_tools, "compact": compact}
+
+
+def _reserved(session: Session, run: RunRecord, counter: TokenCounter) -> int:
+    """What the stored run reserved beside its messages (0: no call to tell)."""
+    estimate = None
+    for event in run.events:
+        if isinstance(event, Measured):
+            estimate = event.estimate
+        elif isinstance(event, ModelReplied | OutputRejected):
+            break
+    if estimate is None or not run.turns:
+        return 0
+    messages = [session.message(i) for i in run.context(0)]
+    return max(0, estimate - counter.count(messages))
+
+
+def _stored_context(session: Session) -> ContextManager:
+    """The context manager the session's first run ran with, as far as the log says."""
+    run = session.runs[0]
+    budget = run.opened.budget
+    names = [p.strategy for r in session.runs for p in r.compactions if p.strategy]
+    compactor: ContextCompactor = TruncatingCompactor()
+    for cls in STRATEGIES.values():
+        if names and cls.__name__ == names[0]:
+            compactor = cls()
+    return ContextManager(
+        compactor,
+        context_window=budget.context_window or None,
+        threshold=budget.threshold or 80,
+        threshold_tokens=budget.threshold_tokens,
+        auto_compact=budget.auto_compact,
+        max_messages=budget.max_messages,
+    )
+
+
+def _machine(session: Session, run: RunRecord) -> MachineSpec:
+    kept = session.machine(run.opened.digest)
+    if kept is None:
+        raise ConfigError(
+            "machine", None, f"the machine of run {run.run_id} (not kept in its log)"
+        )
+    return kept
+
+
+async def simulate(
+    session: Session,
+    *,
+    context: ContextManager | None = None,
+    machine: MachineSpec | None = None,
+    summary_model: ModelClient | None = None,
+    prices: str | None = None,
+) -> Simulation:
+    """Re-run `session`'s runs under other settings, replies and results held fixed.
+
+    The k-th model call of a run gets that run's k-th recorded reply; a
+    tool call gets its recorded result by call id; a summary whose request
+    is the recorded one (same conversation, same plan) is the recorded
+    summary. The stored session is never written to.
+
+    Args:
+        session: A stored session (e.g. from `Session.load`).
+        context: The context manager to simulate (None: the one the session
+            ran with, as far as its log tells: the window and lines it
+            recorded, its compactor's kind with default settings).
+        machine: The machine to run on (None: the one kept in the log).
+        summary_model: Answers the summaries a strategy asks for that were
+            not recorded (None: such a summary is an error).
+        prices: A known model's name (``gpt-4o``) whose prices cost each
+            call (None: no costs).
+
+    Returns:
+        The `Simulation`: per call tokens, cache use and cost; the passes.
+
+    Raises:
+        ConfigError: `session` is not a Session or has no runs, `prices`
+            names no model with known prices, a run needs a reply, a tool
+            result or a summary that was not recorded (the field is named).
+    """
+    if not isinstance(session, Session):
+        raise ConfigError("session", session, "a stored Session")
+    runs = session.runs
+    if not runs:
+        raise ConfigError("session", session.id, "a session with at least one run")
+    price: ModelPrices | None = None
+    if prices is not None:
+        price = known_prices(prices)
+        if price is None:
+            raise ConfigError("prices", prices, "a model with known prices (gpt-4o)")
+    manager = context if context is not None else _stored_context(session)
+    reserved = _reserved(session, runs[0], manager.counter)
+    manager = attrs.evolve(manager, counter=_Reserved(manager.counter, reserved))
+    model = _ReplayModel(summary_model)
+    notes: list[str] = []
+    sim = Session(session.id, store=MemoryStore())
+    stored = dict(session.summary_texts)
+    for run in runs:
+        record = _recorded(run)
+        budget = run.opened.budget
+        driver = Driver(
+            model=model,
+            machine=machine if machine is not None else _machine(session, run),
+            system_prompt=_Reserved.TEXT if reserved else None,
+            context=manager,
+            max_output_tokens=None,
+            max_turns=budget.max_turns,
+            max_overflow_retries=budget.max_overflow_retries,
+            max_compactions=budget.max_compactions,
+            max_output_retries=budget.max_output_retries,
+            effects=_effects(record.results, stored),
+        )
+        model.run_id = run.run_id
+        model.replies = list(record.replies)
+        result = await driver.run(list(run.input), session=sim, run_id=run.run_id)
+        notes.extend(_differences(run, result.outcome, len(model.replies)))
+    return _report(session, sim, price, prices, tuple(notes))
+
+
+def _differences(run: RunRecord, outcome: str, unused: int) -> list[str]:
+    """What a simulated run did that the stored one did not, in words."""
+    notes = []
+    if outcome != run.outcome:
+        notes.append(
+            f"run {run.run_id} ended {outcome} in the simulation "
+            f"({run.outcome} in the log)"
+        )
+    if unused:
+        notes.append(f"run {run.run_id} ended with {unused} recorded replies unused")
+    return notes
+
+
+def _report(
+    stored: Session,
+    sim: Session,
+    price: ModelPrices | None,
+    name: str | None,
+    notes: tuple[str, ...],
+) -> Simulation:
+    calls: list[SimulatedCall] = []
+    passes: list[CompactionRecord] = []
+    # A recorded summary reused costs what it cost when it was made.
+    spent = {
+        p.replacement: p.usage
+        for r in stored.runs
+        for p in r.compactions
+        if p.usage is not None
+    }
+    previous: tuple[Message, ...] = ()
+    counter = default_counter()
+    summary_cost = Decimal(0) if price is not None else None
+    for run in sim.runs:
+        passes.extend(
+            p
+            if p.usage is not None
+            else attrs.evolve(p, usage=spent.get(p.replacement))
+            for p in run.compactions
+        )
+        estimates = _estimates(run)
+        for index, turn in enumerate(run.turns):
+            messages = tuple(sim.message(i) for i in run.context(index))
+            shared = _shared(previous, messages)
+            cached = counter.count(messages[:shared]) if shared else 0
+            tokens = estimates[index] if index < len(estimates) else 0
+            reply = sim.message(turn.output)
+            out = turn.usage.output_tokens if turn.usage else counter.count([reply])
+            calls.append(
+                SimulatedCall(
+                    run_id=run.run_id,
+                    turn=index + 1,
+                    tokens=tokens,
+                    messages=messages,
+                    reply=reply,
+                    cached_tokens=min(cached, tokens),
+                    cache_break=bool(previous) and shared < len(previous),
+                    cost=None
+                    if price is None
+                    else price.cost(tokens, min(cached, tokens), out),
+                )
+            )
+            previous = (*messages, reply)
+    for p in passes:
+        if price is not None and p.usage is not None and summary_cost is not None:
+            summary_cost += price.cost(p.usage.input_tokens, 0, p.usage.output_tokens)
+    return Simulation(
+        session_id=sim.id,
+        calls=tuple(calls),
+        passes=tuple(passes),
+        prices=name,
+        summary_cost=summary_cost,
+        caveats=CAVEATS + notes,
+    )
+
+
+def _estimates(run: RunRecord) -> list[int]:
+    """The size measured before each model call of `run`, in order."""
+    out: list[int] = []
+    last = 0
+    for event in run.events:
+        if isinstance(event, Measured):
+            last = event.estimate
+        elif isinstance(event, ModelReplied | OutputRejected):
+            out.append(last)
+    return out
+
+
+def _shared(previous: Sequence[Message], messages: Sequence[Message]) -> int:
+    n = 0
+    for a, b in zip(previous, messages, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
