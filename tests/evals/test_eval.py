@@ -24,6 +24,7 @@ from turnfsm.evals import (
 from turnfsm.messages import Message
 from turnfsm.persistence import MemoryStore, SQLiteStore
 from turnfsm.providers import ModelRequest
+from turnfsm.simulate import simulate
 from turnfsm.testing import ExtractiveSummaryModel, FakeModelClient, ScriptedModel
 
 pytestmark = pytest.mark.timeout(300)
@@ -195,4 +196,20 @@ async def test_a_replay_under_the_recorded_settings_sees_the_stored_contexts() -
         ]
         assert [context_text(c.messages) for c in replay.calls] == stored
         assert replay.passes == ()
-        assert replay.failed == ()
+        assert replay.cut_short == ()
+
+
+@pytest.mark.anyio
+async def test_the_pass_count_rises_exactly_where_a_pass_rewrote_the_context() -> None:
+    (coding, _chat) = await store_corpus(MemoryStore())
+    manager = ContextManager(TruncatingCompactor(), context_window=16_384)
+    replay = await replay_session(coding, manager)
+    simulation = await simulate(coding, context=manager)
+    assert replay.passes
+    rises = [
+        n
+        for n, call in enumerate(replay.calls)
+        if call.passes > (replay.calls[n - 1].passes if n else 0)
+    ]
+    breaks = [n for n, call in enumerate(simulation.calls) if call.cache_break]
+    assert rises == breaks

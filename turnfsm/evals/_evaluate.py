@@ -111,8 +111,9 @@ class StrategyResult:
         probes: Each probe against its session's final context.
         judged: Whether a judge answered the probes.
         rereads: (re-reads, tool calls within the span after a pass).
-        failed_runs: Runs that failed under the strategy (a real run would
-            have failed there too, e.g. over the window).
+        failed_runs: Runs cut short under the strategy: fewer model calls
+            than recorded (a real run would have failed there too, e.g.
+            over the window).
     """
 
     strategy: str
@@ -185,7 +186,7 @@ class Evaluation:
             "probes present",
         ]
         head += ["judge right"] if judged else []
-        head += ["re-reads after a pass", "failed runs"]
+        head += ["re-reads after a pass", "runs cut short"]
         line = self.window * 80 // 100
         rows = [
             f"Sessions: {', '.join(self.sessions)}; window {self.window:,} "
@@ -345,7 +346,7 @@ async def evaluate(
             manager = attrs.evolve(
                 settings or ContextManager(), compactor=compactor, context_window=window
             )
-            replay = await replay_session(session, manager)
+            replay = await replay_session(session, manager, summary_model=counting)
             replays.append(replay)
             final = replay.calls[-1].messages if replay.calls else ()
             text = context_text(final)
@@ -366,7 +367,7 @@ async def evaluate(
                 probes=tuple(checked),
                 judged=judge is not None,
                 rereads=(sum(a for a, _ in rereads), sum(b for _, b in rereads)),
-                failed_runs=sum(len(r.failed) for r in replays),
+                failed_runs=sum(len(r.cut_short) for r in replays),
             )
         )
     return Evaluation(

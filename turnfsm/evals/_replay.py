@@ -1,33 +1,24 @@
-"""Replay a stored session under another context policy (replies held fixed).
+"""A stored session under another context policy, through `simulate`.
 
 The one seam between the benchmark and the replay: `replay_session`. The
 k-th model call of each run gets that run's k-th recorded reply, each tool
-call its recorded result (by call id); the run goes through a real `Agent`
-in a `MemoryStore`, so thresholds, passes and the window checks are the
-driver's own. The stored session is never written to.
+call its recorded result (by call id); thresholds, passes and window checks
+are the driver's own (see `turnfsm.simulate.simulate`). The stored session
+is never written to.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, final
+from typing import final
 
 import attrs
 
-from turnfsm.agent import Agent
 from turnfsm.context import ContextManager
-from turnfsm.core import MachineSpec, ModelReplied
-from turnfsm.evals._corpus import recorded_tools
+from turnfsm.core import MachineSpec
 from turnfsm.messages import Message
-from turnfsm.persistence import (
-    CompactionRecord,
-    MemoryStore,
-    RunRecord,
-    Session,
-    event_messages,
-)
-from turnfsm.providers import ModelRequest
-from turnfsm.testing import FakeModelClient
+from turnfsm.persistence import CompactionRecord, Session
+from turnfsm.providers import ModelClient
+from turnfsm.simulate import simulate
 
 __all__ = ["ReplayedCall", "ReplayedSession", "replay_session"]
 
@@ -40,7 +31,7 @@ class ReplayedCall:
     Attributes:
         run_id: The stored run it replays.
         messages: The context the model would see.
-        tokens: Its estimate, by the context manager's counter.
+        tokens: The request's estimate, as the run measured it.
         reply: The recorded reply it gets.
         passes: The compaction passes done before it (over the whole session).
     """
@@ -61,19 +52,18 @@ class ReplayedSession:
         session_id: The stored session.
         calls: Every model call, in order.
         passes: Every compaction pass, in order.
-        failed: The runs that failed under this policy, with why.
+        cut_short: The runs that made fewer model calls than they recorded
+            (they failed under this policy, e.g. over the window).
         history_tokens: The whole stored history's estimate (uncompacted).
+        caveats: What the replay cannot know, and where it differed.
     """
 
     session_id: str
     calls: tuple[ReplayedCall, ...]
     passes: tuple[CompactionRecord, ...]
-    failed: tuple[tuple[str, str], ...]
+    cut_short: tuple[str, ...]
     history_tokens: int
-
-
-def _replies(run: RunRecord) -> list[Message]:
-    return [e.message for e in run.events if isinstance(e, ModelReplied)]
+    caveats: tuple[str, ...] = ()
 
 
 async def replay_session(
@@ -81,6 +71,7 @@ async def replay_session(
     context: ContextManager,
     *,
     machine: MachineSpec | None = None,
+    summary_model: ModelClient | None = None,
 ) -> ReplayedSession:
     """Re-run every run of `session` under `context`, replies and results fixed.
 
@@ -88,52 +79,36 @@ async def replay_session(
         session: A stored session.
         context: The context policy to replay under.
         machine: The machine to run on; None: each run's stored machine.
+        summary_model: Answers the summaries the strategy asks for (None:
+            only the recorded ones, reused when the request is the same).
+
+    Raises:
+        ConfigError: the session cannot be replayed (see `simulate`).
     """
-    calls: list[ReplayedCall] = []
-    failed: list[tuple[str, str]] = []
-    copy = Session(session.id, store=MemoryStore())
-    for run in session.runs:
-        replies = _replies(run)
-        results = {
-            part.call_id: part.content
-            for event in run.events
-            for message in event_messages(event)
-            for part in message.tool_results
-        }
-        names = sorted({c.name for r in replies for c in r.tool_calls})
-
-        def answer(
-            request: ModelRequest,
-            run_id: str = run.run_id,
-            replies: list[Message] = replies,
-        ) -> Message:
-            k = sum(1 for c in calls if c.run_id == run_id)
-            reply = replies[k] if k < len(replies) else Message.assistant("")
-            messages = tuple(request.messages)
-            done = sum(len(r.compactions) for r in copy.runs)
-            calls.append(
-                ReplayedCall(run_id, messages, context.count(messages), reply, done)
-            )
-            return reply
-
-        stored = machine or session.machine(run.opened.digest)
-        options: dict[str, Any] = {} if stored is None else {"machine": stored}
-        agent = Agent(
-            model=FakeModelClient(answer),
-            tools=recorded_tools(functools.partial(dict, results), names),
-            context=context,
-            session=copy,
-            max_turns=1000,
-            **options,
+    simulation = await simulate(
+        session, context=context, machine=machine, summary_model=summary_model
+    )
+    order = {run.run_id: n for n, run in enumerate(session.runs)}
+    # A pass in turn t of a run (t calls made) comes before its call t + 1.
+    points = sorted((order[p.run_id], p.turn + 1) for p in simulation.passes)
+    calls = []
+    for call in simulation.calls:
+        at = (order[call.run_id], call.turn)
+        done = sum(1 for point in points if point <= at)
+        calls.append(
+            ReplayedCall(call.run_id, call.messages, call.tokens, call.reply, done)
         )
-        result = await agent.run(list(run.input))
-        if result.outcome != "done":
-            failed.append((run.run_id, str(result.error or result.outcome)))
-    passes = tuple(c for r in copy.runs for c in r.compactions)
+    made: dict[str, int] = {}
+    for call in simulation.calls:
+        made[call.run_id] = made.get(call.run_id, 0) + 1
+    short = tuple(
+        run.run_id for run in session.runs if made.get(run.run_id, 0) < len(run.turns)
+    )
     return ReplayedSession(
         session.id,
         tuple(calls),
-        passes,
-        tuple(failed),
+        simulation.passes,
+        short,
         context.count(list(session.history)),
+        simulation.caveats,
     )
