@@ -7,6 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.helpers import REPO_ROOT
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.context import ContextManager, TruncatingCompactor
@@ -213,3 +214,20 @@ async def test_the_pass_count_rises_exactly_where_a_pass_rewrote_the_context() -
     ]
     breaks = [n for n, call in enumerate(simulation.calls) if call.cache_break]
     assert rises == breaks
+
+
+def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:
+    guide = (REPO_ROOT / "docs/how-to/choose-a-strategy.md").read_text()
+    section = guide.split("## Measured trade-offs")[1]
+    shown = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    rows = {
+        cells[0]: cells
+        for line in TABLE.read_text().splitlines()
+        if line.startswith("| ")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert shown, "the guide shows no table"
+    for line in shown:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        full = rows[cells[0]]
+        assert cells == [full[0], full[1], full[2], full[3], full[5], full[7]]

@@ -114,6 +114,7 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
         print(f"turnfsm eval: {exc}", file=sys.stderr)
         return 2
     print(evaluation.table(), file=stream)
+    stream.flush()  # the table first, then any floor line on stderr
     if command.floor is None:
         return 0
     under = evaluation.below(command.floor)
