@@ -89,6 +89,7 @@ def test_the_floor_fails_on_a_compactor_that_drops_everything(
         (["--window", "0"], "invalid --window=0"),
         (["some-session"], "invalid --probes=None"),
         (["--probes", "missing.toml"], "a readable probe file"),
+        (["--prices", "gpt-nothing"], "invalid --prices='gpt-nothing'"),
     ],
 )
 def test_a_bad_option_exits_2_naming_it(
@@ -231,3 +232,23 @@ def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:
         cells = [c.strip() for c in line.strip("|").split("|")]
         full = rows[cells[0]]
         assert cells == [full[0], full[1], full[2], full[3], full[5], full[7]]
+
+
+@pytest.mark.anyio
+async def test_prices_cost_the_calls_and_the_summaries() -> None:
+    sessions = await store_corpus(MemoryStore())
+    evaluation = await evaluate(
+        sessions,
+        corpus_probes(),
+        strategies={
+            "truncating": lambda m: shipped_strategy("truncating", m),
+            "layered": lambda m: shipped_strategy("layered", m),
+        },
+        window=16_384,
+        summary_model=ExtractiveSummaryModel(),
+        prices="gpt-4o-mini",
+    )
+    truncating, layered = evaluation.results
+    assert truncating.summary_cost == 0 < layered.summary_cost  # type: ignore[operator]
+    assert 0 < truncating.cost < layered.cost  # type: ignore[operator]
+    assert "| cost $ | summary cost $ |" in evaluation.table()

@@ -362,6 +362,11 @@ def _eval_parser(sub: Any) -> None:
         help="exit 1 when a strategy keeps under this share of the probes "
         "(0..1; the judge's answers when --judge is given)",
     )
+    evaluate.add_argument(
+        "--prices",
+        metavar="MODEL",
+        help="cost every call and summary at a known model's prices (gpt-4o)",
+    )
     evaluate.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
 
 

@@ -25,7 +25,7 @@ from turnfsm.evals import (
     store_corpus,
 )
 from turnfsm.persistence import MemoryStore, Session
-from turnfsm.providers import ModelClient
+from turnfsm.providers import ModelClient, known_prices
 from turnfsm.testing import ExtractiveSummaryModel
 
 __all__ = ["EvalCommand", "run_eval"]
@@ -56,6 +56,7 @@ class EvalCommand:
         ),
     )
     store: str | None = None
+    prices: str | None = None
 
 
 def strategy_maker(spec: str) -> Maker:
@@ -102,6 +103,10 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
     stream = out or sys.stdout
     try:
         command = EvalCommand(**options)
+        if command.prices is not None and known_prices(command.prices) is None:
+            raise ConfigError(
+                "--prices", command.prices, "a model with known prices (gpt-4o)"
+            )
         makers = {s: strategy_maker(s) for s in (command.strategies or STRATEGIES)}
         probes = _probes(command)
         with contextlib.ExitStack() as stack:
@@ -172,6 +177,24 @@ async def _evaluate(
     summary_name: str,
     judge: ModelClient | None,
 ) -> Evaluation:
+    try:
+        return await _measure(command, probes, makers, summary, summary_name, judge)
+    finally:  # in this event loop: the clients' connections belong to it
+        for model in {id(m): m for m in (summary, judge) if m is not None}.values():
+            close = getattr(model, "close", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True):
+                    await close()
+
+
+async def _measure(
+    command: EvalCommand,
+    probes: Sequence[Probe],
+    makers: dict[str, Maker],
+    summary: ModelClient,
+    summary_name: str,
+    judge: ModelClient | None,
+) -> Evaluation:
     caveats = [f"Summary model: {summary_name}."]
     if command.sessions:
         sessions = await _load(command.store, command.sessions)
@@ -188,6 +211,7 @@ async def _evaluate(
         window=command.window,
         summary_model=summary,
         judge=judge,
+        prices=command.prices,
         caveats=caveats,
     )
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Final, final
 
 import attrs
@@ -114,6 +115,9 @@ class StrategyResult:
         failed_runs: Runs cut short under the strategy: fewer model calls
             than recorded (a real run would have failed there too, e.g.
             over the window).
+        cost: Every call and summary at the chosen prices, in US dollars
+            (None: no prices asked for).
+        summary_cost: The summaries' part of `cost`.
     """
 
     strategy: str
@@ -126,6 +130,8 @@ class StrategyResult:
     judged: bool
     rereads: tuple[int, int]
     failed_runs: int
+    cost: Decimal | None = None
+    summary_cost: Decimal | None = None
 
     @property
     def present_share(self) -> float:
@@ -147,6 +153,15 @@ class StrategyResult:
         """What the floor is checked against: the judged share, else present."""
         judged = self.judged_share
         return self.present_share if judged is None else judged
+
+
+def _money(value: Decimal | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _total(values: Iterable[Decimal | None]) -> Decimal | None:
+    known = [v for v in values if v is not None]
+    return sum(known, Decimal(0)) if known else None
 
 
 def _fraction(n: int, total: int) -> str:
@@ -187,6 +202,8 @@ class Evaluation:
         ]
         head += ["judge right"] if judged else []
         head += ["re-reads after a pass", "runs cut short"]
+        priced = any(r.cost is not None for r in self.results)
+        head += ["cost $", "summary cost $"] if priced else []
         line = self.window * 80 // 100
         rows = [
             f"Sessions: {', '.join(self.sessions)}; window {self.window:,} "
@@ -212,6 +229,8 @@ class Evaluation:
                 share = r.judged_share
                 cells.append("-" if share is None else _fraction(round(share * n), n))
             cells += [_fraction(*r.rereads), str(r.failed_runs)]
+            if priced:
+                cells += [_money(r.cost), _money(r.summary_cost)]
             rows.append("| " + " | ".join(cells) + " |")
         notes = "\n".join(f"- {c}" for c in self.caveats)
         parts = ["\n".join(rows), self.probe_table(), notes]
@@ -306,6 +325,7 @@ async def evaluate(
     summary_model: ModelClient,
     judge: ModelClient | None = None,
     settings: ContextManager | None = None,
+    prices: str | None = None,
     caveats: Sequence[str] = (),
 ) -> Evaluation:
     """Replay every session under each strategy and check the probes.
@@ -323,11 +343,13 @@ async def evaluate(
         settings: The context policy's other settings (threshold, counter,
             message-count line, ...), its compactor and window replaced per
             strategy; None: the `ContextManager` defaults.
+        prices: A known model's name (``gpt-4o``) whose prices cost each
+            call and summary (None: no costs).
         caveats: Added to the report's own (e.g. what the summary model is).
 
     Raises:
-        ConfigError: a probe names a session not evaluated, or a session has
-            no probe.
+        ConfigError: a probe names a session not evaluated, a session has
+            no probe, or `prices` names no model with known prices.
     """
     ids = [s.id for s in sessions]
     for n, probe in enumerate(probes):
@@ -346,7 +368,9 @@ async def evaluate(
             manager = attrs.evolve(
                 settings or ContextManager(), compactor=compactor, context_window=window
             )
-            replay = await replay_session(session, manager, summary_model=counting)
+            replay = await replay_session(
+                session, manager, summary_model=counting, prices=prices
+            )
             replays.append(replay)
             final = replay.calls[-1].messages if replay.calls else ()
             text = context_text(final)
@@ -368,6 +392,8 @@ async def evaluate(
                 judged=judge is not None,
                 rereads=(sum(a for a, _ in rereads), sum(b for _, b in rereads)),
                 failed_runs=sum(len(r.cut_short) for r in replays),
+                cost=_total(r.cost for r in replays),
+                summary_cost=_total(r.summary_cost for r in replays),
             )
         )
     return Evaluation(

@@ -9,6 +9,7 @@ is never written to.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import final
 
 import attrs
@@ -56,6 +57,9 @@ class ReplayedSession:
             (they failed under this policy, e.g. over the window).
         history_tokens: The whole stored history's estimate (uncompacted).
         caveats: What the replay cannot know, and where it differed.
+        cost: The price of every call and summary at the chosen model's
+            prices, in US dollars (None: no prices asked for).
+        summary_cost: The part of `cost` the summaries' model calls make.
     """
 
     session_id: str
@@ -64,6 +68,8 @@ class ReplayedSession:
     cut_short: tuple[str, ...]
     history_tokens: int
     caveats: tuple[str, ...] = ()
+    cost: Decimal | None = None
+    summary_cost: Decimal | None = None
 
 
 async def replay_session(
@@ -72,6 +78,7 @@ async def replay_session(
     *,
     machine: MachineSpec | None = None,
     summary_model: ModelClient | None = None,
+    prices: str | None = None,
 ) -> ReplayedSession:
     """Re-run every run of `session` under `context`, replies and results fixed.
 
@@ -81,12 +88,18 @@ async def replay_session(
         machine: The machine to run on; None: each run's stored machine.
         summary_model: Answers the summaries the strategy asks for (None:
             only the recorded ones, reused when the request is the same).
+        prices: A known model's name (``gpt-4o``) whose prices cost the
+            calls and the summaries (None: no costs).
 
     Raises:
         ConfigError: the session cannot be replayed (see `simulate`).
     """
     simulation = await simulate(
-        session, context=context, machine=machine, summary_model=summary_model
+        session,
+        context=context,
+        machine=machine,
+        summary_model=summary_model,
+        prices=prices,
     )
     order = {run.run_id: n for n, run in enumerate(session.runs)}
     # A pass in turn t of a run (t calls made) comes before its call t + 1.
@@ -111,4 +124,6 @@ async def replay_session(
         short,
         context.count(list(session.history)),
         simulation.caveats,
+        simulation.cost,
+        simulation.summary_cost,
     )
