@@ -1,10 +1,10 @@
-"""`turnfsm eval --judge local`: the bundled model answers every probe.
+"""The local model as the judge: it answers every probe over the final context.
 
 The mechanics on a real model (real HTTP, a real tokenizer): a user's stored
 session is replayed under truncation, and Gemma 3 270M on llama.cpp is
 asked each probe's question over each final context. What it answers is not
-checked (a small base model), only that each probe got an answer and the
-table shows the judge's column.
+checked (a small base model), only that each probe got one and the table
+shows the judge's column.
 
 Skipped when the ``local`` extra is missing, unless TURNFSM_REQUIRE_LOCAL_MODEL
 is set (CI sets it).
@@ -19,11 +19,13 @@ import pytest
 
 from tests.integration._local import require_local_extra
 from turnfsm import Agent
-from turnfsm.cli import main
+from turnfsm.evals import Evaluation, evaluate, load_probes, shipped_strategy
 from turnfsm.persistence import Session, SQLiteStore
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
 
 require_local_extra()
+
+from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
 
 pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -41,9 +43,7 @@ async def _record(path: Path) -> None:
     await store.aclose()
 
 
-def test_the_local_judge_answers_every_probe(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_local_judge_answers_every_probe(tmp_path: Path) -> None:
     db = tmp_path / "sessions.db"
     anyio.run(_record, db)
     probes = tmp_path / "probes.toml"
@@ -53,14 +53,32 @@ def test_the_local_judge_answers_every_probe(
         '[[probe]]\nkind = "next_step"\n'
         'question = "What did the user ask last?"\nexpect = "How are things"\n'
     )
-    argv = ["eval", "support-42", "--probes", str(probes), "--store", str(db)]
-    argv += ["--window", "2000", "--judge", "local"]
-    argv += ["--strategy", "truncating"]
-    assert main(argv) == 0
-    out = capsys.readouterr().out
-    assert "| judge right |" in out
-    assert "Judge: local" in out
-    rows = [line for line in out.splitlines() if line.startswith("| support-42 |")]
-    assert len(rows) == 2  # one row per probe
-    for row in rows:  # present/judged marks: the judge answered each probe
-        assert row.count("/") == 2
+    evaluation = anyio.run(_judged, db, probes)
+    (result,) = evaluation.results
+    assert [p.probe.question for p in result.probes] == [
+        "What is the deploy code?",
+        "What did the user ask last?",
+    ]
+    for probe in result.probes:  # the model answered (right or not)
+        assert isinstance(probe.answer, str)
+        assert probe.answer.strip()
+    assert "| judge right |" in evaluation.table()
+
+
+async def _judged(db: Path, probes: Path) -> Evaluation:
+    store = SQLiteStore(db)
+    session = await Session.load(store, "support-42")
+    await store.aclose()
+    with LlamaServer(n_ctx=4096) as server:
+        judge = OpenAIModel(model="local", base_url=server.base_url, timeout=600)
+        try:
+            return await evaluate(
+                [session],
+                load_probes(probes),
+                strategies={"truncating": lambda m: shipped_strategy("truncating", m)},
+                window=2_000,
+                summary_model=ExtractiveSummaryModel(),
+                judge=judge,
+            )
+        finally:
+            await judge.close()
