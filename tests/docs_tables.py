@@ -300,6 +300,7 @@ GENERATORS: Mapping[str, Callable[[], str]] = {
     "cli-demo": cli_help("demo"),
     "cli-worker": cli_help("worker"),
     "cli-replay": cli_help("replay"),
+    "cli-simulate": cli_help("simulate"),
     "cli-run": cli_help("run"),
     "cli-answers": cli_usages("approve", "reject", "resume", "abandon"),
     "cli-diagram": cli_help("diagram"),

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import io
+from decimal import Decimal
 
+import attrs
 import pytest
 
-from turnfsm.cli._demo import STRATEGIES, TASK, build_demo_agent
-from turnfsm.context import ContextManager
+from tests.helpers import REPO_ROOT
+from turnfsm import Agent, TruncatingCompactor
+from turnfsm._resources import load_machine
+from turnfsm.cli._demo import STRATEGIES, TASK, SimulatedModel, build_demo_agent
+from turnfsm.context import ContextManager, LayeredCompactor
 from turnfsm.core import Measured, ModelReplied
+from turnfsm.errors import ConfigError
 from turnfsm.persistence import CompactionRecord, MemoryStore, RunRecord, Session
-from turnfsm.simulate import Simulation, simulate
+from turnfsm.providers import known_prices
+from turnfsm.simulate import Simulation, simulate, stored_context
 from turnfsm.simulate._simulate import CAVEATS
+from turnfsm.testing import ScriptedModel, reply, tool_call
 
 
 def _measured(run: RunRecord) -> list[int]:
@@ -68,7 +76,149 @@ async def test_the_demo_with_its_own_settings_reproduces_the_stored_figures(
         assert call.cost is None
     # The same passes, with the same reasons, verdicts, sizes and usage.
     assert [_pass(p) for p in sim.passes] == [_pass(p) for p in run.compactions]
-    assert sim.caveats == CAVEATS  # no run ended otherwise than it did
+    assert sim.caveats == CAVEATS
+    assert sim.differences == ()  # no run ended otherwise than it did
     # Every compacted pass rewrote the prefix: the next call's cache breaks.
     assert sim.cache_breaks == sum(1 for p in run.compactions if p.compacted)
     assert stored.version == version  # nothing was written to it
+
+
+@pytest.mark.anyio
+async def test_layered_at_4000_tokens_reports_every_pass_with_costs() -> None:
+    stored, context = await _demo("truncating")
+    layered = LayeredCompactor(compact_newest_exchange=True)
+    smaller = attrs.evolve(context, compactor=layered, context_window=4_000)
+    sim = await simulate(
+        stored, context=smaller, summary_model=SimulatedModel(), prices="gpt-4o"
+    )
+    assert sim.differences == ()
+    assert len(sim.passes) >= 2
+    assert len(sim.pass_costs) == len(sim.passes)
+    for p, cost in zip(sim.passes, sim.pass_costs, strict=True):
+        assert p.strategy == "LayeredCompactor"
+        assert p.compacted
+        assert p.tokens_after < p.tokens_before
+        assert p.usage is not None  # each pass made a summary call
+        assert cost is not None
+        assert cost > 0
+    assert all(c.tokens <= 4_000 for c in sim.calls)
+    prices = known_prices("gpt-4o")
+    assert prices is not None
+    for call in sim.calls:
+        assert call.cost is not None
+        out = call.output_tokens
+        assert out > 0
+        assert call.cost == prices.cost(call.tokens, call.cached_tokens, out)
+    # A pass rewrote the prefix before each call after it: the cache breaks.
+    assert sim.cache_breaks == len(sim.passes)
+    assert sim.cost == sum(c.cost or 0 for c in sim.calls) + sum(
+        c or 0 for c in sim.pass_costs
+    )
+    assert sim.summary_calls == len(sim.passes)
+    assert sim.tokens_sent < sum(_measured(stored.runs[0]))
+
+
+@pytest.mark.anyio
+async def test_a_summary_the_log_does_not_hold_needs_a_summary_model() -> None:
+    stored, context = await _demo("truncating")
+    layered = LayeredCompactor(compact_newest_exchange=True)
+    smaller = attrs.evolve(context, compactor=layered, context_window=4_000)
+    with pytest.raises(ConfigError) as caught:
+        await simulate(stored, context=smaller)
+    assert caught.value.field == "summary_model"
+    assert "does not hold" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_without_settings_the_logged_lines_and_compactor_kind_stand_in() -> None:
+    stored, _ = await _demo("truncating")
+    sim = await simulate(stored)
+    assert any("TruncatingCompactor with its defaults" in c for c in sim.caveats)
+    # The default truncating compactor keeps the newest exchange whole: the
+    # demo's one long run cannot shrink, and the simulation says it failed.
+    assert sim.differences
+    assert "ended failed in the simulation (done in the log)" in sim.differences[0]
+    assert stored_context(stored).window == 8_000
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [("nope-model", "prices"), ("", "prices")],
+)
+async def test_unknown_prices_are_refused(value: str, field: str) -> None:
+    stored, context = await _demo("truncating")
+    with pytest.raises(ConfigError) as caught:
+        await simulate(stored, context=context, prices=value)
+    assert caught.value.field == field
+    assert caught.value.value == value
+
+
+def test_known_prices_come_from_the_bundled_catalogue() -> None:
+    gpt = known_prices("gpt-4o")
+    assert gpt is not None
+    assert (gpt.input, gpt.cached_input, gpt.output) == (
+        Decimal("2.5"),
+        Decimal("1.25"),
+        Decimal("10"),
+    )
+    assert gpt.cost(1_000_000, 0, 0) == Decimal("2.5")
+    assert gpt.cost(1_000_000, 1_000_000, 1_000_000) == Decimal("11.25")
+    claude = known_prices("claude-sonnet-4-5")
+    assert claude is not None
+    assert claude.tiers  # dearer past 200,000 input tokens
+    assert claude.cost(300_000, 0, 0) > claude.cost(100_000, 0, 0) * 3
+    assert known_prices("no-such-model") is None
+
+
+def _read(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file's path.
+    """
+    return f"# {path}\n" + "".join(f"line {n} of {path}\n" for n in range(60))
+
+
+@pytest.mark.anyio
+async def test_a_session_of_several_runs_reproduces_run_by_run() -> None:
+    calls = [
+        reply(f"Reading {i}.", tool_call("_read", f"call_{i}", path=f"f{i}.py"))
+        for i in range(6)
+    ]
+    model = ScriptedModel.of(
+        *calls[:3], "first three read", *calls[3:], "all six read", "bye"
+    )
+    context = ContextManager(
+        TruncatingCompactor(preserve_recent=2, min_messages=3),
+        context_window=4_000,
+        threshold=60,
+    )
+    store = MemoryStore()
+    agent = Agent(
+        model=model, tools=[_read], context=context, store=store, system_prompt="Hi."
+    )
+    for task in ("read f0..f2", "read f3..f5", "thanks"):
+        assert (await agent.run(task)).ok
+    stored = await Session.load(store, agent.session.id)
+    assert len(stored.runs) == 3
+    assert any(r.compactions for r in stored.runs)
+    sim = await simulate(stored, context=context)
+    assert sim.differences == ()
+    assert [c.tokens for c in sim.calls] == [
+        size for run in stored.runs for size in _measured(run)
+    ]
+    assert [c.run_id for c in sim.calls] == [
+        run.run_id for run in stored.runs for _ in run.turns
+    ]
+    assert sim.passes == tuple(p for r in stored.runs for p in r.compactions)
+
+
+@pytest.mark.anyio
+async def test_the_shipped_machine_file_gives_the_same_figures() -> None:
+    stored, context = await _demo("truncating")
+    own = await simulate(stored, context=context)
+    shipped = load_machine(REPO_ROOT / "machines" / "turn.toml")
+    again = await simulate(stored, context=context, machine=shipped)
+    assert [c.tokens for c in again.calls] == [c.tokens for c in own.calls]
+    assert again.passes == own.passes

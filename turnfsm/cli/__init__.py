@@ -1,4 +1,8 @@
-"""The ``turnfsm`` command: demo, run, sessions, replay, diagram, eval, check, ..."""
+"""The ``turnfsm`` command.
+
+Its subcommands: demo, run, approve, sessions, replay, simulate, diagram, eval,
+check.
+"""
 
 from __future__ import annotations
 
@@ -99,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the machine file the runs ran on (default: the shipped machine "
         "with the logged name)",
     )
+    _simulate_parser(sub)
     agent_options = _agent_options()
     run = sub.add_parser(
         "run",
@@ -475,6 +480,59 @@ def _options(args: argparse.Namespace) -> Any:
     return AgentOptions(**{name: getattr(args, name) for name in names})
 
 
+def _simulate_parser(sub: Any) -> None:
+    simulate = sub.add_parser(
+        "simulate",
+        help="re-run a stored session's context policy under other settings",
+        description="Re-run a stored session with its recorded replies and tool "
+        "results held fixed, under other context settings, and print per model "
+        "call the tokens that would be sent, each compaction pass, where the "
+        "prompt cache would break and, with --prices, the cost. The model "
+        "would have answered differently under other settings: the figures "
+        "are what the recorded run would have sent. Exit status: 0 every run "
+        "went as recorded, 1 a simulated run ended otherwise, 2 bad input.",
+    )
+    simulate.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+    simulate.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    simulate.add_argument(
+        "--strategy",
+        metavar="NAME",
+        help="the compactor, with its defaults: masking, truncating, "
+        "summarizing or layered (default: the session's own kind)",
+    )
+    simulate.add_argument(
+        "--compactor",
+        metavar="MODULE:ATTR",
+        help="your compactor (or ContextManager, or a function making one)",
+    )
+    simulate.add_argument(
+        "--newest-exchange",
+        action="store_true",
+        help="let the compactor cut inside the newest exchange (one long "
+        "tool-using run)",
+    )
+    simulate.add_argument(
+        "--window", type=int, metavar="TOKENS", help="the context window"
+    )
+    simulate.add_argument(
+        "--threshold", type=int, metavar="PCT", help="the threshold line, in %%"
+    )
+    simulate.add_argument(
+        "--machine", metavar="FILE", help="the machine file to run on"
+    )
+    simulate.add_argument(
+        "--prices",
+        metavar="MODEL",
+        help="cost each call at a known model's prices (gpt-4o, claude-sonnet-4-5)",
+    )
+    simulate.add_argument(
+        "--summary-model",
+        metavar="SPEC",
+        help="answers the summaries the log does not hold: openai:MODEL, "
+        "anthropic:MODEL, local, a base URL, or demo (the demo's model)",
+    )
+
+
 def _other(args: argparse.Namespace) -> int:
     if args.command in ("approve", "reject", "resume", "abandon"):
         from turnfsm.cli._answer import AnswerCommand, run_answer
@@ -498,6 +556,14 @@ def _other(args: argparse.Namespace) -> int:
             store=args.store,
             session_id=args.session,
         )
+    if args.command == "simulate":
+        import attrs
+
+        from turnfsm.cli._simulate import SimulateCommand, run_simulate
+
+        given = vars(args)
+        names = [f.name for f in attrs.fields(SimulateCommand)]
+        return run_simulate(SimulateCommand(**{name: given[name] for name in names}))
     if args.command == "sessions":
         from turnfsm.cli._sessions import SessionsCommand, run_sessions
 

@@ -9,6 +9,11 @@ own settings it reproduces the stored figures.
 
 from __future__ import annotations
 
-from turnfsm.simulate._simulate import SimulatedCall, Simulation, simulate
+from turnfsm.simulate._simulate import (
+    SimulatedCall,
+    Simulation,
+    simulate,
+    stored_context,
+)
 
-__all__ = ["SimulatedCall", "Simulation", "simulate"]
+__all__ = ["SimulatedCall", "Simulation", "simulate", "stored_context"]

@@ -16,6 +16,7 @@ from typing import Any, Final, cast, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context import (
     ContextCompactor,
     ContextManager,
@@ -35,7 +36,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver import Driver, EffectContext
 from turnfsm.driver import compact as builtin_compact
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
@@ -53,9 +54,9 @@ from turnfsm.providers import (
 from turnfsm.tokens import TokenCounter, default_counter
 from turnfsm.values import Usage
 
-__all__ = ["SimulatedCall", "Simulation", "simulate"]
+__all__ = ["STRATEGIES", "SimulatedCall", "Simulation", "simulate", "stored_context"]
 
-CAVEATS: Final = (
+CAVEATS: Final[tuple[str, ...]] = (
     "the replies and tool results are the recorded ones: under other settings "
     "the model would have answered differently, so later calls are what the "
     "recorded run would have sent, not what a new run would do",
@@ -93,6 +94,8 @@ class SimulatedCall:
             context (the cache serves less than the previous call sent).
         cost: The call's price in US dollars at the chosen model's prices
             (None: no prices asked for).
+        output_tokens: The reply's tokens: what the provider reported for
+            it, else the estimate.
     """
 
     run_id: str
@@ -103,6 +106,7 @@ class SimulatedCall:
     cached_tokens: int
     cache_break: bool
     cost: Decimal | None = None
+    output_tokens: int = 0
 
 
 @final
@@ -115,17 +119,23 @@ class Simulation:
         calls: Every model call of every run, in order.
         passes: Every compaction pass, in order.
         caveats: What the simulation cannot know.
+        differences: Where a simulated run ended otherwise than the stored
+            one (another outcome, recorded replies left over), in words.
         prices: The model whose prices cost the calls, or None.
         summary_cost: The price of the summaries' model calls (None: no
             prices asked for).
+        pass_costs: The price of each pass's summary calls, in the order
+            of `passes` (None each: no prices asked for).
     """
 
     session_id: str
     calls: tuple[SimulatedCall, ...]
     passes: tuple[CompactionRecord, ...]
     caveats: tuple[str, ...] = CAVEATS
+    differences: tuple[str, ...] = ()
     prices: str | None = None
     summary_cost: Decimal | None = None
+    pass_costs: tuple[Decimal | None, ...] = ()
 
     @property
     def tokens_sent(self) -> int:
@@ -176,11 +186,13 @@ class Simulation:
             lines.append(row + (f" {_money(c.cost):>10}" if priced else ""))
         lines.append("")
         lines.append(f"passes: {len(self.passes)}")
-        for p in self.passes:
+        costs = self.pass_costs or (None,) * len(self.passes)
+        for p, cost in zip(self.passes, costs, strict=True):
             lines.append(
                 f"  {p.run_id} after call {p.turn}: {p.reason} -> {p.verdict} "
                 f"({p.strategy or 'no compactor'}, "
-                f"{p.tokens_before} -> {p.tokens_after} tokens)"
+                f"{p.tokens_before} -> {p.tokens_after} tokens"
+                + (f", summary ${_money(cost)})" if p.usage and priced else ")")
             )
         t = self.totals
         lines.append("")
@@ -192,7 +204,8 @@ class Simulation:
         )
         lines.append("")
         lines.extend(f"note: {c}" for c in self.caveats)
-        return "\n".join(lines)
+        lines.extend(f"differs: {d}" for d in self.differences)
+        return "\n".join(line.rstrip() for line in lines)
 
 
 def _money(value: Decimal | None) -> str:
@@ -229,24 +242,24 @@ class _ReplayModel:
         self.summary_model = summary_model
         self.replies: list[tuple[Message, Usage | None]] = []
         self.run_id = ""
+        self.missing: ConfigError | None = None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if _SUMMARY.get():
             if self.summary_model is None:
-                raise ConfigError(
+                self.missing = ConfigError(
                     "summary_model",
                     None,
-                    "a model for the summaries this strategy asks for "
-                    f"(run {self.run_id}: no recorded summary has the same request)",
+                    "a model for the summaries the strategy asks for: in run "
+                    f"{self.run_id} a pass needs a summary the log does not "
+                    "hold (its conversation differs from the recorded one)",
                 )
+                raise self.missing
             return await self.summary_model.complete(request)
         if not self.replies:
-            raise ConfigError(
-                "session",
-                self.run_id,
-                "a run whose recorded replies last the simulation (the "
-                "simulated run asked for more model calls than were recorded)",
-            )
+            # The simulated run asks for more calls than the log recorded:
+            # it ends there, as a failed call (the report says so).
+            raise ProviderError("no recorded reply left for this call", retryable=False)
         message, usage = self.replies.pop(0)
         return ModelResponse(message=message, usage=usage)
 
@@ -338,12 +351,23 @@ def _reserved(session: Session, run: RunRecord, counter: TokenCounter) -> int:
     return max(0, estimate - counter.count(messages))
 
 
-def _stored_context(session: Session) -> ContextManager:
-    """The context manager the session's first run ran with, as far as the log says."""
+def stored_context(session: Session) -> ContextManager:
+    """The context manager `session`'s first run ran with, as far as its log says.
+
+    The log keeps each run's window and lines (its budget) and the name of
+    the compactor of each pass, not the compactor's settings: the
+    compactor is that kind with its default settings (the default
+    `MaskingCompactor` when no pass ran).
+
+    Raises:
+        ConfigError: `session` has no runs.
+    """
+    if not session.runs:
+        raise ConfigError("session", session.id, "a session with at least one run")
     run = session.runs[0]
     budget = run.opened.budget
     names = [p.strategy for r in session.runs for p in r.compactions if p.strategy]
-    compactor: ContextCompactor = TruncatingCompactor()
+    compactor: ContextCompactor = MaskingCompactor()
     for cls in STRATEGIES.values():
         if names and cls.__name__ == names[0]:
             compactor = cls()
@@ -405,12 +429,27 @@ async def simulate(
     runs = session.runs
     if not runs:
         raise ConfigError("session", session.id, "a session with at least one run")
+    _checks.check(prices, "prices", _checks.string(non_empty=True, optional=True))
     price: ModelPrices | None = None
     if prices is not None:
         price = known_prices(prices)
         if price is None:
             raise ConfigError("prices", prices, "a model with known prices (gpt-4o)")
-    manager = context if context is not None else _stored_context(session)
+    caveats: tuple[str, ...] = CAVEATS
+    if context is None:
+        manager = stored_context(session)
+        caveats += (
+            "the log keeps the compactor's kind, not its settings: "
+            f"{type(manager.compactor).__name__} with its defaults stands in",
+        )
+    else:
+        manager = context
+    if manager.use_reported_usage:
+        caveats += (
+            "the provider's reported counts are the recorded ones, for the "
+            "recorded requests: after a pass the log does not hold, the "
+            "measurements that use them are what the recorded run reported",
+        )
     reserved = _reserved(session, runs[0], manager.counter)
     manager = attrs.evolve(manager, counter=_Reserved(manager.counter, reserved))
     model = _ReplayModel(summary_model)
@@ -435,8 +474,11 @@ async def simulate(
         model.run_id = run.run_id
         model.replies = list(record.replies)
         result = await driver.run(list(run.input), session=sim, run_id=run.run_id)
+        if model.missing is not None:
+            raise model.missing
         notes.extend(_differences(run, result.outcome, len(model.replies)))
-    return _report(session, sim, price, prices, tuple(notes))
+    simulation = _report(session, sim, price, prices)
+    return attrs.evolve(simulation, caveats=caveats, differences=tuple(notes))
 
 
 def _differences(run: RunRecord, outcome: str, unused: int) -> list[str]:
@@ -457,7 +499,6 @@ def _report(
     sim: Session,
     price: ModelPrices | None,
     name: str | None,
-    notes: tuple[str, ...],
 ) -> Simulation:
     calls: list[SimulatedCall] = []
     passes: list[CompactionRecord] = []
@@ -498,19 +539,25 @@ def _report(
                     cost=None
                     if price is None
                     else price.cost(tokens, min(cached, tokens), out),
+                    output_tokens=out,
                 )
             )
             previous = (*messages, reply)
+    pass_costs: list[Decimal | None] = []
     for p in passes:
-        if price is not None and p.usage is not None and summary_cost is not None:
-            summary_cost += price.cost(p.usage.input_tokens, 0, p.usage.output_tokens)
+        cost = None
+        if price is not None:
+            used = p.usage or Usage()
+            cost = price.cost(used.input_tokens, 0, used.output_tokens)
+            summary_cost = (summary_cost or Decimal(0)) + cost
+        pass_costs.append(cost)
     return Simulation(
         session_id=sim.id,
         calls=tuple(calls),
         passes=tuple(passes),
         prices=name,
         summary_cost=summary_cost,
-        caveats=CAVEATS + notes,
+        pass_costs=tuple(pass_costs),
     )
 
 

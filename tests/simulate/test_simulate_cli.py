@@ -1,0 +1,133 @@
+"""``turnfsm simulate SESSION``: the table, the passes, the refusals."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from turnfsm.cli import main
+
+Capture = pytest.CaptureFixture[str]
+
+STORE = "sqlite:///sessions.db"
+ROW = re.compile(r"^run_\w+ +(\d+) +(\d+) +(\d+)(?: +(yes))?(?: +(\d+\.\d+))?$", re.M)
+PASS = re.compile(
+    r"^  run_\w+ after call (\d+): (\w+) -> (\w+) \((\w+), (\d+) -> (\d+)",
+    re.M,
+)
+
+
+def _demo_session(capsys: Capture) -> str:
+    assert main(["demo", "--quiet", "--store", STORE]) == 0
+    assert main(["sessions", "list", "--store", STORE]) == 0
+    listing = capsys.readouterr().out
+    (session_id,) = re.findall(r"^(ses_\w+)", listing, re.M)
+    return session_id
+
+
+def test_a_users_compactor_with_the_demos_settings_reproduces_the_demo(
+    capsys: Capture,
+) -> None:
+    session_id = _demo_session(capsys)
+    assert main(["demo", "--store", "memory:"]) == 0
+    demo = capsys.readouterr().out
+    args = ["simulate", session_id, "--store", STORE]
+    code = main([*args, "--compactor", "tests.simulate.user_compactor:compactor"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = ROW.findall(out)
+    assert [int(r[0]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    # The demo printed its passes as they happened: the same ones.
+    shown = re.findall(
+        r"\[compaction\] (?:EMERGENCY )?reason=(\w+) \(\w+\): "
+        r"(\d+) -> (\d+) tokens",
+        demo,
+    )
+    passes = [(p[1], p[4], p[5]) for p in PASS.findall(out)]
+    assert passes == shown
+    assert "differs:" not in out
+    # A function making a whole context manager gives the same figures.
+    assert (
+        main([*args, "--compactor", "tests.simulate.user_compactor:make_context"]) == 0
+    )
+    assert ROW.findall(capsys.readouterr().out) == rows
+
+
+def test_layered_at_4000_tokens_reports_every_pass_with_costs(capsys: Capture) -> None:
+    session_id = _demo_session(capsys)
+    code = main(
+        [
+            "simulate",
+            session_id,
+            "--store",
+            STORE,
+            "--strategy",
+            "layered",
+            "--window",
+            "4000",
+            "--newest-exchange",
+            "--summary-model",
+            "demo",
+            "--prices",
+            "gpt-4o",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "simulated with LayeredCompactor, window 4000" in out
+    rows = ROW.findall(out)
+    assert rows
+    assert all(r[4] for r in rows)  # every call has its cost
+    passes = PASS.findall(out)
+    (count,) = re.findall(r"^passes: (\d+)$", out, re.M)
+    assert len(passes) == int(count) >= 2
+    assert {p[3] for p in passes} == {"LayeredCompactor"}
+    for p in passes:
+        assert int(p[5]) < int(p[4])  # each pass shrank the request
+        assert int(p[5]) <= 4000
+    # Every pass says what its summary cost.
+    assert len(re.findall(r"tokens, summary \$\d+\.\d{6}\)$", out, re.M)) == len(passes)
+    assert "at gpt-4o prices" in out
+    assert re.search(r"cost \$\d+\.\d{6} at gpt-4o prices", out)
+    assert "the model would have answered differently" in out
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ([], "no session 'ses_nope'"),
+        (["--strategy", "fast"], "invalid --strategy='fast'"),
+        (["--prices", "gpt-nope"], "invalid --prices='gpt-nope'"),
+        (["--compactor", "nomodule:x"], "invalid --compactor='nomodule:x'"),
+        (
+            ["--compactor", "tests.simulate.user_compactor:not_a_compactor"],
+            "invalid --compactor=",
+        ),
+        (
+            ["--compactor", "tests.simulate.user_compactor:nothing"],
+            "invalid --compactor='tests.simulate.user_compactor:nothing'",
+        ),
+        (["--compactor", "x:y", "--strategy", "layered"], "invalid --compactor"),
+        (["--window", "-1"], "invalid --window=-1"),
+        (["--threshold", "101"], "invalid --threshold=101"),
+        (["--strategy", "masking", "--newest-exchange"], "invalid --newest-exchange"),
+        (["--summary-model", "nowhere"], "invalid --summary-model='nowhere'"),
+        (
+            ["--strategy", "layered", "--window", "4000", "--newest-exchange"],
+            "invalid --summary-model=None",
+        ),
+        (["--machine", "missing.toml"], "missing.toml"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_option_and_value(
+    capsys: Capture, options: list[str], said: str
+) -> None:
+    session_id = _demo_session(capsys)
+    if not options:
+        session_id = "ses_nope"
+    assert main(["simulate", session_id, "--store", STORE, *options]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("turnfsm simulate: ")
+    assert said in captured.err

@@ -1,0 +1,185 @@
+"""``turnfsm simulate SESSION``: a stored session again under other settings."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import anyio
+import attrs
+
+from turnfsm._resources import load_machine
+from turnfsm.context import ContextCompactor, ContextManager
+from turnfsm.core import MachineSpec
+from turnfsm.errors import ConfigError, DefinitionError, StoreError
+from turnfsm.persistence import Session
+from turnfsm.providers import ModelClient, known_prices
+from turnfsm.simulate import Simulation, simulate, stored_context
+
+__all__ = ["SimulateCommand", "run_simulate"]
+
+
+@attrs.frozen(kw_only=True)
+class SimulateCommand:
+    """The options of ``turnfsm simulate``, as given."""
+
+    session_id: str
+    store: str | None = None
+    strategy: str | None = None
+    compactor: str | None = None
+    newest_exchange: bool = False
+    window: int | None = None
+    threshold: int | None = None
+    machine: str | None = None
+    prices: str | None = None
+    summary_model: str | None = None
+
+
+def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
+    """Simulate the stored session; print its per-call table and passes.
+
+    Returns 0 when every run went as the log says, 1 when a simulated run
+    ended otherwise (the settings would have broken or changed it), 2 when
+    an option, the store or the session cannot be used (named on stderr).
+    """
+    stream = out or sys.stdout
+    try:
+        sim, context = anyio.run(_simulate, command)
+    except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
+        print(f"turnfsm simulate: {exc}", file=sys.stderr)
+        return 2
+    compactor = type(context.compactor).__name__
+    print(
+        f"session {sim.session_id} simulated with {compactor}, window "
+        f"{context.window}, threshold {_line(context)}",
+        file=stream,
+    )
+    print(file=stream)
+    print(sim.table(), file=stream)
+    return 1 if sim.differences else 0
+
+
+def _line(context: ContextManager) -> str:
+    if context.threshold_tokens is not None:
+        return f"{context.threshold_tokens} tokens"
+    return f"{context.threshold}%"
+
+
+async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManager]:
+    from turnfsm.cli._run import load_cli_session
+    from turnfsm.cli._stores import close_store, open_cli_store
+
+    if command.prices is not None and known_prices(command.prices) is None:
+        raise ConfigError(
+            "--prices", command.prices, "a model with known prices (gpt-4o)"
+        )
+    store = open_cli_store(command.store)
+    try:
+        session = await load_cli_session(store, command.session_id)
+    finally:
+        await close_store(store)
+    context = _context(session, command)
+    machine = _machine(command.machine)
+    with _summary_model(command.summary_model) as model:
+        try:
+            sim = await simulate(
+                session,
+                context=context,
+                machine=machine,
+                summary_model=model,
+                prices=command.prices,
+            )
+        except ConfigError as exc:
+            if exc.field == "summary_model":
+                raise attrs.evolve(exc, field="--summary-model") from None
+            raise
+    return sim, context
+
+
+def _context(session: Session, command: SimulateCommand) -> ContextManager:
+    """The stored settings, with the options given in their place."""
+    from turnfsm.cli._agents import load_object
+    from turnfsm.cli._run import compactor
+
+    if command.strategy is not None and command.compactor is not None:
+        raise ConfigError(
+            "--compactor", command.compactor, "no --strategy with it (one of them)"
+        )
+    context = stored_context(session)
+    chosen: Any = None
+    option = "--strategy"
+    if command.strategy is not None:
+        chosen = compactor(command.strategy)
+    elif command.compactor is not None:
+        option = "--compactor"
+        chosen = _user_compactor(load_object(option, command.compactor))
+        if isinstance(chosen, ContextManager):
+            context, chosen = chosen, None
+    if command.newest_exchange:
+        chosen = chosen if chosen is not None else context.compactor
+        if not hasattr(chosen, "compact_newest_exchange"):
+            raise ConfigError(
+                "--newest-exchange",
+                True,
+                f"a compactor that can cut the newest exchange "
+                f"({type(chosen).__name__} cannot)",
+            )
+        chosen = attrs.evolve(chosen, compact_newest_exchange=True)
+    changes: dict[str, Any] = {}
+    if chosen is not None:
+        changes["compactor"] = chosen
+    if command.window is not None:
+        changes["context_window"] = command.window
+    if command.threshold is not None:
+        changes["threshold"] = command.threshold
+        changes["threshold_tokens"] = None
+    try:
+        return attrs.evolve(context, **changes)
+    except ConfigError as exc:
+        flags = {
+            "compactor": option,
+            "context_window": "--window",
+            "threshold": "--threshold",
+        }
+        raise attrs.evolve(exc, field=flags.get(exc.field, exc.field)) from None
+
+
+def _user_compactor(value: Any) -> ContextCompactor | ContextManager:
+    """A compactor or context manager, or what a function of no arguments makes."""
+    if isinstance(value, type) or (
+        callable(value) and not hasattr(value, "compact") and not _is_context(value)
+    ):
+        value = value()
+    return value  # type: ignore[no-any-return]
+
+
+def _is_context(value: object) -> bool:
+    return isinstance(value, ContextManager)
+
+
+def _machine(path: str | None) -> MachineSpec | None:
+    return None if path is None else load_machine(path)
+
+
+@contextlib.contextmanager
+def _summary_model(spec: str | None) -> Iterator[ModelClient | None]:
+    """The model ``--summary-model`` names (``demo``: the demo's), or None."""
+    if spec is None:
+        yield None
+        return
+    if spec == "demo":
+        from turnfsm.cli._demo_model import SimulatedModel
+
+        yield SimulatedModel()
+        return
+    from turnfsm.cli._run import open_model
+
+    try:
+        with open_model(spec) as (model, _window):
+            yield model
+    except ConfigError as exc:
+        if exc.field == "model":
+            raise attrs.evolve(exc, field="--summary-model") from None
+        raise
