@@ -305,6 +305,7 @@ GENERATORS: Mapping[str, Callable[[], str]] = {
     "cli-answers": cli_usages("approve", "reject", "resume", "abandon"),
     "cli-diagram": cli_help("diagram"),
     "cli-check": cli_help("check"),
+    "cli-eval": cli_help("eval"),
     "cli-sessions": cli_help("sessions"),
     "cli-sessions-reset-breaker": cli_help("sessions", "reset-breaker"),
 }

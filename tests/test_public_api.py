@@ -20,6 +20,7 @@ PACKAGES = [
     "turnfsm.core",
     "turnfsm.driver",
     "turnfsm.errors",
+    "turnfsm.evals",
     "turnfsm.hooks",
     "turnfsm.messages",
     "turnfsm.persistence",

@@ -1,6 +1,7 @@
 """The ``turnfsm`` command.
 
-Its subcommands: demo, run, approve, sessions, replay, simulate, diagram, check.
+Its subcommands: demo, run, approve, sessions, replay, simulate, diagram, eval,
+check.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     _answer_parsers(sub, agent_options)
     _sessions_parser(sub)
     _diagram_parser(sub)
+    _eval_parser(sub)
     check = sub.add_parser("check", help="validate machine files")
     check.add_argument(
         "paths",
@@ -306,6 +308,71 @@ def _diagram_parser(sub: Any) -> None:
         metavar="FILE",
         help="the file to draw into: .svg or .png (Graphviz), .dot or .mmd",
     )
+
+
+def _eval_parser(sub: Any) -> None:
+    evaluate = sub.add_parser(
+        "eval",
+        help="measure what each compaction strategy keeps of stored sessions",
+        description="Replay stored sessions under each compaction strategy (the "
+        "recorded replies and tool results held fixed) and report per strategy "
+        "the tokens kept, the passes, the summary calls, the probes still in "
+        "the final context (and a judge model's answers), and the re-read "
+        "rate. Without SESSION: the shipped corpus (a coding agent session "
+        "and a long chat, with their probes). Exit status: 0 measured, 1 a "
+        "strategy under --floor, 2 could not start.",
+    )
+    evaluate.add_argument(
+        "sessions",
+        nargs="*",
+        metavar="SESSION",
+        help="a stored session's id (default: the shipped corpus)",
+    )
+    evaluate.add_argument(
+        "--probes",
+        metavar="FILE",
+        help="the probes (TOML or JSON; required with SESSION)",
+    )
+    evaluate.add_argument(
+        "--strategy",
+        dest="strategies",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="masking, truncating, summarizing, layered, digest, or your "
+        "compactor as MODULE:ATTR; repeat it (default: every shipped one)",
+    )
+    evaluate.add_argument(
+        "--window",
+        type=int,
+        default=16_384,
+        metavar="N",
+        help="the context window to replay on (default 16384)",
+    )
+    evaluate.add_argument(
+        "--summary-model",
+        metavar="MODEL",
+        help="the summarising strategies' model: openai:MODEL, anthropic:MODEL, "
+        "local or a URL (default: a deterministic stand-in, no language model)",
+    )
+    evaluate.add_argument(
+        "--judge",
+        metavar="MODEL",
+        help="also ask MODEL each probe's question over each final context",
+    )
+    evaluate.add_argument(
+        "--floor",
+        type=float,
+        metavar="X",
+        help="exit 1 when a strategy keeps under this share of the probes "
+        "(0..1; the judge's answers when --judge is given)",
+    )
+    evaluate.add_argument(
+        "--prices",
+        metavar="MODEL",
+        help="cost every call and summary at a known model's prices (gpt-4o)",
+    )
+    evaluate.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
 
 
 def _sessions_parser(sub: Any) -> None:
@@ -506,6 +573,11 @@ def _other(args: argparse.Namespace) -> int:
         return run_sessions(SessionsCommand(**known))
     if args.command == "diagram":
         return _diagram_command(args)
+    if args.command == "eval":
+        from turnfsm.cli._eval import EvalCommand, run_eval
+
+        names = [f.name for f in EvalCommand.__attrs_attrs__]
+        return run_eval({name: getattr(args, name) for name in names})
     if args.command == "worker":
         from turnfsm.cli._worker import run_worker_command
 

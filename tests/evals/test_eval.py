@@ -1,0 +1,254 @@
+"""`turnfsm eval`: the shipped corpus's table, the floor, a user's sessions, a judge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.helpers import REPO_ROOT
+from turnfsm import Agent
+from turnfsm.cli import main
+from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.errors import ProviderError
+from turnfsm.evals import (
+    CORPUS_SESSIONS,
+    PROBE_KINDS,
+    context_text,
+    corpus_probes,
+    evaluate,
+    replay_session,
+    shipped_strategy,
+    store_corpus,
+)
+from turnfsm.messages import Message
+from turnfsm.persistence import MemoryStore, SQLiteStore
+from turnfsm.providers import ModelRequest
+from turnfsm.simulate import simulate
+from turnfsm.testing import ExtractiveSummaryModel, FakeModelClient, ScriptedModel
+
+pytestmark = pytest.mark.timeout(300)
+
+# What `turnfsm eval` prints on the shipped corpus: every strategy is
+# deterministic there (the summary model is the extractive stand-in).
+TABLE = Path(__file__).with_name("eval_table.txt")
+
+
+def test_the_shipped_corpus_table_is_exact(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval"]) == 0
+    assert capsys.readouterr().out == TABLE.read_text()
+
+
+def test_the_corpus_plants_every_kind_in_each_session() -> None:
+    probes = corpus_probes()
+    for session in CORPUS_SESSIONS:
+        kinds = {p.kind for p in probes if p.session == session}
+        assert kinds == set(PROBE_KINDS)
+
+
+@pytest.mark.anyio
+async def test_uncompacted_every_probe_is_present_and_nothing_was_compacted() -> None:
+    sessions = await store_corpus(MemoryStore())
+    assert [s.id for s in sessions] == list(CORPUS_SESSIONS)
+    assert all(not r.compactions for s in sessions for r in s.runs)
+    evaluation = await evaluate(
+        sessions,
+        corpus_probes(),
+        strategies={"truncating": lambda m: shipped_strategy("truncating", m)},
+        window=1_000_000,
+        summary_model=ExtractiveSummaryModel(),
+        settings=ContextManager(max_messages=0),
+    )
+    (result,) = evaluation.results
+    assert result.passes == 0
+    assert all(p.present for p in result.probes)
+
+
+def test_the_floor_fails_on_a_compactor_that_drops_everything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["eval", "--strategy", "digest", "--floor", "0.5"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    careless = "tests.evals.drop_all:drop_all"
+    assert main([*argv, "--strategy", careless]) == 1
+    captured = capsys.readouterr()
+    assert f"| {careless} |" in captured.out
+    assert f"turnfsm eval: {careless} keeps 0% of the probes" in captured.err
+    assert "digest keeps" not in captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--strategy", "shrinking"], "invalid --strategy='shrinking'"),
+        (["--strategy", "tests.evals.drop_all:nothing"], "no 'nothing'"),
+        (["--strategy", "tests.evals.test_eval:TABLE"], "a ContextCompactor"),
+        (["--floor", "80"], "invalid --floor=80.0: expected a share in 0..1"),
+        (["--window", "0"], "invalid --window=0"),
+        (["some-session"], "invalid --probes=None"),
+        (["--probes", "missing.toml"], "a readable probe file"),
+        (["--prices", "gpt-nothing"], "invalid --prices='gpt-nothing'"),
+    ],
+)
+def test_a_bad_option_exits_2_naming_it(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert captured.out == ""
+
+
+async def _store_session(path: Path) -> str:
+    """A user's own session: a greeting, a fact stated, then four runs of chat."""
+    agent = Agent(
+        model=ScriptedModel.of("Hello.", "Noted.", *["Fine."] * 4),
+        store=SQLiteStore(path),
+        context=ContextManager(context_window=100_000),
+    )
+    await agent.run("Hello!")
+    await agent.run("Remember: the deploy code is 7431. " + "padding " * 150)
+    for _ in range(4):
+        await agent.run("How are things? " + "more padding " * 150)
+    await agent.store.aclose()
+    return agent.session.id
+
+
+def test_a_users_own_session_with_their_probe_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "sessions.db"
+    session_id = anyio.run(_store_session, db)
+    probes = tmp_path / "probes.toml"
+    probes.write_text(
+        f'[[probe]]\nsession = "{session_id}"\nkind = "fact"\n'
+        'question = "What is the deploy code?"\nexpect = "7431"\n'
+    )
+    argv = ["eval", session_id, "--probes", str(probes), "--store", str(db)]
+    argv += ["--strategy", "truncating", "--window", "2000", "--floor", "1"]
+    assert main(argv) == 1  # truncating dropped the second turn: the fact is gone
+    out = capsys.readouterr().out
+    assert f"Sessions: {session_id}; window 2,000" in out
+    assert "| truncating | " in out
+    assert "| 0/1 (0%) |" in out
+    assert main([*argv[:-4], "--window", "100000", "--floor", "1"]) == 0
+    assert "| 1/1 (100%) |" in capsys.readouterr().out
+    assert main(["eval", "nosuch", "--probes", str(probes), "--store", str(db)]) == 2
+    assert "nosuch" in capsys.readouterr().err
+
+
+def _context_only(request: ModelRequest) -> str:
+    """A judge that answers with the conversation it was shown."""
+    return request.messages[0].text.split("\n\nAnswer from the conversation")[0]
+
+
+@pytest.mark.anyio
+async def test_a_judge_is_asked_every_probe_over_each_final_context() -> None:
+    sessions = await store_corpus(MemoryStore())
+    judge = FakeModelClient(_context_only)
+    evaluation = await evaluate(
+        sessions,
+        corpus_probes(),
+        strategies={"layered": lambda m: shipped_strategy("layered", m)},
+        window=16_384,
+        summary_model=ExtractiveSummaryModel(),
+        judge=judge,
+    )
+    (result,) = evaluation.results
+    assert len(judge.requests) == len(corpus_probes())
+    assert result.judged_share == result.present_share == result.score
+    assert "| judge right |" in evaluation.table().splitlines()[2]
+
+
+@pytest.mark.anyio
+async def test_a_judge_that_fails_answers_nothing() -> None:
+    def failing(_request: ModelRequest) -> Message:
+        raise ProviderError("the judge is down")
+
+    sessions = await store_corpus(MemoryStore())
+    evaluation = await evaluate(
+        sessions,
+        corpus_probes(),
+        strategies={"digest": lambda m: shipped_strategy("digest", m)},
+        window=16_384,
+        summary_model=ExtractiveSummaryModel(),
+        judge=FakeModelClient(failing),
+    )
+    (result,) = evaluation.results
+    assert result.judged_share == 0 < result.present_share
+    assert all(p.answer is None for p in result.probes)
+
+
+@pytest.mark.anyio
+async def test_a_replay_under_the_recorded_settings_sees_the_stored_contexts() -> None:
+    sessions = await store_corpus(MemoryStore())
+    for session in sessions:
+        replay = await replay_session(
+            session,
+            ContextManager(
+                TruncatingCompactor(), context_window=1_000_000, max_messages=0
+            ),
+        )
+        stored = [
+            context_text([session.message(i) for i in run.context(n)])
+            for run in session.runs
+            for n in range(len(run.turns))
+        ]
+        assert [context_text(c.messages) for c in replay.calls] == stored
+        assert replay.passes == ()
+        assert replay.cut_short == ()
+
+
+@pytest.mark.anyio
+async def test_the_pass_count_rises_exactly_where_a_pass_rewrote_the_context() -> None:
+    (coding, _chat) = await store_corpus(MemoryStore())
+    manager = ContextManager(TruncatingCompactor(), context_window=16_384)
+    replay = await replay_session(coding, manager)
+    simulation = await simulate(coding, context=manager)
+    assert replay.passes
+    rises = [
+        n
+        for n, call in enumerate(replay.calls)
+        if call.passes > (replay.calls[n - 1].passes if n else 0)
+    ]
+    breaks = [n for n, call in enumerate(simulation.calls) if call.cache_break]
+    assert rises == breaks
+
+
+def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:
+    guide = (REPO_ROOT / "docs/how-to/choose-a-strategy.md").read_text()
+    section = guide.split("## Measured trade-offs")[1]
+    shown = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    rows = {
+        cells[0]: cells
+        for line in TABLE.read_text().splitlines()
+        if line.startswith("| ")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert shown, "the guide shows no table"
+    for line in shown:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        full = rows[cells[0]]
+        assert cells == [full[0], full[1], full[2], full[3], full[5], full[7]]
+
+
+@pytest.mark.anyio
+async def test_prices_cost_the_calls_and_the_summaries() -> None:
+    sessions = await store_corpus(MemoryStore())
+    evaluation = await evaluate(
+        sessions,
+        corpus_probes(),
+        strategies={
+            "truncating": lambda m: shipped_strategy("truncating", m),
+            "layered": lambda m: shipped_strategy("layered", m),
+        },
+        window=16_384,
+        summary_model=ExtractiveSummaryModel(),
+        prices="gpt-4o-mini",
+    )
+    truncating, layered = evaluation.results
+    assert truncating.summary_cost == 0 < layered.summary_cost  # type: ignore[operator]
+    assert 0 < truncating.cost < layered.cost  # type: ignore[operator]
+    assert "| cost $ | summary cost $ |" in evaluation.table()
