@@ -26,7 +26,7 @@ require_local_extra()
 
 from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
 
-pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 N_CTX = 640
 RUNS = 10

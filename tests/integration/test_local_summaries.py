@@ -30,7 +30,7 @@ require_local_extra()
 
 from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
 
-pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 N_CTX = 2048
 
@@ -88,6 +88,9 @@ def test_a_real_model_writes_a_first_summary_then_updates_it(
             ),
             retry=RetryPolicy(max_attempts=2, initial_wait=0.1),
             model_timeout=240,
+            # A summary on two shared cores can take minutes under load: the
+            # test checks what is summarised, not how fast.
+            compaction_timeout=480,
         )
         session = Session(store=store)
         outcomes = []
