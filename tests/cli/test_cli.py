@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import io
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,31 @@ def test_run_rejects_an_unknown_model_spec(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "invalid model='gpt-4o'" in err
     assert "openai:MODEL" in err
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`turnfsm ... | head`: no traceback, the status of a SIGPIPE."""
+    script = (
+        "import sys\n"
+        "from turnfsm.cli import main\n"
+        "class Gone:\n"
+        "    def write(self, text):\n"
+        "        raise BrokenPipeError(32, 'Broken pipe')\n"
+        "    def flush(self):\n"
+        "        pass\n"
+        "    def fileno(self):\n"
+        "        return 1\n"
+        "sys.stdout = Gone()\n"
+        "sys.exit(main(['check', sys.argv[1]]))\n"
+    )
+    machine = REPO_ROOT / "machines" / "turn.toml"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(machine)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 141
+    assert "Traceback" not in done.stderr
+    assert done.stderr == ""

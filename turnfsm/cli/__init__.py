@@ -7,6 +7,8 @@ check.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -433,7 +435,26 @@ def _sessions_parser(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    A reader that goes away (``turnfsm eval | head``) ends the command
+    quietly with status 141, as a process stopped by SIGPIPE does.
+    """
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return 141
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the final flush at exit fails no more."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command in ("demo", "run"):
         from turnfsm.cli._tracing import traced
