@@ -67,7 +67,9 @@ def pinned_ids(
     is in `also`, those a rule of `rules` pins, and those holding a tool
     call whose result is not in `messages` (a call in flight); then, to a
     fixpoint, every message holding a call or a result paired with a pinned
-    message's.
+    message's. A message holding a lone result (one answering no call
+    before it) is never pinned: no provider takes that result, and every
+    pass drops it.
 
     Args:
         messages: The conversation a pass is handed.
@@ -101,6 +103,9 @@ def pinned_ids(
             if (call in pinned) != (result in pinned):
                 pinned.update((call, result))
                 grew = True
+    # A result that answers no call before it cannot be sent: every pass
+    # drops it, so the message holding it cannot stay word for word.
+    pinned.difference_update(messages[r.message].id for r in traffic.lone_results)
     return frozenset(pinned)
 
 
