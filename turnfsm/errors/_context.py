@@ -211,7 +211,7 @@ PinLoss = Literal["dropped", "altered", "moved"]
 @final
 @attrs.frozen(auto_exc=True, kw_only=True)
 class PinnedMessageLost(TurnFSMError):
-    """A compaction pass dropped, altered or moved a pinned message.
+    """Reported when a compaction pass dropped, altered or moved a pinned message.
 
     The context manager refuses such a pass: it fails, and the conversation
     stays as it was.
