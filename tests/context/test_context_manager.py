@@ -14,6 +14,7 @@ from turnfsm.context import (
     CompactionRequest,
     ContextManager,
     MaskingCompactor,
+    PinRules,
     TruncatingCompactor,
 )
 from turnfsm.core import (
@@ -70,9 +71,15 @@ def sized(n: int, chars: int = 400) -> list[Message]:
     return [Message.user(f"{i}:" + "x" * chars, id=f"m{i}-{chars}") for i in range(n)]
 
 
+NO_PINS = PinRules(system_prompt=False, first_user=False, latest_user=False)
+
+
 def manager(
     compactor: Scripted | TruncatingCompactor, **kwargs: object
 ) -> ContextManager:
+    # The scripted strategies here drop messages at will (sizing is what is
+    # tested): no rule pins; pins have their own tests (test_pins.py).
+    kwargs.setdefault("pins", NO_PINS)
     return ContextManager(compactor=compactor, counter=COUNTER, **kwargs)  # type: ignore[arg-type]  # kwargs are checked at run time
 
 

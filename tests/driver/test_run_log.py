@@ -11,6 +11,7 @@ from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
     ContextManager,
+    PinRules,
     TruncatingCompactor,
 )
 from turnfsm.core import (
@@ -585,6 +586,7 @@ async def test_a_committed_summary_is_recorded_and_survives_a_reload(
         context_window=4_000,
         threshold=60,
         counter=HeuristicTokenCounter(),
+        pins=PinRules(first_user=False),  # it summarises all but the last
     )
     history = _big_history(10, 500)
     path = f"{tmp_path}/s.db"

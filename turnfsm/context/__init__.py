@@ -12,7 +12,10 @@ drops the middle (`TruncatingCompactor`, which also works alone);
 shrinks in five layers, cheapest first, the last two with a model;
 `ToolResultDigest` replaces old, oversized tool results with one-line
 digests. `TokenSplitter` finds a pair-safe old/recent boundary for custom
-strategies. The pair-safety helpers
+strategies. Pinned messages (`Message.pin`, `PinRules`, calls in flight:
+`pinned_ids`) survive every pass word for word: shipped strategies keep them
+(`keep_pinned`), and the manager refuses a pass that loses one
+(`pin_loss`). The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
 orphaning a tool call or result.
 """
@@ -45,6 +48,7 @@ from turnfsm.context._pairs import (
     pair_tool_traffic,
     sanitize,
 )
+from turnfsm.context._pins import PinRules, keep_pinned, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._splitter import Split, TokenSplitter
 from turnfsm.context._summarizing import SummarizingCompactor, SummaryPlan
@@ -79,6 +83,7 @@ __all__ = [
     "MaskingCompactor",
     "ModelCall",
     "PartRef",
+    "PinRules",
     "Skipped",
     "Split",
     "SummarizingCompactor",
@@ -95,7 +100,10 @@ __all__ = [
     "digest_results",
     "explain",
     "keep_parts",
+    "keep_pinned",
     "pair_tool_traffic",
+    "pin_loss",
+    "pinned_ids",
     "sanitize",
 ]
 

@@ -19,7 +19,10 @@ hooks report one count. The verdict, in order:
 2. it raised anything else, reported a failure, returned something that is
    not a usable proposal, or a result that is not a valid conversation (a
    tool pair split or out of place, a repeated message id)
-   → `CompactorFailed`;
+   → `CompactorFailed`; so is a result that drops, alters or moves a pinned
+   message (`pinned_ids`: `Message.pin`, the request's `pinned`, the
+   manager's `pins` rules, calls in flight), its error a
+   `turnfsm.errors.PinnedMessageLost` naming the message;
 3. the result plus the reserved budget is still over the window
    → `CompactionOverflowed`;
 4. same message count and no size reduction → `CompactionNoop`;
@@ -39,6 +42,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.context._masking import MaskingCompactor
 from turnfsm.context._pairs import result_problem
+from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._values import (
     CompactBase,
@@ -165,6 +169,10 @@ class ContextManager(OldEntryPoints):
         max_messages: The message-count line (50 by default; at most
             1,000,000): a conversation with more messages compacts (reason
             MESSAGE_COUNT); 0 turns it off.
+        pins: The rules that pin messages besides `Message.pin` (default:
+            the system prompt, the first user message and the latest user
+            request). Every pass keeps pinned messages word for word; a pass
+            that drops, alters or moves one is refused.
 
     Raises:
         ConfigError: On construction, naming the field and the value, when a
@@ -231,6 +239,10 @@ class ContextManager(OldEntryPoints):
             high=_checks.MAX_COUNT,
             expected="an int in 0..1,000,000 (0: no line)",
         ),
+    )
+    pins: PinRules = attrs.field(
+        factory=PinRules,
+        validator=_checks.instance(PinRules, "a PinRules (which rules pin)"),
     )
 
     # -- the window and the lines ------------------------------------------
@@ -321,6 +333,17 @@ class ContextManager(OldEntryPoints):
             tokens=self.threshold_tokens,
         )
 
+    def pinned(
+        self, messages: Sequence[Message], also: Sequence[str] = ()
+    ) -> frozenset[str]:
+        """Return the ids of the pinned messages of `messages` (`pinned_ids`).
+
+        Args:
+            messages: The conversation.
+            also: More ids to pin (a pre-compact hook's).
+        """
+        return pinned_ids(messages, self.pins, also)
+
     @property
     def strategy(self) -> str:
         """The compactor's class name, as every pass's record reports it."""
@@ -404,6 +427,7 @@ class ContextManager(OldEntryPoints):
     ) -> PassEvent:
         """Run the compactor; `before` is the messages plus the reserved budget."""
         messages, reserved = request.messages, request.reserved
+        pinned = self.pinned(messages, request.pinned)
         ctx = CompactionContext(
             tokens_before=before - reserved,  # what the compactor is handed
             reason=reason,
@@ -416,6 +440,7 @@ class ContextManager(OldEntryPoints):
             summaries=request.summaries,
             model_call=request.model_call,
             allow_model=allow_model,
+            pinned=pinned,
         )
         aim = (
             self.target_tokens
@@ -436,6 +461,16 @@ class ContextManager(OldEntryPoints):
             problem = _proposal_problem(proposal)
             if problem is None:
                 problem = result_problem(proposal.messages, messages)
+            if problem is None:
+                lost = pin_loss(
+                    messages, proposal.messages, pinned, strategy=self.strategy
+                )
+                if lost is not None:
+                    return CompactorFailed(
+                        used=before,
+                        limit=self.window,
+                        error=ErrorInfo.from_exception(lost),
+                    )
         if problem is not None:
             return CompactorFailed(
                 used=before,

@@ -37,6 +37,7 @@ from turnfsm.driver._inputs import (
 )
 from turnfsm.driver._opening import abandon_run, resume_run, start_run
 from turnfsm.driver._output import OutputType, check_machine
+from turnfsm.driver._pins_fit import check_pins_fit
 from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
@@ -345,6 +346,10 @@ class Driver:
             ConfigError: `run_id` is not a usable id, or a run of `session`
                 has it already.
             SessionConflict: another writer appended to the session's log.
+            PinnedTooLarge: the pinned messages (`ContextManager.pins`,
+                `Message.pin`) plus the system prompt, the tool schemas and
+                the reply budget are over the window: no pass could make the
+                run fit (nothing was written).
         """
         messages = as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)
@@ -361,6 +366,12 @@ class Driver:
                 raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
         OpenCalls.of(session.history).then(messages).require_closed()
+        check_pins_fit(
+            self.context,
+            [*session.history, *messages],
+            extras=self._extras,
+            reply=self.max_output_tokens or 0,
+        )
         return await start_run(self, session, messages, run_id, control, hooks, output)
 
     async def compact(
