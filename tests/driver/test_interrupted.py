@@ -88,10 +88,7 @@ async def test_an_interrupted_batch_resumes_without_running_a_finished_tool(
     assert sorted(ran) == (["a", "b", "c"] if idempotent else ["a", "b"])
     assert [m.text for m in session.history][-1] == "all three done"
     (c3,) = [
-        part
-        for m in session.history
-        for part in m.tool_results
-        if part.call_id == "c3"
+        part for m in session.history for part in m.tool_results if part.call_id == "c3"
     ]
     if idempotent:
         assert (c3.content, c3.is_error) == ("c done", False)
