@@ -385,14 +385,20 @@ class Driver:
         process's lease expires (`lease_ttl`), the retry needs `force`, as
         `resume` does.
 
+        A run paused for an answer (an approval) does not stop the pass: it
+        compacts only the committed history, never the paused run's own
+        messages (the calls awaiting approval among them); when the run goes
+        on, it continues from the compacted history.
+
         Returns:
             The run's result: ``done`` (the pass's record says what it came
             to), or ``failed`` with the pass's error.
 
         Raises:
             SessionBusy: another run is using `session`, or a run of it (not
-                a compaction) is paused or unfinished, or another process
-                holds its lease (take a dead one's over with `force`).
+                a compaction) is unfinished (its process died: resume or
+                abandon it first), or another process holds its lease (take
+                a dead one's over with `force`).
             SessionConflict: another writer appended to the session's log.
         """
         compacting = self._compacting
@@ -407,7 +413,9 @@ class Driver:
             return await compacting.resume(
                 session, waiting[-1].run_id, control=control, hooks=hooks, force=force
             )
-        return await start_run(compacting, session, (), None, control, hooks, None)
+        return await start_run(
+            compacting, session, (), None, control, hooks, None, beside_paused=True
+        )
 
     async def resume(
         self,
