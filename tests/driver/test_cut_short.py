@@ -5,8 +5,10 @@ after the tool's side effect and before its result reached the log. Another
 process resumes the run: the call, whose effects are unknown, is closed with
 an error result saying it was interrupted (logged like any result), and the
 tool is not run again; a tool marked safe to run twice (``idempotent``) runs
-again instead. Either way no call is left open: the run finishes, every run
-replays, and the next compaction pass folds the history.
+again instead. A conversation given from elsewhere that ends in calls with
+no result is closed the same way when a run carries it on. Either way no
+call is left open: the run finishes, every run replays, and the next
+compaction pass folds the history.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import pytest
 
 from tests.driver import cut_short_worker as worker
 from tests.helpers import REPO_ROOT
+from turnfsm import Driver
 from turnfsm.driver import replay
-from turnfsm.messages import check_history
+from turnfsm.errors import InvalidMessage
+from turnfsm.messages import Message, ToolCallPart, check_history
 from turnfsm.persistence import Session, SQLiteStore, ToolResultRecorded, Verdict
+from turnfsm.testing import ScriptedModel
 
 pytestmark = pytest.mark.anyio
 
@@ -102,3 +107,43 @@ async def test_a_call_killed_mid_tool_is_closed_as_interrupted_on_resume(
     assert all(replay(None, reopened, r.run_id).ok for r in reopened.runs)
     assert len(effects.read_text().split()) == (2 if idempotent else 1)
     await store.aclose()
+
+
+async def test_a_conversation_given_cut_short_mid_tool_is_closed_as_interrupted() -> (
+    None
+):
+    """A history from elsewhere that ends in calls with no result (its process
+    died mid-tool) is carried on: each call is closed as interrupted, in the
+    run's logged input, and the model decides what to do."""
+    call = Message.assistant(
+        tool_calls=[
+            ToolCallPart(id="m1", name="send_mail", arguments={"to": "ada"}),
+            ToolCallPart(id="m2", name="send_mail", arguments={"to": "bob"}),
+        ]
+    )
+    session = Session()
+    driver = Driver(model=ScriptedModel.of("I will ask before sending again."))
+
+    result = await driver.run([Message.user("mail ada and bob"), call], session=session)
+
+    assert result.outcome == "done", result.error
+    closing = [p for m in session.history for p in m.tool_results]
+    assert [(p.call_id, p.is_error) for p in closing] == [("m1", True), ("m2", True)]
+    assert all(
+        p.content.startswith("tool 'send_mail' was interrupted") for p in closing
+    )
+    (run,) = session.runs
+    assert [m.id for m in run.input] == [m.id for m in session.history[:4]]
+    check_history(session.history)
+    assert replay(None, session, run.run_id).ok
+
+
+async def test_a_message_after_a_call_with_no_result_is_still_refused() -> None:
+    call = Message.assistant(tool_calls=[ToolCallPart(id="m1", name="send_mail")])
+    session = Session()
+    with pytest.raises(InvalidMessage) as caught:
+        await Driver(model=ScriptedModel.of("x")).run(
+            [Message.user("hi"), call, Message.user("and?")], session=session
+        )
+    assert (caught.value.field, caught.value.value) == ("tool_call.id", "m1")
+    assert session.entries == ()  # nothing written

@@ -35,6 +35,7 @@ from turnfsm.driver._inputs import (
     is_tool,
     tools_tuple,
 )
+from turnfsm.driver._interrupted import close_input
 from turnfsm.driver._opening import abandon_run, resume_run, start_run
 from turnfsm.driver._output import OutputType, check_machine
 from turnfsm.driver._retry import RetryPolicy
@@ -339,7 +340,11 @@ class Driver:
         Raises:
             ConfigError: `output_type` has no JSON form, or the machine
                 cannot re-ask for it (no `output_rejected` transition).
-            InvalidMessage: the input is malformed (nothing was written).
+            InvalidMessage: the input is malformed: a tool result for no
+                call, a message after a call with no result (nothing was
+                written). An input that ends in calls with no result (a
+                conversation cut short mid-tool) is not refused: each call
+                gets an error result saying it was interrupted.
             SessionBusy: another run is using `session`, or a run of it is
                 paused or unfinished (resume or abandon it first).
             ConfigError: `run_id` is not a usable id, or a run of `session`
@@ -360,7 +365,9 @@ class Driver:
             if session.has_run(run_id):
                 raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
-        OpenCalls.of(session.history).then(messages).require_closed()
+        left_open = OpenCalls.of(session.history).then(messages)
+        if not left_open.is_closed:  # cut short mid-tool: closed as interrupted
+            messages = close_input(messages, left_open.ids)
         return await start_run(self, session, messages, run_id, control, hooks, output)
 
     async def compact(

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from turnfsm.driver._tools import Tool
 from turnfsm.messages import Message, ToolCallPart
 
-__all__ = ["interrupted_result", "to_close"]
+__all__ = ["close_input", "interrupted_result", "to_close"]
 
 
 def interrupted_result(call: ToolCallPart) -> Message:
@@ -48,3 +48,18 @@ def to_close(
         if tool is None or not tool.idempotent:
             out.append(call)
     return out
+
+
+def close_input(
+    messages: tuple[Message, ...], open_ids: Sequence[str]
+) -> tuple[Message, ...]:
+    """A run's input that ends in calls with no result, with them closed.
+
+    A conversation given from outside may have been cut short in the middle
+    of a tool call (its process died): the calls `open_ids` of its last
+    assistant message get an interrupted result each, after it, so the run
+    begins on a whole conversation. Only trailing calls can be open (a
+    message after an open call is refused before this).
+    """
+    by_id = {call.id: call for message in messages for call in message.tool_calls}
+    return (*messages, *(interrupted_result(by_id[i]) for i in open_ids))
