@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import anyio
 import pytest
 
 from turnfsm import Agent, ContextManager, SummarizingCompactor, approval_machine
@@ -37,6 +38,7 @@ class World:
     def __init__(self) -> None:
         self.deleted: Counter[str] = Counter()
         self.requests: list[ModelRequest] = []
+        self.started: anyio.Event | None = None  # set as a delete starts
 
     def answer(self, request: ModelRequest) -> Message:
         self.requests.append(request)
@@ -59,6 +61,8 @@ class World:
             Args:
                 path: the file.
             """
+            if self.started is not None:
+                anyio.from_thread.run_sync(self.started.set)
             self.deleted[path] += 1
             return f"deleted {path}"
 
@@ -144,4 +148,54 @@ async def test_a_pass_while_a_run_waits_for_approval_keeps_its_calls(
     for run in reopened.runs:
         report = replay(None, reopened, run.run_id)
         assert report.ok, (run.run_id, report)
+    await store.aclose()
+
+
+async def test_a_run_whose_process_died_still_stops_a_pass(tmp_path: Path) -> None:
+    """Only a paused run lets the session compact: an unfinished one (its
+    process died, or it was interrupted) is resumed or abandoned first."""
+    store = SQLiteStore(tmp_path / "s.db")
+    world = World()
+    agent = world.agent(store)
+    for i in range(NOTES):
+        assert (await agent.run(f"note {i}: " + "filler " * 150)).ok
+    paused = await agent.run("clean up the temp files")
+    # Approved, then interrupted from outside while the calls run: the run
+    # is unfinished (not paused) when the operator comes.
+    session = agent.session
+    world.started = started = anyio.Event()
+    async with anyio.create_task_group() as group:
+
+        async def approve() -> None:
+            await agent.resume(
+                session.id, paused.run_id, ToolCallsReviewed.approve_all()
+            )
+
+        group.start_soon(approve)
+        await started.wait()
+        group.cancel_scope.cancel()
+    assert session.runs[-1].outcome == "interrupted"
+
+    with pytest.raises(SessionBusy):
+        await world.agent(store).compact(session.id)
+
+    reopened = await Session.load(store, session.id)
+    assert reopened.compaction_failures == 0
+    assert [r.opened.machine for r in reopened.runs].count("compaction") == 0
+
+    # Resumed, the calls left without a result are closed as interrupted:
+    # none is open, and the pass goes through.
+    later = world.agent(store)
+    world.started = None
+    done = await later.resume(session.id, paused.run_id)
+    assert done.outcome == "done", done.error
+    check_history(later.session.history)
+    assert _calls(list(later.session.history)) == {"c1", "c2"}
+    assert all(n == 1 for n in world.deleted.values())  # none ran twice
+    compacted = await world.agent(store).compact(session.id)
+    assert compacted.ok, compacted.error
+    final = await Session.load(store, session.id)
+    (record,) = final.runs[-1].compactions
+    assert record.verdict is Verdict.COMPACTED
+    assert all(replay(None, final, r.run_id).ok for r in final.runs)
     await store.aclose()
