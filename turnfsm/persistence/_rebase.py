@@ -21,18 +21,19 @@ __all__ = ["rebase_points"]
 
 
 def rebase_points(
-    entries: Sequence[Entry], run_id: str, start: int
+    entries: Sequence[Entry], run_id: str, start: int, stop: int
 ) -> dict[int, MessageLog]:
     """The committed history run `run_id` takes before its event of each index.
 
     Only events that follow another run's commit are named; after the run's
     latest event, such a commit names the index of the next event (the one
-    a resumed run is fed). `start` is the run's opening position.
+    a resumed run is fed). The entries looked at are ``entries[start:stop]``:
+    from the run's opening to its end (the end of the log for an open run).
     """
     points: dict[int, MessageLog] = {}
     foreign = False
     fed = 0
-    for position in range(start, len(entries)):
+    for position in range(start, stop):
         entry = entries[position]
         if isinstance(entry, Committed) and entry.run_id != run_id:
             foreign = True
@@ -42,5 +43,5 @@ def rebase_points(
                 foreign = False
             fed = entry.index + 1
     if foreign:
-        points[fed] = _history_at(entries)
+        points[fed] = _history_at(entries[:stop])
     return points

@@ -319,7 +319,11 @@ class Session:
         Raises:
             KeyError: the session has no such run.
         """
-        return rebase_points(self._entries, run_id, self._runs[run_id].version)
+        run = self._runs[run_id]
+        end = run.ended
+        ended = end is not None and end.outcome not in ("paused", "interrupted")
+        stop = run.last if ended else len(self._entries)
+        return rebase_points(self._entries, run_id, run.version, stop)
 
     def history_after(self, run_id: str) -> MessageLog:
         """Return the committed history as `run_id`'s latest entry left it."""
