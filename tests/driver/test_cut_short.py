@@ -24,8 +24,8 @@ import pytest
 from tests.driver import cut_short_worker as worker
 from tests.helpers import REPO_ROOT
 from turnfsm import Driver
-from turnfsm.driver import replay
-from turnfsm.errors import InvalidMessage
+from turnfsm.driver import Tool, function_tool, replay
+from turnfsm.errors import ConfigError, InvalidMessage
 from turnfsm.messages import Message, ToolCallPart, check_history
 from turnfsm.persistence import Session, SQLiteStore, ToolResultRecorded, Verdict
 from turnfsm.testing import ScriptedModel
@@ -147,3 +147,33 @@ async def test_a_message_after_a_call_with_no_result_is_still_refused() -> None:
         )
     assert (caught.value.field, caught.value.value) == ("tool_call.id", "m1")
     assert session.entries == ()  # nothing written
+
+
+def _lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: the key.
+    """
+    return key
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_idempotent_is_true_or_false(value: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Tool(
+            name="lookup",
+            description="Look a key up.",
+            parameters={"type": "object"},
+            fn=_lookup,
+            idempotent=value,  # type: ignore[arg-type]
+        )
+    assert (caught.value.field, caught.value.value) == ("idempotent", value)
+    assert "True or False" in str(caught.value)
+
+
+def test_idempotent_defaults_to_off_and_is_kept_by_every_way_to_build_a_tool() -> None:
+    assert not Tool.from_function(_lookup).idempotent
+    assert Tool.from_function(_lookup, idempotent=True).idempotent
+    assert function_tool(idempotent=True)(_lookup).idempotent
+    assert function_tool(_lookup, idempotent=True).idempotent
