@@ -259,6 +259,8 @@ _W: Final = 900
 _H: Final = 260
 _PAD: Final = 48
 _RIGHT: Final = 80  # room for the lines' names
+_NUDGE: Final = {"window": -3.0, "threshold": 4.0, "emergency": 11.0}
+"""Where each line's name sits from its line (window and emergency are close)."""
 
 
 def _plot(run: RunRecord, n: int) -> list[str]:
@@ -306,7 +308,7 @@ def _plot(run: RunRecord, n: int) -> list[str]:
                 f'y1="{y(tokens):.1f}" y2="{y(tokens):.1f}"><title>{name} line: '
                 f"{tokens} tokens</title></line>"
                 f'<text class="limit-label {name}" x="{_W - _RIGHT + 4}" '
-                f'y="{y(tokens) + 4:.1f}">{name}</text>'
+                f'y="{y(tokens) + _NUDGE[name]:.1f}">{name}</text>'
             )
     for k, record in enumerate(run.compactions):
         at = x(record.turn - 0.5)

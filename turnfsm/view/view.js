@@ -28,10 +28,14 @@
       button.remove();
     });
   });
-  if (location.hash) {
-    var target = document.getElementById(location.hash.slice(1));
-    for (var node = target; node; node = node.parentElement) {
+  // Open what the address names: #ID (the browser scrolls to it), or
+  // ?open=ID,ID (opened where they are: the page stays at its top).
+  function reveal(id) {
+    for (var node = document.getElementById(id); node; node = node.parentElement) {
       if (node.tagName === "DETAILS") node.open = true;
     }
   }
+  if (location.hash) reveal(decodeURIComponent(location.hash.slice(1)));
+  var asked = new URLSearchParams(location.search).get("open");
+  if (asked) asked.split(",").forEach(reveal);
 })();
