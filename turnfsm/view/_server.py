@@ -19,7 +19,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Final
+from typing import Final, final
 
 import anyio
 
@@ -41,6 +41,7 @@ _ACTIONS: Final = ("approve", "reject")
 _MAX_FORM: Final = 4_096
 
 
+@final
 class ViewServer:
     """Serve the view of one stored session on 127.0.0.1 until stopped.
 
