@@ -248,8 +248,11 @@ def test_the_live_page_serves_with_its_token_and_refuses_without(
 
 
 def _check_live(doc: Node) -> None:
-    """The live page: the path and the plot; the passes' diffs load on demand."""
-    assert doc.find("ol", "path").find_all("li")
+    """The live page: the plot; the path and the passes' diffs load on demand."""
+    path = doc.find("section", "diagram").attrs["data-load"]
+    status, drawn = _get(path)
+    assert status == 200
+    assert parse(drawn).find("ol", "path").find_all("li")
     assert doc.find("svg", "plot").find_all("line", "pass")
     passes = doc.find_all("details", "pass")
     assert [p.attrs["data-src"].count("/pass?") for p in passes] == [1, 1]

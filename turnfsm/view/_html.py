@@ -27,6 +27,7 @@ __all__ = [
     "page",
     "pass_diff",
     "pass_rows",
+    "path_section",
     "turn_detail",
     "turn_rows",
 ]
@@ -52,6 +53,7 @@ class Links:
         more: ``(kind, run index, first) -> URL`` of the next page of a
             run's turns or passes (kind: ``turns`` or ``passes``).
         compaction: ``(run index, pass) -> URL`` of a pass's diff.
+        path: ``run index -> URL`` of the run's path and diagram.
         answer: The URL the approve / reject form posts to (None: no form).
         token: The page's token, sent with the form.
         page_size: Turns listed before the "more" button.
@@ -61,6 +63,7 @@ class Links:
     turn: Callable[[int, int], str]
     more: Callable[[str, int, int], str]
     compaction: Callable[[int, int], str]
+    path: Callable[[int], str]
     answer: str | None = None
     token: str = ""
     page_size: int = 100
@@ -76,13 +79,11 @@ def page(
     *,
     where: str,
     links: Links | None = None,
-    diagrams: Callable[[RunRecord], Diagram] | None = None,
 ) -> str:
     """Return the whole page of `session` (a report when `links` is None).
 
-    `diagrams` gives each run's path and drawing (default: replayed now).
+    A report replays each run's path now; the live page loads it.
     """
-    draw = diagrams or (lambda run: run_path(session, run))
     runs = session.runs
     full = links is None and _context_sizes(runs) <= _FULL_CONTEXTS
     connect = "'self'" if links is not None else "'none'"
@@ -117,7 +118,7 @@ def page(
         )
     out.append("</ol></nav></header><main>")
     for n, run in enumerate(runs):
-        out += _run(session, run, n, draw(run), links, full=full)
+        out += _run(session, run, n, links, full=full)
     out.append("</main>")
     out.append(f"<script>{_asset('view.js')}</script></body></html>")
     return "\n".join(out)
@@ -137,7 +138,6 @@ def _run(
     session: Session,
     run: RunRecord,
     n: int,
-    diagram: Diagram,
     links: Links | None,
     *,
     full: bool,
@@ -148,7 +148,13 @@ def _run(
         f'{_e(run.outcome)}">{_e(run.outcome)}</span></h2>',
     ]
     out += _outcome(session, run, links)
-    out += _path(diagram, n)
+    if links is None:
+        out += path_section(run_path(session, run), n)
+    else:  # replayed by the server (it takes a while on a long run): loaded
+        out.append(
+            f'<section class="diagram" id="diagram-{n}" data-load="'
+            f'{_e(links.path(n))}"><h3>Path</h3><p>drawing the path...</p></section>'
+        )
     out += _plot(run, n)
     count = len(run.compactions)
     out.append(f'<section class="passes"><h3>Compaction passes ({count})</h3>')
@@ -225,7 +231,8 @@ def _json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def _path(diagram: Diagram, n: int) -> list[str]:
+def path_section(diagram: Diagram, n: int) -> list[str]:
+    """The `n`-th run's path: its machine drawn with it, its transitions listed."""
     out = [f'<section class="diagram" id="diagram-{n}"><h3>Path</h3>']
     if diagram.svg is not None:
         out.append(f'<div class="svg">{diagram.svg}</div>')

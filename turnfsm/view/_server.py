@@ -25,7 +25,15 @@ import anyio
 
 from turnfsm import _checks
 from turnfsm.persistence import RunRecord, Session, SessionStore
-from turnfsm.view._html import Links, page, pass_diff, pass_rows, turn_detail, turn_rows
+from turnfsm.view._html import (
+    Links,
+    page,
+    pass_diff,
+    pass_rows,
+    path_section,
+    turn_detail,
+    turn_rows,
+)
 from turnfsm.view._paths import Diagram, run_path
 
 __all__ = ["Answer", "ViewServer"]
@@ -82,6 +90,7 @@ class ViewServer:
         self._page_size = page_size
         self.token = secrets.token_urlsafe(24)
         self._lock = threading.Lock()
+        self._drawing = threading.Lock()
         self._session: Session | None = None
         self._where = ""
         self._diagrams: dict[tuple[str, int], Diagram] = {}
@@ -118,8 +127,13 @@ class ViewServer:
             StoreError: the store cannot be read.
         """
         session = self.session()
-        for run in session.runs:  # the paths, replayed once, before the first page
-            self._diagram(session, run)
+        # The runs' paths are replayed meanwhile (a page loads them).
+        threading.Thread(
+            target=self._draw_all,
+            args=(session,),
+            name="turnfsm-view-paths",
+            daemon=True,
+        ).start()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="turnfsm-view", daemon=True
         )
@@ -174,14 +188,19 @@ class ViewServer:
             if close is not None:
                 await close()
 
+    def _draw_all(self, session: Session) -> None:
+        for run in session.runs:
+            self._diagram(session, run)
+
     def _diagram(self, session: Session, run: RunRecord) -> Diagram:
         key = (run.run_id, len(run.events))
-        with self._lock:
-            found = self._diagrams.get(key)
-        if found is None:
-            found = run_path(session, run)
+        with self._drawing:  # one replay at a time: a page waits for the one going
             with self._lock:
-                self._diagrams[key] = found
+                found = self._diagrams.get(key)
+            if found is None:
+                found = run_path(session, run)
+                with self._lock:
+                    self._diagrams[key] = found
         return found
 
     def _links(self) -> Links:
@@ -189,6 +208,7 @@ class ViewServer:
             turn=self.turn_url,
             more=lambda kind, run, start: self._address(f"/{kind}", r=run, start=start),
             compaction=lambda run, k: self._address("/pass", r=run, k=k),
+            path=lambda run: self._address("/path", r=run),
             answer=None if self._answer is None else self._address("/answer"),
             token=self.token,
             page_size=self._page_size,
@@ -200,12 +220,7 @@ class ViewServer:
         """Answer a GET of `path`: the status and the HTML."""
         if path == "/":
             session = self.session()
-            text = page(
-                session,
-                where=self._where,
-                links=self._links(),
-                diagrams=lambda run: self._diagram(session, run),
-            )
+            text = page(session, where=self._where, links=self._links())
             return HTTPStatus.OK, text
         session = self._session or self.session()
         runs = session.runs
@@ -214,6 +229,11 @@ class ViewServer:
             if path == "/turn":
                 turn = _index(query.get("n", ""))
                 return HTTPStatus.OK, "".join(turn_detail(session, run, turn))
+            if path == "/path":
+                n = int(query["r"])
+                return HTTPStatus.OK, "".join(
+                    path_section(self._diagram(session, run), n)
+                )
             if path == "/pass":
                 record = run.compactions[_index(query.get("k", ""))]
                 return HTTPStatus.OK, "".join(pass_diff(session, record))

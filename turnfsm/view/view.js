@@ -28,6 +28,10 @@
       button.remove();
     });
   });
+  // What the server works out after the page (a run's path) loads at once.
+  Array.prototype.forEach.call(document.querySelectorAll("[data-load]"), function (slot) {
+    load(slot.dataset.load, function (markup) { slot.outerHTML = markup; });
+  });
   // Open what the address names: #ID (the browser scrolls to it), or
   // ?open=ID,ID (opened where they are: the page stays at its top).
   function reveal(id) {
