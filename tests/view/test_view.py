@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -27,9 +27,9 @@ from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.cli._run import AgentOptions
 from turnfsm.cli._view import run_view
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message
-from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.view import ViewServer, render_report
@@ -349,3 +349,65 @@ def test_approve_on_the_live_page_resumes_the_paused_run(
 def test_view_refuses_an_unknown_session(capsys: Capture) -> None:
     assert main(["view", "ses_nope", "--no-open"]) == 2
     assert "no session 'ses_nope'" in capsys.readouterr().err
+
+
+# -- outcomes -------------------------------------------------------------
+
+
+def _refused(request: ModelRequest) -> Message:
+    raise ProviderError(message="<b>quota</b> exhausted", retryable=False)
+
+
+def _failed() -> Session:
+    agent = Agent(model=FakeModelClient(_refused))
+    agent.run_sync("hello")
+    return agent.session
+
+
+def _interrupted() -> Session:
+    """A session whose run never ended in its log (its process died)."""
+    agent = Agent(model=FakeModelClient(lambda request: "hi there"))
+    agent.run_sync("hello")
+    entries = [e for e in agent.session.entries if not isinstance(e, RunEnded)]
+
+    async def cut() -> Session:
+        store = MemoryStore()
+        await store.append("ses_cut", entries, expected_version=0)
+        return await Session.load(store, "ses_cut")
+
+    return anyio.run(cut)
+
+
+def _waiting() -> Session:
+    agent = approval_agent.careful()
+    agent.run_sync("clean up")
+    return agent.session
+
+
+@pytest.mark.parametrize(
+    ("make", "outcome", "shown"),
+    [
+        (_failed, "failed", ["ProviderError: ", "<b>quota</b> exhausted"]),
+        (_interrupted, "running", ["turnfsm resume ses_cut run_", "turnfsm abandon"]),
+        (
+            _waiting,
+            "paused",
+            [
+                "waiting on 2 tool call(s)",
+                "c1 delete_file",
+                '"path": "/etc/hosts"',
+                "turnfsm approve|reject|abandon ses_",
+            ],
+        ),
+    ],
+)
+def test_a_report_says_how_each_run_ended(
+    make: Callable[[], Session], outcome: str, shown: list[str]
+) -> None:
+    doc = parse(render_report(make()))
+    run = doc.find("section", "run")
+    assert run.find("h2").find("span", "outcome").text() == outcome
+    text = " ".join(run.text().split())
+    for expected in shown:
+        assert " ".join(expected.split()) in text
+    assert not doc.find_all("form")  # a report answers nothing

@@ -76,18 +76,28 @@ def run_view(
     Returns 0 when stopped, 2 when the session or the store cannot be read.
     """
     stream = out or sys.stdout
+    server: ViewServer | None = None
     try:
-        anyio.run(_load, options.store, session_id)  # refuse a wrong id first
         server = ViewServer(
             _opener(options.store),
             session_id,
             answer=_answerer(session_id, options),
             port=port,
         )
-    except (StoreError, ConfigError, OSError, ImportError) as exc:
+        print(f"reading session {session_id}", file=stream, flush=True)
+        server.start()
+    except SessionNotFound as exc:
+        assert server is not None
+        server.stop()
+        exc = anyio.run(_not_found, exc, options.store)
         print(f"turnfsm view: {exc}", file=sys.stderr)
         return 2
-    with server:
+    except (StoreError, ConfigError, OSError, ImportError) as exc:
+        if server is not None:
+            server.stop()
+        print(f"turnfsm view: {exc}", file=sys.stderr)
+        return 2
+    try:
         print(f"serving session {session_id} at {server.url}", file=stream)
         print("(only this machine can reach it; Ctrl-C stops it)", file=stream)
         stream.flush()
@@ -97,8 +107,19 @@ def run_view(
         with contextlib.suppress(KeyboardInterrupt):
             while not waiting.wait(0.5):
                 pass
+    finally:
+        server.stop()
     print("stopped", file=stream)
     return 0
+
+
+async def _not_found(exc: SessionNotFound, spec: str | None) -> SessionNotFound:
+    """`exc`, naming the store and the stored ids closest to the one asked for."""
+    sessions = open_cli_store(spec)
+    try:
+        return await not_found(exc, sessions)
+    finally:
+        await close_store(sessions)
 
 
 def _opener(spec: str | None) -> Callable[[], SessionStore]:

@@ -126,7 +126,11 @@ class ViewServer:
             SessionNotFound: the store holds no such session.
             StoreError: the store cannot be read.
         """
-        session = self.session()
+        try:
+            session = self.session()
+        except BaseException:
+            self._httpd.server_close()  # the port is not kept
+            raise
         # The runs' paths are replayed meanwhile (a page loads them).
         threading.Thread(
             target=self._draw_all,
