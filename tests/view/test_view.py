@@ -346,9 +346,21 @@ def test_approve_on_the_live_page_resumes_the_paused_run(
     assert run.text.startswith("Report: deleted /tmp/cache.db")
 
 
-def test_view_refuses_an_unknown_session(capsys: Capture) -> None:
-    assert main(["view", "ses_nope", "--no-open"]) == 2
-    assert "no session 'ses_nope'" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["ses_nope"], "no session 'ses_nope'"),
+        (["ses_nope", "--port", "70000"], "port=70000"),
+        (["ses_nope", "--store", "nope://x"], "store='nope://x'"),
+    ],
+)
+def test_view_refuses_what_it_cannot_serve(
+    argv: list[str], expected: str, capsys: Capture
+) -> None:
+    assert main(["view", *argv, "--no-open"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnfsm view: ")
+    assert expected in err
 
 
 # -- outcomes -------------------------------------------------------------
