@@ -175,6 +175,15 @@ def _check_report(doc: Node) -> None:
     assert steps[0].startswith("start")
     assert any("compact" in s and "compaction_result" in s for s in steps)
     assert steps[-1].startswith("call_llm \u2014model_replied\u2192 done")
+    # Each reply's step links to its turn, each pass's end to the pass.
+    links = [a.attrs["href"] for a in diagram.find("ol", "path").find_all("a")]
+    assert links == [
+        *(f"#turn-0-{k}" for k in range(4)),
+        "#pass-0-0",
+        "#turn-0-4",
+        "#pass-0-1",
+        "#turn-0-5",
+    ]
     plot = doc.find("svg", "plot")
     limits = {c for n in plot.find_all("line", "limit") for c in n.classes}
     assert {"window", "threshold", "emergency"} <= limits

@@ -249,9 +249,14 @@ def path_section(diagram: Diagram, n: int) -> list[str]:
     )
     for step in diagram.steps[:_PLOT_POINTS]:
         tokens = "" if step.estimate is None else f" ({step.estimate} tokens)"
+        trigger = _e(step.trigger)
+        if step.turn is not None:
+            trigger = f'<a href="#turn-{n}-{step.turn}">{trigger}</a>'
+        elif step.compaction is not None:
+            trigger = f'<a href="#pass-{n}-{step.compaction}">{trigger}</a>'
         out.append(
             f'<li value="{step.event + 1}"><code>{_e(step.source)}</code> '
-            f"&#8212;{_e(step.trigger)}&#8594; <code>{_e(step.dest)}</code>{tokens}"
+            f"&#8212;{trigger}&#8594; <code>{_e(step.dest)}</code>{tokens}"
             "</li>"
         )
     if len(diagram.steps) > _PLOT_POINTS:

@@ -15,7 +15,19 @@ from typing import final
 import attrs
 
 from turnfsm._resources import load_machine, machines_dir
-from turnfsm.core import MachineSpec, TurnMachine, render_dot, render_mermaid, tally
+from turnfsm.core import (
+    CompactionCircuitOpened,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactionResult,
+    CompactorFailed,
+    MachineSpec,
+    ModelReplied,
+    TurnMachine,
+    render_dot,
+    render_mermaid,
+    tally,
+)
 from turnfsm.driver import rebuild
 from turnfsm.errors import TurnFSMError
 from turnfsm.persistence import RunRecord, Session
@@ -26,7 +38,11 @@ __all__ = ["Diagram", "PathStep", "run_path"]
 @final
 @attrs.frozen(kw_only=True)
 class PathStep:
-    """One transition a run fired: on which event, from where to where."""
+    """One transition a run fired: on which event, from where to where.
+
+    `turn` and `compaction` are the model call (its index in the run's
+    turns) or the pass (in its compactions) whose end the event was, if any.
+    """
 
     event: int
     index: int
@@ -34,6 +50,18 @@ class PathStep:
     dest: str
     trigger: str
     estimate: int | None
+    turn: int | None = None
+    compaction: int | None = None
+
+
+_PASS_ENDS = (
+    CompactionResult,
+    CompactionNoop,
+    CompactionOverflowed,
+    CompactorFailed,
+    CompactionCircuitOpened,
+)
+"""The events that end a compaction pass (each pass has its record)."""
 
 
 @final
@@ -91,6 +119,7 @@ def run_path(session: Session, run: RunRecord, *, draw: bool = True) -> Diagram:
         rebuild(spec, session, run.run_id, check=False, on_step=took)
     except TurnFSMError as exc:  # draw what was replayed, and say why it stopped
         problem = f"the replay stopped: {exc}"
+    steps = _linked(steps, run)
     if not draw:
         return Diagram(steps=tuple(steps), problem=problem)
     traffic = tally((s.index, s.source, s.estimate) for s in steps)
@@ -98,6 +127,26 @@ def run_path(session: Session, run: RunRecord, *, draw: bool = True) -> Diagram:
     mermaid = render_mermaid(spec, traffic, title=title)
     svg = _svg(render_dot(spec, traffic, title=title))
     return Diagram(steps=tuple(steps), svg=svg, mermaid=mermaid, problem=problem)
+
+
+def _linked(steps: list[PathStep], run: RunRecord) -> list[PathStep]:
+    """`steps`, each naming the turn or the pass its event ended.
+
+    The n-th reply is the n-th turn, the n-th pass's end its n-th record;
+    when the counts do not agree (a log cut short), nothing is named.
+    """
+    replies = [i for i, e in enumerate(run.events) if isinstance(e, ModelReplied)]
+    ends = [i for i, e in enumerate(run.events) if isinstance(e, _PASS_ENDS)]
+    turns = dict(zip(replies, range(len(replies)), strict=True))
+    passes = dict(zip(ends, range(len(ends)), strict=True))
+    if len(replies) != len(run.turns):
+        turns = {}
+    if len(ends) != len(run.compactions):
+        passes = {}
+    return [
+        attrs.evolve(s, turn=turns.get(s.event), compaction=passes.get(s.event))
+        for s in steps
+    ]
 
 
 def _svg(dot_text: str) -> str | None:

@@ -40,6 +40,12 @@
     }
   }
   if (location.hash) reveal(decodeURIComponent(location.hash.slice(1)));
+  window.addEventListener("hashchange", function () {
+    var id = decodeURIComponent(location.hash.slice(1));
+    reveal(id);
+    var target = document.getElementById(id);
+    if (target) target.scrollIntoView();
+  });
   var asked = new URLSearchParams(location.search).get("open");
   if (asked) asked.split(",").forEach(reveal);
 })();
