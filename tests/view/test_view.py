@@ -244,6 +244,10 @@ def test_the_live_page_serves_with_its_token_and_refuses_without(
         ):
             assert _get(url)[0] == 403, url
         assert _post(base + "answer", {"action": "approve", "run": "r"})[0] == 403
+        # With its token: this server answers no run; a huge form is refused.
+        own = {"token": server.token, "action": "approve", "run": "r"}
+        assert _post(base + "answer", own) == (403, "this page cannot answer runs")
+        assert _post(base + "answer", {**own, "run": "r" * 5_000})[0] == 413
         status, fragment = _get(server.turn_url(0, 5))
         assert status == 200
         assert "Audit done" in parse(fragment).find("div", "reply").text()

@@ -125,13 +125,8 @@ def page(
 
 
 def _context_sizes(runs: Sequence[RunRecord]) -> int:
-    total = 0
-    for run in runs:
-        size = 0
-        for turn in run.turns:
-            size = turn.keep + len(turn.added)
-            total += size
-    return total
+    """How many messages every turn's context, written out in full, would take."""
+    return sum(t.keep + len(t.added) for run in runs for t in run.turns)
 
 
 def _run(

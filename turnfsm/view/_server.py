@@ -220,7 +220,7 @@ class ViewServer:
         )
 
     # -- answering (a request's thread) -------------------------------------
-    def render(self, path: str, query: dict[str, str]) -> tuple[int, str]:
+    def _render(self, path: str, query: dict[str, str]) -> tuple[int, str]:
         """Answer a GET of `path`: the status and the HTML."""
         if path == "/":
             session = self.session()
@@ -252,7 +252,7 @@ class ViewServer:
             return HTTPStatus.BAD_REQUEST, "no such run or turn"
         return HTTPStatus.NOT_FOUND, "no such page"
 
-    def post(self, form: dict[str, str]) -> tuple[int, str]:
+    def _post(self, form: dict[str, str]) -> tuple[int, str]:
         """Answer the approve / reject form: the status and a message."""
         action = form.get("action", "")
         run_id = form.get("run", "")
@@ -316,7 +316,7 @@ def _handler(server: ViewServer) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             try:
-                status, text = server.render(url.path, query)
+                status, text = server._render(url.path, query)
             except Exception as exc:  # one bad read must not stop the server
                 self._send(
                     HTTPStatus.INTERNAL_SERVER_ERROR,
@@ -329,10 +329,15 @@ def _handler(server: ViewServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             url = urllib.parse.urlsplit(self.path)
             query = dict(urllib.parse.parse_qsl(url.query))
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > _MAX_FORM:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if not 0 <= length <= _MAX_FORM:
                 self._send(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too large", "text/plain"
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"a form of up to {_MAX_FORM} bytes, with its Content-Length",
+                    "text/plain",
                 )
                 return
             raw = self.rfile.read(length).decode("utf-8", "replace")
@@ -346,7 +351,7 @@ def _handler(server: ViewServer) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             try:
-                status, text = server.post(form)
+                status, text = server._post(form)
             except Exception as exc:  # reported on the page, the server goes on
                 self._send(
                     HTTPStatus.INTERNAL_SERVER_ERROR,
