@@ -14,12 +14,21 @@ shrinks in five layers, cheapest first, the last two with a model;
 digests. `TokenSplitter` finds a pair-safe old/recent boundary for custom
 strategies. The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
-orphaning a tool call or result.
+orphaning a tool call or result. `CacheRules` (by provider in
+`CACHE_RULES`) and `pass_payback` work out what a pass costs against what it
+saves by the prompt cache (`turnfsm.values.PassPayback`).
 """
 
 from __future__ import annotations
 
 from turnfsm import _deprecated
+from turnfsm.context._cache import (
+    CACHE_RULES,
+    CacheRules,
+    Invalidates,
+    cache_rules_for,
+    pass_payback,
+)
 from turnfsm.context._diagnose import explain
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._layered import (
@@ -60,6 +69,7 @@ from turnfsm.context._values import (
 )
 
 __all__ = [
+    "CACHE_RULES",
     "CALIBRATION_CEILING",
     "CALIBRATION_FLOOR",
     "CALIBRATION_HEADROOM",
@@ -67,6 +77,7 @@ __all__ = [
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",
+    "CacheRules",
     "CompactBase",
     "CompactionContext",
     "CompactionProposal",
@@ -75,6 +86,7 @@ __all__ = [
     "ContextCompactor",
     "ContextManager",
     "Failed",
+    "Invalidates",
     "LayeredCompactor",
     "MaskingCompactor",
     "ModelCall",
@@ -90,12 +102,14 @@ __all__ = [
     "ToolTraffic",
     "TruncatingCompactor",
     "adjust_split",
+    "cache_rules_for",
     "cut_result",
     "digest_line",
     "digest_results",
     "explain",
     "keep_parts",
     "pair_tool_traffic",
+    "pass_payback",
     "sanitize",
 ]
 
