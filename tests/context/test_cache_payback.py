@@ -33,10 +33,10 @@ from turnfsm.values import PassPayback, Usage
 
 
 class SizeCounter:
-    """A message's text is its size in tokens."""
+    """A message's text is its size in tokens (any other text: 1)."""
 
     def count(self, messages: Sequence[Message]) -> int:
-        return sum(int(m.text) for m in messages)
+        return sum(int(m.text) if m.text.isdigit() else 1 for m in messages)
 
     def count_text(self, text: str) -> int:
         return int(text) if text.isdigit() else 0
@@ -404,3 +404,38 @@ def test_figures_round_trip_through_the_log() -> None:
     )
     event = CompactionNoop(before=5, after=5, payback=payback)
     assert from_json(CompactionNoop, to_json(event)) == event
+
+
+# -- in a run ------------------------------------------------------------------
+
+
+def test_a_declined_pass_lets_the_run_call_the_model_and_never_loops() -> None:
+    from turnfsm import Agent
+    from turnfsm.testing import ScriptedModel
+
+    # 4,200 tokens of history in a 5,000-token window: over the threshold
+    # line (4,000 at 80 %), under the emergency line (4,750).
+    history = msgs(1000, 2000, 1000, 200)
+    context = ContextManager(
+        Digest(),
+        counter=COUNTER,
+        context_window=5_000,
+        max_messages=0,
+        prices=PRICES,
+        cache_payback_calls=1,
+    )
+    agent = Agent(
+        model=ScriptedModel.of("first", "second"),
+        context=context,
+        store="memory:",
+        max_output_tokens=None,
+    )
+    result = agent.run_sync(history)
+    assert result.text == "first"
+    (run,) = agent.session.runs
+    (record,) = run.compactions  # one pass, declined: the line is spent
+    assert str(record.verdict) == "noop"
+    assert record.payback is not None
+    assert record.payback.declined
+    assert record.tokens_after == record.tokens_before
+    assert len(run.turns) == 1
