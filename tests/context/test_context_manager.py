@@ -30,7 +30,7 @@ from turnfsm.core import (
 from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.tokens import HeuristicTokenCounter, default_counter
-from turnfsm.values import ErrorInfo
+from turnfsm.values import ErrorInfo, PassPayback
 
 COUNTER = HeuristicTokenCounter()
 
@@ -257,8 +257,18 @@ def test_compacted_is_recounted_by_the_manager() -> None:
 
     decision = run(manager(Scripted(keep_last(3))), messages)
 
+    # With no prices, the pass's cache figures are its tokens: the first
+    # message changed, so all of it is invalidated and the kept three
+    # rewritten.
     assert decision == CompactionResult(
-        messages=messages[-3:], before=before, after=after
+        messages=messages[-3:],
+        before=before,
+        after=after,
+        payback=PassPayback(
+            invalidated_tokens=before,
+            rewritten_tokens=after,
+            removed_tokens=before - after,
+        ),
     )
 
 

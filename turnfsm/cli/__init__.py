@@ -589,6 +589,13 @@ def _simulate_parser(sub: Any) -> None:
         help="cost each call at a known model's prices (gpt-4o, claude-sonnet-4-5)",
     )
     simulate.add_argument(
+        "--cache-payback",
+        type=int,
+        metavar="CALLS",
+        help="with --prices: keep a pass at the threshold only when it pays "
+        "back within CALLS calls (its prompt-cache cost against its saving)",
+    )
+    simulate.add_argument(
         "--summary-model",
         metavar="SPEC",
         help="answers the summaries the log does not hold: openai:MODEL, "

@@ -17,12 +17,21 @@ strategies. Pinned messages (`Message.pin`, `PinRules`, calls in flight:
 (`keep_pinned`), and the manager refuses a pass that loses one
 (`pin_loss`). The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
-orphaning a tool call or result.
+orphaning a tool call or result. `CacheRules` (by provider in
+`CACHE_RULES`) and `pass_payback` work out what a pass costs against what it
+saves by the prompt cache (`turnfsm.values.PassPayback`).
 """
 
 from __future__ import annotations
 
 from turnfsm import _deprecated
+from turnfsm.context._cache import (
+    CACHE_RULES,
+    CacheRules,
+    Invalidates,
+    cache_rules_for,
+    pass_payback,
+)
 from turnfsm.context._diagnose import explain
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._layered import (
@@ -64,6 +73,7 @@ from turnfsm.context._values import (
 )
 
 __all__ = [
+    "CACHE_RULES",
     "CALIBRATION_CEILING",
     "CALIBRATION_FLOOR",
     "CALIBRATION_HEADROOM",
@@ -71,6 +81,7 @@ __all__ = [
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",
+    "CacheRules",
     "CompactBase",
     "CompactionContext",
     "CompactionProposal",
@@ -79,6 +90,7 @@ __all__ = [
     "ContextCompactor",
     "ContextManager",
     "Failed",
+    "Invalidates",
     "LayeredCompactor",
     "MaskingCompactor",
     "ModelCall",
@@ -95,6 +107,7 @@ __all__ = [
     "ToolTraffic",
     "TruncatingCompactor",
     "adjust_split",
+    "cache_rules_for",
     "cut_result",
     "digest_line",
     "digest_results",
@@ -102,6 +115,7 @@ __all__ = [
     "keep_parts",
     "keep_pinned",
     "pair_tool_traffic",
+    "pass_payback",
     "pin_loss",
     "pinned_ids",
     "sanitize",
