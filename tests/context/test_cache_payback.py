@@ -20,6 +20,7 @@ from turnfsm.context import (
     CompactionRequest,
     ContextManager,
     Invalidates,
+    PinRules,
     cache_rules_for,
     pass_payback,
 )
@@ -268,9 +269,15 @@ class Digest:
         return CompactionProposal.compacted(kept, ctx.tokens_before, 1)
 
 
+# Digest drops the latest user request on purpose (a plain keep-and-replace):
+# the rules that would pin it are off, so the figures are the digest's.
+NO_USER_PINS = PinRules(first_user=False, latest_user=False)
+
+
 def manager(calls: int | None, **kwargs: object) -> ContextManager:
     return ContextManager(
         Digest(),
+        pins=NO_USER_PINS,
         counter=COUNTER,
         context_window=100_000,
         prices=PRICES,
@@ -418,6 +425,7 @@ def test_a_declined_pass_lets_the_run_call_the_model_and_never_loops() -> None:
     history = msgs(1000, 2000, 1000, 200)
     context = ContextManager(
         Digest(),
+        pins=NO_USER_PINS,
         counter=COUNTER,
         context_window=5_000,
         max_messages=0,
