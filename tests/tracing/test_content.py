@@ -16,7 +16,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.tracing._spans import Named, Traced, history, said
-from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.context import ContextManager, PinRules, SummarizingCompactor
 from turnfsm.driver import Driver, Session
 from turnfsm.messages import Message
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel, tool_call
@@ -99,6 +99,9 @@ async def test_without_opting_in_no_span_carries_what_was_said() -> None:
         context_window=4_000,
         threshold=60,
         counter=HeuristicTokenCounter(),
+        # The summary call is what is checked: the first user message goes
+        # into it, so the rule that pins that message is off.
+        pins=PinRules(first_user=False),
     )
     # The secret is in the history the summary call is sent, and (a fact:
     # digits, capitals) in the summary it writes.

@@ -20,7 +20,7 @@ from tests.tracing._spans import (
     said,
     traced_driver,
 )
-from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.context import ContextManager, PinRules, SummarizingCompactor
 from turnfsm.driver import Driver
 from turnfsm.errors import ProviderError
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel, tool_call
@@ -58,6 +58,9 @@ async def _four_runs(traced: Traced) -> None:
         context_window=4_000,
         threshold=60,
         counter=HeuristicTokenCounter(),
+        # The summary call is what is checked: the first user message goes
+        # into it, so the rule that pins that message is off.
+        pins=PinRules(first_user=False),
     )
     model = ScriptedModel.of(
         said("", tool_call("echo", "c1", text="x"), usage=(900, 5)),

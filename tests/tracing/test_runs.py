@@ -30,7 +30,7 @@ from tests.tracing._spans import (
     turn,
 )
 from turnfsm import approval_machine
-from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.context import ContextManager, PinRules, SummarizingCompactor
 from turnfsm.core import (
     MachineSpec,
     Perform,
@@ -64,6 +64,9 @@ def summarizing(window: int = 4_000) -> ContextManager:
         context_window=window,
         threshold=60,
         counter=HeuristicTokenCounter(),
+        # The summary call is what is checked: the first user message goes
+        # into it, so the rule that pins that message is off.
+        pins=PinRules(first_user=False),
     )
 
 
