@@ -13,6 +13,8 @@ from turnfsm.context import (
     SUMMARY_SECTIONS,
     CompactionProposal,
     SummarizingCompactor,
+    recall_note,
+    replaced_ids,
 )
 from turnfsm.context._transcript import (
     SUMMARY_KEY,
@@ -409,7 +411,9 @@ def test_an_oversized_summary_is_re_asked_shorter() -> None:
         SummarizingCompactor(model=model, max_summary_tokens=100), conversation(6)
     )
     assert out.error is None
-    assert out.messages[1].text.endswith("short")
+    # The summary ends by naming the messages it stands for.
+    covered = replaced_ids(out.messages[1])
+    assert out.messages[1].text.endswith("short\n\n" + recall_note(covered))
     assert len(model.requests) == 2
     assert "rewrite it in under 100 tokens" in model.requests[1].messages[0].text
 

@@ -11,8 +11,10 @@ drops the middle (`TruncatingCompactor`, which also works alone);
 `SummarizingCompactor` summarises old turns with a model; `LayeredCompactor`
 shrinks in five layers, cheapest first, the last two with a model;
 `ToolResultDigest` replaces old, oversized tool results with one-line
-digests. `TokenSplitter` finds a pair-safe old/recent boundary for custom
-strategies. The pair-safety helpers
+digests. Every replacement a shipped strategy makes names what it covers
+(`REPLACES`, a ``[recall ...]`` note: `mark_replacements`), so that the
+originals, kept in the session's log, can be fetched back. `TokenSplitter`
+finds a pair-safe old/recent boundary for custom strategies. The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
 orphaning a tool call or result.
 """
@@ -46,6 +48,13 @@ from turnfsm.context._pairs import (
     sanitize,
 )
 from turnfsm.context._protocol import ContextCompactor
+from turnfsm.context._recall_marks import (
+    REPLACES,
+    mark_replacements,
+    recall_note,
+    replaced_ids,
+    unmark,
+)
 from turnfsm.context._splitter import Split, TokenSplitter
 from turnfsm.context._summarizing import SummarizingCompactor, SummaryPlan
 from turnfsm.context._summary_model import MIN_SUMMARY_TOKENS, SummaryFailed
@@ -64,6 +73,7 @@ __all__ = [
     "CALIBRATION_FLOOR",
     "CALIBRATION_HEADROOM",
     "MIN_SUMMARY_TOKENS",
+    "REPLACES",
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",
@@ -95,8 +105,12 @@ __all__ = [
     "digest_results",
     "explain",
     "keep_parts",
+    "mark_replacements",
     "pair_tool_traffic",
+    "recall_note",
+    "replaced_ids",
     "sanitize",
+    "unmark",
 ]
 
 __getattr__ = _deprecated.moved(

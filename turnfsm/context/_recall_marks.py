@@ -1,0 +1,277 @@
+"""Recall marks: every replacement a pass makes names what it replaces.
+
+A pass keeps nothing it drops, but the session's log does: each original
+stays addressable by its message id. So that the model (and a reader) can
+get back to it, a replacement names the range it covers, twice:
+
+- in its metadata, under `REPLACES`: the covered message ids, separated by
+  spaces (`replaced_ids` reads them back);
+- in its text, as a short note the model can act on:
+  ``[recall msg_a]`` for one message, ``[recall msg_a..msg_b]`` for a
+  range (the first and last, in the order they were said). A tool result
+  message is named there by its tool call's id, which the model already
+  knows it by (and which the recall tool resolves to the call and its
+  results).
+
+A summary names the messages it stands for; a tool result whose content a
+pass changed (digested, capped, cut, emptied) names its own call, whose
+original result the log holds under the message's id. Truncation drops messages
+without a replacement: nothing names them, but they stay in the log (and
+the recall tool's search finds them).
+
+The marks are applied around a strategy (`with_recall_marks`): the strategy
+sees its input with the marks taken off, so its own rules (what is already a
+digest, what was cut already) read the content they always read, and a pass
+on its own output changes nothing more. The notes are deterministic: the
+same pass over the same messages writes the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, final
+
+import attrs
+
+from turnfsm.context._values import CompactionContext, CompactionProposal
+from turnfsm.messages import Message, Part, Role, TextPart, ToolResultPart
+from turnfsm.tokens import TokenCounter
+
+__all__ = [
+    "REPLACES",
+    "mark_replacements",
+    "recall_note",
+    "replaced_ids",
+    "unmark",
+    "with_recall_marks",
+]
+
+REPLACES: Final = "turnfsm.replaces"
+"""Metadata key of a replacement: the ids of the messages it covers (spaces apart)."""
+
+Compact = Callable[
+    [Sequence[Message], int, CompactionContext], Awaitable[CompactionProposal]
+]
+"""A strategy's compact method."""
+
+
+def recall_note(ids: Sequence[str]) -> str:
+    """Return the note naming `ids`: ``[recall a]`` or ``[recall first..last]``.
+
+    Args:
+        ids: The covered message ids, in the order they were said (≥ 1).
+    """
+    if not ids:
+        raise ValueError("a recall note names at least one message id")
+    span = ids[0] if len(ids) == 1 else f"{ids[0]}..{ids[-1]}"
+    return f"[recall {span}]"
+
+
+def replaced_ids(message: Message) -> tuple[str, ...]:
+    """Return the ids of the messages `message` replaces (empty: it replaces none)."""
+    value = message.metadata.get(REPLACES)
+    return tuple(value.split()) if isinstance(value, str) else ()
+
+
+def handle(message: Message) -> str:
+    """Return what a note calls `message`: its id, or a tool result's call id."""
+    results = message.tool_results
+    return results[0].call_id if results else message.id
+
+
+def _unmarked_content(content: str, note: str) -> str | None:
+    """`content` without its trailing `note` (None: it carries none)."""
+    if content == note:
+        return ""
+    if content.endswith(" " + note):
+        return content[: -len(note) - 1]
+    return None
+
+
+def _marked_content(content: str, note: str) -> str:
+    return f"{content} {note}" if content else note
+
+
+def _unmark_one(message: Message) -> Message:
+    if message.role is not Role.TOOL or REPLACES not in message.metadata:
+        return message
+    parts: list[Part] = []
+    for part in message.parts:
+        if isinstance(part, ToolResultPart):
+            plain = _unmarked_content(part.content, recall_note((part.call_id,)))
+            if plain is not None:
+                part = attrs.evolve(part, content=plain)
+        parts.append(part)
+    metadata = {k: v for k, v in message.metadata.items() if k != REPLACES}
+    return attrs.evolve(message, parts=tuple(parts), metadata=metadata)
+
+
+def unmark(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """Return `messages` with the recall notes of changed tool results taken off.
+
+    Summaries keep theirs (their text is reused as it was recorded).
+    Messages without a note are the same objects.
+    """
+    return tuple(_unmark_one(m) for m in messages)
+
+
+def _same(a: Message, b: Message) -> bool:
+    return a == b and dict(a.metadata) == dict(b.metadata)
+
+
+def _gaps(plain: Sequence[Message], kept: set[str]) -> dict[int, list[Message]]:
+    """The dropped messages, by the index of the last kept one before them (-1)."""
+    gaps: dict[int, list[Message]] = {}
+    last = -1
+    for i, m in enumerate(plain):
+        if m.id in kept:
+            last = i
+        else:
+            gaps.setdefault(last, []).append(m)
+    return gaps
+
+
+def _with_note(message: Message, covered: Sequence[Message]) -> Message:
+    """A new message (a summary) naming `covered` in its metadata and its text."""
+    ids = [m.id for m in covered]
+    note = recall_note([handle(covered[0]), handle(covered[-1])][: len(covered)])
+    metadata = {**message.metadata, REPLACES: " ".join(ids)}
+    parts = list(message.parts)
+    last_text = max(
+        (j for j, p in enumerate(parts) if isinstance(p, TextPart)), default=None
+    )
+    if last_text is not None:
+        text = parts[last_text]
+        assert isinstance(text, TextPart)
+        if not text.text.endswith(note):
+            parts[last_text] = TextPart(text=f"{text.text}\n\n{note}")
+    return attrs.evolve(message, parts=tuple(parts), metadata=metadata)
+
+
+def _results_by_call(message: Message) -> dict[tuple[str, int], ToolResultPart]:
+    """The tool results of `message` by (call id, occurrence of that call id)."""
+    out: dict[tuple[str, int], ToolResultPart] = {}
+    seen: dict[str, int] = {}
+    for part in message.parts:
+        if isinstance(part, ToolResultPart):
+            k = seen.get(part.call_id, 0)
+            seen[part.call_id] = k + 1
+            out[part.call_id, k] = part
+    return out
+
+
+def _changed_results(message: Message, plain: Message, original: Message) -> Message:
+    """`message`, with a note on each tool result whose content the pass changed."""
+    if message.role is not Role.TOOL:
+        return message
+    before = _results_by_call(plain)
+    was = _results_by_call(original)
+    parts: list[Part] = []
+    marked = False
+    seen: dict[str, int] = {}
+    for part in message.parts:
+        if isinstance(part, ToolResultPart):
+            note = recall_note((part.call_id,))
+            # A message may hold several results for one call: the k-th
+            # result of a call is compared with the k-th it had.
+            key = (part.call_id, seen.get(part.call_id, 0))
+            seen[part.call_id] = key[1] + 1
+            base = before.get(key)
+            if base is not None and part.content == base.content:
+                # Unchanged by this pass: as it came (with an earlier note).
+                part = was.get(key, part)
+            else:
+                part = attrs.evolve(part, content=_marked_content(part.content, note))
+            marked = marked or _unmarked_content(part.content, note) is not None
+        parts.append(part)
+    metadata = {k: v for k, v in message.metadata.items() if k != REPLACES}
+    if marked:
+        metadata[REPLACES] = message.id
+    return attrs.evolve(message, parts=tuple(parts), metadata=metadata)
+
+
+def mark_replacements(
+    plain: Sequence[Message],
+    result: Sequence[Message],
+    original: Sequence[Message] | None = None,
+) -> tuple[Message, ...]:
+    """Return `result` with every replacement naming what it covers.
+
+    Args:
+        plain: The pass's input, as the strategy saw it (`unmark`).
+        result: What the strategy made of it.
+        original: The input as it came (with earlier notes; default
+            `plain`): a result message equal to its original is that object.
+
+    Returns:
+        `result`, where a new message (a summary) names the messages
+        dropped where it stands, and a tool result whose content changed
+        names its own message (in its metadata) and call (in its text).
+    """
+    original = plain if original is None else original
+    by_id = {m.id: (i, m) for i, m in enumerate(plain)}
+    was = {m.id: m for m in original}
+    kept = {m.id for m in result if m.id in by_id}
+    gaps = _gaps(plain, kept)
+    out: list[Message] = []
+    last = -1
+    for message in result:
+        found = by_id.get(message.id)
+        if found is None:
+            covered = gaps.pop(last, None)
+            out.append(_with_note(message, covered) if covered else message)
+            continue
+        last, base = found
+        new = _changed_results(message, base, was.get(message.id, base))
+        old = was.get(message.id)
+        out.append(old if old is not None and _same(new, old) else new)
+    return tuple(out)
+
+
+@final
+@attrs.frozen
+class _MarkedCounter:
+    """Counts a candidate result as it will be: with its recall notes.
+
+    A strategy that measures its work against the target (stop when it
+    fits, cut to the size that fits) then leaves room for the notes.
+    """
+
+    counter: TokenCounter
+    plain: Sequence[Message]
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return self.counter.count(mark_replacements(self.plain, messages))
+
+    def count_text(self, text: str) -> int:
+        return self.counter.count_text(text)
+
+
+async def with_recall_marks(
+    compact: Compact,
+    messages: Sequence[Message],
+    target: int,
+    ctx: CompactionContext,
+) -> CompactionProposal:
+    """Run `compact` on `messages` without their notes; mark what it replaced.
+
+    The result is re-counted with the marks (they count against the window
+    like any text); a result that is the input again is reported unchanged.
+    """
+    plain = unmark(messages)
+    counting = attrs.evolve(ctx, counter=_MarkedCounter(ctx.counter, plain))
+    proposal = await compact(plain, target, counting)
+    if proposal.is_failed:
+        return proposal
+    marked = mark_replacements(plain, proposal.messages, messages)
+    if len(marked) == len(messages) and all(
+        a is b for a, b in zip(marked, messages, strict=True)
+    ):
+        return CompactionProposal.unchanged(messages, ctx.tokens_before)
+    if proposal.tokens_after == proposal.tokens_before and all(
+        a is b for a, b in zip(marked, proposal.messages, strict=True)
+    ):
+        return attrs.evolve(proposal, messages=marked)
+    return CompactionProposal.compacted(
+        marked, ctx.tokens_before, ctx.counter.count(marked)
+    )
