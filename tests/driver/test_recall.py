@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from tests.tracing._spans import Traced
 from turnfsm import Agent, recall_tool
 from turnfsm.context import (
     ContextManager,
@@ -23,6 +24,7 @@ from turnfsm.persistence import EventRecorded, MemoryStore, event_messages
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.tracing import attributes as A
 
 pytestmark = pytest.mark.anyio
 
@@ -144,6 +146,32 @@ async def test_the_model_answers_from_a_summarised_tool_result_by_recall() -> No
     for run in session.runs:
         assert replay(None, session, run.run_id).ok
     assert last_run.outcome == "done"
+
+
+async def test_a_recall_call_is_traced_like_any_tool_call() -> None:
+    traced = Traced.create(capture_content=True)
+    agent = Agent(
+        model=recalling_model([]),
+        tools=[read_vault, recall_tool()],
+        context=ContextManager(
+            SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
+            context_window=2_000,
+            threshold=60,
+            counter=COUNTER,
+        ),
+        hooks=[traced.hook],
+        store=MemoryStore(),
+    )
+    for text in (
+        "read the vault log",
+        "chat 0: " + "c" * 1000,
+        "chat 1: " + "c" * 1000,
+    ):
+        assert (await agent.run(text)).ok
+    assert (await agent.run("what is the vault code?")).ok
+    (span,) = [s for s in traced.spans if s.name == "execute_tool recall"]
+    assert span.attributes is not None
+    assert SECRET in str(span.attributes[A.TOOL_CALL_RESULT])
 
 
 async def test_replay_reuses_the_recorded_recall_result() -> None:
