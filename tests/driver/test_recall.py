@@ -363,7 +363,7 @@ async def test_outside_a_run_it_says_so() -> None:
     assert current_session() is None
     (part,) = (await ask(None, query="x")).tool_results
     assert part.is_error
-    assert "recall runs only inside an agent's run" in part.content
+    assert "recall has no conversation to read" in part.content
 
 
 @pytest.mark.parametrize(

@@ -132,7 +132,7 @@ def test_the_local_model_calls_recall_and_the_run_replays_exactly(
     # The tool ran in the run's session (bad arguments are an error result
     # naming them; a call outside a run would say so).
     for part in results:
-        assert "only inside an agent's run" not in part.content
+        assert "has no conversation to read" not in part.content
         assert part.is_error or part.content.startswith("recalled")
     print(
         f"run {run.outcome}; recall arguments {[c.arguments for c in calls]}; "

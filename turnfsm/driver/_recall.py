@@ -286,6 +286,8 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
     message as ``[id] role: text``, a tool call always with its result
     and a result with its call, within `max_chars` characters: what does
     not fit is named, not sent. An unknown id is said, not an error.
+    In a durable run's tool activities, which run apart from the session,
+    it answers that it has no conversation to read.
 
     Args:
         max_chars: The longest answer, in characters (≥ 500).
@@ -307,7 +309,10 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
     ) -> str:
         session = current_session()
         if session is None:
-            raise RuntimeError("recall runs only inside an agent's run")
+            raise RuntimeError(
+                "recall has no conversation to read: it works inside an agent's "
+                "run on its session (not in a durable run's tool activities)"
+            )
         if not ids and not query:
             raise ValueError("give ids (or ranges first..last) or a query")
         archive = Archive(session)
