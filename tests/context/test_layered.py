@@ -16,6 +16,7 @@ from turnfsm.context import (
     Failed,
     LayeredCompactor,
     Skipped,
+    call_handle,
     mark_replacements,
     recall_note,
 )
@@ -500,7 +501,8 @@ def test_fits_after_microcompact_no_model_call() -> None:
         (m.id, m.parts) for m in expected
     ]
     # Emptied, but for the note naming the message the log keeps it under.
-    assert out.messages[-4].tool_results[0].content == recall_note(["c24"])
+    (c24,) = {c.id: c for m in messages for c in m.tool_calls if c.id == "c24"}.values()
+    assert out.messages[-4].tool_results[0].content == recall_note([call_handle(c24)])
     new, status = compactor.compact_deterministic(
         messages, limit=target, counter=COUNTER
     )

@@ -21,6 +21,8 @@ from turnfsm.context import (
     SummarizingCompactor,
     ToolResultDigest,
     TruncatingCompactor,
+    call_handle,
+    handle,
     mark_replacements,
     recall_note,
     replaced_ids,
@@ -70,6 +72,11 @@ def run(
 def check_named(before: Sequence[Message], after: Sequence[Message]) -> None:
     """Each message of `after` is kept, or names what it covers (twice)."""
     by_id = {m.id: m for m in before}
+    calls = {c.id: c for m in before for c in m.tool_calls}
+
+    def _handle(message: Message) -> str:
+        return handle(message, calls)
+
     for message in after:
         old = by_id.get(message.id)
         if old is not None and message == old:
@@ -88,12 +95,9 @@ def check_named(before: Sequence[Message], after: Sequence[Message]) -> None:
             assert covered == (message.id,)
             for new, was in zip(message.tool_results, old.tool_results, strict=True):
                 if new.content != was.content:
-                    assert new.content.endswith(recall_note([new.call_id]))
-
-
-def _handle(message: Message) -> str:
-    results = message.tool_results
-    return results[0].call_id if results else message.id
+                    call = calls.get(new.call_id)
+                    named = call_handle(call) if call else new.call_id
+                    assert new.content.endswith(recall_note([named]))
 
 
 @pytest.mark.parametrize("compactor", strategies(), ids=lambda c: type(c).__name__)
@@ -140,7 +144,8 @@ def test_a_digest_names_its_call_and_its_message() -> None:
     out = run(ToolResultDigest(), conversation(3)).messages
     digested = next(m for m in out if m.id == "r0")
     assert digested.metadata[REPLACES] == "r0"
-    assert digested.tool_results[0].content.endswith(" [recall c0]")
+    (call,) = out[2].tool_calls
+    assert digested.tool_results[0].content.endswith(f" [recall {call_handle(call)}]")
     plain = unmark([digested])[0]
     assert plain.tool_results[0].content == "[read_file] returned 5009 chars, 1 line"
     assert REPLACES not in plain.metadata
@@ -156,7 +161,8 @@ def test_a_summary_names_the_range_it_covers() -> None:
     covered = replaced_ids(summary)
     assert covered[0] == "u0"
     assert covered[-1] == "z2"
-    assert summary.text.endswith("\n\n[recall u0..z2]")
+    ends = [handle(messages[1]), handle(next(m for m in messages if m.id == "z2"))]
+    assert summary.text.endswith(f"\n\n[recall {ends[0]}..{ends[1]}]")
 
 
 def test_notes_name_one_message_or_a_range() -> None:

@@ -12,6 +12,7 @@ from turnfsm.context import (
     ContextManager,
     SummarizingCompactor,
     TruncatingCompactor,
+    call_handle,
     replaced_ids,
 )
 from turnfsm.driver import Session, Tool, current_session, replay
@@ -106,7 +107,7 @@ async def test_the_model_answers_from_a_summarised_tool_result_by_recall() -> No
     spans = Spans()
     agent = Agent(
         model=recalling_model(seen),
-        tools=[read_vault, recall_tool()],
+        tools=[read_vault, recall_tool(max_chars=2_500)],
         context=ContextManager(
             SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
             context_window=2_000,
@@ -152,7 +153,7 @@ async def test_a_recall_call_is_traced_like_any_tool_call() -> None:
     traced = Traced.create(capture_content=True)
     agent = Agent(
         model=recalling_model([]),
-        tools=[read_vault, recall_tool()],
+        tools=[read_vault, recall_tool(max_chars=2_500)],
         context=ContextManager(
             SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
             context_window=2_000,
@@ -179,7 +180,7 @@ async def test_replay_reuses_the_recorded_recall_result() -> None:
     store = MemoryStore()
     agent = Agent(
         model=recalling_model(seen),
-        tools=[read_vault, recall_tool()],
+        tools=[read_vault, recall_tool(max_chars=2_500)],
         context=ContextManager(
             SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
             context_window=2_000,
@@ -270,7 +271,8 @@ async def test_a_result_comes_with_its_call_and_a_call_with_its_result() -> None
     session = await archived_session()
     result_id = ids_of(session, Role.TOOL, "alpha.txt line")
     call_id = ids_of(session, Role.ASSISTANT, "call_alpha")
-    for wanted in (result_id, call_id, "call_alpha"):
+    noted = call_handle(tool_call("read", "call_alpha", path="alpha.txt"))
+    for wanted in (result_id, call_id, "call_alpha", noted):
         text = answer(await ask(session, ids=[wanted]))
         assert f"[{call_id}] assistant: called read" in text
         assert f"[{result_id}] tool: result of read for call_alpha" in text

@@ -50,6 +50,8 @@ from turnfsm.context._pairs import (
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._recall_marks import (
     REPLACES,
+    call_handle,
+    handle,
     mark_replacements,
     recall_note,
     replaced_ids,
@@ -100,10 +102,12 @@ __all__ = [
     "ToolTraffic",
     "TruncatingCompactor",
     "adjust_split",
+    "call_handle",
     "cut_result",
     "digest_line",
     "digest_results",
     "explain",
+    "handle",
     "keep_parts",
     "mark_replacements",
     "pair_tool_traffic",

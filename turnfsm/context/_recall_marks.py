@@ -7,11 +7,12 @@ get back to it, a replacement names the range it covers, twice:
 - in its metadata, under `REPLACES`: the covered message ids, separated by
   spaces (`replaced_ids` reads them back);
 - in its text, as a short note the model can act on:
-  ``[recall msg_a]`` for one message, ``[recall msg_a..msg_b]`` for a
-  range (the first and last, in the order they were said). A tool result
-  message is named there by its tool call's id, which the model already
-  knows it by (and which the recall tool resolves to the call and its
-  results).
+  ``[recall h1a2b3c4d5e]`` for one message, ``[recall h1a..h9f]`` for a
+  range (the first and last, in the order they were said). A note names
+  a message by a short digest of what it says (`handle`), a tool result by
+  its call's (`call_handle`): message ids are fresh in every run, and a
+  note must read the same, and cost the same, each time the same
+  conversation is compacted. The recall tool resolves them.
 
 A summary names the messages it stands for; a tool result whose content a
 pass changed (digested, capped, cut, emptied) names its own call, whose
@@ -28,17 +29,29 @@ same pass over the same messages writes the same text.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, final
 
 import attrs
 
 from turnfsm.context._values import CompactionContext, CompactionProposal
-from turnfsm.messages import Message, Part, Role, TextPart, ToolResultPart
+from turnfsm.messages import (
+    Message,
+    Part,
+    Role,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from turnfsm.tokens import TokenCounter
 
 __all__ = [
     "REPLACES",
+    "call_handle",
+    "handle",
     "mark_replacements",
     "recall_note",
     "replaced_ids",
@@ -73,10 +86,42 @@ def replaced_ids(message: Message) -> tuple[str, ...]:
     return tuple(value.split()) if isinstance(value, str) else ()
 
 
-def handle(message: Message) -> str:
-    """Return what a note calls `message`: its id, or a tool result's call id."""
+def _digest(*pieces: str) -> str:
+    return "h" + hashlib.sha256("\x1f".join(pieces).encode()).hexdigest()[:10]
+
+
+def call_handle(call: ToolCallPart) -> str:
+    """Return what a note calls tool call `call`: a digest of its name and arguments."""
+    arguments = json.dumps(call.arguments, sort_keys=True, default=str)
+    return _digest("call", call.name, arguments)
+
+
+def handle(message: Message, calls: Mapping[str, ToolCallPart] | None = None) -> str:
+    """Return what a note calls `message`: a short digest of what it says.
+
+    Message ids are fresh in every run; a note names what a message says
+    instead, so the same conversation compacts to the same text (and the
+    same size) every time. A tool result is named by its call (found in
+    `calls`, by call id; a result whose call is not there, by its call id).
+
+    Args:
+        message: The message.
+        calls: The conversation's tool calls, by id.
+    """
     results = message.tool_results
-    return results[0].call_id if results else message.id
+    if results:
+        call = (calls or {}).get(results[0].call_id)
+        return call_handle(call) if call is not None else results[0].call_id
+    return _digest(
+        message.role.value, message.text, *(call_handle(c) for c in message.tool_calls)
+    )
+
+
+def _calls(messages: Sequence[Message]) -> dict[str, ToolCallPart]:
+    return {c.id: c for m in messages for c in m.tool_calls}
+
+
+_NOTE_AT_END: Final = re.compile(r"(?:\A| )\[recall [^\s\]]+\]\Z")
 
 
 def _unmarked_content(content: str, note: str) -> str | None:
@@ -98,9 +143,9 @@ def _unmark_one(message: Message) -> Message:
     parts: list[Part] = []
     for part in message.parts:
         if isinstance(part, ToolResultPart):
-            plain = _unmarked_content(part.content, recall_note((part.call_id,)))
-            if plain is not None:
-                part = attrs.evolve(part, content=plain)
+            found = _NOTE_AT_END.search(part.content)
+            if found is not None:
+                part = attrs.evolve(part, content=part.content[: found.start()])
         parts.append(part)
     metadata = {k: v for k, v in message.metadata.items() if k != REPLACES}
     return attrs.evolve(message, parts=tuple(parts), metadata=metadata)
@@ -131,10 +176,13 @@ def _gaps(plain: Sequence[Message], kept: set[str]) -> dict[int, list[Message]]:
     return gaps
 
 
-def _with_note(message: Message, covered: Sequence[Message]) -> Message:
+def _with_note(
+    message: Message, covered: Sequence[Message], calls: Mapping[str, ToolCallPart]
+) -> Message:
     """A new message (a summary) naming `covered` in its metadata and its text."""
     ids = [m.id for m in covered]
-    note = recall_note([handle(covered[0]), handle(covered[-1])][: len(covered)])
+    ends = [handle(covered[0], calls), handle(covered[-1], calls)]
+    note = recall_note(ends[: len(covered)])
     metadata = {**message.metadata, REPLACES: " ".join(ids)}
     parts = list(message.parts)
     last_text = max(
@@ -160,7 +208,12 @@ def _results_by_call(message: Message) -> dict[tuple[str, int], ToolResultPart]:
     return out
 
 
-def _changed_results(message: Message, plain: Message, original: Message) -> Message:
+def _changed_results(
+    message: Message,
+    plain: Message,
+    original: Message,
+    calls: Mapping[str, ToolCallPart],
+) -> Message:
     """`message`, with a note on each tool result whose content the pass changed."""
     if message.role is not Role.TOOL:
         return message
@@ -171,7 +224,8 @@ def _changed_results(message: Message, plain: Message, original: Message) -> Mes
     seen: dict[str, int] = {}
     for part in message.parts:
         if isinstance(part, ToolResultPart):
-            note = recall_note((part.call_id,))
+            call = calls.get(part.call_id)
+            note = recall_note((call_handle(call) if call else part.call_id,))
             # A message may hold several results for one call: the k-th
             # result of a call is compared with the k-th it had.
             key = (part.call_id, seen.get(part.call_id, 0))
@@ -212,6 +266,7 @@ def mark_replacements(
     by_id = {m.id: (i, m) for i, m in enumerate(plain)}
     was = {m.id: m for m in original}
     kept = {m.id for m in result if m.id in by_id}
+    calls = _calls(plain)
     gaps = _gaps(plain, kept)
     out: list[Message] = []
     last = -1
@@ -219,10 +274,10 @@ def mark_replacements(
         found = by_id.get(message.id)
         if found is None:
             covered = gaps.pop(last, None)
-            out.append(_with_note(message, covered) if covered else message)
+            out.append(_with_note(message, covered, calls) if covered else message)
             continue
         last, base = found
-        new = _changed_results(message, base, was.get(message.id, base))
+        new = _changed_results(message, base, was.get(message.id, base), calls)
         old = was.get(message.id)
         out.append(old if old is not None and _same(new, old) else new)
     return tuple(out)

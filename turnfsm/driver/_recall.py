@@ -6,8 +6,9 @@ it was first said, under its id, and each replacement names what it covers
 tool, added to an agent's tools with `recall_tool()`, lets the model read
 those originals again:
 
-- by id: ``{"ids": ["msg_a", "msg_b..msg_f"]}`` (a range is every message
-  of the session said from the first to the last, in order);
+- by what a note names, or by id: ``{"ids": ["h1a2b3c4d5e", "h0f..h9e"]}``
+  (a range is every message of the session said from the first to the
+  last, in order);
 - by text: ``{"query": "invoice total"}``, over the messages that passes
   replaced (dropped, summarised, digested, cut), best matches first.
 
@@ -28,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any, Final, final
 
 from turnfsm import _checks
+from turnfsm.context import call_handle, handle
 from turnfsm.driver._tools import Tool
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.persistence import (
@@ -102,7 +104,7 @@ class Archive:
     brought in up to the call (the run's own included).
     """
 
-    __slots__ = ("_calls", "_order", "_replaced", "_results", "messages")
+    __slots__ = ("_calls", "_handles", "_order", "_replaced", "_results", "messages")
 
     def __init__(self, session: Session) -> None:
         """Read `session`'s log."""
@@ -131,12 +133,22 @@ class Archive:
                 self._calls.setdefault(call.id, (mid, call))
             for part in message.tool_results:
                 self._results.setdefault(part.call_id, []).append(mid)
+        # What the notes call the messages: digests of what they say.
+        calls = {cid: call for cid, (_m, call) in self._calls.items()}
+        self._handles: dict[str, list[str]] = {}
+        for mid, message in self.messages.items():
+            named = [handle(message, calls)]
+            named += [call_handle(call) for call in message.tool_calls]
+            for name in dict.fromkeys(named):
+                self._handles.setdefault(name, []).append(mid)
 
     def resolve(self, ids: Sequence[str]) -> tuple[list[str], list[str]]:
         """Return the message ids `ids` name (ranges spelled out), and the unknown.
 
-        An id may be a message id, a tool call id (its call's message), or a
-        range ``first..last`` (both ends known; in either order).
+        An id may be a message id, a tool call id (its call's message), what
+        a ``[recall ...]`` note calls a message (every message it may mean),
+        or a range ``first..last`` of those (in either order: from the
+        earliest message the ends may mean to the latest).
         """
         found: list[str] = []
         unknown: list[str] = []
@@ -150,21 +162,23 @@ class Archive:
                 if missing:
                     unknown.extend(missing)
                     continue
-                low, high = sorted(self._order[e] for e in ends if e is not None)
-                found.extend(order[low : high + 1])
+                places = [self._order[m] for end in ends for m in end]
+                found.extend(order[min(places) : max(places) + 1])
                 continue
             known = self._known(wanted)
-            if known is None:
-                unknown.append(wanted)
+            if known:
+                found.extend(known)
             else:
-                found.append(known)
+                unknown.append(wanted)
         return list(dict.fromkeys(found)), list(dict.fromkeys(unknown))
 
-    def _known(self, wanted: str) -> str | None:
+    def _known(self, wanted: str) -> list[str]:
         if wanted in self.messages:
-            return wanted
+            return [wanted]
         call = self._calls.get(wanted)
-        return call[0] if call is not None else None
+        if call is not None:
+            return [call[0]]
+        return self._handles.get(wanted, [])
 
     def search(self, query: str, limit: int) -> list[str]:
         """Return the archived message ids that best match `query` (≤ `limit`).
@@ -279,8 +293,8 @@ _check_name = _checks.string("name", non_empty=True)
 def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> Tool:
     """Return the tool that fetches what compaction replaced; add it to `tools`.
 
-    The model calls it with ``ids`` (message ids, tool call ids, or ranges
-    ``first..last`` as the ``[recall ...]`` notes name them) or a ``query``
+    The model calls it with ``ids`` (what the ``[recall ...]`` notes name, a
+    range ``first..last`` as written, message ids or tool call ids) or a ``query``
     (words searched in what passes replaced), and ``limit`` (how many
     messages or matches, 5 by default, at most 50). The answer lists each
     message as ``[id] role: text``, a tool call always with its result
@@ -328,7 +342,7 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
         name=name,
         description=(
             "Fetch earlier messages of this conversation that were summarised, "
-            "shortened or dropped to save room. Pass the ids a [recall ...] note "
+            "shortened or dropped to save room. Pass what a [recall ...] note "
             "names (a range first..last as written), or a query of words to "
             "search them."
         ),
@@ -344,7 +358,8 @@ _PARAMETERS: Final[Mapping[str, Any]] = {
             "type": "array",
             "items": {"type": "string", "minLength": 1},
             "minItems": 1,
-            "description": "Message ids, tool call ids, or ranges first..last.",
+            "description": "What a [recall ...] note names (or a range "
+            "first..last), message ids, or tool call ids.",
         },
         "query": {
             "type": "string",

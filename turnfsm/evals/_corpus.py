@@ -620,12 +620,7 @@ async def store_corpus(store: SessionStore) -> tuple[Session, ...]:
         def results(current: dict[str, str] = current) -> dict[str, str]:
             return current
 
-        # Fixed ids, so that what names them (a pass's recall notes) is the
-        # same size in every evaluation.
-        script = [
-            attrs.evolve(reply, id=f"{plan.session_id}-reply-{n}")
-            for n, reply in enumerate(r for run in plan.runs for r in run.replies)
-        ]
+        script = [reply for run in plan.runs for reply in run.replies]
         agent = Agent(
             model=ScriptedModel(script),
             tools=recorded_tools(results, _tool_names(plan)),
@@ -636,11 +631,10 @@ async def store_corpus(store: SessionStore) -> tuple[Session, ...]:
             max_turns=50,
             session=Session(plan.session_id, store=store),
         )
-        for n, run in enumerate(plan.runs):
+        for run in plan.runs:
             current.clear()
             current.update(run.results)
-            task = Message.user(run.task, id=f"{plan.session_id}-task-{n}")
-            result = await agent.run(task)
+            result = await agent.run(run.task)
             result.raise_for_failure()
         sessions.append(agent.session)
     return tuple(sessions)
