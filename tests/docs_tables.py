@@ -304,6 +304,8 @@ GENERATORS: Mapping[str, Callable[[], str]] = {
     "cli-run": cli_help("run"),
     "cli-answers": cli_usages("approve", "reject", "resume", "abandon"),
     "cli-diagram": cli_help("diagram"),
+    "cli-report": cli_help("report"),
+    "cli-view": cli_help("view"),
     "cli-check": cli_help("check"),
     "cli-eval": cli_help("eval"),
     "cli-sessions": cli_help("sessions"),

@@ -32,6 +32,7 @@ PACKAGES = [
     "turnfsm.tokens",
     "turnfsm.tracing",
     "turnfsm.values",
+    "turnfsm.view",
 ]
 # Built for subclassing (or protocols / type aliases), so not @final.
 OPEN = {"Hook", "TurnFSMError", "ContextExceeded"}

@@ -1,9 +1,12 @@
-"""Values shared by the brain and the ports: token usage and error descriptions.
+"""Values shared by the brain and the ports: token usage, error descriptions, payback.
 
 `Usage` is what a provider reports for one model call; `ErrorInfo` is an
 outside failure translated once, at the effect that met it, into a value the
 brain, the log and the trace carry unchanged. Both are plain frozen values, so
 a provider can build them without importing the brain (`turnfsm.core`).
+`PassPayback` is what a compaction pass costs against what it saves, by the
+prompt cache: the context manager works it out, the pass's event carries it,
+and the log, the trace and `turnfsm simulate` report it.
 
 This module imports only the standard library, `attrs` and turnfsm's shared
 validators, so every module, the brain included, may import it.
@@ -17,7 +20,7 @@ import attrs
 
 from turnfsm import _checks
 
-__all__ = ["ErrorInfo", "Usage"]
+__all__ = ["ErrorInfo", "PassPayback", "Usage"]
 
 
 def _retry_after_of(exc: BaseException) -> float | None:
@@ -79,3 +82,79 @@ class Usage:
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
         )
+
+
+_TOKENS = _checks.integer(low=0)
+_DOLLARS = _checks.number(optional=True)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PassPayback:
+    """What a compaction pass costs against what it saves, by the prompt cache.
+
+    A pass that changes the conversation from one message on invalidates the
+    provider's cache of everything from that message to the end (the system
+    prompt and the tool schemas before it stay cached). The next call writes
+    that part again at the cache-write price instead of reading it at the
+    cached price: the pass's `cost`, with its summary calls. Every later call
+    sends fewer tokens: the `saving` per call.
+
+    Attributes:
+        invalidated_tokens: The tokens whose cache the pass invalidates:
+            from the first message it changed to the end of the request.
+        rewritten_tokens: The tokens the next call writes to the cache
+            again: from that message to the end, after the pass.
+        removed_tokens: The tokens the pass removed from the request.
+        cost: The pass's one-time cost in US dollars: the rewritten tokens
+            at the write price rather than the cached price, plus its
+            summary calls (None: no prices known).
+        saving: What every later call saves in US dollars: the removed
+            tokens at the price they were paid (None: no prices known).
+        payback_calls: The calls after which the saving has covered the
+            cost (0: at once); None: never (nothing saved), or no prices.
+        declined: Whether the context manager declined the pass because it
+            would not pay back soon enough (nothing was changed).
+        note: The decline's reason in words ("" when not declined).
+    """
+
+    invalidated_tokens: int = attrs.field(validator=_TOKENS)
+    rewritten_tokens: int = attrs.field(validator=_TOKENS)
+    removed_tokens: int = attrs.field(validator=_TOKENS)
+    cost: float | None = attrs.field(default=None, validator=_DOLLARS)
+    saving: float | None = attrs.field(default=None, validator=_DOLLARS)
+    payback_calls: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    declined: bool = attrs.field(default=False, validator=_checks.boolean())
+    note: str = attrs.field(default="", validator=_checks.string())
+
+    @property
+    def priced(self) -> bool:
+        """Whether the figures include costs (prices were known)."""
+        return self.cost is not None and self.saving is not None
+
+    def describe(self) -> str:
+        """The figures in words, as reports print them.
+
+        Example:
+            ```python
+            PassPayback(
+                invalidated_tokens=900, rewritten_tokens=300, removed_tokens=600,
+                cost=0.001035, saving=0.00018, payback_calls=6,
+            ).describe()
+            # 'invalidates 900 cached tokens, costs $0.001035,
+            #  saves $0.000180 a call, pays back after 6 calls'
+            ```
+        """
+        text = f"invalidates {self.invalidated_tokens} cached tokens"
+        if self.cost is not None and self.saving is not None:
+            text += f", costs ${self.cost:.6f}, saves ${self.saving:.6f} a call"
+            if self.payback_calls is None:
+                text += ", never pays back"
+            else:
+                calls = self.payback_calls
+                text += f", pays back after {calls} call{'' if calls == 1 else 's'}"
+        if self.note:
+            text += f"; {self.note}"
+        return text

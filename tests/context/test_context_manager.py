@@ -14,6 +14,7 @@ from turnfsm.context import (
     CompactionRequest,
     ContextManager,
     MaskingCompactor,
+    PinRules,
     TruncatingCompactor,
 )
 from turnfsm.core import (
@@ -29,7 +30,7 @@ from turnfsm.core import (
 from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.tokens import HeuristicTokenCounter, default_counter
-from turnfsm.values import ErrorInfo
+from turnfsm.values import ErrorInfo, PassPayback
 
 COUNTER = HeuristicTokenCounter()
 
@@ -70,9 +71,15 @@ def sized(n: int, chars: int = 400) -> list[Message]:
     return [Message.user(f"{i}:" + "x" * chars, id=f"m{i}-{chars}") for i in range(n)]
 
 
+NO_PINS = PinRules(system_prompt=False, first_user=False, latest_user=False)
+
+
 def manager(
     compactor: Scripted | TruncatingCompactor, **kwargs: object
 ) -> ContextManager:
+    # The scripted strategies here drop messages at will (sizing is what is
+    # tested): no rule pins; pins have their own tests (test_pins.py).
+    kwargs.setdefault("pins", NO_PINS)
     return ContextManager(compactor=compactor, counter=COUNTER, **kwargs)  # type: ignore[arg-type]  # kwargs are checked at run time
 
 
@@ -250,8 +257,18 @@ def test_compacted_is_recounted_by_the_manager() -> None:
 
     decision = run(manager(Scripted(keep_last(3))), messages)
 
+    # With no prices, the pass's cache figures are its tokens: the first
+    # message changed, so all of it is invalidated and the kept three
+    # rewritten.
     assert decision == CompactionResult(
-        messages=messages[-3:], before=before, after=after
+        messages=messages[-3:],
+        before=before,
+        after=after,
+        payback=PassPayback(
+            invalidated_tokens=before,
+            rewritten_tokens=after,
+            removed_tokens=before - after,
+        ),
     )
 
 

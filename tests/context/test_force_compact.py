@@ -11,6 +11,7 @@ from turnfsm.context import (
     CompactionProposal,
     CompactionRequest,
     ContextManager,
+    PinRules,
 )
 from turnfsm.core import (
     CompactionCircuitOpened,
@@ -75,6 +76,8 @@ def manager(compactor: object, **kwargs: object) -> ContextManager:
         compactor,  # type: ignore[arg-type]
         context_window=200_000,
         counter=COUNTER,
+        # KeepLast drops messages at will: no rule pins (see test_pins.py).
+        pins=PinRules(system_prompt=False, first_user=False, latest_user=False),
         **kwargs,  # type: ignore[arg-type]
     )
 

@@ -32,9 +32,13 @@ from turnfsm.core import (
 )
 from turnfsm.errors import ConfigError
 from turnfsm.serde import from_json, to_json
+from turnfsm.values import PassPayback
 
 ERR = ErrorInfo(type="APIError", message="down")
 USAGE = Usage(input_tokens=3, output_tokens=1)
+PAYBACK = PassPayback(
+    invalidated_tokens=9, rewritten_tokens=4, removed_tokens=5, cost=0.1, saving=0.01
+)
 REPLY = reply("hi", id="m-reply")
 USER = user("steer", id="m-user")
 ASK = user("ask again", id="m-ask")
@@ -57,13 +61,15 @@ POSITIONAL: list[tuple[type[Event], tuple[Any, ...], Event]] = [
     (ToolCallsReviewed, ((USER,),), ToolCallsReviewed(results=(USER,))),
     (
         CompactionResult,
-        ((USER,), 9, 4, USAGE),
-        CompactionResult(messages=(USER,), before=9, after=4, usage=USAGE),
+        ((USER,), 9, 4, USAGE, PAYBACK),
+        CompactionResult(
+            messages=(USER,), before=9, after=4, usage=USAGE, payback=PAYBACK
+        ),
     ),
     (
         CompactionNoop,
-        (9, 9, True, USAGE),
-        CompactionNoop(before=9, after=9, vetoed=True, usage=USAGE),
+        (9, 9, True, USAGE, PAYBACK),
+        CompactionNoop(before=9, after=9, vetoed=True, usage=USAGE, payback=PAYBACK),
     ),
     (
         CompactionOverflowed,

@@ -3,7 +3,10 @@
 ``python interrupt_worker.py EFFECTS STORE first`` starts the run and sends
 itself SIGINT while the model is asked for the third step (steps 0 and 1 have
 run and their side effects are in EFFECTS); ``... second`` resumes the
-interrupted run from the store and prints its outcome and answer.
+interrupted run from the store and prints its outcome and answer. A fourth
+argument ``idempotent`` marks the step tool safe to run twice: a step cut
+short by the Ctrl-C runs again on resume instead of being closed as
+interrupted.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import sys
 
 import anyio
 
-from turnfsm import Agent
+from turnfsm import Agent, function_tool
 from turnfsm.messages import Message
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
 effects, store, which = sys.argv[1], sys.argv[2], sys.argv[3]
+idempotent = sys.argv[4:] == ["idempotent"]
 
 
 def model(request: ModelRequest) -> Message:
@@ -42,7 +46,11 @@ def step(n: int) -> str:
     return f"step {n} done"
 
 
-agent = Agent(model=FakeModelClient(model), tools=[step], store=store)
+agent = Agent(
+    model=FakeModelClient(model),
+    tools=[function_tool(step, idempotent=idempotent)],
+    store=store,
+)
 if which == "first":
     with open(effects + ".session", "w") as f:
         f.write(agent.session.id)

@@ -11,6 +11,7 @@ from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
     ContextManager,
+    PinRules,
     TruncatingCompactor,
 )
 from turnfsm.core import CompactReason, ModelReplied
@@ -229,7 +230,13 @@ class Steer(Hook):
 async def test_pre_compact_guidance_reaches_the_compactor() -> None:
     compactor = Recording()
     hook = Steer()
-    ctx = ContextManager(compactor, context_window=1_000, counter=HEURISTIC)
+    ctx = ContextManager(
+        compactor,
+        context_window=1_000,
+        counter=HEURISTIC,
+        # It keeps the last message only: no user message is pinned.
+        pins=PinRules(first_user=False, latest_user=False),
+    )
     driver = Driver(model=ScriptedModel.of("ok"), context=ctx, hooks=[hook])
     result = await driver.run(_big_history(2, 1_000))
     assert result.ok
@@ -291,7 +298,12 @@ class DropOldest:
 async def test_repeated_overflow_fails_after_the_bounded_retries() -> None:
     overflow = ProviderError("too long", kind=CONTEXT_OVERFLOW)
     model = ScriptedModel.of(overflow, overflow, overflow, "never")
-    ctx = ContextManager(DropOldest(), context_window=100_000, counter=HEURISTIC)
+    ctx = ContextManager(
+        DropOldest(),
+        context_window=100_000,
+        counter=HEURISTIC,
+        pins=PinRules(first_user=False),  # it drops the first message
+    )
     session = Session()
     driver = Driver(model=model, context=ctx, max_overflow_retries=2, retry=NO_WAIT)
     result = await driver.run(_big_history(10, 10), session=session)

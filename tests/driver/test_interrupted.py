@@ -1,7 +1,9 @@
 """Interrupted, not lost: Ctrl-C or a cancel from outside keeps what completed.
 
 An interrupted run is logged ``interrupted``, holds its session like a paused
-run, and `resume` carries it on as after a crash: no finished tool runs again.
+run, and `resume` carries it on as after a crash: no finished tool runs again,
+and a call cut short is closed as interrupted (its tool runs again only if it
+says it is safe to run twice, ``idempotent``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from turnfsm.driver import Driver, Session
+from turnfsm.driver import Driver, Session, function_tool
 from turnfsm.errors import Cancelled, SessionBusy
 from turnfsm.messages import Message
 from turnfsm.providers import ModelRequest
@@ -35,7 +37,10 @@ def _model(request: ModelRequest) -> Message:
     )
 
 
-async def test_an_interrupted_batch_resumes_without_running_a_finished_tool() -> None:
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_an_interrupted_batch_resumes_without_running_a_finished_tool(
+    idempotent: bool,
+) -> None:
     ran: list[str] = []
     hang = anyio.Event()
     two_done = anyio.Event()
@@ -54,7 +59,8 @@ async def test_an_interrupted_batch_resumes_without_running_a_finished_tool() ->
         return f"{name} done"
 
     session = Session()
-    driver = Driver(model=FakeModelClient(_model), tools=[work])
+    tool = function_tool(work, idempotent=idempotent)
+    driver = Driver(model=FakeModelClient(_model), tools=[tool])
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
 
@@ -77,25 +83,38 @@ async def test_an_interrupted_batch_resumes_without_running_a_finished_tool() ->
     result = await driver.resume(session, interrupted.run_id)
 
     assert (result.outcome, result.text) == ("done", "all three done")
-    assert sorted(ran) == ["a", "b", "c"]  # a and b ran once, before the interrupt
+    # a and b ran once, before the interrupt; c, cut short, runs again only
+    # if its tool is safe to run twice, else it is closed as interrupted.
+    assert sorted(ran) == (["a", "b", "c"] if idempotent else ["a", "b"])
     assert [m.text for m in session.history][-1] == "all three done"
+    (c3,) = [
+        part for m in session.history for part in m.tool_results if part.call_id == "c3"
+    ]
+    if idempotent:
+        assert (c3.content, c3.is_error) == ("c done", False)
+    else:
+        assert c3.is_error
+        assert "interrupted" in c3.content
+        assert "effects are unknown" in c3.content
 
 
 WORKER = Path(__file__).with_name("interrupt_worker.py")
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("idempotent", [False, True])
 async def test_ctrl_c_keeps_the_finished_tools_and_resume_finishes(
-    tmp_path: Path,
+    tmp_path: Path, idempotent: bool
 ) -> None:
     script = WORKER
     effects = tmp_path / "effects.txt"
     store = tmp_path / "s.db"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    mode = ["idempotent"] if idempotent else []
 
     with anyio.fail_after(60):
         first = await anyio.run_process(
-            [sys.executable, str(script), str(effects), str(store), "first"],
+            [sys.executable, str(script), str(effects), str(store), "first", *mode],
             env=env,
             check=False,
         )
@@ -105,11 +124,17 @@ async def test_ctrl_c_keeps_the_finished_tools_and_resume_finishes(
 
     with anyio.fail_after(60):
         second = await anyio.run_process(
-            [sys.executable, str(script), str(effects), str(store), "second"],
+            [sys.executable, str(script), str(effects), str(store), "second", *mode],
             env=env,
             check=False,
         )
 
     assert second.returncode == 0, second.stderr.decode()
     assert second.stdout.decode().splitlines() == ["interrupted", "done finished"]
-    assert effects.read_text().split() == ["0", "1", "2"]  # no step ran twice
+    # No step ran twice. The Ctrl-C landed with the third step's call made:
+    # a step safe to run twice runs on resume; any other is closed as
+    # interrupted (the model hears it, and answers).
+    ran = ["0", "1", "2"] if idempotent else ["0", "1"]
+    assert effects.read_text().split() == ran
+    if not idempotent:
+        assert "closing 1 call(s) left without a result" in second.stderr.decode()

@@ -11,6 +11,7 @@ from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
     ContextManager,
+    PinRules,
     TruncatingCompactor,
 )
 from turnfsm.core import (
@@ -348,15 +349,24 @@ async def test_every_run_replays_exactly_and_a_tampered_log_is_caught() -> None:
     assert report.divergence.event == "measured"
 
 
-async def test_a_run_whose_process_died_resumes_from_its_last_event() -> None:
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_run_whose_process_died_resumes_from_its_last_event(
+    idempotent: bool,
+) -> None:
+    from turnfsm.driver import function_tool
+    from turnfsm.persistence import ToolResultRecorded
+
     session = Session()
     model = ScriptedModel.of(reply("", tool_call("t", "c1")), "finished")
+    ran: list[str] = []
 
     def t() -> str:
         """A tool."""
+        ran.append("t")
         return "result"
 
-    driver = Driver(model=model, tools=[t])
+    tool = function_tool(t, idempotent=idempotent)
+    driver = Driver(model=model, tools=[tool])
     result = await driver.run("go", session=session)
     assert result.ok
     # The process "died" right after the model asked for the tool.
@@ -370,11 +380,22 @@ async def test_a_run_whose_process_died_resumes_from_its_last_event() -> None:
     await store.append(session.id, entries[:cut], expected_version=0)
     reopened = await Session.load(store, session.id)
     assert [r.outcome for r in reopened.runs] == ["running"]
-    again = Driver(model=ScriptedModel.of("finished"), tools=[t])
+    again = Driver(model=ScriptedModel.of("finished"), tools=[tool])
+    ran.clear()
     resumed = await again.resume(reopened, result.run_id)
     assert resumed.ok
     assert [m.text for m in reopened.history] == ["go", "", "", "finished"]
-    assert reopened.history[2].tool_results[0].content == "result"
+    (closing,) = reopened.history[2].tool_results
+    if idempotent:  # safe to run twice: it runs again
+        assert ran == ["t"]
+        assert (closing.content, closing.is_error) == ("result", False)
+    else:  # its effects are unknown: closed as interrupted, not run again
+        assert ran == []
+        assert closing.is_error
+        assert closing.content.startswith("tool 't' was interrupted")
+        # logged as a result of the batch in flight, before the batch ended
+        (logged,) = [e for e in reopened.entries if isinstance(e, ToolResultRecorded)]
+        assert logged.result.tool_results == (closing,)
     assert isinstance(reopened.runs[0].events[0], RunStarted)
     assert replay(again.machine, reopened, result.run_id).ok
 
@@ -485,7 +506,11 @@ async def test_a_custom_effect_that_hangs_is_stopped_by_its_timeout() -> None:
     assert "timed out after 0.1s" in result.error.reason
 
 
-async def test_tool_results_recorded_before_a_crash_are_not_run_again() -> None:
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_tool_results_recorded_before_a_crash_are_not_run_again(
+    idempotent: bool,
+) -> None:
+    from turnfsm.driver import function_tool
     from turnfsm.persistence import ToolResultRecorded
 
     ran: list[str] = []
@@ -502,6 +527,8 @@ async def test_tool_results_recorded_before_a_crash_are_not_run_again() -> None:
         await release.wait()
         return "slow result"
 
+    tools = [fast, function_tool(slow, idempotent=idempotent)]
+
     model = ScriptedModel.of(
         reply("", tool_call("fast", "c1"), tool_call("slow", "c2"))
     )
@@ -510,7 +537,7 @@ async def test_tool_results_recorded_before_a_crash_are_not_run_again() -> None:
         async with anyio.create_task_group() as group:
 
             async def go() -> None:
-                await Driver(model=model, tools=[fast, slow]).run("go", session=session)
+                await Driver(model=model, tools=tools).run("go", session=session)
 
             group.start_soon(go)
             with anyio.fail_after(5):
@@ -530,12 +557,19 @@ async def test_tool_results_recorded_before_a_crash_are_not_run_again() -> None:
     reopened = await Session.load(store, session.id)
     ran.clear()
     release.set()
-    again = Driver(model=ScriptedModel.of("all done"), tools=[fast, slow])
+    again = Driver(model=ScriptedModel.of("all done"), tools=tools)
     result = await again.resume(reopened, reopened.runs[0].run_id)
     assert result.ok
-    assert ran == ["slow"]  # fast's recorded result was not run again
     results = [p.content for m in reopened.history for p in m.tool_results]
-    assert results == ["fast result", "slow result"]
+    # fast's recorded result was not run again; slow, cut short, runs again
+    # only if it is safe to run twice, else it is closed as interrupted.
+    if idempotent:
+        assert ran == ["slow"]
+        assert results == ["fast result", "slow result"]
+    else:
+        assert ran == []
+        assert results[0] == "fast result"
+        assert results[1].startswith("tool 'slow' was interrupted")
     assert replay(again.machine, reopened, result.run_id).ok
 
 
@@ -585,6 +619,7 @@ async def test_a_committed_summary_is_recorded_and_survives_a_reload(
         context_window=4_000,
         threshold=60,
         counter=HeuristicTokenCounter(),
+        pins=PinRules(first_user=False),  # it summarises all but the last
     )
     history = _big_history(10, 500)
     path = f"{tmp_path}/s.db"

@@ -11,6 +11,7 @@ from turnfsm import default_machine
 from turnfsm.context import (
     ContextManager,
     LayeredCompactor,
+    PinRules,
     SummarizingCompactor,
     TruncatingCompactor,
 )
@@ -92,7 +93,11 @@ async def test_a_summary_pass_commits_one_summary_and_accounts_its_usage() -> No
     hook = Recorder()
     driver = Driver(
         model=agent_model("final"),
-        context=manager(SummarizingCompactor(model=summary_model, keep_recent_turns=2)),
+        context=manager(
+            SummarizingCompactor(model=summary_model, keep_recent_turns=2),
+            # The first turn is summarised here, not kept by a pin.
+            pins=PinRules(first_user=False),
+        ),
         hooks=[hook],
     )
     session = Session()

@@ -4,14 +4,16 @@
 with SIGKILL at random points; each new process reopens the session from the
 store and carries on where the log says it stopped:
 
-    python crash_worker.py STORE SESSION_ID EFFECTS TRACE
+    python crash_worker.py STORE SESSION_ID EFFECTS TRACE [TASKS] [idempotent]
 
 STORE is ``sqlite:PATH`` or a ``postgresql://`` URL / conninfo (prefixed by
 ``postgres:``). The worker
 
 1. reopens the session, or starts it (`Session.open`), and prints ``ready``;
 2. resumes the open run, if there is one (`Driver.resume`, no event: the
-   effect in flight is redone, journaled tool results are not re-run);
+   effect in flight is redone, journaled tool results are not re-run, and a
+   call cut short is closed as interrupted - or, with ``idempotent``, the
+   tool being marked safe to run twice, run again);
 3. runs the remaining scripted tasks (``task 0`` .. ``task N-1``, one run
    each) and prints ``complete``.
 
@@ -167,7 +169,7 @@ def answer(messages: Sequence[Message]) -> Message:
     return reply(f"task {task} step {step}: " + "thinking " * 8, *calls)
 
 
-def build_driver(effects: str, trace: Trace) -> Driver:
+def build_driver(effects: str, trace: Trace, *, idempotent: bool = False) -> Driver:
     """The driver every worker process (and the reference run) uses."""
     fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -198,7 +200,7 @@ def build_driver(effects: str, trace: Trace) -> Driver:
     )
     return Driver(
         model=FakeModelClient(handle),
-        tools=[function_tool(record)],
+        tools=[function_tool(record, idempotent=idempotent)],
         system_prompt="You are the crash test's scripted agent.",
         context=manager,
         max_turns=20,
@@ -254,9 +256,10 @@ def open_store(spec: str) -> Any:
 async def main(argv: Sequence[str]) -> None:
     spec, session_id, effects, trace_path, *rest = argv
     tasks = int(rest[0]) if rest else TASKS
+    idempotent = rest[1:] == ["idempotent"]
     trace = Trace(trace_path)
     store = open_store(spec)
-    driver = build_driver(effects, trace)
+    driver = build_driver(effects, trace, idempotent=idempotent)
 
     def ready() -> None:
         print("ready", flush=True)

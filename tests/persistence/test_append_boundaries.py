@@ -13,7 +13,9 @@ session is reopened with a fresh store object and checked:
 
 Then, alternately, the open run is resumed by a new worker (the session
 completes with the uninterrupted run's history; a tool call runs again only
-if its result was not yet logged when the process died) or abandoned (it ends
+if its result was not yet logged when the process died: the worker's tool is
+marked safe to run twice, ``idempotent``, so a call cut short runs again
+instead of being closed as interrupted) or abandoned (it ends
 ``failed`` with a `Cancelled` error, nothing of it is committed, and the
 session takes the next run).
 """
@@ -58,7 +60,9 @@ def _reference(tmp: Path) -> tuple[Any, int]:
 
     async def go() -> tuple[Any, int]:
         trace = worker.Trace(None)
-        driver = worker.build_driver(str(tmp / "reference-effects"), trace)
+        driver = worker.build_driver(
+            str(tmp / "reference-effects"), trace, idempotent=True
+        )
         store = worker.TracedStore(MemoryStore(), trace)
         session = await worker.drive(store, "ses_ref", driver, trace, tasks=TASKS)
         return session, store.appends
@@ -79,6 +83,7 @@ def _worker(
             str(tmp / f"{session_id}.effects"),
             str(tmp / f"{session_id}.trace"),
             str(TASKS),
+            "idempotent",
         ],
         env=env,
         capture_output=True,
@@ -182,7 +187,9 @@ def _boundaries(
                 try:
                     again = await Session.load(store, session_id)
                     driver = worker.build_driver(
-                        str(tmp / f"{session_id}.effects"), worker.Trace(None)
+                        str(tmp / f"{session_id}.effects"),
+                        worker.Trace(None),
+                        idempotent=True,
                     )
                     result = await driver.abandon(again, run_id)
                     assert result.outcome == "failed"

@@ -23,10 +23,16 @@ uninterrupted run's (by content: message ids are fresh in every process),
 and then the next session begins, until the kill budget is spent.
 
 A tool call whose process died after the side effect but before its result
-was journaled runs again on resume: at-least-once in that window. The test
-counts those calls after each kill and asserts that the duplicates in the
-side-effect file are exactly those, which bounds them by the kills that
-landed in that window (times the calls a step makes at most).
+was journaled is cut short. By default it is closed on resume with an error
+result saying it was interrupted (its effects are unknown) and never runs
+again: at most once. A tool marked safe to run twice (``idempotent``) runs
+again instead: at-least-once in that window. The test runs the worker both
+ways and counts those calls after each kill: with the idempotent tool the
+duplicates in the side-effect file are exactly those, which bounds them by
+the kills that landed in that window (times the calls a step makes at
+most); with the default, no call ran twice, every call cut short is closed
+as interrupted in the log, and every call of the script either ran once or
+was closed so.
 
 Kill counts: ``TURNFSM_CRASH_KILLS_SQLITE`` (default 120, 12 under the
 ``dev`` hypothesis profile) and ``TURNFSM_CRASH_KILLS_POSTGRES`` (default 80,
@@ -117,7 +123,7 @@ def _reference(tmp: Path) -> Reference:
     async def go() -> Reference:
         effects = tmp / "reference-effects"
         trace = worker.Trace(None)
-        driver = worker.build_driver(str(effects), trace)
+        driver = worker.build_driver(str(effects), trace, idempotent=True)
         session = await worker.drive(MemoryStore(), "ses_reference", driver, trace)
         view = Session("ses_view", store=MemoryStore())
         committed = {content(())}
@@ -185,6 +191,17 @@ def last_entry(session: Session) -> str:
     return type(entry).__name__
 
 
+def interrupted(session: Session) -> set[str]:
+    """Call ids closed on resume as interrupted (cut short by a kill)."""
+    return {
+        part.call_id
+        for entry in session.entries
+        if isinstance(entry, ToolResultRecorded)
+        for part in entry.result.tool_results
+        if part.is_error and "was interrupted" in part.content
+    }
+
+
 def journaled(session: Session) -> set[str]:
     """Call ids whose result is in the log (as it finished, or in a batch)."""
     ids: set[str] = set()
@@ -212,6 +229,7 @@ class Tally:
     window_kills: int = 0  # kills after a side effect, before its journal
     window_calls: int = 0  # the calls those kills left unjournaled
     duplicates: int = 0
+    closed: int = 0  # calls closed as interrupted on resume
     seconds: float = 0.0
     check_seconds: float = 0.0
     worker_seconds: float = 0.0
@@ -228,7 +246,7 @@ class Tally:
             + ", ".join(f"{k} {v}" for k, v in self.last_entries.most_common()),
             f"  kills between a side effect and its journal: {self.window_kills} "
             f"({self.window_calls} calls); duplicate side effects: "
-            f"{self.duplicates}",
+            f"{self.duplicates}; calls closed as interrupted: {self.closed}",
         ]
         return "\n".join(lines)
 
@@ -255,8 +273,15 @@ def crash_loop(
     reference: Reference,
     tally: Tally,
     rng: random.Random,
+    *,
+    idempotent: bool = True,
 ) -> None:
-    """Kill workers until `kills` kills are spent, then finish the last session."""
+    """Kill workers until `kills` kills are spent, then finish the last session.
+
+    `idempotent`: the worker's tool is marked safe to run twice (a call cut
+    short runs again on resume), else a call cut short is closed as
+    interrupted.
+    """
     spec = default_machine()
     started = time.perf_counter()
     while True:
@@ -266,6 +291,7 @@ def crash_loop(
         effects.touch()
         known: set[str] = set()  # call ids journaled as of the last check
         expected_window = 0
+        cut_short: set[str] = set()  # calls that ran but were not journaled
         while True:
             kill = tally.kills < kills
             trace_path = tmp / f"{session_id}.trace{tally.lifetimes:04d}"
@@ -282,6 +308,8 @@ def crash_loop(
                         session_id,
                         str(effects),
                         str(trace_path),
+                        str(worker.TASKS),
+                        *(["idempotent"] if idempotent else []),
                     ],
                     stdout=subprocess.PIPE,
                     stderr=err,
@@ -310,7 +338,8 @@ def crash_loop(
             checking = time.perf_counter()
             session = load(session_id)
             phase, acked, appending = in_flight(trace)
-            check_session(session, spec, reference, acked, appending, killed)
+            closed = set() if idempotent else interrupted(session)
+            check_session(session, spec, reference, acked, appending, killed, closed)
             if killed:
                 tally.kills += 1
                 tally.phases[phase] += 1
@@ -327,23 +356,38 @@ def crash_loop(
                 tally.window_kills += 1
                 tally.window_calls += len(unjournaled)
                 expected_window += len(unjournaled)
+                cut_short |= unjournaled
             tally.check_seconds += time.perf_counter() - checking
             if not killed:
                 break
-        # The session completed: the same conversation as without the kills.
-        assert content(session.history) == reference.history
+        # The session completed: the same conversation as without the kills
+        # (with the default tool, but for the calls closed as interrupted).
+        closed = set() if idempotent else interrupted(session)
+        if not closed:
+            assert content(session.history) == reference.history
         done = [r for r in session.runs if r.outcome == "done"]
         assert tuple(r.text for r in done) == reference.answers
         effect_counts = Counter(effects.read_text().split())
-        assert set(effect_counts) == set(reference.keys)
         duplicates = sum(n - 1 for n in effect_counts.values())
-        assert duplicates == expected_window, (duplicates, expected_window)
+        if idempotent:
+            assert set(effect_counts) == set(reference.keys)
+            assert duplicates == expected_window, (duplicates, expected_window)
+        else:
+            # At most once: no call ran twice; every call cut short is closed
+            # as interrupted; a call closed before it ran never ran after.
+            assert duplicates == 0, effect_counts
+            assert cut_short <= closed, sorted(cut_short - closed)
+            assert not (closed - cut_short) & set(effect_counts)
+            assert set(effect_counts) | closed == set(reference.keys)
+            tally.closed += len(closed)
         tally.duplicates += duplicates
         if tally.kills >= kills:
             break
     tally.seconds += time.perf_counter() - started
     assert tally.kills == kills
     assert tally.duplicates <= 2 * tally.window_kills  # <= 2 calls per step
+    if not idempotent:
+        assert tally.duplicates == 0
 
 
 def check_session(
@@ -353,8 +397,14 @@ def check_session(
     acked: int,
     appending: str,
     killed: bool,
+    closed: set[str],
 ) -> None:
-    """What must hold of a session reopened after a kill."""
+    """What must hold of a session reopened after a kill.
+
+    `closed`: the calls closed as interrupted so far; once there is one, the
+    history differs from the uninterrupted run's (their results, and the
+    passes their sizes led to), and it is checked as a whole conversation.
+    """
     # All or nothing, and nothing acknowledged lost.
     allowed = {acked}
     if appending:
@@ -368,7 +418,8 @@ def check_session(
         report = replay(spec, session, run.run_id)
         assert report.ok, (run.run_id, report)
     check_history(session.history)
-    assert content(session.history) in reference.committed
+    if not closed:
+        assert content(session.history) in reference.committed
     # Every run ended done, or is the open one (which holds its input).
     waiting = session.open_runs()
     assert len(waiting) <= 1
@@ -390,6 +441,8 @@ def _run_crash_test(
     open_store: Callable[[], Any],
     kills: int,
     tmp: Path,
+    *,
+    idempotent: bool = True,
 ) -> Tally:
     reference = _reference(tmp)
     tally = Tally(store=store)
@@ -406,7 +459,16 @@ def _run_crash_test(
 
         return anyio.run(go, backend="asyncio")
 
-    crash_loop(store_arg, load, kills, tmp, reference, tally, random.Random(SEED))
+    crash_loop(
+        store_arg,
+        load,
+        kills,
+        tmp,
+        reference,
+        tally,
+        random.Random(SEED),
+        idempotent=idempotent,
+    )
     print("\n" + tally.report())
     return tally
 
@@ -423,6 +485,27 @@ def test_sqlite_sessions_survive_sigkill(tmp_path: Path) -> None:
         assert tally.phases["mid-model-call"] > 0
         assert tally.phases["mid-tool"] > 0
         assert sum(v for k, v in tally.phases.items() if k.startswith("mid-append"))
+
+
+@pytest.mark.slow
+def test_sqlite_sessions_survive_sigkill_closing_calls_cut_short(
+    tmp_path: Path,
+) -> None:
+    """The default tool (not marked safe to run twice): at most once."""
+    kills = _kills("TURNFSM_CRASH_KILLS_SQLITE", sized(120, dev=12))
+    path = tmp_path / "crash.db"
+    tally = _run_crash_test(
+        "SQLite (calls cut short closed as interrupted)",
+        f"sqlite:{path}",
+        lambda: SQLiteStore(path),
+        kills,
+        tmp_path,
+        idempotent=False,
+    )
+    assert tally.duplicates == 0
+    if kills >= 100:
+        assert tally.phases["mid-tool"] > 0
+        assert tally.closed > 0
 
 
 @pytest.mark.slow

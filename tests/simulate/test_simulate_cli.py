@@ -93,6 +93,37 @@ def test_layered_at_4000_tokens_reports_every_pass_with_costs(capsys: Capture) -
     assert "the model would have answered differently" in out
 
 
+def test_cache_payback_prices_every_pass_against_the_prompt_cache(
+    capsys: Capture,
+) -> None:
+    session_id = _demo_session(capsys)
+    args = ["simulate", session_id, "--store", STORE, "--prices", "claude-sonnet-4-5"]
+    assert main([*args, "--strategy", "masking", "--window", "4000"]) in (0, 1)
+    plain = capsys.readouterr().out
+    code = main(
+        [*args, "--strategy", "masking", "--window", "4000", "--cache-payback", "1"]
+    )
+    out = capsys.readouterr().out
+    assert code in (0, 1), out
+    passes = PASS.findall(out)
+    figures = re.findall(
+        r"^    cache: invalidates (\d+) cached tokens, costs \$\d+\.\d{6}, "
+        r"saves \$-?\d+\.\d{6} a call",
+        out,
+        re.M,
+    )
+    # Every pass, kept or declined, says what it invalidates and costs.
+    assert passes
+    assert len(figures) == len(passes)
+    assert len(PASS.findall(plain)) == len(re.findall(r"^    cache: ", plain, re.M))
+    # The demo's threshold pass would not pay back on the next call.
+    declined = [p for p in passes if p[2] == "noop"]
+    assert declined
+    assert "declined" not in plain
+    assert len(re.findall(r"declined: it would ", out)) == len(declined)
+    assert f"{len(declined)} declined)" in out
+
+
 @pytest.mark.parametrize(
     ("options", "said"),
     [
@@ -118,6 +149,8 @@ def test_layered_at_4000_tokens_reports_every_pass_with_costs(capsys: Capture) -
             "invalid --summary-model=None",
         ),
         (["--machine", "missing.toml"], "missing.toml"),
+        (["--cache-payback", "3"], "invalid --cache-payback=3"),
+        (["--cache-payback", "0", "--prices", "gpt-4o"], "invalid --cache-payback=0"),
     ],
 )
 def test_bad_input_is_refused_naming_the_option_and_value(

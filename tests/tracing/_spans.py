@@ -443,9 +443,15 @@ def turn(
 
 
 def compaction(
-    reason: str, before: int, after: int, *, strategy: str = "TruncatingCompactor"
+    reason: str,
+    before: int,
+    after: int,
+    *,
+    strategy: str = "TruncatingCompactor",
+    cache: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """A pass's span attributes; `cache`: (invalidated, rewritten) tokens."""
+    out: dict[str, Any] = {
         A.COMPACTION_REASON: reason,
         A.COMPACTION_STRATEGY: strategy,
         A.COMPACTION_OUTCOME: "compacted",
@@ -454,6 +460,13 @@ def compaction(
         A.TOKENS_SAVED: before - after,
         A.TOKENS_SOURCE: "estimated",
     }
+    if cache is not None:
+        out |= {
+            A.CACHE_INVALIDATED: cache[0],
+            A.CACHE_REWRITTEN: cache[1],
+            A.CACHE_DECLINED: False,
+        }
+    return out
 
 
 STARTED = "run_started: start -> start #0"

@@ -95,6 +95,10 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
             A.TOKENS_SOURCE: "estimated",
             A.USAGE_INPUT_TOKENS: 2_301,  # the summary calls' usage
             A.USAGE_OUTPUT_TOKENS: 435,
+            # What the pass invalidates in the prompt cache (no prices).
+            A.CACHE_INVALIDATED: 2_650,
+            A.CACHE_REWRITTEN: 1_026,
+            A.CACHE_DECLINED: False,
         }, [
             ("chat summarizer", "CLIENT", {
                 A.OPERATION_NAME: "chat",

@@ -96,7 +96,7 @@ async def test_a_threshold_compaction() -> None:
                 "measured: start -> call_llm #6 estimate=662",
                 "model_replied: call_llm -> done #9 estimate=662",
                 ("turnfsm.compaction", "INTERNAL", compaction(
-                    "threshold_exceeded", 2_650, 662
+                    "threshold_exceeded", 2_650, 662, cache=(2_517, 530)
                 ), []),
                 ("chat gpt-test", "CLIENT", chat(usage=(700, 2)) | COMPACTED, []),
             ]),
@@ -121,7 +121,7 @@ async def test_an_emergency_compaction() -> None:
                 "measured: start -> call_llm #6 estimate=663",
                 "model_replied: call_llm -> done #9 estimate=663",
                 ("turnfsm.compaction", "INTERNAL", compaction(
-                    "emergency", 5_305, 663
+                    "emergency", 5_305, 663, cache=(5_172, 531)
                 ), []),
                 ("chat gpt-test", "CLIENT", chat(usage=(700, 2)) | COMPACTED, []),
             ]),
@@ -154,7 +154,7 @@ async def test_a_provider_overflow_compacts_and_retries() -> None:
                     STATUS: "ERROR: prompt is too long",  # the provider's words
                 }, [f"exception ProviderError: {OVERFLOW_ERROR}"]),
                 ("turnfsm.compaction", "INTERNAL", compaction(
-                    "overflow", 690, 287
+                    "overflow", 690, 287, cache=(632, 230)
                 ), []),
                 ("chat gpt-test", "CLIENT", chat(usage=(300, 2)) | COMPACTED, []),
             ]),

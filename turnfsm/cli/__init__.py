@@ -1,7 +1,7 @@
 """The ``turnfsm`` command.
 
-Its subcommands: demo, run, approve, sessions, replay, simulate, diagram, eval,
-check.
+Its subcommands: demo, run, approve, sessions, report, view, replay, simulate,
+diagram, eval, check.
 """
 
 from __future__ import annotations
@@ -125,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _answer_parsers(sub, agent_options)
     _sessions_parser(sub)
+    _view_parsers(sub, agent_options)
     _diagram_parser(sub)
     _eval_parser(sub)
     check = sub.add_parser("check", help="validate machine files")
@@ -238,6 +239,47 @@ def _answer_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
             help="take the session over though another process holds it "
             "(only if that process is known to be gone)",
         )
+
+
+def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
+    report = sub.add_parser(
+        "report",
+        help="write a session's view as one HTML file (no network needed)",
+        description="Write a stored session's view as one self-contained HTML "
+        "file: for each run, the machine's diagram with the path it took, the "
+        "tokens sent per model call against the window and its lines, what the "
+        "model saw on every turn with its reply, and each compaction pass as "
+        "a diff of what it covered and what replaced it.",
+    )
+    report.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+    report.add_argument(
+        "-o", "--output", metavar="FILE", required=True, help="the HTML file to write"
+    )
+    report.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    view = sub.add_parser(
+        "view",
+        parents=[agent_options],
+        help="serve a session's view in the browser (on this machine only)",
+        description="Serve a stored session's view (as `turnfsm report` writes "
+        "it) on 127.0.0.1 at a free port, behind a random token in its address, "
+        "and open it in the browser; it runs until stopped (Ctrl-C). A paused "
+        "run gets approve and reject buttons that do what `turnfsm approve` and "
+        "`turnfsm reject` do: going on needs the model (and your tools): "
+        "--agent MODULE:ATTR, or --model and --tools.",
+    )
+    view.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+    view.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the port (default: a free one)",
+    )
+    view.add_argument(
+        "--no-open",
+        action="store_true",
+        help="do not open a browser: print the address only (on a server)",
+    )
 
 
 def _temporal_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -547,6 +589,13 @@ def _simulate_parser(sub: Any) -> None:
         help="cost each call at a known model's prices (gpt-4o, claude-sonnet-4-5)",
     )
     simulate.add_argument(
+        "--cache-payback",
+        type=int,
+        metavar="CALLS",
+        help="with --prices: keep a pass at the threshold only when it pays "
+        "back within CALLS calls (its prompt-cache cost against its saving)",
+    )
+    simulate.add_argument(
         "--summary-model",
         metavar="SPEC",
         help="answers the summaries the log does not hold: openai:MODEL, "
@@ -592,6 +641,19 @@ def _other(args: argparse.Namespace) -> int:
         fields = SessionsCommand.__attrs_attrs__
         known = {f.name: options[f.name] for f in fields if f.name in options}
         return run_sessions(SessionsCommand(**known))
+    if args.command == "report":
+        from turnfsm.cli._view import run_report
+
+        return run_report(args.session_id, args.output, store=args.store)
+    if args.command == "view":
+        from turnfsm.cli._view import run_view
+
+        return run_view(
+            args.session_id,
+            _options(args),
+            port=args.port,
+            open_browser=not args.no_open,
+        )
     if args.command == "diagram":
         return _diagram_command(args)
     if args.command == "eval":

@@ -35,6 +35,7 @@ class SimulateCommand:
     machine: str | None = None
     prices: str | None = None
     summary_model: str | None = None
+    cache_payback: int | None = None
 
 
 def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
@@ -128,6 +129,15 @@ def _context(session: Session, command: SimulateCommand) -> ContextManager:
             )
         chosen = attrs.evolve(chosen, compact_newest_exchange=True)
     changes: dict[str, Any] = {}
+    if command.cache_payback is not None:
+        if command.prices is None:
+            raise ConfigError(
+                "--cache-payback",
+                command.cache_payback,
+                "--prices MODEL with it (the prices a pass is weighed at)",
+            )
+        changes["prices"] = command.prices
+        changes["cache_payback_calls"] = command.cache_payback
     if chosen is not None:
         changes["compactor"] = chosen
     if command.window is not None:
@@ -142,6 +152,8 @@ def _context(session: Session, command: SimulateCommand) -> ContextManager:
             "compactor": option,
             "context_window": "--window",
             "threshold": "--threshold",
+            "cache_payback_calls": "--cache-payback",
+            "prices": "--prices",
         }
         raise attrs.evolve(exc, field=flags.get(exc.field, exc.field)) from None
 

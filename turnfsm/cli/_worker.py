@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Any, TextIO
 
@@ -70,7 +71,12 @@ def run_worker_command(
             file=stream,
             flush=True,
         )
-        await worker.run()
+        async with anyio.create_task_group() as group:
+            group.start_soon(_shut_down_on_signal, worker)
+            # Returns once the worker has shut down: the SDK's threads are
+            # stopped before the interpreter exits.
+            await worker.run()
+            group.cancel_scope.cancel()
 
     try:
         anyio.run(serve, backend="asyncio")
@@ -78,8 +84,17 @@ def run_worker_command(
         print(f"turnfsm worker: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("turnfsm worker: stopped", file=stream)
+        pass  # a Ctrl-C before the worker was serving
+    print("turnfsm worker: stopped", file=stream)
     return 0
+
+
+async def _shut_down_on_signal(worker: Any) -> None:
+    """Shut `worker` down gracefully on Ctrl-C or SIGTERM."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            break
+    await worker.shutdown()
 
 
 def run_durable_demo(

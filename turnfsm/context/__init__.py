@@ -14,14 +14,26 @@ shrinks in five layers, cheapest first, the last two with a model;
 digests. Every replacement a shipped strategy makes names what it covers
 (`REPLACES`, a ``[recall ...]`` note: `mark_replacements`), so that the
 originals, kept in the session's log, can be fetched back. `TokenSplitter`
-finds a pair-safe old/recent boundary for custom strategies. The pair-safety helpers
+finds a pair-safe old/recent boundary for custom strategies. Pinned messages
+(`Message.pin`, `PinRules`, calls in flight: `pinned_ids`) survive every
+pass word for word: shipped strategies keep them (`keep_pinned`), and the
+manager refuses a pass that loses one (`pin_loss`). The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
-orphaning a tool call or result.
+orphaning a tool call or result. `CacheRules` (by provider in
+`CACHE_RULES`) and `pass_payback` work out what a pass costs against what it
+saves by the prompt cache (`turnfsm.values.PassPayback`).
 """
 
 from __future__ import annotations
 
 from turnfsm import _deprecated
+from turnfsm.context._cache import (
+    CACHE_RULES,
+    CacheRules,
+    Invalidates,
+    cache_rules_for,
+    pass_payback,
+)
 from turnfsm.context._diagnose import explain
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._layered import (
@@ -47,6 +59,7 @@ from turnfsm.context._pairs import (
     pair_tool_traffic,
     sanitize,
 )
+from turnfsm.context._pins import PinRules, keep_pinned, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._recall_marks import (
     REPLACES,
@@ -71,6 +84,7 @@ from turnfsm.context._values import (
 )
 
 __all__ = [
+    "CACHE_RULES",
     "CALIBRATION_CEILING",
     "CALIBRATION_FLOOR",
     "CALIBRATION_HEADROOM",
@@ -79,6 +93,7 @@ __all__ = [
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",
+    "CacheRules",
     "CompactBase",
     "CompactionContext",
     "CompactionProposal",
@@ -87,10 +102,12 @@ __all__ = [
     "ContextCompactor",
     "ContextManager",
     "Failed",
+    "Invalidates",
     "LayeredCompactor",
     "MaskingCompactor",
     "ModelCall",
     "PartRef",
+    "PinRules",
     "Skipped",
     "Split",
     "SummarizingCompactor",
@@ -102,6 +119,7 @@ __all__ = [
     "ToolTraffic",
     "TruncatingCompactor",
     "adjust_split",
+    "cache_rules_for",
     "call_handle",
     "cut_result",
     "digest_line",
@@ -109,8 +127,12 @@ __all__ = [
     "explain",
     "handle",
     "keep_parts",
+    "keep_pinned",
     "mark_replacements",
     "pair_tool_traffic",
+    "pass_payback",
+    "pin_loss",
+    "pinned_ids",
     "recall_note",
     "replaced_ids",
     "sanitize",

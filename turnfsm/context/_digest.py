@@ -19,6 +19,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.context._digest_line import _is_digest, digest_line
 from turnfsm.context._pairs import pair_tool_traffic
+from turnfsm.context._pins import keep_pinned
 from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._transcript import turn_starts
 from turnfsm.context._values import CompactionContext, CompactionProposal
@@ -113,7 +114,8 @@ def digest_before(
 class ToolResultDigest:
     """Digest the oversized tool results of older exchanges; drop nothing.
 
-    A `ContextCompactor` that applies `digest_results`: every message stays,
+    A `ContextCompactor` that applies `digest_results`, pinned results
+    aside (they stay word for word): every message stays,
     so no tool call/result pair can break, and a pass on its own output
     changes nothing. It shrinks by content, not towards a size: the target is
     ignored, and a conversation with nothing to digest comes back unchanged.
@@ -154,10 +156,14 @@ class ToolResultDigest:
     ) -> CompactionProposal:
         """The pass itself, on messages without their recall notes."""
         del target  # size-blind: age and length pick the results, by design
-        digested = digest_results(
+        digested = keep_pinned(
             messages,
-            min_chars=self.min_chars,
-            keep_recent_turns=self.keep_recent_turns,
+            digest_results(
+                messages,
+                min_chars=self.min_chars,
+                keep_recent_turns=self.keep_recent_turns,
+            ),
+            ctx.pinned,
         )
         if all(a is b for a, b in zip(digested, messages, strict=True)):
             return CompactionProposal.unchanged(messages, ctx.tokens_before)

@@ -60,6 +60,7 @@ from turnfsm.context._layered_status import (
     Failed,
     Skipped,
 )
+from turnfsm.context._pins import keep_pinned
 from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._summarizing import SummaryFailed
 from turnfsm.context._summary_layers import collapse
@@ -96,6 +97,9 @@ _BELOW: Final = "below trigger threshold"
 @attrs.frozen(kw_only=True)
 class LayeredCompactor:
     """Shrink in five layers, cheapest first, until the conversation fits.
+
+    Pinned messages (`CompactionContext.pinned`) are left as they are by
+    every layer and never summarised.
 
     The settings named ``*_turns`` count exchanges (a user message and
     everything that answers it), not turns: a *turn* elsewhere in turnfsm
@@ -187,9 +191,13 @@ class LayeredCompactor:
         return microcompact(messages)
 
     def _deterministic_layers(
-        self, messages: Sequence[Message], target: int, counter: TokenCounter
+        self,
+        messages: Sequence[Message],
+        target: int,
+        counter: TokenCounter,
+        pinned: frozenset[str] = frozenset(),
     ) -> tuple[tuple[Message, ...], list[str], bool]:
-        """Run layers 1-3 until the result fits `target`."""
+        """Run layers 1-3 until the result fits `target`; `pinned` stay as they are."""
         layers: list[tuple[str, Layer]] = [
             ("budget", self.apply_budget),
             ("trim", self.apply_trim),
@@ -197,6 +205,8 @@ class LayeredCompactor:
         ]
         if self.digest_min_chars is not None:
             layers.insert(0, ("digest", self.apply_digest))
+        if pinned:
+            layers = [(name, _keeping(layer, pinned)) for name, layer in layers]
         return first_fit(layers, messages, target, counter)
 
     # -- the passes --------------------------------------------------------
@@ -228,6 +238,7 @@ class LayeredCompactor:
             current, _layers = await self._run(messages, target, ctx, self._window())
         except SummaryFailed as exc:
             return CompactionProposal.failed(str(exc), ctx.tokens_before)
+        current = keep_pinned(messages, current, ctx.pinned)
         if len(current) == len(messages) and all(
             a is b for a, b in zip(current, messages, strict=True)
         ):
@@ -249,7 +260,9 @@ class LayeredCompactor:
     ) -> tuple[tuple[Message, ...], list[str]]:
         """Run the layers until the result fits; return it and the layers used."""
         counter = ctx.counter
-        current, applied, fits = self._deterministic_layers(messages, target, counter)
+        current, applied, fits = self._deterministic_layers(
+            messages, target, counter, ctx.pinned
+        )
         if fits or not ctx.allow_model:
             return current, applied
         for name, keep, label in (
@@ -393,6 +406,16 @@ class LayeredCompactor:
         return new, Applied(
             layers=tuple(layers), tokens_before=before, tokens_after=after
         )
+
+
+def _keeping(layer: Layer, pinned: frozenset[str]) -> Layer:
+    """Return `layer`, with the `pinned` messages kept as they were."""
+
+    def run(messages: Sequence[Message]) -> tuple[Message, ...]:
+        new = layer(messages)
+        return new if new is messages else keep_pinned(messages, new, pinned)
+
+    return run
 
 
 _TOKENS = _checks.integer(low=0, expected="an int >= 0 (tokens)")

@@ -19,11 +19,18 @@ hooks report one count. The verdict, in order:
 2. it raised anything else, reported a failure, returned something that is
    not a usable proposal, or a result that is not a valid conversation (a
    tool pair split or out of place, a repeated message id)
-   → `CompactorFailed`;
+   → `CompactorFailed`; so is a result that drops, alters or moves a pinned
+   message (`pinned_ids`: `Message.pin`, the request's `pinned`, the
+   manager's `pins` rules, calls in flight), its error a
+   `turnfsm.errors.PinnedMessageLost` naming the message;
 3. the result plus the reserved budget is still over the window
    → `CompactionOverflowed`;
 4. same message count and no size reduction → `CompactionNoop`;
-5. anything else → `CompactionResult`, with the manager's numbers.
+5. with `cache_payback_calls`, a pass for a soft line that would not pay
+   back within that many calls → `CompactionNoop` carrying its declined
+   `PassPayback` (nothing changes);
+6. anything else → `CompactionResult`, with the manager's numbers and the
+   pass's `PassPayback`.
 
 `budget()` turns the same sizing policy into the brain's `Budget`.
 """
@@ -37,14 +44,17 @@ from typing import Final, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.context._cache import CacheRules, cache_rules_for, pass_payback
 from turnfsm.context._masking import MaskingCompactor
 from turnfsm.context._pairs import result_problem
+from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._values import (
     CompactBase,
     CompactionContext,
     CompactionProposal,
     CompactionRequest,
+    ModelCall,
 )
 from turnfsm.context._verdicts import OldEntryPoints
 from turnfsm.core import (
@@ -62,9 +72,17 @@ from turnfsm.core import (
 )
 from turnfsm.errors import CompactionCircuitOpen, ConfigError
 from turnfsm.messages import Message
-from turnfsm.providers import FALLBACK_WINDOW, window_for
+from turnfsm.providers import (
+    FALLBACK_WINDOW,
+    ModelClient,
+    ModelPrices,
+    ModelRequest,
+    ModelResponse,
+    known_prices,
+    window_for,
+)
 from turnfsm.tokens import TokenCounter, default_counter
-from turnfsm.values import ErrorInfo
+from turnfsm.values import ErrorInfo, PassPayback, Usage
 
 __all__ = [
     "CALIBRATION_CEILING",
@@ -92,6 +110,51 @@ def _to_base(value: object) -> CompactBase:
     raise ConfigError(
         "compact_target", value, "CompactBase.THRESHOLD or CompactBase.CONTEXT"
     )
+
+
+def _to_prices(value: object) -> object:
+    """A known model's name becomes its prices; anything else is checked later."""
+    if isinstance(value, str):
+        prices = known_prices(value) if value.strip() else None
+        if prices is None:
+            raise ConfigError(
+                "prices",
+                value,
+                "a model with known prices (claude-sonnet-4-5, gpt-4o), or ModelPrices",
+            )
+        return prices
+    return value
+
+
+def _needs_prices(inst: ContextManager, _attr: object, value: int | None) -> None:
+    if value is not None and inst.prices is None:
+        raise ConfigError(
+            "prices",
+            None,
+            "the model's prices (its name, or ModelPrices) when "
+            f"cache_payback_calls={value} is set",
+        )
+
+
+_SOFT_LINES: Final = frozenset(
+    {CompactReason.THRESHOLD_EXCEEDED, CompactReason.MESSAGE_COUNT}
+)
+
+
+def _counting(call: ModelCall | None, spent: list[Usage]) -> ModelCall | None:
+    """`call`, keeping what each of its responses reported in `spent`."""
+    if call is None:
+        return None
+
+    async def counted(
+        request: ModelRequest, model: ModelClient | None
+    ) -> ModelResponse:
+        response = await call(request, model)
+        if response.usage is not None:
+            spent.append(response.usage)
+        return response
+
+    return counted
 
 
 def _describe(exc: Exception) -> str:
@@ -165,6 +228,24 @@ class ContextManager(OldEntryPoints):
         max_messages: The message-count line (50 by default; at most
             1,000,000): a conversation with more messages compacts (reason
             MESSAGE_COUNT); 0 turns it off.
+        pins: The rules that pin messages besides `Message.pin` (default:
+            the system prompt, the first user message and the latest user
+            request). Every pass keeps pinned messages word for word; a pass
+            that drops, alters or moves one is refused.
+        prices: The model's prices (`ModelPrices`, or a known model's
+            name: ``"claude-sonnet-4-5"``); with them every pass's
+            `PassPayback` includes its cost, its saving per later call and
+            the calls it takes to pay back. None: token figures only.
+        cache_rules: The provider's prompt-cache rules (None: those of the
+            provider `prices` belong to, from `CACHE_RULES`).
+        cache_payback_calls: Keep a pass for a soft line (the threshold or
+            the message count) only when it pays back within this many
+            calls (1..1,000,000); otherwise the pass is declined: nothing
+            changes, the record is a noop with its figures, and the run
+            calls the model (the line starts no pass again until the next
+            compaction commits). The emergency line, an overflow and a
+            manual pass always compact. None (the default): no check.
+            Needs `prices`.
 
     Raises:
         ConfigError: On construction, naming the field and the value, when a
@@ -231,6 +312,35 @@ class ContextManager(OldEntryPoints):
             high=_checks.MAX_COUNT,
             expected="an int in 0..1,000,000 (0: no line)",
         ),
+    )
+    pins: PinRules = attrs.field(
+        factory=PinRules,
+        validator=_checks.instance(PinRules, "a PinRules (which rules pin)"),
+    )
+    prices: ModelPrices | None = attrs.field(
+        default=None,
+        converter=_to_prices,
+        validator=_checks.instance(
+            ModelPrices,
+            "ModelPrices or a model with known prices (claude-sonnet-4-5)",
+            optional=True,
+        ),
+    )
+    cache_rules: CacheRules | None = attrs.field(
+        default=None,
+        validator=_checks.instance(CacheRules, "CacheRules", optional=True),
+    )
+    cache_payback_calls: int | None = attrs.field(
+        default=None,
+        validator=[
+            _checks.integer(
+                low=1,
+                high=_checks.MAX_COUNT,
+                optional=True,
+                expected="an int in 1..1,000,000 (calls), or None (no check)",
+            ),
+            _needs_prices,
+        ],
     )
 
     # -- the window and the lines ------------------------------------------
@@ -321,6 +431,17 @@ class ContextManager(OldEntryPoints):
             tokens=self.threshold_tokens,
         )
 
+    def pinned(
+        self, messages: Sequence[Message], also: Sequence[str] = ()
+    ) -> frozenset[str]:
+        """Return the ids of the pinned messages of `messages` (`pinned_ids`).
+
+        Args:
+            messages: The conversation.
+            also: More ids to pin (a pre-compact hook's).
+        """
+        return pinned_ids(messages, self.pins, also)
+
     @property
     def strategy(self) -> str:
         """The compactor's class name, as every pass's record reports it."""
@@ -404,6 +525,8 @@ class ContextManager(OldEntryPoints):
     ) -> PassEvent:
         """Run the compactor; `before` is the messages plus the reserved budget."""
         messages, reserved = request.messages, request.reserved
+        pinned = self.pinned(messages, request.pinned)
+        spent: list[Usage] = []
         ctx = CompactionContext(
             tokens_before=before - reserved,  # what the compactor is handed
             reason=reason,
@@ -414,8 +537,11 @@ class ContextManager(OldEntryPoints):
             additional_context=request.additional_context,
             session_id=request.session_id,
             summaries=request.summaries,
-            model_call=request.model_call,
+            model_call=request.model_call
+            if self.prices is None
+            else _counting(request.model_call, spent),
             allow_model=allow_model,
+            pinned=pinned,
         )
         aim = (
             self.target_tokens
@@ -436,6 +562,16 @@ class ContextManager(OldEntryPoints):
             problem = _proposal_problem(proposal)
             if problem is None:
                 problem = result_problem(proposal.messages, messages)
+            if problem is None:
+                lost = pin_loss(
+                    messages, proposal.messages, pinned, strategy=self.strategy
+                )
+                if lost is not None:
+                    return CompactorFailed(
+                        used=before,
+                        limit=self.window,
+                        error=ErrorInfo.from_exception(lost),
+                    )
         if problem is not None:
             return CompactorFailed(
                 used=before,
@@ -449,4 +585,61 @@ class ContextManager(OldEntryPoints):
             return CompactionOverflowed(used=after, limit=self.window)
         if len(new) == len(messages) and after >= before:
             return CompactionNoop(before=before, after=after)
-        return CompactionResult(messages=new, before=before, after=after)
+        payback = self.payback(messages, new, reserved, sum(spent, Usage()))
+        declined = self._declined(payback, reason)
+        if declined is not None:
+            return CompactionNoop(before=before, after=before, payback=declined)
+        return CompactionResult(
+            messages=new, before=before, after=after, payback=payback
+        )
+
+    def payback(
+        self,
+        before: Sequence[Message],
+        after: Sequence[Message],
+        reserved: int = 0,
+        summary: Usage | None = None,
+    ) -> PassPayback:
+        """Return what replacing `before` with `after` costs against what it saves.
+
+        Measured with the manager's counter, priced at `prices` (token
+        figures only without them) under `cache_rules` (else the
+        provider's).
+
+        Args:
+            before: The conversation a pass was given.
+            after: The conversation it proposes.
+            reserved: The request's tokens beside its messages.
+            summary: What the pass's summary calls reported.
+        """
+        rules = self.cache_rules
+        if rules is None and self.prices is not None:
+            rules = cache_rules_for(self.prices)
+        return pass_payback(
+            before,
+            after,
+            counter=self.counter,
+            reserved=reserved,
+            prices=self.prices,
+            rules=rules,
+            summary=summary,
+        )
+
+    def _declined(
+        self, payback: PassPayback, reason: CompactReason
+    ) -> PassPayback | None:
+        """`payback` marked declined, when the pass does not pay back in time."""
+        limit = self.cache_payback_calls
+        if limit is None or reason not in _SOFT_LINES or not payback.priced:
+            return None
+        calls = payback.payback_calls
+        if calls is not None and calls <= limit:
+            return None
+        if calls is None:
+            note = "declined: it would never pay back"
+        else:
+            note = (
+                f"declined: it would pay back after {calls} calls, "
+                f"more than cache_payback_calls={limit}"
+            )
+        return attrs.evolve(payback, declined=True, note=note)

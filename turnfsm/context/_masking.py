@@ -21,6 +21,9 @@ A pass for the message-count line (too many messages, not too many tokens)
 or one asked for by hand (`Agent.compact`, ``turnfsm sessions compact``)
 always runs the truncation, which is what shortens the conversation.
 
+Pinned messages (`CompactionContext.pinned`) are left as they are by every
+layer: a pinned tool result is never capped, digested or cut.
+
 So a run whose one tool result is bigger than the whole window goes on with
 that result cut to fit, and the model reads that it was cut. A conversation
 whose size is in its own words (a long user message, long replies) and too
@@ -48,6 +51,7 @@ from turnfsm.context._deterministic_layers import (
     microcompact,
 )
 from turnfsm.context._digest import digest_before
+from turnfsm.context._pins import keep_pinned
 from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import CompactionContext, CompactionProposal
@@ -155,8 +159,9 @@ class MaskingCompactor:
         counter = ctx.counter
         current = tuple(messages)
         by_count = ctx.reason in _ALWAYS_TRUNCATE
+        pinned = ctx.pinned
         for layer in (self._cap, self._mask, microcompact):
-            current = layer(current)
+            current = keep_pinned(current, layer(current), pinned)
             if counter.count(current) <= target and not by_count:
                 return _proposal(messages, current, ctx)
         truncator = TruncatingCompactor(
@@ -166,8 +171,8 @@ class MaskingCompactor:
         if _is_changed(cut.messages, current):
             current = tuple(cut.messages)
         if counter.count(current) > target:
-            current = self._fit(current, target, counter)
-        return _proposal(messages, current, ctx)
+            current = self._fit(current, target, counter, pinned)
+        return _proposal(messages, keep_pinned(messages, current, pinned), ctx)
 
     def _cap(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         cap = self.max_tool_result_chars
@@ -184,9 +189,13 @@ class MaskingCompactor:
         return digest_before(messages, end, self.mask_min_chars)
 
     def _fit(
-        self, messages: tuple[Message, ...], target: int, counter: TokenCounter
+        self,
+        messages: tuple[Message, ...],
+        target: int,
+        counter: TokenCounter,
+        pinned: frozenset[str],
     ) -> tuple[Message, ...]:
-        """Cut every tool result to the longest size at which `messages` fit."""
+        """Cut every tool result but the pinned ones to the size that fits."""
         sizes = [
             len(p.content)
             for m in messages
@@ -199,7 +208,8 @@ class MaskingCompactor:
             return messages
 
         def at(keep: int) -> tuple[Message, ...]:
-            return map_results(messages, lambda p: _cut_part(p, keep))
+            cut = map_results(messages, lambda p: _cut_part(p, keep))
+            return keep_pinned(messages, cut, pinned)
 
         if counter.count(at(low)) > target:
             return at(low)  # as small as this layer goes

@@ -176,6 +176,34 @@ def _gaps(plain: Sequence[Message], kept: set[str]) -> dict[int, list[Message]]:
     return gaps
 
 
+def _covers(
+    result: Sequence[Message],
+    by_id: Mapping[str, tuple[int, Message]],
+    gaps: Mapping[int, list[Message]],
+) -> dict[int, list[Message]]:
+    """What each new message of `result` covers, by its index in `result`.
+
+    A run of dropped messages goes to the first new message after the kept
+    message it followed; when none stands there (a summary put before the
+    pinned messages it replaced the messages around), to the nearest new
+    message before it.
+    """
+    new = [at for at, m in enumerate(result) if m.id not in by_id]
+    if not new:
+        return {}
+    place = {by_id[m.id][0]: at for at, m in enumerate(result) if m.id in by_id}
+    covers: dict[int, list[Message]] = {}
+    for last, dropped in sorted(gaps.items()):
+        after = place.get(last, -1)
+        following = [at for at in new if at > after]
+        nearest = following[0] if following else new[-1]
+        if following and any(p < nearest for p in place.values() if p > after):
+            preceding = [at for at in new if at < after]
+            nearest = preceding[-1] if preceding else nearest
+        covers.setdefault(nearest, []).extend(dropped)
+    return covers
+
+
 def _with_note(
     message: Message, covered: Sequence[Message], calls: Mapping[str, ToolCallPart]
 ) -> Message:
@@ -267,16 +295,15 @@ def mark_replacements(
     was = {m.id: m for m in original}
     kept = {m.id for m in result if m.id in by_id}
     calls = _calls(plain)
-    gaps = _gaps(plain, kept)
+    covers = _covers(result, by_id, _gaps(plain, kept))
     out: list[Message] = []
-    last = -1
-    for message in result:
+    for at, message in enumerate(result):
         found = by_id.get(message.id)
         if found is None:
-            covered = gaps.pop(last, None)
+            covered = covers.get(at)
             out.append(_with_note(message, covered, calls) if covered else message)
             continue
-        last, base = found
+        _, base = found
         new = _changed_results(message, base, was.get(message.id, base), calls)
         old = was.get(message.id)
         out.append(old if old is not None and _same(new, old) else new)

@@ -8,7 +8,7 @@ from its result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import final
 
 import attrs
@@ -31,13 +31,17 @@ class Split:
 
     Attributes:
         index: The first preserved message; 0 means keep everything.
-        to_compact: ``messages[:index]``, the old part.
+        to_compact: ``messages[:index]``, the old part, less its pinned
+            messages.
         preserved: ``messages[index:]``, the recent part.
+        pinned: The old part's pinned messages, in order: keep them as they
+            are (`keep_pinned` puts them back in place).
     """
 
     index: int
     to_compact: tuple[Message, ...] = attrs.field(converter=_to_messages)
     preserved: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    pinned: tuple[Message, ...] = attrs.field(default=(), converter=_to_messages)
 
 
 @final
@@ -56,7 +60,9 @@ class TokenSplitter:
     preserve_recent: int = attrs.field(default=4, validator=_checks.integer(low=1))
     min_messages: int = attrs.field(default=6, validator=_checks.integer(low=2))
 
-    def split(self, messages: Sequence[Message]) -> Split:
+    def split(
+        self, messages: Sequence[Message], pinned: Set[str] = frozenset()
+    ) -> Split:
         """Split `messages` at the latest safe turn boundary.
 
         Scanning from ``len - preserve_recent`` down to 1, the first `i` where
@@ -65,14 +71,20 @@ class TokenSplitter:
 
         Args:
             messages: The conversation.
+            pinned: The ids of the pinned messages (`CompactionContext.pinned`):
+                those of the old part go to `Split.pinned`, not `to_compact`.
 
         Returns:
             The split; index 0 (everything preserved) when the conversation has
             at most `min_messages` messages or no index qualifies.
         """
         index = self._index(messages)
+        old = messages[:index]
         return Split(
-            index=index, to_compact=messages[:index], preserved=messages[index:]
+            index=index,
+            to_compact=[m for m in old if m.id not in pinned],
+            preserved=messages[index:],
+            pinned=[m for m in old if m.id in pinned],
         )
 
     def _index(self, messages: Sequence[Message]) -> int:

@@ -31,7 +31,10 @@ message belong to the oldest). A pass:
 6. **Checked**: an empty or whitespace summary fails the pass; one over its
    budget is re-asked shorter once, then fails the pass. A summary is never
    committed oversized.
-7. The summary becomes one message (role `summary_role`, system by default)
+7. **Pins kept**: pinned messages (`CompactionContext.pinned`) are never
+   summarised: they stay word for word, in their order, right after the
+   summary that replaced the messages around them.
+8. The summary becomes one message (role `summary_role`, system by default)
    right after the leading system messages (after the newest exchange's user
    message, when the pass summarised inside it): `SUMMARY_PREFIX`, then the
    summary; its metadata names the last message it covers (`SUMMARY_COVERS`)
@@ -52,6 +55,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.context._digest import digest_results
 from turnfsm.context._pairs import adjust_split, pair_tool_traffic
+from turnfsm.context._pins import keep_pinned
 from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._summary_model import (
     SummaryFailed,
@@ -110,6 +114,13 @@ class SummaryPlan:
     summarised: tuple[Message, ...] = attrs.field(converter=as_messages)
     kept: tuple[Message, ...] = attrs.field(converter=as_messages)
     opening: tuple[Message, ...] = attrs.field(default=(), converter=as_messages)
+
+    def without(self, pinned: frozenset[str]) -> SummaryPlan:
+        """Return the plan with the `pinned` messages left out of `summarised`."""
+        if not pinned:
+            return self
+        kept = tuple(m for m in self.summarised if m.id not in pinned)
+        return attrs.evolve(self, summarised=kept)
 
     def key(self, session_id: str) -> str:
         """Return the idempotency key of the pass."""
@@ -232,7 +243,7 @@ class SummarizingCompactor:
     ) -> CompactionProposal:
         """The pass itself, on messages without their recall notes."""
         del target
-        plan = self.plan(messages)
+        plan = self.plan(messages).without(ctx.pinned)
         if not plan.summarised:
             return CompactionProposal.unchanged(messages, ctx.tokens_before)
         key = plan.key(ctx.session_id)
@@ -261,7 +272,9 @@ class SummarizingCompactor:
             id=message_id,
             metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
         )
-        new = (*plan.head, *plan.opening, summary, *plan.kept)
+        new = keep_pinned(
+            messages, (*plan.head, *plan.opening, summary, *plan.kept), ctx.pinned
+        )
         return CompactionProposal.compacted(
             new, ctx.tokens_before, ctx.counter.count(new)
         )
@@ -270,10 +283,14 @@ class SummarizingCompactor:
         self, messages: Sequence[Message], ctx: CompactionContext
     ) -> CompactionProposal:
         """What a pass may do without a model: digest old tool results."""
-        new = digest_results(
+        new = keep_pinned(
             messages,
-            min_chars=self.digest_min_chars or 2_000,
-            keep_recent_turns=self.keep_recent_turns,
+            digest_results(
+                messages,
+                min_chars=self.digest_min_chars or 2_000,
+                keep_recent_turns=self.keep_recent_turns,
+            ),
+            ctx.pinned,
         )
         if all(a is b for a, b in zip(new, messages, strict=True)):
             return CompactionProposal.unchanged(messages, ctx.tokens_before)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final
 
+from turnfsm.context._pins import keep_pinned
 from turnfsm.context._summarizing import split_turns, summarise
 from turnfsm.context._transcript import (
     SUMMARY_KEY,
@@ -34,7 +35,7 @@ async def collapse(
         messages,
         keep,
         into_newest=label is not None and compactor.compact_newest_exchange,
-    )
+    ).without(ctx.pinned)
     if not plan.summarised:
         return messages
     key = plan.key(ctx.session_id) + (":full" if label else ":collapse")
@@ -59,7 +60,9 @@ async def collapse(
         id=message_id,
         metadata={SUMMARY_COVERS: plan.summarised[-1].id, SUMMARY_KEY: key},
     )
-    return (*plan.head, *plan.opening, summary, *plan.kept)
+    return keep_pinned(
+        messages, (*plan.head, *plan.opening, summary, *plan.kept), ctx.pinned
+    )
 
 
 _COLLAPSED: Final = re.compile(r"^\[Conversation summary of (\d+) earlier turns\]")

@@ -20,10 +20,12 @@ ignored). The procedure:
 6. Pull the dropped results of the first message's calls back, right after
    the first message, so its calls keep their results. What is kept stays
    in its order.
-7. Sanitise: lone results are dropped everywhere (unchanged paths included),
+7. Keep the pinned messages (`CompactionContext.pinned`) the cut dropped,
+   in their place (`keep_pinned`).
+8. Sanitise: lone results are dropped everywhere (unchanged paths included),
    lone calls outside the dropped region survive, messages emptied by the
    filtering are removed, and the result is never empty.
-8. Re-count with the context's counter.
+9. Re-count with the context's counter.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from turnfsm.context._pairs import (
     pair_tool_traffic,
     sanitize,
 )
+from turnfsm.context._pins import keep_pinned
 from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._transcript import turn_starts
 from turnfsm.context._values import CompactionContext, CompactionProposal
@@ -57,7 +60,8 @@ class TruncatingCompactor:
 
     Tool call/result pairs are never orphaned: the cut moves earlier until no
     pair straddles it, and results of the first message's calls are pulled
-    back next to it. The newest exchange (the last user message and
+    back next to it. Pinned messages are kept as they are, in their place.
+    The newest exchange (the last user message and
     everything after it) is always kept whole, and what is kept stays in
     order. A conversation that cannot be cut comes back unchanged (less any
     lone results), never empty.
@@ -116,7 +120,11 @@ class TruncatingCompactor:
         split = adjust_split(messages, split, keep_head=1, traffic=traffic)
         if split <= 1:  # nothing between the first message and the cut
             return _unchanged(messages, traffic, ctx)
-        kept = _cut(messages, split, traffic, also=newest)
+        kept = list(
+            keep_pinned(
+                messages, _cut(messages, split, traffic, also=newest), ctx.pinned
+            )
+        )
         if not kept:  # only lone results were left: cutting saves nothing
             return _unchanged(messages, traffic, ctx)
         return CompactionProposal.compacted(

@@ -58,6 +58,14 @@ def _to_strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _to_ids(value: Iterable[str]) -> tuple[str, ...]:
+    return _checks.as_tuple(value, "pinned", "message ids (strings)")
+
+
+def _to_id_set(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
+
+
 def _to_mapping(value: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
@@ -86,6 +94,9 @@ class CompactionContext:
             calls its own model directly.
         allow_model: False when the session's circuit breaker is open: only
             deterministic work is allowed (no model call).
+        pinned: The ids of the pinned messages: keep them word for word and
+            in order (`turnfsm.context.keep_pinned` does it for a proposal);
+            the manager refuses a result that drops, alters or moves one.
     """
 
     tokens_before: int
@@ -101,6 +112,7 @@ class CompactionContext:
     )
     model_call: ModelCall | None = attrs.field(default=None, eq=False, hash=False)
     allow_model: bool = True
+    pinned: frozenset[str] = attrs.field(default=frozenset(), converter=_to_id_set)
 
 
 @final
@@ -206,6 +218,9 @@ class CompactionRequest:
         target_tokens: The size to aim for (reserved budget included)
             instead of the manager's `target_tokens`, e.g. calibrated to
             what the provider reported; None: the manager's.
+        pinned: Ids of more messages to pin for this pass (a pre-compact
+            hook's), besides the ones `Message.pin` and the manager's
+            `PinRules` pin.
 
     Raises:
         ConfigError: On construction, naming the field and the value.
@@ -240,4 +255,9 @@ class CompactionRequest:
     )
     target_tokens: int | None = attrs.field(
         default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    pinned: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=_to_ids,
+        validator=_checks.each(str, "a message id (a string)"),
     )

@@ -19,7 +19,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.messages import Message, new_message_id
-from turnfsm.values import ErrorInfo, Usage
+from turnfsm.values import ErrorInfo, PassPayback, Usage
 
 __all__ = [
     "EVENT_TYPES",
@@ -60,6 +60,7 @@ not use it (`Signal.message`).
 _non_negative: Final = _checks.integer(low=0)
 _message: Final = _checks.instance(Message, "a Message")
 _usage: Final = _checks.instance(Usage, "a Usage", optional=True)
+_payback: Final = _checks.instance(PassPayback, "a PassPayback", optional=True)
 _error: Final = _checks.instance(ErrorInfo, "an ErrorInfo")
 _messages: Final = _checks.each(Message, "a Message")
 
@@ -232,9 +233,11 @@ class ToolCallsReviewed:
 class CompactionResult:
     """A compaction pass replaced the conversation with `messages`.
 
-    `before` and `after` are the driver's measurements of the whole request.
+    `before` and `after` are the driver's measurements of the whole request;
+    `payback` what the pass costs against what it saves by the prompt cache
+    (None: the context manager worked out no figures).
 
-    Fields, in positional order: `messages`, `before`, `after`, `usage`.
+    Fields, in positional order: `messages`, `before`, `after`, `usage`, `payback`.
     """
 
     messages: tuple[Message, ...] = attrs.field(
@@ -243,6 +246,7 @@ class CompactionResult:
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
     usage: Usage | None = attrs.field(default=None, validator=_usage)
+    payback: PassPayback | None = attrs.field(default=None, validator=_payback)
 
 
 @final
@@ -250,16 +254,19 @@ class CompactionResult:
 class CompactionNoop:
     """A compaction pass changed nothing (no manager, a veto, nothing to cut).
 
-    `vetoed` says a pre-compact hook stopped the pass (the brain reads only
-    the sizes; the audit trail and the hooks read the rest).
+    `vetoed` says a pre-compact hook stopped the pass; `payback` with
+    `declined` set, that the context manager declined a result that would
+    not pay back soon enough (the brain reads only the sizes; the audit
+    trail and the hooks read the rest).
 
-    Fields, in positional order: `before`, `after`, `vetoed`, `usage`.
+    Fields, in positional order: `before`, `after`, `vetoed`, `usage`, `payback`.
     """
 
     before: int = attrs.field(validator=_non_negative)
     after: int = attrs.field(validator=_non_negative)
     vetoed: bool = attrs.field(default=False, validator=_checks.boolean())
     usage: Usage | None = attrs.field(default=None, validator=_usage)
+    payback: PassPayback | None = attrs.field(default=None, validator=_payback)
 
 
 @final

@@ -144,6 +144,9 @@ def compaction_record(
         tokens_after=after,
         key=key,
         usage=None if isinstance(event, CompactionCircuitOpened) else event.usage,
+        payback=event.payback
+        if isinstance(event, CompactionResult | CompactionNoop)
+        else None,
     )
 
 

@@ -35,8 +35,10 @@ from turnfsm.driver._inputs import (
     is_tool,
     tools_tuple,
 )
+from turnfsm.driver._interrupted import close_input
 from turnfsm.driver._opening import abandon_run, resume_run, start_run
 from turnfsm.driver._output import OutputType, check_machine
+from turnfsm.driver._pins_fit import check_pins_fit
 from turnfsm.driver._retry import RetryPolicy
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
@@ -339,12 +341,20 @@ class Driver:
         Raises:
             ConfigError: `output_type` has no JSON form, or the machine
                 cannot re-ask for it (no `output_rejected` transition).
-            InvalidMessage: the input is malformed (nothing was written).
+            InvalidMessage: the input is malformed: a tool result for no
+                call, a message after a call with no result (nothing was
+                written). An input that ends in calls with no result (a
+                conversation cut short mid-tool) is not refused: each call
+                gets an error result saying it was interrupted.
             SessionBusy: another run is using `session`, or a run of it is
                 paused or unfinished (resume or abandon it first).
             ConfigError: `run_id` is not a usable id, or a run of `session`
                 has it already.
             SessionConflict: another writer appended to the session's log.
+            PinnedTooLarge: the pinned messages (`ContextManager.pins`,
+                `Message.pin`) plus the system prompt, the tool schemas and
+                the reply budget are over the window: no pass could make the
+                run fit (nothing was written).
         """
         messages = as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)
@@ -360,7 +370,15 @@ class Driver:
             if session.has_run(run_id):
                 raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
-        OpenCalls.of(session.history).then(messages).require_closed()
+        left_open = OpenCalls.of(session.history).then(messages)
+        if not left_open.is_closed:  # cut short mid-tool: closed as interrupted
+            messages = close_input(messages, left_open.ids)
+        check_pins_fit(
+            self.context,
+            [*session.history, *messages],
+            extras=self._extras,
+            reply=self.max_output_tokens or 0,
+        )
         return await start_run(self, session, messages, run_id, control, hooks, output)
 
     async def compact(
@@ -385,14 +403,20 @@ class Driver:
         process's lease expires (`lease_ttl`), the retry needs `force`, as
         `resume` does.
 
+        A run paused for an answer (an approval) does not stop the pass: it
+        compacts only the committed history, never the paused run's own
+        messages (the calls awaiting approval among them); when the run goes
+        on, it continues from the compacted history.
+
         Returns:
             The run's result: ``done`` (the pass's record says what it came
             to), or ``failed`` with the pass's error.
 
         Raises:
             SessionBusy: another run is using `session`, or a run of it (not
-                a compaction) is paused or unfinished, or another process
-                holds its lease (take a dead one's over with `force`).
+                a compaction) is unfinished (its process died: resume or
+                abandon it first), or another process holds its lease (take
+                a dead one's over with `force`).
             SessionConflict: another writer appended to the session's log.
         """
         compacting = self._compacting
@@ -407,7 +431,9 @@ class Driver:
             return await compacting.resume(
                 session, waiting[-1].run_id, control=control, hooks=hooks, force=force
             )
-        return await start_run(compacting, session, (), None, control, hooks, None)
+        return await start_run(
+            compacting, session, (), None, control, hooks, None, beside_paused=True
+        )
 
     async def resume(
         self,

@@ -328,6 +328,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
             summaries=session.summary_texts if session is not None else {},
             model_call=model_call,
             target_tokens=target,
+            pinned=guidance.pin,
         )
     )
     return with_usage(event, spent.total)

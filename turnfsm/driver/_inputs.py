@@ -15,7 +15,7 @@ from turnfsm.core import (
     trigger_of,
 )
 from turnfsm.driver._effects import BUILTIN_EFFECTS
-from turnfsm.driver._replay import rebuild
+from turnfsm.driver._replay import rebased, rebuild
 from turnfsm.driver._tools import Tool
 from turnfsm.errors import ConfigError, InvalidMessage
 from turnfsm.hooks import HOOK_METHODS, Hook
@@ -182,6 +182,9 @@ def reopen(
                     f"of the machine run {run_id!r} began on ({opened.machine})",
                 )
     machine = rebuild(spec, session, run_id, check=check)
+    history = session.rebases(run_id).get(len(record.events))
+    if history is not None:  # the session was compacted while the run waited
+        machine = rebased(spec, machine, history)
     decision = machine.decision
     if event is None and not check:
         return record, machine

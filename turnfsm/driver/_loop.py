@@ -80,6 +80,7 @@ from turnfsm.driver._context import (
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
+from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
 from turnfsm.errors import EffectFailed, InvalidMessage, InvalidReturn, TurnFSMError
 from turnfsm.hooks import (
@@ -326,6 +327,8 @@ class RunLoop(Ending):
         try:
             if event is not None:
                 decision = await self.feed(event, None)
+            elif type(decision) is RunTools:
+                await self._close_unfinished(decision)
             assert decision is not None
             return await self._steps(decision)
         except _Broken as broken:
@@ -345,6 +348,35 @@ class RunLoop(Ending):
             with anyio.CancelScope(shield=True):
                 await self.crash(exc)
             raise
+
+    async def _close_unfinished(self, decision: RunTools) -> None:
+        """Close the resumed batch's calls that have no result, as interrupted.
+
+        The process that ran them died (or was interrupted) before their
+        results were logged: their effects are unknown. A call of a tool
+        that is safe to run twice (`Tool.idempotent`) runs again instead.
+        The closing results are logged, like results, before anything runs:
+        a second crash finds them.
+        """
+        recorded = self._resumed
+        calls = to_close(decision.calls, recorded, self.run.tools)
+        if not calls:
+            return
+        results = [interrupted_result(call) for call in calls]
+        logger.warning(
+            "run %s: closing %d call(s) left without a result as interrupted: %s",
+            self.run_id,
+            len(calls),
+            ", ".join(call.id for call in calls),
+        )
+        await self.session.append(
+            *(
+                ToolResultRecorded(run_id=self.run_id, index=self.index, result=r)
+                for r in results
+            )
+        )
+        closed = {call.id: r for call, r in zip(calls, results, strict=True)}
+        self._resumed = {**recorded, **closed}
 
     async def _steps(self, decision: Decision) -> RunResult:
         # Hooks are never added during a run (only detached), so what they

@@ -36,11 +36,22 @@ async def start_run(
     control: RunControl | None,
     hooks: Sequence[Hook],
     output: OutputType | None,
+    *,
+    beside_paused: bool = False,
 ) -> RunResult[Any]:
-    """Open a run of `session` with `messages` and carry it to its end."""
+    """Open a run of `session` with `messages` and carry it to its end.
+
+    `beside_paused`: the run may open while others are paused (a pass of
+    the session's committed history: a paused run keeps its buffers, and
+    takes the compacted history when it goes on).
+    """
     with session.claim():
         async with holding(session, ttl=driver.lease_ttl) as previous:
-            waiting = session.open_runs()
+            waiting = [
+                run
+                for run in session.open_runs()
+                if not (beside_paused and run.outcome == "paused")
+            ]
             if waiting:
                 raise _busy(session, waiting[-1].run_id, previous)
             run_id = run_id or new_id("run")

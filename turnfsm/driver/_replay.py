@@ -44,6 +44,7 @@ from turnfsm.persistence import (
 
 __all__ = [
     "ReplayReport",
+    "rebased",
     "rebuild",
     "replay",
     "stored_machine",
@@ -121,8 +122,11 @@ def rebuild(
             "the history before the run is a whole conversation",
             f"it is not: {exc}",
         ) from None
+    rebases = session.rebases(run_id)
     for index, entry in enumerate(session.run_entries(run_id)):
         event = entry.event
+        if index in rebases:  # the session was compacted while the run waited
+            machine = rebased(spec, machine, rebases[index])
         if check:
             feed.check(index, entry, machine.decision)
         try:
@@ -155,6 +159,18 @@ def rebuild(
     if check:
         feed.finish()
     return machine
+
+
+def rebased(
+    spec: MachineSpec, machine: TurnMachine, history: MessageLog
+) -> TurnMachine:
+    """`machine` over `history`, committed by another run while it waited.
+
+    Its own buffers (what it said, the calls awaiting approval) are kept as
+    they are: a pass of the session compacts only the committed history.
+    """
+    snapshot = attrs.evolve(machine.snapshot, history=history)
+    return TurnMachine.from_snapshot(spec, snapshot)
 
 
 def replay(spec: MachineSpec | None, session: Session, run_id: str) -> ReplayReport:

@@ -90,6 +90,13 @@ class Tool:
             call times out or is cancelled, instead of in a worker thread
             that cannot be stopped. `fn` must be a sync function defined at
             the top level of a module, its arguments picklable.
+        idempotent: The tool is safe to run twice with the same arguments
+            (a read, a lookup, a write keyed by the call's id). A call whose
+            run stopped before it finished (the process died, or was
+            interrupted) is run again when the run resumes. Off by default:
+            such a call is closed with an error result saying it was
+            interrupted and its effects are unknown, and the model decides
+            whether to call it again.
 
     Raises:
         ConfigError: `parameters` is not a mapping of JSON values (None, a
@@ -108,6 +115,7 @@ class Tool:
         default=None, eq=False, repr=False
     )
     in_subprocess: bool = attrs.field(default=False)
+    idempotent: bool = attrs.field(default=False, validator=_checks.boolean())
     # Derived once: the call path runs per tool call.
     _is_async: bool = attrs.field(init=False, eq=False, repr=False)
     _validator: Validator = attrs.field(init=False, eq=False, repr=False)
@@ -150,6 +158,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         in_subprocess: bool = False,
+        idempotent: bool = False,
     ) -> Tool:
         """Describe `fn` by its signature and Google-style docstring.
 
@@ -178,6 +187,7 @@ class Tool:
             fn=fn,
             structure=structure,
             in_subprocess=in_subprocess,
+            idempotent=idempotent,
         )
 
     @property
@@ -232,6 +242,7 @@ def function_tool(
     name: str | None = None,
     description: str | None = None,
     in_subprocess: bool = False,
+    idempotent: bool = False,
 ) -> Any:
     """Turn a function into a `Tool` (usable bare or with arguments).
 
@@ -241,6 +252,8 @@ def function_tool(
         description: What it does; the docstring's summary by default.
         in_subprocess: Run it in a child process that a timeout kills
             (see `Tool.in_subprocess`).
+        idempotent: Safe to run twice: a call cut short by a crash or an
+            interrupt is run again on resume (see `Tool.idempotent`).
 
     Example:
         ```python
@@ -261,6 +274,7 @@ def function_tool(
         name=name,
         description=description,
         in_subprocess=in_subprocess,
+        idempotent=idempotent,
     )
     return make if fn is None else make(fn)
 

@@ -10,9 +10,11 @@ TurnFSMError                 base class; never raised directly
 ├── MachineBroken            an earlier handle() raised; no further input
 ├── ContextExceeded          the run could not fit the window; .used, .limit, .largest
 │   ├── CompactionStalled    no-progress guard fired; .limit is the size before the pass
-│   └── CompactionFailed     the compactor failed; .cause
+│   ├── CompactionFailed     the compactor failed; .cause
+│   └── PinnedTooLarge       the pinned messages alone overflow; .pinned, .reserved
 ├── CompactionCircuitOpen    the compaction circuit breaker is open
 ├── CompactionLimitExceeded  the run used all its compaction passes
+├── PinnedMessageLost        a pass dropped or altered a pinned message; .message_id
 ├── MaxTurnsExceeded         the run used all its model calls
 ├── OutputInvalid            the final answer never fit the output type; .errors
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
@@ -60,6 +62,8 @@ from turnfsm.errors._context import (
     CompactionStalled,
     ContextExceeded,
     LargeItem,
+    PinnedMessageLost,
+    PinnedTooLarge,
 )
 from turnfsm.errors._misuse import (
     ConfigError,
@@ -119,6 +123,8 @@ __all__ = [
     "MachineBroken",
     "MaxTurnsExceeded",
     "OutputInvalid",
+    "PinnedMessageLost",
+    "PinnedTooLarge",
     "Problem",
     "ProviderError",
     "ReplayDiverged",

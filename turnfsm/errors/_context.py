@@ -16,6 +16,8 @@ __all__ = [
     "CompactionStalled",
     "ContextExceeded",
     "LargeItem",
+    "PinnedMessageLost",
+    "PinnedTooLarge",
 ]
 
 
@@ -173,4 +175,65 @@ class CompactionLimitExceeded(TurnFSMError):
             "passes in a row, with no model call between them, and still has no "
             "request that fits; raise max_compactions, or check for a hook that "
             "adds a message after every pass"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class PinnedTooLarge(ContextExceeded):
+    """Raised when a run's pinned messages alone cannot fit the window.
+
+    `used` is `pinned` plus `reserved`, `limit` the window: no pass may drop
+    a pinned message, so no pass could make the request fit.
+
+    Attributes:
+        pinned: The pinned messages' tokens.
+        reserved: What rides every request besides its messages (system
+            prompt, tool schemas, reply budget), in tokens.
+    """
+
+    pinned: int = attrs.field(default=0, kw_only=True)
+    reserved: int = attrs.field(default=0, kw_only=True)
+
+    def __str__(self) -> str:
+        return (
+            f"pinned messages do not fit: {self.pinned} pinned tokens plus "
+            f"{self.reserved} reserved is {self.used}, over the {self.limit}-token "
+            "window; pin less (switch off a pin rule in PinRules), shorten the "
+            "pinned messages, or use a bigger window"
+        ) + _largest_text(self.largest)
+
+
+PinLoss = Literal["dropped", "altered", "moved"]
+"""What a pass did to a pinned message."""
+
+
+@final
+@attrs.frozen(auto_exc=True, kw_only=True)
+class PinnedMessageLost(TurnFSMError):
+    """Reported when a compaction pass dropped, altered or moved a pinned message.
+
+    The context manager refuses such a pass: it fails, and the conversation
+    stays as it was.
+
+    Attributes:
+        message_id: The pinned message's id.
+        role: Its role (``"user"``, ``"system"``, ...).
+        strategy: The compactor's class name.
+        what: ``"dropped"`` (missing from the result), ``"altered"`` (its
+            words or metadata changed) or ``"moved"`` (out of order with
+            the other pinned messages).
+    """
+
+    message_id: str
+    role: str
+    strategy: str
+    what: PinLoss
+
+    def __str__(self) -> str:
+        return (
+            f"{self.strategy} {self.what} the pinned {self.role} message "
+            f"{self.message_id}; a pass must keep every pinned message word for "
+            "word and in order, so it was refused and the conversation kept as "
+            "it was: fix the strategy, or do not pin that message"
         )

@@ -80,10 +80,11 @@ class HookDispatcher:
             self._invoke(hook, name, info)
 
     def pre_compact(self, info: PreCompactInfo) -> PreCompact:
-        """Merge every hook's answer: any veto wins; guidance is concatenated."""
+        """Merge every hook's answer: any veto wins; guidance and pins add up."""
         veto = False
         instructions: list[str] = []
         context: list[str] = []
+        pin: list[str] = []
         for hook in tuple(self._table["pre_compact"]):
             answer = self._invoke(hook, "pre_compact", info)
             if not isinstance(answer, PreCompact):
@@ -93,10 +94,12 @@ class HookDispatcher:
                 instructions.append(answer.instructions)
             if answer.additional_context:
                 context.append(answer.additional_context)
+            pin.extend(answer.pin)
         return PreCompact(
             veto=veto,
             instructions="\n\n".join(instructions) or None,
             additional_context="\n\n".join(context) or None,
+            pin=pin,
         )
 
     def _invoke(self, hook: Hook, name: str, info: Any) -> Any:

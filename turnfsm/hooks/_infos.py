@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.core import Budget, CompactReason, Decision, Event, Step
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -250,18 +252,32 @@ class PreCompactInfo:
     messages: tuple[Message, ...]
 
 
+def _to_pins(value: Iterable[str]) -> tuple[str, ...]:
+    return _checks.as_tuple(value, "pin", "message ids (strings)")
+
+
 @final
 @attrs.frozen(kw_only=True)
 class PreCompact:
     """A `pre_compact` hook's answer: veto the pass, or steer the compactor.
 
     `instructions` and `additional_context` reach the compactor through its
-    `CompactionContext`.
+    `CompactionContext`. `pin` names messages (by id, from
+    `PreCompactInfo.messages`) that this pass must keep word for word,
+    besides the ones pinned already.
+
+    Raises:
+        ConfigError: `pin` is not a sequence of message ids.
     """
 
     veto: bool = False
     instructions: str | None = None
     additional_context: str | None = None
+    pin: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=_to_pins,
+        validator=_checks.each(str, "a message id (a string)"),
+    )
 
 
 @final

@@ -4,7 +4,8 @@ A `Message` has a `Role` and a tuple of parts: `TextPart`, `ToolCallPart`,
 `ToolResultPart` and `ImagePart`. Tool calls live on assistant messages; tool
 results live on tool messages and name the call they answer by `call_id`.
 Every message carries a stable `id` (used for caching token counts and for the
-audit trail) and free-form string `metadata`.
+audit trail) and free-form string `metadata`. `Message.pin` marks a message
+(`PINNED`) that every compaction pass keeps word for word.
 
 `MessageLog` is the append-only sequence the brain keeps its buffers in:
 immutable to its readers, O(1) to append, so a long run does not copy its
@@ -16,6 +17,7 @@ from __future__ import annotations
 from turnfsm.messages._log import Joined, MessageLog, as_sequence
 from turnfsm.messages._open_calls import OpenCalls, check_history
 from turnfsm.messages._values import (
+    PINNED,
     SUMMARY_COVERS,
     ImagePart,
     JSONValue,
@@ -32,6 +34,7 @@ from turnfsm.messages._values import (
 )
 
 __all__ = [
+    "PINNED",
     "SUMMARY_COVERS",
     "ImagePart",
     "JSONValue",

@@ -14,6 +14,7 @@ from turnfsm import _checks
 from turnfsm.errors import InvalidMessage
 
 __all__ = [
+    "PINNED",
     "SUMMARY_COVERS",
     "ImagePart",
     "JSONValue",
@@ -42,6 +43,15 @@ Its value is the id of the last message the summary covers. A compactor
 that summarises sets it on its summary message; when the pass is committed,
 the session's log records the summary (`SummaryRecorded`), and the working
 history is the latest summary plus the messages after it.
+"""
+
+
+PINNED: Final = "turnfsm.pinned"
+"""The metadata key that pins a message (its value: ``"true"``).
+
+A pinned message survives every compaction pass word for word and in its
+place: no strategy drops, shortens or moves it, and the context manager
+refuses a pass that does. `Message.pin` returns a pinned copy.
 """
 
 
@@ -286,6 +296,21 @@ class Message:
     def tool_results(self) -> tuple[ToolResultPart, ...]:
         """The tool results this message carries."""
         return tuple(p for p in self.parts if isinstance(p, ToolResultPart))
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the message is pinned (its metadata carries `PINNED`)."""
+        return self.metadata.get(PINNED) == "true"
+
+    def pin(self) -> Message:
+        """Return this message pinned: same id, role and parts, `PINNED` set.
+
+        A pinned message is kept word for word by every compaction pass.
+        Pinning a pinned message returns it as it is.
+        """
+        if self.pinned:
+            return self
+        return attrs.evolve(self, metadata={**self.metadata, PINNED: "true"})
 
     # -- serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

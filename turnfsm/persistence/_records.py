@@ -50,7 +50,7 @@ from turnfsm.core import (
 )
 from turnfsm.errors import TurnFSMError
 from turnfsm.messages import JSONValue, Message
-from turnfsm.values import Usage
+from turnfsm.values import PassPayback, Usage
 
 __all__ = [
     "ENTRY_TYPES",
@@ -206,6 +206,11 @@ class CompactionRecord:
         key: The idempotency key, unique in the session.
         usage: What the pass's summary-model calls reported (None: no
             call), apart from the agent's own turns.
+        payback: What the pass costs against what it saves by the prompt
+            cache: the tokens whose cache it invalidates, its cost and the
+            saving per later call (None: no figures, as in logs written
+            before they were recorded). A pass the context manager declined
+            (`cache_payback_calls`) is a noop with ``payback.declined``.
     """
 
     run_id: str
@@ -222,6 +227,7 @@ class CompactionRecord:
     tokens_after: int
     key: str
     usage: Usage | None = None
+    payback: PassPayback | None = None
 
     @property
     def compacted(self) -> bool:

@@ -18,6 +18,7 @@ from turnfsm.core import MachineSpec
 from turnfsm.errors import CorruptRecord, SessionBusy, SessionNotFound
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._commits import _check_commits, _committed, _history_at
+from turnfsm.persistence._rebase import rebase_points
 from turnfsm.persistence._records import (
     BreakerChanged,
     Committed,
@@ -306,6 +307,23 @@ class Session:
     def history_before(self, run_id: str) -> MessageLog:
         """Return the committed history as it was when `run_id` began."""
         return _history_at(self._entries[: self._runs[run_id].version])
+
+    def rebases(self, run_id: str) -> dict[int, MessageLog]:
+        """Return where other runs' commits land under `run_id`, by event index.
+
+        A session compacted while `run_id` was paused: its brain takes the
+        committed history that pass left before the next event it is fed
+        (named by its index; after the run's latest event, the index of the
+        event it is fed next). Empty when no other run committed meanwhile.
+
+        Raises:
+            KeyError: the session has no such run.
+        """
+        run = self._runs[run_id]
+        end = run.ended
+        ended = end is not None and end.outcome not in ("paused", "interrupted")
+        stop = run.last if ended else len(self._entries)
+        return rebase_points(self._entries, run_id, run.version, stop)
 
     def history_after(self, run_id: str) -> MessageLog:
         """Return the committed history as `run_id`'s latest entry left it."""

@@ -102,6 +102,13 @@ class ModelPrices:
         output: Per million output tokens.
         tiers: Higher prices from a number of input tokens on, as
             ``(start, input, cached_input, output)``, lowest start first.
+        cache_write: Per million input tokens written to a prompt cache,
+            when the provider prices writing apart (Anthropic); None: a
+            write costs the input price (OpenAI's automatic caching).
+        write_tiers: Higher write prices from a number of input tokens
+            on, as ``(start, cache_write)``, lowest start first.
+        provider: The id of the provider whose prices these are
+            (``openai``, ``anthropic``; "" when not known).
     """
 
     model: str
@@ -109,11 +116,44 @@ class ModelPrices:
     cached_input: Decimal
     output: Decimal
     tiers: tuple[tuple[int, Decimal, Decimal, Decimal], ...] = ()
+    cache_write: Decimal | None = None
+    write_tiers: tuple[tuple[int, Decimal], ...] = ()
+    provider: str = ""
+
+    def rates(self, input_tokens: int) -> tuple[Decimal, Decimal, Decimal]:
+        """The input, cached-input and cache-write prices for a request's size.
+
+        The tier of `input_tokens` applies (the base prices below the
+        first); the write price is the input price when the provider prices
+        no writes apart.
+
+        Example:
+            ```python
+            known_prices("claude-sonnet-4-5").rates(1_000)
+            # (Decimal('3'), Decimal('0.3'), Decimal('3.75'))
+            ```
+        """
+        fresh, cached, write = self.input, self.cached_input, self.cache_write
+        for start, tier_input, tier_cached, _ in self.tiers:
+            if input_tokens >= start:
+                fresh, cached = tier_input, tier_cached
+        for start, tier_write in self.write_tiers:
+            if input_tokens >= start:
+                write = tier_write
+        return fresh, cached, fresh if write is None else write
 
     def cost(
-        self, input_tokens: int, cached_tokens: int, output_tokens: int
+        self,
+        input_tokens: int,
+        cached_tokens: int,
+        output_tokens: int,
+        *,
+        written_tokens: int = 0,
     ) -> Decimal:
         """The price of one call: its input (`cached_tokens` of it cached) and output.
+
+        `written_tokens` of the uncached input are written to the prompt
+        cache, at `cache_write` (the input price when it is None).
 
         Example:
             ```python
@@ -125,8 +165,10 @@ class ModelPrices:
             if input_tokens >= start:
                 rates = (tier[0], tier[1], tier[2])
         fresh = max(0, input_tokens - cached_tokens)
+        written = min(fresh, max(0, written_tokens))
         total = (
-            fresh * rates[0]
+            (fresh - written) * rates[0]
+            + written * self.rates(input_tokens)[2]
             + min(cached_tokens, input_tokens) * rates[1]
             + output_tokens * rates[2]
         )
@@ -163,7 +205,7 @@ def known_prices(
     """
     _checks.check(model, "model", _checks.string(non_empty=True))
     try:
-        _, info = _catalogue().find_provider_model(model, None, provider, None)
+        found, info = _catalogue().find_provider_model(model, None, provider, None)
     except LookupError:
         return None
     prices = info.get_prices(at or datetime.now(UTC))
@@ -171,6 +213,7 @@ def known_prices(
     if fresh is None:
         return None
     cached, cached_tiers = _rate(getattr(prices, "cache_read_mtok", None))
+    write, write_tiers = _rate(getattr(prices, "cache_write_mtok", None))
     out, out_tiers = _rate(getattr(prices, "output_mtok", None))
     tiers = tuple(
         (
@@ -187,6 +230,9 @@ def known_prices(
         cached_input=cached if cached is not None else fresh,
         output=out or Decimal(0),
         tiers=tiers,
+        cache_write=write,
+        write_tiers=tuple(sorted(write_tiers.items())),
+        provider=found.id,
     )
 
 

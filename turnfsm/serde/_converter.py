@@ -83,13 +83,20 @@ _QUALIFIED = re.compile(r"\b(?:[A-Za-z_][\w]*\.)+([A-Za-z_]\w*)")
 
 
 def _name_of(cls: object) -> str:
-    """Return a short name of a type or union (``Event``, ``tuple[Message, ...]``)."""
-    name = _UNION_NAMES.get(cls) if _is_hashable(cls) else None
+    """Return a short name of a type or union (``Event``, ``tuple[Message, ...]``).
+
+    A union's name is worked out once (every record read asks for it).
+    """
+    hashable = _is_hashable(cls)
+    name = _UNION_NAMES.get(cls) if hashable else None
     if name is not None:
         return name
     if isinstance(cls, type):
         return cls.__name__
-    return _QUALIFIED.sub(r"\1", repr(cls))
+    name = _QUALIFIED.sub(r"\1", repr(cls))
+    if hashable:
+        _UNION_NAMES[cls] = name
+    return name
 
 
 def _is_hashable(value: object) -> bool:

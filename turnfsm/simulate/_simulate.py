@@ -26,6 +26,7 @@ from turnfsm.context import (
     TruncatingCompactor,
 )
 from turnfsm.core import (
+    CompactionResult,
     Event,
     MachineSpec,
     Measured,
@@ -148,6 +149,11 @@ class Simulation:
         return sum(1 for p in self.passes if p.usage is not None)
 
     @property
+    def declined(self) -> int:
+        """The passes the context manager declined: they would not pay back in time."""
+        return sum(1 for p in self.passes if p.payback and p.payback.declined)
+
+    @property
     def cache_breaks(self) -> int:
         """The calls whose prompt cache a pass broke."""
         return sum(1 for c in self.calls if c.cache_break)
@@ -162,12 +168,13 @@ class Simulation:
 
     @property
     def totals(self) -> Mapping[str, Any]:
-        """Tokens sent, passes, compacted passes, summary calls, cache breaks, cost."""
+        """Tokens sent, passes (compacted, declined), summary calls, breaks, cost."""
         return {
             "calls": len(self.calls),
             "tokens_sent": self.tokens_sent,
             "passes": len(self.passes),
             "compacted": sum(1 for p in self.passes if p.compacted),
+            "declined": self.declined,
             "summary_calls": self.summary_calls,
             "cache_breaks": self.cache_breaks,
             "cost": self.cost,
@@ -194,11 +201,15 @@ class Simulation:
                 f"{p.tokens_before} -> {p.tokens_after} tokens"
                 + (f", summary ${_money(cost)})" if p.usage and priced else ")")
             )
+            if p.payback is not None and p.payback.priced:
+                lines.append(f"    cache: {p.payback.describe()}")
         t = self.totals
         lines.append("")
         lines.append(
             f"totals: {t['calls']} calls, {t['tokens_sent']} tokens sent, "
-            f"{t['passes']} passes ({t['compacted']} compacted), "
+            f"{t['passes']} passes ({t['compacted']} compacted"
+            + (f", {t['declined']} declined" if t["declined"] else "")
+            + "), "
             f"{t['summary_calls']} summary calls, {t['cache_breaks']} cache breaks"
             + (f", cost ${_money(self.cost)} at {self.prices} prices" if priced else "")
         )
@@ -414,7 +425,10 @@ async def simulate(
         summary_model: Answers the summaries a strategy asks for that were
             not recorded (None: such a summary is an error).
         prices: A known model's name (``gpt-4o``) whose prices cost each
-            call (None: no costs).
+            call (None: no costs): the uncached part of a call at the cache
+            write price where the provider prices writes apart (Anthropic),
+            the cached part at the cached-input price. A `context` without
+            prices of its own prices its passes' cache figures with them.
 
     Returns:
         The `Simulation`: per call tokens, cache use and cost; the passes.
@@ -444,6 +458,8 @@ async def simulate(
         )
     else:
         manager = context
+    if price is not None and manager.prices is None:
+        manager = attrs.evolve(manager, prices=price)
     if manager.use_reported_usage:
         caveats += (
             "the provider's reported counts are the recorded ones, for the "
@@ -510,6 +526,9 @@ def _report(
         if p.usage is not None
     }
     previous: tuple[Message, ...] = ()
+    # A pass may keep a message's id and change its text (a masked tool
+    # result): the context a call saw holds the text of the latest pass.
+    rewritten: dict[str, Message] = {}
     counter = default_counter()
     summary_cost = Decimal(0) if price is not None else None
     for run in sim.runs:
@@ -520,8 +539,10 @@ def _report(
             for p in run.compactions
         )
         estimates = _estimates(run)
+        contexts = _rewrites(run, rewritten)
         for index, turn in enumerate(run.turns):
-            messages = tuple(sim.message(i) for i in run.context(index))
+            seen = contexts[index] if index < len(contexts) else rewritten
+            messages = tuple(seen.get(i) or sim.message(i) for i in run.context(index))
             shared = _shared(previous, messages)
             cached = counter.count(messages[:shared]) if shared else 0
             tokens = estimates[index] if index < len(estimates) else 0
@@ -538,7 +559,12 @@ def _report(
                     cache_break=bool(previous) and shared < len(previous),
                     cost=None
                     if price is None
-                    else price.cost(tokens, min(cached, tokens), out),
+                    else price.cost(
+                        tokens,
+                        min(cached, tokens),
+                        out,
+                        written_tokens=max(0, tokens - cached),
+                    ),
                     output_tokens=out,
                 )
             )
@@ -559,6 +585,23 @@ def _report(
         summary_cost=summary_cost,
         pass_costs=tuple(pass_costs),
     )
+
+
+def _rewrites(
+    run: RunRecord, rewritten: dict[str, Message]
+) -> list[dict[str, Message]]:
+    """The messages passes rewrote under their ids, as of each model call.
+
+    `rewritten` carries what earlier runs' passes rewrote, and is updated
+    with this run's.
+    """
+    out: list[dict[str, Message]] = []
+    for event in run.events:
+        if isinstance(event, CompactionResult):
+            rewritten.update((m.id, m) for m in event.messages)
+        elif isinstance(event, ModelReplied | OutputRejected):
+            out.append(dict(rewritten))
+    return out
 
 
 def _estimates(run: RunRecord) -> list[int]:

@@ -9,8 +9,15 @@ from opentelemetry.trace import Span, Status, StatusCode
 from turnfsm.core import Compact, Perform
 from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
+from turnfsm.values import PassPayback
 
-__all__ = ["end_compaction", "pass_labels", "start_compaction", "start_effect"]
+__all__ = [
+    "end_compaction",
+    "pass_labels",
+    "payback_attributes",
+    "start_compaction",
+    "start_effect",
+]
 
 
 def start_compaction(
@@ -47,8 +54,24 @@ def pass_labels(record: CompactionRecord) -> dict[str, str]:
     }
 
 
+def payback_attributes(payback: PassPayback) -> dict[str, int | float | bool]:
+    """The span attributes of a pass's cache figures (costs only when priced)."""
+    out: dict[str, int | float | bool] = {
+        A.CACHE_INVALIDATED: payback.invalidated_tokens,
+        A.CACHE_REWRITTEN: payback.rewritten_tokens,
+        A.CACHE_DECLINED: payback.declined,
+    }
+    if payback.cost is not None:
+        out[A.CACHE_COST] = payback.cost
+    if payback.saving is not None:
+        out[A.CACHE_SAVING] = payback.saving
+    if payback.payback_calls is not None:
+        out[A.CACHE_PAYBACK_CALLS] = payback.payback_calls
+    return out
+
+
 def end_compaction(span: Span, record: CompactionRecord) -> None:
-    """End the pass's span with its verdict and tokens."""
+    """End the pass's span with its verdict, tokens and cache figures."""
     span.set_attributes(
         {
             A.COMPACTION_STRATEGY: record.strategy,
@@ -68,6 +91,8 @@ def end_compaction(span: Span, record: CompactionRecord) -> None:
                 A.USAGE_OUTPUT_TOKENS: record.usage.output_tokens,
             }
         )
+    if record.payback is not None:
+        span.set_attributes(payback_attributes(record.payback))
     if record.verdict in (Verdict.FAILED, Verdict.OVERFLOW):
         span.set_attribute(A.ERROR_TYPE, f"compaction_{record.verdict}")
         span.set_status(Status(StatusCode.ERROR, f"the pass {record.verdict}"))

@@ -1,0 +1,115 @@
+"""How long a 10,000-turn session takes to open in ``turnfsm view``.
+
+Generates (once, cached beside the store) a session of `TURNS` model calls:
+one long tool-using run on a fake model with a small window, so it
+compacts every few turns; then starts the live view's server on it and
+times the server's start (the log read from the store; the runs' paths are
+replayed meanwhile, and a page loads them), then the first page, as a
+browser opening it fetches it (built and sent), and one turn's details
+(fetched on demand).
+
+    python bench/view_open.py                 # 10,000 turns, in a temp dir
+    python bench/view_open.py 2000 /tmp/v.db  # custom size, kept store
+
+Prints the seconds to the server's start (and the CPU seconds it took: on a
+busy machine the wall time is longer), to the first page (the target is 2 s)
+and to a turn's details.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import anyio
+
+from turnfsm import Agent
+from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.messages import Message
+from turnfsm.persistence import SQLiteStore
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply, tool_call
+
+TARGET_S = 2.0
+
+
+def read(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file.
+    """
+    return f"contents of {path}: " + "lorem ipsum " * 40
+
+
+def _agent(store: SQLiteStore, turns: int) -> Agent:
+    def plan(request: ModelRequest) -> Message:
+        plan.calls += 1  # type: ignore[attr-defined]
+        if plan.calls >= turns:  # type: ignore[attr-defined]
+            return reply("done")
+        return reply("", tool_call("read", path=f"f{plan.calls}.py"))  # type: ignore[attr-defined]
+
+    plan.calls = 0  # type: ignore[attr-defined]
+    return Agent(
+        model=FakeModelClient(plan),
+        tools=[read],
+        store=store,
+        context=ContextManager(
+            TruncatingCompactor(
+                preserve_recent=2, min_messages=3, compact_newest_exchange=True
+            ),
+            context_window=8_000,
+        ),
+        max_turns=turns + 10,
+    )
+
+
+async def generate(path: Path, turns: int) -> str:
+    """Store a session of `turns` model calls in `path`; return its id."""
+    store = SQLiteStore(path)
+    try:
+        result = await _agent(store, turns).run("read every file")
+        return result.session_id
+    finally:
+        await store.aclose()
+
+
+def main() -> None:
+    from turnfsm.view import ViewServer
+
+    turns = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    where = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = where or Path(tmp) / "view.db"
+        ids = path.with_suffix(".id")
+        if not ids.exists():
+            began = time.perf_counter()
+            ids.write_text(anyio.run(generate, path, turns))
+            print(f"generated {turns} turns in {time.perf_counter() - began:.1f} s")
+        session_id = ids.read_text()
+        began, cpu = time.perf_counter(), time.process_time()
+        with ViewServer(lambda: SQLiteStore(path), session_id) as server:
+            started = time.perf_counter() - began
+            cpu = time.process_time() - cpu
+            began = time.perf_counter()
+            with urllib.request.urlopen(server.url) as page:
+                body = page.read()
+            opened = time.perf_counter() - began
+            began = time.perf_counter()
+            with urllib.request.urlopen(server.turn_url(0, turns - 1)) as page:
+                page.read()
+            turn = time.perf_counter() - began
+        verdict = "ok" if opened <= TARGET_S else "OVER"
+        print(
+            f"{turns} turns: server ready in {started:.2f} s ({cpu:.2f} s of CPU: "
+            "the log read); "
+            f"first page {opened:.2f} s ({len(body) // 1024} KiB; "
+            f"target {TARGET_S:.0f} s: {verdict}), a turn's details {turn:.3f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Pins under the driver: the hook's pins, a refused pass, the check at start."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from turnfsm.context import (
+    CompactionContext,
+    CompactionProposal,
+    ContextManager,
+    PinRules,
+    TruncatingCompactor,
+)
+from turnfsm.driver import Driver, Session
+from turnfsm.errors import CompactionFailed, ContextExceeded, PinnedTooLarge
+from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
+from turnfsm.messages import Message
+from turnfsm.persistence import CompactionRecord
+from turnfsm.testing import ScriptedModel
+from turnfsm.tokens import HeuristicTokenCounter
+
+pytestmark = pytest.mark.anyio
+
+HEURISTIC = HeuristicTokenCounter()
+
+
+def history(n: int, size: int) -> list[Message]:
+    out: list[Message] = []
+    for i in range(n):
+        out.append(Message.user(f"question {i} " + "q" * size, id=f"u{i}"))
+        out.append(Message.assistant(f"answer {i} " + "a" * size, id=f"a{i}"))
+    return out
+
+
+class KeepLast:
+    """A user strategy that keeps the last message only."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted(messages[-1:], ctx.tokens_before, 0)
+
+
+class PinAnswer(Hook):
+    """Pins the answer `message_id` before every pass."""
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+        self.records: list[CompactionRecord] = []
+
+    def pre_compact(self, info: PreCompactInfo) -> PreCompact:
+        return PreCompact(pin=[self.message_id])
+
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        self.records.append(record)
+
+
+async def test_a_pass_that_drops_a_pinned_message_fails_the_run_and_loses_nothing() -> (
+    None
+):
+    session = Session()
+    first = await Driver(model=ScriptedModel.of("ok")).run(
+        history(3, 10), session=session
+    )
+    assert first.ok
+    kept = list(session.history)
+    manager = ContextManager(KeepLast(), context_window=1_000, counter=HEURISTIC)
+    driver = Driver(model=ScriptedModel.of("never"), context=manager)
+    result = await driver.run("q" * 3_400, session=session)
+    assert isinstance(result.error, CompactionFailed)
+    assert "KeepLast dropped the pinned user message u0" in result.error.cause
+    assert list(session.history) == kept  # nothing committed is lost
+    (record,) = session.runs[-1].compactions
+    assert record.verdict == "failed"
+
+
+async def test_a_hooks_pin_reaches_the_pass() -> None:
+    hook = PinAnswer("a1")
+    session = Session()
+    manager = ContextManager(
+        TruncatingCompactor(), context_window=2_000, counter=HEURISTIC
+    )
+    driver = Driver(model=ScriptedModel.of("ok"), context=manager, hooks=[hook])
+    result = await driver.run(history(6, 600), session=session)
+    assert result.ok, result.error
+    assert hook.records
+    assert hook.records[0].compacted
+    ids = [m.id for m in session.history]
+    assert "a1" in ids  # pinned by the hook: kept though it is old
+    assert "a2" not in ids  # its neighbours went
+    assert ids[:2] == ["u0", "a1"]
+
+
+async def test_a_hooks_pin_refuses_a_pass_that_drops_it() -> None:
+    hook = PinAnswer("a1")
+    manager = ContextManager(
+        KeepLast(),
+        context_window=2_000,
+        counter=HEURISTIC,
+        pins=PinRules(first_user=False, latest_user=False),
+    )
+    driver = Driver(model=ScriptedModel.of("never"), context=manager, hooks=[hook])
+    result = await driver.run(history(6, 600))
+    assert isinstance(result.error, CompactionFailed)
+    assert "dropped the pinned assistant message a1" in result.error.cause
+
+
+async def test_a_run_whose_pins_cannot_fit_fails_at_start_with_the_figures() -> None:
+    session = Session()
+    manager = ContextManager(context_window=1_000, counter=HEURISTIC)
+    driver = Driver(
+        model=ScriptedModel.of("never"),
+        context=manager,
+        system_prompt="be brief " * 50,
+        max_output_tokens=100,
+    )
+    request = Message.user("q" * 4_000, id="big")
+    with pytest.raises(PinnedTooLarge) as caught:
+        await driver.run(request, session=session)
+    error = caught.value
+    pinned = HEURISTIC.count([request])
+    reserved = HEURISTIC.count_text("be brief " * 50) + 100
+    assert (error.pinned, error.reserved, error.limit) == (pinned, reserved, 1_000)
+    assert error.used == pinned + reserved
+    assert f"{pinned} pinned tokens plus {reserved} reserved" in str(error)
+    assert "1000-token window" in str(error)
+    assert session.version == 0  # nothing was written
+
+
+async def test_unpinned_the_same_run_is_not_refused_at_start() -> None:
+    manager = ContextManager(
+        context_window=1_000,
+        counter=HEURISTIC,
+        pins=PinRules(first_user=False, latest_user=False),
+    )
+    driver = Driver(model=ScriptedModel.of("never"), context=manager)
+    result = await driver.run(Message.user("q" * 4_000))
+    # It started (and failed later, as such a run does without pins).
+    assert type(result.error) is ContextExceeded
+    assert result.turns == 0

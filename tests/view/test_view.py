@@ -1,0 +1,438 @@
+"""`turnfsm report` and `turnfsm view`: a session's runs, paths, turns and passes.
+
+The report is one self-contained page; the live view serves the same behind
+a token (403 without it) and answers a paused run from the page. Every text
+from the log is escaped: a tool result holding a script is shown as text.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.cli import approval_agent
+from tests.view.dom import Node, parse
+from turnfsm import Agent
+from turnfsm.cli import main
+from turnfsm.cli._run import AgentOptions
+from turnfsm.cli._view import run_view
+from turnfsm.errors import ConfigError, ProviderError
+from turnfsm.messages import Message
+from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.view import ViewServer, render_report
+
+Capture = pytest.CaptureFixture[str]
+CAREFUL = "tests.cli.approval_agent:careful"
+HOSTILE = '</pre><script>alert("owned")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture(autouse=True)
+def _fresh_effects() -> Iterator[None]:
+    approval_agent.DELETED.clear()
+    yield
+    approval_agent.DELETED.clear()
+
+
+def _demo(db: Path, capsys: Capture) -> str:
+    assert main(["demo", "--store", str(db)]) == 0
+    found = re.search(r"session (ses_\w+) stored", capsys.readouterr().out)
+    assert found is not None
+    return found.group(1)
+
+
+def _load(db: Path, session_id: str) -> Session:
+    async def load() -> Session:
+        async with SQLiteStore(db) as store:
+            return await Session.load(store, session_id)
+
+    return anyio.run(load)
+
+
+def shout(text: str) -> str:
+    """Say something back.
+
+    Args:
+        text: what to say.
+    """
+    return HOSTILE
+
+
+def _hostile(db: Path) -> str:
+    """A session whose task, tool call, tool result and answer hold markup."""
+
+    def plan(request: ModelRequest) -> Message:
+        if any(m.tool_results for m in request.messages):
+            return reply(HOSTILE)
+        return reply("", tool_call("shout", "c1", text=HOSTILE))
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=FakeModelClient(plan), tools=[shout], store=store)
+            return (await agent.run(HOSTILE)).session_id
+
+    return anyio.run(run)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _post(url: str, form: dict[str, str]) -> tuple[int, str]:
+    data = urllib.parse.urlencode(form).encode()
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(url, data=data, timeout=60) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Location") or exc.read().decode()
+
+
+def _scripts_are_only_the_view_s_own(doc: Node) -> None:
+    own = resources.files("turnfsm.view").joinpath("view.js").read_text()
+    scripts = doc.find_all("script")
+    assert [s.text() for s in scripts] == [own]
+    assert not doc.find_all("img")
+    assert not [n for n in doc.walk() if any(a.startswith("on") for a in n.attrs)]
+
+
+# -- escaping -----------------------------------------------------------
+
+
+def test_a_tool_result_holding_a_script_is_shown_as_text(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    session = _load(db, _hostile(db))
+    doc = parse(render_report(session))
+    _scripts_are_only_the_view_s_own(doc)
+    results = [n for n in doc.find_all("div", "result") if HOSTILE in n.text()]
+    assert results, "the tool result is on the page, as text"
+    assert HOSTILE in doc.find("pre", "answer").text()  # the final answer too
+    task = [m for m in doc.find_all("div", "user") if HOSTILE in m.text()]
+    assert task
+
+
+def test_the_live_page_escapes_what_it_loads_on_demand(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    session_id = _hostile(db)
+    with ViewServer(lambda: SQLiteStore(db), session_id) as server:
+        status, page = _get(server.url)
+        assert status == 200
+        _scripts_are_only_the_view_s_own(parse(page))
+        status, fragment = _get(server.turn_url(0, 1))
+    assert status == 200
+    doc = parse(fragment)
+    assert not doc.find_all("script")
+    assert not doc.find_all("img")
+    assert any(HOSTILE in n.text() for n in doc.find_all("div", "result"))
+
+
+# -- the report of the demo's session -------------------------------------
+
+
+def test_the_demo_s_report_holds_the_path_the_plot_and_a_pass_diff(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    session_id = _demo(db, capsys)
+    assert main(["report", session_id, "-o", "run.html", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert out == (
+        f"wrote run.html (session {session_id}: 1 run(s), 6 turn(s), 2 pass(es))\n"
+    )
+    doc = parse(Path("run.html").read_text())
+    _check_report(doc)
+    assert not doc.find_all("link")  # nothing fetched: style and script inline
+    assert len(doc.find_all("details", "turn")) == 6
+    assert doc.find("pre", "answer").text().startswith("Audit done")
+
+
+def _check_report(doc: Node) -> None:
+    """The path (drawn and listed), the plot with its lines, a pass's diff."""
+    diagram = doc.find("section", "diagram")
+    assert diagram.find_all("svg") or diagram.find_all("pre", "mermaid-text")
+    steps = [li.text() for li in diagram.find("ol", "path").find_all("li")]
+    assert steps[0].startswith("start")
+    assert any("compact" in s and "compaction_result" in s for s in steps)
+    assert steps[-1].startswith("call_llm \u2014model_replied\u2192 done")
+    # Each reply's step links to its turn, each pass's end to the pass.
+    links = [a.attrs["href"] for a in diagram.find("ol", "path").find_all("a")]
+    assert links == [
+        *(f"#turn-0-{k}" for k in range(4)),
+        "#pass-0-0",
+        "#turn-0-4",
+        "#pass-0-1",
+        "#turn-0-5",
+    ]
+    plot = doc.find("svg", "plot")
+    limits = {c for n in plot.find_all("line", "limit") for c in n.classes}
+    assert {"window", "threshold", "emergency"} <= limits
+    assert plot.find_all("polyline", "estimate")
+    assert plot.find_all("polyline", "reported")
+    reasons = [n.classes for n in plot.find_all("line", "pass")]
+    assert [r - {"pass"} for r in reasons] == [{"threshold_exceeded"}, {"emergency"}]
+    first = doc.find("details", "pass")
+    assert "compacted" in first.find("summary").text()
+    assert "6911 \u2192 1900 tokens" in first.find("summary").text()
+    before, after = first.find("div", "before"), first.find("div", "after")
+    assert before.find_all("div", "removed")
+    assert before.find_all("div", "kept")
+    assert len(after.find_all("div", "msg")) < len(before.find_all("div", "msg"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["report", "ses_nope", "-o", "run.html"], "no session 'ses_nope'"),
+        (["report", "", "-o", "run.html"], "session_id=''"),
+        (
+            ["report", "ses_x", "-o", "run.html", "--store", "nope://x"],
+            "store='nope://x'",
+        ),
+    ],
+)
+def test_a_report_that_cannot_be_made_writes_nothing(
+    argv: list[str], expected: str, capsys: Capture
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnfsm report: ")
+    assert expected in err
+    assert not Path("run.html").exists()
+
+
+# -- the live page ------------------------------------------------------------
+
+
+def test_the_live_page_serves_with_its_token_and_refuses_without(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    session_id = _demo(db, capsys)
+    with ViewServer(lambda: SQLiteStore(db), session_id, page_size=2) as server:
+        assert server.url.startswith("http://127.0.0.1:")
+        status, page = _get(server.url)
+        assert status == 200
+        doc = parse(page)
+        _check_live(doc)
+        base = server.url.split("?")[0]
+        for url in (
+            base,
+            base + "?token=wrong",
+            base + "turn?r=0&n=0",
+            server.turn_url(0, 0).replace(server.token, server.token[:-1]),
+        ):
+            assert _get(url)[0] == 403, url
+        assert _post(base + "answer", {"action": "approve", "run": "r"})[0] == 403
+        # With its token: this server answers no run; a huge form is refused.
+        own = {"token": server.token, "action": "approve", "run": "r"}
+        assert _post(base + "answer", own) == (403, "this page cannot answer runs")
+        assert _post(base + "answer", {**own, "run": "r" * 5_000})[0] == 413
+        status, fragment = _get(server.turn_url(0, 5))
+        assert status == 200
+        assert "Audit done" in parse(fragment).find("div", "reply").text()
+        more = parse(page).find("button", "more").attrs["data-src"]
+        status, rows = _get(more)
+        assert status == 200
+        assert len(parse(rows).find_all("details", "turn")) == 2
+        assert _get(server.turn_url(0, 6))[0] == 400
+        assert _get(server.turn_url(0, 6).replace("/turn", "/nope"))[0] == 404
+    assert _load(db, session_id).version == 36  # nothing written
+
+
+def _check_live(doc: Node) -> None:
+    """The live page: the plot; the path and the passes' diffs load on demand."""
+    path = doc.find("section", "diagram").attrs["data-load"]
+    status, drawn = _get(path)
+    assert status == 200
+    assert parse(drawn).find("ol", "path").find_all("li")
+    assert doc.find("svg", "plot").find_all("line", "pass")
+    passes = doc.find_all("details", "pass")
+    assert [p.attrs["data-src"].count("/pass?") for p in passes] == [1, 1]
+    assert len(doc.find_all("details", "turn")) == 2  # a page of turns, then "more"
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"port": 70_000}, "port"),
+        ({"port": "80"}, "port"),
+        ({"page_size": 0}, "page_size"),
+        ({"answer": "approve"}, "answer"),
+    ],
+)
+def test_a_view_server_refuses_bad_settings(
+    given: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        ViewServer(lambda: SQLiteStore("s.db"), "ses_x", **given)  # type: ignore[arg-type]
+    assert refused.value.field == field
+
+
+def _paused(db: Path) -> str:
+    argv = ["run", "clean up", "--agent", CAREFUL, "--store", str(db)]
+    assert main(argv) == 3
+    assert approval_agent.DELETED == []
+    sessions = [s.id for s in anyio.run(_list, db)]
+    assert len(sessions) == 1
+    return sessions[0]
+
+
+async def _list(db: Path) -> tuple[object, ...]:
+    async with SQLiteStore(db) as store:
+        return await store.list_sessions()  # type: ignore[return-value]
+
+
+def _serve(session_id: str, db: Path) -> Iterator[str]:
+    out = io.StringIO()
+    stop = threading.Event()
+    options = AgentOptions(agent=CAREFUL, store=str(db))
+    status: list[int] = []
+    thread = threading.Thread(
+        target=lambda: status.append(
+            run_view(session_id, options, open_browser=False, out=out, stop=stop)
+        )
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "serving" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = re.search(r"at (http://127\.0\.0\.1:\d+/\?token=\S+)", out.getvalue())
+        assert found is not None, out.getvalue()
+        yield found.group(1)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert status == [0]
+    assert out.getvalue().endswith("stopped\n")
+
+
+def test_approve_on_the_live_page_resumes_the_paused_run(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    session_id = _paused(db)
+    capsys.readouterr()
+    for url in _serve(session_id, db):
+        doc = parse(_get(url)[1])
+        paused = doc.find("div", "paused")
+        assert "waiting on 2 tool call(s)" in paused.text()
+        form = paused.find("form", "answer")
+        fields = {i.attrs["name"]: i.attrs["value"] for i in form.find_all("input")}
+        assert fields["token"] in url
+        action = form.attrs["action"]
+        # Without the token, nothing runs and nothing is written.
+        refused = {**fields, "token": "nope", "action": "approve"}
+        assert _post(action.split("?")[0], refused)[0] == 403
+        assert approval_agent.DELETED == []
+        status, location = _post(action, {**fields, "action": "approve"})
+        assert status == 303
+        assert location == url
+        assert approval_agent.DELETED == ["/tmp/cache.db", "/etc/hosts"]
+        after = parse(_get(url)[1])
+        assert after.find("span", "done")
+        assert "approve" in after.find("pre", "notice").text()
+        assert not after.find_all("form")
+    run = _load(db, session_id).runs[-1]
+    assert run.outcome == "done"
+    assert run.text.startswith("Report: deleted /tmp/cache.db")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["ses_nope"], "no session 'ses_nope'"),
+        (["ses_nope", "--port", "70000"], "port=70000"),
+        (["ses_nope", "--store", "nope://x"], "store='nope://x'"),
+    ],
+)
+def test_view_refuses_what_it_cannot_serve(
+    argv: list[str], expected: str, capsys: Capture
+) -> None:
+    assert main(["view", *argv, "--no-open"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnfsm view: ")
+    assert expected in err
+
+
+# -- outcomes -------------------------------------------------------------
+
+
+def _refused(request: ModelRequest) -> Message:
+    raise ProviderError(message="<b>quota</b> exhausted", retryable=False)
+
+
+def _failed() -> Session:
+    agent = Agent(model=FakeModelClient(_refused))
+    agent.run_sync("hello")
+    return agent.session
+
+
+def _interrupted() -> Session:
+    """A session whose run never ended in its log (its process died)."""
+    agent = Agent(model=FakeModelClient(lambda request: "hi there"))
+    agent.run_sync("hello")
+    entries = [e for e in agent.session.entries if not isinstance(e, RunEnded)]
+
+    async def cut() -> Session:
+        store = MemoryStore()
+        await store.append("ses_cut", entries, expected_version=0)
+        return await Session.load(store, "ses_cut")
+
+    return anyio.run(cut)
+
+
+def _waiting() -> Session:
+    agent = approval_agent.careful()
+    agent.run_sync("clean up")
+    return agent.session
+
+
+@pytest.mark.parametrize(
+    ("make", "outcome", "shown"),
+    [
+        (_failed, "failed", ["ProviderError: ", "<b>quota</b> exhausted"]),
+        (_interrupted, "running", ["turnfsm resume ses_cut run_", "turnfsm abandon"]),
+        (
+            _waiting,
+            "paused",
+            [
+                "waiting on 2 tool call(s)",
+                "c1 delete_file",
+                '"path": "/etc/hosts"',
+                "turnfsm approve|reject|abandon ses_",
+            ],
+        ),
+    ],
+)
+def test_a_report_says_how_each_run_ended(
+    make: Callable[[], Session], outcome: str, shown: list[str]
+) -> None:
+    doc = parse(render_report(make()))
+    run = doc.find("section", "run")
+    assert run.find("h2").find("span", "outcome").text() == outcome
+    text = " ".join(run.text().split())
+    for expected in shown:
+        assert " ".join(expected.split()) in text
+    assert not doc.find_all("form")  # a report answers nothing

@@ -1,0 +1,140 @@
+"""``turnfsm report SESSION -o FILE`` and ``turnfsm view SESSION``: see a session.
+
+``report`` writes the session's view as one self-contained HTML file (to
+attach to a bug report); ``view`` serves it live on 127.0.0.1 behind a
+random token, with approve / reject buttons on a paused run that do what
+``turnfsm approve`` and ``turnfsm reject`` do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import threading
+import webbrowser
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+
+from turnfsm.cli._answer import AnswerCommand, run_answer
+from turnfsm.cli._run import AgentOptions
+from turnfsm.cli._sessions import not_found
+from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.errors import ConfigError, SessionNotFound, StoreError
+from turnfsm.persistence import Session, SessionStore
+from turnfsm.view import ViewServer, render_report
+
+__all__ = ["run_report", "run_view"]
+
+
+def run_report(session_id: str, output: str | None, *, store: str | None = None) -> int:
+    """Write the session's view to `output`; return 0, or 2 with the error printed."""
+    try:
+        if not output:
+            raise ConfigError("-o", output, "the HTML file to write (e.g. run.html)")
+        session, place = anyio.run(_load, store, session_id)
+        text = render_report(session, where=place)
+        Path(output).write_text(text, encoding="utf-8", errors="backslashreplace")
+    except (StoreError, ConfigError, OSError, ImportError) as exc:
+        print(f"turnfsm report: {exc}", file=sys.stderr)
+        return 2
+    runs = session.runs
+    print(
+        f"wrote {output} (session {session.id}: {len(runs)} run(s), "
+        f"{sum(len(r.turns) for r in runs)} turn(s), "
+        f"{sum(len(r.compactions) for r in runs)} pass(es))"
+    )
+    return 0
+
+
+async def _load(store: str | None, session_id: str) -> tuple[Session, str]:
+    sessions = open_cli_store(store)
+    try:
+        try:
+            session = await Session.load(sessions, session_id)
+        except SessionNotFound as exc:
+            raise await not_found(exc, sessions) from None
+        return session, where(sessions)
+    finally:
+        await close_store(sessions)
+
+
+def run_view(
+    session_id: str,
+    options: AgentOptions,
+    *,
+    port: int = 0,
+    open_browser: bool = True,
+    out: TextIO | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Serve the session's view until interrupted (or `stop` is set).
+
+    Returns 0 when stopped, 2 when the session or the store cannot be read.
+    """
+    stream = out or sys.stdout
+    server: ViewServer | None = None
+    try:
+        server = ViewServer(
+            _opener(options.store),
+            session_id,
+            answer=_answerer(session_id, options),
+            port=port,
+        )
+        print(f"reading session {session_id}", file=stream, flush=True)
+        server.start()
+    except SessionNotFound as exc:
+        assert server is not None
+        server.stop()
+        exc = anyio.run(_not_found, exc, options.store)
+        print(f"turnfsm view: {exc}", file=sys.stderr)
+        return 2
+    except (StoreError, ConfigError, OSError, ImportError) as exc:
+        if server is not None:
+            server.stop()
+        print(f"turnfsm view: {exc}", file=sys.stderr)
+        return 2
+    try:
+        print(f"serving session {session_id} at {server.url}", file=stream)
+        print("(only this machine can reach it; Ctrl-C stops it)", file=stream)
+        stream.flush()
+        if open_browser:
+            webbrowser.open(server.url)
+        waiting = stop or threading.Event()
+        with contextlib.suppress(KeyboardInterrupt):
+            while not waiting.wait(0.5):
+                pass
+    finally:
+        server.stop()
+    print("stopped", file=stream)
+    return 0
+
+
+async def _not_found(exc: SessionNotFound, spec: str | None) -> SessionNotFound:
+    """`exc`, naming the store and the stored ids closest to the one asked for."""
+    sessions = open_cli_store(spec)
+    try:
+        return await not_found(exc, sessions)
+    finally:
+        await close_store(sessions)
+
+
+def _opener(spec: str | None) -> Callable[[], SessionStore]:
+    return lambda: open_cli_store(spec)
+
+
+def _answerer(session_id: str, options: AgentOptions) -> Callable[[str, str], str]:
+    """Approve or reject from the page: what ``turnfsm approve|reject`` does."""
+
+    def answer(action: str, run_id: str) -> str:
+        command = AnswerCommand(action=action, session_id=session_id, run_id=run_id)
+        said = io.StringIO()
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors):
+            status = run_answer(command, options, out=said)
+        return f"{said.getvalue()}{errors.getvalue()}(exit status {status})"
+
+    return answer

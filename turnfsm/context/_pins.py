@@ -1,0 +1,203 @@
+"""Pins: the messages no compaction pass may drop, alter or move.
+
+A message is pinned three ways, and `pinned_ids` is the one place that
+reads them all:
+
+- by its own metadata (`Message.pin`: the caller's, or a pre-compact hook's
+  ids, passed in as `also`);
+- by a rule of the context settings (`PinRules`): the system prompt, the
+  first user message, the latest user request;
+- by being in flight: a tool call whose result is not among the messages
+  (one awaiting approval, or not back yet).
+
+Pins are pair-safe: a pinned call pins the messages holding its results, a
+pinned result pins the message holding its call (and so on, to a fixpoint).
+
+Every shipped strategy keeps the pinned messages through `keep_pinned`; the
+manager checks every pass's result with `pin_loss`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Literal, final
+
+import attrs
+
+from turnfsm import _checks
+from turnfsm.context._pairs import pair_tool_traffic
+from turnfsm.context._transcript import is_summary, turn_starts
+from turnfsm.errors import PinnedMessageLost
+from turnfsm.messages import Message, Role
+
+__all__ = ["PinRules", "keep_pinned", "pin_loss", "pinned_ids"]
+
+
+@final
+@attrs.frozen(kw_only=True)
+class PinRules:
+    """Which messages the context settings pin, besides the ones pinned by hand.
+
+    Each rule is on by default and switchable off. Summaries are never
+    pinned by a rule (a later pass folds them into the next summary).
+
+    Attributes:
+        system_prompt: Pin the leading system messages.
+        first_user: Pin the first user message (the task as first stated).
+        latest_user: Pin the latest user message (the request being worked on).
+
+    Raises:
+        ConfigError: On construction, naming the field, when a rule is not a
+            bool.
+    """
+
+    system_prompt: bool = attrs.field(default=True, validator=_checks.boolean())
+    first_user: bool = attrs.field(default=True, validator=_checks.boolean())
+    latest_user: bool = attrs.field(default=True, validator=_checks.boolean())
+
+
+def pinned_ids(
+    messages: Sequence[Message],
+    rules: PinRules | None = None,
+    also: Iterable[str] = (),
+) -> frozenset[str]:
+    """Return the ids of the pinned messages of `messages`.
+
+    Pinned: the messages that carry `turnfsm.messages.PINNED`, those whose id
+    is in `also`, those a rule of `rules` pins, and those holding a tool
+    call whose result is not in `messages` (a call in flight); then, to a
+    fixpoint, every message holding a call or a result paired with a pinned
+    message's. A message holding a lone result (one answering no call
+    before it) is never pinned: no provider takes that result, and every
+    pass drops it.
+
+    Args:
+        messages: The conversation a pass is handed.
+        rules: The context settings' rules (None: `PinRules()`, all on).
+        also: More ids to pin (a pre-compact hook's); ids of no message are
+            ignored.
+    """
+    rules = PinRules() if rules is None else rules
+    wanted = set(also)
+    pinned = {m.id for m in messages if m.pinned or m.id in wanted}
+    if rules.system_prompt:
+        for message in messages:
+            if message.role is not Role.SYSTEM or is_summary(message):
+                break
+            pinned.add(message.id)
+    users = turn_starts(messages)
+    if users and rules.first_user:
+        pinned.add(messages[users[0]].id)
+    if users and rules.latest_user:
+        pinned.add(messages[users[-1]].id)
+    traffic = pair_tool_traffic(messages)
+    pinned.update(messages[ref.message].id for ref in traffic.lone_calls)
+    links = [
+        (messages[p.call_message].id, messages[p.result_message].id)
+        for p in traffic.pairs
+    ]
+    grew = True
+    while grew:
+        grew = False
+        for call, result in links:
+            if (call in pinned) != (result in pinned):
+                pinned.update((call, result))
+                grew = True
+    # A result that answers no call before it cannot be sent: every pass
+    # drops it, so the message holding it cannot stay word for word.
+    pinned.difference_update(messages[r.message].id for r in traffic.lone_results)
+    return frozenset(pinned)
+
+
+def keep_pinned(
+    original: Sequence[Message], proposed: Sequence[Message], pinned: frozenset[str]
+) -> tuple[Message, ...]:
+    """Return `proposed` with every pinned message of `original` kept, in place.
+
+    A pinned message that `proposed` altered is put back as it was; one it
+    dropped is put back after the messages that came before it (a summary
+    that replaced the messages around it comes first). Nothing else moves.
+
+    Args:
+        original: The conversation the pass was handed.
+        proposed: The strategy's result.
+        pinned: The ids to keep (`pinned_ids`).
+    """
+    if not pinned:
+        return tuple(proposed)
+    index = {m.id: i for i, m in enumerate(original)}
+    pending = [i for i, m in enumerate(original) if m.id in pinned]
+    pending.reverse()  # a stack: the earliest pinned message on top
+    placed: set[int] = set()
+    out: list[Message] = []
+
+    def flush(before: int) -> None:
+        while pending and pending[-1] < before:
+            i = pending.pop()
+            if i not in placed:
+                placed.add(i)
+                out.append(original[i])
+
+    for message in proposed:
+        i = index.get(message.id)
+        if i is None:  # a new message: a summary, a marker
+            out.append(message)
+            continue
+        if i in placed:
+            continue
+        flush(i)
+        if message.id in pinned:
+            message = original[i]
+            if pending and pending[-1] == i:
+                pending.pop()
+        placed.add(i)
+        out.append(message)
+    flush(len(original))
+    return tuple(out)
+
+
+def pin_loss(
+    original: Sequence[Message],
+    proposed: Sequence[Message],
+    pinned: frozenset[str],
+    *,
+    strategy: str,
+) -> PinnedMessageLost | None:
+    """Return how `proposed` lost a pinned message of `original`, or None.
+
+    The first pinned message (in `original`'s order) that `proposed` drops,
+    alters (role, parts or metadata) or moves out of order with the other
+    pinned messages.
+
+    Args:
+        original: The conversation the pass was handed.
+        proposed: The pass's result.
+        pinned: The pinned ids (`pinned_ids`).
+        strategy: The compactor's class name, for the error.
+    """
+    if not pinned:
+        return None
+    where = {m.id: (i, m) for i, m in enumerate(proposed)}
+    last = -1
+    for message in original:
+        if message.id not in pinned:
+            continue
+        found = where.get(message.id)
+        what: Literal["dropped", "altered", "moved"] | None = None
+        if found is None:
+            what = "dropped"
+        else:
+            at, kept = found
+            if kept.to_dict() != message.to_dict():
+                what = "altered"
+            elif at < last:
+                what = "moved"
+            last = at
+        if what is not None:
+            return PinnedMessageLost(
+                message_id=message.id,
+                role=message.role.value,
+                strategy=strategy,
+                what=what,
+            )
+    return None

@@ -1,0 +1,566 @@
+"""A session as HTML: its runs, their paths, plots, turns and passes.
+
+Every piece of text from the log goes through one function, `_e`
+(`html.escape`): a message holding HTML or a script is shown as text.
+The only markup not built here is Graphviz's SVG of the machine, whose
+labels Graphviz escapes itself.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Final
+
+import attrs
+
+from turnfsm.core import emergency_line, threshold_line
+from turnfsm.messages import Message
+from turnfsm.persistence import CompactionRecord, RunRecord, Session, TurnRecord
+from turnfsm.view._paths import Diagram, run_path
+
+__all__ = [
+    "Links",
+    "more_button",
+    "page",
+    "pass_diff",
+    "pass_rows",
+    "path_section",
+    "turn_detail",
+    "turn_rows",
+]
+
+_FULL_CONTEXTS: Final = 5_000
+"""Most message renderings the turns' contexts may take in full in a report."""
+
+_PLOT_POINTS: Final = 1_500
+"""Most points a plot's line has (longer runs keep each stretch's peak)."""
+
+
+def _e(value: object) -> str:
+    """`value` as HTML text: the one way log content reaches the page."""
+    return html.escape(str(value), quote=True)
+
+
+@attrs.frozen(kw_only=True)
+class Links:
+    """How the page links to the live server (None: a self-contained report).
+
+    Attributes:
+        turn: ``(run index, turn) -> URL`` of a turn's details.
+        more: ``(kind, run index, first) -> URL`` of the next page of a
+            run's turns or passes (kind: ``turns`` or ``passes``).
+        compaction: ``(run index, pass) -> URL`` of a pass's diff.
+        path: ``run index -> URL`` of the run's path and diagram.
+        answer: The URL the approve / reject form posts to (None: no form).
+        token: The page's token, sent with the form.
+        page_size: Turns listed before the "more" button.
+        notice: A line to show on top (the last answer's outcome).
+    """
+
+    turn: Callable[[int, int], str]
+    more: Callable[[str, int, int], str]
+    compaction: Callable[[int, int], str]
+    path: Callable[[int], str]
+    answer: str | None = None
+    token: str = ""
+    page_size: int = 100
+    notice: str = ""
+
+
+def _asset(name: str) -> str:
+    return resources.files("turnfsm.view").joinpath(name).read_text(encoding="utf-8")
+
+
+def page(
+    session: Session,
+    *,
+    where: str,
+    links: Links | None = None,
+) -> str:
+    """Return the whole page of `session` (a report when `links` is None).
+
+    A report replays each run's path now; the live page loads it.
+    """
+    runs = session.runs
+    full = links is None and _context_sizes(runs) <= _FULL_CONTEXTS
+    connect = "'self'" if links is not None else "'none'"
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:; "
+        f"connect-src {connect}; form-action 'self'\">",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>turnfsm session {_e(session.id)}</title>",
+        f"<style>{_asset('view.css')}</style>",
+        "</head><body>",
+        f'<header><h1>Session <code>{_e(session.id)}</code></h1><p class="meta">'
+        f"{session.version} log entries, {len(runs)} run(s), "
+        f"{len(session.history)} messages in its history; in {_e(where)}</p>",
+    ]
+    if links is not None and links.notice:
+        out.append(f'<pre class="notice">{_e(links.notice)}</pre>')
+    if session.breaker_open:
+        out.append(
+            '<p class="warn">The compaction circuit breaker is open after '
+            f"{session.compaction_failures} failure(s) in a row: passes make no "
+            "model call (<code>turnfsm sessions reset-breaker</code> closes it).</p>"
+        )
+    out.append('<nav><ol class="runs-index">')
+    for n, run in enumerate(runs):
+        out.append(
+            f'<li><a href="#run-{n}">{_e(run.run_id)}</a> '
+            f'<span class="outcome {_e(run.outcome)}">{_e(run.outcome)}</span> '
+            f"{len(run.turns)} turn(s), {len(run.compactions)} pass(es)</li>"
+        )
+    out.append("</ol></nav></header><main>")
+    for n, run in enumerate(runs):
+        out += _run(session, run, n, links, full=full)
+    out.append("</main>")
+    out.append(f"<script>{_asset('view.js')}</script></body></html>")
+    return "\n".join(out)
+
+
+def _context_sizes(runs: Sequence[RunRecord]) -> int:
+    """How many messages every turn's context, written out in full, would take."""
+    return sum(t.keep + len(t.added) for run in runs for t in run.turns)
+
+
+def _run(
+    session: Session,
+    run: RunRecord,
+    n: int,
+    links: Links | None,
+    *,
+    full: bool,
+) -> list[str]:
+    out = [
+        f'<section class="run" id="run-{n}" data-run="{_e(run.run_id)}">',
+        f'<h2>Run <code>{_e(run.run_id)}</code> <span class="outcome '
+        f'{_e(run.outcome)}">{_e(run.outcome)}</span></h2>',
+    ]
+    out += _outcome(session, run, links)
+    if links is None:
+        out += path_section(run_path(session, run), n)
+    else:  # replayed by the server (it takes a while on a long run): loaded
+        out.append(
+            f'<section class="diagram" id="diagram-{n}" data-load="'
+            f'{_e(links.path(n))}"><h3>Path</h3><p>drawing the path...</p></section>'
+        )
+    out += _plot(run, n)
+    count = len(run.compactions)
+    out.append(f'<section class="passes"><h3>Compaction passes ({count})</h3>')
+    out.append(f'<div class="pass-list" id="passes-{n}">')
+    out += pass_rows(session, run, n, 0, count, links=links)
+    out.append("</div></section>")
+    out.append(f'<section class="turns"><h3>Turns ({len(run.turns)})</h3>')
+    out.append(f'<div class="turn-list" id="turns-{n}">')
+    out += turn_rows(session, run, n, 0, len(run.turns), links=links, full=full)
+    out.append("</div></section></section>")
+    return out
+
+
+def more_button(links: Links, kind: str, n: int, start: int, total: int) -> str:
+    """The button that loads the next page of a run's turns or passes."""
+    return (
+        f'<button class="more" data-src="{_e(links.more(kind, n, start))}" '
+        f'data-into="{kind}-{n}">more {kind} ({total - start} not loaded)</button>'
+    )
+
+
+def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]:
+    usage = run.usage
+    out = [
+        '<dl class="summary">',
+        f"<dt>outcome</dt><dd>{_e(run.outcome)} in phase {_e(run.phase)}</dd>",
+        f"<dt>machine</dt><dd>{_e(run.opened.machine)} ({_e(run.opened.digest)})</dd>",
+        f"<dt>usage</dt><dd>{usage.input_tokens} in / {usage.output_tokens} out "
+        "(reported)</dd>",
+    ]
+    if run.text:
+        out.append(f'<dt>answer</dt><dd><pre class="answer">{_e(run.text)}</pre></dd>')
+    if run.error is not None:
+        out.append(
+            f'<dt>error</dt><dd class="error"><code>{_e(type(run.error).__name__)}'
+            f"</code>: {_e(run.error)}</dd>"
+        )
+    out.append("</dl>")
+    if run.outcome == "paused" and run.waiting is not None:
+        calls = run.waiting.calls
+        out.append(
+            f'<div class="paused"><p>Paused in <code>{_e(run.waiting.phase)}</code>, '
+            f"waiting on {len(calls)} tool call(s):</p><ul>"
+        )
+        for call in calls:
+            out.append(
+                f"<li><code>{_e(call.id)}</code> <b>{_e(call.name)}</b>"
+                f"<pre>{_e(_json(call.arguments))}</pre></li>"
+            )
+        out.append("</ul>")
+        if links is not None and links.answer is not None:
+            out.append(
+                f'<form method="post" action="{_e(links.answer)}" class="answer">'
+                f'<input type="hidden" name="token" value="{_e(links.token)}">'
+                f'<input type="hidden" name="run" value="{_e(run.run_id)}">'
+                '<button name="action" value="approve">Approve</button> '
+                '<button name="action" value="reject">Reject</button></form>'
+            )
+        out.append(
+            f"<p>Answer it: <code>turnfsm approve|reject|abandon {_e(session.id)} "
+            f"{_e(run.run_id)}</code></p></div>"
+        )
+    elif run.outcome in ("interrupted", "running"):
+        out.append(
+            '<div class="paused"><p>The run did not end in its log (its process '
+            "stopped, or it is still going). Carry it on: <code>turnfsm resume "
+            f"{_e(session.id)} {_e(run.run_id)}</code>, or end it: <code>turnfsm "
+            f"abandon {_e(session.id)} {_e(run.run_id)}</code></p></div>"
+        )
+    return out
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def path_section(diagram: Diagram, n: int) -> list[str]:
+    """The `n`-th run's path: its machine drawn with it, its transitions listed."""
+    out = [f'<section class="diagram" id="diagram-{n}"><h3>Path</h3>']
+    if diagram.svg is not None:
+        out.append(f'<div class="svg">{diagram.svg}</div>')
+    elif diagram.mermaid:
+        out.append(
+            "<p>Graphviz is not installed: the diagram as Mermaid text.</p>"
+            f'<pre class="mermaid-text">{_e(diagram.mermaid)}</pre>'
+        )
+    if diagram.problem:
+        out.append(f'<p class="warn">{_e(diagram.problem)}</p>')
+    out.append(
+        f'<details class="path-steps"><summary>{len(diagram.steps)} transitions '
+        'fired</summary><ol class="path">'
+    )
+    for step in diagram.steps[:_PLOT_POINTS]:
+        tokens = "" if step.estimate is None else f" ({step.estimate} tokens)"
+        trigger = _e(step.trigger)
+        if step.turn is not None:
+            trigger = f'<a href="#turn-{n}-{step.turn}">{trigger}</a>'
+        elif step.compaction is not None:
+            trigger = f'<a href="#pass-{n}-{step.compaction}">{trigger}</a>'
+        out.append(
+            f'<li value="{step.event + 1}"><code>{_e(step.source)}</code> '
+            f"&#8212;{trigger}&#8594; <code>{_e(step.dest)}</code>{tokens}"
+            "</li>"
+        )
+    if len(diagram.steps) > _PLOT_POINTS:
+        out.append(f"<li>... {len(diagram.steps) - _PLOT_POINTS} more</li>")
+    out.append("</ol></details></section>")
+    return out
+
+
+# -- the plot -----------------------------------------------------------
+
+_W: Final = 900
+_H: Final = 260
+_PAD: Final = 48
+_RIGHT: Final = 80  # room for the lines' names
+_NUDGE: Final = {"window": -3.0, "threshold": 4.0, "emergency": 11.0}
+"""Where each line's name sits from its line (window and emergency are close)."""
+
+
+def _plot(run: RunRecord, n: int) -> list[str]:
+    budget = run.opened.budget
+    window = budget.context_window
+    turns = run.turns
+    estimates = [t.estimate for t in turns]
+    reported = [t.usage.input_tokens if t.usage else None for t in turns]
+    known = [v for v in (*estimates, *reported) if v is not None]
+    passes = [p.tokens_before for p in run.compactions]
+    top = max([window, *known, *passes, 1]) * 1.05
+    count = max(len(turns), 1)
+
+    def x(turn: float) -> float:
+        return _PAD + (_W - _PAD - _RIGHT) * (turn + 0.5) / count
+
+    def y(tokens: float) -> float:
+        return _H - _PAD + -(_H - 2 * _PAD) * tokens / top
+
+    out = [
+        f'<section class="plot" id="plot-{n}"><h3>Tokens sent per model call</h3>',
+        f'<svg class="plot" viewBox="0 0 {_W} {_H}" role="img" '
+        f'aria-label="tokens per model call of run {_e(run.run_id)}">',
+        f'<line class="axis" x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _RIGHT}" '
+        f'y2="{_H - _PAD}"/>',
+    ]
+    if window:
+        lines = (
+            ("window", window),
+            (
+                "threshold",
+                threshold_line(window, budget.threshold, budget.threshold_tokens),
+            ),
+            ("emergency", emergency_line(window)),
+        )
+        for name, tokens in lines:
+            if (
+                name == "threshold"
+                and not budget.threshold
+                and budget.threshold_tokens is None
+            ):
+                continue
+            out.append(
+                f'<line class="limit {name}" x1="{_PAD}" x2="{_W - _RIGHT}" '
+                f'y1="{y(tokens):.1f}" y2="{y(tokens):.1f}"><title>{name} line: '
+                f"{tokens} tokens</title></line>"
+                f'<text class="limit-label {name}" x="{_W - _RIGHT + 4}" '
+                f'y="{y(tokens) + _NUDGE[name]:.1f}">{name}</text>'
+            )
+    for k, record in enumerate(run.compactions):
+        at = x(record.turn - 0.5)
+        out.append(
+            f'<a href="#pass-{n}-{k}"><line class="pass {_e(record.reason.value)}" '
+            f'x1="{at:.1f}" x2="{at:.1f}" y1="{_PAD / 2}" y2="{_H - _PAD}">'
+            f"<title>pass {k + 1} after turn {record.turn}: {_e(record.reason.value)}"
+            f", {_e(record.verdict.value)}, {record.tokens_before} &#8594; "
+            f"{record.tokens_after} tokens</title></line></a>"
+        )
+    for name, values in (("estimate", estimates), ("reported", reported)):
+        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in _thin(values))
+        if points:
+            out.append(f'<polyline class="series {name}" points="{points}"/>')
+    label = f"{len(turns)} model call(s)"
+    out.append(
+        f'<text class="axis-label" x="{_PAD}" y="{_H - _PAD / 3:.0f}">{label}; '
+        f"top: {int(top)} tokens</text>"
+        '<text class="legend estimate" x="200" y="16">estimated</text>'
+        '<text class="legend reported" x="290" y="16">reported by the provider</text>'
+        '<text class="legend passes" x="470" y="16">compaction pass</text>'
+    )
+    out.append("</svg>")
+    out.append(
+        f'<p class="plot-note">Window {window}, threshold line '
+        f"{threshold_line(window, budget.threshold, budget.threshold_tokens)}, "
+        f"emergency line {emergency_line(window)} tokens; {len(run.compactions)} "
+        "pass(es).</p></section>"
+    )
+    return out
+
+
+def _thin(values: Sequence[int | None]) -> list[tuple[int, int]]:
+    """The known `values` by index, at most `_PLOT_POINTS`: each stretch's peak."""
+    known = [(i, v) for i, v in enumerate(values) if v is not None]
+    if len(known) <= _PLOT_POINTS:
+        return known
+    size = -(-len(known) // _PLOT_POINTS)
+    return [
+        max(known[k : k + size], key=lambda p: p[1]) for k in range(0, len(known), size)
+    ]
+
+
+# -- the passes ----------------------------------------------------------
+
+
+def pass_rows(
+    session: Session,
+    run: RunRecord,
+    n: int,
+    start: int,
+    stop: int,
+    *,
+    links: Links | None = None,
+) -> list[str]:
+    """The passes ``start..stop`` of `run` (the `n`-th), one folded diff each.
+
+    On the live page (`links` given) at most a page of them, each loading its
+    diff when opened, then a button for the next page.
+    """
+    total = len(run.compactions)
+    if links is not None:
+        stop = min(stop, start + links.page_size)
+    out: list[str] = []
+    for k in range(start, min(stop, total)):
+        record = run.compactions[k]
+        out.append(f'<details class="pass" id="pass-{n}-{k}"')
+        if links is None:
+            out.append(">" + _pass_summary(record, k))
+            out += pass_diff(session, record)
+        else:
+            out.append(
+                f' data-src="{_e(links.compaction(n, k))}">{_pass_summary(record, k)}'
+                '<div class="detail">loading...</div>'
+            )
+        out.append("</details>")
+    if links is not None and stop < total:
+        out.append(more_button(links, "passes", n, stop, total))
+    return out
+
+
+def _pass_summary(record: CompactionRecord, k: int) -> str:
+    return (
+        f"<summary>Pass {k + 1}, after turn {record.turn}: <b>"
+        f"{_e(record.verdict.value)}</b> ({_e(record.reason.value)}, "
+        f"{_e(record.strategy or 'no compactor')}) {record.tokens_before} &#8594; "
+        f"{record.tokens_after} tokens</summary>"
+    )
+
+
+def pass_diff(session: Session, record: CompactionRecord) -> list[str]:
+    """What one pass covered and what replaced it, side by side."""
+    kept = set(record.covers) & set(record.replacement)
+    removed = [i for i in record.covers if i not in kept]
+    added = [i for i in record.replacement if i not in kept]
+    usage = ""
+    if record.usage is not None:
+        usage = (
+            f", its model calls: {record.usage.input_tokens} in / "
+            f"{record.usage.output_tokens} out"
+        )
+    out = [
+        '<div class="detail"><p class="pass-meta">'
+        f"{len(record.covers)} message(s) covered, "
+        f"{len(record.replacement)} in their place: {len(removed)} removed, "
+        f"{len(added)} new, {len(kept)} kept; saved {record.tokens_saved} tokens "
+        f"(estimated){usage}.</p>",
+        '<div class="diff"><div class="before"><h4>Covered (before)</h4>',
+    ]
+    for message_id in record.covers:
+        mark = "kept" if message_id in kept else "removed"
+        out.append(_message(session, message_id, mark))
+    out.append('</div><div class="after"><h4>In their place (after)</h4>')
+    for message_id in record.replacement:
+        mark = "kept" if message_id in kept else "added"
+        out.append(_message(session, message_id, mark))
+    out.append("</div></div></div>")
+    return out
+
+
+# -- the turns ----------------------------------------------------------
+
+
+def turn_rows(
+    session: Session,
+    run: RunRecord,
+    n: int,
+    start: int,
+    stop: int,
+    *,
+    links: Links | None = None,
+    full: bool = True,
+) -> list[str]:
+    """The rows of turns ``start..stop`` of `run` (the `n`-th): one each.
+
+    In a report (`links` None) each row holds the turn's details; on the
+    live page at most a page of rows, each loading its details when
+    opened, then a button for the next page.
+    """
+    total = len(run.turns)
+    if links is not None:
+        stop = min(stop, start + links.page_size)
+    out: list[str] = []
+    for index in range(start, min(stop, total)):
+        turn = run.turns[index]
+        summary = _turn_summary(session, turn, index)
+        if links is None:
+            out.append(f'<details class="turn" id="turn-{n}-{index}">{summary}')
+            out += turn_detail(session, run, index, full=full)
+            out.append("</details>")
+        else:
+            src = _e(links.turn(n, index))
+            out.append(
+                f'<details class="turn" id="turn-{n}-{index}" data-src="{src}">'
+                f'{summary}<div class="detail">loading...</div></details>'
+            )
+    if links is not None and stop < total:
+        out.append(more_button(links, "turns", n, stop, total))
+    return out
+
+
+def _turn_summary(session: Session, turn: TurnRecord, index: int) -> str:
+    reported = turn.usage.input_tokens if turn.usage else None
+    counts = f"{_maybe(turn.estimate)} estimated, {_maybe(reported)} reported"
+    try:
+        reply = _first_line(session.message(turn.output))
+    except KeyError:
+        reply = "(the reply is not in the log)"
+    return (
+        f'<summary>Turn {index + 1}: <span class="counts">{counts}</span> '
+        f'<span class="reply-line">{_e(reply)}</span></summary>'
+    )
+
+
+def _maybe(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _first_line(message: Message) -> str:
+    lines = message.text.strip().splitlines()
+    shown = lines[0][:100] if lines else ""
+    calls = [call.name for call in message.tool_calls]
+    if calls:
+        shown = f"{shown} [calls {', '.join(calls)}]".strip()
+    return shown
+
+
+def turn_detail(
+    session: Session, run: RunRecord, index: int, *, full: bool = True
+) -> list[str]:
+    """What the model saw on `run`'s turn `index`, and its reply.
+
+    With `full`, every message of the context; else the messages added
+    since the previous turn (the rest is named: kept from it).
+    """
+    turn = run.turns[index]
+    out = ['<div class="detail">']
+    if full or index == 0:
+        ids = run.context(index)
+        out.append(f'<h4>Context: {len(ids)} message(s)</h4><div class="context">')
+        out += [_message(session, i, "") for i in ids]
+    else:
+        out.append(
+            f"<h4>Context: the first {turn.keep} message(s) of turn {index}'s, then "
+            f'{len(turn.added)} more</h4><div class="context">'
+        )
+        out += [_message(session, i, "") for i in turn.added]
+    out.append('</div><h4>Reply</h4><div class="reply">')
+    out.append(_message(session, turn.output, "reply"))
+    out.append("</div></div>")
+    return out
+
+
+def _message(session: Session, message_id: str, mark: str) -> str:
+    try:
+        message = session.message(message_id)
+    except KeyError:
+        return (
+            f'<div class="msg missing {mark}" data-id="{_e(message_id)}">'
+            f"message <code>{_e(message_id)}</code> is not in the log</div>"
+        )
+    role = message.role.value
+    tags = "".join(
+        f'<span class="tag">{_e(key)}={_e(value)}</span>'
+        for key, value in message.metadata.items()
+    )
+    out = [
+        f'<div class="msg {_e(role)} {mark}" data-id="{_e(message.id)}">'
+        f'<div class="msg-head"><span class="role">{_e(role)}</span> '
+        f'<code class="id">{_e(message.id)}</code>{tags}'
+        + (f' <span class="mark">{mark}</span>' if mark else "")
+        + "</div>"
+    ]
+    if message.text:
+        out.append(f'<pre class="text">{_e(message.text)}</pre>')
+    for call in message.tool_calls:
+        out.append(
+            f'<div class="call">calls <b>{_e(call.name)}</b> '
+            f"<code>{_e(call.id)}</code><pre>{_e(_json(call.arguments))}</pre></div>"
+        )
+    for result in message.tool_results:
+        error = " error" if result.is_error else ""
+        out.append(
+            f'<div class="result{error}">result of <code>{_e(result.call_id)}</code>'
+            f"{' (error)' if error else ''}<pre>{_e(result.content)}</pre></div>"
+        )
+    out.append("</div>")
+    return "".join(out)

@@ -1,0 +1,370 @@
+"""`ViewServer`: one session's view, served live on 127.0.0.1.
+
+The server reads the session from its store when it starts and again
+whenever the log has grown (a page asked for after a run went on shows it).
+Every request must carry the server's random token (``?token=...``, or the
+form field of the same name): without it the answer is 403, and nothing is
+read or written. A page lists the first turns of each run; the rest, and
+each turn's details, load as they are asked for, so a long session opens
+fast.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+import urllib.parse
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Final, final
+
+import anyio
+
+from turnfsm import _checks
+from turnfsm.persistence import RunRecord, Session, SessionStore
+from turnfsm.view._html import (
+    Links,
+    page,
+    pass_diff,
+    pass_rows,
+    path_section,
+    turn_detail,
+    turn_rows,
+)
+from turnfsm.view._paths import Diagram, run_path
+
+__all__ = ["Answer", "ViewServer"]
+
+Answer = Callable[[str, str], str]
+"""Answers a paused run: ``(action, run id) -> what happened``, as text.
+
+The action is ``approve`` or ``reject``; the text is shown on the page.
+"""
+
+_HOST: Final = "127.0.0.1"
+_ACTIONS: Final = ("approve", "reject")
+_MAX_FORM: Final = 4_096
+
+
+@final
+class ViewServer:
+    """Serve the view of one stored session on 127.0.0.1 until stopped.
+
+    Use it as a context manager (``with ViewServer(...) as server:``), or
+    call `start` and `stop`; `url` is the page's address, token included.
+
+    Args:
+        store: Opens the store the session is kept in (called for each read,
+            and the store closed after it).
+        session_id: The session.
+        answer: Approves or rejects a paused run (None: the page has no
+            buttons, and a post is refused).
+        port: The port (0: a free one).
+        page_size: Turns listed per run before "more turns".
+
+    Raises:
+        ConfigError: `port` or `page_size` is out of range, or `answer` is
+            not callable.
+    """
+
+    def __init__(
+        self,
+        store: Callable[[], SessionStore],
+        session_id: str,
+        *,
+        answer: Answer | None = None,
+        port: int = 0,
+        page_size: int = 100,
+    ):
+        _checks.check(store, "store", _checks.callable_())
+        _checks.check(answer, "answer", _checks.callable_(optional=True))
+        _checks.check(port, "port", _checks.integer(low=0, high=65_535))
+        _checks.check(page_size, "page_size", _checks.integer(low=1, high=100_000))
+        _checks.check_id("session_id", session_id)
+        self._open = store
+        self.session_id = session_id
+        self._answer = answer
+        self._page_size = page_size
+        self.token = secrets.token_urlsafe(24)
+        self._lock = threading.Lock()
+        self._drawing = threading.Lock()
+        self._session: Session | None = None
+        self._where = ""
+        self._diagrams: dict[tuple[str, int], Diagram] = {}
+        self._notice = ""
+        self._httpd = ThreadingHTTPServer((_HOST, port), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # -- addresses -----------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return int(self._httpd.server_address[1])
+
+    def _address(self, path: str, **query: object) -> str:
+        params = urllib.parse.urlencode({**query, "token": self.token})
+        return f"http://{_HOST}:{self.port}{path}?{params}"
+
+    @property
+    def url(self) -> str:
+        """The page's address, its token included."""
+        return self._address("/")
+
+    def turn_url(self, run: int, turn: int) -> str:
+        """The address of the details of turn `turn` (0-based) of the `run`-th run."""
+        return self._address("/turn", r=run, n=turn)
+
+    # -- running -------------------------------------------------------
+    def start(self) -> ViewServer:
+        """Read the session, then serve in a background thread; return self.
+
+        Raises:
+            SessionNotFound: the store holds no such session.
+            StoreError: the store cannot be read.
+        """
+        try:
+            session = self.session()
+        except BaseException:
+            self._httpd.server_close()  # the port is not kept
+            raise
+        # The runs' paths are replayed meanwhile (a page loads them).
+        threading.Thread(
+            target=self._draw_all,
+            args=(session,),
+            name="turnfsm-view-paths",
+            daemon=True,
+        ).start()
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, name="turnfsm-view", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> ViewServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- reading -------------------------------------------------------
+    def session(self) -> Session:
+        """The session as its log now stands (read again only when it grew).
+
+        Raises:
+            SessionNotFound: the store holds no such session.
+            StoreError: the store cannot be read.
+        """
+        with self._lock:
+            self._session = anyio.run(self._read, self._session)
+            return self._session
+
+    async def _read(self, known: Session | None) -> Session:
+        store = self._open()
+        try:
+            if known is not None:
+                infos = await store.list_sessions()
+                version = next(
+                    (i.version for i in infos if i.id == self.session_id), None
+                )
+                if version == known.version:
+                    return known
+            self._where = _where(store)
+            return await Session.load(store, self.session_id)
+        finally:
+            close = getattr(store, "aclose", None) or getattr(store, "close", None)
+            if close is not None:
+                await close()
+
+    def _draw_all(self, session: Session) -> None:
+        for run in session.runs:
+            self._diagram(session, run)
+
+    def _diagram(self, session: Session, run: RunRecord) -> Diagram:
+        key = (run.run_id, len(run.events))
+        with self._drawing:  # one replay at a time: a page waits for the one going
+            with self._lock:
+                found = self._diagrams.get(key)
+            if found is None:
+                found = run_path(session, run)
+                with self._lock:
+                    self._diagrams[key] = found
+        return found
+
+    def _links(self) -> Links:
+        return Links(
+            turn=self.turn_url,
+            more=lambda kind, run, start: self._address(f"/{kind}", r=run, start=start),
+            compaction=lambda run, k: self._address("/pass", r=run, k=k),
+            path=lambda run: self._address("/path", r=run),
+            answer=None if self._answer is None else self._address("/answer"),
+            token=self.token,
+            page_size=self._page_size,
+            notice=self._notice,
+        )
+
+    # -- answering (a request's thread) -------------------------------------
+    def _render(self, path: str, query: dict[str, str]) -> tuple[int, str]:
+        """Answer a GET of `path`: the status and the HTML."""
+        if path == "/":
+            session = self.session()
+            text = page(session, where=self._where, links=self._links())
+            return HTTPStatus.OK, text
+        session = self._session or self.session()
+        runs = session.runs
+        try:
+            run = runs[_index(query.get("r", ""))]
+            if path == "/turn":
+                turn = _index(query.get("n", ""))
+                return HTTPStatus.OK, "".join(turn_detail(session, run, turn))
+            if path == "/path":
+                n = int(query["r"])
+                return HTTPStatus.OK, "".join(
+                    path_section(self._diagram(session, run), n)
+                )
+            if path == "/pass":
+                record = run.compactions[_index(query.get("k", ""))]
+                return HTTPStatus.OK, "".join(pass_diff(session, record))
+            if path in ("/turns", "/passes"):
+                n = int(query["r"])
+                start = _index(query.get("start", ""))
+                rows = turn_rows if path == "/turns" else pass_rows
+                stop = start + self._page_size
+                some = rows(session, run, n, start, stop, links=self._links())
+                return HTTPStatus.OK, "".join(some)
+        except (ValueError, IndexError, KeyError):
+            return HTTPStatus.BAD_REQUEST, "no such run or turn"
+        return HTTPStatus.NOT_FOUND, "no such page"
+
+    def _post(self, form: dict[str, str]) -> tuple[int, str]:
+        """Answer the approve / reject form: the status and a message."""
+        action = form.get("action", "")
+        run_id = form.get("run", "")
+        if self._answer is None:
+            return HTTPStatus.FORBIDDEN, "this page cannot answer runs"
+        if action not in _ACTIONS or not run_id:
+            return HTTPStatus.BAD_REQUEST, "expected action=approve|reject and run=ID"
+        said = self._answer(action, run_id)
+        with self._lock:
+            self._notice = f"{action} {run_id}:\n{said}"
+        self.session()  # read the log again: the run went on
+        return HTTPStatus.SEE_OTHER, self.url
+
+
+def _index(text: str) -> int:
+    """A list index from a query (a negative one is no index here).
+
+    Raises:
+        ValueError: `text` is not a number from 0 up.
+    """
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+def _where(store: SessionStore) -> str:
+    path = getattr(store, "path", None)
+    return str(path) if path is not None else type(store).__name__
+
+
+def _handler(server: ViewServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "turnfsm-view"
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet: the command prints its own lines."""
+
+        def _allowed(self, given: str) -> bool:
+            return hmac.compare_digest(given.encode(), server.token.encode())
+
+        def _send(self, status: int, text: str, kind: str = "text/html") -> None:
+            body = text.encode("utf-8", "backslashreplace")
+            self.send_response(status)
+            self.send_header("Content-Type", f"{kind}; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            query = dict(urllib.parse.parse_qsl(url.query))
+            if not self._allowed(query.get("token", "")):
+                self._send(
+                    HTTPStatus.FORBIDDEN,
+                    "forbidden: the URL's token is missing or wrong",
+                    "text/plain",
+                )
+                return
+            try:
+                status, text = server._render(url.path, query)
+            except Exception as exc:  # one bad read must not stop the server
+                self._send(
+                    HTTPStatus.INTERNAL_SERVER_ERROR,
+                    f"{type(exc).__name__}: {exc}",
+                    "text/plain",
+                )
+                return
+            self._send(status, text, "text/html" if status == 200 else "text/plain")
+
+        def do_POST(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            query = dict(urllib.parse.parse_qsl(url.query))
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if not 0 <= length <= _MAX_FORM:
+                self._send(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                    f"a form of up to {_MAX_FORM} bytes, with its Content-Length",
+                    "text/plain",
+                )
+                return
+            raw = self.rfile.read(length).decode("utf-8", "replace")
+            form = dict(urllib.parse.parse_qsl(raw))
+            token = form.get("token") or query.get("token", "")
+            if url.path != "/answer" or not self._allowed(token):
+                self._send(
+                    HTTPStatus.FORBIDDEN,
+                    "forbidden: the token is missing or wrong",
+                    "text/plain",
+                )
+                return
+            try:
+                status, text = server._post(form)
+            except Exception as exc:  # reported on the page, the server goes on
+                self._send(
+                    HTTPStatus.INTERNAL_SERVER_ERROR,
+                    f"{type(exc).__name__}: {exc}",
+                    "text/plain",
+                )
+                return
+            if status == HTTPStatus.SEE_OTHER:
+                self.send_response(status)
+                self.send_header("Location", text)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self._send(status, text, "text/plain")
+
+    return Handler

@@ -1,0 +1,51 @@
+// turnfsm's session view: one file, inlined in the page (no network but the
+// page's own server, when it has one). A turn's details load when it is
+// opened; "more turns" loads the next page of them. The server escapes
+// every text; the fragments it sends are its own markup.
+(function () {
+  "use strict";
+  function load(url, done) {
+    fetch(url, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(done)
+      .catch(function (why) { done("<p class=\"warn\">could not load: " + String(why).replace(/[<&]/g, "") + "</p>"); });
+  }
+  document.addEventListener("toggle", function (event) {
+    var details = event.target;
+    if (!details.open || !details.dataset || !details.dataset.src || details.dataset.loaded) return;
+    details.dataset.loaded = "1";
+    load(details.dataset.src, function (markup) {
+      var slot = details.querySelector(".detail");
+      slot.outerHTML = markup;
+    });
+  }, true);
+  document.addEventListener("click", function (event) {
+    var button = event.target;
+    if (!button.classList || !button.classList.contains("more")) return;
+    button.disabled = true;
+    load(button.dataset.src, function (markup) {
+      document.getElementById(button.dataset.into).insertAdjacentHTML("beforeend", markup);
+      button.remove();
+    });
+  });
+  // What the server works out after the page (a run's path) loads at once.
+  Array.prototype.forEach.call(document.querySelectorAll("[data-load]"), function (slot) {
+    load(slot.dataset.load, function (markup) { slot.outerHTML = markup; });
+  });
+  // Open what the address names: #ID (the browser scrolls to it), or
+  // ?open=ID,ID (opened where they are: the page stays at its top).
+  function reveal(id) {
+    for (var node = document.getElementById(id); node; node = node.parentElement) {
+      if (node.tagName === "DETAILS") node.open = true;
+    }
+  }
+  if (location.hash) reveal(decodeURIComponent(location.hash.slice(1)));
+  window.addEventListener("hashchange", function () {
+    var id = decodeURIComponent(location.hash.slice(1));
+    reveal(id);
+    var target = document.getElementById(id);
+    if (target) target.scrollIntoView();
+  });
+  var asked = new URLSearchParams(location.search).get("open");
+  if (asked) asked.split(",").forEach(reveal);
+})();
