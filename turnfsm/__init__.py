@@ -100,6 +100,9 @@ if TYPE_CHECKING:
         function_tool as function_tool,
     )
     from turnfsm.driver import (
+        recall_tool as recall_tool,
+    )
+    from turnfsm.driver import (
         replay as replay,
     )
     from turnfsm.errors import (
@@ -318,6 +321,7 @@ _LAZY: dict[str, str] = {
     "load_machine": "turnfsm._resources",
     "machines_dir": "turnfsm._resources",
     "open_store": "turnfsm.persistence",
+    "recall_tool": "turnfsm.driver",
     "replay": "turnfsm.driver",
     "review_machine": "turnfsm._resources",
 }

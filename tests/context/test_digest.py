@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.generators import histories
-from turnfsm.context import CompactionContext, CompactionProposal, ContextCompactor
+from turnfsm.context import (
+    CompactionContext,
+    CompactionProposal,
+    ContextCompactor,
+    mark_replacements,
+)
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._pairs import pair_tool_traffic, result_problem
 from turnfsm.core._lines import CompactReason
@@ -474,7 +479,8 @@ def test_compactor_digests_and_recounts() -> None:
 
     outcome = compact(messages, ToolResultDigest())
 
-    assert outcome.messages == digest_results(messages)
+    # Each digest names its message, whose original the log keeps.
+    assert outcome.messages == mark_replacements(messages, digest_results(messages))
     assert outcome.tokens_before == COUNTER.count(messages)
     assert outcome.tokens_after == COUNTER.count(outcome.messages)
     assert outcome.tokens_after < outcome.tokens_before

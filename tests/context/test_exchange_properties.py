@@ -38,6 +38,8 @@ from turnfsm.context import (
     TokenSplitter,
     ToolResultDigest,
     TruncatingCompactor,
+    replaced_ids,
+    unmark,
 )
 from turnfsm.context._layered import TRUNCATION_SUFFIX
 from turnfsm.context._transcript import turn_starts
@@ -111,13 +113,16 @@ def assert_newest_whole(
         if edits is None or new is old:
             assert new is old
             continue
-        assert (new.id, new.role, dict(new.metadata)) == (
+        # An edited result names its own message (the log keeps the original).
+        assert replaced_ids(new) == (new.id,)
+        plain = unmark([new])[0]
+        assert (plain.id, plain.role, dict(plain.metadata)) == (
             old.id,
             old.role,
             dict(old.metadata),
         )
         assert new.role is Role.TOOL
-        for a, b in zip(new.tool_results, old.tool_results, strict=True):
+        for a, b in zip(plain.tool_results, old.tool_results, strict=True):
             assert (a.call_id, a.is_error) == (b.call_id, b.is_error)
             assert a.content in (b.content, "", b.content[:edits] + TRUNCATION_SUFFIX)
 

@@ -16,6 +16,9 @@ from turnfsm.context import (
     Failed,
     LayeredCompactor,
     Skipped,
+    call_handle,
+    mark_replacements,
+    recall_note,
 )
 from turnfsm.context._layered import (
     MAX_TOOL_RESULT_CHARS,
@@ -450,7 +453,9 @@ def test_fits_after_the_budget_no_later_layer_runs() -> None:
     )
     model = ExtractiveSummaryModel()
     compactor = LayeredCompactor(model=model)
-    budgeted = compactor.apply_budget(messages)
+    # The pass's result names what it replaced: the target leaves room for it.
+    plain = compactor.apply_budget(messages)
+    budgeted = mark_replacements(messages, plain)
     target = COUNTER.count(budgeted)
     assert target < COUNTER.count(messages)
     out = run(compactor, messages, target)
@@ -465,7 +470,7 @@ def test_fits_after_the_budget_no_later_layer_runs() -> None:
     assert status == Applied(
         layers=("budget",),
         tokens_before=COUNTER.count(messages),
-        tokens_after=target,
+        tokens_after=COUNTER.count(plain),
     )
     assert contents(new)[0] == "out 0"
 
@@ -480,28 +485,33 @@ def test_fits_after_microcompact_no_model_call() -> None:
     messages[-1:-1] = reused
     model = ExtractiveSummaryModel()
     compactor = LayeredCompactor(model=model)
-    expected = compactor.apply_microcompact(
+    plain = compactor.apply_microcompact(
         compactor.apply_trim(compactor.apply_budget(messages))
     )
+    expected = mark_replacements(messages, plain)
     target = COUNTER.count(expected)
     assert target < COUNTER.count(
-        compactor.apply_trim(compactor.apply_budget(messages))
+        mark_replacements(
+            messages, compactor.apply_trim(compactor.apply_budget(messages))
+        )
     )
     out = run(compactor, messages, target)
     assert model.requests == []
     assert [(m.id, m.parts) for m in out.messages] == [
         (m.id, m.parts) for m in expected
     ]
-    assert out.messages[-4].tool_results[0].content == ""
+    # Emptied, but for the note naming the message the log keeps it under.
+    (c24,) = {c.id: c for m in messages for c in m.tool_calls if c.id == "c24"}.values()
+    assert out.messages[-4].tool_results[0].content == recall_note([call_handle(c24)])
     new, status = compactor.compact_deterministic(
         messages, limit=target, counter=COUNTER
     )
     assert status == Applied(
         layers=("budget", "trim", "microcompact"),
         tokens_before=COUNTER.count(messages),
-        tokens_after=target,
+        tokens_after=COUNTER.count(plain),
     )
-    assert [(m.id, m.parts) for m in new] == [(m.id, m.parts) for m in expected]
+    assert [(m.id, m.parts) for m in new] == [(m.id, m.parts) for m in plain]
 
 
 def test_a_conversation_that_fits_comes_back_unchanged() -> None:
@@ -520,8 +530,11 @@ def test_with_the_breaker_open_only_layers_1_to_3_run() -> None:
     out = run(compactor, messages, 0, allow_model=False)
     assert model.requests == []
     assert out.error is None
-    expected = compactor.apply_microcompact(
-        compactor.apply_trim(compactor.apply_budget(messages))
+    expected = mark_replacements(
+        messages,
+        compactor.apply_microcompact(
+            compactor.apply_trim(compactor.apply_budget(messages))
+        ),
     )
     assert [(m.id, m.parts) for m in out.messages] == [
         (m.id, m.parts) for m in expected

@@ -13,6 +13,9 @@ from turnfsm.context import (
     SUMMARY_SECTIONS,
     CompactionProposal,
     SummarizingCompactor,
+    handle,
+    recall_note,
+    replaced_ids,
 )
 from turnfsm.context._transcript import (
     SUMMARY_KEY,
@@ -405,11 +408,15 @@ def test_an_empty_summary_fails_the_pass(text: str) -> None:
 def test_an_oversized_summary_is_re_asked_shorter() -> None:
     answers = iter(["word " * 400, "## Active Task\nshort"])
     model = FakeModelClient(lambda _r: next(answers))
-    out = run(
-        SummarizingCompactor(model=model, max_summary_tokens=100), conversation(6)
-    )
+    messages = conversation(6)
+    out = run(SummarizingCompactor(model=model, max_summary_tokens=100), messages)
     assert out.error is None
-    assert out.messages[1].text.endswith("short")
+    # The summary ends by naming the messages it stands for.
+    by_id = {m.id: m for m in messages}
+    covered = [by_id[i] for i in replaced_ids(out.messages[1])]
+    calls = {c.id: c for m in messages for c in m.tool_calls}
+    ends = [handle(covered[0], calls), handle(covered[-1], calls)]
+    assert out.messages[1].text.endswith("short\n\n" + recall_note(ends))
     assert len(model.requests) == 2
     assert "rewrite it in under 100 tokens" in model.requests[1].messages[0].text
 

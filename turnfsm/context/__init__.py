@@ -11,11 +11,13 @@ drops the middle (`TruncatingCompactor`, which also works alone);
 `SummarizingCompactor` summarises old turns with a model; `LayeredCompactor`
 shrinks in five layers, cheapest first, the last two with a model;
 `ToolResultDigest` replaces old, oversized tool results with one-line
-digests. `TokenSplitter` finds a pair-safe old/recent boundary for custom
-strategies. Pinned messages (`Message.pin`, `PinRules`, calls in flight:
-`pinned_ids`) survive every pass word for word: shipped strategies keep them
-(`keep_pinned`), and the manager refuses a pass that loses one
-(`pin_loss`). The pair-safety helpers
+digests. Every replacement a shipped strategy makes names what it covers
+(`REPLACES`, a ``[recall ...]`` note: `mark_replacements`), so that the
+originals, kept in the session's log, can be fetched back. `TokenSplitter`
+finds a pair-safe old/recent boundary for custom strategies. Pinned messages
+(`Message.pin`, `PinRules`, calls in flight: `pinned_ids`) survive every
+pass word for word: shipped strategies keep them (`keep_pinned`), and the
+manager refuses a pass that loses one (`pin_loss`). The pair-safety helpers
 (`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
 orphaning a tool call or result. `CacheRules` (by provider in
 `CACHE_RULES`) and `pass_payback` work out what a pass costs against what it
@@ -59,6 +61,15 @@ from turnfsm.context._pairs import (
 )
 from turnfsm.context._pins import PinRules, keep_pinned, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
+from turnfsm.context._recall_marks import (
+    REPLACES,
+    call_handle,
+    handle,
+    mark_replacements,
+    recall_note,
+    replaced_ids,
+    unmark,
+)
 from turnfsm.context._splitter import Split, TokenSplitter
 from turnfsm.context._summarizing import SummarizingCompactor, SummaryPlan
 from turnfsm.context._summary_model import MIN_SUMMARY_TOKENS, SummaryFailed
@@ -78,6 +89,7 @@ __all__ = [
     "CALIBRATION_FLOOR",
     "CALIBRATION_HEADROOM",
     "MIN_SUMMARY_TOKENS",
+    "REPLACES",
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",
@@ -108,17 +120,23 @@ __all__ = [
     "TruncatingCompactor",
     "adjust_split",
     "cache_rules_for",
+    "call_handle",
     "cut_result",
     "digest_line",
     "digest_results",
     "explain",
+    "handle",
     "keep_parts",
     "keep_pinned",
+    "mark_replacements",
     "pair_tool_traffic",
     "pass_payback",
     "pin_loss",
     "pinned_ids",
+    "recall_note",
+    "replaced_ids",
     "sanitize",
+    "unmark",
 ]
 
 __getattr__ = _deprecated.moved(

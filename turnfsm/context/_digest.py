@@ -20,6 +20,7 @@ from turnfsm import _checks
 from turnfsm.context._digest_line import _is_digest, digest_line
 from turnfsm.context._pairs import pair_tool_traffic
 from turnfsm.context._pins import keep_pinned
+from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._transcript import turn_starts
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import (
@@ -145,7 +146,15 @@ class ToolResultDigest:
         Returns:
             The digested conversation, or the input unchanged when no result
             needed a digest.
+
+        Each replacement it makes names what it covers (a recall note).
         """
+        return await with_recall_marks(self._compact, messages, target, ctx)
+
+    async def _compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """The pass itself, on messages without their recall notes."""
         del target  # size-blind: age and length pick the results, by design
         digested = keep_pinned(
             messages,

@@ -61,6 +61,7 @@ from turnfsm.context._layered_status import (
     Skipped,
 )
 from turnfsm.context._pins import keep_pinned
+from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._summarizing import SummaryFailed
 from turnfsm.context._summary_layers import collapse
 from turnfsm.context._summary_model import check_model, summary_window
@@ -224,7 +225,15 @@ class LayeredCompactor:
             The shrunk conversation (however far the layers got), the input
             when no layer changed anything, or a failed outcome when a
             summary could not be made.
+
+        Each replacement it makes names what it covers (a recall note).
         """
+        return await with_recall_marks(self._compact, messages, target, ctx)
+
+    async def _compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """The pass itself, on messages without their recall notes."""
         try:
             current, _layers = await self._run(messages, target, ctx, self._window())
         except SummaryFailed as exc:

@@ -52,6 +52,7 @@ from turnfsm.context._deterministic_layers import (
 )
 from turnfsm.context._digest import digest_before
 from turnfsm.context._pins import keep_pinned
+from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.core import CompactReason
@@ -146,7 +147,15 @@ class MaskingCompactor:
         Returns:
             The shrunk conversation (however far the layers got), or the
             input unchanged when no layer could change anything.
+
+        Each replacement it makes names what it covers (a recall note).
         """
+        return await with_recall_marks(self._compact, messages, target, ctx)
+
+    async def _compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """The pass itself, on messages without their recall notes."""
         counter = ctx.counter
         current = tuple(messages)
         by_count = ctx.reason in _ALWAYS_TRUNCATE

@@ -56,6 +56,7 @@ from turnfsm import _checks
 from turnfsm.context._digest import digest_results
 from turnfsm.context._pairs import adjust_split, pair_tool_traffic
 from turnfsm.context._pins import keep_pinned
+from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._summary_model import (
     SummaryFailed,
     check_model,
@@ -232,7 +233,15 @@ class SummarizingCompactor:
             The conversation with its old part summarised; the input when
             nothing is left to summarise; a failed outcome when the summary
             could not be made.
+
+        Each replacement it makes names what it covers (a recall note).
         """
+        return await with_recall_marks(self._compact, messages, target, ctx)
+
+    async def _compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """The pass itself, on messages without their recall notes."""
         del target
         plan = self.plan(messages).without(ctx.pinned)
         if not plan.summarised:

@@ -45,6 +45,7 @@ from turnfsm.context._pairs import (
     sanitize,
 )
 from turnfsm.context._pins import keep_pinned
+from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._transcript import turn_starts
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import Message
@@ -98,7 +99,15 @@ class TruncatingCompactor:
         Returns:
             The cut conversation, or the input (sanitised) when it cannot be
             cut.
+
+        Each replacement it makes names what it covers (a recall note).
         """
+        return await with_recall_marks(self._compact, messages, target, ctx)
+
+    async def _compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """The pass itself, on messages without their recall notes."""
         del target  # positional truncation, by design
         traffic = pair_tool_traffic(messages)
         n = len(messages)

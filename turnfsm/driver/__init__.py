@@ -25,6 +25,7 @@ from turnfsm.driver._effects import (
 )
 from turnfsm.driver._inputs import as_messages
 from turnfsm.driver._output import OutputType
+from turnfsm.driver._recall import RECALL_MAX_CHARS, current_session, recall_tool
 from turnfsm.driver._replay import ReplayReport, rebuild, replay
 from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._tools import Tool, current_tool_call, function_tool
@@ -37,6 +38,7 @@ from turnfsm.persistence import (
 
 __all__ = [
     "BUILTIN_EFFECTS",
+    "RECALL_MAX_CHARS",
     "CompactionRecord",
     "Driver",
     "Effect",
@@ -60,12 +62,14 @@ __all__ = [
     "call_model",
     "carry_out",
     "compact",
+    "current_session",
     "current_tool_call",
     "effect_key",
     "function_tool",
     "is_transient",
     "measure",
     "rebuild",
+    "recall_tool",
     "replay",
     "run_one_tool",
     "run_tools",

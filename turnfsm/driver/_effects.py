@@ -44,6 +44,7 @@ from turnfsm.core import (
 from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._context import EffectContext, Reported
 from turnfsm.driver._model_calls import complete
+from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import ProviderError
 from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallEnd, ToolCallInfo
@@ -217,10 +218,11 @@ async def run_one_tool(
             return done
     run = ctx.run
     hooks = run.hooks
-    if hooks.wants("on_tool_start") or hooks.wants("on_tool_end"):
-        result = await _observed_tool(ctx, call)
-    else:
-        result = await run_tool_call(call, run.tools, limit=run.tool_timeout)
+    with session_scope(run.session):  # a tool may read its conversation's log
+        if hooks.wants("on_tool_start") or hooks.wants("on_tool_end"):
+            result = await _observed_tool(ctx, call)
+        else:
+            result = await run_tool_call(call, run.tools, limit=run.tool_timeout)
     if journal and kept is not None and kept.record is not None:
         await kept.record(result)
     return result
