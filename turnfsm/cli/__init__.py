@@ -506,7 +506,8 @@ def _simulate_parser(sub: Any) -> None:
         "simulate",
         help="re-run a stored session's context policy under other settings",
         description="Re-run a stored session with its recorded replies and tool "
-        "results held fixed, under other context settings, and print per model "
+        "results held fixed, under the context settings its log keeps or the "
+        "ones given, and print per model "
         "call the tokens that would be sent, each compaction pass, where the "
         "prompt cache would break and, with --prices, the cost. The model "
         "would have answered differently under other settings: the figures "
@@ -519,7 +520,8 @@ def _simulate_parser(sub: Any) -> None:
         "--strategy",
         metavar="NAME",
         help="the compactor, with its defaults: masking, truncating, "
-        "summarizing or layered (default: the session's own kind)",
+        "summarizing or layered (default: the compactor the session's log "
+        "names, with its settings)",
     )
     simulate.add_argument(
         "--compactor",

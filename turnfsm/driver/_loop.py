@@ -77,6 +77,7 @@ from turnfsm.driver._context import (
     ToolJournal,
     UsageTally,
 )
+from turnfsm.driver._context_settings import context_settings
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
@@ -167,6 +168,7 @@ class RunLoop(Ending):
                 digest=settings.digest,
                 budget=self.machine.snapshot.budget,
                 at=self.run.clock(),
+                context=None if manager is None else context_settings(manager),
             )
         )
         self._started(input, resumed=False)
