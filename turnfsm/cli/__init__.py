@@ -374,6 +374,13 @@ def _eval_parser(sub: Any) -> None:
         metavar="MODEL",
         help="cost every call and summary at a known model's prices (gpt-4o)",
     )
+    evaluate.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="say on stderr which strategy, session and probe it is on, "
+        "and each summary call (default: when stderr is a terminal)",
+    )
     evaluate.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
 
 
