@@ -22,6 +22,7 @@ from turnfsm.core._decisions import (
 )
 from turnfsm.core._events import (
     EVENT_TYPES,
+    MEASURE_SOURCES,
     OMITTED_IF_DEFAULT,
     PASS_EVENT_TYPES,
     CompactionCircuitOpened,
@@ -64,6 +65,7 @@ __all__ = [
     "EVENT_TYPES",
     "FAILURES",
     "GUARDS",
+    "MEASURE_SOURCES",
     "OMITTED_IF_DEFAULT",
     "PASS_EVENT_TYPES",
     "REDUCERS",

@@ -23,6 +23,7 @@ from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
     "EVENT_TYPES",
+    "MEASURE_SOURCES",
     "OMITTED_IF_DEFAULT",
     "PASS_EVENT_TYPES",
     "CompactionCircuitOpened",
@@ -58,6 +59,9 @@ not use it (`Signal.message`).
 """
 
 _non_negative: Final = _checks.integer(low=0)
+
+MEASURE_SOURCES: Final = ("estimated", "calibrated", "reported")
+"""Where a `Measured` count came from (its `source`)."""
 _message: Final = _checks.instance(Message, "a Message")
 _usage: Final = _checks.instance(Usage, "a Usage", optional=True)
 _error: Final = _checks.instance(ErrorInfo, "an ErrorInfo")
@@ -92,10 +96,21 @@ class RunStarted:
 class Measured:
     """The driver measured the whole next request at `estimate` tokens.
 
-    Fields, in positional order: `estimate`.
+    `source` says where the count came from: ``"estimated"`` (turnfsm's
+    counter), ``"calibrated"`` (the counter's estimate scaled by what the
+    provider reported, `ContextManager.calibrate`) or ``"reported"`` (the
+    provider's count for the last call, plus the estimate of what was added
+    since, `ContextManager.use_reported_usage`).
+
+    Fields, in positional order: `estimate`, `source`.
     """
 
     estimate: int = attrs.field(validator=_non_negative)
+    source: str = attrs.field(
+        default="estimated",
+        validator=_checks.one_of(MEASURE_SOURCES),
+        metadata={OMITTED_IF_DEFAULT: True},
+    )
 
 
 @final

@@ -583,9 +583,11 @@ async def simulate(
             max_overflow_retries=budget.max_overflow_retries,
             max_compactions=budget.max_compactions,
             max_output_retries=budget.max_output_retries,
-            # A slow summary model is measured, not cut short: no pass
-            # deadline (a real run's would have its own).
+            # A slow summary model is measured, not cut short: no deadline
+            # (a real run's would have its own).
+            model_timeout=None,
             compaction_timeout=None,
+            effect_timeout=None,
             effects=_effects(record.results, stored),
         )
         model.run_id = run.run_id
