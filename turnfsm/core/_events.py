@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, TypeAlias, final
+from typing import Final, Literal, TypeAlias, final
 
 import attrs
 
@@ -34,6 +34,7 @@ __all__ = [
     "ContextOverflowed",
     "ErrorInfo",
     "Event",
+    "MeasureSource",
     "Measured",
     "MessageInjected",
     "ModelFailed",
@@ -60,8 +61,15 @@ not use it (`Signal.message`).
 
 _non_negative: Final = _checks.integer(low=0)
 
-MEASURE_SOURCES: Final = ("estimated", "calibrated", "reported")
+MeasureSource: TypeAlias = Literal["estimated", "calibrated", "reported"]
 """Where a `Measured` count came from (its `source`)."""
+
+MEASURE_SOURCES: Final[tuple[MeasureSource, ...]] = (
+    "estimated",
+    "calibrated",
+    "reported",
+)
+"""Every `MeasureSource`."""
 _message: Final = _checks.instance(Message, "a Message")
 _usage: Final = _checks.instance(Usage, "a Usage", optional=True)
 _error: Final = _checks.instance(ErrorInfo, "an ErrorInfo")
@@ -106,7 +114,7 @@ class Measured:
     """
 
     estimate: int = attrs.field(validator=_non_negative)
-    source: str = attrs.field(
+    source: MeasureSource = attrs.field(
         default="estimated",
         validator=_checks.one_of(MEASURE_SOURCES),
         metadata={OMITTED_IF_DEFAULT: True},
