@@ -7,7 +7,7 @@ appends each entry as it happens:
 | entry | when |
 |---|---|
 | `MachineStored` | a machine's definition, once per digest, before a run on it opens |
-| `RunOpened` | a run begins: its budget and the machine it runs on |
+| `RunOpened` | a run begins: its budget, the machine it runs on, its context settings |
 | `EventRecorded` | every event fed to the brain, in order (the replay source) |
 | `TurnRecord` | every model reply: the context it saw (message ids), usage |
 | `CompactionRecord` | every compaction pass, whatever it came to |
