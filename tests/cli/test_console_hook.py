@@ -61,7 +61,7 @@ def test_piped_it_prints_tool_names_arguments_and_results(replies: bool) -> None
     measures = [line for line in lines if line.startswith("[measure] request = ")]
     assert len(measures) == 3
     assert measures[0].endswith(
-        "tokens (threshold line 8000, emergency line 9500, window 10000)"
+        "tokens (estimated), threshold line 8000, emergency line 9500, window 10000"
     )
     assert lines.count("Sunny in Oslo.") == (1 if replies else 0)
     assert "\x1b" not in out.getvalue()  # not a terminal: no status line

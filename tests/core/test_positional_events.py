@@ -48,7 +48,7 @@ FEEDBACK = user("cite the source", id="m-feedback")
 # field given, in the order each class's docstring lists.
 POSITIONAL: list[tuple[type[Event], tuple[Any, ...], Event]] = [
     (RunStarted, ((USER,),), RunStarted(input=(USER,))),
-    (Measured, (120,), Measured(estimate=120)),
+    (Measured, (120, "calibrated"), Measured(estimate=120, source="calibrated")),
     (ModelReplied, (REPLY, USAGE), ModelReplied(message=REPLY, usage=USAGE)),
     (
         OutputRejected,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 from decimal import Decimal
+from pathlib import Path
 
 import attrs
 import pytest
@@ -15,7 +17,14 @@ from turnfsm.cli._demo import STRATEGIES, TASK, SimulatedModel, build_demo_agent
 from turnfsm.context import ContextManager, LayeredCompactor
 from turnfsm.core import Measured, ModelReplied
 from turnfsm.errors import ConfigError
-from turnfsm.persistence import CompactionRecord, MemoryStore, RunRecord, Session
+from turnfsm.persistence import (
+    CompactionRecord,
+    MemoryStore,
+    RunRecord,
+    Session,
+    dump_session,
+    load_session,
+)
 from turnfsm.providers import known_prices
 from turnfsm.simulate import Simulation, simulate, stored_context
 from turnfsm.simulate._simulate import CAVEATS
@@ -129,9 +138,22 @@ async def test_a_summary_the_log_does_not_hold_needs_a_summary_model() -> None:
     assert "does not hold" in str(caught.value)
 
 
+def _without_settings(stored: Session, path: Path) -> str:
+    """`stored`'s log as written before runs kept their context settings."""
+    dump_session(stored, str(path))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if line.get("type") == "RunOpened":
+            del line["data"]["context"]
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
 @pytest.mark.anyio
-async def test_without_settings_the_logged_lines_and_compactor_kind_stand_in() -> None:
-    stored, _ = await _demo("truncating")
+async def test_without_settings_the_logged_lines_and_compactor_kind_stand_in(
+    tmp_path: Path,
+) -> None:
+    new, _ = await _demo("truncating")
+    stored = await load_session(_without_settings(new, tmp_path / "old.jsonl"))
     sim = await simulate(stored)
     assert any("TruncatingCompactor with its defaults" in c for c in sim.caveats)
     # The default truncating compactor keeps the newest exchange whole: the

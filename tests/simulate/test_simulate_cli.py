@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import re
 
+import anyio
 import pytest
 
+from tests.simulate.user_compactor import KeepRecent
+from turnfsm import Agent
 from turnfsm.cli import main
+from turnfsm.context import ContextManager
+from turnfsm.core import Measured, ModelReplied
+from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.testing import ScriptedModel
 
 Capture = pytest.CaptureFixture[str]
 
@@ -26,32 +33,95 @@ def _demo_session(capsys: Capture) -> str:
     return session_id
 
 
-def test_a_users_compactor_with_the_demos_settings_reproduces_the_demo(
+def _stored_figures(session_id: str) -> tuple[list[int], list[tuple[str, ...]]]:
+    """The demo's stored session as its log tells it: call sizes, passes."""
+
+    async def load() -> Session:
+        store = SQLiteStore("sessions.db")
+        try:
+            return await Session.load(store, session_id)
+        finally:
+            await store.aclose()
+
+    (run,) = anyio.run(load).runs
+    sizes, last = [], 0
+    for event in run.events:
+        if isinstance(event, Measured):
+            last = event.estimate
+        elif isinstance(event, ModelReplied):
+            sizes.append(last)
+    passes = [
+        (str(p.turn), p.reason, p.verdict, str(p.tokens_before), str(p.tokens_after))
+        for p in run.compactions
+    ]
+    return sizes, passes
+
+
+def test_the_demos_session_with_no_options_reproduces_the_stored_figures(
     capsys: Capture,
 ) -> None:
     session_id = _demo_session(capsys)
     assert main(["demo", "--store", "memory:"]) == 0
     demo = capsys.readouterr().out
     args = ["simulate", session_id, "--store", STORE]
-    code = main([*args, "--compactor", "tests.simulate.user_compactor:compactor"])
+    code = main(args)  # the settings the log keeps
     out = capsys.readouterr().out
     assert code == 0, out
+    assert "simulated with TruncatingCompactor, window 8000, threshold 80%" in out
     rows = ROW.findall(out)
+    sizes, stored = _stored_figures(session_id)
     assert [int(r[0]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [int(r[1]) for r in rows] == sizes  # every call's tokens, exactly
+    passes = [(p[0], p[1], p[2], p[4], p[5]) for p in PASS.findall(out)]
+    assert passes == stored  # every pass: call, reason, verdict, sizes
     # The demo printed its passes as they happened: the same ones.
     shown = re.findall(
         r"\[compaction\] (?:EMERGENCY )?reason=(\w+) \(\w+\): "
         r"(\d+) -> (\d+) tokens",
         demo,
     )
-    passes = [(p[1], p[4], p[5]) for p in PASS.findall(out)]
-    assert passes == shown
+    assert [(p[1], p[3], p[4]) for p in passes] == shown
+    assert {p[3] for p in PASS.findall(out)} == {"TruncatingCompactor"}
     assert "differs:" not in out
-    # A function making a whole context manager gives the same figures.
-    assert (
-        main([*args, "--compactor", "tests.simulate.user_compactor:make_context"]) == 0
-    )
-    assert ROW.findall(capsys.readouterr().out) == rows
+    assert "stands in" not in out  # no setting was guessed
+    # A user's compactor with the demo's settings gives the same figures, and
+    # so does a function making a whole context manager.
+    for spec in ("compactor", "make_context", "mine"):
+        option = f"tests.simulate.user_compactor:{spec}"
+        assert main([*args, "--compactor", option]) == 0
+        assert ROW.findall(capsys.readouterr().out) == rows
+
+
+def test_a_compactor_the_log_names_only_by_class_must_be_given(
+    capsys: Capture,
+) -> None:
+    class Local(KeepRecent):
+        """Defined in a function: it cannot be imported again."""
+
+    async def record() -> str:
+        store = SQLiteStore("sessions.db")
+        agent = Agent(
+            model=ScriptedModel.of("Hello."),
+            context=ContextManager(Local(), context_window=8_000),
+            store=store,
+        )
+        try:
+            assert (await agent.run("Hi")).ok
+        finally:
+            await store.aclose()
+        return agent.session.id
+
+    session_id = anyio.run(record)
+    args = ["simulate", session_id, "--store", STORE]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("turnfsm simulate: invalid --compactor='Local'")
+    assert "--compactor MODULE:ATTR" in captured.err
+    option = "tests.simulate.user_compactor:mine"
+    assert main([*args, "--compactor", option]) == 0
+    out = capsys.readouterr().out
+    assert "simulated with KeepRecent, window 8000, threshold 80%" in out
 
 
 def test_layered_at_4000_tokens_reports_every_pass_with_costs(capsys: Capture) -> None:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from turnfsm.context import ContextManager, TruncatingCompactor
+from collections.abc import Sequence
+
+import attrs
+
+from turnfsm.context import (
+    CompactionContext,
+    CompactionProposal,
+    ContextManager,
+    TruncatingCompactor,
+)
+from turnfsm.messages import Message
 
 compactor = TruncatingCompactor(
     preserve_recent=2, min_messages=3, compact_newest_exchange=True
@@ -17,3 +27,38 @@ def make_context() -> ContextManager:
 
 not_a_compactor = 42
 """What ``--compactor`` refuses."""
+
+
+class KeepRecent:
+    """A user's own compactor, a plain class: the demo's truncation inside."""
+
+    def __init__(self) -> None:
+        self.inner = TruncatingCompactor(
+            preserve_recent=2, min_messages=3, compact_newest_exchange=True
+        )
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """Shrink as the demo's truncating compactor does."""
+        return await self.inner.compact(messages, target, ctx)
+
+
+mine = KeepRecent()
+"""A module-level instance: the log names it ``tests.simulate.user_compactor:mine``."""
+
+
+@attrs.frozen(kw_only=True)
+class Keep:
+    """A user's attrs compactor: its settings go in the log beside its name."""
+
+    recent: int = 4
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """Truncate, keeping `recent` messages of the newest exchange."""
+        inner = TruncatingCompactor(
+            preserve_recent=self.recent, min_messages=3, compact_newest_exchange=True
+        )
+        return await inner.compact(messages, target, ctx)

@@ -100,6 +100,7 @@ _TRANSITION_KEYS: Final = frozenset(
         A.TRANSITION_REASON,
         A.TRANSITION_ERROR,
         A.ESTIMATE,
+        A.ESTIMATE_SOURCE,
     }
 )
 
@@ -276,6 +277,10 @@ def _event(name: str, attributes: dict[str, Any]) -> object:
         ):
             if key in attributes:
                 text += f" {label}={attributes[key]}"
+        # Where the estimate came from, when it is not turnfsm's own count.
+        source = attributes.get(A.ESTIMATE_SOURCE, "estimated")
+        if source != "estimated":
+            text += f" ({source})"
         return text
     if name == "exception":
         kind = str(attributes["exception.type"]).rsplit(".", 1)[-1]
@@ -432,14 +437,22 @@ def tool(name: str, call_id: str) -> dict[str, Any]:
 
 
 def turn(
-    number: int, phase: str, estimate: int, *, usage: Sequence[int] | None = None
+    number: int,
+    phase: str,
+    estimate: int,
+    *,
+    usage: Sequence[int] | None = None,
+    source: str = "estimated",
 ) -> dict[str, Any]:
-    """A turn span's attributes; `usage` is its reply's (as the run log has it)."""
+    """A turn span's attributes; `usage` is its reply's (as the run log has it).
+
+    `source` is where its estimate came from (``turnfsm.estimate.source``).
+    """
     out: dict[str, Any] = {A.TURN_NUMBER: number}
     if usage is not None:
         out[A.USAGE_INPUT_TOKENS] = usage[0]
         out[A.USAGE_OUTPUT_TOKENS] = usage[1]
-    return out | {A.PHASE: phase, A.ESTIMATE: estimate}
+    return out | {A.PHASE: phase, A.ESTIMATE: estimate, A.ESTIMATE_SOURCE: source}
 
 
 def compaction(

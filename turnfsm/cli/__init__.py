@@ -416,6 +416,13 @@ def _eval_parser(sub: Any) -> None:
         metavar="MODEL",
         help="cost every call and summary at a known model's prices (gpt-4o)",
     )
+    evaluate.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="say on stderr which strategy, session and probe it is on, "
+        "and each summary call (default: when stderr is a terminal)",
+    )
     evaluate.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
 
 
@@ -548,7 +555,8 @@ def _simulate_parser(sub: Any) -> None:
         "simulate",
         help="re-run a stored session's context policy under other settings",
         description="Re-run a stored session with its recorded replies and tool "
-        "results held fixed, under other context settings, and print per model "
+        "results held fixed, under the context settings its log keeps or the "
+        "ones given, and print per model "
         "call the tokens that would be sent, each compaction pass, where the "
         "prompt cache would break and, with --prices, the cost. The model "
         "would have answered differently under other settings: the figures "
@@ -561,7 +569,8 @@ def _simulate_parser(sub: Any) -> None:
         "--strategy",
         metavar="NAME",
         help="the compactor, with its defaults: masking, truncating, "
-        "summarizing or layered (default: the session's own kind)",
+        "summarizing or layered (default: the compactor the session's log "
+        "names, with its settings)",
     )
     simulate.add_argument(
         "--compactor",

@@ -16,6 +16,7 @@ from turnfsm.context import ContextCompactor
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
 from turnfsm.evals import (
     STRATEGIES,
+    EvalProgress,
     Evaluation,
     Probe,
     corpus_probes,
@@ -57,6 +58,7 @@ class EvalCommand:
     )
     store: str | None = None
     prices: str | None = None
+    progress: bool | None = None
 
 
 def strategy_maker(spec: str) -> Maker:
@@ -213,7 +215,21 @@ async def _measure(
         judge=judge,
         prices=command.prices,
         caveats=caveats,
+        progress=_progress(command.progress),
     )
+
+
+def _progress(wanted: bool | None) -> Callable[[EvalProgress], None] | None:
+    """Progress lines on stderr: with ``--progress``, or when it is a terminal."""
+    if wanted is None:
+        wanted = sys.stderr.isatty()
+    if not wanted:
+        return None
+
+    def tell(where: EvalProgress) -> None:
+        print(f"turnfsm eval: {where}", file=sys.stderr, flush=True)
+
+    return tell
 
 
 async def _load(store: str | None, ids: Sequence[str]) -> list[Session]:

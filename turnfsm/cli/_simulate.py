@@ -11,7 +11,7 @@ import anyio
 import attrs
 
 from turnfsm._resources import load_machine
-from turnfsm.context import ContextCompactor, ContextManager
+from turnfsm.context import ContextCompactor, ContextManager, MaskingCompactor
 from turnfsm.core import MachineSpec
 from turnfsm.errors import ConfigError, DefinitionError, StoreError
 from turnfsm.persistence import Session
@@ -108,7 +108,6 @@ def _context(session: Session, command: SimulateCommand) -> ContextManager:
         raise ConfigError(
             "--compactor", command.compactor, "no --strategy with it (one of them)"
         )
-    context = stored_context(session)
     chosen: Any = None
     option = "--strategy"
     if command.strategy is not None:
@@ -116,8 +115,10 @@ def _context(session: Session, command: SimulateCommand) -> ContextManager:
     elif command.compactor is not None:
         option = "--compactor"
         chosen = _user_compactor(load_object(option, command.compactor))
-        if isinstance(chosen, ContextManager):
-            context, chosen = chosen, None
+    if isinstance(chosen, ContextManager):
+        context, chosen = chosen, None
+    else:
+        context = _stored(session, given=chosen is not None)
     if command.newest_exchange:
         chosen = chosen if chosen is not None else context.compactor
         if not hasattr(chosen, "compact_newest_exchange"):
@@ -156,6 +157,20 @@ def _context(session: Session, command: SimulateCommand) -> ContextManager:
             "prices": "--prices",
         }
         raise attrs.evolve(exc, field=flags.get(exc.field, exc.field)) from None
+
+
+def _stored(session: Session, *, given: bool) -> ContextManager:
+    """The session's own settings; its compactor may be replaced (`given`)."""
+    try:
+        return stored_context(session)
+    except ConfigError as exc:
+        if exc.field != "compactor":
+            raise
+        if not given:
+            raise attrs.evolve(exc, field="--compactor") from None
+    # Its compactor cannot be made again, and another is given: the rest of
+    # its settings still hold.
+    return stored_context(session, compactor=MaskingCompactor())
 
 
 def _user_compactor(value: Any) -> ContextCompactor | ContextManager:

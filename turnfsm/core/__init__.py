@@ -22,6 +22,7 @@ from turnfsm.core._decisions import (
 )
 from turnfsm.core._events import (
     EVENT_TYPES,
+    MEASURE_SOURCES,
     OMITTED_IF_DEFAULT,
     PASS_EVENT_TYPES,
     CompactionCircuitOpened,
@@ -32,6 +33,7 @@ from turnfsm.core._events import (
     ContextOverflowed,
     Event,
     Measured,
+    MeasureSource,
     MessageInjected,
     ModelFailed,
     ModelReplied,
@@ -64,6 +66,7 @@ __all__ = [
     "EVENT_TYPES",
     "FAILURES",
     "GUARDS",
+    "MEASURE_SOURCES",
     "OMITTED_IF_DEFAULT",
     "PASS_EVENT_TYPES",
     "REDUCERS",
@@ -87,6 +90,7 @@ __all__ = [
     "Finish",
     "MachineSpec",
     "Measure",
+    "MeasureSource",
     "Measured",
     "MessageInjected",
     "ModelFailed",

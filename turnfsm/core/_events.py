@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, TypeAlias, final
+from typing import Final, Literal, TypeAlias, final
 
 import attrs
 
@@ -23,6 +23,7 @@ from turnfsm.values import ErrorInfo, PassPayback, Usage
 
 __all__ = [
     "EVENT_TYPES",
+    "MEASURE_SOURCES",
     "OMITTED_IF_DEFAULT",
     "PASS_EVENT_TYPES",
     "CompactionCircuitOpened",
@@ -33,6 +34,7 @@ __all__ = [
     "ContextOverflowed",
     "ErrorInfo",
     "Event",
+    "MeasureSource",
     "Measured",
     "MessageInjected",
     "ModelFailed",
@@ -58,6 +60,16 @@ not use it (`Signal.message`).
 """
 
 _non_negative: Final = _checks.integer(low=0)
+
+MeasureSource: TypeAlias = Literal["estimated", "calibrated", "reported"]
+"""Where a `Measured` count came from (its `source`)."""
+
+MEASURE_SOURCES: Final[tuple[MeasureSource, ...]] = (
+    "estimated",
+    "calibrated",
+    "reported",
+)
+"""Every `MeasureSource`."""
 _message: Final = _checks.instance(Message, "a Message")
 _usage: Final = _checks.instance(Usage, "a Usage", optional=True)
 _payback: Final = _checks.instance(PassPayback, "a PassPayback", optional=True)
@@ -93,10 +105,21 @@ class RunStarted:
 class Measured:
     """The driver measured the whole next request at `estimate` tokens.
 
-    Fields, in positional order: `estimate`.
+    `source` says where the count came from: ``"estimated"`` (turnfsm's
+    counter), ``"calibrated"`` (the counter's estimate scaled by what the
+    provider reported, `ContextManager.calibrate`) or ``"reported"`` (the
+    provider's count for the last call, plus the estimate of what was added
+    since, `ContextManager.use_reported_usage`).
+
+    Fields, in positional order: `estimate`, `source`.
     """
 
     estimate: int = attrs.field(validator=_non_negative)
+    source: MeasureSource = attrs.field(
+        default="estimated",
+        validator=_checks.one_of(MEASURE_SOURCES),
+        metadata={OMITTED_IF_DEFAULT: True},
+    )
 
 
 @final

@@ -89,8 +89,12 @@ async def measure(ctx: EffectContext, decision: Measure) -> Event:
         added = list(decision.pending.items_from(len(reported.pending)))
         reply = run.max_output_tokens or 0
         fresh = manager.calibrated(manager.count(added), ctx.ratio)
-        return Measured(estimate=reported.tokens + fresh + reply)
-    return Measured(estimate=ctx.measure(decision.history, decision.pending))
+        return Measured(estimate=reported.tokens + fresh + reply, source="reported")
+    calibrated = manager is not None and manager.calibration_factor(ctx.ratio) != 1.0
+    return Measured(
+        estimate=ctx.measure(decision.history, decision.pending),
+        source="calibrated" if calibrated else "estimated",
+    )
 
 
 def _extends(history: MessageLog, pending: MessageLog, last: Reported) -> bool:

@@ -60,6 +60,7 @@ from turnfsm.core import (
     Fail,
     Finish,
     Measure,
+    Measured,
     ModelReplied,
     OutputRejected,
     Pause,
@@ -77,6 +78,7 @@ from turnfsm.driver._context import (
     ToolJournal,
     UsageTally,
 )
+from turnfsm.driver._context_settings import context_settings
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
@@ -128,6 +130,7 @@ class RunLoop(Ending):
         self.audit = Audit(run.run_id, session, self.hooks, settings.context, run.clock)
         self._effects = settings.effects
         self._wants_transition = self.hooks.wants("on_transition")
+        self._estimate_source = "estimated"  # where the snapshot's estimate came from
         self._journal: ToolJournal | None = None  # made on the first batch of calls
         self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
         self._lock: anyio.Lock | None = None  # made on the first journaled result
@@ -168,6 +171,7 @@ class RunLoop(Ending):
                 digest=settings.digest,
                 budget=self.machine.snapshot.budget,
                 at=self.run.clock(),
+                context=None if manager is None else context_settings(manager),
             )
         )
         self._started(input, resumed=False)
@@ -254,6 +258,10 @@ class RunLoop(Ending):
             raise _Broken(exc) from None
         after = machine.snapshot
         changed = after.history is not before.history
+        if isinstance(event, Measured):
+            self._estimate_source = event.source
+        elif after.estimate != before.estimate:  # a pass's own count
+            self._estimate_source = "estimated"
         if isinstance(last, Compact) and isinstance(event, PASS_EVENT_TYPES):
             entries += self.audit.compaction(
                 last, event, before, taken=changed, key=self._key()
@@ -276,6 +284,9 @@ class RunLoop(Ending):
                     run_id=self.run_id,
                     step=machine.last_step,
                     estimate=after.estimate,
+                    estimate_source=(
+                        None if after.estimate is None else self._estimate_source
+                    ),
                     turn=after.turns,
                 ),
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Final, final
+from typing import Final, TypeAlias, final
 
 import attrs
 
@@ -28,7 +28,9 @@ from turnfsm.values import Usage
 __all__ = [
     "REREAD_SPAN",
     "STRATEGIES",
+    "EvalProgress",
     "Evaluation",
+    "Progress",
     "StrategyResult",
     "evaluate",
     "reread_rate",
@@ -263,6 +265,52 @@ class Evaluation:
         return "\n".join(rows)
 
 
+@final
+@attrs.frozen(kw_only=True)
+class EvalProgress:
+    """Where an evaluation is: what `evaluate` tells its `progress` callback.
+
+    Attributes:
+        strategy: The strategy being measured.
+        strategy_number: Its number (1-based) among `strategies`.
+        strategies: How many strategies are measured.
+        session: The session being replayed.
+        session_number: Its number (1-based) among `sessions`.
+        sessions: How many sessions are replayed.
+        step: ``"replay"`` (the session's replay begins), ``"summary"``
+            (a summary call returned), ``"probe"`` (the judge answered a
+            probe) or ``"done"`` (the strategy is measured).
+        count: The summary calls so far (``"summary"``), the probe's number
+            (``"probe"``), else 0.
+        total: The session's probes (``"probe"``), else 0.
+    """
+
+    strategy: str
+    strategy_number: int
+    strategies: int
+    session: str = ""
+    session_number: int = 0
+    sessions: int = 0
+    step: str = "replay"
+    count: int = 0
+    total: int = 0
+
+    def __str__(self) -> str:
+        where = f"strategy {self.strategy_number}/{self.strategies} {self.strategy}"
+        if self.step == "done":
+            return f"{where}: measured"
+        where += f", session {self.session_number}/{self.sessions} {self.session}"
+        if self.step == "summary":
+            return f"{where}: summary call {self.count}"
+        if self.step == "probe":
+            return f"{where}: judge answered probe {self.count}/{self.total}"
+        return f"{where}: replaying"
+
+
+Progress: TypeAlias = Callable[[EvalProgress], None]
+"""A callback `evaluate` tells where it is (`EvalProgress`)."""
+
+
 @attrs.define(eq=False)
 class _Counting:
     """A summary model that counts its calls and sums their usage."""
@@ -270,18 +318,25 @@ class _Counting:
     model: ModelClient
     calls: int = 0
     usage: Usage = attrs.field(factory=Usage)
+    answered: Callable[[int], None] | None = None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.calls += 1
         response = await self.model.complete(request)
         if response.usage is not None:
             self.usage += response.usage
+        if self.answered is not None:
+            self.answered(self.calls)
         return response
 
     @property
     def context_window(self) -> int | None:
         window = getattr(self.model, "context_window", None)
         return window if isinstance(window, int) else None
+
+
+def _telling(tell: Progress, here: EvalProgress) -> Callable[[int], None]:
+    return lambda calls: tell(attrs.evolve(here, step="summary", count=calls))
 
 
 _CAVEATS: Final = (
@@ -327,6 +382,7 @@ async def evaluate(
     settings: ContextManager | None = None,
     prices: str | None = None,
     caveats: Sequence[str] = (),
+    progress: Progress | None = None,
 ) -> Evaluation:
     """Replay every session under each strategy and check the probes.
 
@@ -346,6 +402,9 @@ async def evaluate(
         prices: A known model's name (``gpt-4o``) whose prices cost each
             call and summary (None: no costs).
         caveats: Added to the report's own (e.g. what the summary model is).
+        progress: Told where the evaluation is (`EvalProgress`): each
+            session's replay, each summary call, each probe the judge
+            answered, each strategy measured (None: nothing is told).
 
     Raises:
         ConfigError: a probe names a session not evaluated, a session has
@@ -359,12 +418,24 @@ async def evaluate(
         if not any(p.session in ("", sid) for p in probes):
             raise ConfigError("probes", sid, "at least one probe for each session")
     results = []
-    for name, make in strategies.items():
+    tell = progress or (lambda _where: None)
+    for number, (name, make) in enumerate(strategies.items(), 1):
+        here = EvalProgress(
+            strategy=name,
+            strategy_number=number,
+            strategies=len(strategies),
+            sessions=len(sessions),
+        )
         counting = _Counting(summary_model)
         compactor = make(counting)
         replays: list[ReplayedSession] = []
         checked: list[ProbeResult] = []
-        for session in sessions:
+        for index, session in enumerate(sessions, 1):
+            here = attrs.evolve(
+                here, session=session.id, session_number=index, step="replay"
+            )
+            tell(here)
+            counting.answered = _telling(tell, here)
             manager = attrs.evolve(
                 settings or ContextManager(), compactor=compactor, context_window=window
             )
@@ -374,11 +445,13 @@ async def evaluate(
             replays.append(replay)
             final = replay.calls[-1].messages if replay.calls else ()
             text = context_text(final)
-            for probe in probes:
-                if probe.session not in ("", session.id):
-                    continue
+            mine = [p for p in probes if p.session in ("", session.id)]
+            for asked, probe in enumerate(mine, 1):
                 answer = await _ask(judge, final, probe) if judge else None
                 checked.append(ProbeResult(probe, present(probe, text), answer))
+                if judge is not None:
+                    tell(attrs.evolve(here, step="probe", count=asked, total=len(mine)))
+        tell(attrs.evolve(here, step="done", count=0, total=0))
         rereads = [reread_rate(r.calls) for r in replays]
         results.append(
             StrategyResult(

@@ -40,7 +40,7 @@ class ConsoleHook(Hook):
     [call_llm] CallLLM
     [tool] read_log({"name": "app.log"})
     [tool] read_log -> 1571 characters
-    [measure] request = 1851 tokens (threshold line 6400, emergency line 7600, ...)
+    [measure] request = 1851 tokens (estimated), threshold line 6400, ...
     [compaction] reason=threshold_exceeded (TruncatingCompactor): 6818 -> 2026 ...
     ```
 
@@ -214,14 +214,14 @@ class ConsoleHook(Hook):
             return
         self._tokens = estimate
         self._refresh()
+        source = getattr(event, "source", "estimated")
+        line = f"[measure] request = {estimate} tokens ({source})"
         if self._window:
-            self.print(
-                f"[measure] request = {estimate} tokens (threshold line "
-                f"{self._threshold}, emergency line {emergency_line(self._window)}, "
-                f"window {self._window})"
+            line += (
+                f", threshold line {self._threshold}, emergency line "
+                f"{emergency_line(self._window)}, window {self._window}"
             )
-        else:
-            self.print(f"[measure] request = {estimate} tokens")
+        self.print(line)
 
     def on_tool_start(self, info: ToolCallInfo) -> None:
         """Print the tool call: ``[tool] name({"argument": value})``."""
@@ -253,10 +253,10 @@ class ConsoleHook(Hook):
         if record.usage is not None:
             spent = (
                 f", summary model {record.usage.input_tokens} in / "
-                f"{record.usage.output_tokens} out"
+                f"{record.usage.output_tokens} out (reported)"
             )
         self.print(
             f"[compaction] {tag}reason={record.reason.value} ({record.strategy}): "
-            f"{record.tokens_before} -> {record.tokens_after} tokens "
-            f"({len(record.covers)} -> {len(record.replacement)} messages{spent})"
+            f"{record.tokens_before} -> {record.tokens_after} tokens (estimated), "
+            f"{len(record.covers)} -> {len(record.replacement)} messages{spent}"
         )

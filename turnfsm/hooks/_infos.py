@@ -69,13 +69,16 @@ class TransitionInfo:
     """The brain moved from one phase to another (or stayed, internally).
 
     `estimate` is the brain's measure of the next request at that point
-    (None until measured), `turn` the model calls made so far.
+    (None until measured), `estimate_source` where that count came from
+    (``"estimated"``, ``"calibrated"`` or ``"reported"``, as on `Measured`;
+    None with no estimate), `turn` the model calls made so far.
     """
 
     run_id: str
     step: Step
     estimate: int | None = None
     turn: int = 0
+    estimate_source: str | None = None
 
 
 @final

@@ -9,6 +9,11 @@ holds a session, and whether it is still alive.
 
 from __future__ import annotations
 
+from turnfsm.persistence._context_settings import (
+    STRATEGY_KINDS,
+    ContextSettings,
+    StrategyKind,
+)
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
 from turnfsm.persistence._lease import Lease, LeasingStore
 from turnfsm.persistence._open import (
@@ -46,9 +51,11 @@ __all__ = [
     "ENTRY_TYPES",
     "OUTCOMES",
     "STORE_ENV",
+    "STRATEGY_KINDS",
     "BreakerChanged",
     "Committed",
     "CompactionRecord",
+    "ContextSettings",
     "Entry",
     "EventRecorded",
     "Lease",
@@ -63,6 +70,7 @@ __all__ = [
     "Session",
     "SessionInfo",
     "SessionStore",
+    "StrategyKind",
     "SummaryRecorded",
     "ToolResultRecorded",
     "TurnRecord",

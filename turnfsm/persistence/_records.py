@@ -7,7 +7,7 @@ appends each entry as it happens:
 | entry | when |
 |---|---|
 | `MachineStored` | a machine's definition, once per digest, before a run on it opens |
-| `RunOpened` | a run begins: its budget and the machine it runs on |
+| `RunOpened` | a run begins: its budget, the machine it runs on, its context settings |
 | `EventRecorded` | every event fed to the brain, in order (the replay source) |
 | `TurnRecord` | every model reply: the context it saw (message ids), usage |
 | `CompactionRecord` | every compaction pass, whatever it came to |
@@ -34,6 +34,7 @@ import attrs
 
 from turnfsm import _deprecated
 from turnfsm.core import (
+    OMITTED_IF_DEFAULT,
     Budget,
     CallLLM,
     Compact,
@@ -50,6 +51,7 @@ from turnfsm.core import (
 )
 from turnfsm.errors import TurnFSMError
 from turnfsm.messages import JSONValue, Message
+from turnfsm.persistence._context_settings import ContextSettings
 from turnfsm.values import PassPayback, Usage
 
 __all__ = [
@@ -97,13 +99,20 @@ def _mapping(value: Mapping[str, JSONValue]) -> Mapping[str, JSONValue]:
 @final
 @attrs.frozen(kw_only=True)
 class RunOpened:
-    """A run began on `machine` (name and digest) within `budget`."""
+    """A run began on `machine` (name and digest) within `budget`.
+
+    `context` is the context settings it ran with (None: it had no context
+    manager, or its log was written before they were kept).
+    """
 
     run_id: str
     machine: str
     digest: str
     budget: Budget
     at: float
+    context: ContextSettings | None = attrs.field(
+        default=None, metadata={OMITTED_IF_DEFAULT: True}
+    )
 
 
 @final

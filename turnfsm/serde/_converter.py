@@ -31,7 +31,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from turnfsm.core import Decision, Event
+from turnfsm.core import OMITTED_IF_DEFAULT, Decision, Event
 from turnfsm.errors import CorruptRecord
 from turnfsm.messages import JSONValue, Part, ToolCallPart
 
@@ -285,10 +285,21 @@ def _attrs_structure_factory(cls: Any) -> Callable[[object, Any], Any]:
     return structure
 
 
+def _written_keys(cls: type) -> dict[str, Any]:
+    """`stored_keys`, and the fields left out while they have their default."""
+    keys = stored_keys(cls)
+    for f in attrs.fields(cls):
+        if f.metadata.get(OMITTED_IF_DEFAULT):
+            keys[f.name] = override(
+                rename=f.metadata.get(STORED_AS), omit_if_default=True
+            )
+    return keys
+
+
 _converter.register_structure_hook_factory(attrs.has, _attrs_structure_factory)
 _converter.register_unstructure_hook_factory(
-    lambda cls: attrs.has(cls) and bool(stored_keys(cls)),
-    lambda cls: make_dict_unstructure_fn(cls, _converter, **stored_keys(cls)),
+    lambda cls: attrs.has(cls) and bool(_written_keys(cls)),
+    lambda cls: make_dict_unstructure_fn(cls, _converter, **_written_keys(cls)),
 )
 
 

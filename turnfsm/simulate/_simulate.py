@@ -10,19 +10,21 @@ runs in a `MemoryStore`.
 from __future__ import annotations
 
 import contextvars
+import importlib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, cast, final
 
 import attrs
 
-from turnfsm import _checks
+from turnfsm import _checks, tokens
 from turnfsm.context import (
     ContextCompactor,
     ContextManager,
     LayeredCompactor,
     MaskingCompactor,
     SummarizingCompactor,
+    ToolResultDigest,
     TruncatingCompactor,
 )
 from turnfsm.core import (
@@ -41,6 +43,7 @@ from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
+    ContextSettings,
     MemoryStore,
     RunRecord,
     Session,
@@ -69,6 +72,7 @@ STRATEGIES: Final[Mapping[str, type[ContextCompactor]]] = {
     "masking": MaskingCompactor,
     "summarizing": SummarizingCompactor,
     "truncating": TruncatingCompactor,
+    "digest": ToolResultDigest,
 }
 """The compactors a simulation can be asked for by name."""
 
@@ -362,33 +366,144 @@ def _reserved(session: Session, run: RunRecord, counter: TokenCounter) -> int:
     return max(0, estimate - counter.count(messages))
 
 
-def stored_context(session: Session) -> ContextManager:
-    """The context manager `session`'s first run ran with, as far as its log says.
+def stored_context(
+    session: Session, *, compactor: ContextCompactor | None = None
+) -> ContextManager:
+    """The context manager `session`'s first run ran with, as its log keeps it.
 
-    The log keeps each run's window and lines (its budget) and the name of
-    the compactor of each pass, not the compactor's settings: the
-    compactor is that kind with its default settings (the default
-    `MaskingCompactor` when no pass ran).
+    The log keeps each run's context settings (`ContextSettings`): the
+    compactor (a shipped strategy and its settings, or a compactor that can
+    be imported again), the window, the lines, the target and the counter.
+    A log written before they were kept has each run's window and lines and
+    the name of each pass's compactor: that kind with its default settings
+    stands in (the default `MaskingCompactor` when no pass ran).
+
+    Args:
+        session: A stored session.
+        compactor: The compactor in the recorded one's place (None: the
+            recorded one, made again).
 
     Raises:
-        ConfigError: `session` has no runs.
+        ConfigError: `session` has no runs, or its compactor cannot be made
+            again (field ``compactor``: only its class name is known; give
+            the context to simulate under).
     """
+    return _stored(session, compactor)[0]
+
+
+def _stored(
+    session: Session, compactor: ContextCompactor | None = None
+) -> tuple[ContextManager, tuple[str, ...]]:
+    """The first run's context manager, and what standing in for it loses."""
     if not session.runs:
         raise ConfigError("session", session.id, "a session with at least one run")
     run = session.runs[0]
+    settings = run.opened.context
+    if settings is not None:
+        return _rebuilt(settings, compactor)
     budget = run.opened.budget
     names = [p.strategy for r in session.runs for p in r.compactions if p.strategy]
-    compactor: ContextCompactor = MaskingCompactor()
+    kind: ContextCompactor = MaskingCompactor()
     for cls in STRATEGIES.values():
         if names and cls.__name__ == names[0]:
-            compactor = cls()
-    return ContextManager(
-        compactor,
+            kind = cls()
+    manager = ContextManager(
+        compactor or kind,
         context_window=budget.context_window or None,
         threshold=budget.threshold or 80,
         threshold_tokens=budget.threshold_tokens,
         auto_compact=budget.auto_compact,
         max_messages=budget.max_messages,
+    )
+    if compactor is not None:
+        return manager, ()
+    return manager, (
+        "the log keeps the compactor's kind, not its settings: "
+        f"{type(kind).__name__} with its defaults stands in",
+    )
+
+
+def _rebuilt(
+    settings: ContextSettings, compactor: ContextCompactor | None
+) -> tuple[ContextManager, tuple[str, ...]]:
+    counter, notes = _counter(settings)
+    compactor = compactor or _compactor(settings)
+    try:
+        manager = ContextManager(
+            compactor,
+            context_window=settings.window,
+            threshold=settings.threshold,
+            threshold_tokens=settings.threshold_tokens,
+            auto_compact=settings.auto_compact,
+            compact_target=settings.target,
+            compact_target_pct=settings.target_pct,
+            counter=counter,
+            max_messages=settings.max_messages,
+            max_failures=settings.max_failures,
+            use_reported_usage=settings.use_reported_usage,
+            calibrate=settings.calibrate,
+        )
+    except ConfigError as exc:  # a log written by hand, or by a newer turnfsm
+        raise ConfigError(
+            "session", settings, f"context settings that make a context manager ({exc})"
+        ) from None
+    return manager, notes
+
+
+_UNREBUILDABLE: Final = (
+    "a compactor to simulate under (--compactor MODULE:ATTR, or context= "
+    "in the library): the log names only its class, which cannot be "
+    "imported again"
+)
+
+
+def _compactor(settings: ContextSettings) -> ContextCompactor:
+    """The compactor `settings` name, made again with its recorded settings."""
+    kind, spec = settings.strategy_kind, settings.strategy
+    made: object
+    try:
+        if kind == "shipped" and spec in STRATEGIES:
+            made = STRATEGIES[spec](**settings.strategy_settings)
+        elif kind == "import" and ":" in spec:
+            found = _import(spec)
+            if isinstance(found, type):
+                made = found(**settings.strategy_settings)
+            else:
+                made = found
+        else:
+            raise ConfigError("compactor", spec, _UNREBUILDABLE)
+    except (ImportError, AttributeError, TypeError, ConfigError) as exc:
+        if isinstance(exc, ConfigError) and exc.field == "compactor":
+            raise
+        raise ConfigError("compactor", spec, f"{_UNREBUILDABLE} ({exc})") from None
+    if not isinstance(made, ContextCompactor):
+        raise ConfigError(
+            "compactor", spec, f"{_UNREBUILDABLE} (it is a {type(made).__name__})"
+        )
+    return made
+
+
+def _import(spec: str) -> object:
+    module, _, attr = spec.partition(":")
+    value: object = importlib.import_module(module)
+    for part in attr.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _counter(settings: ContextSettings) -> tuple[TokenCounter, tuple[str, ...]]:
+    """The counter `settings` name (a shipped one), else the default, said so."""
+    cls = getattr(tokens, settings.counter, None)
+    if isinstance(cls, type) and settings.counter in tokens.__all__:
+        try:
+            made = cls(**settings.counter_settings)
+        except (TypeError, ConfigError):
+            made = None
+        if isinstance(made, TokenCounter):
+            return made, ()
+    return default_counter(), (
+        f"the run counted with {settings.counter}, which simulate cannot make "
+        "again: the default counter stands in",
     )
 
 
@@ -418,9 +533,9 @@ async def simulate(
 
     Args:
         session: A stored session (e.g. from `Session.load`).
-        context: The context manager to simulate (None: the one the session
-            ran with, as far as its log tells: the window and lines it
-            recorded, its compactor's kind with default settings).
+        context: The context manager to simulate (None: the one the
+            session's first run ran with, made again from the settings its
+            log keeps, `stored_context`).
         machine: The machine to run on (None: the one kept in the log).
         summary_model: Answers the summaries a strategy asks for that were
             not recorded (None: such a summary is an error).
@@ -435,8 +550,10 @@ async def simulate(
 
     Raises:
         ConfigError: `session` is not a Session or has no runs, `prices`
-            names no model with known prices, a run needs a reply, a tool
-            result or a summary that was not recorded (the field is named).
+            names no model with known prices, no `context` is given and the
+            session's compactor cannot be made again (field ``compactor``),
+            a run needs a reply, a tool result or a summary that was not
+            recorded (the field is named).
     """
     if not isinstance(session, Session):
         raise ConfigError("session", session, "a stored Session")
@@ -451,11 +568,8 @@ async def simulate(
             raise ConfigError("prices", prices, "a model with known prices (gpt-4o)")
     caveats: tuple[str, ...] = CAVEATS
     if context is None:
-        manager = stored_context(session)
-        caveats += (
-            "the log keeps the compactor's kind, not its settings: "
-            f"{type(manager.compactor).__name__} with its defaults stands in",
-        )
+        manager, stand_ins = _stored(session)
+        caveats += stand_ins
     else:
         manager = context
     if price is not None and manager.prices is None:
@@ -485,6 +599,11 @@ async def simulate(
             max_overflow_retries=budget.max_overflow_retries,
             max_compactions=budget.max_compactions,
             max_output_retries=budget.max_output_retries,
+            # A slow summary model is measured, not cut short: no deadline
+            # (a real run's would have its own).
+            model_timeout=None,
+            compaction_timeout=None,
+            effect_timeout=None,
             effects=_effects(record.results, stored),
         )
         model.run_id = run.run_id

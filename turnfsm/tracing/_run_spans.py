@@ -36,6 +36,7 @@ class OpenRun:
     turn: Span | None = None
     turn_context: otel_context.Context | None = None
     estimate: int | None = None
+    estimate_source: str = "estimated"
     phase: str = ""
     turn_over: bool = False
     compaction: Span | None = None
@@ -130,6 +131,7 @@ def end_turn(run: OpenRun, *, cancelled: bool = False) -> None:
     turn.set_attribute(A.PHASE, run.phase)  # where the turn got to
     if run.estimate is not None:
         turn.set_attribute(A.ESTIMATE, run.estimate)
+        turn.set_attribute(A.ESTIMATE_SOURCE, run.estimate_source)
     end_open(turn, cancelled)
     run.turn = run.turn_context = None
 
@@ -156,6 +158,8 @@ def add_transition(run: OpenRun, info: TransitionInfo) -> None:
         attributes[A.TRANSITION_ERROR] = step.error
     if info.estimate is not None:
         attributes[A.ESTIMATE] = run.estimate = info.estimate
+        source = info.estimate_source or "estimated"
+        attributes[A.ESTIMATE_SOURCE] = run.estimate_source = source
     run.phase = step.dest
     span = run.turn if run.turn is not None else run.root
     span.add_event(A.EVENT_TRANSITION, attributes)

@@ -1,0 +1,279 @@
+"""The log keeps a run's context settings; `simulate` makes them again by default."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.simulate import user_compactor
+from turnfsm import Agent
+from turnfsm.cli._demo import STRATEGIES, TASK, build_demo_agent
+from turnfsm.context import (
+    CompactBase,
+    ContextCompactor,
+    ContextManager,
+    TruncatingCompactor,
+)
+from turnfsm.core import Measured, ModelReplied
+from turnfsm.errors import ConfigError
+from turnfsm.persistence import (
+    CompactionRecord,
+    ContextSettings,
+    MemoryStore,
+    RunRecord,
+    Session,
+    SQLiteStore,
+    dump_session,
+    load_session,
+)
+from turnfsm.simulate import simulate, stored_context
+from turnfsm.simulate._simulate import CAVEATS
+from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+
+
+def _measured(run: RunRecord) -> list[int]:
+    sizes, last = [], 0
+    for event in run.events:
+        if isinstance(event, Measured):
+            last = event.estimate
+        elif isinstance(event, ModelReplied):
+            sizes.append(last)
+    return sizes
+
+
+def _pass(p: CompactionRecord) -> tuple[object, ...]:
+    return (p.turn, p.reason, p.verdict, p.tokens_before, p.tokens_after)
+
+
+def _read(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file's path.
+    """
+    return f"# {path}\n" + "".join(f"line {n} of {path}\n" for n in range(60))
+
+
+async def _run(context: ContextManager, store: MemoryStore | None = None) -> Session:
+    """Six file reads in one run, on a small window: it compacts."""
+    calls = [
+        reply(f"Reading {i}.", tool_call("_read", f"call_{i}", path=f"f{i}.py"))
+        for i in range(6)
+    ]
+    store = store or MemoryStore()
+    agent = Agent(
+        model=ScriptedModel.of(*calls, "all six read"),
+        tools=[_read],
+        context=context,
+        store=store,
+        system_prompt="Hi.",
+    )
+    assert (await agent.run("read them")).ok
+    return await Session.load(store, agent.session.id)
+
+
+def _reproduced(stored: Session, sim: object) -> None:
+    (run,) = stored.runs
+    assert run.compactions, "the run compacted"
+    assert [c.tokens for c in sim.calls] == _measured(run)  # type: ignore[attr-defined]
+    assert [_pass(p) for p in sim.passes] == [  # type: ignore[attr-defined]
+        _pass(p) for p in run.compactions
+    ]
+    assert sim.differences == ()  # type: ignore[attr-defined]
+
+
+def _named(stored: Session, sim: object) -> None:
+    """The passes name the same compactor as the log."""
+    assert [p.strategy for p in sim.passes] == [  # type: ignore[attr-defined]
+        p.strategy for p in stored.runs[0].compactions
+    ]
+
+
+@pytest.mark.anyio
+async def test_the_demos_run_opens_with_its_context_settings() -> None:
+    store = MemoryStore()
+    agent = build_demo_agent(io.StringIO(), store=store)
+    assert (await agent.run(TASK)).ok
+    (run,) = (await Session.load(store, agent.session.id)).runs
+    assert run.opened.context == ContextSettings(
+        strategy="truncating",
+        strategy_kind="shipped",
+        strategy_settings={
+            "preserve_recent": 2,
+            "min_messages": 3,
+            "compact_newest_exchange": True,
+        },
+        window=8_000,
+        threshold=80,
+        threshold_tokens=None,
+        auto_compact=True,
+        target="threshold",
+        target_pct=70,
+        counter="ConservativeTokenCounter",
+        counter_settings={"message_tokens": 4, "image_tokens": 85},
+        max_messages=50,
+        max_failures=3,
+        use_reported_usage=False,
+        calibrate=False,
+    )
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_the_demo_simulated_with_no_settings_reproduces_its_figures(
+    strategy: str,
+) -> None:
+    store = MemoryStore()
+    agent = build_demo_agent(io.StringIO(), store=store, strategy=strategy)
+    assert (await agent.run(TASK)).ok
+    stored = await Session.load(store, agent.session.id)
+    sim = await simulate(stored)  # no context: the one the log keeps
+    _reproduced(stored, sim)
+    _named(stored, sim)
+    assert sim.caveats == CAVEATS  # nothing stood in for a setting
+    assert stored_context(stored).compactor == agent.driver.context.compactor  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("compactor", "strategy", "kind", "settings"),
+    [
+        (user_compactor.mine, "tests.simulate.user_compactor:mine", "import", {}),
+        (
+            user_compactor.Keep(recent=2),
+            "tests.simulate.user_compactor:Keep",
+            "import",
+            {"recent": 2},
+        ),
+        (
+            TruncatingCompactor(preserve_recent=2, min_messages=3),
+            "truncating",
+            "shipped",
+            {"preserve_recent": 2, "min_messages": 3, "compact_newest_exchange": False},
+        ),
+    ],
+    ids=["module-level instance", "importable attrs class", "shipped"],
+)
+async def test_a_compactor_that_can_be_made_again_is_named_so_and_reproduces(
+    compactor: ContextCompactor,
+    strategy: str,
+    kind: str,
+    settings: dict[str, object],
+) -> None:
+    context = ContextManager(
+        compactor,
+        context_window=2_000,
+        threshold=60,
+        compact_target=CompactBase.CONTEXT,
+        compact_target_pct=40,
+        counter=HeuristicTokenCounter(),
+        max_messages=0,
+    )
+    stored = await _run(context)
+    recorded = stored.runs[0].opened.context
+    assert recorded is not None
+    assert (recorded.strategy, recorded.strategy_kind) == (strategy, kind)
+    assert dict(recorded.strategy_settings) == settings
+    assert (recorded.target, recorded.target_pct) == ("context", 40)
+    assert recorded.counter == "HeuristicTokenCounter"
+    again = stored_context(stored)
+    assert isinstance(again.counter, HeuristicTokenCounter)
+    assert (again.window, again.threshold, again.max_messages) == (2_000, 60, 0)
+    assert again.compact_target is CompactBase.CONTEXT
+    sim = await simulate(stored)
+    _reproduced(stored, sim)
+    _named(stored, sim)
+    assert sim.caveats == CAVEATS
+
+
+@pytest.mark.anyio
+async def test_a_compactor_known_only_by_its_class_name_must_be_given() -> None:
+    class Local(user_compactor.KeepRecent):
+        """Defined in a function: it cannot be imported again."""
+
+    context = ContextManager(Local(), context_window=3_000, threshold=60)
+    stored = await _run(context)
+    recorded = stored.runs[0].opened.context
+    assert recorded is not None
+    assert (recorded.strategy, recorded.strategy_kind) == ("Local", "class")
+    with pytest.raises(ConfigError) as caught:
+        await simulate(stored)
+    assert (caught.value.field, caught.value.value) == ("compactor", "Local")
+    assert "--compactor MODULE:ATTR" in str(caught.value)
+    # Given one (the same shrinking), the rest of the recorded settings hold.
+    given = stored_context(stored, compactor=user_compactor.mine)
+    assert (given.window, given.threshold) == (3_000, 60)
+    _reproduced(stored, await simulate(stored, context=given))
+
+
+def _without_settings(stored: Session, path: Path) -> str:
+    """`stored`'s log as written before runs kept their context settings."""
+    dump_session(stored, str(path))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if line.get("type") == "RunOpened":
+            assert line["data"].pop("context")["strategy"] == "truncating"
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+@pytest.mark.anyio
+async def test_a_log_written_before_the_settings_were_kept_still_loads(
+    tmp_path: Path,
+) -> None:
+    stored = await _run(
+        ContextManager(
+            TruncatingCompactor(
+                preserve_recent=2, min_messages=3, compact_newest_exchange=True
+            ),
+            context_window=3_000,
+            threshold=60,
+        )
+    )
+    old = await load_session(_without_settings(stored, tmp_path / "log.jsonl"))
+    assert old.runs[0].opened.context is None
+    sim = await simulate(old)
+    assert any("TruncatingCompactor with its defaults" in c for c in sim.caveats)
+    assert stored_context(old).window == 3_000
+
+
+@pytest.mark.anyio
+async def test_the_settings_survive_the_sqlite_store(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    context = ContextManager(user_compactor.Keep(recent=2), context_window=3_000)
+    agent = Agent(model=ScriptedModel.of("hi"), context=context, store=store)
+    assert (await agent.run("hello")).ok
+    loaded = await Session.load(store, agent.session.id)
+    await store.aclose()
+    recorded = loaded.runs[0].opened.context
+    assert recorded is not None
+    assert recorded == agent.session.runs[0].opened.context
+    assert recorded.strategy == "tests.simulate.user_compactor:Keep"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("strategy", ""),
+        ("strategy_kind", "guessed"),
+        ("strategy_settings", {"a": object()}),
+        ("window", -1),
+        ("threshold", 101),
+        ("target", "half"),
+        ("counter", 3),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field(field: str, value: object) -> None:
+    good: dict[str, object] = {
+        "strategy": "truncating",
+        "strategy_kind": "shipped",
+        "window": 8_000,
+        "threshold": 80,
+        "counter": "ConservativeTokenCounter",
+    }
+    with pytest.raises(ConfigError) as caught:
+        ContextSettings(**{**good, field: value})  # type: ignore[arg-type]
+    assert caught.value.field.startswith(field)

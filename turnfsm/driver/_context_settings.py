@@ -1,0 +1,107 @@
+"""The context settings a run opens with, as its log keeps them (`ContextSettings`)."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from collections.abc import Mapping
+from enum import Enum
+from typing import Final
+
+import attrs
+
+from turnfsm.context import (
+    ContextManager,
+    LayeredCompactor,
+    MaskingCompactor,
+    SummarizingCompactor,
+    ToolResultDigest,
+    TruncatingCompactor,
+)
+from turnfsm.messages import JSONValue
+from turnfsm.persistence import ContextSettings, StrategyKind
+
+__all__ = ["SHIPPED_STRATEGIES", "context_settings", "object_settings"]
+
+SHIPPED_STRATEGIES: Final[Mapping[str, type]] = {
+    "layered": LayeredCompactor,
+    "masking": MaskingCompactor,
+    "summarizing": SummarizingCompactor,
+    "truncating": TruncatingCompactor,
+    "digest": ToolResultDigest,
+}
+"""The shipped compactors a log names by their short name."""
+
+
+def context_settings(manager: ContextManager) -> ContextSettings:
+    """Return what the log keeps of `manager`'s settings."""
+    strategy, kind, settings = _strategy(manager.compactor)
+    return ContextSettings(
+        strategy=strategy,
+        strategy_kind=kind,
+        strategy_settings=settings,
+        window=manager.window,
+        threshold=manager.threshold,
+        threshold_tokens=manager.threshold_tokens,
+        auto_compact=manager.auto_compact,
+        target=str(manager.compact_target.value),
+        target_pct=manager.compact_target_pct,
+        counter=type(manager.counter).__name__,
+        counter_settings=object_settings(manager.counter) or {},
+        max_messages=manager.max_messages,
+        max_failures=manager.max_failures,
+        use_reported_usage=manager.use_reported_usage,
+        calibrate=manager.calibrate,
+    )
+
+
+def _strategy(
+    compactor: object,
+) -> tuple[str, StrategyKind, Mapping[str, JSONValue]]:
+    cls = type(compactor)
+    for name, shipped in SHIPPED_STRATEGIES.items():
+        if cls is shipped:
+            return name, "shipped", object_settings(compactor) or {}
+    module = sys.modules.get(cls.__module__)
+    if module is not None and cls.__module__ != "__main__":
+        # The module-level compactor itself: imported again, it is the same.
+        for attr, value in sorted(vars(module).items()):
+            if value is compactor and not attr.startswith("_"):
+                return f"{cls.__module__}:{attr}", "import", {}
+        settings = object_settings(compactor)
+        if settings is not None and _importable(cls):
+            return f"{cls.__module__}:{cls.__qualname__}", "import", settings
+    return cls.__name__, "class", {}
+
+
+def _importable(cls: type) -> bool:
+    try:
+        module = importlib.import_module(cls.__module__)
+    except ImportError:  # pragma: no cover - the class came from it
+        return False
+    return getattr(module, cls.__qualname__, None) is cls
+
+
+def object_settings(value: object) -> dict[str, JSONValue] | None:
+    """Return the JSON settings an attrs object is made with, or None.
+
+    Every field set on construction whose value is a JSON value (an enum:
+    its value) is kept; a field holding something else (a model, a counter)
+    is left out. None: `value` is not an attrs object.
+    """
+    cls = type(value)
+    if not attrs.has(cls):
+        return None
+    out: dict[str, JSONValue] = {}
+    for field in attrs.fields(cls):
+        if not field.init or field.name.startswith("_"):
+            continue
+        item = getattr(value, field.name)
+        if isinstance(item, Enum):
+            item = item.value
+        if isinstance(item, float) and not math.isfinite(item):
+            continue
+        if item is None or isinstance(item, bool | int | float | str):
+            out[field.alias or field.name] = item
+    return out
