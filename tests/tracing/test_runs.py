@@ -79,28 +79,28 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
     driver = traced_driver(traced, model, tools=[echo], context=summarizing())
     result = await driver.run(history(10, 500))
     [(_, _, _, [_, first, second])] = traced.tree(masks(result))
-    first_turn = turn(1, "start", 1_085, usage=(900, 5))
+    first_turn = turn(1, "start", 1_093, usage=(900, 5))
     assert first == ("turnfsm.turn 1", "INTERNAL", first_turn, [
         "measured: start -> compact #4 [is_over_threshold_line, "
         "not is_compaction_limit_reached, not is_threshold_line_spent] "
         "reason=threshold_exceeded estimate=2709",
-        "compaction_result: compact -> start #18 estimate=1085",
-        "measured: start -> call_llm #6 estimate=1085",
-        "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=1085",
-        "tools_finished: run_tools -> start #13 estimate=1085",
+        "compaction_result: compact -> start #18 estimate=1093",
+        "measured: start -> call_llm #6 estimate=1093",
+        "model_replied: call_llm -> run_tools #7 [has_tool_calls] estimate=1093",
+        "tools_finished: run_tools -> start #13 estimate=1093",
         ("turnfsm.compaction", "INTERNAL", {
             A.COMPACTION_REASON: "threshold_exceeded",
             A.COMPACTION_STRATEGY: "SummarizingCompactor",
             A.COMPACTION_OUTCOME: "compacted",
             A.TOKENS_BEFORE: 2_709,
-            A.TOKENS_AFTER: 1_085,
-            A.TOKENS_SAVED: 1_624,
+            A.TOKENS_AFTER: 1_093,
+            A.TOKENS_SAVED: 1_616,
             A.TOKENS_SOURCE: "estimated",
             A.USAGE_INPUT_TOKENS: 2_301,  # the summary calls' usage
             A.USAGE_OUTPUT_TOKENS: 435,
             # What the pass invalidates in the prompt cache (no prices).
             A.CACHE_INVALIDATED: 2_650,
-            A.CACHE_REWRITTEN: 1_026,
+            A.CACHE_REWRITTEN: 1_034,
             A.CACHE_DECLINED: False,
         }, [
             ("chat summarizer", "CLIENT", {
@@ -121,10 +121,10 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
         ("chat gpt-test", "CLIENT", chat(usage=(900, 5)) | COMPACTED, []),
         ("execute_tool echo", "INTERNAL", tool("echo", "c1"), []),
     ])  # fmt: skip
-    second_turn = turn(2, "done", 1_099, usage=(950, 1))
+    second_turn = turn(2, "done", 1_108, usage=(950, 1))
     assert second == ("turnfsm.turn 2", "INTERNAL", second_turn, [
-        "measured: start -> call_llm #6 estimate=1099",
-        "model_replied: call_llm -> done #9 estimate=1099",
+        "measured: start -> call_llm #6 estimate=1108",
+        "model_replied: call_llm -> done #9 estimate=1108",
         ("chat gpt-test", "CLIENT", chat(usage=(950, 1)), []),
     ])  # fmt: skip
 
