@@ -13,6 +13,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from turnfsm.cli._strategies import (
+    AGENT_STRATEGIES,
+    DEMO_STRATEGIES,
+    EVAL_STRATEGIES,
+    spoken,
+)
+
 __all__ = ["main"]
 
 _STORE_HELP = (
@@ -65,11 +72,13 @@ def _parser() -> argparse.ArgumentParser:
         "--log", metavar="FILE", help="write the session's log to FILE (JSON lines)"
     )
     demo.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
+    default = "truncating"
     demo.add_argument(
         "--strategy",
-        choices=["truncating", "summarizing", "layered"],
-        default="truncating",
-        help="the compactor: truncating (default), summarizing or layered",
+        choices=DEMO_STRATEGIES,
+        default=default,
+        help="the compactor: "
+        + spoken(tuple(n + " (default)" * (n == default) for n in DEMO_STRATEGIES)),
     )
     demo.add_argument(
         "--durable",
@@ -167,7 +176,7 @@ def _agent_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--strategy",
-        choices=["masking", "truncating", "summarizing", "layered"],
+        choices=AGENT_STRATEGIES,
         help="the compactor (default: the context manager's own, masking)",
     )
     group.add_argument("--system", metavar="TEXT", help="the system prompt")
@@ -383,8 +392,8 @@ def _eval_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="masking, truncating, summarizing, layered, digest, or your "
-        "compactor as MODULE:ATTR; repeat it (default: every shipped one)",
+        help=f"{', '.join(EVAL_STRATEGIES)}, or your compactor as MODULE:ATTR; "
+        "repeat it (default: every shipped one)",
     )
     evaluate.add_argument(
         "--window",
@@ -568,9 +577,8 @@ def _simulate_parser(sub: Any) -> None:
     simulate.add_argument(
         "--strategy",
         metavar="NAME",
-        help="the compactor, with its defaults: masking, truncating, "
-        "summarizing or layered (default: the compactor the session's log "
-        "names, with its settings)",
+        help=f"the compactor, with its defaults: {spoken(AGENT_STRATEGIES)} "
+        "(default: the compactor the session's log names, with its settings)",
     )
     simulate.add_argument(
         "--compactor",

@@ -11,21 +11,16 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TextIO
 
 import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._demo_model import SimulatedModel, read_log, read_log_head
 from turnfsm.cli._stores import close_store, open_cli_store, where
-from turnfsm.context import (
-    ContextCompactor,
-    ContextManager,
-    LayeredCompactor,
-    SummarizingCompactor,
-    TruncatingCompactor,
-)
+from turnfsm.cli._strategies import DEMO_STRATEGIES
+from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.driver import RunResult, Tool
 from turnfsm.errors import ConfigError, MaxTurnsExceeded, StoreError
 from turnfsm.hooks import ConsoleHook
@@ -52,8 +47,22 @@ LOCAL_WINDOW = 1_024
 LOCAL_THRESHOLD = 70
 LOCAL_MAX_TOKENS = 24
 LOCAL_MAX_TURNS = 3
-STRATEGIES = ("truncating", "summarizing", "layered")
-"""The compactors ``turnfsm demo --strategy`` can run."""
+STRATEGIES = DEMO_STRATEGIES
+"""The compactors ``turnfsm demo --strategy`` can run (``truncating`` by default)."""
+
+_SETTINGS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "truncating": {"preserve_recent": 2, "min_messages": 3},
+    "summarizing": {"keep_recent_turns": 1, "max_summary_tokens": 300},
+    "layered": {
+        # Above the longest log: a log is kept whole or summarised, never cut
+        # short, so the answer can count every log's ERROR lines.
+        "max_tool_result_chars": 16_000,
+        "max_summary_tokens": 300,
+    },
+}
+"""The demo's own settings of each strategy (the rest: their defaults)."""
+
+_SUMMARISING: Final = ("summarizing", "layered")
 
 
 def demo_compactor(
@@ -72,29 +81,12 @@ def demo_compactor(
     Raises:
         ConfigError: `strategy` is not one of `STRATEGIES`.
     """
-    if strategy == "truncating":
-        return TruncatingCompactor(
-            preserve_recent=2, min_messages=3, compact_newest_exchange=True
-        )
-    if strategy == "summarizing":
-        return SummarizingCompactor(
-            model=summary_model,
-            keep_recent_turns=1,
-            max_summary_tokens=300,
-            summary_window=summary_window,
-            compact_newest_exchange=True,
-        )
-    if strategy == "layered":
-        return LayeredCompactor(
-            model=summary_model,
-            # Above the longest log: a log is kept whole or summarised, never
-            # cut short, so the answer can count every log's ERROR lines.
-            max_tool_result_chars=16_000,
-            max_summary_tokens=300,
-            summary_window=summary_window,
-            compact_newest_exchange=True,
-        )
-    raise ConfigError("strategy", strategy, " | ".join(STRATEGIES))
+    if strategy not in STRATEGIES:
+        raise ConfigError("strategy", strategy, " | ".join(STRATEGIES))
+    settings = {**_SETTINGS[strategy], "compact_newest_exchange": True}
+    if strategy in _SUMMARISING:
+        settings["summary_window"] = summary_window
+    return strategy_named(strategy, summary_model=summary_model, **settings)
 
 
 def build_demo_agent(

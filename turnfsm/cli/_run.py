@@ -25,14 +25,8 @@ from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._stores import close_store, open_cli_store, where
-from turnfsm.context import (
-    ContextCompactor,
-    ContextManager,
-    LayeredCompactor,
-    MaskingCompactor,
-    SummarizingCompactor,
-    TruncatingCompactor,
-)
+from turnfsm.cli._strategies import AGENT_STRATEGIES
+from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec
 from turnfsm.driver import Driver, RunResult
 from turnfsm.errors import ConfigError, SessionNotFound, TurnFSMError
@@ -51,8 +45,8 @@ __all__ = [
 
 _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
-STRATEGY_NAMES = ("masking", "truncating", "summarizing", "layered")
-"""The compactors ``--strategy`` names."""
+STRATEGY_NAMES = AGENT_STRATEGIES
+"""The compactors ``--strategy`` names (every shipped one but ``digest``)."""
 
 # The errors a command reports on one line (exit status 2): a setting, a
 # store, a missing extra, a local server that would not start.
@@ -118,15 +112,9 @@ def compactor(name: str) -> ContextCompactor:
     Raises:
         ConfigError: `name` is not one of `STRATEGY_NAMES`.
     """
-    if name == "masking":
-        return MaskingCompactor()
-    if name == "truncating":
-        return TruncatingCompactor()
-    if name == "summarizing":
-        return SummarizingCompactor()
-    if name == "layered":
-        return LayeredCompactor()
-    raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES))
+    if name not in STRATEGY_NAMES:
+        raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES))
+    return strategy_named(name, field="--strategy")
 
 
 @contextlib.contextmanager

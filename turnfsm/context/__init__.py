@@ -11,15 +11,17 @@ drops the middle (`TruncatingCompactor`, which also works alone);
 `SummarizingCompactor` summarises old turns with a model; `LayeredCompactor`
 shrinks in five layers, cheapest first, the last two with a model;
 `ToolResultDigest` replaces old, oversized tool results with one-line
-digests. Every replacement a shipped strategy makes names what it covers
-(`REPLACES`, a ``[recall ...]`` note: `mark_replacements`), so that the
-originals, kept in the session's log, can be fetched back. `TokenSplitter`
-finds a pair-safe old/recent boundary for custom strategies. Pinned messages
-(`Message.pin`, `PinRules`, calls in flight: `pinned_ids`) survive every
-pass word for word: shipped strategies keep them (`keep_pinned`), and the
-manager refuses a pass that loses one (`pin_loss`). The pair-safety helpers
-(`pair_tool_traffic`, `adjust_split`, `sanitize`) keep any compactor from
-orphaning a tool call or result. `CacheRules` (by provider in
+digests. `STRATEGIES` names the shipped strategies by their short name
+(``"layered"``), and `strategy_named` makes one by it. Every replacement a
+shipped strategy makes names what it covers (`REPLACES`, a ``[recall ...]``
+note: `mark_replacements`), so that the originals, kept in the session's
+log, can be fetched back. `TokenSplitter` finds a pair-safe old/recent
+boundary for custom strategies. Pinned messages (`Message.pin`, `PinRules`,
+calls in flight: `pinned_ids`) survive every pass word for word: shipped
+strategies keep them (`keep_pinned`), and the manager refuses a pass that
+loses one (`pin_loss`). The pair-safety helpers (`pair_tool_traffic`,
+`adjust_split`, `sanitize`) keep any compactor from orphaning a tool call or
+result. `CacheRules` (by provider in
 `CACHE_RULES`) and `pass_payback` work out what a pass costs against what it
 saves by the prompt cache (`turnfsm.values.PassPayback`).
 """
@@ -70,6 +72,7 @@ from turnfsm.context._recall_marks import (
     replaced_ids,
     unmark,
 )
+from turnfsm.context._registry import STRATEGIES, strategy_named
 from turnfsm.context._splitter import Split, TokenSplitter
 from turnfsm.context._summarizing import SummarizingCompactor, SummaryPlan
 from turnfsm.context._summary_model import MIN_SUMMARY_TOKENS, SummaryFailed
@@ -90,6 +93,7 @@ __all__ = [
     "CALIBRATION_HEADROOM",
     "MIN_SUMMARY_TOKENS",
     "REPLACES",
+    "STRATEGIES",
     "SUMMARY_PREFIX",
     "SUMMARY_SECTIONS",
     "Applied",
@@ -136,6 +140,7 @@ __all__ = [
     "recall_note",
     "replaced_ids",
     "sanitize",
+    "strategy_named",
     "unmark",
 ]
 

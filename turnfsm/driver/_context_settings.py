@@ -7,31 +7,14 @@ import math
 import sys
 from collections.abc import Mapping
 from enum import Enum
-from typing import Final
 
 import attrs
 
-from turnfsm.context import (
-    ContextManager,
-    LayeredCompactor,
-    MaskingCompactor,
-    SummarizingCompactor,
-    ToolResultDigest,
-    TruncatingCompactor,
-)
+from turnfsm.context import STRATEGIES, ContextManager
 from turnfsm.messages import JSONValue
 from turnfsm.persistence import ContextSettings, StrategyKind
 
-__all__ = ["SHIPPED_STRATEGIES", "context_settings", "object_settings"]
-
-SHIPPED_STRATEGIES: Final[Mapping[str, type]] = {
-    "layered": LayeredCompactor,
-    "masking": MaskingCompactor,
-    "summarizing": SummarizingCompactor,
-    "truncating": TruncatingCompactor,
-    "digest": ToolResultDigest,
-}
-"""The shipped compactors a log names by their short name."""
+__all__ = ["context_settings", "object_settings"]
 
 
 def context_settings(manager: ContextManager) -> ContextSettings:
@@ -60,7 +43,7 @@ def _strategy(
     compactor: object,
 ) -> tuple[str, StrategyKind, Mapping[str, JSONValue]]:
     cls = type(compactor)
-    for name, shipped in SHIPPED_STRATEGIES.items():
+    for name, shipped in STRATEGIES.items():
         if cls is shipped:
             return name, "shipped", object_settings(compactor) or {}
     module = sys.modules.get(cls.__module__)

@@ -8,15 +8,8 @@ from typing import Final, TypeAlias, final
 
 import attrs
 
-from turnfsm.context import (
-    ContextCompactor,
-    ContextManager,
-    LayeredCompactor,
-    MaskingCompactor,
-    SummarizingCompactor,
-    ToolResultDigest,
-    TruncatingCompactor,
-)
+from turnfsm import context
+from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.evals._probes import Probe, context_text, present
 from turnfsm.evals._replay import ReplayedCall, ReplayedSession, replay_session
@@ -37,8 +30,11 @@ __all__ = [
     "shipped_strategy",
 ]
 
-STRATEGIES: Final = ("masking", "truncating", "summarizing", "layered", "digest")
-"""The shipped strategies `turnfsm eval` runs by default, by name."""
+STRATEGIES: Final = tuple(context.STRATEGIES)
+"""The shipped strategies `turnfsm eval` runs by default, by name.
+
+Every one of `turnfsm.context.STRATEGIES`, in its order.
+"""
 
 REREAD_SPAN: Final = 24
 """How many tool calls after a pass a repeated call counts as a re-read."""
@@ -48,21 +44,12 @@ def shipped_strategy(name: str, summary_model: ModelClient) -> ContextCompactor:
     """The shipped compactor `name` (one of `STRATEGIES`), with its defaults.
 
     The summarising ones (``summarizing``, ``layered``) summarise with
-    `summary_model`.
+    `summary_model` (`turnfsm.context.strategy_named`).
 
     Raises:
         ConfigError: `name` is not one of `STRATEGIES`.
     """
-    makers: dict[str, Callable[[], ContextCompactor]] = {
-        "masking": MaskingCompactor,
-        "truncating": TruncatingCompactor,
-        "summarizing": lambda: SummarizingCompactor(model=summary_model),
-        "layered": lambda: LayeredCompactor(model=summary_model),
-        "digest": ToolResultDigest,
-    }
-    if name not in makers:
-        raise ConfigError("strategy", name, " | ".join(STRATEGIES) + " or MODULE:ATTR")
-    return makers[name]()
+    return strategy_named(name, summary_model=summary_model)
 
 
 def reread_rate(calls: Sequence[ReplayedCall]) -> tuple[int, int]:

@@ -19,13 +19,11 @@ import attrs
 
 from turnfsm import _checks, tokens
 from turnfsm.context import (
+    STRATEGIES,
     ContextCompactor,
     ContextManager,
-    LayeredCompactor,
     MaskingCompactor,
-    SummarizingCompactor,
-    ToolResultDigest,
-    TruncatingCompactor,
+    strategy_named,
 )
 from turnfsm.core import (
     CompactionResult,
@@ -58,7 +56,7 @@ from turnfsm.providers import (
 from turnfsm.tokens import TokenCounter, default_counter
 from turnfsm.values import Usage
 
-__all__ = ["STRATEGIES", "SimulatedCall", "Simulation", "simulate", "stored_context"]
+__all__ = ["SimulatedCall", "Simulation", "simulate", "stored_context"]
 
 CAVEATS: Final[tuple[str, ...]] = (
     "the replies and tool results are the recorded ones: under other settings "
@@ -66,15 +64,6 @@ CAVEATS: Final[tuple[str, ...]] = (
     "recorded run would have sent, not what a new run would do",
     "tokens are the context manager's estimates, not the provider's count",
 )
-
-STRATEGIES: Final[Mapping[str, type[ContextCompactor]]] = {
-    "layered": LayeredCompactor,
-    "masking": MaskingCompactor,
-    "summarizing": SummarizingCompactor,
-    "truncating": TruncatingCompactor,
-    "digest": ToolResultDigest,
-}
-"""The compactors a simulation can be asked for by name."""
 
 _SUMMARY: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "turnfsm_simulate_summary", default=False
@@ -463,7 +452,8 @@ def _compactor(settings: ContextSettings) -> ContextCompactor:
     made: object
     try:
         if kind == "shipped" and spec in STRATEGIES:
-            made = STRATEGIES[spec](**settings.strategy_settings)
+            recorded: dict[str, Any] = dict(settings.strategy_settings)
+            made = strategy_named(spec, **recorded)
         elif kind == "import" and ":" in spec:
             found = _import(spec)
             if isinstance(found, type):
