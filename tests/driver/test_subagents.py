@@ -15,7 +15,7 @@ from tests.tracing._spans import Traced
 from turnfsm import Agent
 from turnfsm.cli._sessions import SessionsCommand, run_sessions
 from turnfsm.context import ContextManager
-from turnfsm.driver import RunControl, Tool
+from turnfsm.driver import RunControl, Tool, replay
 from turnfsm.errors import ConfigError, ToolError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
@@ -450,3 +450,52 @@ async def test_sessions_show_lists_the_children_indented_and_the_parent() -> Non
         "(depth 2)\n"
     ) in out.getvalue()
     assert "sub-agent sessions" not in out.getvalue()
+
+
+async def test_the_parent_and_its_children_replay_from_the_log() -> None:
+    write_files()
+    store = MemoryStore()
+    parent = Agent(
+        model=parent_model(),
+        tools=[reader().as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    result = await parent.run("the grand total?")
+
+    sessions = [await Session.load(store, result.session_id)]
+    sessions += await child_sessions(store, result.session_id)
+    assert len(sessions) == 4
+    for session in sessions:
+        for run in session.runs:
+            assert replay(None, session, run.run_id).ok
+
+
+async def test_an_agent_run_by_hand_inside_a_child_records_no_parent() -> None:
+    store = MemoryStore()
+    by_hand: list[str] = []
+
+    async def consult(task: str) -> str:
+        """Ask a helper by hand.
+
+        Args:
+            task: What to ask.
+        """
+        helper = Agent(model=FakeModelClient(lambda _r: "42"), store=store)
+        answer = await helper.run(task)
+        by_hand.append(answer.session_id)
+        return answer.text
+
+    child = Agent(model=delegating_model("consult"), tools=[consult])
+    parent = Agent(
+        model=delegating_model("child"),
+        tools=[child.as_tool(name="child", description="Ask the child")],
+        store=store,
+    )
+    result = await parent.run("the answer?")
+
+    assert result.text == "ok: ok: 42"
+    (kid,) = await child_sessions(store, result.session_id)
+    assert parent_of(kid) is not None
+    (helper_id,) = by_hand
+    assert parent_of(await Session.load(store, helper_id)) is None
+    assert await child_sessions(store, kid.id) == []
