@@ -403,7 +403,8 @@ class Agent:
         does not end with an answer is an error result naming
         `SubagentFailed`; past `max_depth` nested sub-agents, one naming
         `SubagentTooDeep`. The caller's `RunResult.children_usage` sums
-        what its sub-agents used. Cancelling the caller's run cancels the
+        what its sub-agents used. Cancelling the caller's run ends the
+        sub-agent's (failed, `Cancelled`); interrupting it interrupts the
         sub-agent's.
 
         Args:

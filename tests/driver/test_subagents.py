@@ -16,7 +16,7 @@ from turnfsm import Agent
 from turnfsm.cli._sessions import SessionsCommand, run_sessions
 from turnfsm.context import ContextManager
 from turnfsm.driver import RunControl, Tool, replay
-from turnfsm.errors import ConfigError, ToolError
+from turnfsm.errors import Cancelled, ConfigError, ToolError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     MemoryStore,
@@ -324,13 +324,46 @@ async def test_cancelling_the_parent_cancels_the_child() -> None:
 
     (result,) = outcome
     assert result.outcome == "cancelled"
-    # The child's run was stopped mid-call with its parent's: its log says
-    # so (interrupted, as a process stopped from outside leaves a run).
+    # No one waits on the child any more: its run is ended, not left open.
     (kid,) = await child_sessions(store, result.session_id)
-    assert kid.runs[0].outcome == "interrupted"
+    (run,) = kid.runs
+    assert run.outcome == "failed"
+    assert isinstance(run.error, Cancelled)
+    assert run.error.reason == "its parent's run was cancelled"
+    assert not kid.open_runs()
     link = parent_of(kid)
     assert link is not None
     assert (link.session_id, link.run_id) == (result.session_id, result.run_id)
+
+
+async def test_interrupting_the_parent_interrupts_the_child() -> None:
+    started = anyio.Event()
+
+    async def stuck(_request: ModelRequest) -> Message:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    store = MemoryStore()
+    child = Agent(model=FakeModelClient(stuck))
+    parent = Agent(
+        model=delegating_model("reader"),
+        tools=[child.as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(parent.run, "read x")
+            await started.wait()
+            group.cancel_scope.cancel()  # as Ctrl-C or a cancelled task does
+
+    # Both runs are left as a stopped process leaves them: open, to resume.
+    (top,) = [s for s in await store.list_sessions() if s.id == parent.session.id]
+    parent_session = await Session.load(store, top.id)
+    assert [r.outcome for r in parent_session.runs] == ["interrupted"]
+    (kid,) = await child_sessions(store, top.id)
+    assert [r.outcome for r in kid.runs] == ["interrupted"]
+    assert kid.open_runs()
 
 
 async def test_the_childs_spans_nest_under_the_delegating_tool_span() -> None:

@@ -60,7 +60,7 @@ async def start_run(
                 driver.machine, budget=driver.budget, history=session.history
             )
             loop = _loop(driver, session, run_id, machine, control, hooks, output)
-            with run_scope(run_id) as (loop.parent, loop.children):
+            with run_scope(run_id, control) as (loop.parent, loop.children):
                 loop.open(messages)
                 return await loop.go(RunStarted(input=messages))
 
@@ -80,7 +80,7 @@ async def resume_run(
     with session.claim():
         async with holding(session, ttl=driver.lease_ttl, force=force):
             loop = _reopened(driver, session, run_id, event, control, hooks, output)
-            with run_scope(run_id) as (_link, loop.children):
+            with run_scope(run_id, control) as (_link, loop.children):
                 if event is None:
                     return await loop.carry_on(loop.machine.decision)
                 return await loop.go(event)

@@ -15,9 +15,10 @@ Three run-scoped values travel with the call, as `current_session` does:
 - the parent run's tally of its children's usage, which its `RunResult`
   reports apart from its own (`RunResult.children_usage`).
 
-The child runs in the call's own task: cancelling the parent's run (or the
-call's timeout) cancels the child, and the child's spans nest under the
-call's span when tracing is on.
+The child runs in the call's own task: cancelling the parent's run ends the
+child's (failed, `Cancelled`), interrupting it (or the call's timeout)
+interrupts the child's, and the child's spans nest under the call's span
+when tracing is on.
 """
 
 from __future__ import annotations
@@ -27,13 +28,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio
 import attrs
 
 from turnfsm import _checks
+from turnfsm.driver._control import RunControl
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._tools import Tool, current_tool_call
 from turnfsm.errors import SubagentFailed, SubagentTooDeep
-from turnfsm.persistence import MemoryStore, ParentLink, Session, SessionStore
+from turnfsm.persistence import (
+    MemoryStore,
+    ParentLink,
+    Session,
+    SessionStore,
+    new_id,
+)
 from turnfsm.values import Usage
 
 if TYPE_CHECKING:
@@ -56,6 +65,7 @@ class ChildTally:
     """One run's children: the run's id, and what they used, summed as each ends."""
 
     run_id: str
+    control: RunControl | None = None
     usage: Usage = attrs.field(factory=Usage)
 
 
@@ -76,14 +86,16 @@ def opening_link() -> ParentLink | None:
 
 
 @contextmanager
-def run_scope(run_id: str) -> Iterator[tuple[ParentLink | None, ChildTally]]:
+def run_scope(
+    run_id: str, control: RunControl | None
+) -> Iterator[tuple[ParentLink | None, ChildTally]]:
     """Scope one run: take its parent link, give it a fresh tally of its children.
 
     The link is taken, not left for runs inside this one: a tool of the
     child that runs another agent by hand does not record this link.
     """
     link = _LINK.get()
-    tally = ChildTally(run_id)
+    tally = ChildTally(run_id, control)
     link_token = _LINK.set(None)
     tally_token = _TALLY.set(tally)
     try:
@@ -163,8 +175,19 @@ def subagent_tool(
         )
         link_token = _LINK.set(link)
         depth_token = _DEPTH.set(depth)
+        run_id = new_id("run")
         try:
-            result = await driver.run(task, session=session)
+            result = await driver.run(task, session=session, run_id=run_id)
+        except anyio.get_cancelled_exc_class():
+            # The parent's run was cancelled (not interrupted): no one waits
+            # on the child any more, so its run ends too, not left to resume.
+            control = tally.control if tally is not None else None
+            if control is not None and control.is_cancel_requested:
+                with anyio.CancelScope(shield=True):
+                    await driver.abandon(
+                        session, run_id, reason="its parent's run was cancelled"
+                    )
+            raise
         finally:
             _DEPTH.reset(depth_token)
             _LINK.reset(link_token)
