@@ -16,7 +16,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from turnfsm import _deprecated
 from turnfsm.core import Event, ModelReplied
-from turnfsm.driver import Driver, RunControl, RunResult
+from turnfsm.driver import (
+    SUBAGENT_MAX_DEPTH,
+    Driver,
+    RunControl,
+    RunResult,
+    Tool,
+    subagent_tool,
+)
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
 from turnfsm.messages import Message
@@ -375,6 +382,58 @@ class Agent:
                 if release is not None:
                     with anyio.CancelScope(shield=True):
                         await release()
+
+    def as_tool(
+        self,
+        *,
+        name: str,
+        description: str,
+        max_depth: int = SUBAGENT_MAX_DEPTH,
+    ) -> Tool:
+        """Return a tool that hands a task to this agent, as a sub-agent.
+
+        Give it to another agent's `tools`. Its model calls it with a
+        ``task`` (the whole task: the sub-agent sees nothing else of the
+        conversation); this agent runs the task to its end, with its own
+        model, tools, window, context settings and machine, in a new session
+        of the calling run's store, linked to the call (`ParentLink`;
+        `child_sessions` lists a session's children). The caller gets this
+        agent's final answer as the tool's result (its structured output,
+        with an `output_type`, as JSON), never its transcript. A run that
+        does not end with an answer is an error result naming
+        `SubagentFailed`; past `max_depth` nested sub-agents, one naming
+        `SubagentTooDeep`. The caller's `RunResult.children_usage` sums
+        what its sub-agents used. Cancelling the caller's run ends the
+        sub-agent's (failed, `Cancelled`); interrupting it interrupts the
+        sub-agent's.
+
+        Args:
+            name: The tool's name, as the model calls it.
+            description: What the sub-agent does, for the model.
+            max_depth: How deep sub-agents may nest (1: only a top-level
+                run may call this tool).
+
+        Raises:
+            ConfigError: `name` or `description` is empty, or `max_depth`
+                is not an int ≥ 1.
+            ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``.
+
+        Example:
+            ```python
+            reader = Agent(model=small_model, tools=[read_file], context_window=8000)
+            lead = Agent(
+                model=model,
+                tools=[reader.as_tool(name="read", description="Read a file")],
+            )
+            ```
+        """
+        return subagent_tool(
+            self.driver,
+            name=name,
+            description=description,
+            max_depth=max_depth,
+            store=self.store,
+        )
 
     def new_session(self) -> Session:
         """Start a fresh conversation (in the agent's store) and return it."""

@@ -20,6 +20,7 @@ import attrs
 
 from turnfsm import serde
 from turnfsm.cli._agents import load_agents
+from turnfsm.cli._children import show_links
 from turnfsm.cli._run import call_text
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager
@@ -87,7 +88,9 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         if command.action == "compact":
             return await _compact(session, command.agent, out)
         if command.action == "show":
-            return _show(session, store, out)
+            code = _show(session, store, out)
+            await show_links(session, store, out)
+            return code
         if command.action == "export":
             return _export(session, command.format, command.out, out)
         return await _reset_breaker(session, out)

@@ -115,6 +115,10 @@ class RunResult(Generic[OutputT]):
         output: The final answer as a value of the run's output type
             (validated; re-read from `text` for a resumed run), or None (the
             run did not finish, or asked for no output type).
+        children_usage: Provider usage of the sub-agents this run delegated
+            to (their turns, passes and own sub-agents; see
+            `Agent.as_tool`), apart from `usage`; in this process's part of
+            the run (a resumed run counts the children it ran itself).
     """
 
     outcome: Literal["done", "failed", "cancelled", "interrupted", "paused"]
@@ -127,6 +131,12 @@ class RunResult(Generic[OutputT]):
     waiting: Pause | None = None
     compaction_usage: Usage = attrs.field(factory=Usage)
     output: OutputT | None = None
+    children_usage: Usage = attrs.field(factory=Usage)
+
+    @property
+    def usage_with_children(self) -> Usage:
+        """The run's own `usage` plus its sub-agents' (`children_usage`)."""
+        return self.usage + self.children_usage
 
     @property
     def ok(self) -> bool:

@@ -29,6 +29,7 @@ from turnfsm.driver._audit import Audit
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._control import RunResult
+from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
     Cancelled,
     ContextExceeded,
@@ -62,6 +63,7 @@ class Ending:
     held: list[Entry]
     held_history: MessageLog | None
     ended: bool
+    children: ChildTally
 
     feed: Callable[[Event, Decision | None], Awaitable[Decision]]
 
@@ -131,6 +133,7 @@ class Ending:
             turns=snapshot.turns,
             waiting=waiting,
             compaction_usage=self.audit.compaction_usage,
+            children_usage=self.children.usage,
         )
 
     def _output(self, outcome: str, text: str) -> Any:

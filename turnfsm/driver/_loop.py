@@ -84,6 +84,7 @@ from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
+from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import EffectFailed, InvalidMessage, InvalidReturn, TurnFSMError
 from turnfsm.hooks import (
     DecisionInfo,
@@ -96,6 +97,7 @@ from turnfsm.persistence import (
     Entry,
     EventRecorded,
     MachineStored,
+    ParentLink,
     RunOpened,
     RunRecord,
     Session,
@@ -142,6 +144,8 @@ class RunLoop(Ending):
         self.before = machine.snapshot  # as of the last feed (for diagnostics)
         self.step: EffectContext | None = None  # the step an effect carries out
         self._heard_end = False  # on_run_end is called once
+        self.parent: ParentLink | None = None  # the call that delegated the run
+        self.children = ChildTally(run.run_id)  # what its sub-agents used
 
     # -- the log -------------------------------------------------------
     def open(self, input: tuple[Message, ...]) -> None:
@@ -172,6 +176,7 @@ class RunLoop(Ending):
                 budget=self.machine.snapshot.budget,
                 at=self.run.clock(),
                 context=None if manager is None else context_settings(manager),
+                parent=self.parent,
             )
         )
         self._started(input, resumed=False)

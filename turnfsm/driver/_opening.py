@@ -17,6 +17,7 @@ from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType
+from turnfsm.driver._subagents import run_scope
 from turnfsm.errors import SessionBusy
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
@@ -59,8 +60,9 @@ async def start_run(
                 driver.machine, budget=driver.budget, history=session.history
             )
             loop = _loop(driver, session, run_id, machine, control, hooks, output)
-            loop.open(messages)
-            return await loop.go(RunStarted(input=messages))
+            with run_scope(run_id, control) as (loop.parent, loop.children):
+                loop.open(messages)
+                return await loop.go(RunStarted(input=messages))
 
 
 async def resume_run(
@@ -78,9 +80,10 @@ async def resume_run(
     with session.claim():
         async with holding(session, ttl=driver.lease_ttl, force=force):
             loop = _reopened(driver, session, run_id, event, control, hooks, output)
-            if event is None:
-                return await loop.carry_on(loop.machine.decision)
-            return await loop.go(event)
+            with run_scope(run_id, control) as (_link, loop.children):
+                if event is None:
+                    return await loop.carry_on(loop.machine.decision)
+                return await loop.go(event)
 
 
 async def abandon_run(

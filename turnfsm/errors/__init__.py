@@ -24,6 +24,8 @@ TurnFSMError                 base class; never raised directly
 │   ├── ReplayDiverged       the brain answers differently from the log
 │   └── LogInconsistent      the run's log contradicts itself (order, replies, history)
 ├── RunCrashed               a run ended on an unexpected exception (logged)
+├── SubagentFailed           a sub-agent's run ended without an answer; .session_id
+├── SubagentTooDeep          a sub-agent past its tool's max_depth; .depth, .max_depth
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
@@ -89,6 +91,8 @@ from turnfsm.errors._run import (
     RunCrashed,
     RunFailed,
     SessionBusy,
+    SubagentFailed,
+    SubagentTooDeep,
 )
 from turnfsm.errors._store import (
     CorruptRecord,
@@ -137,6 +141,8 @@ __all__ = [
     "StoreDirectoryUnusable",
     "StoreError",
     "StoreUnusable",
+    "SubagentFailed",
+    "SubagentTooDeep",
     "ToolError",
     "TurnFSMError",
     "WindowTooLarge",

@@ -23,6 +23,8 @@ __all__ = [
     "RunCrashed",
     "RunFailed",
     "SessionBusy",
+    "SubagentFailed",
+    "SubagentTooDeep",
 ]
 
 
@@ -305,3 +307,48 @@ class RunFailed(TurnFSMError):
 
     def __str__(self) -> str:
         return f"run failed: {self.error}"
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SubagentFailed(TurnFSMError):
+    """A sub-agent's run did not end with an answer; its parent's call gets this.
+
+    The parent's tool call (see ``Agent.as_tool``) ends with an error result
+    naming this error; the parent's run goes on. `session_id` is the child's
+    session (in the parent's store), `outcome` how its run ended, `cause`
+    its error's type and message.
+    """
+
+    tool: str
+    session_id: str
+    outcome: str
+    cause: str
+
+    def __str__(self) -> str:
+        return (
+            f"the sub-agent {self.tool!r} ended {self.outcome}: {self.cause} (its "
+            f"run is session {self.session_id!r}: `turnfsm sessions show "
+            f"{self.session_id}`)"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SubagentTooDeep(TurnFSMError):
+    """A sub-agent was asked for deeper than its tool's `max_depth` allows.
+
+    Sub-agents that delegate to sub-agents (or to themselves) stop here: the
+    call gets an error result and no child run starts.
+    """
+
+    tool: str
+    depth: int
+    max_depth: int
+
+    def __str__(self) -> str:
+        return (
+            f"the sub-agent {self.tool!r} would run at depth {self.depth}, over "
+            f"its max_depth of {self.max_depth}: answer without delegating "
+            "further, or raise max_depth where the tool is made"
+        )

@@ -16,12 +16,14 @@ from turnfsm.persistence._context_settings import (
 )
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
 from turnfsm.persistence._lease import Lease, LeasingStore
+from turnfsm.persistence._links import child_sessions, parent_of
 from turnfsm.persistence._open import (
     STORE_ENV,
     default_store_path,
     env_store,
     open_store,
 )
+from turnfsm.persistence._parent_link import ParentLink
 from turnfsm.persistence._records import (
     ENTRY_TYPES,
     OUTCOMES,
@@ -63,6 +65,7 @@ __all__ = [
     "MachineStored",
     "MemoryStore",
     "Outcome",
+    "ParentLink",
     "RunEnded",
     "RunOpened",
     "RunRecord",
@@ -75,6 +78,7 @@ __all__ = [
     "ToolResultRecorded",
     "TurnRecord",
     "Verdict",
+    "child_sessions",
     "decision_key",
     "default_store_path",
     "dump_session",
@@ -84,5 +88,6 @@ __all__ = [
     "machine_digest",
     "new_id",
     "open_store",
+    "parent_of",
     "session_lines",
 ]

@@ -52,6 +52,7 @@ from turnfsm.core import (
 from turnfsm.errors import TurnFSMError
 from turnfsm.messages import JSONValue, Message
 from turnfsm.persistence._context_settings import ContextSettings
+from turnfsm.persistence._parent_link import ParentLink
 from turnfsm.values import PassPayback, Usage
 
 __all__ = [
@@ -102,7 +103,9 @@ class RunOpened:
     """A run began on `machine` (name and digest) within `budget`.
 
     `context` is the context settings it ran with (None: it had no context
-    manager, or its log was written before they were kept).
+    manager, or its log was written before they were kept). `parent` names
+    the run and tool call that delegated this run to a sub-agent (None: the
+    run was not delegated).
     """
 
     run_id: str
@@ -111,6 +114,9 @@ class RunOpened:
     budget: Budget
     at: float
     context: ContextSettings | None = attrs.field(
+        default=None, metadata={OMITTED_IF_DEFAULT: True}
+    )
+    parent: ParentLink | None = attrs.field(
         default=None, metadata={OMITTED_IF_DEFAULT: True}
     )
 

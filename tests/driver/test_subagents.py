@@ -1,0 +1,534 @@
+"""Sub-agents as tools: a child run with its own window, linked to its parent's call."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from tests.tracing._spans import Traced
+from turnfsm import Agent
+from turnfsm.cli._sessions import SessionsCommand, run_sessions
+from turnfsm.context import ContextManager
+from turnfsm.driver import RunControl, Tool, replay
+from turnfsm.errors import Cancelled, ConfigError, ToolError
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    MemoryStore,
+    ParentLink,
+    RunOpened,
+    Session,
+    SessionStore,
+    SQLiteStore,
+    child_sessions,
+    parent_of,
+)
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.serde import from_json, to_json
+from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.values import Usage
+
+pytestmark = pytest.mark.anyio
+
+FILLER = "a filler line of the quarterly ledger that the parent must never see\n"
+TOTALS = {"north.txt": 120, "south.txt": 45, "east.txt": 7}
+CHILD_USAGE = Usage(input_tokens=40, output_tokens=3)
+PARENT_USAGE = Usage(input_tokens=100, output_tokens=5)
+
+
+def write_files() -> None:
+    for name, total in TOTALS.items():
+        Path(name).write_text(FILLER * 80 + f"total: {total}\n" + FILLER * 80)
+
+
+def read_file(path: str) -> str:
+    """Read a text file.
+
+    Args:
+        path: The file to read.
+    """
+    return Path(path).read_text()
+
+
+def texts(request: ModelRequest) -> str:
+    out = [request.system or ""]
+    for m in request.messages:
+        out.append(m.text)
+        out.extend(p.content for p in m.tool_results)
+        out.extend(str(c.arguments) for c in m.tool_calls)
+    return "\n".join(out)
+
+
+def child_model() -> FakeModelClient:
+    """Reads the file the task names, then answers with the total it found."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.tool_results:
+            found = re.search(r"total: (\d+)", last.tool_results[0].content)
+            assert found is not None
+            message = reply(f"the total is {found.group(1)}")
+        else:
+            path = re.search(r"\S+\.txt", last.text)
+            assert path is not None
+            message = reply("", tool_call("read_file", path=path.group(0)))
+        return ModelResponse(message=message, usage=CHILD_USAGE)
+
+    return FakeModelClient(answer)
+
+
+def parent_model() -> FakeModelClient:
+    """Delegates the three reads at once, then adds up what the children said."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.tool_results:
+            results = [p.content for m in request.messages for p in m.tool_results]
+            numbers = [int(n) for r in results for n in re.findall(r"\d+", r)]
+            message = reply(f"the grand total is {sum(numbers)}")
+        else:
+            calls = [
+                tool_call("reader", f"call_{name[:-4]}", task=f"Read {name}: total?")
+                for name in TOTALS
+            ]
+            message = reply("", *calls)
+        return ModelResponse(message=message, usage=PARENT_USAGE)
+
+    return FakeModelClient(answer)
+
+
+def reader(store: SessionStore | None = None, **options: Any) -> Agent:
+    return Agent(
+        model=options.pop("model", child_model()),
+        tools=[read_file],
+        context=ContextManager(context_window=6_000),
+        store=store,
+        **options,
+    )
+
+
+async def test_the_parent_delegates_three_reads_and_never_sees_the_files() -> None:
+    write_files()
+    store = MemoryStore()
+    child = reader()
+    model = parent_model()
+    parent = Agent(
+        model=model,
+        tools=[child.as_tool(name="reader", description="Read a file, say its total")],
+        store=store,
+    )
+    result = await parent.run("What is the grand total of the three ledgers?")
+
+    assert result.outcome == "done"
+    assert result.text == "the grand total is 172"
+    assert len(model.requests) == 2
+    assert all(FILLER.strip() not in texts(r) for r in model.requests)
+    results = [p for m in model.requests[-1].messages for p in m.tool_results]
+    assert sorted(p.content for p in results) == [
+        "the total is 120",
+        "the total is 45",
+        "the total is 7",
+    ]
+    assert not any(p.is_error for p in results)
+    # The child's own requests held the file: its window was the one filled.
+    assert any(FILLER.strip() in texts(r) for r in child.driver.model.requests)  # type: ignore[attr-defined]
+    assert child.driver.budget.context_window == 6_000
+
+
+async def test_the_child_sessions_are_in_the_parents_store_linked_both_ways() -> None:
+    write_files()
+    store = MemoryStore()
+    child_store = MemoryStore()
+    parent = Agent(
+        model=parent_model(),
+        tools=[reader(child_store).as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    result = await parent.run("the grand total?")
+
+    assert await child_store.list_sessions() == ()
+    children = await child_sessions(store, result.session_id)
+    assert len(children) == 3
+    links = sorted((parent_of(c) for c in children), key=lambda x: str(x))
+    assert links == [
+        ParentLink(
+            session_id=result.session_id,
+            run_id=result.run_id,
+            call_id=f"call_{name[:-4]}",
+            depth=1,
+        )
+        for name in sorted(["east.txt", "north.txt", "south.txt"])
+    ]
+    for session in children:
+        (run,) = session.runs
+        assert run.outcome == "done"
+        assert run.text.startswith("the total is ")
+        # The child's transcript is its own: the file is in its history only.
+        assert any(
+            FILLER.strip() in m.content for h in session.history for m in h.tool_results
+        )
+        assert await child_sessions(store, session.id) == []
+    parent_session = await Session.load(store, result.session_id)
+    assert parent_of(parent_session) is None
+    assert all(
+        FILLER.strip() not in p.content
+        for m in parent_session.history
+        for p in m.tool_results
+    )
+
+
+async def test_usage_rolls_up_apart_from_the_parents_own() -> None:
+    write_files()
+    parent = Agent(
+        model=parent_model(),
+        tools=[reader().as_tool(name="reader", description="Read")],
+        store=MemoryStore(),
+    )
+    result = await parent.run("the grand total?")
+
+    # Two parent turns; three children of two turns each.
+    assert result.usage == PARENT_USAGE + PARENT_USAGE
+    assert result.children_usage == Usage(input_tokens=240, output_tokens=18)
+    assert result.usage_with_children == Usage(input_tokens=440, output_tokens=28)
+
+
+def delegating_model(tool: str) -> FakeModelClient:
+    """Delegates the task once, then answers with what came back."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.tool_results:
+            part = last.tool_results[0]
+            flag = "error" if part.is_error else "ok"
+            message = reply(f"{flag}: {part.content}")
+        else:
+            message = reply("", tool_call(tool, task=f"go deeper: {last.text}"))
+        return ModelResponse(message=message, usage=Usage(input_tokens=1))
+
+    return FakeModelClient(answer)
+
+
+def self_delegating(store: SessionStore, **options: Any) -> Agent:
+    """An agent given itself as a tool (through a late-bound wrapper)."""
+    holder: list[Tool] = []
+
+    async def delegate(task: str) -> Any:
+        return await holder[0].fn(task=task)
+
+    agent = Agent(
+        model=delegating_model("myself"),
+        tools=[
+            Tool(
+                name="myself",
+                description="Hand the task to a fresh copy of yourself",
+                parameters={
+                    "type": "object",
+                    "properties": {"task": {"type": "string"}},
+                    "required": ["task"],
+                },
+                fn=delegate,
+            )
+        ],
+        store=store,
+    )
+    holder.append(agent.as_tool(name="myself", description="copy", **options))
+    return agent
+
+
+@pytest.mark.parametrize(("max_depth", "children"), [(1, 1), (3, 3)])
+async def test_an_agent_given_itself_stops_at_the_depth_limit(
+    max_depth: int, children: int
+) -> None:
+    store = MemoryStore()
+    agent = self_delegating(store, max_depth=max_depth)
+    result = await agent.run("count the stars")
+
+    assert result.outcome == "done"
+    sessions = await store.list_sessions()
+    assert len(sessions) == 1 + children
+    # The deepest child's call got an error result naming the limit; each
+    # level above got its child's answer.
+    chain = [await Session.load(store, result.session_id)]
+    while kids := await child_sessions(store, chain[-1].id):
+        (kid,) = kids
+        chain.append(kid)
+    assert [parent_of(s).depth for s in chain[1:]] == list(range(1, children + 1))  # type: ignore[union-attr]
+    deepest = chain[-1].runs[0].text
+    assert deepest.startswith("error: tool 'myself' failed: SubagentTooDeep: ")
+    assert f"depth {children + 1}, over its max_depth of {max_depth}" in deepest
+    assert result.text.startswith("ok: ")
+
+
+async def test_the_default_depth_limit_is_three() -> None:
+    store = MemoryStore()
+    agent = self_delegating(store)
+    await agent.run("count the stars")
+
+    assert len(await store.list_sessions()) == 4
+
+
+async def test_a_failed_child_is_an_error_result_naming_its_typed_error() -> None:
+    looping = FakeModelClient(lambda _r: reply("", tool_call("read_file", path="x")))
+    child = Agent(model=looping, tools=[read_file], max_turns=1)
+    store = MemoryStore()
+    parent = Agent(
+        model=delegating_model("reader"),
+        tools=[child.as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    result = await parent.run("read x")
+
+    assert result.outcome == "done"  # the parent's run goes on
+    (kid,) = await child_sessions(store, result.session_id)
+    assert kid.runs[0].outcome == "failed"
+    assert result.text == (
+        "error: tool 'reader' failed: SubagentFailed: the sub-agent 'reader' "
+        f"ended failed: MaxTurnsExceeded: {kid.runs[0].error} (its run is session "
+        f"{kid.id!r}: `turnfsm sessions show {kid.id}`)"
+    )
+    last = (await Session.load(store, result.session_id)).history[-2]
+    assert last.tool_results[0].is_error
+
+
+async def test_cancelling_the_parent_cancels_the_child() -> None:
+    started = anyio.Event()
+
+    async def stuck(_request: ModelRequest) -> Message:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    store = MemoryStore()
+    child = Agent(model=FakeModelClient(stuck))
+    parent = Agent(
+        model=delegating_model("reader"),
+        tools=[child.as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    control = RunControl()
+    outcome: list[Any] = []
+
+    async def run() -> None:
+        outcome.append(await parent.run("read x", control=control))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            control.cancel("the user stopped it")
+
+    (result,) = outcome
+    assert result.outcome == "cancelled"
+    # No one waits on the child any more: its run is ended, not left open.
+    (kid,) = await child_sessions(store, result.session_id)
+    (run,) = kid.runs
+    assert run.outcome == "failed"
+    assert isinstance(run.error, Cancelled)
+    assert run.error.reason == "its parent's run was cancelled"
+    assert not kid.open_runs()
+    link = parent_of(kid)
+    assert link is not None
+    assert (link.session_id, link.run_id) == (result.session_id, result.run_id)
+
+
+async def test_interrupting_the_parent_interrupts_the_child() -> None:
+    started = anyio.Event()
+
+    async def stuck(_request: ModelRequest) -> Message:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    store = MemoryStore()
+    child = Agent(model=FakeModelClient(stuck))
+    parent = Agent(
+        model=delegating_model("reader"),
+        tools=[child.as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(parent.run, "read x")
+            await started.wait()
+            group.cancel_scope.cancel()  # as Ctrl-C or a cancelled task does
+
+    # Both runs are left as a stopped process leaves them: open, to resume.
+    (top,) = [s for s in await store.list_sessions() if s.id == parent.session.id]
+    parent_session = await Session.load(store, top.id)
+    assert [r.outcome for r in parent_session.runs] == ["interrupted"]
+    (kid,) = await child_sessions(store, top.id)
+    assert [r.outcome for r in kid.runs] == ["interrupted"]
+    assert kid.open_runs()
+
+
+async def test_the_childs_spans_nest_under_the_delegating_tool_span() -> None:
+    write_files()
+    traced = Traced.create()
+    child = reader(hooks=[traced.hook], name="reader-agent")
+    parent = Agent(
+        model=parent_model(),
+        tools=[child.as_tool(name="reader", description="Read")],
+        hooks=[traced.hook],
+        name="lead",
+        store=MemoryStore(),
+    )
+    await parent.run("the grand total?")
+
+    spans = traced.spans
+    by_id = {s.context.span_id: s for s in spans}
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.name == "invoke_agent lead"
+    children = [s for s in spans if s.name == "invoke_agent reader-agent"]
+    assert len(children) == 3
+    for span in children:
+        assert span.parent is not None
+        above = by_id[span.parent.span_id]
+        assert above.name == "execute_tool reader"
+        assert span.context.trace_id == root.context.trace_id
+    assert traced.unended() == []
+
+
+async def test_a_run_not_delegated_records_no_parent_and_old_logs_load() -> None:
+    result = await Agent(model=FakeModelClient(lambda _r: "hi")).run("hello")
+    assert result.children_usage == Usage()
+    opened = RunOpened(
+        run_id="run_1", machine="turn", digest="d", budget=result_budget(), at=1.0
+    )
+    data = to_json(opened)
+    assert "parent" not in data  # type: ignore[operator]
+    assert from_json(RunOpened, data) == opened
+    linked = RunOpened(
+        run_id="run_1",
+        machine="turn",
+        digest="d",
+        budget=result_budget(),
+        at=1.0,
+        parent=ParentLink(session_id="ses_1", run_id="run_0", call_id="call_1"),
+    )
+    assert from_json(RunOpened, to_json(linked)) == linked
+
+
+def result_budget() -> Any:
+    from turnfsm.core import Budget
+
+    return Budget()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "named"),
+    [
+        ({"name": "", "description": "d"}, ConfigError, "name"),
+        ({"name": "r", "description": ""}, ConfigError, "description"),
+        ({"name": "r", "description": "d", "max_depth": 0}, ConfigError, "max_depth"),
+        (
+            {"name": "r", "description": "d", "max_depth": True},
+            ConfigError,
+            "max_depth",
+        ),
+        ({"name": "r w", "description": "d"}, ToolError, "r w"),
+    ],
+)
+def test_bad_tool_settings_are_refused_naming_the_field(
+    options: dict[str, Any], error: type[Exception], named: str
+) -> None:
+    agent = Agent(model=FakeModelClient(lambda _r: "hi"))
+    with pytest.raises(error, match=re.escape(named)):
+        agent.as_tool(**options)
+
+
+async def test_sessions_show_lists_the_children_indented_and_the_parent() -> None:
+    write_files()
+    path = "links.db"
+    store = SQLiteStore(path)
+    try:
+        grandchild = reader(model=child_model())
+        middle = Agent(
+            model=delegating_model("reader"),
+            tools=[grandchild.as_tool(name="reader", description="Read")],
+        )
+        top = Agent(
+            model=delegating_model("middle"),
+            tools=[middle.as_tool(name="middle", description="Delegate")],
+            session=Session("ses_top", store=store),
+        )
+        result = await top.run("north.txt")
+        (kid,) = await child_sessions(store, "ses_top")
+        (grandkid,) = await child_sessions(store, kid.id)
+    finally:
+        await store.aclose()
+    assert result.text.startswith("ok: ok: the total is 120")
+
+    out = io.StringIO()
+    command = SessionsCommand(action="show", store=str(path), session_id="ses_top")
+    assert await anyio.to_thread.run_sync(lambda: run_sessions(command, out=out)) == 0
+    tail = out.getvalue().split("\nsub-agent sessions (2):\n")[1]
+    assert re.fullmatch(
+        rf"  {kid.id}  done  2 turn\(s\)  usage 2 in / 0 out  for call call_\w+\n"
+        rf"    {grandkid.id}  done  2 turn\(s\)  usage 80 in / 6 out  "
+        r"for call call_\w+\n",
+        tail,
+    )
+    out = io.StringIO()
+    command = SessionsCommand(action="show", store=str(path), session_id=grandkid.id)
+    assert await anyio.to_thread.run_sync(lambda: run_sessions(command, out=out)) == 0
+    link = parent_of(grandkid)
+    assert link is not None
+    assert (
+        f"\ndelegated by: session {kid.id} run {link.run_id} call {link.call_id} "
+        "(depth 2)\n"
+    ) in out.getvalue()
+    assert "sub-agent sessions" not in out.getvalue()
+
+
+async def test_the_parent_and_its_children_replay_from_the_log() -> None:
+    write_files()
+    store = MemoryStore()
+    parent = Agent(
+        model=parent_model(),
+        tools=[reader().as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    result = await parent.run("the grand total?")
+
+    sessions = [await Session.load(store, result.session_id)]
+    sessions += await child_sessions(store, result.session_id)
+    assert len(sessions) == 4
+    for session in sessions:
+        for run in session.runs:
+            assert replay(None, session, run.run_id).ok
+
+
+async def test_an_agent_run_by_hand_inside_a_child_records_no_parent() -> None:
+    store = MemoryStore()
+    by_hand: list[str] = []
+
+    async def consult(task: str) -> str:
+        """Ask a helper by hand.
+
+        Args:
+            task: What to ask.
+        """
+        helper = Agent(model=FakeModelClient(lambda _r: "42"), store=store)
+        answer = await helper.run(task)
+        by_hand.append(answer.session_id)
+        return answer.text
+
+    child = Agent(model=delegating_model("consult"), tools=[consult])
+    parent = Agent(
+        model=delegating_model("child"),
+        tools=[child.as_tool(name="child", description="Ask the child")],
+        store=store,
+    )
+    result = await parent.run("the answer?")
+
+    assert result.text == "ok: ok: 42"
+    (kid,) = await child_sessions(store, result.session_id)
+    assert parent_of(kid) is not None
+    (helper_id,) = by_hand
+    assert parent_of(await Session.load(store, helper_id)) is None
+    assert await child_sessions(store, kid.id) == []

@@ -1,0 +1,51 @@
+"""``turnfsm sessions show``'s sub-agent lines: who delegated, and the children."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from turnfsm.persistence import Session, SessionStore, child_sessions, parent_of
+from turnfsm.values import Usage
+
+__all__ = ["show_links"]
+
+
+async def show_links(session: Session, store: SessionStore, out: TextIO) -> None:
+    """Print the call that delegated `session`'s run, and its children's tree.
+
+    Each child is indented under its parent, with its run's outcome, turns
+    and usage, and the call it answered.
+    """
+    link = parent_of(session)
+    if link is not None:
+        print(
+            f"\ndelegated by: session {link.session_id} run {link.run_id} "
+            f"call {link.call_id} (depth {link.depth})",
+            file=out,
+        )
+    lines: list[str] = []
+    await _tree(store, session.id, 1, {session.id}, lines)
+    if not lines:
+        return
+    print(f"\nsub-agent sessions ({len(lines)}):", file=out)
+    for line in lines:
+        print(line, file=out)
+
+
+async def _tree(
+    store: SessionStore, session_id: str, level: int, seen: set[str], lines: list[str]
+) -> None:
+    for child in await child_sessions(store, session_id):
+        if child.id in seen:  # a damaged store's loop: shown once
+            continue
+        seen.add(child.id)
+        link = parent_of(child)
+        run = child.runs[0]
+        usage = sum((r.usage for r in child.runs), start=Usage())
+        lines.append(
+            f"{'  ' * level}{child.id}  {run.outcome}  "
+            f"{sum(len(r.turns) for r in child.runs)} turn(s)  "
+            f"usage {usage.input_tokens} in / {usage.output_tokens} out  "
+            f"for call {link.call_id if link else '?'}"
+        )
+        await _tree(store, child.id, level + 1, seen, lines)

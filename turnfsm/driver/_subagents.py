@@ -1,0 +1,212 @@
+"""Sub-agents: a driver given to another run as a tool, its run linked to the call.
+
+The parent's model calls the tool with a ``task``; the child runs that task
+to its end inside the tool call, with its own model, tools, window, context
+settings and machine, in a new session of the parent's store. The parent
+gets the child's final answer (its structured output is that answer, as
+JSON) as the tool's result, never its transcript.
+
+Three run-scoped values travel with the call, as `current_session` does:
+
+- the link the child's run opens with (`ParentLink`: the parent's session,
+  run and call, and the depth), written in the child's `RunOpened`;
+- the depth, so that sub-agents of sub-agents (or an agent given itself)
+  stop at the tool's `max_depth`;
+- the parent run's tally of its children's usage, which its `RunResult`
+  reports apart from its own (`RunResult.children_usage`).
+
+The child runs in the call's own task: cancelling the parent's run ends the
+child's (failed, `Cancelled`), interrupting it (or the call's timeout)
+interrupts the child's, and the child's spans nest under the call's span
+when tracing is on.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import attrs
+
+from turnfsm import _checks
+from turnfsm.driver._control import RunControl
+from turnfsm.driver._recall import current_session
+from turnfsm.driver._tools import Tool, current_tool_call
+from turnfsm.errors import SubagentFailed, SubagentTooDeep
+from turnfsm.persistence import (
+    MemoryStore,
+    ParentLink,
+    Session,
+    SessionStore,
+    new_id,
+)
+from turnfsm.values import Usage
+
+if TYPE_CHECKING:
+    from turnfsm.driver._driver import Driver
+
+__all__ = [
+    "SUBAGENT_MAX_DEPTH",
+    "ChildTally",
+    "opening_link",
+    "run_scope",
+    "subagent_tool",
+]
+
+SUBAGENT_MAX_DEPTH: Final = 3
+"""How deep sub-agents nest by default (1: a child of a top-level run)."""
+
+
+@attrs.define(eq=False)
+class ChildTally:
+    """One run's children: the run's id, and what they used, summed as each ends."""
+
+    run_id: str
+    control: RunControl | None = None
+    usage: Usage = attrs.field(factory=Usage)
+
+
+_LINK: Final[contextvars.ContextVar[ParentLink | None]] = contextvars.ContextVar(
+    "turnfsm_parent_link", default=None
+)
+_DEPTH: Final[contextvars.ContextVar[int]] = contextvars.ContextVar(
+    "turnfsm_subagent_depth", default=0
+)
+_TALLY: Final[contextvars.ContextVar[ChildTally | None]] = contextvars.ContextVar(
+    "turnfsm_child_tally", default=None
+)
+
+
+def opening_link() -> ParentLink | None:
+    """Return the link the run opening now records (None: not a sub-agent's run)."""
+    return _LINK.get()
+
+
+@contextmanager
+def run_scope(
+    run_id: str, control: RunControl | None
+) -> Iterator[tuple[ParentLink | None, ChildTally]]:
+    """Scope one run: take its parent link, give it a fresh tally of its children.
+
+    The link is taken, not left for runs inside this one: a tool of the
+    child that runs another agent by hand does not record this link.
+    """
+    link = _LINK.get()
+    tally = ChildTally(run_id, control)
+    link_token = _LINK.set(None)
+    tally_token = _TALLY.set(tally)
+    try:
+        yield link, tally
+    finally:
+        _TALLY.reset(tally_token)
+        _LINK.reset(link_token)
+
+
+_check_name = _checks.string("name", non_empty=True)
+_check_description = _checks.string("description", non_empty=True)
+_check_depth = _checks.integer("max_depth", low=1, high=_checks.MAX_COUNT)
+
+_PARAMETERS: Final = {
+    "type": "object",
+    "properties": {
+        "task": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The whole task, self-contained: the sub-agent sees "
+            "nothing of this conversation but this text.",
+        }
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+def subagent_tool(
+    driver: Driver,
+    *,
+    name: str,
+    description: str,
+    max_depth: int = SUBAGENT_MAX_DEPTH,
+    store: SessionStore | None = None,
+) -> Tool:
+    """Return a tool that runs `driver` on a task, as a sub-agent (see `Agent.as_tool`).
+
+    Args:
+        driver: The child's driver: its model, tools, window, machine.
+        name: The tool's name, as the model calls it.
+        description: What the sub-agent does, for the model.
+        max_depth: How deep sub-agents may nest; a call deeper gets an
+            error result naming `SubagentTooDeep`.
+        store: Where the child's session goes when the call runs outside a
+            session (a durable run's tool activity); otherwise the parent's
+            store.
+
+    Raises:
+        ConfigError: `name` or `description` is empty, or `max_depth` is not
+            an int ≥ 1.
+        ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``.
+    """
+    _checks.check(name, "name", _check_name)
+    _checks.check(description, "description", _check_description)
+    _checks.check(max_depth, "max_depth", _check_depth)
+    fallback = store
+
+    async def delegate(task: str) -> str:
+        depth = _DEPTH.get() + 1
+        if depth > max_depth:
+            raise SubagentTooDeep(name, depth, max_depth)
+        parent = current_session()
+        call = current_tool_call()
+        tally = _TALLY.get()
+        where = parent.store if parent is not None else fallback
+        session = Session(store=where if where is not None else MemoryStore())
+        link = (
+            ParentLink(
+                session_id=parent.id,
+                run_id=tally.run_id,
+                call_id=call.id,
+                depth=depth,
+            )
+            if parent is not None and call is not None and tally is not None
+            else None
+        )
+        link_token = _LINK.set(link)
+        depth_token = _DEPTH.set(depth)
+        run_id = new_id("run")
+        try:
+            result = await driver.run(task, session=session, run_id=run_id)
+        except anyio.get_cancelled_exc_class():
+            # The parent's run was cancelled (not interrupted): no one waits
+            # on the child any more, so its run ends too, not left to resume.
+            control = tally.control if tally is not None else None
+            if control is not None and control.is_cancel_requested:
+                with anyio.CancelScope(shield=True):
+                    await driver.abandon(
+                        session, run_id, reason="its parent's run was cancelled"
+                    )
+            raise
+        finally:
+            _DEPTH.reset(depth_token)
+            _LINK.reset(link_token)
+        if tally is not None:
+            tally.usage = (
+                tally.usage
+                + result.usage
+                + result.compaction_usage
+                + result.children_usage
+            )
+        if result.outcome != "done":
+            error: Any = result.error
+            cause = (
+                f"{type(error).__name__}: {error}"
+                if error is not None
+                else f"it waits in {result.waiting.phase if result.waiting else '?'}"
+                " (a sub-agent cannot pause for an answer yet)"
+            )
+            raise SubagentFailed(name, session.id, result.outcome, cause)
+        return result.text
+
+    return Tool(name=name, description=description, parameters=_PARAMETERS, fn=delegate)
