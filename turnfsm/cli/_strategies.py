@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-import attrs
+from attrs import fields_dict
 
 from turnfsm.context import STRATEGIES
 
@@ -27,7 +27,7 @@ eval`` measures it).
 DEMO_STRATEGIES: Final[tuple[str, ...]] = tuple(
     name
     for name in AGENT_STRATEGIES
-    if "compact_newest_exchange" in attrs.fields_dict(STRATEGIES[name])  # type: ignore[arg-type]
+    if "compact_newest_exchange" in fields_dict(STRATEGIES[name])  # type: ignore[arg-type]
 )
 """The compactors ``turnfsm demo --strategy`` names.
 
