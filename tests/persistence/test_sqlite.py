@@ -677,3 +677,8 @@ async def test_a_long_log_reads_back_row_for_row_as_it_was_written(
         assert decode(body, messages) == entry
         assert decode(json.loads(body), messages) == entry
         assert encode(entry).body == body
+        # A reference spelt with a JSON escape is still one.
+        escaped = body.replace('"$msg"', '"\\u0024msg"')
+        assert decode(escaped, messages) == entry
+    assert any('"$msg"' in body for (body,) in bodies)
+    assert any('"$msg"' not in body for (body,) in bodies)
