@@ -282,8 +282,13 @@ def test_a_report_holds_the_last_turns_and_their_passes_and_says_what_it_left_ou
     kept = [k for k, r in enumerate(run.compactions) if r.turn >= first]
     assert 0 < len(kept) < len(run.compactions)  # passes before and after
 
-    doc = parse(render_report(session, turns=40))
+    page = render_report(session, turns=40)
+    doc = parse(page)
     assert _ids(doc, "details", "turn") == [f"turn-0-{i}" for i in range(first, 80)]
+    # No link in the page points at a turn or a pass it left out.
+    targets = set(re.findall(r'href="#([^"]+)"', page))
+    assert any(t.startswith("turn-") for t in targets)
+    assert targets <= set(re.findall(r'id="([^"]+)"', page))
     assert _ids(doc, "details", "pass") == [f"pass-0-{k}" for k in kept]
     notes = [n.text() for n in doc.find_all("p", "left-out")]
     left = len(run.compactions) - len(kept)

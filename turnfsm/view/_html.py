@@ -171,13 +171,6 @@ def _run(
         f'{_e(run.outcome)}">{_e(run.outcome)}</span></h2>',
     ]
     out += _outcome(session, run, links)
-    if links is None:
-        out += path_section(run_path(session, run), n)
-    else:  # replayed by the server (it takes a while on a long run): loaded
-        out.append(
-            f'<section class="diagram" id="diagram-{n}" data-load="'
-            f'{_e(links.path(n))}"><h3>Path</h3><p>drawing the path...</p></section>'
-        )
     count = len(run.compactions)
     total = len(run.turns)
     first_turn = _first(total, recent)
@@ -185,6 +178,15 @@ def _run(
     first_pass = next(
         (k for k, r in enumerate(run.compactions) if r.turn >= first_turn), count
     )
+    if links is None:
+        out += path_section(
+            run_path(session, run), n, first_turn=first_turn, first_pass=first_pass
+        )
+    else:  # replayed by the server (it takes a while on a long run): loaded
+        out.append(
+            f'<section class="diagram" id="diagram-{n}" data-load="'
+            f'{_e(links.path(n))}"><h3>Path</h3><p>drawing the path...</p></section>'
+        )
     out += _plot(run, n, first_pass=first_pass)
     out.append(f'<section class="passes"><h3>Compaction passes ({count})</h3>')
     out += _left_out("passes", first_pass, count)
@@ -262,8 +264,14 @@ def _json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def path_section(diagram: Diagram, n: int) -> list[str]:
-    """The `n`-th run's path: its machine drawn with it, its transitions listed."""
+def path_section(
+    diagram: Diagram, n: int, *, first_turn: int = 0, first_pass: int = 0
+) -> list[str]:
+    """The `n`-th run's path: its machine drawn with it, its transitions listed.
+
+    Steps link to their turn or pass, except those before `first_turn` /
+    `first_pass`, which a report left out.
+    """
     out = [f'<section class="diagram" id="diagram-{n}"><h3>Path</h3>']
     if diagram.svg is not None:
         out.append(f'<div class="svg">{diagram.svg}</div>')
@@ -282,8 +290,9 @@ def path_section(diagram: Diagram, n: int) -> list[str]:
         tokens = "" if step.estimate is None else f" ({step.estimate} tokens)"
         trigger = _e(step.trigger)
         if step.turn is not None:
-            trigger = f'<a href="#turn-{n}-{step.turn}">{trigger}</a>'
-        elif step.compaction is not None:
+            if step.turn >= first_turn:
+                trigger = f'<a href="#turn-{n}-{step.turn}">{trigger}</a>'
+        elif step.compaction is not None and step.compaction >= first_pass:
             trigger = f'<a href="#pass-{n}-{step.compaction}">{trigger}</a>'
         out.append(
             f'<li value="{step.event + 1}"><code>{_e(step.source)}</code> '
