@@ -375,6 +375,8 @@ def json_object(
 
 def _json_fault(value: object, *, finite: bool) -> tuple[str, object, str] | None:
     """The first value in `value` JSON cannot carry: (where, what, expected)."""
+    if isinstance(value, dict) and not value:  # the usual metadata: nothing to walk
+        return None
     stack: list[tuple[str, object, tuple[int, ...]]] = [("", value, ())]
     while stack:
         where, item, inside = stack.pop()

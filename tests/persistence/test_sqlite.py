@@ -621,3 +621,64 @@ async def test_the_version_check_is_exact_for_new_and_empty_sessions(
         assert _rows(tmp_path / "v.db", "SELECT version FROM turnfsm_sessions") == [
             (2,)
         ]
+
+
+def _read_file(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file.
+    """
+    return f"contents of {path}: " + "lorem ipsum " * 40
+
+
+async def test_a_long_log_reads_back_row_for_row_as_it_was_written(
+    tmp_path: Path,
+) -> None:
+    """The one-pass parse (references filled as a body is parsed) loses nothing.
+
+    Every row of a compacting run decodes to the entry the store's `load`
+    returns, to what decoding the parsed body gives, and encodes back to the
+    very text stored.
+    """
+    from turnfsm.context import ContextManager, TruncatingCompactor
+    from turnfsm.persistence._rows import decode, encode
+    from turnfsm.testing import FakeModelClient
+
+    def plan(request: Any) -> Message:
+        calls.append(request)
+        if len(calls) >= 30:
+            return reply("done")
+        return reply("", tool_call("read", path=f"f{len(calls)}.py"))
+
+    calls: list[Any] = []
+    path = tmp_path / "s.db"
+    async with SQLiteStore(path) as store:
+        agent = Agent(
+            model=FakeModelClient(plan),
+            tools=[_read_file],
+            store=store,
+            context=ContextManager(
+                TruncatingCompactor(
+                    preserve_recent=2, min_messages=3, compact_newest_exchange=True
+                ),
+                context_window=8_000,
+            ),
+            max_turns=40,
+        )
+        session_id = (await agent.run("read every file")).session_id
+        loaded = await store.load(session_id)
+        session = await Session.load(store, session_id)
+    assert session.runs[0].compactions  # the run compacted
+    bodies = _rows(path, "SELECT body FROM turnfsm_entries ORDER BY seq")
+    messages = dict(_rows(path, "SELECT digest, body FROM turnfsm_messages"))
+    assert len(bodies) == len(loaded) == session.version
+    for (body,), entry in zip(bodies, loaded, strict=True):
+        assert decode(body, messages) == entry
+        assert decode(json.loads(body), messages) == entry
+        assert encode(entry).body == body
+        # A reference spelt with a JSON escape is still one.
+        escaped = body.replace('"$msg"', '"\\u0024msg"')
+        assert decode(escaped, messages) == entry
+    assert any('"$msg"' in body for (body,) in bodies)
+    assert any('"$msg"' not in body for (body,) in bodies)

@@ -27,6 +27,7 @@ from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.cli._run import AgentOptions
 from turnfsm.cli._view import run_view
+from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message
 from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
@@ -209,6 +210,9 @@ def _check_report(doc: Node) -> None:
             ["report", "ses_x", "-o", "run.html", "--store", "nope://x"],
             "store='nope://x'",
         ),
+        (["report", "ses_x", "-o", "run.html", "--turns", "0"], "--turns='0'"),
+        (["report", "ses_x", "-o", "run.html", "--turns", "-3"], "--turns='-3'"),
+        (["report", "ses_x", "-o", "run.html", "--turns", "many"], "--turns='many'"),
     ],
 )
 def test_a_report_that_cannot_be_made_writes_nothing(
@@ -219,6 +223,136 @@ def test_a_report_that_cannot_be_made_writes_nothing(
     assert err.startswith("turnfsm report: ")
     assert expected in err
     assert not Path("run.html").exists()
+
+
+# -- a long session's report ------------------------------------------------
+
+
+def read(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file.
+    """
+    return f"contents of {path}: " + "lorem ipsum " * 40
+
+
+def _long(db: Path, turns: int) -> str:
+    """A session of one run of `turns` model calls that compacts every few."""
+
+    def plan(request: ModelRequest) -> Message:
+        calls.append(request)
+        if len(calls) >= turns:
+            return reply("done")
+        return reply("", tool_call("read", path=f"f{len(calls)}.py"))
+
+    calls: list[ModelRequest] = []
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(
+                model=FakeModelClient(plan),
+                tools=[read],
+                store=store,
+                context=ContextManager(
+                    TruncatingCompactor(
+                        preserve_recent=2, min_messages=3, compact_newest_exchange=True
+                    ),
+                    context_window=8_000,
+                ),
+                max_turns=turns + 5,
+            )
+            return (await agent.run("read every file")).session_id
+
+    return anyio.run(run)
+
+
+def _ids(doc: Node, tag: str, kind: str) -> list[str]:
+    return [n.attrs["id"] for n in doc.find_all(tag, kind)]
+
+
+def test_a_report_holds_the_last_turns_and_their_passes_and_says_what_it_left_out(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    session = _load(db, _long(db, 80))
+    (run,) = session.runs
+    assert len(run.turns) == 80
+    first = 40
+    kept = [k for k, r in enumerate(run.compactions) if r.turn >= first]
+    assert 0 < len(kept) < len(run.compactions)  # passes before and after
+
+    page = render_report(session, turns=40)
+    doc = parse(page)
+    assert _ids(doc, "details", "turn") == [f"turn-0-{i}" for i in range(first, 80)]
+    # No link in the page points at a turn or a pass it left out.
+    targets = set(re.findall(r'href="#([^"]+)"', page))
+    assert any(t.startswith("turn-") for t in targets)
+    assert targets <= set(re.findall(r'id="([^"]+)"', page))
+    assert _ids(doc, "details", "pass") == [f"pass-0-{k}" for k in kept]
+    notes = [n.text() for n in doc.find_all("p", "left-out")]
+    left = len(run.compactions) - len(kept)
+    assert notes[0].startswith(
+        f"This report holds the last {len(kept)} of {len(run.compactions)} "
+        f"passes: the first {left} are left out"
+    )
+    assert notes[1].startswith(
+        "This report holds the last 40 of 80 turns: the first 40 are left out"
+    )
+    # The plot still marks every pass; only those held link to their diff.
+    plot = doc.find("svg", "plot")
+    assert len(plot.find_all("line", "pass")) == len(run.compactions)
+    assert [a.attrs["href"] for a in plot.find_all("a")] == [
+        f"#pass-0-{k}" for k in kept
+    ]
+    # The turns it holds are what the whole report holds for them.
+    whole = parse(render_report(session, turns=None))
+    assert not whole.find_all("p", "left-out")
+    assert _ids(whole, "details", "turn") == [f"turn-0-{i}" for i in range(80)]
+    theirs = {n.attrs["id"]: n.text() for n in whole.find_all("details", "turn")}
+    for node in doc.find_all("details", "turn"):
+        assert node.text() == theirs[node.attrs["id"]]
+
+
+def test_a_report_of_a_short_session_holds_everything_and_says_nothing_left_out(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    session = _load(db, _long(db, 12))
+    assert render_report(session) == render_report(session, turns=None)
+    assert "left-out" not in render_report(session, turns=12)
+
+
+@pytest.mark.parametrize("turns", [0, -1, True, 2.5, "10"])
+def test_render_report_refuses_a_turn_count_that_is_no_count(turns: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        render_report(Session(), turns=turns)  # type: ignore[arg-type]
+    assert "turns=" in str(caught.value)
+
+
+def test_turnfsm_report_says_how_many_turns_and_passes_it_left_out(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    session_id = _long(db, 80)
+    (run,) = _load(db, session_id).runs
+    left = sum(1 for r in run.compactions if r.turn < 40)
+    assert left
+    argv = ["report", session_id, "-o", "run.html", "--store", str(db)]
+    assert main([*argv, "--turns", "40"]) == 0
+    assert capsys.readouterr().out == (
+        f"wrote run.html (session {session_id}: 1 run(s), 80 turn(s), "
+        f"{len(run.compactions)} pass(es)); it holds each run's last 40 turns and "
+        f"their passes: 40 turn(s) and {left} pass(es) left out (--turns all keeps "
+        "every one)\n"
+    )
+    assert len(parse(Path("run.html").read_text()).find_all("details", "turn")) == 40
+    assert main([*argv, "--turns", "all"]) == 0
+    assert capsys.readouterr().out == (
+        f"wrote run.html (session {session_id}: 1 run(s), 80 turn(s), "
+        f"{len(run.compactions)} pass(es))\n"
+    )
+    assert len(parse(Path("run.html").read_text()).find_all("details", "turn")) == 80
 
 
 # -- the live page ------------------------------------------------------------

@@ -264,6 +264,13 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
     report.add_argument(
         "-o", "--output", metavar="FILE", required=True, help="the HTML file to write"
     )
+    report.add_argument(
+        "--turns",
+        metavar="N",
+        help="hold each run's last N turns with their details and the passes "
+        "made during them, and say how many were left out ('all': every one; "
+        "default: 200)",
+    )
     report.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     view = sub.add_parser(
         "view",
@@ -661,7 +668,9 @@ def _other(args: argparse.Namespace) -> int:
     if args.command == "report":
         from turnfsm.cli._view import run_report
 
-        return run_report(args.session_id, args.output, store=args.store)
+        return run_report(
+            args.session_id, args.output, store=args.store, turns=args.turns
+        )
     if args.command == "view":
         from turnfsm.cli._view import run_view
 

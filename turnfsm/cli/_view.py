@@ -13,7 +13,7 @@ import io
 import sys
 import threading
 import webbrowser
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -24,30 +24,77 @@ from turnfsm.cli._run import AgentOptions
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
-from turnfsm.persistence import Session, SessionStore
-from turnfsm.view import ViewServer, render_report
+from turnfsm.persistence import RunRecord, Session, SessionStore
+from turnfsm.view import REPORT_TURNS, ViewServer, render_report
 
 __all__ = ["run_report", "run_view"]
 
 
-def run_report(session_id: str, output: str | None, *, store: str | None = None) -> int:
-    """Write the session's view to `output`; return 0, or 2 with the error printed."""
+def run_report(
+    session_id: str,
+    output: str | None,
+    *,
+    store: str | None = None,
+    turns: str | None = None,
+) -> int:
+    """Write the session's view to `output`; return 0, or 2 with the error printed.
+
+    `turns` is ``--turns``: how many of each run's last turns and passes the
+    report holds, or ``all`` (None: `REPORT_TURNS`).
+    """
     try:
         if not output:
             raise ConfigError("-o", output, "the HTML file to write (e.g. run.html)")
+        recent = _recent(turns)
         session, place = anyio.run(_load, store, session_id)
-        text = render_report(session, where=place)
+        text = render_report(session, where=place, turns=recent)
         Path(output).write_text(text, encoding="utf-8", errors="backslashreplace")
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         print(f"turnfsm report: {exc}", file=sys.stderr)
         return 2
     runs = session.runs
+    held = "" if recent is None else _held(runs, recent)
     print(
         f"wrote {output} (session {session.id}: {len(runs)} run(s), "
         f"{sum(len(r.turns) for r in runs)} turn(s), "
-        f"{sum(len(r.compactions) for r in runs)} pass(es))"
+        f"{sum(len(r.compactions) for r in runs)} pass(es)){held}"
     )
     return 0
+
+
+def _recent(turns: str | None) -> int | None:
+    """The number ``--turns`` gives (None: ``all``; not given: `REPORT_TURNS`).
+
+    Raises:
+        ConfigError: it is neither ``all`` nor a whole number from 1 up.
+    """
+    if turns is None:
+        return REPORT_TURNS
+    if turns == "all":
+        return None
+    expected = "a whole number of turns from 1 up, or all"
+    try:
+        value = int(turns)
+    except ValueError:
+        raise ConfigError("--turns", turns, expected) from None
+    if value < 1:
+        raise ConfigError("--turns", turns, expected)
+    return value
+
+
+def _held(runs: Sequence[RunRecord], recent: int) -> str:
+    """What the report left out, if anything (`recent` turns a run)."""
+    turns = passes = 0
+    for run in runs:
+        first = max(0, len(run.turns) - recent)
+        turns += first
+        passes += sum(1 for r in run.compactions if r.turn < first)
+    if not turns:
+        return ""
+    return (
+        f"; it holds each run's last {recent} turns and their passes: {turns} "
+        f"turn(s) and {passes} pass(es) left out (--turns all keeps every one)"
+    )
 
 
 async def _load(store: str | None, session_id: str) -> tuple[Session, str]:

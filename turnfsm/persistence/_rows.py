@@ -238,19 +238,27 @@ def encode(entry: Entry) -> Row:
     )
 
 
+def _filled(value: dict[str, Any], messages: Mapping[str, Any]) -> Any:
+    """Return the message a reference `value` names, or `value` if it is none."""
+    if len(value) != 1 or MESSAGE_REF not in value:
+        return value
+    digest = value[MESSAGE_REF]
+    try:
+        found = messages[digest]
+    except (KeyError, TypeError):  # TypeError: a digest that is no key (a list)
+        raise CorruptRecord(
+            "Entry", MESSAGE_REF, f"message {digest!r} is missing"
+        ) from None
+    if isinstance(found, str):
+        return _loads(found, f"{MESSAGE_REF}[{digest!r}]")
+    return found
+
+
 def _fill(value: Any, messages: Mapping[str, Any]) -> Any:
+    """Return the parsed body `value` with its references filled (`_filled`)."""
     if isinstance(value, dict):
         if value.keys() == {MESSAGE_REF}:
-            digest = value[MESSAGE_REF]
-            try:
-                found = messages[digest]
-            except KeyError:
-                raise CorruptRecord(
-                    "Entry", MESSAGE_REF, f"message {digest!r} is missing"
-                ) from None
-            if isinstance(found, str):
-                return _loads(found, f"{MESSAGE_REF}[{digest!r}]")
-            return found
+            return _filled(value, messages)
         return {k: _fill(v, messages) for k, v in value.items()}
     if isinstance(value, list):
         return [_fill(v, messages) for v in value]
@@ -305,12 +313,13 @@ def decode_log(
     if problem is not None:
         raise CorruptRecord("Session", f"{where}.version", problem)
     entries = []
+    parser = _parser(messages)  # one for the log: its bodies share the messages
     for index, body in enumerate(bodies):
         try:
             if not isinstance(body, str):
                 kind = type(body).__name__
                 raise CorruptRecord("Entry", "", f"a {kind} where JSON text belongs")
-            entries.append(decode(body, messages))
+            entries.append(_open(_parse(parser, body)))
         except CorruptRecord as exc:
             path = f"{where}.entries[{index}]" + (f".{exc.path}" if exc.path else "")
             raise CorruptRecord(exc.type, path, exc.reason) from None
@@ -329,8 +338,36 @@ def decode(body: str | Mapping[str, Any], messages: Mapping[str, Any]) -> Entry:
             message that is not there.
     """
     if isinstance(body, str):
-        body = _loads(body, "")
-    return serde.open_envelope(_fill(body, messages), Entry)  # type: ignore[no-any-return]
+        return _open(_parse(_parser(messages), body))
+    return _open(_fill(body, messages))
+
+
+def _open(filled: Any) -> Entry:
+    return serde.open_envelope(filled, Entry)  # type: ignore[no-any-return]
+
+
+_PLAIN: Final = json.JSONDecoder()
+
+
+def _parser(messages: Mapping[str, Any]) -> json.JSONDecoder:
+    """A JSON parser that fills the references to `messages` as it parses.
+
+    Its object hook is called for each JSON object the parser builds, so a
+    body is read in one pass (no second walk over it to fill references).
+    """
+    return json.JSONDecoder(object_hook=lambda value: _filled(value, messages))
+
+
+def _parse(parser: json.JSONDecoder, body: str) -> Any:
+    # A body that cannot hold a reference (no "$msg" in it, nor an escape
+    # that could spell one) needs no hook: the plain parser is quicker.
+    plain = MESSAGE_REF not in body and "\\u" not in body
+    try:
+        return _PLAIN.decode(body) if plain else parser.decode(body)
+    except CorruptRecord:  # a reference the hook could not fill (a ValueError too)
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise CorruptRecord("Entry", "", f"not JSON: {exc}") from None
 
 
 def _loads(text: str, path: str) -> Any:

@@ -64,6 +64,24 @@ def _envelope_types(cls: object) -> tuple[type, ...]:
     return tuple(m for m in members if isinstance(m, type) and m is not type(None))
 
 
+_MEMBERS: dict[tuple[object, str], type] = {}
+"""(expected type, envelope's type name) -> the class it reads as: a long log
+names a few types many times, and the search is the same each time."""
+
+
+def _member_for(cls: object, name: str) -> type | None:
+    try:
+        return _MEMBERS[cls, name]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable `cls`: no cache
+        return _envelope_member(name, _envelope_types(cls))
+    found = _envelope_member(name, _envelope_types(cls))
+    if found is not None:  # only real classes: a bad name is not kept
+        _MEMBERS[cls, name] = found
+    return found
+
+
 def _envelope_member(name: str, candidates: tuple[type, ...]) -> type | None:
     for cls in candidates:
         if cls.__name__ == name:
@@ -109,10 +127,9 @@ def open_envelope(data: object, cls: object = None) -> Any:
             f"this turnfsm reads version {SCHEMA_VERSION}",
         )
     name = data.get(TAG)
-    candidates = _envelope_types(cls)
-    member = _envelope_member(name, candidates) if isinstance(name, str) else None
+    member = _member_for(cls, name) if isinstance(name, str) else None
     if member is None:
-        known = ", ".join(c.__name__ for c in candidates)
+        known = ", ".join(c.__name__ for c in _envelope_types(cls))
         raise CorruptRecord(
             type=expected,
             path=TAG,

@@ -16,21 +16,38 @@ script is shown as text.
 
 from __future__ import annotations
 
+from typing import Final
+
+from turnfsm import _checks
 from turnfsm.persistence import Session
 from turnfsm.view._html import page
 from turnfsm.view._server import Answer, ViewServer
 
-__all__ = ["Answer", "ViewServer", "render_report"]
+__all__ = ["REPORT_TURNS", "Answer", "ViewServer", "render_report"]
 
 
-def render_report(session: Session, *, where: str = "") -> str:
+REPORT_TURNS: Final = 200
+"""How many of each run's last turns a report holds by default (with their passes)."""
+
+
+def render_report(
+    session: Session, *, where: str = "", turns: int | None = REPORT_TURNS
+) -> str:
     """Return `session` as one self-contained HTML page.
 
     Args:
         session: The session (`Session.load` reads a stored one).
         where: Where it is stored, for the page's header.
+        turns: How many of each run's last turns the page holds with their
+            details, with the compaction passes made during them (None: all
+            of them). A run with more says how many it left out; its plot
+            still shows every model call and pass.
 
     The page needs no network: its style, script and diagrams are inline.
-    Every run's turns and passes are in it (a turn's details folded).
+    A turn's details are folded.
+
+    Raises:
+        ConfigError: `turns` is not a whole number from 1 up (or None).
     """
-    return page(session, where=where)
+    _checks.check(turns, "turns", _checks.integer(low=1, optional=True))
+    return page(session, where=where, recent=turns)

@@ -12,7 +12,7 @@ import html
 import json
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Final
+from typing import Final, TypeVar
 
 import attrs
 
@@ -31,6 +31,8 @@ __all__ = [
     "turn_detail",
     "turn_rows",
 ]
+
+T = TypeVar("T")
 
 _FULL_CONTEXTS: Final = 5_000
 """Most message renderings the turns' contexts may take in full in a report."""
@@ -79,13 +81,16 @@ def page(
     *,
     where: str,
     links: Links | None = None,
+    recent: int | None = None,
 ) -> str:
     """Return the whole page of `session` (a report when `links` is None).
 
-    A report replays each run's path now; the live page loads it.
+    A report replays each run's path now; the live page loads it. A report
+    with `recent` holds only each run's last `recent` turns and the passes
+    made during them, and says how many it left out (None: all of them).
     """
     runs = session.runs
-    full = links is None and _context_sizes(runs) <= _FULL_CONTEXTS
+    full = links is None and _context_sizes(runs, recent) <= _FULL_CONTEXTS
     connect = "'self'" if links is not None else "'none'"
     out = [
         "<!DOCTYPE html>",
@@ -118,15 +123,37 @@ def page(
         )
     out.append("</ol></nav></header><main>")
     for n, run in enumerate(runs):
-        out += _run(session, run, n, links, full=full)
+        out += _run(session, run, n, links, full=full, recent=recent)
     out.append("</main>")
     out.append(f"<script>{_asset('view.js')}</script></body></html>")
     return "\n".join(out)
 
 
-def _context_sizes(runs: Sequence[RunRecord]) -> int:
-    """How many messages every turn's context, written out in full, would take."""
-    return sum(t.keep + len(t.added) for run in runs for t in run.turns)
+def _context_sizes(runs: Sequence[RunRecord], recent: int | None) -> int:
+    """How many messages the turns' contexts, written out in full, would take."""
+    return sum(t.keep + len(t.added) for run in runs for t in _last(run.turns, recent))
+
+
+def _first(total: int, recent: int | None) -> int:
+    """The index of the first of the last `recent` of `total` items (None: 0)."""
+    return 0 if recent is None else max(0, total - recent)
+
+
+def _last(items: Sequence[T], recent: int | None) -> Sequence[T]:
+    return items[_first(len(items), recent) :]
+
+
+def _left_out(kind: str, first: int, total: int) -> list[str]:
+    """The note that says a report holds only the last of a run's `kind`."""
+    if not first:
+        return []
+    return [
+        f'<p class="left-out">This report holds the last {total - first} of '
+        f"{total} {kind}: the first {first} are left out (the plot above shows "
+        "every one; <code>turnfsm report --turns all</code> writes every one "
+        "in full; <code>turnfsm view</code> shows every one, loading each as "
+        "it is opened).</p>"
+    ]
 
 
 def _run(
@@ -136,6 +163,7 @@ def _run(
     links: Links | None,
     *,
     full: bool,
+    recent: int | None = None,
 ) -> list[str]:
     out = [
         f'<section class="run" id="run-{n}" data-run="{_e(run.run_id)}">',
@@ -143,22 +171,32 @@ def _run(
         f'{_e(run.outcome)}">{_e(run.outcome)}</span></h2>',
     ]
     out += _outcome(session, run, links)
+    count = len(run.compactions)
+    total = len(run.turns)
+    first_turn = _first(total, recent)
+    # The passes it holds: those made during the turns it holds.
+    first_pass = next(
+        (k for k, r in enumerate(run.compactions) if r.turn >= first_turn), count
+    )
     if links is None:
-        out += path_section(run_path(session, run), n)
+        out += path_section(
+            run_path(session, run), n, first_turn=first_turn, first_pass=first_pass
+        )
     else:  # replayed by the server (it takes a while on a long run): loaded
         out.append(
             f'<section class="diagram" id="diagram-{n}" data-load="'
             f'{_e(links.path(n))}"><h3>Path</h3><p>drawing the path...</p></section>'
         )
-    out += _plot(run, n)
-    count = len(run.compactions)
+    out += _plot(run, n, first_pass=first_pass)
     out.append(f'<section class="passes"><h3>Compaction passes ({count})</h3>')
+    out += _left_out("passes", first_pass, count)
     out.append(f'<div class="pass-list" id="passes-{n}">')
-    out += pass_rows(session, run, n, 0, count, links=links)
+    out += pass_rows(session, run, n, first_pass, count, links=links)
     out.append("</div></section>")
-    out.append(f'<section class="turns"><h3>Turns ({len(run.turns)})</h3>')
+    out.append(f'<section class="turns"><h3>Turns ({total})</h3>')
+    out += _left_out("turns", first_turn, total)
     out.append(f'<div class="turn-list" id="turns-{n}">')
-    out += turn_rows(session, run, n, 0, len(run.turns), links=links, full=full)
+    out += turn_rows(session, run, n, first_turn, total, links=links, full=full)
     out.append("</div></section></section>")
     return out
 
@@ -226,8 +264,14 @@ def _json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-def path_section(diagram: Diagram, n: int) -> list[str]:
-    """The `n`-th run's path: its machine drawn with it, its transitions listed."""
+def path_section(
+    diagram: Diagram, n: int, *, first_turn: int = 0, first_pass: int = 0
+) -> list[str]:
+    """The `n`-th run's path: its machine drawn with it, its transitions listed.
+
+    Steps link to their turn or pass, except those before `first_turn` /
+    `first_pass`, which a report left out.
+    """
     out = [f'<section class="diagram" id="diagram-{n}"><h3>Path</h3>']
     if diagram.svg is not None:
         out.append(f'<div class="svg">{diagram.svg}</div>')
@@ -246,8 +290,9 @@ def path_section(diagram: Diagram, n: int) -> list[str]:
         tokens = "" if step.estimate is None else f" ({step.estimate} tokens)"
         trigger = _e(step.trigger)
         if step.turn is not None:
-            trigger = f'<a href="#turn-{n}-{step.turn}">{trigger}</a>'
-        elif step.compaction is not None:
+            if step.turn >= first_turn:
+                trigger = f'<a href="#turn-{n}-{step.turn}">{trigger}</a>'
+        elif step.compaction is not None and step.compaction >= first_pass:
             trigger = f'<a href="#pass-{n}-{step.compaction}">{trigger}</a>'
         out.append(
             f'<li value="{step.event + 1}"><code>{_e(step.source)}</code> '
@@ -270,7 +315,8 @@ _NUDGE: Final = {"window": -3.0, "threshold": 4.0, "emergency": 11.0}
 """Where each line's name sits from its line (window and emergency are close)."""
 
 
-def _plot(run: RunRecord, n: int) -> list[str]:
+def _plot(run: RunRecord, n: int, *, first_pass: int = 0) -> list[str]:
+    """The plot of `run`'s tokens; pass markers from `first_pass` on link to a diff."""
     budget = run.opened.budget
     window = budget.context_window
     turns = run.turns
@@ -319,13 +365,15 @@ def _plot(run: RunRecord, n: int) -> list[str]:
             )
     for k, record in enumerate(run.compactions):
         at = x(record.turn - 0.5)
-        out.append(
-            f'<a href="#pass-{n}-{k}"><line class="pass {_e(record.reason.value)}" '
+        line = (
+            f'<line class="pass {_e(record.reason.value)}" '
             f'x1="{at:.1f}" x2="{at:.1f}" y1="{_PAD / 2}" y2="{_H - _PAD}">'
             f"<title>pass {k + 1} after turn {record.turn}: {_e(record.reason.value)}"
             f", {_e(record.verdict.value)}, {record.tokens_before} &#8594; "
-            f"{record.tokens_after} tokens</title></line></a>"
+            f"{record.tokens_after} tokens</title></line>"
         )
+        # A pass a report left out has no diff to link to.
+        out.append(f'<a href="#pass-{n}-{k}">{line}</a>' if k >= first_pass else line)
     for name, values in (("estimate", estimates), ("reported", reported)):
         points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in _thin(values))
         if points:
