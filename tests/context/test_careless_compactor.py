@@ -21,6 +21,7 @@ from turnfsm.context import (
     CompactionProposal,
     CompactionRequest,
     ContextManager,
+    PinRules,
 )
 from turnfsm.core import (
     CompactionNoop,
@@ -123,7 +124,14 @@ def test_accepted_results_are_valid_and_rejections_are_compactor_errors(
 ) -> None:
     messages = valid(generated)
     compactor = Careless(plan)
-    mgr = ContextManager(compactor, context_window=0, counter=COUNTER)
+    # Structure only: the careless edits drop and rewrite pinned messages too,
+    # which the pins' own property test covers (test_pins.py); its rules are off.
+    mgr = ContextManager(
+        compactor,
+        context_window=0,
+        counter=COUNTER,
+        pins=PinRules(system_prompt=False, first_user=False, latest_user=False),
+    )
 
     decision = run_sync(
         mgr.compact(

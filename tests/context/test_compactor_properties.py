@@ -14,6 +14,7 @@ CI (the "ci" profile) runs at least 10,000 examples per main property; the
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Coroutine, Sequence
 from math import prod
@@ -27,6 +28,7 @@ from tests.generators import histories, valid
 from tests.helpers import compaction_context as ctx_for
 from tests.profiles import heavy, sized
 from turnfsm.context import (
+    REPLACES,
     SUMMARY_PREFIX,
     CompactionProposal,
     LayeredCompactor,
@@ -242,7 +244,12 @@ def test_summarizing_pass_is_complete_safe_and_idempotent(case: Case) -> None:
     assert all(a is b for a, b in zip(out[n + 1 :], plan.kept, strict=True))
     assert len(out) == n + 1 + len(plan.kept)
     assert summary.role.value == knobs["summary_role"]
-    assert summary.text == f"{SUMMARY_PREFIX}\n\n{SUMMARY}"
+    # The summary, then the note naming what it replaced (for recall).
+    body = f"{SUMMARY_PREFIX}\n\n{SUMMARY}"
+    assert summary.text.startswith(body)
+    note = summary.text[len(body) :]
+    assert re.fullmatch(r"\n\n\[recall [^ .\]]+(\.\.[^ .\]]+)?\]", note), note
+    assert summary.metadata[REPLACES].split() == [m.id for m in plan.summarised]
     assert summary.metadata[SUMMARY_COVERS] == plan.summarised[-1].id
     assert summary.metadata[SUMMARY_KEY] == plan.key("ses_1")
     assert summary.id not in {m.id for m in messages}
