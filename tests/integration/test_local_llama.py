@@ -129,12 +129,18 @@ def test_compaction_that_cannot_shrink_enough_stalls_without_looping(
 
 
 class ShaveOne:
-    """Always makes a little progress: drops the oldest message, never enough."""
+    """Always makes a little progress: drops the oldest unpinned message, never enough.
+
+    The pinned messages (here the first and the latest user message) are kept,
+    as every strategy must keep them.
+    """
 
     async def compact(
         self, messages: Sequence[Message], target: int, ctx: CompactionContext
     ) -> CompactionProposal:
-        return CompactionProposal.compacted(list(messages[1:]), ctx.tokens_before, 0)
+        drop = next(i for i, m in enumerate(messages) if m.id not in ctx.pinned)
+        kept = [*messages[:drop], *messages[drop + 1 :]]
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
 
 
 def test_bounded_overflow_retries_end_with_a_typed_error(server: LlamaServer) -> None:
