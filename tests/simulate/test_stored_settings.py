@@ -15,6 +15,7 @@ from turnfsm.context import (
     CompactBase,
     ContextCompactor,
     ContextManager,
+    PinRules,
     TruncatingCompactor,
 )
 from turnfsm.core import Measured, ModelReplied
@@ -119,6 +120,7 @@ async def test_the_demos_run_opens_with_its_context_settings() -> None:
         max_failures=3,
         use_reported_usage=False,
         calibrate=False,
+        pins={"system_prompt": True, "first_user": True, "latest_user": True},
     )
 
 
@@ -264,6 +266,7 @@ async def test_the_settings_survive_the_sqlite_store(tmp_path: Path) -> None:
         ("threshold", 101),
         ("target", "half"),
         ("counter", 3),
+        ("pins", {"first_user": object()}),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(field: str, value: object) -> None:
@@ -277,3 +280,44 @@ def test_bad_settings_are_refused_naming_the_field(field: str, value: object) ->
     with pytest.raises(ConfigError) as caught:
         ContextSettings(**{**good, field: value})  # type: ignore[arg-type]
     assert caught.value.field.startswith(field)
+
+
+@pytest.mark.anyio
+async def test_the_pin_rules_are_kept_and_simulated_again() -> None:
+    rules = PinRules(first_user=False, latest_user=False)
+    context = ContextManager(
+        TruncatingCompactor(
+            preserve_recent=2, min_messages=3, compact_newest_exchange=True
+        ),
+        context_window=3_000,
+        threshold=60,
+        pins=rules,
+    )
+    stored = await _run(context)
+    recorded = stored.runs[0].opened.context
+    assert recorded is not None
+    assert dict(recorded.pins) == {
+        "system_prompt": True,
+        "first_user": False,
+        "latest_user": False,
+    }
+    assert stored_context(stored).pins == rules
+    _reproduced(stored, await simulate(stored))
+
+
+@pytest.mark.anyio
+async def test_pin_rules_this_version_does_not_know_are_refused(
+    tmp_path: Path,
+) -> None:
+    stored = await _run(ContextManager(user_compactor.mine, context_window=3_000))
+    path = tmp_path / "log.jsonl"
+    dump_session(stored, str(path))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        if line.get("type") == "RunOpened":
+            line["data"]["context"]["pins"]["every_tool_result"] = True
+    edited = await load_session("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(ConfigError) as caught:
+        stored_context(edited)
+    assert caught.value.field == "session"
+    assert "every_tool_result" in str(caught.value)

@@ -36,6 +36,7 @@ def context_settings(manager: ContextManager) -> ContextSettings:
         max_failures=manager.max_failures,
         use_reported_usage=manager.use_reported_usage,
         calibrate=manager.calibrate,
+        pins=object_settings(manager.pins) or {},
     )
 
 

@@ -56,6 +56,9 @@ class ContextSettings:
         max_failures: Failed passes in a row that open the breaker.
         use_reported_usage: Whether measurements used the provider's counts.
         calibrate: Whether measurements were calibrated against them.
+        pins: The pin rules (`turnfsm.context.PinRules`) as JSON values, by
+            rule name; a rule not named is on (empty: every rule on, as in
+            a log written before pin rules were kept).
 
     Raises:
         ConfigError: A field is of the wrong type or out of its range.
@@ -91,3 +94,6 @@ class ContextSettings:
     )
     use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())
     calibrate: bool = attrs.field(default=False, validator=_checks.boolean())
+    pins: Mapping[str, JSONValue] = attrs.field(
+        factory=dict, converter=_frozen, hash=False, validator=_checks.json_object()
+    )

@@ -23,6 +23,7 @@ from turnfsm.context import (
     ContextCompactor,
     ContextManager,
     MaskingCompactor,
+    PinRules,
     strategy_named,
 )
 from turnfsm.core import (
@@ -431,8 +432,9 @@ def _rebuilt(
             max_failures=settings.max_failures,
             use_reported_usage=settings.use_reported_usage,
             calibrate=settings.calibrate,
+            pins=PinRules(**settings.pins),
         )
-    except ConfigError as exc:  # a log written by hand, or by a newer turnfsm
+    except (ConfigError, TypeError) as exc:  # a log written by hand, or by a newer turnfsm
         raise ConfigError(
             "session", settings, f"context settings that make a context manager ({exc})"
         ) from None
