@@ -566,3 +566,23 @@ def test_a_title_goes_on_top() -> None:
 
     assert '  labelloc=t; fontname="Helvetica"; label="turn: 1 run \\"x\\"";' in dot
     assert mermaid[1] == 'title: "turn: 1 run \\"x\\""'
+
+
+def test_each_fired_edge_links_where_href_says_and_no_other_does() -> None:
+    spec = load_turn_spec()
+    asked: list[tuple[int, str]] = []
+
+    def href(index: int, source: str) -> str:
+        asked.append((index, source))
+        return f'#step "{index}" from {source}'
+
+    dot = render_dot(spec, DEMO, href=href)
+
+    assert sorted(asked) == sorted(DEMO)  # every fired edge, once
+    linked = [line for line in dot.splitlines() if "href=" in line]
+    assert len(linked) == len(DEMO)
+    for index, source in DEMO:
+        wanted = f'href="#step \\"{index}\\" from {source}", target="_self"'
+        assert sum(wanted in line for line in linked) == 1
+    assert "href=" not in render_dot(spec, DEMO)
+    assert "href=" not in render_dot(spec, href=href)  # nothing fired

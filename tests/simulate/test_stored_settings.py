@@ -19,6 +19,7 @@ from turnfsm.context import (
     TruncatingCompactor,
 )
 from turnfsm.core import Measured, ModelReplied
+from turnfsm.driver import pin_rules
 from turnfsm.errors import ConfigError
 from turnfsm.persistence import (
     CompactionRecord,
@@ -321,3 +322,30 @@ async def test_pin_rules_this_version_does_not_know_are_refused(
         stored_context(edited)
     assert caught.value.field == "session"
     assert "every_tool_result" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("pins", "expected"),
+    [
+        ({"every_tool_result": True}, "pin rules among first_user, latest_user"),
+        ({"first_user": "yes"}, "pin rules that are bools"),
+    ],
+)
+def test_pin_rules_are_made_again_or_refused_naming_the_field(
+    pins: dict[str, object], expected: str
+) -> None:
+    good: dict[str, object] = {
+        "strategy": "truncating",
+        "strategy_kind": "shipped",
+        "window": 8_000,
+        "threshold": 80,
+        "counter": "ConservativeTokenCounter",
+    }
+    assert pin_rules(None) == PinRules()
+    off = ContextSettings(**good, pins={"latest_user": False})  # type: ignore[arg-type]
+    assert pin_rules(off) == PinRules(latest_user=False)
+    settings = ContextSettings(**good, pins=pins)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        pin_rules(settings)
+    assert caught.value.field == "pins"
+    assert expected in str(caught.value)

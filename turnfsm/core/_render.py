@@ -20,7 +20,7 @@ with several sources is several edges.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeAlias, final
 
 import attrs
@@ -233,12 +233,15 @@ def _dot_pen(pen: _Pen) -> list[str]:
     return out
 
 
-def _dot_edge(edge: _Edge, pen: _Pen, junction: str) -> list[str]:
+def _dot_edge(
+    edge: _Edge, pen: _Pen, junction: str, link: str | None = None
+) -> list[str]:
     lines = [_q(line) for line in _lines(edge, "  ")]
     # A list of transitions is left-justified (\l); a single label centred.
     end = "\\l" if len(edge.items) > 1 else "\\n"
     label = end.join(lines) + (end if len(edge.items) > 1 else "")
-    drawn = ", ".join([f'label="{label}"', *_dot_pen(pen)])
+    linked = [] if link is None else [f'href="{_q(link)}"', 'target="_self"']
+    drawn = ", ".join([f'label="{label}"', *_dot_pen(pen), *linked])
     dest = _q(edge.dest)
     if len(edge.sources) == 1:
         return [f'  "{_q(edge.sources[0])}" -> "{dest}" [{drawn}];']
@@ -275,6 +278,7 @@ def render_dot(
     traffic: Mapping[EdgeKey, Traffic] | None = None,
     *,
     title: str | None = None,
+    href: Callable[[int, str], str] | None = None,
 ) -> str:
     """Return a Graphviz DOT digraph of `spec`, top to bottom, guards on the edges.
 
@@ -284,6 +288,9 @@ def render_dot(
             it with `tally`): each edge that fired is drawn on its own, by
             how often it fired; the rest is greyed.
         title: A caption above the drawing.
+        href: The address each fired edge links to, from its transition's
+            index and its source phase (Graphviz's SVG makes the edge and
+            its label a link); None: no links.
 
     Raises:
         ConfigError: a key of `traffic` names no transition of `spec`.
@@ -307,7 +314,10 @@ def render_dot(
     lines += _dot_nodes(spec, visited, _anys(edges))
     for number, edge in enumerate(edges):
         pen = _pen(edge, _top(traffic), bool(visited))
-        lines += _dot_edge(edge, pen, f"__junction_{number}")
+        link = None
+        if href is not None and edge.traffic is not None:
+            link = href(edge.first, edge.sources[0])
+        lines += _dot_edge(edge, pen, f"__junction_{number}", link)
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -11,6 +11,7 @@ from turnfsm.driver._context import (
     ToolJournal,
     UsageTally,
 )
+from turnfsm.driver._context_settings import pin_rules
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._driver import Driver
 from turnfsm.driver._effects import (
@@ -70,6 +71,7 @@ __all__ = [
     "function_tool",
     "is_transient",
     "measure",
+    "pin_rules",
     "rebuild",
     "recall_tool",
     "replay",

@@ -10,11 +10,12 @@ from enum import Enum
 
 import attrs
 
-from turnfsm.context import STRATEGIES, ContextManager
+from turnfsm.context import STRATEGIES, ContextManager, PinRules
+from turnfsm.errors import ConfigError
 from turnfsm.messages import JSONValue
 from turnfsm.persistence import ContextSettings, StrategyKind
 
-__all__ = ["context_settings", "object_settings"]
+__all__ = ["context_settings", "object_settings", "pin_rules"]
 
 
 def context_settings(manager: ContextManager) -> ContextSettings:
@@ -38,6 +39,26 @@ def context_settings(manager: ContextManager) -> ContextSettings:
         calibrate=manager.calibrate,
         pins=object_settings(manager.pins) or {},
     )
+
+
+def pin_rules(settings: ContextSettings | None) -> PinRules:
+    """Return the pin rules a run's log keeps, made again (None: the defaults).
+
+    Raises:
+        ConfigError: The log names a rule this version does not know, or a
+            rule's value is not a bool (field ``pins``).
+    """
+    if settings is None:
+        return PinRules()
+    rules = dict(settings.pins)
+    known = {field.name for field in attrs.fields(PinRules)}
+    unknown = sorted(set(rules) - known)
+    if unknown:
+        raise ConfigError("pins", rules, f"pin rules among {', '.join(sorted(known))}")
+    try:
+        return PinRules(**rules)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError("pins", rules, f"pin rules that are bools ({exc})") from None
 
 
 def _strategy(

@@ -23,7 +23,6 @@ from turnfsm.context import (
     ContextCompactor,
     ContextManager,
     MaskingCompactor,
-    PinRules,
     strategy_named,
 )
 from turnfsm.core import (
@@ -36,7 +35,7 @@ from turnfsm.core import (
     RunTools,
     ToolsFinished,
 )
-from turnfsm.driver import Driver, EffectContext
+from turnfsm.driver import Driver, EffectContext, pin_rules
 from turnfsm.driver import compact as builtin_compact
 from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message
@@ -432,9 +431,9 @@ def _rebuilt(
             max_failures=settings.max_failures,
             use_reported_usage=settings.use_reported_usage,
             calibrate=settings.calibrate,
-            pins=PinRules(**settings.pins),
+            pins=pin_rules(settings),
         )
-    except (ConfigError, TypeError) as exc:  # a log written by hand, or by a newer turnfsm
+    except ConfigError as exc:  # a log written by hand, or by a newer turnfsm
         raise ConfigError(
             "session", settings, f"context settings that make a context manager ({exc})"
         ) from None

@@ -16,10 +16,13 @@ from typing import Final, TypeVar
 
 import attrs
 
+from turnfsm.context import PinRules, pinned_ids, replaced_ids
 from turnfsm.core import emergency_line, threshold_line
+from turnfsm.driver import pin_rules
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.persistence import CompactionRecord, RunRecord, Session, TurnRecord
-from turnfsm.view._paths import Diagram, run_path
+from turnfsm.view._paths import Diagram, edge_anchor, run_path
 
 __all__ = [
     "Links",
@@ -180,7 +183,11 @@ def _run(
     )
     if links is None:
         out += path_section(
-            run_path(session, run), n, first_turn=first_turn, first_pass=first_pass
+            run_path(session, run),
+            n,
+            run.run_id,
+            first_turn=first_turn,
+            first_pass=first_pass,
         )
     else:  # replayed by the server (it takes a while on a long run): loaded
         out.append(
@@ -265,12 +272,19 @@ def _json(value: object) -> str:
 
 
 def path_section(
-    diagram: Diagram, n: int, *, first_turn: int = 0, first_pass: int = 0
+    diagram: Diagram,
+    n: int,
+    run_id: str,
+    *,
+    first_turn: int = 0,
+    first_pass: int = 0,
 ) -> list[str]:
     """The `n`-th run's path: its machine drawn with it, its transitions listed.
 
     Steps link to their turn or pass, except those before `first_turn` /
-    `first_pass`, which a report left out.
+    `first_pass`, which a report left out. Each edge of the drawing that
+    fired links to the first step that went along it; opening that step
+    marks every step along the same edge.
     """
     out = [f'<section class="diagram" id="diagram-{n}"><h3>Path</h3>']
     if diagram.svg is not None:
@@ -286,7 +300,14 @@ def path_section(
         f'<details class="path-steps"><summary>{len(diagram.steps)} transitions '
         'fired</summary><ol class="path">'
     )
-    for step in diagram.steps[:_PLOT_POINTS]:
+    firsts: set[int] = set()
+    left_out = 0
+    for k, step in enumerate(diagram.steps):
+        first = step.edge not in firsts
+        firsts.add(step.edge)
+        if k >= _PLOT_POINTS and not first:  # an edge's first step is always listed
+            left_out += 1
+            continue
         tokens = "" if step.estimate is None else f" ({step.estimate} tokens)"
         trigger = _e(step.trigger)
         if step.turn is not None:
@@ -294,13 +315,15 @@ def path_section(
                 trigger = f'<a href="#turn-{n}-{step.turn}">{trigger}</a>'
         elif step.compaction is not None and step.compaction >= first_pass:
             trigger = f'<a href="#pass-{n}-{step.compaction}">{trigger}</a>'
+        anchor = f' id="{_e(edge_anchor(run_id, step.edge))}"' if first else ""
         out.append(
-            f'<li value="{step.event + 1}"><code>{_e(step.source)}</code> '
+            f'<li value="{step.event + 1}" data-edge="{step.edge}"{anchor}>'
+            f"<code>{_e(step.source)}</code> "
             f"&#8212;{trigger}&#8594; <code>{_e(step.dest)}</code>{tokens}"
             "</li>"
         )
-    if len(diagram.steps) > _PLOT_POINTS:
-        out.append(f"<li>... {len(diagram.steps) - _PLOT_POINTS} more</li>")
+    if left_out:
+        out.append(f"<li>... {left_out} more</li>")
     out.append("</ol></details></section>")
     return out
 
@@ -433,7 +456,7 @@ def pass_rows(
         out.append(f'<details class="pass" id="pass-{n}-{k}"')
         if links is None:
             out.append(">" + _pass_summary(record, k))
-            out += pass_diff(session, record)
+            out += pass_diff(session, run, n, k)
         else:
             out.append(
                 f' data-src="{_e(links.compaction(n, k))}">{_pass_summary(record, k)}'
@@ -454,8 +477,13 @@ def _pass_summary(record: CompactionRecord, k: int) -> str:
     )
 
 
-def pass_diff(session: Session, record: CompactionRecord) -> list[str]:
-    """What one pass covered and what replaced it, side by side."""
+def pass_diff(session: Session, run: RunRecord, n: int, k: int) -> list[str]:
+    """What pass `k` of `run` (the `n`-th) covered and what replaced it, side by side.
+
+    The covered messages are the originals the log keeps: a replacement that
+    names what it replaces links to each of them, pinned ones are marked.
+    """
+    record = run.compactions[k]
     kept = set(record.covers) & set(record.replacement)
     removed = [i for i in record.covers if i not in kept]
     added = [i for i in record.replacement if i not in kept]
@@ -471,17 +499,56 @@ def pass_diff(session: Session, record: CompactionRecord) -> list[str]:
         f"{len(record.replacement)} in their place: {len(removed)} removed, "
         f"{len(added)} new, {len(kept)} kept; saved {record.tokens_saved} tokens "
         f"(estimated){usage}.</p>",
-        '<div class="diff"><div class="before"><h4>Covered (before)</h4>',
     ]
+    if record.payback is not None:
+        out.append(
+            f'<p class="pass-meta cost">By the prompt cache: '
+            f"{_e(record.payback.describe())}.</p>"
+        )
+    out.append('<div class="diff"><div class="before"><h4>Covered (before)</h4>')
+    pinned = _pinned(session, run, record.covers)
     for message_id in record.covers:
         mark = "kept" if message_id in kept else "removed"
-        out.append(_message(session, message_id, mark))
+        anchor = _original(n, k, message_id) if mark == "removed" else None
+        out.append(
+            _message(
+                session, message_id, mark, pinned=message_id in pinned, anchor=anchor
+            )
+        )
     out.append('</div><div class="after"><h4>In their place (after)</h4>')
     for message_id in record.replacement:
         mark = "kept" if message_id in kept else "added"
-        out.append(_message(session, message_id, mark))
+        out.append(_message(session, message_id, mark, pinned=message_id in pinned))
+        if mark == "added":
+            out += _replaces(session, message_id, n, k, set(removed))
     out.append("</div></div></div>")
     return out
+
+
+def _original(n: int, k: int, message_id: str) -> str:
+    """The id of a message a pass removed, shown in that pass's diff."""
+    return f"was-{n}-{k}-{message_id}"
+
+
+def _replaces(
+    session: Session, message_id: str, n: int, k: int, removed: set[str]
+) -> list[str]:
+    """Links from a replacement to the originals it names (those this pass removed)."""
+    try:
+        names = replaced_ids(session.message(message_id))
+    except KeyError:
+        return []
+    if not names:
+        return []
+    links = [
+        f'<a href="#{_e(_original(n, k, i))}"><code>{_e(i)}</code></a>'
+        if i in removed
+        else f"<code>{_e(i)}</code>"
+        for i in names
+    ]
+    return [
+        f'<p class="replaces">replaces {len(names)} message(s): {", ".join(links)}</p>'
+    ]
 
 
 # -- the turns ----------------------------------------------------------
@@ -560,24 +627,47 @@ def turn_detail(
     since the previous turn (the rest is named: kept from it).
     """
     turn = run.turns[index]
+    ids = run.context(index)
+    pinned = _pinned(session, run, ids)
     out = ['<div class="detail">']
     if full or index == 0:
-        ids = run.context(index)
         out.append(f'<h4>Context: {len(ids)} message(s)</h4><div class="context">')
-        out += [_message(session, i, "") for i in ids]
+        out += [_message(session, i, "", pinned=i in pinned) for i in ids]
     else:
         out.append(
             f"<h4>Context: the first {turn.keep} message(s) of turn {index}'s, then "
             f'{len(turn.added)} more</h4><div class="context">'
         )
-        out += [_message(session, i, "") for i in turn.added]
+        out += [_message(session, i, "", pinned=i in pinned) for i in turn.added]
     out.append('</div><h4>Reply</h4><div class="reply">')
     out.append(_message(session, turn.output, "reply"))
     out.append("</div></div>")
     return out
 
 
-def _message(session: Session, message_id: str, mark: str) -> str:
+def _pinned(session: Session, run: RunRecord, ids: Sequence[str]) -> frozenset[str]:
+    """Which of `ids` (a conversation) the run's pin rules and pins keep."""
+    try:
+        rules = pin_rules(run.opened.context)
+    except ConfigError:  # rules this version does not know: the defaults
+        rules = PinRules()
+    messages = []
+    for message_id in ids:
+        try:
+            messages.append(session.message(message_id))
+        except KeyError:
+            continue
+    return pinned_ids(messages, rules)
+
+
+def _message(
+    session: Session,
+    message_id: str,
+    mark: str,
+    *,
+    pinned: bool = False,
+    anchor: str | None = None,
+) -> str:
     try:
         message = session.message(message_id)
     except KeyError:
@@ -590,10 +680,13 @@ def _message(session: Session, message_id: str, mark: str) -> str:
         f'<span class="tag">{_e(key)}={_e(value)}</span>'
         for key, value in message.metadata.items()
     )
+    classes = f"msg {role} {mark}" + (" pinned" if pinned else "")
+    where = "" if anchor is None else f' id="{_e(anchor)}"'
     out = [
-        f'<div class="msg {_e(role)} {mark}" data-id="{_e(message.id)}">'
+        f'<div class="{_e(classes.strip())}"{where} data-id="{_e(message.id)}">'
         f'<div class="msg-head"><span class="role">{_e(role)}</span> '
         f'<code class="id">{_e(message.id)}</code>{tags}'
+        + (' <span class="pin">pinned</span>' if pinned else "")
         + (f' <span class="mark">{mark}</span>' if mark else "")
         + "</div>"
     ]

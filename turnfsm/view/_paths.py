@@ -32,7 +32,7 @@ from turnfsm.driver import rebuild
 from turnfsm.errors import TurnFSMError
 from turnfsm.persistence import RunRecord, Session
 
-__all__ = ["Diagram", "PathStep", "run_path"]
+__all__ = ["Diagram", "PathStep", "edge_anchor", "run_path"]
 
 
 @final
@@ -42,6 +42,8 @@ class PathStep:
 
     `turn` and `compaction` are the model call (its index in the run's
     turns) or the pass (in its compactions) whose end the event was, if any.
+    `edge` numbers the drawn edge it went along (the run's edges in the
+    order they first fired).
     """
 
     event: int
@@ -52,6 +54,7 @@ class PathStep:
     estimate: int | None
     turn: int | None = None
     compaction: int | None = None
+    edge: int = 0
 
 
 _PASS_ENDS = (
@@ -119,14 +122,28 @@ def run_path(session: Session, run: RunRecord, *, draw: bool = True) -> Diagram:
         rebuild(spec, session, run.run_id, check=False, on_step=took)
     except TurnFSMError as exc:  # draw what was replayed, and say why it stopped
         problem = f"the replay stopped: {exc}"
-    steps = _linked(steps, run)
+    edges: dict[tuple[int, str], int] = {}
+    for step in steps:
+        edges.setdefault((step.index, step.source), len(edges))
+    steps = [
+        attrs.evolve(s, edge=edges[s.index, s.source]) for s in _linked(steps, run)
+    ]
     if not draw:
         return Diagram(steps=tuple(steps), problem=problem)
     traffic = tally((s.index, s.source, s.estimate) for s in steps)
     title = f"{spec.name}: run {run.run_id}"
     mermaid = render_mermaid(spec, traffic, title=title)
-    svg = _svg(render_dot(spec, traffic, title=title))
+
+    def href(index: int, source: str) -> str:
+        return f"#{edge_anchor(run.run_id, edges[index, source])}"
+
+    svg = _svg(render_dot(spec, traffic, title=title, href=href))
     return Diagram(steps=tuple(steps), svg=svg, mermaid=mermaid, problem=problem)
+
+
+def edge_anchor(run_id: str, edge: int) -> str:
+    """The id of the listed step that first went along `edge` of the run."""
+    return f"edge-{run_id}-{edge}"
 
 
 def _linked(steps: list[PathStep], run: RunRecord) -> list[PathStep]:

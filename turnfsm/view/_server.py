@@ -236,11 +236,12 @@ class ViewServer:
             if path == "/path":
                 n = int(query["r"])
                 return HTTPStatus.OK, "".join(
-                    path_section(self._diagram(session, run), n)
+                    path_section(self._diagram(session, run), n, run.run_id)
                 )
             if path == "/pass":
-                record = run.compactions[_index(query.get("k", ""))]
-                return HTTPStatus.OK, "".join(pass_diff(session, record))
+                k = _index(query.get("k", ""))
+                n = int(query["r"])
+                return HTTPStatus.OK, "".join(pass_diff(session, run, n, k))
             if path in ("/turns", "/passes"):
                 n = int(query["r"])
                 start = _index(query.get("start", ""))

@@ -35,8 +35,16 @@
   // Open what the address names: #ID (the browser scrolls to it), or
   // ?open=ID,ID (opened where they are: the page stays at its top).
   function reveal(id) {
-    for (var node = document.getElementById(id); node; node = node.parentElement) {
+    var target = document.getElementById(id);
+    for (var node = target; node; node = node.parentElement) {
       if (node.tagName === "DETAILS") node.open = true;
+    }
+    // A path step (a diagram edge links to its first one): mark every step
+    // that went along the same edge.
+    if (target && target.dataset && target.dataset.edge !== undefined) {
+      Array.prototype.forEach.call(target.parentElement.children, function (step) {
+        step.classList.toggle("along", step.dataset.edge === target.dataset.edge);
+      });
     }
   }
   if (location.hash) reveal(decodeURIComponent(location.hash.slice(1)));
