@@ -16,6 +16,9 @@ from turnfsm import Agent
 from turnfsm.cli._sessions import SessionsCommand, run_sessions
 from turnfsm.context import ContextManager
 from turnfsm.driver import RunControl, Tool, replay
+from turnfsm.driver._recall import session_scope
+from turnfsm.driver._subagents import child_ids, run_scope
+from turnfsm.driver._tools import run_tool_call
 from turnfsm.errors import Cancelled, ConfigError, ToolError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
@@ -532,3 +535,74 @@ async def test_an_agent_run_by_hand_inside_a_child_records_no_parent() -> None:
     (helper_id,) = by_hand
     assert parent_of(await Session.load(store, helper_id)) is None
     assert await child_sessions(store, kid.id) == []
+
+
+async def test_resuming_an_interrupted_parent_carries_its_child_on() -> None:
+    ran: list[str] = []
+
+    def count(label: str) -> str:
+        """Count a label.
+
+        Args:
+            label: What to count.
+        """
+        ran.append(label)
+        return f"counted {label}"
+
+    stuck_once = anyio.Event()
+    calls = {"n": 0}
+
+    async def child_answer(request: ModelRequest) -> Message:
+        calls["n"] += 1
+        if not any(m.tool_results for m in request.messages):
+            return reply("", tool_call("count", "k1", label="one"))
+        if calls["n"] == 2:  # after the tool: the process "stops" here
+            stuck_once.set()
+            await anyio.sleep_forever()
+        return reply("counted once")
+
+    store = MemoryStore()
+    child = Agent(model=FakeModelClient(child_answer), tools=[count])
+    tool = child.as_tool(name="reader", description="Read")
+    assert tool.idempotent  # a resumed parent runs the call again
+    parent = Agent(model=delegating_model("reader"), tools=[tool], store=store)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(parent.run, "read x")
+            await stuck_once.wait()
+            group.cancel_scope.cancel()
+    (kid,) = await child_sessions(store, parent.session.id)
+    assert [r.outcome for r in kid.runs] == ["interrupted"]
+
+    # Another process: the same agents, on the same store.
+    again = Agent(model=delegating_model("reader"), tools=[tool], store=store)
+    (run,) = (await Session.load(store, parent.session.id)).runs
+    result = await again.resume(parent.session.id, run.run_id)
+
+    assert result.outcome == "done", result.error
+    assert result.text == "ok: counted once"
+    assert ran == ["one"]  # the child's finished tool call did not run again
+    (kid,) = await child_sessions(store, parent.session.id)
+    assert [r.outcome for r in kid.runs] == ["done"]  # the same run, carried on
+    assert not kid.open_runs()
+
+
+async def test_a_parent_resumed_after_its_child_finished_takes_the_answer() -> None:
+    store = MemoryStore()
+    child = Agent(model=FakeModelClient(lambda _r: reply("the answer")))
+    tool = child.as_tool(name="reader", description="Read")
+    parent = Agent(model=delegating_model("reader"), tools=[tool], store=store)
+    first = await parent.run("read x")
+    assert first.text == "ok: the answer"
+    (kid,) = await child_sessions(store, parent.session.id)
+    link = parent_of(kid)
+    assert link is not None
+    # The same call runs again (as a resumed parent runs it): no new child run.
+    session = await Session.load(store, parent.session.id)
+    (call,) = [c for m in session.history for c in m.tool_calls]
+    assert kid.id == child_ids(session.id, call.id)[0]
+    with session_scope(session), run_scope(first.run_id, None):
+        again = await run_tool_call(call, {"reader": tool}, limit=None)
+    assert again.tool_results[0].content == "the answer"
+    (kid,) = await child_sessions(store, parent.session.id)
+    assert len(kid.runs) == 1

@@ -23,7 +23,7 @@ import anyio
 from turnfsm.errors import LeaseLost
 from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
 
-__all__ = ["holding", "owner_id"]
+__all__ = ["holding", "lease_owner", "owner_id"]
 
 logger = logging.getLogger("turnfsm.driver")
 
@@ -33,6 +33,15 @@ _TOKEN: Final = uuid.uuid4().hex[:8]
 def owner_id() -> str:
     """This process's name as a lease owner: ``host:pid:token``."""
     return f"{socket.gethostname()}:{os.getpid()}:{_TOKEN}"
+
+
+async def lease_owner(session: Session) -> str | None:
+    """Return who holds `session`'s lease now (None: nobody, or no leases)."""
+    store = session.store
+    if isinstance(store, MemoryStore) or not isinstance(store, LeasingStore):
+        return None
+    lease = await store.lease_of(session.id)
+    return lease.owner if lease is not None else None
 
 
 @contextlib.asynccontextmanager

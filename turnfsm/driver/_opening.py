@@ -78,9 +78,10 @@ async def resume_run(
 ) -> RunResult[Any]:
     """Carry the open run `run_id` on, with `event` if it is paused."""
     with session.claim():
-        async with holding(session, ttl=driver.lease_ttl, force=force):
+        async with holding(session, ttl=driver.lease_ttl, force=force) as previous:
             loop = _reopened(driver, session, run_id, event, control, hooks, output)
-            with run_scope(run_id, control) as (_link, loop.children):
+            gone = previous.owner if previous is not None else None
+            with run_scope(run_id, control, taken_over=gone) as (_, loop.children):
                 if event is None:
                     return await loop.carry_on(loop.machine.decision)
                 return await loop.go(event)

@@ -24,6 +24,7 @@ when tracing is on.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
@@ -33,6 +34,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.driver._control import RunControl
+from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._tools import Tool, current_tool_call
 from turnfsm.errors import SubagentFailed, SubagentTooDeep
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SUBAGENT_MAX_DEPTH",
     "ChildTally",
+    "child_ids",
     "opening_link",
     "run_scope",
     "subagent_tool",
@@ -62,11 +65,16 @@ SUBAGENT_MAX_DEPTH: Final = 3
 
 @attrs.define(eq=False)
 class ChildTally:
-    """One run's children: the run's id, and what they used, summed as each ends."""
+    """One run's children: the run's id, and what they used, summed as each ends.
+
+    `taken_over` names the process whose lease the run took over on resume
+    (it is gone): a child it left open is taken over from it too.
+    """
 
     run_id: str
     control: RunControl | None = None
     usage: Usage = attrs.field(factory=Usage)
+    taken_over: str | None = None
 
 
 _LINK: Final[contextvars.ContextVar[ParentLink | None]] = contextvars.ContextVar(
@@ -87,15 +95,16 @@ def opening_link() -> ParentLink | None:
 
 @contextmanager
 def run_scope(
-    run_id: str, control: RunControl | None
+    run_id: str, control: RunControl | None, *, taken_over: str | None = None
 ) -> Iterator[tuple[ParentLink | None, ChildTally]]:
     """Scope one run: take its parent link, give it a fresh tally of its children.
 
     The link is taken, not left for runs inside this one: a tool of the
     child that runs another agent by hand does not record this link.
+    `taken_over`: the owner of the lease a resumed run took over.
     """
     link = _LINK.get()
-    tally = ChildTally(run_id, control)
+    tally = ChildTally(run_id, control, taken_over=taken_over)
     link_token = _LINK.set(None)
     tally_token = _TALLY.set(tally)
     try:
@@ -162,7 +171,6 @@ def subagent_tool(
         call = current_tool_call()
         tally = _TALLY.get()
         where = parent.store if parent is not None else fallback
-        session = Session(store=where if where is not None else MemoryStore())
         link = (
             ParentLink(
                 session_id=parent.id,
@@ -173,11 +181,30 @@ def subagent_tool(
             if parent is not None and call is not None and tally is not None
             else None
         )
+        if link is not None:
+            # The call's child has ids of its own: a parent resumed after a
+            # crash finds the child it started, and carries it on.
+            session_id, run_id = child_ids(link.session_id, link.call_id)
+            session = await Session.open(where or MemoryStore(), session_id)
+        else:
+            session = Session(store=where if where is not None else MemoryStore())
+            run_id = new_id("run")
+        earlier = next((r for r in session.runs if r.run_id == run_id), None)
+        if earlier is not None and earlier.outcome == "done":
+            return earlier.text  # finished before the parent's result was logged
         link_token = _LINK.set(link)
         depth_token = _DEPTH.set(depth)
-        run_id = new_id("run")
         try:
-            result = await driver.run(task, session=session, run_id=run_id)
+            if earlier is None:
+                result = await driver.run(task, session=session, run_id=run_id)
+            elif earlier.outcome in ("running", "interrupted"):
+                gone = tally.taken_over if tally is not None else None
+                force = gone is not None and await lease_owner(session) == gone
+                result = await driver.resume(session, run_id, force=force)
+            else:
+                raise SubagentFailed(
+                    name, session.id, earlier.outcome, _cause(earlier.error, None)
+                )
         except anyio.get_cancelled_exc_class():
             # The parent's run was cancelled (not interrupted): no one waits
             # on the child any more, so its run ends too, not left to resume.
@@ -199,14 +226,34 @@ def subagent_tool(
                 + result.children_usage
             )
         if result.outcome != "done":
-            error: Any = result.error
-            cause = (
-                f"{type(error).__name__}: {error}"
-                if error is not None
-                else f"it waits in {result.waiting.phase if result.waiting else '?'}"
-                " (a sub-agent cannot pause for an answer yet)"
-            )
+            cause = _cause(result.error, result.waiting)
             raise SubagentFailed(name, session.id, result.outcome, cause)
         return result.text
 
-    return Tool(name=name, description=description, parameters=_PARAMETERS, fn=delegate)
+    return Tool(
+        name=name,
+        description=description,
+        parameters=_PARAMETERS,
+        fn=delegate,
+        # Safe to run again: a parent resumed after a crash or an interrupt
+        # runs the call again, which carries on the child it started
+        # (whose finished tool calls do not run again) or takes its answer.
+        idempotent=True,
+    )
+
+
+def child_ids(parent_session_id: str, call_id: str) -> tuple[str, str]:
+    """Return the session id and run id of the child that call `call_id` starts.
+
+    Derived from the parent's session and the call, so the same call finds
+    the same child again (a resumed parent carries its child on).
+    """
+    digest = hashlib.sha256(f"{parent_session_id}\x1f{call_id}".encode()).hexdigest()
+    return f"ses_{digest[:20]}", f"run_{digest[20:40]}"
+
+
+def _cause(error: object, waiting: Any) -> str:
+    if error is not None:
+        return f"{type(error).__name__}: {error}"
+    phase = waiting.phase if waiting is not None else "?"
+    return f"it waits in {phase} (a sub-agent cannot pause for an answer yet)"

@@ -1,0 +1,83 @@
+"""A process killed inside a sub-agent's tool call: its resumed parent carries it on.
+
+A real process (`subagent_worker.py`) is killed with SIGKILL inside the
+child's second tool call, after its side effect. Another process resumes
+the parent's run from the store alone (taking over the dead process's
+lease): the parent's call runs again and
+finds the child it started, which goes on where it stopped. The child's
+first call, whose result is in its log, does not run again; the second,
+cut short, is closed as interrupted (its effects unknown), not run twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.driver import subagent_worker as worker
+from tests.helpers import REPO_ROOT
+from turnfsm.driver import replay
+from turnfsm.persistence import Session, SQLiteStore, child_sessions
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+def _nothing(_label: str) -> None:
+    pass
+
+
+def _kill_mid_child(tmp: Path) -> tuple[Path, Path, str]:
+    path, effects, session_file = tmp / "s.db", tmp / "fx", tmp / "id"
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.driver.subagent_worker",
+            str(path),
+            str(effects),
+            str(session_file),
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
+    assert effects.read_text().split() == ["first", "second"]
+    return path, effects, session_file.read_text()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_parent_killed_mid_child_resumes_and_no_tool_runs_twice(
+    tmp_path: Path,
+) -> None:
+    path, effects, session_id = _kill_mid_child(tmp_path)
+
+    async with SQLiteStore(path) as store:
+        (run,) = (await Session.load(store, session_id)).runs
+        assert run.outcome == "running"  # the process died: nothing ended it
+        (kid,) = await child_sessions(store, session_id)
+        assert [r.outcome for r in kid.runs] == ["running"]
+
+        agent = worker.parent(store, str(effects), _nothing)
+        # The dead process's leases are still live: force takes the parent's
+        # over, and with it the child's, which the same process held.
+        result = await agent.driver.resume(
+            await Session.load(store, session_id), run.run_id, force=True
+        )
+
+        assert result.outcome == "done", result.error
+        assert effects.read_text().split() == ["first", "second"]  # once each
+        assert result.text.startswith("the worker said: steps: first done; ")
+        assert "interrupted" in result.text  # the cut-short call, closed
+        (kid,) = await child_sessions(store, session_id)
+        assert [r.outcome for r in kid.runs] == ["done"]
+        for session in (await Session.load(store, session_id), kid):
+            for ran in session.runs:
+                assert replay(None, session, ran.run_id).ok
