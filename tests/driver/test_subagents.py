@@ -600,9 +600,30 @@ async def test_a_parent_resumed_after_its_child_finished_takes_the_answer() -> N
     # The same call runs again (as a resumed parent runs it): no new child run.
     session = await Session.load(store, parent.session.id)
     (call,) = [c for m in session.history for c in m.tool_calls]
-    assert kid.id == child_ids(session.id, call.id)[0]
+    assert kid.id == child_ids(session.id, first.run_id, call.id)[0]
     with session_scope(session), run_scope(first.run_id, None):
         again = await run_tool_call(call, {"reader": tool}, limit=None)
     assert again.tool_results[0].content == "the answer"
     (kid,) = await child_sessions(store, parent.session.id)
     assert len(kid.runs) == 1
+
+
+async def test_a_model_that_reuses_call_ids_still_starts_a_child_per_run() -> None:
+    answers = iter(["first answer", "second answer"])
+    child = Agent(model=FakeModelClient(lambda _r: reply(next(answers))))
+
+    def same_ids(request: ModelRequest) -> Message:
+        last = request.messages[-1]
+        if last.tool_results:
+            return reply(last.tool_results[0].content)
+        return reply("", tool_call("reader", "call_0", task="go"))
+
+    store = MemoryStore()
+    parent = Agent(
+        model=FakeModelClient(same_ids),
+        tools=[child.as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    assert (await parent.run("one")).text == "first answer"
+    assert (await parent.run("two")).text == "second answer"
+    assert len(await child_sessions(store, parent.session.id)) == 2

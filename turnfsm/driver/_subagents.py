@@ -184,7 +184,7 @@ def subagent_tool(
         if link is not None:
             # The call's child has ids of its own: a parent resumed after a
             # crash finds the child it started, and carries it on.
-            session_id, run_id = child_ids(link.session_id, link.call_id)
+            session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
             session = await Session.open(where or MemoryStore(), session_id)
         else:
             session = Session(store=where if where is not None else MemoryStore())
@@ -242,13 +242,16 @@ def subagent_tool(
     )
 
 
-def child_ids(parent_session_id: str, call_id: str) -> tuple[str, str]:
+def child_ids(session_id: str, run_id: str, call_id: str) -> tuple[str, str]:
     """Return the session id and run id of the child that call `call_id` starts.
 
-    Derived from the parent's session and the call, so the same call finds
-    the same child again (a resumed parent carries its child on).
+    Derived from the parent's session, run and call, so the same call finds
+    the same child again (a resumed parent carries its child on), and a
+    model that gives its calls the same ids in every run (some local
+    servers do) still starts a new child each run.
     """
-    digest = hashlib.sha256(f"{parent_session_id}\x1f{call_id}".encode()).hexdigest()
+    key = "\x1f".join((session_id, run_id, call_id))
+    digest = hashlib.sha256(key.encode()).hexdigest()
     return f"ses_{digest[:20]}", f"run_{digest[20:40]}"
 
 
