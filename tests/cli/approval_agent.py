@@ -1,7 +1,8 @@
 """Agents for the answer commands' tests (`--agent tests.cli.approval_agent:...`).
 
 `careful` asks to delete two files on the approval machine, then reports
-what the tools said; each tool run is kept in `DELETED`.
+what the tools said; each tool run is kept in `DELETED`. `manager` gives
+that work to `careful`, as a sub-agent.
 """
 
 from __future__ import annotations
@@ -48,3 +49,16 @@ def needs_a_name(name: str) -> Agent:
 
 
 not_an_agent = 42
+
+
+def _delegate(request: ModelRequest) -> Message:
+    last = request.messages[-1]
+    if last.tool_results:
+        return reply(f"The cleaner said: {last.tool_results[0].content}")
+    return reply("", tool_call("cleaner", "w1", task="delete the two files"))
+
+
+def manager() -> Agent:
+    """Gives the clean-up to `careful`, a sub-agent that asks before deleting."""
+    cleaner = careful().as_tool(name="cleaner", description="Deletes files, asking.")
+    return Agent(model=FakeModelClient(_delegate), tools=[cleaner])

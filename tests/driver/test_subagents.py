@@ -627,3 +627,100 @@ async def test_a_model_that_reuses_call_ids_still_starts_a_child_per_run() -> No
     assert (await parent.run("one")).text == "first answer"
     assert (await parent.run("two")).text == "second answer"
     assert len(await child_sessions(store, parent.session.id)) == 2
+
+
+def careful_child() -> tuple[Agent, list[str]]:
+    """A sub-agent on the approval machine: it asks before deleting two files."""
+    from turnfsm import approval_machine
+
+    deleted: list[str] = []
+
+    def delete_file(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: The file.
+        """
+        deleted.append(path)
+        return f"deleted {path}"
+
+    def plan(request: ModelRequest) -> Message:
+        results = [p.content for m in request.messages for p in m.tool_results]
+        if results:
+            return reply("Report: " + "; ".join(results))
+        return reply(
+            "",
+            tool_call("delete_file", "c1", path="a.tmp"),
+            tool_call("delete_file", "c2", path="b.tmp"),
+        )
+
+    agent = Agent(
+        model=FakeModelClient(plan), tools=[delete_file], machine=approval_machine()
+    )
+    return agent, deleted
+
+
+async def _waiting_parent(store: SessionStore) -> tuple[Agent, list[str], Any]:
+    child, deleted = careful_child()
+    parent = Agent(
+        model=delegating_model("cleaner"),
+        tools=[child.as_tool(name="cleaner", description="Deletes, asking first")],
+        store=store,
+    )
+    result = await parent.run("clean up")
+    return parent, deleted, result
+
+
+async def test_a_sub_agent_that_pauses_stops_its_caller_until_answered() -> None:
+    from turnfsm.core import ToolCallsReviewed
+    from turnfsm.errors import SubagentWaiting
+
+    store = MemoryStore()
+    parent, deleted, result = await _waiting_parent(store)
+    assert result.outcome == "interrupted"
+    waiting = result.error
+    assert isinstance(waiting, SubagentWaiting)
+    assert (waiting.tool, waiting.phase, waiting.calls) == (
+        "cleaner",
+        "await_approval",
+        ("c1", "c2"),
+    )
+    (kid,) = await child_sessions(store, result.session_id)
+    assert waiting.session_id == kid.id
+    assert [r.outcome for r in kid.runs] == ["paused"]
+    assert deleted == []
+
+    # Resumed with no answer, the caller stops again; nothing runs.
+    again = await parent.resume(result.session_id, result.run_id)
+    assert again.outcome == "interrupted"
+    assert isinstance(again.error, SubagentWaiting)
+    assert str(again.error) == str(waiting)
+    assert deleted == []
+
+    # The answer goes to the sub-agent; both go on, each tool once.
+    done = await parent.resume(
+        result.session_id, result.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.outcome == "done", done.error
+    assert done.text == "ok: Report: deleted a.tmp; deleted b.tmp"
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
+    (kid,) = await child_sessions(store, result.session_id)
+    assert [r.outcome for r in kid.runs] == ["done"]
+    for session in (await Session.load(store, result.session_id), kid):
+        for run in session.runs:
+            assert replay(None, session, run.run_id).ok
+
+
+async def test_a_rejection_reaches_the_sub_agent_through_its_caller() -> None:
+    from turnfsm.core import ToolCallsReviewed
+
+    store = MemoryStore()
+    parent, deleted, result = await _waiting_parent(store)
+    done = await parent.resume(
+        result.session_id,
+        result.run_id,
+        ToolCallsReviewed.reject({"c2": "not that one"}),
+    )
+    assert done.outcome == "done", done.error
+    assert deleted == ["a.tmp"]
+    assert "not that one" in done.text

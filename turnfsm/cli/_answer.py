@@ -29,8 +29,13 @@ from turnfsm.cli._run import (
 from turnfsm.cli._stores import where
 from turnfsm.core import Event, ToolCallsReviewed
 from turnfsm.driver import Driver, RunResult, Tool
-from turnfsm.errors import ConfigError, SessionBusy
-from turnfsm.persistence import RunRecord, Session, SessionStore
+from turnfsm.errors import (
+    ConfigError,
+    SessionBusy,
+    SessionNotFound,
+    SubagentWaiting,
+)
+from turnfsm.persistence import RunRecord, Session, SessionStore, parent_of
 
 __all__ = ["ANSWERS", "AnswerCommand", "run_answer"]
 
@@ -96,7 +101,21 @@ async def _answer_with(
     async with cli_store(options.store, own) as store:
         session = await load_cli_session(store, command.session_id)
         run = _open_run(session, command.run_id, store)
-        _show_waiting(run, out)
+        # A sub-agent's paused run is answered through its callers' runs:
+        # the answer goes down to it, and every caller goes on.
+        inner, paused = session, run
+        if command.action != "abandon":  # abandon ends the run it is given
+            inner, paused = await _paused_subagent(store, run) or (session, run)
+            caller = await _top_caller(store, inner, paused)
+            if caller is not None:
+                session, run = caller
+        _show_waiting(paused, out)
+        if paused is not run:
+            print(
+                f"it is a sub-agent's run: its caller, run {run.run_id} of "
+                f"session {session.id}, goes on with it",
+                file=out,
+            )
         with contextlib.ExitStack() as stack:
             driver = agent_driver
             if driver is None:
@@ -108,7 +127,7 @@ async def _answer_with(
                     )
                 )
             try:
-                result = await _go_on(command, driver, session, run, out)
+                result = await _go_on(command, driver, session, run, out, paused)
             finally:
                 await close_model(driver)
         abandoned = command.action == "abandon"
@@ -150,20 +169,61 @@ def _show_waiting(run: RunRecord, out: TextIO) -> None:
         print(f"  {call.id}  {call_text(call.name, call.arguments)}", file=out)
 
 
+async def _paused_subagent(
+    store: SessionStore, run: RunRecord
+) -> tuple[Session, RunRecord] | None:
+    """The paused sub-agent run that `run` stopped for, and its session."""
+    error = run.error
+    if run.outcome != "interrupted" or not isinstance(error, SubagentWaiting):
+        return None
+    try:
+        child = await Session.load(store, error.session_id)
+    except SessionNotFound:
+        return None
+    paused = next((r for r in child.open_runs() if r.run_id == error.run_id), None)
+    return None if paused is None else (child, paused)
+
+
+async def _top_caller(
+    store: SessionStore, inner: Session, paused: RunRecord
+) -> tuple[Session, RunRecord] | None:
+    """The outermost caller whose run waits on the sub-agent run `paused`."""
+    if paused.outcome != "paused":
+        return None
+    top: tuple[Session, RunRecord] | None = None
+    while (link := parent_of(inner)) is not None:
+        try:
+            caller = await Session.load(store, link.session_id)
+        except SessionNotFound:
+            break
+        run = next((r for r in caller.open_runs() if r.run_id == link.run_id), None)
+        error = run.error if run is not None else None
+        if (
+            run is None
+            or not isinstance(error, SubagentWaiting)
+            or error.run_id != paused.run_id
+        ):
+            break
+        top, inner = (caller, run), caller
+    return top
+
+
 async def _go_on(
     command: AnswerCommand,
     driver: Driver,
     session: Session,
     run: RunRecord,
     out: TextIO,
+    paused: RunRecord,
 ) -> RunResult:
     if command.action == "abandon":
         reason = command.reason or "abandoned from the command line"
         return await driver.abandon(
             session, run.run_id, reason=reason, force=command.force
         )
-    event = _event(command, run)
-    _check_tools(driver, run, command)
+    event = _event(command, paused)
+    if paused is run:  # a sub-agent's tools are inside its caller's tool
+        _check_tools(driver, run, command)
     print(f"{command.action}: the run goes on", file=out)
     return await driver.resume(
         session,

@@ -29,7 +29,7 @@ from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec
 from turnfsm.driver import Driver, RunResult
-from turnfsm.errors import ConfigError, SessionNotFound, TurnFSMError
+from turnfsm.errors import ConfigError, SessionNotFound, SubagentWaiting, TurnFSMError
 from turnfsm.hooks import ConsoleHook, Hook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
 from turnfsm.providers import ModelClient, server_window, window_for
@@ -450,9 +450,14 @@ def report_result(
     """Print how a run ended (the reply itself was printed as it came).
 
     Returns 0 (done, or `abandoned` as asked), 1 (failed or cancelled) or 3
-    (paused).
+    (paused, itself or a sub-agent of its).
     """
     print(f"\nsession {result.session_id} stored in {place}", file=out)
+    if isinstance(result.error, SubagentWaiting):
+        print(f"run {result.outcome}: {result.error}", file=out)
+        command = shlex.join([result.session_id, *options.flags()])
+        print("answer it with: turnfsm approve|reject " + command, file=out)
+        return 3
     if result.outcome == "paused":
         print_waiting(result, out)
         command = shlex.join([result.session_id, *options.flags()])

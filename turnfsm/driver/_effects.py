@@ -46,7 +46,7 @@ from turnfsm.driver._context import EffectContext, Reported
 from turnfsm.driver._model_calls import complete
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
-from turnfsm.errors import ProviderError
+from turnfsm.errors import ProviderError, SubagentWaiting
 from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallEnd, ToolCallInfo
 from turnfsm.messages import Joined, Message, MessageLog, ToolCallPart
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
@@ -188,20 +188,27 @@ async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
     its call finishes, so a run whose process dies mid-batch resumes without
     running the finished calls again (`ToolJournal.recorded`). A lone call's
     result is logged by its `ToolsFinished`, written just as soon: a journal
-    entry would close no window.
+    entry would close no window. A sub-agent that pauses for an answer
+    (`SubagentWaiting`) stops the run once the batch's other calls finish.
     """
     calls = decision.calls
     if len(calls) == 1:  # the usual case: no task group needed
         return ToolsFinished(results=(await run_one_tool(ctx, calls[0]),))
     results: list[Message | None] = [None] * len(calls)
+    waiting: list[SubagentWaiting] = []
 
     async def one(index: int) -> None:
-        results[index] = await run_one_tool(ctx, calls[index], journal=True)
+        try:
+            results[index] = await run_one_tool(ctx, calls[index], journal=True)
+        except SubagentWaiting as paused:  # the others finish (and are journaled)
+            waiting.append(paused)
 
     if calls:
         async with anyio.create_task_group() as group:
             for index in range(len(calls)):
                 group.start_soon(one, index)
+    if waiting:
+        raise waiting[0]
     return ToolsFinished(results=[r for r in results if r is not None])
 
 

@@ -176,23 +176,37 @@ class Ending:
                 ),
             )
 
-    async def interrupt(self, reason: str) -> None:
-        """Record an interruption from outside (shielded; never raises).
+    async def interrupt(
+        self, reason: str, error: TurnFSMError | None = None
+    ) -> RunResult:
+        """Record an interruption (shielded; never raises); return the result.
 
         The brain is not told: the run stays where it was, its log keeps
         what completed (journaled tool results, committed passes), and
         `resume` carries the decision in flight out again, as after a crash.
+        `error` is the run's error (default: `Cancelled(reason)`).
         """
-        if self.ended:
-            return
-        # The last step's commit is not made: the run has not finished.
-        self.held = [e for e in self.held if not isinstance(e, Committed)]
-        error = Cancelled(reason=reason)
-        try:
-            await self.end(None, error, interrupted=True)
-        except Exception:
-            logger.exception("run %s: could not record its interruption", self.run_id)
-            self.hear_end("interrupted", self.machine.snapshot, "", error)
+        error = Cancelled(reason=reason) if error is None else error
+        if not self.ended:
+            # The last step's commit is not made: the run has not finished.
+            self.held = [e for e in self.held if not isinstance(e, Committed)]
+            try:
+                return await self.end(None, error, interrupted=True)
+            except Exception:
+                logger.exception(
+                    "run %s: could not record its interruption", self.run_id
+                )
+                self.hear_end("interrupted", self.machine.snapshot, "", error)
+        return RunResult(
+            outcome="interrupted",
+            text="",
+            error=error,
+            usage=self.audit.usage,
+            session_id=self.session.id,
+            run_id=self.run_id,
+            turns=self.machine.snapshot.turns,
+            compaction_usage=self.audit.compaction_usage,
+        )
 
     async def crash(self, exc: BaseException) -> None:
         """Record that the run ended on an unexpected exception (shielded).

@@ -85,7 +85,13 @@ from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
 from turnfsm.driver._subagents import ChildTally
-from turnfsm.errors import EffectFailed, InvalidMessage, InvalidReturn, TurnFSMError
+from turnfsm.errors import (
+    EffectFailed,
+    InvalidMessage,
+    InvalidReturn,
+    SubagentWaiting,
+    TurnFSMError,
+)
 from turnfsm.hooks import (
     DecisionInfo,
     OutcomeInfo,
@@ -349,6 +355,13 @@ class RunLoop(Ending):
             return await self._steps(decision)
         except _Broken as broken:
             return await self.end(None, broken.error)
+        except SubagentWaiting as waiting:
+            # A sub-agent paused for an answer: this run stops where it is,
+            # its call open, and goes on when resumed with that answer.
+            self.step = None
+            with anyio.CancelScope(shield=True):
+                stopped = await self.interrupt(str(waiting), waiting)
+            return stopped
         except (InvalidReturn, EffectFailed) as exc:
             # An effect or the model broke its contract: the run fails,
             # logged, naming which (nothing it returned is fed to the brain).

@@ -8,6 +8,7 @@ processes share, its owner lease is held (`_lease`) while the run's loop
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +18,8 @@ from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType
-from turnfsm.driver._subagents import run_scope
-from turnfsm.errors import SessionBusy
+from turnfsm.driver._subagents import answering, run_scope
+from turnfsm.errors import SessionBusy, SubagentWaiting
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import Lease, Session, new_id
@@ -76,8 +77,18 @@ async def resume_run(
     *,
     force: bool,
 ) -> RunResult[Any]:
-    """Carry the open run `run_id` on, with `event` if it is paused."""
-    with session.claim():
+    """Carry the open run `run_id` on, with `event` if it is paused.
+
+    A run stopped by a paused sub-agent (its error `SubagentWaiting`) takes
+    the sub-agent's answer: `event` goes to the sub-agent's run, and this
+    run carries its open call on.
+    """
+    waiting = _waits_on_subagent(session, run_id)
+    answer: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if waiting is not None and event is not None:
+        answer = answering(waiting.session_id, event)
+        event = None
+    with session.claim(), answer:
         async with holding(session, ttl=driver.lease_ttl, force=force) as previous:
             loop = _reopened(driver, session, run_id, event, control, hooks, output)
             gone = previous.owner if previous is not None else None
@@ -85,6 +96,15 @@ async def resume_run(
                 if event is None:
                     return await loop.carry_on(loop.machine.decision)
                 return await loop.go(event)
+
+
+def _waits_on_subagent(session: Session, run_id: str) -> SubagentWaiting | None:
+    """The paused sub-agent run `run_id` stopped for (None: it did not)."""
+    for run in session.open_runs():
+        if run.run_id == run_id and run.outcome == "interrupted":
+            error = run.error
+            return error if isinstance(error, SubagentWaiting) else None
+    return None
 
 
 async def abandon_run(

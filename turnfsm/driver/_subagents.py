@@ -33,14 +33,16 @@ import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm.driver._control import RunControl
+from turnfsm.core import Event
+from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._tools import Tool, current_tool_call
-from turnfsm.errors import SubagentFailed, SubagentTooDeep
+from turnfsm.errors import SubagentFailed, SubagentTooDeep, SubagentWaiting
 from turnfsm.persistence import (
     MemoryStore,
     ParentLink,
+    RunRecord,
     Session,
     SessionStore,
     new_id,
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SUBAGENT_MAX_DEPTH",
     "ChildTally",
+    "answering",
     "child_ids",
     "opening_link",
     "run_scope",
@@ -85,6 +88,9 @@ _DEPTH: Final[contextvars.ContextVar[int]] = contextvars.ContextVar(
 )
 _TALLY: Final[contextvars.ContextVar[ChildTally | None]] = contextvars.ContextVar(
     "turnfsm_child_tally", default=None
+)
+_ANSWER: Final[contextvars.ContextVar[tuple[str, Event] | None]] = (
+    contextvars.ContextVar("turnfsm_subagent_answer", default=None)
 )
 
 
@@ -192,11 +198,16 @@ def subagent_tool(
         earlier = next((r for r in session.runs if r.run_id == run_id), None)
         if earlier is not None and earlier.outcome == "done":
             return earlier.text  # finished before the parent's result was logged
+        answer = _ANSWER.get()
         link_token = _LINK.set(link)
         depth_token = _DEPTH.set(depth)
         try:
             if earlier is None:
                 result = await driver.run(task, session=session, run_id=run_id)
+            elif earlier.outcome == "paused":
+                if answer is None or answer[0] != session.id:
+                    raise _waiting(name, session.id, earlier)  # still unanswered
+                result = await driver.resume(session, run_id, answer[1])
             elif earlier.outcome in ("running", "interrupted"):
                 gone = tally.taken_over if tally is not None else None
                 force = gone is not None and await lease_owner(session) == gone
@@ -225,6 +236,12 @@ def subagent_tool(
                 + result.compaction_usage
                 + result.children_usage
             )
+        if result.outcome == "paused":
+            raise _waiting(name, session.id, result)
+        if result.outcome == "interrupted" and isinstance(
+            result.error, SubagentWaiting
+        ):
+            raise result.error  # a sub-agent of the sub-agent waits
         if result.outcome != "done":
             cause = _cause(result.error, result.waiting)
             raise SubagentFailed(name, session.id, result.outcome, cause)
@@ -259,4 +276,31 @@ def _cause(error: object, waiting: Any) -> str:
     if error is not None:
         return f"{type(error).__name__}: {error}"
     phase = waiting.phase if waiting is not None else "?"
-    return f"it waits in {phase} (a sub-agent cannot pause for an answer yet)"
+    return f"it waits in {phase}"
+
+
+def _waiting(name: str, session_id: str, run: RunRecord | RunResult) -> SubagentWaiting:
+    """The error that stops the caller of a paused sub-agent's run."""
+    pause = run.waiting
+    return SubagentWaiting(
+        name,
+        session_id,
+        run.run_id,
+        pause.phase if pause is not None else "?",
+        tuple(call.id for call in pause.calls) if pause is not None else (),
+    )
+
+
+@contextmanager
+def answering(session_id: str, event: Event) -> Iterator[None]:
+    """Hand `event` to the paused sub-agent run of session `session_id`.
+
+    A caller resumed with the answer its paused sub-agent waits for carries
+    its open call on; the call finds the sub-agent's run paused and resumes
+    it with `event`.
+    """
+    token = _ANSWER.set((session_id, event))
+    try:
+        yield
+    finally:
+        _ANSWER.reset(token)

@@ -38,7 +38,7 @@ from turnfsm.driver._arguments import (
 from turnfsm.driver._schema import Unsupported, parse_doc
 from turnfsm.driver._signature import describe_function
 from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
-from turnfsm.errors import ToolError
+from turnfsm.errors import SubagentWaiting, ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ToolSchema
 
@@ -356,6 +356,8 @@ async def tool_call_outcome(
                 return Message.tool_result(call.id, late, is_error=True), None
     except InvalidArguments as exc:
         return Message.tool_result(call.id, exc.report(call.name), is_error=True), None
+    except SubagentWaiting:
+        raise  # the call has no result yet: its run stops, to go on when answered
     except ToolRaised as exc:  # raised in the tool's child process
         failed = f"tool {call.name!r} failed: {exc}"
         _log_raised(call, failed, exc)

@@ -26,6 +26,7 @@ TurnFSMError                 base class; never raised directly
 ├── RunCrashed               a run ended on an unexpected exception (logged)
 ├── SubagentFailed           a sub-agent's run ended without an answer; .session_id
 ├── SubagentTooDeep          a sub-agent past its tool's max_depth; .depth, .max_depth
+├── SubagentWaiting          a sub-agent paused for an answer; its caller stops too
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
@@ -93,6 +94,7 @@ from turnfsm.errors._run import (
     SessionBusy,
     SubagentFailed,
     SubagentTooDeep,
+    SubagentWaiting,
 )
 from turnfsm.errors._store import (
     CorruptRecord,
@@ -143,6 +145,7 @@ __all__ = [
     "StoreUnusable",
     "SubagentFailed",
     "SubagentTooDeep",
+    "SubagentWaiting",
     "ToolError",
     "TurnFSMError",
     "WindowTooLarge",

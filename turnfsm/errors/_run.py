@@ -25,6 +25,7 @@ __all__ = [
     "SessionBusy",
     "SubagentFailed",
     "SubagentTooDeep",
+    "SubagentWaiting",
 ]
 
 
@@ -351,4 +352,32 @@ class SubagentTooDeep(TurnFSMError):
             f"the sub-agent {self.tool!r} would run at depth {self.depth}, over "
             f"its max_depth of {self.max_depth}: answer without delegating "
             "further, or raise max_depth where the tool is made"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SubagentWaiting(TurnFSMError):
+    """A sub-agent's run paused for an answer (an approval): its caller's run stops.
+
+    The caller's run ends ``interrupted`` with this error, its call to the
+    sub-agent open: answer the caller's run (``Agent.resume`` with the
+    event, or ``turnfsm approve`` on either session) and the answer goes to
+    the sub-agent's run, which goes on; then the caller does. `session_id`
+    and `run_id` are the paused run's (the innermost, when sub-agents nest),
+    `phase` where it waits, `calls` the ids of the tool calls it waits on.
+    """
+
+    tool: str
+    session_id: str
+    run_id: str
+    phase: str
+    calls: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return (
+            f"the sub-agent {self.tool!r} waits in {self.phase} on "
+            f"{len(self.calls)} tool call(s) (session {self.session_id!r}, run "
+            f"{self.run_id!r}): answer this run (`turnfsm approve` or `reject` "
+            "on either session) and both go on"
         )
