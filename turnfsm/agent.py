@@ -17,6 +17,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from turnfsm import _deprecated
 from turnfsm.core import Event, ModelReplied
 from turnfsm.driver import (
+    SUBAGENT_MAX_CHILDREN,
     SUBAGENT_MAX_DEPTH,
     Driver,
     RunControl,
@@ -389,6 +390,7 @@ class Agent:
         name: str,
         description: str,
         max_depth: int = SUBAGENT_MAX_DEPTH,
+        max_children: int = SUBAGENT_MAX_CHILDREN,
     ) -> Tool:
         """Return a tool that hands a task to this agent, as a sub-agent.
 
@@ -402,7 +404,8 @@ class Agent:
         with an `output_type`, as JSON), never its transcript. A run that
         does not end with an answer is an error result naming
         `SubagentFailed`; past `max_depth` nested sub-agents, one naming
-        `SubagentTooDeep`. The caller's `RunResult.children_usage` sums
+        `SubagentTooDeep`; past `max_children` sub-agents in one run, one
+        naming `SubagentTooMany`. The caller's `RunResult.children_usage` sums
         what its sub-agents used. Cancelling the caller's run ends the
         sub-agent's (failed, `Cancelled`); interrupting it interrupts the
         sub-agent's.
@@ -412,10 +415,12 @@ class Agent:
             description: What the sub-agent does, for the model.
             max_depth: How deep sub-agents may nest (1: only a top-level
                 run may call this tool).
+            max_children: How many sub-agents one run may start with this
+                tool (16 by default).
 
         Raises:
             ConfigError: `name` or `description` is empty, or `max_depth`
-                is not an int ≥ 1.
+                or `max_children` is not an int ≥ 1.
             ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``.
 
         Example:
@@ -432,6 +437,7 @@ class Agent:
             name=name,
             description=description,
             max_depth=max_depth,
+            max_children=max_children,
             store=self.store,
         )
 

@@ -433,6 +433,11 @@ def result_budget() -> Any:
             ConfigError,
             "max_depth",
         ),
+        (
+            {"name": "r", "description": "d", "max_children": 0},
+            ConfigError,
+            "max_children",
+        ),
         ({"name": "r w", "description": "d"}, ToolError, "r w"),
     ],
 )
@@ -724,3 +729,32 @@ async def test_a_rejection_reaches_the_sub_agent_through_its_caller() -> None:
     assert done.outcome == "done", done.error
     assert deleted == ["a.tmp"]
     assert "not that one" in done.text
+
+
+async def test_a_run_past_max_children_gets_an_error_result_and_goes_on() -> None:
+    write_files()
+    store = MemoryStore()
+    tool = reader().as_tool(name="reader", description="Read", max_children=2)
+    seen: list[str] = []
+
+    def lead(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.tool_results:
+            seen.extend(p.content for m in request.messages for p in m.tool_results)
+            return ModelResponse(message=reply("done"))
+        calls = [
+            tool_call("reader", f"call_{name[:-4]}", task=f"Read {name}: total?")
+            for name in TOTALS
+        ]
+        return ModelResponse(message=reply("", *calls))
+
+    parent = Agent(model=FakeModelClient(lead), tools=[tool], store=store)
+    result = await parent.run("add up the totals")
+    assert result.ok, result.error
+    # Three calls in one batch: two sub-agents ran, the third was refused
+    # (which one is the scheduler's choice: the calls run side by side).
+    answered = [s for s in seen if s.startswith("the total is ")]
+    refused = [s for s in seen if "SubagentTooMany" in s]
+    assert (len(answered), len(refused), len(seen)) == (2, 1, 3)
+    assert "started 2 sub-agent(s) with 'reader', its max_children" in refused[0]
+    assert len(await child_sessions(store, result.session_id)) == 2

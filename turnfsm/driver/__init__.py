@@ -29,7 +29,11 @@ from turnfsm.driver._output import OutputType
 from turnfsm.driver._recall import RECALL_MAX_CHARS, current_session, recall_tool
 from turnfsm.driver._replay import ReplayReport, rebuild, replay
 from turnfsm.driver._retry import RetryPolicy, is_transient
-from turnfsm.driver._subagents import SUBAGENT_MAX_DEPTH, subagent_tool
+from turnfsm.driver._subagents import (
+    SUBAGENT_MAX_CHILDREN,
+    SUBAGENT_MAX_DEPTH,
+    subagent_tool,
+)
 from turnfsm.driver._tools import Tool, current_tool_call, function_tool
 from turnfsm.persistence import (
     CompactionRecord,
@@ -41,6 +45,7 @@ from turnfsm.persistence import (
 __all__ = [
     "BUILTIN_EFFECTS",
     "RECALL_MAX_CHARS",
+    "SUBAGENT_MAX_CHILDREN",
     "SUBAGENT_MAX_DEPTH",
     "CompactionRecord",
     "Driver",

@@ -38,7 +38,12 @@ from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._tools import Tool, current_tool_call
-from turnfsm.errors import SubagentFailed, SubagentTooDeep, SubagentWaiting
+from turnfsm.errors import (
+    SubagentFailed,
+    SubagentTooDeep,
+    SubagentTooMany,
+    SubagentWaiting,
+)
 from turnfsm.persistence import (
     MemoryStore,
     ParentLink,
@@ -53,6 +58,7 @@ if TYPE_CHECKING:
     from turnfsm.driver._driver import Driver
 
 __all__ = [
+    "SUBAGENT_MAX_CHILDREN",
     "SUBAGENT_MAX_DEPTH",
     "ChildTally",
     "answering",
@@ -64,6 +70,9 @@ __all__ = [
 
 SUBAGENT_MAX_DEPTH: Final = 3
 """How deep sub-agents nest by default (1: a child of a top-level run)."""
+
+SUBAGENT_MAX_CHILDREN: Final = 16
+"""How many sub-agents one run may start with one tool, by default."""
 
 
 @attrs.define(eq=False)
@@ -78,6 +87,7 @@ class ChildTally:
     control: RunControl | None = None
     usage: Usage = attrs.field(factory=Usage)
     taken_over: str | None = None
+    started: dict[str, int] = attrs.field(factory=dict)
 
 
 _LINK: Final[contextvars.ContextVar[ParentLink | None]] = contextvars.ContextVar(
@@ -123,6 +133,7 @@ def run_scope(
 _check_name = _checks.string("name", non_empty=True)
 _check_description = _checks.string("description", non_empty=True)
 _check_depth = _checks.integer("max_depth", low=1, high=_checks.MAX_COUNT)
+_check_children = _checks.integer("max_children", low=1, high=_checks.MAX_COUNT)
 
 _PARAMETERS: Final = {
     "type": "object",
@@ -145,6 +156,7 @@ def subagent_tool(
     name: str,
     description: str,
     max_depth: int = SUBAGENT_MAX_DEPTH,
+    max_children: int = SUBAGENT_MAX_CHILDREN,
     store: SessionStore | None = None,
 ) -> Tool:
     """Return a tool that runs `driver` on a task, as a sub-agent (see `Agent.as_tool`).
@@ -155,18 +167,22 @@ def subagent_tool(
         description: What the sub-agent does, for the model.
         max_depth: How deep sub-agents may nest; a call deeper gets an
             error result naming `SubagentTooDeep`.
+        max_children: How many sub-agents one run may start (or carry on)
+            with this tool; a call past it gets an error result naming
+            `SubagentTooMany`.
         store: Where the child's session goes when the call runs outside a
             session (a durable run's tool activity); otherwise the parent's
             store.
 
     Raises:
-        ConfigError: `name` or `description` is empty, or `max_depth` is not
-            an int ≥ 1.
+        ConfigError: `name` or `description` is empty, or `max_depth` or
+            `max_children` is not an int ≥ 1.
         ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``.
     """
     _checks.check(name, "name", _check_name)
     _checks.check(description, "description", _check_description)
     _checks.check(max_depth, "max_depth", _check_depth)
+    _checks.check(max_children, "max_children", _check_children)
     fallback = store
 
     async def delegate(task: str) -> str:
@@ -176,6 +192,11 @@ def subagent_tool(
         parent = current_session()
         call = current_tool_call()
         tally = _TALLY.get()
+        if tally is not None:  # counted before any wait: calls of a batch in order
+            started = tally.started.get(name, 0)
+            if started >= max_children:
+                raise SubagentTooMany(name, started, max_children)
+            tally.started[name] = started + 1
         where = parent.store if parent is not None else fallback
         link = (
             ParentLink(

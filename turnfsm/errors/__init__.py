@@ -26,6 +26,7 @@ TurnFSMError                 base class; never raised directly
 ├── RunCrashed               a run ended on an unexpected exception (logged)
 ├── SubagentFailed           a sub-agent's run ended without an answer; .session_id
 ├── SubagentTooDeep          a sub-agent past its tool's max_depth; .depth, .max_depth
+├── SubagentTooMany          a run past a sub-agent tool's max_children; .max_children
 ├── SubagentWaiting          a sub-agent paused for an answer; its caller stops too
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
@@ -94,6 +95,7 @@ from turnfsm.errors._run import (
     SessionBusy,
     SubagentFailed,
     SubagentTooDeep,
+    SubagentTooMany,
     SubagentWaiting,
 )
 from turnfsm.errors._store import (
@@ -145,6 +147,7 @@ __all__ = [
     "StoreUnusable",
     "SubagentFailed",
     "SubagentTooDeep",
+    "SubagentTooMany",
     "SubagentWaiting",
     "ToolError",
     "TurnFSMError",

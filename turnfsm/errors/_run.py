@@ -25,6 +25,7 @@ __all__ = [
     "SessionBusy",
     "SubagentFailed",
     "SubagentTooDeep",
+    "SubagentTooMany",
     "SubagentWaiting",
 ]
 
@@ -380,4 +381,26 @@ class SubagentWaiting(TurnFSMError):
             f"{len(self.calls)} tool call(s) (session {self.session_id!r}, run "
             f"{self.run_id!r}): answer this run (`turnfsm approve` or `reject` "
             "on either session) and both go on"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class SubagentTooMany(TurnFSMError):
+    """A run asked a sub-agent tool for more sub-agents than its `max_children`.
+
+    The call gets an error result and no child run starts; the run goes on
+    (its model can do the rest itself, or in fewer, larger tasks).
+    """
+
+    tool: str
+    started: int
+    max_children: int
+
+    def __str__(self) -> str:
+        return (
+            f"this run has started {self.started} sub-agent(s) with "
+            f"{self.tool!r}, its max_children: do the rest without delegating, "
+            "or in fewer, larger tasks; or raise max_children where the tool "
+            "is made"
         )
