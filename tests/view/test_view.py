@@ -437,10 +437,10 @@ async def _list(db: Path) -> tuple[object, ...]:
         return await store.list_sessions()  # type: ignore[return-value]
 
 
-def _serve(session_id: str, db: Path) -> Iterator[str]:
+def _serve(session_id: str, db: Path, agent: str = CAREFUL) -> Iterator[str]:
     out = io.StringIO()
     stop = threading.Event()
-    options = AgentOptions(agent=CAREFUL, store=str(db))
+    options = AgentOptions(agent=agent, store=str(db))
     status: list[int] = []
     thread = threading.Thread(
         target=lambda: status.append(

@@ -19,7 +19,7 @@ import attrs
 from turnfsm.context import PinRules, pinned_ids, replaced_ids
 from turnfsm.core import emergency_line, threshold_line
 from turnfsm.driver import pin_rules
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, SubagentWaiting
 from turnfsm.messages import Message
 from turnfsm.persistence import CompactionRecord, RunRecord, Session, TurnRecord
 from turnfsm.view._paths import Diagram, edge_anchor, run_path
@@ -233,7 +233,9 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
             f"</code>: {_e(run.error)}</dd>"
         )
     out.append("</dl>")
-    if run.outcome == "paused" and run.waiting is not None:
+    if isinstance(run.error, SubagentWaiting):
+        out += _waits_on_subagent(session, run, run.error, links)
+    elif run.outcome == "paused" and run.waiting is not None:
         calls = run.waiting.calls
         out.append(
             f'<div class="paused"><p>Paused in <code>{_e(run.waiting.phase)}</code>, '
@@ -245,14 +247,7 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
                 f"<pre>{_e(_json(call.arguments))}</pre></li>"
             )
         out.append("</ul>")
-        if links is not None and links.answer is not None:
-            out.append(
-                f'<form method="post" action="{_e(links.answer)}" class="answer">'
-                f'<input type="hidden" name="token" value="{_e(links.token)}">'
-                f'<input type="hidden" name="run" value="{_e(run.run_id)}">'
-                '<button name="action" value="approve">Approve</button> '
-                '<button name="action" value="reject">Reject</button></form>'
-            )
+        out += _answer_form(run, links)
         out.append(
             f"<p>Answer it: <code>turnfsm approve|reject|abandon {_e(session.id)} "
             f"{_e(run.run_id)}</code></p></div>"
@@ -264,6 +259,40 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
             f"{_e(session.id)} {_e(run.run_id)}</code>, or end it: <code>turnfsm "
             f"abandon {_e(session.id)} {_e(run.run_id)}</code></p></div>"
         )
+    return out
+
+
+def _answer_form(run: RunRecord, links: Links | None) -> list[str]:
+    """The approve / reject buttons of the live page (none in a report)."""
+    if links is None or links.answer is None:
+        return []
+    return [
+        f'<form method="post" action="{_e(links.answer)}" class="answer">'
+        f'<input type="hidden" name="token" value="{_e(links.token)}">'
+        f'<input type="hidden" name="run" value="{_e(run.run_id)}">'
+        '<button name="action" value="approve">Approve</button> '
+        '<button name="action" value="reject">Reject</button></form>'
+    ]
+
+
+def _waits_on_subagent(
+    session: Session, run: RunRecord, waiting: SubagentWaiting, links: Links | None
+) -> list[str]:
+    """A run stopped by its sub-agent's pause: what it waits on, how to answer."""
+    out = [
+        f'<div class="paused"><p>Stopped until its sub-agent '
+        f"<code>{_e(waiting.tool)}</code> is answered: session "
+        f"<code>{_e(waiting.session_id)}</code>, run <code>{_e(waiting.run_id)}"
+        f"</code>, paused in <code>{_e(waiting.phase)}</code> on "
+        f"{len(waiting.calls)} tool call(s): "
+        + ", ".join(f"<code>{_e(c)}</code>" for c in waiting.calls)
+        + ". The answer goes to the sub-agent, then this run goes on.</p>"
+    ]
+    out += _answer_form(run, links)
+    out.append(
+        f"<p>Answer it: <code>turnfsm approve|reject {_e(session.id)} "
+        f"{_e(run.run_id)}</code></p></div>"
+    )
     return out
 
 
