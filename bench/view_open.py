@@ -16,13 +16,16 @@ busy machine the wall time is longer), to the first page (the target is 2 s)
 and to a turn's details; what ``turnfsm view`` takes before that, to import
 (in a fresh interpreter); and the log read alone, timed in this process as
 it is made and with Python's garbage collector left running through it (the
-ratio is what pausing the collector saves; the least of `REPEATS` reads each).
+ratio is what pausing the collector saves; the least of `REPEATS` reads each),
+and the share of it the runs' events take (what decoding them only when a
+page needs them would save).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -118,6 +121,33 @@ def read_cpu(path: Path, session_id: str) -> float:
     return time.process_time() - cpu
 
 
+def events_cpu(path: Path, session_id: str) -> tuple[int, float]:
+    """How many of the log's entries are the runs' events, and the CPU to decode them.
+
+    The rows are decoded as `SQLiteStore.load` does, once all of them and
+    once all but the events: the difference is what decoding the events
+    costs (the first page shows of them only the replies of its first turns).
+    """
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        key = _rows.column_text(session_id)
+        rows = conn.execute(_ROWS, (key,)).fetchall()
+        messages = dict(conn.execute(_MESSAGES, (key,)).fetchall())
+    every = [body for _, body in rows]
+    others = [body for kind, body in rows if kind != "EventRecorded"]
+
+    def decode(bodies: list[str]) -> float:
+        cpu = time.process_time()
+        _rows.decode_log(session_id, bodies, messages, version=len(bodies))
+        return time.process_time() - cpu
+
+    every_cpu, others_cpu = least(lambda: decode(every), lambda: decode(others))
+    return len(every) - len(others), every_cpu - others_cpu
+
+
+_ROWS = "SELECT kind, body FROM turnfsm_entries WHERE session_id = ? ORDER BY seq"
+_MESSAGES = "SELECT digest, body FROM turnfsm_messages WHERE session_id = ?"
+
+
 def least(
     measure: Callable[[], float], baseline: Callable[[], float]
 ) -> tuple[float, float]:
@@ -163,6 +193,7 @@ def main() -> None:
                 return read_cpu(path, session_id)
 
         made, base = least(lambda: read_cpu(path, session_id), collecting)
+        events, event_cpu = events_cpu(path, session_id)
         total = started + opened
         verdict = "ok" if total <= TARGET_S else "OVER"
         print(
@@ -174,7 +205,9 @@ def main() -> None:
             f"before that, `turnfsm view` imports in {imported:.2f} s "
             f"({import_cpu:.2f} s of CPU), so {imported + total:.2f} s in all\n"
             f"the log read alone: {made:.2f} s of CPU; {base:.2f} s with the garbage "
-            f"collector running through it ({base / made:.2f}x)"
+            f"collector running through it ({base / made:.2f}x); its {events} events "
+            f"take {event_cpu:.2f} s of it ({event_cpu / made:.0%}), and the first "
+            "page shows of them only the replies of each run's first turns"
         )
 
 
