@@ -121,8 +121,8 @@ def read_cpu(path: Path, session_id: str) -> float:
     return time.process_time() - cpu
 
 
-def events_cpu(path: Path, session_id: str) -> tuple[int, float]:
-    """How many of the log's entries are the runs' events, and the CPU to decode them.
+def events_cpu(path: Path, session_id: str) -> tuple[int, float, float]:
+    """The runs' events in the log: how many, the CPU to decode them, their share.
 
     The rows are decoded as `SQLiteStore.load` does, once all of them and
     once all but the events: the difference is what decoding the events
@@ -141,7 +141,8 @@ def events_cpu(path: Path, session_id: str) -> tuple[int, float]:
         return time.process_time() - cpu
 
     every_cpu, others_cpu = least(lambda: decode(every), lambda: decode(others))
-    return len(every) - len(others), every_cpu - others_cpu
+    events = every_cpu - others_cpu
+    return len(every) - len(others), events, events / every_cpu
 
 
 _ROWS = "SELECT kind, body FROM turnfsm_entries WHERE session_id = ? ORDER BY seq"
@@ -193,7 +194,7 @@ def main() -> None:
                 return read_cpu(path, session_id)
 
         made, base = least(lambda: read_cpu(path, session_id), collecting)
-        events, event_cpu = events_cpu(path, session_id)
+        events, event_cpu, share = events_cpu(path, session_id)
         total = started + opened
         verdict = "ok" if total <= TARGET_S else "OVER"
         print(
@@ -206,7 +207,7 @@ def main() -> None:
             f"({import_cpu:.2f} s of CPU), so {imported + total:.2f} s in all\n"
             f"the log read alone: {made:.2f} s of CPU; {base:.2f} s with the garbage "
             f"collector running through it ({base / made:.2f}x); its {events} events "
-            f"take {event_cpu:.2f} s of it ({event_cpu / made:.0%}), and the first "
+            f"take {event_cpu:.2f} s of it ({share:.0%}), and the first "
             "page shows of them only the replies of each run's first turns"
         )
 
