@@ -1,10 +1,12 @@
 """SQLiteStore: the conformance suite, files that survive reopening, two writers
 on one file (objects and processes), files it must refuse untouched, messages
-stored once; open_store and Agent(store=...)."""
+stored once; open_store and Agent(store=...); a log read pauses the garbage
+collector."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sqlite3
@@ -23,6 +25,7 @@ from turnfsm import Agent
 from turnfsm.core import CompactionResult, Event, ModelReplied, RunStarted
 from turnfsm.errors import (
     ConfigError,
+    CorruptRecord,
     DuplicateRecord,
     SessionConflict,
     StoreDirectoryUnusable,
@@ -682,3 +685,49 @@ async def test_a_long_log_reads_back_row_for_row_as_it_was_written(
         assert decode(escaped, messages) == entry
     assert any('"$msg"' in body for (body,) in bodies)
     assert any('"$msg"' not in body for (body,) in bodies)
+
+
+class _Watched(dict[str, str]):
+    """Message contents that note whether the collector runs as each is read."""
+
+    def __init__(self, items: dict[str, str]) -> None:
+        super().__init__(items)
+        self.collecting: list[bool] = []
+
+    def __getitem__(self, digest: str) -> str:
+        self.collecting.append(gc.isenabled())
+        return super().__getitem__(digest)
+
+
+@pytest.mark.parametrize("was_running", [True, False], ids=["running", "paused"])
+@pytest.mark.parametrize("corrupt", [False, True], ids=["whole", "corrupt"])
+def test_a_log_read_pauses_the_garbage_collector_and_leaves_it_as_it_was(
+    was_running: bool, corrupt: bool
+) -> None:
+    """Decoding a log pauses the collector (a long log reads faster that way).
+
+    After the read, whether it ended in an entry list or a `CorruptRecord`,
+    the collector runs again, unless it was paused before.
+    """
+    from turnfsm.persistence._records import ToolResultRecorded
+    from turnfsm.persistence._rows import decode_log, encode
+
+    entry = ToolResultRecorded(
+        run_id="r1", index=0, result=Message.tool_result("c1", "the file")
+    )
+    row = encode(entry)
+    messages = _Watched(dict(row.messages))
+    bodies = [row.body, "not JSON"] if corrupt else [row.body]
+    if not was_running:
+        gc.disable()
+    try:
+        if corrupt:
+            with pytest.raises(CorruptRecord, match=r"entries\[1\]"):
+                decode_log("s1", bodies, messages, version=2)
+        else:
+            assert decode_log("s1", bodies, messages, version=1) == (entry,)
+        after = gc.isenabled()
+    finally:
+        gc.enable()
+    assert messages.collecting == [False]
+    assert after == was_running

@@ -17,10 +17,12 @@ JSON string literal instead (`column_text`).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -314,16 +316,40 @@ def decode_log(
         raise CorruptRecord("Session", f"{where}.version", problem)
     entries = []
     parser = _parser(messages)  # one for the log: its bodies share the messages
-    for index, body in enumerate(bodies):
-        try:
-            if not isinstance(body, str):
-                kind = type(body).__name__
-                raise CorruptRecord("Entry", "", f"a {kind} where JSON text belongs")
-            entries.append(_open(_parse(parser, body)))
-        except CorruptRecord as exc:
-            path = f"{where}.entries[{index}]" + (f".{exc.path}" if exc.path else "")
-            raise CorruptRecord(exc.type, path, exc.reason) from None
+    with _collector_paused():
+        for index, body in enumerate(bodies):
+            try:
+                if not isinstance(body, str):
+                    kind = type(body).__name__
+                    raise CorruptRecord(
+                        "Entry", "", f"a {kind} where JSON text belongs"
+                    )
+                entries.append(_open(_parse(parser, body)))
+            except CorruptRecord as exc:
+                inner = f".{exc.path}" if exc.path else ""
+                path = f"{where}.entries[{index}]{inner}"
+                raise CorruptRecord(exc.type, path, exc.reason) from None
     return tuple(entries)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a whole log is decoded.
+
+    A log is read into many small objects, all of them kept: every
+    collection their allocations set off walks again those made so far and
+    finds no garbage (measured on a 42,000-entry log: about a sixth of its
+    read, `bench/view_open.py`). The collector runs again after, however
+    the decoding ended; if it was paused already, it is left paused.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def decode(body: str | Mapping[str, Any], messages: Mapping[str, Any]) -> Entry:
