@@ -99,6 +99,15 @@ def test_approving_the_sub_agent_from_another_process_resumes_both(
         "The cleaner said: Report: deleted /tmp/cache.db; deleted /etc/hosts" in lines
     )
     assert _outcomes(store, parent, kid) == [["done"], ["done"]]
+    # The caller and its sub-agent replay from the store, each on its machine.
+    assert main(["replay", "--session", parent, "--store", store]) == 0
+    replayed = capsys.readouterr().out.splitlines()
+    assert len(replayed) == 3
+    assert re.fullmatch(r"run_\w+: \d+ events replayed exactly \(done\)", replayed[0])
+    assert replayed[1] == f"  sub-agent session {kid}:"
+    assert re.fullmatch(
+        r"    run_\w+: \d+ events replayed exactly \(done\)", replayed[2]
+    )
     # Nothing is left to answer, on either session.
     for session_id in (parent, kid):
         again = _turnfsm("approve", session_id, "--agent", MANAGER, "--store", store)

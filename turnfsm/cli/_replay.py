@@ -17,7 +17,13 @@ from turnfsm.errors import (
     SessionNotFound,
     StoreError,
 )
-from turnfsm.persistence import RunRecord, Session, load_session
+from turnfsm.persistence import (
+    RunRecord,
+    Session,
+    SessionStore,
+    child_sessions,
+    load_session,
+)
 
 __all__ = ["run_replay"]
 
@@ -36,48 +42,82 @@ def run_replay(
     With `session_id` instead of `path`, the session is read from `store`
     (a store spec; by default ``TURNFSM_STORE``, else the CLI's SQLite file).
 
+    A stored session's sub-agent sessions (`child_sessions`, all the way
+    down) replay too, each on its own log's machine, indented under it
+    (not with `run_id`).
+
     Returns 0 when every run replays exactly, 1 when one diverges (the first
     diverging event is named), 2 when the log or the machine cannot be read.
     """
     stream = out or sys.stdout
     try:
-        session, source, lines = _open(path, store, session_id)
+        session, source, lines, children = _open(path, store, session_id)
         runs = [r for r in session.runs if run_id is None or r.run_id == run_id]
         if not runs:
             raise ConfigError("--run", run_id, f"a run of the log ({source})")
         specs = {r.run_id: _machine(session, r, machine) for r in runs}
+        # A stored session's sub-agent sessions replay too, each on the
+        # machine its own log keeps.
+        theirs = [
+            (depth, child, {r.run_id: _machine(child, r, None) for r in child.runs})
+            for depth, child in children
+            if run_id is None
+        ]
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
         print(f"turnfsm replay: {exc}", file=sys.stderr)
         return 2
-    return _report(session, runs, specs, stream, lines)
+    failed = _report(session, runs, specs, stream, lines)
+    for depth, child, child_specs in theirs:
+        print(f"{'  ' * depth}sub-agent session {child.id}:", file=stream)
+        failed |= _report(
+            child, child.runs, child_specs, stream, None, indent="  " * (depth + 1)
+        )
+    return failed
+
+
+Tree = list[tuple[int, Session]]
+"""Sub-agent sessions, depth first, each with its depth (1: a child)."""
 
 
 def _open(
     path: str | None, store: str | None, session_id: str | None
-) -> tuple[Session, str, list[int] | None]:
-    """The session, where it came from, and the file line of each entry."""
+) -> tuple[Session, str, list[int] | None, Tree]:
+    """The session, where it came from, each entry's file line, its sub-agents."""
     if (path is None) == (session_id is None):
         raise ConfigError("replay", path, "a log file or --session ID (one of them)")
     if path is not None:
         with open(path, "rb") as file:
             data = file.read()
         session = anyio.run(load_session, data)
-        return session, path, _entry_lines(data, session.version)
-    return *anyio.run(_load_stored, store, str(session_id)), None
+        return session, path, _entry_lines(data, session.version), []
+    session, source, children = anyio.run(_load_stored, store, str(session_id))
+    return session, source, None, children
 
 
-async def _load_stored(store: str | None, session_id: str) -> tuple[Session, str]:
+async def _load_stored(store: str | None, session_id: str) -> tuple[Session, str, Tree]:
     from turnfsm.cli._sessions import not_found
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
     sessions = open_cli_store(store)
+    children: Tree = []
     try:
         session = await Session.load(sessions, session_id)
+        await _descend(sessions, session_id, 1, {session_id}, children)
     except SessionNotFound as exc:
         raise await not_found(exc, sessions) from None
     finally:
         await close_store(sessions)
-    return session, f"session {session_id} in {where(sessions)}"
+    return session, f"session {session_id} in {where(sessions)}", children
+
+
+async def _descend(
+    store: SessionStore, session_id: str, depth: int, seen: set[str], out: Tree
+) -> None:
+    for child in await child_sessions(store, session_id):
+        if child.id not in seen:  # a damaged store's loop: once
+            seen.add(child.id)
+            out.append((depth, child))
+            await _descend(store, child.id, depth + 1, seen, out)
 
 
 def _machine(session: Session, run: RunRecord, path: str | None) -> MachineSpec:
@@ -102,13 +142,15 @@ def _report(
     specs: dict[str, MachineSpec],
     out: TextIO,
     lines: list[int] | None,
+    *,
+    indent: str = "",
 ) -> int:
     failed = 0
     for run in runs:
         report = replay(specs[run.run_id], session, run.run_id)
         if report.ok:
             print(
-                f"{run.run_id}: {report.events} events replayed exactly "
+                f"{indent}{run.run_id}: {report.events} events replayed exactly "
                 f"({run.outcome})",
                 file=out,
             )
@@ -116,7 +158,7 @@ def _report(
         failed += 1
         reason = report.divergence or "the replayed history differs from the log"
         at = _line(report.divergence, lines)
-        print(f"{run.run_id}: DIVERGES{at} - {reason}", file=out)
+        print(f"{indent}{run.run_id}: DIVERGES{at} - {reason}", file=out)
     return 1 if failed else 0
 
 
