@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.profiles import sized
+from tests.profiles import heavy
 from turnfsm import Agent
 from turnfsm.context import (
     CompactionContext,
@@ -244,13 +244,13 @@ def test_a_long_run_compacts_as_often_as_it_needs() -> None:
 words = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=400)
 
 
+@heavy(100)
 @given(
     rounds=st.lists(st.tuples(words, st.integers(0, 3_000)), min_size=0, max_size=6),
     request=st.text(alphabet="abcdefgh?", min_size=1, max_size=100),
     window=st.integers(600, 4_000),
     threshold=st.integers(20, 90),
 )
-@settings(max_examples=sized(100), deadline=None)
 def test_a_request_under_the_emergency_line_never_stalls(
     rounds: list[tuple[str, int]], request: str, window: int, threshold: int
 ) -> None:
