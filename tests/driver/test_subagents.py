@@ -19,7 +19,7 @@ from turnfsm.driver import RunControl, Tool, replay
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._subagents import child_ids, run_scope
 from turnfsm.driver._tools import run_tool_call
-from turnfsm.errors import Cancelled, ConfigError, ToolError
+from turnfsm.errors import Cancelled, ConfigError, ProviderError, ToolError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     MemoryStore,
@@ -758,3 +758,108 @@ async def test_a_run_past_max_children_gets_an_error_result_and_goes_on() -> Non
     assert (len(answered), len(refused), len(seen)) == (2, 1, 3)
     assert "started 2 sub-agent(s) with 'reader', its max_children" in refused[0]
     assert len(await child_sessions(store, result.session_id)) == 2
+
+
+async def test_a_machine_phase_runs_a_sub_agent_and_routes_on_its_answer() -> None:
+    from turnfsm import Driver, review_machine
+    from turnfsm.driver import subagent_effect
+
+    drafts = iter(["a draft with no source", "a draft, source: the ledger"])
+
+    def writer(request: ModelRequest) -> Message:
+        return reply(next(drafts))
+
+    def reviewer(request: ModelRequest) -> Message:
+        task = request.messages[-1].text
+        return reply("approved" if "source:" in task else "cite your source")
+
+    review = subagent_effect(
+        Agent(model=FakeModelClient(reviewer)).driver,
+        signal=lambda answer: "approved" if answer == "approved" else "revise",
+        task=lambda conversation: f"Review this: {conversation[-1].text}",
+        key="feedback",
+    )
+    store = MemoryStore()
+    driver = Driver(
+        model=FakeModelClient(writer),
+        machine=review_machine(),
+        effects={"review": review},
+    )
+    session = Session(store=store)
+    result = await driver.run("write it", session=session)
+
+    assert result.outcome == "done", result.error
+    assert result.text == "a draft, source: the ledger"
+    # The first review's answer joined the conversation as a user message.
+    texts_ = [m.text for m in session.history]
+    assert texts_ == [
+        "write it",
+        "a draft with no source",
+        "cite your source",
+        "a draft, source: the ledger",
+    ]
+    reviews = await child_sessions(store, session.id)
+    assert [k.runs[0].text for k in reviews] == ["cite your source", "approved"]
+    links = [parent_of(k) for k in reviews]
+    assert [link.call_id.split("-")[0] for link in links if link] == [
+        "await_review",
+        "await_review",
+    ]
+    assert result.children_usage == sum(
+        (k.runs[0].usage for k in reviews), start=Usage()
+    )
+    for run in (await Session.load(store, session.id)).runs:
+        assert replay(None, session, run.run_id).ok
+
+
+async def test_a_phase_whose_sub_agent_fails_routes_or_fails_typed() -> None:
+    from turnfsm import Driver, review_machine
+    from turnfsm.driver import subagent_effect
+    from turnfsm.errors import EffectFailed
+
+    def broken(request: ModelRequest) -> Message:
+        raise ProviderError("down", retryable=False)
+
+    def writer(request: ModelRequest) -> Message:
+        return reply("a draft")
+
+    child = Agent(model=FakeModelClient(broken)).driver
+    failing = Driver(
+        model=FakeModelClient(writer),
+        machine=review_machine(),
+        effects={"review": subagent_effect(child, signal="approved")},
+    )
+    result = await failing.run("write it")
+    assert result.outcome == "failed"
+    assert isinstance(result.error, EffectFailed)
+    assert result.error.type == "SubagentFailed"
+
+    routed = Driver(
+        model=FakeModelClient(writer),
+        machine=review_machine(),
+        effects={
+            "review": subagent_effect(child, signal="revise", on_failure="approved")
+        },
+    )
+    assert (await routed.run("write it")).outcome == "done"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"signal": ""}, "signal"),
+        ({"signal": "x", "key": ""}, "key"),
+        ({"signal": "x", "on_failure": ""}, "on_failure"),
+        ({"signal": "x", "task": 3}, "task"),
+        ({"signal": "x", "max_children": 0}, "max_children"),
+    ],
+)
+def test_bad_phase_settings_are_refused_naming_the_field(
+    options: dict[str, Any], named: str
+) -> None:
+    from turnfsm.driver import subagent_effect
+
+    child = Agent(model=FakeModelClient(lambda _r: "hi")).driver
+    with pytest.raises(ConfigError) as caught:
+        subagent_effect(child, **options)
+    assert caught.value.field == named

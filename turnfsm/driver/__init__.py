@@ -32,6 +32,7 @@ from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._subagents import (
     SUBAGENT_MAX_CHILDREN,
     SUBAGENT_MAX_DEPTH,
+    subagent_effect,
     subagent_tool,
 )
 from turnfsm.driver._tools import Tool, current_tool_call, function_tool
@@ -82,5 +83,6 @@ __all__ = [
     "replay",
     "run_one_tool",
     "run_tools",
+    "subagent_effect",
     "subagent_tool",
 ]

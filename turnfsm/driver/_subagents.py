@@ -25,25 +25,29 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm.core import Event
+from turnfsm.core import Event, Perform, Signal
+from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._tools import Tool, current_tool_call
 from turnfsm.errors import (
+    ConfigError,
+    EffectFailed,
     SubagentFailed,
     SubagentTooDeep,
     SubagentTooMany,
     SubagentWaiting,
 )
+from turnfsm.messages import Message, Role
 from turnfsm.persistence import (
     MemoryStore,
     ParentLink,
@@ -56,6 +60,7 @@ from turnfsm.values import Usage
 
 if TYPE_CHECKING:
     from turnfsm.driver._driver import Driver
+    from turnfsm.driver._effects import Effect
 
 __all__ = [
     "SUBAGENT_MAX_CHILDREN",
@@ -65,6 +70,7 @@ __all__ = [
     "child_ids",
     "opening_link",
     "run_scope",
+    "subagent_effect",
     "subagent_tool",
 ]
 
@@ -186,87 +192,13 @@ def subagent_tool(
     fallback = store
 
     async def delegate(task: str) -> str:
-        depth = _DEPTH.get() + 1
-        if depth > max_depth:
-            raise SubagentTooDeep(name, depth, max_depth)
-        parent = current_session()
         call = current_tool_call()
-        tally = _TALLY.get()
-        if tally is not None:  # counted before any wait: calls of a batch in order
-            started = tally.started.get(name, 0)
-            if started >= max_children:
-                raise SubagentTooMany(name, started, max_children)
-            tally.started[name] = started + 1
-        where = parent.store if parent is not None else fallback
-        link = (
-            ParentLink(
-                session_id=parent.id,
-                run_id=tally.run_id,
-                call_id=call.id,
-                depth=depth,
-            )
-            if parent is not None and call is not None and tally is not None
-            else None
+        return await _child_answer(
+            _Child(driver, name, max_depth, max_children, fallback),
+            task,
+            current_session(),
+            call.id if call is not None else None,
         )
-        if link is not None:
-            # The call's child has ids of its own: a parent resumed after a
-            # crash finds the child it started, and carries it on.
-            session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
-            session = await Session.open(where or MemoryStore(), session_id)
-        else:
-            session = Session(store=where if where is not None else MemoryStore())
-            run_id = new_id("run")
-        earlier = next((r for r in session.runs if r.run_id == run_id), None)
-        if earlier is not None and earlier.outcome == "done":
-            return earlier.text  # finished before the parent's result was logged
-        answer = _ANSWER.get()
-        link_token = _LINK.set(link)
-        depth_token = _DEPTH.set(depth)
-        try:
-            if earlier is None:
-                result = await driver.run(task, session=session, run_id=run_id)
-            elif earlier.outcome == "paused":
-                if answer is None or answer[0] != session.id:
-                    raise _waiting(name, session.id, earlier)  # still unanswered
-                result = await driver.resume(session, run_id, answer[1])
-            elif earlier.outcome in ("running", "interrupted"):
-                gone = tally.taken_over if tally is not None else None
-                force = gone is not None and await lease_owner(session) == gone
-                result = await driver.resume(session, run_id, force=force)
-            else:
-                raise SubagentFailed(
-                    name, session.id, earlier.outcome, _cause(earlier.error, None)
-                )
-        except anyio.get_cancelled_exc_class():
-            # The parent's run was cancelled (not interrupted): no one waits
-            # on the child any more, so its run ends too, not left to resume.
-            control = tally.control if tally is not None else None
-            if control is not None and control.is_cancel_requested:
-                with anyio.CancelScope(shield=True):
-                    await driver.abandon(
-                        session, run_id, reason="its parent's run was cancelled"
-                    )
-            raise
-        finally:
-            _DEPTH.reset(depth_token)
-            _LINK.reset(link_token)
-        if tally is not None:
-            tally.usage = (
-                tally.usage
-                + result.usage
-                + result.compaction_usage
-                + result.children_usage
-            )
-        if result.outcome == "paused":
-            raise _waiting(name, session.id, result)
-        if result.outcome == "interrupted" and isinstance(
-            result.error, SubagentWaiting
-        ):
-            raise result.error  # a sub-agent of the sub-agent waits
-        if result.outcome != "done":
-            cause = _cause(result.error, result.waiting)
-            raise SubagentFailed(name, session.id, result.outcome, cause)
-        return result.text
 
     return Tool(
         name=name,
@@ -278,6 +210,202 @@ def subagent_tool(
         # (whose finished tool calls do not run again) or takes its answer.
         idempotent=True,
     )
+
+
+@attrs.frozen
+class _Child:
+    """What a sub-agent tool or phase runs, and its limits."""
+
+    driver: Driver
+    name: str
+    max_depth: int
+    max_children: int
+    fallback: SessionStore | None
+
+
+Task: TypeAlias = Callable[[Sequence[Message]], str]
+"""Builds a sub-agent phase's task from the conversation (history, then pending)."""
+
+
+def _latest_request(messages: Sequence[Message]) -> str:
+    """The text of the latest user message (the request being worked on)."""
+    for message in reversed(messages):
+        if message.role is Role.USER and message.text.strip():
+            return message.text
+    return ""
+
+
+_check_signal = _checks.string("signal", non_empty=True)
+_check_key = _checks.string("key", non_empty=True)
+_check_on_failure = _checks.string("on_failure", non_empty=True, optional=True)
+
+
+def subagent_effect(
+    driver: Driver,
+    *,
+    signal: str | Callable[[str], str],
+    task: str | Task | None = None,
+    key: str = "answer",
+    on_failure: str | None = None,
+    max_depth: int = SUBAGENT_MAX_DEPTH,
+    max_children: int = SUBAGENT_MAX_CHILDREN,
+    store: SessionStore | None = None,
+) -> Effect:
+    """Return an effect that runs `driver` as a sub-agent: a phase of your machine.
+
+    For a fixed step (plan, review, research) declared in a machine file as
+    a phase with ``effect = "NAME"``: give this effect under that name
+    (``Driver(effects={"NAME": subagent_effect(...)})``). The phase runs the
+    child on a task, as a sub-agent tool does (a session of its own in the
+    run's store, linked to the phase; the limits, the usage roll-up, the
+    resume and the approval as there), and ends with ``Signal(signal,
+    {key: answer})``; a transition on `signal` with ``message = KEY`` adds the
+    answer to the conversation as a user message.
+
+    Args:
+        driver: The child's driver: its model, tools, window, machine.
+        signal: The signal the phase ends with (declared in the machine's
+            ``signals``), or a function of the child's answer that names it
+            (a reviewer's verdict routes the run: ``approved`` or ``revise``).
+        task: The child's task: a text, or a function of the conversation
+            (history, then pending) that returns it; None: the latest user
+            message.
+        key: The key of the answer in the signal's data.
+        on_failure: A signal to end with when the child does not answer (its
+            data's `key` says why: the error's type and message); None: the
+            run fails with `EffectFailed` naming that error.
+        max_depth: How deep sub-agents may nest.
+        max_children: How many times one run may run this phase's child.
+        store: Where the child's session goes outside a session.
+
+    Raises:
+        ConfigError: A name is empty, `task` is neither text nor callable, or
+            a limit is not an int ≥ 1.
+    """
+    if not callable(signal):
+        _checks.check(signal, "signal", _check_signal)
+    _checks.check(key, "key", _check_key)
+    _checks.check(
+        on_failure, "on_failure", _checks.string(non_empty=True, optional=True)
+    )
+    _checks.check(max_depth, "max_depth", _check_depth)
+    _checks.check(max_children, "max_children", _check_children)
+    if task is not None and not isinstance(task, str) and not callable(task):
+        raise ConfigError(
+            "task", task, "a text, a function of the conversation, or None"
+        )
+
+    async def run_child(ctx: EffectContext, decision: Perform) -> Event:
+        snapshot = ctx.snapshot
+        conversation = [*snapshot.history, *snapshot.pending]
+        if task is None:
+            text = _latest_request(conversation)
+        elif isinstance(task, str):
+            text = task
+        else:
+            text = task(conversation)
+        # The phase's "call": where in the run it ran, the same on resume.
+        call_id = f"{decision.phase}-{snapshot.turns}-{len(conversation)}"
+        child = _Child(driver, decision.effect, max_depth, max_children, store)
+        try:
+            answer = await _child_answer(child, text, ctx.session, call_id)
+        except (SubagentFailed, SubagentTooDeep, SubagentTooMany) as exc:
+            if on_failure is None:
+                raise EffectFailed(
+                    effect=decision.effect, type=type(exc).__name__, message=str(exc)
+                ) from None
+            return Signal(on_failure, {key: f"{type(exc).__name__}: {exc}"})
+        name = signal(answer) if callable(signal) else signal
+        return Signal(name, {key: answer})
+
+    return run_child
+
+
+async def _child_answer(
+    child: _Child, task: str, parent: Session | None, call_id: str | None
+) -> str:
+    """Run (or carry on) the child of call `call_id` of `parent`; its answer.
+
+    Raises:
+        SubagentTooDeep, SubagentTooMany: a limit is reached (nothing runs).
+        SubagentWaiting: the child's run paused for an answer.
+        SubagentFailed: the child's run ended without an answer.
+    """
+    driver, name, max_depth = child.driver, child.name, child.max_depth
+    depth = _DEPTH.get() + 1
+    if depth > max_depth:
+        raise SubagentTooDeep(name, depth, max_depth)
+    tally = _TALLY.get()
+    if tally is not None:  # counted before any wait: calls of a batch in order
+        started = tally.started.get(name, 0)
+        if started >= child.max_children:
+            raise SubagentTooMany(name, started, child.max_children)
+        tally.started[name] = started + 1
+    where = parent.store if parent is not None else child.fallback
+    link = (
+        ParentLink(
+            session_id=parent.id,
+            run_id=tally.run_id,
+            call_id=call_id,
+            depth=depth,
+        )
+        if parent is not None and call_id is not None and tally is not None
+        else None
+    )
+    if link is not None:
+        # The call's child has ids of its own: a parent resumed after a
+        # crash finds the child it started, and carries it on.
+        session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
+        session = await Session.open(where or MemoryStore(), session_id)
+    else:
+        session = Session(store=where if where is not None else MemoryStore())
+        run_id = new_id("run")
+    earlier = next((r for r in session.runs if r.run_id == run_id), None)
+    if earlier is not None and earlier.outcome == "done":
+        return earlier.text  # finished before the parent's result was logged
+    answer = _ANSWER.get()
+    link_token = _LINK.set(link)
+    depth_token = _DEPTH.set(depth)
+    try:
+        if earlier is None:
+            result = await driver.run(task, session=session, run_id=run_id)
+        elif earlier.outcome == "paused":
+            if answer is None or answer[0] != session.id:
+                raise _waiting(name, session.id, earlier)  # still unanswered
+            result = await driver.resume(session, run_id, answer[1])
+        elif earlier.outcome in ("running", "interrupted"):
+            gone = tally.taken_over if tally is not None else None
+            force = gone is not None and await lease_owner(session) == gone
+            result = await driver.resume(session, run_id, force=force)
+        else:
+            raise SubagentFailed(
+                name, session.id, earlier.outcome, _cause(earlier.error, None)
+            )
+    except anyio.get_cancelled_exc_class():
+        # The parent's run was cancelled (not interrupted): no one waits
+        # on the child any more, so its run ends too, not left to resume.
+        control = tally.control if tally is not None else None
+        if control is not None and control.is_cancel_requested:
+            with anyio.CancelScope(shield=True):
+                await driver.abandon(
+                    session, run_id, reason="its parent's run was cancelled"
+                )
+        raise
+    finally:
+        _DEPTH.reset(depth_token)
+        _LINK.reset(link_token)
+    if tally is not None:
+        tally.usage = (
+            tally.usage + result.usage + result.compaction_usage + result.children_usage
+        )
+    if result.outcome == "paused":
+        raise _waiting(name, session.id, result)
+    if result.outcome == "interrupted" and isinstance(result.error, SubagentWaiting):
+        raise result.error  # a sub-agent of the sub-agent waits
+    if result.outcome != "done":
+        cause = _cause(result.error, result.waiting)
+        raise SubagentFailed(name, session.id, result.outcome, cause)
+    return result.text
 
 
 def child_ids(session_id: str, run_id: str, call_id: str) -> tuple[str, str]:
