@@ -239,4 +239,5 @@ def test_the_parent_delegates_three_reads_and_its_window_never_holds_the_files(
         f"{result.children_usage.output_tokens} out; "
         f"answers {sorted(answers.values())}; {elapsed:.1f} s"
     )
+    assert sum(files) > N_CTX  # the three files would not fit in the window
     assert held < min(files)

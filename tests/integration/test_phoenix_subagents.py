@@ -3,7 +3,10 @@
 A lead agent delegates three file reads to a reader agent, both traced by
 one `configure` exporting to Phoenix over OTLP/HTTP. Read back through
 Phoenix's REST API, the lead's trace holds each reader run's spans under
-the ``execute_tool reader`` span of the call that delegated it.
+the ``execute_tool reader`` span of the call that delegated it, in the
+lead's project (each agent's runs are otherwise sent as a service, and so a
+project, of the agent's name), even though the readers' spans reach Phoenix
+in an export of their own, before the lead's.
 
 Skipped when Phoenix is missing, unless TURNFSM_REQUIRE_PHOENIX=1 (CI).
 """
