@@ -368,6 +368,14 @@ def _diagram_parser(sub: Any) -> None:
         metavar="FILE",
         help="the file to draw into: .svg or .png (Graphviz), .dot or .mmd",
     )
+    diagram.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --run: draw the runs' sub-agents this many levels down, each "
+        "into a file of its own beside -o FILE (default 3; 0: none)",
+    )
 
 
 def _eval_parser(sub: Any) -> None:
@@ -706,6 +714,7 @@ def _diagram_command(args: argparse.Namespace) -> int:
     from turnfsm.cli._diagram import run_diagram, run_overlay
 
     one = [args.run, args.trace, args.output, args.machine, args.store]
+    one.append(args.depth is not None)
     if not any(one):
         return run_diagram(args.machines, args.out, check=args.check)
     if args.machines is not None or args.out is not None or args.check:
@@ -715,12 +724,14 @@ def _diagram_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    depth = {} if args.depth is None else {"depth": args.depth}
     return run_overlay(
         args.output,
         runs=args.run,
         traces=args.trace,
         machine=args.machine,
         store=args.store,
+        **depth,
     )
 
 
