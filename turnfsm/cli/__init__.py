@@ -271,6 +271,13 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
         "made during them, and say how many were left out ('all': every one; "
         "default: 200)",
     )
+    report.add_argument(
+        "--sub-agents",
+        metavar="N",
+        help="hold the pages of the first N sessions its runs' sub-agents ran "
+        "in (theirs too), each linked from the run's list, and say how many "
+        "were left out ('all': every one; default: 20)",
+    )
     report.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     view = sub.add_parser(
         "view",
@@ -677,7 +684,11 @@ def _other(args: argparse.Namespace) -> int:
         from turnfsm.cli._view import run_report
 
         return run_report(
-            args.session_id, args.output, store=args.store, turns=args.turns
+            args.session_id,
+            args.output,
+            store=args.store,
+            turns=args.turns,
+            sub_agents=args.sub_agents,
         )
     if args.command == "view":
         from turnfsm.cli._view import run_view
