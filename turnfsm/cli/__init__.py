@@ -274,9 +274,9 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
     report.add_argument(
         "--sub-agents",
         metavar="N",
-        help="hold the pages of the first N sessions its runs' sub-agents ran "
-        "in (theirs too), each linked from the run's list, and say how many "
-        "were left out ('all': every one; default: 20)",
+        help="hold the pages of the first N sub-agent sessions (its runs' "
+        "sub-agents, and theirs), each linked from its run's list, and say how "
+        "many were left out ('all': every one; default: 20)",
     )
     report.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     view = sub.add_parser(
