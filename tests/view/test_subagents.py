@@ -185,6 +185,7 @@ def test_the_live_page_serves_the_sub_agents_pages_below_it_and_no_other(
 ) -> None:
     store, (mid, leaf, solo) = delegated
     with ViewServer(lambda: SQLiteStore(store), LEAD) as server:
+        assert server.child_url(leaf.id) is not None  # known before a page is
         status, text = _get(server.url)
         assert status == 200
         listed = rows(parse(text).find("table", "sub-agents"))

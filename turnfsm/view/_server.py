@@ -46,6 +46,9 @@ Answer = Callable[[str, str], str]
 The action is ``approve`` or ``reject``; the text is shown on the page.
 """
 
+_Family = tuple[list[tuple[str, int]], dict[str, Session]]
+"""The store's sessions and versions when read, and the sessions below, by id."""
+
 _HOST: Final = "127.0.0.1"
 _ACTIONS: Final = ("approve", "reject")
 _MAX_FORM: Final = 4_096
@@ -98,7 +101,7 @@ class ViewServer:
         self._diagrams: dict[tuple[str, int], Diagram] = {}
         self._notice = ""
         self._family_lock = threading.Lock()
-        self._family: tuple[object, dict[str, Session]] = ((), {})
+        self._family: _Family = ([], {})
         self._httpd = ThreadingHTTPServer((_HOST, port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -211,7 +214,7 @@ class ViewServer:
                     self._diagrams[key] = found
         return found
 
-    def family(self) -> dict[str, Session]:
+    def _below(self) -> dict[str, Session]:
         """The sessions below the served one, by id, each before its own.
 
         Read again only when a session of the store has changed.
@@ -223,9 +226,7 @@ class ViewServer:
             self._family = anyio.run(self._read_family, self._family)
             return self._family[1]
 
-    async def _read_family(
-        self, known: tuple[object, dict[str, Session]]
-    ) -> tuple[object, dict[str, Session]]:
+    async def _read_family(self, known: _Family) -> _Family:
         store = self._open()
         try:
             versions = [(i.id, i.version) for i in await store.list_sessions()]
@@ -240,15 +241,18 @@ class ViewServer:
         """The address of the page of `session_id`, a session below the served one.
 
         The served session's own is `url`; None for any other session.
+
+        Raises:
+            StoreError: the store cannot be read.
         """
         if session_id == self.session_id:
             return self.url
-        if session_id not in self._family[1]:
+        if session_id not in self._family[1] and session_id not in self._below():
             return None
         return self._address("/session", s=session_id)
 
     def _sub_agent_page(self, session_id: str) -> tuple[int, str]:
-        family = self.family()
+        family = self._below()
         child = family.get(session_id)
         if child is None:
             return HTTPStatus.NOT_FOUND, "no such sub-agent session below this one"
@@ -263,31 +267,22 @@ class ViewServer:
         if not session_id:
             return self._session or self.session()
         found = self._family[1].get(session_id)
-        return found if found is not None else self.family().get(session_id)
+        return found if found is not None else self._below().get(session_id)
 
     def _links(self, of: str = "") -> Links:
-        if of:  # a sub-agent's page: its requests name it; it answers nothing
-            where = {"s": of}
-            return Links(
-                turn=lambda run, n: self._address("/turn", r=run, n=n, **where),
-                more=lambda kind, run, start: self._address(
-                    f"/{kind}", r=run, start=start, **where
-                ),
-                compaction=lambda run, k: self._address("/pass", r=run, k=k, **where),
-                path=lambda run: self._address("/path", r=run, **where),
-                token=self.token,
-                page_size=self._page_size,
-                child=self.child_url,
-            )
+        """The live page's links; `of` names a sub-agent's page (it answers nothing)."""
+        where = {"s": of} if of else {}
         return Links(
-            turn=self.turn_url,
-            more=lambda kind, run, start: self._address(f"/{kind}", r=run, start=start),
-            compaction=lambda run, k: self._address("/pass", r=run, k=k),
-            path=lambda run: self._address("/path", r=run),
-            answer=None if self._answer is None else self._address("/answer"),
+            turn=lambda run, n: self._address("/turn", r=run, n=n, **where),
+            more=lambda kind, run, start: self._address(
+                f"/{kind}", r=run, start=start, **where
+            ),
+            compaction=lambda run, k: self._address("/pass", r=run, k=k, **where),
+            path=lambda run: self._address("/path", r=run, **where),
+            answer=None if self._answer is None or of else self._address("/answer"),
             token=self.token,
             page_size=self._page_size,
-            notice=self._notice,
+            notice="" if of else self._notice,
             child=self.child_url,
         )
 
@@ -296,7 +291,7 @@ class ViewServer:
         """Answer a GET of `path`: the status and the HTML."""
         if path == "/":
             session = self.session()
-            below = [*self.family().values()]
+            below = [*self._below().values()]
             text = page(
                 session, where=self._where, links=self._links(), sub_agents=below
             )
