@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import turnfsm
 from tests.core.test_render import X, dot_edges, mermaid_edges
+from tests.delegation import ALONE, LEAD, delegating_store, family
 from tests.helpers import REPO_ROOT, load_turn_spec
 from tests.test_diagrams import svg_texts
 from turnfsm.agent import Agent
@@ -31,7 +32,10 @@ from turnfsm.cli._demo import TASK, THRESHOLD, WINDOW, build_demo_agent
 from turnfsm.cli._diagram import default_out
 from turnfsm.cli._stores import close_store
 from turnfsm.hooks import Hook, RunStartInfo, TransitionInfo
-from turnfsm.persistence import SQLiteStore, machine_digest
+from turnfsm.messages import Message
+from turnfsm.persistence import Session, SQLiteStore, machine_digest
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.tracing._otlp_json import OTLPJSONFileExporter
 
 Capture = pytest.CaptureFixture[str]
@@ -517,3 +521,148 @@ def test_a_log_that_does_not_replay_is_refused(
     assert main(["diagram", *given]) == 2
 
     assert "diverges at event" in capsys.readouterr().err
+
+
+# -- sub-agents: each child session's path beside the run that delegated ----
+
+LEAF_PATH = {"run_started": 1, "measured": 1, "model_replied": 1}
+MID_PATH = {
+    "run_started": 1,
+    "measured": 2,
+    "model_replied [has_tool_calls]": 1,
+    "tools_finished": 1,
+    "model_replied": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def delegated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Session]]:
+    """A store whose ``ses_lead`` delegated twice, one child once more."""
+    store = delegating_store(tmp_path_factory.mktemp("store") / "sessions.db")
+    return store, family(store)
+
+
+def test_each_sub_agent_is_drawn_beside_the_run_naming_its_call(
+    tmp_path: Path, delegated: tuple[Path, list[Session]], capsys: Capture
+) -> None:
+    store, (mid, leaf, solo) = delegated
+    lead_run = mid.runs[0].opened.parent.run_id  # type: ignore[union-attr]
+
+    assert main(["diagram", "--run", LEAD, "--store", str(store), "-o", "x.dot"]) == 0
+
+    made = {
+        mid.id: f"call call_mid of {LEAD}:{lead_run}",
+        leaf.id: f"call call_leaf of {mid.id}:{mid.runs[0].run_id}",
+        solo.id: f"call call_solo of {LEAD}:{lead_run}",
+    }
+    assert capsys.readouterr().out.splitlines() == [
+        "wrote x.dot (1 run, 6 transitions)",
+        f"wrote x.{mid.id}.dot (sub-agent for {made[mid.id]}: 1 run, 6 transitions)",
+        f"wrote x.{leaf.id}.dot (sub-agent for {made[leaf.id]}: 1 run, 3 transitions)",
+        f"wrote x.{solo.id}.dot (sub-agent for {made[solo.id]}: 1 run, 3 transitions)",
+    ]
+    assert counts(tmp_path / "x.dot") == MID_PATH
+    expected = {mid.id: MID_PATH, leaf.id: LEAF_PATH, solo.id: LEAF_PATH}
+    for child, path in expected.items():
+        drawn = tmp_path / f"x.{child}.dot"
+        assert counts(drawn) == path
+        assert f'label="turn: sub-agent {child} for {made[child]} (1 run);' in (
+            drawn.read_text()
+        )
+
+
+@pytest.mark.parametrize(("depth", "files"), [("0", 1), ("1", 3), ("2", 4)])
+def test_depth_bounds_the_sub_agents_drawn(
+    tmp_path: Path,
+    delegated: tuple[Path, list[Session]],
+    depth: str,
+    files: int,
+    capsys: Capture,
+) -> None:
+    store, _ = delegated
+    args = ["diagram", "--run", LEAD, "--store", str(store), "--depth", depth]
+
+    assert main([*args, "-o", "lead.mmd"]) == 0
+
+    assert len(capsys.readouterr().out.splitlines()) == files
+    assert len(list(tmp_path.glob("lead*.mmd"))) == files
+
+
+def test_the_run_s_own_diagram_is_the_same_with_its_sub_agents_or_without(
+    tmp_path: Path, delegated: tuple[Path, list[Session]], capsys: Capture
+) -> None:
+    store, _ = delegated
+    args = ["diagram", "--run", LEAD, "--store", str(store)]
+
+    assert main([*args, "-o", "with.dot"]) == 0
+    assert main([*args, "--depth", "0", "-o", "without.dot"]) == 0
+
+    assert (tmp_path / "with.dot").read_text() == (tmp_path / "without.dot").read_text()
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "wrote without.dot (1 run, 6 transitions)"
+    )
+
+
+def test_a_run_that_delegated_nothing_writes_one_file(
+    tmp_path: Path, delegated: tuple[Path, list[Session]], capsys: Capture
+) -> None:
+    store, _ = delegated
+
+    assert main(["diagram", "--run", ALONE, "--store", str(store), "-o", "a.mmd"]) == 0
+
+    assert capsys.readouterr().out == "wrote a.mmd (1 run, 3 transitions)\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["a.mmd"]
+
+
+def test_a_sub_agent_that_cannot_be_drawn_is_named_and_left_out(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    text = (REPO_ROOT / "machines" / "turn.toml").read_text()
+    copy = tmp_path / "mine.toml"
+    copy.write_text(text.replace('name = "turn"', 'name = "mine"', 1))
+    mine = turnfsm.load_machine(copy)
+    leaf = Agent(model=FakeModelClient(lambda _request: "done"), machine=mine)
+    store = tmp_path / "s.db"
+
+    async def delegate() -> None:
+        sessions = SQLiteStore(store)
+
+        def answer(request: ModelRequest) -> Message:
+            if request.messages[-1].tool_results:
+                return reply("ok")
+            return reply("", tool_call("leaf", "call_1", task="go"))
+
+        lead = Agent(
+            model=FakeModelClient(answer),
+            tools=[leaf.as_tool(name="leaf", description="Answer")],
+            session=Session("ses_top", store=sessions),
+        )
+        try:
+            assert (await lead.run("go")).outcome == "done"
+        finally:
+            await sessions.aclose()
+
+    anyio.run(delegate)
+
+    assert (
+        main(["diagram", "--run", "ses_top", "--store", str(store), "-o", "t.mmd"]) == 0
+    )
+
+    out, err = capsys.readouterr()
+    assert out == "wrote t.mmd (1 run, 6 transitions)\n"
+    assert re.fullmatch(
+        r"turnfsm diagram: left out sub-agent ses_\w+ \(for call call_1 of "
+        r"ses_top:run_\w+\): .*the machine file of 'mine' \(not a shipped one\)\n",
+        err,
+    )
+    assert [p.name for p in tmp_path.glob("t*.mmd")] == ["t.mmd"]
+
+
+def test_a_negative_depth_is_refused(capsys: Capture) -> None:
+    args = ["diagram", "--run", LEAD, "--depth", "-1", "-o", "z.dot"]
+
+    assert main(args) == 2
+
+    assert capsys.readouterr().err == (
+        "turnfsm diagram: invalid --depth=-1: expected an int >= 0\n"
+    )

@@ -271,6 +271,13 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
         "made during them, and say how many were left out ('all': every one; "
         "default: 200)",
     )
+    report.add_argument(
+        "--sub-agents",
+        metavar="N",
+        help="hold the pages of the first N sub-agent sessions (its runs' "
+        "sub-agents, and theirs), each linked from its run's list, and say how "
+        "many were left out ('all': every one; default: 20)",
+    )
     report.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     view = sub.add_parser(
         "view",
@@ -367,6 +374,14 @@ def _diagram_parser(sub: Any) -> None:
         "--output",
         metavar="FILE",
         help="the file to draw into: .svg or .png (Graphviz), .dot or .mmd",
+    )
+    diagram.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --run: draw the runs' sub-agents this many levels down, each "
+        "into a file of its own beside -o FILE (default 3; 0: none)",
     )
 
 
@@ -669,7 +684,11 @@ def _other(args: argparse.Namespace) -> int:
         from turnfsm.cli._view import run_report
 
         return run_report(
-            args.session_id, args.output, store=args.store, turns=args.turns
+            args.session_id,
+            args.output,
+            store=args.store,
+            turns=args.turns,
+            sub_agents=args.sub_agents,
         )
     if args.command == "view":
         from turnfsm.cli._view import run_view
@@ -706,6 +725,7 @@ def _diagram_command(args: argparse.Namespace) -> int:
     from turnfsm.cli._diagram import run_diagram, run_overlay
 
     one = [args.run, args.trace, args.output, args.machine, args.store]
+    one.append(args.depth is not None)
     if not any(one):
         return run_diagram(args.machines, args.out, check=args.check)
     if args.machines is not None or args.out is not None or args.check:
@@ -715,12 +735,14 @@ def _diagram_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    depth = {} if args.depth is None else {"depth": args.depth}
     return run_overlay(
         args.output,
         runs=args.run,
         traces=args.trace,
         machine=args.machine,
         store=args.store,
+        **depth,
     )
 
 

@@ -4,7 +4,9 @@
 ``--run`` or ``--trace`` it draws one machine with the path some runs took
 on it (`run_overlay`): the runs' transitions are replayed from the session
 store or read from an OTLP/JSON trace, counted (`turnfsm.core.tally`) and
-drawn by the pure renderers of `turnfsm.core`.
+drawn by the pure renderers of `turnfsm.core`. A stored run that handed
+work to sub-agents has their runs drawn too, each child session into a file
+of its own beside the run's (`child_file`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TypeAlias
 import anyio
 import attrs
 
+from turnfsm import _checks
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.core import (
     EdgeKey,
@@ -35,7 +38,13 @@ from turnfsm.errors import (
     DefinitionError,
     TurnFSMError,
 )
-from turnfsm.persistence import Session, machine_digest
+from turnfsm.persistence import (
+    ParentLink,
+    Session,
+    descendants,
+    machine_digest,
+    parent_of,
+)
 from turnfsm.tracing import (
     TRANSITION_EVENT,
     TracedTransition,
@@ -44,7 +53,9 @@ from turnfsm.tracing import (
 )
 
 __all__ = [
+    "SUB_AGENT_DEPTH",
     "Fired",
+    "child_file",
     "default_out",
     "render_all",
     "run_check",
@@ -187,6 +198,9 @@ Fired: TypeAlias = tuple[int, str, int | None]
 
 _FORMATS = (".svg", ".png", ".dot", ".mmd")
 
+SUB_AGENT_DEPTH = 3
+"""How many levels of sub-agents `run_overlay` draws beside a run by default."""
+
 
 @attrs.frozen
 class _Run:
@@ -200,6 +214,23 @@ class _Run:
     transitions: tuple[TracedTransition, ...] = ()  # a traced run
 
 
+@attrs.frozen
+class _Child:
+    """A sub-agent's session to draw beside its parent's run, and its runs."""
+
+    session: Session
+    link: ParentLink
+    runs: tuple[_Run, ...]
+
+
+def child_file(output: Path, session_id: str) -> Path:
+    """Where the diagram of the sub-agent session `session_id` goes, beside `output`.
+
+    ``run.svg`` and ``ses_abc`` make ``run.ses_abc.svg``.
+    """
+    return output.with_name(f"{output.stem}.{session_id}{output.suffix}")
+
+
 def run_overlay(
     output: str | None,
     *,
@@ -207,6 +238,7 @@ def run_overlay(
     traces: Sequence[str] = (),
     machine: str | None = None,
     store: str | None = None,
+    depth: int = SUB_AGENT_DEPTH,
 ) -> int:
     """Draw a machine into `output` with the path its runs took highlighted.
 
@@ -221,15 +253,21 @@ def run_overlay(
             machine they name). Runs on a machine of another name are left
             out; a run whose machine digest differs is refused.
         store: Where `runs` are kept.
+        depth: How many levels of sub-agents to draw: each session a stored
+            run delegated to (its runs, summed) goes into a file of its own
+            (`child_file`), named with the call that made it; 0: none. A
+            sub-agent that cannot be drawn is named on standard error.
 
     Returns 0 when the file was written, 2 when an input cannot be used
     (the error is printed). With neither `runs` nor `traces`, `machine` is
     drawn plain.
     """
+    children: list[_Child] = []
     try:
         if output is None:
             raise ConfigError("-o", None, f"the file to draw into ({_formats()})")
-        found = anyio.run(_stored_runs, store, runs) if runs else []
+        _checks.check(depth, "--depth", _checks.integer(low=0))
+        found = anyio.run(_stored_runs, store, runs, depth, children) if runs else []
         found += _traced_runs(traces)
         if traces and not found:
             expected = f"a trace with {TRANSITION_EVENT} span events"
@@ -243,7 +281,39 @@ def run_overlay(
         return 2
     ran = f" ({_runs(found)}, {len(fired)} transitions)" if found else ""
     print(f"wrote {shown(Path(output))}{ran}")
+    for child in children:
+        _draw_child(Path(output), child, spec)
     return 0
+
+
+def _draw_child(output: Path, child: _Child, parent: MachineSpec) -> None:
+    """Draw a sub-agent's runs beside `output`, or say why not (standard error)."""
+    link = child.link
+    made = f"call {link.call_id} of {link.session_id}:{link.run_id}"
+    try:
+        path = child_file(output, child.session.id)
+        digest = machine_digest(parent)
+        if all(r.digest == digest for r in child.runs):  # the parent's machine
+            spec, runs = parent, list(child.runs)
+        else:
+            spec, runs = _machine_for(list(child.runs), None)
+        fired = [f for run in runs for f in _path(spec, run)]
+        title = (
+            f"{spec.name}: sub-agent {child.session.id} for {made} "
+            f"({_runs(runs)}); edge width and colour: times fired"
+        )
+        _draw(path, spec, tally(fired), title)
+    except (OSError, TurnFSMError, subprocess.CalledProcessError) as exc:
+        print(
+            f"turnfsm diagram: left out sub-agent {child.session.id} "
+            f"(for {made}): {exc}",
+            file=sys.stderr,
+        )
+        return
+    print(
+        f"wrote {shown(path)} (sub-agent for {made}: {_runs(runs)}, "
+        f"{len(fired)} transitions)"
+    )
 
 
 def _runs(runs: list[_Run]) -> str:
@@ -254,7 +324,10 @@ def _formats() -> str:
     return ", ".join(_FORMATS[:-1]) + " or " + _FORMATS[-1]
 
 
-async def _stored_runs(store: str | None, given: Sequence[str]) -> list[_Run]:
+async def _stored_runs(
+    store: str | None, given: Sequence[str], depth: int, children: list[_Child]
+) -> list[_Run]:
+    """The runs `given` names; their sub-agents `depth` levels down into `children`."""
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
     sessions = open_cli_store(store)
@@ -276,9 +349,41 @@ async def _stored_runs(store: str | None, given: Sequence[str]) -> list[_Run]:
                 runs[label] = _Run(
                     label, opened.machine, opened.digest, session, r.run_id
                 )
+        if depth:
+            drawn = {(r.session.id, r.run_id) for r in runs.values() if r.session}
+            for session_id in loaded:
+                found = await descendants(sessions, session_id, depth=depth)
+                children += _delegated(found, drawn, {c.session.id for c in children})
     finally:
         await close_store(sessions)
     return list(runs.values())
+
+
+def _delegated(
+    found: list[Session], drawn: set[tuple[str, str]], known: set[str]
+) -> list[_Child]:
+    """The sessions of `found` that a run of `drawn` (or one of them) started."""
+    out = []
+    for session in found:  # each after its parent
+        link = parent_of(session)
+        if link is None or session.id in known:
+            continue
+        if (link.session_id, link.run_id) not in drawn:
+            continue
+        runs = tuple(
+            _Run(
+                f"{session.id}:{r.run_id}",
+                r.opened.machine,
+                r.opened.digest,
+                session,
+                r.run_id,
+            )
+            for r in session.runs
+        )
+        drawn |= {(session.id, r.run_id) for r in session.runs}
+        known.add(session.id)
+        out.append(_Child(session, link, runs))
+    return out
 
 
 def _traced_runs(paths: Sequence[str]) -> list[_Run]:

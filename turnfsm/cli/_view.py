@@ -24,8 +24,8 @@ from turnfsm.cli._run import AgentOptions
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
-from turnfsm.persistence import RunRecord, Session, SessionStore
-from turnfsm.view import REPORT_TURNS, ViewServer, render_report
+from turnfsm.persistence import RunRecord, Session, SessionStore, descendants
+from turnfsm.view import REPORT_SUB_AGENTS, REPORT_TURNS, ViewServer, render_report
 
 __all__ = ["run_report", "run_view"]
 
@@ -36,18 +36,30 @@ def run_report(
     *,
     store: str | None = None,
     turns: str | None = None,
+    sub_agents: str | None = None,
 ) -> int:
     """Write the session's view to `output`; return 0, or 2 with the error printed.
 
     `turns` is ``--turns``: how many of each run's last turns and passes the
-    report holds, or ``all`` (None: `REPORT_TURNS`).
+    report holds, or ``all`` (None: `REPORT_TURNS`). `sub_agents` is
+    ``--sub-agents``: how many sub-agent sessions it holds the pages of, or
+    ``all`` (None: `REPORT_SUB_AGENTS`).
     """
     try:
         if not output:
             raise ConfigError("-o", output, "the HTML file to write (e.g. run.html)")
         recent = _recent(turns)
-        session, place = anyio.run(_load, store, session_id)
-        text = render_report(session, where=place, turns=recent)
+        pages = _count(
+            "--sub-agents", sub_agents, REPORT_SUB_AGENTS, low=0, what="sessions"
+        )
+        session, place, below = anyio.run(_load, store, session_id)
+        text = render_report(
+            session,
+            where=place,
+            turns=recent,
+            sub_agents=below,
+            sub_agent_pages=pages,
+        )
         Path(output).write_text(text, encoding="utf-8", errors="backslashreplace")
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         print(f"turnfsm report: {exc}", file=sys.stderr)
@@ -58,8 +70,18 @@ def run_report(
         f"wrote {output} (session {session.id}: {len(runs)} run(s), "
         f"{sum(len(r.turns) for r in runs)} turn(s), "
         f"{sum(len(r.compactions) for r in runs)} pass(es)){held}"
+        + _sub_agents_held(len(below), pages)
     )
     return 0
+
+
+def _sub_agents_held(count: int, pages: int | None) -> str:
+    """What the report holds of the session's `count` sub-agent sessions."""
+    if not count:
+        return ""
+    held = count if pages is None else min(count, pages)
+    left = f", {count - held} left out (--sub-agents all)" if held < count else ""
+    return f"; the pages of {held} of its {count} sub-agent session(s){left}"
 
 
 def _recent(turns: str | None) -> int | None:
@@ -68,17 +90,28 @@ def _recent(turns: str | None) -> int | None:
     Raises:
         ConfigError: it is neither ``all`` nor a whole number from 1 up.
     """
-    if turns is None:
-        return REPORT_TURNS
-    if turns == "all":
+    return _count("--turns", turns, REPORT_TURNS, low=1, what="turns")
+
+
+def _count(
+    option: str, given: str | None, default: int, *, low: int, what: str
+) -> int | None:
+    """The number `option` gives (None: ``all``; not given: `default`).
+
+    Raises:
+        ConfigError: it is neither ``all`` nor a whole number from `low` up.
+    """
+    if given is None:
+        return default
+    if given == "all":
         return None
-    expected = "a whole number of turns from 1 up, or all"
+    expected = f"a whole number of {what} from {low} up, or all"
     try:
-        value = int(turns)
+        value = int(given)
     except ValueError:
-        raise ConfigError("--turns", turns, expected) from None
-    if value < 1:
-        raise ConfigError("--turns", turns, expected)
+        raise ConfigError(option, given, expected) from None
+    if value < low:
+        raise ConfigError(option, given, expected)
     return value
 
 
@@ -97,14 +130,18 @@ def _held(runs: Sequence[RunRecord], recent: int) -> str:
     )
 
 
-async def _load(store: str | None, session_id: str) -> tuple[Session, str]:
+async def _load(
+    store: str | None, session_id: str
+) -> tuple[Session, str, list[Session]]:
+    """The session, where it is kept, and the sessions below it."""
     sessions = open_cli_store(store)
     try:
         try:
             session = await Session.load(sessions, session_id)
         except SessionNotFound as exc:
             raise await not_found(exc, sessions) from None
-        return session, where(sessions)
+        below = await descendants(sessions, session_id)
+        return session, where(sessions), below
     finally:
         await close_store(sessions)
 

@@ -16,7 +16,7 @@ from turnfsm.persistence._context_settings import (
 )
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
 from turnfsm.persistence._lease import Lease, LeasingStore
-from turnfsm.persistence._links import child_sessions, parent_of
+from turnfsm.persistence._links import child_sessions, descendants, parent_of
 from turnfsm.persistence._open import (
     STORE_ENV,
     default_store_path,
@@ -81,6 +81,7 @@ __all__ = [
     "child_sessions",
     "decision_key",
     "default_store_path",
+    "descendants",
     "dump_session",
     "env_store",
     "event_messages",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from turnfsm import _checks
 from turnfsm.persistence._parent_link import ParentLink
 from turnfsm.persistence._records import EventRecorded, event_messages
 from turnfsm.persistence._session import Session
 from turnfsm.persistence._store import SessionStore
 
-__all__ = ["child_sessions", "parent_of"]
+__all__ = ["child_sessions", "descendants", "parent_of"]
 
 
 def parent_of(session: Session) -> ParentLink | None:
@@ -23,22 +24,86 @@ async def child_sessions(store: SessionStore, session_id: str) -> list[Session]:
     in the order the model asked for them), then by when they opened.
     Reads every session of `store` (a store keeps no index of children).
     """
-    children: list[tuple[ParentLink, float, Session]] = []
+    return await descendants(store, session_id, depth=1)
+
+
+async def descendants(
+    store: SessionStore, session_id: str, *, depth: int | None = None
+) -> list[Session]:
+    """Return the sessions that descend from `session_id`: children, theirs, ...
+
+    Each session comes before its own children, and the children of one
+    session in the order `child_sessions` gives. `parent_of` tells which
+    session, run and call each one answered. Reads every session of `store`
+    once, however deep the tree.
+
+    Args:
+        store: The store that holds them (a sub-agent's session is kept in
+            its parent's store).
+        session_id: The session whose descendants are wanted.
+        depth: How many levels down (1: its children only; None: all).
+
+    Raises:
+        ConfigError: `depth` is not a whole number from 1 up (or None).
+    """
+    _checks.check(depth, "depth", _checks.integer(low=1, optional=True))
+    linked: dict[str, list[tuple[ParentLink, float, Session]]] = {}
+    loaded: dict[str, Session] = {}
     for info in await store.list_sessions():
         if info.id == session_id or info.problem is not None:
             continue
         session = await Session.load(store, info.id)
+        loaded[info.id] = session
         link = parent_of(session)
-        if link is not None and link.session_id == session_id:
-            children.append((link, session.runs[0].opened.at, session))
-    if not children:
-        return []
+        if link is not None:
+            at = session.runs[0].opened.at
+            linked.setdefault(link.session_id, []).append((link, at, session))
+    out: list[Session] = []
+    seen = {session_id}
+    level = [session_id]
+    while level and (depth is None or depth > 0):
+        below: list[str] = []
+        for parent_id in level:
+            children = linked.get(parent_id, [])
+            if not children:
+                continue
+            parent = loaded.get(parent_id) or await Session.load(store, parent_id)
+            for child in _in_call_order(parent, children):
+                if child.id not in seen:  # a damaged store's loop: listed once
+                    seen.add(child.id)
+                    out.append(child)
+                    below.append(child.id)
+        level = below
+        depth = None if depth is None else depth - 1
+    return _preorder(session_id, out)
+
+
+def _in_call_order(
+    parent: Session, children: list[tuple[ParentLink, float, Session]]
+) -> list[Session]:
+    """`children` in the order `parent`'s log made their calls, then by opening."""
     order: dict[str, int] = {}
-    for entry in (await Session.load(store, session_id)).entries:
+    for entry in parent.entries:
         if isinstance(entry, EventRecorded):
             for message in event_messages(entry.event):
                 for call in message.tool_calls:
                     order.setdefault(call.id, len(order))
     late = len(order)
-    children.sort(key=lambda c: (order.get(c[0].call_id, late), c[1]))
-    return [session for _link, _at, session in children]
+    ranked = sorted(children, key=lambda c: (order.get(c[0].call_id, late), c[1]))
+    return [session for _link, _at, session in ranked]
+
+
+def _preorder(root: str, found: list[Session]) -> list[Session]:
+    """`found` (listed level by level) with each session before its children."""
+    below: dict[str, list[Session]] = {}
+    for session in found:
+        link = parent_of(session)
+        assert link is not None
+        below.setdefault(link.session_id, []).append(session)
+    out: list[Session] = []
+    stack = list(reversed(below.get(root, [])))
+    while stack:
+        session = stack.pop()
+        out.append(session)
+        stack += reversed(below.get(session.id, []))
+    return out

@@ -10,12 +10,16 @@ Each run shows the machine's diagram with the path the run took, a plot
 of the tokens sent per model call against the window and its two lines
 (compaction passes marked), what the model saw on every turn and its
 reply, and each pass as a diff of what it covered and what replaced it.
+A run that handed work to sub-agents lists the sessions its tool calls
+started, each linked to its own page: a section further down the report,
+or a page of the live server.
 Everything taken from the log is escaped: a message holding HTML or a
 script is shown as text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 from turnfsm import _checks
@@ -23,15 +27,29 @@ from turnfsm.persistence import Session
 from turnfsm.view._html import page
 from turnfsm.view._server import Answer, ViewServer
 
-__all__ = ["REPORT_TURNS", "Answer", "ViewServer", "render_report"]
+__all__ = [
+    "REPORT_SUB_AGENTS",
+    "REPORT_TURNS",
+    "Answer",
+    "ViewServer",
+    "render_report",
+]
 
 
 REPORT_TURNS: Final = 200
 """How many of each run's last turns a report holds by default (with their passes)."""
 
+REPORT_SUB_AGENTS: Final = 20
+"""How many sub-agent sessions a report holds the pages of by default."""
+
 
 def render_report(
-    session: Session, *, where: str = "", turns: int | None = REPORT_TURNS
+    session: Session,
+    *,
+    where: str = "",
+    turns: int | None = REPORT_TURNS,
+    sub_agents: Sequence[Session] = (),
+    sub_agent_pages: int | None = REPORT_SUB_AGENTS,
 ) -> str:
     """Return `session` as one self-contained HTML page.
 
@@ -42,12 +60,30 @@ def render_report(
             details, with the compaction passes made during them (None: all
             of them). A run with more says how many it left out; its plot
             still shows every model call and pass.
+        sub_agents: The sessions below `session`, each before its own
+            (`turnfsm.persistence.descendants` reads them from the store):
+            each run lists the ones its tool calls started, with how each
+            ended, its turns and its usage.
+        sub_agent_pages: How many of `sub_agents`, in that order, the page
+            holds as pages of their own, each a section further down that
+            its row links to (None: all of them). The page says how many it
+            left out.
 
     The page needs no network: its style, script and diagrams are inline.
     A turn's details are folded.
 
     Raises:
-        ConfigError: `turns` is not a whole number from 1 up (or None).
+        ConfigError: `turns` is not a whole number from 1 up (or None), or
+            `sub_agent_pages` not one from 0 up (or None).
     """
     _checks.check(turns, "turns", _checks.integer(low=1, optional=True))
-    return page(session, where=where, recent=turns)
+    _checks.check(
+        sub_agent_pages, "sub_agent_pages", _checks.integer(low=0, optional=True)
+    )
+    return page(
+        session,
+        where=where,
+        recent=turns,
+        sub_agents=sub_agents,
+        sub_agent_pages=sub_agent_pages,
+    )

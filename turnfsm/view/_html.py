@@ -23,6 +23,7 @@ from turnfsm.errors import ConfigError, SubagentWaiting
 from turnfsm.messages import Message
 from turnfsm.persistence import CompactionRecord, RunRecord, Session, TurnRecord
 from turnfsm.view._paths import Diagram, edge_anchor, run_path
+from turnfsm.view._subagents import below, delegated_by, sub_agent_list
 
 __all__ = [
     "Links",
@@ -63,6 +64,8 @@ class Links:
         token: The page's token, sent with the form.
         page_size: Turns listed before the "more" button.
         notice: A line to show on top (the last answer's outcome).
+        child: ``session id -> URL`` of a sub-agent session's page (None
+            where it has none to show).
     """
 
     turn: Callable[[int, int], str]
@@ -73,6 +76,7 @@ class Links:
     token: str = ""
     page_size: int = 100
     notice: str = ""
+    child: Callable[[str], str | None] = lambda _session_id: None
 
 
 def _asset(name: str) -> str:
@@ -85,15 +89,27 @@ def page(
     where: str,
     links: Links | None = None,
     recent: int | None = None,
+    sub_agents: Sequence[Session] = (),
+    sub_agent_pages: int | None = None,
 ) -> str:
     """Return the whole page of `session` (a report when `links` is None).
 
     A report replays each run's path now; the live page loads it. A report
     with `recent` holds only each run's last `recent` turns and the passes
     made during them, and says how many it left out (None: all of them).
+
+    `sub_agents` are sessions below `session` (`descendants` reads them),
+    each before its own (others are left out): a run lists those its tool
+    calls started. A report
+    holds the first `sub_agent_pages` of them (None: all) as pages of their
+    own further down, linked from those lists, and says how many it left out.
     """
     runs = session.runs
-    full = links is None and _context_sizes(runs, recent) <= _FULL_CONTEXTS
+    sub_agents = below(session.id, sub_agents)
+    shown = sub_agents[:sub_agent_pages] if links is None else []
+    every = [r for s in (session, *shown) for r in s.runs]
+    full = links is None and _context_sizes(every, recent) <= _FULL_CONTEXTS
+    page_of = _pages(links, shown)
     connect = "'self'" if links is not None else "'none'"
     out = [
         "<!DOCTYPE html>",
@@ -109,6 +125,7 @@ def page(
         f"{session.version} log entries, {len(runs)} run(s), "
         f"{len(session.history)} messages in its history; in {_e(where)}</p>",
     ]
+    out += filter(None, [delegated_by(session, page_of)])
     if links is not None and links.notice:
         out.append(f'<pre class="notice">{_e(links.notice)}</pre>')
     if session.breaker_open:
@@ -126,7 +143,10 @@ def page(
         )
     out.append("</ol></nav></header><main>")
     for n, run in enumerate(runs):
-        out += _run(session, run, n, links, full=full, recent=recent)
+        rows = sub_agent_list(session, run, n, sub_agents, page_of)
+        out += _run(session, run, n, links, full=full, recent=recent, rows=rows)
+    if links is None:
+        out += _sub_agent_pages(shown, sub_agents, len(runs), full, recent)
     out.append("</main>")
     out.append(f"<script>{_asset('view.js')}</script></body></html>")
     return "\n".join(out)
@@ -167,6 +187,7 @@ def _run(
     *,
     full: bool,
     recent: int | None = None,
+    rows: Sequence[str] = (),
 ) -> list[str]:
     out = [
         f'<section class="run" id="run-{n}" data-run="{_e(run.run_id)}">',
@@ -174,6 +195,7 @@ def _run(
         f'{_e(run.outcome)}">{_e(run.outcome)}</span></h2>',
     ]
     out += _outcome(session, run, links)
+    out += rows  # the sub-agents its tool calls started
     count = len(run.compactions)
     total = len(run.turns)
     first_turn = _first(total, recent)
@@ -205,6 +227,59 @@ def _run(
     out.append(f'<div class="turn-list" id="turns-{n}">')
     out += turn_rows(session, run, n, first_turn, total, links=links, full=full)
     out.append("</div></section></section>")
+    return out
+
+
+def _pages(
+    links: Links | None, shown: Sequence[Session]
+) -> Callable[[str], str | None]:
+    """``session id -> address`` of a sub-agent's page: the live one, or a section."""
+    if links is not None:
+        return links.child
+    held = {s.id for s in shown}
+    return lambda session_id: f"#session-{session_id}" if session_id in held else None
+
+
+def _row_of(session_id: str) -> Callable[[str], str | None]:
+    """The address of `session_id`'s row in its parent's list, whatever is asked."""
+    return lambda _parent: f"#sub-{session_id}"
+
+
+def _sub_agent_pages(
+    shown: Sequence[Session],
+    every: Sequence[Session],
+    first_run: int,
+    full: bool,
+    recent: int | None,
+) -> list[str]:
+    """A report's sections of the sub-agent sessions `shown`, each with its runs.
+
+    Their runs are numbered on from `first_run`, so that every id on the page
+    is its own; a session's header links back to its row in its parent's list.
+    """
+    out: list[str] = []
+    n = first_run
+    for child in shown:
+        out.append(
+            f'<section class="sub-agent-session" id="session-{_e(child.id)}">'
+            f"<h2>Sub-agent session <code>{_e(child.id)}</code></h2>"
+            + delegated_by(child, _row_of(child.id))
+            + f'<p class="meta">{child.version} log entries, {len(child.runs)} '
+            "run(s)</p>"
+        )
+        for run in child.runs:
+            rows = sub_agent_list(child, run, n, every, _pages(None, shown))
+            out += _run(child, run, n, None, full=full, recent=recent, rows=rows)
+            n += 1
+        out.append("</section>")
+    left = len(every) - len(shown)
+    if left:
+        out.append(
+            f'<p class="left-out">This report holds the pages of {len(shown)} of '
+            f"{len(every)} sub-agent sessions: the other {left} are left out "
+            "(<code>turnfsm report --sub-agents all</code> holds every one; "
+            "<code>turnfsm view</code> shows every one).</p>"
+        )
     return out
 
 

@@ -6,7 +6,9 @@ Every request must carry the server's random token (``?token=...``, or the
 form field of the same name): without it the answer is 403, and nothing is
 read or written. A page lists the first turns of each run; the rest, and
 each turn's details, load as they are asked for, so a long session opens
-fast.
+fast. The sessions of the runs' sub-agents (theirs too) are served as pages
+of their own, linked from the runs that started them (`/session`); no other
+session of the store is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Final, final
 import anyio
 
 from turnfsm import _checks
-from turnfsm.persistence import RunRecord, Session, SessionStore
+from turnfsm.persistence import RunRecord, Session, SessionStore, descendants
 from turnfsm.view._html import (
     Links,
     page,
@@ -43,6 +45,9 @@ Answer = Callable[[str, str], str]
 
 The action is ``approve`` or ``reject``; the text is shown on the page.
 """
+
+_Family = tuple[list[tuple[str, int]], dict[str, Session]]
+"""The store's sessions and versions when read, and the sessions below, by id."""
 
 _HOST: Final = "127.0.0.1"
 _ACTIONS: Final = ("approve", "reject")
@@ -95,6 +100,8 @@ class ViewServer:
         self._where = ""
         self._diagrams: dict[tuple[str, int], Diagram] = {}
         self._notice = ""
+        self._family_lock = threading.Lock()
+        self._family: _Family = ([], {})
         self._httpd = ThreadingHTTPServer((_HOST, port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -207,16 +214,76 @@ class ViewServer:
                     self._diagrams[key] = found
         return found
 
-    def _links(self) -> Links:
+    def _below(self) -> dict[str, Session]:
+        """The sessions below the served one, by id, each before its own.
+
+        Read again only when a session of the store has changed.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        with self._family_lock:
+            self._family = anyio.run(self._read_family, self._family)
+            return self._family[1]
+
+    async def _read_family(self, known: _Family) -> _Family:
+        store = self._open()
+        try:
+            versions = [(i.id, i.version) for i in await store.list_sessions()]
+            if versions == known[0]:
+                return known
+            found = await descendants(store, self.session_id)
+            return versions, {s.id: s for s in found}
+        finally:
+            await _close(store)
+
+    def child_url(self, session_id: str) -> str | None:
+        """The address of the page of `session_id`, a session below the served one.
+
+        The served session's own is `url`; None for any other session.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        if session_id == self.session_id:
+            return self.url
+        if session_id not in self._family[1] and session_id not in self._below():
+            return None
+        return self._address("/session", s=session_id)
+
+    def _sub_agent_page(self, session_id: str) -> tuple[int, str]:
+        family = self._below()
+        child = family.get(session_id)
+        if child is None:
+            return HTTPStatus.NOT_FOUND, "no such sub-agent session below this one"
+        links = self._links(child.id)
+        text = page(
+            child, where=self._where, links=links, sub_agents=[*family.values()]
+        )
+        return HTTPStatus.OK, text
+
+    def _chosen(self, session_id: str) -> Session | None:
+        """The served session (`session_id` empty), or the one below it so named."""
+        if not session_id:
+            return self._session or self.session()
+        found = self._family[1].get(session_id)
+        return found if found is not None else self._below().get(session_id)
+
+    def _links(self, of: str = "") -> Links:
+        """The live page's links; `of` names a sub-agent's page (it answers nothing)."""
+        where = {"s": of} if of else {}
         return Links(
-            turn=self.turn_url,
-            more=lambda kind, run, start: self._address(f"/{kind}", r=run, start=start),
-            compaction=lambda run, k: self._address("/pass", r=run, k=k),
-            path=lambda run: self._address("/path", r=run),
-            answer=None if self._answer is None else self._address("/answer"),
+            turn=lambda run, n: self._address("/turn", r=run, n=n, **where),
+            more=lambda kind, run, start: self._address(
+                f"/{kind}", r=run, start=start, **where
+            ),
+            compaction=lambda run, k: self._address("/pass", r=run, k=k, **where),
+            path=lambda run: self._address("/path", r=run, **where),
+            answer=None if self._answer is None or of else self._address("/answer"),
             token=self.token,
             page_size=self._page_size,
-            notice=self._notice,
+            notice="" if of else self._notice,
+            child=self.child_url,
         )
 
     # -- answering (a request's thread) -------------------------------------
@@ -224,9 +291,17 @@ class ViewServer:
         """Answer a GET of `path`: the status and the HTML."""
         if path == "/":
             session = self.session()
-            text = page(session, where=self._where, links=self._links())
+            below = [*self._below().values()]
+            text = page(
+                session, where=self._where, links=self._links(), sub_agents=below
+            )
             return HTTPStatus.OK, text
-        session = self._session or self.session()
+        if path == "/session":
+            return self._sub_agent_page(query.get("s", ""))
+        chosen = self._chosen(query.get("s", ""))
+        if chosen is None:
+            return HTTPStatus.NOT_FOUND, "no such sub-agent session below this one"
+        session, of = chosen, query.get("s", "")
         runs = session.runs
         try:
             run = runs[_index(query.get("r", ""))]
@@ -247,7 +322,7 @@ class ViewServer:
                 start = _index(query.get("start", ""))
                 rows = turn_rows if path == "/turns" else pass_rows
                 stop = start + self._page_size
-                some = rows(session, run, n, start, stop, links=self._links())
+                some = rows(session, run, n, start, stop, links=self._links(of))
                 return HTTPStatus.OK, "".join(some)
         except (ValueError, IndexError, KeyError):
             return HTTPStatus.BAD_REQUEST, "no such run or turn"
@@ -278,6 +353,12 @@ def _index(text: str) -> int:
     if value < 0:
         raise ValueError(text)
     return value
+
+
+async def _close(store: SessionStore) -> None:
+    close = getattr(store, "aclose", None) or getattr(store, "close", None)
+    if close is not None:
+        await close()
 
 
 def _where(store: SessionStore) -> str:
