@@ -21,6 +21,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.messages import JSONValue, Message, ToolCallPart
+from turnfsm.providers import ModelRequest
 from turnfsm.tokens import HeuristicTokenCounter
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "load_turn_spec",
     "machine_at",
     "reply",
+    "request_text",
     "result",
     "results_for",
     "run_script",
@@ -154,6 +156,20 @@ def result(
 def results_for(message: Message) -> tuple[Message, ...]:
     """Return one ``ok`` result for every tool call of `message`."""
     return tuple(result(c.id, id=f"{message.id}-{c.id}") for c in message.tool_calls)
+
+
+def request_text(request: ModelRequest) -> str:
+    """Return everything `request` shows the model, one piece a line.
+
+    Its system prompt, then each message's text, tool results and tool call
+    arguments: what a test checks a model was (or was not) shown.
+    """
+    out = [request.system or ""]
+    for m in request.messages:
+        out.append(m.text)
+        out.extend(p.content for p in m.tool_results)
+        out.extend(str(c.arguments) for c in m.tool_calls)
+    return "\n".join(out)
 
 
 def compaction_context(

@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from tests.helpers import request_text
 from tests.tracing._spans import Traced
 from turnfsm import Agent
 from turnfsm.cli._sessions import SessionsCommand, run_sessions
@@ -56,15 +57,6 @@ def read_file(path: str) -> str:
         path: The file to read.
     """
     return Path(path).read_text()
-
-
-def texts(request: ModelRequest) -> str:
-    out = [request.system or ""]
-    for m in request.messages:
-        out.append(m.text)
-        out.extend(p.content for p in m.tool_results)
-        out.extend(str(c.arguments) for c in m.tool_calls)
-    return "\n".join(out)
 
 
 def child_model() -> FakeModelClient:
@@ -130,7 +122,7 @@ async def test_the_parent_delegates_three_reads_and_never_sees_the_files() -> No
     assert result.outcome == "done"
     assert result.text == "the grand total is 172"
     assert len(model.requests) == 2
-    assert all(FILLER.strip() not in texts(r) for r in model.requests)
+    assert all(FILLER.strip() not in request_text(r) for r in model.requests)
     results = [p for m in model.requests[-1].messages for p in m.tool_results]
     assert sorted(p.content for p in results) == [
         "the total is 120",
@@ -139,7 +131,7 @@ async def test_the_parent_delegates_three_reads_and_never_sees_the_files() -> No
     ]
     assert not any(p.is_error for p in results)
     # The child's own requests held the file: its window was the one filled.
-    assert any(FILLER.strip() in texts(r) for r in child.driver.model.requests)  # type: ignore[attr-defined]
+    assert any(FILLER.strip() in request_text(r) for r in child.driver.model.requests)  # type: ignore[attr-defined]
     assert child.driver.budget.context_window == 6_000
 
 
