@@ -290,7 +290,11 @@ async def test_a_failed_child_is_an_error_result_naming_its_typed_error() -> Non
     assert last.tool_results[0].is_error
 
 
-async def test_cancelling_the_parent_cancels_the_child() -> None:
+def stuck_child_parent(store: SessionStore) -> tuple[Agent, anyio.Event]:
+    """A parent that delegates to a child whose model never answers.
+
+    The event is set once the child's model has been called.
+    """
     started = anyio.Event()
 
     async def stuck(_request: ModelRequest) -> Message:
@@ -298,13 +302,18 @@ async def test_cancelling_the_parent_cancels_the_child() -> None:
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    store = MemoryStore()
     child = Agent(model=FakeModelClient(stuck))
     parent = Agent(
         model=delegating_model("reader"),
         tools=[child.as_tool(name="reader", description="Read")],
         store=store,
     )
+    return parent, started
+
+
+async def test_cancelling_the_parent_cancels_the_child() -> None:
+    store = MemoryStore()
+    parent, started = stuck_child_parent(store)
     control = RunControl()
     outcome: list[Any] = []
 
@@ -332,20 +341,8 @@ async def test_cancelling_the_parent_cancels_the_child() -> None:
 
 
 async def test_interrupting_the_parent_interrupts_the_child() -> None:
-    started = anyio.Event()
-
-    async def stuck(_request: ModelRequest) -> Message:
-        started.set()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
     store = MemoryStore()
-    child = Agent(model=FakeModelClient(stuck))
-    parent = Agent(
-        model=delegating_model("reader"),
-        tools=[child.as_tool(name="reader", description="Read")],
-        store=store,
-    )
+    parent, started = stuck_child_parent(store)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as group:
             group.start_soon(parent.run, "read x")
