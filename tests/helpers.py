@@ -6,6 +6,10 @@ so expected buffers can be written out in a test and compared with `==`.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ __all__ = [
     "request_text",
     "result",
     "results_for",
+    "run_killed",
     "run_script",
     "start_machine",
     "tool_call",
@@ -111,6 +116,24 @@ def machine_at(phase: str, **fields: Any) -> TurnMachine:
 def run_script(machine: TurnMachine, events: Iterable[Event]) -> list[Decision]:
     """Feed `events` in order and return the decision answered to each."""
     return [machine.handle(event) for event in events]
+
+
+def run_killed(module: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run the worker `module` with `args` and check that SIGKILL ended it.
+
+    The worker runs as ``python -m module`` from the repository root, which
+    is on its ``PYTHONPATH``; it is given two minutes to kill itself.
+    """
+    killed = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
+    return killed
 
 
 def _ids(id: str | None) -> dict[str, Any]:
