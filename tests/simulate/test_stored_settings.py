@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,14 +204,25 @@ async def test_a_compactor_known_only_by_its_class_name_must_be_given() -> None:
     _reproduced(stored, await simulate(stored, context=given))
 
 
-def _without_settings(stored: Session, path: Path) -> str:
-    """`stored`'s log as written before runs kept their context settings."""
+def _edited_log(
+    stored: Session, path: Path, edit: Callable[[dict[str, Any]], object]
+) -> str:
+    """`stored`'s log as JSON lines, the data of each `RunOpened` changed by `edit`."""
     dump_session(stored, str(path))
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     for line in lines:
         if line.get("type") == "RunOpened":
-            assert line["data"].pop("context")["strategy"] == "truncating"
+            edit(line["data"])
     return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def _without_settings(stored: Session, path: Path) -> str:
+    """`stored`'s log as written before runs kept their context settings."""
+
+    def drop(data: dict[str, Any]) -> None:
+        assert data.pop("context")["strategy"] == "truncating"
+
+    return _edited_log(stored, path, drop)
 
 
 @pytest.mark.anyio
@@ -303,13 +316,11 @@ async def test_pin_rules_this_version_does_not_know_are_refused(
     tmp_path: Path,
 ) -> None:
     stored = await _run(ContextManager(user_compactor.mine, context_window=3_000))
-    path = tmp_path / "log.jsonl"
-    dump_session(stored, str(path))
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    for line in lines:
-        if line.get("type") == "RunOpened":
-            line["data"]["context"]["pins"]["every_tool_result"] = True
-    edited = await load_session("".join(json.dumps(x) + "\n" for x in lines))
+
+    def add_a_rule(data: dict[str, Any]) -> None:
+        data["context"]["pins"]["every_tool_result"] = True
+
+    edited = await load_session(_edited_log(stored, tmp_path / "log.jsonl", add_a_rule))
     with pytest.raises(ConfigError) as caught:
         stored_context(edited)
     assert caught.value.field == "session"
