@@ -22,6 +22,7 @@ from turnfsm.context import (
     Invalidates,
     PinRules,
     cache_rules_for,
+    first_change,
     pass_payback,
 )
 from turnfsm.core import CompactionNoop, CompactionResult, CompactReason, PassEvent
@@ -178,6 +179,13 @@ def test_the_cost_model_per_provider_rule(
     assert payback.cost == pytest.approx(cost)
     assert payback.saving == pytest.approx(saving)
     assert payback.payback_calls == calls
+
+
+def test_the_first_change_is_where_the_shared_start_ends() -> None:
+    assert first_change(BEFORE, AFTER) == 2
+    assert first_change(BEFORE, BEFORE) == len(BEFORE)
+    assert first_change(BEFORE[:3], BEFORE) == 3
+    assert first_change([], BEFORE) == 0
 
 
 def test_the_system_prompt_and_tools_stay_cached() -> None:
