@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -53,7 +54,7 @@ def conversation(turns: int = 6) -> list[Message]:
 def strategies() -> list[ContextCompactor]:
     """Every shipped strategy (`STRATEGIES`), the summarising ones on a stand-in."""
     model = ExtractiveSummaryModel()
-    own = {"summarizing": {"keep_recent_turns": 1}}
+    own: dict[str, dict[str, Any]] = {"summarizing": {"keep_recent_turns": 1}}
     return [
         strategy_named(name, summary_model=model, **own.get(name, {}))
         for name in STRATEGIES
