@@ -6,6 +6,10 @@ so expected buffers can be written out in a test and compared with `==`.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.messages import JSONValue, Message, ToolCallPart
+from turnfsm.providers import ModelRequest
 from turnfsm.tokens import HeuristicTokenCounter
 
 __all__ = [
@@ -31,8 +36,10 @@ __all__ = [
     "load_turn_spec",
     "machine_at",
     "reply",
+    "request_text",
     "result",
     "results_for",
+    "run_killed",
     "run_script",
     "start_machine",
     "tool_call",
@@ -111,6 +118,24 @@ def run_script(machine: TurnMachine, events: Iterable[Event]) -> list[Decision]:
     return [machine.handle(event) for event in events]
 
 
+def run_killed(module: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run the worker `module` with `args` and check that SIGKILL ended it.
+
+    The worker runs as ``python -m module`` from the repository root, which
+    is on its ``PYTHONPATH``; it is given two minutes to kill itself.
+    """
+    killed = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
+    return killed
+
+
 def _ids(id: str | None) -> dict[str, Any]:
     return {} if id is None else {"id": id}
 
@@ -154,6 +179,20 @@ def result(
 def results_for(message: Message) -> tuple[Message, ...]:
     """Return one ``ok`` result for every tool call of `message`."""
     return tuple(result(c.id, id=f"{message.id}-{c.id}") for c in message.tool_calls)
+
+
+def request_text(request: ModelRequest) -> str:
+    """Return everything `request` shows the model, one piece a line.
+
+    Its system prompt, then each message's text, tool results and tool call
+    arguments: what a test checks a model was (or was not) shown.
+    """
+    out = [request.system or ""]
+    for m in request.messages:
+        out.append(m.text)
+        out.extend(p.content for p in m.tool_results)
+        out.extend(str(c.arguments) for c in m.tool_calls)
+    return "\n".join(out)
 
 
 def compaction_context(

@@ -22,6 +22,7 @@ from turnfsm.context import (
     Invalidates,
     PinRules,
     cache_rules_for,
+    first_change,
     pass_payback,
 )
 from turnfsm.core import CompactionNoop, CompactionResult, CompactReason, PassEvent
@@ -66,6 +67,17 @@ PRICES = ModelPrices(
 )
 
 
+def priced(provider: str, *, cached_input: int) -> ModelPrices:
+    """Prices with no catalogue write price: input 10, output 50."""
+    return ModelPrices(
+        model="m",
+        input=Decimal(10),
+        cached_input=Decimal(cached_input),
+        output=Decimal(50),
+        provider=provider,
+    )
+
+
 def dollars(tokens: int, price: float) -> float:
     return tokens * price / 1_000_000
 
@@ -87,13 +99,7 @@ def dollars(tokens: int, price: float) -> float:
         ),
         # Without a catalogue write price, Anthropic's rule: 1.25x input.
         (
-            ModelPrices(
-                model="m",
-                input=Decimal(10),
-                cached_input=Decimal(1),
-                output=Decimal(50),
-                provider="anthropic",
-            ),
+            priced("anthropic", cached_input=1),
             None,
             6000,
             1000,
@@ -104,13 +110,7 @@ def dollars(tokens: int, price: float) -> float:
         # OpenAI: automatic caching, no write premium: a write costs the
         # input price.
         (
-            ModelPrices(
-                model="m",
-                input=Decimal(10),
-                cached_input=Decimal(5),
-                output=Decimal(50),
-                provider="openai",
-            ),
+            priced("openai", cached_input=5),
             None,
             6000,
             1000,
@@ -120,13 +120,7 @@ def dollars(tokens: int, price: float) -> float:
         ),
         # OpenAI's rule without a cached price: reads at 0.5x input.
         (
-            ModelPrices(
-                model="m",
-                input=Decimal(10),
-                cached_input=Decimal(10),
-                output=Decimal(50),
-                provider="openai",
-            ),
+            priced("openai", cached_input=10),
             None,
             6000,
             1000,
@@ -136,13 +130,7 @@ def dollars(tokens: int, price: float) -> float:
         ),
         # A provider with no rules: no cache, so rewriting costs nothing.
         (
-            ModelPrices(
-                model="m",
-                input=Decimal(10),
-                cached_input=Decimal(10),
-                output=Decimal(50),
-                provider="elsewhere",
-            ),
+            priced("elsewhere", cached_input=10),
             None,
             6000,
             1000,
@@ -191,6 +179,13 @@ def test_the_cost_model_per_provider_rule(
     assert payback.cost == pytest.approx(cost)
     assert payback.saving == pytest.approx(saving)
     assert payback.payback_calls == calls
+
+
+def test_the_first_change_is_where_the_shared_start_ends() -> None:
+    assert first_change(BEFORE, AFTER) == 2
+    assert first_change(BEFORE, BEFORE) == len(BEFORE)
+    assert first_change(BEFORE[:3], BEFORE) == 3
+    assert first_change([], BEFORE) == 0
 
 
 def test_the_system_prompt_and_tools_stay_cached() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -14,9 +15,9 @@ from tests.helpers import compaction_context as ctx_for
 from tests.profiles import sized
 from turnfsm.context import (
     REPLACES,
+    STRATEGIES,
     CompactionProposal,
     ContextCompactor,
-    LayeredCompactor,
     MaskingCompactor,
     SummarizingCompactor,
     ToolResultDigest,
@@ -26,6 +27,7 @@ from turnfsm.context import (
     mark_replacements,
     recall_note,
     replaced_ids,
+    strategy_named,
     unmark,
 )
 from turnfsm.messages import Message, Role, ToolCallPart
@@ -50,13 +52,12 @@ def conversation(turns: int = 6) -> list[Message]:
 
 
 def strategies() -> list[ContextCompactor]:
+    """Every shipped strategy (`STRATEGIES`), the summarising ones on a stand-in."""
     model = ExtractiveSummaryModel()
+    own: dict[str, dict[str, Any]] = {"summarizing": {"keep_recent_turns": 1}}
     return [
-        TruncatingCompactor(),
-        MaskingCompactor(),
-        ToolResultDigest(),
-        SummarizingCompactor(model=model, keep_recent_turns=1),
-        LayeredCompactor(model=model),
+        strategy_named(name, summary_model=model, **own.get(name, {}))
+        for name in STRATEGIES
     ]
 
 

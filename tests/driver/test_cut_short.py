@@ -13,16 +13,12 @@ compaction pass folds the history.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.driver import cut_short_worker as worker
-from tests.helpers import REPO_ROOT
+from tests.helpers import run_killed
 from turnfsm import Driver
 from turnfsm.driver import Tool, function_tool, replay
 from turnfsm.errors import ConfigError, InvalidMessage
@@ -35,22 +31,9 @@ pytestmark = pytest.mark.anyio
 
 def _kill_mid_tool(tmp: Path) -> tuple[Path, Path, str]:
     path, effects, session_file = tmp / "s.db", tmp / "effects", tmp / "session"
-    killed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.driver.cut_short_worker",
-            str(path),
-            str(effects),
-            str(session_file),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        timeout=120,
-        check=False,
+    run_killed(
+        "tests.driver.cut_short_worker", str(path), str(effects), str(session_file)
     )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
     assert effects.read_text().split() == ["p1"]  # the side effect happened
     return path, effects, session_file.read_text()
 

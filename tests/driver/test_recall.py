@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
+from tests.helpers import request_text
 from tests.tracing._spans import Traced
 from turnfsm import Agent, recall_tool
 from turnfsm.context import (
@@ -37,15 +39,6 @@ NOTE = re.compile(r"\[recall (\S+?)\]")
 def read_vault() -> str:
     """Read the vault's log."""
     return f"vault log: {SECRET}\n" + "padding line of the vault log\n" * 60
-
-
-def texts(request: ModelRequest) -> str:
-    out = [request.system or ""]
-    for m in request.messages:
-        out.append(m.text)
-        out.extend(p.content for p in m.tool_results)
-        out.extend(str(c.arguments) for c in m.tool_calls)
-    return "\n".join(out)
 
 
 def summary_model() -> FakeModelClient:
@@ -88,8 +81,8 @@ def recalling_model(seen: list[ModelRequest]) -> FakeModelClient:
         if last.role is Role.USER and last.text.startswith("chat"):
             return reply("noted: " + "n" * 1000)
         if last.role is Role.USER and last.text == "what is the vault code?":
-            assert SECRET not in texts(request), "the answer is still in context"
-            notes = NOTE.findall(texts(request))
+            assert SECRET not in request_text(request), "the answer is still in context"
+            notes = NOTE.findall(request_text(request))
             assert notes, "no recall note in the context"
             return reply("", tool_call("recall", "call_recall", ids=[notes[0]]))
         if last.role is Role.TOOL:
@@ -102,11 +95,10 @@ def recalling_model(seen: list[ModelRequest]) -> FakeModelClient:
     return FakeModelClient(handle)
 
 
-async def test_the_model_answers_from_a_summarised_tool_result_by_recall() -> None:
-    seen: list[ModelRequest] = []
-    spans = Spans()
-    agent = Agent(
-        model=recalling_model(seen),
+def vault_agent(model: FakeModelClient, **options: Any) -> Agent:
+    """An agent that reads the vault and recalls, summarising on a small window."""
+    return Agent(
+        model=model,
         tools=[read_vault, recall_tool(max_chars=2_500)],
         context=ContextManager(
             SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
@@ -114,12 +106,25 @@ async def test_the_model_answers_from_a_summarised_tool_result_by_recall() -> No
             threshold=60,
             counter=COUNTER,
         ),
-        hooks=[spans],
-        store=MemoryStore(),
+        **options,
     )
-    assert (await agent.run("read the vault log")).ok
-    for i in range(2):
-        assert (await agent.run(f"chat {i}: " + "c" * 1000)).ok
+
+
+async def read_then_chat(agent: Agent) -> None:
+    """Read the vault log, then chat twice: enough for a pass to summarise it."""
+    for text in (
+        "read the vault log",
+        "chat 0: " + "c" * 1000,
+        "chat 1: " + "c" * 1000,
+    ):
+        assert (await agent.run(text)).ok
+
+
+async def test_the_model_answers_from_a_summarised_tool_result_by_recall() -> None:
+    seen: list[ModelRequest] = []
+    spans = Spans()
+    agent = vault_agent(recalling_model(seen), hooks=[spans], store=MemoryStore())
+    await read_then_chat(agent)
     result = await agent.run("what is the vault code?")
     assert result.ok, result.error
     assert result.text == "The vault code is 4711-ZEBRA."
@@ -151,24 +156,8 @@ async def test_the_model_answers_from_a_summarised_tool_result_by_recall() -> No
 
 async def test_a_recall_call_is_traced_like_any_tool_call() -> None:
     traced = Traced.create(capture_content=True)
-    agent = Agent(
-        model=recalling_model([]),
-        tools=[read_vault, recall_tool(max_chars=2_500)],
-        context=ContextManager(
-            SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
-            context_window=2_000,
-            threshold=60,
-            counter=COUNTER,
-        ),
-        hooks=[traced.hook],
-        store=MemoryStore(),
-    )
-    for text in (
-        "read the vault log",
-        "chat 0: " + "c" * 1000,
-        "chat 1: " + "c" * 1000,
-    ):
-        assert (await agent.run(text)).ok
+    agent = vault_agent(recalling_model([]), hooks=[traced.hook], store=MemoryStore())
+    await read_then_chat(agent)
     assert (await agent.run("what is the vault code?")).ok
     (span,) = [s for s in traced.spans if s.name == "execute_tool recall"]
     assert span.attributes is not None
@@ -178,23 +167,8 @@ async def test_a_recall_call_is_traced_like_any_tool_call() -> None:
 async def test_replay_reuses_the_recorded_recall_result() -> None:
     seen: list[ModelRequest] = []
     store = MemoryStore()
-    agent = Agent(
-        model=recalling_model(seen),
-        tools=[read_vault, recall_tool(max_chars=2_500)],
-        context=ContextManager(
-            SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
-            context_window=2_000,
-            threshold=60,
-            counter=COUNTER,
-        ),
-        store=store,
-    )
-    for text in (
-        "read the vault log",
-        "chat 0: " + "c" * 1000,
-        "chat 1: " + "c" * 1000,
-    ):
-        assert (await agent.run(text)).ok
+    agent = vault_agent(recalling_model(seen), store=store)
+    await read_then_chat(agent)
     result = await agent.run("what is the vault code?")
     assert result.ok
     # A fresh process: the session from the store, no tools, no model.

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import run_killed
 from turnfsm import Agent, ContextManager, Driver, SummarizingCompactor
 from turnfsm.errors import SessionBusy
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded, Verdict
@@ -90,15 +86,7 @@ async def test_a_compaction_killed_mid_pass_then_retried_writes_one_summary(
     session = Session(store=store)
     await _filled(session, driver_with(ExtractiveSummaryModel()))
     await store.aclose()
-    worker = subprocess.run(  # noqa: ASYNC221 - the test waits for the kill
-        [sys.executable, "-m", "tests.driver.compact_worker", str(path), session.id],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert worker.returncode == -signal.SIGKILL, worker.stderr.decode()
+    run_killed("tests.driver.compact_worker", str(path), session.id)
     store = SQLiteStore(path)
     crashed = await Session.load(store, session.id)
     (open_run,) = crashed.open_runs()

@@ -11,16 +11,12 @@ cut short, is closed as interrupted (its effects unknown), not run twice.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.driver import subagent_worker as worker
-from tests.helpers import REPO_ROOT
+from tests.helpers import run_killed
 from turnfsm.driver import replay
 from turnfsm.persistence import Session, SQLiteStore, child_sessions
 
@@ -33,22 +29,9 @@ def _nothing(_label: str) -> None:
 
 def _kill_mid_child(tmp: Path) -> tuple[Path, Path, str]:
     path, effects, session_file = tmp / "s.db", tmp / "fx", tmp / "id"
-    killed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.driver.subagent_worker",
-            str(path),
-            str(effects),
-            str(session_file),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        timeout=120,
-        check=False,
+    run_killed(
+        "tests.driver.subagent_worker", str(path), str(effects), str(session_file)
     )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()
     assert effects.read_text().split() == ["first", "second"]
     return path, effects, session_file.read_text()
 

@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from tests.helpers import request_text
 from tests.tracing._spans import Traced
 from turnfsm import Agent
 from turnfsm.cli._sessions import SessionsCommand, run_sessions
@@ -56,15 +57,6 @@ def read_file(path: str) -> str:
         path: The file to read.
     """
     return Path(path).read_text()
-
-
-def texts(request: ModelRequest) -> str:
-    out = [request.system or ""]
-    for m in request.messages:
-        out.append(m.text)
-        out.extend(p.content for p in m.tool_results)
-        out.extend(str(c.arguments) for c in m.tool_calls)
-    return "\n".join(out)
 
 
 def child_model() -> FakeModelClient:
@@ -130,7 +122,7 @@ async def test_the_parent_delegates_three_reads_and_never_sees_the_files() -> No
     assert result.outcome == "done"
     assert result.text == "the grand total is 172"
     assert len(model.requests) == 2
-    assert all(FILLER.strip() not in texts(r) for r in model.requests)
+    assert all(FILLER.strip() not in request_text(r) for r in model.requests)
     results = [p for m in model.requests[-1].messages for p in m.tool_results]
     assert sorted(p.content for p in results) == [
         "the total is 120",
@@ -139,7 +131,7 @@ async def test_the_parent_delegates_three_reads_and_never_sees_the_files() -> No
     ]
     assert not any(p.is_error for p in results)
     # The child's own requests held the file: its window was the one filled.
-    assert any(FILLER.strip() in texts(r) for r in child.driver.model.requests)  # type: ignore[attr-defined]
+    assert any(FILLER.strip() in request_text(r) for r in child.driver.model.requests)  # type: ignore[attr-defined]
     assert child.driver.budget.context_window == 6_000
 
 
@@ -298,7 +290,11 @@ async def test_a_failed_child_is_an_error_result_naming_its_typed_error() -> Non
     assert last.tool_results[0].is_error
 
 
-async def test_cancelling_the_parent_cancels_the_child() -> None:
+def stuck_child_parent(store: SessionStore) -> tuple[Agent, anyio.Event]:
+    """A parent that delegates to a child whose model never answers.
+
+    The event is set once the child's model has been called.
+    """
     started = anyio.Event()
 
     async def stuck(_request: ModelRequest) -> Message:
@@ -306,13 +302,18 @@ async def test_cancelling_the_parent_cancels_the_child() -> None:
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    store = MemoryStore()
     child = Agent(model=FakeModelClient(stuck))
     parent = Agent(
         model=delegating_model("reader"),
         tools=[child.as_tool(name="reader", description="Read")],
         store=store,
     )
+    return parent, started
+
+
+async def test_cancelling_the_parent_cancels_the_child() -> None:
+    store = MemoryStore()
+    parent, started = stuck_child_parent(store)
     control = RunControl()
     outcome: list[Any] = []
 
@@ -340,20 +341,8 @@ async def test_cancelling_the_parent_cancels_the_child() -> None:
 
 
 async def test_interrupting_the_parent_interrupts_the_child() -> None:
-    started = anyio.Event()
-
-    async def stuck(_request: ModelRequest) -> Message:
-        started.set()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
     store = MemoryStore()
-    child = Agent(model=FakeModelClient(stuck))
-    parent = Agent(
-        model=delegating_model("reader"),
-        tools=[child.as_tool(name="reader", description="Read")],
-        store=store,
-    )
+    parent, started = stuck_child_parent(store)
     with anyio.fail_after(10):
         async with anyio.create_task_group() as group:
             group.start_soon(parent.run, "read x")

@@ -7,6 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.evals._judged import context_only, judged
 from tests.helpers import REPO_ROOT
 from turnfsm import Agent
 from turnfsm.cli import main
@@ -139,23 +140,10 @@ def test_a_users_own_session_with_their_probe_file(
     assert "nosuch" in capsys.readouterr().err
 
 
-def _context_only(request: ModelRequest) -> str:
-    """A judge that answers with the conversation it was shown."""
-    return request.messages[0].text.split("\n\nAnswer from the conversation")[0]
-
-
 @pytest.mark.anyio
 async def test_a_judge_is_asked_every_probe_over_each_final_context() -> None:
-    sessions = await store_corpus(MemoryStore())
-    judge = FakeModelClient(_context_only)
-    evaluation = await evaluate(
-        sessions,
-        corpus_probes(),
-        strategies={"layered": lambda m: shipped_strategy("layered", m)},
-        window=16_384,
-        summary_model=ExtractiveSummaryModel(),
-        judge=judge,
-    )
+    judge = FakeModelClient(context_only)
+    evaluation = await judged("layered", judge)
     (result,) = evaluation.results
     assert len(judge.requests) == len(corpus_probes())
     assert result.judged_share == result.present_share == result.score
@@ -167,15 +155,7 @@ async def test_a_judge_that_fails_answers_nothing() -> None:
     def failing(_request: ModelRequest) -> Message:
         raise ProviderError("the judge is down")
 
-    sessions = await store_corpus(MemoryStore())
-    evaluation = await evaluate(
-        sessions,
-        corpus_probes(),
-        strategies={"digest": lambda m: shipped_strategy("digest", m)},
-        window=16_384,
-        summary_model=ExtractiveSummaryModel(),
-        judge=FakeModelClient(failing),
-    )
+    evaluation = await judged("digest", FakeModelClient(failing))
     (result,) = evaluation.results
     assert result.judged_share == 0 < result.present_share
     assert all(p.answer is None for p in result.probes)

@@ -6,18 +6,14 @@ import re
 
 import pytest
 
+from tests.evals._judged import context_only, judged
 from turnfsm.cli import main
 from turnfsm.evals import (
     CORPUS_SESSIONS,
     EvalProgress,
     corpus_probes,
-    evaluate,
-    shipped_strategy,
-    store_corpus,
 )
-from turnfsm.persistence import MemoryStore
-from turnfsm.providers import ModelRequest
-from turnfsm.testing import ExtractiveSummaryModel, FakeModelClient
+from turnfsm.testing import FakeModelClient
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -59,23 +55,10 @@ def test_no_progress_turns_it_off(capsys: Capture) -> None:
     assert capsys.readouterr().err == ""
 
 
-def _context_only(request: ModelRequest) -> str:
-    return request.messages[0].text.split("\n\nAnswer from the conversation")[0]
-
-
 @pytest.mark.anyio
 async def test_a_judges_answers_are_told_probe_by_probe() -> None:
     told: list[EvalProgress] = []
-    sessions = await store_corpus(MemoryStore())
-    await evaluate(
-        sessions,
-        corpus_probes(),
-        strategies={"digest": lambda m: shipped_strategy("digest", m)},
-        window=16_384,
-        summary_model=ExtractiveSummaryModel(),
-        judge=FakeModelClient(_context_only),
-        progress=told.append,
-    )
+    await judged("digest", FakeModelClient(context_only), progress=told.append)
     coding, chat = CORPUS_SESSIONS
     steps = [(p.session, p.step, p.count, p.total) for p in told]
     per_session = {

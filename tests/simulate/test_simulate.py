@@ -11,16 +11,15 @@ import attrs
 import pytest
 
 from tests.helpers import REPO_ROOT
+from tests.simulate._runs import measured
 from turnfsm import Agent, TruncatingCompactor
 from turnfsm._resources import load_machine
 from turnfsm.cli._demo import STRATEGIES, TASK, SimulatedModel, build_demo_agent
 from turnfsm.context import ContextManager, LayeredCompactor
-from turnfsm.core import Measured, ModelReplied
 from turnfsm.errors import ConfigError
 from turnfsm.persistence import (
     CompactionRecord,
     MemoryStore,
-    RunRecord,
     Session,
     dump_session,
     load_session,
@@ -29,17 +28,6 @@ from turnfsm.providers import known_prices
 from turnfsm.simulate import Simulation, simulate, stored_context
 from turnfsm.simulate._simulate import CAVEATS
 from turnfsm.testing import ScriptedModel, reply, tool_call
-
-
-def _measured(run: RunRecord) -> list[int]:
-    """The size the log measured before each model call of `run`."""
-    sizes, last = [], 0
-    for event in run.events:
-        if isinstance(event, Measured):
-            last = event.estimate
-        elif isinstance(event, ModelReplied):
-            sizes.append(last)
-    return sizes
 
 
 def _pass(p: CompactionRecord) -> tuple[object, ...]:
@@ -75,7 +63,7 @@ async def test_the_demo_with_its_own_settings_reproduces_the_stored_figures(
     assert isinstance(sim, Simulation)
     (run,) = stored.runs
     # Per call: the tokens the log measured, the context the turn record names.
-    assert [c.tokens for c in sim.calls] == _measured(run)
+    assert [c.tokens for c in sim.calls] == measured(run)
     assert [c.turn for c in sim.calls] == list(range(1, len(run.turns) + 1))
     for index, call in enumerate(sim.calls):
         seen = tuple(stored.message(i) for i in run.context(index))
@@ -124,7 +112,7 @@ async def test_layered_at_4000_tokens_reports_every_pass_with_costs() -> None:
         c or 0 for c in sim.pass_costs
     )
     assert sim.summary_calls == len(sim.passes)
-    assert sim.tokens_sent < sum(_measured(stored.runs[0]))
+    assert sim.tokens_sent < sum(measured(stored.runs[0]))
 
 
 @pytest.mark.anyio
@@ -228,7 +216,7 @@ async def test_a_session_of_several_runs_reproduces_run_by_run() -> None:
     sim = await simulate(stored, context=context)
     assert sim.differences == ()
     assert [c.tokens for c in sim.calls] == [
-        size for run in stored.runs for size in _measured(run)
+        size for run in stored.runs for size in measured(run)
     ]
     assert [c.run_id for c in sim.calls] == [
         run.run_id for run in stored.runs for _ in run.turns

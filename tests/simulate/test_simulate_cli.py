@@ -7,11 +7,11 @@ import re
 import anyio
 import pytest
 
+from tests.simulate._runs import measured
 from tests.simulate.user_compactor import KeepRecent
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.context import ContextManager
-from turnfsm.core import Measured, ModelReplied
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel
 
@@ -44,17 +44,11 @@ def _stored_figures(session_id: str) -> tuple[list[int], list[tuple[str, ...]]]:
             await store.aclose()
 
     (run,) = anyio.run(load).runs
-    sizes, last = [], 0
-    for event in run.events:
-        if isinstance(event, Measured):
-            last = event.estimate
-        elif isinstance(event, ModelReplied):
-            sizes.append(last)
     passes = [
         (str(p.turn), p.reason, p.verdict, str(p.tokens_before), str(p.tokens_after))
         for p in run.compactions
     ]
-    return sizes, passes
+    return measured(run), passes
 
 
 def test_the_demos_session_with_no_options_reproduces_the_stored_figures(

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.simulate import user_compactor
+from tests.simulate._runs import measured
 from turnfsm import Agent
 from turnfsm.cli._demo import STRATEGIES, TASK, build_demo_agent
 from turnfsm.context import (
@@ -18,14 +21,12 @@ from turnfsm.context import (
     PinRules,
     TruncatingCompactor,
 )
-from turnfsm.core import Measured, ModelReplied
 from turnfsm.driver import pin_rules
 from turnfsm.errors import ConfigError
 from turnfsm.persistence import (
     CompactionRecord,
     ContextSettings,
     MemoryStore,
-    RunRecord,
     Session,
     SQLiteStore,
     dump_session,
@@ -35,16 +36,6 @@ from turnfsm.simulate import simulate, stored_context
 from turnfsm.simulate._simulate import CAVEATS
 from turnfsm.testing import ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
-
-
-def _measured(run: RunRecord) -> list[int]:
-    sizes, last = [], 0
-    for event in run.events:
-        if isinstance(event, Measured):
-            last = event.estimate
-        elif isinstance(event, ModelReplied):
-            sizes.append(last)
-    return sizes
 
 
 def _pass(p: CompactionRecord) -> tuple[object, ...]:
@@ -81,7 +72,7 @@ async def _run(context: ContextManager, store: MemoryStore | None = None) -> Ses
 def _reproduced(stored: Session, sim: object) -> None:
     (run,) = stored.runs
     assert run.compactions, "the run compacted"
-    assert [c.tokens for c in sim.calls] == _measured(run)  # type: ignore[attr-defined]
+    assert [c.tokens for c in sim.calls] == measured(run)  # type: ignore[attr-defined]
     assert [_pass(p) for p in sim.passes] == [  # type: ignore[attr-defined]
         _pass(p) for p in run.compactions
     ]
@@ -213,14 +204,25 @@ async def test_a_compactor_known_only_by_its_class_name_must_be_given() -> None:
     _reproduced(stored, await simulate(stored, context=given))
 
 
-def _without_settings(stored: Session, path: Path) -> str:
-    """`stored`'s log as written before runs kept their context settings."""
+def _edited_log(
+    stored: Session, path: Path, edit: Callable[[dict[str, Any]], object]
+) -> str:
+    """`stored`'s log as JSON lines, the data of each `RunOpened` changed by `edit`."""
     dump_session(stored, str(path))
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     for line in lines:
         if line.get("type") == "RunOpened":
-            assert line["data"].pop("context")["strategy"] == "truncating"
+            edit(line["data"])
     return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def _without_settings(stored: Session, path: Path) -> str:
+    """`stored`'s log as written before runs kept their context settings."""
+
+    def drop(data: dict[str, Any]) -> None:
+        assert data.pop("context")["strategy"] == "truncating"
+
+    return _edited_log(stored, path, drop)
 
 
 @pytest.mark.anyio
@@ -257,6 +259,16 @@ async def test_the_settings_survive_the_sqlite_store(tmp_path: Path) -> None:
     assert recorded.strategy == "tests.simulate.user_compactor:Keep"
 
 
+# The settings a `ContextSettings` needs, all valid.
+GOOD_SETTINGS: dict[str, object] = {
+    "strategy": "truncating",
+    "strategy_kind": "shipped",
+    "window": 8_000,
+    "threshold": 80,
+    "counter": "ConservativeTokenCounter",
+}
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -271,15 +283,8 @@ async def test_the_settings_survive_the_sqlite_store(tmp_path: Path) -> None:
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(field: str, value: object) -> None:
-    good: dict[str, object] = {
-        "strategy": "truncating",
-        "strategy_kind": "shipped",
-        "window": 8_000,
-        "threshold": 80,
-        "counter": "ConservativeTokenCounter",
-    }
     with pytest.raises(ConfigError) as caught:
-        ContextSettings(**{**good, field: value})  # type: ignore[arg-type]
+        ContextSettings(**{**GOOD_SETTINGS, field: value})  # type: ignore[arg-type]
     assert caught.value.field.startswith(field)
 
 
@@ -311,13 +316,11 @@ async def test_pin_rules_this_version_does_not_know_are_refused(
     tmp_path: Path,
 ) -> None:
     stored = await _run(ContextManager(user_compactor.mine, context_window=3_000))
-    path = tmp_path / "log.jsonl"
-    dump_session(stored, str(path))
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    for line in lines:
-        if line.get("type") == "RunOpened":
-            line["data"]["context"]["pins"]["every_tool_result"] = True
-    edited = await load_session("".join(json.dumps(x) + "\n" for x in lines))
+
+    def add_a_rule(data: dict[str, Any]) -> None:
+        data["context"]["pins"]["every_tool_result"] = True
+
+    edited = await load_session(_edited_log(stored, tmp_path / "log.jsonl", add_a_rule))
     with pytest.raises(ConfigError) as caught:
         stored_context(edited)
     assert caught.value.field == "session"
@@ -334,17 +337,10 @@ async def test_pin_rules_this_version_does_not_know_are_refused(
 def test_pin_rules_are_made_again_or_refused_naming_the_field(
     pins: dict[str, object], expected: str
 ) -> None:
-    good: dict[str, object] = {
-        "strategy": "truncating",
-        "strategy_kind": "shipped",
-        "window": 8_000,
-        "threshold": 80,
-        "counter": "ConservativeTokenCounter",
-    }
     assert pin_rules(None) == PinRules()
-    off = ContextSettings(**good, pins={"latest_user": False})  # type: ignore[arg-type]
+    off = ContextSettings(**GOOD_SETTINGS, pins={"latest_user": False})  # type: ignore[arg-type]
     assert pin_rules(off) == PinRules(latest_user=False)
-    settings = ContextSettings(**good, pins=pins)  # type: ignore[arg-type]
+    settings = ContextSettings(**GOOD_SETTINGS, pins=pins)  # type: ignore[arg-type]
     with pytest.raises(ConfigError) as caught:
         pin_rules(settings)
     assert caught.value.field == "pins"

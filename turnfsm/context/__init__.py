@@ -23,7 +23,8 @@ loses one (`pin_loss`). The pair-safety helpers (`pair_tool_traffic`,
 `adjust_split`, `sanitize`) keep any compactor from orphaning a tool call or
 result. `CacheRules` (by provider in
 `CACHE_RULES`) and `pass_payback` work out what a pass costs against what it
-saves by the prompt cache (`turnfsm.values.PassPayback`).
+saves by the prompt cache (`turnfsm.values.PassPayback`); `first_change`
+finds where a change breaks that cache.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from turnfsm.context._cache import (
     CacheRules,
     Invalidates,
     cache_rules_for,
+    first_change,
     pass_payback,
 )
 from turnfsm.context._diagnose import explain
@@ -129,6 +131,7 @@ __all__ = [
     "digest_line",
     "digest_results",
     "explain",
+    "first_change",
     "handle",
     "keep_parts",
     "keep_pinned",

@@ -134,7 +134,18 @@ def cache_rules_for(prices: ModelPrices) -> CacheRules:
 
 
 def first_change(before: Sequence[Message], after: Sequence[Message]) -> int:
-    """The index of the first message `after` does not share with `before`."""
+    """The index of the first message `after` does not share with `before`.
+
+    A prompt cache serves the messages before it and breaks from it on.
+
+    Args:
+        before: The earlier conversation (a request, or what a pass was given).
+        after: The later one.
+
+    Returns:
+        How many leading messages the two share (the shorter one's length
+        when it is the start of the other).
+    """
     index = 0
     for old, new in zip(before, after, strict=False):
         if old != new:

@@ -23,6 +23,7 @@ from turnfsm.context import (
     ContextCompactor,
     ContextManager,
     MaskingCompactor,
+    first_change,
     strategy_named,
 )
 from turnfsm.core import (
@@ -653,7 +654,7 @@ def _report(
         for index, turn in enumerate(run.turns):
             seen = contexts[index] if index < len(contexts) else rewritten
             messages = tuple(seen.get(i) or sim.message(i) for i in run.context(index))
-            shared = _shared(previous, messages)
+            shared = first_change(previous, messages)
             cached = counter.count(messages[:shared]) if shared else 0
             tokens = estimates[index] if index < len(estimates) else 0
             reply = sim.message(turn.output)
@@ -724,12 +725,3 @@ def _estimates(run: RunRecord) -> list[int]:
         elif isinstance(event, ModelReplied | OutputRejected):
             out.append(last)
     return out
-
-
-def _shared(previous: Sequence[Message], messages: Sequence[Message]) -> int:
-    n = 0
-    for a, b in zip(previous, messages, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
