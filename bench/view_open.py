@@ -3,10 +3,10 @@
 Generates (once, cached beside the store) a session of `TURNS` model calls:
 one long tool-using run on a fake model with a small window, so it
 compacts every few turns; then starts the live view's server on it and
-times the server's start (the log read from the store; the runs' paths are
-replayed meanwhile, and a page loads them), then the first page, as a
-browser opening it fetches it (built and sent), and one turn's details
-(fetched on demand).
+times the server's start (the log read from the store), then the first
+page, as a browser opening it fetches it (built and sent; the page then
+asks for the runs' paths, replayed then), the path, and one turn's
+details (fetched on demand).
 
     python bench/view_open.py                 # 10,000 turns, in a temp dir
     python bench/view_open.py 2000 /tmp/v.db  # custom size, kept store
@@ -24,7 +24,9 @@ page needs them would save).
 from __future__ import annotations
 
 import contextlib
+import html
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -183,6 +185,13 @@ def main() -> None:
                 body = page.read()
             opened = time.perf_counter() - began
             open_cpu = time.process_time() - cpu
+            # What the page asks for once it is shown: the first run's path.
+            found = re.search(rb'data-load="([^"]+)"', body)
+            assert found is not None, "the page asks for no path"
+            began = time.perf_counter()
+            with urllib.request.urlopen(html.unescape(found.group(1).decode())) as page:
+                page.read()
+            drawn = time.perf_counter() - began
             began = time.perf_counter()
             with urllib.request.urlopen(server.turn_url(0, turns - 1)) as page:
                 page.read()
@@ -202,6 +211,7 @@ def main() -> None:
             f"({start_cpu:.2f} s of CPU: the log read); first page {opened:.2f} s "
             f"later ({len(body) // 1024} KiB), so open in {total:.2f} s "
             f"({open_cpu:.2f} s of CPU; target {TARGET_S:.0f} s: {verdict}); "
+            f"then the path, drawn as the page asks for it, in {drawn:.2f} s; "
             f"a turn's details {turn:.3f} s\n"
             f"before that, `turnfsm view` imports in {imported:.2f} s "
             f"({import_cpu:.2f} s of CPU), so {imported + total:.2f} s in all\n"
