@@ -62,3 +62,21 @@ def manager() -> Agent:
     """Gives the clean-up to `careful`, a sub-agent that asks before deleting."""
     cleaner = careful().as_tool(name="cleaner", description="Deletes files, asking.")
     return Agent(model=FakeModelClient(_delegate), tools=[cleaner])
+
+
+def _delegate_twice(request: ModelRequest) -> Message:
+    last = request.messages[-1]
+    if last.tool_results:
+        results = [p.content for m in request.messages for p in m.tool_results]
+        return reply("The cleaners said: " + " | ".join(results))
+    return reply(
+        "",
+        tool_call("cleaner", "w1", task="delete the two files"),
+        tool_call("cleaner", "w2", task="delete the two files again"),
+    )
+
+
+def two_cleaners() -> Agent:
+    """Gives the clean-up to `careful` twice, in one batch: both pause."""
+    cleaner = careful().as_tool(name="cleaner", description="Deletes files, asking.")
+    return Agent(model=FakeModelClient(_delegate_twice), tools=[cleaner])

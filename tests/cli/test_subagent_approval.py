@@ -127,3 +127,38 @@ def test_rejecting_through_the_caller_s_session_reaches_the_sub_agent(
     assert "rejected by the reviewer: never /etc" in out
     assert approval_agent.DELETED == ["/tmp/cache.db"]
     assert _outcomes(store, parent, kid) == [["done"], ["done"]]
+
+
+def test_two_paused_sub_agents_of_one_batch_are_answered_one_after_the_other(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    store = str(tmp_path / "s.db")
+    agent = "tests.cli.approval_agent:two_cleaners"
+    assert main(["run", "Free disk.", "--agent", agent, "--store", store]) == 3
+    out = capsys.readouterr().out
+    named = re.search(r"\(session '(ses_\w+)'", out)
+    assert named is not None, out
+    parent = re.search(r"session (ses_\w+) stored in", out)
+    assert parent is not None
+
+    async def kids() -> list[str]:
+        async with SQLiteStore(store) as sessions:
+            return [k.id for k in await child_sessions(sessions, parent.group(1))]
+
+    first = named.group(1)
+    (other,) = [k for k in anyio.run(kids) if k != first]
+    # The caller waits on `first`: answering the other one first is refused.
+    argv = ["--agent", agent, "--store", store]
+    assert main(["approve", other, *argv]) == 2
+    refused = capsys.readouterr().err
+    assert f"the sub-agent run its caller waits on first: session {first}" in refused
+    assert approval_agent.DELETED == []
+    # Answered in turn, through either session: both go on, then the caller.
+    assert main(["approve", first, *argv]) == 3  # the caller now waits on the other
+    assert main(["approve", other, *argv]) == 0
+    assert sorted(approval_agent.DELETED) == sorted(["/tmp/cache.db", "/etc/hosts"] * 2)
+    assert _outcomes(store, parent.group(1), first, other) == [
+        ["done"],
+        ["done"],
+        ["done"],
+    ]

@@ -852,3 +852,35 @@ def test_bad_phase_settings_are_refused_naming_the_field(
     with pytest.raises(ConfigError) as caught:
         subagent_effect(child, **options)
     assert caught.value.field == named
+
+
+async def test_resuming_a_waiting_caller_without_its_sub_agent_tool_is_refused() -> None:
+    from turnfsm.core import ToolCallsReviewed
+
+    store = MemoryStore()
+    _parent, deleted, result = await _waiting_parent(store)
+    bare = Agent(model=delegating_model("cleaner"), store=store)  # no cleaner tool
+    with pytest.raises(ConfigError) as caught:
+        await bare.resume(
+            result.session_id, result.run_id, ToolCallsReviewed.approve_all()
+        )
+    assert caught.value.field == "tools"
+    assert "the sub-agent tool the run waits in (cleaner)" in str(caught.value)
+    # Nothing was written: both runs still wait, and nothing ran.
+    (run,) = (await Session.load(store, result.session_id)).runs
+    assert run.outcome == "interrupted"
+    (kid,) = await child_sessions(store, result.session_id)
+    assert [r.outcome for r in kid.runs] == ["paused"]
+    assert deleted == []
+
+
+async def test_a_sub_agent_outside_a_session_that_pauses_is_a_failure() -> None:
+    from turnfsm.errors import SubagentFailed
+
+    child, deleted = careful_child()
+    tool = child.as_tool(name="cleaner", description="Deletes, asking first")
+    with pytest.raises(SubagentFailed) as caught:
+        await tool.fn(task="clean up")  # no caller's run: no one can answer it
+    assert caught.value.outcome == "paused"
+    assert "outside a session cannot" in caught.value.cause
+    assert deleted == []

@@ -187,9 +187,14 @@ async def _paused_subagent(
 async def _top_caller(
     store: SessionStore, inner: Session, paused: RunRecord
 ) -> tuple[Session, RunRecord] | None:
-    """The outermost caller whose run waits on the sub-agent run `paused`."""
+    """The outermost caller whose run waits on the sub-agent run `paused`.
+
+    Raises:
+        ConfigError: its caller waits on another sub-agent first.
+    """
     if paused.outcome != "paused":
         return None
+    paused_id = inner.id
     top: tuple[Session, RunRecord] | None = None
     while (link := parent_of(inner)) is not None:
         try:
@@ -198,12 +203,17 @@ async def _top_caller(
             break
         run = next((r for r in caller.open_runs() if r.run_id == link.run_id), None)
         error = run.error if run is not None else None
-        if (
-            run is None
-            or not isinstance(error, SubagentWaiting)
-            or error.run_id != paused.run_id
-        ):
+        if run is None or not isinstance(error, SubagentWaiting):
             break
+        if error.run_id != paused.run_id:
+            # Its caller stopped for another sub-agent of the same batch: that
+            # one is answered first (through the caller), then this one.
+            raise ConfigError(
+                "SESSION",
+                paused_id,
+                f"the sub-agent run its caller waits on first: session "
+                f"{error.session_id} (answer it, then this one)",
+            )
         top, inner = (caller, run), caller
     return top
 

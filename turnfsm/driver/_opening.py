@@ -12,14 +12,14 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from turnfsm.core import Event, RunCancelled, RunStarted, TurnMachine
+from turnfsm.core import Event, RunCancelled, RunStarted, RunTools, TurnMachine
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType
 from turnfsm.driver._subagents import answering, run_scope
-from turnfsm.errors import SessionBusy, SubagentWaiting
+from turnfsm.errors import ConfigError, SessionBusy, SubagentWaiting
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import Lease, Session, new_id
@@ -91,11 +91,35 @@ async def resume_run(
     with session.claim(), answer:
         async with holding(session, ttl=driver.lease_ttl, force=force) as previous:
             loop = _reopened(driver, session, run_id, event, control, hooks, output)
+            if waiting is not None:
+                _check_carries(driver, loop, waiting)
             gone = previous.owner if previous is not None else None
             with run_scope(run_id, control, taken_over=gone) as (_, loop.children):
                 if event is None:
                     return await loop.carry_on(loop.machine.decision)
                 return await loop.go(event)
+
+
+def _check_carries(driver: Driver, loop: RunLoop, waiting: SubagentWaiting) -> None:
+    """Refuse, before anything is written, a driver that cannot carry the call on.
+
+    The run stopped in a call to a sub-agent tool: resumed without that tool
+    (or with one not safe to run again), the call would be closed as
+    interrupted and the sub-agent's answer lost.
+    """
+    decision = loop.machine.decision
+    calls = decision.calls if isinstance(decision, RunTools) else ()
+    tools = loop.run.tools
+    if any(c.name in tools and tools[c.name].idempotent for c in calls):
+        return
+    names = ", ".join(sorted({c.name for c in calls})) or "?"
+    raise ConfigError(
+        "tools",
+        sorted(tools),
+        f"the sub-agent tool the run waits in ({names}), to carry on its call "
+        f"to the sub-agent waiting in session {waiting.session_id}: resume it "
+        "with the agent that ran it",
+    )
 
 
 def _waits_on_subagent(session: Session, run_id: str) -> SubagentWaiting | None:

@@ -362,7 +362,11 @@ async def _child_answer(
         run_id = new_id("run")
     earlier = next((r for r in session.runs if r.run_id == run_id), None)
     if earlier is not None and earlier.outcome == "done":
-        return earlier.text  # finished before the parent's result was logged
+        # Finished before the parent's result was logged: its answer, and
+        # what it used, counted now.
+        if tally is not None:
+            tally.usage = tally.usage + earlier.usage
+        return earlier.text
     answer = _ANSWER.get()
     link_token = _LINK.set(link)
     depth_token = _DEPTH.set(depth)
@@ -398,9 +402,17 @@ async def _child_answer(
         tally.usage = (
             tally.usage + result.usage + result.compaction_usage + result.children_usage
         )
+    waits = result.outcome == "paused" or (
+        result.outcome == "interrupted" and isinstance(result.error, SubagentWaiting)
+    )
+    if waits and link is None:
+        # Not linked to a caller's run (a durable run's tool activity): no
+        # one can hand it an answer through its caller.
+        cause = "it waits for an answer, and a sub-agent run outside a session cannot"
+        raise SubagentFailed(name, session.id, result.outcome, cause)
     if result.outcome == "paused":
         raise _waiting(name, session.id, result)
-    if result.outcome == "interrupted" and isinstance(result.error, SubagentWaiting):
+    if isinstance(result.error, SubagentWaiting):
         raise result.error  # a sub-agent of the sub-agent waits
     if result.outcome != "done":
         cause = _cause(result.error, result.waiting)
