@@ -854,7 +854,7 @@ def test_bad_phase_settings_are_refused_naming_the_field(
     assert caught.value.field == named
 
 
-async def test_resuming_a_waiting_caller_without_its_sub_agent_tool_is_refused() -> None:
+async def test_a_waiting_caller_resumed_without_its_sub_agent_tool_is_refused() -> None:
     from turnfsm.core import ToolCallsReviewed
 
     store = MemoryStore()
