@@ -35,14 +35,41 @@ def machines_dir() -> Path:
 
 
 def load_machine(path: str | Path) -> MachineSpec:
-    """Load and validate the machine file at `path`.
+    """Load and validate the machine file at `path`, and its sub-agents' files.
+
+    A sub-agent's ``machine`` is a path relative to the file that declares
+    it, or the name of a shipped machine file (``turn.toml``); each is loaded
+    and checked in turn (`MachineSpec.children`), and a file that runs its
+    own caller is refused.
 
     Raises:
         DefinitionError: the file is invalid (every problem listed, each
-            with its line), also when it is not UTF-8 text.
+            with its line), also when it is not UTF-8 text, or when one of
+            its sub-agents' files is.
         OSError: the file cannot be read.
     """
-    p = Path(path)
+    return _load(Path(path), ())
+
+
+def _load(p: Path, callers: tuple[Path, ...]) -> MachineSpec:
+    """Load `p`, run as a sub-agent by the files `callers` (outermost first)."""
+    here = p.resolve()
+
+    def resolve(name: str) -> MachineSpec:
+        target = p.parent / name
+        if not target.exists() and (machines_dir() / name).is_file():
+            target = machines_dir() / name
+        chain = (*callers, here)
+        if target.resolve() in chain:
+            names = [c.name for c in chain[chain.index(target.resolve()) :]]
+            problem = Problem(
+                message="a machine cannot run its own caller as a sub-agent"
+                f" ({' > '.join([*names, target.name])}): nothing would bound"
+                " the recursion"
+            )
+            raise DefinitionError(str(target), (problem,))
+        return _load(target, chain)
+
     data = p.read_bytes()
     try:
         text = data.decode("utf-8")
@@ -55,7 +82,7 @@ def load_machine(path: str | Path) -> MachineSpec:
         raise DefinitionError(str(p), (problem,)) from None
     # Line ends as `Path.read_text` reads them (universal newlines).
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return MachineSpec.from_toml(text, source=str(p))
+    return MachineSpec.from_toml(text, source=str(p), resolve=resolve)
 
 
 @functools.cache

@@ -95,6 +95,11 @@ def _check_options(options: Mapping[str, Any]) -> None:
         raise ConfigError("model", None, "a ModelClient (model= is required)")
 
 
+def _driver_of(agent: object) -> object:
+    """An `Agent`'s driver; anything else as it is (the driver checks it)."""
+    return agent.driver if isinstance(agent, Agent) else agent
+
+
 @final
 class Agent:
     """An LLM agent on the Turn FSM.
@@ -143,6 +148,11 @@ class Agent:
         _check_options(driver_options)
         if session is not None and not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
+        children = driver_options.get("subagents")
+        if isinstance(children, Mapping):  # an Agent runs on its driver
+            driver_options["subagents"] = {
+                name: _driver_of(c) for name, c in children.items()
+            }
         self.driver = Driver(**driver_options)
         if store is not None:
             store = open_store(store)

@@ -235,8 +235,8 @@ def test_entry_problems_are_all_reported_at_once_and_first() -> None:
             "state 'call_llm': unknown key 'timeout'",
             f"state 'ponder': unknown decision 'ponder' (known: {decisions};"
             " use effect = NAME for a custom one)",
-            "state 'both': give exactly one of decision / effect",
-            "state 'neither': give exactly one of decision / effect",
+            "state 'both': give exactly one of decision / effect / subagent",
+            "state 'neither': give exactly one of decision / effect / subagent",
             "terminal phase 'limbo' must emit finish or fail",
             "phase 'finale' emits finish but is not terminal",
             "transition #1: unknown key 'priority'",

@@ -58,7 +58,15 @@ from turnfsm.core._phases import Phase
 from turnfsm.core._reducers import FAILURES, REDUCERS
 from turnfsm.core._render import EdgeKey, Traffic, render_dot, render_mermaid, tally
 from turnfsm.core._snapshot import SCHEMA_VERSION, Budget, Failure, Snapshot
-from turnfsm.core._spec import MachineSpec, StateSpec, TransitionSpec
+from turnfsm.core._spec import (
+    SUBAGENT_MAX_CHILDREN,
+    SUBAGENT_MAX_DEPTH,
+    TASK_FIELDS,
+    MachineSpec,
+    StateSpec,
+    SubagentSpec,
+    TransitionSpec,
+)
 from turnfsm.values import ErrorInfo, Usage
 
 __all__ = [
@@ -71,6 +79,9 @@ __all__ = [
     "PASS_EVENT_TYPES",
     "REDUCERS",
     "SCHEMA_VERSION",
+    "SUBAGENT_MAX_CHILDREN",
+    "SUBAGENT_MAX_DEPTH",
+    "TASK_FIELDS",
     "Budget",
     "CallLLM",
     "Compact",
@@ -107,6 +118,7 @@ __all__ = [
     "Snapshot",
     "StateSpec",
     "Step",
+    "SubagentSpec",
     "ToolCallsReviewed",
     "ToolsFinished",
     "Traffic",

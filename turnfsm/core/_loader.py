@@ -32,20 +32,29 @@ from turnfsm.core._spec import (
     BUILTIN_TRIGGERS,
     DECISION_KINDS,
     MachineSpec,
+    Resolve,
     StateSpec,
+)
+from turnfsm.core._subagent_specs import (
+    check_subagent_phases,
+    load_children,
+    read_subagents,
 )
 from turnfsm.core._transition_reader import TransitionReader
 
 __all__ = ["load_spec"]
 
 _TOP_KEYS: Final = frozenset(
-    {"name", "initial", "terminal", "signals", "states", "transitions"}
+    {"name", "initial", "terminal", "signals", "states", "transitions", "subagents"}
 )
-_STATE_KEYS: Final = frozenset({"decision", "effect", "on_enter"})
+_STATE_KEYS: Final = frozenset({"decision", "effect", "subagent", "on_enter"})
 
 
 def load_spec(
-    data: Mapping[str, Any], source: str, lines: Mapping[Path, int] | None = None
+    data: Mapping[str, Any],
+    source: str,
+    lines: Mapping[Path, int] | None = None,
+    resolve: Resolve | None = None,
 ) -> MachineSpec:
     """Validate a parsed machine definition and return its `MachineSpec`.
 
@@ -54,22 +63,29 @@ def load_spec(
         source: the file's name, for messages.
         lines: the line of each path of `data` (`source_map` of its text);
             without it, problems carry no line.
+        resolve: loads the machine files its sub-agents name; None: they
+            are not loaded.
 
     Raises:
         DefinitionError: listing every problem found; only those of its shape
             (`shape_problems`) when `data` is no machine definition at all.
     """
-    return _Loader(data, source, lines or {}).load()
+    return _Loader(data, source, lines or {}, resolve).load()
 
 
 class _Loader(TransitionReader):
     """Checks one machine definition, collecting every problem."""
 
     def __init__(
-        self, data: Mapping[str, Any], source: str, lines: Mapping[Path, int]
+        self,
+        data: Mapping[str, Any],
+        source: str,
+        lines: Mapping[Path, int],
+        resolve: Resolve | None,
     ) -> None:
         super().__init__(source, lines)
         self.data = data
+        self.resolve = resolve
         self.untyped: set[str] = set()
         """States that are not tables: named, but of no kind."""
         self.kinds: dict[str, str | None] = {}
@@ -100,6 +116,15 @@ class _Loader(TransitionReader):
         states = self._check_state_kinds(states, set(ends))
         self.kinds = {s.name: s.decision for s in states}
         transitions = self._transitions(names, set(ends), set(signals))
+        subagents = read_subagents(self.data, self.problem)
+        check_subagent_phases(
+            states, subagents, transitions, set(signals), self.problem
+        )
+        children = (
+            load_children(subagents, self.resolve, self.problem)
+            if self.resolve is not None and not self.problems
+            else {}
+        )
         spec = MachineSpec(
             name=name,
             initial=initial,
@@ -108,6 +133,8 @@ class _Loader(TransitionReader):
             transitions=tuple(transitions),
             signals=tuple(signals),
             source=self.source,
+            subagents=tuple(subagents),
+            children=children,
         )
         self.start_graph()
         check_graph(spec, self.report)
@@ -181,17 +208,31 @@ class _Loader(TransitionReader):
                         reducer,
                     )
             decision, effect = body.get("decision"), body.get("effect")
+            subagent = body.get("subagent")
             if decision is not None and not isinstance(decision, str):
                 decision = repr(decision)  # reported as an unknown decision
-            if effect is not None and not isinstance(effect, str):
+            for key, value in (("effect", effect), ("subagent", subagent)):
+                if value is not None and not isinstance(value, str):
+                    self.problem(
+                        f"state {name!r}: {key} must be a string, got {value!r}",
+                        (*at, key),
+                        value,
+                    )
+            if isinstance(subagent, str) and effect is None:
+                effect = subagent  # the phase's effect runs the sub-agent
+            elif subagent is not None:
                 self.problem(
-                    f"state {name!r}: effect must be a string, got {effect!r}",
-                    (*at, "effect"),
-                    effect,
+                    f"state {name!r}: give exactly one of decision / effect / subagent",
+                    at,
                 )
+                subagent = None
             states.append(
                 StateSpec(
-                    name=name, decision=decision, effect=effect, on_enter=on_enter
+                    name=name,
+                    decision=decision,
+                    effect=effect,
+                    on_enter=on_enter,
+                    subagent=subagent,
                 )
             )
         return states
@@ -211,7 +252,9 @@ class _Loader(TransitionReader):
                 continue
             if (s.decision is None) == (s.effect is None):
                 self.problem(
-                    f"state {s.name!r}: give exactly one of decision / effect", at
+                    f"state {s.name!r}: give exactly one of decision / effect"
+                    " / subagent",
+                    at,
                 )
             elif s.decision is not None and s.decision not in DECISION_KINDS:
                 known = ", ".join(sorted(DECISION_KINDS))

@@ -203,6 +203,8 @@ def _pen(edge: _Edge, top: int, is_overlay: bool) -> _Pen:
 
 def _what(spec: MachineSpec, phase: str) -> str:
     state = spec.state(phase)
+    if state.subagent is not None:
+        return f"sub-agent {state.subagent} ({spec.subagent(state.subagent).machine})"
     return state.decision if state.decision is not None else f"effect {state.effect}"
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
-from typing import Any, Final, final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeAlias, final
 
 import attrs
 
@@ -27,10 +27,25 @@ from turnfsm.errors import DefinitionError, Problem
 __all__ = [
     "BUILTIN_TRIGGERS",
     "DECISION_KINDS",
+    "SUBAGENT_MAX_CHILDREN",
+    "SUBAGENT_MAX_DEPTH",
+    "TASK_FIELDS",
     "MachineSpec",
+    "Resolve",
     "StateSpec",
+    "SubagentSpec",
     "TransitionSpec",
 ]
+
+SUBAGENT_MAX_DEPTH: Final = 3
+"""How deep sub-agents nest by default (1: a child of a top-level run)."""
+
+SUBAGENT_MAX_CHILDREN: Final = 16
+"""How many sub-agents one run may start with one tool or phase, by default."""
+
+TASK_FIELDS: Final = frozenset({"request", "reply"})
+"""What a sub-agent phase's ``task`` may name: ``{request}``, the latest user
+message; ``{reply}``, the model's latest answer."""
 
 DECISION_KINDS: Final = frozenset(
     {"measure", "call_llm", "run_tools", "compact", "pause", "finish", "fail"}
@@ -58,12 +73,82 @@ def _error_line(exc: tomllib.TOMLDecodeError, text: str) -> int:
 @final
 @attrs.frozen(kw_only=True)
 class StateSpec:
-    """One phase: the decision (or custom effect) it emits and its entry reducers."""
+    """One phase: the decision (or custom effect) it emits and its entry reducers.
+
+    A phase that runs a sub-agent (``subagent = NAME``) names it in
+    `subagent`, and its `effect` is that name too.
+    """
 
     name: str
     decision: str | None = None
     effect: str | None = None
     on_enter: tuple[str, ...] = ()
+    subagent: str | None = None
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SubagentSpec:
+    """A sub-agent a machine file declares (``[subagents.NAME]``), run by its phases.
+
+    A phase with ``subagent = NAME`` runs the child on a task, in a session
+    of its own linked to the phase, and ends with the signal `signal`, its
+    data's `key` holding the child's answer.
+
+    Attributes:
+        name: The sub-agent's name; the driver is given its agent under it.
+        machine: The child's machine file, as written: a path relative to
+            the declaring file, or the name of a shipped machine file.
+        signal: The signal the phase ends with when the child answers (and
+            no route matches).
+        routes: Signals chosen by the answer: (signal, prefix) pairs, tried
+            in order; the first whose prefix starts the answer (case and
+            surrounding blanks ignored) names the signal. A reviewer that
+            answers "APPROVED" or a correction routes the run.
+        on_failure: The signal it ends with when the child does not answer
+            (its data's `key` says why); None: the run fails.
+        key: The key of the answer in the signal's data.
+        task: The child's task, a text in which ``{request}`` is the latest
+            user message and ``{reply}`` the model's latest answer.
+        max_depth: How deep sub-agents may nest, this one included.
+        max_children: How many times one run may run this sub-agent.
+    """
+
+    name: str
+    machine: str
+    signal: str
+    on_failure: str | None = None
+    key: str = "answer"
+    task: str = "{request}"
+    max_depth: int = SUBAGENT_MAX_DEPTH
+    max_children: int = SUBAGENT_MAX_CHILDREN
+    routes: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The declaration as a file writes it (the defaults left out)."""
+        entry: dict[str, Any] = {"machine": self.machine, "signal": self.signal}
+        for field in attrs.fields(SubagentSpec)[3:-1]:
+            value = getattr(self, field.name)
+            if value != field.default:
+                entry[field.name] = value
+        if self.routes:
+            entry["routes"] = dict(self.routes)
+        return entry
+
+    def route(self, answer: str) -> str:
+        """The signal the phase ends with for the child's `answer`."""
+        head = answer.strip().casefold()
+        for signal, prefix in self.routes:
+            if head.startswith(prefix.strip().casefold()):
+                return signal
+        return self.signal
+
+
+Resolve: TypeAlias = Callable[[str], "MachineSpec"]
+"""Loads the machine file a sub-agent declaration names (`SubagentSpec.machine`).
+
+Raises `DefinitionError` (the file is invalid, or runs its own caller) or
+`OSError` (the file cannot be read)."""
 
 
 @final
@@ -123,6 +208,12 @@ class MachineSpec:
     transitions: tuple[TransitionSpec, ...]
     signals: tuple[str, ...] = ()
     source: str = "<string>"
+    subagents: tuple[SubagentSpec, ...] = ()
+    children: Mapping[str, MachineSpec] = attrs.field(
+        factory=dict, eq=False, repr=False, hash=False
+    )
+    """Each sub-agent's machine, loaded with the file (`load_machine`); empty
+    when the machine was read from text or data alone."""
     _by_name: dict[str, StateSpec] = attrs.field(
         init=False, eq=False, repr=False, hash=False
     )
@@ -131,8 +222,14 @@ class MachineSpec:
         object.__setattr__(self, "_by_name", {s.name: s for s in self.states})
 
     @classmethod
-    def from_toml(cls, text: str, *, source: str = "<string>") -> MachineSpec:
+    def from_toml(
+        cls, text: str, *, source: str = "<string>", resolve: Resolve | None = None
+    ) -> MachineSpec:
         """Parse and validate a machine file's text.
+
+        `resolve` loads the machine files its sub-agents name (`load_machine`
+        gives one that reads them beside the file); without it they are not
+        loaded, and not checked.
 
         Raises:
             DefinitionError: listing every problem found, each with its line;
@@ -155,7 +252,7 @@ class MachineSpec:
             raise DefinitionError(source, (problem,)) from None
         from turnfsm.core._loader import load_spec  # see from_dict
 
-        return load_spec(data, source, source_map(text))
+        return load_spec(data, source, source_map(text), resolve)
 
     @classmethod
     def from_dict(
@@ -189,7 +286,9 @@ class MachineSpec:
             entry: dict[str, Any] = {}
             if state.decision is not None:
                 entry["decision"] = state.decision
-            if state.effect is not None:
+            if state.subagent is not None:
+                entry["subagent"] = state.subagent
+            elif state.effect is not None:
                 entry["effect"] = state.effect
             if state.on_enter:
                 entry["on_enter"] = list(state.on_enter)
@@ -203,7 +302,13 @@ class MachineSpec:
         }
         if self.signals:
             data["signals"] = list(self.signals)
+        if self.subagents:
+            data["subagents"] = {s.name: s.to_dict() for s in self.subagents}
         return data
+
+    def subagent(self, name: str) -> SubagentSpec:
+        """Return the sub-agent declared as `name`."""
+        return next(s for s in self.subagents if s.name == name)
 
     @property
     def phases(self) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ from turnfsm.driver._opening import abandon_run, resume_run, start_run
 from turnfsm.driver._output import OutputType, check_machine
 from turnfsm.driver._pins_fit import check_pins_fit
 from turnfsm.driver._retry import RetryPolicy
+from turnfsm.driver._subagents import declared_effects
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
     ConfigError,
@@ -117,6 +118,9 @@ class Driver:
         effects: effects by name: one for every custom phase of `machine`
             (its ``effect = NAME``); a built-in name (``measure``,
             ``call_llm``, ``run_tools``, ``compact``) replaces that effect.
+        subagents: the agents that run the sub-agent phases of `machine`
+            (its ``[subagents.NAME]``), by name: one for each, on the
+            machine file the declaration names.
         max_output_tokens: the reply budget asked of the model; it is part
             of the reserved budget, so a request always leaves room for it.
         clock: wall-clock seconds for the log's timestamps.
@@ -190,6 +194,7 @@ class Driver:
         validator=_checks.instance(MachineSpec, "a MachineSpec"),
     )
     effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=check_effects)
+    subagents: Mapping[str, Driver] = attrs.field(factory=dict)
     max_output_tokens: int | None = attrs.field(
         default=None,
         validator=_checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True),
@@ -241,7 +246,11 @@ class Driver:
             self._budget, max_output_retries=self.max_output_retries
         )
         self._output = self._output_type(self.output_type)
-        self._effects = {**BUILTIN_EFFECTS, **self.effects}
+        self._effects = {
+            **BUILTIN_EFFECTS,
+            **self.effects,
+            **declared_effects(self.machine, self.subagents, self.effects),
+        }
         self._digest = machine_digest(self.machine)
         self._settings = EffectSettings(
             machine_name=self.machine.name,

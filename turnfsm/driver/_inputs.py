@@ -58,6 +58,7 @@ def check_effects(inst: Driver, _attr: object, effects: object) -> None:
         effect = state.effect
         if (
             effect is not None
+            and state.subagent is None  # given in `subagents`
             and effect not in effects
             and effect not in BUILTIN_EFFECTS
         ):

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
@@ -33,7 +33,15 @@ import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm.core import Event, Perform, Signal
+from turnfsm.core import (
+    SUBAGENT_MAX_CHILDREN,
+    SUBAGENT_MAX_DEPTH,
+    Event,
+    MachineSpec,
+    Perform,
+    Signal,
+    SubagentSpec,
+)
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
@@ -68,17 +76,12 @@ __all__ = [
     "ChildTally",
     "answering",
     "child_ids",
+    "declared_effects",
     "opening_link",
     "run_scope",
     "subagent_effect",
     "subagent_tool",
 ]
-
-SUBAGENT_MAX_DEPTH: Final = 3
-"""How deep sub-agents nest by default (1: a child of a top-level run)."""
-
-SUBAGENT_MAX_CHILDREN: Final = 16
-"""How many sub-agents one run may start with one tool, by default."""
 
 
 @attrs.define(eq=False)
@@ -229,10 +232,96 @@ Task: TypeAlias = Callable[[Sequence[Message]], str]
 
 def _latest_request(messages: Sequence[Message]) -> str:
     """The text of the latest user message (the request being worked on)."""
+    return _latest(messages, Role.USER)
+
+
+def _latest(messages: Sequence[Message], role: Role) -> str:
+    """The text of the latest message of `role` that has any."""
     for message in reversed(messages):
-        if message.role is Role.USER and message.text.strip():
+        if message.role is role and message.text.strip():
             return message.text
     return ""
+
+
+def _template_task(template: str) -> Task:
+    """A phase's task from its file's template: ``{request}`` and ``{reply}``."""
+
+    def task(messages: Sequence[Message]) -> str:
+        return template.format(
+            request=_latest(messages, Role.USER),
+            reply=_latest(messages, Role.ASSISTANT),
+        )
+
+    return task
+
+
+def declared_effects(
+    machine: MachineSpec, subagents: object, effects: Mapping[str, object]
+) -> dict[str, Effect]:
+    """The effects of the sub-agent phases `machine` declares, one per sub-agent.
+
+    Args:
+        machine: The machine whose ``[subagents]`` are run.
+        subagents: The drivers given for them, by name.
+        effects: The effects given by name (none may take a sub-agent's).
+
+    Raises:
+        ConfigError: a declared sub-agent has no driver, a driver is given
+            for none, is no driver, or runs another machine than the file
+            names; or an effect takes a sub-agent's name.
+    """
+    from turnfsm.driver._driver import Driver  # the driver module imports this one
+
+    if not isinstance(subagents, Mapping):
+        raise ConfigError("subagents", subagents, "a mapping of name to agent")
+    declared = {s.name: s for s in machine.subagents}
+    for name, child in subagents.items():
+        if name not in declared:
+            known = ", ".join(sorted(declared)) or "none"
+            raise ConfigError(
+                f"subagents[{name!r}]",
+                child,
+                f"a sub-agent the machine {machine.name!r} declares ({known})",
+            )
+        if not isinstance(child, Driver):
+            raise ConfigError(f"subagents[{name!r}]", child, "an Agent or a Driver")
+    built: dict[str, Effect] = {}
+    for name, spec in declared.items():
+        phase = next(s.name for s in machine.states if s.subagent == name)
+        if name in effects:
+            raise ConfigError(
+                f"effects[{name!r}]",
+                effects[name],
+                f"no effect: phase {phase!r} runs the sub-agent {name!r}",
+            )
+        child = subagents.get(name)
+        if child is None:
+            raise ConfigError(
+                "subagents",
+                sorted(subagents),
+                f"an agent for the sub-agent {name!r} that phase {phase!r} runs",
+            )
+        built[name] = _declared_effect(machine, spec, child)
+    return built
+
+
+def _declared_effect(machine: MachineSpec, spec: SubagentSpec, child: Driver) -> Effect:
+    expected = machine.children.get(spec.name)
+    if expected is not None and child.machine.to_dict() != expected.to_dict():
+        raise ConfigError(
+            f"subagents[{spec.name!r}].machine",
+            child.machine.name,
+            f"the machine the file names ({spec.machine}: {expected.name!r})",
+        )
+    return subagent_effect(
+        child,
+        signal=spec.route if spec.routes else spec.signal,
+        task=_template_task(spec.task),
+        key=spec.key,
+        on_failure=spec.on_failure,
+        max_depth=spec.max_depth,
+        max_children=spec.max_children,
+    )
 
 
 _check_signal = _checks.string("signal", non_empty=True)

@@ -433,12 +433,16 @@ def decision_key(decision: Decision) -> str:
 def _decides_by(field: attrs.Attribute[Any], value: object) -> bool:
     """Whether a field of a spec goes into its digest.
 
-    A transition's `message` counts only when it is set, so the machines
-    written before it keep their digests (and their runs resume).
+    A transition's `message`, a phase's `subagent` and the machine's
+    `subagents` count only when set, so the machines written before them
+    keep their digests (and their runs resume). The sub-agents' own machines
+    (`children`) are theirs: their runs record their digests.
     """
-    if field.name in ("source", "_by_name"):
+    if field.name in ("source", "_by_name", "children"):
         return False
-    return not (field.name == "message" and value is None)
+    if field.name in ("message", "subagent"):
+        return value is not None
+    return not (field.name == "subagents" and not value)
 
 
 def machine_digest(spec: MachineSpec) -> str:

@@ -1,0 +1,233 @@
+"""Sub-agents a machine file declares: read, checked and loaded with the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from turnfsm import load_machine, machines_dir
+from turnfsm.core import MachineSpec, SubagentSpec
+from turnfsm.errors import DefinitionError
+from turnfsm.persistence import machine_digest
+
+REVIEW = (machines_dir() / "review.toml").read_text()
+
+CRITIC = """
+[subagents.critic]
+machine = "{machine}"
+task = "Review: {{reply}} (asked: {{request}})"
+signal = "revise"
+key = "feedback"
+routes = {{ approved = "APPROVED" }}
+max_children = 3
+"""
+
+
+def reviewed(machine: str = "turn.toml", name: str = "reviewed") -> str:
+    """The review machine with its review phase running the sub-agent `critic`."""
+    text = REVIEW.replace('name = "review"', f'name = "{name}"').replace(
+        'await_review      = { effect = "review" }',
+        'await_review      = { subagent = "critic" }',
+    )
+    return text + CRITIC.format(machine=machine)
+
+
+def problems(text: str, tmp_path: Path, name: str = "m.toml") -> list[str]:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DefinitionError) as caught:
+        load_machine(path)
+    return [f"{p.line}: {p}" for p in caught.value.problems]
+
+
+def test_a_declared_sub_agent_loads_with_its_machine(tmp_path: Path) -> None:
+    path = tmp_path / "reviewed.toml"
+    path.write_text(reviewed())
+    spec = load_machine(path)
+
+    assert spec.subagents == (
+        SubagentSpec(
+            name="critic",
+            machine="turn.toml",
+            signal="revise",
+            key="feedback",
+            task="Review: {reply} (asked: {request})",
+            max_children=3,
+            routes=(("approved", "APPROVED"),),
+        ),
+    )
+    assert spec.state("await_review").subagent == "critic"
+    assert spec.state("await_review").effect == "critic"
+    # The shipped machine, found by name: it is the stock one.
+    assert machine_digest(spec.children["critic"]) == machine_digest(
+        load_machine(machines_dir() / "turn.toml")
+    )
+
+
+def test_the_declaration_round_trips_with_the_same_digest(tmp_path: Path) -> None:
+    path = tmp_path / "reviewed.toml"
+    path.write_text(reviewed())
+    spec = load_machine(path)
+    again = MachineSpec.from_dict(spec.to_dict())
+
+    assert again.to_dict() == spec.to_dict()
+    assert machine_digest(again) == machine_digest(spec)
+    assert again.children == {}  # data alone loads no files
+    assert spec.to_dict()["subagents"] == {
+        "critic": {
+            "machine": "turn.toml",
+            "signal": "revise",
+            "key": "feedback",
+            "task": "Review: {reply} (asked: {request})",
+            "max_children": 3,
+            "routes": {"approved": "APPROVED"},
+        }
+    }
+
+
+def test_a_relative_machine_file_is_read_beside_the_declaring_one(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "child.toml").write_text(
+        (machines_dir() / "turn.toml")
+        .read_text()
+        .replace('name = "turn"', 'name = "child"')
+    )
+    path = tmp_path / "reviewed.toml"
+    path.write_text(reviewed("sub/child.toml"))
+    assert load_machine(path).children["critic"].name == "child"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            ('signal = "revise"', 'signal = "revised"'),
+            "sub-agent 'critic': signal 'revised' is not one of the machine's"
+            " signals (did you mean 'revise'?)",
+        ),
+        (
+            ("{reply}", "{answer}"),
+            "sub-agent 'critic': task names {answer}, which is none of {reply},"
+            " {request}",
+        ),
+        (
+            ("{reply}", "{reply"),
+            "sub-agent 'critic': task is no template (",
+        ),
+        (
+            ("max_children = 3", "max_children = 0"),
+            "sub-agent 'critic': max_children must be an integer from 1 to"
+            " 1,000,000, got 0",
+        ),
+        (
+            ('approved = "APPROVED"', 'approved = ""'),
+            "sub-agent 'critic': route 'approved' must be a non-empty text (how"
+            " the answer begins), got ''",
+        ),
+        (
+            ('machine = "turn.toml"', 'machine = "missing.toml"'),
+            "sub-agent 'critic': machine 'missing.toml' cannot be read: No such"
+            " file or directory",
+        ),
+        (
+            ('key = "feedback"', 'keys = "feedback"'),
+            "sub-agent 'critic': unknown key 'keys' (did you mean 'key'?)",
+        ),
+        (
+            ('{ subagent = "critic" }', '{ subagent = "critics" }'),
+            "state 'await_review': unknown sub-agent 'critics' (declare it under"
+            " [subagents]) (did you mean 'critic'?)",
+        ),
+    ],
+)
+def test_each_bad_declaration_is_a_problem_on_its_line(
+    tmp_path: Path, change: tuple[str, str], expected: str
+) -> None:
+    text = reviewed()
+    assert change[0] in text
+    found = problems(text.replace(*change), tmp_path)
+    assert len(found) == 1, found
+    line, message = found[0].split(": ", 1)
+    assert message.startswith(expected)
+    assert line != "None"
+
+
+def test_a_signal_the_phase_does_not_leave_on_is_refused(tmp_path: Path) -> None:
+    text = (
+        reviewed()
+        .replace(
+            'signals = ["approved", "revise"]', 'signals = ["approved", "revise", "x"]'
+        )
+        .replace('routes = { approved = "APPROVED" }', 'routes = { x = "X" }')
+    )
+    found = problems(text, tmp_path)
+    assert any(
+        "state 'await_review' runs sub-agent 'critic', which ends with 'x', but no"
+        " transition from 'await_review' takes 'x'" in p
+        for p in found
+    ), found
+
+
+def test_a_sub_agent_no_phase_runs_is_refused(tmp_path: Path) -> None:
+    text = reviewed() + CRITIC.replace("critic", "idle").format(machine="turn.toml")
+    found = problems(text, tmp_path)
+    assert any(
+        "sub-agent 'idle' is declared but no phase runs it" in p for p in found
+    ), found
+
+
+def test_a_machine_that_runs_its_caller_is_refused(tmp_path: Path) -> None:
+    # a.toml runs b.toml, which runs a.toml again.
+    (tmp_path / "b.toml").write_text(reviewed("a.toml", name="b"))
+    found = problems(reviewed("b.toml", name="a"), tmp_path, name="a.toml")
+    assert len(found) == 1
+    assert "a machine cannot run its own caller as a sub-agent" in found[0]
+    assert "(a.toml > b.toml > a.toml)" in found[0]
+    assert found[0].startswith(str(problems_line(reviewed(), "machine = ")))
+
+
+def problems_line(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_an_invalid_child_machine_is_a_problem_of_the_caller(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text('name = "bad"\n')
+    found = problems(reviewed("bad.toml"), tmp_path)
+    assert len(found) == 1
+    assert found[0].startswith(
+        f"{problems_line(reviewed(), 'machine = ')}: sub-agent 'critic': machine"
+        " 'bad.toml' ("
+    )
+    assert "more problem" in found[0]
+
+
+def test_a_sub_agent_deeper_than_its_max_depth_is_refused(tmp_path: Path) -> None:
+    # leaf's critic may run one deep: alone, leaf loads; run by top, the
+    # critic would run two deep.
+    (tmp_path / "leaf.toml").write_text(
+        reviewed("turn.toml", name="leaf").replace(
+            "max_children = 3", "max_children = 3\nmax_depth = 1"
+        )
+    )
+    assert load_machine(tmp_path / "leaf.toml").children["critic"].name == "turn"
+    found = problems(reviewed("leaf.toml", name="top"), tmp_path, name="top.toml")
+    assert found == [
+        f"{problems_line(reviewed(), 'machine = ')}: sub-agent 'critic': sub-agent"
+        " critic > critic runs 2 deep, past its max_depth = 1"
+    ]
+
+
+def test_a_cycle_through_a_sub_agent_phase_must_be_bounded(tmp_path: Path) -> None:
+    # The critic's revise goes straight back to the review: no model call.
+    text = reviewed().replace(
+        'trigger = "revise"\nsource = "await_review"\ndest = "start"',
+        'trigger = "revise"\nsource = "await_review"\ndest = "await_review"',
+    )
+    assert text != reviewed()
+    found = problems(text, tmp_path)
+    assert any(
+        "cycle await_review -[revise]-> await_review is not bounded" in p for p in found
+    ), found

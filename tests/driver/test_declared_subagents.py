@@ -1,0 +1,171 @@
+"""Sub-agent phases a machine file declares, run by the driver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from turnfsm import Agent, Driver, approval_machine, load_machine, machines_dir
+from turnfsm.core import MachineSpec
+from turnfsm.driver import replay
+from turnfsm.errors import ConfigError, EffectFailed
+from turnfsm.messages import Message
+from turnfsm.persistence import MemoryStore, Session, child_sessions, parent_of
+from turnfsm.providers import ModelRequest
+from turnfsm.testing import FakeModelClient, reply
+
+pytestmark = pytest.mark.anyio
+
+REVIEW = (machines_dir() / "review.toml").read_text()
+
+
+def reviewed(tmp_path: Path, **settings: Any) -> MachineSpec:
+    """The review machine, its review phase running the sub-agent `critic`."""
+    lines = "".join(f"{key} = {value}\n" for key, value in settings.items())
+    text = REVIEW.replace('name = "review"', 'name = "reviewed"').replace(
+        'await_review      = { effect = "review" }',
+        'await_review      = { subagent = "critic" }',
+    )
+    text += (
+        '\n[subagents.critic]\nmachine = "turn.toml"\nsignal = "revise"\n'
+        'key = "feedback"\nroutes = { approved = "APPROVED" }\n'
+        'task = "Check {reply} (asked: {request})"\n' + lines
+    )
+    path = tmp_path / "reviewed.toml"
+    path.write_text(text)
+    return load_machine(path)
+
+
+def writer(*drafts: str) -> FakeModelClient:
+    answers = iter(drafts)
+    return FakeModelClient(lambda request: reply(next(answers)))
+
+
+def critic(tasks: list[str]) -> Agent:
+    def review(request: ModelRequest) -> Message:
+        task = request.messages[-1].text
+        tasks.append(task)
+        return reply("approved." if task.startswith("Check France") else "No: France.")
+
+    return Agent(model=FakeModelClient(review))
+
+
+async def test_the_phase_runs_the_declared_sub_agent_and_routes_on_its_answer(
+    tmp_path: Path,
+) -> None:
+    tasks: list[str] = []
+    store = MemoryStore()
+    agent = Agent(
+        model=writer("Italy.", "France."),
+        machine=reviewed(tmp_path),
+        subagents={"critic": critic(tasks)},
+        store=store,
+    )
+    result = await agent.run("Where is Paris?")
+
+    assert result.outcome == "done", result.error
+    assert [m.text for m in agent.session.history] == [
+        "Where is Paris?",
+        "Italy.",
+        "No: France.",
+        "France.",
+    ]
+    # The task is the file's template, filled from the conversation.
+    assert tasks == [
+        "Check Italy. (asked: Where is Paris?)",
+        "Check France. (asked: No: France.)",
+    ]
+    children = await child_sessions(store, agent.session.id)
+    assert [c.runs[0].text for c in children] == ["No: France.", "approved."]
+    links = [parent_of(c) for c in children]
+    assert all(link is not None for link in links)
+    assert {link.run_id for link in links if link} == {result.run_id}
+    assert [link.call_id.split("-")[0] for link in links if link] == [
+        "await_review",
+        "await_review",
+    ]
+    # The log replays, on the machine it keeps.
+    assert replay(None, agent.session, result.run_id).ok
+
+
+async def test_max_children_from_the_file_bounds_the_reviews(tmp_path: Path) -> None:
+    tasks: list[str] = []
+    never = critic(tasks)  # never approves: no draft names France
+    driver = Driver(
+        model=writer("a", "b", "c", "d"),
+        machine=reviewed(tmp_path, max_children=2),
+        subagents={"critic": never.driver},
+    )
+    result = await driver.run("Where is Paris?")
+
+    assert result.outcome == "failed"
+    assert isinstance(result.error, EffectFailed)
+    assert result.error.type == "SubagentTooMany"
+    assert len(tasks) == 2
+
+    routed = Driver(
+        model=writer("a", "b", "c", "d"),
+        machine=reviewed(tmp_path, max_children=2, on_failure='"approved"'),
+        subagents={"critic": critic([]).driver},
+    )
+    assert (await routed.run("Where is Paris?")).outcome == "done"
+
+
+def test_the_driver_refuses_sub_agents_that_do_not_fit_the_file(
+    tmp_path: Path,
+) -> None:
+    machine = reviewed(tmp_path)
+    child = critic([]).driver
+    model = writer("x")
+
+    with pytest.raises(ConfigError) as missing:
+        Driver(model=model, machine=machine)
+    assert missing.value.field == "subagents"
+    assert "an agent for the sub-agent 'critic' that phase 'await_review' runs" in str(
+        missing.value
+    )
+
+    with pytest.raises(ConfigError) as extra:
+        Driver(model=model, machine=machine, subagents={"critic": child, "x": child})
+    assert extra.value.field == "subagents['x']"
+
+    with pytest.raises(ConfigError) as wrong:
+        Driver(model=model, machine=machine, subagents={"critic": "an agent"})
+    assert wrong.value.field == "subagents['critic']"
+
+    other = Agent(model=writer("x"), machine=approval_machine())
+    with pytest.raises(ConfigError) as machine_error:
+        Driver(model=model, machine=machine, subagents={"critic": other.driver})
+    assert machine_error.value.field == "subagents['critic'].machine"
+    assert "turn.toml" in str(machine_error.value)
+
+    async def effect(ctx: Any, decision: Any) -> Any:
+        raise AssertionError
+
+    with pytest.raises(ConfigError) as clash:
+        Driver(
+            model=model,
+            machine=machine,
+            subagents={"critic": child},
+            effects={"critic": effect},
+        )
+    assert clash.value.field == "effects['critic']"
+
+
+async def test_a_machine_read_from_the_log_runs_its_sub_agent_on_resume(
+    tmp_path: Path,
+) -> None:
+    # Read from data alone (as a log keeps it), the machine has no child
+    # machine to check against: any agent given runs the phase.
+    machine = MachineSpec.from_dict(reviewed(tmp_path).to_dict())
+    assert machine.children == {}
+    session = Session(store=MemoryStore())
+    driver = Driver(
+        model=writer("France."),
+        machine=machine,
+        subagents={"critic": critic([]).driver},
+    )
+    result = await driver.run("Where is Paris?", session=session)
+    assert result.outcome == "done"
