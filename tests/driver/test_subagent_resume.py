@@ -1,0 +1,226 @@
+"""A resumed run counts the sub-agents it started before, and what they used."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from turnfsm import Agent, Driver, review_machine
+from turnfsm.driver import Tool, subagent_effect
+from turnfsm.errors import EffectFailed
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    MemoryStore,
+    Session,
+    SessionStore,
+    child_sessions,
+    parent_of,
+)
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.values import Usage
+
+pytestmark = pytest.mark.anyio
+
+CHILD_USAGE = Usage(input_tokens=40, output_tokens=3)
+
+
+def answering_child() -> Agent:
+    """A sub-agent that answers its task in one turn."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        return ModelResponse(
+            message=reply(f"done: {request.messages[-1].text}"), usage=CHILD_USAGE
+        )
+
+    return Agent(model=FakeModelClient(answer))
+
+
+def one_call_a_turn(calls: int, *, stop_at: int | None = None) -> Any:
+    """Calls the reader once a turn, `calls` times, then sums up what came back.
+
+    With `stop_at`, the turn after that many results never answers (the
+    process "stops" there).
+    """
+    stopped = anyio.Event()
+
+    async def answer(request: ModelRequest) -> Message:
+        results = [p for m in request.messages for p in m.tool_results]
+        if stop_at is not None and len(results) == stop_at:
+            stopped.set()
+            await anyio.sleep_forever()
+        if len(results) < calls:
+            n = len(results)
+            return reply("", tool_call("reader", f"call_{n}", task=f"part {n}"))
+        return reply(" | ".join(p.content for p in results))
+
+    return FakeModelClient(answer), stopped
+
+
+async def stopped_run(
+    store: SessionStore, run: Callable[[], Awaitable[Any]], stopped: anyio.Event
+) -> str:
+    """Run `run` until `stopped`, then cancel it; the run id it left open."""
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await stopped.wait()
+            group.cancel_scope.cancel()
+    (session_id,) = [s.id for s in await _roots(store)]
+    (record,) = (await Session.load(store, session_id)).open_runs()
+    assert record.outcome == "interrupted"
+    return record.run_id
+
+
+async def _roots(store: SessionStore) -> list[Session]:
+    """The sessions of `store` that are no one's sub-agent."""
+    sessions = [await Session.load(store, i.id) for i in await store.list_sessions()]
+    return [s for s in sessions if parent_of(s) is None]
+
+
+async def stop_then_resume(
+    tool: Tool, calls: int, stopped: anyio.Event | None = None
+) -> tuple[Any, SessionStore, str]:
+    """Run a parent that delegates `calls` times until it stops, then resume it.
+
+    It stops at `stopped`, or else before its last call. Resumed as another
+    process would: the same tool, a new parent agent, the same store.
+    Returns the resumed run's result, the store and the parent's session.
+    """
+    store = MemoryStore()
+    model, last = one_call_a_turn(
+        calls, stop_at=None if stopped is not None else calls - 1
+    )
+    parent = Agent(model=model, tools=[tool], store=store)
+    run_id = await stopped_run(store, lambda: parent.run("read it"), stopped or last)
+    model, _ = one_call_a_turn(calls)
+    again = Agent(model=model, tools=[tool], store=store)
+    return await again.resume(parent.session.id, run_id), store, parent.session.id
+
+
+async def test_a_resumed_run_counts_max_children_from_where_it_began() -> None:
+    tool = answering_child().as_tool(name="reader", description="Read", max_children=2)
+    result, store, session_id = await stop_then_resume(tool, 3)
+
+    assert result.outcome == "done", result.error
+    first, second, third = result.text.split(" | ")
+    assert (first, second) == ("done: part 0", "done: part 1")
+    assert "SubagentTooMany" in third
+    assert "started 2 sub-agent(s) with 'reader'" in third
+    assert len(await child_sessions(store, session_id)) == 2
+
+
+async def test_a_resumed_runs_children_usage_sums_all_its_children() -> None:
+    tool = answering_child().as_tool(name="reader", description="Read")
+    result, store, session_id = await stop_then_resume(tool, 3)
+
+    assert result.outcome == "done", result.error
+    kids = await child_sessions(store, session_id)
+    assert len(kids) == 3  # two before the resume, one after
+    assert result.children_usage == sum((k.runs[0].usage for k in kids), Usage())
+    assert result.children_usage == Usage(input_tokens=120, output_tokens=9)
+
+
+async def test_a_child_carried_on_across_a_resume_counts_once() -> None:
+    stuck = anyio.Event()
+    turns = {"n": 0}
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        turns["n"] += 1
+        if turns["n"] == 2:  # the child's second turn: the process "stops"
+            stuck.set()
+            await anyio.sleep_forever()
+        if not any(m.tool_results for m in request.messages):
+            message = reply("", tool_call("note", "k1", text="x"))
+        else:
+            message = reply("noted")
+        return ModelResponse(message=message, usage=CHILD_USAGE)
+
+    def note(text: str) -> str:
+        """Note a text.
+
+        Args:
+            text: What to note.
+        """
+        return "ok"
+
+    child = Agent(model=FakeModelClient(slow), tools=[note])
+    tool = child.as_tool(name="reader", description="Read", max_children=1)
+    result, store, session_id = await stop_then_resume(tool, 1, stuck)
+
+    assert result.outcome == "done", result.error
+    assert result.text == "noted"  # its own child carried on, not refused
+    (kid,) = await child_sessions(store, session_id)
+    (run,) = kid.runs
+    assert run.outcome == "done"
+    assert result.children_usage == run.usage == CHILD_USAGE + CHILD_USAGE
+
+
+def stopping_writer() -> tuple[Any, anyio.Event]:
+    """Drafts, then revises; its revision never comes back the first time."""
+    stopped = anyio.Event()
+    drafts = {"n": 0}
+
+    async def write(request: ModelRequest) -> Message:
+        drafts["n"] += 1
+        if drafts["n"] == 2:
+            stopped.set()
+            await anyio.sleep_forever()
+        if drafts["n"] == 1:
+            return reply("a draft with no source")
+        return reply("a draft, source: the ledger")
+
+    return FakeModelClient(write), stopped
+
+
+def reviewer() -> Driver:
+    def review(request: ModelRequest) -> ModelResponse:
+        task = request.messages[-1].text
+        verdict = "approved" if "source:" in task else "cite your source"
+        return ModelResponse(message=reply(verdict), usage=CHILD_USAGE)
+
+    return Agent(model=FakeModelClient(review)).driver
+
+
+def review_phase(child: Driver, max_children: int) -> Any:
+    return subagent_effect(
+        child,
+        signal=lambda answer: "approved" if answer == "approved" else "revise",
+        task=lambda conversation: f"Review this: {conversation[-1].text}",
+        key="feedback",
+        max_children=max_children,
+    )
+
+
+@pytest.mark.parametrize("max_children", [1, 2])
+async def test_a_resumed_run_counts_the_sub_agent_phases_it_ran(
+    max_children: int,
+) -> None:
+    store = MemoryStore()
+    child = reviewer()
+    model, stopped = stopping_writer()
+    effects = {"review": review_phase(child, max_children)}
+    driver = Driver(model=model, machine=review_machine(), effects=effects)
+    session = Session(store=store)
+    run_id = await stopped_run(
+        store, lambda: driver.run("write it", session=session), stopped
+    )
+    assert len(await child_sessions(store, session.id)) == 1
+
+    again = Driver(model=model, machine=review_machine(), effects=effects)
+    result = await again.resume(await Session.load(store, session.id), run_id)
+
+    kids = await child_sessions(store, session.id)
+    if max_children == 1:  # the second review is one too many
+        assert result.outcome == "failed"
+        assert isinstance(result.error, EffectFailed)
+        assert result.error.type == "SubagentTooMany"
+        assert len(kids) == 1
+    else:
+        assert result.outcome == "done", result.error
+        assert result.text == "a draft, source: the ledger"
+        assert [k.runs[0].text for k in kids] == ["cite your source", "approved"]
+    assert result.children_usage == sum((k.runs[0].usage for k in kids), Usage())
