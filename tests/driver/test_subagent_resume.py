@@ -10,13 +10,17 @@ import pytest
 
 from turnfsm import Agent, Driver, review_machine
 from turnfsm.driver import Tool, subagent_effect
-from turnfsm.errors import EffectFailed
+from turnfsm.driver._recall import session_scope
+from turnfsm.driver._subagents import run_scope
+from turnfsm.driver._tools import run_tool_call
+from turnfsm.errors import EffectFailed, ProviderError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     MemoryStore,
     Session,
     SessionStore,
     child_sessions,
+    descendants,
     parent_of,
 )
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -224,3 +228,52 @@ async def test_a_resumed_run_counts_the_sub_agent_phases_it_ran(
         assert result.text == "a draft, source: the ledger"
         assert [k.runs[0].text for k in kids] == ["cite your source", "approved"]
     assert result.children_usage == sum((k.runs[0].usage for k in kids), Usage())
+
+
+async def test_a_resumed_run_counts_its_childrens_own_sub_agents() -> None:
+    leaf = answering_child().as_tool(name="reader", description="Read")
+    middle = Agent(model=one_call_a_turn(1)[0], tools=[leaf])
+    tool = middle.as_tool(name="reader", description="Read")
+    result, store, session_id = await stop_then_resume(tool, 2)
+
+    assert result.outcome == "done", result.error
+    below = await descendants(store, session_id)
+    assert len(below) == 4  # two children, each with a child of its own
+    spent = sum((s.runs[0].usage for s in below), Usage())
+    assert result.children_usage == spent
+    assert result.children_usage == Usage(input_tokens=80, output_tokens=6)
+
+
+async def test_a_child_that_failed_before_its_result_was_logged_counts_once() -> None:
+    def broken(request: ModelRequest) -> ModelResponse:
+        usage = Usage(input_tokens=7)
+        if request.messages[-1].tool_results:
+            raise ProviderError("down", retryable=False)
+        return ModelResponse(
+            message=reply("", tool_call("note", text="x")), usage=usage
+        )
+
+    def note(text: str) -> str:
+        """Note a text.
+
+        Args:
+            text: What to note.
+        """
+        return "ok"
+
+    store = MemoryStore()
+    child = Agent(model=FakeModelClient(broken), tools=[note])
+    tool = child.as_tool(name="reader", description="Read")
+    parent = Agent(model=one_call_a_turn(1)[0], tools=[tool], store=store)
+    first = await parent.run("read it")
+    assert "SubagentFailed" in first.text
+    # The same call runs again (as a resumed parent runs a call whose result
+    # was not logged): the failure again, and what the child used, once.
+    session = await Session.load(store, parent.session.id)
+    (call,) = [c for m in session.history for c in m.tool_calls]
+    with session_scope(session), run_scope(first.run_id, None) as (_, tally):
+        again = await run_tool_call(call, {"reader": tool}, limit=None)
+    assert "SubagentFailed" in again.tool_results[0].content
+    assert tally.usage == first.children_usage == Usage(input_tokens=7)
+    (kid,) = await child_sessions(store, parent.session.id)
+    assert len(kid.runs) == 1
