@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from turnfsm import Agent, Driver, review_machine
 from turnfsm.driver import Tool, subagent_effect
 from turnfsm.driver._recall import session_scope
-from turnfsm.driver._subagents import run_scope
+from turnfsm.driver._subagents import child_ids, run_scope
 from turnfsm.driver._tools import run_tool_call
-from turnfsm.errors import EffectFailed, ProviderError
+from turnfsm.errors import CorruptRecord, EffectFailed, ProviderError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
+    Entry,
     MemoryStore,
     Session,
+    SessionInfo,
     SessionStore,
     child_sessions,
     descendants,
@@ -277,3 +280,44 @@ async def test_a_child_that_failed_before_its_result_was_logged_counts_once() ->
     assert tally.usage == first.children_usage == Usage(input_tokens=7)
     (kid,) = await child_sessions(store, parent.session.id)
     assert len(kid.runs) == 1
+
+
+@attrs.define
+class DamagedChildren:
+    """A store whose sub-agent sessions, once damaged, do not read back."""
+
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+    damaged: set[str] = attrs.field(factory=set)
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        return await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        if session_id in self.damaged:
+            raise CorruptRecord("Event", "", "damaged on purpose")
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        return await self.inner.list_sessions()
+
+
+async def test_a_damaged_childs_log_does_not_stop_its_callers_resume() -> None:
+    store = DamagedChildren()
+    tool = answering_child().as_tool(name="reader", description="Read")
+    model, stopped = one_call_a_turn(2, stop_at=1)
+    parent = Agent(model=model, tools=[tool], store=store)
+    run_id = await stopped_run(store, lambda: parent.run("read it"), stopped)
+    kid = child_ids(parent.session.id, run_id, "call_0")[0]
+    store.damaged.add(kid)
+
+    model, _ = one_call_a_turn(2)
+    again = Agent(model=model, tools=[tool], store=store)
+    result = await again.resume(parent.session.id, run_id)
+
+    assert result.outcome == "done", result.error
+    assert result.text == "done: part 0 | done: part 1"
+    assert result.children_usage == CHILD_USAGE  # the damaged one's is not known

@@ -43,6 +43,7 @@ from turnfsm.driver._replay import rebuild
 from turnfsm.driver._tools import Tool, current_tool_call
 from turnfsm.errors import (
     ConfigError,
+    CorruptRecord,
     EffectFailed,
     ReplayError,
     SubagentFailed,
@@ -507,7 +508,10 @@ async def _linked(
     found: list[_Linked] = []
     for call_id, (name, child) in calls.items():
         kid_id, kid_run = child_ids(session.id, run_id, call_id)
-        kid = await Session.open(session.store, kid_id)
+        try:
+            kid = await Session.open(session.store, kid_id)
+        except CorruptRecord:  # a damaged log: not counted (the run goes on)
+            continue
         run = next((r for r in kid.runs if r.run_id == kid_run), None)
         if run is not None:
             found.append(_Linked(name, call_id, child, kid, run, call_id in answered))
