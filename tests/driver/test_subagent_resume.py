@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
-import attrs
 import pytest
 
 from turnfsm import Agent, Driver, review_machine
@@ -20,7 +19,6 @@ from turnfsm.persistence import (
     Entry,
     MemoryStore,
     Session,
-    SessionInfo,
     SessionStore,
     child_sessions,
     descendants,
@@ -68,7 +66,9 @@ def one_call_a_turn(calls: int, *, stop_at: int | None = None) -> Any:
 
 
 async def stopped_run(
-    store: SessionStore, run: Callable[[], Awaitable[Any]], stopped: anyio.Event
+    store: SessionStore,
+    run: Callable[[], Coroutine[Any, Any, Any]],
+    stopped: anyio.Event,
 ) -> str:
     """Run `run` until `stopped`, then cancel it; the run id it left open."""
     with anyio.fail_after(10):
@@ -282,27 +282,17 @@ async def test_a_child_that_failed_before_its_result_was_logged_counts_once() ->
     assert len(kid.runs) == 1
 
 
-@attrs.define
-class DamagedChildren:
-    """A store whose sub-agent sessions, once damaged, do not read back."""
+class DamagedChildren(MemoryStore):  # type: ignore[misc]
+    """A store whose sessions named in `damaged` do not read back."""
 
-    inner: MemoryStore = attrs.field(factory=MemoryStore)
-    damaged: set[str] = attrs.field(factory=set)
-
-    async def append(
-        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
-    ) -> int:
-        return await self.inner.append(
-            session_id, entries, expected_version=expected_version
-        )
+    def __init__(self) -> None:
+        super().__init__()
+        self.damaged: set[str] = set()
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         if session_id in self.damaged:
             raise CorruptRecord("Event", "", "damaged on purpose")
-        return await self.inner.load(session_id)
-
-    async def list_sessions(self) -> tuple[SessionInfo, ...]:
-        return await self.inner.list_sessions()
+        return await super().load(session_id)
 
 
 async def test_a_damaged_childs_log_does_not_stop_its_callers_resume() -> None:
