@@ -117,8 +117,8 @@ class RunResult(Generic[OutputT]):
             run did not finish, or asked for no output type).
         children_usage: Provider usage of the sub-agents this run delegated
             to (their turns, passes and own sub-agents; see
-            `Agent.as_tool`), apart from `usage`; in this process's part of
-            the run (a resumed run counts the children it ran itself).
+            `Agent.as_tool`), apart from `usage`; a resumed run's counts
+            the sub-agents it started before it was resumed too.
     """
 
     outcome: Literal["done", "failed", "cancelled", "interrupted", "paused"]

@@ -35,10 +35,18 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{_TOKEN}"
 
 
-async def lease_owner(session: Session) -> str | None:
-    """Return who holds `session`'s lease now (None: nobody, or no leases)."""
+def _leasing(session: Session) -> LeasingStore | None:
+    """`session`'s store, if its sessions have leases (None: a one-process store)."""
     store = session.store
     if isinstance(store, MemoryStore) or not isinstance(store, LeasingStore):
+        return None
+    return store
+
+
+async def lease_owner(session: Session) -> str | None:
+    """Return who holds `session`'s lease now (None: nobody, or no leases)."""
+    store = _leasing(session)
+    if store is None:
         return None
     lease = await store.lease_of(session.id)
     return lease.owner if lease is not None else None
@@ -56,8 +64,8 @@ async def holding(
     Raises:
         SessionBusy: another process holds a live lease (not with `force`).
     """
-    store = session.store
-    if isinstance(store, MemoryStore) or not isinstance(store, LeasingStore):
+    store = _leasing(session)
+    if store is None:
         yield None
         return
     owner = owner_id()

@@ -18,7 +18,7 @@ from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType
-from turnfsm.driver._subagents import answering, run_scope
+from turnfsm.driver._subagents import answering, count_earlier_children, run_scope
 from turnfsm.errors import ConfigError, SessionBusy, SubagentWaiting
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
@@ -95,6 +95,9 @@ async def resume_run(
                 _check_carries(driver, loop, waiting)
             gone = previous.owner if previous is not None else None
             with run_scope(run_id, control, taken_over=gone) as (_, loop.children):
+                await count_earlier_children(
+                    loop.children, driver, session, loop.machine.spec
+                )
                 if event is None:
                     return await loop.carry_on(loop.machine.decision)
                 return await loop.go(event)

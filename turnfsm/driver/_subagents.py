@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -40,16 +41,21 @@ from turnfsm.core import (
     MachineSpec,
     Perform,
     Signal,
+    Snapshot,
     SubagentSpec,
+    TurnMachine,
 )
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
+from turnfsm.driver._replay import rebuild
 from turnfsm.driver._tools import Tool, current_tool_call
 from turnfsm.errors import (
     ConfigError,
+    CorruptRecord,
     EffectFailed,
+    ReplayError,
     SubagentFailed,
     SubagentTooDeep,
     SubagentTooMany,
@@ -62,6 +68,7 @@ from turnfsm.persistence import (
     RunRecord,
     Session,
     SessionStore,
+    event_messages,
     new_id,
 )
 from turnfsm.values import Usage
@@ -76,6 +83,7 @@ __all__ = [
     "ChildTally",
     "answering",
     "child_ids",
+    "count_earlier_children",
     "declared_effects",
     "opening_link",
     "run_scope",
@@ -89,14 +97,30 @@ class ChildTally:
     """One run's children: the run's id, and what they used, summed as each ends.
 
     `taken_over` names the process whose lease the run took over on resume
-    (it is gone): a child it left open is taken over from it too.
+    (it is gone): a child it left open is taken over from it too. `started`
+    holds, by tool (or phase effect) name, the calls that started a child: a
+    resumed run's call that carries its own child on is not counted again.
     """
 
     run_id: str
     control: RunControl | None = None
     usage: Usage = attrs.field(factory=Usage)
     taken_over: str | None = None
-    started: dict[str, int] = attrs.field(factory=dict)
+    started: dict[str, set[str]] = attrs.field(factory=dict)
+
+    def start(self, name: str, call_id: str | None, limit: int) -> None:
+        """Count call `call_id`'s child against `name`'s `limit`.
+
+        Raises:
+            SubagentTooMany: `name` has started `limit` children, and this
+                call is not one of them.
+        """
+        calls = self.started.setdefault(name, set())
+        if call_id is not None and call_id in calls:
+            return  # the call carries on the child it started
+        if len(calls) >= limit:
+            raise SubagentTooMany(name, len(calls), limit)
+        calls.add(call_id if call_id is not None else new_id("call"))
 
 
 _LINK: Final[contextvars.ContextVar[ParentLink | None]] = contextvars.ContextVar(
@@ -111,6 +135,11 @@ _TALLY: Final[contextvars.ContextVar[ChildTally | None]] = contextvars.ContextVa
 _ANSWER: Final[contextvars.ContextVar[tuple[str, Event] | None]] = (
     contextvars.ContextVar("turnfsm_subagent_answer", default=None)
 )
+_DRIVERS: Final[weakref.WeakKeyDictionary[Callable[..., Any], Driver]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The child's driver of each sub-agent tool's function and phase's effect."""
+_ENDED: Final = ("done", "failed", "cancelled")
 
 
 def opening_link() -> ParentLink | None:
@@ -203,6 +232,7 @@ def subagent_tool(
             call.id if call is not None else None,
         )
 
+    _DRIVERS[delegate] = driver
     return Tool(
         name=name,
         description=description,
@@ -393,8 +423,7 @@ def subagent_effect(
             text = task
         else:
             text = task(conversation)
-        # The phase's "call": where in the run it ran, the same on resume.
-        call_id = f"{decision.phase}-{snapshot.turns}-{len(conversation)}"
+        call_id = _phase_call(decision, snapshot)
         child = _Child(driver, decision.effect, max_depth, max_children, store)
         try:
             answer = await _child_answer(child, text, ctx.session, call_id)
@@ -407,7 +436,14 @@ def subagent_effect(
         name = signal(answer) if callable(signal) else signal
         return Signal(name, {key: answer})
 
+    _DRIVERS[run_child] = driver
     return run_child
+
+
+def _phase_call(decision: Perform, snapshot: Snapshot) -> str:
+    """The "call" of a sub-agent phase: where in the run it ran, the same on resume."""
+    conversation = len(snapshot.history) + len(snapshot.pending)
+    return f"{decision.phase}-{snapshot.turns}-{conversation}"
 
 
 async def _child_answer(
@@ -426,10 +462,7 @@ async def _child_answer(
         raise SubagentTooDeep(name, depth, max_depth)
     tally = _TALLY.get()
     if tally is not None:  # counted before any wait: calls of a batch in order
-        started = tally.started.get(name, 0)
-        if started >= child.max_children:
-            raise SubagentTooMany(name, started, child.max_children)
-        tally.started[name] = started + 1
+        tally.start(name, call_id if parent is not None else None, child.max_children)
     where = parent.store if parent is not None else child.fallback
     link = (
         ParentLink(
@@ -450,12 +483,16 @@ async def _child_answer(
         session = Session(store=where if where is not None else MemoryStore())
         run_id = new_id("run")
     earlier = next((r for r in session.runs if r.run_id == run_id), None)
-    if earlier is not None and earlier.outcome == "done":
-        # Finished before the parent's result was logged: its answer, and
-        # what it used, counted now.
+    if earlier is not None and earlier.outcome in _ENDED:
+        # Ended before the parent's result was logged: what it used counts
+        # now, and its answer is the call's (a failure is the call's error).
         if tally is not None:
-            tally.usage = tally.usage + earlier.usage
-        return earlier.text
+            tally.usage = tally.usage + await _spent(driver, session, earlier)
+        if earlier.outcome == "done":
+            return earlier.text
+        raise SubagentFailed(
+            name, session.id, earlier.outcome, _cause(earlier.error, None)
+        )
     answer = _ANSWER.get()
     link_token = _LINK.set(link)
     depth_token = _DEPTH.set(depth)
@@ -470,7 +507,7 @@ async def _child_answer(
             gone = tally.taken_over if tally is not None else None
             force = gone is not None and await lease_owner(session) == gone
             result = await driver.resume(session, run_id, force=force)
-        else:
+        else:  # an outcome this version does not know
             raise SubagentFailed(
                 name, session.id, earlier.outcome, _cause(earlier.error, None)
             )
@@ -507,6 +544,127 @@ async def _child_answer(
         cause = _cause(result.error, result.waiting)
         raise SubagentFailed(name, session.id, result.outcome, cause)
     return result.text
+
+
+@attrs.frozen
+class _Linked:
+    """A child a run's call started, as the store holds it."""
+
+    name: str  # the sub-agent tool's, or the phase's effect
+    call_id: str
+    driver: Driver  # the child's
+    session: Session
+    run: RunRecord
+    answered: bool  # the run's log holds the call's result
+
+
+async def _linked(
+    driver: Driver, session: Session, run_id: str, machine: MachineSpec | None
+) -> list[_Linked]:
+    """The children the calls of run `run_id` started, found by their ids.
+
+    Only the calls to `driver`'s sub-agent tools and phases are looked up (a
+    driver without any reads nothing); a phase's calls are found by
+    replaying the run on `machine` (None: not looked for).
+    """
+    tools = {
+        t.name: _DRIVERS[t.fn]
+        for t in driver.tools
+        if isinstance(t, Tool) and t.fn in _DRIVERS
+    }
+    effects = {
+        name: _DRIVERS[effect]
+        for name, effect in driver.effects_by_name.items()
+        if effect in _DRIVERS
+    }
+    if not tools and not effects:
+        return []
+    entries = session.run_entries(run_id)
+    calls: dict[str, tuple[str, Driver]] = {}
+    answered: set[str] = set()
+    if tools:
+        answered.update(session.recorded_results(run_id))
+        for entry in entries:
+            for message in event_messages(entry.event):
+                for call in message.tool_calls:
+                    if call.name in tools:
+                        calls.setdefault(call.id, (call.name, tools[call.name]))
+                answered.update(r.call_id for r in message.tool_results)
+    performs = {f"perform:{name}" for name in effects}
+    if machine is not None and any(e.decision in performs for e in entries):
+        for call_id, name, done in _phase_calls(machine, session, run_id, effects):
+            calls.setdefault(call_id, (name, effects[name]))
+            if done:
+                answered.add(call_id)
+    found: list[_Linked] = []
+    for call_id, (name, child) in calls.items():
+        kid_id, kid_run = child_ids(session.id, run_id, call_id)
+        try:
+            kid = await Session.open(session.store, kid_id)
+        except CorruptRecord:  # a damaged log: not counted (the run goes on)
+            continue
+        run = next((r for r in kid.runs if r.run_id == kid_run), None)
+        if run is not None:
+            found.append(_Linked(name, call_id, child, kid, run, call_id in answered))
+    return found
+
+
+def _phase_calls(
+    machine: MachineSpec, session: Session, run_id: str, effects: Mapping[str, Any]
+) -> list[tuple[str, str, bool]]:
+    """The sub-agent phases run `run_id` ran: call id, effect, whether it ended."""
+    ran: list[tuple[str, str]] = []
+
+    def step(brain: TurnMachine) -> None:
+        decision = brain.decision
+        if isinstance(decision, Perform) and decision.effect in effects:
+            ran.append((_phase_call(decision, brain.snapshot), decision.effect))
+
+    try:
+        last = rebuild(machine, session, run_id, check=False, on_step=step)
+    except ReplayError:  # a log the machine does not take: no phases found
+        return []
+    decision = last.decision
+    open_call = (
+        _phase_call(decision, last.snapshot) if isinstance(decision, Perform) else None
+    )
+    return [(call_id, name, call_id != open_call) for call_id, name in ran]
+
+
+def _run_machine(
+    driver: Driver, session: Session, run: RunRecord
+) -> MachineSpec | None:
+    """The machine `run` began on: `driver`'s, or the one the log keeps."""
+    if run.opened.digest == driver.digest:
+        return driver.machine
+    return session.machine(run.opened.digest)
+
+
+async def _spent(driver: Driver, session: Session, run: RunRecord) -> Usage:
+    """What the ended `run` (of `driver`) used: its turns, passes and children."""
+    total = sum((c.usage for c in run.compactions if c.usage), run.usage)
+    machine = _run_machine(driver, session, run)
+    for child in await _linked(driver, session, run.run_id, machine):
+        total = total + await _spent(child.driver, child.session, child.run)
+    return total
+
+
+async def count_earlier_children(
+    tally: ChildTally, driver: Driver, session: Session, machine: MachineSpec
+) -> None:
+    """Count in `tally` the children its run started before it was resumed.
+
+    Each counts against its tool's (or phase's) `max_children` once: a call
+    that carries its child on is not counted again. What a child used is
+    counted now if the run's log holds the call's result; else the call
+    runs again on resume and counts it when the child ends.
+    """
+    for child in await _linked(driver, session, tally.run_id, machine):
+        tally.started.setdefault(child.name, set()).add(child.call_id)
+        if child.answered:
+            tally.usage = tally.usage + await _spent(
+                child.driver, child.session, child.run
+            )
 
 
 def child_ids(session_id: str, run_id: str, call_id: str) -> tuple[str, str]:

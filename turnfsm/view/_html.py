@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Final, TypeVar
 
@@ -610,21 +610,22 @@ def pass_diff(session: Session, run: RunRecord, n: int, k: int) -> list[str]:
             f"{_e(record.payback.describe())}.</p>"
         )
     out.append('<div class="diff"><div class="before"><h4>Covered (before)</h4>')
-    pinned = _pinned(session, run, record.covers)
+    found = _found(session, [*record.covers, *record.replacement])
+    pinned = _pinned(run, found, record.covers)
     for message_id in record.covers:
         mark = "kept" if message_id in kept else "removed"
         anchor = _original(n, k, message_id) if mark == "removed" else None
         out.append(
             _message(
-                session, message_id, mark, pinned=message_id in pinned, anchor=anchor
+                found, message_id, mark, pinned=message_id in pinned, anchor=anchor
             )
         )
     out.append('</div><div class="after"><h4>In their place (after)</h4>')
     for message_id in record.replacement:
         mark = "kept" if message_id in kept else "added"
-        out.append(_message(session, message_id, mark, pinned=message_id in pinned))
+        out.append(_message(found, message_id, mark, pinned=message_id in pinned))
         if mark == "added":
-            out += _replaces(session, message_id, n, k, set(removed))
+            out += _replaces(found.get(message_id), n, k, set(removed))
     out.append("</div></div></div>")
     return out
 
@@ -634,14 +635,9 @@ def _original(n: int, k: int, message_id: str) -> str:
     return f"was-{n}-{k}-{message_id}"
 
 
-def _replaces(
-    session: Session, message_id: str, n: int, k: int, removed: set[str]
-) -> list[str]:
+def _replaces(message: Message | None, n: int, k: int, removed: set[str]) -> list[str]:
     """Links from a replacement to the originals it names (those this pass removed)."""
-    try:
-        names = replaced_ids(session.message(message_id))
-    except KeyError:
-        return []
+    names = replaced_ids(message) if message is not None else ()
     if not names:
         return []
     links = [
@@ -732,49 +728,56 @@ def turn_detail(
     """
     turn = run.turns[index]
     ids = run.context(index)
-    pinned = _pinned(session, run, ids)
+    found = _found(session, [*ids, turn.output])
+    pinned = _pinned(run, found, ids)
     out = ['<div class="detail">']
     if full or index == 0:
         out.append(f'<h4>Context: {len(ids)} message(s)</h4><div class="context">')
-        out += [_message(session, i, "", pinned=i in pinned) for i in ids]
+        out += [_message(found, i, "", pinned=i in pinned) for i in ids]
     else:
         out.append(
             f"<h4>Context: the first {turn.keep} message(s) of turn {index}'s, then "
             f'{len(turn.added)} more</h4><div class="context">'
         )
-        out += [_message(session, i, "", pinned=i in pinned) for i in turn.added]
+        out += [_message(found, i, "", pinned=i in pinned) for i in turn.added]
     out.append('</div><h4>Reply</h4><div class="reply">')
-    out.append(_message(session, turn.output, "reply"))
+    out.append(_message(found, turn.output, "reply"))
     out.append("</div></div>")
     return out
 
 
-def _pinned(session: Session, run: RunRecord, ids: Sequence[str]) -> frozenset[str]:
-    """Which of `ids` (a conversation) the run's pin rules and pins keep."""
+def _found(session: Session, ids: Sequence[str]) -> dict[str, Message]:
+    """The messages of `ids` the log holds, by id: each looked up once."""
+    found: dict[str, Message] = {}
+    for message_id in ids:
+        try:
+            found[message_id] = session.message(message_id)
+        except KeyError:
+            continue
+    return found
+
+
+def _pinned(
+    run: RunRecord, found: Mapping[str, Message], ids: Sequence[str]
+) -> frozenset[str]:
+    """Which of `ids` (a conversation; its messages in `found`) the run's pins keep."""
     try:
         rules = pin_rules(run.opened.context)
     except ConfigError:  # rules this version does not know: the defaults
         rules = PinRules()
-    messages = []
-    for message_id in ids:
-        try:
-            messages.append(session.message(message_id))
-        except KeyError:
-            continue
-    return pinned_ids(messages, rules)
+    return pinned_ids([found[i] for i in ids if i in found], rules)
 
 
 def _message(
-    session: Session,
+    found: Mapping[str, Message],
     message_id: str,
     mark: str,
     *,
     pinned: bool = False,
     anchor: str | None = None,
 ) -> str:
-    try:
-        message = session.message(message_id)
-    except KeyError:
+    message = found.get(message_id)
+    if message is None:
         return (
             f'<div class="msg missing {mark}" data-id="{_e(message_id)}">'
             f"message <code>{_e(message_id)}</code> is not in the log</div>"
