@@ -52,6 +52,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from transitions import Machine
 
+from turnfsm import Agent
 from turnfsm._resources import default_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import (
@@ -72,6 +73,8 @@ GOAL_TURN_US = 80.0
 GOAL_RUN_US = 150.0
 GOAL_FLAT = 1.2
 GOAL_TRACED = 1.5
+GOAL_NEW_AGENT_US = 500.0
+AGENTS = 500
 TURNS = 2_000
 REPEATS = 5
 SHORT_RUNS = 300
@@ -206,6 +209,37 @@ async def one_turn_run_us() -> float:
             await driver.run("go", session=Session())
         best = min(best, (time.perf_counter() - t0) / SHORT_RUNS * 1e6)
     return best
+
+
+def search(query: str, limit: int = 5) -> str:
+    """Search the notes (a tool given as a function)."""
+    return query
+
+
+def lookup(key: str) -> str:
+    """Look a key up (a tool given as a function)."""
+    return key
+
+
+def new_agent_us() -> tuple[float, float]:
+    """A new `Agent` per request (two function tools), and a bare machine start.
+
+    The baseline is `TurnMachine.start` on the stock machine: the least a
+    run needs before its first event.
+    """
+    model = InstantModel(1)
+    Agent(model=model, tools=[search, lookup])  # the first checks the schemas
+    agent = machine = float("inf")
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        for _ in range(AGENTS):
+            Agent(model=model, tools=[search, lookup])
+        agent = min(agent, (time.perf_counter() - t0) / AGENTS * 1e6)
+        t0 = time.perf_counter()
+        for _ in range(AGENTS):
+            TurnMachine.start(default_machine())
+        machine = min(machine, (time.perf_counter() - t0) / AGENTS * 1e6)
+    return agent, machine
 
 
 def brain_only_us(turns: int) -> float:
@@ -390,6 +424,12 @@ def main(argv: list[str]) -> None:
     print(
         f"  baseline (hand-written loop)     {raw:7.1f} µs  -> ratio "
         f"{ours / raw:4.1f}x, overhead {overhead:6.1f} µs per turn"
+    )
+    agent, start = new_agent_us()
+    print(
+        f"  a new Agent per request (2 tools) {agent:6.1f} µs "
+        f"({_verdict(agent, GOAL_NEW_AGENT_US)}, goal {GOAL_NEW_AGENT_US:.0f}); "
+        f"bare TurnMachine.start {start:5.1f} µs -> {agent / start:4.1f}x"
     )
     brain = brain_only_us(TURNS)
     floor = bare_transitions_us(TURNS)

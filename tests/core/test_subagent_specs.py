@@ -231,3 +231,14 @@ def test_a_cycle_through_a_sub_agent_phase_must_be_bounded(tmp_path: Path) -> No
     assert any(
         "cycle await_review -[revise]-> await_review is not bounded" in p for p in found
     ), found
+
+
+def test_a_specs_digest_is_computed_once_and_equal_specs_agree(tmp_path: Path) -> None:
+    path = tmp_path / "reviewed.toml"
+    path.write_text(reviewed())
+    spec, again = load_machine(path), load_machine(path)
+    assert spec is not again
+    assert machine_digest(spec) == machine_digest(again)
+    assert machine_digest(spec) is machine_digest(spec)
+    other = load_machine(machines_dir() / "turn.toml")
+    assert machine_digest(other) != machine_digest(spec)

@@ -537,3 +537,22 @@ async def test_a_long_list_of_problems_is_cut_and_counted() -> None:
     assert lines[0] == "x00: unexpected (not a parameter of this tool)"
     assert lines[-1] == "... and 5 more"
     assert recorder.calls == []
+
+
+def test_a_schema_is_checked_once_and_each_tool_still_validates_its_calls() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    first = Tool(name="one", description="d", parameters=schema, fn=Recorder())
+    # An equal schema, another dict, another tool: the checked validator is
+    # reused, and it validates this tool's calls all the same.
+    again = Tool(name="two", description="d", parameters=dict(schema), fn=Recorder())
+    assert again._validator is first._validator
+    assert not list(again._validator.iter_errors({"n": 1}))
+    assert [e.message for e in again._validator.iter_errors({"n": "x"})] == [
+        "'x' is not of type 'integer'"
+    ]
+    # A bad schema is never remembered: refused every time, naming its tool.
+    bad = {"type": "object", "properties": {"n": {"type": "integr"}}}
+    for name in ("three", "four"):
+        with pytest.raises(ConfigError) as caught:
+            Tool(name=name, description="d", parameters=bad, fn=Recorder())
+        assert caught.value.field == f"Tool({name!r}).parameters.properties.n.type"

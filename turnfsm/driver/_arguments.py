@@ -138,15 +138,39 @@ def _values(values: Iterable[object]) -> str:
 # -- the validator ---------------------------------------------------------------
 
 
+_CHECKED: Final[dict[str, Validator]] = {}
+"""Validators by schema text: a schema is checked once per process, however
+many tools (and agents built per request) describe their calls by it."""
+
+_CHECKED_MAX: Final = 4096
+"""How many schemas `_CHECKED` keeps (the oldest go first)."""
+
+
 def validator_for(tool: str, parameters: Mapping[str, Any]) -> Validator:
     """Return the validator of a tool's parameters schema, built once.
 
     The schema's ``$schema`` picks the draft; without one it is Draft 2020-12.
+    A schema equal to one already checked reuses its validator.
 
     Raises:
         ConfigError: the schema is not a valid JSON schema, or does not
             describe an object (a call's arguments are always one).
     """
+    try:
+        key = json.dumps(parameters, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        key = None  # not JSON: checked, and refused, below
+    if key is not None and (known := _CHECKED.get(key)) is not None:
+        return known
+    validator = _checked(tool, parameters)
+    if key is not None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            del _CHECKED[next(iter(_CHECKED))]
+        _CHECKED[key] = validator
+    return validator
+
+
+def _checked(tool: str, parameters: Mapping[str, Any]) -> Validator:
     field = f"Tool({tool!r}).parameters"
     cls = validators.validator_for(parameters, default=Draft202012Validator)
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
@@ -446,10 +447,23 @@ def _decides_by(field: attrs.Attribute[Any], value: object) -> bool:
 
 
 def machine_digest(spec: MachineSpec) -> str:
-    """Return a digest of what `spec` decides by (not where it was loaded from)."""
+    """Return a digest of what `spec` decides by (not where it was loaded from).
+
+    Computed once per spec object (a driver built per request reuses it).
+    """
+    known = _DIGESTS.get(spec)
+    if known is not None:
+        return known
     data = attrs.asdict(spec, filter=_decides_by)
     text = json.dumps(data, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = _DIGESTS[spec] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return digest
+
+
+_DIGESTS: Final[weakref.WeakKeyDictionary[MachineSpec, str]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each live spec's digest (specs are frozen; equal specs share one)."""
 
 
 def event_messages(event: Event) -> tuple[Message, ...]:
