@@ -240,7 +240,7 @@ def _changed_results(
     message: Message,
     plain: Message,
     original: Message,
-    calls: Mapping[str, ToolCallPart],
+    note_of: Callable[[str], str],
 ) -> Message:
     """`message`, with a note on each tool result whose content the pass changed."""
     if message.role is not Role.TOOL:
@@ -252,8 +252,7 @@ def _changed_results(
     seen: dict[str, int] = {}
     for part in message.parts:
         if isinstance(part, ToolResultPart):
-            call = calls.get(part.call_id)
-            note = recall_note((call_handle(call) if call else part.call_id,))
+            note = note_of(part.call_id)
             # A message may hold several results for one call: the k-th
             # result of a call is compared with the k-th it had.
             key = (part.call_id, seen.get(part.call_id, 0))
@@ -290,24 +289,63 @@ def mark_replacements(
         dropped where it stands, and a tool result whose content changed
         names its own message (in its metadata) and call (in its text).
     """
-    original = plain if original is None else original
-    by_id = {m.id: (i, m) for i, m in enumerate(plain)}
-    was = {m.id: m for m in original}
-    kept = {m.id for m in result if m.id in by_id}
-    calls = _calls(plain)
-    covers = _covers(result, by_id, _gaps(plain, kept))
-    out: list[Message] = []
-    for at, message in enumerate(result):
-        found = by_id.get(message.id)
-        if found is None:
-            covered = covers.get(at)
-            out.append(_with_note(message, covered, calls) if covered else message)
-            continue
-        _, base = found
-        new = _changed_results(message, base, was.get(message.id, base), calls)
-        old = was.get(message.id)
-        out.append(old if old is not None and _same(new, old) else new)
-    return tuple(out)
+    return _Marker(plain, plain if original is None else original).mark(result)
+
+
+@final
+class _Marker:
+    """Marks the results of one pass's input: `mark_replacements`, reusable.
+
+    A strategy counts many candidate results of one input (a search for the
+    most that fits); the input's tables are built once, and each kept
+    message's marking is remembered by the message object it was made from.
+    """
+
+    __slots__ = ("by_id", "calls", "kept_as", "notes", "plain", "was")
+
+    def __init__(self, plain: Sequence[Message], original: Sequence[Message]) -> None:
+        self.plain = plain
+        self.by_id = {m.id: (i, m) for i, m in enumerate(plain)}
+        self.was = {m.id: m for m in original}
+        self.calls = _calls(plain)
+        self.kept_as: dict[str, tuple[Message, Message]] = {}
+        """A kept message's id -> (the message the strategy gave, as marked)."""
+        self.notes: dict[str, str] = {}
+        """A call id -> the note a changed result of it carries."""
+
+    def note_of(self, call_id: str) -> str:
+        """The note on a result of call `call_id` that a pass changed."""
+        note = self.notes.get(call_id)
+        if note is None:
+            call = self.calls.get(call_id)
+            handle = call_handle(call) if call is not None else call_id
+            note = self.notes[call_id] = recall_note((handle,))
+        return note
+
+    def mark(self, result: Sequence[Message]) -> tuple[Message, ...]:
+        by_id, was, calls = self.by_id, self.was, self.calls
+        kept = {m.id for m in result if m.id in by_id}
+        covers = _covers(result, by_id, _gaps(self.plain, kept))
+        out: list[Message] = []
+        for at, message in enumerate(result):
+            found = by_id.get(message.id)
+            if found is None:
+                covered = covers.get(at)
+                out.append(_with_note(message, covered, calls) if covered else message)
+                continue
+            known = self.kept_as.get(message.id)
+            if known is not None and known[0] is message:
+                out.append(known[1])
+                continue
+            _, base = found
+            new = _changed_results(
+                message, base, was.get(message.id, base), self.note_of
+            )
+            old = was.get(message.id)
+            marked = old if old is not None and _same(new, old) else new
+            self.kept_as[message.id] = (message, marked)
+            out.append(marked)
+        return tuple(out)
 
 
 @final
@@ -320,10 +358,10 @@ class _MarkedCounter:
     """
 
     counter: TokenCounter
-    plain: Sequence[Message]
+    marker: _Marker
 
     def count(self, messages: Sequence[Message]) -> int:
-        return self.counter.count(mark_replacements(self.plain, messages))
+        return self.counter.count(self.marker.mark(messages))
 
     def count_text(self, text: str) -> int:
         return self.counter.count_text(text)
@@ -341,7 +379,8 @@ async def with_recall_marks(
     like any text); a result that is the input again is reported unchanged.
     """
     plain = unmark(messages)
-    counting = attrs.evolve(ctx, counter=_MarkedCounter(ctx.counter, plain))
+    marker = _Marker(plain, plain)
+    counting = attrs.evolve(ctx, counter=_MarkedCounter(ctx.counter, marker))
     proposal = await compact(plain, target, counting)
     if proposal.is_failed:
         return proposal
