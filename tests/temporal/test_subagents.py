@@ -1,0 +1,474 @@
+"""Sub-agents in durable runs: a sub-agent tool's call runs as a child workflow.
+
+The lead and its sub-agent are served by one worker (`create_worker` with
+both agents); the lead's call of the sub-agent's tool starts the same
+workflow type for the sub-agent, linked to the call, on the same queue.
+The reference is the in-process run of the same agents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.service import RPCError
+from temporalio.worker import Replayer
+
+from turnfsm import Agent, approval_machine
+from turnfsm.driver import child_ids, replay
+from turnfsm.errors import Cancelled
+from turnfsm.messages import Message
+from turnfsm.persistence import (
+    MemoryStore,
+    ParentLink,
+    Session,
+    SessionStore,
+    SQLiteStore,
+    child_sessions,
+    parent_of,
+)
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.temporal import (
+    DurableOptions,
+    DurableRun,
+    RunStatus,
+    TurnWorkflow,
+    create_worker,
+    start_durable,
+    workflow_runner,
+)
+from turnfsm.temporal._payloads import workflow_id_of
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.values import Usage
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+FAST = DurableOptions(heartbeat_timeout=5, retry_initial=0.1, retry_max=1)
+CHILD_USAGE = Usage(input_tokens=40, output_tokens=3)
+LEAD_USAGE = Usage(input_tokens=100, output_tokens=5)
+TOTALS = {"north": 120, "south": 45, "east": 7}
+
+
+def lookup(region: str) -> str:
+    """Look up a region's total.
+
+    Args:
+        region: the region.
+    """
+    return f"total: {TOTALS[region]}"
+
+
+def reader_model() -> FakeModelClient:
+    """Looks up the region its task names, then answers with the total."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.tool_results:
+            total = last.tool_results[0].content.split(": ")[1]
+            message = reply(f"the total is {total}")
+        else:
+            region = last.text.split()[1]  # "Read REGION"
+            message = reply("", tool_call("lookup", f"look_{region}", region=region))
+        return ModelResponse(message=message, usage=CHILD_USAGE)
+
+    return FakeModelClient(answer)
+
+
+def lead_model(tool: str, *regions: str) -> FakeModelClient:
+    """Delegates one task per region at once, then says what came back."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.tool_results:
+            said = [p.content for m in request.messages for p in m.tool_results]
+            message = reply("; ".join(said))
+        else:
+            calls = [
+                tool_call(tool, f"call_{r}", task=f"Read {r} and say its total")
+                for r in regions
+            ]
+            message = reply("", *calls)
+        return ModelResponse(message=message, usage=LEAD_USAGE)
+
+    return FakeModelClient(answer)
+
+
+def agents(store: SessionStore, *regions: str, **limits: Any) -> tuple[Agent, Agent]:
+    """The lead (in `store`) and its reader sub-agent (a store of its own)."""
+    reader = Agent(
+        model=reader_model(), tools=[lookup], store=MemoryStore(), name="reader"
+    )
+    tool = reader.as_tool(name="reader", description="Say a region's total", **limits)
+    lead = Agent(
+        model=lead_model("reader", *regions), tools=[tool], store=store, name="lead"
+    )
+    return lead, reader
+
+
+@contextlib.asynccontextmanager
+async def _served(client: Client, *served: Agent, **options: Any) -> AsyncIterator[str]:
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(client, queue, list(served), **options):
+        yield queue
+
+
+async def _history(client: Client, workflow_id: str) -> WorkflowHistory:
+    return await client.get_workflow_handle(workflow_id).fetch_history()
+
+
+async def _replays(history: WorkflowHistory) -> None:
+    replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=workflow_runner())
+    await replayer.replay_workflow(history)
+
+
+def _children_started(history: WorkflowHistory) -> list[str]:
+    """The ids of the child workflows a workflow's history started."""
+    kind = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    return [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for e in history.events
+        if e.event_type == kind
+    ]
+
+
+def _activities(history: WorkflowHistory) -> list[str]:
+    kind = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == kind
+    ]
+
+
+def content(messages: Sequence[Message]) -> list[Any]:
+    """What a conversation says, without its message ids."""
+    return [
+        (
+            m.role.value,
+            m.text,
+            [(c.id, c.name, c.arguments) for c in m.tool_calls],
+            [(r.call_id, r.content, r.is_error) for r in m.tool_results],
+        )
+        for m in messages
+    ]
+
+
+async def _paused(run: DurableRun) -> RunStatus:
+    """Wait until `run` pauses (its workflow may not have started yet)."""
+    with anyio.fail_after(30):
+        while True:
+            with contextlib.suppress(RPCError):
+                status = await run.status()
+                if status.waiting is not None:
+                    return status
+            await anyio.sleep(0.05)
+
+
+# -- a call of the sub-agent's tool is a child workflow ------------------------
+
+
+async def test_a_sub_agent_runs_as_a_child_workflow_linked_to_the_call(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "lead.db")
+    lead, reader = agents(store, "north")
+    local, _ = agents(MemoryStore(), "north")
+    expected = await local.run("What is the north total?")
+    async with _served(temporal_client, lead, reader) as queue:
+        run = await start_durable(
+            lead, "What is the north total?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        (kid,) = await child_sessions(store, run.session_id)
+        described = await temporal_client.get_workflow_handle(
+            workflow_id_of(kid.id)
+        ).describe()
+        history = await _history(temporal_client, run.workflow_id)
+        kid_history = await _history(temporal_client, workflow_id_of(kid.id))
+
+    assert result.ok, result.error
+    assert result.text == expected.text == "the total is 120"
+    assert result.usage == LEAD_USAGE + LEAD_USAGE
+    assert result.children_usage == expected.children_usage == CHILD_USAGE + CHILD_USAGE
+    # The child's session is in the caller's store, linked to its call, as
+    # in-process; the child agent's own store holds nothing.
+    assert parent_of(kid) == ParentLink(
+        session_id=run.session_id, run_id=result.run_id, call_id="call_north", depth=1
+    )
+    assert (kid.id, kid.runs[0].run_id) == child_ids(
+        run.session_id, result.run_id, "call_north"
+    )
+    assert [(r.outcome, r.text) for r in kid.runs] == [("done", "the total is 120")]
+    assert await reader.store.list_sessions() == ()
+    lead_session = await Session.load(store, run.session_id)
+    assert content(lead_session.history) == content(local.session.history)
+    assert replay(None, lead_session, result.run_id).ok
+    assert replay(None, kid, kid.runs[0].run_id).ok
+    # Temporal's view: one child workflow, of the lead's workflow; the call
+    # ran no tool activity there, the child's own tool call did in its own.
+    assert described.status == WorkflowExecutionStatus.COMPLETED
+    assert described.parent_id == run.workflow_id
+    assert _children_started(history) == [workflow_id_of(kid.id)]
+    assert "turnfsm.tool" not in _activities(history)
+    assert "turnfsm.tool" in _activities(kid_history)
+    await _replays(history)
+    await _replays(kid_history)
+
+
+async def test_a_sub_agent_the_worker_does_not_serve_runs_in_the_tool_activity(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "lead.db")
+    lead, reader = agents(store, "north")
+    async with _served(temporal_client, lead) as queue:  # not the reader
+        run = await start_durable(
+            lead, "What is the north total?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.text == "the total is 120"
+    assert _children_started(history) == []
+    assert "turnfsm.tool" in _activities(history)
+    # Unlinked, in the sub-agent's own store, as before.
+    assert await child_sessions(store, run.session_id) == []
+    assert len(await reader.store.list_sessions()) == 1
+
+
+async def test_a_sub_agent_pausing_for_approval_is_answered_on_its_own_run(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    deleted: list[str] = []
+
+    def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: the file.
+        """
+        deleted.append(path)
+        return f"deleted {path}"
+
+    store = SQLiteStore(tmp_path / "lead.db")
+    cleaner = Agent(
+        model=ScriptedModel.of(
+            reply("", tool_call("delete", "c1", path="/tmp/a")), "deleted /tmp/a"
+        ),
+        tools=[delete],
+        machine=approval_machine(),
+        name="cleaner",
+    )
+    tool = cleaner.as_tool(name="cleaner", description="Deletes, asking first")
+    lead = Agent(
+        model=lead_model("cleaner", "tmp"), tools=[tool], store=store, name="lead"
+    )
+    async with _served(temporal_client, lead, cleaner) as queue:
+        run = await start_durable(
+            lead,
+            "clean up",
+            client=temporal_client,
+            task_queue=queue,
+            run_id="run_lead",
+        )
+        kid_id, _ = child_ids(run.session_id, "run_lead", "call_tmp")
+        kid = DurableRun(temporal_client, kid_id, agent=cleaner)
+        status = await _paused(kid)
+        assert status.phase == "await_approval"
+        assert [c.id for c in status.waiting.calls] == ["c1"]  # type: ignore[union-attr]
+        # The lead waits on its call; the paused child is in the lead's store.
+        lead_status = await run.status()
+        assert (lead_status.phase, lead_status.outcome) == ("run_tools", "running")
+        (paused,) = await child_sessions(store, run.session_id)
+        assert paused.id == kid_id
+        assert [r.outcome for r in paused.runs] == ["paused"]
+        assert deleted == []
+        await kid.approve()
+        result = await run.result()
+        assert (await kid.result()).text == "deleted /tmp/a"
+
+    assert result.ok, result.error
+    assert result.text == "deleted /tmp/a"
+    assert deleted == ["/tmp/a"]
+    (done,) = await child_sessions(store, run.session_id)
+    assert [r.outcome for r in done.runs] == ["done"]
+
+
+async def test_calls_past_the_limits_get_the_in_process_error_results(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "lead.db")
+    lead, reader = agents(store, "north", "south", "east", max_children=2)
+    local, _ = agents(MemoryStore(), "north", "south", "east", max_children=2)
+    expected = await local.run("add them up")
+    async with _served(temporal_client, lead, reader) as queue:
+        run = await start_durable(
+            lead, "add them up", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+
+    assert result.ok, result.error
+    # Counted in call order: the third call is refused, nothing runs for it.
+    said = result.text.split("; ")
+    assert said[:2] == ["the total is 120", "the total is 45"]
+    assert said[2].startswith("tool 'reader' failed: SubagentTooMany: ")
+    assert "its max_children" in said[2]
+    assert len(await child_sessions(store, run.session_id)) == 2
+    assert len(_children_started(history)) == 2
+    assert (
+        result.children_usage == CHILD_USAGE + CHILD_USAGE + CHILD_USAGE + CHILD_USAGE
+    )
+    # The in-process run refuses one call too (which one is its scheduler's).
+    assert sum("SubagentTooMany" in s for s in expected.text.split("; ")) == 1
+
+
+def delegating_model(tool: str) -> FakeModelClient:
+    """Delegates the task once, then answers with what came back."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.tool_results:
+            part = last.tool_results[0]
+            flag = "error" if part.is_error else "ok"
+            message = reply(f"{flag}: {part.content}")
+        else:
+            message = reply("", tool_call(tool, f"call_{tool}", task=last.text))
+        return ModelResponse(message=message, usage=Usage(input_tokens=1))
+
+    return FakeModelClient(answer)
+
+
+async def test_a_sub_agent_past_max_depth_is_refused_in_its_child_workflow(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "lead.db")
+    leaf = Agent(model=delegating_model("none"), name="leaf")
+    mid = Agent(
+        model=delegating_model("leaf"),
+        tools=[leaf.as_tool(name="leaf", description="Go deeper", max_depth=1)],
+        name="mid",
+    )
+    lead = Agent(
+        model=delegating_model("mid"),
+        tools=[mid.as_tool(name="mid", description="Go deeper")],
+        store=store,
+        name="lead",
+    )
+    async with _served(temporal_client, lead, mid, leaf) as queue:
+        run = await start_durable(
+            lead, "go deeper", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+
+    assert result.ok, result.error
+    assert result.text.startswith("ok: error: tool 'leaf' failed: SubagentTooDeep: ")
+    assert leaf.driver.model.requests == []  # type: ignore[attr-defined]
+    (kid,) = await child_sessions(store, run.session_id)
+    assert parent_of(kid).depth == 1  # type: ignore[union-attr]
+    assert await child_sessions(store, kid.id) == []
+
+
+# -- replays, restarts and cancellation ---------------------------------------
+
+
+def blocking_reader(started: anyio.Event, release: anyio.Event) -> Agent:
+    """A reader whose model call waits until `release` (it sets `started`)."""
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await release.wait()
+        return ModelResponse(message=reply("the total is 120"), usage=CHILD_USAGE)
+
+    return Agent(model=FakeModelClient(answer), name="reader")
+
+
+async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "lead.db")
+    started, release = anyio.Event(), anyio.Event()
+    reader = blocking_reader(started, release)
+    tool = reader.as_tool(name="reader", description="Say a region's total")
+    lead = Agent(
+        model=lead_model("reader", "north"), tools=[tool], store=store, name="lead"
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, [lead, reader]):
+        run = await start_durable(
+            lead,
+            "the north total?",
+            client=temporal_client,
+            task_queue=queue,
+            options=FAST,
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+    # The first worker is gone mid-child (its model call was cut short).
+    # A new one, with no workflow cache, replays both workflows on every
+    # task: the lead finds its child in its history and waits on it.
+    release.set()
+    async with create_worker(
+        temporal_client, queue, [lead, reader], max_cached_workflows=0
+    ):
+        with anyio.fail_after(60):
+            result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+
+    assert result.ok, result.error
+    assert result.text == "the total is 120"
+    assert len(reader.driver.model.requests) == 2  # type: ignore[attr-defined]
+    (kid,) = await child_sessions(store, run.session_id)
+    assert [r.outcome for r in kid.runs] == ["done"]
+    assert _children_started(history) == [workflow_id_of(kid.id)]
+    kid_history = await _history(temporal_client, workflow_id_of(kid.id))
+    await _replays(history)
+    await _replays(kid_history)
+
+
+@pytest.mark.parametrize("how", ["workflow", "signal"])
+async def test_cancelling_the_lead_cancels_its_child_workflow(
+    temporal_client: Client, tmp_path: Path, how: str
+) -> None:
+    store = SQLiteStore(tmp_path / "lead.db")
+    started, release = anyio.Event(), anyio.Event()
+    reader = blocking_reader(started, release)
+    tool = reader.as_tool(name="reader", description="Say a region's total")
+    lead = Agent(
+        model=lead_model("reader", "north"), tools=[tool], store=store, name="lead"
+    )
+    async with _served(temporal_client, lead, reader) as queue:
+        run = await start_durable(
+            lead,
+            "the north total?",
+            client=temporal_client,
+            task_queue=queue,
+            run_id="run_lead",
+            options=FAST,
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+        kid_id, _ = child_ids(run.session_id, "run_lead", "call_north")
+        if how == "workflow":
+            await run.handle.cancel()
+            with pytest.raises(Cancelled):
+                await run.result()
+        else:
+            await run.cancel("enough")
+            result = await run.result()
+            assert result.outcome == "cancelled"
+        kid = temporal_client.get_workflow_handle(workflow_id_of(kid_id))
+        with anyio.fail_after(30):
+            while True:
+                described = await kid.describe()
+                if described.status != WorkflowExecutionStatus.RUNNING:
+                    break
+                await anyio.sleep(0.05)
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    session = await Session.load(store, kid_id)
+    assert [r.outcome for r in session.runs] == ["interrupted"]
