@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,12 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
-from temporalio.worker import Replayer
 
-from turnfsm import Agent, approval_machine
+from tests.driver.test_subagents import careful_child, delegating_model
+from tests.temporal.test_durable import FAST, _history, _replays, content
+from turnfsm import Agent
 from turnfsm.driver import child_ids, replay
 from turnfsm.errors import Cancelled
-from turnfsm.messages import Message
 from turnfsm.persistence import (
     MemoryStore,
     ParentLink,
@@ -36,21 +36,17 @@ from turnfsm.persistence import (
 )
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.temporal import (
-    DurableOptions,
     DurableRun,
     RunStatus,
-    TurnWorkflow,
     create_worker,
     start_durable,
-    workflow_runner,
 )
 from turnfsm.temporal._payloads import workflow_id_of
-from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.values import Usage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
-FAST = DurableOptions(heartbeat_timeout=5, retry_initial=0.1, retry_max=1)
 CHILD_USAGE = Usage(input_tokens=40, output_tokens=3)
 LEAD_USAGE = Usage(input_tokens=100, output_tokens=5)
 TOTALS = {"north": 120, "south": 45, "east": 7}
@@ -119,15 +115,6 @@ async def _served(client: Client, *served: Agent, **options: Any) -> AsyncIterat
         yield queue
 
 
-async def _history(client: Client, workflow_id: str) -> WorkflowHistory:
-    return await client.get_workflow_handle(workflow_id).fetch_history()
-
-
-async def _replays(history: WorkflowHistory) -> None:
-    replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=workflow_runner())
-    await replayer.replay_workflow(history)
-
-
 def _children_started(history: WorkflowHistory) -> list[str]:
     """The ids of the child workflows a workflow's history started."""
     kind = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
@@ -144,19 +131,6 @@ def _activities(history: WorkflowHistory) -> list[str]:
         e.activity_task_scheduled_event_attributes.activity_type.name
         for e in history.events
         if e.event_type == kind
-    ]
-
-
-def content(messages: Sequence[Message]) -> list[Any]:
-    """What a conversation says, without its message ids."""
-    return [
-        (
-            m.role.value,
-            m.text,
-            [(c.id, c.name, c.arguments) for c in m.tool_calls],
-            [(r.call_id, r.content, r.is_error) for r in m.tool_results],
-        )
-        for m in messages
     ]
 
 
@@ -244,26 +218,8 @@ async def test_a_sub_agent_the_worker_does_not_serve_runs_in_the_tool_activity(
 async def test_a_sub_agent_pausing_for_approval_is_answered_on_its_own_run(
     temporal_client: Client, tmp_path: Path
 ) -> None:
-    deleted: list[str] = []
-
-    def delete(path: str) -> str:
-        """Delete a file.
-
-        Args:
-            path: the file.
-        """
-        deleted.append(path)
-        return f"deleted {path}"
-
+    cleaner, deleted = careful_child()  # asks before deleting a.tmp and b.tmp
     store = SQLiteStore(tmp_path / "lead.db")
-    cleaner = Agent(
-        model=ScriptedModel.of(
-            reply("", tool_call("delete", "c1", path="/tmp/a")), "deleted /tmp/a"
-        ),
-        tools=[delete],
-        machine=approval_machine(),
-        name="cleaner",
-    )
     tool = cleaner.as_tool(name="cleaner", description="Deletes, asking first")
     lead = Agent(
         model=lead_model("cleaner", "tmp"), tools=[tool], store=store, name="lead"
@@ -280,7 +236,7 @@ async def test_a_sub_agent_pausing_for_approval_is_answered_on_its_own_run(
         kid = DurableRun(temporal_client, kid_id, agent=cleaner)
         status = await _paused(kid)
         assert status.phase == "await_approval"
-        assert [c.id for c in status.waiting.calls] == ["c1"]  # type: ignore[union-attr]
+        assert [c.id for c in status.waiting.calls] == ["c1", "c2"]  # type: ignore[union-attr]
         # The lead waits on its call; the paused child is in the lead's store.
         lead_status = await run.status()
         assert (lead_status.phase, lead_status.outcome) == ("run_tools", "running")
@@ -290,11 +246,11 @@ async def test_a_sub_agent_pausing_for_approval_is_answered_on_its_own_run(
         assert deleted == []
         await kid.approve()
         result = await run.result()
-        assert (await kid.result()).text == "deleted /tmp/a"
+        assert (await kid.result()).text == "Report: deleted a.tmp; deleted b.tmp"
 
     assert result.ok, result.error
-    assert result.text == "deleted /tmp/a"
-    assert deleted == ["/tmp/a"]
+    assert result.text == "Report: deleted a.tmp; deleted b.tmp"
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
     (done,) = await child_sessions(store, run.session_id)
     assert [r.outcome for r in done.runs] == ["done"]
 
@@ -326,22 +282,6 @@ async def test_calls_past_the_limits_get_the_in_process_error_results(
     )
     # The in-process run refuses one call too (which one is its scheduler's).
     assert sum("SubagentTooMany" in s for s in expected.text.split("; ")) == 1
-
-
-def delegating_model(tool: str) -> FakeModelClient:
-    """Delegates the task once, then answers with what came back."""
-
-    def answer(request: ModelRequest) -> ModelResponse:
-        last = request.messages[-1]
-        if last.tool_results:
-            part = last.tool_results[0]
-            flag = "error" if part.is_error else "ok"
-            message = reply(f"{flag}: {part.content}")
-        else:
-            message = reply("", tool_call(tool, f"call_{tool}", task=last.text))
-        return ModelResponse(message=message, usage=Usage(input_tokens=1))
-
-    return FakeModelClient(answer)
 
 
 async def test_a_sub_agent_past_max_depth_is_refused_in_its_child_workflow(
@@ -377,15 +317,22 @@ async def test_a_sub_agent_past_max_depth_is_refused_in_its_child_workflow(
 # -- replays, restarts and cancellation ---------------------------------------
 
 
-def blocking_reader(started: anyio.Event, release: anyio.Event) -> Agent:
-    """A reader whose model call waits until `release` (it sets `started`)."""
+def blocking(
+    store: SessionStore, started: anyio.Event, release: anyio.Event
+) -> tuple[Agent, Agent]:
+    """The lead and a reader whose model call waits for `release` (sets `started`)."""
 
     async def answer(request: ModelRequest) -> ModelResponse:
         started.set()
         await release.wait()
         return ModelResponse(message=reply("the total is 120"), usage=CHILD_USAGE)
 
-    return Agent(model=FakeModelClient(answer), name="reader")
+    reader = Agent(model=FakeModelClient(answer), name="reader")
+    tool = reader.as_tool(name="reader", description="Say a region's total")
+    lead = Agent(
+        model=lead_model("reader", "north"), tools=[tool], store=store, name="lead"
+    )
+    return lead, reader
 
 
 async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
@@ -393,11 +340,7 @@ async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
 ) -> None:
     store = SQLiteStore(tmp_path / "lead.db")
     started, release = anyio.Event(), anyio.Event()
-    reader = blocking_reader(started, release)
-    tool = reader.as_tool(name="reader", description="Say a region's total")
-    lead = Agent(
-        model=lead_model("reader", "north"), tools=[tool], store=store, name="lead"
-    )
+    lead, reader = blocking(store, started, release)
     queue = f"test-{uuid.uuid4().hex[:10]}"
     async with create_worker(temporal_client, queue, [lead, reader]):
         run = await start_durable(
@@ -437,11 +380,7 @@ async def test_cancelling_the_lead_cancels_its_child_workflow(
 ) -> None:
     store = SQLiteStore(tmp_path / "lead.db")
     started, release = anyio.Event(), anyio.Event()
-    reader = blocking_reader(started, release)
-    tool = reader.as_tool(name="reader", description="Say a region's total")
-    lead = Agent(
-        model=lead_model("reader", "north"), tools=[tool], store=store, name="lead"
-    )
+    lead, reader = blocking(store, started, release)
     async with _served(temporal_client, lead, reader) as queue:
         run = await start_durable(
             lead,

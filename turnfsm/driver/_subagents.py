@@ -207,6 +207,9 @@ def subagent_tool(
 ) -> Tool:
     """Return a tool that runs `driver` on a task, as a sub-agent (see `Agent.as_tool`).
 
+    The tool carries its `Delegation`: a durable run whose worker serves
+    the agent of `driver` runs the call as a child workflow instead.
+
     Args:
         driver: The child's driver: its model, tools, window, machine.
         name: The tool's name, as the model calls it.
