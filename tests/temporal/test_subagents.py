@@ -411,3 +411,71 @@ async def test_cancelling_the_lead_cancels_its_child_workflow(
     assert described.status == WorkflowExecutionStatus.CANCELED
     session = await Session.load(store, kid_id)
     assert [r.outcome for r in session.runs] == ["interrupted"]
+
+
+async def test_a_child_cancelled_on_its_own_is_a_failed_call_not_a_cancelled_lead(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "lead.db")
+    started, release = anyio.Event(), anyio.Event()
+    lead, reader = blocking(store, started, release)
+    async with _served(temporal_client, lead, reader) as queue:
+        run = await start_durable(
+            lead,
+            "the north total?",
+            client=temporal_client,
+            task_queue=queue,
+            run_id="run_lead",
+            options=FAST,
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+        kid_id, _ = child_ids(run.session_id, "run_lead", "call_north")
+        await temporal_client.get_workflow_handle(workflow_id_of(kid_id)).cancel()
+        with anyio.fail_after(60):
+            result = await run.result()
+    assert result.ok, result.error
+    assert result.text.startswith("tool 'reader' failed: SubagentFailed: ")
+    assert "its workflow was cancelled" in result.text
+
+
+async def test_a_child_that_ran_before_answers_from_its_log_not_again(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # As when the lead's workflow is reset past its call: a workflow of the
+    # call's child ran already. Its id is not used twice; its log answers.
+    store = SQLiteStore(tmp_path / "both.db")
+    reader = Agent(model=reader_model(), tools=[lookup], store=store, name="reader")
+    tool = reader.as_tool(name="reader", description="Say a region's total")
+    lead = Agent(
+        model=lead_model("reader", "north"), tools=[tool], store=store, name="lead"
+    )
+    session_id = f"ses_{uuid.uuid4().hex[:20]}"
+    kid_id, kid_run = child_ids(session_id, "run_lead", "call_north")
+    async with _served(temporal_client, lead, reader) as queue:
+        earlier = await start_durable(
+            reader,
+            "Read north and say its total",
+            client=temporal_client,
+            task_queue=queue,
+            session_id=kid_id,
+            run_id=kid_run,
+        )
+        assert (await earlier.result()).text == "the total is 120"
+        run = await start_durable(
+            lead,
+            "the north total?",
+            client=temporal_client,
+            task_queue=queue,
+            session_id=session_id,
+            run_id="run_lead",
+        )
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.ok, result.error
+    assert result.text == "the total is 120"
+    assert result.children_usage == CHILD_USAGE + CHILD_USAGE
+    assert len(reader.driver.model.requests) == 2  # type: ignore[attr-defined]
+    failed = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED
+    assert [e.event_type for e in history.events].count(failed) == 1
+    await _replays(history)

@@ -49,7 +49,8 @@ class DurableRun:
     """A run executing as a Temporal workflow: wait for it, answer it, steer it.
 
     Get one from `Agent.start_durable` (or `start_durable`); another process
-    reaches the same run with ``DurableRun(client, session_id, agent=agent)``.
+    reaches the same run with ``DurableRun(client, session_id, agent=agent)``,
+    a sub-agent's run (a child workflow) too, by its session id.
     """
 
     __slots__ = ("_agent", "_handle", "session_id")

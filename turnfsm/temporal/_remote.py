@@ -385,7 +385,7 @@ class _Remote:
         at this run, the workflow reset) answers from its session's log.
 
         Raises:
-            ChildWorkflowError: the child was cancelled.
+            ChildWorkflowError: the child was cancelled with this run.
         """
         link = child.link
         session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
@@ -417,7 +417,13 @@ class _Remote:
             return await self._earlier_child(child, spec)
         except ChildWorkflowError as exc:
             if isinstance(exc.cause, TemporalCancelled):
-                raise
+                task = asyncio.current_task()
+                if self.cancelled is not None or (task and task.cancelling()):
+                    raise  # this run is being cancelled, its child with it
+                # Cancelled on its own: no answer, as a child cancelled
+                # in-process.
+                cause = "its workflow was cancelled"
+                return Delegation.failed(child.call, session_id, "cancelled", cause)
             error = failure_error(exc.cause)  # refused, or crashed
             cause = f"{type(error).__name__}: {error}"
             return Delegation.failed(child.call, session_id, "failed", cause)
