@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 
 from tests.driver.test_subagents import careful_child, delegating_model
 from tests.temporal.test_durable import FAST, _history, _replays, content
-from turnfsm import Agent
+from turnfsm import Agent, approval_machine
 from turnfsm.driver import child_ids, replay
 from turnfsm.errors import Cancelled
 from turnfsm.persistence import (
@@ -478,4 +478,50 @@ async def test_a_child_that_ran_before_answers_from_its_log_not_again(
     assert len(reader.driver.model.requests) == 2  # type: ignore[attr-defined]
     failed = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED
     assert [e.event_type for e in history.events].count(failed) == 1
+    await _replays(history)
+
+
+async def test_a_lead_resumed_after_an_approval_counts_its_earlier_child(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The lead pauses twice: before its call of the reader, then before a
+    # second batch; resumed the second time, it reads its earlier child's
+    # log to count it, and goes on writing its own log where it was.
+    store = SQLiteStore(tmp_path / "lead.db")
+    reader = Agent(
+        model=reader_model(), tools=[lookup], store=MemoryStore(), name="reader"
+    )
+    tool = reader.as_tool(name="reader", description="Say a region's total")
+
+    def lead_turns(request: ModelRequest) -> ModelResponse:
+        results = [p.content for m in request.messages for p in m.tool_results]
+        if not results:
+            message = reply("", tool_call("reader", "call_1", task="Read north"))
+        elif len(results) == 1:
+            message = reply("", tool_call("lookup", "call_2", region="south"))
+        else:
+            message = reply("; ".join(results))
+        return ModelResponse(message=message, usage=LEAD_USAGE)
+
+    lead = Agent(
+        model=FakeModelClient(lead_turns),
+        tools=[tool, lookup],
+        machine=approval_machine(),
+        store=store,
+        name="lead",
+    )
+    async with _served(temporal_client, lead, reader) as queue:
+        run = await start_durable(
+            lead, "north, then south", client=temporal_client, task_queue=queue
+        )
+        for _ in range(2):
+            await _paused(run)
+            await run.approve()
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.ok, result.error
+    assert result.text == "the total is 120; total: 45"
+    assert result.children_usage == CHILD_USAGE + CHILD_USAGE
+    session = await Session.load(store, run.session_id)
+    assert replay(None, session, result.run_id).ok
     await _replays(history)

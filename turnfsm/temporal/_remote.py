@@ -142,7 +142,9 @@ class _WorkflowLog:
             **self.options(),
         )
         entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
-        self._written = len(entries)
+        if session_id == self._spec.session_id:
+            # Not another session's log: a resumed run reads its children's.
+            self._written = len(entries)
         return entries
 
     async def append(
