@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from tests.temporal.test_durable import FAST, _history, _replays, content
 from turnfsm import Agent, approval_machine
 from turnfsm.driver import child_ids, replay
 from turnfsm.errors import Cancelled
+from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
 from turnfsm.persistence import (
     MemoryStore,
     ParentLink,
@@ -96,14 +97,34 @@ def lead_model(tool: str, *regions: str) -> FakeModelClient:
     return FakeModelClient(answer)
 
 
-def agents(store: SessionStore, *regions: str, **limits: Any) -> tuple[Agent, Agent]:
+class Calls(Hook):
+    """The tool calls a run's hooks heard: (start, id) and (end, id, result)."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, ...]] = []
+
+    def on_tool_start(self, info: ToolCallInfo) -> None:
+        self.heard.append(("start", info.call.id))
+
+    def on_tool_end(self, info: ToolCallEnd) -> None:
+        text = info.result.tool_results[0].content if info.result else "-"
+        self.heard.append(("end", info.call.call.id, text))
+
+
+def agents(
+    store: SessionStore, *regions: str, hooks: Sequence[Hook] = (), **limits: Any
+) -> tuple[Agent, Agent]:
     """The lead (in `store`) and its reader sub-agent (a store of its own)."""
     reader = Agent(
         model=reader_model(), tools=[lookup], store=MemoryStore(), name="reader"
     )
     tool = reader.as_tool(name="reader", description="Say a region's total", **limits)
     lead = Agent(
-        model=lead_model("reader", *regions), tools=[tool], store=store, name="lead"
+        model=lead_model("reader", *regions),
+        tools=[tool],
+        store=store,
+        name="lead",
+        hooks=list(hooks),
     )
     return lead, reader
 
@@ -152,8 +173,9 @@ async def test_a_sub_agent_runs_as_a_child_workflow_linked_to_the_call(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     store = SQLiteStore(tmp_path / "lead.db")
-    lead, reader = agents(store, "north")
-    local, _ = agents(MemoryStore(), "north")
+    heard, local_heard = Calls(), Calls()
+    lead, reader = agents(store, "north", hooks=[heard])
+    local, _ = agents(MemoryStore(), "north", hooks=[local_heard])
     expected = await local.run("What is the north total?")
     async with _served(temporal_client, lead, reader) as queue:
         run = await start_durable(
@@ -169,6 +191,15 @@ async def test_a_sub_agent_runs_as_a_child_workflow_linked_to_the_call(
 
     assert result.ok, result.error
     assert result.text == expected.text == "the total is 120"
+    # The lead's hooks hear the call as in-process (in the workflow, once).
+    assert (
+        heard.heard
+        == local_heard.heard
+        == [
+            ("start", "call_north"),
+            ("end", "call_north", "the total is 120"),
+        ]
+    )
     assert result.usage == LEAD_USAGE + LEAD_USAGE
     assert result.children_usage == expected.children_usage == CHILD_USAGE + CHILD_USAGE
     # The child's session is in the caller's store, linked to its call, as
@@ -374,8 +405,8 @@ async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
     await _replays(kid_history)
 
 
-@pytest.mark.parametrize("how", ["workflow", "signal"])
-async def test_cancelling_the_lead_cancels_its_child_workflow(
+@pytest.mark.parametrize("how", ["workflow", "signal", "child"])
+async def test_cancelling_the_lead_cancels_its_child_and_not_the_other_way(
     temporal_client: Client, tmp_path: Path, how: str
 ) -> None:
     store = SQLiteStore(tmp_path / "lead.db")
@@ -393,15 +424,23 @@ async def test_cancelling_the_lead_cancels_its_child_workflow(
         with anyio.fail_after(30):
             await started.wait()
         kid_id, _ = child_ids(run.session_id, "run_lead", "call_north")
+        kid = temporal_client.get_workflow_handle(workflow_id_of(kid_id))
         if how == "workflow":
             await run.handle.cancel()
             with pytest.raises(Cancelled):
                 await run.result()
-        else:
+        elif how == "signal":
             await run.cancel("enough")
-            result = await run.result()
-            assert result.outcome == "cancelled"
-        kid = temporal_client.get_workflow_handle(workflow_id_of(kid_id))
+            assert (await run.result()).outcome == "cancelled"
+        else:
+            # The child cancelled on its own: the lead has no answer, and
+            # goes on, as with a sub-agent that failed.
+            await kid.cancel()
+            with anyio.fail_after(60):
+                result = await run.result()
+            assert result.ok, result.error
+            assert result.text.startswith("tool 'reader' failed: SubagentFailed: ")
+            assert "its workflow was cancelled" in result.text
         with anyio.fail_after(30):
             while True:
                 described = await kid.describe()
@@ -411,32 +450,6 @@ async def test_cancelling_the_lead_cancels_its_child_workflow(
     assert described.status == WorkflowExecutionStatus.CANCELED
     session = await Session.load(store, kid_id)
     assert [r.outcome for r in session.runs] == ["interrupted"]
-
-
-async def test_a_child_cancelled_on_its_own_is_a_failed_call_not_a_cancelled_lead(
-    temporal_client: Client, tmp_path: Path
-) -> None:
-    store = SQLiteStore(tmp_path / "lead.db")
-    started, release = anyio.Event(), anyio.Event()
-    lead, reader = blocking(store, started, release)
-    async with _served(temporal_client, lead, reader) as queue:
-        run = await start_durable(
-            lead,
-            "the north total?",
-            client=temporal_client,
-            task_queue=queue,
-            run_id="run_lead",
-            options=FAST,
-        )
-        with anyio.fail_after(30):
-            await started.wait()
-        kid_id, _ = child_ids(run.session_id, "run_lead", "call_north")
-        await temporal_client.get_workflow_handle(workflow_id_of(kid_id)).cancel()
-        with anyio.fail_after(60):
-            result = await run.result()
-    assert result.ok, result.error
-    assert result.text.startswith("tool 'reader' failed: SubagentFailed: ")
-    assert "its workflow was cancelled" in result.text
 
 
 async def test_a_child_that_ran_before_answers_from_its_log_not_again(

@@ -334,25 +334,41 @@ class Delegation:
             _LINK.reset(link_token)
 
     @staticmethod
-    def answer(
-        call: ToolCallPart, session_id: str, result: RunResult[Any] | RunRecord
-    ) -> Message:
+    def answer(call: ToolCallPart, result: RunResult[Any]) -> Message:
         """Return the call's result: the child's answer, or an error result.
 
         The child's usage (its passes' and its own sub-agents' too) counts in
         the calling run's `children_usage`. A child that did not end done
         is an error result naming `SubagentFailed`.
         """
-        usage = result.usage
-        if isinstance(result, RunResult):
-            usage = usage + result.compaction_usage + result.children_usage
-        tally = _TALLY.get()
-        if tally is not None:
-            tally.usage = tally.usage + usage
+        _count(result.usage + result.compaction_usage + result.children_usage)
         if result.outcome == "done":
             return Message.tool_result(call.id, result.text)
         cause = _cause(result.error, result.waiting)
-        return Delegation.failed(call, session_id, result.outcome, cause)
+        return Delegation.failed(call, result.session_id, result.outcome, cause)
+
+    async def answer_from_log(
+        self, call: ToolCallPart, session: Session, run_id: str
+    ) -> Message:
+        """Return the call's result from the child's log: its run `run_id`.
+
+        For a child that ran before its caller's call could take its answer
+        (an earlier attempt at the call): an ended run answers, and what it
+        used counts; one still open, or missing, is an error result naming
+        `SubagentFailed`.
+        """
+        run = next((r for r in session.runs if r.run_id == run_id), None)
+        if run is None:
+            cause = "it ran before, and its session holds no run of it"
+            return Delegation.failed(call, session.id, "failed", cause)
+        if run.outcome not in _ENDED:
+            cause = f"it ran before, and its run is still {run.outcome}"
+            return Delegation.failed(call, session.id, run.outcome, cause)
+        _count(await _spent(self.driver, session, run))
+        if run.outcome == "done":
+            return Message.tool_result(call.id, run.text)
+        cause = _cause(run.error, None)
+        return Delegation.failed(call, session.id, run.outcome, cause)
 
     @staticmethod
     def failed(
@@ -785,6 +801,13 @@ async def count_earlier_children(
             tally.usage = tally.usage + await _spent(
                 child.driver, child.session, child.run
             )
+
+
+def _count(usage: Usage) -> None:
+    """Count what a child used in the calling run's `children_usage`."""
+    tally = _TALLY.get()
+    if tally is not None:
+        tally.usage = tally.usage + usage
 
 
 def _admit(

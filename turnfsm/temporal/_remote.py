@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         effect_key,
     )
     from turnfsm.errors import ConfigError, SessionConflict
+    from turnfsm.hooks import ToolCallEnd, ToolCallInfo
     from turnfsm.messages import Message, ToolCallPart
     from turnfsm.persistence import Entry, ParentLink, Session, SessionInfo
     from turnfsm.temporal._activities import (
@@ -80,7 +81,7 @@ __all__ = ["EffectCrashed", "_Remote", "_WorkflowLog", "new_message_id", "now"]
 class _ChildRun:
     """A call of a sub-agent tool, run as a child workflow of the served agent."""
 
-    agent: str
+    delegation: Delegation
     call: ToolCallPart
     link: ParentLink
     task: str
@@ -338,10 +339,8 @@ class _Remote:
 
         async def one(index: int) -> Message:
             call, plan = calls[index], plans[index]
-            if isinstance(plan, Message):  # refused: a sub-agent limit
-                return plan
-            if plan is not None:
-                return _made_here(await self._child(plan))
+            if plan is not None:  # heard by the hooks here: no activity has it
+                return await self._observed(ctx, call, plan)
             data = await self._run(
                 run_tool,
                 {**request, "call": serde.to_json(call), "log": log},
@@ -360,6 +359,36 @@ class _Remote:
         self.log.done(log)
         return ToolsFinished(results=results)
 
+    async def _observed(
+        self, ctx: EffectContext, call: ToolCallPart, plan: _ChildRun | Message
+    ) -> Message:
+        """A sub-agent's call between the run's `on_tool_start` and `on_tool_end`.
+
+        A call refused by a limit (`plan` is its result) is heard too, as
+        in-process.
+        """
+        hooks = ctx.run.hooks
+        info = ToolCallInfo(
+            session_id=ctx.session_id, run_id=ctx.run_id, turn=ctx.turn, call=call
+        )
+        hooks.call("on_tool_start", info)
+        started = workflow.time()
+        result: Message | None = None
+        error: BaseException | None = None
+        try:
+            if isinstance(plan, Message):  # refused: a sub-agent limit
+                result = plan
+            else:
+                result = _made_here(await self._child(plan))
+            return result
+        except BaseException as exc:  # cancelled with the run
+            error = exc
+            raise
+        finally:
+            duration = workflow.time() - started
+            end = ToolCallEnd(call=info, result=result, error=error, duration=duration)
+            hooks.call("on_tool_end", end)
+
     def _plan(
         self, ctx: EffectContext, call: ToolCallPart
     ) -> _ChildRun | Message | None:
@@ -376,7 +405,7 @@ class _Remote:
         link = delegation.admit(call, ctx.session_id, ctx.run_id)
         if isinstance(link, Message):
             return _made_here(link)
-        return _ChildRun(agent=delegation.driver.name, call=call, link=link, task=task)
+        return _ChildRun(delegation=delegation, call=call, link=link, task=task)
 
     async def _child(self, child: _ChildRun) -> Message:
         """Run the sub-agent of a call as a child workflow; the call's result.
@@ -392,8 +421,9 @@ class _Remote:
         link = child.link
         session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
         options = self.spec.options
+        agent = child.delegation.driver.name
         spec = RunSpec(
-            agent=child.agent,
+            agent=agent,
             session_id=session_id,
             run_id=run_id,
             input=(Message.user(child.task, id=new_message_id()),),
@@ -411,7 +441,7 @@ class _Remote:
                     parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                     id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                     task_timeout=timedelta(seconds=options.task_timeout),
-                    static_summary=f"{child.agent}: run {run_id}, "
+                    static_summary=f"{agent}: run {run_id}, "
                     f"for call {link.call_id} of run {link.run_id}",
                 )
             )
@@ -430,16 +460,12 @@ class _Remote:
             cause = f"{type(error).__name__}: {error}"
             return Delegation.failed(child.call, session_id, "failed", cause)
         result: RunResult[Any] = serde.from_json(RunResult, data)
-        return Delegation.answer(child.call, session_id, result)
+        return Delegation.answer(child.call, result)
 
     async def _earlier_child(self, child: _ChildRun, spec: RunSpec) -> Message:
         """The answer of the call's child a workflow of an earlier attempt ran."""
         session = await Session.open(_WorkflowLog(spec), spec.session_id)
-        run = next((r for r in session.runs if r.run_id == spec.run_id), None)
-        if run is None:
-            cause = "a workflow of it ran before, and its session holds no run of it"
-            return Delegation.failed(child.call, spec.session_id, "failed", cause)
-        return Delegation.answer(child.call, spec.session_id, run)
+        return await child.delegation.answer_from_log(child.call, session, spec.run_id)
 
     def _interrupted(self) -> Event:
         """An activity or a child was cancelled: by a ``cancel`` signal, or not."""
