@@ -20,6 +20,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.service import RPCError
 
+from tests.driver.test_declared_subagents import critic, reviewed, writer
 from tests.driver.test_subagents import careful_child, delegating_model
 from tests.temporal.test_durable import FAST, _history, _replays, content
 from turnfsm import Agent, approval_machine
@@ -538,3 +539,27 @@ async def test_a_lead_resumed_after_an_approval_counts_its_earlier_child(
     session = await Session.load(store, run.session_id)
     assert replay(None, session, result.run_id).ok
     await _replays(history)
+
+
+async def test_a_sub_agent_phase_the_machine_declares_runs_in_its_activity(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    tasks: list[str] = []
+    agent = Agent(
+        model=writer("Italy.", "France."),
+        machine=reviewed(tmp_path),
+        subagents={"critic": critic(tasks)},
+        store=SQLiteStore(tmp_path / "w.db"),
+        name="writer",
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+    assert result.outcome == "done", result.error
+    assert result.text == "France."
+    assert tasks == [
+        "Check Italy. (asked: Where is Paris?)",
+        "Check France. (asked: No: France.)",
+    ]

@@ -173,15 +173,21 @@ def _quiet(hook: Hook) -> Hook:
 def _durable(agent: Agent, remote: _Remote) -> Driver:
     """The agent's driver, its effects scheduling activities (see the module)."""
     driver = agent.driver
-    return attrs.evolve(
+    effects = remote.effects()
+    # The phases running the sub-agents the machine file declares take no
+    # effect of their own (the driver builds theirs): set after it is built.
+    declared = {s.name for s in driver.machine.subagents}
+    durable = attrs.evolve(
         driver,
-        effects=remote.effects(),
+        effects={k: e for k, e in effects.items() if k not in declared},
         hooks=[_quiet(h) for h in driver.hooks],
         tracing=False,  # spans are made by the activities' effects
         clock=now,
         compaction_timeout=None,  # enforced inside the activities
         effect_timeout=None,
     )
+    durable._effects.update({k: effects[k] for k in declared})
+    return durable
 
 
 @final
