@@ -420,6 +420,12 @@ class Agent:
         sub-agent's (failed, `Cancelled`); interrupting it interrupts the
         sub-agent's.
 
+        In a durable run (`turnfsm.temporal`) whose worker serves this agent
+        too, the call runs it as a child workflow of the caller's, linked,
+        limited and counted the same way; a pause waits in the child's
+        workflow, answered on its own `DurableRun`. A worker that does not
+        serve it runs it inside the tool's activity, unlinked.
+
         Args:
             name: The tool's name, as the model calls it.
             description: What the sub-agent does, for the model.

@@ -32,6 +32,8 @@ from turnfsm.driver._retry import RetryPolicy, is_transient
 from turnfsm.driver._subagents import (
     SUBAGENT_MAX_CHILDREN,
     SUBAGENT_MAX_DEPTH,
+    Delegation,
+    child_ids,
     subagent_effect,
     subagent_tool,
 )
@@ -49,6 +51,7 @@ __all__ = [
     "SUBAGENT_MAX_CHILDREN",
     "SUBAGENT_MAX_DEPTH",
     "CompactionRecord",
+    "Delegation",
     "Driver",
     "Effect",
     "EffectContext",
@@ -70,6 +73,7 @@ __all__ = [
     "as_messages",
     "call_model",
     "carry_out",
+    "child_ids",
     "compact",
     "current_session",
     "current_tool_call",

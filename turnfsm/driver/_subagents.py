@@ -19,6 +19,13 @@ The child runs in the call's own task: cancelling the parent's run ends the
 child's (failed, `Cancelled`), interrupting it (or the call's timeout)
 interrupts the child's, and the child's spans nest under the call's span
 when tracing is on.
+
+A runner that starts the child itself (a durable run starts it as a
+Temporal child workflow) finds what the tool delegates to with
+`Delegation.of`, and goes through the same steps: `Delegation.admit`
+checks the limits and counts the child in the calling run,
+`Delegation.child_run` opens the child's run linked to the call, and
+`Delegation.answer` makes the child's result the call's, counting its usage.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import hashlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import anyio
 import attrs
@@ -50,7 +57,7 @@ from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._replay import rebuild
-from turnfsm.driver._tools import Tool, current_tool_call
+from turnfsm.driver._tools import Tool, current_tool_call, failed_result
 from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
@@ -61,7 +68,7 @@ from turnfsm.errors import (
     SubagentTooMany,
     SubagentWaiting,
 )
-from turnfsm.messages import Message, Role
+from turnfsm.messages import Message, Role, ToolCallPart
 from turnfsm.persistence import (
     MemoryStore,
     ParentLink,
@@ -81,6 +88,7 @@ __all__ = [
     "SUBAGENT_MAX_CHILDREN",
     "SUBAGENT_MAX_DEPTH",
     "ChildTally",
+    "Delegation",
     "answering",
     "child_ids",
     "count_earlier_children",
@@ -199,6 +207,9 @@ def subagent_tool(
 ) -> Tool:
     """Return a tool that runs `driver` on a task, as a sub-agent (see `Agent.as_tool`).
 
+    The tool carries its `Delegation`: a durable run whose worker serves
+    the agent of `driver` runs the call as a child workflow instead.
+
     Args:
         driver: The child's driver: its model, tools, window, machine.
         name: The tool's name, as the model calls it.
@@ -209,8 +220,8 @@ def subagent_tool(
             with this tool; a call past it gets an error result naming
             `SubagentTooMany`.
         store: Where the child's session goes when the call runs outside a
-            session (a durable run's tool activity); otherwise the parent's
-            store.
+            session (in the tool activity of a durable run whose worker does
+            not serve the child); otherwise the parent's store.
 
     Raises:
         ConfigError: `name` or `description` is empty, or `max_depth` or
@@ -233,6 +244,7 @@ def subagent_tool(
         )
 
     _DRIVERS[delegate] = driver
+    _DELEGATIONS[delegate] = Delegation(driver, max_depth, max_children)
     return Tool(
         name=name,
         description=description,
@@ -243,6 +255,129 @@ def subagent_tool(
         # (whose finished tool calls do not run again) or takes its answer.
         idempotent=True,
     )
+
+
+_DELEGATIONS: Final[weakref.WeakKeyDictionary[Callable[..., Any], Delegation]] = (
+    weakref.WeakKeyDictionary()
+)
+"""What each sub-agent tool delegates to, by the tool's function."""
+
+
+@final
+@attrs.frozen
+class Delegation:
+    """What a sub-agent tool hands its task to: the child's driver and its limits.
+
+    For a runner that starts the child itself, as a durable run does (a
+    Temporal child workflow): `of` finds it on a tool, and the steps the
+    tool takes in-process are these methods, so the child is linked,
+    limited and counted the same way.
+
+    Attributes:
+        driver: The child's driver (its `name` is the agent's name).
+        max_depth: How deep sub-agents may nest.
+        max_children: How many sub-agents one run may start with the tool.
+    """
+
+    driver: Driver
+    max_depth: int
+    max_children: int
+
+    @staticmethod
+    def of(tool: Tool) -> Delegation | None:
+        """Return what `tool` delegates to (None: not a sub-agent tool)."""
+        return _DELEGATIONS.get(tool.fn)
+
+    @staticmethod
+    def task(call: ToolCallPart) -> str | None:
+        """Return the task of `call` (None: its arguments do not fit the tool)."""
+        arguments = call.arguments
+        task = arguments.get("task")
+        if set(arguments) != {"task"} or not isinstance(task, str) or not task:
+            return None
+        return task
+
+    def admit(
+        self, call: ToolCallPart, session_id: str, run_id: str
+    ) -> ParentLink | Message:
+        """Count the child of `call` in the calling run; return its link.
+
+        Called in the calling run, in call order, before any child starts.
+        A call past `max_depth` or `max_children` gets its error result
+        instead (naming `SubagentTooDeep` or `SubagentTooMany`).
+        """
+        try:
+            depth, _ = _admit(call.name, self.max_depth, self.max_children, call.id)
+        except (SubagentTooDeep, SubagentTooMany) as exc:
+            return failed_result(call, exc)
+        return ParentLink(
+            session_id=session_id, run_id=run_id, call_id=call.id, depth=depth
+        )
+
+    @staticmethod
+    @contextmanager
+    def child_run(link: ParentLink | None) -> Iterator[None]:
+        """Open the runs inside as the child run of `link` (None: a top-level run).
+
+        The first run opened records the link; the sub-agents it starts are
+        one deeper.
+        """
+        if link is None:
+            yield
+            return
+        link_token = _LINK.set(link)
+        depth_token = _DEPTH.set(link.depth)
+        try:
+            yield
+        finally:
+            _DEPTH.reset(depth_token)
+            _LINK.reset(link_token)
+
+    @staticmethod
+    def answer(call: ToolCallPart, result: RunResult[Any]) -> Message:
+        """Return the call's result: the child's answer, or an error result.
+
+        The child's usage (its passes' and its own sub-agents' too) counts in
+        the calling run's `children_usage`. A child that did not end done
+        is an error result naming `SubagentFailed`.
+        """
+        _count(result.usage + result.compaction_usage + result.children_usage)
+        if result.outcome == "done":
+            return Message.tool_result(call.id, result.text)
+        cause = _cause(result.error, result.waiting)
+        return Delegation.failed(call, result.session_id, result.outcome, cause)
+
+    async def answer_from_log(
+        self, call: ToolCallPart, session: Session, run_id: str
+    ) -> Message:
+        """Return the call's result from the child's log: its run `run_id`.
+
+        For a child that ran before its caller's call could take its answer
+        (an earlier attempt at the call): an ended run answers, and what it
+        used counts; one still open, or missing, is an error result naming
+        `SubagentFailed`.
+        """
+        run = next((r for r in session.runs if r.run_id == run_id), None)
+        if run is None:
+            cause = "it ran before, and its session holds no run of it"
+            return Delegation.failed(call, session.id, "failed", cause)
+        if run.outcome not in _ENDED:
+            cause = f"it ran before, and its run is still {run.outcome}"
+            return Delegation.failed(call, session.id, run.outcome, cause)
+        _count(await _spent(self.driver, session, run))
+        if run.outcome == "done":
+            return Message.tool_result(call.id, run.text)
+        cause = _cause(run.error, None)
+        return Delegation.failed(call, session.id, run.outcome, cause)
+
+    @staticmethod
+    def failed(
+        call: ToolCallPart, session_id: str, outcome: str, cause: str
+    ) -> Message:
+        """Return the call's error result naming `SubagentFailed`: no answer came."""
+        return failed_result(
+            call, SubagentFailed(call.name, session_id, outcome, cause)
+        )
 
 
 @attrs.frozen
@@ -456,13 +591,13 @@ async def _child_answer(
         SubagentWaiting: the child's run paused for an answer.
         SubagentFailed: the child's run ended without an answer.
     """
-    driver, name, max_depth = child.driver, child.name, child.max_depth
-    depth = _DEPTH.get() + 1
-    if depth > max_depth:
-        raise SubagentTooDeep(name, depth, max_depth)
-    tally = _TALLY.get()
-    if tally is not None:  # counted before any wait: calls of a batch in order
-        tally.start(name, call_id if parent is not None else None, child.max_children)
+    driver, name = child.driver, child.name
+    depth, tally = _admit(
+        name,
+        child.max_depth,
+        child.max_children,
+        call_id if parent is not None else None,
+    )
     where = parent.store if parent is not None else child.fallback
     link = (
         ParentLink(
@@ -532,8 +667,9 @@ async def _child_answer(
         result.outcome == "interrupted" and isinstance(result.error, SubagentWaiting)
     )
     if waits and link is None:
-        # Not linked to a caller's run (a durable run's tool activity): no
-        # one can hand it an answer through its caller.
+        # Not linked to a caller's run (the tool activity of a durable run
+        # whose worker does not serve the child): no one can hand it an
+        # answer through its caller.
         cause = "it waits for an answer, and a sub-agent run outside a session cannot"
         raise SubagentFailed(name, session.id, result.outcome, cause)
     if result.outcome == "paused":
@@ -665,6 +801,33 @@ async def count_earlier_children(
             tally.usage = tally.usage + await _spent(
                 child.driver, child.session, child.run
             )
+
+
+def _count(usage: Usage) -> None:
+    """Count what a child used in the calling run's `children_usage`."""
+    tally = _TALLY.get()
+    if tally is not None:
+        tally.usage = tally.usage + usage
+
+
+def _admit(
+    name: str, max_depth: int, max_children: int, call_id: str | None
+) -> tuple[int, ChildTally | None]:
+    """Check the limits of call `call_id`'s child of `name`, count it.
+
+    Returns the child's depth and the calling run's tally (None: outside a
+    run).
+
+    Raises:
+        SubagentTooDeep, SubagentTooMany: a limit is reached (nothing counted).
+    """
+    depth = _DEPTH.get() + 1
+    if depth > max_depth:
+        raise SubagentTooDeep(name, depth, max_depth)
+    tally = _TALLY.get()
+    if tally is not None:  # counted before any wait: calls of a batch in order
+        tally.start(name, call_id, max_children)
+    return depth, tally
 
 
 def child_ids(session_id: str, run_id: str, call_id: str) -> tuple[str, str]:

@@ -46,6 +46,7 @@ __all__ = [
     "Tool",
     "current_tool_call",
     "deadline",
+    "failed_result",
     "function_tool",
     "run_tool_call",
     "tool_call_outcome",
@@ -363,12 +364,18 @@ async def tool_call_outcome(
         _log_raised(call, failed, exc)
         return Message.tool_result(call.id, failed, is_error=True), exc
     except Exception as exc:
-        failed = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}"
-        _log_raised(call, failed, exc)
-        return Message.tool_result(call.id, failed, is_error=True), exc
+        result = failed_result(call, exc)
+        _log_raised(call, result.tool_results[0].content, exc)
+        return result, exc
     finally:
         _CURRENT_CALL.reset(token)
     return Message.tool_result(call.id, output), None
+
+
+def failed_result(call: ToolCallPart, exc: Exception) -> Message:
+    """The error result of a call whose tool raised `exc` (its type and message)."""
+    failed = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}"
+    return Message.tool_result(call.id, failed, is_error=True)
 
 
 def _log_raised(call: ToolCallPart, failed: str, exc: Exception) -> None:

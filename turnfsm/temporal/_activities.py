@@ -39,13 +39,20 @@ from turnfsm import serde
 from turnfsm.agent import Agent
 from turnfsm.core import Compact, Event, ModelFailed, Perform, Snapshot, TurnMachine
 from turnfsm.driver import (
+    Driver,
     EffectContext,
     RetryPolicy,
     carry_out,
     effect_key,
     run_one_tool,
 )
-from turnfsm.errors import ConfigError, EffectFailed, SessionConflict, TurnFSMError
+from turnfsm.errors import (
+    ConfigError,
+    EffectFailed,
+    RunCrashed,
+    SessionConflict,
+    TurnFSMError,
+)
 from turnfsm.messages import ToolCallPart
 from turnfsm.persistence import Entry, Session, SessionStore
 
@@ -56,8 +63,10 @@ __all__ = [
     "TURNFSM_ERROR",
     "agent_named",
     "append_once",
+    "failure_error",
     "not_retried",
     "register",
+    "serves",
 ]
 
 TRANSIENT: Final = "turnfsm.transient"
@@ -104,17 +113,29 @@ def register(agents: Sequence[Agent], *, task_queue: str) -> None:
         _AGENTS[key] = agent
 
 
+def _served(name: str, task_queue: str) -> Agent | None:
+    """The agent `name` served on `task_queue` (see `register`), or None."""
+    agent = _AGENTS.get((task_queue, name))
+    if agent is None:
+        named = [a for (_, n), a in _AGENTS.items() if n == name]
+        return named[-1] if named else None
+    return agent
+
+
+def serves(driver: Driver, task_queue: str) -> bool:
+    """Whether the agent of `driver` (that very driver) is served on `task_queue`."""
+    agent = _served(driver.name, task_queue)
+    return agent is not None and agent.driver is driver
+
+
 def agent_named(name: str, task_queue: str) -> Agent:
     """Return the agent `name` served on `task_queue`.
 
     Raises:
         ApplicationError: no worker of this process serves it (not retried).
     """
-    agent = _AGENTS.get((task_queue, name))
+    agent = _served(name, task_queue)
     if agent is None:
-        named = [a for (_, n), a in _AGENTS.items() if n == name]
-        if named:
-            return named[-1]
         known = ", ".join(sorted({n for _, n in _AGENTS})) or "none"
         raise ApplicationError(
             f"no agent named {name!r} is served on {task_queue!r} here "
@@ -153,13 +174,21 @@ async def append_once(
         return await store.append(session_id, rest, expected_version=len(stored))
 
 
-async def _write(agent: Agent, session_id: str, log: Mapping[str, Any] | None) -> None:
+def _store(request: Mapping[str, Any]) -> SessionStore:
+    """The store of the request's session: its ``store`` agent's, else its agent's."""
+    name = request.get("store") or request["agent"]
+    return agent_named(name, activity.info().task_queue).store
+
+
+async def _write(
+    store: SessionStore, session_id: str, log: Mapping[str, Any] | None
+) -> None:
     """Write the entries the workflow made (a conflict is not retried)."""
     if not log or not log["entries"]:
         return
     entries: list[Entry] = [serde.open_envelope(e, Entry) for e in log["entries"]]
     try:
-        await append_once(agent.store, session_id, entries, log["version"])
+        await append_once(store, session_id, entries, log["version"])
     except SessionConflict as exc:
         raise not_retried(exc) from None
 
@@ -198,6 +227,21 @@ def not_retried(exc: TurnFSMError) -> ApplicationError:
     )
 
 
+def failure_error(cause: BaseException | None) -> TurnFSMError:
+    """The typed error a failed run's workflow stands for (its failure's cause).
+
+    A typed error the run raised (`not_retried`) comes back as itself; a
+    crash (`CRASHED`, or anything else) as `RunCrashed` naming it.
+    """
+    if isinstance(cause, ApplicationError) and cause.details:
+        detail = cause.details[0]
+        if cause.type == TURNFSM_ERROR:
+            return serde.error_from_json(detail)
+        if isinstance(detail, Mapping) and {"type", "message"} <= set(detail):
+            return RunCrashed(type=str(detail["type"]), message=str(detail["message"]))
+    return RunCrashed(type=type(cause).__name__, message=str(cause))
+
+
 def _crashed(exc: Exception) -> ApplicationError:
     return ApplicationError(
         f"{type(exc).__name__}: {exc}",
@@ -210,27 +254,28 @@ def _crashed(exc: Exception) -> ApplicationError:
 @activity.defn(name="turnfsm.load")
 async def load_log(request: dict[str, Any]) -> dict[str, Any]:
     """Return the session's log (every entry as its envelope)."""
-    agent = agent_named(request["agent"], activity.info().task_queue)
+    store = _store(request)
     async with _beating():
-        entries = await agent.store.load(request["session_id"])
+        entries = await store.load(request["session_id"])
     return {"entries": [serde.envelope(e) for e in entries]}
 
 
 @activity.defn(name="turnfsm.append")
 async def append_log(request: dict[str, Any]) -> None:
     """Append the entries the workflow made (idempotent: `append_once`)."""
-    agent = agent_named(request["agent"], activity.info().task_queue)
+    store = _store(request)
     async with _beating():
-        await _write(agent, request["session_id"], request["log"])
+        await _write(store, request["session_id"], request["log"])
 
 
 @activity.defn(name="turnfsm.effect")
 async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
     """Write the log so far, then carry out the decision the snapshot holds."""
     agent = agent_named(request["agent"], activity.info().task_queue)
+    store = _store(request)
     session_id, run_id = request["session_id"], request["run_id"]
     async with _beating():
-        await _write(agent, session_id, request.get("log"))
+        await _write(store, session_id, request.get("log"))
         driver = agent.driver
         snapshot = serde.from_json(Snapshot, request["snapshot"])
         decision = TurnMachine.from_snapshot(driver.machine, snapshot).decision
@@ -244,7 +289,7 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
         # A compaction pass reads the breaker and the recorded summaries; a
         # custom effect may read anything: they get the session's log.
         needs_log = isinstance(decision, Compact | Perform)
-        session = await Session.open(agent.store, session_id) if needs_log else None
+        session = await Session.open(store, session_id) if needs_log else None
         run = driver.resources(
             run_id,
             session=session,
@@ -296,7 +341,7 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     agent = agent_named(request["agent"], activity.info().task_queue)
     session_id = request["session_id"]
     async with _beating():
-        await _write(agent, session_id, request.get("log"))
+        await _write(_store(request), session_id, request.get("log"))
         driver = agent.driver
         snapshot = serde.from_json(Snapshot, request["snapshot"])
         call = serde.from_json(ToolCallPart, request["call"])

@@ -15,7 +15,6 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
-    ApplicationError,
     CancelledError,
     WorkflowAlreadyStartedError,
 )
@@ -29,25 +28,20 @@ from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
 from turnfsm.errors import (
     Cancelled,
     ConfigError,
-    RunCrashed,
     SessionBusy,
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import new_id
-from turnfsm.temporal._activities import TURNFSM_ERROR
+from turnfsm.temporal._activities import failure_error
 from turnfsm.temporal._payloads import (
     WORKFLOW,
     DurableOptions,
     RunSpec,
     RunStatus,
+    workflow_id_of,
 )
 
-__all__ = ["DurableRun", "start_durable", "workflow_id_of"]
-
-
-def workflow_id_of(session_id: str) -> str:
-    """The id of the workflow running a session's open run (one at a time)."""
-    return f"turnfsm-{session_id}"
+__all__ = ["DurableRun", "start_durable"]
 
 
 @final
@@ -55,7 +49,8 @@ class DurableRun:
     """A run executing as a Temporal workflow: wait for it, answer it, steer it.
 
     Get one from `Agent.start_durable` (or `start_durable`); another process
-    reaches the same run with ``DurableRun(client, session_id, agent=agent)``.
+    reaches the same run with ``DurableRun(client, session_id, agent=agent)``,
+    a sub-agent's run (a child workflow) too, by its session id.
     """
 
     __slots__ = ("_agent", "_handle", "session_id")
@@ -111,19 +106,7 @@ class DurableRun:
             cause = exc.cause
             if isinstance(cause, CancelledError):
                 raise Cancelled(reason="the workflow was cancelled") from exc
-            if (
-                isinstance(cause, ApplicationError)
-                and cause.type == TURNFSM_ERROR
-                and cause.details
-            ):
-                raise serde.error_from_json(cause.details[0]) from exc
-            if isinstance(cause, ApplicationError) and cause.details:
-                detail = cause.details[0]
-                if isinstance(detail, Mapping) and {"type", "message"} <= set(detail):
-                    raise RunCrashed(
-                        type=str(detail["type"]), message=str(detail["message"])
-                    ) from exc
-            raise RunCrashed(type=type(cause).__name__, message=str(cause)) from exc
+            raise failure_error(cause) from exc
         result: RunResult[Any] = serde.from_json(RunResult, data)
         return attrs.evolve(result, output=self._output(result))
 

@@ -17,8 +17,9 @@ from turnfsm import _checks, serde
 from turnfsm.core import Pause
 from turnfsm.driver import RunResult
 from turnfsm.messages import Message
+from turnfsm.persistence import ParentLink
 
-__all__ = ["DurableOptions", "RunSpec", "RunStatus", "run_result"]
+__all__ = ["DurableOptions", "RunSpec", "RunStatus", "run_result", "workflow_id_of"]
 
 WORKFLOW: Final = "turnfsm.run"
 """The workflow type's name."""
@@ -28,6 +29,11 @@ NO_LIMIT: Final = timedelta(days=1)
 
 MARGIN: Final = 30.0
 """Seconds an activity may take beyond its effect's own limit (its set-up)."""
+
+
+def workflow_id_of(session_id: str) -> str:
+    """The id of the workflow running a session's open run (one at a time)."""
+    return f"turnfsm-{session_id}"
 
 
 def _seconds(name: str) -> Any:
@@ -71,6 +77,17 @@ class RunSpec:
 
     The client chooses the run id, so the workflow and the session's log name
     the same run from the first step.
+
+    Attributes:
+        agent: The agent's name (`Driver.name`), as the worker serves it.
+        session_id: The run's session.
+        run_id: The run.
+        input: The run's new messages.
+        options: How its activities are scheduled.
+        parent: A sub-agent's run: the call of its parent's run that started
+            it (its `RunOpened` records it); None for a run started by hand.
+        store: The agent whose store holds the session (a sub-agent's session
+            is in its parent's store); None: this run's agent.
     """
 
     agent: str
@@ -78,6 +95,8 @@ class RunSpec:
     run_id: str
     input: tuple[Message, ...]
     options: DurableOptions = attrs.field(factory=DurableOptions)
+    parent: ParentLink | None = None
+    store: str | None = None
 
 
 @final

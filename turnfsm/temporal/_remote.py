@@ -11,16 +11,25 @@ operation in `turnfsm.temporal._workflow`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetry
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.exceptions import CancelledError as TemporalCancelled
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    import attrs
+
     from turnfsm import serde
     from turnfsm.core import (
         CallLLM,
@@ -31,28 +40,51 @@ with workflow.unsafe.imports_passed_through():
         RunTools,
         ToolsFinished,
     )
-    from turnfsm.driver import BUILTIN_EFFECTS, Driver, EffectContext, effect_key
+    from turnfsm.driver import (
+        BUILTIN_EFFECTS,
+        Delegation,
+        Driver,
+        EffectContext,
+        RunResult,
+        child_ids,
+        effect_key,
+    )
     from turnfsm.errors import ConfigError, SessionConflict
-    from turnfsm.messages import Message
-    from turnfsm.persistence import Entry, SessionInfo
+    from turnfsm.hooks import ToolCallEnd, ToolCallInfo
+    from turnfsm.messages import Message, ToolCallPart
+    from turnfsm.persistence import Entry, ParentLink, Session, SessionInfo
     from turnfsm.temporal._activities import (
         CRASHED,
         TRANSIENT,
         TURNFSM_ERROR,
         append_log,
+        failure_error,
         load_log,
         run_effect,
         run_tool,
+        serves,
     )
     from turnfsm.temporal._payloads import (
         MARGIN,
         NO_LIMIT,
+        WORKFLOW,
         DurableOptions,
         RunSpec,
+        workflow_id_of,
     )
     from turnfsm.values import ErrorInfo
 
-__all__ = ["EffectCrashed", "_Remote", "_WorkflowLog", "now"]
+__all__ = ["EffectCrashed", "_Remote", "_WorkflowLog", "new_message_id", "now"]
+
+
+@attrs.frozen(kw_only=True)
+class _ChildRun:
+    """A call of a sub-agent tool, run as a child workflow of the served agent."""
+
+    delegation: Delegation
+    call: ToolCallPart
+    link: ParentLink
+    task: str
 
 
 @final
@@ -68,6 +100,11 @@ class EffectCrashed(Exception):
 def now() -> float:
     """The workflow's clock, in seconds (the log's timestamps)."""
     return workflow.now().timestamp()
+
+
+def new_message_id() -> str:
+    """A message id from the workflow's id source (the same on a replay)."""
+    return "msg_" + workflow.uuid4().hex[:24]
 
 
 def _seconds(value: float | None) -> timedelta:
@@ -98,11 +135,17 @@ class _WorkflowLog:
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         data = await workflow.execute_activity(
             load_log,
-            {"agent": self._spec.agent, "session_id": session_id},
+            {
+                "agent": self._spec.agent,
+                "store": self._spec.store,
+                "session_id": session_id,
+            },
             **self.options(),
         )
         entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
-        self._written = len(entries)
+        if session_id == self._spec.session_id:
+            # Not another session's log: a resumed run reads its children's.
+            self._written = len(entries)
         return entries
 
     async def append(
@@ -139,6 +182,7 @@ class _WorkflowLog:
         """The ``turnfsm.append`` request that writes `log` (from `take`)."""
         return {
             "agent": self._spec.agent,
+            "store": self._spec.store,
             "session_id": self._spec.session_id,
             "log": log,
         }
@@ -199,9 +243,13 @@ class _Remote:
         return bool(tasks)
 
     async def _run(self, activity: Any, request: Any, **options: Any) -> Any:
-        task = asyncio.ensure_future(
+        return await self._track(
             workflow.execute_activity(activity, request, **options)
         )
+
+    async def _track(self, work: Awaitable[Any]) -> Any:
+        """Await `work` as a task a ``cancel`` signal cancels."""
+        task = asyncio.ensure_future(work)
         self._tasks.add(task)
         try:
             return await task
@@ -234,6 +282,7 @@ class _Remote:
     def _request(self, ctx: EffectContext) -> dict[str, Any]:
         return {
             "agent": self.spec.agent,
+            "store": self.spec.store,
             "session_id": ctx.session_id,
             "run_id": ctx.run_id,
             "snapshot": serde.to_json(ctx.snapshot),
@@ -263,12 +312,22 @@ class _Remote:
         return effect
 
     async def run_tools(self, ctx: EffectContext, decision: RunTools) -> Event:
-        """Run each call as its own activity, concurrently; results in call order."""
+        """Run each call as its own activity, concurrently; results in call order.
+
+        A call of a sub-agent tool whose agent this worker serves runs that
+        agent as a child workflow instead (`_child`).
+        """
         if self.cancelled is not None:
             return RunCancelled(reason=self.cancelled)
         calls = decision.calls
+        # In call order, before anything starts: the sub-agents' limits count
+        # the calls as in-process.
+        plans = [self._plan(ctx, call) for call in calls]
         log = self.log.take()
-        if len(calls) > 1 and log is not None:  # one writer: not the calls racing
+        if log is not None and plans != [None]:
+            # The log rides with a lone tool activity; otherwise it is
+            # written first: one writer, not the calls racing, and a child's
+            # run is linked to what its parent's log holds.
             try:
                 await self._run(append_log, self.log.request(log), **self.log.options())
             except ActivityError as exc:
@@ -279,7 +338,9 @@ class _Remote:
         schedule = self._schedule("run_tools")
 
         async def one(index: int) -> Message:
-            call = calls[index]
+            call, plan = calls[index], plans[index]
+            if plan is not None:  # heard by the hooks here: no activity has it
+                return await self._observed(ctx, call, plan)
             data = await self._run(
                 run_tool,
                 {**request, "call": serde.to_json(call), "log": log},
@@ -293,16 +354,130 @@ class _Remote:
             results = await asyncio.gather(*(one(i) for i in range(len(calls))))
         except ActivityError as exc:
             return self._failed(exc, decision)
+        except ChildWorkflowError:  # cancelled: the one failure `_child` raises
+            return self._interrupted()
         self.log.done(log)
         return ToolsFinished(results=results)
+
+    async def _observed(
+        self, ctx: EffectContext, call: ToolCallPart, plan: _ChildRun | Message
+    ) -> Message:
+        """A sub-agent's call between the run's `on_tool_start` and `on_tool_end`.
+
+        A call refused by a limit (`plan` is its result) is heard too, as
+        in-process.
+        """
+        hooks = ctx.run.hooks
+        info = ToolCallInfo(
+            session_id=ctx.session_id, run_id=ctx.run_id, turn=ctx.turn, call=call
+        )
+        hooks.call("on_tool_start", info)
+        started = workflow.time()
+        result: Message | None = None
+        error: BaseException | None = None
+        try:
+            if isinstance(plan, Message):  # refused: a sub-agent limit
+                result = plan
+            else:
+                result = _made_here(await self._child(plan))
+            return result
+        except BaseException as exc:  # cancelled with the run
+            error = exc
+            raise
+        finally:
+            duration = workflow.time() - started
+            end = ToolCallEnd(call=info, result=result, error=error, duration=duration)
+            hooks.call("on_tool_end", end)
+
+    def _plan(
+        self, ctx: EffectContext, call: ToolCallPart
+    ) -> _ChildRun | Message | None:
+        """How `call` runs: a child workflow, refused, or (None) an activity."""
+        tool = ctx.run.tools.get(call.name)
+        delegation = Delegation.of(tool) if tool is not None else None
+        if delegation is None or not serves(
+            delegation.driver, workflow.info().task_queue
+        ):
+            return None  # not a sub-agent, or one this worker does not serve
+        task = Delegation.task(call)
+        if task is None:
+            return None  # the tool's activity says what is wrong with the call
+        link = delegation.admit(call, ctx.session_id, ctx.run_id)
+        if isinstance(link, Message):
+            return _made_here(link)
+        return _ChildRun(delegation=delegation, call=call, link=link, task=task)
+
+    async def _child(self, child: _ChildRun) -> Message:
+        """Run the sub-agent of a call as a child workflow; the call's result.
+
+        The child's ids come from the call (`child_ids`): a replayed parent
+        finds the child it started in its history. A child the workflow
+        cannot start because one of that id ran before (an earlier attempt
+        at this run, the workflow reset) answers from its session's log.
+
+        Raises:
+            ChildWorkflowError: the child was cancelled with this run.
+        """
+        link = child.link
+        session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
+        options = self.spec.options
+        agent = child.delegation.driver.name
+        spec = RunSpec(
+            agent=agent,
+            session_id=session_id,
+            run_id=run_id,
+            input=(Message.user(child.task, id=new_message_id()),),
+            options=options,
+            parent=link,
+            store=self.spec.store or self.spec.agent,
+        )
+        try:
+            data = await self._track(
+                workflow.execute_child_workflow(
+                    WORKFLOW,
+                    serde.to_json(spec),
+                    id=workflow_id_of(session_id),
+                    task_queue=workflow.info().task_queue,
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                    task_timeout=timedelta(seconds=options.task_timeout),
+                    static_summary=f"{agent}: run {run_id}, "
+                    f"for call {link.call_id} of run {link.run_id}",
+                )
+            )
+        except WorkflowAlreadyStartedError:
+            return await self._earlier_child(child, spec)
+        except ChildWorkflowError as exc:
+            if isinstance(exc.cause, TemporalCancelled):
+                task = asyncio.current_task()
+                if self.cancelled is not None or (task and task.cancelling()):
+                    raise  # this run is being cancelled, its child with it
+                # Cancelled on its own: no answer, as a child cancelled
+                # in-process.
+                cause = "its workflow was cancelled"
+                return Delegation.failed(child.call, session_id, "cancelled", cause)
+            error = failure_error(exc.cause)  # refused, or crashed
+            cause = f"{type(error).__name__}: {error}"
+            return Delegation.failed(child.call, session_id, "failed", cause)
+        result: RunResult[Any] = serde.from_json(RunResult, data)
+        return Delegation.answer(child.call, result)
+
+    async def _earlier_child(self, child: _ChildRun, spec: RunSpec) -> Message:
+        """The answer of the call's child a workflow of an earlier attempt ran."""
+        session = await Session.open(_WorkflowLog(spec), spec.session_id)
+        return await child.delegation.answer_from_log(child.call, session, spec.run_id)
+
+    def _interrupted(self) -> Event:
+        """An activity or a child was cancelled: by a ``cancel`` signal, or not."""
+        if self.cancelled is not None:
+            return RunCancelled(reason=self.cancelled)
+        raise asyncio.CancelledError  # the workflow is being cancelled
 
     def _failed(self, exc: ActivityError, decision: Any) -> Event:
         """The event (or the error) an activity that failed for good stands for."""
         cause = exc.cause
         if isinstance(cause, TemporalCancelled):
-            if self.cancelled is not None:
-                return RunCancelled(reason=self.cancelled)
-            raise asyncio.CancelledError  # the workflow is being cancelled
+            return self._interrupted()
         if isinstance(cause, ApplicationError):
             details = cause.details
             if cause.type == TRANSIENT and details:
@@ -320,6 +495,11 @@ class _Remote:
                 )
             )
         raise EffectCrashed(f"{effect_key(decision)}: {cause or exc}") from None
+
+
+def _made_here(message: Message) -> Message:
+    """A result made in the workflow, its id from the workflow's id source."""
+    return attrs.evolve(message, id=new_message_id())
 
 
 def _summary(decision: Any) -> str:

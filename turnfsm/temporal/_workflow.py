@@ -10,6 +10,12 @@ outside world themselves:
 - the model call, each compaction pass and every custom effect is one
   ``turnfsm.effect`` activity; each tool call of a batch is one
   ``turnfsm.tool`` activity, run concurrently;
+- a call of a sub-agent tool (`Agent.as_tool`) whose agent the worker
+  serves runs that agent as a child workflow, this same workflow type: its
+  run is linked to the call (`RunSpec.parent`), its session is in this
+  run's store, its answer is the call's result, and the parent waits for
+  it, a pause for an answer included (the child is answered on its own
+  workflow); cancelling the parent cancels it;
 - the built-in measurement runs here: it only counts tokens (deterministic);
 - the session's log is the same log as in-process, written through a
   store (`_WorkflowLog`, in `turnfsm.temporal._remote`) that keeps what
@@ -62,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallsReviewed,
         trigger_of,
     )
-    from turnfsm.driver import Driver, RunControl
+    from turnfsm.driver import Delegation, Driver, RunControl
     from turnfsm.errors import (
         InvalidMessage,
         TurnFSMError,
@@ -83,13 +89,9 @@ with workflow.unsafe.imports_passed_through():
         not_retried,
     )
     from turnfsm.temporal._payloads import WORKFLOW, RunSpec, RunStatus, run_result
-    from turnfsm.temporal._remote import _Remote, _WorkflowLog, now
+    from turnfsm.temporal._remote import _Remote, _WorkflowLog, new_message_id, now
 
 __all__ = ["TurnWorkflow"]
-
-
-def _new_message_id() -> str:
-    return "msg_" + workflow.uuid4().hex[:24]
 
 
 _REVIEWED: Final = "tool_calls_reviewed"
@@ -171,15 +173,21 @@ def _quiet(hook: Hook) -> Hook:
 def _durable(agent: Agent, remote: _Remote) -> Driver:
     """The agent's driver, its effects scheduling activities (see the module)."""
     driver = agent.driver
-    return attrs.evolve(
+    effects = remote.effects()
+    # The phases running the sub-agents the machine file declares take no
+    # effect of their own (the driver builds theirs): set after it is built.
+    declared = {s.name for s in driver.machine.subagents}
+    durable = attrs.evolve(
         driver,
-        effects=remote.effects(),
+        effects={k: e for k, e in effects.items() if k not in declared},
         hooks=[_quiet(h) for h in driver.hooks],
         tracing=False,  # spans are made by the activities' effects
         clock=now,
         compaction_timeout=None,  # enforced inside the activities
         effect_timeout=None,
     )
+    durable._effects.update({k: effects[k] for k in declared})
+    return durable
 
 
 @final
@@ -200,6 +208,12 @@ class TurnWorkflow:
             spec: RunSpec = serde.from_json(RunSpec, start)
         except TurnFSMError as exc:  # not a start turnfsm wrote
             raise not_retried(exc) from None
+        # A sub-agent's run records the call that started it; its own
+        # sub-agents are one deeper.
+        with Delegation.child_run(spec.parent):
+            return await self._run(spec)
+
+    async def _run(self, spec: RunSpec) -> Any:
         agent = agent_named(spec.agent, workflow.info().task_queue)
         log = _WorkflowLog(spec)
         session = await Session.open(log, spec.session_id)
@@ -284,7 +298,7 @@ class TurnWorkflow:
     @workflow.update(name="reject")
     async def reject(self, reasons: dict[str, str]) -> None:
         """Reject the tool calls named in `reasons` (call id -> reason)."""
-        self._answers.append(ToolCallsReviewed.reject(reasons, new_id=_new_message_id))
+        self._answers.append(ToolCallsReviewed.reject(reasons, new_id=new_message_id))
 
     @reject.validator
     def _check_reject(self, reasons: dict[str, str]) -> None:
@@ -372,7 +386,7 @@ def _refused(exc: Exception) -> ApplicationError:
 
 def _message(value: str | dict[str, Any]) -> Message:
     if isinstance(value, str):
-        return Message.user(value, id=_new_message_id())
+        return Message.user(value, id=new_message_id())
     try:
         message: Message = serde.from_json(Message, value)
     except Exception as exc:
