@@ -40,6 +40,7 @@ from turnfsm.persistence import (
     TurnRecord,
     Verdict,
 )
+from turnfsm.providers import ModelPrices
 from turnfsm.tokens import TokenCounter
 from turnfsm.values import Usage
 
@@ -188,6 +189,7 @@ class Audit:
         hooks: HookDispatcher,
         manager: ContextManager | None,
         clock: Callable[[], float],
+        prices: ModelPrices | None = None,
     ) -> None:
         self.run_id = run_id
         self.session = session
@@ -195,6 +197,9 @@ class Audit:
         self.manager = manager
         self.clock = clock
         self.usage = Usage()  # the agent's own model calls
+        self.prices = prices
+        self.cost: float | None = None if prices is None else 0.0
+        """What the agent's own model calls cost, in US dollars (None: no prices)."""
         self.compaction_usage = Usage()  # the passes' summary calls
         self.reported: Reported | None = None  # the provider's count of the last call
         self._context: tuple[MessageLog, MessageLog] | None = None
@@ -228,6 +233,9 @@ class Audit:
     def restore(self, record: RunRecord) -> None:
         """Pick up what a run logged so far (a resumed or abandoned run)."""
         self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
+        if self.prices is not None:
+            prices = self.prices
+            self.cost = sum(float(prices.usage_cost(t.usage)) for t in record.turns)
         self.compaction_usage = sum(
             (c.usage for c in record.compactions if c.usage), Usage()
         )
@@ -278,6 +286,8 @@ class Audit:
         usage = event.usage
         if usage is not None:
             self.usage = self.usage + usage
+            if self.prices is not None and self.cost is not None:
+                self.cost += float(self.prices.usage_cost(usage))
             if usage.input_tokens:
                 self.reported = Reported(
                     tokens=usage.input_tokens,

@@ -26,6 +26,7 @@ from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl
 from turnfsm.driver._effects import Effect, effect_key
 from turnfsm.errors import InvalidReturn
+from turnfsm.providers import ModelPrices
 from turnfsm.values import ErrorInfo
 
 __all__ = ["EffectSettings", "carry_out"]
@@ -45,6 +46,8 @@ class EffectSettings:
         context: The context manager, or None.
         compaction_timeout: Seconds a compaction pass may take (None: no limit).
         effect_timeout: Seconds a custom effect may take (None: no limit).
+        prices: The model's prices, for what the run's calls cost (None:
+            not known).
     """
 
     machine_name: str
@@ -55,6 +58,7 @@ class EffectSettings:
     context: ContextManager | None
     compaction_timeout: float | None
     effect_timeout: float | None
+    prices: ModelPrices | None = None
 
 
 async def carry_out(

@@ -119,6 +119,12 @@ class RunResult(Generic[OutputT]):
             to (their turns, passes and own sub-agents; see
             `Agent.as_tool`), apart from `usage`; a resumed run's counts
             the sub-agents it started before it was resumed too.
+        cost: What the run's own model calls cost in US dollars, at the
+            driver's `prices` (each call's reported usage, none of it
+            counted as cached); None: the driver has no prices.
+        children_cost: What its sub-agents' model calls cost (theirs, their
+            sub-agents', at each one's own prices); None when one of them
+            has no prices (its usage is in `children_usage` all the same).
     """
 
     outcome: Literal["done", "failed", "cancelled", "interrupted", "paused"]
@@ -132,6 +138,15 @@ class RunResult(Generic[OutputT]):
     compaction_usage: Usage = attrs.field(factory=Usage)
     output: OutputT | None = None
     children_usage: Usage = attrs.field(factory=Usage)
+    cost: float | None = None
+    children_cost: float | None = 0.0
+
+    @property
+    def cost_with_children(self) -> float | None:
+        """The run's own `cost` plus its sub-agents' (None: one is not known)."""
+        if self.cost is None or self.children_cost is None:
+            return None
+        return self.cost + self.children_cost
 
     @property
     def usage_with_children(self) -> Usage:

@@ -51,7 +51,7 @@ from turnfsm.persistence import (
     Session,
     machine_digest,
 )
-from turnfsm.providers import ModelClient, ToolSchema, window_for
+from turnfsm.providers import ModelClient, ModelPrices, ToolSchema, window_for
 from turnfsm.tokens import TokenCounter, default_counter
 
 __all__ = ["Driver"]
@@ -138,6 +138,10 @@ class Driver:
         max_output_retries: re-asks, listing the validation errors, after a
             final answer that does not fit `output_type`; then the run fails
             with `OutputInvalid`.
+        prices: the model's prices (``known_prices("gpt-4o")``, or your
+            own `ModelPrices`): `RunResult.cost` says what each run's model
+            calls cost, and a caller's `children_cost` what its sub-agents'
+            did. None: not known.
 
     Raises:
         ConfigError: a setting is out of range (the field is named).
@@ -209,6 +213,12 @@ class Driver:
     )
     output_type: Any = attrs.field(default=None)
     max_output_retries: int = attrs.field(default=2, validator=_count(0))
+    prices: ModelPrices | None = attrs.field(
+        default=None,
+        validator=_checks.instance(
+            ModelPrices, "ModelPrices (known_prices) or None", optional=True
+        ),
+    )
     _output: OutputType | None = attrs.field(init=False)
     _tools: dict[str, Tool] = attrs.field(init=False)
     _budget: Budget = attrs.field(init=False)
@@ -261,6 +271,7 @@ class Driver:
             context=self.context,
             compaction_timeout=self.compaction_timeout,
             effect_timeout=self.effect_timeout,
+            prices=self.prices,
         )
         extras = [self.system_prompt or ""]
         if self._schemas:

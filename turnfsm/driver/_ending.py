@@ -134,6 +134,8 @@ class Ending:
             waiting=waiting,
             compaction_usage=self.audit.compaction_usage,
             children_usage=self.children.usage,
+            cost=self.audit.cost,
+            children_cost=self.children.cost,
         )
 
     def _output(self, outcome: str, text: str) -> Any:
@@ -206,6 +208,9 @@ class Ending:
             run_id=self.run_id,
             turns=self.machine.snapshot.turns,
             compaction_usage=self.audit.compaction_usage,
+            children_usage=self.children.usage,
+            cost=self.audit.cost,
+            children_cost=self.children.cost,
         )
 
     async def crash(self, exc: BaseException) -> None:

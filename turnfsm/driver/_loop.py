@@ -135,7 +135,14 @@ class RunLoop(Ending):
         self.hooks = run.hooks
         self.run_id = run.run_id
         self.index = 0
-        self.audit = Audit(run.run_id, session, self.hooks, settings.context, run.clock)
+        self.audit = Audit(
+            run.run_id,
+            session,
+            self.hooks,
+            settings.context,
+            run.clock,
+            settings.prices,
+        )
         self._effects = settings.effects
         self._wants_transition = self.hooks.wants("on_transition")
         self._estimate_source = "estimated"  # where the snapshot's estimate came from

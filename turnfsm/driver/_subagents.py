@@ -113,6 +113,8 @@ class ChildTally:
     run_id: str
     control: RunControl | None = None
     usage: Usage = attrs.field(factory=Usage)
+    cost: float | None = 0.0
+    """What the children's model calls cost (None: one had no prices)."""
     taken_over: str | None = None
     started: dict[str, set[str]] = attrs.field(factory=dict)
 
@@ -153,6 +155,36 @@ _ENDED: Final = ("done", "failed", "cancelled")
 def opening_link() -> ParentLink | None:
     """Return the link the run opening now records (None: not a sub-agent's run)."""
     return _LINK.get()
+
+
+@final
+@attrs.frozen
+class _Spent:
+    """What a child used: its usage, and what its model calls cost (None: unknown)."""
+
+    usage: Usage
+    cost: float | None
+
+    @staticmethod
+    def of(result: RunResult[Any]) -> _Spent:
+        """What an ended child run's result says it used, its sub-agents too."""
+        return _Spent(
+            result.usage + result.compaction_usage + result.children_usage,
+            result.cost_with_children,
+        )
+
+    def __add__(self, other: _Spent) -> _Spent:
+        cost = None
+        if self.cost is not None and other.cost is not None:
+            cost = self.cost + other.cost
+        return _Spent(self.usage + other.usage, cost)
+
+    def count_in(self, tally: ChildTally) -> None:
+        """Add it to the calling run's tally of its children."""
+        tally.usage = tally.usage + self.usage
+        tally.cost = (
+            None if tally.cost is None or self.cost is None else tally.cost + self.cost
+        )
 
 
 @contextmanager
@@ -341,7 +373,7 @@ class Delegation:
         the calling run's `children_usage`. A child that did not end done
         is an error result naming `SubagentFailed`.
         """
-        _count(result.usage + result.compaction_usage + result.children_usage)
+        _count(_Spent.of(result))
         if result.outcome == "done":
             return Message.tool_result(call.id, result.text)
         cause = _cause(result.error, result.waiting)
@@ -622,7 +654,7 @@ async def _child_answer(
         # Ended before the parent's result was logged: what it used counts
         # now, and its answer is the call's (a failure is the call's error).
         if tally is not None:
-            tally.usage = tally.usage + await _spent(driver, session, earlier)
+            (await _spent(driver, session, earlier)).count_in(tally)
         if earlier.outcome == "done":
             return earlier.text
         raise SubagentFailed(
@@ -660,9 +692,7 @@ async def _child_answer(
         _DEPTH.reset(depth_token)
         _LINK.reset(link_token)
     if tally is not None:
-        tally.usage = (
-            tally.usage + result.usage + result.compaction_usage + result.children_usage
-        )
+        _Spent.of(result).count_in(tally)
     waits = result.outcome == "paused" or (
         result.outcome == "interrupted" and isinstance(result.error, SubagentWaiting)
     )
@@ -776,9 +806,15 @@ def _run_machine(
     return session.machine(run.opened.digest)
 
 
-async def _spent(driver: Driver, session: Session, run: RunRecord) -> Usage:
+async def _spent(driver: Driver, session: Session, run: RunRecord) -> _Spent:
     """What the ended `run` (of `driver`) used: its turns, passes and children."""
-    total = sum((c.usage for c in run.compactions if c.usage), run.usage)
+    prices = driver.prices
+    total = _Spent(
+        sum((c.usage for c in run.compactions if c.usage), run.usage),
+        None
+        if prices is None
+        else sum(float(prices.usage_cost(t.usage)) for t in run.turns),
+    )
     machine = _run_machine(driver, session, run)
     for child in await _linked(driver, session, run.run_id, machine):
         total = total + await _spent(child.driver, child.session, child.run)
@@ -798,16 +834,14 @@ async def count_earlier_children(
     for child in await _linked(driver, session, tally.run_id, machine):
         tally.started.setdefault(child.name, set()).add(child.call_id)
         if child.answered:
-            tally.usage = tally.usage + await _spent(
-                child.driver, child.session, child.run
-            )
+            (await _spent(child.driver, child.session, child.run)).count_in(tally)
 
 
-def _count(usage: Usage) -> None:
-    """Count what a child used in the calling run's `children_usage`."""
+def _count(spent: _Spent) -> None:
+    """Count what a child used in the calling run's children's usage and cost."""
     tally = _TALLY.get()
     if tally is not None:
-        tally.usage = tally.usage + usage
+        spent.count_in(tally)
 
 
 def _admit(

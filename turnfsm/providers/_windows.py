@@ -23,6 +23,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.errors import WindowTooLarge
+from turnfsm.values import Usage
 
 if TYPE_CHECKING:
     from genai_prices.data_snapshot import DataSnapshot
@@ -173,6 +174,19 @@ class ModelPrices:
             + output_tokens * rates[2]
         )
         return total / 1_000_000
+
+    def usage_cost(self, usage: Usage | None) -> Decimal:
+        """The price of one call from its reported usage (none cached).
+
+        Example:
+            ```python
+            known_prices("gpt-4o").usage_cost(Usage(input_tokens=1_000_000))
+            # Decimal('2.5')
+            ```
+        """
+        if usage is None:
+            return Decimal(0)
+        return self.cost(usage.input_tokens, 0, usage.output_tokens)
 
 
 def _rate(value: Any) -> tuple[Decimal | None, dict[int, Decimal]]:

@@ -684,8 +684,7 @@ def _report(
     for p in passes:
         cost = None
         if price is not None:
-            used = p.usage or Usage()
-            cost = price.cost(used.input_tokens, 0, used.output_tokens)
+            cost = price.usage_cost(p.usage)
             summary_cost = (summary_cost or Decimal(0)) + cost
         pass_costs.append(cost)
     return Simulation(

@@ -1,0 +1,95 @@
+"""What runs cost, in US dollars, and how a caller's sub-agents' costs roll up."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import attrs
+import pytest
+
+from tests.driver.test_subagent_resume import CHILD_USAGE as RESUME_USAGE
+from tests.driver.test_subagent_resume import answering_child, stop_then_resume
+from tests.driver.test_subagents import (
+    CHILD_USAGE,
+    PARENT_USAGE,
+    parent_model,
+    reader,
+    write_files,
+)
+from turnfsm import Agent
+from turnfsm.errors import ConfigError
+from turnfsm.providers import ModelPrices, known_prices
+
+pytestmark = pytest.mark.anyio
+
+LEAD = ModelPrices(
+    model="lead", input=Decimal(10), cached_input=Decimal(1), output=Decimal(30)
+)
+SMALL = ModelPrices(
+    model="small", input=Decimal(1), cached_input=Decimal(0), output=Decimal(2)
+)
+
+
+def dollars(prices: ModelPrices, calls: int, usage: object) -> float:
+    return calls * float(prices.usage_cost(usage))  # type: ignore[arg-type]
+
+
+async def test_the_lead_pays_its_calls_and_its_sub_agents_roll_up() -> None:
+    write_files()
+    child = reader(prices=SMALL)
+    lead = Agent(
+        model=parent_model(),
+        tools=[child.as_tool(name="reader", description="Reads one file.")],
+        prices=LEAD,
+    )
+    result = await lead.run("What is the grand total?")
+
+    assert result.outcome == "done", result.error
+    # Two lead calls; three children of two calls each (a read, an answer).
+    assert result.cost == pytest.approx(dollars(LEAD, 2, PARENT_USAGE))
+    assert result.children_cost == pytest.approx(dollars(SMALL, 6, CHILD_USAGE))
+    assert result.cost_with_children == pytest.approx(
+        result.cost + result.children_cost
+    )
+    assert result.cost == pytest.approx(2 * (100 * 10 + 5 * 30) / 1e6)
+
+
+async def test_a_sub_agent_without_prices_makes_the_roll_up_unknown() -> None:
+    write_files()
+    lead = Agent(
+        model=parent_model(),
+        tools=[reader().as_tool(name="reader", description="Reads one file.")],
+        prices=LEAD,
+    )
+    result = await lead.run("What is the grand total?")
+    assert result.cost is not None
+    assert result.children_cost is None  # their usage is counted all the same
+    assert result.cost_with_children is None
+    assert result.children_usage.input_tokens == 6 * CHILD_USAGE.input_tokens
+
+
+async def test_a_run_without_prices_costs_nothing_known_and_no_children_cost_0() -> (
+    None
+):
+    result = await Agent(model=parent_model(), tools=[]).run("hi")
+    assert result.cost is None
+    assert result.children_cost == 0.0
+
+
+async def test_a_resumed_caller_counts_what_its_earlier_children_cost() -> None:
+    # Stopped before its third call, resumed by another agent: two children
+    # answered before the resume, one after; all three cost the same.
+    child = answering_child()
+    child.driver = attrs.evolve(child.driver, prices=SMALL)
+    tool = child.as_tool(name="reader", description="Read")
+    result, _, _ = await stop_then_resume(tool, 3)
+
+    assert result.outcome == "done", result.error
+    assert result.children_cost == pytest.approx(dollars(SMALL, 3, RESUME_USAGE))
+
+
+def test_prices_must_be_model_prices() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=parent_model(), prices="gpt-4o")
+    assert caught.value.field == "prices"
+    assert known_prices("gpt-4o") is not None
