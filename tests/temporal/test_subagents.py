@@ -23,9 +23,9 @@ from temporalio.service import RPCError
 from tests.driver.test_declared_subagents import critic, reviewed, writer
 from tests.driver.test_subagents import careful_child, delegating_model
 from tests.temporal.test_durable import FAST, _history, _replays, content
-from turnfsm import Agent, approval_machine
-from turnfsm.driver import child_ids, replay
-from turnfsm.errors import Cancelled
+from turnfsm import Agent, approval_machine, load_machine, machines_dir
+from turnfsm.driver import child_ids, replay, subagent_effect
+from turnfsm.errors import Cancelled, EffectFailed
 from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
 from turnfsm.persistence import (
     MemoryStore,
@@ -563,3 +563,189 @@ async def test_a_sub_agent_phase_the_machine_declares_runs_in_its_activity(
         "Check Italy. (asked: Where is Paris?)",
         "Check France. (asked: No: France.)",
     ]
+
+
+# -- a sub-agent phase is a child workflow too ---------------------------------
+
+
+def review_agent(
+    store: SessionStore, kid: Agent, tmp_path: Path, *drafts: str, **settings: Any
+) -> Agent:
+    """The writer whose review phase (the machine file's) runs the critic `kid`."""
+    return Agent(
+        model=writer(*drafts),
+        machine=reviewed(tmp_path, **settings),
+        subagents={"critic": kid},
+        store=store,
+        name="writer",
+    )
+
+
+async def test_a_declared_sub_agent_phase_runs_as_a_child_workflow_linked_to_it(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    local = review_agent(MemoryStore(), critic([]), tmp_path, "Italy.", "France.")
+    expected = await local.run("Where is Paris?")
+    local_kids = await child_sessions(local.store, local.session.id)
+    tasks: list[str] = []
+    store = SQLiteStore(tmp_path / "w.db")
+    kid_agent = critic(tasks)
+    agent = review_agent(store, kid_agent, tmp_path, "Italy.", "France.")
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        kids = await child_sessions(store, run.session_id)
+        described = [
+            await temporal_client.get_workflow_handle(workflow_id_of(k.id)).describe()
+            for k in kids
+        ]
+        history = await _history(temporal_client, run.workflow_id)
+        kid_histories = [
+            await _history(temporal_client, workflow_id_of(k.id)) for k in kids
+        ]
+
+    assert result.outcome == "done", result.error
+    # Routed on the critic's answers as in-process: revise, then approved.
+    assert result.text == expected.text == "France."
+    assert tasks == [
+        "Check Italy. (asked: Where is Paris?)",
+        "Check France. (asked: No: France.)",
+    ]
+    assert result.children_usage == expected.children_usage
+    session = await Session.load(store, run.session_id)
+    assert content(session.history) == content(local.session.history)
+    # Each review is a child session in the writer's store, linked to its
+    # phase with the in-process call ids, and ids derived from them.
+    assert [k.runs[0].text for k in kids] == ["No: France.", "approved."]
+    links = [parent_of(k) for k in kids]
+    assert [link.call_id for link in links if link] == [
+        parent_of(k).call_id  # type: ignore[union-attr]
+        for k in local_kids
+    ]
+    for kid, link in zip(kids, links, strict=True):
+        assert link == ParentLink(
+            session_id=run.session_id,
+            run_id=result.run_id,
+            call_id=link.call_id if link else "",
+            depth=1,
+        )
+        assert (kid.id, kid.runs[0].run_id) == child_ids(
+            run.session_id, result.run_id, link.call_id if link else ""
+        )
+    assert await kid_agent.store.list_sessions() == ()
+    # Temporal's view: one child workflow per review, of the writer's.
+    assert _children_started(history) == [workflow_id_of(k.id) for k in kids]
+    assert all(d.parent_id == run.workflow_id for d in described)
+    assert all(d.status == WorkflowExecutionStatus.COMPLETED for d in described)
+    assert replay(None, session, result.run_id).ok
+    await _replays(history)
+    for kid_history in kid_histories:
+        await _replays(kid_history)
+
+
+async def test_a_sub_agent_effect_given_by_name_runs_as_a_child_workflow(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    tasks: list[str] = []
+    kid_agent = critic(tasks)
+    store = SQLiteStore(tmp_path / "w.db")
+    review = subagent_effect(
+        kid_agent.driver,
+        signal=lambda answer: "approved" if answer == "approved." else "revise",
+        task=lambda messages: f"Check {messages[-1].text}",
+        key="feedback",
+    )
+    agent = Agent(
+        model=writer("Italy.", "France."),
+        machine=load_machine(machines_dir() / "review.toml"),
+        effects={"review": review},
+        store=store,
+        name="writer",
+    )
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.outcome == "done", result.error
+    assert result.text == "France."
+    assert tasks == ["Check Italy.", "Check France."]
+    kids = await child_sessions(store, run.session_id)
+    assert [k.runs[0].text for k in kids] == ["No: France.", "approved."]
+    assert _children_started(history) == [workflow_id_of(k.id) for k in kids]
+    await _replays(history)
+
+
+@pytest.mark.parametrize("on_failure", [None, '"approved"'])
+async def test_max_children_from_the_file_bounds_the_durable_reviews(
+    temporal_client: Client, tmp_path: Path, on_failure: str | None
+) -> None:
+    tasks: list[str] = []
+    never = critic(tasks)  # never approves: no draft names France
+    store = SQLiteStore(tmp_path / "w.db")
+    settings: dict[str, Any] = {"max_children": 2}
+    if on_failure is not None:
+        settings["on_failure"] = on_failure
+    agent = review_agent(store, never, tmp_path, "a", "b", "c", "d", **settings)
+    async with _served(temporal_client, agent, never) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+
+    assert len(tasks) == 2
+    assert len(_children_started(history)) == 2
+    if on_failure is None:
+        assert result.outcome == "failed"
+        assert isinstance(result.error, EffectFailed)
+        assert (result.error.effect, result.error.type) == ("critic", "SubagentTooMany")
+    else:  # routed: the third review, refused, approves
+        assert result.outcome == "done", result.error
+        assert result.text == "c"
+    await _replays(history)
+
+
+async def test_a_worker_restarted_mid_review_does_not_start_a_second_child(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+
+    async def approve(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await release.wait()
+        return ModelResponse(message=reply("approved."), usage=CHILD_USAGE)
+
+    kid_agent = Agent(model=FakeModelClient(approve), name="critic")
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = review_agent(store, kid_agent, tmp_path, "France.")
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, [agent, kid_agent]):
+        run = await start_durable(
+            agent,
+            "Where is Paris?",
+            client=temporal_client,
+            task_queue=queue,
+            options=FAST,
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+    release.set()
+    async with create_worker(
+        temporal_client, queue, [agent, kid_agent], max_cached_workflows=0
+    ):
+        with anyio.fail_after(60):
+            result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+
+    assert result.outcome == "done", result.error
+    assert result.text == "France."
+    assert len(kid_agent.driver.model.requests) == 2  # type: ignore[attr-defined]
+    (kid,) = await child_sessions(store, run.session_id)
+    assert [r.outcome for r in kid.runs] == ["done"]
+    assert _children_started(history) == [workflow_id_of(kid.id)]
+    await _replays(history)
+    await _replays(await _history(temporal_client, workflow_id_of(kid.id)))
