@@ -24,7 +24,7 @@ from tests.driver.test_declared_subagents import critic, reviewed, writer
 from tests.driver.test_subagents import careful_child, delegating_model
 from tests.temporal.test_durable import FAST, _history, _replays, content
 from turnfsm import Agent, approval_machine, load_machine, machines_dir
-from turnfsm.driver import child_ids, replay, subagent_effect
+from turnfsm.driver import RunResult, child_ids, replay, subagent_effect
 from turnfsm.errors import Cancelled, EffectFailed
 from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
 from turnfsm.persistence import (
@@ -272,6 +272,7 @@ async def test_a_sub_agent_pausing_for_approval_is_answered_on_its_own_run(
         # The lead waits on its call; the paused child is in the lead's store.
         lead_status = await run.status()
         assert (lead_status.phase, lead_status.outcome) == ("run_tools", "running")
+        assert lead_status.children == lead_status.children_waiting == (kid_id,)
         (paused,) = await child_sessions(store, run.session_id)
         assert paused.id == kid_id
         assert [r.outcome for r in paused.runs] == ["paused"]
@@ -367,33 +368,44 @@ def blocking(
     return lead, reader
 
 
+async def _across_a_restart(
+    client: Client,
+    lead: Agent,
+    kid: Agent,
+    text: str,
+    started: anyio.Event,
+    release: anyio.Event,
+) -> tuple[DurableRun, RunResult[Any], WorkflowHistory]:
+    """Run `lead` on `text`, its worker stopped mid-child (once `started`).
+
+    The first worker is gone mid-child (the child's model call is cut
+    short). A new one, with no workflow cache, replays both workflows on
+    every task: the lead finds its child in its history and waits on it.
+    """
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(client, queue, [lead, kid]):
+        run = await start_durable(
+            lead, text, client=client, task_queue=queue, options=FAST
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+    release.set()
+    async with create_worker(client, queue, [lead, kid], max_cached_workflows=0):
+        with anyio.fail_after(60):
+            result = await run.result()
+        history = await _history(client, run.workflow_id)
+    return run, result, history
+
+
 async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     store = SQLiteStore(tmp_path / "lead.db")
     started, release = anyio.Event(), anyio.Event()
     lead, reader = blocking(store, started, release)
-    queue = f"test-{uuid.uuid4().hex[:10]}"
-    async with create_worker(temporal_client, queue, [lead, reader]):
-        run = await start_durable(
-            lead,
-            "the north total?",
-            client=temporal_client,
-            task_queue=queue,
-            options=FAST,
-        )
-        with anyio.fail_after(30):
-            await started.wait()
-    # The first worker is gone mid-child (its model call was cut short).
-    # A new one, with no workflow cache, replays both workflows on every
-    # task: the lead finds its child in its history and waits on it.
-    release.set()
-    async with create_worker(
-        temporal_client, queue, [lead, reader], max_cached_workflows=0
-    ):
-        with anyio.fail_after(60):
-            result = await run.result()
-        history = await _history(temporal_client, run.workflow_id)
+    run, result, history = await _across_a_restart(
+        temporal_client, lead, reader, "the north total?", started, release
+    )
 
     assert result.ok, result.error
     assert result.text == "the total is 120"
@@ -722,24 +734,9 @@ async def test_a_worker_restarted_mid_review_does_not_start_a_second_child(
     kid_agent = Agent(model=FakeModelClient(approve), name="critic")
     store = SQLiteStore(tmp_path / "w.db")
     agent = review_agent(store, kid_agent, tmp_path, "France.")
-    queue = f"test-{uuid.uuid4().hex[:10]}"
-    async with create_worker(temporal_client, queue, [agent, kid_agent]):
-        run = await start_durable(
-            agent,
-            "Where is Paris?",
-            client=temporal_client,
-            task_queue=queue,
-            options=FAST,
-        )
-        with anyio.fail_after(30):
-            await started.wait()
-    release.set()
-    async with create_worker(
-        temporal_client, queue, [agent, kid_agent], max_cached_workflows=0
-    ):
-        with anyio.fail_after(60):
-            result = await run.result()
-        history = await _history(temporal_client, run.workflow_id)
+    run, result, history = await _across_a_restart(
+        temporal_client, agent, kid_agent, "Where is Paris?", started, release
+    )
 
     assert result.outcome == "done", result.error
     assert result.text == "France."
@@ -749,3 +746,51 @@ async def test_a_worker_restarted_mid_review_does_not_start_a_second_child(
     assert _children_started(history) == [workflow_id_of(kid.id)]
     await _replays(history)
     await _replays(await _history(temporal_client, workflow_id_of(kid.id)))
+
+
+async def test_a_sub_agent_phase_paused_for_approval_is_answered_on_its_own_run(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    cleaner, deleted = careful_child()  # asks before deleting a.tmp and b.tmp
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = Agent(
+        model=writer("Clean up done?"),
+        machine=load_machine(machines_dir() / "review.toml"),
+        effects={"review": subagent_effect(cleaner.driver, signal="approved")},
+        store=store,
+        name="writer",
+    )
+    async with _served(temporal_client, agent, cleaner) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        (kid_id,) = (await _waiting_children(run)).children_waiting
+        status = await DurableRun(temporal_client, kid_id).status()
+        assert status.phase == "await_approval"
+        lead_status = await run.status()
+        assert (lead_status.phase, lead_status.waiting) == ("await_review", None)
+        assert lead_status.children == (kid_id,)
+        assert deleted == []
+        await DurableRun(temporal_client, kid_id).approve()
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+        ended = await run.status()
+
+    assert result.outcome == "done", result.error
+    assert ended.children == ended.children_waiting == ()
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
+    (kid,) = await child_sessions(store, run.session_id)
+    assert kid.id == kid_id
+    assert [r.outcome for r in kid.runs] == ["done"]
+    await _replays(history)
+
+
+async def _waiting_children(run: DurableRun) -> RunStatus:
+    """Wait until a sub-agent of `run` pauses."""
+    with anyio.fail_after(30):
+        while True:
+            with contextlib.suppress(RPCError):
+                status = await run.status()
+                if status.children_waiting:
+                    return status
+            await anyio.sleep(0.05)

@@ -239,6 +239,8 @@ class _Remote:
         self.log = log
         self.cancelled: str | None = None  # the reason of a cancel signal
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.children: dict[str, None] = {}
+        """The session ids of the child workflows in flight, in start order."""
 
     def effects(self) -> dict[str, Any]:
         """An effect for every name the driver has (built-in ones included)."""
@@ -525,6 +527,7 @@ class _Remote:
             parent=link,
             store=self.spec.store or self.spec.agent,
         )
+        self.children[session_id] = None
         try:
             data = await self._track(
                 workflow.execute_child_workflow(
@@ -553,6 +556,8 @@ class _Remote:
                 return _Unanswered(session_id, "cancelled", cause)
             error = failure_error(exc.cause)  # refused, or crashed
             return _Unanswered(session_id, "failed", f"{type(error).__name__}: {error}")
+        finally:
+            self.children.pop(session_id, None)
         result: RunResult[Any] = serde.from_json(RunResult, data)
         return result
 
