@@ -682,6 +682,9 @@ def subagent_effect(
     {key: answer})``; a transition on `signal` with ``message = KEY`` adds the
     answer to the conversation as a user message.
 
+    The effect carries its `PhaseDelegation`: a durable run whose worker
+    serves the agent of `driver` runs the phase's child as a child workflow.
+
     Args:
         driver: The child's driver: its model, tools, window, machine.
         signal: The signal the phase ends with (declared in the machine's
