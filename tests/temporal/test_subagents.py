@@ -17,7 +17,13 @@ from typing import Any
 import anyio
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowHistory,
+)
 from temporalio.service import RPCError
 
 from tests.driver.test_declared_subagents import critic, reviewed, writer
@@ -418,6 +424,18 @@ async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
     await _replays(kid_history)
 
 
+async def _until_ended(
+    handle: WorkflowHandle[Any, Any],
+) -> WorkflowExecutionDescription:
+    """Wait until the workflow of `handle` ends; how it ended."""
+    with anyio.fail_after(30):
+        while True:
+            described = await handle.describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                return described
+            await anyio.sleep(0.05)
+
+
 @pytest.mark.parametrize("how", ["workflow", "signal", "child"])
 async def test_cancelling_the_lead_cancels_its_child_and_not_the_other_way(
     temporal_client: Client, tmp_path: Path, how: str
@@ -454,12 +472,7 @@ async def test_cancelling_the_lead_cancels_its_child_and_not_the_other_way(
             assert result.ok, result.error
             assert result.text.startswith("tool 'reader' failed: SubagentFailed: ")
             assert "its workflow was cancelled" in result.text
-        with anyio.fail_after(30):
-            while True:
-                described = await kid.describe()
-                if described.status != WorkflowExecutionStatus.RUNNING:
-                    break
-                await anyio.sleep(0.05)
+        described = await _until_ended(kid)
     assert described.status == WorkflowExecutionStatus.CANCELED
     session = await Session.load(store, kid_id)
     assert [r.outcome for r in session.runs] == ["interrupted"]
@@ -794,3 +807,39 @@ async def _waiting_children(run: DurableRun) -> RunStatus:
                 if status.children_waiting:
                     return status
             await anyio.sleep(0.05)
+
+
+async def test_cancelling_the_writer_mid_review_cancels_the_critic(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+
+    async def approve(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await release.wait()
+        return ModelResponse(message=reply("approved."), usage=CHILD_USAGE)
+
+    kid_agent = Agent(model=FakeModelClient(approve), name="critic")
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = review_agent(store, kid_agent, tmp_path, "France.")
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent,
+            "Where is Paris?",
+            client=temporal_client,
+            task_queue=queue,
+            options=FAST,
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+        (kid_id,) = (await run.status()).children
+        await run.cancel("enough")
+        result = await run.result()
+        kid = temporal_client.get_workflow_handle(workflow_id_of(kid_id))
+        described = await _until_ended(kid)
+        release.set()
+
+    assert result.outcome == "cancelled"
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    session = await Session.load(store, kid_id)
+    assert [r.outcome for r in session.runs] == ["interrupted"]
