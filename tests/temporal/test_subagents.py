@@ -30,6 +30,7 @@ from tests.driver.test_declared_subagents import critic, reviewed, writer
 from tests.driver.test_subagents import careful_child, delegating_model
 from tests.temporal.test_durable import FAST, _history, _replays, content
 from turnfsm import Agent, approval_machine, load_machine, machines_dir
+from turnfsm.core import MachineSpec, ToolCallsReviewed
 from turnfsm.driver import RunResult, child_ids, replay, subagent_effect
 from turnfsm.errors import Cancelled, EffectFailed
 from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
@@ -843,3 +844,81 @@ async def test_cancelling_the_writer_mid_review_cancels_the_critic(
     assert described.status == WorkflowExecutionStatus.CANCELED
     session = await Session.load(store, kid_id)
     assert [r.outcome for r in session.runs] == ["interrupted"]
+
+
+def approved_and_reviewed(tmp_path: Path) -> MachineSpec:
+    """The approval machine whose final answer the critic reviews (one review)."""
+    text = (machines_dir() / "approval.toml").read_text()
+    text = text.replace('name = "approval"', 'name = "approved_reviewed"')
+    text = text.replace(
+        'terminal = ["done", "failed"]',
+        'terminal = ["done", "failed"]\nsignals = ["approved", "revise"]',
+    )
+    text = text.replace(
+        "[states]\n", '[states]\nawait_review = { subagent = "critic" }\n'
+    )
+    final = 'trigger = "model_replied"\nsource = "call_llm"\ndest = "done"'
+    assert final in text
+    text = text.replace(final, final.replace('"done"', '"await_review"'))
+    text += (
+        '\n[[transitions]]\ntrigger = "approved"\nsource = "await_review"\n'
+        'dest = "done"\n\n[[transitions]]\ntrigger = "revise"\n'
+        'source = "await_review"\ndest = "start"\nmessage = "feedback"\n'
+        '\n[subagents.critic]\nmachine = "turn.toml"\nsignal = "revise"\n'
+        'key = "feedback"\nroutes = { approved = "APPROVED" }\n'
+        'task = "Check {reply} (asked: {request})"\nmax_children = 1\n'
+    )
+    path = tmp_path / "approved_reviewed.toml"
+    path.write_text(text)
+    return load_machine(path)
+
+
+async def test_a_writer_resumed_after_an_approval_counts_its_earlier_review(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Reviewed once (revise), the writer asks to run a tool and pauses;
+    # resumed, it counts that review: its second is past max_children.
+    def writer_agent(store: SessionStore, kid: Agent) -> Agent:
+        turns = iter(
+            [
+                reply("Italy."),
+                reply("", tool_call("lookup", "call_1", region="north")),
+                reply("France."),
+            ]
+        )
+        return Agent(
+            model=FakeModelClient(lambda request: next(turns)),
+            tools=[lookup],
+            machine=approved_and_reviewed(tmp_path),
+            subagents={"critic": kid},
+            store=store,
+            name="writer",
+        )
+
+    local = writer_agent(MemoryStore(), critic([]))
+    paused = await local.run("Where is Paris?")
+    assert paused.outcome == "paused"
+    expected = await local.resume(
+        local.session.id, paused.run_id, ToolCallsReviewed.approve_all()
+    )
+    tasks: list[str] = []
+    kid_agent = critic(tasks)
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = writer_agent(store, kid_agent)
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        await run.approve()
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+
+    for ended in (expected, result):
+        assert ended.outcome == "failed"
+        assert isinstance(ended.error, EffectFailed)
+        assert (ended.error.effect, ended.error.type) == ("critic", "SubagentTooMany")
+    assert tasks == ["Check Italy. (asked: Where is Paris?)"]
+    assert len(_children_started(history)) == 1
+    assert result.children_usage == expected.children_usage
+    await _replays(history)
