@@ -17,15 +17,22 @@ from typing import Any
 import anyio
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowHistory,
+)
 from temporalio.service import RPCError
 
 from tests.driver.test_declared_subagents import critic, reviewed, writer
 from tests.driver.test_subagents import careful_child, delegating_model
 from tests.temporal.test_durable import FAST, _history, _replays, content
-from turnfsm import Agent, approval_machine
-from turnfsm.driver import child_ids, replay
-from turnfsm.errors import Cancelled
+from turnfsm import Agent, approval_machine, load_machine, machines_dir
+from turnfsm.core import MachineSpec, ToolCallsReviewed
+from turnfsm.driver import RunResult, child_ids, replay, subagent_effect
+from turnfsm.errors import Cancelled, EffectFailed
 from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
 from turnfsm.persistence import (
     MemoryStore,
@@ -272,6 +279,7 @@ async def test_a_sub_agent_pausing_for_approval_is_answered_on_its_own_run(
         # The lead waits on its call; the paused child is in the lead's store.
         lead_status = await run.status()
         assert (lead_status.phase, lead_status.outcome) == ("run_tools", "running")
+        assert lead_status.children == lead_status.children_waiting == (kid_id,)
         (paused,) = await child_sessions(store, run.session_id)
         assert paused.id == kid_id
         assert [r.outcome for r in paused.runs] == ["paused"]
@@ -367,33 +375,44 @@ def blocking(
     return lead, reader
 
 
+async def _across_a_restart(
+    client: Client,
+    lead: Agent,
+    kid: Agent,
+    text: str,
+    started: anyio.Event,
+    release: anyio.Event,
+) -> tuple[DurableRun, RunResult[Any], WorkflowHistory]:
+    """Run `lead` on `text`, its worker stopped mid-child (once `started`).
+
+    The first worker is gone mid-child (the child's model call is cut
+    short). A new one, with no workflow cache, replays both workflows on
+    every task: the lead finds its child in its history and waits on it.
+    """
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(client, queue, [lead, kid]):
+        run = await start_durable(
+            lead, text, client=client, task_queue=queue, options=FAST
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+    release.set()
+    async with create_worker(client, queue, [lead, kid], max_cached_workflows=0):
+        with anyio.fail_after(60):
+            result = await run.result()
+        history = await _history(client, run.workflow_id)
+    return run, result, history
+
+
 async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     store = SQLiteStore(tmp_path / "lead.db")
     started, release = anyio.Event(), anyio.Event()
     lead, reader = blocking(store, started, release)
-    queue = f"test-{uuid.uuid4().hex[:10]}"
-    async with create_worker(temporal_client, queue, [lead, reader]):
-        run = await start_durable(
-            lead,
-            "the north total?",
-            client=temporal_client,
-            task_queue=queue,
-            options=FAST,
-        )
-        with anyio.fail_after(30):
-            await started.wait()
-    # The first worker is gone mid-child (its model call was cut short).
-    # A new one, with no workflow cache, replays both workflows on every
-    # task: the lead finds its child in its history and waits on it.
-    release.set()
-    async with create_worker(
-        temporal_client, queue, [lead, reader], max_cached_workflows=0
-    ):
-        with anyio.fail_after(60):
-            result = await run.result()
-        history = await _history(temporal_client, run.workflow_id)
+    run, result, history = await _across_a_restart(
+        temporal_client, lead, reader, "the north total?", started, release
+    )
 
     assert result.ok, result.error
     assert result.text == "the total is 120"
@@ -404,6 +423,18 @@ async def test_a_worker_restarted_mid_child_does_not_start_a_second_child(
     kid_history = await _history(temporal_client, workflow_id_of(kid.id))
     await _replays(history)
     await _replays(kid_history)
+
+
+async def _until_ended(
+    handle: WorkflowHandle[Any, Any],
+) -> WorkflowExecutionDescription:
+    """Wait until the workflow of `handle` ends; how it ended."""
+    with anyio.fail_after(30):
+        while True:
+            described = await handle.describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                return described
+            await anyio.sleep(0.05)
 
 
 @pytest.mark.parametrize("how", ["workflow", "signal", "child"])
@@ -442,12 +473,7 @@ async def test_cancelling_the_lead_cancels_its_child_and_not_the_other_way(
             assert result.ok, result.error
             assert result.text.startswith("tool 'reader' failed: SubagentFailed: ")
             assert "its workflow was cancelled" in result.text
-        with anyio.fail_after(30):
-            while True:
-                described = await kid.describe()
-                if described.status != WorkflowExecutionStatus.RUNNING:
-                    break
-                await anyio.sleep(0.05)
+        described = await _until_ended(kid)
     assert described.status == WorkflowExecutionStatus.CANCELED
     session = await Session.load(store, kid_id)
     assert [r.outcome for r in session.runs] == ["interrupted"]
@@ -563,3 +589,336 @@ async def test_a_sub_agent_phase_the_machine_declares_runs_in_its_activity(
         "Check Italy. (asked: Where is Paris?)",
         "Check France. (asked: No: France.)",
     ]
+
+
+# -- a sub-agent phase is a child workflow too ---------------------------------
+
+
+def review_agent(
+    store: SessionStore, kid: Agent, tmp_path: Path, *drafts: str, **settings: Any
+) -> Agent:
+    """The writer whose review phase (the machine file's) runs the critic `kid`."""
+    return Agent(
+        model=writer(*drafts),
+        machine=reviewed(tmp_path, **settings),
+        subagents={"critic": kid},
+        store=store,
+        name="writer",
+    )
+
+
+async def test_a_declared_sub_agent_phase_runs_as_a_child_workflow_linked_to_it(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    local = review_agent(MemoryStore(), critic([]), tmp_path, "Italy.", "France.")
+    expected = await local.run("Where is Paris?")
+    local_kids = await child_sessions(local.store, local.session.id)
+    tasks: list[str] = []
+    store = SQLiteStore(tmp_path / "w.db")
+    kid_agent = critic(tasks)
+    agent = review_agent(store, kid_agent, tmp_path, "Italy.", "France.")
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        kids = await child_sessions(store, run.session_id)
+        described = [
+            await temporal_client.get_workflow_handle(workflow_id_of(k.id)).describe()
+            for k in kids
+        ]
+        history = await _history(temporal_client, run.workflow_id)
+        kid_histories = [
+            await _history(temporal_client, workflow_id_of(k.id)) for k in kids
+        ]
+
+    assert result.outcome == "done", result.error
+    # Routed on the critic's answers as in-process: revise, then approved.
+    assert result.text == expected.text == "France."
+    assert tasks == [
+        "Check Italy. (asked: Where is Paris?)",
+        "Check France. (asked: No: France.)",
+    ]
+    assert result.children_usage == expected.children_usage
+    session = await Session.load(store, run.session_id)
+    assert content(session.history) == content(local.session.history)
+    # Each review is a child session in the writer's store, linked to its
+    # phase with the in-process call ids, and ids derived from them.
+    assert [k.runs[0].text for k in kids] == ["No: France.", "approved."]
+    links = [parent_of(k) for k in kids]
+    assert [link.call_id for link in links if link] == [
+        parent_of(k).call_id  # type: ignore[union-attr]
+        for k in local_kids
+    ]
+    for kid, link in zip(kids, links, strict=True):
+        assert link == ParentLink(
+            session_id=run.session_id,
+            run_id=result.run_id,
+            call_id=link.call_id if link else "",
+            depth=1,
+        )
+        assert (kid.id, kid.runs[0].run_id) == child_ids(
+            run.session_id, result.run_id, link.call_id if link else ""
+        )
+    assert await kid_agent.store.list_sessions() == ()
+    # Temporal's view: one child workflow per review, of the writer's.
+    assert _children_started(history) == [workflow_id_of(k.id) for k in kids]
+    assert all(d.parent_id == run.workflow_id for d in described)
+    assert all(d.status == WorkflowExecutionStatus.COMPLETED for d in described)
+    assert replay(None, session, result.run_id).ok
+    await _replays(history)
+    for kid_history in kid_histories:
+        await _replays(kid_history)
+
+
+async def test_a_sub_agent_effect_given_by_name_runs_as_a_child_workflow(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    tasks: list[str] = []
+    kid_agent = critic(tasks)
+    store = SQLiteStore(tmp_path / "w.db")
+    review = subagent_effect(
+        kid_agent.driver,
+        signal=lambda answer: "approved" if answer == "approved." else "revise",
+        task=lambda messages: f"Check {messages[-1].text}",
+        key="feedback",
+    )
+    agent = Agent(
+        model=writer("Italy.", "France."),
+        machine=load_machine(machines_dir() / "review.toml"),
+        effects={"review": review},
+        store=store,
+        name="writer",
+    )
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.outcome == "done", result.error
+    assert result.text == "France."
+    assert tasks == ["Check Italy.", "Check France."]
+    kids = await child_sessions(store, run.session_id)
+    assert [k.runs[0].text for k in kids] == ["No: France.", "approved."]
+    assert _children_started(history) == [workflow_id_of(k.id) for k in kids]
+    await _replays(history)
+
+
+@pytest.mark.parametrize("on_failure", [None, '"approved"'])
+async def test_max_children_from_the_file_bounds_the_durable_reviews(
+    temporal_client: Client, tmp_path: Path, on_failure: str | None
+) -> None:
+    tasks: list[str] = []
+    never = critic(tasks)  # never approves: no draft names France
+    store = SQLiteStore(tmp_path / "w.db")
+    settings: dict[str, Any] = {"max_children": 2}
+    if on_failure is not None:
+        settings["on_failure"] = on_failure
+    agent = review_agent(store, never, tmp_path, "a", "b", "c", "d", **settings)
+    async with _served(temporal_client, agent, never) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+
+    assert len(tasks) == 2
+    assert len(_children_started(history)) == 2
+    if on_failure is None:
+        assert result.outcome == "failed"
+        assert isinstance(result.error, EffectFailed)
+        assert (result.error.effect, result.error.type) == ("critic", "SubagentTooMany")
+    else:  # routed: the third review, refused, approves
+        assert result.outcome == "done", result.error
+        assert result.text == "c"
+    await _replays(history)
+
+
+async def test_a_worker_restarted_mid_review_does_not_start_a_second_child(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+
+    async def approve(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await release.wait()
+        return ModelResponse(message=reply("approved."), usage=CHILD_USAGE)
+
+    kid_agent = Agent(model=FakeModelClient(approve), name="critic")
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = review_agent(store, kid_agent, tmp_path, "France.")
+    run, result, history = await _across_a_restart(
+        temporal_client, agent, kid_agent, "Where is Paris?", started, release
+    )
+
+    assert result.outcome == "done", result.error
+    assert result.text == "France."
+    assert len(kid_agent.driver.model.requests) == 2  # type: ignore[attr-defined]
+    (kid,) = await child_sessions(store, run.session_id)
+    assert [r.outcome for r in kid.runs] == ["done"]
+    assert _children_started(history) == [workflow_id_of(kid.id)]
+    await _replays(history)
+    await _replays(await _history(temporal_client, workflow_id_of(kid.id)))
+
+
+async def test_a_sub_agent_phase_paused_for_approval_is_answered_on_its_own_run(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    cleaner, deleted = careful_child()  # asks before deleting a.tmp and b.tmp
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = Agent(
+        model=writer("Clean up done?"),
+        machine=load_machine(machines_dir() / "review.toml"),
+        effects={"review": subagent_effect(cleaner.driver, signal="approved")},
+        store=store,
+        name="writer",
+    )
+    async with _served(temporal_client, agent, cleaner) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        (kid_id,) = (await _waiting_children(run)).children_waiting
+        status = await DurableRun(temporal_client, kid_id).status()
+        assert status.phase == "await_approval"
+        lead_status = await run.status()
+        assert (lead_status.phase, lead_status.waiting) == ("await_review", None)
+        assert lead_status.children == (kid_id,)
+        assert deleted == []
+        await DurableRun(temporal_client, kid_id).approve()
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+        ended = await run.status()
+
+    assert result.outcome == "done", result.error
+    assert ended.children == ended.children_waiting == ()
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
+    (kid,) = await child_sessions(store, run.session_id)
+    assert kid.id == kid_id
+    assert [r.outcome for r in kid.runs] == ["done"]
+    await _replays(history)
+
+
+async def _waiting_children(run: DurableRun) -> RunStatus:
+    """Wait until a sub-agent of `run` pauses."""
+    with anyio.fail_after(30):
+        while True:
+            with contextlib.suppress(RPCError):
+                status = await run.status()
+                if status.children_waiting:
+                    return status
+            await anyio.sleep(0.05)
+
+
+async def test_cancelling_the_writer_mid_review_cancels_the_critic(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+
+    async def approve(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await release.wait()
+        return ModelResponse(message=reply("approved."), usage=CHILD_USAGE)
+
+    kid_agent = Agent(model=FakeModelClient(approve), name="critic")
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = review_agent(store, kid_agent, tmp_path, "France.")
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent,
+            "Where is Paris?",
+            client=temporal_client,
+            task_queue=queue,
+            options=FAST,
+        )
+        with anyio.fail_after(30):
+            await started.wait()
+        (kid_id,) = (await run.status()).children
+        await run.cancel("enough")
+        result = await run.result()
+        kid = temporal_client.get_workflow_handle(workflow_id_of(kid_id))
+        described = await _until_ended(kid)
+        release.set()
+
+    assert result.outcome == "cancelled"
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    session = await Session.load(store, kid_id)
+    assert [r.outcome for r in session.runs] == ["interrupted"]
+
+
+def approved_and_reviewed(tmp_path: Path) -> MachineSpec:
+    """The approval machine whose final answer the critic reviews (one review)."""
+    text = (machines_dir() / "approval.toml").read_text()
+    text = text.replace('name = "approval"', 'name = "approved_reviewed"')
+    text = text.replace(
+        'terminal = ["done", "failed"]',
+        'terminal = ["done", "failed"]\nsignals = ["approved", "revise"]',
+    )
+    text = text.replace(
+        "[states]\n", '[states]\nawait_review = { subagent = "critic" }\n'
+    )
+    final = 'trigger = "model_replied"\nsource = "call_llm"\ndest = "done"'
+    assert final in text
+    text = text.replace(final, final.replace('"done"', '"await_review"'))
+    text += (
+        '\n[[transitions]]\ntrigger = "approved"\nsource = "await_review"\n'
+        'dest = "done"\n\n[[transitions]]\ntrigger = "revise"\n'
+        'source = "await_review"\ndest = "start"\nmessage = "feedback"\n'
+        '\n[subagents.critic]\nmachine = "turn.toml"\nsignal = "revise"\n'
+        'key = "feedback"\nroutes = { approved = "APPROVED" }\n'
+        'task = "Check {reply} (asked: {request})"\nmax_children = 1\n'
+    )
+    path = tmp_path / "approved_reviewed.toml"
+    path.write_text(text)
+    return load_machine(path)
+
+
+async def test_a_writer_resumed_after_an_approval_counts_its_earlier_review(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Reviewed once (revise), the writer asks to run a tool and pauses;
+    # resumed, it counts that review: its second is past max_children.
+    def writer_agent(store: SessionStore, kid: Agent) -> Agent:
+        turns = iter(
+            [
+                reply("Italy."),
+                reply("", tool_call("lookup", "call_1", region="north")),
+                reply("France."),
+            ]
+        )
+        return Agent(
+            model=FakeModelClient(lambda request: next(turns)),
+            tools=[lookup],
+            machine=approved_and_reviewed(tmp_path),
+            subagents={"critic": kid},
+            store=store,
+            name="writer",
+        )
+
+    local = writer_agent(MemoryStore(), critic([]))
+    paused = await local.run("Where is Paris?")
+    assert paused.outcome == "paused"
+    expected = await local.resume(
+        local.session.id, paused.run_id, ToolCallsReviewed.approve_all()
+    )
+    tasks: list[str] = []
+    kid_agent = critic(tasks)
+    store = SQLiteStore(tmp_path / "w.db")
+    agent = writer_agent(store, kid_agent)
+    async with _served(temporal_client, agent, kid_agent) as queue:
+        run = await start_durable(
+            agent, "Where is Paris?", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        await run.approve()
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+
+    for ended in (expected, result):
+        assert ended.outcome == "failed"
+        assert isinstance(ended.error, EffectFailed)
+        assert (ended.error.effect, ended.error.type) == ("critic", "SubagentTooMany")
+    assert tasks == ["Check Italy. (asked: Where is Paris?)"]
+    assert len(_children_started(history)) == 1
+    assert result.children_usage == expected.children_usage
+    await _replays(history)

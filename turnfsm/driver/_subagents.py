@@ -26,6 +26,8 @@ Temporal child workflow) finds what the tool delegates to with
 checks the limits and counts the child in the calling run,
 `Delegation.child_run` opens the child's run linked to the call, and
 `Delegation.answer` makes the child's result the call's, counting its usage.
+A sub-agent phase's effect has its `PhaseDelegation` (`PhaseDelegation.of`):
+the same steps, ending the phase with its signal.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ __all__ = [
     "SUBAGENT_MAX_DEPTH",
     "ChildTally",
     "Delegation",
+    "PhaseDelegation",
     "answering",
     "child_ids",
     "count_earlier_children",
@@ -373,11 +376,11 @@ class Delegation:
         the calling run's `children_usage`. A child that did not end done
         is an error result naming `SubagentFailed`.
         """
-        _count(_Spent.of(result))
-        if result.outcome == "done":
-            return Message.tool_result(call.id, result.text)
-        cause = _cause(result.error, result.waiting)
-        return Delegation.failed(call, result.session_id, result.outcome, cause)
+        try:
+            text = _ended_answer(call.name, result)
+        except SubagentFailed as exc:
+            return failed_result(call, exc)
+        return Message.tool_result(call.id, text)
 
     async def answer_from_log(
         self, call: ToolCallPart, session: Session, run_id: str
@@ -389,18 +392,11 @@ class Delegation:
         used counts; one still open, or missing, is an error result naming
         `SubagentFailed`.
         """
-        run = next((r for r in session.runs if r.run_id == run_id), None)
-        if run is None:
-            cause = "it ran before, and its session holds no run of it"
-            return Delegation.failed(call, session.id, "failed", cause)
-        if run.outcome not in _ENDED:
-            cause = f"it ran before, and its run is still {run.outcome}"
-            return Delegation.failed(call, session.id, run.outcome, cause)
-        _count(await _spent(self.driver, session, run))
-        if run.outcome == "done":
-            return Message.tool_result(call.id, run.text)
-        cause = _cause(run.error, None)
-        return Delegation.failed(call, session.id, run.outcome, cause)
+        try:
+            text = await _logged_answer(call.name, self.driver, session, run_id)
+        except SubagentFailed as exc:
+            return failed_result(call, exc)
+        return Message.tool_result(call.id, text)
 
     @staticmethod
     def failed(
@@ -410,6 +406,176 @@ class Delegation:
         return failed_result(
             call, SubagentFailed(call.name, session_id, outcome, cause)
         )
+
+
+def _ended_answer(name: str, result: RunResult[Any]) -> str:
+    """The answer of a child's ended run `result`; what it used counts.
+
+    Raises:
+        SubagentFailed: the run did not end done.
+    """
+    _count(_Spent.of(result))
+    if result.outcome != "done":
+        cause = _cause(result.error, result.waiting)
+        raise SubagentFailed(name, result.session_id, result.outcome, cause)
+    return result.text
+
+
+async def _logged_answer(
+    name: str, driver: Driver, session: Session, run_id: str
+) -> str:
+    """The answer of the child's run `run_id` from its log; what it used counts.
+
+    Raises:
+        SubagentFailed: the run is missing, still open, or did not end done.
+    """
+    run = next((r for r in session.runs if r.run_id == run_id), None)
+    if run is None:
+        cause = "it ran before, and its session holds no run of it"
+        raise SubagentFailed(name, session.id, "failed", cause)
+    if run.outcome not in _ENDED:
+        cause = f"it ran before, and its run is still {run.outcome}"
+        raise SubagentFailed(name, session.id, run.outcome, cause)
+    _count(await _spent(driver, session, run))
+    if run.outcome != "done":
+        raise SubagentFailed(name, session.id, run.outcome, _cause(run.error, None))
+    return run.text
+
+
+_PHASES: Final[weakref.WeakKeyDictionary[Callable[..., Any], PhaseDelegation]] = (
+    weakref.WeakKeyDictionary()
+)
+"""What each sub-agent phase's effect delegates to, by the effect."""
+
+
+@final
+@attrs.frozen
+class PhaseDelegation:
+    """What a sub-agent phase hands its task to, and how the phase ends.
+
+    For a runner that starts the child itself, as a durable run does (a
+    Temporal child workflow): `of` finds it on an effect (`subagent_effect`,
+    or a phase a machine file declares), and the steps the effect takes
+    in-process are these methods, so the child gets the same ids, link and
+    limits, and the phase ends with the same signal.
+
+    Attributes:
+        delegation: The child's driver and limits (`max_children` counts
+            the runs of this phase's child in one run).
+        signal: The signal the phase ends with, or a function of the
+            child's answer that names it.
+        task: The child's task: a text, a function of the conversation, or
+            None (the latest user message).
+        key: The key of the answer in the signal's data.
+        on_failure: The signal to end with when the child does not answer;
+            None: the run fails with `EffectFailed`.
+    """
+
+    delegation: Delegation
+    signal: str | Callable[[str], str]
+    task: str | Task | None
+    key: str
+    on_failure: str | None
+
+    @staticmethod
+    def of(effect: Callable[..., Any]) -> PhaseDelegation | None:
+        """Return what `effect` delegates to (None: not a sub-agent phase's)."""
+        try:
+            return _PHASES.get(effect)
+        except TypeError:  # not weakly referable: no sub-agent phase's
+            return None
+
+    def mark(self, effect: Effect) -> None:
+        """Record that `effect` runs this phase too (a durable run's copy).
+
+        A resumed run finds the children its phase started through it, and
+        counts them against `max_children`.
+        """
+        _DRIVERS[effect] = self.delegation.driver
+        _PHASES[effect] = self
+
+    @staticmethod
+    def call_id(decision: Perform, snapshot: Snapshot) -> str:
+        """The "call" of the phase: where in the run it runs, the same on resume."""
+        return _phase_call(decision, snapshot)
+
+    def task_of(self, snapshot: Snapshot) -> str:
+        """The child's task, from the conversation (history, then pending)."""
+        conversation = [*snapshot.history, *snapshot.pending]
+        if self.task is None:
+            return _latest_request(conversation)
+        if isinstance(self.task, str):
+            return self.task
+        return self.task(conversation)
+
+    def admit(
+        self, decision: Perform, session_id: str, run_id: str, call_id: str
+    ) -> ParentLink | Event:
+        """Count the phase's child in the calling run; return its link.
+
+        A child past `max_depth` or `max_children` ends the phase as
+        `failed` does instead.
+
+        Raises:
+            EffectFailed: a limit is reached and there is no `on_failure`.
+        """
+        limits = self.delegation
+        try:
+            depth, _ = _admit(
+                decision.effect, limits.max_depth, limits.max_children, call_id
+            )
+        except (SubagentTooDeep, SubagentTooMany) as exc:
+            return self.failed(decision, exc)
+        return ParentLink(
+            session_id=session_id, run_id=run_id, call_id=call_id, depth=depth
+        )
+
+    def answered(self, answer: str) -> Event:
+        """The signal the phase ends with when the child answers `answer`."""
+        name = self.signal(answer) if callable(self.signal) else self.signal
+        return Signal(name, {self.key: answer})
+
+    def answer(self, decision: Perform, result: RunResult[Any]) -> Event:
+        """End the phase with the child's ended run `result`; what it used counts.
+
+        Raises:
+            EffectFailed: the child did not end done, and there is no
+                `on_failure`.
+        """
+        try:
+            return self.answered(_ended_answer(decision.effect, result))
+        except SubagentFailed as exc:
+            return self.failed(decision, exc)
+
+    async def answer_from_log(
+        self, decision: Perform, session: Session, run_id: str
+    ) -> Event:
+        """End the phase with the child's run `run_id` from its log.
+
+        For a child that ran before its phase could take its answer (see
+        `Delegation.answer_from_log`).
+
+        Raises:
+            EffectFailed: the run did not end done, and there is no
+                `on_failure`.
+        """
+        name, driver = decision.effect, self.delegation.driver
+        try:
+            return self.answered(await _logged_answer(name, driver, session, run_id))
+        except SubagentFailed as exc:
+            return self.failed(decision, exc)
+
+    def failed(self, decision: Perform, error: Exception) -> Event:
+        """End the phase whose child did not answer: `on_failure`'s signal.
+
+        Raises:
+            EffectFailed: there is no `on_failure` (naming `error`'s type).
+        """
+        if self.on_failure is None:
+            raise EffectFailed(
+                effect=decision.effect, type=type(error).__name__, message=str(error)
+            ) from None
+        return Signal(self.on_failure, {self.key: f"{type(error).__name__}: {error}"})
 
 
 @attrs.frozen
@@ -548,6 +714,9 @@ def subagent_effect(
     {key: answer})``; a transition on `signal` with ``message = KEY`` adds the
     answer to the conversation as a user message.
 
+    The effect carries its `PhaseDelegation`: a durable run whose worker
+    serves the agent of `driver` runs the phase's child as a child workflow.
+
     Args:
         driver: The child's driver: its model, tools, window, machine.
         signal: The signal the phase ends with (declared in the machine's
@@ -581,29 +750,23 @@ def subagent_effect(
             "task", task, "a text, a function of the conversation, or None"
         )
 
+    phase = PhaseDelegation(
+        Delegation(driver, max_depth, max_children), signal, task, key, on_failure
+    )
+
     async def run_child(ctx: EffectContext, decision: Perform) -> Event:
         snapshot = ctx.snapshot
-        conversation = [*snapshot.history, *snapshot.pending]
-        if task is None:
-            text = _latest_request(conversation)
-        elif isinstance(task, str):
-            text = task
-        else:
-            text = task(conversation)
         call_id = _phase_call(decision, snapshot)
         child = _Child(driver, decision.effect, max_depth, max_children, store)
         try:
-            answer = await _child_answer(child, text, ctx.session, call_id)
+            answer = await _child_answer(
+                child, phase.task_of(snapshot), ctx.session, call_id
+            )
         except (SubagentFailed, SubagentTooDeep, SubagentTooMany) as exc:
-            if on_failure is None:
-                raise EffectFailed(
-                    effect=decision.effect, type=type(exc).__name__, message=str(exc)
-                ) from None
-            return Signal(on_failure, {key: f"{type(exc).__name__}: {exc}"})
-        name = signal(answer) if callable(signal) else signal
-        return Signal(name, {key: answer})
+            return phase.failed(decision, exc)
+        return phase.answered(answer)
 
-    _DRIVERS[run_child] = driver
+    phase.mark(run_child)
     return run_child
 
 

@@ -11,6 +11,7 @@ from temporalio.client import (
     Client,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -53,7 +54,7 @@ class DurableRun:
     a sub-agent's run (a child workflow) too, by its session id.
     """
 
-    __slots__ = ("_agent", "_handle", "session_id")
+    __slots__ = ("_agent", "_client", "_handle", "session_id")
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class DurableRun:
         """
         self.session_id = check_id("session_id", session_id)
         self._agent = agent
+        self._client = client
         self._handle = handle or client.get_workflow_handle(workflow_id_of(session_id))
 
     @property
@@ -122,11 +124,25 @@ class DurableRun:
             return None
 
     async def status(self) -> RunStatus:
-        """Ask the workflow where the run is."""
+        """Ask the workflow where the run is.
+
+        A run waiting on sub-agents (`RunStatus.children`) asks their
+        workflows too: those paused for an answer, at any depth, are in
+        `RunStatus.children_waiting`.
+        """
         status: RunStatus = serde.from_json(
             RunStatus, await self._handle.query("status")
         )
-        return status
+        waiting: list[str] = []
+        for session_id in status.children:
+            try:
+                child = await DurableRun(self._client, session_id).status()
+            except (RPCError, WorkflowQueryFailedError):
+                continue  # not started yet, or ended: not waiting
+            if child.waiting is not None:
+                waiting.append(session_id)
+            waiting.extend(child.children_waiting)
+        return attrs.evolve(status, children_waiting=tuple(waiting))
 
     async def approve(self) -> None:
         """Approve every tool call the paused run waits on.

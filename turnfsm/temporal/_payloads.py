@@ -113,6 +113,11 @@ class RunStatus:
         turn: Model calls made.
         outcome: ``running``, or the run's outcome.
         waiting: The tool calls and triggers a paused run waits for, or None.
+        children: The session ids of the sub-agents' runs (child workflows)
+            the run waits on now.
+        children_waiting: Of those, and of theirs, the runs paused for an
+            answer (`DurableRun.status` asks them; empty in the query's own
+            answer): answer each on its own ``DurableRun(client, session_id)``.
     """
 
     phase: str
@@ -121,6 +126,8 @@ class RunStatus:
     turn: int
     outcome: str
     waiting: Pause | None = None
+    children: tuple[str, ...] = ()
+    children_waiting: tuple[str, ...] = ()
 
 
 def run_result(result: RunResult[Any]) -> Any:

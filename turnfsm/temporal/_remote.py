@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         Compact,
         Event,
         ModelFailed,
+        Perform,
         RunCancelled,
         RunTools,
         ToolsFinished,
@@ -45,11 +46,12 @@ with workflow.unsafe.imports_passed_through():
         Delegation,
         Driver,
         EffectContext,
+        PhaseDelegation,
         RunResult,
         child_ids,
         effect_key,
     )
-    from turnfsm.errors import ConfigError, SessionConflict
+    from turnfsm.errors import ConfigError, SessionConflict, SubagentFailed
     from turnfsm.hooks import ToolCallEnd, ToolCallInfo
     from turnfsm.messages import Message, ToolCallPart
     from turnfsm.persistence import Entry, ParentLink, Session, SessionInfo
@@ -85,6 +87,23 @@ class _ChildRun:
     call: ToolCallPart
     link: ParentLink
     task: str
+
+
+@attrs.frozen
+class _Unanswered:
+    """A child workflow that gave no answer: cancelled on its own, refused, crashed."""
+
+    session_id: str
+    outcome: str
+    cause: str
+
+
+@attrs.frozen
+class _Earlier:
+    """A child of the call ran before (its workflow id is taken): its log answers."""
+
+    session: Session
+    run_id: str
 
 
 @final
@@ -220,6 +239,8 @@ class _Remote:
         self.log = log
         self.cancelled: str | None = None  # the reason of a cancel signal
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.children: dict[str, None] = {}
+        """The session ids of the child workflows in flight, in start order."""
 
     def effects(self) -> dict[str, Any]:
         """An effect for every name the driver has (built-in ones included)."""
@@ -230,9 +251,21 @@ class _Remote:
                 effects[key] = effect  # counting only: it runs here
             elif key == "run_tools" and effect is builtin:
                 effects[key] = self.run_tools
+            elif (phase := self._served_phase(effect)) is not None:
+                effects[key] = self._phase(phase)
             else:
                 effects[key] = self._effect(key)
         return effects
+
+    @staticmethod
+    def _served_phase(effect: Any) -> PhaseDelegation | None:
+        """The sub-agent phase `effect` runs, if this worker serves its agent."""
+        phase = PhaseDelegation.of(effect)
+        if phase is None or not serves(
+            phase.delegation.driver, workflow.info().task_queue
+        ):
+            return None
+        return phase
 
     def cancel(self, reason: str) -> bool:
         """Cancel the activities in flight; False if there were none."""
@@ -309,6 +342,52 @@ class _Remote:
             return event
 
         effect.__name__ = f"durable_{key}"
+        return effect
+
+    def _phase(self, phase: PhaseDelegation) -> Any:
+        """The effect of a sub-agent phase: its agent runs as a child workflow.
+
+        The child's task, ids, link and limits are the in-process ones
+        (`PhaseDelegation`); the phase ends with the same signal.
+        """
+
+        async def effect(ctx: EffectContext, decision: Perform) -> Event:
+            if self.cancelled is not None:
+                return RunCancelled(reason=self.cancelled)
+            snapshot = ctx.snapshot
+            call_id = PhaseDelegation.call_id(decision, snapshot)
+            link = phase.admit(decision, ctx.session_id, ctx.run_id, call_id)
+            if not isinstance(link, ParentLink):
+                return link  # refused: a limit, routed by on_failure
+            log = self.log.take()
+            if log is not None:  # the child's run is linked to what this log holds
+                try:
+                    await self._run(
+                        append_log, self.log.request(log), **self.log.options()
+                    )
+                except ActivityError as exc:
+                    return self._failed(exc, decision)
+                self.log.done(log)
+            driver = phase.delegation.driver
+            try:
+                ended = await self._child_workflow(
+                    driver, link, phase.task_of(snapshot)
+                )
+            except ChildWorkflowError:  # cancelled with this run
+                return self._interrupted()
+            if isinstance(ended, _Unanswered):
+                error = SubagentFailed(
+                    decision.effect, ended.session_id, ended.outcome, ended.cause
+                )
+                return phase.failed(decision, error)
+            if isinstance(ended, _Earlier):
+                return await phase.answer_from_log(
+                    decision, ended.session, ended.run_id
+                )
+            return phase.answer(decision, ended)
+
+        effect.__name__ = f"durable_{phase.delegation.driver.name}"
+        phase.mark(effect)  # a resumed run counts the children it started
         return effect
 
     async def run_tools(self, ctx: EffectContext, decision: RunTools) -> Event:
@@ -410,27 +489,45 @@ class _Remote:
     async def _child(self, child: _ChildRun) -> Message:
         """Run the sub-agent of a call as a child workflow; the call's result.
 
+        Raises:
+            ChildWorkflowError: the child was cancelled with this run.
+        """
+        call, delegation = child.call, child.delegation
+        ended = await self._child_workflow(delegation.driver, child.link, child.task)
+        if isinstance(ended, _Unanswered):
+            return Delegation.failed(call, ended.session_id, ended.outcome, ended.cause)
+        if isinstance(ended, _Earlier):
+            return await delegation.answer_from_log(call, ended.session, ended.run_id)
+        return Delegation.answer(call, ended)
+
+    async def _child_workflow(
+        self, driver: Driver, link: ParentLink, task: str
+    ) -> RunResult[Any] | _Unanswered | _Earlier:
+        """Run `driver`'s agent on `task` as the child workflow of `link`.
+
         The child's ids come from the call (`child_ids`): a replayed parent
         finds the child it started in its history. A child the workflow
         cannot start because one of that id ran before (an earlier attempt
-        at this run, the workflow reset) answers from its session's log.
+        at this run, the workflow reset) answers from its session's log
+        (`_Earlier`); a child cancelled on its own, refused or crashed gives
+        no answer (`_Unanswered`).
 
         Raises:
             ChildWorkflowError: the child was cancelled with this run.
         """
-        link = child.link
         session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
         options = self.spec.options
-        agent = child.delegation.driver.name
+        agent = driver.name
         spec = RunSpec(
             agent=agent,
             session_id=session_id,
             run_id=run_id,
-            input=(Message.user(child.task, id=new_message_id()),),
+            input=(Message.user(task, id=new_message_id()),),
             options=options,
             parent=link,
             store=self.spec.store or self.spec.agent,
         )
+        self.children[session_id] = None
         try:
             data = await self._track(
                 workflow.execute_child_workflow(
@@ -446,26 +543,23 @@ class _Remote:
                 )
             )
         except WorkflowAlreadyStartedError:
-            return await self._earlier_child(child, spec)
+            session = await Session.open(_WorkflowLog(spec), spec.session_id)
+            return _Earlier(session, run_id)
         except ChildWorkflowError as exc:
             if isinstance(exc.cause, TemporalCancelled):
-                task = asyncio.current_task()
-                if self.cancelled is not None or (task and task.cancelling()):
+                current = asyncio.current_task()
+                if self.cancelled is not None or (current and current.cancelling()):
                     raise  # this run is being cancelled, its child with it
                 # Cancelled on its own: no answer, as a child cancelled
                 # in-process.
                 cause = "its workflow was cancelled"
-                return Delegation.failed(child.call, session_id, "cancelled", cause)
+                return _Unanswered(session_id, "cancelled", cause)
             error = failure_error(exc.cause)  # refused, or crashed
-            cause = f"{type(error).__name__}: {error}"
-            return Delegation.failed(child.call, session_id, "failed", cause)
+            return _Unanswered(session_id, "failed", f"{type(error).__name__}: {error}")
+        finally:
+            self.children.pop(session_id, None)
         result: RunResult[Any] = serde.from_json(RunResult, data)
-        return Delegation.answer(child.call, result)
-
-    async def _earlier_child(self, child: _ChildRun, spec: RunSpec) -> Message:
-        """The answer of the call's child a workflow of an earlier attempt ran."""
-        session = await Session.open(_WorkflowLog(spec), spec.session_id)
-        return await child.delegation.answer_from_log(child.call, session, spec.run_id)
+        return result
 
     def _interrupted(self) -> Event:
         """An activity or a child was cancelled: by a ``cancel`` signal, or not."""

@@ -15,7 +15,9 @@ outside world themselves:
   run is linked to the call (`RunSpec.parent`), its session is in this
   run's store, its answer is the call's result, and the parent waits for
   it, a pause for an answer included (the child is answered on its own
-  workflow); cancelling the parent cancels it;
+  workflow); cancelling the parent cancels it. A phase running a
+  sub-agent (`PhaseDelegation`) does the same, its answer the signal the
+  phase ends with;
 - the built-in measurement runs here: it only counts tokens (deterministic);
 - the session's log is the same log as in-process, written through a
   store (`_WorkflowLog`, in `turnfsm.temporal._remote`) that keeps what
@@ -40,7 +42,8 @@ Steering: the updates ``approve``, ``reject`` and ``answer`` answer a pause;
 ends the run ``cancelled`` and the workflow completes with that result.
 Cancelling the workflow itself (Temporal's cancellation) records the run
 as cancelled, then the workflow ends cancelled. The query ``status`` (and
-``phase``, ``estimate``, ``last_decision``) reads where the run is.
+``phase``, ``estimate``, ``last_decision``) reads where the run is, and
+which child workflows it waits on.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ class _Status(Hook):
         self.phase = info.phase
         self.outcome = info.outcome
 
-    def to_json(self) -> Any:
+    def to_json(self, children: tuple[str, ...]) -> Any:
         return serde.to_json(
             RunStatus(
                 phase=self.phase,
@@ -132,6 +135,7 @@ class _Status(Hook):
                 turn=self.turn,
                 outcome=self.outcome,
                 waiting=self.waiting,
+                children=children,
             )
         )
 
@@ -360,8 +364,13 @@ class TurnWorkflow:
     # -- where the run is ----------------------------------------------
     @workflow.query(name="status")
     def status(self) -> Any:
-        """Phase, estimate, last decision, turns, outcome, what a pause waits for."""
-        return self._status.to_json()
+        """Phase, estimate, last decision, turns, outcome, what the run waits for.
+
+        What it waits for: the answer a pause waits for, or the sub-agents'
+        runs (child workflows) in flight, by session id.
+        """
+        remote = self._remote
+        return self._status.to_json(tuple(remote.children) if remote else ())
 
     @workflow.query(name="phase")
     def phase(self) -> str:
