@@ -148,10 +148,6 @@ _TALLY: Final[contextvars.ContextVar[ChildTally | None]] = contextvars.ContextVa
 _ANSWER: Final[contextvars.ContextVar[tuple[str, Event] | None]] = (
     contextvars.ContextVar("turnfsm_subagent_answer", default=None)
 )
-_DRIVERS: Final[weakref.WeakKeyDictionary[Callable[..., Any], Driver]] = (
-    weakref.WeakKeyDictionary()
-)
-"""The child's driver of each sub-agent tool's function and phase's effect."""
 _ENDED: Final = ("done", "failed", "cancelled")
 
 
@@ -278,7 +274,6 @@ def subagent_tool(
             call.id if call is not None else None,
         )
 
-    _DRIVERS[delegate] = driver
     _DELEGATIONS[delegate] = Delegation(driver, max_depth, max_children)
     return Tool(
         name=name,
@@ -491,7 +486,6 @@ class PhaseDelegation:
         A resumed run finds the children its phase started through it, and
         counts them against `max_children`.
         """
-        _DRIVERS[effect] = self.delegation.driver
         _PHASES[effect] = self
 
     @staticmethod
@@ -897,14 +891,14 @@ async def _linked(
     replaying the run on `machine` (None: not looked for).
     """
     tools = {
-        t.name: _DRIVERS[t.fn]
+        t.name: _DELEGATIONS[t.fn].driver
         for t in driver.tools
-        if isinstance(t, Tool) and t.fn in _DRIVERS
+        if isinstance(t, Tool) and t.fn in _DELEGATIONS
     }
     effects = {
-        name: _DRIVERS[effect]
+        name: _PHASES[effect].delegation.driver
         for name, effect in driver.effects_by_name.items()
-        if effect in _DRIVERS
+        if effect in _PHASES
     }
     if not tools and not effects:
         return []
