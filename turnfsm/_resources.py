@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Final, NoReturn
 
 from turnfsm.core import MachineSpec
 from turnfsm.errors import DefinitionError, Problem
@@ -48,28 +51,94 @@ def load_machine(path: str | Path) -> MachineSpec:
             its sub-agents' files is.
         OSError: the file cannot be read.
     """
-    return _load(Path(path), ())
+    return _Loading().load(Path(path), ())
 
 
-def _load(p: Path, callers: tuple[Path, ...]) -> MachineSpec:
-    """Load `p`, run as a sub-agent by the files `callers` (outermost first)."""
-    here = p.resolve()
+_MAX_NESTING: Final = 32
+"""How many machine files deep sub-agents may be declared (each within its own
+`max_depth` too): past it, a chain of files is refused before it is read."""
 
-    def resolve(name: str) -> MachineSpec:
-        target = p.parent / name
+
+class _Loading:
+    """One `load_machine`: each file read once, however many files name it."""
+
+    def __init__(self) -> None:
+        self.done: dict[Path, tuple[MachineSpec, frozenset[Path]]] = {}
+        """A file loaded -> its spec and every file below it."""
+
+    def load(self, p: Path, callers: tuple[Path, ...]) -> MachineSpec:
+        """Load `p`, run as a sub-agent by the files `callers` (outermost first)."""
+        here = _resolved(p)
+        return self._read(p, here, callers)
+
+    def _child(self, parent: Path, name: str, chain: tuple[Path, ...]) -> MachineSpec:
+        """The machine file `name` a file in `parent` declares a sub-agent on."""
+        if "\x00" in name:
+            raise OSError(errno.EINVAL, "a file name cannot hold a NUL character")
+        target = parent / name
         if not target.exists() and (machines_dir() / name).is_file():
             target = machines_dir() / name
-        chain = (*callers, here)
-        if target.resolve() in chain:
-            names = [c.name for c in chain[chain.index(target.resolve()) :]]
-            problem = Problem(
-                message="a machine cannot run its own caller as a sub-agent"
+        here = _resolved(target)
+        if here in chain:
+            names = [c.name for c in chain[chain.index(here) :]]
+            _refuse(
+                target,
+                "a machine cannot run its own caller as a sub-agent"
                 f" ({' > '.join([*names, target.name])}): nothing would bound"
-                " the recursion"
+                " the recursion",
             )
-            raise DefinitionError(str(target), (problem,))
-        return _load(target, chain)
+        if len(chain) >= _MAX_NESTING:
+            _refuse(
+                target,
+                f"sub-agents are declared more than {_MAX_NESTING} machine files deep",
+            )
+        known = self.done.get(here)
+        if known is not None:
+            spec, below = known
+            looped = below & set(chain)
+            if looped:  # it runs a file above it, which runs it
+                _refuse(
+                    target,
+                    "a machine cannot run its own caller as a sub-agent"
+                    f" ({target.name} > ... > {min(looped).name}): nothing would"
+                    " bound the recursion",
+                )
+            return spec
+        if target.exists() and not target.is_file():  # a directory, a pipe
+            raise OSError(errno.EINVAL, "not a regular file", str(target))
+        return self._read(target, here, chain)
 
+    def _read(self, p: Path, here: Path, callers: tuple[Path, ...]) -> MachineSpec:
+        chain = (*callers, here)
+        spec = _parse(p, lambda name: self._child(p.parent, name, chain))
+        below = frozenset(
+            f for child in spec.children.values() for f in self._files(child)
+        )
+        self.done[here] = (spec, below)
+        return spec
+
+    def _files(self, spec: MachineSpec) -> frozenset[Path]:
+        """The files `spec` and those below it came from (as loaded here)."""
+        for path, (known, below) in self.done.items():
+            if known is spec:
+                return below | {path}
+        return frozenset()
+
+
+def _resolved(p: Path) -> Path:
+    """`p`'s real path; a loop of links is the OSError reading it would give."""
+    try:
+        return p.resolve()
+    except RuntimeError:  # Python < 3.13 raises it for a loop of links
+        raise OSError(errno.ELOOP, f"too many levels of symbolic links: {p}") from None
+
+
+def _refuse(target: Path, message: str) -> NoReturn:
+    raise DefinitionError(str(target), (Problem(message=message),))
+
+
+def _parse(p: Path, resolve: Callable[[str], MachineSpec]) -> MachineSpec:
+    """Read and check the machine file `p`; `resolve` loads its sub-agents'."""
     data = p.read_bytes()
     try:
         text = data.decode("utf-8")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.profiles import heavy
@@ -245,6 +245,12 @@ words = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=400)
 
 
 @heavy(100)
+@example(  # short results of 4-byte characters: a cut must weigh bytes, not chars
+    rounds=[("Q\U00010000", 52), ("Q\U00010000", 81)],
+    request="?",
+    window=600,
+    threshold=20,
+)
 @given(
     rounds=st.lists(st.tuples(words, st.integers(0, 3_000)), min_size=0, max_size=6),
     request=st.text(alphabet="abcdefgh?", min_size=1, max_size=100),

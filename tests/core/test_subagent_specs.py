@@ -133,8 +133,24 @@ def test_a_relative_machine_file_is_read_beside_the_declaring_one(
             " file or directory",
         ),
         (
-            ('key = "feedback"', 'keys = "feedback"'),
-            "sub-agent 'critic': unknown key 'keys' (did you mean 'key'?)",
+            ('key = "feedback"', 'key = "feedback"\ntsak = "x"'),
+            "sub-agent 'critic': unknown key 'tsak' (did you mean 'task'?)",
+        ),
+        (
+            ("{reply}", "{reply!r}"),
+            "sub-agent 'critic': task writes {reply!r}: a field is only {request}"
+            " or {reply}, with no conversion or format",
+        ),
+        (
+            ("{reply}", "{reply:>10}"),
+            "sub-agent 'critic': task writes {reply:>10}: a field is only"
+            " {request} or {reply}, with no conversion or format",
+        ),
+        (
+            ('key = "feedback"', 'key = "answer"'),
+            "sub-agent 'critic': its answer is the signal's data['answer'], but"
+            " the 'revise' transition from 'await_review' adds data['feedback']:"
+            " write key = 'feedback'",
         ),
         (
             ('{ subagent = "critic" }', '{ subagent = "critics" }'),
@@ -242,3 +258,27 @@ def test_a_specs_digest_is_computed_once_and_equal_specs_agree(tmp_path: Path) -
     assert machine_digest(spec) is machine_digest(spec)
     other = load_machine(machines_dir() / "turn.toml")
     assert machine_digest(other) != machine_digest(spec)
+
+
+@pytest.mark.parametrize("name", ["run_tools", "call_llm", " "])
+def test_a_sub_agent_needs_a_name_of_its_own(tmp_path: Path, name: str) -> None:
+    text = (
+        reviewed()
+        .replace('"critic"', f'"{name}"')
+        .replace("[subagents.critic]", f'[subagents."{name}"]')
+    )
+    assert problems(text, tmp_path) == [
+        f"{problems_line(text, '[subagents.')}: sub-agent {name!r}: a sub-agent"
+        " needs a name of its own (not empty, not a decision's: its effect would"
+        " replace the built-in one)"
+    ]
+
+
+def test_an_effect_named_as_a_sub_agent_is_refused(tmp_path: Path) -> None:
+    text = reviewed().replace("[states]\n", '[states]\nodd = { effect = "critic" }\n')
+    found = problems(text, tmp_path)
+    assert any(
+        "state 'odd': effect 'critic' is the name of a sub-agent: write subagent"
+        " = 'critic' to run it" in p
+        for p in found
+    ), found

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from turnfsm import Agent, Driver, approval_machine, load_machine, machines_dir
-from turnfsm.core import MachineSpec
+from turnfsm.core import MachineSpec, ToolCallsReviewed
 from turnfsm.driver import replay
-from turnfsm.errors import ConfigError, EffectFailed
+from turnfsm.errors import ConfigError, EffectFailed, SubagentWaiting
 from turnfsm.messages import Message
 from turnfsm.persistence import MemoryStore, Session, child_sessions, parent_of
 from turnfsm.providers import ModelRequest
-from turnfsm.testing import FakeModelClient, reply
+from turnfsm.testing import FakeModelClient, reply, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -23,15 +23,20 @@ REVIEW = (machines_dir() / "review.toml").read_text()
 
 def reviewed(tmp_path: Path, **settings: Any) -> MachineSpec:
     """The review machine, its review phase running the sub-agent `critic`."""
-    lines = "".join(f"{key} = {value}\n" for key, value in settings.items())
+    table = {
+        "machine": '"turn.toml"',
+        "signal": '"revise"',
+        "key": '"feedback"',
+        "routes": '{ approved = "APPROVED" }',
+        "task": '"Check {reply} (asked: {request})"',
+        **settings,
+    }
     text = REVIEW.replace('name = "review"', 'name = "reviewed"').replace(
         'await_review      = { effect = "review" }',
         'await_review      = { subagent = "critic" }',
     )
-    text += (
-        '\n[subagents.critic]\nmachine = "turn.toml"\nsignal = "revise"\n'
-        'key = "feedback"\nroutes = { approved = "APPROVED" }\n'
-        'task = "Check {reply} (asked: {request})"\n' + lines
+    text += "\n[subagents.critic]\n" + "".join(
+        f"{key} = {value}\n" for key, value in table.items()
     )
     path = tmp_path / "reviewed.toml"
     path.write_text(text)
@@ -169,3 +174,67 @@ async def test_a_machine_read_from_the_log_runs_its_sub_agent_on_resume(
     )
     result = await driver.run("Where is Paris?", session=session)
     assert result.outcome == "done"
+
+
+def approving_critic(ran: list[str]) -> Agent:
+    """A critic on the approval machine: it checks the draft with a tool first."""
+
+    def check(draft: str) -> str:
+        """Check a draft."""
+        ran.append(draft)
+        return "fine"
+
+    def review(request: ModelRequest) -> Message:
+        if request.messages[-1].tool_results:
+            return reply("APPROVED")
+        return reply("", tool_call("check", "k1", draft="France."))
+
+    return Agent(
+        model=FakeModelClient(review), tools=[check], machine=approval_machine()
+    )
+
+
+async def test_a_phase_whose_sub_agent_waits_for_approval_is_answered_through_it(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+    store = MemoryStore()
+    critic_agent = approving_critic(ran)
+
+    def lead() -> Agent:
+        return Agent(
+            model=writer("France."),
+            machine=reviewed(tmp_path, machine='"approval.toml"'),
+            subagents={"critic": critic_agent},
+            store=store,
+        )
+
+    first = await lead().run("Where is Paris?")
+    assert first.outcome == "interrupted"
+    assert isinstance(first.error, SubagentWaiting)
+    assert first.error.calls == ("k1",)
+    assert ran == []
+
+    done = await lead().resume(
+        first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.outcome == "done", done.error
+    assert done.text == "France."
+    assert ran == ["France."]
+
+
+async def test_a_phase_with_no_task_fails_typed_and_runs_no_sub_agent(
+    tmp_path: Path,
+) -> None:
+    tasks: list[str] = []
+    driver = Driver(
+        model=writer(""),  # the reply the task is made of is empty
+        machine=reviewed(tmp_path, task='"{reply}"'),
+        subagents={"critic": critic(tasks).driver},
+    )
+    result = await driver.run("Where is Paris?")
+    assert result.outcome == "failed"
+    assert isinstance(result.error, EffectFailed)
+    assert result.error.type == "SubagentFailed"
+    assert "did not run: its task is ''" in result.error.message
+    assert tasks == []

@@ -72,7 +72,8 @@ def cut_result(content: str, keep: int) -> str:
 
     The note names how many characters were cut, counting an earlier cut's
     too, so cutting again only shortens the head. Content of at most `keep`
-    characters, or that the note would not make shorter, comes back as it is.
+    characters, or that the note would not make shorter (in UTF-8 bytes),
+    comes back as it is.
 
     Args:
         content: A tool result's text, maybe cut already.
@@ -94,7 +95,13 @@ def cut_result(content: str, keep: int) -> str:
         f"{head[:keep]}\n[... {gone} more characters not shown: the result was "
         "cut to fit the context window]"
     )
-    return cut if len(cut) < len(content) else content
+    # Shorter in UTF-8 bytes, not characters: a character outside ASCII
+    # costs a token per byte, so a short text of them may outweigh the note.
+    return cut if _bytes(cut) < _bytes(content) else content
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _is_changed(new: Sequence[Message], old: Sequence[Message]) -> bool:

@@ -117,8 +117,14 @@ class _Loader(TransitionReader):
         self.kinds = {s.name: s.decision for s in states}
         transitions = self._transitions(names, set(ends), set(signals))
         subagents = read_subagents(self.data, self.problem)
+        table = self.data.get("subagents")
         check_subagent_phases(
-            states, subagents, transitions, set(signals), self.problem
+            states,
+            subagents,
+            transitions,
+            set(signals),
+            self.problem,
+            set(table) if isinstance(table, dict) else (),
         )
         children = (
             load_children(subagents, self.resolve, self.problem)

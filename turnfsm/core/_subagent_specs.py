@@ -29,6 +29,7 @@ from turnfsm import _checks
 from turnfsm.core._problems import _closest
 from turnfsm.core._source_map import Path
 from turnfsm.core._spec import (
+    DECISION_KINDS,
     TASK_FIELDS,
     MachineSpec,
     Resolve,
@@ -68,6 +69,16 @@ def read_subagents(data: Mapping[str, Any], problem: Report) -> list[SubagentSpe
     out = []
     for name, body in table.items():
         at: Path = ("subagents", name)
+        if not name.strip() or name in DECISION_KINDS:
+            problem(
+                f"sub-agent {name!r}: a sub-agent needs a name of its own (not"
+                " empty, not a decision's: its effect would replace the"
+                " built-in one)",
+                at,
+                name,
+                (),
+            )
+            continue
         if not isinstance(body, dict):
             problem(f"sub-agent {name!r} must be a table", at, body, ())
             continue
@@ -160,6 +171,24 @@ def _task_ok(task: str, name: str, at: Path, problem: Report) -> bool:
             (),
         )
         return False
+    try:
+        shaped = [
+            f"{{{f}{'!' + c if c else ''}{':' + spec if spec else ''}}}"
+            for _, f, spec, c in string.Formatter().parse(task)
+            if f is not None and (spec or c)
+        ]
+    except ValueError:  # pragma: no cover - parsed above
+        shaped = []
+    for field in shaped:
+        problem(
+            f"sub-agent {name!r}: task writes {field}: a field is only"
+            " {request} or {reply}, with no conversion or format",
+            at,
+            field,
+            (),
+        )
+    if shaped:
+        return False
     unknown = [f for f in named if f not in TASK_FIELDS]
     for field in unknown:
         known = ", ".join(f"{{{k}}}" for k in sorted(TASK_FIELDS))
@@ -178,13 +207,29 @@ def check_subagent_phases(
     transitions: Sequence[TransitionSpec],
     signals: Collection[str],
     problem: Report,
+    named: Collection[str] = (),
 ) -> None:
-    """Each sub-agent phase names a declared one and leaves on its signals."""
+    """Each sub-agent phase names a declared one and leaves on its signals.
+
+    `named`: every name the ``subagents`` table holds, its entries with
+    problems of their own too (a phase naming one of those is not reported
+    again).
+    """
     declared = {s.name: s for s in subagents}
-    run: set[str] = set()
+    run: set[str] = set(named) - set(declared)
     for state in states:
         if state.subagent is None:
+            if state.effect in declared:
+                problem(
+                    f"state {state.name!r}: effect {state.effect!r} is the name of"
+                    f" a sub-agent: write subagent = {state.effect!r} to run it",
+                    ("states", state.name, "effect"),
+                    state.effect,
+                    (),
+                )
             continue
+        if state.subagent in run and state.subagent not in declared:
+            continue  # its entry's own problems are reported
         at: Path = ("states", state.name, "subagent")
         spec = declared.get(state.subagent)
         if spec is None:
@@ -228,6 +273,7 @@ def check_subagent_phases(
                     signal,
                     (),
                 )
+        _check_keys(state.name, spec, transitions, problem)
     for spec in subagents:
         if spec.name not in run:
             problem(
@@ -235,6 +281,26 @@ def check_subagent_phases(
                 f" (subagent = {spec.name!r})",
                 ("subagents", spec.name),
                 spec.name,
+                (),
+            )
+
+
+def _check_keys(
+    phase: str,
+    spec: SubagentSpec,
+    transitions: Sequence[TransitionSpec],
+    problem: Report,
+) -> None:
+    """A transition out of the phase that adds a message reads the answer's key."""
+    for t in transitions:
+        leaves = t.is_wildcard or phase in t.sources
+        if leaves and t.message is not None and t.message != spec.key:
+            problem(
+                f"sub-agent {spec.name!r}: its answer is the signal's data"
+                f"[{spec.key!r}], but the {t.trigger!r} transition from {phase!r}"
+                f" adds data[{t.message!r}]: write key = {t.message!r}",
+                ("subagents", spec.name),
+                spec.key,
                 (),
             )
 
@@ -277,7 +343,7 @@ def load_children(
             continue
         children[spec.name] = child
         # Its children run at depth 2 when this file's runs are top-level.
-        deepest = _too_deep(child, 2, (spec.name,))
+        deepest = _too_deep(child, 2, (spec.name,), {})
         if deepest is not None:
             chain, depth, limit = deepest
             problem(
@@ -291,16 +357,26 @@ def load_children(
 
 
 def _too_deep(
-    spec: MachineSpec, depth: int, chain: tuple[str, ...]
+    spec: MachineSpec,
+    depth: int,
+    chain: tuple[str, ...],
+    fine: dict[tuple[int, int], bool],
 ) -> tuple[tuple[str, ...], int, int] | None:
-    """The first sub-agent below `spec` (at `depth`) past its own max_depth."""
+    """The first sub-agent below `spec` (at `depth`) past its own max_depth.
+
+    `fine` remembers the (spec, depth) found within every limit: a file many
+    others name is walked once per depth, not once per path to it.
+    """
+    if fine.get((id(spec), depth)):
+        return None
     for sub in spec.subagents:
         child = spec.children.get(sub.name)
         here = (*chain, sub.name)
         if depth > sub.max_depth:
             return here, depth, sub.max_depth
         if child is not None:
-            found = _too_deep(child, depth + 1, here)
+            found = _too_deep(child, depth + 1, here, fine)
             if found is not None:
                 return found
+    fine[id(spec), depth] = True
     return None

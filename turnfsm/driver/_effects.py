@@ -48,7 +48,13 @@ from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import ProviderError, SubagentWaiting
 from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallEnd, ToolCallInfo
-from turnfsm.messages import Joined, Message, MessageLog, ToolCallPart
+from turnfsm.messages import (
+    Joined,
+    Message,
+    MessageLog,
+    ToolCallPart,
+    unique_call_ids,
+)
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
 from turnfsm.values import ErrorInfo, Usage
 
@@ -156,6 +162,10 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         return ModelFailed(error=info)
     except (TimeoutError, ConnectionError) as exc:
         return ModelFailed(error=ErrorInfo.from_exception(exc, retryable=True))
+    # Each call under an id of its own (some servers repeat theirs).
+    reply = unique_call_ids(response.message, decision.history, decision.pending)
+    if reply is not response.message:
+        response = attrs.evolve(response, message=reply)
     if window:
         size = run.meter.measure(
             decision.history, decision.pending, (response.message,), extras=run.extras

@@ -12,13 +12,18 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from turnfsm.core import Event, RunCancelled, RunStarted, RunTools, TurnMachine
+from turnfsm.core import Event, Perform, RunCancelled, RunStarted, RunTools, TurnMachine
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType
-from turnfsm.driver._subagents import answering, count_earlier_children, run_scope
+from turnfsm.driver._subagents import (
+    PhaseDelegation,
+    answering,
+    count_earlier_children,
+    run_scope,
+)
 from turnfsm.errors import ConfigError, SessionBusy, SubagentWaiting
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
@@ -111,6 +116,17 @@ def _check_carries(driver: Driver, loop: RunLoop, waiting: SubagentWaiting) -> N
     interrupted and the sub-agent's answer lost.
     """
     decision = loop.machine.decision
+    if isinstance(decision, Perform):  # a phase that runs a sub-agent
+        effect = driver.effects_by_name.get(decision.effect)
+        if effect is not None and PhaseDelegation.of(effect) is not None:
+            return
+        raise ConfigError(
+            "effects",
+            sorted(driver.effects_by_name),
+            f"the sub-agent phase the run waits in ({decision.phase}), to carry "
+            f"on its sub-agent waiting in session {waiting.session_id}: resume "
+            "it with the agent that ran it",
+        )
     calls = decision.calls if isinstance(decision, RunTools) else ()
     tools = loop.run.tools
     if any(c.name in tools and tools[c.name].idempotent for c in calls):

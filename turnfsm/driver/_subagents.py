@@ -493,14 +493,24 @@ class PhaseDelegation:
         """The "call" of the phase: where in the run it runs, the same on resume."""
         return _phase_call(decision, snapshot)
 
-    def task_of(self, snapshot: Snapshot) -> str:
-        """The child's task, from the conversation (history, then pending)."""
+    def task_of(self, snapshot: Snapshot, phase: str) -> str:
+        """The child's task, from the conversation (history, then pending).
+
+        Raises:
+            SubagentFailed: there is no task (an empty text, or a task
+                function that returned none): no child runs.
+        """
         conversation = [*snapshot.history, *snapshot.pending]
         if self.task is None:
-            return _latest_request(conversation)
-        if isinstance(self.task, str):
-            return self.task
-        return self.task(conversation)
+            task: object = _latest_request(conversation)
+        elif isinstance(self.task, str):
+            task = self.task
+        else:
+            task = self.task(conversation)
+        if not isinstance(task, str) or not task.strip():
+            cause = f"its task is {task!r}, and a sub-agent needs a task to run"
+            raise SubagentFailed(phase, "", "failed", cause)
+        return task
 
     def admit(
         self, decision: Perform, session_id: str, run_id: str, call_id: str
@@ -637,7 +647,7 @@ def declared_effects(
             known = ", ".join(sorted(declared)) or "none"
             raise ConfigError(
                 f"subagents[{name!r}]",
-                child,
+                _shown(child, Driver),
                 f"a sub-agent the machine {machine.name!r} declares ({known})",
             )
         if not isinstance(child, Driver):
@@ -660,6 +670,13 @@ def declared_effects(
             )
         built[name] = _declared_effect(machine, spec, child)
     return built
+
+
+def _shown(value: object, kind: type) -> object:
+    """What an error shows of a value: a driver by its name, not its settings."""
+    if isinstance(value, kind):
+        return f"<{kind.__name__} {getattr(value, 'name', '?')!r}>"
+    return value
 
 
 def _declared_effect(machine: MachineSpec, spec: SubagentSpec, child: Driver) -> Effect:
@@ -753,9 +770,8 @@ def subagent_effect(
         call_id = _phase_call(decision, snapshot)
         child = _Child(driver, decision.effect, max_depth, max_children, store)
         try:
-            answer = await _child_answer(
-                child, phase.task_of(snapshot), ctx.session, call_id
-            )
+            task = phase.task_of(snapshot, decision.effect)
+            answer = await _child_answer(child, task, ctx.session, call_id)
         except (SubagentFailed, SubagentTooDeep, SubagentTooMany) as exc:
             return phase.failed(decision, exc)
         return phase.answered(answer)

@@ -318,8 +318,8 @@ class SubagentFailed(TurnFSMError):
 
     The parent's tool call (see ``Agent.as_tool``) ends with an error result
     naming this error; the parent's run goes on. `session_id` is the child's
-    session (in the parent's store), `outcome` how its run ended, `cause`
-    its error's type and message.
+    session (in the parent's store; "" when it never started), `outcome`
+    how its run ended, `cause` its error's type and message.
     """
 
     tool: str
@@ -328,6 +328,8 @@ class SubagentFailed(TurnFSMError):
     cause: str
 
     def __str__(self) -> str:
+        if not self.session_id:  # it never started
+            return f"the sub-agent {self.tool!r} did not run: {self.cause}"
         return (
             f"the sub-agent {self.tool!r} ended {self.outcome}: {self.cause} (its "
             f"run is session {self.session_id!r}: `turnfsm sessions show "

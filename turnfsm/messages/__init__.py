@@ -14,6 +14,7 @@ history on every turn.
 
 from __future__ import annotations
 
+from turnfsm.messages._call_ids import unique_call_ids
 from turnfsm.messages._log import Joined, MessageLog, as_sequence
 from turnfsm.messages._open_calls import OpenCalls, check_history
 from turnfsm.messages._values import (
@@ -53,4 +54,5 @@ __all__ = [
     "new_message_id",
     "part_from_dict",
     "part_to_dict",
+    "unique_call_ids",
 ]

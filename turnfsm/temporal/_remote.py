@@ -355,6 +355,10 @@ class _Remote:
             if self.cancelled is not None:
                 return RunCancelled(reason=self.cancelled)
             snapshot = ctx.snapshot
+            try:
+                task = phase.task_of(snapshot, decision.effect)
+            except SubagentFailed as exc:  # no task: no child
+                return phase.failed(decision, exc)
             call_id = PhaseDelegation.call_id(decision, snapshot)
             link = phase.admit(decision, ctx.session_id, ctx.run_id, call_id)
             if not isinstance(link, ParentLink):
@@ -370,9 +374,7 @@ class _Remote:
                 self.log.done(log)
             driver = phase.delegation.driver
             try:
-                ended = await self._child_workflow(
-                    driver, link, phase.task_of(snapshot)
-                )
+                ended = await self._child_workflow(driver, link, task)
             except ChildWorkflowError:  # cancelled with this run
                 return self._interrupted()
             if isinstance(ended, _Unanswered):
