@@ -441,7 +441,11 @@ class Agent:
 
         Example:
             ```python
-            reader = Agent(model=small_model, tools=[read_file], context_window=8000)
+            reader = Agent(
+                model=small_model,
+                tools=[read_file],
+                context=ContextManager(context_window=8_000),
+            )
             lead = Agent(
                 model=model,
                 tools=[reader.as_tool(name="read", description="Read a file")],

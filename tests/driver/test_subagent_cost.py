@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
+import anyio
 import attrs
 import pytest
 
@@ -17,8 +19,11 @@ from tests.driver.test_subagents import (
     write_files,
 )
 from turnfsm import Agent
+from turnfsm.driver import RunControl
 from turnfsm.errors import ConfigError
-from turnfsm.providers import ModelPrices, known_prices
+from turnfsm.providers import ModelPrices, ModelRequest, ModelResponse, known_prices
+from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -93,3 +98,43 @@ def test_prices_must_be_model_prices() -> None:
         Agent(model=parent_model(), prices="gpt-4o")
     assert caught.value.field == "prices"
     assert known_prices("gpt-4o") is not None
+
+
+async def test_a_cancelled_callers_children_still_count_what_they_used() -> None:
+    stuck = anyio.Event()
+    used = Usage(input_tokens=500, output_tokens=5)
+
+    def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    async def child_model(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].tool_results:
+            stuck.set()
+            await anyio.sleep_forever()
+        return ModelResponse(message=reply("", tool_call("noop", "n1")), usage=used)
+
+    child = Agent(model=FakeModelClient(child_model), tools=[noop], prices=SMALL)
+    lead = Agent(
+        model=parent_model(),
+        tools=[child.as_tool(name="reader", description="Reads one file.")],
+        prices=LEAD,
+    )
+    control = RunControl()
+    outcome: list[Any] = []
+
+    async def run() -> None:
+        outcome.append(await lead.run("What is the grand total?", control=control))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await stuck.wait()
+            control.cancel("stop")
+    (result,) = outcome
+    assert result.outcome == "cancelled"
+    # Three readers started; each made its first call before the cancel.
+    assert result.children_usage.input_tokens % used.input_tokens == 0
+    assert result.children_usage.input_tokens >= used.input_tokens
+    calls = result.children_usage.input_tokens // used.input_tokens
+    assert result.children_cost == pytest.approx(dollars(SMALL, calls, used))

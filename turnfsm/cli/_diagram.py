@@ -397,6 +397,16 @@ def _traced_runs(paths: Sequence[str]) -> list[_Run]:
     return runs
 
 
+def _logged_machine(runs: list[_Run]) -> MachineSpec | None:
+    """The machine stored runs all ran on, as their log keeps it (None: not kept)."""
+    digests = {r.digest for r in runs}
+    first = runs[0] if runs else None
+    if first is None or first.session is None or len(digests) != 1:
+        return None
+    digest = first.digest
+    return first.session.machine(digest) if digest is not None else None
+
+
 def _machine_for(runs: list[_Run], path: str | None) -> tuple[MachineSpec, list[_Run]]:
     """The machine to draw `runs` on (and those of them that ran on it)."""
     if path is not None:
@@ -413,10 +423,18 @@ def _machine_for(runs: list[_Run], path: str | None) -> tuple[MachineSpec, list[
             ran = f"the runs ran on {', '.join(names)}" if runs else "no run given"
             raise ConfigError("--machine", None, f"the machine file to draw ({ran})")
         shipped = machines_dir() / f"{names[0]}.toml"
-        if not shipped.is_file():
+        stock = load_machine(shipped) if shipped.is_file() else None
+        same = stock is not None and {r.digest for r in runs} <= {
+            None,
+            machine_digest(stock),
+        }
+        logged = None if same else _logged_machine(runs)
+        if logged is not None:  # the machine they ran on, as their log keeps it
+            return logged, runs
+        if stock is None:
             expected = f"the machine file of {names[0]!r} (not a shipped one)"
             raise ConfigError("--machine", None, expected)
-        spec, kept = load_machine(shipped), runs
+        spec, kept = stock, runs
     if runs and not kept:
         raise ConfigError("--machine", path, "the machine the runs ran on")
     digest = machine_digest(spec)

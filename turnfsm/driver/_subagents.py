@@ -857,9 +857,11 @@ async def _child_answer(
         control = tally.control if tally is not None else None
         if control is not None and control.is_cancel_requested:
             with anyio.CancelScope(shield=True):
-                await driver.abandon(
+                ended = await driver.abandon(
                     session, run_id, reason="its parent's run was cancelled"
                 )
+            if tally is not None:  # what it used before it ended counts too
+                _Spent.of(ended).count_in(tally)
         raise
     finally:
         _DEPTH.reset(depth_token)
