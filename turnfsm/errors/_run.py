@@ -354,7 +354,8 @@ class SubagentTooDeep(TurnFSMError):
         return (
             f"the sub-agent {self.tool!r} would run at depth {self.depth}, over "
             f"its max_depth of {self.max_depth}: answer without delegating "
-            "further, or raise max_depth where the tool is made"
+            "further, or raise max_depth where it is set (the tool or the "
+            "machine file)"
         )
 
 
@@ -403,6 +404,6 @@ class SubagentTooMany(TurnFSMError):
         return (
             f"this run has started {self.started} sub-agent(s) with "
             f"{self.tool!r}, its max_children: do the rest without delegating, "
-            "or in fewer, larger tasks; or raise max_children where the tool "
-            "is made"
+            "or in fewer, larger tasks; or raise max_children where it is set "
+            "(the tool or the machine file)"
         )
