@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from turnfsm import load_machine, machines_dir
-from turnfsm.core import MachineSpec, SubagentSpec
+from turnfsm.core import MachineSpec, SubagentSpec, render_mermaid
 from turnfsm.errors import DefinitionError
 from turnfsm.persistence import machine_digest
 
@@ -280,5 +280,161 @@ def test_an_effect_named_as_a_sub_agent_is_refused(tmp_path: Path) -> None:
     assert any(
         "state 'odd': effect 'critic' is the name of a sub-agent: write subagent"
         " = 'critic' to run it" in p
+        for p in found
+    ), found
+
+
+TWO = """
+name = "two"
+initial = "start"
+terminal = ["done", "failed"]
+signals = ["ok"]
+
+[states]
+start = { decision = "measure" }
+first = { subagent = "a" }
+second = { subagent = "b" }
+done = { decision = "finish" }
+failed = { decision = "fail" }
+
+[[transitions]]
+trigger = "run_started"
+source = "start"
+actions = ["record_start"]
+
+[[transitions]]
+trigger = "measured"
+source = "start"
+dest = "failed"
+conditions = ["is_turn_limit_reached"]
+error = "max_turns_exceeded"
+
+[[transitions]]
+trigger = "measured"
+source = "start"
+dest = "first"
+
+[[transitions]]
+trigger = "ok"
+source = "first"
+dest = "second"
+
+[[transitions]]
+trigger = "ok"
+source = "second"
+dest = "done"
+
+[[transitions]]
+trigger = "run_cancelled"
+source = "*"
+dest = "failed"
+error = "cancelled"
+
+[subagents.a]
+machine = "turn.toml"
+signal = "ok"
+
+[subagents.b]
+machine = "turn.toml"
+signal = "ok"
+max_depth = 2
+"""
+
+
+def test_a_file_two_sub_agents_name_is_read_once(tmp_path: Path) -> None:
+    (tmp_path / "two.toml").write_text(TWO)
+    (tmp_path / "top.toml").write_text(reviewed("two.toml", name="top"))
+    two = load_machine(tmp_path / "top.toml").children["critic"]
+    assert two.children["a"] is two.children["b"]
+    # The diagram names each phase's sub-agent and its machine file.
+    assert "sub-agent a (turn.toml)" in render_mermaid(two)
+    assert two.subagent("b").max_depth == 2
+    assert two.to_dict()["subagents"] == {
+        "a": {"machine": "turn.toml", "signal": "ok"},
+        "b": {"machine": "turn.toml", "signal": "ok", "max_depth": 2},
+    }
+
+
+def test_a_sub_agent_two_files_down_past_its_max_depth_is_refused(
+    tmp_path: Path,
+) -> None:
+    # top > mid > two: two's sub-agent b may run two deep; under top it
+    # would run three deep.
+    (tmp_path / "two.toml").write_text(TWO)
+    (tmp_path / "mid.toml").write_text(reviewed("two.toml", name="mid"))
+    assert load_machine(tmp_path / "mid.toml").name == "mid"  # b runs 3 deep: no
+    found = problems(reviewed("mid.toml", name="top"), tmp_path, name="top.toml")
+    assert found == [
+        f"{problems_line(reviewed(), 'machine = ')}: sub-agent 'critic': sub-agent"
+        " critic > critic > b runs 3 deep, past its max_depth = 2"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("subagents = 1\n", "'subagents' must be a table"),  # placed at the top
+        ("[subagents]\ncritic = 1\n", "sub-agent 'critic' must be a table"),
+        (
+            '[subagents.critic]\nsignal = "revise"\n',
+            "sub-agent 'critic': machine is missing",
+        ),
+        (
+            '[subagents.critic]\nmachine = 3\nsignal = "revise"\n',
+            "sub-agent 'critic': machine must be a non-empty string, got 3",
+        ),
+        (
+            '[subagents.critic]\nmachine = "turn.toml"\nsignal = "revise"\n'
+            'key = "feedback"\nroutes = 1\n',
+            "sub-agent 'critic': routes must be a table of signal = prefix, got 1",
+        ),
+    ],
+)
+def test_a_sub_agents_table_of_the_wrong_shape_is_refused(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    base = reviewed()
+    base = base[: base.index("\n[subagents.critic]")]
+    if not text.startswith("["):  # a top-level key goes before the tables
+        base = text + base
+        text = ""
+    found = problems(base + "\n" + text, tmp_path)
+    assert any(expected in p for p in found), found
+
+
+def test_a_phase_with_a_decision_and_a_sub_agent_is_refused(tmp_path: Path) -> None:
+    text = reviewed().replace(
+        '{ subagent = "critic" }', '{ decision = "finish", subagent = "critic" }'
+    )
+    found = problems(text, tmp_path)
+    assert any(
+        "state 'await_review': give exactly one of decision / effect / subagent" in p
+        for p in found
+    ), found
+
+
+def test_a_resolver_of_your_own_loads_the_sub_agents_machines(tmp_path: Path) -> None:
+    (tmp_path / "two.toml").write_text(TWO)
+    two = load_machine(tmp_path / "two.toml")
+    asked: list[str] = []
+
+    def resolve(name: str) -> MachineSpec:
+        asked.append(name)
+        return MachineSpec.from_dict(two.to_dict())  # its own children not loaded
+
+    spec = MachineSpec.from_toml(reviewed("two.toml", name="top"), resolve=resolve)
+    assert asked == ["two.toml"]
+    assert spec.children["critic"].children == {}
+    # Without a resolver, nothing is loaded and nothing below is checked.
+    assert MachineSpec.from_toml(reviewed("nowhere.toml")).children == {}
+
+
+def test_a_phase_with_an_effect_and_a_sub_agent_is_refused(tmp_path: Path) -> None:
+    text = reviewed().replace(
+        '{ subagent = "critic" }', '{ effect = "review", subagent = "critic" }'
+    )
+    found = problems(text, tmp_path)
+    assert any(
+        "state 'await_review': give exactly one of decision / effect / subagent" in p
         for p in found
     ), found
