@@ -29,7 +29,9 @@ def test_an_id_used_before_or_twice_is_renamed() -> None:
     history = MessageLog(answered("call_0", "call_0_2"))
     original = ask("call_0", "call_1", "call_1")
     reply = unique_call_ids(original, history, ())
-    assert [c.id for c in reply.tool_calls] == ["call_0_3", "call_1", "call_1_2"]
+    # call_0_2 is taken: the next try is from the reply's place (3 messages
+    # before it, so call_0_5).
+    assert [c.id for c in reply.tool_calls] == ["call_0_5", "call_1", "call_1_2"]
     assert reply.id == original.id  # the same message, its calls renamed
     assert [c.name for c in reply.tool_calls] == ["t", "t", "t"]
 

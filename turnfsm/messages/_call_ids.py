@@ -34,7 +34,8 @@ def unique_call_ids(message: Message, *before: Sequence[Message]) -> Message:
 
     Returns:
         `message` itself when its call ids are new and distinct; else a copy
-        with each repeated id renamed (``ID_2``, ``ID_3``, ...).
+        with each repeated id renamed: ``ID_2``, or, when that is taken too,
+        ``ID_N`` with N from the reply's place in the conversation.
     """
     calls = message.tool_calls
     if not calls:
@@ -50,15 +51,20 @@ def unique_call_ids(message: Message, *before: Sequence[Message]) -> Message:
     renamed: set[str] = set()
     kept: set[str] = set()
     parts: list[Part] = []
+    # Past `_2`, a suffix from the reply's place in the conversation: a server
+    # that repeats one id every turn costs one try per call, not one per turn.
+    place = sum(len(messages) for messages in before) + 2
+
+    def taken(call_id: str) -> bool:
+        return call_id in renamed or call_id in ids or used_before(call_id)
+
     for part in message.parts:
         if isinstance(part, ToolCallPart):
             if used_before(part.id) or part.id in kept:
                 n = 2
-                while (
-                    f"{part.id}_{n}" in renamed
-                    or f"{part.id}_{n}" in ids
-                    or used_before(f"{part.id}_{n}")
-                ):
+                if taken(f"{part.id}_{n}"):
+                    n = place
+                while taken(f"{part.id}_{n}"):
                     n += 1
                 part = attrs.evolve(part, id=f"{part.id}_{n}")
                 renamed.add(part.id)
