@@ -1,7 +1,5 @@
 """``python -m turnfsm``."""
 
-import sys
+from turnfsm.cli import script
 
-from turnfsm.cli import main
-
-sys.exit(main())
+script()

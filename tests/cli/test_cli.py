@@ -123,3 +123,32 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     assert done.returncode == 141
     assert "Traceback" not in done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("temporal", [False, True])
+def test_the_program_keeps_its_output_and_status_with_or_without_temporal(
+    tmp_path: Path, temporal: bool
+) -> None:
+    """With Temporal's client loaded the program skips the interpreter's
+    teardown (which the SDK's threads can abort), yet prints and exits alike."""
+    if temporal:
+        pytest.importorskip("temporalio")
+    script = (
+        "import atexit, sys\n"
+        + ("import temporalio.client\n" if temporal else "")
+        + "atexit.register(lambda: print('teardown', flush=True))\n"
+        "sys.argv = ['turnfsm', 'sessions', 'show', 'nope', '--store', 'memory:']\n"
+        "print('before', end='')\n"
+        "from turnfsm.cli import script\n"
+        "script()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "no session 'nope'" in done.stderr
+    assert done.stdout == ("before" if temporal else "beforeteardown\n")

@@ -20,7 +20,7 @@ from turnfsm.cli._strategies import (
     spoken,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "script"]
 
 _STORE_HELP = (
     "where sessions are kept: a file path, sqlite:///PATH, a postgresql:// URL "
@@ -527,6 +527,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141
 
 
+def script() -> None:
+    """The ``turnfsm`` program: run :func:`main` and exit with its status.
+
+    When the command used a Temporal client, the process ends without the
+    interpreter's teardown, once its output is flushed: the Temporal SDK's
+    background threads can abort a finalizing interpreter ("Fatal Python
+    error: PyGILState_Release"), which would turn a finished command into a
+    crash.
+    """
+    status = main()
+    if _TEMPORAL_BRIDGE in sys.modules:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                stream.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+_TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
+
+
 def _stdout_to_devnull() -> None:
     """Point stdout at /dev/null, so the final flush at exit fails no more."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -747,4 +768,4 @@ def _diagram_command(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    script()
