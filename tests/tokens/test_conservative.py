@@ -2,16 +2,24 @@ from __future__ import annotations
 
 import pytest
 import tiktoken
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.profiles import sized
 from turnfsm.errors import ConfigError
-from turnfsm.messages import ImagePart, Message, Role, ToolCallPart
+from turnfsm.messages import (
+    ImagePart,
+    Message,
+    Role,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from turnfsm.tokens import (
     ConservativeTokenCounter,
     IncrementalCounter,
     TiktokenCounter,
+    arguments_json,
     default_counter,
 )
 
@@ -114,6 +122,42 @@ def test_tool_calls_and_images_match_tiktoken_framing() -> None:
     for message in messages:
         assert COUNTER.count([message]) >= tiktoken_counter.count([message])
     assert COUNTER.units(messages[2]) == 24 * (85 + 4)
+
+
+_PIECE = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(" ?\x00\n\t"))
+
+
+@settings(max_examples=sized(500), deadline=None)
+@given(st.lists(_PIECE, max_size=4), st.lists(_PIECE, max_size=3))
+@example(texts=[" ?", "\u6f22"], results=["a ", "\x00", "\u6f22 ?"])
+def test_a_message_costs_its_framing_plus_each_piece_alone(
+    texts: list[str], results: list[str]
+) -> None:
+    """The pieces of a message are priced in one pass; that changes no price."""
+    calls = [
+        ToolCallPart(id=f"c{i}", name="f", arguments={"q": text})
+        for i, text in enumerate(texts[1:])
+    ]
+    message = Message(
+        role=Role.ASSISTANT,
+        parts=[TextPart(text=text) for text in texts[:1]] + calls,
+    )
+    pieces = texts[:1] + [
+        piece for call in calls for piece in (call.name, arguments_json(call))
+    ]
+    alone = sum(COUNTER.text_units(piece) - 24 * FRAMING for piece in pieces)
+    framing = 24 * (FRAMING + 3 * len(calls))
+    assert COUNTER.units(message) == framing + alone
+    if results:
+        tool = Message(
+            role=Role.TOOL,
+            parts=[
+                ToolResultPart(call_id=f"r{i}", content=text)
+                for i, text in enumerate(results)
+            ],
+        )
+        alone = sum(COUNTER.text_units(text) - 24 * FRAMING for text in results)
+        assert COUNTER.units(tool) == 24 * FRAMING + alone
 
 
 @pytest.mark.parametrize(

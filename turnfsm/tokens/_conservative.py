@@ -78,8 +78,11 @@ _VOWELS: Final = "aeiouAEIOU"
 _CONTROL: Final = "".join(
     chr(i) for i in (*range(32), 127) if chr(i) not in "\t\n\v\f\r"
 )
+_SEPARATOR: Final = "\x00"
 
 # Non-ASCII characters reach the tables as b"?" (encode(..., "replace")).
+# NUL has a class of its own, "s": the pieces of one message are measured in
+# one pass, joined by NUL, and every pattern below is broken by it.
 _MAIN: Final = _table(
     ".",
     {
@@ -88,7 +91,8 @@ _MAIN: Final = _table(
         " ": " ",
         "n": "\n\r",
         "t": "\t\v\f",
-        "x": _CONTROL,
+        "x": _CONTROL.replace(_SEPARATOR, ""),
+        "s": _SEPARATOR,
         "?": "?",
     },
 )
@@ -105,43 +109,60 @@ _LONG_WORDS: Final = re.compile(b"a{20,}")
 
 def _text_units(text: str) -> int:
     """Return the estimated cost of `text` in units of 1/`SCALE` token."""
-    if not text:
-        return 0
+    return _units(text, 0) if text else 0
+
+
+def _pieces_units(pieces: list[str]) -> int:
+    """Return the summed cost of `pieces`, measured in one pass when it can.
+
+    The pieces are joined by NUL, which no pattern crosses; a piece holding
+    a NUL of its own (a control character, priced apart) is measured alone.
+    """
+    joined = _SEPARATOR.join(pieces)
+    separators = len(pieces) - 1
+    if joined.count(_SEPARATOR) != separators:
+        return sum(map(_text_units, pieces))
+    return _units(joined, separators)
+
+
+def _units(text: str, separators: int) -> int:
+    """Return the cost of `text`, pieces joined by `separators` NULs, in units.
+
+    Whole tokens of punctuation, whitespace and non-ASCII text, then digits
+    (a run of n costs (n + 2) / 3 tokens), then ASCII words priced by their
+    shape; each piece's leading and trailing characters are priced as the
+    start and end of a text.
+    """
     raw = text.encode("ascii", "replace")
     main = raw.translate(_MAIN)
     runs = raw.translate(_RUNS)
-    units = SCALE * _symbol_tokens(text, raw, main) + _number_units(main, runs)
-    if main.count(b"a"):
-        units += _word_units(raw, runs)
-    return units
-
-
-def _symbol_tokens(text: str, raw: bytes, main: bytes) -> int:
-    """Return the whole tokens of punctuation, whitespace and non-ASCII text."""
+    count = main.count
     marks = text.count("?")  # the real ones; non-ASCII chars are b"?" too
-    tokens = main.count(b".") + marks + 2 * main.count(b"x") + main.endswith(b" ")
+    tokens = count(b".") + marks + main.endswith(b" ")
+    if separators:  # the pieces hold no NUL of their own
+        tokens += 2 * count(b"x") + count(b" s")  # and each piece's trailing space
+    else:
+        tokens += 2 * (count(b"x") + count(b"s"))  # NUL is a control character
     if not text.isascii():
-        chars = main.count(b"?") - marks
+        chars = count(b"?") - marks
         tokens += len(text.encode("utf-8", "surrogatepass")) - len(text) + chars
-        tokens += main.count(b" ?")
+        tokens += count(b" ?") - text.count(" ?")  # a space before one
     for kind, after_space in ((b"n", b" n"), (b"t", b" t")):
-        found = main.count(kind)
+        found = count(kind)
         if found:
-            tokens += found + main.count(after_space)
+            tokens += found + count(after_space)
     if b"  " in main:
         spaces = raw.translate(_SPACES)
         tokens += spaces.count(b"x  ") + spaces.startswith(b"  ")
         tokens += spaces.count(b" " * 64)
-    return tokens
-
-
-def _number_units(main: bytes, runs: bytes) -> int:
-    """Return the units of digits: a run of n costs (n + 2) / 3 tokens."""
-    digits = main.count(b"0")
-    if not digits:
-        return 0
-    digit_runs = runs.count(b" 0") + runs.count(b"a0") + (runs[:1] == b"0")
-    return 8 * digits + 16 * digit_runs + SCALE * main.count(b" 0")
+    units = SCALE * tokens
+    digits = count(b"0")
+    if digits:
+        digit_runs = runs.count(b" 0") + runs.count(b"a0") + (runs[:1] == b"0")
+        units += 8 * digits + 16 * digit_runs + SCALE * count(b" 0")
+    if count(b"a"):
+        units += _word_units(raw, runs)
+    return units
 
 
 def _word_units(raw: bytes, runs: bytes) -> int:
@@ -219,15 +240,20 @@ class ConservativeTokenCounter(UnitsCounter):
         # (the part classes are final: a type test is the match it makes).
         total = SCALE * self.message_tokens
         calls = 0
+        pieces: list[str] = []
         for part in message.parts:
             if type(part) is TextPart:
-                total += _text_units(part.text)
+                pieces.append(part.text)
             elif type(part) is ToolResultPart:
-                total += _text_units(part.content)
+                pieces.append(part.content)
             elif type(part) is ToolCallPart:
-                total += _text_units(part.name)
-                total += _text_units(_render.arguments_json(part))
+                pieces.append(part.name)
+                pieces.append(_render.arguments_json(part))
                 calls += 1
             elif type(part) is ImagePart:
                 total += SCALE * self.image_tokens
+        if len(pieces) == 1:
+            total += _text_units(pieces[0])
+        elif pieces:
+            total += _pieces_units(pieces)
         return total + SCALE * _render.TOOL_CALL_TOKENS * calls

@@ -56,7 +56,11 @@ def arguments_json(part: ToolCallPart) -> str:
     arguments = part.arguments
     if not isinstance(arguments, dict):
         arguments = dict(arguments)
-    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT(arguments)
+
+
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""One encoder for every call: `json.dumps` with options builds a new one each time."""
 
 
 def texts(message: Message) -> Iterator[str | None]:
