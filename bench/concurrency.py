@@ -291,7 +291,8 @@ def driver_options(workload: Workload, hooks: Sequence[Hook] = ()) -> dict[str, 
     return {
         "model": model,
         "tools": [work],
-        "context": ContextManager(context_window=100_000_000),  # never compacts
+        # never compacts: no window line, no message-count line
+        "context": ContextManager(context_window=100_000_000, max_messages=0),
         "max_turns": workload.turns,
         "hooks": hooks,
         "name": "bench-concurrency",  # how durable runs find it on the workers

@@ -130,7 +130,7 @@ def _driver(
     return Driver(
         model=model,
         tools=[noop],
-        context=ContextManager(context_window=100_000_000),
+        context=ContextManager(context_window=100_000_000, max_messages=0),
         max_turns=turns + 1,
         hooks=hooks,
         tracing=False,

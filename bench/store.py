@@ -5,8 +5,9 @@ Everything runs in this process, against the same instant scripted model
 turn) and the same instant async tool, with a context window so large that
 nothing ever compacts. A "turn" is one tool turn of the real `Driver`: the
 model call, the tool call and the entries the driver appends for them (a
-`TurnRecord` and the `ModelReplied` / `ToolsFinished` / `Measured` events, in
-three appends; a lone tool call needs no separate `ToolResultRecorded`).
+`TurnRecord` and the `Measured` / `ModelReplied` / `ToolsFinished` events, in
+two appends: the measurement rides the reply's; a lone tool call needs no
+separate `ToolResultRecorded`).
 
     python bench/store.py                    # 10,000 turns
     python bench/store.py --turns 2000       # a shorter run
@@ -45,7 +46,7 @@ note when neither works. The store's tables go to a schema of their own,
 dropped at the end. Each figure is the best of ``--repeats`` runs (the
 machine may be shared); PostgreSQL's of ``--pg-repeats`` (default 1: they
 are the slow ones). The raw table also shows what the same entries would
-cost in one append per turn (one transaction instead of the driver's four).
+cost in one append per turn (one transaction instead of the driver's two).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def make_driver(clock: Clock) -> Driver:
     return Driver(
         model=FakeModelClient(clock),
         tools=[noop],
-        context=ContextManager(context_window=100_000_000),  # never compacts
+        # never compacts: no window line, no message-count line
+        context=ContextManager(context_window=100_000_000, max_messages=0),
         max_turns=clock.turns + 1,
     )
 

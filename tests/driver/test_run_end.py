@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import pytest
 
-from turnfsm.driver import Driver
+from turnfsm.core import Measured, ModelReplied
+from turnfsm.driver import Driver, RunControl, replay
 from turnfsm.hooks import Hook, RunEndInfo
 from turnfsm.persistence import (
     Committed,
     Entry,
+    EventRecorded,
     MemoryStore,
     RunEnded,
     Session,
     SessionInfo,
 )
-from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -79,6 +83,43 @@ async def test_a_finished_run_commits_and_ends_in_one_append(
     for batch in store.batches[:-1]:
         assert not any(isinstance(e, RunEnded | Committed) for e in batch)
     assert [m.text for m in session.history][-1] == "the answer"
+
+
+def _events(batch: tuple[Entry, ...]) -> list[object]:
+    return [type(e.event) for e in batch if isinstance(e, EventRecorded)]
+
+
+async def test_a_measurement_rides_the_reply_so_a_tool_turn_is_two_appends() -> None:
+    store = Recording()
+    session = Session(store=store)  # type: ignore[arg-type]
+    calls = [reply("", tool_call("look", f"c{i}", q=str(i))) for i in range(3)]
+    driver = Driver(model=ScriptedModel.of(*calls, "the answer"), tools=_tools())  # type: ignore[arg-type]
+    assert (await driver.run("go", session=session)).ok
+    # The opening with its first event; per tool turn the measurement with
+    # the reply, then the tool's result; the last measurement with the end.
+    assert len(store.batches) == 1 + 2 * 3 + 1
+    for batch in store.batches[1:]:
+        events = _events(batch)
+        assert events.count(Measured) == events.count(ModelReplied)
+    assert replay(None, session, session.runs[0].run_id).ok
+
+
+async def test_a_run_cancelled_in_its_model_call_logs_its_measurement() -> None:
+    control = RunControl()
+
+    async def stuck(_request: ModelRequest) -> ModelResponse:
+        control.cancel("operator")
+        await anyio.sleep(30)
+        raise AssertionError("not reached")
+
+    store = Recording()
+    session = Session(store=store)  # type: ignore[arg-type]
+    driver = Driver(model=FakeModelClient(stuck))
+    result = await driver.run("go", session=session, control=control)
+    assert result.outcome == "cancelled"
+    assert _events(store.batches[-1])[0] is Measured
+    assert isinstance(store.batches[-1][-1], RunEnded)
+    assert replay(None, session, session.runs[0].run_id).ok
 
 
 class Raising(Hook):

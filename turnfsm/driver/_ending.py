@@ -58,7 +58,7 @@ class Ending:
     audit: Audit
     abandoning: bool
     before: Snapshot
-    _opening: list[Entry]
+    _riding: list[Entry]
     _heard_end: bool
     held: list[Entry]
     held_history: MessageLog | None
@@ -99,12 +99,13 @@ class Ending:
         else:
             outcome = "failed"
         # A run that ends before its first event was logged (a crash in the
-        # first feed) still opens in the log before it ends. The last step's
-        # entries (a done run's final commit) go in the same append.
-        opening, self._opening = self._opening, []
+        # first feed) still opens in the log before it ends, and a measurement
+        # riding the next append is written. The last step's entries (a done
+        # run's final commit) go in the same append.
+        riding, self._riding = self._riding, []
         held, self.held = self.held, []
         await self.session.append(
-            *opening,
+            *riding,
             *held,
             RunEnded(
                 run_id=self.run_id,

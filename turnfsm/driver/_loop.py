@@ -149,7 +149,9 @@ class RunLoop(Ending):
         self._journal: ToolJournal | None = None  # made on the first batch of calls
         self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
         self._lock: anyio.Lock | None = None  # made on the first journaled result
-        self._opening: list[Entry] = []  # written with the first event
+        # Entries written with the next append: the run's opening, and a
+        # measurement (it decides nothing replay cannot redo).
+        self._riding: list[Entry] = []
         self.held: list[Entry] = []  # the last step's entries, written with the end
         self.held_history: MessageLog | None = None
         self.ended = False  # its RunEnded is in the log
@@ -174,14 +176,14 @@ class RunLoop(Ending):
         if not self.session.has_machine(settings.digest):
             # The machine goes in the log once: a run resumes on it without
             # the file.
-            self._opening.append(
+            self._riding.append(
                 MachineStored(
                     digest=settings.digest,
                     name=settings.machine_name,
                     definition=settings.definition,
                 )
             )
-        self._opening.append(
+        self._riding.append(
             RunOpened(
                 run_id=self.run_id,
                 machine=settings.machine_name,
@@ -225,6 +227,11 @@ class RunLoop(Ending):
         self._resumed = self.session.recorded_results(self.run_id)
         self._started((), resumed=True)
 
+    async def _write(self, *entries: Entry, history: MessageLog | None = None) -> None:
+        """Append `entries` to the log, after the entries riding with them."""
+        riding, self._riding = self._riding, []
+        await self.session.append(*riding, *entries, history=history)
+
     async def _record_result(self, result: Message) -> None:
         """Log one tool result of the batch in flight (calls finish concurrently)."""
         entry = ToolResultRecorded(run_id=self.run_id, index=self.index, result=result)
@@ -239,7 +246,7 @@ class RunLoop(Ending):
         except anyio.WouldBlock:
             await lock.acquire()
         try:
-            await self.session.append(entry)
+            await self._write(entry)
         finally:
             lock.release()
 
@@ -248,9 +255,9 @@ class RunLoop(Ending):
         machine = self.machine
         before = self.before = machine.snapshot
         entries: list[Entry] = []
-        if self._opening:
-            entries += self._opening
-            self._opening = []
+        if self._riding:
+            entries += self._riding
+            self._riding = []
         if self.held:  # a step fed after a run-ending one (it changes nothing)
             entries += self.held
             self.held = []
@@ -272,7 +279,7 @@ class RunLoop(Ending):
                     last, event, before, taken=None, key=self._key()
                 )
             entries.append(self._recorded(event, before.phase, "error:InvalidMessage"))
-            await self.session.append(*entries)
+            await self._write(*entries)
             raise _Broken(exc) from None
         after = machine.snapshot
         changed = after.history is not before.history
@@ -293,8 +300,13 @@ class RunLoop(Ending):
             # The run's end is one append: these entries (its final commit
             # among them) are written with its `RunEnded` (`Ending.end`).
             self.held, self.held_history = entries, after.history
+        elif type(event) is Measured and not changed:
+            # A measurement is redone from the log after a crash, so it rides
+            # the next append (the reply's, or the pass's): one commit less
+            # a turn, and a crash before that append loses nothing replay needs.
+            self._riding = entries
         else:
-            await self.session.append(*entries, history=after.history)
+            await self._write(*entries, history=after.history)
         if self._wants_transition and machine.last_step is not None:
             self.hooks.call(
                 "on_transition",
@@ -405,7 +417,7 @@ class RunLoop(Ending):
             len(calls),
             ", ".join(call.id for call in calls),
         )
-        await self.session.append(
+        await self._write(
             *(
                 ToolResultRecorded(run_id=self.run_id, index=self.index, result=r)
                 for r in results
