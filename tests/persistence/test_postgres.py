@@ -367,6 +367,106 @@ class _Proxy:
             scope.cancel()
 
 
+class _LosingProxy(_Proxy):
+    """A proxy that, once armed, cuts the connection that carries the next
+    statement as its answer comes back: the server has done the work, the
+    client never hears of it."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        super().__init__(upstream)
+        self.armed = False
+        self.sent: anyio.abc.SocketStream | None = None  # the armed statement's
+        self.lost = 0
+        self.close_after = False  # refuse new connections once it lost one
+
+    async def _handle(self, client: anyio.abc.SocketStream) -> None:
+        async with client:
+            if not self.open:
+                return
+            with anyio.CancelScope() as scope:
+                async with (
+                    await anyio.connect_tcp(*self.upstream) as server,
+                    anyio.create_task_group() as group,
+                ):
+                    group.start_soon(self._ask, client, server, scope)
+                    group.start_soon(self._answer, server, client, scope)
+
+    async def _ask(
+        self,
+        client: anyio.abc.SocketStream,
+        server: anyio.abc.SocketStream,
+        scope: anyio.CancelScope,
+    ) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in client:
+                if self.armed and self.sent is None:
+                    self.sent = client
+                await server.send(chunk)
+            await server.send_eof()
+
+    async def _answer(
+        self,
+        server: anyio.abc.SocketStream,
+        client: anyio.abc.SocketStream,
+        scope: anyio.CancelScope,
+    ) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async for chunk in server:
+                if self.sent is client:
+                    self.armed, self.sent = False, None
+                    self.lost += 1
+                    self.open = not self.close_after
+                    scope.cancel()  # the answer never reaches the client
+                    return
+                await client.send(chunk)
+            await client.send_eof()
+
+
+async def test_an_append_whose_answer_is_lost_is_found_written_not_written_twice(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    """One round trip an append: a lost answer leaves it in doubt, and the
+    retry on another connection finds its own rows instead of failing."""
+    url = postgres_url()
+    entries = sample_entries()
+    proxy = _LosingProxy(_upstream(url))
+    async with anyio.create_task_group() as group:
+        await group.start(proxy.serve)
+        store = make_store(_through(url, proxy.port), timeout=5)
+        first = await store.append("s1", entries[:2], expected_version=0)
+        proxy.armed = True
+        second = await store.append("s1", entries[2:4], expected_version=first)
+        proxy.armed = True  # a session's first append, created by the lost one
+        other = await store.append("s2", entries[:1], expected_version=0)
+        with pytest.raises(SessionConflict):  # a stale append is still refused
+            await store.append("s1", entries[4:5], expected_version=first)
+        group.cancel_scope.cancel()
+    assert proxy.lost == 2
+    assert (first, second, other) == (2, 4, 1)
+    assert _same(await make_store(url).load("s1"), entries[:4])
+    assert _same(await make_store(url).load("s2"), entries[:1])
+
+
+async def test_an_append_in_doubt_on_every_connection_says_so(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    entries = sample_entries()
+    proxy = _LosingProxy(_upstream(url))
+    async with anyio.create_task_group() as group:
+        await group.start(proxy.serve)
+        store = make_store(_through(url, proxy.port), timeout=1, min_size=1)
+        await store.append("s1", entries[:1], expected_version=0)  # connected
+        proxy.armed = proxy.close_after = True
+        with pytest.raises(StoreUnusable) as caught:
+            await store.append("s1", entries[1:3], expected_version=1)
+        group.cancel_scope.cancel()
+    assert caught.value.in_doubt
+    assert "it may have been written: reload the session to see" in str(caught.value)
+    # It was: the server did the work, only the answer was lost.
+    assert _same(await make_store(url).load("s1"), entries[:3])
+
+
 def _through(url: str, port: int) -> str:
     from psycopg.conninfo import make_conninfo
 

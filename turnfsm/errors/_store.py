@@ -133,16 +133,24 @@ class StoreUnusable(StoreError):
 
     `path` names the file (or database) and `reason` what is wrong with it:
     not an SQLite file, another application's database, or a schema newer
-    than this turnfsm knows.
+    than this turnfsm knows. `in_doubt` is True when the write was sent and
+    the connection was lost before its answer, on every connection tried:
+    it may have been written, and reloading the session tells.
     """
 
     path: str
     reason: str
+    in_doubt: bool = False
 
     def __str__(self) -> str:
+        outcome = (
+            "it may have been written: reload the session to see"
+            if self.in_doubt
+            else "nothing was changed"
+        )
         return (
             f"cannot use {self.path} as a turnfsm session store: {self.reason} "
-            "(nothing was changed)"
+            f"({outcome})"
         )
 
 

@@ -19,9 +19,17 @@ _Conn: TypeAlias = "psycopg.AsyncConnection[TupleRow]"
 
 @attrs.define
 class _Step:
-    """How far an operation got: past the point where a retry is safe?"""
+    """How far an operation got: past the point where a retry is safe?
+
+    `committing`: what the operation sent may have been committed.
+    `rerunnable`: the operation may run again all the same, since it
+    recognises its own write when it finds one (an append does).
+    `attempt`: 0 on the first run, then the retries so far.
+    """
 
     committing: bool = False
+    rerunnable: bool = False
+    attempt: int = 0
 
 
 _T = TypeVar("_T")
@@ -83,13 +91,15 @@ async def _append(
     rows: Sequence[Row],
     expected: int,
 ) -> int:
-    """Write one append in three round trips: BEGIN, the write, COMMIT.
+    """Write one append in one round trip: one statement, committed as it ends.
 
-    Nothing is committed before COMMIT is sent, so a connection found dead
-    before it is safe to retry on another (`PostgresStore._run`). (psycopg's
-    pipeline mode, which would send BEGIN with the write, measured slower:
-    it adds syncs of its own.) An empty append writes nothing: it checks the
-    version, so that it creates no session.
+    The connection is in autocommit mode, so the statement is its own
+    transaction: all of it is written, or none. A connection lost before
+    the answer leaves the append in doubt; it runs again on another
+    connection (`rerunnable`), and a run that finds the session moved on
+    checks whether the rows there are its own: then the earlier run wrote
+    them. An empty append writes nothing: it checks the version, so that
+    it creates no session.
     """
     key = column_text(session_id)
     if not rows:
@@ -104,11 +114,12 @@ async def _append(
         for i, r in enumerate(rows)
         if r.key is not None
     ]
+    run_ids = [column_text(r.run_id) for r in rows]
     params = {
         "session": key,
         "version": version,
         "expected": expected,
-        "run_ids": [column_text(r.run_id) for r in rows],
+        "run_ids": run_ids,
         "kinds": [r.kind for r in rows],
         "bodies": [r.body for r in rows],
         "digests": list(messages),
@@ -117,26 +128,41 @@ async def _append(
         "key_seqs": [n for _, n in keyed],
     }
     write = _APPEND_FIRST if expected == 0 else _APPEND
+    step.committing = step.rerunnable = True
     try:
-        async with conn.transaction():
-            cur = await conn.execute(write, params)
-            found = await cur.fetchone()
-            if not (found and found[0]):
-                raise _Stale
-            step.committing = True  # the block's end sends COMMIT
-    except _Stale:
-        # Rolled back (it wrote nothing); the version is read afresh.
-        raise SessionConflict(
-            session_id=session_id,
-            expected=expected,
-            actual=await _version(conn, key),
-        ) from None
+        cur = await conn.execute(write, params)
+        found = await cur.fetchone()
     except psycopg.errors.UniqueViolation as exc:
         if exc.diag.table_name != "turnfsm_compactions":
             raise
+        if step.attempt and await _written(conn, key, rows, run_ids, expected):
+            return version
         await _refuse_known_keys(conn, session_id, rows)
         raise
-    return version
+    if found and found[0]:
+        return version
+    # Nothing was written; a retry may find its own earlier write there.
+    if step.attempt and await _written(conn, key, rows, run_ids, expected):
+        return version
+    raise SessionConflict(
+        session_id=session_id,
+        expected=expected,
+        actual=await _version(conn, key),
+    )
+
+
+async def _written(
+    conn: _Conn, key: str, rows: Sequence[Row], run_ids: list[str], expected: int
+) -> bool:
+    """Are `rows` the session's entries from `expected` on (an earlier run's)?"""
+    cur = await conn.execute(
+        "SELECT run_id, kind, body FROM turnfsm_entries"
+        " WHERE session_id = %s AND seq >= %s AND seq < %s ORDER BY seq",
+        (key, expected, expected + len(rows)),
+    )
+    stored = await cur.fetchall()
+    mine = [(r, row.kind, row.body) for r, row in zip(run_ids, rows, strict=True)]
+    return [tuple(found) for found in stored] == mine
 
 
 async def _version(conn: _Conn, key: str) -> int:
@@ -145,10 +171,6 @@ async def _version(conn: _Conn, key: str) -> int:
     )
     row = await cur.fetchone()
     return 0 if row is None else int(row[0])
-
-
-class _Stale(Exception):
-    """The session was not at the expected version (internal)."""
 
 
 async def _refuse_known_keys(conn: _Conn, session_id: str, rows: Sequence[Row]) -> None:

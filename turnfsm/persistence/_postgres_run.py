@@ -20,11 +20,12 @@ def translate(server: str, doing: str) -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        lines = str(exc).strip().splitlines()
-        detail = lines[0] if lines else "no detail"
-        raise StoreUnusable(
-            server, f"{doing} failed: {type(exc).__name__}: {detail}"
-        ) from exc
+        raise StoreUnusable(server, f"{doing} failed: {_detail(exc)}") from exc
+
+
+def _detail(exc: psycopg.Error) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else 'no detail'}"
 
 
 async def run(
@@ -39,20 +40,29 @@ async def run(
     A pooled connection the server dropped while it was idle (a restart,
     `pg_terminate_backend`) fails at its next statement. Until COMMIT is
     sent nothing is written (the server rolls back a transaction whose
-    connection is gone), so `op` runs again on another connection; a
-    connection lost while committing is reported, since the append may
-    have been written.
+    connection is gone), so `op` runs again on another connection. A
+    connection lost while committing is reported, since what it sent may
+    have been written, unless `op` recognises its own earlier write (an
+    append): then it runs again.
     """
     with translate(server, doing):
         pool = await get_pool()
+        doubt = False  # a connection was lost with a write sent
         for retries in range(max_size, -1, -1):
-            step = _Step()
+            step = _Step(attempt=max_size - retries)
             conn: _Conn | None = None
             try:
                 async with pool.connection() as conn:
                     return await op(conn, step)
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as exc:
                 lost = conn is not None and conn.broken
-                if not (lost and retries and not step.committing):
-                    raise
+                doubt = doubt or (lost and step.committing)
+                safe = step.rerunnable or not step.committing
+                if lost and retries and safe:
+                    continue
+                if doubt:
+                    raise StoreUnusable(
+                        server, f"{doing} failed: {_detail(exc)}", in_doubt=True
+                    ) from exc
+                raise
     raise AssertionError("unreachable")  # pragma: no cover

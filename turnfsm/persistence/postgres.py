@@ -276,9 +276,11 @@ class PostgresStore:
             SessionConflict: the log is at another version; nothing written.
             DuplicateRecord: a compaction's idempotency key is already in the
                 session (or twice in `entries`); nothing written.
-            StoreUnusable: the server could not be reached or the connection
-                was lost. A connection lost while committing may or may not
-                have written the append: reload the session to see.
+            StoreUnusable: the server could not be reached. An append whose
+                connection was lost before its answer runs again on another
+                connection, which finds it if it was written; when no
+                connection answers, the error's `in_doubt` is True: reload
+                the session to see.
         """
         check_session_id(session_id)
         rows = [encode(entry) for entry in entries]
