@@ -65,19 +65,19 @@ WITH s AS ({advance}),
 e AS (
     INSERT INTO turnfsm_entries (session_id, seq, run_id, kind, body)
     SELECT s.id, %(expected)s::bigint + u.n - 1, u.run_id, u.kind, u.body
-    FROM s, unnest(%(run_ids)s::text[], %(kinds)s::text[], %(bodies)s::text[])
+    FROM s, unnest(%(run_ids)b::text[], %(kinds)b::text[], %(bodies)b::text[])
         WITH ORDINALITY AS u (run_id, kind, body, n)
 ),
 m AS (
     INSERT INTO turnfsm_messages (session_id, digest, body)
     SELECT s.id, x.digest, x.body
-    FROM s, unnest(%(digests)s::text[], %(texts)s::text[]) AS x (digest, body)
+    FROM s, unnest(%(digests)b::text[], %(texts)b::text[]) AS x (digest, body)
     ON CONFLICT DO NOTHING
 ),
 k AS (
     INSERT INTO turnfsm_compactions (session_id, key, seq)
     SELECT s.id, y.key, y.seq
-    FROM s, unnest(%(keys)s::text[], %(key_seqs)s::bigint[]) AS y (key, seq)
+    FROM s, unnest(%(keys)b::text[], %(key_seqs)b::bigint[]) AS y (key, seq)
 )
 SELECT count(*) FROM s"""
 _APPEND: Final = _WRITE.format(advance=_ADVANCE)
