@@ -133,6 +133,19 @@ def _unmarked_content(content: str, note: str) -> str | None:
     return None
 
 
+def _may_end_in_note(content: str) -> bool:
+    """Could `content` end with a recall note (a test cheaper than the note)?"""
+    return content.endswith("]")
+
+
+def _plain(message: Message) -> bool:
+    """Does marking leave `message` as it is, when the pass left it so?"""
+    return message.role is not Role.TOOL or not any(
+        isinstance(p, ToolResultPart) and _may_end_in_note(p.content)
+        for p in message.parts
+    )
+
+
 def _marked_content(content: str, note: str) -> str:
     return f"{content} {note}" if content else note
 
@@ -252,7 +265,6 @@ def _changed_results(
     seen: dict[str, int] = {}
     for part in message.parts:
         if isinstance(part, ToolResultPart):
-            note = note_of(part.call_id)
             # A message may hold several results for one call: the k-th
             # result of a call is compared with the k-th it had.
             key = (part.call_id, seen.get(part.call_id, 0))
@@ -261,9 +273,13 @@ def _changed_results(
             if base is not None and part.content == base.content:
                 # Unchanged by this pass: as it came (with an earlier note).
                 part = was.get(key, part)
+                if not marked and _may_end_in_note(part.content):
+                    note = note_of(part.call_id)
+                    marked = _unmarked_content(part.content, note) is not None
             else:
+                note = note_of(part.call_id)
                 part = attrs.evolve(part, content=_marked_content(part.content, note))
-            marked = marked or _unmarked_content(part.content, note) is not None
+                marked = True
         parts.append(part)
     metadata = {k: v for k, v in message.metadata.items() if k != REPLACES}
     if marked:
@@ -301,17 +317,25 @@ class _Marker:
     message's marking is remembered by the message object it was made from.
     """
 
-    __slots__ = ("by_id", "calls", "kept_as", "notes", "plain", "was")
+    __slots__ = ("_calls", "by_id", "kept_as", "notes", "plain", "was")
 
     def __init__(self, plain: Sequence[Message], original: Sequence[Message]) -> None:
         self.plain = plain
         self.by_id = {m.id: (i, m) for i, m in enumerate(plain)}
         self.was = {m.id: m for m in original}
-        self.calls = _calls(plain)
+        self._calls: dict[str, ToolCallPart] | None = None
         self.kept_as: dict[str, tuple[Message, Message]] = {}
         """A kept message's id -> (the message the strategy gave, as marked)."""
         self.notes: dict[str, str] = {}
         """A call id -> the note a changed result of it carries."""
+
+    @property
+    def calls(self) -> dict[str, ToolCallPart]:
+        """The input's tool calls by id (a note names a call by them)."""
+        calls = self._calls
+        if calls is None:
+            calls = self._calls = _calls(self.plain)
+        return calls
 
     def note_of(self, call_id: str) -> str:
         """The note on a result of call `call_id` that a pass changed."""
@@ -323,21 +347,30 @@ class _Marker:
         return note
 
     def mark(self, result: Sequence[Message]) -> tuple[Message, ...]:
-        by_id, was, calls = self.by_id, self.was, self.calls
-        kept = {m.id for m in result if m.id in by_id}
-        covers = _covers(result, by_id, _gaps(self.plain, kept))
+        by_id, was = self.by_id, self.was
+        covers: dict[int, list[Message]] = {}
+        if any(m.id not in by_id for m in result):  # a new message may cover some
+            kept = {m.id for m in result if m.id in by_id}
+            covers = _covers(result, by_id, _gaps(self.plain, kept))
         out: list[Message] = []
         for at, message in enumerate(result):
             found = by_id.get(message.id)
             if found is None:
                 covered = covers.get(at)
-                out.append(_with_note(message, covered, calls) if covered else message)
+                out.append(
+                    _with_note(message, covered, self.calls) if covered else message
+                )
                 continue
             known = self.kept_as.get(message.id)
             if known is not None and known[0] is message:
                 out.append(known[1])
                 continue
             _, base = found
+            if message is base and was.get(message.id) is base and _plain(base):
+                # Untouched, and carrying no note: as it came.
+                self.kept_as[message.id] = (base, base)
+                out.append(base)
+                continue
             new = _changed_results(
                 message, base, was.get(message.id, base), self.note_of
             )
