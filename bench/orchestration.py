@@ -70,6 +70,8 @@ from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.tracing import TracingHook
 
 GOAL_TURN_US = 80.0
+GOAL_TURN_X = 2.5  # a tool turn, x bare `transitions` firing its 3 triggers
+GOAL_BRAIN_X = 1.5  # the brain alone, x the same
 GOAL_RUN_US = 150.0
 GOAL_FLAT = 1.2
 GOAL_TRACED = 1.5
@@ -81,22 +83,24 @@ SHORT_RUNS = 300
 
 
 class InstantModel:
-    """Replies at once: a tool call for `turns - 1` turns, then a final answer."""
+    """Replies at once: a tool call for `turns - 1` turns, then a final answer.
+
+    Each reply is a new message with a call id of its own, as a provider's
+    client makes them (the same for the hand-written loop and the driver).
+    """
 
     def __init__(self, turns: int) -> None:
         self.turns = turns
         self.calls = 0
         self.stamps: list[float] = []
-        self.call = Message.assistant(
-            "", tool_calls=[ToolCallPart(id="c", name="noop", arguments={})]
-        )
-        self.final = Message.assistant("done")
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.stamps.append(time.perf_counter())
         self.calls += 1
-        message = self.call if self.calls < self.turns else self.final
-        return ModelResponse(message=message)
+        if self.calls < self.turns:
+            call = ToolCallPart(id=f"call_{self.calls}", name="noop", arguments={})
+            return ModelResponse(message=Message.assistant("", tool_calls=[call]))
+        return ModelResponse(message=Message.assistant("done"))
 
 
 async def noop() -> str:
@@ -245,7 +249,9 @@ def new_agent_us() -> tuple[float, float]:
 def brain_only_us(turns: int) -> float:
     """The Turn FSM alone: three events per tool turn, no driver, no I/O."""
     best = float("inf")
-    call = InstantModel(turns).call
+    call = Message.assistant(
+        "", tool_calls=[ToolCallPart(id="c", name="noop", arguments={})]
+    )
     measured = Measured(estimate=100)
     replied = ModelReplied(message=call)
     finished = ToolsFinished(results=[Message.tool_result("c", "ok")])
@@ -406,10 +412,13 @@ def main(argv: list[str]) -> None:
     raw, ours = m["raw"], m["ours"]
     overhead = ours - raw
     flat = m["tail"] / m["head"]
+    floor = bare_transitions_us(TURNS)
     print(f"turnfsm orchestration, {TURNS:,}-turn runs (best of {REPEATS})")
     print(
         f"  per tool turn, default timeouts  {ours:7.1f} µs  "
-        f"({_verdict(ours, GOAL_TURN_US)}, goal {GOAL_TURN_US:.0f})"
+        f"({_verdict(ours, GOAL_TURN_US)}, goal {GOAL_TURN_US:.0f}) = "
+        f"{ours / floor:4.1f}x bare `transitions` "
+        f"({_verdict(ours / floor, GOAL_TURN_X)}, goal {GOAL_TURN_X}x)"
     )
     print(f"  per tool turn, no timeouts       {m['untimed']:7.1f} µs")
     print(
@@ -432,10 +441,10 @@ def main(argv: list[str]) -> None:
         f"bare TurnMachine.start {start:5.1f} µs -> {agent / start:4.1f}x"
     )
     brain = brain_only_us(TURNS)
-    floor = bare_transitions_us(TURNS)
     print(
         f"  in isolation: the brain (3 events) {brain:5.1f} µs, bare "
-        f"`transitions` firing 3 triggers {floor:5.1f} µs"
+        f"`transitions` firing 3 triggers {floor:5.1f} µs -> {brain / floor:4.2f}x "
+        f"({_verdict(brain / floor, GOAL_BRAIN_X)}, goal {GOAL_BRAIN_X}x)"
     )
     off, on, spans = anyio.run(traced_ratio)
     print(
