@@ -118,7 +118,8 @@ async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
     end at once, failed as crashed; the same process then resumes the run.
 
     The end is one append with the last step's event, so the reply that
-    ended the run was not logged either: the resumed run asks again."""
+    ended the run was not logged either, nor the measurement riding with
+    it: the resumed run measures and asks again."""
     traced = Traced.create()
     session = Session(store=Flaky(failures=2))
     model = ScriptedModel.of(said("hi", usage=(6, 1)), said("hi", usage=(6, 1)))
@@ -147,6 +148,7 @@ async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
             A.RUN_RESUMED: True
         }, [
             ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 6, usage=(6, 1)), [
+                "measured: start -> call_llm #6 estimate=6",
                 "model_replied: call_llm -> done #9 estimate=6",
                 ("chat gpt-test", "CLIENT", chat(usage=(6, 1)), []),
             ]),

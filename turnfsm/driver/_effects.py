@@ -47,7 +47,7 @@ from turnfsm.driver._model_calls import complete
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import ProviderError, SubagentWaiting
-from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallEnd, ToolCallInfo
+from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallInfo
 from turnfsm.messages import (
     Joined,
     Message,
@@ -252,29 +252,14 @@ async def run_one_tool(
 async def _observed_tool(ctx: EffectContext, call: ToolCallPart) -> Message:
     """Run one tool call between its `on_tool_start` and `on_tool_end` hooks."""
     run = ctx.run
-    hooks = run.hooks
     info = ToolCallInfo(
         session_id=run.session_id, run_id=run.run_id, turn=ctx.turn, call=call
     )
-    hooks.call("on_tool_start", info)
-    started = anyio.current_time()
-    result: Message | None = None
-    raised: Exception | None = None
-    error: BaseException | None = None
-    try:
-        result, raised = await tool_call_outcome(
-            call, run.tools, limit=run.tool_timeout
-        )
-        return result
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        duration = anyio.current_time() - started
-        end = ToolCallEnd(
-            call=info, result=result, error=error, raised=raised, duration=duration
-        )
-        hooks.call("on_tool_end", end)
+    return await run.hooks.tool_call(
+        info,
+        lambda: tool_call_outcome(call, run.tools, limit=run.tool_timeout),
+        clock=anyio.current_time,
+    )
 
 
 async def compact(ctx: EffectContext, decision: Compact) -> Event:

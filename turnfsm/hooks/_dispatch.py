@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 import attrs
@@ -15,7 +15,10 @@ from turnfsm.hooks._infos import (
     CompactionInfo,
     PreCompact,
     PreCompactInfo,
+    ToolCallEnd,
+    ToolCallInfo,
 )
+from turnfsm.messages import Message
 from turnfsm.persistence import CompactionRecord
 
 __all__ = ["HookDispatcher"]
@@ -78,6 +81,47 @@ class HookDispatcher:
         """Call `name(info)` on every hook that overrides it."""
         for hook in tuple(self._table[name]):
             self._invoke(hook, name, info)
+
+    async def tool_call(
+        self,
+        info: ToolCallInfo,
+        run: Callable[[], Awaitable[tuple[Message, Exception | None]]],
+        *,
+        clock: Callable[[], float],
+    ) -> Message:
+        """Run one tool call between its `on_tool_start` and `on_tool_end` calls.
+
+        Args:
+            info: The call, as the hooks hear of it.
+            run: Runs the call; returns its result and the exception the
+                tool raised, if any (the result then says it failed).
+            clock: Seconds on the run's clock (a durable run's is the
+                workflow's), for the call's `duration`.
+
+        Returns:
+            The call's result. What `run` raises (a cancellation) is raised,
+            and `on_tool_end` hears it as the call's `error`.
+        """
+        self.call("on_tool_start", info)
+        started = clock()
+        result: Message | None = None
+        raised: Exception | None = None
+        error: BaseException | None = None
+        try:
+            result, raised = await run()
+            return result
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            end = ToolCallEnd(
+                call=info,
+                result=result,
+                error=error,
+                raised=raised,
+                duration=clock() - started,
+            )
+            self.call("on_tool_end", end)
 
     def pre_compact(self, info: PreCompactInfo) -> PreCompact:
         """Merge every hook's answer: any veto wins; guidance and pins add up."""

@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         effect_key,
     )
     from turnfsm.errors import ConfigError, SessionConflict, SubagentFailed
-    from turnfsm.hooks import ToolCallEnd, ToolCallInfo
+    from turnfsm.hooks import ToolCallInfo
     from turnfsm.messages import Message, ToolCallPart
     from turnfsm.persistence import Entry, ParentLink, Session, SessionInfo
     from turnfsm.temporal._activities import (
@@ -448,27 +448,16 @@ class _Remote:
         A call refused by a limit (`plan` is its result) is heard too, as
         in-process.
         """
-        hooks = ctx.run.hooks
         info = ToolCallInfo(
             session_id=ctx.session_id, run_id=ctx.run_id, turn=ctx.turn, call=call
         )
-        hooks.call("on_tool_start", info)
-        started = workflow.time()
-        result: Message | None = None
-        error: BaseException | None = None
-        try:
+
+        async def run() -> tuple[Message, None]:
             if isinstance(plan, Message):  # refused: a sub-agent limit
-                result = plan
-            else:
-                result = _made_here(await self._child(plan))
-            return result
-        except BaseException as exc:  # cancelled with the run
-            error = exc
-            raise
-        finally:
-            duration = workflow.time() - started
-            end = ToolCallEnd(call=info, result=result, error=error, duration=duration)
-            hooks.call("on_tool_end", end)
+                return plan, None
+            return _made_here(await self._child(plan)), None
+
+        return await ctx.run.hooks.tool_call(info, run, clock=workflow.time)
 
     def _plan(
         self, ctx: EffectContext, call: ToolCallPart
