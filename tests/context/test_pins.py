@@ -423,6 +423,32 @@ def test_keep_pinned_restores_an_altered_pinned_message() -> None:
     assert kept[3].tool_results[0].content == "result one"
 
 
+@given(
+    altered=st.sets(st.integers(0, 7)),
+    pinned=st.sets(st.integers(0, 7)),
+    twin=st.none() | st.integers(1, 7),
+)
+def test_keep_pinned_on_messages_changed_in_place_is_the_general_rule(
+    altered: set[int], pinned: set[int], twin: int | None
+) -> None:
+    # A proposal with the same ids in the same places takes a short way;
+    # with one more message at its end, it takes the general one. They
+    # agree, ids repeated (`twin`: a message reusing the first one's id) or not.
+    messages = conversation()
+    if twin is not None and twin < len(messages):
+        messages[twin] = attrs.evolve(messages[twin], id=messages[0].id)
+    proposed = [rewritten(m) if i in altered else m for i, m in enumerate(messages)]
+    ids = frozenset(messages[i].id for i in pinned if i < len(messages))
+    extra = Message.assistant("appended", id="extra")
+
+    kept = keep_pinned(messages, proposed, ids)
+
+    assert kept == keep_pinned(messages, [*proposed, extra], ids)[:-1]
+    if twin is None:
+        assert all(k is messages[i] for i, k in enumerate(kept) if k.id in ids)
+        assert all(k is proposed[i] for i, k in enumerate(kept) if k.id not in ids)
+
+
 @pytest.mark.parametrize(
     ("proposed_ids", "what"),
     [

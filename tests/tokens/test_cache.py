@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from turnfsm.messages import Message
 from turnfsm.tokens import (
@@ -147,3 +149,29 @@ def test_cache_does_not_keep_messages_alive() -> None:
 
     assert ref() is None
     assert len(cache) == 1
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+@given(
+    warm=st.lists(
+        st.tuples(st.sampled_from("abc"), st.text("xy é\n", min_size=1, max_size=9)),
+        max_size=6,
+    ),
+    asked=st.lists(
+        st.tuples(st.sampled_from("abc"), st.text("xy é\n", min_size=1, max_size=9)),
+        max_size=8,
+    ),
+)
+def test_a_count_over_cached_reused_and_new_ids_equals_a_fresh_count(
+    make: Callable[[], IncrementalCounter],
+    warm: list[tuple[str, str]],
+    asked: list[tuple[str, str]],
+) -> None:
+    # Ids repeat within and across the lists with other texts: a cached
+    # entry counts only for the message it was measured on.
+    counter = make()
+    counter.count([Message.user(f"<{text}>", id=key) for key, text in warm])
+    messages = [Message.user(f"<{text}>", id=key) for key, text in asked]
+
+    assert counter.count(messages) == make().count(messages)
+    assert counter.count(messages) == make().count(messages)  # now all cached

@@ -67,10 +67,16 @@ def trim_results(messages: Sequence[Message], keep_turns: int) -> tuple[Message,
 def microcompact(messages: Sequence[Message]) -> tuple[Message, ...]:
     """Layer 3: per tool call id, only the last result keeps its content."""
     last: dict[str, tuple[int, int]] = {}
+    results = 0
     for i, m in enumerate(messages):
+        if m.role is not Role.TOOL:
+            continue
         for j, part in enumerate(m.parts):
             if isinstance(part, ToolResultPart):
                 last[part.call_id] = (i, j)
+                results += 1
+    if results == len(last):  # no call answered twice: nothing to empty
+        return tuple(messages)
     out: list[Message] = []
     for i, m in enumerate(messages):
         if m.role is not Role.TOOL:
@@ -128,9 +134,14 @@ def _map_results(
     """Return `message` with `change` applied to its tool results (or itself)."""
     if message.role is not Role.TOOL:
         return message
-    parts = tuple(
-        change(p) if isinstance(p, ToolResultPart) else p for p in message.parts
-    )
-    if all(a is b for a, b in zip(parts, message.parts, strict=True)):
-        return message
-    return attrs.evolve(message, parts=parts)
+    parts = message.parts
+    for at, part in enumerate(parts):
+        if isinstance(part, ToolResultPart):
+            new = change(part)
+            if new is not part:  # the first change: the rest is built from here
+                rest = (
+                    change(p) if isinstance(p, ToolResultPart) else p
+                    for p in parts[at + 1 :]
+                )
+                return attrs.evolve(message, parts=(*parts[:at], new, *rest))
+    return message

@@ -169,15 +169,17 @@ class MaskingCompactor:
         pinned = ctx.pinned
         for layer in (self._cap, self._mask, microcompact):
             current = keep_pinned(current, layer(current), pinned)
-            if counter.count(current) <= target and not by_count:
+            if not by_count and counter.count(current) <= target:
                 return _proposal(messages, current, ctx)
         truncator = TruncatingCompactor(
             preserve_recent=self.preserve_recent, compact_newest_exchange=True
         )
-        cut = await truncator.compact(current, target, ctx)
+        # `current` carries no notes; this pass marks once, at its end.
+        cut = await truncator._compact(current, target, ctx)
+        size = None
         if _is_changed(cut.messages, current):
-            current = tuple(cut.messages)
-        if counter.count(current) > target:
+            current, size = tuple(cut.messages), cut.tokens_after
+        if (counter.count(current) if size is None else size) > target:
             current = self._fit(current, target, counter, pinned)
         return _proposal(messages, keep_pinned(messages, current, pinned), ctx)
 

@@ -126,6 +126,12 @@ def keep_pinned(
     if not pinned:
         return tuple(proposed)
     index = {m.id: i for i, m in enumerate(original)}
+    if len(proposed) == len(original) == len(index) and all(
+        a.id == b.id for a, b in zip(proposed, original, strict=True)
+    ):  # the same messages in place (a layer that only changes contents)
+        return tuple(
+            original[i] if m.id in pinned else m for i, m in enumerate(proposed)
+        )
     pending = [i for i, m in enumerate(original) if m.id in pinned]
     pending.reverse()  # a stack: the earliest pinned message on top
     placed: set[int] = set()

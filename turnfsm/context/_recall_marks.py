@@ -173,6 +173,13 @@ def unmark(messages: Sequence[Message]) -> tuple[Message, ...]:
     return tuple(_unmark_one(m) for m in messages)
 
 
+def _identical(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """Are `a` and `b` the same message objects, in the same order?"""
+    return a is b or (
+        len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    )
+
+
 def _same(a: Message, b: Message) -> bool:
     return a == b and dict(a.metadata) == dict(b.metadata)
 
@@ -191,7 +198,7 @@ def _gaps(plain: Sequence[Message], kept: set[str]) -> dict[int, list[Message]]:
 
 def _covers(
     result: Sequence[Message],
-    by_id: Mapping[str, tuple[int, Message]],
+    index: Mapping[str, int],
     gaps: Mapping[int, list[Message]],
 ) -> dict[int, list[Message]]:
     """What each new message of `result` covers, by its index in `result`.
@@ -201,10 +208,10 @@ def _covers(
     pinned messages it replaced the messages around), to the nearest new
     message before it.
     """
-    new = [at for at, m in enumerate(result) if m.id not in by_id]
+    new = [at for at, m in enumerate(result) if m.id not in index]
     if not new:
         return {}
-    place = {by_id[m.id][0]: at for at, m in enumerate(result) if m.id in by_id}
+    place = {index[m.id]: at for at, m in enumerate(result) if m.id in index}
     covers: dict[int, list[Message]] = {}
     for last, dropped in sorted(gaps.items()):
         after = place.get(last, -1)
@@ -317,13 +324,17 @@ class _Marker:
     message's marking is remembered by the message object it was made from.
     """
 
-    __slots__ = ("_calls", "by_id", "kept_as", "notes", "plain", "was")
+    __slots__ = ("_as_is", "_calls", "by_id", "kept_as", "notes", "plain", "was")
 
     def __init__(self, plain: Sequence[Message], original: Sequence[Message]) -> None:
         self.plain = plain
-        self.by_id = {m.id: (i, m) for i, m in enumerate(plain)}
-        self.was = {m.id: m for m in original}
+        self.by_id = {m.id: m for m in plain}
+        self.was = (
+            self.by_id if _identical(original, plain) else {m.id: m for m in original}
+        )
+        """The input as it came, by id (`by_id` itself when it had no notes)."""
         self._calls: dict[str, ToolCallPart] | None = None
+        self._as_is: bool | None = None
         self.kept_as: dict[str, tuple[Message, Message]] = {}
         """A kept message's id -> (the message the strategy gave, as marked)."""
         self.notes: dict[str, str] = {}
@@ -346,38 +357,54 @@ class _Marker:
             note = self.notes[call_id] = recall_note((handle,))
         return note
 
+    @property
+    def as_is(self) -> bool:
+        """Does marking leave the input itself as it is (no notes on or in it)?"""
+        as_is = self._as_is
+        if as_is is None:
+            as_is = self._as_is = (
+                self.was is self.by_id
+                and len(self.by_id) == len(self.plain)
+                and all(_plain(m) for m in self.plain)
+            )
+        return as_is
+
     def mark(self, result: Sequence[Message]) -> tuple[Message, ...]:
-        by_id, was = self.by_id, self.was
-        covers: dict[int, list[Message]] = {}
-        if any(m.id not in by_id for m in result):  # a new message may cover some
-            kept = {m.id for m in result if m.id in by_id}
-            covers = _covers(result, by_id, _gaps(self.plain, kept))
+        if _identical(result, self.plain) and self.as_is:
+            return tuple(result)  # the input, untouched: nothing to name
+        by_id, was, kept_as = self.by_id, self.was, self.kept_as
         out: list[Message] = []
-        for at, message in enumerate(result):
-            found = by_id.get(message.id)
-            if found is None:
-                covered = covers.get(at)
-                out.append(
-                    _with_note(message, covered, self.calls) if covered else message
-                )
+        new: list[int] = []  # where the new messages stand
+        for message in result:
+            base = by_id.get(message.id)
+            if base is None:
+                new.append(len(out))
+                out.append(message)
                 continue
-            known = self.kept_as.get(message.id)
+            known = kept_as.get(message.id)
             if known is not None and known[0] is message:
                 out.append(known[1])
                 continue
-            _, base = found
             if message is base and was.get(message.id) is base and _plain(base):
                 # Untouched, and carrying no note: as it came.
-                self.kept_as[message.id] = (base, base)
+                kept_as[message.id] = (base, base)
                 out.append(base)
                 continue
-            new = _changed_results(
+            changed = _changed_results(
                 message, base, was.get(message.id, base), self.note_of
             )
             old = was.get(message.id)
-            marked = old if old is not None and _same(new, old) else new
-            self.kept_as[message.id] = (message, marked)
+            marked = old if old is not None and _same(changed, old) else changed
+            kept_as[message.id] = (message, marked)
             out.append(marked)
+        if new:  # a new message (a summary) names what it stands for
+            kept = {m.id for m in result if m.id in by_id}
+            index = {m.id: i for i, m in enumerate(self.plain)}
+            covers = _covers(result, index, _gaps(self.plain, kept))
+            for at in new:
+                covered = covers.get(at)
+                if covered:
+                    out[at] = _with_note(out[at], covered, self.calls)
         return tuple(out)
 
 
@@ -417,10 +444,10 @@ async def with_recall_marks(
     proposal = await compact(plain, target, counting)
     if proposal.is_failed:
         return proposal
-    marked = mark_replacements(plain, proposal.messages, messages)
-    if len(marked) == len(messages) and all(
-        a is b for a, b in zip(marked, messages, strict=True)
-    ):
+    if not _identical(messages, plain):  # the input had notes: mark against it
+        marker = _Marker(plain, messages)
+    marked = marker.mark(proposal.messages)
+    if _identical(marked, messages):
         return CompactionProposal.unchanged(messages, ctx.tokens_before)
     if proposal.tokens_after == proposal.tokens_before and all(
         a is b for a, b in zip(marked, proposal.messages, strict=True)

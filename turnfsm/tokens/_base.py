@@ -6,6 +6,7 @@ import abc
 from collections.abc import Sequence
 
 from turnfsm.messages import Message
+from turnfsm.tokens._cache import UnitCache
 
 __all__ = ["UnitsCounter"]
 
@@ -20,9 +21,12 @@ class UnitsCounter(abc.ABC):
 
     __slots__ = ()
 
+    _cache: UnitCache
+    """Each subclass's per-message cache (an attrs field excluded from `==`)."""
+
     def count(self, messages: Sequence[Message]) -> int:
         """Return the estimate for `messages` sent as one request."""
-        return self.tokens(sum(self.units(m) for m in messages))
+        return self.tokens(self._cache.total(messages, self.units))
 
     def count_text(self, text: str) -> int:
         """Return the estimate for `text` riding a request on its own."""

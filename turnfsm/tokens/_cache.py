@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final, final
 
 from turnfsm.messages import Message
@@ -59,6 +59,28 @@ class UnitCache:
         if len(entries) > self._size:
             entries.popitem(last=False)
         return value
+
+    def total(
+        self, messages: Iterable[Message], units: Callable[[Message], int]
+    ) -> int:
+        """Return the summed units of `messages`: cached ones looked up in one loop.
+
+        A message not cached (or cached for other content) is priced by
+        `units`, the counter's own per-message method, which caches it.
+        """
+        entries = self._entries
+        get = entries.get
+        renew = entries.move_to_end
+        total = 0
+        for message in messages:
+            key = message.id
+            entry = get(key)
+            if entry is not None and entry[0]() is message:
+                renew(key)
+                total += entry[1]
+            else:
+                total += units(message)
+        return total
 
     def __len__(self) -> int:
         return len(self._entries)
