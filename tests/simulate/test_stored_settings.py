@@ -345,3 +345,32 @@ def test_pin_rules_are_made_again_or_refused_naming_the_field(
         pin_rules(settings)
     assert caught.value.field == "pins"
     assert expected in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_strategy_changed_between_runs_is_logged_as_it_is_at_each_start() -> (
+    None
+):
+    # One manager opens every run of an agent; a mutable strategy may change
+    # in between, and each run's log keeps the settings it opened with.
+    compactor = user_compactor.Tunable(keep=2)
+    store = MemoryStore()
+    agent = Agent(
+        model=ScriptedModel.of("one", "two", "three"),
+        context=ContextManager(compactor, context_window=3_000, threshold=60),
+        store=store,
+    )
+    assert (await agent.run("first")).ok
+    compactor.keep = 5
+    assert (await agent.run("second")).ok
+    assert (await agent.run("third")).ok
+
+    stored = await Session.load(store, agent.session.id)
+    kept = [run.opened.context for run in stored.runs]
+    assert [dict(c.strategy_settings) for c in kept if c is not None] == [
+        {"keep": 2},
+        {"keep": 5},
+        {"keep": 5},
+    ]
+    assert kept[1] is not None
+    assert kept[1].strategy == "tests.simulate.user_compactor:Tunable"

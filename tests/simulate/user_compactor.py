@@ -62,3 +62,17 @@ class Keep:
             preserve_recent=self.recent, min_messages=3, compact_newest_exchange=True
         )
         return await inner.compact(messages, target, ctx)
+
+
+@attrs.define
+class Tunable:
+    """A user's mutable attrs compactor: its setting may change between runs."""
+
+    keep: int = 2
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        """Keep the last `keep` messages after the first."""
+        inner = TruncatingCompactor(preserve_recent=self.keep, min_messages=3)
+        return await inner.compact(messages, target, ctx)

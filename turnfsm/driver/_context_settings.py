@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import math
 import sys
+import weakref
 from collections.abc import Mapping
 from enum import Enum
+from typing import Final
 
 import attrs
 
@@ -18,9 +20,41 @@ from turnfsm.persistence import ContextSettings, StrategyKind
 __all__ = ["context_settings", "object_settings", "pin_rules"]
 
 
+_MEMO_SIZE: Final = 64
+_memo: dict[
+    int, tuple[weakref.ref[ContextManager], tuple[object, ...], ContextSettings]
+] = {}
+"""A manager's id -> the manager, what its settings were made of, the settings.
+
+A driver opens every run on one manager: the settings are made again only
+when what they are made of (its strategy's and counter's settings, which a
+mutable strategy may change) differs from the last time."""
+
+
 def context_settings(manager: ContextManager) -> ContextSettings:
     """Return what the log keeps of `manager`'s settings."""
     strategy, kind, settings = _strategy(manager.compactor)
+    counter = object_settings(manager.counter) or {}
+    pins = object_settings(manager.pins) or {}
+    key = (strategy, kind, settings, counter, pins)
+    known = _memo.get(id(manager))
+    if known is not None and known[0]() is manager and known[1] == key:
+        return known[2]
+    made = _made(manager, strategy, kind, settings, counter, pins)
+    if len(_memo) >= _MEMO_SIZE:
+        _memo.clear()
+    _memo[id(manager)] = (weakref.ref(manager), key, made)
+    return made
+
+
+def _made(
+    manager: ContextManager,
+    strategy: str,
+    kind: StrategyKind,
+    settings: Mapping[str, JSONValue],
+    counter: Mapping[str, JSONValue],
+    pins: Mapping[str, JSONValue],
+) -> ContextSettings:
     return ContextSettings(
         strategy=strategy,
         strategy_kind=kind,
@@ -32,12 +66,12 @@ def context_settings(manager: ContextManager) -> ContextSettings:
         target=str(manager.compact_target.value),
         target_pct=manager.compact_target_pct,
         counter=type(manager.counter).__name__,
-        counter_settings=object_settings(manager.counter) or {},
+        counter_settings=counter,
         max_messages=manager.max_messages,
         max_failures=manager.max_failures,
         use_reported_usage=manager.use_reported_usage,
         calibrate=manager.calibrate,
-        pins=object_settings(manager.pins) or {},
+        pins=pins,
     )
 
 
