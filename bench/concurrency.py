@@ -98,7 +98,7 @@ from turnfsm.persistence import (
     SQLiteStore,
     new_id,
 )
-from turnfsm.providers import ModelRequest
+from turnfsm.providers import ModelRequest, OpenAIModel
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +115,7 @@ class Workload:
     sessions: int = 1_000
     turns: int = 20
     model_latency: float = 0.0  # seconds the model waits before each reply
+    model_url: str | None = None  # an OpenAI-compatible server (bench.fake_openai)
 
     def tags(self) -> list[str]:
         width = max(5, len(str(self.sessions - 1)))
@@ -287,7 +288,9 @@ def driver_options(workload: Workload, hooks: Sequence[Hook] = ()) -> dict[str, 
             await anyio.sleep(workload.model_latency)
         return answer(request.messages, workload.turns)
 
-    model = FakeModelClient(handle)
+    model: Any = FakeModelClient(handle)
+    if workload.model_url is not None:  # the same script, over HTTP
+        model = OpenAIModel("fake", base_url=workload.model_url, api_key="none")
     return {
         "model": model,
         "tools": [work],
@@ -545,6 +548,7 @@ def workload_of(args: argparse.Namespace) -> Workload:
         sessions=args.sessions,
         turns=args.turns,
         model_latency=args.model_latency_ms / 1000,
+        model_url=args.model_url,
     )
 
 
@@ -572,6 +576,8 @@ def run_child(args: argparse.Namespace, name: str, url: str | None) -> dict[str,
     command += ["--sessions", str(args.sessions), "--turns", str(args.turns)]
     command += ["--model-latency-ms", str(args.model_latency_ms)]
     command += ["--pg-pool", str(args.pg_pool)]
+    if args.model_url:
+        command += ["--model-url", args.model_url]
     if url is not None:
         command += ["--postgres-url", url]
     if name == "temporal":
@@ -651,6 +657,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--model-latency-ms", type=float, default=0.0)
     parser.add_argument("--postgres-url", default=None)
+    parser.add_argument(
+        "--model-url",
+        default=None,
+        help="an OpenAI-compatible server playing the"
+        " script (python -m bench.fake_openai); default: the model in-process",
+    )
     parser.add_argument("--pg-pool", type=int, default=10, help="pool max_size")
     parser.add_argument("--profile", action="store_true", help="cProfile each run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

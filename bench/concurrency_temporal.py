@@ -103,6 +103,7 @@ async def serve_worker(args: argparse.Namespace) -> dict[str, Any]:
         sessions=args.sessions,
         turns=args.turns,
         model_latency=args.model_latency_ms / 1000,
+        model_url=args.model_url,
     )
     if args.store.startswith("postgresql://"):
         from turnfsm.persistence.postgres import PostgresStore
@@ -132,6 +133,8 @@ def worker_command(
     command += ["--store", store, "--pg-pool", str(options.pg_pool)]
     command += ["--sessions", str(options.sessions), "--turns", str(options.turns)]
     command += ["--model-latency-ms", str(options.model_latency_ms)]
+    if options.model_url:
+        command += ["--model-url", options.model_url]
     for pair in options.worker_option:
         command += ["--worker-option", pair]
     if options.unsandboxed:
@@ -357,6 +360,7 @@ def main(argv: Sequence[str]) -> None:
     parser.add_argument("--sessions", type=int, required=True)
     parser.add_argument("--turns", type=int, required=True)
     parser.add_argument("--model-latency-ms", type=float, default=0.0)
+    parser.add_argument("--model-url", default=None)
     parser.add_argument("--worker-option", action="append", default=[])
     parser.add_argument("--unsandboxed", action="store_true")
     args = parser.parse_args(argv)
