@@ -274,7 +274,7 @@ def subagent_tool(
             call.id if call is not None else None,
         )
 
-    _DELEGATIONS[delegate] = Delegation(driver, max_depth, max_children)
+    _DELEGATES[delegate] = Delegation(driver, max_depth, max_children)
     return Tool(
         name=name,
         description=description,
@@ -287,10 +287,17 @@ def subagent_tool(
     )
 
 
-_DELEGATIONS: Final[weakref.WeakKeyDictionary[Callable[..., Any], Delegation]] = (
-    weakref.WeakKeyDictionary()
-)
-"""What each sub-agent tool delegates to, by the tool's function."""
+_DELEGATES: Final[
+    weakref.WeakKeyDictionary[Callable[..., Any], Delegation | PhaseDelegation]
+] = weakref.WeakKeyDictionary()
+"""What each sub-agent tool's function and sub-agent phase's effect delegates to."""
+
+
+def _delegate_of(fn: Callable[..., Any]) -> Delegation | PhaseDelegation | None:
+    try:
+        return _DELEGATES.get(fn)
+    except TypeError:  # not weakly referable: no sub-agent's
+        return None
 
 
 @final
@@ -316,7 +323,8 @@ class Delegation:
     @staticmethod
     def of(tool: Tool) -> Delegation | None:
         """Return what `tool` delegates to (None: not a sub-agent tool)."""
-        return _DELEGATIONS.get(tool.fn)
+        found = _delegate_of(tool.fn)
+        return found if isinstance(found, Delegation) else None
 
     @staticmethod
     def task(call: ToolCallPart) -> str | None:
@@ -437,12 +445,6 @@ async def _logged_answer(
     return run.text
 
 
-_PHASES: Final[weakref.WeakKeyDictionary[Callable[..., Any], PhaseDelegation]] = (
-    weakref.WeakKeyDictionary()
-)
-"""What each sub-agent phase's effect delegates to, by the effect."""
-
-
 @final
 @attrs.frozen
 class PhaseDelegation:
@@ -475,10 +477,8 @@ class PhaseDelegation:
     @staticmethod
     def of(effect: Callable[..., Any]) -> PhaseDelegation | None:
         """Return what `effect` delegates to (None: not a sub-agent phase's)."""
-        try:
-            return _PHASES.get(effect)
-        except TypeError:  # not weakly referable: no sub-agent phase's
-            return None
+        found = _delegate_of(effect)
+        return found if isinstance(found, PhaseDelegation) else None
 
     def mark(self, effect: Effect) -> None:
         """Record that `effect` runs this phase too (a durable run's copy).
@@ -486,7 +486,7 @@ class PhaseDelegation:
         A resumed run finds the children its phase started through it, and
         counts them against `max_children`.
         """
-        _PHASES[effect] = self
+        _DELEGATES[effect] = self
 
     @staticmethod
     def call_id(decision: Perform, snapshot: Snapshot) -> str:
@@ -909,14 +909,14 @@ async def _linked(
     replaying the run on `machine` (None: not looked for).
     """
     tools = {
-        t.name: _DELEGATIONS[t.fn].driver
+        t.name: delegation.driver
         for t in driver.tools
-        if isinstance(t, Tool) and t.fn in _DELEGATIONS
+        if isinstance(t, Tool) and (delegation := Delegation.of(t)) is not None
     }
     effects = {
-        name: _PHASES[effect].delegation.driver
+        name: phase.delegation.driver
         for name, effect in driver.effects_by_name.items()
-        if effect in _PHASES
+        if (phase := PhaseDelegation.of(effect)) is not None
     }
     if not tools and not effects:
         return []
