@@ -52,7 +52,7 @@ from turnfsm.context._deterministic_layers import (
 )
 from turnfsm.context._digest import digest_before
 from turnfsm.context._pins import keep_pinned
-from turnfsm.context._recall_marks import with_recall_marks
+from turnfsm.context._recall_marks import same_messages, with_recall_marks
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.core import CompactReason
@@ -102,12 +102,6 @@ def cut_result(content: str, keep: int) -> str:
 
 def _bytes(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _is_changed(new: Sequence[Message], old: Sequence[Message]) -> bool:
-    return len(new) != len(old) or any(
-        a is not b for a, b in zip(new, old, strict=True)
-    )
 
 
 @final
@@ -177,7 +171,7 @@ class MaskingCompactor:
         # `current` carries no notes; this pass marks once, at its end.
         cut = await truncator._compact(current, target, ctx)
         size = None
-        if _is_changed(cut.messages, current):
+        if not same_messages(cut.messages, current):
             current, size = tuple(cut.messages), cut.tokens_after
         if (counter.count(current) if size is None else size) > target:
             current = self._fit(current, target, counter, pinned)
@@ -239,7 +233,7 @@ def _cut_part(part: ToolResultPart, keep: int) -> ToolResultPart:
 def _proposal(
     original: Sequence[Message], current: tuple[Message, ...], ctx: CompactionContext
 ) -> CompactionProposal:
-    if not _is_changed(current, original):
+    if same_messages(current, original):
         return CompactionProposal.unchanged(original, ctx.tokens_before)
     return CompactionProposal.compacted(
         current, ctx.tokens_before, ctx.counter.count(current)

@@ -55,6 +55,7 @@ __all__ = [
     "mark_replacements",
     "recall_note",
     "replaced_ids",
+    "same_messages",
     "unmark",
     "with_recall_marks",
 ]
@@ -173,8 +174,8 @@ def unmark(messages: Sequence[Message]) -> tuple[Message, ...]:
     return tuple(_unmark_one(m) for m in messages)
 
 
-def _identical(a: Sequence[Message], b: Sequence[Message]) -> bool:
-    """Are `a` and `b` the same message objects, in the same order?"""
+def same_messages(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """Are `a` and `b` the same message objects, in the same order (internal)?"""
     return a is b or (
         len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
     )
@@ -330,7 +331,9 @@ class _Marker:
         self.plain = plain
         self.by_id = {m.id: m for m in plain}
         self.was = (
-            self.by_id if _identical(original, plain) else {m.id: m for m in original}
+            self.by_id
+            if same_messages(original, plain)
+            else {m.id: m for m in original}
         )
         """The input as it came, by id (`by_id` itself when it had no notes)."""
         self._calls: dict[str, ToolCallPart] | None = None
@@ -370,7 +373,7 @@ class _Marker:
         return as_is
 
     def mark(self, result: Sequence[Message]) -> tuple[Message, ...]:
-        if _identical(result, self.plain) and self.as_is:
+        if same_messages(result, self.plain) and self.as_is:
             return tuple(result)  # the input, untouched: nothing to name
         by_id, was, kept_as = self.by_id, self.was, self.kept_as
         out: list[Message] = []
@@ -444,13 +447,13 @@ async def with_recall_marks(
     proposal = await compact(plain, target, counting)
     if proposal.is_failed:
         return proposal
-    if not _identical(messages, plain):  # the input had notes: mark against it
+    if not same_messages(messages, plain):  # the input had notes: mark against it
         marker = _Marker(plain, messages)
     marked = marker.mark(proposal.messages)
-    if _identical(marked, messages):
+    if same_messages(marked, messages):
         return CompactionProposal.unchanged(messages, ctx.tokens_before)
-    if proposal.tokens_after == proposal.tokens_before and all(
-        a is b for a, b in zip(marked, proposal.messages, strict=True)
+    if proposal.tokens_after == proposal.tokens_before and same_messages(
+        marked, proposal.messages
     ):
         return attrs.evolve(proposal, messages=marked)
     return CompactionProposal.compacted(

@@ -45,7 +45,7 @@ from turnfsm.context._pairs import (
     sanitize,
 )
 from turnfsm.context._pins import keep_pinned
-from turnfsm.context._recall_marks import with_recall_marks
+from turnfsm.context._recall_marks import same_messages, with_recall_marks
 from turnfsm.context._transcript import turn_starts
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import Message
@@ -137,9 +137,7 @@ def _unchanged(
 ) -> CompactionProposal:
     """Return the no-cut outcome: the input, less its lone results."""
     cleaned = sanitize(messages, traffic=traffic)
-    if len(cleaned) == len(messages) and all(
-        a is b for a, b in zip(cleaned, messages, strict=True)
-    ):
+    if same_messages(cleaned, messages):
         return CompactionProposal.unchanged(cleaned, ctx.tokens_before)
     # An honest report: sanitising alone may have saved something.
     return CompactionProposal.compacted(
