@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import re
 
 import pytest
 from hypothesis import given
@@ -18,7 +21,9 @@ from turnfsm.messages import (
     ToolCallPart,
     ToolResultPart,
     check_history,
+    new_message_id,
 )
+from turnfsm.messages import _values
 
 
 def test_an_unknown_role_names_the_field_and_value() -> None:
@@ -238,3 +243,40 @@ def test_open_calls_memoises_message_log_prefixes() -> None:
     assert OpenCalls.of(four[0:2]).ids == ("c1",)  # a tuple: checked afresh
     assert four.memo["open_calls"].lengths == [0, 1, 4]
     assert list(four.items_from(2)) == list(four[2:])
+
+
+def test_message_ids_are_unique_and_keep_their_form() -> None:
+    ids = [new_message_id() for _ in range(10_000)]
+    ids += [Message.user("hi").id for _ in range(1_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"msg_[0-9a-f]{24}", i) for i in ids)
+
+
+def test_a_spent_id_counter_draws_new_random_digits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = new_message_id()
+    prefix, _ = _values._ids
+    monkeypatch.setattr(_values, "_ids", (prefix, itertools.count(0xFFFFFFFF)))
+    last = new_message_id()
+    after = new_message_id()
+    assert last == f"{prefix}ffffffff"
+    assert after[:20] != prefix and after.endswith("00000000")
+    assert len({before, last, after}) == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_process_makes_ids_of_its_own() -> None:
+    new_message_id()  # the parent's counter has moved on
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, to the parent
+        os.write(write, new_message_id().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    mine = new_message_id()
+    assert re.fullmatch(r"msg_[0-9a-f]{24}", child)
+    assert child[:20] != mine[:20]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import uuid
+import os
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Final, TypeAlias, final
@@ -65,8 +66,34 @@ class Role(StrEnum):
 
 
 def new_message_id() -> str:
-    """Return a fresh, globally unique message id (``msg_`` + 24 hex digits)."""
-    return "msg_" + uuid.uuid4().hex[:24]
+    """Return a fresh, globally unique message id (``msg_`` + 24 hex digits).
+
+    The first 16 digits are random, drawn once per process (and again in a
+    forked child); the last 8 count the ids made since. A counter that runs
+    out draws new random digits.
+    """
+    prefix, count = _ids
+    n = next(count)
+    if n > _LAST_COUNT:
+        _new_id_source()
+        prefix, count = _ids
+        n = next(count)
+    return f"{prefix}{n:08x}"
+
+
+_LAST_COUNT: Final = 0xFFFFFFFF
+
+
+def _new_id_source() -> None:
+    # One tuple, replaced whole: a thread reads the prefix and its counter
+    # together, so an id is never a new prefix with an old count.
+    global _ids
+    _ids = ("msg_" + os.urandom(8).hex(), itertools.count())
+
+
+_ids: tuple[str, itertools.count[int]]
+_new_id_source()
+os.register_at_fork(after_in_child=_new_id_source)
 
 
 _ROLE_VALUES: Final = frozenset(r.value for r in Role)
