@@ -438,7 +438,11 @@ class RunLoop(Ending):
                 decision = await self._steer(decision)
             if isinstance(decision, Finish | Fail | Pause):
                 return await self.end(decision, None)
-            await anyio.lowlevel.checkpoint()
+            # A checkpoint per step, where cancellation lands and other tasks
+            # run; a measurement is a count in memory whose next step (a model
+            # call, a pass) has its own, so it goes without one.
+            if type(decision) is not Measure:
+                await anyio.lowlevel.checkpoint()
             if wants_decision:
                 hooks.call(
                     "on_decision",
