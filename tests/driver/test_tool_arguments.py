@@ -546,8 +546,8 @@ def test_a_schema_is_checked_once_and_each_tool_still_validates_its_calls() -> N
     # reused, and it validates this tool's calls all the same.
     again = Tool(name="two", description="d", parameters=dict(schema), fn=Recorder())
     assert again._validator is first._validator
-    assert not list(again._validator.iter_errors({"n": 1}))
-    assert [e.message for e in again._validator.iter_errors({"n": "x"})] == [
+    assert not list(again._validator.validator.iter_errors({"n": 1}))
+    assert [e.message for e in again._validator.validator.iter_errors({"n": "x"})] == [
         "'x' is not of type 'integer'"
     ]
     # A bad schema is never remembered: refused every time, naming its tool.

@@ -21,6 +21,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from turnfsm.driver import Tool
+from turnfsm.driver._arguments import arguments_check
 from turnfsm.driver._tools import run_tool_call
 from turnfsm.messages import ToolCallPart
 
@@ -256,3 +257,55 @@ def test_valid_arguments_pass_unchanged_and_one_bad_field_is_named(
     lines = [line for line in content.splitlines() if line.startswith("- ")]
     assert len(lines) == 1, content
     assert lines[0].startswith(f"- {expected_path(path)}: {problem}"), content
+
+
+# -- the quick test of flat schemas ----------------------------------------------
+
+TYPE_NAMES = ["integer", "number", "string", "boolean", "null"]
+flat_fields = st.one_of(
+    st.sampled_from(TYPE_NAMES).map(lambda kind: {"type": kind}),
+    st.lists(st.sampled_from(TYPE_NAMES), min_size=1, max_size=3, unique=True).map(
+        lambda kinds: {"type": kinds}
+    ),
+    st.just({}),
+    st.just({"description": "any value"}),
+)
+flat_schemas = objects_of(flat_fields)
+tricky_values = json_values | st.sampled_from([1.0, -0.0, True, False, 2**70, 1e300])
+
+
+@given(
+    schema=flat_schemas,
+    arguments=st.dictionaries(keys | st.just(UNKNOWN), tricky_values, max_size=5)
+    | tricky_values,
+)
+def test_the_quick_test_of_a_flat_schema_accepts_only_what_the_validator_accepts(
+    schema: Schema, arguments: Any
+) -> None:
+    check = arguments_check("t", schema)
+    assert check.quick is not None, "a flat schema gets a quick test"
+    valid = not list(check.validator.iter_errors(arguments))
+    quick = check.quick(arguments)
+    event(f"quick {quick}, valid {valid}")
+    assert valid or not quick
+    # And the quick test is no mere `False`: exact JSON types it decides alone.
+    if valid and _exact(arguments):
+        assert quick
+
+
+def _exact(arguments: Any) -> bool:
+    """Whether every value is of a type the quick test knows exactly (no 1.0)."""
+    return type(arguments) is dict and all(
+        type(v) in (str, int, bool, type(None))
+        or (type(v) is float and not v.is_integer())
+        for v in arguments.values()
+    )
+
+
+@given(schema=root_schemas)
+def test_only_flat_schemas_get_a_quick_test(schema: Schema) -> None:
+    flat = all(
+        not ({"items", "properties", "enum", "anyOf"} & set(field))
+        for field in schema["properties"].values()
+    )
+    assert (arguments_check("t", schema).quick is not None) == flat

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, final
 
 import attrs
 from cattrs.errors import (
@@ -20,18 +20,24 @@ from cattrs.errors import (
     BaseValidationError,
     IterableValidationNote,
 )
-from jsonschema import Draft202012Validator, validators
+from jsonschema import (
+    Draft7Validator,
+    Draft201909Validator,
+    Draft202012Validator,
+    validators,
+)
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
 
 from turnfsm.errors import ConfigError
 
 __all__ = [
+    "ArgumentsCheck",
     "InvalidArguments",
     "Problem",
+    "arguments_check",
     "check_arguments",
     "problems_of_structuring",
-    "validator_for",
 ]
 
 Path = tuple[str | int, ...]
@@ -138,19 +144,35 @@ def _values(values: Iterable[object]) -> str:
 # -- the validator ---------------------------------------------------------------
 
 
-_CHECKED: Final[dict[str, Validator]] = {}
-"""Validators by schema text: a schema is checked once per process, however
+@final
+@attrs.frozen
+class ArgumentsCheck:
+    """A schema ready to check arguments against: its validator, and a quick test.
+
+    `quick` exists for the flat schemas most tools have (named fields of
+    plain JSON types, required names, closed or open): it answers True only
+    for arguments the validator would accept, in a fraction of its time.
+    Anything else, and every False, goes to the validator, which lists what
+    is wrong.
+    """
+
+    validator: Validator
+    quick: Callable[[object], bool] | None
+
+
+_CHECKED: Final[dict[str, ArgumentsCheck]] = {}
+"""Checks by schema text: a schema is checked once per process, however
 many tools (and agents built per request) describe their calls by it."""
 
 _CHECKED_MAX: Final = 4096
 """How many schemas `_CHECKED` keeps (the oldest go first)."""
 
 
-def validator_for(tool: str, parameters: Mapping[str, Any]) -> Validator:
-    """Return the validator of a tool's parameters schema, built once.
+def arguments_check(tool: str, parameters: Mapping[str, Any]) -> ArgumentsCheck:
+    """Return the check of a tool's parameters schema, built once.
 
     The schema's ``$schema`` picks the draft; without one it is Draft 2020-12.
-    A schema equal to one already checked reuses its validator.
+    A schema equal to one already checked reuses its check.
 
     Raises:
         ConfigError: the schema is not a valid JSON schema, or does not
@@ -163,11 +185,12 @@ def validator_for(tool: str, parameters: Mapping[str, Any]) -> Validator:
     if key is not None and (known := _CHECKED.get(key)) is not None:
         return known
     validator = _checked(tool, parameters)
+    check = ArgumentsCheck(validator, _quick(type(validator), parameters))
     if key is not None:
         if len(_CHECKED) >= _CHECKED_MAX:
             del _CHECKED[next(iter(_CHECKED))]
-        _CHECKED[key] = validator
-    return validator
+        _CHECKED[key] = check
+    return check
 
 
 def _checked(tool: str, parameters: Mapping[str, Any]) -> Validator:
@@ -190,13 +213,83 @@ def _checked(tool: str, parameters: Mapping[str, Any]) -> Validator:
     return validator
 
 
-def check_arguments(validator: Validator, arguments: object) -> None:
+# The quick test. Types are tested exactly (`type(v) is ...`): a bool is no
+# number, and what the test is unsure of (a subclass, 1.0 as an integer) it
+# leaves to the validator. Keywords that only annotate are ignored.
+_QUICK_TYPES: Final[Mapping[str, tuple[type, ...]]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+_ANNOTATIONS: Final = frozenset(
+    {"description", "title", "default", "examples", "deprecated", "$comment"}
+)
+_QUICK_OBJECT: Final = _ANNOTATIONS | {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "$schema",
+}
+_QUICK_FIELD: Final = _ANNOTATIONS | {"type"}
+_QUICK_DRAFTS: Final = (Draft7Validator, Draft201909Validator, Draft202012Validator)
+
+
+def _quick(
+    cls: type[Validator], schema: Mapping[str, Any]
+) -> Callable[[object], bool] | None:
+    """The quick test of a flat object schema, or None for any other schema."""
+    if cls not in _QUICK_DRAFTS or not set(schema) <= _QUICK_OBJECT:
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    is_open = schema.get("additionalProperties", True)
+    if not isinstance(properties, Mapping) or not isinstance(is_open, bool):
+        return None
+    kinds: dict[str, tuple[type, ...] | None] = {}
+    for name, field in properties.items():
+        if not isinstance(field, Mapping) or not set(field) <= _QUICK_FIELD:
+            return None
+        kind = field.get("type")
+        names = [kind] if isinstance(kind, str) else kind
+        if kind is None:
+            kinds[name] = None  # any value
+        elif isinstance(names, list) and all(n in _QUICK_TYPES for n in names):
+            kinds[name] = tuple(t for n in names for t in _QUICK_TYPES[n])
+        else:
+            return None
+    needed = tuple(required)
+
+    def quick(arguments: object) -> bool:
+        if type(arguments) is not dict:
+            return False
+        for name in needed:
+            if name not in arguments:
+                return False
+        for name, value in arguments.items():
+            if name in kinds:
+                allowed = kinds[name]
+                if allowed is not None and type(value) not in allowed:
+                    return False
+            elif not is_open:
+                return False
+        return True
+
+    return quick
+
+
+def check_arguments(check: ArgumentsCheck, arguments: object) -> None:
     """Check `arguments` against the tool's schema.
 
     Raises:
         InvalidArguments: one or more fields do not fit; each is listed.
     """
-    errors = list(validator.iter_errors(typing.cast(Any, arguments)))
+    quick = check.quick
+    if quick is not None and quick(arguments):
+        return
+    errors = list(check.validator.iter_errors(typing.cast(Any, arguments)))
     if errors:
         raise InvalidArguments(_unique(p for e in errors for p in _problems(e)))
 

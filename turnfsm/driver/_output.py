@@ -20,15 +20,15 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import attrs
-from jsonschema.protocols import Validator
 
 from turnfsm.core import MachineSpec
 from turnfsm.driver._arguments import (
+    ArgumentsCheck,
     InvalidArguments,
     Problem,
+    arguments_check,
     check_arguments,
     problems_of_structuring,
-    validator_for,
 )
 from turnfsm.driver._schema import (
     Unsupported,
@@ -60,7 +60,7 @@ class OutputType:
     tp: Any = attrs.field(eq=False)
     spec: OutputSpec | None
     wrapped: bool
-    _validator: Validator | None = attrs.field(eq=False, repr=False)
+    _validator: ArgumentsCheck | None = attrs.field(eq=False, repr=False)
     _read: Callable[[Any], Any] = attrs.field(eq=False, repr=False)
 
     @classmethod
@@ -94,7 +94,7 @@ class OutputType:
         if defs:
             schema["$defs"] = {**schema.get("$defs", {}), **defs}
         name = _name_of(tp)
-        validator = validator_for(name, schema)
+        validator = arguments_check(name, schema)
         spec = OutputSpec(name=name, schema=schema, strict=is_strict(schema))
         return cls(tp=tp, spec=spec, wrapped=wrapped, validator=validator, read=read)
 

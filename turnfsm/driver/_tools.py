@@ -26,14 +26,14 @@ from typing import Any, Final, final
 import anyio
 import anyio.to_thread
 import attrs
-from jsonschema.protocols import Validator
 
 from turnfsm import _checks
 from turnfsm.driver._arguments import (
+    ArgumentsCheck,
     InvalidArguments,
+    arguments_check,
     check_arguments,
     problems_of_structuring,
-    validator_for,
 )
 from turnfsm.driver._schema import Unsupported, parse_doc
 from turnfsm.driver._signature import describe_function
@@ -119,18 +119,18 @@ class Tool:
     idempotent: bool = attrs.field(default=False, validator=_checks.boolean())
     # Derived once: the call path runs per tool call.
     _is_async: bool = attrs.field(init=False, eq=False, repr=False)
-    _validator: Validator = attrs.field(init=False, eq=False, repr=False)
+    _validator: ArgumentsCheck = attrs.field(init=False, eq=False, repr=False)
 
     @_is_async.default
     def _detect_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
     @_validator.default
-    def _build_validator(self) -> Validator:
+    def _build_validator(self) -> ArgumentsCheck:
         # Derived before any validator runs: check the schema's shape first.
         field = f"Tool({self.name!r}).parameters"
         _checks.check(self.parameters, field, _SCHEMA)
-        return validator_for(self.name, self.parameters)
+        return arguments_check(self.name, self.parameters)
 
     @name.validator
     def _check_name(self, _attr: object, value: str) -> None:
