@@ -20,10 +20,10 @@ from turnfsm.messages import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    _values,
     check_history,
     new_message_id,
 )
-from turnfsm.messages import _values
 
 
 def test_an_unknown_role_names_the_field_and_value() -> None:
@@ -261,7 +261,8 @@ def test_a_spent_id_counter_draws_new_random_digits(
     last = new_message_id()
     after = new_message_id()
     assert last == f"{prefix}ffffffff"
-    assert after[:20] != prefix and after.endswith("00000000")
+    assert after[:20] != prefix
+    assert after.endswith("00000000")
     assert len({before, last, after}) == 3
 
 
