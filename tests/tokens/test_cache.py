@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Callable
 
@@ -175,3 +176,34 @@ def test_a_count_over_cached_reused_and_new_ids_equals_a_fresh_count(
 
     assert counter.count(messages) == make().count(messages)
     assert counter.count(messages) == make().count(messages)  # now all cached
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_an_equal_counter_made_later_finds_the_messages_priced(
+    make: Callable[[], IncrementalCounter], calls: list[str]
+) -> None:
+    # A driver or agent made per request brings a new counter equal to the
+    # last one's: the session's messages are not priced again.
+    messages = history(50)
+    first = make()
+    total = first.count(messages)
+    calls.clear()
+    later = make()
+    assert later.count(messages) == total
+    assert calls == []
+
+
+def test_counters_of_another_value_price_apart_and_the_cache_goes_with_them(
+    calls: list[str],
+) -> None:
+    messages = history(20)
+    low, high = (
+        RatioTokenCounter(chars_per_token=3.0),
+        RatioTokenCounter(chars_per_token=5.0),
+    )
+    assert low.count(messages) > high.count(messages)
+    assert len(calls) == 40  # each value priced every message
+    cache = weakref.ref(low._cache)  # type: ignore[attr-defined]
+    del low
+    gc.collect()
+    assert cache() is None  # no counter of that value is left

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Sequence
 
 import attrs
@@ -17,6 +19,7 @@ from turnfsm.tokens import (
     RatioTokenCounter,
     TiktokenCounter,
     TokenCounter,
+    _meter,
 )
 
 INCREMENTAL: list[IncrementalCounter] = [
@@ -219,3 +222,34 @@ def test_counter_cannot_be_swapped() -> None:
 
     with pytest.raises(attrs.exceptions.FrozenAttributeError):
         meter.counter = ConservativeTokenCounter()
+
+
+def test_an_equal_counter_made_later_reuses_the_sums_after_the_first_is_gone() -> None:
+    # A driver (or agent) made per request brings a counter equal to the
+    # last one's: it finds the sums of the session's history, even though
+    # the counter that made them is gone.
+    log = MessageLog(messages(200))
+    first = HashableCountingCounter(inner=HeuristicTokenCounter())
+    expected = Meter(first).measure(log)
+    assert len(first.calls) == 200
+    del first
+    gc.collect()
+
+    later = HashableCountingCounter(inner=HeuristicTokenCounter())
+    assert Meter(later).measure(log) == expected
+    assert later.calls == []
+    grown = log.append(*messages(2, tag="new"))
+    assert Meter(later).measure(grown) == later.count(list(grown))
+    assert len(later.calls) == 2
+
+
+def test_a_counter_key_goes_with_the_last_log_and_meter_using_it() -> None:
+    counter = HashableCountingCounter(inner=RatioTokenCounter(chars_per_token=3.21))
+    log = MessageLog(messages(3))
+    meter = Meter(counter)
+    meter.measure(log)
+    key = weakref.ref(meter._memo_key)  # type: ignore[arg-type]
+    del meter, log
+    gc.collect()
+    assert key() is None
+    assert counter not in _meter._KEYS

@@ -8,18 +8,26 @@ numbering messages ``m0``, ``m1``... in every example, gets a fresh
 measurement instead of a stale one. Entries hold the message weakly, so the
 cache never keeps a dropped conversation alive, and the least recently used
 entries go beyond a fixed size.
+
+Equal counters share one cache (`shared_cache`): a driver, an agent or a
+context manager made per request, with the default counter, finds the
+messages of a long session already priced by the previous request's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Final, final
 
+import attrs
+from attrs import AttrsInstance
+
 from turnfsm.messages import Message
 
-__all__ = ["CACHE_SIZE", "UnitCache"]
+__all__ = ["CACHE_SIZE", "UnitCache", "shared_cache"]
 
 CACHE_SIZE: Final = 100_000
 """Entries a `UnitCache` keeps before dropping the least recently used."""
@@ -34,7 +42,7 @@ class UnitCache:
     whatever they have cached.
     """
 
-    __slots__ = ("_entries", "_size")
+    __slots__ = ("__weakref__", "_entries", "_size")
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self._entries: OrderedDict[str, tuple[weakref.ref[Message], int]] = (
@@ -50,14 +58,15 @@ class UnitCache:
         if entry is not None:
             known = entry[0]()
             if known is message or (known is not None and known == message):
-                entries.move_to_end(key)
+                _renew(entries, key)
                 return entry[1]
         value = measure(message)
         entries[key] = (weakref.ref(message), value)
         if entry is not None:  # a stale entry keeps its place: make it the newest
-            entries.move_to_end(key)
+            _renew(entries, key)
         if len(entries) > self._size:
-            entries.popitem(last=False)
+            with contextlib.suppress(KeyError):  # emptied meanwhile by another thread
+                entries.popitem(last=False)
         return value
 
     def total(
@@ -76,7 +85,12 @@ class UnitCache:
             key = message.id
             entry = get(key)
             if entry is not None and entry[0]() is message:
-                renew(key)
+                # Inline, not `suppress`: a context manager per message costs
+                # more than the rest of the loop.
+                try:  # noqa: SIM105
+                    renew(key)
+                except KeyError:  # dropped meanwhile by another thread
+                    pass
                 total += entry[1]
             else:
                 total += units(message)
@@ -84,3 +98,37 @@ class UnitCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _renew(
+    entries: OrderedDict[str, tuple[weakref.ref[Message], int]], key: str
+) -> None:
+    # Equal counters share a cache, and so may threads: an entry another
+    # thread dropped since it was read is simply not renewed.
+    with contextlib.suppress(KeyError):
+        entries.move_to_end(key)
+
+
+_SHARED: Final[weakref.WeakValueDictionary[tuple[object, ...], UnitCache]] = (
+    weakref.WeakValueDictionary()
+)
+"""Counter value -> its cache, for as long as a counter of that value lives."""
+
+
+def shared_cache(counter: AttrsInstance) -> UnitCache:
+    """Return the cache of the counters equal to `counter`, an attrs instance.
+
+    Keyed by the counter's class and the values of its compared fields (read
+    while it is built: the cache is its last field), so the key holds no
+    counter, and the cache goes with the last counter of its value. A
+    counter with an unhashable field gets a cache of its own.
+    """
+    cls = type(counter)
+    key = (cls, *(getattr(counter, f.name) for f in attrs.fields(cls) if f.eq))
+    try:
+        cache = _SHARED.get(key)
+        if cache is None:
+            cache = _SHARED[key] = UnitCache()
+    except TypeError:  # an unhashable field value
+        return UnitCache()
+    return cache

@@ -56,7 +56,7 @@ import attrs
 from turnfsm.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 from turnfsm.tokens import _render
 from turnfsm.tokens._base import UnitsCounter
-from turnfsm.tokens._cache import UnitCache
+from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["ConservativeTokenCounter"]
 
@@ -220,7 +220,11 @@ class ConservativeTokenCounter(UnitsCounter):
         default=_render.IMAGE_TOKENS, validator=_render.check_tokens
     )
     _cache: UnitCache = attrs.field(
-        factory=UnitCache, init=False, eq=False, hash=False, repr=False
+        default=attrs.Factory(shared_cache, takes_self=True),
+        init=False,
+        eq=False,
+        hash=False,
+        repr=False,
     )
 
     def units(self, message: Message) -> int:

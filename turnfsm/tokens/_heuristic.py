@@ -9,7 +9,7 @@ import attrs
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
 from turnfsm.tokens._base import UnitsCounter
-from turnfsm.tokens._cache import UnitCache
+from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["HeuristicTokenCounter"]
 
@@ -37,7 +37,11 @@ class HeuristicTokenCounter(UnitsCounter):
     """
 
     _cache: UnitCache = attrs.field(
-        factory=UnitCache, init=False, eq=False, hash=False, repr=False
+        default=attrs.Factory(shared_cache, takes_self=True),
+        init=False,
+        eq=False,
+        hash=False,
+        repr=False,
     )
 
     def units(self, message: Message) -> int:

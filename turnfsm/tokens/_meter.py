@@ -26,7 +26,6 @@ from turnfsm.tokens._protocol import IncrementalCounter, TokenCounter
 __all__ = ["Meter"]
 
 _MAX_EXTRAS: Final = 64
-_MAX_KEYS: Final = 256
 _UNIT_METHODS: Final = ("count", "count_text", "units", "text_units", "tokens")
 _INCREMENTAL_TYPES: Final[set[type]] = set()
 
@@ -35,19 +34,21 @@ _INCREMENTAL_TYPES: Final[set[type]] = set()
 class _CounterKey:
     """Stands for one counter value in the logs' memos (hashed by identity)."""
 
-    __slots__ = ("extras",)
+    __slots__ = ("__weakref__", "extras")
 
     def __init__(self) -> None:
         self.extras: dict[str, int] = {}
 
 
-_KEYS: Final[weakref.WeakKeyDictionary[object, _CounterKey]] = (
-    weakref.WeakKeyDictionary()
+_KEYS: Final[weakref.WeakValueDictionary[object, _CounterKey]] = (
+    weakref.WeakValueDictionary()
 )
-"""Counter value -> its key, so that equal counters share sums and extras."""
+"""Counter value -> its key, so that equal counters share sums and extras.
 
-_STRONG_KEYS: Final[dict[object, _CounterKey]] = {}
-"""The same, for counters that cannot be weakly referenced (bounded)."""
+Held for as long as a log's memo or a meter uses the key, whichever counter
+made it: a driver, an agent or a manager made per request, with a counter
+equal to the last one's, finds the sums its session's history already has.
+"""
 
 
 @final
@@ -96,15 +97,8 @@ class Meter:
             key = _KEYS.get(counter)
             if key is None:
                 key = _KEYS[counter] = _CounterKey()
-        except TypeError:  # not weakly referenceable, or unhashable
-            try:
-                key = _STRONG_KEYS.get(counter)
-            except TypeError:
-                return None
-            if key is None:
-                if len(_STRONG_KEYS) >= _MAX_KEYS:
-                    _STRONG_KEYS.clear()
-                key = _STRONG_KEYS[counter] = _CounterKey()
+        except TypeError:  # unhashable
+            return None
         return key
 
     @_extra_units.default

@@ -11,7 +11,7 @@ from turnfsm import _checks
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
 from turnfsm.tokens._base import UnitsCounter
-from turnfsm.tokens._cache import UnitCache
+from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["RatioTokenCounter"]
 
@@ -45,7 +45,11 @@ class RatioTokenCounter(UnitsCounter):
     chars_per_token: float = attrs.field(validator=_check_ratio)
     _ratio: Fraction = attrs.field(init=False, eq=False, hash=False, repr=False)
     _cache: UnitCache = attrs.field(
-        factory=UnitCache, init=False, eq=False, hash=False, repr=False
+        default=attrs.Factory(shared_cache, takes_self=True),
+        init=False,
+        eq=False,
+        hash=False,
+        repr=False,
     )
 
     @_ratio.default

@@ -10,7 +10,7 @@ from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
 from turnfsm.tokens._base import UnitsCounter
-from turnfsm.tokens._cache import UnitCache
+from turnfsm.tokens._cache import UnitCache, shared_cache
 
 __all__ = ["TiktokenCounter"]
 
@@ -79,7 +79,11 @@ class TiktokenCounter(UnitsCounter):
         factory=_Lazy, init=False, eq=False, hash=False, repr=False
     )
     _cache: UnitCache = attrs.field(
-        factory=UnitCache, init=False, eq=False, hash=False, repr=False
+        default=attrs.Factory(shared_cache, takes_self=True),
+        init=False,
+        eq=False,
+        hash=False,
+        repr=False,
     )
 
     def units(self, message: Message) -> int:
