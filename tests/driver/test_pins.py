@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,33 @@ async def test_unpinned_the_same_run_is_not_refused_at_start() -> None:
     # It started (and failed later, as such a run does without pins).
     assert type(result.error) is ContextExceeded
     assert result.turns == 0
+
+
+async def test_a_conversation_that_fits_is_not_searched_for_pins_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its pins fit if all of it does: a run on a long session starts in
+    # O(new messages), not with a pin search over the whole history.
+    manager = ContextManager(context_window=100_000, counter=HEURISTIC, max_messages=0)
+    session = Session()
+    await Driver(model=ScriptedModel.of("one"), context=manager).run(
+        history(200, 10), session=session
+    )
+    searched: list[int] = []
+    real = ContextManager.pinned
+
+    def spy(self: ContextManager, messages: Sequence[Message], also: Any = ()) -> Any:
+        searched.append(len(messages))
+        return real(self, messages, also)
+
+    monkeypatch.setattr(ContextManager, "pinned", spy)
+    driver = Driver(model=ScriptedModel.of("two"), context=manager)
+    assert (await driver.run("and now?", session=session)).ok
+    assert searched == []
+    # Over the window as a whole, the pins are looked for, and they fit.
+    assert len(session.history) == 403
+    size = HEURISTIC.count(list(session.history))
+    small = ContextManager(context_window=size // 2, counter=HEURISTIC)
+    driver = Driver(model=ScriptedModel.of("three"), context=small)
+    await driver.run("and then?", session=session)
+    assert searched[:1] == [404]

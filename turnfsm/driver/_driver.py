@@ -395,7 +395,8 @@ class Driver:
             messages = close_input(messages, left_open.ids)
         check_pins_fit(
             self.context,
-            [*session.history, *messages],
+            session.history,
+            messages,
             extras=self._extras,
             reply=self.max_output_tokens or 0,
         )

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from turnfsm.context import ContextManager
 from turnfsm.errors import PinnedTooLarge
 from turnfsm.messages import Message
-from turnfsm.tokens import Meter
+from turnfsm.tokens import IncrementalCounter, Meter
 
 __all__ = ["check_pins_fit"]
 
 
 def check_pins_fit(
     manager: ContextManager | None,
+    history: Sequence[Message],
     messages: Sequence[Message],
     *,
     extras: Sequence[str],
@@ -23,9 +24,15 @@ def check_pins_fit(
 
     No pass may drop a pinned message, so such a run could never fit.
 
+    When the whole conversation fits with the reserved budget, its pinned
+    part does too, and the pins are not looked for: with an incremental
+    counter that costs O(new messages) on a long session, whose history is
+    measured from its log's memo.
+
     Args:
         manager: The run's context manager (None: nothing is checked).
-        messages: The run's conversation: the session's history and its input.
+        history: The session's history.
+        messages: The run's input.
         extras: The texts that ride every request (system prompt, tool schemas).
         reply: The reply budget (``max_output_tokens``, 0 if none).
 
@@ -35,11 +42,19 @@ def check_pins_fit(
     """
     if manager is None or manager.window == 0:
         return
-    pinned = manager.pinned(messages)
     meter = Meter(manager.counter)
-    kept = [m for m in messages if m.id in pinned]
-    tokens = meter.measure(kept) if kept else 0
     reserved = (meter.measure(extras=extras) if extras else 0) + reply
+    # A sum of per-message units grows with every message: the pinned
+    # messages cost at most what all of them cost.
+    if (
+        isinstance(manager.counter, IncrementalCounter)
+        and meter.measure(history, messages) + reserved <= manager.window
+    ):
+        return
+    conversation = [*history, *messages]
+    pinned = manager.pinned(conversation)
+    kept = [m for m in conversation if m.id in pinned]
+    tokens = meter.measure(kept) if kept else 0
     if tokens + reserved > manager.window:
         raise PinnedTooLarge(
             tokens + reserved, manager.window, pinned=tokens, reserved=reserved
