@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -160,10 +160,22 @@ def _inbox(value: Any) -> tuple[Message, ...]:
     return _checks.as_tuple(value, "inbox", "Message")
 
 
-def _messages(_inst: object, attr: Any, value: Any) -> None:
-    for i, item in enumerate(value):
+def _messages(_inst: object, attr: Any, value: Sequence[Message]) -> None:
+    # A log's items never change and its views share one memo: each item is
+    # checked once, however many snapshots hold the log (every step makes
+    # one), so a run on a long session does not re-check its history.
+    memo = value.memo if type(value) is MessageLog else {}
+    checked = memo.get(_CHECKED, 0)
+    for i in range(checked, len(value)):
+        item = value[i]
         if not isinstance(item, Message):
             raise ConfigError(f"{attr.name}[{i}]", item, "a Message")
+    if len(value) > checked:
+        memo[_CHECKED] = len(value)
+
+
+_CHECKED: Final = object()
+"""The key, in a log's memo, of how many of its items are known to be messages."""
 
 
 @final
