@@ -17,6 +17,9 @@ Reports, in one run:
   300 s: one cancel scope each) and with no timeouts (best of 5 runs of
   2,000 turns);
 - the cost of a whole 1-turn run (one Driver reused, a fresh Session each);
+- a 1-turn run on a 10,000-message session by a new Driver each time (a
+  server that builds its agent per request), as a ratio to the same run on
+  a new session;
 - flatness: the mean turn of the last 100 vs the first 100 of a long run;
 - the ratio to the baseline loop;
 - where the overhead goes: cProfile own time per module group (the time of
@@ -79,6 +82,7 @@ GOAL_NEW_AGENT_US = 500.0
 AGENTS = 500
 TURNS = 2_000
 REPEATS = 5
+LONG_SESSION = 10_000  # messages of the session a 1-turn run is measured on
 SHORT_RUNS = 300
 
 
@@ -382,6 +386,31 @@ def _verdict(value: float, goal: float) -> str:
     return "OK" if value <= goal else "over the goal"
 
 
+async def long_session_run_us(messages: int) -> tuple[float, float]:
+    """A 1-turn run on a session of about `messages` messages, a new driver each.
+
+    The pattern of a server that builds its agent per request: every run
+    brings a new counter (equal to the last one's) to the same long session.
+    Returns the best of a few runs and of the same on a new session.
+    """
+    turns = messages // 2
+    session = Session()
+    await _driver(InstantModel(turns), turns, timeouts=True).run("go", session=session)
+
+    async def best(target: Callable[[], Session]) -> float:
+        times = []
+        for _ in range(REPEATS):
+            driver = _driver(InstantModel(1), 1, timeouts=True)
+            gc.collect()
+            t0 = time.perf_counter()
+            result = await driver.run("again", session=target())
+            times.append(time.perf_counter() - t0)
+            assert result.ok, result.error
+        return min(times) * 1e6
+
+    return await best(lambda: session), await best(Session)
+
+
 async def measure(long_turns: int) -> dict[str, float]:
     await raw_loop(300)  # warm up every path
     await turnfsm_loop(300)
@@ -439,6 +468,12 @@ def main(argv: list[str]) -> None:
         f"  a new Agent per request (2 tools) {agent:6.1f} µs "
         f"({_verdict(agent, GOAL_NEW_AGENT_US)}, goal {GOAL_NEW_AGENT_US:.0f}); "
         f"bare TurnMachine.start {start:5.1f} µs -> {agent / start:4.1f}x"
+    )
+    long_run, fresh_run = anyio.run(long_session_run_us, LONG_SESSION)
+    print(
+        f"  a 1-turn run on a {LONG_SESSION:,}-message session, a new driver each "
+        f"{long_run:8.1f} µs vs {fresh_run:6.1f} on a new session -> "
+        f"{long_run / fresh_run:5.1f}x"
     )
     brain = brain_only_us(TURNS)
     print(
