@@ -42,6 +42,7 @@ from turnfsm.errors import (
     CompactionCircuitOpen,
     CompactionFailed,
     CompactionStalled,
+    ConfigError,
     ContextExceeded,
     MaxTurnsExceeded,
     OutputInvalid,
@@ -237,3 +238,18 @@ def test_a_snapshot_written_with_retriable_reads_as_retryable() -> None:
     assert data["failure"]["retryable"] is True
     data["failure"]["retriable"] = data["failure"].pop("retryable")
     assert Snapshot.from_dict(data).failure == failure
+
+
+def test_a_snapshot_refuses_a_log_holding_something_else_than_messages() -> None:
+    # Each item of a log is checked once, by the first snapshot that holds
+    # it: one appended later is checked by the next, wherever it sits.
+    log = MessageLog([user("a"), reply("b")])
+    assert Snapshot(phase="start", history=log).history is log
+    grown = log.append("not a message")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        Snapshot(phase="start", history=grown)
+    assert caught.value.field == "history[2]"
+    with pytest.raises(ConfigError) as caught:
+        Snapshot(phase="start", pending=MessageLog([user("a"), 7]))  # type: ignore[list-item]
+    assert caught.value.field == "pending[1]"
+    assert Snapshot(phase="start", history=log).history is log  # still fine
