@@ -37,6 +37,7 @@ __all__ = [
     "identifier",
     "instance",
     "integer",
+    "is_instance",
     "json_object",
     "number",
     "one_of",
@@ -221,10 +222,53 @@ def instance(
     def validate(_inst: object, attr: object, value: object) -> None:
         if value is None and optional:
             return
-        if not isinstance(value, types):
+        if not is_instance(value, types):
             _fail(error, _name(name, attr), value, text)
 
     return validate
+
+
+def is_instance(value: object, types: type | tuple[type, ...]) -> bool:
+    """``isinstance(value, types)``, quick for runtime-checkable protocols.
+
+    A protocol check looks up each of the protocol's members on the value,
+    which takes microseconds, and every agent made per request checks its
+    model client, counter and strategy. A class that has every member itself
+    (not only its instances) passes for all of its instances: it is
+    remembered, and its instances are not looked at again.
+    """
+    cls = type(value)
+    key = (cls, types)
+    if key in _CONFORMING:
+        return True
+    if not isinstance(value, types):
+        return False
+    kinds = types if isinstance(types, tuple) else (types,)
+    protocols = [t for t in kinds if getattr(t, "_is_protocol", False)]
+    if protocols and any(
+        all(hasattr(cls, member) for member in _members(p)) for p in protocols
+    ):
+        if len(_CONFORMING) >= _CONFORMING_MAX:
+            _CONFORMING.clear()
+        _CONFORMING.add(key)
+    return True
+
+
+_CONFORMING: Final[set[tuple[type, type | tuple[type, ...]]]] = set()
+"""(class, protocols) pairs whose every instance is known to pass."""
+
+_CONFORMING_MAX: Final = 4096
+
+
+def _members(protocol: type) -> frozenset[str]:
+    """The names a runtime-checkable protocol asks for (methods and attributes)."""
+    names: set[str] = set()
+    for base in protocol.__mro__:
+        if base is object or not getattr(base, "_is_protocol", False):
+            continue
+        names.update(n for n in vars(base) if not n.startswith("_"))
+        names.update(getattr(base, "__annotations__", {}))
+    return frozenset(names)
 
 
 def callable_(name: str | None = None, *, optional: bool = False) -> Check:

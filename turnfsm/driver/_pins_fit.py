@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from turnfsm import _checks
 from turnfsm.context import ContextManager
 from turnfsm.errors import PinnedTooLarge
 from turnfsm.messages import Message
@@ -47,7 +48,7 @@ def check_pins_fit(
     # A sum of per-message units grows with every message: the pinned
     # messages cost at most what all of them cost.
     if (
-        isinstance(manager.counter, IncrementalCounter)
+        _checks.is_instance(manager.counter, IncrementalCounter)
         and meter.measure(history, messages) + reserved <= manager.window
     ):
         return

@@ -20,14 +20,13 @@ from typing import Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.messages import Message, MessageLog
 from turnfsm.tokens._protocol import IncrementalCounter, TokenCounter
 
 __all__ = ["Meter"]
 
 _MAX_EXTRAS: Final = 64
-_UNIT_METHODS: Final = ("count", "count_text", "units", "text_units", "tokens")
-_INCREMENTAL_TYPES: Final[set[type]] = set()
 
 
 @final
@@ -76,15 +75,10 @@ class Meter:
     @_incremental.default
     def _incremental_view(self) -> IncrementalCounter | None:
         counter = self.counter
-        # A protocol isinstance check is slow and a driver makes a meter per
-        # run: a class whose own methods make it incremental is remembered.
-        if type(counter) in _INCREMENTAL_TYPES:
+        # A driver makes a meter per run: the quick protocol check.
+        if _checks.is_instance(counter, IncrementalCounter):
             return counter  # type: ignore[return-value]
-        if not isinstance(counter, IncrementalCounter):
-            return None
-        if all(callable(getattr(type(counter), name, None)) for name in _UNIT_METHODS):
-            _INCREMENTAL_TYPES.add(type(counter))
-        return counter
+        return None
 
     @_memo_key.default
     def _key(self) -> _CounterKey | None:

@@ -1,0 +1,71 @@
+"""The quick protocol check: the same answers as `isinstance`, remembered per class."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import pytest
+
+from turnfsm import Driver, _checks
+from turnfsm.errors import ConfigError
+from turnfsm.testing import ScriptedModel
+
+
+@runtime_checkable
+class Speaks(Protocol):
+    def speak(self) -> str: ...
+
+
+class Dog:
+    def speak(self) -> str:
+        return "woof"
+
+
+class Mute:
+    pass
+
+
+class Sometimes:
+    """Speaks only when an instance is given the method."""
+
+
+def test_a_class_with_the_members_is_remembered_and_its_instances_pass() -> None:
+    assert _checks.is_instance(Dog(), Speaks)
+    assert (Dog, Speaks) in _checks._CONFORMING
+    assert _checks.is_instance(Dog(), Speaks)
+    assert not _checks.is_instance(Mute(), Speaks)
+    assert not _checks.is_instance(None, Speaks)
+    assert (Mute, Speaks) not in _checks._CONFORMING
+
+
+def test_an_instance_that_conforms_on_its_own_is_checked_each_time() -> None:
+    talking = Sometimes()
+    talking.speak = lambda: "hi"  # type: ignore[attr-defined]
+    assert _checks.is_instance(talking, Speaks)
+    # Its class does not have the member: another instance may lack it.
+    assert (Sometimes, Speaks) not in _checks._CONFORMING
+    assert not _checks.is_instance(Sometimes(), Speaks)
+
+
+@pytest.mark.parametrize(
+    ("value", "types"),
+    [
+        (Dog(), (int, Speaks)),
+        (3, (int, Speaks)),
+        ("x", (int, Speaks)),
+        (Dog(), Dog),
+        (Mute(), (Dog, Speaks)),
+    ],
+)
+def test_answers_as_isinstance_does(
+    value: object, types: type | tuple[type, ...]
+) -> None:
+    for _ in range(2):  # before and after anything is remembered
+        assert _checks.is_instance(value, types) == isinstance(value, types)
+
+
+def test_a_model_that_is_no_client_is_still_refused_after_a_good_one() -> None:
+    Driver(model=ScriptedModel.of("hi"))
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=Mute())  # type: ignore[arg-type]
+    assert caught.value.field == "model"
