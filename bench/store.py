@@ -28,6 +28,9 @@ It reports, in one run:
   a checkpoint) and of PostgreSQL's ``pg_total_relation_size`` of the
   ``turnfsm_`` tables, next to the encoded payload (row bodies + message
   texts) per turn;
+- a 1-turn run by a new driver (a server's agent made per request) on a
+  10,000-message SQLite session against the same run on new sessions: µs
+  and bytes per run (a run should not pay for its session's length);
 - LangGraph's `SqliteSaver` (when ``langgraph-checkpoint-sqlite`` is
   installed; it is never a turnfsm dependency): a minimal `StateGraph` whose
   state is a growing message list, one node per step adding an AI message
@@ -136,6 +139,48 @@ async def drive(store: SessionStore, turns: int) -> tuple[Session, list[float]]:
     assert len(run.turns) == turns, len(run.turns)
     assert not run.compactions, "the session compacted: the window is too small"
     return session, gaps(clock.stamps)
+
+
+LONG_SESSION_MESSAGES = 10_000
+LONG_SESSION_RUNS = 10
+
+
+async def long_session_runs(tmp: Path) -> tuple[float, float, float, float]:
+    """1-turn runs, each by a new driver (a server's agent per request), on SQLite.
+
+    On a session of `LONG_SESSION_MESSAGES` messages and on new sessions:
+    the median µs and the bytes the file grows by per run, for each.
+    """
+
+    async def one(session: Session) -> float:
+        clock = Clock(1)
+        start = time.perf_counter()
+        result = await make_driver(clock).run("again", session=session)
+        elapsed = time.perf_counter() - start
+        assert result.ok, result.error
+        return elapsed
+
+    path = tmp / "long-session.db"
+    async with SQLiteStore(path) as store:
+        long = Session(store=store)
+        await make_driver(Clock(LONG_SESSION_MESSAGES // 2)).run("go", session=long)
+        before = sqlite_bytes(path)
+        times = [await one(long) for _ in range(LONG_SESSION_RUNS)]
+        long_bytes = (sqlite_bytes(path) - before) / LONG_SESSION_RUNS
+    path.unlink()
+    path = tmp / "new-sessions.db"
+    async with SQLiteStore(path) as store:
+        await one(Session(store=store))  # the file's own first pages
+        before = sqlite_bytes(path)
+        fresh = [await one(Session(store=store)) for _ in range(LONG_SESSION_RUNS)]
+        fresh_bytes = (sqlite_bytes(path) - before) / LONG_SESSION_RUNS
+    path.unlink()
+    return (
+        statistics.median(times) * 1e6,
+        long_bytes,
+        statistics.median(fresh) * 1e6,
+        fresh_bytes,
+    )
 
 
 def gaps(stamps: Sequence[float]) -> list[float]:
@@ -741,6 +786,21 @@ async def measure(args: argparse.Namespace, pg: Postgres | None) -> None:
                 f"  {name + ' (' + what + ')':40} {size:9.0f} B  "
                 f"({size / encoded:4.2f}x the rows)"
             )
+
+        long_us, long_bytes, fresh_us, fresh_bytes = await long_session_runs(tmp)
+        print()
+        print(
+            f"a 1-turn run by a new driver on SQLite, on a "
+            f"{LONG_SESSION_MESSAGES:,}-message session vs on a new session"
+        )
+        print(
+            f"  µs per run    {long_us:9.0f} vs {fresh_us:7.0f}  "
+            f"({long_us / fresh_us:5.2f}x)"
+        )
+        print(
+            f"  bytes per run {long_bytes:9.0f} vs {fresh_bytes:7.0f}  "
+            f"({long_bytes / fresh_bytes:5.2f}x)"
+        )
 
         # -- LangGraph -------------------------------------------------------
         lg_steps = min(args.langgraph_steps or LANGGRAPH_DEFAULT_CAP, turns - 1)

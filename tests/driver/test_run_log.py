@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 import pytest
@@ -21,7 +22,7 @@ from turnfsm.core import (
     RunTools,
     ToolsFinished,
 )
-from turnfsm.driver import Driver, EffectContext, RunControl, Session, replay
+from turnfsm.driver import Driver, EffectContext, RunControl, Session, Tool, replay
 from turnfsm.errors import Cancelled, CompactionFailed, InvalidMessage, SessionBusy
 from turnfsm.hooks import DecisionInfo, Hook
 from turnfsm.messages import Message
@@ -31,6 +32,7 @@ from turnfsm.persistence import (
     EventRecorded,
     MemoryStore,
     RunEnded,
+    SQLiteStore,
 )
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -638,3 +640,48 @@ async def test_a_committed_summary_is_recorded_and_survives_a_reload(
     async with SQLiteStore(path) as again:
         reopened = await Session.load(again, session.id)
     assert reopened.latest_summary == summary
+
+
+def _tool() -> str:
+    """A tool."""
+    return "ran"
+
+
+@pytest.mark.parametrize("compacting", [False, True])
+async def test_a_run_on_a_long_session_logs_its_first_context_as_a_change(
+    tmp_path: Path, compacting: bool
+) -> None:
+    # A run's first turn names what it adds to the history it opened with,
+    # not that whole history again; read back from the file, every turn's
+    # context is what the model was sent, and every run replays.
+    path = tmp_path / "s.db"
+    script = [reply("", tool_call("t", "c1")), "one", reply("", tool_call("t", "c2"))]
+    model = ScriptedModel.of(*script, "two", "three")
+
+    tools = [Tool.from_function(_tool, name="t")]
+
+    def driver() -> Driver:
+        if compacting:
+            return _compacting_driver(model, tools=tools)
+        return Driver(model=model, tools=tools)
+
+    async with SQLiteStore(path) as store:
+        session = Session(store=store)
+        await driver().run(_big_history(10, 300), session=session)
+        opening = [m.id for m in session.history]
+        await driver().run("more", session=session)
+        await driver().run("again", session=session)
+        second = session.runs[1]
+        if not compacting:
+            assert second.turns[0].keep == len(opening)
+            assert len(second.turns[0].added) == 1  # the input only
+        sent = [[m.id for m in r.messages] for r in model.requests]
+    async with SQLiteStore(path) as store:
+        reopened = await Session.load(store, session.id)
+        seen = [
+            list(run.context(i)) for run in reopened.runs for i in range(len(run.turns))
+        ]
+        assert seen == sent
+        for run in reopened.runs:
+            report = replay(driver().machine, reopened, run.run_id)
+            assert report.ok, report

@@ -204,6 +204,15 @@ class Audit:
         self.reported: Reported | None = None  # the provider's count of the last call
         self._context: tuple[MessageLog, MessageLog] | None = None
 
+    def opened(self, history: MessageLog) -> None:
+        """Start a new run's contexts from the history it opens with.
+
+        Its first turn record then names only what was added to that
+        history (a long session's history is not listed again each run).
+        Not for a resumed run: its next turn lists its whole context.
+        """
+        self._context = (history, MessageLog())
+
     def carry_over(self, session: Session, counter: TokenCounter) -> None:
         """Start from the provider's count of the session's last model call.
 

@@ -171,6 +171,7 @@ class RunLoop(Ending):
         """
         settings = self.settings
         manager = settings.context
+        self.audit.opened(self.session.history)
         if manager is not None and manager.use_reported_usage:
             self.audit.carry_over(self.session, manager.counter)
         if not self.session.has_machine(settings.digest):

@@ -225,7 +225,9 @@ class _Feed:
         self.record = record
         self.turns = record.turns if check else ()
         self.replies = 0  # model replies fed so far
-        self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
+        # The ids the last turn's model saw; the first turn's context begins
+        # with some of the history the run opened with (as `RunRecord`).
+        self.context: tuple[str, ...] = tuple(m.id for m in record.history)
 
     def position(self, entry: Entry) -> int | None:
         """Where `entry` is in the session's log (looked up only on a failure)."""

@@ -147,7 +147,9 @@ class TurnRecord:
     The context is written as a change from the run's previous turn, so a
     turn costs O(new messages) in the log however long the conversation is:
     the first `keep` message ids of the previous turn's context, then the
-    ids in `added` (`RunRecord.context(n)` spells it out).
+    ids in `added` (`RunRecord.context(n)` spells it out). A run's first turn
+    is a change from the committed history the run opened with, so a run on
+    a long session does not list that history again.
 
     Its two counts say where they came from: `usage` is what the provider
     reported for the call, `estimate` is turnfsm's estimate of the same
@@ -158,7 +160,8 @@ class TurnRecord:
     Attributes:
         run_id: The run.
         turn: The call's number in the run.
-        keep: Message ids kept from the previous turn's context.
+        keep: Message ids kept from the previous turn's context (the first
+            turn's: from the history the run opened with).
         added: Message ids added after them.
         output: The reply's message id.
         usage: The provider's reported usage (None: it reported none).

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Literal, final
 
 import attrs
 
 from turnfsm.core import Event, Pause, RunStarted
 from turnfsm.errors import TurnFSMError
-from turnfsm.messages import Message
+from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
     CompactionRecord,
     EventRecorded,
@@ -40,6 +41,8 @@ class RunRecord:
         error: Why the run failed, or None.
         usage: Provider usage summed over the turns.
         waiting: What a paused run waits for.
+        history: The committed history the run opened with: its first
+            turn's context begins with some of it (`context`).
     """
 
     run_id: str
@@ -54,6 +57,7 @@ class RunRecord:
     usage: Usage
     waiting: Pause | None = None
     opened: RunOpened = attrs.field(repr=False, eq=False)
+    history: MessageLog = attrs.field(factory=MessageLog, repr=False, eq=False)
 
     @property
     def is_open(self) -> bool:
@@ -68,8 +72,12 @@ class RunRecord:
         """
         if not -len(self.turns) <= index < len(self.turns):
             raise IndexError(f"the run has {len(self.turns)} turns, not {index + 1}")
-        ids: tuple[str, ...] = ()
-        for turn in self.turns[: index + 1]:
+        # The first turn keeps the first `keep` messages of the history the
+        # run opened with; each later one, of the turn before it.
+        last = index % len(self.turns)
+        first = self.turns[0]
+        ids = tuple(m.id for m in islice(self.history, first.keep)) + first.added
+        for turn in self.turns[1 : last + 1]:
             ids = ids[: turn.keep] + turn.added
         return ids
 
@@ -80,6 +88,7 @@ class _Run:
 
     opened: RunOpened
     version: int  # the log's version right before `opened`
+    history: MessageLog  # the committed history right before `opened`
     last: int = 0  # the log's version right after the run's latest entry
     events: list[EventRecorded] = attrs.field(factory=list)
     turns: list[TurnRecord] = attrs.field(factory=list)
@@ -109,4 +118,5 @@ class _Run:
             else end.usage,
             waiting=None if end is None else end.waiting,
             opened=self.opened,
+            history=self.history,
         )

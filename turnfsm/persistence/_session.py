@@ -420,7 +420,10 @@ class Session:
                 self._machines.setdefault(digest, entry)
             case RunOpened():
                 self._runs[entry.run_id] = _Run(
-                    opened=entry, version=version, last=version + 1
+                    opened=entry,
+                    version=version,
+                    history=self._history,
+                    last=version + 1,
                 )
             case RunEnded():
                 self._runs[entry.run_id].ended = entry
