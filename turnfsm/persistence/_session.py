@@ -306,7 +306,7 @@ class Session:
 
     def history_before(self, run_id: str) -> MessageLog:
         """Return the committed history as it was when `run_id` began."""
-        return _history_at(self._entries[: self._runs[run_id].version])
+        return self._runs[run_id].history
 
     def rebases(self, run_id: str) -> dict[int, MessageLog]:
         """Return where other runs' commits land under `run_id`, by event index.
