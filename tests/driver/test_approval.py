@@ -74,6 +74,20 @@ async def test_a_run_pauses_for_approval_and_resumes_in_a_fresh_agent() -> None:
     assert done.text == "cleaned up"
     assert sorted(RAN) == ["/etc/passwd", "/tmp/a"]
     assert [r.outcome for r in later.session.runs] == ["done"]
+    assert later.session.open_runs() == []
+
+
+async def test_the_open_runs_are_the_paused_interrupted_and_unended_ones() -> None:
+    store = MemoryStore()
+    agent = _agent(_asking_model(), store)
+    paused = await agent.run("clean up")
+    session = agent.session
+    assert [r.run_id for r in session.open_runs()] == [paused.run_id]
+    review = ToolCallsReviewed.reject({"c1": "no", "c2": "no"})
+    await agent.resume(session.id, paused.run_id, review)
+    assert session.open_runs() == []
+    reopened = await Session.load(store, session.id)
+    assert reopened.open_runs() == [r for r in reopened.runs if r.is_open] == []
 
 
 async def test_a_rejected_call_reaches_the_model_as_an_error_and_the_run_goes_on() -> (

@@ -68,6 +68,7 @@ class Session:
         "_history",
         "_machines",
         "_messages",
+        "_open",
         "_ratio",
         "_running",
         "_runs",
@@ -92,6 +93,9 @@ class Session:
         self._history = MessageLog()
         self._messages: dict[str, Message] = {}
         self._runs: dict[str, _Run] = {}
+        # The runs that can go on, in order: a run start looks at them
+        # without walking every run the session ever had.
+        self._open: dict[str, _Run] = {}
         self._summaries: list[SummaryRecorded] = []
         self._summary_texts: dict[str, str] = {}
         self._failures = 0
@@ -183,11 +187,7 @@ class Session:
 
     def open_runs(self) -> list[RunRecord]:
         """Runs that can still go on: paused, interrupted, or not ended in the log."""
-        return [
-            run.record()
-            for run in self._runs.values()
-            if run.ended is None or run.ended.outcome in ("paused", "interrupted")
-        ]
+        return [run.record() for run in self._open.values()]
 
     @property
     def compaction_failures(self) -> int:
@@ -419,7 +419,7 @@ class Session:
             case MachineStored(digest=digest):
                 self._machines.setdefault(digest, entry)
             case RunOpened():
-                self._runs[entry.run_id] = _Run(
+                self._runs[entry.run_id] = self._open[entry.run_id] = _Run(
                     opened=entry,
                     version=version,
                     history=self._history,
@@ -427,3 +427,5 @@ class Session:
                 )
             case RunEnded():
                 self._runs[entry.run_id].ended = entry
+                if entry.outcome not in ("paused", "interrupted"):
+                    self._open.pop(entry.run_id, None)
