@@ -197,7 +197,7 @@ def _transition_data(transition: TransitionSpec) -> dict[str, Any]:
 
 
 @final
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class MachineSpec:
     """A validated machine definition; build one with `from_toml`."""
 
