@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import pytest
@@ -136,3 +137,44 @@ async def test_sync_tools_run_in_a_worker_thread() -> None:
         ToolCallPart(id="c", name="where"), tools_by_name([where]), limit=None
     )
     assert out.tool_results[0].content == "worker"
+
+
+def test_a_function_is_read_once_however_many_agents_wrap_it() -> None:
+    def search(query: str, limit: int = 5) -> str:
+        """Search the docs.
+
+        Args:
+            query: what to look for.
+            limit: how many results.
+        """
+        return query
+
+    first = Tool.from_function(search)
+    again = Tool.from_function(search, name="find", description="Find.")
+    assert again.parameters is first.parameters
+    assert (again.name, again.description) == ("find", "Find.")
+    assert first.description == "Search the docs."
+
+
+def test_functions_made_alike_are_each_read_for_themselves() -> None:
+    # Closures of one definition share their code, not their annotations.
+    def make(kind: type) -> Callable[..., str]:
+        def value(x: object) -> str:
+            """Echo."""
+            return str(x)
+
+        value.__annotations__ = {"x": kind, "return": str}
+        return value
+
+    numbers, words = Tool.from_function(make(int)), Tool.from_function(make(str))
+    assert numbers.parameters["properties"]["x"] == {"type": "integer"}
+    assert words.parameters["properties"]["x"] == {"type": "string"}
+
+
+def test_a_function_that_cannot_be_described_is_refused_every_time() -> None:
+    def bad(x) -> str:  # type: ignore[no-untyped-def]
+        return str(x)
+
+    for _ in range(2):
+        with pytest.raises(ToolError, match="needs a type annotation"):
+            Tool.from_function(bad)

@@ -12,11 +12,13 @@ running a tool in a child process that a timeout kills in
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
 import json
 import logging
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
@@ -176,9 +178,8 @@ class Tool:
                 cannot import.
         """
         tool_name = name or fn.__name__
-        summary, arg_docs = parse_doc(inspect.getdoc(fn) or "")
         try:
-            parameters, structure = describe_function(fn, arg_docs)
+            summary, parameters, structure = _described(fn)
         except Unsupported as exc:
             raise ToolError(tool_name, str(exc)) from None
         return cls(
@@ -397,6 +398,37 @@ def current_tool_call() -> ToolCallPart | None:
     (a payment, an e-mail, an append) keys the effect by it.
     """
     return _CURRENT_CALL.get()
+
+
+def _described(
+    fn: Callable[..., Any],
+) -> tuple[str, dict[str, Any], Callable[[Arguments], Mapping[str, Any]]]:
+    """`fn`'s summary, parameters schema and argument reader, made once per function.
+
+    An agent built per request wraps the same functions again each time:
+    reading a signature and a docstring is most of what building it costs.
+    """
+    try:
+        known = _DESCRIBED.get(fn)
+    except TypeError:  # not weakly referenceable, or unhashable
+        known = None
+    if known is not None:
+        return known
+    summary, arg_docs = parse_doc(inspect.getdoc(fn) or "")
+    parameters, structure = describe_function(fn, arg_docs)
+    described = (summary, parameters, structure)
+    with contextlib.suppress(TypeError):
+        _DESCRIBED[fn] = described
+    return described
+
+
+_DESCRIBED: Final[
+    weakref.WeakKeyDictionary[
+        Callable[..., Any],
+        tuple[str, dict[str, Any], Callable[[Arguments], Mapping[str, Any]]],
+    ]
+] = weakref.WeakKeyDictionary()
+"""What `Tool.from_function` read of each function (the values hold no function)."""
 
 
 def tools_by_name(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
