@@ -83,9 +83,13 @@ async def test_the_open_runs_are_the_paused_interrupted_and_unended_ones() -> No
     paused = await agent.run("clean up")
     session = agent.session
     assert [r.run_id for r in session.open_runs()] == [paused.run_id]
+    record = session.run(paused.run_id)
+    assert session.run(paused.run_id) is record  # built once while unchanged
+    assert record.outcome == "paused"
     review = ToolCallsReviewed.reject({"c1": "no", "c2": "no"})
     await agent.resume(session.id, paused.run_id, review)
     assert session.open_runs() == []
+    assert session.run(paused.run_id).outcome == "done"  # rebuilt
     reopened = await Session.load(store, session.id)
     assert reopened.open_runs() == [r for r in reopened.runs if r.is_open] == []
 

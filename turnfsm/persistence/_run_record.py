@@ -95,8 +95,19 @@ class _Run:
     compactions: list[CompactionRecord] = attrs.field(factory=list)
     results: list[ToolResultRecorded] = attrs.field(factory=list)
     ended: RunEnded | None = None
+    # The record last built, and `last` when it was: every entry of the run
+    # moves `last`, so a run that did not change returns the same record.
+    _built: tuple[int, RunRecord] | None = None
 
     def record(self) -> RunRecord:
+        built = self._built
+        if built is not None and built[0] == self.last:
+            return built[1]
+        record = self._record()
+        self._built = (self.last, record)
+        return record
+
+    def _record(self) -> RunRecord:
         end = self.ended
         first = self.events[0].event if self.events else None
         if end is not None:
