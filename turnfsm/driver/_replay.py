@@ -225,9 +225,8 @@ class _Feed:
         self.record = record
         self.turns = record.turns if check else ()
         self.replies = 0  # model replies fed so far
-        # The ids the last turn's model saw; the first turn's context begins
-        # with some of the history the run opened with (as `RunRecord`).
-        self.context: tuple[str, ...] = tuple(m.id for m in record.history)
+        self._contexts = record.contexts()
+        self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
 
     def position(self, entry: Entry) -> int | None:
         """Where `entry` is in the session's log (looked up only on a failure)."""
@@ -274,7 +273,7 @@ class _Feed:
             )
         turn = self.turns[self.replies]
         self.replies += 1
-        self.context = self.context[: turn.keep] + turn.added  # as `RunRecord`
+        self.context = next(self._contexts)
         if reply.id != turn.output:
             raise self.inconsistent(
                 entry,

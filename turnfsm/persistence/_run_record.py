@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import islice
-from typing import Literal, final
+from typing import Final, Literal, final
 
 import attrs
 
@@ -20,7 +21,10 @@ from turnfsm.persistence._records import (
 )
 from turnfsm.values import Usage
 
-__all__ = ["RunRecord", "_Run"]
+__all__ = ["GOES_ON", "RunRecord", "_Run"]
+
+GOES_ON: Final = frozenset({"paused", "interrupted"})
+"""The outcomes of an ended run that can still go on (be resumed)."""
 
 
 @final
@@ -62,7 +66,7 @@ class RunRecord:
     @property
     def is_open(self) -> bool:
         """Whether the run can still go on (paused, interrupted, or never ended)."""
-        return self.outcome in ("paused", "interrupted", "running")
+        return self.outcome == "running" or self.outcome in GOES_ON
 
     def context(self, index: int) -> tuple[str, ...]:
         """Return the ids of the messages the model saw on `turns[index]`.
@@ -72,14 +76,20 @@ class RunRecord:
         """
         if not -len(self.turns) <= index < len(self.turns):
             raise IndexError(f"the run has {len(self.turns)} turns, not {index + 1}")
-        # The first turn keeps the first `keep` messages of the history the
-        # run opened with; each later one, of the turn before it.
-        last = index % len(self.turns)
-        first = self.turns[0]
-        ids = tuple(m.id for m in islice(self.history, first.keep)) + first.added
-        for turn in self.turns[1 : last + 1]:
+        return next(islice(self.contexts(), index % len(self.turns), None))
+
+    def contexts(self) -> Iterator[tuple[str, ...]]:
+        """Yield the ids of the messages the model saw on each turn, in order.
+
+        The first turn keeps the first `keep` messages of the history the
+        run opened with; each later one, of the turn before it.
+        """
+        ids: tuple[str, ...] = ()
+        for n, turn in enumerate(self.turns):
+            if n == 0:
+                ids = tuple(m.id for m in islice(self.history, turn.keep))
             ids = ids[: turn.keep] + turn.added
-        return ids
+            yield ids
 
 
 @attrs.define(eq=False)

@@ -33,7 +33,7 @@ from turnfsm.persistence._records import (
     TurnRecord,
     event_messages,
 )
-from turnfsm.persistence._run_record import RunRecord, _Run
+from turnfsm.persistence._run_record import GOES_ON, RunRecord, _Run
 from turnfsm.persistence._store import (
     MemoryStore,
     SessionStore,
@@ -321,7 +321,7 @@ class Session:
         """
         run = self._runs[run_id]
         end = run.ended
-        ended = end is not None and end.outcome not in ("paused", "interrupted")
+        ended = end is not None and end.outcome not in GOES_ON
         stop = run.last if ended else len(self._entries)
         return rebase_points(self._entries, run_id, run.version, stop)
 
@@ -427,5 +427,5 @@ class Session:
                 )
             case RunEnded():
                 self._runs[entry.run_id].ended = entry
-                if entry.outcome not in ("paused", "interrupted"):
+                if entry.outcome not in GOES_ON:
                     self._open.pop(entry.run_id, None)
