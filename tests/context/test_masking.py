@@ -7,7 +7,10 @@ cannot shrink a request that still fits under the emergency line.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
+import attrs
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -133,6 +136,24 @@ def test_words_alone_that_cannot_be_cut_come_back_unchanged() -> None:
 
     assert proposal.tokens_after == proposal.tokens_before
     assert proposal.messages == tuple(messages)
+
+
+def test_a_layer_that_changes_nothing_is_not_counted_again() -> None:
+    # Short results: no cap, no digest, no repeated call. The first layer's
+    # count shows the conversation does not fit; the next two change nothing.
+    messages = exchange(40, 20)
+    counted: list[int] = []
+
+    class Counting(ConservativeTokenCounter):  # type: ignore[misc]  # a final class
+        def count(self, messages: Sequence[Message]) -> int:
+            counted.append(len(messages))
+            return super().count(messages)
+
+    ctx = attrs.evolve(context(messages, 100), counter=Counting())
+    proposal = anyio.run(MaskingCompactor().compact, messages, 100, ctx)
+
+    assert len(proposal.messages) < len(messages)
+    assert counted.count(len(messages)) == 1
 
 
 @pytest.mark.parametrize(

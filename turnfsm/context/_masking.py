@@ -161,10 +161,18 @@ class MaskingCompactor:
         current = tuple(messages)
         by_count = ctx.reason in _ALWAYS_TRUNCATE
         pinned = ctx.pinned
+        # Whether `current` is known not to fit (or never needs to): a layer
+        # that changed nothing then has nothing to put back or count again.
+        over = by_count
         for layer in (self._cap, self._mask, microcompact):
-            current = keep_pinned(current, layer(current), pinned)
-            if not by_count and counter.count(current) <= target:
-                return _proposal(messages, current, ctx)
+            changed = layer(current)
+            if over and same_messages(changed, current):
+                continue
+            current = keep_pinned(current, changed, pinned)
+            if not by_count:
+                if counter.count(current) <= target:
+                    return _proposal(messages, current, ctx)
+                over = True
         truncator = TruncatingCompactor(
             preserve_recent=self.preserve_recent, compact_newest_exchange=True
         )
