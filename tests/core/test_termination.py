@@ -232,6 +232,36 @@ def test_a_model_call_not_entered_on_measured_bounds_nothing() -> None:
     assert problems == (f"cycle call_llm -[model_replied]-> call_llm {UNBOUNDED}",)
 
 
+@pytest.mark.parametrize(
+    ("trigger", "guard", "spender", "spend"),
+    [
+        (
+            "model_replied",
+            "has_output_retries_left",
+            "output_rejected",
+            "record_rejection",
+        ),
+        ("model_failed", "has_overflow_retries_left", "model_failed", "count_overflow"),
+    ],
+)
+def test_a_retry_counter_bounds_only_the_transition_that_spends_it(
+    trigger: str, guard: str, spender: str, spend: str
+) -> None:
+    """A guard that is never spent stays true: the step could be taken for ever."""
+
+    def loop(trigger: str, actions: str = "") -> str:
+        return before_the_call(
+            f'[[transitions]]\ntrigger = "{trigger}"\nsource = "call_llm"\n'
+            f'dest = "start"\nconditions = ["{guard}"]\n{actions}'
+        )
+
+    assert problems_of(loop(trigger)) == (
+        f"cycle start -[measured]-> call_llm -[{trigger}]-> start {UNBOUNDED}",
+    )
+    spent = MachineSpec.from_toml(loop(spender, f'actions = ["{spend}"]\n'))
+    assert "call_llm" in spent.phases
+
+
 # -- every run can be stopped --------------------------------------------------
 
 CANCEL = (

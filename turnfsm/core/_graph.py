@@ -23,9 +23,11 @@ Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
 
 COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
-_COUNTER_GUARDS: Final = frozenset(
-    {"has_overflow_retries_left", "has_output_retries_left"}
-)
+_COUNTERS: Final = {
+    "has_overflow_retries_left": "count_overflow",
+    "has_output_retries_left": "record_rejection",
+}
+"""A retry counter's guard -> the action that spends it (nothing resets one)."""
 
 
 def check_graph(spec: MachineSpec, problem: Report) -> None:
@@ -224,9 +226,10 @@ def _check_termination(
 
     The bounds: a model call entered on `measured` (which checks the turn
     limit first, see `_check_model_calls`) and left by a reply that counts the
-    turn, at most max_turns times; an edge guarded by a retry counter; a
-    compact phase entered after the compaction-limit check (every way on out
-    of it counts the pass), at most max_compactions times in a row; and a
+    turn, at most max_turns times; an edge guarded by a retry counter that
+    it spends; a compact phase entered after the compaction-limit check
+    (every way on out of it counts the pass), at most max_compactions times
+    in a row; and a
     compaction feed after the no-progress guard, which strictly lowers the
     estimate. The last two bound only the cycles with no reply that counts a
     turn: a reply starts the count of passes again, and adds to the estimate,
@@ -258,7 +261,7 @@ def _check_termination(
             if dest in terminal:
                 stalled = stalled or "is_no_progress" in t.conditions
                 continue
-            if _COUNTER_GUARDS & set(t.conditions):
+            if _spends_a_counter(t):
                 continue
             # Bounded by the passes in a row: on a cycle with no reply.
             limited = (
@@ -300,6 +303,16 @@ def _check_termination(
             "counter or the no-progress guard",
             cycle[0][0],
         )
+
+
+def _spends_a_counter(t: TransitionSpec) -> bool:
+    """Whether `t` is taken only while a retry counter is left, and spends it.
+
+    Such a step is taken at most that counter's limit of times in a run. A
+    guard alone bounds nothing: a step that does not spend its counter can
+    be taken for ever.
+    """
+    return any(_COUNTERS.get(guard) in t.actions for guard in t.conditions)
 
 
 def _reset_cycles(
