@@ -143,6 +143,34 @@ class ShaveOne:
         return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
 
 
+def test_a_streamed_request_over_the_servers_context_is_an_overflow(
+    server: LlamaServer,
+) -> None:
+    """The server ends such a stream with no reply: the model says why."""
+    from turnfsm.errors import ProviderError
+    from turnfsm.providers import ModelRequest
+    from turnfsm.providers._stream import StreamDone
+
+    request = ModelRequest(
+        messages=(Message.user(" ".join(["apple"] * 1_500)),), max_tokens=8
+    )
+
+    async def stream() -> list[object]:
+        model = OpenAIModel(model="local", base_url=server.base_url)
+        try:
+            return [event async for event in model.stream(request)]
+        finally:
+            await model.close()
+
+    with pytest.raises(ProviderError) as info:
+        anyio.run(stream)
+    assert info.value.is_context_overflow
+    # A request that fits streams as usual.
+    request = ModelRequest(messages=(Message.user("Say hello."),), max_tokens=4)
+    events = anyio.run(stream)
+    assert isinstance(events[-1], StreamDone)
+
+
 def test_bounded_overflow_retries_end_with_a_typed_error(server: LlamaServer) -> None:
     messages = [Message.user("tiny"), Message.assistant("ok"), *chatter(1, 1_400)]
     session = Session()

@@ -474,6 +474,28 @@ async def test_a_stream_error_is_classified_like_a_completion() -> None:
 
 
 @asyncio_only
+async def test_a_stream_that_ends_without_a_reply_asks_again_unstreamed() -> None:
+    """llama.cpp's server ends a stream over its context size with no reply:
+    asked again without streaming, it says so, and the overflow is seen."""
+    empty = httpx2.Response(
+        200, content=b"", headers={"content-type": "text/event-stream"}
+    )
+    # It closes the connection too: the next request there fails to connect.
+    server = Server(empty, refused, json_reply(LLAMA_CPP_OVERFLOW, 400))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert info.value.is_context_overflow
+    assert [body.get("stream") for body in server.bodies] == [True, None, None]
+
+    # A server that answers the second time: that answer is the reply.
+    server = Server(openai_sse([openai_chunk(usage=(5, 0))]), openai_reply("hello"))
+    events = await collect(model_for(server), ask())
+    assert events[0] == TextDelta(text="hello")
+    assert isinstance(events[1], StreamDone)
+    assert events[1].response.message.text == "hello"
+
+
+@asyncio_only
 async def test_an_error_event_mid_stream_is_a_retriable_server_error() -> None:
     server = Server(
         openai_sse(

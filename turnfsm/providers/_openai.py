@@ -26,6 +26,7 @@ from turnfsm.providers._convert_openai import (
 )
 from turnfsm.providers._errors import (
     BAD_RESPONSE,
+    CONNECTION,
     QUOTA,
     SERVER,
     connection_error,
@@ -200,6 +201,10 @@ class OpenAIModel:
         Tool calls are assembled from their fragments; usage comes from the
         final chunk (``stream_options.include_usage``).
 
+        A stream that ends without a reply (llama.cpp's server ends one so
+        when the request is over its context size) is asked again without
+        streaming, once: that answer says what went wrong, or is the reply.
+
         Raises:
             ProviderError: the API failed, before or during the stream.
         """
@@ -214,7 +219,25 @@ class OpenAIModel:
                 async for chunk in chunks:
                     if text := reply.add(chunk):
                         yield TextDelta(text=text)
+        if not reply.replied:
+            response = await self._after_empty_stream(request)
+            if text := response.message.text:
+                yield TextDelta(text=text)
+            yield StreamDone(response=response)
+            return
         yield StreamDone(response=reply.response())
+
+    async def _after_empty_stream(self, request: ModelRequest) -> ModelResponse:
+        """`complete(request)`, on a new connection if the stream's was closed."""
+        try:
+            return await self.complete(request)
+        except ProviderError as exc:
+            if exc.kind != CONNECTION:
+                raise
+        # llama.cpp's server closes the connection after such a stream, and
+        # the client learns it on its next request there: the next one goes
+        # on a new connection.
+        return await self.complete(request)
 
     async def close(self) -> None:
         """Close the HTTP connections (a client passed in is closed for good).
@@ -273,6 +296,7 @@ class _Chunks:
         self.calls: dict[int, dict[str, str]] = {}  # by index: id, name, arguments
         self.usage: Usage | None = None
         self.model: str | None = None
+        self.replied = False  # a choice came
 
     def add(self, chunk: ChatCompletionChunk) -> str:
         """Take in one chunk; return the text it adds ("" if none)."""
@@ -283,6 +307,7 @@ class _Chunks:
         for choice in chunk.choices:
             if choice.index != 0:
                 continue
+            self.replied = True
             delta = choice.delta
             if delta.refusal:
                 self.refusal.append(delta.refusal)
