@@ -33,6 +33,7 @@ __all__ = [
     "callable_",
     "check",
     "check_id",
+    "clock_reading",
     "each",
     "identifier",
     "instance",
@@ -495,6 +496,32 @@ def token_count(value: object, counter: object, method: str) -> int:
         "counter",
         value,
         f"a token count: an int >= 0 (from {type(counter).__name__}.{method})",
+    )
+
+
+def clock_reading(value: object, clock: object) -> float:
+    """Return `value`, what `clock()` returned, as seconds, if it is a time.
+
+    A time is a finite int or float, not a bool. Every reading of a run's
+    clock passes here before it reaches a record.
+
+    Raises:
+        ConfigError: `value` is not a finite number; names the clock.
+    """
+    if type(value) is float and math.isfinite(value):  # the usual case
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past any float
+            seconds = math.inf
+        if math.isfinite(seconds):
+            return seconds
+    name = getattr(clock, "__qualname__", None) or type(clock).__name__
+    raise ConfigError(
+        "clock",
+        value,
+        f"a time in seconds: a finite int or float (from the clock {name})",
     )
 
 
