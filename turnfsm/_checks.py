@@ -33,6 +33,7 @@ __all__ = [
     "callable_",
     "check",
     "check_id",
+    "clock_reading",
     "each",
     "identifier",
     "instance",
@@ -45,6 +46,7 @@ __all__ = [
     "seconds",
     "string",
     "string_mapping",
+    "token_count",
     "tuple_of",
 ]
 
@@ -472,6 +474,55 @@ def check_id(name: str, value: object) -> str:
     """
     check(value, name, _ID)
     return value  # type: ignore[return-value]
+
+
+def token_count(value: object, counter: object, method: str) -> int:
+    """Return `value`, what `counter`'s `method` returned, if it is a token count.
+
+    A count is an int >= 0, not a bool. Every number turnfsm reads from a
+    counter passes here before it sizes a request or reaches a record, so a
+    counter that returns a float, None or a negative number is named where
+    it is read, not found out when the stored session no longer loads.
+
+    Raises:
+        ConfigError: `value` is not an int >= 0; names the counter's class
+            and `method`.
+    """
+    if type(value) is int and value >= 0:  # the usual case, quickly
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return int(value)  # an int subclass, as a plain int
+    raise ConfigError(
+        "counter",
+        value,
+        f"a token count: an int >= 0 (from {type(counter).__name__}.{method})",
+    )
+
+
+def clock_reading(value: object, clock: object) -> float:
+    """Return `value`, what `clock()` returned, as seconds, if it is a time.
+
+    A time is a finite int or float, not a bool. Every reading of a run's
+    clock passes here before it reaches a record.
+
+    Raises:
+        ConfigError: `value` is not a finite number; names the clock.
+    """
+    if type(value) is float and math.isfinite(value):  # the usual case
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past any float
+            seconds = math.inf
+        if math.isfinite(seconds):
+            return seconds
+    name = getattr(clock, "__qualname__", None) or type(clock).__name__
+    raise ConfigError(
+        "clock",
+        value,
+        f"a time in seconds: a finite int or float (from the clock {name})",
+    )
 
 
 def check(value: object, name: str, *validators: Check) -> None:

@@ -872,3 +872,25 @@ def test_an_absolute_threshold_line_is_the_managers_and_the_brains() -> None:
     assert mgr.budget().threshold_tokens == 150_000
     with pytest.raises(ConfigError, match="threshold_tokens"):
         ContextManager(context_window=1_000, threshold_tokens=5_000)
+
+
+class HalfTokens:
+    """A counter of yours that answers in fractions of tokens."""
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return COUNTER.count(messages) + 0.5  # type: ignore[return-value]
+
+    def count_text(self, text: str) -> int:
+        return COUNTER.count_text(text)
+
+
+def test_the_managers_count_names_a_counter_that_returns_no_count() -> None:
+    manager = ContextManager(counter=HalfTokens())
+
+    with pytest.raises(ConfigError) as caught:
+        manager.count([Message.user("hello")])
+
+    assert (caught.value.field, caught.value.value) == ("counter", 6.5)
+    assert "from HalfTokens.count" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"from HalfTokens\.count"):
+        manager.payback([Message.user("a")], [Message.user("b")])

@@ -402,3 +402,18 @@ def test_a_stored_item_of_an_unknown_kind_is_corrupt() -> None:
     with pytest.raises(CorruptRecord) as caught:
         serde.error_from_json(data)
     assert caught.value.path.startswith("largest")
+
+
+class NoneForText(CharCounter):
+    """Counts messages, but answers None for a text."""
+
+    def count_text(self, text: str) -> int:
+        return None  # type: ignore[return-value]
+
+
+def test_a_counter_that_returns_no_count_for_an_item_is_named() -> None:
+    with pytest.raises(ConfigError) as caught:
+        largest_items([Message.user("hello")], NoneForText())
+
+    assert (caught.value.field, caught.value.value) == ("counter", None)
+    assert "from NoneForText.count_text" in str(caught.value)

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import gc
+import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.profiles import sized
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message, MessageLog
 from turnfsm.tokens import (
     ConservativeTokenCounter,
@@ -253,3 +255,101 @@ def test_a_counter_key_goes_with_the_last_log_and_meter_using_it() -> None:
     gc.collect()
     assert key() is None
     assert counter not in _meter._KEYS
+
+
+@attrs.frozen
+class Returning:
+    """An incremental counter whose `method` returns `value`; the rest are right."""
+
+    method: str
+    value: object
+    inner: IncrementalCounter = attrs.field(factory=HeuristicTokenCounter)
+
+    def _or(self, method: str, right: int) -> int:
+        return self.value if method == self.method else right  # type: ignore[return-value]
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return self._or("count", self.inner.count(messages))
+
+    def count_text(self, text: str) -> int:
+        return self._or("count_text", self.inner.count_text(text))
+
+    def units(self, message: Message) -> int:
+        return self._or("units", self.inner.units(message))
+
+    def text_units(self, text: str) -> int:
+        return self._or("text_units", self.inner.text_units(text))
+
+    def tokens(self, units: int) -> int:
+        return self._or("tokens", self.inner.tokens(units))
+
+
+@attrs.frozen
+class PlainReturning:
+    """A counter that is not incremental, whose `method` returns `value`."""
+
+    method: str
+    value: object
+
+    def count(self, messages: Sequence[Message]) -> int:
+        right = PlainCounter().count(messages)
+        return self.value if self.method == "count" else right  # type: ignore[return-value]
+
+    def count_text(self, text: str) -> int:
+        right = PlainCounter().count_text(text)
+        return self.value if self.method == "count_text" else right  # type: ignore[return-value]
+
+
+NOT_COUNTS = [2.5, 3.0, None, "12", True, -1, math.nan, math.inf]
+NOT_COUNT_IDS = [
+    "float",
+    "whole-float",
+    "none",
+    "str",
+    "bool",
+    "negative",
+    "nan",
+    "inf",
+]
+
+
+@pytest.mark.parametrize("value", NOT_COUNTS, ids=NOT_COUNT_IDS)
+@pytest.mark.parametrize(
+    "counter",
+    [
+        lambda v: PlainReturning("count", v),
+        lambda v: PlainReturning("count_text", v),
+        lambda v: Returning("units", v),
+        lambda v: Returning("text_units", v),
+        lambda v: Returning("tokens", v),
+    ],
+    ids=["count", "count_text", "units", "text_units", "tokens"],
+)
+@pytest.mark.parametrize("log", [list, MessageLog], ids=["list", "log"])
+def test_a_counter_that_returns_no_count_is_named_with_the_value(
+    counter: Callable[[object], TokenCounter],
+    value: object,
+    log: Callable[[list[Message]], Sequence[Message]],
+) -> None:
+    bad = counter(value)
+    method = bad.method  # type: ignore[attr-defined]
+
+    with pytest.raises(ConfigError) as caught:
+        Meter(bad).measure(log(messages(3)), extras=["system prompt"])
+
+    assert caught.value.field == "counter"
+    assert _same(caught.value.value, value)
+    assert f"from {type(bad).__name__}.{method}" in str(caught.value)
+
+
+def _same(a: object, b: object) -> bool:
+    return a is b or a == b or (a != a and b != b)
+
+
+def test_an_int_subclass_is_a_count() -> None:
+    class Tokens(int):
+        pass
+
+    size = Meter(PlainReturning("count", Tokens(7))).measure(messages(2))
+
+    assert (size, type(size)) == (7, int)

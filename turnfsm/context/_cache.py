@@ -186,9 +186,16 @@ def pass_payback(
         The `PassPayback`: the tokens whose cache the pass invalidates and
         rewrites, the tokens it removes, and, with prices, its one-time
         cost, the saving per later call and the calls it takes to pay back.
+
+    Raises:
+        ConfigError: `counter` returned something other than an int >= 0.
     """
-    size_before = counter.count(before) + reserved
-    size_after = counter.count(after) + reserved
+
+    def count(messages: Sequence[Message]) -> int:
+        return _checks.token_count(counter.count(messages), counter, "count")
+
+    size_before = count(before) + reserved
+    size_after = count(after) + reserved
     start = first_change(before, after)
     rules = (
         rules
@@ -198,8 +205,8 @@ def pass_payback(
     if rules.invalidates is Invalidates.ALL:
         invalidated, rewritten = size_before, size_after
     else:
-        invalidated = counter.count(before[start:]) if start < len(before) else 0
-        rewritten = counter.count(after[start:]) if start < len(after) else 0
+        invalidated = count(before[start:]) if start < len(before) else 0
+        rewritten = count(after[start:]) if start < len(after) else 0
     removed = max(0, size_before - size_after)
     if prices is None:
         return PassPayback(

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.errors import ConfigError, ContextExceeded, LargeItem, TurnFSMError
 from turnfsm.messages import Message, Role, TextPart, ToolCallPart, ToolResultPart
 from turnfsm.tokens import TokenCounter, arguments_json
@@ -47,7 +48,8 @@ def largest_items(
         (``""`` when no earlier call has its id).
 
     Raises:
-        ConfigError: `n` is negative.
+        ConfigError: `n` is negative, or `counter` returned something other
+            than an int >= 0.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ConfigError("n", n, "an int >= 0")
@@ -94,7 +96,7 @@ def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[Large
                 role=role.value,
                 turn=turn,
                 index=index,
-                tokens=counter.count_text(text),
+                tokens=_count_text(counter, text),
             )
         for part in message.parts:
             if isinstance(part, ToolCallPart):
@@ -104,7 +106,7 @@ def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[Large
                     role=role.value,
                     turn=turn,
                     index=index,
-                    tokens=counter.count_text(part.name + arguments_json(part)),
+                    tokens=_count_text(counter, part.name + arguments_json(part)),
                     tool=part.name,
                     call_id=part.id,
                 )
@@ -114,7 +116,11 @@ def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[Large
                     role=role.value,
                     turn=turn,
                     index=index,
-                    tokens=counter.count_text(part.content),
+                    tokens=_count_text(counter, part.content),
                     tool=tools.get(part.call_id, ""),
                     call_id=part.call_id,
                 )
+
+
+def _count_text(counter: TokenCounter, text: str) -> int:
+    return _checks.token_count(counter.count_text(text), counter, "count_text")

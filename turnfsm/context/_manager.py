@@ -394,8 +394,14 @@ class ContextManager(OldEntryPoints):
         return base * self.compact_target_pct // 100
 
     def count(self, messages: Sequence[Message]) -> int:
-        """Return the manager's token count of `messages`."""
-        return self.counter.count(messages)
+        """Return the manager's token count of `messages`.
+
+        Raises:
+            ConfigError: The counter returned something other than an int
+                >= 0; the error names the counter and the value.
+        """
+        counter = self.counter
+        return _checks.token_count(counter.count(messages), counter, "count")
 
     def calibration_factor(self, ratio: float | None) -> float:
         """Return the factor estimates are scaled by, given the observed `ratio`.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from turnfsm import _checks
 from turnfsm.context import ContextManager
 from turnfsm.core import (
     CallLLM,
@@ -231,9 +232,10 @@ class Audit:
             if [m.id for m in history.items_from(0)][: len(seen)] != list(seen):
                 return
             assert last.usage is not None
-            added = list(history.items_from(len(seen)))
+            added = counter.count(list(history.items_from(len(seen))))
             self.reported = Reported(
-                tokens=last.usage.input_tokens + counter.count(added),
+                tokens=last.usage.input_tokens
+                + _checks.token_count(added, counter, "count"),
                 history=history,
                 pending=MessageLog(),
             )
@@ -269,8 +271,10 @@ class Audit:
         if [m.id for m in current[: len(seen)]] != seen:
             return
         assert last.usage is not None
+        added = counter.count(current[len(seen) :])
         self.reported = Reported(
-            tokens=last.usage.input_tokens + counter.count(current[len(seen) :]),
+            tokens=last.usage.input_tokens
+            + _checks.token_count(added, counter, "count"),
             history=now.history,
             pending=now.pending,
         )

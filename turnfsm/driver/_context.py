@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import attrs
 
-from turnfsm import _deprecated, _instrument
+from turnfsm import _checks, _deprecated, _instrument
 from turnfsm.context import ContextManager
 from turnfsm.core import Snapshot
 from turnfsm.driver._output import OutputType
@@ -66,7 +66,8 @@ class RunResources:
         tool_timeout: Seconds each tool call may take (None: no limit).
         hooks: The run's hooks (for the effects that steer or stream).
         stream: Whether replies are streamed to the hooks.
-        clock: Wall-clock seconds (``time.time`` unless replaced).
+        clock: Wall-clock seconds (``time.time`` unless replaced); each
+            reading is checked (a finite number) before it is used.
         new_id: Makes a fresh id from a prefix.
         session: The session's log (read it; only the loop appends), or
             None: compaction passes read its circuit breaker and recorded
@@ -270,9 +271,23 @@ def run_resources(
         hooks=dispatcher,
         stream=dispatcher.wants("on_text_delta")
         and callable(getattr(driver.model, "stream", None)),
-        clock=driver.clock,
+        clock=_checked_clock(driver.clock),
         new_id=new_id,
         ephemeral=session.is_ephemeral if session is not None else False,
         session=session,
         output=output,
     )
+
+
+def _checked_clock(clock: Callable[[], float]) -> Callable[[], float]:
+    """`clock`, each reading checked before it reaches a record or a hook.
+
+    A clock of yours that returns None, a string or a `datetime` is named
+    where it is read; the records it would have stamped are not written, so
+    the session's log stays readable.
+    """
+
+    def now() -> float:
+        return _checks.clock_reading(clock(), clock)
+
+    return now

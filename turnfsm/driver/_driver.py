@@ -123,7 +123,9 @@ class Driver:
             machine file the declaration names.
         max_output_tokens: the reply budget asked of the model; it is part
             of the reserved budget, so a request always leaves room for it.
-        clock: wall-clock seconds for the log's timestamps.
+        clock: wall-clock seconds for the log's timestamps; each reading
+            must be a finite int or float (a `ConfigError` naming the clock
+            and the value stops the run before it reaches the log).
         name: the agent's name, as traces show it (``invoke_agent NAME``).
         tracing: trace runs with OpenTelemetry (`turnfsm.tracing`): None
             (the default) traces when a tracer provider is set up (by

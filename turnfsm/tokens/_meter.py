@@ -111,18 +111,29 @@ class Meter:
         For an `IncrementalCounter` the messages' units are summed from memos,
         so a re-measure after an append costs O(new messages).
 
+        Every number the counter returns is checked as it is read: an int
+        >= 0, never a float, a bool or None.
+
         Args:
             *parts: Message sequences, e.g. the history and pending logs.
             extras: Texts that ride the request besides the messages.
 
         Returns:
             The estimated token count of the request.
+
+        Raises:
+            ConfigError: The counter returned something other than an int
+                >= 0; the error names the counter, its method and the value.
         """
         counter = self._incremental
         if counter is None:
             messages = [m for part in parts for m in part]
-            total = self.counter.count(messages)
-            return total + sum(self.counter.count_text(e) for e in extras)
+            plain = self.counter
+            total = _checks.token_count(plain.count(messages), plain, "count")
+            for text in extras:
+                tokens = plain.count_text(text)
+                total += _checks.token_count(tokens, plain, "count_text")
+            return total
         # Extras are priced on their own (as `count_text` would): the request's
         # size is then exactly count(messages) + the extras' count, the same
         # number whoever adds it up (the manager adds its reserved budget).
@@ -133,7 +144,9 @@ class Meter:
                 extra = known.get(text)
                 if extra is None:
                     extra = self._units_of_extra(counter, text)
-                extra_tokens += counter.tokens(extra)
+                extra_tokens += _checks.token_count(
+                    counter.tokens(extra), counter, "tokens"
+                )
         units = 0
         key = self._memo_key
         for part in parts:
@@ -147,8 +160,11 @@ class Meter:
                     units += self._log_units(counter, part, key)
             else:
                 for message in part:
-                    units += counter.units(message)
-        return counter.tokens(units) + extra_tokens
+                    units += _checks.token_count(
+                        counter.units(message), counter, "units"
+                    )
+        tokens = _checks.token_count(counter.tokens(units), counter, "tokens")
+        return tokens + extra_tokens
 
     def _units_of_extra(self, counter: IncrementalCounter, text: str) -> int:
         cache = self._extra_units
@@ -156,7 +172,8 @@ class Meter:
         if units is None:
             if len(cache) >= _MAX_EXTRAS:
                 cache.clear()
-            units = cache[text] = counter.text_units(text)
+            units = _checks.token_count(counter.text_units(text), counter, "text_units")
+            cache[text] = units
         return units
 
     @staticmethod
@@ -170,6 +187,7 @@ class Meter:
         if done < n:
             total = sums[done]
             for i in range(done, n):
-                total += counter.units(log[i])
+                units = counter.units(log[i])
+                total += _checks.token_count(units, counter, "units")
                 sums.append(total)
         return sums[n]

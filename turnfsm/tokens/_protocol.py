@@ -12,7 +12,12 @@ __all__ = ["IncrementalCounter", "TokenCounter"]
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """Estimates how many tokens a conversation costs (sync, pure)."""
+    """Estimates how many tokens a conversation costs (sync, pure).
+
+    Every method returns an int >= 0: turnfsm checks each number where it
+    reads it and raises `ConfigError`, naming the counter, the method and
+    the value, for anything else (a float, a bool, None, a negative number).
+    """
 
     def count(self, messages: Sequence[Message]) -> int:
         """Return the estimated token count of `messages` as one request."""

@@ -1,0 +1,219 @@
+"""A counter's or a clock's bad value is refused where it is read.
+
+It never reaches the log: the stored session, with its earlier runs, still
+loads, and the error names the counter or the clock and the value.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from turnfsm import Agent
+from turnfsm.context import ContextManager
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
+
+pytestmark = pytest.mark.anyio
+
+HEURISTIC = HeuristicTokenCounter()
+
+
+class TurnsBad:
+    """Counts like the heuristic for its first `good` calls of `count`, then
+    returns `bad(right count)`."""
+
+    def __init__(self, good: int, bad: Callable[[int], object]) -> None:
+        self.good = good
+        self.bad = bad
+        self.calls = 0
+
+    def count(self, messages: Sequence[Message]) -> int:
+        self.calls += 1
+        right = HEURISTIC.count(messages)
+        if self.calls <= self.good:
+            return right
+        return self.bad(right)  # type: ignore[return-value]
+
+    def count_text(self, text: str) -> int:
+        return HEURISTIC.count_text(text)
+
+
+def echo(text: str) -> str:
+    """Echo the text.
+
+    Args:
+        text: What to echo.
+    """
+    return text
+
+
+async def _first_run(path: Path) -> str:
+    """Commit one run to a new session in the store at `path`; its id."""
+    store = SQLiteStore(path)
+    agent = Agent(
+        model=ScriptedModel.of("noted"),
+        store=store,
+        context=ContextManager(context_window=100_000),
+    )
+    assert (await agent.run("remember: the code is 42")).ok
+    await store.aclose()
+    return agent.session.id
+
+
+async def _stored(path: Path, session_id: str) -> tuple[list[str], list[str]]:
+    """The session as a fresh process reads it: (outcomes, history texts)."""
+    store = SQLiteStore(path)
+    session = await Session.load(store, session_id)
+    await store.aclose()
+    return [r.outcome for r in session.runs], [m.text for m in session.history]
+
+
+@pytest.mark.parametrize("good", [0, 1, 3, 5], ids=lambda n: f"after-{n}")
+async def test_a_counter_that_turns_to_floats_leaves_the_session_loadable(
+    tmp_path: Path, good: int
+) -> None:
+    path = tmp_path / "s.db"
+    session_id = await _first_run(path)
+    store = SQLiteStore(path)
+    counter = TurnsBad(good, lambda right: right + 0.5)
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("echo", text="hi")), "done"),
+        tools=[echo],
+        session=await Session.load(store, session_id),
+        context=ContextManager(context_window=100_000, counter=counter),
+    )
+
+    with pytest.raises(ConfigError) as caught:
+        await agent.run("hello")
+    await store.aclose()
+
+    assert caught.value.field == "counter"
+    assert isinstance(caught.value.value, float)
+    assert "from TurnsBad.count" in str(caught.value)
+    outcomes, history = await _stored(path, session_id)
+    assert outcomes[0] == "done"
+    assert outcomes[1:] in ([], ["failed"])
+    assert history == ["remember: the code is 42", "noted"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, "12", True, -10, 2.5, math.nan],
+    ids=["none", "str", "bool", "negative", "float", "nan"],
+)
+async def test_a_counter_that_returns_no_count_is_named_with_the_value(
+    value: object,
+) -> None:
+    agent = Agent(
+        model=ScriptedModel.of("ok"),
+        context=ContextManager(
+            context_window=100_000, counter=TurnsBad(0, lambda _: value)
+        ),
+    )
+
+    with pytest.raises(ConfigError) as caught:
+        await agent.run("hello")
+
+    assert caught.value.field == "counter"
+    assert caught.value.value is value
+    assert str(caught.value).endswith(
+        "expected a token count: an int >= 0 (from TurnsBad.count)"
+    )
+
+
+@pytest.mark.parametrize(
+    "clock",
+    [
+        lambda: None,
+        lambda: "2024-01-01",
+        lambda: datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
+        lambda: math.nan,
+        lambda: math.inf,
+        lambda: True,
+    ],
+    ids=["none", "str", "datetime", "nan", "inf", "bool"],
+)
+async def test_a_clock_that_returns_no_time_leaves_the_session_loadable(
+    tmp_path: Path, clock: Callable[[], object]
+) -> None:
+    path = tmp_path / "s.db"
+    session_id = await _first_run(path)
+    store = SQLiteStore(path)
+    agent = Agent(
+        model=ScriptedModel.of("ok"),
+        session=await Session.load(store, session_id),
+        clock=clock,  # type: ignore[arg-type]
+        context=ContextManager(context_window=100_000),
+    )
+
+    with pytest.raises(ConfigError) as caught:
+        await agent.run("hello")
+    await store.aclose()
+
+    assert caught.value.field == "clock"
+    value = clock()
+    assert caught.value.value is value or caught.value.value == value
+    assert "a finite int or float (from the clock" in str(caught.value)
+    assert await _stored(path, session_id) == (
+        ["done"],
+        ["remember: the code is 42", "noted"],
+    )
+
+
+class StopsTelling:
+    """A clock that tells the time `good` times, then answers None."""
+
+    def __init__(self, good: int) -> None:
+        self.good = good
+
+    def __call__(self) -> float | None:
+        self.good -= 1
+        return 1_700_000_000.0 if self.good >= 0 else None
+
+
+@pytest.mark.parametrize("good", [2, 3], ids=lambda n: f"after-{n}")
+async def test_a_clock_that_fails_mid_run_leaves_earlier_runs_loadable(
+    tmp_path: Path, good: int
+) -> None:
+    path = tmp_path / "s.db"
+    session_id = await _first_run(path)
+    store = SQLiteStore(path)
+    agent = Agent(
+        model=ScriptedModel.of("ok"),
+        session=await Session.load(store, session_id),
+        clock=StopsTelling(good),  # type: ignore[arg-type]
+        context=ContextManager(context_window=100_000),
+    )
+
+    with pytest.raises(ConfigError, match="invalid clock=None"):
+        await agent.run("hello")
+    await store.aclose()
+
+    # The run that met the bad reading stays open, as after a crash; the
+    # runs before it load as they were.
+    outcomes, history = await _stored(path, session_id)
+    assert outcomes == ["done", "running"]
+    assert history == ["remember: the code is 42", "noted"]
+
+
+async def test_a_clock_giving_whole_seconds_is_a_clock(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    agent = Agent(
+        model=ScriptedModel.of("ok"),
+        store=SQLiteStore(path),
+        clock=lambda: 1_700_000_000,
+        context=ContextManager(context_window=100_000),
+    )
+
+    assert (await agent.run("hello")).ok
+
+    outcomes, _ = await _stored(path, agent.session.id)
+    assert outcomes == ["done"]
