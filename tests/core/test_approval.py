@@ -29,7 +29,7 @@ from turnfsm.core import (
     ToolsFinished,
     TurnMachine,
 )
-from turnfsm.errors import Cancelled, InvalidMessage
+from turnfsm.errors import Cancelled, ConfigError, InvalidMessage
 from turnfsm.messages import MessageLog, Role, ToolResultPart
 
 SPEC = load_machine(REPO_ROOT / "machines" / "approval.toml")
@@ -139,6 +139,59 @@ def test_a_rejection_for_a_call_that_is_not_open_is_refused() -> None:
 
     assert (caught.value.field, caught.value.value) == ("tool_result.call_id", "mv")
     assert machine.snapshot == before
+
+
+TAKEN = [
+    ToolCallsReviewed.approve_all(),
+    ToolCallsReviewed.reject({"ls": "no"}),
+    ToolCallsReviewed(results=[result("rm", id="r1"), result("ls", id="r2")]),
+    ToolCallsReviewed(
+        results=[result("rm", id="r1"), result("ls", id="r2"), user("thanks")]
+    ),
+    RunCancelled(reason="no"),
+    MessageInjected(message=user("and be careful")),
+]
+
+
+@pytest.mark.parametrize("answer", TAKEN, ids=lambda e: type(e).__name__)
+def test_the_pause_takes_every_answer_the_brain_takes(answer: object) -> None:
+    WAITING.check_answer(answer)
+    paused().handle(answer)  # type: ignore[arg-type]
+
+
+REFUSED = [
+    (ToolCallsReviewed.reject({"mv": "unknown"}), "event.results.call_id", "mv"),
+    (
+        ToolCallsReviewed(results=[result("rm", id="r1"), result("rm", id="r2")]),
+        "event.results.call_id",
+        "rm",
+    ),
+    (ToolCallsReviewed(results=[user("ok", id="u9")]), "event.results", "rm"),
+]
+
+
+@pytest.mark.parametrize(
+    ("answer", "field", "value"), REFUSED, ids=["unknown", "twice", "no result"]
+)
+def test_the_pause_refuses_what_the_brain_would_fail_on(
+    answer: ToolCallsReviewed, field: str, value: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        WAITING.check_answer(answer)
+
+    assert (caught.value.field, caught.value.value) == (field, value)
+    assert "rm, ls" in caught.value.expected
+    with pytest.raises(InvalidMessage):
+        paused().handle(answer)
+
+
+@pytest.mark.parametrize("answer", ["approve", 5, None, Signal(name="go")])
+def test_the_pause_refuses_what_its_phase_does_not_accept(answer: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        WAITING.check_answer(answer)
+
+    assert (caught.value.field, caught.value.value) == ("event", answer)
+    assert caught.value.expected.endswith(", ".join(ACCEPTS))
 
 
 def test_a_result_missing_after_the_review_never_reaches_the_model() -> None:

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
 import anyio
 import attrs
 import pytest
 
 from turnfsm import Agent, approval_machine
-from turnfsm.core import RunCancelled, Signal, ToolCallsReviewed
+from turnfsm.core import Event, MessageInjected, RunCancelled, Signal, ToolCallsReviewed
 from turnfsm.errors import Cancelled, ConfigError, SessionBusy
 from turnfsm.hooks import Hook, RunEndInfo
+from turnfsm.messages import Message
 from turnfsm.persistence import (
     MachineStored,
     MemoryStore,
     Session,
+    SessionStore,
+    SQLiteStore,
     dump_session,
     load_session,
 )
@@ -49,7 +53,7 @@ def _asking_model() -> ScriptedModel:
     )
 
 
-def _agent(model: object, store: MemoryStore, **options: object) -> Agent:
+def _agent(model: object, store: SessionStore, **options: object) -> Agent:
     return Agent(
         model=model, tools=[delete], machine=approval_machine(), store=store, **options
     )
@@ -154,6 +158,94 @@ async def test_resume_refuses_what_the_pause_does_not_accept() -> None:
     assert done.ok
     with pytest.raises(ConfigError, match="it is done"):
         await agent.resume(first.session_id, first.run_id, None)
+
+
+async def _refused_then_answered(path: Path, wrong: object) -> ConfigError:
+    """Pause a run on a SQLite file, answer it `wrong`, then answer it right.
+
+    Returns the refusal, after checking that it wrote nothing and that a
+    fresh agent on the same file then carries the run to its end.
+    """
+    RAN.clear()
+    first = await _agent(_asking_model(), SQLiteStore(path)).run("clean up")
+    assert first.outcome == "paused"
+    before = await SQLiteStore(path).load(first.session_id)
+    agent = _agent(ScriptedModel.of("never asked"), SQLiteStore(path))
+    with pytest.raises(ConfigError) as refused:
+        await agent.resume(first.session_id, first.run_id, wrong)  # type: ignore[arg-type]
+    assert await SQLiteStore(path).load(first.session_id) == before
+    assert RAN == []
+    later = _agent(ScriptedModel.of("kept /etc/passwd"), SQLiteStore(path))
+    done = await later.resume(
+        first.session_id,
+        first.run_id,
+        ToolCallsReviewed.reject({"c2": "never touch /etc"}),
+    )
+    assert (done.outcome, done.text) == ("done", "kept /etc/passwd")
+    assert RAN == ["/tmp/a"]
+    session = await Session.load(SQLiteStore(path), first.session_id)
+    assert [r.outcome for r in session.runs] == ["done"]
+    return refused.value
+
+
+@pytest.mark.parametrize(
+    "wrong", ["approve", 5, {"approve": True}], ids=["str", "int", "dict"]
+)
+async def test_resume_refuses_an_answer_that_is_not_an_event(
+    tmp_path: Path, wrong: object
+) -> None:
+    with anyio.fail_after(20):
+        refused = await _refused_then_answered(tmp_path / "s.db", wrong)
+    assert (refused.field, refused.value) == ("event", wrong)
+    assert "accepts: message_injected, run_cancelled, tool_calls_reviewed" in str(
+        refused
+    )
+
+
+def _result(call_id: str) -> Message:
+    return Message.tool_result(call_id, "no", is_error=True)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "field", "value"),
+    [
+        (
+            ToolCallsReviewed.reject({"c1x": "typo in the id"}),
+            "event.results.call_id",
+            "c1x",
+        ),
+        (
+            ToolCallsReviewed.reject({"c1": "no", "c9": "no such call"}),
+            "event.results.call_id",
+            "c9",
+        ),
+        (
+            ToolCallsReviewed(results=[_result("c1"), _result("c1")]),
+            "event.results.call_id",
+            "c1",
+        ),
+        (
+            ToolCallsReviewed(results=[Message.user("looks fine")]),
+            "event.results",
+            "c1",
+        ),
+        (
+            MessageInjected(message=Message.tool_result("c1", "done", id="m1")),
+            "event.message",
+            "m1",
+        ),
+    ],
+    ids=["unknown id", "one unknown id", "answered twice", "no result", "injected"],
+)
+async def test_resume_refuses_an_answer_for_calls_the_run_does_not_wait_on(
+    tmp_path: Path, wrong: Event, field: str, value: str
+) -> None:
+    """Fed, such an answer would end the paused run failed: it is refused first."""
+    with anyio.fail_after(20):
+        refused = await _refused_then_answered(tmp_path / "s.db", wrong)
+    assert (refused.field, refused.value) == (field, value)
+    if field != "event.message":  # and the ids it waits on
+        assert "c1, c2" in refused.expected
 
 
 async def test_a_run_resumes_on_the_machine_it_began_on_without_its_file() -> None:

@@ -384,6 +384,9 @@ async def test_answer_takes_any_event_the_pause_accepts_and_queries_say_where(
             await run.answer(Signal(name="approved"))
         with pytest.raises(WorkflowUpdateFailedError):  # refused by the validator
             await run.handle.execute_update("answer", {"type": "Nope"})
+        # A review for a call the run does not wait on is refused, not fed.
+        with pytest.raises(ConfigError, match=r"'c9'.*\(c1, c2\)"):
+            await run.answer(ToolCallsReviewed.reject({"c9": "typo"}))
         await run.answer(ToolCallsReviewed.approve_all())
         result = await run.result()
         assert (await run.status()).outcome == "done"

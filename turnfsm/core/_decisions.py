@@ -8,9 +8,18 @@ from typing import Final, TypeAlias, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.core._events import (
+    EVENT_TYPES,
+    MessageInjected,
+    RunCancelled,
+    Signal,
+    ToolCallsReviewed,
+    ToolsFinished,
+    trigger_of,
+)
 from turnfsm.core._lines import CompactReason
-from turnfsm.errors import TurnFSMError
-from turnfsm.messages import Message, MessageLog, ToolCallPart
+from turnfsm.errors import ConfigError, InvalidMessage, TurnFSMError
+from turnfsm.messages import Message, MessageLog, OpenCalls, ToolCallPart
 
 __all__ = [
     "DECISION_TYPES",
@@ -150,6 +159,65 @@ class Pause:
     accepts: tuple[str, ...] = attrs.field(
         converter=_strings, validator=_checks.each(str, "a trigger name")
     )
+
+    def check_answer(self, event: object) -> None:
+        """Refuse `event` unless it is an answer this pause can take.
+
+        The answer must be an event whose trigger the phase accepts (or a
+        `RunCancelled`). The tool results it carries (`ToolCallsReviewed`,
+        `ToolsFinished`) must answer calls the pause waits on, each once,
+        before any other message; a message it adds (`MessageInjected`, a
+        `Signal`'s message) carries no tool calls or tool results. Every way
+        of answering a paused run asks this before anything is written: a
+        refused answer leaves the run paused, to be answered again, where
+        feeding it would end the run failed.
+
+        Raises:
+            ConfigError: `event` is not such an answer; names the field and
+                the value (the call id, with the ids the pause waits on).
+        """
+        if not isinstance(event, EVENT_TYPES) or (
+            trigger_of(event) not in self.accepts
+            and not isinstance(event, RunCancelled)
+        ):
+            raise ConfigError(
+                "event",
+                event,
+                f"an event the paused phase {self.phase!r} accepts: "
+                + ", ".join(self.accepts),
+            )
+        if isinstance(event, ToolCallsReviewed | ToolsFinished):
+            self._check_results(event.results)
+        elif isinstance(event, MessageInjected | Signal):
+            message = event.message
+            if message is not None and (message.tool_calls or message.tool_results):
+                raise ConfigError(
+                    "event.message",
+                    message.id,
+                    "a message without tool calls or tool results (their other "
+                    "half could never follow)",
+                )
+
+    def _check_results(self, results: tuple[Message, ...]) -> None:
+        """Refuse `results` unless they answer the waited calls as the brain checks."""
+        waited = tuple(call.id for call in self.calls)
+        listed = ", ".join(waited) or "none"
+        try:
+            OpenCalls(ids=waited).then(results)
+        except InvalidMessage as exc:
+            if exc.field == "tool_result.call_id":
+                raise ConfigError(
+                    "event.results.call_id",
+                    exc.value,
+                    f"the id of a tool call the paused run waits on ({listed}), "
+                    "each answered once",
+                ) from None
+            raise ConfigError(
+                "event.results",
+                exc.value,
+                f"a tool result for call {exc.value!r} before any other message "
+                f"(the paused run waits on {listed})",
+            ) from None
 
 
 Decision: TypeAlias = (

@@ -10,9 +10,7 @@ from turnfsm.core import (
     Event,
     MachineSpec,
     Pause,
-    RunCancelled,
     TurnMachine,
-    trigger_of,
 )
 from turnfsm.driver._effects import BUILTIN_EFFECTS
 from turnfsm.driver._replay import rebased, rebuild
@@ -158,8 +156,8 @@ def reopen(
     Raises:
         ConfigError: no such run; the run is not open; the machine it began
             on is neither `spec` nor in the log; an effect it needs is
-            missing; `event` is not what the paused phase accepts (None when
-            the run is not paused).
+            missing; `event` is not an answer the paused run takes
+            (`Pause.check_answer`), or not None when the run is not paused.
         ReplayDiverged: the log does not replay on the machine.
     """
     record = open_run(session, run_id)
@@ -190,16 +188,7 @@ def reopen(
     if event is None and not check:
         return record, machine
     if isinstance(decision, Pause):
-        if event is None or (
-            trigger_of(event) not in decision.accepts
-            and not isinstance(event, RunCancelled)
-        ):
-            raise ConfigError(
-                "event",
-                event,
-                f"an event the paused phase {decision.phase!r} accepts: "
-                + ", ".join(decision.accepts),
-            )
+        decision.check_answer(event)  # None is no answer
     elif event is not None:
         raise ConfigError("event", event, "None: the run is not paused")
     return record, machine

@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnfsm.driver import Delegation, Driver, RunControl
     from turnfsm.errors import (
+        ConfigError,
         InvalidMessage,
         TurnFSMError,
     )
@@ -330,6 +331,12 @@ class TurnWorkflow:
         except Exception as exc:
             raise _refused(exc) from None
         self._require_paused(trigger_of(parsed))
+        waiting = self._status.waiting
+        assert waiting is not None  # _require_paused
+        try:
+            waiting.check_answer(parsed)  # the call ids it answers, its messages
+        except ConfigError as exc:
+            raise _refused(exc) from None
 
     @workflow.update(name="inject")
     async def inject(self, message: str | dict[str, Any]) -> None:
