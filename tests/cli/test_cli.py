@@ -85,15 +85,16 @@ def test_run_names_the_missing_key(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert main(["run", "hi", "--model", "openai:gpt-4o-mini"]) == 2
-    assert "set OPENAI_API_KEY" in capsys.readouterr().err
+    assert "missing OPENAI_API_KEY" in capsys.readouterr().err
     assert main(["run", "hi", "--model", "anthropic:claude-x"]) == 2
-    assert "set ANTHROPIC_API_KEY" in capsys.readouterr().err
+    assert "missing ANTHROPIC_API_KEY" in capsys.readouterr().err
 
 
 def test_run_rejects_an_unknown_model_spec(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "hi", "--model", "gpt-4o"]) == 2
     err = capsys.readouterr().err
-    assert "invalid model='gpt-4o'" in err
+    assert "invalid --model='gpt-4o'" in err
+    assert "did you mean openai:gpt-4o?" in err
     assert "openai:MODEL" in err
 
 

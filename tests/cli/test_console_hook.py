@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import anyio
 import pytest
 
 from turnfsm import Agent, ContextManager
@@ -78,3 +79,31 @@ def test_it_is_exported_where_hooks_are() -> None:
     import turnfsm.hooks
 
     assert "ConsoleHook" in turnfsm.hooks.__all__
+
+
+async def slow(city: str) -> str:
+    """Take a long time.
+
+    Args:
+        city: where.
+    """
+    await anyio.sleep(30)
+    return city
+
+
+def test_a_tool_call_cut_short_is_said_to_be_interrupted() -> None:
+    out = io.StringIO()
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("slow", "c1", city="Oslo"))),
+        tools=[slow],
+        hooks=[ConsoleHook(out)],
+    )
+
+    async def cut_short() -> None:
+        with anyio.move_on_after(0.5):  # as Ctrl-C cancels `turnfsm run`
+            await agent.run("Weather?")
+
+    anyio.run(cut_short)
+
+    assert "[tool] slow interrupted" in out.getvalue().splitlines()
+    assert "CancelledError" not in out.getvalue()

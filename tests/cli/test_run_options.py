@@ -55,7 +55,7 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", CAREFUL, "--window", "9000"], "--window=9000", "with --agent"),
         (["--agent", CAREFUL, "--system", "hi"], "--system='hi'", "with --agent"),
         (["--agent", CAREFUL, "--tools", TOOLS], "--tools", "with --agent"),
-        ([], "--model=None", "--agent MODULE:ATTR"),
+        ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
         (["--model", "openai:o", "--machine", "none.toml"], "--machine", "No such"),
@@ -184,7 +184,7 @@ def test_abandon_needs_no_model_and_frees_the_session(
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["approve"], "invalid --model=None"),
+        (["approve"], "missing --model"),
         (["approve", "--model", "openai:gpt-4o"], "(delete_file)"),
         (["approve", "RUN", "run_nothere"], "invalid RUN='run_nothere'"),
         (["reject", "--agent", CAREFUL, "--call", "c9"], "invalid --call='c9'"),

@@ -192,7 +192,9 @@ def test_replay_reads_a_stored_session(tmp_path: Path, capsys: Capture) -> None:
     assert main(["replay", "--session", "ses_nope", *store]) == 2
     assert "ses_nope" in capsys.readouterr().err
     assert main(["replay"]) == 2
-    assert "a log file or --session ID" in capsys.readouterr().err
+    assert "missing LOG: expected a session log file, or --session ID" in (
+        capsys.readouterr().err
+    )
 
 
 @pytest.mark.parametrize(

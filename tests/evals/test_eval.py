@@ -88,7 +88,7 @@ def test_the_floor_fails_on_a_compactor_that_drops_everything(
         (["--strategy", "tests.evals.test_eval:TABLE"], "a ContextCompactor"),
         (["--floor", "80"], "invalid --floor=80.0: expected a share in 0..1"),
         (["--window", "0"], "invalid --window=0"),
-        (["some-session"], "invalid --probes=None"),
+        (["some-session"], "missing --probes"),
         (["--probes", "missing.toml"], "a readable probe file"),
         (["--prices", "gpt-nothing"], "invalid --prices='gpt-nothing'"),
     ],

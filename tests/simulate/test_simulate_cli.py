@@ -210,7 +210,7 @@ def test_cache_payback_prices_every_pass_against_the_prompt_cache(
         (["--summary-model", "nowhere"], "invalid --summary-model='nowhere'"),
         (
             ["--strategy", "layered", "--window", "4000", "--newest-exchange"],
-            "invalid --summary-model=None",
+            "missing --summary-model",
         ),
         (["--machine", "missing.toml"], "missing.toml"),
         (["--cache-payback", "3"], "invalid --cache-payback=3"),

@@ -53,9 +53,12 @@ def _trace_options() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from turnfsm import __version__
+
     parser = argparse.ArgumentParser(
         prog="turnfsm", description="LLM agent loops on a declarative Turn FSM."
     )
+    parser.add_argument("--version", action="version", version=f"turnfsm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     traced = _trace_options()
     demo = sub.add_parser(
@@ -124,7 +127,8 @@ def _parser() -> argparse.ArgumentParser:
         "one built of --model and the options below, printing the phases, the "
         "tool calls and the replies as they happen. Exit status: 0 done, "
         "1 failed, 2 could not start, 3 paused (answer it with `turnfsm "
-        "approve`).",
+        "approve`), 130 interrupted by Ctrl-C (carry it on with `turnfsm "
+        "resume`).",
     )
     run.add_argument("task", help="what the agent should do")
     run.add_argument(
@@ -196,7 +200,7 @@ def _agent_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--max-tokens",
         type=int,
-        default=256,
+        default=None,
         metavar="N",
         help="reply budget per model call (default 256; not with --agent)",
     )
@@ -213,14 +217,22 @@ def _answer_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
         "takes new runs",
     }
     for action, text in helps.items():
+        if action == "abandon":
+            needs = (
+                "It needs no model: only the store (--store, or your agent's "
+                "own with --agent MODULE:ATTR)."
+            )
+        else:
+            needs = (
+                "Going on needs the model (and your tools): --agent "
+                "MODULE:ATTR, or --model and --tools."
+            )
         answer = sub.add_parser(
             action,
             parents=[agent_options],
             help=text,
             description=f"{text[0].upper()}{text[1:]}. Shows the calls the run "
-            "waits on first. The run and its machine come from the store; "
-            "going on needs the model (and your tools): --agent MODULE:ATTR, "
-            "or --model and --tools.",
+            f"waits on first. The run and its machine come from the store. {needs}",
         )
         answer.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
         answer.add_argument(
@@ -238,9 +250,15 @@ def _answer_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
                 metavar="ID",
                 help="reject only this call (repeat it; default: every call)",
             )
-        if action in ("reject", "abandon"):
+        if action == "reject":
             answer.add_argument(
                 "--reason", metavar="TEXT", help="why (the model reads it)"
+            )
+        if action == "abandon":
+            answer.add_argument(
+                "--reason",
+                metavar="TEXT",
+                help="why (kept in the log as the run's error)",
             )
         answer.add_argument(
             "--force",
@@ -556,7 +574,12 @@ def _stdout_to_devnull() -> None:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    given = sys.argv[1:] if argv is None else argv
+    if not given:  # `turnfsm` alone: what it can do
+        parser.print_help()
+        return 0
+    args = parser.parse_args(given)
     if args.command in ("demo", "run"):
         from turnfsm.cli._tracing import traced
 

@@ -12,7 +12,6 @@ import contextlib
 import sys
 from typing import TextIO, final
 
-import anyio
 import attrs
 
 from turnfsm.cli._run import (
@@ -20,11 +19,13 @@ from turnfsm.cli._run import (
     AgentOptions,
     call_text,
     cli_store,
+    cli_words,
     close_model,
     hooks_for,
     load_cli_session,
     open_driver,
     report_result,
+    run_async,
 )
 from turnfsm.cli._stores import where
 from turnfsm.core import Event, ToolCallsReviewed
@@ -71,13 +72,13 @@ def run_answer(
     stream = out or sys.stdout
     name = f"turnfsm {command.action}"
     try:
-        return anyio.run(_answer, command, options, stream)
+        return run_async(_answer, command, options, stream)
     except SessionBusy as exc:
         hint = " (--force takes it over)" if exc.alive is not None else ""
         print(f"{name}: {exc}{hint}", file=sys.stderr)
         return 2
     except REPORTED as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
+        print(f"{name}: {cli_words(exc, options)}", file=sys.stderr)
         return 2
 
 

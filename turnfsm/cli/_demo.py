@@ -18,6 +18,13 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._demo_model import SimulatedModel, read_log, read_log_head
+from turnfsm.cli._run import (
+    AgentOptions,
+    interruptible,
+    report_interrupted,
+    run_and_close,
+    run_async,
+)
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.cli._strategies import DEMO_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
@@ -161,11 +168,13 @@ def run_demo(
         print(f"turnfsm demo: {exc}", file=sys.stderr)
         return 2
     if local:
-        return _run_local_demo(sink, stream, sessions, strategy, log)
+        return _run_local_demo(sink, stream, sessions, strategy, log, store)
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
     agent = build_demo_agent(sink, store=sessions, strategy=strategy)
     print(f"task: {TASK}\n", file=sink)
-    result = anyio.run(run_and_close_store, agent, TASK)
+    result = run_async(run_and_close_store, agent, TASK, stream)
+    if result is None:
+        return _interrupted(agent, sessions, store, stream)
     print(f"session {result.session_id} stored in {where(sessions)}", file=sink)
     if log is not None:
         count = dump_session(agent.session, log)
@@ -178,19 +187,42 @@ def run_demo(
     return 0
 
 
-async def run_and_close_store(agent: Agent, task: str) -> RunResult:
-    """Run `task`, then close the model's connections and the agent's store."""
-    from turnfsm.cli._run import run_and_close
+async def run_and_close_store(
+    agent: Agent, task: str, out: TextIO | None = None
+) -> RunResult | None:
+    """Run `task`, then close the model's connections and the agent's store.
 
+    Ctrl-C interrupts the run as it does ``turnfsm run``'s (its notice is
+    printed to `out`, else stdout): None then.
+    """
     try:
-        return await run_and_close(agent, task)
+        return await interruptible(
+            lambda: run_and_close(agent, task), out or sys.stdout
+        )
     finally:
         with anyio.CancelScope(shield=True):
             await close_store(agent.store)
 
 
+def _interrupted(
+    agent: Agent, store: SessionStore, spec: str | None, out: TextIO
+) -> int:
+    """Say how to end the demo run Ctrl-C interrupted; return 130.
+
+    The demo agent is not one `turnfsm resume` can name, and a new demo
+    is a new run: the hint is the `turnfsm abandon` that ends this one.
+    """
+    options = AgentOptions(store=spec)
+    return report_interrupted(agent.session.id, where(store), options, out, resume=None)
+
+
 def _run_local_demo(
-    sink: TextIO, stream: TextIO, store: SessionStore, strategy: str, log: str | None
+    sink: TextIO,
+    stream: TextIO,
+    store: SessionStore,
+    strategy: str,
+    log: str | None,
+    spec: str | None,
 ) -> int:
     window = LOCAL_WINDOW
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
@@ -219,9 +251,11 @@ def _run_local_demo(
             max_turns=LOCAL_MAX_TURNS,
         )
         print(f"task: {TASK}\n", file=sink)
-        result = anyio.run(run_and_close_store, agent, TASK)
+        result = run_async(run_and_close_store, agent, TASK, stream)
     finally:
         server.stop()
+    if result is None:
+        return _interrupted(agent, store, spec, stream)
     print(f"session {result.session_id} stored in {where(store)}", file=sink)
     if log is not None:
         count = dump_session(agent.session, log)

@@ -154,7 +154,7 @@ def _summary_model(
         )
     from turnfsm.cli._run import open_model
 
-    model, _window = stack.enter_context(open_model(spec))
+    model, _window = stack.enter_context(open_model(spec, field="--summary-model"))
     return model, spec
 
 
@@ -167,7 +167,7 @@ def _judge(
         return summary
     from turnfsm.cli._run import open_model
 
-    model, _window = stack.enter_context(open_model(command.judge))
+    model, _window = stack.enter_context(open_model(command.judge, field="--judge"))
     return model
 
 

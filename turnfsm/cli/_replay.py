@@ -83,8 +83,10 @@ def _open(
     path: str | None, store: str | None, session_id: str | None
 ) -> tuple[Session, str, list[int] | None, Tree]:
     """The session, where it came from, each entry's file line, its sub-agents."""
-    if (path is None) == (session_id is None):
-        raise ConfigError("replay", path, "a log file or --session ID (one of them)")
+    if path is None and session_id is None:
+        raise ConfigError("LOG", None, "a session log file, or --session ID")
+    if path is not None and session_id is not None:
+        raise ConfigError("--session", session_id, f"no --session with a LOG ({path})")
     if path is not None:
         with open(path, "rb") as file:
             data = file.read()

@@ -15,12 +15,13 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, TextIO, final
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, TextIO, TypeVar, final
 
 import anyio
 import attrs
 
+from turnfsm import _checks
 from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
@@ -29,21 +30,34 @@ from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec
 from turnfsm.driver import Driver, RunResult
-from turnfsm.errors import ConfigError, SessionNotFound, SubagentWaiting, TurnFSMError
+from turnfsm.errors import (
+    ConfigError,
+    PinnedTooLarge,
+    SessionNotFound,
+    SubagentWaiting,
+    TurnFSMError,
+)
 from turnfsm.hooks import ConsoleHook, Hook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
-from turnfsm.providers import ModelClient, server_window, window_for
+from turnfsm.providers import ModelClient, known_window, server_window, window_for
 
 __all__ = [
     "STRATEGY_NAMES",
     "AgentOptions",
+    "cli_words",
+    "interruptible",
     "open_model",
+    "report_interrupted",
     "report_result",
     "run_and_close",
+    "run_async",
     "run_task",
 ]
 
 _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+DEFAULT_MAX_TOKENS = 256
+"""The reply budget per model call when ``--max-tokens`` is not given."""
 
 STRATEGY_NAMES = AGENT_STRATEGIES
 """The compactors ``--strategy`` names (every shipped one but ``digest``)."""
@@ -74,17 +88,30 @@ class AgentOptions:
     store: str | None = None
 
     def flags(self) -> list[str]:
-        """The options another command needs to find this agent and store."""
-        flags: list[str] = []
-        for name in ("agent", "model", "tools", "machine", "strategy", "system"):
-            value = getattr(self, name)
-            if value is not None:
-                flags += [f"--{name}", value]
-        if self.window is not None:
-            flags += ["--window", str(self.window)]
-        if self.store is not None:
-            flags += ["--store", self.store]
-        return flags
+        """The options another command needs to build this agent again.
+
+        Every option given, as the command line spells it: `resume`,
+        `approve` and `reject` go on with the agent the run had.
+        """
+        return _flags(self, attrs.fields(AgentOptions))
+
+    def store_flags(self) -> list[str]:
+        """The options another command needs to find this agent's store.
+
+        ``--store``, else ``--agent`` (your agent may keep its own store):
+        what `abandon` needs, which goes on with no model.
+        """
+        fields = attrs.fields(AgentOptions)
+        return _flags(self, (fields.store,) if self.store else (fields.agent,))
+
+
+def _flags(options: AgentOptions, fields: Sequence[attrs.Attribute[Any]]) -> list[str]:
+    flags: list[str] = []
+    for field in fields:
+        value = getattr(options, field.name)
+        if value is not None:
+            flags += [f"--{field.name.replace('_', '-')}", str(value)]
+    return flags
 
 
 def _refuse_with_agent(options: AgentOptions) -> None:
@@ -141,6 +168,13 @@ def open_driver(
         own = None if isinstance(agent.store, MemoryStore) else agent.store
         yield agent.driver, own
         return
+    tokens = _checks.integer(low=1, optional=True, expected="an int >= 1")
+    for flag, value in (
+        ("--window", options.window),
+        ("--n-ctx", options.n_ctx),
+        ("--max-tokens", options.max_tokens),
+    ):
+        _checks.check(value, flag, tokens)
     tools = load_tools(options.tools) if options.tools else []
     if options.machine is not None:
         try:
@@ -184,7 +218,9 @@ def _driver(
         tools=tools,
         system_prompt=options.system,
         context=ContextManager(*strategy, **settings),
-        max_output_tokens=options.max_tokens,
+        max_output_tokens=(
+            DEFAULT_MAX_TOKENS if options.max_tokens is None else options.max_tokens
+        ),
         **extra,
     )
 
@@ -203,7 +239,11 @@ class NoModel:
 
 @contextlib.contextmanager
 def open_model(
-    spec: str, *, n_ctx: int = 4096, window: int | None = None
+    spec: str,
+    *,
+    n_ctx: int = 4096,
+    window: int | None = None,
+    field: str = "--model",
 ) -> Iterator[tuple[ModelClient, int]]:
     """Yield the model named by `spec` and its context window.
 
@@ -217,6 +257,8 @@ def open_model(
     200,000 for an unknown ``openai:`` or ``anthropic:`` model. A `window`
     larger than the model's known one is refused (`WindowTooLarge`, naming
     ``--window``).
+
+    `field` is the option that gave `spec`, as an error names it.
 
     Only the provider `spec` needs is imported: a missing SDK is named with
     the extra that brings it, before a missing API key.
@@ -237,8 +279,10 @@ def open_model(
             from turnfsm.providers import AnthropicModel
 
             maker = AnthropicModel
-        if not os.environ.get(_KEYS[kind]):
-            raise ConfigError("api_key", None, f"set {_KEYS[kind]} to use {spec}")
+        key = _KEYS[kind]
+        if not os.environ.get(key):
+            expected = f"the API key for {spec} in the environment (export {key}=...)"
+            raise ConfigError(key, None, expected)
         client = maker(model=name)
         yield client, window_for(client, window, field="--window")
         return
@@ -262,9 +306,12 @@ def open_model(
         given = window if window is not None else default
         yield remote, window_for(remote, given, field="--window")
         return
-    raise ConfigError(
-        "model", spec, "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
-    )
+    expected = "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
+    for kind in _KEYS:  # a known model's bare name: say which prefix it takes
+        if ":" not in spec and known_window(spec, provider=kind) is not None:
+            expected += f" (did you mean {kind}:{spec}?)"
+            break
+    raise ConfigError(field, spec, expected)
 
 
 def local_client(
@@ -368,31 +415,70 @@ def run_task(
     user data directory); `session_id` continues a stored session.
 
     Returns 0 when the run is done, 1 when it failed, 3 when it paused (it
-    waits for an answer: ``turnfsm approve``), 2 when it could not start.
+    waits for an answer: ``turnfsm approve``), 2 when it could not start,
+    130 when Ctrl-C interrupted it.
     """
     stream = out or sys.stdout
     try:
         with open_driver(options) as (driver, own):
-            result, place, session = anyio.run(
+            result, place, session = run_async(
                 _run, driver, own, task, options, session_id, stream
             )
     except REPORTED as exc:
-        print(f"turnfsm run: {exc}", file=sys.stderr)
+        print(f"turnfsm run: {cli_words(exc, options)}", file=sys.stderr)
         return 2
     if result is None:  # Ctrl-C: the run is logged interrupted
-        command = shlex.join([session, *options.flags()])
-        print(f"\nsession {session} stored in {place}", file=stream)
-        print(
-            "run interrupted: what it finished is kept; go on with: turnfsm resume "
-            f"{command} (or end it: turnfsm abandon {command})",
-            file=stream,
-        )
-        return INTERRUPTED_STATUS
+        resume = shlex.join(["turnfsm", "resume", session, *options.flags()])
+        return report_interrupted(session, place, options, stream, resume=resume)
     return report_result(result, place, options, stream)
 
 
 INTERRUPTED_STATUS = 130
 """The exit status of a run Ctrl-C interrupted (128 + SIGINT, as shells use)."""
+
+T = TypeVar("T")
+
+
+def run_async(func: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """`anyio.run` for a command: an error a task group wrapped is raised as itself.
+
+    A task group raises what failed inside it in an `ExceptionGroup`; a
+    command reports the one error it holds (a typed turnfsm error, say) on
+    one line, as it would had no task group been there. A group of several
+    errors is raised as it is.
+    """
+    try:
+        return anyio.run(func, *args)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return found
+
+
+def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
+    """`exc`'s message, its advice in the options a command line user can change.
+
+    A run whose pinned messages cannot fit is told to raise ``--window`` or
+    lower ``--max-tokens`` (pin rules are set only in code: in your own
+    agent, given with ``--agent``, where the error's own advice holds).
+    """
+    if isinstance(exc, PinnedTooLarge) and options is not None and not options.agent:
+        budget = options.max_tokens or DEFAULT_MAX_TOKENS
+        return (
+            f"pinned messages do not fit: {exc.pinned} pinned tokens plus "
+            f"{exc.reserved} reserved (the reply budget, --max-tokens {budget}, and "
+            f"the system prompt and tool schemas) is {exc.used}, over the "
+            f"{exc.limit}-token window: raise --window or lower --max-tokens"
+        )
+    return str(exc)
 
 
 async def _run(
@@ -410,18 +496,30 @@ async def _run(
                 session = Session(store=store)
             else:
                 session = await load_cli_session(store, session_id)
-            result: RunResult | None = None
-            run_scope = anyio.CancelScope()
-            async with anyio.create_task_group() as watchers:
-                watchers.start_soon(_on_ctrl_c, run_scope, out)
-                with run_scope:
-                    result = await driver.run(
-                        task, session=session, hooks=hooks_for(out)
-                    )
-                watchers.cancel_scope.cancel()
+            result = await interruptible(
+                lambda: driver.run(task, session=session, hooks=hooks_for(out)), out
+            )
             return result, where(store), session.id
     finally:
         await close_model(driver)
+
+
+async def interruptible(
+    run: Callable[[], Awaitable[RunResult]], out: TextIO
+) -> RunResult | None:
+    """Await `run()`; None when Ctrl-C interrupted it (the run logs itself so).
+
+    The first Ctrl-C cancels the run, which keeps what it finished; a
+    second exits the process at once (status 130).
+    """
+    result: RunResult | None = None
+    run_scope = anyio.CancelScope()
+    async with anyio.create_task_group() as watchers:
+        watchers.start_soon(_on_ctrl_c, run_scope, out)
+        with run_scope:
+            result = await run()
+        watchers.cancel_scope.cancel()
+    return result
 
 
 async def _on_ctrl_c(run_scope: anyio.CancelScope, out: TextIO) -> None:
@@ -437,6 +535,35 @@ async def _on_ctrl_c(run_scope: anyio.CancelScope, out: TextIO) -> None:
                 flush=True,
             )
             run_scope.cancel()
+
+
+def report_interrupted(
+    session_id: str,
+    place: str,
+    options: AgentOptions,
+    out: TextIO,
+    *,
+    resume: str | None,
+) -> int:
+    """Print where an interrupted run is kept and how to go on; return 130.
+
+    `resume` is the command that carries the run on (None: none does, only
+    `turnfsm abandon` ends it).
+    """
+    abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
+    print(f"\nsession {session_id} stored in {place}", file=out)
+    if resume is None:
+        print(
+            f"run interrupted: what it finished is kept; end it with: {abandon}",
+            file=out,
+        )
+    else:
+        print(
+            f"run interrupted: what it finished is kept; go on with: {resume} "
+            f"(or end it: {abandon})",
+            file=out,
+        )
+    return INTERRUPTED_STATUS
 
 
 def report_result(

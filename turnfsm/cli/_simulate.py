@@ -203,10 +203,5 @@ def _summary_model(spec: str | None) -> Iterator[ModelClient | None]:
         return
     from turnfsm.cli._run import open_model
 
-    try:
-        with open_model(spec) as (model, _window):
-            yield model
-    except ConfigError as exc:
-        if exc.field == "model":
-            raise attrs.evolve(exc, field="--summary-model") from None
-        raise
+    with open_model(spec, field="--summary-model") as (model, _window):
+        yield model

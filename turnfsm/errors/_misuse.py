@@ -96,6 +96,8 @@ class ConfigError(TurnFSMError, ValueError):
     expected: str
 
     def __str__(self) -> str:
+        if self.value is None:  # the setting was not given
+            return f"missing {self.field}: expected {self.expected}"
         return f"invalid {self.field}={self.value!r}: expected {self.expected}"
 
 

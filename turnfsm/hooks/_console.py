@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any, TextIO, final
 
+import anyio
+
 from turnfsm.core import CompactReason, Measure, ModelReplied, emergency_line
 from turnfsm.core import threshold_line as _threshold_line
 from turnfsm.hooks._hook import Hook
@@ -236,7 +238,7 @@ class ConsoleHook(Hook):
         """Print how the tool call ended: its result's size, or its error."""
         name = info.call.call.name
         if info.error is not None:
-            self.print(f"[tool] {name} raised {type(info.error).__name__}")
+            self.print(f"[tool] {name} {_stopped(info.error)}")
             return
         result = info.result
         parts = result.tool_results if result is not None else ()
@@ -260,3 +262,10 @@ class ConsoleHook(Hook):
             f"{record.tokens_before} -> {record.tokens_after} tokens (estimated), "
             f"{len(record.covers)} -> {len(record.replacement)} messages{spent}"
         )
+
+
+def _stopped(error: BaseException) -> str:
+    """How a tool call that gave no result ended, in the user's words."""
+    if isinstance(error, anyio.get_cancelled_exc_class() | KeyboardInterrupt):
+        return "interrupted"  # Ctrl-C, a cancelled run or its deadline
+    return f"raised {type(error).__name__}"

@@ -1,0 +1,198 @@
+"""Ctrl-C and refusals at start, as a newcomer meets them on the command line.
+
+Ctrl-C is a SIGINT the model double sends its own process while it thinks:
+`turnfsm run` and `turnfsm demo` share one way of taking it (the run is logged
+interrupted, a hint says how to go on or end it, exit status 130). The hint
+is parsed back with the command line's own parser: it must name the agent the
+run had, every option of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+from tests.helpers import REPO_ROOT
+from turnfsm.cli import _options, _parser, main
+from turnfsm.cli._demo_model import SimulatedModel
+from turnfsm.cli._run import AgentOptions
+from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient
+
+Capture = pytest.CaptureFixture[str]
+
+
+async def _ctrl_c_while_thinking(request: ModelRequest) -> str:
+    """Press Ctrl-C (SIGINT to this process), then think until cancelled."""
+    os.kill(os.getpid(), signal.SIGINT)
+    await anyio.sleep(30)
+    raise AssertionError("Ctrl-C did not interrupt the run")
+
+
+@pytest.fixture
+def ctrl_c_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `--model` is a model double that Ctrl-C interrupts."""
+
+    @contextlib.contextmanager
+    def open_model(spec: str, **_: Any) -> Iterator[tuple[Any, int]]:
+        yield FakeModelClient(_ctrl_c_while_thinking), 8_000
+
+    monkeypatch.setattr("turnfsm.cli._run.open_model", open_model)
+
+
+def _hint(out: str, command: str) -> list[str]:
+    """The `turnfsm COMMAND ...` the interrupted run's hint prints, as argv."""
+    line = next(li for li in out.splitlines() if li.startswith("run interrupted"))
+    start = line.index(f"turnfsm {command} ")
+    words = shlex.split(line[start:].removesuffix(")"))
+    end = words.index("(or") if "(or" in words else len(words)
+    return words[1:end]
+
+
+def _stored(store: Path, session_id: str) -> Session:
+    async def load() -> Session:
+        async with SQLiteStore(store) as opened:
+            return await Session.load(opened, session_id)
+
+    return anyio.run(load)
+
+
+@pytest.mark.usefixtures("ctrl_c_model")
+def test_ctrl_c_s_resume_command_repeats_every_option_of_the_run(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    store = tmp_path / "s.db"
+    given = {
+        "--model": "http://127.0.0.1:9/v1#m",
+        "--tools": "tests.cli.approval_agent:delete_file",
+        "--machine": str(REPO_ROOT / "machines" / "turn.toml"),
+        "--strategy": "truncating",
+        "--system": "Be brief, please.",
+        "--window": "4000",
+        "--n-ctx": "2048",
+        "--max-tokens": "24",
+        "--store": str(store),
+    }
+    argv = ["run", "Delete the logs.", *[w for pair in given.items() for w in pair]]
+    ran = _options(_parser().parse_args(argv))
+    # Every option that shapes a built agent is given (a new one must be too).
+    unset = [f.name for f in attrs.fields(AgentOptions) if getattr(ran, f.name) is None]
+    assert unset == ["agent"]
+
+    assert main(argv) == 130
+
+    out, err = capsys.readouterr()
+    assert "interrupting: the run keeps what it finished" in out
+    assert "Traceback" not in out + err
+    resume = _hint(out, "resume")
+    assert _options(_parser().parse_args(resume)) == ran
+    abandon = _hint(out, "abandon")
+    assert abandon == ["abandon", resume[1], "--store", str(store)]
+    (run,) = _stored(store, resume[1]).runs
+    assert run.outcome == "interrupted"
+
+
+def test_ctrl_c_interrupts_the_demo_as_it_does_a_run(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Thinking(SimulatedModel):
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            await _ctrl_c_while_thinking(request)
+            raise AssertionError("unreachable")
+
+    monkeypatch.setattr("turnfsm.cli._demo.SimulatedModel", Thinking)
+    store = tmp_path / "demo.db"
+
+    assert main(["demo", "--store", str(store)]) == 130
+
+    out, err = capsys.readouterr()
+    assert "interrupting: the run keeps what it finished" in out
+    assert "Traceback" not in out + err
+    assert "go on with" not in out  # the demo agent is not one resume can name
+    abandon = _hint(out, "abandon")
+    session_id = abandon[1]
+    assert abandon == ["abandon", session_id, "--store", str(store)]
+    assert _stored(store, session_id).runs[0].outcome == "interrupted"
+
+    # The hint works: it ends the run, with no model.
+    assert main(abandon) == 0
+    out, err = capsys.readouterr()
+    assert "abandoned" in out, err
+    assert _stored(store, session_id).runs[0].outcome == "failed"
+
+
+def test_a_run_whose_pins_cannot_fit_is_refused_on_one_line(
+    capsys: Capture,
+) -> None:
+    argv = ["run", "hi", "--model", "http://127.0.0.1:9/v1#m", "--window", "100"]
+    argv += ["--store", "memory:"]
+
+    assert main(argv) == 2
+
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("turnfsm run: pinned messages do not fit: ")
+    assert "--max-tokens 256" in line
+    assert line.endswith("raise --window or lower --max-tokens")
+    assert "PinRules" not in line  # not a setting of the command line
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["run", "hi"], "turnfsm run: missing --model: expected a model"),
+        (["replay"], "turnfsm replay: missing LOG: expected a session log file"),
+        (
+            ["run", "hi", "--model", "http://127.0.0.1:9/v1", "--window", "-5"],
+            "turnfsm run: invalid --window=-5: expected an int >= 1",
+        ),
+        (
+            ["run", "hi", "--model", "local", "--max-tokens", "0"],
+            "turnfsm run: invalid --max-tokens=0: expected an int >= 1",
+        ),
+        (
+            ["run", "hi", "--model", "openai:gpt-4o-mini"],
+            "turnfsm run: missing OPENAI_API_KEY: expected the API key for "
+            "openai:gpt-4o-mini in the environment (export OPENAI_API_KEY=...)",
+        ),
+        (
+            ["run", "hi", "--model", "gpt-4o-mini"],
+            "(did you mean openai:gpt-4o-mini?)",
+        ),
+    ],
+)
+def test_a_refusal_speaks_the_command_line_s_words(
+    argv: list[str], said: str, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+    assert main([*argv, "--store", "memory:"]) == 2
+
+    err = capsys.readouterr().err
+    assert said in err
+    assert "None" not in err
+
+
+def test_version_and_no_arguments(capsys: Capture) -> None:
+    from turnfsm import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"turnfsm {__version__}\n"
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: turnfsm")
+    assert "run one task" in out  # the subcommands, with their help
