@@ -92,7 +92,9 @@ def _check_options(options: Mapping[str, Any]) -> None:
             hint = f"did you mean {close[0]!r}?" if close else "see Driver"
             raise ConfigError(name, options[name], f"a known Agent setting ({hint})")
     if "model" not in options:
-        raise ConfigError("model", None, "a ModelClient (model= is required)")
+        raise ConfigError(
+            "model", None, "a ModelClient (model= is required)", missing=True
+        )
 
 
 def _driver_of(agent: object) -> object:

@@ -115,6 +115,26 @@ def test_the_options_build_the_agent(
         assert check(driver)
 
 
+@pytest.mark.parametrize(
+    ("spec", "calibrated"),
+    [
+        ("openai:gpt-4o", False),  # the default counter errs high on its tokens
+        ("anthropic:claude-3-5-haiku-latest", True),
+        ("http://127.0.0.1:9/v1#any", True),
+    ],
+)
+def test_an_agent_calibrates_unless_its_model_counts_as_openais_do(
+    spec: str, calibrated: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model with a tokenizer of its own makes its agent learn the ratio."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    options = AgentOptions(model=spec, window=8_000)
+    with open_driver(options) as (driver, _):
+        assert driver.context is not None
+        assert driver.context.calibrate is calibrated
+
+
 def _compactor(driver: object, kind: type) -> bool:
     context = getattr(driver, "context", None)
     return isinstance(getattr(context, "compactor", None), kind)

@@ -288,4 +288,5 @@ def _check_tools(driver: Driver, run: RunRecord, command: AnswerCommand) -> None
             None,
             f"the tools the run calls ({', '.join(missing)}): give your agent "
             "with --agent MODULE:ATTR, or --tools MODULE:FUNC,...",
+            missing=True,
         )

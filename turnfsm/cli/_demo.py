@@ -114,7 +114,8 @@ def build_demo_agent(
     Its sessions go to `store` (a private `MemoryStore` if None); it
     compacts with `strategy` (see `demo_compactor`) when a request passes
     `threshold` percent of `window`. A real `model` answers in at most
-    `LOCAL_MAX_TOKENS` tokens.
+    `LOCAL_MAX_TOKENS` tokens, and the agent calibrates its estimates by
+    what that model reports (it counts its own way).
     """
     return Agent(
         store=store if store is not None else MemoryStore(),
@@ -127,6 +128,8 @@ def build_demo_agent(
             ),
             context_window=window,
             threshold=threshold,
+            # A real (local) model counts its own way: learn by how much.
+            calibrate=model is not None,
         ),
         hooks=[ConsoleHook(out)],
         max_output_tokens=None if model is None else LOCAL_MAX_TOKENS,

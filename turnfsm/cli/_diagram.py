@@ -265,7 +265,9 @@ def run_overlay(
     children: list[_Child] = []
     try:
         if output is None:
-            raise ConfigError("-o", None, f"the file to draw into ({_formats()})")
+            raise ConfigError(
+                "-o", None, f"the file to draw into ({_formats()})", missing=True
+            )
         _checks.check(depth, "--depth", _checks.integer(low=0))
         found = anyio.run(_stored_runs, store, runs, depth, children) if runs else []
         found += _traced_runs(traces)
@@ -421,7 +423,9 @@ def _machine_for(runs: list[_Run], path: str | None) -> tuple[MachineSpec, list[
         names = sorted({str(r.machine) for r in runs})
         if len(names) != 1 or runs[0].machine is None:
             ran = f"the runs ran on {', '.join(names)}" if runs else "no run given"
-            raise ConfigError("--machine", None, f"the machine file to draw ({ran})")
+            raise ConfigError(
+                "--machine", None, f"the machine file to draw ({ran})", missing=True
+            )
         shipped = machines_dir() / f"{names[0]}.toml"
         stock = load_machine(shipped) if shipped.is_file() else None
         same = stock is not None and {r.digest for r in runs} <= {
@@ -433,7 +437,7 @@ def _machine_for(runs: list[_Run], path: str | None) -> tuple[MachineSpec, list[
             return logged, runs
         if stock is None:
             expected = f"the machine file of {names[0]!r} (not a shipped one)"
-            raise ConfigError("--machine", None, expected)
+            raise ConfigError("--machine", None, expected, missing=True)
         spec, kept = stock, runs
     if runs and not kept:
         raise ConfigError("--machine", path, "the machine the runs ran on")

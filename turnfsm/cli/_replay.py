@@ -84,7 +84,9 @@ def _open(
 ) -> tuple[Session, str, list[int] | None, Tree]:
     """The session, where it came from, each entry's file line, its sub-agents."""
     if path is None and session_id is None:
-        raise ConfigError("LOG", None, "a session log file, or --session ID")
+        raise ConfigError(
+            "LOG", None, "a session log file, or --session ID", missing=True
+        )
     if path is not None and session_id is not None:
         raise ConfigError("--session", session_id, f"no --session with a LOG ({path})")
     if path is not None:

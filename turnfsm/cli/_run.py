@@ -44,6 +44,7 @@ from turnfsm.providers import ModelClient, known_window, server_window, window_f
 __all__ = [
     "STRATEGY_NAMES",
     "AgentOptions",
+    "calibrates",
     "cli_words",
     "interruptible",
     "open_model",
@@ -190,6 +191,7 @@ def open_driver(
                 None,
                 "a model (openai:MODEL, anthropic:MODEL, local, or a URL), "
                 "or your own agent with --agent MODULE:ATTR",
+                missing=True,
             )
         yield _driver(NoModel(), None, tools, machine, options), None
         return
@@ -211,6 +213,8 @@ def _driver(
     settings: dict[str, Any] = {}
     if window is not None:  # the model's, or --window (checked against it)
         settings["context_window"] = window
+    if calibrates(options.model):
+        settings["calibrate"] = True
     strategy = [compactor(options.strategy)] if options.strategy else []
     extra: dict[str, Any] = {} if machine is None else {"machine": machine}
     return Driver(
@@ -225,6 +229,18 @@ def _driver(
     )
 
 
+def calibrates(spec: str | None) -> bool:
+    """Whether an agent on the model `spec` scales its estimates by its reports.
+
+    The default counter errs high against OpenAI's tokenizers only: a
+    local model, a server of any model, or an Anthropic model counts its
+    own way (the bundled local model reads up to 1.7 times the estimate on
+    tool traffic), so the agent learns the ratio from the usage each call
+    reports (`ContextManager(calibrate=True)`).
+    """
+    return spec is not None and not spec.startswith("openai:")
+
+
 class NoModel:
     """The model of a command that must not call one (no ``--model`` given)."""
 
@@ -234,6 +250,7 @@ class NoModel:
             "--model",
             None,
             "a model to continue the run with (--model SPEC, or --agent MODULE:ATTR)",
+            missing=True,
         )
 
 
@@ -282,7 +299,7 @@ def open_model(
         key = _KEYS[kind]
         if not os.environ.get(key):
             expected = f"the API key for {spec} in the environment (export {key}=...)"
-            raise ConfigError(key, None, expected)
+            raise ConfigError(key, None, expected, missing=True)
         client = maker(model=name)
         yield client, window_for(client, window, field="--window")
         return

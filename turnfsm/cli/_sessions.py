@@ -138,6 +138,7 @@ class _NoModel:
             "--agent",
             None,
             "an agent (MODULE:ATTR) whose model can write the summary",
+            missing=True,
         )
 
 

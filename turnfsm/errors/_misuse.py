@@ -89,14 +89,19 @@ class DefinitionError(TurnFSMError, ValueError):
 
 @attrs.frozen(auto_exc=True)
 class ConfigError(TurnFSMError, ValueError):
-    """Raised when a setting is out of range; names the field and the value."""
+    """Raised when a setting is out of range; names the field and the value.
+
+    A setting that was not given at all (a command line option left out)
+    says so: `missing` is True and the message reads ``missing FIELD``.
+    """
 
     field: str
     value: Any
     expected: str
+    missing: bool = attrs.field(default=False, kw_only=True)
 
     def __str__(self) -> str:
-        if self.value is None:  # the setting was not given
+        if self.missing:
             return f"missing {self.field}: expected {self.expected}"
         return f"invalid {self.field}={self.value!r}: expected {self.expected}"
 
