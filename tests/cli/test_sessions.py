@@ -445,3 +445,14 @@ def test_load_still_rejects_other_entries_without_a_run(entry: Entry) -> None:
         _load_entries([reset, entry])
     assert raised.value.path == "entries[1]"
     assert "has no RunOpened before it" in raised.value.reason
+
+
+def test_compact_help_names_the_default_strategy(capsys: Capture) -> None:
+    with pytest.raises(SystemExit):
+        main(["sessions", "compact", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert (
+        "one, MaskingCompactor: it caps and digests tool results, then truncates"
+        in shown
+    )
+    assert "which truncates" not in shown

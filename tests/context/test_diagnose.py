@@ -278,6 +278,56 @@ def test_when_tool_results_are_not_the_bulk_the_hint_is_summarising() -> None:
     assert "ToolResultDigest" not in str(error)
 
 
+@pytest.mark.parametrize(
+    ("strategy", "largest"),
+    [
+        ("MaskingCompactor", (RESULT, USER, SYSTEM)),
+        ("LayeredCompactor", (RESULT, USER, SYSTEM)),
+        ("SummarizingCompactor", (USER, SYSTEM)),
+        ("LayeredCompactor", (USER, SYSTEM)),
+    ],
+)
+def test_the_hint_never_recommends_the_strategy_that_stalled(
+    strategy: str, largest: tuple[LargeItem, ...]
+) -> None:
+    error = CompactionStalled(used=9000, limit=9000, largest=largest, strategy=strategy)
+    hint = str(error).rpartition("; ")[2]
+
+    assert f"and {strategy} (the strategy in use) could not" in hint
+    assert hint.count("Compactor") == 1  # it names no other strategy to use
+    assert "a context window over 9000 tokens" in hint
+    assert "a smaller reply budget (max_output_tokens)" in hint
+    assert "fewer pinned messages" in hint
+
+
+def test_another_strategy_than_masking_is_told_to_use_it() -> None:
+    error = CompactionStalled(
+        used=9000, limit=9000, largest=(RESULT,), strategy="TruncatingCompactor"
+    )
+
+    assert str(error).endswith(
+        "; tool results fill it: MaskingCompactor caps, digests and cuts them to fit"
+    )
+
+
+def test_explain_names_the_strategy_in_use_and_the_log_keeps_it() -> None:
+    error = explain(
+        CompactionStalled(used=900, limit=900),
+        tool_heavy(),
+        COUNTER,
+        strategy="MaskingCompactor",
+    )
+
+    assert error.strategy == "MaskingCompactor"
+    assert "caps, digests" not in str(error)
+    again = round_trip(error)
+    assert isinstance(again, CompactionStalled)
+    assert again.strategy == "MaskingCompactor"
+    assert str(again) == str(error)
+    plain = serde.error_to_json(CompactionStalled(used=900, limit=900))
+    assert "strategy" not in plain  # unknown: written as before
+
+
 def test_compaction_failed_keeps_its_cause_positionally_and_lists_items() -> None:
     error = CompactionFailed(7, 8, "boom", largest=(RESULT,))
 

@@ -522,7 +522,8 @@ def _sessions_parser(sub: Any) -> None:
         "--agent",
         metavar="MODULE:ATTR",
         help="the agent whose context manager compacts (default: the default "
-        "one, which truncates and calls no model)",
+        "one, MaskingCompactor: it caps and digests tool results, then "
+        "truncates, and calls no model)",
     )
     reset = actions.add_parser(
         "reset-breaker",

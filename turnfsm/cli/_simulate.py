@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import anyio
 import attrs
@@ -81,26 +81,46 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
         session = await load_cli_session(store, command.session_id)
     finally:
         await close_store(store)
-    context = _context(session, command)
+    contexts = _contexts(session, command)
     machine = _machine(command.machine)
     with _summary_model(command.summary_model) as model:
         try:
             sim = await simulate(
                 session,
-                context=context,
+                context=contexts,
                 machine=machine,
                 summary_model=model,
                 prices=command.prices,
             )
         except ConfigError as exc:
-            if exc.field == "summary_model":
-                raise attrs.evolve(exc, field="--summary-model") from None
+            flags = {"summary_model": "--summary-model", "compactor": "--compactor"}
+            if exc.field in flags:
+                raise attrs.evolve(exc, field=flags[exc.field]) from None
             raise
+    first = session.runs[0].run_id
+    context = stored_context(session) if contexts is None else contexts[first]
     return sim, context
 
 
-def _context(session: Session, command: SimulateCommand) -> ContextManager:
-    """The stored settings, with the options given in their place."""
+_SIZING: Final = ("strategy", "compactor", "window", "threshold", "cache_payback")
+
+
+def _contexts(
+    session: Session, command: SimulateCommand
+) -> dict[str, ContextManager] | None:
+    """Each run's stored settings, with the options given in their place.
+
+    None when no option changes them: each run is simulated under its own
+    settings, and its passes must then be the recorded ones.
+    """
+    given = [getattr(command, name) is not None for name in _SIZING]
+    if not any(given) and not command.newest_exchange:
+        return None
+    return {run.run_id: _context(session, run.run_id, command) for run in session.runs}
+
+
+def _context(session: Session, run_id: str, command: SimulateCommand) -> ContextManager:
+    """Run `run_id`'s stored settings, with the options given in their place."""
     from turnfsm.cli._agents import load_object
     from turnfsm.cli._run import compactor
 
@@ -118,7 +138,7 @@ def _context(session: Session, command: SimulateCommand) -> ContextManager:
     if isinstance(chosen, ContextManager):
         context, chosen = chosen, None
     else:
-        context = _stored(session, given=chosen is not None)
+        context = _stored(session, run_id, given=chosen is not None)
     if command.newest_exchange:
         chosen = chosen if chosen is not None else context.compactor
         if not hasattr(chosen, "compact_newest_exchange"):
@@ -159,10 +179,10 @@ def _context(session: Session, command: SimulateCommand) -> ContextManager:
         raise attrs.evolve(exc, field=flags.get(exc.field, exc.field)) from None
 
 
-def _stored(session: Session, *, given: bool) -> ContextManager:
-    """The session's own settings; its compactor may be replaced (`given`)."""
+def _stored(session: Session, run_id: str, *, given: bool) -> ContextManager:
+    """A run's own settings; its compactor may be replaced (`given`)."""
     try:
-        return stored_context(session)
+        return stored_context(session, run_id=run_id)
     except ConfigError as exc:
         if exc.field != "compactor":
             raise
@@ -170,7 +190,7 @@ def _stored(session: Session, *, given: bool) -> ContextManager:
             raise attrs.evolve(exc, field="--compactor") from None
     # Its compactor cannot be made again, and another is given: the rest of
     # its settings still hold.
-    return stored_context(session, compactor=MaskingCompactor())
+    return stored_context(session, compactor=MaskingCompactor(), run_id=run_id)
 
 
 def _user_compactor(value: Any) -> ContextCompactor | ContextManager:

@@ -61,24 +61,33 @@ def largest_items(
     return tuple(item for _, item in ranked)
 
 
-def explain(error: _E, messages: Sequence[Message], counter: TokenCounter) -> _E:
+def explain(
+    error: _E,
+    messages: Sequence[Message],
+    counter: TokenCounter,
+    *,
+    strategy: str = "",
+) -> _E:
     """Return `error` naming the largest items of `messages`, if it can.
 
     A `ContextExceeded` (or subclass) whose `largest` is empty comes back as a
-    copy with `largest` filled by `largest_items`; any other error, or one
-    that names its items already, comes back unchanged (the same object).
+    copy with `largest` filled by `largest_items` and `strategy` set (its
+    message then advises what would help, never that strategy); any other
+    error, or one that names its items already, comes back unchanged (the
+    same object).
 
     Args:
         error: The error a run ended with.
         messages: The context the run could not fit.
         counter: The run's token counter.
+        strategy: The class name of the compactor in use (``""``: unknown).
     """
     if not isinstance(error, ContextExceeded) or error.largest:
         return error
     largest = largest_items(messages, counter)
     if not largest:
         return error
-    return attrs.evolve(error, largest=largest)
+    return attrs.evolve(error, largest=largest, strategy=strategy)
 
 
 def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[LargeItem]:

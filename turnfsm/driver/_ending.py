@@ -86,7 +86,10 @@ class Ending:
             # decided it: the log's decisions replay unchanged).
             context = self.before
             error = explain(
-                error, Joined(context.history, context.pending), manager.counter
+                error,
+                Joined(context.history, context.pending),
+                manager.counter,
+                strategy=type(manager.compactor).__name__,
             )
         if interrupted:
             outcome = "interrupted"

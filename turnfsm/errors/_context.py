@@ -72,25 +72,56 @@ def _items(value: Iterable[LargeItem]) -> tuple[LargeItem, ...]:
     return tuple(value)
 
 
-def _largest_text(largest: tuple[LargeItem, ...]) -> str:
+_MASKS: Final = frozenset({"MaskingCompactor", "LayeredCompactor"})
+"""The shipped strategies that cap and digest tool results."""
+
+_SUMMARISES: Final = frozenset({"SummarizingCompactor", "LayeredCompactor"})
+"""The shipped strategies that can summarise old turns."""
+
+
+def _largest_text(error: ContextExceeded) -> str:
     """Return the ``"; largest: ..."`` tail of a `ContextExceeded` message."""
+    largest = error.largest
     if not largest:
         return ""
     items = ", ".join(str(item) for item in largest)
-    # The hint follows where the listed tokens are: tool results shrink in
-    # place (digested), anything else only by summarising the old turns.
+    return f"; largest: {items}; {_hint(error)}"
+
+
+def _hint(error: ContextExceeded) -> str:
+    """What would help, given what fills the context and the strategy in use.
+
+    The hint follows where the listed tokens are: tool results shrink in
+    place (capped, digested), anything else only by summarising the old
+    turns. It never recommends the strategy that could not make it fit.
+    """
+    largest, strategy = error.largest, error.strategy
     results = sum(i.tokens for i in largest if i.kind == "tool_result")
+    fits = (
+        f"a context window over {error.used} tokens, a smaller reply budget "
+        "(max_output_tokens), or fewer pinned messages"
+    )
     if 2 * results >= sum(i.tokens for i in largest):
-        hint = (
-            "tool results fill it: MaskingCompactor (the default strategy) caps, "
-            "digests and cuts them to fit"
+        if strategy not in _MASKS:
+            default = " (the default strategy)" if not strategy else ""
+            return (
+                f"tool results fill it: MaskingCompactor{default} caps, digests "
+                "and cuts them to fit"
+            )
+        return (
+            f"tool results fill it, and {strategy} (the strategy in use) could "
+            "not cut them further: let it cut the newest exchange "
+            f"(compact_newest_exchange=True), or give the run {fits}"
         )
-    else:
-        hint = (
+    if strategy not in _SUMMARISES:
+        return (
             "messages fill it: SummarizingCompactor, or LayeredCompactor with a "
             "summary model, summarises old turns; or set a bigger context_window"
         )
-    return f"; largest: {items}; {hint}"
+    return (
+        f"messages fill it, and {strategy} (the strategy in use) could not "
+        f"summarise them small enough: give the run {fits}"
+    )
 
 
 @attrs.frozen(auto_exc=True)
@@ -100,7 +131,9 @@ class ContextExceeded(TurnFSMError):
     `used` and `limit` are payload-comparable token estimates. `limit` is the
     window when the compacted result still did not fit. `largest` lists the
     biggest items of the context, biggest first (empty when not measured);
-    the message then names them and the strategy that would shrink them.
+    the message then names them and what would shrink them, never the
+    strategy that could not: `strategy` is the class name of the compactor
+    in use (``""``: not known).
     """
 
     used: int
@@ -108,12 +141,18 @@ class ContextExceeded(TurnFSMError):
     largest: tuple[LargeItem, ...] = attrs.field(
         default=(), converter=_items, kw_only=True
     )
+    # Left out of the log while empty (the key `turnfsm.core.OMITTED_IF_DEFAULT`
+    # names; this module imports no other turnfsm module): an error keeps the
+    # form records written before the field have.
+    strategy: str = attrs.field(
+        default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
 
     def __str__(self) -> str:
         return (
             f"context exceeded: {self.used} tokens used, limit {self.limit}; "
             "use a bigger window or a compactor that shrinks harder"
-        ) + _largest_text(self.largest)
+        ) + _largest_text(self)
 
 
 @final
@@ -131,7 +170,7 @@ class CompactionStalled(ContextExceeded):
             f"{self.limit} before; nothing was saved (a vetoing hook or a "
             "conversation the compactor cannot cut) - see what is biggest, "
             "choose a strategy that shrinks it, or a bigger window"
-        ) + _largest_text(self.largest)
+        ) + _largest_text(self)
 
 
 @final
@@ -145,7 +184,7 @@ class CompactionFailed(ContextExceeded):
         return (
             f"compaction failed at {self.used} tokens (limit {self.limit}): "
             f"{self.cause}"
-        ) + _largest_text(self.largest)
+        ) + _largest_text(self)
 
 
 @final
@@ -201,7 +240,7 @@ class PinnedTooLarge(ContextExceeded):
             f"{self.reserved} reserved is {self.used}, over the {self.limit}-token "
             "window; pin less (switch off a pin rule in PinRules), shorten the "
             "pinned messages, or use a bigger window"
-        ) + _largest_text(self.largest)
+        ) + _largest_text(self)
 
 
 PinLoss = Literal["dropped", "altered", "moved"]

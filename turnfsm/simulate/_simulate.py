@@ -189,8 +189,11 @@ class Simulation:
         lines.append(f"passes: {len(self.passes)}")
         costs = self.pass_costs or (None,) * len(self.passes)
         for p, cost in zip(self.passes, costs, strict=True):
+            # A pass in turn t (t calls made) comes after call t, which the
+            # table numbers from 1: one before any call comes before call 1.
+            when = f"after call {p.turn}" if p.turn else "before call 1"
             lines.append(
-                f"  {p.run_id} after call {p.turn}: {p.reason} -> {p.verdict} "
+                f"  {p.run_id} {when}: {p.reason} -> {p.verdict} "
                 f"({p.strategy or 'no compactor'}, "
                 f"{p.tokens_before} -> {p.tokens_after} tokens"
                 + (f", summary ${_money(cost)})" if p.usage and priced else ")")
@@ -246,8 +249,17 @@ class _ReplayModel:
     def __init__(self, summary_model: ModelClient | None) -> None:
         self.summary_model = summary_model
         self.replies: list[tuple[Message, Usage | None]] = []
+        self.given = 0  # the current run's calls answered so far
         self.run_id = ""
         self.missing: ConfigError | None = None
+
+    def start(
+        self, run_id: str, replies: Sequence[tuple[Message, Usage | None]]
+    ) -> None:
+        """Answer run `run_id`'s calls with its recorded `replies` from now on."""
+        self.run_id = run_id
+        self.replies = list(replies)
+        self.given = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if _SUMMARY.get():
@@ -264,8 +276,13 @@ class _ReplayModel:
         if not self.replies:
             # The simulated run asks for more calls than the log recorded:
             # it ends there, as a failed call (the report says so).
-            raise ProviderError("no recorded reply left for this call", retryable=False)
+            raise ProviderError(
+                f"no recorded reply for call {self.given + 1} (the log holds "
+                f"{self.given}: the recorded run ended before it)",
+                retryable=False,
+            )
         message, usage = self.replies.pop(0)
+        self.given += 1
         return ModelResponse(message=message, usage=usage)
 
 
@@ -276,21 +293,27 @@ class _Reserved:
     The stored log keeps the size of each request (its messages, the system
     prompt, the tool schemas, the reply budget) but not the system prompt or
     the schemas themselves: the simulation's request carries one stand-in
-    text, counted as what the stored run reserved beside its messages.
+    text, counted as what the stored run reserved beside its messages before
+    the call the simulated run is about to make. The reply budget may change
+    within a run (one resumed with another ``--max-tokens``), so the figure
+    is the one the log shows for that call.
     """
 
     TEXT: Final = "\x00turnfsm simulate: the stored run's reserved tokens"
 
-    def __init__(self, inner: TokenCounter, reserved: int) -> None:
+    def __init__(
+        self, inner: TokenCounter, reserved: Sequence[int], model: _ReplayModel
+    ) -> None:
         self.inner = inner
         self.reserved = reserved
+        self.model = model
 
     def count(self, messages: Sequence[Message]) -> int:
         return self.inner.count(messages)
 
     def count_text(self, text: str) -> int:
         if text == self.TEXT:
-            return self.reserved
+            return self.reserved[min(self.model.given, len(self.reserved) - 1)]
         return self.inner.count_text(text)
 
 
@@ -342,24 +365,57 @@ def _effects(
     return {"run_tools": run_tools, "compact": compact}
 
 
-def _reserved(session: Session, run: RunRecord, counter: TokenCounter) -> int:
-    """What the stored run reserved beside its messages (0: no call to tell)."""
-    estimate = None
+def _reserved(
+    session: Session,
+    run: RunRecord,
+    counter: TokenCounter,
+    rewritten: dict[str, Message],
+    before: int,
+) -> list[int]:
+    """What the stored run reserved beside its messages, before each call.
+
+    The size measured right before a call (no pass in between), less the
+    messages the call saw, is the system prompt, the tool schemas and the
+    reply budget it was sent with. A call measured only before a pass takes
+    the figure of the call before it (the first call: of the next one, else
+    `before`, the previous run's last). `rewritten` carries what earlier
+    runs' passes rewrote under their ids, and is updated with this run's.
+    """
+    direct: list[int | None] = []
+    last: int | None = None
     for event in run.events:
         if isinstance(event, Measured):
-            estimate = event.estimate
+            last = event.estimate
+        elif isinstance(event, CompactionResult):
+            last = None  # the call is measured by the pass, not by the log
         elif isinstance(event, ModelReplied | OutputRejected):
-            break
-    if estimate is None or not run.turns:
-        return 0
-    messages = [session.message(i) for i in run.context(0)]
-    return max(0, estimate - counter.count(messages))
+            direct.append(last)
+            last = None
+    seen = _rewrites(run, rewritten)
+    figures: list[int | None] = []
+    for index, ids in enumerate(run.contexts()):
+        estimate = direct[index] if index < len(direct) else None
+        if estimate is None:
+            figures.append(None)
+            continue
+        view = seen[index] if index < len(seen) else rewritten
+        messages = [view.get(i) or session.message(i) for i in ids]
+        figures.append(max(0, estimate - counter.count(messages)))
+    known = next((f for f in figures if f is not None), before)
+    out: list[int] = []
+    for figure in figures:
+        known = known if figure is None else figure
+        out.append(known)
+    return out or [before]
 
 
 def stored_context(
-    session: Session, *, compactor: ContextCompactor | None = None
+    session: Session,
+    *,
+    compactor: ContextCompactor | None = None,
+    run_id: str | None = None,
 ) -> ContextManager:
-    """The context manager `session`'s first run ran with, as its log keeps it.
+    """The context manager a run of `session` ran with, as its log keeps it.
 
     The log keeps each run's context settings (`ContextSettings`): the
     compactor (a shipped strategy and its settings, or a compactor that can
@@ -372,22 +428,27 @@ def stored_context(
         session: A stored session.
         compactor: The compactor in the recorded one's place (None: the
             recorded one, made again).
+        run_id: The run (None: the session's first).
 
     Raises:
-        ConfigError: `session` has no runs, or its compactor cannot be made
-            again (field ``compactor``: only its class name is known; give
-            the context to simulate under).
+        ConfigError: `session` has no runs or no run `run_id`, or its
+            compactor cannot be made again (field ``compactor``: only its
+            class name is known; give the context to simulate under).
     """
-    return _stored(session, compactor)[0]
+    return _stored(session, compactor, run_id)[0]
 
 
 def _stored(
-    session: Session, compactor: ContextCompactor | None = None
+    session: Session,
+    compactor: ContextCompactor | None = None,
+    run_id: str | None = None,
 ) -> tuple[ContextManager, tuple[str, ...]]:
-    """The first run's context manager, and what standing in for it loses."""
+    """A run's context manager, and what standing in for it loses."""
     if not session.runs:
         raise ConfigError("session", session.id, "a session with at least one run")
-    run = session.runs[0]
+    if run_id is not None and not session.has_run(run_id):
+        raise ConfigError("run_id", run_id, f"a run of session {session.id}")
+    run = session.runs[0] if run_id is None else session.run(run_id)
     settings = run.opened.context
     if settings is not None:
         return _rebuilt(settings, compactor)
@@ -511,7 +572,7 @@ def _machine(session: Session, run: RunRecord) -> MachineSpec:
 async def simulate(
     session: Session,
     *,
-    context: ContextManager | None = None,
+    context: ContextManager | Mapping[str, ContextManager] | None = None,
     machine: MachineSpec | None = None,
     summary_model: ModelClient | None = None,
     prices: str | None = None,
@@ -521,13 +582,20 @@ async def simulate(
     The k-th model call of a run gets that run's k-th recorded reply; a
     tool call gets its recorded result by call id; a summary whose request
     is the recorded one (same conversation, same plan) is the recorded
-    summary. The stored session is never written to.
+    summary. Each call reserves beside its messages what the recorded call
+    did (the system prompt, the tool schemas and the reply budget, which may
+    differ from run to run). The stored session is never written to.
+
+    A simulated run that ends otherwise than the log says (another outcome,
+    another error, recorded replies left over) is listed in
+    `Simulation.differences`; under each run's own settings (no `context`),
+    so is one that made another number of compaction passes.
 
     Args:
         session: A stored session (e.g. from `Session.load`).
-        context: The context manager to simulate (None: the one the
-            session's first run ran with, made again from the settings its
-            log keeps, `stored_context`).
+        context: The context manager to simulate every run under, or one
+            per run id (None: the one each run ran with, made again from
+            the settings its log keeps, `stored_context`).
         machine: The machine to run on (None: the one kept in the log).
         summary_model: Answers the summaries a strategy asks for that were
             not recorded (None: such a summary is an error).
@@ -542,10 +610,11 @@ async def simulate(
 
     Raises:
         ConfigError: `session` is not a Session or has no runs, `prices`
-            names no model with known prices, no `context` is given and the
-            session's compactor cannot be made again (field ``compactor``),
-            a run needs a reply, a tool result or a summary that was not
-            recorded (the field is named).
+            names no model with known prices, `context` names no context
+            manager for a run, no `context` is given and a run's compactor
+            cannot be made again (field ``compactor``), a run needs a
+            reply, a tool result or a summary that was not recorded (the
+            field is named).
     """
     if not isinstance(session, Session):
         raise ConfigError("session", session, "a stored Session")
@@ -558,34 +627,26 @@ async def simulate(
         price = known_prices(prices)
         if price is None:
             raise ConfigError("prices", prices, "a model with known prices (gpt-4o)")
-    caveats: tuple[str, ...] = CAVEATS
-    if context is None:
-        manager, stand_ins = _stored(session)
-        caveats += stand_ins
-    else:
-        manager = context
-    if price is not None and manager.prices is None:
-        manager = attrs.evolve(manager, prices=price)
-    if manager.use_reported_usage:
-        caveats += (
-            "the provider's reported counts are the recorded ones, for the "
-            "recorded requests: after a pass the log does not hold, the "
-            "measurements that use them are what the recorded run reported",
-        )
-    reserved = _reserved(session, runs[0], manager.counter)
-    manager = attrs.evolve(manager, counter=_Reserved(manager.counter, reserved))
+    managers, caveats = _managers(session, context, price)
     model = _ReplayModel(summary_model)
     notes: list[str] = []
     sim = Session(session.id, store=MemoryStore())
     stored = dict(session.summary_texts)
+    rewritten: dict[str, Message] = {}
+    before = 0
     for run in runs:
         record = _recorded(run)
         budget = run.opened.budget
+        manager = managers[run.run_id]
+        reserved = _reserved(session, run, manager.counter, rewritten, before)
+        before = reserved[-1]
         driver = Driver(
             model=model,
             machine=machine if machine is not None else _machine(session, run),
-            system_prompt=_Reserved.TEXT if reserved else None,
-            context=manager,
+            system_prompt=_Reserved.TEXT if any(reserved) else None,
+            context=attrs.evolve(
+                manager, counter=_Reserved(manager.counter, reserved, model)
+            ),
             max_output_tokens=None,
             max_turns=budget.max_turns,
             max_overflow_retries=budget.max_overflow_retries,
@@ -598,26 +659,96 @@ async def simulate(
             effect_timeout=None,
             effects=_effects(record.results, stored),
         )
-        model.run_id = run.run_id
-        model.replies = list(record.replies)
+        model.start(run.run_id, record.replies)
         result = await driver.run(list(run.input), session=sim, run_id=run.run_id)
         if model.missing is not None:
             raise model.missing
-        notes.extend(_differences(run, result.outcome, len(model.replies)))
+        passes = len(sim.run(run.run_id).compactions) if context is None else None
+        notes.extend(
+            _differences(
+                run,
+                result.error,
+                _Ended(
+                    outcome=result.outcome, unused=len(model.replies), passes=passes
+                ),
+            )
+        )
     simulation = _report(session, sim, price, prices)
     return attrs.evolve(simulation, caveats=caveats, differences=tuple(notes))
 
 
-def _differences(run: RunRecord, outcome: str, unused: int) -> list[str]:
+def _managers(
+    session: Session,
+    context: ContextManager | Mapping[str, ContextManager] | None,
+    price: ModelPrices | None,
+) -> tuple[dict[str, ContextManager], tuple[str, ...]]:
+    """The context manager of each run, by run id, and the caveats they bring."""
+    caveats: list[str] = list(CAVEATS)
+    managers: dict[str, ContextManager] = {}
+    for run in session.runs:
+        if context is None:
+            manager, stand_ins = _stored(session, run_id=run.run_id)
+            caveats += [c for c in stand_ins if c not in caveats]
+        elif isinstance(context, ContextManager):
+            manager = context
+        elif isinstance(context, Mapping) and isinstance(
+            context.get(run.run_id), ContextManager
+        ):
+            manager = context[run.run_id]
+        else:
+            raise ConfigError(
+                "context",
+                context,
+                f"a ContextManager, or one per run id (none for run {run.run_id})",
+            )
+        if price is not None and manager.prices is None:
+            manager = attrs.evolve(manager, prices=price)
+        managers[run.run_id] = manager
+    if any(m.use_reported_usage for m in managers.values()):
+        caveats.append(
+            "the provider's reported counts are the recorded ones, for the "
+            "recorded requests: after a pass the log does not hold, the "
+            "measurements that use them are what the recorded run reported"
+        )
+    return managers, tuple(caveats)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class _Ended:
+    """How a simulated run ended: outcome, replies left, passes (None: not compared)."""
+
+    outcome: str
+    unused: int
+    passes: int | None
+
+
+def _differences(
+    run: RunRecord, error: BaseException | None, ended: _Ended
+) -> list[str]:
     """What a simulated run did that the stored one did not, in words."""
     notes = []
-    if outcome != run.outcome:
+    why = "" if error is None else f": {error}"
+    if ended.outcome != run.outcome:
         notes.append(
-            f"run {run.run_id} ended {outcome} in the simulation "
-            f"({run.outcome} in the log)"
+            f"run {run.run_id} ended {ended.outcome} in the simulation "
+            f"({run.outcome} in the log){why}"
         )
-    if unused:
-        notes.append(f"run {run.run_id} ended with {unused} recorded replies unused")
+    elif error is not None and type(error) is not type(run.error):
+        logged = "no error" if run.error is None else type(run.error).__name__
+        notes.append(
+            f"run {run.run_id} ended {ended.outcome} with {type(error).__name__} "
+            f"in the simulation ({logged} in the log){why}"
+        )
+    if ended.passes is not None and ended.passes != len(run.compactions):
+        notes.append(
+            f"run {run.run_id} made {ended.passes} compaction passes in the "
+            f"simulation ({len(run.compactions)} in the log)"
+        )
+    if ended.unused:
+        notes.append(
+            f"run {run.run_id} ended with {ended.unused} recorded replies unused"
+        )
     return notes
 
 
