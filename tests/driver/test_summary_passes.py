@@ -388,7 +388,7 @@ async def test_a_stall_names_what_is_big_and_still_replays() -> None:
     assert (biggest.kind, biggest.tool) == ("tool_result", "read_file")
     where = f"largest: tool result of read_file (call {biggest.call_id}) in turn 1"
     assert where in str(error)
-    assert "MaskingCompactor (the default strategy)" in str(error)
+    assert "MaskingCompactor caps, digests and cuts them to fit" in str(error)
     ended = session.runs[0]
     assert ended.error == error
     report = replay(default_machine(), session, ended.run_id)

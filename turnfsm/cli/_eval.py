@@ -139,7 +139,10 @@ def _probes(command: EvalCommand) -> tuple[Probe, ...]:
         return load_probes(command.probes)
     if command.sessions:
         raise ConfigError(
-            "--probes", None, "a probe file for your own sessions (TOML or JSON)"
+            "--probes",
+            None,
+            "a probe file for your own sessions (TOML or JSON)",
+            missing=True,
         )
     return corpus_probes()
 

@@ -135,7 +135,10 @@ def _machine(session: Session, run: RunRecord, path: str | None) -> MachineSpec:
     shipped = machines_dir() / f"{name}.toml"
     if not shipped.is_file():
         raise ConfigError(
-            "--machine", None, f"the machine file of {name!r} (not a shipped one)"
+            "--machine",
+            None,
+            f"the machine file of {name!r} (not a shipped one)",
+            missing=True,
         )
     return load_machine(shipped)
 

@@ -133,6 +133,7 @@ def _needs_prices(inst: ContextManager, _attr: object, value: int | None) -> Non
             None,
             "the model's prices (its name, or ModelPrices) when "
             f"cache_payback_calls={value} is set",
+            missing=True,
         )
 
 

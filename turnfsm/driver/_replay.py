@@ -347,5 +347,6 @@ def stored_machine(session: Session, record: RunRecord) -> MachineSpec:
             None,
             f"the machine run {record.run_id!r} began on ({opened.machine} "
             f"{opened.digest}); the log does not keep it: give its file",
+            missing=True,
         )
     return spec

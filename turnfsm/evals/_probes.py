@@ -140,5 +140,5 @@ def _probe(row: object, where: str) -> Probe:
     except TypeError:
         missing = sorted(known - {"session"} - set(row))
         raise ConfigError(
-            f"{where}.{missing[0]}", None, "a value (it is required)"
+            f"{where}.{missing[0]}", None, "a value (it is required)", missing=True
         ) from None

@@ -42,6 +42,7 @@ def resolve_api_key(
             None,
             f"set {env_var} or pass api_key= (or base_url= for a server that "
             "needs no key)",
+            missing=True,
         )
     return PLACEHOLDER_KEY
 

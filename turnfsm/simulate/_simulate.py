@@ -270,6 +270,7 @@ class _ReplayModel:
                     "a model for the summaries the strategy asks for: in run "
                     f"{self.run_id} a pass needs a summary the log does not "
                     "hold (its conversation differs from the recorded one)",
+                    missing=True,
                 )
                 raise self.missing
             return await self.summary_model.complete(request)
@@ -564,7 +565,10 @@ def _machine(session: Session, run: RunRecord) -> MachineSpec:
     kept = session.machine(run.opened.digest)
     if kept is None:
         raise ConfigError(
-            "machine", None, f"the machine of run {run.run_id} (not kept in its log)"
+            "machine",
+            None,
+            f"the machine of run {run.run_id} (not kept in its log)",
+            missing=True,
         )
     return kept
 
