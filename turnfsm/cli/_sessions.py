@@ -74,7 +74,7 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
 
 
 async def _run(command: SessionsCommand, out: TextIO) -> int:
-    store = open_cli_store(command.store)
+    store = open_cli_store(command.store, existing=command.action != "import")
     try:
         if command.action == "list":
             return await _list(store, out)
