@@ -491,3 +491,22 @@ def test_compact_help_names_the_default_strategy(capsys: Capture) -> None:
         in shown
     )
     assert "which truncates" not in shown
+
+
+def test_show_says_when_the_model_reported_no_usage(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    path = tmp_path / "s.db"
+
+    async def once() -> str:
+        async with SQLiteStore(path) as store:
+            driver = Driver(model=FakeModelClient(lambda r: "hi"))
+            result = await driver.run("hello", session=Session(store=store))
+            return result.session_id
+
+    sid = anyio.run(once)
+
+    assert main(["sessions", "show", sid, "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 turn(s)  usage not reported" in out
+    assert "(reported)" not in out
