@@ -145,6 +145,41 @@ def test_export_jsonl_imports_again_into_another_store(
     assert "already in" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sessions", "list"],
+        ["sessions", "show", "ses_x"],
+        ["replay", "--session", "ses_x"],
+        ["simulate", "ses_x"],
+        ["report", "ses_x", "-o", "r.html"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_a_reading_command_refuses_a_store_file_that_is_not_there(
+    tmp_path: Path, capsys: Capture, command: list[str]
+) -> None:
+    """A mistyped --store leaves no empty database behind."""
+    missing = tmp_path / "nothere.db"
+
+    assert main([*command, "--store", str(missing)]) == 2
+
+    assert "invalid --store=" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_export_writes_with_o_as_report_and_diagram_do(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    store = ["--store", str(tmp_path / "1.db")]
+    sid = _demo(capsys, *store)
+    log = tmp_path / "s.jsonl"
+
+    assert main(["sessions", "export", sid, "-o", str(log), *store]) == 0
+
+    assert log.read_text().startswith("{")
+
+
 def test_export_json_is_one_document_that_imports_too(
     tmp_path: Path, capsys: Capture
 ) -> None:
@@ -456,3 +491,22 @@ def test_compact_help_names_the_default_strategy(capsys: Capture) -> None:
         in shown
     )
     assert "which truncates" not in shown
+
+
+def test_show_says_when_the_model_reported_no_usage(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    path = tmp_path / "s.db"
+
+    async def once() -> str:
+        async with SQLiteStore(path) as store:
+            driver = Driver(model=FakeModelClient(lambda r: "hi"))
+            result = await driver.run("hello", session=Session(store=store))
+            return result.session_id
+
+    sid = anyio.run(once)
+
+    assert main(["sessions", "show", sid, "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 turn(s)  usage not reported" in out
+    assert "(reported)" not in out

@@ -359,7 +359,8 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument(
         "--out",
         default=None,
-        help="output directory (default: diagrams/ beside the machines directory)",
+        help="output directory (default: diagrams/ beside the machines directory;"
+        " ./diagrams for the shipped machines of an installed turnfsm)",
     )
     diagram.add_argument(
         "--check", action="store_true", help="fail if the committed diagrams are stale"
@@ -503,7 +504,12 @@ def _sessions_parser(sub: Any) -> None:
         help="jsonl: a header and one entry per line (default); json: one document",
     )
     export.add_argument(
-        "--out", metavar="FILE", help="write to FILE (default, or -: stdout)"
+        "-o",
+        "--output",
+        "--out",
+        dest="out",
+        metavar="FILE",
+        help="write to FILE (default, or -: stdout)",
     )
     load = actions.add_parser(
         "import", parents=[store], help="read an exported log into the store"

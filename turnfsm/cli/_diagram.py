@@ -332,7 +332,7 @@ async def _stored_runs(
     """The runs `given` names; their sub-agents `depth` levels down into `children`."""
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
-    sessions = open_cli_store(store)
+    sessions = open_cli_store(store, existing=True)
     loaded: dict[str, Session] = {}
     runs: dict[str, _Run] = {}  # a run named twice counts once
     try:

@@ -102,7 +102,7 @@ async def _load_stored(store: str | None, session_id: str) -> tuple[Session, str
     from turnfsm.cli._sessions import not_found
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
-    sessions = open_cli_store(store)
+    sessions = open_cli_store(store, existing=True)
     children: Tree = []
     try:
         session = await Session.load(sessions, session_id)

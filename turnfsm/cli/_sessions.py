@@ -74,7 +74,7 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
 
 
 async def _run(command: SessionsCommand, out: TextIO) -> int:
-    store = open_cli_store(command.store)
+    store = open_cli_store(command.store, existing=command.action != "import")
     try:
         if command.action == "list":
             return await _list(store, out)
@@ -265,10 +265,12 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     print(f"\nruns ({len(runs)}):", file=out)
     for run in runs:
         usage = run.usage
-        line = (
-            f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  "
+        said = (
             f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
+            if any(turn.usage is not None for turn in run.turns)
+            else "usage not reported"
         )
+        line = f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  {said}"
         if run.error is not None:
             line += f"  error: {_clip(str(run.error))}"
         print(line, file=out)

@@ -76,7 +76,7 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
         raise ConfigError(
             "--prices", command.prices, "a model with known prices (gpt-4o)"
         )
-    store = open_cli_store(command.store)
+    store = open_cli_store(command.store, existing=True)
     try:
         session = await load_cli_session(store, command.session_id)
     finally:

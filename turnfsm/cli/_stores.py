@@ -12,7 +12,7 @@ from pathlib import Path
 
 import attrs
 
-from turnfsm.errors import StoreDirectoryUnusable
+from turnfsm.errors import ConfigError, StoreDirectoryUnusable
 from turnfsm.persistence import (
     STORE_ENV,
     MemoryStore,
@@ -25,11 +25,16 @@ from turnfsm.persistence import (
 __all__ = ["close_store", "open_cli_store", "where"]
 
 
-def open_cli_store(spec: str | None) -> SessionStore:
+def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
     """Return the store `spec` names, or ``TURNFSM_STORE``'s, or the default file.
 
+    A command that only reads sessions passes `existing`: a store file the
+    user named that is not there is refused, not made (a mistyped path
+    would leave an empty database behind).
+
     Raises:
-        ConfigError: the spec names no store.
+        ConfigError: the spec names no store, or (with `existing`) a file
+            that does not exist; names the setting.
         StoreDirectoryUnusable: the file's directory is missing, or cannot
             be created or written (the setting that chose it is named).
         StoreUnusable: the file cannot be used (it was not changed).
@@ -41,10 +46,22 @@ def open_cli_store(spec: str | None) -> SessionStore:
         setting = STORE_ENV
     if spec is None:
         return SQLiteStore(_default_path())
+    path = _file_of(spec)
+    if existing and path is not None and not path.exists():
+        raise ConfigError(setting, spec, "a store file that exists (none is there)")
     try:
         return open_store(spec)
     except StoreDirectoryUnusable as exc:  # the setting the user chose it by
         raise attrs.evolve(exc, setting=setting) from None
+
+
+def _file_of(spec: str) -> Path | None:
+    """The file an SQLite `spec` names (a path or ``sqlite:///PATH``), else None."""
+    if spec.startswith("sqlite:///"):
+        return Path(spec.removeprefix("sqlite:///"))
+    if "://" in spec or spec.endswith(":"):
+        return None
+    return Path(spec)
 
 
 def _default_path() -> Path:

@@ -134,7 +134,7 @@ async def _load(
     store: str | None, session_id: str
 ) -> tuple[Session, str, list[Session]]:
     """The session, where it is kept, and the sessions below it."""
-    sessions = open_cli_store(store)
+    sessions = open_cli_store(store, existing=True)
     try:
         try:
             session = await Session.load(sessions, session_id)
@@ -199,7 +199,7 @@ def run_view(
 
 async def _not_found(exc: SessionNotFound, spec: str | None) -> SessionNotFound:
     """`exc`, naming the store and the stored ids closest to the one asked for."""
-    sessions = open_cli_store(spec)
+    sessions = open_cli_store(spec, existing=True)
     try:
         return await not_found(exc, sessions)
     finally:
@@ -207,7 +207,7 @@ async def _not_found(exc: SessionNotFound, spec: str | None) -> SessionNotFound:
 
 
 def _opener(spec: str | None) -> Callable[[], SessionStore]:
-    return lambda: open_cli_store(spec)
+    return lambda: open_cli_store(spec, existing=True)
 
 
 def _answerer(session_id: str, options: AgentOptions) -> Callable[[str, str], str]:

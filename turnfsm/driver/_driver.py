@@ -197,7 +197,10 @@ class Driver:
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(
         factory=default_machine,
-        validator=_checks.instance(MachineSpec, "a MachineSpec"),
+        validator=_checks.instance(
+            MachineSpec,
+            "a MachineSpec (load a machine file with turnfsm.load_machine(path))",
+        ),
     )
     effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=check_effects)
     subagents: Mapping[str, Driver] = attrs.field(factory=dict)

@@ -99,8 +99,6 @@ def _postgres(url: str) -> SessionStore:
     try:
         from turnfsm.persistence.postgres import PostgresStore
     except ImportError as exc:
-        raise ImportError(
-            f"a PostgreSQL store needs psycopg: install turnfsm[postgres] ({exc})"
-        ) from exc
+        raise ImportError(str(exc)) from exc  # it names the extra to install
     store: SessionStore = PostgresStore(url)
     return store
