@@ -269,11 +269,12 @@ def test_each_event_checks_only_the_new_messages(steps: list[int]) -> None:
                     phase="start", budget=BUDGET, history=machine.snapshot.history
                 ),
             )
+        asks = calling("c1", "c2")  # each run's reply is a message of its own
         script: list[Event] = [
             RunStarted(input=[user("again")]),
             Measured(estimate=10),
-            ModelReplied(message=ASKS),
-            ToolsFinished(results=results_for(ASKS)),
+            ModelReplied(message=asks),
+            ToolsFinished(results=results_for(asks)),
             Measured(estimate=10),
             ModelReplied(message=calling("c3")),
             ToolsFinished(results=[result("c3")]),
@@ -297,9 +298,42 @@ def test_a_restored_long_history_is_checked_once(steps: list[int]) -> None:
     first = steps[0]
 
     machine = TurnMachine.from_snapshot(load_turn_spec(), snapshot)
-    machine.handle(RunStarted(input=[U]))
+    machine.handle(RunStarted(input=[user("go on")]))
     decision = machine.handle(Measured(estimate=10))
 
     assert first == len(history)
     assert isinstance(decision, CallLLM)
     assert steps[0] - first <= 2
+
+
+# -- a message joins the conversation once --------------------------------------
+
+
+def test_a_result_under_an_id_the_conversation_has_is_refused() -> None:
+    machine = in_run_tools()
+
+    error = refused(
+        machine, ToolsFinished(results=[result("c1", id="u1"), result("c2")])
+    )
+
+    assert (error.field, error.value) == ("message.id", "u1")
+
+
+def test_an_injection_under_an_id_the_conversation_has_is_refused() -> None:
+    machine = in_run_tools()
+    machine.handle(MessageInjected(message=user("steer", id="s1")))  # waits
+
+    for taken in ("a1", "s1"):  # in pending, in the inbox
+        error = refused(
+            TurnMachine.from_snapshot(load_turn_spec(), machine.snapshot),
+            MessageInjected(message=user("again", id=taken)),
+        )
+        assert (error.field, error.value) == ("message.id", taken)
+
+
+def test_a_run_input_under_an_id_the_history_has_is_refused() -> None:
+    machine = TurnMachine.start(load_turn_spec(), budget=BUDGET, history=[U, reply()])
+
+    error = refused(machine, RunStarted(input=[user("again", id=U.id)]))
+
+    assert (error.field, error.value) == ("message.id", U.id)

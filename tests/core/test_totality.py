@@ -7,6 +7,7 @@ every machine that loads.
 
 from __future__ import annotations
 
+import itertools
 import json
 import typing
 from typing import TypeAlias
@@ -72,7 +73,15 @@ SENDS_ON = {"call_llm", "compact", "finish"}
 
 # -- values --------------------------------------------------------------------
 
-ids = st.integers(0, 999).map(lambda n: f"m{n}")
+_made = itertools.count()
+
+
+def fresh_id() -> str:
+    """A message id no other message has: a driver never repeats one."""
+    return f"m{next(_made)}"
+
+
+ids = st.builds(fresh_id)
 texts = st.text(alphabet="ab z", max_size=6)
 counts = st.integers(0, 25_000)
 call_ids = st.sampled_from(["c1", "c2", "c3"])
@@ -117,7 +126,7 @@ def answered(reply: Message, count: int | None = None) -> list[Message]:
     calls = reply.tool_calls[:count]
     return [
         reply,
-        *(Message.tool_result(c.id, "ok", id=f"r{i}") for i, c in enumerate(calls)),
+        *(Message.tool_result(c.id, "ok", id=fresh_id()) for c in calls),
     ]
 
 
@@ -337,8 +346,8 @@ def results_for_calls(calls: tuple[ToolCallPart, ...]) -> st.SearchStrategy[Even
     return st.builds(
         lambda contents: ToolsFinished(
             results=[
-                Message.tool_result(c.id, text, id=f"r{i}")
-                for i, (c, text) in enumerate(zip(calls, contents, strict=True))
+                Message.tool_result(c.id, text, id=fresh_id())
+                for c, text in zip(calls, contents, strict=True)
             ]
         ),
         st.lists(texts, min_size=len(calls), max_size=len(calls)),
@@ -350,7 +359,7 @@ def reviews(calls: tuple[ToolCallPart, ...]) -> st.SearchStrategy[Event]:
     return st.builds(
         lambda rejected: ToolCallsReviewed(
             results=[
-                Message.tool_result(c.id, "rejected by the reviewer: no", id=f"x{i}")
+                Message.tool_result(c.id, "rejected by the reviewer: no", id=fresh_id())
                 for i, c in enumerate(calls)
                 if i in rejected
             ]

@@ -10,8 +10,8 @@ import pytest
 
 from turnfsm import Agent
 from turnfsm.context import CompactionContext, CompactionProposal, ContextManager
-from turnfsm.driver import Driver, RunControl, Session
-from turnfsm.errors import CompactionFailed, InvalidMessage, SessionBusy
+from turnfsm.driver import Driver, RetryPolicy, RunControl, Session
+from turnfsm.errors import CompactionFailed, InvalidMessage, ProviderError, SessionBusy
 from turnfsm.messages import Message, ToolCallPart, check_history
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -133,3 +133,71 @@ async def test_run_stream_raises_the_error_itself_not_a_group() -> None:
     with pytest.raises(Mine):
         async with agent.run_stream("hi") as stream:
             raise Mine
+
+
+# -- a message joins a conversation once ----------------------------------------
+
+
+async def test_a_message_given_again_is_refused_and_nothing_is_written() -> None:
+    u = Message.user("hi " + "word " * 400)
+    session = Session()
+    driver = Driver(
+        model=FakeModelClient(lambda r: "ans " + "word " * 400),
+        context=ContextManager(context_window=6_000),
+    )
+    assert (await driver.run([u], session=session)).ok
+    version, history = session.version, session.history
+
+    with pytest.raises(InvalidMessage) as caught:
+        await driver.run([u], session=session)
+
+    assert (caught.value.field, caught.value.value) == ("input.id", u.id)
+    assert "build a new Message" in str(caught.value)
+    assert (session.version, session.history) == (version, history)
+    # The session goes on, and compacts when it must: every id is its own.
+    for _ in range(4):
+        assert (await driver.run([Message.user(u.text)], session=session)).ok
+    assert len({m.id for m in session.history}) == len(session.history)
+    assert any(run.compactions for run in session.runs)
+
+
+async def test_the_same_message_twice_in_one_input_is_refused() -> None:
+    u = Message.user("hi")
+    session = Session()
+    with pytest.raises(InvalidMessage) as caught:
+        await Driver(model=ScriptedModel.of("ok")).run([u, u], session=session)
+    assert (caught.value.field, caught.value.value) == ("input.id", u.id)
+    assert session.version == 0
+
+
+async def test_the_input_of_a_failed_run_can_be_given_again() -> None:
+    # A failed run commits nothing: trying its input again is a retry.
+    u = Message.user("hi")
+    session = Session()
+    boom = ProviderError("boom", kind="server")
+    once = RetryPolicy(max_attempts=1, initial_wait=0, jitter=False)
+    failed = await Driver(model=ScriptedModel.of(boom), retry=once).run(
+        [u], session=session
+    )
+    assert isinstance(failed.error, ProviderError)
+
+    result = await Driver(model=ScriptedModel.of("ok")).run([u], session=session)
+
+    assert result.ok
+    assert [m.id for m in session.history][:1] == [u.id]
+
+
+async def test_an_injected_message_the_conversation_has_fails_the_run() -> None:
+    u = Message.user("hi")
+    session = Session()
+    driver = Driver(model=ScriptedModel.of("ok", "again"))
+    assert (await driver.run([u], session=session)).ok
+    history = session.history
+    control = RunControl()
+    control.inject(u)
+
+    result = await driver.run("go on", session=session, control=control)
+
+    assert isinstance(result.error, InvalidMessage)
+    assert (result.error.field, result.error.value) == ("message.id", u.id)
+    assert session.history == history  # nothing of the run is committed

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 
 import anyio
 import pytest
@@ -22,6 +22,7 @@ from turnfsm.errors import (
     ConfigError,
     ContextExceeded,
     InvalidMessage,
+    InvalidReturn,
     MaxTurnsExceeded,
     ProviderError,
     RunFailed,
@@ -371,6 +372,83 @@ async def test_a_raising_hook_is_logged_and_detached(
         await Driver(
             model=ScriptedModel.of("ok"), hooks=[Bad()], strict_hooks=True
         ).run("x")
+
+
+class Answers(Hook):
+    """A hook whose `pre_compact` answers `answer` (a bad one: not a PreCompact)."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    def pre_compact(self, info: PreCompactInfo) -> PreCompact:
+        self.calls += 1
+        return self.answer  # type: ignore[return-value]
+
+
+def compacting(hook: Hook, *, strict: bool) -> Driver:
+    ctx = ContextManager(
+        Recording(),
+        context_window=1_000,
+        counter=HEURISTIC,
+        pins=PinRules(first_user=False, latest_user=False),
+    )
+    return Driver(
+        model=ScriptedModel.of("ok"), context=ctx, hooks=[hook], strict_hooks=strict
+    )
+
+
+@pytest.mark.parametrize("answer", [5, {"veto": True}, "veto"])
+async def test_a_pre_compact_answer_that_is_no_pre_compact_is_a_hook_error(
+    answer: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook = Answers(answer)
+    with caplog.at_level(logging.ERROR, logger="turnfsm.hooks"):
+        result = await compacting(hook, strict=False).run(_big_history(2, 1_000))
+    # Logged and detached, like a hook that raised: the pass went on unvetoed.
+    assert result.ok
+    assert "expected a PreCompact or None" in caplog.text
+    assert "hook Answers.pre_compact" in caplog.text
+
+    result = await compacting(Answers(answer), strict=True).run(_big_history(2, 1_000))
+
+    assert isinstance(result.error, InvalidReturn)
+    assert result.error.source == "hook Answers.pre_compact"
+    assert result.error.value == repr(answer)
+
+
+async def test_an_awaitable_a_hook_returns_is_a_hook_error() -> None:
+    made: list[Coroutine[object, object, None]] = []
+
+    async def later() -> None:
+        """Work a hook meant to do, but never awaited."""
+
+    class Later(Hook):
+        def on_decision(self, info: object) -> None:
+            made.append(later())
+            return made[-1]  # type: ignore[return-value]
+
+    result = await Driver(
+        model=ScriptedModel.of("ok"), hooks=[Later()], strict_hooks=True
+    ).run("x")
+
+    assert isinstance(result.error, InvalidReturn)
+    assert result.error.source == "hook Later.on_decision"
+    assert "an awaitable never runs" in result.error.expected
+    assert made[0].cr_frame is None  # closed: no "never awaited" warning
+
+
+async def test_an_async_hook_method_is_refused_where_the_hook_is_given() -> None:
+    class Async(Hook):
+        async def pre_compact(self, info: PreCompactInfo) -> PreCompact:  # type: ignore[override]
+            return PreCompact(veto=True)
+
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[Async()])
+    assert caught.value.field == "hooks[0].pre_compact"
+    assert "not async def" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"hooks\[1\]\.pre_compact"):
+        await Driver(model=ScriptedModel.of("ok")).run("x", hooks=[Steer(), Async()])
 
 
 async def test_usage_is_summed_per_run() -> None:

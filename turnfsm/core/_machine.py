@@ -37,9 +37,11 @@ Before a new snapshot is adopted: `history` is a whole conversation (every
 tool call answered); `history + pending` is a valid prefix (only the last
 reply's calls may still be open: tools not run yet, or awaiting a review);
 and when the decision sends the conversation on (`CallLLM`, `Compact`,
-`Finish`) no call is open. Else `handle()` raises `InvalidMessage` naming the
-call id. `OpenCalls` memoises each checked prefix on the `MessageLog`, so
-the check costs O(new messages) per event, not O(history).
+`Finish`) no call is open; and no message joins pending or the inbox under
+an id the conversation (history, pending, inbox) holds already. Else
+`handle()` raises `InvalidMessage` naming the call or message id.
+`OpenCalls` and `require_new_ids` keep what they learnt on the `MessageLog`,
+so the checks cost O(new messages) per event, not O(history).
 
 No clock, no I/O, no randomness: time, ids and token counts arrive on events,
 so the same events in the same order give the same phases and decisions.
@@ -47,6 +49,7 @@ so the same events in the same order give the same phases and decisions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import final
 
 from turnfsm.core._compiled import Step, _compiled, _Model, _select
@@ -61,7 +64,7 @@ from turnfsm.core._events import (
 from turnfsm.core._snapshot import Budget, Snapshot
 from turnfsm.core._spec import MachineSpec
 from turnfsm.errors import ConfigError, IllegalEvent, InvalidMessage, MachineBroken
-from turnfsm.messages import Message, MessageLog, OpenCalls
+from turnfsm.messages import Message, MessageLog, OpenCalls, require_new_ids
 
 __all__ = ["TurnMachine"]
 
@@ -205,6 +208,8 @@ class TurnMachine:
             left_open = (
                 self._open if pending is before.pending else OpenCalls.of(pending)
             )
+            if pending is not before.pending or snapshot.inbox is not before.inbox:
+                _check_new_ids(before, snapshot)
             decision = self._compiled.decide[snapshot.phase](snapshot, left_open)
             _check_open(left_open, decision)
         except BaseException as exc:
@@ -277,6 +282,37 @@ class TurnMachine:
                 "an injected message cannot carry tool calls or tool results",
             )
         return self.handle(MessageInjected(message=message))
+
+
+def _check_new_ids(before: Snapshot, after: Snapshot) -> None:
+    """Rule 4: what joined pending or the inbox has ids the conversation has not.
+
+    A compaction pass replaces the buffers (the manager checks its result);
+    what only moved (a commit, the inbox flushed) is checked again, cheaply.
+    """
+    history, pending, inbox = after.history, after.pending, after.inbox
+    kept = _kept(before.pending, pending)
+    if kept is None:
+        require_new_ids(pending, history, inbox, field="message")
+    elif kept < len(pending):
+        require_new_ids(
+            pending.items_from(kept), history, before.pending, inbox, field="message"
+        )
+    waiting = _kept(before.inbox, inbox)
+    if waiting is None:
+        require_new_ids(inbox, history, pending, field="message")
+    elif waiting < len(inbox):
+        require_new_ids(
+            inbox[waiting:], history, pending, before.inbox, field="message"
+        )
+
+
+def _kept(before: Sequence[Message], after: Sequence[Message]) -> int | None:
+    """How many items `after` keeps from `before` (all, when it only grew), or None."""
+    n = len(before)
+    if len(after) < n or (n and after[n - 1] is not before[n - 1]):
+        return None
+    return n
 
 
 def _check_open(left_open: OpenCalls, decision: Decision) -> None:

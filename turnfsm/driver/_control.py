@@ -42,6 +42,10 @@ class RunControl:
     def inject(self, message: Message) -> None:
         """Queue `message`; it joins the conversation at the next safe point.
 
+        A message the conversation already has (the same id) fails the run
+        with `InvalidMessage` when it would join; nothing of the run is
+        committed. Build a new `Message` to say the same again.
+
         Raises:
             InvalidMessage: `message` is not a `Message`, or carries tool calls
                 or tool results (their other half could never follow).

@@ -46,7 +46,7 @@ from turnfsm.errors import (
     ConfigError,
 )
 from turnfsm.hooks import Hook
-from turnfsm.messages import Message, OpenCalls
+from turnfsm.messages import Message, OpenCalls, require_new_ids
 from turnfsm.persistence import (
     Session,
     machine_digest,
@@ -367,8 +367,9 @@ class Driver:
             ConfigError: `output_type` has no JSON form, or the machine
                 cannot re-ask for it (no `output_rejected` transition).
             InvalidMessage: the input is malformed: a tool result for no
-                call, a message after a call with no result (nothing was
-                written). An input that ends in calls with no result (a
+                call, a message after a call with no result, a message the
+                session's history already has or one given twice (the same
+                id; nothing was written). An input that ends in calls with no result (a
                 conversation cut short mid-tool) is not refused: each call
                 gets an error result saying it was interrupted.
             SessionBusy: another run is using `session`, or a run of it is
@@ -395,6 +396,7 @@ class Driver:
             if session.has_run(run_id):
                 raise ConfigError("run_id", run_id, "an id no run of the session has")
         # O(new messages): the history's own state is memoised on its log.
+        require_new_ids(messages, session.history, field="input")
         left_open = OpenCalls.of(session.history).then(messages)
         if not left_open.is_closed:  # cut short mid-tool: closed as interrupted
             messages = close_input(messages, left_open.ids)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +78,23 @@ def hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
     return _checks.as_tuple(value, "hooks", "Hook")
 
 
-_CHECK_HOOKS = _checks.satisfies(_is_hook, "a Hook", each=True)
+def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
+    """Each a `Hook` whose methods are plain functions (hooks are never awaited)."""
+    for i, hook in enumerate(hooks):
+        if not _is_hook(hook):
+            raise ConfigError(f"hooks[{i}]", hook, "a Hook")
+        for name in HOOK_METHODS:
+            if inspect.iscoroutinefunction(getattr(hook, name, None)):
+                raise ConfigError(
+                    f"hooks[{i}].{name}",
+                    hook,
+                    "a plain method, not async def: hooks are called "
+                    "synchronously and never awaited (start async work from "
+                    "an effect or a tool instead)",
+                )
+
+
+_CHECK_HOOKS: _checks.Check = _check_hooks
 
 
 def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:

@@ -1,7 +1,13 @@
-"""Calls hooks: only the methods a hook overrides; a raising hook is detached."""
+"""Calls hooks: only the methods a hook overrides; a raising hook is detached.
+
+A hook that returns what would be ignored (an awaitable, a `pre_compact`
+answer that is not a `PreCompact`) is treated as one that raised
+`InvalidReturn`: detached and logged, or re-raised with `strict`.
+"""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
@@ -9,6 +15,7 @@ from typing import Any, final
 import attrs
 
 from turnfsm import _deprecated
+from turnfsm.errors import InvalidReturn
 from turnfsm.hooks._hook import DEPRECATED_METHODS, HOOK_METHODS, Hook
 from turnfsm.hooks._infos import (
     CompactionDone,
@@ -148,7 +155,10 @@ class HookDispatcher:
 
     def _invoke(self, hook: Hook, name: str, info: Any) -> Any:
         try:
-            return getattr(hook, name)(info)
+            answer = getattr(hook, name)(info)
+            if answer is not None:
+                _check_answer(hook, name, answer)
+            return answer
         except Exception:
             if self.strict:
                 raise
@@ -168,6 +178,28 @@ class HookDispatcher:
 
 
 _COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)
+
+
+def _check_answer(hook: Hook, name: str, answer: object) -> None:
+    """Refuse what a hook returns that would be ignored: `InvalidReturn`.
+
+    Hooks are called synchronously: an awaitable (an ``async def`` hook, a
+    lambda returning a coroutine) never runs. Only `pre_compact` answers,
+    and only a `PreCompact` is read: a veto given any other way is none.
+    """
+    expected = "a PreCompact or None" if name == "pre_compact" else "None"
+    if inspect.isawaitable(answer):
+        if inspect.iscoroutine(answer):
+            answer.close()  # it never runs: no "never awaited" warning
+        expected += " (hooks are called synchronously: an awaitable never runs)"
+    elif name != "pre_compact" or isinstance(answer, PreCompact):
+        return  # a PreCompact, or what an observer returns (nothing reads it)
+    text = repr(answer)
+    raise InvalidReturn(
+        f"hook {type(hook).__name__}.{name}",
+        text if len(text) <= 200 else text[:197] + "...",
+        expected,
+    )
 
 
 def _done(record: CompactionRecord, session_id: str) -> CompactionDone:

@@ -33,7 +33,10 @@ class Hook:
     subclass. Hooks are synchronous and must not block; the driver calls
     only the methods a subclass overrides. A hook that raises is logged on
     the ``turnfsm.hooks`` logger and detached (``strict_hooks=True``
-    re-raises instead, for tests).
+    re-raises instead, for tests); so is one that returns what would be
+    ignored (`InvalidReturn`: an awaitable, or a `pre_compact` answer that
+    is not a `PreCompact`). An ``async def`` method is refused where the
+    hook is given (`ConfigError`).
     """
 
     def on_run_start(self, info: RunStartInfo) -> None:

@@ -3,9 +3,11 @@
 A `Message` has a `Role` and a tuple of parts: `TextPart`, `ToolCallPart`,
 `ToolResultPart` and `ImagePart`. Tool calls live on assistant messages; tool
 results live on tool messages and name the call they answer by `call_id`.
-Every message carries a stable `id` (used for caching token counts and for the
-audit trail) and free-form string `metadata`. `Message.pin` marks a message
-(`PINNED`) that every compaction pass keeps word for word.
+Every message carries a stable `id`, unique in its conversation (used for
+caching token counts and for the audit trail; `require_new_ids` refuses a
+message whose id the conversation already holds) and free-form string
+`metadata`. `Message.pin` marks a message (`PINNED`) that every compaction
+pass keeps word for word.
 
 `MessageLog` is the append-only sequence the brain keeps its buffers in:
 immutable to its readers, O(1) to append, so a long run does not copy its
@@ -15,6 +17,7 @@ history on every turn.
 from __future__ import annotations
 
 from turnfsm.messages._call_ids import unique_call_ids
+from turnfsm.messages._ids import require_new_ids
 from turnfsm.messages._log import Joined, MessageLog, as_sequence
 from turnfsm.messages._open_calls import OpenCalls, check_history
 from turnfsm.messages._values import (
@@ -54,5 +57,6 @@ __all__ = [
     "new_message_id",
     "part_from_dict",
     "part_to_dict",
+    "require_new_ids",
     "unique_call_ids",
 ]
