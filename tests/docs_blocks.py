@@ -4,10 +4,12 @@ The pages are read with sybil's Markdown lexers; what a block means depends on
 its language:
 
 - ``python``: run, in order, in one namespace per page (a page reads as one
-  program). What it prints must equal the block right after it when that one
-  is a ``text`` block (its output, compared with doctest's ``...`` wildcard);
-  a block that prints with no output block after it fails: a page shows what
-  its code prints, or the code prints nothing.
+  program), each as a module: a block that awaits outside a function fails,
+  since copied into a file it would not run. What it prints must equal the
+  block right after it when that one is a ``text`` block (its output,
+  compared with doctest's ``...`` wildcard); a block that prints with no
+  output block after it fails: a page shows what its code prints, or the
+  code prints nothing.
 - ``pycon``: a doctest, in the page's namespace.
 - ``console``: the ``$ command`` lines run in one bash (the project's
   ``turnfsm`` first on ``PATH``), as typed into a terminal; what each prints,
@@ -33,8 +35,6 @@ the run sets them from its test servers' variables.
 
 from __future__ import annotations
 
-import ast
-import asyncio
 import contextlib
 import doctest
 import importlib.util
@@ -101,23 +101,34 @@ def _compare(what: str, printed: str, shown: str) -> None:
 # -- python ---------------------------------------------------------------
 
 
-def _run_python(source: str, namespace: dict[str, Any], filename: str) -> str:
-    """Run `source` in `namespace`; return what it printed.
+class TopLevelAwait(AssertionError):
+    """A block awaits outside a function: copied into a file, it does not run."""
 
-    A block may `await` at its top level, as in an asyncio REPL.
-    """
-    code = compile(
-        source,
-        filename,
-        "exec",
-        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-        dont_inherit=True,
-    )
+
+def _compile(source: str, filename: str, where: str) -> Any:
+    """Compile `source` as a module: what a reader who copies it into a file runs."""
+    try:
+        return compile(source, filename, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        used, outside, _ = error.msg.partition(" outside")
+        if outside and used in ("'await'", "'async with'", "'async for'"):
+            raise TopLevelAwait(
+                f"the block at {where} uses {used} outside a function (line "
+                f"{error.lineno}), so copied into a file it raises SyntaxError: put "
+                "the code in an `async def main()` run by `anyio.run(main)`, or "
+                "call `agent.run_sync(...)`"
+            ) from None
+        raise
+
+
+def _run_python(
+    source: str, namespace: dict[str, Any], filename: str, where: str
+) -> str:
+    """Run `source` in `namespace`, as a module; return what it printed."""
+    code = _compile(source, filename, where)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        result = eval(code, namespace)
-        if asyncio.iscoroutine(result):
-            asyncio.run(result)
+        exec(code, namespace)
     return printed.getvalue()
 
 
@@ -131,7 +142,7 @@ class PythonBlock:
         RUN["python"] += 1
         source = pad(example.parsed, example.line + example.parsed.line_offset)
         where = f"{example.path}, line {example.line}"
-        printed = _run_python(source, example.namespace, example.path)
+        printed = _run_python(source, example.namespace, example.path, where)
         if self.shown is None:
             if printed:
                 raise ShownOutputDiffers(

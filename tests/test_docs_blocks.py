@@ -116,6 +116,46 @@ def test_only_an_ellipsis_matches_what_varies(tmp_path: Path) -> None:
     assert _run(page) == ["ok"]
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "await anyio.sleep(0)",
+        "async with anyio.create_task_group():\n    pass",
+        "async for _ in anyio.wrap_file(io.StringIO()):\n    pass",
+    ],
+)
+def test_a_block_that_awaits_outside_a_function_fails(
+    tmp_path: Path, line: str
+) -> None:
+    # Copied into a file, such a block raises SyntaxError.
+    page = _page(tmp_path, f"~~~python\nimport io\nimport anyio\n{line}\n~~~\n")
+    assert _run(page) == ["failed: TopLevelAwait"]
+
+
+def test_an_async_example_run_by_anyio_passes(tmp_path: Path) -> None:
+    page = _page(
+        tmp_path,
+        """
+        ~~~python
+        import anyio
+
+
+        async def main() -> None:
+            await anyio.sleep(0)
+            print("done")
+
+
+        anyio.run(main)
+        ~~~
+
+        ~~~text
+        done
+        ~~~
+        """,
+    )
+    assert _run(page) == ["ok"]
+
+
 def test_a_console_command_is_run_and_its_output_compared(tmp_path: Path) -> None:
     good = _page(tmp_path, "~~~console\n$ echo 1543\n1543\n~~~\n")
     assert _run(good) == ["ok"]

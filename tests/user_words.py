@@ -3,9 +3,10 @@
 What a user reads (the package's code, docstrings, messages and trace
 attributes; the machine files; the docs, README.md and CHANGELOG.md) must
 not refer to the project's internal documents: the design and style notes,
-the seed specifications ("seed 000", "the seed's name"), their section
-numbers, or issue numbers. Where a behaviour comes from a known system, the
-text names the system or describes the behaviour.
+the seed specifications ("seed 000", "the seed's name", "the original
+specification"), their section numbers, or issue numbers. Where a behaviour
+comes from a known system, the text names the system or describes the
+behaviour.
 
 A random seed (a sampler's ``seed``, hypothesis' seed) is a different word
 and is allowed.
@@ -60,6 +61,10 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             rf"\b(?:from|than|like|unlike|as in|in) the {_SEED}\b(?!\s*[=(])",
             re.IGNORECASE,
         ),
+    ),
+    (
+        "names an internal specification",
+        re.compile(r"\b(?:the|original)\s+specifications?\b", re.IGNORECASE),
     ),
     (
         "cites an issue number",
