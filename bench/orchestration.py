@@ -251,22 +251,30 @@ def new_agent_us() -> tuple[float, float]:
 
 
 def brain_only_us(turns: int) -> float:
-    """The Turn FSM alone: three events per tool turn, no driver, no I/O."""
+    """The Turn FSM alone: three events per tool turn, no driver, no I/O.
+
+    Each turn's reply and result are messages of their own (a message joins
+    a conversation once), made before the clock starts.
+    """
     best = float("inf")
-    call = Message.assistant(
-        "", tool_calls=[ToolCallPart(id="c", name="noop", arguments={})]
-    )
     measured = Measured(estimate=100)
-    replied = ModelReplied(message=call)
-    finished = ToolsFinished(results=[Message.tool_result("c", "ok")])
     for _ in range(REPEATS):
+        steps = []
+        for n in range(turns):
+            call = ToolCallPart(id=f"c{n}", name="noop", arguments={})
+            steps.append(
+                (
+                    ModelReplied(message=Message.assistant("", tool_calls=[call])),
+                    ToolsFinished(results=[Message.tool_result(call.id, "ok")]),
+                )
+            )
         machine = TurnMachine.start(
             default_machine(),
             budget=Budget(context_window=100_000_000, max_turns=turns + 1),
         )
         machine.handle(RunStarted(input=[Message.user("go")]))
         t0 = time.perf_counter()
-        for _ in range(turns):
+        for replied, finished in steps:
             machine.handle(measured)
             machine.handle(replied)
             machine.handle(finished)

@@ -47,7 +47,8 @@ def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
     if spec is None:
         return SQLiteStore(_default_path())
     path = _file_of(spec)
-    if existing and path is not None and not path.exists():
+    # A directory that cannot hold it is named by the store's own check.
+    if existing and path is not None and path.parent.is_dir() and not path.exists():
         raise ConfigError(setting, spec, "a store file that exists (none is there)")
     try:
         return open_store(spec)

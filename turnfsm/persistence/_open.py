@@ -99,6 +99,11 @@ def _postgres(url: str) -> SessionStore:
     try:
         from turnfsm.persistence.postgres import PostgresStore
     except ImportError as exc:
-        raise ImportError(str(exc)) from exc  # it names the extra to install
+        said = str(exc)  # the module's own words name the extra, when they came
+        if "turnfsm[postgres]" not in said:
+            said = (
+                f"a PostgreSQL store needs psycopg: install turnfsm[postgres] ({said})"
+            )
+        raise ImportError(said) from exc
     store: SessionStore = PostgresStore(url)
     return store
