@@ -147,12 +147,7 @@ async def test_a_clock_that_returns_no_time_leaves_the_session_loadable(
     path = tmp_path / "s.db"
     session_id = await _first_run(path)
     store = SQLiteStore(path)
-    agent = Agent(
-        model=ScriptedModel.of("ok"),
-        session=await Session.load(store, session_id),
-        clock=clock,  # type: ignore[arg-type]
-        context=ContextManager(context_window=100_000),
-    )
+    agent = await _timed_agent(store, session_id, clock)
 
     with pytest.raises(ConfigError) as caught:
         await agent.run("hello")
@@ -165,6 +160,18 @@ async def test_a_clock_that_returns_no_time_leaves_the_session_loadable(
     assert await _stored(path, session_id) == (
         ["done"],
         ["remember: the code is 42", "noted"],
+    )
+
+
+async def _timed_agent(
+    store: SQLiteStore, session_id: str, clock: Callable[[], object]
+) -> Agent:
+    """An agent that goes on with the stored session, on `clock`."""
+    return Agent(
+        model=ScriptedModel.of("ok"),
+        session=await Session.load(store, session_id),
+        clock=clock,  # type: ignore[arg-type]
+        context=ContextManager(context_window=100_000),
     )
 
 
@@ -186,12 +193,7 @@ async def test_a_clock_that_fails_mid_run_leaves_earlier_runs_loadable(
     path = tmp_path / "s.db"
     session_id = await _first_run(path)
     store = SQLiteStore(path)
-    agent = Agent(
-        model=ScriptedModel.of("ok"),
-        session=await Session.load(store, session_id),
-        clock=StopsTelling(good),  # type: ignore[arg-type]
-        context=ContextManager(context_window=100_000),
-    )
+    agent = await _timed_agent(store, session_id, StopsTelling(good))
 
     with pytest.raises(ConfigError, match="invalid clock=None"):
         await agent.run("hello")
