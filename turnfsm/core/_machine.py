@@ -291,20 +291,20 @@ def _check_new_ids(before: Snapshot, after: Snapshot) -> None:
     what only moved (a commit, the inbox flushed) is checked again, cheaply.
     """
     history, pending, inbox = after.history, after.pending, after.inbox
-    kept = _kept(before.pending, pending)
-    if kept is None:
-        require_new_ids(pending, history, inbox, field="message")
-    elif kept < len(pending):
-        require_new_ids(
-            pending.items_from(kept), history, before.pending, inbox, field="message"
-        )
-    waiting = _kept(before.inbox, inbox)
-    if waiting is None:
-        require_new_ids(inbox, history, pending, field="message")
-    elif waiting < len(inbox):
-        require_new_ids(
-            inbox[waiting:], history, pending, before.inbox, field="message"
-        )
+    if pending is not before.pending:
+        kept = _kept(before.pending, pending)
+        if kept is None:
+            require_new_ids(pending, history, inbox, field="message")
+        elif kept < len(pending):
+            added = pending.items_from(kept)
+            require_new_ids(added, history, before.pending, inbox, field="message")
+    if inbox is not before.inbox:
+        waiting = _kept(before.inbox, inbox)
+        if waiting is None:
+            require_new_ids(inbox, history, pending, field="message")
+        elif waiting < len(inbox):
+            queued = inbox[waiting:]
+            require_new_ids(queued, history, pending, before.inbox, field="message")
 
 
 def _kept(before: Sequence[Message], after: Sequence[Message]) -> int | None:

@@ -11,7 +11,7 @@ an injected message, an effect's or a reviewer's results.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, final
+from typing import Final
 
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages._log import MessageLog
@@ -40,20 +40,24 @@ def require_new_ids(
     Raises:
         InvalidMessage: an id is used twice (`value` is the id).
     """
-    known: list[_Ids] | None = None  # none made for no messages (a commit)
+    # Per part: each id's first index, and how many items the part has
+    # (an id is in the part when its first index is below that). None: not
+    # looked up yet (a commit adds no message, and looks up nothing).
+    known: list[tuple[dict[str, int], int]] | None = None
     seen: set[str] = set()
     for message in messages:
         if known is None:
-            known = [_Ids.of(part) for part in before]
+            known = [_first_indexes(part) for part in before if part]
         message_id = message.id
         if message_id in seen:
             raise InvalidMessage(
                 f"{field}.id", message_id, _said("given twice in one go")
             )
-        if any(message_id in ids for ids in known):
-            raise InvalidMessage(
-                f"{field}.id", message_id, _said("the conversation already has")
-            )
+        for first, length in known:
+            if first.get(message_id, length) < length:
+                raise InvalidMessage(
+                    f"{field}.id", message_id, _said("the conversation already has")
+                )
         seen.add(message_id)
 
 
@@ -64,35 +68,21 @@ def _said(what: str) -> str:
     )
 
 
-@final
-class _Ids:
-    """The ids of one sequence's first `length` items (`id in ids`)."""
+def _first_indexes(messages: Sequence[Message]) -> tuple[dict[str, int], int]:
+    """Each id's first index in `messages`, and their number.
 
-    __slots__ = ("_first", "_length")
-
-    def __init__(self, first: dict[str, int], length: int) -> None:
-        self._first = first  # each id's first index (of a shared backing list)
-        self._length = length
-
-    def __contains__(self, message_id: str) -> bool:
-        return self._first.get(message_id, self._length) < self._length
-
-    @classmethod
-    def of(cls, messages: Sequence[Message]) -> _Ids:
-        """The ids of `messages`; a `MessageLog`'s are kept on its backing list.
-
-        A log's views share one append-only list, so one index of each id's
-        first position answers for every view: an id is in a view when it
-        first appears below the view's length.
-        """
-        length = len(messages)
-        if type(messages) is not MessageLog:
-            return cls({m.id: 0 for m in messages}, length)
-        memo = messages.memo
-        known: tuple[int, dict[str, int]] | None = memo.get(_MEMO)
-        count, first = known if known is not None else (0, {})
-        if count < length:
-            for i, message in enumerate(messages.items_from(count), count):
-                first.setdefault(message.id, i)
-            memo[_MEMO] = (length, first)
-        return cls(first, length)
+    A `MessageLog`'s views share one append-only list, so one index of each
+    id's first position, kept on that list, answers for every view: an id is
+    in a view when it first appears below the view's length.
+    """
+    length = len(messages)
+    if type(messages) is not MessageLog:
+        return {m.id: 0 for m in messages}, length
+    memo = messages.memo
+    known: tuple[int, dict[str, int]] | None = memo.get(_MEMO)
+    count, first = known if known is not None else (0, {})
+    if count < length:
+        for i, message in enumerate(messages.items_from(count), count):
+            first.setdefault(message.id, i)
+        memo[_MEMO] = (length, first)
+    return first, length
