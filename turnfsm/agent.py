@@ -113,7 +113,7 @@ class Agent:
     Example:
         ```python
         agent = Agent(model=my_model, tools=[search], system_prompt="Be brief.")
-        result = await agent.run("What is in notes.md?")
+        result = agent.run_sync("What is in notes.md?")  # or: await agent.run(...)
         print(result.raise_for_failure().text)
         ```
     """

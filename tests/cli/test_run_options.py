@@ -55,6 +55,8 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", CAREFUL, "--window", "9000"], "--window=9000", "with --agent"),
         (["--agent", CAREFUL, "--system", "hi"], "--system='hi'", "with --agent"),
         (["--agent", CAREFUL, "--tools", TOOLS], "--tools", "with --agent"),
+        (["--agent", CAREFUL, "--n-ctx", "2048"], "--n-ctx=2048", "with --agent"),
+        (["--agent", CAREFUL, "--max-tokens", "9"], "--max-tokens=9", "with --agent"),
         ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),

@@ -123,6 +123,8 @@ def _refuse_with_agent(options: AgentOptions) -> None:
         "--strategy": options.strategy,
         "--system": options.system,
         "--window": options.window,
+        "--n-ctx": options.n_ctx,
+        "--max-tokens": options.max_tokens,
     }
     for flag, value in built.items():
         if value is not None:
