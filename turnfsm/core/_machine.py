@@ -302,7 +302,7 @@ def _check_new_ids(before: Snapshot, after: Snapshot) -> None:
         waiting = _kept(before.inbox, inbox)
         if waiting is None:
             require_new_ids(inbox, history, pending, field="message")
-        elif waiting < len(inbox):
+        else:  # what joined it (nothing, when only a copy was made)
             queued = inbox[waiting:]
             require_new_ids(queued, history, pending, before.inbox, field="message")
 
