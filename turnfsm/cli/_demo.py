@@ -236,7 +236,7 @@ def _run_local_demo(
         local_client()  # the SDK first: no server is started for nothing
         server = LlamaServer(n_ctx=window).start()
     except (ImportError, RuntimeError) as exc:
-        anyio.run(close_store, store)
+        run_async(close_store, store)
         print(f"turnfsm demo --model local: {exc}", file=sys.stderr)
         return 2
     try:

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeAlias
 
-import anyio
 import attrs
 
 from turnfsm import _checks
 from turnfsm._resources import load_machine, machines_dir
+from turnfsm.cli._run import run_async
 from turnfsm.core import (
     EdgeKey,
     MachineSpec,
@@ -269,7 +269,7 @@ def run_overlay(
                 "-o", None, f"the file to draw into ({_formats()})", missing=True
             )
         _checks.check(depth, "--depth", _checks.integer(low=0))
-        found = anyio.run(_stored_runs, store, runs, depth, children) if runs else []
+        found = run_async(_stored_runs, store, runs, depth, children) if runs else []
         found += _traced_runs(traces)
         if traces and not found:
             expected = f"a trace with {TRANSITION_EVENT} span events"

@@ -12,6 +12,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.cli._agents import load_object
+from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
 from turnfsm.evals import (
@@ -114,7 +115,7 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
         with contextlib.ExitStack() as stack:
             summary, summary_name = _summary_model(stack, command.summary_model)
             judge = _judge(stack, command, summary)
-            evaluation = anyio.run(
+            evaluation = run_async(
                 _evaluate, command, probes, makers, summary, summary_name, judge
             )
     except (ConfigError, StoreError, OSError, ImportError) as exc:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-import anyio
-
 from turnfsm._resources import load_machine, machines_dir
+from turnfsm.cli._run import run_async
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
 from turnfsm.errors import (
@@ -92,9 +91,9 @@ def _open(
     if path is not None:
         with open(path, "rb") as file:
             data = file.read()
-        session = anyio.run(load_session, data)
+        session = run_async(load_session, data)
         return session, path, _entry_lines(data, session.version), []
-    session, source, children = anyio.run(_load_stored, store, str(session_id))
+    session, source, children = run_async(_load_stored, store, str(session_id))
     return session, source, None, children
 
 

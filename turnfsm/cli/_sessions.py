@@ -21,7 +21,7 @@ import attrs
 from turnfsm import serde
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
-from turnfsm.cli._run import call_text
+from turnfsm.cli._run import call_text, run_async
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
@@ -67,7 +67,7 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
     """
     stream = out or sys.stdout
     try:
-        return anyio.run(_run, command, stream)
+        return run_async(_run, command, stream)
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         print(f"turnfsm sessions {command.action}: {exc}", file=sys.stderr)
         return 2

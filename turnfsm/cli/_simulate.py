@@ -7,10 +7,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any, Final, TextIO
 
-import anyio
 import attrs
 
 from turnfsm._resources import load_machine
+from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor, ContextManager, MaskingCompactor
 from turnfsm.core import MachineSpec
 from turnfsm.errors import ConfigError, DefinitionError, StoreError
@@ -47,7 +47,7 @@ def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
     """
     stream = out or sys.stdout
     try:
-        sim, context = anyio.run(_simulate, command)
+        sim, context = run_async(_simulate, command)
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
         print(f"turnfsm simulate: {exc}", file=sys.stderr)
         return 2

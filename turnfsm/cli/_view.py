@@ -17,10 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-import anyio
-
 from turnfsm.cli._answer import AnswerCommand, run_answer
-from turnfsm.cli._run import AgentOptions
+from turnfsm.cli._run import AgentOptions, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
@@ -52,7 +50,7 @@ def run_report(
         pages = _count(
             "--sub-agents", sub_agents, REPORT_SUB_AGENTS, low=0, what="sessions"
         )
-        session, place, below = anyio.run(_load, store, session_id)
+        session, place, below = run_async(_load, store, session_id)
         text = render_report(
             session,
             where=place,
@@ -173,7 +171,7 @@ def run_view(
     except SessionNotFound as exc:
         assert server is not None
         server.stop()
-        exc = anyio.run(_not_found, exc, options.store)
+        exc = run_async(_not_found, exc, options.store)
         print(f"turnfsm view: {exc}", file=sys.stderr)
         return 2
     except (StoreError, ConfigError, OSError, ImportError) as exc:

@@ -10,6 +10,7 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agents
+from turnfsm.cli._run import run_async
 from turnfsm.errors import ConfigError, StoreError, TurnFSMError
 
 __all__ = ["run_durable_demo", "run_worker_command"]
@@ -79,7 +80,7 @@ def run_worker_command(
             group.cancel_scope.cancel()
 
     try:
-        anyio.run(serve, backend="asyncio")
+        run_async(serve)
     except ConfigError as exc:
         print(f"turnfsm worker: {exc}", file=sys.stderr)
         return 2
@@ -135,7 +136,7 @@ def run_durable_demo(
         return await run.result()
 
     try:
-        result = anyio.run(go, backend="asyncio")
+        result = run_async(go)
     except TurnFSMError as exc:
         print(f"turnfsm demo: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
