@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -224,3 +226,42 @@ def test_a_page_runs_in_its_own_directory(tmp_path: Path) -> None:
     assert Path.cwd() == before
     assert not here.exists()
     assert not (before / "left.txt").exists()
+
+
+def _docstring_blocks() -> list[tuple[str, str]]:
+    """Every ``python`` block in a docstring of the package: (where, source)."""
+    root = docs_blocks.REPO_ROOT
+    blocks: list[tuple[str, str]] = []
+    for path in sorted((root / "turnfsm").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(
+                node,
+                ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef,
+            ):
+                continue
+            doc = ast.get_docstring(node)
+            if doc is None:
+                continue
+            name = getattr(node, "name", "module")
+            for n, found in enumerate(_PYTHON_FENCE.finditer(doc)):
+                where = f"{path.relative_to(root)}:{name} block {n + 1}"
+                blocks.append((where, textwrap.dedent(found.group(1))))
+    return blocks
+
+
+_PYTHON_FENCE = re.compile(r"```python\n(.*?)\n\s*```", re.DOTALL)
+
+
+def test_the_docstrings_have_python_examples_to_check() -> None:
+    # The pattern finds them: a check over no blocks would pass on anything.
+    assert len(_docstring_blocks()) >= 10
+
+
+@pytest.mark.parametrize(
+    ("where", "source"), _docstring_blocks(), ids=lambda value: str(value)[:60]
+)
+def test_a_docstring_example_compiles_as_a_file(where: str, source: str) -> None:
+    # Copied into a file, a docstring's example must at least compile: no
+    # await outside a function, as the pages are held to.
+    docs_blocks._compile(source, where, where)

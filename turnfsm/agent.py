@@ -190,11 +190,15 @@ class Agent:
 
         Example:
             ```python
-            result = await agent.run("delete the temp files")
-            if result.outcome == "paused":  # the approval machine asks first
-                result = await agent.resume(
-                    result.session_id, result.run_id, ToolCallsReviewed.approve_all()
-                )
+            async def clean_up(agent: Agent) -> RunResult:
+                result = await agent.run("delete the temp files")
+                if result.outcome == "paused":  # the approval machine asks first
+                    result = await agent.resume(
+                        result.session_id,
+                        result.run_id,
+                        ToolCallsReviewed.approve_all(),
+                    )
+                return result
             ```
         """
         session = await self.open_session(session_id)
@@ -212,9 +216,11 @@ class Agent:
 
         Example:
             ```python
-            result = await agent.compact(session_id)
-            (record,) = (await agent.open_session(session_id)).runs[-1].compactions
-            print(record.verdict, record.tokens_before, "->", record.tokens_after)
+            async def compact_now(agent: Agent, session_id: str) -> None:
+                await agent.compact(session_id)
+                session = await agent.open_session(session_id)
+                (record,) = session.runs[-1].compactions
+                print(record.verdict, record.tokens_before, "->", record.tokens_after)
             ```
         """
         session = (
@@ -332,10 +338,11 @@ class Agent:
 
         Example:
             ```python
-            async with agent.run_stream("Summarise notes.md") as stream:
-                async for text in stream:
-                    print(text, end="", flush=True)
-            print(stream.result.text)
+            async def show(agent: Agent) -> None:
+                async with agent.run_stream("Summarise notes.md") as stream:
+                    async for text in stream:
+                        print(text, end="", flush=True)
+                print(stream.result.text)
             ```
         """
         send, receive = anyio.create_memory_object_stream[str](math.inf)

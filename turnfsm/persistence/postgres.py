@@ -116,9 +116,10 @@ class PostgresStore:
 
     Example:
         ```python
-        async with PostgresStore("postgresql://app@db/agents") as store:
-            agent = Agent(model=model, store=store)
-            await agent.run("hello")
+        async def main() -> None:
+            async with PostgresStore("postgresql://app@db/agents") as store:
+                agent = Agent(model=model, store=store)
+                await agent.run("hello")
         ```
 
     Attributes:

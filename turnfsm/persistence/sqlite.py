@@ -112,12 +112,15 @@ class SQLiteStore:
 
     Example:
         ```python
-        async with SQLiteStore("sessions.db") as store:
-            agent = Agent(model=model, store=store)
-            result = await agent.run("hello")
-        # later, in any process:
-        async with SQLiteStore("sessions.db") as store:
-            session = await Session.load(store, result.session_id)
+        async def first() -> str:
+            async with SQLiteStore("sessions.db") as store:
+                agent = Agent(model=model, store=store)
+                result = await agent.run("hello")
+            return result.session_id
+
+        async def later(session_id: str) -> Session:  # in any process
+            async with SQLiteStore("sessions.db") as store:
+                return await Session.load(store, session_id)
         ```
 
     Attributes:

@@ -11,11 +11,13 @@ Example:
     from temporalio.client import Client
     from turnfsm.temporal import create_worker, start_durable
 
-    client = await Client.connect("127.0.0.1:7233")
-    async with create_worker(client, "agents", agent):
-        run = await start_durable(agent, "Audit the logs", client=client,
-                                  task_queue="agents")
-        result = await run.result()
+    async def main() -> None:
+        client = await Client.connect("127.0.0.1:7233")
+        async with create_worker(client, "agents", agent):
+            run = await start_durable(
+                agent, "Audit the logs", client=client, task_queue="agents"
+            )
+            result = await run.result()
     ```
 
 Or run ``turnfsm worker --task-queue agents --agent myapp:agent``.
