@@ -336,6 +336,33 @@ def test_without_the_setting_every_pass_carries_its_figures() -> None:
     assert event.payback.priced
 
 
+@pytest.mark.parametrize("given", [None, 12_345])
+def test_a_pass_carries_the_figures_pass_payback_works_out(given: int | None) -> None:
+    # The manager reuses the sizes it measured: the figures are those of
+    # `pass_payback` on the same two conversations, whatever size the caller
+    # gave for the request (a calibrated one, say).
+    mgr = manager(None)
+
+    async def go() -> PassEvent:
+        return await mgr.compact(
+            CompactionRequest(
+                messages=BEFORE,
+                turn=3,
+                reason=CompactReason.MANUAL,
+                reserved=100,
+                tokens_before=given,
+            )
+        )
+
+    event = anyio.run(go)
+    assert isinstance(event, CompactionResult)
+    expected = pass_payback(
+        BEFORE, event.messages, counter=COUNTER, reserved=100, prices=PRICES
+    )
+    assert event.payback == expected
+    assert mgr.payback(BEFORE, event.messages, 100) == expected
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field", "value"),
     [

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from turnfsm.context import (
     PartRef,
@@ -56,6 +58,60 @@ def test_result_before_its_call_is_lone() -> None:
     assert traffic.pairs == ()
     assert traffic.lone_results == ((0, 0),)
     assert traffic.lone_calls == ((1, 0),)
+
+
+Refs = list[tuple[int, int]]
+
+
+def _reference_pairing(
+    messages: list[Message],
+) -> tuple[list[tuple[int, int, int, int]], Refs, Refs]:
+    """The rule as written: each result claims the latest unclaimed call before it."""
+    calls = [
+        (i, j, p.id)
+        for i, m in enumerate(messages)
+        for j, p in enumerate(m.parts)
+        if isinstance(p, ToolCallPart)
+    ]
+    claimed: set[tuple[int, int]] = set()
+    pairs: list[tuple[int, int, int, int]] = []
+    lone_results: Refs = []
+    for i, m in enumerate(messages):
+        for j, p in enumerate(m.parts):
+            if not isinstance(p, ToolResultPart):
+                continue
+            open_ = [
+                (ci, cj)
+                for ci, cj, cid in calls
+                if cid == p.call_id and ci < i and (ci, cj) not in claimed
+            ]
+            if open_:
+                claimed.add(open_[-1])
+                pairs.append((*open_[-1], i, j))
+            else:
+                lone_results.append((i, j))
+    lone_calls = [(i, j) for i, j, _ in calls if (i, j) not in claimed]
+    return pairs, lone_calls, lone_results
+
+
+_IDS = st.sampled_from("abc")  # few ids: calls reuse them often
+_MESSAGE = st.one_of(
+    st.lists(_IDS, max_size=3).map(lambda ids: asst(*ids, text="t")),
+    st.lists(_IDS, min_size=1, max_size=3).map(lambda ids: results(*ids)),
+    st.just(Message.user("u")),
+)
+
+
+@given(st.lists(_MESSAGE, max_size=14))
+def test_pairing_is_the_rule_as_written_whatever_ids_repeat(
+    messages: list[Message],
+) -> None:
+    traffic = pair_tool_traffic(messages)
+
+    pairs, lone_calls, lone_results = _reference_pairing(messages)
+    assert traffic.pairs == tuple(pairs)
+    assert traffic.lone_calls == tuple(lone_calls)
+    assert traffic.lone_results == tuple(lone_results)
 
 
 def test_crosses() -> None:

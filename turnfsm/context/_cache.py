@@ -12,7 +12,7 @@ no write price; `pass_payback` works out one pass's figures (`PassPayback`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from enum import StrEnum
 from types import MappingProxyType
@@ -148,7 +148,7 @@ def first_change(before: Sequence[Message], after: Sequence[Message]) -> int:
     """
     index = 0
     for old, new in zip(before, after, strict=False):
-        if old != new:
+        if old is not new and old != new:  # the same object: no field compare
             break
         index += 1
     return index
@@ -194,8 +194,33 @@ def pass_payback(
     def count(messages: Sequence[Message]) -> int:
         return _checks.token_count(counter.count(messages), counter, "count")
 
-    size_before = count(before) + reserved
-    size_after = count(after) + reserved
+    return payback_of(
+        before,
+        after,
+        count,
+        sizes=(count(before) + reserved, count(after) + reserved),
+        prices=prices,
+        rules=rules,
+        summary=summary,
+    )
+
+
+def payback_of(
+    before: Sequence[Message],
+    after: Sequence[Message],
+    count: Callable[[Sequence[Message]], int],
+    *,
+    sizes: tuple[int, int],
+    prices: ModelPrices | None,
+    rules: CacheRules | None,
+    summary: Usage | None,
+) -> PassPayback:
+    """`pass_payback` given the two requests' sizes, reserved budget included.
+
+    For a caller that measured them already (the manager measures every
+    pass's result); `count` measures a slice of either conversation.
+    """
+    size_before, size_after = sizes
     start = first_change(before, after)
     rules = (
         rules

@@ -44,7 +44,7 @@ from typing import Final, final
 import attrs
 
 from turnfsm import _checks
-from turnfsm.context._cache import CacheRules, cache_rules_for, pass_payback
+from turnfsm.context._cache import CacheRules, cache_rules_for, payback_of
 from turnfsm.context._masking import MaskingCompactor
 from turnfsm.context._pairs import result_problem
 from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
@@ -506,6 +506,7 @@ class ContextManager(OldEntryPoints):
         if not isinstance(request, CompactionRequest):
             raise ConfigError("request", request, "a CompactionRequest")
         before = request.tokens_before
+        measured = before is None  # `before` is then the counter's own figure
         if before is None:
             before = self.count(request.messages) + request.reserved
         reason = request.reason
@@ -520,7 +521,9 @@ class ContextManager(OldEntryPoints):
             allow_model = False  # an overflow still gets the deterministic work
         if not request.messages:
             return CompactionNoop(before=before, after=before)
-        return await self._pass(request, before, reason, allow_model=allow_model)
+        return await self._pass(
+            request, before, reason, allow_model=allow_model, measured=measured
+        )
 
     async def _pass(
         self,
@@ -529,8 +532,12 @@ class ContextManager(OldEntryPoints):
         reason: CompactReason,
         *,
         allow_model: bool,
+        measured: bool,
     ) -> PassEvent:
-        """Run the compactor; `before` is the messages plus the reserved budget."""
+        """Run the compactor; `before` is the messages plus the reserved budget.
+
+        `measured`: `before` is the counter's count (not the caller's figure).
+        """
         messages, reserved = request.messages, request.reserved
         pinned = self.pinned(messages, request.pinned)
         spent: list[Usage] = []
@@ -592,7 +599,8 @@ class ContextManager(OldEntryPoints):
             return CompactionOverflowed(used=after, limit=self.window)
         if len(new) == len(messages) and after >= before:
             return CompactionNoop(before=before, after=after)
-        payback = self.payback(messages, new, reserved, sum(spent, Usage()))
+        sizes = (before if measured else self.count(messages) + reserved, after)
+        payback = self._payback(messages, new, sizes, sum(spent, Usage()))
         declined = self._declined(payback, reason)
         if declined is not None:
             return CompactionNoop(before=before, after=before, payback=declined)
@@ -619,14 +627,25 @@ class ContextManager(OldEntryPoints):
             reserved: The request's tokens beside its messages.
             summary: What the pass's summary calls reported.
         """
+        sizes = (self.count(before) + reserved, self.count(after) + reserved)
+        return self._payback(before, after, sizes, summary)
+
+    def _payback(
+        self,
+        before: Sequence[Message],
+        after: Sequence[Message],
+        sizes: tuple[int, int],
+        summary: Usage | None,
+    ) -> PassPayback:
+        """`payback`, the two sizes (reserved budget included) measured already."""
         rules = self.cache_rules
         if rules is None and self.prices is not None:
             rules = cache_rules_for(self.prices)
-        return pass_payback(
+        return payback_of(
             before,
             after,
-            counter=self.counter,
-            reserved=reserved,
+            self.count,
+            sizes=sizes,
             prices=self.prices,
             rules=rules,
             summary=summary,

@@ -102,30 +102,39 @@ def pair_tool_traffic(messages: Sequence[Message]) -> ToolTraffic:
     # The hot loop of every pass: plain tuples inside, named ones at the end.
     # A `Message` holds tool calls only in assistant messages and tool results
     # only (and alone) in tool messages, so the role says which parts to scan.
-    open_calls: dict[str, list[tuple[int, int]]] = {}
+    # Per call id, `open_calls` holds the most recent unconsumed call and
+    # `older` (only for a reused id) the stack of the ones before it.
+    open_calls: dict[str, tuple[int, int]] = {}
+    older: dict[str, list[tuple[int, int]]] = {}
     pairs: list[tuple[int, int, int, int]] = []
     lone_results: list[tuple[int, int]] = []
     tool, assistant, call_type = Role.TOOL, Role.ASSISTANT, ToolCallPart
+    claim = open_calls.pop
     for i, message in enumerate(messages):
         role = message.role
         if role is tool:
             for j, result in enumerate(message.parts):
                 call_id = result.call_id  # type: ignore[union-attr]  # only results here
-                stack = open_calls.get(call_id)
-                if stack:
-                    call_message, call_part = stack.pop()
-                    pairs.append((call_message, call_part, i, j))
-                else:
+                call = claim(call_id, None)
+                if call is None:
                     lone_results.append((i, j))
+                else:
+                    pairs.append((*call, i, j))
+                    stack = older.get(call_id) if older else None
+                    if stack:
+                        open_calls[call_id] = stack.pop()
         elif role is assistant:
             for j, part in enumerate(message.parts):
                 if type(part) is call_type:
-                    stack = open_calls.get(part.id)
-                    if stack is None:
-                        open_calls[part.id] = [(i, j)]
-                    else:
-                        stack.append((i, j))
-    lone_calls = sorted(ref for stack in open_calls.values() for ref in stack)
+                    call_id = part.id
+                    before = open_calls.get(call_id)
+                    if before is not None:
+                        older.setdefault(call_id, []).append(before)
+                    open_calls[call_id] = (i, j)
+    lone_calls = [*open_calls.values()]
+    for stack in older.values():
+        lone_calls += stack
+    lone_calls.sort()
     new = tuple.__new__  # NamedTuple(*t) without a Python frame per item
     return ToolTraffic(
         pairs=tuple(map(new, repeat(ToolPair), pairs)),
