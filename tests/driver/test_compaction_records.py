@@ -6,12 +6,13 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from turnfsm.agent import Agent
 from turnfsm.context import ContextManager, SummarizingCompactor
 from turnfsm.driver import Driver, RunControl, Session
 from turnfsm.errors import CompactionStalled, ProviderError
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
-from turnfsm.persistence import BreakerChanged, CompactionRecord
+from turnfsm.persistence import BreakerChanged, CompactionRecord, MemoryStore
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -184,3 +185,46 @@ async def test_auto_compact_off_turns_the_message_line_off() -> None:
     assert result.ok
     assert session.runs[0].compactions == ()
     assert len(session.history) == 62
+
+
+async def test_a_pass_that_changes_a_message_under_its_id_reloads_as_committed() -> (
+    None
+):
+    # The default strategy digests old tool results and keeps their ids (the
+    # log still holds each original under it): a reopened session must
+    # project the digest that was committed, not the original.
+    def read(path: str) -> str:
+        """Read a file.
+
+        Args:
+            path: the file.
+        """
+        return f"{path}: " + "line of output " * 600
+
+    def handler(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].tool_results:
+            return ModelResponse(message=Message.assistant("read it"))
+        turn = len(request.messages)
+        return ModelResponse(
+            message=Message.assistant(
+                "", tool_calls=[tool_call("read", f"c{turn}", path="a")]
+            )
+        )
+
+    store = MemoryStore()
+    agent = Agent(
+        model=FakeModelClient(handler),
+        tools=[read],
+        store=store,
+        context=ContextManager(context_window=8_000, threshold=60),
+    )
+    for n in range(4):
+        assert (await agent.run(f"question {n}")).ok
+    live = agent.session
+    changed = [m for m in live.history if live.message(m.id) != m]
+    assert changed  # a pass changed a message and kept its id
+
+    reopened = await Session.load(store, live.id)
+    assert list(reopened.history) == list(live.history)
+    assert reopened.history_after(live.runs[-1].run_id) == live.history
+    assert reopened.message(changed[0].id) == live.message(changed[0].id)

@@ -82,7 +82,7 @@ def _history_at(entries: Sequence[Entry]) -> MessageLog:
     for entry in entries:
         if isinstance(entry, EventRecorded):
             for message in event_messages(entry.event):
-                messages.setdefault(message.id, message)
+                messages[message.id] = message  # as the latest event brought it
         elif isinstance(entry, Committed):
             history = _commit(history, entry.keep, entry.messages, messages, None)
     return history

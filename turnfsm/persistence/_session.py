@@ -66,6 +66,7 @@ class Session:
         "_entries",
         "_failures",
         "_history",
+        "_latest",
         "_machines",
         "_messages",
         "_open",
@@ -92,6 +93,10 @@ class Session:
         self._entries: list[Entry] = []
         self._history = MessageLog()
         self._messages: dict[str, Message] = {}
+        # A pass may change a message and keep its id (a digested tool
+        # result names its call's original, which `message` returns): a
+        # commit takes each message as the latest event brought it.
+        self._latest: dict[str, Message] = {}
         self._runs: dict[str, _Run] = {}
         # The runs that can go on, in order: a run start looks at them
         # without walking every run the session ever had.
@@ -384,7 +389,7 @@ class Session:
                 f"run {entry.run_id!r} has no RunOpened before it",
             )
         if isinstance(entry, Committed):
-            committed = _committed(entry, version, self._history, self._messages, hint)
+            committed = _committed(entry, version, self._history, self._latest, hint)
         self._entries.append(entry)
         if run is not None:
             run.last = version + 1
@@ -392,6 +397,7 @@ class Session:
             case EventRecorded():
                 for message in event_messages(entry.event):
                     self._messages.setdefault(message.id, message)
+                    self._latest[message.id] = message
                 self._runs[entry.run_id].events.append(entry)
             case Committed():
                 self._history = committed
@@ -415,6 +421,7 @@ class Session:
                     self._failures = 0
             case ToolResultRecorded(result=result):
                 self._messages.setdefault(result.id, result)
+                self._latest[result.id] = result
                 self._runs[entry.run_id].results.append(entry)
             case MachineStored(digest=digest):
                 self._machines.setdefault(digest, entry)
