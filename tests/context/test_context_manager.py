@@ -422,8 +422,20 @@ def boom(
             lambda m, t, c: CompactionProposal.compacted(["hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
             "compactor returned something that is not a Message",
         ),
+        (
+            lambda m, t, c: CompactionProposal.failed(ValueError("down"), 0),  # type: ignore[arg-type]  # bad on purpose
+            "ConfigError: invalid error=ValueError('down'): expected a string, or None",
+        ),
     ],
-    ids=["raises", "failed", "failed-blank", "empty", "wrong-type", "not-messages"],
+    ids=[
+        "raises",
+        "failed",
+        "failed-blank",
+        "empty",
+        "wrong-type",
+        "not-messages",
+        "error-not-text",
+    ],
 )
 def test_compactor_failure_is_a_compactor_error_at_the_size_before(
     reply: Reply, error: str
