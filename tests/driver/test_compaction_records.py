@@ -3,6 +3,8 @@ it, the breaker's state, and the usage of summary calls however the pass ended."
 
 from __future__ import annotations
 
+import html
+
 import anyio
 import pytest
 
@@ -17,6 +19,7 @@ from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.values import Usage
+from turnfsm.view._html import turn_detail
 
 pytestmark = pytest.mark.anyio
 
@@ -228,3 +231,14 @@ async def test_a_pass_that_changes_a_message_under_its_id_reloads_as_committed()
     assert list(reopened.history) == list(live.history)
     assert reopened.history_after(live.runs[-1].run_id) == live.history
     assert reopened.message(changed[0].id) == live.message(changed[0].id)
+
+    # The audit trail shows each turn what it saw: the rewrite, not the original.
+    last = reopened.runs[-1]
+    seen = reopened.seen(last.run_id, 0)
+    assert [m.id for m in seen] == list(last.context(0))
+    assert list(seen[: len(last.history)]) == list(last.history)
+    rewrite = next(m for m in seen if m != reopened.message(m.id))
+    page = "".join(turn_detail(reopened, last, 0))
+    assert html.escape(rewrite.tool_results[0].content) in page
+    original = reopened.message(rewrite.id).tool_results[0].content
+    assert html.escape(original) not in page

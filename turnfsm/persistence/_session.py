@@ -17,7 +17,12 @@ from typing import final
 from turnfsm.core import MachineSpec
 from turnfsm.errors import CorruptRecord, SessionBusy, SessionNotFound
 from turnfsm.messages import Message, MessageLog
-from turnfsm.persistence._commits import _check_commits, _committed, _history_at
+from turnfsm.persistence._commits import (
+    _check_commits,
+    _committed,
+    _history_at,
+    _seen_at,
+)
 from turnfsm.persistence._rebase import rebase_points
 from turnfsm.persistence._records import (
     BreakerChanged,
@@ -282,6 +287,22 @@ class Session:
             KeyError: no event of this session brought such a message.
         """
         return self._messages[message_id]
+
+    def seen(self, run_id: str, index: int) -> tuple[Message, ...]:
+        """Return the messages the model saw on `run_id`'s turn `index`, as it saw them.
+
+        `message` answers with a message as it was first said; a pass may
+        have changed it since (a digested or capped tool result keeps its
+        id), and a turn after that pass saw the change.
+
+        Raises:
+            KeyError: the session has no such run.
+            IndexError: the run has no such turn.
+        """
+        record = self.run(run_id)
+        ids = record.context(index)
+        reply = record.turns[index].output
+        return _seen_at(self._entries, run_id, reply, ids)
 
     def run_entries(self, run_id: str) -> tuple[EventRecorded, ...]:
         """Return the events logged for `run_id`, in the order they were fed.
