@@ -426,6 +426,14 @@ def boom(
             lambda m, t, c: CompactionProposal.failed(ValueError("down"), 0),  # type: ignore[arg-type]  # bad on purpose
             "ConfigError: invalid error=ValueError('down'): expected a string, or None",
         ),
+        (
+            lambda m, t, c: (
+                m[0].metadata.update(x=float("nan")),
+                CompactionProposal.compacted(m, 0, 0),
+            )[1],
+            "InvalidMessage: invalid message metadata={}: a message's metadata does "
+            "not change; make a new message with attrs.evolve(message, metadata={...})",
+        ),
     ],
     ids=[
         "raises",
@@ -435,6 +443,7 @@ def boom(
         "wrong-type",
         "not-messages",
         "error-not-text",
+        "changes-metadata",
     ],
 )
 def test_compactor_failure_is_a_compactor_error_at_the_size_before(

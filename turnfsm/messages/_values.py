@@ -197,6 +197,45 @@ def _to_parts(value: Iterable[Part] | str) -> tuple[Part, ...]:
 
 
 @final
+class _Metadata(dict[str, Any]):
+    """A message's metadata: a dict that does not change, as the message does not.
+
+    A message once said is in the log as it was: a plug-in that changed its
+    metadata in place (a compactor, a hook, a tool) would change the
+    conversation behind the log's back, with a value the message was never
+    checked for. `attrs.evolve(message, metadata=...)` makes a new message.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise InvalidMessage(
+            "metadata",
+            dict(self),
+            "a message's metadata does not change; make a new message with "
+            "attrs.evolve(message, metadata={...})",
+        )
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Metadata, (dict(self),))
+
+
+_NO_METADATA: Final = _Metadata()
+
+
+def _to_metadata(value: object) -> object:
+    """`value` as metadata that does not change (the validator checks the rest)."""
+    if type(value) is _Metadata:
+        return value
+    if isinstance(value, Mapping):
+        return _Metadata(value) if value else _NO_METADATA
+    return value
+
+
+@final
 @attrs.frozen(kw_only=True)
 class Message:
     """One message of a conversation.
@@ -217,7 +256,8 @@ class Message:
     # JSON values, not only strings: stored messages with numbers or lists in
     # their metadata (the row format allows them) must still load.
     metadata: Mapping[str, str] = attrs.field(
-        factory=dict,
+        default=_NO_METADATA,
+        converter=_to_metadata,
         hash=False,
         eq=False,
         validator=_checks.json_object("metadata", error=InvalidMessage),
