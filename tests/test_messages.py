@@ -288,7 +288,7 @@ def test_a_forked_process_makes_ids_of_its_own() -> None:
     assert child[:20] != mine[:20]
 
 
-def test_a_messages_metadata_does_not_change_in_place() -> None:
+def test_metadata_and_arguments_do_not_change_in_place() -> None:
     given = {"source": "cli"}
     message = Message(role="user", parts="hi", metadata=given)
     given["source"] = "changed"  # the caller's dict is not the message's
@@ -314,3 +314,13 @@ def test_a_messages_metadata_does_not_change_in_place() -> None:
         with pytest.raises(InvalidMessage):
             metadata.clear()
     assert json.loads(json.dumps(message.to_dict()))["metadata"] == {"source": "cli"}
+
+    arguments: dict[str, Any] = {"path": "a"}
+    call = ToolCallPart(id="c1", name="read", arguments=arguments)
+    arguments["path"] = "b"
+    for change in changes:
+        with pytest.raises(InvalidMessage, match="arguments does not change"):
+            change(call.arguments)
+    assert call.arguments == {"path": "a"}
+    assert pickle.loads(pickle.dumps(call)) == call
+    assert ToolCallPart(id="c2", name="read").arguments == {}

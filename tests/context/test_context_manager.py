@@ -431,8 +431,8 @@ def boom(
                 m[0].metadata.update(x=float("nan")),
                 CompactionProposal.compacted(m, 0, 0),
             )[1],
-            "InvalidMessage: invalid message metadata={}: a message's metadata does "
-            "not change; make a new message with attrs.evolve(message, metadata={...})",
+            "InvalidMessage: invalid message metadata={}: metadata does not change; "
+            "make a new one with attrs.evolve(message, metadata={...})",
         ),
     ],
     ids=[
