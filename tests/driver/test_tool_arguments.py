@@ -151,6 +151,10 @@ def test_each_annotation_has_its_json_schema(
     assert params["required"] == ["value"]  # `other` has a default
 
 
+class NoMembers(enum.Enum):
+    """An enum with nothing in it (a base for others)."""
+
+
 @pytest.mark.parametrize(
     ("annotation", "reason"),
     [
@@ -158,8 +162,9 @@ def test_each_annotation_has_its_json_schema(
         (dict[int, str], "keys are strings"),
         (Node, "contains itself"),
         (list[Callable[[], None]], "unsupported annotation"),
+        (NoMembers, "NoMembers has no members: no value can be given"),
     ],
-    ids=["object", "int-keys", "recursive", "callable"],
+    ids=["object", "int-keys", "recursive", "callable", "empty-enum"],
 )
 def test_annotations_without_a_json_form_are_refused_when_the_tool_is_built(
     annotation: object, reason: str
