@@ -98,6 +98,8 @@ def test_unsupported_annotations_and_bad_names_raise_tool_error() -> None:
         Tool.from_function(f)
     with pytest.raises(ToolError, match="1-64"):
         Tool.from_function(search, name="no spaces allowed")
+    with pytest.raises(ToolError, match="1-64"):  # not the function's name instead
+        Tool.from_function(search, name="")
 
 
 def test_duplicate_tool_names_are_rejected() -> None:

@@ -177,7 +177,7 @@ class Tool:
                 or `in_subprocess` is set for a function a child process
                 cannot import.
         """
-        tool_name = name or fn.__name__
+        tool_name = fn.__name__ if name is None else name
         try:
             summary, parameters, structure = _described(fn)
         except Unsupported as exc:
