@@ -29,6 +29,7 @@ from turnfsm.errors import (
     CompactionStalled,
     ConfigError,
     CorruptRecord,
+    InvalidReturn,
     ProviderError,
     SessionConflict,
     SessionNotFound,
@@ -292,3 +293,47 @@ async def test_a_corrupt_log_line_is_named() -> None:
     future = lines[0].replace('"v": 1', '"v": 99')
     with pytest.raises(CorruptRecord, match="unknown version 99"):
         await load_session(io.StringIO("\n".join([future, *lines[1:]])))
+
+
+@attrs.define
+class Answers:
+    """A store of yours whose `load` answers with `loaded` instead."""
+
+    loaded: object
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> None:
+        await self.inner.append(session_id, entries, expected_version=expected_version)
+
+    async def load(self, session_id: str) -> object:
+        return self.loaded
+
+    async def list_sessions(self) -> object:
+        return await self.inner.list_sessions()
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await self.inner.delete_session(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize(
+    ("loaded", "named"),
+    [
+        (None, "returned None"),
+        ({"entries": []}, "returned {'entries': []}"),
+        (("a",), "returned 'a' at [0]"),
+        ([*sample_entries()[:1], 5], "returned 5 at [1]"),
+    ],
+    ids=["none", "mapping", "text", "not-an-entry"],
+)
+async def test_a_store_whose_load_answers_no_entries_is_named(
+    loaded: object, named: str
+) -> None:
+    store = Answers(loaded)
+    with pytest.raises(InvalidReturn) as caught:
+        await Session.load(store, "s")  # type: ignore[arg-type]  # bad on purpose
+    assert str(caught.value).startswith(f"store Answers.load {named}: expected")

@@ -14,8 +14,9 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import final
 
+from turnfsm import _checks
 from turnfsm.core import MachineSpec
-from turnfsm.errors import CorruptRecord, SessionBusy, SessionNotFound
+from turnfsm.errors import CorruptRecord, InvalidReturn, SessionBusy, SessionNotFound
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._commits import (
     _check_commits,
@@ -25,6 +26,7 @@ from turnfsm.persistence._commits import (
 )
 from turnfsm.persistence._rebase import rebase_points
 from turnfsm.persistence._records import (
+    ENTRY_TYPES,
     BreakerChanged,
     Committed,
     CompactionRecord,
@@ -52,6 +54,14 @@ __all__ = ["Session", "new_id"]
 def new_id(prefix: str) -> str:
     """Return a fresh id such as ``run_3f2a...``."""
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+def _not_entries(store: SessionStore, value: str) -> InvalidReturn:
+    return InvalidReturn(
+        f"store {type(store).__name__}.load",
+        value,
+        "a sequence of log entries (turnfsm.persistence.ENTRY_TYPES)",
+    )
 
 
 @final
@@ -155,10 +165,18 @@ class Session:
         Raises:
             CorruptRecord: the stored log does not project.
             ConfigError: `id` is not a usable session id.
+            InvalidReturn: the store's `load` returned something other than
+                a sequence of log entries.
         """
         session = cls(id, store=store)
         entries = await store.load(session.id)
-        for entry in entries:
+        if isinstance(entries, str | bytes | Mapping) or not _checks.is_iterable(
+            entries
+        ):
+            raise _not_entries(store, repr(entries))
+        for n, entry in enumerate(entries):
+            if not isinstance(entry, ENTRY_TYPES):
+                raise _not_entries(store, f"{entry!r} at [{n}]")
             session._apply(entry)
         return session
 
