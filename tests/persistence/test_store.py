@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.generators import histories
 from tests.profiles import sized
-from turnfsm import serde
+from turnfsm import Agent, serde
 from turnfsm.core import (
     Budget,
     CompactReason,
@@ -337,3 +337,60 @@ async def test_a_store_whose_load_answers_no_entries_is_named(
     with pytest.raises(InvalidReturn) as caught:
         await Session.load(store, "s")  # type: ignore[arg-type]  # bad on purpose
     assert str(caught.value).startswith(f"store Answers.load {named}: expected")
+
+
+async def test_an_entry_of_a_run_that_never_opened_is_refused_unwritten() -> None:
+    store = MemoryStore()
+    session = Session("s", store=store)
+    await session.append(*sample_entries())
+    stray = RunEnded(run_id="run_never", outcome="failed", phase="failed")
+    with pytest.raises(ConfigError) as caught:
+        await session.append(stray)
+    assert (caught.value.field, caught.value.value) == (
+        "entries[0].run_id",
+        "run_never",
+    )
+    assert (await Session.load(store, "s")).entries == session.entries
+
+
+@attrs.define
+class FailsOnce:
+    """A store whose append number `failing` raises, as a full disk would."""
+
+    failing: int
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+    appends: int = 0
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> None:
+        self.appends += 1
+        if self.appends == self.failing:
+            raise OSError("disk full")
+        await self.inner.append(session_id, entries, expected_version=expected_version)
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> object:
+        return await self.inner.list_sessions()
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await self.inner.delete_session(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("failing", [1, 2])
+async def test_a_run_whose_append_fails_leaves_a_session_that_loads(
+    failing: int,
+) -> None:
+    store = FailsOnce(failing)
+    agent = Agent(model=ScriptedModel.of("hi"), store=store)  # type: ignore[arg-type]  # a store of yours
+    with pytest.raises(OSError, match="disk full"):
+        await agent.run("hello")
+    session = await Session.load(store, agent.session.id)  # type: ignore[arg-type]
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    assert str(run.error) == "run crashed on OSError: disk full"

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import final
 
 from turnfsm import _checks
 from turnfsm.core import MachineSpec
-from turnfsm.errors import CorruptRecord, InvalidReturn, SessionBusy, SessionNotFound
+from turnfsm.errors import (
+    ConfigError,
+    CorruptRecord,
+    InvalidReturn,
+    SessionBusy,
+    SessionNotFound,
+)
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._commits import (
     _check_commits,
@@ -407,13 +413,37 @@ class Session:
         Raises:
             SessionConflict: another writer appended to this session first.
             ConfigError: a `Committed` entry names a message that no event
-                of the session brought (nothing is written).
+                of the session brought, or an entry belongs to a run that
+                never opened (nothing is written).
         """
+        self._check_runs(entries)
         _check_commits(entries, self._messages)
         await self.store.append(self.id, entries, expected_version=len(self._entries))
         apply = self._apply
         for entry in entries:
             apply(entry, history)
+
+    def _check_runs(self, entries: Sequence[Entry]) -> None:
+        """Refuse an entry of a run that never opened, before it is written.
+
+        Written, it would leave a log that no longer loads (`_apply`'s rule).
+        """
+        opened: set[str] = set()
+        for n, entry in enumerate(entries):
+            run_id = entry.run_id
+            if isinstance(entry, RunOpened):
+                opened.add(run_id)
+            elif (
+                run_id not in self._runs
+                and run_id not in opened
+                and not isinstance(entry, MachineStored)
+                and not (isinstance(entry, BreakerChanged) and not run_id)
+            ):
+                raise ConfigError(
+                    f"entries[{n}].run_id",
+                    run_id,
+                    "a run of the session (its RunOpened first)",
+                )
 
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
