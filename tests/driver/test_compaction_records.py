@@ -4,14 +4,21 @@ it, the breaker's state, and the usage of summary calls however the pass ended."
 from __future__ import annotations
 
 import html
+import time
+from collections.abc import Sequence
 
 import anyio
 import pytest
 
 from turnfsm.agent import Agent
-from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.context import (
+    CompactionContext,
+    CompactionProposal,
+    ContextManager,
+    SummarizingCompactor,
+)
 from turnfsm.driver import Driver, RunControl, Session
-from turnfsm.errors import CompactionStalled, ProviderError
+from turnfsm.errors import CompactionFailed, CompactionStalled, ProviderError
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import BreakerChanged, CompactionRecord, MemoryStore
@@ -158,6 +165,45 @@ async def test_a_pass_that_times_out_keeps_its_summary_calls_usage() -> None:
     assert record.usage == Usage(input_tokens=500, output_tokens=600)
     assert result.compaction_usage == record.usage
     assert session.runs[0].outcome == "failed"
+
+
+class Late:
+    """A compactor that answers after its deadline: it swallows the timeout's
+    cancellation, or blocks without a checkpoint."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        if self.how == "swallows":
+            try:
+                await anyio.sleep(5)
+            except anyio.get_cancelled_exc_class():
+                pass  # a bug of its own: cancellation is never swallowed
+        else:
+            time.sleep(0.5)  # noqa: ASYNC251  # a blocking call: the bug under test
+        kept = [messages[0], *messages[-2:]]
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
+
+
+@pytest.mark.parametrize("how", ["swallows", "blocks"])
+async def test_a_pass_that_answers_after_its_deadline_timed_out(how: str) -> None:
+    session = Session()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"),
+        context=ContextManager(
+            Late(how), context_window=4_000, threshold=60, counter=COUNTER
+        ),
+        compaction_timeout=0.2,
+    )
+    result = await driver.run(history(6), session=session)
+    assert isinstance(result.error, CompactionFailed)
+    assert "timed out after 0.2s" in str(result.error)
+    (record,) = session.runs[0].compactions
+    assert record.verdict == "failed"
+    assert list(session.history) == []
 
 
 async def test_a_cancelled_pass_keeps_its_summary_calls_usage() -> None:

@@ -87,9 +87,14 @@ async def carry_out(
         if limit is not None:
             scope.deadline = anyio.current_time() + limit
         if control is None:
-            return _event_of(key, await effect(ctx, decision))
-        with control.interrupting(scope):
-            return _event_of(key, await effect(ctx, decision))
+            event = _event_of(key, await effect(ctx, decision))
+        else:
+            with control.interrupting(scope):
+                event = _event_of(key, await effect(ctx, decision))
+        # An effect that swallowed the cancellation, or blocked past its
+        # deadline without a checkpoint, still answers too late.
+        if not scope.cancel_called and anyio.current_time() < scope.deadline:
+            return event
     cancel = control.take_cancel() if control is not None else None
     if cancel is not None:
         return cancel
