@@ -25,6 +25,7 @@ from turnfsm.core import (
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl
 from turnfsm.driver._effects import Effect, effect_key
+from turnfsm.driver._tools import is_late
 from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
 from turnfsm.values import ErrorInfo
@@ -91,9 +92,7 @@ async def carry_out(
         else:
             with control.interrupting(scope):
                 event = _event_of(key, await effect(ctx, decision))
-        # An effect that swallowed the cancellation, or blocked past its
-        # deadline without a checkpoint, still answers too late.
-        if not scope.cancel_called and anyio.current_time() < scope.deadline:
+        if not is_late(scope):
             return event
     cancel = control.take_cancel() if control is not None else None
     if cancel is not None:
