@@ -100,6 +100,10 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
             keep(lambda m: m[-3:]),
             "on 'tool pairs': left a tool result of 'c' without its call",
         ),
+        (
+            keep(lambda m: [m[0], m[2], m[1], *m[3:]] if len(m) > 2 else m),
+            "on 'three messages': moved a message it kept out of its order",
+        ),
         (Custom(lambda m, c: pop_last(m)), "changed the list it was given"),
         (Custom(flaky), "gave two different answers to the same input"),
         (
@@ -120,6 +124,7 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
         "empty-message",
         "drops-results",
         "drops-calls",
+        "moves-a-message",
         "mutates-input",
         "nondeterministic",
         "negative-tokens",

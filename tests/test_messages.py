@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import os
+import pickle
 import re
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,6 +15,7 @@ from hypothesis import strategies as st
 
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
+    PINNED,
     ImagePart,
     Joined,
     Message,
@@ -281,3 +286,41 @@ def test_a_forked_process_makes_ids_of_its_own() -> None:
     mine = new_message_id()
     assert re.fullmatch(r"msg_[0-9a-f]{24}", child)
     assert child[:20] != mine[:20]
+
+
+def test_metadata_and_arguments_do_not_change_in_place() -> None:
+    given = {"source": "cli"}
+    message = Message(role="user", parts="hi", metadata=given)
+    given["source"] = "changed"  # the caller's dict is not the message's
+    changes: list[Callable[[Any], object]] = [
+        lambda d: d.__setitem__("x", float("nan")),
+        lambda d: d.__delitem__("source"),
+        lambda d: d.__ior__({"x": 1}),
+        lambda d: d.clear(),
+        lambda d: d.pop("source"),
+        lambda d: d.popitem(),
+        lambda d: d.setdefault("x", object()),
+        lambda d: d.update(x=1),
+    ]
+    for change in changes:
+        with pytest.raises(InvalidMessage, match="metadata does not change"):
+            change(message.metadata)
+    assert message.metadata == {"source": "cli"}
+    assert Message.user("hi").pin().metadata == {PINNED: "true"}
+    for copied in (copy.deepcopy(message), pickle.loads(pickle.dumps(message))):
+        assert copied == message
+        assert copied.metadata == {"source": "cli"}
+        metadata: Any = copied.metadata
+        with pytest.raises(InvalidMessage):
+            metadata.clear()
+    assert json.loads(json.dumps(message.to_dict()))["metadata"] == {"source": "cli"}
+
+    arguments: dict[str, Any] = {"path": "a"}
+    call = ToolCallPart(id="c1", name="read", arguments=arguments)
+    arguments["path"] = "b"
+    for change in changes:
+        with pytest.raises(InvalidMessage, match="arguments does not change"):
+            change(call.arguments)
+    assert call.arguments == {"path": "a"}
+    assert pickle.loads(pickle.dumps(call)) == call
+    assert ToolCallPart(id="c2", name="read").arguments == {}

@@ -422,8 +422,29 @@ def boom(
             lambda m, t, c: CompactionProposal.compacted(["hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
             "compactor returned something that is not a Message",
         ),
+        (
+            lambda m, t, c: CompactionProposal.failed(ValueError("down"), 0),  # type: ignore[arg-type]  # bad on purpose
+            "ConfigError: invalid error=ValueError('down'): expected a string, or None",
+        ),
+        (
+            lambda m, t, c: (
+                m[0].metadata.update(x=float("nan")),
+                CompactionProposal.compacted(m, 0, 0),
+            )[1],
+            "InvalidMessage: invalid message metadata={}: metadata does not change; "
+            "make a new one with attrs.evolve(message, metadata={...})",
+        ),
     ],
-    ids=["raises", "failed", "failed-blank", "empty", "wrong-type", "not-messages"],
+    ids=[
+        "raises",
+        "failed",
+        "failed-blank",
+        "empty",
+        "wrong-type",
+        "not-messages",
+        "error-not-text",
+        "changes-metadata",
+    ],
 )
 def test_compactor_failure_is_a_compactor_error_at_the_size_before(
     reply: Reply, error: str
@@ -787,6 +808,16 @@ def answer(messages: Sequence[Message]) -> Reply:
             [U0, A6, Message.user("x", id="a6")],
             "the compactor's result repeats message id 'a6'",
         ),
+        (
+            [U0, U7, A6],
+            "the compactor's result moves message 'a6' after message 'u7', which "
+            "was said later; a pass keeps the messages it keeps in their order",
+        ),
+        (
+            [Message.user("summary", id="s"), A6, Message.user("x", id="u0")],
+            "the compactor's result moves message 'u0' after message 'a6', which "
+            "was said later; a pass keeps the messages it keeps in their order",
+        ),
     ],
     ids=[
         "message-between",
@@ -797,6 +828,8 @@ def answer(messages: Sequence[Message]) -> Reply:
         "call-inserted",
         "message-twice",
         "id-reused",
+        "moved",
+        "changed-and-moved",
     ],
 )
 def test_a_result_that_is_not_a_valid_conversation_is_a_compactor_error(
@@ -861,6 +894,17 @@ def test_ids_the_input_already_repeated_may_survive() -> None:
     decision = run(manager(Scripted(answer([U0, U7, U7]))), messages)
 
     assert isinstance(decision, CompactionResult)
+
+
+def test_a_result_keeps_order_around_summaries_and_changed_messages() -> None:
+    summary = Message.user("[summary of a1..t5]", id="summary")
+    changed = Message.assistant("(shortened)", id="a6")
+    kept = [U0, summary, changed, U7]
+
+    decision = run(manager(Scripted(answer(kept))), TOOLS)
+
+    assert isinstance(decision, CompactionResult)
+    assert decision.messages == tuple(kept)
 
 
 def test_an_absolute_threshold_line_is_the_managers_and_the_brains() -> None:

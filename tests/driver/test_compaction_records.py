@@ -3,19 +3,30 @@ it, the breaker's state, and the usage of summary calls however the pass ended."
 
 from __future__ import annotations
 
+import html
+import time
+from collections.abc import Sequence
+
 import anyio
 import pytest
 
-from turnfsm.context import ContextManager, SummarizingCompactor
+from turnfsm.agent import Agent
+from turnfsm.context import (
+    CompactionContext,
+    CompactionProposal,
+    ContextManager,
+    SummarizingCompactor,
+)
 from turnfsm.driver import Driver, RunControl, Session
-from turnfsm.errors import CompactionStalled, ProviderError
+from turnfsm.errors import CompactionFailed, CompactionStalled, ProviderError
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
-from turnfsm.persistence import BreakerChanged, CompactionRecord
+from turnfsm.persistence import BreakerChanged, CompactionRecord, MemoryStore
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.values import Usage
+from turnfsm.view._html import turn_detail
 
 pytestmark = pytest.mark.anyio
 
@@ -156,6 +167,45 @@ async def test_a_pass_that_times_out_keeps_its_summary_calls_usage() -> None:
     assert session.runs[0].outcome == "failed"
 
 
+class Late:
+    """A compactor that answers after its deadline: it swallows the timeout's
+    cancellation, or blocks without a checkpoint."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        if self.how == "swallows":
+            try:
+                await anyio.sleep(5)
+            except anyio.get_cancelled_exc_class():
+                pass  # a bug of its own: cancellation is never swallowed
+        else:
+            time.sleep(0.5)  # noqa: ASYNC251  # a blocking call: the bug under test
+        kept = [messages[0], *messages[-2:]]
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
+
+
+@pytest.mark.parametrize("how", ["swallows", "blocks"])
+async def test_a_pass_that_answers_after_its_deadline_timed_out(how: str) -> None:
+    session = Session()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"),
+        context=ContextManager(
+            Late(how), context_window=4_000, threshold=60, counter=COUNTER
+        ),
+        compaction_timeout=0.2,
+    )
+    result = await driver.run(history(6), session=session)
+    assert isinstance(result.error, CompactionFailed)
+    assert "timed out after 0.2s" in str(result.error)
+    (record,) = session.runs[0].compactions
+    assert record.verdict == "failed"
+    assert list(session.history) == []
+
+
 async def test_a_cancelled_pass_keeps_its_summary_calls_usage() -> None:
     control = RunControl()
     session = Session()
@@ -184,3 +234,57 @@ async def test_auto_compact_off_turns_the_message_line_off() -> None:
     assert result.ok
     assert session.runs[0].compactions == ()
     assert len(session.history) == 62
+
+
+async def test_a_pass_that_changes_a_message_under_its_id_reloads_as_committed() -> (
+    None
+):
+    # The default strategy digests old tool results and keeps their ids (the
+    # log still holds each original under it): a reopened session must
+    # project the digest that was committed, not the original.
+    def read(path: str) -> str:
+        """Read a file.
+
+        Args:
+            path: the file.
+        """
+        return f"{path}: " + "line of output " * 600
+
+    def handler(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].tool_results:
+            return ModelResponse(message=Message.assistant("read it"))
+        turn = len(request.messages)
+        return ModelResponse(
+            message=Message.assistant(
+                "", tool_calls=[tool_call("read", f"c{turn}", path="a")]
+            )
+        )
+
+    store = MemoryStore()
+    agent = Agent(
+        model=FakeModelClient(handler),
+        tools=[read],
+        store=store,
+        context=ContextManager(context_window=8_000, threshold=60),
+    )
+    for n in range(4):
+        assert (await agent.run(f"question {n}")).ok
+    live = agent.session
+    changed = [m for m in live.history if live.message(m.id) != m]
+    assert changed  # a pass changed a message and kept its id
+
+    reopened = await Session.load(store, live.id)
+    assert list(reopened.history) == list(live.history)
+    assert reopened.history_after(live.runs[-1].run_id) == live.history
+    assert reopened.message(changed[0].id) == live.message(changed[0].id)
+
+    # The audit trail shows each turn what it saw: the rewrite, not the original.
+    last = reopened.runs[-1]
+    seen = reopened.seen(last.run_id, 0)
+    assert [m.id for m in seen] == list(last.context(0))
+    assert list(seen[: len(last.history)]) == list(last.history)
+    rewrite = next(m for m in seen if m != reopened.message(m.id))
+    page = "".join(turn_detail(reopened, last, 0))
+    assert html.escape(rewrite.tool_results[0].content) in page
+    original = reopened.message(rewrite.id).tool_results[0].content
+    assert html.escape(original) not in page

@@ -247,6 +247,37 @@ async def test_pre_compact_guidance_reaches_the_compactor() -> None:
     assert hook.compactions[0].tokens_after < hook.compactions[0].tokens_before
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("veto", "no"), ("instructions", 5), ("additional_context", ["a", "b"])],
+)
+async def test_a_pre_compact_answer_with_a_wrong_value_is_a_hook_error(
+    field: str, value: object
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        PreCompact(**{field: value})  # type: ignore[arg-type]  # bad on purpose
+    assert (caught.value.field, caught.value.value) == (field, value)
+
+    class Careless(Hook):
+        def pre_compact(self, info: PreCompactInfo) -> PreCompact:
+            return PreCompact(**{field: value})  # type: ignore[arg-type]  # bad on purpose
+
+    ctx = ContextManager(
+        Recording(),
+        context_window=1_000,
+        counter=HEURISTIC,
+        pins=PinRules(first_user=False, latest_user=False),
+    )
+    driver = Driver(model=ScriptedModel.of("ok"), context=ctx, hooks=[Careless()])
+    result = await driver.run(_big_history(2, 1_000))  # the hook is detached
+    assert result.ok
+    strict = Driver(
+        model=ScriptedModel.of("ok"), context=ctx, hooks=[Careless()], strict_hooks=True
+    )
+    with pytest.raises(ConfigError):
+        await strict.run(_big_history(2, 1_000))
+
+
 async def test_on_compaction_is_silent_for_a_noop_but_post_compact_fires() -> None:
     hook = Steer()
     driver = Driver(

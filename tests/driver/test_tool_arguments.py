@@ -151,6 +151,10 @@ def test_each_annotation_has_its_json_schema(
     assert params["required"] == ["value"]  # `other` has a default
 
 
+class NoMembers(enum.Enum):
+    """An enum with nothing in it (a base for others)."""
+
+
 @pytest.mark.parametrize(
     ("annotation", "reason"),
     [
@@ -158,8 +162,9 @@ def test_each_annotation_has_its_json_schema(
         (dict[int, str], "keys are strings"),
         (Node, "contains itself"),
         (list[Callable[[], None]], "unsupported annotation"),
+        (NoMembers, "NoMembers has no members: no value can be given"),
     ],
-    ids=["object", "int-keys", "recursive", "callable"],
+    ids=["object", "int-keys", "recursive", "callable", "empty-enum"],
 )
 def test_annotations_without_a_json_form_are_refused_when_the_tool_is_built(
     annotation: object, reason: str
@@ -502,6 +507,49 @@ def test_an_invalid_explicit_schema_is_a_config_error_naming_the_tool() -> None:
     assert caught.value.field == "Tool('resize').parameters.properties.width.type"
     assert caught.value.value == "integr"
     assert "a valid JSON schema" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "ref", ["#/$defs/missing", "#/properties/nowhere", "https://example.com/size.json"]
+)
+def test_a_reference_the_schema_cannot_resolve_is_a_config_error(ref: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Tool(
+            name="resize",
+            description="d",
+            parameters={
+                "type": "object",
+                "$defs": {"size": {"type": "integer"}},
+                "properties": {"width": {"$ref": "#/$defs/size"}, "h": {"$ref": ref}},
+            },
+            fn=Recorder(),
+        )
+    assert caught.value.field == "Tool('resize').parameters.properties.h.$ref"
+    assert caught.value.value == ref
+
+
+@pytest.mark.anyio
+async def test_references_inside_the_schema_and_data_that_looks_like_one_are_kept() -> (
+    None
+):
+    recorder = Recorder()
+    tool = Tool(
+        name="resize",
+        description="d",
+        parameters={
+            "type": "object",
+            "$defs": {"size": {"type": "integer", "minimum": 1}},
+            "properties": {
+                "width": {"$ref": "#/$defs/size"},
+                "note": {"type": "object", "default": {"$ref": "not a reference"}},
+            },
+        },
+        fn=recorder,
+    )
+    assert await run(tool, width=3) == ("ran", False)
+    content, is_error = await run(tool, width=0)
+    assert is_error
+    assert "width" in content
 
 
 def test_a_schema_that_is_not_an_object_is_a_config_error() -> None:

@@ -3,12 +3,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+import anyio
 import pytest
 
-from turnfsm.driver import Tool, function_tool
+from turnfsm.driver import Driver, Tool, function_tool
 from turnfsm.driver._tools import run_tool_call, tools_by_name
 from turnfsm.errors import ToolError
-from turnfsm.messages import ToolCallPart
+from turnfsm.messages import Message, ToolCallPart
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient
 
 
 def search(
@@ -98,6 +101,8 @@ def test_unsupported_annotations_and_bad_names_raise_tool_error() -> None:
         Tool.from_function(f)
     with pytest.raises(ToolError, match="1-64"):
         Tool.from_function(search, name="no spaces allowed")
+    with pytest.raises(ToolError, match="1-64"):  # not the function's name instead
+        Tool.from_function(search, name="")
 
 
 def test_duplicate_tool_names_are_rejected() -> None:
@@ -178,3 +183,47 @@ def test_a_function_that_cannot_be_described_is_refused_every_time() -> None:
     for _ in range(2):
         with pytest.raises(ToolError, match="needs a type annotation"):
             Tool.from_function(bad)
+
+
+async def _swallows(seconds: float) -> str:
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        pass  # a bug of its own: cancellation is never swallowed
+    return "late"
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_answers_past_its_timeout_timed_out() -> None:
+    async def wait(seconds: float) -> str:
+        """Wait.
+
+        Args:
+            seconds: how long.
+        """
+        return await _swallows(seconds)
+
+    tools = tools_by_name([wait])
+    call = ToolCallPart(id="c1", name="wait", arguments={"seconds": 5})
+    result = (await run_tool_call(call, tools, limit=0.2)).tool_results[0]
+    assert (result.content, result.is_error) == (
+        "tool 'wait' timed out after 0.2s",
+        True,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_reply_past_the_model_timeout_timed_out_and_is_asked_again() -> None:
+    calls = 0
+
+    async def handle(_request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await _swallows(5)
+            return ModelResponse(message=Message.assistant("late"))
+        return ModelResponse(message=Message.assistant("in time"))
+
+    driver = Driver(model=FakeModelClient(handle), model_timeout=0.2)
+    result = await driver.run("hello")
+    assert (result.outcome, result.text, calls) == ("done", "in time", 2)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.generators import histories
 from tests.profiles import sized
-from turnfsm import serde
+from turnfsm import Agent, serde
 from turnfsm.core import (
     Budget,
     CompactReason,
@@ -29,6 +29,7 @@ from turnfsm.errors import (
     CompactionStalled,
     ConfigError,
     CorruptRecord,
+    InvalidReturn,
     ProviderError,
     SessionConflict,
     SessionNotFound,
@@ -292,3 +293,104 @@ async def test_a_corrupt_log_line_is_named() -> None:
     future = lines[0].replace('"v": 1', '"v": 99')
     with pytest.raises(CorruptRecord, match="unknown version 99"):
         await load_session(io.StringIO("\n".join([future, *lines[1:]])))
+
+
+@attrs.define
+class Answers:
+    """A store of yours whose `load` answers with `loaded` instead."""
+
+    loaded: object
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> None:
+        await self.inner.append(session_id, entries, expected_version=expected_version)
+
+    async def load(self, session_id: str) -> object:
+        return self.loaded
+
+    async def list_sessions(self) -> object:
+        return await self.inner.list_sessions()
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await self.inner.delete_session(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize(
+    ("loaded", "named"),
+    [
+        (None, "returned None"),
+        ({"entries": []}, "returned {'entries': []}"),
+        (("a",), "returned 'a' at [0]"),
+        ([*sample_entries()[:1], 5], "returned 5 at [1]"),
+    ],
+    ids=["none", "mapping", "text", "not-an-entry"],
+)
+async def test_a_store_whose_load_answers_no_entries_is_named(
+    loaded: object, named: str
+) -> None:
+    store = Answers(loaded)
+    with pytest.raises(InvalidReturn) as caught:
+        await Session.load(store, "s")  # type: ignore[arg-type]  # bad on purpose
+    assert str(caught.value).startswith(f"store Answers.load {named}: expected")
+
+
+async def test_an_entry_of_a_run_that_never_opened_is_refused_unwritten() -> None:
+    store = MemoryStore()
+    session = Session("s", store=store)
+    await session.append(*sample_entries())
+    stray = RunEnded(run_id="run_never", outcome="failed", phase="failed")
+    with pytest.raises(ConfigError) as caught:
+        await session.append(stray)
+    assert (caught.value.field, caught.value.value) == (
+        "entries[0].run_id",
+        "run_never",
+    )
+    assert (await Session.load(store, "s")).entries == session.entries
+
+
+@attrs.define
+class FailsOnce:
+    """A store whose append number `failing` raises, as a full disk would."""
+
+    failing: int
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+    appends: int = 0
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> None:
+        self.appends += 1
+        if self.appends == self.failing:
+            raise OSError("disk full")
+        await self.inner.append(session_id, entries, expected_version=expected_version)
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> object:
+        return await self.inner.list_sessions()
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await self.inner.delete_session(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("failing", [1, 2])
+async def test_a_run_whose_append_fails_leaves_a_session_that_loads(
+    failing: int,
+) -> None:
+    store = FailsOnce(failing)
+    agent = Agent(model=ScriptedModel.of("hi"), store=store)  # type: ignore[arg-type]  # a store of yours
+    with pytest.raises(OSError, match="disk full"):
+        await agent.run("hello")
+    session = await Session.load(store, agent.session.id)  # type: ignore[arg-type]
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    assert str(run.error) == "run crashed on OSError: disk full"

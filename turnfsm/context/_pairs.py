@@ -257,9 +257,15 @@ def result_problem(result: Sequence[Message], source: Sequence[Message]) -> str 
     that `source` already had may survive (at most as many lone calls and
     lone results as it had), but a pair with a message between its halves is
     always rejected. No two messages of `result` may share an id, unless
-    `source` already repeated it as often. Not exported: the manager's check.
+    `source` already repeated it as often. The messages `result` keeps (by
+    id, changed or not) stay in `source`'s order. Not exported: the manager's
+    check.
     """
-    return _tool_problem(result, source) or _id_problem(result, source)
+    return (
+        _tool_problem(result, source)
+        or _id_problem(result, source)
+        or _order_problem(result, source)
+    )
 
 
 def _tool_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
@@ -356,4 +362,27 @@ def _id_problem(result: Sequence[Message], source: Sequence[Message]) -> str | N
         seen[message.id] += 1
         if seen[message.id] > max(1, allowed[message.id]):
             return f"the compactor's result repeats message id {message.id!r}"
+    return None
+
+
+def _order_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+    """Name a kept message that `result` moved after one said later, or None."""
+    place: dict[str, int] = {}
+    for i, message in enumerate(source):
+        place.setdefault(message.id, i)
+    if len(place) != len(source):  # a repeated id has no one place: not checked
+        counts = Counter(message.id for message in source)
+        place = {k: i for k, i in place.items() if counts[k] == 1}
+    last, last_id = -1, ""
+    for message in result:
+        at = place.get(message.id)
+        if at is None:  # a message of the pass's own (a summary)
+            continue
+        if at < last:
+            return (
+                f"the compactor's result moves message {message.id!r} after "
+                f"message {last_id!r}, which was said later; a pass keeps the "
+                "messages it keeps in their order"
+            )
+        last, last_id = at, message.id
     return None

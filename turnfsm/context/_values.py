@@ -133,7 +133,9 @@ class CompactionProposal:
     messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
     tokens_before: int
     tokens_after: int
-    error: str | None = None
+    error: str | None = attrs.field(
+        default=None, validator=_checks.string(optional=True)
+    )
 
     @classmethod
     def compacted(

@@ -28,6 +28,9 @@ from jsonschema import (
 )
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.protocols import Validator
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from turnfsm.errors import ConfigError
 
@@ -209,8 +212,44 @@ def _checked(tool: str, parameters: Mapping[str, Any]) -> Validator:
         raise ConfigError(
             f"{field}.type", parameters.get("type"), '"object" (arguments are one)'
         )
+    _check_refs(field, parameters)
     validator: Validator = cls(parameters)
     return validator
+
+
+# Keywords whose values are data, not schemas: a "$ref" in them is no reference.
+_DATA_KEYWORDS: Final = frozenset({"const", "default", "enum", "examples"})
+
+
+def _refs(value: object, at: str) -> Iterator[tuple[str, str]]:
+    """Each ``$ref`` of the schema `value` and where it is, outside nested ``$id``s."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key == "$ref" and isinstance(item, str):
+                yield f"{at}.$ref", item
+            elif key not in _DATA_KEYWORDS and not (
+                isinstance(item, Mapping) and "$id" in item
+            ):
+                yield from _refs(item, f"{at}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _refs(item, f"{at}[{i}]")
+
+
+def _check_refs(field: str, parameters: Mapping[str, Any]) -> None:
+    """Refuse a ``$ref`` the schema cannot resolve: every call would fail on it.
+
+    A reference is looked up in the schema itself; nothing is fetched.
+    """
+    root = Resource.from_contents(dict(parameters), default_specification=DRAFT202012)
+    resolver = Registry().resolver_with_root(root)
+    for where, ref in _refs(parameters, field):
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            raise ConfigError(
+                where, ref, "a reference to a part of the schema itself"
+            ) from None
 
 
 # The quick test. Types are tested exactly (`type(v) is ...`): a bool is no

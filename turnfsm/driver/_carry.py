@@ -25,6 +25,7 @@ from turnfsm.core import (
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl
 from turnfsm.driver._effects import Effect, effect_key
+from turnfsm.driver._tools import is_late
 from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
 from turnfsm.values import ErrorInfo
@@ -87,9 +88,12 @@ async def carry_out(
         if limit is not None:
             scope.deadline = anyio.current_time() + limit
         if control is None:
-            return _event_of(key, await effect(ctx, decision))
-        with control.interrupting(scope):
-            return _event_of(key, await effect(ctx, decision))
+            event = _event_of(key, await effect(ctx, decision))
+        else:
+            with control.interrupting(scope):
+                event = _event_of(key, await effect(ctx, decision))
+        if not is_late(scope):
+            return event
     cancel = control.take_cancel() if control is not None else None
     if cancel is not None:
         return cancel

@@ -231,7 +231,16 @@ class RunLoop(Ending):
     async def _write(self, *entries: Entry, history: MessageLog | None = None) -> None:
         """Append `entries` to the log, after the entries riding with them."""
         riding, self._riding = self._riding, []
-        await self.session.append(*riding, *entries, history=history)
+        try:
+            await self.session.append(*riding, *entries, history=history)
+        except BaseException:
+            if not self.session.has_run(self.run_id):
+                # Nothing was written: the run still opens in the log before
+                # it ends (the crash's or the interruption's append).
+                opening = (MachineStored, RunOpened)
+                again = [e for e in (*riding, *entries) if isinstance(e, opening)]
+                self._riding[:0] = again
+            raise
 
     async def _record_result(self, result: Message) -> None:
         """Log one tool result of the batch in flight (calls finish concurrently)."""

@@ -145,6 +145,8 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
     if origin is Literal:
         return {"enum": _json_scalars(list(args), tp)}
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if not len(tp):
+            raise Unsupported(f"{tp.__name__} has no members: no value can be given")
         return {"enum": _json_scalars([m.value for m in tp], tp)}
     if origin in (Union, types.UnionType):
         options = [a for a in args if a is not _NONE]

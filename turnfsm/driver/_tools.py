@@ -50,6 +50,7 @@ __all__ = [
     "deadline",
     "failed_result",
     "function_tool",
+    "is_late",
     "run_tool_call",
     "tool_call_outcome",
     "tools_by_name",
@@ -177,7 +178,7 @@ class Tool:
                 or `in_subprocess` is set for a function a child process
                 cannot import.
         """
-        tool_name = name or fn.__name__
+        tool_name = fn.__name__ if name is None else name
         try:
             summary, parameters, structure = _described(fn)
         except Unsupported as exc:
@@ -286,7 +287,8 @@ def deadline(seconds: float | None) -> AbstractContextManager[object]:
 
     `anyio.fail_after` without its generator: one bare `CancelScope` with a
     deadline. Only the deadline can cancel the scope (nobody else holds it),
-    so a cancellation it caught is the deadline: `TimeoutError`.
+    so a cancellation it caught is the deadline: `TimeoutError`. So is an
+    answer that comes past the deadline anyway (`is_late`).
     """
     return _Deadline(seconds) if seconds is not None else nullcontext()
 
@@ -313,8 +315,17 @@ class _Deadline:
     ) -> None:
         scope = self._scope
         scope.__exit__(exc_type, exc, tb)
-        if scope.cancelled_caught:
+        if scope.cancelled_caught or (exc_type is None and is_late(scope)):
             raise TimeoutError from None
+
+
+def is_late(scope: anyio.CancelScope) -> bool:
+    """Whether what ran in `scope` finished past its deadline.
+
+    A callee that swallowed the deadline's cancellation, or blocked without a
+    checkpoint, still answers too late: its answer counts as timed out.
+    """
+    return scope.cancel_called or anyio.current_time() >= scope.deadline
 
 
 async def run_tool_call(
@@ -353,7 +364,7 @@ async def tool_call_outcome(
             # A bare scope is move_on_after without its backend look-ups.
             with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
                 output = await tool.invoke(call.arguments)
-            if scope.cancelled_caught:
+            if scope.cancelled_caught or is_late(scope):
                 late = f"tool {call.name!r} timed out after {limit}s"
                 return Message.tool_result(call.id, late, is_error=True), None
     except InvalidArguments as exc:

@@ -213,15 +213,16 @@ class EffectFailed(TurnFSMError):
 @final
 @attrs.frozen(auto_exc=True)
 class InvalidReturn(TurnFSMError, TypeError):
-    """Raised when an effect, a model or a hook returns a value of the wrong type.
+    """Raised when an effect, a model, a hook or a store returns the wrong type.
 
     From an effect or a model, the run ends ``failed`` with this error
     (logged, like a malformed message). From a hook (an awaitable, or a
     `pre_compact` answer that is not a `PreCompact`), it is what the hook
     raised: the hook is logged and detached, or, with ``strict_hooks``, it
-    propagates. `source` names the effect (``effect 'call_llm'``), the model
-    (``model FakeModelClient``) or the hook (``hook MyHook.pre_compact``),
-    `value` is the repr of what it returned.
+    propagates. From a store's `load`, reading the session raises it.
+    `source` names the effect (``effect 'call_llm'``), the model (``model
+    FakeModelClient``), the hook (``hook MyHook.pre_compact``) or the store
+    (``store MyStore.load``), `value` is the repr of what it returned.
     """
 
     source: str

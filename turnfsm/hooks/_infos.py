@@ -270,12 +270,18 @@ class PreCompact:
     besides the ones pinned already.
 
     Raises:
-        ConfigError: `pin` is not a sequence of message ids.
+        ConfigError: `veto` is not a bool, `instructions` or
+            `additional_context` is neither text nor None, or `pin` is not a
+            sequence of message ids.
     """
 
-    veto: bool = False
-    instructions: str | None = None
-    additional_context: str | None = None
+    veto: bool = attrs.field(default=False, validator=_checks.boolean())
+    instructions: str | None = attrs.field(
+        default=None, validator=_checks.string(optional=True)
+    )
+    additional_context: str | None = attrs.field(
+        default=None, validator=_checks.string(optional=True)
+    )
     pin: tuple[str, ...] = attrs.field(
         default=(),
         converter=_to_pins,

@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any, Final, TypeAlias, final
+from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
 
@@ -127,6 +127,69 @@ class TextPart:
     text: str = attrs.field(validator=_require_str("text"))
 
 
+class _Fixed(dict[str, Any]):
+    """A dict that does not change, as the value holding it does not.
+
+    A message once said is in the log as it was: a plug-in that changed its
+    metadata or a call's arguments in place (a compactor, a hook, a tool)
+    would change the conversation behind the log's back, with a value that
+    was never checked. `attrs.evolve` makes a new value.
+    """
+
+    __slots__ = ()
+    _field: ClassVar[str] = ""
+    _evolve: ClassVar[str] = ""
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise InvalidMessage(
+            self._field,
+            dict(self),
+            f"{self._field} does not change; make a new one with {self._evolve}",
+        )
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (dict(self),))
+
+
+@final
+class _Metadata(_Fixed):
+    __slots__ = ()
+    _field = "metadata"
+    _evolve = "attrs.evolve(message, metadata={...})"
+
+
+@final
+class _Arguments(_Fixed):
+    __slots__ = ()
+    _field = "tool_call.arguments"
+    _evolve = "attrs.evolve(call, arguments={...})"
+
+
+_NO_METADATA: Final = _Metadata()
+_NO_ARGUMENTS: Final = _Arguments()
+
+
+def _to_metadata(value: object) -> object:
+    """`value` as metadata that does not change (the validator checks the rest)."""
+    if type(value) is _Metadata:
+        return value
+    if isinstance(value, Mapping):
+        return _Metadata(value) if value else _NO_METADATA
+    return value
+
+
+def _to_arguments(value: object) -> object:
+    """`value` as arguments that do not change (the validator checks the rest)."""
+    if type(value) is _Arguments:
+        return value
+    if isinstance(value, Mapping):
+        return _Arguments(value) if value else _NO_ARGUMENTS
+    return value
+
+
 @final
 @attrs.frozen(kw_only=True)
 class ToolCallPart:
@@ -136,7 +199,8 @@ class ToolCallPart:
     name: str = attrs.field(validator=_require_id("tool_call.name"))
     # NaN stays: a model's arguments are read by `json.loads`, which reads it.
     arguments: Mapping[str, JSONValue] = attrs.field(
-        factory=dict,
+        default=_NO_ARGUMENTS,
+        converter=_to_arguments,
         hash=False,
         validator=_checks.json_object(
             "tool_call.arguments",
@@ -217,7 +281,8 @@ class Message:
     # JSON values, not only strings: stored messages with numbers or lists in
     # their metadata (the row format allows them) must still load.
     metadata: Mapping[str, str] = attrs.field(
-        factory=dict,
+        default=_NO_METADATA,
+        converter=_to_metadata,
         hash=False,
         eq=False,
         validator=_checks.json_object("metadata", error=InvalidMessage),

@@ -14,7 +14,14 @@ from turnfsm.persistence._records import (
     event_messages,
 )
 
-__all__ = ["_check_commits", "_commit", "_committed", "_history_at", "unbrought"]
+__all__ = [
+    "_check_commits",
+    "_commit",
+    "_committed",
+    "_history_at",
+    "_seen_at",
+    "unbrought",
+]
 
 
 def _check_commits(entries: Sequence[Entry], known: Mapping[str, Message]) -> None:
@@ -82,7 +89,30 @@ def _history_at(entries: Sequence[Entry]) -> MessageLog:
     for entry in entries:
         if isinstance(entry, EventRecorded):
             for message in event_messages(entry.event):
-                messages.setdefault(message.id, message)
+                messages[message.id] = message  # as the latest event brought it
         elif isinstance(entry, Committed):
             history = _commit(history, entry.keep, entry.messages, messages, None)
     return history
+
+
+def _seen_at(
+    entries: Sequence[Entry], run_id: str, reply_id: str, ids: Sequence[str]
+) -> tuple[Message, ...]:
+    """The messages `ids` as the model saw them, right before it said `reply_id`.
+
+    A pass may change a message and keep its id: each id reads as it was
+    last committed before that reply, or (not committed yet: the run's own
+    pending messages) as the latest event brought it.
+    """
+    brought: dict[str, Message] = {}
+    committed: dict[str, Message] = {}
+    for entry in entries:
+        if isinstance(entry, EventRecorded):
+            said = event_messages(entry.event)
+            if entry.run_id == run_id and any(m.id == reply_id for m in said):
+                break
+            for message in said:
+                brought[message.id] = message
+        elif isinstance(entry, Committed):
+            committed.update((i, brought[i]) for i in entry.messages)
+    return tuple(committed[i] if i in committed else brought[i] for i in ids)

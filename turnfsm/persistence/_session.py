@@ -10,16 +10,29 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import final
 
+from turnfsm import _checks
 from turnfsm.core import MachineSpec
-from turnfsm.errors import CorruptRecord, SessionBusy, SessionNotFound
+from turnfsm.errors import (
+    ConfigError,
+    CorruptRecord,
+    InvalidReturn,
+    SessionBusy,
+    SessionNotFound,
+)
 from turnfsm.messages import Message, MessageLog
-from turnfsm.persistence._commits import _check_commits, _committed, _history_at
+from turnfsm.persistence._commits import (
+    _check_commits,
+    _committed,
+    _history_at,
+    _seen_at,
+)
 from turnfsm.persistence._rebase import rebase_points
 from turnfsm.persistence._records import (
+    ENTRY_TYPES,
     BreakerChanged,
     Committed,
     CompactionRecord,
@@ -49,6 +62,14 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
+def _not_entries(store: SessionStore, value: str) -> InvalidReturn:
+    return InvalidReturn(
+        f"store {type(store).__name__}.load",
+        value,
+        "a sequence of log entries (turnfsm.persistence.ENTRY_TYPES)",
+    )
+
+
 @final
 class Session:
     """A conversation across runs: a view over its log in a `SessionStore`.
@@ -66,6 +87,7 @@ class Session:
         "_entries",
         "_failures",
         "_history",
+        "_latest",
         "_machines",
         "_messages",
         "_open",
@@ -92,6 +114,10 @@ class Session:
         self._entries: list[Entry] = []
         self._history = MessageLog()
         self._messages: dict[str, Message] = {}
+        # A pass may change a message and keep its id (a digested tool
+        # result names its call's original, which `message` returns): a
+        # commit takes each message as the latest event brought it.
+        self._latest: dict[str, Message] = {}
         self._runs: dict[str, _Run] = {}
         # The runs that can go on, in order: a run start looks at them
         # without walking every run the session ever had.
@@ -145,10 +171,18 @@ class Session:
         Raises:
             CorruptRecord: the stored log does not project.
             ConfigError: `id` is not a usable session id.
+            InvalidReturn: the store's `load` returned something other than
+                a sequence of log entries.
         """
         session = cls(id, store=store)
         entries = await store.load(session.id)
-        for entry in entries:
+        if isinstance(entries, str | bytes | Mapping) or not _checks.is_iterable(
+            entries
+        ):
+            raise _not_entries(store, repr(entries))
+        for n, entry in enumerate(entries):
+            if not isinstance(entry, ENTRY_TYPES):
+                raise _not_entries(store, f"{entry!r} at [{n}]")
             session._apply(entry)
         return session
 
@@ -278,6 +312,22 @@ class Session:
         """
         return self._messages[message_id]
 
+    def seen(self, run_id: str, index: int) -> tuple[Message, ...]:
+        """Return the messages the model saw on `run_id`'s turn `index`, as it saw them.
+
+        `message` answers with a message as it was first said; a pass may
+        have changed it since (a digested or capped tool result keeps its
+        id), and a turn after that pass saw the change.
+
+        Raises:
+            KeyError: the session has no such run.
+            IndexError: the run has no such turn.
+        """
+        record = self.run(run_id)
+        ids = record.context(index)
+        reply = record.turns[index].output
+        return _seen_at(self._entries, run_id, reply, ids)
+
     def run_entries(self, run_id: str) -> tuple[EventRecorded, ...]:
         """Return the events logged for `run_id`, in the order they were fed.
 
@@ -363,13 +413,37 @@ class Session:
         Raises:
             SessionConflict: another writer appended to this session first.
             ConfigError: a `Committed` entry names a message that no event
-                of the session brought (nothing is written).
+                of the session brought, or an entry belongs to a run that
+                never opened (nothing is written).
         """
+        self._check_runs(entries)
         _check_commits(entries, self._messages)
         await self.store.append(self.id, entries, expected_version=len(self._entries))
         apply = self._apply
         for entry in entries:
             apply(entry, history)
+
+    def _check_runs(self, entries: Sequence[Entry]) -> None:
+        """Refuse an entry of a run that never opened, before it is written.
+
+        Written, it would leave a log that no longer loads (`_apply`'s rule).
+        """
+        opened: set[str] = set()
+        for n, entry in enumerate(entries):
+            run_id = entry.run_id
+            if isinstance(entry, RunOpened):
+                opened.add(run_id)
+            elif (
+                run_id not in self._runs
+                and run_id not in opened
+                and not isinstance(entry, MachineStored)
+                and not (isinstance(entry, BreakerChanged) and not run_id)
+            ):
+                raise ConfigError(
+                    f"entries[{n}].run_id",
+                    run_id,
+                    "a run of the session (its RunOpened first)",
+                )
 
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
@@ -384,7 +458,7 @@ class Session:
                 f"run {entry.run_id!r} has no RunOpened before it",
             )
         if isinstance(entry, Committed):
-            committed = _committed(entry, version, self._history, self._messages, hint)
+            committed = _committed(entry, version, self._history, self._latest, hint)
         self._entries.append(entry)
         if run is not None:
             run.last = version + 1
@@ -392,6 +466,7 @@ class Session:
             case EventRecorded():
                 for message in event_messages(entry.event):
                     self._messages.setdefault(message.id, message)
+                    self._latest[message.id] = message
                 self._runs[entry.run_id].events.append(entry)
             case Committed():
                 self._history = committed
@@ -415,6 +490,7 @@ class Session:
                     self._failures = 0
             case ToolResultRecorded(result=result):
                 self._messages.setdefault(result.id, result)
+                self._latest[result.id] = result
                 self._runs[entry.run_id].results.append(entry)
             case MachineStored(digest=digest):
                 self._machines.setdefault(digest, entry)

@@ -159,6 +159,10 @@ def _check_messages(
     if any(not m.parts for m in out):
         raise _fail(compactor, case, "returned a message with no parts")
     _check_pairs(compactor, case, given, out)
+    place = {m.id: i for i, m in enumerate(given)}
+    kept = [place[m.id] for m in out if m.id in place]
+    if kept != sorted(kept):
+        raise _fail(compactor, case, "moved a message it kept out of its order")
     if not _checks.is_int(proposal.tokens_after) or proposal.tokens_after < 0:
         raise _fail(compactor, case, f"reported tokens_after={proposal.tokens_after!r}")
     return proposal
@@ -206,7 +210,8 @@ async def check_compactor(
     the compactor must return a `CompactionProposal` that is not failed, holds
     at least one message and no message without parts, splits no tool
     call/result pair (a call still pending, or an orphan result, that the
-    input already had may stay), leaves the list it was given as it was, and
+    input already had may stay), keeps what it keeps in its order, leaves the
+    list it was given as it was, and
     is the same (roles, parts and `tokens_after`) when asked twice. Returning
     a conversation unchanged is allowed, e.g. when it is too short to shrink.
 

@@ -728,7 +728,9 @@ def turn_detail(
     """
     turn = run.turns[index]
     ids = run.context(index)
-    found = _found(session, [*ids, turn.output])
+    found = _found(session, [turn.output])
+    # As the model saw them: a pass may have rewritten one under its id.
+    found.update((m.id, m) for m in session.seen(run.run_id, index))
     pinned = _pinned(run, found, ids)
     out = ['<div class="detail">']
     if full or index == 0:
