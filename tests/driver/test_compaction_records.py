@@ -21,7 +21,15 @@ from turnfsm.driver import Driver, RunControl, Session
 from turnfsm.errors import CompactionFailed, CompactionStalled, ProviderError
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
-from turnfsm.persistence import BreakerChanged, CompactionRecord, MemoryStore
+from turnfsm.persistence import (
+    BreakerChanged,
+    Committed,
+    CompactionRecord,
+    Entry,
+    EventRecorded,
+    MemoryStore,
+    event_messages,
+)
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -288,3 +296,28 @@ async def test_a_pass_that_changes_a_message_under_its_id_reloads_as_committed()
     assert html.escape(rewrite.tool_results[0].content) in page
     original = reopened.message(rewrite.id).tool_results[0].content
     assert html.escape(original) not in page
+
+    # Every turn of every run reads as a walk of the log up to its reply says
+    # (`seen` answers from an index built once, not from a walk per turn).
+    for run in reopened.runs:
+        for index, turn in enumerate(run.turns):
+            expected = _walk_seen(reopened.entries, run.run_id, turn.output)
+            ids = run.context(index)
+            assert reopened.seen(run.run_id, index) == tuple(expected[i] for i in ids)
+
+
+def _walk_seen(
+    entries: Sequence[Entry], run_id: str, reply_id: str
+) -> dict[str, Message]:
+    """Each id as last committed before `reply_id` was said, else as last brought."""
+    brought: dict[str, Message] = {}
+    committed: dict[str, Message] = {}
+    for entry in entries:
+        if isinstance(entry, EventRecorded):
+            said = event_messages(entry.event)
+            if entry.run_id == run_id and any(m.id == reply_id for m in said):
+                break
+            brought.update((m.id, m) for m in said)
+        elif isinstance(entry, Committed):
+            committed.update((i, brought[i]) for i in entry.messages)
+    return {**brought, **committed}

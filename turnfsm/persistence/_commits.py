@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
+from typing import final
 
 from turnfsm.errors import ConfigError, CorruptRecord
 from turnfsm.messages import Message, MessageLog
@@ -15,11 +17,11 @@ from turnfsm.persistence._records import (
 )
 
 __all__ = [
+    "SeenIndex",
     "_check_commits",
     "_commit",
     "_committed",
     "_history_at",
-    "_seen_at",
     "unbrought",
 ]
 
@@ -95,24 +97,67 @@ def _history_at(entries: Sequence[Entry]) -> MessageLog:
     return history
 
 
-def _seen_at(
-    entries: Sequence[Entry], run_id: str, reply_id: str, ids: Sequence[str]
-) -> tuple[Message, ...]:
-    """The messages `ids` as the model saw them, right before it said `reply_id`.
+@final
+class SeenIndex:
+    """Where each message id was brought and committed, by log position.
 
-    A pass may change a message and keep its id: each id reads as it was
-    last committed before that reply, or (not committed yet: the run's own
-    pending messages) as the latest event brought it.
+    Built in one walk over a session's entries, so `Session.seen` answers a
+    turn in O(its messages), not O(the log): a view that shows every turn
+    would otherwise walk the log once per turn.
     """
-    brought: dict[str, Message] = {}
-    committed: dict[str, Message] = {}
-    for entry in entries:
-        if isinstance(entry, EventRecorded):
-            said = event_messages(entry.event)
-            if entry.run_id == run_id and any(m.id == reply_id for m in said):
-                break
-            for message in said:
-                brought[message.id] = message
-        elif isinstance(entry, Committed):
-            committed.update((i, brought[i]) for i in entry.messages)
-    return tuple(committed[i] if i in committed else brought[i] for i in ids)
+
+    __slots__ = ("_brought", "_committed", "_replies", "size")
+
+    def __init__(self, entries: Sequence[Entry]) -> None:
+        self.size = len(entries)
+        """How many entries the index covers."""
+        brought: dict[str, tuple[list[int], list[Message]]] = {}
+        committed: dict[str, tuple[list[int], list[Message]]] = {}
+        replies: dict[tuple[str, str], int] = {}
+        latest: dict[str, Message] = {}
+        for at, entry in enumerate(entries):
+            if isinstance(entry, EventRecorded):
+                for message in event_messages(entry.event):
+                    replies.setdefault((entry.run_id, message.id), at)
+                    if latest.get(message.id) is not message:
+                        latest[message.id] = message
+                        _version(brought, message.id, at, message)
+            elif isinstance(entry, Committed):
+                for message_id in entry.messages:
+                    _version(committed, message_id, at, latest[message_id])
+        self._brought, self._committed, self._replies = brought, committed, replies
+
+    def seen(
+        self, run_id: str, reply_id: str, ids: Sequence[str]
+    ) -> tuple[Message, ...]:
+        """The messages `ids` as the model saw them, right before it said `reply_id`.
+
+        A pass may change a message and keep its id: each id reads as it was
+        last committed before that reply, or (not committed yet: the run's
+        own pending messages) as the latest event before it brought it.
+        """
+        before = self._replies.get((run_id, reply_id), self.size)
+        return tuple(self._as_of(message_id, before) for message_id in ids)
+
+    def _as_of(self, message_id: str, before: int) -> Message:
+        for versions in (self._committed, self._brought):
+            found = versions.get(message_id)
+            if found is not None:
+                at = bisect.bisect_left(found[0], before)
+                if at:
+                    return found[1][at - 1]
+        raise KeyError(message_id)
+
+
+def _version(
+    versions: dict[str, tuple[list[int], list[Message]]],
+    message_id: str,
+    at: int,
+    message: Message,
+) -> None:
+    found = versions.get(message_id)
+    if found is None:
+        versions[message_id] = ([at], [message])
+    else:
+        found[0].append(at)
+        found[1].append(message)

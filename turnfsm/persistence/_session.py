@@ -25,10 +25,10 @@ from turnfsm.errors import (
 )
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._commits import (
+    SeenIndex,
     _check_commits,
     _committed,
     _history_at,
-    _seen_at,
 )
 from turnfsm.persistence._rebase import rebase_points
 from turnfsm.persistence._records import (
@@ -94,6 +94,7 @@ class Session:
         "_ratio",
         "_running",
         "_runs",
+        "_seen",
         "_summaries",
         "_summary_texts",
         "id",
@@ -119,6 +120,7 @@ class Session:
         # commit takes each message as the latest event brought it.
         self._latest: dict[str, Message] = {}
         self._runs: dict[str, _Run] = {}
+        self._seen: SeenIndex | None = None  # built by the first `seen`
         # The runs that can go on, in order: a run start looks at them
         # without walking every run the session ever had.
         self._open: dict[str, _Run] = {}
@@ -326,7 +328,10 @@ class Session:
         record = self.run(run_id)
         ids = record.context(index)
         reply = record.turns[index].output
-        return _seen_at(self._entries, run_id, reply, ids)
+        found = self._seen
+        if found is None or found.size != len(self._entries):
+            found = self._seen = SeenIndex(self._entries)  # once per log length
+        return found.seen(run_id, reply, ids)
 
     def run_entries(self, run_id: str) -> tuple[EventRecorded, ...]:
         """Return the events logged for `run_id`, in the order they were fed.
