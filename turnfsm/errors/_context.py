@@ -197,7 +197,9 @@ class CompactionCircuitOpen(TurnFSMError):
     def __str__(self) -> str:
         return (
             f"compaction circuit open after {self.failures} consecutive failures; "
-            "reset the breaker once the summary model is healthy"
+            "once the cause is mended (a summary model down, a compactor that "
+            "raises), reset it: session.reset_breaker(), or turnfsm sessions "
+            "reset-breaker ID"
         )
 
 

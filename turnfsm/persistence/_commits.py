@@ -23,6 +23,7 @@ __all__ = [
     "_committed",
     "_history_at",
     "unbrought",
+    "unopened",
 ]
 
 
@@ -57,6 +58,11 @@ def _committed(
             "Committed", f"entries[{version}].messages", unbrought(missing)
         )
     return _commit(history, entry.keep, entry.messages, messages, hint)
+
+
+def unopened(run_id: str) -> str:
+    """Why an entry of a run that never opened is refused (what a log reads)."""
+    return f"run {run_id!r} has no RunOpened before it"
 
 
 def unbrought(missing: Sequence[str]) -> str:

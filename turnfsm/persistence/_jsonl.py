@@ -22,7 +22,7 @@ from typing import Any, Final
 from turnfsm import serde
 from turnfsm.errors import ConfigError, CorruptRecord, InvalidMessage
 from turnfsm.messages import OpenCalls
-from turnfsm.persistence._commits import unbrought
+from turnfsm.persistence._commits import unbrought, unopened
 from turnfsm.persistence._records import Committed, Entry, RunOpened
 from turnfsm.persistence._session import Session
 from turnfsm.persistence._store import SessionStore, check_session_id
@@ -280,7 +280,14 @@ async def _project(session_id: str, located: list[tuple[str, Entry]]) -> Session
                 )
         try:
             await session.append(entry)
-        except ConfigError as exc:  # a commit of messages no event brought
+        except ConfigError as exc:
+            if exc.field.endswith(".run_id"):  # an entry of a run never opened
+                raise CorruptRecord(
+                    type(entry).__name__,
+                    _at(where, ""),
+                    unopened(entry.run_id),
+                ) from None
+            # a commit of messages no event brought
             raise CorruptRecord(
                 "Committed", _at(where, "data.messages"), unbrought(exc.value)
             ) from None

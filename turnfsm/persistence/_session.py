@@ -29,6 +29,7 @@ from turnfsm.persistence._commits import (
     _check_commits,
     _committed,
     _history_at,
+    unopened,
 )
 from turnfsm.persistence._rebase import rebase_points
 from turnfsm.persistence._records import (
@@ -460,7 +461,7 @@ class Session:
             raise CorruptRecord(
                 type(entry).__name__,
                 f"entries[{version}]",
-                f"run {entry.run_id!r} has no RunOpened before it",
+                unopened(entry.run_id),
             )
         if isinstance(entry, Committed):
             committed = _committed(entry, version, self._history, self._latest, hint)
