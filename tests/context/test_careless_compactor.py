@@ -2,8 +2,9 @@
 
 A careless compactor drops, moves, duplicates and inserts messages (tool
 calls and results among them) in a generated valid history. Whatever it does,
-a result the manager accepts passes `check_history` and repeats no message
-id, and a result it rejects is reported as `CompactorFailed`.
+a result the manager accepts passes `check_history`, repeats no message id and
+keeps the messages it keeps in their order, and a result it rejects is
+reported as `CompactorFailed`.
 """
 
 from __future__ import annotations
@@ -98,14 +99,17 @@ def run_sync(coro: Coroutine[Any, Any, PassEvent]) -> PassEvent:
     raise AssertionError("the pass suspended")
 
 
-def is_valid(messages: Sequence[Message]) -> bool:
+def is_valid(messages: Sequence[Message], source: Sequence[Message] = ()) -> bool:
+    """A whole conversation, no id twice, and what it keeps of `source` in order."""
     if not messages or len({m.id for m in messages}) != len(messages):
         return False
     try:
         check_history(messages)
     except InvalidMessage:
         return False
-    return True
+    place = {m.id: i for i, m in enumerate(source)}
+    kept = [place[m.id] for m in messages if m.id in place]
+    return kept == sorted(kept)
 
 
 def test_the_repaired_generator_gives_valid_histories() -> None:
@@ -146,7 +150,7 @@ def test_accepted_results_are_valid_and_rejections_are_compactor_errors(
         return
     returned = compactor.returned
     event(type(decision).__name__)
-    if is_valid(returned):
+    if is_valid(returned, messages):
         assert isinstance(decision, CompactionResult | CompactionNoop)
         if isinstance(decision, CompactionResult):
             assert decision.messages == tuple(returned)
