@@ -152,7 +152,9 @@ class Driver:
     """
 
     model: ModelClient = attrs.field(
-        validator=_checks.instance(ModelClient, "a ModelClient (async complete())")
+        validator=_checks.instance(
+            ModelClient, "a ModelClient (async complete())", awaited=("complete",)
+        )
     )
     tools: Sequence[Tool | Callable[..., Any]] = attrs.field(
         default=(),

@@ -224,7 +224,9 @@ async def check_compactor(
         AssertionError: A rule is broken; the message names the compactor,
             the conversation and the rule.
     """
-    if not isinstance(compactor, ContextCompactor):
+    if not isinstance(compactor, ContextCompactor) or _checks.plain_method(
+        compactor, ("compact",)
+    ):
         raise AssertionError(
             f"{type(compactor).__name__} is not a ContextCompactor "
             "(it needs an async compact(messages, target, ctx) method)"
