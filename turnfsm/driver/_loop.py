@@ -68,6 +68,7 @@ from turnfsm.core import (
     RunTools,
     Signal,
     TurnMachine,
+    trigger_of,
 )
 from turnfsm.driver import _audit
 from turnfsm.driver._audit import Audit
@@ -533,10 +534,35 @@ class RunLoop(Ending):
             raise EffectFailed(
                 effect=key, type=type(exc).__name__, message=str(exc)
             ) from exc
+        self._check_accepted(decision, event)
         if type(event) is RunCancelled:
             self._keep_spent()
         self.step = None
         return event
+
+    def _check_accepted(self, decision: Decision, event: Event) -> None:
+        """Refuse an event from an effect of the user's that the phase does not take.
+
+        Fed to the brain, it would be an `IllegalEvent`, which speaks of a
+        driver bug; the effect is named instead, with what the phase takes.
+
+        Raises:
+            InvalidReturn: the phase has no transition on the event's trigger.
+        """
+        key = effect_key(decision)
+        if self.settings.effects[key] is BUILTIN_EFFECTS.get(key):
+            return
+        machine = self.machine
+        accepts = machine.spec.accepts(machine.phase)
+        trigger = trigger_of(event)
+        if trigger not in accepts:
+            name = type(event).__name__
+            raise InvalidReturn(
+                f"effect {key!r}",
+                f"{name}({trigger!r})" if type(event) is Signal else name,
+                f"an event that phase {machine.phase!r} has a transition for, "
+                "one of " + ", ".join(repr(t) for t in accepts),
+            )
 
     def _keep_spent(self) -> None:
         """Keep what an interrupted pass's model calls cost (no record follows)."""
