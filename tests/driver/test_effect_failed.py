@@ -92,3 +92,23 @@ def test_an_event_the_phase_has_no_transition_for_fails_the_run_naming_the_effec
     assert (error.source, error.value) == ("effect 'review'", value)
     assert "'approved', 'message_injected', 'revise', 'run_cancelled'" in str(error)
     assert list(agent.session.history) == []
+
+
+async def bad_signal(ctx: EffectContext, decision: Perform) -> Event:
+    return Signal("revise", {"feedback": 5})  # type: ignore[dict-item]  # not text
+
+
+def test_a_value_an_effect_makes_wrong_fails_the_run_like_any_exception() -> None:
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": bad_signal},
+    )
+
+    result = agent.run_sync("write a haiku")  # the ConfigError does not escape
+
+    error = result.error
+    assert isinstance(error, EffectFailed)
+    assert (error.effect, error.type) == ("review", "ConfigError")
+    assert "data['feedback']=5" in error.message
+    assert agent.session.runs[-1].outcome == "failed"

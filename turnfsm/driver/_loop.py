@@ -87,6 +87,7 @@ from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
+    ConfigError,
     EffectFailed,
     InvalidMessage,
     InvalidReturn,
@@ -522,9 +523,14 @@ class RunLoop(Ending):
         step = self.step = self._context(decision)
         try:
             event = await carry_out(self.settings, step, decision, self.control)
-        except TurnFSMError:
-            raise  # typed already (a durable run's EffectFailed among them)
         except Exception as exc:
+            # Typed already (a durable run's EffectFailed among them), except
+            # a value an effect of yours made wrong (a Signal's data, a
+            # Message), which is its failure like any exception it raises.
+            if isinstance(exc, TurnFSMError) and not isinstance(
+                exc, ConfigError | InvalidMessage
+            ):
+                raise
             key = effect_key(decision)
             if self.settings.effects[key] is BUILTIN_EFFECTS.get(key) or getattr(
                 exc, "is_crash", False
