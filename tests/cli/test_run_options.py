@@ -61,6 +61,16 @@ TOOLS = "tests.cli.approval_agent"
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
         (["--model", "openai:o", "--machine", "none.toml"], "--machine", "No such"),
+        (
+            [
+                "--model",
+                "openai:o",
+                "--machine",
+                str(REPO_ROOT / "machines/review.toml"),
+            ],
+            "review.toml",
+            "an effect named 'review' for phase 'await_review': give --agent",
+        ),
         (["--agent", SCRIPTED, "--session", "ses_nothere"], "ses_nothere", "s.db"),
     ],
 )
