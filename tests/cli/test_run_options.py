@@ -108,6 +108,17 @@ def test_a_bad_option_is_named_with_its_value(
             lambda d: len(d.tools) == 2,
         ),
         (
+            # A function and a Tool (what @function_tool made of one).
+            {
+                "tools": "tests.cli.approval_agent:delete_file,"
+                "tests.driver.decorated_tool:double"
+            },
+            lambda d: (
+                [getattr(t, "name", getattr(t, "__name__", "")) for t in d.tools]
+                == ["delete_file", "double"]
+            ),
+        ),
+        (
             {"machine": str(REPO_ROOT / "machines" / "approval.toml")},
             lambda d: d.machine.name == "approval",
         ),
