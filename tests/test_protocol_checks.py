@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
+import anyio
 import pytest
 
-from turnfsm import Driver, _checks
+from turnfsm import ContextManager, Driver, _checks
+from turnfsm.context import SummarizingCompactor
 from turnfsm.errors import ConfigError
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ScriptedModel, check_compactor
 
 
 @runtime_checkable
@@ -69,3 +73,45 @@ def test_a_model_that_is_no_client_is_still_refused_after_a_good_one() -> None:
     with pytest.raises(ConfigError) as caught:
         Driver(model=Mute())  # type: ignore[arg-type]
     assert caught.value.field == "model"
+
+
+class SyncModel:
+    def complete(self, request: object) -> object:
+        return None
+
+
+class SyncCompactor:
+    def compact(self, messages: object, target: int, ctx: object) -> object:
+        return None
+
+
+def _awaiting(fn: Callable[..., Awaitable[object]]) -> Callable[..., object]:
+    @functools.wraps(fn)
+    def wrapper(*args: object) -> object:
+        return fn(*args)
+
+    return wrapper
+
+
+class WrappedCompactor:
+    @_awaiting
+    async def compact(self, messages: object, target: int, ctx: object) -> object:
+        return None
+
+
+def test_a_plain_def_where_an_async_one_is_awaited_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"its complete\(\) is a plain def") as got:
+        Driver(model=SyncModel())  # type: ignore[arg-type]
+    assert got.value.field == "model"
+    with pytest.raises(ConfigError, match="write it as `async def compact`") as got:
+        ContextManager(SyncCompactor())  # type: ignore[arg-type]
+    assert got.value.field == "compactor"
+    with pytest.raises(ConfigError, match=r"its complete\(\) is a plain def"):
+        SummarizingCompactor(model=SyncModel())  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match="async compact"):
+        anyio.run(check_compactor, SyncCompactor())
+
+
+def test_a_wrapped_async_method_passes() -> None:
+    assert _checks.plain_method(WrappedCompactor(), ("compact",)) is None
+    ContextManager(WrappedCompactor())  # type: ignore[arg-type]

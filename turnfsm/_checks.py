@@ -18,6 +18,7 @@ This module imports only `turnfsm.errors`, so the core may use it.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
@@ -42,6 +43,7 @@ __all__ = [
     "json_object",
     "number",
     "one_of",
+    "plain_method",
     "satisfies",
     "seconds",
     "string",
@@ -217,8 +219,14 @@ def instance(
     *,
     optional: bool = False,
     error: _Error = ConfigError,
+    awaited: tuple[str, ...] = (),
 ) -> Check:
-    """Return a validator: an instance of `types` (described as `expected`)."""
+    """Return a validator: an instance of `types` (described as `expected`).
+
+    The methods named in `awaited` are awaited by whoever calls them: one
+    written as a plain ``def`` is refused here, naming it, rather than
+    failing at its first call with "can't be used in 'await' expression".
+    """
     text = _maybe(expected, optional)
 
     def validate(_inst: object, attr: object, value: object) -> None:
@@ -226,8 +234,34 @@ def instance(
             return
         if not is_instance(value, types):
             _fail(error, _name(name, attr), value, text)
+        plain = plain_method(value, awaited)
+        if plain is not None:
+            _fail(
+                error,
+                _name(name, attr),
+                value,
+                f"{text}; its {plain}() is a plain def, and it is awaited: "
+                f"write it as `async def {plain}`",
+            )
 
     return validate
+
+
+def plain_method(value: object, names: tuple[str, ...]) -> str | None:
+    """Return the first of `names` that `value` has as a plain (not async) function.
+
+    Only a Python function is judged, unwrapped through ``functools.wraps``:
+    a callable object, a partial or a mock may return an awaitable, and is
+    left to its call.
+    """
+    for method in names:
+        found = getattr(value, method, None)
+        fn = getattr(found, "__func__", found)
+        if not inspect.isfunction(fn):
+            continue
+        if not any(inspect.iscoroutinefunction(f) for f in (fn, inspect.unwrap(fn))):
+            return method
+    return None
 
 
 def is_instance(value: object, types: type | tuple[type, ...]) -> bool:

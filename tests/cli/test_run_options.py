@@ -61,6 +61,16 @@ TOOLS = "tests.cli.approval_agent"
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
         (["--model", "openai:o", "--machine", "none.toml"], "--machine", "No such"),
+        (
+            [
+                "--model",
+                "openai:o",
+                "--machine",
+                str(REPO_ROOT / "machines/review.toml"),
+            ],
+            "review.toml",
+            "an effect named 'review' for phase 'await_review': give --agent",
+        ),
         (["--agent", SCRIPTED, "--session", "ses_nothere"], "ses_nothere", "s.db"),
     ],
 )
@@ -96,6 +106,17 @@ def test_a_bad_option_is_named_with_its_value(
         (
             {"tools": "tests.cli.approval_agent:delete_file,careful"},
             lambda d: len(d.tools) == 2,
+        ),
+        (
+            # A function and a Tool (what @function_tool made of one).
+            {
+                "tools": "tests.cli.approval_agent:delete_file,"
+                "tests.driver.decorated_tool:double"
+            },
+            lambda d: (
+                [getattr(t, "name", getattr(t, "__name__", "")) for t in d.tools]
+                == ["delete_file", "double"]
+            ),
         ),
         (
             {"machine": str(REPO_ROOT / "machines" / "approval.toml")},

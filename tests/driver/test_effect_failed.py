@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from turnfsm import Agent, review_machine
-from turnfsm.core import Event, Perform
-from turnfsm.driver import EffectContext
-from turnfsm.errors import EffectFailed
+from turnfsm.core import Event, Measured, Perform, Signal
+from turnfsm.driver import Effect, EffectContext
+from turnfsm.errors import EffectFailed, InvalidReturn
 from turnfsm.testing import ScriptedModel
 
 
@@ -60,3 +60,55 @@ def test_a_built_in_effect_that_raises_is_still_a_crash() -> None:
         agent.run_sync("hi")
 
     assert agent.session.runs[-1].outcome == "failed"  # logged as crashed
+
+
+async def undeclared(ctx: EffectContext, decision: Perform) -> Event:
+    return Signal("looks-good")  # the file declares 'approved' and 'revise'
+
+
+async def measured(ctx: EffectContext, decision: Perform) -> Event:
+    return Measured(estimate=10)  # another phase's event
+
+
+@pytest.mark.parametrize(
+    ("effect", "value"),
+    [(undeclared, "Signal('looks-good')"), (measured, "Measured")],
+    ids=["undeclared-signal", "another-phase's-event"],
+)
+def test_an_event_the_phase_has_no_transition_for_fails_the_run_naming_the_effect(
+    effect: Effect, value: str
+) -> None:
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": effect},
+    )
+
+    result = agent.run_sync("write a haiku")  # no IllegalEvent escapes
+
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, InvalidReturn)
+    assert (error.source, error.value) == ("effect 'review'", value)
+    assert "'approved', 'message_injected', 'revise', 'run_cancelled'" in str(error)
+    assert list(agent.session.history) == []
+
+
+async def bad_signal(ctx: EffectContext, decision: Perform) -> Event:
+    return Signal("revise", {"feedback": 5})  # type: ignore[dict-item]  # not text
+
+
+def test_a_value_an_effect_makes_wrong_fails_the_run_like_any_exception() -> None:
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": bad_signal},
+    )
+
+    result = agent.run_sync("write a haiku")  # the ConfigError does not escape
+
+    error = result.error
+    assert isinstance(error, EffectFailed)
+    assert (error.effect, error.type) == ("review", "ConfigError")
+    assert "data['feedback']=5" in error.message
+    assert agent.session.runs[-1].outcome == "failed"

@@ -119,3 +119,45 @@ async def test_a_stream_without_a_final_reply_fails_the_run() -> None:
         _ = [p async for p in stream]
     assert isinstance(stream.result.error, ProviderError)
     assert stream.result.error.kind == "bad_stream"
+
+
+class TwoAnswers(StreamingModel):
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        yield TextDelta(text="first")
+        yield StreamDone(response=ModelResponse(message=Message.assistant("first")))
+        yield StreamDone(response=ModelResponse(message=Message.assistant("second")))
+
+
+class Words(StreamingModel):
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        yield "hello"  # type: ignore[misc]  # a str, not a TextDelta
+
+
+class Listed(StreamingModel):
+    async def stream(self, request: ModelRequest) -> list[StreamEvent]:  # type: ignore[override]
+        return [StreamDone(response=ModelResponse(message=Message.assistant("x")))]
+
+
+@pytest.mark.parametrize(
+    ("model", "value", "expected"),
+    [
+        (TwoAnswers(), "a second StreamDone", "and nothing after it"),
+        (Words(), "'hello'", "TextDelta items, then one StreamDone"),
+        (Listed(), "<coroutine object", "write stream() as an async generator"),
+    ],
+    ids=["two-replies", "not-a-text-delta", "not-an-iterator"],
+)
+async def test_a_stream_that_breaks_its_contract_fails_the_run_naming_it(
+    model: StreamingModel, value: str, expected: str
+) -> None:
+    from turnfsm.errors import InvalidReturn
+
+    agent = Agent(model=model)
+    async with agent.run_stream("x") as stream:
+        _ = [p async for p in stream]
+
+    error = stream.result.error
+    assert isinstance(error, InvalidReturn)
+    assert error.source == f"model {type(model).__name__}.stream()"
+    assert error.value.startswith(value)
+    assert expected in error.expected

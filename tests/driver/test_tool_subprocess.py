@@ -59,6 +59,9 @@ async def test_the_tool_runs_in_another_process_and_its_result_comes_back() -> N
         '{"type": "Job", "name": "nightly", "retries": 2}',
         False,
     )
+    tools = isolated(isolated_tools.job_back)
+    content, is_error = await call(tools, "job_back", name="nightly", retries=2)
+    assert (content, is_error) == ('{"name": "nightly", "retries": 2}', False)
 
 
 async def test_an_exception_in_the_child_is_an_error_result_naming_it() -> None:

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
+import json
 from collections.abc import Callable
 from typing import Literal
 
 import anyio
+import attrs
+import pydantic
 import pytest
 
 from turnfsm.driver import Driver, Tool, function_tool
@@ -227,3 +233,57 @@ async def test_a_reply_past_the_model_timeout_timed_out_and_is_asked_again() -> 
     driver = Driver(model=FakeModelClient(handle), model_timeout=0.2)
     result = await driver.run("hello")
     assert (result.outcome, result.text, calls) == ("done", "in time", 2)
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+@attrs.frozen
+class Point:
+    x: int
+    colour: Colour
+
+
+@dataclasses.dataclass
+class Box:
+    corner: Point
+    tags: frozenset[str]
+    day: datetime.date
+
+
+class Price(pydantic.BaseModel):
+    amount: float
+    day: datetime.date
+
+
+@pytest.mark.parametrize(
+    ("result", "text"),
+    [
+        (Point(1, Colour.RED), '{"x": 1, "colour": "red"}'),
+        (
+            Box(Point(2, Colour.RED), frozenset({"b", "a"}), datetime.date(2025, 5, 2)),
+            '{"corner": {"x": 2, "colour": "red"}, "tags": ["a", "b"], '
+            '"day": "2025-05-02"}',
+        ),
+        (
+            Price(amount=2.5, day=datetime.date(2025, 5, 2)),
+            '{"amount": 2.5, "day": "2025-05-02"}',
+        ),
+        ({1, "a"}, None),  # a set that cannot be sorted is still a list
+    ],
+    ids=["attrs", "dataclass", "pydantic", "mixed-set"],
+)
+@pytest.mark.anyio
+async def test_a_result_that_is_not_a_string_is_json_of_its_fields(
+    result: object, text: str | None
+) -> None:
+    def give() -> object:
+        """Give the value."""
+        return result
+
+    content = await function_tool(give).invoke({})
+    if text is None:
+        assert sorted(json.loads(content), key=str) == [1, "a"]
+    else:
+        assert content == text

@@ -28,6 +28,7 @@ from turnfsm.providers import known_prices
 from turnfsm.simulate import Simulation, simulate, stored_context
 from turnfsm.simulate._simulate import CAVEATS
 from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
 
 
 def _pass(p: CompactionRecord) -> tuple[object, ...]:
@@ -232,3 +233,29 @@ async def test_the_shipped_machine_file_gives_the_same_figures() -> None:
     again = await simulate(stored, context=context, machine=shipped)
     assert [c.tokens for c in again.calls] == [c.tokens for c in own.calls]
     assert again.passes == own.passes
+
+
+@pytest.mark.anyio
+async def test_a_pass_outside_any_run_is_simulated_as_a_pass() -> None:
+    """`Agent.compact` (`turnfsm sessions compact`) logs a run with no input."""
+    chatty = [f"answer {i}: " + "because " * 150 for i in range(6)]
+    agent = Agent(
+        model=ScriptedModel.of(*chatty),
+        context=ContextManager(
+            TruncatingCompactor(preserve_recent=2), counter=HeuristicTokenCounter()
+        ),
+    )
+    for i in range(6):
+        (await agent.run(f"question {i}")).raise_for_failure()
+    manual = await agent.compact()
+    assert manual.ok
+
+    simulation = await simulate(agent.session)
+
+    (record,) = simulation.passes
+    assert (record.run_id, record.reason, record.verdict) == (
+        manual.run_id,
+        "manual",
+        "compacted",
+    )
+    assert simulation.differences == ()

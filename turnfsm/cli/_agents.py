@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from turnfsm.agent import Agent
+from turnfsm.driver import Tool
 from turnfsm.errors import ConfigError
 
 __all__ = ["load_agent", "load_agents", "load_object", "load_tools"]
@@ -122,27 +123,28 @@ def load_agents(spec: str) -> list[Agent]:
     return agents
 
 
-def load_tools(spec: str) -> list[Callable[..., Any]]:
+def load_tools(spec: str) -> list[Tool | Callable[..., Any]]:
     """Import the tools of ``MODULE:FUNC,MODULE:FUNC,...``.
 
     A name without a module (``MODULE:a,b``) is looked up in the module
-    named before it.
+    named before it. Each is a function, or a `Tool` (what ``@function_tool``
+    makes of one).
 
     Raises:
         ConfigError: a name is not ``MODULE:FUNC``, or names no function.
     """
-    tools: list[Callable[..., Any]] = []
+    tools: list[Tool | Callable[..., Any]] = []
     module = ""
     for item in (part.strip() for part in spec.split(",")):
         if ":" not in item and module and item:
             item = f"{module}:{item}"
         module = item.partition(":")[0]
         value = load_object("--tools", item)
-        if not callable(value):
+        if not (callable(value) or isinstance(value, Tool)):
             raise ConfigError(
                 "--tools",
                 item,
-                f"a function (it is a {type(value).__name__})",
+                f"a function or a Tool (it is a {type(value).__name__})",
             )
         tools.append(value)
     return tools

@@ -219,16 +219,28 @@ def _driver(
         settings["calibrate"] = True
     strategy = [compactor(options.strategy)] if options.strategy else []
     extra: dict[str, Any] = {} if machine is None else {"machine": machine}
-    return Driver(
-        model=model,
-        tools=tools,
-        system_prompt=options.system,
-        context=ContextManager(*strategy, **settings),
-        max_output_tokens=(
-            DEFAULT_MAX_TOKENS if options.max_tokens is None else options.max_tokens
-        ),
-        **extra,
-    )
+    try:
+        return Driver(
+            model=model,
+            tools=tools,
+            system_prompt=options.system,
+            context=ContextManager(*strategy, **settings),
+            max_output_tokens=(
+                DEFAULT_MAX_TOKENS if options.max_tokens is None else options.max_tokens
+            ),
+            **extra,
+        )
+    except ConfigError as exc:
+        if exc.field not in ("effects", "subagents"):
+            raise
+        # Only code brings an effect or a sub-agent's agent: an agent of yours.
+        raise ConfigError(
+            "--machine",
+            options.machine,
+            "a machine the command line can run alone; this one needs "
+            f"{exc.expected}: give --agent MODULE:ATTR, an Agent built on it "
+            "with its effects= (or subagents=)",
+        ) from None
 
 
 def calibrates(spec: str | None) -> bool:

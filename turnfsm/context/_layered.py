@@ -139,7 +139,10 @@ class LayeredCompactor:
         default=None,
         validator=[
             _checks.instance(
-                ModelClient, "a ModelClient (None: the agent's own)", optional=True
+                ModelClient,
+                "a ModelClient (None: the agent's own)",
+                optional=True,
+                awaited=("complete",),
             ),
             check_model,
         ],

@@ -257,7 +257,9 @@ class ContextManager(OldEntryPoints):
     compactor: ContextCompactor = attrs.field(
         factory=MaskingCompactor,
         validator=_checks.instance(
-            ContextCompactor, "a ContextCompactor (an async compact() method)"
+            ContextCompactor,
+            "a ContextCompactor (an async compact() method)",
+            awaited=("compact",),
         ),
         kw_only=False,
     )

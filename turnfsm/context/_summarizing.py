@@ -185,7 +185,10 @@ class SummarizingCompactor:
         default=None,
         validator=[
             _checks.instance(
-                ModelClient, "a ModelClient (None: the agent's own)", optional=True
+                ModelClient,
+                "a ModelClient (None: the agent's own)",
+                optional=True,
+                awaited=("complete",),
             ),
             check_model,
         ],

@@ -42,10 +42,6 @@ def _unanswered(s: Snapshot, left_open: OpenCalls) -> tuple[ToolCallPart, ...]:
     return tuple(calls)
 
 
-def _accepts(spec: MachineSpec, phase: str) -> tuple[str, ...]:
-    return tuple(sorted({t.trigger for t in spec.transitions if phase in t.sources}))
-
-
 def _decider(spec: MachineSpec, state: StateSpec) -> Decide:
     """Return how the phase `state` decides (built once per spec)."""
     kind = state.decision
@@ -59,7 +55,7 @@ def _decider(spec: MachineSpec, state: StateSpec) -> Decide:
     if kind == "run_tools":
         return lambda s, o: RunTools(calls=_unanswered(s, o))
     if kind == "pause":
-        accepts = _accepts(spec, phase)
+        accepts = spec.accepts(phase)
         return lambda s, o: Pause(phase=phase, calls=_unanswered(s, o), accepts=accepts)
     if kind == "compact":
         return lambda s, _o: Compact(

@@ -323,3 +323,9 @@ class MachineSpec:
     def triggers(self) -> frozenset[str]:
         """Every trigger some transition uses."""
         return frozenset(t.trigger for t in self.transitions)
+
+    def accepts(self, phase: str) -> tuple[str, ...]:
+        """Return the triggers some transition out of `phase` fires on, sorted."""
+        return tuple(
+            sorted({t.trigger for t in self.transitions if phase in t.sources})
+        )

@@ -16,6 +16,8 @@ The answer is ``("ok", text)`` or ``("raised", type name, message)``.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import importlib
 import json
 import os
@@ -26,7 +28,7 @@ import types
 from collections.abc import Callable
 from typing import IO, Any
 
-__all__ = ["answer", "main"]
+__all__ = ["answer", "as_text", "main"]
 
 
 def _load_main(how: list[str] | None) -> None:
@@ -54,10 +56,35 @@ def _resolve(module_name: str, qualname: str) -> Callable[..., Any]:
     return fn
 
 
-def _as_text(result: object) -> str:
+def as_text(result: object) -> str:
+    """Return what a tool returned as the text the model gets.
+
+    A string as it is; anything else as JSON, where an attrs class, a
+    dataclass or a pydantic model is an object of its fields, a set a list,
+    an enum its value, and whatever else JSON has no type for its `str()`.
+    """
     if isinstance(result, str):
         return result
-    return json.dumps(result, default=str, ensure_ascii=False)
+    return json.dumps(result, default=_jsonable, ensure_ascii=False)
+
+
+def _jsonable(value: Any) -> Any:
+    """`json.dumps`'s ``default``: a value JSON has no type for, as one it has."""
+    if callable(getattr(value, "model_dump", None)) and not isinstance(value, type):
+        return value.model_dump(mode="json")  # pydantic
+    fields = getattr(type(value), "__attrs_attrs__", None)
+    if fields is not None:
+        return {f.name: getattr(value, f.name) for f in fields}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, set | frozenset):
+        try:
+            return sorted(value)  # the same text every time
+        except TypeError:
+            return list(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    return str(value)
 
 
 def answer(request: bytes) -> tuple[str, ...]:
@@ -68,7 +95,7 @@ def answer(request: bytes) -> tuple[str, ...]:
         _load_main(data["main"])
         fn = _resolve(data["module"], data["qualname"])
         kwargs = pickle.loads(data["kwargs"])
-        return ("ok", _as_text(fn(**kwargs)))
+        return ("ok", as_text(fn(**kwargs)))
     except BaseException as exc:  # the tool's failure, reported, not raised
         return ("raised", type(exc).__name__, str(exc))
 

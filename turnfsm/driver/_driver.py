@@ -152,7 +152,9 @@ class Driver:
     """
 
     model: ModelClient = attrs.field(
-        validator=_checks.instance(ModelClient, "a ModelClient (async complete())")
+        validator=_checks.instance(
+            ModelClient, "a ModelClient (async complete())", awaited=("complete",)
+        )
     )
     tools: Sequence[Tool | Callable[..., Any]] = attrs.field(
         default=(),
@@ -416,6 +418,7 @@ class Driver:
         control: RunControl | None = None,
         hooks: Sequence[Hook] = (),
         force: bool = False,
+        run_id: str | None = None,
     ) -> RunResult[Any]:
         """Compact `session`'s history now, outside any run (a manual pass).
 
@@ -436,6 +439,9 @@ class Driver:
         messages (the calls awaiting approval among them); when the run goes
         on, it continues from the compacted history.
 
+        `run_id` names the pass's run, as in `run` (default: a fresh
+        ``run_...``); a simulation replays a stored pass under its own id.
+
         Returns:
             The run's result: ``done`` (the pass's record says what it came
             to), or ``failed`` with the pass's error.
@@ -446,6 +452,8 @@ class Driver:
                 abandon it first), or another process holds its lease (take
                 a dead one's over with `force`).
             SessionConflict: another writer appended to the session's log.
+            ConfigError: `run_id` is not a usable id, or a run of `session`
+                has it already.
         """
         compacting = self._compacting
         if compacting is None:
@@ -459,8 +467,12 @@ class Driver:
             return await compacting.resume(
                 session, waiting[-1].run_id, control=control, hooks=hooks, force=force
             )
+        if run_id is not None:
+            _checks.check_id("run_id", run_id)
+            if session.has_run(run_id):
+                raise ConfigError("run_id", run_id, "an id no run of the session has")
         return await start_run(
-            compacting, session, (), None, control, hooks, None, beside_paused=True
+            compacting, session, (), run_id, control, hooks, None, beside_paused=True
         )
 
     async def resume(

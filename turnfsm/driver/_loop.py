@@ -68,6 +68,7 @@ from turnfsm.core import (
     RunTools,
     Signal,
     TurnMachine,
+    trigger_of,
 )
 from turnfsm.driver import _audit
 from turnfsm.driver._audit import Audit
@@ -86,6 +87,7 @@ from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
+    ConfigError,
     EffectFailed,
     InvalidMessage,
     InvalidReturn,
@@ -521,9 +523,14 @@ class RunLoop(Ending):
         step = self.step = self._context(decision)
         try:
             event = await carry_out(self.settings, step, decision, self.control)
-        except TurnFSMError:
-            raise  # typed already (a durable run's EffectFailed among them)
         except Exception as exc:
+            # Typed already (a durable run's EffectFailed among them), except
+            # a value an effect of yours made wrong (a Signal's data, a
+            # Message), which is its failure like any exception it raises.
+            if isinstance(exc, TurnFSMError) and not isinstance(
+                exc, ConfigError | InvalidMessage
+            ):
+                raise
             key = effect_key(decision)
             if self.settings.effects[key] is BUILTIN_EFFECTS.get(key) or getattr(
                 exc, "is_crash", False
@@ -533,10 +540,35 @@ class RunLoop(Ending):
             raise EffectFailed(
                 effect=key, type=type(exc).__name__, message=str(exc)
             ) from exc
+        self._check_accepted(decision, event)
         if type(event) is RunCancelled:
             self._keep_spent()
         self.step = None
         return event
+
+    def _check_accepted(self, decision: Decision, event: Event) -> None:
+        """Refuse an event from an effect of the user's that the phase does not take.
+
+        Fed to the brain, it would be an `IllegalEvent`, which speaks of a
+        driver bug; the effect is named instead, with what the phase takes.
+
+        Raises:
+            InvalidReturn: the phase has no transition on the event's trigger.
+        """
+        key = effect_key(decision)
+        if self.settings.effects[key] is BUILTIN_EFFECTS.get(key):
+            return
+        machine = self.machine
+        accepts = machine.spec.accepts(machine.phase)
+        trigger = trigger_of(event)
+        if trigger not in accepts:
+            name = type(event).__name__
+            raise InvalidReturn(
+                f"effect {key!r}",
+                f"{name}({trigger!r})" if type(event) is Signal else name,
+                f"an event that phase {machine.phase!r} has a transition for, "
+                "one of " + ", ".join(repr(t) for t in accepts),
+            )
 
     def _keep_spent(self) -> None:
         """Keep what an interrupted pass's model calls cost (no record follows)."""

@@ -7,6 +7,7 @@ both get the run's retry policy, timeout and hooks.
 
 from __future__ import annotations
 
+import inspect
 from typing import Literal
 
 import anyio
@@ -126,6 +127,22 @@ def _response_of(client: object, response: object) -> ModelResponse:
     return response
 
 
+def _stray(item: object, done: bool) -> str:
+    """Name what a stream should not have yielded, and when."""
+    if not done:
+        return _short_repr(item)
+    if type(item) is StreamDone:
+        return "a second StreamDone"
+    return f"{_short_repr(item)} after its StreamDone"
+
+
+def _close(value: object) -> None:
+    """Close a coroutine that will not be awaited (no "never awaited" warning)."""
+    close = getattr(value, "close", None)
+    if inspect.iscoroutine(value) and callable(close):
+        close()
+
+
 def _short_repr(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:197] + "..."
@@ -152,18 +169,36 @@ async def _streamed(
 
     A retried stream starts over, so observers may see a reply's first
     deltas twice; the brain only ever sees the one assembled reply.
+
+    Raises:
+        InvalidReturn: the stream yielded something other than `TextDelta`s
+            and then one `StreamDone` (a client's bug, named).
     """
     stream = model.stream(request)  # type: ignore[attr-defined]
+    if not hasattr(stream, "__aiter__"):
+        _close(stream)
+        raise InvalidReturn(
+            f"model {describe_model(model)[1]}.stream()",
+            _short_repr(stream),
+            "an async iterator (write stream() as an async generator: "
+            "async def with yield)",
+        )
     response: ModelResponse | None = None
     async for item in stream:
-        if isinstance(item, TextDelta):
+        if type(item) is TextDelta and response is None:
             if item.text:
                 run.hooks.call(
                     "on_text_delta",
                     TextDeltaInfo(run_id=run.run_id, turn=turn, text=item.text),
                 )
-        elif isinstance(item, StreamDone):
-            response = item.response
+        elif type(item) is StreamDone and response is None:
+            response = _response_of(model, item.response)
+        else:
+            raise InvalidReturn(
+                f"model {describe_model(model)[1]}.stream()",
+                _stray(item, response is not None),
+                "TextDelta items, then one StreamDone, and nothing after it",
+            )
     if response is None:
         raise ProviderError(
             "the model's stream ended without a reply", kind="bad_stream"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
-import json
 import logging
 import re
 import weakref
@@ -37,6 +36,7 @@ from turnfsm.driver._arguments import (
     check_arguments,
     problems_of_structuring,
 )
+from turnfsm.driver._child import as_text
 from turnfsm.driver._schema import Unsupported, parse_doc
 from turnfsm.driver._signature import describe_function
 from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
@@ -223,9 +223,7 @@ class Tool:
             result = await anyio.to_thread.run_sync(
                 lambda: self.fn(**kwargs), abandon_on_cancel=True
             )
-        if isinstance(result, str):
-            return result
-        return json.dumps(result, default=str, ensure_ascii=False)
+        return as_text(result)
 
     def _read(self, arguments: Arguments) -> Mapping[str, Any]:
         check_arguments(self._validator, arguments)

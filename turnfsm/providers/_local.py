@@ -70,6 +70,8 @@ class LlamaServer:
             model = OpenAIModel(
                 model="local",
                 base_url=server.base_url,
+                context_window=server.context_window,
+                tool_choice="auto",  # it offers the tools only when sent one
                 structured_output="json_object",  # its JSON-schema grammar
             )
             ...

@@ -158,7 +158,7 @@ class ModelPrices:
 
         Example:
             ```python
-            known_prices("gpt-4o").cost(1_000_000, 0, 0)  # Decimal('2.5')
+            known_prices("gpt-4o").cost(1_000_000, 0, 0)  # Decimal('2.50')
             ```
         """
         rates = (self.input, self.cached_input, self.output)
@@ -181,7 +181,7 @@ class ModelPrices:
         Example:
             ```python
             known_prices("gpt-4o").usage_cost(Usage(input_tokens=1_000_000))
-            # Decimal('2.5')
+            # Decimal('2.50')
             ```
         """
         if usage is None:

@@ -664,7 +664,10 @@ async def simulate(
             effects=_effects(record.results, stored),
         )
         model.start(run.run_id, record.replies)
-        result = await driver.run(list(run.input), session=sim, run_id=run.run_id)
+        if run.input:
+            result = await driver.run(list(run.input), session=sim, run_id=run.run_id)
+        else:  # a pass outside any run (`Agent.compact`, `turnfsm sessions compact`)
+            result = await driver.compact(sim, run_id=run.run_id)
         if model.missing is not None:
             raise model.missing
         passes = len(sim.run(run.run_id).compactions) if context is None else None

@@ -21,6 +21,8 @@ from turnfsm.context import (
     CompactionProposal,
     ContextCompactor,
     pair_tool_traffic,
+    pin_loss,
+    pinned_ids,
 )
 from turnfsm.core import CompactReason
 from turnfsm.messages import Message, MessageLog, Part, ToolCallPart, ToolResultPart
@@ -175,12 +177,14 @@ async def _check_case(
     history: tuple[Message, ...],
     target: int,
 ) -> None:
+    pinned = pinned_ids(history)  # what a ContextManager pins by default
     ctx = CompactionContext(
         tokens_before=counter.count(history),
         reason=CompactReason.THRESHOLD_EXCEEDED,
         context_window=0,
         turn=1,
         counter=counter,
+        pinned=pinned,
     )
     given = list(history)
     first = _check_messages(
@@ -188,6 +192,9 @@ async def _check_case(
     )
     if given != list(history):
         raise _fail(compactor, case, "changed the list it was given")
+    lost = pin_loss(history, first.messages, pinned, strategy=type(compactor).__name__)
+    if lost is not None:
+        raise _fail(compactor, case, f"lost a pinned message (ctx.pinned): {lost}")
     again = _check_messages(
         compactor,
         case,
@@ -210,8 +217,10 @@ async def check_compactor(
     the compactor must return a `CompactionProposal` that is not failed, holds
     at least one message and no message without parts, splits no tool
     call/result pair (a call still pending, or an orphan result, that the
-    input already had may stay), keeps what it keeps in its order, leaves the
-    list it was given as it was, and
+    input already had may stay), keeps what it keeps in its order, keeps
+    the pinned messages (`ctx.pinned` holds what a `ContextManager` pins by
+    default, as `pinned_ids` finds them) word for word, leaves the list it
+    was given as it was, and
     is the same (roles, parts and `tokens_after`) when asked twice. Returning
     a conversation unchanged is allowed, e.g. when it is too short to shrink.
 
@@ -224,7 +233,9 @@ async def check_compactor(
         AssertionError: A rule is broken; the message names the compactor,
             the conversation and the rule.
     """
-    if not isinstance(compactor, ContextCompactor):
+    if not isinstance(compactor, ContextCompactor) or _checks.plain_method(
+        compactor, ("compact",)
+    ):
         raise AssertionError(
             f"{type(compactor).__name__} is not a ContextCompactor "
             "(it needs an async compact(messages, target, ctx) method)"
