@@ -295,8 +295,23 @@ async def test_a_corrupt_log_line_is_named() -> None:
         await load_session(io.StringIO("\n".join([future, *lines[1:]])))
 
 
+class _OnMemory:
+    """The rest of a test store: what its `inner` memory store does."""
+
+    inner: MemoryStore
+
+    async def list_sessions(self) -> object:
+        return await self.inner.list_sessions()
+
+    async def delete_session(self, session_id: str) -> bool:
+        return await self.inner.delete_session(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 @attrs.define
-class Answers:
+class Answers(_OnMemory):
     """A store of yours whose `load` answers with `loaded` instead."""
 
     loaded: object
@@ -309,15 +324,6 @@ class Answers:
 
     async def load(self, session_id: str) -> object:
         return self.loaded
-
-    async def list_sessions(self) -> object:
-        return await self.inner.list_sessions()
-
-    async def delete_session(self, session_id: str) -> bool:
-        return await self.inner.delete_session(session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @pytest.mark.parametrize(
@@ -354,7 +360,7 @@ async def test_an_entry_of_a_run_that_never_opened_is_refused_unwritten() -> Non
 
 
 @attrs.define
-class FailsOnce:
+class FailsOnce(_OnMemory):
     """A store whose append number `failing` raises, as a full disk would."""
 
     failing: int
@@ -371,15 +377,6 @@ class FailsOnce:
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         return await self.inner.load(session_id)
-
-    async def list_sessions(self) -> object:
-        return await self.inner.list_sessions()
-
-    async def delete_session(self, session_id: str) -> bool:
-        return await self.inner.delete_session(session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @pytest.mark.parametrize("failing", [1, 2])

@@ -172,22 +172,21 @@ _NO_METADATA: Final = _Metadata()
 _NO_ARGUMENTS: Final = _Arguments()
 
 
-def _to_metadata(value: object) -> object:
-    """`value` as metadata that does not change (the validator checks the rest)."""
-    if type(value) is _Metadata:
+def _fixed(value: object, kind: type[_Fixed], empty: _Fixed) -> object:
+    """`value` as a `kind` that does not change (the validator checks the rest)."""
+    if type(value) is kind:
         return value
     if isinstance(value, Mapping):
-        return _Metadata(value) if value else _NO_METADATA
+        return kind(value) if value else empty
     return value
+
+
+def _to_metadata(value: object) -> object:
+    return _fixed(value, _Metadata, _NO_METADATA)
 
 
 def _to_arguments(value: object) -> object:
-    """`value` as arguments that do not change (the validator checks the rest)."""
-    if type(value) is _Arguments:
-        return value
-    if isinstance(value, Mapping):
-        return _Arguments(value) if value else _NO_ARGUMENTS
-    return value
+    return _fixed(value, _Arguments, _NO_ARGUMENTS)
 
 
 @final
