@@ -34,7 +34,7 @@ from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.values import Usage
-from turnfsm.view._html import turn_detail
+from turnfsm.view._html import pass_diff, turn_detail
 
 pytestmark = pytest.mark.anyio
 
@@ -296,6 +296,31 @@ async def test_a_pass_that_changes_a_message_under_its_id_reloads_as_committed()
     assert html.escape(rewrite.tool_results[0].content) in page
     original = reopened.message(rewrite.id).tool_results[0].content
     assert html.escape(original) not in page
+
+    # A pass's diff shows each side as it was: a digested result is changed,
+    # the original before, the digest after (not the original twice).
+    run, record = next(
+        (r, c)
+        for r in reopened.runs
+        for c in r.compactions
+        if changed[0].id in c.covers and c.verdict == "compacted"
+    )
+    given, made = reopened.passed(record)
+    assert [m.id for m in given] == list(record.covers)
+    assert [m.id for m in made] == list(record.replacement)
+    was = {m.id: m for m in given}[changed[0].id]
+    became = {m.id: m for m in made}[changed[0].id]
+    assert was == reopened.message(changed[0].id)
+    assert became != was
+    k = run.compactions.index(record)
+    diff = "".join(pass_diff(reopened, run, reopened.runs.index(run), k))
+    assert " changed, " in diff
+    assert " 0 changed, " not in diff
+    before_side, after_side = diff.split('<div class="after">')
+    assert html.escape(was.tool_results[0].content) in before_side
+    assert html.escape(became.tool_results[0].content) in after_side
+    assert html.escape(was.tool_results[0].content) not in after_side
+    assert 'class="msg tool changed' in before_side
 
     # Every turn of every run reads as a walk of the log up to its reply says
     # (`seen` answers from an index built once, not from a walk per turn).

@@ -6,10 +6,12 @@ import bisect
 from collections.abc import Mapping, Sequence
 from typing import final
 
+from turnfsm.core import PASS_EVENT_TYPES, CompactionResult, PassEvent
 from turnfsm.errors import ConfigError, CorruptRecord
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
     Committed,
+    CompactionRecord,
     Entry,
     EventRecorded,
     ToolResultRecorded,
@@ -112,7 +114,7 @@ class SeenIndex:
     would otherwise walk the log once per turn.
     """
 
-    __slots__ = ("_brought", "_committed", "_replies", "size")
+    __slots__ = ("_brought", "_committed", "_passes", "_replies", "size")
 
     def __init__(self, entries: Sequence[Entry]) -> None:
         self.size = len(entries)
@@ -120,10 +122,17 @@ class SeenIndex:
         brought: dict[str, tuple[list[int], list[Message]]] = {}
         committed: dict[str, tuple[list[int], list[Message]]] = {}
         replies: dict[tuple[str, str], int] = {}
+        passes: dict[str, tuple[int, PassEvent | None]] = {}
+        waiting: dict[str, str] = {}  # a run -> its last pass, until its event
         latest: dict[str, Message] = {}
         for at, entry in enumerate(entries):
             if isinstance(entry, EventRecorded):
-                for message in event_messages(entry.event):
+                event = entry.event
+                if isinstance(event, PASS_EVENT_TYPES):
+                    key = waiting.pop(entry.run_id, None)
+                    if key is not None:
+                        passes[key] = (passes[key][0], event)
+                for message in event_messages(event):
                     replies.setdefault((entry.run_id, message.id), at)
                     if latest.get(message.id) is not message:
                         latest[message.id] = message
@@ -131,7 +140,12 @@ class SeenIndex:
             elif isinstance(entry, Committed):
                 for message_id in entry.messages:
                     _version(committed, message_id, at, latest[message_id])
+            elif isinstance(entry, CompactionRecord):
+                # The pass's event follows its record (`taken`, or the run's end).
+                passes[entry.key] = (at, None)
+                waiting[entry.run_id] = entry.key
         self._brought, self._committed, self._replies = brought, committed, replies
+        self._passes = passes
 
     def seen(
         self, run_id: str, reply_id: str, ids: Sequence[str]
@@ -144,6 +158,26 @@ class SeenIndex:
         """
         before = self._replies.get((run_id, reply_id), self.size)
         return tuple(self._as_of(message_id, before) for message_id in ids)
+
+    def passed(
+        self, record: CompactionRecord
+    ) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
+        """What `record`'s pass was given, and what it put in their place, as they were.
+
+        The messages of `record.covers` as the pass was handed them (each as
+        last committed before it, or brought), and those of
+        `record.replacement` as the pass made them: a message it changed
+        under its id (a digested tool result) reads differently on each side.
+        """
+        at, event = self._passes[record.key]
+        before = tuple(self._as_of(i, at) for i in record.covers)
+        if not isinstance(event, CompactionResult):
+            return before, before  # nothing replaced
+        made = {m.id: m for m in event.messages}
+        after = tuple(
+            made[i] if i in made else self._as_of(i, at) for i in record.replacement
+        )
+        return before, after
 
     def _as_of(self, message_id: str, before: int) -> Message:
         for versions in (self._committed, self._brought):

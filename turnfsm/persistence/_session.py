@@ -329,10 +329,31 @@ class Session:
         record = self.run(run_id)
         ids = record.context(index)
         reply = record.turns[index].output
+        return self._seen_index().seen(run_id, reply, ids)
+
+    def passed(
+        self, record: CompactionRecord
+    ) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
+        """Return what a pass was given, and what it put in their place, as they were.
+
+        `record` is one of the session's passes (`RunRecord.compactions`).
+        The first tuple holds the messages of `record.covers` as the pass
+        was handed them; the second those of `record.replacement` as the
+        pass made them. A message the pass changed under its own id (the
+        default strategy's digested or capped tool results) reads as it was
+        on the first side and as it became on the second, where `message`
+        answers with it as first said.
+
+        Raises:
+            KeyError: `record` is not a pass of this session.
+        """
+        return self._seen_index().passed(record)
+
+    def _seen_index(self) -> SeenIndex:
         found = self._seen
         if found is None or found.size != len(self._entries):
             found = self._seen = SeenIndex(self._entries)  # once per log length
-        return found.seen(run_id, reply, ids)
+        return found
 
     def run_entries(self, run_id: str) -> tuple[EventRecorded, ...]:
         """Return the events logged for `run_id`, in the order they were fed.

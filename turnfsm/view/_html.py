@@ -584,13 +584,20 @@ def _pass_summary(record: CompactionRecord, k: int) -> str:
 def pass_diff(session: Session, run: RunRecord, n: int, k: int) -> list[str]:
     """What pass `k` of `run` (the `n`-th) covered and what replaced it, side by side.
 
-    The covered messages are the originals the log keeps: a replacement that
-    names what it replaces links to each of them, pinned ones are marked.
+    Each side shows its messages as they were: the covered ones as the pass
+    was given them, the others as it made them, so a message it changed
+    under its id (a digested tool result) is marked changed on both sides. A
+    replacement that names what it replaces links to each of them, pinned
+    ones are marked.
     """
     record = run.compactions[k]
+    given, made = _passed(session, record)
     kept = set(record.covers) & set(record.replacement)
-    removed = [i for i in record.covers if i not in kept]
-    added = [i for i in record.replacement if i not in kept]
+    # Kept under its id but changed by the pass (a digested tool result).
+    changed = {i for i in kept if i in given and i in made and given[i] != made[i]}
+    kept -= changed
+    removed = [i for i in record.covers if i not in kept and i not in changed]
+    added = [i for i in record.replacement if i not in kept and i not in changed]
     usage = ""
     if record.usage is not None:
         usage = (
@@ -601,7 +608,8 @@ def pass_diff(session: Session, run: RunRecord, n: int, k: int) -> list[str]:
         '<div class="detail"><p class="pass-meta">'
         f"{len(record.covers)} message(s) covered, "
         f"{len(record.replacement)} in their place: {len(removed)} removed, "
-        f"{len(added)} new, {len(kept)} kept; saved {record.tokens_saved} tokens "
+        f"{len(added)} new, {len(changed)} changed, {len(kept)} kept; saved "
+        f"{record.tokens_saved} tokens "
         f"(estimated){usage}.</p>",
     ]
     if record.payback is not None:
@@ -610,24 +618,41 @@ def pass_diff(session: Session, run: RunRecord, n: int, k: int) -> list[str]:
             f"{_e(record.payback.describe())}.</p>"
         )
     out.append('<div class="diff"><div class="before"><h4>Covered (before)</h4>')
-    found = _found(session, [*record.covers, *record.replacement])
-    pinned = _pinned(run, found, record.covers)
+    pinned = _pinned(run, given, record.covers)
     for message_id in record.covers:
-        mark = "kept" if message_id in kept else "removed"
+        mark = _mark(message_id, kept, changed, "removed")
         anchor = _original(n, k, message_id) if mark == "removed" else None
         out.append(
             _message(
-                found, message_id, mark, pinned=message_id in pinned, anchor=anchor
+                given, message_id, mark, pinned=message_id in pinned, anchor=anchor
             )
         )
     out.append('</div><div class="after"><h4>In their place (after)</h4>')
     for message_id in record.replacement:
-        mark = "kept" if message_id in kept else "added"
-        out.append(_message(found, message_id, mark, pinned=message_id in pinned))
+        mark = _mark(message_id, kept, changed, "added")
+        out.append(_message(made, message_id, mark, pinned=message_id in pinned))
         if mark == "added":
-            out += _replaces(found.get(message_id), n, k, set(removed))
+            out += _replaces(made.get(message_id), n, k, set(removed))
     out.append("</div></div></div>")
     return out
+
+
+def _mark(message_id: str, kept: set[str], changed: set[str], other: str) -> str:
+    if message_id in changed:
+        return "changed"
+    return "kept" if message_id in kept else other
+
+
+def _passed(
+    session: Session, record: CompactionRecord
+) -> tuple[dict[str, Message], dict[str, Message]]:
+    """What the pass was given and what it made, by id, as they were then."""
+    try:
+        given, made = session.passed(record)
+    except KeyError:  # a message the log does not hold: the originals it has
+        found = _found(session, [*record.covers, *record.replacement])
+        return found, found
+    return {m.id: m for m in given}, {m.id: m for m in made}
 
 
 def _original(n: int, k: int, message_id: str) -> str:
