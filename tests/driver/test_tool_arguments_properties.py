@@ -291,6 +291,10 @@ def test_the_quick_test_of_a_flat_schema_accepts_only_what_the_validator_accepts
     # And the quick test is no mere `False`: exact JSON types it decides alone.
     if valid and _exact(arguments):
         assert quick
+    if isinstance(arguments, dict):
+        # As a model's reply brings them: a call's read-only arguments.
+        called = ToolCallPart(id="c", name="t", arguments=arguments).arguments
+        assert check.quick(called) == quick
 
 
 def _exact(arguments: Any) -> bool:

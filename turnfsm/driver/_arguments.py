@@ -302,7 +302,8 @@ def _quick(
     needed = tuple(required)
 
     def quick(arguments: object) -> bool:
-        if type(arguments) is not dict:
+        # A dict, or a call's read-only arguments (a dict that refuses changes).
+        if not isinstance(arguments, dict):
             return False
         for name in needed:
             if name not in arguments:

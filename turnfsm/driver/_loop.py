@@ -146,6 +146,13 @@ class RunLoop(Ending):
             settings.prices,
         )
         self._effects = settings.effects
+        # The effects of the user's (not the built-in ones) whose events are
+        # checked against the phase (`_check_accepted`): most runs have none.
+        self._own_effects = frozenset(
+            key
+            for key, effect in settings.effects.items()
+            if effect is not BUILTIN_EFFECTS.get(key)
+        )
         self._wants_transition = self.hooks.wants("on_transition")
         self._estimate_source = "estimated"  # where the snapshot's estimate came from
         self._journal: ToolJournal | None = None  # made on the first batch of calls
@@ -555,8 +562,11 @@ class RunLoop(Ending):
         Raises:
             InvalidReturn: the phase has no transition on the event's trigger.
         """
+        own = self._own_effects
+        if not own:
+            return
         key = effect_key(decision)
-        if self.settings.effects[key] is BUILTIN_EFFECTS.get(key):
+        if key not in own:
             return
         machine = self.machine
         accepts = machine.spec.accepts(machine.phase)
