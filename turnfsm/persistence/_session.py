@@ -460,12 +460,7 @@ class Session:
             run_id = entry.run_id
             if isinstance(entry, RunOpened):
                 opened.add(run_id)
-            elif (
-                run_id not in self._runs
-                and run_id not in opened
-                and not isinstance(entry, MachineStored)
-                and not (isinstance(entry, BreakerChanged) and not run_id)
-            ):
+            elif run_id not in self._runs and run_id not in opened and _of_a_run(entry):
                 raise ConfigError(
                     f"entries[{n}].run_id",
                     run_id,
@@ -475,10 +470,7 @@ class Session:
     def _apply(self, entry: Entry, hint: MessageLog | None = None) -> None:
         version = len(self._entries)
         run = self._runs.get(entry.run_id)
-        if run is None and not (
-            isinstance(entry, RunOpened | MachineStored)
-            or (isinstance(entry, BreakerChanged) and not entry.run_id)
-        ):
+        if run is None and _of_a_run(entry) and not isinstance(entry, RunOpened):
             raise CorruptRecord(
                 type(entry).__name__,
                 f"entries[{version}]",
@@ -532,3 +524,15 @@ class Session:
                 self._runs[entry.run_id].ended = entry
                 if entry.outcome not in GOES_ON:
                     self._open.pop(entry.run_id, None)
+
+
+def _of_a_run(entry: Entry) -> bool:
+    """Whether `entry` belongs to a run, which must have opened before it.
+
+    A machine's definition and an operator's breaker reset (no run id) stand
+    on their own.
+    """
+    return not (
+        isinstance(entry, MachineStored)
+        or (isinstance(entry, BreakerChanged) and not entry.run_id)
+    )
