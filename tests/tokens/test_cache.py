@@ -44,7 +44,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         monkeypatch.setattr(module, name, counting)
 
     spy(_render, "rendered_chars")  # heuristic, ratio
-    spy(_conservative, "_text_units")  # conservative
+    spy(_conservative, "_message_units")  # conservative
     spy(_tiktoken, "_count")  # tiktoken
     return seen
 

@@ -14,9 +14,10 @@ __all__ = ["UnitsCounter"]
 class UnitsCounter(abc.ABC):
     """Derives `count` and `count_text` from `units`, `text_units` and `tokens`.
 
-    Subclasses price one message (`units`, cached per message) and one extra
-    text (`text_units`) in additive units, and say how a sum of units becomes
-    tokens (`tokens`), so rounding happens once per request.
+    Subclasses price one message (`_measure`, cached per message by `units`
+    and `count`) and one extra text (`text_units`) in additive units, and say
+    how a sum of units becomes tokens (`tokens`), so rounding happens once per
+    request.
     """
 
     __slots__ = ()
@@ -26,11 +27,15 @@ class UnitsCounter(abc.ABC):
 
     def count(self, messages: Sequence[Message]) -> int:
         """Return the estimate for `messages` sent as one request."""
-        return self.tokens(self._cache.total(messages, self.units))
+        return self.tokens(self._cache.total(messages, self._measure))
 
     def count_text(self, text: str) -> int:
         """Return the estimate for `text` riding a request on its own."""
         return self.tokens(self.text_units(text))
+
+    @abc.abstractmethod
+    def _measure(self, message: Message) -> int:
+        """Return the units of one message, uncached (the cache calls it)."""
 
     @abc.abstractmethod
     def units(self, message: Message) -> int:

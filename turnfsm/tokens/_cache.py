@@ -64,37 +64,53 @@ class UnitCache:
         entries[key] = (weakref.ref(message), value)
         if entry is not None:  # a stale entry keeps its place: make it the newest
             _renew(entries, key)
-        if len(entries) > self._size:
-            with contextlib.suppress(KeyError):  # emptied meanwhile by another thread
-                entries.popitem(last=False)
+        self._trim()
         return value
 
     def total(
-        self, messages: Iterable[Message], units: Callable[[Message], int]
+        self, messages: Iterable[Message], measure: Callable[[Message], int]
     ) -> int:
-        """Return the summed units of `messages`: cached ones looked up in one loop.
+        """Return the summed units of `messages`, each priced once.
 
-        A message not cached (or cached for other content) is priced by
-        `units`, the counter's own per-message method, which caches it.
+        Cached ones are looked up; one not cached (or cached for other
+        content) is priced by `measure`, the counter's uncached per-message
+        pricing, and cached. All in one loop: a first count of a long
+        conversation is one pass over messages no counter has priced.
         """
         entries = self._entries
         get = entries.get
         renew = entries.move_to_end
+        ref = weakref.ref
         total = 0
         for message in messages:
             key = message.id
             entry = get(key)
-            if entry is not None and entry[0]() is message:
-                # Inline, not `suppress`: a context manager per message costs
-                # more than the rest of the loop.
-                try:  # noqa: SIM105
-                    renew(key)
-                except KeyError:  # dropped meanwhile by another thread
-                    pass
-                total += entry[1]
-            else:
-                total += units(message)
+            if entry is not None:
+                known = entry[0]()
+                if known is message or (known is not None and known == message):
+                    # Inline, not `suppress`: a context manager per message
+                    # costs more than the rest of the loop.
+                    try:  # noqa: SIM105
+                        renew(key)
+                    except KeyError:  # dropped meanwhile by another thread
+                        pass
+                    total += entry[1]
+                    continue
+            value = measure(message)
+            entries[key] = (ref(message), value)
+            if entry is not None:  # a stale entry keeps its place: make it the newest
+                _renew(entries, key)
+            total += value
+        self._trim()
         return total
+
+    def _trim(self) -> None:
+        entries = self._entries
+        while len(entries) > self._size:
+            try:
+                entries.popitem(last=False)
+            except KeyError:  # emptied meanwhile by another thread
+                return
 
     def __len__(self) -> int:
         return len(self._entries)

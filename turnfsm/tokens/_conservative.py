@@ -81,27 +81,39 @@ _CONTROL: Final = "".join(
 _SEPARATOR: Final = "\x00"
 
 # Non-ASCII characters reach the tables as b"?" (encode(..., "replace")).
-# NUL has a class of its own, "s": the pieces of one message are measured in
-# one pass, joined by NUL, and every pattern below is broken by it.
-_MAIN: Final = _table(
-    ".",
-    {
-        "a": _LETTERS,
-        "0": string.digits,
-        " ": " ",
-        "n": "\n\r",
-        "t": "\t\v\f",
-        "x": _CONTROL.replace(_SEPARATOR, ""),
-        "s": _SEPARATOR,
-        "?": "?",
-    },
-)
+# Each text is read through one of four `_MAIN` tables, chosen by two facts
+# known before it is read. An ASCII text has no replaced characters, so its
+# real question marks join the other punctuation ("."); in a text with
+# non-ASCII characters "?" stays apart, to tell those from the real ones.
+# Pieces joined by NUL (one pass over a message's pieces) keep NUL as a class
+# of its own, "s", which every pattern below is broken by; in a text read
+# alone, NUL is a control character like the others ("x").
+# Newlines and tabs are priced alike, so they share a class ("n").
+_CLASSES: Final = {
+    "a": _LETTERS,
+    "0": string.digits,
+    " ": " ",
+    "n": "\n\r\t\v\f",
+    "x": _CONTROL.replace(_SEPARATOR, ""),
+}
+_MAIN: Final = {
+    (ascii_only, joined): _table(
+        ".",
+        {
+            **_CLASSES,
+            "s" if joined else "x": _SEPARATOR + ("" if joined else _CLASSES["x"]),
+            **({} if ascii_only else {"?": "?"}),
+        },
+    )
+    for ascii_only in (True, False)
+    for joined in (True, False)
+}
 _RUNS: Final = _table(" ", {"a": _LETTERS, "0": string.digits})
 _SOUNDS: Final = _table(
     " ", {"v": _VOWELS, "c": "".join(c for c in _LETTERS if c not in _VOWELS)}
 )
 _CASE: Final = _table(" ", {"l": string.ascii_lowercase, "u": string.ascii_uppercase})
-_RARE: Final = _table(" ", {"k": "kjwzqxKJWZQX"})
+_RARE: Final = b"kjwzqxKJWZQX"
 _SPACES: Final = _table("x", {" ": " "})
 _LONG_WORD: Final = b"a" * 20
 _LONG_WORDS: Final = re.compile(b"a{20,}")
@@ -110,6 +122,30 @@ _LONG_WORDS: Final = re.compile(b"a{20,}")
 def _text_units(text: str) -> int:
     """Return the estimated cost of `text` in units of 1/`SCALE` token."""
     return _units(text, 0) if text else 0
+
+
+def _message_units(message: Message) -> tuple[int, int, int]:
+    """Return the units of `message`'s text, its tool calls and its images.
+
+    The pieces of `_render.texts`, priced in one pass over the parts (the
+    part classes are final: a type test is the match it makes).
+    """
+    calls = images = 0
+    pieces: list[str] = []
+    for part in message.parts:
+        if type(part) is TextPart:
+            pieces.append(part.text)
+        elif type(part) is ToolResultPart:
+            pieces.append(part.content)
+        elif type(part) is ToolCallPart:
+            pieces.append(part.name)
+            pieces.append(_render.arguments_json(part))
+            calls += 1
+        elif type(part) is ImagePart:
+            images += 1
+    if len(pieces) == 1:
+        return _text_units(pieces[0]), calls, images
+    return (_pieces_units(pieces) if pieces else 0), calls, images
 
 
 def _pieces_units(pieces: list[str]) -> int:
@@ -131,56 +167,59 @@ def _units(text: str, separators: int) -> int:
     Whole tokens of punctuation, whitespace and non-ASCII text, then digits
     (a run of n costs (n + 2) / 3 tokens), then ASCII words priced by their
     shape; each piece's leading and trailing characters are priced as the
-    start and end of a text.
+    start and end of a text. Every count is a C-speed pass; texts are short,
+    so the number of passes is what costs, and each is made only when an
+    earlier one says it can find something.
     """
     raw = text.encode("ascii", "replace")
-    main = raw.translate(_MAIN)
-    runs = raw.translate(_RUNS)
+    ascii_only = text.isascii()
+    main = raw.translate(_MAIN[ascii_only, separators > 0])
     count = main.count
-    marks = text.count("?")  # the real ones; non-ASCII chars are b"?" too
-    tokens = count(b".") + marks + main.endswith(b" ")
-    if separators:  # the pieces hold no NUL of their own
-        tokens += 2 * count(b"x") + count(b" s")  # and each piece's trailing space
-    else:
-        tokens += 2 * (count(b"x") + count(b"s"))  # NUL is a control character
-    if not text.isascii():
+    # Punctuation and control characters (NUL among them, read alone), and
+    # a trailing space; joined pieces also pay each piece's trailing space.
+    tokens = count(b".") + 2 * count(b"x") + main.endswith(b" ")
+    if separators:
+        tokens += count(b" s")
+    if not ascii_only:
+        marks = text.count("?")  # the real ones; non-ASCII chars are b"?" too
         chars = count(b"?") - marks
-        tokens += len(text.encode("utf-8", "surrogatepass")) - len(text) + chars
-        tokens += count(b" ?") - text.count(" ?")  # a space before one
-    for kind, after_space in ((b"n", b" n"), (b"t", b" t")):
-        found = count(kind)
-        if found:
-            tokens += found + count(after_space)
-    if b"  " in main:
+        tokens += marks + len(text.encode("utf-8", "surrogatepass")) - len(text)
+        tokens += chars + count(b" ?") - text.count(" ?")  # a space before one
+    lines = count(b"n")  # newlines and tabs, and a space before one
+    if lines:
+        tokens += lines + count(b" n")
+    if main.find(b"  ") >= 0:
         spaces = raw.translate(_SPACES)
         tokens += spaces.count(b"x  ") + spaces.startswith(b"  ")
         tokens += spaces.count(b" " * 64)
     units = SCALE * tokens
+    runs = raw.translate(_RUNS)
     digits = count(b"0")
     if digits:
-        digit_runs = runs.count(b" 0") + runs.count(b"a0") + (runs[:1] == b"0")
+        digit_runs = runs.count(b" 0") + runs.count(b"a0") + runs.startswith(b"0")
         units += 8 * digits + 16 * digit_runs + SCALE * count(b" 0")
-    if count(b"a"):
-        units += _word_units(raw, runs)
+    words = runs.count(b" a") + runs.count(b"0a") + runs.startswith(b"a")
+    if words:
+        units += _word_units(raw, runs, words)
     return units
 
 
-def _word_units(raw: bytes, runs: bytes) -> int:
-    """Return the units of ASCII words, priced by their shape."""
-    words = runs.count(b" a") + runs.count(b"0a") + (runs[:1] == b"a")
+def _word_units(raw: bytes, runs: bytes, words: int) -> int:
+    """Return the units of `words` ASCII words, priced by their shape."""
     sounds = raw.translate(_SOUNDS)
     case = raw.translate(_CASE)
     upper = case.count(b"u")
+    eights = runs.count(b"aaaaaaaa")
     units = (
         30 * words
         + 12 * upper
         + (36 * case.count(b"lu") if upper else 0)
-        + 15 * raw.translate(_RARE).count(b"k")
+        + 15 * (len(raw) - len(raw.translate(None, _RARE)))
         + 21 * sounds.count(b"cvcvcv")
         + 12 * sounds.count(b"cccc")
-        + 6 * runs.count(b"aaaaaaaa")
+        + 6 * eights
     )
-    if _LONG_WORD in runs:  # rare in text; BPE cuts such runs finely
+    if eights > 1 and runs.find(_LONG_WORD) >= 0:  # rare; BPE cuts such runs finely
         units += 18 * sum(map(len, _LONG_WORDS.findall(runs)))
     return units
 
@@ -240,24 +279,9 @@ class ConservativeTokenCounter(UnitsCounter):
         return -(-units // SCALE)
 
     def _measure(self, message: Message) -> int:
-        # The pieces of `_render.texts`, priced in one pass over the parts
-        # (the part classes are final: a type test is the match it makes).
-        total = SCALE * self.message_tokens
-        calls = 0
-        pieces: list[str] = []
-        for part in message.parts:
-            if type(part) is TextPart:
-                pieces.append(part.text)
-            elif type(part) is ToolResultPart:
-                pieces.append(part.content)
-            elif type(part) is ToolCallPart:
-                pieces.append(part.name)
-                pieces.append(_render.arguments_json(part))
-                calls += 1
-            elif type(part) is ImagePart:
-                total += SCALE * self.image_tokens
-        if len(pieces) == 1:
-            total += _text_units(pieces[0])
-        elif pieces:
-            total += _pieces_units(pieces)
-        return total + SCALE * _render.TOOL_CALL_TOKENS * calls
+        text, calls, images = _message_units(message)
+        return text + SCALE * (
+            self.message_tokens
+            + _render.TOOL_CALL_TOKENS * calls
+            + self.image_tokens * images
+        )

@@ -46,7 +46,10 @@ class HeuristicTokenCounter(UnitsCounter):
 
     def units(self, message: Message) -> int:
         """Return the rendered chars of `message` plus its 20-char overhead."""
-        return self._cache.units(message, _message_units)
+        return self._cache.units(message, self._measure)
+
+    def _measure(self, message: Message) -> int:
+        return _message_units(message)
 
     def text_units(self, text: str) -> int:
         """Return `len(text)` plus the 20-char overhead of a message."""

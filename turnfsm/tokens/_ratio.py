@@ -83,7 +83,10 @@ class RatioTokenCounter(UnitsCounter):
 
     def units(self, message: Message) -> int:
         """Return the rendered chars of `message`."""
-        return self._cache.units(message, _message_units)
+        return self._cache.units(message, self._measure)
+
+    def _measure(self, message: Message) -> int:
+        return _message_units(message)
 
     def text_units(self, text: str) -> int:
         """Return `len(text)`."""
