@@ -20,6 +20,7 @@ manager checks every pass's result with `pin_loss`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Literal, final
 
 import attrs
@@ -79,7 +80,9 @@ def pinned_ids(
     """
     rules = PinRules() if rules is None else rules
     wanted = set(also)
-    pinned = {m.id for m in messages if m.pinned or m.id in wanted}
+    ids = [m.id for m in messages]
+    # Most messages carry no metadata at all: test that before reading it.
+    pinned = {m.id for m in messages if (m.metadata and m.pinned) or m.id in wanted}
     if rules.system_prompt:
         for message in messages:
             if message.role is not Role.SYSTEM or is_summary(message):
@@ -87,15 +90,12 @@ def pinned_ids(
             pinned.add(message.id)
     users = turn_starts(messages)
     if users and rules.first_user:
-        pinned.add(messages[users[0]].id)
+        pinned.add(ids[users[0]])
     if users and rules.latest_user:
-        pinned.add(messages[users[-1]].id)
+        pinned.add(ids[users[-1]])
     traffic = pair_tool_traffic(messages)
-    pinned.update(messages[ref.message].id for ref in traffic.lone_calls)
-    links = [
-        (messages[p.call_message].id, messages[p.result_message].id)
-        for p in traffic.pairs
-    ]
+    pinned.update(ids[ref.message] for ref in traffic.lone_calls)
+    links = [(ids[call], ids[result]) for call, _, result, _ in traffic.pairs]
     grew = True
     while grew:
         grew = False
@@ -105,8 +105,11 @@ def pinned_ids(
                 grew = True
     # A result that answers no call before it cannot be sent: every pass
     # drops it, so the message holding it cannot stay word for word.
-    pinned.difference_update(messages[r.message].id for r in traffic.lone_results)
+    pinned.difference_update(ids[r.message] for r in traffic.lone_results)
     return frozenset(pinned)
+
+
+_id = attrgetter("id")
 
 
 def keep_pinned(
@@ -125,13 +128,15 @@ def keep_pinned(
     """
     if not pinned:
         return tuple(proposed)
+    if len(proposed) == len(original):
+        ids = list(map(_id, original))
+        if list(map(_id, proposed)) == ids and len(set(ids)) == len(ids):
+            # The same messages in place (a layer that only changes contents).
+            kept = list(proposed)
+            for at in [at for at, id_ in enumerate(ids) if id_ in pinned]:
+                kept[at] = original[at]
+            return tuple(kept)
     index = {m.id: i for i, m in enumerate(original)}
-    if len(proposed) == len(original) == len(index) and all(
-        a.id == b.id for a, b in zip(proposed, original, strict=True)
-    ):  # the same messages in place (a layer that only changes contents)
-        return tuple(
-            original[i] if m.id in pinned else m for i, m in enumerate(proposed)
-        )
     pending = [i for i, m in enumerate(original) if m.id in pinned]
     pending.reverse()  # a stack: the earliest pinned message on top
     placed: set[int] = set()

@@ -144,10 +144,11 @@ def is_summary(message: Message) -> bool:
 
 def turn_starts(messages: Sequence[Message]) -> list[int]:
     """Indices of the messages that start a turn: user messages, not summaries."""
+    user = Role.USER
     return [
         i
         for i, m in enumerate(messages)
-        if m.role is Role.USER and SUMMARY_COVERS not in m.metadata
+        if m.role is user and SUMMARY_COVERS not in m.metadata
     ]
 
 
