@@ -66,17 +66,23 @@ def trim_results(messages: Sequence[Message], keep_turns: int) -> tuple[Message,
 
 def microcompact(messages: Sequence[Message]) -> tuple[Message, ...]:
     """Layer 3: per tool call id, only the last result keeps its content."""
+    tool = Role.TOOL
+    answered = [
+        part.call_id
+        for m in messages
+        if m.role is tool
+        for part in m.parts
+        if isinstance(part, ToolResultPart)
+    ]
+    if len(set(answered)) == len(answered):  # no call answered twice: nothing to empty
+        return tuple(messages)
     last: dict[str, tuple[int, int]] = {}
-    results = 0
     for i, m in enumerate(messages):
-        if m.role is not Role.TOOL:
+        if m.role is not tool:
             continue
         for j, part in enumerate(m.parts):
             if isinstance(part, ToolResultPart):
                 last[part.call_id] = (i, j)
-                results += 1
-    if results == len(last):  # no call answered twice: nothing to empty
-        return tuple(messages)
     out: list[Message] = []
     for i, m in enumerate(messages):
         if m.role is not Role.TOOL:
@@ -121,7 +127,10 @@ def map_results(
     messages: Sequence[Message], change: Callable[[ToolResultPart], ToolResultPart]
 ) -> tuple[Message, ...]:
     """Apply `change` to every tool result; unchanged messages stay the same objects."""
-    return tuple(_map_results(m, change) for m in messages)
+    tool = Role.TOOL
+    return tuple(
+        [m if m.role is not tool else _map_results(m, change) for m in messages]
+    )
 
 
 def _emptied(part: ToolResultPart) -> ToolResultPart:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, final
@@ -171,14 +172,21 @@ def unmark(messages: Sequence[Message]) -> tuple[Message, ...]:
     Summaries keep theirs (their text is reused as it was recorded).
     Messages without a note are the same objects.
     """
-    return tuple(_unmark_one(m) for m in messages)
+    # Most messages carry no metadata at all: test that before reading it.
+    marked = [
+        i for i, m in enumerate(messages) if m.metadata and REPLACES in m.metadata
+    ]
+    if not marked:
+        return tuple(messages)
+    out = list(messages)
+    for i in marked:
+        out[i] = _unmark_one(out[i])
+    return tuple(out)
 
 
 def same_messages(a: Sequence[Message], b: Sequence[Message]) -> bool:
     """Are `a` and `b` the same message objects, in the same order (internal)?"""
-    return a is b or (
-        len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-    )
+    return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -365,10 +373,11 @@ class _Marker:
         """Does marking leave the input itself as it is (no notes on or in it)?"""
         as_is = self._as_is
         if as_is is None:
+            tool = Role.TOOL
             as_is = self._as_is = (
                 self.was is self.by_id
                 and len(self.by_id) == len(self.plain)
-                and all(_plain(m) for m in self.plain)
+                and all(_plain(m) for m in self.plain if m.role is tool)
             )
         return as_is
 
