@@ -80,12 +80,13 @@ def digest_before(
 
     The rules are `digest_results`'s, with the boundary given as an index.
     """
+    tool = Role.TOOL
     big = [
         (i, j)
-        for i in range(end)
-        if messages[i].role is Role.TOOL
-        for j, part in enumerate(messages[i].parts)
-        if len(_as_result(part).content) > min_chars
+        for i, m in enumerate(messages[:end])
+        if m.role is tool
+        for j, part in enumerate(m.parts)
+        if len(part.content) > min_chars  # type: ignore[union-attr]  # a tool message holds only results
     ]
     if not big:
         return tuple(messages)

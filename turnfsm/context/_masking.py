@@ -79,6 +79,8 @@ def cut_result(content: str, keep: int) -> str:
         content: A tool result's text, maybe cut already.
         keep: How many characters of its head to keep (≥ 0).
     """
+    if len(content) <= keep:  # its head, cut before or not, is no longer
+        return content
     found = _CUT.search(content)
     head, gone = (
         (content, 0)
@@ -191,12 +193,17 @@ class MaskingCompactor:
 
     def _mask(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         keep = self.keep_recent_calls
-        asks = [
-            i
-            for i, m in enumerate(messages)
-            if m.role is Role.ASSISTANT and m.tool_calls
-        ]
-        end = len(messages) if keep == 0 else (asks[-keep] if len(asks) >= keep else 0)
+        end = len(messages)
+        if keep:  # before the `keep`-th latest message that calls tools, or none
+            end, found = 0, 0
+            assistant = Role.ASSISTANT
+            for i in range(len(messages) - 1, -1, -1):
+                m = messages[i]
+                if m.role is assistant and m.tool_calls:
+                    found += 1
+                    if found == keep:
+                        end = i
+                        break
         return digest_before(messages, end, self.mask_min_chars)
 
     def _fit(

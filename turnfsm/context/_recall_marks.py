@@ -377,7 +377,13 @@ class _Marker:
             as_is = self._as_is = (
                 self.was is self.by_id
                 and len(self.by_id) == len(self.plain)
-                and all(_plain(m) for m in self.plain if m.role is tool)
+                and not any(
+                    _may_end_in_note(p.content)
+                    for m in self.plain
+                    if m.role is tool
+                    for p in m.parts
+                    if isinstance(p, ToolResultPart)
+                )
             )
         return as_is
 
