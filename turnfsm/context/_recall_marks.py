@@ -427,22 +427,37 @@ class _Marker:
 
 
 @final
-@attrs.frozen
+@attrs.define(eq=False)
 class _MarkedCounter:
     """Counts a candidate result as it will be: with its recall notes.
 
     A strategy that measures its work against the target (stop when it
-    fits, cut to the size that fits) then leaves room for the notes.
+    fits, cut to the size that fits) then leaves room for the notes. It
+    remembers the last result it counted, marked and measured: the pass
+    marks and measures its proposal once, when that was the last counted.
     """
 
     counter: TokenCounter
     marker: _Marker
+    _last: tuple[Sequence[Message], tuple[Message, ...], int] | None = None
 
     def count(self, messages: Sequence[Message]) -> int:
-        return self.counter.count(self.marker.mark(messages))
+        marked = self.marker.mark(messages)
+        size = self.counter.count(marked)
+        self._last = (messages, marked, size)
+        return size
 
     def count_text(self, text: str) -> int:
         return self.counter.count_text(text)
+
+    def marked(
+        self, messages: Sequence[Message]
+    ) -> tuple[tuple[Message, ...], int | None]:
+        """`messages` marked, and their size if this counter measured them last."""
+        last = self._last
+        if last is not None and same_messages(last[0], messages):
+            return last[1], last[2]
+        return self.marker.mark(messages), None
 
 
 async def with_recall_marks(
@@ -457,20 +472,21 @@ async def with_recall_marks(
     like any text); a result that is the input again is reported unchanged.
     """
     plain = unmark(messages)
-    marker = _Marker(plain, plain)
-    counting = attrs.evolve(ctx, counter=_MarkedCounter(ctx.counter, marker))
-    proposal = await compact(plain, target, counting)
+    counter = _MarkedCounter(ctx.counter, _Marker(plain, plain))
+    proposal = await compact(plain, target, attrs.evolve(ctx, counter=counter))
     if proposal.is_failed:
         return proposal
-    if not same_messages(messages, plain):  # the input had notes: mark against it
-        marker = _Marker(plain, messages)
-    marked = marker.mark(proposal.messages)
+    size: int | None = None
+    if same_messages(messages, plain):
+        marked, size = counter.marked(proposal.messages)
+    else:  # the input had notes: mark against it
+        marked = _Marker(plain, messages).mark(proposal.messages)
     if same_messages(marked, messages):
         return CompactionProposal.unchanged(messages, ctx.tokens_before)
     if proposal.tokens_after == proposal.tokens_before and same_messages(
         marked, proposal.messages
     ):
         return attrs.evolve(proposal, messages=marked)
-    return CompactionProposal.compacted(
-        marked, ctx.tokens_before, ctx.counter.count(marked)
-    )
+    if size is None:
+        size = ctx.counter.count(marked)
+    return CompactionProposal.compacted(marked, ctx.tokens_before, size)
