@@ -168,9 +168,11 @@ class MaskingCompactor:
         over = by_count
         for layer in (self._cap, self._mask, microcompact):
             changed = layer(current)
-            if over and same_messages(changed, current):
-                continue
-            current = keep_pinned(current, changed, pinned)
+            if same_messages(changed, current):
+                if over:
+                    continue
+            else:
+                current = keep_pinned(current, changed, pinned)
             if not by_count:
                 if counter.count(current) <= target:
                     return _proposal(messages, current, ctx)

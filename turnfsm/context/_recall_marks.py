@@ -442,9 +442,10 @@ class _MarkedCounter:
     _last: tuple[Sequence[Message], tuple[Message, ...], int] | None = None
 
     def count(self, messages: Sequence[Message]) -> int:
-        marked = self.marker.mark(messages)
-        size = self.counter.count(marked)
-        self._last = (messages, marked, size)
+        marked, size = self.marked(messages)
+        if size is None:
+            size = self.counter.count(marked)
+            self._last = (messages, marked, size)
         return size
 
     def count_text(self, text: str) -> int:
