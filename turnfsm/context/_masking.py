@@ -53,6 +53,7 @@ from turnfsm.context._deterministic_layers import (
 from turnfsm.context._digest import digest_before
 from turnfsm.context._pins import keep_pinned
 from turnfsm.context._recall_marks import same_messages, with_recall_marks
+from turnfsm.context._transcript import result_texts
 from turnfsm.context._truncating import TruncatingCompactor
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.core import CompactReason
@@ -191,6 +192,8 @@ class MaskingCompactor:
 
     def _cap(self, messages: Sequence[Message]) -> tuple[Message, ...]:
         cap = self.max_tool_result_chars
+        if max(map(len, result_texts(messages)), default=0) <= cap:
+            return tuple(messages)  # nothing to cut
         return map_results(messages, lambda p: _cut_part(p, cap))
 
     def _mask(self, messages: Sequence[Message]) -> tuple[Message, ...]:

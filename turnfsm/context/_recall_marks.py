@@ -38,6 +38,7 @@ from typing import Final, final
 
 import attrs
 
+from turnfsm.context._transcript import result_texts
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import (
     Message,
@@ -373,17 +374,10 @@ class _Marker:
         """Does marking leave the input itself as it is (no notes on or in it)?"""
         as_is = self._as_is
         if as_is is None:
-            tool = Role.TOOL
             as_is = self._as_is = (
                 self.was is self.by_id
                 and len(self.by_id) == len(self.plain)
-                and not any(
-                    _may_end_in_note(p.content)
-                    for m in self.plain
-                    if m.role is tool
-                    for p in m.parts
-                    if isinstance(p, ToolResultPart)
-                )
+                and not any(map(_may_end_in_note, result_texts(self.plain)))
             )
         return as_is
 

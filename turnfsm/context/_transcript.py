@@ -53,6 +53,7 @@ __all__ = [
     "is_summary",
     "render_message",
     "render_transcript",
+    "result_texts",
     "shorten_prompt",
     "summary_body",
     "summary_id",
@@ -149,6 +150,17 @@ def turn_starts(messages: Sequence[Message]) -> list[int]:
         i
         for i, m in enumerate(messages)
         if m.role is user and SUMMARY_COVERS not in m.metadata
+    ]
+
+
+def result_texts(messages: Sequence[Message]) -> list[str]:
+    """The content of every tool result in `messages`, in order."""
+    tool = Role.TOOL
+    return [
+        part.content  # type: ignore[union-attr]  # a tool message holds only results
+        for m in messages
+        if m.role is tool
+        for part in m.parts
     ]
 
 
