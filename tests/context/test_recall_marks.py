@@ -30,8 +30,10 @@ from turnfsm.context import (
     strategy_named,
     unmark,
 )
+from turnfsm.context._recall_marks import _MarkedCounter, _Marker
 from turnfsm.messages import Message, Role, ToolCallPart
 from turnfsm.testing import ExtractiveSummaryModel
+from turnfsm.tokens import ConservativeTokenCounter
 
 BIG = "x" * 5_000
 
@@ -204,3 +206,17 @@ async def _plain(
     compactor: ToolResultDigest, messages: Sequence[Message]
 ) -> tuple[Message, ...]:
     return (await compactor._compact(messages, 0, ctx_for(messages))).messages
+
+
+def test_the_marked_counter_counts_a_list_changed_in_place_anew() -> None:
+    """It answers a repeat count from memory only for the same messages."""
+    counter = ConservativeTokenCounter()
+    plain = (Message.user("short", id="u1"), Message.assistant("ok", id="a1"))
+    marked = _MarkedCounter(counter, _Marker(plain, plain))
+    candidate = list(plain)
+    assert marked.count(candidate) == counter.count(plain)
+
+    candidate[1] = Message.assistant("a much longer answer " * 20, id="a2")
+    fresh = _MarkedCounter(counter, _Marker(plain, plain))
+    assert marked.count(candidate) == fresh.count(candidate)
+    assert marked.count(candidate) > counter.count(plain)

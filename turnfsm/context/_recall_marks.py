@@ -439,7 +439,8 @@ class _MarkedCounter:
         marked, size = self.marked(messages)
         if size is None:
             size = self.counter.count(marked)
-            self._last = (messages, marked, size)
+            # A snapshot: a list the strategy changes in place is not the same.
+            self._last = (tuple(messages), marked, size)
         return size
 
     def count_text(self, text: str) -> int:
