@@ -15,7 +15,7 @@ import pytest
 
 from turnfsm import Agent
 from turnfsm.context import ContextManager
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, RunCrashed
 from turnfsm.messages import Message
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel, reply, tool_call
@@ -175,35 +175,108 @@ async def _timed_agent(
     )
 
 
-class StopsTelling:
-    """A clock that tells the time `good` times, then answers None."""
+class GoesBad:
+    """A clock that tells the time `good` times, then answers `bad()` until
+    `mend()` is called."""
 
-    def __init__(self, good: int) -> None:
+    def __init__(self, good: int, bad: Callable[[], object]) -> None:
         self.good = good
+        self.bad = bad
+        self.now = 1_700_000_000.0
 
-    def __call__(self) -> float | None:
+    def __call__(self) -> object:
         self.good -= 1
-        return 1_700_000_000.0 if self.good >= 0 else None
+        self.now += 1.0
+        return self.now if self.good >= 0 else self.bad()
+
+    def mend(self) -> None:
+        self.good = 1_000_000
 
 
-@pytest.mark.parametrize("good", [2, 3], ids=lambda n: f"after-{n}")
-async def test_a_clock_that_fails_mid_run_leaves_earlier_runs_loadable(
-    tmp_path: Path, good: int
+def _raises() -> float:
+    raise RuntimeError("the clock's battery is flat")
+
+
+BAD_READINGS = [lambda: None, lambda: math.nan, lambda: "noon", _raises]
+BAD_IDS = ["none", "nan", "str", "raises"]
+
+
+@pytest.mark.parametrize("bad", BAD_READINGS, ids=BAD_IDS)
+@pytest.mark.parametrize("good", [1, 2, 3, 5], ids=lambda n: f"after-{n}")
+async def test_a_clock_that_goes_bad_mid_run_ends_the_run_failed(
+    tmp_path: Path, good: int, bad: Callable[[], object]
 ) -> None:
     path = tmp_path / "s.db"
     session_id = await _first_run(path)
     store = SQLiteStore(path)
-    agent = await _timed_agent(store, session_id, StopsTelling(good))
+    clock = GoesBad(good, bad)
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("echo", text="hi")), "done"),
+        tools=[echo],
+        session=await Session.load(store, session_id),
+        clock=clock,  # type: ignore[arg-type]
+        context=ContextManager(context_window=100_000),
+    )
 
-    with pytest.raises(ConfigError, match="invalid clock=None"):
+    with pytest.raises((ConfigError, RuntimeError)) as caught:
         await agent.run("hello")
     await store.aclose()
 
-    # The run that met the bad reading stays open, as after a crash; the
-    # runs before it load as they were.
+    if isinstance(caught.value, ConfigError):
+        assert caught.value.field == "clock"
+        assert "from the clock GoesBad" in str(caught.value)
+    # The run that met the bad reading ended failed, naming the clock's
+    # failure; the runs before it load as they were.
+    store = SQLiteStore(path)
+    session = await Session.load(store, session_id)
+    outcomes = [r.outcome for r in session.runs]
+    assert outcomes == ["done", "failed"]
+    error = session.runs[-1].error
+    assert isinstance(error, RunCrashed)
+    assert error.type == type(caught.value).__name__
+    assert error.message == str(caught.value)
+    assert [m.text for m in session.history] == ["remember: the code is 42", "noted"]
+    # ... and the session goes on.
+    clock.mend()
+    again = Agent(
+        model=ScriptedModel.of("yes"),
+        session=session,
+        clock=clock,  # type: ignore[arg-type]
+        context=ContextManager(context_window=100_000),
+    )
+    assert (await again.run("still there?")).ok
+    await store.aclose()
     outcomes, history = await _stored(path, session_id)
-    assert outcomes == ["done", "running"]
-    assert history == ["remember: the code is 42", "noted"]
+    assert outcomes == ["done", "failed", "done"]
+    assert history[-2:] == ["still there?", "yes"]
+
+
+@pytest.mark.parametrize("bad", BAD_READINGS, ids=BAD_IDS)
+@pytest.mark.parametrize("good", [1, 2, 3, 5], ids=lambda n: f"after-{n}")
+async def test_a_clock_that_goes_bad_mid_run_ends_the_run_in_memory(
+    good: int, bad: Callable[[], object]
+) -> None:
+    clock = GoesBad(good, bad)
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("echo", text="hi")), "done"),
+        tools=[echo],
+        clock=clock,  # type: ignore[arg-type]
+        context=ContextManager(context_window=100_000),
+    )
+
+    with pytest.raises((ConfigError, RuntimeError)):
+        await agent.run("hello")
+
+    assert [r.outcome for r in agent.session.runs] == ["failed"]
+    clock.mend()
+    again = Agent(
+        model=ScriptedModel.of("yes"),
+        session=agent.session,
+        clock=clock,  # type: ignore[arg-type]
+        context=ContextManager(context_window=100_000),
+    )
+    assert (await again.run("still there?")).ok
+    assert [r.outcome for r in agent.session.runs] == ["failed", "done"]
 
 
 async def test_a_clock_giving_whole_seconds_is_a_clock(tmp_path: Path) -> None:

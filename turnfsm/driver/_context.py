@@ -12,6 +12,7 @@ builds the audit trail from (decision, event).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
 
@@ -39,6 +40,7 @@ __all__ = [
     "RunResources",
     "ToolJournal",
     "UsageTally",
+    "ending_time",
     "run_resources",
 ]
 
@@ -286,8 +288,34 @@ def _checked_clock(clock: Callable[[], float]) -> Callable[[], float]:
     where it is read; the records it would have stamped are not written, so
     the session's log stays readable.
     """
+    return _CheckedClock(clock)
 
-    def now() -> float:
-        return _checks.clock_reading(clock(), clock)
 
-    return now
+@final
+class _CheckedClock:
+    """A run's clock, checked; keeps its last good reading (`ending_time`)."""
+
+    __slots__ = ("clock", "last")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.last: float | None = None
+
+    def __call__(self) -> float:
+        self.last = _checks.clock_reading(self.clock(), self.clock)
+        return self.last
+
+
+def ending_time(clock: Callable[[], float]) -> float:
+    """Read `clock` for a run's end, whatever the clock does.
+
+    A run ending because its clock failed still logs its end (a run left
+    open would hold its session): it is stamped with the last time the
+    clock told, or the system's time when it told none.
+    """
+    try:
+        return clock()
+    except Exception:
+        if isinstance(clock, _CheckedClock) and clock.last is not None:
+            return clock.last
+        return time.time()

@@ -125,7 +125,8 @@ class Driver:
             of the reserved budget, so a request always leaves room for it.
         clock: wall-clock seconds for the log's timestamps; each reading
             must be a finite int or float (a `ConfigError` naming the clock
-            and the value stops the run before it reaches the log).
+            and the value fails the run, and never reaches the log; the
+            run's end is stamped with the clock's last good reading).
         name: the agent's name, as traces show it (``invoke_agent NAME``).
         tracing: trace runs with OpenTelemetry (`turnfsm.tracing`): None
             (the default) traces when a tracer provider is set up (by

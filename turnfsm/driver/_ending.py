@@ -27,7 +27,7 @@ from turnfsm.core import (
 from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._audit import Audit
 from turnfsm.driver._carry import EffectSettings
-from turnfsm.driver._context import RunResources
+from turnfsm.driver._context import RunResources, ending_time
 from turnfsm.driver._control import RunResult
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
@@ -119,7 +119,7 @@ class Ending:
                 usage=self.audit.usage,
                 turns=snapshot.turns,
                 waiting=waiting,
-                at=self.run.clock(),
+                at=ending_time(self.run.clock),
                 compaction_usage=self.audit.compaction_usage,
             ),
             history=self.held_history if held else None,

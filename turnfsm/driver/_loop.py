@@ -273,10 +273,10 @@ class RunLoop(Ending):
         """Feed `event` to the brain and append it, and what it led to, to the log."""
         machine = self.machine
         before = self.before = machine.snapshot
+        # The entries riding with the next append stay in `_riding` until it
+        # is made (`_write`, `end`): a step that fails before it (a clock
+        # that breaks) still opens the run in the log before its end.
         entries: list[Entry] = []
-        if self._riding:
-            entries += self._riding
-            self._riding = []
         if self.held:  # a step fed after a run-ending one (it changes nothing)
             entries += self.held
             self.held = []
@@ -323,7 +323,7 @@ class RunLoop(Ending):
             # A measurement is redone from the log after a crash, so it rides
             # the next append (the reply's, or the pass's): one commit less
             # a turn, and a crash before that append loses nothing replay needs.
-            self._riding = entries
+            self._riding += entries
         else:
             await self._write(*entries, history=after.history)
         if self._wants_transition and machine.last_step is not None:
