@@ -170,7 +170,7 @@ async def _timed_agent(
     return Agent(
         model=ScriptedModel.of("ok"),
         session=await Session.load(store, session_id),
-        clock=clock,  # type: ignore[arg-type]
+        clock=clock,
         context=ContextManager(context_window=100_000),
     )
 
@@ -214,7 +214,7 @@ async def test_a_clock_that_goes_bad_mid_run_ends_the_run_failed(
         model=ScriptedModel.of(reply("", tool_call("echo", text="hi")), "done"),
         tools=[echo],
         session=await Session.load(store, session_id),
-        clock=clock,  # type: ignore[arg-type]
+        clock=clock,
         context=ContextManager(context_window=100_000),
     )
 
@@ -241,14 +241,15 @@ async def test_a_clock_that_goes_bad_mid_run_ends_the_run_failed(
     again = Agent(
         model=ScriptedModel.of("yes"),
         session=session,
-        clock=clock,  # type: ignore[arg-type]
+        clock=clock,
         context=ContextManager(context_window=100_000),
     )
     assert (await again.run("still there?")).ok
     await store.aclose()
-    outcomes, history = await _stored(path, session_id)
-    assert outcomes == ["done", "failed", "done"]
-    assert history[-2:] == ["still there?", "yes"]
+    assert await _stored(path, session_id) == (
+        ["done", "failed", "done"],
+        ["remember: the code is 42", "noted", "still there?", "yes"],
+    )
 
 
 @pytest.mark.parametrize("bad", BAD_READINGS, ids=BAD_IDS)
@@ -260,7 +261,7 @@ async def test_a_clock_that_goes_bad_mid_run_ends_the_run_in_memory(
     agent = Agent(
         model=ScriptedModel.of(reply("", tool_call("echo", text="hi")), "done"),
         tools=[echo],
-        clock=clock,  # type: ignore[arg-type]
+        clock=clock,
         context=ContextManager(context_window=100_000),
     )
 
@@ -272,7 +273,7 @@ async def test_a_clock_that_goes_bad_mid_run_ends_the_run_in_memory(
     again = Agent(
         model=ScriptedModel.of("yes"),
         session=agent.session,
-        clock=clock,  # type: ignore[arg-type]
+        clock=clock,
         context=ContextManager(context_window=100_000),
     )
     assert (await again.run("still there?")).ok
