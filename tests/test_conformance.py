@@ -7,12 +7,14 @@ import anyio
 import pytest
 
 from turnfsm.context import (
+    STRATEGIES,
     CompactionContext,
     CompactionProposal,
     TruncatingCompactor,
+    strategy_named,
 )
 from turnfsm.messages import Message, Role
-from turnfsm.testing import check_compactor
+from turnfsm.testing import ExtractiveSummaryModel, check_compactor
 from turnfsm.tokens import HeuristicTokenCounter
 
 Reply = Callable[[Sequence[Message], CompactionContext], object]
@@ -48,6 +50,11 @@ def test_truncating_compactor_conforms(compactor: TruncatingCompactor) -> None:
     check(compactor)
 
 
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_shipped_strategy_conforms(name: str) -> None:
+    check(strategy_named(name, summary_model=ExtractiveSummaryModel()))
+
+
 def test_conforms_with_an_explicit_counter() -> None:
     async def go() -> None:
         await check_compactor(TruncatingCompactor(), counter=HeuristicTokenCounter())
@@ -68,6 +75,16 @@ def pop_last(messages: Sequence[Message]) -> object:
     kept = tuple(messages)
     messages.pop()
     return CompactionProposal.compacted(kept, 0, 0)
+
+
+def wedge(messages: Sequence[Message]) -> Sequence[Message]:
+    """Put a summary right after the first tool call, before its result."""
+    out = list(messages)
+    for i, message in enumerate(out[:-1]):
+        if message.tool_calls and out[i + 1].role is Role.TOOL:
+            out.insert(i + 1, Message.user("[summary] the earlier turns, briefly"))
+            break
+    return out
 
 
 _flip = itertools.count()
@@ -108,6 +125,11 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
             keep(lambda m: m[-2:]),
             "on 'three messages': lost a pinned message .* dropped the pinned system",
         ),
+        (
+            keep(wedge),
+            "on 'tool pairs': .*breaks tool call 'a': message .* \\(user\\) comes "
+            "between the call .* and its result",
+        ),
         (Custom(lambda m, c: pop_last(m)), "changed the list it was given"),
         (Custom(flaky), "gave two different answers to the same input"),
         (
@@ -130,6 +152,7 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
         "drops-calls",
         "moves-a-message",
         "drops-pins",
+        "wedges-a-message",
         "mutates-input",
         "nondeterministic",
         "negative-tokens",

@@ -21,10 +21,11 @@ calls in flight: `pinned_ids`) survive every pass word for word: shipped
 strategies keep them (`keep_pinned`), and the manager refuses a pass that
 loses one (`pin_loss`). The pair-safety helpers (`pair_tool_traffic`,
 `adjust_split`, `sanitize`) keep any compactor from orphaning a tool call or
-result. `CacheRules` (by provider in
-`CACHE_RULES`) and `pass_payback` work out what a pass costs against what it
-saves by the prompt cache (`turnfsm.values.PassPayback`); `first_change`
-finds where a change breaks that cache.
+result; the manager refuses a pass that breaks a pair (`pairing_problem`).
+`CacheRules` (by provider in `CACHE_RULES`) and `pass_payback` work out
+what a pass costs against what it saves by the prompt cache
+(`turnfsm.values.PassPayback`); `first_change` finds where a change breaks
+that cache.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from turnfsm.context._pairs import (
     adjust_split,
     keep_parts,
     pair_tool_traffic,
+    pairing_problem,
     sanitize,
 )
 from turnfsm.context._pins import PinRules, keep_pinned, pin_loss, pinned_ids
@@ -137,6 +139,7 @@ __all__ = [
     "keep_pinned",
     "mark_replacements",
     "pair_tool_traffic",
+    "pairing_problem",
     "pass_payback",
     "pin_loss",
     "pinned_ids",

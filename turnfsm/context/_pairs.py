@@ -34,6 +34,7 @@ __all__ = [
     "adjust_split",
     "keep_parts",
     "pair_tool_traffic",
+    "pairing_problem",
     "sanitize",
 ]
 
@@ -262,13 +263,29 @@ def result_problem(result: Sequence[Message], source: Sequence[Message]) -> str 
     check.
     """
     return (
-        _tool_problem(result, source)
+        pairing_problem(result, source)
         or _id_problem(result, source)
         or _order_problem(result, source)
     )
 
 
-def _tool_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+def pairing_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+    """Return how `result` breaks a tool call/result pair, or None.
+
+    The rule a `ContextManager` holds every pass's result to: every tool
+    result answers an earlier call, and every call is answered by the tool
+    messages right after it, before the next other message. No message may
+    come between a call and its result, even where `source` (the
+    conversation the pass was handed) had one there; a lone call or a lone
+    result may stay only where `source` had as many.
+
+    Args:
+        result: The pass's result.
+        source: The conversation the pass was handed.
+
+    Returns:
+        What is broken, naming the call id and the messages, or None.
+    """
     # The fast path: check_history's counting scan, no positions kept.
     open_counts: dict[str, int] = {}
     pending = 0

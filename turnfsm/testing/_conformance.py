@@ -21,6 +21,7 @@ from turnfsm.context import (
     CompactionProposal,
     ContextCompactor,
     pair_tool_traffic,
+    pairing_problem,
     pin_loss,
     pinned_ids,
 )
@@ -131,7 +132,12 @@ def _lone_by_id(messages: Sequence[Message]) -> dict[tuple[str, str], int]:
 def _check_pairs(
     compactor: object, case: str, given: Sequence[Message], out: Sequence[Message]
 ) -> None:
-    """Raise unless `out` has no lone call or result that `given` did not have."""
+    """Raise unless `out` keeps the tool pairs as a `ContextManager` requires.
+
+    `out` may have no lone call or result that `given` did not have, and,
+    where `given` is a conversation the manager takes as it is, no message
+    between a call and its result (the manager's own rule).
+    """
     before = _lone_by_id(given)
     for (kind, call_id), n in _lone_by_id(out).items():
         if n > before.get((kind, call_id), 0):
@@ -141,6 +147,12 @@ def _check_pairs(
                 case,
                 f"left a tool {kind} of {call_id!r} without its {other}",
             )
+    # Some conversations here have a message between a call and its result
+    # already: the manager would refuse any result of theirs.
+    if pairing_problem(given, given) is None:
+        problem = pairing_problem(out, given)
+        if problem is not None:
+            raise _fail(compactor, case, problem)
 
 
 def _check_messages(
@@ -217,7 +229,9 @@ async def check_compactor(
     the compactor must return a `CompactionProposal` that is not failed, holds
     at least one message and no message without parts, splits no tool
     call/result pair (a call still pending, or an orphan result, that the
-    input already had may stay), keeps what it keeps in its order, keeps
+    input already had may stay), puts no message between a call and its
+    result (the `ContextManager` refuses such a pass: `pairing_problem`),
+    keeps what it keeps in its order, keeps
     the pinned messages (`ctx.pinned` holds what a `ContextManager` pins by
     default, as `pinned_ids` finds them) word for word, leaves the list it
     was given as it was, and
