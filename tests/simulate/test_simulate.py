@@ -259,3 +259,6 @@ async def test_a_pass_outside_any_run_is_simulated_as_a_pass() -> None:
         "compacted",
     )
     assert simulation.differences == ()
+    # Made between runs, after the sixth run's one call: not before any call.
+    (line,) = [x for x in simulation.table().splitlines() if manual.run_id in x]
+    assert line.startswith(f"  {manual.run_id} between runs: manual -> compacted")

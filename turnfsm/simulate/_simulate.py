@@ -121,6 +121,8 @@ class Simulation:
             prices asked for).
         pass_costs: The price of each pass's summary calls, in the order
             of `passes` (None each: no prices asked for).
+        between_runs: The runs that are one manual pass made between runs
+            (`Agent.compact`, `turnfsm sessions compact`), by id.
     """
 
     session_id: str
@@ -131,6 +133,7 @@ class Simulation:
     prices: str | None = None
     summary_cost: Decimal | None = None
     pass_costs: tuple[Decimal | None, ...] = ()
+    between_runs: tuple[str, ...] = ()
 
     @property
     def tokens_sent(self) -> int:
@@ -191,7 +194,11 @@ class Simulation:
         for p, cost in zip(self.passes, costs, strict=True):
             # A pass in turn t (t calls made) comes after call t, which the
             # table numbers from 1: one before any call comes before call 1.
-            when = f"after call {p.turn}" if p.turn else "before call 1"
+            # A manual pass is a run of its own, made between runs.
+            if p.run_id in self.between_runs:
+                when = "between runs"
+            else:
+                when = f"after call {p.turn}" if p.turn else "before call 1"
             lines.append(
                 f"  {p.run_id} {when}: {p.reason} -> {p.verdict} "
                 f"({p.strategy or 'no compactor'}, "
@@ -832,6 +839,8 @@ def _report(
         prices=name,
         summary_cost=summary_cost,
         pass_costs=tuple(pass_costs),
+        # A run with no input is a pass outside any run (`simulate`).
+        between_runs=tuple(r.run_id for r in sim.runs if not r.input),
     )
 
 
