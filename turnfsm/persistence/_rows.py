@@ -22,12 +22,13 @@ import gc
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
 
 from turnfsm import serde
+from turnfsm._json import compact_encoder
 from turnfsm.errors import CorruptRecord
 from turnfsm.persistence._records import Entry
 
@@ -69,46 +70,7 @@ class Row:
     key: str | None = None
 
 
-_ENCODER: Final = json.JSONEncoder(
-    separators=(",", ":"), sort_keys=True, ensure_ascii=False
-)
-
-
-def _c_encoder() -> Callable[[object], str] | None:
-    """The C encoder `json.dumps` builds per call, built once (None if absent).
-
-    Same function, same options (compact, sorted keys, no ASCII escaping,
-    NaN allowed) as `_ENCODER`, minus the per-call set-up and the circular
-    reference check (a record's JSON form cannot be circular).
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - CPython always has it
-        return None
-    try:
-        iterencode = make(
-            None,
-            _ENCODER.default,
-            json.encoder.encode_basestring,
-            None,
-            _ENCODER.key_separator,
-            _ENCODER.item_separator,
-            True,  # sort_keys
-            False,  # skipkeys
-            True,  # allow_nan
-        )
-    except TypeError:  # pragma: no cover - another signature: use the slow path
-        return None
-
-    def dumps(value: object) -> str:
-        if isinstance(value, str):
-            return _ENCODER.encode(value)
-        return "".join(iterencode(value, 0))
-
-    sample = {"b": [1, 2.5, None, True], "a": {"é": "\u0000\n"}, "c": float("nan")}
-    return dumps if dumps(sample) == _ENCODER.encode(sample) else None
-
-
-_plain_dumps: Final[Callable[[object], str]] = _c_encoder() or _ENCODER.encode
+_plain_dumps: Final = compact_encoder(sort_keys=True)
 """`json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)`."""
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")

@@ -8,12 +8,12 @@ once, so the counters differ only in how they price them.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from typing import Any, Final
+from collections.abc import Iterator
+from typing import Final
 
 import attrs
 
+from turnfsm._json import compact_encoder
 from turnfsm.errors import ConfigError
 from turnfsm.messages import (
     ImagePart,
@@ -59,35 +59,7 @@ def arguments_json(part: ToolCallPart) -> str:
     return _COMPACT(arguments)
 
 
-def _compact_encoder() -> Callable[[dict[str, Any]], str]:
-    """Return the fastest encoder of that rule this Python has.
-
-    `JSONEncoder.encode` builds its C encoder anew for every value, which
-    costs more than encoding a call's few arguments; CPython's C encoder is
-    built here once and reused. Arguments are checked JSON objects when a
-    call is made, so they hold no cycle and the cycle check is left out.
-    Elsewhere (another Python, a changed signature) it is `JSONEncoder`'s.
-    """
-    rule = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-    make = getattr(json.encoder, "c_make_encoder", None)
-    try:  # the call `JSONEncoder.iterencode` makes, less the cycle check
-        fast = make(  # type: ignore[misc]  # None on another Python: TypeError
-            None,
-            rule.default,
-            json.encoder.encode_basestring,
-            rule.indent,
-            rule.key_separator,
-            rule.item_separator,
-            rule.sort_keys,
-            rule.skipkeys,
-            rule.allow_nan,
-        )
-    except TypeError:
-        return rule.encode
-    return lambda arguments: "".join(fast(arguments, 0))
-
-
-_COMPACT: Final = _compact_encoder()
+_COMPACT: Final = compact_encoder(sort_keys=False)
 """One encoder for every call: `json.dumps` with options builds a new one each time."""
 
 

@@ -1,0 +1,55 @@
+"""Compact JSON text at C speed: `json.dumps` without its per-call set-up.
+
+`json.dumps` with options builds a new encoder, and CPython's C encoder
+under it, on every call: for the small values turnfsm writes most (a
+record's row, a tool call's arguments) that set-up costs more than the
+encoding. `compact_encoder` builds the C encoder once per set of options.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+__all__ = ["compact_encoder"]
+
+_SAMPLE = {"b": [1, 2.5, None, True, -0.0], "a": {"é": "\u0000\n"}, "c": float("nan")}
+
+
+def compact_encoder(*, sort_keys: bool) -> Callable[[object], str]:
+    """Return `json.dumps(value, separators=(",", ":"), ensure_ascii=False, ...)`.
+
+    Keys sorted or not as `sort_keys` says; NaN written as JSON's `NaN`.
+    The values it is given hold no cycle (they are checked JSON values or
+    records), so the cycle check is left out. Elsewhere than CPython, or
+    where the C encoder takes other arguments or writes another text, it
+    is `JSONEncoder.encode` itself.
+    """
+    rule = json.JSONEncoder(
+        separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=False
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has it
+        return rule.encode
+    try:  # the call `JSONEncoder.iterencode` makes, less the cycle check
+        iterencode = make(
+            None,
+            rule.default,
+            json.encoder.encode_basestring,
+            rule.indent,
+            rule.key_separator,
+            rule.item_separator,
+            rule.sort_keys,
+            rule.skipkeys,
+            rule.allow_nan,
+        )
+    except TypeError:  # pragma: no cover - another signature: the slow path
+        return rule.encode
+
+    def dumps(value: object) -> str:
+        if isinstance(value, str):
+            return rule.encode(value)
+        return "".join(iterencode(value, 0))
+
+    same = dumps(_SAMPLE) == rule.encode(_SAMPLE)
+    return dumps if same else rule.encode
