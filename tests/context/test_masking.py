@@ -22,6 +22,7 @@ from turnfsm.context import (
     ContextManager,
     MaskingCompactor,
     cut_result,
+    keep_pinned,
 )
 from turnfsm.core import CompactReason
 from turnfsm.driver import function_tool
@@ -154,6 +155,24 @@ def test_a_layer_that_changes_nothing_is_not_counted_again() -> None:
 
     assert len(proposal.messages) < len(messages)
     assert counted.count(len(messages)) == 1
+
+
+def test_repeated_ids_get_their_pins_put_back_when_the_cap_changes_nothing() -> None:
+    # Two messages share an id; "b" is pinned. The cap layer changes nothing
+    # and the conversation fits, yet the pass has always put the pins back
+    # after its first layer, and `keep_pinned` keeps one message per id:
+    # the result is what it makes of the conversation, whatever the layer did.
+    messages = [
+        Message.user("hello there", id="x"),
+        Message.assistant("ok", id="b"),
+        Message.user("again", id="x"),
+    ]
+    pinned = frozenset({"b"})
+    ctx = attrs.evolve(context(messages, 1_000), pinned=pinned)
+    proposal = anyio.run(MaskingCompactor().compact, messages, 1_000, ctx)
+
+    assert proposal.messages == keep_pinned(messages, messages, pinned)
+    assert [m.id for m in proposal.messages] == ["b", "x"]
 
 
 @pytest.mark.parametrize(

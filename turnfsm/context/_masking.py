@@ -169,11 +169,11 @@ class MaskingCompactor:
         over = by_count
         for layer in (self._cap, self._mask, microcompact):
             changed = layer(current)
-            if same_messages(changed, current):
-                if over:
-                    continue
-            else:
-                current = keep_pinned(current, changed, pinned)
+            if over and same_messages(changed, current):
+                continue
+            # Not `else`: with ids repeated, putting the pins back may move
+            # messages even where the layer changed none.
+            current = keep_pinned(current, changed, pinned)
             if not by_count:
                 if counter.count(current) <= target:
                     return _proposal(messages, current, ctx)
