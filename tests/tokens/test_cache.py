@@ -140,6 +140,20 @@ def test_cache_drops_the_least_recently_used_beyond_its_size() -> None:
     assert measured == [messages[1].id]
 
 
+def test_a_count_that_fails_midway_leaves_the_cache_within_its_size() -> None:
+    cache = UnitCache(size=2)
+    messages = history(4)
+
+    def measure(message: Message) -> int:
+        if message is messages[3]:
+            raise RuntimeError("cannot price it")
+        return len(message.text)
+
+    with pytest.raises(RuntimeError):
+        cache.total(messages, measure)
+    assert len(cache) == 2
+
+
 def test_cache_does_not_keep_messages_alive() -> None:
     cache = UnitCache()
     message = Message.user("temporary")

@@ -82,26 +82,28 @@ class UnitCache:
         renew = entries.move_to_end
         ref = weakref.ref
         total = 0
-        for message in messages:
-            key = message.id
-            entry = get(key)
-            if entry is not None:
-                known = entry[0]()
-                if known is message or (known is not None and known == message):
-                    # Inline, not `suppress`: a context manager per message
-                    # costs more than the rest of the loop.
-                    try:  # noqa: SIM105
-                        renew(key)
-                    except KeyError:  # dropped meanwhile by another thread
-                        pass
-                    total += entry[1]
-                    continue
-            value = measure(message)
-            entries[key] = (ref(message), value)
-            if entry is not None:  # a stale entry keeps its place: make it the newest
-                _renew(entries, key)
-            total += value
-        self._trim()
+        try:  # trimmed however the loop ends: a measure may raise midway
+            for message in messages:
+                key = message.id
+                entry = get(key)
+                if entry is not None:
+                    known = entry[0]()
+                    if known is message or (known is not None and known == message):
+                        # Inline, not `suppress`: a context manager per message
+                        # costs more than the rest of the loop.
+                        try:  # noqa: SIM105
+                            renew(key)
+                        except KeyError:  # dropped meanwhile by another thread
+                            pass
+                        total += entry[1]
+                        continue
+                value = measure(message)
+                entries[key] = (ref(message), value)
+                if entry is not None:  # a stale entry keeps its place: the newest
+                    _renew(entries, key)
+                total += value
+        finally:
+            self._trim()
         return total
 
     def _trim(self) -> None:
