@@ -52,20 +52,7 @@ class UnitCache:
 
     def units(self, message: Message, measure: Callable[[Message], int]) -> int:
         """Return the cached units of `message`, measuring it on a miss."""
-        entries = self._entries
-        key = message.id
-        entry = entries.get(key)
-        if entry is not None:
-            known = entry[0]()
-            if known is message or (known is not None and known == message):
-                _renew(entries, key)
-                return entry[1]
-        value = measure(message)
-        entries[key] = (weakref.ref(message), value)
-        if entry is not None:  # a stale entry keeps its place: make it the newest
-            _renew(entries, key)
-        self._trim()
-        return value
+        return self.total((message,), measure)
 
     def total(
         self, messages: Iterable[Message], measure: Callable[[Message], int]
