@@ -124,9 +124,10 @@ def integer(
         if value is None and optional:
             return
         if (
-            not is_int(value)
-            or (low is not None and value < low)  # type: ignore[operator]
-            or (high is not None and value > high)  # type: ignore[operator]
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or (low is not None and value < low)
+            or (high is not None and value > high)
         ):
             _fail(error, _name(name, attr), value, text)
 
@@ -228,6 +229,15 @@ def instance(
     failing at its first call with "can't be used in 'await' expression".
     """
     text = _maybe(expected, optional)
+    kinds = types if isinstance(types, tuple) else (types,)
+    if not awaited and not any(getattr(t, "_is_protocol", False) for t in kinds):
+        # Plain classes: `isinstance` alone, on the hot path of every value.
+
+        def validate_class(_inst: object, attr: object, value: object) -> None:
+            if not isinstance(value, types) and not (value is None and optional):
+                _fail(error, _name(name, attr), value, text)
+
+        return validate_class
 
     def validate(_inst: object, attr: object, value: object) -> None:
         if value is None and optional:
@@ -370,12 +380,11 @@ def each(
     """
 
     def validate(_inst: object, attr: object, value: Any) -> None:
-        field = _name(name, attr)
         if not isinstance(value, tuple):
-            _fail(error, field, value, f"a sequence of {expected}")
+            _fail(error, _name(name, attr), value, f"a sequence of {expected}")
         for i, item in enumerate(value):
             if not isinstance(item, types):
-                _fail(error, f"{field}[{i}]", item, expected)
+                _fail(error, f"{_name(name, attr)}[{i}]", item, expected)
 
     return validate
 
