@@ -1,17 +1,23 @@
 from __future__ import annotations
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from turnfsm.context import (
+    CompactionRequest,
+    ContextManager,
     PartRef,
     ToolPair,
+    _pairs,
     adjust_split,
     keep_parts,
     pair_tool_traffic,
     sanitize,
 )
+from turnfsm.context._pairs import scans_shared
+from turnfsm.core import CompactionResult, CompactReason
 from turnfsm.messages import Message, ToolCallPart, ToolResultPart
 
 
@@ -197,3 +203,45 @@ def test_sanitize_never_returns_empty() -> None:
     messages = [results("x"), results("y")]
 
     assert sanitize(messages) == tuple(messages)
+
+
+@given(st.lists(st.lists(_MESSAGE, max_size=8), max_size=8), st.data())
+def test_shared_scans_give_what_a_fresh_scan_gives(
+    conversations: list[list[Message]], data: st.DataObject
+) -> None:
+    # Conversations repeat, as copies, slices and the very same lists, more
+    # often than the block keeps them: every answer is still the fresh one.
+    asked = [*conversations, *conversations[::-1]]
+    asked += [c[: data.draw(st.integers(0, len(c)))] for c in conversations]
+    with scans_shared():
+        for messages in asked:
+            assert pair_tool_traffic(messages) == pair_tool_traffic(list(messages))
+            fresh = [Message.from_dict(m.to_dict()) for m in messages]
+            assert pair_tool_traffic(fresh) == pair_tool_traffic(messages)
+
+
+def test_a_pass_scans_its_conversation_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    scanned: list[int] = []
+    scan = _pairs._scan
+
+    def spy(messages: list[Message]) -> object:
+        scanned.append(len(messages))
+        return scan(messages)
+
+    monkeypatch.setattr(_pairs, "_scan", spy)
+    messages = [Message.system("be brief"), Message.user("go")]
+    for n in range(40):
+        messages += [asst(f"c{n}", text="x" * 200), results(f"c{n}")]
+    messages.append(Message.user("and now?"))
+    request = CompactionRequest(
+        messages=messages, reason=CompactReason.EMERGENCY, turn=1
+    )
+
+    event = anyio.run(ContextManager(context_window=4_000).compact, request)
+
+    assert isinstance(event, CompactionResult)
+    assert scanned.count(len(messages)) == 1  # pins, cut and check share it
+    scanned.clear()
+    pair_tool_traffic(messages)
+    pair_tool_traffic(messages)
+    assert scanned == [len(messages)] * 2  # outside a pass nothing is kept

@@ -46,7 +46,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.context._cache import CacheRules, cache_rules_for, payback_of
 from turnfsm.context._masking import MaskingCompactor
-from turnfsm.context._pairs import result_problem
+from turnfsm.context._pairs import result_problem, scans_shared
 from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._values import (
@@ -523,9 +523,10 @@ class ContextManager(OldEntryPoints):
             allow_model = False  # an overflow still gets the deterministic work
         if not request.messages:
             return CompactionNoop(before=before, after=before)
-        return await self._pass(
-            request, before, reason, allow_model=allow_model, measured=measured
-        )
+        with scans_shared():  # its pins, its cut and its check: one pair scan
+            return await self._pass(
+                request, before, reason, allow_model=allow_model, measured=measured
+            )
 
     async def _pass(
         self,

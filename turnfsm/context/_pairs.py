@@ -19,9 +19,12 @@ Everything here is pure and reusable by any compactor.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from itertools import repeat
-from typing import NamedTuple, final
+from operator import is_
+from typing import Final, NamedTuple, final
 
 import attrs
 
@@ -36,6 +39,7 @@ __all__ = [
     "pair_tool_traffic",
     "pairing_problem",
     "sanitize",
+    "scans_shared",
 ]
 
 
@@ -91,6 +95,31 @@ class ToolTraffic:
         )
 
 
+_Scans = list[tuple[tuple[Message, ...], ToolTraffic]]
+
+_SCANS: Final[ContextVar[_Scans | None]] = ContextVar("turnfsm_scans", default=None)
+"""The conversations scanned in the current `scans_shared` block, newest last."""
+
+_SCANS_KEPT: Final = 4
+
+
+@contextmanager
+def scans_shared() -> Iterator[None]:
+    """Within the block, `pair_tool_traffic` scans one conversation once.
+
+    A compaction pass asks for the pairs of the conversation it was handed
+    several times (its pins, its strategy's cut, the check of its result).
+    Messages are immutable, so a conversation of the very same message
+    objects has the same pairs: the block remembers the last few scans and
+    hands them out again. Nothing outlives the block.
+    """
+    token = _SCANS.set([])
+    try:
+        yield
+    finally:
+        _SCANS.reset(token)
+
+
 def pair_tool_traffic(messages: Sequence[Message]) -> ToolTraffic:
     """Pair every tool result with its call, per occurrence.
 
@@ -100,6 +129,22 @@ def pair_tool_traffic(messages: Sequence[Message]) -> ToolTraffic:
     Returns:
         The pairs (in result order), lone calls and lone results, by position.
     """
+    scans = _SCANS.get()
+    if scans is None:
+        return _scan(messages)
+    n = len(messages)
+    for seen, known in scans:
+        if len(seen) == n and all(map(is_, seen, messages)):
+            return known
+    traffic = _scan(messages)
+    scans.append((tuple(messages), traffic))
+    if len(scans) > _SCANS_KEPT:
+        del scans[0]
+    return traffic
+
+
+def _scan(messages: Sequence[Message]) -> ToolTraffic:
+    """`pair_tool_traffic` itself: one forward scan of `messages`."""
     # The hot loop of every pass: plain tuples inside, named ones at the end.
     # A `Message` holds tool calls only in assistant messages and tool results
     # only (and alone) in tool messages, so the role says which parts to scan.
