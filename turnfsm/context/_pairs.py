@@ -152,38 +152,44 @@ def _scan(messages: Sequence[Message]) -> ToolTraffic:
     # `older` (only for a reused id) the stack of the ones before it.
     open_calls: dict[str, tuple[int, int]] = {}
     older: dict[str, list[tuple[int, int]]] = {}
-    pairs: list[tuple[int, int, int, int]] = []
+    pairs: list[ToolPair] = []
     lone_results: list[tuple[int, int]] = []
     tool, assistant, call_type = Role.TOOL, Role.ASSISTANT, ToolCallPart
-    claim = open_calls.pop
-    for i, message in enumerate(messages):
+    claim, add_pair = open_calls.pop, pairs.append
+    new = tuple.__new__  # NamedTuple(*t) without a Python frame per item
+    i = -1  # counted by hand: no enumerate (and its tuples) per message
+    for message in messages:
+        i += 1
         role = message.role
         if role is tool:
-            for j, result in enumerate(message.parts):
+            j = -1
+            for result in message.parts:
+                j += 1
                 call_id = result.call_id  # type: ignore[union-attr]  # only results here
                 call = claim(call_id, None)
                 if call is None:
                     lone_results.append((i, j))
                 else:
-                    pairs.append((*call, i, j))
-                    stack = older.get(call_id) if older else None
-                    if stack:
-                        open_calls[call_id] = stack.pop()
+                    add_pair(new(ToolPair, (*call, i, j)))
+                    if older:
+                        stack = older.get(call_id)
+                        if stack:
+                            open_calls[call_id] = stack.pop()
         elif role is assistant:
-            for j, part in enumerate(message.parts):
+            j = -1
+            for part in message.parts:
+                j += 1
                 if type(part) is call_type:
                     call_id = part.id
-                    before = open_calls.get(call_id)
-                    if before is not None:
-                        older.setdefault(call_id, []).append(before)
+                    if call_id in open_calls:
+                        older.setdefault(call_id, []).append(open_calls[call_id])
                     open_calls[call_id] = (i, j)
     lone_calls = [*open_calls.values()]
     for stack in older.values():
         lone_calls += stack
     lone_calls.sort()
-    new = tuple.__new__  # NamedTuple(*t) without a Python frame per item
     return ToolTraffic(
-        pairs=tuple(map(new, repeat(ToolPair), pairs)),
+        pairs=tuple(pairs),
         lone_calls=tuple(map(new, repeat(PartRef), lone_calls)),
         lone_results=tuple(map(new, repeat(PartRef), lone_results)),
     )
