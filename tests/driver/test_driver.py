@@ -298,6 +298,32 @@ async def test_without_a_context_manager_a_pass_is_a_noop_and_the_run_stalls() -
     assert isinstance(result.error, CompactionStalled)
 
 
+async def test_the_drivers_window_is_the_default_managers() -> None:
+    model = ScriptedModel.of("short answer")
+    driver = Driver(model=model, context_window=2_000)
+    result = await driver.run(_big_history(30, 200))
+
+    assert driver.context is not None
+    assert driver.context.context_window == 2_000
+    assert result.ok
+    # The pass ran on the driver's window: what was sent fits in it.
+    sent = model.requests[0].messages
+    assert driver.context.count(sent) <= driver.context.emergency_line
+
+
+def test_a_manager_with_another_window_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Driver(
+            model=ScriptedModel.of("x"),
+            context_window=2_000,
+            context=ContextManager(context_window=4_000),
+        )
+    assert (caught.value.field, caught.value.value) == ("context_window", 2_000)
+    same = ContextManager(context_window=4_000)
+    driver = Driver(model=ScriptedModel.of("x"), context_window=4_000, context=same)
+    assert driver.context is same
+
+
 async def test_provider_overflow_compacts_and_retries() -> None:
     overflow = ProviderError("prompt is too long", kind=CONTEXT_OVERFLOW)
     model = ScriptedModel.of(overflow, "ok after compaction")

@@ -81,6 +81,24 @@ def _count(low: int) -> _checks.Check:
     return _checks.integer(low=low, high=_checks.MAX_COUNT)
 
 
+def _windowed(context: ContextManager, window: int) -> ContextManager:
+    """`context` on the driver's `context_window`, where that one is given.
+
+    A manager that sets no window takes it; one that sets the same keeps
+    it; one that sets another is refused, naming both.
+    """
+    if not window or context.context_window == window:
+        return context
+    if context.context_window:
+        raise ConfigError(
+            "context_window",
+            window,
+            f"the context manager's window ({context.context_window:,}), or 0 "
+            "(the manager says the window): give it in one place",
+        )
+    return attrs.evolve(context, context_window=window)
+
+
 @final
 @attrs.define(eq=False, kw_only=True)
 class Driver:
@@ -95,9 +113,11 @@ class Driver:
             A manager without a window gets the model's (see `window_for`);
             one with a window larger than the model's known one is refused
             (`WindowTooLarge`).
-        context_window: the window when there is no context manager (tokens,
-            at most 100,000,000 and at most the model's known window; 0:
-            no lines).
+        context_window: the window (tokens, at most 100,000,000 and at most
+            the model's known window). It is the context manager's when the
+            manager sets none (the default manager), and the brain's when
+            there is no manager (0: no lines). A manager with another window
+            is refused: say the window in one place.
         max_turns: model calls per run. This and every other count (retries,
             passes) is at most 1,000,000.
         max_overflow_retries: compact-and-retry passes after provider overflows.
@@ -241,6 +261,7 @@ class Driver:
         _quiet_transitions()  # its machine's steps are the trace's, not the log's
         # The window: the model's known one unless given; refused if larger.
         if self.context is not None:
+            self.context = _windowed(self.context, self.context_window)
             self.context = self.context.for_model(self.model)
         elif self.context_window:
             window_for(self.model, self.context_window)
