@@ -235,8 +235,8 @@ class ConservativeTokenCounter(UnitsCounter):
     rare letters). On the test corpus the estimate is at least the real
     cl100k count on every sample of every required text class and about
     1.4x it on English prose. It needs no tokenizer files and runs faster
-    than tiktoken: about 2x on English prose, 3-4x on code and JSON, 10x and
-    more on CJK and emoji.
+    than tiktoken on whole texts: about 3x on English prose, 3-7x on code
+    and JSON, 7x and more on CJK and emoji.
 
     Each message also pays `message_tokens` of framing (role and separators),
     each tool call 3 more, each image `image_tokens`; the defaults equal
