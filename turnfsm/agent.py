@@ -371,28 +371,66 @@ class Agent:
         finally:
             receive.close()
 
+    @overload
     def run_sync(
         self,
         input: str | Message | Iterable[Message],
         *,
         session: Session | None = None,
+        control: RunControl | None = None,
+        output_type: type[T],
         backend: str = "asyncio",
-    ) -> RunResult:
+    ) -> RunResult[T]: ...
+
+    @overload
+    def run_sync(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None = None,
+        control: RunControl | None = None,
+        output_type: Any = None,
+        backend: str = "asyncio",
+    ) -> RunResult[Any]: ...
+
+    def run_sync(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None = None,
+        control: RunControl | None = None,
+        output_type: Any = None,
+        backend: str = "asyncio",
+    ) -> RunResult[Any]:
         """Run from synchronous code: `anyio.run` around `run` (no second code path).
 
-        The event loop ends with the call, so the model's connections are
-        closed at the end (through its ``close()``, when it has one).
+        Takes `run`'s arguments. The event loop ends with the call, so the
+        model's connections are closed at the end (through its ``close()``,
+        when it has one).
         """
         return anyio.run(
-            functools.partial(self._run_and_close, input, session=session),
+            functools.partial(
+                self._run_and_close,
+                input,
+                session=session,
+                control=control,
+                output_type=output_type,
+            ),
             backend=backend,
         )
 
     async def _run_and_close(
-        self, input: str | Message | Iterable[Message], *, session: Session | None
-    ) -> RunResult:
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None,
+        control: RunControl | None,
+        output_type: Any,
+    ) -> RunResult[Any]:
         try:
-            return await self.run(input, session=session)
+            return await self.run(
+                input, session=session, control=control, output_type=output_type
+            )
         finally:
             # The event loop ends with the call: let go of what is bound to it
             # (the model's connections; a store's pool, which reopens on use).

@@ -15,7 +15,7 @@ from turnfsm.context import (
     TruncatingCompactor,
 )
 from turnfsm.core import CompactReason, ModelReplied
-from turnfsm.driver import Driver, RetryPolicy, Session
+from turnfsm.driver import Driver, RetryPolicy, RunControl, Session
 from turnfsm.errors import (
     CONTEXT_OVERFLOW,
     CompactionStalled,
@@ -544,6 +544,18 @@ def test_agent_run_sync_on_trio_continues_the_conversation() -> None:
     assert agent.run_sync("b").text == "two"
     assert len(agent.session.history) == 4
     assert len(agent.session.runs) == 2
+
+
+def test_agent_run_sync_takes_run_s_output_type_and_control() -> None:
+    agent = Agent(model=ScriptedModel.of('{"city": "Oslo", "people": 709000}'))
+
+    result = agent.run_sync("where?", output_type=dict, control=RunControl())
+
+    assert result.output == {"city": "Oslo", "people": 709000}
+    control = RunControl()
+    control.cancel("not now")
+    cancelled = Agent(model=ScriptedModel.of("never")).run_sync("x", control=control)
+    assert cancelled.outcome == "cancelled"
 
 
 async def test_events_replay_to_the_same_history() -> None:
