@@ -38,7 +38,7 @@ from turnfsm.driver._arguments import (
 )
 from turnfsm.driver._child import as_text
 from turnfsm.driver._schema import Unsupported, parse_doc
-from turnfsm.driver._signature import describe_function
+from turnfsm.driver._signature import annotated_function, describe_function
 from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
 from turnfsm.errors import SubagentWaiting, ToolError
 from turnfsm.messages import Message, ToolCallPart
@@ -126,7 +126,10 @@ class Tool:
 
     @_is_async.default
     def _detect_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
+        # A callable instance is async when its class's __call__ is.
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
+            annotated_function(self.fn)
+        )
 
     @_validator.default
     def _build_validator(self) -> ArgumentsCheck:
@@ -173,12 +176,16 @@ class Tool:
         takes that class's fields as its arguments and receives one
         instance: ``def search(args: SearchArgs)``.
 
+        A `functools.partial` is described by the function it wraps (its
+        name and docstring) with the parameters left to give; a callable
+        instance by its class's name and its ``__call__``.
+
         Raises:
-            ToolError: a parameter has no annotation or an unsupported one,
-                or `in_subprocess` is set for a function a child process
-                cannot import.
+            ToolError: a parameter has no annotation, an unsupported one or
+                one naming something that does not exist, or `in_subprocess`
+                is set for a function a child process cannot import.
         """
-        tool_name = fn.__name__ if name is None else name
+        tool_name = _name_of(fn) if name is None else name
         try:
             summary, parameters, structure = _described(fn)
         except Unsupported as exc:
@@ -423,12 +430,34 @@ def _described(
         known = None
     if known is not None:
         return known
-    summary, arg_docs = parse_doc(inspect.getdoc(fn) or "")
+    summary, arg_docs = parse_doc(_doc_of(fn))
     parameters, structure = describe_function(fn, arg_docs)
     described = (summary, parameters, structure)
     with contextlib.suppress(TypeError):
         _DESCRIBED[fn] = described
     return described
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    """A tool's default name: the function's, a partial's, a callable's class's."""
+    target = annotated_function(fn)
+    if target is not fn and not isinstance(fn, partial):
+        return type(fn).__name__  # a callable instance
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def _doc_of(fn: Callable[..., Any]) -> str:
+    """The docstring describing `fn`: its own, its partial's, its ``__call__``'s."""
+    target = annotated_function(fn)
+    if target is fn:
+        return inspect.getdoc(fn) or ""
+    if isinstance(fn, partial):
+        return inspect.getdoc(target) or ""
+    # A callable instance: its own __call__'s docstring (not one inherited
+    # from object), else its class's.
+    own = target.__doc__
+    return inspect.cleandoc(own) if own else inspect.getdoc(type(fn)) or ""
 
 
 _DESCRIBED: Final[
