@@ -29,6 +29,7 @@ import anyio.to_thread
 import attrs
 
 from turnfsm import _checks
+from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver._arguments import (
     ArgumentsCheck,
     InvalidArguments,
@@ -51,6 +52,7 @@ __all__ = [
     "failed_result",
     "function_tool",
     "is_late",
+    "missing_tools",
     "run_tool_call",
     "tool_call_outcome",
     "tools_by_name",
@@ -393,6 +395,24 @@ def failed_result(call: ToolCallPart, exc: Exception) -> Message:
     """The error result of a call whose tool raised `exc` (its type and message)."""
     failed = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}"
     return Message.tool_result(call.id, failed, is_error=True)
+
+
+def missing_tools(
+    calls: Iterable[ToolCallPart], review: object, tools: Iterable[str]
+) -> list[str]:
+    """The tools, not among `tools`, of the `calls` a paused run's `review` lets run.
+
+    A review (`ToolCallsReviewed`) answers the calls it rejects with error
+    results; the others run when the run goes on, so each needs its tool.
+    Any other answer runs none of them. Sorted, each name once.
+    """
+    if not isinstance(review, ToolCallsReviewed):
+        return []
+    answered = {r.call_id for m in review.results for r in m.tool_results}
+    known = set(tools)
+    return sorted(
+        {c.name for c in calls if c.id not in answered and c.name not in known}
+    )
 
 
 def _log_raised(call: ToolCallPart, failed: str, exc: Exception) -> None:
