@@ -869,6 +869,28 @@ def test_driver_settings_fail_at_construction(field: str, value: object) -> None
         Driver(model=MODEL, **{field: value})
 
 
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda: Driver(model=MODEL, prices=3), "ModelPrices (known_prices) or None"),
+        (lambda: Driver(model=MODEL, tracing=3), "True, False or None"),
+        (lambda: Driver(model=MODEL, system_prompt=3), "a string or None"),
+        (lambda: Driver(model=MODEL, context=3), "a ContextManager or None"),
+        (
+            lambda: SummarizingCompactor(model="gpt"),
+            "a ModelClient (None: the agent's own)",
+        ),
+    ],
+    ids=["prices", "tracing", "system_prompt", "context", "summary-model"],
+)
+def test_an_optional_setting_says_once_that_none_is_taken(
+    make: Callable[[], object], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        make()
+    assert str(raised.value).endswith(f": expected {expected}")
+
+
 def test_an_unknown_agent_keyword_is_named_with_a_suggestion() -> None:
     with pytest.raises(ConfigError) as raised:
         Agent(modle=MODEL)

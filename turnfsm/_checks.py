@@ -86,7 +86,10 @@ def _name(name: str | None, attr: Any) -> str:
 
 
 def _maybe(expected: str, optional: bool) -> str:
-    return f"{expected}, or None" if optional else expected
+    """`expected`, saying None is taken too (unless it already says so)."""
+    if not optional or "None" in expected:
+        return expected
+    return f"{expected}, or None"
 
 
 def is_int(value: object) -> bool:

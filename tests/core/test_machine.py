@@ -551,6 +551,28 @@ def test_inject_with_tool_calls_in_the_reply_runs_the_tools_first() -> None:
 
 
 @pytest.mark.parametrize(
+    "value", [None, "measured", Measured, {"estimate": 10}], ids=repr
+)
+def test_a_value_that_is_not_an_event_is_refused_and_the_machine_goes_on(
+    value: object,
+) -> None:
+    machine = machine_in("call_llm")
+    snapshot, decision = machine.snapshot, machine.decision
+
+    with pytest.raises(ConfigError) as refused:
+        machine.handle(value)  # type: ignore[arg-type]
+
+    assert (refused.value.field, refused.value.value) == ("event", value)
+    assert (machine.phase, machine.snapshot, machine.decision) == (
+        "call_llm",
+        snapshot,
+        decision,
+    )
+    machine.handle(ModelReplied(message=FINAL))
+    assert machine.phase == "done"
+
+
+@pytest.mark.parametrize(
     ("phase", "event", "trigger"),
     [
         ("start", ModelReplied(message=FINAL), "model_replied"),

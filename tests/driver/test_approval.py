@@ -354,3 +354,44 @@ async def test_a_run_replays_on_the_machine_the_log_keeps() -> None:
     first = await _agent(_asking_model(), store).run("clean up")
     session = await Session.load(store, first.session_id)
     assert replay(None, session, first.run_id).ok  # no machine file needed
+
+
+@pytest.mark.parametrize(
+    "review",
+    [
+        ToolCallsReviewed.approve_all(),
+        ToolCallsReviewed.reject({"c1": "no"}),  # c2 is approved
+    ],
+    ids=["approve-all", "approve-some"],
+)
+async def test_approving_a_call_whose_tool_the_agent_lacks_is_refused(
+    review: ToolCallsReviewed,
+) -> None:
+    RAN.clear()
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    lacking = Agent(
+        model=ScriptedModel.of("cleaned up"), machine=approval_machine(), store=store
+    )
+
+    with pytest.raises(ConfigError, match=r"the tools the run calls \(delete\)") as e:
+        await lacking.resume(first.session_id, first.run_id, review)
+
+    assert e.value.field == "tools"
+    reopened = await Session.load(store, first.session_id)
+    assert reopened.run(first.run_id).outcome == "paused"  # the approval not used up
+    later = _agent(ScriptedModel.of("cleaned up"), store)
+    done = await later.resume(first.session_id, first.run_id, review)
+    assert done.ok
+    assert "/etc/passwd" in RAN
+
+
+async def test_rejecting_every_call_needs_none_of_their_tools() -> None:
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    lacking = Agent(
+        model=ScriptedModel.of("kept them"), machine=approval_machine(), store=store
+    )
+    review = ToolCallsReviewed.reject({"c1": "no", "c2": "no"})
+    done = await lacking.resume(first.session_id, first.run_id, review)
+    assert (done.ok, done.text) == (True, "kept them")

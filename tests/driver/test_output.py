@@ -241,7 +241,9 @@ async def test_the_log_replays_with_the_rejection_and_resume_rereads_the_output(
 async def test_a_resumed_run_re_derives_the_output_from_the_final_text() -> None:
     store = MemoryStore()
     agent = Agent(
-        model=ScriptedModel.of(reply("", tool_call("t", "c1")), '{"result": ["x"]}'),
+        model=ScriptedModel.of(
+            reply("", tool_call("lambda_tool", "c1")), '{"result": ["x"]}'
+        ),
         tools=[lambda_tool],
         machine=approval_machine(),
         output_type=list[str],

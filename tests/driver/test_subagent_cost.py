@@ -93,11 +93,15 @@ async def test_a_resumed_caller_counts_what_its_earlier_children_cost() -> None:
     assert result.children_cost == pytest.approx(dollars(SMALL, 3, RESUME_USAGE))
 
 
-def test_prices_must_be_model_prices() -> None:
-    with pytest.raises(ConfigError) as caught:
-        Agent(model=parent_model(), prices="gpt-4o")
-    assert caught.value.field == "prices"
-    assert known_prices("gpt-4o") is not None
+def test_prices_are_model_prices_or_a_known_models_name() -> None:
+    # As ContextManager(prices=...) takes them.
+    agent = Agent(model=parent_model(), prices="gpt-4o")
+    assert agent.driver.prices == known_prices("gpt-4o") is not None
+    for bad in ("no-such-model", 3):
+        with pytest.raises(ConfigError) as caught:
+            Agent(model=parent_model(), prices=bad)
+        assert (caught.value.field, caught.value.value) == ("prices", bad)
+        assert "or None, or None" not in str(caught.value)
 
 
 async def test_a_cancelled_callers_children_still_count_what_they_used() -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import functools
 import json
 from collections.abc import Callable
 from typing import Literal
@@ -287,3 +288,75 @@ async def test_a_result_that_is_not_a_string_is_json_of_its_fields(
         assert sorted(json.loads(content), key=str) == [1, "a"]
     else:
         assert content == text
+
+
+def _repeat(text: str, times: int) -> str:
+    """Repeat a text.
+
+    Args:
+        times: how many times.
+    """
+    return text * times
+
+
+class _Counter:
+    """Count letters."""
+
+    def __call__(self, text: str) -> int:
+        """Count the letters of a text."""
+        return len(text)
+
+
+class _Undocumented:
+    """Add one."""
+
+    async def __call__(self, n: int) -> int:
+        return n + 1
+
+
+@pytest.mark.anyio
+async def test_a_partial_is_described_by_its_function_with_the_arguments_left() -> None:
+    tools = tools_by_name([functools.partial(_repeat, "ab")])
+    tool = tools["_repeat"]
+    assert tool.description == "Repeat a text."
+    assert tool.parameters["properties"] == {
+        "times": {"type": "integer", "description": "how many times."}
+    }
+    assert tool.parameters["required"] == ["times"]
+    out = await run_tool_call(
+        ToolCallPart(id="c", name="_repeat", arguments={"times": 2}), tools, limit=None
+    )
+    assert out.tool_results[0].content == "abab"
+
+
+@pytest.mark.anyio
+async def test_a_callable_instance_is_described_by_its_class_and_call() -> None:
+    tools = tools_by_name([_Counter(), _Undocumented()])
+    assert tools["_Counter"].description == "Count the letters of a text."
+    assert tools["_Undocumented"].description == "Add one."  # the class's docstring
+    assert list(tools["_Counter"].parameters["properties"]) == ["text"]
+    counted = await run_tool_call(
+        ToolCallPart(id="c", name="_Counter", arguments={"text": "abc"}),
+        tools,
+        limit=None,
+    )
+    added = await run_tool_call(
+        ToolCallPart(id="d", name="_Undocumented", arguments={"n": 1}),
+        tools,
+        limit=None,
+    )
+    assert (counted.tool_results[0].content, added.tool_results[0].content) == (
+        "3",
+        "2",
+    )
+
+
+def test_an_annotation_naming_nothing_is_refused_naming_the_parameter() -> None:
+    def lookup(key: str, kind: NotDefined) -> str:  # type: ignore[name-defined] # noqa: F821
+        return key
+
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(lookup)
+    assert caught.value.tool == "lookup"
+    assert "parameter 'kind'" in str(caught.value)
+    assert "'NotDefined'" in str(caught.value)

@@ -112,7 +112,7 @@ def _to_base(value: object) -> CompactBase:
     )
 
 
-def _to_prices(value: object) -> object:
+def to_prices(value: object) -> object:
     """A known model's name becomes its prices; anything else is checked later."""
     if isinstance(value, str):
         prices = known_prices(value) if value.strip() else None
@@ -322,7 +322,7 @@ class ContextManager(OldEntryPoints):
     )
     prices: ModelPrices | None = attrs.field(
         default=None,
-        converter=_to_prices,
+        converter=to_prices,
         validator=_checks.instance(
             ModelPrices,
             "ModelPrices or a model with known prices (claude-sonnet-4-5)",

@@ -50,11 +50,13 @@ so the same events in the same order give the same phases and decisions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
+from typing import Final, final
 
+from turnfsm import _checks
 from turnfsm.core._compiled import Step, _compiled, _Model, _select
 from turnfsm.core._decisions import CallLLM, Compact, Decision, Finish
 from turnfsm.core._events import (
+    EVENT_TYPES,
     Event,
     MessageInjected,
     RunCancelled,
@@ -67,6 +69,11 @@ from turnfsm.errors import ConfigError, IllegalEvent, InvalidMessage, MachineBro
 from turnfsm.messages import Message, MessageLog, OpenCalls, require_new_ids
 
 __all__ = ["TurnMachine"]
+
+_EVENT_CLASSES: Final = frozenset(EVENT_TYPES)  # each final: its type says it all
+_EVENT: Final = _checks.instance(
+    EVENT_TYPES, "an event (turnfsm.core.EVENT_TYPES)", "event"
+)
 
 
 def _check_spec(spec: object) -> None:
@@ -188,10 +195,14 @@ class TurnMachine:
             IllegalEvent: the phase does not accept the event (a driver bug).
             InvalidMessage: the event's messages would break the conversation
                 (Rule 4: an orphaned tool result or call; names the call id).
+            ConfigError: `event` is not an event (None, a trigger's name);
+                the machine is unchanged and takes the next event.
             MachineBroken: an earlier call raised.
         """
         if self._broken is not None:
             raise MachineBroken(phase=self.phase, cause=self._broken)
+        if type(event) not in _EVENT_CLASSES:
+            _checks.check(event, "event", _EVENT)
         model = self._model
         model.step = None
         before = self._snapshot

@@ -12,7 +12,15 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from turnfsm.core import Event, Perform, RunCancelled, RunStarted, RunTools, TurnMachine
+from turnfsm.core import (
+    Event,
+    Pause,
+    Perform,
+    RunCancelled,
+    RunStarted,
+    RunTools,
+    TurnMachine,
+)
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
@@ -24,6 +32,7 @@ from turnfsm.driver._subagents import (
     count_earlier_children,
     run_scope,
 )
+from turnfsm.driver._tools import missing_tools
 from turnfsm.errors import ConfigError, SessionBusy, SubagentWaiting
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
@@ -98,6 +107,8 @@ async def resume_run(
             loop = _reopened(driver, session, run_id, event, control, hooks, output)
             if waiting is not None:
                 _check_carries(driver, loop, waiting)
+            else:
+                _check_approved(loop, event)
             gone = previous.owner if previous is not None else None
             with run_scope(run_id, control, taken_over=gone) as (_, loop.children):
                 await count_earlier_children(
@@ -139,6 +150,26 @@ def _check_carries(driver: Driver, loop: RunLoop, waiting: SubagentWaiting) -> N
         f"to the sub-agent waiting in session {waiting.session_id}: resume it "
         "with the agent that ran it",
     )
+
+
+def _check_approved(loop: RunLoop, event: Event | None) -> None:
+    """Refuse, before anything is written, an approval of a call with no tool.
+
+    Resumed without it, the approved call would be answered "not available"
+    and the approval used up, the action never taken.
+    """
+    decision = loop.machine.decision
+    if not isinstance(decision, Pause):
+        return
+    tools = loop.run.tools
+    missing = missing_tools(decision.calls, event, tools)
+    if missing:
+        raise ConfigError(
+            "tools",
+            sorted(tools),
+            f"the tools the run calls ({', '.join(missing)}): resume it with an "
+            "agent that has them; the run stays paused",
+        )
 
 
 def _waits_on_subagent(session: Session, run_id: str) -> SubagentWaiting | None:

@@ -45,8 +45,8 @@ def describe_function(
         Unsupported: a parameter is ``*args``/``**kwargs``, has no
             annotation, or one without a JSON form.
     """
-    hints = typing.get_type_hints(fn, include_extras=True)
     params = list(inspect.signature(fn).parameters.values())
+    hints = _hints(fn, params)
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise Unsupported(
@@ -80,6 +80,54 @@ def describe_function(
     if defs:
         parameters["$defs"] = defs
     return parameters, partial(_read_each, readers)
+
+
+def annotated_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function whose annotations describe `fn`: itself, a partial's, an instance's.
+
+    A `functools.partial` is described by the function it wraps, a callable
+    instance by its class's ``__call__``.
+    """
+    while isinstance(fn, partial):
+        fn = fn.func
+    if inspect.isroutine(fn) or isinstance(fn, type) or not callable(fn):
+        return fn
+    call: Callable[..., Any] = type(fn).__call__
+    return call
+
+
+def _hints(fn: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str, Any]:
+    """The resolved annotations of `fn`'s parameters.
+
+    Raises:
+        Unsupported: an annotation names something that does not exist.
+    """
+    target = annotated_function(fn)
+    try:
+        return typing.get_type_hints(target, include_extras=True)
+    except Exception as exc:
+        raw = getattr(target, "__annotations__", {})
+        for param in params:
+            if param.name in raw:
+                try:
+                    typing.get_type_hints(
+                        _Annotated(target, param.name, raw[param.name]),
+                        include_extras=True,
+                    )
+                except Exception:
+                    raise Unsupported(
+                        f"parameter {param.name!r}: annotation "
+                        f"{raw[param.name]!r} cannot be resolved ({exc})"
+                    ) from None
+        raise Unsupported(f"its annotations cannot be resolved ({exc})") from None
+
+
+class _Annotated:
+    """One parameter's annotation, in its function's module, for get_type_hints."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, annotation: object) -> None:
+        self.__annotations__ = {name: annotation}
+        self.__globals__ = getattr(inspect.unwrap(fn), "__globals__", {})
 
 
 def _one_class(

@@ -29,6 +29,7 @@ import anyio.to_thread
 import attrs
 
 from turnfsm import _checks
+from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver._arguments import (
     ArgumentsCheck,
     InvalidArguments,
@@ -38,7 +39,7 @@ from turnfsm.driver._arguments import (
 )
 from turnfsm.driver._child import as_text
 from turnfsm.driver._schema import Unsupported, parse_doc
-from turnfsm.driver._signature import describe_function
+from turnfsm.driver._signature import annotated_function, describe_function
 from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
 from turnfsm.errors import SubagentWaiting, ToolError
 from turnfsm.messages import Message, ToolCallPart
@@ -51,6 +52,7 @@ __all__ = [
     "failed_result",
     "function_tool",
     "is_late",
+    "missing_tools",
     "run_tool_call",
     "tool_call_outcome",
     "tools_by_name",
@@ -126,7 +128,10 @@ class Tool:
 
     @_is_async.default
     def _detect_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
+        # A callable instance is async when its class's __call__ is.
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
+            annotated_function(self.fn)
+        )
 
     @_validator.default
     def _build_validator(self) -> ArgumentsCheck:
@@ -173,12 +178,16 @@ class Tool:
         takes that class's fields as its arguments and receives one
         instance: ``def search(args: SearchArgs)``.
 
+        A `functools.partial` is described by the function it wraps (its
+        name and docstring) with the parameters left to give; a callable
+        instance by its class's name and its ``__call__``.
+
         Raises:
-            ToolError: a parameter has no annotation or an unsupported one,
-                or `in_subprocess` is set for a function a child process
-                cannot import.
+            ToolError: a parameter has no annotation, an unsupported one or
+                one naming something that does not exist, or `in_subprocess`
+                is set for a function a child process cannot import.
         """
-        tool_name = fn.__name__ if name is None else name
+        tool_name = _name_of(fn) if name is None else name
         try:
             summary, parameters, structure = _described(fn)
         except Unsupported as exc:
@@ -388,6 +397,24 @@ def failed_result(call: ToolCallPart, exc: Exception) -> Message:
     return Message.tool_result(call.id, failed, is_error=True)
 
 
+def missing_tools(
+    calls: Iterable[ToolCallPart], review: object, tools: Iterable[str]
+) -> list[str]:
+    """The tools, not among `tools`, of the `calls` a paused run's `review` lets run.
+
+    A review (`ToolCallsReviewed`) answers the calls it rejects with error
+    results; the others run when the run goes on, so each needs its tool.
+    Any other answer runs none of them. Sorted, each name once.
+    """
+    if not isinstance(review, ToolCallsReviewed):
+        return []
+    answered = {r.call_id for m in review.results for r in m.tool_results}
+    known = set(tools)
+    return sorted(
+        {c.name for c in calls if c.id not in answered and c.name not in known}
+    )
+
+
 def _log_raised(call: ToolCallPart, failed: str, exc: Exception) -> None:
     """Log what the model is told, with the exception's traceback (DEBUG)."""
     logger.debug("%s (call %s)", failed, call.id, exc_info=exc)
@@ -423,12 +450,34 @@ def _described(
         known = None
     if known is not None:
         return known
-    summary, arg_docs = parse_doc(inspect.getdoc(fn) or "")
+    summary, arg_docs = parse_doc(_doc_of(fn))
     parameters, structure = describe_function(fn, arg_docs)
     described = (summary, parameters, structure)
     with contextlib.suppress(TypeError):
         _DESCRIBED[fn] = described
     return described
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    """A tool's default name: the function's, a partial's, a callable's class's."""
+    target = annotated_function(fn)
+    if target is not fn and not isinstance(fn, partial):
+        return type(fn).__name__  # a callable instance
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def _doc_of(fn: Callable[..., Any]) -> str:
+    """The docstring describing `fn`: its own, its partial's, its ``__call__``'s."""
+    target = annotated_function(fn)
+    if target is fn:
+        return inspect.getdoc(fn) or ""
+    if isinstance(fn, partial):
+        return inspect.getdoc(target) or ""
+    # A callable instance: its own __call__'s docstring (not one inherited
+    # from object), else its class's.
+    own = target.__doc__
+    return inspect.cleandoc(own) if own else inspect.getdoc(type(fn)) or ""
 
 
 _DESCRIBED: Final[
