@@ -32,6 +32,7 @@ from turnfsm.providers._errors import (
     from_status,
     mentions_overflow,
     timeout_error,
+    unreadable_body_error,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -338,11 +339,13 @@ def _usage(
 
 @contextlib.contextmanager
 def _translated() -> Iterator[None]:
-    """Translate the SDK's API errors; cancellation and bugs pass unchanged."""
+    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged."""
     try:
         yield
     except anthropic.APIError as exc:
         raise classify_anthropic_error(exc) from exc
+    except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
+        raise unreadable_body_error(exc) from exc
 
 
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
