@@ -460,6 +460,14 @@ async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
     )
 
 
+async def test_a_stream_that_sends_no_message_is_a_bad_response() -> None:
+    server = Server(raw_json_reply(b"<html>oops</html>"))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert "the stream sent no message" in str(info.value)
+
+
 async def test_a_stream_error_is_classified_like_a_completion() -> None:
     server = Server(
         anthropic_error(400, "invalid_request_error", "prompt is too long: 9 > 8")
