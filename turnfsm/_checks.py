@@ -29,6 +29,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_JSON_DEPTH",
     "MAX_TOKENS",
+    "TOO_DEEP",
     "Check",
     "boolean",
     "callable_",
@@ -40,6 +41,7 @@ __all__ = [
     "instance",
     "integer",
     "is_instance",
+    "json_fault",
     "json_object",
     "number",
     "one_of",
@@ -63,6 +65,9 @@ MAX_COUNT: Final = 1_000_000
 
 MAX_JSON_DEPTH: Final = 100
 """The deepest a JSON value may nest: a tool's schema, a call's arguments, metadata."""
+
+TOO_DEEP: Final = f"JSON nested at most {MAX_JSON_DEPTH} deep"
+"""What a value nested past `MAX_JSON_DEPTH` was expected to be."""
 
 _JSON_INT: Final = 10**4000
 """Integers JSON text can carry from Python are shorter than this (digits)."""
@@ -457,7 +462,7 @@ def json_object(
         field = _name(name, attr)
         if not isinstance(value, Mapping):
             _fail(error, field, value, expected)
-        fault = _json_fault(value, finite=finite)
+        fault = json_fault(value, finite=finite)
         if fault is not None:
             where, bad, why = fault
             _fail(error, field + where, bad, why)
@@ -465,8 +470,11 @@ def json_object(
     return validate
 
 
-def _json_fault(value: object, *, finite: bool) -> tuple[str, object, str] | None:
-    """The first value in `value` JSON cannot carry: (where, what, expected)."""
+def json_fault(value: object, *, finite: bool) -> tuple[str, object, str] | None:
+    """The first value in `value` JSON cannot carry: (where, what, expected).
+
+    None when JSON carries all of it (see `json_object` for what it checks).
+    """
     if isinstance(value, dict) and not value:  # the usual metadata: nothing to walk
         return None
     stack: list[tuple[str, object, tuple[int, ...]]] = [("", value, ())]
@@ -474,7 +482,7 @@ def _json_fault(value: object, *, finite: bool) -> tuple[str, object, str] | Non
         where, item, inside = stack.pop()
         if isinstance(item, Mapping | list | tuple):
             if len(inside) == MAX_JSON_DEPTH:
-                return where, None, f"JSON nested at most {MAX_JSON_DEPTH} deep"
+                return where, None, TOO_DEEP
             if id(item) in inside:
                 return where, None, "a JSON value, not one that holds itself"
             inner = (*inside, id(item))

@@ -174,6 +174,44 @@ async def test_not_json_is_rejected_with_a_reason() -> None:
     assert rejected.errors[0].startswith("(the answer): expected JSON")
 
 
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [101, 5000])
+async def test_json_nested_too_deep_is_rejected_and_asked_again(depth: int) -> None:
+    model = ScriptedModel.of(nested(depth), "[1]")
+    session = Session()
+
+    result = await Driver(model=model, output_type=list).run("go", session=session)
+
+    assert (result.outcome, result.output) == ("done", [1])
+    (rejected,) = rejections(session)
+    assert rejected.errors == ("(the answer): expected JSON nested at most 100 deep",)
+
+
+async def test_json_nested_too_deep_every_time_fails_typed() -> None:
+    model = FakeModelClient(lambda request: nested(5000))
+    driver = Driver(model=model, output_type=list, max_output_retries=0)
+
+    result = await driver.run("go")
+
+    assert result.outcome == "failed"
+    assert isinstance(result.error, OutputInvalid)
+    assert result.error.errors == (
+        "(the answer): expected JSON nested at most 100 deep",
+    )
+
+
+async def test_json_nested_100_deep_is_an_answer() -> None:
+    model = ScriptedModel.of(nested(100))
+
+    result = await Driver(model=model, output_type=list).run("go")
+
+    assert result.outcome == "done"
+    assert json.dumps(result.output, separators=(",", ":")) == nested(100)
+
+
 async def test_a_type_refusing_a_value_is_a_rejection() -> None:
     model = ScriptedModel.of(
         '{"name": "Rex", "legs": -1}', '{"name": "Rex", "legs": 3}'

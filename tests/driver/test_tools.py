@@ -13,9 +13,9 @@ import attrs
 import pydantic
 import pytest
 
-from turnfsm.driver import Driver, Tool, function_tool
+from turnfsm.driver import Driver, RetryPolicy, Tool, function_tool
 from turnfsm.driver._tools import run_tool_call, tools_by_name
-from turnfsm.errors import ToolError
+from turnfsm.errors import ProviderError, ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient
@@ -234,6 +234,36 @@ async def test_a_reply_past_the_model_timeout_timed_out_and_is_asked_again() -> 
     driver = Driver(model=FakeModelClient(handle), model_timeout=0.2)
     result = await driver.run("hello")
     assert (result.outcome, result.text, calls) == ("done", "in time", 2)
+
+
+class _Hanging:
+    """A model client that never answers."""
+
+    def __init__(self, model: str | None = None) -> None:
+        if model is not None:
+            self.model = model
+
+    async def complete(self, _request: ModelRequest) -> ModelResponse:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (_Hanging(), "model _Hanging timed out after 0.2s"),
+        (_Hanging("gpt-test"), "model 'gpt-test' timed out after 0.2s"),
+    ],
+)
+async def test_a_model_timeout_says_what_timed_out_and_after_how_long(
+    model: _Hanging, message: str
+) -> None:
+    once = RetryPolicy(max_attempts=1)
+    result = await Driver(model=model, model_timeout=0.2, retry=once).run("hi")
+    assert result.outcome == "failed"
+    assert isinstance(result.error, ProviderError)
+    assert result.error.message == message
 
 
 class Colour(enum.Enum):

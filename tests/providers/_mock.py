@@ -46,6 +46,19 @@ def json_reply(
     return httpx2.Response(status, json=body, headers=dict(headers))
 
 
+# Bodies sent as JSON that the SDKs cannot parse, and what the error says.
+UNPARSABLE_BODIES = {
+    "html page": (b"<html>oops</html>", "is not JSON"),
+    "too deep": (b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
+}
+
+
+def raw_json_reply(body: bytes) -> httpx2.Response:
+    return httpx2.Response(
+        200, content=body, headers={"content-type": "application/json"}
+    )
+
+
 def timeout(request: httpx2.Request) -> httpx2.Response:
     raise httpx2.ReadTimeout("the read timed out", request=request)
 

@@ -8,10 +8,12 @@ import httpx2
 import pytest
 
 from tests.providers._mock import (
+    UNPARSABLE_BODIES,
     Server,
     anthropic_error,
     anthropic_reply,
     anthropic_sse,
+    raw_json_reply,
     refused,
     text_block,
     timeout,
@@ -182,6 +184,19 @@ async def test_an_unreadable_reply_is_a_provider_error_not_a_crash() -> None:
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
     assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"), UNPARSABLE_BODIES.values(), ids=UNPARSABLE_BODIES.keys()
+)
+async def test_a_body_that_is_not_json_is_a_bad_response(
+    body: bytes, says: str
+) -> None:
+    server = Server(raw_json_reply(body))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert says in str(info.value)
 
 
 OVERFLOWS = {
@@ -443,6 +458,14 @@ async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
         True,
         529,
     )
+
+
+async def test_a_stream_that_sends_no_message_is_a_bad_response() -> None:
+    server = Server(raw_json_reply(b"<html>oops</html>"))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert "the stream sent no message" in str(info.value)
 
 
 async def test_a_stream_error_is_classified_like_a_completion() -> None:

@@ -10,12 +10,14 @@ import openai
 import pytest
 
 from tests.providers._mock import (
+    UNPARSABLE_BODIES,
     Server,
     json_reply,
     openai_call,
     openai_chunk,
     openai_reply,
     openai_sse,
+    raw_json_reply,
     refused,
     timeout,
 )
@@ -335,6 +337,19 @@ async def test_transport_failures_are_retriable(failure: Any, kind: str) -> None
         None,
     )
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "says"), UNPARSABLE_BODIES.values(), ids=UNPARSABLE_BODIES.keys()
+)
+async def test_a_body_that_is_not_json_is_a_bad_response(
+    body: bytes, says: str
+) -> None:
+    server = Server(raw_json_reply(body))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert says in str(info.value)
 
 
 async def test_cancellation_is_never_swallowed() -> None:

@@ -339,6 +339,17 @@ def test_a_llama_cpp_servers_window_is_read_from_it(
     assert server_window(url) == window
 
 
+@pytest.mark.parametrize(
+    "body", [b"<html>oops</html>", b"[" * 100_000 + b"]" * 100_000]
+)
+def test_a_props_body_that_is_not_json_gives_no_window(
+    body: bytes, props_server: tuple[str, type[_Props]]
+) -> None:
+    url, handler = props_server
+    handler.body = body
+    assert server_window(url) is None
+
+
 def test_a_server_that_does_not_answer_has_no_window() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -53,12 +53,14 @@ async def complete(
     observed = hooks.wants("on_model_call_start") or hooks.wants("on_model_call_end")
     attempts = 0
     ended = 0.0
+    limit = run.model_timeout
+    what = "" if limit is None else _model_label(client)
 
     async def call() -> ModelResponse:
         nonlocal attempts, ended
         attempts += 1
         if not observed:
-            with deadline(run.model_timeout):
+            with deadline(limit, what):
                 if streamed:
                     return await _streamed(run, client, request, turn)
                 return _response_of(client, await client.complete(request))
@@ -82,7 +84,7 @@ async def complete(
         try:
             # The deadline inside, so the end hook sees its TimeoutError,
             # not the cancellation it is made of.
-            with deadline(run.model_timeout):
+            with deadline(limit, what):
                 if streamed:
                     response = await _streamed(run, client, request, turn)
                 else:
@@ -125,6 +127,12 @@ def _response_of(client: object, response: object) -> ModelResponse:
             "a ModelResponse",
         )
     return response
+
+
+def _model_label(client: object) -> str:
+    """Name the model a timeout's error names: ``model 'gpt-4o'``."""
+    name, provider = describe_model(client)
+    return f"model {name!r}" if name else f"model {provider}"
 
 
 def _stray(item: object, done: bool) -> str:

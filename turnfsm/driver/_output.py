@@ -21,6 +21,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from turnfsm._checks import TOO_DEEP, json_fault
 from turnfsm.core import MachineSpec
 from turnfsm.driver._arguments import (
     ArgumentsCheck,
@@ -102,8 +103,9 @@ class OutputType:
         """Read the reply's text as a value of the output type.
 
         Raises:
-            InvalidArguments: the text is not JSON, or does not fit the
-                schema, or the type refused it; each problem is listed.
+            InvalidArguments: the text is not JSON (or JSON nested more
+                than 100 deep), or does not fit the schema, or the type
+                refused it; each problem is listed.
         """
         if self._validator is None:
             return text
@@ -111,6 +113,11 @@ class OutputType:
             data = json.loads(_unfenced(text))
         except ValueError as exc:
             raise InvalidArguments([Problem((), f"expected JSON ({exc})")]) from None
+        except RecursionError:  # deeper than the decoder goes
+            raise InvalidArguments([Problem((), f"expected {TOO_DEEP}")]) from None
+        fault = json_fault(data, finite=False)
+        if fault is not None:
+            raise InvalidArguments([Problem((), f"expected {fault[2]}")])
         if self.wrapped and not (isinstance(data, Mapping) and WRAPPER in data):
             data = {WRAPPER: data}  # the bare value, as small models often send
         check_arguments(self._validator, data)

@@ -289,25 +289,27 @@ def function_tool(
     return make if fn is None else make(fn)
 
 
-def deadline(seconds: float | None) -> AbstractContextManager[object]:
+def deadline(seconds: float | None, what: str) -> AbstractContextManager[object]:
     """Return a context that raises `TimeoutError` after `seconds` (None: no limit).
 
     `anyio.fail_after` without its generator: one bare `CancelScope` with a
     deadline. Only the deadline can cancel the scope (nobody else holds it),
     so a cancellation it caught is the deadline: `TimeoutError`. So is an
-    answer that comes past the deadline anyway (`is_late`).
+    answer that comes past the deadline anyway (`is_late`). The error says
+    ``"{what} timed out after {seconds}s"``.
     """
-    return _Deadline(seconds) if seconds is not None else nullcontext()
+    return _Deadline(seconds, what) if seconds is not None else nullcontext()
 
 
 @final
 class _Deadline:
     """`deadline()`'s context: a `CancelScope` whose expiry is a `TimeoutError`."""
 
-    __slots__ = ("_scope", "_seconds")
+    __slots__ = ("_scope", "_seconds", "_what")
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, what: str) -> None:
         self._seconds = seconds
+        self._what = what
 
     def __enter__(self) -> anyio.CancelScope:
         scope = anyio.CancelScope(deadline=anyio.current_time() + self._seconds)
@@ -323,7 +325,8 @@ class _Deadline:
         scope = self._scope
         scope.__exit__(exc_type, exc, tb)
         if scope.cancelled_caught or (exc_type is None and is_late(scope)):
-            raise TimeoutError from None
+            late = f"{self._what} timed out after {self._seconds}s"
+            raise TimeoutError(late) from None
 
 
 def is_late(scope: anyio.CancelScope) -> bool:

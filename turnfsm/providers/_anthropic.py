@@ -32,6 +32,7 @@ from turnfsm.providers._errors import (
     from_status,
     mentions_overflow,
     timeout_error,
+    unreadable_body_error,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -240,10 +241,12 @@ class _Events:
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
         self.usage: Usage | None = None
         self.model: str | None = None
+        self.started = False  # a message_start came: the stream is a reply
 
     def add(self, event: wire.RawMessageStreamEvent) -> str:
         """Take in one event; return the text it adds ("" if none)."""
         if isinstance(event, wire.RawMessageStartEvent):
+            self.started = True
             self.usage = _usage(event.message.usage)
             self.model = event.message.model or None
         elif isinstance(event, wire.RawMessageDeltaEvent):
@@ -265,7 +268,17 @@ class _Events:
         return ""
 
     def response(self) -> ModelResponse:
-        """Return the whole reply, as `AnthropicModel.complete` would."""
+        """Return the whole reply, as `AnthropicModel.complete` would.
+
+        Raises:
+            ProviderError: the stream sent no message (a body that is not
+                server-sent events, such as an HTML page), kind
+                ``bad_response``.
+        """
+        if not self.started:
+            raise ProviderError(
+                "unreadable reply: the stream sent no message", kind=BAD_RESPONSE
+            )
         for index, pieces in self.inputs.items():
             if pieces:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
@@ -338,11 +351,13 @@ def _usage(
 
 @contextlib.contextmanager
 def _translated() -> Iterator[None]:
-    """Translate the SDK's API errors; cancellation and bugs pass unchanged."""
+    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged."""
     try:
         yield
     except anthropic.APIError as exc:
         raise classify_anthropic_error(exc) from exc
+    except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
+        raise unreadable_body_error(exc) from exc
 
 
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:

@@ -13,6 +13,7 @@ leans on these helpers, so both providers agree on what is transient:
 | connection failure               | ``connection``     | yes       |
 | HTTP 401, 403                    | ``auth``           | no        |
 | any other 4xx                    | ``bad_request``    | no        |
+| a reply body that is not JSON    | ``bad_response``   | no        |
 
 408 and 409 are retried because the SDKs' own retry policies retry them, and
 turnfsm switches those off (`max_retries=0`) so its driver owns every retry.
@@ -21,6 +22,7 @@ turnfsm switches those off (`max_retries=0`) so its driver owns every retry.
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -44,6 +46,7 @@ __all__ = [
     "mentions_overflow",
     "parse_retry_after",
     "timeout_error",
+    "unreadable_body_error",
 ]
 
 RATE_LIMIT: Final = "rate_limit"
@@ -179,3 +182,21 @@ def timeout_error(message: str) -> ProviderError:
 def connection_error(message: str) -> ProviderError:
     """Return the retryable `ProviderError` for a connection that failed."""
     return ProviderError(message, retryable=True, kind=CONNECTION)
+
+
+def unreadable_body_error(exc: json.JSONDecodeError | RecursionError) -> ProviderError:
+    """Return the `ProviderError` for a reply body the SDK could not parse.
+
+    A server (often a proxy's HTML error page sent with status 200) can
+    answer with text that is not JSON, or JSON nested too deep to read; the
+    run fails on it as on any other unreadable reply, without a retry.
+    """
+    if isinstance(exc, RecursionError):
+        return ProviderError(
+            "unreadable reply: the body is JSON nested too deep to read",
+            kind=BAD_RESPONSE,
+        )
+    return ProviderError(
+        f"unreadable reply: the body is not JSON ({exc.msg}): {exc.doc[:80]!r}",
+        kind=BAD_RESPONSE,
+    )

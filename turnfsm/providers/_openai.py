@@ -9,6 +9,7 @@ the driver owns every retry, so a failure reaches it once, classified here in
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
@@ -33,6 +34,7 @@ from turnfsm.providers._errors import (
     from_status,
     mentions_overflow,
     timeout_error,
+    unreadable_body_error,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -372,11 +374,13 @@ def _usage(usage: CompletionUsage | None) -> Usage | None:
 
 @contextlib.contextmanager
 def _translated() -> Iterator[None]:
-    """Translate the SDK's API errors; cancellation and bugs pass unchanged."""
+    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged."""
     try:
         yield
     except openai.APIError as exc:
         raise classify_openai_error(exc) from exc
+    except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
+        raise unreadable_body_error(exc) from exc
 
 
 def _where(exc: openai.APIError) -> str:

@@ -266,7 +266,7 @@ def server_window(base_url: str, *, timeout: float = 2.0) -> int | None:
     try:
         with urllib.request.urlopen(f"{root}/props", timeout=timeout) as reply:
             data: Any = json.load(reply)
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None
