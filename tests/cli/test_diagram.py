@@ -256,7 +256,7 @@ def test_a_machine_file_of_another_digest_is_refused(
         (["--run", "{first}", "-o", None], "expected the file to draw into"),
         (["--run", "{first}", "--check"], "not both"),
         (["--run", "{first}", "--out", "d"], "not both"),
-        (["--trace", "{tmp}/missing.jsonl"], "No such file"),
+        (["--trace", "{tmp}/missing.jsonl"], "missing.jsonl does not exist"),
         ([], "the machine file to draw (no run given)"),
     ],
     ids=[

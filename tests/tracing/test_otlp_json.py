@@ -389,12 +389,17 @@ def test_the_exporter_appends_and_stops_after_shutdown(
 
 
 def test_the_exporter_reports_a_file_it_cannot_write(
-    tmp_path: Path, provider: TracerProvider
+    tmp_path: Path, provider: TracerProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     memory = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     provider.get_tracer("t").start_span("s").end()
-    exporter = OTLPJSONFileExporter(tmp_path / "missing" / "trace.jsonl")
+    path = tmp_path / "missing" / "trace.jsonl"
+    exporter = OTLPJSONFileExporter(path)
 
     assert exporter.export(memory.get_finished_spans()) is SpanExportResult.FAILURE
+    assert exporter.export(memory.get_finished_spans()) is SpanExportResult.FAILURE
+    errors = [r for r in caplog.records if r.name == "turnfsm.tracing"]
+    assert len(errors) == 1, "said once, not on each batch"
+    assert f"spans cannot be written to {path}" in errors[0].getMessage()
     exporter.shutdown()

@@ -587,6 +587,20 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return 0
     args = parser.parse_args(given)
+    from turnfsm.errors import TurnFSMError
+
+    try:
+        return _dispatch(args)
+    except BrokenPipeError:
+        raise
+    except (TurnFSMError, OSError) as exc:  # one line, whichever command
+        from turnfsm.cli._errors import fail
+
+        name = " ".join(filter(None, [args.command, getattr(args, "action", None)]))
+        return fail(name, exc)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("demo", "run"):
         from turnfsm.cli._tracing import traced
 

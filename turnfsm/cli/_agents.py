@@ -76,7 +76,7 @@ def load_agent(spec: str, *, option: str = "--agent") -> Agent:
     """
     value = load_object(option, spec)
     if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
-        value = value()
+        value = _made(option, spec, value)
     if not isinstance(value, Agent):
         raise ConfigError(
             option,
@@ -84,6 +84,18 @@ def load_agent(spec: str, *, option: str = "--agent") -> Agent:
             f"an Agent, or a function making one (it is a {type(value).__name__})",
         )
     return value
+
+
+def _made(option: str, spec: str, make: Callable[[], Any]) -> Any:
+    """What the factory `make` returns; a `ConfigError` naming it if it raises."""
+    try:
+        return make()
+    except Exception as exc:  # the factory's own code failed
+        raise ConfigError(
+            option,
+            spec,
+            f"a function that makes an agent (it raised {type(exc).__name__}: {exc})",
+        ) from None
 
 
 def _no_arguments(fn: Any) -> bool:
@@ -106,7 +118,7 @@ def load_agents(spec: str) -> list[Agent]:
     """
     value = load_object("--agent", spec)
     if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
-        value = value()
+        value = _made("--agent", spec, value)
     if isinstance(value, Agent):
         agents = [value]
     elif isinstance(value, list | tuple):

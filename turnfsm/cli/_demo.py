@@ -18,6 +18,7 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._demo_model import SimulatedModel, read_log, read_log_head
+from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import (
     AgentOptions,
     interruptible,
@@ -166,9 +167,11 @@ def run_demo(
     stream = out or sys.stdout
     sink: TextIO = io.StringIO() if quiet else stream
     try:
+        if log is not None:  # before the run, not after it
+            check_writable("--log", log)
         sessions = open_cli_store(store)
     except (StoreError, ConfigError, ImportError) as exc:
-        print(f"turnfsm demo: {exc}", file=sys.stderr)
+        print(f"turnfsm demo: {explain(exc)}", file=sys.stderr)
         return 2
     if local:
         return _run_local_demo(sink, stream, sessions, strategy, log, store)
@@ -237,7 +240,7 @@ def _run_local_demo(
         server = LlamaServer(n_ctx=window).start()
     except (ImportError, RuntimeError) as exc:
         run_async(close_store, store)
-        print(f"turnfsm demo --model local: {exc}", file=sys.stderr)
+        print(f"turnfsm demo --model local: {explain(exc)}", file=sys.stderr)
         return 2
     try:
         model = local_client(server.base_url)

@@ -22,6 +22,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm._resources import load_machine, machines_dir
+from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import run_async
 from turnfsm.core import (
     EdgeKey,
@@ -132,22 +133,49 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
         for name in stale:
             print(f"stale: {target / name} (run `turnfsm diagram`)", file=sys.stderr)
         return 1 if stale or failed else 0
-    target.mkdir(parents=True, exist_ok=True)
-    dot = shutil.which("dot")
-    for name, text in rendered.items():
-        (target / name).write_text(text)
-        print(f"wrote {target / name}")
-        if dot is not None:
-            spec = load_machine(source / f"{Path(name).stem}.toml")
-            svg = target / f"{Path(name).stem}.svg"
-            subprocess.run(
-                [dot, "-Tsvg", "-o", str(svg)],
-                input=render_dot(spec),
-                text=True,
-                check=True,
-            )
-            print(f"wrote {svg}")
+    try:
+        _out_directory(target)
+        dot = shutil.which("dot")
+        for name, text in rendered.items():
+            (target / name).write_text(text)
+            print(f"wrote {target / name}")
+            if dot is not None:
+                spec = load_machine(source / f"{Path(name).stem}.toml")
+                svg = target / f"{Path(name).stem}.svg"
+                _run_dot(dot, "--out", svg, render_dot(spec))
+                print(f"wrote {svg}")
+    except (OSError, TurnFSMError) as exc:
+        print(f"turnfsm diagram: {explain(exc)}", file=sys.stderr)
+        return 2
     return 1 if failed else 0
+
+
+def _out_directory(target: Path) -> None:
+    """Make the directory `target` (and its parents), or say why it cannot be."""
+    if target.exists() and not target.is_dir():
+        raise ConfigError(
+            "--out", str(target), "a directory for the diagrams (it is a file)"
+        )
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            "--out", str(target), f"a directory that can be made ({explain(exc)})"
+        ) from None
+
+
+def _run_dot(dot: str, option: str, path: Path, text: str) -> None:
+    """Have Graphviz's dot draw `text` into `path`; its complaint if it cannot."""
+    done = subprocess.run(
+        [dot, f"-T{path.suffix[1:].lower()}", "-o", str(path)],
+        input=text,
+        text=True,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    if done.returncode != 0:
+        said = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        raise ConfigError(option, str(path), f"a file dot can write (dot: {said})")
 
 
 def run_check(paths: Sequence[str]) -> int:
@@ -268,6 +296,7 @@ def run_overlay(
             raise ConfigError(
                 "-o", None, f"the file to draw into ({_formats()})", missing=True
             )
+        check_writable("-o", output)
         _checks.check(depth, "--depth", _checks.integer(low=0))
         found = run_async(_stored_runs, store, runs, depth, children) if runs else []
         found += _traced_runs(traces)
@@ -278,8 +307,8 @@ def run_overlay(
         fired = [f for run in found for f in _path(spec, run)]
         title = _title(spec, found) if found else None
         _draw(Path(output), spec, tally(fired), title)
-    except (OSError, ImportError, TurnFSMError, subprocess.CalledProcessError) as exc:
-        print(f"turnfsm diagram: {exc}", file=sys.stderr)
+    except (OSError, ImportError, TurnFSMError) as exc:
+        print(f"turnfsm diagram: {explain(exc)}", file=sys.stderr)
         return 2
     ran = f" ({_runs(found)}, {len(fired)} transitions)" if found else ""
     print(f"wrote {shown(Path(output))}{ran}")
@@ -305,10 +334,10 @@ def _draw_child(output: Path, child: _Child, parent: MachineSpec) -> None:
             f"({_runs(runs)}); edge width and colour: times fired"
         )
         _draw(path, spec, tally(fired), title)
-    except (OSError, TurnFSMError, subprocess.CalledProcessError) as exc:
+    except (OSError, TurnFSMError) as exc:
         print(
             f"turnfsm diagram: left out sub-agent {child.session.id} "
-            f"(for {made}): {exc}",
+            f"(for {made}): {explain(exc)}",
             file=sys.stderr,
         )
         return
@@ -507,6 +536,4 @@ def _draw(
     if dot is None:
         expected = "a .dot or .mmd file: Graphviz's dot is not on the PATH"
         raise ConfigError("-o", str(path), expected)
-    subprocess.run(
-        [dot, f"-T{suffix[1:]}", "-o", str(path)], input=text, text=True, check=True
-    )
+    _run_dot(dot, "-o", path, text)

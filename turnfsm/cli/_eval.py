@@ -12,6 +12,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.cli._agents import load_object
+from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
@@ -88,7 +89,15 @@ def strategy_maker(spec: str) -> Maker:
 
 
 def _made(spec: str, make: Callable[[], object]) -> ContextCompactor:
-    made = make()
+    try:
+        made = make()
+    except Exception as exc:  # the factory's own code failed
+        raise ConfigError(
+            "--strategy",
+            spec,
+            f"a function that makes a compactor (it raised {type(exc).__name__}: "
+            f"{exc})",
+        ) from None
     if not isinstance(made, ContextCompactor):
         raise ConfigError(
             "--strategy", spec, f"a ContextCompactor (it made {type(made).__name__})"
@@ -119,7 +128,7 @@ def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
                 _evaluate, command, probes, makers, summary, summary_name, judge
             )
     except (ConfigError, StoreError, OSError, ImportError) as exc:
-        print(f"turnfsm eval: {exc}", file=sys.stderr)
+        print(f"turnfsm eval: {explain(exc)}", file=sys.stderr)
         return 2
     print(evaluation.table(), file=stream)
     stream.flush()  # the table first, then any floor line on stderr

@@ -6,6 +6,7 @@ import sys
 from typing import TextIO
 
 from turnfsm._resources import load_machine, machines_dir
+from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
@@ -63,7 +64,7 @@ def run_replay(
             if run_id is None
         ]
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
-        print(f"turnfsm replay: {exc}", file=sys.stderr)
+        print(f"turnfsm replay: {explain(exc)}", file=sys.stderr)
         return 2
     failed = _report(session, runs, specs, stream, lines)
     for depth, child, child_specs in theirs:

@@ -25,6 +25,7 @@ from turnfsm import _checks
 from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
+from turnfsm.cli._errors import explain
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
@@ -509,7 +510,7 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
             f"the system prompt and tool schemas) is {exc.used}, over the "
             f"{exc.limit}-token window: raise --window or lower --max-tokens"
         )
-    return str(exc)
+    return explain(exc)
 
 
 async def _run(

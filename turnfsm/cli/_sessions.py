@@ -21,6 +21,7 @@ import attrs
 from turnfsm import serde
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
+from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import call_text, run_async
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager
@@ -67,9 +68,11 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
     """
     stream = out or sys.stdout
     try:
+        if command.action == "export" and command.out:  # before the store opens
+            check_writable("-o", command.out)
         return run_async(_run, command, stream)
     except (StoreError, ConfigError, OSError, ImportError) as exc:
-        print(f"turnfsm sessions {command.action}: {exc}", file=sys.stderr)
+        print(f"turnfsm sessions {command.action}: {explain(exc)}", file=sys.stderr)
         return 2
 
 

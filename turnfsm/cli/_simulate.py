@@ -10,6 +10,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from turnfsm._resources import load_machine
+from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor, ContextManager, MaskingCompactor
 from turnfsm.core import MachineSpec
@@ -49,7 +50,7 @@ def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
     try:
         sim, context = run_async(_simulate, command)
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
-        print(f"turnfsm simulate: {exc}", file=sys.stderr)
+        print(f"turnfsm simulate: {explain(exc)}", file=sys.stderr)
         return 2
     compactor = type(context.compactor).__name__
     print(
@@ -134,7 +135,9 @@ def _context(session: Session, run_id: str, command: SimulateCommand) -> Context
         chosen = compactor(command.strategy)
     elif command.compactor is not None:
         option = "--compactor"
-        chosen = _user_compactor(load_object(option, command.compactor))
+        chosen = _user_compactor(
+            command.compactor, load_object(option, command.compactor)
+        )
     if isinstance(chosen, ContextManager):
         context, chosen = chosen, None
     else:
@@ -193,12 +196,20 @@ def _stored(session: Session, run_id: str, *, given: bool) -> ContextManager:
     return stored_context(session, compactor=MaskingCompactor(), run_id=run_id)
 
 
-def _user_compactor(value: Any) -> ContextCompactor | ContextManager:
+def _user_compactor(spec: str, value: Any) -> ContextCompactor | ContextManager:
     """A compactor or context manager, or what a function of no arguments makes."""
     if isinstance(value, type) or (
         callable(value) and not hasattr(value, "compact") and not _is_context(value)
     ):
-        value = value()
+        try:
+            value = value()
+        except Exception as exc:  # the factory's own code failed
+            raise ConfigError(
+                "--compactor",
+                spec,
+                f"a function that makes a compactor (it raised "
+                f"{type(exc).__name__}: {exc})",
+            ) from None
     return value  # type: ignore[no-any-return]
 
 

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from turnfsm.cli._errors import check_writable, explain
 from turnfsm.errors import ConfigError
 
 __all__ = ["traced", "wants_tracing"]
@@ -39,11 +40,13 @@ def traced(
     logging.getLogger("opentelemetry.exporter").setLevel(logging.ERROR)
     logging.getLogger("turnfsm.tracing").setLevel(logging.ERROR)  # said below
     try:
+        if file is not None:  # refused now, not lost silently after the run
+            check_writable("--trace-file", file)
         # --trace: OTLP whatever the environment says; else its own choice
         # (an endpoint set, OTEL_TRACES_EXPORTER).
         setup = tracing.configure(file=file, otlp=True if force else None)
     except (ConfigError, ImportError, OSError) as exc:
-        print(f"turnfsm {command}: tracing: {exc}", file=sys.stderr)
+        print(f"turnfsm {command}: tracing: {explain(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
     try:
         yield

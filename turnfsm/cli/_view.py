@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from turnfsm.cli._answer import AnswerCommand, run_answer
+from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import AgentOptions, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, where
@@ -46,6 +47,7 @@ def run_report(
     try:
         if not output:
             raise ConfigError("-o", output, "the HTML file to write (e.g. run.html)")
+        check_writable("-o", output)
         recent = _recent(turns)
         pages = _count(
             "--sub-agents", sub_agents, REPORT_SUB_AGENTS, low=0, what="sessions"
@@ -60,7 +62,7 @@ def run_report(
         )
         Path(output).write_text(text, encoding="utf-8", errors="backslashreplace")
     except (StoreError, ConfigError, OSError, ImportError) as exc:
-        print(f"turnfsm report: {exc}", file=sys.stderr)
+        print(f"turnfsm report: {explain(exc)}", file=sys.stderr)
         return 2
     runs = session.runs
     held = "" if recent is None else _held(runs, recent)
@@ -172,12 +174,12 @@ def run_view(
         assert server is not None
         server.stop()
         exc = run_async(_not_found, exc, options.store)
-        print(f"turnfsm view: {exc}", file=sys.stderr)
+        print(f"turnfsm view: {explain(exc)}", file=sys.stderr)
         return 2
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         if server is not None:
             server.stop()
-        print(f"turnfsm view: {exc}", file=sys.stderr)
+        print(f"turnfsm view: {explain(exc)}", file=sys.stderr)
         return 2
     try:
         print(f"serving session {session_id} at {server.url}", file=stream)

@@ -10,6 +10,7 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agents
+from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
 from turnfsm.errors import ConfigError, StoreError, TurnFSMError
 
@@ -59,7 +60,7 @@ def run_worker_command(
     try:
         agents = load_agents(agent) if agent else _demo_agents(store, stream)
     except (ConfigError, StoreError) as exc:
-        print(f"turnfsm worker: {exc}", file=sys.stderr)
+        print(f"turnfsm worker: {explain(exc)}", file=sys.stderr)
         return 2
     names = ", ".join(a.driver.name for a in agents)
 
@@ -82,7 +83,7 @@ def run_worker_command(
     try:
         run_async(serve)
     except ConfigError as exc:
-        print(f"turnfsm worker: {exc}", file=sys.stderr)
+        print(f"turnfsm worker: {explain(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass  # a Ctrl-C before the worker was serving
@@ -138,7 +139,7 @@ def run_durable_demo(
     try:
         result = run_async(go)
     except TurnFSMError as exc:
-        print(f"turnfsm demo: {exc}", file=sys.stderr)
+        print(f"turnfsm demo: {explain(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)

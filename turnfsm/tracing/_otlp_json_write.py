@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import math
 import os
 import threading
@@ -13,6 +14,8 @@ from typing import Any, TextIO, final
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+logger = logging.getLogger("turnfsm.tracing")
 
 __all__ = ["OTLPJSONFileExporter", "encode_spans"]
 
@@ -151,9 +154,14 @@ class OTLPJSONFileExporter(SpanExporter):
         self._lock = threading.Lock()
         self._file: TextIO | None = None
         self._is_shut_down = False
+        self._told = False  # the first failed write is logged, not each one
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Append `spans` to the file as one line; FAILURE if it cannot be written."""
+        """Append `spans` to the file as one line; FAILURE if it cannot be written.
+
+        The first write that fails is logged as an error (``turnfsm.tracing``)
+        naming the file, so spans are not lost without a word.
+        """
         line = json.dumps(encode_spans(spans), separators=(",", ":"))
         with self._lock:
             if self._is_shut_down:
@@ -163,7 +171,14 @@ class OTLPJSONFileExporter(SpanExporter):
                     self._file = self.path.open("a", encoding="utf-8")
                 self._file.write(line + "\n")
                 self._file.flush()
-            except OSError:
+            except OSError as exc:
+                if not self._told:
+                    self._told = True
+                    logger.error(
+                        "tracing: spans cannot be written to %s: %s",
+                        self.path,
+                        exc.strerror or exc,
+                    )
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 

@@ -1,0 +1,197 @@
+"""A bad file or value on the command line is one line on stderr, no traceback.
+
+Each error reads ``turnfsm COMMAND: ...``, names the option and the path (or
+the value) and what is wrong with it in plain words, and the status is 2.
+An output file that cannot be written is refused before the command works.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+from turnfsm.cli import main
+from turnfsm.cli._errors import explain
+from turnfsm.errors import ConfigError
+
+Capture = pytest.CaptureFixture[str]
+
+
+def _one_line(capsys: Capture, command: str, *, quiet: bool = False) -> str:
+    out, err = capsys.readouterr()
+    if quiet:
+        assert out == "", "the command did no work"
+    assert "Traceback" not in err
+    assert "Errno" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"turnfsm {command}: "), err
+    return lines[0]
+
+
+@pytest.fixture
+def session(tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The id of a finished demo session, in the store TURNFSM_STORE names."""
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    assert main(["demo"]) == 0
+    found = re.search(r"session (ses_\w+) stored", capsys.readouterr().out)
+    assert found is not None
+    return found.group(1)
+
+
+@pytest.mark.parametrize("option", ["--log", "--trace-file"])
+def test_demo_refuses_an_output_file_in_a_missing_directory_before_the_run(
+    tmp_path: Path, capsys: Capture, option: str
+) -> None:
+    path = tmp_path / "missing" / "x.jsonl"
+    try:
+        status = main(["demo", "--quiet", option, str(path)])
+    except SystemExit as exit:  # tracing is set up around the command
+        status = exit.code
+    assert status == 2
+    line = _one_line(capsys, "demo", quiet=True)
+    assert f"{option}='{path}'" in line
+    assert f"{path.parent} does not exist" in line
+    assert not path.parent.exists()
+
+
+def test_demo_refuses_a_directory_as_its_log(tmp_path: Path, capsys: Capture) -> None:
+    assert main(["demo", "--quiet", "--log", str(tmp_path)]) == 2
+    line = _one_line(capsys, "demo")
+    assert f"--log='{tmp_path}'" in line
+    assert "it is a directory" in line
+
+
+def test_diagram_refuses_an_out_that_is_a_file(tmp_path: Path, capsys: Capture) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    assert main(["diagram", str(REPO_ROOT / "machines"), "--out", str(taken)]) == 2
+    line = _one_line(capsys, "diagram")
+    assert f"--out='{taken}'" in line
+    assert "it is a file" in line
+    assert taken.read_text() == "mine"
+
+
+def test_diagram_of_a_run_refuses_an_output_in_a_missing_directory(
+    tmp_path: Path, capsys: Capture, session: str
+) -> None:
+    path = tmp_path / "missing" / "x.svg"
+    assert main(["diagram", "--run", session, "-o", str(path)]) == 2
+    line = _one_line(capsys, "diagram")
+    assert f"-o='{path}'" in line
+    assert f"{path.parent} does not exist" in line
+
+
+def test_diagram_passes_on_what_dot_said_when_it_fails(
+    tmp_path: Path, capsys: Capture, session: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    dot = bin_dir / "dot"
+    dot.write_text("#!/bin/sh\necho 'Error: out of memory' >&2\nexit 1\n")
+    dot.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    path = tmp_path / "x.svg"
+    assert main(["diagram", "--run", session, "-o", str(path)]) == 2
+    line = _one_line(capsys, "diagram")
+    assert f"-o='{path}'" in line
+    assert "(dot: Error: out of memory)" in line
+
+
+def test_simulate_prints_a_turnfsm_error_as_one_line(
+    capsys: Capture, session: str
+) -> None:
+    assert main(["simulate", session, "--window", "10"]) == 2
+    line = _one_line(capsys, "simulate")
+    assert "pinned messages do not fit" in line
+    assert "10-token window" in line
+
+
+def test_an_agent_factory_that_raises_is_named_with_its_error(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "failing_factory.py").write_text(
+        "def make():\n    raise ValueError('no API key in the config')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", "memory:")
+    monkeypatch.delitem(sys.modules, "failing_factory", raising=False)
+    assert main(["run", "hi", "--agent", "failing_factory:make"]) == 2
+    line = _one_line(capsys, "run")
+    assert "--agent='failing_factory:make'" in line
+    assert "ValueError: no API key in the config" in line
+
+
+def test_replay_names_a_missing_log_in_plain_words(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    assert main(["replay", str(tmp_path / "gone.jsonl")]) == 2
+    assert _one_line(capsys, "replay").endswith(
+        f"{tmp_path / 'gone.jsonl'} does not exist"
+    )
+    assert main(["replay", str(tmp_path)]) == 2
+    assert _one_line(capsys, "replay").endswith(
+        f"{tmp_path} is a directory, not a file"
+    )
+
+
+def test_sessions_import_names_a_missing_directory(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TURNFSM_STORE", "memory:")
+    path = tmp_path / "missing" / "log.jsonl"
+    assert main(["sessions", "import", str(path)]) == 2
+    line = _one_line(capsys, "sessions import")
+    assert line.endswith(f"{path}: the directory {path.parent} does not exist")
+
+
+@pytest.mark.parametrize(
+    "command", [["report", "{id}", "-o"], ["sessions", "export", "{id}", "-o"]]
+)
+@pytest.mark.parametrize("where", ["missing/x.out", "."])
+def test_report_and_export_refuse_an_output_they_cannot_write(
+    tmp_path: Path, capsys: Capture, session: str, command: list[str], where: str
+) -> None:
+    path = tmp_path / where
+    args = [a.replace("{id}", session) for a in command] + [str(path)]
+    assert main(args) == 2
+    line = _one_line(capsys, " ".join(command[:-2]))
+    assert f"-o='{path}'" in line
+    assert ("does not exist" if where != "." else "it is a directory") in line
+
+
+def test_the_main_handler_turns_any_os_error_into_one_line(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails(_args: object) -> int:
+        raise PermissionError(errno.EACCES, "Permission denied", "/x/y")
+
+    monkeypatch.setattr("turnfsm.cli._other", fails)
+    assert main(["check", "m.toml"]) == 2
+    assert _one_line(capsys, "check") == (
+        "turnfsm check: /x/y cannot be opened: permission denied"
+    )
+
+
+def test_a_turnfsm_error_no_command_caught_is_one_line(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails(_args: object) -> int:
+        raise ConfigError("--window", 0, "an int >= 1")
+
+    monkeypatch.setattr("turnfsm.cli._other", fails)
+    assert main(["sessions", "list"]) == 2
+    assert _one_line(capsys, "sessions list") == (
+        "turnfsm sessions list: invalid --window=0: expected an int >= 1"
+    )
+
+
+def test_explain_words_an_os_error_without_a_path() -> None:
+    assert explain(OSError(errno.ENOSPC, "No space left on device")) == (
+        "no space left on device"
+    )

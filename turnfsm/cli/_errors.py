@@ -1,0 +1,86 @@
+"""How the command line words an error: one line, in plain words.
+
+Every command prints its errors as ``turnfsm COMMAND: MESSAGE`` on stderr.
+`explain` makes the MESSAGE: a file system error names the path and what
+is wrong with it (not ``[Errno 2] ...``); any other error is its own
+message. `check_writable` refuses an output file that cannot be written
+before a command does its work.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+from turnfsm.errors import ConfigError
+
+__all__ = ["check_writable", "explain", "fail"]
+
+_PLAIN = {
+    errno.EISDIR: "is a directory, not a file",
+    errno.ENOTDIR: "is not a directory (or a part of its path is a file)",
+    errno.EEXIST: "already exists",
+    errno.EACCES: "cannot be opened: permission denied",
+    errno.EPERM: "cannot be opened: operation not permitted",
+    errno.EROFS: "cannot be written: the file system is read-only",
+    errno.ENOSPC: "cannot be written: no space left on the device",
+    errno.ENAMETOOLONG: "is too long a file name",
+}
+
+
+def explain(exc: BaseException) -> str:
+    """`exc`'s message on one line; a file system error in plain words."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return _os_error(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return str(exc) or type(exc).__name__
+
+
+def _os_error(exc: OSError) -> str:
+    path = os.fsdecode(exc.filename)
+    if exc.errno == errno.ENOENT:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            return f"{path}: the directory {parent} does not exist"
+        return f"{path} does not exist"
+    plain = _PLAIN.get(exc.errno or 0)
+    if plain is not None:
+        return f"{path} {plain}"
+    reason = (exc.strerror or type(exc).__name__).lower()
+    return f"{path}: {reason}"
+
+
+def fail(command: str, exc: BaseException, status: int = 2) -> int:
+    """Print ``turnfsm COMMAND: MESSAGE`` for `exc` on stderr; return `status`."""
+    print(f"turnfsm {command}: {explain(exc)}", file=sys.stderr)
+    return status
+
+
+def check_writable(option: str, path: str) -> None:
+    """Refuse `path` for `option` unless a file can be written there.
+
+    Nothing is created: the path must not be a directory, its directory must
+    exist and be writable, and an existing file must be writable.
+
+    Raises:
+        ConfigError: naming `option`, `path` and what is wrong.
+    """
+    if path == "-":
+        return
+    if os.path.isdir(path):
+        raise ConfigError(option, path, "a file to write (it is a directory)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        why = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise ConfigError(
+            option, path, f"a file in an existing directory ({parent} {why})"
+        )
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise ConfigError(option, path, "a file you may write (permission denied)")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            option, path, f"a file in a directory you may write ({parent} is not)"
+        )
