@@ -872,7 +872,10 @@ def test_driver_settings_fail_at_construction(field: str, value: object) -> None
 @pytest.mark.parametrize(
     ("make", "expected"),
     [
-        (lambda: Driver(model=MODEL, prices=3), "ModelPrices (known_prices) or None"),
+        (
+            lambda: Driver(model=MODEL, prices=3),
+            "ModelPrices (known_prices), a model with known prices, or None",
+        ),
         (lambda: Driver(model=MODEL, tracing=3), "True, False or None"),
         (lambda: Driver(model=MODEL, system_prompt=3), "a string or None"),
         (lambda: Driver(model=MODEL, context=3), "a ContextManager or None"),

@@ -15,7 +15,6 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnfsm import _deprecated
-from turnfsm.context._manager import to_prices
 from turnfsm.core import Event, ModelReplied
 from turnfsm.driver import (
     SUBAGENT_MAX_CHILDREN,
@@ -151,8 +150,6 @@ class Agent:
         _check_options(driver_options)
         if session is not None and not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
-        if "prices" in driver_options:  # a known model's name, as ContextManager
-            driver_options["prices"] = to_prices(driver_options["prices"])
         children = driver_options.get("subagents")
         if isinstance(children, Mapping):  # an Agent runs on its driver
             driver_options["subagents"] = {

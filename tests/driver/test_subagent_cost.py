@@ -19,7 +19,7 @@ from tests.driver.test_subagents import (
     write_files,
 )
 from turnfsm import Agent
-from turnfsm.driver import RunControl
+from turnfsm.driver import Driver, RunControl
 from turnfsm.errors import ConfigError
 from turnfsm.providers import ModelPrices, ModelRequest, ModelResponse, known_prices
 from turnfsm.testing import FakeModelClient, reply, tool_call
@@ -97,11 +97,14 @@ def test_prices_are_model_prices_or_a_known_models_name() -> None:
     # As ContextManager(prices=...) takes them.
     agent = Agent(model=parent_model(), prices="gpt-4o")
     assert agent.driver.prices == known_prices("gpt-4o") is not None
+    driver = Driver(model=parent_model(), prices="gpt-4o")
+    assert driver.prices == known_prices("gpt-4o")
     for bad in ("no-such-model", 3):
-        with pytest.raises(ConfigError) as caught:
-            Agent(model=parent_model(), prices=bad)
-        assert (caught.value.field, caught.value.value) == ("prices", bad)
-        assert "or None, or None" not in str(caught.value)
+        for make in (Agent, Driver):
+            with pytest.raises(ConfigError) as caught:
+                make(model=parent_model(), prices=bad)
+            assert (caught.value.field, caught.value.value) == ("prices", bad)
+            assert "or None, or None" not in str(caught.value)
 
 
 async def test_a_cancelled_callers_children_still_count_what_they_used() -> None:

@@ -44,6 +44,7 @@ from typing import Final, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm._prices import to_prices
 from turnfsm.context._cache import CacheRules, cache_rules_for, payback_of
 from turnfsm.context._masking import MaskingCompactor
 from turnfsm.context._pairs import result_problem, scans_shared
@@ -78,7 +79,6 @@ from turnfsm.providers import (
     ModelPrices,
     ModelRequest,
     ModelResponse,
-    known_prices,
     window_for,
 )
 from turnfsm.tokens import TokenCounter, default_counter
@@ -110,20 +110,6 @@ def _to_base(value: object) -> CompactBase:
     raise ConfigError(
         "compact_target", value, "CompactBase.THRESHOLD or CompactBase.CONTEXT"
     )
-
-
-def to_prices(value: object) -> object:
-    """A known model's name becomes its prices; anything else is checked later."""
-    if isinstance(value, str):
-        prices = known_prices(value) if value.strip() else None
-        if prices is None:
-            raise ConfigError(
-                "prices",
-                value,
-                "a model with known prices (claude-sonnet-4-5, gpt-4o), or ModelPrices",
-            )
-        return prices
-    return value
 
 
 def _needs_prices(inst: ContextManager, _attr: object, value: int | None) -> None:

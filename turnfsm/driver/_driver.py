@@ -16,6 +16,7 @@ from typing import Any, TypeVar, final, overload
 import attrs
 
 from turnfsm import _checks
+from turnfsm._prices import to_prices
 from turnfsm._resources import compaction_machine, default_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import (
@@ -161,10 +162,11 @@ class Driver:
         max_output_retries: re-asks, listing the validation errors, after a
             final answer that does not fit `output_type`; then the run fails
             with `OutputInvalid`.
-        prices: the model's prices (``known_prices("gpt-4o")``, or your
-            own `ModelPrices`): `RunResult.cost` says what each run's model
-            calls cost, and a caller's `children_cost` what its sub-agents'
-            did. None: not known.
+        prices: the model's prices (``known_prices("gpt-4o")``, a known
+            model's name such as ``"gpt-4o"``, or your own `ModelPrices`):
+            `RunResult.cost` says what each run's model calls cost, and a
+            caller's `children_cost` what its sub-agents' did. None: not
+            known.
 
     Raises:
         ConfigError: a setting is out of range (the field is named).
@@ -243,8 +245,11 @@ class Driver:
     max_output_retries: int = attrs.field(default=2, validator=_count(0))
     prices: ModelPrices | None = attrs.field(
         default=None,
+        converter=to_prices,
         validator=_checks.instance(
-            ModelPrices, "ModelPrices (known_prices) or None", optional=True
+            ModelPrices,
+            "ModelPrices (known_prices), a model with known prices, or None",
+            optional=True,
         ),
     )
     _output: OutputType | None = attrs.field(init=False)
