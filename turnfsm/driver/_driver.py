@@ -528,8 +528,9 @@ class Driver:
             ConfigError: no such run; the run is not open; the machine is not
                 the one the run began on; `event` is not an answer the paused
                 run takes: not an event its phase accepts, or tool results
-                for calls it does not wait on (`Pause.check_answer`). Nothing
-                is written: the run stays paused, to be answered again.
+                for calls it does not wait on (`Pause.check_answer`); or
+                it approves a call whose tool this driver lacks. Nothing is
+                written: the run stays paused, to be answered again.
             ReplayDiverged: the log does not replay on this machine.
             SessionBusy: another run is using `session`, or another process
                 holds it and is alive (its lease is live): resume with
