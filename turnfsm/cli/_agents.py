@@ -20,7 +20,13 @@ from turnfsm.agent import Agent
 from turnfsm.driver import Tool
 from turnfsm.errors import ConfigError
 
-__all__ = ["load_agent", "load_agents", "load_object", "load_tools"]
+__all__ = [
+    "load_agent",
+    "load_agents",
+    "load_object",
+    "load_tools",
+    "made_by",
+]
 
 
 def load_object(option: str, spec: str) -> Any:
@@ -76,7 +82,7 @@ def load_agent(spec: str, *, option: str = "--agent") -> Agent:
     """
     value = load_object(option, spec)
     if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
-        value = _made(option, spec, value)
+        value = made_by(option, spec, value)
     if not isinstance(value, Agent):
         raise ConfigError(
             option,
@@ -86,7 +92,9 @@ def load_agent(spec: str, *, option: str = "--agent") -> Agent:
     return value
 
 
-def _made(option: str, spec: str, make: Callable[[], Any]) -> Any:
+def made_by(
+    option: str, spec: str, make: Callable[[], Any], what: str = "an agent"
+) -> Any:
     """What the factory `make` returns; a `ConfigError` naming it if it raises."""
     try:
         return make()
@@ -94,7 +102,7 @@ def _made(option: str, spec: str, make: Callable[[], Any]) -> Any:
         raise ConfigError(
             option,
             spec,
-            f"a function that makes an agent (it raised {type(exc).__name__}: {exc})",
+            f"a function that makes {what} (it raised {type(exc).__name__}: {exc})",
         ) from None
 
 
@@ -118,7 +126,7 @@ def load_agents(spec: str) -> list[Agent]:
     """
     value = load_object("--agent", spec)
     if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
-        value = _made("--agent", spec, value)
+        value = made_by("--agent", spec, value)
     if isinstance(value, Agent):
         agents = [value]
     elif isinstance(value, list | tuple):

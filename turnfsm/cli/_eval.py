@@ -11,7 +11,7 @@ import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm.cli._agents import load_object
+from turnfsm.cli._agents import load_object, made_by
 from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor
@@ -89,15 +89,7 @@ def strategy_maker(spec: str) -> Maker:
 
 
 def _made(spec: str, make: Callable[[], object]) -> ContextCompactor:
-    try:
-        made = make()
-    except Exception as exc:  # the factory's own code failed
-        raise ConfigError(
-            "--strategy",
-            spec,
-            f"a function that makes a compactor (it raised {type(exc).__name__}: "
-            f"{exc})",
-        ) from None
+    made = made_by("--strategy", spec, make, "a compactor")
     if not isinstance(made, ContextCompactor):
         raise ConfigError(
             "--strategy", spec, f"a ContextCompactor (it made {type(made).__name__})"

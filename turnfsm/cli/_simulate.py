@@ -198,18 +198,12 @@ def _stored(session: Session, run_id: str, *, given: bool) -> ContextManager:
 
 def _user_compactor(spec: str, value: Any) -> ContextCompactor | ContextManager:
     """A compactor or context manager, or what a function of no arguments makes."""
+    from turnfsm.cli._agents import made_by
+
     if isinstance(value, type) or (
         callable(value) and not hasattr(value, "compact") and not _is_context(value)
     ):
-        try:
-            value = value()
-        except Exception as exc:  # the factory's own code failed
-            raise ConfigError(
-                "--compactor",
-                spec,
-                f"a function that makes a compactor (it raised "
-                f"{type(exc).__name__}: {exc})",
-            ) from None
+        value = made_by("--compactor", spec, value, "a compactor")
     return value  # type: ignore[no-any-return]
 
 
