@@ -54,7 +54,9 @@ async def complete(
     attempts = 0
     ended = 0.0
     limit = run.model_timeout
-    what = "" if limit is None else _model_label(client)
+
+    def what() -> str:  # asked only when an attempt timed out
+        return _model_label(client)
 
     async def call() -> ModelResponse:
         nonlocal attempts, ended

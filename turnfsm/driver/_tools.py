@@ -128,10 +128,8 @@ class Tool:
 
     @_is_async.default
     def _detect_async(self) -> bool:
-        # A callable instance is async when its class's __call__ is.
-        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
-            annotated_function(self.fn)
-        )
+        # A partial as its function; a callable instance as its __call__.
+        return inspect.iscoroutinefunction(annotated_function(self.fn))
 
     @_validator.default
     def _build_validator(self) -> ArgumentsCheck:
@@ -289,14 +287,17 @@ def function_tool(
     return make if fn is None else make(fn)
 
 
-def deadline(seconds: float | None, what: str) -> AbstractContextManager[object]:
+def deadline(
+    seconds: float | None, what: Callable[[], str]
+) -> AbstractContextManager[object]:
     """Return a context that raises `TimeoutError` after `seconds` (None: no limit).
 
     `anyio.fail_after` without its generator: one bare `CancelScope` with a
     deadline. Only the deadline can cancel the scope (nobody else holds it),
     so a cancellation it caught is the deadline: `TimeoutError`. So is an
     answer that comes past the deadline anyway (`is_late`). The error says
-    ``"{what} timed out after {seconds}s"``.
+    ``"{what()} timed out after {seconds}s"``: `what` names what ran, and is
+    asked only when it timed out.
     """
     return _Deadline(seconds, what) if seconds is not None else nullcontext()
 
@@ -307,7 +308,7 @@ class _Deadline:
 
     __slots__ = ("_scope", "_seconds", "_what")
 
-    def __init__(self, seconds: float, what: str) -> None:
+    def __init__(self, seconds: float, what: Callable[[], str]) -> None:
         self._seconds = seconds
         self._what = what
 
@@ -325,7 +326,7 @@ class _Deadline:
         scope = self._scope
         scope.__exit__(exc_type, exc, tb)
         if scope.cancelled_caught or (exc_type is None and is_late(scope)):
-            late = f"{self._what} timed out after {self._seconds}s"
+            late = f"{self._what()} timed out after {self._seconds}s"
             raise TimeoutError(late) from None
 
 
