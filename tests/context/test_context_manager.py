@@ -198,7 +198,10 @@ def test_window_zero_disables_both_lines() -> None:
         ("counter", object()),
         ("compactor", object()),
     ],
-    ids=lambda v: repr(v) if not isinstance(v, str) else v,
+    # The same ids in every process (an object's repr names its address).
+    ids=lambda v: (
+        v if isinstance(v, str) else "object()" if type(v) is object else repr(v)
+    ),
 )
 def test_bad_settings_raise_config_error_naming_the_field(
     field: str, value: object
