@@ -558,6 +558,22 @@ def test_agent_run_sync_takes_run_s_output_type_and_control() -> None:
     assert cancelled.outcome == "cancelled"
 
 
+async def test_agent_run_sync_in_a_running_event_loop_is_refused_first(
+    anyio_backend: str,
+) -> None:
+    session = Session()
+    agent = Agent(model=ScriptedModel.of("never"), session=session)
+
+    with pytest.raises(ConfigError) as caught:
+        agent.run_sync("hi")
+
+    assert caught.value.field == "run_sync"
+    assert caught.value.value == anyio_backend
+    assert f"running event loop (here: {anyio_backend})" in str(caught.value)
+    assert "await agent.run(...) instead" in str(caught.value)
+    assert (session.runs, list(session.history)) == ([], [])
+
+
 async def test_events_replay_to_the_same_history() -> None:
     from turnfsm._resources import default_machine
     from turnfsm.core import TurnMachine
