@@ -264,7 +264,7 @@ def _context_exceeded(s: Snapshot, e: Event) -> Failure:
 
 
 def _stalled(s: Snapshot, e: Event) -> Failure:
-    """The pass saved nothing; one run on an overflow quotes the refusal."""
+    """The pass saved nothing; a pass run on an overflow quotes the refusal."""
     assert isinstance(e, CompactionResult | CompactionNoop)
     error = s.overflow if s.compact_reason is CompactReason.OVERFLOW else None
     return Failure(

@@ -196,9 +196,9 @@ class Snapshot:
 
     `history` is the committed conversation, `pending` this run's messages,
     `inbox` messages injected while the request could not take them yet.
-    `overflow` is the provider's refusal that started the run's last
-    compact-and-retry pass, so a pass that cannot make the request fit
-    fails quoting it.
+    `overflow` is the refusal that started the last compact-and-retry pass
+    (a provider's, or the driver's own check of a reply), so that a pass
+    that cannot make the request fit fails quoting the provider.
     """
 
     phase: str = attrs.field(validator=_checks.string(non_empty=True))
