@@ -361,6 +361,31 @@ def test_an_error_is_a_value_tagged_with_its_class_name() -> None:
     }
 
 
+def test_the_providers_words_on_an_error_leave_older_records_as_they_were() -> None:
+    quoting = CompactionStalled(used=5, limit=9, provider_message="too long")
+
+    written = serde.error_to_json(quoting)
+    older = serde.error_from_json({"type": "CompactionStalled", "used": 5, "limit": 9})
+
+    assert written["provider_message"] == "too long"
+    assert isinstance(older, CompactionStalled)
+    assert older.provider_message == ""
+    back = json_round_trip(quoting, TurnFSMError)
+    assert isinstance(back, CompactionStalled)
+    assert back.provider_message == "too long"
+
+
+def test_a_snapshot_keeps_its_older_form_until_an_overflow_is_kept() -> None:
+    older = Snapshot(phase="start").to_dict()
+    refused = ErrorInfo(type=errors.CONTEXT_OVERFLOW, message="too long", status=400)
+    snapshot = Snapshot(phase="start", overflow=refused)
+
+    assert "overflow" not in older
+    assert Snapshot.from_dict(older).overflow is None
+    assert Snapshot.from_dict(snapshot.to_dict()) == snapshot
+    assert json_round_trip(snapshot, Snapshot) == snapshot
+
+
 def test_an_error_field_named_type_is_keyed_type_underscore() -> None:
     data = serde.error_to_json(CorruptRecord(type="Snapshot", path="v", reason="r"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import difflib
 import functools
@@ -95,6 +96,29 @@ def _check_options(options: Mapping[str, Any]) -> None:
         raise ConfigError(
             "model", None, "a ModelClient (model= is required)", missing=True
         )
+
+
+def _running_loop() -> str | None:
+    """Return the name of the event loop running in this thread, if any.
+
+    `anyio.run` would refuse to start in one too, but with a bare
+    `RuntimeError`; sniffio (when installed, as with trio) names any
+    library, asyncio is checked directly.
+    """
+    try:
+        import sniffio
+    except ImportError:  # pragma: no cover - anyio no longer requires it
+        pass
+    else:
+        try:
+            return sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            pass
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return "asyncio"
 
 
 def _driver_of(agent: object) -> object:
@@ -407,7 +431,21 @@ class Agent:
         Takes `run`'s arguments. The event loop ends with the call, so the
         model's connections are closed at the end (through its ``close()``,
         when it has one).
+
+        Raises:
+            ConfigError: it was called from async code, with an event loop
+                already running in this thread (``await agent.run(...)``
+                there instead); nothing was started or written.
         """
+        running = _running_loop()
+        if running is not None:
+            raise ConfigError(
+                "run_sync",
+                running,
+                "a call from synchronous code: run_sync cannot be called "
+                f"from a running event loop (here: {running}); "
+                "await agent.run(...) instead",
+            )
         return anyio.run(
             functools.partial(
                 self._run_and_close,

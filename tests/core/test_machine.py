@@ -54,6 +54,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.errors import (
+    CONTEXT_OVERFLOW,
     Cancelled,
     CompactionCircuitOpen,
     CompactionFailed,
@@ -282,6 +283,69 @@ def test_overflow_retries_are_bounded(retries: int) -> None:
         Fail(error=ContextExceeded(used=estimate, limit=8_000)),
     )
     assert machine.snapshot.overflow_retries == retries
+
+
+REFUSED = ErrorInfo(
+    type=CONTEXT_OVERFLOW,
+    message="maximum context length is 4096 tokens",
+    status=400,
+)
+
+
+def test_a_stalled_pass_after_an_overflow_quotes_the_provider() -> None:
+    machine = machine_in("call_llm")
+    machine.handle(ContextOverflowed(error=REFUSED))
+
+    decision = machine.handle(CompactionNoop(before=366, after=366))
+
+    assert machine.phase == "failed"
+    stalled = CompactionStalled(used=366, limit=366, provider_message=REFUSED.message)
+    assert decision == Fail(error=stalled)
+    assert isinstance(decision, Fail)
+    assert str(decision.error).startswith("compaction stalled: 366 tokens after")
+    assert "(the provider said: maximum context length is 4096 tokens)" in str(
+        decision.error
+    )
+
+
+def test_an_overflow_past_its_retries_quotes_the_provider() -> None:
+    machine = machine_in(
+        "call_llm", budget=attrs.evolve(BUDGET, max_overflow_retries=0)
+    )
+
+    decision = machine.handle(ContextOverflowed(error=REFUSED))
+
+    assert isinstance(decision, Fail)
+    assert type(decision.error) is ContextExceeded
+    assert decision.error.provider_message == REFUSED.message
+
+
+@pytest.mark.parametrize(
+    ("refusal", "reason"),
+    [
+        (ErrorInfo(type="ContextCheck", message="the reply is over the window"), None),
+        (REFUSED, CompactReason.EMERGENCY),
+    ],
+    ids=["not-the-provider", "a-later-pass"],
+)
+def test_a_stall_quotes_only_the_provider_on_its_own_overflow(
+    refusal: ErrorInfo, reason: CompactReason | None
+) -> None:
+    machine = machine_in("call_llm")
+    machine.handle(ContextOverflowed(error=refusal))
+    if reason is not None:  # the retry fits; a later pass stalls
+        machine.handle(CompactionResult(messages=[H1, H2, U], before=900, after=800))
+        machine.handle(ModelReplied(message=ASKS))
+        machine.handle(ToolsFinished(results=RESULTS))
+        machine.handle(Measured(estimate=7_600))
+        assert machine.snapshot.compact_reason is reason
+
+    decision = machine.handle(CompactionNoop(before=7_600, after=7_600))
+
+    assert isinstance(decision, Fail)
+    assert isinstance(decision.error, CompactionStalled)
+    assert decision.error.provider_message == ""
+    assert "the provider said" not in str(decision.error)
 
 
 def test_model_failure_fails_the_run() -> None:

@@ -508,6 +508,64 @@ async def test_an_async_hook_method_is_refused_where_the_hook_is_given() -> None
         await Driver(model=ScriptedModel.of("ok")).run("x", hooks=[Steer(), Async()])
 
 
+class Misspelt(Hook):
+    def on_tool_started(self, info: object) -> None:
+        """Never called: no hook method has this name."""
+
+
+async def test_a_misspelt_hook_method_is_refused_where_the_hook_is_given() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[Misspelt()])
+    assert caught.value.field == "hooks[0].on_tool_started"
+    assert isinstance(caught.value.value, Misspelt)
+    assert "Misspelt.on_tool_started is not one" in str(caught.value)
+    assert "did you mean 'on_tool_start'?" in str(caught.value)
+    with pytest.raises(ConfigError, match=r"hooks\[0\]\.on_tool_started"):
+        Agent(model=ScriptedModel.of("ok"), hooks=[Misspelt()])
+    session = Session()
+    with pytest.raises(ConfigError, match=r"hooks\[1\]\.on_tool_started"):
+        await Driver(model=ScriptedModel.of("ok")).run(
+            "x", session=session, hooks=[Steer(), Misspelt()]
+        )
+    assert session.runs == []
+
+
+def test_an_unknown_hook_method_with_no_close_name_lists_the_hook_methods() -> None:
+    class Duck:
+        def on_run_end(self, info: object) -> None:
+            pass
+
+    duck = Duck()
+    duck.on_everything = print  # type: ignore[attr-defined]
+
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[duck])  # type: ignore[list-item]
+
+    assert caught.value.field == "hooks[0].on_everything"
+    assert "the hook methods are on_run_start, on_transition" in str(caught.value)
+
+
+async def test_private_helpers_and_other_names_of_a_hook_are_its_own() -> None:
+    seen: list[str] = []
+
+    class Helpers(Hook):
+        label = "on_"  # not callable
+        on_count = 0  # not callable
+
+        def on_run_end(self, info: object) -> None:
+            self._on_end(info)
+
+        def _on_end(self, info: object) -> None:
+            seen.append(self.label)
+
+        def online(self) -> bool:
+            return True
+
+    result = await Driver(model=ScriptedModel.of("ok"), hooks=[Helpers()]).run("x")
+
+    assert (result.outcome, seen) == ("done", ["on_"])
+
+
 async def test_usage_is_summed_per_run() -> None:
     from turnfsm.core import Usage
 
@@ -556,6 +614,22 @@ def test_agent_run_sync_takes_run_s_output_type_and_control() -> None:
     control.cancel("not now")
     cancelled = Agent(model=ScriptedModel.of("never")).run_sync("x", control=control)
     assert cancelled.outcome == "cancelled"
+
+
+async def test_agent_run_sync_in_a_running_event_loop_is_refused_first(
+    anyio_backend: str,
+) -> None:
+    session = Session()
+    agent = Agent(model=ScriptedModel.of("never"), session=session)
+
+    with pytest.raises(ConfigError) as caught:
+        agent.run_sync("hi")
+
+    assert caught.value.field == "run_sync"
+    assert caught.value.value == anyio_backend
+    assert f"running event loop (here: {anyio_backend})" in str(caught.value)
+    assert "await agent.run(...) instead" in str(caught.value)
+    assert (session.runs, list(session.history)) == ([], [])
 
 
 async def test_events_replay_to_the_same_history() -> None:

@@ -23,7 +23,15 @@ from turnfsm.core import (
     ToolsFinished,
 )
 from turnfsm.driver import Driver, EffectContext, RunControl, Session, Tool, replay
-from turnfsm.errors import Cancelled, CompactionFailed, InvalidMessage, SessionBusy
+from turnfsm.errors import (
+    CONTEXT_OVERFLOW,
+    Cancelled,
+    CompactionFailed,
+    CompactionStalled,
+    InvalidMessage,
+    ProviderError,
+    SessionBusy,
+)
 from turnfsm.hooks import DecisionInfo, Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import (
@@ -685,3 +693,30 @@ async def test_a_run_on_a_long_session_logs_its_first_context_as_a_change(
         for run in reopened.runs:
             report = replay(driver().machine, reopened, run.run_id)
             assert report.ok, report
+
+
+async def test_a_run_that_stalls_after_an_overflow_keeps_the_providers_words(
+    tmp_path: Path,
+) -> None:
+    said = "HTTP 400: maximum context length is 4096 tokens"
+    refused = ProviderError(said, kind=CONTEXT_OVERFLOW, status=400)
+    driver = Driver(
+        model=ScriptedModel.of(refused, "never"),
+        context=None,  # no pass can shrink the request
+        context_window=100_000,
+    )
+    path = f"{tmp_path}/s.db"
+    async with SQLiteStore(path) as store:
+        session = Session(store=store)
+        result = await driver.run("x" * 1_000, session=session)
+
+    assert isinstance(result.error, CompactionStalled)
+    assert result.error.provider_message == said
+    assert str(result.error).startswith("compaction stalled: ")
+    assert f"(the provider said: {said})" in str(result.error)
+    async with SQLiteStore(path) as again:
+        reopened = await Session.load(again, session.id)
+    (run,) = reopened.runs
+    assert isinstance(run.error, CompactionStalled)
+    assert run.error.provider_message == said
+    assert replay(None, reopened, result.run_id).ok

@@ -29,6 +29,7 @@ from turnfsm.core._events import (
     ToolsFinished,
     trigger_of,
 )
+from turnfsm.core._lines import CompactReason
 from turnfsm.core._snapshot import Failure, Snapshot
 from turnfsm.errors import IllegalEvent, InvalidMessage
 from turnfsm.messages import MessageLog, Role
@@ -181,8 +182,9 @@ def record_noop(s: Snapshot, e: Event) -> Snapshot:
 
 
 def count_overflow(s: Snapshot, e: Event) -> Snapshot:
-    """Spend one overflow retry."""
-    return s.replace(overflow_retries=s.overflow_retries + 1)
+    """Spend one overflow retry; keep the refusal, for a pass that stalls to quote."""
+    overflow = e.error if isinstance(e, ContextOverflowed) else None
+    return s.replace(overflow_retries=s.overflow_retries + 1, overflow=overflow)
 
 
 def count_compaction(s: Snapshot, e: Event) -> Snapshot:
@@ -251,16 +253,27 @@ def _compaction_limit(s: Snapshot, e: Event) -> Failure:
 def _context_exceeded(s: Snapshot, e: Event) -> Failure:
     if isinstance(e, CompactionOverflowed):
         return Failure(kind="context_exceeded", used=e.used, limit=e.limit)
-    detail = e.error.message if isinstance(e, ContextOverflowed) else ""
-    used = s.estimate or 0
+    error = e.error if isinstance(e, ContextOverflowed) else None
     return Failure(
-        kind="context_exceeded", used=used, limit=s.budget.context_window, detail=detail
+        kind="context_exceeded",
+        used=s.estimate or 0,
+        limit=s.budget.context_window,
+        detail="" if error is None else error.message,
+        error_type="" if error is None else error.type,
     )
 
 
 def _stalled(s: Snapshot, e: Event) -> Failure:
+    """The pass saved nothing; a pass run on an overflow quotes the refusal."""
     assert isinstance(e, CompactionResult | CompactionNoop)
-    return Failure(kind="compaction_stalled", used=e.after, limit=e.before)
+    error = s.overflow if s.compact_reason is CompactReason.OVERFLOW else None
+    return Failure(
+        kind="compaction_stalled",
+        used=e.after,
+        limit=e.before,
+        detail="" if error is None else error.message,
+        error_type="" if error is None else error.type,
+    )
 
 
 def _compaction_failed(s: Snapshot, e: Event) -> Failure:

@@ -10,6 +10,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.core._lines import CompactReason
 from turnfsm.errors import (
+    CONTEXT_OVERFLOW,
     Cancelled,
     CompactionCircuitOpen,
     CompactionFailed,
@@ -23,6 +24,7 @@ from turnfsm.errors import (
     TurnFSMError,
 )
 from turnfsm.messages import Message, MessageLog, OpenCalls
+from turnfsm.values import ErrorInfo
 
 __all__ = ["SCHEMA_VERSION", "Budget", "Failure", "Snapshot"]
 
@@ -103,8 +105,12 @@ def _within_window(budget: Budget, tokens: int | None) -> None:
 
 _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
     "max_turns_exceeded": lambda f: MaxTurnsExceeded(max_turns=f.limit),
-    "context_exceeded": lambda f: ContextExceeded(used=f.used, limit=f.limit),
-    "compaction_stalled": lambda f: CompactionStalled(used=f.used, limit=f.limit),
+    "context_exceeded": lambda f: ContextExceeded(
+        used=f.used, limit=f.limit, provider_message=_provider_message(f)
+    ),
+    "compaction_stalled": lambda f: CompactionStalled(
+        used=f.used, limit=f.limit, provider_message=_provider_message(f)
+    ),
     "compaction_failed": lambda f: CompactionFailed(
         used=f.used, limit=f.limit, cause=f.detail
     ),
@@ -120,6 +126,11 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
         message=f.detail, retryable=f.retryable, kind=f.error_type, status=f.status
     ),
 }
+
+
+def _provider_message(failure: Failure) -> str:
+    """The provider's words, when the failure carries its overflow refusal."""
+    return failure.detail if failure.error_type == CONTEXT_OVERFLOW else ""
 
 
 @final
@@ -185,6 +196,9 @@ class Snapshot:
 
     `history` is the committed conversation, `pending` this run's messages,
     `inbox` messages injected while the request could not take them yet.
+    `overflow` is the refusal that started the last compact-and-retry pass
+    (a provider's, or the driver's own check of a reply), so that a pass
+    that cannot make the request fit fails quoting the provider.
     """
 
     phase: str = attrs.field(validator=_checks.string(non_empty=True))
@@ -219,6 +233,10 @@ class Snapshot:
     failure: Failure | None = attrs.field(
         default=None, validator=_checks.instance(Failure, "a Failure", optional=True)
     )
+    overflow: ErrorInfo | None = attrs.field(
+        default=None,
+        validator=_checks.instance(ErrorInfo, "an ErrorInfo", optional=True),
+    )
     is_started: bool = attrs.field(default=False, validator=_checks.boolean())
     schema_version: int = attrs.field(
         default=SCHEMA_VERSION, validator=_checks.one_of((SCHEMA_VERSION,))
@@ -240,7 +258,7 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-compatible dict; `Snapshot.from_dict` reverses it."""
-        return {
+        data: dict[str, Any] = {
             "schema_version": self.schema_version,
             "phase": self.phase,
             "budget": attrs.asdict(self.budget),
@@ -261,6 +279,9 @@ class Snapshot:
             "failure": None if self.failure is None else attrs.asdict(self.failure),
             "is_started": self.is_started,
         }
+        if self.overflow is not None:  # left out while None: the form of before
+            data["overflow"] = attrs.asdict(self.overflow)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
@@ -315,6 +336,9 @@ class Snapshot:
             threshold_line_spent=data.get("threshold_line_spent", False),
             last_reply=_read(data, "last_reply", Message.from_dict),
             failure=_read(data, "failure", _failure),
+            overflow=_read(data, "overflow", lambda v: ErrorInfo(**v))
+            if "overflow" in data
+            else None,
             is_started=data["is_started"],
         )
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from turnfsm import _checks
 from turnfsm.core import (
@@ -79,10 +81,27 @@ def hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
 
 
 def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
-    """Each a `Hook` whose methods are plain functions (hooks are never awaited)."""
+    """Each a `Hook` whose methods are plain functions (hooks are never awaited).
+
+    A public ``on_*`` method that is not a hook method (a misspelt
+    ``on_tool_started``) is refused too: the driver would never call it.
+    """
     for i, hook in enumerate(hooks):
         if not _is_hook(hook):
             raise ConfigError(f"hooks[{i}]", hook, "a Hook")
+        for name in _unknown_methods(hook):
+            close = difflib.get_close_matches(name, HOOK_METHODS, n=1)
+            hint = (
+                f"did you mean {close[0]!r}?"
+                if close
+                else "the hook methods are " + ", ".join(HOOK_METHODS)
+            )
+            raise ConfigError(
+                f"hooks[{i}].{name}",
+                hook,
+                f"a hook method: {type(hook).__name__}.{name} is not one, so "
+                f"it would never be called ({hint})",
+            )
         for name in HOOK_METHODS:
             if inspect.iscoroutinefunction(getattr(hook, name, None)):
                 raise ConfigError(
@@ -95,6 +114,37 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
 
 
 _CHECK_HOOKS: _checks.Check = _check_hooks
+
+
+def _unknown_methods(hook: object) -> list[str]:
+    """The public ``on_*`` methods of `hook` the driver does not call."""
+    names = list(_unknown_in_class(type(hook)))
+    own = getattr(hook, "__dict__", None)
+    if own:  # methods set on the instance itself (a duck-typed hook)
+        names += [n for n, v in own.items() if _is_unknown(n) and callable(v)]
+    return names
+
+
+def _unknown_in_class(cls: type) -> tuple[str, ...]:
+    # Once per class, not per run: a hook given to every run costs a lookup.
+    names = _UNKNOWN.get(cls)
+    if names is None:
+        names = _UNKNOWN[cls] = tuple(
+            n for n in dir(cls) if _is_unknown(n) and callable(getattr(cls, n, None))
+        )
+    return names
+
+
+_UNKNOWN: Final[weakref.WeakKeyDictionary[type, tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _is_unknown(name: str) -> bool:
+    return name.startswith("on_") and name not in _HOOK_METHODS
+
+
+_HOOK_METHODS: Final = frozenset(HOOK_METHODS)
 
 
 def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:

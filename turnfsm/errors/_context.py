@@ -133,7 +133,9 @@ class ContextExceeded(TurnFSMError):
     biggest items of the context, biggest first (empty when not measured);
     the message then names them and what would shrink them, never the
     strategy that could not: `strategy` is the class name of the compactor
-    in use (``""``: not known).
+    in use (``""``: not known). `provider_message` is the provider's own
+    words when it refused the request as too long (``"maximum context
+    length is 4096 tokens"``), quoted in the message; ``""`` otherwise.
     """
 
     used: int
@@ -147,12 +149,25 @@ class ContextExceeded(TurnFSMError):
     strategy: str = attrs.field(
         default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
     )
+    provider_message: str = attrs.field(
+        default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
 
     def __str__(self) -> str:
         return (
-            f"context exceeded: {self.used} tokens used, limit {self.limit}; "
-            "use a bigger window or a compactor that shrinks harder"
-        ) + _largest_text(self)
+            (
+                f"context exceeded: {self.used} tokens used, limit {self.limit}; "
+                "use a bigger window or a compactor that shrinks harder"
+            )
+            + _provider_text(self)
+            + _largest_text(self)
+        )
+
+
+def _provider_text(error: ContextExceeded) -> str:
+    """Return the ``" (the provider said: ...)"`` part of a message, if any."""
+    said = error.provider_message
+    return f" (the provider said: {said})" if said else ""
 
 
 @final
@@ -161,16 +176,22 @@ class CompactionStalled(ContextExceeded):
     """Raised when a compaction pass saved nothing (the no-progress guard).
 
     `used` is the size after the pass and `limit` the size before it; a
-    pre-compact hook that vetoes over the line ends here too.
+    pre-compact hook that vetoes over the line ends here too. A pass run
+    because the provider refused the request as too long quotes the
+    provider (`provider_message`).
     """
 
     def __str__(self) -> str:
         return (
-            f"compaction stalled: {self.used} tokens after the pass, "
-            f"{self.limit} before; nothing was saved (a vetoing hook or a "
-            "conversation the compactor cannot cut) - see what is biggest, "
-            "choose a strategy that shrinks it, or a bigger window"
-        ) + _largest_text(self)
+            (
+                f"compaction stalled: {self.used} tokens after the pass, "
+                f"{self.limit} before; nothing was saved (a vetoing hook or a "
+                "conversation the compactor cannot cut) - see what is biggest, "
+                "choose a strategy that shrinks it, or a bigger window"
+            )
+            + _provider_text(self)
+            + _largest_text(self)
+        )
 
 
 @final
