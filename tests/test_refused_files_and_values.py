@@ -252,21 +252,6 @@ def test_a_machine_of_thousands_of_phases_loads_and_checks(
     )
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
-def test_a_machine_file_that_is_a_named_pipe_is_refused_not_read(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "m.toml"
-    os.mkfifo(path)  # reading it would wait for a writer for ever
-
-    with pytest.raises(OSError, match="not a regular file"):
-        load_machine(path)
-    done = turnfsm_check(path)
-
-    assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == f"{path}: not a regular file\n"
-
-
 BASE: dict[str, Any] = tomllib.loads(STOCK)
 
 

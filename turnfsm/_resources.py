@@ -49,8 +49,7 @@ def load_machine(path: str | Path) -> MachineSpec:
         DefinitionError: the file is invalid (every problem listed, each
             with its line), also when it is not UTF-8 text, or when one of
             its sub-agents' files is.
-        OSError: the file cannot be read, or is not a regular file (a
-            directory, a named pipe, a device).
+        OSError: the file cannot be read.
     """
     return _Loading().load(Path(path), ())
 
@@ -105,12 +104,11 @@ class _Loading:
                     " bound the recursion",
                 )
             return spec
+        if target.exists() and not target.is_file():  # a directory, a pipe
+            raise OSError(errno.EINVAL, "not a regular file", str(target))
         return self._read(target, here, chain)
 
     def _read(self, p: Path, here: Path, callers: tuple[Path, ...]) -> MachineSpec:
-        # A directory, a pipe, a device: reading a FIFO would wait for ever.
-        if p.exists() and not p.is_file():
-            raise OSError(errno.EINVAL, "not a regular file", str(p))
         chain = (*callers, here)
         spec = _parse(p, lambda name: self._child(p.parent, name, chain))
         below = frozenset(
