@@ -275,7 +275,7 @@ def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
         )
     if command.action == "approve":
         return ToolCallsReviewed.approve_all()
-    waiting = [call.id for call in run.waiting.calls]
+    waiting = [call.id for call in pause.calls]
     for call_id in command.calls:
         if call_id not in waiting:
             raise ConfigError(
