@@ -273,13 +273,21 @@ def plain_method(value: object, names: tuple[str, ...]) -> str | None:
     left to its call.
     """
     for method in names:
-        found = getattr(value, method, None)
-        fn = getattr(found, "__func__", found)
-        if not inspect.isfunction(fn):
-            continue
-        if not any(inspect.iscoroutinefunction(f) for f in (fn, inspect.unwrap(fn))):
+        if is_plain_function(getattr(value, method, None)):
             return method
     return None
+
+
+def is_plain_function(value: object) -> bool:
+    """Whether `value` is a Python function (or method) that is not ``async def``.
+
+    Unwrapped through ``functools.wraps``; a callable object, a partial or a
+    mock may return an awaitable, and is not judged (False).
+    """
+    fn = getattr(value, "__func__", value)
+    if not inspect.isfunction(fn):
+        return False
+    return not any(inspect.iscoroutinefunction(f) for f in (fn, inspect.unwrap(fn)))
 
 
 def is_instance(value: object, types: type | tuple[type, ...]) -> bool:

@@ -7,7 +7,8 @@ that work to `careful`, as a sub-agent.
 
 from __future__ import annotations
 
-from turnfsm import Agent, approval_machine
+from turnfsm import Agent, approval_machine, machines_dir
+from turnfsm.core import MachineSpec
 from turnfsm.messages import Message
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
@@ -41,6 +42,21 @@ def careful() -> Agent:
     return Agent(
         model=FakeModelClient(_plan), tools=[delete_file], machine=approval_machine()
     )
+
+
+def signalled() -> Agent:
+    """`careful` on a machine whose pause only a signal (``go_on``) answers."""
+    text = (machines_dir() / "approval.toml").read_text()
+    text = text.replace(
+        'terminal = ["done", "failed"]\n',
+        'terminal = ["done", "failed"]\nsignals = ["go_on"]\n',
+    )
+    text = text.replace(
+        'trigger = "tool_calls_reviewed"\nsource = "await_approval"',
+        'trigger = "go_on"\nsource = "await_approval"',
+    )
+    machine = MachineSpec.from_toml(text.replace('actions = ["record_review"]', ""))
+    return Agent(model=FakeModelClient(_plan), tools=[delete_file], machine=machine)
 
 
 def needs_a_name(name: str) -> Agent:

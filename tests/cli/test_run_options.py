@@ -262,6 +262,48 @@ def test_a_refused_answer_writes_nothing(
     assert sorted(approval_agent.DELETED) == ["/etc/hosts", "/tmp/cache.db"]
 
 
+@pytest.mark.parametrize(
+    ("action", "agent", "named"),
+    [
+        (
+            "resume",
+            CAREFUL,
+            "expected an unfinished run to resume (it is paused in await_approval,"
+            " waiting for message_injected, run_cancelled, tool_calls_reviewed:"
+            " answer it with `turnfsm approve`, `reject` or `abandon`)",
+        ),
+        (
+            "approve",
+            "tests.cli.approval_agent:signalled",
+            "expected a run paused for a review of its tool calls to approve (it"
+            " waits in await_approval for go_on, message_injected, run_cancelled:"
+            " answer it with Agent.resume, or `turnfsm abandon` it)",
+        ),
+        (
+            "reject",
+            "tests.cli.approval_agent:signalled",
+            "expected a run paused for a review of its tool calls to reject",
+        ),
+    ],
+)
+def test_an_answer_the_pause_cannot_take_is_refused_before_it_goes_on(
+    action: str, agent: str, named: str, capsys: Capture, tmp_path: Path
+) -> None:
+    # It printed "the run goes on", then the event's whole repr as the error.
+    store = str(tmp_path / "s.db")
+    assert main(["run", "Free disk.", "--agent", agent, "--store", store]) == 3
+    session_id = _session_id(capsys.readouterr().out)
+
+    assert main([action, session_id, "--agent", agent, "--store", store]) == 2
+
+    out, err = capsys.readouterr()
+    assert "goes on" not in out
+    (line,) = err.splitlines()
+    assert line.startswith(f"turnfsm {action}: invalid RUN='run_")
+    assert named in line
+    assert approval_agent.DELETED == []
+
+
 def test_list_puts_the_newest_first_with_times(capsys: Capture, tmp_path: Path) -> None:
     store = str(tmp_path / "s.db")
     paused = _paused(store, capsys)

@@ -476,8 +476,10 @@ def test_ill_typed_transitions_are_problems_not_crashes(
             " for a custom one)",
         ),
         ({"effect": 42}, "state 'extra': effect must be a string, got 42"),
+        ({"effect": ""}, "state 'extra': effect must be a non-empty name, got ''"),
+        ({"effect": " "}, "state 'extra': effect must be a non-empty name, got ' '"),
     ],
-    ids=["decision-list", "effect-number"],
+    ids=["decision-list", "effect-number", "effect-empty", "effect-blank"],
 )
 def test_ill_typed_states_are_problems_not_crashes(
     state: dict[str, Any], expected: str
@@ -498,6 +500,36 @@ def test_ill_typed_states_are_problems_not_crashes(
         MachineSpec.from_dict(data)
 
     assert expected in [p.message for p in error.value.problems]
+
+
+def test_a_blank_or_wildcard_phase_name_is_refused_where_a_run_would_stick() -> None:
+    # A phase named "" loaded, and a run that entered it ended in IllegalEvent.
+    for name in ("", " ", "*"):
+        text = edit(STOCK, "call_llm          =", f'"{name}" =')
+        for key in ("source", "dest"):
+            text = text.replace(f'{key} = "call_llm"', f'{key} = "{name}"')
+        with pytest.raises(DefinitionError) as error:
+            MachineSpec.from_toml(text)
+        assert (
+            f"state {name!r}: a phase needs a name (not blank, not '*', which a"
+            " source reads as every phase)"
+        ) in [p.message for p in error.value.problems]
+
+
+@pytest.mark.parametrize("name", ["", " "])
+def test_a_blank_signal_is_refused_since_no_signal_can_carry_it(name: str) -> None:
+    text = edit(
+        STOCK,
+        'terminal = ["done", "failed"]',
+        f'terminal = ["done", "failed"]\nsignals = ["{name}"]',
+    )
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    assert f"signal {name!r}: a signal needs a non-empty name" in [
+        p.message for p in error.value.problems
+    ]
 
 
 def test_group_ending_in_an_unless_guard_can_fall_through() -> None:

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import logging
+import tomllib
 from collections.abc import Coroutine, Sequence
 
 import anyio
 import pytest
 
+from tests.helpers import turn_toml_text
 from turnfsm import Agent
 from turnfsm.context import (
     CompactionContext,
@@ -14,7 +16,7 @@ from turnfsm.context import (
     PinRules,
     TruncatingCompactor,
 )
-from turnfsm.core import CompactReason, ModelReplied
+from turnfsm.core import CompactReason, MachineSpec, ModelReplied
 from turnfsm.driver import Driver, RetryPolicy, RunControl, Session
 from turnfsm.errors import (
     CONTEXT_OVERFLOW,
@@ -689,6 +691,57 @@ async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     assert result.error.reason == "user pressed stop"
     assert len(model.requests) == 1
     assert list(session.history) == []
+
+
+def _injections_only_in(phases: tuple[str, ...]) -> MachineSpec:
+    """The stock machine, taking injected messages only in `phases`."""
+    data = tomllib.loads(turn_toml_text())
+    data["transitions"] = [
+        t for t in data["transitions"] if t["trigger"] != "message_injected"
+    ]
+    for phase in phases:
+        actions = ["record_injection", "flush_inbox"]
+        data["transitions"].append(
+            {"trigger": "message_injected", "source": phase, "actions": actions[:1]}
+            if phase != "start"
+            else {"trigger": "message_injected", "source": phase, "actions": actions}
+        )
+    return MachineSpec.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("phases", "joined"),
+    [((), False), (("start",), True), (("call_llm",), True)],
+    ids=["no-phase", "start-only", "call-llm-only"],
+)
+async def test_an_injection_the_phase_cannot_take_waits_or_fails_the_run_typed(
+    phases: tuple[str, ...], joined: bool
+) -> None:
+    # It raised IllegalEvent ("a driver bug") out of the run, for a machine
+    # file that loads: one without message_injected in every phase.
+    control = RunControl()
+
+    def look() -> str:
+        """Look around (and, meanwhile, the user says something)."""
+        control.inject(Message.user("also check the logs"))
+        return "nothing"
+
+    model = ScriptedModel.of(reply("", tool_call("look", "c1")), "checked", "again")
+    session = Session()
+    driver = Driver(model=model, tools=[look], machine=_injections_only_in(phases))
+    result = await driver.run("look", session=session, control=control)
+
+    texts = [m.text for m in session.history]
+    if joined:
+        assert result.ok
+        assert "also check the logs" in texts
+    else:
+        assert isinstance(result.error, InvalidMessage)
+        assert str(result.error).endswith(
+            "machine 'turn' takes no injected message (none of its phases has a"
+            " 'message_injected' transition)"
+        )
+        assert texts == []  # nothing of the failed run is committed
 
 
 async def test_a_message_injected_during_the_final_call_keeps_the_run_going() -> None:

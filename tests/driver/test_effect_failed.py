@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from turnfsm import Agent, review_machine
 from turnfsm.core import Event, Measured, Perform, Signal
 from turnfsm.driver import Effect, EffectContext
-from turnfsm.errors import EffectFailed, InvalidReturn
+from turnfsm.errors import ConfigError, EffectFailed, InvalidReturn
 from turnfsm.testing import ScriptedModel
 
 
@@ -112,3 +113,61 @@ def test_a_value_an_effect_makes_wrong_fails_the_run_like_any_exception() -> Non
     assert (error.effect, error.type) == ("review", "ConfigError")
     assert "data['feedback']=5" in error.message
     assert agent.session.runs[-1].outcome == "failed"
+
+
+def plain_review(ctx: EffectContext, decision: Perform) -> Event:
+    return Signal("approved")
+
+
+async def approve(ctx: EffectContext, decision: Perform) -> Event:
+    return Signal("approved")
+
+
+@pytest.mark.parametrize(
+    ("effects", "field", "says"),
+    [
+        (
+            {"review": plain_review},
+            "effects['review']",
+            "an async function: it is a plain def, and it is awaited",
+        ),
+        (
+            {"review": approve, "run_tools": lambda ctx, decision: None},
+            "effects['run_tools']",
+            "an async function: it is a plain def, and it is awaited",
+        ),
+        (
+            {"review": approve, "run_tool": approve},
+            "effects",
+            "the name of an effect of machine 'review''s phases or of a built-in"
+            " effect: call_llm, compact, measure, review, run_tools",
+        ),
+    ],
+    ids=["a-plain-def", "a-plain-lambda-for-a-built-in", "a-misspelt-name"],
+)
+def test_an_effect_that_cannot_run_is_refused_when_the_agent_is_made(
+    effects: dict[str, object], field: str, says: str
+) -> None:
+    # A plain def ran until its first await (EffectFailed: "can't be used in
+    # 'await' expression"); a misspelt name was ignored, the built-in ran.
+    with pytest.raises(ConfigError) as raised:
+        Agent(
+            model=ScriptedModel.of("a draft"), machine=review_machine(), effects=effects
+        )
+
+    assert raised.value.field == field
+    assert says in str(raised.value)
+
+
+def test_an_async_callable_object_or_partial_is_an_effect() -> None:
+    class Approve:
+        async def __call__(self, ctx: EffectContext, decision: Perform) -> Event:
+            return Signal("approved")
+
+    for effect in (Approve(), functools.partial(approve)):
+        agent = Agent(
+            model=ScriptedModel.of("a draft"),
+            machine=review_machine(),
+            effects={"review": effect},
+        )
+        assert agent.run_sync("write a haiku").outcome == "done"

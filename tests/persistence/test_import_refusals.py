@@ -29,9 +29,7 @@ from tests.persistence.refusal_world import (
     unknown_message,
 )
 from turnfsm.cli import main
-from turnfsm.errors import (
-    CorruptRecord,
-)
+from turnfsm.errors import ConfigError, CorruptRecord
 from turnfsm.persistence import (
     Session,
     SQLiteStore,
@@ -245,3 +243,73 @@ def test_lone_surrogates_survive_export_and_import(tmp_path: Path) -> None:
     session, loaded = anyio.run(go)
     assert loaded.entries == session.entries
     assert [m.text for m in loaded.history] == ["in\ud800put", "a\udcffb \\udcff"]
+
+
+def _log_text(tmp_path: Path) -> str:
+    session = Session(GOOD)
+    anyio.run(lambda: driver_of("an answer").run("a question", session=session))
+    dump_session(session, str(tmp_path / "s.jsonl"))
+    return (tmp_path / "s.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("given", "store", "field", "says"),
+    [
+        ("PATH", None, "lines", "not its path: read the file"),
+        ("NAME", None, "lines", "not a file's name: read the file"),
+        (None, None, "lines", "the log's text, bytes or lines"),
+        (5, None, "lines", "the log's text, bytes or lines"),
+        ([1, 2], None, "lines[0]", "a line of text (str)"),
+        ("TEXT", "memory:", "store", "a SessionStore"),
+        ("TEXT", 5, "store", "a SessionStore"),
+    ],
+    ids=[
+        "a-path",
+        "a-file-name",
+        "none",
+        "an-int",
+        "ints",
+        "a-store-spec",
+        "an-int-store",
+    ],
+)
+def test_load_session_given_no_log_names_the_argument(
+    given: object, store: object, field: str, says: str, tmp_path: Path
+) -> None:
+    # Each raised TypeError or AttributeError, or read a file's name as a
+    # log that is "not JSON".
+    text = _log_text(tmp_path)
+    path = tmp_path / "s.jsonl"
+    named = {"PATH": path, "NAME": str(path), "TEXT": text}
+    lines = named[given] if isinstance(given, str) else given
+
+    with pytest.raises(ConfigError) as raised:
+        anyio.run(load_session, lines, store)
+
+    assert raised.value.field == field
+    assert says in str(raised.value)
+
+
+def test_load_session_reads_a_binary_file_and_a_bytearray(tmp_path: Path) -> None:
+    text = _log_text(tmp_path)
+
+    async def both() -> tuple[Session, Session]:
+        with (tmp_path / "s.jsonl").open("rb") as binary:
+            one = await load_session(binary)  # type: ignore[arg-type]
+        return one, await load_session(bytearray(text.encode()))  # type: ignore[arg-type]
+
+    one, two = anyio.run(both)
+    assert one.entries == two.entries
+    assert [m.text for m in one.history] == ["a question", "an answer"]
+
+
+@pytest.mark.parametrize("session", ["ses_1", None])
+def test_dump_session_of_no_session_names_it_and_writes_nothing(
+    session: object, tmp_path: Path
+) -> None:
+    path = tmp_path / "s.jsonl"
+
+    with pytest.raises(ConfigError, match=r"invalid session=.*: expected a Session"):
+        dump_session(session, str(path))  # type: ignore[arg-type]
+
+    assert not path.exists()

@@ -45,6 +45,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     Session,
+    SQLiteStore,
     SummaryRecorded,
     ToolResultRecorded,
     TurnRecord,
@@ -143,6 +144,39 @@ def test_a_session_needs_a_usable_id_and_a_store() -> None:
         Session("")
     with pytest.raises(ConfigError, match="store"):
         Session(store=object())  # type: ignore[arg-type]
+
+
+async def test_session_load_from_no_store_names_the_store() -> None:
+    # It raised AttributeError: 'NoneType' object has no attribute 'load'.
+    with pytest.raises(ConfigError, match="invalid store=None"):
+        await Session.load(None, "ses_1")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize(
+    ("entries", "version", "field"),
+    [
+        ([1], 0, "entries[0]"),
+        ("entries", 0, "entries"),
+        (None, 0, "entries"),
+        ((), "0", "expected_version"),
+        ((), -1, "expected_version"),
+    ],
+    ids=["an-int", "a-str", "none", "a-str-version", "a-negative-version"],
+)
+async def test_an_append_of_what_is_no_log_is_refused_and_writes_nothing(
+    kind: str, entries: object, version: object, field: str, tmp_path: object
+) -> None:
+    # The memory store kept an int as an entry (the session then did not
+    # load); the SQLite store raised AttributeError; "0" was a conflict.
+    store = MemoryStore() if kind == "memory" else SQLiteStore(f"{tmp_path}/s.db")
+    async with store:
+        with pytest.raises(ConfigError) as raised:
+            await store.append("ses_1", entries, expected_version=version)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="session_id"):
+            await store.load(None)  # type: ignore[arg-type]
+        assert await store.load("ses_1") == ()
+    assert raised.value.field == field
 
 
 # -- the JSON form ------------------------------------------------------------

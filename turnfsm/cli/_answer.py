@@ -28,7 +28,7 @@ from turnfsm.cli._run import (
     run_async,
 )
 from turnfsm.cli._stores import where
-from turnfsm.core import Event, ToolCallsReviewed
+from turnfsm.core import Event, ToolCallsReviewed, trigger_of
 from turnfsm.driver import Driver, RunResult, Tool
 from turnfsm.errors import (
     ConfigError,
@@ -246,18 +246,36 @@ async def _go_on(
 
 
 def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
+    pause = run.waiting
     if command.action == "resume":
+        if pause is not None:  # refused before "the run goes on" is printed
+            raise ConfigError(
+                "RUN",
+                run.run_id,
+                f"an unfinished run to resume (it is paused in {pause.phase}, "
+                f"waiting for {', '.join(pause.accepts)}: answer it with "
+                "`turnfsm approve`, `reject` or `abandon`)",
+            )
         return None
-    if run.waiting is None:
+    if pause is None:
         raise ConfigError(
             "RUN",
             run.run_id,
             f"a paused run to {command.action} (it is unfinished: "
             "`turnfsm resume` carries it on)",
         )
+    review = trigger_of(ToolCallsReviewed.approve_all())
+    if review not in pause.accepts:  # a pause phase of your own machine file
+        raise ConfigError(
+            "RUN",
+            run.run_id,
+            f"a run paused for a review of its tool calls to {command.action} "
+            f"(it waits in {pause.phase} for {', '.join(pause.accepts)}: answer "
+            "it with Agent.resume, or `turnfsm abandon` it)",
+        )
     if command.action == "approve":
         return ToolCallsReviewed.approve_all()
-    waiting = [call.id for call in run.waiting.calls]
+    waiting = [call.id for call in pause.calls]
     for call_id in command.calls:
         if call_id not in waiting:
             raise ConfigError(

@@ -40,7 +40,7 @@ from turnfsm.core._subagent_specs import (
     load_children,
     read_subagents,
 )
-from turnfsm.core._transition_reader import TransitionReader
+from turnfsm.core._transition_reader import WILDCARD, TransitionReader
 
 __all__ = ["load_spec"]
 
@@ -109,7 +109,13 @@ class _Loader(TransitionReader):
         names = {s.name for s in states}
         initial, ends = self._initial_and_terminal(initial, terminal, names)
         for i, signal in enumerate(signals):
-            if signal in BUILTIN_TRIGGERS:
+            if not signal.strip():  # no `Signal` carries a blank name
+                self.problem(
+                    f"signal {signal!r}: a signal needs a non-empty name",
+                    ("signals", i),
+                    signal,
+                )
+            elif signal in BUILTIN_TRIGGERS:
                 self.problem(
                     f"signal {signal!r} shadows the built-in trigger", ("signals", i)
                 )
@@ -183,6 +189,14 @@ class _Loader(TransitionReader):
         states = []
         for name, body in table.items():
             at = ("states", name)
+            if not name.strip() or name == WILDCARD:
+                # An empty name is no phase a run can be in; "*" is every phase.
+                self.problem(
+                    f"state {name!r}: a phase needs a name (not blank, not"
+                    f" {WILDCARD!r}, which a source reads as every phase)",
+                    at,
+                    name,
+                )
             if not isinstance(body, dict):
                 self.problem(f"state {name!r} must be a table", at, body)
                 self.untyped.add(name)
@@ -224,6 +238,12 @@ class _Loader(TransitionReader):
                         (*at, key),
                         value,
                     )
+            if isinstance(effect, str) and not effect.strip():  # no effect's name
+                self.problem(
+                    f"state {name!r}: effect must be a non-empty name, got {effect!r}",
+                    (*at, "effect"),
+                    effect,
+                )
             if isinstance(subagent, str) and effect is None:
                 effect = subagent  # the phase's effect runs the sub-agent
             elif subagent is not None:

@@ -93,6 +93,10 @@ class RunControl:
         events, self._queue = self._queue, []
         return events
 
+    def put_back(self, events: list[Event]) -> None:
+        """Queue `events` again, before any queued since (the driver calls this)."""
+        self._queue[:0] = events
+
 
 @final
 @attrs.frozen(kw_only=True)

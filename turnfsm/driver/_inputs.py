@@ -52,9 +52,26 @@ def check_effects(inst: Driver, _attr: object, effects: object) -> None:
     """Effects by name, and one for every custom phase of the driver's machine."""
     if not isinstance(effects, Mapping):
         raise ConfigError("effects", effects, "a mapping of name to effect")
+    named = {s.effect for s in inst.machine.states if s.effect is not None}
+    known = sorted(named | set(BUILTIN_EFFECTS))
     for name, effect in effects.items():
         if not isinstance(name, str) or not callable(effect):
             raise ConfigError(f"effects[{name!r}]", effect, "an async function")
+        if _checks.is_plain_function(effect):  # it would fail at its first await
+            raise ConfigError(
+                f"effects[{name!r}]",
+                effect,
+                "an async function: it is a plain def, and it is awaited "
+                "(write it as `async def`)",
+            )
+        if name not in named and name not in BUILTIN_EFFECTS:
+            # A misspelt name would leave the effect it meant to replace as it is.
+            raise ConfigError(
+                "effects",
+                name,
+                f"the name of an effect of machine {inst.machine.name!r}'s phases"
+                f" or of a built-in effect: {', '.join(known)}",
+            )
     for state in inst.machine.states:
         effect = state.effect
         if (

@@ -61,6 +61,7 @@ from turnfsm.core import (
     Finish,
     Measure,
     Measured,
+    MessageInjected,
     ModelReplied,
     OutputRejected,
     Pause,
@@ -498,10 +499,37 @@ class RunLoop(Ending):
             decision = await self.feed(event, decision)
 
     async def _steer(self, decision: Decision) -> Decision:
-        """Feed what the `RunControl` queued (injections, a cancel)."""
-        if self.control is not None:
-            for queued in self.control.drain():
-                decision = await self.feed(queued, None)
+        """Feed what the `RunControl` queued (injections, a cancel).
+
+        An injection waits in the queue while the phase has no
+        ``message_injected`` transition (a machine file of your own may leave
+        it out); one the machine takes in no phase fails the run, naming it.
+        """
+        if self.control is None:
+            return decision
+        spec = self.machine.spec
+        waiting: list[Event] = []
+        for queued in self.control.drain():
+            if type(queued) is MessageInjected and not waiting:
+                trigger = trigger_of(queued)
+                if not any(trigger in spec.accepts(s.name) for s in spec.states):
+                    raise _Broken(
+                        InvalidMessage(
+                            "message",
+                            queued.message.id,
+                            f"machine {spec.name!r} takes no injected message"
+                            f" (none of its phases has a {trigger!r} transition)",
+                        )
+                    )
+                if trigger not in spec.accepts(self.machine.phase):
+                    waiting.append(queued)  # until a phase takes it
+                    continue
+            elif waiting and type(queued) is MessageInjected:
+                waiting.append(queued)  # in order, behind the first
+                continue
+            decision = await self.feed(queued, None)
+        if waiting:
+            self.control.put_back(waiting)
         return decision
 
     def _context(self, decision: Decision) -> EffectContext:

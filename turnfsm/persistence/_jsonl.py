@@ -16,6 +16,7 @@ conversation). A log that fails a check is refused whole, naming the line
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -25,7 +26,7 @@ from turnfsm.messages import OpenCalls
 from turnfsm.persistence._commits import unbrought, unopened
 from turnfsm.persistence._records import Committed, Entry, RunOpened
 from turnfsm.persistence._session import Session
-from turnfsm.persistence._store import SessionStore, check_session_id
+from turnfsm.persistence._store import SessionStore, check_session_id, check_store
 
 __all__ = ["dump_session", "load_session", "session_lines"]
 
@@ -63,7 +64,14 @@ def _as_utf8(text: str) -> str:
 
 
 def dump_session(session: Session, path: str) -> int:
-    """Write `session`'s log to `path` as JSON lines; return the entry count."""
+    """Write `session`'s log to `path` as JSON lines; return the entry count.
+
+    Raises:
+        ConfigError: `session` is not a `Session` (nothing is written).
+        OSError: `path` cannot be written.
+    """
+    if not isinstance(session, Session):
+        raise ConfigError("session", session, "a Session (Session.load, agent.session)")
     with open(path, "w", encoding="utf-8") as out:
         for line in session_lines(session):
             out.write(line + "\n")
@@ -93,7 +101,11 @@ async def load_session(
             earlier event brought in, or a committed history that is not a
             whole conversation (a tool result without its call).
         SessionConflict: `store` already holds that session (nothing written).
+        ConfigError: `lines` is none of those (a path: read the file first),
+            or `store` is not a `SessionStore`.
     """
+    if store is not None:
+        check_store(store)
     session_id, located = _read(lines)
     session = await _project(session_id, located)
     if store is None:
@@ -146,6 +158,26 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
 
 def _rows(source: Iterable[str] | str | bytes) -> list[str]:
     """The log's lines, its text checked to be UTF-8."""
+    if isinstance(source, os.PathLike):
+        raise ConfigError(
+            "lines",
+            source,
+            "the log's text, bytes or lines, not its path: read the file"
+            " (load_session(path.read_text()), or an open text file)",
+        )
+    if isinstance(source, str):
+        text = source.removeprefix("\ufeff").strip()
+        if text and "\n" not in text and not text.startswith(("{", "[")):
+            # One line of no JSON is no log at all: most likely a file's name.
+            raise ConfigError(
+                "lines",
+                source,
+                "the log's text (a header line and its entries, or one JSON"
+                " document), not a file's name: read the file"
+                " (load_session(Path(name).read_text()))",
+            )
+    if isinstance(source, bytearray | memoryview):
+        source = bytes(source)
     if isinstance(source, bytes):
         data = source
         try:
@@ -155,11 +187,18 @@ def _rows(source: Iterable[str] | str | bytes) -> list[str]:
             raise _not_utf8(line, data[exc.start]) from None
     if isinstance(source, str):
         return source.removeprefix("\ufeff").split("\n")
+    if not isinstance(source, Iterable):
+        raise ConfigError("lines", source, "the log's text, bytes or lines")
     rows: list[str] = []
     try:
         rows.extend(source)
     except UnicodeDecodeError as exc:  # a file opened as UTF-8 that is not
         raise _not_utf8(len(rows) + 1, exc.object[exc.start]) from None
+    if rows and all(isinstance(row, bytes) for row in rows):  # a binary file
+        return _rows(b"".join(rows))  # type: ignore[arg-type]
+    for i, row in enumerate(rows):
+        if not isinstance(row, str):
+            raise ConfigError(f"lines[{i}]", row, "a line of text (str)")
     if rows:
         rows[0] = rows[0].removeprefix("\ufeff")
     return rows

@@ -177,7 +177,7 @@ class Session:
             InvalidReturn: the store's `load` returned something other than
                 a sequence of log entries.
         """
-        session = cls(id, store=store)
+        session = cls(id, store=check_store(store))
         entries = await store.load(session.id)
         if isinstance(entries, str | bytes | Mapping) or not _checks.is_iterable(
             entries

@@ -19,7 +19,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import ConfigError, DuplicateRecord, SessionConflict
 from turnfsm.persistence._lease import Lease, check_lease, renewed, taken
-from turnfsm.persistence._records import Entry
+from turnfsm.persistence._records import ENTRY_TYPES, Entry
 
 __all__ = [
     "MemoryStore",
@@ -77,7 +77,9 @@ class SessionStore(Protocol):
                 writer appended first); nothing was written.
             DuplicateRecord: a compaction record's idempotency key is already
                 in the session (or twice in `entries`); nothing was written.
-            ConfigError: `session_id` is not a usable id; nothing was written.
+            ConfigError: `session_id` is not a usable id, `entries` holds
+                something that is no log entry, or `expected_version` is no
+                integer >= 0; nothing was written (`check_append`).
         """
         ...
 
@@ -118,6 +120,26 @@ def check_session_id(session_id: object) -> str:
     return session_id  # type: ignore[return-value]
 
 
+def check_append(session_id: object, entries: object, expected_version: object) -> None:
+    """Refuse an append's arguments with a `ConfigError` naming the one at fault.
+
+    `session_id` a usable id (`check_session_id`), `entries` a sequence of
+    log entries (`ENTRY_TYPES`), `expected_version` an integer >= 0: every
+    shipped store checks them before it writes anything.
+    """
+    check_session_id(session_id)
+    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+        raise ConfigError("entries", entries, "a sequence of log entries")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, ENTRY_TYPES):
+            raise ConfigError(
+                f"entries[{i}]",
+                entry,
+                "a log entry (one of turnfsm.persistence.ENTRY_TYPES)",
+            )
+    _checks.check(expected_version, "expected_version", _checks.integer(low=0))
+
+
 def check_store(store: object) -> SessionStore:
     """Return `store` if it is a `SessionStore`; raise `ConfigError` if not."""
     if not isinstance(store, SessionStore):
@@ -144,9 +166,8 @@ class MemoryStore:
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
     ) -> int:
         """Append `entries` if the log is at `expected_version` (see `SessionStore`)."""
+        check_append(session_id, entries, expected_version)
         log = self._logs.get(session_id)
-        if log is None:
-            check_session_id(session_id)
         actual = 0 if log is None else len(log)
         if actual != expected_version:
             raise SessionConflict(
@@ -169,6 +190,7 @@ class MemoryStore:
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
         """Return every entry of `session_id`, oldest first."""
+        check_session_id(session_id)
         return tuple(self._logs.get(session_id, ()))
 
     async def list_sessions(self) -> tuple[SessionInfo, ...]:

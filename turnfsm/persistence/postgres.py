@@ -92,7 +92,7 @@ from turnfsm.persistence._rows import (
     column_text,
     encode,
 )
-from turnfsm.persistence._store import SessionInfo, check_session_id
+from turnfsm.persistence._store import SessionInfo, check_append, check_session_id
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -283,7 +283,7 @@ class PostgresStore:
                 connection answers, the error's `in_doubt` is True: reload
                 the session to see.
         """
-        check_session_id(session_id)
+        check_append(session_id, entries, expected_version)
         rows = [encode(entry) for entry in entries]
         _check_keys(session_id, rows)
 
@@ -301,6 +301,7 @@ class PostgresStore:
                 names the session and the row).
             StoreUnusable: the server could not be reached.
         """
+        check_session_id(session_id)
         key = column_text(session_id)
 
         async def op(conn: _Conn, step: _Step) -> Log:

@@ -63,7 +63,7 @@ from turnfsm.persistence._sqlite_open import (
     SCHEMA_VERSION,
     _open,
 )
-from turnfsm.persistence._store import SessionInfo, check_session_id
+from turnfsm.persistence._store import SessionInfo, check_append, check_session_id
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -177,7 +177,7 @@ class SQLiteStore:
                 was written.
             ConfigError: `session_id` is not a usable id.
         """
-        check_session_id(session_id)
+        check_append(session_id, entries, expected_version)
         rows = [encode(entry) for entry in entries]
         key = column_text(session_id)
         return await self._write(
@@ -192,6 +192,7 @@ class SQLiteStore:
                 the session's rows disagree with its version counter (its
                 path names the session and the row).
         """
+        check_session_id(session_id)
         return await self._read(self._on, _sqlite_ops.load, session_id)
 
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
