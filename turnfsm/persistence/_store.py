@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Protocol, final, runtime_checkable
+from typing import Final, Protocol, final, runtime_checkable
 
 import attrs
 
@@ -128,16 +128,27 @@ def check_append(session_id: object, entries: object, expected_version: object) 
     shipped store checks them before it writes anything.
     """
     check_session_id(session_id)
-    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+    check_entries(entries, expected_version)
+
+
+def check_entries(entries: object, expected_version: object) -> None:
+    """`check_append` without the session id (a store that knows the id already)."""
+    if not isinstance(entries, Sequence) or isinstance(entries, str | bytes):
         raise ConfigError("entries", entries, "a sequence of log entries")
     for i, entry in enumerate(entries):
-        if not isinstance(entry, ENTRY_TYPES):
+        # One set lookup for the shipped classes, isinstance for a subclass.
+        if type(entry) not in _ENTRY_CLASSES and not isinstance(entry, ENTRY_TYPES):
             raise ConfigError(
                 f"entries[{i}]",
                 entry,
                 "a log entry (one of turnfsm.persistence.ENTRY_TYPES)",
             )
-    _checks.check(expected_version, "expected_version", _checks.integer(low=0))
+    if type(expected_version) is not int or expected_version < 0:
+        _checks.check(expected_version, "expected_version", _VERSION)
+
+
+_ENTRY_CLASSES: Final = frozenset(ENTRY_TYPES)
+_VERSION: Final = _checks.integer(low=0)
 
 
 def check_store(store: object) -> SessionStore:
@@ -166,8 +177,11 @@ class MemoryStore:
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
     ) -> int:
         """Append `entries` if the log is at `expected_version` (see `SessionStore`)."""
-        check_append(session_id, entries, expected_version)
         log = self._logs.get(session_id)
+        if log is None:
+            check_append(session_id, entries, expected_version)
+        else:  # the id was checked when the log began
+            check_entries(entries, expected_version)
         actual = 0 if log is None else len(log)
         if actual != expected_version:
             raise SessionConflict(
