@@ -231,7 +231,7 @@ def test_abandon_needs_no_model_and_frees_the_session(
         (["approve", "--model", "openai:gpt-4o"], "(delete_file)"),
         (["approve", "RUN", "run_nothere"], "invalid RUN='run_nothere'"),
         (["reject", "--agent", CAREFUL, "--call", "c9"], "invalid --call='c9'"),
-        (["resume", "--agent", CAREFUL], "tool_calls_reviewed"),
+        (["resume", "--agent", CAREFUL], "answer it with turnfsm approve|reject"),
         (["approve", "SESSION", "ses_nothere"], "ses_nothere"),
     ],
 )
@@ -268,16 +268,16 @@ def test_a_refused_answer_writes_nothing(
         (
             "resume",
             CAREFUL,
-            "expected an unfinished run to resume (it is paused in await_approval,"
-            " waiting for message_injected, run_cancelled, tool_calls_reviewed:"
-            " answer it with `turnfsm approve`, `reject` or `abandon`)",
+            "expected an unfinished run to resume (it is paused in await_approval:"
+            " answer it with turnfsm approve|reject|abandon ses_",
         ),
         (
             "approve",
             "tests.cli.approval_agent:signalled",
             "expected a run paused for a review of its tool calls to approve (it"
-            " waits in await_approval for go_on, message_injected, run_cancelled:"
-            " answer it with Agent.resume, or `turnfsm abandon` it)",
+            " waits in await_approval, for no review: answer it with Agent.resume"
+            " from Python, with one of go_on, message_injected, run_cancelled;"
+            " or end it: turnfsm abandon ses_",
         ),
         (
             "reject",
@@ -302,6 +302,28 @@ def test_an_answer_the_pause_cannot_take_is_refused_before_it_goes_on(
     assert line.startswith(f"turnfsm {action}: invalid RUN='run_")
     assert named in line
     assert approval_agent.DELETED == []
+
+
+def test_a_pause_that_takes_no_review_is_shown_with_its_own_answer(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    # `run` and `sessions show` offered `turnfsm approve|reject`, which it refuses.
+    store = str(tmp_path / "s.db")
+    signalled = "tests.cli.approval_agent:signalled"
+    assert main(["run", "Free disk.", "--agent", signalled, "--store", store]) == 3
+    out = capsys.readouterr().out
+    session_id = _session_id(out)
+    hint = (
+        "Agent.resume from Python, with one of go_on, message_injected,"
+        " run_cancelled; or end it: turnfsm abandon "
+    )
+    assert f"answer it with: {hint}{session_id} --agent {signalled}" in out
+    assert "approve" not in out
+
+    assert main(["sessions", "show", session_id, "--store", store]) == 0
+    shown = capsys.readouterr().out
+    assert f"    answer it: {hint}{session_id}\n" in shown
+    assert "approve" not in shown
 
 
 def test_list_puts_the_newest_first_with_times(capsys: Capture, tmp_path: Path) -> None:

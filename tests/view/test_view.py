@@ -544,6 +544,12 @@ def _waiting() -> Session:
     return agent.session
 
 
+def _waiting_for_a_signal() -> Session:
+    agent = approval_agent.signalled()
+    agent.run_sync("clean up")
+    return agent.session
+
+
 @pytest.mark.parametrize(
     ("make", "outcome", "shown"),
     [
@@ -559,6 +565,15 @@ def _waiting() -> Session:
                 "turnfsm approve|reject|abandon ses_",
             ],
         ),
+        (
+            _waiting_for_a_signal,
+            "paused",
+            [
+                "waiting on 2 tool call(s)",
+                "It takes no review of its tool calls, but one of go_on,",
+                "answer it with Agent.resume, or end it: turnfsm abandon ses_",
+            ],
+        ),
     ],
 )
 def test_a_report_says_how_each_run_ended(
@@ -570,4 +585,6 @@ def test_a_report_says_how_each_run_ended(
     text = " ".join(run.text().split())
     for expected in shown:
         assert " ".join(expected.split()) in text
+    if make is _waiting_for_a_signal:
+        assert "approve" not in text
     assert not doc.find_all("form")  # a report answers nothing

@@ -9,6 +9,7 @@ run calls when they are your own: ``--agent MODULE:ATTR`` (your agent), or
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 from typing import TextIO, final
 
@@ -17,6 +18,7 @@ import attrs
 from turnfsm.cli._run import (
     REPORTED,
     AgentOptions,
+    answer_hint,
     call_text,
     cli_store,
     cli_words,
@@ -28,7 +30,7 @@ from turnfsm.cli._run import (
     run_async,
 )
 from turnfsm.cli._stores import where
-from turnfsm.core import Event, ToolCallsReviewed, trigger_of
+from turnfsm.core import Event, ToolCallsReviewed
 from turnfsm.driver import Driver, RunResult, Tool
 from turnfsm.errors import (
     ConfigError,
@@ -245,6 +247,11 @@ async def _go_on(
     )
 
 
+def _target(command: AnswerCommand) -> str:
+    """The session and run the command named, as they are typed again."""
+    return shlex.join([command.session_id, *filter(None, [command.run_id])])
+
+
 def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
     pause = run.waiting
     if command.action == "resume":
@@ -252,9 +259,8 @@ def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
             raise ConfigError(
                 "RUN",
                 run.run_id,
-                f"an unfinished run to resume (it is paused in {pause.phase}, "
-                f"waiting for {', '.join(pause.accepts)}: answer it with "
-                "`turnfsm approve`, `reject` or `abandon`)",
+                f"an unfinished run to resume (it is paused in {pause.phase}: "
+                f"answer it with {answer_hint(pause, _target(command))})",
             )
         return None
     if pause is None:
@@ -264,14 +270,13 @@ def _event(command: AnswerCommand, run: RunRecord) -> Event | None:
             f"a paused run to {command.action} (it is unfinished: "
             "`turnfsm resume` carries it on)",
         )
-    review = trigger_of(ToolCallsReviewed.approve_all())
-    if review not in pause.accepts:  # a pause phase of your own machine file
+    if not pause.takes_review:  # a pause phase of your own machine file
         raise ConfigError(
             "RUN",
             run.run_id,
             f"a run paused for a review of its tool calls to {command.action} "
-            f"(it waits in {pause.phase} for {', '.join(pause.accepts)}: answer "
-            "it with Agent.resume, or `turnfsm abandon` it)",
+            f"(it waits in {pause.phase}, for no review: answer it with "
+            f"{answer_hint(pause, _target(command))})",
         )
     if command.action == "approve":
         return ToolCallsReviewed.approve_all()

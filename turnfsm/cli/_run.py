@@ -29,7 +29,7 @@ from turnfsm.cli._errors import explain
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
-from turnfsm.core import MachineSpec
+from turnfsm.core import MachineSpec, Pause
 from turnfsm.driver import Driver, RunResult
 from turnfsm.errors import (
     ConfigError,
@@ -619,11 +619,9 @@ def report_result(
         return 3
     if result.outcome == "paused":
         print_waiting(result, out)
+        assert result.waiting is not None
         command = shlex.join([result.session_id, *options.flags()])
-        print(
-            "answer it with: turnfsm approve|reject|abandon " + command,
-            file=out,
-        )
+        print("answer it with: " + answer_hint(result.waiting, command), file=out)
         return 3
     if abandoned:
         print(f"run {result.run_id} abandoned: {result.error}", file=out)
@@ -650,6 +648,21 @@ def print_waiting(result: RunResult, out: TextIO) -> None:
     )
     for call in waiting.calls:
         print(f"  {call.id}  {call_text(call.name, call.arguments)}", file=out)
+
+
+def answer_hint(pause: Pause, target: str) -> str:
+    """How to answer `pause`: the commands that can, for the run `target` names.
+
+    ``turnfsm approve`` and ``reject`` send a review of the tool calls; a
+    pause that takes only signals (a machine file of your own) is answered
+    from Python.
+    """
+    if pause.takes_review:
+        return f"turnfsm approve|reject|abandon {target}"
+    return (
+        f"Agent.resume from Python, with one of {', '.join(pause.accepts)}; "
+        f"or end it: turnfsm abandon {target}"
+    )
 
 
 def call_text(name: str, arguments: Any) -> str:

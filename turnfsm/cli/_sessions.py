@@ -22,7 +22,7 @@ from turnfsm import serde
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
 from turnfsm.cli._errors import check_writable, explain
-from turnfsm.cli._run import call_text, run_async
+from turnfsm.cli._run import answer_hint, call_text, run_async
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
@@ -288,10 +288,7 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
                 print(
                     f"    {call.id}  {call_text(call.name, call.arguments)}", file=out
                 )
-            print(
-                f"    answer it: turnfsm approve|reject|abandon {session.id}",
-                file=out,
-            )
+            print(f"    answer it: {answer_hint(run.waiting, session.id)}", file=out)
     passes = [(run.run_id, c) for run in runs for c in run.compactions]
     print(f"\ncompactions ({len(passes)}):", file=out)
     for run_id, c in passes:

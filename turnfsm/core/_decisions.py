@@ -15,6 +15,7 @@ from turnfsm.core._events import (
     Signal,
     ToolCallsReviewed,
     ToolsFinished,
+    trigger_name,
     trigger_of,
 )
 from turnfsm.core._lines import CompactReason
@@ -160,6 +161,16 @@ class Pause:
         converter=_strings, validator=_checks.each(str, "a trigger name")
     )
 
+    @property
+    def takes_review(self) -> bool:
+        """Whether a review of its tool calls answers it (`ToolCallsReviewed`).
+
+        That is what ``turnfsm approve`` and ``reject`` send. A pause of a
+        machine file of your own may take only signals: answer it with
+        `Agent.resume` and one of them.
+        """
+        return _REVIEW in self.accepts
+
     def check_answer(self, event: object) -> None:
         """Refuse `event` unless it is an answer this pause can take.
 
@@ -236,3 +247,6 @@ DECISION_TYPES: Final[tuple[type[Decision], ...]] = (
     Pause,
 )
 """Every decision class, in a stable order."""
+
+
+_REVIEW: Final = trigger_name(ToolCallsReviewed)

@@ -322,11 +322,20 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
                 f"<pre>{_e(_json(call.arguments))}</pre></li>"
             )
         out.append("</ul>")
-        out += _answer_form(run, links)
-        out.append(
-            f"<p>Answer it: <code>turnfsm approve|reject|abandon {_e(session.id)} "
-            f"{_e(run.run_id)}</code></p></div>"
-        )
+        target = f"{_e(session.id)} {_e(run.run_id)}"
+        if run.waiting.takes_review:
+            out += _answer_form(run, links)
+            out.append(
+                f"<p>Answer it: <code>turnfsm approve|reject|abandon {target}"
+                "</code></p></div>"
+            )
+        else:  # a pause of a machine file of your own that takes only signals
+            accepts = ", ".join(f"<code>{_e(a)}</code>" for a in run.waiting.accepts)
+            out.append(
+                f"<p>It takes no review of its tool calls, but one of {accepts}: "
+                "answer it with <code>Agent.resume</code>, or end it: "
+                f"<code>turnfsm abandon {target}</code></p></div>"
+            )
     elif run.outcome in ("interrupted", "running"):
         out.append(
             '<div class="paused"><p>The run did not end in its log (its process '
