@@ -11,10 +11,58 @@ pytest_collect_file = docs_blocks.docs_sybil().pytest()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A docs block may take as long as its commands may (not the test default)."""
+    """A docs block may take as long as its commands may (not the test default).
+
+    The longest group of tests (see `pytest_xdist_make_scheduler`) runs
+    first, then the files that hold a slow test, each file's tests in their
+    order: on several workers, no long file is then left to run alone at the
+    end.
+    """
     for item in items:
         if isinstance(item, SybilItem):
             item.add_marker(pytest.mark.timeout(docs_blocks.COMMAND_TIMEOUT + 30))
+    slow = {_file(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    items.sort(
+        key=lambda item: (
+            _group(item.nodeid) != _LOCAL_MODEL,
+            _file(item.nodeid) not in slow,
+        )
+    )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Give pytest-xdist's workers whole groups of tests, a group at a time.
+
+    A group is a test file (its fixtures start once), except two: the
+    real-model tests (``tests/integration/test_local_*``) with the docs,
+    whose blocks run the local model too, so that one llama.cpp server runs
+    at a time; and the Phoenix tests, which share one Phoenix.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return Groups(config, log)
+
+
+_LOCAL_MODEL = "local-model"
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.partition("::")[0]
+
+
+def _group(nodeid: str) -> str:
+    path = _file(nodeid)
+    if path.startswith(("tests/integration/test_local_", "docs/")) or path == (
+        "README.md"
+    ):
+        return _LOCAL_MODEL
+    if path.startswith("tests/integration/test_phoenix_"):
+        return "phoenix"
+    return path
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
