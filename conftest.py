@@ -13,10 +13,12 @@ pytest_collect_file = docs_blocks.docs_sybil().pytest()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A docs block may take as long as its commands may (not the test default).
 
-    The longest group of tests (see `pytest_xdist_make_scheduler`) runs
-    first, then the files that hold a slow test, each file's tests in their
-    order: on several workers, no long file is then left to run alone at the
-    end.
+    The real-model tests, the longest group (see `pytest_xdist_make_scheduler`),
+    run first, then the files that hold a slow test, each file's tests in
+    their order: on several workers, no long file is then left to run alone
+    at the end. The docs run last, as they always have: their blocks set up
+    process-wide state (tracing, environment variables) that no test after
+    them expects.
     """
     for item in items:
         if isinstance(item, SybilItem):
@@ -24,7 +26,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     slow = {_file(item.nodeid) for item in items if item.get_closest_marker("slow")}
     items.sort(
         key=lambda item: (
-            _group(item.nodeid) != _LOCAL_MODEL,
+            _RANKS.get(_group(item.nodeid), 1),
             _file(item.nodeid) not in slow,
         )
     )
@@ -33,10 +35,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Give pytest-xdist's workers whole groups of tests, a group at a time.
 
-    A group is a test file (its fixtures start once), except two: the
-    real-model tests (``tests/integration/test_local_*``) with the docs,
-    whose blocks run the local model too, so that one llama.cpp server runs
-    at a time; and the Phoenix tests, which share one Phoenix.
+    A group is a test file (its fixtures start once), except three: the
+    real-model tests (``tests/integration/test_local_*``), whose llama.cpp
+    servers would slow each other down; the docs (README.md and docs/),
+    whose blocks run in order and after the tests; and the Phoenix tests,
+    which share one Phoenix.
     """
     from xdist.scheduler import LoadScopeScheduling
 
@@ -48,6 +51,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 _LOCAL_MODEL = "local-model"
+_DOCS = "docs"
+_RANKS = {_LOCAL_MODEL: 0, _DOCS: 2}
 
 
 def _file(nodeid: str) -> str:
@@ -56,10 +61,10 @@ def _file(nodeid: str) -> str:
 
 def _group(nodeid: str) -> str:
     path = _file(nodeid)
-    if path.startswith(("tests/integration/test_local_", "docs/")) or path == (
-        "README.md"
-    ):
+    if path.startswith("tests/integration/test_local_"):
         return _LOCAL_MODEL
+    if path.startswith("docs/") or path == "README.md":
+        return _DOCS
     if path.startswith("tests/integration/test_phoenix_"):
         return "phoenix"
     return path
