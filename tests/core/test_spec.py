@@ -532,6 +532,107 @@ def test_a_blank_signal_is_refused_since_no_signal_can_carry_it(name: str) -> No
     ]
 
 
+DUPLICATES = [
+    (
+        'terminal = ["done", "failed"]',
+        'terminal = ["done", "failed", "done"]',
+        ("terminal[2]", "terminal: 'done' is listed more than once"),
+    ),
+    (
+        'terminal = ["done", "failed"]',
+        'terminal = ["done", "failed"]\nsignals = ["x", "x"]',
+        ("signals[1]", "signals: 'x' is listed more than once"),
+    ),
+    (
+        'on_enter = ["commit_pending"]',
+        'on_enter = ["commit_pending", "commit_pending"]',
+        (
+            "states.done.on_enter[1]",
+            "done.on_enter: 'commit_pending' is listed more than once",
+        ),
+    ),
+    (
+        'conditions = ["is_turn_limit_reached"]',
+        'conditions = ["is_turn_limit_reached", "is_turn_limit_reached"]',
+        (
+            "transitions[1].conditions[1]",
+            "transition #2 (measured) conditions: 'is_turn_limit_reached' is"
+            " listed more than once",
+        ),
+    ),
+    (
+        'unless = ["is_compaction_limit_reached", "is_threshold_line_spent"]',
+        'unless = ["is_compaction_limit_reached", "is_threshold_line_spent",'
+        ' "is_threshold_line_spent"]',
+        (
+            "transitions[4].unless[2]",
+            "transition #5 (measured) unless: 'is_threshold_line_spent' is"
+            " listed more than once",
+        ),
+    ),
+    (
+        'dest = "run_tools"\nconditions = ["has_tool_calls"]\n'
+        'actions = ["record_reply"]',
+        'dest = "run_tools"\nconditions = ["has_tool_calls"]\n'
+        'actions = ["record_reply", "record_reply"]',
+        (
+            "transitions[7].actions[1]",
+            "transition #8 (model_replied) actions: 'record_reply' is listed"
+            " more than once",
+        ),
+    ),
+    (
+        'trigger = "tools_finished"\nsource = "run_tools"',
+        'trigger = "tools_finished"\nsource = ["run_tools", "run_tools"]',
+        (
+            "transitions[13].source[1]",
+            "transition #14 (tools_finished) source: 'run_tools' is listed"
+            " more than once",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    DUPLICATES,
+    ids=[
+        "terminal",
+        "signals",
+        "on_enter",
+        "conditions",
+        "unless",
+        "actions",
+        "source",
+    ],
+)
+def test_a_name_listed_twice_is_refused_on_its_line(
+    old: str, new: str, expected: tuple[str, str]
+) -> None:
+    # These loaded: a terminal phase or a signal twice, a reducer run twice.
+    text = edit(STOCK, old, new)
+    written = new.splitlines()[-1]
+    line = next(n for n, at in enumerate(text.splitlines(), 1) if written in at)
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    found = [(p.field, p.message, p.line) for p in error.value.problems]
+    assert found == [(*expected, line)]
+
+
+def test_a_phase_written_twice_is_refused_on_its_line() -> None:
+    # TOML itself refuses a key written twice: `[states]` and `[subagents]`.
+    text = edit(STOCK, "run_tools         =", "call_llm = {}\nrun_tools         =")
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.message.startswith("not valid TOML: Cannot overwrite a value")
+    assert problem.line == text.splitlines().index("call_llm = {}") + 1
+
+
 def test_group_ending_in_an_unless_guard_can_fall_through() -> None:
     text = edit(
         STOCK,

@@ -55,6 +55,13 @@ class TransitionReader(ProblemLog):
                 value,
             )
             return []
+        seen: set[str] = set()
+        for j, name in enumerate(value):
+            if name in seen:  # a name listed again is a slip, never a second meaning
+                self.problem(
+                    f"{where}: {name!r} is listed more than once", (*at, j), name
+                )
+            seen.add(name)
         return list(value)
 
     def _transitions(
