@@ -556,6 +556,19 @@ def test_bad_pin_settings_fail_naming_the_field(build: Any, field: str) -> None:
     assert field in str(caught.value)
 
 
+def test_a_request_pinning_a_message_it_does_not_hold_is_refused() -> None:
+    # It pinned nothing, silently: a misspelt id protected no message.
+    messages = [Message.user("plan the trip", id="u1")]
+    assert CompactionRequest(messages=messages, pinned=["u1"]).pinned == ("u1",)
+
+    with pytest.raises(ConfigError) as caught:
+        CompactionRequest(messages=messages, pinned=["u1", "u-1"])
+
+    assert str(caught.value) == (
+        "invalid pinned[1]='u-1': expected the id of one of the request's messages"
+    )
+
+
 def test_the_lost_pin_error_reads_as_what_to_do() -> None:
     error = PinnedMessageLost(
         message_id="msg_1", role="user", strategy="MyCompactor", what="dropped"

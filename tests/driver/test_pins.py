@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,12 @@ from turnfsm.context import (
     TruncatingCompactor,
 )
 from turnfsm.driver import Driver, Session
-from turnfsm.errors import CompactionFailed, ContextExceeded, PinnedTooLarge
+from turnfsm.errors import (
+    CompactionFailed,
+    ContextExceeded,
+    InvalidReturn,
+    PinnedTooLarge,
+)
 from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import CompactionRecord
@@ -171,3 +177,36 @@ async def test_a_conversation_that_fits_is_not_searched_for_pins_at_start(
     driver = Driver(model=ScriptedModel.of("three"), context=small)
     await driver.run("and then?", session=session)
     assert searched[:1] == [404]
+
+
+async def test_a_hooks_pin_of_a_message_the_pass_lacks_is_a_hook_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It was ignored: a misspelt id pinned nothing, and nothing said so.
+    manager = ContextManager(
+        TruncatingCompactor(), context_window=2_000, counter=HEURISTIC
+    )
+    hook = PinAnswer("a-1")
+    driver = Driver(model=ScriptedModel.of("ok"), context=manager, hooks=[hook])
+    with caplog.at_level(logging.ERROR, logger="turnfsm.hooks"):
+        result = await driver.run(history(6, 600))
+
+    # Logged and detached, like any bad answer: the pass ran without it.
+    assert result.ok, result.error
+    assert "no message has the id 'a-1'" in caplog.text
+    assert hook.records == []  # detached before the pass ended
+
+    strict = Driver(
+        model=ScriptedModel.of("ok"),
+        context=manager,
+        hooks=[PinAnswer("a-1")],
+        strict_hooks=True,
+    )
+    result = await strict.run(history(6, 600))
+
+    assert isinstance(result.error, InvalidReturn)
+    assert result.error.source == "hook PinAnswer.pre_compact"
+    assert result.error.expected == (
+        "a PreCompact pinning messages of the pass, by their ids in"
+        " info.messages: no message has the id 'a-1'"
+    )

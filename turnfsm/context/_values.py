@@ -176,6 +176,20 @@ class CompactionProposal:
         return self.error is not None
 
 
+def _check_pinned(
+    inst: CompactionRequest, _attr: object, pinned: tuple[str, ...]
+) -> None:
+    """Refuse a pin naming none of the request's messages: it would pin nothing."""
+    if not pinned:
+        return
+    ids = {m.id for m in inst.messages}
+    for i, pin in enumerate(pinned):
+        if pin not in ids:
+            raise ConfigError(
+                f"pinned[{i}]", pin, "the id of one of the request's messages"
+            )
+
+
 def _check_tokens_before(inst: CompactionRequest, _attr: object, value: Any) -> None:
     if value is None:
         return
@@ -222,7 +236,7 @@ class CompactionRequest:
             what the provider reported; None: the manager's.
         pinned: Ids of more messages to pin for this pass (a pre-compact
             hook's), besides the ones `Message.pin` and the manager's
-            `PinRules` pin.
+            `PinRules` pin; each the id of one of `messages`.
 
     Raises:
         ConfigError: On construction, naming the field and the value.
@@ -261,5 +275,5 @@ class CompactionRequest:
     pinned: tuple[str, ...] = attrs.field(
         default=(),
         converter=_to_ids,
-        validator=_checks.each(str, "a message id (a string)"),
+        validator=[_checks.each(str, "a message id (a string)"), _check_pinned],
     )

@@ -217,9 +217,10 @@ class InvalidReturn(TurnFSMError, TypeError):
 
     From an effect or a model, the run ends ``failed`` with this error
     (logged, like a malformed message). From a hook (an awaitable, or a
-    `pre_compact` answer that is not a `PreCompact`), it is what the hook
-    raised: the hook is logged and detached, or, with ``strict_hooks``, it
-    propagates. From a store's `load`, reading the session raises it.
+    `pre_compact` answer that is not a `PreCompact` or pins a message the
+    pass does not have), it is what the hook raised: the hook is logged and
+    detached, or, with ``strict_hooks``, it propagates. From a store's
+    `load`, reading the session raises it.
     `source` names the effect (``effect 'call_llm'``), the model (``model
     FakeModelClient``), the hook (``hook MyHook.pre_compact``) or the store
     (``store MyStore.load``), `value` is the repr of what it returned.

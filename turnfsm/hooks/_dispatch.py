@@ -1,8 +1,9 @@
 """Calls hooks: only the methods a hook overrides; a raising hook is detached.
 
 A hook that returns what would be ignored (an awaitable, a `pre_compact`
-answer that is not a `PreCompact`) is treated as one that raised
-`InvalidReturn`: detached and logged, or re-raised with `strict`.
+answer that is not a `PreCompact`, or that pins a message the pass does not
+have) is treated as one that raised `InvalidReturn`: detached and logged, or
+re-raised with `strict`.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class HookDispatcher:
         try:
             answer = getattr(hook, name)(info)
             if answer is not None:
-                _check_answer(hook, name, answer)
+                _check_answer(hook, name, answer, info)
             return answer
         except Exception:
             if self.strict:
@@ -180,26 +181,44 @@ class HookDispatcher:
 _COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)
 
 
-def _check_answer(hook: Hook, name: str, answer: object) -> None:
+def _check_answer(hook: Hook, name: str, answer: object, info: Any) -> None:
     """Refuse what a hook returns that would be ignored: `InvalidReturn`.
 
     Hooks are called synchronously: an awaitable (an ``async def`` hook, a
     lambda returning a coroutine) never runs. Only `pre_compact` answers,
-    and only a `PreCompact` is read: a veto given any other way is none.
+    and only a `PreCompact` is read: a veto given any other way is none. A
+    pin names a message of the pass (`PreCompactInfo.messages`): one naming
+    no such message would pin nothing, a typo the pass would hide.
     """
     expected = "a PreCompact or None" if name == "pre_compact" else "None"
     if inspect.isawaitable(answer):
         if inspect.iscoroutine(answer):
             answer.close()  # it never runs: no "never awaited" warning
         expected += " (hooks are called synchronously: an awaitable never runs)"
-    elif name != "pre_compact" or isinstance(answer, PreCompact):
-        return  # a PreCompact, or what an observer returns (nothing reads it)
+    elif isinstance(answer, PreCompact) and name == "pre_compact":
+        unknown = _unknown_pins(answer.pin, info)
+        if not unknown:
+            return
+        expected = (
+            "a PreCompact pinning messages of the pass, by their ids in"
+            f" info.messages: no message has the id {unknown!r}"
+        )
+    elif name != "pre_compact":
+        return  # what an observer returns (nothing reads it)
     text = repr(answer)
     raise InvalidReturn(
         f"hook {type(hook).__name__}.{name}",
         text if len(text) <= 200 else text[:197] + "...",
         expected,
     )
+
+
+def _unknown_pins(pins: tuple[str, ...], info: PreCompactInfo) -> str | None:
+    """The first of `pins` that names no message of the pass, if any."""
+    if not pins:
+        return None
+    ids = {m.id for m in info.messages}
+    return next((p for p in pins if p not in ids), None)
 
 
 def _done(record: CompactionRecord, session_id: str) -> CompactionDone:

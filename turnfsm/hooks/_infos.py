@@ -267,7 +267,8 @@ class PreCompact:
     `instructions` and `additional_context` reach the compactor through its
     `CompactionContext`. `pin` names messages (by id, from
     `PreCompactInfo.messages`) that this pass must keep word for word,
-    besides the ones pinned already.
+    besides the ones pinned already; an id of no message there makes the
+    answer a hook error (`InvalidReturn`: the hook is logged and detached).
 
     Raises:
         ConfigError: `veto` is not a bool, `instructions` or
