@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Any
 
 import pytest
 
@@ -171,3 +172,31 @@ def test_an_async_callable_object_or_partial_is_an_effect() -> None:
             effects={"review": effect},
         )
         assert agent.run_sync("write a haiku").outcome == "done"
+
+
+def test_good_effects_are_checked_without_listing_the_known_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sorted list of known effects, which only a refusal prints, was
+    # built for every agent and driver made.
+    from turnfsm.driver import _inputs
+
+    listed: list[object] = []
+
+    def counting_sorted(*args: Any, **kwargs: Any) -> list[Any]:
+        listed.append(args[0])
+        return sorted(*args, **kwargs)
+
+    monkeypatch.setattr(_inputs, "sorted", counting_sorted, raising=False)
+    machine = review_machine()
+    Agent(
+        model=ScriptedModel.of("a draft"), machine=machine, effects={"review": approve}
+    )
+
+    assert listed == []
+    with pytest.raises(ConfigError, match="call_llm, compact, measure, review"):
+        Agent(
+            model=ScriptedModel.of("a draft"),
+            machine=machine,
+            effects={"review": approve, "run_tool": approve},
+        )

@@ -53,7 +53,6 @@ def check_effects(inst: Driver, _attr: object, effects: object) -> None:
     if not isinstance(effects, Mapping):
         raise ConfigError("effects", effects, "a mapping of name to effect")
     named = {s.effect for s in inst.machine.states if s.effect is not None}
-    known = sorted(named | set(BUILTIN_EFFECTS))
     for name, effect in effects.items():
         if not isinstance(name, str) or not callable(effect):
             raise ConfigError(f"effects[{name!r}]", effect, "an async function")
@@ -66,6 +65,7 @@ def check_effects(inst: Driver, _attr: object, effects: object) -> None:
             )
         if name not in named and name not in BUILTIN_EFFECTS:
             # A misspelt name would leave the effect it meant to replace as it is.
+            known = sorted(named | set(BUILTIN_EFFECTS))
             raise ConfigError(
                 "effects",
                 name,
