@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import (
+    REPO_ROOT,
     approval_toml,
     calling,
     load_turn_spec,
@@ -98,6 +99,40 @@ def test_stock_machine_loads() -> None:
         "run_cancelled",
     }
     assert spec.source.endswith("turn.toml")
+
+
+def test_what_each_phase_accepts_is_worked_out_once_with_the_spec() -> None:
+    # A run asks on every step: each answer was a fresh scan of the transitions.
+    spec = load_turn_spec()
+
+    assert spec.accepts("run_tools") == (
+        "message_injected",
+        "run_cancelled",
+        "tools_finished",
+    )
+    assert spec.accepts("run_tools") is spec.accepts("run_tools")
+    assert spec.accepts("done") == spec.accepts("no such phase") == ()
+    assert spec.triggers is spec.triggers
+
+
+@pytest.mark.parametrize(
+    ("file", "digest"),
+    [
+        ("turn.toml", "7c900b66f2d4d97f"),
+        ("approval.toml", "e0319029c3a1395b"),
+        ("review.toml", "0454499f61f9982a"),
+        ("compaction.toml", "e6a279b04807f09c"),
+    ],
+)
+def test_the_shipped_machines_keep_the_digests_their_stored_runs_recorded(
+    file: str, digest: str
+) -> None:
+    # What a spec works out for itself (the triggers each phase accepts) is
+    # no part of what it decides by: a run stored earlier still resumes.
+    from turnfsm import load_machine
+    from turnfsm.persistence import machine_digest
+
+    assert machine_digest(load_machine(REPO_ROOT / "machines" / file)) == digest
 
 
 def test_stock_machine_reads_its_reasons_and_wildcards() -> None:

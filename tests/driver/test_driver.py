@@ -744,6 +744,33 @@ async def test_an_injection_the_phase_cannot_take_waits_or_fails_the_run_typed(
         assert texts == []  # nothing of the failed run is committed
 
 
+async def test_an_injection_asks_the_machine_once_whether_its_phase_takes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each queued injection asked every phase whether it takes injections.
+    asked: list[str] = []
+    accepts = MachineSpec.accepts
+
+    def counting(spec: MachineSpec, phase: str) -> tuple[str, ...]:
+        asked.append(phase)
+        return accepts(spec, phase)
+
+    monkeypatch.setattr(MachineSpec, "accepts", counting)
+    control = RunControl()
+
+    def look() -> str:
+        """Look around (and, meanwhile, the user says three things)."""
+        for text in ("one", "two", "three"):
+            control.inject(Message.user(text))
+        return "nothing"
+
+    model = ScriptedModel.of(reply("", tool_call("look", "c1")), "checked")
+    result = await Driver(model=model, tools=[look]).run("look", control=control)
+
+    assert result.ok
+    assert asked == ["run_tools"] * 3
+
+
 async def test_a_message_injected_during_the_final_call_keeps_the_run_going() -> None:
     from turnfsm.driver import RunControl
     from turnfsm.providers import ModelRequest

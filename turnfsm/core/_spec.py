@@ -217,9 +217,25 @@ class MachineSpec:
     _by_name: dict[str, StateSpec] = attrs.field(
         init=False, eq=False, repr=False, hash=False
     )
+    _accepts: dict[str, tuple[str, ...]] = attrs.field(
+        init=False, eq=False, repr=False, hash=False
+    )
+    _triggers: frozenset[str] = attrs.field(
+        init=False, eq=False, repr=False, hash=False
+    )
 
     def __attrs_post_init__(self) -> None:
+        # Read on every step of a run (which events a phase takes), so
+        # worked out once, with the spec.
         object.__setattr__(self, "_by_name", {s.name: s for s in self.states})
+        by_phase: dict[str, set[str]] = {}
+        for t in self.transitions:
+            for source in t.sources:
+                by_phase.setdefault(source, set()).add(t.trigger)
+        accepts = {phase: tuple(sorted(found)) for phase, found in by_phase.items()}
+        object.__setattr__(self, "_accepts", accepts)
+        triggers = frozenset(t.trigger for t in self.transitions)
+        object.__setattr__(self, "_triggers", triggers)
 
     @classmethod
     def from_toml(
@@ -322,10 +338,8 @@ class MachineSpec:
     @property
     def triggers(self) -> frozenset[str]:
         """Every trigger some transition uses."""
-        return frozenset(t.trigger for t in self.transitions)
+        return self._triggers
 
     def accepts(self, phase: str) -> tuple[str, ...]:
         """Return the triggers some transition out of `phase` fires on, sorted."""
-        return tuple(
-            sorted({t.trigger for t in self.transitions if phase in t.sources})
-        )
+        return self._accepts.get(phase, ())

@@ -512,7 +512,7 @@ class RunLoop(Ending):
         for queued in self.control.drain():
             if type(queued) is MessageInjected and not waiting:
                 trigger = trigger_of(queued)
-                if not any(trigger in spec.accepts(s.name) for s in spec.states):
+                if trigger not in spec.triggers:  # no phase takes it
                     raise _Broken(
                         InvalidMessage(
                             "message",

@@ -442,7 +442,7 @@ def _decides_by(field: attrs.Attribute[Any], value: object) -> bool:
     keep their digests (and their runs resume). The sub-agents' own machines
     (`children`) are theirs: their runs record their digests.
     """
-    if field.name in ("source", "_by_name", "children"):
+    if field.name in ("source", "_by_name", "_accepts", "_triggers", "children"):
         return False
     if field.name in ("message", "subagent"):
         return value is not None
