@@ -467,3 +467,58 @@ def test_a_counter_that_returns_no_count_for_an_item_is_named() -> None:
 
     assert (caught.value.field, caught.value.value) == ("counter", None)
     assert "from NoneForText.count_text" in str(caught.value)
+
+
+SAID = "HTTP 400: maximum context length is 4096 tokens"
+
+
+def test_a_stall_after_the_provider_refused_says_so_and_what_to_do() -> None:
+    # It said "nothing was saved (a vetoing hook or a conversation the
+    # compactor cannot cut) ... or a bigger window": the window was the
+    # model's, and a bigger one is what made the provider refuse.
+    error = CompactionStalled(used=1537, limit=1537, provider_message=SAID)
+
+    assert str(error) == (
+        "compaction stalled: 1537 tokens after the pass, 1537 before; the"
+        " provider refused the request as too long, and the pass run for it"
+        " saved nothing (a vetoing hook, no context manager, or a conversation"
+        " the compactor cannot cut) - set context_window to the model's real"
+        " window (with a counter that does not undercount its tokens), so that"
+        " compaction starts before the provider refuses (the provider said:"
+        f" {SAID})"
+    )
+    assert "nothing was saved" in str(CompactionStalled(used=9, limit=9))
+
+
+def test_one_overflow_too_many_says_the_provider_kept_refusing() -> None:
+    error = ContextExceeded(used=1537, limit=100_000, provider_message=SAID)
+
+    assert str(error) == (
+        "context exceeded: 1537 tokens used, limit 100000; the provider kept"
+        " refusing the request as too long - set context_window to the model's"
+        " real window (with a counter that does not undercount its tokens), so"
+        " that compaction starts before the provider refuses (the provider said:"
+        f" {SAID})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("strategy", "largest"),
+    [("TruncatingCompactor", (USER, SYSTEM)), ("MaskingCompactor", (RESULT,))],
+    ids=["messages", "results-in-use"],
+)
+def test_after_a_refusal_the_hint_asks_for_the_models_window_not_a_bigger_one(
+    strategy: str, largest: tuple[LargeItem, ...]
+) -> None:
+    error = CompactionStalled(
+        used=9000,
+        limit=9000,
+        largest=largest,
+        strategy=strategy,
+        provider_message=SAID,
+    )
+    hint = str(error).rpartition("; ")[2]
+
+    assert "the model's real window" in hint
+    assert "bigger" not in hint
+    assert "over 9000" not in hint

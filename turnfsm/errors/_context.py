@@ -97,9 +97,16 @@ def _hint(error: ContextExceeded) -> str:
     """
     largest, strategy = error.largest, error.strategy
     results = sum(i.tokens for i in largest if i.kind == "tool_result")
+    # Refused by the provider, the window is the model's: it cannot grow.
+    refused = bool(error.provider_message)
+    window = (
+        "the model's real window as its context_window"
+        if refused
+        else f"a context window over {error.used} tokens"
+    )
     fits = (
-        f"a context window over {error.used} tokens, a smaller reply budget "
-        "(max_output_tokens), or fewer pinned messages"
+        f"{window}, a smaller reply budget (max_output_tokens), or fewer pinned "
+        "messages"
     )
     if 2 * results >= sum(i.tokens for i in largest):
         if strategy not in _MASKS:
@@ -116,7 +123,12 @@ def _hint(error: ContextExceeded) -> str:
     if strategy not in _SUMMARISES:
         return (
             "messages fill it: SummarizingCompactor, or LayeredCompactor with a "
-            "summary model, summarises old turns; or set a bigger context_window"
+            "summary model, summarises old turns; or set "
+            + (
+                "context_window to the model's real window"
+                if refused
+                else "a bigger context_window"
+            )
         )
     return (
         f"messages fill it, and {strategy} (the strategy in use) could not "
@@ -154,14 +166,23 @@ class ContextExceeded(TurnFSMError):
     )
 
     def __str__(self) -> str:
+        if self.provider_message:
+            what = "the provider kept refusing the request as too long - " + _REFUSED
+        else:
+            what = "use a bigger window or a compactor that shrinks harder"
         return (
-            (
-                f"context exceeded: {self.used} tokens used, limit {self.limit}; "
-                "use a bigger window or a compactor that shrinks harder"
-            )
+            f"context exceeded: {self.used} tokens used, limit {self.limit}; {what}"
             + _provider_text(self)
             + _largest_text(self)
         )
+
+
+_REFUSED: Final = (
+    "set context_window to the model's real window (with a counter that does not"
+    " undercount its tokens), so that compaction starts before the provider"
+    " refuses"
+)
+"""What to do when the provider refused a request the run's window allowed."""
 
 
 def _provider_text(error: ContextExceeded) -> str:
@@ -178,19 +199,26 @@ class CompactionStalled(ContextExceeded):
     `used` is the size after the pass and `limit` the size before it; a
     pre-compact hook that vetoes over the line ends here too. A pass run
     because the provider refused the request as too long quotes the
-    provider (`provider_message`).
+    provider (`provider_message`), and its message asks for the model's real
+    window: the run's own allowed a request the model did not.
     """
 
     def __str__(self) -> str:
-        return (
-            (
-                f"compaction stalled: {self.used} tokens after the pass, "
-                f"{self.limit} before; nothing was saved (a vetoing hook or a "
-                "conversation the compactor cannot cut) - see what is biggest, "
-                "choose a strategy that shrinks it, or a bigger window"
+        if self.provider_message:
+            what = (
+                "the provider refused the request as too long, and the pass run"
+                " for it saved nothing (a vetoing hook, no context manager, or a"
+                " conversation the compactor cannot cut) - " + _REFUSED
             )
-            + _provider_text(self)
-            + _largest_text(self)
+        else:
+            what = (
+                "nothing was saved (a vetoing hook or a conversation the"
+                " compactor cannot cut) - see what is biggest, choose a strategy"
+                " that shrinks it, or a bigger window"
+            )
+        return (
+            f"compaction stalled: {self.used} tokens after the pass, "
+            f"{self.limit} before; {what}" + _provider_text(self) + _largest_text(self)
         )
 
 
