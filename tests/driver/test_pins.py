@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+import attrs
 import pytest
 
 from turnfsm.context import (
@@ -25,6 +28,7 @@ from turnfsm.errors import (
 from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import CompactionRecord
+from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -210,3 +214,63 @@ async def test_a_hooks_pin_of_a_message_the_pass_lacks_is_a_hook_error(
         "a PreCompact pinning messages of the pass, by their ids in"
         " info.messages: no message has the id 'a-1'"
     )
+
+
+@attrs.frozen
+class _TextCounting:
+    """A hashable incremental counter that records each text it prices."""
+
+    tag: str = ""
+    inner: HeuristicTokenCounter = attrs.field(factory=HeuristicTokenCounter)
+    texts: list[str] = attrs.field(factory=list, eq=False, hash=False)
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return self.inner.count(messages)
+
+    def count_text(self, text: str) -> int:
+        return self.inner.count_text(text)
+
+    def units(self, message: Message) -> int:
+        return self.inner.units(message)
+
+    def text_units(self, text: str) -> int:
+        self.texts.append(text)
+        return self.inner.text_units(text)
+
+    def tokens(self, units: int) -> int:
+        return self.inner.tokens(units)
+
+
+class _Forgetful:
+    """Answers every request and keeps none (a server's model client)."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        return ModelResponse(message=Message.assistant("ok"))
+
+
+def test_a_driver_prices_its_extras_once_across_runs() -> None:
+    # The system prompt and the tool schemas ride every request: a driver
+    # reused for many runs (on new sessions, nothing of a run kept) prices
+    # each of them once.
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    counter = _TextCounting()
+    driver = Driver(
+        model=_Forgetful(),
+        tools=[lookup],
+        system_prompt="You are terse.",
+        context=ContextManager(context_window=8_000, counter=counter),
+    )
+    for _ in range(3):
+        assert anyio.run(driver.run, "go").ok
+        gc.collect()
+    assert sorted(counter.texts) == sorted(set(counter.texts))
+    assert "You are terse." in counter.texts
+
+    # A manager put in its place measures with its own counter.
+    other = _TextCounting(tag="other")
+    driver.context = ContextManager(context_window=8_000, counter=other)
+    assert anyio.run(driver.run, "go").ok
+    assert "You are terse." in other.texts

@@ -250,7 +250,7 @@ def run_resources(
     """What the effects of run `run_id` may use (see `Driver.resources`)."""
     listed = _instrument.hooks_for([*driver.hooks, *hooks], driver.tracing)
     dispatcher = HookDispatcher.of(listed, strict=driver.strict_hooks)
-    meter = Meter(driver.counter)
+    meter = driver._run_meter()
     kept = driver._extras
     reserved = (meter.measure(extras=kept) if kept else 0) + (
         driver.max_output_tokens or 0

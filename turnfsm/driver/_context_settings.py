@@ -33,11 +33,19 @@ mutable strategy may change) differs from the last time."""
 
 def context_settings(manager: ContextManager) -> ContextSettings:
     """Return what the log keeps of `manager`'s settings."""
+    known = _memo.get(id(manager))
+    if (
+        known is not None
+        and known[0]() is manager
+        and _frozen(manager.compactor)
+        and _frozen(manager.counter)
+        and _frozen(manager.pins)
+    ):
+        return known[2]  # made of values that cannot change (a frozen manager)
     strategy, kind, settings = _strategy(manager.compactor)
     counter = object_settings(manager.counter) or {}
     pins = object_settings(manager.pins) or {}
     key = (strategy, kind, settings, counter, pins)
-    known = _memo.get(id(manager))
     if known is not None and known[0]() is manager and known[1] == key:
         return known[2]
     made = _made(manager, strategy, kind, settings, counter, pins)
@@ -45,6 +53,19 @@ def context_settings(manager: ContextManager) -> ContextSettings:
         _memo.clear()
     _memo[id(manager)] = (weakref.ref(manager), key, made)
     return made
+
+
+@attrs.frozen
+class _Frozen:
+    """Its `__setattr__` is the one every frozen attrs class has."""
+
+
+_FROZEN_SETATTR: Final = _Frozen.__setattr__
+
+
+def _frozen(value: object) -> bool:
+    """Whether `value` is of a frozen attrs class: its settings never change."""
+    return type(value).__setattr__ is _FROZEN_SETATTR
 
 
 def _made(

@@ -53,7 +53,7 @@ from turnfsm.persistence import (
     machine_digest,
 )
 from turnfsm.providers import ModelClient, ModelPrices, ToolSchema, window_for
-from turnfsm.tokens import TokenCounter, default_counter
+from turnfsm.tokens import Meter, TokenCounter, default_counter
 
 __all__ = ["Driver"]
 
@@ -261,6 +261,12 @@ class Driver:
     _extras: tuple[str, ...] = attrs.field(init=False)
     _settings: EffectSettings = attrs.field(init=False)
     _compacting: Driver | None = attrs.field(init=False, default=None)
+    # The meter of the runs, and the context manager it was made for: kept
+    # across runs, so the prices of the extras (tool schemas, the system
+    # prompt) outlive each run instead of being counted again by the next.
+    _meter: tuple[ContextManager | None, Meter] | None = attrs.field(
+        init=False, default=None
+    )
 
     def __attrs_post_init__(self) -> None:
         _quiet_transitions()  # its machine's steps are the trace's, not the log's
@@ -335,6 +341,14 @@ class Driver:
     def counter(self) -> TokenCounter:
         """The one counter used everywhere: the context manager's."""
         return self.context.counter if self.context else default_counter()
+
+    def _run_meter(self) -> Meter:
+        """The meter a run measures with (made again if `context` was replaced)."""
+        context = self.context
+        kept = self._meter
+        if kept is None or kept[0] is not context:
+            kept = self._meter = (context, Meter(self.counter))
+        return kept[1]
 
     @overload
     async def run(
@@ -433,6 +447,7 @@ class Driver:
             self.context,
             session.history,
             messages,
+            meter=self._run_meter(),
             extras=self._extras,
             reply=self.max_output_tokens or 0,
         )

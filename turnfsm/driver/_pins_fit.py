@@ -18,6 +18,7 @@ def check_pins_fit(
     history: Sequence[Message],
     messages: Sequence[Message],
     *,
+    meter: Meter,
     extras: Sequence[str],
     reply: int,
 ) -> None:
@@ -34,6 +35,7 @@ def check_pins_fit(
         manager: The run's context manager (None: nothing is checked).
         history: The session's history.
         messages: The run's input.
+        meter: The run's meter (of the manager's counter).
         extras: The texts that ride every request (system prompt, tool schemas).
         reply: The reply budget (``max_output_tokens``, 0 if none).
 
@@ -43,7 +45,6 @@ def check_pins_fit(
     """
     if manager is None or manager.window == 0:
         return
-    meter = Meter(manager.counter)
     reserved = (meter.measure(extras=extras) if extras else 0) + reply
     # A sum of per-message units grows with every message: the pinned
     # messages cost at most what all of them cost.
