@@ -71,6 +71,11 @@ class Meter:
     # Extras (a system prompt, tool schemas) ride every request unchanged:
     # price each distinct text once (per counter value, across meters).
     _extra_units: dict[str, int] = attrs.field(init=False, repr=False)
+    # The tokens of the last tuple of extras measured: a run hands the same
+    # tuple (its system prompt and tool schemas) to every measurement.
+    _last_extras: tuple[tuple[str, ...], int] | None = attrs.field(
+        init=False, repr=False, default=None
+    )
 
     @_incremental.default
     def _incremental_view(self) -> IncrementalCounter | None:
@@ -139,14 +144,11 @@ class Meter:
         # number whoever adds it up (the manager adds its reserved budget).
         extra_tokens = 0
         if extras:
-            known = self._extra_units
-            for text in extras:
-                extra = known.get(text)
-                if extra is None:
-                    extra = self._units_of_extra(counter, text)
-                extra_tokens += _checks.token_count(
-                    counter.tokens(extra), counter, "tokens"
-                )
+            last = self._last_extras
+            if last is not None and last[0] is extras:
+                extra_tokens = last[1]
+            else:
+                extra_tokens = self._extra_tokens(counter, extras)
         units = 0
         key = self._memo_key
         for part in parts:
@@ -165,6 +167,18 @@ class Meter:
                     )
         tokens = _checks.token_count(counter.tokens(units), counter, "tokens")
         return tokens + extra_tokens
+
+    def _extra_tokens(self, counter: IncrementalCounter, extras: Sequence[str]) -> int:
+        known = self._extra_units
+        total = 0
+        for text in extras:
+            extra = known.get(text)
+            if extra is None:
+                extra = self._units_of_extra(counter, text)
+            total += _checks.token_count(counter.tokens(extra), counter, "tokens")
+        if type(extras) is tuple:  # it cannot change: the next call may reuse it
+            self._last_extras = (extras, total)
+        return total
 
     def _units_of_extra(self, counter: IncrementalCounter, text: str) -> int:
         cache = self._extra_units
