@@ -35,6 +35,7 @@ from typing import Any
 
 from turnfsm import core, driver, errors
 from turnfsm.cli import _parser as cli_parser  # the parser `turnfsm` runs
+from turnfsm.core._conversation_checks import PLACED  # where they may run
 from turnfsm.core._events import trigger_name
 from turnfsm.core._reducers import ACCEPTS  # what the loader checks by
 from turnfsm.core._spec import DECISION_KINDS
@@ -148,12 +149,17 @@ def accepts() -> str:
         )
         for key, names in groups.items()
     ]
-    free_reducers = [n for n in in_source_order(core.REDUCERS) if n not in ACCEPTS]
+    tied = {*ACCEPTS, *PLACED}
+    free_reducers = [n for n in in_source_order(core.REDUCERS) if n not in tied]
     free_errors = [n for n in core.FAILURES if n not in ACCEPTS]
+    kept = ", ".join(
+        f"{code(name)} only on the way into a {kind} phase"
+        for name, (kind, _does) in PLACED.items()
+    )
     others = (
         f"The others ({', '.join(map(code, free_reducers))}, and the errors "
         f"{', '.join(map(code, free_errors))}) are not tied to one event and "
-        "may appear anywhere."
+        f"may appear anywhere; {kept} (its `on_enter`, or a transition into it)."
     )
     return table(("reducer or error", "only on"), rows) + "\n\n" + others
 

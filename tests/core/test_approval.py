@@ -259,15 +259,22 @@ def test_a_user_machine_may_pause_anywhere() -> None:
             "terminal": ["done", "failed"],
             "signals": ["approved"],
             "states": {
-                "start": {"decision": "pause"},
-                "done": {"decision": "finish"},
+                "start": {"decision": "measure"},
+                "gate": {"decision": "pause"},
+                "done": {"decision": "finish", "on_enter": ["commit_pending"]},
                 "failed": {"decision": "fail"},
             },
             "transitions": [
-                {"trigger": "approved", "source": "start", "dest": "done"},
+                {
+                    "trigger": "run_started",
+                    "source": "start",
+                    "dest": "gate",
+                    "actions": ["record_start"],
+                },
+                {"trigger": "approved", "source": "gate", "dest": "done"},
                 {
                     "trigger": "run_cancelled",
-                    "source": "start",
+                    "source": ["start", "gate"],
                     "dest": "failed",
                     "error": "cancelled",
                 },
@@ -276,7 +283,7 @@ def test_a_user_machine_may_pause_anywhere() -> None:
     )
     machine = TurnMachine.start(spec)
 
-    assert machine.decision == Pause(
-        phase="start", calls=(), accepts=("approved", "run_cancelled")
+    assert machine.handle(RunStarted(input=(user(),))) == Pause(
+        phase="gate", calls=(), accepts=("approved", "run_cancelled")
     )
     assert isinstance(machine.handle(Signal(name="approved")), Finish)

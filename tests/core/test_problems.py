@@ -333,7 +333,9 @@ def inline_transitions(data: dict[str, Any]) -> str:
         for t in data["transitions"]
     ]
     states = [
-        f"{name} = {{ decision = {json.dumps(body['decision'])} }}"
+        f"{name} = {{ "
+        + ", ".join(f"{k} = {json.dumps(v)}" for k, v in body.items())
+        + " }"
         for name, body in data["states"].items()
     ]
     return "\n".join(

@@ -37,8 +37,13 @@ signals = ["approved"]
 start = { decision = "measure" }
 wait = { effect = "ask_human" }
 compact = { decision = "compact" }
-done = { decision = "finish" }
+done = { decision = "finish", on_enter = ["commit_pending"] }
 failed = { decision = "fail" }
+
+[[transitions]]
+trigger = "run_started"
+source = "start"
+actions = ["record_start"]
 
 [[transitions]]
 trigger = "measured"
@@ -77,6 +82,30 @@ trigger = "compaction_noop"
 source = "compact"
 dest = "start"
 actions = ["count_compaction"]
+
+[[transitions]]
+trigger = "compaction_result"
+source = "compact"
+dest = "failed"
+error = "compaction_stalled"
+
+[[transitions]]
+trigger = "compactor_failed"
+source = "*"
+dest = "failed"
+error = "compaction_failed"
+
+[[transitions]]
+trigger = "compaction_overflowed"
+source = "*"
+dest = "failed"
+error = "context_exceeded"
+
+[[transitions]]
+trigger = "compaction_circuit_opened"
+source = "*"
+dest = "failed"
+error = "compaction_circuit_open"
 
 [[transitions]]
 trigger = "run_cancelled"
@@ -324,11 +353,13 @@ def test_dot_of_a_custom_machine() -> None:
         '  "start" -> "failed" [label="measured\\n[is_compaction_limit_reached]\\n'
         '/ compaction_limit_exceeded", color="#8c8c8c", fontcolor="#8c8c8c", '
         "style=dashed];\n"
-        '  "compact" -> "failed" [label="compaction_noop\\n[is_no_progress]\\n'
-        '/ compaction_stalled", color="#8c8c8c", fontcolor="#8c8c8c", '
-        "style=dashed];\n"
-        '  "__any_failed" -> "failed" [label="run_cancelled\\n/ cancelled", '
+        '  "compact" -> "failed" [label="compaction_noop\\l  [is_no_progress]\\l'
+        '  / compaction_stalled\\lcompaction_result\\l  / compaction_stalled\\l", '
         'color="#8c8c8c", fontcolor="#8c8c8c", style=dashed];\n'
+        '  "__any_failed" -> "failed" [label="compactor_failed\\l'
+        "  / compaction_failed\\lcompaction_overflowed\\l  / context_exceeded\\l"
+        "compaction_circuit_opened\\l  / compaction_circuit_open\\lrun_cancelled\\l"
+        '  / cancelled\\l", color="#8c8c8c", fontcolor="#8c8c8c", style=dashed];\n'
         "}\n"
     )
 
@@ -356,9 +387,13 @@ def test_mermaid_of_a_custom_machine() -> None:
         '/ emergency"| compact\n'
         '    start -.->|"measured<br/>[is_compaction_limit_reached]<br/>'
         '/ compaction_limit_exceeded"| failed\n'
-        '    compact -.->|"compaction_noop<br/>[is_no_progress]<br/>'
-        '/ compaction_stalled"| failed\n'
-        '    __any_failed -.->|"run_cancelled<br/>/ cancelled"| failed\n'
+        '    compact -.->|"compaction_noop<br/>#160;#160;[is_no_progress]<br/>'
+        "#160;#160;/ compaction_stalled<br/>compaction_result<br/>"
+        '#160;#160;/ compaction_stalled"| failed\n'
+        '    __any_failed -.->|"compactor_failed<br/>#160;#160;/ compaction_failed'
+        "<br/>compaction_overflowed<br/>#160;#160;/ context_exceeded<br/>"
+        "compaction_circuit_opened<br/>#160;#160;/ compaction_circuit_open<br/>"
+        'run_cancelled<br/>#160;#160;/ cancelled"| failed\n'
         "    linkStyle 5 stroke:#8c8c8c,color:#8c8c8c\n"
         "    linkStyle 6 stroke:#8c8c8c,color:#8c8c8c\n"
         "    linkStyle 7 stroke:#8c8c8c,color:#8c8c8c\n"
@@ -375,8 +410,13 @@ signals = ["greeted"]
 [states]
 start = { decision = "measure" }
 "say \\"hi\\"" = { effect = "greet" }
-end = { decision = "finish" }
+end = { decision = "finish", on_enter = ["commit_pending"] }
 failed = { decision = "fail" }
+
+[[transitions]]
+trigger = "run_started"
+source = "start"
+actions = ["record_start"]
 
 [[transitions]]
 trigger = "measured"

@@ -334,9 +334,18 @@ BAD_GRAPH_OUTPUT = (
     "bad.toml:6: 'run_cancelled' cannot stop the run in 'start', 'call_llm',"
     " 'compact': give every non-terminal phase a 'run_cancelled' transition"
     ' without conditions into a fail phase (source = "*")\n'
+    "bad.toml:6: the initial phase 'start' has no 'run_started' transition:"
+    " no run could start\n"
     "bad.toml:7: phase 'call_llm' is unreachable from 'start'\n"
     "bad.toml:7: phase 'call_llm' is a dead end: no transition leaves it\n"
+    "bad.toml:8: phase 'compact' emits compact but has no transition on"
+    " 'compaction_noop', 'compaction_overflowed', 'compactor_failed',"
+    " 'compaction_circuit_opened': each outcome of its step needs one, or a run"
+    " stops on it\n"
     "bad.toml:9: phase 'done' is unreachable from 'start'\n"
+    "bad.toml:9: finish phase 'done' does not commit the run's messages: add"
+    " 'commit_pending' to its on_enter (a run that ends done keeps what was"
+    " said)\n"
     "bad.toml:10: phase 'failed' is unreachable from 'start'\n"
     "bad.toml:12: phase 'start' on 'measured' can fall through: end the group"
     " with a transition without conditions\n"
@@ -979,7 +988,7 @@ def test_wildcard_after_the_stall_exit_is_bounded_only_in_compact_phases() -> No
 def test_self_loop_through_compact_is_rejected() -> None:
     text = STOCK + (
         '\n[[transitions]]\ntrigger = "tools_finished"\nsource = "compact"\n'
-        'dest = "compact"\nreason = "manual"\n'
+        'dest = "compact"\nreason = "manual"\nactions = ["record_results"]\n'
     )
 
     problems = problems_of(text)
@@ -1015,7 +1024,7 @@ def test_a_reducer_on_the_wrong_event_is_a_problem() -> None:
         'trigger = "tools_finished"\nsource = "run_tools"\ndest = "start"\n'
         'actions = ["record_results"]',
         'trigger = "tools_finished"\nsource = "run_tools"\ndest = "start"\n'
-        'actions = ["record_estimate"]',
+        'actions = ["record_results", "record_estimate"]',
     )
     assert problems_of(text) == (
         "transition #14 (tools_finished): 'record_estimate' only applies to measured",
@@ -1036,7 +1045,8 @@ def test_an_event_specific_reducer_cannot_run_on_entry() -> None:
     text = edit(
         turn_toml_text(),
         'done              = { decision = "finish", on_enter = ["commit_pending"] }',
-        'done              = { decision = "finish", on_enter = ["record_reply"] }',
+        'done              = { decision = "finish",'
+        ' on_enter = ["commit_pending", "record_reply"] }',
     )
     assert problems_of(text) == (
         "state 'done': 'record_reply' needs a specific event and cannot run on entry",

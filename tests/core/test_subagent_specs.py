@@ -294,7 +294,7 @@ signals = ["ok"]
 start = { decision = "measure" }
 first = { subagent = "a" }
 second = { subagent = "b" }
-done = { decision = "finish" }
+done = { decision = "finish", on_enter = ["commit_pending"] }
 failed = { decision = "fail" }
 
 [[transitions]]

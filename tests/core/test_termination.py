@@ -204,6 +204,12 @@ def test_the_approval_cycle_is_bounded_by_the_model_call(pause_decision: str) ->
     assert "await_approval" in spec.phases
 
 
+KEEP_REPLY = (
+    "a 'model_replied' transition that does not fail the run must keep the model's"
+    " reply: add 'record_reply' to its actions"
+)
+
+
 def test_a_model_call_that_does_not_count_its_turn_bounds_nothing() -> None:
     text = with_approval(pause_decision='decision = "pause"', reply_actions="")
 
@@ -212,6 +218,7 @@ def test_a_model_call_that_does_not_count_its_turn_bounds_nothing() -> None:
     assert problems == (
         "cycle start -[measured]-> call_llm -[model_replied]-> await_approval"
         f" -[approved]-> run_tools -[tools_finished]-> start {UNBOUNDED}",
+        KEEP_REPLY,
     )
 
 
@@ -255,8 +262,11 @@ def test_a_retry_counter_bounds_only_the_transition_that_spends_it(
             f'dest = "start"\nconditions = ["{guard}"]\n{actions}'
         )
 
+    # A reply also has to be kept: its own problem.
+    kept = (KEEP_REPLY,) if trigger == "model_replied" else ()
     assert problems_of(loop(trigger)) == (
         f"cycle start -[measured]-> call_llm -[{trigger}]-> start {UNBOUNDED}",
+        *kept,
     )
     spent = MachineSpec.from_toml(loop(spender, f'actions = ["{spend}"]\n'))
     assert "call_llm" in spent.phases

@@ -17,7 +17,7 @@ from typing import Final, TypeAlias
 
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
-__all__ = ["Report", "check_graph"]
+__all__ = ["Report", "check_graph", "reachable"]
 
 Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
@@ -30,20 +30,28 @@ _COUNTERS: Final = {
 """A retry counter's guard -> the action that spends it (nothing resets one)."""
 
 
-def check_graph(spec: MachineSpec, problem: Report) -> None:
-    """Reachability, dead ends, fall-through groups, termination and limits."""
+def reachable(spec: MachineSpec) -> tuple[set[str], dict[str, set[str]]]:
+    """The phases reachable from `initial` (none if it is unknown), and the edges."""
     edges: dict[str, set[str]] = {p: set() for p in spec.phases}
     for t in spec.transitions:
         if t.dest is not None and not t.is_wildcard:
             for src in t.sources:
                 edges[src].add(t.dest)
-    has_initial = spec.initial in edges
+    if spec.initial not in edges:
+        return set(), edges
     seen = {spec.initial}
-    stack = [spec.initial] if has_initial else []
+    stack = [spec.initial]
     while stack:
         for nxt in edges[stack.pop()] - seen:
             seen.add(nxt)
             stack.append(nxt)
+    return seen, edges
+
+
+def check_graph(spec: MachineSpec, problem: Report) -> None:
+    """Reachability, dead ends, fall-through groups, termination and limits."""
+    seen, edges = reachable(spec)
+    has_initial = spec.initial in edges
     terminal = set(spec.terminal)
     for phase in spec.phases:
         if phase not in seen and has_initial:

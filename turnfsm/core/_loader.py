@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import attrs
 
+from turnfsm.core._conversation_checks import check_conversation
 from turnfsm.core._graph import check_graph
 from turnfsm.core._limits import shape_problems
 from turnfsm.core._reducers import ACCEPTS, REDUCERS
@@ -150,6 +151,7 @@ class _Loader(TransitionReader):
         )
         self.start_graph()
         check_graph(spec, self.report)
+        check_conversation(spec, self.report)
         self.raise_any()
         return spec
 
@@ -206,6 +208,7 @@ class _Loader(TransitionReader):
                 self.problem(
                     f"state {name!r}: unknown key {key!r}", (*at, key), key, _STATE_KEYS
                 )
+            body = self.read_keys(body, _STATE_KEYS)
             on_enter = tuple(
                 self._str_list(
                     body.get("on_enter", []), f"{name}.on_enter", (*at, "on_enter")
@@ -257,7 +260,7 @@ class _Loader(TransitionReader):
                     name=name,
                     decision=decision,
                     effect=effect,
-                    on_enter=on_enter,
+                    on_enter=self.read_as(on_enter, REDUCERS),
                     subagent=subagent,
                 )
             )

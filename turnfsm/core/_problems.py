@@ -82,6 +82,22 @@ class ProblemLog:
             return name
         return self.closest(name, known)
 
+    def read_keys(
+        self, body: Mapping[str, Any], known: Collection[str]
+    ) -> dict[str, Any]:
+        """`body` with each unknown key also read under the known key closest to it.
+
+        Only when that key is not given too: ``on_entre = [...]`` is read as
+        ``on_enter``, so the checks of what it holds see it.
+        """
+        read = dict(body)
+        for key in body:
+            if key not in known:
+                close = self.closest(key, known)
+                if close is not None and close not in body:
+                    read[close] = body[key]
+        return read
+
     def read_as(
         self, names: tuple[str, ...], known: Collection[str]
     ) -> tuple[str, ...]:

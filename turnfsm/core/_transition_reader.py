@@ -107,6 +107,7 @@ class TransitionReader(ProblemLog):
             self.problem(
                 f"{where}: unknown key {key!r}", (*at, key), key, _TRANSITION_KEYS
             )
+        body = self.read_keys(body, _TRANSITION_KEYS)
         written = body.get("trigger")
         trigger = self._trigger(written, where, at, signals)
         where = f"{where} ({written})"

@@ -1,0 +1,219 @@
+"""The loader refuses a machine that would lose what was said, or stop a run on an
+outcome of its own step: each rule, on the stock file changed once."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import turn_toml_text
+from turnfsm import machines_dir
+from turnfsm._resources import load_machine
+from turnfsm.core import MachineSpec
+from turnfsm.errors import DefinitionError
+
+STOCK = turn_toml_text()
+MODEL_FAILED = (
+    '[[transitions]]\ntrigger = "model_failed"\nsource = "call_llm"\n'
+    'dest = "failed"\nerror = "provider_error"\n'
+)
+
+
+def problems_of(text: str) -> list[tuple[int | None, str]]:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+    return [(p.line, p.message) for p in error.value.problems]
+
+
+def edit(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+def line_of(text: str, needle: str, after: int = 0) -> int:
+    """The line (from 1) of the first `needle` at or after line `after`."""
+    lines = text.splitlines()
+    return next(i + 1 for i in range(after, len(lines)) if needle in lines[i])
+
+
+@pytest.mark.parametrize("path", sorted(machines_dir().glob("*.toml")))
+def test_the_shipped_machines_keep_every_rule(path: object) -> None:
+    assert load_machine(path).name  # type: ignore[arg-type]
+
+
+def test_a_step_whose_outcome_has_no_transition_is_named_with_what_it_lacks() -> None:
+    text = edit(STOCK, MODEL_FAILED, "")
+
+    assert problems_of(text) == [
+        (
+            line_of(text, "call_llm          ="),
+            "phase 'call_llm' emits call_llm but has no transition on 'model_failed':"
+            " each outcome of its step needs one, or a run stops on it",
+        )
+    ]
+
+
+def test_a_machine_no_run_can_start_is_refused() -> None:
+    text = edit(
+        STOCK,
+        '[[transitions]]\ntrigger = "run_started"\nsource = "start"\n'
+        'actions = ["record_start"]\n',
+        "",
+    )
+
+    assert problems_of(text) == [
+        (
+            line_of(text, "start             ="),
+            "the initial phase 'start' has no 'run_started' transition: no run could"
+            " start",
+        )
+    ]
+
+
+def test_a_pause_that_takes_no_answer_is_refused() -> None:
+    text = edit(STOCK, 'run_tools         = { decision = "run_tools" }', "")
+    text = text.replace('"run_tools"', '"await"').replace(
+        "[states]\n", '[states]\nawait = { decision = "pause" }\n'
+    )
+
+    assert (
+        line_of(text, "await = "),
+        "phase 'await' pauses but takes no answer: give it a 'tool_calls_reviewed'"
+        " or a signal transition",
+    ) in problems_of(text)
+
+
+@pytest.mark.parametrize(
+    ("trigger", "reducer", "what"),
+    [
+        ("run_started", "record_start", "the run's input"),
+        ("model_replied", "record_reply", "the model's reply"),
+        ("tools_finished", "record_results", "the tool results"),
+        ("message_injected", "record_injection", "the injected message"),
+    ],
+)
+def test_a_transition_that_drops_what_its_event_brings_is_refused(
+    trigger: str, reducer: str, what: str
+) -> None:
+    header = f'[[transitions]]\ntrigger = "{trigger}"\n'
+    at = STOCK.index(header)
+    # The first transition on the trigger loses its record.
+    cut = STOCK.index(f'"{reducer}"', at)
+    text = STOCK[:cut] + '"count_compaction"' + STOCK[cut + len(reducer) + 2 :]
+    if trigger != "model_replied":
+        text = text.replace('"count_compaction", "flush_inbox"', '"flush_inbox"')
+        text = text.replace('actions = ["count_compaction"]', "actions = []", 1)
+
+    found = problems_of(text)
+
+    assert (
+        line_of(text, header.splitlines()[0], STOCK[:at].count("\n")),
+        f"a '{trigger}' transition that does not fail the run must keep {what}:"
+        f" add '{reducer}' to its actions",
+    ) in found
+
+
+def test_a_transition_into_a_fail_phase_need_not_keep_anything() -> None:
+    text = edit(
+        STOCK,
+        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'dest = "run_tools"\n',
+        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'dest = "failed"\nconditions = ["is_turn_limit_reached"]\n'
+        'error = "max_turns_exceeded"\n\n'
+        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'dest = "run_tools"\n',
+    )
+
+    assert MachineSpec.from_toml(text).name == "turn"
+
+
+def test_a_finish_phase_that_commits_nothing_is_refused() -> None:
+    text = edit(
+        STOCK,
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }',
+        'done              = { decision = "finish" }',
+    )
+
+    assert problems_of(text) == [
+        (
+            line_of(text, "done              ="),
+            "finish phase 'done' does not commit the run's messages: add"
+            " 'commit_pending' to its on_enter (a run that ends done keeps what was"
+            " said)",
+        )
+    ]
+
+
+def test_a_commit_on_every_way_into_the_finish_phase_will_do() -> None:
+    text = edit(
+        STOCK,
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }',
+        'done              = { decision = "finish" }',
+    )
+    text = edit(
+        text,
+        'dest = "done"\nactions = ["record_reply"]',
+        'dest = "done"\nactions = ["record_reply", "commit_pending"]',
+    )
+
+    assert MachineSpec.from_toml(text).name == "turn"
+
+
+@pytest.mark.parametrize(
+    ("where", "reducer", "kind", "does"),
+    [
+        ("failed", "commit_pending", "finish", "commits the run's messages"),
+        ("call_llm", "commit_pending", "finish", "commits the run's messages"),
+        ("done", "discard_pending", "fail", "drops the run's messages"),
+        (
+            "run_tools",
+            "flush_inbox",
+            "measure",
+            "adds the injected messages to the request",
+        ),
+    ],
+)
+def test_pending_is_committed_dropped_or_added_to_only_on_the_way_into_its_phase(
+    where: str, reducer: str, kind: str, does: str
+) -> None:
+    line = next(s for s in STOCK.splitlines() if s.startswith(f"{where} "))
+    body = line.split("=", 1)[1].strip()
+    if "on_enter" in body:
+        new = body.replace('on_enter = ["', f'on_enter = ["{reducer}", "')
+    else:
+        new = body[:-2] + f', on_enter = ["{reducer}"] }}'
+    text = edit(STOCK, line, line.replace(body, new))
+
+    assert (
+        line_of(text, f"{where} "),
+        f"'{reducer}' {does}: it may run only on the way into a {kind} phase (its"
+        " on_enter, or a transition into it)",
+    ) in problems_of(text)
+
+
+def test_an_injection_cannot_end_the_run_done() -> None:
+    text = edit(
+        STOCK,
+        '[[transitions]]\ntrigger = "message_injected"\nsource = "*"\n'
+        'actions = ["record_injection"]',
+        '[[transitions]]\ntrigger = "message_injected"\nsource = "*"\n'
+        'dest = "done"\nactions = ["record_injection"]',
+    )
+
+    header = '[[transitions]]\ntrigger = "message_injected"\nsource = "*"'
+    assert (
+        text[: text.index(header)].count("\n") + 1,
+        "a 'message_injected' transition cannot end the run done: it comes while a"
+        " step runs, whose outcome would be lost",
+    ) in problems_of(text)
+
+
+def test_a_misspelt_key_is_read_as_the_key_it_is_closest_to() -> None:
+    # One typo, one problem: the rules see on_enter as written under on_entre.
+    text = edit(
+        STOCK,
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }',
+        'done              = { decision = "finish", on_entre = ["commit_pending"] }',
+    )
+
+    assert [m for _, m in problems_of(text)] == ["state 'done': unknown key 'on_entre'"]

@@ -1,0 +1,179 @@
+"""The checks that a machine keeps what was said, and every step's outcome goes on.
+
+A machine file decides where each event's messages join the run's pending
+messages, and when pending is committed or dropped. These checks refuse a
+machine that would lose what was said or stop a run on an outcome it has no
+transition for:
+
+- every outcome a built-in step can return has a transition out of the
+  phase that asked for it (a run would otherwise stop there, on an event the
+  machine does not take), and the initial phase takes ``run_started``;
+- a phase that pauses takes an answer (a review or a signal);
+- a transition on an event that brings messages records them, unless it
+  fails the run (the reply, the tool results, the input, an injection);
+- pending is committed only on the way into a finish phase, which always
+  commits it; it is dropped only on the way into a fail phase; and injected
+  messages join pending only where the next request is not built yet (a
+  measuring phase), so a request in flight is the one the log records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from turnfsm.core._graph import Report, reachable
+from turnfsm.core._reducers import ACCEPTS
+from turnfsm.core._spec import MachineSpec, TransitionSpec
+
+__all__ = ["OUTCOMES", "PLACED", "RECORDS", "check_conversation"]
+
+OUTCOMES: Final[Mapping[str, tuple[str, ...]]] = {
+    "measure": ("measured",),
+    "call_llm": ("model_replied", "context_overflowed", "model_failed"),
+    "run_tools": ("tools_finished",),
+    "compact": (
+        "compaction_result",
+        "compaction_noop",
+        "compaction_overflowed",
+        "compactor_failed",
+        "compaction_circuit_opened",
+    ),
+}
+"""A built-in decision -> the triggers of the events its step may return."""
+
+RECORDS: Final[Mapping[str, tuple[str, str]]] = {
+    "run_started": ("record_start", "the run's input"),
+    "model_replied": ("record_reply", "the model's reply"),
+    "output_rejected": ("record_rejection", "the rejected reply"),
+    "tools_finished": ("record_results", "the tool results"),
+    "tool_calls_reviewed": ("record_review", "the reviewer's results"),
+    "message_injected": ("record_injection", "the injected message"),
+}
+"""A trigger whose event brings messages -> the reducer that keeps them."""
+
+PLACED: Final[Mapping[str, tuple[str, str]]] = {
+    "commit_pending": ("finish", "commits the run's messages"),
+    "discard_pending": ("fail", "drops the run's messages"),
+    "flush_inbox": ("measure", "adds the injected messages to the request"),
+}
+"""A reducer -> the kind of phase it may run on the way into, and what it does."""
+
+
+def check_conversation(spec: MachineSpec, problem: Report) -> None:
+    """Refuse a machine that loses what was said or stops on a step's outcome."""
+    kinds = {s.name: s.decision for s in spec.states}
+    accepts: dict[str, set[str]] = {p: set() for p in spec.phases}
+    for t in spec.transitions:
+        for source in t.sources:
+            accepts[source].add(t.trigger)
+    _check_outcomes(spec, kinds, accepts, problem)
+    for t in spec.transitions:
+        _check_records(t, kinds, problem)
+        for reducer in t.actions:
+            placed = PLACED.get(reducer)
+            if placed is not None:
+                into = {t.dest} if t.dest is not None else set(t.sources)
+                if any(kinds.get(p) != placed[0] for p in into):
+                    problem(_misplaced(reducer, placed), t)
+    for state in spec.states:
+        for reducer in state.on_enter:
+            placed = PLACED.get(reducer)
+            if placed is not None and state.decision != placed[0]:
+                problem(_misplaced(reducer, placed), state.name)
+    _check_commits(spec, kinds, problem)
+
+
+def _check_outcomes(
+    spec: MachineSpec,
+    kinds: Mapping[str, str | None],
+    accepts: Mapping[str, set[str]],
+    problem: Report,
+) -> None:
+    if spec.initial in accepts and "run_started" not in accepts[spec.initial]:
+        problem(
+            f"the initial phase {spec.initial!r} has no 'run_started' transition:"
+            " no run could start",
+            spec.initial,
+        )
+    answers = {"tool_calls_reviewed", *spec.signals}
+    # A reachable phase asks for its step when a transition enters it or
+    # stays in it; an initial phase left on `run_started` never does (an
+    # unreachable one is a problem of its own).
+    seen, _edges = reachable(spec)
+    entered = {t.dest for t in spec.transitions if t.dest is not None}
+    entered.update(
+        s
+        for t in spec.transitions
+        if t.dest is None and t.trigger != "run_started"
+        for s in t.sources
+    )
+    for phase, kind in kinds.items():
+        if phase not in entered or phase not in seen:
+            continue
+        taken = accepts[phase]
+        missing = [t for t in OUTCOMES.get(kind or "", ()) if t not in taken]
+        if missing:
+            problem(
+                f"phase {phase!r} emits {kind} but has no transition on "
+                f"{', '.join(map(repr, missing))}: each outcome of its step needs "
+                "one, or a run stops on it",
+                phase,
+            )
+        if kind == "pause" and not taken & answers:
+            problem(
+                f"phase {phase!r} pauses but takes no answer: give it a "
+                "'tool_calls_reviewed' or a signal transition",
+                phase,
+            )
+
+
+def _check_records(
+    t: TransitionSpec, kinds: Mapping[str, str | None], problem: Report
+) -> None:
+    if t.trigger == "message_injected" and kinds.get(t.dest or "") == "finish":
+        # Fed while a step runs: its outcome, a reply among them, would never
+        # be heard, and what it said never kept.
+        problem(
+            "a 'message_injected' transition cannot end the run done: it comes"
+            " while a step runs, whose outcome would be lost",
+            t,
+        )
+    record = RECORDS.get(t.trigger)
+    if record is None or record[0] in t.actions:
+        return
+    if any(t.trigger not in ACCEPTS.get(a, (t.trigger,)) for a in t.actions):
+        return  # a reducer of another event in its place: its own problem
+    if t.dest is not None and kinds.get(t.dest) == "fail":
+        return  # the run fails: its messages are dropped anyway
+    reducer, what = record
+    problem(
+        f"a {t.trigger!r} transition that does not fail the run must keep "
+        f"{what}: add {reducer!r} to its actions",
+        t,
+    )
+
+
+def _check_commits(
+    spec: MachineSpec, kinds: Mapping[str, str | None], problem: Report
+) -> None:
+    """Every way into a finish phase commits the run's messages."""
+    for state in spec.states:
+        if state.decision != "finish" or "commit_pending" in state.on_enter:
+            continue
+        into = [t for t in spec.transitions if t.dest == state.name]
+        if not into or any("commit_pending" not in t.actions for t in into):
+            problem(
+                f"finish phase {state.name!r} does not commit the run's messages:"
+                " add 'commit_pending' to its on_enter (a run that ends done"
+                " keeps what was said)",
+                state.name,
+            )
+
+
+def _misplaced(reducer: str, placed: tuple[str, str]) -> str:
+    kind, does = placed
+    return (
+        f"{reducer!r} {does}: it may run only on the way into a {kind} phase"
+        f" (its on_enter, or a transition into it)"
+    )
