@@ -1,6 +1,8 @@
 """Every machine that loads keeps the promises: the shipped ones, changed once.
 
-Each single change of `turn.toml` and `approval.toml` (a transition dropped,
+Each single change of `turn.toml`, `approval.toml` and `review.toml` (whose
+reviewer, an effect of the user's, asks for one revision, then approves)
+(a transition dropped,
 moved, sent elsewhere; a reducer, guard or decision added, removed or
 swapped) is loaded; the ones that load run six scripted runs each (tool
 turns, compaction, an overflow, a provider failure, a cancel, injections),
@@ -26,8 +28,23 @@ import pytest
 
 from turnfsm._resources import machines_dir
 from turnfsm.context import ContextManager, TruncatingCompactor
-from turnfsm.core import GUARDS, REDUCERS, MachineSpec, ToolCallsReviewed
-from turnfsm.driver import Driver, RetryPolicy, RunControl, Session, replay
+from turnfsm.core import (
+    GUARDS,
+    REDUCERS,
+    Event,
+    MachineSpec,
+    Perform,
+    Signal,
+    ToolCallsReviewed,
+)
+from turnfsm.driver import (
+    Driver,
+    EffectContext,
+    RetryPolicy,
+    RunControl,
+    Session,
+    replay,
+)
 from turnfsm.errors import (
     CONTEXT_OVERFLOW,
     DefinitionError,
@@ -162,6 +179,14 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
         """Return `size` characters."""
         return "y" * size
 
+    reviews = [0]
+
+    async def review(ctx: EffectContext, decision: Perform) -> Event:
+        reviews[0] += 1
+        if reviews[0] == 1:
+            return Signal("revise", {"feedback": "Shorter, please."})
+        return Signal("approved")
+
     driver = Driver(
         model=FakeModelClient(model),
         tools=[dump],
@@ -174,6 +199,7 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
         max_turns=8,
         retry=RetryPolicy(max_attempts=1),
         machine=spec,
+        effects={"review": review} if "review" in _effects(spec) else {},
     )
     session = Session()
     start = Message.user("start")
@@ -223,13 +249,17 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
     return [f"{result.outcome}: {p}" for p in problems]
 
 
+def _effects(spec: MachineSpec) -> set[str]:
+    return {s.effect for s in spec.states if s.effect is not None}
+
+
 @functools.cache
 def _data(name: str) -> Data:
     return tomllib.loads((machines_dir() / f"{name}.toml").read_text())
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", ["turn", "approval"])
+@pytest.mark.parametrize("name", ["turn", "approval", "review"])
 def test_every_changed_machine_that_loads_keeps_the_promises(
     name: str, family: str
 ) -> None:
