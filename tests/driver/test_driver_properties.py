@@ -26,7 +26,7 @@ from turnfsm.context import (
     TruncatingCompactor,
 )
 from turnfsm.core import MachineSpec, ToolCallsReviewed
-from turnfsm.driver import Driver, RetryPolicy, RunControl, Session, replay
+from turnfsm.driver import Driver, RetryPolicy, RunControl, RunResult, Session, replay
 from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError, TurnFSMError
 from turnfsm.messages import Message, check_history
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -83,10 +83,17 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-def _run_all(driver: Driver, session: Session, control: RunControl) -> object:
-    async def go() -> object:
+def run_all(
+    driver: Driver,
+    session: Session,
+    control: RunControl,
+    input: str | Message = "start",
+) -> RunResult:
+    """Run `input`, approving every pause, within 10 s."""
+
+    async def go() -> RunResult:
         with anyio.fail_after(10):
-            result = await driver.run("start", session=session, control=control)
+            result = await driver.run(input, session=session, control=control)
             while result.outcome == "paused":
                 result = await driver.resume(
                     session,
@@ -162,7 +169,7 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
         machine=machine(name),
     )
     session = Session()
-    result = _run_all(driver, session, control)
+    result = run_all(driver, session, control)
     assert result.outcome in ("done", "failed")  # type: ignore[attr-defined]
     if result.outcome == "done":  # type: ignore[attr-defined]
         assert result.text == "final"  # type: ignore[attr-defined]

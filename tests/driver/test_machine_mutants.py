@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import tomllib
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +25,7 @@ import anyio
 import attrs
 import pytest
 
+from tests.driver.test_driver_properties import COUNTER, request_size, run_all
 from turnfsm._resources import machines_dir
 from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.core import (
@@ -35,7 +35,6 @@ from turnfsm.core import (
     MachineSpec,
     Perform,
     Signal,
-    ToolCallsReviewed,
 )
 from turnfsm.driver import (
     Driver,
@@ -54,9 +53,7 @@ from turnfsm.errors import (
 from turnfsm.messages import Message, check_history
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
-from turnfsm.tokens import HeuristicTokenCounter, Meter
 
-COUNTER = HeuristicTokenCounter()
 DECISIONS = ("measure", "call_llm", "run_tools", "compact", "finish", "fail", "pause")
 FAMILIES = ("drop", "dest", "actions", "guards", "states")
 
@@ -136,15 +133,6 @@ SCENARIOS = (
 )
 
 
-def _size(request: ModelRequest) -> int:
-    extras = [request.system or ""]
-    if request.tools:
-        extras.append(json.dumps([attrs.asdict(t) for t in request.tools]))
-    texts = [e for e in extras if e]
-    measured = Meter(COUNTER).measure(list(request.messages), extras=texts)
-    return measured + (request.max_tokens or 0)
-
-
 def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
     """Run `s` on `spec`; return each promise the run broke."""
     problems: list[str] = []
@@ -155,7 +143,7 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
     def model(request: ModelRequest) -> ModelResponse:
         n = calls[0]
         calls[0] += 1
-        if _size(request) > s.window:
+        if request_size(request) > s.window:
             problems.append(f"call {n}: a request over the {s.window} window")
         try:
             check_history(request.messages)
@@ -204,22 +192,8 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
     session = Session()
     start = Message.user("start")
 
-    async def go() -> Any:
-        with anyio.fail_after(10):
-            result = await driver.run([start], session=session, control=control)
-            for _ in range(10):
-                if result.outcome != "paused":
-                    break
-                result = await driver.resume(
-                    session,
-                    result.run_id,
-                    ToolCallsReviewed.approve_all(),
-                    control=control,
-                )
-            return result
-
     try:
-        result = anyio.run(go)
+        result = run_all(driver, session, control, start)
     except TimeoutError:
         return ["the run did not end"]
     except Exception as exc:  # what escapes the run is the finding
