@@ -3,13 +3,15 @@ outcome of its own step: each rule, on the stock file changed once."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from tests.helpers import turn_toml_text
-from turnfsm import machines_dir
+from turnfsm import Driver, machines_dir
 from turnfsm._resources import load_machine
-from turnfsm.core import MachineSpec
+from turnfsm.core import MachineSpec, _loader
 from turnfsm.errors import DefinitionError
+from turnfsm.testing import ScriptedModel
 
 STOCK = turn_toml_text()
 MODEL_FAILED = (
@@ -217,3 +219,32 @@ def test_a_misspelt_key_is_read_as_the_key_it_is_closest_to() -> None:
     )
 
     assert [m for _, m in problems_of(text)] == ["state 'done': unknown key 'on_entre'"]
+
+
+def test_a_machine_changed_by_hand_is_checked_when_a_driver_takes_it() -> None:
+    stock = load_machine(machines_dir() / "turn.toml")
+    no_start = attrs.evolve(stock, transitions=stock.transitions[1:])
+    renamed = attrs.evolve(stock, name="mine")
+
+    with pytest.raises(DefinitionError) as error:
+        Driver(model=ScriptedModel.of("hi"), machine=no_start)
+
+    assert str(error.value) == (
+        "<MachineSpec 'turn'>: the initial phase 'start' has no 'run_started'"
+        " transition: no run could start"
+    )
+    assert Driver(model=ScriptedModel.of("hi"), machine=renamed).machine is renamed
+
+
+def test_a_loaded_machine_is_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    stock = load_machine(machines_dir() / "turn.toml")
+    checked = stock.validated()  # a copy made by hand: checked once, here
+    by_hand = attrs.evolve(stock, name="by hand").validated()
+
+    def refuse(*args: object, **kwargs: object) -> MachineSpec:
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(_loader, "load_spec", refuse)
+
+    assert stock.validated() is stock is checked
+    assert by_hand.validated() is by_hand

@@ -19,6 +19,7 @@ one that fixing a name also fixes.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -43,7 +44,7 @@ from turnfsm.core._subagent_specs import (
 )
 from turnfsm.core._transition_reader import WILDCARD, TransitionReader
 
-__all__ = ["load_spec"]
+__all__ = ["load_spec", "validated"]
 
 _TOP_KEYS: Final = frozenset(
     {"name", "initial", "terminal", "signals", "states", "transitions", "subagents"}
@@ -71,7 +72,27 @@ def load_spec(
         DefinitionError: listing every problem found; only those of its shape
             (`shape_problems`) when `data` is no machine definition at all.
     """
-    return _Loader(data, source, lines or {}, resolve).load()
+    spec = _Loader(data, source, lines or {}, resolve).load()
+    _passed(spec)
+    return spec
+
+
+_PASSED: Final[dict[int, weakref.ref[MachineSpec]]] = {}
+"""The live specs that passed the checks, by identity (the loader made them)."""
+
+
+def _passed(spec: MachineSpec) -> None:
+    key = id(spec)
+    _PASSED[key] = weakref.ref(spec, lambda _ref: _PASSED.pop(key, None))
+
+
+def validated(spec: MachineSpec) -> MachineSpec:
+    """Return `spec` once it passed the checks (see `MachineSpec.validated`)."""
+    known = _PASSED.get(id(spec))
+    if known is None or known() is not spec:
+        load_spec(spec.to_dict(), f"<MachineSpec {spec.name!r}>")
+        _passed(spec)
+    return spec
 
 
 class _Loader(TransitionReader):

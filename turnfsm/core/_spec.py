@@ -290,6 +290,22 @@ class MachineSpec:
 
         return load_spec(data, source)
 
+    def validated(self) -> MachineSpec:
+        """Return this machine once it passes every check a machine file gets.
+
+        A machine from `from_toml`, `from_dict` or `load_machine` passed them
+        when it was made, and is returned as it is. One built or changed
+        another way (``attrs.evolve(spec, transitions=...)``, the constructor)
+        is checked now, once: a `Driver` runs no machine that a file could
+        not load.
+
+        Raises:
+            DefinitionError: listing every problem found, as for a file.
+        """
+        from turnfsm.core._loader import validated  # see from_dict
+
+        return validated(self)
+
     def to_dict(self) -> dict[str, Any]:
         """Return the machine as a file's data: `from_dict` reads it back.
 

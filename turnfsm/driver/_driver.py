@@ -100,6 +100,11 @@ def _windowed(context: ContextManager, window: int) -> ContextManager:
     return attrs.evolve(context, context_window=window)
 
 
+def _passes_the_checks(_inst: object, _attr: object, spec: MachineSpec) -> None:
+    """Refuse a machine no file could load (one built or changed by hand)."""
+    spec.validated()
+
+
 @final
 @attrs.define(eq=False, kw_only=True)
 class Driver:
@@ -135,7 +140,9 @@ class Driver:
         retry: the policy for transient model errors.
         hooks: observers; see `Hook`.
         strict_hooks: re-raise hook errors instead of detaching the hook.
-        machine: the machine definition (defaults to ``machines/turn.toml``).
+        machine: the machine definition (defaults to ``machines/turn.toml``);
+            one built or changed by hand (``attrs.evolve``) must pass the
+            checks a machine file gets (`DefinitionError`).
         effects: effects by name: one for every custom phase of `machine`
             (its ``effect = NAME``); a built-in name (``measure``,
             ``call_llm``, ``run_tools``, ``compact``) replaces that effect.
@@ -222,10 +229,13 @@ class Driver:
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(
         factory=default_machine,
-        validator=_checks.instance(
-            MachineSpec,
-            "a MachineSpec (load a machine file with turnfsm.load_machine(path))",
-        ),
+        validator=[
+            _checks.instance(
+                MachineSpec,
+                "a MachineSpec (load a machine file with turnfsm.load_machine(path))",
+            ),
+            _passes_the_checks,
+        ],
     )
     effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=check_effects)
     subagents: Mapping[str, Driver] = attrs.field(factory=dict)
