@@ -31,8 +31,13 @@ from turnfsm.providers._errors import (
     connection_error,
     from_status,
     mentions_overflow,
+    reply_list,
+    reply_object,
+    reply_text,
+    reply_tokens,
     timeout_error,
     unreadable_body_error,
+    unreadable_field,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -169,13 +174,17 @@ class AnthropicModel:
             reply: wire.Message = await self._client().messages.create(
                 **self._options(request)
             )
+        # The SDK builds its models unchecked: read the reply as JSON data
+        # and check its shape here; the converter checks the blocks.
+        data = reply_object(reply, "the reply")
+        content = reply_list(data.get("content"), "content")
         blocks = [
-            block.model_dump(mode="json", warnings=False) for block in reply.content
+            reply_object(block, f"content[{i}]") for i, block in enumerate(content)
         ]
         return ModelResponse(
             message=_reply(blocks, request.output),
-            usage=_usage(reply.usage),
-            model=reply.model or None,
+            usage=_usage(data.get("usage")),
+            model=reply_text(data.get("model"), "model") or None,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -244,27 +253,62 @@ class _Events:
         self.started = False  # a message_start came: the stream is a reply
 
     def add(self, event: wire.RawMessageStreamEvent) -> str:
-        """Take in one event; return the text it adds ("" if none)."""
-        if isinstance(event, wire.RawMessageStartEvent):
+        """Take in one event; return the text it adds ("" if none).
+
+        Raises:
+            ProviderError: the event is not of its type's shape (a delta of a
+                block that never started, a message that is not an object,
+                ...), kind ``bad_response``.
+        """
+        data = reply_object(event, "a streamed event")
+        kind = data.get("type")
+        if kind == "message_start":
+            message = reply_object(data.get("message"), "message_start.message")
             self.started = True
-            self.usage = _usage(event.message.usage)
-            self.model = event.message.model or None
-        elif isinstance(event, wire.RawMessageDeltaEvent):
-            self.usage = _usage(event.usage, self.usage)
-        elif isinstance(event, wire.RawContentBlockStartEvent):
-            block = event.content_block.model_dump(mode="json", warnings=False)
-            self.blocks[event.index] = block
-            if block["type"] == "tool_use":
-                self.inputs[event.index] = []
-            elif block["type"] == "text":
-                return str(block["text"])
-        elif isinstance(event, wire.RawContentBlockDeltaEvent):
-            delta = event.delta
-            if isinstance(delta, wire.TextDelta):
-                self.blocks[event.index]["text"] += delta.text
-                return delta.text
-            if isinstance(delta, wire.InputJSONDelta):
-                self.inputs[event.index].append(delta.partial_json)
+            self.usage = _usage(message.get("usage"))
+            self.model = reply_text(message.get("model"), "model") or None
+        elif kind == "message_delta":
+            self.usage = _usage(data.get("usage"), self.usage)
+        elif kind == "content_block_start":
+            where = "content_block_start.content_block"
+            block = reply_object(data.get("content_block"), where)
+            index = data.get("index")
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise unreadable_field("content_block_start.index", index, "an int")
+            self.blocks[index] = block
+            if block.get("type") == "tool_use":
+                self.inputs[index] = []
+            elif block.get("type") == "text":
+                text = reply_text(block.get("text"), f"{where}.text")
+                block["text"] = text
+                return text
+        elif kind == "content_block_delta":
+            return self._add_delta(data)
+        return ""
+
+    def _add_delta(self, data: dict[str, Any]) -> str:
+        """Take in a block's delta: a piece of its text or of its input."""
+        index = data.get("index")
+        delta = reply_object(data.get("delta"), "content_block_delta.delta")
+        if delta.get("type") == "text_delta":
+            block = self.blocks.get(index) if isinstance(index, int) else None
+            if block is None or block.get("type") != "text":
+                raise unreadable_field(
+                    "text_delta's index", index, "the index of a text block it started"
+                )
+            text = reply_text(delta.get("text"), "text_delta.text")
+            block["text"] += text
+            return text
+        if delta.get("type") == "input_json_delta":
+            pieces = self.inputs.get(index) if isinstance(index, int) else None
+            if pieces is None:
+                raise unreadable_field(
+                    "input_json_delta's index",
+                    index,
+                    "the index of a tool_use block it started",
+                )
+            where = "input_json_delta.partial_json"
+            pieces.append(reply_text(delta.get("partial_json"), where))
         return ""
 
     def response(self) -> ModelResponse:
@@ -333,20 +377,24 @@ def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Me
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
 
 
-def _usage(
-    usage: wire.Usage | wire.MessageDeltaUsage, before: Usage | None = None
-) -> Usage:
+def _usage(value: object, before: Usage | None = None) -> Usage | None:
     """Return the usage so far; input counts cache reads and writes too."""
+    if value is None:
+        return before
+    usage = reply_object(value, "usage")
     input_tokens = before.input_tokens if before is not None else 0
     # Older SDKs' `message_delta` usage has no input fields: read them softly.
-    fresh: int | None = getattr(usage, "input_tokens", None)
-    if fresh is not None:
-        input_tokens = (
-            fresh
-            + (getattr(usage, "cache_creation_input_tokens", None) or 0)
-            + (getattr(usage, "cache_read_input_tokens", None) or 0)
+    if usage.get("input_tokens") is not None:
+        input_tokens = sum(
+            reply_tokens(usage.get(name), f"usage.{name}")
+            for name in (
+                "input_tokens",
+                "cache_creation_input_tokens",
+                "cache_read_input_tokens",
+            )
         )
-    return Usage(input_tokens=input_tokens, output_tokens=usage.output_tokens)
+    output_tokens = reply_tokens(usage.get("output_tokens"), "usage.output_tokens")
+    return Usage(input_tokens=input_tokens, output_tokens=output_tokens)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ leans on these helpers, so both providers agree on what is transient:
 | HTTP 401, 403                    | ``auth``           | no        |
 | any other 4xx                    | ``bad_request``    | no        |
 | a reply body that is not JSON    | ``bad_response``   | no        |
+| a reply of the wrong shape       | ``bad_response``   | no        |
 
 408 and 409 are retried because the SDKs' own retry policies retry them, and
 turnfsm switches those off (`max_retries=0`) so its driver owns every retry.
@@ -26,8 +27,11 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
+import pydantic
+
+from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError
 
 __all__ = [
@@ -43,10 +47,16 @@ __all__ = [
     "TIMEOUT",
     "connection_error",
     "from_status",
+    "json_data",
     "mentions_overflow",
     "parse_retry_after",
+    "reply_list",
+    "reply_object",
+    "reply_text",
+    "reply_tokens",
     "timeout_error",
     "unreadable_body_error",
+    "unreadable_field",
 ]
 
 RATE_LIMIT: Final = "rate_limit"
@@ -200,3 +210,66 @@ def unreadable_body_error(exc: json.JSONDecodeError | RecursionError) -> Provide
         f"unreadable reply: the body is not JSON ({exc.msg}): {exc.doc[:80]!r}",
         kind=BAD_RESPONSE,
     )
+
+
+def unreadable_field(where: str, value: object, expected: str) -> ProviderError:
+    """Return the `ProviderError` for a reply whose `where` is not `expected`.
+
+    The SDKs build their reply objects without checking them, so a server
+    can send anything where a list, an object or a count belongs; the run
+    fails on it, naming the field and the value, without a retry.
+    """
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return ProviderError(
+        f"unreadable reply: {where}={shown}: expected {expected}", kind=BAD_RESPONSE
+    )
+
+
+def json_data(value: object) -> object:
+    """Return the JSON an SDK read into `value`: its models as plain dicts."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json", warnings=False)
+    return value
+
+
+def reply_object(value: object, where: str) -> dict[str, Any]:
+    """Return `value` (an SDK model or a dict) as a dict, else refuse `where`."""
+    data = json_data(value)
+    if not isinstance(data, dict):
+        raise unreadable_field(where, data, "a JSON object")
+    return data
+
+
+def reply_list(value: object, where: str) -> list[Any]:
+    """Return `value` as a list (None: empty), else refuse `where`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise unreadable_field(where, value, "a list")
+    return value
+
+
+def reply_text(value: object, where: str) -> str:
+    """Return `value` as a string (None: empty), else refuse `where`."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise unreadable_field(where, value, "a string")
+    return value
+
+
+def reply_tokens(value: object, where: str) -> int:
+    """Return a reported token count (None: 0), else refuse `where`."""
+    if value is None:
+        return 0
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or not 0 <= value <= _checks.MAX_TOKENS
+    ):
+        raise unreadable_field(
+            where, value, f"a token count: an int from 0 to {_checks.MAX_TOKENS:,}"
+        )
+    return value

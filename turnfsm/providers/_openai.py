@@ -33,6 +33,10 @@ from turnfsm.providers._errors import (
     connection_error,
     from_status,
     mentions_overflow,
+    reply_list,
+    reply_object,
+    reply_text,
+    reply_tokens,
     timeout_error,
     unreadable_body_error,
 )
@@ -44,7 +48,6 @@ from turnfsm.values import Usage
 
 try:
     import openai
-    from openai.types import CompletionUsage
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(
@@ -186,15 +189,18 @@ class OpenAIModel:
             completion: ChatCompletion = await self._client().chat.completions.create(
                 **self._options(request)
             )
-        if not completion.choices:
+        # The SDK builds its models unchecked, and servers send shapes they
+        # do not expect (a list as content): read the reply as JSON data and
+        # check it here; the converter checks the message.
+        data = reply_object(completion, "the reply")
+        choices = reply_list(data.get("choices"), "choices")
+        if not choices:
             raise ProviderError("the reply has no choices", kind=BAD_RESPONSE)
-        # Servers send shapes the SDK's models do not expect (a list as
-        # content); the converter checks them, so pydantic need not warn.
-        data = completion.choices[0].message.model_dump(mode="json", warnings=False)
+        choice = reply_object(choices[0], "choices[0]")
         return ModelResponse(
-            message=_reply(data),
-            usage=_usage(completion.usage),
-            model=completion.model or None,
+            message=_reply(reply_object(choice.get("message"), "choices[0].message")),
+            usage=_usage(data.get("usage")),
+            model=reply_text(data.get("model"), "model") or None,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -301,32 +307,50 @@ class _Chunks:
         self.replied = False  # a choice came
 
     def add(self, chunk: ChatCompletionChunk) -> str:
-        """Take in one chunk; return the text it adds ("" if none)."""
-        self.model = self.model or getattr(chunk, "model", None) or None
-        if chunk.usage is not None:  # the last chunk, with include_usage
-            self.usage = _usage(chunk.usage)
+        """Take in one chunk; return the text it adds ("" if none).
+
+        Raises:
+            ProviderError: the chunk is not of a chunk's shape (a string, a
+                delta that is not an object, ...), kind ``bad_response``.
+        """
+        data = reply_object(chunk, "a streamed chunk")
+        self.model = self.model or reply_text(data.get("model"), "model") or None
+        if data.get("usage") is not None:  # the last chunk, with include_usage
+            self.usage = _usage(data["usage"])
         added = ""
-        for choice in chunk.choices:
-            if choice.index != 0:
+        for i, raw in enumerate(reply_list(data.get("choices"), "choices")):
+            choice = reply_object(raw, f"choices[{i}]")
+            if choice.get("index") not in (0, None):
                 continue
             self.replied = True
-            delta = choice.delta
-            if delta.refusal:
-                self.refusal.append(delta.refusal)
-            for piece in delta.tool_calls or ():
-                call = self.calls.setdefault(
-                    piece.index, {"id": "", "name": "", "arguments": ""}
-                )
-                # The id and name come once, in the first fragment; the
-                # arguments come in pieces.
-                call["id"] = call["id"] or piece.id or ""
-                if piece.function is not None:
-                    call["name"] = call["name"] or piece.function.name or ""
-                    call["arguments"] += piece.function.arguments or ""
-            if delta.content:
-                self.text.append(delta.content)
-                added += delta.content
+            where = f"choices[{i}].delta"
+            delta = reply_object(choice.get("delta") or {}, where)
+            self.refusal.append(reply_text(delta.get("refusal"), f"{where}.refusal"))
+            pieces = reply_list(delta.get("tool_calls"), f"{where}.tool_calls")
+            for j, raw_piece in enumerate(pieces):
+                self._add_call(reply_object(raw_piece, f"{where}.tool_calls[{j}]"))
+            text = reply_text(delta.get("content"), f"{where}.content")
+            if text:
+                self.text.append(text)
+                added += text
         return added
+
+    def _add_call(self, piece: dict[str, Any]) -> None:
+        """Take in one fragment of a tool call."""
+        index = piece.get("index")
+        call = self.calls.setdefault(
+            index if isinstance(index, int) else 0,
+            {"id": "", "name": "", "arguments": ""},
+        )
+        # The id and name come once, in the first fragment; the arguments
+        # come in pieces.
+        call["id"] = call["id"] or reply_text(piece.get("id"), "tool_calls.id")
+        function = reply_object(piece.get("function") or {}, "tool_calls.function")
+        name = reply_text(function.get("name"), "tool_calls.function.name")
+        call["name"] = call["name"] or name
+        call["arguments"] += reply_text(
+            function.get("arguments"), "tool_calls.function.arguments"
+        )
 
     def response(self) -> ModelResponse:
         """Return the whole reply, as `OpenAIModel.complete` would."""
@@ -351,11 +375,12 @@ def _reply(data: Mapping[str, Any]) -> Message:
     message = dict(data, role="assistant")
     if message.get("content") == "":  # servers send "" beside tool calls
         message["content"] = None
+    calls = reply_list(message.get("tool_calls"), "tool_calls")
     message["tool_calls"] = [
         # llama.cpp and others may omit the id; a call without one cannot be
         # answered, so give it a fresh one.
         dict(call, id=call.get("id") or f"call_{uuid.uuid4().hex[:24]}")
-        for call in message.get("tool_calls") or ()
+        for call in (reply_object(c, f"tool_calls[{i}]") for i, c in enumerate(calls))
     ]
     try:
         return from_openai_messages([message])[0]
@@ -363,12 +388,15 @@ def _reply(data: Mapping[str, Any]) -> Message:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
 
 
-def _usage(usage: CompletionUsage | None) -> Usage | None:
-    if usage is None:
+def _usage(value: object) -> Usage | None:
+    if value is None:
         return None
+    usage = reply_object(value, "usage")
     return Usage(
-        input_tokens=usage.prompt_tokens or 0,
-        output_tokens=usage.completion_tokens or 0,
+        input_tokens=reply_tokens(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        output_tokens=reply_tokens(
+            usage.get("completion_tokens"), "usage.completion_tokens"
+        ),
     )
 
 
