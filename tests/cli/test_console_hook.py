@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import http.server
 import io
+import json
+import socket
+import threading
 
 import anyio
 import pytest
 
-from turnfsm import Agent, ContextManager
+from turnfsm import Agent, ContextManager, RetryPolicy
 from turnfsm.hooks import ConsoleHook
+from turnfsm.providers import OpenAIModel
 from turnfsm.testing import ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -107,3 +112,77 @@ def test_a_tool_call_cut_short_is_said_to_be_interrupted() -> None:
 
     assert "[tool] slow interrupted" in out.getvalue().splitlines()
     assert "CancelledError" not in out.getvalue()
+
+
+class _Flaky(http.server.BaseHTTPRequestHandler):
+    """A model server whose first stream breaks off, whose second answer is 429."""
+
+    protocol_version = "HTTP/1.1"
+    posts = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).posts += 1
+        if self.posts == 2:
+            body = b'{"error": {"message": "slow down"}}'
+            self.send_response(429)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        text = "hel" if self.posts == 1 else "hello"
+        chunk = {"id": "x", "object": "chat.completion.chunk", "model": "m"}
+        chunk["choices"] = [{"index": 0, "delta": {"content": text}}]
+        data = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        # The first stream promises more than it sends, then breaks off.
+        size = len(data) + (1000 if self.posts == 1 else 0)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        if self.posts == 1:
+            data = data[: data.index(b"\n\n") + 2]
+        self.wfile.write(data)
+        self.wfile.flush()
+        if self.posts == 1:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def do_GET(self) -> None:  # no /props: not a llama.cpp server
+        self.send_error(404)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_a_retried_stream_starts_on_a_line_of_its_own_after_the_failure() -> None:
+    handler = type("Handler", (_Flaky,), {})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        out = io.StringIO()
+        agent = Agent(
+            model=OpenAIModel("m", base_url=url, api_key="k", timeout=10),
+            context=ContextManager(context_window=8_000),
+            retry=RetryPolicy(initial_wait=0.01, jitter=False),
+            hooks=[ConsoleHook(out, replies=True)],
+        )
+        result = agent.run_sync("hi")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert result.ok, result.error
+    lines = out.getvalue().splitlines()
+    start = lines.index("[call_llm] CallLLM")
+    assert lines[start + 1] == "hel"  # what the broken stream had sent
+    assert lines[start + 2].startswith("[model] attempt 1 failed: [connection] ")
+    assert lines[start + 3].startswith("[model] attempt 2, ")
+    assert lines[start + 4] == (
+        "[model] attempt 2 failed: [rate_limit] HTTP 429: slow down"
+    )
+    assert lines[start + 5].startswith("[model] attempt 3, ")
+    assert lines[start + 6] == "hello"

@@ -12,9 +12,11 @@ import anyio
 
 from turnfsm.core import CompactReason, Measure, ModelReplied, emergency_line
 from turnfsm.core import threshold_line as _threshold_line
+from turnfsm.errors import ProviderError
 from turnfsm.hooks._hook import Hook
 from turnfsm.hooks._infos import (
     DecisionInfo,
+    ModelCallEnd,
     ModelCallInfo,
     OutcomeInfo,
     RunEndInfo,
@@ -44,6 +46,8 @@ class ConsoleHook(Hook):
     [tool] read_log -> 1571 characters
     [measure] request = 1851 tokens (estimated), threshold line 6400, ...
     [compaction] reason=threshold_exceeded (TruncatingCompactor): 6818 -> 2026 ...
+    [model] attempt 1 failed: [rate_limit] HTTP 429: slow down
+    [model] attempt 2, 2.0 s later
     ```
 
     On a terminal it also keeps a live status line at the bottom (the phase,
@@ -191,10 +195,26 @@ class ConsoleHook(Hook):
         self.print(f"[{info.phase}] {type(info.decision).__name__}")
 
     def on_model_call_start(self, info: ModelCallInfo) -> None:
-        """Count the model calls (the status line shows them)."""
+        """Count the model calls (the status line shows them); print a retry."""
         if info.purpose == "turn" and info.attempt <= 1:
             self._turns += 1
             self._refresh()
+        elif info.purpose == "turn":
+            self.print(f"[model] attempt {info.attempt}, {info.waited:.1f} s later")
+
+    def on_model_call_end(self, info: ModelCallEnd) -> None:
+        """Print a model call attempt that failed, ending the text it streamed.
+
+        The retry policy may try again, streaming from the beginning: its
+        reply starts on a line of its own, after this one.
+        """
+        error = info.error
+        if info.call.purpose != "turn" or not isinstance(error, Exception):
+            return  # a reply, or Ctrl-C / a cancelled run: the run says so
+        if self._streamed:
+            self.write("\n")
+            self._streamed = False
+        self.print(f"[model] attempt {info.call.attempt} failed: {_failure(error)}")
 
     def on_text_delta(self, info: TextDeltaInfo) -> None:
         """Print a streamed piece of a reply (with `replies`)."""
@@ -262,6 +282,14 @@ class ConsoleHook(Hook):
             f"{record.tokens_before} -> {record.tokens_after} tokens (estimated), "
             f"{len(record.covers)} -> {len(record.replacement)} messages{spent}"
         )
+
+
+def _failure(error: Exception) -> str:
+    """What a failed model call attempt said, in its own words."""
+    if isinstance(error, ProviderError):
+        # Not its text as a run's failure, which says the retries are over.
+        return f"[{error.kind}] {error.message}"
+    return f"{type(error).__name__}: {error}"
 
 
 def _stopped(error: BaseException) -> str:
