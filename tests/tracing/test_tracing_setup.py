@@ -7,6 +7,7 @@ untouched in this process; what the global path does is run in subprocesses.
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
 import subprocess
@@ -260,6 +261,37 @@ def test_no_receiver_never_holds_the_demo_up(tmp_path: Path) -> None:
     assert "traces not delivered" in done.stderr
     # The SDK alone would block ~7 s flushing at exit; a closed port costs none.
     assert elapsed < 6.0, elapsed
+
+
+class _NotOTLP(http.server.BaseHTTPRequestHandler):
+    """A web server that is no OTLP receiver: every export is a 404."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_error(404)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_a_receiver_that_refuses_the_spans_is_not_said_to_have_them(
+    tmp_path: Path,
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotOTLP)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        done = _cli(["demo"], {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert done.returncode == 0, done.stderr  # the run's own status
+    assert "traces exported" not in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"turnfsm demo: traces not delivered to {endpoint}/v1/traces: it refused "
+    )
 
 
 def test_without_an_endpoint_the_demo_does_not_trace(tmp_path: Path) -> None:

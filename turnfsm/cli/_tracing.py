@@ -59,6 +59,13 @@ def traced(
                 "(is the receiver running?)",
                 file=sys.stderr,
             )
+        elif setup.undelivered:
+            print(
+                f"turnfsm {command}: traces not delivered to {setup.endpoint}: "
+                f"it refused {setup.undelivered} batch(es) of spans (is it an "
+                f"OTLP receiver taking {setup.protocol}?)",
+                file=sys.stderr,
+            )
         elif where and not quiet:
             print(f"traces exported to {', '.join(where)}", file=sys.stderr)
         logging.getLogger("turnfsm.tracing").setLevel(logging.NOTSET)

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
     SpanExporter,
+    SpanExportResult,
 )
 
 from turnfsm.errors import ConfigError
@@ -58,6 +59,8 @@ class Tracing:
         protocol: The OTLP transport.
     """
 
+    _otlp: _Counted | None = None
+
     def __init__(
         self,
         tracer_provider: TracerProvider | None,
@@ -74,6 +77,15 @@ class Tracing:
             tracer_provider=tracer_provider, meter_provider=meter_provider
         )
         self._closed = False
+
+    @property
+    def undelivered(self) -> int:
+        """Batches of spans the OTLP receiver did not take (refused, unreached).
+
+        A server that answers an export with an error (an HTTP 404: not an
+        OTLP receiver, or not at that path) takes none of its spans.
+        """
+        return self._otlp.failed if self._otlp is not None else 0
 
     def force_flush(self, timeout: float = 5.0) -> bool:
         """Export what is buffered; False if it did not finish within `timeout`."""
@@ -231,9 +243,11 @@ def configure(
         otlp = (exporters is None and file is None) or endpoint is not None
         otlp = otlp or any(os.environ.get(v) for v in _ENDPOINT_VARS)
         otlp = otlp and "otlp" in wanted
+    counted: _Counted | None = None
     if otlp:
         exporter, target = _otlp_spans(chosen, endpoint, headers, timeout)
-        used.append(exporter)
+        counted = _Counted(exporter)
+        used.append(counted)
     if exporters is None and file is None and "console" in wanted:
         used.append(ConsoleSpanExporter())
     if file is not None:
@@ -255,6 +269,7 @@ def configure(
             shutdown_on_exit=False,
         )
     tracing = Tracing(provider, meter_provider, endpoint=target, protocol=chosen)
+    tracing._otlp = counted
     if not named:
         tracing.hook._trace_agents_apart(_AgentProviders(resource, processors).tracer)
     _install(tracing, set_global=set_global)
@@ -284,6 +299,27 @@ def _with_project(resource: Resource) -> Resource:
         return resource
     name = resource.attributes["service.name"]
     return resource.merge(Resource({A.PROJECT_NAME: name}))
+
+
+@final
+class _Counted(SpanExporter):
+    """Hands spans on to an exporter, counting the batches it did not export."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self._exporter = exporter
+        self.failed = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self._exporter.export(spans)
+        if result is not SpanExportResult.SUCCESS:
+            self.failed += 1
+        return result
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._exporter.force_flush(timeout_millis)
 
 
 @final
