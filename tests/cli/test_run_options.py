@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,16 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", CAREFUL, "--tools", TOOLS], "--tools", "with --agent"),
         (["--agent", CAREFUL, "--n-ctx", "2048"], "--n-ctx=2048", "with --agent"),
         (["--agent", CAREFUL, "--max-tokens", "9"], "--max-tokens=9", "with --agent"),
+        (
+            ["--agent", CAREFUL, "--model-timeout", "9"],
+            "--model-timeout=9.0",
+            "with --agent",
+        ),
+        (
+            ["--model", "openai:o", "--model-timeout", "0"],
+            "--model-timeout=0.0",
+            "a finite number of seconds > 0",
+        ),
         ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
@@ -123,6 +136,8 @@ def test_a_bad_option_is_named_with_its_value(
             lambda d: d.machine.name == "approval",
         ),
         ({}, lambda d: d.context.context_window == 128_000),
+        ({}, lambda d: d.model_timeout == 300.0),
+        ({"model_timeout": 2.5}, lambda d: d.model_timeout == 2.5),
     ],
     ids=lambda v: "-".join(v) if isinstance(v, dict) else "",
 )
@@ -349,3 +364,44 @@ def test_export_to_a_dash_writes_stdout(capsys: Capture, tmp_path: Path) -> None
     out = capsys.readouterr().out
     assert json.loads(out.splitlines()[0])["session_id"] == session_id
     assert not (tmp_path / "-").exists()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A model server that takes each connection and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def take() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1#m"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_a_model_that_never_answers_fails_the_run_after_model_timeout(
+    silent_server: str, tmp_path: Path, capsys: Capture
+) -> None:
+    # Without it, each call waited 300 s: the command looked hung.
+    store = tmp_path / "s.db"
+    argv = ["run", "hi", "--model", silent_server, "--window", "4000"]
+    started = time.monotonic()
+
+    status = main([*argv, "--model-timeout", "0.2", "--store", str(store)])
+
+    assert time.monotonic() - started < 30
+    assert status == 1
+    out, err = capsys.readouterr()
+    assert "timed out after 0.2s" in out + err

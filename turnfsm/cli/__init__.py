@@ -204,6 +204,14 @@ def _agent_options() -> argparse.ArgumentParser:
         metavar="N",
         help="reply budget per model call (default 256; not with --agent)",
     )
+    group.add_argument(
+        "--model-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long one model call may take before it is retried or the "
+        "run fails (default 300; not with --agent)",
+    )
     group.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     return options
 

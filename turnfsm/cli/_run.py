@@ -87,6 +87,7 @@ class AgentOptions:
     window: int | None = None
     n_ctx: int | None = None
     max_tokens: int | None = None
+    model_timeout: float | None = None
     store: str | None = None
 
     def flags(self) -> list[str]:
@@ -126,6 +127,7 @@ def _refuse_with_agent(options: AgentOptions) -> None:
         "--window": options.window,
         "--n-ctx": options.n_ctx,
         "--max-tokens": options.max_tokens,
+        "--model-timeout": options.model_timeout,
     }
     for flag, value in built.items():
         if value is not None:
@@ -179,6 +181,7 @@ def open_driver(
         ("--max-tokens", options.max_tokens),
     ):
         _checks.check(value, flag, tokens)
+    _checks.check(options.model_timeout, "--model-timeout", _checks.seconds())
     tools = load_tools(options.tools) if options.tools else []
     if options.machine is not None:
         try:
@@ -220,6 +223,8 @@ def _driver(
         settings["calibrate"] = True
     strategy = [compactor(options.strategy)] if options.strategy else []
     extra: dict[str, Any] = {} if machine is None else {"machine": machine}
+    if options.model_timeout is not None:
+        extra["model_timeout"] = options.model_timeout
     try:
         return Driver(
             model=model,
