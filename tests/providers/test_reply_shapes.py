@@ -184,6 +184,37 @@ async def test_an_openai_reply_of_the_wrong_shape_is_a_bad_response(
     assert named in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("error", "kind", "said"),
+    [
+        (
+            {"message": "model 'm' is still loading", "type": "server_error"},
+            "bad_response",
+            "the reply has no choices; the server said: model 'm' is still loading",
+        ),
+        ("overloaded", "bad_response", "the server said: overloaded"),
+        (
+            {"message": "This model's maximum context length is 1024 tokens."},
+            "context_overflow",
+            "maximum context length is 1024 tokens",
+        ),
+        (None, "bad_response", "the reply has no choices"),
+    ],
+)
+async def test_an_openai_reply_of_an_error_instead_of_choices_quotes_it(
+    error: object, kind: str, said: str, server: tuple[str, type[_Scripted]]
+) -> None:
+    # Some servers answer a refusal with status 200 and an error object: it
+    # said only "the reply has no choices", and an overflow so reported was
+    # not compacted for.
+    url, handler = server
+    handler.body = {"error": error, "choices": []}
+    with pytest.raises(ProviderError) as raised:
+        await _answer(_openai(url), stream=False)
+    assert raised.value.kind == kind
+    assert said in str(raised.value)
+
+
 @asyncio_only
 @pytest.mark.parametrize("case", list(OPENAI_STREAMS))
 async def test_an_openai_chunk_of_the_wrong_shape_is_a_bad_response(

@@ -195,7 +195,7 @@ class OpenAIModel:
         data = reply_object(completion, "the reply")
         choices = reply_list(data.get("choices"), "choices")
         if not choices:
-            raise ProviderError("the reply has no choices", kind=BAD_RESPONSE)
+            raise _no_choices(data.get("error"))
         choice = reply_object(choices[0], "choices[0]")
         return ModelResponse(
             message=_reply(reply_object(choice.get("message"), "choices[0].message")),
@@ -386,6 +386,24 @@ def _reply(data: Mapping[str, Any]) -> Message:
         return from_openai_messages([message])[0]
     except InvalidMessage as exc:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+def _no_choices(error: object) -> ProviderError:
+    """The error of a reply with no choices, quoting the error it has instead.
+
+    Some servers answer a refused request with status 200 and an ``error``
+    object: a context-length refusal among them is an overflow (the run
+    compacts and retries), as it would be with its proper status.
+    """
+    said = error.get("message") if isinstance(error, Mapping) else error
+    if not isinstance(said, str) or not said.strip():
+        return ProviderError("the reply has no choices", kind=BAD_RESPONSE)
+    said = said if len(said) <= 500 else said[:497] + "..."
+    if mentions_overflow(said):
+        return ProviderError(said, kind=CONTEXT_OVERFLOW)
+    return ProviderError(
+        f"the reply has no choices; the server said: {said}", kind=BAD_RESPONSE
+    )
 
 
 def _usage(value: object) -> Usage | None:
