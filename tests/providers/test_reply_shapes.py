@@ -41,9 +41,19 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
 
     body: Any = None
     events: list[Any] | None = None
+    page: tuple[int, str] | None = None  # a status and an HTML page instead
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.page is not None:
+            status, text = self.page
+            data = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.events is not None:
             # Anthropic names each event by its type; OpenAI sends bare data
             # lines and ends with [DONE].
@@ -376,3 +386,26 @@ async def test_a_run_meeting_a_chunk_of_the_wrong_shape_fails_typed_and_stays_lo
     assert "choices[0].delta.content=5" in str(result.error)
     session = await Session.load(store, agent.session.id)
     assert [run.outcome for run in session.runs] == ["failed"]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "retryable"),
+    [(400, "bad_request", False), (502, "server", True)],
+)
+async def test_an_openai_error_page_is_quoted_by_its_words(
+    status: int, kind: str, retryable: bool, server: tuple[str, type[_Scripted]]
+) -> None:
+    # A proxy's HTML page said only "HTTP 400: Error code: 400".
+    url, handler = server
+    handler.page = (
+        status,
+        "<html><head><title>Bad</title></head><body><h1>Request Header Or"
+        " Cookie Too Large</h1>\n<hr><center>nginx</center></body></html>",
+    )
+    with pytest.raises(ProviderError) as raised:
+        await _answer(_openai(url), stream=False)
+    assert (raised.value.kind, raised.value.retryable) == (kind, retryable)
+    assert str(raised.value).endswith(
+        f"HTTP {status}: Error code: {status} - Bad Request Header Or Cookie Too"
+        " Large nginx"
+    )

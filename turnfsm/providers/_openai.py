@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
@@ -388,6 +389,15 @@ def _reply(data: Mapping[str, Any]) -> Message:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
 
 
+def _page_text(body: str) -> str:
+    """The start of an error body that is not JSON, as text (an HTML page's words)."""
+    words = " ".join(_TAG.sub(" ", body).split())
+    return words if len(words) <= 200 else words[:197] + "..."
+
+
+_TAG: Final = re.compile(r"<[^>]*>")
+
+
 def _no_choices(error: object) -> ProviderError:
     """The error of a reply with no choices, quoting the error it has instead.
 
@@ -456,6 +466,9 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
     body: Mapping[str, object] = exc.body if isinstance(exc.body, Mapping) else {}
     raw_message = body.get("message")
     message = raw_message if isinstance(raw_message, str) else exc.message
+    page = _page_text(exc.body) if isinstance(exc.body, str) else ""
+    if page:  # the body is no JSON: a proxy's page, a server's own text
+        message = f"{message} - {page}"
     kind = body.get("type")
     overflow = exc.code == "context_length_exceeded" or mentions_overflow(
         message, kind if isinstance(kind, str) else None
