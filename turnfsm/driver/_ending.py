@@ -35,6 +35,7 @@ from turnfsm.errors import (
     ContextExceeded,
     RunCrashed,
     SessionConflict,
+    StoreUnusable,
     TurnFSMError,
 )
 from turnfsm.hooks import HookDispatcher, RunEndInfo
@@ -198,6 +199,11 @@ class Ending:
             self.held = [e for e in self.held if not isinstance(e, Committed)]
             try:
                 return await self.end(None, error, interrupted=True)
+            except StoreUnusable as down:  # the run stays open: it resumes
+                logger.warning(
+                    "run %s: could not record its interruption: %s", self.run_id, down
+                )
+                self.hear_end("interrupted", self.machine.snapshot, "", error)
             except Exception:
                 logger.exception(
                     "run %s: could not record its interruption", self.run_id
