@@ -285,9 +285,9 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
         ),
         (
             LeaseLost("s1", "host:42", "host:7"),
-            "'host:42' no longer holds the lease on session 's1' (its lease expired "
-            "and 'host:7' took the session over); stop working on the session and "
-            "reload it to see what the other process did",
+            "'host:42' no longer holds the lease on session 's1' ('host:7' took the "
+            "session over: the lease had expired, or was taken with force); stop "
+            "working on the session and reload it to see what the other process did",
         ),
         (
             LeaseLost("s1", "host:42"),
