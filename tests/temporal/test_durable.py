@@ -708,6 +708,54 @@ async def test_a_durable_run_on_a_session_with_a_paused_run_is_refused(
     assert caught.value.run_id == paused.run_id
 
 
+async def test_a_paused_durable_run_is_answered_through_its_workflow_only(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    RAN.clear()
+    agent = _asking("held", SQLiteStore(tmp_path / "h.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        # Another process on the same store, answering the pause in-process,
+        # would run the tools beside the workflow: the workflow holds the
+        # session, and the refusal says where to answer.
+        other = _asking("held", SQLiteStore(tmp_path / "h.db"))
+        (paused,) = (await other.open_session(run.session_id)).open_runs()
+        with pytest.raises(SessionBusy, match="Temporal workflow") as busy:
+            await other.resume(
+                run.session_id, paused.run_id, ToolCallsReviewed.approve_all()
+            )
+        assert busy.value.owner == f"temporal:{run.workflow_id}"
+        assert busy.value.alive is True
+        with pytest.raises(SessionBusy):
+            await other.abandon(run.session_id, paused.run_id)
+        assert RAN == []
+        await run.approve()
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "cleaned up")
+    assert sorted(RAN) == ["c1:/tmp/a", "c2:/etc/passwd"]
+    # The run's end lets the session go: the next run may be in-process.
+    store = SQLiteStore(tmp_path / "h.db")
+    assert await store.lease_of(run.session_id) is None
+    await _replays(await _history(temporal_client, run.workflow_id))
+
+
+async def test_a_durable_run_on_a_session_a_live_process_holds_is_refused(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "l.db")
+    agent = Agent(model=ScriptedModel.of("hi"), store=store, name="live")
+    await store.acquire_lease(agent.session.id, "elsewhere:1:x", ttl=60)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+        with pytest.raises(SessionBusy) as caught:
+            await run.result()
+    assert caught.value.owner == "elsewhere:1:x"
+    assert caught.value.alive is True
+
+
 async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
     temporal_client: Client, tmp_path: Path
 ) -> None:

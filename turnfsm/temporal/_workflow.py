@@ -221,7 +221,10 @@ class TurnWorkflow:
     async def _run(self, spec: RunSpec) -> Any:
         agent = agent_named(spec.agent, workflow.info().task_queue)
         log = _WorkflowLog(spec)
-        session = await Session.open(log, spec.session_id)
+        try:
+            session = await Session.open(log, spec.session_id)
+        except TurnFSMError as exc:  # a live process holds the session
+            raise not_retried(exc) from exc
         self._remote = remote = _Remote(spec, agent.driver, log)
         driver = _durable(agent, remote)
         hooks = [self._status]
