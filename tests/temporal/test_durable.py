@@ -41,6 +41,7 @@ from turnfsm.errors import (
     ProviderError,
     RunCrashed,
     SessionBusy,
+    SessionConflict,
 )
 from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
@@ -740,6 +741,35 @@ async def test_a_paused_durable_run_is_answered_through_its_workflow_only(
     store = SQLiteStore(tmp_path / "h.db")
     assert await store.lease_of(run.session_id) is None
     await _replays(await _history(temporal_client, run.workflow_id))
+
+
+async def test_a_durable_run_taken_over_with_force_ends_in_the_conflict(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    RAN.clear()
+    agent = _asking("forced", SQLiteStore(tmp_path / "f.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        other = Agent(
+            model=ScriptedModel.of("cleaned up"),
+            tools=[delete],
+            machine=approval_machine(),
+            store=SQLiteStore(tmp_path / "f.db"),
+            name="forced",
+        )
+        session = await other.open_session(run.session_id)
+        (paused,) = session.open_runs()
+        done = await other.driver.resume(
+            session, paused.run_id, ToolCallsReviewed.approve_all(), force=True
+        )
+        assert done.outcome == "done"
+        await run.approve()
+        with pytest.raises(SessionConflict):
+            await run.result()
+    assert sorted(RAN) == ["c1:/tmp/a", "c2:/etc/passwd"]  # once, in-process
 
 
 async def test_a_durable_run_on_a_session_a_live_process_holds_is_refused(

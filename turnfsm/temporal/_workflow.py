@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from turnfsm.errors import (
         ConfigError,
         InvalidMessage,
+        SessionConflict,
         TurnFSMError,
     )
     from turnfsm.hooks import (
@@ -256,7 +257,8 @@ class TurnWorkflow:
         except TurnFSMError as exc:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
-            await log.flush()
+            if not isinstance(exc, SessionConflict):  # else the log takes nothing
+                await log.flush()
             raise not_retried(exc) from exc
         except Exception as exc:
             # The loop logged the crash; the workflow fails for good.
