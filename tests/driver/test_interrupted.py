@@ -20,7 +20,13 @@ import pytest
 from turnfsm.driver import Driver, Session, function_tool
 from turnfsm.errors import Cancelled, SessionBusy, StoreUnusable
 from turnfsm.messages import Message
-from turnfsm.persistence import Entry, SessionInfo, SQLiteStore, ToolResultRecorded
+from turnfsm.persistence import (
+    Entry,
+    RunOpened,
+    SessionInfo,
+    SQLiteStore,
+    ToolResultRecorded,
+)
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
@@ -146,21 +152,22 @@ async def test_ctrl_c_keeps_the_finished_tools_and_resume_finishes(
 class _LockedOnce:
     """An SQLite store whose file another writer holds during one append.
 
-    The append that writes the first tool result meets the lock (a real
+    The append that writes the first entry of `kind` meets the lock (a real
     ``BEGIN IMMEDIATE`` of another connection) for longer than the store's
     ``busy_timeout``; the lock is let go as that append fails, so the store
     works again at once, as after a short outage.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kind: type = ToolResultRecorded) -> None:
         self.inner = SQLiteStore(path, busy_timeout=0.05)
         self.path = path
+        self.kind = kind
         self.locked = False
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
     ) -> int:
-        if self.locked or not any(isinstance(e, ToolResultRecorded) for e in entries):
+        if self.locked or not any(isinstance(e, self.kind) for e in entries):
             return await self.inner.append(
                 session_id, entries, expected_version=expected_version
             )
@@ -214,3 +221,29 @@ async def test_a_store_down_for_one_append_leaves_the_run_to_resume(
     closed = [r for m in reopened.history for r in m.tool_results if r.is_error]
     assert all("interrupted" in r.content for r in closed)
     await store.inner.aclose()
+
+
+async def test_a_run_whose_first_write_the_store_refused_never_began(
+    tmp_path: Path,
+) -> None:
+    store = _LockedOnce(tmp_path / "s.db", kind=RunOpened)
+    session = Session(store=store)
+    model = FakeModelClient(_model)
+    driver = Driver(model=model, tools=[function_tool(_work)])
+    with anyio.fail_after(10), pytest.raises(StoreUnusable, match="locked"):
+        await driver.run("do a, b and c", session=session)
+    # Nothing of it is in the log: no run without its input to resume.
+    assert await store.inner.list_sessions() == ()
+    result = await driver.run("do a, b and c", session=session)
+    assert (result.outcome, result.text) == ("done", "all three done")
+    assert session.history[0].text == "do a, b and c"
+    await store.inner.aclose()
+
+
+async def _work(name: str) -> str:
+    """Do one piece of work.
+
+    Args:
+        name: which piece.
+    """
+    return f"{name} done"

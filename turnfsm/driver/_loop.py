@@ -419,6 +419,11 @@ class RunLoop(Ending):
             # had died, and resumes once the store is back. It is no crash:
             # logged failed, it could not be resumed.
             self._keep_spent()
+            if not self.session.has_run(self.run_id):
+                # Its first write failed: the run never began (no input in
+                # the log to resume from), so nothing of it is written.
+                self.hear_end("interrupted", self.machine.snapshot, "", exc)
+                raise
             with anyio.CancelScope(shield=True):
                 await self.interrupt(str(exc), exc)
             raise
