@@ -206,11 +206,14 @@ class Agent:
         event: Event | None = None,
         *,
         control: RunControl | None = None,
+        force: bool = False,
     ) -> RunResult:
         """Continue a paused run with the answer it waits for (see `Driver.resume`).
 
         Works from a fresh `Agent` (another process) on the same store: the
-        session is loaded and the run rebuilt from its log.
+        session is loaded and the run rebuilt from its log. `force` takes
+        the session over from a process that holds it (its lease is live)
+        but is known to be gone.
 
         Example:
             ```python
@@ -226,7 +229,9 @@ class Agent:
             ```
         """
         session = await self.open_session(session_id)
-        return await self.driver.resume(session, run_id, event, control=control)
+        return await self.driver.resume(
+            session, run_id, event, control=control, force=force
+        )
 
     async def compact(
         self, session_id: str | None = None, *, force: bool = False
@@ -253,11 +258,20 @@ class Agent:
         return await self.driver.compact(session, force=force)
 
     async def abandon(
-        self, session_id: str, run_id: str, *, reason: str = "abandoned"
+        self,
+        session_id: str,
+        run_id: str,
+        *,
+        reason: str = "abandoned",
+        force: bool = False,
     ) -> RunResult:
-        """End a paused or unfinished run as failed (see `Driver.abandon`)."""
+        """End a paused or unfinished run as failed (see `Driver.abandon`).
+
+        `force` takes the session over from a process that holds it (its
+        lease is live) but is known to be gone.
+        """
         session = await self.open_session(session_id)
-        return await self.driver.abandon(session, run_id, reason=reason)
+        return await self.driver.abandon(session, run_id, reason=reason, force=force)
 
     @overload
     async def run(

@@ -14,6 +14,8 @@ import pytest
 
 from tests.driver.lease_worker import TTL, build
 from tests.helpers import REPO_ROOT
+from turnfsm import Agent, approval_machine
+from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver import Driver
 from turnfsm.errors import LeaseLost, SessionBusy
 from turnfsm.persistence import Session, SQLiteStore
@@ -146,3 +148,60 @@ async def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(
         lease = await store.lease_of(session.id)
         assert lease is not None
         assert lease.owner == "elsewhere:1:x"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_an_agent_takes_a_run_over_from_a_gone_owner_with_force(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        first = Agent(model=ScriptedModel.of("paused?"), store=store)
+        session = first.session
+        await store.acquire_lease(session.id, "gone:1:x", ttl=60)
+        with pytest.raises(SessionBusy):
+            await first.run("hello")
+        await store.release_lease(session.id, "gone:1:x")
+        asking = Agent(
+            model=ScriptedModel.of(
+                reply("", tool_call("work", "c1", step="one")),
+                reply("", tool_call("work", "c2", step="two")),
+            ),
+            tools=[work],
+            machine=approval_machine(),
+            store=store,
+        )
+        paused = await asking.run("do it")
+        await store.acquire_lease(paused.session_id, "gone:1:x", ttl=60)
+        with pytest.raises(SessionBusy):
+            await asking.abandon(paused.session_id, paused.run_id)
+        ended = await asking.abandon(paused.session_id, paused.run_id, force=True)
+        assert ended.outcome == "failed"
+
+        again = await asking.run("do it again")
+        await store.acquire_lease(again.session_id, "gone:1:x", ttl=60)
+        with pytest.raises(SessionBusy):
+            await asking.resume(again.session_id, again.run_id, _approve())
+        done = Agent(
+            model=ScriptedModel.of("done"),
+            tools=[work],
+            machine=approval_machine(),
+            store=store,
+        )
+        result = await done.resume(
+            again.session_id, again.run_id, _approve(), force=True
+        )
+        assert (result.outcome, result.text) == ("done", "done")
+
+
+def _approve() -> ToolCallsReviewed:
+    return ToolCallsReviewed.approve_all()
+
+
+def work(step: str) -> str:
+    """Do one step.
+
+    Args:
+        step: which.
+    """
+    return f"{step} done"
