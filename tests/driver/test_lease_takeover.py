@@ -99,7 +99,6 @@ def test_a_new_run_on_a_dead_owners_session_says_it_is_dead(tmp_path: Path) -> N
     assert "resume or abandon" in str(refused.value)
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.anyio
 async def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(
     tmp_path: Path,
