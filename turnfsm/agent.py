@@ -193,10 +193,21 @@ class Agent:
     async def open_session(self, session_id: str) -> Session:
         """Reopen `session_id` from the agent's store and continue it.
 
-        The following runs continue that conversation.
+        The following runs continue that conversation. The agent's own
+        session is read again too: when another process wrote to it since
+        (after a `SessionConflict`, this is the reload), the agent goes on
+        from the log as it is now, in a new `Session`; else it keeps the one
+        it has (a run of it going on in this process keeps it too).
         """
-        if self.session.id != session_id:
+        current = self.session
+        if current.id != session_id:
             self.session = await Session.load(self.store, session_id)
+            return self.session
+        if current.is_running or current.store is not self.store:
+            return current
+        stored = await Session.open(self.store, session_id)
+        if stored.version != current.version:
+            self.session = stored
         return self.session
 
     async def resume(
