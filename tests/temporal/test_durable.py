@@ -441,6 +441,7 @@ async def test_cancel_ends_a_paused_run_cancelled(
     session = await Session.load(SQLiteStore(tmp_path / "c.db"), run.session_id)
     assert [r.outcome for r in session.runs] == ["cancelled"]
     assert list(session.history) == []  # nothing of a cancelled run is committed
+    assert await SQLiteStore(tmp_path / "c.db").lease_of(run.session_id) is None
 
 
 # -- Temporal's cancellation, retries, failures -------------------------------
@@ -479,8 +480,10 @@ async def test_cancelling_the_workflow_records_the_run_interrupted(
         with pytest.raises(Cancelled):
             await run.result()
     session = await Session.load(SQLiteStore(tmp_path / "k.db"), run.session_id)
-    # A cancel from outside the run: what completed is kept, resumable.
+    # A cancel from outside the run: what completed is kept, resumable, and
+    # the workflow let the session go (resume takes it in-process).
     assert [r.outcome for r in session.runs] == ["interrupted"]
+    assert await SQLiteStore(tmp_path / "k.db").lease_of(run.session_id) is None
 
 
 async def test_the_cancel_signal_interrupts_the_call_in_flight(
@@ -594,6 +597,7 @@ async def test_an_effect_that_raises_fails_the_run_as_in_process(
     [record] = session.runs
     assert record.outcome == "failed"
     assert isinstance(record.error, EffectFailed)
+    assert await SQLiteStore(tmp_path / "b.db").lease_of(run.session_id) is None
 
 
 async def test_a_custom_effect_runs_as_an_activity(
