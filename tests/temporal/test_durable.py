@@ -711,6 +711,8 @@ async def test_a_durable_run_on_a_session_with_a_paused_run_is_refused(
         with pytest.raises(SessionBusy) as caught:
             await run.result()
     assert caught.value.run_id == paused.run_id
+    # The refused workflow holds nothing: the paused run is answered here.
+    assert await store.lease_of(paused.session_id) is None
 
 
 async def test_a_paused_durable_run_is_answered_through_its_workflow_only(

@@ -60,6 +60,7 @@ from turnfsm.persistence import (
     LeasingStore,
     MemoryStore,
     RunEnded,
+    RunOpened,
     Session,
     SessionStore,
 )
@@ -212,7 +213,7 @@ def _owner() -> str:
 
 
 async def _hold(store: SessionStore, session_id: str) -> None:
-    """Take the session's lease for the workflow (again: it holds it already).
+    """Take the session's lease for the workflow (again, on a retry: it holds it).
 
     Raises:
         ApplicationError: a live process holds the session (`SessionBusy`,
@@ -232,11 +233,15 @@ async def _write(
 ) -> None:
     """Write the entries the workflow made (a conflict is not retried).
 
-    Once the run has ended (not paused), the workflow lets its session go.
+    The run's first write takes the session for the workflow, before
+    anything is written; once the run has ended (not paused), the workflow
+    lets it go.
     """
     if not log or not log["entries"]:
         return
     entries: list[Entry] = [serde.open_envelope(e, Entry) for e in log["entries"]]
+    if any(isinstance(e, RunOpened) for e in entries):
+        await _hold(store, session_id)
     try:
         await append_once(store, session_id, entries, log["version"])
     except SessionConflict as exc:
@@ -309,10 +314,8 @@ def _crashed(exc: Exception) -> ApplicationError:
 async def load_log(request: dict[str, Any]) -> dict[str, Any]:
     """Return the session's log (every entry as its envelope)."""
     store = _store(request)
-    session_id = request["session_id"]
     async with _beating():
-        await _hold(store, session_id)
-        entries = await store.load(session_id)
+        entries = await store.load(request["session_id"])
     return {"entries": [serde.envelope(e) for e in entries]}
 
 

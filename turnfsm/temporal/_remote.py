@@ -152,26 +152,15 @@ class _WorkflowLog:
         }
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
-        try:
-            data = await workflow.execute_activity(
-                load_log,
-                {
-                    "agent": self._spec.agent,
-                    "store": self._spec.store,
-                    "session_id": session_id,
-                },
-                **self.options(),
-            )
-        except ActivityError as exc:
-            cause = exc.cause
-            if (
-                isinstance(cause, ApplicationError)
-                and cause.type == TURNFSM_ERROR
-                and cause.details
-            ):
-                # Refused (`SessionBusy`: a process holds the session).
-                raise serde.error_from_json(cause.details[0]) from None
-            raise
+        data = await workflow.execute_activity(
+            load_log,
+            {
+                "agent": self._spec.agent,
+                "store": self._spec.store,
+                "session_id": session_id,
+            },
+            **self.options(),
+        )
         entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
         if session_id == self._spec.session_id:
             # Not another session's log: a resumed run reads its children's.

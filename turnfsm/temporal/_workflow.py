@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
     from turnfsm.errors import (
         ConfigError,
         InvalidMessage,
+        SessionBusy,
         SessionConflict,
         TurnFSMError,
     )
@@ -222,10 +223,7 @@ class TurnWorkflow:
     async def _run(self, spec: RunSpec) -> Any:
         agent = agent_named(spec.agent, workflow.info().task_queue)
         log = _WorkflowLog(spec)
-        try:
-            session = await Session.open(log, spec.session_id)
-        except TurnFSMError as exc:  # a live process holds the session
-            raise not_retried(exc) from exc
+        session = await Session.open(log, spec.session_id)
         self._remote = remote = _Remote(spec, agent.driver, log)
         driver = _durable(agent, remote)
         hooks = [self._status]
@@ -257,8 +255,8 @@ class TurnWorkflow:
         except TurnFSMError as exc:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
-            if not isinstance(exc, SessionConflict):  # else the log takes nothing
-                await log.flush()
+            if not isinstance(exc, SessionConflict | SessionBusy):
+                await log.flush()  # else the store takes nothing from this run
             raise not_retried(exc) from exc
         except Exception as exc:
             # The loop logged the crash; the workflow fails for good.
