@@ -193,10 +193,21 @@ class Agent:
     async def open_session(self, session_id: str) -> Session:
         """Reopen `session_id` from the agent's store and continue it.
 
-        The following runs continue that conversation.
+        The following runs continue that conversation. The agent's own
+        session is read again too: when another process wrote to it since
+        (after a `SessionConflict`, this is the reload), the agent goes on
+        from the log as it is now, in a new `Session`; else it keeps the one
+        it has (a run of it going on in this process keeps it too).
         """
-        if self.session.id != session_id:
+        current = self.session
+        if current.id != session_id:
             self.session = await Session.load(self.store, session_id)
+            return self.session
+        if current.is_running or current.store is not self.store:
+            return current
+        stored = await Session.open(self.store, session_id)
+        if stored.version != current.version:
+            self.session = stored
         return self.session
 
     async def resume(
@@ -206,11 +217,14 @@ class Agent:
         event: Event | None = None,
         *,
         control: RunControl | None = None,
+        force: bool = False,
     ) -> RunResult:
         """Continue a paused run with the answer it waits for (see `Driver.resume`).
 
         Works from a fresh `Agent` (another process) on the same store: the
-        session is loaded and the run rebuilt from its log.
+        session is loaded and the run rebuilt from its log. `force` takes
+        the session over from a process that holds it (its lease is live)
+        but is known to be gone.
 
         Example:
             ```python
@@ -226,7 +240,9 @@ class Agent:
             ```
         """
         session = await self.open_session(session_id)
-        return await self.driver.resume(session, run_id, event, control=control)
+        return await self.driver.resume(
+            session, run_id, event, control=control, force=force
+        )
 
     async def compact(
         self, session_id: str | None = None, *, force: bool = False
@@ -253,11 +269,20 @@ class Agent:
         return await self.driver.compact(session, force=force)
 
     async def abandon(
-        self, session_id: str, run_id: str, *, reason: str = "abandoned"
+        self,
+        session_id: str,
+        run_id: str,
+        *,
+        reason: str = "abandoned",
+        force: bool = False,
     ) -> RunResult:
-        """End a paused or unfinished run as failed (see `Driver.abandon`)."""
+        """End a paused or unfinished run as failed (see `Driver.abandon`).
+
+        `force` takes the session over from a process that holds it (its
+        lease is live) but is known to be gone.
+        """
         session = await self.open_session(session_id)
-        return await self.driver.abandon(session, run_id, reason=reason)
+        return await self.driver.abandon(session, run_id, reason=reason, force=force)
 
     @overload
     async def run(

@@ -9,15 +9,24 @@ says it is safe to run twice, ``idempotent``).
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import pytest
 
 from turnfsm.driver import Driver, Session, function_tool
-from turnfsm.errors import Cancelled, SessionBusy
+from turnfsm.errors import Cancelled, SessionBusy, StoreUnusable
 from turnfsm.messages import Message
+from turnfsm.persistence import (
+    Entry,
+    RunOpened,
+    SessionInfo,
+    SQLiteStore,
+    ToolResultRecorded,
+)
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
@@ -138,3 +147,103 @@ async def test_ctrl_c_keeps_the_finished_tools_and_resume_finishes(
     assert effects.read_text().split() == ran
     if not idempotent:
         assert "closing 1 call(s) left without a result" in second.stderr.decode()
+
+
+class _LockedOnce:
+    """An SQLite store whose file another writer holds during one append.
+
+    The append that writes the first entry of `kind` meets the lock (a real
+    ``BEGIN IMMEDIATE`` of another connection) for longer than the store's
+    ``busy_timeout``; the lock is let go as that append fails, so the store
+    works again at once, as after a short outage.
+    """
+
+    def __init__(self, path: Path, kind: type = ToolResultRecorded) -> None:
+        self.inner = SQLiteStore(path, busy_timeout=0.05)
+        self.path = path
+        self.kind = kind
+        self.locked = False
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        if self.locked or not any(isinstance(e, self.kind) for e in entries):
+            return await self.inner.append(
+                session_id, entries, expected_version=expected_version
+            )
+        self.locked = True
+        other = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            return await self.inner.append(
+                session_id, entries, expected_version=expected_version
+            )
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        return await self.inner.list_sessions()
+
+
+async def test_a_store_down_for_one_append_leaves_the_run_to_resume(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    async def work(name: str) -> str:
+        """Do one piece of work.
+
+        Args:
+            name: which piece.
+        """
+        ran.append(name)
+        return f"{name} done"
+
+    store = _LockedOnce(tmp_path / "s.db")
+    session = Session(store=store)
+    driver = Driver(model=FakeModelClient(_model), tools=[function_tool(work)])
+    with anyio.fail_after(10), pytest.raises(StoreUnusable, match="locked"):
+        await driver.run("do a, b and c", session=session)
+
+    # The store is back at once: the run is logged interrupted, not failed,
+    # with the store's error, and it resumes; no finished tool runs again.
+    reopened = await Session.load(store.inner, session.id)
+    (stopped,) = reopened.open_runs()
+    assert stopped.outcome == "interrupted"
+    assert isinstance(stopped.error, StoreUnusable)
+    result = await driver.resume(reopened, stopped.run_id)
+    assert (result.outcome, result.text) == ("done", "all three done")
+    assert sorted(ran) == ["a", "b", "c"]
+    closed = [r for m in reopened.history for r in m.tool_results if r.is_error]
+    assert all("interrupted" in r.content for r in closed)
+    await store.inner.aclose()
+
+
+async def test_a_run_whose_first_write_the_store_refused_never_began(
+    tmp_path: Path,
+) -> None:
+    store = _LockedOnce(tmp_path / "s.db", kind=RunOpened)
+    session = Session(store=store)
+    model = FakeModelClient(_model)
+    driver = Driver(model=model, tools=[function_tool(_work)])
+    with anyio.fail_after(10), pytest.raises(StoreUnusable, match="locked"):
+        await driver.run("do a, b and c", session=session)
+    # Nothing of it is in the log: no run without its input to resume.
+    assert await store.inner.list_sessions() == ()
+    result = await driver.run("do a, b and c", session=session)
+    assert (result.outcome, result.text) == ("done", "all three done")
+    assert session.history[0].text == "do a, b and c"
+    await store.inner.aclose()
+
+
+async def _work(name: str) -> str:
+    """Do one piece of work.
+
+    Args:
+        name: which piece.
+    """
+    return f"{name} done"

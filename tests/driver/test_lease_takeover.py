@@ -14,8 +14,12 @@ import pytest
 
 from tests.driver.lease_worker import TTL, build
 from tests.helpers import REPO_ROOT
-from turnfsm.errors import SessionBusy
+from turnfsm import Agent, approval_machine
+from turnfsm.core import ToolCallsReviewed
+from turnfsm.driver import Driver
+from turnfsm.errors import LeaseLost, SessionBusy
 from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.testing import ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,3 +97,110 @@ def test_a_new_run_on_a_dead_owners_session_says_it_is_dead(tmp_path: Path) -> N
     assert refused.value.alive is False
     assert refused.value.run_id is not None
     assert "resume or abandon" in str(refused.value)
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+    steal = anyio.Event()
+
+    async def work(step: str) -> str:
+        """Do one step.
+
+        Args:
+            step: which.
+        """
+        steal.set()
+        await anyio.sleep(1.0)  # the next renewal lands in here
+        ran.append(step)
+        return f"{step} done"
+
+    model = ScriptedModel.of(
+        reply("", tool_call("work", "c1", step="one")),
+        reply("", tool_call("work", "c2", step="two")),
+        "all done",
+    )
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session(store=store)
+        driver = Driver(model=model, tools=[work], lease_ttl=0.3)
+        version = 0
+
+        async def take_over() -> None:
+            nonlocal version
+            await steal.wait()
+            await store.acquire_lease(session.id, "elsewhere:1:x", ttl=30, force=True)
+            version = len(await store.load(session.id))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(take_over)
+                with pytest.raises(LeaseLost) as lost:
+                    await driver.run("do two steps", session=session)
+        # The run stopped at its next renewal, in its tool, and wrote
+        # nothing after the take-over: the other owner carries it on.
+        assert ran == []
+        assert lost.value.holder == "elsewhere:1:x"
+        assert "took the session over" in str(lost.value)
+        assert len(await store.load(session.id)) == version
+        lease = await store.lease_of(session.id)
+        assert lease is not None
+        assert lease.owner == "elsewhere:1:x"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_an_agent_takes_a_run_over_from_a_gone_owner_with_force(
+    tmp_path: Path,
+) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        first = Agent(model=ScriptedModel.of("paused?"), store=store)
+        session = first.session
+        await store.acquire_lease(session.id, "gone:1:x", ttl=60)
+        with pytest.raises(SessionBusy):
+            await first.run("hello")
+        await store.release_lease(session.id, "gone:1:x")
+        asking = Agent(
+            model=ScriptedModel.of(
+                reply("", tool_call("work", "c1", step="one")),
+                reply("", tool_call("work", "c2", step="two")),
+            ),
+            tools=[work],
+            machine=approval_machine(),
+            store=store,
+        )
+        paused = await asking.run("do it")
+        await store.acquire_lease(paused.session_id, "gone:1:x", ttl=60)
+        with pytest.raises(SessionBusy):
+            await asking.abandon(paused.session_id, paused.run_id)
+        ended = await asking.abandon(paused.session_id, paused.run_id, force=True)
+        assert ended.outcome == "failed"
+
+        again = await asking.run("do it again")
+        await store.acquire_lease(again.session_id, "gone:1:x", ttl=60)
+        with pytest.raises(SessionBusy):
+            await asking.resume(again.session_id, again.run_id, _approve())
+        done = Agent(
+            model=ScriptedModel.of("done"),
+            tools=[work],
+            machine=approval_machine(),
+            store=store,
+        )
+        result = await done.resume(
+            again.session_id, again.run_id, _approve(), force=True
+        )
+        assert (result.outcome, result.text) == ("done", "done")
+
+
+def _approve() -> ToolCallsReviewed:
+    return ToolCallsReviewed.approve_all()
+
+
+def work(step: str) -> str:
+    """Do one step.
+
+    Args:
+        step: which.
+    """
+    return f"{step} done"

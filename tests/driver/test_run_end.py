@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 import pytest
@@ -180,3 +181,32 @@ async def test_a_run_that_lost_a_write_race_raises_the_conflict_and_logs_no_erro
     assert len(await store.load("s")) == version  # nothing written
     assert [r.levelname for r in caplog.records if r.levelno >= 30] == []
     assert [e.outcome for e in ends] == ["done", "done", "failed"]
+
+
+async def test_an_agent_that_lost_a_write_race_goes_on_once_it_reopens_the_session(
+    tmp_path: Path,
+) -> None:
+    from turnfsm import Agent
+    from turnfsm.errors import SessionConflict
+
+    first = Agent(model=ScriptedModel.of("one", "two"), store=tmp_path / "s.db")
+    started = await first.run("first")
+    second = Agent(model=ScriptedModel.of("three"), store=tmp_path / "s.db")
+    await second.open_session(started.session_id)
+    await first.run("second")  # the session moves on under the second's view
+    with pytest.raises(SessionConflict, match="reload the session"):
+        await second.run("from the second")
+
+    # Reopening is the reload the error asks for: the run goes on from the
+    # log as the other agent left it.
+    session = await second.open_session(started.session_id)
+    result = await second.run("from the second")
+    assert (result.outcome, result.text) == ("done", "three")
+    assert [m.text for m in session.history] == [
+        "first",
+        "one",
+        "second",
+        "two",
+        "from the second",
+        "three",
+    ]

@@ -268,6 +268,13 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
             "over with force=True only if you know that process is gone",
         ),
         (
+            SessionBusy("s1", owner="temporal:turnfsm-s1", alive=True, since=0.0),
+            "session 's1' is held by its durable run, Temporal workflow "
+            "'turnfsm-s1' since 1970-01-01 00:00:00 UTC; answer, steer or cancel it "
+            "there (DurableRun), or take it over with force=True only if that "
+            "workflow was terminated",
+        ),
+        (
             SessionBusy("s1", "run_1", owner="host:42", alive=False, since=0.0),
             "session 's1' (run 'run_1') was held by 'host:42' since 1970-01-01 "
             "00:00:00 UTC, whose lease has expired (its process likely died); resume "
@@ -285,9 +292,9 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
         ),
         (
             LeaseLost("s1", "host:42", "host:7"),
-            "'host:42' no longer holds the lease on session 's1' (its lease expired "
-            "and 'host:7' took the session over); stop working on the session and "
-            "reload it to see what the other process did",
+            "'host:42' no longer holds the lease on session 's1' ('host:7' took the "
+            "session over: the lease had expired, or was taken with force); stop "
+            "working on the session and reload it to see what the other process did",
         ),
         (
             LeaseLost("s1", "host:42"),
@@ -296,7 +303,7 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
             "the session and reload it to see what the other process did",
         ),
     ],
-    ids=["alive", "dead", "open run", "running here", "lost", "lost, free"],
+    ids=["alive", "workflow", "dead", "open run", "running here", "lost", "lost, free"],
 )
 def test_lease_errors_say_who_holds_the_session_and_what_to_do(
     error: Exception, says: str

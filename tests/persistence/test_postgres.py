@@ -325,11 +325,14 @@ def test_the_store_refuses_trio_with_a_config_error() -> None:
 
 
 class _Proxy:
-    """A TCP proxy in front of the server that can cut every connection."""
+    """A TCP proxy in front of the server that can cut every connection,
+    or stall them all (forward nothing more, close nothing: a hung server,
+    a network that drops packets)."""
 
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.open = True
+        self.stalled = False
         self.scopes: set[anyio.CancelScope] = set()
         self.port = 0
 
@@ -353,10 +356,11 @@ class _Proxy:
                     group.start_soon(self._pipe, server, client)
             self.scopes.discard(scope)
 
-    @staticmethod
-    async def _pipe(a: anyio.abc.SocketStream, b: anyio.abc.SocketStream) -> None:
+    async def _pipe(self, a: anyio.abc.SocketStream, b: anyio.abc.SocketStream) -> None:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             async for chunk in a:
+                if self.stalled:
+                    await anyio.sleep_forever()
                 await b.send(chunk)
             await b.send_eof()
 
@@ -559,6 +563,32 @@ async def test_a_connection_lost_mid_run_is_a_store_error_and_nothing_half_writt
     final = await Session.load(make_store(url), reopened.id)
     assert final.open_runs() == []
     assert [m.text for m in final.history][-1] == "done"
+
+
+async def test_a_server_that_stops_answering_mid_run_ends_the_run_in_time(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    proxy = _Proxy(_upstream(url))
+
+    async def stall() -> None:
+        proxy.stalled = True
+
+    async with anyio.create_task_group() as group:
+        await group.start(proxy.serve)
+        store = make_store(_through(url, proxy.port), timeout=1)
+        with anyio.fail_after(30):  # it waited for ever on the server's answer
+            agent, error = await _run_with(store, stall)
+        group.cancel_scope.cancel()
+    assert isinstance(error, StoreUnusable)
+    assert "did not answer within timeout=1.0 s" in str(error)
+    assert error.in_doubt  # the statement may have reached the server
+    # It did not: the run is open where the log says, and resumes.
+    reopened = await Session.load(make_store(url), agent.session.id)
+    (stopped,) = reopened.open_runs()
+    model = ScriptedModel.of(reply("", tool_call("look", "c2")), "done")
+    later = Agent(model=model, tools=[_look()], store=make_store(url))
+    assert (await later.resume(reopened.id, stopped.run_id)).outcome == "done"
 
 
 # -- whole runs --------------------------------------------------------

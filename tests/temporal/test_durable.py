@@ -41,6 +41,7 @@ from turnfsm.errors import (
     ProviderError,
     RunCrashed,
     SessionBusy,
+    SessionConflict,
 )
 from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
@@ -440,6 +441,7 @@ async def test_cancel_ends_a_paused_run_cancelled(
     session = await Session.load(SQLiteStore(tmp_path / "c.db"), run.session_id)
     assert [r.outcome for r in session.runs] == ["cancelled"]
     assert list(session.history) == []  # nothing of a cancelled run is committed
+    assert await SQLiteStore(tmp_path / "c.db").lease_of(run.session_id) is None
 
 
 # -- Temporal's cancellation, retries, failures -------------------------------
@@ -478,8 +480,10 @@ async def test_cancelling_the_workflow_records_the_run_interrupted(
         with pytest.raises(Cancelled):
             await run.result()
     session = await Session.load(SQLiteStore(tmp_path / "k.db"), run.session_id)
-    # A cancel from outside the run: what completed is kept, resumable.
+    # A cancel from outside the run: what completed is kept, resumable, and
+    # the workflow let the session go (resume takes it in-process).
     assert [r.outcome for r in session.runs] == ["interrupted"]
+    assert await SQLiteStore(tmp_path / "k.db").lease_of(run.session_id) is None
 
 
 async def test_the_cancel_signal_interrupts_the_call_in_flight(
@@ -593,6 +597,7 @@ async def test_an_effect_that_raises_fails_the_run_as_in_process(
     [record] = session.runs
     assert record.outcome == "failed"
     assert isinstance(record.error, EffectFailed)
+    assert await SQLiteStore(tmp_path / "b.db").lease_of(run.session_id) is None
 
 
 async def test_a_custom_effect_runs_as_an_activity(
@@ -706,6 +711,85 @@ async def test_a_durable_run_on_a_session_with_a_paused_run_is_refused(
         with pytest.raises(SessionBusy) as caught:
             await run.result()
     assert caught.value.run_id == paused.run_id
+    # The refused workflow holds nothing: the paused run is answered here.
+    assert await store.lease_of(paused.session_id) is None
+
+
+async def test_a_paused_durable_run_is_answered_through_its_workflow_only(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    RAN.clear()
+    agent = _asking("held", SQLiteStore(tmp_path / "h.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        # Another process on the same store, answering the pause in-process,
+        # would run the tools beside the workflow: the workflow holds the
+        # session, and the refusal says where to answer.
+        other = _asking("held", SQLiteStore(tmp_path / "h.db"))
+        (paused,) = (await other.open_session(run.session_id)).open_runs()
+        with pytest.raises(SessionBusy, match="Temporal workflow") as busy:
+            await other.resume(
+                run.session_id, paused.run_id, ToolCallsReviewed.approve_all()
+            )
+        assert busy.value.owner == f"temporal:{run.workflow_id}"
+        assert busy.value.alive is True
+        with pytest.raises(SessionBusy):
+            await other.abandon(run.session_id, paused.run_id)
+        assert RAN == []
+        await run.approve()
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "cleaned up")
+    assert sorted(RAN) == ["c1:/tmp/a", "c2:/etc/passwd"]
+    # The run's end lets the session go: the next run may be in-process.
+    store = SQLiteStore(tmp_path / "h.db")
+    assert await store.lease_of(run.session_id) is None
+    await _replays(await _history(temporal_client, run.workflow_id))
+
+
+async def test_a_durable_run_taken_over_with_force_ends_in_the_conflict(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    RAN.clear()
+    agent = _asking("forced", SQLiteStore(tmp_path / "f.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        other = Agent(
+            model=ScriptedModel.of("cleaned up"),
+            tools=[delete],
+            machine=approval_machine(),
+            store=SQLiteStore(tmp_path / "f.db"),
+            name="forced",
+        )
+        session = await other.open_session(run.session_id)
+        (paused,) = session.open_runs()
+        done = await other.driver.resume(
+            session, paused.run_id, ToolCallsReviewed.approve_all(), force=True
+        )
+        assert done.outcome == "done"
+        await run.approve()
+        with pytest.raises(SessionConflict):
+            await run.result()
+    assert sorted(RAN) == ["c1:/tmp/a", "c2:/etc/passwd"]  # once, in-process
+
+
+async def test_a_durable_run_on_a_session_a_live_process_holds_is_refused(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "l.db")
+    agent = Agent(model=ScriptedModel.of("hi"), store=store, name="live")
+    await store.acquire_lease(agent.session.id, "elsewhere:1:x", ttl=60)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+        with pytest.raises(SessionBusy) as caught:
+            await run.result()
+    assert caught.value.owner == "elsewhere:1:x"
+    assert caught.value.alive is True
 
 
 async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(

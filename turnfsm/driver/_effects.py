@@ -213,10 +213,16 @@ async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
         except SubagentWaiting as paused:  # the others finish (and are journaled)
             waiting.append(paused)
 
-    if calls:
+    try:
         async with anyio.create_task_group() as group:
             for index in range(len(calls)):
                 group.start_soon(one, index)
+    except BaseExceptionGroup as raised:
+        # The first failure (a result the store could not take) stops the
+        # others: it surfaces as itself, as a lone call's would.
+        if len(raised.exceptions) == 1:
+            raise raised.exceptions[0] from None
+        raise
     if waiting:
         raise waiting[0]
     return ToolsFinished(results=[r for r in results if r is not None])

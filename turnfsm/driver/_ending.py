@@ -33,8 +33,10 @@ from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
     Cancelled,
     ContextExceeded,
+    LeaseLost,
     RunCrashed,
     SessionConflict,
+    StoreUnusable,
     TurnFSMError,
 )
 from turnfsm.hooks import HookDispatcher, RunEndInfo
@@ -198,6 +200,13 @@ class Ending:
             self.held = [e for e in self.held if not isinstance(e, Committed)]
             try:
                 return await self.end(None, error, interrupted=True)
+            except LeaseLost:  # another process carries the run on: said once
+                self.hear_end("interrupted", self.machine.snapshot, "", error)
+            except StoreUnusable as down:  # the run stays open: it resumes
+                logger.warning(
+                    "run %s: could not record its interruption: %s", self.run_id, down
+                )
+                self.hear_end("interrupted", self.machine.snapshot, "", error)
             except Exception:
                 logger.exception(
                     "run %s: could not record its interruption", self.run_id

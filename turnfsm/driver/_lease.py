@@ -71,11 +71,12 @@ async def holding(
     owner = owner_id()
     previous = await store.lease_of(session.id)
     await store.acquire_lease(session.id, owner, ttl=ttl, force=force)
+    session.hold_lost(None)
     if previous is not None and previous.owner == owner:
         previous = None
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(_renew, store, session.id, owner, ttl)
+            group.start_soon(_renew, session, store, owner, ttl)
             try:
                 yield previous
             finally:
@@ -93,18 +94,22 @@ async def holding(
                 logger.warning("could not release the lease on %s", session.id)
 
 
-async def _renew(store: LeasingStore, session_id: str, owner: str, ttl: float) -> None:
-    """Renew the lease every third of `ttl` until cancelled."""
+async def _renew(session: Session, store: LeasingStore, owner: str, ttl: float) -> None:
+    """Renew the lease every third of `ttl` until cancelled.
+
+    Raises:
+        LeaseLost: another process took the session over. The run stops
+            (the error cancels it), and its session view writes nothing
+            more: the other process carries the session on.
+    """
+    session_id = session.id
     while True:
         await anyio.sleep(ttl / 3)
         try:
             await store.renew_lease(session_id, owner, ttl=ttl)
-        except LeaseLost:
-            logger.error(
-                "the lease on session %s was taken over by another process; "
-                "this run can no longer write to it",
-                session_id,
-            )
-            return
+        except LeaseLost as lost:
+            session.hold_lost(lost)
+            logger.error("run stopped: %s", lost)
+            raise
         except Exception:  # the store is down for a moment: try again later
             logger.warning("could not renew the lease on %s", session_id)

@@ -92,6 +92,7 @@ from turnfsm.errors import (
     EffectFailed,
     InvalidMessage,
     InvalidReturn,
+    StoreUnusable,
     SubagentWaiting,
     TurnFSMError,
 )
@@ -411,6 +412,20 @@ class RunLoop(Ending):
             self._keep_spent()
             with anyio.CancelScope(shield=True):
                 await self.interrupt(_INTERRUPTED)
+            raise
+        except StoreUnusable as exc:
+            # The store could not take a write (a server down, a file locked
+            # too long): the run stops where its log says, as if its process
+            # had died, and resumes once the store is back. It is no crash:
+            # logged failed, it could not be resumed.
+            self._keep_spent()
+            if not self.session.has_run(self.run_id):
+                # Its first write failed: the run never began (no input in
+                # the log to resume from), so nothing of it is written.
+                self.hear_end("interrupted", self.machine.snapshot, "", exc)
+                raise
+            with anyio.CancelScope(shield=True):
+                await self.interrupt(str(exc), exc)
             raise
         except BaseException as exc:
             with anyio.CancelScope(shield=True):

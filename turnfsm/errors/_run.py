@@ -156,7 +156,9 @@ class SessionBusy(TurnFSMError):
     holds owner leases, `owner` names the process that holds the session,
     `alive` says whether its lease is live (it renews it: its process is
     working) or expired (its process likely died), and `since` when it took
-    the session (seconds since the epoch, on the store's clock).
+    the session (seconds since the epoch, on the store's clock). A durable
+    run's workflow holds its session as ``temporal:WORKFLOW_ID`` while it
+    runs, paused or not.
     """
 
     session_id: str
@@ -169,6 +171,14 @@ class SessionBusy(TurnFSMError):
         run = f" (run {self.run_id!r})" if self.run_id is not None else ""
         if self.owner is not None and self.alive is not None:
             held = f"{self.owner!r}{_since(self.since)}"
+            workflow = self.owner.removeprefix("temporal:")
+            if self.alive and workflow != self.owner:
+                return (
+                    f"session {self.session_id!r}{run} is held by its durable run, "
+                    f"Temporal workflow {workflow!r}{_since(self.since)}; answer, "
+                    "steer or cancel it there (DurableRun), or take it over with "
+                    "force=True only if that workflow was terminated"
+                )
             if self.alive:
                 return (
                     f"session {self.session_id!r}{run} is held by {held}, which is "

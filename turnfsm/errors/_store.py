@@ -182,7 +182,7 @@ class StoreDirectoryUnusable(StoreError):
 class LeaseLost(StoreError):
     """Raised when an owner renews a session's lease that is no longer its own.
 
-    `holder` took the session over after the lease expired (None: nobody
+    `holder` took the session over, its lease expired or forced (None: nobody
     holds it now). The owner must stop working on the session: another
     process may be resuming or abandoning its run.
     """
@@ -193,7 +193,10 @@ class LeaseLost(StoreError):
 
     def __str__(self) -> str:
         if self.holder is not None:
-            why = f"its lease expired and {self.holder!r} took the session over"
+            why = (
+                f"{self.holder!r} took the session over: the lease had expired, "
+                "or was taken with force"
+            )
         else:
             why = "nobody holds it now: the lease was released, or the session removed"
         return (

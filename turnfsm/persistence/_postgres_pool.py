@@ -31,7 +31,7 @@ from psycopg.pq import TransactionStatus
 from turnfsm.errors import ConfigError, StoreUnusable
 from turnfsm.persistence._postgres_append import _Conn
 
-__all__ = ["LoopPool", "loop_or_none", "running_loop", "server_of"]
+__all__ = ["LoopPool", "discard", "loop_or_none", "running_loop", "server_of"]
 
 
 @final
@@ -123,7 +123,7 @@ class LoopPool:
             if sound and not self.closed:
                 self._idle.append(conn)
                 return
-        _close_now(conn)
+        discard(conn)
 
     def close_now(self) -> None:
         """Close the idle connections; one in use is closed when it is given back.
@@ -135,7 +135,7 @@ class LoopPool:
             self.closed = True
             idle, self._idle = self._idle, []
         for conn in idle:
-            _close_now(conn)
+            discard(conn)
 
     async def aclose(self) -> None:
         """Close the pool (on its own loop): its idle connections, and its keeper."""
@@ -145,8 +145,8 @@ class LoopPool:
             await keeper.__aexit__(None, None, None)
 
 
-def _close_now(conn: _Conn) -> None:
-    # `AsyncConnection.close()` does only this, without awaiting anything.
+def discard(conn: _Conn) -> None:
+    """Close `conn` now (`AsyncConnection.close()` does only this, awaiting nothing)."""
     if not conn.closed:
         conn.pgconn.finish()
 

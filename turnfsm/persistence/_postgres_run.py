@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 
+import anyio
 import psycopg
 
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence._postgres_append import _T, _Conn, _Op, _Step
-from turnfsm.persistence._postgres_pool import LoopPool
+from turnfsm.persistence._postgres_pool import LoopPool, discard
 
 __all__ = ["run", "translate"]
 
@@ -44,6 +45,11 @@ async def run(
     connection lost while committing is reported, since what it sent may
     have been written, unless `op` recognises its own earlier write (an
     append): then it runs again.
+
+    An operation the server does not answer within the pool's `timeout` (a
+    server that hangs, a network that drops packets without a word) is
+    given up, its connection closed, and reported: a run never waits on
+    its store for ever.
     """
     with translate(server, doing):
         pool = await get_pool()
@@ -53,7 +59,17 @@ async def run(
             conn: _Conn | None = None
             try:
                 async with pool.connection() as conn:
-                    return await op(conn, step)
+                    with anyio.fail_after(pool.timeout):
+                        return await op(conn, step)
+            except TimeoutError:
+                if conn is not None:
+                    discard(conn)  # its answer may still come: never reused
+                raise StoreUnusable(
+                    server,
+                    f"{doing} failed: the server did not answer within "
+                    f"timeout={pool.timeout} s",
+                    in_doubt=doubt or step.committing,
+                ) from None
             except psycopg.OperationalError as exc:
                 lost = conn is not None and conn.broken
                 doubt = doubt or (lost and step.committing)

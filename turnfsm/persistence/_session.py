@@ -20,6 +20,7 @@ from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
     InvalidReturn,
+    LeaseLost,
     SessionBusy,
     SessionNotFound,
 )
@@ -89,6 +90,7 @@ class Session:
         "_failures",
         "_history",
         "_latest",
+        "_lost",
         "_machines",
         "_messages",
         "_open",
@@ -131,6 +133,7 @@ class Session:
         self._ratio: float | None = None
         self._breaker_open = False
         self._running = False
+        self._lost: LeaseLost | None = None  # `hold_lost`
         self._machines: dict[str, MachineStored] = {}
 
     @classmethod
@@ -428,6 +431,15 @@ class Session:
         finally:
             self._running = False
 
+    def hold_lost(self, lost: LeaseLost | None) -> None:
+        """Refuse every append with `lost` from now on (None: accept them again).
+
+        The driver calls it when its run's lease on the session was taken
+        over: another process carries the session on, so this view writes
+        nothing more.
+        """
+        self._lost = lost
+
     async def append(self, *entries: Entry, history: MessageLog | None = None) -> None:
         """Append `entries` to the log and apply them to the projections.
 
@@ -439,10 +451,14 @@ class Session:
 
         Raises:
             SessionConflict: another writer appended to this session first.
+            LeaseLost: this process's run lost the session's lease to another
+                process (`hold_lost`); nothing is written.
             ConfigError: a `Committed` entry names a message that no event
                 of the session brought, or an entry belongs to a run that
                 never opened (nothing is written).
         """
+        if self._lost is not None:
+            raise self._lost.with_traceback(None)
         self._check_runs(entries)
         _check_commits(entries, self._messages)
         await self.store.append(self.id, entries, expected_version=len(self._entries))

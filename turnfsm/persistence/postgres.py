@@ -133,7 +133,8 @@ class PostgresStore:
             open until their loop ends or the store is closed).
         max_size: The most connections in use at once, per event loop.
         timeout: Seconds to wait for a connection (to connect, or for a free
-            one) before `StoreUnusable`.
+            one), and for the server's answer to each operation, before
+            `StoreUnusable`.
 
     Raises:
         ConfigError: a bad URL or pool size (no connection is attempted).

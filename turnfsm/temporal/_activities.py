@@ -50,11 +50,21 @@ from turnfsm.errors import (
     ConfigError,
     EffectFailed,
     RunCrashed,
+    SessionBusy,
     SessionConflict,
     TurnFSMError,
 )
 from turnfsm.messages import ToolCallPart
-from turnfsm.persistence import Entry, Session, SessionStore
+from turnfsm.persistence import (
+    Entry,
+    LeasingStore,
+    MemoryStore,
+    RunEnded,
+    RunOpened,
+    Session,
+    SessionStore,
+)
+from turnfsm.temporal._payloads import workflow_id_of
 
 __all__ = [
     "ACTIVITIES",
@@ -180,17 +190,66 @@ def _store(request: Mapping[str, Any]) -> SessionStore:
     return agent_named(name, activity.info().task_queue).store
 
 
+_HELD_FOR: Final = 100 * 365 * 24 * 3600.0
+"""Seconds a durable run's lease lasts: until its workflow lets it go."""
+
+
+def _holder(store: SessionStore, session_id: str) -> LeasingStore | None:
+    """The store, if the activity's workflow holds `session_id`'s lease in it.
+
+    A durable run holds its own session (not a child's it reads) for as
+    long as its workflow runs, paused or not, so that no process resumes
+    or abandons the run in-process meanwhile. A `MemoryStore` lives in the
+    worker's process: nothing else can reach it.
+    """
+    if isinstance(store, MemoryStore) or not isinstance(store, LeasingStore):
+        return None
+    workflow_id = activity.info().workflow_id
+    return store if workflow_id == workflow_id_of(session_id) else None
+
+
+def _owner() -> str:
+    return f"temporal:{activity.info().workflow_id}"
+
+
+async def _hold(store: SessionStore, session_id: str) -> None:
+    """Take the session's lease for the workflow (again, on a retry: it holds it).
+
+    Raises:
+        ApplicationError: a live process holds the session (`SessionBusy`,
+            not retried).
+    """
+    holder = _holder(store, session_id)
+    if holder is None:
+        return
+    try:
+        await holder.acquire_lease(session_id, _owner(), ttl=_HELD_FOR)
+    except SessionBusy as exc:
+        raise not_retried(exc) from None
+
+
 async def _write(
     store: SessionStore, session_id: str, log: Mapping[str, Any] | None
 ) -> None:
-    """Write the entries the workflow made (a conflict is not retried)."""
+    """Write the entries the workflow made (a conflict is not retried).
+
+    The run's first write takes the session for the workflow, before
+    anything is written; once the run has ended (not paused), the workflow
+    lets it go.
+    """
     if not log or not log["entries"]:
         return
     entries: list[Entry] = [serde.open_envelope(e, Entry) for e in log["entries"]]
+    if any(isinstance(e, RunOpened) for e in entries):
+        await _hold(store, session_id)
     try:
         await append_once(store, session_id, entries, log["version"])
     except SessionConflict as exc:
         raise not_retried(exc) from None
+    if any(isinstance(e, RunEnded) and e.outcome != "paused" for e in entries):
+        holder = _holder(store, session_id)
+        if holder is not None:
+            await holder.release_lease(session_id, _owner())
 
 
 @contextlib.asynccontextmanager

@@ -75,6 +75,8 @@ with workflow.unsafe.imports_passed_through():
     from turnfsm.errors import (
         ConfigError,
         InvalidMessage,
+        SessionBusy,
+        SessionConflict,
         TurnFSMError,
     )
     from turnfsm.hooks import (
@@ -253,7 +255,8 @@ class TurnWorkflow:
         except TurnFSMError as exc:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
-            await log.flush()
+            if not isinstance(exc, SessionConflict | SessionBusy):
+                await log.flush()  # else the store takes nothing from this run
             raise not_retried(exc) from exc
         except Exception as exc:
             # The loop logged the crash; the workflow fails for good.
