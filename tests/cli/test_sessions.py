@@ -219,6 +219,33 @@ def test_rm_asks_first_unless_yes(
     assert main(["sessions", "rm", sid, "--yes", *store]) == 0
 
 
+def test_rm_refuses_a_session_a_live_run_holds_unless_forced(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # It deleted the log under the run, which then stopped at its next write.
+    path = tmp_path / "s.db"
+    store = ["--store", str(path)]
+    sid = _demo(capsys, *store)
+
+    async def hold() -> None:
+        async with SQLiteStore(path) as db:
+            await db.acquire_lease(sid, "worker-7", ttl=600)
+
+    anyio.run(hold)
+
+    assert main(["sessions", "rm", sid, "--yes", *store]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnfsm sessions rm: ")
+    assert "'worker-7'" in err
+    assert err.rstrip().endswith(
+        "stop that run first, or delete the session under it with --force"
+    )
+    assert main(["sessions", "list", *store]) == 0
+    assert sid in capsys.readouterr().out
+    assert main(["sessions", "rm", sid, "--yes", "--force", *store]) == 0
+    assert f"deleted session {sid}" in capsys.readouterr().out
+
+
 def test_replay_reads_a_stored_session(tmp_path: Path, capsys: Capture) -> None:
     store = ["--store", str(tmp_path / "s.db")]
     sid = _demo(capsys, *store)

@@ -526,6 +526,12 @@ def _sessions_parser(sub: Any) -> None:
     rm = actions.add_parser("rm", parents=[store], help="delete a session")
     rm.add_argument("session_id", metavar="ID", help=_ID_HELP)
     rm.add_argument("--yes", action="store_true", help="do not ask first")
+    rm.add_argument(
+        "--force",
+        action="store_true",
+        help="delete it even while a run in another process holds it (that run "
+        "stops at its next write)",
+    )
     compact = actions.add_parser(
         "compact",
         parents=[store],

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
 import time
-from typing import TextIO, final
+from typing import Final, TextIO, final
 
 import anyio
 import anyio.to_thread
@@ -29,12 +30,14 @@ from turnfsm.driver import Driver
 from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
+    SessionBusy,
     SessionConflict,
     SessionNotFound,
     StoreError,
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import (
+    LeasingStore,
     Session,
     SessionStore,
     SummaryRecorded,
@@ -58,6 +61,7 @@ class SessionsCommand:
     out: str | None = None
     file: str | None = None
     yes: bool = False
+    force: bool = False
     agent: str | None = None
 
 
@@ -85,7 +89,11 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             return await _import(store, str(command.file), out)
         if command.action == "rm":
             return await _remove(
-                store, str(command.session_id), yes=command.yes, out=out
+                store,
+                str(command.session_id),
+                yes=command.yes,
+                force=command.force,
+                out=out,
             )
         session = await _session(store, str(command.session_id))
         if command.action == "compact":
@@ -369,7 +377,7 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
 
 
 async def _remove(
-    store: SessionStore, session_id: str, *, yes: bool, out: TextIO
+    store: SessionStore, session_id: str, *, yes: bool, force: bool, out: TextIO
 ) -> int:
     delete = getattr(store, "delete_session", None)
     if delete is None:
@@ -383,15 +391,35 @@ async def _remove(
         what = f"{session.version} entries, {len(session.runs)} run(s)"
     except CorruptRecord as exc:
         what = f"damaged: {exc}"  # a damaged session can be removed all the same
+    if isinstance(store, LeasingStore) and not force:
+        # Taken for the deletion: a live run's hold refuses it, atomically.
+        try:
+            await store.acquire_lease(session_id, _REMOVER, ttl=_REMOVER_TTL)
+        except SessionBusy as busy:
+            print(
+                f"turnfsm sessions rm: {busy}; stop that run first, or delete "
+                "the session under it with --force",
+                file=sys.stderr,
+            )
+            return 2
     if not yes:
         question = f"delete session {session_id} ({what}) from {where(store)}? [y/N] "
         answer = await anyio.to_thread.run_sync(_ask, question)
         if answer.strip().lower() not in ("y", "yes"):
+            if isinstance(store, LeasingStore) and not force:
+                await store.release_lease(session_id, _REMOVER)
             print("not deleted", file=out)
             return 1
     await delete(session_id)
     print(f"deleted session {session_id} from {where(store)}", file=out)
     return 0
+
+
+_REMOVER: Final = f"turnfsm sessions rm (pid {os.getpid()})"
+"""The owner `sessions rm` holds a session's lease as while it deletes it."""
+
+_REMOVER_TTL: Final = 600.0
+"""Seconds that hold lasts: the question may wait for an answer a while."""
 
 
 def _ask(question: str) -> str:
