@@ -13,6 +13,7 @@ import contextlib
 import os
 import shlex
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import attrs
 import pytest
 
 from tests.helpers import REPO_ROOT
+from turnfsm import cli
 from turnfsm.cli import _options, _parser, main
 from turnfsm.cli._demo_model import SimulatedModel
 from turnfsm.cli._run import AgentOptions
@@ -197,3 +199,22 @@ def test_version_and_no_arguments(capsys: Capture) -> None:
     out = capsys.readouterr().out
     assert out.startswith("usage: turnfsm")
     assert "run one task" in out  # the subcommands, with their help
+
+
+def test_ctrl_c_outside_a_run_ends_the_program_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    # While the SDKs import, say: it printed Python's own traceback.
+    def interrupted(argv: object = None) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    # With the Temporal SDK loaded, script() ends through os._exit, which
+    # would end this test process too.
+    monkeypatch.delitem(sys.modules, cli._TEMPORAL_BRIDGE, raising=False)
+
+    with pytest.raises(SystemExit) as ended:
+        cli.script()
+
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "\nturnfsm: interrupted\n"

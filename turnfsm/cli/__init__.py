@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from turnfsm.cli._errors import INTERRUPTED_STATUS
 from turnfsm.cli._strategies import (
     AGENT_STRATEGIES,
     DEMO_STRATEGIES,
@@ -573,9 +574,15 @@ def script() -> None:
     interpreter's teardown, once its output is flushed: the Temporal SDK's
     background threads can abort a finalizing interpreter ("Fatal Python
     error: PyGILState_Release"), which would turn a finished command into a
-    crash.
+    crash. Ctrl-C outside a run (while the SDKs import, say) ends the
+    program with status 130 and one line, not a traceback; a run handles
+    its own Ctrl-C first.
     """
-    status = main()
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print("\nturnfsm: interrupted", file=sys.stderr)
+        status = INTERRUPTED_STATUS
     if _TEMPORAL_BRIDGE in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError, AttributeError):

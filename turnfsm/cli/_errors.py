@@ -15,7 +15,10 @@ import sys
 
 from turnfsm.errors import ConfigError
 
-__all__ = ["check_writable", "explain", "fail"]
+__all__ = ["INTERRUPTED_STATUS", "check_writable", "explain", "fail"]
+
+INTERRUPTED_STATUS = 130
+"""The exit status of a command Ctrl-C stopped (128 + SIGINT, as shells use)."""
 
 _PLAIN = {
     errno.EISDIR: "is a directory, not a file",

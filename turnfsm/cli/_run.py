@@ -25,7 +25,7 @@ from turnfsm import _checks
 from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
-from turnfsm.cli._errors import explain
+from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
@@ -469,9 +469,6 @@ def run_task(
         return report_interrupted(session, place, options, stream, resume=resume)
     return report_result(result, place, options, stream)
 
-
-INTERRUPTED_STATUS = 130
-"""The exit status of a run Ctrl-C interrupted (128 + SIGINT, as shells use)."""
 
 T = TypeVar("T")
 
