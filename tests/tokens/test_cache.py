@@ -140,6 +140,23 @@ def test_cache_drops_the_least_recently_used_beyond_its_size() -> None:
     assert measured == [messages[1].id]
 
 
+def test_a_message_in_every_count_is_never_dropped() -> None:
+    # A system prompt, say, while the cache fills and overflows many times.
+    cache = UnitCache(size=10)
+    system, *rest = history(60)
+    measured: list[str] = []
+
+    def measure(message: Message) -> int:
+        measured.append(message.id)
+        return len(message.text)
+
+    for message in rest:
+        cache.total((system, message), measure)
+
+    assert measured.count(system.id) == 1
+    assert len(cache) == 10
+
+
 def test_a_count_that_fails_midway_leaves_the_cache_within_its_size() -> None:
     cache = UnitCache(size=2)
     messages = history(4)

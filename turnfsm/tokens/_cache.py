@@ -37,6 +37,10 @@ CACHE_SIZE: Final = 100_000
 class UnitCache:
     """Message id -> units, bounded; the least recently used entry goes first.
 
+    Recency is kept once the cache is past half full (before that, nothing
+    is dropped, so a hit does not pay for moving its entry): an entry last
+    used before then goes in the order it was priced.
+
     Not part of a counter's value: counters hold one in a field excluded from
     `==`, `hash` and `repr`, so two equally configured counters compare equal
     whatever they have cached.
@@ -66,7 +70,10 @@ class UnitCache:
         """
         entries = self._entries
         get = entries.get
-        renew = entries.move_to_end
+        # Order matters only once entries may be dropped: under half full,
+        # a hit is not moved (half the cost of a warm count), and every
+        # message in use is moved on its first hit past the half.
+        renew = entries.move_to_end if len(entries) > self._size // 2 else None
         ref = weakref.ref
         total = 0
         try:  # trimmed however the loop ends: a measure may raise midway
@@ -76,12 +83,13 @@ class UnitCache:
                 if entry is not None:
                     known = entry[0]()
                     if known is message or (known is not None and known == message):
-                        # Inline, not `suppress`: a context manager per message
-                        # costs more than the rest of the loop.
-                        try:  # noqa: SIM105
-                            renew(key)
-                        except KeyError:  # dropped meanwhile by another thread
-                            pass
+                        if renew is not None:
+                            # Inline, not `suppress`: a context manager per
+                            # message costs more than the rest of the loop.
+                            try:  # noqa: SIM105
+                                renew(key)
+                            except KeyError:  # dropped meanwhile by another thread
+                                pass
                         total += entry[1]
                         continue
                 value = measure(message)
