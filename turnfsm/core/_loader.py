@@ -57,6 +57,8 @@ def load_spec(
     source: str,
     lines: Mapping[Path, int] | None = None,
     resolve: Resolve | None = None,
+    *,
+    recorded: bool = False,
 ) -> MachineSpec:
     """Validate a parsed machine definition and return its `MachineSpec`.
 
@@ -67,13 +69,17 @@ def load_spec(
             without it, problems carry no line.
         resolve: loads the machine files its sub-agents name; None: they
             are not loaded.
+        recorded: `data` is a machine a session's log recorded (see
+            `MachineSpec.from_dict`): only its entries are checked, not its
+            graph, and the spec is not one a `Driver` takes as checked.
 
     Raises:
         DefinitionError: listing every problem found; only those of its shape
             (`shape_problems`) when `data` is no machine definition at all.
     """
-    spec = _Loader(data, source, lines or {}, resolve).load()
-    _passed(spec)
+    spec = _Loader(data, source, lines or {}, resolve, recorded=recorded).load()
+    if not recorded:
+        _passed(spec)
     return spec
 
 
@@ -104,10 +110,14 @@ class _Loader(TransitionReader):
         source: str,
         lines: Mapping[Path, int],
         resolve: Resolve | None,
+        *,
+        recorded: bool = False,
     ) -> None:
         super().__init__(source, lines)
         self.data = data
         self.resolve = resolve
+        self.recorded = recorded
+        """A log's record: the graph checks are for the machines runs begin on."""
         self.untyped: set[str] = set()
         """States that are not tables: named, but of no kind."""
         self.kinds: dict[str, str | None] = {}
@@ -170,9 +180,10 @@ class _Loader(TransitionReader):
             subagents=tuple(subagents),
             children=children,
         )
-        self.start_graph()
-        check_graph(spec, self.report)
-        check_conversation(spec, self.report)
+        if not self.recorded:
+            self.start_graph()
+            check_graph(spec, self.report)
+            check_conversation(spec, self.report)
         self.raise_any()
         return spec
 

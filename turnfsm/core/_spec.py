@@ -272,9 +272,19 @@ class MachineSpec:
 
     @classmethod
     def from_dict(
-        cls, data: Mapping[str, Any], *, source: str = "<dict>"
+        cls, data: Mapping[str, Any], *, source: str = "<dict>", recorded: bool = False
     ) -> MachineSpec:
         """Validate an already-parsed machine definition.
+
+        Args:
+            data: The machine as a file's data.
+            source: The name its problems are reported under.
+            recorded: `data` is the machine a session's log recorded for
+                its runs (`MachineStored`): its entries are checked, but not
+                its graph, so that a run begun on a machine an earlier
+                version accepted can still be resumed, abandoned and
+                replayed on it after checks were added. A `Driver` given
+                such a spec checks it in full (`validated`).
 
         Raises:
             DefinitionError: listing every problem found (with no lines: use
@@ -284,11 +294,12 @@ class MachineSpec:
             ConfigError: `source` is not a string.
         """
         _checks.check(source, "source", _checks.string())
+        _checks.check(recorded, "recorded", _checks.boolean())
         # The loader builds MachineSpecs, so it imports this module; import it
         # here, at call time, to keep the two modules free of an import cycle.
         from turnfsm.core._loader import load_spec
 
-        return load_spec(data, source)
+        return load_spec(data, source, recorded=recorded)
 
     def validated(self) -> MachineSpec:
         """Return this machine once it passes every check a machine file gets.

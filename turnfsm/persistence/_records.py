@@ -376,8 +376,15 @@ class MachineStored:
     run_id: str = ""
 
     def spec(self) -> MachineSpec:
-        """Return the machine (it is checked again as it is read)."""
-        return MachineSpec.from_dict(self.definition, source=f"<stored {self.name}>")
+        """Return the machine, its entries checked again as it is read.
+
+        Its graph is not: the runs that began on it are finished, abandoned
+        and replayed on it as it was, even when the checks a machine file
+        gets today would refuse it.
+        """
+        return MachineSpec.from_dict(
+            self.definition, source=f"<stored {self.name}>", recorded=True
+        )
 
 
 Entry: TypeAlias = (
