@@ -125,3 +125,17 @@ def test_a_recorded_machine_still_has_its_entries_checked() -> None:
 
     with pytest.raises(DefinitionError, match="finnish"):
         MachineSpec.from_dict(data, recorded=True)
+
+
+def test_a_recorded_machine_may_list_a_signal_twice() -> None:
+    # Files are refused for it now; an earlier version wrote such machines.
+    data = approval_machine().to_dict()
+    data["signals"] = ["stop", "stop"]
+    stop = {"trigger": "stop", "source": "await_approval", "dest": "failed"}
+    data["transitions"].append({**stop, "error": "cancelled"})
+    with pytest.raises(DefinitionError, match="listed more than once"):
+        MachineSpec.from_dict(data)
+
+    spec = MachineSpec.from_dict(data, recorded=True)
+
+    assert spec.to_dict()["signals"] == ["stop", "stop"]

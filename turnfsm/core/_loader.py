@@ -117,7 +117,6 @@ class _Loader(TransitionReader):
         self.data = data
         self.resolve = resolve
         self.recorded = recorded
-        """A log's record: the graph checks are for the machines runs begin on."""
         self.untyped: set[str] = set()
         """States that are not tables: named, but of no kind."""
         self.kinds: dict[str, str | None] = {}

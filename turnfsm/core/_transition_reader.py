@@ -44,6 +44,9 @@ class TransitionReader(ProblemLog):
     """The parsed file."""
     kinds: dict[str, str | None]
     """Each phase's decision, as read (see `resolved`); set before the transitions."""
+    recorded: bool = False
+    """A session log's record of a machine that ran: read as an earlier version
+    wrote it (a name listed twice, refused in files now, is kept)."""
 
     def _str_list(self, value: Any, where: str, at: Path) -> list[str]:
         if isinstance(value, str):
@@ -57,7 +60,8 @@ class TransitionReader(ProblemLog):
             return []
         seen: set[str] = set()
         for j, name in enumerate(value):
-            if name in seen:  # a name listed again is a slip, never a second meaning
+            # A name listed again is a slip, never a second meaning.
+            if name in seen and not self.recorded:
                 self.problem(
                     f"{where}: {name!r} is listed more than once", (*at, j), name
                 )
