@@ -139,3 +139,14 @@ def test_a_recorded_machine_may_list_a_signal_twice() -> None:
     spec = MachineSpec.from_dict(data, recorded=True)
 
     assert spec.to_dict()["signals"] == ["stop", "stop"]
+
+
+def test_a_recorded_machine_is_still_bounded() -> None:
+    # A cycle no model call bounds would be a run that never ends.
+    data = approval_machine().to_dict()
+    data["transitions"].insert(
+        0, {"trigger": "measured", "source": "start", "dest": "start"}
+    )
+
+    with pytest.raises(DefinitionError, match="not bounded"):
+        MachineSpec.from_dict(data, recorded=True)

@@ -70,8 +70,8 @@ def load_spec(
         resolve: loads the machine files its sub-agents name; None: they
             are not loaded.
         recorded: `data` is a machine a session's log recorded (see
-            `MachineSpec.from_dict`): only its entries are checked, not its
-            graph, and the spec is not one a `Driver` takes as checked.
+            `MachineSpec.from_dict`): the rules on what its runs keep are
+            not checked, and the spec is not one a `Driver` takes as checked.
 
     Raises:
         DefinitionError: listing every problem found; only those of its shape
@@ -179,9 +179,9 @@ class _Loader(TransitionReader):
             subagents=tuple(subagents),
             children=children,
         )
+        self.start_graph()
+        check_graph(spec, self.report)
         if not self.recorded:
-            self.start_graph()
-            check_graph(spec, self.report)
             check_conversation(spec, self.report)
         self.raise_any()
         return spec

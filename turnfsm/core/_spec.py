@@ -280,11 +280,13 @@ class MachineSpec:
             data: The machine as a file's data.
             source: The name its problems are reported under.
             recorded: `data` is the machine a session's log recorded for
-                its runs (`MachineStored`): its entries are checked, but not
-                its graph, so that a run begun on a machine an earlier
-                version accepted can still be resumed, abandoned and
-                replayed on it after checks were added. A `Driver` given
-                such a spec checks it in full (`validated`).
+                its runs (`MachineStored`): its entries and the bounds of its
+                graph (termination, request sizes, limits, cancellation) are
+                checked, not the rules on what a run keeps (which phases
+                commit, record and answer each outcome), so that a run begun
+                on a machine an earlier version accepted can still be
+                resumed, abandoned and replayed on it. A `Driver` given such
+                a spec checks it in full (`validated`).
 
         Raises:
             DefinitionError: listing every problem found (with no lines: use

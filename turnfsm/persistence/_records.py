@@ -376,11 +376,12 @@ class MachineStored:
     run_id: str = ""
 
     def spec(self) -> MachineSpec:
-        """Return the machine, its entries checked again as it is read.
+        """Return the machine, checked again as it is read.
 
-        Its graph is not: the runs that began on it are finished, abandoned
-        and replayed on it as it was, even when the checks a machine file
-        gets today would refuse it.
+        Not against the rules on what a run keeps: the runs that began on it
+        are finished, abandoned and replayed on it as it was, even when a
+        machine file like it is refused today. The bounds (termination,
+        request sizes, limits, cancellation) are checked as for any file.
         """
         return MachineSpec.from_dict(
             self.definition, source=f"<stored {self.name}>", recorded=True
