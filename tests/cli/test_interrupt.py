@@ -13,6 +13,7 @@ import contextlib
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,3 +219,40 @@ def test_ctrl_c_outside_a_run_ends_the_program_with_one_line(
 
     assert ended.value.code == 130
     assert capsys.readouterr().err == "\nturnfsm: interrupted\n"
+
+
+_CTRL_C_WHILE_IMPORTING = """
+import sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "turnfsm.context":  # the first heavy module the program loads
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["turnfsm", "sessions", "list", "--store", "memory:"]
+from turnfsm.cli import script
+
+script()
+"""
+
+
+def test_ctrl_c_while_the_program_imports_ends_it_with_one_line(
+    tmp_path: Path,
+) -> None:
+    # Ctrl-C in the first half second of `turnfsm ...`: importing the command
+    # line loaded every compactor before its Ctrl-C handling began.
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_IMPORTING],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "\nturnfsm: interrupted\n"
+    assert done.stdout == ""

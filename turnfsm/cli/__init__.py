@@ -13,13 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+# Only what imports in a blink (no turnfsm package with its dependencies): the
+# program's Ctrl-C handling starts in `script()`, and a Ctrl-C while this
+# module imports would end it with a traceback.
 from turnfsm.cli._errors import INTERRUPTED_STATUS
-from turnfsm.cli._strategies import (
-    AGENT_STRATEGIES,
-    DEMO_STRATEGIES,
-    EVAL_STRATEGIES,
-    spoken,
-)
 
 __all__ = ["main", "script"]
 
@@ -55,6 +52,7 @@ def _trace_options() -> argparse.ArgumentParser:
 
 def _parser() -> argparse.ArgumentParser:
     from turnfsm import __version__
+    from turnfsm.cli._strategies import DEMO_STRATEGIES, spoken
 
     parser = argparse.ArgumentParser(
         prog="turnfsm", description="LLM agent loops on a declarative Turn FSM."
@@ -153,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _agent_options() -> argparse.ArgumentParser:
+    from turnfsm.cli._strategies import AGENT_STRATEGIES
+
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group(
         "the agent",
@@ -414,6 +414,8 @@ def _diagram_parser(sub: Any) -> None:
 
 
 def _eval_parser(sub: Any) -> None:
+    from turnfsm.cli._strategies import EVAL_STRATEGIES
+
     evaluate = sub.add_parser(
         "eval",
         help="measure what each compaction strategy keeps of stored sessions",
@@ -668,6 +670,8 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _simulate_parser(sub: Any) -> None:
+    from turnfsm.cli._strategies import AGENT_STRATEGIES, spoken
+
     simulate = sub.add_parser(
         "simulate",
         help="re-run a stored session's context policy under other settings",
