@@ -37,7 +37,9 @@ def broken(city: str) -> str:
     raise RuntimeError("down")
 
 
-def _agent(out: io.StringIO, *, replies: bool, live: bool | None = None) -> Agent:
+def _agent(
+    out: io.StringIO, *, replies: bool, live: bool | None = None, strict: bool = False
+) -> Agent:
     return Agent(
         model=ScriptedModel.of(
             reply("", tool_call("lookup", "c1", city="Oslo", days=2)),
@@ -47,6 +49,7 @@ def _agent(out: io.StringIO, *, replies: bool, live: bool | None = None) -> Agen
         tools=[lookup, broken],
         context=ContextManager(context_window=10_000, counter=HeuristicTokenCounter()),
         hooks=[ConsoleHook(out, replies=replies, live=live)],
+        strict_hooks=strict,
     )
 
 
@@ -186,3 +189,26 @@ def test_a_retried_stream_starts_on_a_line_of_its_own_after_the_failure() -> Non
     )
     assert lines[start + 5].startswith("[model] attempt 3, ")
     assert lines[start + 6] == "hello"
+
+
+class _HeadOne(io.StringIO):
+    """A pipe whose reader took one line and went away (``| head -1``)."""
+
+    def write(self, text: str) -> int:
+        if "\n" in self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize("replies", [True, False])
+def test_a_reader_gone_stops_the_printing_not_the_run(replies: bool) -> None:
+    # `turnfsm run ... | head -1`: the hook raised BrokenPipeError, was
+    # detached with a traceback on stderr, and a strict one failed the run.
+    out = _HeadOne()
+    agent = _agent(out, replies=replies, strict=True)
+
+    result = agent.run_sync("Weather?")
+
+    assert result.ok, result.error
+    assert result.text == "Sunny in Oslo."
+    assert out.getvalue().count("\n") == 1
