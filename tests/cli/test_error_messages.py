@@ -195,3 +195,45 @@ def test_explain_words_an_os_error_without_a_path() -> None:
     assert explain(OSError(errno.ENOSPC, "No space left on device")) == (
         "no space left on device"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["demo", "--log", ""], "--log"),
+        (["demo", "--trace-file", " "], "--trace-file"),
+        (["run", "task", "--model", "local", "--machine", ""], "--machine"),
+        (["check", ""], "PATH"),
+        (["diagram", ""], "machines"),
+        (["diagram", "--run", "ses_x", "-o", ""], "-o/--output"),
+        (["replay", ""], "log"),
+        (["report", "ses_x", "-o", ""], "-o/--output"),
+        (["sessions", "export", "ses_x", "-o", ""], "-o/--output/--out"),
+        (["sessions", "import", ""], "FILE"),
+        (["eval", "--probes", ""], "--probes"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_an_empty_path_is_refused_naming_its_option(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    option: str,
+) -> None:
+    # An empty path is the current directory: `turnfsm check ""` checked it,
+    # `turnfsm diagram ""` drew the shipped machines, `--log ""` failed with
+    # "turnfsm demo:  does not exist".
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "Traceback" not in err
+    value = argv[argv.index(option.split("/")[0]) + 1] if "-" in option else ""
+    assert err.splitlines()[-1].endswith(
+        f": error: argument {option}: expected a path, not {value!r}"
+    ), err
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing drawn

@@ -28,6 +28,17 @@ _STORE_HELP = (
 _ID_HELP = "the session's id (as `turnfsm sessions list` shows it)"
 
 
+def _path(text: str) -> str:
+    """A file or directory an option names: refused when blank.
+
+    An empty path is the current directory to the file system: ``--log ""``
+    failed naming no file, and ``turnfsm check ""`` checked the directory.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, not {text!r}")
+    return text
+
+
 def _trace_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group(
@@ -43,6 +54,7 @@ def _trace_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--trace-file",
+        type=_path,
         metavar="FILE",
         help="also write the spans to FILE as OTLP/JSON lines "
         "(`turnfsm diagram --trace FILE` draws the path they took)",
@@ -71,7 +83,10 @@ def _parser() -> argparse.ArgumentParser:
         help="simulated (default) or local: the bundled llama.cpp model",
     )
     demo.add_argument(
-        "--log", metavar="FILE", help="write the session's log to FILE (JSON lines)"
+        "--log",
+        type=_path,
+        metavar="FILE",
+        help="write the session's log to FILE (JSON lines)",
     )
     demo.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     default = "truncating"
@@ -105,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "log",
         nargs="?",
+        type=_path,
         help="a session log written by `turnfsm demo --log` "
         "(or give --session ID to read one from a store)",
     )
@@ -113,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--run", help="replay only this run id")
     replay.add_argument(
         "--machine",
+        type=_path,
         help="the machine file the runs ran on (default: the shipped machine "
         "with the logged name)",
     )
@@ -144,6 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "paths",
         nargs="+",
+        type=_path,
         metavar="PATH",
         help="a machine file (TOML), or a directory: its *.toml files",
     )
@@ -175,6 +193,7 @@ def _agent_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--machine",
+        type=_path,
         metavar="FILE",
         help="the machine file (default: the stock one; for a paused run, the "
         "one it began on, from the store)",
@@ -289,7 +308,12 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
     )
     report.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
     report.add_argument(
-        "-o", "--output", metavar="FILE", required=True, help="the HTML file to write"
+        "-o",
+        "--output",
+        type=_path,
+        metavar="FILE",
+        required=True,
+        help="the HTML file to write",
     )
     report.add_argument(
         "--turns",
@@ -362,11 +386,13 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument(
         "machines",
         nargs="?",
+        type=_path,
         default=None,
         help="directory of *.toml machine files (default: shipped)",
     )
     diagram.add_argument(
         "--out",
+        type=_path,
         default=None,
         help="output directory (default: diagrams/ beside the machines directory;"
         " ./diagrams for the shipped machines of an installed turnfsm)",
@@ -385,6 +411,7 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument(
         "--trace",
         action="append",
+        type=_path,
         default=[],
         metavar="FILE",
         help="draw the paths of the runs in an OTLP/JSON trace file (one export "
@@ -393,6 +420,7 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     diagram.add_argument(
         "--machine",
+        type=_path,
         metavar="FILE",
         help="the machine file the runs ran on (default: the shipped machine "
         "they name; its digest must match theirs)",
@@ -400,6 +428,7 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument(
         "-o",
         "--output",
+        type=_path,
         metavar="FILE",
         help="the file to draw into: .svg or .png (Graphviz), .dot or .mmd",
     )
@@ -435,6 +464,7 @@ def _eval_parser(sub: Any) -> None:
     )
     evaluate.add_argument(
         "--probes",
+        type=_path,
         metavar="FILE",
         help="the probes (TOML or JSON; required with SESSION)",
     )
@@ -519,13 +549,16 @@ def _sessions_parser(sub: Any) -> None:
         "--output",
         "--out",
         dest="out",
+        type=_path,
         metavar="FILE",
         help="write to FILE (default, or -: stdout)",
     )
     load = actions.add_parser(
         "import", parents=[store], help="read an exported log into the store"
     )
-    load.add_argument("file", metavar="FILE", help="an exported log (- for stdin)")
+    load.add_argument(
+        "file", type=_path, metavar="FILE", help="an exported log (- for stdin)"
+    )
     rm = actions.add_parser("rm", parents=[store], help="delete a session")
     rm.add_argument("session_id", metavar="ID", help=_ID_HELP)
     rm.add_argument("--yes", action="store_true", help="do not ask first")
@@ -710,7 +743,7 @@ def _simulate_parser(sub: Any) -> None:
         "--threshold", type=int, metavar="PCT", help="the threshold line, in %%"
     )
     simulate.add_argument(
-        "--machine", metavar="FILE", help="the machine file to run on"
+        "--machine", type=_path, metavar="FILE", help="the machine file to run on"
     )
     simulate.add_argument(
         "--prices",
