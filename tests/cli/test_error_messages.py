@@ -237,3 +237,37 @@ def test_an_empty_path_is_refused_naming_its_option(
         f": error: argument {option}: expected a path, not {value!r}"
     ), err
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing drawn
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "said"),
+    [
+        (
+            ["run", "task", "--modle", "openai:x"],
+            "run",
+            "unrecognized arguments: --modle openai:x (did you mean --model?)",
+        ),
+        (
+            ["demo", "--quite"],
+            "demo",
+            "unrecognized arguments: --quite (did you mean --quiet?)",
+        ),
+        (["demo", "--window", "10"], "demo", "unrecognized arguments: --window 10"),
+        (
+            ["sessions", "list", "--bogus"],
+            "sessions list",
+            "unrecognized arguments: --bogus",
+        ),
+    ],
+)
+def test_an_unknown_argument_is_refused_by_its_subcommand(
+    capsys: Capture, argv: list[str], command: str, said: str
+) -> None:
+    # The program's parser refused it: `turnfsm: error: ...` under the
+    # program's usage, which lists the subcommands, not their options.
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: turnfsm {command} ")
+    assert err.splitlines()[-1] == f"turnfsm {command}: error: {said}"

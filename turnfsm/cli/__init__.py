@@ -28,6 +28,40 @@ _STORE_HELP = (
 _ID_HELP = "the session's id (as `turnfsm sessions list` shows it)"
 
 
+class _Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser: it refuses the arguments it does not know itself.
+
+    Left to the program's parser, a mistyped option was reported with the
+    program's usage, not the subcommand's, and no hint
+    (``turnfsm: error: unrecognized arguments: --modle``).
+    """
+
+    def parse_known_args(  # type: ignore[override]  # argparse's stub overloads
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse `args`; a usage error names any argument left unknown."""
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(
+                f"unrecognized arguments: {' '.join(unknown)}{_hint(self, unknown)}"
+            )
+        return parsed, unknown
+
+
+def _hint(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """`` (did you mean --model?)`` for the first unknown option like a known one."""
+    import difflib
+
+    known = [o for action in parser._actions for o in action.option_strings]
+    for word in unknown:
+        if word.startswith("--"):
+            option = word.partition("=")[0]
+            close = difflib.get_close_matches(option, known, n=1)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
+
+
 def _path(text: str) -> str:
     """A file or directory an option names: refused when blank.
 
@@ -70,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="turnfsm", description="LLM agent loops on a declarative Turn FSM."
     )
     parser.add_argument("--version", action="version", version=f"turnfsm {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub: Any = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Subcommand
+    )
     traced = _trace_options()
     demo = sub.add_parser(
         "demo", parents=[traced], help="run the demo agent on a simulated model"
