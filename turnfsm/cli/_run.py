@@ -181,7 +181,10 @@ def open_driver(
         ("--max-tokens", options.max_tokens),
     ):
         _checks.check(value, flag, tokens)
-    _checks.check(options.model_timeout, "--model-timeout", _checks.seconds())
+    if options.model_timeout is not None:  # None: not given (no None to type)
+        _checks.check(
+            options.model_timeout, "--model-timeout", _checks.seconds(optional=False)
+        )
     tools = load_tools(options.tools) if options.tools else []
     if options.machine is not None:
         try:
@@ -345,7 +348,8 @@ def open_model(
         return
     expected = "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
     for kind in _KEYS:  # a known model's bare name: say which prefix it takes
-        if ":" not in spec and known_window(spec, provider=kind) is not None:
+        named = spec.strip() and ":" not in spec
+        if named and known_window(spec, provider=kind) is not None:
             expected += f" (did you mean {kind}:{spec}?)"
             break
     raise ConfigError(field, spec, expected)
@@ -457,6 +461,8 @@ def run_task(
     """
     stream = out or sys.stdout
     try:
+        if not task.strip():  # named as the command line calls it
+            raise ConfigError("task", task, "what the agent should do (it is blank)")
         with open_driver(options) as (driver, own):
             result, place, session = run_async(
                 _run, driver, own, task, options, session_id, stream
