@@ -81,7 +81,11 @@ TOOLS = "tests.cli.approval_agent"
         ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
-        (["--model", "openai:o", "--machine", "none.toml"], "--machine", "No such"),
+        (
+            ["--model", "openai:o", "--machine", "none.toml"],
+            "--machine='none.toml'",
+            "(none.toml does not exist)",
+        ),
         (
             [
                 "--model",

@@ -215,7 +215,8 @@ def _load(path: Path) -> MachineSpec | None:
     except DefinitionError as exc:
         print(exc, file=sys.stderr)
     except OSError as exc:
-        print(f"{path}: {exc.strerror}", file=sys.stderr)
+        said = explain(exc)  # names the file when the error does
+        print(said if exc.filename is not None else f"{path}: {said}", file=sys.stderr)
     return None
 
 

@@ -191,7 +191,7 @@ def open_driver(
             machine = load_machine(options.machine)
         except OSError as exc:
             raise ConfigError(
-                "--machine", options.machine, f"a machine file ({exc.strerror})"
+                "--machine", options.machine, f"a machine file ({explain(exc)})"
             ) from None
     if options.model is None:
         if need_model:
