@@ -15,6 +15,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,10 +210,13 @@ def test_ctrl_c_outside_a_run_ends_the_program_with_one_line(
     def interrupted(argv: object = None) -> int:
         raise KeyboardInterrupt
 
+    def exit_now(status: int) -> None:
+        raise SystemExit(status)
+
     monkeypatch.setattr(cli, "main", interrupted)
-    # With the Temporal SDK loaded, script() ends through os._exit, which
-    # would end this test process too.
-    monkeypatch.delitem(sys.modules, cli._TEMPORAL_BRIDGE, raising=False)
+    # A stopped command ends through os._exit (no teardown waiting for the
+    # threads of the tools it interrupted), which would end this test too.
+    monkeypatch.setattr(os, "_exit", exit_now)
 
     with pytest.raises(SystemExit) as ended:
         cli.script()
@@ -256,3 +260,33 @@ def test_ctrl_c_while_the_program_imports_ends_it_with_one_line(
     assert done.returncode == 130, done.stderr
     assert done.stderr == "\nturnfsm: interrupted\n"
     assert done.stdout == ""
+
+
+def test_ctrl_c_ends_the_program_though_a_tool_s_thread_cannot_stop(
+    tmp_path: Path,
+) -> None:
+    # A sync tool runs in a worker thread, which nothing can stop: once the
+    # run was interrupted and said so, the program waited for that thread to
+    # end before it exited (here two minutes), and a second Ctrl-C printed
+    # the traceback of the interpreter's wait.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.stuck_tool_agent:agent"
+    started = time.monotonic()
+    command = ["run", "Is the disk back?", "--agent", agent, "--store", str(store)]
+    done = subprocess.run(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 130, done.stderr
+    assert time.monotonic() - started < 20
+    assert done.stderr == ""
+    assert "[tool] wait_for_the_disk interrupted" in done.stdout
+    assert "run interrupted: what it finished is kept" in done.stdout
+    session_id = _hint(done.stdout, "resume")[1]
+    assert _stored(store, session_id).runs[0].outcome == "interrupted"

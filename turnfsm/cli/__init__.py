@@ -645,16 +645,20 @@ def script() -> None:
     interpreter's teardown, once its output is flushed: the Temporal SDK's
     background threads can abort a finalizing interpreter ("Fatal Python
     error: PyGILState_Release"), which would turn a finished command into a
-    crash. Ctrl-C outside a run (while the SDKs import, say) ends the
-    program with status 130 and one line, not a traceback; a run handles
-    its own Ctrl-C first.
+    crash. So does a command Ctrl-C stopped: the teardown would wait for the
+    threads of the tools it interrupted. Ctrl-C outside a run (while the
+    SDKs import, say) ends the program with status 130 and one line, not a
+    traceback; a run handles its own Ctrl-C first.
     """
     try:
         status = main()
     except KeyboardInterrupt:
         print("\nturnfsm: interrupted", file=sys.stderr)
         status = INTERRUPTED_STATUS
-    if _TEMPORAL_BRIDGE in sys.modules:
+    # Ctrl-C: a sync tool's worker thread cannot be stopped, and the
+    # interpreter's teardown would wait for it (a second Ctrl-C there prints
+    # a traceback); the run was logged interrupted and its store closed.
+    if status == INTERRUPTED_STATUS or _TEMPORAL_BRIDGE in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
