@@ -12,12 +12,14 @@ import re
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.helpers import REPO_ROOT
 from turnfsm.cli import main
 from turnfsm.cli._errors import explain
 from turnfsm.errors import ConfigError
+from turnfsm.persistence import SQLiteStore
 
 Capture = pytest.CaptureFixture[str]
 
@@ -271,3 +273,22 @@ def test_an_unknown_argument_is_refused_by_its_subcommand(
     err = capsys.readouterr().err
     assert err.startswith(f"usage: turnfsm {command} ")
     assert err.splitlines()[-1] == f"turnfsm {command}: error: {said}"
+
+
+def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
+    session: str, tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "take it over with force=True": Python's word, no option's.
+    async def hold() -> None:
+        async with SQLiteStore(tmp_path / "s.db") as store:
+            await store.acquire_lease(session, "elsewhere:1:abc", ttl=600)
+
+    anyio.run(hold)
+    agent = "tests.cli.compact_agent:agent"
+    assert main(["run", "Go on.", "--agent", agent, "--session", session]) == 2
+    line = _one_line(capsys, "run", quiet=True)
+    assert "is held by 'elsewhere:1:abc'" in line
+    assert line.endswith(
+        f"take it over with `turnfsm resume {session} --force` only if you know "
+        "that process is gone"
+    )

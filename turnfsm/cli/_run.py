@@ -34,6 +34,7 @@ from turnfsm.driver import Driver, RunResult
 from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,
+    SessionBusy,
     SessionNotFound,
     SubagentWaiting,
     TurnFSMError,
@@ -45,6 +46,7 @@ from turnfsm.providers import ModelClient, known_window, server_window, window_f
 __all__ = [
     "STRATEGY_NAMES",
     "AgentOptions",
+    "busy_words",
     "calibrates",
     "cli_words",
     "interruptible",
@@ -503,13 +505,26 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return found
 
 
+def busy_words(exc: SessionBusy, take_over: str) -> str:
+    """`exc`'s message, its take-over spoken as the command line does it.
+
+    The library's words name Python's ``force=True``; on the command line
+    it is `take_over` (``--force``, or the command that has it).
+    """
+    return str(exc).replace("with force=True", f"with {take_over}")
+
+
 def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     """`exc`'s message, its advice in the options a command line user can change.
 
     A run whose pinned messages cannot fit is told to raise ``--window`` or
     lower ``--max-tokens`` (pin rules are set only in code: in your own
-    agent, given with ``--agent``, where the error's own advice holds).
+    agent, given with ``--agent``, where the error's own advice holds). A
+    session another process holds is taken over with ``turnfsm resume
+    SESSION --force`` (``turnfsm run`` takes none over).
     """
+    if isinstance(exc, SessionBusy):
+        return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
     if isinstance(exc, PinnedTooLarge) and options is not None and not options.agent:
         budget = options.max_tokens or DEFAULT_MAX_TOKENS
         return (
