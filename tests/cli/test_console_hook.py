@@ -6,6 +6,7 @@ import http.server
 import io
 import json
 import socket
+import sys
 import threading
 
 import anyio
@@ -212,3 +213,27 @@ def test_a_reader_gone_stops_the_printing_not_the_run(replies: bool) -> None:
     assert result.ok, result.error
     assert result.text == "Sunny in Oslo."
     assert out.getvalue().count("\n") == 1
+
+
+class _FullDisk(io.StringIO):
+    """A file on a full disk (``> /dev/full``)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_stream_that_fails_or_is_closed_stops_the_printing_not_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ENOSPC raised out of the hook; with stdout closed (`>&-`, sys.stdout
+    # is None) a streamed reply raised AttributeError. Each was logged with
+    # its traceback as the hook was detached.
+    result = _agent(_FullDisk(), replies=True, strict=True).run_sync("Weather?")
+    assert result.ok, result.error
+
+    monkeypatch.setattr(sys, "stdout", None)
+    hook = ConsoleHook(replies=True)
+    agent = Agent(
+        model=ScriptedModel.of("Sunny in Oslo."), hooks=[hook], strict_hooks=True
+    )
+    assert agent.run_sync("Weather?").ok

@@ -54,9 +54,9 @@ class ConsoleHook(Hook):
 
     On a terminal it also keeps a live status line at the bottom (the phase,
     the last measured tokens, the tool calls so far, the time), drawn with
-    ``rich``; piped or redirected, it prints the plain lines only. When the
-    reader goes away (``| head -1``), it prints nothing more and the run goes
-    on to its end.
+    ``rich``; piped or redirected, it prints the plain lines only. When its
+    stream fails (the reader went away, ``| head -1``; a full disk), it
+    prints nothing more and the run goes on to its end.
 
     Example:
         ```python
@@ -118,9 +118,8 @@ class ConsoleHook(Hook):
         if self._gone:
             return
         with self._reader_gone():
-            if self._console is None:
-                self.out.write(text)
-                self.out.flush()
+            if self._console is None:  # as print(): no stream (stdout closed)
+                print(text, end="", file=self.out, flush=True)
                 return
             # Under the live line, whole lines only: the rest waits for its end.
             self._pending += text
@@ -130,14 +129,14 @@ class ConsoleHook(Hook):
 
     @contextlib.contextmanager
     def _reader_gone(self) -> Iterator[None]:
-        """Print nothing more once the reader went away (``| head``).
+        """Print nothing more once the stream fails (``| head``, a full disk).
 
         The run goes on to its end, and is kept, as it would with no hook;
-        only its printing stops (a broken pipe is not the run's failure).
+        only its printing stops (a reader gone is not the run's failure).
         """
         try:
             yield
-        except BrokenPipeError:
+        except OSError:  # BrokenPipeError, or ENOSPC on a file
             self._gone = True
 
     def _flush_pending(self) -> None:
