@@ -8,6 +8,7 @@ An output file that cannot be written is refused before the command works.
 from __future__ import annotations
 
 import errno
+import io
 import re
 import sys
 from pathlib import Path
@@ -292,3 +293,40 @@ def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
         f"take it over with `turnfsm resume {session} --force` only if you know "
         "that process is gone"
     )
+
+
+class _HeadOne(io.StringIO):
+    """Standard output read by ``| head -1``: the reader goes after one line."""
+
+    def write(self, text: str) -> int:
+        if "\n" in self.getvalue():
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "show", "{session}"],
+        ["sessions", "list"],
+        ["diagram", "{machines}", "--out", "{tmp}"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_a_reader_gone_ends_a_command_quietly_with_status_141(
+    session: str,
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+) -> None:
+    # `turnfsm sessions show ID | head -5` ended now and then with
+    # "turnfsm sessions show: broken pipe" and status 2.
+    machines = str(REPO_ROOT / "machines")
+    words = [w.format(session=session, machines=machines, tmp=tmp_path) for w in argv]
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdout", _HeadOne())
+
+    assert main(words) == 141
+
+    assert capsys.readouterr().err == ""

@@ -144,6 +144,8 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
                 svg = target / f"{Path(name).stem}.svg"
                 _run_dot(dot, "--out", svg, render_dot(spec))
                 print(f"wrote {svg}")
+    except BrokenPipeError:  # the reader went (`| head`): `main` ends quietly
+        raise
     except (OSError, TurnFSMError) as exc:
         print(f"turnfsm diagram: {explain(exc)}", file=sys.stderr)
         return 2
