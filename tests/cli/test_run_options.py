@@ -82,6 +82,12 @@ TOOLS = "tests.cli.approval_agent"
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
         (
+            # It named '' as the value, and an agent as the example.
+            ["--model", "openai:o", "--tools", f"{TOOLS}:delete_file,"],
+            f"--tools='{TOOLS}:delete_file,'",
+            "with no empty name (e.g. myapp.tools:a,b)",
+        ),
+        (
             ["--model", "openai:o", "--machine", "none.toml"],
             "--machine='none.toml'",
             "(none.toml does not exist)",
