@@ -160,11 +160,11 @@ def test_a_run_whose_pins_cannot_fit_is_refused_on_one_line(
         (["replay"], "turnfsm replay: missing LOG: expected a session log file"),
         (
             ["run", "hi", "--model", "http://127.0.0.1:9/v1", "--window", "-5"],
-            "turnfsm run: invalid --window=-5: expected an int >= 1",
+            "turnfsm run: invalid --window=-5: expected an int in 1..100,000,000",
         ),
         (
             ["run", "hi", "--model", "local", "--max-tokens", "0"],
-            "turnfsm run: invalid --max-tokens=0: expected an int >= 1",
+            "turnfsm run: invalid --max-tokens=0: expected an int in 1..100,000,000",
         ),
         (
             ["run", "hi", "--model", "openai:gpt-4o-mini"],

@@ -77,6 +77,11 @@ TOOLS = "tests.cli.approval_agent"
             "a finite number of seconds > 0\n",
         ),
         (["--model", ""], "--model=''", "openai:MODEL, anthropic:MODEL, local"),
+        *(
+            # Named as the library's context_window and max_output_tokens.
+            ([flag, "99999999999999999999"], f"{flag}=9999", "1..100,000,000\n")
+            for flag in ("--window", "--n-ctx", "--max-tokens")
+        ),
         (["--model", " "], "--model=' '", "openai:MODEL, anthropic:MODEL, local"),
         ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),

@@ -176,7 +176,12 @@ def open_driver(
         own = None if isinstance(agent.store, MemoryStore) else agent.store
         yield agent.driver, own
         return
-    tokens = _checks.integer(low=1, optional=True, expected="an int >= 1")
+    tokens = _checks.integer(
+        low=1,
+        high=_checks.MAX_TOKENS,
+        optional=True,
+        expected=f"an int in 1..{_checks.MAX_TOKENS:,}",
+    )
     for flag, value in (
         ("--window", options.window),
         ("--n-ctx", options.n_ctx),
