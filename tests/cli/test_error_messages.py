@@ -330,3 +330,16 @@ def test_a_reader_gone_ends_a_command_quietly_with_status_141(
     assert main(words) == 141
 
     assert capsys.readouterr().err == ""
+
+
+def test_a_session_written_since_the_command_read_it_is_to_be_run_again() -> None:
+    # A command reads its session anew each time: "reload the session" is
+    # what a program does, not a command line user.
+    from turnfsm.cli._run import cli_words
+    from turnfsm.errors import SessionConflict
+
+    said = cli_words(SessionConflict("ses_1", 8, 15))
+    assert said == (
+        "session 'ses_1' changed under this writer: expected version 8, found 15; "
+        "another writer appended first - run it again"
+    )

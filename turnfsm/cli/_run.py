@@ -35,6 +35,7 @@ from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,
     SessionBusy,
+    SessionConflict,
     SessionNotFound,
     SubagentWaiting,
     TurnFSMError,
@@ -526,10 +527,14 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     lower ``--max-tokens`` (pin rules are set only in code: in your own
     agent, given with ``--agent``, where the error's own advice holds). A
     session another process holds is taken over with ``turnfsm resume
-    SESSION --force`` (``turnfsm run`` takes none over).
+    SESSION --force`` (``turnfsm run`` takes none over); one another
+    process wrote to since the command read it is read anew by running the
+    command again.
     """
     if isinstance(exc, SessionBusy):
         return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
+    if isinstance(exc, SessionConflict):  # a command reads the session anew
+        return str(exc).replace("reload the session and retry", "run it again")
     if isinstance(exc, PinnedTooLarge) and options is not None and not options.agent:
         budget = options.max_tokens or DEFAULT_MAX_TOKENS
         return (
