@@ -61,7 +61,9 @@ def test_check_lists_every_problem(
 
 def test_check_reports_a_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "/nonexistent/machine.toml"]) == 1
-    assert "No such file" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "/nonexistent/machine.toml: the directory /nonexistent does not exist\n"
+    )
 
 
 def test_diagram_writes_mermaid_and_check_detects_drift(

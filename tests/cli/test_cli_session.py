@@ -195,7 +195,8 @@ def test_a_killed_run_is_resumed_and_runs_no_finished_tool_again(home: Path) -> 
     # The killed process's lease has not expired yet: --force takes it over.
     busy = _turnfsm(home, "resume", session_id, "--agent", "cleaner:steps")
     assert busy.returncode == 2
-    assert "(--force takes it over)" in busy.stderr, busy.stderr
+    assert "take it over with --force only if" in busy.stderr, busy.stderr
+    assert "force=True" not in busy.stderr  # Python's word, not the command's
     resumed = _turnfsm(
         home, "resume", session_id, "--agent", "cleaner:steps", "--force"
     )

@@ -6,6 +6,7 @@ import http.server
 import io
 import json
 import socket
+import sys
 import threading
 
 import anyio
@@ -37,7 +38,9 @@ def broken(city: str) -> str:
     raise RuntimeError("down")
 
 
-def _agent(out: io.StringIO, *, replies: bool, live: bool | None = None) -> Agent:
+def _agent(
+    out: io.StringIO, *, replies: bool, live: bool | None = None, strict: bool = False
+) -> Agent:
     return Agent(
         model=ScriptedModel.of(
             reply("", tool_call("lookup", "c1", city="Oslo", days=2)),
@@ -47,6 +50,7 @@ def _agent(out: io.StringIO, *, replies: bool, live: bool | None = None) -> Agen
         tools=[lookup, broken],
         context=ContextManager(context_window=10_000, counter=HeuristicTokenCounter()),
         hooks=[ConsoleHook(out, replies=replies, live=live)],
+        strict_hooks=strict,
     )
 
 
@@ -186,3 +190,50 @@ def test_a_retried_stream_starts_on_a_line_of_its_own_after_the_failure() -> Non
     )
     assert lines[start + 5].startswith("[model] attempt 3, ")
     assert lines[start + 6] == "hello"
+
+
+class _HeadOne(io.StringIO):
+    """A pipe whose reader took one line and went away (``| head -1``)."""
+
+    def write(self, text: str) -> int:
+        if "\n" in self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize("replies", [True, False])
+def test_a_reader_gone_stops_the_printing_not_the_run(replies: bool) -> None:
+    # `turnfsm run ... | head -1`: the hook raised BrokenPipeError, was
+    # detached with a traceback on stderr, and a strict one failed the run.
+    out = _HeadOne()
+    agent = _agent(out, replies=replies, strict=True)
+
+    result = agent.run_sync("Weather?")
+
+    assert result.ok, result.error
+    assert result.text == "Sunny in Oslo."
+    assert out.getvalue().count("\n") == 1
+
+
+class _FullDisk(io.StringIO):
+    """A file on a full disk (``> /dev/full``)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_stream_that_fails_or_is_closed_stops_the_printing_not_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ENOSPC raised out of the hook; with stdout closed (`>&-`, sys.stdout
+    # is None) a streamed reply raised AttributeError. Each was logged with
+    # its traceback as the hook was detached.
+    result = _agent(_FullDisk(), replies=True, strict=True).run_sync("Weather?")
+    assert result.ok, result.error
+
+    monkeypatch.setattr(sys, "stdout", None)
+    hook = ConsoleHook(replies=True)
+    agent = Agent(
+        model=ScriptedModel.of("Sunny in Oslo."), hooks=[hook], strict_hooks=True
+    )
+    assert agent.run_sync("Weather?").ok

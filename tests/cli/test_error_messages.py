@@ -8,16 +8,19 @@ An output file that cannot be written is refused before the command works.
 from __future__ import annotations
 
 import errno
+import io
 import re
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.helpers import REPO_ROOT
 from turnfsm.cli import main
 from turnfsm.cli._errors import explain
 from turnfsm.errors import ConfigError
+from turnfsm.persistence import SQLiteStore
 
 Capture = pytest.CaptureFixture[str]
 
@@ -194,4 +197,149 @@ def test_a_turnfsm_error_no_command_caught_is_one_line(
 def test_explain_words_an_os_error_without_a_path() -> None:
     assert explain(OSError(errno.ENOSPC, "No space left on device")) == (
         "no space left on device"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["demo", "--log", ""], "--log"),
+        (["demo", "--trace-file", " "], "--trace-file"),
+        (["run", "task", "--model", "local", "--machine", ""], "--machine"),
+        (["check", ""], "PATH"),
+        (["diagram", ""], "machines"),
+        (["diagram", "--run", "ses_x", "-o", ""], "-o/--output"),
+        (["replay", ""], "log"),
+        (["report", "ses_x", "-o", ""], "-o/--output"),
+        (["sessions", "export", "ses_x", "-o", ""], "-o/--output/--out"),
+        (["sessions", "import", ""], "FILE"),
+        (["eval", "--probes", ""], "--probes"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_an_empty_path_is_refused_naming_its_option(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    option: str,
+) -> None:
+    # An empty path is the current directory: `turnfsm check ""` checked it,
+    # `turnfsm diagram ""` drew the shipped machines, `--log ""` failed with
+    # "turnfsm demo:  does not exist".
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "Traceback" not in err
+    value = argv[argv.index(option.split("/")[0]) + 1] if "-" in option else ""
+    assert err.splitlines()[-1].endswith(
+        f": error: argument {option}: expected a path, not {value!r}"
+    ), err
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing drawn
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "said"),
+    [
+        (
+            ["run", "task", "--modle", "openai:x"],
+            "run",
+            "unrecognized arguments: --modle openai:x (did you mean --model?)",
+        ),
+        (
+            ["demo", "--quite"],
+            "demo",
+            "unrecognized arguments: --quite (did you mean --quiet?)",
+        ),
+        (["demo", "--window", "10"], "demo", "unrecognized arguments: --window 10"),
+        (
+            ["sessions", "list", "--bogus"],
+            "sessions list",
+            "unrecognized arguments: --bogus",
+        ),
+    ],
+)
+def test_an_unknown_argument_is_refused_by_its_subcommand(
+    capsys: Capture, argv: list[str], command: str, said: str
+) -> None:
+    # The program's parser refused it: `turnfsm: error: ...` under the
+    # program's usage, which lists the subcommands, not their options.
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: turnfsm {command} ")
+    assert err.splitlines()[-1] == f"turnfsm {command}: error: {said}"
+
+
+def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
+    session: str, tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "take it over with force=True": Python's word, no option's.
+    async def hold() -> None:
+        async with SQLiteStore(tmp_path / "s.db") as store:
+            await store.acquire_lease(session, "elsewhere:1:abc", ttl=600)
+
+    anyio.run(hold)
+    agent = "tests.cli.compact_agent:agent"
+    assert main(["run", "Go on.", "--agent", agent, "--session", session]) == 2
+    line = _one_line(capsys, "run", quiet=True)
+    assert "is held by 'elsewhere:1:abc'" in line
+    assert line.endswith(
+        f"take it over with `turnfsm resume {session} --force` only if you know "
+        "that process is gone"
+    )
+
+
+class _HeadOne(io.StringIO):
+    """Standard output read by ``| head -1``: the reader goes after one line."""
+
+    def write(self, text: str) -> int:
+        if "\n" in self.getvalue():
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sessions", "show", "{session}"],
+        ["sessions", "list"],
+        ["diagram", "{machines}", "--out", "{tmp}"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_a_reader_gone_ends_a_command_quietly_with_status_141(
+    session: str,
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+) -> None:
+    # `turnfsm sessions show ID | head -5` ended now and then with
+    # "turnfsm sessions show: broken pipe" and status 2.
+    machines = str(REPO_ROOT / "machines")
+    words = [w.format(session=session, machines=machines, tmp=tmp_path) for w in argv]
+    capsys.readouterr()
+    monkeypatch.setattr(sys, "stdout", _HeadOne())
+
+    assert main(words) == 141
+
+    assert capsys.readouterr().err == ""
+
+
+def test_a_session_written_since_the_command_read_it_is_to_be_run_again() -> None:
+    # A command reads its session anew each time: "reload the session" is
+    # what a program does, not a command line user.
+    from turnfsm.cli._run import cli_words
+    from turnfsm.errors import SessionConflict
+
+    said = cli_words(SessionConflict("ses_1", 8, 15))
+    assert said == (
+        "session 'ses_1' changed under this writer: expected version 8, found 15; "
+        "another writer appended first - run it again"
     )

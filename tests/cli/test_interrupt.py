@@ -13,7 +13,9 @@ import contextlib
 import os
 import shlex
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,11 +160,11 @@ def test_a_run_whose_pins_cannot_fit_is_refused_on_one_line(
         (["replay"], "turnfsm replay: missing LOG: expected a session log file"),
         (
             ["run", "hi", "--model", "http://127.0.0.1:9/v1", "--window", "-5"],
-            "turnfsm run: invalid --window=-5: expected an int >= 1",
+            "turnfsm run: invalid --window=-5: expected an int in 1..100,000,000",
         ),
         (
             ["run", "hi", "--model", "local", "--max-tokens", "0"],
-            "turnfsm run: invalid --max-tokens=0: expected an int >= 1",
+            "turnfsm run: invalid --max-tokens=0: expected an int in 1..100,000,000",
         ),
         (
             ["run", "hi", "--model", "openai:gpt-4o-mini"],
@@ -208,13 +210,83 @@ def test_ctrl_c_outside_a_run_ends_the_program_with_one_line(
     def interrupted(argv: object = None) -> int:
         raise KeyboardInterrupt
 
+    def exit_now(status: int) -> None:
+        raise SystemExit(status)
+
     monkeypatch.setattr(cli, "main", interrupted)
-    # With the Temporal SDK loaded, script() ends through os._exit, which
-    # would end this test process too.
-    monkeypatch.delitem(sys.modules, cli._TEMPORAL_BRIDGE, raising=False)
+    # A stopped command ends through os._exit (no teardown waiting for the
+    # threads of the tools it interrupted), which would end this test too.
+    monkeypatch.setattr(os, "_exit", exit_now)
 
     with pytest.raises(SystemExit) as ended:
         cli.script()
 
     assert ended.value.code == 130
     assert capsys.readouterr().err == "\nturnfsm: interrupted\n"
+
+
+_CTRL_C_WHILE_IMPORTING = """
+import sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "turnfsm.context":  # the first heavy module the program loads
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["turnfsm", "sessions", "list", "--store", "memory:"]
+from turnfsm.cli import script
+
+script()
+"""
+
+
+def test_ctrl_c_while_the_program_imports_ends_it_with_one_line(
+    tmp_path: Path,
+) -> None:
+    # Ctrl-C in the first half second of `turnfsm ...`: importing the command
+    # line loaded every compactor before its Ctrl-C handling began.
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_IMPORTING],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "\nturnfsm: interrupted\n"
+    assert done.stdout == ""
+
+
+def test_ctrl_c_ends_the_program_though_a_tool_s_thread_cannot_stop(
+    tmp_path: Path,
+) -> None:
+    # A sync tool runs in a worker thread, which nothing can stop: once the
+    # run was interrupted and said so, the program waited for that thread to
+    # end before it exited (here two minutes), and a second Ctrl-C printed
+    # the traceback of the interpreter's wait.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.stuck_tool_agent:agent"
+    started = time.monotonic()
+    command = ["run", "Is the disk back?", "--agent", agent, "--store", str(store)]
+    done = subprocess.run(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 130, done.stderr
+    assert time.monotonic() - started < 20
+    assert done.stderr == ""
+    assert "[tool] wait_for_the_disk interrupted" in done.stdout
+    assert "run interrupted: what it finished is kept" in done.stdout
+    session_id = _hint(done.stdout, "resume")[1]
+    assert _stored(store, session_id).runs[0].outcome == "interrupted"

@@ -70,10 +70,33 @@ TOOLS = "tests.cli.approval_agent"
             "--model-timeout=0.0",
             "a finite number of seconds > 0",
         ),
+        (
+            # Not "..., or None": no option gives None.
+            ["--model", "openai:o", "--model-timeout", "-1"],
+            "--model-timeout=-1.0",
+            "a finite number of seconds > 0\n",
+        ),
+        (["--model", ""], "--model=''", "openai:MODEL, anthropic:MODEL, local"),
+        *(
+            # Named as the library's context_window and max_output_tokens.
+            ([flag, "99999999999999999999"], f"{flag}=9999", "1..100,000,000\n")
+            for flag in ("--window", "--n-ctx", "--max-tokens")
+        ),
+        (["--model", " "], "--model=' '", "openai:MODEL, anthropic:MODEL, local"),
         ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
-        (["--model", "openai:o", "--machine", "none.toml"], "--machine", "No such"),
+        (
+            # It named '' as the value, and an agent as the example.
+            ["--model", "openai:o", "--tools", f"{TOOLS}:delete_file,"],
+            f"--tools='{TOOLS}:delete_file,'",
+            "with no empty name (e.g. myapp.tools:a,b)",
+        ),
+        (
+            ["--model", "openai:o", "--machine", "none.toml"],
+            "--machine='none.toml'",
+            "(none.toml does not exist)",
+        ),
         (
             [
                 "--model",
@@ -405,3 +428,19 @@ def test_a_model_that_never_answers_fails_the_run_after_model_timeout(
     assert status == 1
     out, err = capsys.readouterr()
     assert "timed out after 0.2s" in out + err
+
+
+@pytest.mark.parametrize("task", ["", "  "])
+def test_a_blank_task_is_named_as_the_task(
+    task: str, capsys: Capture, tmp_path: Path
+) -> None:
+    # It read "invalid message text=''", a name the command line never uses.
+    store = tmp_path / "s.db"
+    assert main(["run", task, "--agent", SCRIPTED, "--store", str(store)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"turnfsm run: invalid task={task!r}: expected what the agent should do "
+        "(it is blank)\n"
+    )
+    assert not store.exists()

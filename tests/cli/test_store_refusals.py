@@ -149,3 +149,42 @@ def test_a_store_directory_that_cannot_be_used_is_named_with_its_setting(
     assert f"change {setting}" in captured.err
     assert "Traceback" not in captured.err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        *(("--store", value) for value in ("", "  ", "mysql://db/x", "sqlite:///")),
+        # An empty TURNFSM_STORE is unset: the default store.
+        *(("TURNFSM_STORE", value) for value in ("mysql://db/x", "sqlite:///")),
+    ],
+)
+@pytest.mark.parametrize("command", [["sessions", "list"], ["demo", "--quiet"]])
+def test_a_store_that_names_no_store_is_refused_by_its_setting(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Capture,
+    command: list[str],
+    setting: str,
+    value: str,
+) -> None:
+    # They read `invalid store='': expected a SessionStore, ...`: neither
+    # the option the user gave nor a store the command line can take.
+    monkeypatch.chdir(tmp_path)
+    argv = [*command]
+    if setting == "--store":
+        argv += ["--store", value]
+    else:
+        monkeypatch.setenv("TURNFSM_STORE", value)
+
+    assert main(argv) == 2
+
+    name = " ".join(word for word in command if not word.startswith("-"))
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(
+        f"turnfsm {name}: invalid {setting}={value!r}: expected "
+    ), captured.err
+    assert captured.err.count("\n") == 1, captured.err
+    assert "SessionStore" not in captured.err
+    assert list(tmp_path.iterdir()) == []  # nothing made

@@ -210,3 +210,40 @@ async def test_an_agent_that_lost_a_write_race_goes_on_once_it_reopens_the_sessi
         "from the second",
         "three",
     ]
+
+
+async def test_a_view_read_while_another_run_went_on_is_stale_not_busy(
+    tmp_path: Path,
+) -> None:
+    # Two `turnfsm run --session` at once: the second read the session while
+    # the first's run was open, and took the lease once it had ended. It was
+    # told the session "has an open run (paused, or its process died);
+    # resume or abandon it first", though that run was done.
+    from turnfsm import Agent
+    from turnfsm.errors import SessionConflict
+
+    stale: list[Session] = []
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        stale.append(await Session.load(store, started.session_id))
+        return reply("two")
+
+    first = Agent(model=ScriptedModel.of("one"), store=tmp_path / "s.db")
+    started = await first.run("first")
+    store = first.store
+    other = Driver(model=FakeModelClient(answer))
+    current = await Session.load(store, started.session_id)
+    done = await other.run("second", session=current)
+    assert done.outcome == "done"
+    (view,) = stale
+    assert view.open_runs()  # the view saw the other run open
+    version = len(await store.load(started.session_id))
+
+    late = Driver(model=ScriptedModel.of("three"))
+    with pytest.raises(SessionConflict, match="reload the session"):
+        await late.run("third", session=view)
+
+    assert len(await store.load(started.session_id)) == version  # nothing written
+    fresh = await Session.load(store, started.session_id)
+    result = await late.run("third", session=fresh)
+    assert (result.outcome, result.text) == ("done", "three")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import socket
 import threading
 import time
 import urllib.error
@@ -498,8 +499,8 @@ def test_approve_on_the_live_page_resumes_the_paused_run(
     ("argv", "expected"),
     [
         (["ses_nope"], "no session 'ses_nope'"),
-        (["ses_nope", "--port", "70000"], "port=70000"),
-        (["ses_nope", "--store", "nope://x"], "store='nope://x'"),
+        (["ses_nope", "--port", "70000"], "invalid --port=70000"),
+        (["ses_nope", "--store", "nope://x"], "invalid --store='nope://x'"),
     ],
 )
 def test_view_refuses_what_it_cannot_serve(
@@ -509,6 +510,21 @@ def test_view_refuses_what_it_cannot_serve(
     err = capsys.readouterr().err
     assert err.startswith("turnfsm view: ")
     assert expected in err
+
+
+def test_view_on_a_port_in_use_names_the_port(tmp_path: Path, capsys: Capture) -> None:
+    # It said "turnfsm view: address already in use", naming no port.
+    db = tmp_path / "s.db"
+    session_id = _demo(db, capsys)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["view", session_id, "--store", str(db), "--port", str(port)]
+        assert main([*argv, "--no-open"]) == 2
+    assert capsys.readouterr().err == (
+        f"turnfsm view: invalid --port={port}: expected a port no other program uses\n"
+    )
 
 
 # -- outcomes -------------------------------------------------------------

@@ -13,13 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+# Only what imports in a blink (no turnfsm package with its dependencies): the
+# program's Ctrl-C handling starts in `script()`, and a Ctrl-C while this
+# module imports would end it with a traceback.
 from turnfsm.cli._errors import INTERRUPTED_STATUS
-from turnfsm.cli._strategies import (
-    AGENT_STRATEGIES,
-    DEMO_STRATEGIES,
-    EVAL_STRATEGIES,
-    spoken,
-)
 
 __all__ = ["main", "script"]
 
@@ -29,6 +26,51 @@ _STORE_HELP = (
 )
 
 _ID_HELP = "the session's id (as `turnfsm sessions list` shows it)"
+
+
+class _Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser: it refuses the arguments it does not know itself.
+
+    Left to the program's parser, a mistyped option was reported with the
+    program's usage, not the subcommand's, and no hint
+    (``turnfsm: error: unrecognized arguments: --modle``).
+    """
+
+    def parse_known_args(  # type: ignore[override]  # argparse's stub overloads
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse `args`; a usage error names any argument left unknown."""
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(
+                f"unrecognized arguments: {' '.join(unknown)}{_hint(self, unknown)}"
+            )
+        return parsed, unknown
+
+
+def _hint(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """`` (did you mean --model?)`` for the first unknown option like a known one."""
+    import difflib
+
+    known = [o for action in parser._actions for o in action.option_strings]
+    for word in unknown:
+        if word.startswith("--"):
+            option = word.partition("=")[0]
+            close = difflib.get_close_matches(option, known, n=1)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
+
+
+def _path(text: str) -> str:
+    """A file or directory an option names: refused when blank.
+
+    An empty path is the current directory to the file system: ``--log ""``
+    failed naming no file, and ``turnfsm check ""`` checked the directory.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, not {text!r}")
+    return text
 
 
 def _trace_options() -> argparse.ArgumentParser:
@@ -46,6 +88,7 @@ def _trace_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--trace-file",
+        type=_path,
         metavar="FILE",
         help="also write the spans to FILE as OTLP/JSON lines "
         "(`turnfsm diagram --trace FILE` draws the path they took)",
@@ -55,12 +98,15 @@ def _trace_options() -> argparse.ArgumentParser:
 
 def _parser() -> argparse.ArgumentParser:
     from turnfsm import __version__
+    from turnfsm.cli._strategies import DEMO_STRATEGIES, spoken
 
     parser = argparse.ArgumentParser(
         prog="turnfsm", description="LLM agent loops on a declarative Turn FSM."
     )
     parser.add_argument("--version", action="version", version=f"turnfsm {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub: Any = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Subcommand
+    )
     traced = _trace_options()
     demo = sub.add_parser(
         "demo", parents=[traced], help="run the demo agent on a simulated model"
@@ -73,7 +119,10 @@ def _parser() -> argparse.ArgumentParser:
         help="simulated (default) or local: the bundled llama.cpp model",
     )
     demo.add_argument(
-        "--log", metavar="FILE", help="write the session's log to FILE (JSON lines)"
+        "--log",
+        type=_path,
+        metavar="FILE",
+        help="write the session's log to FILE (JSON lines)",
     )
     demo.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     default = "truncating"
@@ -107,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "log",
         nargs="?",
+        type=_path,
         help="a session log written by `turnfsm demo --log` "
         "(or give --session ID to read one from a store)",
     )
@@ -115,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--run", help="replay only this run id")
     replay.add_argument(
         "--machine",
+        type=_path,
         help="the machine file the runs ran on (default: the shipped machine "
         "with the logged name)",
     )
@@ -146,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "paths",
         nargs="+",
+        type=_path,
         metavar="PATH",
         help="a machine file (TOML), or a directory: its *.toml files",
     )
@@ -153,6 +205,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _agent_options() -> argparse.ArgumentParser:
+    from turnfsm.cli._strategies import AGENT_STRATEGIES
+
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group(
         "the agent",
@@ -175,6 +229,7 @@ def _agent_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--machine",
+        type=_path,
         metavar="FILE",
         help="the machine file (default: the stock one; for a paused run, the "
         "one it began on, from the store)",
@@ -289,7 +344,12 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
     )
     report.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
     report.add_argument(
-        "-o", "--output", metavar="FILE", required=True, help="the HTML file to write"
+        "-o",
+        "--output",
+        type=_path,
+        metavar="FILE",
+        required=True,
+        help="the HTML file to write",
     )
     report.add_argument(
         "--turns",
@@ -362,11 +422,13 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument(
         "machines",
         nargs="?",
+        type=_path,
         default=None,
         help="directory of *.toml machine files (default: shipped)",
     )
     diagram.add_argument(
         "--out",
+        type=_path,
         default=None,
         help="output directory (default: diagrams/ beside the machines directory;"
         " ./diagrams for the shipped machines of an installed turnfsm)",
@@ -385,6 +447,7 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument(
         "--trace",
         action="append",
+        type=_path,
         default=[],
         metavar="FILE",
         help="draw the paths of the runs in an OTLP/JSON trace file (one export "
@@ -393,6 +456,7 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     diagram.add_argument(
         "--machine",
+        type=_path,
         metavar="FILE",
         help="the machine file the runs ran on (default: the shipped machine "
         "they name; its digest must match theirs)",
@@ -400,6 +464,7 @@ def _diagram_parser(sub: Any) -> None:
     diagram.add_argument(
         "-o",
         "--output",
+        type=_path,
         metavar="FILE",
         help="the file to draw into: .svg or .png (Graphviz), .dot or .mmd",
     )
@@ -414,6 +479,8 @@ def _diagram_parser(sub: Any) -> None:
 
 
 def _eval_parser(sub: Any) -> None:
+    from turnfsm.cli._strategies import EVAL_STRATEGIES
+
     evaluate = sub.add_parser(
         "eval",
         help="measure what each compaction strategy keeps of stored sessions",
@@ -433,6 +500,7 @@ def _eval_parser(sub: Any) -> None:
     )
     evaluate.add_argument(
         "--probes",
+        type=_path,
         metavar="FILE",
         help="the probes (TOML or JSON; required with SESSION)",
     )
@@ -517,13 +585,16 @@ def _sessions_parser(sub: Any) -> None:
         "--output",
         "--out",
         dest="out",
+        type=_path,
         metavar="FILE",
         help="write to FILE (default, or -: stdout)",
     )
     load = actions.add_parser(
         "import", parents=[store], help="read an exported log into the store"
     )
-    load.add_argument("file", metavar="FILE", help="an exported log (- for stdin)")
+    load.add_argument(
+        "file", type=_path, metavar="FILE", help="an exported log (- for stdin)"
+    )
     rm = actions.add_parser("rm", parents=[store], help="delete a session")
     rm.add_argument("session_id", metavar="ID", help=_ID_HELP)
     rm.add_argument("--yes", action="store_true", help="do not ask first")
@@ -574,16 +645,20 @@ def script() -> None:
     interpreter's teardown, once its output is flushed: the Temporal SDK's
     background threads can abort a finalizing interpreter ("Fatal Python
     error: PyGILState_Release"), which would turn a finished command into a
-    crash. Ctrl-C outside a run (while the SDKs import, say) ends the
-    program with status 130 and one line, not a traceback; a run handles
-    its own Ctrl-C first.
+    crash. So does a command Ctrl-C stopped: the teardown would wait for the
+    threads of the tools it interrupted. Ctrl-C outside a run (while the
+    SDKs import, say) ends the program with status 130 and one line, not a
+    traceback; a run handles its own Ctrl-C first.
     """
     try:
         status = main()
     except KeyboardInterrupt:
         print("\nturnfsm: interrupted", file=sys.stderr)
         status = INTERRUPTED_STATUS
-    if _TEMPORAL_BRIDGE in sys.modules:
+    # Ctrl-C: a sync tool's worker thread cannot be stopped, and the
+    # interpreter's teardown would wait for it (a second Ctrl-C there prints
+    # a traceback); the run was logged interrupted and its store closed.
+    if status == INTERRUPTED_STATUS or _TEMPORAL_BRIDGE in sys.modules:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
@@ -668,6 +743,8 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _simulate_parser(sub: Any) -> None:
+    from turnfsm.cli._strategies import AGENT_STRATEGIES, spoken
+
     simulate = sub.add_parser(
         "simulate",
         help="re-run a stored session's context policy under other settings",
@@ -706,7 +783,7 @@ def _simulate_parser(sub: Any) -> None:
         "--threshold", type=int, metavar="PCT", help="the threshold line, in %%"
     )
     simulate.add_argument(
-        "--machine", metavar="FILE", help="the machine file to run on"
+        "--machine", type=_path, metavar="FILE", help="the machine file to run on"
     )
     simulate.add_argument(
         "--prices",

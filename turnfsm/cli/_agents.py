@@ -151,12 +151,16 @@ def load_tools(spec: str) -> list[Tool | Callable[..., Any]]:
     makes of one).
 
     Raises:
-        ConfigError: a name is not ``MODULE:FUNC``, or names no function.
+        ConfigError: a name is not ``MODULE:FUNC`` (or is empty), or names
+            no function.
     """
     tools: list[Tool | Callable[..., Any]] = []
     module = ""
     for item in (part.strip() for part in spec.split(",")):
-        if ":" not in item and module and item:
+        if not item:  # `a:f,` or `a:f,,g`: named as given, not as ''
+            expected = "MODULE:FUNC,... with no empty name (e.g. myapp.tools:a,b)"
+            raise ConfigError("--tools", spec, expected)
+        if ":" not in item and module:
             item = f"{module}:{item}"
         module = item.partition(":")[0]
         value = load_object("--tools", item)

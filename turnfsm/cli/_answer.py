@@ -19,6 +19,7 @@ from turnfsm.cli._run import (
     REPORTED,
     AgentOptions,
     answer_hint,
+    busy_words,
     call_text,
     cli_store,
     cli_words,
@@ -76,8 +77,9 @@ def run_answer(
     try:
         return run_async(_answer, command, options, stream)
     except SessionBusy as exc:
-        hint = " (--force takes it over)" if exc.alive is not None else ""
-        print(f"{name}: {exc}{hint}", file=sys.stderr)
+        said = busy_words(exc, "--force")
+        hint = " (--force takes it over)" if exc.alive is False else ""
+        print(f"{name}: {said}{hint}", file=sys.stderr)
         return 2
     except REPORTED as exc:
         print(f"{name}: {cli_words(exc, options)}", file=sys.stderr)

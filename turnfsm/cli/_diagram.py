@@ -144,6 +144,8 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
                 svg = target / f"{Path(name).stem}.svg"
                 _run_dot(dot, "--out", svg, render_dot(spec))
                 print(f"wrote {svg}")
+    except BrokenPipeError:  # the reader went (`| head`): `main` ends quietly
+        raise
     except (OSError, TurnFSMError) as exc:
         print(f"turnfsm diagram: {explain(exc)}", file=sys.stderr)
         return 2
@@ -215,7 +217,8 @@ def _load(path: Path) -> MachineSpec | None:
     except DefinitionError as exc:
         print(exc, file=sys.stderr)
     except OSError as exc:
-        print(f"{path}: {exc.strerror}", file=sys.stderr)
+        said = explain(exc)  # names the file when the error does
+        print(said if exc.filename is not None else f"{path}: {said}", file=sys.stderr)
     return None
 
 

@@ -13,7 +13,8 @@ import errno
 import os
 import sys
 
-from turnfsm.errors import ConfigError
+# No turnfsm import at the top: the program imports this module before its
+# Ctrl-C handling starts (see `turnfsm.cli.script`).
 
 __all__ = ["INTERRUPTED_STATUS", "check_writable", "explain", "fail"]
 
@@ -70,6 +71,8 @@ def check_writable(option: str, path: str) -> None:
     Raises:
         ConfigError: naming `option`, `path` and what is wrong.
     """
+    from turnfsm.errors import ConfigError
+
     if path == "-":
         return
     if os.path.isdir(path):

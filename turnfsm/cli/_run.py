@@ -34,6 +34,8 @@ from turnfsm.driver import Driver, RunResult
 from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,
+    SessionBusy,
+    SessionConflict,
     SessionNotFound,
     SubagentWaiting,
     TurnFSMError,
@@ -45,6 +47,7 @@ from turnfsm.providers import ModelClient, known_window, server_window, window_f
 __all__ = [
     "STRATEGY_NAMES",
     "AgentOptions",
+    "busy_words",
     "calibrates",
     "cli_words",
     "interruptible",
@@ -174,21 +177,29 @@ def open_driver(
         own = None if isinstance(agent.store, MemoryStore) else agent.store
         yield agent.driver, own
         return
-    tokens = _checks.integer(low=1, optional=True, expected="an int >= 1")
+    tokens = _checks.integer(
+        low=1,
+        high=_checks.MAX_TOKENS,
+        optional=True,
+        expected=f"an int in 1..{_checks.MAX_TOKENS:,}",
+    )
     for flag, value in (
         ("--window", options.window),
         ("--n-ctx", options.n_ctx),
         ("--max-tokens", options.max_tokens),
     ):
         _checks.check(value, flag, tokens)
-    _checks.check(options.model_timeout, "--model-timeout", _checks.seconds())
+    if options.model_timeout is not None:  # None: not given (no None to type)
+        _checks.check(
+            options.model_timeout, "--model-timeout", _checks.seconds(optional=False)
+        )
     tools = load_tools(options.tools) if options.tools else []
     if options.machine is not None:
         try:
             machine = load_machine(options.machine)
         except OSError as exc:
             raise ConfigError(
-                "--machine", options.machine, f"a machine file ({exc.strerror})"
+                "--machine", options.machine, f"a machine file ({explain(exc)})"
             ) from None
     if options.model is None:
         if need_model:
@@ -345,7 +356,8 @@ def open_model(
         return
     expected = "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
     for kind in _KEYS:  # a known model's bare name: say which prefix it takes
-        if ":" not in spec and known_window(spec, provider=kind) is not None:
+        named = spec.strip() and ":" not in spec
+        if named and known_window(spec, provider=kind) is not None:
             expected += f" (did you mean {kind}:{spec}?)"
             break
     raise ConfigError(field, spec, expected)
@@ -457,6 +469,8 @@ def run_task(
     """
     stream = out or sys.stdout
     try:
+        if not task.strip():  # named as the command line calls it
+            raise ConfigError("task", task, "what the agent should do (it is blank)")
         with open_driver(options) as (driver, own):
             result, place, session = run_async(
                 _run, driver, own, task, options, session_id, stream
@@ -497,13 +511,30 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return found
 
 
+def busy_words(exc: SessionBusy, take_over: str) -> str:
+    """`exc`'s message, its take-over spoken as the command line does it.
+
+    The library's words name Python's ``force=True``; on the command line
+    it is `take_over` (``--force``, or the command that has it).
+    """
+    return str(exc).replace("with force=True", f"with {take_over}")
+
+
 def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     """`exc`'s message, its advice in the options a command line user can change.
 
     A run whose pinned messages cannot fit is told to raise ``--window`` or
     lower ``--max-tokens`` (pin rules are set only in code: in your own
-    agent, given with ``--agent``, where the error's own advice holds).
+    agent, given with ``--agent``, where the error's own advice holds). A
+    session another process holds is taken over with ``turnfsm resume
+    SESSION --force`` (``turnfsm run`` takes none over); one another
+    process wrote to since the command read it is read anew by running the
+    command again.
     """
+    if isinstance(exc, SessionBusy):
+        return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
+    if isinstance(exc, SessionConflict):  # a command reads the session anew
+        return str(exc).replace("reload the session and retry", "run it again")
     if isinstance(exc, PinnedTooLarge) and options is not None and not options.agent:
         budget = options.max_tokens or DEFAULT_MAX_TOKENS
         return (

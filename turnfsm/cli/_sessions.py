@@ -75,6 +75,8 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
         if command.action == "export" and command.out:  # before the store opens
             check_writable("-o", command.out)
         return run_async(_run, command, stream)
+    except BrokenPipeError:  # the reader went (`| head`): `main` ends quietly
+        raise
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         print(f"turnfsm sessions {command.action}: {explain(exc)}", file=sys.stderr)
         return 2

@@ -33,8 +33,9 @@ def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
     would leave an empty database behind).
 
     Raises:
-        ConfigError: the spec names no store, or (with `existing`) a file
-            that does not exist; names the setting.
+        ConfigError: the spec names no store (an empty one, an unknown
+            scheme), or (with `existing`) a file that does not exist; names
+            the setting (``--store`` or ``TURNFSM_STORE``) and the value.
         StoreDirectoryUnusable: the file's directory is missing, or cannot
             be created or written (the setting that chose it is named).
         StoreUnusable: the file cannot be used (it was not changed).
@@ -54,13 +55,18 @@ def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
         return open_store(spec)
     except StoreDirectoryUnusable as exc:  # the setting the user chose it by
         raise attrs.evolve(exc, setting=setting) from None
+    except ConfigError as exc:  # named as the user gave it
+        raise attrs.evolve(exc, field=setting) from None
 
 
 def _file_of(spec: str) -> Path | None:
-    """The file an SQLite `spec` names (a path or ``sqlite:///PATH``), else None."""
+    """The file an SQLite `spec` names (a path or ``sqlite:///PATH``), else None.
+
+    A blank `spec` names none: `open_store` refuses it.
+    """
     if spec.startswith("sqlite:///"):
         return Path(spec.removeprefix("sqlite:///"))
-    if "://" in spec or spec.endswith(":"):
+    if "://" in spec or spec.endswith(":") or not spec.strip():
         return None
     return Path(spec)
 

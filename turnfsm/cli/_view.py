@@ -9,6 +9,7 @@ random token, with approve / reject buttons on a paused run that do what
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import sys
 import threading
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from turnfsm import _checks
 from turnfsm.cli._answer import AnswerCommand, run_answer
 from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import AgentOptions, run_async
@@ -162,6 +164,7 @@ def run_view(
     stream = out or sys.stdout
     server: ViewServer | None = None
     try:
+        _checks.check(port, "--port", _checks.integer(low=0, high=65_535))
         server = ViewServer(
             _opener(options.store),
             session_id,
@@ -179,7 +182,10 @@ def run_view(
     except (StoreError, ConfigError, OSError, ImportError) as exc:
         if server is not None:
             server.stop()
-        print(f"turnfsm view: {explain(exc)}", file=sys.stderr)
+        said = explain(exc)
+        if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+            said = str(ConfigError("--port", port, "a port no other program uses"))
+        print(f"turnfsm view: {said}", file=sys.stderr)
         return 2
     try:
         print(f"serving session {session_id} at {server.url}", file=stream)

@@ -33,7 +33,12 @@ from turnfsm.driver._subagents import (
     run_scope,
 )
 from turnfsm.driver._tools import missing_tools
-from turnfsm.errors import ConfigError, SessionBusy, SubagentWaiting
+from turnfsm.errors import (
+    ConfigError,
+    SessionBusy,
+    SessionConflict,
+    SubagentWaiting,
+)
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import Lease, Session, new_id
@@ -69,7 +74,7 @@ async def start_run(
                 if not (beside_paused and run.outcome == "paused")
             ]
             if waiting:
-                raise _busy(session, waiting[-1].run_id, previous)
+                raise await _refusal(session, waiting[-1].run_id, previous)
             run_id = run_id or new_id("run")
             machine = TurnMachine.start(
                 driver.machine, budget=driver.budget, history=session.history
@@ -231,6 +236,23 @@ def _loop(
         run_id, session=session, session_id=session.id, hooks=hooks, output=output
     )
     return RunLoop(driver.effect_settings, session, machine, run, control)
+
+
+async def _refusal(
+    session: Session, run_id: str, previous: Lease | None
+) -> SessionBusy | SessionConflict:
+    """The refusal of a run on a session whose view shows run `run_id` open.
+
+    The view may be older than the log: the run ended in another process
+    after the view was read and before this one took the lease. Then the
+    view is stale (`SessionConflict`: read the session again), not busy;
+    being told to resume or abandon a run that has ended misleads.
+    """
+    if previous is None:  # the lease was free: read what the log says now
+        stored = await Session.open(session.store, session.id)
+        if stored.version != session.version and not stored.open_runs():
+            return SessionConflict(session.id, session.version, stored.version)
+    return _busy(session, run_id, previous)
 
 
 def _busy(session: Session, run_id: str, previous: Lease | None) -> SessionBusy:

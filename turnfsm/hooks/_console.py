@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO, final
 
 import anyio
@@ -52,7 +54,9 @@ class ConsoleHook(Hook):
 
     On a terminal it also keeps a live status line at the bottom (the phase,
     the last measured tokens, the tool calls so far, the time), drawn with
-    ``rich``; piped or redirected, it prints the plain lines only.
+    ``rich``; piped or redirected, it prints the plain lines only. When its
+    stream fails (the reader went away, ``| head -1``; a full disk), it
+    prints nothing more and the run goes on to its end.
 
     Example:
         ```python
@@ -80,6 +84,7 @@ class ConsoleHook(Hook):
         self._live_wanted = live
         self._live: Any = None
         self._console: Any = None
+        self._gone = False
         self._streamed = False
         self._pending = ""
         self._window = 0
@@ -99,23 +104,40 @@ class ConsoleHook(Hook):
 
     def print(self, line: str) -> None:
         """Print one line (above the live status line, when there is one)."""
-        if self._console is not None:
-            self._flush_pending()
-            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
-        else:
-            print(line, file=self.out, flush=True)
+        if self._gone:
+            return
+        with self._reader_gone():
+            if self._console is not None:
+                self._flush_pending()
+                self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+            else:
+                print(line, file=self.out, flush=True)
 
     def write(self, text: str) -> None:
         """Print `text` as it comes (a streamed reply: no line end of its own)."""
-        if self._console is None:
-            self.out.write(text)
-            self.out.flush()
+        if self._gone:
             return
-        # Under the live line, whole lines only: the rest waits for its end.
-        self._pending += text
-        *lines, self._pending = self._pending.split("\n")
-        for line in lines:
-            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+        with self._reader_gone():
+            if self._console is None:  # as print(): no stream (stdout closed)
+                print(text, end="", file=self.out, flush=True)
+                return
+            # Under the live line, whole lines only: the rest waits for its end.
+            self._pending += text
+            *lines, self._pending = self._pending.split("\n")
+            for line in lines:
+                self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    @contextlib.contextmanager
+    def _reader_gone(self) -> Iterator[None]:
+        """Print nothing more once the stream fails (``| head``, a full disk).
+
+        The run goes on to its end, and is kept, as it would with no hook;
+        only its printing stops (a reader gone is not the run's failure).
+        """
+        try:
+            yield
+        except OSError:  # BrokenPipeError, or ENOSPC on a file
+            self._gone = True
 
     def _flush_pending(self) -> None:
         if self._pending and self._console is not None:

@@ -20,9 +20,10 @@ __all__ = ["STORE_ENV", "default_store_path", "env_store", "open_store"]
 STORE_ENV: Final = "TURNFSM_STORE"
 """The environment variable naming the store to use when none is given."""
 
-_EXPECTED: Final = (
-    "a SessionStore, 'memory:', a file path, 'sqlite:///PATH' or a postgresql:// URL"
-)
+_TEXT: Final = "'memory:', a file path, 'sqlite:///PATH' or a postgresql:// URL"
+"""The stores a text names (an environment variable, a command line option)."""
+
+_EXPECTED: Final = f"a SessionStore, {_TEXT}"
 
 
 def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
@@ -45,8 +46,10 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
         return spec
     if isinstance(spec, os.PathLike):
         return _sqlite(os.fspath(spec))
-    if not isinstance(spec, str) or not spec.strip():
+    if not isinstance(spec, str):
         raise ConfigError("store", spec, _EXPECTED)
+    if not spec.strip():  # text, so one of the texts
+        raise ConfigError("store", spec, _TEXT)
     if spec == "memory:":
         return MemoryStore()
     if spec.startswith(("postgresql://", "postgres://")):
@@ -54,7 +57,7 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
     if spec.startswith("sqlite:///"):
         return _sqlite(spec.removeprefix("sqlite:///"))
     if "://" in spec or spec.endswith(":") or spec.startswith("sqlite:"):
-        raise ConfigError("store", spec, _EXPECTED)
+        raise ConfigError("store", spec, _TEXT)
     return _sqlite(spec)
 
 
