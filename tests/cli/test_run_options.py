@@ -342,6 +342,29 @@ def test_an_answer_the_pause_cannot_take_is_refused_before_it_goes_on(
     assert approval_agent.DELETED == []
 
 
+def test_an_answer_refused_for_a_session_held_elsewhere_does_not_say_it_goes_on(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    # It printed "approve: the run goes on", then the refusal (two answers
+    # at once: the second found the session taken).
+    store = str(tmp_path / "s.db")
+    assert main(["run", "Free disk.", "--agent", CAREFUL, "--store", store]) == 3
+    session_id = _session_id(capsys.readouterr().out)
+
+    async def hold() -> None:
+        async with SQLiteStore(store) as db:
+            await db.acquire_lease(session_id, "elsewhere:1:abc", ttl=600)
+
+    anyio.run(hold)
+
+    assert main(["approve", session_id, "--agent", CAREFUL, "--store", store]) == 2
+
+    out, err = capsys.readouterr()
+    assert "goes on" not in out
+    assert "is held by 'elsewhere:1:abc'" in err
+    assert approval_agent.DELETED == []
+
+
 def test_a_pause_that_takes_no_review_is_shown_with_its_own_answer(
     capsys: Capture, tmp_path: Path
 ) -> None:

@@ -39,6 +39,7 @@ from turnfsm.errors import (
     SessionNotFound,
     SubagentWaiting,
 )
+from turnfsm.hooks import DecisionInfo, Hook, TransitionInfo
 from turnfsm.persistence import RunRecord, Session, SessionStore, parent_of
 
 __all__ = ["ANSWERS", "AnswerCommand", "run_answer"]
@@ -239,14 +240,37 @@ async def _go_on(
     event = _event(command, paused)
     if paused is run:  # a sub-agent's tools are inside its caller's tool
         _check_tools(driver, run, command)
-    print(f"{command.action}: the run goes on", file=out)
     return await driver.resume(
         session,
         run.run_id,
         event,
-        hooks=hooks_for(out),
+        hooks=[_GoesOn(out, command.action), *hooks_for(out)],
         force=command.force,
     )
+
+
+class _GoesOn(Hook):
+    """Says the run goes on once it does: taken, checked, its answer handled.
+
+    Printed before, it preceded the refusal of a command that lost the
+    session to another one (two ``turnfsm approve`` at once).
+    """
+
+    def __init__(self, out: TextIO, action: str) -> None:
+        self.out, self.action, self.said = out, action, False
+
+    def on_transition(self, info: TransitionInfo) -> None:
+        """The answer moved the run on."""
+        self._say()
+
+    def on_decision(self, info: DecisionInfo) -> None:
+        """The run carries on its step in flight (an unfinished run)."""
+        self._say()
+
+    def _say(self) -> None:
+        if not self.said:
+            self.said = True
+            print(f"{self.action}: the run goes on", file=self.out)
 
 
 def _target(command: AnswerCommand) -> str:
