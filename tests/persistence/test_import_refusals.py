@@ -107,7 +107,6 @@ BAD_FILES = [
     ),
     BadFile("no header", lambda ls: ls[1:], "line 1", "not a session log header"),
     BadFile("header only", lambda ls: ls[:1], "line 2", "no entries"),
-    BadFile("empty", lambda ls: [], "line 1", "empty"),
     BadFile(
         "deep nesting on a line",
         lambda ls: [*ls, _deep(100_000)],
@@ -193,6 +192,32 @@ def test_a_bad_import_file_is_refused_whole_naming_the_line(
     line = one_line(captured.err, "turnfsm sessions import: corrupt ")
     assert f"at {bad.where}" in line
     assert bad.reason in line
+    still_fine(world, capsys)
+
+
+@pytest.mark.parametrize("text", [b"", b"\n\n  \n"], ids=["empty", "blank lines"])
+def test_an_empty_import_file_is_no_log_not_a_corrupt_one(
+    world: World, tmp_path: Path, capsys: Capture, text: bytes
+) -> None:
+    # It said "corrupt ... it was written by another turnfsm version or
+    # changed since" of a file with nothing in it.
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(text)
+
+    async def load(store: SQLiteStore) -> Session:
+        return await load_session(path.read_bytes(), store)
+
+    with pytest.raises(ConfigError, match="this one is empty") as raised:
+        in_store(world, load)
+    assert raised.value.field == "lines"
+    still_fine(world, capsys)
+    assert main(["sessions", "import", str(path), *world.store]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"turnfsm sessions import: {path} is empty: expected a session log, as "
+        "`turnfsm sessions export` writes it\n"
+    )
     still_fine(world, capsys)
 
 

@@ -360,6 +360,14 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         data = stdin.read()
     else:
         data = await anyio.Path(path).read_bytes()
+    if not data.strip():
+        name = "standard input" if path == "-" else path
+        print(
+            f"turnfsm sessions import: {name} is empty: expected a session log, "
+            "as `turnfsm sessions export` writes it",
+            file=sys.stderr,
+        )
+        return 2
     try:
         session = await load_session(data, store)
     except SessionConflict as exc:

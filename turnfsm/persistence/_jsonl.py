@@ -101,8 +101,9 @@ async def load_session(
             earlier event brought in, or a committed history that is not a
             whole conversation (a tool result without its call).
         SessionConflict: `store` already holds that session (nothing written).
-        ConfigError: `lines` is none of those (a path: read the file first),
-            or `store` is not a `SessionStore`.
+        ConfigError: `lines` is none of those (a path: read the file first)
+            or holds nothing but blank lines, or `store` is not a
+            `SessionStore`.
     """
     if store is not None:
         check_store(store)
@@ -121,7 +122,13 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
     """The log's session id, and each entry with where it is in the file."""
     rows = _rows(source)
     if not any(row.strip() for row in rows):
-        raise CorruptRecord(_LOG, "line 1", "the file is empty")
+        # Nothing to be corrupt: no log at all (an empty file, an empty pipe).
+        raise ConfigError(
+            "lines",
+            source if isinstance(source, str | bytes) else "",
+            "a session log, as dump_session or `turnfsm sessions export` writes "
+            "it (this one is empty)",
+        )
     first = _json_or_none(rows[0])
     if first is not None and not isinstance(first, dict):
         raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
