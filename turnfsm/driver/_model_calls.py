@@ -8,9 +8,11 @@ both get the run's retry policy, timeout and hooks.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import anyio
+import attrs
 
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._retry import is_transient
@@ -25,7 +27,15 @@ from turnfsm.providers import (
     TextDelta,
 )
 
-__all__ = ["complete", "describe_model"]
+__all__ = ["Tries", "complete", "describe_model"]
+
+
+@attrs.define
+class Tries:
+    """How a model call went: its attempts, and the seconds they took in all."""
+
+    attempts: int = 0
+    elapsed: float = 0.0
 
 
 async def complete(
@@ -36,6 +46,7 @@ async def complete(
     model: ModelClient | None = None,
     stream: bool | None = None,
     purpose: Literal["turn", "summary"] = "turn",
+    tries: Tries | None = None,
 ) -> ModelResponse:
     """Call the model; on a transient error, hand over to the retry policy.
 
@@ -46,6 +57,8 @@ async def complete(
         model: The client to call (default: the run's model).
         stream: Whether to stream to the hooks (default: the run's setting).
         purpose: What the call is for, as the model-call hooks see it.
+        tries: Filled in with the attempts made and the time they took,
+            however the call ends.
     """
     client = run.model if model is None else model
     streamed = run.stream if stream is None else stream
@@ -103,6 +116,18 @@ async def complete(
             hooks.call("on_model_call_end", end)
 
     started = anyio.current_time()
+    try:
+        return await _retried(run, call, started)
+    finally:
+        if tries is not None:
+            tries.attempts = attempts
+            tries.elapsed = anyio.current_time() - started
+
+
+async def _retried(
+    run: RunResources, call: Callable[[], Awaitable[ModelResponse]], started: float
+) -> ModelResponse:
+    """Make `call`, and again while the run's retry policy says so."""
     try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
         return await call()
