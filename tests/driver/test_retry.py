@@ -92,6 +92,44 @@ def _failing(*errors: BaseException) -> tuple[list[int], FakeModelClient]:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("later", [False, True], ids=["first", "later"])
+async def test_a_retry_after_past_the_budget_ends_the_call_at_once(later: bool) -> None:
+    from turnfsm.driver import Driver
+
+    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
+    slow = ProviderError(
+        "HTTP 429: slow down", retryable=True, kind="rate_limit", retry_after=600
+    )
+    calls, model = _failing(*((busy, slow) if later else (slow,)))
+    policy = RetryPolicy(max_attempts=5, initial_wait=0.01, max_total=60)
+    result = await Driver(model=model, retry=policy).run("x")
+    assert calls == ([1, 2] if later else [1])  # no call before the wait is up
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert error.kind == "rate_limit"
+    assert error.attempts == len(calls)
+    assert "the provider asked to wait 600 s before trying again, more than the " in (
+        str(error)
+    )
+    assert (
+        "s left of the retry budget, RetryPolicy.max_total=60 s (raise it to wait)"
+        in (str(error))
+    )
+
+
+@pytest.mark.anyio
+async def test_a_retry_after_within_the_budget_is_waited_for() -> None:
+    from turnfsm.driver import Driver
+
+    slow = ProviderError("slow", retryable=True, kind="rate_limit", retry_after=0.01)
+    calls, model = _failing(slow)
+    policy = RetryPolicy(max_attempts=3, initial_wait=0.01, max_total=60)
+    result = await Driver(model=model, retry=policy).run("x")
+    assert calls == [1, 2, 3]
+    assert "asked to wait" not in str(result.error)
+
+
+@pytest.mark.anyio
 async def test_a_run_that_gave_up_retrying_says_how_often_it_tried() -> None:
     from turnfsm.driver import Driver
 

@@ -137,6 +137,7 @@ async def _retried(
         first = exc
     # Attempt 1 failed: wait its backoff, then let tenacity continue the count.
     policy = run.retry
+    policy.check_budget(first, elapsed=anyio.current_time() - started)
     await anyio.sleep(policy.wait_seconds(1, first))
     elapsed = anyio.current_time() - started
     async for attempt in policy.retrying(done=1, elapsed=elapsed):
