@@ -18,7 +18,12 @@ from turnfsm.driver._context import RunResources
 from turnfsm.driver._retry import is_transient
 from turnfsm.driver._tools import deadline
 from turnfsm.errors import InvalidReturn, ProviderError
-from turnfsm.hooks import ModelCallEnd, ModelCallInfo, TextDeltaInfo
+from turnfsm.hooks import (
+    ModelCallEnd,
+    ModelCallInfo,
+    TextDeltaInfo,
+    TextDiscardedInfo,
+)
 from turnfsm.providers import (
     ModelClient,
     ModelRequest,
@@ -67,17 +72,35 @@ async def complete(
     attempts = 0
     ended = 0.0
     limit = run.model_timeout
+    sent: list[str] = []  # the text the attempt streamed to the hooks
 
     def what() -> str:  # asked only when an attempt timed out
         return _model_label(client)
 
     async def call() -> ModelResponse:
-        nonlocal attempts, ended
+        nonlocal attempts
         attempts += 1
+        sent.clear()
+        try:
+            return await observed_call()
+        except Exception as exc:
+            if sent:
+                info = TextDiscardedInfo(
+                    run_id=run.run_id,
+                    turn=turn,
+                    attempt=attempts,
+                    text="".join(sent),
+                    error=exc,
+                )
+                hooks.call("on_text_discarded", info)
+            raise
+
+    async def observed_call() -> ModelResponse:
+        nonlocal ended
         if not observed:
             with deadline(limit, what):
                 if streamed:
-                    return await _streamed(run, client, request, turn)
+                    return await _streamed(run, client, request, turn, sent)
                 return _response_of(client, await client.complete(request))
         name, provider = describe_model(client)
         started = anyio.current_time()
@@ -101,7 +124,7 @@ async def complete(
             # not the cancellation it is made of.
             with deadline(limit, what):
                 if streamed:
-                    response = await _streamed(run, client, request, turn)
+                    response = await _streamed(run, client, request, turn, sent)
                 else:
                     response = _response_of(client, await client.complete(request))
             return response
@@ -199,12 +222,17 @@ def describe_model(client: object) -> tuple[str | None, str | None]:
 
 
 async def _streamed(
-    run: RunResources, model: ModelClient, request: ModelRequest, turn: int
+    run: RunResources,
+    model: ModelClient,
+    request: ModelRequest,
+    turn: int,
+    sent: list[str],
 ) -> ModelResponse:
     """Consume the model's stream, forwarding text deltas to the hooks.
 
-    A retried stream starts over, so observers may see a reply's first
-    deltas twice; the brain only ever sees the one assembled reply.
+    Each piece forwarded is kept in `sent`: a retried stream starts over,
+    and the hooks hear of an attempt that failed after sending text
+    (`on_text_discarded`); the brain only ever sees the one assembled reply.
 
     Raises:
         InvalidReturn: the stream yielded something other than `TextDelta`s
@@ -223,6 +251,7 @@ async def _streamed(
     async for item in stream:
         if type(item) is TextDelta and response is None:
             if item.text:
+                sent.append(item.text)
                 run.hooks.call(
                     "on_text_delta",
                     TextDeltaInfo(run_id=run.run_id, turn=turn, text=item.text),
