@@ -7,7 +7,13 @@ import pytest
 from turnfsm import Agent
 from turnfsm.driver import Driver, RetryPolicy
 from turnfsm.errors import ProviderError
-from turnfsm.hooks import Hook, TextDeltaInfo, TextDiscardedInfo
+from turnfsm.hooks import (
+    Hook,
+    ModelCallEnd,
+    ModelCallInfo,
+    TextDeltaInfo,
+    TextDiscardedInfo,
+)
 from turnfsm.messages import Message
 from turnfsm.providers import (
     ModelRequest,
@@ -204,6 +210,31 @@ async def test_observers_hear_that_a_retried_streams_first_pieces_are_void() -> 
     assert isinstance(void, TextDiscardedInfo)
     assert (void.turn, void.attempt, void.text) == (1, 1, "one ")
     assert str(void.error) == "model provider error [server]: the stream broke"
+
+
+async def test_the_void_text_is_heard_between_the_attempt_s_end_and_the_retry() -> None:
+    heard: list[str] = []
+
+    class Order(Hook):
+        def on_model_call_start(self, info: ModelCallInfo) -> None:
+            heard.append(f"start {info.attempt}")
+
+        def on_model_call_end(self, info: ModelCallEnd) -> None:
+            heard.append(f"end {info.call.attempt}")
+
+        def on_text_discarded(self, info: TextDiscardedInfo) -> None:
+            heard.append(f"discarded {info.attempt}")
+
+    hooks = [Order(), Streams()]
+    await Driver(model=BreaksOnce(), hooks=hooks, retry=FAST).run("x")
+    assert heard == ["start 1", "end 1", "discarded 1", "start 2", "end 2"]
+
+
+class Streams(Hook):
+    """Turns streaming on, and no more."""
+
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        pass
 
 
 async def test_a_hook_without_on_text_discarded_still_streams_every_piece() -> None:
