@@ -27,7 +27,7 @@ from turnfsm.driver import (
     subagent_tool,
 )
 from turnfsm.errors import ConfigError
-from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo
+from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo, TextDiscardedInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     MemoryStore,
@@ -45,13 +45,16 @@ T = TypeVar("T")
 class _Forward(Hook):
     """Forwards streamed text (or, without streaming, each reply) to a channel."""
 
-    def __init__(self, send: MemoryObjectSendStream[str]) -> None:
+    def __init__(self, send: MemoryObjectSendStream[str | TextDiscardedInfo]) -> None:
         self.send = send
         self.streamed = False
 
     def on_text_delta(self, info: TextDeltaInfo) -> None:
         self.streamed = True
         self.send.send_nowait(info.text)
+
+    def on_text_discarded(self, info: TextDiscardedInfo) -> None:
+        self.send.send_nowait(info)
 
     def on_outcome(self, info: OutcomeInfo) -> None:
         if isinstance(info.event, ModelReplied) and not self.streamed:
@@ -63,13 +66,33 @@ class _Forward(Hook):
 
 @final
 class RunStream:
-    """The text of a streamed run, piece by piece; `result` once it ended."""
+    """The text of a streamed run, piece by piece; `result` once it ended.
 
-    def __init__(self, receive: MemoryObjectReceiveStream[str]) -> None:
+    Iterating it yields the text pieces only. A streamed attempt that fails
+    after sending text and is retried streams again from the beginning, so
+    those pieces come twice; `pieces()` yields, between the two, the
+    `TextDiscardedInfo` that says the pieces before it are void.
+    """
+
+    def __init__(
+        self, receive: MemoryObjectReceiveStream[str | TextDiscardedInfo]
+    ) -> None:
         self._receive = receive
         self._result: RunResult | None = None
 
-    def __aiter__(self) -> AsyncIterator[str]:
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for piece in self._receive:
+            if isinstance(piece, str):
+                yield piece
+
+    def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
+        """Yield the text pieces, and a `TextDiscardedInfo` where some were void.
+
+        A `TextDiscardedInfo` comes when a streamed attempt failed after
+        sending text: its `text` is the pieces of that attempt, which are
+        no part of any reply (drop what you showed of them); a retry then
+        streams its reply from the beginning.
+        """
         return self._receive.__aiter__()
 
     @property
@@ -394,7 +417,9 @@ class Agent:
                 print(stream.result.text)
             ```
         """
-        send, receive = anyio.create_memory_object_stream[str](math.inf)
+        send, receive = anyio.create_memory_object_stream[str | TextDiscardedInfo](
+            math.inf
+        )
         stream = RunStream(receive)
         forward = _Forward(send)
 

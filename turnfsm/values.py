@@ -41,6 +41,10 @@ class ErrorInfo:
         retryable: whether trying again could succeed.
         status: the HTTP status, when the failure came with one.
         retry_after: the seconds the provider asked to wait, when it said.
+        attempts: how many times the call was made before the run gave up
+            (None: not counted).
+        elapsed: seconds from the first attempt to the last one's failure
+            (None: not counted).
     """
 
     type: str = attrs.field(validator=_checks.string())
@@ -50,6 +54,12 @@ class ErrorInfo:
         default=None, validator=_checks.integer(low=0, optional=True)
     )
     retry_after: float | None = attrs.field(
+        default=None, validator=_checks.number(low=0, optional=True)
+    )
+    attempts: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    elapsed: float | None = attrs.field(
         default=None, validator=_checks.number(low=0, optional=True)
     )
 

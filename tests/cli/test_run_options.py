@@ -228,6 +228,18 @@ def test_a_reply_is_printed_once_and_session_continues(
     assert anyio.run(history) == ["first", "answer 0", "second", "answer 0"]
 
 
+def test_a_run_whose_provider_reports_no_usage_says_so_not_zero_tokens(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "s.db")
+    assert main(["run", "first", "--agent", SCRIPTED, "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "run done: 1 model call(s), token usage not reported by the provider" in out
+    assert "0 tokens in" not in out
+    assert main(["sessions", "show", _session_id(out), "--store", store]) == 0
+    assert "usage not reported" in capsys.readouterr().out
+
+
 def _paused(store: str, capsys: Capture) -> str:
     assert main(["run", "Free disk.", "--agent", CAREFUL, "--store", store]) == 3
     out = capsys.readouterr().out

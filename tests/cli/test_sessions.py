@@ -537,3 +537,8 @@ def test_show_says_when_the_model_reported_no_usage(
     out = capsys.readouterr().out
     assert "1 turn(s)  usage not reported" in out
     assert "(reported)" not in out
+    report = tmp_path / "r.html"
+    assert main(["report", sid, "-o", str(report), "--store", str(path)]) == 0
+    page = report.read_text()
+    assert "<dt>usage</dt><dd>not reported by the provider</dd>" in page
+    assert "0 in / 0 out" not in page

@@ -32,8 +32,10 @@ from turnfsm.errors import (
 from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
 from turnfsm.messages import Message, Role
 from turnfsm.persistence import CompactionRecord
+from turnfsm.providers import ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -797,3 +799,14 @@ async def test_a_message_injected_during_the_final_call_keeps_the_run_going() ->
         "one more thing",
         "second answer",
     ]
+
+
+async def test_a_result_counts_the_calls_whose_usage_was_reported() -> None:
+    reported = ModelResponse(
+        message=reply("", tool_call("echo", "c1", text="a")),
+        usage=Usage(input_tokens=10, output_tokens=2),
+    )
+    model = ScriptedModel.of(reported, "done")  # the second reports none
+    result = await Driver(model=model, tools=[echo]).run("x")
+    assert (result.turns, result.reported_calls) == (2, 1)
+    assert result.usage == Usage(input_tokens=10, output_tokens=2)

@@ -6,6 +6,8 @@ import pytest
 
 from turnfsm.driver import RetryPolicy, is_transient
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient
 
 
 def test_transient_errors_are_retried_overflow_and_bugs_are_not() -> None:
@@ -59,7 +61,6 @@ async def test_the_driver_backs_off_exponentially_across_attempts() -> None:
     import anyio
 
     from turnfsm.driver import Driver
-    from turnfsm.providers import ModelRequest, ModelResponse
     from turnfsm.testing import FakeModelClient
 
     stamps: list[float] = []
@@ -78,3 +79,88 @@ async def test_the_driver_backs_off_exponentially_across_attempts() -> None:
     assert gaps[0] >= 0.02
     assert gaps[1] >= 0.04
     assert gaps[2] >= 0.08
+
+
+def _failing(*errors: BaseException) -> tuple[list[int], FakeModelClient]:
+    calls: list[int] = []
+
+    def handler(request: ModelRequest) -> ModelResponse:
+        calls.append(len(calls) + 1)
+        raise errors[min(len(calls), len(errors)) - 1]
+
+    return calls, FakeModelClient(handler)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("later", [False, True], ids=["first", "later"])
+async def test_a_retry_after_past_the_budget_ends_the_call_at_once(later: bool) -> None:
+    from turnfsm.driver import Driver
+
+    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
+    slow = ProviderError(
+        "HTTP 429: slow down", retryable=True, kind="rate_limit", retry_after=600
+    )
+    calls, model = _failing(*((busy, slow) if later else (slow,)))
+    policy = RetryPolicy(max_attempts=5, initial_wait=0.01, max_total=60)
+    result = await Driver(model=model, retry=policy).run("x")
+    assert calls == ([1, 2] if later else [1])  # no call before the wait is up
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert error.kind == "rate_limit"
+    assert error.attempts == len(calls)
+    assert "the provider asked to wait 600 s before trying again, more than the " in (
+        str(error)
+    )
+    assert (
+        "s left of the retry budget, RetryPolicy.max_total=60 s (raise it to wait)"
+        in (str(error))
+    )
+
+
+@pytest.mark.anyio
+async def test_a_retry_after_within_the_budget_is_waited_for() -> None:
+    from turnfsm.driver import Driver
+
+    slow = ProviderError("slow", retryable=True, kind="rate_limit", retry_after=0.01)
+    calls, model = _failing(slow)
+    policy = RetryPolicy(max_attempts=3, initial_wait=0.01, max_total=60)
+    result = await Driver(model=model, retry=policy).run("x")
+    assert calls == [1, 2, 3]
+    assert "asked to wait" not in str(result.error)
+
+
+@pytest.mark.anyio
+async def test_a_run_that_gave_up_retrying_says_how_often_it_tried() -> None:
+    from turnfsm.driver import Driver
+
+    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
+    _, model = _failing(busy)
+    policy = RetryPolicy(max_attempts=3, initial_wait=0.01, jitter=False)
+    result = await Driver(model=model, retry=policy).run("x")
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert (error.attempts, error.message) == (3, "HTTP 503: busy")
+    assert error.elapsed is not None
+    assert str(error) == (
+        f"model provider error [server]: HTTP 503: busy; tried 3 times over "
+        f"{error.elapsed:.1f} s, failing each time (errors of this kind are "
+        "retried, as far as the RetryPolicy allows)"
+    )
+
+
+@pytest.mark.anyio
+async def test_a_timeout_with_retries_off_says_it_was_tried_once() -> None:
+    from turnfsm.driver import Driver
+
+    _, model = _failing(TimeoutError("model 'm' timed out after 5s"))
+    policy = RetryPolicy(max_attempts=1)
+    result = await Driver(model=model, retry=policy).run("x")
+    assert str(result.error) == (
+        "model provider error [TimeoutError]: model 'm' timed out after 5s; tried "
+        "once (errors of this kind are retried, as far as the RetryPolicy allows)"
+    )
+
+
+def test_a_permanent_error_says_nothing_of_retries() -> None:
+    error = ProviderError("HTTP 401: bad key", kind="auth", attempts=1, elapsed=0.2)
+    assert str(error) == "model provider error [auth]: HTTP 401: bad key"

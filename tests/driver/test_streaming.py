@@ -5,8 +5,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from turnfsm import Agent
-from turnfsm.driver import Driver
-from turnfsm.hooks import Hook, TextDeltaInfo
+from turnfsm.driver import Driver, RetryPolicy
+from turnfsm.errors import ProviderError
+from turnfsm.hooks import (
+    Hook,
+    ModelCallEnd,
+    ModelCallInfo,
+    TextDeltaInfo,
+    TextDiscardedInfo,
+)
 from turnfsm.messages import Message
 from turnfsm.providers import (
     ModelRequest,
@@ -161,3 +168,99 @@ async def test_a_stream_that_breaks_its_contract_fails_the_run_naming_it(
     assert error.source == f"model {type(model).__name__}.stream()"
     assert error.value.startswith(value)
     assert expected in error.expected
+
+
+class BreaksOnce:
+    """Streams "one two three", but breaks off after "one " the first time."""
+
+    def __init__(self) -> None:
+        self.streamed = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise AssertionError("the run streams")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.streamed += 1
+        yield TextDelta(text="one ")
+        if self.streamed == 1:
+            raise ProviderError("the stream broke", retryable=True, kind="server")
+        yield TextDelta(text="two three")
+        message = Message.assistant("one two three")
+        yield StreamDone(response=ModelResponse(message=message))
+
+
+FAST = RetryPolicy(initial_wait=0.01, jitter=False)
+
+
+async def test_observers_hear_that_a_retried_streams_first_pieces_are_void() -> None:
+    heard: list[object] = []
+
+    class Collect(Hook):
+        def on_text_delta(self, info: TextDeltaInfo) -> None:
+            heard.append(info.text)
+
+        def on_text_discarded(self, info: TextDiscardedInfo) -> None:
+            heard.append(info)
+
+    result = await Driver(model=BreaksOnce(), hooks=[Collect()], retry=FAST).run("x")
+    assert result.text == "one two three"
+    assert heard[0] == "one "
+    assert heard[2:] == ["one ", "two three"]
+    void = heard[1]
+    assert isinstance(void, TextDiscardedInfo)
+    assert (void.turn, void.attempt, void.text) == (1, 1, "one ")
+    assert str(void.error) == "model provider error [server]: the stream broke"
+
+
+async def test_the_void_text_is_heard_between_the_attempt_s_end_and_the_retry() -> None:
+    heard: list[str] = []
+
+    class Order(Hook):
+        def on_model_call_start(self, info: ModelCallInfo) -> None:
+            heard.append(f"start {info.attempt}")
+
+        def on_model_call_end(self, info: ModelCallEnd) -> None:
+            heard.append(f"end {info.call.attempt}")
+
+        def on_text_discarded(self, info: TextDiscardedInfo) -> None:
+            heard.append(f"discarded {info.attempt}")
+
+    hooks = [Order(), Streams()]
+    await Driver(model=BreaksOnce(), hooks=hooks, retry=FAST).run("x")
+    assert heard == ["start 1", "end 1", "discarded 1", "start 2", "end 2"]
+
+
+class Streams(Hook):
+    """Turns streaming on, and no more."""
+
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        pass
+
+
+async def test_a_hook_without_on_text_discarded_still_streams_every_piece() -> None:
+    heard: list[str] = []
+
+    class Text(Hook):
+        def on_text_delta(self, info: TextDeltaInfo) -> None:
+            heard.append(info.text)
+
+    result = await Driver(model=BreaksOnce(), hooks=[Text()], retry=FAST).run("x")
+    assert (result.text, heard) == ("one two three", ["one ", "one ", "two three"])
+
+
+async def test_run_stream_pieces_say_where_a_retried_streams_text_was_void() -> None:
+    agent = Agent(model=BreaksOnce(), retry=FAST)
+    async with agent.run_stream("x") as stream:
+        pieces = [p async for p in stream.pieces()]
+    assert [p if isinstance(p, str) else p.text for p in pieces] == [
+        "one ",
+        "one ",  # the void text, as TextDiscardedInfo
+        "one ",
+        "two three",
+    ]
+    assert isinstance(pieces[1], TextDiscardedInfo)
+    assert stream.result.text == "one two three"
+    agent = Agent(model=BreaksOnce(), retry=FAST)
+    async with agent.run_stream("x") as stream:
+        text = [p async for p in stream]
+    assert text == ["one ", "one ", "two three"]  # iterating yields text only

@@ -482,6 +482,28 @@ async def test_sessions_show_lists_the_children_indented_and_the_parent() -> Non
     assert "sub-agent sessions" not in out.getvalue()
 
 
+async def test_sessions_show_says_a_child_s_usage_was_not_reported() -> None:
+    path = "silent.db"
+    store = SQLiteStore(path)
+    try:
+        quiet = Agent(model=FakeModelClient(lambda _r: "hi"))  # reports no usage
+        top = Agent(
+            model=delegating_model("quiet"),
+            tools=[quiet.as_tool(name="quiet", description="Ask")],
+            session=Session("ses_top", store=store),
+        )
+        await top.run("x")
+    finally:
+        await store.aclose()
+    out = io.StringIO()
+    command = SessionsCommand(action="show", store=str(path), session_id="ses_top")
+    assert await anyio.to_thread.run_sync(lambda: run_sessions(command, out=out)) == 0
+    tail = out.getvalue().split("\nsub-agent sessions (1):\n")[1]
+    assert re.fullmatch(
+        r"  ses_\w+  done  1 turn\(s\)  usage not reported  for call call_\w+\n", tail
+    )
+
+
 async def test_the_parent_and_its_children_replay_from_the_log() -> None:
     write_files()
     store = MemoryStore()

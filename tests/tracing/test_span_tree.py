@@ -162,9 +162,7 @@ async def test_a_provider_overflow_compacts_and_retries() -> None:
     ]  # fmt: skip
 
 
-RATE_ERROR = (
-    "model provider error [rate_limit] (transient; retries exhausted): slow down"
-)
+RATE_ERROR = "model provider error [rate_limit]: slow down"
 
 
 async def test_a_transient_error_is_retried_in_a_second_attempt() -> None:

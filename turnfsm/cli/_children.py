@@ -42,10 +42,14 @@ async def _tree(
         link = parent_of(child)
         run = child.runs[0]
         usage = sum((r.usage for r in child.runs), start=Usage())
+        turns = sum(len(r.turns) for r in child.runs)
+        said = (
+            f"usage {usage.input_tokens} in / {usage.output_tokens} out"
+            if not turns or any(r.reported_calls for r in child.runs)
+            else "usage not reported"
+        )
         lines.append(
-            f"{'  ' * level}{child.id}  {run.outcome}  "
-            f"{sum(len(r.turns) for r in child.runs)} turn(s)  "
-            f"usage {usage.input_tokens} in / {usage.output_tokens} out  "
+            f"{'  ' * level}{child.id}  {run.outcome}  {turns} turn(s)  {said}  "
             f"for call {link.call_id if link else '?'}"
         )
         await _tree(store, child.id, level + 1, seen, lines)

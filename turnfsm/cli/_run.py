@@ -662,12 +662,19 @@ def report_result(
     if not result.ok:
         print(f"run {result.outcome}: {result.error}", file=out)
         return 1
-    print(
-        f"run done: {result.turns} model call(s), "
-        f"{result.usage.input_tokens} tokens in / {result.usage.output_tokens} out",
-        file=out,
-    )
+    print(f"run done: {result.turns} model call(s), {_usage(result)}", file=out)
     return 0
+
+
+def _usage(result: RunResult) -> str:
+    """The run's token usage in words; never a count the provider did not give."""
+    usage, calls, reported = result.usage, result.turns, result.reported_calls
+    if reported == 0 and calls:
+        return "token usage not reported by the provider"
+    tokens = f"{usage.input_tokens} tokens in / {usage.output_tokens} out"
+    if reported is not None and reported < calls:
+        return f"{tokens} (reported for {reported} of the {calls} calls)"
+    return tokens
 
 
 def print_waiting(result: RunResult, out: TextIO) -> None:

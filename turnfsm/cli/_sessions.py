@@ -280,7 +280,7 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
         usage = run.usage
         said = (
             f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
-            if any(turn.usage is not None for turn in run.turns)
+            if run.reported_calls
             else "usage not reported"
         )
         line = f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  {said}"

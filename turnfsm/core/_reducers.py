@@ -312,6 +312,8 @@ def _provider_error(s: Snapshot, e: Event) -> Failure:
         error_type=e.error.type,
         retryable=e.error.retryable,
         status=e.error.status,
+        attempts=e.error.attempts,
+        elapsed=e.error.elapsed,
     )
 
 

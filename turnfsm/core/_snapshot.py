@@ -123,7 +123,12 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
         errors=f.detail.splitlines(), retries=f.used
     ),
     "provider_error": lambda f: ProviderError(
-        message=f.detail, retryable=f.retryable, kind=f.error_type, status=f.status
+        message=f.detail,
+        retryable=f.retryable,
+        kind=f.error_type,
+        status=f.status,
+        attempts=f.attempts,
+        elapsed=f.elapsed,
     ),
 }
 
@@ -146,6 +151,12 @@ class Failure:
     retryable: bool = attrs.field(default=False, validator=_checks.boolean())
     status: int | None = attrs.field(
         default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    attempts: int | None = attrs.field(
+        default=None, validator=_checks.integer(low=0, optional=True)
+    )
+    elapsed: float | None = attrs.field(
+        default=None, validator=_checks.number(low=0, optional=True)
     )
 
     def to_error(self) -> TurnFSMError:

@@ -198,6 +198,7 @@ class Audit:
         self.manager = manager
         self.clock = clock
         self.usage = Usage()  # the agent's own model calls
+        self.reported_calls = 0  # those of them the provider reported usage for
         self.prices = prices
         self.cost: float | None = None if prices is None else 0.0
         """What the agent's own model calls cost, in US dollars (None: no prices)."""
@@ -244,6 +245,7 @@ class Audit:
     def restore(self, record: RunRecord) -> None:
         """Pick up what a run logged so far (a resumed or abandoned run)."""
         self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
+        self.reported_calls = record.reported_calls
         if self.prices is not None:
             prices = self.prices
             self.cost = sum(float(prices.usage_cost(t.usage)) for t in record.turns)
@@ -299,6 +301,7 @@ class Audit:
         usage = event.usage
         if usage is not None:
             self.usage = self.usage + usage
+            self.reported_calls += 1
             if self.prices is not None and self.cost is not None:
                 self.cost += float(self.prices.usage_cost(usage))
             if usage.input_tokens:

@@ -133,6 +133,10 @@ class RunResult(Generic[OutputT]):
         children_cost: What its sub-agents' model calls cost (theirs, their
             sub-agents', at each one's own prices); None when one of them
             has no prices (its usage is in `children_usage` all the same).
+        reported_calls: How many of the run's model calls (`turns`) the
+            provider reported usage for: when it is 0, `usage` is no count
+            at all (some OpenAI-compatible servers report none); None: not
+            known.
     """
 
     outcome: Literal["done", "failed", "cancelled", "interrupted", "paused"]
@@ -148,6 +152,7 @@ class RunResult(Generic[OutputT]):
     children_usage: Usage = attrs.field(factory=Usage)
     cost: float | None = None
     children_cost: float | None = 0.0
+    reported_calls: int | None = None
 
     @property
     def cost_with_children(self) -> float | None:

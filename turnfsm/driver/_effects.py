@@ -43,7 +43,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver._arguments import InvalidArguments
 from turnfsm.driver._context import EffectContext, Reported
-from turnfsm.driver._model_calls import complete
+from turnfsm.driver._model_calls import Tries, complete
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import ProviderError, SubagentWaiting
@@ -147,8 +147,9 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         max_tokens=run.max_output_tokens,
         output=None if output is None else output.spec,
     )
+    tries = Tries()
     try:
-        response = await complete(run, request, turn=ctx.turn + 1)
+        response = await complete(run, request, turn=ctx.turn + 1, tries=tries)
     except ProviderError as exc:
         info = ErrorInfo(
             type=exc.kind,
@@ -159,9 +160,10 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         )
         if exc.is_context_overflow:
             return ContextOverflowed(error=info)
-        return ModelFailed(error=info)
+        return ModelFailed(error=_counted(info, tries))
     except (TimeoutError, ConnectionError) as exc:
-        return ModelFailed(error=ErrorInfo.from_exception(exc, retryable=True))
+        info = ErrorInfo.from_exception(exc, retryable=True)
+        return ModelFailed(error=_counted(info, tries))
     # Each call under an id of its own (some servers repeat theirs).
     reply = unique_call_ids(response.message, decision.history, decision.pending)
     if reply is not response.message:
@@ -185,6 +187,13 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
                 usage=response.usage,
             )
     return ModelReplied(message=response.message, usage=response.usage)
+
+
+def _counted(info: ErrorInfo, tries: Tries) -> ErrorInfo:
+    """`info` with the attempts the call made, when it was one worth retrying."""
+    if not info.retryable or not tries.attempts:
+        return info
+    return attrs.evolve(info, attempts=tries.attempts, elapsed=round(tries.elapsed, 3))
 
 
 def _overflowed(message: str) -> ContextOverflowed:

@@ -142,6 +142,7 @@ class Ending:
             children_usage=self.children.usage,
             cost=self.audit.cost,
             children_cost=self.children.cost,
+            reported_calls=self.audit.reported_calls,
         )
 
     def _output(self, outcome: str, text: str) -> Any:
@@ -224,6 +225,7 @@ class Ending:
             children_usage=self.children.usage,
             cost=self.audit.cost,
             children_cost=self.children.cost,
+            reported_calls=self.audit.reported_calls,
         )
 
     async def crash(self, exc: BaseException) -> None:

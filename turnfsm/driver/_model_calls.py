@@ -8,15 +8,22 @@ both get the run's retry policy, timeout and hooks.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import anyio
+import attrs
 
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._retry import is_transient
 from turnfsm.driver._tools import deadline
 from turnfsm.errors import InvalidReturn, ProviderError
-from turnfsm.hooks import ModelCallEnd, ModelCallInfo, TextDeltaInfo
+from turnfsm.hooks import (
+    ModelCallEnd,
+    ModelCallInfo,
+    TextDeltaInfo,
+    TextDiscardedInfo,
+)
 from turnfsm.providers import (
     ModelClient,
     ModelRequest,
@@ -25,7 +32,15 @@ from turnfsm.providers import (
     TextDelta,
 )
 
-__all__ = ["complete", "describe_model"]
+__all__ = ["Tries", "complete", "describe_model"]
+
+
+@attrs.define
+class Tries:
+    """How a model call went: its attempts, and the seconds they took in all."""
+
+    attempts: int = 0
+    elapsed: float = 0.0
 
 
 async def complete(
@@ -36,6 +51,7 @@ async def complete(
     model: ModelClient | None = None,
     stream: bool | None = None,
     purpose: Literal["turn", "summary"] = "turn",
+    tries: Tries | None = None,
 ) -> ModelResponse:
     """Call the model; on a transient error, hand over to the retry policy.
 
@@ -46,6 +62,8 @@ async def complete(
         model: The client to call (default: the run's model).
         stream: Whether to stream to the hooks (default: the run's setting).
         purpose: What the call is for, as the model-call hooks see it.
+        tries: Filled in with the attempts made and the time they took,
+            however the call ends.
     """
     client = run.model if model is None else model
     streamed = run.stream if stream is None else stream
@@ -54,17 +72,35 @@ async def complete(
     attempts = 0
     ended = 0.0
     limit = run.model_timeout
+    sent: list[str] = []  # the text the attempt streamed to the hooks
 
     def what() -> str:  # asked only when an attempt timed out
         return _model_label(client)
 
     async def call() -> ModelResponse:
-        nonlocal attempts, ended
+        nonlocal attempts
         attempts += 1
+        sent.clear()
+        try:
+            return await observed_call()
+        except Exception as exc:
+            if sent:
+                info = TextDiscardedInfo(
+                    run_id=run.run_id,
+                    turn=turn,
+                    attempt=attempts,
+                    text="".join(sent),
+                    error=exc,
+                )
+                hooks.call("on_text_discarded", info)
+            raise
+
+    async def observed_call() -> ModelResponse:
+        nonlocal ended
         if not observed:
             with deadline(limit, what):
                 if streamed:
-                    return await _streamed(run, client, request, turn)
+                    return await _streamed(run, client, request, turn, sent)
                 return _response_of(client, await client.complete(request))
         name, provider = describe_model(client)
         started = anyio.current_time()
@@ -88,7 +124,7 @@ async def complete(
             # not the cancellation it is made of.
             with deadline(limit, what):
                 if streamed:
-                    response = await _streamed(run, client, request, turn)
+                    response = await _streamed(run, client, request, turn, sent)
                 else:
                     response = _response_of(client, await client.complete(request))
             return response
@@ -104,6 +140,18 @@ async def complete(
 
     started = anyio.current_time()
     try:
+        return await _retried(run, call, started)
+    finally:
+        if tries is not None:
+            tries.attempts = attempts
+            tries.elapsed = anyio.current_time() - started
+
+
+async def _retried(
+    run: RunResources, call: Callable[[], Awaitable[ModelResponse]], started: float
+) -> ModelResponse:
+    """Make `call`, and again while the run's retry policy says so."""
+    try:
         # The first attempt runs outside tenacity: the happy path pays nothing.
         return await call()
     except Exception as exc:
@@ -112,6 +160,7 @@ async def complete(
         first = exc
     # Attempt 1 failed: wait its backoff, then let tenacity continue the count.
     policy = run.retry
+    policy.check_budget(first, elapsed=anyio.current_time() - started)
     await anyio.sleep(policy.wait_seconds(1, first))
     elapsed = anyio.current_time() - started
     async for attempt in policy.retrying(done=1, elapsed=elapsed):
@@ -173,12 +222,17 @@ def describe_model(client: object) -> tuple[str | None, str | None]:
 
 
 async def _streamed(
-    run: RunResources, model: ModelClient, request: ModelRequest, turn: int
+    run: RunResources,
+    model: ModelClient,
+    request: ModelRequest,
+    turn: int,
+    sent: list[str],
 ) -> ModelResponse:
     """Consume the model's stream, forwarding text deltas to the hooks.
 
-    A retried stream starts over, so observers may see a reply's first
-    deltas twice; the brain only ever sees the one assembled reply.
+    Each piece forwarded is kept in `sent`: a retried stream starts over,
+    and the hooks hear of an attempt that failed after sending text
+    (`on_text_discarded`); the brain only ever sees the one assembled reply.
 
     Raises:
         InvalidReturn: the stream yielded something other than `TextDelta`s
@@ -197,6 +251,7 @@ async def _streamed(
     async for item in stream:
         if type(item) is TextDelta and response is None:
             if item.text:
+                sent.append(item.text)
                 run.hooks.call(
                     "on_text_delta",
                     TextDeltaInfo(run_id=run.run_id, turn=turn, text=item.text),

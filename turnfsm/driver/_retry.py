@@ -41,7 +41,10 @@ class RetryPolicy:
     """Jittered exponential backoff, bounded in attempts and total time.
 
     A provider's Retry-After (`ProviderError.retry_after`) is honoured: the
-    wait is at least that long. Context overflow is never retried.
+    wait is at least that long. When it is longer than what is left of
+    `max_total`, the call is not retried: the provider's error ends it at
+    once, saying how long the provider asked to wait. Context overflow is
+    never retried.
 
     Attributes:
         max_attempts: calls in all, the first included (1 disables retries;
@@ -74,6 +77,32 @@ class RetryPolicy:
             wait = max(wait, min(retry_after, self.max_total))
         return wait
 
+    def check_budget(self, exc: BaseException, *, elapsed: float) -> None:
+        """Refuse to wait past `max_total` for a provider's Retry-After.
+
+        Args:
+            exc: The error the retry would answer.
+            elapsed: Seconds already spent, counted against `max_total`.
+
+        Raises:
+            ProviderError: `exc`'s `retry_after` is longer than what is left
+                of `max_total`; the message says both (`exc` is its cause).
+        """
+        if not isinstance(exc, ProviderError) or exc.retry_after is None:
+            return
+        left = max(0.0, self.max_total - elapsed)
+        if exc.retry_after <= left:
+            return
+        raise attrs.evolve(
+            exc,
+            message=(
+                f"{exc.message}; the provider asked to wait "
+                f"{exc.retry_after:g} s before trying again, more than the "
+                f"{left:.1f} s left of the retry budget, "
+                f"RetryPolicy.max_total={self.max_total:g} s (raise it to wait)"
+            ),
+        ) from exc
+
     def retrying(self, *, done: int = 0, elapsed: float = 0.0) -> AsyncRetrying:
         """Return a tenacity controller that sleeps on anyio (asyncio or trio).
 
@@ -85,6 +114,9 @@ class RetryPolicy:
 
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome is not None else None
+            if exc is not None and state.attempt_number + done < self.max_attempts:
+                spent = state.seconds_since_start or 0.0
+                self.check_budget(exc, elapsed=elapsed + spent)
             return self.wait_seconds(state.attempt_number + done, exc)
 
         return AsyncRetrying(

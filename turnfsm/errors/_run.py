@@ -91,6 +91,10 @@ class ProviderError(TurnFSMError):
         kind: How it failed (``"rate_limit"``, ``"context_overflow"``, ...).
         retry_after: Seconds the provider asked to wait, if it said.
         status: The HTTP status, if there was one.
+        attempts: How many times the call was made before the run gave up
+            (None: not counted, as when the error was raised by a client).
+        elapsed: Seconds from the first attempt to the last one's failure
+            (None: not counted).
     """
 
     message: str
@@ -101,6 +105,8 @@ class ProviderError(TurnFSMError):
     kind: str = "error"
     retry_after: float | None = None
     status: int | None = None
+    attempts: int | None = attrs.field(default=None, kw_only=True)
+    elapsed: float | None = attrs.field(default=None, kw_only=True)
 
     def __init__(
         self,
@@ -110,6 +116,8 @@ class ProviderError(TurnFSMError):
         retry_after: float | None = None,
         status: int | None = None,
         *,
+        attempts: int | None = None,
+        elapsed: float | None = None,
         retriable: bool | None = None,
     ) -> None:
         if retriable is not None:  # the old name, kept one release
@@ -120,7 +128,15 @@ class ProviderError(TurnFSMError):
                 stacklevel=2,
             )
             retryable = retriable
-        self.__attrs_init__(message, retryable, kind, retry_after, status)
+        self.__attrs_init__(
+            message,
+            retryable,
+            kind,
+            retry_after,
+            status,
+            attempts=attempts,
+            elapsed=elapsed,
+        )
 
     @property
     def retriable(self) -> bool:
@@ -139,8 +155,19 @@ class ProviderError(TurnFSMError):
         return self.kind == CONTEXT_OVERFLOW
 
     def __str__(self) -> str:
-        hint = " (transient; retries exhausted)" if self.retryable else ""
-        return f"model provider error [{self.kind}]{hint}: {self.message}"
+        text = f"model provider error [{self.kind}]: {self.message}"
+        if not self.retryable or self.attempts is None:
+            return text
+        return text + _tried(self.attempts, self.elapsed)
+
+
+def _tried(attempts: int, elapsed: float | None) -> str:
+    """Say, in words, how often a call of a retried kind was made."""
+    retried = "errors of this kind are retried, as far as the RetryPolicy allows"
+    if attempts == 1:
+        return f"; tried once ({retried})"
+    over = f" over {elapsed:.1f} s" if elapsed is not None else ""
+    return f"; tried {attempts} times{over}, failing each time ({retried})"
 
 
 CONTEXT_OVERFLOW = "context_overflow"

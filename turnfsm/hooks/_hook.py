@@ -17,6 +17,7 @@ from turnfsm.hooks._infos import (
     RunEndInfo,
     RunStartInfo,
     TextDeltaInfo,
+    TextDiscardedInfo,
     ToolCallEnd,
     ToolCallInfo,
     TransitionInfo,
@@ -70,6 +71,13 @@ class Hook:
         model's ``stream()`` (when it has one) instead of ``complete()``.
         """
 
+    def on_text_discarded(self, info: TextDiscardedInfo) -> None:
+        """Called when a streamed attempt failed after sending text: drop that text.
+
+        It comes after the attempt's `on_model_call_end` and before a
+        retry's `on_model_call_start`; the retry streams from the beginning.
+        """
+
     def pre_compact(self, info: PreCompactInfo) -> PreCompact | None:
         """Called before a compaction pass; return a `PreCompact` to veto or steer."""
         return None
@@ -110,6 +118,7 @@ HOOK_METHODS: Final = (
     "on_tool_start",
     "on_tool_end",
     "on_text_delta",
+    "on_text_discarded",
     "pre_compact",
     "on_compaction_pass",
     "post_compact",

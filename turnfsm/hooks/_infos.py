@@ -26,6 +26,7 @@ __all__ = [
     "RunEndInfo",
     "RunStartInfo",
     "TextDeltaInfo",
+    "TextDiscardedInfo",
     "ToolCallEnd",
     "ToolCallInfo",
     "TransitionInfo",
@@ -111,6 +112,30 @@ class TextDeltaInfo:
     run_id: str
     turn: int
     text: str
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TextDiscardedInfo:
+    """A streamed model-call attempt failed after sending text: that text is void.
+
+    The pieces of `text` came to `on_text_delta`, but the attempt broke off
+    (`error`): they are no part of any reply. When the retry policy tries
+    again, the next attempt streams its reply from the beginning.
+
+    Attributes:
+        run_id: The run.
+        turn: The turn the call serves.
+        attempt: The attempt that failed (1 for the first).
+        text: Every piece the attempt sent, joined.
+        error: What ended the attempt.
+    """
+
+    run_id: str
+    turn: int
+    attempt: int
+    text: str
+    error: Exception
 
 
 @final

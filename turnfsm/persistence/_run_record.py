@@ -64,6 +64,15 @@ class RunRecord:
     history: MessageLog = attrs.field(factory=MessageLog, repr=False, eq=False)
 
     @property
+    def reported_calls(self) -> int:
+        """How many of its model calls (`turns`) the provider reported usage for.
+
+        Some OpenAI-compatible servers report none: their `usage` stays 0
+        tokens, which is then no count at all.
+        """
+        return sum(1 for turn in self.turns if turn.usage is not None)
+
+    @property
     def is_open(self) -> bool:
         """Whether the run can still go on (paused, interrupted, or never ended)."""
         return self.outcome == "running" or self.outcome in GOES_ON

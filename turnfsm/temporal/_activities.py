@@ -29,9 +29,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+import attrs
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -376,21 +377,27 @@ def _answer(event: Event, attempts: int) -> dict[str, Any]:
     """The event as JSON; a transient model failure is raised for Temporal to retry.
 
     Only while the run's `RetryPolicy.max_attempts` allows: the last attempt
-    hands the failure to the brain, as the in-process retry does.
+    hands the failure to the brain, as the in-process retry does, with the
+    attempts Temporal made and the time since the first.
     """
-    data: dict[str, Any] = serde.to_json(event)  # type: ignore[assignment]
-    if (
-        isinstance(event, ModelFailed)
-        and event.error.retryable
-        and activity.info().attempt < attempts
-    ):
-        wait = event.error.retry_after
-        raise ApplicationError(
-            event.error.message,
-            data,
-            type=TRANSIENT,
-            next_retry_delay=timedelta(seconds=wait) if wait else None,
+    if isinstance(event, ModelFailed) and event.error.retryable:
+        info = activity.info()
+        if info.attempt < attempts:
+            wait = event.error.retry_after
+            raise ApplicationError(
+                event.error.message,
+                serde.to_json(event),
+                type=TRANSIENT,
+                next_retry_delay=timedelta(seconds=wait) if wait else None,
+            )
+        since = datetime.now(UTC) - info.scheduled_time
+        error = attrs.evolve(
+            event.error,
+            attempts=info.attempt,
+            elapsed=round(max(0.0, since.total_seconds()), 3),
         )
+        event = ModelFailed(error=error)
+    data: dict[str, Any] = serde.to_json(event)  # type: ignore[assignment]
     return data
 
 

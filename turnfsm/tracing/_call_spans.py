@@ -168,7 +168,7 @@ def _fail(span: Span, error: BaseException) -> str | None:
         span.set_attribute(A.CANCELLED, True)
         return None
     if isinstance(error, ProviderError):
-        # Its own words, not its text as a run's failure ("retries exhausted").
+        # Its own words, not its text as a run's failure ("tried 4 times ...").
         kind, described = error.kind, error.message
     else:
         kind, described = type(error).__name__, str(error)

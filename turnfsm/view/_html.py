@@ -298,7 +298,9 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
         f"<dt>outcome</dt><dd>{_e(run.outcome)} in phase {_e(run.phase)}</dd>",
         f"<dt>machine</dt><dd>{_e(run.opened.machine)} ({_e(run.opened.digest)})</dd>",
         f"<dt>usage</dt><dd>{usage.input_tokens} in / {usage.output_tokens} out "
-        "(reported)</dd>",
+        "(reported)</dd>"
+        if run.reported_calls or not run.turns
+        else "<dt>usage</dt><dd>not reported by the provider</dd>",
     ]
     if run.text:
         out.append(f'<dt>answer</dt><dd><pre class="answer">{_e(run.text)}</pre></dd>')

@@ -87,7 +87,7 @@ def sub_agent_list(
             f"<td><code>{_e(link.call_id)}</code></td><td>{name}</td>"
             f'<td><span class="outcome {_e(outcome)}">{_e(outcome)}</span></td>'
             f"<td>{sum(len(r.turns) for r in child.runs)}</td>"
-            f"<td>{usage.input_tokens} in / {usage.output_tokens} out</td></tr>"
+            f"<td>{_usage_cell(child.runs, usage)}</td></tr>"
         )
     out.append("</table></section>")
     return out
@@ -107,3 +107,10 @@ def delegated_by(session: Session, page_of: Callable[[str], str | None]) -> str:
         f"{_e(link.call_id)}</code> of run <code>{_e(link.run_id)}</code> of "
         f"{parent} (depth {link.depth}).</p>"
     )
+
+
+def _usage_cell(runs: Sequence[RunRecord], usage: Usage) -> str:
+    """The tokens a sub-agent's runs used, or that its provider reported none."""
+    if any(r.turns for r in runs) and not any(r.reported_calls for r in runs):
+        return "not reported"
+    return f"{usage.input_tokens} in / {usage.output_tokens} out"
