@@ -6,13 +6,16 @@ so expected buffers can be written out in a test and compared with `==`.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from turnfsm.context import CompactionContext
 from turnfsm.core import (
@@ -33,6 +36,7 @@ __all__ = [
     "TURN_TOML",
     "approval_toml",
     "calling",
+    "http_server",
     "load_turn_spec",
     "machine_at",
     "reply",
@@ -215,3 +219,26 @@ def compaction_context(
         summaries=summaries or {},
         allow_model=allow_model,
     )
+
+
+_Handler = TypeVar("_Handler", bound=http.server.BaseHTTPRequestHandler)
+
+
+@contextlib.contextmanager
+def http_server(handler: type[_Handler]) -> Iterator[tuple[str, type[_Handler]]]:
+    """Serve `handler` on a free local port, in a thread, for the block.
+
+    Yields the server's URL (``http://127.0.0.1:PORT``) and the class that
+    serves: a fresh subclass of `handler`, so what a test sets or counts on
+    its class stays that test's.
+    """
+    served = type("Handler", (handler,), {})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), served)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -7,11 +7,11 @@ import io
 import json
 import socket
 import sys
-import threading
 
 import anyio
 import pytest
 
+from tests.helpers import http_server
 from turnfsm import Agent, ContextManager, RetryPolicy
 from turnfsm.hooks import ConsoleHook
 from turnfsm.providers import OpenAIModel
@@ -161,24 +161,15 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
 
 
 def test_a_retried_stream_starts_on_a_line_of_its_own_after_the_failure() -> None:
-    handler = type("Handler", (_Flaky,), {})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with http_server(_Flaky) as (server, _):
         out = io.StringIO()
         agent = Agent(
-            model=OpenAIModel("m", base_url=url, api_key="k", timeout=10),
+            model=OpenAIModel("m", base_url=f"{server}/v1", api_key="k", timeout=10),
             context=ContextManager(context_window=8_000),
             retry=RetryPolicy(initial_wait=0.01, jitter=False),
             hooks=[ConsoleHook(out, replies=True)],
         )
         result = agent.run_sync("hi")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
     assert result.ok, result.error
     lines = out.getvalue().splitlines()
     start = lines.index("[call_llm] CallLLM")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
+from tests.helpers import http_server
 from turnfsm import Agent, ContextManager, RetryPolicy
 from turnfsm.errors import ProviderError
 from turnfsm.messages import Message
@@ -42,9 +42,13 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
     body: Any = None
     events: list[Any] | None = None
     page: tuple[int, str] | None = None  # a status and an HTML page instead
+    status = 200  # of `body`
+    sent: ClassVar[dict[str, str]] = {}  # more headers with `body`
+    posts = 0
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).posts += 1
         if self.page is not None:
             status, text = self.page
             data = text.encode()
@@ -67,7 +71,9 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
             kind = "text/event-stream"
         else:
             data, kind = json.dumps(self.body).encode(), "application/json"
-        self.send_response(200)
+        self.send_response(self.status)
+        for name, value in self.sent.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -82,16 +88,8 @@ class _Scripted(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, type[_Scripted]]]:
-    handler = type("Handler", (_Scripted,), {})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
+    with http_server(_Scripted) as (url, served):
+        yield url, served
 
 
 def _ask() -> ModelRequest:
@@ -409,3 +407,22 @@ async def test_an_openai_error_page_is_quoted_by_its_words(
         f"HTTP {status}: Error code: {status} - Bad Request Header Or Cookie Too"
         " Large nginx"
     )
+
+
+async def test_a_retry_after_past_the_budget_fails_the_run_without_calling_again(
+    server: tuple[str, type[_Scripted]],
+) -> None:
+    url, handler = server
+    handler.status, handler.sent = 429, {"Retry-After": "600"}
+    handler.body = {"error": {"message": "Rate limit reached", "type": "rate_limit"}}
+    model = OpenAIModel("m", base_url=f"{url}/v1", api_key="k", timeout=10)
+    agent = Agent(model=model, retry=RetryPolicy(max_attempts=4, max_total=30))
+
+    result = await agent.run("hi")
+
+    assert handler.posts == 1
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert (error.kind, error.status, error.attempts) == ("rate_limit", 429, 1)
+    assert "the provider asked to wait 600 s before trying again" in str(error)
+    assert "RetryPolicy.max_total=30 s (raise it to wait)" in str(error)

@@ -14,13 +14,13 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers import http_server
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.cli._run import open_model
@@ -307,16 +307,8 @@ class _Props(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def props_server() -> Iterator[tuple[str, type[_Props]]]:
-    handler = type("Handler", (_Props,), {})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(_Props) as (url, served):
+        yield f"{url}/v1", served
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
+from tests.helpers import http_server
 from turnfsm import Driver
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
@@ -277,16 +278,8 @@ class _NotOTLP(http.server.BaseHTTPRequestHandler):
 def test_a_receiver_that_refuses_the_spans_is_not_said_to_have_them(
     tmp_path: Path,
 ) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotOTLP)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    with http_server(_NotOTLP) as (endpoint, _):
         done = _cli(["demo"], {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, tmp_path)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
     assert done.returncode == 0, done.stderr  # the run's own status
     assert "traces exported" not in done.stderr
     assert done.stderr.splitlines()[-1].startswith(
