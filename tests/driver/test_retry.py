@@ -164,3 +164,37 @@ async def test_a_timeout_with_retries_off_says_it_was_tried_once() -> None:
 def test_a_permanent_error_says_nothing_of_retries() -> None:
     error = ProviderError("HTTP 401: bad key", kind="auth", attempts=1, elapsed=0.2)
     assert str(error) == "model provider error [auth]: HTTP 401: bad key"
+
+
+@pytest.mark.anyio
+async def test_the_backoff_never_sleeps_past_the_budget() -> None:
+    # A wait that would end past max_total is not begun: the call gives up
+    # then, instead of sleeping over the budget and calling once more.
+    from turnfsm.driver import Driver
+
+    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
+    calls, model = _failing(busy)
+    policy = RetryPolicy(
+        max_attempts=10, initial_wait=0.3, max_wait=0.3, max_total=0.5, jitter=False
+    )
+
+    result = await Driver(model=model, retry=policy).run("x")
+
+    assert calls == [1, 2]  # at 0 s and 0.3 s; a third would start at 0.6 s
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert error.attempts == 2
+
+
+@pytest.mark.anyio
+async def test_a_first_backoff_past_the_budget_is_not_begun() -> None:
+    from turnfsm.driver import Driver
+
+    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
+    calls, model = _failing(busy)
+    policy = RetryPolicy(initial_wait=0.6, max_total=0.5, jitter=False)
+
+    result = await Driver(model=model, retry=policy).run("x")
+
+    assert calls == [1]
+    assert isinstance(result.error, ProviderError)

@@ -161,7 +161,10 @@ async def _retried(
     # Attempt 1 failed: wait its backoff, then let tenacity continue the count.
     policy = run.retry
     policy.check_budget(first, elapsed=anyio.current_time() - started)
-    await anyio.sleep(policy.wait_seconds(1, first))
+    wait = policy.wait_seconds(1, first)
+    if anyio.current_time() - started + wait >= policy.max_total:
+        raise first  # no wait ends past the budget (nor does tenacity's)
+    await anyio.sleep(wait)
     elapsed = anyio.current_time() - started
     async for attempt in policy.retrying(done=1, elapsed=elapsed):
         with attempt:

@@ -12,7 +12,7 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    stop_after_delay,
+    stop_before_delay,
 )
 
 from turnfsm import _checks
@@ -51,8 +51,9 @@ class RetryPolicy:
             at most 1,000,000).
         initial_wait: the first backoff, in seconds.
         max_wait: the longest single wait, in seconds.
-        max_total: give up once this many seconds have passed since the
-            first attempt failed.
+        max_total: the seconds retrying may take, from the first attempt:
+            a wait that would end past it is not begun, and the call gives
+            up with its last error instead.
         jitter: randomise each wait in [wait/2, wait].
     """
 
@@ -121,7 +122,7 @@ class RetryPolicy:
 
         return AsyncRetrying(
             stop=stop_after_attempt(max(1, self.max_attempts - done))
-            | stop_after_delay(max(0.0, self.max_total - elapsed)),
+            | stop_before_delay(max(0.0, self.max_total - elapsed)),
             wait=wait,
             retry=retry_if_exception(is_transient),
             sleep=anyio.sleep,
