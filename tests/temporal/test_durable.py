@@ -573,6 +573,68 @@ async def test_a_model_failing_for_good_fails_the_run_as_in_process(
     assert "; tried 2 times over ... s, failing each time" in timeless(result.error)
 
 
+async def test_a_retry_after_past_the_budget_ends_a_durable_run_as_in_process(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Temporal was handed the provider's 600 s as the next attempt's delay,
+    # whatever RetryPolicy.max_total said.
+    calls: list[int] = []
+
+    async def slow(request: ModelRequest) -> Message:
+        calls.append(len(calls))
+        raise ProviderError(
+            "slow down", retryable=True, kind="rate_limit", retry_after=600
+        )
+
+    def make(store: SessionStore, name: str) -> Agent:
+        return Agent(
+            model=FakeModelClient(slow),
+            store=store,
+            name=name,
+            retry=RetryPolicy(max_attempts=4, initial_wait=0.05, max_total=30),
+        )
+
+    expected = await make(MemoryStore(), "slow-local").run("hi")
+    calls.clear()
+    agent = make(SQLiteStore(tmp_path / "r.db"), "slow")
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+        with anyio.fail_after(30):
+            result = await run.result()
+    assert calls == [0]
+    assert result.outcome == expected.outcome == "failed"
+
+    def timeless(error: object) -> str:  # the seconds left vary
+        return re.sub(r"\d+\.\d s", "... s", str(error))
+
+    assert timeless(result.error) == timeless(expected.error)
+    assert "the provider asked to wait 600 s before trying again" in str(result.error)
+
+
+async def test_a_durable_run_begins_no_backoff_past_the_budget(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    calls: list[int] = []
+
+    async def busy(request: ModelRequest) -> Message:
+        calls.append(len(calls))
+        raise ProviderError("busy", retryable=True, kind="server")
+
+    agent = Agent(
+        model=FakeModelClient(busy),
+        store=SQLiteStore(tmp_path / "b.db"),
+        name="busy",
+        retry=RetryPolicy(
+            max_attempts=10, initial_wait=0.6, max_wait=0.6, max_total=1.0
+        ),
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+        result = await run.result()
+    assert result.outcome == "failed"
+    assert calls == [0, 1]  # at 0 s and 0.6 s; a third would start at 1.2 s
+
+
 async def test_an_effect_that_raises_fails_the_run_as_in_process(
     temporal_client: Client, tmp_path: Path
 ) -> None:

@@ -66,9 +66,17 @@ class RetryPolicy:
     max_total: float = attrs.field(default=120.0, validator=_positive("max_total"))
     jitter: bool = attrs.field(default=True, validator=_checks.boolean("jitter"))
 
+    def backoff(self, attempt: int) -> float:
+        """Return the longest own wait after attempt number `attempt` (1-based).
+
+        `initial_wait` doubled after each attempt, at most `max_wait`: also
+        the wait of a durable run's retries (Temporal's, which do not jitter).
+        """
+        return min(self.max_wait, self.initial_wait * 2.0 ** (attempt - 1))
+
     def wait_seconds(self, attempt: int, exc: BaseException | None) -> float:
         """Return the wait before retry number `attempt` (1-based) after `exc`."""
-        wait = min(self.max_wait, self.initial_wait * 2.0 ** (attempt - 1))
+        wait = self.backoff(attempt)
         if self.jitter:
             wait = random.uniform(wait / 2, wait)
         retry_after: float | None = (
@@ -91,18 +99,28 @@ class RetryPolicy:
         """
         if not isinstance(exc, ProviderError) or exc.retry_after is None:
             return
+        said = self.past_budget(exc.message, exc.retry_after, elapsed=elapsed)
+        if said is not None:
+            raise attrs.evolve(exc, message=said) from exc
+
+    def past_budget(
+        self, message: str, retry_after: float, *, elapsed: float
+    ) -> str | None:
+        """`message` saying the wait asked for is past the budget; None if not.
+
+        Args:
+            message: The provider's error.
+            retry_after: The seconds it asked to wait.
+            elapsed: Seconds already spent, counted against `max_total`.
+        """
         left = max(0.0, self.max_total - elapsed)
-        if exc.retry_after <= left:
-            return
-        raise attrs.evolve(
-            exc,
-            message=(
-                f"{exc.message}; the provider asked to wait "
-                f"{exc.retry_after:g} s before trying again, more than the "
-                f"{left:.1f} s left of the retry budget, "
-                f"RetryPolicy.max_total={self.max_total:g} s (raise it to wait)"
-            ),
-        ) from exc
+        if retry_after <= left:
+            return None
+        return (
+            f"{message}; the provider asked to wait {retry_after:g} s before "
+            f"trying again, more than the {left:.1f} s left of the retry budget, "
+            f"RetryPolicy.max_total={self.max_total:g} s (raise it to wait)"
+        )
 
     def retrying(self, *, done: int = 0, elapsed: float = 0.0) -> AsyncRetrying:
         """Return a tenacity controller that sleeps on anyio (asyncio or trio).

@@ -370,31 +370,46 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
             logger.error("run %s: effect %r raised", run_id, key, exc_info=exc)
             failed = EffectFailed(effect=key, type=type(exc).__name__, message=str(exc))
             raise not_retried(failed) from None
-        return _answer(event, driver.retry.max_attempts)
+        return _answer(event, driver.retry)
 
 
-def _answer(event: Event, attempts: int) -> dict[str, Any]:
+def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
     """The event as JSON; a transient model failure is raised for Temporal to retry.
 
-    Only while the run's `RetryPolicy.max_attempts` allows: the last attempt
-    hands the failure to the brain, as the in-process retry does, with the
-    attempts Temporal made and the time since the first.
+    Only while the run's `RetryPolicy` allows, as the in-process retry
+    does: attempts are left (`max_attempts`), and the wait before the next
+    one (the provider's Retry-After, else Temporal's backoff, which the
+    activity's retry policy takes from `initial_wait` and `max_wait`) ends
+    within `max_total` of the first attempt. Else the failure goes to the
+    brain, with the attempts Temporal made and the time since the first.
     """
     if isinstance(event, ModelFailed) and event.error.retryable:
         info = activity.info()
-        if info.attempt < attempts:
-            wait = event.error.retry_after
-            raise ApplicationError(
-                event.error.message,
-                serde.to_json(event),
-                type=TRANSIENT,
-                next_retry_delay=timedelta(seconds=wait) if wait else None,
+        since = (datetime.now(UTC) - info.scheduled_time).total_seconds()
+        since = max(0.0, since)
+        wait = event.error.retry_after
+        message = event.error.message
+        if info.attempt < policy.max_attempts:
+            past = (
+                None
+                if wait is None
+                else policy.past_budget(message, wait, elapsed=since)
             )
-        since = datetime.now(UTC) - info.scheduled_time
+            then = policy.backoff(info.attempt) if wait is None else wait
+            if past is not None:
+                message = past
+            elif since + then < policy.max_total:
+                raise ApplicationError(
+                    message,
+                    serde.to_json(event),
+                    type=TRANSIENT,
+                    next_retry_delay=timedelta(seconds=wait) if wait else None,
+                )
         error = attrs.evolve(
             event.error,
+            message=message,
             attempts=info.attempt,
-            elapsed=round(max(0.0, since.total_seconds()), 3),
+            elapsed=round(since, 3),
         )
         event = ModelFailed(error=error)
     data: dict[str, Any] = serde.to_json(event)  # type: ignore[assignment]
