@@ -624,15 +624,13 @@ async def test_a_durable_run_begins_no_backoff_past_the_budget(
         model=FakeModelClient(busy),
         store=SQLiteStore(tmp_path / "b.db"),
         name="busy",
-        retry=RetryPolicy(
-            max_attempts=10, initial_wait=0.6, max_wait=0.6, max_total=1.0
-        ),
+        retry=RetryPolicy(max_attempts=10, initial_wait=2, max_wait=2, max_total=3.5),
     )
     async with _served(temporal_client, agent) as queue:
         run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
         result = await run.result()
     assert result.outcome == "failed"
-    assert calls == [0, 1]  # at 0 s and 0.6 s; a third would start at 1.2 s
+    assert calls == [0, 1]  # at 0 s and 2 s; a third would start at 4 s
 
 
 async def test_an_effect_that_raises_fails_the_run_as_in_process(
