@@ -129,6 +129,37 @@ def test_a_bad_protocol_in_the_environment_is_named(
     assert error.value.value == "thrift"
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_TRACES_EXPORTER", "otpl"),  # a typo would leave runs untraced
+        ("OTEL_TRACES_EXPORTER", "otlp,zipkin"),  # an exporter this cannot use
+        ("OTEL_METRICS_EXPORTER", "prometheus"),
+    ],
+)
+def test_an_exporter_the_environment_names_that_cannot_be_used_is_named(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False)
+    assert error.value.field == name
+    assert error.value.value == value
+    assert "'otlp'" in str(error.value)
+    assert not is_configured()
+
+
+def test_the_exporters_the_environment_lists_are_read_loosely(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", " None , ")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "NONE")
+    tracing = configure(set_global=False)
+    assert tracing.endpoint is None  # nothing exported over OTLP
+    assert tracing.meter_provider is None
+    tracing.shutdown(timeout=0.1)
+
+
 def test_the_sdk_disabled_by_the_environment_traces_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

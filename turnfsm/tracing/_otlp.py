@@ -53,8 +53,18 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
-def _env_list(name: str, default: str) -> list[str]:
-    return [v.strip().lower() for v in os.environ.get(name, default).split(",")]
+def _env_list(name: str, default: str, known: tuple[str, ...]) -> list[str]:
+    """The exporters the environment variable `name` lists (or `default`).
+
+    A name this setup does not export to (a typo, or another SDK's
+    exporter) is refused: ignored, it would leave the runs untraced.
+    """
+    raw = os.environ.get(name, default)
+    names = [v.strip().lower() for v in raw.split(",") if v.strip()]
+    if any(n not in known for n in names):
+        listed = ", ".join(repr(k) for k in known)
+        raise ConfigError(name, raw, f"a comma-separated list of {listed}")
+    return names
 
 
 def _check_endpoint(endpoint: object) -> None:

@@ -177,8 +177,8 @@ def configure(
     ``grpc``), ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT``
     (seconds), ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``,
     ``OTEL_TRACES_SAMPLER`` (+ ``_ARG``), ``OTEL_TRACES_EXPORTER`` (``otlp``,
-    ``console``, ``none``), ``OTEL_METRICS_EXPORTER``, ``OTEL_BSP_*`` and
-    ``OTEL_SDK_DISABLED``.
+    ``console``, ``none``), ``OTEL_METRICS_EXPORTER`` (``otlp``, ``none``),
+    ``OTEL_BSP_*`` and ``OTEL_SDK_DISABLED``.
 
     Spans are exported in the background (a batch processor): a receiver
     that is slow or down never holds up a run, and `Tracing.shutdown` (also
@@ -215,7 +215,8 @@ def configure(
         The `Tracing`; call its `shutdown()` when done (it also runs at exit).
 
     Raises:
-        ConfigError: a bad protocol, endpoint or timeout.
+        ConfigError: a bad protocol, endpoint or timeout, or an exporter
+            the environment names that this setup cannot export to.
         ImportError: OTLP is asked for without the exporters
             (``pip install 'turnfsm[otel]'``).
     """
@@ -236,7 +237,7 @@ def configure(
         _check_endpoint(endpoint)
     resource, named = _resource(service_name)
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp")
+    wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp", ("otlp", "console", "none"))
     used: list[SpanExporter] = list(exporters or ())
     target: str | None = None
     if otlp is None:
@@ -257,7 +258,8 @@ def configure(
         provider.add_span_processor(processor)
     meter_provider = None
     if metrics_export is None:
-        metrics_export = "otlp" in _env_list("OTEL_METRICS_EXPORTER", "none")
+        exported = _env_list("OTEL_METRICS_EXPORTER", "none", ("otlp", "none"))
+        metrics_export = "otlp" in exported
     if metrics_export:
         meter_provider = MeterProvider(
             resource=resource,
