@@ -198,3 +198,14 @@ async def test_a_first_backoff_past_the_budget_is_not_begun() -> None:
 
     assert calls == [1]
     assert isinstance(result.error, ProviderError)
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "wait", "allowed"),
+    [(0.0, 9.9, True), (5.0, 4.9, True), (5.0, 5.0, False), (11.0, 0.0, False)],
+)
+def test_a_wait_is_allowed_only_if_it_ends_within_the_budget(
+    elapsed: float, wait: float, allowed: bool
+) -> None:
+    policy = RetryPolicy(max_total=10)
+    assert policy.allows_wait(wait, elapsed=elapsed) is allowed

@@ -162,7 +162,7 @@ async def _retried(
     policy = run.retry
     policy.check_budget(first, elapsed=anyio.current_time() - started)
     wait = policy.wait_seconds(1, first)
-    if anyio.current_time() - started + wait >= policy.max_total:
+    if not policy.allows_wait(wait, elapsed=anyio.current_time() - started):
         raise first  # no wait ends past the budget (nor does tenacity's)
     await anyio.sleep(wait)
     elapsed = anyio.current_time() - started

@@ -86,6 +86,14 @@ class RetryPolicy:
             wait = max(wait, min(retry_after, self.max_total))
         return wait
 
+    def allows_wait(self, wait: float, *, elapsed: float) -> bool:
+        """Whether a wait of `wait` s, `elapsed` s in, ends within `max_total`.
+
+        The rule every retry keeps, in-process and durable: no wait that
+        ends past the budget is begun (tenacity's ``stop_before_delay``).
+        """
+        return elapsed + wait < self.max_total
+
     def check_budget(self, exc: BaseException, *, elapsed: float) -> None:
         """Refuse to wait past `max_total` for a provider's Retry-After.
 

@@ -398,7 +398,7 @@ def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
             then = policy.backoff(info.attempt) if wait is None else wait
             if past is not None:
                 message = past
-            elif since + then < policy.max_total:
+            elif policy.allows_wait(then, elapsed=since):
                 raise ApplicationError(
                     message,
                     serde.to_json(event),
