@@ -300,6 +300,25 @@ def test_the_hint_never_recommends_the_strategy_that_stalled(
     assert "fewer pinned messages" in hint
 
 
+def test_masking_is_not_told_to_set_a_setting_it_does_not_have() -> None:
+    # MaskingCompactor always cuts inside the newest exchange: it has no
+    # compact_newest_exchange to set.
+    masking = CompactionStalled(
+        used=9000, limit=9000, largest=(RESULT,), strategy="MaskingCompactor"
+    )
+    layered = CompactionStalled(
+        used=9000, limit=9000, largest=(RESULT,), strategy="LayeredCompactor"
+    )
+
+    assert "compact_newest_exchange" not in str(masking)
+    assert str(masking).endswith(
+        "tool results fill it, and MaskingCompactor (the strategy in use) could "
+        "not cut them further: give the run a context window over 9000 tokens, "
+        "a smaller reply budget (max_output_tokens), or fewer pinned messages"
+    )
+    assert "(compact_newest_exchange=True)" in str(layered)
+
+
 def test_another_strategy_than_masking_is_told_to_use_it() -> None:
     error = CompactionStalled(
         used=9000, limit=9000, largest=(RESULT,), strategy="TruncatingCompactor"

@@ -115,10 +115,15 @@ def _hint(error: ContextExceeded) -> str:
                 f"tool results fill it: MaskingCompactor{default} caps, digests "
                 "and cuts them to fit"
             )
+        # MaskingCompactor cuts inside the newest exchange already.
+        newest = (
+            ""
+            if strategy == "MaskingCompactor"
+            else "let it cut the newest exchange (compact_newest_exchange=True), or "
+        )
         return (
             f"tool results fill it, and {strategy} (the strategy in use) could "
-            "not cut them further: let it cut the newest exchange "
-            f"(compact_newest_exchange=True), or give the run {fits}"
+            f"not cut them further: {newest}give the run {fits}"
         )
     if strategy not in _SUMMARISES:
         return (
