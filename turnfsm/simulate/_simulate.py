@@ -386,9 +386,16 @@ def _reserved(
     messages the call saw, is the system prompt, the tool schemas and the
     reply budget it was sent with. A call measured only before a pass takes
     the figure of the call before it (the first call: of the next one, else
-    `before`, the previous run's last). `rewritten` carries what earlier
-    runs' passes rewrote under their ids, and is updated with this run's.
+    `before`, the previous run's last). A run with no call (a pass made
+    between runs, by an agent that may send other extras) reserved its
+    first pass's size less the messages it covered. `rewritten` carries
+    what earlier runs' passes rewrote under their ids, and is updated with
+    this run's.
     """
+    first = next(iter(run.compactions), None)
+    if not run.turns and first is not None and first.covers:
+        covered = [rewritten.get(i) or session.message(i) for i in first.covers]
+        before = max(0, first.tokens_before - counter.count(covered))
     direct: list[int | None] = []
     last: int | None = None
     for event in run.events:
