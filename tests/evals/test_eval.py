@@ -197,6 +197,30 @@ async def test_the_pass_count_rises_exactly_where_a_pass_rewrote_the_context() -
     assert rises == breaks
 
 
+@pytest.mark.anyio
+async def test_a_session_compacted_when_recorded_is_weighed_uncompacted() -> None:
+    """`tokens kept` is against the whole conversation, not the stored history."""
+    context = ContextManager(
+        TruncatingCompactor(preserve_recent=2, min_messages=3), max_messages=6
+    )
+    agent = Agent(
+        model=ScriptedModel.of(*[f"answer {i}: " + "so " * 50 for i in range(8)]),
+        context=context,
+    )
+    said: list[Message] = []
+    for i in range(8):
+        question = Message.user(f"question {i}: " + "why " * 50)
+        result = await agent.run([question])
+        assert result.ok
+        said += [question, agent.session.history[-1]]
+    assert any(run.compactions for run in agent.session.runs)
+    assert len(agent.session.history) < len(said)
+
+    replay = await replay_session(agent.session, context)
+
+    assert replay.history_tokens == context.count(said)
+
+
 def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:
     guide = (REPO_ROOT / "docs/how-to/choose-a-strategy.md").read_text()
     section = guide.split("## Measured trade-offs")[1]
