@@ -115,11 +115,13 @@ def _hint(error: ContextExceeded) -> str:
                 f"tool results fill it: MaskingCompactor{default} caps, digests "
                 "and cuts them to fit"
             )
-        # MaskingCompactor cuts inside the newest exchange already.
+        # MaskingCompactor cuts inside the newest exchange already; what
+        # LayeredCompactor cuts a result to is its max_tool_result_chars.
         newest = (
             ""
             if strategy == "MaskingCompactor"
-            else "let it cut the newest exchange (compact_newest_exchange=True), or "
+            else "lower its max_tool_result_chars, let it cut the newest exchange "
+            "(compact_newest_exchange=True) unless it does already, or "
         )
         return (
             f"tool results fill it, and {strategy} (the strategy in use) could "
