@@ -165,6 +165,16 @@ async def test_unknown_prices_are_refused(value: str, field: str) -> None:
     assert caught.value.value == value
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("value", ["gpt-4o", 5])
+async def test_a_summary_model_that_is_no_model_is_refused(value: object) -> None:
+    stored, context = await _demo("truncating")
+    with pytest.raises(ConfigError) as caught:
+        await simulate(stored, context=context, summary_model=value)  # type: ignore[arg-type]
+    assert caught.value.field == "summary_model"
+    assert caught.value.value == value
+
+
 def test_known_prices_come_from_the_bundled_catalogue() -> None:
     gpt = known_prices("gpt-4o")
     assert gpt is not None

@@ -587,6 +587,11 @@ def _machine(session: Session, run: RunRecord) -> MachineSpec:
     return kept
 
 
+_check_summary_model: Final = _checks.instance(
+    ModelClient, "a ModelClient, or None", optional=True, awaited=("complete",)
+)
+
+
 async def simulate(
     session: Session,
     *,
@@ -630,7 +635,8 @@ async def simulate(
         ConfigError: `session` is not a Session or has no runs, `prices`
             names no model with known prices, `context` names no context
             manager for a run, no `context` is given and a run's compactor
-            cannot be made again (field ``compactor``), a run needs a
+            cannot be made again (field ``compactor``), `summary_model` is
+            not a model client, a run needs a
             reply, a tool result or a summary that was not recorded (the
             field is named).
     """
@@ -640,6 +646,7 @@ async def simulate(
     if not runs:
         raise ConfigError("session", session.id, "a session with at least one run")
     _checks.check(prices, "prices", _checks.string(non_empty=True, optional=True))
+    _checks.check(summary_model, "summary_model", _check_summary_model)
     price: ModelPrices | None = None
     if prices is not None:
         price = known_prices(prices)
