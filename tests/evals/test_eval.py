@@ -12,7 +12,7 @@ from tests.helpers import REPO_ROOT
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.context import ContextManager, TruncatingCompactor
-from turnfsm.errors import ProviderError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.evals import (
     CORPUS_SESSIONS,
     PROBE_KINDS,
@@ -219,6 +219,25 @@ async def test_a_session_compacted_when_recorded_is_weighed_uncompacted() -> Non
     replay = await replay_session(agent.session, context)
 
     assert replay.history_tokens == context.count(said)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("sessions", "probes", "field"),
+    [("corpus-chat", [], "sessions"), ([object()], [], "sessions[0]")],
+)
+async def test_what_is_not_sessions_or_probes_is_refused_naming_it(
+    sessions: object, probes: object, field: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        await evaluate(
+            sessions,  # type: ignore[arg-type]
+            probes,  # type: ignore[arg-type]
+            strategies={"masking": lambda m: shipped_strategy("masking", m)},
+            window=16_384,
+            summary_model=ExtractiveSummaryModel(),
+        )
+    assert caught.value.field == field
 
 
 def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:
