@@ -35,7 +35,7 @@ from turnfsm.errors import (
     SessionNotFound,
     StoreError,
 )
-from turnfsm.messages import Message
+from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     LeasingStore,
     Session,
@@ -315,6 +315,9 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
 def _first_line(message: Message) -> str:
     text = message.text.strip().splitlines()
     shown = _clip(text[0]) if text else ""
+    images = sum(isinstance(part, ImagePart) for part in message.parts)
+    if images:
+        shown = f"{shown} [image{f' x{images}' if images > 1 else ''}]".strip()
     calls = [call.name for call in message.tool_calls]
     if calls:
         shown = f"{shown} [tool calls: {', '.join(calls)}]".strip()
