@@ -41,6 +41,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
     SummaryRecorded,
+    Verdict,
     load_session,
     session_lines,
 )
@@ -124,12 +125,20 @@ async def _compact(session: Session, agent: str | None, out: TextIO) -> int:
         for e in session.entries
         if isinstance(e, SummaryRecorded) and e.run_id == result.run_id
     )
+    if record.verdict is Verdict.CIRCUIT_OPEN:  # refused before it measured
+        what = (
+            "refused, as the compaction circuit breaker is open; "
+            f"{len(record.covers)} messages kept"
+        )
+    else:
+        what = (
+            f"{record.tokens_before} -> {record.tokens_after} tokens (estimated), "
+            f"{len(record.covers)} -> {len(record.replacement)} messages"
+            + (f", {summaries} summary written" if summaries else "")
+        )
     print(
         f"session {session.id}: {record.verdict} by {record.strategy} "
-        f"({record.reason.value}): {record.tokens_before} -> "
-        f"{record.tokens_after} tokens (estimated), {len(record.covers)} -> "
-        f"{len(record.replacement)} messages"
-        + (f", {summaries} summary written" if summaries else ""),
+        f"({record.reason.value}): {what}",
         file=out,
     )
     if not result.ok:
