@@ -15,7 +15,7 @@ from turnfsm.cli import main
 from turnfsm.context import ContextManager, SummarizingCompactor
 from turnfsm.driver import Driver, RetryPolicy
 from turnfsm.errors import CompactionFailed, CorruptRecord, ProviderError
-from turnfsm.messages import Message
+from turnfsm.messages import ImagePart, Message, Role, TextPart
 from turnfsm.persistence import (
     BreakerChanged,
     Committed,
@@ -98,6 +98,27 @@ def test_show_prints_history_runs_and_compactions(
     assert "compactions (2):" in out
     assert "threshold_exceeded  compacted" in out
     assert "emergency  compacted" in out
+
+
+def test_show_says_a_message_held_an_image(tmp_path: Path, capsys: Capture) -> None:
+    db = tmp_path / "s.db"
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            driver = Driver(model=FakeModelClient(lambda _r: "A receipt."))
+            photo = Message(
+                role=Role.USER,
+                parts=(
+                    TextPart(text="What is this?"),
+                    ImagePart(url="https://example.com/receipt.png"),
+                ),
+            )
+            session = Session(store=store)
+            return (await driver.run([photo], session=session)).session_id
+
+    sid = anyio.run(run)
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    assert re.search(r"  user\s+What is this\? \[image\]\n", capsys.readouterr().out)
 
 
 def test_show_says_which_counts_are_reported_and_which_estimated(

@@ -8,8 +8,10 @@ import anyio
 import pytest
 
 from tests.cli.compact_agent import agent
+from turnfsm import ContextManager, Driver
 from turnfsm.cli import main
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded
+from turnfsm.testing import ScriptedModel
 
 Capture = pytest.CaptureFixture[str]
 
@@ -74,6 +76,33 @@ def test_without_an_agent_the_default_strategy_runs_and_calls_no_model(
     out = capsys.readouterr().out
     assert "compacted by MaskingCompactor (manual)" in out
     assert _summaries(db, session_id) == 0
+
+
+def test_a_pass_the_open_breaker_refused_says_so_not_zero_tokens(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    db = tmp_path / "s.db"
+    session_id = _filled(db)
+
+    class Broken:
+        async def compact(self, messages: object, target: int, ctx: object) -> None:
+            raise RuntimeError("the summary model is down")
+
+    async def open_the_breaker() -> None:
+        async with SQLiteStore(db) as store:
+            session = await Session.load(store, session_id)
+            driver = Driver(model=ScriptedModel.of(), context=ContextManager(Broken()))
+            for _ in range(3):
+                assert not (await driver.compact(session)).ok
+            assert session.compaction_failures == 3
+
+    anyio.run(open_the_breaker)
+    assert main(["sessions", "compact", session_id, "--store", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert out == (
+        f"session {session_id}: circuit_open by MaskingCompactor (manual): "
+        "refused, as the compaction circuit breaker is open; 16 messages kept\n"
+    )
 
 
 def test_an_unknown_session_is_named(tmp_path: Path, capsys: Capture) -> None:

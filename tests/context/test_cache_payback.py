@@ -388,6 +388,26 @@ def test_bad_settings_raise_config_error_naming_the_field(
     assert field in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field", "value"),
+    [
+        (("log text", BEFORE), "before", "log text"),
+        ((BEFORE, None), "after", None),
+        ((BEFORE, [BEFORE[0], "x"]), "after[1]", "x"),
+        ((BEFORE, BEFORE, -5), "reserved", -5),
+        ((BEFORE, BEFORE, "5"), "reserved", "5"),
+        ((BEFORE, BEFORE, 0, 12), "summary", 12),
+    ],
+)
+def test_bad_payback_arguments_raise_config_error_naming_them(
+    arguments: tuple[object, ...], field: str, value: object
+) -> None:
+    mgr = ContextManager(prices="gpt-4o")
+    with pytest.raises(ConfigError) as caught:
+        mgr.payback(*arguments)  # type: ignore[arg-type]  # wrong on purpose
+    assert (caught.value.field, caught.value.value) == (field, value)
+
+
 def test_a_known_models_name_gives_its_prices() -> None:
     mgr = ContextManager(prices="claude-sonnet-4-5", cache_payback_calls=5)
     assert mgr.prices == known_prices("claude-sonnet-4-5")

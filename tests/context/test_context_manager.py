@@ -529,6 +529,14 @@ def test_negative_reserved_is_rejected() -> None:
     assert info.value.field == "reserved"
 
 
+@pytest.mark.parametrize("value", ["hello", 5, {"id": "m1"}])
+def test_messages_that_are_not_a_sequence_are_rejected_whole(value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        CompactionRequest(messages=value)  # type: ignore[arg-type]
+
+    assert (info.value.field, info.value.value) == ("messages", value)
+
+
 # -- tokens_before: the caller's count ------------------------------------------
 
 

@@ -300,6 +300,32 @@ def test_the_hint_never_recommends_the_strategy_that_stalled(
     assert "fewer pinned messages" in hint
 
 
+def test_the_strategy_in_use_is_told_only_of_settings_it_has() -> None:
+    # MaskingCompactor always cuts inside the newest exchange: it has no
+    # compact_newest_exchange to set. LayeredCompactor cuts a result to its
+    # max_tool_result_chars, however the newest exchange is set.
+    masking = CompactionStalled(
+        used=9000, limit=9000, largest=(RESULT,), strategy="MaskingCompactor"
+    )
+    layered = CompactionStalled(
+        used=9000, limit=9000, largest=(RESULT,), strategy="LayeredCompactor"
+    )
+
+    assert "compact_newest_exchange" not in str(masking)
+    assert str(masking).endswith(
+        "tool results fill it, and MaskingCompactor (the strategy in use) could "
+        "not cut them further: give the run a context window over 9000 tokens, "
+        "a smaller reply budget (max_output_tokens), or fewer pinned messages"
+    )
+    assert str(layered).endswith(
+        "tool results fill it, and LayeredCompactor (the strategy in use) could "
+        "not cut them further: lower its max_tool_result_chars, let it cut the "
+        "newest exchange (compact_newest_exchange=True) unless it does already, "
+        "or give the run a context window over 9000 tokens, a smaller reply "
+        "budget (max_output_tokens), or fewer pinned messages"
+    )
+
+
 def test_another_strategy_than_masking_is_told_to_use_it() -> None:
     error = CompactionStalled(
         used=9000, limit=9000, largest=(RESULT,), strategy="TruncatingCompactor"

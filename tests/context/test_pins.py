@@ -569,6 +569,23 @@ def test_a_request_pinning_a_message_it_does_not_hold_is_refused() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("arguments", "field", "value"),
+    [
+        (("plan the trip",), "messages", "plan the trip"),
+        (([Message.user("plan", id="u1"), None],), "messages[1]", None),
+        (([Message.user("plan", id="u1")], "u1"), "also", "u1"),
+        (([Message.user("plan", id="u1")], [7]), "also[0]", 7),
+    ],
+)
+def test_the_managers_pins_of_what_is_no_conversation_are_refused(
+    arguments: tuple[object, ...], field: str, value: object
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ContextManager().pinned(*arguments)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == (field, value)
+
+
 def test_the_lost_pin_error_reads_as_what_to_do() -> None:
     error = PinnedMessageLost(
         message_id="msg_1", role="user", strategy="MyCompactor", what="dropped"

@@ -17,13 +17,14 @@ from turnfsm.context import (
     call_handle,
     replaced_ids,
 )
+from turnfsm.core import Budget, RunStarted
 from turnfsm.driver import Session, Tool, current_session, replay
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call
 from turnfsm.errors import ConfigError, ToolError
 from turnfsm.hooks import Hook, ToolCallEnd
-from turnfsm.messages import Message, Role
-from turnfsm.persistence import EventRecorded, MemoryStore, event_messages
+from turnfsm.messages import ImagePart, Message, Role, TextPart
+from turnfsm.persistence import EventRecorded, MemoryStore, RunOpened, event_messages
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -264,6 +265,42 @@ async def test_a_range_spells_out_every_message_in_order() -> None:
     assert len(said) == 8  # two exchanges: user, call, result, reply each
     # Either order of the ends names the same range.
     assert answer(await ask(session, ids=[f"{last}..{first}"])) == text
+
+
+async def test_an_image_comes_back_as_what_was_said() -> None:
+    photo = ImagePart(url="https://example.com/receipt.png", media_type="image/png")
+    inline = ImagePart(url="data:image/jpeg;base64," + "A" * 5_000)
+    said = Message(
+        role=Role.USER,
+        parts=(TextPart(text="Here is the receipt."), photo, inline),
+        id="u_photo",
+    )
+    session = Session(store=MemoryStore())
+    await session.append(
+        RunOpened(
+            run_id="run_1",
+            machine="turn",
+            digest="d",
+            budget=Budget(context_window=0, threshold=0),
+            at=0.0,
+        ),
+        EventRecorded(
+            run_id="run_1",
+            index=0,
+            event=RunStarted(input=(said,)),
+            phase="start",
+            decision="measure",
+            at=0.0,
+        ),
+    )
+
+    text = answer(await ask(session, ids=["u_photo"]))
+
+    assert text == (
+        "recalled 1 message\n[u_photo] user: Here is the receipt.\n"
+        "[image https://example.com/receipt.png]\n"
+        "[image data:image/jpeg;base64,... (5023 characters)]"
+    )
 
 
 async def test_unknown_ids_are_said_not_raised() -> None:

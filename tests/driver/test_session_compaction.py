@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_killed
-from turnfsm import Agent, ContextManager, Driver, SummarizingCompactor
+from turnfsm import (
+    Agent,
+    ContextManager,
+    Driver,
+    SummarizingCompactor,
+    TruncatingCompactor,
+)
 from turnfsm.errors import SessionBusy
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded, Verdict
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
@@ -55,6 +61,31 @@ async def test_compacting_twice_writes_one_summary() -> None:
     assert [r.opened.machine for r in session.runs[-2:]] == ["compaction", "compaction"]
     # The next run goes on from the compacted history.
     assert (await driver.run("and the code of box 0?", session=session)).ok
+
+
+async def test_a_pass_that_keeps_a_summary_records_it_no_second_time() -> None:
+    model = ExtractiveSummaryModel()
+    driver = driver_with(model)
+    session = Session()
+    await _filled(session, driver)
+    assert (await driver.compact(session)).ok
+    (summary,) = _summaries(session)
+    # Another strategy compacts the summarised history: the summary is kept,
+    # as it was, so no summary is brought in and none is recorded again.
+    truncating = Driver(
+        model=ScriptedModel.of(),
+        context=ContextManager(
+            TruncatingCompactor(preserve_recent=1, min_messages=2),
+            context_window=50_000,
+            counter=COUNTER,
+        ),
+    )
+    result = await truncating.compact(session)
+    assert result.ok
+    (record,) = session.runs[-1].compactions
+    assert record.verdict is Verdict.COMPACTED
+    assert summary.message_id in record.replacement
+    assert _summaries(session) == [summary]
 
 
 async def test_an_agent_compacts_a_session_by_id(tmp_path: Path) -> None:

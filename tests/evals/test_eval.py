@@ -12,7 +12,7 @@ from tests.helpers import REPO_ROOT
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.context import ContextManager, TruncatingCompactor
-from turnfsm.errors import ProviderError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.evals import (
     CORPUS_SESSIONS,
     PROBE_KINDS,
@@ -195,6 +195,49 @@ async def test_the_pass_count_rises_exactly_where_a_pass_rewrote_the_context() -
     ]
     breaks = [n for n, call in enumerate(simulation.calls) if call.cache_break]
     assert rises == breaks
+
+
+@pytest.mark.anyio
+async def test_a_session_compacted_when_recorded_is_weighed_uncompacted() -> None:
+    """`tokens kept` is against the whole conversation, not the stored history."""
+    context = ContextManager(
+        TruncatingCompactor(preserve_recent=2, min_messages=3), max_messages=6
+    )
+    agent = Agent(
+        model=ScriptedModel.of(*[f"answer {i}: " + "so " * 50 for i in range(8)]),
+        context=context,
+    )
+    said: list[Message] = []
+    for i in range(8):
+        question = Message.user(f"question {i}: " + "why " * 50)
+        result = await agent.run([question])
+        assert result.ok
+        said += [question, agent.session.history[-1]]
+    assert any(run.compactions for run in agent.session.runs)
+    assert len(agent.session.history) < len(said)
+
+    replay = await replay_session(agent.session, context)
+
+    assert replay.history_tokens == context.count(said)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("sessions", "probes", "field"),
+    [("corpus-chat", [], "sessions"), ([object()], [], "sessions[0]")],
+)
+async def test_what_is_not_sessions_or_probes_is_refused_naming_it(
+    sessions: object, probes: object, field: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        await evaluate(
+            sessions,  # type: ignore[arg-type]
+            probes,  # type: ignore[arg-type]
+            strategies={"masking": lambda m: shipped_strategy("masking", m)},
+            window=16_384,
+            summary_model=ExtractiveSummaryModel(),
+        )
+    assert caught.value.field == field
 
 
 def test_the_strategy_guide_shows_the_corpus_table_as_it_is() -> None:

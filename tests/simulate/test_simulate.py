@@ -165,6 +165,16 @@ async def test_unknown_prices_are_refused(value: str, field: str) -> None:
     assert caught.value.value == value
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("value", ["gpt-4o", 5])
+async def test_a_summary_model_that_is_no_model_is_refused(value: object) -> None:
+    stored, context = await _demo("truncating")
+    with pytest.raises(ConfigError) as caught:
+        await simulate(stored, context=context, summary_model=value)  # type: ignore[arg-type]
+    assert caught.value.field == "summary_model"
+    assert caught.value.value == value
+
+
 def test_known_prices_come_from_the_bundled_catalogue() -> None:
     gpt = known_prices("gpt-4o")
     assert gpt is not None
@@ -262,3 +272,31 @@ async def test_a_pass_outside_any_run_is_simulated_as_a_pass() -> None:
     # Made between runs, after the sixth run's one call: not before any call.
     (line,) = [x for x in simulation.table().splitlines() if manual.run_id in x]
     assert line.startswith(f"  {manual.run_id} between runs: manual -> compacted")
+
+
+@pytest.mark.anyio
+async def test_a_pass_by_another_agent_reserves_what_that_agent_sent() -> None:
+    """`turnfsm sessions compact` compacts with an agent of its own: no tools."""
+    store = MemoryStore()
+    context = ContextManager(
+        TruncatingCompactor(preserve_recent=2), counter=HeuristicTokenCounter()
+    )
+    agent = Agent(
+        model=ScriptedModel.of(*[f"answer {i}: " + "because " * 150 for i in range(6)]),
+        tools=[_read],
+        context=context,
+        store=store,
+        system_prompt="You read files. " * 20,
+    )
+    for i in range(6):
+        (await agent.run(f"question {i}")).raise_for_failure()
+    bare = Agent(model=ScriptedModel.of(), context=context, store=store)
+    manual = await bare.compact(agent.session.id)
+    assert manual.ok
+    stored = await Session.load(store, agent.session.id)
+
+    simulation = await simulate(stored)
+
+    (record,) = simulation.passes
+    assert record == stored.run(manual.run_id).compactions[0]
+    assert simulation.differences == ()

@@ -206,7 +206,12 @@ def test_cache_payback_prices_every_pass_against_the_prompt_cache(
         (["--compactor", "x:y", "--strategy", "layered"], "invalid --compactor"),
         (["--window", "-1"], "invalid --window=-1"),
         (["--threshold", "101"], "invalid --threshold=101"),
-        (["--strategy", "masking", "--newest-exchange"], "invalid --newest-exchange"),
+        (
+            ["--strategy", "masking", "--newest-exchange"],
+            "invalid --newest-exchange=True: expected a compactor with a "
+            "compact_newest_exchange setting (MaskingCompactor has none: it cuts "
+            "inside the newest exchange already)",
+        ),
         (["--summary-model", "nowhere"], "invalid --summary-model='nowhere'"),
         (
             ["--strategy", "layered", "--window", "4000", "--newest-exchange"],

@@ -30,7 +30,7 @@ from turnfsm.cli._run import AgentOptions
 from turnfsm.cli._view import run_view
 from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.errors import ConfigError, ProviderError
-from turnfsm.messages import Message
+from turnfsm.messages import ImagePart, Message, Role, TextPart
 from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
@@ -132,6 +132,25 @@ def test_a_tool_result_holding_a_script_is_shown_as_text(tmp_path: Path) -> None
     assert HOSTILE in doc.find("pre", "answer").text()  # the final answer too
     task = [m for m in doc.find_all("div", "user") if HOSTILE in m.text()]
     assert task
+
+
+def test_an_image_a_message_held_is_shown_by_its_url_as_text(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    url = "https://example.com/receipt.png?<b>x</b>"
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=FakeModelClient(lambda _r: "A receipt."), store=store)
+            photo = Message(
+                role=Role.USER,
+                parts=(TextPart(text="What is this?"), ImagePart(url=url)),
+            )
+            return (await agent.run([photo])).session_id
+
+    doc = parse(render_report(_load(db, anyio.run(run))))
+    _scripts_are_only_the_view_s_own(doc)
+    (asked,) = {m.text() for m in doc.find_all("div", "user") if "What is" in m.text()}
+    assert f"image {url}" in asked
 
 
 def test_the_live_page_escapes_what_it_loads_on_demand(tmp_path: Path) -> None:

@@ -35,12 +35,13 @@ from turnfsm.errors import (
     SessionNotFound,
     StoreError,
 )
-from turnfsm.messages import Message
+from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     LeasingStore,
     Session,
     SessionStore,
     SummaryRecorded,
+    Verdict,
     load_session,
     session_lines,
 )
@@ -124,12 +125,20 @@ async def _compact(session: Session, agent: str | None, out: TextIO) -> int:
         for e in session.entries
         if isinstance(e, SummaryRecorded) and e.run_id == result.run_id
     )
+    if record.verdict is Verdict.CIRCUIT_OPEN:  # refused before it measured
+        what = (
+            "refused, as the compaction circuit breaker is open; "
+            f"{len(record.covers)} messages kept"
+        )
+    else:
+        what = (
+            f"{record.tokens_before} -> {record.tokens_after} tokens (estimated), "
+            f"{len(record.covers)} -> {len(record.replacement)} messages"
+            + (f", {summaries} summary written" if summaries else "")
+        )
     print(
         f"session {session.id}: {record.verdict} by {record.strategy} "
-        f"({record.reason.value}): {record.tokens_before} -> "
-        f"{record.tokens_after} tokens (estimated), {len(record.covers)} -> "
-        f"{len(record.replacement)} messages"
-        + (f", {summaries} summary written" if summaries else ""),
+        f"({record.reason.value}): {what}",
         file=out,
     )
     if not result.ok:
@@ -315,6 +324,9 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
 def _first_line(message: Message) -> str:
     text = message.text.strip().splitlines()
     shown = _clip(text[0]) if text else ""
+    images = sum(isinstance(part, ImagePart) for part in message.parts)
+    if images:
+        shown = f"{shown} [image{f' x{images}' if images > 1 else ''}]".strip()
     calls = [call.name for call in message.tool_calls]
     if calls:
         shown = f"{shown} [tool calls: {', '.join(calls)}]".strip()

@@ -145,11 +145,17 @@ def _context(session: Session, run_id: str, command: SimulateCommand) -> Context
     if command.newest_exchange:
         chosen = chosen if chosen is not None else context.compactor
         if not hasattr(chosen, "compact_newest_exchange"):
+            # MaskingCompactor has no such setting: it always cuts there.
+            why = (
+                ": it cuts inside the newest exchange already"
+                if isinstance(chosen, MaskingCompactor)
+                else ""
+            )
             raise ConfigError(
                 "--newest-exchange",
                 True,
-                f"a compactor that can cut the newest exchange "
-                f"({type(chosen).__name__} cannot)",
+                f"a compactor with a compact_newest_exchange setting "
+                f"({type(chosen).__name__} has none{why})",
             )
         chosen = attrs.evolve(chosen, compact_newest_exchange=True)
     changes: dict[str, Any] = {}

@@ -162,6 +162,17 @@ def _proposal_problem(proposal: object) -> str | None:
     return None
 
 
+_RESERVED: Final = _checks.integer(low=0, expected="an int >= 0 (tokens)")
+_SUMMARY: Final = _checks.instance(Usage, "a Usage, or None", optional=True)
+
+
+def _conversation(value: object, name: str) -> tuple[Message, ...]:
+    """`value` as a conversation, or a `ConfigError` naming `name`."""
+    messages = _checks.as_tuple(value, name, "Message")
+    _checks.check(messages, name, _checks.each(Message, "a Message"))
+    return messages
+
+
 @final
 @attrs.frozen(kw_only=True)
 class ContextManager(OldEntryPoints):
@@ -434,7 +445,13 @@ class ContextManager(OldEntryPoints):
         Args:
             messages: The conversation.
             also: More ids to pin (a pre-compact hook's).
+
+        Raises:
+            ConfigError: `messages` is no conversation, or `also` no ids.
         """
+        messages = _conversation(messages, "messages")
+        also = _checks.as_tuple(also, "also", "message ids (strings)")
+        _checks.check(also, "also", _checks.each(str, "a message id (a string)"))
         return pinned_ids(messages, self.pins, also)
 
     @property
@@ -615,7 +632,14 @@ class ContextManager(OldEntryPoints):
             after: The conversation it proposes.
             reserved: The request's tokens beside its messages.
             summary: What the pass's summary calls reported.
+
+        Raises:
+            ConfigError: an argument is not what it says, naming it.
         """
+        before = _conversation(before, "before")
+        after = _conversation(after, "after")
+        _checks.check(reserved, "reserved", _RESERVED)
+        _checks.check(summary, "summary", _SUMMARY)
         sizes = (self.count(before) + reserved, self.count(after) + reserved)
         return self._payback(before, after, sizes, summary)
 

@@ -54,6 +54,10 @@ def _to_messages(value: Iterable[Message]) -> tuple[Message, ...]:
     return tuple(value)
 
 
+def _request_messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return _checks.as_tuple(value, "messages", "Message")
+
+
 def _to_strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
@@ -243,7 +247,8 @@ class CompactionRequest:
     """
 
     messages: tuple[Message, ...] = attrs.field(
-        converter=_to_messages, validator=_checks.each(Message, "a Message")
+        converter=_request_messages,
+        validator=_checks.each(Message, "a Message"),
     )
     reason: CompactReason | None = attrs.field(
         default=None,

@@ -9,7 +9,7 @@ refused is `stalled` from the start, never rewritten afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from turnfsm import _checks
 from turnfsm.context import ContextManager
@@ -160,8 +160,15 @@ def committed(run_id: str, old: MessageLog, new: MessageLog) -> Committed:
     return Committed(run_id=run_id, keep=0, messages=[m.id for m in new])
 
 
-def summaries(run_id: str, messages: Sequence[Message]) -> list[SummaryRecorded]:
-    """The summaries a committed compaction brought in (`SUMMARY_COVERS`)."""
+def summaries(
+    run_id: str, messages: Sequence[Message], kept: Iterable[Message] = ()
+) -> list[SummaryRecorded]:
+    """The summaries a committed compaction brought in (`SUMMARY_COVERS`).
+
+    A summary of the pass's input (`kept`) that it kept as it was is not
+    brought in: it is recorded once, by the pass that wrote it.
+    """
+    said = {(m.id, m.text) for m in kept if SUMMARY_COVERS in m.metadata}
     return [
         SummaryRecorded(
             run_id=run_id,
@@ -170,7 +177,7 @@ def summaries(run_id: str, messages: Sequence[Message]) -> list[SummaryRecorded]
             covers_up_to_message_id=m.metadata[SUMMARY_COVERS],
         )
         for m in messages
-        if SUMMARY_COVERS in m.metadata
+        if SUMMARY_COVERS in m.metadata and (m.id, m.text) not in said
     ]
 
 

@@ -102,7 +102,7 @@ from turnfsm.hooks import (
     RunStartInfo,
     TransitionInfo,
 )
-from turnfsm.messages import Message, MessageLog
+from turnfsm.messages import Joined, Message, MessageLog
 from turnfsm.persistence import (
     Entry,
     EventRecorded,
@@ -315,7 +315,11 @@ class RunLoop(Ending):
         entries.append(self._recorded(event, after.phase, decision_key(decision)))
         if changed:
             if isinstance(event, CompactionResult):
-                entries += _audit.summaries(self.run_id, event.messages)
+                entries += _audit.summaries(
+                    self.run_id,
+                    event.messages,
+                    kept=Joined(before.history, before.pending),
+                )
             entries.append(_audit.committed(self.run_id, before.history, after.history))
         if isinstance(decision, Finish | Fail | Pause):
             # The run's end is one append: these entries (its final commit

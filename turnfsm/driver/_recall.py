@@ -31,7 +31,7 @@ from typing import Any, Final, final
 from turnfsm import _checks
 from turnfsm.context import call_handle, handle
 from turnfsm.driver._tools import Tool
-from turnfsm.messages import Message, ToolCallPart
+from turnfsm.messages import ImagePart, Message, ToolCallPart
 from turnfsm.persistence import (
     CompactionRecord,
     EventRecorded,
@@ -54,6 +54,7 @@ RECALL_MAX_CHARS: Final = 8_000
 _MAX_LIMIT: Final = 50
 _RANGE: Final = re.compile(r"^\s*(\S+?)\s*\.\.\s*(\S+)\s*$")
 _WORD: Final = re.compile(r"\w+")
+_DATA_HEAD: Final = 64  # an inline (data:) image is named by this much
 
 _SESSION: Final[contextvars.ContextVar[Session | None]] = contextvars.ContextVar(
     "turnfsm_run_session", default=None
@@ -85,6 +86,9 @@ def _render(message: Message, calls: Mapping[str, ToolCallPart]) -> str:
     pieces: list[str] = []
     if message.text:
         pieces.append(message.text)
+    for part in message.parts:
+        if isinstance(part, ImagePart):
+            pieces.append(_image(part.url))
     for call in message.tool_calls:
         arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
         pieces.append(f"called {call.name}({arguments}) as {call.id}")
@@ -94,6 +98,14 @@ def _render(message: Message, calls: Mapping[str, ToolCallPart]) -> str:
         error = " (error)" if part.is_error else ""
         pieces.append(f"result{name} for {part.call_id}{error}: {part.content}")
     return f"[{message.id}] {message.role.value}: " + "\n".join(pieces)
+
+
+def _image(url: str) -> str:
+    """An image as the tool names it: its URL (an inline one by its head)."""
+    if url.startswith("data:") and len(url) > _DATA_HEAD:
+        head = url.partition(",")[0][:_DATA_HEAD]
+        return f"[image {head},... ({len(url)} characters)]"
+    return f"[image {url}]"
 
 
 @final
@@ -297,11 +309,11 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
     range ``first..last`` as written, message ids or tool call ids) or a ``query``
     (words searched in what passes replaced), and ``limit`` (how many
     messages or matches, 5 by default, at most 50). The answer lists each
-    message as ``[id] role: text``, a tool call always with its result
-    and a result with its call, within `max_chars` characters: what does
-    not fit is named, not sent. An unknown id is said, not an error.
-    In a durable run's tool activities, which run apart from the session,
-    it answers that it has no conversation to read.
+    message as ``[id] role: text`` (an image by its URL), a tool call
+    always with its result and a result with its call, within `max_chars`
+    characters: what does not fit is named, not sent. An unknown id is
+    said, not an error. In a durable run's tool activities, which run
+    apart from the session, it answers that it has no conversation to read.
 
     Args:
         max_chars: The longest answer, in characters (≥ 500).

@@ -115,10 +115,17 @@ def _hint(error: ContextExceeded) -> str:
                 f"tool results fill it: MaskingCompactor{default} caps, digests "
                 "and cuts them to fit"
             )
+        # MaskingCompactor cuts inside the newest exchange already; what
+        # LayeredCompactor cuts a result to is its max_tool_result_chars.
+        newest = (
+            ""
+            if strategy == "MaskingCompactor"
+            else "lower its max_tool_result_chars, let it cut the newest exchange "
+            "(compact_newest_exchange=True) unless it does already, or "
+        )
         return (
             f"tool results fill it, and {strategy} (the strategy in use) could "
-            "not cut them further: let it cut the newest exchange "
-            f"(compact_newest_exchange=True), or give the run {fits}"
+            f"not cut them further: {newest}give the run {fits}"
         )
     if strategy not in _SUMMARISES:
         return (

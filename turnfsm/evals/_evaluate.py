@@ -8,7 +8,7 @@ from typing import Final, TypeAlias, final
 
 import attrs
 
-from turnfsm import context
+from turnfsm import _checks, context
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.evals._probes import Probe, context_text, present
@@ -394,9 +394,14 @@ async def evaluate(
             answered, each strategy measured (None: nothing is told).
 
     Raises:
-        ConfigError: a probe names a session not evaluated, a session has
+        ConfigError: `sessions` are not stored sessions or `probes` not
+            probes, a probe names a session not evaluated, a session has
             no probe, or `prices` names no model with known prices.
     """
+    sessions = _checks.as_tuple(sessions, "sessions", "stored Sessions")
+    _checks.check(sessions, "sessions", _checks.each(Session, "a stored Session"))
+    probes = _checks.as_tuple(probes, "probes", "Probes")
+    _checks.check(probes, "probes", _checks.each(Probe, "a Probe"))
     ids = [s.id for s in sessions]
     for n, probe in enumerate(probes):
         if probe.session and probe.session not in ids:

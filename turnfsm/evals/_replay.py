@@ -15,9 +15,9 @@ from typing import final
 import attrs
 
 from turnfsm.context import ContextManager
-from turnfsm.core import MachineSpec
+from turnfsm.core import CompactionResult, MachineSpec
 from turnfsm.messages import Message
-from turnfsm.persistence import CompactionRecord, Session
+from turnfsm.persistence import CompactionRecord, Session, event_messages
 from turnfsm.providers import ModelClient
 from turnfsm.simulate import simulate
 
@@ -122,8 +122,23 @@ async def replay_session(
         tuple(calls),
         simulation.passes,
         short,
-        context.count(list(session.history)),
+        context.count(_said(session)),
         simulation.caveats,
         simulation.cost,
         simulation.summary_cost,
     )
+
+
+def _said(session: Session) -> list[Message]:
+    """The whole conversation `session` committed, as said: no pass applied.
+
+    What every run that ended done brought in (its input, the replies, the
+    tool results), without what its passes replaced them with.
+    """
+    out: list[Message] = []
+    for run in session.runs:
+        if run.outcome == "done":
+            for event in run.events:
+                if not isinstance(event, CompactionResult):
+                    out.extend(event_messages(event))
+    return out

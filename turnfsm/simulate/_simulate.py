@@ -386,9 +386,16 @@ def _reserved(
     messages the call saw, is the system prompt, the tool schemas and the
     reply budget it was sent with. A call measured only before a pass takes
     the figure of the call before it (the first call: of the next one, else
-    `before`, the previous run's last). `rewritten` carries what earlier
-    runs' passes rewrote under their ids, and is updated with this run's.
+    `before`, the previous run's last). A run with no call (a pass made
+    between runs, by an agent that may send other extras) reserved its
+    first pass's size less the messages it covered. `rewritten` carries
+    what earlier runs' passes rewrote under their ids, and is updated with
+    this run's.
     """
+    first = next(iter(run.compactions), None)
+    if not run.turns and first is not None and first.covers:
+        covered = [rewritten.get(i) or session.message(i) for i in first.covers]
+        before = max(0, first.tokens_before - counter.count(covered))
     direct: list[int | None] = []
     last: int | None = None
     for event in run.events:
@@ -580,6 +587,11 @@ def _machine(session: Session, run: RunRecord) -> MachineSpec:
     return kept
 
 
+_check_summary_model: Final = _checks.instance(
+    ModelClient, "a ModelClient, or None", optional=True, awaited=("complete",)
+)
+
+
 async def simulate(
     session: Session,
     *,
@@ -623,7 +635,8 @@ async def simulate(
         ConfigError: `session` is not a Session or has no runs, `prices`
             names no model with known prices, `context` names no context
             manager for a run, no `context` is given and a run's compactor
-            cannot be made again (field ``compactor``), a run needs a
+            cannot be made again (field ``compactor``), `summary_model` is
+            not a model client, a run needs a
             reply, a tool result or a summary that was not recorded (the
             field is named).
     """
@@ -633,6 +646,7 @@ async def simulate(
     if not runs:
         raise ConfigError("session", session.id, "a session with at least one run")
     _checks.check(prices, "prices", _checks.string(non_empty=True, optional=True))
+    _checks.check(summary_model, "summary_model", _check_summary_model)
     price: ModelPrices | None = None
     if prices is not None:
         price = known_prices(prices)

@@ -20,7 +20,7 @@ from turnfsm.context import PinRules, pinned_ids, replaced_ids
 from turnfsm.core import emergency_line, threshold_line
 from turnfsm.driver import pin_rules
 from turnfsm.errors import ConfigError, SubagentWaiting
-from turnfsm.messages import Message
+from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import CompactionRecord, RunRecord, Session, TurnRecord
 from turnfsm.view._paths import Diagram, edge_anchor, run_path
 from turnfsm.view._subagents import below, delegated_by, sub_agent_list
@@ -806,6 +806,14 @@ def _pinned(
     return pinned_ids([found[i] for i in ids if i in found], rules)
 
 
+def _url(image: ImagePart) -> str:
+    """An image's URL as the page names it: an inline (data:) one by its head."""
+    url = image.url
+    if url.startswith("data:") and len(url) > 64:
+        return f"{url.partition(',')[0][:64]},... ({len(url)} characters)"
+    return url
+
+
 def _message(
     found: Mapping[str, Message],
     message_id: str,
@@ -837,6 +845,9 @@ def _message(
     ]
     if message.text:
         out.append(f'<pre class="text">{_e(message.text)}</pre>')
+    for part in message.parts:
+        if isinstance(part, ImagePart):  # named, never fetched
+            out.append(f'<div class="image">image <code>{_e(_url(part))}</code></div>')
     for call in message.tool_calls:
         out.append(
             f'<div class="call">calls <b>{_e(call.name)}</b> '
