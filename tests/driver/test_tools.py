@@ -6,7 +6,7 @@ import enum
 import functools
 import json
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -390,3 +390,42 @@ def test_an_annotation_naming_nothing_is_refused_naming_the_parameter() -> None:
     assert caught.value.tool == "lookup"
     assert "parameter 'kind'" in str(caught.value)
     assert "'NotDefined'" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_changes_its_arguments_changes_a_copy() -> None:
+    def tag(labels: dict[str, list[str]], extra: Any) -> str:
+        """Tag the labels.
+
+        Args:
+            labels: the labels.
+            extra: anything.
+        """
+        labels["names"].append("tagged")
+        extra["names"].append("tagged")
+        return json.dumps([labels, extra])
+
+    async def raw(labels: Any) -> str:
+        labels["names"].append("tagged")
+        return json.dumps(labels)
+
+    plain = Tool(
+        name="raw",
+        description="Tag, with the arguments as they came.",
+        parameters={"type": "object", "properties": {"labels": {"type": "object"}}},
+        fn=raw,
+    )
+    tools = tools_by_name([tag, plain])
+    for name, arguments, content in [
+        (
+            "tag",
+            {"labels": {"names": ["a"]}, "extra": {"names": ["b"]}},
+            '[{"names": ["a", "tagged"]}, {"names": ["b", "tagged"]}]',
+        ),
+        ("raw", {"labels": {"names": ["a"]}}, '{"names": ["a", "tagged"]}'),
+    ]:
+        call = ToolCallPart(id="c1", name=name, arguments=arguments)
+        said = call.arguments_json()
+        out = await run_tool_call(call, tools, limit=None)
+        assert out.tool_results[0].content == content
+        assert call.arguments_json() == said  # the model's call, as it made it

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 
 import anyio
 import anyio.to_thread
 import attrs
 
 from turnfsm import _checks
+from turnfsm._json import plain
 from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver._arguments import (
     ArgumentsCheck,
@@ -233,6 +234,8 @@ class Tool:
         return as_text(result)
 
     def _read(self, arguments: Arguments) -> Mapping[str, Any]:
+        # The call's arguments are the log's: the tool gets a copy to change.
+        arguments = cast(Arguments, plain(arguments))
         check_arguments(self._validator, arguments)
         if self.structure is None:
             return arguments
