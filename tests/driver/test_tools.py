@@ -5,7 +5,7 @@ import datetime
 import enum
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
 import anyio
@@ -429,3 +429,28 @@ async def test_a_tool_that_changes_its_arguments_changes_a_copy() -> None:
         out = await run_tool_call(call, tools, limit=None)
         assert out.tool_results[0].content == content
         assert call.arguments_json() == said  # the model's call, as it made it
+
+
+def test_a_generator_function_is_refused_as_a_tool() -> None:
+    def pieces(n: int) -> Iterator[str]:
+        """Yield the pieces.
+
+        Args:
+            n: how many.
+        """
+        yield from ["a"] * n
+
+    async def stream(n: int) -> AsyncIterator[str]:
+        """Yield the pieces as they come.
+
+        Args:
+            n: how many.
+        """
+        for _ in range(n):
+            yield "a"
+
+    for fn in (pieces, stream, functools.partial(pieces, 2)):
+        with pytest.raises(ToolError, match=r"yields \(a generator function\)"):
+            Tool.from_function(fn)
+    with pytest.raises(ToolError, match="'raw': its function yields"):
+        Tool(name="raw", description="Raw.", parameters={"type": "object"}, fn=stream)

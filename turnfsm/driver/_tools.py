@@ -139,6 +139,17 @@ class Tool:
         _checks.check(self.parameters, field, _SCHEMA)
         return arguments_check(self.name, self.parameters)
 
+    @fn.validator
+    def _check_fn(self, _attr: object, value: Callable[..., Any]) -> None:
+        target = inspect.unwrap(annotated_function(value))
+        if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+            # It would "return" its generator, sent to the model as a repr.
+            raise ToolError(
+                self.name,
+                "its function yields (a generator function), and a tool "
+                "returns its result: return the text, or a list of the pieces",
+            )
+
     @name.validator
     def _check_name(self, _attr: object, value: str) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
