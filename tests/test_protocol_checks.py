@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -115,3 +115,46 @@ def test_a_plain_def_where_an_async_one_is_awaited_is_refused_by_name() -> None:
 def test_a_wrapped_async_method_passes() -> None:
     assert _checks.plain_method(WrappedCompactor(), ("compact",)) is None
     ContextManager(WrappedCompactor())  # type: ignore[arg-type]
+
+
+class YieldingCompactor:
+    async def compact(
+        self, messages: object, target: int, ctx: object
+    ) -> AsyncIterator[object]:
+        yield None
+
+
+class AsyncCounter:
+    async def count(self, messages: object) -> int:
+        return 1
+
+    def count_text(self, text: str) -> int:
+        return 1
+
+
+class AsyncTextCounter:
+    def count(self, messages: object) -> int:
+        return 1
+
+    async def count_text(self, text: str) -> AsyncIterator[int]:
+        yield 1
+
+
+def test_an_async_generator_where_an_answer_is_awaited_is_refused_as_one() -> None:
+    with pytest.raises(ConfigError, match=r"its compact\(\) yields") as got:
+        ContextManager(YieldingCompactor())  # type: ignore[arg-type]
+    assert got.value.field == "compactor"
+    assert "plain def" not in str(got.value)
+
+
+def test_an_async_def_where_a_count_is_called_for_is_refused_by_name() -> None:
+    for counter, method in [
+        (AsyncCounter(), "count"),
+        (AsyncTextCounter(), "count_text"),
+    ]:
+        with pytest.raises(
+            ConfigError, match=f"write it as a plain `def {method}`"
+        ) as got:
+            ContextManager(counter=counter)  # type: ignore[arg-type]
+        assert got.value.field == "counter"
+        assert f"its {method}() is an async def" in str(got.value)

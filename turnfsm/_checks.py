@@ -229,16 +229,24 @@ def instance(
     optional: bool = False,
     error: _Error = ConfigError,
     awaited: tuple[str, ...] = (),
+    called: tuple[str, ...] = (),
 ) -> Check:
     """Return a validator: an instance of `types` (described as `expected`).
 
     The methods named in `awaited` are awaited by whoever calls them: one
-    written as a plain ``def`` is refused here, naming it, rather than
-    failing at its first call with "can't be used in 'await' expression".
+    written as a plain ``def`` (or as an async generator) is refused here,
+    naming it, rather than failing at its first call with "can't be used in
+    'await' expression". Those named in `called` are called without
+    ``await``: one written ``async def`` is refused, rather than handing
+    back a coroutine where its answer was expected.
     """
     text = _maybe(expected, optional)
     kinds = types if isinstance(types, tuple) else (types,)
-    if not awaited and not any(getattr(t, "_is_protocol", False) for t in kinds):
+    if (
+        not awaited
+        and not called
+        and not any(getattr(t, "_is_protocol", False) for t in kinds)
+    ):
         # Plain classes: `isinstance` alone, on the hot path of every value.
 
         def validate_class(_inst: object, attr: object, value: object) -> None:
@@ -254,15 +262,51 @@ def instance(
             _fail(error, _name(name, attr), value, text)
         plain = plain_method(value, awaited)
         if plain is not None:
-            _fail(
-                error,
-                _name(name, attr),
-                value,
-                f"{text}; its {plain}() is a plain def, and it is awaited: "
-                f"write it as `async def {plain}`",
-            )
+            if _is_async_generator(getattr(value, plain)):
+                why = (
+                    f"its {plain}() yields (an async generator), and it is "
+                    "awaited: return the answer instead of yielding it"
+                )
+            else:
+                why = (
+                    f"its {plain}() is a plain def, and it is awaited: "
+                    f"write it as `async def {plain}`"
+                )
+            _fail(error, _name(name, attr), value, f"{text}; {why}")
+        for method in called:
+            if _is_async_function(getattr(value, method, None)):
+                _fail(
+                    error,
+                    _name(name, attr),
+                    value,
+                    f"{text}; its {method}() is an async def, and it is called "
+                    f"without await: write it as a plain `def {method}`",
+                )
 
     return validate
+
+
+def _is_async_generator(value: object) -> bool:
+    """Whether `value` is a Python function that is an async generator."""
+    fn = getattr(value, "__func__", value)
+    if not inspect.isfunction(fn):
+        return False
+    return any(inspect.isasyncgenfunction(f) for f in (fn, inspect.unwrap(fn)))
+
+
+def _is_async_function(value: object) -> bool:
+    """Whether `value` is a Python function written ``async def``.
+
+    A coroutine function or an async generator, unwrapped through
+    ``functools.wraps``.
+    """
+    fn = getattr(value, "__func__", value)
+    if not inspect.isfunction(fn):
+        return False
+    return any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
+        for f in (fn, inspect.unwrap(fn))
+    )
 
 
 def plain_method(value: object, names: tuple[str, ...]) -> str | None:

@@ -286,7 +286,9 @@ class ContextManager(OldEntryPoints):
     counter: TokenCounter = attrs.field(
         factory=default_counter,
         validator=_checks.instance(
-            TokenCounter, "a TokenCounter (count() and count_text() methods)"
+            TokenCounter,
+            "a TokenCounter (count() and count_text() methods)",
+            called=("count", "count_text", "units", "text_units", "tokens"),
         ),
     )
     use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())
