@@ -87,13 +87,23 @@ def test_decorator_with_options_renames_and_redescribes() -> None:
     assert (f.name, f.description) == ("lookup", "Look things up.")
 
 
+def _positional_only(x: int, /) -> str:
+    """Every call would raise TypeError: a tool is called with keywords.
+
+    Args:
+        x: a number.
+    """
+    return str(x)
+
+
 @pytest.mark.parametrize(
     ("fn", "reason"),
     [
         (lambda x: x, "needs a type annotation"),
         (lambda *args: args, "cannot be described"),
+        (_positional_only, "parameter 'x' is positional-only"),
     ],
-    ids=["unannotated", "varargs"],
+    ids=["unannotated", "varargs", "positional-only"],
 )
 def test_undescribable_functions_raise_tool_error(fn: object, reason: str) -> None:
     with pytest.raises(ToolError, match=reason):
