@@ -43,6 +43,7 @@ __all__ = [
     "is_instance",
     "json_fault",
     "json_object",
+    "message_of",
     "number",
     "one_of",
     "plain_method",
@@ -580,6 +581,19 @@ def check_id(name: str, value: object) -> str:
     """
     check(value, name, _ID)
     return value  # type: ignore[return-value]
+
+
+def message_of(exc: BaseException) -> str:
+    """Return ``str(exc)``, or a note saying it could not be read.
+
+    An exception raised by a plug-in (a tool, a compactor, a counter) is
+    described to the model, the log and the caller by its message: one
+    whose ``__str__`` raises is described all the same, by that note.
+    """
+    try:
+        return str(exc)
+    except Exception as failed:
+        return f"(its message could not be read: str() raised {type(failed).__name__})"
 
 
 def token_count(value: object, counter: object, method: str) -> int:

@@ -464,3 +464,26 @@ def test_a_generator_function_is_refused_as_a_tool() -> None:
             Tool.from_function(fn)
     with pytest.raises(ToolError, match="'raw': its function yields"):
         Tool(name="raw", description="Raw.", parameters={"type": "object"}, fn=stream)
+
+
+class Unreadable(Exception):
+    """An exception whose message cannot be read: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise AttributeError("no such field")
+
+
+@pytest.mark.anyio
+async def test_an_exception_with_no_readable_message_is_an_error_result() -> None:
+    def fetch() -> str:
+        """Fetch."""
+        raise Unreadable
+
+    out = await run_tool_call(
+        ToolCallPart(id="c1", name="fetch"), tools_by_name([fetch]), limit=None
+    )
+    assert out.tool_results[0].is_error
+    assert out.tool_results[0].content == (
+        "tool 'fetch' failed: Unreadable: "
+        "(its message could not be read: str() raised AttributeError)"
+    )

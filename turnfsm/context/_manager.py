@@ -145,7 +145,7 @@ def _counting(call: ModelCall | None, spent: list[Usage]) -> ModelCall | None:
 
 
 def _describe(exc: Exception) -> str:
-    text = str(exc)
+    text = _checks.message_of(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

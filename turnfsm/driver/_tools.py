@@ -411,7 +411,8 @@ async def tool_call_outcome(
 
 def failed_result(call: ToolCallPart, exc: Exception) -> Message:
     """The error result of a call whose tool raised `exc` (its type and message)."""
-    failed = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}"
+    text = _checks.message_of(exc)
+    failed = f"tool {call.name!r} failed: {type(exc).__name__}: {text}"
     return Message.tool_result(call.id, failed, is_error=True)
 
 
