@@ -10,9 +10,11 @@ import anyio
 import pytest
 
 from turnfsm import ContextManager, Driver, _checks
-from turnfsm.context import SummarizingCompactor
+from turnfsm.context import SummarizingCompactor, TruncatingCompactor
 from turnfsm.errors import ConfigError
+from turnfsm.persistence import MemoryStore, Session
 from turnfsm.testing import ScriptedModel, check_compactor
+from turnfsm.tokens import HeuristicTokenCounter
 
 
 @runtime_checkable
@@ -158,3 +160,28 @@ def test_an_async_def_where_a_count_is_called_for_is_refused_by_name() -> None:
             ContextManager(counter=counter)  # type: ignore[arg-type]
         assert got.value.field == "counter"
         assert f"its {method}() is an async def" in str(got.value)
+
+
+def test_a_class_given_where_an_instance_belongs_is_refused_naming_the_call() -> None:
+    # A class has the protocol's methods, unbound: it was taken, and each
+    # call of it failed (a compactor's pass with "missing argument 'ctx'").
+    cases: list[tuple[Callable[[], object], str, str]] = [
+        (
+            lambda: ContextManager(TruncatingCompactor),
+            "compactor",
+            "TruncatingCompactor",
+        ),
+        (
+            lambda: ContextManager(counter=HeuristicTokenCounter),
+            "counter",
+            "HeuristicTokenCounter",
+        ),
+        (lambda: Driver(model=ScriptedModel), "model", "ScriptedModel"),
+        (lambda: Session(store=MemoryStore), "store", "MemoryStore"),
+    ]
+    for make, field, name in cases:
+        with pytest.raises(
+            ConfigError, match=rf"an instance, {name}\(\), not the class"
+        ) as got:
+            make()
+        assert got.value.field == field

@@ -259,6 +259,14 @@ def instance(
     def validate(_inst: object, attr: object, value: object) -> None:
         if value is None and optional:
             return
+        if isinstance(value, type) and is_instance(value, types):
+            # A class has the protocol's methods too, unbound: each call fails.
+            _fail(
+                error,
+                _name(name, attr),
+                value,
+                f"{text}: an instance, {value.__name__}(), not the class",
+            )
         if not is_instance(value, types):
             _fail(error, _name(name, attr), value, text)
         plain = plain_method(value, awaited)
