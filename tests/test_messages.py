@@ -324,3 +324,46 @@ def test_metadata_and_arguments_do_not_change_in_place() -> None:
     assert call.arguments == {"path": "a"}
     assert pickle.loads(pickle.dumps(call)) == call
     assert ToolCallPart(id="c2", name="read").arguments == {}
+
+
+def test_nested_metadata_and_arguments_do_not_change_in_place() -> None:
+    given: dict[str, Any] = {"tags": ["a"], "where": {"path": ["x"]}}
+    message = Message(role="user", parts="hi", metadata=given)
+    given["tags"].append("caller")  # the caller's lists are not the message's
+    call = ToolCallPart(id="c1", name="add", arguments=given)
+    nested: list[tuple[Any, str]] = [
+        (message.metadata["tags"], "metadata"),
+        (message.metadata["where"]["path"], "metadata"),
+        (call.arguments["tags"], "tool_call.arguments"),
+        (call.arguments["where"]["path"], "tool_call.arguments"),
+    ]
+    changes: list[Callable[[Any], object]] = [
+        lambda v: v.append("x"),
+        lambda v: v.extend(["x"]),
+        lambda v: v.insert(0, "x"),
+        lambda v: v.__setitem__(0, "x"),
+        lambda v: v.__delitem__(0),
+        lambda v: v.__iadd__(["x"]),
+        lambda v: v.__imul__(2),
+        lambda v: v.pop(),
+        lambda v: v.remove("a"),
+        lambda v: v.clear(),
+        lambda v: v.sort(),
+        lambda v: v.reverse(),
+    ]
+    for value, field in nested:
+        for change in changes:
+            with pytest.raises(InvalidMessage, match=f"{field} does not change"):
+                change(value)
+    with pytest.raises(InvalidMessage, match="arguments does not change"):
+        call.arguments["where"]["path"] = "y"
+    assert message.metadata == {"tags": ["a"], "where": {"path": ["x"]}}
+    assert call.arguments["tags"] == ["a", "caller"]
+    for copied in (copy.deepcopy(call), pickle.loads(pickle.dumps(call))):
+        assert copied == call
+        with pytest.raises(InvalidMessage):
+            copied.arguments["tags"].append("x")
+    assert json.loads(call.arguments_json()) == {
+        "tags": ["a", "caller"],
+        "where": {"path": ["x"]},
+    }

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 import anyio
 import pytest
 
 from turnfsm import ContextManager, Driver, _checks
-from turnfsm.context import SummarizingCompactor
+from turnfsm.context import SummarizingCompactor, TruncatingCompactor
 from turnfsm.errors import ConfigError
+from turnfsm.persistence import MemoryStore, Session
 from turnfsm.testing import ScriptedModel, check_compactor
+from turnfsm.tokens import HeuristicTokenCounter
 
 
 @runtime_checkable
@@ -115,3 +117,71 @@ def test_a_plain_def_where_an_async_one_is_awaited_is_refused_by_name() -> None:
 def test_a_wrapped_async_method_passes() -> None:
     assert _checks.plain_method(WrappedCompactor(), ("compact",)) is None
     ContextManager(WrappedCompactor())  # type: ignore[arg-type]
+
+
+class YieldingCompactor:
+    async def compact(
+        self, messages: object, target: int, ctx: object
+    ) -> AsyncIterator[object]:
+        yield None
+
+
+class AsyncCounter:
+    async def count(self, messages: object) -> int:
+        return 1
+
+    def count_text(self, text: str) -> int:
+        return 1
+
+
+class AsyncTextCounter:
+    def count(self, messages: object) -> int:
+        return 1
+
+    async def count_text(self, text: str) -> AsyncIterator[int]:
+        yield 1
+
+
+def test_an_async_generator_where_an_answer_is_awaited_is_refused_as_one() -> None:
+    with pytest.raises(ConfigError, match=r"its compact\(\) yields") as got:
+        ContextManager(YieldingCompactor())  # type: ignore[arg-type]
+    assert got.value.field == "compactor"
+    assert "plain def" not in str(got.value)
+
+
+def test_an_async_def_where_a_count_is_called_for_is_refused_by_name() -> None:
+    for counter, method in [
+        (AsyncCounter(), "count"),
+        (AsyncTextCounter(), "count_text"),
+    ]:
+        with pytest.raises(
+            ConfigError, match=f"write it as a plain `def {method}`"
+        ) as got:
+            ContextManager(counter=counter)  # type: ignore[arg-type]
+        assert got.value.field == "counter"
+        assert f"its {method}() is an async def" in str(got.value)
+
+
+def test_a_class_given_where_an_instance_belongs_is_refused_naming_the_call() -> None:
+    # A class has the protocol's methods, unbound: it was taken, and each
+    # call of it failed (a compactor's pass with "missing argument 'ctx'").
+    cases: list[tuple[Callable[[], object], str, str]] = [
+        (
+            lambda: ContextManager(TruncatingCompactor),
+            "compactor",
+            "TruncatingCompactor",
+        ),
+        (
+            lambda: ContextManager(counter=HeuristicTokenCounter),
+            "counter",
+            "HeuristicTokenCounter",
+        ),
+        (lambda: Driver(model=ScriptedModel), "model", "ScriptedModel"),
+        (lambda: Session(store=MemoryStore), "store", "MemoryStore"),
+    ]
+    for make, field, name in cases:
+        with pytest.raises(
+            ConfigError, match=rf"an instance, {name}\(\), not the class"
+        ) as got:
+            make()
+        assert got.value.field == field

@@ -43,6 +43,7 @@ __all__ = [
     "is_instance",
     "json_fault",
     "json_object",
+    "message_of",
     "number",
     "one_of",
     "plain_method",
@@ -229,16 +230,24 @@ def instance(
     optional: bool = False,
     error: _Error = ConfigError,
     awaited: tuple[str, ...] = (),
+    called: tuple[str, ...] = (),
 ) -> Check:
     """Return a validator: an instance of `types` (described as `expected`).
 
     The methods named in `awaited` are awaited by whoever calls them: one
-    written as a plain ``def`` is refused here, naming it, rather than
-    failing at its first call with "can't be used in 'await' expression".
+    written as a plain ``def`` (or as an async generator) is refused here,
+    naming it, rather than failing at its first call with "can't be used in
+    'await' expression". Those named in `called` are called without
+    ``await``: one written ``async def`` is refused, rather than handing
+    back a coroutine where its answer was expected.
     """
     text = _maybe(expected, optional)
     kinds = types if isinstance(types, tuple) else (types,)
-    if not awaited and not any(getattr(t, "_is_protocol", False) for t in kinds):
+    if (
+        not awaited
+        and not called
+        and not any(getattr(t, "_is_protocol", False) for t in kinds)
+    ):
         # Plain classes: `isinstance` alone, on the hot path of every value.
 
         def validate_class(_inst: object, attr: object, value: object) -> None:
@@ -250,19 +259,63 @@ def instance(
     def validate(_inst: object, attr: object, value: object) -> None:
         if value is None and optional:
             return
-        if not is_instance(value, types):
-            _fail(error, _name(name, attr), value, text)
-        plain = plain_method(value, awaited)
-        if plain is not None:
+        if isinstance(value, type) and is_instance(value, types):
+            # A class has the protocol's methods too, unbound: each call fails.
             _fail(
                 error,
                 _name(name, attr),
                 value,
-                f"{text}; its {plain}() is a plain def, and it is awaited: "
-                f"write it as `async def {plain}`",
+                f"{text}: an instance, {value.__name__}(), not the class",
             )
+        if not is_instance(value, types):
+            _fail(error, _name(name, attr), value, text)
+        plain = plain_method(value, awaited)
+        if plain is not None:
+            if _is_async_generator(getattr(value, plain)):
+                why = (
+                    f"its {plain}() yields (an async generator), and it is "
+                    "awaited: return the answer instead of yielding it"
+                )
+            else:
+                why = (
+                    f"its {plain}() is a plain def, and it is awaited: "
+                    f"write it as `async def {plain}`"
+                )
+            _fail(error, _name(name, attr), value, f"{text}; {why}")
+        for method in called:
+            if _is_async_function(getattr(value, method, None)):
+                _fail(
+                    error,
+                    _name(name, attr),
+                    value,
+                    f"{text}; its {method}() is an async def, and it is called "
+                    f"without await: write it as a plain `def {method}`",
+                )
 
     return validate
+
+
+def _is_async_generator(value: object) -> bool:
+    """Whether `value` is a Python function that is an async generator."""
+    fn = getattr(value, "__func__", value)
+    if not inspect.isfunction(fn):
+        return False
+    return any(inspect.isasyncgenfunction(f) for f in (fn, inspect.unwrap(fn)))
+
+
+def _is_async_function(value: object) -> bool:
+    """Whether `value` is a Python function written ``async def``.
+
+    A coroutine function or an async generator, unwrapped through
+    ``functools.wraps``.
+    """
+    fn = getattr(value, "__func__", value)
+    if not inspect.isfunction(fn):
+        return False
+    return any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
+        for f in (fn, inspect.unwrap(fn))
+    )
 
 
 def plain_method(value: object, names: tuple[str, ...]) -> str | None:
@@ -536,6 +589,19 @@ def check_id(name: str, value: object) -> str:
     """
     check(value, name, _ID)
     return value  # type: ignore[return-value]
+
+
+def message_of(exc: BaseException) -> str:
+    """Return ``str(exc)``, or a note saying it could not be read.
+
+    An exception raised by a plug-in (a tool, a compactor, a counter) is
+    described to the model, the log and the caller by its message: one
+    whose ``__str__`` raises is described all the same, by that note.
+    """
+    try:
+        return str(exc)
+    except Exception as failed:
+        return f"(its message could not be read: str() raised {type(failed).__name__})"
 
 
 def token_count(value: object, counter: object, method: str) -> int:

@@ -9,9 +9,9 @@ encoding. `compact_encoder` builds the C encoder once per set of options.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-__all__ = ["compact_encoder"]
+__all__ = ["compact_encoder", "plain"]
 
 _SAMPLE = {"b": [1, 2.5, None, True, -0.0], "a": {"é": "\u0000\n"}, "c": float("nan")}
 
@@ -53,3 +53,20 @@ def compact_encoder(*, sort_keys: bool) -> Callable[[object], str]:
 
     same = dumps(_SAMPLE) == rule.encode(_SAMPLE)
     return dumps if same else rule.encode
+
+
+def plain(value: object) -> object:
+    """Return a copy of the JSON `value` that its receiver may change.
+
+    Every mapping inside is a new `dict` and every list a new `list`
+    (tuples stay tuples, of copies); strings, numbers, booleans and None
+    are shared. A message's metadata and a call's arguments do not change
+    in place: what a plug-in is handed to work on is this copy.
+    """
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    return value

@@ -73,7 +73,7 @@ class ErrorInfo:
         """
         return cls(
             type=type(exc).__name__,
-            message=str(exc),
+            message=_checks.message_of(exc),
             retryable=retryable,
             retry_after=_retry_after_of(exc),
         )

@@ -404,10 +404,27 @@ def boom(
     raise RuntimeError("summary model down")
 
 
+class Unreadable(Exception):
+    """An exception whose message cannot be read: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise AttributeError("no such field")
+
+
+def unreadable(
+    messages: Sequence[Message], target: int, ctx: CompactionContext
+) -> CompactionProposal:
+    raise Unreadable
+
+
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
         (boom, "RuntimeError: summary model down"),
+        (
+            unreadable,
+            "Unreadable: (its message could not be read: str() raised AttributeError)",
+        ),
         (lambda m, t, c: CompactionProposal.failed("rate limited", 0), "rate limited"),
         (
             lambda m, t, c: CompactionProposal.failed("", 0),
@@ -440,6 +457,7 @@ def boom(
     ],
     ids=[
         "raises",
+        "raises-unreadable",
         "failed",
         "failed-blank",
         "empty",

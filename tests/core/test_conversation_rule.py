@@ -337,3 +337,18 @@ def test_a_run_input_under_an_id_the_history_has_is_refused() -> None:
     error = refused(machine, RunStarted(input=[user("again", id=U.id)]))
 
     assert (error.field, error.value) == ("message.id", U.id)
+
+
+@pytest.mark.parametrize("taken", ["u1", "a1", "h1"])
+def test_a_final_reply_under_an_id_the_conversation_has_is_refused(taken: str) -> None:
+    # The final reply is committed as it comes: it joined the history unchecked.
+    earlier = [user("hello", id="h0"), reply("hi", id="h1")]
+    machine = TurnMachine.start(load_turn_spec(), budget=BUDGET, history=earlier)
+    run_script(machine, [RunStarted(input=[U]), Measured(estimate=10)])
+    run_script(machine, [ModelReplied(message=ASKS)])
+    run_script(machine, [ToolsFinished(results=results_for(ASKS))])
+    run_script(machine, [Measured(estimate=10)])
+
+    error = refused(machine, ModelReplied(message=reply("done", id=taken)))
+
+    assert (error.field, error.value) == ("message.id", taken)

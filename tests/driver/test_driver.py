@@ -29,7 +29,7 @@ from turnfsm.errors import (
     ProviderError,
     RunFailed,
 )
-from turnfsm.hooks import Hook, PreCompact, PreCompactInfo
+from turnfsm.hooks import ConsoleHook, Hook, PreCompact, PreCompactInfo
 from turnfsm.messages import Message, Role
 from turnfsm.persistence import CompactionRecord
 from turnfsm.providers import ModelResponse
@@ -532,6 +532,28 @@ async def test_a_misspelt_hook_method_is_refused_where_the_hook_is_given() -> No
             "x", session=session, hooks=[Steer(), Misspelt()]
         )
     assert session.runs == []
+
+
+def test_a_hook_class_given_for_a_hook_is_refused_naming_the_call_it_needs() -> None:
+    # The class was taken, and none of its methods was ever called.
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[Steer(), ConsoleHook])  # type: ignore[list-item]
+    assert caught.value.field == "hooks[1]"
+    assert caught.value.value is ConsoleHook
+    assert "an instance, ConsoleHook(), not the class" in str(caught.value)
+
+
+class NoInfo(Hook):
+    def on_run_end(self) -> None:  # type: ignore[override]
+        """Takes no record: calling it would raise TypeError, and detach it."""
+
+
+async def test_a_hook_method_that_takes_no_record_is_refused_where_given() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[NoInfo()])
+    assert caught.value.field == "hooks[0].on_run_end"
+    assert "takes one record" in str(caught.value)
+    assert "NoInfo.on_run_end()" in str(caught.value)
 
 
 def test_an_unknown_hook_method_with_no_close_name_lists_the_hook_methods() -> None:

@@ -49,6 +49,50 @@ def test_an_effect_that_raises_fails_the_run_with_a_typed_error(
     assert isinstance(tracebacks[0][1], ValueError)
 
 
+class Unreadable(Exception):
+    """An exception whose message cannot be read: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise AttributeError("no such field")
+
+
+async def unreadable(ctx: EffectContext, decision: Perform) -> Event:
+    raise Unreadable
+
+
+def test_an_effect_raising_an_exception_with_no_readable_message_fails_typed() -> None:
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": unreadable},
+    )
+
+    result = agent.run_sync("write a haiku")
+
+    assert isinstance(result.error, EffectFailed)
+    assert (result.error.type, result.error.message) == (
+        "Unreadable",
+        "(its message could not be read: str() raised AttributeError)",
+    )
+    assert agent.session.runs[-1].outcome == "failed"
+
+
+class UnreadableClient:
+    async def complete(self, request: object) -> object:
+        raise Unreadable
+
+
+def test_a_crash_on_an_exception_with_no_readable_message_is_logged_failed() -> None:
+    agent = Agent(model=UnreadableClient())
+
+    with pytest.raises(Unreadable):
+        agent.run_sync("hi")
+
+    run = agent.session.runs[-1]
+    assert run.outcome == "failed"
+    assert "Unreadable" in str(run.error)
+
+
 def test_a_built_in_effect_that_raises_is_still_a_crash() -> None:
     """A bug of turnfsm's own is not dressed up: it propagates, logged as crashed."""
 

@@ -7,7 +7,7 @@ import pytest
 from turnfsm import Agent
 from turnfsm.messages import Message
 from turnfsm.persistence import MemoryStore, child_sessions
-from turnfsm.providers import ModelRequest
+from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -65,3 +65,38 @@ async def test_one_id_twice_in_a_batch_gets_two_results() -> None:
     assert result.outcome == "done", result.error
     assert sorted(result.text.split(" | ")) == ["answer to task A", "answer to task B"]
     assert len(await child_sessions(store, agent.session.id)) == 2
+
+
+async def test_a_reply_object_the_model_gives_twice_joins_the_conversation_twice() -> (
+    None
+):
+    # A client that caches its replies returns the same message, id and all:
+    # a final answer was committed with an id the conversation had (its
+    # counts, pins and compaction passes tell messages apart by id), and a
+    # tool call refused as a message given twice.
+    def echo(text: str) -> str:
+        """Echo the text.
+
+        Args:
+            text: What to echo.
+        """
+        return text
+
+    calling = ModelResponse(message=reply("", tool_call("echo", "c1", text="hi")))
+    answer = ModelResponse(message=Message.assistant("cached answer"))
+    agent = Agent(
+        model=FakeModelClient(
+            lambda r: answer if r.messages[-1].tool_results else calling
+        ),
+        tools=[echo],
+    )
+
+    for task in ("first", "second"):
+        result = await agent.run(task)
+        assert (result.outcome, result.text) == ("done", "cached answer")
+
+    history = list(agent.session.history)
+    assert [m.text for m in history if m.role.value == "user"] == ["first", "second"]
+    assert len({m.id for m in history}) == len(history) == 8
+    assert history[1].id == calling.message.id  # the first time, as it came
+    assert history[3].id == answer.message.id

@@ -5,8 +5,8 @@ import datetime
 import enum
 import functools
 import json
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -87,13 +87,23 @@ def test_decorator_with_options_renames_and_redescribes() -> None:
     assert (f.name, f.description) == ("lookup", "Look things up.")
 
 
+def _positional_only(x: int, /) -> str:
+    """Every call would raise TypeError: a tool is called with keywords.
+
+    Args:
+        x: a number.
+    """
+    return str(x)
+
+
 @pytest.mark.parametrize(
     ("fn", "reason"),
     [
         (lambda x: x, "needs a type annotation"),
         (lambda *args: args, "cannot be described"),
+        (_positional_only, "parameter 'x' is positional-only"),
     ],
-    ids=["unannotated", "varargs"],
+    ids=["unannotated", "varargs", "positional-only"],
 )
 def test_undescribable_functions_raise_tool_error(fn: object, reason: str) -> None:
     with pytest.raises(ToolError, match=reason):
@@ -390,3 +400,90 @@ def test_an_annotation_naming_nothing_is_refused_naming_the_parameter() -> None:
     assert caught.value.tool == "lookup"
     assert "parameter 'kind'" in str(caught.value)
     assert "'NotDefined'" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_changes_its_arguments_changes_a_copy() -> None:
+    def tag(labels: dict[str, list[str]], extra: Any) -> str:
+        """Tag the labels.
+
+        Args:
+            labels: the labels.
+            extra: anything.
+        """
+        labels["names"].append("tagged")
+        extra["names"].append("tagged")
+        return json.dumps([labels, extra])
+
+    async def raw(labels: Any) -> str:
+        labels["names"].append("tagged")
+        return json.dumps(labels)
+
+    plain = Tool(
+        name="raw",
+        description="Tag, with the arguments as they came.",
+        parameters={"type": "object", "properties": {"labels": {"type": "object"}}},
+        fn=raw,
+    )
+    tools = tools_by_name([tag, plain])
+    for name, arguments, content in [
+        (
+            "tag",
+            {"labels": {"names": ["a"]}, "extra": {"names": ["b"]}},
+            '[{"names": ["a", "tagged"]}, {"names": ["b", "tagged"]}]',
+        ),
+        ("raw", {"labels": {"names": ["a"]}}, '{"names": ["a", "tagged"]}'),
+    ]:
+        call = ToolCallPart(id="c1", name=name, arguments=arguments)
+        said = call.arguments_json()
+        out = await run_tool_call(call, tools, limit=None)
+        assert out.tool_results[0].content == content
+        assert call.arguments_json() == said  # the model's call, as it made it
+
+
+def test_a_generator_function_is_refused_as_a_tool() -> None:
+    def pieces(n: int) -> Iterator[str]:
+        """Yield the pieces.
+
+        Args:
+            n: how many.
+        """
+        yield from ["a"] * n
+
+    async def stream(n: int) -> AsyncIterator[str]:
+        """Yield the pieces as they come.
+
+        Args:
+            n: how many.
+        """
+        for _ in range(n):
+            yield "a"
+
+    for fn in (pieces, stream, functools.partial(pieces, 2)):
+        with pytest.raises(ToolError, match=r"yields \(a generator function\)"):
+            Tool.from_function(fn)
+    with pytest.raises(ToolError, match="'raw': its function yields"):
+        Tool(name="raw", description="Raw.", parameters={"type": "object"}, fn=stream)
+
+
+class Unreadable(Exception):
+    """An exception whose message cannot be read: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise AttributeError("no such field")
+
+
+@pytest.mark.anyio
+async def test_an_exception_with_no_readable_message_is_an_error_result() -> None:
+    def fetch() -> str:
+        """Fetch."""
+        raise Unreadable
+
+    out = await run_tool_call(
+        ToolCallPart(id="c1", name="fetch"), tools_by_name([fetch]), limit=None
+    )
+    assert out.tool_results[0].is_error
+    assert out.tool_results[0].content == (
+        "tool 'fetch' failed: Unreadable: "
+        "(its message could not be read: str() raised AttributeError)"
+    )

@@ -45,6 +45,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunOpened,
     Session,
+    SessionInfo,
     SQLiteStore,
     SummaryRecorded,
     ToolResultRecorded,
@@ -144,6 +145,37 @@ def test_a_session_needs_a_usable_id_and_a_store() -> None:
         Session("")
     with pytest.raises(ConfigError, match="store"):
         Session(store=object())  # type: ignore[arg-type]
+
+
+class SyncStore:
+    """A store of your own with a plain `def append`: turnfsm awaits it."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        return 0
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        return await self.inner.list_sessions()
+
+
+def test_a_store_whose_append_is_a_plain_def_is_refused_where_given() -> None:
+    # It failed the first run with TypeError: "object int can't be used in
+    # 'await' expression".
+    model = ScriptedModel.of("hi")
+    for make in (
+        lambda: Session(store=SyncStore()),  # type: ignore[arg-type]
+        lambda: Agent(model=model, store=SyncStore()),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ConfigError, match="write it as `async def append`") as got:
+            make()
+        assert got.value.field == "store"
 
 
 async def test_session_load_from_no_store_names_the_store() -> None:

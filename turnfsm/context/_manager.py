@@ -145,7 +145,7 @@ def _counting(call: ModelCall | None, spent: list[Usage]) -> ModelCall | None:
 
 
 def _describe(exc: Exception) -> str:
-    text = str(exc)
+    text = _checks.message_of(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -297,7 +297,9 @@ class ContextManager(OldEntryPoints):
     counter: TokenCounter = attrs.field(
         factory=default_counter,
         validator=_checks.instance(
-            TokenCounter, "a TokenCounter (count() and count_text() methods)"
+            TokenCounter,
+            "a TokenCounter (count() and count_text() methods)",
+            called=("count", "count_text", "units", "text_units", "tokens"),
         ),
     )
     use_reported_usage: bool = attrs.field(default=False, validator=_checks.boolean())

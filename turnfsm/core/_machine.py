@@ -219,7 +219,11 @@ class TurnMachine:
             left_open = (
                 self._open if pending is before.pending else OpenCalls.of(pending)
             )
-            if pending is not before.pending or snapshot.inbox is not before.inbox:
+            if (
+                pending is not before.pending
+                or snapshot.inbox is not before.inbox
+                or snapshot.history is not before.history
+            ):
                 _check_new_ids(before, snapshot)
             decision = self._compiled.decide[snapshot.phase](snapshot, left_open)
             _check_open(left_open, decision)
@@ -296,12 +300,18 @@ class TurnMachine:
 
 
 def _check_new_ids(before: Snapshot, after: Snapshot) -> None:
-    """Rule 4: what joined pending or the inbox has ids the conversation has not.
+    """Rule 4: what joined the buffers has ids the conversation has not.
 
     A compaction pass replaces the buffers (the manager checks its result);
     what only moved (a commit, the inbox flushed) is checked again, cheaply.
+    A commit may carry a message that was never pending (a final reply).
     """
     history, pending, inbox = after.history, after.pending, after.inbox
+    if history is not before.history:
+        kept = _kept(before.history, history)
+        if kept is not None and kept < len(history):
+            committed = history.items_from(kept)
+            require_new_ids(committed, before.history, field="message")
     if pending is not before.pending:
         kept = _kept(before.pending, pending)
         if kept is None:

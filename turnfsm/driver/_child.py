@@ -87,6 +87,14 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _message_of(exc: BaseException) -> str:
+    """``str(exc)``, or a note saying it could not be read (as the parent words it)."""
+    try:
+        return str(exc)
+    except Exception as failed:
+        return f"(its message could not be read: str() raised {type(failed).__name__})"
+
+
 def answer(request: bytes) -> tuple[str, ...]:
     """Run the request's tool and return the answer to send back."""
     try:
@@ -97,7 +105,7 @@ def answer(request: bytes) -> tuple[str, ...]:
         kwargs = pickle.loads(data["kwargs"])
         return ("ok", as_text(fn(**kwargs)))
     except BaseException as exc:  # the tool's failure, reported, not raised
-        return ("raised", type(exc).__name__, str(exc))
+        return ("raised", type(exc).__name__, _message_of(exc))
 
 
 def main(stdin: IO[bytes], out: IO[bytes]) -> None:
@@ -107,7 +115,7 @@ def main(stdin: IO[bytes], out: IO[bytes]) -> None:
     try:
         data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # a message that does not pickle (it always should)
-        data = pickle.dumps(("raised", type(exc).__name__, str(exc)))
+        data = pickle.dumps(("raised", type(exc).__name__, _message_of(exc)))
     out.write(data)
     out.flush()
 

@@ -46,13 +46,15 @@ from turnfsm.driver._context import EffectContext, Reported
 from turnfsm.driver._model_calls import Tries, complete
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
-from turnfsm.errors import ProviderError, SubagentWaiting
+from turnfsm.errors import InvalidMessage, ProviderError, SubagentWaiting
 from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallInfo
 from turnfsm.messages import (
     Joined,
     Message,
     MessageLog,
     ToolCallPart,
+    new_message_id,
+    require_new_ids,
     unique_call_ids,
 )
 from turnfsm.providers import ModelClient, ModelRequest, ModelResponse
@@ -166,6 +168,11 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
         return ModelFailed(error=_counted(info, tries))
     # Each call under an id of its own (some servers repeat theirs).
     reply = unique_call_ids(response.message, decision.history, decision.pending)
+    # And the reply too: a client that caches its replies gives one twice.
+    try:
+        require_new_ids((reply,), decision.history, decision.pending)
+    except InvalidMessage:
+        reply = attrs.evolve(reply, id=new_message_id())
     if reply is not response.message:
         response = attrs.evolve(response, message=reply)
     if window:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from turnfsm import _checks
 from turnfsm.context import explain
 from turnfsm.core import (
     Decision,
@@ -234,7 +235,7 @@ class Ending:
         Observers hear of it even when the log cannot take it (its store is
         down): the run is over in this process, whatever the log says.
         """
-        crashed = RunCrashed(type=type(exc).__name__, message=str(exc))
+        crashed = RunCrashed(type=type(exc).__name__, message=_checks.message_of(exc))
         if self.ended:  # its end is logged (an `on_run_end` hook raised): once
             return
         # What the last step would have committed is not: the run crashed.

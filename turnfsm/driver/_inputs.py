@@ -104,6 +104,12 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
     ``on_tool_started``) is refused too: the driver would never call it.
     """
     for i, hook in enumerate(hooks):
+        if isinstance(hook, type) and _is_hook(hook):  # its methods never called
+            raise ConfigError(
+                f"hooks[{i}]",
+                hook,
+                f"a Hook: an instance, {hook.__name__}(), not the class",
+            )
         if not _is_hook(hook):
             raise ConfigError(f"hooks[{i}]", hook, "a Hook")
         for name in _unknown_methods(hook):
@@ -120,7 +126,8 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
                 f"it would never be called ({hint})",
             )
         for name in HOOK_METHODS:
-            if inspect.iscoroutinefunction(getattr(hook, name, None)):
+            method = getattr(hook, name, None)
+            if inspect.iscoroutinefunction(method):
                 raise ConfigError(
                     f"hooks[{i}].{name}",
                     hook,
@@ -128,9 +135,33 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
                     "synchronously and never awaited (start async work from "
                     "an effect or a tool instead)",
                 )
+            if _takes_no_record(method):
+                raise ConfigError(
+                    f"hooks[{i}].{name}",
+                    hook,
+                    f"a method that takes one record: {type(hook).__name__}."
+                    f"{name}() cannot be called with it (write it as "
+                    f"`def {name}(self, info)`)",
+                )
 
 
 _CHECK_HOOKS: _checks.Check = _check_hooks
+
+
+def _takes_no_record(method: object) -> bool:
+    """Whether `method` is a Python function that cannot be called with one record.
+
+    Only functions and methods are judged: a callable object or a builtin
+    is left to its call.
+    """
+    fn = getattr(method, "__func__", method)
+    if not inspect.isfunction(fn):
+        return False
+    try:
+        inspect.signature(method).bind(None)  # type: ignore[arg-type]
+    except TypeError:
+        return True
+    return False
 
 
 def _unknown_methods(hook: object) -> list[str]:

@@ -50,6 +50,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
+from turnfsm import _checks
 from turnfsm.core import (
     PASS_EVENT_TYPES,
     CallLLM,
@@ -592,7 +593,7 @@ class RunLoop(Ending):
                 raise  # a bug of turnfsm's: the run crashes, logged
             logger.error("run %s: effect %r raised", self.run_id, key, exc_info=exc)
             raise EffectFailed(
-                effect=key, type=type(exc).__name__, message=str(exc)
+                effect=key, type=type(exc).__name__, message=_checks.message_of(exc)
             ) from exc
         self._check_accepted(decision, event)
         if type(event) is RunCancelled:

@@ -42,8 +42,8 @@ def describe_function(
     object itself: the class's fields are the properties.
 
     Raises:
-        Unsupported: a parameter is ``*args``/``**kwargs``, has no
-            annotation, or one without a JSON form.
+        Unsupported: a parameter is ``*args``/``**kwargs`` or
+            positional-only, has no annotation, or one without a JSON form.
     """
     params = list(inspect.signature(fn).parameters.values())
     hints = _hints(fn, params)
@@ -51,6 +51,11 @@ def describe_function(
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise Unsupported(
                 f"*args/**kwargs ({param.name}) cannot be described to a model"
+            )
+        if param.kind is param.POSITIONAL_ONLY:  # every call would raise TypeError
+            raise Unsupported(
+                f"parameter {param.name!r} is positional-only, and a tool is "
+                "called with keyword arguments: remove the '/'"
             )
         if param.name not in hints:
             raise Unsupported(f"parameter {param.name!r} needs a type annotation")

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, Final, cast, final
 
 import anyio
 import anyio.to_thread
 import attrs
 
 from turnfsm import _checks
+from turnfsm._json import plain
 from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver._arguments import (
     ArgumentsCheck,
@@ -138,6 +139,17 @@ class Tool:
         _checks.check(self.parameters, field, _SCHEMA)
         return arguments_check(self.name, self.parameters)
 
+    @fn.validator
+    def _check_fn(self, _attr: object, value: Callable[..., Any]) -> None:
+        target = inspect.unwrap(annotated_function(value))
+        if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+            # It would "return" its generator, sent to the model as a repr.
+            raise ToolError(
+                self.name,
+                "its function yields (a generator function), and a tool "
+                "returns its result: return the text, or a list of the pieces",
+            )
+
     @name.validator
     def _check_name(self, _attr: object, value: str) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
@@ -233,6 +245,8 @@ class Tool:
         return as_text(result)
 
     def _read(self, arguments: Arguments) -> Mapping[str, Any]:
+        # The call's arguments are the log's: the tool gets a copy to change.
+        arguments = cast(Arguments, plain(arguments))
         check_arguments(self._validator, arguments)
         if self.structure is None:
             return arguments
@@ -397,7 +411,8 @@ async def tool_call_outcome(
 
 def failed_result(call: ToolCallPart, exc: Exception) -> Message:
     """The error result of a call whose tool raised `exc` (its type and message)."""
-    failed = f"tool {call.name!r} failed: {type(exc).__name__}: {exc}"
+    text = _checks.message_of(exc)
+    failed = f"tool {call.name!r} failed: {type(exc).__name__}: {text}"
     return Message.tool_result(call.id, failed, is_error=True)
 
 

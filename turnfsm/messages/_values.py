@@ -133,7 +133,8 @@ class _Fixed(dict[str, Any]):
     A message once said is in the log as it was: a plug-in that changed its
     metadata or a call's arguments in place (a compactor, a hook, a tool)
     would change the conversation behind the log's back, with a value that
-    was never checked. `attrs.evolve` makes a new value.
+    was never checked, and under the size counted for it. The lists and
+    objects inside do not change either. `attrs.evolve` makes a new value.
     """
 
     __slots__ = ()
@@ -154,11 +155,38 @@ class _Fixed(dict[str, Any]):
         return (type(self), (dict(self),))
 
 
+class _FixedList(list[Any]):
+    """A list inside a `_Fixed` value, which does not change either."""
+
+    __slots__ = ()
+    _owner: ClassVar[type[_Fixed]] = _Fixed
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        owner = self._owner
+        raise InvalidMessage(
+            owner._field,
+            list(self),
+            f"{owner._field} does not change; make a new one with {owner._evolve}",
+        )
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (list(self),))
+
+
 @final
 class _Metadata(_Fixed):
     __slots__ = ()
     _field = "metadata"
     _evolve = "attrs.evolve(message, metadata={...})"
+
+
+@final
+class _MetadataList(_FixedList):
+    __slots__ = ()
+    _owner = _Metadata
 
 
 @final
@@ -168,25 +196,60 @@ class _Arguments(_Fixed):
     _evolve = "attrs.evolve(call, arguments={...})"
 
 
+@final
+class _ArgumentsList(_FixedList):
+    __slots__ = ()
+    _owner = _Arguments
+
+
 _NO_METADATA: Final = _Metadata()
 _NO_ARGUMENTS: Final = _Arguments()
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
-def _fixed(value: object, kind: type[_Fixed], empty: _Fixed) -> object:
+def _fixed(
+    value: object, kind: type[_Fixed], kind_list: type[_FixedList], empty: _Fixed
+) -> object:
     """`value` as a `kind` that does not change (the validator checks the rest)."""
     if type(value) is kind:
         return value
     if isinstance(value, Mapping):
-        return kind(value) if value else empty
+        if not value:
+            return empty
+        if all(type(v) in _SCALARS for v in value.values()):  # nothing inside
+            return kind(value)
+        return _inner(value, kind, kind_list, 0)
+    return value
+
+
+def _inner(
+    value: object, kind: type[_Fixed], kind_list: type[_FixedList], depth: int
+) -> object:
+    """`value` with its mappings as `kind` and its lists as `kind_list`.
+
+    A copy, so that neither the caller nor a plug-in changes it in place.
+    Past the deepest JSON nesting (or in a value that holds itself) it
+    stops: the validator refuses that value.
+    """
+    if depth > _checks.MAX_JSON_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return kind(
+            {k: _inner(v, kind, kind_list, depth + 1) for k, v in value.items()}
+        )
+    if isinstance(value, list):
+        return kind_list([_inner(v, kind, kind_list, depth + 1) for v in value])
+    if isinstance(value, tuple):
+        return tuple(_inner(v, kind, kind_list, depth + 1) for v in value)
     return value
 
 
 def _to_metadata(value: object) -> object:
-    return _fixed(value, _Metadata, _NO_METADATA)
+    return _fixed(value, _Metadata, _MetadataList, _NO_METADATA)
 
 
 def _to_arguments(value: object) -> object:
-    return _fixed(value, _Arguments, _NO_ARGUMENTS)
+    return _fixed(value, _Arguments, _ArgumentsList, _NO_ARGUMENTS)
 
 
 @final

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from turnfsm.errors import ConfigError
-from turnfsm.persistence._store import MemoryStore, SessionStore
+from turnfsm.persistence._store import MemoryStore, SessionStore, check_store
 
 __all__ = ["STORE_ENV", "default_store_path", "env_store", "open_store"]
 
@@ -43,7 +43,7 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
             another application's, a newer schema); it was not changed.
     """
     if isinstance(spec, SessionStore):
-        return spec
+        return check_store(spec)
     if isinstance(spec, os.PathLike):
         return _sqlite(os.fspath(spec))
     if not isinstance(spec, str):

@@ -152,10 +152,19 @@ _VERSION: Final = _checks.integer(low=0)
 
 
 def check_store(store: object) -> SessionStore:
-    """Return `store` if it is a `SessionStore`; raise `ConfigError` if not."""
-    if not isinstance(store, SessionStore):
-        raise ConfigError("store", store, "a SessionStore (append/load/list_sessions)")
-    return store
+    """Return `store` if it is a `SessionStore`; raise `ConfigError` if not.
+
+    Its methods are awaited: one written as a plain ``def`` is refused too.
+    """
+    _checks.check(store, "store", _STORE)
+    return store  # type: ignore[return-value]
+
+
+_STORE: Final = _checks.instance(
+    SessionStore,
+    "a SessionStore (async append/load/list_sessions)",
+    awaited=("append", "load", "list_sessions"),
+)
 
 
 @final
