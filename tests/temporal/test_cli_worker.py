@@ -99,12 +99,30 @@ def test_a_bad_address_or_agent_is_named(tmp_path: Path) -> None:
     bad = _turnfsm("worker", "--task-queue", "q", "--address", "127.0.0.1:9", env=env)
     assert bad.returncode == 2
     assert "--address='127.0.0.1:9'" in bad.stderr
+    assert "(none answered there: Connection refused); start one" in bad.stderr
     missing = _turnfsm("worker", "--task-queue", "q", "--agent", "nosuch:x", env=env)
     assert missing.returncode == 2
     assert "--agent='nosuch:x'" in missing.stderr
     need = _turnfsm("worker", env=env)
     assert need.returncode == 2
     assert "--task-queue" in need.stderr
+
+
+def test_an_unknown_namespace_is_named_before_serving(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "w.db")}
+    where = ("--address", temporal_address, "--namespace", "nosuch")
+    for command in (("worker", "--task-queue", "q"), ("demo", "--durable")):
+        refused = _turnfsm(*command, *where, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stdout == ""
+        assert refused.stderr == (
+            f"turnfsm {command[0]}: invalid --namespace='nosuch': expected a "
+            f"namespace of the Temporal server at {temporal_address} (it has "
+            "none of that name); create it (temporal operator namespace create "
+            "--namespace nosuch) or give another\n"
+        )
 
 
 def test_load_agents_reads_an_agent_a_list_or_a_factory() -> None:

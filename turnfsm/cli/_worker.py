@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from typing import Any, TextIO
@@ -27,14 +28,47 @@ def _demo_agents(store: str | None, out: TextIO) -> list[Agent]:
 
 
 async def _connect(address: str, namespace: str) -> Any:
+    """A client of the Temporal server at `address`, whose `namespace` exists.
+
+    Raises:
+        ConfigError: naming ``--address`` (no Temporal server answers there)
+            or ``--namespace`` (the server has no such namespace).
+    """
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
     from temporalio.client import Client
+    from temporalio.service import RPCError, RPCStatusCode
 
     try:
-        return await Client.connect(address, namespace=namespace)
+        client = await Client.connect(address, namespace=namespace)
     except Exception as exc:  # the SDK raises RuntimeError for a refused connection
         raise ConfigError(
-            "--address", address, f"a Temporal server to connect to ({exc})"
+            "--address",
+            address,
+            f"the host:port of a running Temporal server (none answered there: "
+            f"{_why(exc)}); start one (temporal server start-dev) or give its "
+            "address",
         ) from None
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=namespace)
+        )
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise ConfigError(
+            "--namespace",
+            namespace,
+            f"a namespace of the Temporal server at {address} (it has none of "
+            "that name); create it (temporal operator namespace create "
+            f"--namespace {namespace}) or give another",
+        ) from None
+    return client
+
+
+def _why(exc: BaseException) -> str:
+    """The innermost reason in the SDK's connection error (``Connection refused``)."""
+    reasons = re.findall(r'(?:message|error): "([^"]+)"', str(exc))
+    return reasons[-1] if reasons else explain(exc)
 
 
 def run_worker_command(
