@@ -125,6 +125,40 @@ def test_an_unknown_namespace_is_named_before_serving(
         )
 
 
+def test_demo_durable_says_the_server_was_lost_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service = pytest.importorskip("temporalio.service")
+    import turnfsm.temporal
+    from turnfsm.cli import _worker
+
+    lost = service.RPCError("tcp connect error", service.RPCStatusCode.UNAVAILABLE, b"")
+
+    class Run:  # started, then the server stops answering while it is awaited
+        session_id = "ses_1"
+
+        async def result(self) -> None:
+            raise lost
+
+    async def connect(address: str, namespace: str) -> object:
+        return object()
+
+    async def start(*args: object, **kwargs: object) -> Run:
+        return Run()
+
+    monkeypatch.setattr(_worker, "_connect", connect)
+    monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
+    status = _worker.run_durable_demo(
+        "q", address="127.0.0.1:7233", namespace="default", quiet=True
+    )
+    assert status == 1
+    assert capsys.readouterr().err == (
+        "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "
+        "error); the run of session ses_1 is kept by the server and goes on when "
+        "it is back (turnfsm sessions show it in the worker's store)\n"
+    )
+
+
 def test_load_agents_reads_an_agent_a_list_or_a_factory() -> None:
     here = __name__
     assert load_agents(f"{here}:AGENT") == [AGENT]

@@ -150,16 +150,20 @@ def run_durable_demo(
         return 2
     import io
 
+    from temporalio.service import RPCError
+
     from turnfsm.cli._demo import TASK, build_demo_agent
     from turnfsm.persistence import MemoryStore
 
     # The client's agent only names the run's agent and reads its answer:
     # the worker's agent runs it, in the worker's store.
     agent = build_demo_agent(io.StringIO(), store=MemoryStore())
+    started: list[str] = []
 
     async def go() -> Any:
         client = await _connect(address, namespace)
         run = await start_durable(agent, TASK, client=client, task_queue=task_queue)
+        started.append(run.session_id)
         if not quiet:
             print(
                 f"durable run {run.handle.result_run_id} of session "
@@ -175,6 +179,18 @@ def run_durable_demo(
     except TurnFSMError as exc:
         print(f"turnfsm demo: {explain(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
+    except RPCError as exc:  # the server went away (or refused) mid-way
+        kept = (
+            f"; the run of session {started[0]} is kept by the server and goes "
+            "on when it is back (turnfsm sessions show it in the worker's store)"
+            if started
+            else "; no run was started"
+        )
+        print(
+            f"turnfsm demo: lost the Temporal server at {address} ({exc}){kept}",
+            file=sys.stderr,
+        )
+        return 1
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1
