@@ -125,6 +125,31 @@ def test_an_unknown_namespace_is_named_before_serving(
         )
 
 
+def test_a_worker_refuses_a_store_it_cannot_use_before_serving(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("psycopg")
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "w.db")}
+    store = "postgresql://app:s3cret@127.0.0.1:9/agents"  # nobody listens there
+    refused = _turnfsm(
+        "worker",
+        "--task-queue",
+        "q",
+        "--address",
+        "127.0.0.1:9",
+        "--store",
+        store,
+        env=env,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == ""
+    assert refused.stderr.startswith(
+        "turnfsm worker: cannot use postgresql://app@127.0.0.1:9/agents as a "
+        "turnfsm session store: connecting failed: "
+    )
+    assert len(refused.stderr.splitlines()) == 1
+
+
 def test_demo_durable_says_the_server_was_lost_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

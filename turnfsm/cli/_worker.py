@@ -99,6 +99,12 @@ def run_worker_command(
     names = ", ".join(a.driver.name for a in agents)
 
     async def serve() -> None:
+        # A store that cannot be used is said now, not at each run's first
+        # activity (which Temporal would retry without end).
+        for store in {id(a.store): a.store for a in agents}.values():
+            opened = getattr(store, "open", None)  # PostgresStore connects
+            if opened is not None:
+                await opened()
         client = await _connect(address, namespace)
         worker = create_worker(client, task_queue, agents)
         print(
@@ -116,7 +122,7 @@ def run_worker_command(
 
     try:
         run_async(serve)
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:
         print(f"turnfsm worker: {explain(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
