@@ -161,6 +161,7 @@ def test_demo_durable_says_the_server_was_lost_in_one_line(
 
     class Run:  # started, then the server stops answering while it is awaited
         session_id = "ses_1"
+        workflow_id = "turnfsm-ses_1"
 
         async def result(self) -> None:
             raise lost
@@ -181,6 +182,39 @@ def test_demo_durable_says_the_server_was_lost_in_one_line(
         "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "
         "error); the run of session ses_1 is kept by the server and goes on when "
         "it is back (turnfsm sessions show it in the worker's store)\n"
+    )
+
+
+def test_demo_durable_interrupted_says_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("temporalio")
+    import turnfsm.temporal
+    from turnfsm.cli import _worker
+
+    class Run:  # started; Ctrl-C while its answer is awaited
+        session_id = "ses_1"
+        workflow_id = "turnfsm-ses_1"
+
+        async def result(self) -> None:
+            raise KeyboardInterrupt
+
+    async def connect(address: str, namespace: str) -> object:
+        return object()
+
+    async def start(*args: object, **kwargs: object) -> Run:
+        return Run()
+
+    monkeypatch.setattr(_worker, "_connect", connect)
+    monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
+    status = _worker.run_durable_demo(
+        "q", address="127.0.0.1:7233", namespace="default", quiet=True
+    )
+    assert status == 130
+    assert capsys.readouterr().err == (
+        "\nturnfsm demo: interrupted; the durable run of session ses_1 goes on "
+        "when a worker serves 'q' (cancel it with: temporal workflow cancel -w "
+        "turnfsm-ses_1)\n"
     )
 
 

@@ -11,7 +11,7 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agents
-from turnfsm.cli._errors import explain
+from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
 from turnfsm.cli._run import run_async
 from turnfsm.errors import ConfigError, StoreError, TurnFSMError
 
@@ -164,12 +164,12 @@ def run_durable_demo(
     # The client's agent only names the run's agent and reads its answer:
     # the worker's agent runs it, in the worker's store.
     agent = build_demo_agent(io.StringIO(), store=MemoryStore())
-    started: list[str] = []
+    started: list[Any] = []  # the DurableRun, once started
 
     async def go() -> Any:
         client = await _connect(address, namespace)
         run = await start_durable(agent, TASK, client=client, task_queue=task_queue)
-        started.append(run.session_id)
+        started.append(run)
         if not quiet:
             print(
                 f"durable run {run.handle.result_run_id} of session "
@@ -185,10 +185,21 @@ def run_durable_demo(
     except TurnFSMError as exc:
         print(f"turnfsm demo: {explain(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        if not started:
+            raise
+        print(
+            f"\nturnfsm demo: interrupted; the durable run of session "
+            f"{started[0].session_id} goes on when a worker serves {task_queue!r} "
+            f"(cancel it with: temporal workflow cancel -w {started[0].workflow_id})",
+            file=sys.stderr,
+        )
+        return INTERRUPTED_STATUS
     except RPCError as exc:  # the server went away (or refused) mid-way
         kept = (
-            f"; the run of session {started[0]} is kept by the server and goes "
-            "on when it is back (turnfsm sessions show it in the worker's store)"
+            f"; the run of session {started[0].session_id} is kept by the server "
+            "and goes on when it is back (turnfsm sessions show it in the worker's "
+            "store)"
             if started
             else "; no run was started"
         )
