@@ -294,6 +294,21 @@ async def test_a_user_who_may_not_create_tables_uses_tables_made_for_it(
     assert await _query(empty, "SELECT to_regclass('turnfsm_meta')") == [(None,)]
 
 
+async def test_a_search_path_naming_no_schema_says_so(
+    make_store: MakeStore, postgres_server: str
+) -> None:
+    from psycopg.conninfo import make_conninfo
+
+    url = make_conninfo(postgres_server, options="-csearch_path=nosuch_tenant")
+    with pytest.raises(StoreUnusable) as caught:
+        await make_store(url).list_sessions()
+    assert (
+        "no schema its search_path names exists (search_path='nosuch_tenant'): "
+        "create the schema (CREATE SCHEMA), or name an existing one in the URL "
+        "(options=-csearch_path=SCHEMA) (nothing was changed)"
+    ) in str(caught.value)
+
+
 async def test_a_repeated_compaction_key_fails_the_whole_append(
     make_store: MakeStore,
 ) -> None:

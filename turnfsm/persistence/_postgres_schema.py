@@ -103,11 +103,19 @@ async def _migrate(conn: _Conn, server: str, creating: list[bool]) -> None:
         (_LOCK_CLASS,),
     )
     cur = await conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_tables"
+        "SELECT current_schema(), current_setting('search_path'),"
+        " EXISTS (SELECT 1 FROM pg_tables"
         " WHERE schemaname = current_schema() AND tablename = 'turnfsm_meta')"
     )
     row = await cur.fetchone()
-    if not (row and row[0]):
+    if row is not None and row[0] is None:
+        raise StoreUnusable(
+            server,
+            f"no schema its search_path names exists (search_path={row[1]!r}): "
+            "create the schema (CREATE SCHEMA), or name an existing one in the "
+            "URL (options=-csearch_path=SCHEMA)",
+        )
+    if not (row and row[2]):
         creating.append(True)
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS turnfsm_meta"
