@@ -289,10 +289,11 @@ def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
     assert main(["run", "Go on.", "--agent", agent, "--session", session]) == 2
     line = _one_line(capsys, "run", quiet=True)
     assert "is held by 'elsewhere:1:abc'" in line
-    assert line.endswith(
+    assert (
         f"take it over with `turnfsm resume {session} --force` only if you know "
-        "that process is gone"
-    )
+        "that process is gone (past "
+    ) in line
+    assert line.endswith(" UTC, resume and abandon take it over without it)")
 
 
 class _HeadOne(io.StringIO):

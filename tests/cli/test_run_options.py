@@ -176,6 +176,25 @@ def test_the_options_build_the_agent(
         assert check(driver)
 
 
+def test_a_printed_command_never_shows_the_stores_password() -> None:
+    # `turnfsm run` prints the command that resumes an interrupted run.
+    for given, printed in [
+        (
+            "postgresql://app:s3cret@db:5432/agents?options=-csearch_path%3Dteam",
+            "postgresql://app:PASSWORD@db:5432/agents?options=-csearch_path%3Dteam",
+        ),
+        (
+            "postgres://db/agents?user=app&password=s3cret",
+            "postgres://db/agents?user=app&password=PASSWORD",
+        ),
+        ("postgresql://app@db/agents", "postgresql://app@db/agents"),
+        ("sessions.db", "sessions.db"),
+    ]:
+        options = AgentOptions(agent="app:agent", store=given)
+        assert options.flags() == ["--agent", "app:agent", "--store", printed]
+        assert options.store_flags() == ["--store", printed]
+
+
 @pytest.mark.parametrize(
     ("spec", "calibrated"),
     [

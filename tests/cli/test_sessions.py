@@ -258,6 +258,7 @@ def test_rm_refuses_a_session_a_live_run_holds_unless_forced(
     err = capsys.readouterr().err
     assert err.startswith("turnfsm sessions rm: ")
     assert "'worker-7'" in err
+    assert "force=True" not in err  # the command line's word is --force
     assert err.rstrip().endswith(
         "stop that run first, or delete the session under it with --force"
     )

@@ -124,6 +124,13 @@ async def test_a_live_owner_refuses_a_second_and_a_killed_one_is_taken_over(
                 assert (caught.value.owner, caught.value.alive) == ("owner-a", True)
                 await anyio.sleep(ttl / 2)
             assert "which is alive" in str(caught.value)
+            # When the holder's lease runs out unless renewed: a process that
+            # is gone can be waited out, without force.
+            until = caught.value.until
+            assert until is not None
+            assert caught.value.since is not None
+            assert caught.value.since < until <= time.time() + ttl + 1
+            assert "which runs out at " in str(caught.value)
             since = caught.value.since
             os.kill(owner.pid, signal.SIGKILL)
             owner.wait(timeout=30)
@@ -268,6 +275,14 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
             "over with force=True only if you know that process is gone",
         ),
         (
+            SessionBusy("s1", owner="host:42", alive=True, since=0.0, until=30.0),
+            "session 's1' is held by 'host:42' since 1970-01-01 00:00:00 UTC, which is "
+            "alive (it keeps renewing its lease, which runs out at 1970-01-01 00:00:30 "
+            "UTC if it stops); wait for its run to end, or take it over with "
+            "force=True only if you know that process is gone (past 1970-01-01 "
+            "00:00:30 UTC, resume and abandon take it over without it)",
+        ),
+        (
             SessionBusy("s1", owner="temporal:turnfsm-s1", alive=True, since=0.0),
             "session 's1' is held by its durable run, Temporal workflow "
             "'turnfsm-s1' since 1970-01-01 00:00:00 UTC; answer, steer or cancel it "
@@ -303,7 +318,16 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
             "the session and reload it to see what the other process did",
         ),
     ],
-    ids=["alive", "workflow", "dead", "open run", "running here", "lost", "lost, free"],
+    ids=[
+        "alive",
+        "alive until",
+        "workflow",
+        "dead",
+        "open run",
+        "running here",
+        "lost",
+        "lost, free",
+    ],
 )
 def test_lease_errors_say_who_holds_the_session_and_what_to_do(
     error: Exception, says: str

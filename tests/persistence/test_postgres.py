@@ -274,6 +274,41 @@ async def test_another_applications_tables_are_refused(
     assert await _query(url, "SELECT to_regclass('turnfsm_entries')") == [(None,)]
 
 
+async def test_a_user_who_may_not_create_tables_uses_tables_made_for_it(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    made, empty = postgres_url(), postgres_url()
+    await make_store(made).append("s1", sample_entries(), expected_version=0)
+    for url in (made, empty):  # as a user without CREATE rights on the schema
+        ((schema,),) = await _query(url, "SELECT current_schema()")
+        await _query(url, f"REVOKE CREATE ON SCHEMA {schema} FROM CURRENT_USER")
+    assert _same(await make_store(made).load("s1"), sample_entries())
+    with pytest.raises(StoreUnusable) as caught:
+        await make_store(empty).list_sessions()
+    ((schema,),) = await _query(empty, "SELECT current_schema()")
+    assert (
+        f"its tables must be created or migrated in schema '{schema}', and user "
+        "'turnfsm' may not (permission denied for schema"
+    ) in str(caught.value)
+    assert f"GRANT CREATE ON SCHEMA {schema} TO turnfsm" in str(caught.value)
+    assert await _query(empty, "SELECT to_regclass('turnfsm_meta')") == [(None,)]
+
+
+async def test_a_search_path_naming_no_schema_says_so(
+    make_store: MakeStore, postgres_server: str
+) -> None:
+    from psycopg.conninfo import make_conninfo
+
+    url = make_conninfo(postgres_server, options="-csearch_path=nosuch_tenant")
+    with pytest.raises(StoreUnusable) as caught:
+        await make_store(url).list_sessions()
+    assert (
+        "no schema its search_path names exists (search_path='nosuch_tenant'): "
+        "create the schema (CREATE SCHEMA), or name an existing one in the URL "
+        "(options=-csearch_path=SCHEMA) (nothing was changed)"
+    ) in str(caught.value)
+
+
 async def test_a_repeated_compaction_key_fails_the_whole_append(
     make_store: MakeStore,
 ) -> None:

@@ -186,6 +186,31 @@ async def test_two_processes_racing_on_one_session_never_interleave(
     assert len(set(runs)) == blocks
 
 
+async def test_commits_stay_visible_with_two_stores_on_one_file_in_a_process(
+    tmp_path: Path,
+) -> None:
+    # Two agents of one worker on one file, and `turnfsm sessions list` run
+    # by hand meanwhile: the other process's close must not take the
+    # write-ahead log the first store's later commits go to.
+    path = tmp_path / "s.db"
+    count = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+        "print(c.execute('SELECT count(*) FROM turnfsm_entries').fetchone()[0])"
+    )
+
+    async def seen() -> int:
+        done = await anyio.run_process([sys.executable, "-c", count, str(path)])
+        return int(done.stdout)
+
+    async with SQLiteStore(path) as first, SQLiteStore(path):
+        version = await first.append("s", sample_entries(), expected_version=0)
+        assert await seen() == version  # another process opened and closed it
+        version = await first.append(
+            "s", sample_entries("run_2"), expected_version=version
+        )
+        assert await seen() == version
+
+
 def _sqlite_file(path: Path, *statements: str) -> None:
     with contextlib.closing(sqlite3.connect(path)) as conn:
         for sql in statements:

@@ -99,12 +99,123 @@ def test_a_bad_address_or_agent_is_named(tmp_path: Path) -> None:
     bad = _turnfsm("worker", "--task-queue", "q", "--address", "127.0.0.1:9", env=env)
     assert bad.returncode == 2
     assert "--address='127.0.0.1:9'" in bad.stderr
+    assert "(none answered there: Connection refused); start one" in bad.stderr
     missing = _turnfsm("worker", "--task-queue", "q", "--agent", "nosuch:x", env=env)
     assert missing.returncode == 2
     assert "--agent='nosuch:x'" in missing.stderr
     need = _turnfsm("worker", env=env)
     assert need.returncode == 2
     assert "--task-queue" in need.stderr
+
+
+def test_an_unknown_namespace_is_named_before_serving(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "w.db")}
+    where = ("--address", temporal_address, "--namespace", "nosuch")
+    for command in (("worker", "--task-queue", "q"), ("demo", "--durable")):
+        refused = _turnfsm(*command, *where, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stdout == ""
+        assert refused.stderr == (
+            f"turnfsm {command[0]}: invalid --namespace='nosuch': expected a "
+            f"namespace of the Temporal server at {temporal_address} (it has "
+            "none of that name); create it (temporal operator namespace create "
+            "--namespace nosuch) or give another\n"
+        )
+
+
+def test_a_worker_refuses_a_store_it_cannot_use_before_serving(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("psycopg")
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "w.db")}
+    store = "postgresql://app:s3cret@127.0.0.1:9/agents"  # nobody listens there
+    refused = _turnfsm(
+        "worker",
+        "--task-queue",
+        "q",
+        "--address",
+        "127.0.0.1:9",
+        "--store",
+        store,
+        env=env,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == ""
+    assert refused.stderr.startswith(
+        "turnfsm worker: cannot use postgresql://app@127.0.0.1:9/agents as a "
+        "turnfsm session store: connecting failed: "
+    )
+    assert len(refused.stderr.splitlines()) == 1
+
+
+def test_demo_durable_says_the_server_was_lost_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service = pytest.importorskip("temporalio.service")
+    import turnfsm.temporal
+    from turnfsm.cli import _worker
+
+    lost = service.RPCError("tcp connect error", service.RPCStatusCode.UNAVAILABLE, b"")
+
+    class Run:  # started, then the server stops answering while it is awaited
+        session_id = "ses_1"
+        workflow_id = "turnfsm-ses_1"
+
+        async def result(self) -> None:
+            raise lost
+
+    async def connect(address: str, namespace: str) -> object:
+        return object()
+
+    async def start(*args: object, **kwargs: object) -> Run:
+        return Run()
+
+    monkeypatch.setattr(_worker, "_connect", connect)
+    monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
+    status = _worker.run_durable_demo(
+        "q", address="127.0.0.1:7233", namespace="default", quiet=True
+    )
+    assert status == 1
+    assert capsys.readouterr().err == (
+        "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "
+        "error); the run of session ses_1 is kept by the server and goes on when "
+        "it is back (turnfsm sessions show it in the worker's store)\n"
+    )
+
+
+def test_demo_durable_interrupted_says_the_run_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("temporalio")
+    import turnfsm.temporal
+    from turnfsm.cli import _worker
+
+    class Run:  # started; Ctrl-C while its answer is awaited
+        session_id = "ses_1"
+        workflow_id = "turnfsm-ses_1"
+
+        async def result(self) -> None:
+            raise KeyboardInterrupt
+
+    async def connect(address: str, namespace: str) -> object:
+        return object()
+
+    async def start(*args: object, **kwargs: object) -> Run:
+        return Run()
+
+    monkeypatch.setattr(_worker, "_connect", connect)
+    monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
+    status = _worker.run_durable_demo(
+        "q", address="127.0.0.1:7233", namespace="default", quiet=True
+    )
+    assert status == 130
+    assert capsys.readouterr().err == (
+        "\nturnfsm demo: interrupted; the durable run of session ses_1 goes on "
+        "when a worker serves 'q' (cancel it with: temporal workflow cancel -w "
+        "turnfsm-ses_1)\n"
+    )
 
 
 def test_load_agents_reads_an_agent_a_list_or_a_factory() -> None:

@@ -357,6 +357,11 @@ async def test_an_approval_run_pauses_and_approve_runs_the_tools(
         with pytest.raises(ConfigError, match="c9"):
             await run.reject({"c9": "no such call"})
         await run.approve()
+        with pytest.raises(ConfigError) as twice:  # answered already
+            await run.approve()
+        assert str(twice.value).startswith(
+            "invalid approve=None: expected a run paused for an answer (it is in phase "
+        )
         result = await run.result()
         with pytest.raises(ConfigError, match="ended"):
             await run.approve()  # a closed workflow's update is refused

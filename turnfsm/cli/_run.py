@@ -26,7 +26,7 @@ from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
-from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.cli._stores import close_store, open_cli_store, shown, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
@@ -116,7 +116,8 @@ def _flags(options: AgentOptions, fields: Sequence[attrs.Attribute[Any]]) -> lis
     for field in fields:
         value = getattr(options, field.name)
         if value is not None:
-            flags += [f"--{field.name.replace('_', '-')}", str(value)]
+            shown_value = shown(value) if field.name == "store" else str(value)
+            flags += [f"--{field.name.replace('_', '-')}", shown_value]
     return flags
 
 

@@ -23,7 +23,7 @@ from turnfsm import serde
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
 from turnfsm.cli._errors import check_writable, explain
-from turnfsm.cli._run import answer_hint, call_text, run_async
+from turnfsm.cli._run import answer_hint, busy_words, call_text, run_async
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
@@ -419,8 +419,8 @@ async def _remove(
             await store.acquire_lease(session_id, _REMOVER, ttl=_REMOVER_TTL)
         except SessionBusy as busy:
             print(
-                f"turnfsm sessions rm: {busy}; stop that run first, or delete "
-                "the session under it with --force",
+                f"turnfsm sessions rm: {busy_words(busy, '--force')}; stop that "
+                "run first, or delete the session under it with --force",
                 file=sys.stderr,
             )
             return 2

@@ -8,6 +8,8 @@ sessions`` finds what ``turnfsm demo`` ran.
 from __future__ import annotations
 
 import os
+import re
+import urllib.parse
 from pathlib import Path
 
 import attrs
@@ -22,7 +24,7 @@ from turnfsm.persistence import (
     open_store,
 )
 
-__all__ = ["close_store", "open_cli_store", "where"]
+__all__ = ["close_store", "open_cli_store", "shown", "where"]
 
 
 def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
@@ -85,6 +87,23 @@ def _default_path() -> Path:
             "XDG_DATA_HOME (the user data directory), or choose the store "
             f"with {STORE_ENV} or --store",
         ) from None
+
+
+def shown(spec: str) -> str:
+    """`spec` as a command prints it: a PostgreSQL URL's password as ``PASSWORD``.
+
+    The rest is kept as given (its options, such as the schema), so a
+    printed command names the same store once the password is put back.
+    """
+    parts = urllib.parse.urlsplit(spec)
+    if parts.scheme not in ("postgresql", "postgres"):
+        return spec
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if at and ":" in userinfo:
+        user = userinfo.partition(":")[0]
+        parts = parts._replace(netloc=f"{user}:PASSWORD@{host}")
+    query = re.sub(r"(^|&)password=[^&]*", r"\1password=PASSWORD", parts.query)
+    return urllib.parse.urlunsplit(parts._replace(query=query))
 
 
 def where(store: SessionStore) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from typing import Any, TextIO
@@ -10,7 +11,7 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agents
-from turnfsm.cli._errors import explain
+from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
 from turnfsm.cli._run import run_async
 from turnfsm.errors import ConfigError, StoreError, TurnFSMError
 
@@ -27,14 +28,47 @@ def _demo_agents(store: str | None, out: TextIO) -> list[Agent]:
 
 
 async def _connect(address: str, namespace: str) -> Any:
+    """A client of the Temporal server at `address`, whose `namespace` exists.
+
+    Raises:
+        ConfigError: naming ``--address`` (no Temporal server answers there)
+            or ``--namespace`` (the server has no such namespace).
+    """
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
     from temporalio.client import Client
+    from temporalio.service import RPCError, RPCStatusCode
 
     try:
-        return await Client.connect(address, namespace=namespace)
+        client = await Client.connect(address, namespace=namespace)
     except Exception as exc:  # the SDK raises RuntimeError for a refused connection
         raise ConfigError(
-            "--address", address, f"a Temporal server to connect to ({exc})"
+            "--address",
+            address,
+            f"the host:port of a running Temporal server (none answered there: "
+            f"{_why(exc)}); start one (temporal server start-dev) or give its "
+            "address",
         ) from None
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=namespace)
+        )
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise ConfigError(
+            "--namespace",
+            namespace,
+            f"a namespace of the Temporal server at {address} (it has none of "
+            "that name); create it (temporal operator namespace create "
+            f"--namespace {namespace}) or give another",
+        ) from None
+    return client
+
+
+def _why(exc: BaseException) -> str:
+    """The innermost reason in the SDK's connection error (``Connection refused``)."""
+    reasons = re.findall(r'(?:message|error): "([^"]+)"', str(exc))
+    return reasons[-1] if reasons else explain(exc)
 
 
 def run_worker_command(
@@ -65,6 +99,12 @@ def run_worker_command(
     names = ", ".join(a.driver.name for a in agents)
 
     async def serve() -> None:
+        # A store that cannot be used is said now, not at each run's first
+        # activity (which Temporal would retry without end).
+        for store in {id(a.store): a.store for a in agents}.values():
+            opened = getattr(store, "open", None)  # PostgresStore connects
+            if opened is not None:
+                await opened()
         client = await _connect(address, namespace)
         worker = create_worker(client, task_queue, agents)
         print(
@@ -82,7 +122,7 @@ def run_worker_command(
 
     try:
         run_async(serve)
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:
         print(f"turnfsm worker: {explain(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -116,16 +156,20 @@ def run_durable_demo(
         return 2
     import io
 
+    from temporalio.service import RPCError
+
     from turnfsm.cli._demo import TASK, build_demo_agent
     from turnfsm.persistence import MemoryStore
 
     # The client's agent only names the run's agent and reads its answer:
     # the worker's agent runs it, in the worker's store.
     agent = build_demo_agent(io.StringIO(), store=MemoryStore())
+    started: list[Any] = []  # the DurableRun, once started
 
     async def go() -> Any:
         client = await _connect(address, namespace)
         run = await start_durable(agent, TASK, client=client, task_queue=task_queue)
+        started.append(run)
         if not quiet:
             print(
                 f"durable run {run.handle.result_run_id} of session "
@@ -141,6 +185,29 @@ def run_durable_demo(
     except TurnFSMError as exc:
         print(f"turnfsm demo: {explain(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        if not started:
+            raise
+        print(
+            f"\nturnfsm demo: interrupted; the durable run of session "
+            f"{started[0].session_id} goes on when a worker serves {task_queue!r} "
+            f"(cancel it with: temporal workflow cancel -w {started[0].workflow_id})",
+            file=sys.stderr,
+        )
+        return INTERRUPTED_STATUS
+    except RPCError as exc:  # the server went away (or refused) mid-way
+        kept = (
+            f"; the run of session {started[0].session_id} is kept by the server "
+            "and goes on when it is back (turnfsm sessions show it in the worker's "
+            "store)"
+            if started
+            else "; no run was started"
+        )
+        print(
+            f"turnfsm demo: lost the Temporal server at {address} ({exc}){kept}",
+            file=sys.stderr,
+        )
+        return 1
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1

@@ -183,7 +183,9 @@ class SessionBusy(TurnFSMError):
     holds owner leases, `owner` names the process that holds the session,
     `alive` says whether its lease is live (it renews it: its process is
     working) or expired (its process likely died), and `since` when it took
-    the session (seconds since the epoch, on the store's clock). A durable
+    the session (seconds since the epoch, on the store's clock), and `until`
+    when its lease runs out if it is not renewed (a process that is gone
+    renews nothing: past it, resume and abandon take the run over). A durable
     run's workflow holds its session as ``temporal:WORKFLOW_ID`` while it
     runs, paused or not.
     """
@@ -193,6 +195,7 @@ class SessionBusy(TurnFSMError):
     owner: str | None = attrs.field(default=None, kw_only=True)
     alive: bool | None = attrs.field(default=None, kw_only=True)
     since: float | None = attrs.field(default=None, kw_only=True)
+    until: float | None = attrs.field(default=None, kw_only=True)
 
     def __str__(self) -> str:
         run = f" (run {self.run_id!r})" if self.run_id is not None else ""
@@ -207,11 +210,22 @@ class SessionBusy(TurnFSMError):
                     "force=True only if that workflow was terminated"
                 )
             if self.alive:
+                until = _when(self.until)
+                renewing = (
+                    f"it keeps renewing its lease, which runs out at {until} if it "
+                    "stops"
+                    if until
+                    else "it keeps renewing its lease"
+                )
+                gone = (
+                    f" (past {until}, resume and abandon take it over without it)"
+                    if until
+                    else ""
+                )
                 return (
                     f"session {self.session_id!r}{run} is held by {held}, which is "
-                    "alive (it keeps renewing its lease); wait for its run to end, "
-                    "or take it over with force=True only if you know that "
-                    "process is gone"
+                    f"alive ({renewing}); wait for its run to end, or take it over "
+                    f"with force=True only if you know that process is gone{gone}"
                 )
             return (
                 f"session {self.session_id!r}{run} was held by {held}, whose "
@@ -231,13 +245,19 @@ class SessionBusy(TurnFSMError):
 
 def _since(since: float | None) -> str:
     """Return `` since 2026-05-09 07:35:25 UTC`` (empty for None or a bad time)."""
-    if since is None:
+    when = _when(since)
+    return f" since {when}" if when else ""
+
+
+def _when(at: float | None) -> str:
+    """Return ``2026-05-09 07:35:25 UTC`` (empty for None or a bad time)."""
+    if at is None:
         return ""
     try:
-        when = datetime.datetime.fromtimestamp(since, datetime.UTC)
+        when = datetime.datetime.fromtimestamp(at, datetime.UTC)
     except (OverflowError, OSError, ValueError):
         return ""
-    return f" since {when:%Y-%m-%d %H:%M:%S} UTC"
+    return f"{when:%Y-%m-%d %H:%M:%S} UTC"
 
 
 class ReplayError(TurnFSMError):

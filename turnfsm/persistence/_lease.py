@@ -127,7 +127,11 @@ def taken(
         since = now
     else:
         raise SessionBusy(
-            session_id, owner=current.owner, alive=True, since=current.since
+            session_id,
+            owner=current.owner,
+            alive=True,
+            since=current.since,
+            until=current.expires_at,
         )
     return Lease(session_id=session_id, owner=owner, since=since, expires_at=now + ttl)
 

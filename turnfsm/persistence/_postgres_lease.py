@@ -31,7 +31,8 @@ ON CONFLICT (session_id) DO UPDATE SET
 WHERE l.owner = excluded.owner OR l.expires_at <= now() OR %(force)s
 RETURNING {_EPOCHS}"""
 _HOLDER: Final = (
-    "SELECT owner, extract(epoch FROM since)::float8, expires_at > now()"
+    "SELECT owner, extract(epoch FROM since)::float8, expires_at > now(),"
+    " extract(epoch FROM expires_at)::float8"
     " FROM turnfsm_leases WHERE session_id = %s"
 )
 _RENEW: Final = f"""
@@ -64,6 +65,7 @@ async def acquire(
                     owner=column_value(str(holder[0])),
                     alive=bool(holder[2]),
                     since=float(holder[1]),
+                    until=float(holder[3]),
                 )
             raise AssertionError("a refused lease has a holder")  # pragma: no cover
         step.committing = True

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+import psycopg
+
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence._postgres_append import _Conn
 
@@ -62,41 +64,87 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 async def migrate(conn: _Conn, server: str) -> None:
     """Create or migrate the schema, in one transaction under an advisory lock.
 
+    A schema that is already current is only read: a user who may use the
+    tables but not create any (the tables made by their owner) opens it.
+
     Raises:
-        StoreUnusable: the tables are another application's, or the schema
-            is newer than this turnfsm; nothing was changed.
+        StoreUnusable: the tables are another application's, the schema is
+            newer than this turnfsm, or the tables must be made (or
+            migrated) and the user may not; nothing was changed.
     """
-    async with conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
-            (_LOCK_CLASS,),
+    creating: list[bool] = []  # set once it creates or alters a table
+    try:
+        async with conn.transaction():
+            await _migrate(conn, server, creating)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        cur = await conn.execute("SELECT current_user, current_schema()")
+        row = await cur.fetchone()
+        user, schema = (str(row[0]), str(row[1])) if row else ("?", "?")
+        detail = str(exc).strip().splitlines()[0]
+        if creating:
+            todo = (
+                f"its tables must be created or migrated in schema {schema!r}, "
+                f"and user {user!r} may not ({detail}): open it once as a user "
+                f"who may (the schema's owner), or GRANT CREATE ON SCHEMA "
+                f"{schema} TO {user}"
+            )
+        else:
+            todo = (
+                f"user {user!r} may not use its tables in schema {schema!r} "
+                f"({detail}): GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
+                f"IN SCHEMA {schema} TO {user}"
+            )
+        raise StoreUnusable(server, todo) from None
+
+
+async def _migrate(conn: _Conn, server: str, creating: list[bool]) -> None:
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
+        (_LOCK_CLASS,),
+    )
+    cur = await conn.execute(
+        "SELECT current_schema(), current_setting('search_path'),"
+        " EXISTS (SELECT 1 FROM pg_tables"
+        " WHERE schemaname = current_schema() AND tablename = 'turnfsm_meta')"
+    )
+    row = await cur.fetchone()
+    if row is not None and row[0] is None:
+        raise StoreUnusable(
+            server,
+            f"no schema its search_path names exists (search_path={row[1]!r}): "
+            "create the schema (CREATE SCHEMA), or name an existing one in the "
+            "URL (options=-csearch_path=SCHEMA)",
         )
+    if not (row and row[2]):
+        creating.append(True)
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS turnfsm_meta"
             " (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
         )
-        cur = await conn.execute("SELECT key, value FROM turnfsm_meta")
-        meta = {str(k): str(v) for k, v in await cur.fetchall()}
-        if meta and meta.get("application") != APPLICATION:
-            raise StoreUnusable(
-                server,
-                "its turnfsm_meta table belongs to another application"
-                f" ({meta.get('application')!r}); use another database or schema",
-            )
-        version = int(meta.get("schema_version", "0"))
-        if version > SCHEMA_VERSION:
-            raise StoreUnusable(
-                server,
-                f"its schema version {version} is newer than this turnfsm"
-                f" knows ({SCHEMA_VERSION}); upgrade turnfsm to use it",
-            )
-        for step in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS[step]:
-                await conn.execute(statement)
-        if version < SCHEMA_VERSION:
-            await conn.execute(
-                "INSERT INTO turnfsm_meta (key, value) VALUES"
-                " ('application', %s), ('schema_version', %s)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (APPLICATION, str(SCHEMA_VERSION)),
-            )
+    cur = await conn.execute("SELECT key, value FROM turnfsm_meta")
+    meta = {str(k): str(v) for k, v in await cur.fetchall()}
+    if meta and meta.get("application") != APPLICATION:
+        raise StoreUnusable(
+            server,
+            "its turnfsm_meta table belongs to another application"
+            f" ({meta.get('application')!r}); use another database or schema",
+        )
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise StoreUnusable(
+            server,
+            f"its schema version {version} is newer than this turnfsm"
+            f" knows ({SCHEMA_VERSION}); upgrade turnfsm to use it",
+        )
+    if version < SCHEMA_VERSION:
+        creating.append(True)
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[step]:
+            await conn.execute(statement)
+    if version < SCHEMA_VERSION:
+        await conn.execute(
+            "INSERT INTO turnfsm_meta (key, value) VALUES"
+            " ('application', %s), ('schema_version', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (APPLICATION, str(SCHEMA_VERSION)),
+        )

@@ -93,7 +93,7 @@ def _roll_back(conn: sqlite3.Connection) -> None:
 def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
     where = os.fspath(path)
     check_directory(path.absolute().parent, "the store's path")
-    _check_header(path, where)
+    _check_kind(path, where)
     try:
         conn = sqlite3.connect(
             where, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -112,9 +112,7 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
         conn.execute("PRAGMA busy_timeout = 0")
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise StoreUnusable(
-            where, f"it is not a usable SQLite database ({exc})"
-        ) from None
+        raise _not_sqlite(path, where, exc) from None
     except BaseException:
         conn.close()
         raise
@@ -141,29 +139,47 @@ def check_directory(directory: Path, setting: str) -> None:
         raise StoreDirectoryUnusable(os.fspath(directory), reason, setting)
 
 
-def _check_header(path: Path, where: str) -> None:
-    """Refuse what is not a regular file holding SQLite (or nothing yet).
+def _check_kind(path: Path, where: str) -> None:
+    """Refuse what is not a regular file (a FIFO would block a read forever).
 
-    The file is opened without blocking and its type checked on the open
-    descriptor, before anything is read: a FIFO would block a read forever.
+    Only the path's status is read: no descriptor of the file is opened
+    here. Closing one would drop every lock this process holds on the file
+    (POSIX locks belong to the process), and with them the lock another
+    store's open connection to it keeps: another process would then take
+    the file for its own and delete the write-ahead log those commits are
+    still in. SQLite itself reads the file, and `_not_sqlite` words a
+    refusal.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StoreUnusable(where, f"it cannot be read ({exc.strerror})") from None
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    if kind:
+        raise StoreUnusable(where, f"it is {kind}, not a regular file")
+    if not os.access(path, os.R_OK):
+        raise StoreUnusable(where, "it cannot be read (Permission denied)")
+
+
+def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnusable:
+    """The refusal of a file SQLite could not read as a database.
+
+    Its first bytes are read only when SQLite found no database there: no
+    connection of this process can hold the file then, so closing the
+    descriptor drops no lock.
+    """
+    if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
+        return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
     try:
-        kind = _KINDS.get(stat.S_IFMT(os.fstat(fd).st_mode), "not a regular file")
-        if kind:
-            raise StoreUnusable(where, f"it is {kind}, not a regular file")
-        head = os.read(fd, len(_HEADER))
-    except OSError as exc:
-        raise StoreUnusable(where, f"it cannot be read ({exc.strerror})") from None
-    finally:
-        os.close(fd)
+        with open(path, "rb") as file:
+            head = file.read(len(_HEADER))
+    except OSError:
+        head = _HEADER
     if head and head != _HEADER:
-        raise StoreUnusable(where, "it is not an SQLite database")
+        return StoreUnusable(where, "it is not an SQLite database")
+    return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
 
 
 _KINDS: Final = {

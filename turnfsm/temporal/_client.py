@@ -16,6 +16,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
+    ApplicationError,
     CancelledError,
     WorkflowAlreadyStartedError,
 )
@@ -188,7 +189,9 @@ class DurableRun:
         try:
             await self._handle.execute_update(name, args=args)
         except WorkflowUpdateFailedError as exc:
-            raise ConfigError(name, value, str(exc.cause)) from exc
+            cause = exc.cause  # its message, without the failure's type
+            why = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            raise ConfigError(name, value, why) from exc
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise

@@ -281,15 +281,17 @@ class TurnWorkflow:
     def _require_paused(self, trigger: str) -> None:
         waiting = self._status.waiting
         if waiting is None or self._answers:
+            given = "; an answer to its pause is on its way" if self._answers else ""
             raise ApplicationError(
-                f"run {self._status.phase!r} is not waiting for an answer",
+                f"a run paused for an answer (it is in phase "
+                f"{self._status.phase!r}{given})",
                 type="turnfsm.not_paused",
                 non_retryable=True,
             )
         if trigger not in waiting.accepts:
             raise ApplicationError(
-                f"the paused phase {waiting.phase!r} accepts "
-                f"{', '.join(waiting.accepts)}, not {trigger}",
+                f"an answer the paused phase {waiting.phase!r} accepts "
+                f"({', '.join(waiting.accepts)}), not {trigger}",
                 type="turnfsm.not_accepted",
                 non_retryable=True,
             )
@@ -316,8 +318,8 @@ class TurnWorkflow:
         unknown = [k for k in reasons if k not in calls]
         if unknown or not all(isinstance(v, str) for v in reasons.values()):
             raise ApplicationError(
-                f"reasons must map the paused calls' ids ({', '.join(sorted(calls))})"
-                f" to strings; unknown: {', '.join(map(str, unknown)) or 'none'}",
+                f"the paused calls' ids ({', '.join(sorted(calls))}) mapped to "
+                f"reasons (strings); unknown: {', '.join(map(str, unknown)) or 'none'}",
                 type="turnfsm.bad_answer",
                 non_retryable=True,
             )
@@ -350,7 +352,7 @@ class TurnWorkflow:
     def _check_inject(self, message: str | dict[str, Any]) -> None:
         if self._status.outcome not in ("running", "paused"):
             raise ApplicationError(
-                f"the run has ended ({self._status.outcome})",
+                f"a run still going (it has ended {self._status.outcome})",
                 type="turnfsm.ended",
                 non_retryable=True,
             )
