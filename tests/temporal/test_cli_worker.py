@@ -150,21 +150,19 @@ def test_a_worker_refuses_a_store_it_cannot_use_before_serving(
     assert len(refused.stderr.splitlines()) == 1
 
 
-def test_demo_durable_says_the_server_was_lost_in_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    service = pytest.importorskip("temporalio.service")
+def _demo_whose_wait_raises(
+    monkeypatch: pytest.MonkeyPatch, raised: BaseException
+) -> int:
+    """`turnfsm demo --durable`, its run started, `raised` while it is awaited."""
     import turnfsm.temporal
     from turnfsm.cli import _worker
 
-    lost = service.RPCError("tcp connect error", service.RPCStatusCode.UNAVAILABLE, b"")
-
-    class Run:  # started, then the server stops answering while it is awaited
+    class Run:
         session_id = "ses_1"
         workflow_id = "turnfsm-ses_1"
 
         async def result(self) -> None:
-            raise lost
+            raise raised
 
     async def connect(address: str, namespace: str) -> object:
         return object()
@@ -174,10 +172,17 @@ def test_demo_durable_says_the_server_was_lost_in_one_line(
 
     monkeypatch.setattr(_worker, "_connect", connect)
     monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
-    status = _worker.run_durable_demo(
+    return _worker.run_durable_demo(
         "q", address="127.0.0.1:7233", namespace="default", quiet=True
     )
-    assert status == 1
+
+
+def test_demo_durable_says_the_server_was_lost_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    service = pytest.importorskip("temporalio.service")
+    lost = service.RPCError("tcp connect error", service.RPCStatusCode.UNAVAILABLE, b"")
+    assert _demo_whose_wait_raises(monkeypatch, lost) == 1
     assert capsys.readouterr().err == (
         "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "
         "error); the run of session ses_1 is kept by the server and goes on when "
@@ -189,28 +194,7 @@ def test_demo_durable_interrupted_says_the_run_goes_on(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("temporalio")
-    import turnfsm.temporal
-    from turnfsm.cli import _worker
-
-    class Run:  # started; Ctrl-C while its answer is awaited
-        session_id = "ses_1"
-        workflow_id = "turnfsm-ses_1"
-
-        async def result(self) -> None:
-            raise KeyboardInterrupt
-
-    async def connect(address: str, namespace: str) -> object:
-        return object()
-
-    async def start(*args: object, **kwargs: object) -> Run:
-        return Run()
-
-    monkeypatch.setattr(_worker, "_connect", connect)
-    monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
-    status = _worker.run_durable_demo(
-        "q", address="127.0.0.1:7233", namespace="default", quiet=True
-    )
-    assert status == 130
+    assert _demo_whose_wait_raises(monkeypatch, KeyboardInterrupt()) == 130
     assert capsys.readouterr().err == (
         "\nturnfsm demo: interrupted; the durable run of session ses_1 goes on "
         "when a worker serves 'q' (cancel it with: temporal workflow cancel -w "
