@@ -547,7 +547,8 @@ class ContextManager(OldEntryPoints):
         `measured`: `before` is the counter's count (not the caller's figure).
         """
         messages, reserved = request.messages, request.reserved
-        pinned = self.pinned(messages, request.pinned)
+        # The request checked its messages and pins when it was made.
+        pinned = pinned_ids(messages, self.pins, request.pinned)
         spent: list[Usage] = []
         ctx = CompactionContext(
             tokens_before=before - reserved,  # what the compactor is handed
