@@ -242,20 +242,25 @@ script()
 """
 
 
-def test_ctrl_c_while_the_program_imports_ends_it_with_one_line(
-    tmp_path: Path,
-) -> None:
-    # Ctrl-C in the first half second of `turnfsm ...`: importing the command
-    # line loaded every compactor before its Ctrl-C handling began.
-    done = subprocess.run(
-        [sys.executable, "-c", _CTRL_C_WHILE_IMPORTING],
-        cwd=tmp_path,
+def _python(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """This interpreter run on `args` in `cwd`, turnfsm importable; its output."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_ctrl_c_while_the_program_imports_ends_it_with_one_line(
+    tmp_path: Path,
+) -> None:
+    # Ctrl-C in the first half second of `turnfsm ...`: importing the command
+    # line loaded every compactor before its Ctrl-C handling began.
+    done = _python(tmp_path, "-c", _CTRL_C_WHILE_IMPORTING)
 
     assert done.returncode == 130, done.stderr
     assert done.stderr == "\nturnfsm: interrupted\n"
@@ -273,15 +278,7 @@ def test_ctrl_c_ends_the_program_though_a_tool_s_thread_cannot_stop(
     agent = "tests.cli.stuck_tool_agent:agent"
     started = time.monotonic()
     command = ["run", "Is the disk back?", "--agent", agent, "--store", str(store)]
-    done = subprocess.run(
-        [sys.executable, "-m", "turnfsm", *command],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _python(tmp_path, "-m", "turnfsm", *command)
 
     assert done.returncode == 130, done.stderr
     assert time.monotonic() - started < 20

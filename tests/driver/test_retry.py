@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import itertools
+from typing import Final
 
 import pytest
 
-from turnfsm.driver import RetryPolicy, is_transient
+from turnfsm.driver import RetryPolicy, RunResult, is_transient
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient
@@ -91,18 +92,29 @@ def _failing(*errors: BaseException) -> tuple[list[int], FakeModelClient]:
     return calls, FakeModelClient(handler)
 
 
+_BUSY: Final = ProviderError(
+    "HTTP 503: busy", retryable=True, kind="server", status=503
+)
+
+
+async def _run_failing(
+    policy: RetryPolicy, *errors: BaseException
+) -> tuple[list[int], RunResult]:
+    """A run of a model that raises `errors` in turn: its calls and its result."""
+    from turnfsm.driver import Driver
+
+    calls, model = _failing(*errors)
+    return calls, await Driver(model=model, retry=policy).run("x")
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("later", [False, True], ids=["first", "later"])
 async def test_a_retry_after_past_the_budget_ends_the_call_at_once(later: bool) -> None:
-    from turnfsm.driver import Driver
-
-    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
     slow = ProviderError(
         "HTTP 429: slow down", retryable=True, kind="rate_limit", retry_after=600
     )
-    calls, model = _failing(*((busy, slow) if later else (slow,)))
     policy = RetryPolicy(max_attempts=5, initial_wait=0.01, max_total=60)
-    result = await Driver(model=model, retry=policy).run("x")
+    calls, result = await _run_failing(policy, *((_BUSY, slow) if later else (slow,)))
     assert calls == ([1, 2] if later else [1])  # no call before the wait is up
     error = result.error
     assert isinstance(error, ProviderError)
@@ -119,24 +131,17 @@ async def test_a_retry_after_past_the_budget_ends_the_call_at_once(later: bool) 
 
 @pytest.mark.anyio
 async def test_a_retry_after_within_the_budget_is_waited_for() -> None:
-    from turnfsm.driver import Driver
-
     slow = ProviderError("slow", retryable=True, kind="rate_limit", retry_after=0.01)
-    calls, model = _failing(slow)
     policy = RetryPolicy(max_attempts=3, initial_wait=0.01, max_total=60)
-    result = await Driver(model=model, retry=policy).run("x")
+    calls, result = await _run_failing(policy, slow)
     assert calls == [1, 2, 3]
     assert "asked to wait" not in str(result.error)
 
 
 @pytest.mark.anyio
 async def test_a_run_that_gave_up_retrying_says_how_often_it_tried() -> None:
-    from turnfsm.driver import Driver
-
-    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
-    _, model = _failing(busy)
     policy = RetryPolicy(max_attempts=3, initial_wait=0.01, jitter=False)
-    result = await Driver(model=model, retry=policy).run("x")
+    _, result = await _run_failing(policy, _BUSY)
     error = result.error
     assert isinstance(error, ProviderError)
     assert (error.attempts, error.message) == (3, "HTTP 503: busy")
@@ -150,11 +155,9 @@ async def test_a_run_that_gave_up_retrying_says_how_often_it_tried() -> None:
 
 @pytest.mark.anyio
 async def test_a_timeout_with_retries_off_says_it_was_tried_once() -> None:
-    from turnfsm.driver import Driver
-
-    _, model = _failing(TimeoutError("model 'm' timed out after 5s"))
     policy = RetryPolicy(max_attempts=1)
-    result = await Driver(model=model, retry=policy).run("x")
+    timed_out = TimeoutError("model 'm' timed out after 5s")
+    _, result = await _run_failing(policy, timed_out)
     assert str(result.error) == (
         "model provider error [TimeoutError]: model 'm' timed out after 5s; tried "
         "once (errors of this kind are retried, as far as the RetryPolicy allows)"
@@ -170,15 +173,11 @@ def test_a_permanent_error_says_nothing_of_retries() -> None:
 async def test_the_backoff_never_sleeps_past_the_budget() -> None:
     # A wait that would end past max_total is not begun: the call gives up
     # then, instead of sleeping over the budget and calling once more.
-    from turnfsm.driver import Driver
-
-    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
-    calls, model = _failing(busy)
     policy = RetryPolicy(
         max_attempts=10, initial_wait=1.0, max_wait=1.0, max_total=1.5, jitter=False
     )
 
-    result = await Driver(model=model, retry=policy).run("x")
+    calls, result = await _run_failing(policy, _BUSY)
 
     assert calls == [1, 2]  # at 0 s and 1 s; a third would start at 2 s
     error = result.error
@@ -188,13 +187,9 @@ async def test_the_backoff_never_sleeps_past_the_budget() -> None:
 
 @pytest.mark.anyio
 async def test_a_first_backoff_past_the_budget_is_not_begun() -> None:
-    from turnfsm.driver import Driver
-
-    busy = ProviderError("HTTP 503: busy", retryable=True, kind="server", status=503)
-    calls, model = _failing(busy)
     policy = RetryPolicy(initial_wait=0.6, max_total=0.5, jitter=False)
 
-    result = await Driver(model=model, retry=policy).run("x")
+    calls, result = await _run_failing(policy, _BUSY)
 
     assert calls == [1]
     assert isinstance(result.error, ProviderError)
