@@ -43,6 +43,7 @@ from turnfsm.errors import (
     RunCrashed,
     SessionBusy,
     SessionConflict,
+    SessionNotFound,
 )
 from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
@@ -57,6 +58,7 @@ from turnfsm.persistence import (
 from turnfsm.providers import ModelRequest
 from turnfsm.temporal import (
     DurableOptions,
+    DurableRun,
     TurnWorkflow,
     _activities,
     create_worker,
@@ -874,6 +876,38 @@ async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
         )
         with pytest.raises(RunCrashed, match="stranger"):
             await run.result()
+
+
+async def test_a_session_temporal_never_ran_is_not_found(
+    temporal_client: Client,
+) -> None:
+    run = DurableRun(temporal_client, "ses_never_started")
+    steps: list[Callable[[], Any]] = [run.result, run.status, run.approve, run.cancel]
+    for step in steps:
+        with pytest.raises(SessionNotFound) as caught:
+            await step()
+        assert str(caught.value).startswith(
+            "no session 'ses_never_started' in the durable runs of Temporal "
+            "namespace 'default'"
+        )
+
+
+async def test_a_deadline_on_a_run_no_worker_serves_is_a_timeout(
+    temporal_client: Client,
+) -> None:
+    agent = Agent(model=ScriptedModel.of("x"), store=MemoryStore())
+    run = await start_durable(agent, "hi", client=temporal_client, task_queue=_queue())
+    steps: list[Callable[[], Any]] = [run.status, run.approve, run.result]
+    for step in steps:
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.5):
+                await step()
+    await run.handle.terminate()
+    with pytest.raises(ConfigError, match=r"a run still going \(it has ended\)"):
+        await run.approve()
+    with pytest.raises(ConfigError) as caught:
+        await run.cancel("too late")
+    assert (caught.value.field, caught.value.value) == ("cancel", "too late")
 
 
 async def test_start_durable_refuses_bad_settings(temporal_client: Client) -> None:

@@ -47,6 +47,8 @@ class EffectSettings:
         context: The context manager, or None.
         compaction_timeout: Seconds a compaction pass may take (None: no limit).
         effect_timeout: Seconds a custom effect may take (None: no limit).
+        store_timeout: Seconds each call to the session store may take
+            (None: no limit).
         prices: The model's prices, for what the run's calls cost (None:
             not known).
     """
@@ -59,6 +61,7 @@ class EffectSettings:
     context: ContextManager | None
     compaction_timeout: float | None
     effect_timeout: float | None
+    store_timeout: float | None = None
     prices: ModelPrices | None = None
 
 

@@ -133,6 +133,12 @@ class Driver:
         model_timeout: seconds each model attempt may take (None: no limit).
         compaction_timeout: seconds a compaction pass may take (None: no limit).
         effect_timeout: seconds a custom effect may take (None: no limit).
+        store_timeout: seconds each call a run makes to its session store
+            may take (None: no limit): an append, a lease's renewal, a
+            read of the log. A store that does not answer in time stops
+            the run with `StoreUnusable` (a write given up may still have
+            been written: read the session again to see). The shipped
+            stores bound their own waits below this.
         lease_ttl: seconds a run's hold on its session outlives its process:
             in a store several processes share (SQLite, PostgreSQL), a run
             renews its lease every third of this; another process may take
@@ -217,6 +223,7 @@ class Driver:
     effect_timeout: float | None = attrs.field(
         default=300.0, validator=_checks.seconds()
     )
+    store_timeout: float | None = attrs.field(default=60.0, validator=_checks.seconds())
     lease_ttl: float = attrs.field(
         default=30.0, validator=_checks.seconds(optional=False)
     )
@@ -321,6 +328,7 @@ class Driver:
             context=self.context,
             compaction_timeout=self.compaction_timeout,
             effect_timeout=self.effect_timeout,
+            store_timeout=self.store_timeout,
             prices=self.prices,
         )
         extras = [self.system_prompt or ""]

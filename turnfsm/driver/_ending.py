@@ -30,6 +30,7 @@ from turnfsm.driver._audit import Audit
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources, ending_time
 from turnfsm.driver._control import RunResult
+from turnfsm.driver._store_calls import store_call
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
     Cancelled,
@@ -110,7 +111,8 @@ class Ending:
         # run's final commit) go in the same append.
         riding, self._riding = self._riding, []
         held, self.held = self.held, []
-        await self.session.append(
+        session = self.session
+        ended = session.append(
             *riding,
             *held,
             RunEnded(
@@ -126,6 +128,13 @@ class Ending:
                 compaction_usage=self.audit.compaction_usage,
             ),
             history=self.held_history if held else None,
+        )
+        await store_call(
+            ended,
+            seconds=self.settings.store_timeout,
+            store=session.store,
+            method="append",
+            writes=True,
         )
         self.ended = True
         self.hear_end(outcome, snapshot, text, error)

@@ -20,6 +20,7 @@ from typing import Final
 
 import anyio
 
+from turnfsm.driver._store_calls import store_call
 from turnfsm.errors import LeaseLost
 from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
 
@@ -54,29 +55,43 @@ async def lease_owner(session: Session) -> str | None:
 
 @contextlib.asynccontextmanager
 async def holding(
-    session: Session, *, ttl: float, force: bool = False
+    session: Session, *, ttl: float, store_timeout: float | None, force: bool = False
 ) -> AsyncIterator[Lease | None]:
     """Hold `session`'s lease while the body runs; yield the lease it replaced.
 
     The lease it replaced is the previous owner's (None: nobody held it, or
-    this process did): expired, or taken over by `force`.
+    this process did): expired, or taken over by `force`. Each call to the
+    store may take `store_timeout` seconds (`store_call`).
 
     Raises:
         SessionBusy: another process holds a live lease (not with `force`).
+        StoreUnusable: the store did not answer within `store_timeout`.
     """
     store = _leasing(session)
     if store is None:
         yield None
         return
     owner = owner_id()
-    previous = await store.lease_of(session.id)
-    await store.acquire_lease(session.id, owner, ttl=ttl, force=force)
+    session_id = session.id
+    previous = await store_call(
+        store.lease_of(session_id),
+        seconds=store_timeout,
+        store=store,
+        method="lease_of",
+    )
+    await store_call(
+        store.acquire_lease(session_id, owner, ttl=ttl, force=force),
+        seconds=store_timeout,
+        store=store,
+        method="acquire_lease",
+        writes=True,
+    )
     session.hold_lost(None)
     if previous is not None and previous.owner == owner:
         previous = None
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(_renew, session, store, owner, ttl)
+            group.start_soon(_renew, session, store, owner, ttl, store_timeout)
             try:
                 yield previous
             finally:
@@ -89,12 +104,24 @@ async def holding(
     finally:
         with anyio.CancelScope(shield=True):
             try:
-                await store.release_lease(session.id, owner)
+                await store_call(
+                    store.release_lease(session_id, owner),
+                    seconds=store_timeout,
+                    store=store,
+                    method="release_lease",
+                    writes=True,
+                )
             except Exception:  # the store is down: the lease expires by itself
                 logger.warning("could not release the lease on %s", session.id)
 
 
-async def _renew(session: Session, store: LeasingStore, owner: str, ttl: float) -> None:
+async def _renew(
+    session: Session,
+    store: LeasingStore,
+    owner: str,
+    ttl: float,
+    store_timeout: float | None,
+) -> None:
     """Renew the lease every third of `ttl` until cancelled.
 
     Raises:
@@ -106,7 +133,13 @@ async def _renew(session: Session, store: LeasingStore, owner: str, ttl: float) 
     while True:
         await anyio.sleep(ttl / 3)
         try:
-            await store.renew_lease(session_id, owner, ttl=ttl)
+            await store_call(
+                store.renew_lease(session_id, owner, ttl=ttl),
+                seconds=store_timeout,
+                store=store,
+                method="renew_lease",
+                writes=True,
+            )
         except LeaseLost as lost:
             session.hold_lost(lost)
             logger.error("run stopped: %s", lost)

@@ -26,6 +26,7 @@ from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType
+from turnfsm.driver._store_calls import store_call
 from turnfsm.driver._subagents import (
     PhaseDelegation,
     answering,
@@ -67,14 +68,18 @@ async def start_run(
     takes the compacted history when it goes on).
     """
     with session.claim():
-        async with holding(session, ttl=driver.lease_ttl) as previous:
+        async with holding(
+            session, ttl=driver.lease_ttl, store_timeout=driver.store_timeout
+        ) as previous:
             waiting = [
                 run
                 for run in session.open_runs()
                 if not (beside_paused and run.outcome == "paused")
             ]
             if waiting:
-                raise await _refusal(session, waiting[-1].run_id, previous)
+                raise await _refusal(
+                    session, waiting[-1].run_id, previous, driver.store_timeout
+                )
             run_id = run_id or new_id("run")
             machine = TurnMachine.start(
                 driver.machine, budget=driver.budget, history=session.history
@@ -108,7 +113,12 @@ async def resume_run(
         answer = answering(waiting.session_id, event)
         event = None
     with session.claim(), answer:
-        async with holding(session, ttl=driver.lease_ttl, force=force) as previous:
+        async with holding(
+            session,
+            ttl=driver.lease_ttl,
+            store_timeout=driver.store_timeout,
+            force=force,
+        ) as previous:
             loop = _reopened(driver, session, run_id, event, control, hooks, output)
             if waiting is not None:
                 _check_carries(driver, loop, waiting)
@@ -191,7 +201,12 @@ async def abandon_run(
 ) -> RunResult[Any]:
     """End the open run `run_id` as failed, `Cancelled(reason)`."""
     with session.claim():
-        async with holding(session, ttl=driver.lease_ttl, force=force):
+        async with holding(
+            session,
+            ttl=driver.lease_ttl,
+            store_timeout=driver.store_timeout,
+            force=force,
+        ):
             loop = _reopened(driver, session, run_id, None, None, (), None, check=False)
             loop.abandoning = True
             return await loop.go(RunCancelled(reason=reason))
@@ -239,7 +254,7 @@ def _loop(
 
 
 async def _refusal(
-    session: Session, run_id: str, previous: Lease | None
+    session: Session, run_id: str, previous: Lease | None, store_timeout: float | None
 ) -> SessionBusy | SessionConflict:
     """The refusal of a run on a session whose view shows run `run_id` open.
 
@@ -249,7 +264,13 @@ async def _refusal(
     being told to resume or abandon a run that has ended misleads.
     """
     if previous is None:  # the lease was free: read what the log says now
-        stored = await Session.open(session.store, session.id)
+        store = session.store
+        stored = await store_call(
+            Session.open(store, session.id),
+            seconds=store_timeout,
+            store=store,
+            method="load",
+        )
         if stored.version != session.version and not stored.open_runs():
             return SessionConflict(session.id, session.version, stored.version)
     return _busy(session, run_id, previous)

@@ -46,7 +46,12 @@ from turnfsm.persistence._records import (
 )
 from turnfsm.persistence._run_record import RunRecord
 from turnfsm.persistence._session import Session, new_id
-from turnfsm.persistence._store import MemoryStore, SessionInfo, SessionStore
+from turnfsm.persistence._store import (
+    MemoryStore,
+    SessionInfo,
+    SessionStore,
+    store_label,
+)
 from turnfsm.persistence.sqlite import SQLiteStore
 
 __all__ = [
@@ -91,4 +96,5 @@ __all__ = [
     "open_store",
     "parent_of",
     "session_lines",
+    "store_label",
 ]

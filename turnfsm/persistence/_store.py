@@ -27,6 +27,7 @@ __all__ = [
     "SessionStore",
     "check_session_id",
     "check_store",
+    "store_label",
 ]
 
 
@@ -158,6 +159,12 @@ def check_store(store: object) -> SessionStore:
     """
     _checks.check(store, "store", _STORE)
     return store  # type: ignore[return-value]
+
+
+def store_label(store: object) -> str:
+    """Name `store` for a person: its file or database, else its class."""
+    path = getattr(store, "path", None)
+    return str(path) if path is not None else type(store).__name__
 
 
 _STORE: Final = _checks.instance(

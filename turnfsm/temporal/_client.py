@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, final
 
+import anyio.lowlevel
 import attrs
 from temporalio.client import (
     Client,
@@ -13,6 +14,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
@@ -31,6 +33,7 @@ from turnfsm.errors import (
     Cancelled,
     ConfigError,
     SessionBusy,
+    SessionNotFound,
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import new_id
@@ -53,6 +56,11 @@ class DurableRun:
     Get one from `Agent.start_durable` (or `start_durable`); another process
     reaches the same run with ``DurableRun(client, session_id, agent=agent)``,
     a sub-agent's run (a child workflow) too, by its session id.
+
+    Each method raises `SessionNotFound` when Temporal knows no durable run
+    of the session. Answering, steering and asking the status need a worker
+    serving the run's queue, and wait for one: bound the wait with
+    `anyio.fail_after`, whose `TimeoutError` comes through as usual.
     """
 
     __slots__ = ("_agent", "_client", "_handle", "session_id")
@@ -98,6 +106,7 @@ class DurableRun:
             Cancelled: the workflow itself was cancelled (the log records
                 the run as cancelled).
             RunCrashed: the run crashed on a bug (its log records it).
+            SessionNotFound: Temporal knows no durable run of the session.
             TurnFSMError: the run was refused as `Driver.run` refuses one
                 (`SessionBusy`: a run of the session is paused or unfinished;
                 `InvalidMessage`: the input does not continue the history),
@@ -110,6 +119,8 @@ class DurableRun:
             if isinstance(cause, CancelledError):
                 raise Cancelled(reason="the workflow was cancelled") from exc
             raise failure_error(cause) from exc
+        except RPCError as exc:
+            raise await self._refusal(exc, "result", None) from exc
         result: RunResult[Any] = serde.from_json(RunResult, data)
         return attrs.evolve(result, output=self._output(result))
 
@@ -129,11 +140,18 @@ class DurableRun:
 
         A run waiting on sub-agents (`RunStatus.children`) asks their
         workflows too: those paused for an answer, at any depth, are in
-        `RunStatus.children_waiting`.
+        `RunStatus.children_waiting`. A worker answers: with none serving
+        the run's queue, this waits for one (bound it with
+        `anyio.fail_after`).
+
+        Raises:
+            SessionNotFound: Temporal knows no durable run of the session.
         """
-        status: RunStatus = serde.from_json(
-            RunStatus, await self._handle.query("status")
-        )
+        try:
+            answer = await self._handle.query("status")
+        except RPCError as exc:
+            raise await self._refusal(exc, "status", None) from exc
+        status: RunStatus = serde.from_json(RunStatus, answer)
         waiting: list[str] = []
         for session_id in status.children:
             try:
@@ -181,8 +199,15 @@ class DurableRun:
         )
 
     async def cancel(self, reason: str = "cancelled") -> None:
-        """End the run ``cancelled`` (the workflow completes with that result)."""
-        await self._handle.signal("cancel", reason)
+        """End the run ``cancelled`` (the workflow completes with that result).
+
+        Raises:
+            ConfigError: the run has ended.
+        """
+        try:
+            await self._handle.signal("cancel", reason)
+        except RPCError as exc:
+            raise await self._refusal(exc, "cancel", reason) from exc
 
     async def _update(self, name: str, *args: Any) -> None:
         value = args[0] if args else None
@@ -192,10 +217,46 @@ class DurableRun:
             cause = exc.cause  # its message, without the failure's type
             why = cause.message if isinstance(cause, ApplicationError) else str(cause)
             raise ConfigError(name, value, why) from exc
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            # Temporal's word for a wait the caller gave up (a deadline of
+            # theirs): the cancellation goes on as itself.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            raise
         except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-            raise ConfigError(name, value, "a run still going (it has ended)") from exc
+            raise await self._refusal(exc, name, value) from exc
+
+    async def _refusal(self, exc: RPCError, name: str, value: object) -> Exception:
+        """What `exc`, raised by Temporal for `name`, means to the caller.
+
+        A caller's own deadline (`anyio.fail_after`) cancels the call, and
+        Temporal answers with an `RPCError`: the cancellation goes on as
+        itself. A workflow Temporal does not know is `SessionNotFound`; one
+        that has ended refuses what would steer it (`ConfigError`).
+        Anything else is Temporal's error as it came.
+        """
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        steers = name not in ("result", "status")
+        if exc.status != RPCStatusCode.NOT_FOUND and not (steers and _ended(exc)):
+            return exc
+        try:
+            await self._handle.describe()
+        except RPCError as missing:
+            if missing.status == RPCStatusCode.NOT_FOUND:  # never started
+                return SessionNotFound(
+                    self.session_id,
+                    store=(
+                        f"the durable runs of Temporal namespace "
+                        f"{self._client.namespace!r}"
+                    ),
+                )
+        if not steers:
+            return exc
+        return ConfigError(name, value, "a run still going (it has ended)")
+
+
+def _ended(exc: RPCError) -> bool:
+    """Whether Temporal refused a call because the workflow has ended."""
+    return "closed before" in exc.message or "already completed" in exc.message
 
 
 async def start_durable(

@@ -26,7 +26,13 @@ from typing import Final, final
 import anyio
 
 from turnfsm import _checks
-from turnfsm.persistence import RunRecord, Session, SessionStore, descendants
+from turnfsm.persistence import (
+    RunRecord,
+    Session,
+    SessionStore,
+    descendants,
+    store_label,
+)
 from turnfsm.view._html import (
     Links,
     page,
@@ -189,7 +195,7 @@ class ViewServer:
                 )
                 if version == known.version:
                     return known
-            self._where = _where(store)
+            self._where = store_label(store)
             return await Session.load(store, self.session_id)
         finally:
             close = getattr(store, "aclose", None) or getattr(store, "close", None)
@@ -352,11 +358,6 @@ async def _close(store: SessionStore) -> None:
     close = getattr(store, "aclose", None) or getattr(store, "close", None)
     if close is not None:
         await close()
-
-
-def _where(store: SessionStore) -> str:
-    path = getattr(store, "path", None)
-    return str(path) if path is not None else type(store).__name__
 
 
 def _handler(server: ViewServer) -> type[BaseHTTPRequestHandler]:

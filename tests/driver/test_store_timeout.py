@@ -1,0 +1,195 @@
+"""A store that stops answering stops the run, within `store_timeout`.
+
+The shipped stores bound their own waits; a store of yours may wait on a
+server that never answers. Each call a run makes to its store is given
+`Driver.store_timeout` seconds: the run then raises `StoreUnusable` naming
+the store and the call, and the session still loads and its run goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import attrs
+import pytest
+
+from turnfsm import Agent
+from turnfsm.errors import ConfigError, StoreUnusable
+from turnfsm.persistence import Entry, Lease, MemoryStore, Session, SQLiteStore
+from turnfsm.testing import ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = 0.2
+
+
+def _add(x: int) -> int:
+    """Add one.
+
+    Args:
+        x: the number.
+    """
+    return x + 1
+
+
+def _model() -> ScriptedModel:
+    return ScriptedModel.of(reply("", tool_call("_add", "c1", x=1)), reply("two"))
+
+
+@attrs.define
+class Stalls:
+    """A store of yours on a memory store, whose chosen calls never return.
+
+    `stalling` maps a method's name to the numbers (from 1) of its calls
+    that wait for ever; `calls` counts each method's calls.
+    """
+
+    stalling: dict[str, set[int]]
+    inner: MemoryStore = attrs.field(factory=MemoryStore)
+    calls: dict[str, int] = attrs.field(factory=dict)
+
+    async def _call(self, method: str) -> None:
+        number = self.calls[method] = self.calls.get(method, 0) + 1
+        if number in self.stalling.get(method, ()):
+            await anyio.sleep_forever()
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        await self._call("append")
+        return await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        await self._call("load")
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> object:
+        return await self.inner.list_sessions()
+
+    async def acquire_lease(
+        self, session_id: str, owner: str, *, ttl: float, force: bool = False
+    ) -> Lease:
+        await self._call("acquire_lease")
+        return await self.inner.acquire_lease(session_id, owner, ttl=ttl, force=force)
+
+    async def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> Lease:
+        await self._call("renew_lease")
+        return await self.inner.renew_lease(session_id, owner, ttl=ttl)
+
+    async def release_lease(self, session_id: str, owner: str) -> None:
+        await self._call("release_lease")
+        await self.inner.release_lease(session_id, owner)
+
+    async def lease_of(self, session_id: str) -> Lease | None:
+        await self._call("lease_of")
+        return await self.inner.lease_of(session_id)
+
+
+def _agent(store: object, **options: object) -> Agent:
+    options.setdefault("store_timeout", LIMIT)
+    return Agent(
+        model=_model(),
+        tools=[_add],
+        store=store,  # type: ignore[arg-type]  # a store of yours
+        **options,
+    )
+
+
+# The run's appends: its opening with the first model call's request, the
+# reply, the tool's result, the end.
+@pytest.mark.parametrize("stalling", [1, 2, 3, 4])
+async def test_an_append_that_never_returns_stops_the_run(stalling: int) -> None:
+    store = Stalls({"append": {stalling}})
+    agent = _agent(store)
+    with anyio.fail_after(10):
+        with pytest.raises(StoreUnusable) as caught:
+            await agent.run("one plus one?")
+    error = caught.value
+    assert error.path == "Stalls"
+    assert error.in_doubt
+    assert str(error) == (
+        "cannot use Stalls as a turnfsm session store: its append did not "
+        f"return within store_timeout={LIMIT} s (it may have been written: "
+        "reload the session to see)"
+    )
+    if stalling == 1:  # the run's opening was not written: nothing was
+        assert await store.inner.list_sessions() == ()
+        return
+    # What was committed loads, and the run goes on from it.
+    session = await Session.load(store, agent.session.id)  # type: ignore[arg-type]
+    (run,) = session.runs
+    assert run.outcome == "interrupted"  # ended by the next append, which answered
+    resumed = await _agent(store).resume(session.id, run.run_id)
+    assert (resumed.outcome, resumed.text) == ("done", "two")
+
+
+async def test_a_lease_that_cannot_be_taken_stops_the_run_before_it_opens() -> None:
+    store = Stalls({"acquire_lease": {1}})
+    agent = _agent(store)
+    with anyio.fail_after(10):
+        with pytest.raises(StoreUnusable, match="its acquire_lease did not return"):
+            await agent.run("one plus one?")
+    assert await store.inner.list_sessions() == ()
+    result = await agent.run("one plus one?")
+    assert (result.outcome, result.text) == ("done", "two")
+
+
+async def test_a_release_that_never_returns_leaves_the_run_done() -> None:
+    store = Stalls({"release_lease": {1}})
+    with anyio.fail_after(10):
+        result = await _agent(store).run("one plus one?")
+    assert (result.outcome, result.text) == ("done", "two")
+
+
+async def test_a_renewal_that_never_returns_is_tried_again() -> None:
+    store = Stalls({"renew_lease": {1}})
+
+    async def slow(x: int) -> int:
+        """Add one, slowly.
+
+        Args:
+            x: the number.
+        """
+        await anyio.sleep(6 * LIMIT)
+        return x + 1
+
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("slow", "c1", x=1)), reply("two")),
+        tools=[slow],
+        store=store,  # type: ignore[arg-type]  # a store of yours
+        store_timeout=LIMIT,
+        lease_ttl=3 * LIMIT,
+    )
+    with anyio.fail_after(10):
+        result = await agent.run("one plus one?")
+    assert (result.outcome, result.text) == ("done", "two")
+    assert store.calls["renew_lease"] >= 2
+
+
+async def test_a_store_that_answers_in_time_is_not_given_up(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        result = await _agent(store).run("one plus one?")
+        assert (result.outcome, result.text) == ("done", "two")
+        session = await Session.load(store, result.session_id)
+    assert [r.outcome for r in session.runs] == ["done"]
+
+
+async def test_no_limit_waits_for_a_slow_store() -> None:
+    @attrs.define
+    class Slow(Stalls):
+        async def _call(self, method: str) -> None:
+            await anyio.sleep(2 * LIMIT)
+
+    result = await _agent(Slow({}), store_timeout=None).run("one plus one?")
+    assert (result.outcome, result.text) == ("done", "two")
+
+
+@pytest.mark.parametrize("value", [-1.0, 0, float("nan"), "60"])
+def test_a_bad_store_timeout_is_refused(value: object) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=_model(), store_timeout=value)
+    assert (caught.value.field, caught.value.value) == ("store_timeout", value)

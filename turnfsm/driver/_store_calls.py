@@ -1,0 +1,68 @@
+"""A run's calls to its session store, each under the driver's `store_timeout`.
+
+A run waits on its store at every append, at its start (leases, reading the
+log again) and at its end. The shipped stores bound their own waits (SQLite
+its ``busy_timeout``, PostgreSQL its pool's ``timeout``); a store a user
+plugs in may not, and a run must not wait on it for ever. So each call is
+given `store_timeout` seconds: one that has not returned by then is given
+up, and the run stops with `StoreUnusable` (in doubt for a write: it may
+still have been written, and reading the session again tells).
+
+An answer that comes in time is kept, even when the store took a shield
+around its own write (SQLite does): only a call the deadline cancelled is
+given up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TypeVar
+
+import anyio
+
+from turnfsm.errors import StoreUnusable
+from turnfsm.persistence import store_label
+
+__all__ = ["store_call"]
+
+T = TypeVar("T")
+
+
+async def store_call(
+    call: Awaitable[T],
+    *,
+    seconds: float | None,
+    store: object,
+    method: str,
+    writes: bool = False,
+) -> T:
+    """Await `call`, a call of `store`'s `method`, for at most `seconds`.
+
+    Args:
+        call: The call, not yet awaited.
+        seconds: The limit (None: no limit).
+        store: The store called, named by the error.
+        method: The method called, named by the error.
+        writes: Whether the call writes: one given up is then in doubt.
+
+    Raises:
+        StoreUnusable: The call did not return within `seconds`; whatever
+            it raised once cancelled is its cause.
+    """
+    if seconds is None:
+        return await call
+    scope = anyio.CancelScope(deadline=anyio.current_time() + seconds)
+    try:
+        with scope:
+            return await call
+    except Exception as raised:
+        if not scope.cancel_called:
+            raise
+        cause: BaseException | None = raised
+    else:
+        cause = None
+    raise StoreUnusable(
+        store_label(store),
+        f"its {method} did not return within store_timeout={seconds} s",
+        in_doubt=writes,
+    ) from cause
