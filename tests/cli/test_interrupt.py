@@ -287,3 +287,43 @@ def test_ctrl_c_ends_the_program_though_a_tool_s_thread_cannot_stop(
     assert "run interrupted: what it finished is kept" in done.stdout
     session_id = _hint(done.stdout, "resume")[1]
     assert _stored(store, session_id).runs[0].outcome == "interrupted"
+
+
+def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(
+    tmp_path: Path,
+) -> None:
+    # `kill`, `docker stop` and a service manager send SIGTERM: the program
+    # died at once, its run left open and its session held until the lease
+    # ran out, so `turnfsm abandon` (or `resume`) was refused meanwhile.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.slow_tool_agent:agent"
+    command = ["run", "Is the disk back?", "--agent", agent, "--store", str(store)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as program:
+        assert program.stdout is not None
+        seen = []
+        for line in program.stdout:  # the tool has begun: stop the program
+            seen.append(line)
+            if line.startswith("[tool] wait_for_the_disk"):
+                program.send_signal(signal.SIGTERM)
+                break
+        out, err = program.communicate(timeout=30)
+    out = "".join(seen) + out
+
+    assert program.returncode == 130, err
+    assert err == ""
+    assert "interrupting: the run keeps what it finished (SIGTERM again" in out
+    abandon = _hint(out, "abandon")
+    session_id = abandon[1]
+    assert _stored(store, session_id).runs[0].outcome == "interrupted"
+
+    # The session was let go: ending the run needs no wait and no --force.
+    done = _python(tmp_path, "-m", "turnfsm", *abandon)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _stored(store, session_id).runs[0].outcome == "failed"

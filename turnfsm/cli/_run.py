@@ -575,8 +575,8 @@ async def interruptible(
 ) -> RunResult | None:
     """Await `run()`; None when Ctrl-C interrupted it (the run logs itself so).
 
-    The first Ctrl-C cancels the run, which keeps what it finished; a
-    second exits the process at once (status 130).
+    The first Ctrl-C (or SIGTERM) cancels the run, which keeps what it
+    finished; a second exits the process at once (status 130).
     """
     result: RunResult | None = None
     run_scope = anyio.CancelScope()
@@ -589,14 +589,20 @@ async def interruptible(
 
 
 async def _on_ctrl_c(run_scope: anyio.CancelScope, out: TextIO) -> None:
-    """The first Ctrl-C interrupts the run (it is logged); a second exits at once."""
-    with anyio.open_signal_receiver(signal.SIGINT) as signals:
-        async for _ in signals:
+    """The first Ctrl-C interrupts the run (it is logged); a second exits at once.
+
+    SIGTERM (``kill``, a container or a service stopped) interrupts it the
+    same way: the run ends ``interrupted`` in the log and lets its session
+    go, so it can be resumed at once.
+    """
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
             if run_scope.cancel_called:
                 os._exit(INTERRUPTED_STATUS)
+            again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
             print(
                 "\ninterrupting: the run keeps what it finished "
-                "(Ctrl-C again to exit at once)",
+                f"({again} again to exit at once)",
                 file=out,
                 flush=True,
             )
