@@ -564,3 +564,34 @@ def test_show_says_when_the_model_reported_no_usage(
     page = report.read_text()
     assert "<dt>usage</dt><dd>not reported by the provider</dd>" in page
     assert "0 in / 0 out" not in page
+
+
+def test_show_says_a_run_that_made_no_model_call_used_nothing(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A run refused before its first call (its input alone is over the
+    # window) was shown "usage not reported", and the report's page said
+    # "0 in / 0 out (reported)": nothing was asked, so nothing was reported.
+    path = tmp_path / "s.db"
+
+    async def refused() -> str:
+        async with SQLiteStore(path) as store:
+            driver = Driver(
+                model=FakeModelClient(lambda r: "hi"),
+                context=None,
+                context_window=50,
+            )
+            result = await driver.run("hello " * 200, session=Session(store=store))
+            assert (result.outcome, result.turns) == ("failed", 0)
+            return result.session_id
+
+    sid = anyio.run(refused)
+
+    assert main(["sessions", "show", sid, "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "  failed  0 turn(s)  no model call  error: " in out
+    assert "usage not reported" not in out
+    report = tmp_path / "r.html"
+    assert main(["report", sid, "-o", str(report), "--store", str(path)]) == 0
+    page = report.read_text()
+    assert "<dt>usage</dt><dd>none: no model call</dd>" in page

@@ -288,9 +288,11 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     for run in runs:
         usage = run.usage
         said = (
-            f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
-            if run.reported_calls
+            "no model call"
+            if not run.turns
             else "usage not reported"
+            if run.usage_unreported
+            else f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
         )
         line = f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  {said}"
         if run.error is not None:

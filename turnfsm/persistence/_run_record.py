@@ -73,6 +73,15 @@ class RunRecord:
         return sum(1 for turn in self.turns if turn.usage is not None)
 
     @property
+    def usage_unreported(self) -> bool:
+        """Whether its model calls were made and the provider reported usage for none.
+
+        Its `usage` (0 tokens) is then no count at all; a run with no
+        model call used nothing, which is a count.
+        """
+        return bool(self.turns) and not self.reported_calls
+
+    @property
     def is_open(self) -> bool:
         """Whether the run can still go on (paused, interrupted, or never ended)."""
         return self.outcome == "running" or self.outcome in GOES_ON

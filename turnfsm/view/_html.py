@@ -297,10 +297,12 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
         '<dl class="summary">',
         f"<dt>outcome</dt><dd>{_e(run.outcome)} in phase {_e(run.phase)}</dd>",
         f"<dt>machine</dt><dd>{_e(run.opened.machine)} ({_e(run.opened.digest)})</dd>",
-        f"<dt>usage</dt><dd>{usage.input_tokens} in / {usage.output_tokens} out "
-        "(reported)</dd>"
-        if run.reported_calls or not run.turns
-        else "<dt>usage</dt><dd>not reported by the provider</dd>",
+        "<dt>usage</dt><dd>none: no model call</dd>"
+        if not run.turns
+        else "<dt>usage</dt><dd>not reported by the provider</dd>"
+        if run.usage_unreported
+        else f"<dt>usage</dt><dd>{usage.input_tokens} in / "
+        f"{usage.output_tokens} out (reported)</dd>",
     ]
     if run.text:
         out.append(f'<dt>answer</dt><dd><pre class="answer">{_e(run.text)}</pre></dd>')
