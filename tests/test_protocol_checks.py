@@ -185,3 +185,85 @@ def test_a_class_given_where_an_instance_belongs_is_refused_naming_the_call() ->
         ) as got:
             make()
         assert got.value.field == field
+
+
+class TwoArgCompactor:
+    async def compact(self, request: object) -> object:
+        return None
+
+
+class ModelWithContext:
+    async def complete(self, request: object, context: object) -> object:
+        return None
+
+
+class CountsNothing:
+    def count(self) -> int:
+        return 0
+
+    def count_text(self, text: str) -> int:
+        return 0
+
+
+class StoreWithoutVersion:
+    async def append(self, session_id: str, entries: object) -> int:
+        return 0
+
+    async def load(self, session_id: str) -> tuple[object, ...]:
+        return ()
+
+    async def list_sessions(self) -> tuple[object, ...]:
+        return ()
+
+
+class Flexible:
+    """Methods that take the calls in their own ways: they pass."""
+
+    async def compact(self, *parts: object, **named: object) -> object:
+        return None
+
+    async def complete(self, request: object, retries: int = 0) -> object:
+        return None
+
+
+def test_a_method_that_cannot_take_its_call_is_refused_by_name() -> None:
+    # Each failed at its first call instead: a compactor's pass failed the
+    # run with "takes 2 positional arguments but 4 were given".
+    cases: list[tuple[Callable[[], object], str, str]] = [
+        (
+            lambda: ContextManager(TwoArgCompactor()),
+            "compactor",
+            "its compact() cannot be called as compact(messages, target, ctx): "
+            "too many positional arguments",
+        ),
+        (
+            lambda: Driver(model=ModelWithContext()),
+            "model",
+            "its complete() cannot be called as complete(request): "
+            "missing a required argument: 'context'",
+        ),
+        (
+            lambda: SummarizingCompactor(model=ModelWithContext()),
+            "model",
+            "its complete() cannot be called as complete(request)",
+        ),
+        (
+            lambda: ContextManager(counter=CountsNothing()),
+            "counter",
+            "its count() cannot be called as count(messages)",
+        ),
+        (
+            lambda: Session(store=StoreWithoutVersion()),
+            "store",
+            "its append() cannot be called as append(session_id, entries, "
+            "expected_version=...): got an unexpected keyword argument "
+            "'expected_version'",
+        ),
+    ]
+    for make, field, said in cases:
+        with pytest.raises(ConfigError) as got:
+            make()
+        assert got.value.field == field
+        assert said in str(got.value)
+    ContextManager(Flexible())  # type: ignore[arg-type]
+    Driver(model=Flexible())  # type: ignore[arg-type]

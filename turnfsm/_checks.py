@@ -23,6 +23,8 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
+import attrs
+
 from turnfsm.errors import ConfigError, InvalidMessage
 
 __all__ = [
@@ -31,8 +33,10 @@ __all__ = [
     "MAX_TOKENS",
     "TOO_DEEP",
     "Check",
+    "Shape",
     "boolean",
     "callable_",
+    "cannot_take",
     "check",
     "check_id",
     "clock_reading",
@@ -47,6 +51,7 @@ __all__ = [
     "number",
     "one_of",
     "plain_method",
+    "protocol_shapes",
     "satisfies",
     "seconds",
     "string",
@@ -239,7 +244,11 @@ def instance(
     naming it, rather than failing at its first call with "can't be used in
     'await' expression". Those named in `called` are called without
     ``await``: one written ``async def`` is refused, rather than handing
-    back a coroutine where its answer was expected.
+    back a coroutine where its answer was expected. Each of them is called
+    as the protocol among `types` declares it (its parameters without a
+    default: positionally, then by keyword after ``*``): one whose own
+    parameters cannot take that call is refused, rather than failing at its
+    first call with a `TypeError`.
     """
     text = _maybe(expected, optional)
     kinds = types if isinstance(types, tuple) else (types,)
@@ -255,6 +264,8 @@ def instance(
                 _fail(error, _name(name, attr), value, text)
 
         return validate_class
+
+    shapes = protocol_shapes(kinds, (*awaited, *called))
 
     def validate(_inst: object, attr: object, value: object) -> None:
         if value is None and optional:
@@ -291,8 +302,97 @@ def instance(
                     f"{text}; its {method}() is an async def, and it is called "
                     f"without await: write it as a plain `def {method}`",
                 )
+        for method, shape in shapes.items():
+            unfit = cannot_take(getattr(value, method, None), shape)
+            if unfit is not None:
+                _fail(
+                    error,
+                    _name(name, attr),
+                    value,
+                    f"{text}; its {method}() cannot be called as "
+                    f"{method}({shape.spelled()}): {unfit}",
+                )
 
     return validate
+
+
+@attrs.frozen
+class Shape:
+    """How a method of a plug-in is called.
+
+    The positional arguments `args` (their names, as the protocol says
+    them), then the keyword arguments `keywords`.
+    """
+
+    args: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+
+    def spelled(self) -> str:
+        """The call's arguments as a person reads them: ``messages, target, ctx``."""
+        return ", ".join([*self.args, *(f"{k}=..." for k in self.keywords)])
+
+
+def protocol_shapes(
+    kinds: tuple[type, ...], methods: tuple[str, ...]
+) -> dict[str, Shape]:
+    """How each of `methods` is called, as a protocol among `kinds` declares it.
+
+    Its parameters without a default: positional ones positionally,
+    keyword-only ones by keyword. A method no protocol declares is left out.
+    """
+    shapes: dict[str, Shape] = {}
+    for method in methods:
+        for kind in kinds:
+            declared = getattr(kind, "__dict__", {}).get(method)
+            if getattr(kind, "_is_protocol", False) and inspect.isfunction(declared):
+                params = list(inspect.signature(declared).parameters.values())[1:]
+                required = [p for p in params if p.default is p.empty]
+                shapes[method] = Shape(
+                    tuple(p.name for p in required if p.kind in _POSITIONAL),
+                    tuple(p.name for p in required if p.kind is p.KEYWORD_ONLY),
+                )
+                break
+    return shapes
+
+
+_POSITIONAL: Final = (
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+)
+
+
+def cannot_take(method: object, shape: Shape) -> str | None:
+    """Why `method` cannot be called as `shape` says (None: it can, or is not judged).
+
+    Only a Python function or method is judged (through ``functools.wraps``,
+    as its signature reads): a callable object, a partial or a mock is left
+    to its call. Each function is judged once per shape.
+    """
+    fn = getattr(method, "__func__", None)
+    bound = fn is not None
+    if not bound:
+        fn = method
+    if not inspect.isfunction(fn):
+        return None
+    key = (fn, bound, shape)
+    if key in _SHAPES:
+        return _SHAPES[key]
+    arguments = [None] * (len(shape.args) + bound)
+    try:
+        inspect.signature(fn).bind(*arguments, **dict.fromkeys(shape.keywords))
+        why = None
+    except TypeError as exc:
+        why = str(exc)
+    except ValueError:  # no signature to read: left to its call
+        why = None
+    if len(_SHAPES) >= _CONFORMING_MAX:
+        _SHAPES.clear()
+    _SHAPES[key] = why
+    return why
+
+
+_SHAPES: Final[dict[tuple[object, bool, Shape], str | None]] = {}
+"""What `cannot_take` found, by function, boundness and shape."""
 
 
 def _is_async_generator(value: object) -> bool:
