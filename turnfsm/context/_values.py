@@ -135,8 +135,8 @@ class CompactionProposal:
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
-    tokens_before: int
-    tokens_after: int
+    tokens_before: int = attrs.field(validator=_checks.integer(low=0))
+    tokens_after: int = attrs.field(validator=_checks.integer(low=0))
     error: str | None = attrs.field(
         default=None, validator=_checks.string(optional=True)
     )

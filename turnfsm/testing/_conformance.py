@@ -177,8 +177,6 @@ def _check_messages(
     kept = [place[m.id] for m in out if m.id in place]
     if kept != sorted(kept):
         raise _fail(compactor, case, "moved a message it kept out of its order")
-    if not _checks.is_int(proposal.tokens_after) or proposal.tokens_after < 0:
-        raise _fail(compactor, case, f"reported tokens_after={proposal.tokens_after!r}")
     return proposal
 
 
