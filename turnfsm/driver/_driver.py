@@ -138,7 +138,7 @@ class Driver:
             read of the log. A store that does not answer in time stops
             the run with `StoreUnusable` (a write given up may still have
             been written: read the session again to see). The shipped
-            stores bound their own waits below this.
+            stores bound their own waits, and are called without it.
         lease_ttl: seconds a run's hold on its session outlives its process:
             in a store several processes share (SQLite, PostgreSQL), a run
             renews its lease every third of this; another process may take
