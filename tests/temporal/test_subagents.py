@@ -32,7 +32,7 @@ from tests.temporal.test_durable import FAST, _history, _replays, content
 from turnfsm import Agent, approval_machine, load_machine, machines_dir
 from turnfsm.core import MachineSpec, ToolCallsReviewed
 from turnfsm.driver import RunResult, child_ids, replay, subagent_effect
-from turnfsm.errors import Cancelled, EffectFailed
+from turnfsm.errors import Cancelled, EffectFailed, SessionNotFound
 from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
 from turnfsm.persistence import (
     MemoryStore,
@@ -167,7 +167,7 @@ async def _paused(run: DurableRun) -> RunStatus:
     """Wait until `run` pauses (its workflow may not have started yet)."""
     with anyio.fail_after(30):
         while True:
-            with contextlib.suppress(RPCError):
+            with contextlib.suppress(RPCError, SessionNotFound):
                 status = await run.status()
                 if status.waiting is not None:
                     return status
@@ -803,7 +803,7 @@ async def _waiting_children(run: DurableRun) -> RunStatus:
     """Wait until a sub-agent of `run` pauses."""
     with anyio.fail_after(30):
         while True:
-            with contextlib.suppress(RPCError):
+            with contextlib.suppress(RPCError, SessionNotFound):
                 status = await run.status()
                 if status.children_waiting:
                     return status

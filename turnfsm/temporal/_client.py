@@ -156,7 +156,7 @@ class DurableRun:
         for session_id in status.children:
             try:
                 child = await DurableRun(self._client, session_id).status()
-            except (RPCError, WorkflowQueryFailedError):
+            except (RPCError, WorkflowQueryFailedError, SessionNotFound):
                 continue  # not started yet, or ended: not waiting
             if child.waiting is not None:
                 waiting.append(session_id)
