@@ -232,6 +232,10 @@ def _data(name: str) -> Data:
     return tomllib.loads((machines_dir() / f"{name}.toml").read_text())
 
 
+# Hundreds of machines built and run each: about 7 s for the guards alone,
+# 20 s under coverage, three times that on a loaded machine.
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", ["turn", "approval", "review"])
 def test_every_changed_machine_that_loads_keeps_the_promises(
