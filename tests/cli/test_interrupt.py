@@ -289,18 +289,16 @@ def test_ctrl_c_ends_the_program_though_a_tool_s_thread_cannot_stop(
     assert _stored(store, session_id).runs[0].outcome == "interrupted"
 
 
-def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(
-    tmp_path: Path,
-) -> None:
-    # `kill`, `docker stop` and a service manager send SIGTERM: the program
-    # died at once, its run left open and its session held until the lease
-    # ran out, so `turnfsm abandon` (or `resume`) was refused meanwhile.
-    store = tmp_path / "s.db"
-    agent = "tests.cli.slow_tool_agent:agent"
-    command = ["run", "Is the disk back?", "--agent", agent, "--store", str(store)]
+def _stopped_while_the_tool_runs(
+    cwd: Path, command: list[str], signum: signal.Signals
+) -> tuple[int, str, str]:
+    """Run `turnfsm COMMAND`; send `signum` once its slow tool began.
+
+    Returns its exit status, its output and its errors.
+    """
     with subprocess.Popen(
         [sys.executable, "-m", "turnfsm", *command],
-        cwd=tmp_path,
+        cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -311,12 +309,26 @@ def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(
         for line in program.stdout:  # the tool has begun: stop the program
             seen.append(line)
             if line.startswith("[tool] wait_for_the_disk"):
-                program.send_signal(signal.SIGTERM)
+                program.send_signal(signum)
                 break
         out, err = program.communicate(timeout=30)
-    out = "".join(seen) + out
+    return program.returncode, "".join(seen) + out, err
 
-    assert program.returncode == 130, err
+
+_SLOW = ["--agent", "tests.cli.slow_tool_agent:agent"]
+
+
+def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(
+    tmp_path: Path,
+) -> None:
+    # `kill`, `docker stop` and a service manager send SIGTERM: the program
+    # died at once, its run left open and its session held until the lease
+    # ran out, so `turnfsm abandon` (or `resume`) was refused meanwhile.
+    store = tmp_path / "s.db"
+    command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
+    status, out, err = _stopped_while_the_tool_runs(tmp_path, command, signal.SIGTERM)
+
+    assert status == 130, err
     assert err == ""
     assert "interrupting: the run keeps what it finished (SIGTERM again" in out
     abandon = _hint(out, "abandon")
@@ -327,3 +339,26 @@ def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(
     done = _python(tmp_path, "-m", "turnfsm", *abandon)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _stored(store, session_id).runs[0].outcome == "failed"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_resumed_run_is_interrupted_as_a_run_is(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    # `turnfsm resume` (and approve, reject) ended on Ctrl-C with only
+    # "turnfsm: interrupted", saying nothing of the run or how to go on,
+    # and SIGTERM killed it.
+    store = tmp_path / "s.db"
+    command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
+    status, out, err = _stopped_while_the_tool_runs(tmp_path, command, signal.SIGINT)
+    assert status == 130, err
+    resume = _hint(out, "resume")
+
+    status, out, err = _stopped_while_the_tool_runs(tmp_path, resume, signum)
+
+    assert status == 130, err
+    assert "interrupting: the run keeps what it finished" in out
+    assert "turnfsm: interrupted" not in err
+    assert _hint(out, "resume") == resume
+    (run,) = _stored(store, resume[1]).runs
+    assert run.outcome == "interrupted"

@@ -25,8 +25,10 @@ from turnfsm.cli._run import (
     cli_words,
     close_model,
     hooks_for,
+    interruptible,
     load_cli_session,
     open_driver,
+    report_interrupted,
     report_result,
     run_async,
 )
@@ -133,9 +135,16 @@ async def _answer_with(
                     )
                 )
             try:
-                result = await _go_on(command, driver, session, run, out, paused)
+                result = await interruptible(
+                    lambda: _go_on(command, driver, session, run, out, paused), out
+                )
             finally:
                 await close_model(driver)
+        if result is None:  # Ctrl-C or SIGTERM: the run is logged interrupted
+            resume = shlex.join(["turnfsm", "resume", session.id, *options.flags()])
+            return report_interrupted(
+                session.id, where(store), options, out, resume=resume
+            )
         abandoned = command.action == "abandon"
         return report_result(result, where(store), options, out, abandoned=abandoned)
 
