@@ -154,14 +154,11 @@ def _takes_no_record(method: object) -> bool:
     Only functions and methods are judged: a callable object or a builtin
     is left to its call.
     """
-    fn = getattr(method, "__func__", method)
-    if not inspect.isfunction(fn):
-        return False
-    try:
-        inspect.signature(method).bind(None)  # type: ignore[arg-type]
-    except TypeError:
-        return True
-    return False
+    return _checks.cannot_take(method, _ONE_RECORD) is not None
+
+
+_ONE_RECORD: Final = _checks.Shape(("info",))
+"""How the driver calls a hook's method: with the record of what happened."""
 
 
 def _unknown_methods(hook: object) -> list[str]:
