@@ -1,7 +1,9 @@
-"""An agent for `turnfsm run --agent tests.cli.stuck_tool_agent:agent`.
+"""Agents for `turnfsm run --agent tests.cli.stuck_tool_agent:NAME`.
 
-Its one tool presses Ctrl-C (SIGINT to its own process), then blocks in its
-worker thread far longer than a test may take: nothing can stop it.
+Each one's first reply calls a tool that waits far longer than a test may
+take: ``agent``'s presses Ctrl-C itself (SIGINT to its own process), then
+blocks in its worker thread, where nothing can stop it; ``slow_agent``'s
+waits a minute, long enough for a test to stop the program meanwhile.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
+
+import anyio
 
 from turnfsm import Agent, ContextManager
 from turnfsm.testing import ScriptedModel, reply, tool_call
@@ -22,10 +27,26 @@ def wait_for_the_disk() -> str:
     return "the disk answered"
 
 
-def agent() -> Agent:
-    """An agent whose first reply calls the stuck tool."""
+async def wait_for_the_disk_a_minute() -> str:
+    """Wait for the disk, for a minute."""
+    await anyio.sleep(60)
+    return "the disk answered"
+
+
+def _calling(tool: Callable[[], object]) -> Agent:
+    """An agent whose first reply calls `tool`."""
     return Agent(
-        model=ScriptedModel.of(reply("", tool_call("wait_for_the_disk", "c1")), "done"),
-        tools=[wait_for_the_disk],
+        model=ScriptedModel.of(reply("", tool_call(tool.__name__, "c1")), "done"),
+        tools=[tool],
         context=ContextManager(context_window=8_000, counter=HeuristicTokenCounter()),
     )
+
+
+def agent() -> Agent:
+    """An agent whose first reply calls the stuck tool."""
+    return _calling(wait_for_the_disk)
+
+
+def slow_agent() -> Agent:
+    """An agent whose first reply calls the tool that waits a minute."""
+    return _calling(wait_for_the_disk_a_minute)

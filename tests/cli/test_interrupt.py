@@ -308,14 +308,14 @@ def _stopped_while_the_tool_runs(
         seen = []
         for line in program.stdout:  # the tool has begun: stop the program
             seen.append(line)
-            if line.startswith("[tool] wait_for_the_disk"):
+            if line.startswith("[tool] wait_for_the_disk_a_minute"):
                 program.send_signal(signum)
                 break
         out, err = program.communicate(timeout=30)
     return program.returncode, "".join(seen) + out, err
 
 
-_SLOW = ["--agent", "tests.cli.slow_tool_agent:agent"]
+_SLOW = ["--agent", "tests.cli.stuck_tool_agent:slow_agent"]
 
 
 def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(

@@ -553,17 +553,20 @@ def test_show_says_when_the_model_reported_no_usage(
             result = await driver.run("hello", session=Session(store=store))
             return result.session_id
 
-    sid = anyio.run(once)
-
-    assert main(["sessions", "show", sid, "--store", str(path)]) == 0
-    out = capsys.readouterr().out
+    out, page = _shown(path, anyio.run(once), capsys)
     assert "1 turn(s)  usage not reported" in out
     assert "(reported)" not in out
-    report = tmp_path / "r.html"
-    assert main(["report", sid, "-o", str(report), "--store", str(path)]) == 0
-    page = report.read_text()
     assert "<dt>usage</dt><dd>not reported by the provider</dd>" in page
     assert "0 in / 0 out" not in page
+
+
+def _shown(path: Path, sid: str, capsys: Capture) -> tuple[str, str]:
+    """What `sessions show` prints of session `sid`, and its report's page."""
+    assert main(["sessions", "show", sid, "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    report = path.with_suffix(".html")
+    assert main(["report", sid, "-o", str(report), "--store", str(path)]) == 0
+    return out, report.read_text()
 
 
 def test_show_says_a_run_that_made_no_model_call_used_nothing(
@@ -585,13 +588,7 @@ def test_show_says_a_run_that_made_no_model_call_used_nothing(
             assert (result.outcome, result.turns) == ("failed", 0)
             return result.session_id
 
-    sid = anyio.run(refused)
-
-    assert main(["sessions", "show", sid, "--store", str(path)]) == 0
-    out = capsys.readouterr().out
+    out, page = _shown(path, anyio.run(refused), capsys)
     assert "  failed  0 turn(s)  no model call  error: " in out
     assert "usage not reported" not in out
-    report = tmp_path / "r.html"
-    assert main(["report", sid, "-o", str(report), "--store", str(path)]) == 0
-    page = report.read_text()
     assert "<dt>usage</dt><dd>none: no model call</dd>" in page
