@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TextIO, TypeVar, final
 
@@ -576,8 +577,12 @@ async def interruptible(
     """Await `run()`; None when Ctrl-C interrupted it (the run logs itself so).
 
     The first Ctrl-C (or SIGTERM) cancels the run, which keeps what it
-    finished; a second exits the process at once (status 130).
+    finished; a second exits the process at once (status 130). Signals
+    reach the main thread only: elsewhere (`turnfsm view` answers its page's
+    form in a thread of its own) the run is awaited as it is.
     """
+    if threading.current_thread() is not threading.main_thread():
+        return await run()
     result: RunResult | None = None
     run_scope = anyio.CancelScope()
     async with anyio.create_task_group() as watchers:
