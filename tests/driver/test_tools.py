@@ -15,7 +15,7 @@ import pytest
 
 from turnfsm.driver import Driver, RetryPolicy, Tool, function_tool
 from turnfsm.driver._tools import run_tool_call, tools_by_name
-from turnfsm.errors import ProviderError, ToolError
+from turnfsm.errors import ConfigError, ProviderError, ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient
@@ -120,6 +120,44 @@ def test_unsupported_annotations_and_bad_names_raise_tool_error() -> None:
         Tool.from_function(search, name="no spaces allowed")
     with pytest.raises(ToolError, match="1-64"):  # not the function's name instead
         Tool.from_function(search, name="")
+
+
+_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("name", 5, "invalid Tool.name=5: expected a string"),
+        ("description", None, "invalid Tool('t').description=None: expected a string"),
+        ("description", 5, "invalid Tool('t').description=5: expected a string"),
+        ("fn", None, "invalid Tool('t').fn=None: expected the function the tool runs"),
+        ("fn", "search", "invalid Tool('t').fn='search': expected the function"),
+        ("structure", "x", "invalid Tool('t').structure='x': expected a callable"),
+        ("in_subprocess", "yes", "invalid Tool('t').in_subprocess='yes': expected"),
+    ],
+)
+def test_a_tool_of_the_wrong_types_is_refused_when_it_is_made(
+    field: str, value: object, message: str
+) -> None:
+    fields: dict[str, Any] = {
+        "name": "t",
+        "description": "d",
+        "parameters": _PARAMETERS,
+        "fn": search,
+    }
+    with pytest.raises(ConfigError) as caught:
+        Tool(**{**fields, field: value})
+    assert str(caught.value).startswith(message)
+
+
+def test_function_tool_refuses_what_is_not_a_function_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"invalid fn='search': expected a function"):
+        function_tool("search")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Tool\('search'\).description=\['x'\]"):
+        function_tool(search, description=["x"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"invalid Tool.name=5"):
+        function_tool(search, name=5)  # type: ignore[arg-type]
 
 
 def test_duplicate_tool_names_are_rejected() -> None:

@@ -42,7 +42,7 @@ from turnfsm.driver._child import as_text
 from turnfsm.driver._schema import Unsupported, parse_doc
 from turnfsm.driver._signature import annotated_function, describe_function
 from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
-from turnfsm.errors import SubagentWaiting, ToolError
+from turnfsm.errors import ConfigError, SubagentWaiting, ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ToolSchema
 
@@ -109,13 +109,16 @@ class Tool:
         ConfigError: `parameters` is not a mapping of JSON values (None, a
             set, an object, NaN, nested over 100 deep: the error names the
             value inside, ``Tool('t').parameters.properties.a.default``), or
-            not a valid JSON schema of an object.
+            not a valid JSON schema of an object; `name` or `description`
+            is not a string, `fn` (or `structure`) is not callable, or
+            `in_subprocess` is not True or False (the error names the
+            tool's field: ``Tool('t').fn``).
         ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``, or `fn`
             cannot run in a subprocess.
     """
 
     name: str = attrs.field()
-    description: str
+    description: str = attrs.field()
     parameters: Mapping[str, Any] = attrs.field(hash=False)
     fn: Callable[..., Any] = attrs.field(eq=False, repr=False)
     structure: Callable[[Arguments], Mapping[str, Any]] | None = attrs.field(
@@ -139,8 +142,28 @@ class Tool:
         _checks.check(self.parameters, field, _SCHEMA)
         return arguments_check(self.name, self.parameters)
 
+    @description.validator
+    def _check_description(self, _attr: object, value: str) -> None:
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"Tool({self.name!r}).description", value, "a string, for the model"
+            )
+
+    @structure.validator
+    def _check_structure(self, _attr: object, value: object) -> None:
+        if value is not None and not callable(value):
+            raise ConfigError(
+                f"Tool({self.name!r}).structure", value, "a callable, or None"
+            )
+
     @fn.validator
     def _check_fn(self, _attr: object, value: Callable[..., Any]) -> None:
+        if not callable(value):
+            raise ConfigError(
+                f"Tool({self.name!r}).fn",
+                value,
+                "the function the tool runs (a callable, sync or async)",
+            )
         target = inspect.unwrap(annotated_function(value))
         if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
             # It would "return" its generator, sent to the model as a repr.
@@ -152,11 +175,17 @@ class Tool:
 
     @name.validator
     def _check_name(self, _attr: object, value: str) -> None:
+        if not isinstance(value, str):
+            raise ConfigError("Tool.name", value, "a string: 1-64 of A-Z a-z 0-9 _ -")
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
             raise ToolError(value, "a tool name is 1-64 of A-Z a-z 0-9 _ -")
 
     @in_subprocess.validator
     def _check_isolatable(self, _attr: object, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ConfigError(
+                f"Tool({self.name!r}).in_subprocess", value, "True or False"
+            )
         if not value:
             return
         if self._is_async:
@@ -196,7 +225,13 @@ class Tool:
             ToolError: a parameter has no annotation, an unsupported one or
                 one naming something that does not exist, or `in_subprocess`
                 is set for a function a child process cannot import.
+            ConfigError: `fn` is not callable, or an option is of the wrong
+                type (`Tool` names the field).
         """
+        if not callable(fn):
+            raise ConfigError(
+                "fn", fn, "a function to make a tool of (a callable, sync or async)"
+            )
         tool_name = _name_of(fn) if name is None else name
         try:
             summary, parameters, structure = _described(fn)
