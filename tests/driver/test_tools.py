@@ -525,3 +525,45 @@ async def test_an_exception_with_no_readable_message_is_an_error_result() -> Non
         "tool 'fetch' failed: Unreadable: "
         "(its message could not be read: str() raised AttributeError)"
     )
+
+
+def _renamed(path: str, limit: int = 10) -> str:
+    """Read a file whose parameter was renamed after its docstring was written.
+
+    Args:
+        filename: the file to read.
+        limit: the most lines.
+    """
+    return path
+
+
+def test_a_docstring_describing_a_parameter_the_function_lacks_is_refused() -> None:
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(_renamed)
+    assert str(caught.value) == (
+        "tool '_renamed': its docstring's Args: section describes 'filename', "
+        "which is not a parameter (its parameters are path, limit): rename the "
+        "entry to the parameter it describes, or remove it"
+    )
+
+
+class _Reader:
+    """A reader.
+
+    Attributes:
+        root: where the files are.
+    """
+
+    root: str = "."
+
+    def __call__(self, path: str) -> str:
+        return path
+
+
+def test_a_docstring_not_of_the_tools_own_parameters_is_not_checked() -> None:
+    # A partial's docstring describes the parameters it fixed too, and a
+    # callable instance without a __call__ docstring is described by its
+    # class's, whose Attributes are not parameters.
+    fixed = Tool.from_function(functools.partial(_renamed, "a.txt"))
+    assert fixed.parameters["properties"]["limit"]["description"] == "the most lines."
+    assert list(Tool.from_function(_Reader()).parameters["properties"]) == ["path"]

@@ -504,8 +504,9 @@ def _described(
         known = None
     if known is not None:
         return known
-    summary, arg_docs = parse_doc(_doc_of(fn))
-    parameters, structure = describe_function(fn, arg_docs)
+    doc, own = _doc_of(fn)
+    summary, arg_docs = parse_doc(doc)
+    parameters, structure = describe_function(fn, arg_docs, documented=own)
     described = (summary, parameters, structure)
     with contextlib.suppress(TypeError):
         _DESCRIBED[fn] = described
@@ -521,17 +522,24 @@ def _name_of(fn: Callable[..., Any]) -> str:
     return name if isinstance(name, str) else type(fn).__name__
 
 
-def _doc_of(fn: Callable[..., Any]) -> str:
-    """The docstring describing `fn`: its own, its partial's, its ``__call__``'s."""
+def _doc_of(fn: Callable[..., Any]) -> tuple[str, bool]:
+    """The docstring describing `fn`, and whether it documents `fn`'s own parameters.
+
+    A function's docstring and a callable instance's ``__call__``'s document
+    the parameters the tool takes; a partial's (the wrapped function's) may
+    describe the ones it fixed, and a class's its attributes.
+    """
     target = annotated_function(fn)
     if target is fn:
-        return inspect.getdoc(fn) or ""
+        return inspect.getdoc(fn) or "", True
     if isinstance(fn, partial):
-        return inspect.getdoc(target) or ""
+        return inspect.getdoc(target) or "", False
     # A callable instance: its own __call__'s docstring (not one inherited
     # from object), else its class's.
     own = target.__doc__
-    return inspect.cleandoc(own) if own else inspect.getdoc(type(fn)) or ""
+    if own:
+        return inspect.cleandoc(own), True
+    return inspect.getdoc(type(fn)) or "", False
 
 
 _DESCRIBED: Final[
