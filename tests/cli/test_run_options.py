@@ -47,8 +47,40 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", "tests.cli.nope:a"], "--agent", "named 'tests.cli.nope'"),
         (["--agent", TOOLS], "--agent", "MODULE:ATTR"),
         (["--agent", f"{TOOLS}:nobody"], "--agent", "no 'nobody'"),
-        (["--agent", f"{TOOLS}:not_an_agent"], "--agent", "(it is a int)"),
-        (["--agent", f"{TOOLS}:needs_a_name"], "--agent", "(it is a function)"),
+        (["--agent", f"{TOOLS}:not_an_agent"], "--agent", "(it is an int)"),
+        (
+            ["--agent", f"{TOOLS}:needs_a_name"],
+            "--agent",
+            "(it is a function that needs name; a function making one takes no "
+            "arguments)",
+        ),
+        (
+            ["--agent", f"{TOOLS}:makes_no_agent"],
+            "--agent",
+            "(the function returned a str)",
+        ),
+        (
+            ["--agent", "tests/cli/approval_agent.py:careful"],
+            "--agent",
+            "expected an importable module (a module is named as Python imports "
+            "it, not by its file: tests.cli.approval_agent:careful, run from the "
+            "directory that holds it)",
+        ),
+        (
+            ["--agent", "tests.cli.approval_agent.py:careful"],
+            "--agent",
+            "not by its file: tests.cli.approval_agent:careful",
+        ),
+        (
+            ["--model", "openai:o", "--tools", "./tests/cli/approval_agent.py:a"],
+            "--tools",
+            "not by its file: tests.cli.approval_agent:a",
+        ),
+        (
+            ["--agent", "my-agent:agent"],
+            "--agent",
+            "a module's name is Python names joined by dots",
+        ),
         (
             ["--agent", "tests.cli.broken_module:x"],
             "--agent",
