@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,8 @@ import pytest
 from tests.cli import approval_agent
 from tests.helpers import REPO_ROOT
 from turnfsm.cli import main
-from turnfsm.cli._run import AgentOptions, open_driver
+from turnfsm.cli._run import AgentOptions, open_driver, report_interrupted
+from turnfsm.cli._stores import IN_MEMORY
 from turnfsm.context import LayeredCompactor, SummarizingCompactor
 from turnfsm.persistence import Session, SQLiteStore
 
@@ -530,3 +532,33 @@ def test_a_blank_task_is_named_as_the_task(
         "(it is blank)\n"
     )
     assert not store.exists()
+
+
+@pytest.mark.parametrize(
+    "agent", [CAREFUL, "tests.cli.approval_agent:manager"], ids=["paused", "sub-agent"]
+)
+def test_a_run_paused_in_a_memory_store_offers_no_command_to_answer_it(
+    agent: str, capsys: Capture
+) -> None:
+    # It offered `turnfsm approve ... --store memory:`, which finds no session.
+    assert main(["run", "Free disk.", "--agent", agent, "--store", "memory:"]) == 3
+    out = capsys.readouterr().out
+    assert "answer it with" not in out
+    assert out.endswith(
+        "no command can answer it: its store, memory:, ends with this command "
+        "(keep the session in a file to go on with it later: --store FILE, or "
+        "TURNFSM_STORE)\n"
+    )
+
+
+def test_a_run_interrupted_in_a_memory_store_offers_no_command_to_go_on(
+    capsys: Capture,
+) -> None:
+    options = AgentOptions(agent=CAREFUL, store="memory:")
+    assert (
+        report_interrupted("ses_1", IN_MEMORY, options, sys.stdout, resume="x") == 130
+    )
+    out = capsys.readouterr().out
+    assert "resume" not in out
+    assert "abandon" not in out
+    assert "run interrupted; no command can go on with it: its store, memory:" in out

@@ -26,7 +26,7 @@ from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
-from turnfsm.cli._stores import close_store, open_cli_store, shown, where
+from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
@@ -618,7 +618,9 @@ def report_interrupted(
     """
     abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
     print(f"\nsession {session_id} stored in {place}", file=out)
-    if resume is None:
+    if place == IN_MEMORY:
+        print(f"run interrupted; no command can go on with it: {_GONE}", file=out)
+    elif resume is None:
         print(
             f"run interrupted: what it finished is kept; end it with: {abandon}",
             file=out,
@@ -646,16 +648,22 @@ def report_result(
     (paused, itself or a sub-agent of its).
     """
     print(f"\nsession {result.session_id} stored in {place}", file=out)
+    command = shlex.join([result.session_id, *options.flags()])
     if isinstance(result.error, SubagentWaiting):
         print(f"run {result.outcome}: {result.error}", file=out)
-        command = shlex.join([result.session_id, *options.flags()])
-        print("answer it with: turnfsm approve|reject " + command, file=out)
+        if place == IN_MEMORY:
+            print(f"no command can answer it: {_GONE}", file=out)
+        else:
+            print("answer it with: turnfsm approve|reject " + command, file=out)
         return 3
     if result.outcome == "paused":
         print_waiting(result, out)
         assert result.waiting is not None
-        command = shlex.join([result.session_id, *options.flags()])
-        print("answer it with: " + answer_hint(result.waiting, command), file=out)
+        if place == IN_MEMORY:
+            print(f"no command can answer it: {_GONE}", file=out)
+        else:
+            hint = answer_hint(result.waiting, command)
+            print("answer it with: " + hint, file=out)
         return 3
     if abandoned:
         print(f"run {result.run_id} abandoned: {result.error}", file=out)
@@ -665,6 +673,13 @@ def report_result(
         return 1
     print(f"run done: {result.turns} model call(s), {_usage(result)}", file=out)
     return 0
+
+
+_GONE = (
+    "its store, memory:, ends with this command (keep the session in a file "
+    "to go on with it later: --store FILE, or TURNFSM_STORE)"
+)
+"""Why a run kept in memory cannot be answered or carried on by a later command."""
 
 
 def _usage(result: RunResult) -> str:
