@@ -567,3 +567,35 @@ def test_a_docstring_not_of_the_tools_own_parameters_is_not_checked() -> None:
     fixed = Tool.from_function(functools.partial(_renamed, "a.txt"))
     assert fixed.parameters["properties"]["limit"]["description"] == "the most lines."
     assert list(Tool.from_function(_Reader()).parameters["properties"]) == ["path"]
+
+
+def _exits(code: int) -> str:
+    """Exit the way a command-line function does on bad input.
+
+    Args:
+        code: the exit status.
+    """
+    raise SystemExit(code)
+
+
+async def _exits_async(code: int) -> str:
+    """Exit from a coroutine.
+
+    Args:
+        code: the exit status.
+    """
+    raise SystemExit(code)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("fn", [_exits, _exits_async], ids=["sync", "async"])
+async def test_a_tool_that_calls_sys_exit_fails_its_call_not_the_program(
+    fn: Callable[..., Any],
+) -> None:
+    # SystemExit went through the run and ended the program, the call unanswered.
+    tools = tools_by_name([fn])
+    call = ToolCallPart(id="c", name=fn.__name__, arguments={"code": 3})
+    out = await run_tool_call(call, tools, limit=None)
+    (result,) = out.tool_results
+    assert result.is_error
+    assert result.content == f"tool {fn.__name__!r} failed: SystemExit: 3"

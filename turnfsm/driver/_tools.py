@@ -409,6 +409,8 @@ async def tool_call_outcome(
 
     The exception, with its traceback, is logged at DEBUG on the
     ``turnfsm.tools`` logger; the model sees only its type and message.
+    A tool that calls ``sys.exit()`` fails its call like one that raised
+    (the exception is a `ToolRaised` naming ``SystemExit``).
     """
     tool = tools.get(call.name)
     if tool is None:
@@ -435,6 +437,14 @@ async def tool_call_outcome(
         failed = f"tool {call.name!r} failed: {exc}"
         _log_raised(call, failed, exc)
         return Message.tool_result(call.id, failed, is_error=True), exc
+    except SystemExit as exc:
+        # sys.exit() in a tool (argparse does it on bad arguments) fails the
+        # call, as it does in a child process; it does not end the program.
+        exited = ToolRaised("SystemExit", _checks.message_of(exc))
+        exited.__cause__ = exc
+        failed = f"tool {call.name!r} failed: {exited}"
+        _log_raised(call, failed, exited)
+        return Message.tool_result(call.id, failed, is_error=True), exited
     except Exception as exc:
         result = failed_result(call, exc)
         _log_raised(call, result.tool_results[0].content, exc)
