@@ -599,3 +599,32 @@ async def test_a_tool_that_calls_sys_exit_fails_its_call_not_the_program(
     (result,) = out.tool_results
     assert result.is_error
     assert result.content == f"tool {fn.__name__!r} failed: SystemExit: 3"
+
+
+class _Notes:
+    def __init__(self) -> None:
+        self.notes = {"todo": "Call the plumber."}
+
+    def read(self, title: str) -> str:
+        """Read a note.
+
+        Args:
+            title: the note's title.
+        """
+        return self.notes[title]
+
+
+@pytest.mark.anyio
+async def test_a_method_is_a_tool_bound_and_its_function_says_so() -> None:
+    # The function in its class said only "parameter 'self' needs a type
+    # annotation", as for any unannotated parameter.
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(_Notes.read)
+    assert str(caught.value) == (
+        "tool 'read': parameter 'self' needs a type annotation: a method is a "
+        "tool as its bound method (give instance.method, after the instance is "
+        "made), not as the function in its class"
+    )
+    tool = Tool.from_function(_Notes().read)
+    assert list(tool.parameters["properties"]) == ["title"]
+    assert await tool.invoke({"title": "todo"}) == "Call the plumber."

@@ -65,7 +65,17 @@ def describe_function(
                 "called with keyword arguments: remove the '/'"
             )
         if param.name not in hints:
-            raise Unsupported(f"parameter {param.name!r} needs a type annotation")
+            method = param.name in ("self", "cls") and param is params[0]
+            raise Unsupported(
+                f"parameter {param.name!r} needs a type annotation"
+                + (
+                    ": a method is a tool as its bound method (give "
+                    "instance.method, after the instance is made), not as "
+                    "the function in its class"
+                    if method
+                    else ""
+                )
+            )
     defs: dict[str, Any] = {}
     if len(params) == 1 and is_params_class(hints[params[0].name]):
         return _one_class(params[0].name, hints[params[0].name], defs)
