@@ -562,3 +562,30 @@ def test_a_run_interrupted_in_a_memory_store_offers_no_command_to_go_on(
     assert "resume" not in out
     assert "abandon" not in out
     assert "run interrupted; no command can go on with it: its store, memory:" in out
+
+
+def test_a_new_task_on_a_session_with_a_paused_run_names_the_answers(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    # It said "resume or abandon it first", and `turnfsm resume` refuses a
+    # paused run.
+    store = str(tmp_path / "s.db")
+    assert main(["run", "Free disk.", "--agent", CAREFUL, "--store", store]) == 3
+    paused = capsys.readouterr().out
+    session_id = _session_id(paused)
+    found = re.search(r"run (run_\w+) paused", paused)
+    assert found is not None, paused
+    argv = ["run", "And now?", "--agent", CAREFUL, "--store", store]
+    assert main([*argv, "--session", session_id]) == 2
+    out, err = capsys.readouterr()
+    target = f"{session_id} --agent {CAREFUL} --store {store}"
+    assert out == ""
+    assert err == (
+        f"turnfsm run: session {session_id!r} has an open run {found.group(1)!r}"
+        f": answer it with turnfsm approve|reject|abandon {target} if it is "
+        f"paused, or carry it on with turnfsm resume {target} if its process "
+        "died; then run the task again\n"
+    )
+    assert main(["approve", session_id, "--agent", CAREFUL, "--store", store]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--session", session_id]) == 0

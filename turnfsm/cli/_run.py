@@ -532,6 +532,15 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     process wrote to since the command read it is read anew by running the
     command again.
     """
+    if isinstance(exc, SessionBusy) and _open_run_only(exc):
+        # The library says "resume or abandon it": a paused run refuses resume.
+        target = shlex.join([exc.session_id, *(options.flags() if options else [])])
+        return (
+            f"session {exc.session_id!r} has an open run {exc.run_id!r}: answer it "
+            f"with turnfsm approve|reject|abandon {target} if it is paused, or "
+            f"carry it on with turnfsm resume {target} if its process died; "
+            "then run the task again"
+        )
     if isinstance(exc, SessionBusy):
         return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
     if isinstance(exc, SessionConflict):  # a command reads the session anew
@@ -545,6 +554,11 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
             f"{exc.limit}-token window: raise --window or lower --max-tokens"
         )
     return explain(exc)
+
+
+def _open_run_only(exc: SessionBusy) -> bool:
+    """Whether `exc` is a session's open run that no live process holds."""
+    return exc.run_id is not None and (exc.owner is None or exc.alive is None)
 
 
 async def _run(
