@@ -628,3 +628,25 @@ async def test_a_method_is_a_tool_bound_and_its_function_says_so() -> None:
     tool = Tool.from_function(_Notes().read)
     assert list(tool.parameters["properties"]) == ["title"]
     assert await tool.invoke({"title": "todo"}) == "Call the plumber."
+
+
+@dataclasses.dataclass
+class _Lookup:
+    """Look a word up.
+
+    Attributes:
+        word: the word.
+        cache: filled as words are looked up.
+    """
+
+    word: str
+    cache: dict[str, str] = dataclasses.field(default_factory=dict, init=False)
+
+
+def test_a_class_made_a_tool_is_not_held_to_its_attributes() -> None:
+    # A class's docstring describes its attributes, which need not all be
+    # parameters of the tool.
+    tool = Tool.from_function(_Lookup)
+    assert tool.parameters["properties"] == {
+        "word": {"type": "string", "description": "the word."}
+    }

@@ -540,8 +540,8 @@ def _doc_of(fn: Callable[..., Any]) -> tuple[str, bool]:
     describe the ones it fixed, and a class's its attributes.
     """
     target = annotated_function(fn)
-    if target is fn:
-        return inspect.getdoc(fn) or "", True
+    if target is fn:  # a class's docstring: its attributes, not its __init__'s
+        return inspect.getdoc(fn) or "", not isinstance(fn, type)
     if isinstance(fn, partial):
         return inspect.getdoc(target) or "", False
     # A callable instance: its own __call__'s docstring (not one inherited
