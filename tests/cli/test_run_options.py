@@ -117,6 +117,12 @@ TOOLS = "tests.cli.approval_agent"
             for flag in ("--window", "--n-ctx", "--max-tokens")
         ),
         (["--model", " "], "--model=' '", "openai:MODEL, anthropic:MODEL, local"),
+        (
+            # It named the library's base_url (or tried to connect to no host).
+            ["--model", "http:///v1#m"],
+            "--model='http:///v1#m'",
+            "a base URL with a host (http://127.0.0.1:8080/v1)",
+        ),
         ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),

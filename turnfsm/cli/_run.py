@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TextIO, TypeVar, final
 
@@ -348,6 +349,10 @@ def open_model(
         from turnfsm.providers import OpenAIModel
 
         url, _, model = spec.partition("#")
+        if not urllib.parse.urlsplit(url).hostname:  # named as given, not base_url
+            raise ConfigError(
+                "--model", spec, "a base URL with a host (http://127.0.0.1:8080/v1)"
+            )
         remote = OpenAIModel(
             model=model or "default", base_url=url, context_window=server_window(url)
         )
