@@ -9,13 +9,14 @@ import functools
 import math
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, TypeVar, final, overload
+from typing import Any, Final, TypeVar, final, overload
 
 import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnfsm import _deprecated
+from turnfsm.context import ContextManager
 from turnfsm.core import Event, ModelReplied
 from turnfsm.driver import (
     SUBAGENT_MAX_CHILDREN,
@@ -112,13 +113,26 @@ def _check_options(options: Mapping[str, Any]) -> None:
     known = [f.alias or f.name for f in attrs.fields(Driver) if f.init]
     for name in options:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "see Driver"
-            raise ConfigError(name, options[name], f"a known Agent setting ({hint})")
+            value = options[name]
+            if name in _CONTEXT_SETTINGS:
+                hint = (
+                    "it is a ContextManager setting: "
+                    f"context=ContextManager({name}={value!r})"
+                )
+            else:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else "see Driver"
+            raise ConfigError(name, value, f"a known Agent setting ({hint})")
     if "model" not in options:
         raise ConfigError(
             "model", None, "a ModelClient (model= is required)", missing=True
         )
+
+
+_CONTEXT_SETTINGS: Final = frozenset(
+    f.alias or f.name for f in attrs.fields(ContextManager) if f.init
+)
+"""The settings of the context manager, which an agent takes as `context`."""
 
 
 def _running_loop() -> str | None:

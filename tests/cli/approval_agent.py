@@ -67,6 +67,11 @@ def needs_a_name(name: str) -> Agent:
 not_an_agent = 42
 
 
+def makes_no_agent() -> str:
+    """A factory that makes something else than an agent."""
+    return "an agent"
+
+
 def _delegate(request: ModelRequest) -> Message:
     last = request.messages[-1]
     if last.tool_results:

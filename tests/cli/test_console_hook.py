@@ -63,10 +63,8 @@ def test_piped_it_prints_tool_names_arguments_and_results(replies: bool) -> None
     assert '[tool] lookup({"city": "Oslo", "days": 2})' in lines
     assert "[tool] lookup -> 24 characters" in lines
     assert '[tool] broken({"city": "Rome"})' in lines
-    assert any(
-        line.startswith("[tool] broken -> ") and line.endswith("(an error result)")
-        for line in lines
-    )
+    # It printed "[tool] broken -> 44 characters (an error result)": not why.
+    assert "[tool] broken -> error: tool 'broken' failed: RuntimeError: down" in lines
     assert "  call_llm --model_replied--> done" in lines
     measures = [line for line in lines if line.startswith("[measure] request = ")]
     assert len(measures) == 3
@@ -228,3 +226,25 @@ def test_a_stream_that_fails_or_is_closed_stops_the_printing_not_the_run(
         model=ScriptedModel.of("Sunny in Oslo."), hooks=[hook], strict_hooks=True
     )
     assert agent.run_sync("Weather?").ok
+
+
+def test_an_error_result_is_printed_on_one_line_shortened() -> None:
+    out = io.StringIO()
+    agent = Agent(
+        model=ScriptedModel.of(
+            reply("", tool_call("lookup", "c1", town="Oslo", weeks="many" * 40)),
+            "done",
+        ),
+        tools=[lookup],
+        hooks=[ConsoleHook(out)],
+    )
+    assert agent.run_sync("Weather?").ok
+    (line,) = [
+        x for x in out.getvalue().splitlines() if x.startswith("[tool] lookup ->")
+    ]
+    assert line.startswith(
+        "[tool] lookup -> error: invalid arguments for tool 'lookup'; it did not "
+        "run: - city: missing (required) - town: unexpected"
+    )
+    assert line.endswith("...")
+    assert len(line) == len("[tool] lookup -> error: ") + 120

@@ -58,3 +58,16 @@ def test_replay_of_a_file_that_is_not_a_log_exits_2(
     assert "turnfsm replay: corrupt" in capsys.readouterr().err
     assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
     assert main(["replay", str(_demo_log(tmp_path)), "--run", "run_nope"]) == 2
+
+
+@pytest.mark.parametrize("text", ["", "\n\n"], ids=["empty", "blank lines"])
+def test_replay_of_an_empty_file_names_the_file(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(text)
+    assert main(["replay", str(empty)]) == 2
+    assert capsys.readouterr().err == (
+        f"turnfsm replay: invalid LOG={str(empty)!r}: expected a session log, as "
+        "`turnfsm sessions export` writes it (this file is empty)\n"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,8 @@ import pytest
 from tests.cli import approval_agent
 from tests.helpers import REPO_ROOT
 from turnfsm.cli import main
-from turnfsm.cli._run import AgentOptions, open_driver
+from turnfsm.cli._run import AgentOptions, open_driver, report_interrupted
+from turnfsm.cli._stores import IN_MEMORY
 from turnfsm.context import LayeredCompactor, SummarizingCompactor
 from turnfsm.persistence import Session, SQLiteStore
 
@@ -47,8 +49,40 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", "tests.cli.nope:a"], "--agent", "named 'tests.cli.nope'"),
         (["--agent", TOOLS], "--agent", "MODULE:ATTR"),
         (["--agent", f"{TOOLS}:nobody"], "--agent", "no 'nobody'"),
-        (["--agent", f"{TOOLS}:not_an_agent"], "--agent", "(it is a int)"),
-        (["--agent", f"{TOOLS}:needs_a_name"], "--agent", "(it is a function)"),
+        (["--agent", f"{TOOLS}:not_an_agent"], "--agent", "(it is an int)"),
+        (
+            ["--agent", f"{TOOLS}:needs_a_name"],
+            "--agent",
+            "(it is a function that needs name; a function making one takes no "
+            "arguments)",
+        ),
+        (
+            ["--agent", f"{TOOLS}:makes_no_agent"],
+            "--agent",
+            "(the function returned a str)",
+        ),
+        (
+            ["--agent", "tests/cli/approval_agent.py:careful"],
+            "--agent",
+            "expected an importable module (a module is named as Python imports "
+            "it, not by its file: tests.cli.approval_agent:careful, run from the "
+            "directory that holds it)",
+        ),
+        (
+            ["--agent", "tests.cli.approval_agent.py:careful"],
+            "--agent",
+            "not by its file: tests.cli.approval_agent:careful",
+        ),
+        (
+            ["--model", "openai:o", "--tools", "./tests/cli/approval_agent.py:a"],
+            "--tools",
+            "not by its file: tests.cli.approval_agent:a",
+        ),
+        (
+            ["--agent", "my-agent:agent"],
+            "--agent",
+            "a module's name is Python names joined by dots",
+        ),
         (
             ["--agent", "tests.cli.broken_module:x"],
             "--agent",
@@ -83,6 +117,12 @@ TOOLS = "tests.cli.approval_agent"
             for flag in ("--window", "--n-ctx", "--max-tokens")
         ),
         (["--model", " "], "--model=' '", "openai:MODEL, anthropic:MODEL, local"),
+        (
+            # It named the library's base_url (or tried to connect to no host).
+            ["--model", "http:///v1#m"],
+            "--model='http:///v1#m'",
+            "a base URL with a host (http://127.0.0.1:8080/v1)",
+        ),
         ([], "missing --model", "--agent MODULE:ATTR"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:DELETED"], "--tools", "a list"),
         (["--model", "openai:o", "--tools", f"{TOOLS}:nope"], "--tools", "no 'nope'"),
@@ -498,3 +538,60 @@ def test_a_blank_task_is_named_as_the_task(
         "(it is blank)\n"
     )
     assert not store.exists()
+
+
+@pytest.mark.parametrize(
+    "agent", [CAREFUL, "tests.cli.approval_agent:manager"], ids=["paused", "sub-agent"]
+)
+def test_a_run_paused_in_a_memory_store_offers_no_command_to_answer_it(
+    agent: str, capsys: Capture
+) -> None:
+    # It offered `turnfsm approve ... --store memory:`, which finds no session.
+    assert main(["run", "Free disk.", "--agent", agent, "--store", "memory:"]) == 3
+    out = capsys.readouterr().out
+    assert "answer it with" not in out
+    assert out.endswith(
+        "no command can answer it: its store, memory:, ends with this command "
+        "(keep the session in a file to go on with it later: --store FILE, or "
+        "TURNFSM_STORE)\n"
+    )
+
+
+def test_a_run_interrupted_in_a_memory_store_offers_no_command_to_go_on(
+    capsys: Capture,
+) -> None:
+    options = AgentOptions(agent=CAREFUL, store="memory:")
+    assert (
+        report_interrupted("ses_1", IN_MEMORY, options, sys.stdout, resume="x") == 130
+    )
+    out = capsys.readouterr().out
+    assert "resume" not in out
+    assert "abandon" not in out
+    assert "run interrupted; no command can go on with it: its store, memory:" in out
+
+
+def test_a_new_task_on_a_session_with_a_paused_run_names_the_answers(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    # It said "resume or abandon it first", and `turnfsm resume` refuses a
+    # paused run.
+    store = str(tmp_path / "s.db")
+    assert main(["run", "Free disk.", "--agent", CAREFUL, "--store", store]) == 3
+    paused = capsys.readouterr().out
+    session_id = _session_id(paused)
+    found = re.search(r"run (run_\w+) paused", paused)
+    assert found is not None, paused
+    argv = ["run", "And now?", "--agent", CAREFUL, "--store", store]
+    assert main([*argv, "--session", session_id]) == 2
+    out, err = capsys.readouterr()
+    target = f"{session_id} --agent {CAREFUL} --store {store}"
+    assert out == ""
+    assert err == (
+        f"turnfsm run: session {session_id!r} has an open run {found.group(1)!r}"
+        f": answer it with turnfsm approve|reject|abandon {target} if it is "
+        f"paused, or carry it on with turnfsm resume {target} if its process "
+        "died; then run the task again\n"
+    )
+    assert main(["approve", session_id, "--agent", CAREFUL, "--store", store]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--session", session_id]) == 0

@@ -251,6 +251,27 @@ def test_reject_builds_one_error_result_per_call_with_fresh_ids() -> None:
     assert ToolCallsReviewed.approve_all() == ToolCallsReviewed(results=())
 
 
+@pytest.mark.parametrize(
+    ("reasons", "field"),
+    [
+        ({}, "reasons"),
+        (["c1"], "reasons"),
+        ("c1", "reasons"),
+        ({"c1": None}, "reasons['c1']"),
+    ],
+    ids=["empty", "list of ids", "one id", "reason not a string"],
+)
+def test_a_rejection_naming_no_call_is_refused(reasons: object, field: str) -> None:
+    # reject({}) approved every call; reject(["c1"]) raised AttributeError.
+    with pytest.raises(ConfigError) as caught:
+        ToolCallsReviewed.reject(reasons)  # type: ignore[arg-type]
+    assert caught.value.field == field
+    if field == "reasons":
+        assert "naming at least one call (approve_all() lets every call run)" in str(
+            caught.value
+        )
+
+
 def test_a_user_machine_may_pause_anywhere() -> None:
     spec = MachineSpec.from_dict(
         {

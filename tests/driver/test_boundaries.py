@@ -201,3 +201,30 @@ async def test_an_injected_message_the_conversation_has_fails_the_run() -> None:
     assert isinstance(result.error, InvalidMessage)
     assert (result.error.field, result.error.value) == ("message.id", u.id)
     assert session.history == history  # nothing of the run is committed
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            None,
+            "invalid message input=None: expected a string, a Message or a list "
+            "of Messages",
+        ),
+        ([], "invalid message input=[]: expected at least one message"),
+        (
+            ["hi"],
+            "invalid message input[0]='hi': expected a Message: a list holds "
+            "Messages (Message.user(text)), and one string is a message as it is",
+        ),
+        ([Message.user("a"), 5], "invalid message input[1]=5: expected a Message"),
+    ],
+    ids=["None", "empty", "list of strings", "list with a number"],
+)
+async def test_a_run_input_that_is_no_message_says_what_was_expected(
+    given: object, message: str
+) -> None:
+    # Each said what it wanted without "expected" ("input=None: a string, ...").
+    with pytest.raises(InvalidMessage) as caught:
+        await Agent(model=ScriptedModel.of("x")).run(given)  # type: ignore[arg-type]
+    assert str(caught.value) == message

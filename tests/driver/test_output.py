@@ -348,6 +348,31 @@ async def test_a_type_without_a_json_form_is_a_config_error(tp: Any) -> None:
         Driver(model=ScriptedModel.of(), output_type=tp)
 
 
+@pytest.mark.parametrize(
+    ("tp", "message"),
+    [
+        (
+            Person("Ada", 36),
+            "invalid output_type=Person(name='Ada', age=36): expected a type, not "
+            "a value of one (output_type=Person, the class)",
+        ),
+        (
+            City("Paris", 2),
+            "expected a type, not a value of one (output_type=City, the class)",
+        ),
+        ("Person", "invalid output_type='Person': expected a type, not its name"),
+    ],
+    ids=["dataclass instance", "attrs instance", "name"],
+)
+async def test_a_value_or_a_name_given_for_the_type_says_to_pass_the_type(
+    tp: Any, message: str
+) -> None:
+    # An instance said "(unhashable type: 'Person')".
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of(), output_type=tp)
+    assert message in str(caught.value)
+
+
 async def test_the_request_carries_the_schema_and_strictness() -> None:
     seen: list[ModelRequest] = []
 

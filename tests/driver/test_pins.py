@@ -18,7 +18,7 @@ from turnfsm.context import (
     PinRules,
     TruncatingCompactor,
 )
-from turnfsm.driver import Driver, Session
+from turnfsm.driver import Driver, Session, function_tool
 from turnfsm.errors import (
     CompactionFailed,
     ContextExceeded,
@@ -274,3 +274,28 @@ def test_a_driver_prices_its_extras_once_across_runs() -> None:
     driver.context = ContextManager(context_window=8_000, counter=other)
     assert anyio.run(driver.run, "go").ok
     assert "You are terse." in other.texts
+
+
+async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> None:
+    # It advised to pin less, though 6 pinned tokens were not the problem:
+    # the tools' schemas were.
+    def lookup(word: str) -> str:
+        """Look a word up.
+
+        Args:
+            word: the word.
+        """
+        return word
+
+    tool = function_tool(lookup, description="Look a word up. " * 400)
+    manager = ContextManager(context_window=1_000, counter=HEURISTIC)
+    driver = Driver(model=ScriptedModel.of("never"), context=manager, tools=[tool])
+    with pytest.raises(PinnedTooLarge) as caught:
+        await driver.run("hi")
+    assert caught.value.reserved > caught.value.pinned
+    assert "pin less" not in str(caught.value)
+    assert str(caught.value).endswith(
+        "window; most of it is reserved (the system prompt, the tool schemas and "
+        "the reply budget): shorten the system prompt or the tools' descriptions, "
+        "give fewer tools, lower max_output_tokens, or use a bigger window"
+    )

@@ -15,7 +15,7 @@ import pytest
 
 from turnfsm.driver import Driver, RetryPolicy, Tool, function_tool
 from turnfsm.driver._tools import run_tool_call, tools_by_name
-from turnfsm.errors import ProviderError, ToolError
+from turnfsm.errors import ConfigError, ProviderError, ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient
@@ -120,6 +120,44 @@ def test_unsupported_annotations_and_bad_names_raise_tool_error() -> None:
         Tool.from_function(search, name="no spaces allowed")
     with pytest.raises(ToolError, match="1-64"):  # not the function's name instead
         Tool.from_function(search, name="")
+
+
+_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("name", 5, "invalid Tool.name=5: expected a string"),
+        ("description", None, "invalid Tool('t').description=None: expected a string"),
+        ("description", 5, "invalid Tool('t').description=5: expected a string"),
+        ("fn", None, "invalid Tool('t').fn=None: expected the function the tool runs"),
+        ("fn", "search", "invalid Tool('t').fn='search': expected the function"),
+        ("structure", "x", "invalid Tool('t').structure='x': expected a callable"),
+        ("in_subprocess", "yes", "invalid Tool('t').in_subprocess='yes': expected"),
+    ],
+)
+def test_a_tool_of_the_wrong_types_is_refused_when_it_is_made(
+    field: str, value: object, message: str
+) -> None:
+    fields: dict[str, Any] = {
+        "name": "t",
+        "description": "d",
+        "parameters": _PARAMETERS,
+        "fn": search,
+    }
+    with pytest.raises(ConfigError) as caught:
+        Tool(**{**fields, field: value})
+    assert str(caught.value).startswith(message)
+
+
+def test_function_tool_refuses_what_is_not_a_function_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"invalid fn='search': expected a function"):
+        function_tool("search")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Tool\('search'\).description=\['x'\]"):
+        function_tool(search, description=["x"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"invalid Tool.name=5"):
+        function_tool(search, name=5)  # type: ignore[arg-type]
 
 
 def test_duplicate_tool_names_are_rejected() -> None:
@@ -487,3 +525,128 @@ async def test_an_exception_with_no_readable_message_is_an_error_result() -> Non
         "tool 'fetch' failed: Unreadable: "
         "(its message could not be read: str() raised AttributeError)"
     )
+
+
+def _renamed(path: str, limit: int = 10) -> str:
+    """Read a file whose parameter was renamed after its docstring was written.
+
+    Args:
+        filename: the file to read.
+        limit: the most lines.
+    """
+    return path
+
+
+def test_a_docstring_describing_a_parameter_the_function_lacks_is_refused() -> None:
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(_renamed)
+    assert str(caught.value) == (
+        "tool '_renamed': its docstring's Args: section describes 'filename', "
+        "which is not a parameter (its parameters are path, limit): rename the "
+        "entry to the parameter it describes, or remove it"
+    )
+
+
+class _Reader:
+    """A reader.
+
+    Attributes:
+        root: where the files are.
+    """
+
+    root: str = "."
+
+    def __call__(self, path: str) -> str:
+        return path
+
+
+def test_a_docstring_not_of_the_tools_own_parameters_is_not_checked() -> None:
+    # A partial's docstring describes the parameters it fixed too, and a
+    # callable instance without a __call__ docstring is described by its
+    # class's, whose Attributes are not parameters.
+    fixed = Tool.from_function(functools.partial(_renamed, "a.txt"))
+    assert fixed.parameters["properties"]["limit"]["description"] == "the most lines."
+    assert list(Tool.from_function(_Reader()).parameters["properties"]) == ["path"]
+
+
+def _exits(code: int) -> str:
+    """Exit the way a command-line function does on bad input.
+
+    Args:
+        code: the exit status.
+    """
+    raise SystemExit(code)
+
+
+async def _exits_async(code: int) -> str:
+    """Exit from a coroutine.
+
+    Args:
+        code: the exit status.
+    """
+    raise SystemExit(code)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("fn", [_exits, _exits_async], ids=["sync", "async"])
+async def test_a_tool_that_calls_sys_exit_fails_its_call_not_the_program(
+    fn: Callable[..., Any],
+) -> None:
+    # SystemExit went through the run and ended the program, the call unanswered.
+    tools = tools_by_name([fn])
+    call = ToolCallPart(id="c", name=fn.__name__, arguments={"code": 3})
+    out = await run_tool_call(call, tools, limit=None)
+    (result,) = out.tool_results
+    assert result.is_error
+    assert result.content == f"tool {fn.__name__!r} failed: SystemExit: 3"
+
+
+class _Notes:
+    def __init__(self) -> None:
+        self.notes = {"todo": "Call the plumber."}
+
+    def read(self, title: str) -> str:
+        """Read a note.
+
+        Args:
+            title: the note's title.
+        """
+        return self.notes[title]
+
+
+@pytest.mark.anyio
+async def test_a_method_is_a_tool_bound_and_its_function_says_so() -> None:
+    # The function in its class said only "parameter 'self' needs a type
+    # annotation", as for any unannotated parameter.
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(_Notes.read)
+    assert str(caught.value) == (
+        "tool 'read': parameter 'self' needs a type annotation: a method is a "
+        "tool as its bound method (give instance.method, after the instance is "
+        "made), not as the function in its class"
+    )
+    tool = Tool.from_function(_Notes().read)
+    assert list(tool.parameters["properties"]) == ["title"]
+    assert await tool.invoke({"title": "todo"}) == "Call the plumber."
+
+
+@dataclasses.dataclass
+class _Lookup:
+    """Look a word up.
+
+    Attributes:
+        word: the word.
+        cache: filled as words are looked up.
+    """
+
+    word: str
+    cache: dict[str, str] = dataclasses.field(default_factory=dict, init=False)
+
+
+def test_a_class_made_a_tool_is_not_held_to_its_attributes() -> None:
+    # A class's docstring describes its attributes, which need not all be
+    # parameters of the tool.
+    tool = Tool.from_function(_Lookup)
+    assert tool.parameters["properties"] == {
+        "word": {"type": "string", "description": "the word."}
+    }

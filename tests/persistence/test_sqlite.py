@@ -434,6 +434,28 @@ def test_open_store_refuses_what_names_no_store(spec: object) -> None:
         open_store(spec)  # type: ignore[arg-type]  # wrong on purpose
 
 
+@pytest.mark.parametrize(
+    ("spec", "meant"),
+    [
+        ("memory", "did you mean 'memory:'"),
+        ("Memory", "did you mean 'memory:'"),
+        (":memory:", "did you mean 'memory:'"),
+        ("postgres:/db", "did you mean postgresql://db?"),
+        ("postgresql:db", "did you mean postgresql://db?"),
+    ],
+)
+def test_a_slip_of_a_store_name_is_refused_with_what_it_meant(
+    spec: str, meant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each was a file path: "memory" made a SQLite file of that name.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        open_store(spec)
+    assert str(caught.value).startswith(f"invalid store={spec!r}: expected ")
+    assert meant in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_postgres_url_without_the_extra_names_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -330,8 +330,12 @@ def test_the_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"model": ""}, "model"), ({"model": "m", "max_tokens": 0}, "max_tokens")],
-    ids=["empty model", "zero max_tokens"],
+    [
+        ({"model": ""}, "model"),
+        ({"model": "m", "max_tokens": 0}, "max_tokens"),
+        ({"model": "m", "base_url": "localhost:8080"}, "base_url"),
+    ],
+    ids=["empty model", "zero max_tokens", "base_url without a scheme"],
 )
 def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -587,3 +587,18 @@ def test_an_unknown_tool_choice_is_refused_naming_the_field(bad: object) -> None
     assert raised.value.field == "tool_choice"
     assert raised.value.value == bad
     assert "tool_choice" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["localhost:8080", "127.0.0.1:8080/v1", "http://", "ftp://host/v1"]
+)
+def test_a_base_url_that_is_no_http_url_is_refused_when_made(url: str) -> None:
+    # "localhost:8080" was taken as a URL whose scheme is "localhost": every
+    # call failed to connect, to "localhost://".
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel("m", base_url=url)
+    assert str(info.value) == (
+        f"invalid base_url={url!r}: expected an http:// or https:// URL, such as "
+        "http://127.0.0.1:8080/v1"
+    )
+    assert str(OpenAIModel("m", base_url="https://example.com/v1").base_url)

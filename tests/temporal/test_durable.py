@@ -417,6 +417,8 @@ async def test_reject_answers_the_call_and_inject_joins_the_conversation(
         await run.inject("and be careful")
         with pytest.raises(ConfigError, match="message"):
             await run.inject(Message.assistant("x", tool_calls=[tool_call("a", "c9")]))
+        with pytest.raises(ConfigError, match="at least one call"):
+            await run.reject({})  # it would approve every call
         await run.reject({"c2": "never touch /etc"})
         result = await run.result()
     assert result.ok

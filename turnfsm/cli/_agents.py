@@ -39,6 +39,11 @@ def load_object(option: str, spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(option, spec, "MODULE:ATTR (e.g. myapp.agents:support)")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        # Not a module name Python could import (``./app.py``, ``src/app``).
+        raise ConfigError(
+            option, spec, f"an importable module ({_how_to_name(module_name, attr)})"
+        )
     if "" not in sys.path:  # as `python -m` does: the current directory first
         sys.path.insert(0, "")
     try:
@@ -50,7 +55,7 @@ def load_object(option: str, spec: str) -> Any:
                 option,
                 spec,
                 f"an importable module: no module named {missing!r} "
-                "(run from the directory that holds it, or set PYTHONPATH)",
+                f"({_how_to_name(module_name, attr)})",
             ) from None
         raise _import_failed(option, spec, exc) from None
     except Exception as exc:  # the module's own code failed
@@ -63,6 +68,30 @@ def load_object(option: str, spec: str) -> Any:
             )
         value = getattr(value, part)
     return value
+
+
+def _how_to_name(module_name: str, attr: str) -> str:
+    """What to do about a module that is not found: a file's name given, or not."""
+    if not _is_file_name(module_name):
+        return "run from the directory that holds it, or set PYTHONPATH"
+    parts = module_name.removesuffix(".py").replace("\\", "/").split("/")
+    dotted = ".".join(part for part in parts if part not in ("", ".", ".."))
+    if not all(part.isidentifier() for part in dotted.split(".")):
+        return (
+            "a module's name is Python names joined by dots, as in "
+            "myapp.agents: rename the file so that Python can import it"
+        )
+    return (
+        "a module is named as Python imports it, not by its file: "
+        f"{dotted}:{attr}, run from the directory that holds it"
+    )
+
+
+def _is_file_name(module_name: str) -> bool:
+    """Whether `module_name` reads as a file's name (``app.py``, ``./src/app``)."""
+    return module_name.endswith(".py") or not all(
+        part.isidentifier() for part in module_name.split(".")
+    )
 
 
 def _import_failed(option: str, spec: str, exc: BaseException) -> ConfigError:
@@ -81,15 +110,43 @@ def load_agent(spec: str, *, option: str = "--agent") -> Agent:
             object is not an `Agent`, or the function returned none).
     """
     value = load_object(option, spec)
-    if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
+    made = callable(value) and not isinstance(value, Agent) and _no_arguments(value)
+    if made:
         value = made_by(option, spec, value)
     if not isinstance(value, Agent):
         raise ConfigError(
             option,
             spec,
-            f"an Agent, or a function making one (it is a {type(value).__name__})",
+            f"an Agent, or a function making one ({_what_it_is(value, made)})",
         )
     return value
+
+
+def _what_it_is(value: object, made: bool) -> str:
+    """What a value named where an agent (or a factory) belongs is, in words.
+
+    `made`: `value` is what the named function returned. A function that
+    needs arguments is not a factory (one is called with none): it names
+    them, so that ``(it is a function)`` does not read as what was asked for.
+    """
+    if made:
+        return f"the function returned {_a(type(value).__name__)}"
+    if callable(value) and not _no_arguments(value):
+        needed = [
+            p.name
+            for p in inspect.signature(value).parameters.values()
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        return (
+            f"it is a function that needs {', '.join(needed)}; a function making "
+            "one takes no arguments"
+        )
+    return f"it is {_a(type(value).__name__)}"
+
+
+def _a(noun: str) -> str:
+    """`noun` with its article: ``a function``, ``an int``."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def made_by(
@@ -125,7 +182,8 @@ def load_agents(spec: str) -> list[Agent]:
         ConfigError: the spec does not name agents (the reason is given).
     """
     value = load_object("--agent", spec)
-    if callable(value) and not isinstance(value, Agent) and _no_arguments(value):
+    made = callable(value) and not isinstance(value, Agent) and _no_arguments(value)
+    if made:
         value = made_by("--agent", spec, value)
     if isinstance(value, Agent):
         agents = [value]
@@ -137,8 +195,7 @@ def load_agents(spec: str) -> list[Agent]:
         raise ConfigError(
             "--agent",
             spec,
-            "an Agent, Agents, or a function making them "
-            f"(it is a {type(value).__name__})",
+            f"an Agent, Agents, or a function making them ({_what_it_is(value, made)})",
         )
     return agents
 
@@ -168,7 +225,7 @@ def load_tools(spec: str) -> list[Tool | Callable[..., Any]]:
             raise ConfigError(
                 "--tools",
                 item,
-                f"a function or a Tool (it is a {type(value).__name__})",
+                f"a function or a Tool (it is {_a(type(value).__name__)})",
             )
         tools.append(value)
     return tools

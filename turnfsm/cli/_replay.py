@@ -92,6 +92,13 @@ def _open(
     if path is not None:
         with open(path, "rb") as file:
             data = file.read()
+        if not data.strip():  # the library's error would name its argument
+            raise ConfigError(
+                "LOG",
+                path,
+                "a session log, as `turnfsm sessions export` writes it "
+                "(this file is empty)",
+            )
         session = run_async(load_session, data)
         return session, path, _entry_lines(data, session.version), []
     session, source, children = run_async(_load_stored, store, str(session_id))

@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TextIO, TypeVar, final
 
@@ -27,7 +28,7 @@ from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
-from turnfsm.cli._stores import close_store, open_cli_store, shown, where
+from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
@@ -349,6 +350,10 @@ def open_model(
         from turnfsm.providers import OpenAIModel
 
         url, _, model = spec.partition("#")
+        if not urllib.parse.urlsplit(url).hostname:  # named as given, not base_url
+            raise ConfigError(
+                "--model", spec, "a base URL with a host (http://127.0.0.1:8080/v1)"
+            )
         remote = OpenAIModel(
             model=model or "default", base_url=url, context_window=server_window(url)
         )
@@ -533,6 +538,15 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     process wrote to since the command read it is read anew by running the
     command again.
     """
+    if isinstance(exc, SessionBusy) and _open_run_only(exc):
+        # The library says "resume or abandon it": a paused run refuses resume.
+        target = shlex.join([exc.session_id, *(options.flags() if options else [])])
+        return (
+            f"session {exc.session_id!r} has an open run {exc.run_id!r}: answer it "
+            f"with turnfsm approve|reject|abandon {target} if it is paused, or "
+            f"carry it on with turnfsm resume {target} if its process died; "
+            "then run the task again"
+        )
     if isinstance(exc, SessionBusy):
         return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
     if isinstance(exc, SessionConflict):  # a command reads the session anew
@@ -546,6 +560,11 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
             f"{exc.limit}-token window: raise --window or lower --max-tokens"
         )
     return explain(exc)
+
+
+def _open_run_only(exc: SessionBusy) -> bool:
+    """Whether `exc` is a session's open run that no live process holds."""
+    return exc.run_id is not None and (exc.owner is None or exc.alive is None)
 
 
 async def _run(
@@ -629,7 +648,9 @@ def report_interrupted(
     """
     abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
     print(f"\nsession {session_id} stored in {place}", file=out)
-    if resume is None:
+    if place == IN_MEMORY:
+        print(f"run interrupted; no command can go on with it: {_GONE}", file=out)
+    elif resume is None:
         print(
             f"run interrupted: what it finished is kept; end it with: {abandon}",
             file=out,
@@ -657,16 +678,22 @@ def report_result(
     (paused, itself or a sub-agent of its).
     """
     print(f"\nsession {result.session_id} stored in {place}", file=out)
+    command = shlex.join([result.session_id, *options.flags()])
     if isinstance(result.error, SubagentWaiting):
         print(f"run {result.outcome}: {result.error}", file=out)
-        command = shlex.join([result.session_id, *options.flags()])
-        print("answer it with: turnfsm approve|reject " + command, file=out)
+        if place == IN_MEMORY:
+            print(f"no command can answer it: {_GONE}", file=out)
+        else:
+            print("answer it with: turnfsm approve|reject " + command, file=out)
         return 3
     if result.outcome == "paused":
         print_waiting(result, out)
         assert result.waiting is not None
-        command = shlex.join([result.session_id, *options.flags()])
-        print("answer it with: " + answer_hint(result.waiting, command), file=out)
+        if place == IN_MEMORY:
+            print(f"no command can answer it: {_GONE}", file=out)
+        else:
+            hint = answer_hint(result.waiting, command)
+            print("answer it with: " + hint, file=out)
         return 3
     if abandoned:
         print(f"run {result.run_id} abandoned: {result.error}", file=out)
@@ -676,6 +703,13 @@ def report_result(
         return 1
     print(f"run done: {result.turns} model call(s), {_usage(result)}", file=out)
     return 0
+
+
+_GONE = (
+    "its store, memory:, ends with this command (keep the session in a file "
+    "to go on with it later: --store FILE, or TURNFSM_STORE)"
+)
+"""Why a run kept in memory cannot be answered or carried on by a later command."""
 
 
 def _usage(result: RunResult) -> str:

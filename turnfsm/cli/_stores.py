@@ -11,6 +11,7 @@ import os
 import re
 import urllib.parse
 from pathlib import Path
+from typing import Final
 
 import attrs
 
@@ -24,7 +25,10 @@ from turnfsm.persistence import (
     open_store,
 )
 
-__all__ = ["close_store", "open_cli_store", "shown", "where"]
+__all__ = ["IN_MEMORY", "close_store", "open_cli_store", "shown", "where"]
+
+IN_MEMORY: Final = "memory: (lost when the command ends)"
+"""Where a memory store keeps its sessions, as `where` says it."""
 
 
 def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
@@ -111,7 +115,7 @@ def where(store: SessionStore) -> str:
     if isinstance(store, SQLiteStore):
         return os.fspath(store.path)
     if isinstance(store, MemoryStore):
-        return "memory: (lost when the command ends)"
+        return IN_MEMORY
     server = getattr(store, "server", None)  # PostgresStore: no password
     return str(server) if server is not None else type(store).__name__
 

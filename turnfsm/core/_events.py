@@ -18,6 +18,7 @@ from typing import Final, Literal, TypeAlias, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message, new_message_id
 from turnfsm.values import ErrorInfo, PassPayback, Usage
 
@@ -237,7 +238,23 @@ class ToolCallsReviewed:
         ``rejected by the reviewer: REASON``; the other calls are approved.
         `new_id` makes the results' message ids (a Temporal workflow passes
         its deterministic source).
+
+        Raises:
+            ConfigError: `reasons` is not a mapping of call ids to reasons,
+                or is empty (it would reject nothing and approve every call:
+                `approve_all` says so).
         """
+        if not isinstance(reasons, Mapping) or not reasons:
+            raise ConfigError(
+                "reasons",
+                reasons,
+                "a mapping of each call id to reject to its reason, such as "
+                "{'c2': 'never touch /etc'}, naming at least one call "
+                "(approve_all() lets every call run)",
+            )
+        for call_id, reason in reasons.items():
+            if not isinstance(reason, str):
+                raise ConfigError(f"reasons[{call_id!r}]", reason, "a string")
         return cls(
             results=[
                 Message.tool_result(

@@ -6,7 +6,7 @@ import difflib
 import inspect
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from turnfsm import _checks
 from turnfsm.core import (
@@ -208,14 +208,23 @@ def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]
         or isinstance(value, bytes | Mapping)
         or not isinstance(value, Iterable)
     ):
-        raise InvalidMessage("input", value, "a string, a Message or Messages")
+        raise InvalidMessage(
+            "input", value, "expected a string, a Message or a list of Messages"
+        )
     messages = tuple(value)
     if not messages:
         # A model call with nothing new to answer is never what was meant.
-        raise InvalidMessage("input", value, "at least one message")
-    for i, item in enumerate(messages):
+        raise InvalidMessage("input", value, "expected at least one message")
+    for i, item in enumerate(cast(tuple[object, ...], messages)):
+        if isinstance(item, str):
+            raise InvalidMessage(
+                f"input[{i}]",
+                item,
+                "expected a Message: a list holds Messages "
+                "(Message.user(text)), and one string is a message as it is",
+            )
         if not isinstance(item, Message):
-            raise InvalidMessage(f"input[{i}]", item, "a Message")
+            raise InvalidMessage(f"input[{i}]", item, "expected a Message")
     # The pairing is checked once, in `run`, as the continuation of the
     # session's history.
     return messages

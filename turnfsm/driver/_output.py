@@ -73,6 +73,17 @@ class OutputType:
         """
         if tp is str:
             return cls(tp=tp, spec=None, wrapped=False, validator=None, read=str)
+        if isinstance(tp, str):  # never resolved: a name is not its type
+            raise ConfigError(
+                "output_type", tp, f"a type, not its name (output_type={tp})"
+            )
+        if not isinstance(tp, type) and is_params_class(type(tp)):
+            kind = type(tp).__name__
+            raise ConfigError(
+                "output_type",
+                tp,
+                f"a type, not a value of one (output_type={kind}, the class)",
+            )
         defs: dict[str, Any] = {}
         wrapped = not is_params_class(tp)
         try:

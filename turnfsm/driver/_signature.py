@@ -32,7 +32,7 @@ Structure = Callable[[Arguments], dict[str, Any]]
 
 
 def describe_function(
-    fn: Callable[..., Any], arg_docs: Mapping[str, str]
+    fn: Callable[..., Any], arg_docs: Mapping[str, str], *, documented: bool = True
 ) -> tuple[dict[str, Any], Structure]:
     """Return `fn`'s parameters schema and the reader of its arguments.
 
@@ -41,11 +41,18 @@ def describe_function(
     parameter annotated with a parameters class stands for the arguments
     object itself: the class's fields are the properties.
 
+    `documented`: `arg_docs` come from `fn`'s own docstring, so each names
+    one of its parameters (a partial's may name those it fixed).
+
     Raises:
         Unsupported: a parameter is ``*args``/``**kwargs`` or
-            positional-only, has no annotation, or one without a JSON form.
+            positional-only, has no annotation, or one without a JSON form;
+            or, when `documented`, the docstring describes a parameter `fn`
+            does not have (its description would never reach the model).
     """
     params = list(inspect.signature(fn).parameters.values())
+    if documented:
+        _check_documented(params, arg_docs)
     hints = _hints(fn, params)
     for param in params:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -58,7 +65,17 @@ def describe_function(
                 "called with keyword arguments: remove the '/'"
             )
         if param.name not in hints:
-            raise Unsupported(f"parameter {param.name!r} needs a type annotation")
+            method = param.name in ("self", "cls") and param is params[0]
+            raise Unsupported(
+                f"parameter {param.name!r} needs a type annotation"
+                + (
+                    ": a method is a tool as its bound method (give "
+                    "instance.method, after the instance is made), not as "
+                    "the function in its class"
+                    if method
+                    else ""
+                )
+            )
     defs: dict[str, Any] = {}
     if len(params) == 1 and is_params_class(hints[params[0].name]):
         return _one_class(params[0].name, hints[params[0].name], defs)
@@ -85,6 +102,22 @@ def describe_function(
     if defs:
         parameters["$defs"] = defs
     return parameters, partial(_read_each, readers)
+
+
+def _check_documented(
+    params: list[inspect.Parameter], arg_docs: Mapping[str, str]
+) -> None:
+    """Refuse a docstring that describes a parameter the function does not have."""
+    names = [p.name for p in params]
+    stray = [name for name in arg_docs if name not in names]
+    if not stray:
+        return
+    has = f"its parameters are {', '.join(names)}" if names else "it has no parameters"
+    raise Unsupported(
+        f"its docstring's Args: section describes {stray[0]!r}, which is not a "
+        f"parameter ({has}): rename the entry to the parameter it describes, "
+        "or remove it"
+    )
 
 
 def annotated_function(fn: Callable[..., Any]) -> Callable[..., Any]:

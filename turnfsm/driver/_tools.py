@@ -42,7 +42,7 @@ from turnfsm.driver._child import as_text
 from turnfsm.driver._schema import Unsupported, parse_doc
 from turnfsm.driver._signature import annotated_function, describe_function
 from turnfsm.driver._subprocess import ToolRaised, call_in_subprocess, check_isolatable
-from turnfsm.errors import SubagentWaiting, ToolError
+from turnfsm.errors import ConfigError, SubagentWaiting, ToolError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.providers import ToolSchema
 
@@ -109,13 +109,16 @@ class Tool:
         ConfigError: `parameters` is not a mapping of JSON values (None, a
             set, an object, NaN, nested over 100 deep: the error names the
             value inside, ``Tool('t').parameters.properties.a.default``), or
-            not a valid JSON schema of an object.
+            not a valid JSON schema of an object; `name` or `description`
+            is not a string, `fn` (or `structure`) is not callable, or
+            `in_subprocess` is not True or False (the error names the
+            tool's field: ``Tool('t').fn``).
         ToolError: `name` is not 1-64 of ``A-Z a-z 0-9 _ -``, or `fn`
             cannot run in a subprocess.
     """
 
     name: str = attrs.field()
-    description: str
+    description: str = attrs.field()
     parameters: Mapping[str, Any] = attrs.field(hash=False)
     fn: Callable[..., Any] = attrs.field(eq=False, repr=False)
     structure: Callable[[Arguments], Mapping[str, Any]] | None = attrs.field(
@@ -139,8 +142,28 @@ class Tool:
         _checks.check(self.parameters, field, _SCHEMA)
         return arguments_check(self.name, self.parameters)
 
+    @description.validator
+    def _check_description(self, _attr: object, value: str) -> None:
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"Tool({self.name!r}).description", value, "a string, for the model"
+            )
+
+    @structure.validator
+    def _check_structure(self, _attr: object, value: object) -> None:
+        if value is not None and not callable(value):
+            raise ConfigError(
+                f"Tool({self.name!r}).structure", value, "a callable, or None"
+            )
+
     @fn.validator
     def _check_fn(self, _attr: object, value: Callable[..., Any]) -> None:
+        if not callable(value):
+            raise ConfigError(
+                f"Tool({self.name!r}).fn",
+                value,
+                "the function the tool runs (a callable, sync or async)",
+            )
         target = inspect.unwrap(annotated_function(value))
         if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
             # It would "return" its generator, sent to the model as a repr.
@@ -152,11 +175,17 @@ class Tool:
 
     @name.validator
     def _check_name(self, _attr: object, value: str) -> None:
+        if not isinstance(value, str):
+            raise ConfigError("Tool.name", value, "a string: 1-64 of A-Z a-z 0-9 _ -")
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
             raise ToolError(value, "a tool name is 1-64 of A-Z a-z 0-9 _ -")
 
     @in_subprocess.validator
     def _check_isolatable(self, _attr: object, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ConfigError(
+                f"Tool({self.name!r}).in_subprocess", value, "True or False"
+            )
         if not value:
             return
         if self._is_async:
@@ -196,7 +225,13 @@ class Tool:
             ToolError: a parameter has no annotation, an unsupported one or
                 one naming something that does not exist, or `in_subprocess`
                 is set for a function a child process cannot import.
+            ConfigError: `fn` is not callable, or an option is of the wrong
+                type (`Tool` names the field).
         """
+        if not callable(fn):
+            raise ConfigError(
+                "fn", fn, "a function to make a tool of (a callable, sync or async)"
+            )
         tool_name = _name_of(fn) if name is None else name
         try:
             summary, parameters, structure = _described(fn)
@@ -374,6 +409,8 @@ async def tool_call_outcome(
 
     The exception, with its traceback, is logged at DEBUG on the
     ``turnfsm.tools`` logger; the model sees only its type and message.
+    A tool that calls ``sys.exit()`` fails its call like one that raised
+    (the exception is a `ToolRaised` naming ``SystemExit``).
     """
     tool = tools.get(call.name)
     if tool is None:
@@ -400,6 +437,14 @@ async def tool_call_outcome(
         failed = f"tool {call.name!r} failed: {exc}"
         _log_raised(call, failed, exc)
         return Message.tool_result(call.id, failed, is_error=True), exc
+    except SystemExit as exc:
+        # sys.exit() in a tool (argparse does it on bad arguments) fails the
+        # call, as it does in a child process; it does not end the program.
+        exited = ToolRaised("SystemExit", _checks.message_of(exc))
+        exited.__cause__ = exc
+        failed = f"tool {call.name!r} failed: {exited}"
+        _log_raised(call, failed, exited)
+        return Message.tool_result(call.id, failed, is_error=True), exited
     except Exception as exc:
         result = failed_result(call, exc)
         _log_raised(call, result.tool_results[0].content, exc)
@@ -469,8 +514,9 @@ def _described(
         known = None
     if known is not None:
         return known
-    summary, arg_docs = parse_doc(_doc_of(fn))
-    parameters, structure = describe_function(fn, arg_docs)
+    doc, own = _doc_of(fn)
+    summary, arg_docs = parse_doc(doc)
+    parameters, structure = describe_function(fn, arg_docs, documented=own)
     described = (summary, parameters, structure)
     with contextlib.suppress(TypeError):
         _DESCRIBED[fn] = described
@@ -486,17 +532,24 @@ def _name_of(fn: Callable[..., Any]) -> str:
     return name if isinstance(name, str) else type(fn).__name__
 
 
-def _doc_of(fn: Callable[..., Any]) -> str:
-    """The docstring describing `fn`: its own, its partial's, its ``__call__``'s."""
+def _doc_of(fn: Callable[..., Any]) -> tuple[str, bool]:
+    """The docstring describing `fn`, and whether it documents `fn`'s own parameters.
+
+    A function's docstring and a callable instance's ``__call__``'s document
+    the parameters the tool takes; a partial's (the wrapped function's) may
+    describe the ones it fixed, and a class's its attributes.
+    """
     target = annotated_function(fn)
-    if target is fn:
-        return inspect.getdoc(fn) or ""
+    if target is fn:  # a class's docstring: its attributes, not its __init__'s
+        return inspect.getdoc(fn) or "", not isinstance(fn, type)
     if isinstance(fn, partial):
-        return inspect.getdoc(target) or ""
+        return inspect.getdoc(target) or "", False
     # A callable instance: its own __call__'s docstring (not one inherited
     # from object), else its class's.
     own = target.__doc__
-    return inspect.cleandoc(own) if own else inspect.getdoc(type(fn)) or ""
+    if own:
+        return inspect.cleandoc(own), True
+    return inspect.getdoc(type(fn)) or "", False
 
 
 _DESCRIBED: Final[

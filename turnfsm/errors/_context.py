@@ -293,11 +293,22 @@ class PinnedTooLarge(ContextExceeded):
     reserved: int = attrs.field(default=0, kw_only=True)
 
     def __str__(self) -> str:
+        if self.reserved > self.pinned:  # no pin rule could make it fit
+            advice = (
+                "most of it is reserved (the system prompt, the tool schemas "
+                "and the reply budget): shorten the system prompt or the tools' "
+                "descriptions, give fewer tools, lower max_output_tokens, or use "
+                "a bigger window"
+            )
+        else:
+            advice = (
+                "pin less (switch off a pin rule in PinRules), shorten the "
+                "pinned messages, or use a bigger window"
+            )
         return (
             f"pinned messages do not fit: {self.pinned} pinned tokens plus "
             f"{self.reserved} reserved is {self.used}, over the {self.limit}-token "
-            "window; pin less (switch off a pin rule in PinRules), shorten the "
-            "pinned messages, or use a bigger window"
+            f"window; {advice}"
         ) + _largest_text(self)
 
 

@@ -46,6 +46,7 @@ class ConsoleHook(Hook):
     [call_llm] CallLLM
     [tool] read_log({"name": "app.log"})
     [tool] read_log -> 1571 characters
+    [tool] read_log -> error: tool 'read_log' failed: FileNotFoundError: ...
     [measure] request = 1851 tokens (estimated), threshold line 6400, ...
     [compaction] reason=threshold_exceeded (TruncatingCompactor): 6818 -> 2026 ...
     [model] attempt 1 failed: [rate_limit] HTTP 429: slow down
@@ -277,16 +278,27 @@ class ConsoleHook(Hook):
         self.print(f"[tool] {info.call.name}({arguments})")
 
     def on_tool_end(self, info: ToolCallEnd) -> None:
-        """Print how the tool call ended: its result's size, or its error."""
+        """Print how the tool call ended: its result's size, or what went wrong.
+
+        An error result (the tool raised, timed out, is unknown, or its
+        arguments were refused) is printed in its own words, on one line,
+        shortened past the width of a call's arguments.
+        """
         name = info.call.call.name
         if info.error is not None:
             self.print(f"[tool] {name} {_stopped(info.error)}")
             return
         result = info.result
         parts = result.tool_results if result is not None else ()
+        errors = [" ".join(p.content.split()) for p in parts if p.is_error]
+        if errors:
+            said = "; ".join(errors)
+            if len(said) > _ARGUMENTS_WIDTH:
+                said = said[: _ARGUMENTS_WIDTH - 3] + "..."
+            self.print(f"[tool] {name} -> error: {said}")
+            return
         size = sum(len(part.content) for part in parts)
-        failed = " (an error result)" if any(p.is_error for p in parts) else ""
-        self.print(f"[tool] {name} -> {size} characters{failed}")
+        self.print(f"[tool] {name} -> {size} characters")
 
     def on_compaction_pass(self, record: CompactionRecord) -> None:
         """Print each real compaction: reason, strategy, tokens before -> after."""

@@ -37,7 +37,9 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
             or ``postgres://`` URL (a `PostgresStore`).
 
     Raises:
-        ConfigError: `spec` is none of these.
+        ConfigError: `spec` is none of these; ``memory`` and ``:memory:``
+            (which would name files) are refused saying ``memory:``, and
+            ``postgres:/db`` saying ``postgresql://db``.
         ImportError: a PostgreSQL URL without the ``turnfsm[postgres]`` extra.
         StoreUnusable: the file cannot be used as a store (not SQLite,
             another application's, a newer schema); it was not changed.
@@ -56,9 +58,27 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
         return _postgres(spec)
     if spec.startswith("sqlite:///"):
         return _sqlite(spec.removeprefix("sqlite:///"))
+    meant = _meant(spec)
+    if meant is not None:
+        raise ConfigError("store", spec, f"{_TEXT} (did you mean {meant}?)")
     if "://" in spec or spec.endswith(":") or spec.startswith("sqlite:"):
         raise ConfigError("store", spec, _TEXT)
     return _sqlite(spec)
+
+
+def _meant(spec: str) -> str | None:
+    """The store form `spec` looks like a slip of, if any.
+
+    ``memory`` and SQLite's ``:memory:`` would be files named so (a file
+    path is a store's name), and ``postgres:/db`` a directory ``postgres:``.
+    """
+    if spec.strip().strip(":").lower() == "memory":
+        return "'memory:', a store in this process's memory"
+    scheme, colon, rest = spec.partition(":")
+    if colon and scheme.lower() in ("postgres", "postgresql"):
+        url = rest.lstrip("/")
+        return f"postgresql://{url}" if url else "a postgresql://HOST/DATABASE URL"
+    return None
 
 
 def env_store() -> SessionStore | None:

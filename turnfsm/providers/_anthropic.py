@@ -18,7 +18,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import InvalidMessage, ProviderError
 from turnfsm.messages import Message
-from turnfsm.providers._config import positive_or_none, resolve_api_key
+from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
 from turnfsm.providers._convert_anthropic import (
     from_anthropic_messages,
     to_anthropic_messages,
@@ -121,7 +121,7 @@ class AnthropicModel:
     base_url: str | None = attrs.field(
         default=None,
         kw_only=True,
-        validator=_checks.string(non_empty=True, optional=True),
+        validator=http_url("https://api.anthropic.com"),
     )
     api_key: str | None = attrs.field(
         default=None, kw_only=True, repr=False, validator=_checks.string(optional=True)

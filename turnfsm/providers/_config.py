@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any, Final
 
 from turnfsm import _checks
 from turnfsm.errors import ConfigError
 
-__all__ = ["PLACEHOLDER_KEY", "positive_or_none", "resolve_api_key"]
+__all__ = ["PLACEHOLDER_KEY", "http_url", "positive_or_none", "resolve_api_key"]
 
 PLACEHOLDER_KEY: Final = "sk-no-key-required"
 """Sent to OpenAI-compatible servers that need no key (the SDKs insist on one)."""
@@ -52,3 +53,25 @@ def positive_or_none(name: str) -> Any:
     return _checks.number(
         name, above=0, optional=True, expected="a finite number > 0, or None"
     )
+
+
+def http_url(example: str) -> Any:
+    """Return an attrs validator: None, or an http(s) URL naming a host.
+
+    A URL without its scheme (``localhost:8080/v1``) is taken by the SDKs
+    for one whose scheme is ``localhost``: every call then fails to connect,
+    naming no server. `example` shows the form a server's URL takes.
+    """
+    check = _checks.string(non_empty=True, optional=True)
+
+    def validate(inst: object, attr: Any, value: object) -> None:
+        check(inst, attr, value)
+        if not isinstance(value, str):
+            return
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                attr.name, value, f"an http:// or https:// URL, such as {example}"
+            )
+
+    return validate

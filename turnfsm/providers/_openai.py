@@ -20,7 +20,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
-from turnfsm.providers._config import positive_or_none, resolve_api_key
+from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
 from turnfsm.providers._convert_openai import (
     from_openai_messages,
     to_openai_messages,
@@ -120,7 +120,7 @@ class OpenAIModel:
     base_url: str | None = attrs.field(
         default=None,
         kw_only=True,
-        validator=_checks.string(non_empty=True, optional=True),
+        validator=http_url("http://127.0.0.1:8080/v1"),
     )
     api_key: str | None = attrs.field(
         default=None, kw_only=True, repr=False, validator=_checks.string(optional=True)

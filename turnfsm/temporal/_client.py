@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from turnfsm import serde
 from turnfsm._checks import check_id
 from turnfsm.agent import Agent
-from turnfsm.core import Event
+from turnfsm.core import Event, ToolCallsReviewed
 from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
 from turnfsm.errors import (
     Cancelled,
@@ -175,9 +175,11 @@ class DurableRun:
         """Reject the paused calls named in `reasons` (call id -> reason).
 
         Raises:
-            ConfigError: the run is not paused on a review, or a call id is
-                not one it waits on.
+            ConfigError: the run is not paused on a review, `reasons` names
+                no call (an empty one would approve them all), or a call id
+                is not one it waits on.
         """
+        ToolCallsReviewed.reject(reasons)  # its shape, before the round trip
         await self._update("reject", dict(reasons))
 
     async def answer(self, event: Event) -> None:

@@ -316,10 +316,12 @@ class TurnWorkflow:
         waiting = self._status.waiting
         calls = {c.id for c in waiting.calls} if waiting is not None else set()
         unknown = [k for k in reasons if k not in calls]
-        if unknown or not all(isinstance(v, str) for v in reasons.values()):
+        strings = all(isinstance(v, str) for v in reasons.values())
+        if not reasons or unknown or not strings:  # none: it would approve all
             raise ApplicationError(
                 f"the paused calls' ids ({', '.join(sorted(calls))}) mapped to "
-                f"reasons (strings); unknown: {', '.join(map(str, unknown)) or 'none'}",
+                "reasons (strings), at least one; unknown: "
+                f"{', '.join(map(str, unknown)) or 'none'}",
                 type="turnfsm.bad_answer",
                 non_retryable=True,
             )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 
 from turnfsm.core import Usage
-from turnfsm.messages import Message, ToolCallPart
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message, Role, ToolCallPart
 from turnfsm.persistence import new_id
 from turnfsm.providers import ModelRequest, ModelResponse
 
@@ -29,11 +30,17 @@ def reply(text: str = "", *calls: ToolCallPart) -> Message:
     return Message.assistant(text, tool_calls=calls)
 
 
-def _as_response(value: ModelResponse | Message | str) -> ModelResponse:
+_REPLY: Final = "a ModelResponse, an assistant Message or a string"
+
+
+def _as_response(value: ModelResponse | Message | str, what: str) -> ModelResponse:
+    """`value` as a response; `what` names where it came from, if it is none."""
     if isinstance(value, ModelResponse):
         return value
     if isinstance(value, str):
         value = Message.assistant(value)
+    if not isinstance(value, Message):
+        raise ConfigError(what, value, _REPLY)
     return ModelResponse(message=value, usage=None)
 
 
@@ -56,14 +63,38 @@ class FakeModelClient:
         value = self.handler(request)
         if isinstance(value, Awaitable):
             value = await value
-        return _as_response(value)
+        return _as_response(value, "handler(request)")
 
 
 Item = ModelResponse | Message | str | BaseException
 
 
 def _script(value: Iterable[Item]) -> list[Item]:
-    return list(value)
+    """The script as a list, each item checked: a reply, or an exception.
+
+    Raises:
+        ConfigError: `value` is a string (its letters would be the replies:
+            ``ScriptedModel.of("Hello.")`` plays one), not iterable, or holds
+            an item that is neither a reply nor an exception (named by index).
+    """
+    if isinstance(value, str | Message | ModelResponse):
+        raise ConfigError(
+            "script",
+            value,
+            "a list of replies, not one (ScriptedModel.of(reply) plays it as one)",
+        )
+    try:
+        items = list(value)
+    except TypeError:
+        raise ConfigError("script", value, "a list of replies") from None
+    for index, item in enumerate(items):
+        if not isinstance(item, ModelResponse | Message | str | BaseException):
+            raise ConfigError(
+                f"script[{index}]", item, f"{_REPLY}, or an exception to raise"
+            )
+        if isinstance(item, Message) and item.role is not Role.ASSISTANT:
+            raise ConfigError(f"script[{index}]", item, "a reply: an assistant Message")
+    return items
 
 
 @final
@@ -93,10 +124,11 @@ class ScriptedModel:
                 f"ScriptedModel asked for reply #{len(self.requests)} of "
                 f"{len(self.script)} scripted"
             )
-        item = self.script[len(self.requests) - 1]
+        index = len(self.requests) - 1
+        item = self.script[index]
         if isinstance(item, BaseException):
             raise item
-        response = _as_response(item)
+        response = _as_response(item, f"script[{index}]")
         if self.usage is not None and response.usage is None:
             response = ModelResponse(message=response.message, usage=self.usage)
         return response

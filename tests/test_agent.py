@@ -1,0 +1,45 @@
+"""An `Agent`'s settings: an unknown one is named with the setting meant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from turnfsm import Agent
+from turnfsm.errors import ConfigError
+from turnfsm.testing import ScriptedModel
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "hint"),
+    [
+        ("system", "Be brief.", "did you mean 'system_prompt'?"),
+        ("max_turn", 3, "did you mean 'max_turns'?"),
+        (
+            "threshold",
+            50,
+            "it is a ContextManager setting: context=ContextManager(threshold=50)",
+        ),
+        (
+            "max_messages",
+            10,
+            "it is a ContextManager setting: context=ContextManager(max_messages=10)",
+        ),
+        ("colour", "red", "see Driver"),
+    ],
+)
+def test_an_unknown_setting_is_named_with_the_one_meant(
+    setting: str, value: Any, hint: str
+) -> None:
+    # A context manager's setting said "see Driver", which has none of them.
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=ScriptedModel.of("ok"), **{setting: value})
+    assert str(caught.value) == (
+        f"invalid {setting}={value!r}: expected a known Agent setting ({hint})"
+    )
+
+
+def test_a_setting_of_both_the_agent_and_the_manager_is_the_agents() -> None:
+    agent = Agent(model=ScriptedModel.of("ok"), context_window=9000)
+    assert agent.run_sync("hi").ok

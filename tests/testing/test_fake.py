@@ -1,0 +1,62 @@
+"""The test doubles refuse a script or a handler's reply that is no reply, naming it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from turnfsm import Agent
+from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply
+
+
+def test_a_string_for_the_script_is_refused_not_played_letter_by_letter() -> None:
+    # ScriptedModel("Hello.") answered "H", then "e", ...
+    with pytest.raises(ConfigError) as caught:
+        ScriptedModel("Hello.")  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "invalid script='Hello.': expected a list of replies, not one "
+        "(ScriptedModel.of(reply) plays it as one)"
+    )
+    with pytest.raises(ConfigError, match="invalid script=5: expected a list"):
+        ScriptedModel(5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        ((5,), "invalid script[0]=5: expected a ModelResponse, an assistant "),
+        (("ok", None), "invalid script[1]=None: expected a ModelResponse"),
+        ((ValueError,), "invalid script[0]=<class 'ValueError'>: expected"),
+        ((Message.user("hi"),), "expected a reply: an assistant Message"),
+    ],
+    ids=["int", "None", "exception class", "user message"],
+)
+def test_an_item_that_is_no_reply_is_refused_when_scripted(
+    items: tuple[Any, ...], message: str
+) -> None:
+    # Each was taken, and failed the run's model call instead.
+    with pytest.raises(ConfigError) as caught:
+        ScriptedModel.of(*items)
+    assert message in str(caught.value)
+
+
+def test_replies_and_exceptions_are_still_played_in_order() -> None:
+    model = ScriptedModel.of(reply("one"), "two", ValueError("three"))
+    agent = Agent(model=model)
+    assert agent.run_sync("a").text == "one"
+    assert agent.run_sync("b").text == "two"
+    with pytest.raises(ValueError, match="three"):
+        agent.run_sync("c")
+
+
+def test_a_handler_reply_that_is_no_reply_names_the_handler() -> None:
+    agent = Agent(model=FakeModelClient(lambda request: 5))
+    with pytest.raises(ConfigError) as caught:
+        agent.run_sync("hi")
+    assert str(caught.value) == (
+        "invalid handler(request)=5: expected a ModelResponse, an assistant "
+        "Message or a string"
+    )
