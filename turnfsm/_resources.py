@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NoReturn
@@ -40,10 +41,13 @@ def machines_dir() -> Path:
 def load_machine(path: str | Path) -> MachineSpec:
     """Load and validate the machine file at `path`, and its sub-agents' files.
 
-    A sub-agent's ``machine`` is a path relative to the file that declares
-    it, or the name of a shipped machine file (``turn.toml``); each is loaded
-    and checked in turn (`MachineSpec.children`), and a file that runs its
-    own caller is refused.
+    `path` may also be a shipped machine's name (``approval``, or
+    ``approval.toml``) when no file of that name is here: the shipped file
+    (see `machines_dir`) is loaded. A sub-agent's ``machine`` is a path
+    relative to the file that declares it, or the name of a shipped machine
+    file (``turn.toml``); each is loaded and checked in turn
+    (`MachineSpec.children`), and a file that runs its own caller is
+    refused.
 
     Raises:
         DefinitionError: the file is invalid (every problem listed, each
@@ -51,7 +55,18 @@ def load_machine(path: str | Path) -> MachineSpec:
             its sub-agents' files is.
         OSError: the file cannot be read.
     """
-    return _Loading().load(Path(path), ())
+    return _Loading().load(_here_or_shipped(Path(path)), ())
+
+
+def _here_or_shipped(p: Path) -> Path:
+    """`p`, or the shipped machine file a bare name names when no file here does."""
+    if p.name != str(p) or os.path.lexists(p):
+        return p  # a path with a directory, or a file (or anything) here
+    for name in (p.name, f"{p.name}.toml"):
+        shipped = machines_dir() / name
+        if shipped.is_file():
+            return shipped
+    return p
 
 
 _MAX_NESTING: Final = 32

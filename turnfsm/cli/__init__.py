@@ -231,8 +231,9 @@ def _agent_options() -> argparse.ArgumentParser:
         "--machine",
         type=_path,
         metavar="FILE",
-        help="the machine file (default: the stock one; for a paused run, the "
-        "one it began on, from the store)",
+        help="the machine file, or a shipped one by its name (approval, review) "
+        "(default: the stock one; for a paused run, the one it began on, from "
+        "the store)",
     )
     group.add_argument(
         "--strategy",
@@ -783,7 +784,10 @@ def _simulate_parser(sub: Any) -> None:
         "--threshold", type=int, metavar="PCT", help="the threshold line, in %%"
     )
     simulate.add_argument(
-        "--machine", type=_path, metavar="FILE", help="the machine file to run on"
+        "--machine",
+        type=_path,
+        metavar="FILE",
+        help="the machine file to run on, or a shipped one by its name (approval)",
     )
     simulate.add_argument(
         "--prices",
