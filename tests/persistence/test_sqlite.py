@@ -39,6 +39,7 @@ from turnfsm.persistence import (
     Session,
     SQLiteStore,
     default_store_path,
+    env_store,
     open_store,
 )
 from turnfsm.persistence.sqlite import SCHEMA_VERSION
@@ -778,3 +779,16 @@ def test_a_log_read_pauses_the_garbage_collector_and_leaves_it_as_it_was(
         gc.enable()
     assert messages.collecting == [False]
     assert after == was_running
+
+
+def test_a_path_from_home_is_read_as_a_shell_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TURNFSM_STORE=~/sessions.db from an environment file reached the store
+    # unexpanded: "the directory ~ does not exist".
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TURNFSM_STORE", "~/sessions.db")
+    store = env_store()
+    assert isinstance(store, SQLiteStore)
+    assert store.path == tmp_path / "sessions.db"
+    assert SQLiteStore("~/other.db").path == tmp_path / "other.db"

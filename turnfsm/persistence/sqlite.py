@@ -37,6 +37,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -73,12 +74,18 @@ T = TypeVar("T")
 def _to_path(value: Any) -> Any:
     """Return a str or str path-like `value` as a `Path`; anything else as it is.
 
-    A blank one stays as it is too (``Path("")`` would be the directory
-    ``.``), for the validator to refuse.
+    A leading ``~`` is the user's home, as a shell reads it (a path from an
+    environment file or a config reaches here unexpanded). A blank one stays
+    as it is (``Path("")`` would be the directory ``.``), for the validator
+    to refuse.
     """
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
     if isinstance(text, str) and text.strip():
-        return Path(text)
+        path = Path(text)
+        if text.startswith("~"):
+            with contextlib.suppress(RuntimeError):  # no home to name
+                path = path.expanduser()
+        return path
     return value
 
 
