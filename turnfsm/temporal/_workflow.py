@@ -192,6 +192,9 @@ def _durable(agent: Agent, remote: _Remote) -> Driver:
         clock=now,
         compaction_timeout=None,  # enforced inside the activities
         effect_timeout=None,
+        # The workflow's log only buffers (the activities write the store,
+        # each under its own timeout); a deadline here would be a timer.
+        store_timeout=None,
     )
     durable._effects.update({k: effects[k] for k in declared})
     return durable
