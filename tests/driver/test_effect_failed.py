@@ -204,6 +204,56 @@ def test_an_effect_that_cannot_run_is_refused_when_the_agent_is_made(
     assert says in str(raised.value)
 
 
+async def review_without_decision(ctx: EffectContext) -> Event:
+    return Signal("approved")
+
+
+async def review_with_a_third(
+    ctx: EffectContext, decision: Perform, reviewer: str
+) -> Event:
+    return Signal("approved")
+
+
+async def review_any(*args: object, strict: bool = False) -> Event:
+    return Signal("approved")
+
+
+@pytest.mark.parametrize(
+    ("effect", "why"),
+    [
+        (review_without_decision, "too many positional arguments"),
+        (review_with_a_third, "missing a required argument: 'reviewer'"),
+    ],
+    ids=["one-parameter", "a-required-third"],
+)
+def test_an_effect_that_cannot_take_its_call_is_refused_when_the_agent_is_made(
+    effect: object, why: str
+) -> None:
+    # It was taken, and the run failed at the phase with EffectFailed:
+    # "TypeError: review_without_decision() takes 1 positional argument ...".
+    with pytest.raises(ConfigError) as raised:
+        Agent(
+            model=ScriptedModel.of("a draft"),
+            machine=review_machine(),
+            effects={"review": effect},
+        )
+
+    assert raised.value.field == "effects['review']"
+    assert f"expected an effect called as effect(ctx, decision): {why}" in str(
+        raised.value
+    )
+
+
+def test_an_effect_that_takes_its_call_its_own_way_runs() -> None:
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": review_any},
+    )
+
+    assert agent.run_sync("write a haiku").outcome == "done"
+
+
 def test_an_async_callable_object_or_partial_is_an_effect() -> None:
     class Approve:
         async def __call__(self, ctx: EffectContext, decision: Perform) -> Event:
