@@ -164,7 +164,11 @@ def test_diagram_renders_the_good_files_and_fails_for_the_bad_ones(
     [
         ("missing", "no such directory"),
         ("empty", "no machine files (*.toml)"),
-        ("turn.toml", "not a directory (give the directory of the machine files)"),
+        (
+            "turn.toml",
+            "not a directory (give the directory of the machine files, or"
+            " draw one file with --machine FILE -o NAME.svg)",
+        ),
     ],
     ids=["missing", "empty", "a-file"],
 )
