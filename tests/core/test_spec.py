@@ -462,13 +462,26 @@ def test_malformed_sections(data: dict[str, Any], expected: list[str]) -> None:
 @pytest.mark.parametrize(
     ("transition", "expected"),
     [
+        # A list or a number was reported as an unknown name, as if it were
+        # one: "unknown trigger ['measured'] (declare it in signals)".
         (
             {"trigger": ["measured"], "source": "start", "dest": "done"},
-            "transition #1: unknown trigger ['measured'] (declare it in signals)",
+            "transition #1: trigger must be one trigger's name (a transition has"
+            " one; write one transition for each), got ['measured']",
+        ),
+        (
+            {"source": "start", "dest": "done"},
+            "transition #1: trigger is missing",
         ),
         (
             {"trigger": "measured", "source": "start", "dest": ["done"]},
-            "transition #1 (measured): unknown dest phase ['done']",
+            "transition #1 (measured): dest must be one phase's name (a transition"
+            " goes to one phase), got ['done']",
+        ),
+        (
+            {"trigger": "measured", "source": "start", "dest": 3},
+            "transition #1 (measured): dest must be one phase's name (a transition"
+            " goes to one phase), got 3",
         ),
         (
             {"trigger": "measured", "source": "start", "dest": "done", "error": ["x"]},
@@ -482,7 +495,9 @@ def test_malformed_sections(data: dict[str, Any], expected: list[str]) -> None:
     ],
     ids=[
         "trigger-list",
+        "trigger-missing",
         "dest-list",
+        "dest-number",
         "error-list",
         "actions-not-a-list",
     ],
