@@ -151,7 +151,8 @@ class TurnMachine:
             )
         OpenCalls.of(snapshot.history).require_closed()
         machine = cls(spec, snapshot)
-        _check_open(machine._open, machine.decision)
+        if isinstance(machine.decision, CallLLM | Compact | Finish):
+            machine._open.require_closed()  # a snapshot's own fault
         return machine
 
     @property
@@ -226,7 +227,7 @@ class TurnMachine:
             ):
                 _check_new_ids(before, snapshot)
             decision = self._compiled.decide[snapshot.phase](snapshot, left_open)
-            _check_open(left_open, decision)
+            _check_open(left_open, decision, snapshot.phase)
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             model.snapshot = before
@@ -336,7 +337,27 @@ def _kept(before: Sequence[Message], after: Sequence[Message]) -> int | None:
     return n
 
 
-def _check_open(left_open: OpenCalls, decision: Decision) -> None:
-    """Rule 4: no call may stay open when the conversation is sent on."""
+def _check_open(left_open: OpenCalls, decision: Decision, phase: str) -> None:
+    """Rule 4: no call may stay open when the conversation is sent on.
+
+    Raises:
+        InvalidMessage: a call has no result (`field` is ``tool_call.id``,
+            `value` its id); the reason names the phase that would send it on.
+    """
     if left_open.ids and isinstance(decision, CallLLM | Compact | Finish):
-        left_open.require_closed()
+        doing = _SENDS_ON.get(type(decision), "go on")
+        raise InvalidMessage(
+            "tool_call.id",
+            left_open.ids[0],
+            "a tool call with no result before the next message: phase "
+            f"{phase!r} would {doing} with it unanswered (each call of a reply "
+            "needs its result first: from a run_tools phase, or from a review "
+            "that rejects it)",
+        )
+
+
+_SENDS_ON: Final[dict[type[Decision], str]] = {
+    CallLLM: "call the model",
+    Compact: "compact the conversation",
+    Finish: "end the run",
+}
