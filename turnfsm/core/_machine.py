@@ -50,7 +50,7 @@ so the same events in the same order give the same phases and decisions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, final
+from typing import Final, NoReturn, final
 
 from turnfsm import _checks
 from turnfsm.core._compiled import Step, _compiled, _Model, _select
@@ -215,7 +215,11 @@ class TurnMachine:
             # Rule 4, paying only for what changed: history was whole and
             # pending's open calls are known for the snapshot we leave.
             if snapshot.history is not before.history:
-                OpenCalls.of(snapshot.history).require_closed()
+                committed = OpenCalls.of(snapshot.history)
+                if committed.ids and snapshot.phase in self._compiled.terminal:
+                    # A run that ends committing a reply's calls unanswered.
+                    _unanswered(committed, snapshot.phase, _SENDS_ON[Finish])
+                committed.require_closed()
             pending = snapshot.pending
             left_open = (
                 self._open if pending is before.pending else OpenCalls.of(pending)
@@ -345,15 +349,19 @@ def _check_open(left_open: OpenCalls, decision: Decision, phase: str) -> None:
             `value` its id); the reason names the phase that would send it on.
     """
     if left_open.ids and isinstance(decision, CallLLM | Compact | Finish):
-        doing = _SENDS_ON.get(type(decision), "go on")
-        raise InvalidMessage(
-            "tool_call.id",
-            left_open.ids[0],
-            "a tool call with no result before the next message: phase "
-            f"{phase!r} would {doing} with it unanswered (each call of a reply "
-            "needs its result first: from a run_tools phase, or from a review "
-            "that rejects it)",
-        )
+        _unanswered(left_open, phase, _SENDS_ON.get(type(decision), "go on"))
+
+
+def _unanswered(calls: OpenCalls, phase: str, doing: str) -> NoReturn:
+    """Refuse to go on in `phase` (`doing` it) with `calls` unanswered."""
+    raise InvalidMessage(
+        "tool_call.id",
+        calls.ids[0],
+        "a tool call with no result before the next message: phase "
+        f"{phase!r} would {doing} with it unanswered (each call of a reply "
+        "needs its result first: from a run_tools phase, or from a review "
+        "that rejects it)",
+    )
 
 
 _SENDS_ON: Final[dict[type[Decision], str]] = {
