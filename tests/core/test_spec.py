@@ -120,7 +120,7 @@ def test_what_each_phase_accepts_is_worked_out_once_with_the_spec() -> None:
     [
         ("turn.toml", "7c900b66f2d4d97f"),
         ("approval.toml", "e0319029c3a1395b"),
-        ("review.toml", "0454499f61f9982a"),
+        ("review.toml", "ee8fc29ebba02bb4"),
         ("compaction.toml", "e6a279b04807f09c"),
     ],
 )
