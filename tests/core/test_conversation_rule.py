@@ -372,6 +372,8 @@ def _checking_machine() -> TurnMachine:
     text += (
         '\n[[transitions]]\ntrigger = "tool_calls_reviewed"\nsource = "check_tools"'
         '\ndest = "run_tools"\nactions = ["record_review"]\n'
+        '\n[[transitions]]\ntrigger = "stop"\nsource = "check_tools"\ndest = "start"'
+        '\nconditions = ["has_injected_messages"]\n'
         '\n[[transitions]]\ntrigger = "stop"\nsource = "check_tools"\ndest = "done"\n'
     )
     machine = TurnMachine.start(MachineSpec.from_toml(text), budget=BUDGET)

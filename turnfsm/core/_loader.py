@@ -185,7 +185,7 @@ class _Loader(TransitionReader):
         self.start_graph()
         check_graph(spec, self.report)
         if not self.recorded:
-            check_conversation(spec, self.report)
+            check_conversation(spec, self.report, guessed=self.guessed)
         self.raise_any()
         return spec
 

@@ -148,6 +148,8 @@ class TransitionReader(ProblemLog):
             is_wildcard=is_wildcard,
             message=message,
         )
+        if written_dest is not None and written_dest != dest:
+            self.guessed.add(id(t))  # its dest is a guess at a misspelt name
         return t, trigger is not None and has_dest and bool(sources)
 
     def _trigger(
