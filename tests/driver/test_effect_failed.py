@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from turnfsm import Agent, review_machine
-from turnfsm.core import Event, Measured, Perform, Signal
+from turnfsm.core import Event, Measured, MessageInjected, Perform, Signal
 from turnfsm.driver import Effect, EffectContext
 from turnfsm.errors import ConfigError, EffectFailed, InvalidReturn
+from turnfsm.messages import Message
 from turnfsm.testing import ScriptedModel
 
 
@@ -137,6 +138,33 @@ def test_an_event_the_phase_has_no_transition_for_fails_the_run_naming_the_effec
     assert isinstance(error, InvalidReturn)
     assert (error.source, error.value) == ("effect 'review'", value)
     assert "'approved', 'message_injected', 'revise', 'run_cancelled'" in str(error)
+    assert list(agent.session.history) == []
+
+
+def test_an_effect_that_injects_a_message_fails_the_run_instead_of_looping() -> None:
+    # The phase stays where it is on an injection, so the effect ran again
+    # for as long as it returned one (for ever), and what it injected was
+    # dropped when the run ended done.
+    calls = [0]
+
+    async def injecting(ctx: EffectContext, decision: Perform) -> Event:
+        calls[0] += 1
+        return MessageInjected(Message.user(f"note {calls[0]}"))
+
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": injecting},
+    )
+
+    result = agent.run_sync("write a haiku")
+
+    assert calls == [1]
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, InvalidReturn)
+    assert (error.source, error.value) == ("effect 'review'", "MessageInjected")
+    assert "return a signal whose transition names a key of its data" in str(error)
     assert list(agent.session.history) == []
 
 
