@@ -163,6 +163,39 @@ def test_invalid_toml_is_a_definition_error() -> None:
     assert error.value.problems[0].line == 2
 
 
+@pytest.mark.parametrize(
+    ("written", "quoted"),
+    [
+        ('revue_人間 = { decision = "pause" }', '"revue_人間" = ...'),
+        ('hu man = { decision = "pause" }', '"hu man" = ...'),
+    ],
+    ids=["not-ascii", "a-space"],
+)
+def test_a_name_toml_reads_only_quoted_is_shown_quoted(
+    written: str, quoted: str
+) -> None:
+    # TOML said only "Expected '=' after a key" (or "Invalid statement").
+    text = turn_toml_text().replace("[states]\n", f"[states]\n{written}\n")
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.line == text.splitlines().index(written) + 1
+    assert problem.message.startswith("not valid TOML: ")
+    assert problem.message.endswith(
+        "; a name with characters other than A-Z, a-z, 0-9, _ and - must be"
+        f" quoted: {quoted}"
+    )
+
+
+def test_a_value_toml_cannot_read_gets_no_quoting_hint() -> None:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml('name = "turn"\ninitial = yes\n')
+
+    assert "quoted" not in error.value.problems[0].message
+
+
 ENTRY_PROBLEMS = """
 terminal = ["done", "failed", "limbo", "nowhere"]
 signals = ["approved", "measured"]
