@@ -252,6 +252,26 @@ def test_a_machine_of_thousands_of_phases_loads_and_checks(
     )
 
 
+@pytest.mark.parametrize(
+    "content",
+    [b"\xef\xbb\xbf" + STOCK.encode(), STOCK.replace("\n", "\r\n").encode()],
+    ids=["a-byte-order-mark", "crlf-line-ends"],
+)
+def test_what_editors_save_is_no_mistake(content: bytes, tmp_path: Path) -> None:
+    # A file saved with a byte-order mark (as some Windows editors do) was
+    # refused: "m.toml:1: not valid TOML: Invalid statement".
+    path = tmp_path / "m.toml"
+    path.write_bytes(content)
+
+    spec = load_machine(path)
+    done = turnfsm_check(path)
+
+    assert (
+        spec.to_dict() == load_machine(REPO_ROOT / "machines" / "turn.toml").to_dict()
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 BASE: dict[str, Any] = tomllib.loads(STOCK)
 
 

@@ -164,8 +164,9 @@ def _parse(p: Path, resolve: Callable[[str], MachineSpec]) -> MachineSpec:
             line=data.count(b"\n", 0, exc.start) + 1,
         )
         raise DefinitionError(str(p), (problem,)) from None
-    # Line ends as `Path.read_text` reads them (universal newlines).
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    # Line ends as `Path.read_text` reads them (universal newlines), and
+    # without the byte-order mark some editors begin a UTF-8 file with.
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     return MachineSpec.from_toml(text, source=str(p), resolve=resolve)
 
 

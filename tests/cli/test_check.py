@@ -112,7 +112,7 @@ def test_check_takes_files_and_directories_and_goes_on_past_a_missing_one(
     assert out.splitlines() == [
         f"{REPO_ROOT / 'machines' / 'approval.toml'}: ok (8 phases, 31 transitions)",
         f"{REPO_ROOT / 'machines' / 'compaction.toml'}: ok (4 phases, 8 transitions)",
-        f"{REPO_ROOT / 'machines' / 'review.toml'}: ok (8 phases, 32 transitions)",
+        f"{REPO_ROOT / 'machines' / 'review.toml'}: ok (8 phases, 33 transitions)",
         f"{REPO_ROOT / 'machines' / 'turn.toml'}: ok (7 phases, 30 transitions)",
     ]
     assert err.splitlines() == [
@@ -132,7 +132,7 @@ def test_check_passes_on_the_shipped_machines(
     assert [line.split(": ")[1] for line in out.splitlines()] == [
         "ok (8 phases, 31 transitions)",
         "ok (4 phases, 8 transitions)",
-        "ok (8 phases, 32 transitions)",
+        "ok (8 phases, 33 transitions)",
         "ok (7 phases, 30 transitions)",
     ]
 
@@ -164,7 +164,11 @@ def test_diagram_renders_the_good_files_and_fails_for_the_bad_ones(
     [
         ("missing", "no such directory"),
         ("empty", "no machine files (*.toml)"),
-        ("turn.toml", "not a directory (give the directory of the machine files)"),
+        (
+            "turn.toml",
+            "not a directory (give the directory of the machine files, or"
+            " draw one file with --machine FILE -o NAME.svg)",
+        ),
     ],
     ids=["missing", "empty", "a-file"],
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -315,6 +316,43 @@ def test_without_graphviz_svg_is_refused(
         == 2
     )
     assert "Graphviz's dot is not on the PATH" in capsys.readouterr().err
+
+
+def test_a_drawing_dot_cannot_finish_is_given_up_and_the_others_are_drawn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    # dot takes many minutes over a machine of thousands of phases: the
+    # command seemed to hang, with no bound.
+    import time
+
+    from turnfsm.cli import _diagram
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dot").write_text("#!/bin/sh\nexec sleep 30\n")
+    (bin_dir / "dot").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(_diagram, "DOT_TIMEOUT", 0.2)
+    machines = tmp_path / "machines"
+    machines.mkdir()
+    for name in ("a", "b"):
+        shutil.copy(REPO_ROOT / "machines" / "turn.toml", machines / f"{name}.toml")
+    out = tmp_path / "diagrams"
+
+    began = time.monotonic()
+    status = main(["diagram", str(machines), "--out", str(out)])
+
+    assert time.monotonic() - began < 10
+    assert status == 1
+    assert sorted(p.name for p in out.iterdir()) == ["a.mmd", "b.mmd"]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"turnfsm diagram: invalid --out={str(out / name)!r}: expected a drawing "
+        "Graphviz's dot makes within 0.2 s: it was stopped, the machine being too "
+        "large for it; use the .mmd, or write the .dot (--machine FILE -o NAME.dot) "
+        "and run dot on it yourself"
+        for name in ("a.svg", "b.svg")
+    ]
 
 
 def test_a_machine_alone_is_drawn_plain(tmp_path: Path, capsys: Capture) -> None:

@@ -210,6 +210,58 @@ def test_an_injection_cannot_end_the_run_done() -> None:
     ) in problems_of(text)
 
 
+HEARD = (
+    '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+    'dest = "start"\nconditions = ["has_injected_messages"]\n'
+    'actions = ["record_reply"]\n\n'
+)
+ENDS = '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\ndest = "done"'
+
+
+def test_ending_done_with_an_injected_message_unheard_is_refused() -> None:
+    # The run ended done with the message in its inbox: never sent, never kept.
+    text = edit(STOCK, HEARD, "")
+
+    assert problems_of(text) == [
+        (
+            line_of(text, ENDS.partition("\n")[0], line_of(text, "has_tool_calls")),
+            "phase 'call_llm' on 'model_replied' ends the run in 'done' though a"
+            " message injected there may wait, never heard: put before it a"
+            " transition on 'model_replied' with conditions = "
+            "['has_injected_messages'] into another phase (the stock file's goes"
+            " to 'start', where the model hears it)",
+        )
+    ]
+
+
+def test_a_finish_transition_unless_a_message_waits_will_do() -> None:
+    text = edit(
+        STOCK,
+        HEARD + ENDS + '\nactions = ["record_reply"]\n',
+        ENDS + '\nunless = ["has_injected_messages"]\nactions = ["record_reply"]\n\n'
+        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'dest = "start"\nactions = ["record_reply"]\n',
+    )
+
+    assert MachineSpec.from_toml(text).name == "turn"
+
+
+def test_the_shipped_review_machine_hears_what_waits_for_the_review() -> None:
+    review = (machines_dir() / "review.toml").read_text()
+    heard = (
+        '[[transitions]]\ntrigger = "approved"\nsource = "await_review"\n'
+        'dest = "start"\nconditions = ["has_injected_messages"]\n\n'
+    )
+
+    assert [m for _, m in problems_of(edit(review, heard, ""))] == [
+        "phase 'await_review' on 'approved' ends the run in 'done' though a"
+        " message injected there may wait, never heard: put before it a"
+        " transition on 'approved' with conditions = ['has_injected_messages']"
+        " into another phase (the stock file's goes to 'start', where the model"
+        " hears it)"
+    ]
+
+
 def test_a_misspelt_key_is_read_as_the_key_it_is_closest_to() -> None:
     # One typo, one problem: the rules see on_enter as written under on_entre.
     text = edit(

@@ -16,6 +16,7 @@ from tests.helpers import (
     results_for,
     run_script,
     start_machine,
+    turn_toml_text,
     user,
 )
 from turnfsm.core import (
@@ -23,12 +24,14 @@ from turnfsm.core import (
     CallLLM,
     CompactionResult,
     Event,
+    MachineSpec,
     Measure,
     Measured,
     MessageInjected,
     ModelReplied,
     RunStarted,
     RunTools,
+    Signal,
     Snapshot,
     ToolsFinished,
     TurnMachine,
@@ -352,3 +355,43 @@ def test_a_final_reply_under_an_id_the_conversation_has_is_refused(taken: str) -
     error = refused(machine, ModelReplied(message=reply("done", id=taken)))
 
     assert (error.field, error.value) == ("message.id", taken)
+
+
+def _checking_machine() -> TurnMachine:
+    """Stock, but a reply's tool calls go to `check_tools`, whose `stop` ends it."""
+    text = turn_toml_text()
+    text = text.replace(
+        'terminal = ["done", "failed"]\n',
+        'terminal = ["done", "failed"]\nsignals = ["stop"]\n',
+    )
+    text = text.replace("[states]\n", '[states]\ncheck_tools = { effect = "check" }\n')
+    text = text.replace(
+        'source = "call_llm"\ndest = "run_tools"',
+        'source = "call_llm"\ndest = "check_tools"',
+    )
+    text += (
+        '\n[[transitions]]\ntrigger = "tool_calls_reviewed"\nsource = "check_tools"'
+        '\ndest = "run_tools"\nactions = ["record_review"]\n'
+        '\n[[transitions]]\ntrigger = "stop"\nsource = "check_tools"\ndest = "start"'
+        '\nconditions = ["has_injected_messages"]\n'
+        '\n[[transitions]]\ntrigger = "stop"\nsource = "check_tools"\ndest = "done"\n'
+    )
+    machine = TurnMachine.start(MachineSpec.from_toml(text), budget=BUDGET)
+    run_script(
+        machine,
+        [RunStarted(input=[U]), Measured(estimate=10), ModelReplied(message=ASKS)],
+    )
+    assert machine.phase == "check_tools"
+    return machine
+
+
+def test_ending_done_with_a_call_unanswered_names_the_phase() -> None:
+    # It said only "a tool call with no result before the next message".
+    error = refused(_checking_machine(), Signal("stop"))
+
+    assert (error.field, error.value) == ("tool_call.id", "c1")
+    assert error.reason == (
+        "a tool call with no result before the next message: phase 'done' would"
+        " end the run with it unanswered (each call of a reply needs its result"
+        " first: from a run_tools phase, or from a review that rejects it)"
+    )

@@ -180,6 +180,15 @@ def line_with(text: str, marker: str) -> int:
             "unknown key 'signal'",
             "signals",
         ),
+        ('initial = "start"', 'inital = "start"', "inital =", "'inital'", "initial"),
+        (
+            'terminal = ["done", "failed"]',
+            'terminals = ["done", "failed"]',
+            "terminals =",
+            "unknown key 'terminals'",
+            "terminal",
+        ),
+        ("[states]", "[state]", "[state]", "unknown key 'state'", "states"),
     ],
     ids=[
         "guard",
@@ -200,6 +209,11 @@ def line_with(text: str, marker: str) -> int:
         "initial",
         "terminal",
         "top-key",
+        # A misspelt top-level key was not read as the key it is closest to:
+        # `[state]` was also every phase named unknown, about 100 problems.
+        "top-key-initial",
+        "top-key-terminal",
+        "top-key-states",
     ],
 )
 def test_a_typo_is_one_problem_on_its_line(

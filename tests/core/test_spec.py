@@ -120,7 +120,7 @@ def test_what_each_phase_accepts_is_worked_out_once_with_the_spec() -> None:
     [
         ("turn.toml", "7c900b66f2d4d97f"),
         ("approval.toml", "e0319029c3a1395b"),
-        ("review.toml", "0454499f61f9982a"),
+        ("review.toml", "ee8fc29ebba02bb4"),
         ("compaction.toml", "e6a279b04807f09c"),
     ],
 )
@@ -161,6 +161,39 @@ def test_invalid_toml_is_a_definition_error() -> None:
     assert len(error.value.problems) == 1
     assert error.value.problems[0].message.startswith("not valid TOML: ")
     assert error.value.problems[0].line == 2
+
+
+@pytest.mark.parametrize(
+    ("written", "quoted"),
+    [
+        ('revue_人間 = { decision = "pause" }', '"revue_人間" = ...'),
+        ('hu man = { decision = "pause" }', '"hu man" = ...'),
+    ],
+    ids=["not-ascii", "a-space"],
+)
+def test_a_name_toml_reads_only_quoted_is_shown_quoted(
+    written: str, quoted: str
+) -> None:
+    # TOML said only "Expected '=' after a key" (or "Invalid statement").
+    text = turn_toml_text().replace("[states]\n", f"[states]\n{written}\n")
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.line == text.splitlines().index(written) + 1
+    assert problem.message.startswith("not valid TOML: ")
+    assert problem.message.endswith(
+        "; a name with characters other than A-Z, a-z, 0-9, _ and - must be"
+        f" quoted: {quoted}"
+    )
+
+
+def test_a_value_toml_cannot_read_gets_no_quoting_hint() -> None:
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml('name = "turn"\ninitial = yes\n')
+
+    assert "quoted" not in error.value.problems[0].message
 
 
 ENTRY_PROBLEMS = """
@@ -462,13 +495,26 @@ def test_malformed_sections(data: dict[str, Any], expected: list[str]) -> None:
 @pytest.mark.parametrize(
     ("transition", "expected"),
     [
+        # A list or a number was reported as an unknown name, as if it were
+        # one: "unknown trigger ['measured'] (declare it in signals)".
         (
             {"trigger": ["measured"], "source": "start", "dest": "done"},
-            "transition #1: unknown trigger ['measured'] (declare it in signals)",
+            "transition #1: trigger must be one trigger's name (a transition has"
+            " one; write one transition for each), got ['measured']",
+        ),
+        (
+            {"source": "start", "dest": "done"},
+            "transition #1: trigger is missing",
         ),
         (
             {"trigger": "measured", "source": "start", "dest": ["done"]},
-            "transition #1 (measured): unknown dest phase ['done']",
+            "transition #1 (measured): dest must be one phase's name (a transition"
+            " goes to one phase), got ['done']",
+        ),
+        (
+            {"trigger": "measured", "source": "start", "dest": 3},
+            "transition #1 (measured): dest must be one phase's name (a transition"
+            " goes to one phase), got 3",
         ),
         (
             {"trigger": "measured", "source": "start", "dest": "done", "error": ["x"]},
@@ -482,7 +528,9 @@ def test_malformed_sections(data: dict[str, Any], expected: list[str]) -> None:
     ],
     ids=[
         "trigger-list",
+        "trigger-missing",
         "dest-list",
+        "dest-number",
         "error-list",
         "actions-not-a-list",
     ],

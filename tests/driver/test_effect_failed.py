@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from turnfsm import Agent, review_machine
-from turnfsm.core import Event, Measured, Perform, Signal
+from turnfsm.core import Event, Measured, MessageInjected, Perform, Signal
 from turnfsm.driver import Effect, EffectContext
 from turnfsm.errors import ConfigError, EffectFailed, InvalidReturn
+from turnfsm.messages import Message
 from turnfsm.testing import ScriptedModel
 
 
@@ -140,6 +141,33 @@ def test_an_event_the_phase_has_no_transition_for_fails_the_run_naming_the_effec
     assert list(agent.session.history) == []
 
 
+def test_an_effect_that_injects_a_message_fails_the_run_instead_of_looping() -> None:
+    # The phase stays where it is on an injection, so the effect ran again
+    # for as long as it returned one (for ever), and what it injected was
+    # dropped when the run ended done.
+    calls = [0]
+
+    async def injecting(ctx: EffectContext, decision: Perform) -> Event:
+        calls[0] += 1
+        return MessageInjected(Message.user(f"note {calls[0]}"))
+
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": injecting},
+    )
+
+    result = agent.run_sync("write a haiku")
+
+    assert calls == [1]
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, InvalidReturn)
+    assert (error.source, error.value) == ("effect 'review'", "MessageInjected")
+    assert "return a signal whose transition names a key of its data" in str(error)
+    assert list(agent.session.history) == []
+
+
 async def bad_signal(ctx: EffectContext, decision: Perform) -> Event:
     return Signal("revise", {"feedback": 5})  # type: ignore[dict-item]  # not text
 
@@ -202,6 +230,56 @@ def test_an_effect_that_cannot_run_is_refused_when_the_agent_is_made(
 
     assert raised.value.field == field
     assert says in str(raised.value)
+
+
+async def review_without_decision(ctx: EffectContext) -> Event:
+    return Signal("approved")
+
+
+async def review_with_a_third(
+    ctx: EffectContext, decision: Perform, reviewer: str
+) -> Event:
+    return Signal("approved")
+
+
+async def review_any(*args: object, strict: bool = False) -> Event:
+    return Signal("approved")
+
+
+@pytest.mark.parametrize(
+    ("effect", "why"),
+    [
+        (review_without_decision, "too many positional arguments"),
+        (review_with_a_third, "missing a required argument: 'reviewer'"),
+    ],
+    ids=["one-parameter", "a-required-third"],
+)
+def test_an_effect_that_cannot_take_its_call_is_refused_when_the_agent_is_made(
+    effect: object, why: str
+) -> None:
+    # It was taken, and the run failed at the phase with EffectFailed:
+    # "TypeError: review_without_decision() takes 1 positional argument ...".
+    with pytest.raises(ConfigError) as raised:
+        Agent(
+            model=ScriptedModel.of("a draft"),
+            machine=review_machine(),
+            effects={"review": effect},
+        )
+
+    assert raised.value.field == "effects['review']"
+    assert f"expected an effect called as effect(ctx, decision): {why}" in str(
+        raised.value
+    )
+
+
+def test_an_effect_that_takes_its_call_its_own_way_runs() -> None:
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": review_any},
+    )
+
+    assert agent.run_sync("write a haiku").outcome == "done"
 
 
 def test_an_async_callable_object_or_partial_is_an_effect() -> None:

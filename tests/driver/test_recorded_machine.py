@@ -56,7 +56,7 @@ def agent(store: SQLiteStore, machine: MachineSpec) -> Agent:
 async def paused_run(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     # What an earlier version accepted: the check that refuses it is not there.
     with monkeypatch.context() as earlier:
-        earlier.setattr(_loader, "check_conversation", lambda spec, report: None)
+        earlier.setattr(_loader, "check_conversation", lambda spec, report, **_: None)
         machine = MachineSpec.from_dict(older_machine(), source="older.toml")
         async with SQLiteStore(path) as store:
             result = await agent(store, machine).run("Free some disk space.")

@@ -862,6 +862,8 @@ def approved_and_reviewed(tmp_path: Path) -> MachineSpec:
     text = text.replace(final, final.replace('"done"', '"await_review"'))
     text += (
         '\n[[transitions]]\ntrigger = "approved"\nsource = "await_review"\n'
+        'dest = "start"\nconditions = ["has_injected_messages"]\n'
+        '\n[[transitions]]\ntrigger = "approved"\nsource = "await_review"\n'
         'dest = "done"\n\n[[transitions]]\ntrigger = "revise"\n'
         'source = "await_review"\ndest = "start"\nmessage = "feedback"\n'
         '\n[subagents.critic]\nmachine = "turn.toml"\nsignal = "revise"\n'

@@ -166,8 +166,8 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--machine",
         type=_path,
-        help="the machine file the runs ran on (default: the shipped machine "
-        "with the logged name)",
+        help="replay on this machine file (default: the machine each run's "
+        "log keeps, else the shipped machine of its name)",
     )
     _simulate_parser(sub)
     agent_options = _agent_options()

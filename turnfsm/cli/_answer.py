@@ -31,6 +31,7 @@ from turnfsm.cli._run import (
     report_interrupted,
     report_result,
     run_async,
+    waiting_for,
 )
 from turnfsm.cli._stores import where
 from turnfsm.core import Event, ToolCallsReviewed
@@ -176,10 +177,8 @@ def _show_waiting(run: RunRecord, out: TextIO) -> None:
         print(f"run {run.run_id} is unfinished (its process ended)", file=out)
         return
     calls = run.waiting.calls
-    print(
-        f"run {run.run_id} waits in {run.waiting.phase} on {len(calls)} tool call(s):",
-        file=out,
-    )
+    waits = waiting_for(run.waiting).removeprefix("waiting ")
+    print(f"run {run.run_id} waits in {run.waiting.phase} {waits}", file=out)
     for call in calls:
         print(f"  {call.id}  {call_text(call.name, call.arguments)}", file=out)
 

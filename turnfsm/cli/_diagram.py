@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 import attrs
 
@@ -110,7 +110,10 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
         if source.is_dir():
             problem = "no machine files (*.toml)"
         elif source.exists():
-            problem = "not a directory (give the directory of the machine files)"
+            problem = (
+                "not a directory (give the directory of the machine files, or"
+                " draw one file with --machine FILE -o NAME.svg)"
+            )
         else:
             problem = "no such directory"
         print(f"{source}: {problem}", file=sys.stderr)
@@ -142,7 +145,12 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
             if dot is not None:
                 spec = load_machine(source / f"{Path(name).stem}.toml")
                 svg = target / f"{Path(name).stem}.svg"
-                _run_dot(dot, "--out", svg, render_dot(spec))
+                try:
+                    _run_dot(dot, "--out", svg, render_dot(spec))
+                except _DotTimedOut as exc:  # the others are still drawn
+                    print(f"turnfsm diagram: {explain(exc)}", file=sys.stderr)
+                    failed += 1
+                    continue
                 print(f"wrote {svg}")
     except BrokenPipeError:  # the reader went (`| head`): `main` ends quietly
         raise
@@ -166,15 +174,45 @@ def _out_directory(target: Path) -> None:
         ) from None
 
 
+DOT_TIMEOUT: Final = 60.0
+"""How long Graphviz's dot may take to draw one diagram, in seconds.
+
+A machine of a few hundred phases takes it a few seconds; one of thousands
+takes it many minutes, so the command would seem to hang.
+"""
+
+
+class _DotTimedOut(ConfigError):
+    """Graphviz's dot did not finish drawing a diagram within `DOT_TIMEOUT`."""
+
+
 def _run_dot(dot: str, option: str, path: Path, text: str) -> None:
-    """Have Graphviz's dot draw `text` into `path`; its complaint if it cannot."""
-    done = subprocess.run(
-        [dot, f"-T{path.suffix[1:].lower()}", "-o", str(path)],
-        input=text,
-        text=True,
-        stderr=subprocess.PIPE,
-        check=False,
-    )
+    """Have Graphviz's dot draw `text` into `path`; its complaint if it cannot.
+
+    Raises:
+        _DotTimedOut: dot did not finish within `DOT_TIMEOUT` (it is stopped,
+            and nothing is written to `path`).
+        ConfigError: dot failed.
+    """
+    try:
+        done = subprocess.run(
+            [dot, f"-T{path.suffix[1:].lower()}", "-o", str(path)],
+            input=text,
+            text=True,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=DOT_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired:
+        path.unlink(missing_ok=True)  # what dot began to write is no drawing
+        raise _DotTimedOut(
+            option,
+            str(path),
+            f"a drawing Graphviz's dot makes within {DOT_TIMEOUT:g} s: it was "
+            "stopped, the machine being too large for it; use the .mmd, or "
+            "write the .dot (--machine FILE -o NAME.dot) and run dot on it "
+            "yourself",
+        ) from None
     if done.returncode != 0:
         said = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
         raise ConfigError(option, str(path), f"a file dot can write (dot: {said})")

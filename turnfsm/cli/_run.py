@@ -728,12 +728,22 @@ def print_waiting(result: RunResult, out: TextIO) -> None:
     waiting = result.waiting
     assert waiting is not None
     print(
-        f"run {result.run_id} paused in {waiting.phase}, waiting on "
-        f"{len(waiting.calls)} tool call(s):",
+        f"run {result.run_id} paused in {waiting.phase}, {waiting_for(waiting)}",
         file=out,
     )
     for call in waiting.calls:
         print(f"  {call.id}  {call_text(call.name, call.arguments)}", file=out)
+
+
+def waiting_for(pause: Pause) -> str:
+    """What `pause` waits for: ``waiting on 2 tool call(s):`` (listed next).
+
+    A pause of a machine file of your own that takes only signals waits on
+    no tool call: it waits ``for an answer`` (`answer_hint` says which).
+    """
+    if not pause.calls:
+        return "waiting for an answer"
+    return f"waiting on {len(pause.calls)} tool call(s):"
 
 
 def answer_hint(pause: Pause, target: str) -> str:

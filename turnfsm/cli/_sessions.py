@@ -23,7 +23,13 @@ from turnfsm import serde
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
 from turnfsm.cli._errors import check_writable, explain
-from turnfsm.cli._run import answer_hint, busy_words, call_text, run_async
+from turnfsm.cli._run import (
+    answer_hint,
+    busy_words,
+    call_text,
+    run_async,
+    waiting_for,
+)
 from turnfsm.cli._stores import close_store, open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
@@ -300,11 +306,8 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
         print(line, file=out)
         if run.outcome == "paused" and run.waiting is not None:
             calls = run.waiting.calls
-            print(
-                f"    paused in {run.waiting.phase}, waiting on {len(calls)} "
-                "tool call(s):",
-                file=out,
-            )
+            waits = waiting_for(run.waiting)
+            print(f"    paused in {run.waiting.phase}, {waits}", file=out)
             for call in calls:
                 print(
                     f"    {call.id}  {call_text(call.name, call.arguments)}", file=out

@@ -19,7 +19,7 @@ transition for:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final
 
 from turnfsm.core._graph import Report, reachable
@@ -60,8 +60,14 @@ PLACED: Final[Mapping[str, tuple[str, str]]] = {
 """A reducer -> the kind of phase it may run on the way into, and what it does."""
 
 
-def check_conversation(spec: MachineSpec, problem: Report) -> None:
-    """Refuse a machine that loses what was said or stops on a step's outcome."""
+def check_conversation(
+    spec: MachineSpec, problem: Report, *, guessed: Collection[int] = ()
+) -> None:
+    """Refuse a machine that loses what was said or stops on a step's outcome.
+
+    `guessed` are the transitions (by `id`) whose misspelt dest was read as
+    the phase it is closest to: whether they end the run is only a guess.
+    """
     kinds = {s.name: s.decision for s in spec.states}
     accepts: dict[str, set[str]] = {p: set() for p in spec.phases}
     for t in spec.transitions:
@@ -82,6 +88,96 @@ def check_conversation(spec: MachineSpec, problem: Report) -> None:
             if placed is not None and state.decision != placed[0]:
                 problem(_misplaced(reducer, placed), state.name)
     _check_commits(spec, kinds, problem)
+    _check_heard(spec, kinds, problem, guessed)
+
+
+def _check_heard(
+    spec: MachineSpec,
+    kinds: Mapping[str, str | None],
+    problem: Report,
+    guessed: Collection[int],
+) -> None:
+    """No run ends done with an injected message left unheard in its inbox.
+
+    A message injected away from a measure phase waits in the inbox until
+    `flush_inbox` moves it on. A transition into a finish phase from a phase
+    where one may wait must come after a transition of its group that goes
+    elsewhere whenever one waits (``has_injected_messages``, with no guard
+    the finish transition lacks), or have the guard in its `unless`.
+    """
+    holds = _may_hold_injections(spec)
+    groups: dict[tuple[str, str], list[TransitionSpec]] = {}
+    for t in spec.transitions:
+        for source in t.sources:
+            groups.setdefault((source, t.trigger), []).append(t)
+    for (source, _trigger), group in groups.items():
+        if source not in holds:
+            continue
+        for i, t in enumerate(group):
+            if (
+                kinds.get(t.dest or "") != "finish"
+                or t.trigger in _OWN_PROBLEM
+                or id(t) in guessed
+            ):
+                continue
+            if _HEARD in t.unless or any(_hears(e, t, kinds) for e in group[:i]):
+                continue
+            problem(
+                f"phase {source!r} on {t.trigger!r} ends the run in {t.dest!r} "
+                "though a message injected there may wait, never heard: put "
+                f"before it a transition on {t.trigger!r} with conditions = "
+                f"[{_HEARD!r}] into another phase (the stock file's goes to "
+                "'start', where the model hears it)",
+                t,
+            )
+
+
+_HEARD: Final = "has_injected_messages"
+
+_OWN_PROBLEM: Final = frozenset({"message_injected", "run_cancelled"})
+"""Triggers whose transition into a finish phase is refused on its own."""
+
+
+def _hears(
+    earlier: TransitionSpec, t: TransitionSpec, kinds: Mapping[str, str | None]
+) -> bool:
+    """Whether `earlier` fires, away from a finish phase, whenever a message waits."""
+    return (
+        _HEARD in earlier.conditions
+        and set(earlier.conditions) <= {*t.conditions, _HEARD}
+        and set(earlier.unless) <= set(t.unless)
+        and earlier.dest is not None
+        and kinds.get(earlier.dest) != "finish"
+    )
+
+
+def _may_hold_injections(spec: MachineSpec) -> set[str]:
+    """The phases an injected message may wait in, not yet moved on."""
+    on_enter = {s.name: s.on_enter for s in spec.states}
+    holds: set[str] = set()
+    first: dict[str, TransitionSpec] = {}
+    for t in spec.transitions:
+        if t.trigger == "message_injected":
+            for source in t.sources:
+                first.setdefault(source, t)
+    for source, t in first.items():
+        into = t.dest or source
+        if "flush_inbox" not in t.actions and "flush_inbox" not in on_enter.get(
+            into, ()
+        ):
+            holds.add(into)
+    changed = True
+    while changed:  # what waits is carried along until a flush moves it on
+        changed = False
+        for t in spec.transitions:
+            if t.dest is None or t.dest in holds:
+                continue
+            if "flush_inbox" in t.actions or "flush_inbox" in on_enter.get(t.dest, ()):
+                continue
+            if any(source in holds for source in t.sources):
+                holds.add(t.dest)
+                changed = True
+    return holds
 
 
 def _check_outcomes(

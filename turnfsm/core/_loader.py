@@ -130,6 +130,9 @@ class _Loader(TransitionReader):
         self.raise_any()
         for key in sorted(set(self.data) - _TOP_KEYS):
             self.problem(f"unknown key {key!r}", (key,), key, _TOP_KEYS)
+        # A misspelt key (`signal = [...]`) is read as the one it is closest
+        # to, as in a state or a transition: one typo is one problem.
+        self.data = self.read_keys(self.data, _TOP_KEYS)
         name = self._str("name")
         initial = self._str("initial")
         terminal = self._str_list(
@@ -182,7 +185,7 @@ class _Loader(TransitionReader):
         self.start_graph()
         check_graph(spec, self.report)
         if not self.recorded:
-            check_conversation(spec, self.report)
+            check_conversation(spec, self.report, guessed=self.guessed)
         self.raise_any()
         return spec
 

@@ -50,7 +50,7 @@ so the same events in the same order give the same phases and decisions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, final
+from typing import Final, NoReturn, final
 
 from turnfsm import _checks
 from turnfsm.core._compiled import Step, _compiled, _Model, _select
@@ -151,7 +151,8 @@ class TurnMachine:
             )
         OpenCalls.of(snapshot.history).require_closed()
         machine = cls(spec, snapshot)
-        _check_open(machine._open, machine.decision)
+        if isinstance(machine.decision, CallLLM | Compact | Finish):
+            machine._open.require_closed()  # a snapshot's own fault
         return machine
 
     @property
@@ -214,7 +215,11 @@ class TurnMachine:
             # Rule 4, paying only for what changed: history was whole and
             # pending's open calls are known for the snapshot we leave.
             if snapshot.history is not before.history:
-                OpenCalls.of(snapshot.history).require_closed()
+                committed = OpenCalls.of(snapshot.history)
+                if committed.ids and snapshot.phase in self._compiled.terminal:
+                    # A run that ends committing a reply's calls unanswered.
+                    _unanswered(committed, snapshot.phase, _SENDS_ON[Finish])
+                committed.require_closed()
             pending = snapshot.pending
             left_open = (
                 self._open if pending is before.pending else OpenCalls.of(pending)
@@ -226,7 +231,7 @@ class TurnMachine:
             ):
                 _check_new_ids(before, snapshot)
             decision = self._compiled.decide[snapshot.phase](snapshot, left_open)
-            _check_open(left_open, decision)
+            _check_open(left_open, decision, snapshot.phase)
         except BaseException as exc:
             self._broken = f"{type(exc).__name__}: {exc}"
             model.snapshot = before
@@ -336,7 +341,31 @@ def _kept(before: Sequence[Message], after: Sequence[Message]) -> int | None:
     return n
 
 
-def _check_open(left_open: OpenCalls, decision: Decision) -> None:
-    """Rule 4: no call may stay open when the conversation is sent on."""
+def _check_open(left_open: OpenCalls, decision: Decision, phase: str) -> None:
+    """Rule 4: no call may stay open when the conversation is sent on.
+
+    Raises:
+        InvalidMessage: a call has no result (`field` is ``tool_call.id``,
+            `value` its id); the reason names the phase that would send it on.
+    """
     if left_open.ids and isinstance(decision, CallLLM | Compact | Finish):
-        left_open.require_closed()
+        _unanswered(left_open, phase, _SENDS_ON.get(type(decision), "go on"))
+
+
+def _unanswered(calls: OpenCalls, phase: str, doing: str) -> NoReturn:
+    """Refuse to go on in `phase` (`doing` it) with `calls` unanswered."""
+    raise InvalidMessage(
+        "tool_call.id",
+        calls.ids[0],
+        "a tool call with no result before the next message: phase "
+        f"{phase!r} would {doing} with it unanswered (each call of a reply "
+        "needs its result first: from a run_tools phase, or from a review "
+        "that rejects it)",
+    )
+
+
+_SENDS_ON: Final[dict[type[Decision], str]] = {
+    CallLLM: "call the model",
+    Compact: "compact the conversation",
+    Finish: "end the run",
+}

@@ -56,6 +56,8 @@ class ProblemLog:
         """Each `TransitionSpec` built (by `id`): its index in the file."""
         self.graph_starts = 0
         """How many problems the entries had when the graph checks began."""
+        self.guessed: set[int] = set()
+        """The transitions (by `id`) whose misspelt dest was read as a guess."""
         self.suggested: dict[tuple[str, int], tuple[str | None, Collection[str]]] = {}
         """Each suggestion made, by misspelt name and the (id of the) known names."""
         self.budget = SUGGESTION_BUDGET

@@ -70,6 +70,31 @@ def _error_line(exc: tomllib.TOMLDecodeError, text: str) -> int:
     return int(found.group(1)) if found else max(1, len(text.splitlines()))
 
 
+_BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
+"""What a TOML key may be written as without quotes."""
+
+
+def _bare_key_hint(text: str, line: int) -> str:
+    """How to write the key of `line`, when it needs quotes and has none.
+
+    A phase named ``revue_人間`` or ``hu man`` is a key TOML reads only
+    quoted; its own message ("Expected '=' after a key") does not say so.
+    """
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return ""
+    key, equals, _ = lines[line - 1].partition("=")
+    key = key.strip()
+    if not equals or not key or key[0] in "[#" or any(q in key for q in "\"'"):
+        return ""
+    if all(_BARE_KEY.fullmatch(part.strip()) for part in key.split(".")):
+        return ""  # a bare or dotted key: the fault is elsewhere on the line
+    return (
+        "; a name with characters other than A-Z, a-z, 0-9, _ and - must be"
+        f' quoted: "{key}" = ...'
+    )
+
+
 @final
 @attrs.frozen(kw_only=True)
 class StateSpec:
@@ -262,8 +287,10 @@ class MachineSpec:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
+            line = _error_line(exc, text)
             problem = Problem(
-                message=f"not valid TOML: {exc}", line=_error_line(exc, text)
+                message=f"not valid TOML: {exc}{_bare_key_hint(text, line)}",
+                line=line,
             )
             raise DefinitionError(source, (problem,)) from None
         from turnfsm.core._loader import load_spec  # see from_dict

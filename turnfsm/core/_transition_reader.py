@@ -148,6 +148,8 @@ class TransitionReader(ProblemLog):
             is_wildcard=is_wildcard,
             message=message,
         )
+        if written_dest is not None and written_dest != dest:
+            self.guessed.add(id(t))  # its dest is a guess at a misspelt name
         return t, trigger is not None and has_dest and bool(sources)
 
     def _trigger(
@@ -155,6 +157,17 @@ class TransitionReader(ProblemLog):
     ) -> str | None:
         """Check a transition's trigger; return it as read."""
         triggers = BUILTIN_TRIGGERS | signals
+        if written is None:
+            self.problem(f"{where}: trigger is missing", at)
+            return None
+        if not isinstance(written, str):
+            self.problem(
+                f"{where}: trigger must be one trigger's name (a transition has"
+                f" one; write one transition for each), got {written!r}",
+                (*at, "trigger"),
+                written,
+            )
+            return None
         if not isinstance(written, str) or written not in triggers:
             self.problem(
                 f"{where}: unknown trigger {written!r} (declare it in signals)",
@@ -268,7 +281,15 @@ class TransitionReader(ProblemLog):
         written = body.get("dest")
         if written is None:
             return None, True  # an internal transition: it stays in its phase
-        if not isinstance(written, str) or written not in names:
+        if not isinstance(written, str):
+            self.problem(
+                f"{where}: dest must be one phase's name (a transition goes to"
+                f" one phase), got {written!r}",
+                (*at, "dest"),
+                written,
+            )
+            return None, False
+        if written not in names:
             self.problem(
                 f"{where}: unknown dest phase {written!r}",
                 (*at, "dest"),

@@ -48,8 +48,17 @@ def is_tool(tool: object) -> bool:
     return isinstance(tool, Tool) or callable(tool)
 
 
+_EFFECT_CALL: Final = _checks.Shape(("ctx", "decision"))
+"""How the driver calls an effect: ``await effect(ctx, decision)``."""
+
+
 def check_effects(inst: Driver, _attr: object, effects: object) -> None:
-    """Effects by name, and one for every custom phase of the driver's machine."""
+    """Effects by name, and one for every custom phase of the driver's machine.
+
+    An effect must be an async function that can be called with the step's
+    context and the decision: one whose parameters cannot take that call is
+    refused here, rather than failing the run at its first call.
+    """
     if not isinstance(effects, Mapping):
         raise ConfigError("effects", effects, "a mapping of name to effect")
     named = {s.effect for s in inst.machine.states if s.effect is not None}
@@ -62,6 +71,13 @@ def check_effects(inst: Driver, _attr: object, effects: object) -> None:
                 effect,
                 "an async function: it is a plain def, and it is awaited "
                 "(write it as `async def`)",
+            )
+        unfit = _checks.cannot_take(effect, _EFFECT_CALL)
+        if unfit is not None:  # it would fail the run at its first call
+            raise ConfigError(
+                f"effects[{name!r}]",
+                effect,
+                f"an effect called as effect({_EFFECT_CALL.spelled()}): {unfit}",
             )
         if name not in named and name not in BUILTIN_EFFECTS:
             # A misspelt name would leave the effect it meant to replace as it is.

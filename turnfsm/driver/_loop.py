@@ -616,7 +616,8 @@ class RunLoop(Ending):
         driver bug; the effect is named instead, with what the phase takes.
 
         Raises:
-            InvalidReturn: the phase has no transition on the event's trigger.
+            InvalidReturn: the phase has no transition on the event's trigger,
+                or the event is a `MessageInjected` (only the outside feeds one).
         """
         own = self._own_effects
         if not own:
@@ -625,6 +626,18 @@ class RunLoop(Ending):
         if key not in own:
             return
         machine = self.machine
+        if type(event) is MessageInjected:
+            # The outside's event: returned by a step, the phase (which stays
+            # where it is on it) would run the effect again, as often as it
+            # returns one, and the message would wait for a measure phase.
+            raise InvalidReturn(
+                f"effect {key!r}",
+                "MessageInjected",
+                "an event of the step's own outcome: a message is injected from"
+                " outside (RunControl.inject); to add one to the conversation,"
+                " return a signal whose transition names a key of its data with"
+                " message = KEY",
+            )
         accepts = machine.spec.accepts(machine.phase)
         trigger = trigger_of(event)
         if trigger not in accepts:

@@ -40,6 +40,7 @@ from turnfsm.persistence import (
     Session,
     TurnRecord,
     decision_key,
+    machine_digest,
 )
 
 __all__ = [
@@ -135,6 +136,17 @@ def rebuild(
             actual = (entry.phase, "error:InvalidMessage")
             machine = TurnMachine.from_snapshot(spec, machine.snapshot)
         except IllegalEvent as exc:
+            other = _other_machine(spec, record)
+            if other is not None:  # the log may be sound: the machine differs
+                refused = f"phase {exc.phase!r} does not take {exc.event!r}"
+                raise ReplayDiverged(
+                    run_id=run_id,
+                    index=index,
+                    event=trigger_of(event),
+                    expected=" -> ".join((entry.phase, entry.decision)),
+                    actual=f"{refused} ({other})",
+                    entry=feed.position(entry),
+                ) from None
             raise feed.inconsistent(
                 entry,
                 f"it led to {entry.phase} -> {entry.decision}",
@@ -148,17 +160,30 @@ def rebuild(
                 on_step(machine)
         logged = (entry.phase, entry.decision)
         if check and actual != logged:
+            other = _other_machine(spec, record)
             raise ReplayDiverged(
                 run_id=run_id,
                 index=index,
                 event=trigger_of(event),
                 expected=" -> ".join(logged),
-                actual=" -> ".join(actual),
+                actual=" -> ".join(actual) + (f" ({other})" if other else ""),
                 entry=feed.position(entry),
             )
     if check:
         feed.finish()
     return machine
+
+
+def _other_machine(spec: MachineSpec, record: RunRecord) -> str | None:
+    """How `spec` differs from the machine `record`'s run began on (None: it is it)."""
+    opened = record.opened
+    digest = machine_digest(spec)
+    if digest == opened.digest:
+        return None
+    return (
+        f"the machine replayed, {spec.name} {digest}, is not the one the run "
+        f"began on, {opened.machine} {opened.digest}"
+    )
 
 
 def rebased(

@@ -1,0 +1,85 @@
+"""Replaying a run on a machine other than the one it began on names both."""
+
+from __future__ import annotations
+
+import pytest
+
+from turnfsm import Agent, default_machine, review_machine
+from turnfsm.core import Event, MachineSpec, Perform, Signal
+from turnfsm.driver import EffectContext, replay
+from turnfsm.errors import LogInconsistent, ReplayDiverged
+from turnfsm.persistence import Session, machine_digest
+from turnfsm.testing import ScriptedModel
+
+
+async def approve(ctx: EffectContext, decision: Perform) -> Event:
+    return Signal("approved")
+
+
+@pytest.fixture(scope="module")
+def reviewed() -> Session:
+    """A session whose one run went through the review machine's approval."""
+    agent = Agent(
+        model=ScriptedModel.of("a draft"),
+        machine=review_machine(),
+        effects={"review": approve},
+    )
+    assert agent.run_sync("write a haiku").outcome == "done"
+    return agent.session
+
+
+def _renamed(spec: MachineSpec) -> MachineSpec:
+    """The review machine, its `approved` signal renamed `ok` (and so its name)."""
+    data = spec.to_dict()
+    data["name"] = "renamed"
+    data["signals"] = ["ok", "revise"]
+    for transition in data["transitions"]:
+        if transition["trigger"] == "approved":
+            transition["trigger"] = "ok"
+    return MachineSpec.from_dict(data)
+
+
+def test_a_sound_log_is_not_blamed_when_the_machine_does_not_take_its_event(
+    reviewed: Session,
+) -> None:
+    # It said the log "was changed or damaged after it was written - restore
+    # it from a copy" (a LogInconsistent), of a log that was sound.
+    run_id = reviewed.runs[-1].run_id
+    spec = _renamed(review_machine())
+
+    report = replay(spec, reviewed, run_id)
+
+    error = report.divergence
+    assert isinstance(error, ReplayDiverged)
+    assert not isinstance(error, LogInconsistent)
+    assert error.event == "approved"
+    logged = reviewed.runs[-1].opened
+    assert error.actual == (
+        "phase 'await_review' does not take 'approved' (the machine replayed, "
+        f"renamed {machine_digest(spec)}, is not the one the run began on, "
+        f"review {logged.digest})"
+    )
+    assert "restore it from a copy" not in str(error)
+
+
+def test_a_divergence_on_another_machine_names_both_machines(
+    reviewed: Session,
+) -> None:
+    run_id = reviewed.runs[-1].run_id
+
+    report = replay(default_machine(), reviewed, run_id)
+
+    error = report.divergence
+    assert isinstance(error, ReplayDiverged)
+    assert error.expected == "await_review -> perform:review"
+    assert error.actual.startswith("done -> finish (the machine replayed, turn ")
+    assert error.actual.endswith(
+        f"is not the one the run began on, review {reviewed.runs[-1].opened.digest})"
+    )
+
+
+def test_the_run_replays_on_its_own_machine(reviewed: Session) -> None:
+    run_id = reviewed.runs[-1].run_id
+
+    assert replay(None, reviewed, run_id).ok
+    assert replay(review_machine(), reviewed, run_id).ok
