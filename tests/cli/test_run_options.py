@@ -135,7 +135,15 @@ TOOLS = "tests.cli.approval_agent"
         (
             ["--model", "openai:o", "--machine", "none.toml"],
             "--machine='none.toml'",
-            "(none.toml does not exist)",
+            "a machine file, or a shipped machine's name (approval, compaction, "
+            "review, turn) (none.toml does not exist)",
+        ),
+        (
+            # A shipped machine by its name: the review machine, which needs
+            # its reviewer's effect.
+            ["--model", "openai:o", "--machine", "review"],
+            "--machine",
+            "an effect named 'review' for phase 'await_review': give --agent",
         ),
         (
             [

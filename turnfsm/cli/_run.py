@@ -24,7 +24,7 @@ import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm._resources import load_machine
+from turnfsm._resources import load_machine, machines_dir
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
@@ -201,8 +201,12 @@ def open_driver(
         try:
             machine = load_machine(options.machine)
         except OSError as exc:
+            what = "a machine file"
+            if isinstance(exc, FileNotFoundError):
+                names = sorted(p.stem for p in machines_dir().glob("*.toml"))
+                what += f", or a shipped machine's name ({', '.join(names)})"
             raise ConfigError(
-                "--machine", options.machine, f"a machine file ({explain(exc)})"
+                "--machine", options.machine, f"{what} ({explain(exc)})"
             ) from None
     if options.model is None:
         if need_model:
