@@ -44,6 +44,7 @@ from turnfsm.core import (
     ToolsFinished,
     TransitionSpec,
     TurnMachine,
+    _spec,
 )
 from turnfsm.errors import Cancelled, CompactionStalled, DefinitionError, IllegalEvent
 from turnfsm.messages import Message, MessageLog
@@ -187,6 +188,13 @@ def test_a_name_toml_reads_only_quoted_is_shown_quoted(
         "; a name with characters other than A-Z, a-z, 0-9, _ and - must be"
         f" quoted: {quoted}"
     )
+
+
+@pytest.mark.parametrize("line", [0, 3])
+def test_a_line_outside_the_text_gets_no_quoting_hint(line: int) -> None:
+    # TOML's own line count and Python's can differ (form feeds, line
+    # separators): a line that is not the text's is no key to quote.
+    assert _spec._bare_key_hint("hu man = 1\nb = 2", line) == ""
 
 
 def test_a_value_toml_cannot_read_gets_no_quoting_hint() -> None:
