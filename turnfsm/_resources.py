@@ -63,10 +63,16 @@ def _here_or_shipped(p: Path) -> Path:
     if p.name != str(p) or os.path.lexists(p):
         return p  # a path with a directory, or a file (or anything) here
     for name in (p.name, f"{p.name}.toml"):
-        shipped = machines_dir() / name
-        if shipped.is_file():
+        shipped = _shipped(name)
+        if shipped is not None:
             return shipped
     return p
+
+
+def _shipped(name: str) -> Path | None:
+    """The shipped machine file `name` (``turn.toml``), if there is one."""
+    shipped = machines_dir() / name
+    return shipped if shipped.is_file() else None
 
 
 _MAX_NESTING: Final = 32
@@ -91,8 +97,8 @@ class _Loading:
         if "\x00" in name:
             raise OSError(errno.EINVAL, "a file name cannot hold a NUL character")
         target = parent / name
-        if not target.exists() and (machines_dir() / name).is_file():
-            target = machines_dir() / name
+        if not target.exists() and (shipped := _shipped(name)) is not None:
+            target = shipped
         here = _resolved(target)
         if here in chain:
             names = [c.name for c in chain[chain.index(here) :]]

@@ -39,7 +39,7 @@ def load_object(option: str, spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ConfigError(option, spec, "MODULE:ATTR (e.g. myapp.agents:support)")
-    if not all(part.isidentifier() for part in module_name.split(".")):
+    if not _dotted_names(module_name):
         # Not a module name Python could import (``./app.py``, ``src/app``).
         raise ConfigError(
             option, spec, f"an importable module ({_how_to_name(module_name, attr)})"
@@ -76,7 +76,7 @@ def _how_to_name(module_name: str, attr: str) -> str:
         return "run from the directory that holds it, or set PYTHONPATH"
     parts = module_name.removesuffix(".py").replace("\\", "/").split("/")
     dotted = ".".join(part for part in parts if part not in ("", ".", ".."))
-    if not all(part.isidentifier() for part in dotted.split(".")):
+    if not _dotted_names(dotted):
         return (
             "a module's name is Python names joined by dots, as in "
             "myapp.agents: rename the file so that Python can import it"
@@ -89,9 +89,12 @@ def _how_to_name(module_name: str, attr: str) -> str:
 
 def _is_file_name(module_name: str) -> bool:
     """Whether `module_name` reads as a file's name (``app.py``, ``./src/app``)."""
-    return module_name.endswith(".py") or not all(
-        part.isidentifier() for part in module_name.split(".")
-    )
+    return module_name.endswith(".py") or not _dotted_names(module_name)
+
+
+def _dotted_names(name: str) -> bool:
+    """Whether `name` is Python names joined by dots, as a module's name is."""
+    return all(part.isidentifier() for part in name.split("."))
 
 
 def _import_failed(option: str, spec: str, exc: BaseException) -> ConfigError:

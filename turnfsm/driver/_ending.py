@@ -71,6 +71,21 @@ class Ending:
 
     feed: Callable[[Event, Decision | None], Awaitable[Decision]]
 
+    async def append(self, *entries: Entry, history: MessageLog | None = None) -> None:
+        """Append `entries` to the run's log, for at most the store's timeout.
+
+        Raises:
+            StoreUnusable: the store did not answer in time (`store_call`).
+        """
+        session = self.session
+        await store_call(
+            session.append(*entries, history=history),
+            seconds=self.settings.store_timeout,
+            store=session.store,
+            method="append",
+            writes=True,
+        )
+
     async def end(
         self,
         decision: Finish | Fail | Pause | None,
@@ -111,8 +126,7 @@ class Ending:
         # run's final commit) go in the same append.
         riding, self._riding = self._riding, []
         held, self.held = self.held, []
-        session = self.session
-        ended = session.append(
+        await self.append(
             *riding,
             *held,
             RunEnded(
@@ -128,13 +142,6 @@ class Ending:
                 compaction_usage=self.audit.compaction_usage,
             ),
             history=self.held_history if held else None,
-        )
-        await store_call(
-            ended,
-            seconds=self.settings.store_timeout,
-            store=session.store,
-            method="append",
-            writes=True,
         )
         self.ended = True
         self.hear_end(outcome, snapshot, text, error)

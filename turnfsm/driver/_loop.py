@@ -87,7 +87,6 @@ from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
-from turnfsm.driver._store_calls import store_call
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
     ConfigError,
@@ -245,14 +244,7 @@ class RunLoop(Ending):
         """Append `entries` to the log, after the entries riding with them."""
         riding, self._riding = self._riding, []
         try:
-            session = self.session
-            await store_call(
-                session.append(*riding, *entries, history=history),
-                seconds=self.settings.store_timeout,
-                store=session.store,
-                method="append",
-                writes=True,
-            )
+            await self.append(*riding, *entries, history=history)
         except BaseException:
             if not self.session.has_run(self.run_id):
                 # Nothing was written: the run still opens in the log before
