@@ -717,6 +717,38 @@ async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     assert list(session.history) == []
 
 
+async def test_what_a_control_queued_moves_to_another_and_the_run_takes_it() -> None:
+    # A durable run continued as new hands its steering's queue on this way.
+    from turnfsm.core import MessageInjected, RunCancelled
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled, InvalidMessage
+
+    first = RunControl()
+    first.inject(Message.user("also check the logs", id="m1"))
+    queued = first.queued()
+    assert [type(e) for e in queued] == [MessageInjected]
+    second = RunControl()
+    second.requeue(queued)
+    assert second.queued() == queued
+    model = ScriptedModel.of("checked")
+    session = Session()
+    result = await Driver(model=model).run("look", session=session, control=second)
+    assert result.ok
+    assert [m.text for m in model.requests[0].messages][-1] == "also check the logs"
+    assert second.queued() == ()
+
+    third = RunControl()
+    third.requeue([RunCancelled(reason="stop")])
+    assert third.is_cancel_requested
+    stopped = await Driver(model=ScriptedModel.of("never")).run(
+        "go", session=Session(), control=third
+    )
+    assert isinstance(stopped.error, Cancelled)
+    assert stopped.error.reason == "stop"
+    with pytest.raises(InvalidMessage, match="events"):
+        RunControl().requeue([Message.user("not an event")])  # type: ignore[list-item]
+
+
 def _injections_only_in(phases: tuple[str, ...]) -> MachineSpec:
     """The stock machine, taking injected messages only in `phases`."""
     data = tomllib.loads(turn_toml_text())

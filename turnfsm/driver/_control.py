@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Generic, Literal, final
 
 import anyio
@@ -65,6 +65,27 @@ class RunControl:
         self._queue.append(RunCancelled(reason=reason))
         if self._scope is not None:
             self._scope.cancel()
+
+    def queued(self) -> tuple[Event, ...]:
+        """What is queued and no run has taken yet (injected messages, a cancel)."""
+        return tuple(self._queue)
+
+    def requeue(self, events: Iterable[Event]) -> None:
+        """Queue again what `queued` gave (another control's), in its order.
+
+        Raises:
+            InvalidMessage: an event is not an injected message or a cancel,
+                or its message could not be injected (see `inject`).
+        """
+        for event in events:
+            if isinstance(event, MessageInjected):
+                self.inject(event.message)
+            elif isinstance(event, RunCancelled):
+                self.cancel(event.reason)
+            else:
+                raise InvalidMessage(
+                    "events", event, "injected messages and cancels (queued())"
+                )
 
     @property
     def is_cancel_requested(self) -> bool:

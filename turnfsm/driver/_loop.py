@@ -90,6 +90,7 @@ from turnfsm.driver._model_calls import describe_model
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
     ConfigError,
+    ContinuedAsNew,
     EffectFailed,
     InvalidMessage,
     InvalidReturn,
@@ -400,9 +401,11 @@ class RunLoop(Ending):
             return await self._steps(decision)
         except _Broken as broken:
             return await self.end(None, broken.error)
-        except SubagentWaiting as waiting:
+        except (SubagentWaiting, ContinuedAsNew) as waiting:
             # A sub-agent paused for an answer: this run stops where it is,
-            # its call open, and goes on when resumed with that answer.
+            # its call open, and goes on when resumed with that answer. A
+            # durable run's long history stops it likewise, between two
+            # steps, for its workflow to resume it in a new one.
             self.step = None
             with anyio.CancelScope(shield=True):
                 stopped = await self.interrupt(str(waiting), waiting)

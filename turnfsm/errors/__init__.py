@@ -28,6 +28,7 @@ TurnFSMError                 base class; never raised directly
 ├── SubagentTooDeep          a sub-agent past its tool's max_depth; .depth, .max_depth
 ├── SubagentTooMany          a run past a sub-agent tool's max_children; .max_children
 ├── SubagentWaiting          a sub-agent paused for an answer; its caller stops too
+├── ContinuedAsNew           a durable run's history grew long; it goes on in a new one
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
@@ -84,6 +85,7 @@ from turnfsm.errors._misuse import (
 from turnfsm.errors._run import (
     CONTEXT_OVERFLOW,
     Cancelled,
+    ContinuedAsNew,
     LogInconsistent,
     MaxTurnsExceeded,
     OutputInvalid,
@@ -118,6 +120,7 @@ __all__ = [
     "CompactionStalled",
     "ConfigError",
     "ContextExceeded",
+    "ContinuedAsNew",
     "CorruptRecord",
     "DefinitionError",
     "DuplicateRecord",

@@ -14,6 +14,7 @@ from turnfsm.errors._base import TurnFSMError
 __all__ = [
     "CONTEXT_OVERFLOW",
     "Cancelled",
+    "ContinuedAsNew",
     "LogInconsistent",
     "MaxTurnsExceeded",
     "OutputInvalid",
@@ -441,6 +442,35 @@ class SubagentWaiting(TurnFSMError):
             f"{len(self.calls)} tool call(s) (session {self.session_id!r}, run "
             f"{self.run_id!r}): answer this run (`turnfsm approve` or `reject` "
             "on either session) and both go on"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ContinuedAsNew(TurnFSMError):
+    """A durable run's workflow history grew long: the run goes on in a new one.
+
+    Temporal keeps every step of a workflow in its history, and a history
+    has limits (its server ends a workflow past them). Past
+    `DurableOptions.history_limit` events, or when the server suggests it,
+    a durable run stops between two steps, ``interrupted`` with this error,
+    and its workflow continues as new (the same workflow id, a fresh
+    history), which resumes the run from its log at once. Nothing is asked
+    of anyone: the error only marks, in the run's log, where it happened.
+    `workflow_id` is the workflow's, `history_events` and `history_bytes`
+    the size of the history it left.
+    """
+
+    workflow_id: str
+    history_events: int
+    history_bytes: int
+
+    def __str__(self) -> str:
+        return (
+            f"the durable run goes on in a new run of Temporal workflow "
+            f"{self.workflow_id!r}: its history reached {self.history_events} "
+            f"events ({self.history_bytes} bytes); nothing to do, the workflow "
+            "resumes it"
         )
 
 

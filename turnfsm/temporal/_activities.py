@@ -49,6 +49,7 @@ from turnfsm.driver import (
 )
 from turnfsm.errors import (
     ConfigError,
+    ContinuedAsNew,
     EffectFailed,
     RunCrashed,
     SessionBusy,
@@ -235,8 +236,8 @@ async def _write(
     """Write the entries the workflow made (a conflict is not retried).
 
     The run's first write takes the session for the workflow, before
-    anything is written; once the run has ended (not paused), the workflow
-    lets it go.
+    anything is written; once the run has ended (not paused, nor stopped
+    to continue in a new workflow run), the workflow lets it go.
     """
     if not log or not log["entries"]:
         return
@@ -247,10 +248,19 @@ async def _write(
         await append_once(store, session_id, entries, log["version"])
     except SessionConflict as exc:
         raise not_retried(exc) from None
-    if any(isinstance(e, RunEnded) and e.outcome != "paused" for e in entries):
+    if any(_lets_go(e) for e in entries):
         holder = _holder(store, session_id)
         if holder is not None:
             await holder.release_lease(session_id, _owner())
+
+
+def _lets_go(entry: Entry) -> bool:
+    """Whether `entry` ends the run for good: not paused, nor continued as new."""
+    return (
+        isinstance(entry, RunEnded)
+        and entry.outcome != "paused"
+        and not isinstance(entry.error, ContinuedAsNew)
+    )
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,7 @@ from typing import Any, Final, final
 import attrs
 
 from turnfsm import _checks, serde
-from turnfsm.core import Pause
+from turnfsm.core import Event, Pause
 from turnfsm.driver import RunResult
 from turnfsm.messages import Message
 from turnfsm.persistence import ParentLink
@@ -59,6 +59,12 @@ class DurableOptions:
         log_timeout: Seconds a session-log activity (load, append) may take.
         task_timeout: Seconds a workflow task may take before Temporal hands
             it to another worker (how soon a run whose worker died goes on).
+        history_limit: Events a workflow run's history may reach before the
+            run continues in a new workflow run (the same workflow id, a
+            fresh history), resumed from its log at its next step; None:
+            when the Temporal server suggests it. Temporal ends a workflow
+            whose history outgrows the server's limits, and every activity
+            of a run carries its conversation, so a long run needs this.
     """
 
     heartbeat_timeout: float = attrs.field(
@@ -68,6 +74,9 @@ class DurableOptions:
     retry_max: float = attrs.field(default=30.0, validator=_seconds("retry_max"))
     log_timeout: float = attrs.field(default=60.0, validator=_seconds("log_timeout"))
     task_timeout: float = attrs.field(default=10.0, validator=_seconds("task_timeout"))
+    history_limit: int | None = attrs.field(
+        default=None, validator=_checks.integer("history_limit", low=1, optional=True)
+    )
 
 
 @final
@@ -88,6 +97,10 @@ class RunSpec:
             it (its `RunOpened` records it); None for a run started by hand.
         store: The agent whose store holds the session (a sub-agent's session
             is in its parent's store); None: this run's agent.
+        resume: The run is open in the log (its workflow continued as new):
+            resume it there, with no input.
+        queued: What the run's steering had queued and the run had not
+            taken yet (injected messages, a cancel) when it continued as new.
     """
 
     agent: str
@@ -97,6 +110,8 @@ class RunSpec:
     options: DurableOptions = attrs.field(factory=DurableOptions)
     parent: ParentLink | None = None
     store: str | None = None
+    resume: bool = False
+    queued: tuple[Event, ...] = ()
 
 
 @final

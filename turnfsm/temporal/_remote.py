@@ -51,7 +51,12 @@ with workflow.unsafe.imports_passed_through():
         child_ids,
         effect_key,
     )
-    from turnfsm.errors import ConfigError, SessionConflict, SubagentFailed
+    from turnfsm.errors import (
+        ConfigError,
+        ContinuedAsNew,
+        SessionConflict,
+        SubagentFailed,
+    )
     from turnfsm.hooks import ToolCallInfo
     from turnfsm.messages import Message, ToolCallPart
     from turnfsm.persistence import Entry, ParentLink, Session, SessionInfo
@@ -239,6 +244,7 @@ class _Remote:
         self.log = log
         self.cancelled: str | None = None  # the reason of a cancel signal
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._started = 0  # effects begun in this workflow run
         self.children: dict[str, None] = {}
         """The session ids of the child workflows in flight, in start order."""
 
@@ -274,6 +280,33 @@ class _Remote:
         for task in tasks:
             task.cancel()
         return bool(tasks)
+
+    def _begin(self) -> None:
+        """Count an effect begun; first stop the run if its history grew long.
+
+        Past `DurableOptions.history_limit` events, or when the server
+        suggests it, the run stops here, before a model call, a compaction
+        pass or an effect of its machine begins (`ContinuedAsNew`, logged as
+        its interruption), for the workflow to continue as new and resume
+        it, carrying that decision out. Never before a tool batch or a
+        sub-agent: resumed, a batch with no results is closed as
+        interrupted, as after a crash, where here it is known not to have
+        begun. A workflow run that has begun no effect yet goes on: each one
+        carries the run at least a step further.
+        """
+        if self._started:
+            info = workflow.info()
+            limit = self.spec.options.history_limit
+            events = info.get_current_history_length()
+            if (
+                limit is not None and events >= limit
+            ) or info.is_continue_as_new_suggested():
+                raise ContinuedAsNew(
+                    workflow_id=info.workflow_id,
+                    history_events=events,
+                    history_bytes=info.get_current_history_size(),
+                )
+        self._started += 1
 
     async def _run(self, activity: Any, request: Any, **options: Any) -> Any:
         return await self._track(
@@ -325,6 +358,7 @@ class _Remote:
         async def effect(ctx: EffectContext, decision: Any) -> Event:
             if self.cancelled is not None:
                 return RunCancelled(reason=self.cancelled)
+            self._begin()
             request = self._request(ctx)
             request["key"] = key
             request["log"] = log = self.log.take()

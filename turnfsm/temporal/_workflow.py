@@ -32,6 +32,12 @@ brain sees comes only from events (the activities' results, the updates'
 arguments) and from the workflow's clock and id source, so a replay makes
 the same decisions, timestamps and message ids.
 
+A long run moves to a fresh history: past `DurableOptions.history_limit`
+events, or when the server suggests it, an effect about to begin stops the
+run instead (`ContinuedAsNew`, logged as its interruption; `_Remote`), and
+the workflow continues as new with `RunSpec.resume`, resuming the run from
+its log with what its steering had queued.
+
 Observing hooks (`on_transition`, `on_run_end`, ...) are called here, but
 not while Temporal replays history the workflow already made: each fires
 once per step in the normal course. The hooks an effect calls
@@ -74,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
     from turnfsm.driver import Delegation, Driver, RunControl
     from turnfsm.errors import (
         ConfigError,
+        ContinuedAsNew,
         InvalidMessage,
         SessionBusy,
         SessionConflict,
@@ -231,14 +238,20 @@ class TurnWorkflow:
         driver = _durable(agent, remote)
         hooks = [self._status]
         control = self._control
+        control.requeue(spec.queued)
         try:
-            result = await driver.run(
-                spec.input,
-                session=session,
-                control=control,
-                hooks=hooks,
-                run_id=spec.run_id,
-            )
+            if spec.resume:  # continued as new: the run is open in its log
+                result = await driver.resume(
+                    session, spec.run_id, control=control, hooks=hooks
+                )
+            else:
+                result = await driver.run(
+                    spec.input,
+                    session=session,
+                    control=control,
+                    hooks=hooks,
+                    run_id=spec.run_id,
+                )
             await log.flush()
             while result.outcome == "paused":
                 self._status.waiting = result.waiting
@@ -270,6 +283,14 @@ class TurnWorkflow:
                 type=CRASHED,
                 non_retryable=True,
             ) from exc
+        if result.outcome == "interrupted" and isinstance(result.error, ContinuedAsNew):
+            # Its log is written; what its steering queued goes with it.
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            workflow.continue_as_new(
+                serde.to_json(
+                    attrs.evolve(spec, input=(), resume=True, queued=control.queued())
+                )
+            )
         return run_result(result)
 
     async def _next_answer(self) -> tuple[Event, bool]:

@@ -1,0 +1,227 @@
+"""A durable run whose workflow history grows long continues as new.
+
+Temporal ends a workflow whose history outgrows the server's limits, and a
+durable run's activities carry its conversation, so a long run must move
+to a fresh history before that: past `DurableOptions.history_limit` events
+(or when the server suggests it) the run stops between two steps, logged
+``interrupted`` with `ContinuedAsNew`, and its workflow continues as new,
+resuming it from the log. These tests run on the real dev server, on real
+SQLite files, against the in-process run of the same agent.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from turnfsm import Agent, approval_machine
+from turnfsm.cli._demo import TASK, build_demo_agent
+from turnfsm.driver import replay
+from turnfsm.errors import ConfigError, ContinuedAsNew
+from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
+from turnfsm.temporal import (
+    DurableOptions,
+    DurableRun,
+    RunStatus,
+    TurnWorkflow,
+    create_worker,
+    start_durable,
+    workflow_runner,
+)
+from turnfsm.testing import ScriptedModel, reply, tool_call
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+
+def _said(session: Session) -> list[tuple[str, str, list[str]]]:
+    """What a conversation says, without its message ids."""
+    return [
+        (m.role.value, m.text, [r.content for r in m.tool_results])
+        for m in session.history
+    ]
+
+
+async def test_a_long_run_continues_as_new_and_ends_as_in_process(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    local = build_demo_agent(io.StringIO(), store=MemoryStore())
+    expected = await local.run(TASK)
+    store = SQLiteStore(tmp_path / "long.db")
+    agent = build_demo_agent(io.StringIO(), store=store)
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    # 30 events: the workflow's start, the log's first read and a step or two.
+    options = DurableOptions(
+        heartbeat_timeout=5, retry_initial=0.1, retry_max=1, history_limit=30
+    )
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent, TASK, client=temporal_client, task_queue=queue, options=options
+        )
+        result = await run.result()
+        status = await run.status()
+    assert (result.outcome, result.text, result.turns) == (
+        expected.outcome,
+        expected.text,
+        expected.turns,
+    )
+    assert (status.outcome, status.turn) == ("done", expected.turns)
+    assert result.usage == expected.usage  # the whole run's, not the last part's
+
+    session = await Session.load(SQLiteStore(tmp_path / "long.db"), run.session_id)
+    assert _said(session) == _said(local.session)
+    [record] = session.runs  # one run, however many workflow runs carried it
+    assert record.outcome == "done"
+    assert replay(agent.driver.machine, session, result.run_id).ok
+    stops = [
+        e
+        for e in session.entries
+        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+    ]
+    assert len(stops) >= 2
+    assert all(e.outcome == "interrupted" for e in stops)
+    for stop in stops:
+        assert isinstance(stop.error, ContinuedAsNew)
+        assert stop.error.workflow_id == run.workflow_id
+        assert stop.error.history_events >= 30
+        assert stop.error.history_bytes > 0
+
+    # Temporal: a chain of workflow runs, one per stop and the last, each
+    # history short, and each replaying.
+    handle = temporal_client.get_workflow_handle(run.workflow_id)
+    replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=workflow_runner())
+    chain, run_id = 0, (await handle.describe()).run_id
+    while run_id:
+        history = await temporal_client.get_workflow_handle(
+            run.workflow_id, run_id=run_id
+        ).fetch_history()
+        await replayer.replay_workflow(history)
+        chain += 1
+        started = history.events[0].workflow_execution_started_event_attributes
+        run_id = started.continued_execution_run_id
+        # A stop comes at the first step past the limit: a step's events over.
+        assert len(history.events) < 30 + 25
+    assert chain == len(stops) + 1
+
+    # The run let its session go only at its end: another process takes it.
+    await store.acquire_lease(run.session_id, "another process", ttl=5)
+
+
+async def test_a_tool_that_is_not_safe_to_repeat_runs_once_per_call(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # A stop never falls before a tool batch: resumed, a batch with no
+    # results would be closed as interrupted, as after a crash.
+    ran: list[int] = []
+
+    def charge(n: int) -> str:
+        """Charge a card (not safe to run twice).
+
+        Args:
+            n: the charge.
+        """
+        ran.append(n)
+        return f"charged {n}"
+
+    turns = 8
+    script = [reply("", tool_call("charge", f"c{n}", n=n)) for n in range(turns)]
+    agent = Agent(
+        model=ScriptedModel.of(*script, "all charged"),
+        tools=[charge],
+        store=SQLiteStore(tmp_path / "tools.db"),
+        name="charger",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    # No workflow cache: every task replays its history, stops included.
+    async with create_worker(temporal_client, queue, agent, max_cached_workflows=0):
+        run = await start_durable(
+            agent,
+            "charge them",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=25),
+        )
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "all charged")
+    assert ran == list(range(turns))
+    session = await Session.load(SQLiteStore(tmp_path / "tools.db"), run.session_id)
+    results = [r.content for m in session.history for r in m.tool_results]
+    assert results == [f"charged {n}" for n in range(turns)]
+    stops = [
+        e
+        for e in session.entries
+        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+    ]
+    assert len(stops) >= 2
+
+
+async def test_a_run_paused_for_approvals_continues_and_is_answered_through_it(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+
+    def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: the file.
+        """
+        ran.append(path)
+        return f"deleted {path}"
+
+    paths = [f"/tmp/{n}" for n in range(4)]
+    script = [
+        reply("", tool_call("delete", f"c{n}", path=p)) for n, p in enumerate(paths)
+    ]
+    agent = Agent(
+        model=ScriptedModel.of(*script, "cleaned up"),
+        tools=[delete],
+        machine=approval_machine(),
+        store=SQLiteStore(tmp_path / "approve.db"),
+        name="approver",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "clean up",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=25),
+        )
+        for n in range(len(paths)):
+            status = await _paused(run)
+            assert [c.id for c in status.waiting.calls] == [f"c{n}"]
+            await run.approve()
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "cleaned up")
+    assert ran == paths
+    session = await Session.load(SQLiteStore(tmp_path / "approve.db"), run.session_id)
+    assert replay(approval_machine(), session, result.run_id).ok
+    assert any(
+        isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+        for e in session.entries
+    )
+
+
+async def _paused(run: DurableRun) -> RunStatus:
+    """The run's status once it waits for an answer."""
+    with anyio.fail_after(30):
+        while True:
+            status = await run.status()
+            if status.waiting is not None:
+                return status
+            await anyio.sleep(0.05)
+
+
+def test_history_limit_is_checked_where_it_is_given() -> None:
+    for bad in (0, -3, 2.5, "100", True):
+        with pytest.raises(ConfigError, match="history_limit"):
+            DurableOptions(history_limit=bad)  # type: ignore[arg-type]
+    assert DurableOptions(history_limit=1).history_limit == 1
+    assert DurableOptions().history_limit is None
