@@ -177,6 +177,45 @@ def _demo_whose_wait_raises(
     )
 
 
+def test_demo_durable_with_no_worker_says_how_to_start_one(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    queue = f"cli-{uuid.uuid4().hex[:8]}"  # no worker ever polled it
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "client.db")}
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "turnfsm",
+            "demo",
+            "--durable",
+            "--task-queue",
+            queue,
+            "--address",
+            temporal_address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert demo.stdout is not None
+        started = demo.stdout.readline()
+        hint = demo.stdout.readline()
+    finally:
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=30)
+    assert "waiting for a worker..." in started
+    assert hint == (
+        f"no worker has asked {queue!r} for work lately: start one (turnfsm "
+        f"worker --task-queue {queue} --address {temporal_address}, in another "
+        "terminal) and the run goes on there\n"
+    )
+    assert demo.returncode == 130
+    assert f"goes on when a worker serves {queue!r}" in err
+
+
 def test_demo_durable_says_the_server_was_lost_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -139,6 +139,30 @@ async def _shut_down_on_signal(worker: Any) -> None:
     await worker.shutdown()
 
 
+async def _polled(client: Any, namespace: str, task_queue: str) -> bool:
+    """Whether a worker polled `task_queue` for workflow tasks lately.
+
+    Temporal lists a queue's pollers of the last few minutes; a server that
+    cannot say counts as polled (nothing to advise).
+    """
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from temporalio.service import RPCError
+
+    try:
+        described = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    except RPCError:
+        return True
+    return bool(described.pollers)
+
+
 def run_durable_demo(
     task_queue: str,
     *,
@@ -178,6 +202,17 @@ def run_durable_demo(
                 file=stream,
                 flush=True,
             )
+            if not await _polled(client, namespace, task_queue):
+                where = f" --address {address}"
+                if namespace != "default":
+                    where += f" --namespace {namespace}"
+                print(
+                    f"no worker has asked {task_queue!r} for work lately: start "
+                    f"one (turnfsm worker --task-queue {task_queue}{where}, in "
+                    "another terminal) and the run goes on there",
+                    file=stream,
+                    flush=True,
+                )
         return await run.result()
 
     try:
