@@ -264,6 +264,35 @@ async def test_the_workflow_history_and_the_session_log_agree(
     assert result.ok
 
 
+async def test_a_tool_activity_carries_its_call_not_the_conversation(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The history keeps every activity's input: a batch of k calls carrying
+    # the conversation each would grow it k times a turn.
+    agent = build_demo_agent(io.StringIO(), store=SQLiteStore(tmp_path / "s.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(agent, TASK, client=temporal_client, task_queue=queue)
+        result = await run.result()
+        history = await _history(temporal_client, run.workflow_id)
+    assert result.ok
+    convert = temporal_client.data_converter.payload_converter
+    inputs: dict[str, list[Any]] = {"turnfsm.tool": [], "turnfsm.effect": []}
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name in inputs:
+                [value] = convert.from_payloads(list(scheduled.input.payloads))
+                inputs[scheduled.activity_type.name].append(value)
+    assert inputs["turnfsm.tool"]
+    assert inputs["turnfsm.effect"]
+    for request in inputs["turnfsm.tool"]:
+        assert "snapshot" not in request
+        assert isinstance(request["turn"], int)
+        assert request["turn"] >= 1
+        assert request["call"]["name"]
+    assert all("snapshot" in r for r in inputs["turnfsm.effect"])
+
+
 async def test_the_demo_history_replays_and_on_a_changed_agent_does_not(
     temporal_client: Client, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ from turnfsm.driver._effects import (
     effect_key,
     measure,
     run_one_tool,
+    run_tool_with_hooks,
     run_tools,
 )
 from turnfsm.driver._inputs import as_messages
@@ -88,6 +89,7 @@ __all__ = [
     "recall_tool",
     "replay",
     "run_one_tool",
+    "run_tool_with_hooks",
     "run_tools",
     "subagent_effect",
     "subagent_tool",

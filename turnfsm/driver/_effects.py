@@ -42,7 +42,7 @@ from turnfsm.core import (
     ToolsFinished,
 )
 from turnfsm.driver._arguments import InvalidArguments
-from turnfsm.driver._context import EffectContext, Reported
+from turnfsm.driver._context import EffectContext, Reported, RunResources
 from turnfsm.driver._model_calls import Tries, complete
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
@@ -69,6 +69,7 @@ __all__ = [
     "is_extension",
     "measure",
     "run_one_tool",
+    "run_tool_with_hooks",
     "run_tools",
 ]
 
@@ -259,23 +260,32 @@ async def run_one_tool(
         done = kept.recorded.get(call.id)
         if done is not None:
             return done
-    run = ctx.run
-    hooks = run.hooks
-    with session_scope(run.session):  # a tool may read its conversation's log
-        if hooks.wants("on_tool_start") or hooks.wants("on_tool_end"):
-            result = await _observed_tool(ctx, call)
-        else:
-            result = await run_tool_call(call, run.tools, limit=run.tool_timeout)
+    result = await run_tool_with_hooks(ctx.run, call, turn=ctx.turn)
     if journal and kept is not None and kept.record is not None:
         await kept.record(result)
     return result
 
 
-async def _observed_tool(ctx: EffectContext, call: ToolCallPart) -> Message:
+async def run_tool_with_hooks(
+    run: RunResources, call: ToolCallPart, *, turn: int
+) -> Message:
+    """Run one tool call of `run` between its hooks; return its result message.
+
+    What `run_one_tool` does outside a step (no journal): a durable run's
+    tool activity, which knows the call and its turn, not the conversation.
+    A tool's exception, timeout or bad arguments are an error result.
+    """
+    hooks = run.hooks
+    with session_scope(run.session):  # a tool may read its conversation's log
+        if hooks.wants("on_tool_start") or hooks.wants("on_tool_end"):
+            return await _observed_tool(run, call, turn)
+        return await run_tool_call(call, run.tools, limit=run.tool_timeout)
+
+
+async def _observed_tool(run: RunResources, call: ToolCallPart, turn: int) -> Message:
     """Run one tool call between its `on_tool_start` and `on_tool_end` hooks."""
-    run = ctx.run
     info = ToolCallInfo(
-        session_id=run.session_id, run_id=run.run_id, turn=ctx.turn, call=call
+        session_id=run.session_id, run_id=run.run_id, turn=turn, call=call
     )
     return await run.hooks.tool_call(
         info,

@@ -45,7 +45,7 @@ from turnfsm.driver import (
     RetryPolicy,
     carry_out,
     effect_key,
-    run_one_tool,
+    run_tool_with_hooks,
 )
 from turnfsm.errors import (
     ConfigError,
@@ -434,15 +434,27 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     async with _beating():
         await _write(_store(request), session_id, request.get("log"))
         driver = agent.driver
-        snapshot = serde.from_json(Snapshot, request["snapshot"])
         call = serde.from_json(ToolCallPart, request["call"])
         run = driver.resources(request["run_id"], session=None, session_id=session_id)
         try:
-            result = await run_one_tool(EffectContext(run=run, snapshot=snapshot), call)
+            result = await run_tool_with_hooks(run, call, turn=_turn(request))
         except Exception as exc:  # tool errors are results: this is a hook's bug
             raise _crashed(exc) from exc
         data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
         return data
+
+
+def _turn(request: Mapping[str, Any]) -> int:
+    """The turn of a tool call's request (its conversation stays in the workflow).
+
+    A request scheduled by an earlier version of the workflow carries the
+    whole snapshot instead.
+    """
+    if "turn" in request:
+        turn: int = request["turn"]
+        return turn
+    snapshot: Snapshot = serde.from_json(Snapshot, request["snapshot"])
+    return snapshot.turns
 
 
 ACTIVITIES: Final = (load_log, append_log, run_effect, run_tool)

@@ -449,7 +449,15 @@ class _Remote:
                 return self._failed(exc, decision)
             self.log.done(log)
             log = None
-        request = self._request(ctx)
+        # A tool needs its call and turn, not the conversation: each call's
+        # activity (and the history keeping its input) is the call's size.
+        request = {
+            "agent": self.spec.agent,
+            "store": self.spec.store,
+            "session_id": ctx.session_id,
+            "run_id": ctx.run_id,
+            "turn": ctx.turn,
+        }
         schedule = self._schedule("run_tools")
 
         async def one(index: int) -> Message:
