@@ -94,6 +94,7 @@ from turnfsm.errors import (
     EffectFailed,
     InvalidMessage,
     InvalidReturn,
+    PayloadTooLarge,
     StoreUnusable,
     SubagentWaiting,
     TurnFSMError,
@@ -410,9 +411,10 @@ class RunLoop(Ending):
             with anyio.CancelScope(shield=True):
                 stopped = await self.interrupt(str(waiting), waiting)
             return stopped
-        except (InvalidReturn, EffectFailed) as exc:
-            # An effect or the model broke its contract: the run fails,
-            # logged, naming which (nothing it returned is fed to the brain).
+        except (InvalidReturn, EffectFailed, PayloadTooLarge) as exc:
+            # An effect or the model broke its contract, or a durable run's
+            # step cannot be carried: the run fails, logged, naming which
+            # (nothing it returned is fed to the brain).
             logger.error("run %s: %s", self.run_id, exc)
             self.step = None
             return await self.end(None, exc)

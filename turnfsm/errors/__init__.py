@@ -29,6 +29,7 @@ TurnFSMError                 base class; never raised directly
 ├── SubagentTooMany          a run past a sub-agent tool's max_children; .max_children
 ├── SubagentWaiting          a sub-agent paused for an answer; its caller stops too
 ├── ContinuedAsNew           a durable run's history grew long; it goes on in a new one
+├── PayloadTooLarge          a durable run's step is past Temporal's payload limit
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
@@ -89,6 +90,7 @@ from turnfsm.errors._run import (
     LogInconsistent,
     MaxTurnsExceeded,
     OutputInvalid,
+    PayloadTooLarge,
     ProviderError,
     ReplayDiverged,
     ReplayError,
@@ -134,6 +136,7 @@ __all__ = [
     "MachineBroken",
     "MaxTurnsExceeded",
     "OutputInvalid",
+    "PayloadTooLarge",
     "PinnedMessageLost",
     "PinnedTooLarge",
     "Problem",

@@ -18,6 +18,7 @@ __all__ = [
     "LogInconsistent",
     "MaxTurnsExceeded",
     "OutputInvalid",
+    "PayloadTooLarge",
     "ProviderError",
     "ReplayDiverged",
     "ReplayError",
@@ -471,6 +472,34 @@ class ContinuedAsNew(TurnFSMError):
             f"{self.workflow_id!r}: its history reached {self.history_events} "
             f"events ({self.history_bytes} bytes); nothing to do, the workflow "
             "resumes it"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class PayloadTooLarge(TurnFSMError):
+    """A durable run's step would carry more than Temporal takes in one payload.
+
+    Temporal refuses an activity's input past its limit for one payload (2
+    MB by default), and would fail the workflow task that scheduled it again
+    and again. The run ends ``failed`` with this error instead, before the
+    step: `effect` names the step (``call_llm``, ``compact``, an effect of
+    your machine), `size` the bytes its activity would carry (mostly the
+    conversation), `limit` the run's `DurableOptions.payload_limit`.
+    """
+
+    effect: str
+    size: int
+    limit: int
+
+    def __str__(self) -> str:
+        return (
+            f"the {self.effect!r} step of this durable run would carry "
+            f"{self.size:,} bytes to its activity, over "
+            f"DurableOptions.payload_limit={self.limit:,} (Temporal's limit for "
+            "one payload): lower the agent's context window or its compaction "
+            "threshold, or raise the server's limit.blobSize.error and "
+            "payload_limit with it"
         )
 
 

@@ -56,7 +56,7 @@ from turnfsm.errors import (
     SessionConflict,
     TurnFSMError,
 )
-from turnfsm.messages import ToolCallPart
+from turnfsm.messages import Message, ToolCallPart
 from turnfsm.persistence import (
     Entry,
     LeasingStore,
@@ -66,7 +66,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
 )
-from turnfsm.temporal._payloads import workflow_id_of
+from turnfsm.temporal._payloads import payload_size, workflow_id_of
 
 __all__ = [
     "ACTIVITIES",
@@ -441,7 +441,25 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # tool errors are results: this is a hook's bug
             raise _crashed(exc) from exc
         data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
+        limit = request.get("result_limit")
+        if limit is not None and _past(result, data, limit):
+            too_large = Message.tool_result(
+                call.id,
+                f"tool {call.name!r} returned {payload_size(data):,} bytes, more than "
+                f"a durable run's activity can carry ({limit:,} bytes: half of "
+                "DurableOptions.payload_limit, Temporal's limit for one payload); "
+                "ask it for less (a narrower query, one page)",
+                is_error=True,
+                id=result.id,
+            )
+            data = serde.to_json(too_large)  # type: ignore[assignment]
         return data
+
+
+def _past(result: Message, data: Any, limit: int) -> bool:
+    """Whether a tool result's JSON is over `limit` bytes (measured if it may be)."""
+    text = sum(len(r.content) for r in result.tool_results)
+    return 6 * text + 4096 > limit and payload_size(data) > limit  # \uXXXX: 6
 
 
 def _turn(request: Mapping[str, Any]) -> int:

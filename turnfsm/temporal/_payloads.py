@@ -8,6 +8,7 @@ turnfsm's own log formats.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any, Final, final
 
@@ -19,7 +20,14 @@ from turnfsm.driver import RunResult
 from turnfsm.messages import Message
 from turnfsm.persistence import ParentLink
 
-__all__ = ["DurableOptions", "RunSpec", "RunStatus", "run_result", "workflow_id_of"]
+__all__ = [
+    "DurableOptions",
+    "RunSpec",
+    "RunStatus",
+    "payload_size",
+    "run_result",
+    "workflow_id_of",
+]
 
 WORKFLOW: Final = "turnfsm.run"
 """The workflow type's name."""
@@ -29,6 +37,11 @@ NO_LIMIT: Final = timedelta(days=1)
 
 MARGIN: Final = 30.0
 """Seconds an activity may take beyond its effect's own limit (its set-up)."""
+
+
+def payload_size(value: object) -> int:
+    """The bytes Temporal's JSON converter writes for `value` (compact, ASCII)."""
+    return len(json.dumps(value, separators=(",", ":")))
 
 
 def workflow_id_of(session_id: str) -> str:
@@ -65,6 +78,14 @@ class DurableOptions:
             when the Temporal server suggests it. Temporal ends a workflow
             whose history outgrows the server's limits, and every activity
             of a run carries its conversation, so a long run needs this.
+        payload_limit: The most bytes one activity's input or result may
+            take: Temporal's limit for one payload (2 MB by default; a
+            server's ``limit.blobSize.error``), less a margin. A payload
+            past it would fail its workflow task again and again, so the
+            run checks first: a tool result past half of it becomes an
+            error result saying so, the log is written in parts, and a
+            step whose conversation is past it fails the run
+            (`PayloadTooLarge`).
     """
 
     heartbeat_timeout: float = attrs.field(
@@ -76,6 +97,9 @@ class DurableOptions:
     task_timeout: float = attrs.field(default=10.0, validator=_seconds("task_timeout"))
     history_limit: int | None = attrs.field(
         default=None, validator=_checks.integer("history_limit", low=1, optional=True)
+    )
+    payload_limit: int = attrs.field(
+        default=2_000_000, validator=_checks.integer("payload_limit", low=4096)
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, final
+from typing import Any, Final, final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetry
@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from turnfsm.errors import (
         ConfigError,
         ContinuedAsNew,
+        PayloadTooLarge,
         SessionConflict,
         SubagentFailed,
     )
@@ -77,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW,
         DurableOptions,
         RunSpec,
+        payload_size,
         workflow_id_of,
     )
     from turnfsm.values import ErrorInfo
@@ -186,14 +188,24 @@ class _WorkflowLog:
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
         raise ConfigError("store", "the workflow's log", "a store that lists sessions")
 
-    def take(self) -> dict[str, Any] | None:
-        """The entries not yet written, for the next activity to write first."""
+    def take(self, budget: int | None = None) -> dict[str, Any] | None:
+        """The entries not yet written, for the next activity to write first.
+
+        With `budget`, the first of them whose JSON takes at most that many
+        bytes (at least one): what one activity's input can carry.
+        """
         if not self._pending:
             return None
-        return {
-            "entries": [serde.envelope(e) for e in self._pending],
-            "version": self._written,
-        }
+        entries = [serde.envelope(e) for e in self._pending]
+        if budget is not None:
+            kept, used = 0, 0
+            for envelope in entries:
+                used += payload_size(envelope) + 1
+                if kept and used > budget:
+                    break
+                kept += 1
+            del entries[kept:]
+        return {"entries": entries, "version": self._written}
 
     def done(self, log: Mapping[str, Any] | None) -> None:
         """Count `log` (what `take` gave an activity that succeeded) as written."""
@@ -212,12 +224,20 @@ class _WorkflowLog:
         }
 
     async def flush(self) -> None:
-        """Write what is pending now (before a pause, at the end)."""
-        log = self.take()
-        if log is None:
-            return
-        await workflow.execute_activity(append_log, self.request(log), **self.options())
-        self.done(log)
+        """Write what is pending now (before a pause, at the end).
+
+        In as many activities as the payload limit needs (one, mostly).
+        """
+        budget = self._spec.options.payload_limit - _ENVELOPE
+        while (log := self.take(budget)) is not None:
+            await workflow.execute_activity(
+                append_log, self.request(log), **self.options()
+            )
+            self.done(log)
+
+
+_ENVELOPE: Final = 4096
+"""Bytes of an activity's input besides what it carries (ids, names, keys)."""
 
 
 def _infra_retry(options: DurableOptions) -> TemporalRetry:
@@ -308,6 +328,31 @@ class _Remote:
                 )
         self._started += 1
 
+    def _fits(self, ctx: EffectContext, request: dict[str, Any]) -> bool:
+        """Whether `request` is within the payload limit (see `DurableOptions`).
+
+        Measured only when the step's estimate leaves room for doubt: a
+        token stands for at most 64 bytes of JSON (a run of spaces), and
+        the log riding with the conversation can double it.
+        """
+        limit = self.spec.options.payload_limit
+        snapshot = ctx.snapshot
+        if snapshot.estimate is not None:
+            messages = len(snapshot.history) + len(snapshot.pending)
+            bound = 128 * snapshot.estimate + _ENVELOPE * (
+                messages + len(snapshot.inbox) + 1
+            )
+            if bound <= limit:
+                return True
+        return payload_size(request) <= limit
+
+    def _too_large(self, key: str, request: dict[str, Any]) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            effect=key,
+            size=payload_size(request),
+            limit=self.spec.options.payload_limit,
+        )
+
     async def _run(self, activity: Any, request: Any, **options: Any) -> Any:
         return await self._track(
             workflow.execute_activity(activity, request, **options)
@@ -362,6 +407,14 @@ class _Remote:
             request = self._request(ctx)
             request["key"] = key
             request["log"] = log = self.log.take()
+            if not self._fits(ctx, request):
+                try:  # the log on its own first (in parts), then the step
+                    await self._track(self.log.flush())
+                except ActivityError as exc:
+                    return self._failed(exc, decision)
+                request["log"] = log = None
+                if not self._fits(ctx, request):
+                    raise self._too_large(key, request)
             try:
                 data = await self._run(
                     run_effect,
@@ -457,6 +510,7 @@ class _Remote:
             "session_id": ctx.session_id,
             "run_id": ctx.run_id,
             "turn": ctx.turn,
+            "result_limit": self.spec.options.payload_limit // 2,
         }
         schedule = self._schedule("run_tools")
 
