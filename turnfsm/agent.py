@@ -27,6 +27,7 @@ from turnfsm.driver import (
     Tool,
     subagent_tool,
 )
+from turnfsm.driver._store_calls import read_session
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo, TextDiscardedInfo
 from turnfsm.messages import Message
@@ -235,14 +236,23 @@ class Agent:
         (after a `SessionConflict`, this is the reload), the agent goes on
         from the log as it is now, in a new `Session`; else it keeps the one
         it has (a run of it going on in this process keeps it too).
+
+        The store's read may take the agent's `store_timeout`.
+
+        Raises:
+            SessionNotFound: the store holds no session `session_id`.
+            StoreUnusable: the store did not answer within `store_timeout`.
         """
+        seconds = self.driver.store_timeout
         current = self.session
         if current.id != session_id:
-            self.session = await Session.load(self.store, session_id)
+            self.session = await read_session(
+                self.store, session_id, seconds=seconds, must_exist=True
+            )
             return self.session
         if current.is_running or current.store is not self.store:
             return current
-        stored = await Session.open(self.store, session_id)
+        stored = await read_session(self.store, session_id, seconds=seconds)
         if stored.version != current.version:
             self.session = stored
         return self.session
