@@ -18,10 +18,12 @@ This module imports only `turnfsm.errors`, so the core may use it.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -47,6 +49,7 @@ __all__ = [
     "is_instance",
     "json_fault",
     "json_object",
+    "keyword_checked",
     "message_of",
     "number",
     "one_of",
@@ -58,6 +61,7 @@ __all__ = [
     "string_mapping",
     "token_count",
     "tuple_of",
+    "unknown_argument",
 ]
 
 MAX_TOKENS: Final = 100_000_000
@@ -82,6 +86,8 @@ Check = Callable[[Any, Any, Any], None]
 """An attrs validator: ``check(instance, attribute, value)``."""
 
 _Error = type[ConfigError] | type[InvalidMessage]
+
+_Class = TypeVar("_Class", bound=type)
 
 
 def _fail(error: _Error, name: str, value: object, expected: str) -> None:
@@ -799,3 +805,75 @@ def is_iterable(value: object) -> bool:
     except TypeError:
         return False
     return True
+
+
+def unknown_argument(
+    owner: str, name: str, value: object, known: Collection[str], hint: str = ""
+) -> ConfigError:
+    """The refusal of argument `name` (given `value`), which `owner` does not take.
+
+    It names the closest of the `known` arguments when one is close enough
+    to be a misspelling, else `hint` (default: the known ones).
+    """
+    close = difflib.get_close_matches(name, list(known), n=1)
+    if close:
+        hint = f"did you mean {close[0]!r}?"
+    elif not hint:
+        hint = "one of " + ", ".join(sorted(known)) if known else f"{owner} takes none"
+    return ConfigError(name, value, f"a known {owner} setting ({hint})")
+
+
+def keyword_checked(cls: _Class) -> _Class:
+    """Make the attrs class `cls` refuse a wrong argument with a `ConfigError`.
+
+    An unknown keyword (named, with the known one it is closest to), a
+    positional argument where only keywords are taken, or a missing
+    required one is refused the way a bad value is, instead of Python's
+    `TypeError`. Only a call that failed is looked at: a good one costs a
+    function call more.
+    """
+    init = vars(cls)["__init__"]  # the one attrs wrote
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except TypeError:
+            refusal = _argument_refusal(cls, args, kwargs)
+            if refusal is None:
+                raise
+            raise refusal from None
+
+    cls.__init__ = checked  # type: ignore[misc]
+    return cls
+
+
+def _argument_refusal(
+    cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> ConfigError | None:
+    """The refusal of `cls(*args, **kwargs)`'s arguments (None: they fit)."""
+    owner = cls.__name__
+    fields = [f for f in attrs.fields(cls) if f.init]
+    names = [f.alias or f.name for f in fields]
+    for name, value in kwargs.items():
+        if name not in names:
+            return unknown_argument(owner, name, value, names)
+    positional = [n for f, n in zip(fields, names, strict=True) if not f.kw_only]
+    if len(args) > len(positional):
+        keyword = next((n for n in names if n not in positional), None)
+        expected = (
+            f"no arguments ({owner}())"
+            if not names
+            else f"keyword arguments ({owner}({keyword}=...)): "
+            f"{owner} takes {len(positional) or 'no'} positional ones"
+            if keyword is not None
+            else f"at most {len(positional)} arguments"
+        )
+        return ConfigError(owner, args[len(positional)], expected)
+    given = {*positional[: len(args)], *kwargs}
+    for field, name in zip(fields, names, strict=True):
+        if field.default is attrs.NOTHING and name not in given:
+            return ConfigError(
+                name, None, f"a value ({owner}({name}=...) is required)", missing=True
+            )
+    return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import functools
 import math
 import os
@@ -15,7 +14,7 @@ import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from turnfsm import _deprecated
+from turnfsm import _checks, _deprecated
 from turnfsm.context import ContextManager
 from turnfsm.core import Event, ModelReplied
 from turnfsm.driver import (
@@ -120,10 +119,8 @@ def _check_options(options: Mapping[str, Any]) -> None:
                     "it is a ContextManager setting: "
                     f"context=ContextManager({name}={value!r})"
                 )
-            else:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else "see Driver"
-            raise ConfigError(name, value, f"a known Agent setting ({hint})")
+                raise ConfigError(name, value, f"a known Agent setting ({hint})")
+            raise _checks.unknown_argument("Agent", name, value, known, "see Driver")
     if "model" not in options:
         raise ConfigError(
             "model", None, "a ModelClient (model= is required)", missing=True

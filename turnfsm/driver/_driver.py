@@ -106,6 +106,7 @@ def _passes_the_checks(_inst: object, _attr: object, spec: MachineSpec) -> None:
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False, kw_only=True)
 class Driver:
     """Runs the Turn FSM against a model, tools and a context manager.

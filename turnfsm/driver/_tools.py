@@ -70,6 +70,7 @@ _SCHEMA: Final = _checks.json_object(
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class Tool:
     """A callable the model may ask for, with the JSON schema it is described by.
