@@ -7,8 +7,9 @@ import contextlib
 import functools
 import math
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, Final, TypeVar, final, overload
+import types
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, Final, NoReturn, TypeVar, final, overload
 
 import anyio
 import attrs
@@ -80,21 +81,32 @@ class RunStream:
     ) -> None:
         self._receive = receive
         self._result: RunResult | None = None
+        self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[str]:
-        async for piece in self._receive:
+        async for piece in self.pieces():
             if isinstance(piece, str):
                 yield piece
 
-    def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
+    async def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
         """Yield the text pieces, and a `TextDiscardedInfo` where some were void.
 
         A `TextDiscardedInfo` comes when a streamed attempt failed after
         sending text: its `text` is the pieces of that attempt, which are
         no part of any reply (drop what you showed of them); a retry then
         streams its reply from the beginning.
+
+        Raises:
+            ConfigError: the stream is read after its ``async with`` block
+                ended (its pieces are gone then; `result` is kept).
         """
-        return self._receive.__aiter__()
+        if self._closed:
+            raise _misused(
+                "reading the stream after its async with block",
+                "a read inside the block",
+            )
+        async for piece in self._receive:
+            yield piece
 
     @property
     def result(self) -> RunResult:
@@ -106,6 +118,57 @@ class RunStream:
         if self._result is None:
             raise RuntimeError("the run has not ended yet: read the stream to its end")
         return self._result
+
+
+def _misused(how: str, fix: str) -> ConfigError:
+    """The refusal of `run_stream` used `how`, saying how it is used."""
+    return ConfigError(
+        "run_stream",
+        how,
+        f"{fix}: async with agent.run_stream(...) as stream: "
+        "async for text in stream: ... (then stream.result)",
+    )
+
+
+@final
+class _StreamOpening(contextlib.AbstractAsyncContextManager[RunStream]):
+    """What `Agent.run_stream` returns: the run starts in ``async with``, only."""
+
+    __slots__ = ("_context", "_open")
+
+    def __init__(
+        self, open: Callable[[], contextlib.AbstractAsyncContextManager[RunStream]]
+    ) -> None:
+        self._open = open
+        self._context: contextlib.AbstractAsyncContextManager[RunStream] | None = None
+
+    async def __aenter__(self) -> RunStream:
+        if self._context is not None:
+            raise _misused("entered twice", "call run_stream once for each run")
+        self._context = self._open()
+        return await self._context.__aenter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: types.TracebackType | None,
+    ) -> bool | None:
+        assert self._context is not None  # entered
+        return await self._context.__aexit__(kind, error, trace)
+
+    # The ways a newcomer reaches for first: each refused, nothing started.
+    def __aiter__(self) -> NoReturn:
+        raise _misused("async for ... in agent.run_stream(...)", "async with first")
+
+    def __await__(self) -> NoReturn:
+        raise _misused("await agent.run_stream(...)", "async with, not await")
+
+    def __enter__(self) -> NoReturn:
+        raise _misused("with agent.run_stream(...)", "async with, not with")
+
+    def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - never entered
+        return None
 
 
 def _check_options(options: Mapping[str, Any]) -> None:
@@ -414,20 +477,24 @@ class Agent:
             options=options,
         )
 
-    @contextlib.asynccontextmanager
-    async def run_stream(
+    def run_stream(
         self,
         input: str | Message | Iterable[Message],
         *,
         session: Session | None = None,
         control: RunControl | None = None,
-    ) -> AsyncIterator[RunStream]:
+    ) -> contextlib.AbstractAsyncContextManager[RunStream]:
         """Run one task and stream the model's text as it arrives.
 
-        The brain still sees one `ModelReplied` per model call; only the
-        observers see the pieces. The model must have a ``stream()`` method
-        (`OpenAIModel` and `AnthropicModel` do); otherwise each whole reply
-        arrives as one piece.
+        Use it with ``async with``: the run starts in it, and the block
+        ends when the run ends. The brain still sees one `ModelReplied` per
+        model call; only the observers see the pieces. The model must have
+        a ``stream()`` method (`OpenAIModel` and `AnthropicModel` do);
+        otherwise each whole reply arrives as one piece.
+
+        ``async for`` or ``await`` straight on ``agent.run_stream(...)``, or
+        a plain ``with``, raises `ConfigError` showing the use below;
+        nothing is started.
 
         Example:
             ```python
@@ -438,6 +505,18 @@ class Agent:
                 print(stream.result.text)
             ```
         """
+        return _StreamOpening(
+            functools.partial(self._stream, input, session=session, control=control)
+        )
+
+    @contextlib.asynccontextmanager
+    async def _stream(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None,
+        control: RunControl | None,
+    ) -> AsyncIterator[RunStream]:
         send, receive = anyio.create_memory_object_stream[str | TextDiscardedInfo](
             math.inf
         )
@@ -464,6 +543,7 @@ class Agent:
                 raise group_error.exceptions[0] from None
             raise
         finally:
+            stream._closed = True
             receive.close()
 
     @overload
