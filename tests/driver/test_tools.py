@@ -714,3 +714,31 @@ async def test_a_tool_that_ignores_its_cancellation_holds_the_run_and_is_named(
 async def _cancel_soon(control: RunControl) -> None:
     await anyio.sleep(0.1)
     control.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_model_call_that_ignores_its_timeout_is_named_once_it_returns(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+
+    async def handle(_request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.6)
+        return ModelResponse(message=Message.assistant(f"reply {calls}"))
+
+    monkeypatch.setattr(_tools, "_HELD_GRACE", 0.3)
+    caplog.set_level("WARNING", logger="turnfsm.driver")
+    driver = Driver(model=FakeModelClient(handle), model_timeout=0.1)
+    with anyio.fail_after(5):
+        result = await driver.run("hello")
+    assert (result.outcome, result.text) == ("done", "reply 2")  # asked again
+    (warning,) = [r for r in caplog.records if "ignored its cancellation" in r.message]
+    assert warning.name == "turnfsm.driver"
+    assert warning.getMessage().startswith(
+        "model FakeModelClient ignored its cancellation at its timeout of 0.1s: "
+        "the run waited 0."
+    )

@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("turnfsm.tools")
+_driver_logger = logging.getLogger("turnfsm.driver")  # a model call's warnings
 
 Arguments = Mapping[str, Any]
 """A call's arguments: the JSON object the model sent."""
@@ -377,8 +378,9 @@ class _Deadline:
         scope = self._scope
         scope.__exit__(exc_type, exc, tb)
         if scope.cancelled_caught or (exc_type is None and is_late(scope)):
-            late = f"{self._what()} timed out after {self._seconds}s"
-            raise TimeoutError(late) from None
+            what = self._what()
+            warn_if_held(what, scope, self._seconds, _driver_logger)
+            raise TimeoutError(f"{what} timed out after {self._seconds}s") from None
 
 
 def is_late(scope: anyio.CancelScope) -> bool:
