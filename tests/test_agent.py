@@ -67,3 +67,14 @@ def test_a_models_name_given_as_the_model_shows_its_client(
         f"{clients} (from turnfsm.providers), or a client of your own "
         "(async complete())"
     )
+
+
+def test_a_model_given_by_position_is_refused_naming_the_keyword() -> None:
+    model = ScriptedModel.of("hi")
+    with pytest.raises(ConfigError) as caught:
+        Agent(model)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("Agent", model)
+    assert str(caught.value).endswith(
+        ": expected keyword arguments (Agent(model=...)): Agent takes no "
+        "positional ones"
+    )

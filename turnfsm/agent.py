@@ -9,7 +9,7 @@ import math
 import os
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any, Final, NoReturn, TypeVar, final, overload
+from typing import Any, Final, Never, NoReturn, TypeVar, final, overload
 
 import anyio
 import attrs
@@ -244,7 +244,7 @@ class Agent:
 
     def __init__(
         self,
-        *,
+        *positional: Never,
         session: Session | None = None,
         store: SessionStore | str | os.PathLike[str] | None = None,
         **driver_options: Any,
@@ -252,6 +252,8 @@ class Agent:
         """Build the driver from `driver_options`; start or continue `session`.
 
         Args:
+            *positional: None is taken: each setting is given by its name,
+                ``Agent(model=...)`` (one given raises `ConfigError`).
             session: The conversation to continue (a new one if None).
             store: Where sessions live: a `SessionStore`, ``"memory:"``, a
                 file path or ``"sqlite:///PATH"`` (an `SQLiteStore`), or a
@@ -269,6 +271,12 @@ class Agent:
             StoreUnusable: the store's file cannot be used (see `open_store`).
             ImportError: a PostgreSQL URL without the ``postgres`` extra.
         """
+        if positional:  # Agent(model): each setting is given by its name
+            raise ConfigError(
+                "Agent",
+                positional[0],
+                "keyword arguments (Agent(model=...)): Agent takes no positional ones",
+            )
         _check_options(driver_options)
         if session is not None and not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
