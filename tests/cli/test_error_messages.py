@@ -392,3 +392,30 @@ def test_a_window_over_the_local_servers_names_n_ctx() -> None:
         "--window=1000 is larger than the local server's window of 100 tokens "
         "(--n-ctx): give at most 100, leave --window unset, or raise --n-ctx"
     )
+
+
+# A store of your agent's (`--agent`) that never answers: a command that
+# reads a session from it gives up after the agent's store_timeout, on one
+# line, instead of waiting for ever.
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "go on", "--session", "ses_x"],
+        ["resume", "ses_x"],
+        ["approve", "ses_x"],
+        ["abandon", "ses_x"],
+    ],
+    ids=["run", "resume", "approve", "abandon"],
+)
+@pytest.mark.timeout(30)  # it waited for ever
+def test_a_store_of_your_agents_that_never_answers_is_given_up(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = ["--agent", "tests.cli.stalling_store_agent:agent"]
+    assert main([*argv, *agent]) == 2
+    _, err = capsys.readouterr()
+    assert err == (
+        f"turnfsm {argv[0]}: cannot use StallingStore as a turnfsm session "
+        "store: its load did not return within store_timeout=0.2 s (nothing "
+        "was changed)\n"
+    )

@@ -33,6 +33,7 @@ from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
 from turnfsm.driver import Driver, RunResult
+from turnfsm.driver._store_calls import read_session
 from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,
@@ -443,16 +444,22 @@ async def cli_store(
                 await close_store(store)
 
 
-async def load_cli_session(store: SessionStore, session_id: str) -> Session:
+async def load_cli_session(
+    store: SessionStore, session_id: str, *, seconds: float | None = None
+) -> Session:
     """`session_id` from `store`; a missing one names the store and close ids.
+
+    A store of your agent's (``--agent``) may take its `store_timeout`
+    (`seconds`) to answer.
 
     Raises:
         SessionNotFound: no such session (with suggestions).
+        StoreUnusable: the store did not answer within `seconds`.
     """
     from turnfsm.cli._sessions import not_found
 
     try:
-        return await Session.load(store, session_id)
+        return await read_session(store, session_id, seconds=seconds, must_exist=True)
     except SessionNotFound as exc:
         raise await not_found(exc, store) from None
 
@@ -620,7 +627,9 @@ async def _run(
             if session_id is None:
                 session = Session(store=store)
             else:
-                session = await load_cli_session(store, session_id)
+                session = await load_cli_session(
+                    store, session_id, seconds=driver.store_timeout
+                )
             result = await interruptible(
                 lambda: driver.run(task, session=session, hooks=hooks_for(out)), out
             )
