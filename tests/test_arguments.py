@@ -42,6 +42,16 @@ CLASSES = [
     ("turnfsm.providers", "OpenAIModel"),
     ("turnfsm.providers", "AnthropicModel"),
     ("turnfsm.providers", "LlamaServer"),
+    ("turnfsm.context", "CacheRules"),
+    ("turnfsm.context", "PinRules"),
+    ("turnfsm.hooks", "PreCompact"),
+    ("turnfsm.providers", "ModelResponse"),
+    ("turnfsm.providers", "TextDelta"),
+    ("turnfsm.providers", "StreamDone"),
+    ("turnfsm.testing", "ScriptedModel"),
+    ("turnfsm.testing", "FakeModelClient"),
+    ("turnfsm.testing", "ExtractiveSummaryModel"),
+    ("turnfsm.evals", "Probe"),
 ]
 
 

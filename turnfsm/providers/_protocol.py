@@ -90,6 +90,7 @@ class ModelRequest:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class ModelResponse:
     """The model's reply (an assistant message) and the usage it reported.
