@@ -134,18 +134,18 @@ def _misused(how: str, fix: str) -> ConfigError:
 class _StreamOpening(contextlib.AbstractAsyncContextManager[RunStream]):
     """What `Agent.run_stream` returns: the run starts in ``async with``, only."""
 
-    __slots__ = ("_context", "_open")
+    __slots__ = ("_context", "_opener")
 
     def __init__(
-        self, open: Callable[[], contextlib.AbstractAsyncContextManager[RunStream]]
+        self, opener: Callable[[], contextlib.AbstractAsyncContextManager[RunStream]]
     ) -> None:
-        self._open = open
+        self._opener = opener
         self._context: contextlib.AbstractAsyncContextManager[RunStream] | None = None
 
     async def __aenter__(self) -> RunStream:
         if self._context is not None:
             raise _misused("entered twice", "call run_stream once for each run")
-        self._context = self._open()
+        self._context = self._opener()
         return await self._context.__aenter__()
 
     async def __aexit__(
