@@ -139,3 +139,19 @@ def test_a_type_error_of_good_arguments_is_left_as_it_is() -> None:
     with pytest.raises(TypeError, match="int\\(\\) argument must be"):
         Reads(value=[1])
     assert Reads(value="2").value == 2
+
+
+@pytest.mark.parametrize("owner", ["Agent", "Driver"])
+def test_a_context_setting_given_to_an_agent_or_driver_says_where_it_goes(
+    owner: str,
+) -> None:
+    from turnfsm import Agent, Driver
+    from turnfsm.testing import ScriptedModel
+
+    cls = {"Agent": Agent, "Driver": Driver}[owner]
+    with pytest.raises(ConfigError) as caught:
+        cls(model=ScriptedModel.of("hi"), threshold=70)
+    assert str(caught.value) == (
+        f"invalid threshold=70: expected a known {owner} setting (it is a "
+        "ContextManager setting: context=ContextManager(threshold=70))"
+    )

@@ -23,7 +23,7 @@ import functools
 import inspect
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 import attrs
 
@@ -35,6 +35,7 @@ __all__ = [
     "MAX_TOKENS",
     "TOO_DEEP",
     "Check",
+    "Hint",
     "Shape",
     "boolean",
     "callable_",
@@ -808,30 +809,62 @@ def is_iterable(value: object) -> bool:
 
 
 def unknown_argument(
-    owner: str, name: str, value: object, known: Collection[str], hint: str = ""
+    owner: str,
+    name: str,
+    value: object,
+    known: Collection[str],
+    hint: str | None = None,
+    *,
+    fallback: str = "",
 ) -> ConfigError:
     """The refusal of argument `name` (given `value`), which `owner` does not take.
 
-    It names the closest of the `known` arguments when one is close enough
-    to be a misspelling, else `hint` (default: the known ones).
+    It says `hint` (where the argument belongs) when there is one, else the
+    closest of the `known` arguments when one is close enough to be a
+    misspelling, else `fallback` (default: the known ones).
     """
-    close = difflib.get_close_matches(name, list(known), n=1)
-    if close:
-        hint = f"did you mean {close[0]!r}?"
-    elif not hint:
-        hint = "one of " + ", ".join(sorted(known)) if known else f"{owner} takes none"
+    if hint is None:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        if close:
+            hint = f"did you mean {close[0]!r}?"
+        elif fallback:
+            hint = fallback
+        elif known:
+            hint = "one of " + ", ".join(sorted(known))
+        else:
+            hint = f"{owner} takes none"
     return ConfigError(name, value, f"a known {owner} setting ({hint})")
 
 
-def keyword_checked(cls: _Class) -> _Class:
+Hint = Callable[[str, Any], str | None]
+"""Says where an argument a class does not take belongs (None: nowhere known)."""
+
+
+@overload
+def keyword_checked(cls: _Class, /) -> _Class: ...
+
+
+@overload
+def keyword_checked(*, hint: Hint) -> Callable[[_Class], _Class]: ...
+
+
+def keyword_checked(
+    cls: _Class | None = None, /, *, hint: Hint | None = None
+) -> _Class | Callable[[_Class], _Class]:
     """Make the attrs class `cls` refuse a wrong argument with a `ConfigError`.
 
-    An unknown keyword (named, with the known one it is closest to), a
-    positional argument where only keywords are taken, or a missing
-    required one is refused the way a bad value is, instead of Python's
-    `TypeError`. Only a call that failed is looked at: a good one costs a
-    function call more.
+    An unknown keyword (named, with the known one it is closest to, or
+    where `hint` says it belongs), a positional argument where only
+    keywords are taken, or a missing required one is refused the way a bad
+    value is, instead of Python's `TypeError`. Only a call that failed is
+    looked at: a good one costs a function call more.
     """
+    if cls is None:
+        return functools.partial(_keyword_checked, hint=hint)
+    return _keyword_checked(cls, hint=hint)
+
+
+def _keyword_checked(cls: _Class, *, hint: Hint | None) -> _Class:
     init = vars(cls)["__init__"]  # the one attrs wrote
 
     @functools.wraps(init)
@@ -839,7 +872,7 @@ def keyword_checked(cls: _Class) -> _Class:
         try:
             init(self, *args, **kwargs)
         except TypeError:
-            refusal = _argument_refusal(cls, args, kwargs)
+            refusal = _argument_refusal(cls, args, kwargs, hint)
             if refusal is None:
                 raise
             raise refusal from None
@@ -849,7 +882,7 @@ def keyword_checked(cls: _Class) -> _Class:
 
 
 def _argument_refusal(
-    cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any], hint: Hint | None
 ) -> ConfigError | None:
     """The refusal of `cls(*args, **kwargs)`'s arguments (None: they fit)."""
     owner = cls.__name__
@@ -857,7 +890,9 @@ def _argument_refusal(
     names = [f.alias or f.name for f in fields]
     for name, value in kwargs.items():
         if name not in names:
-            return unknown_argument(owner, name, value, names)
+            return unknown_argument(
+                owner, name, value, names, hint(name, value) if hint else None
+            )
     positional = [n for f, n in zip(fields, names, strict=True) if not f.kw_only]
     if len(args) > len(positional):
         keyword = next((n for n in names if n not in positional), None)

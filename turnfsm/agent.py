@@ -9,14 +9,13 @@ import math
 import os
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any, Final, Never, NoReturn, TypeVar, final, overload
+from typing import Any, Never, NoReturn, TypeVar, final, overload
 
 import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnfsm import _checks, _deprecated
-from turnfsm.context import ContextManager
 from turnfsm.core import Event, ModelReplied
 from turnfsm.driver import (
     SUBAGENT_MAX_CHILDREN,
@@ -27,6 +26,7 @@ from turnfsm.driver import (
     Tool,
     subagent_tool,
 )
+from turnfsm.driver._driver import context_hint
 from turnfsm.driver._store_calls import read_session
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo, TextDiscardedInfo
@@ -174,26 +174,20 @@ class _StreamOpening(contextlib.AbstractAsyncContextManager[RunStream]):
 def _check_options(options: Mapping[str, Any]) -> None:
     """Name an unknown or missing `Driver` setting the way a user wrote it."""
     known = [f.alias or f.name for f in attrs.fields(Driver) if f.init]
-    for name in options:
+    for name, value in options.items():
         if name not in known:
-            value = options[name]
-            if name in _CONTEXT_SETTINGS:
-                hint = (
-                    "it is a ContextManager setting: "
-                    f"context=ContextManager({name}={value!r})"
-                )
-                raise ConfigError(name, value, f"a known Agent setting ({hint})")
-            raise _checks.unknown_argument("Agent", name, value, known, "see Driver")
+            raise _checks.unknown_argument(
+                "Agent",
+                name,
+                value,
+                known,
+                context_hint(name, value),
+                fallback="see Driver",
+            )
     if "model" not in options:
         raise ConfigError(
             "model", None, "a ModelClient (model= is required)", missing=True
         )
-
-
-_CONTEXT_SETTINGS: Final = frozenset(
-    f.alias or f.name for f in attrs.fields(ContextManager) if f.init
-)
-"""The settings of the context manager, which an agent takes as `context`."""
 
 
 def _running_loop() -> str | None:

@@ -131,8 +131,21 @@ _CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
 """The shipped clients of a model named by its provider's name for it."""
 
 
+def context_hint(name: str, value: object) -> str | None:
+    """Where `name`, given to an agent or a driver, belongs: the context manager's."""
+    if name not in _CONTEXT_SETTINGS:
+        return None
+    return f"it is a ContextManager setting: context=ContextManager({name}={value!r})"
+
+
+_CONTEXT_SETTINGS: Final = frozenset(
+    f.alias or f.name for f in attrs.fields(ContextManager) if f.init
+)
+"""The settings of the context manager, which a driver takes as `context`."""
+
+
 @final
-@_checks.keyword_checked
+@_checks.keyword_checked(hint=context_hint)
 @attrs.define(eq=False, kw_only=True)
 class Driver:
     """Runs the Turn FSM against a model, tools and a context manager.
