@@ -75,6 +75,5 @@ def test_a_model_given_by_position_is_refused_naming_the_keyword() -> None:
         Agent(model)  # type: ignore[arg-type]
     assert (caught.value.field, caught.value.value) == ("Agent", model)
     assert str(caught.value).endswith(
-        ": expected keyword arguments (Agent(model=...)): Agent takes no "
-        "positional ones"
+        ": expected keyword arguments (Agent(model=...)): Agent takes none by position"
     )

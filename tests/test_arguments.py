@@ -96,7 +96,7 @@ def test_a_positional_argument_where_keywords_are_taken_is_refused() -> None:
     assert (caught.value.field, caught.value.value) == ("RetryPolicy", 3)
     assert str(caught.value) == (
         "invalid RetryPolicy=3: expected keyword arguments "
-        "(RetryPolicy(max_attempts=...)): RetryPolicy takes no positional ones"
+        "(RetryPolicy(max_attempts=...)): RetryPolicy takes none by position"
     )
     with pytest.raises(ConfigError, match=r"expected no arguments \(MemoryStore\(\)\)"):
         MemoryStore(1)  # type: ignore[call-arg]
@@ -154,4 +154,19 @@ def test_a_context_setting_given_to_an_agent_or_driver_says_where_it_goes(
     assert str(caught.value) == (
         f"invalid threshold=70: expected a known {owner} setting (it is a "
         "ContextManager setting: context=ContextManager(threshold=70))"
+    )
+
+
+def test_a_positional_argument_past_those_taken_by_position_is_refused() -> None:
+    from turnfsm.testing import FakeModelClient
+
+    with pytest.raises(ConfigError) as caught:
+        FakeModelClient(print, 2)  # type: ignore[call-arg]
+    assert str(caught.value) == "invalid FakeModelClient=2: expected at most 1 argument"
+    model = _class("turnfsm.providers", "OpenAIModel")
+    with pytest.raises(ConfigError) as caught:
+        model("gpt-4o", "http://127.0.0.1:8080/v1", "key")
+    assert str(caught.value) == (
+        "invalid OpenAIModel='http://127.0.0.1:8080/v1': expected keyword "
+        "arguments (OpenAIModel(base_url=...)): OpenAIModel takes 1 by position"
     )

@@ -896,13 +896,14 @@ def _argument_refusal(
     positional = [n for f, n in zip(fields, names, strict=True) if not f.kw_only]
     if len(args) > len(positional):
         keyword = next((n for n in names if n not in positional), None)
+        count = len(positional)
         expected = (
             f"no arguments ({owner}())"
             if not names
             else f"keyword arguments ({owner}({keyword}=...)): "
-            f"{owner} takes {len(positional) or 'no'} positional ones"
+            f"{owner} takes {count or 'none'} by position"
             if keyword is not None
-            else f"at most {len(positional)} arguments"
+            else f"at most {count} argument{'s' if count > 1 else ''}"
         )
         return ConfigError(owner, args[len(positional)], expected)
     given = {*positional[: len(args)], *kwargs}

@@ -269,7 +269,7 @@ class Agent:
             raise ConfigError(
                 "Agent",
                 positional[0],
-                "keyword arguments (Agent(model=...)): Agent takes no positional ones",
+                "keyword arguments (Agent(model=...)): Agent takes none by position",
             )
         _check_options(driver_options)
         if session is not None and not isinstance(session, Session):
