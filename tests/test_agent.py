@@ -43,3 +43,37 @@ def test_an_unknown_setting_is_named_with_the_one_meant(
 def test_a_setting_of_both_the_agent_and_the_manager_is_the_agents() -> None:
     agent = Agent(model=ScriptedModel.of("ok"), context_window=9000)
     assert agent.run_sync("hi").ok
+
+
+@pytest.mark.parametrize(
+    ("name", "clients"),
+    [
+        ("gpt-4o", "model=OpenAIModel('gpt-4o')"),
+        ("claude-sonnet-4-5", "model=AnthropicModel('claude-sonnet-4-5')"),
+        (
+            "my-llama",
+            "model=OpenAIModel('my-llama') or model=AnthropicModel('my-llama')",
+        ),
+    ],
+)
+def test_a_models_name_given_as_the_model_shows_its_client(
+    name: str, clients: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=name)
+    assert (caught.value.field, caught.value.value) == ("model", name)
+    assert str(caught.value) == (
+        f"invalid model={name!r}: expected a ModelClient, not a model's name: "
+        f"{clients} (from turnfsm.providers), or a client of your own "
+        "(async complete())"
+    )
+
+
+def test_a_model_given_by_position_is_refused_naming_the_keyword() -> None:
+    model = ScriptedModel.of("hi")
+    with pytest.raises(ConfigError) as caught:
+        Agent(model)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("Agent", model)
+    assert str(caught.value).endswith(
+        ": expected keyword arguments (Agent(model=...)): Agent takes none by position"
+    )

@@ -18,10 +18,12 @@ This module imports only `turnfsm.errors`, so the core may use it.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar, overload
 
 import attrs
 
@@ -33,6 +35,7 @@ __all__ = [
     "MAX_TOKENS",
     "TOO_DEEP",
     "Check",
+    "Hint",
     "Shape",
     "boolean",
     "callable_",
@@ -47,6 +50,7 @@ __all__ = [
     "is_instance",
     "json_fault",
     "json_object",
+    "keyword_checked",
     "message_of",
     "number",
     "one_of",
@@ -58,6 +62,7 @@ __all__ = [
     "string_mapping",
     "token_count",
     "tuple_of",
+    "unknown_argument",
 ]
 
 MAX_TOKENS: Final = 100_000_000
@@ -82,6 +87,8 @@ Check = Callable[[Any, Any, Any], None]
 """An attrs validator: ``check(instance, attribute, value)``."""
 
 _Error = type[ConfigError] | type[InvalidMessage]
+
+_Class = TypeVar("_Class", bound=type)
 
 
 def _fail(error: _Error, name: str, value: object, expected: str) -> None:
@@ -799,3 +806,110 @@ def is_iterable(value: object) -> bool:
     except TypeError:
         return False
     return True
+
+
+def unknown_argument(
+    owner: str,
+    name: str,
+    value: object,
+    known: Collection[str],
+    hint: str | None = None,
+    *,
+    fallback: str = "",
+) -> ConfigError:
+    """The refusal of argument `name` (given `value`), which `owner` does not take.
+
+    It says `hint` (where the argument belongs) when there is one, else the
+    closest of the `known` arguments when one is close enough to be a
+    misspelling, else `fallback` (default: the known ones).
+    """
+    if hint is None:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        if close:
+            hint = f"did you mean {close[0]!r}?"
+        elif fallback:
+            hint = fallback
+        elif known:
+            hint = "one of " + ", ".join(sorted(known))
+        else:
+            hint = f"{owner} takes none"
+    return ConfigError(name, value, f"a known {owner} setting ({hint})")
+
+
+Hint = Callable[[str, Any], str | None]
+"""Says where an argument a class does not take belongs (None: nowhere known)."""
+
+
+@overload
+def keyword_checked(cls: _Class, /) -> _Class: ...
+
+
+@overload
+def keyword_checked(*, hint: Hint) -> Callable[[_Class], _Class]: ...
+
+
+def keyword_checked(
+    cls: _Class | None = None, /, *, hint: Hint | None = None
+) -> _Class | Callable[[_Class], _Class]:
+    """Make the attrs class `cls` refuse a wrong argument with a `ConfigError`.
+
+    An unknown keyword (named, with the known one it is closest to, or
+    where `hint` says it belongs), a positional argument where only
+    keywords are taken, or a missing required one is refused the way a bad
+    value is, instead of Python's `TypeError`. Only a call that failed is
+    looked at: a good one costs a function call more.
+    """
+    if cls is None:
+        return functools.partial(_keyword_checked, hint=hint)
+    return _keyword_checked(cls, hint=hint)
+
+
+def _keyword_checked(cls: _Class, *, hint: Hint | None) -> _Class:
+    init = vars(cls)["__init__"]  # the one attrs wrote
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except TypeError:
+            refusal = _argument_refusal(cls, args, kwargs, hint)
+            if refusal is None:
+                raise
+            raise refusal from None
+
+    cls.__init__ = checked  # type: ignore[misc]
+    return cls
+
+
+def _argument_refusal(
+    cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any], hint: Hint | None
+) -> ConfigError | None:
+    """The refusal of `cls(*args, **kwargs)`'s arguments (None: they fit)."""
+    owner = cls.__name__
+    fields = [f for f in attrs.fields(cls) if f.init]
+    names = [f.alias or f.name for f in fields]
+    for name, value in kwargs.items():
+        if name not in names:
+            return unknown_argument(
+                owner, name, value, names, hint(name, value) if hint else None
+            )
+    positional = [n for f, n in zip(fields, names, strict=True) if not f.kw_only]
+    if len(args) > len(positional):
+        keyword = next((n for n in names if n not in positional), None)
+        count = len(positional)
+        expected = (
+            f"no arguments ({owner}())"
+            if not names
+            else f"keyword arguments ({owner}({keyword}=...)): "
+            f"{owner} takes {count or 'none'} by position"
+            if keyword is not None
+            else f"at most {count} argument{'s' if count > 1 else ''}"
+        )
+        return ConfigError(owner, args[len(positional)], expected)
+    given = {*positional[: len(args)], *kwargs}
+    for field, name in zip(fields, names, strict=True):
+        if field.default is attrs.NOTHING and name not in given:
+            return ConfigError(
+                name, None, f"a value ({owner}({name}=...) is required)", missing=True
+            )
+    return None

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import functools
 import math
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, Final, TypeVar, final, overload
+import types
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, Never, NoReturn, TypeVar, final, overload
 
 import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from turnfsm import _deprecated
-from turnfsm.context import ContextManager
+from turnfsm import _checks, _deprecated
 from turnfsm.core import Event, ModelReplied
 from turnfsm.driver import (
     SUBAGENT_MAX_CHILDREN,
@@ -27,6 +26,8 @@ from turnfsm.driver import (
     Tool,
     subagent_tool,
 )
+from turnfsm.driver._driver import context_hint
+from turnfsm.driver._store_calls import read_session
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo, TextDiscardedInfo
 from turnfsm.messages import Message
@@ -80,21 +81,32 @@ class RunStream:
     ) -> None:
         self._receive = receive
         self._result: RunResult | None = None
+        self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[str]:
-        async for piece in self._receive:
+        async for piece in self.pieces():
             if isinstance(piece, str):
                 yield piece
 
-    def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
+    async def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
         """Yield the text pieces, and a `TextDiscardedInfo` where some were void.
 
         A `TextDiscardedInfo` comes when a streamed attempt failed after
         sending text: its `text` is the pieces of that attempt, which are
         no part of any reply (drop what you showed of them); a retry then
         streams its reply from the beginning.
+
+        Raises:
+            ConfigError: the stream is read after its ``async with`` block
+                ended (its pieces are gone then; `result` is kept).
         """
-        return self._receive.__aiter__()
+        if self._closed:
+            raise _misused(
+                "reading the stream after its async with block",
+                "a read inside the block",
+            )
+        async for piece in self._receive:
+            yield piece
 
     @property
     def result(self) -> RunResult:
@@ -108,31 +120,74 @@ class RunStream:
         return self._result
 
 
+def _misused(how: str, fix: str) -> ConfigError:
+    """The refusal of `run_stream` used `how`, saying how it is used."""
+    return ConfigError(
+        "run_stream",
+        how,
+        f"{fix}: async with agent.run_stream(...) as stream: "
+        "async for text in stream: ... (then stream.result)",
+    )
+
+
+@final
+class _StreamOpening(contextlib.AbstractAsyncContextManager[RunStream]):
+    """What `Agent.run_stream` returns: the run starts in ``async with``, only."""
+
+    __slots__ = ("_context", "_opener")
+
+    def __init__(
+        self, opener: Callable[[], contextlib.AbstractAsyncContextManager[RunStream]]
+    ) -> None:
+        self._opener = opener
+        self._context: contextlib.AbstractAsyncContextManager[RunStream] | None = None
+
+    async def __aenter__(self) -> RunStream:
+        if self._context is not None:
+            raise _misused("entered twice", "call run_stream once for each run")
+        self._context = self._opener()
+        return await self._context.__aenter__()
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: types.TracebackType | None,
+    ) -> bool | None:
+        assert self._context is not None  # entered
+        return await self._context.__aexit__(kind, error, trace)
+
+    # The ways a newcomer reaches for first: each refused, nothing started.
+    def __aiter__(self) -> NoReturn:
+        raise _misused("async for ... in agent.run_stream(...)", "async with first")
+
+    def __await__(self) -> NoReturn:
+        raise _misused("await agent.run_stream(...)", "async with, not await")
+
+    def __enter__(self) -> NoReturn:
+        raise _misused("with agent.run_stream(...)", "async with, not with")
+
+    def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - never entered
+        return None
+
+
 def _check_options(options: Mapping[str, Any]) -> None:
     """Name an unknown or missing `Driver` setting the way a user wrote it."""
     known = [f.alias or f.name for f in attrs.fields(Driver) if f.init]
-    for name in options:
+    for name, value in options.items():
         if name not in known:
-            value = options[name]
-            if name in _CONTEXT_SETTINGS:
-                hint = (
-                    "it is a ContextManager setting: "
-                    f"context=ContextManager({name}={value!r})"
-                )
-            else:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else "see Driver"
-            raise ConfigError(name, value, f"a known Agent setting ({hint})")
+            raise _checks.unknown_argument(
+                "Agent",
+                name,
+                value,
+                known,
+                context_hint(name, value),
+                fallback="see Driver",
+            )
     if "model" not in options:
         raise ConfigError(
             "model", None, "a ModelClient (model= is required)", missing=True
         )
-
-
-_CONTEXT_SETTINGS: Final = frozenset(
-    f.alias or f.name for f in attrs.fields(ContextManager) if f.init
-)
-"""The settings of the context manager, which an agent takes as `context`."""
 
 
 def _running_loop() -> str | None:
@@ -183,7 +238,7 @@ class Agent:
 
     def __init__(
         self,
-        *,
+        *positional: Never,
         session: Session | None = None,
         store: SessionStore | str | os.PathLike[str] | None = None,
         **driver_options: Any,
@@ -191,6 +246,8 @@ class Agent:
         """Build the driver from `driver_options`; start or continue `session`.
 
         Args:
+            *positional: None is taken: each setting is given by its name,
+                ``Agent(model=...)`` (one given raises `ConfigError`).
             session: The conversation to continue (a new one if None).
             store: Where sessions live: a `SessionStore`, ``"memory:"``, a
                 file path or ``"sqlite:///PATH"`` (an `SQLiteStore`), or a
@@ -208,6 +265,12 @@ class Agent:
             StoreUnusable: the store's file cannot be used (see `open_store`).
             ImportError: a PostgreSQL URL without the ``postgres`` extra.
         """
+        if positional:  # Agent(model): each setting is given by its name
+            raise ConfigError(
+                "Agent",
+                positional[0],
+                "keyword arguments (Agent(model=...)): Agent takes none by position",
+            )
         _check_options(driver_options)
         if session is not None and not isinstance(session, Session):
             raise ConfigError("session", session, "a Session or None")
@@ -235,14 +298,23 @@ class Agent:
         (after a `SessionConflict`, this is the reload), the agent goes on
         from the log as it is now, in a new `Session`; else it keeps the one
         it has (a run of it going on in this process keeps it too).
+
+        The store's read may take the agent's `store_timeout`.
+
+        Raises:
+            SessionNotFound: the store holds no session `session_id`.
+            StoreUnusable: the store did not answer within `store_timeout`.
         """
+        seconds = self.driver.store_timeout
         current = self.session
         if current.id != session_id:
-            self.session = await Session.load(self.store, session_id)
+            self.session = await read_session(
+                self.store, session_id, seconds=seconds, must_exist=True
+            )
             return self.session
         if current.is_running or current.store is not self.store:
             return current
-        stored = await Session.open(self.store, session_id)
+        stored = await read_session(self.store, session_id, seconds=seconds)
         if stored.version != current.version:
             self.session = stored
         return self.session
@@ -407,20 +479,24 @@ class Agent:
             options=options,
         )
 
-    @contextlib.asynccontextmanager
-    async def run_stream(
+    def run_stream(
         self,
         input: str | Message | Iterable[Message],
         *,
         session: Session | None = None,
         control: RunControl | None = None,
-    ) -> AsyncIterator[RunStream]:
+    ) -> contextlib.AbstractAsyncContextManager[RunStream]:
         """Run one task and stream the model's text as it arrives.
 
-        The brain still sees one `ModelReplied` per model call; only the
-        observers see the pieces. The model must have a ``stream()`` method
-        (`OpenAIModel` and `AnthropicModel` do); otherwise each whole reply
-        arrives as one piece.
+        Use it with ``async with``: the run starts in it, and the block
+        ends when the run ends. The brain still sees one `ModelReplied` per
+        model call; only the observers see the pieces. The model must have
+        a ``stream()`` method (`OpenAIModel` and `AnthropicModel` do);
+        otherwise each whole reply arrives as one piece.
+
+        ``async for`` or ``await`` straight on ``agent.run_stream(...)``, or
+        a plain ``with``, raises `ConfigError` showing the use below;
+        nothing is started.
 
         Example:
             ```python
@@ -431,6 +507,18 @@ class Agent:
                 print(stream.result.text)
             ```
         """
+        return _StreamOpening(
+            functools.partial(self._stream, input, session=session, control=control)
+        )
+
+    @contextlib.asynccontextmanager
+    async def _stream(
+        self,
+        input: str | Message | Iterable[Message],
+        *,
+        session: Session | None,
+        control: RunControl | None,
+    ) -> AsyncIterator[RunStream]:
         send, receive = anyio.create_memory_object_stream[str | TextDiscardedInfo](
             math.inf
         )
@@ -457,6 +545,7 @@ class Agent:
                 raise group_error.exceptions[0] from None
             raise
         finally:
+            stream._closed = True
             receive.close()
 
     @overload

@@ -344,3 +344,78 @@ def test_a_session_written_since_the_command_read_it_is_to_be_run_again() -> Non
         "session 'ses_1' changed under this writer: expected version 8, found 15; "
         "another writer appended first - run it again"
     )
+
+
+# The window of `--model local` is its server's, `--n-ctx`: `--window` only
+# narrows it. Advice to make it larger names the option that does.
+@pytest.mark.parametrize(
+    ("flags", "limit", "fix"),
+    [
+        ({"model": "local", "n_ctx": 100}, 100, "raise --n-ctx or lower --max-tokens"),
+        ({"model": "local"}, 4096, "raise --n-ctx or lower --max-tokens"),
+        (
+            {"model": "local", "n_ctx": 8000, "window": 100},
+            100,
+            "raise --window or lower --max-tokens",
+        ),
+        (
+            {"model": "http://127.0.0.1:9/v1#m", "n_ctx": 100},
+            100,
+            "raise --n-ctx or lower --max-tokens",
+        ),
+        (
+            {"model": "http://127.0.0.1:9/v1#m", "window": 100},
+            100,
+            "raise --window or lower --max-tokens",
+        ),
+        ({"model": "openai:gpt-4o-mini"}, 128000, "lower --max-tokens"),
+    ],
+)
+def test_the_advice_for_pins_that_do_not_fit_names_the_window_option(
+    flags: dict[str, object], limit: int, fix: str
+) -> None:
+    from turnfsm.cli._run import AgentOptions, cli_words
+    from turnfsm.errors import PinnedTooLarge
+
+    error = PinnedTooLarge(limit + 1, limit, pinned=limit - 255, reserved=256)
+    said = cli_words(error, AgentOptions(**flags))  # type: ignore[arg-type]
+    assert said.endswith(f"-token window: {fix}"), said
+
+
+def test_a_window_over_the_local_servers_names_n_ctx() -> None:
+    from turnfsm.cli._run import AgentOptions, cli_words
+    from turnfsm.errors import WindowTooLarge
+
+    error = WindowTooLarge("--window", 1000, "at most 100", model="local", window=100)
+    said = cli_words(error, AgentOptions(model="local", n_ctx=100, window=1000))
+    assert said == (
+        "--window=1000 is larger than the local server's window of 100 tokens "
+        "(--n-ctx): give at most 100, leave --window unset, or raise --n-ctx"
+    )
+
+
+# A store of your agent's (`--agent`) that never answers: a command that
+# reads a session from it gives up after the agent's store_timeout, on one
+# line, instead of waiting for ever.
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "go on", "--session", "ses_x"],
+        ["resume", "ses_x"],
+        ["approve", "ses_x"],
+        ["abandon", "ses_x"],
+    ],
+    ids=["run", "resume", "approve", "abandon"],
+)
+@pytest.mark.timeout(30)  # it waited for ever
+def test_a_store_of_your_agents_that_never_answers_is_given_up(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = ["--agent", "tests.cli.stalling_store_agent:agent"]
+    assert main([*argv, *agent]) == 2
+    _, err = capsys.readouterr()
+    assert err == (
+        f"turnfsm {argv[0]}: cannot use StallingStore as a turnfsm session "
+        "store: its load did not return within store_timeout=0.2 s (nothing "
+        "was changed)\n"
+    )

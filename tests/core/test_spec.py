@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -571,15 +572,47 @@ def test_ill_typed_transitions_are_problems_not_crashes(
     [
         (
             {"decision": ["call_llm"]},
-            "state 'extra': unknown decision \"['call_llm']\" (known: call_llm,"
-            " compact, fail, finish, measure, pause, run_tools; use effect = NAME"
-            " for a custom one)",
+            "state 'extra': decision must be one name, a string"
+            " (decision = \"call_llm\"), not a list: got ['call_llm']",
         ),
-        ({"effect": 42}, "state 'extra': effect must be a string, got 42"),
+        (
+            {"decision": {"name": "call_llm"}},
+            "state 'extra': decision must be one name, a string"
+            " (decision = \"NAME\"), not a table: got {'name': 'call_llm'}",
+        ),
+        (
+            {"effect": 42},
+            "state 'extra': effect must be one name, a string (effect = \"NAME\"),"
+            " not a number: got 42",
+        ),
+        (
+            {"decision": True},
+            "state 'extra': decision must be one name, a string"
+            ' (decision = "NAME"), not a boolean: got True',
+        ),
+        (
+            {"effect": datetime.date(2026, 1, 2)},
+            "state 'extra': effect must be one name, a string (effect = \"NAME\"),"
+            " not a value of type date: got datetime.date(2026, 1, 2)",
+        ),
+        (
+            {"subagent": ["reader", "writer"]},
+            "state 'extra': subagent must be one name, a string"
+            " (subagent = \"reader\"), not a list: got ['reader', 'writer']",
+        ),
         ({"effect": ""}, "state 'extra': effect must be a non-empty name, got ''"),
         ({"effect": " "}, "state 'extra': effect must be a non-empty name, got ' '"),
     ],
-    ids=["decision-list", "effect-number", "effect-empty", "effect-blank"],
+    ids=[
+        "decision-list",
+        "decision-table",
+        "effect-number",
+        "decision-boolean",
+        "effect-date",
+        "subagent-list",
+        "effect-empty",
+        "effect-blank",
+    ],
 )
 def test_ill_typed_states_are_problems_not_crashes(
     state: dict[str, Any], expected: str
@@ -599,7 +632,10 @@ def test_ill_typed_states_are_problems_not_crashes(
     with pytest.raises(DefinitionError) as error:
         MachineSpec.from_dict(data)
 
-    assert expected in [p.message for p in error.value.problems]
+    messages = [p.message for p in error.value.problems]
+    assert expected in messages
+    # Said once: not also as an unknown name, nor as a phase with no kind.
+    assert [m for m in messages if m.startswith("state 'extra'")] == [expected]
 
 
 def test_a_blank_or_wildcard_phase_name_is_refused_where_a_run_would_stick() -> None:

@@ -276,6 +276,45 @@ async def test_the_compaction_timeout_stops_a_hanging_compactor() -> None:
     assert "timed out after 0.2s" in result.error.cause
 
 
+class _ShieldedCompactor:
+    """A compactor that ignores its cancellation for `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(self.seconds)
+        raise RuntimeError("late, and failed anyway")
+
+
+async def test_a_compactor_that_ignores_its_timeout_holds_the_run_and_is_named(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnfsm.driver import _tools
+
+    monkeypatch.setattr(_tools, "_HELD_GRACE", 0.3)
+    caplog.set_level("WARNING", logger="turnfsm.driver")
+    ctx = ContextManager(
+        _ShieldedCompactor(0.6),
+        context_window=4_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    driver = Driver(model=ScriptedModel.of("x"), context=ctx, compaction_timeout=0.1)
+    with anyio.fail_after(5):
+        result = await driver.run(_big_history(10, 500))
+    assert isinstance(result.error, CompactionFailed)
+    assert "timed out after 0.1s" in result.error.cause  # not the late error
+    (warning,) = [r for r in caplog.records if "ignored its cancellation" in r.message]
+    assert warning.getMessage().startswith(
+        "the compaction pass ignored its cancellation at its timeout of 0.1s: "
+        "the run waited 0."
+    )
+
+
 async def test_a_custom_effect_with_an_orphaned_result_fails_the_run() -> None:
     async def wrong_results(ctx: EffectContext, decision: RunTools) -> ToolsFinished:
         return ToolsFinished(results=[Message.tool_result("not-asked", "??")])
@@ -514,6 +553,40 @@ async def test_a_custom_effect_that_hangs_is_stopped_by_its_timeout() -> None:
     assert result.outcome == "cancelled"
     assert isinstance(result.error, Cancelled)
     assert "timed out after 0.1s" in result.error.reason
+
+
+async def test_a_custom_effect_that_ignores_its_timeout_holds_the_run_and_is_named(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing can stop an effect that shields itself: the run waits for it,
+    # then ends as the timeout says, and a warning names what held it.
+    from tests.helpers import approval_toml
+    from turnfsm.core import MachineSpec, Perform, Signal
+    from turnfsm.driver import _tools
+
+    async def await_approval(ctx: EffectContext, decision: Perform) -> Signal:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.6)
+        return Signal(name="approved")
+
+    monkeypatch.setattr(_tools, "_HELD_GRACE", 0.3)
+    caplog.set_level("WARNING", logger="turnfsm.driver")
+    driver = Driver(
+        model=ScriptedModel.of(reply("", tool_call("t", "c1")), "done"),
+        machine=MachineSpec.from_toml(approval_toml()),
+        effects={"await_approval": await_approval},
+        effect_timeout=0.1,
+    )
+    with anyio.fail_after(5):
+        result = await driver.run("go")
+    assert result.outcome == "cancelled"
+    assert isinstance(result.error, Cancelled)
+    assert "timed out after 0.1s" in result.error.reason
+    (warning,) = [r for r in caplog.records if "ignored its cancellation" in r.message]
+    assert warning.getMessage().startswith(
+        "effect 'await_approval' ignored its cancellation at its timeout "
+        "of 0.1s: the run waited 0."
+    )
 
 
 @pytest.mark.parametrize("idempotent", [False, True])

@@ -8,7 +8,7 @@ the store and the call, and the session still loads and its run goes on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -213,3 +213,50 @@ def test_a_bad_store_timeout_is_refused(value: object) -> None:
     with pytest.raises(ConfigError) as caught:
         Agent(model=_model(), store_timeout=value)
     assert (caught.value.field, caught.value.value) == ("store_timeout", value)
+
+
+# Outside a run, an agent reads a session to reopen it (`open_session`) and
+# before it resumes, abandons or compacts a run of it: each read has the
+# same `store_timeout`.
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda agent, ids: agent.open_session(ids[0]),
+        lambda agent, ids: agent.resume(*ids),
+        lambda agent, ids: agent.abandon(*ids),
+        lambda agent, ids: agent.compact(ids[0]),
+    ],
+    ids=["open_session", "resume", "abandon", "compact"],
+)
+async def test_a_read_outside_a_run_that_never_returns_is_given_up(
+    call: Callable[[Agent, tuple[str, str]], Awaitable[object]],
+) -> None:
+    store = Stalls({"append": {3}})  # the tool's result: the run stops there
+    with pytest.raises(StoreUnusable):
+        await _agent(store).run("one plus one?")
+    (session_id,) = [info.id for info in await store.inner.list_sessions()]
+    (run,) = (await Session.load(store.inner, session_id)).runs
+    store.stalling = {"load": {store.calls.get("load", 0) + 1}}
+    fresh = _agent(store)  # another process: it reads the session first
+    with anyio.fail_after(10):
+        with pytest.raises(StoreUnusable) as caught:
+            await call(fresh, (session_id, run.run_id))
+    assert str(caught.value) == (
+        "cannot use Stalls as a turnfsm session store: its load did not "
+        f"return within store_timeout={LIMIT} s (nothing was changed)"
+    )
+    assert not caught.value.in_doubt
+    # The store answers again: the session is read, and the run goes on.
+    resumed = await fresh.resume(session_id, run.run_id)
+    assert (resumed.outcome, resumed.text) == ("done", "two")
+
+
+async def test_reading_the_agents_own_session_again_is_bounded_too() -> None:
+    store = Stalls({})
+    agent = _agent(store)
+    await agent.run("one plus one?")
+    store.stalling = {"load": {store.calls.get("load", 0) + 1}}
+    with anyio.fail_after(10):
+        with pytest.raises(StoreUnusable, match="its load did not return"):
+            await agent.open_session(agent.session.id)
+    assert (await agent.open_session(agent.session.id)) is agent.session

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from turnfsm import Agent
 from turnfsm.driver import Driver, RetryPolicy
-from turnfsm.errors import ProviderError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.hooks import (
     Hook,
     ModelCallEnd,
@@ -264,3 +264,71 @@ async def test_run_stream_pieces_say_where_a_retried_streams_text_was_void() -> 
     async with agent.run_stream("x") as stream:
         text = [p async for p in stream]
     assert text == ["one ", "one ", "two three"]  # iterating yields text only
+
+
+# How a newcomer first reaches for a stream, before reading that it is an
+# async context manager: each is refused, typed and showing the use, and
+# nothing runs (the model is never called, the session stays empty).
+async def _async_for(agent: Agent) -> None:
+    async for _ in agent.run_stream("hi"):  # type: ignore[attr-defined]
+        pass
+
+
+async def _await(agent: Agent) -> None:
+    await agent.run_stream("hi")  # type: ignore[misc]
+
+
+async def _with(agent: Agent) -> None:
+    with agent.run_stream("hi"):  # type: ignore[attr-defined]
+        pass
+
+
+@pytest.mark.parametrize(
+    ("misuse", "how", "fix"),
+    [
+        (_async_for, "async for ... in agent.run_stream(...)", "async with first"),
+        (_await, "await agent.run_stream(...)", "async with, not await"),
+        (_with, "with agent.run_stream(...)", "async with, not with"),
+    ],
+)
+async def test_run_stream_used_without_async_with_says_how_it_is_used(
+    misuse: Callable[[Agent], Awaitable[None]], how: str, fix: str
+) -> None:
+    model = StreamingModel(Message.assistant("hello"))
+    agent = Agent(model=model)
+    with pytest.raises(ConfigError) as caught:
+        await misuse(agent)
+    assert (caught.value.field, caught.value.value) == ("run_stream", how)
+    assert str(caught.value) == (
+        f"invalid run_stream={how!r}: expected {fix}: async with "
+        "agent.run_stream(...) as stream: async for text in stream: ... "
+        "(then stream.result)"
+    )
+    assert (model.streamed, model.completed, agent.session.runs) == (0, 0, [])
+    async with agent.run_stream("hi") as stream:  # the right use still works
+        assert [text async for text in stream] == ["hello "]
+    assert stream.result.text == "hello"
+
+
+async def test_a_stream_read_after_its_block_is_refused_its_result_kept() -> None:
+    agent = Agent(model=StreamingModel(Message.assistant("hello there")))
+    async with agent.run_stream("hi") as stream:
+        pass  # the block waits for the run's end, unread
+    assert stream.result.text == "hello there"
+    for read in (stream.__aiter__(), stream.pieces()):
+        with pytest.raises(ConfigError) as caught:
+            await read.__anext__()
+        assert str(caught.value).startswith(
+            "invalid run_stream='reading the stream after its async with block': "
+            "expected a read inside the block: async with agent.run_stream(...)"
+        )
+
+
+async def test_an_opening_of_run_stream_is_entered_once() -> None:
+    agent = Agent(model=StreamingModel(Message.assistant("a"), Message.assistant("b")))
+    opening = agent.run_stream("hi")
+    async with opening as stream:
+        assert [text async for text in stream] == ["a "]
+    with pytest.raises(ConfigError, match="'entered twice': expected call run_stream"):
+        async with opening:
+            pass

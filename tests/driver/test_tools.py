@@ -5,6 +5,7 @@ import datetime
 import enum
 import functools
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
@@ -13,12 +14,14 @@ import attrs
 import pydantic
 import pytest
 
-from turnfsm.driver import Driver, RetryPolicy, Tool, function_tool
+from turnfsm import Agent
+from turnfsm.driver import Driver, RetryPolicy, RunControl, Tool, _tools, function_tool
 from turnfsm.driver._tools import run_tool_call, tools_by_name
 from turnfsm.errors import ConfigError, ProviderError, ToolError
 from turnfsm.messages import Message, ToolCallPart
+from turnfsm.persistence import Session
 from turnfsm.providers import ModelRequest, ModelResponse
-from turnfsm.testing import FakeModelClient
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 
 def search(
@@ -650,3 +653,92 @@ def test_a_class_made_a_tool_is_not_held_to_its_attributes() -> None:
     assert tool.parameters["properties"] == {
         "word": {"type": "string", "description": "the word."}
     }
+
+
+# A tool that ignores its cancellation cannot be stopped by anyone: its run,
+# a cancel of it and a deadline around it all wait until it returns. What
+# the run does then is what a timeout does (nothing it committed is lost),
+# and a warning says which tool held it, and how long.
+async def _held(seconds: float) -> str:
+    """Wait, shielded from cancellation.
+
+    Args:
+        seconds: how long.
+    """
+    with anyio.CancelScope(shield=True):
+        await anyio.sleep(seconds)
+    return "late"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stop", ["timeout", "cancel"])
+async def test_a_tool_that_ignores_its_cancellation_holds_the_run_and_is_named(
+    stop: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_tools, "_HELD_GRACE", 0.3)
+    limit, held = (0.1, 0.6) if stop == "timeout" else (5.0, 0.6)
+    agent = Agent(
+        model=ScriptedModel.of(
+            reply("", tool_call("_held", "c1", seconds=held)), reply("done")
+        ),
+        tools=[_held],
+        tool_timeout=limit,
+    )
+    control = RunControl()
+    caplog.set_level("WARNING", logger="turnfsm.tools")
+    started = anyio.current_time()
+    async with anyio.create_task_group() as group:
+        if stop == "cancel":
+            group.start_soon(_cancel_soon, control)
+        with anyio.fail_after(10):
+            result = await agent.run("go", control=control)
+    waited = anyio.current_time() - started
+    assert waited >= held  # nothing could stop it sooner
+    session = await Session.load(agent.store, result.session_id)
+    if stop == "cancel":  # ended as cancelled once the tool returned
+        assert result.outcome == "cancelled"
+        assert [r.outcome for r in session.runs] == ["cancelled"]
+        return
+    assert (result.outcome, result.text) == ("done", "done")
+    (timed_out,) = [r for m in session.history for r in m.tool_results]
+    assert timed_out.content == f"tool '_held' timed out after {limit}s"
+    (warning,) = [r for r in caplog.records if r.name == "turnfsm.tools"]
+    assert re.fullmatch(
+        rf"tool '_held' \(call c1\) ignored its cancellation at its timeout of "
+        rf"{limit}s: the run waited 0\.\ds more for it to return \(a shielded "
+        r"wait, or a cancellation caught and not raised again, holds the run\)",
+        warning.getMessage(),
+    )
+
+
+async def _cancel_soon(control: RunControl) -> None:
+    await anyio.sleep(0.1)
+    control.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_model_call_that_ignores_its_timeout_is_named_once_it_returns(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+
+    async def handle(_request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.6)
+        return ModelResponse(message=Message.assistant(f"reply {calls}"))
+
+    monkeypatch.setattr(_tools, "_HELD_GRACE", 0.3)
+    caplog.set_level("WARNING", logger="turnfsm.driver")
+    driver = Driver(model=FakeModelClient(handle), model_timeout=0.1)
+    with anyio.fail_after(5):
+        result = await driver.run("hello")
+    assert (result.outcome, result.text) == ("done", "reply 2")  # asked again
+    (warning,) = [r for r in caplog.records if "ignored its cancellation" in r.message]
+    assert warning.name == "turnfsm.driver"
+    assert warning.getMessage().startswith(
+        "model FakeModelClient ignored its cancellation at its timeout of 0.1s: "
+        "the run waited 0."
+    )

@@ -36,6 +36,7 @@ from turnfsm.cli._run import (
 from turnfsm.cli._stores import where
 from turnfsm.core import Event, ToolCallsReviewed
 from turnfsm.driver import Driver, RunResult, Tool
+from turnfsm.driver._store_calls import read_session
 from turnfsm.errors import (
     ConfigError,
     SessionBusy,
@@ -107,15 +108,21 @@ async def _answer_with(
     # The run is read first (from --store, else your agent's own store when
     # it has one, else the CLI's): without --agent, its machine comes from
     # the log.
+    # A store of your agent's is given its store_timeout (the CLI's own
+    # stores bound their waits themselves).
+    seconds = agent_driver.store_timeout if agent_driver is not None else None
     async with cli_store(options.store, own) as store:
-        session = await load_cli_session(store, command.session_id)
+        session = await load_cli_session(store, command.session_id, seconds=seconds)
         run = _open_run(session, command.run_id, store)
         # A sub-agent's paused run is answered through its callers' runs:
         # the answer goes down to it, and every caller goes on.
         inner, paused = session, run
         if command.action != "abandon":  # abandon ends the run it is given
-            inner, paused = await _paused_subagent(store, run) or (session, run)
-            caller = await _top_caller(store, inner, paused)
+            inner, paused = await _paused_subagent(store, run, seconds) or (
+                session,
+                run,
+            )
+            caller = await _top_caller(store, inner, paused, seconds)
             if caller is not None:
                 session, run = caller
         _show_waiting(paused, out)
@@ -184,14 +191,16 @@ def _show_waiting(run: RunRecord, out: TextIO) -> None:
 
 
 async def _paused_subagent(
-    store: SessionStore, run: RunRecord
+    store: SessionStore, run: RunRecord, seconds: float | None
 ) -> tuple[Session, RunRecord] | None:
     """The paused sub-agent run that `run` stopped for, and its session."""
     error = run.error
     if run.outcome != "interrupted" or not isinstance(error, SubagentWaiting):
         return None
     try:
-        child = await Session.load(store, error.session_id)
+        child = await read_session(
+            store, error.session_id, seconds=seconds, must_exist=True
+        )
     except SessionNotFound:
         return None
     paused = next((r for r in child.open_runs() if r.run_id == error.run_id), None)
@@ -199,7 +208,7 @@ async def _paused_subagent(
 
 
 async def _top_caller(
-    store: SessionStore, inner: Session, paused: RunRecord
+    store: SessionStore, inner: Session, paused: RunRecord, seconds: float | None
 ) -> tuple[Session, RunRecord] | None:
     """The outermost caller whose run waits on the sub-agent run `paused`.
 
@@ -212,7 +221,9 @@ async def _top_caller(
     top: tuple[Session, RunRecord] | None = None
     while (link := parent_of(inner)) is not None:
         try:
-            caller = await Session.load(store, link.session_id)
+            caller = await read_session(
+                store, link.session_id, seconds=seconds, must_exist=True
+            )
         except SessionNotFound:
             break
         run = next((r for r in caller.open_runs() if r.run_id == link.run_id), None)

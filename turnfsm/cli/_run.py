@@ -33,6 +33,7 @@ from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
 from turnfsm.driver import Driver, RunResult
+from turnfsm.driver._store_calls import read_session
 from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,
@@ -41,6 +42,7 @@ from turnfsm.errors import (
     SessionNotFound,
     SubagentWaiting,
     TurnFSMError,
+    WindowTooLarge,
 )
 from turnfsm.hooks import ConsoleHook, Hook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
@@ -65,6 +67,9 @@ _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 DEFAULT_MAX_TOKENS = 256
 """The reply budget per model call when ``--max-tokens`` is not given."""
+
+DEFAULT_N_CTX = 4096
+"""The local server's window when neither ``--n-ctx`` nor ``--window`` is given."""
 
 STRATEGY_NAMES = AGENT_STRATEGIES
 """The compactors ``--strategy`` names (every shipped one but ``digest``)."""
@@ -219,7 +224,7 @@ def open_driver(
             )
         yield _driver(NoModel(), None, tools, machine, options), None
         return
-    n_ctx = options.n_ctx or options.window or 4096
+    n_ctx = options.n_ctx or options.window or DEFAULT_N_CTX
     with open_model(options.model, n_ctx=n_ctx, window=options.window) as (
         model,
         window,
@@ -296,7 +301,7 @@ class NoModel:
 def open_model(
     spec: str,
     *,
-    n_ctx: int = 4096,
+    n_ctx: int = DEFAULT_N_CTX,
     window: int | None = None,
     field: str = "--model",
 ) -> Iterator[tuple[ModelClient, int]]:
@@ -439,16 +444,22 @@ async def cli_store(
                 await close_store(store)
 
 
-async def load_cli_session(store: SessionStore, session_id: str) -> Session:
+async def load_cli_session(
+    store: SessionStore, session_id: str, *, seconds: float | None = None
+) -> Session:
     """`session_id` from `store`; a missing one names the store and close ids.
+
+    A store of your agent's (``--agent``) may take its `store_timeout`
+    (`seconds`) to answer.
 
     Raises:
         SessionNotFound: no such session (with suggestions).
+        StoreUnusable: the store did not answer within `seconds`.
     """
     from turnfsm.cli._sessions import not_found
 
     try:
-        return await Session.load(store, session_id)
+        return await read_session(store, session_id, seconds=seconds, must_exist=True)
     except SessionNotFound as exc:
         raise await not_found(exc, store) from None
 
@@ -557,13 +568,44 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
         return str(exc).replace("reload the session and retry", "run it again")
     if isinstance(exc, PinnedTooLarge) and options is not None and not options.agent:
         budget = options.max_tokens or DEFAULT_MAX_TOKENS
+        flag = _window_flag(options, exc.limit)
+        fix = f"raise {flag} or lower --max-tokens" if flag else "lower --max-tokens"
         return (
             f"pinned messages do not fit: {exc.pinned} pinned tokens plus "
             f"{exc.reserved} reserved (the reply budget, --max-tokens {budget}, and "
             f"the system prompt and tool schemas) is {exc.used}, over the "
-            f"{exc.limit}-token window: raise --window or lower --max-tokens"
+            f"{exc.limit}-token window: {fix}"
+        )
+    if (
+        isinstance(exc, WindowTooLarge)
+        and options is not None
+        and options.model == "local"
+        and exc.field == "--window"
+    ):
+        return (
+            f"--window={exc.value} is larger than the local server's window of "
+            f"{exc.window} tokens (--n-ctx): give at most {exc.window}, leave "
+            f"--window unset, or raise --n-ctx"
         )
     return explain(exc)
+
+
+def _window_flag(options: AgentOptions, window: int) -> str | None:
+    """The option that makes a run's `window` larger (None: the model's own).
+
+    The local server's window is ``--n-ctx`` (``--window`` only narrows it);
+    a URL server that does not tell its window is given ``--n-ctx`` unless
+    ``--window`` is; a known model's window is its own.
+    """
+    n_ctx = options.n_ctx or options.window or DEFAULT_N_CTX
+    if options.model == "local":
+        given = options.window
+        return "--window" if given is not None and given < n_ctx else "--n-ctx"
+    if options.window is not None:
+        return "--window"
+    if (options.model or "").startswith(("http://", "https://")) and window == n_ctx:
+        return "--n-ctx"
+    return None
 
 
 def _open_run_only(exc: SessionBusy) -> bool:
@@ -585,7 +627,9 @@ async def _run(
             if session_id is None:
                 session = Session(store=store)
             else:
-                session = await load_cli_session(store, session_id)
+                session = await load_cli_session(
+                    store, session_id, seconds=driver.store_timeout
+                )
             result = await interruptible(
                 lambda: driver.run(task, session=session, hooks=hooks_for(out)), out
             )

@@ -51,6 +51,7 @@ _FACTOR = _checks.instance(Decimal, "a Decimal multiple of the input price")
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class CacheRules:
     """A provider's prompt-cache rules, as the pass's figures use them.

@@ -111,6 +111,7 @@ def digest_before(
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class ToolResultDigest:
     """Digest the oversized tool results of older exchanges; drop nothing.

@@ -94,6 +94,7 @@ _BELOW: Final = "below trigger threshold"
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class LayeredCompactor:
     """Shrink in five layers, cheapest first, until the conversation fits.

@@ -174,6 +174,7 @@ def _conversation(value: object, name: str) -> tuple[Message, ...]:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class ContextManager(OldEntryPoints):
     """Decide whether a conversation must shrink, shrink it, and judge the result.

@@ -108,6 +108,7 @@ def _bytes(text: str) -> int:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class MaskingCompactor:
     """Shrink tool results, then drop the middle, with no model call (the default).

@@ -35,6 +35,7 @@ __all__ = ["PinRules", "keep_pinned", "pin_loss", "pinned_ids"]
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class PinRules:
     """Which messages the context settings pin, besides the ones pinned by hand.

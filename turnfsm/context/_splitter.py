@@ -45,6 +45,7 @@ class Split:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class TokenSplitter:
     """Find where to split a conversation into old and recent parts.

@@ -140,6 +140,7 @@ def _to_role(value: object) -> Role:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class SummarizingCompactor:
     """Summarise old exchanges with a model; keep the recent ones raw.

@@ -54,6 +54,7 @@ __all__ = ["TruncatingCompactor"]
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class TruncatingCompactor:
     """Keep the first message and the most recent ones; drop the middle.

@@ -266,15 +266,18 @@ class _Loader(TransitionReader):
                     )
             decision, effect = body.get("decision"), body.get("effect")
             subagent = body.get("subagent")
-            if decision is not None and not isinstance(decision, str):
-                decision = repr(decision)  # reported as an unknown decision
-            for key, value in (("effect", effect), ("subagent", subagent)):
+            for key, value in (
+                ("decision", decision),
+                ("effect", effect),
+                ("subagent", subagent),
+            ):
                 if value is not None and not isinstance(value, str):
-                    self.problem(
-                        f"state {name!r}: {key} must be a string, got {value!r}",
-                        (*at, key),
-                        value,
-                    )
+                    self.problem(_not_one_name(name, key, value), (*at, key), value)
+                    self.untyped.add(name)  # its kind is not known: not checked
+            if name in self.untyped:
+                decision = decision if isinstance(decision, str) else None
+                effect = effect if isinstance(effect, str) else None
+                subagent = subagent if isinstance(subagent, str) else None
             if isinstance(effect, str) and not effect.strip():  # no effect's name
                 self.problem(
                     f"state {name!r}: effect must be a non-empty name, got {effect!r}",
@@ -341,3 +344,25 @@ class _Loader(TransitionReader):
                     s.name,
                 )
         return out
+
+
+def _not_one_name(state: str, key: str, value: object) -> str:
+    """The problem of a phase's `key` given `value`, which is not one name."""
+    kind = (
+        "a list"
+        if isinstance(value, list)
+        else "a table"
+        if isinstance(value, dict)
+        else "a boolean"
+        if isinstance(value, bool)
+        else "a number"
+        if isinstance(value, int | float)
+        else f"a value of type {type(value).__name__}"
+    )
+    example = "NAME"
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        example = value[0]  # the name meant, most likely
+    return (
+        f"state {state!r}: {key} must be one name, a string "
+        f'({key} = "{example}"), not {kind}: got {value!r}'
+    )

@@ -37,6 +37,7 @@ def _count(name: str, low: int) -> _checks.Check:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class Budget:
     """The limits one run works within.

@@ -6,6 +6,7 @@ activity alike.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -25,12 +26,14 @@ from turnfsm.core import (
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl
 from turnfsm.driver._effects import Effect, effect_key
-from turnfsm.driver._tools import is_late
+from turnfsm.driver._tools import is_late, warn_if_held
 from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
 from turnfsm.values import ErrorInfo
 
 __all__ = ["EffectSettings", "carry_out"]
+
+logger = logging.getLogger("turnfsm.driver")
 
 
 @final
@@ -100,6 +103,13 @@ async def carry_out(
     cancel = control.take_cancel() if control is not None else None
     if cancel is not None:
         return cancel
+    if limit is not None:
+        what = (
+            "the compaction pass"
+            if isinstance(decision, Compact)
+            else f"effect {key!r}"
+        )
+        warn_if_held(what, scope, limit, logger)
     return _timed_out(ctx, decision, key, limit)
 
 

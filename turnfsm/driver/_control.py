@@ -10,6 +10,7 @@ import anyio
 import attrs
 from typing_extensions import TypeVar
 
+from turnfsm import _checks
 from turnfsm.core import Event, MessageInjected, Pause, RunCancelled
 from turnfsm.errors import InvalidMessage, RunFailed, TurnFSMError
 from turnfsm.messages import Message
@@ -22,6 +23,7 @@ OutputT = TypeVar("OutputT", default=Any)
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False)
 class RunControl:
     """Steer a run from outside while it runs (another task, a UI, a hook).

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, final, overload
+from typing import Any, Final, TypeVar, final, overload
 
 import attrs
 
@@ -52,7 +52,13 @@ from turnfsm.persistence import (
     Session,
     machine_digest,
 )
-from turnfsm.providers import ModelClient, ModelPrices, ToolSchema, window_for
+from turnfsm.providers import (
+    ModelClient,
+    ModelPrices,
+    ToolSchema,
+    known_window,
+    window_for,
+)
 from turnfsm.tokens import Meter, TokenCounter, default_counter
 
 __all__ = ["Driver"]
@@ -105,7 +111,41 @@ def _passes_the_checks(_inst: object, _attr: object, spec: MachineSpec) -> None:
     spec.validated()
 
 
+def _not_a_name(_driver: Any, _attr: Any, value: Any) -> None:
+    """Refuse a model's name where its client is expected, showing the client."""
+    if isinstance(value, str):
+        clients = [
+            f"model={client}({value!r})"
+            for provider, client in _CLIENTS
+            if known_window(value, provider=provider) is not None
+        ] or [f"model={client}({value!r})" for _, client in _CLIENTS]
+        raise ConfigError(
+            "model",
+            value,
+            f"a ModelClient, not a model's name: {' or '.join(clients)} "
+            "(from turnfsm.providers), or a client of your own (async complete())",
+        )
+
+
+_CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
+"""The shipped clients of a model named by its provider's name for it."""
+
+
+def context_hint(name: str, value: object) -> str | None:
+    """Where `name`, given to an agent or a driver, belongs: the context manager's."""
+    if name not in _CONTEXT_SETTINGS:
+        return None
+    return f"it is a ContextManager setting: context=ContextManager({name}={value!r})"
+
+
+_CONTEXT_SETTINGS: Final = frozenset(
+    f.alias or f.name for f in attrs.fields(ContextManager) if f.init
+)
+"""The settings of the context manager, which a driver takes as `context`."""
+
+
 @final
+@_checks.keyword_checked(hint=context_hint)
 @attrs.define(eq=False, kw_only=True)
 class Driver:
     """Runs the Turn FSM against a model, tools and a context manager.
@@ -188,9 +228,12 @@ class Driver:
     """
 
     model: ModelClient = attrs.field(
-        validator=_checks.instance(
-            ModelClient, "a ModelClient (async complete())", awaited=("complete",)
-        )
+        validator=[
+            _not_a_name,
+            _checks.instance(
+                ModelClient, "a ModelClient (async complete())", awaited=("complete",)
+            ),
+        ]
     )
     tools: Sequence[Tool | Callable[..., Any]] = attrs.field(
         default=(),

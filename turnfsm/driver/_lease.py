@@ -44,12 +44,20 @@ def _leasing(session: Session) -> LeasingStore | None:
     return store
 
 
-async def lease_owner(session: Session) -> str | None:
-    """Return who holds `session`'s lease now (None: nobody, or no leases)."""
+async def lease_owner(session: Session, store_timeout: float | None) -> str | None:
+    """Return who holds `session`'s lease now (None: nobody, or no leases).
+
+    The store may take `store_timeout` seconds (`store_call`).
+    """
     store = _leasing(session)
     if store is None:
         return None
-    lease = await store.lease_of(session.id)
+    lease = await store_call(
+        store.lease_of(session.id),
+        seconds=store_timeout,
+        store=store,
+        method="lease_of",
+    )
     return lease.owner if lease is not None else None
 
 

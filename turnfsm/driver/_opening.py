@@ -26,7 +26,7 @@ from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
 from turnfsm.driver._output import OutputType
-from turnfsm.driver._store_calls import store_call
+from turnfsm.driver._store_calls import read_session
 from turnfsm.driver._subagents import (
     PhaseDelegation,
     answering,
@@ -265,12 +265,7 @@ async def _refusal(
     """
     if previous is None:  # the lease was free: read what the log says now
         store = session.store
-        stored = await store_call(
-            Session.open(store, session.id),
-            seconds=store_timeout,
-            store=store,
-            method="load",
-        )
+        stored = await read_session(store, session.id, seconds=store_timeout)
         if stored.version != session.version and not stored.open_runs():
             return SessionConflict(session.id, session.version, stored.version)
     return _busy(session, run_id, previous)

@@ -36,6 +36,7 @@ def _positive(name: str) -> Any:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
     """Jittered exponential backoff, bounded in attempts and total time.

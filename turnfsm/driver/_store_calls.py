@@ -13,6 +13,9 @@ around its own write (SQLite does): only a call the deadline cancelled is
 given up. The shipped stores are called as they are: a deadline costs a
 cancel scope per call (about 7 µs, two or three calls a tool turn), and
 theirs are bounded already.
+
+Reading a session outside a run (an agent reopening one to resume, abandon
+or compact a run of it) is bounded the same way (`read_session`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ from typing import Final, TypeVar
 import anyio
 
 from turnfsm.errors import StoreUnusable
-from turnfsm.persistence import store_label
+from turnfsm.persistence import Session, SessionStore, store_label
 
-__all__ = ["store_call"]
+__all__ = ["read_session", "store_call"]
 
 T = TypeVar("T")
 
@@ -68,6 +71,32 @@ async def store_call(
         f"its {method} did not return within store_timeout={seconds} s",
         in_doubt=writes,
     ) from cause
+
+
+async def read_session(
+    store: SessionStore,
+    session_id: str,
+    *,
+    seconds: float | None,
+    must_exist: bool = False,
+) -> Session:
+    """Read session `session_id` from `store`, for at most `seconds` (`store_call`).
+
+    Args:
+        store: The store to read.
+        session_id: The session to read.
+        seconds: The limit (None: no limit).
+        must_exist: Read with `Session.load` (a missing session is an
+            error) instead of `Session.open` (a new one under that id).
+
+    Raises:
+        StoreUnusable: the store's ``load`` did not return within `seconds`.
+        SessionNotFound: `must_exist`, and `store` holds no such session.
+    """
+    read = Session.load if must_exist else Session.open
+    return await store_call(
+        read(store, session_id), seconds=seconds, store=store, method="load"
+    )
 
 
 def _bounded(kind: type) -> bool:

@@ -59,6 +59,7 @@ from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._replay import rebuild
+from turnfsm.driver._store_calls import read_session
 from turnfsm.driver._tools import Tool, current_tool_call, failed_result
 from turnfsm.errors import (
     ConfigError,
@@ -818,7 +819,9 @@ async def _child_answer(
         # The call's child has ids of its own: a parent resumed after a
         # crash finds the child it started, and carries it on.
         session_id, run_id = child_ids(link.session_id, link.run_id, link.call_id)
-        session = await Session.open(where or MemoryStore(), session_id)
+        session = await read_session(
+            where or MemoryStore(), session_id, seconds=driver.store_timeout
+        )
     else:
         session = Session(store=where if where is not None else MemoryStore())
         run_id = new_id("run")
@@ -845,7 +848,10 @@ async def _child_answer(
             result = await driver.resume(session, run_id, answer[1])
         elif earlier.outcome in ("running", "interrupted"):
             gone = tally.taken_over if tally is not None else None
-            force = gone is not None and await lease_owner(session) == gone
+            force = (
+                gone is not None
+                and await lease_owner(session, driver.store_timeout) == gone
+            )
             result = await driver.resume(session, run_id, force=force)
         else:  # an outcome this version does not know
             raise SubagentFailed(
@@ -941,7 +947,9 @@ async def _linked(
     for call_id, (name, child) in calls.items():
         kid_id, kid_run = child_ids(session.id, run_id, call_id)
         try:
-            kid = await Session.open(session.store, kid_id)
+            kid = await read_session(
+                session.store, kid_id, seconds=driver.store_timeout
+            )
         except CorruptRecord:  # a damaged log: not counted (the run goes on)
             continue
         run = next((r for r in kid.runs if r.run_id == kid_run), None)

@@ -57,9 +57,11 @@ __all__ = [
     "run_tool_call",
     "tool_call_outcome",
     "tools_by_name",
+    "warn_if_held",
 ]
 
 logger = logging.getLogger("turnfsm.tools")
+_driver_logger = logging.getLogger("turnfsm.driver")  # a model call's warnings
 
 Arguments = Mapping[str, Any]
 """A call's arguments: the JSON object the model sent."""
@@ -70,6 +72,7 @@ _SCHEMA: Final = _checks.json_object(
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class Tool:
     """A callable the model may ask for, with the JSON schema it is described by.
@@ -375,8 +378,9 @@ class _Deadline:
         scope = self._scope
         scope.__exit__(exc_type, exc, tb)
         if scope.cancelled_caught or (exc_type is None and is_late(scope)):
-            late = f"{self._what()} timed out after {self._seconds}s"
-            raise TimeoutError(late) from None
+            what = self._what()
+            warn_if_held(what, scope, self._seconds, _driver_logger)
+            raise TimeoutError(f"{what} timed out after {self._seconds}s") from None
 
 
 def is_late(scope: anyio.CancelScope) -> bool:
@@ -427,6 +431,9 @@ async def tool_call_outcome(
             with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
                 output = await tool.invoke(call.arguments)
             if scope.cancelled_caught or is_late(scope):
+                warn_if_held(
+                    f"tool {call.name!r} (call {call.id})", scope, limit, logger
+                )
                 late = f"tool {call.name!r} timed out after {limit}s"
                 return Message.tool_result(call.id, late, is_error=True), None
     except InvalidArguments as exc:
@@ -477,6 +484,33 @@ def missing_tools(
     return sorted(
         {c.name for c in calls if c.id not in answered and c.name not in known}
     )
+
+
+def warn_if_held(
+    what: str, scope: anyio.CancelScope, limit: float, log: logging.Logger
+) -> None:
+    """Warn on `log` when `what`, run in `scope`, held its run well past `limit`.
+
+    An async tool or effect that ignores its cancellation (it waits in a
+    shielded scope, or catches the cancellation and waits on) cannot be
+    stopped: the run, its cancel and any deadline around it wait until it
+    returns. What the run does then is what the timeout does; this says
+    what held the run, and how long.
+    """
+    held = anyio.current_time() - scope.deadline
+    if held >= _HELD_GRACE:
+        log.warning(
+            "%s ignored its cancellation at its timeout of %ss: the run waited "
+            "%.1fs more for it to return (a shielded wait, or a cancellation "
+            "caught and not raised again, holds the run)",
+            what,
+            limit,
+            held,
+        )
+
+
+_HELD_GRACE: Final = 1.0
+"""Seconds past its timeout a tool may take to return (its clean-up) unremarked."""
 
 
 def _log_raised(call: ToolCallPart, failed: str, exc: Exception) -> None:

@@ -34,6 +34,7 @@ def _filled(value: tuple[object, ...]) -> bool:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class Probe:
     """One thing a context should still hold after compaction.

@@ -285,6 +285,7 @@ def _to_pins(value: Iterable[str]) -> tuple[str, ...]:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class PreCompact:
     """A `pre_compact` hook's answer: veto the pass, or steer the compactor.

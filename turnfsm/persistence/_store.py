@@ -175,6 +175,7 @@ _STORE: Final = _checks.instance(
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False)
 class MemoryStore:
     """Session logs in this process's memory (a library `Agent`'s default).

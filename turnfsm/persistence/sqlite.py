@@ -106,6 +106,7 @@ _check_timeout = _checks.number(
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False)
 class SQLiteStore:
     """Session logs in one SQLite file: embedded, WAL, safe across processes.

@@ -76,6 +76,7 @@ _TYPE_STATUS: Final = {
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False)
 class AnthropicModel:
     """A `ModelClient` for Anthropic's Messages API.

@@ -58,6 +58,7 @@ def _free_port() -> int:
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False, kw_only=True)
 class LlamaServer:
     """A llama.cpp OpenAI-compatible server process on 127.0.0.1.

@@ -70,6 +70,7 @@ def _model_name(example: str) -> Any:
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False)
 class OpenAIModel:
     """A `ModelClient` for OpenAI chat completions and compatible servers.

@@ -28,6 +28,7 @@ class ToolSchema:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class OutputSpec:
     """The structured final answer a request asks for, in the provider's native mode.
@@ -89,6 +90,7 @@ class ModelRequest:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class ModelResponse:
     """The model's reply (an assistant message) and the usage it reported.

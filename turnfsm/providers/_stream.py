@@ -7,12 +7,14 @@ from typing import Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.providers._protocol import ModelClient, ModelRequest, ModelResponse
 
 __all__ = ["StreamDone", "StreamEvent", "StreamingModelClient", "TextDelta"]
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class TextDelta:
     """A piece of the reply's text, as the model produced it."""
@@ -21,6 +23,7 @@ class TextDelta:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class StreamDone:
     """The end of a stream: the assembled reply (tool calls, usage included)."""

@@ -92,6 +92,7 @@ def known_window(
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class ModelPrices:
     """A model's prices in US dollars per million tokens (input, cached, output).

@@ -54,6 +54,7 @@ def _seconds(name: str) -> Any:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class DurableOptions:
     """How a durable run's activities are scheduled (chosen when it starts).

@@ -7,6 +7,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.core import Usage
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message, Role, ToolCallPart
@@ -45,6 +46,7 @@ def _as_response(value: ModelResponse | Message | str, what: str) -> ModelRespon
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False)
 class FakeModelClient:
     """A `ModelClient` that answers with `handler(request)` (sync or async).
@@ -98,6 +100,7 @@ def _script(value: Iterable[Item]) -> list[Item]:
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False)
 class ScriptedModel:
     """A `ModelClient` that plays `script` in order: replies, or exceptions to raise.

@@ -17,6 +17,7 @@ from typing import Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context import SUMMARY_SECTIONS
 from turnfsm.messages import Message
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -110,6 +111,7 @@ def _write(facts: list[tuple[int, str]]) -> str:
 
 
 @final
+@_checks.keyword_checked
 @attrs.define(eq=False, kw_only=True)
 class ExtractiveSummaryModel:
     """A `ModelClient` that writes extractive summaries in the 13-section form.

@@ -53,6 +53,7 @@ from typing import Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 from turnfsm.tokens import _render
 from turnfsm.tokens._base import UnitsCounter
@@ -225,6 +226,7 @@ def _word_units(raw: bytes, runs: bytes, words: int) -> int:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class ConservativeTokenCounter(UnitsCounter):
     """The default counter: a fast estimate at or above the real cl100k count.

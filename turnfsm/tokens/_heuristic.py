@@ -6,6 +6,7 @@ from typing import Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
 from turnfsm.tokens._base import UnitsCounter
@@ -18,6 +19,7 @@ _CHARS_PER_TOKEN: Final = 4
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class HeuristicTokenCounter(UnitsCounter):
     """The classic estimate: `floor(sum(rendered_chars + 20) / 4)`.

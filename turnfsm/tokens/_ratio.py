@@ -22,6 +22,7 @@ _check_ratio = _checks.number(
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class RatioTokenCounter(UnitsCounter):
     """Estimates `ceil(chars / chars_per_token)` over a whole request.

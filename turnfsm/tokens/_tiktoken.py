@@ -6,6 +6,7 @@ from typing import Any, Final, final
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.tokens import _render
@@ -43,6 +44,7 @@ def _count(encoding: Any, text: str) -> int:
 
 
 @final
+@_checks.keyword_checked
 @attrs.frozen(kw_only=True)
 class TiktokenCounter(UnitsCounter):
     """Counts real BPE tokens with tiktoken, framed like OpenAI's chat format.
