@@ -28,7 +28,9 @@ from tests.persistence.refusal_world import (
     one_line,
     still_fine,
 )
+from turnfsm import Agent
 from turnfsm.cli import main
+from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.driver import rebuild, replay
 from turnfsm.errors import (
     CorruptRecord,
@@ -36,11 +38,15 @@ from turnfsm.errors import (
     ReplayDiverged,
     ReplayError,
 )
+from turnfsm.messages import Message
 from turnfsm.persistence import (
     Session,
     SQLiteStore,
     load_session,
+    session_lines,
 )
+from turnfsm.testing import ScriptedModel
+from turnfsm.tokens import HeuristicTokenCounter
 
 
 @pytest.fixture
@@ -212,6 +218,26 @@ UNREADABLE = [
         "line 7: data.event.message.parts",
         "a tool call needs role 'assistant'",
     ),
+    # A repeated end was read as the run's end, and the log replayed exactly.
+    Unreadable(
+        "a repeated end of a run",
+        _repeat(13),
+        "line 14: data.run_id",
+        "ended before (done); a run ends once",
+    ),
+    # These named the line as a "MachineStored | RunOpened | ... record".
+    Unreadable(
+        "a repeated header",
+        _repeat(1),
+        "line 2",
+        "corrupt session log record at line 2: a second header",
+    ),
+    Unreadable(
+        "a line of an unknown type",
+        edit_line(5, lambda d: d.update(type="Nope")),
+        "line 5: type",
+        "corrupt session log record at line 5: type: unknown record type 'Nope'",
+    ),
 ]
 
 
@@ -282,4 +308,37 @@ def test_replay_errors_are_one_family() -> None:
     assert str(error).startswith(
         "run 'run_1' cannot be replayed at event #3 (measured) in entries[7]: "
         "the log says a, but b;"
+    )
+
+
+def test_a_repeated_compaction_pass_is_refused_naming_the_line(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "session ... already holds the compaction record with key ...;
+    # nothing was appended - reload the session", naming no line.
+    manager = ContextManager(
+        TruncatingCompactor(),
+        context_window=2_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    agent = Agent(model=ScriptedModel.of("fine"), context=manager)
+    said = [Message.user(f"question {i} " + "q" * 400) for i in range(12)]
+    assert agent.run_sync(said).outcome == "done"
+    lines = list(session_lines(agent.session))
+    (number,) = [n for n, line in enumerate(lines, 1) if "CompactionRecord" in line]
+    repeated = _repeat(number)(lines)
+    with pytest.raises(CorruptRecord) as raised:
+        anyio.run(load_session, "\n".join(repeated))
+    assert raised.value.path == f"line {number + 1}: data.key"
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(repeated) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 2
+    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    assert line == (
+        f"turnfsm replay: corrupt CompactionRecord record at line {number + 1}: "
+        f"data.key: the pass {agent.session.runs[0].compactions[0].key!r} is "
+        "logged on an earlier line too; a pass is logged once; it was written "
+        "by another turnfsm version or changed since"
     )
