@@ -30,6 +30,7 @@ from opentelemetry.trace import SpanKind
 
 from turnfsm.core import (
     Compact,
+    CompactorFailed,
     ModelReplied,
     OutputRejected,
     Perform,
@@ -232,7 +233,9 @@ class TracingHook(Hook):
             time.perf_counter() - run.decided_at, {A.PHASE: run.decided_phase}
         )
         event = info.event
-        if isinstance(event, ToolsFinished) or (
+        if isinstance(event, CompactorFailed):
+            run.compaction_error = event.error  # its span ends with the record
+        elif isinstance(event, ToolsFinished) or (
             # A message injected meanwhile, or a re-ask for a structured
             # answer, makes the run go on: a new turn.
             isinstance(event, ModelReplied | OutputRejected)
@@ -263,11 +266,11 @@ class TracingHook(Hook):
             self._saved.add(saved, labels)
         if record.compacted:
             run.compacted = True
-        span = run.compaction
-        run.compaction = None
+        span, error = run.compaction, run.compaction_error
+        run.compaction = run.compaction_error = None
         if span is None:
             return
-        end_compaction(span, record)
+        end_compaction(span, record, error)
 
     # -- model calls -------------------------------------------------------
     def on_model_call_start(self, info: ModelCallInfo) -> None:
