@@ -33,7 +33,7 @@ from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart
 from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
 from turnfsm.providers import ModelRequest
-from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.view import ViewServer, render_report
 
 Capture = pytest.CaptureFixture[str]
@@ -573,6 +573,26 @@ def _interrupted() -> Session:
     return anyio.run(cut)
 
 
+def _cut_off() -> Session:
+    """A session whose run was interrupted from outside, in its tool."""
+
+    async def slow() -> str:
+        """Take a while."""
+        await anyio.sleep(60)
+        return "done"
+
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("slow", "c1"))), tools=[slow]
+    )
+
+    async def cut() -> None:
+        with anyio.move_on_after(0.2):
+            await agent.run("hello")
+
+    anyio.run(cut)
+    return agent.session
+
+
 def _waiting() -> Session:
     agent = approval_agent.careful()
     agent.run_sync("clean up")
@@ -589,7 +609,25 @@ def _waiting_for_a_signal() -> Session:
     ("make", "outcome", "shown"),
     [
         (_failed, "failed", ["ProviderError: ", "<b>quota</b> exhausted"]),
-        (_interrupted, "running", ["turnfsm resume ses_cut run_", "turnfsm abandon"]),
+        (
+            _interrupted,
+            "running",
+            [
+                "The run did not end in its log",
+                "turnfsm resume ses_cut run_",
+                "turnfsm abandon",
+            ],
+        ),
+        # It said "The run did not end in its log" of a run whose log ends it.
+        (
+            _cut_off,
+            "interrupted",
+            [
+                "The run was interrupted from outside (Ctrl-C, or a cancelled task); "
+                "its log keeps what it finished. Carry it on: turnfsm resume ses_",
+                "turnfsm abandon ses_",
+            ],
+        ),
         (
             _waiting,
             "paused",

@@ -313,6 +313,13 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
                     f"    {call.id}  {call_text(call.name, call.arguments)}", file=out
                 )
             print(f"    answer it: {answer_hint(run.waiting, session.id)}", file=out)
+        elif run.outcome in ("interrupted", "running"):
+            target = f"{session.id} {run.run_id}"
+            print(
+                f"    carry it on: turnfsm resume {target}, or end it: "
+                f"turnfsm abandon {target}",
+                file=out,
+            )
     passes = [(run.run_id, c) for run in runs for c in run.compactions]
     print(f"\ncompactions ({len(passes)}):", file=out)
     for run_id, c in passes:

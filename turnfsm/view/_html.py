@@ -341,9 +341,17 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
                 f"<code>turnfsm abandon {target}</code></p></div>"
             )
     elif run.outcome in ("interrupted", "running"):
+        # An interrupted run ended in its log, cut off from outside; one
+        # still running did not end there (its process died, or goes on).
+        how = (
+            "The run was interrupted from outside (Ctrl-C, or a cancelled "
+            "task); its log keeps what it finished"
+            if run.outcome == "interrupted"
+            else "The run did not end in its log (its process stopped, or it is "
+            "still going)"
+        )
         out.append(
-            '<div class="paused"><p>The run did not end in its log (its process '
-            "stopped, or it is still going). Carry it on: <code>turnfsm resume "
+            f'<div class="paused"><p>{how}. Carry it on: <code>turnfsm resume '
             f"{_e(session.id)} {_e(run.run_id)}</code>, or end it: <code>turnfsm "
             f"abandon {_e(session.id)} {_e(run.run_id)}</code></p></div>"
         )
