@@ -342,3 +342,26 @@ def test_a_repeated_compaction_pass_is_refused_naming_the_line(
         "logged on an earlier line too; a pass is logged once; it was written "
         "by another turnfsm version or changed since"
     )
+
+
+def test_a_log_cut_short_says_so_naming_its_last_line(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "not JSON: Unterminated string ...", as of a line edited badly.
+    lines = list(world.lines)
+    last = len(lines)
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines)[:-25])  # a copy that stopped early
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 2
+    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    assert line.startswith(
+        f"turnfsm replay: corrupt session log record at line {last}: cut short, "
+        "the file ends inside it (not JSON: "
+    )
+    # A line that is whole but not JSON is not said to be cut short.
+    lines[last - 2] = lines[last - 2][:-25]
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(log)]) == 2
+    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    assert f"at line {last - 1}: not JSON: " in line

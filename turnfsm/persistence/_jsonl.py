@@ -136,8 +136,9 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
         raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
     if first is not None and "entries" not in first:
         session_id = _header("line 1", first)
+        last = len(rows)
         located = [
-            (f"line {number}", _entry(f"line {number}", _json(number, row)))
+            (f"line {number}", _entry(f"line {number}", _json(number, row, last)))
             for number, row in enumerate(rows[1:], start=2)
             if row.strip()
         ]
@@ -285,13 +286,15 @@ def _entry(where: str, data: Any) -> Entry:
         raise CorruptRecord(_LOG, where, _TOO_DEEP) from None
 
 
-def _json(number: int, line: str) -> Any:
+def _json(number: int, line: str, last: int) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
-        raise CorruptRecord(
-            _LOG, f"line {number}", f"not JSON: {exc.msg} (column {exc.colno})"
-        ) from None
+        reason = f"not JSON: {exc.msg} (column {exc.colno})"
+        if number == last and not line.endswith("\n"):
+            # The file stops inside its last line: a write or a copy cut short.
+            reason = f"cut short, the file ends inside it ({reason})"
+        raise CorruptRecord(_LOG, f"line {number}", reason) from None
     except RecursionError:
         raise CorruptRecord(_LOG, f"line {number}", _TOO_DEEP) from None
 
