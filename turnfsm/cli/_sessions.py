@@ -323,11 +323,16 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     passes = [(run.run_id, c) for run in runs for c in run.compactions]
     print(f"\ncompactions ({len(passes)}):", file=out)
     for run_id, c in passes:
+        # Only a pass that compacted replaced what it covered.
+        count = (
+            f"{len(c.covers)} -> {len(c.replacement)} messages"
+            if c.compacted
+            else f"{len(c.covers)} messages, none replaced"
+        )
         print(
             f"  {run_id} turn {c.turn}  {c.reason.value}  {c.verdict}  "
             f"{c.tokens_before} -> {c.tokens_after} tokens (estimated)  "
-            f"({len(c.covers)} -> {len(c.replacement)} messages, "
-            f"{c.strategy or 'no compactor'})",
+            f"({count}, {c.strategy or 'no compactor'})",
             file=out,
         )
     return 0

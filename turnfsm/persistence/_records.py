@@ -267,6 +267,8 @@ class CompactionRecord:
     @property
     def tokens_saved(self) -> int:
         """Tokens the pass saved (0 unless it compacted)."""
+        if not self.compacted:  # what it made was not taken
+            return 0
         return max(0, self.tokens_before - self.tokens_after)
 
 
