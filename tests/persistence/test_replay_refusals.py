@@ -287,7 +287,10 @@ def test_a_stored_log_with_a_tampered_history_before_a_run(
     assert captured.err == ""
     out = captured.out.strip().splitlines()
     assert len(out) == 2
-    assert out[0] == f"{first}: DIVERGES - the replayed history differs from the log"
+    assert out[0].startswith(
+        f"{first}: DIVERGES - the replayed history differs from the log: the "
+        "log commits a history of "
+    )
     assert out[1].startswith(f"{second}: DIVERGES - run {second!r} cannot be replayed")
     assert "in entries[12]" in out[1]
 
@@ -365,3 +368,30 @@ def test_a_log_cut_short_says_so_naming_its_last_line(
     assert main(["replay", str(log)]) == 2
     line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
     assert f"at line {last - 1}: not JSON: " in line
+
+
+def test_a_commit_the_events_do_not_make_names_its_line_and_the_message(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "DIVERGES - the replayed history differs from the log", naming
+    # neither the line nor what differs.
+    lines = edit_line(19, lambda d: d["data"].update(keep=0))(list(world.lines))
+    session = anyio.run(load_session, "\n".join(lines))
+    second = world.runs[1]
+    report = replay(world.spec, session, second)
+    assert (report.divergence, report.history_matches) == (None, False)
+    assert report.commit == 17  # the run's commit: line 19, the header line 1
+    assert report.history_difference is not None
+    assert report.history_difference.startswith(
+        "the log commits a history of 2 message(s), the replayed events make 6; "
+        "message #1 is user message "
+    )
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log), "--run", second]) == 1
+    out = capsys.readouterr().out
+    assert out == (
+        f"{second}: DIVERGES at line 19 - the replayed history differs from the "
+        f"log: {report.history_difference}\n"
+    )

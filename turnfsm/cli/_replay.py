@@ -13,7 +13,6 @@ from turnfsm.driver import replay
 from turnfsm.errors import (
     ConfigError,
     DefinitionError,
-    ReplayError,
     SessionNotFound,
     StoreError,
 )
@@ -170,17 +169,24 @@ def _report(
             )
             continue
         failed += 1
-        reason = report.divergence or "the replayed history differs from the log"
-        at = _line(report.divergence, lines)
+        divergence = report.divergence
+        if divergence is not None:
+            reason, at = str(divergence), _line(divergence.entry, lines)
+        else:  # the events replay, but not to the history the log commits
+            reason = (
+                f"the replayed history differs from the log: "
+                f"{report.history_difference}"
+            )
+            at = _line(report.commit, lines)
         print(f"{indent}{run.run_id}: DIVERGES{at} - {reason}", file=out)
     return 1 if failed else 0
 
 
-def _line(divergence: ReplayError | None, lines: list[int] | None) -> str:
-    """`` at line N`` of the log file where `divergence` is, if that is known."""
-    if divergence is None or divergence.entry is None or lines is None:
+def _line(entry: int | None, lines: list[int] | None) -> str:
+    """`` at line N`` of the log file of `entry`, if that is known."""
+    if entry is None or lines is None:
         return ""
-    return f" at line {lines[divergence.entry]}"
+    return f" at line {lines[entry]}"
 
 
 def _entry_lines(data: bytes, entries: int) -> list[int] | None:
