@@ -8,6 +8,7 @@ from typing import TextIO
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
+from turnfsm.cli._stores import is_store_file
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
 from turnfsm.errors import (
@@ -97,6 +98,14 @@ def _open(
                 path,
                 "a session log, as `turnfsm sessions export` writes it "
                 "(this file is empty)",
+            )
+        if is_store_file(data):  # it would read as text that is not UTF-8
+            raise ConfigError(
+                "LOG",
+                path,
+                "a session log, as `turnfsm sessions export` writes it (this "
+                f"file is an SQLite store: replay its sessions with --store {path}"
+                " --session ID)",
             )
         session = run_async(load_session, data)
         return session, path, _entry_lines(data, session.version), []

@@ -30,7 +30,7 @@ from turnfsm.cli._run import (
     run_async,
     waiting_for,
 )
-from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.cli._stores import close_store, is_store_file, open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
 from turnfsm.errors import (
@@ -394,6 +394,15 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         print(
             f"turnfsm sessions import: {name} is empty: expected a session log, "
             "as `turnfsm sessions export` writes it",
+            file=sys.stderr,
+        )
+        return 2
+    if is_store_file(data):  # it would read as text that is not UTF-8
+        name = "standard input" if path == "-" else path
+        print(
+            f"turnfsm sessions import: {name} is an SQLite store, not a session "
+            "log: its sessions are read where they are (--store FILE), and "
+            "`turnfsm sessions export` writes a session's log",
             file=sys.stderr,
         )
         return 2
