@@ -27,7 +27,7 @@ from turnfsm.persistence import (
     TurnRecord,
 )
 from turnfsm.providers import ModelRequest, ModelResponse
-from turnfsm.testing import FakeModelClient
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 
 Capture = pytest.CaptureFixture[str]
@@ -592,3 +592,41 @@ def test_show_says_a_run_that_made_no_model_call_used_nothing(
     assert "  failed  0 turn(s)  no model call  error: " in out
     assert "usage not reported" not in out
     assert "<dt>usage</dt><dd>none: no model call</dd>" in page
+
+
+def test_show_says_how_to_go_on_with_an_interrupted_run(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # It printed the run's error cut at 72 characters, which cut off how to
+    # go on; the view's page said so in full.
+    path = tmp_path / "s.db"
+
+    async def slow() -> str:
+        """Take a while."""
+        await anyio.sleep(60)
+        return "done"
+
+    async def cut_off() -> str:
+        async with SQLiteStore(path) as store:
+            session = Session(store=store)
+            model = ScriptedModel.of(reply("", tool_call("slow", "c1")))
+            driver = Driver(model=model, tools=[slow])
+            with anyio.move_on_after(0.2):
+                await driver.run("hello", session=session)
+            return session.id
+
+    sid = anyio.run(cut_off)
+    out, page = _shown(path, sid, capsys)
+    (run,) = anyio.run(_runs_of, path, sid)
+    assert f"  {run}  interrupted  1 turn(s)  " in out
+    target = f"{sid} {run}"
+    assert (
+        f"    carry it on: turnfsm resume {target}, or end it: "
+        f"turnfsm abandon {target}\n"
+    ) in out
+    assert f"turnfsm resume {target}" in page
+
+
+async def _runs_of(path: Path, sid: str) -> list[str]:
+    async with SQLiteStore(path) as store:
+        return [r.run_id for r in (await Session.load(store, sid)).runs]

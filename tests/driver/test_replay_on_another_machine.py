@@ -8,7 +8,7 @@ from turnfsm import Agent, default_machine, review_machine
 from turnfsm.core import Event, MachineSpec, Perform, Signal
 from turnfsm.driver import EffectContext, replay
 from turnfsm.errors import LogInconsistent, ReplayDiverged
-from turnfsm.persistence import Session, machine_digest
+from turnfsm.persistence import Session, load_session, machine_digest, session_lines
 from turnfsm.testing import ScriptedModel
 
 
@@ -83,3 +83,28 @@ def test_the_run_replays_on_its_own_machine(reviewed: Session) -> None:
 
     assert replay(None, reviewed, run_id).ok
     assert replay(review_machine(), reviewed, run_id).ok
+
+
+@pytest.mark.anyio
+async def test_the_machine_a_log_keeps_is_the_one_its_runs_began_on() -> None:
+    # Written out, a machine's phases came back in another order, so its
+    # digest differed: a changed line of the log was said to be replayed on
+    # "not the one the run began on", of the very machine the log keeps.
+    agent = Agent(model=ScriptedModel.of("fine"))
+    assert (await agent.run("hello")).outcome == "done"
+    lines = list(session_lines(agent.session))
+    read = await load_session(lines)
+    opened = read.runs[-1].opened
+    kept = read.machine(opened.digest)
+    assert kept is not None
+    assert machine_digest(kept) == opened.digest == machine_digest(default_machine())
+
+    measured = next(i for i, line in enumerate(lines) if '"Measured"' in line)
+    lines[measured] = lines[measured].replace('"call_llm:1"', '"call_llm:9"')
+    changed = await load_session(lines)
+    error = replay(None, changed, opened.run_id).divergence
+    assert isinstance(error, ReplayDiverged)
+    assert (error.expected, error.actual) == (
+        "call_llm -> call_llm:9",
+        "call_llm -> call_llm:1",
+    )

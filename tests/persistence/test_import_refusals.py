@@ -338,3 +338,29 @@ def test_dump_session_of_no_session_names_it_and_writes_nothing(
         dump_session(session, str(path))  # type: ignore[arg-type]
 
     assert not path.exists()
+
+
+def test_a_store_given_as_a_log_is_named_a_store(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # `turnfsm replay sessions.db` and `turnfsm sessions import sessions.db`
+    # said "corrupt session log record at line 1: not UTF-8 text (byte
+    # 0x..); a session log is UTF-8: write it again in that encoding".
+    path = world.store[-1]
+    assert main(["replay", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"turnfsm replay: invalid LOG={path!r}: expected a session log, as "
+        "`turnfsm sessions export` writes it (this file is an SQLite store: "
+        f"replay its sessions with --store {path} --session ID)\n"
+    )
+    other = tmp_path / "other.db"
+    assert main(["sessions", "import", path, "--store", str(other)]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == (
+        "",
+        f"turnfsm sessions import: {path} is an SQLite store, not a session log: "
+        "its sessions are read where they are (--store FILE), and `turnfsm "
+        "sessions export` writes a session's log\n",
+    )
+    still_fine(world, capsys)

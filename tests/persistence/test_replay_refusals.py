@@ -28,7 +28,9 @@ from tests.persistence.refusal_world import (
     one_line,
     still_fine,
 )
+from turnfsm import Agent
 from turnfsm.cli import main
+from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.driver import rebuild, replay
 from turnfsm.errors import (
     CorruptRecord,
@@ -36,11 +38,15 @@ from turnfsm.errors import (
     ReplayDiverged,
     ReplayError,
 )
+from turnfsm.messages import Message
 from turnfsm.persistence import (
     Session,
     SQLiteStore,
     load_session,
+    session_lines,
 )
+from turnfsm.testing import ScriptedModel
+from turnfsm.tokens import HeuristicTokenCounter
 
 
 @pytest.fixture
@@ -212,6 +218,26 @@ UNREADABLE = [
         "line 7: data.event.message.parts",
         "a tool call needs role 'assistant'",
     ),
+    # A repeated end was read as the run's end, and the log replayed exactly.
+    Unreadable(
+        "a repeated end of a run",
+        _repeat(13),
+        "line 14: data.run_id",
+        "ended before (done); a run ends once",
+    ),
+    # These named the line as a "MachineStored | RunOpened | ... record".
+    Unreadable(
+        "a repeated header",
+        _repeat(1),
+        "line 2",
+        "corrupt session log record at line 2: a second header",
+    ),
+    Unreadable(
+        "a line of an unknown type",
+        edit_line(5, lambda d: d.update(type="Nope")),
+        "line 5: type",
+        "corrupt session log record at line 5: type: unknown record type 'Nope'",
+    ),
 ]
 
 
@@ -261,7 +287,10 @@ def test_a_stored_log_with_a_tampered_history_before_a_run(
     assert captured.err == ""
     out = captured.out.strip().splitlines()
     assert len(out) == 2
-    assert out[0] == f"{first}: DIVERGES - the replayed history differs from the log"
+    assert out[0].startswith(
+        f"{first}: DIVERGES - the replayed history differs from the log: the "
+        "log commits a history of "
+    )
     assert out[1].startswith(f"{second}: DIVERGES - run {second!r} cannot be replayed")
     assert "in entries[12]" in out[1]
 
@@ -282,4 +311,87 @@ def test_replay_errors_are_one_family() -> None:
     assert str(error).startswith(
         "run 'run_1' cannot be replayed at event #3 (measured) in entries[7]: "
         "the log says a, but b;"
+    )
+
+
+def test_a_repeated_compaction_pass_is_refused_naming_the_line(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "session ... already holds the compaction record with key ...;
+    # nothing was appended - reload the session", naming no line.
+    manager = ContextManager(
+        TruncatingCompactor(),
+        context_window=2_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    agent = Agent(model=ScriptedModel.of("fine"), context=manager)
+    said = [Message.user(f"question {i} " + "q" * 400) for i in range(12)]
+    assert agent.run_sync(said).outcome == "done"
+    lines = list(session_lines(agent.session))
+    (number,) = [n for n, line in enumerate(lines, 1) if "CompactionRecord" in line]
+    repeated = _repeat(number)(lines)
+    with pytest.raises(CorruptRecord) as raised:
+        anyio.run(load_session, "\n".join(repeated))
+    assert raised.value.path == f"line {number + 1}: data.key"
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(repeated) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 2
+    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    assert line == (
+        f"turnfsm replay: corrupt CompactionRecord record at line {number + 1}: "
+        f"data.key: the pass {agent.session.runs[0].compactions[0].key!r} is "
+        "logged on an earlier line too; a pass is logged once; it was written "
+        "by another turnfsm version or changed since"
+    )
+
+
+def test_a_log_cut_short_says_so_naming_its_last_line(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "not JSON: Unterminated string ...", as of a line edited badly.
+    lines = list(world.lines)
+    last = len(lines)
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines)[:-25])  # a copy that stopped early
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 2
+    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    assert line.startswith(
+        f"turnfsm replay: corrupt session log record at line {last}: cut short, "
+        "the file ends inside it (not JSON: "
+    )
+    # A line that is whole but not JSON is not said to be cut short.
+    lines[last - 2] = lines[last - 2][:-25]
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(log)]) == 2
+    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    assert f"at line {last - 1}: not JSON: " in line
+
+
+def test_a_commit_the_events_do_not_make_names_its_line_and_the_message(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # It said "DIVERGES - the replayed history differs from the log", naming
+    # neither the line nor what differs.
+    lines = edit_line(19, lambda d: d["data"].update(keep=0))(list(world.lines))
+    session = anyio.run(load_session, "\n".join(lines))
+    second = world.runs[1]
+    report = replay(world.spec, session, second)
+    assert (report.divergence, report.history_matches) == (None, False)
+    assert report.commit == 17  # the run's commit: line 19, the header line 1
+    assert report.history_difference is not None
+    assert report.history_difference.startswith(
+        "the log commits a history of 2 message(s), the replayed events make 6; "
+        "message #1 is user message "
+    )
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log), "--run", second]) == 1
+    out = capsys.readouterr().out
+    assert out == (
+        f"{second}: DIVERGES at line 19 - the replayed history differs from the "
+        f"log: {report.history_difference}\n"
     )

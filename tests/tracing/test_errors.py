@@ -76,8 +76,9 @@ async def test_a_failed_compaction_pass_is_an_error_span() -> None:
                     A.TOKENS_SAVED: 0,
                     A.TOKENS_SOURCE: "estimated",
                     A.ERROR_TYPE: "compaction_failed",
-                    STATUS: "ERROR: the pass failed",
-                }, []),
+                    # It said "the pass failed", and recorded no exception.
+                    STATUS: "ERROR: the pass failed: RuntimeError: summary model down",
+                }, ["exception CompactorError: RuntimeError: summary model down"]),
             ]),
         ]),
     ]  # fmt: skip
@@ -186,3 +187,33 @@ async def test_a_timed_out_attempt_is_an_error_not_a_cancel() -> None:
     first = next(s for s in traced.spans if (s.attributes or {}).get(A.ATTEMPT) == 1)
     assert A.CANCELLED not in (first.attributes or {})
     assert (first.attributes or {})[A.ERROR_TYPE] == "TimeoutError"
+
+
+class TooLittle:
+    """A compactor that drops one message of a conversation far over the window."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted([messages[0], *messages[3:]], 0, 0)
+
+
+async def test_a_pass_still_over_the_window_says_how_far_over() -> None:
+    traced = Traced.create()
+    context = ContextManager(
+        TooLittle(), context_window=4_000, threshold=60, counter=HeuristicTokenCounter()
+    )
+    driver = traced_driver(traced, ScriptedModel.of(), context=context)
+    result = await driver.run(history(20, 500))
+    assert result.outcome == "failed"
+    [(_, _, _, [_, _, (_, _, _, [*_, (name, _, attributes, events)])])] = traced.tree(
+        masks(result)
+    )
+    assert (name, events) == ("turnfsm.compaction", [])
+    assert attributes[A.COMPACTION_OUTCOME] == "overflow"
+    assert attributes[A.ERROR_TYPE] == "compaction_overflow"
+    # It said "the pass overflow".
+    assert attributes[STATUS] == (
+        f"ERROR: the pass left {attributes[A.TOKENS_AFTER]} tokens, "
+        "still over the window"
+    )

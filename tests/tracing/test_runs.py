@@ -456,3 +456,28 @@ async def test_an_effect_span_ends_with_its_effect_when_that_ends_the_turn() -> 
     assert effect.end_time is not None
     assert turn_two.start_time is not None
     assert effect.end_time <= turn_two.start_time  # not held open to the run's end
+
+
+async def test_a_run_resumed_in_the_same_process_links_to_its_paused_trace() -> None:
+    # Its trace was a root of its own, with nothing leading back to the
+    # trace of the run's first part but its run id.
+    traced = Traced.create()
+    model = ScriptedModel.of(
+        said("", tool_call("delete", "c1", path="/tmp/a"), usage=(40, 9)),
+        said("cleaned up", usage=(60, 2)),
+        said("", tool_call("delete", "c2", path="/tmp/b"), usage=(70, 9)),
+    )
+    driver = traced_driver(traced, model, tools=[delete], machine=approval_machine())
+    session = Session()
+    paused = await driver.run("clean up", session=session)
+    await driver.resume(session, paused.run_id, ToolCallsReviewed.approve_all())
+    first, then = (s for s in traced.spans if s.name == "invoke_agent assistant")
+    assert first.links == ()
+    (link,) = then.links
+    assert link.context == first.context
+    assert then.context.trace_id != first.context.trace_id
+    # A run that is not a resumption links to nothing.
+    again = await driver.run("and again", session=session)
+    assert again.outcome == "paused"
+    last = [s for s in traced.spans if s.name == "invoke_agent assistant"][-1]
+    assert last.links == ()

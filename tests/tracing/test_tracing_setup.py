@@ -245,6 +245,21 @@ def test_shutdown_waits_no_longer_than_its_timeout() -> None:
         stuck.release.set()
 
 
+def test_shutdown_with_no_receiver_says_nothing_listens(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # It said "spans not delivered within 0.0s": it had not waited at all.
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    tracing = configure(endpoint=endpoint, set_global=False)
+    _run_once(tracing.hook)
+    with caplog.at_level("WARNING", logger="turnfsm.tracing"):
+        assert tracing.shutdown(timeout=5.0) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        f"tracing: spans not delivered: nothing listens at {endpoint}/v1/traces "
+        "(is the receiver up?)"
+    ]
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -28,12 +28,18 @@ from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.cli._run import AgentOptions
 from turnfsm.cli._view import run_view
-from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.context import (
+    CompactionContext,
+    CompactionProposal,
+    ContextManager,
+    TruncatingCompactor,
+)
 from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart
 from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
 from turnfsm.providers import ModelRequest
-from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.view import ViewServer, render_report
 
 Capture = pytest.CaptureFixture[str]
@@ -573,6 +579,26 @@ def _interrupted() -> Session:
     return anyio.run(cut)
 
 
+def _cut_off() -> Session:
+    """A session whose run was interrupted from outside, in its tool."""
+
+    async def slow() -> str:
+        """Take a while."""
+        await anyio.sleep(60)
+        return "done"
+
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("slow", "c1"))), tools=[slow]
+    )
+
+    async def cut() -> None:
+        with anyio.move_on_after(0.2):
+            await agent.run("hello")
+
+    anyio.run(cut)
+    return agent.session
+
+
 def _waiting() -> Session:
     agent = approval_agent.careful()
     agent.run_sync("clean up")
@@ -589,7 +615,25 @@ def _waiting_for_a_signal() -> Session:
     ("make", "outcome", "shown"),
     [
         (_failed, "failed", ["ProviderError: ", "<b>quota</b> exhausted"]),
-        (_interrupted, "running", ["turnfsm resume ses_cut run_", "turnfsm abandon"]),
+        (
+            _interrupted,
+            "running",
+            [
+                "The run did not end in its log",
+                "turnfsm resume ses_cut run_",
+                "turnfsm abandon",
+            ],
+        ),
+        # It said "The run did not end in its log" of a run whose log ends it.
+        (
+            _cut_off,
+            "interrupted",
+            [
+                "The run was interrupted from outside (Ctrl-C, or a cancelled task); "
+                "its log keeps what it finished. Carry it on: turnfsm resume ses_",
+                "turnfsm abandon ses_",
+            ],
+        ),
         (
             _waiting,
             "paused",
@@ -623,3 +667,50 @@ def test_a_report_says_how_each_run_ended(
     if make is _waiting_for_a_signal:
         assert "approve" not in text
     assert not doc.find_all("form")  # a report answers nothing
+
+
+class _TooLittle:
+    """A compactor that drops two messages of a conversation far over the window."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted([messages[0], *messages[3:]], 0, 0)
+
+
+def test_a_pass_that_did_not_compact_is_shown_replacing_nothing(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A pass whose result was still over the window was shown as "40
+    # message(s) covered, 40 in their place: ... saved 265 tokens", beside a
+    # column "In their place (after)" repeating what it covered.
+    db = tmp_path / "s.db"
+    manager = ContextManager(
+        _TooLittle(),
+        context_window=4_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+
+    async def overflowed() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=ScriptedModel.of(), context=manager, store=store)
+            said = [Message.user(f"question {i} " + "q" * 500) for i in range(40)]
+            result = await agent.run(said)
+            (record,) = agent.session.runs[-1].compactions
+            assert (record.verdict, result.outcome) == ("overflow", "failed")
+            assert record.tokens_before > record.tokens_after
+            assert record.tokens_saved == 0  # it said 265, of what was not taken
+            return agent.session.id
+
+    session_id = anyio.run(overflowed)
+    assert main(["sessions", "show", session_id, "--store", str(db)]) == 0
+    assert "  (40 messages, none replaced, _TooLittle)\n" in capsys.readouterr().out
+    assert main(["report", session_id, "-o", "run.html", "--store", str(db)]) == 0
+    doc = parse(Path("run.html").read_text())
+    (shown,) = doc.find_all("details", "pass")
+    assert shown.find("p", "pass-meta").text() == (
+        "40 message(s) covered, none replaced: what the pass made was still over "
+        "the window, so the conversation went on as it was."
+    )
+    assert not shown.find_all("div", "after")

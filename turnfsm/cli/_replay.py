@@ -8,12 +8,12 @@ from typing import TextIO
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
+from turnfsm.cli._stores import is_store_file
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
 from turnfsm.errors import (
     ConfigError,
     DefinitionError,
-    ReplayError,
     SessionNotFound,
     StoreError,
 )
@@ -99,6 +99,14 @@ def _open(
                 "a session log, as `turnfsm sessions export` writes it "
                 "(this file is empty)",
             )
+        if is_store_file(data):  # it would read as text that is not UTF-8
+            raise ConfigError(
+                "LOG",
+                path,
+                "a session log, as `turnfsm sessions export` writes it (this "
+                f"file is an SQLite store: replay its sessions with --store {path}"
+                " --session ID)",
+            )
         session = run_async(load_session, data)
         return session, path, _entry_lines(data, session.version), []
     session, source, children = run_async(_load_stored, store, str(session_id))
@@ -170,17 +178,24 @@ def _report(
             )
             continue
         failed += 1
-        reason = report.divergence or "the replayed history differs from the log"
-        at = _line(report.divergence, lines)
+        divergence = report.divergence
+        if divergence is not None:
+            reason, at = str(divergence), _line(divergence.entry, lines)
+        else:  # the events replay, but not to the history the log commits
+            reason = (
+                f"the replayed history differs from the log: "
+                f"{report.history_difference}"
+            )
+            at = _line(report.commit, lines)
         print(f"{indent}{run.run_id}: DIVERGES{at} - {reason}", file=out)
     return 1 if failed else 0
 
 
-def _line(divergence: ReplayError | None, lines: list[int] | None) -> str:
-    """`` at line N`` of the log file where `divergence` is, if that is known."""
-    if divergence is None or divergence.entry is None or lines is None:
+def _line(entry: int | None, lines: list[int] | None) -> str:
+    """`` at line N`` of the log file of `entry`, if that is known."""
+    if entry is None or lines is None:
         return ""
-    return f" at line {lines[divergence.entry]}"
+    return f" at line {lines[entry]}"
 
 
 def _entry_lines(data: bytes, entries: int) -> list[int] | None:

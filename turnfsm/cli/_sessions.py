@@ -30,7 +30,7 @@ from turnfsm.cli._run import (
     run_async,
     waiting_for,
 )
-from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.cli._stores import close_store, is_store_file, open_cli_store, where
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
 from turnfsm.errors import (
@@ -313,14 +313,26 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
                     f"    {call.id}  {call_text(call.name, call.arguments)}", file=out
                 )
             print(f"    answer it: {answer_hint(run.waiting, session.id)}", file=out)
+        elif run.outcome in ("interrupted", "running"):
+            target = f"{session.id} {run.run_id}"
+            print(
+                f"    carry it on: turnfsm resume {target}, or end it: "
+                f"turnfsm abandon {target}",
+                file=out,
+            )
     passes = [(run.run_id, c) for run in runs for c in run.compactions]
     print(f"\ncompactions ({len(passes)}):", file=out)
     for run_id, c in passes:
+        # Only a pass that compacted replaced what it covered.
+        count = (
+            f"{len(c.covers)} -> {len(c.replacement)} messages"
+            if c.compacted
+            else f"{len(c.covers)} messages, none replaced"
+        )
         print(
             f"  {run_id} turn {c.turn}  {c.reason.value}  {c.verdict}  "
             f"{c.tokens_before} -> {c.tokens_after} tokens (estimated)  "
-            f"({len(c.covers)} -> {len(c.replacement)} messages, "
-            f"{c.strategy or 'no compactor'})",
+            f"({count}, {c.strategy or 'no compactor'})",
             file=out,
         )
     return 0
@@ -382,6 +394,15 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         print(
             f"turnfsm sessions import: {name} is empty: expected a session log, "
             "as `turnfsm sessions export` writes it",
+            file=sys.stderr,
+        )
+        return 2
+    if is_store_file(data):  # it would read as text that is not UTF-8
+        name = "standard input" if path == "-" else path
+        print(
+            f"turnfsm sessions import: {name} is an SQLite store, not a session "
+            "log: its sessions are read where they are (--store FILE), and "
+            "`turnfsm sessions export` writes a session's log",
             file=sys.stderr,
         )
         return 2

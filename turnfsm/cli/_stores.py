@@ -25,7 +25,14 @@ from turnfsm.persistence import (
     open_store,
 )
 
-__all__ = ["IN_MEMORY", "close_store", "open_cli_store", "shown", "where"]
+__all__ = [
+    "IN_MEMORY",
+    "close_store",
+    "is_store_file",
+    "open_cli_store",
+    "shown",
+    "where",
+]
 
 IN_MEMORY: Final = "memory: (lost when the command ends)"
 """Where a memory store keeps its sessions, as `where` says it."""
@@ -125,3 +132,12 @@ async def close_store(store: SessionStore) -> None:
     close = getattr(store, "aclose", None) or getattr(store, "close", None)
     if close is not None:
         await close()
+
+
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+"""How every SQLite database file begins (the file format's header string)."""
+
+
+def is_store_file(data: bytes | str) -> bool:
+    """Whether `data`, a file given as a session log, is an SQLite store's file."""
+    return isinstance(data, bytes) and data.startswith(_SQLITE_MAGIC)

@@ -32,8 +32,9 @@ from turnfsm.errors import (
     ReplayDiverged,
     ReplayError,
 )
-from turnfsm.messages import MessageLog, Role
+from turnfsm.messages import Message, MessageLog, Role
 from turnfsm.persistence import (
+    Committed,
     Entry,
     EventRecorded,
     RunRecord,
@@ -65,12 +66,19 @@ class ReplayReport:
             `LogInconsistent`), or None.
         history_matches: Whether the replayed committed history equals the
             one the log's commit points project (message for message).
+        history_difference: How the replayed history differs from the log's
+            (the counts, and the first message that differs), or None when
+            it matches.
+        commit: The position in the session's log of the run's last commit,
+            whose history differs, or None.
     """
 
     run_id: str
     events: int
     divergence: ReplayError | None = attrs.field(eq=False)
     history_matches: bool
+    history_difference: str | None = None
+    commit: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -220,11 +228,46 @@ def replay(spec: MachineSpec | None, session: Session, run_id: str) -> ReplayRep
         return ReplayReport(
             run_id=run_id, events=events, divergence=diverged, history_matches=False
         )
-    expected = session.history_after(run_id)
-    replayed: MessageLog = machine.snapshot.history
-    matches = list(replayed) == list(expected)
+    expected = list(session.history_after(run_id))
+    replayed = list(machine.snapshot.history)
+    if replayed == expected:
+        return ReplayReport(
+            run_id=run_id, events=events, divergence=None, history_matches=True
+        )
+    commits = [
+        i
+        for i, entry in enumerate(session.entries)
+        if isinstance(entry, Committed) and entry.run_id == run_id
+    ]
     return ReplayReport(
-        run_id=run_id, events=events, divergence=None, history_matches=matches
+        run_id=run_id,
+        events=events,
+        divergence=None,
+        history_matches=False,
+        history_difference=_difference(expected, replayed),
+        commit=commits[-1] if commits else None,
+    )
+
+
+def _difference(logged: list[Message], replayed: list[Message]) -> str:
+    """How the `replayed` history differs from the `logged` one, in words."""
+    at = next(
+        (i for i, (a, b) in enumerate(zip(logged, replayed, strict=False)) if a != b),
+        min(len(logged), len(replayed)),
+    )
+
+    def said(messages: list[Message]) -> str:
+        if at >= len(messages):
+            return "none"
+        message = messages[at]
+        return f"{message.role.value} message {message.id}"
+
+    same = at < min(len(logged), len(replayed)) and logged[at].id == replayed[at].id
+    return (
+        f"the log commits a history of {len(logged)} message(s), the replayed "
+        f"events make {len(replayed)}; message #{at + 1} is {said(logged)} in "
+        f"the log, {said(replayed)} replayed"
+        + (" (its content differs)" if same else "")
     )
 
 

@@ -21,10 +21,11 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from turnfsm import serde
-from turnfsm.errors import ConfigError, CorruptRecord, InvalidMessage
+from turnfsm.errors import ConfigError, CorruptRecord, DuplicateRecord, InvalidMessage
 from turnfsm.messages import OpenCalls
 from turnfsm.persistence._commits import unbrought, unopened
-from turnfsm.persistence._records import Committed, Entry, RunOpened
+from turnfsm.persistence._records import Committed, Entry, RunEnded, RunOpened
+from turnfsm.persistence._run_record import GOES_ON
 from turnfsm.persistence._session import Session
 from turnfsm.persistence._store import SessionStore, check_session_id, check_store
 
@@ -96,10 +97,11 @@ async def load_session(
         CorruptRecord: the log cannot be read, naming the line (or the
             document's ``entries[i]``) and the field: text that is not UTF-8
             or not JSON, a missing or foreign header or version, a line that
-            is not an entry, no entries at all, an entry of a run opened
-            nowhere before it (or opened twice), a commit of messages no
-            earlier event brought in, or a committed history that is not a
-            whole conversation (a tool result without its call).
+            is not an entry (a second header), no entries at all, an entry
+            of a run opened nowhere before it (or opened twice), a run's end
+            after its final one, a compaction pass logged twice, a commit of
+            messages no earlier event brought in, or a committed history that
+            is not a whole conversation (a tool result without its call).
         SessionConflict: `store` already holds that session (nothing written).
         ConfigError: `lines` is none of those (a path: read the file first)
             or holds nothing but blank lines, or `store` is not a
@@ -134,8 +136,9 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
         raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
     if first is not None and "entries" not in first:
         session_id = _header("line 1", first)
+        last = len(rows)
         located = [
-            (f"line {number}", _entry(f"line {number}", _json(number, row)))
+            (f"line {number}", _entry(f"line {number}", _json(number, row, last)))
             for number, row in enumerate(rows[1:], start=2)
             if row.strip()
         ]
@@ -268,21 +271,30 @@ def _header(where: str, data: dict[str, Any]) -> str:
 
 
 def _entry(where: str, data: Any) -> Entry:
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        raise CorruptRecord(
+            _LOG, where, "a second header: a log has one, on its first line"
+        )
     try:
         return serde.open_envelope(data, Entry)  # type: ignore[no-any-return]
     except CorruptRecord as exc:
-        raise CorruptRecord(exc.type, _at(where, exc.path), exc.reason) from None
+        # A line of no known entry type is named as the log's, not by the
+        # union of every type it could have been.
+        kind = _LOG if " | " in exc.type else exc.type
+        raise CorruptRecord(kind, _at(where, exc.path), exc.reason) from None
     except RecursionError:
         raise CorruptRecord(_LOG, where, _TOO_DEEP) from None
 
 
-def _json(number: int, line: str) -> Any:
+def _json(number: int, line: str, last: int) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
-        raise CorruptRecord(
-            _LOG, f"line {number}", f"not JSON: {exc.msg} (column {exc.colno})"
-        ) from None
+        reason = f"not JSON: {exc.msg} (column {exc.colno})"
+        if number == last and not line.endswith("\n"):
+            # The file stops inside its last line: a write or a copy cut short.
+            reason = f"cut short, the file ends inside it ({reason})"
+        raise CorruptRecord(_LOG, f"line {number}", reason) from None
     except RecursionError:
         raise CorruptRecord(_LOG, f"line {number}", _TOO_DEEP) from None
 
@@ -316,6 +328,14 @@ async def _project(session_id: str, located: list[tuple[str, Entry]]) -> Session
                 _at(where, "data.run_id"),
                 f"run {entry.run_id!r} was opened before; a run opens once",
             )
+        if isinstance(entry, RunEnded) and session.has_run(entry.run_id):
+            ended = session.run(entry.run_id).outcome
+            if ended != "running" and ended not in GOES_ON:
+                raise CorruptRecord(
+                    "RunEnded",
+                    _at(where, "data.run_id"),
+                    f"run {entry.run_id!r} ended before ({ended}); a run ends once",
+                )
         if isinstance(entry, Committed):
             size = len(session.history)
             if not 0 <= entry.keep <= size:
@@ -336,6 +356,13 @@ async def _project(session_id: str, located: list[tuple[str, Entry]]) -> Session
             # a commit of messages no event brought
             raise CorruptRecord(
                 "Committed", _at(where, "data.messages"), unbrought(exc.value)
+            ) from None
+        except DuplicateRecord as exc:  # a pass's line repeated
+            raise CorruptRecord(
+                "CompactionRecord",
+                _at(where, "data.key"),
+                f"the pass {exc.key!r} is logged on an earlier line too; "
+                "a pass is logged once",
             ) from None
         except CorruptRecord as exc:
             # The session names the entry's position; the file names its line.

@@ -267,6 +267,8 @@ class CompactionRecord:
     @property
     def tokens_saved(self) -> int:
         """Tokens the pass saved (0 unless it compacted)."""
+        if not self.compacted:  # what it made was not taken
+            return 0
         return max(0, self.tokens_before - self.tokens_after)
 
 
@@ -383,9 +385,14 @@ class MachineStored:
         machine file like it is refused today. The bounds (termination,
         request sizes, limits, cancellation) are checked as for any file.
         """
-        return MachineSpec.from_dict(
+        spec = MachineSpec.from_dict(
             self.definition, source=f"<stored {self.name}>", recorded=True
         )
+        # A log keeps the definition as JSON, whose objects read back with
+        # their keys sorted: the phases' order, which the digest counts, is
+        # not kept. The machine is the one of the digest it was stored under.
+        _DIGESTS[spec] = self.digest
+        return spec
 
 
 Entry: TypeAlias = (

@@ -9,7 +9,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from turnfsm.core import Compact, Perform
 from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
-from turnfsm.values import PassPayback
+from turnfsm.values import ErrorInfo, PassPayback
 
 __all__ = [
     "end_compaction",
@@ -70,8 +70,14 @@ def payback_attributes(payback: PassPayback) -> dict[str, int | float | bool]:
     return out
 
 
-def end_compaction(span: Span, record: CompactionRecord) -> None:
-    """End the pass's span with its verdict, tokens and cache figures."""
+def end_compaction(
+    span: Span, record: CompactionRecord, error: ErrorInfo | None = None
+) -> None:
+    """End the pass's span with its verdict, tokens and cache figures.
+
+    `error` is the compactor's failure, when it raised or reported one: the
+    span records it as its exception.
+    """
     span.set_attributes(
         {
             A.COMPACTION_STRATEGY: record.strategy,
@@ -95,5 +101,19 @@ def end_compaction(span: Span, record: CompactionRecord) -> None:
         span.set_attributes(payback_attributes(record.payback))
     if record.verdict in (Verdict.FAILED, Verdict.OVERFLOW):
         span.set_attribute(A.ERROR_TYPE, f"compaction_{record.verdict}")
-        span.set_status(Status(StatusCode.ERROR, f"the pass {record.verdict}"))
+        if record.verdict is Verdict.OVERFLOW:
+            described = (
+                f"the pass left {record.tokens_after} tokens, still over the window"
+            )
+        elif error is not None:
+            # The compactor's exception crossed into the run as a value
+            # (translated once, at the effect): recorded as the exception.
+            span.add_event(
+                A.EVENT_EXCEPTION,
+                {A.EXCEPTION_TYPE: error.type, A.EXCEPTION_MESSAGE: error.message},
+            )
+            described = f"the pass failed: {error.message or error.type}"
+        else:
+            described = "the pass failed"
+        span.set_status(Status(StatusCode.ERROR, described[:500]))
     span.end()

@@ -30,6 +30,7 @@ from opentelemetry.trace import SpanKind
 
 from turnfsm.core import (
     Compact,
+    CompactorFailed,
     ModelReplied,
     OutputRejected,
     Perform,
@@ -79,6 +80,9 @@ CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 """The standard switch for GenAI message content in telemetry (off by default)."""
 
 _SCOPE: Final = "turnfsm"
+
+_WENT_ON_KEPT: Final = 10_000
+"""Paused or interrupted runs whose root a resumption here can link to."""
 
 
 def _version() -> str:
@@ -154,6 +158,9 @@ class TracingHook(Hook):
             capture_content = flag.strip().lower() in ("1", "true", "yes")
         self.capture_content = capture_content
         self._runs: dict[str, OpenRun] = {}
+        # The root span of each run that paused or was interrupted here, so
+        # that the trace of its resumption links to it (newest kept).
+        self._went_on: dict[str, trace.SpanContext] = {}
         self._tracer_for: Callable[[str], trace.Tracer] | None = None
 
     def _trace_agents_apart(self, tracer_for: Callable[[str], trace.Tracer]) -> None:
@@ -174,10 +181,12 @@ class TracingHook(Hook):
         tracer = self._tracer
         if self._tracer_for is not None:
             tracer = self._tracer_for(info.agent)
+        earlier = self._went_on.pop(info.run_id, None) if info.resumed else None
         root = tracer.start_span(
             f"{A.OP_INVOKE_AGENT} {info.agent}",
             kind=SpanKind.INTERNAL,
             attributes=run_attributes(info, capture=self.capture_content),
+            links=None if earlier is None else (trace.Link(earlier),),
         )
         self._runs[info.run_id] = OpenRun(
             root=root,
@@ -193,6 +202,11 @@ class TracingHook(Hook):
             return
         end_run(run, info, capture=self.capture_content)
         self._run_count.add(1, {A.RUN_OUTCOME: info.outcome})
+        if info.outcome in ("paused", "interrupted"):  # it can go on: link to it
+            went_on = self._went_on
+            went_on[info.run_id] = run.root.get_span_context()
+            if len(went_on) > _WENT_ON_KEPT:  # never resumed here: forget the oldest
+                del went_on[next(iter(went_on))]
 
     # -- turns, phases, transitions -------------------------------------
     def on_decision(self, info: DecisionInfo) -> None:
@@ -232,7 +246,9 @@ class TracingHook(Hook):
             time.perf_counter() - run.decided_at, {A.PHASE: run.decided_phase}
         )
         event = info.event
-        if isinstance(event, ToolsFinished) or (
+        if isinstance(event, CompactorFailed):
+            run.compaction_error = event.error  # its span ends with the record
+        elif isinstance(event, ToolsFinished) or (
             # A message injected meanwhile, or a re-ask for a structured
             # answer, makes the run go on: a new turn.
             isinstance(event, ModelReplied | OutputRejected)
@@ -263,11 +279,11 @@ class TracingHook(Hook):
             self._saved.add(saved, labels)
         if record.compacted:
             run.compacted = True
-        span = run.compaction
-        run.compaction = None
+        span, error = run.compaction, run.compaction_error
+        run.compaction = run.compaction_error = None
         if span is None:
             return
-        end_compaction(span, record)
+        end_compaction(span, record, error)
 
     # -- model calls -------------------------------------------------------
     def on_model_call_start(self, info: ModelCallInfo) -> None:

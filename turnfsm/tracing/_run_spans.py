@@ -13,6 +13,7 @@ from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._content import messages_json
+from turnfsm.values import ErrorInfo
 
 __all__ = [
     "OpenRun",
@@ -40,6 +41,7 @@ class OpenRun:
     phase: str = ""
     turn_over: bool = False
     compaction: Span | None = None
+    compaction_error: ErrorInfo | None = None  # the open pass's, when it failed
     effect: Span | None = None
     compacted: bool = False
     decided_at: float = 0.0

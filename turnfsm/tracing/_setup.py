@@ -114,7 +114,8 @@ class Tracing:
         providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
         if not providers:
             return True
-        if self.endpoint is not None and not _reachable(self.endpoint):
+        unreachable = self.endpoint is not None and not _reachable(self.endpoint)
+        if unreachable:
             # Nothing listens there: waiting on the exporters' retries would
             # only hold the process up.
             timeout = 0.0
@@ -130,11 +131,19 @@ class Tracing:
         worker.start()
         worker.join(timeout)
         if worker.is_alive():
-            logger.warning(
-                "tracing: spans not delivered within %ss (is the receiver at %s up?)",
-                timeout,
-                self.endpoint,
-            )
+            if unreachable:  # it did not wait: it said "within 0.0s"
+                logger.warning(
+                    "tracing: spans not delivered: nothing listens at %s "
+                    "(is the receiver up?)",
+                    self.endpoint,
+                )
+            else:
+                logger.warning(
+                    "tracing: spans not delivered within %ss "
+                    "(is the receiver at %s up?)",
+                    timeout,
+                    self.endpoint,
+                )
             return False
         return True
 

@@ -33,6 +33,9 @@ OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 TOKEN_TYPE: Final = "gen_ai.token.type"
 ERROR_TYPE: Final = "error.type"
+# An exception event's, for an error that reached the run as a value.
+EXCEPTION_TYPE: Final = "exception.type"
+EXCEPTION_MESSAGE: Final = "exception.message"
 
 OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_CHAT: Final = "chat"
@@ -87,6 +90,7 @@ SPAN_TURN: Final = "turnfsm.turn"
 SPAN_COMPACTION: Final = "turnfsm.compaction"
 SPAN_EFFECT: Final = "turnfsm.effect"
 EVENT_TRANSITION: Final = "turnfsm.transition"
+EVENT_EXCEPTION: Final = "exception"
 
 # -- metrics -----------------------------------------------------------------
 METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"

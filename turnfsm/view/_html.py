@@ -21,7 +21,13 @@ from turnfsm.core import emergency_line, threshold_line
 from turnfsm.driver import pin_rules
 from turnfsm.errors import ConfigError, SubagentWaiting
 from turnfsm.messages import ImagePart, Message
-from turnfsm.persistence import CompactionRecord, RunRecord, Session, TurnRecord
+from turnfsm.persistence import (
+    CompactionRecord,
+    RunRecord,
+    Session,
+    TurnRecord,
+    Verdict,
+)
 from turnfsm.view._paths import Diagram, edge_anchor, run_path
 from turnfsm.view._subagents import below, delegated_by, sub_agent_list
 
@@ -341,9 +347,17 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
                 f"<code>turnfsm abandon {target}</code></p></div>"
             )
     elif run.outcome in ("interrupted", "running"):
+        # An interrupted run ended in its log, cut off from outside; one
+        # still running did not end there (its process died, or goes on).
+        how = (
+            "The run was interrupted from outside (Ctrl-C, or a cancelled "
+            "task); its log keeps what it finished"
+            if run.outcome == "interrupted"
+            else "The run did not end in its log (its process stopped, or it is "
+            "still going)"
+        )
         out.append(
-            '<div class="paused"><p>The run did not end in its log (its process '
-            "stopped, or it is still going). Carry it on: <code>turnfsm resume "
+            f'<div class="paused"><p>{how}. Carry it on: <code>turnfsm resume '
             f"{_e(session.id)} {_e(run.run_id)}</code>, or end it: <code>turnfsm "
             f"abandon {_e(session.id)} {_e(run.run_id)}</code></p></div>"
         )
@@ -611,20 +625,8 @@ def pass_diff(session: Session, run: RunRecord, n: int, k: int) -> list[str]:
     kept -= changed
     removed = [i for i in record.covers if i not in kept and i not in changed]
     added = [i for i in record.replacement if i not in kept and i not in changed]
-    usage = ""
-    if record.usage is not None:
-        usage = (
-            f", its model calls: {record.usage.input_tokens} in / "
-            f"{record.usage.output_tokens} out"
-        )
-    out = [
-        '<div class="detail"><p class="pass-meta">'
-        f"{len(record.covers)} message(s) covered, "
-        f"{len(record.replacement)} in their place: {len(removed)} removed, "
-        f"{len(added)} new, {len(changed)} changed, {len(kept)} kept; saved "
-        f"{record.tokens_saved} tokens "
-        f"(estimated){usage}.</p>",
-    ]
+    said, after = _pass_meta(record, len(removed), len(added), len(changed), len(kept))
+    out = [f'<div class="detail"><p class="pass-meta">{_e(said)}</p>']
     if record.payback is not None:
         out.append(
             f'<p class="pass-meta cost">By the prompt cache: '
@@ -640,14 +642,57 @@ def pass_diff(session: Session, run: RunRecord, n: int, k: int) -> list[str]:
                 given, message_id, mark, pinned=message_id in pinned, anchor=anchor
             )
         )
-    out.append('</div><div class="after"><h4>In their place (after)</h4>')
-    for message_id in record.replacement:
-        mark = _mark(message_id, kept, changed, "added")
-        out.append(_message(made, message_id, mark, pinned=message_id in pinned))
-        if mark == "added":
-            out += _replaces(made.get(message_id), n, k, set(removed))
-    out.append("</div></div></div>")
+    out.append("</div>")
+    if after is not None:
+        out.append(f'<div class="after"><h4>{after}</h4>')
+        for message_id in record.replacement:
+            mark = _mark(message_id, kept, changed, "added")
+            out.append(_message(made, message_id, mark, pinned=message_id in pinned))
+            if mark == "added":
+                out += _replaces(made.get(message_id), n, k, set(removed))
+        out.append("</div>")
+    out.append("</div></div>")
     return out
+
+
+def _pass_meta(
+    record: CompactionRecord, removed: int, added: int, changed: int, kept: int
+) -> tuple[str, str | None]:
+    """What a pass replaced, in words; the heading of what it made (None: none)."""
+    usage = ""
+    if record.usage is not None:
+        usage = (
+            f", its model calls: {record.usage.input_tokens} in / "
+            f"{record.usage.output_tokens} out"
+        )
+    covered = len(record.covers)
+    if record.compacted:
+        return (
+            f"{covered} message(s) covered, {len(record.replacement)} in their "
+            f"place: {removed} removed, {added} new, {changed} changed, {kept} "
+            f"kept; saved {record.tokens_saved} tokens (estimated){usage}."
+        ), "In their place (after)"
+    # The conversation went on as it was, whatever the pass made; what it
+    # made is shown when the log keeps it (a result the brain refused).
+    said = (
+        f"{covered} message(s) covered, none replaced: "
+        f"{_NOT_REPLACED[record.verdict]}, so the conversation went on as it "
+        f"was{usage}."
+    )
+    if tuple(record.replacement) == tuple(record.covers):
+        return said, None
+    return said, "What the pass made (not taken)"
+
+
+_NOT_REPLACED: Final = {
+    Verdict.NOOP: "the pass changed nothing",
+    Verdict.VETOED: "a hook vetoed the pass",
+    Verdict.OVERFLOW: "what the pass made was still over the window",
+    Verdict.FAILED: "the pass failed",
+    Verdict.CIRCUIT_OPEN: "the circuit breaker was open, so no pass ran",
+    Verdict.STALLED: "the pass saved too little, and was refused",
+}
+"""Why a pass that did not compact replaced nothing, by its verdict."""
 
 
 def _mark(message_id: str, kept: set[str], changed: set[str], other: str) -> str:
