@@ -24,10 +24,10 @@ from turnfsm.driver import (
     RunControl,
     RunResult,
     Tool,
+    context_hint,
+    read_session,
     subagent_tool,
 )
-from turnfsm.driver._driver import context_hint
-from turnfsm.driver._store_calls import read_session
 from turnfsm.errors import ConfigError
 from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo, TextDiscardedInfo
 from turnfsm.messages import Message

@@ -35,8 +35,7 @@ from turnfsm.cli._run import (
 )
 from turnfsm.cli._stores import where
 from turnfsm.core import Event, ToolCallsReviewed
-from turnfsm.driver import Driver, RunResult, Tool
-from turnfsm.driver._store_calls import read_session
+from turnfsm.driver import Driver, RunResult, Tool, read_session
 from turnfsm.errors import (
     ConfigError,
     SessionBusy,

@@ -32,8 +32,7 @@ from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, w
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
 from turnfsm.core import MachineSpec, Pause
-from turnfsm.driver import Driver, RunResult
-from turnfsm.driver._store_calls import read_session
+from turnfsm.driver import Driver, RunResult, read_session
 from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,

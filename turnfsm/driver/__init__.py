@@ -14,6 +14,11 @@ from turnfsm.driver._context import (
 from turnfsm.driver._context_settings import pin_rules
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._driver import Driver
+
+# For the agent and the command line (not in `__all__`): the hint a context
+# manager's setting given to a driver gets, and a session read under a
+# store's deadline.
+from turnfsm.driver._driver import context_hint as context_hint
 from turnfsm.driver._effects import (
     BUILTIN_EFFECTS,
     Effect,
@@ -30,6 +35,7 @@ from turnfsm.driver._output import OutputType
 from turnfsm.driver._recall import RECALL_MAX_CHARS, current_session, recall_tool
 from turnfsm.driver._replay import ReplayReport, rebuild, replay
 from turnfsm.driver._retry import RetryPolicy, is_transient
+from turnfsm.driver._store_calls import read_session as read_session
 from turnfsm.driver._subagents import (
     SUBAGENT_MAX_CHILDREN,
     SUBAGENT_MAX_DEPTH,

@@ -19,7 +19,7 @@ import attrs
 from turnfsm.context import PinRules, pinned_ids, replaced_ids
 from turnfsm.core import emergency_line, threshold_line
 from turnfsm.driver import pin_rules
-from turnfsm.errors import ConfigError, SubagentWaiting
+from turnfsm.errors import Cancelled, ConfigError, SubagentWaiting
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     CompactionRecord,
@@ -347,15 +347,27 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
                 f"<code>turnfsm abandon {target}</code></p></div>"
             )
     elif run.outcome in ("interrupted", "running"):
-        # An interrupted run ended in its log, cut off from outside; one
-        # still running did not end there (its process died, or goes on).
-        how = (
-            "The run was interrupted from outside (Ctrl-C, or a cancelled "
-            "task); its log keeps what it finished"
-            if run.outcome == "interrupted"
-            else "The run did not end in its log (its process stopped, or it is "
-            "still going)"
-        )
+        # An interrupted run ended in its log, saying why (from outside, a
+        # sub-agent waiting, a store down); one still running did not end
+        # there (its process died, or goes on).
+        error = run.error
+        if run.outcome == "interrupted" and (
+            error is None or isinstance(error, Cancelled)
+        ):
+            how = (
+                "The run was interrupted from outside (Ctrl-C, or a cancelled "
+                "task); its log keeps what it finished"
+            )
+        elif run.outcome == "interrupted":
+            how = (
+                f"The run was interrupted: {_e(str(error))}; its log keeps what "
+                "it finished"
+            )
+        else:
+            how = (
+                "The run did not end in its log (its process stopped, or it is "
+                "still going)"
+            )
         out.append(
             f'<div class="paused"><p>{how}. Carry it on: <code>turnfsm resume '
             f"{_e(session.id)} {_e(run.run_id)}</code>, or end it: <code>turnfsm "
