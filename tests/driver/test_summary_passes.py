@@ -9,6 +9,7 @@ import pytest
 
 from turnfsm import default_machine
 from turnfsm.context import (
+    CompactionProposal,
     ContextManager,
     LayeredCompactor,
     PinRules,
@@ -449,3 +450,37 @@ async def test_long_tool_turns_over_the_message_line_finish() -> None:
     assert records
     assert {c.reason.value for c in records} == {"message_count"}
     assert session.history[-1].text == "final"
+
+
+class WholeTranscript:
+    """A user's compactor: asks `own` (the agent's model) about everything."""
+
+    def __init__(self, own: object = None) -> None:
+        self.own = own
+
+    async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+        text = "\n".join(m.text for m in messages) * 3
+        request = ModelRequest(messages=[Message.user(text)], max_tokens=100)
+        response = await ctx.model_call(request, self.own)
+        kept = [messages[0], Message.user(response.message.text), messages[-1]]
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["model-none", "model-named"])
+async def test_a_summary_call_over_the_window_is_refused_unsent(named: bool) -> None:
+    def handle(request: ModelRequest) -> ModelResponse:
+        return ModelResponse(message=Message.assistant("final"))
+
+    model = FakeModelClient(handle)
+    driver = Driver(
+        model=model,
+        context=manager(WholeTranscript(model if named else None), window=4_000),
+    )
+    result = await driver.run(history(6))
+
+    assert not result.ok
+    assert isinstance(result.error, CompactionFailed)
+    assert model.requests == []  # neither the turn nor the summary was sent
+    cause = result.error.cause
+    assert "exceeds the 4000 window; it was not sent" in cause
+    assert "[context_overflow]" in cause
