@@ -253,6 +253,12 @@ async def _streamed(
     response: ModelResponse | None = None
     async for item in stream:
         if type(item) is TextDelta and response is None:
+            if not isinstance(item.text, str):  # the hooks would get it as text
+                raise InvalidReturn(
+                    f"model {describe_model(model)[1]}.stream()",
+                    _short_repr(item),
+                    "TextDelta items whose text is a string",
+                )
             if item.text:
                 sent.append(item.text)
                 run.hooks.call(
