@@ -47,6 +47,7 @@ from turnfsm.driver._model_calls import Tries, complete
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import (
+    CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     InvalidMessage,
     ProviderError,
@@ -224,7 +225,7 @@ def _over_window(ctx: EffectContext, request: ModelRequest) -> ProviderError | N
 
 
 def _overflowed(message: str) -> ContextOverflowed:
-    return ContextOverflowed(error=ErrorInfo(type="ContextCheck", message=message))
+    return ContextOverflowed(error=ErrorInfo(type=CONTEXT_CHECK, message=message))
 
 
 async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:

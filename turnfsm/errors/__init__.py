@@ -82,6 +82,7 @@ from turnfsm.errors._misuse import (
     WindowTooLarge,
 )
 from turnfsm.errors._run import (
+    CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     Cancelled,
     LogInconsistent,
@@ -110,6 +111,7 @@ from turnfsm.errors._store import (
 )
 
 __all__ = [
+    "CONTEXT_CHECK",
     "CONTEXT_OVERFLOW",
     "Cancelled",
     "CompactionCircuitOpen",
