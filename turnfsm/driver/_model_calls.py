@@ -14,6 +14,7 @@ from typing import Literal
 import anyio
 import attrs
 
+from turnfsm import _checks
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._retry import is_transient
 from turnfsm.driver._tools import deadline
@@ -173,13 +174,29 @@ async def _retried(
 
 
 def _response_of(client: object, response: object) -> ModelResponse:
-    """Return `response` if it is a `ModelResponse`; else raise `InvalidReturn`."""
+    """Return `response` if it is a usable `ModelResponse`; else raise `InvalidReturn`.
+
+    Its usage, when reported, is one call's: neither count can be over
+    `turnfsm._checks.MAX_TOKENS`, more than any window holds. A count past
+    it is a client's bug (an overflowed or uninitialised number), and would
+    read as a conversation no pass can shrink, in this run and the next.
+    """
     if not isinstance(response, ModelResponse):
         raise InvalidReturn(
             f"model {describe_model(client)[1]}",
             _short_repr(response),
             "a ModelResponse",
         )
+    usage = response.usage
+    if usage is not None:
+        for name in ("input_tokens", "output_tokens"):
+            tokens = getattr(usage, name)
+            if tokens > _checks.MAX_TOKENS:
+                raise InvalidReturn(
+                    f"model {describe_model(client)[1]}",
+                    f"usage {name}={tokens}",
+                    f"at most {_checks.MAX_TOKENS:,} tokens for one call",
+                )
     return response
 
 
