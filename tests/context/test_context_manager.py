@@ -417,6 +417,10 @@ def unreadable(
     raise Unreadable
 
 
+def _raise(exc: Exception) -> CompactionProposal:
+    raise exc
+
+
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
@@ -454,6 +458,16 @@ def unreadable(
             "InvalidMessage: invalid message metadata={}: metadata does not change; "
             "make a new one with attrs.evolve(message, metadata={...})",
         ),
+        (
+            lambda m, t, c: _raise(CompactionCircuitOpen(failures=-1)),
+            "compactor raised CompactionCircuitOpen: invalid failures=-1: "
+            "expected an int >= 0",
+        ),
+        (
+            lambda m, t, c: _raise(CompactionCircuitOpen(failures=None)),  # type: ignore[arg-type]  # bad on purpose
+            "compactor raised CompactionCircuitOpen: invalid failures=None: "
+            "expected an int >= 0",
+        ),
     ],
     ids=[
         "raises",
@@ -465,6 +479,8 @@ def unreadable(
         "not-messages",
         "error-not-text",
         "changes-metadata",
+        "open-circuit-negative",
+        "open-circuit-no-count",
     ],
 )
 def test_compactor_failure_is_a_compactor_error_at_the_size_before(

@@ -578,9 +578,12 @@ class ContextManager(OldEntryPoints):
         # An outside failure becomes a value; cancellation (a BaseException)
         # is never caught here.
         except CompactionCircuitOpen as exc:
-            return CompactionCircuitOpened(failures=exc.failures)
+            try:
+                return CompactionCircuitOpened(failures=exc.failures)
+            except ConfigError as bad:  # its count is the compactor's own value
+                problem: str | None = f"compactor raised CompactionCircuitOpen: {bad}"
         except Exception as exc:
-            problem: str | None = _describe(exc)
+            problem = _describe(exc)
         else:
             problem = _proposal_problem(proposal)
             if problem is None:
