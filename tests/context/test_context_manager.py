@@ -337,6 +337,34 @@ def test_same_count_and_no_saving_is_no_action() -> None:
     assert decision == CompactionNoop(before=before, after=before)
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        as_is,
+        lambda m, t, c: CompactionProposal.compacted(list(m), 0, 0),
+        lambda m, t, c: CompactionProposal.compacted(
+            [Message.from_dict(x.to_dict()) for x in m], 0, 0
+        ),
+    ],
+    ids=["unchanged", "compacted-as-is", "equal-copies"],
+)
+def test_the_input_given_back_is_no_action_whatever_the_count_says(
+    reply: Reply,
+) -> None:
+    """The driver's size of the request (its meter) above the manager's count.
+
+    A counter whose `count` disagrees with its `units` makes the driver's
+    figure and the manager's differ: the input given back must still be no
+    action, never a committed pass that saved what the counters disagree by.
+    """
+    messages = sized(8)
+    before = COUNTER.count(messages) + 500
+
+    decision = run(manager(Scripted(reply)), messages, tokens_before=before)
+
+    assert decision == CompactionNoop(before=before, after=before)
+
+
 def test_same_count_but_smaller_is_compacted() -> None:
     messages = sized(4)
     shorter = [*messages[:3], Message.user("tiny")]
