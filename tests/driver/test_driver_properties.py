@@ -336,13 +336,18 @@ def test_no_summary_request_to_the_agents_model_exceeds_the_window(
     window = data.draw(st.sampled_from([1_200, 2_000, 3_000]), label="window")
     words = data.draw(st.lists(st.integers(100, 400), min_size=3, max_size=8))
     system = data.draw(st.sampled_from([None, "You are terse. " * 20]))
+    # The provider's own count, as a multiple of the estimate, which a
+    # calibrating manager learns: the summarisers' requests still fit.
+    ratio = data.draw(st.sampled_from([1.0, 1.25, 2.0]))
+    calibrate = data.draw(st.booleans())
     sizes: list[int] = []
 
     def handler(request: ModelRequest) -> ModelResponse:
         sizes.append(request_size(request))
+        usage = Usage(input_tokens=math.ceil(input_size(request) * ratio))
         if request.temperature is None:  # a turn (or a careless summary call)
-            return ModelResponse(message=reply("noted " * 40))
-        return ModelResponse(message=reply("the user asked questions"))
+            return ModelResponse(message=reply("noted " * 40), usage=usage)
+        return ModelResponse(message=reply("the user asked questions"), usage=usage)
 
     model = FakeModelClient(handler)
     driver = Driver(
@@ -353,6 +358,7 @@ def test_no_summary_request_to_the_agents_model_exceeds_the_window(
             context_window=window,
             threshold=60,
             counter=COUNTER,
+            calibrate=calibrate,
         ),
         retry=RetryPolicy(max_attempts=1),
     )

@@ -484,3 +484,35 @@ async def test_a_summary_call_over_the_window_is_refused_unsent(named: bool) -> 
     cause = result.error.cause
     assert "exceeds the 4000 window; it was not sent" in cause
     assert "[context_overflow]" in cause
+
+
+async def test_a_calibrating_run_borrows_its_model_for_summaries_that_fit() -> None:
+    """The provider counts twice the estimate; the manager calibrates.
+
+    The summariser sizes its requests to the agent's window in the manager's
+    tokens, and they are held to it in the same tokens: each is sent.
+    """
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        size = COUNTER.count(list(request.messages))
+        usage = Usage(input_tokens=size * 2 + 1, output_tokens=3)
+        if request.temperature == 0.3:  # the summary call
+            return ModelResponse(message=reply("the user asked questions"), usage=usage)
+        return ModelResponse(message=reply("answer " * 150), usage=usage)
+
+    model = FakeModelClient(handle)
+    driver = Driver(
+        model=model,
+        context=manager(
+            SummarizingCompactor(keep_recent_turns=1), window=3_000, calibrate=True
+        ),
+    )
+    session = Session()
+    for i in range(8):
+        result = await driver.run(f"question {i} " + "q " * 40, session=session)
+        assert result.ok, result.error
+    summaries = [r for r in model.requests if r.temperature == 0.3]
+    assert summaries
+    for request in summaries:
+        size = COUNTER.count(list(request.messages)) + (request.max_tokens or 0)
+        assert size <= 3_000

@@ -242,16 +242,15 @@ class EffectContext:
         return estimate + (run.max_output_tokens or 0)
 
     def measure_request(self, request: ModelRequest) -> int:
-        """Return the size of `request` as `measure` sizes the run's own turns.
+        """Return the size of a summary `request`, in the manager's tokens.
 
-        Its messages, its system prompt and tool schemas, calibrated the
-        same way, plus its reply budget (`max_tokens`).
+        Its messages, its system prompt and tool schemas, with the run's
+        counter, plus its reply budget (`max_tokens`): the unit a compactor
+        sizes its requests in (`CompactionContext.counter`), uncalibrated,
+        as the manager judges a pass.
         """
-        run = self.run
         extras = request_extras(request.system, request.tools)
-        estimate = run.meter.measure(request.messages, extras=extras)
-        if run.context is not None:
-            estimate = run.context.calibrated(estimate, self.ratio)
+        estimate = self.run.meter.measure(request.messages, extras=extras)
         return estimate + (request.max_tokens or 0)
 
     def __getattr__(self, name: str) -> Any:
