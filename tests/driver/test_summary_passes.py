@@ -516,3 +516,41 @@ async def test_a_calibrating_run_borrows_its_model_for_summaries_that_fit() -> N
     for request in summaries:
         size = COUNTER.count(list(request.messages)) + (request.max_tokens or 0)
         assert size <= 3_000
+
+
+class Asks:
+    """A user's compactor that calls `ctx.model_call` with what it is given."""
+
+    def __init__(self, request: object, model: object) -> None:
+        self.request = request
+        self.model = model
+
+    async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+        await ctx.model_call(self.request, self.model)
+        return CompactionProposal.unchanged(messages, ctx.tokens_before)
+
+
+@pytest.mark.parametrize(
+    ("request_", "model", "expected"),
+    [
+        ("summarise", None, "invalid request='summarise': expected a ModelRequest"),
+        (
+            ModelRequest(messages=[Message.user("x")]),
+            "gpt-4o",
+            "invalid model='gpt-4o': expected a ModelClient (async complete()), "
+            "or None: the agent's own",
+        ),
+    ],
+    ids=["request-not-a-request", "model-a-name"],
+)
+async def test_a_summary_call_given_the_wrong_things_names_them(
+    request_: object, model: object, expected: str
+) -> None:
+    agent_model = FakeModelClient(lambda request: "never")
+    driver = Driver(model=agent_model, context=manager(Asks(request_, model)))
+
+    result = await driver.run(history(6))
+
+    assert isinstance(result.error, CompactionFailed)
+    assert result.error.cause == f"ConfigError: {expected}"
+    assert agent_model.requests == []

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeAlias
 import anyio
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context import CompactionRequest
 from turnfsm.core import (
     CallLLM,
@@ -209,6 +210,16 @@ def _counted(info: ErrorInfo, tries: Tries) -> ErrorInfo:
     return attrs.evolve(info, attempts=tries.attempts, elapsed=round(tries.elapsed, 3))
 
 
+_REQUEST: Final = _checks.instance(ModelRequest, "a ModelRequest")
+_SUMMARY_MODEL: Final = _checks.instance(
+    ModelClient,
+    "a ModelClient (async complete()), or None: the agent's own",
+    optional=True,
+    awaited=("complete",),
+)
+"""What a compactor's `ctx.model_call(request, model)` takes."""
+
+
 def _over_window(ctx: EffectContext, request: ModelRequest) -> ProviderError | None:
     """The refusal of a summary `request` to the run's model over its window."""
     window = ctx.window
@@ -340,6 +351,8 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # and usage accounting (labelled apart from the agent's own turns).
         # To the agent's own model it is held to the run's window, as a turn
         # is: one over it is refused unsent, as the provider would refuse it.
+        _checks.check(request, "request", _REQUEST)
+        _checks.check(model, "model", _SUMMARY_MODEL)
         if model is None or model is run.model:
             refused = _over_window(ctx, request)
             if refused is not None:
