@@ -375,6 +375,20 @@ def test_the_providers_words_on_an_error_leave_older_records_as_they_were() -> N
     assert back.provider_message == "too long"
 
 
+def test_the_window_checks_words_on_an_error_leave_older_records_as_they_were() -> None:
+    said = "the reply makes the conversation 9 tokens, over the 5 window"
+    quoting = CompactionStalled(used=5, limit=5, window_check=said)
+
+    written = serde.error_to_json(quoting)
+
+    assert written["window_check"] == said
+    assert "window_check" not in serde.error_to_json(CompactionStalled(used=5, limit=9))
+    back = json_round_trip(quoting, TurnFSMError)
+    assert isinstance(back, CompactionStalled)
+    assert back.window_check == said
+    assert f"(the window check said: {said})" in str(back)
+
+
 def test_a_snapshot_keeps_its_older_form_until_an_overflow_is_kept() -> None:
     older = Snapshot(phase="start").to_dict()
     refused = ErrorInfo(type=errors.CONTEXT_OVERFLOW, message="too long", status=400)

@@ -337,6 +337,34 @@ def test_same_count_and_no_saving_is_no_action() -> None:
     assert decision == CompactionNoop(before=before, after=before)
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        as_is,
+        lambda m, t, c: CompactionProposal.compacted(list(m), 0, 0),
+        lambda m, t, c: CompactionProposal.compacted(
+            [Message.from_dict(x.to_dict()) for x in m], 0, 0
+        ),
+    ],
+    ids=["unchanged", "compacted-as-is", "equal-copies"],
+)
+def test_the_input_given_back_is_no_action_whatever_the_count_says(
+    reply: Reply,
+) -> None:
+    """The driver's size of the request (its meter) above the manager's count.
+
+    A counter whose `count` disagrees with its `units` makes the driver's
+    figure and the manager's differ: the input given back must still be no
+    action, never a committed pass that saved what the counters disagree by.
+    """
+    messages = sized(8)
+    before = COUNTER.count(messages) + 500
+
+    decision = run(manager(Scripted(reply)), messages, tokens_before=before)
+
+    assert decision == CompactionNoop(before=before, after=before)
+
+
 def test_same_count_but_smaller_is_compacted() -> None:
     messages = sized(4)
     shorter = [*messages[:3], Message.user("tiny")]
@@ -417,6 +445,10 @@ def unreadable(
     raise Unreadable
 
 
+def _raise(exc: Exception) -> CompactionProposal:
+    raise exc
+
+
 @pytest.mark.parametrize(
     ("reply", "error"),
     [
@@ -454,6 +486,16 @@ def unreadable(
             "InvalidMessage: invalid message metadata={}: metadata does not change; "
             "make a new one with attrs.evolve(message, metadata={...})",
         ),
+        (
+            lambda m, t, c: _raise(CompactionCircuitOpen(failures=-1)),
+            "compactor raised CompactionCircuitOpen: invalid failures=-1: "
+            "expected an int >= 0",
+        ),
+        (
+            lambda m, t, c: _raise(CompactionCircuitOpen(failures=None)),  # type: ignore[arg-type]  # bad on purpose
+            "compactor raised CompactionCircuitOpen: invalid failures=None: "
+            "expected an int >= 0",
+        ),
     ],
     ids=[
         "raises",
@@ -465,6 +507,8 @@ def unreadable(
         "not-messages",
         "error-not-text",
         "changes-metadata",
+        "open-circuit-negative",
+        "open-circuit-no-count",
     ],
 )
 def test_compactor_failure_is_a_compactor_error_at_the_size_before(

@@ -54,6 +54,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.errors import (
+    CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     Cancelled,
     CompactionCircuitOpen,
@@ -323,7 +324,7 @@ def test_an_overflow_past_its_retries_quotes_the_provider() -> None:
 @pytest.mark.parametrize(
     ("refusal", "reason"),
     [
-        (ErrorInfo(type="ContextCheck", message="the reply is over the window"), None),
+        (ErrorInfo(type=CONTEXT_CHECK, message="the reply is over the window"), None),
         (REFUSED, CompactReason.EMERGENCY),
     ],
     ids=["not-the-provider", "a-later-pass"],
@@ -346,6 +347,11 @@ def test_a_stall_quotes_only_the_provider_on_its_own_overflow(
     assert isinstance(decision.error, CompactionStalled)
     assert decision.error.provider_message == ""
     assert "the provider said" not in str(decision.error)
+    # The run's own check is quoted as its own, on the pass run for it.
+    checked = refusal.type == CONTEXT_CHECK and reason is None
+    assert decision.error.window_check == (refusal.message if checked else "")
+    said = "(the window check said: the reply is over the window)"
+    assert (said in str(decision.error)) is checked
 
 
 def test_model_failure_fails_the_run() -> None:

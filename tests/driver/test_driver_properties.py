@@ -23,6 +23,8 @@ from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
     ContextManager,
+    LayeredCompactor,
+    SummarizingCompactor,
     TruncatingCompactor,
 )
 from turnfsm.core import MachineSpec, ToolCallsReviewed
@@ -282,3 +284,89 @@ def test_a_careless_compactor_never_gets_an_invalid_history_sent_or_committed(
         assert nxt.ok
 
     anyio.run(go)
+
+
+# -- a compactor that asks the agent's own model ------------------------------
+
+
+@attrs.frozen
+class WholeTranscript:
+    """Asks the agent's model to summarise `copies` copies of the whole input.
+
+    A compactor of a user's: it sizes nothing, so its request may be over
+    the window; `own` is how it names the agent's model (None, or the
+    client itself).
+    """
+
+    copies: int
+    reply_budget: int
+    own: object = None
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        assert ctx.model_call is not None
+        text = "\n".join(m.text for m in messages) * self.copies
+        request = ModelRequest(
+            messages=[Message.user(text or "nothing")], max_tokens=self.reply_budget
+        )
+        response = await ctx.model_call(request, self.own)  # type: ignore[arg-type]
+        kept = [messages[0], Message.user(response.message.text), messages[-1]]
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
+
+
+def summarisers(draw: st.DrawFn, model: FakeModelClient) -> object:
+    """A compactor whose summary calls go to the agent's own model."""
+    kind = draw(st.sampled_from(["user", "user-named", "summarizing", "layered"]))
+    if kind == "summarizing":
+        return SummarizingCompactor(keep_recent_turns=1)
+    if kind == "layered":
+        return LayeredCompactor(preserved_turns=1, trim_turns=1)
+    own = model if kind == "user-named" else None
+    return WholeTranscript(draw(st.integers(1, 4)), draw(st.integers(0, 400)), own=own)
+
+
+@settings(
+    max_examples=sized(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(data=st.data())
+def test_no_summary_request_to_the_agents_model_exceeds_the_window(
+    data: st.DataObject,
+) -> None:
+    window = data.draw(st.sampled_from([1_200, 2_000, 3_000]), label="window")
+    words = data.draw(st.lists(st.integers(100, 400), min_size=3, max_size=8))
+    system = data.draw(st.sampled_from([None, "You are terse. " * 20]))
+    # The provider's own count, as a multiple of the estimate, which a
+    # calibrating manager learns: the summarisers' requests still fit.
+    ratio = data.draw(st.sampled_from([1.0, 1.25, 2.0]))
+    calibrate = data.draw(st.booleans())
+    sizes: list[int] = []
+
+    def handler(request: ModelRequest) -> ModelResponse:
+        sizes.append(request_size(request))
+        usage = Usage(input_tokens=math.ceil(input_size(request) * ratio))
+        if request.temperature is None:  # a turn (or a careless summary call)
+            return ModelResponse(message=reply("noted " * 40), usage=usage)
+        return ModelResponse(message=reply("the user asked questions"), usage=usage)
+
+    model = FakeModelClient(handler)
+    driver = Driver(
+        model=model,
+        system_prompt=system,
+        context=ContextManager(
+            summarisers(data.draw, model),  # type: ignore[arg-type]
+            context_window=window,
+            threshold=60,
+            counter=COUNTER,
+            calibrate=calibrate,
+        ),
+        retry=RetryPolicy(max_attempts=1),
+    )
+    session = Session()
+    for n in words:
+        result = run_all(driver, session, RunControl(), f"question {n} " + "q " * n)
+        assert result.outcome in ("done", "failed")
+        if not result.ok:
+            assert isinstance(result.error, TurnFSMError)
+            break
+    assert all(size <= window for size in sizes), (sizes, window)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from turnfsm import Agent
-from turnfsm.context import ContextManager
-from turnfsm.errors import ConfigError, RunCrashed
+from turnfsm.context import CompactionContext, CompactionProposal, ContextManager
+from turnfsm.errors import CompactionStalled, ConfigError, RunCrashed
 from turnfsm.messages import Message
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel, reply, tool_call
@@ -293,3 +293,50 @@ async def test_a_clock_giving_whole_seconds_is_a_clock(tmp_path: Path) -> None:
 
     outcomes, _ = await _stored(path, agent.session.id)
     assert outcomes == ["done"]
+
+
+class HalfCount:
+    """An incremental counter whose `count` says half of what its units sum to."""
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return HEURISTIC.count(messages) // 2
+
+    def count_text(self, text: str) -> int:
+        return HEURISTIC.count_text(text)
+
+    def units(self, message: Message) -> int:
+        return HEURISTIC.units(message)
+
+    def text_units(self, text: str) -> int:
+        return HEURISTIC.text_units(text)
+
+    def tokens(self, units: int) -> int:
+        return HEURISTIC.tokens(units)
+
+
+class AsIs:
+    """A compactor with nothing to cut: it gives its input back."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted(list(messages), ctx.tokens_before, 0)
+
+
+async def test_a_counter_at_odds_with_itself_commits_no_pass_that_changed_nothing() -> (
+    None
+):
+    """The driver sizes requests by the units, the manager by `count`."""
+    script = [reply("", tool_call("echo", f"c{i}", text="x" * 600)) for i in range(8)]
+    agent = Agent(
+        model=ScriptedModel.of(*script, "done"),
+        tools=[echo],
+        context=ContextManager(AsIs(), context_window=2_000, counter=HalfCount()),
+    )
+
+    result = await agent.run("hello")
+
+    assert isinstance(result.error, CompactionStalled)  # not 20 passes in a row
+    (run,) = agent.session.runs
+    assert run.compactions  # the passes ran, and none committed anything
+    assert {c.verdict for c in run.compactions} == {"noop"}

@@ -15,6 +15,7 @@ import pytest
 from turnfsm.context import ContextManager, LayeredCompactor, TruncatingCompactor
 from turnfsm.core import CompactionResult, Measured, ModelReplied, ToolsFinished
 from turnfsm.driver import Driver, RunResult, Session
+from turnfsm.errors import InvalidReturn
 from turnfsm.messages import Message, Role
 from turnfsm.persistence import RunRecord
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -284,3 +285,33 @@ async def test_a_large_report_makes_a_layered_compactor_compact_not_stall() -> N
     # estimate (~1,000 tokens, under the target), so it changed nothing.
     assert result.ok, result.error
     assert [c.verdict for c in session.runs[0].compactions] == ["compacted"]
+
+
+@pytest.mark.parametrize("field", ["input_tokens", "output_tokens"])
+@pytest.mark.parametrize("bogus", [100_000_001, 2**63, 10**40])
+async def test_a_report_past_any_window_fails_its_run_and_spares_the_next(
+    field: str, bogus: int
+) -> None:
+    """An overflowed count is refused where it is read, naming the model."""
+    calls = 0
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        usage = Usage(**{field: bogus if calls == 1 else 40})  # type: ignore[arg-type]
+        return ModelResponse(message=reply(f"answer {calls}"), usage=usage)
+
+    d = driver(FakeModelClient(handle), use_reported_usage=True)
+    session = Session()
+    first = await d.run("hello", session=session)
+
+    assert isinstance(first.error, InvalidReturn)
+    assert first.error.source == "model FakeModelClient"
+    assert first.error.value == f"usage {field}={bogus}"
+    assert first.error.expected == "at most 100,000,000 tokens for one call"
+    assert list(session.history) == []  # nothing of the failed run committed
+    # The bogus count is nowhere in the session: the next run is measured as
+    # usual, not as a conversation no pass can shrink.
+    second = await d.run("hello again", session=session)
+    assert second.ok, second.error
+    assert session.runs[1].compactions == ()

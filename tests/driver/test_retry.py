@@ -204,3 +204,54 @@ def test_a_wait_is_allowed_only_if_it_ends_within_the_budget(
 ) -> None:
     policy = RetryPolicy(max_total=10)
     assert policy.allows_wait(wait, elapsed=elapsed) is allowed
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("fields", "named", "expected"),
+    [
+        ({"retry_after": -5}, "retry_after=-5", "a finite number >= 0, or None"),
+        (
+            {"retry_after": float("nan")},
+            "retry_after=nan",
+            "a finite number >= 0, or None",
+        ),
+        ({"retry_after": "10"}, "retry_after='10'", "a finite number >= 0, or None"),
+        ({"status": "503"}, "status='503'", "an int >= 0, or None"),
+        ({"kind": None}, "kind=None", "a string"),
+        ({"message": None}, "message=None", "a string"),
+        ({"retryable": "yes"}, "retryable='yes'", "True or False"),
+    ],
+    ids=[
+        "negative-wait",
+        "nan-wait",
+        "text-wait",
+        "text-status",
+        "no-kind",
+        "no-message",
+        "text-flag",
+    ],
+)
+async def test_a_provider_error_the_run_cannot_read_fails_it_naming_the_field(
+    fields: dict[str, object], named: str, expected: str
+) -> None:
+    from turnfsm.driver import Driver
+    from turnfsm.errors import InvalidReturn
+
+    calls = 0
+    error_fields = {"message": "slow down", "retryable": True, **fields}
+
+    def handler(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        raise ProviderError(**error_fields)  # type: ignore[arg-type]
+
+    policy = RetryPolicy(max_attempts=3, initial_wait=0.01, jitter=False)
+    result = await Driver(model=FakeModelClient(handler), retry=policy).run("x")
+
+    assert isinstance(result.error, InvalidReturn)
+    assert result.error.source == "model FakeModelClient"
+    assert result.error.value == f"ProviderError with {named}"
+    field = named.split("=")[0]
+    assert result.error.expected == f"its {field} to be {expected}"
+    assert calls == 1  # a client's bug is not retried

@@ -793,3 +793,31 @@ async def test_a_run_that_stalls_after_an_overflow_keeps_the_providers_words(
     assert isinstance(run.error, CompactionStalled)
     assert run.error.provider_message == said
     assert replay(None, reopened, result.run_id).ok
+
+
+async def test_a_reply_too_big_for_the_window_is_named_by_the_stall(
+    tmp_path: Path,
+) -> None:
+    """A model that ignores its reply budget: the reply alone is over the window."""
+    driver = Driver(
+        model=ScriptedModel.of("word " * 200_000, "never"),
+        context_window=100_000,
+    )
+    path = f"{tmp_path}/s.db"
+    async with SQLiteStore(path) as store:
+        session = Session(store=store)
+        result = await driver.run("summarise the logs", session=session)
+
+    assert isinstance(result.error, CompactionStalled)
+    said = result.error.window_check
+    assert said.startswith("the reply makes the conversation ")
+    assert said.endswith("over the 100000 window; it is not committed")
+    assert f"(the window check said: {said})" in str(result.error)
+    assert "smaller reply budget (max_output_tokens)" in str(result.error)
+    async with SQLiteStore(path) as again:
+        reopened = await Session.load(again, session.id)
+    (run,) = reopened.runs
+    assert isinstance(run.error, CompactionStalled)
+    assert run.error.window_check == said
+    assert list(reopened.history) == []  # the failed run commits nothing
+    assert replay(None, reopened, result.run_id).ok

@@ -140,6 +140,12 @@ class Words(StreamingModel):
         yield "hello"  # type: ignore[misc]  # a str, not a TextDelta
 
 
+class NumberText(StreamingModel):
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        yield TextDelta(text=5)  # type: ignore[arg-type]  # not a str
+        yield StreamDone(response=ModelResponse(message=Message.assistant("5")))
+
+
 class Listed(StreamingModel):
     async def stream(self, request: ModelRequest) -> list[StreamEvent]:  # type: ignore[override]
         return [StreamDone(response=ModelResponse(message=Message.assistant("x")))]
@@ -150,9 +156,10 @@ class Listed(StreamingModel):
     [
         (TwoAnswers(), "a second StreamDone", "and nothing after it"),
         (Words(), "'hello'", "TextDelta items, then one StreamDone"),
+        (NumberText(), "TextDelta(text=5)", "TextDelta items whose text is a string"),
         (Listed(), "<coroutine object", "write stream() as an async generator"),
     ],
-    ids=["two-replies", "not-a-text-delta", "not-an-iterator"],
+    ids=["two-replies", "not-a-text-delta", "text-not-a-string", "not-an-iterator"],
 )
 async def test_a_stream_that_breaks_its_contract_fails_the_run_naming_it(
     model: StreamingModel, value: str, expected: str

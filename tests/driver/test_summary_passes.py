@@ -9,6 +9,7 @@ import pytest
 
 from turnfsm import default_machine
 from turnfsm.context import (
+    CompactionProposal,
     ContextManager,
     LayeredCompactor,
     PinRules,
@@ -449,3 +450,107 @@ async def test_long_tool_turns_over_the_message_line_finish() -> None:
     assert records
     assert {c.reason.value for c in records} == {"message_count"}
     assert session.history[-1].text == "final"
+
+
+class WholeTranscript:
+    """A user's compactor: asks `own` (the agent's model) about everything."""
+
+    def __init__(self, own: object = None) -> None:
+        self.own = own
+
+    async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+        text = "\n".join(m.text for m in messages) * 3
+        request = ModelRequest(messages=[Message.user(text)], max_tokens=100)
+        response = await ctx.model_call(request, self.own)
+        kept = [messages[0], Message.user(response.message.text), messages[-1]]
+        return CompactionProposal.compacted(kept, ctx.tokens_before, 0)
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["model-none", "model-named"])
+async def test_a_summary_call_over_the_window_is_refused_unsent(named: bool) -> None:
+    def handle(request: ModelRequest) -> ModelResponse:
+        return ModelResponse(message=Message.assistant("final"))
+
+    model = FakeModelClient(handle)
+    driver = Driver(
+        model=model,
+        context=manager(WholeTranscript(model if named else None), window=4_000),
+    )
+    result = await driver.run(history(6))
+
+    assert not result.ok
+    assert isinstance(result.error, CompactionFailed)
+    assert model.requests == []  # neither the turn nor the summary was sent
+    cause = result.error.cause
+    assert "exceeds the 4000 window; it was not sent" in cause
+    assert "[context_overflow]" in cause
+
+
+async def test_a_calibrating_run_borrows_its_model_for_summaries_that_fit() -> None:
+    """The provider counts twice the estimate; the manager calibrates.
+
+    The summariser sizes its requests to the agent's window in the manager's
+    tokens, and they are held to it in the same tokens: each is sent.
+    """
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        size = COUNTER.count(list(request.messages))
+        usage = Usage(input_tokens=size * 2 + 1, output_tokens=3)
+        if request.temperature == 0.3:  # the summary call
+            return ModelResponse(message=reply("the user asked questions"), usage=usage)
+        return ModelResponse(message=reply("answer " * 150), usage=usage)
+
+    model = FakeModelClient(handle)
+    driver = Driver(
+        model=model,
+        context=manager(
+            SummarizingCompactor(keep_recent_turns=1), window=3_000, calibrate=True
+        ),
+    )
+    session = Session()
+    for i in range(8):
+        result = await driver.run(f"question {i} " + "q " * 40, session=session)
+        assert result.ok, result.error
+    summaries = [r for r in model.requests if r.temperature == 0.3]
+    assert summaries
+    for request in summaries:
+        size = COUNTER.count(list(request.messages)) + (request.max_tokens or 0)
+        assert size <= 3_000
+
+
+class Asks:
+    """A user's compactor that calls `ctx.model_call` with what it is given."""
+
+    def __init__(self, request: object, model: object) -> None:
+        self.request = request
+        self.model = model
+
+    async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+        await ctx.model_call(self.request, self.model)
+        return CompactionProposal.unchanged(messages, ctx.tokens_before)
+
+
+@pytest.mark.parametrize(
+    ("request_", "model", "expected"),
+    [
+        ("summarise", None, "invalid request='summarise': expected a ModelRequest"),
+        (
+            ModelRequest(messages=[Message.user("x")]),
+            "gpt-4o",
+            "invalid model='gpt-4o': expected a ModelClient (async complete()), "
+            "or None: the agent's own",
+        ),
+    ],
+    ids=["request-not-a-request", "model-a-name"],
+)
+async def test_a_summary_call_given_the_wrong_things_names_them(
+    request_: object, model: object, expected: str
+) -> None:
+    agent_model = FakeModelClient(lambda request: "never")
+    driver = Driver(model=agent_model, context=manager(Asks(request_, model)))
+
+    result = await driver.run(history(6))
+
+    assert isinstance(result.error, CompactionFailed)
+    assert result.error.cause == f"ConfigError: {expected}"
+    assert agent_model.requests == []

@@ -742,3 +742,42 @@ async def test_a_model_call_that_ignores_its_timeout_is_named_once_it_returns(
         "model FakeModelClient ignored its cancellation at its timeout of 0.1s: "
         "the run waited 0."
     )
+
+
+def _closes(reason: str) -> str:
+    """Raise GeneratorExit, as a plain function may by mistake.
+
+    Args:
+        reason: its message.
+    """
+    raise GeneratorExit(reason)
+
+
+@pytest.mark.anyio
+async def test_a_plain_tool_that_raises_generator_exit_fails_its_call() -> None:
+    # It went through the run's coroutines as the signal that they were being
+    # closed: the run crashed, and asyncio complained on its way out.
+    tools = tools_by_name([_closes])
+    call = ToolCallPart(id="c", name="_closes", arguments={"reason": "done early"})
+    out = await run_tool_call(call, tools, limit=None)
+    (result,) = out.tool_results
+    assert result.is_error
+    assert result.content == "tool '_closes' failed: GeneratorExit: done early"
+
+
+@pytest.mark.anyio
+async def test_a_run_goes_on_after_a_plain_tool_raised_generator_exit() -> None:
+    from turnfsm import Agent
+    from turnfsm.testing import ScriptedModel, reply, tool_call
+
+    agent = Agent(
+        model=ScriptedModel.of(
+            reply("", tool_call("_closes", "c1", reason="x")), "answered"
+        ),
+        tools=[_closes],
+    )
+
+    result = await agent.run("go")
+
+    assert result.ok, result.error
+    assert result.text == "answered"

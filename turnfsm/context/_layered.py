@@ -23,7 +23,8 @@ messages are kept, with the summary between them. Characters, not bytes.
 
 The model layers call the summary model (the agent's own under a `Driver`,
 through its retry policy and usage accounting), sized by its own window
-(`summary_window`, else the model's ``context_window``, never the agent's);
+(`summary_window`, else the model's ``context_window``, never the agent's;
+the agent's own model within the agent's window);
 with the session's circuit breaker open (`allow_model` False) only layers
 1-3 run. Each layer is callable on its own (`apply_budget`, `apply_trim`,
 `apply_microcompact`, `apply_collapse`, `apply_autocompact`);
@@ -121,7 +122,9 @@ class LayeredCompactor:
         summary_window: The summary model's context window in tokens, or
             None: the model's ``context_window`` when it has one, else not
             known (the transcript goes in one request). Never the agent's
-            window. A transcript that does not fit is summarised in parts.
+            window for a model of its own; without one (`model` None) the
+            agent's model summarises, within the agent's window. A
+            transcript that does not fit is summarised in parts.
         compact_newest_exchange: Off (the default), layer 5 keeps the newest
             exchange whole, so a conversation that is one long tool-using
             exchange (a single run) is left to layers 1-3. On, layer 5 also
@@ -239,7 +242,7 @@ class LayeredCompactor:
     ) -> CompactionProposal:
         """The pass itself, on messages without their recall notes."""
         try:
-            current, _layers = await self._run(messages, target, ctx, self._window())
+            current, _layers = await self._run(messages, target, ctx, self._window(ctx))
         except SummaryFailed as exc:
             return CompactionProposal.failed(str(exc), ctx.tokens_before)
         current = keep_pinned(messages, current, ctx.pinned)
@@ -251,9 +254,9 @@ class LayeredCompactor:
             current, ctx.tokens_before, ctx.counter.count(current)
         )
 
-    def _window(self) -> int:
+    def _window(self, ctx: CompactionContext) -> int:
         """The summary model's window (0: not known)."""
-        return summary_window(self.summary_window, self.model)
+        return summary_window(self.summary_window, self.model, ctx.context_window)
 
     async def _run(
         self,
@@ -295,7 +298,7 @@ class LayeredCompactor:
                 fit its budget.
         """
         return await collapse(
-            self, tuple(messages), self.preserved_turns, None, ctx, self._window()
+            self, tuple(messages), self.preserved_turns, None, ctx, self._window(ctx)
         )
 
     async def apply_autocompact(
@@ -316,7 +319,7 @@ class LayeredCompactor:
             1,
             "[Full conversation summary]",
             ctx,
-            self._window(),
+            self._window(ctx),
         )
 
     def compact_deterministic(
@@ -395,7 +398,7 @@ class LayeredCompactor:
         )
         try:
             new, layers = await self._run(
-                messages, limit, ctx, window or self._window()
+                messages, limit, ctx, window or self._window(ctx)
             )
         except SummaryFailed as exc:
             return tuple(messages), Failed(error=str(exc))

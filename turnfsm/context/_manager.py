@@ -579,9 +579,12 @@ class ContextManager(OldEntryPoints):
         # An outside failure becomes a value; cancellation (a BaseException)
         # is never caught here.
         except CompactionCircuitOpen as exc:
-            return CompactionCircuitOpened(failures=exc.failures)
+            try:
+                return CompactionCircuitOpened(failures=exc.failures)
+            except ConfigError as bad:  # its count is the compactor's own value
+                problem: str | None = f"compactor raised CompactionCircuitOpen: {bad}"
         except Exception as exc:
-            problem: str | None = _describe(exc)
+            problem = _describe(exc)
         else:
             problem = _proposal_problem(proposal)
             if problem is None:
@@ -607,8 +610,13 @@ class ContextManager(OldEntryPoints):
         after = self.count(new) + reserved
         if self.window > 0 and after > self.window:
             return CompactionOverflowed(used=after, limit=self.window)
-        if len(new) == len(messages) and after >= before:
-            return CompactionNoop(before=before, after=after)
+        if len(new) == len(messages) and (
+            after >= before
+            or all(a is b or a == b for a, b in zip(new, messages, strict=True))
+        ):
+            # Nothing saved; or nothing changed, whatever a counter says of
+            # it (one whose count disagrees with its units reads it smaller).
+            return CompactionNoop(before=before, after=max(after, before))
         sizes = (before if measured else self.count(messages) + reserved, after)
         payback = self._payback(messages, new, sizes, sum(spent, Usage()))
         declined = self._declined(payback, reason)

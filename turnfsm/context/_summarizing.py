@@ -24,7 +24,9 @@ message belong to the oldest). A pass:
    with the iterative-update prompt ("PREVIOUS SUMMARY:" + "NEW TURNS TO
    INCORPORATE:").
 5. **Sized by the summary model**: its window is `summary_window`, else the
-   model's own ``context_window``, never the agent's. A transcript that does
+   model's own ``context_window``, never the agent's; without a model of
+   its own the summary goes to the agent's model, sized to the agent's
+   window. A transcript that does
    not fit beside the prompt and the summary is summarised in parts, then
    the part summaries are; a window too small even for that shrinks the
    summary's budget, down to `MIN_SUMMARY_TOKENS`, before the pass fails.
@@ -161,7 +163,9 @@ class SummarizingCompactor:
         summary_window: The summary model's context window in tokens, or
             None: the model's ``context_window`` when it has one, else not
             known (the transcript goes in one request). Never the agent's
-            window. A transcript that does not fit is summarised in parts.
+            window for a model of its own; without one (`model` None) the
+            agent's model summarises, within the agent's window. A
+            transcript that does not fit is summarised in parts.
         summary_role: The role of the summary message: system (the
             default; providers that drop later system messages need "user").
         temperature: Of the summary call (0.3: faithful, low-creativity).
@@ -263,7 +267,9 @@ class SummarizingCompactor:
                     ctx=ctx,
                     model=self.model,
                     max_tokens=self.max_summary_tokens,
-                    window=summary_window(self.summary_window, self.model),
+                    window=summary_window(
+                        self.summary_window, self.model, ctx.context_window
+                    ),
                     temperature=self.temperature,
                     digest_min_chars=self.digest_min_chars,
                 )

@@ -73,18 +73,23 @@ _WINDOW = _checks.integer(
 )
 
 
-def summary_window(setting: int | None, model: object) -> int:
+def summary_window(setting: int | None, model: object, agents: int = 0) -> int:
     """Return the summary model's window in tokens; 0 when it is not known.
 
     The compactor's setting first, else the model's `known_window`; never
-    the agent's window (a `ContextManager`'s window is a compaction policy
-    for the agent's requests, not the summary model's limit). 0 (not known)
-    sends the transcript in one request, with `max_summary_tokens` as the
-    reply budget: a model that cannot hold it fails the pass with its own
-    error.
+    the agent's window for a model of its own (a `ContextManager`'s window
+    is a compaction policy for the agent's requests, not another model's
+    limit). Without a model of its own (`model` None) the summary goes to
+    the agent's model, whose window is the agent's: `agents`
+    (`CompactionContext.context_window`), which the driver holds every
+    request to that model to. 0 (not known) sends the transcript in one
+    request, with `max_summary_tokens` as the reply budget: a model that
+    cannot hold it fails the pass with its own error.
     """
     if setting is not None:
         return setting
+    if model is None:
+        return agents
     return known_window(model) or 0
 
 

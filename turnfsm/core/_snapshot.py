@@ -10,6 +10,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.core._lines import CompactReason
 from turnfsm.errors import (
+    CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     Cancelled,
     CompactionCircuitOpen,
@@ -107,10 +108,16 @@ def _within_window(budget: Budget, tokens: int | None) -> None:
 _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
     "max_turns_exceeded": lambda f: MaxTurnsExceeded(max_turns=f.limit),
     "context_exceeded": lambda f: ContextExceeded(
-        used=f.used, limit=f.limit, provider_message=_provider_message(f)
+        used=f.used,
+        limit=f.limit,
+        provider_message=_provider_message(f),
+        window_check=_window_check(f),
     ),
     "compaction_stalled": lambda f: CompactionStalled(
-        used=f.used, limit=f.limit, provider_message=_provider_message(f)
+        used=f.used,
+        limit=f.limit,
+        provider_message=_provider_message(f),
+        window_check=_window_check(f),
     ),
     "compaction_failed": lambda f: CompactionFailed(
         used=f.used, limit=f.limit, cause=f.detail
@@ -137,6 +144,11 @@ _ERROR_BUILDERS: Final[dict[str, Callable[[Failure], TurnFSMError]]] = {
 def _provider_message(failure: Failure) -> str:
     """The provider's words, when the failure carries its overflow refusal."""
     return failure.detail if failure.error_type == CONTEXT_OVERFLOW else ""
+
+
+def _window_check(failure: Failure) -> str:
+    """The run's own check's words, when it refused the request or the reply."""
+    return failure.detail if failure.error_type == CONTEXT_CHECK else ""
 
 
 @final

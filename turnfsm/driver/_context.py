@@ -12,6 +12,7 @@ builds the audit trail from (decision, event).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
@@ -27,7 +28,7 @@ from turnfsm.driver._tools import Tool
 from turnfsm.hooks import Hook, HookDispatcher
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence import Session, new_id
-from turnfsm.providers import ModelClient, ToolSchema
+from turnfsm.providers import ModelClient, ModelRequest, ToolSchema
 from turnfsm.tokens import Meter
 from turnfsm.values import Usage
 
@@ -41,8 +42,23 @@ __all__ = [
     "ToolJournal",
     "UsageTally",
     "ending_time",
+    "request_extras",
     "run_resources",
 ]
+
+
+def request_extras(
+    system: str | None, schemas: Sequence[ToolSchema]
+) -> tuple[str, ...]:
+    """The texts that ride a request besides its messages, as the meter counts them.
+
+    The system prompt and the tool schemas (as JSON): every request is
+    measured with these, the run's own turns and the summary calls alike.
+    """
+    extras = [system or ""]
+    if schemas:
+        extras.append(json.dumps([attrs.asdict(s) for s in schemas]))
+    return tuple(e for e in extras if e)
 
 
 @final
@@ -224,6 +240,18 @@ class EffectContext:
         if run.context is not None:
             estimate = run.context.calibrated(estimate, self.ratio)
         return estimate + (run.max_output_tokens or 0)
+
+    def measure_request(self, request: ModelRequest) -> int:
+        """Return the size of a summary `request`, in the manager's tokens.
+
+        Its messages, its system prompt and tool schemas, with the run's
+        counter, plus its reply budget (`max_tokens`): the unit a compactor
+        sizes its requests in (`CompactionContext.counter`), uncalibrated,
+        as the manager judges a pass.
+        """
+        extras = request_extras(request.system, request.tools)
+        estimate = self.run.meter.measure(request.messages, extras=extras)
+        return estimate + (request.max_tokens or 0)
 
     def __getattr__(self, name: str) -> Any:
         # The run's resources were the context's own fields before it was

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,7 +24,7 @@ from turnfsm.core import (
     MachineSpec,
 )
 from turnfsm.driver._carry import EffectSettings
-from turnfsm.driver._context import RunResources, run_resources
+from turnfsm.driver._context import RunResources, request_extras, run_resources
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect
 from turnfsm.driver._inputs import (
@@ -374,10 +373,7 @@ class Driver:
             store_timeout=self.store_timeout,
             prices=self.prices,
         )
-        extras = [self.system_prompt or ""]
-        if self._schemas:
-            extras.append(json.dumps([attrs.asdict(s) for s in self._schemas]))
-        self._extras = tuple(e for e in extras if e)
+        self._extras = request_extras(self.system_prompt, self._schemas)
 
     def _output_type(self, tp: Any) -> OutputType | None:
         """Describe `tp` for a run; the machine must be able to re-ask.

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeAlias
 import anyio
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context import CompactionRequest
 from turnfsm.core import (
     CallLLM,
@@ -46,7 +47,13 @@ from turnfsm.driver._context import EffectContext, Reported, RunResources
 from turnfsm.driver._model_calls import Tries, complete
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
-from turnfsm.errors import InvalidMessage, ProviderError, SubagentWaiting
+from turnfsm.errors import (
+    CONTEXT_CHECK,
+    CONTEXT_OVERFLOW,
+    InvalidMessage,
+    ProviderError,
+    SubagentWaiting,
+)
 from turnfsm.hooks import PreCompact, PreCompactInfo, ToolCallInfo
 from turnfsm.messages import (
     Joined,
@@ -204,8 +211,33 @@ def _counted(info: ErrorInfo, tries: Tries) -> ErrorInfo:
     return attrs.evolve(info, attempts=tries.attempts, elapsed=round(tries.elapsed, 3))
 
 
+_REQUEST: Final = _checks.instance(ModelRequest, "a ModelRequest")
+_SUMMARY_MODEL: Final = _checks.instance(
+    ModelClient,
+    "a ModelClient (async complete()), or None: the agent's own",
+    optional=True,
+    awaited=("complete",),
+)
+"""What a compactor's `ctx.model_call(request, model)` takes."""
+
+
+def _over_window(ctx: EffectContext, request: ModelRequest) -> ProviderError | None:
+    """The refusal of a summary `request` to the run's model over its window."""
+    window = ctx.window
+    if not window:
+        return None
+    size = ctx.measure_request(request)
+    if size <= window:
+        return None
+    return ProviderError(
+        f"summary request of {size} tokens (reply budget included) exceeds the "
+        f"{window} window; it was not sent",
+        kind=CONTEXT_OVERFLOW,
+    )
+
+
 def _overflowed(message: str) -> ContextOverflowed:
-    return ContextOverflowed(error=ErrorInfo(type="ContextCheck", message=message))
+    return ContextOverflowed(error=ErrorInfo(type=CONTEXT_CHECK, message=message))
 
 
 async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
@@ -327,6 +359,14 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
     ) -> ModelResponse:
         # A summary call is a model call: the run's retry policy, timeout
         # and usage accounting (labelled apart from the agent's own turns).
+        # To the agent's own model it is held to the run's window, as a turn
+        # is: one over it is refused unsent, as the provider would refuse it.
+        _checks.check(request, "request", _REQUEST)
+        _checks.check(model, "model", _SUMMARY_MODEL)
+        if model is None or model is run.model:
+            refused = _over_window(ctx, request)
+            if refused is not None:
+                raise refused
         response = await complete(
             run,
             request,

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Final, Literal
 
 import anyio
 import attrs
 
+from turnfsm import _checks
 from turnfsm.driver._context import RunResources
 from turnfsm.driver._retry import is_transient
 from turnfsm.driver._tools import deadline
-from turnfsm.errors import InvalidReturn, ProviderError
+from turnfsm.errors import ConfigError, InvalidReturn, ProviderError
 from turnfsm.hooks import (
     ModelCallEnd,
     ModelCallInfo,
@@ -93,6 +94,8 @@ async def complete(
                     error=exc,
                 )
                 hooks.call("on_text_discarded", info)
+            if isinstance(exc, ProviderError):
+                _check_provider_error(client, exc)
             raise
 
     async def observed_call() -> ModelResponse:
@@ -173,14 +176,62 @@ async def _retried(
 
 
 def _response_of(client: object, response: object) -> ModelResponse:
-    """Return `response` if it is a `ModelResponse`; else raise `InvalidReturn`."""
+    """Return `response` if it is a usable `ModelResponse`; else raise `InvalidReturn`.
+
+    Its usage, when reported, is one call's: neither count can be over
+    `turnfsm._checks.MAX_TOKENS`, more than any window holds. A count past
+    it is a client's bug (an overflowed or uninitialised number), and would
+    read as a conversation no pass can shrink, in this run and the next.
+    """
     if not isinstance(response, ModelResponse):
         raise InvalidReturn(
             f"model {describe_model(client)[1]}",
             _short_repr(response),
             "a ModelResponse",
         )
+    usage = response.usage
+    if usage is not None:
+        for name in ("input_tokens", "output_tokens"):
+            tokens = getattr(usage, name)
+            if tokens > _checks.MAX_TOKENS:
+                raise InvalidReturn(
+                    f"model {describe_model(client)[1]}",
+                    f"usage {name}={tokens}",
+                    f"at most {_checks.MAX_TOKENS:,} tokens for one call",
+                )
     return response
+
+
+_PROVIDER_ERROR_FIELDS: Final = (
+    ("message", _checks.string()),
+    ("kind", _checks.string()),
+    ("retryable", _checks.boolean()),
+    ("status", _checks.integer(low=0, optional=True)),
+    ("retry_after", _checks.number(low=0, optional=True)),
+    ("attempts", _checks.integer(low=0, optional=True)),
+    ("elapsed", _checks.number(low=0, optional=True)),
+)
+"""What each field of a model's `ProviderError` must be for the run to read it."""
+
+
+def _check_provider_error(client: object, exc: ProviderError) -> None:
+    """Raise `InvalidReturn` if `exc` has a field the run cannot read.
+
+    A client's `ProviderError` is read by the retry policy (its
+    `retry_after`), the run's failure and the log: a `retry_after` of -5 or
+    ``"10"``, a `kind` of None, would break there, far from the client. It
+    is refused where the client raised it, naming the field and the value.
+    """
+    for name, check in _PROVIDER_ERROR_FIELDS:
+        value = getattr(exc, name)
+        try:
+            _checks.check(value, name, check)
+        except ConfigError as bad:
+            raise InvalidReturn(
+                f"model {describe_model(client)[1]}",
+                f"ProviderError with {name}={_short_repr(value)}",
+                f"its {name} to be {bad.expected}",
+            ) from exc
 
 
 def _model_label(client: object) -> str:
@@ -253,6 +304,12 @@ async def _streamed(
     response: ModelResponse | None = None
     async for item in stream:
         if type(item) is TextDelta and response is None:
+            if not isinstance(item.text, str):  # the hooks would get it as text
+                raise InvalidReturn(
+                    f"model {describe_model(model)[1]}.stream()",
+                    _short_repr(item),
+                    "TextDelta items whose text is a string",
+                )
             if item.text:
                 sent.append(item.text)
                 run.hooks.call(

@@ -278,7 +278,7 @@ class Tool:
             # goes on without it and the thread finishes in the background
             # (docs/how-to/tools.md; in_subprocess is the way out).
             result = await anyio.to_thread.run_sync(
-                lambda: self.fn(**kwargs), abandon_on_cancel=True
+                partial(_in_thread, self.fn, kwargs), abandon_on_cancel=True
             )
         return as_text(result)
 
@@ -294,6 +294,19 @@ class Tool:
             raise
         except Exception as exc:
             raise InvalidArguments(problems_of_structuring(exc)) from exc
+
+
+def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    """Call a plain tool in its worker thread.
+
+    A `GeneratorExit` it raises is its failure (as it is in a child process),
+    named by a `ToolRaised`: raised on, it would reach the run's coroutines
+    as the signal that they are being closed, and end the run in disorder.
+    """
+    try:
+        return fn(**kwargs)
+    except GeneratorExit as exc:
+        raise ToolRaised("GeneratorExit", _checks.message_of(exc)) from exc
 
 
 def function_tool(

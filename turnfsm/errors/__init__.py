@@ -84,6 +84,7 @@ from turnfsm.errors._misuse import (
     WindowTooLarge,
 )
 from turnfsm.errors._run import (
+    CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     Cancelled,
     ContinuedAsNew,
@@ -114,6 +115,7 @@ from turnfsm.errors._store import (
 )
 
 __all__ = [
+    "CONTEXT_CHECK",
     "CONTEXT_OVERFLOW",
     "Cancelled",
     "CompactionCircuitOpen",

@@ -155,6 +155,10 @@ class ContextExceeded(TurnFSMError):
     in use (``""``: not known). `provider_message` is the provider's own
     words when it refused the request as too long (``"maximum context
     length is 4096 tokens"``), quoted in the message; ``""`` otherwise.
+    `window_check` is what the run's own window check said when it refused
+    the request or the model's reply as over the window (``"the reply makes
+    the conversation 306393 tokens, over the 100000 window; it is not
+    committed"``), quoted in the message; ``""`` otherwise.
     """
 
     used: int
@@ -171,6 +175,9 @@ class ContextExceeded(TurnFSMError):
     provider_message: str = attrs.field(
         default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
     )
+    window_check: str = attrs.field(
+        default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
 
     def __str__(self) -> str:
         if self.provider_message:
@@ -180,6 +187,7 @@ class ContextExceeded(TurnFSMError):
         return (
             f"context exceeded: {self.used} tokens used, limit {self.limit}; {what}"
             + _provider_text(self)
+            + _check_text(self)
             + _largest_text(self)
         )
 
@@ -196,6 +204,12 @@ def _provider_text(error: ContextExceeded) -> str:
     """Return the ``" (the provider said: ...)"`` part of a message, if any."""
     said = error.provider_message
     return f" (the provider said: {said})" if said else ""
+
+
+def _check_text(error: ContextExceeded) -> str:
+    """Return the ``" (the window check said: ...)"`` part of a message, if any."""
+    said = error.window_check
+    return f" (the window check said: {said})" if said else ""
 
 
 @final
@@ -217,6 +231,14 @@ class CompactionStalled(ContextExceeded):
                 " for it saved nothing (a vetoing hook, no context manager, or a"
                 " conversation the compactor cannot cut) - " + _REFUSED
             )
+        elif self.window_check:
+            what = (
+                "the run's window check refused the request or the model's reply"
+                " as over the window, and the pass run for it saved nothing (a"
+                " vetoing hook, no context manager, or a conversation the"
+                " compactor cannot cut) - a reply too big for the window needs a"
+                " smaller reply budget (max_output_tokens) or a bigger window"
+            )
         else:
             what = (
                 "nothing was saved (a vetoing hook or a conversation the"
@@ -225,7 +247,10 @@ class CompactionStalled(ContextExceeded):
             )
         return (
             f"compaction stalled: {self.used} tokens after the pass, "
-            f"{self.limit} before; {what}" + _provider_text(self) + _largest_text(self)
+            f"{self.limit} before; {what}"
+            + _provider_text(self)
+            + _check_text(self)
+            + _largest_text(self)
         )
 
 

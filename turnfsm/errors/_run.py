@@ -175,6 +175,14 @@ def _tried(attempts: int, elapsed: float | None) -> str:
 CONTEXT_OVERFLOW = "context_overflow"
 """The `ProviderError.kind` of a provider's context-length rejection."""
 
+CONTEXT_CHECK = "ContextCheck"
+"""The error type of the run's own window check refusing a request or a reply.
+
+Before each model call the request is measured, and each reply before it is
+committed; one over the window is refused as the provider would refuse it,
+with this type on the `ContextOverflowed` event's error.
+"""
+
 
 @final
 @attrs.frozen(auto_exc=True)
