@@ -138,3 +138,18 @@ async def test_the_log_is_taken_in_parts_within_a_budget() -> None:
     assert taken == [2, 2, 1]
     await log.append("ses_1", entries[:1], expected_version=5)
     assert len(log.take(10)["entries"]) == 1  # type: ignore[index]  # one at least
+
+
+def test_a_tool_request_of_an_earlier_workflow_reads_its_turn_from_it() -> None:
+    # Activities an earlier version of the workflow scheduled carry the
+    # whole snapshot, not the turn: a worker upgraded mid-run still runs them.
+    import attrs
+
+    from tests.helpers import load_turn_spec
+    from turnfsm import serde
+    from turnfsm.core import TurnMachine
+    from turnfsm.temporal._activities import _turn
+
+    snapshot = attrs.evolve(TurnMachine.start(load_turn_spec()).snapshot, turns=3)
+    assert _turn({"turn": 4}) == 4
+    assert _turn({"snapshot": serde.to_json(snapshot)}) == 3
