@@ -38,26 +38,24 @@ def _turnfsm(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+def _started(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``turnfsm ARGS`` running, its output piped (stop it with a signal)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
 def test_a_worker_serves_the_demo_to_demo_durable(
     temporal_address: str, tmp_path: Path
 ) -> None:
     queue = f"cli-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "worker.db")}
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "turnfsm",
-            "worker",
-            "--task-queue",
-            queue,
-            "--address",
-            temporal_address,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    worker = _started(
+        "worker", "--task-queue", queue, "--address", temporal_address, env=env
     )
     try:
         assert worker.stdout is not None
@@ -182,21 +180,13 @@ def test_demo_durable_with_no_worker_says_how_to_start_one(
 ) -> None:
     queue = f"cli-{uuid.uuid4().hex[:8]}"  # no worker ever polled it
     env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "client.db")}
-    demo = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "turnfsm",
-            "demo",
-            "--durable",
-            "--task-queue",
-            queue,
-            "--address",
-            temporal_address,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    demo = _started(
+        "demo",
+        "--durable",
+        "--task-queue",
+        queue,
+        "--address",
+        temporal_address,
         env=env,
     )
     try:

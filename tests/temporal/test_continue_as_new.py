@@ -15,11 +15,11 @@ import io
 import uuid
 from pathlib import Path
 
-import anyio
 import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
+from tests.temporal.test_durable import _paused
 from turnfsm import Agent, approval_machine
 from turnfsm.cli._demo import TASK, build_demo_agent
 from turnfsm.driver import replay
@@ -27,8 +27,6 @@ from turnfsm.errors import ConfigError, ContinuedAsNew
 from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
 from turnfsm.temporal import (
     DurableOptions,
-    DurableRun,
-    RunStatus,
     TurnWorkflow,
     create_worker,
     start_durable,
@@ -207,16 +205,6 @@ async def test_a_run_paused_for_approvals_continues_and_is_answered_through_it(
         isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
         for e in session.entries
     )
-
-
-async def _paused(run: DurableRun) -> RunStatus:
-    """The run's status once it waits for an answer."""
-    with anyio.fail_after(30):
-        while True:
-            status = await run.status()
-            if status.waiting is not None:
-                return status
-            await anyio.sleep(0.05)
 
 
 def test_history_limit_is_checked_where_it_is_given() -> None:

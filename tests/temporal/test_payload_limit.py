@@ -19,6 +19,7 @@ from temporalio.client import Client
 
 from turnfsm import Agent
 from turnfsm.core import ToolsFinished
+from turnfsm.driver import RunResult
 from turnfsm.errors import ConfigError, PayloadTooLarge
 from turnfsm.persistence import EventRecorded, Session, SQLiteStore
 from turnfsm.temporal import DurableOptions, create_worker, start_durable
@@ -47,22 +48,27 @@ def _agent(store: SQLiteStore, size: int, turns: int) -> Agent:
     )
 
 
+async def _ran(client: Client, agent: Agent) -> tuple[str, RunResult]:
+    """Run `agent` durably under the small limit: its session id and result."""
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(client, queue, agent):
+        run = await start_durable(
+            agent,
+            "read",
+            client=client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        return run.session_id, await run.result()
+
+
 async def test_a_tool_result_past_the_limit_is_an_error_result_saying_so(
     temporal_client: Client, tmp_path: Path
 ) -> None:
     agent = _agent(SQLiteStore(tmp_path / "big.db"), size=100_000, turns=1)
-    queue = f"test-{uuid.uuid4().hex[:10]}"
-    async with create_worker(temporal_client, queue, agent):
-        run = await start_durable(
-            agent,
-            "read",
-            client=temporal_client,
-            task_queue=queue,
-            options=DurableOptions(payload_limit=LIMIT),
-        )
-        result = await run.result()
+    session_id, result = await _ran(temporal_client, agent)
     assert (result.outcome, result.text) == ("done", "read them all")
-    session = await Session.load(SQLiteStore(tmp_path / "big.db"), run.session_id)
+    session = await Session.load(SQLiteStore(tmp_path / "big.db"), session_id)
     [answer] = [r for m in session.history for r in m.tool_results]
     assert answer.is_error
     assert answer.content.startswith("tool 'fetch' returned ")
@@ -76,16 +82,7 @@ async def test_a_conversation_past_the_limit_fails_the_run_instead_of_hanging(
 ) -> None:
     # Each page fits; after a few of them the conversation does not.
     agent = _agent(SQLiteStore(tmp_path / "long.db"), size=12_000, turns=8)
-    queue = f"test-{uuid.uuid4().hex[:10]}"
-    async with create_worker(temporal_client, queue, agent):
-        run = await start_durable(
-            agent,
-            "read",
-            client=temporal_client,
-            task_queue=queue,
-            options=DurableOptions(payload_limit=LIMIT),
-        )
-        result = await run.result()
+    session_id, result = await _ran(temporal_client, agent)
     assert result.outcome == "failed"
     error = result.error
     assert isinstance(error, PayloadTooLarge)
@@ -94,7 +91,7 @@ async def test_a_conversation_past_the_limit_fails_the_run_instead_of_hanging(
     assert f"over DurableOptions.payload_limit={LIMIT:,}" in str(error)
     # Everything the run did is in the store, its pages included (the log
     # was written in parts, each within the limit), and its end.
-    session = await Session.load(SQLiteStore(tmp_path / "long.db"), run.session_id)
+    session = await Session.load(SQLiteStore(tmp_path / "long.db"), session_id)
     [record] = session.runs
     assert record.outcome == "failed"
     pages = [
