@@ -213,3 +213,31 @@ def test_history_limit_is_checked_where_it_is_given() -> None:
             DurableOptions(history_limit=bad)  # type: ignore[arg-type]
     assert DurableOptions(history_limit=1).history_limit == 1
     assert DurableOptions().history_limit is None
+
+
+def test_what_the_steering_queued_crosses_into_the_next_workflow_run() -> None:
+    # The continued run's start carries the queue (RunSpec.queued), through
+    # Temporal's JSON, to the next workflow run's control.
+    from turnfsm import serde
+    from turnfsm.core import MessageInjected, RunCancelled
+    from turnfsm.driver import RunControl
+    from turnfsm.messages import Message
+    from turnfsm.temporal._payloads import RunSpec
+
+    before = RunControl()
+    before.inject(Message.user("also the logs", id="m1"))
+    before.cancel("stop")
+    spec = RunSpec(
+        agent="a",
+        session_id="ses_1",
+        run_id="r",
+        input=(),
+        resume=True,
+        queued=before.queued(),
+    )
+    after = RunControl()
+    after.requeue(serde.from_json(RunSpec, serde.to_json(spec)).queued)
+    assert after.queued() == (
+        MessageInjected(message=Message.user("also the logs", id="m1")),
+        RunCancelled(reason="stop"),
+    )
