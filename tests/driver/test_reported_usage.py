@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnfsm.context import ContextManager, LayeredCompactor, TruncatingCompactor
 from turnfsm.core import CompactionResult, Measured, ModelReplied, ToolsFinished
@@ -314,4 +317,66 @@ async def test_a_report_past_any_window_fails_its_run_and_spares_the_next(
     # usual, not as a conversation no pass can shrink.
     second = await d.run("hello again", session=session)
     assert second.ok, second.error
+    assert session.runs[1].compactions == ()
+
+
+# -- a report no request held to the window can have ------------------------
+# The driver sends a request only when its measure fits the window, so the
+# provider's count can exceed the window only by what the counter
+# undercounts, which a calibrating manager corrects up to
+# CALIBRATION_CEILING times. A report past that is not this request's size.
+
+
+def final_reporting(reports: Sequence[int]) -> FakeModelClient:
+    """Answers at once; the i-th call reports ``reports[i]`` input tokens."""
+    calls = 0
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        n = reports[min(calls, len(reports) - 1)]
+        calls += 1
+        return ModelResponse(
+            message=reply(f"answer {calls}"), usage=Usage(input_tokens=n)
+        )
+
+    return FakeModelClient(handle)
+
+
+@given(bogus=st.integers(WINDOW * 4 + 1, 100_000_000))
+@settings(max_examples=25, deadline=None)
+def test_a_report_past_what_the_window_allows_is_refused_and_spares_the_next(
+    bogus: int,
+) -> None:
+    async def body() -> None:
+        d = driver(final_reporting([bogus, 40, 40]), use_reported_usage=True)
+        session = Session()
+        first = await d.run("hello", session=session)
+        assert isinstance(first.error, InvalidReturn)
+        assert first.error.source == "model FakeModelClient"
+        assert first.error.value == f"usage input_tokens={bogus}"
+        assert "10,000 window" in first.error.expected
+        assert list(session.history) == []  # nothing of the failed run
+        for text in ("hello again", "and again"):
+            later = await d.run(text, session=session)
+            assert later.ok, later.error
+
+    anyio.run(body)
+
+
+async def test_a_report_within_what_the_window_allows_is_still_read() -> None:
+    """Four times the window: a counter a calibration could still correct."""
+    session = Session()
+    d = driver(final_reporting([WINDOW * 4, 40]), use_reported_usage=True)
+    first = await d.run("hello", session=session)
+    assert first.ok, first.error
+
+
+async def test_a_stored_report_past_what_the_window_allows_is_not_carried() -> None:
+    """A session logged by a run that did not read reports stays usable."""
+    session = Session()
+    plain = driver(final_reporting([10_000_000]), use_reported_usage=False)
+    assert (await plain.run("hello", session=session)).ok
+    d = driver(final_reporting([40]), use_reported_usage=True)
+    later = await d.run("hello again", session=session)
+    assert later.ok, later.error
     assert session.runs[1].compactions == ()

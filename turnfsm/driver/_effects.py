@@ -43,14 +43,20 @@ from turnfsm.core import (
     ToolsFinished,
 )
 from turnfsm.driver._arguments import InvalidArguments
-from turnfsm.driver._context import EffectContext, Reported, RunResources
-from turnfsm.driver._model_calls import Tries, complete
+from turnfsm.driver._context import (
+    EffectContext,
+    Reported,
+    RunResources,
+    report_limit,
+)
+from turnfsm.driver._model_calls import Tries, complete, describe_model
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import (
     CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     InvalidMessage,
+    InvalidReturn,
     ProviderError,
     SubagentWaiting,
 )
@@ -174,6 +180,7 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     except (TimeoutError, ConnectionError) as exc:
         info = ErrorInfo.from_exception(exc, retryable=True)
         return ModelFailed(error=_counted(info, tries))
+    _check_report(run, response.usage, window)
     # Each call under an id of its own (some servers repeat theirs).
     reply = unique_call_ids(response.message, decision.history, decision.pending)
     # And the reply too: a client that caches its replies gives one twice.
@@ -202,6 +209,27 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
                 usage=response.usage,
             )
     return ModelReplied(message=response.message, usage=response.usage)
+
+
+def _check_report(run: RunResources, usage: Usage | None, window: int) -> None:
+    """Raise `InvalidReturn` if `usage` reports what no request held to `window` has.
+
+    Only where the report is read as the request's size
+    (`ContextManager.use_reported_usage`): that one call's run fails,
+    nothing of it committed, and the next run is measured as usual instead
+    of starting from a count no pass can bring under the lines.
+    """
+    manager = run.context
+    if usage is None or manager is None or not manager.use_reported_usage:
+        return
+    limit = report_limit(window)
+    if limit is not None and usage.input_tokens > limit:
+        raise InvalidReturn(
+            f"model {describe_model(run.model)[1]}",
+            f"usage input_tokens={usage.input_tokens}",
+            f"at most {limit:,} input tokens for a request held to the "
+            f"{window:,} window",
+        )
 
 
 def _counted(info: ErrorInfo, tries: Tries) -> ErrorInfo:

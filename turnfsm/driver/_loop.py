@@ -187,7 +187,11 @@ class RunLoop(Ending):
         manager = settings.context
         self.audit.opened(self.session.history)
         if manager is not None and manager.use_reported_usage:
-            self.audit.carry_over(self.session, manager.counter)
+            self.audit.carry_over(
+                self.session,
+                manager.counter,
+                window=self.machine.snapshot.budget.context_window,
+            )
         if not self.session.has_machine(settings.digest):
             # The machine goes in the log once: a run resumes on it without
             # the file.
@@ -237,8 +241,17 @@ class RunLoop(Ending):
         self.audit.restore(record)
         manager = self.settings.context
         if manager is not None and manager.use_reported_usage:
-            self.audit.carry_over(self.session, manager.counter)
-            self.audit.resume_reported(record, self.machine.snapshot, manager.counter)
+            self.audit.carry_over(
+                self.session,
+                manager.counter,
+                window=self.machine.snapshot.budget.context_window,
+            )
+            self.audit.resume_reported(
+                record,
+                self.machine.snapshot,
+                manager.counter,
+                window=self.machine.snapshot.budget.context_window,
+            )
         self._resumed = self.session.recorded_results(self.run_id)
         self._started((), resumed=True)
 
