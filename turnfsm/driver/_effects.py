@@ -249,9 +249,22 @@ _SUMMARY_MODEL: Final = _checks.instance(
 """What a compactor's `ctx.model_call(request, model)` takes."""
 
 
-def _over_window(ctx: EffectContext, request: ModelRequest) -> ProviderError | None:
-    """The refusal of a summary `request` to the run's model over its window."""
-    window = ctx.window
+def _over_window(
+    ctx: EffectContext, request: ModelRequest, model: ModelClient | None
+) -> ProviderError | None:
+    """The refusal of a summary `request` to `model` over that model's window.
+
+    The agent's own model (None, or the run's) has the run's window; another
+    model the window its client states (an int ``context_window``), or none
+    known (nothing is refused).
+    """
+    if model is None or model is ctx.run.model:
+        window, whose = ctx.window, ""
+    else:
+        known: Any = getattr(model, "context_window", None)
+        _checks.check(known, "model.context_window", _MODEL_WINDOW)
+        name, provider = describe_model(model)
+        window, whose = known or 0, f" of {name or provider}"
     if not window:
         return None
     size = ctx.measure_request(request)
@@ -259,9 +272,15 @@ def _over_window(ctx: EffectContext, request: ModelRequest) -> ProviderError | N
         return None
     return ProviderError(
         f"summary request of {size} tokens (reply budget included) exceeds the "
-        f"{window} window; it was not sent",
+        f"{window} window{whose}; it was not sent",
         kind=CONTEXT_OVERFLOW,
     )
+
+
+_MODEL_WINDOW: Final = _checks.integer(
+    low=1, optional=True, expected="an int >= 1 (tokens), or None (not known)"
+)
+"""What a summary model's ``context_window`` may be."""
 
 
 def _overflowed(message: str) -> ContextOverflowed:
@@ -387,14 +406,15 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
     ) -> ModelResponse:
         # A summary call is a model call: the run's retry policy, timeout
         # and usage accounting (labelled apart from the agent's own turns).
-        # To the agent's own model it is held to the run's window, as a turn
-        # is: one over it is refused unsent, as the provider would refuse it.
+        # It is held to its model's window, as a turn is: the run's for
+        # the agent's own model, a model's own known window (its
+        # `context_window`) for another. One over it is refused unsent, as
+        # the provider would refuse it.
         _checks.check(request, "request", _REQUEST)
         _checks.check(model, "model", _SUMMARY_MODEL)
-        if model is None or model is run.model:
-            refused = _over_window(ctx, request)
-            if refused is not None:
-                raise refused
+        refused = _over_window(ctx, request, model)
+        if refused is not None:
+            raise refused
         response = await complete(
             run,
             request,
