@@ -380,3 +380,42 @@ async def test_a_stored_report_past_what_the_window_allows_is_not_carried() -> N
     later = await d.run("hello again", session=session)
     assert later.ok, later.error
     assert session.runs[1].compactions == ()
+
+
+@given(report=st.integers(0, WINDOW * 4))
+@settings(max_examples=25, deadline=None)
+def test_no_report_a_run_ends_with_stalls_the_next_runs(report: int) -> None:
+    """A possible report the next run's pass finds nothing to cut for is dropped.
+
+    It was the previous run's; the pass finds the conversation small by the
+    manager's count, so the model is asked, and its new report stands.
+    """
+
+    async def body() -> None:
+        d = driver(final_reporting([report, 40, 40]), use_reported_usage=True)
+        session = Session()
+        first = await d.run("hello", session=session)
+        assert first.ok, first.error
+        for text in ("hello again", "and again"):
+            later = await d.run(text, session=session)
+            assert later.ok, later.error
+        assert [r.text for r in session.history][-1] == "answer 3"
+        for run in session.runs[1:]:
+            assert [c.verdict for c in run.compactions] in ([], ["noop"])
+        assert session.runs[2].compactions == ()  # the new report stands
+
+    anyio.run(body)
+
+
+async def test_a_carried_report_the_pass_finds_nothing_for_is_dropped_once() -> None:
+    session = Session()
+    d = driver(final_reporting([9_500, 40]), use_reported_usage=True)
+    assert (await d.run("hello", session=session)).ok
+    second = await d.run("hello again", session=session)
+    assert second.ok, second.error
+    (record,) = session.runs[1].compactions
+    assert record.verdict == "noop"
+    # From the carried-over size down to the manager's count of the request.
+    assert record.tokens_before > 9_500 > record.tokens_after
+    got = measures(session.runs[1])
+    assert got[0] > 9_500 > got[1] == record.tokens_after

@@ -250,6 +250,7 @@ class Audit:
                 + _checks.token_count(added, counter, "count"),
                 history=history,
                 pending=MessageLog(),
+                carried=True,
             )
             return
 

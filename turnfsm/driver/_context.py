@@ -149,11 +149,13 @@ class Reported:
         tokens: The reported input tokens.
         history: The history that call carried.
         pending: The pending messages that call carried.
+        carried: Whether the call was an earlier run's (carried over).
     """
 
     tokens: int
     history: MessageLog
     pending: MessageLog
+    carried: bool = False
 
 
 @final
