@@ -215,12 +215,16 @@ def _check_report(run: RunResources, usage: Usage | None, window: int) -> None:
     """Raise `InvalidReturn` if `usage` reports what no request held to `window` has.
 
     Only where the report is read as the request's size
-    (`ContextManager.use_reported_usage`): that one call's run fails,
-    nothing of it committed, and the next run is measured as usual instead
-    of starting from a count no pass can bring under the lines.
+    (`ContextManager.use_reported_usage`) or calibrates the estimates
+    (`ContextManager.calibrate`, which keeps the session's largest ratio):
+    that one call's run fails, nothing of it logged as a turn, and the next
+    run is measured as usual instead of from a count no pass can bring
+    under the lines.
     """
     manager = run.context
-    if usage is None or manager is None or not manager.use_reported_usage:
+    if usage is None or manager is None:
+        return
+    if not (manager.use_reported_usage or manager.calibrate):
         return
     limit = report_limit(window)
     if limit is not None and usage.input_tokens > limit:
