@@ -33,6 +33,8 @@ __all__ = [
     "MAX_COUNT",
     "MAX_JSON_DEPTH",
     "MAX_TOKENS",
+    "TOKENS_PER_CHAR",
+    "TOKENS_PER_PIECE",
     "TOO_DEEP",
     "Check",
     "Hint",
@@ -61,6 +63,7 @@ __all__ = [
     "string",
     "string_mapping",
     "token_count",
+    "tokens_beyond_text",
     "tuple_of",
     "unknown_argument",
 ]
@@ -732,6 +735,28 @@ def token_count(value: object, counter: object, method: str) -> int:
         value,
         f"a token count: an int >= 0 (from {type(counter).__name__}.{method})",
     )
+
+
+TOKENS_PER_CHAR: Final = 8
+"""More tokens than this per character of a text is no tokenizer's count.
+
+BPE makes at most one token of each UTF-8 byte (4 a character); the
+shipped counters read at most about 4 a character too.
+"""
+
+TOKENS_PER_PIECE: Final = 64
+"""What a counter may add for each message or text on top (its framing)."""
+
+
+def tokens_beyond_text(tokens: int, chars: int, pieces: int) -> bool:
+    """Whether `tokens` is more than any tokenizer makes of the text counted.
+
+    `chars` is the text's length (an image counting as the 256 characters
+    the character-based counters charge for it), `pieces` how many messages
+    or texts it is made of. A counter whose count is past this is at fault,
+    not the conversation it counted.
+    """
+    return tokens > TOKENS_PER_CHAR * chars + TOKENS_PER_PIECE * max(1, pieces)
 
 
 def clock_reading(value: object, clock: object) -> float:

@@ -18,14 +18,15 @@ from turnfsm.context import (
     CALIBRATION_CEILING,
     CALIBRATION_FLOOR,
     CALIBRATION_HEADROOM,
+    TruncatingCompactor,
 )
 from turnfsm.core import Measured
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, InvalidReturn
 from turnfsm.messages import Message
 from turnfsm.persistence import EventRecorded, Session, SQLiteStore, TurnRecord
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.serde import from_json, to_json
-from turnfsm.testing import FakeModelClient
+from turnfsm.testing import FakeModelClient, reply
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.values import Usage
 
@@ -162,3 +163,39 @@ async def test_the_factor_is_the_largest_ratio_seen() -> None:
     ratios = [t.reported_ratio for run in session.runs for t in run.turns]
     assert session.reported_ratio == max(r for r in ratios if r is not None)
     assert session.reported_ratio == pytest.approx(0.8, abs=0.02)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("bogus", [40_001, 10_000_000])
+async def test_a_report_past_what_the_window_allows_does_not_calibrate(
+    bogus: int,
+) -> None:
+    """Refused where it is read: it never becomes the session's ratio."""
+    calls = 0
+
+    def handle(request: object) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        tokens = bogus if calls == 1 else 40
+        return ModelResponse(
+            message=reply(f"answer {calls}"), usage=Usage(input_tokens=tokens)
+        )
+
+    d = Driver(
+        model=FakeModelClient(handle),
+        context=ContextManager(
+            TruncatingCompactor(),
+            context_window=10_000,
+            counter=HeuristicTokenCounter(),
+            calibrate=True,
+        ),
+    )
+    session = Session()
+    doc = "Read this: " + "word " * 2_400  # pinned, 30 % of the window
+    first = await d.run(doc, session=session)
+    assert isinstance(first.error, InvalidReturn)
+    assert first.error.value == f"usage input_tokens={bogus}"
+    assert session.reported_ratio is None
+    for text in (doc, "again"):
+        later = await d.run(text, session=session)
+        assert later.ok, later.error

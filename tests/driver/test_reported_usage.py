@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnfsm.context import ContextManager, LayeredCompactor, TruncatingCompactor
 from turnfsm.core import CompactionResult, Measured, ModelReplied, ToolsFinished
@@ -315,3 +318,104 @@ async def test_a_report_past_any_window_fails_its_run_and_spares_the_next(
     second = await d.run("hello again", session=session)
     assert second.ok, second.error
     assert session.runs[1].compactions == ()
+
+
+# -- a report no request held to the window can have ------------------------
+# The driver sends a request only when its measure fits the window, so the
+# provider's count can exceed the window only by what the counter
+# undercounts, which a calibrating manager corrects up to
+# CALIBRATION_CEILING times. A report past that is not this request's size.
+
+
+def final_reporting(reports: Sequence[int]) -> FakeModelClient:
+    """Answers at once; the i-th call reports ``reports[i]`` input tokens."""
+    calls = 0
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        nonlocal calls
+        n = reports[min(calls, len(reports) - 1)]
+        calls += 1
+        return ModelResponse(
+            message=reply(f"answer {calls}"), usage=Usage(input_tokens=n)
+        )
+
+    return FakeModelClient(handle)
+
+
+@given(bogus=st.integers(WINDOW * 4 + 1, 100_000_000))
+@settings(max_examples=25, deadline=None)
+def test_a_report_past_what_the_window_allows_is_refused_and_spares_the_next(
+    bogus: int,
+) -> None:
+    async def body() -> None:
+        d = driver(final_reporting([bogus, 40, 40]), use_reported_usage=True)
+        session = Session()
+        first = await d.run("hello", session=session)
+        assert isinstance(first.error, InvalidReturn)
+        assert first.error.source == "model FakeModelClient"
+        assert first.error.value == f"usage input_tokens={bogus}"
+        assert "10,000 window" in first.error.expected
+        assert list(session.history) == []  # nothing of the failed run
+        for text in ("hello again", "and again"):
+            later = await d.run(text, session=session)
+            assert later.ok, later.error
+
+    anyio.run(body)
+
+
+async def test_a_report_within_what_the_window_allows_is_still_read() -> None:
+    """Four times the window: a counter a calibration could still correct."""
+    session = Session()
+    d = driver(final_reporting([WINDOW * 4, 40]), use_reported_usage=True)
+    first = await d.run("hello", session=session)
+    assert first.ok, first.error
+
+
+async def test_a_stored_report_past_what_the_window_allows_is_not_carried() -> None:
+    """A session logged by a run that did not read reports stays usable."""
+    session = Session()
+    plain = driver(final_reporting([10_000_000]), use_reported_usage=False)
+    assert (await plain.run("hello", session=session)).ok
+    d = driver(final_reporting([40]), use_reported_usage=True)
+    later = await d.run("hello again", session=session)
+    assert later.ok, later.error
+    assert session.runs[1].compactions == ()
+
+
+@given(report=st.integers(0, WINDOW * 4))
+@settings(max_examples=25, deadline=None)
+def test_no_report_a_run_ends_with_stalls_the_next_runs(report: int) -> None:
+    """A possible report the next run's pass finds nothing to cut for is dropped.
+
+    It was the previous run's; the pass finds the conversation small by the
+    manager's count, so the model is asked, and its new report stands.
+    """
+
+    async def body() -> None:
+        d = driver(final_reporting([report, 40, 40]), use_reported_usage=True)
+        session = Session()
+        first = await d.run("hello", session=session)
+        assert first.ok, first.error
+        for text in ("hello again", "and again"):
+            later = await d.run(text, session=session)
+            assert later.ok, later.error
+        assert [r.text for r in session.history][-1] == "answer 3"
+        for run in session.runs[1:]:
+            assert [c.verdict for c in run.compactions] in ([], ["noop"])
+        assert session.runs[2].compactions == ()  # the new report stands
+
+    anyio.run(body)
+
+
+async def test_a_carried_report_the_pass_finds_nothing_for_is_dropped_once() -> None:
+    session = Session()
+    d = driver(final_reporting([9_500, 40]), use_reported_usage=True)
+    assert (await d.run("hello", session=session)).ok
+    second = await d.run("hello again", session=session)
+    assert second.ok, second.error
+    (record,) = session.runs[1].compactions
+    assert record.verdict == "noop"
+    # From the carried-over size down to the manager's count of the request.
+    assert record.tokens_before > 9_500 > record.tokens_after
+    got = measures(session.runs[1])
+    assert got[0] > 9_500 > got[1] == record.tokens_after

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnfsm import default_machine
 from turnfsm.context import (
@@ -554,3 +556,61 @@ async def test_a_summary_call_given_the_wrong_things_names_them(
     assert isinstance(result.error, CompactionFailed)
     assert result.error.cause == f"ConfigError: {expected}"
     assert agent_model.requests == []
+
+
+class Windowed:
+    """A summary model of its own that states its window."""
+
+    def __init__(self, window: object) -> None:
+        self.context_window = window
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        return ModelResponse(message=reply("a summary"))
+
+
+def summarised_by(model: Windowed) -> Driver:
+    """An agent on a 4,000-token window whose passes ask `model`."""
+    return Driver(
+        model=FakeModelClient(lambda request: "final"),
+        context=manager(WholeTranscript(model), window=4_000),
+    )
+
+
+async def test_a_summary_call_over_its_own_models_window_is_refused_unsent() -> None:
+    summary_model = Windowed(1_000)
+    result = await summarised_by(summary_model).run(history(6))
+
+    assert isinstance(result.error, CompactionFailed), result.error
+    assert summary_model.requests == []  # refused unsent
+    cause = result.error.cause
+    assert "exceeds the 1000 window of Windowed; it was not sent" in cause
+    assert "[context_overflow]" in cause
+
+
+@given(window=st.integers(1, 40_000), turns=st.integers(5, 8))
+@settings(max_examples=30, deadline=None)
+def test_a_summary_model_is_sent_only_what_its_window_holds(
+    window: int, turns: int
+) -> None:
+    """Whatever the window it states, no request over it reaches it."""
+    summary_model = Windowed(window)
+    anyio.run(summarised_by(summary_model).run, history(turns))
+    for request in summary_model.requests:
+        size = COUNTER.count(list(request.messages)) + (request.max_tokens or 0)
+        assert size <= window
+
+
+async def test_a_summary_model_stating_no_window_is_sent_its_request() -> None:
+    summary_model = Windowed(None)
+    await summarised_by(summary_model).run(history(6))
+    assert len(summary_model.requests) == 1
+
+
+async def test_a_summary_model_stating_a_bad_window_is_named() -> None:
+    summary_model = Windowed("big")
+    result = await summarised_by(summary_model).run(history(6))
+    assert isinstance(result.error, CompactionFailed), result.error
+    assert "model.context_window='big'" in result.error.cause
+    assert summary_model.requests == []

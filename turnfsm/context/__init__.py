@@ -39,7 +39,7 @@ from turnfsm.context._cache import (
     first_change,
     pass_payback,
 )
-from turnfsm.context._diagnose import explain
+from turnfsm.context._diagnose import counter_at_fault, explain
 from turnfsm.context._digest import ToolResultDigest, digest_line, digest_results
 from turnfsm.context._layered import (
     Applied,
@@ -129,6 +129,7 @@ __all__ = [
     "adjust_split",
     "cache_rules_for",
     "call_handle",
+    "counter_at_fault",
     "cut_result",
     "digest_line",
     "digest_results",

@@ -21,10 +21,17 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.errors import ConfigError, ContextExceeded, LargeItem, TurnFSMError
-from turnfsm.messages import Message, Role, TextPart, ToolCallPart, ToolResultPart
+from turnfsm.messages import (
+    ImagePart,
+    Message,
+    Role,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from turnfsm.tokens import TokenCounter, arguments_json
 
-__all__ = ["explain", "largest_items"]
+__all__ = ["counter_at_fault", "explain", "largest_items"]
 
 _E = TypeVar("_E", bound=TurnFSMError)
 
@@ -72,9 +79,10 @@ def explain(
 
     A `ContextExceeded` (or subclass) whose `largest` is empty comes back as a
     copy with `largest` filled by `largest_items` and `strategy` set (its
-    message then advises what would help, never that strategy); any other
-    error, or one that names its items already, comes back unchanged (the
-    same object).
+    message then advises what would help, never that strategy), and with
+    `counter` set when the counter's count of `messages` is more than any
+    tokenizer makes of them (`counter_at_fault`); any other error, or one
+    with nothing to add, comes back unchanged (the same object).
 
     Args:
         error: The error a run ended with.
@@ -82,12 +90,70 @@ def explain(
         counter: The run's token counter.
         strategy: The class name of the compactor in use (``""``: unknown).
     """
-    if not isinstance(error, ContextExceeded) or error.largest:
+    if not isinstance(error, ContextExceeded):
         return error
-    largest = largest_items(messages, counter)
-    if not largest:
-        return error
-    return attrs.evolve(error, largest=largest, strategy=strategy)
+    explained = error
+    if not error.counter:
+        blame = counter_at_fault(messages, counter)
+        if blame:
+            explained = attrs.evolve(explained, counter=blame)
+    if not error.largest:
+        largest = largest_items(messages, counter)
+        if largest:
+            explained = attrs.evolve(explained, largest=largest, strategy=strategy)
+    return explained
+
+
+def counter_at_fault(
+    messages: Sequence[Message],
+    counter: TokenCounter,
+    *,
+    extras: Sequence[str] = (),
+    tokens: int | None = None,
+) -> str:
+    """Say what `counter` counted, when no tokenizer makes that much of the text.
+
+    A `ContextExceeded` blames the conversation (its pins, its largest
+    items); when the counter's count is past what any tokenizer makes of
+    the text (more than `turnfsm._checks.TOKENS_PER_CHAR` tokens a
+    character, plus some framing per message), the counter is at fault,
+    and the error names it (its `counter`).
+
+    Args:
+        messages: The messages counted.
+        counter: The token counter that counted them.
+        extras: Texts counted with them (system prompt, tool schemas).
+        tokens: What the counter made of them (None: ``counter.count``).
+
+    Returns:
+        ``"NAME counted N tokens for M characters"``, or ``""`` when the
+        count is one a tokenizer could make.
+    """
+    if tokens is None:
+        tokens = _checks.token_count(counter.count(list(messages)), counter, "count")
+    chars = sum(map(_chars, messages)) + sum(map(len, extras))
+    if not _checks.tokens_beyond_text(tokens, chars, len(messages) + len(extras)):
+        return ""
+    return f"{type(counter).__name__} counted {tokens} tokens for {chars} characters"
+
+
+def _chars(message: Message) -> int:
+    """The characters of `message` a counter reads (an image as 256)."""
+    total = 0
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            total += len(part.text)
+        elif isinstance(part, ToolCallPart):
+            total += len(part.name) + len(arguments_json(part))
+        elif isinstance(part, ToolResultPart):
+            total += len(part.content)
+        elif isinstance(part, ImagePart):
+            total += _IMAGE_CHARS
+    return total
+
+
+_IMAGE_CHARS = 256
+"""What the character-based counters charge for one image."""
 
 
 def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[LargeItem]:

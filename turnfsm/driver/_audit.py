@@ -26,7 +26,7 @@ from turnfsm.core import (
     PassEvent,
     Snapshot,
 )
-from turnfsm.driver._context import Reported
+from turnfsm.driver._context import Reported, report_limit
 from turnfsm.driver._effects import is_extension
 from turnfsm.hooks import CircuitInfo, HookDispatcher
 from turnfsm.messages import SUMMARY_COVERS, Message, MessageLog
@@ -222,7 +222,9 @@ class Audit:
         """
         self._context = (history, MessageLog())
 
-    def carry_over(self, session: Session, counter: TokenCounter) -> None:
+    def carry_over(
+        self, session: Session, counter: TokenCounter, *, window: int = 0
+    ) -> None:
         """Start from the provider's count of the session's last model call.
 
         When the session's history still begins with what that call saw (no
@@ -240,12 +242,15 @@ class Audit:
             if [m.id for m in history.items_from(0)][: len(seen)] != list(seen):
                 return
             assert last.usage is not None
+            if not _plausible(last.usage.input_tokens, window):
+                return
             added = counter.count(list(history.items_from(len(seen))))
             self.reported = Reported(
                 tokens=last.usage.input_tokens
                 + _checks.token_count(added, counter, "count"),
                 history=history,
                 pending=MessageLog(),
+                carried=True,
             )
             return
 
@@ -261,7 +266,12 @@ class Audit:
         )
 
     def resume_reported(
-        self, record: RunRecord, now: Snapshot, counter: TokenCounter
+        self,
+        record: RunRecord,
+        now: Snapshot,
+        counter: TokenCounter,
+        *,
+        window: int = 0,
     ) -> None:
         """Start a resumed run from the provider's count of its last call.
 
@@ -280,6 +290,8 @@ class Audit:
         if [m.id for m in current[: len(seen)]] != seen:
             return
         assert last.usage is not None
+        if not _plausible(last.usage.input_tokens, window):
+            return
         added = counter.count(current[len(seen) :])
         self.reported = Reported(
             tokens=last.usage.input_tokens
@@ -387,3 +399,14 @@ class Audit:
                 run_id=self.run_id, open=True, failures=failures, at=self.clock()
             )
         ]
+
+
+def _plausible(tokens: int, window: int) -> bool:
+    """Whether a logged report of `tokens` can stand for a request under `window`.
+
+    A report past `report_limit` was logged by a run that did not read
+    reports (or before they were checked): it is not carried, so the
+    session stays usable.
+    """
+    limit = report_limit(window)
+    return limit is None or tokens <= limit

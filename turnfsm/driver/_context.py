@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 
 from turnfsm import _checks, _deprecated, _instrument
-from turnfsm.context import ContextManager
+from turnfsm.context import CALIBRATION_CEILING, ContextManager
 from turnfsm.core import Snapshot
 from turnfsm.driver._output import OutputType
 from turnfsm.driver._retry import RetryPolicy
@@ -42,9 +42,25 @@ __all__ = [
     "ToolJournal",
     "UsageTally",
     "ending_time",
+    "report_limit",
     "request_extras",
     "run_resources",
 ]
+
+
+def report_limit(window: int) -> int | None:
+    """The most input tokens a provider can report for a request held to `window`.
+
+    The driver sends a request only when its measure fits `window`, so the
+    provider's count of it can exceed `window` only by what the counter
+    undercounts the provider's tokens, which a calibrating manager corrects
+    up to `CALIBRATION_CEILING` times. A report past that is not the size
+    of the request it came with (a client's bug), and read as a size it
+    would make a conversation no pass can shrink. None: no window, no limit.
+    """
+    if not window:
+        return None
+    return int(window * CALIBRATION_CEILING)
 
 
 def request_extras(
@@ -133,11 +149,13 @@ class Reported:
         tokens: The reported input tokens.
         history: The history that call carried.
         pending: The pending messages that call carried.
+        carried: Whether the call was an earlier run's (carried over).
     """
 
     tokens: int
     history: MessageLog
     pending: MessageLog
+    carried: bool = False
 
 
 @final

@@ -43,14 +43,20 @@ from turnfsm.core import (
     ToolsFinished,
 )
 from turnfsm.driver._arguments import InvalidArguments
-from turnfsm.driver._context import EffectContext, Reported, RunResources
-from turnfsm.driver._model_calls import Tries, complete
+from turnfsm.driver._context import (
+    EffectContext,
+    Reported,
+    RunResources,
+    report_limit,
+)
+from turnfsm.driver._model_calls import Tries, complete, describe_model
 from turnfsm.driver._recall import session_scope
 from turnfsm.driver._tools import run_tool_call, tool_call_outcome
 from turnfsm.errors import (
     CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     InvalidMessage,
+    InvalidReturn,
     ProviderError,
     SubagentWaiting,
 )
@@ -174,6 +180,7 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     except (TimeoutError, ConnectionError) as exc:
         info = ErrorInfo.from_exception(exc, retryable=True)
         return ModelFailed(error=_counted(info, tries))
+    _check_report(run, response.usage, window)
     # Each call under an id of its own (some servers repeat theirs).
     reply = unique_call_ids(response.message, decision.history, decision.pending)
     # And the reply too: a client that caches its replies gives one twice.
@@ -204,6 +211,31 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     return ModelReplied(message=response.message, usage=response.usage)
 
 
+def _check_report(run: RunResources, usage: Usage | None, window: int) -> None:
+    """Raise `InvalidReturn` if `usage` reports what no request held to `window` has.
+
+    Only where the report is read as the request's size
+    (`ContextManager.use_reported_usage`) or calibrates the estimates
+    (`ContextManager.calibrate`, which keeps the session's largest ratio):
+    that one call's run fails, nothing of it logged as a turn, and the next
+    run is measured as usual instead of from a count no pass can bring
+    under the lines.
+    """
+    manager = run.context
+    if usage is None or manager is None:
+        return
+    if not (manager.use_reported_usage or manager.calibrate):
+        return
+    limit = report_limit(window)
+    if limit is not None and usage.input_tokens > limit:
+        raise InvalidReturn(
+            f"model {describe_model(run.model)[1]}",
+            f"usage input_tokens={usage.input_tokens}",
+            f"at most {limit:,} input tokens for a request held to the "
+            f"{window:,} window",
+        )
+
+
 def _counted(info: ErrorInfo, tries: Tries) -> ErrorInfo:
     """`info` with the attempts the call made, when it was one worth retrying."""
     if not info.retryable or not tries.attempts:
@@ -221,9 +253,22 @@ _SUMMARY_MODEL: Final = _checks.instance(
 """What a compactor's `ctx.model_call(request, model)` takes."""
 
 
-def _over_window(ctx: EffectContext, request: ModelRequest) -> ProviderError | None:
-    """The refusal of a summary `request` to the run's model over its window."""
-    window = ctx.window
+def _over_window(
+    ctx: EffectContext, request: ModelRequest, model: ModelClient | None
+) -> ProviderError | None:
+    """The refusal of a summary `request` to `model` over that model's window.
+
+    The agent's own model (None, or the run's) has the run's window; another
+    model the window its client states (an int ``context_window``), or none
+    known (nothing is refused).
+    """
+    if model is None or model is ctx.run.model:
+        window, whose = ctx.window, ""
+    else:
+        known: Any = getattr(model, "context_window", None)
+        _checks.check(known, "model.context_window", _MODEL_WINDOW)
+        name, provider = describe_model(model)
+        window, whose = known or 0, f" of {name or provider}"
     if not window:
         return None
     size = ctx.measure_request(request)
@@ -231,9 +276,15 @@ def _over_window(ctx: EffectContext, request: ModelRequest) -> ProviderError | N
         return None
     return ProviderError(
         f"summary request of {size} tokens (reply budget included) exceeds the "
-        f"{window} window; it was not sent",
+        f"{window} window{whose}; it was not sent",
         kind=CONTEXT_OVERFLOW,
     )
+
+
+_MODEL_WINDOW: Final = _checks.integer(
+    low=1, optional=True, expected="an int >= 1 (tokens), or None (not known)"
+)
+"""What a summary model's ``context_window`` may be."""
 
 
 def _overflowed(message: str) -> ContextOverflowed:
@@ -359,14 +410,15 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
     ) -> ModelResponse:
         # A summary call is a model call: the run's retry policy, timeout
         # and usage accounting (labelled apart from the agent's own turns).
-        # To the agent's own model it is held to the run's window, as a turn
-        # is: one over it is refused unsent, as the provider would refuse it.
+        # It is held to its model's window, as a turn is: the run's for
+        # the agent's own model, a model's own known window (its
+        # `context_window`) for another. One over it is refused unsent, as
+        # the provider would refuse it.
         _checks.check(request, "request", _REQUEST)
         _checks.check(model, "model", _SUMMARY_MODEL)
-        if model is None or model is run.model:
-            refused = _over_window(ctx, request)
-            if refused is not None:
-                raise refused
+        refused = _over_window(ctx, request, model)
+        if refused is not None:
+            raise refused
         response = await complete(
             run,
             request,

@@ -55,6 +55,7 @@ from turnfsm.core import (
     PASS_EVENT_TYPES,
     CallLLM,
     Compact,
+    CompactionNoop,
     CompactionResult,
     Decision,
     Event,
@@ -187,7 +188,11 @@ class RunLoop(Ending):
         manager = settings.context
         self.audit.opened(self.session.history)
         if manager is not None and manager.use_reported_usage:
-            self.audit.carry_over(self.session, manager.counter)
+            self.audit.carry_over(
+                self.session,
+                manager.counter,
+                window=self.machine.snapshot.budget.context_window,
+            )
         if not self.session.has_machine(settings.digest):
             # The machine goes in the log once: a run resumes on it without
             # the file.
@@ -237,8 +242,17 @@ class RunLoop(Ending):
         self.audit.restore(record)
         manager = self.settings.context
         if manager is not None and manager.use_reported_usage:
-            self.audit.carry_over(self.session, manager.counter)
-            self.audit.resume_reported(record, self.machine.snapshot, manager.counter)
+            self.audit.carry_over(
+                self.session,
+                manager.counter,
+                window=self.machine.snapshot.budget.context_window,
+            )
+            self.audit.resume_reported(
+                record,
+                self.machine.snapshot,
+                manager.counter,
+                window=self.machine.snapshot.budget.context_window,
+            )
         self._resumed = self.session.recorded_results(self.run_id)
         self._started((), resumed=True)
 
@@ -601,10 +615,40 @@ class RunLoop(Ending):
                 effect=key, type=type(exc).__name__, message=_checks.message_of(exc)
             ) from exc
         self._check_accepted(decision, event)
+        event = self._doubt_carried(decision, event)
         if type(event) is RunCancelled:
             self._keep_spent()
         self.step = None
         return event
+
+    def _doubt_carried(self, decision: Decision, event: Event) -> Event:
+        """Drop a carried-over report that a pass found nothing to cut for.
+
+        An earlier run's report put this request over a line, but the pass
+        it triggered finds the conversation no smaller by the manager's
+        count: nothing it could cut. Failing the run (the no-progress
+        guard) would fail every later run of the session the same way,
+        before any model call could report again. So the report is dropped
+        and the pass is a no-op from the reported size down to the
+        manager's: the request is measured again without it, and sent if
+        it fits the window, for the provider to count (or refuse) anew.
+        Once per report: the guard still stops any further pass that saves
+        nothing.
+        """
+        reported = self.audit.reported
+        if (
+            type(decision) is not Compact
+            or type(event) is not CompactionNoop
+            or event.vetoed
+            or reported is None
+            or not reported.carried
+        ):
+            return event
+        estimate = self.machine.snapshot.estimate
+        if estimate is None or estimate <= event.before:
+            return event
+        self.audit.reported = None
+        return attrs.evolve(event, before=estimate)
 
     def _check_accepted(self, decision: Decision, event: Event) -> None:
         """Refuse an event from an effect of the user's that the phase does not take.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from turnfsm import _checks
-from turnfsm.context import ContextManager
+from turnfsm.context import ContextManager, counter_at_fault
 from turnfsm.errors import PinnedTooLarge
 from turnfsm.messages import Message
 from turnfsm.tokens import IncrementalCounter, Meter
@@ -41,11 +41,13 @@ def check_pins_fit(
 
     Raises:
         PinnedTooLarge: the pinned messages plus the reserved budget are over
-            the window, with the figures.
+            the window, with the figures (naming the counter when its count
+            is more than any tokenizer makes of their text).
     """
     if manager is None or manager.window == 0:
         return
-    reserved = (meter.measure(extras=extras) if extras else 0) + reply
+    texts = meter.measure(extras=extras) if extras else 0
+    reserved = texts + reply
     # A sum of per-message units grows with every message: the pinned
     # messages cost at most what all of them cost.
     if (
@@ -58,6 +60,15 @@ def check_pins_fit(
     kept = [m for m in conversation if m.id in pinned]
     tokens = meter.measure(kept) if kept else 0
     if tokens + reserved > manager.window:
+        # A count past what any tokenizer makes of the text names the
+        # counter: the pins are not at fault.
+        blame = counter_at_fault(
+            kept, manager.counter, extras=extras, tokens=tokens + texts
+        )
         raise PinnedTooLarge(
-            tokens + reserved, manager.window, pinned=tokens, reserved=reserved
+            tokens + reserved,
+            manager.window,
+            pinned=tokens,
+            reserved=reserved,
+            counter=blame,
         )

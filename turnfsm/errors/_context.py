@@ -159,6 +159,10 @@ class ContextExceeded(TurnFSMError):
     the request or the model's reply as over the window (``"the reply makes
     the conversation 306393 tokens, over the 100000 window; it is not
     committed"``), quoted in the message; ``""`` otherwise.
+    `counter` names the token counter when its count is more than any
+    tokenizer makes of the text it counted (``"HugeCounter counted
+    1000000000 tokens for 5 characters"``): the message then blames it,
+    not the conversation; ``""`` otherwise.
     """
 
     used: int
@@ -178,6 +182,9 @@ class ContextExceeded(TurnFSMError):
     window_check: str = attrs.field(
         default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
     )
+    counter: str = attrs.field(
+        default="", kw_only=True, metadata={"turnfsm.omitted_if_default": True}
+    )
 
     def __str__(self) -> str:
         if self.provider_message:
@@ -185,7 +192,8 @@ class ContextExceeded(TurnFSMError):
         else:
             what = "use a bigger window or a compactor that shrinks harder"
         return (
-            f"context exceeded: {self.used} tokens used, limit {self.limit}; {what}"
+            f"context exceeded: {self.used} tokens used, limit {self.limit}; "
+            f"{_counter_text(self) or what}"
             + _provider_text(self)
             + _check_text(self)
             + _largest_text(self)
@@ -204,6 +212,18 @@ def _provider_text(error: ContextExceeded) -> str:
     """Return the ``" (the provider said: ...)"`` part of a message, if any."""
     said = error.provider_message
     return f" (the provider said: {said})" if said else ""
+
+
+def _counter_text(error: ContextExceeded) -> str:
+    """Return the advice that blames the counter, if it is at fault, else ``""``."""
+    said = error.counter
+    if not said:
+        return ""
+    return (
+        f"the token counter is at fault, not the conversation: {said}, more "
+        "than any tokenizer makes of that text - fix the counter (its count, "
+        "count_text or units)"
+    )
 
 
 def _check_text(error: ContextExceeded) -> str:
@@ -247,7 +267,7 @@ class CompactionStalled(ContextExceeded):
             )
         return (
             f"compaction stalled: {self.used} tokens after the pass, "
-            f"{self.limit} before; {what}"
+            f"{self.limit} before; {_counter_text(self) or what}"
             + _provider_text(self)
             + _check_text(self)
             + _largest_text(self)
@@ -264,7 +284,7 @@ class CompactionFailed(ContextExceeded):
     def __str__(self) -> str:
         return (
             f"compaction failed at {self.used} tokens (limit {self.limit}): "
-            f"{self.cause}"
+            f"{self.cause}" + (f"; {_counter_text(self)}" if self.counter else "")
         ) + _largest_text(self)
 
 
@@ -333,7 +353,7 @@ class PinnedTooLarge(ContextExceeded):
         return (
             f"pinned messages do not fit: {self.pinned} pinned tokens plus "
             f"{self.reserved} reserved is {self.used}, over the {self.limit}-token "
-            f"window; {advice}"
+            f"window; {_counter_text(self) or advice}"
         ) + _largest_text(self)
 
 

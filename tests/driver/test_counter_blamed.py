@@ -1,0 +1,134 @@
+"""A counter whose count no tokenizer could make is named in the run's error.
+
+A run that cannot fit its window says what filled it (the pins, the largest
+items). When the counter counts more tokens than the text has characters,
+many times over, the counter is at fault, not the conversation: the error
+names it, with what it counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turnfsm.context import ContextManager, counter_at_fault
+from turnfsm.driver import Driver, Session
+from turnfsm.errors import CompactionStalled, ContextExceeded, PinnedTooLarge
+from turnfsm.messages import Message, Role
+from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.tokens import (
+    ConservativeTokenCounter,
+    HeuristicTokenCounter,
+    TiktokenCounter,
+)
+
+pytestmark = pytest.mark.anyio
+
+WINDOW = 100_000
+
+
+class Huge:
+    """Counts everything as `tokens` tokens: a valid int, an absurd count."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def count(self, messages: Sequence[Message]) -> int:
+        return self.tokens * max(1, len(messages))
+
+    def count_text(self, text: str) -> int:
+        return self.tokens
+
+
+class HugeOnToolResults:
+    """Sane until a tool result arrives; then far past its text."""
+
+    def count(self, messages: Sequence[Message]) -> int:
+        if any(m.role is Role.TOOL for m in messages):
+            return 10**9
+        return sum(len(m.text) // 4 + 4 for m in messages)
+
+    def count_text(self, text: str) -> int:
+        return len(text) // 4 + 4
+
+
+def agent(counter: object) -> Driver:
+    def handle(request: object) -> object:
+        return reply("", tool_call("look", "c1"))
+
+    def look() -> str:
+        """Look around."""
+        return "a small result"
+
+    return Driver(
+        model=FakeModelClient(handle),  # type: ignore[arg-type]
+        tools=[look],
+        context=ContextManager(context_window=WINDOW, counter=counter),  # type: ignore[arg-type]
+    )
+
+
+@given(tokens=st.integers(WINDOW + 1, 10**15))
+@settings(max_examples=20, deadline=None)
+def test_pins_over_the_window_by_an_absurd_count_name_the_counter(tokens: int) -> None:
+    d = Driver(
+        model=FakeModelClient(lambda r: reply("hi")),
+        context=ContextManager(context_window=WINDOW, counter=Huge(tokens)),  # type: ignore[arg-type]
+    )
+    with pytest.raises(PinnedTooLarge) as raised:
+        anyio.run(d.run, "hello")
+    assert raised.value.counter.startswith(f"Huge counted {tokens} tokens for ")
+    text = str(raised.value)
+    assert "the token counter is at fault" in text
+    assert "pin less" not in text
+
+
+async def test_a_run_over_the_window_by_an_absurd_count_names_the_counter() -> None:
+    result = await agent(HugeOnToolResults()).run("hello", session=Session())
+    error = result.error
+    assert isinstance(error, ContextExceeded), error
+    assert error.counter.startswith("HugeOnToolResults counted 1000000000 tokens")
+    assert "the token counter is at fault" in str(error)
+
+
+async def test_pins_over_the_window_for_real_do_not_blame_the_counter() -> None:
+    d = Driver(
+        model=FakeModelClient(lambda r: reply("hi")),
+        context=ContextManager(context_window=1_000),
+    )
+    with pytest.raises(PinnedTooLarge) as raised:
+        await d.run("word " * 2_000)
+    assert raised.value.counter == ""
+    assert "pin less" in str(raised.value)
+
+
+async def test_a_stall_on_a_real_count_does_not_blame_the_counter() -> None:
+    d = Driver(
+        model=FakeModelClient(lambda r: reply("hi")),
+        context=ContextManager(context_window=2_000, auto_compact=False),
+    )
+    result = await d.run(
+        [Message.user("x " * 100), Message.assistant("y " * 2_000), Message.user("z")]
+    )
+    assert isinstance(result.error, CompactionStalled | ContextExceeded)
+    assert result.error.counter == ""
+
+
+COUNTERS = [ConservativeTokenCounter(), HeuristicTokenCounter(), TiktokenCounter()]
+
+
+@given(
+    texts=st.lists(st.text(min_size=1, max_size=200), min_size=1, max_size=5),
+    which=st.sampled_from(range(len(COUNTERS))),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_shipped_counter_is_never_blamed(texts: list[str], which: int) -> None:
+    """Whatever the text, a shipped counter's count is one a tokenizer makes."""
+    counter = COUNTERS[which]
+    messages = [Message.assistant(t) for t in texts]
+    assert counter_at_fault(messages, counter) == ""
+    tokens = sum(counter.count_text(t) for t in texts)
+    assert counter_at_fault([], counter, extras=texts, tokens=tokens) == ""
