@@ -19,10 +19,11 @@ from temporalio.client import Client
 
 from turnfsm import Agent
 from turnfsm.core import ToolsFinished
-from turnfsm.errors import ConfigError, PayloadTooLarge
+from turnfsm.errors import ConfigError, MaxTurnsExceeded, PayloadTooLarge
 from turnfsm.persistence import EventRecorded, Session, SQLiteStore
+from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.temporal import DurableOptions, create_worker, start_durable
-from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -138,3 +139,158 @@ async def test_the_log_is_taken_in_parts_within_a_budget() -> None:
     assert taken == [2, 2, 1]
     await log.append("ses_1", entries[:1], expected_version=5)
     assert len(log.take(10)["entries"]) == 1  # type: ignore[index]  # one at least
+
+
+async def _payloads_within(client: Client, workflow_id: str, limit: int) -> None:
+    """Every activity input and result the workflow's history holds is in `limit`."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            what = event.activity_task_scheduled_event_attributes
+            sizes = [len(p.data) for p in what.input.payloads]
+            name = what.activity_type.name
+        elif event.HasField("activity_task_completed_event_attributes"):
+            sizes = [
+                len(p.data)
+                for p in event.activity_task_completed_event_attributes.result.payloads
+            ]
+            name = f"the result of event {event.event_id}"
+        else:
+            continue
+        assert max(sizes, default=0) <= limit, (name, sizes)
+
+
+async def test_a_batch_of_results_together_past_the_limit_is_cut_to_fit(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Each page is under half the limit; the four together are not, and the
+    # batch is one entry of the log and one step of the conversation.
+    def fetch(n: int) -> str:
+        """Fetch a page.
+
+        Args:
+            n: the page.
+        """
+        return f"page {n}: " + "lorem ipsum " * (12_000 // 12)
+
+    calls = [tool_call("fetch", f"c{n}", n=n) for n in range(4)]
+    agent = Agent(
+        model=ScriptedModel.of(reply("", *calls), "read them all"),
+        tools=[fetch],
+        store=SQLiteStore(tmp_path / "batch.db"),
+        name="batch-fetcher",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "read",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "read them all")
+    await _payloads_within(temporal_client, run.workflow_id, LIMIT)
+    session = await Session.load(SQLiteStore(tmp_path / "batch.db"), run.session_id)
+    answers = [r for m in session.history for r in m.tool_results]
+    assert [a.call_id for a in answers] == ["c0", "c1", "c2", "c3"]
+    kept = [a for a in answers if not a.is_error]
+    cut = [a for a in answers if a.is_error]
+    assert kept
+    assert cut
+    assert all(a.content.startswith("page ") for a in kept)
+    for answer in cut:
+        assert answer.content.startswith("tool 'fetch' returned ")
+        assert "with the other results of its batch" in answer.content
+
+
+async def test_a_lone_call_with_long_arguments_writes_the_log_on_its_own(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The reply holding the call is in the log, and the log rode with the
+    # call's activity: the arguments twice. (One turn: the conversation
+    # would be past the limit for a second model call.)
+    wrote: list[int] = []
+
+    def write(path: str, text: str) -> str:
+        """Write a file.
+
+        Args:
+            path: the file.
+            text: what to write.
+        """
+        wrote.append(len(text))
+        return f"wrote {len(text)} characters to {path}"
+
+    text = "lorem ipsum " * (25_000 // 12)
+    agent = Agent(
+        model=ScriptedModel.of(
+            reply("", tool_call("write", "w1", path="/a", text=text)), "written"
+        ),
+        tools=[write],
+        store=SQLiteStore(tmp_path / "write.db"),
+        name="writer-long",
+        max_turns=1,
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "write",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        result = await run.result()
+    assert wrote == [len(text)]
+    assert isinstance(result.error, MaxTurnsExceeded)
+    await _payloads_within(temporal_client, run.workflow_id, LIMIT)
+    session = await Session.load(SQLiteStore(tmp_path / "write.db"), run.session_id)
+    [answer] = [
+        r.content
+        for e in session.entries
+        if isinstance(e, EventRecorded) and isinstance(e.event, ToolsFinished)
+        for m in e.event.results
+        for r in m.tool_results
+    ]
+    assert answer == f"wrote {len(text)} characters to /a"
+
+
+async def test_a_model_reply_past_the_limit_fails_the_run_after_one_call(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Its activity's result would be refused, and Temporal would run the
+    # activity, the model call, again and again.
+    asked: list[int] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        asked.append(len(request.messages))
+        return ModelResponse(message=reply("lorem ipsum " * (50_000 // 12)))
+
+    agent = Agent(
+        model=FakeModelClient(answer),
+        store=SQLiteStore(tmp_path / "reply.db"),
+        name="talker",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "talk",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        result = await run.result()
+    assert len(asked) == 1
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, PayloadTooLarge)
+    assert (error.effect, error.limit, error.returned) == ("call_llm", LIMIT, True)
+    assert error.size > LIMIT
+    assert str(error).startswith("the 'call_llm' step of this durable run returned ")
+    await _payloads_within(temporal_client, run.workflow_id, LIMIT)
+    session = await Session.load(SQLiteStore(tmp_path / "reply.db"), run.session_id)
+    [record] = session.runs
+    assert record.outcome == "failed"
