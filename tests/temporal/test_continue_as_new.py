@@ -22,9 +22,16 @@ from temporalio.worker import Replayer
 
 from turnfsm import Agent, approval_machine
 from turnfsm.cli._demo import TASK, build_demo_agent
+from turnfsm.core import MessageInjected
 from turnfsm.driver import replay
 from turnfsm.errors import ConfigError, ContinuedAsNew
-from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
+from turnfsm.persistence import (
+    EventRecorded,
+    MemoryStore,
+    RunEnded,
+    Session,
+    SQLiteStore,
+)
 from turnfsm.temporal import (
     DurableOptions,
     DurableRun,
@@ -225,3 +232,85 @@ def test_history_limit_is_checked_where_it_is_given() -> None:
             DurableOptions(history_limit=bad)  # type: ignore[arg-type]
     assert DurableOptions(history_limit=1).history_limit == 1
     assert DurableOptions().history_limit is None
+
+
+def test_a_run_stopped_to_continue_as_new_is_still_running_for_its_queries() -> None:
+    # Between its stop and the new workflow run, an injected message is
+    # queued and carried, not refused as sent to an ended run.
+    from turnfsm.hooks import RunEndInfo
+    from turnfsm.temporal._workflow import _Status
+
+    status = _Status()
+    stop = ContinuedAsNew(workflow_id="turnfsm-s", history_events=40, history_bytes=9)
+    status.on_run_end(
+        RunEndInfo(
+            run_id="r", phase="call_llm", text="", error=stop, outcome="interrupted"
+        )
+    )
+    assert status.outcome == "running"
+    status.on_run_end(RunEndInfo(run_id="r", phase="done", text="ok", error=None))
+    assert status.outcome == "done"
+
+
+async def test_messages_injected_across_continuations_each_arrive_once_in_order(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    def step(n: int) -> str:
+        """Do a step.
+
+        Args:
+            n: the step.
+        """
+        return f"step {n}"
+
+    turns = 12
+    script = [reply("", tool_call("step", f"s{n}", n=n)) for n in range(turns)]
+    agent = Agent(
+        model=ScriptedModel.of(*script, *["noted"] * 400),
+        tools=[step],
+        store=SQLiteStore(tmp_path / "inject.db"),
+        name="injected",
+        max_turns=500,
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    sent: list[str] = []
+    refused: list[str] = []
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "go",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=20),
+        )
+
+        async def inject() -> None:
+            for n in range(1_000):
+                note = f"note {n}"
+                try:
+                    await run.inject(note)
+                except ConfigError as exc:
+                    if "interrupted" in str(exc):
+                        refused.append(note)
+                    return  # ended
+                sent.append(note)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(inject)
+            with anyio.fail_after(120):
+                result = await run.result()
+    assert result.outcome == "done"
+    assert refused == []
+    session = await Session.load(SQLiteStore(tmp_path / "inject.db"), run.session_id)
+    notes = [
+        e.event.message.text
+        for e in session.entries
+        if isinstance(e, EventRecorded) and isinstance(e.event, MessageInjected)
+    ]
+    assert notes == sent
+    stops = [
+        e
+        for e in session.entries
+        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+    ]
+    assert len(stops) >= 2

@@ -134,7 +134,10 @@ class _Status(Hook):
 
     def on_run_end(self, info: RunEndInfo) -> None:
         self.phase = info.phase
-        self.outcome = info.outcome
+        if not isinstance(info.error, ContinuedAsNew):
+            # Stopped to continue as new, the run goes on: still running
+            # (its steering is taken, and carried to the new workflow run).
+            self.outcome = info.outcome
 
     def to_json(self, children: tuple[str, ...]) -> Any:
         return serde.to_json(
@@ -212,19 +215,27 @@ def _durable(agent: Agent, remote: _Remote) -> Driver:
 class TurnWorkflow:
     """One run of an agent, durable: see the module's theory of operation."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
         self._control = RunControl()
         self._answers: list[Event] = []
         self._status = _Status()
         self._remote: _Remote | None = None
+        try:
+            self._spec: RunSpec | TurnFSMError = serde.from_json(RunSpec, start)
+        except TurnFSMError as exc:  # not a start turnfsm wrote
+            self._spec = exc
+        else:
+            # What the run's steering queued before it continued as new goes
+            # first: before any message injected into this workflow run.
+            self._control.requeue(self._spec.queued)
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> Any:
         """Run the agent's loop to its end; return the `RunResult` as JSON."""
-        try:
-            spec: RunSpec = serde.from_json(RunSpec, start)
-        except TurnFSMError as exc:  # not a start turnfsm wrote
-            raise not_retried(exc) from None
+        spec = self._spec
+        if isinstance(spec, TurnFSMError):
+            raise not_retried(spec) from None
         # A sub-agent's run records the call that started it; its own
         # sub-agents are one deeper.
         with Delegation.child_run(spec.parent):
@@ -238,7 +249,6 @@ class TurnWorkflow:
         driver = _durable(agent, remote)
         hooks = [self._status]
         control = self._control
-        control.requeue(spec.queued)
         try:
             if spec.resume:  # continued as new: the run is open in its log
                 result = await driver.resume(
