@@ -17,12 +17,18 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from turnfsm import Agent
+from turnfsm import Agent, ContextManager, TruncatingCompactor, serde
 from turnfsm.core import ToolsFinished
-from turnfsm.errors import ConfigError, MaxTurnsExceeded, PayloadTooLarge
-from turnfsm.persistence import EventRecorded, Session, SQLiteStore
+from turnfsm.errors import (
+    ConfigError,
+    ContinuedAsNew,
+    MaxTurnsExceeded,
+    PayloadTooLarge,
+)
+from turnfsm.persistence import EventRecorded, RunEnded, Session, SQLiteStore
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.temporal import DurableOptions, create_worker, start_durable
+from turnfsm.temporal._payloads import payload_size
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -294,3 +300,62 @@ async def test_a_model_reply_past_the_limit_fails_the_run_after_one_call(
     session = await Session.load(SQLiteStore(tmp_path / "reply.db"), run.session_id)
     [record] = session.runs
     assert record.outcome == "failed"
+
+
+async def test_a_log_past_the_limit_is_read_in_parts(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Compaction keeps the conversation small; the log keeps everything. A
+    # durable run reads it when it starts and each time it continues as new.
+    def fetch(n: int) -> str:
+        """Fetch a page.
+
+        Args:
+            n: the page.
+        """
+        return f"page {n}: " + "lorem ipsum " * 830
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].tool_results:
+            return ModelResponse(message=reply("read"))
+        call = tool_call("fetch", f"c{len(request.messages)}", n=1)
+        return ModelResponse(message=reply("", call))
+
+    def agent(store: SQLiteStore) -> Agent:
+        return Agent(
+            model=FakeModelClient(answer),
+            tools=[fetch],
+            store=store,
+            name="long-log",
+            context=ContextManager(
+                TruncatingCompactor(), context_window=12_000, threshold=80
+            ),
+        )
+
+    limit = 60_000
+    earlier = agent(SQLiteStore(tmp_path / "log.db"))
+    for n in range(25):
+        assert (await earlier.run(f"read page {n}")).ok
+    session = await Session.load(SQLiteStore(tmp_path / "log.db"), earlier.session.id)
+    assert sum(payload_size(serde.envelope(e)) for e in session.entries) > 3 * limit
+    later = agent(SQLiteStore(tmp_path / "log.db"))
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, later):
+        run = await start_durable(
+            later,
+            "read one more",
+            client=temporal_client,
+            task_queue=queue,
+            session_id=earlier.session.id,
+            options=DurableOptions(payload_limit=limit, history_limit=10),
+        )
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "read"), result.error
+    await _payloads_within(temporal_client, run.workflow_id, limit)
+    session = await Session.load(SQLiteStore(tmp_path / "log.db"), run.session_id)
+    assert session.runs[-1].outcome == "done"
+    assert len(session.runs) == 26
+    assert any(
+        isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+        for e in session.entries
+    )

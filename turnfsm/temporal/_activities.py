@@ -67,7 +67,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
 )
-from turnfsm.temporal._payloads import payload_size, workflow_id_of
+from turnfsm.temporal._payloads import fitting, payload_size, workflow_id_of
 
 __all__ = [
     "ACTIVITIES",
@@ -326,11 +326,20 @@ def _crashed(exc: Exception) -> ApplicationError:
 
 @activity.defn(name="turnfsm.load")
 async def load_log(request: dict[str, Any]) -> dict[str, Any]:
-    """Return the session's log (every entry as its envelope)."""
+    """Return the session's log (every entry as its envelope), a part at a time.
+
+    From entry ``start``, as many as ``budget`` bytes take (one at least;
+    all of them without a budget); ``more`` says whether entries are left.
+    """
     store = _store(request)
     async with _beating():
         entries = await store.load(request["session_id"])
-    return {"entries": [serde.envelope(e) for e in entries]}
+    envelopes = [serde.envelope(e) for e in entries[request.get("start", 0) :]]
+    budget = request.get("budget")
+    if budget is None:
+        return {"entries": envelopes}
+    kept = fitting(envelopes, budget)
+    return {"entries": envelopes[:kept], "more": kept < len(envelopes)}
 
 
 @activity.defn(name="turnfsm.append")

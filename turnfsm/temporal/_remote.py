@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW,
         DurableOptions,
         RunSpec,
+        fitting,
         payload_size,
         workflow_id_of,
     )
@@ -160,16 +161,24 @@ class _WorkflowLog:
         }
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
-        data = await workflow.execute_activity(
-            load_log,
-            {
-                "agent": self._spec.agent,
-                "store": self._spec.store,
-                "session_id": session_id,
-            },
-            **self.options(),
-        )
-        entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
+        """Read the session's log, in as many activities as the payload limit needs."""
+        read: list[Any] = []
+        while True:
+            data = await workflow.execute_activity(
+                load_log,
+                {
+                    "agent": self._spec.agent,
+                    "store": self._spec.store,
+                    "session_id": session_id,
+                    "start": len(read),
+                    "budget": self._spec.options.payload_limit - _ENVELOPE,
+                },
+                **self.options(),
+            )
+            read.extend(data["entries"])
+            if not data.get("more"):
+                break
+        entries = tuple(serde.open_envelope(e, Entry) for e in read)
         if session_id == self._spec.session_id:
             # Not another session's log: a resumed run reads its children's.
             self._written = len(entries)
@@ -199,13 +208,7 @@ class _WorkflowLog:
             return None
         entries = [serde.envelope(e) for e in self._pending]
         if budget is not None:
-            kept, used = 0, 0
-            for envelope in entries:
-                used += payload_size(envelope) + 1
-                if kept and used > budget:
-                    break
-                kept += 1
-            del entries[kept:]
+            del entries[fitting(entries, budget) :]
         return {"entries": entries, "version": self._written}
 
     def done(self, log: Mapping[str, Any] | None) -> None:
