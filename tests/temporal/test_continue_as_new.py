@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -24,8 +25,9 @@ from turnfsm import Agent, approval_machine
 from turnfsm.cli._demo import TASK, build_demo_agent
 from turnfsm.core import MessageInjected
 from turnfsm.driver import replay
-from turnfsm.errors import ConfigError, ContinuedAsNew
+from turnfsm.errors import Cancelled, ConfigError, ContinuedAsNew
 from turnfsm.persistence import (
+    Entry,
     EventRecorded,
     MemoryStore,
     RunEnded,
@@ -314,3 +316,62 @@ async def test_messages_injected_across_continuations_each_arrive_once_in_order(
         if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
     ]
     assert len(stops) >= 2
+
+
+async def test_a_workflow_cancelled_while_the_run_stops_ends_it_cancelled(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Temporal's cancellation lands while the stop is being written: the run
+    # ends cancelled in its log and lets its session go, as anywhere else.
+    stopping = anyio.Event()
+
+    class SlowStop(SQLiteStore):
+        async def append(
+            self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+        ) -> int:
+            if any(
+                isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+                for e in entries
+            ):
+                stopping.set()
+                await anyio.sleep(1.5)
+            return await super().append(
+                session_id, entries, expected_version=expected_version
+            )
+
+    def step(n: int) -> str:
+        """Do a step.
+
+        Args:
+            n: the step.
+        """
+        return f"step {n}"
+
+    script = [reply("", tool_call("step", f"s{n}", n=n)) for n in range(10)]
+    store = SlowStop(tmp_path / "cancel.db")
+    agent = Agent(
+        model=ScriptedModel.of(*script, "done"),
+        tools=[step],
+        store=store,
+        name="cancelled-stop",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "go",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=15),
+        )
+        with anyio.fail_after(60):
+            await stopping.wait()
+        await run.handle.cancel()
+        with pytest.raises(Cancelled):
+            await run.result()
+    session = await Session.load(SQLiteStore(tmp_path / "cancel.db"), run.session_id)
+    [record] = session.runs
+    assert record.outcome == "cancelled"
+    await SQLiteStore(tmp_path / "cancel.db").acquire_lease(
+        run.session_id, "another process", ttl=5
+    )

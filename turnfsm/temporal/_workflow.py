@@ -58,7 +58,8 @@ import asyncio
 from typing import Any, Final, final
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import CancelledError as TemporalCancelled
 
 with workflow.unsafe.imports_passed_through():
     # Imported here, not lazily: a lazy import (importlib) inside a workflow
@@ -77,7 +78,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallsReviewed,
         trigger_of,
     )
-    from turnfsm.driver import Delegation, Driver, RunControl
+    from turnfsm.driver import Delegation, Driver, RunControl, RunResult
     from turnfsm.errors import (
         ConfigError,
         ContinuedAsNew,
@@ -249,6 +250,7 @@ class TurnWorkflow:
         driver = _durable(agent, remote)
         hooks = [self._status]
         control = self._control
+        result: RunResult[Any] | None = None
         try:
             if spec.resume:  # continued as new: the run is open in its log
                 result = await driver.resume(
@@ -262,7 +264,7 @@ class TurnWorkflow:
                     hooks=hooks,
                     run_id=spec.run_id,
                 )
-            await log.flush()
+            await _written(log)
             while result.outcome == "paused":
                 self._status.waiting = result.waiting
                 event, cancelled = await self._next_answer()
@@ -270,10 +272,18 @@ class TurnWorkflow:
                 result = await driver.resume(
                     session, spec.run_id, event, control=control, hooks=hooks
                 )
-                await log.flush()
+                await _written(log)
                 if cancelled:
                     raise asyncio.CancelledError
+            if _continues(result):
+                # Its log is written; what its steering queued goes with it.
+                await workflow.wait_condition(workflow.all_handlers_finished)
         except asyncio.CancelledError:
+            if result is not None and _continues(result):
+                # The workflow was cancelled while the run stopped to continue
+                # as new: the run ends here, cancelled, and lets its session go.
+                control.cancel("the workflow was cancelled")
+                await driver.resume(session, spec.run_id, control=control, hooks=hooks)
             await log.flush()  # the loop logged the cancellation
             raise
         except ApplicationError:
@@ -293,9 +303,7 @@ class TurnWorkflow:
                 type=CRASHED,
                 non_retryable=True,
             ) from exc
-        if result.outcome == "interrupted" and isinstance(result.error, ContinuedAsNew):
-            # Its log is written; what its steering queued goes with it.
-            await workflow.wait_condition(workflow.all_handlers_finished)
+        if _continues(result):
             workflow.continue_as_new(
                 serde.to_json(
                     attrs.evolve(spec, input=(), resume=True, queued=control.queued())
@@ -434,6 +442,21 @@ class TurnWorkflow:
     def last_decision(self) -> str:
         """The last decision carried out (``call_llm``, ``compact:threshold``...)."""
         return self._status.decision
+
+
+def _continues(result: RunResult[Any]) -> bool:
+    """Whether the run stopped for its workflow to continue as new."""
+    return result.outcome == "interrupted" and isinstance(result.error, ContinuedAsNew)
+
+
+async def _written(log: _WorkflowLog) -> None:
+    """Write the log; its activity cancelled with the workflow is that cancellation."""
+    try:
+        await log.flush()
+    except ActivityError as exc:
+        if isinstance(exc.cause, TemporalCancelled):
+            raise asyncio.CancelledError from None
+        raise
 
 
 def _refused(exc: Exception) -> ApplicationError:
