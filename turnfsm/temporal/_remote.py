@@ -700,6 +700,9 @@ def _within(
     saying so until the batch fits.
     """
     kept = list(results)
+    text = sum(len(r.content) for m in kept for r in m.tool_results)
+    if 6 * text + 4096 * len(kept) <= limit:  # \uXXXX: 6 bytes a character
+        return kept  # within it, however escaped: not measured
     sizes = [payload_size(serde.to_json(m)) for m in kept]
     left = set(range(len(kept)))
     while left and sum(sizes) > limit:
