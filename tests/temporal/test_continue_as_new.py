@@ -375,3 +375,62 @@ async def test_a_workflow_cancelled_while_the_run_stops_ends_it_cancelled(
     await SQLiteStore(tmp_path / "cancel.db").acquire_lease(
         run.session_id, "another process", ttl=5
     )
+
+
+async def test_the_status_of_a_continued_run_starts_where_it_stopped(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # While the new workflow run reads the log, its status is where the run
+    # stopped: not phase start, turn 0.
+    reading = anyio.Event()
+
+    class SlowRead(SQLiteStore):
+        async def load(self, session_id: str) -> tuple[Entry, ...]:
+            entries = await super().load(session_id)
+            last = entries[-1] if entries else None
+            stopped = isinstance(last, RunEnded) and isinstance(
+                last.error, ContinuedAsNew
+            )
+            if stopped and not reading.is_set():
+                reading.set()
+                await anyio.sleep(1.5)
+            return entries
+
+    def step(n: int) -> str:
+        """Do a step.
+
+        Args:
+            n: the step.
+        """
+        return f"step {n}"
+
+    script = [reply("", tool_call("step", f"s{n}", n=n)) for n in range(6)]
+    agent = Agent(
+        model=ScriptedModel.of(*script, "done"),
+        tools=[step],
+        store=SlowRead(tmp_path / "status.db"),
+        name="status-kept",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "go",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=20),
+        )
+        with anyio.fail_after(60):
+            await reading.wait()
+        await anyio.sleep(0.5)  # the new workflow run waits on its read
+        status = await run.status()
+        result = await run.result()
+    assert result.ok
+    session = await Session.load(SQLiteStore(tmp_path / "status.db"), run.session_id)
+    [stop, *_] = [
+        e
+        for e in session.entries
+        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+    ]
+    assert (status.outcome, status.phase) == ("running", stop.phase)
+    assert status.turn == stop.turns > 0

@@ -142,6 +142,8 @@ class RunSpec:
             resume it there, with no input.
         queued: What the run's steering had queued and the run had not
             taken yet (injected messages, a cancel) when it continued as new.
+        status: Where the run was when it continued as new (what the
+            ``status`` query answers until it takes its next step).
     """
 
     agent: str
@@ -153,6 +155,7 @@ class RunSpec:
     store: str | None = None
     resume: bool = False
     queued: tuple[Event, ...] = ()
+    status: RunStatus | None = None
 
 
 @final

@@ -125,6 +125,13 @@ class _Status(Hook):
     def on_run_start(self, info: RunStartInfo) -> None:
         self.outcome = "running"  # resumed after a pause, too
 
+    def resumed(self, status: RunStatus) -> None:
+        """Start from where the run stopped (continued as new), not from scratch."""
+        self.phase = status.phase
+        self.estimate = status.estimate
+        self.decision = status.decision
+        self.turn = status.turn
+
     def on_transition(self, info: TransitionInfo) -> None:
         self.phase = info.step.dest
         self.estimate = info.estimate
@@ -140,18 +147,19 @@ class _Status(Hook):
             # (its steering is taken, and carried to the new workflow run).
             self.outcome = info.outcome
 
-    def to_json(self, children: tuple[str, ...]) -> Any:
-        return serde.to_json(
-            RunStatus(
-                phase=self.phase,
-                estimate=self.estimate,
-                decision=self.decision,
-                turn=self.turn,
-                outcome=self.outcome,
-                waiting=self.waiting,
-                children=children,
-            )
+    def value(self, children: tuple[str, ...] = ()) -> RunStatus:
+        return RunStatus(
+            phase=self.phase,
+            estimate=self.estimate,
+            decision=self.decision,
+            turn=self.turn,
+            outcome=self.outcome,
+            waiting=self.waiting,
+            children=children,
         )
+
+    def to_json(self, children: tuple[str, ...]) -> Any:
+        return serde.to_json(self.value(children))
 
 
 class _Quiet(Hook):
@@ -228,8 +236,11 @@ class TurnWorkflow:
             self._spec = exc
         else:
             # What the run's steering queued before it continued as new goes
-            # first: before any message injected into this workflow run.
+            # first: before any message injected into this workflow run; and
+            # its status is where it stopped, while the log is read again.
             self._control.requeue(self._spec.queued)
+            if self._spec.status is not None:
+                self._status.resumed(self._spec.status)
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> Any:
@@ -306,7 +317,13 @@ class TurnWorkflow:
         if _continues(result):
             workflow.continue_as_new(
                 serde.to_json(
-                    attrs.evolve(spec, input=(), resume=True, queued=control.queued())
+                    attrs.evolve(
+                        spec,
+                        input=(),
+                        resume=True,
+                        queued=control.queued(),
+                        status=self._status.value(),
+                    )
                 )
             )
         return run_result(result)
