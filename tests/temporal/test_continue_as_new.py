@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import io
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
 import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer
@@ -22,9 +24,17 @@ from temporalio.worker import Replayer
 from tests.temporal.test_durable import _paused
 from turnfsm import Agent, approval_machine
 from turnfsm.cli._demo import TASK, build_demo_agent
+from turnfsm.core import MessageInjected
 from turnfsm.driver import replay
-from turnfsm.errors import ConfigError, ContinuedAsNew
-from turnfsm.persistence import MemoryStore, RunEnded, Session, SQLiteStore
+from turnfsm.errors import Cancelled, ConfigError, ContinuedAsNew
+from turnfsm.persistence import (
+    Entry,
+    EventRecorded,
+    MemoryStore,
+    RunEnded,
+    Session,
+    SQLiteStore,
+)
 from turnfsm.temporal import (
     DurableOptions,
     TurnWorkflow,
@@ -241,3 +251,203 @@ def test_what_the_steering_queued_crosses_into_the_next_workflow_run() -> None:
         MessageInjected(message=Message.user("also the logs", id="m1")),
         RunCancelled(reason="stop"),
     )
+
+
+def test_a_run_stopped_to_continue_as_new_is_still_running_for_its_queries() -> None:
+    # Between its stop and the new workflow run, an injected message is
+    # queued and carried, not refused as sent to an ended run.
+    from turnfsm.hooks import RunEndInfo
+    from turnfsm.temporal._workflow import _Status
+
+    status = _Status()
+    stop = ContinuedAsNew(workflow_id="turnfsm-s", history_events=40, history_bytes=9)
+    status.on_run_end(
+        RunEndInfo(
+            run_id="r", phase="call_llm", text="", error=stop, outcome="interrupted"
+        )
+    )
+    assert status.outcome == "running"
+    status.on_run_end(RunEndInfo(run_id="r", phase="done", text="ok", error=None))
+    assert status.outcome == "done"
+
+
+async def test_messages_injected_across_continuations_each_arrive_once_in_order(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    def step(n: int) -> str:
+        """Do a step.
+
+        Args:
+            n: the step.
+        """
+        return f"step {n}"
+
+    turns = 12
+    script = [reply("", tool_call("step", f"s{n}", n=n)) for n in range(turns)]
+    agent = Agent(
+        model=ScriptedModel.of(*script, *["noted"] * 400),
+        tools=[step],
+        store=SQLiteStore(tmp_path / "inject.db"),
+        name="injected",
+        max_turns=500,
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    sent: list[str] = []
+    refused: list[str] = []
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "go",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=20),
+        )
+
+        async def inject() -> None:
+            for n in range(1_000):
+                note = f"note {n}"
+                try:
+                    await run.inject(note)
+                except ConfigError as exc:
+                    if "interrupted" in str(exc):
+                        refused.append(note)
+                    return  # ended
+                sent.append(note)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(inject)
+            with anyio.fail_after(120):
+                result = await run.result()
+    assert result.outcome == "done"
+    assert refused == []
+    session = await Session.load(SQLiteStore(tmp_path / "inject.db"), run.session_id)
+    notes = [
+        e.event.message.text
+        for e in session.entries
+        if isinstance(e, EventRecorded) and isinstance(e.event, MessageInjected)
+    ]
+    assert notes == sent
+    stops = [
+        e
+        for e in session.entries
+        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+    ]
+    assert len(stops) >= 2
+
+
+async def test_a_workflow_cancelled_while_the_run_stops_ends_it_cancelled(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Temporal's cancellation lands while the stop is being written: the run
+    # ends cancelled in its log and lets its session go, as anywhere else.
+    stopping = anyio.Event()
+
+    class SlowStop(SQLiteStore):
+        async def append(
+            self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+        ) -> int:
+            if any(
+                isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+                for e in entries
+            ):
+                stopping.set()
+                await anyio.sleep(1.5)
+            return await super().append(
+                session_id, entries, expected_version=expected_version
+            )
+
+    def step(n: int) -> str:
+        """Do a step.
+
+        Args:
+            n: the step.
+        """
+        return f"step {n}"
+
+    script = [reply("", tool_call("step", f"s{n}", n=n)) for n in range(10)]
+    store = SlowStop(tmp_path / "cancel.db")
+    agent = Agent(
+        model=ScriptedModel.of(*script, "done"),
+        tools=[step],
+        store=store,
+        name="cancelled-stop",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "go",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=15),
+        )
+        with anyio.fail_after(60):
+            await stopping.wait()
+        await run.handle.cancel()
+        with pytest.raises(Cancelled):
+            await run.result()
+    session = await Session.load(SQLiteStore(tmp_path / "cancel.db"), run.session_id)
+    [record] = session.runs
+    assert record.outcome == "cancelled"
+    await SQLiteStore(tmp_path / "cancel.db").acquire_lease(
+        run.session_id, "another process", ttl=5
+    )
+
+
+async def test_the_status_of_a_continued_run_starts_where_it_stopped(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # While the new workflow run reads the log, its status is where the run
+    # stopped: not phase start, turn 0.
+    reading = anyio.Event()
+
+    class SlowRead(SQLiteStore):
+        async def load(self, session_id: str) -> tuple[Entry, ...]:
+            entries = await super().load(session_id)
+            last = entries[-1] if entries else None
+            stopped = isinstance(last, RunEnded) and isinstance(
+                last.error, ContinuedAsNew
+            )
+            if stopped and not reading.is_set():
+                reading.set()
+                await anyio.sleep(1.5)
+            return entries
+
+    def step(n: int) -> str:
+        """Do a step.
+
+        Args:
+            n: the step.
+        """
+        return f"step {n}"
+
+    script = [reply("", tool_call("step", f"s{n}", n=n)) for n in range(6)]
+    agent = Agent(
+        model=ScriptedModel.of(*script, "done"),
+        tools=[step],
+        store=SlowRead(tmp_path / "status.db"),
+        name="status-kept",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "go",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=20),
+        )
+        with anyio.fail_after(60):
+            await reading.wait()
+        await anyio.sleep(0.5)  # the new workflow run waits on its read
+        status = await run.status()
+        result = await run.result()
+    assert result.ok
+    session = await Session.load(SQLiteStore(tmp_path / "status.db"), run.session_id)
+    [stop, *_] = [
+        e
+        for e in session.entries
+        if isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+    ]
+    assert (status.outcome, status.phase) == ("running", stop.phase)
+    assert status.turn == stop.turns > 0

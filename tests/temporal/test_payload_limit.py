@@ -17,13 +17,20 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from turnfsm import Agent
+from turnfsm import Agent, ContextManager, TruncatingCompactor, serde
 from turnfsm.core import ToolsFinished
 from turnfsm.driver import RunResult
-from turnfsm.errors import ConfigError, PayloadTooLarge
-from turnfsm.persistence import EventRecorded, Session, SQLiteStore
+from turnfsm.errors import (
+    ConfigError,
+    ContinuedAsNew,
+    MaxTurnsExceeded,
+    PayloadTooLarge,
+)
+from turnfsm.persistence import EventRecorded, RunEnded, Session, SQLiteStore
+from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.temporal import DurableOptions, create_worker, start_durable
-from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.temporal._payloads import payload_size
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -150,3 +157,217 @@ def test_a_tool_request_of_an_earlier_workflow_reads_its_turn_from_it() -> None:
     snapshot = attrs.evolve(TurnMachine.start(load_turn_spec()).snapshot, turns=3)
     assert _turn({"turn": 4}) == 4
     assert _turn({"snapshot": serde.to_json(snapshot)}) == 3
+
+
+async def _payloads_within(client: Client, workflow_id: str, limit: int) -> None:
+    """Every activity input and result the workflow's history holds is in `limit`."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            what = event.activity_task_scheduled_event_attributes
+            sizes = [len(p.data) for p in what.input.payloads]
+            name = what.activity_type.name
+        elif event.HasField("activity_task_completed_event_attributes"):
+            sizes = [
+                len(p.data)
+                for p in event.activity_task_completed_event_attributes.result.payloads
+            ]
+            name = f"the result of event {event.event_id}"
+        else:
+            continue
+        assert max(sizes, default=0) <= limit, (name, sizes)
+
+
+async def test_a_batch_of_results_together_past_the_limit_is_cut_to_fit(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Each page is under half the limit; the four together are not, and the
+    # batch is one entry of the log and one step of the conversation.
+    def fetch(n: int) -> str:
+        """Fetch a page.
+
+        Args:
+            n: the page.
+        """
+        return f"page {n}: " + "lorem ipsum " * (12_000 // 12)
+
+    calls = [tool_call("fetch", f"c{n}", n=n) for n in range(4)]
+    agent = Agent(
+        model=ScriptedModel.of(reply("", *calls), "read them all"),
+        tools=[fetch],
+        store=SQLiteStore(tmp_path / "batch.db"),
+        name="batch-fetcher",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "read",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "read them all")
+    await _payloads_within(temporal_client, run.workflow_id, LIMIT)
+    session = await Session.load(SQLiteStore(tmp_path / "batch.db"), run.session_id)
+    answers = [r for m in session.history for r in m.tool_results]
+    assert [a.call_id for a in answers] == ["c0", "c1", "c2", "c3"]
+    kept = [a for a in answers if not a.is_error]
+    cut = [a for a in answers if a.is_error]
+    assert kept
+    assert cut
+    assert all(a.content.startswith("page ") for a in kept)
+    for answer in cut:
+        assert answer.content.startswith("tool 'fetch' returned ")
+        assert "with the other results of its batch" in answer.content
+
+
+async def test_a_lone_call_with_long_arguments_writes_the_log_on_its_own(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The reply holding the call is in the log, and the log rode with the
+    # call's activity: the arguments twice. (One turn: the conversation
+    # would be past the limit for a second model call.)
+    wrote: list[int] = []
+
+    def write(path: str, text: str) -> str:
+        """Write a file.
+
+        Args:
+            path: the file.
+            text: what to write.
+        """
+        wrote.append(len(text))
+        return f"wrote {len(text)} characters to {path}"
+
+    text = "lorem ipsum " * (25_000 // 12)
+    agent = Agent(
+        model=ScriptedModel.of(
+            reply("", tool_call("write", "w1", path="/a", text=text)), "written"
+        ),
+        tools=[write],
+        store=SQLiteStore(tmp_path / "write.db"),
+        name="writer-long",
+        max_turns=1,
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "write",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        result = await run.result()
+    assert wrote == [len(text)]
+    assert isinstance(result.error, MaxTurnsExceeded)
+    await _payloads_within(temporal_client, run.workflow_id, LIMIT)
+    session = await Session.load(SQLiteStore(tmp_path / "write.db"), run.session_id)
+    [answer] = [
+        r.content
+        for e in session.entries
+        if isinstance(e, EventRecorded) and isinstance(e.event, ToolsFinished)
+        for m in e.event.results
+        for r in m.tool_results
+    ]
+    assert answer == f"wrote {len(text)} characters to /a"
+
+
+async def test_a_model_reply_past_the_limit_fails_the_run_after_one_call(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Its activity's result would be refused, and Temporal would run the
+    # activity, the model call, again and again.
+    asked: list[int] = []
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        asked.append(len(request.messages))
+        return ModelResponse(message=reply("lorem ipsum " * (50_000 // 12)))
+
+    agent = Agent(
+        model=FakeModelClient(answer),
+        store=SQLiteStore(tmp_path / "reply.db"),
+        name="talker",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "talk",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        result = await run.result()
+    assert len(asked) == 1
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, PayloadTooLarge)
+    assert (error.effect, error.limit, error.returned) == ("call_llm", LIMIT, True)
+    assert error.size > LIMIT
+    assert str(error).startswith("the 'call_llm' step of this durable run returned ")
+    await _payloads_within(temporal_client, run.workflow_id, LIMIT)
+    session = await Session.load(SQLiteStore(tmp_path / "reply.db"), run.session_id)
+    [record] = session.runs
+    assert record.outcome == "failed"
+
+
+async def test_a_log_past_the_limit_is_read_in_parts(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Compaction keeps the conversation small; the log keeps everything. A
+    # durable run reads it when it starts and each time it continues as new.
+    def fetch(n: int) -> str:
+        """Fetch a page.
+
+        Args:
+            n: the page.
+        """
+        return f"page {n}: " + "lorem ipsum " * 830
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        if request.messages[-1].tool_results:
+            return ModelResponse(message=reply("read"))
+        call = tool_call("fetch", f"c{len(request.messages)}", n=1)
+        return ModelResponse(message=reply("", call))
+
+    def agent(store: SQLiteStore) -> Agent:
+        return Agent(
+            model=FakeModelClient(answer),
+            tools=[fetch],
+            store=store,
+            name="long-log",
+            context=ContextManager(
+                TruncatingCompactor(), context_window=12_000, threshold=80
+            ),
+        )
+
+    limit = 60_000
+    earlier = agent(SQLiteStore(tmp_path / "log.db"))
+    for n in range(25):
+        assert (await earlier.run(f"read page {n}")).ok
+    session = await Session.load(SQLiteStore(tmp_path / "log.db"), earlier.session.id)
+    assert sum(payload_size(serde.envelope(e)) for e in session.entries) > 3 * limit
+    later = agent(SQLiteStore(tmp_path / "log.db"))
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, later):
+        run = await start_durable(
+            later,
+            "read one more",
+            client=temporal_client,
+            task_queue=queue,
+            session_id=earlier.session.id,
+            options=DurableOptions(payload_limit=limit, history_limit=10),
+        )
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "read"), result.error
+    await _payloads_within(temporal_client, run.workflow_id, limit)
+    session = await Session.load(SQLiteStore(tmp_path / "log.db"), run.session_id)
+    assert session.runs[-1].outcome == "done"
+    assert len(session.runs) == 26
+    assert any(
+        isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
+        for e in session.entries
+    )

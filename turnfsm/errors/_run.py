@@ -494,13 +494,26 @@ class PayloadTooLarge(TurnFSMError):
     step: `effect` names the step (``call_llm``, ``compact``, an effect of
     your machine), `size` the bytes its activity would carry (mostly the
     conversation), `limit` the run's `DurableOptions.payload_limit`.
+    `returned` is True when the step's activity made an answer past the
+    limit instead (a model's reply, say): the run fails after that one
+    attempt, where Temporal would run the activity again and again.
     """
 
     effect: str
     size: int
     limit: int
+    returned: bool = False
 
     def __str__(self) -> str:
+        if self.returned:
+            return (
+                f"the {self.effect!r} step of this durable run returned "
+                f"{self.size:,} bytes from its activity, over "
+                f"DurableOptions.payload_limit={self.limit:,} (Temporal's limit "
+                "for one payload): ask for less (the model's max_tokens, a "
+                "smaller answer), or raise the server's limit.blobSize.error "
+                "and payload_limit with it"
+            )
         return (
             f"the {self.effect!r} step of this durable run would carry "
             f"{self.size:,} bytes to its activity, over "

@@ -51,6 +51,7 @@ from turnfsm.errors import (
     ConfigError,
     ContinuedAsNew,
     EffectFailed,
+    PayloadTooLarge,
     RunCrashed,
     SessionBusy,
     SessionConflict,
@@ -66,7 +67,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
 )
-from turnfsm.temporal._payloads import payload_size, workflow_id_of
+from turnfsm.temporal._payloads import fitting, payload_size, workflow_id_of
 
 __all__ = [
     "ACTIVITIES",
@@ -78,7 +79,9 @@ __all__ = [
     "failure_error",
     "not_retried",
     "register",
+    "result_past",
     "serves",
+    "too_large_result",
 ]
 
 TRANSIENT: Final = "turnfsm.transient"
@@ -323,11 +326,20 @@ def _crashed(exc: Exception) -> ApplicationError:
 
 @activity.defn(name="turnfsm.load")
 async def load_log(request: dict[str, Any]) -> dict[str, Any]:
-    """Return the session's log (every entry as its envelope)."""
+    """Return the session's log (every entry as its envelope), a part at a time.
+
+    From entry ``start``, as many as ``budget`` bytes take (one at least;
+    all of them without a budget); ``more`` says whether entries are left.
+    """
     store = _store(request)
     async with _beating():
         entries = await store.load(request["session_id"])
-    return {"entries": [serde.envelope(e) for e in entries]}
+    envelopes = [serde.envelope(e) for e in entries[request.get("start", 0) :]]
+    budget = request.get("budget")
+    if budget is None:
+        return {"entries": envelopes}
+    kept = fitting(envelopes, budget)
+    return {"entries": envelopes[:kept], "more": kept < len(envelopes)}
 
 
 @activity.defn(name="turnfsm.append")
@@ -380,7 +392,16 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
             logger.error("run %s: effect %r raised", run_id, key, exc_info=exc)
             failed = EffectFailed(effect=key, type=type(exc).__name__, message=str(exc))
             raise not_retried(failed) from None
-        return _answer(event, driver.retry)
+        data = _answer(event, driver.retry)
+        limit = request.get("payload_limit")
+        if limit is not None and (size := payload_size(data)) > limit:
+            # Refused as a result, the activity would be run again and again
+            # (a model call each time): the run fails after this attempt.
+            too_large = PayloadTooLarge(
+                effect=key, size=size, limit=limit, returned=True
+            )
+            raise not_retried(too_large)
+        return data
 
 
 def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
@@ -442,24 +463,38 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
             raise _crashed(exc) from exc
         data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
         limit = request.get("result_limit")
-        if limit is not None and _past(result, data, limit):
-            too_large = Message.tool_result(
-                call.id,
-                f"tool {call.name!r} returned {payload_size(data):,} bytes, more than "
-                f"a durable run's activity can carry ({limit:,} bytes: half of "
-                "DurableOptions.payload_limit, Temporal's limit for one payload); "
-                "ask it for less (a narrower query, one page)",
-                is_error=True,
-                id=result.id,
-            )
+        if limit is not None and result_past(result, limit):
+            too_large = too_large_result(call, result, limit)
             data = serde.to_json(too_large)  # type: ignore[assignment]
         return data
 
 
-def _past(result: Message, data: Any, limit: int) -> bool:
+def result_past(result: Message, limit: int) -> bool:
     """Whether a tool result's JSON is over `limit` bytes (measured if it may be)."""
     text = sum(len(r.content) for r in result.tool_results)
-    return 6 * text + 4096 > limit and payload_size(data) > limit  # \uXXXX: 6
+    # \uXXXX: 6 bytes a character at most
+    return 6 * text + 4096 > limit and payload_size(serde.to_json(result)) > limit
+
+
+def too_large_result(
+    call: ToolCallPart, result: Message, limit: int, *, batch: bool = False
+) -> Message:
+    """The error result that stands for `result`, past what a durable run carries.
+
+    `limit` is half of `DurableOptions.payload_limit`: what one result may
+    take, or (`batch`) all the results of its batch together.
+    """
+    size = payload_size(serde.to_json(result))
+    what = "with the other results of its batch, " if batch else ""
+    return Message.tool_result(
+        call.id,
+        f"tool {call.name!r} returned {size:,} bytes, {what}more than a durable "
+        f"run's activity can carry ({limit:,} bytes: half of "
+        "DurableOptions.payload_limit, Temporal's limit for one payload); "
+        "ask it for less (a narrower query, one page)",
+        is_error=True,
+        id=result.id,
+    )
 
 
 def _turn(request: Mapping[str, Any]) -> int:

@@ -9,6 +9,7 @@ turnfsm's own log formats.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Final, final
 
@@ -24,6 +25,7 @@ __all__ = [
     "DurableOptions",
     "RunSpec",
     "RunStatus",
+    "fitting",
     "payload_size",
     "run_result",
     "workflow_id_of",
@@ -42,6 +44,20 @@ MARGIN: Final = 30.0
 def payload_size(value: object) -> int:
     """The bytes Temporal's JSON converter writes for `value` (compact, ASCII)."""
     return len(json.dumps(value, separators=(",", ":")))
+
+
+def fitting(values: Sequence[object], budget: int) -> int:
+    """How many of `values`, from the first, take at most `budget` bytes (one at least).
+
+    What one payload can carry of a log: its entries' JSON, one after the other.
+    """
+    kept, used = 0, 0
+    for value in values:
+        used += payload_size(value) + 1
+        if kept and used > budget:
+            break
+        kept += 1
+    return kept
 
 
 def workflow_id_of(session_id: str) -> str:
@@ -126,6 +142,8 @@ class RunSpec:
             resume it there, with no input.
         queued: What the run's steering had queued and the run had not
             taken yet (injected messages, a cancel) when it continued as new.
+        status: Where the run was when it continued as new (what the
+            ``status`` query answers until it takes its next step).
     """
 
     agent: str
@@ -137,6 +155,7 @@ class RunSpec:
     store: str | None = None
     resume: bool = False
     queued: tuple[Event, ...] = ()
+    status: RunStatus | None = None
 
 
 @final

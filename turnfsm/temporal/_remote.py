@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         run_effect,
         run_tool,
         serves,
+        too_large_result,
     )
     from turnfsm.temporal._payloads import (
         MARGIN,
@@ -78,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW,
         DurableOptions,
         RunSpec,
+        fitting,
         payload_size,
         workflow_id_of,
     )
@@ -159,16 +161,24 @@ class _WorkflowLog:
         }
 
     async def load(self, session_id: str) -> tuple[Entry, ...]:
-        data = await workflow.execute_activity(
-            load_log,
-            {
-                "agent": self._spec.agent,
-                "store": self._spec.store,
-                "session_id": session_id,
-            },
-            **self.options(),
-        )
-        entries = tuple(serde.open_envelope(e, Entry) for e in data["entries"])
+        """Read the session's log, in as many activities as the payload limit needs."""
+        read: list[Any] = []
+        while True:
+            data = await workflow.execute_activity(
+                load_log,
+                {
+                    "agent": self._spec.agent,
+                    "store": self._spec.store,
+                    "session_id": session_id,
+                    "start": len(read),
+                    "budget": self._spec.options.payload_limit - _ENVELOPE,
+                },
+                **self.options(),
+            )
+            read.extend(data["entries"])
+            if not data.get("more"):
+                break
+        entries = tuple(serde.open_envelope(e, Entry) for e in read)
         if session_id == self._spec.session_id:
             # Not another session's log: a resumed run reads its children's.
             self._written = len(entries)
@@ -198,13 +208,7 @@ class _WorkflowLog:
             return None
         entries = [serde.envelope(e) for e in self._pending]
         if budget is not None:
-            kept, used = 0, 0
-            for envelope in entries:
-                used += payload_size(envelope) + 1
-                if kept and used > budget:
-                    break
-                kept += 1
-            del entries[kept:]
+            del entries[fitting(entries, budget) :]
         return {"entries": entries, "version": self._written}
 
     def done(self, log: Mapping[str, Any] | None) -> None:
@@ -406,6 +410,7 @@ class _Remote:
             self._begin()
             request = self._request(ctx)
             request["key"] = key
+            request["payload_limit"] = self.spec.options.payload_limit
             request["log"] = log = self.log.take()
             if not self._fits(ctx, request):
                 try:  # the log on its own first (in parts), then the step
@@ -491,17 +496,7 @@ class _Remote:
         # In call order, before anything starts: the sub-agents' limits count
         # the calls as in-process.
         plans = [self._plan(ctx, call) for call in calls]
-        log = self.log.take()
-        if log is not None and plans != [None]:
-            # The log rides with a lone tool activity; otherwise it is
-            # written first: one writer, not the calls racing, and a child's
-            # run is linked to what its parent's log holds.
-            try:
-                await self._run(append_log, self.log.request(log), **self.log.options())
-            except ActivityError as exc:
-                return self._failed(exc, decision)
-            self.log.done(log)
-            log = None
+        limit = self.spec.options.payload_limit
         # A tool needs its call and turn, not the conversation: each call's
         # activity (and the history keeping its input) is the call's size.
         request = {
@@ -510,8 +505,24 @@ class _Remote:
             "session_id": ctx.session_id,
             "run_id": ctx.run_id,
             "turn": ctx.turn,
-            "result_limit": self.spec.options.payload_limit // 2,
+            "result_limit": limit // 2,
         }
+        log = self.log.take()
+        if log is not None and (
+            plans != [None]
+            or payload_size({**request, "call": serde.to_json(calls[0]), "log": log})
+            > limit
+        ):
+            # The log rides with a lone tool activity (when both fit in
+            # one payload: the log holds the reply, and so the call, too);
+            # otherwise it is written first, in parts: one writer, not the
+            # calls racing, and a child's run is linked to what its
+            # parent's log holds.
+            try:
+                await self._track(self.log.flush())
+            except ActivityError as exc:
+                return self._failed(exc, decision)
+            log = None
         schedule = self._schedule("run_tools")
 
         async def one(index: int) -> Message:
@@ -534,7 +545,7 @@ class _Remote:
         except ChildWorkflowError:  # cancelled: the one failure `_child` raises
             return self._interrupted()
         self.log.done(log)
-        return ToolsFinished(results=results)
+        return ToolsFinished(results=_within(calls, results, limit // 2))
 
     async def _observed(
         self, ctx: EffectContext, call: ToolCallPart, plan: _ChildRun | Message
@@ -676,6 +687,32 @@ class _Remote:
                 )
             )
         raise EffectCrashed(f"{effect_key(decision)}: {cause or exc}") from None
+
+
+def _within(
+    calls: Sequence[ToolCallPart], results: Sequence[Message], limit: int
+) -> list[Message]:
+    """A batch's results, together within `limit` bytes (half the payload limit).
+
+    A tool's activity keeps its own result within it; a batch is one entry
+    of the log and one step of the conversation, and a sub-agent's answer
+    comes from its workflow: the largest results give way to error results
+    saying so until the batch fits.
+    """
+    kept = list(results)
+    text = sum(len(r.content) for m in kept for r in m.tool_results)
+    if 6 * text + 4096 * len(kept) <= limit:  # \uXXXX: 6 bytes a character
+        return kept  # within it, however escaped: not measured
+    sizes = [payload_size(serde.to_json(m)) for m in kept]
+    left = set(range(len(kept)))
+    while left and sum(sizes) > limit:
+        largest = max(sorted(left), key=sizes.__getitem__)
+        left.discard(largest)
+        kept[largest] = too_large_result(
+            calls[largest], kept[largest], limit, batch=len(kept) > 1
+        )
+        sizes[largest] = payload_size(serde.to_json(kept[largest]))
+    return kept
 
 
 def _made_here(message: Message) -> Message:

@@ -58,7 +58,8 @@ import asyncio
 from typing import Any, Final, final
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import CancelledError as TemporalCancelled
 
 with workflow.unsafe.imports_passed_through():
     # Imported here, not lazily: a lazy import (importlib) inside a workflow
@@ -77,7 +78,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallsReviewed,
         trigger_of,
     )
-    from turnfsm.driver import Delegation, Driver, RunControl
+    from turnfsm.driver import Delegation, Driver, RunControl, RunResult
     from turnfsm.errors import (
         ConfigError,
         ContinuedAsNew,
@@ -124,6 +125,13 @@ class _Status(Hook):
     def on_run_start(self, info: RunStartInfo) -> None:
         self.outcome = "running"  # resumed after a pause, too
 
+    def resumed(self, status: RunStatus) -> None:
+        """Start from where the run stopped (continued as new), not from scratch."""
+        self.phase = status.phase
+        self.estimate = status.estimate
+        self.decision = status.decision
+        self.turn = status.turn
+
     def on_transition(self, info: TransitionInfo) -> None:
         self.phase = info.step.dest
         self.estimate = info.estimate
@@ -134,20 +142,24 @@ class _Status(Hook):
 
     def on_run_end(self, info: RunEndInfo) -> None:
         self.phase = info.phase
-        self.outcome = info.outcome
+        if not isinstance(info.error, ContinuedAsNew):
+            # Stopped to continue as new, the run goes on: still running
+            # (its steering is taken, and carried to the new workflow run).
+            self.outcome = info.outcome
+
+    def value(self, children: tuple[str, ...] = ()) -> RunStatus:
+        return RunStatus(
+            phase=self.phase,
+            estimate=self.estimate,
+            decision=self.decision,
+            turn=self.turn,
+            outcome=self.outcome,
+            waiting=self.waiting,
+            children=children,
+        )
 
     def to_json(self, children: tuple[str, ...]) -> Any:
-        return serde.to_json(
-            RunStatus(
-                phase=self.phase,
-                estimate=self.estimate,
-                decision=self.decision,
-                turn=self.turn,
-                outcome=self.outcome,
-                waiting=self.waiting,
-                children=children,
-            )
-        )
+        return serde.to_json(self.value(children))
 
 
 class _Quiet(Hook):
@@ -212,19 +224,30 @@ def _durable(agent: Agent, remote: _Remote) -> Driver:
 class TurnWorkflow:
     """One run of an agent, durable: see the module's theory of operation."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
         self._control = RunControl()
         self._answers: list[Event] = []
         self._status = _Status()
         self._remote: _Remote | None = None
+        try:
+            self._spec: RunSpec | TurnFSMError = serde.from_json(RunSpec, start)
+        except TurnFSMError as exc:  # not a start turnfsm wrote
+            self._spec = exc
+        else:
+            # What the run's steering queued before it continued as new goes
+            # first: before any message injected into this workflow run; and
+            # its status is where it stopped, while the log is read again.
+            self._control.requeue(self._spec.queued)
+            if self._spec.status is not None:
+                self._status.resumed(self._spec.status)
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> Any:
         """Run the agent's loop to its end; return the `RunResult` as JSON."""
-        try:
-            spec: RunSpec = serde.from_json(RunSpec, start)
-        except TurnFSMError as exc:  # not a start turnfsm wrote
-            raise not_retried(exc) from None
+        spec = self._spec
+        if isinstance(spec, TurnFSMError):
+            raise not_retried(spec) from None
         # A sub-agent's run records the call that started it; its own
         # sub-agents are one deeper.
         with Delegation.child_run(spec.parent):
@@ -238,7 +261,7 @@ class TurnWorkflow:
         driver = _durable(agent, remote)
         hooks = [self._status]
         control = self._control
-        control.requeue(spec.queued)
+        result: RunResult[Any] | None = None
         try:
             if spec.resume:  # continued as new: the run is open in its log
                 result = await driver.resume(
@@ -252,7 +275,7 @@ class TurnWorkflow:
                     hooks=hooks,
                     run_id=spec.run_id,
                 )
-            await log.flush()
+            await _written(log)
             while result.outcome == "paused":
                 self._status.waiting = result.waiting
                 event, cancelled = await self._next_answer()
@@ -260,10 +283,18 @@ class TurnWorkflow:
                 result = await driver.resume(
                     session, spec.run_id, event, control=control, hooks=hooks
                 )
-                await log.flush()
+                await _written(log)
                 if cancelled:
                     raise asyncio.CancelledError
+            if _continues(result):
+                # Its log is written; what its steering queued goes with it.
+                await workflow.wait_condition(workflow.all_handlers_finished)
         except asyncio.CancelledError:
+            if result is not None and _continues(result):
+                # The workflow was cancelled while the run stopped to continue
+                # as new: the run ends here, cancelled, and lets its session go.
+                control.cancel("the workflow was cancelled")
+                await driver.resume(session, spec.run_id, control=control, hooks=hooks)
             await log.flush()  # the loop logged the cancellation
             raise
         except ApplicationError:
@@ -283,12 +314,16 @@ class TurnWorkflow:
                 type=CRASHED,
                 non_retryable=True,
             ) from exc
-        if result.outcome == "interrupted" and isinstance(result.error, ContinuedAsNew):
-            # Its log is written; what its steering queued goes with it.
-            await workflow.wait_condition(workflow.all_handlers_finished)
+        if _continues(result):
             workflow.continue_as_new(
                 serde.to_json(
-                    attrs.evolve(spec, input=(), resume=True, queued=control.queued())
+                    attrs.evolve(
+                        spec,
+                        input=(),
+                        resume=True,
+                        queued=control.queued(),
+                        status=self._status.value(),
+                    )
                 )
             )
         return run_result(result)
@@ -424,6 +459,21 @@ class TurnWorkflow:
     def last_decision(self) -> str:
         """The last decision carried out (``call_llm``, ``compact:threshold``...)."""
         return self._status.decision
+
+
+def _continues(result: RunResult[Any]) -> bool:
+    """Whether the run stopped for its workflow to continue as new."""
+    return result.outcome == "interrupted" and isinstance(result.error, ContinuedAsNew)
+
+
+async def _written(log: _WorkflowLog) -> None:
+    """Write the log; its activity cancelled with the workflow is that cancellation."""
+    try:
+        await log.flush()
+    except ActivityError as exc:
+        if isinstance(exc.cause, TemporalCancelled):
+            raise asyncio.CancelledError from None
+        raise
 
 
 def _refused(exc: Exception) -> ApplicationError:
