@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from turnfsm import Agent, ContextManager, TruncatingCompactor, serde
+from tests.temporal.test_durable import _paused
+from turnfsm import Agent, ContextManager, TruncatingCompactor, approval_machine, serde
 from turnfsm.core import ToolsFinished
 from turnfsm.driver import RunResult
 from turnfsm.errors import (
@@ -371,3 +372,47 @@ async def test_a_log_past_the_limit_is_read_in_parts(
         isinstance(e, RunEnded) and isinstance(e.error, ContinuedAsNew)
         for e in session.entries
     )
+
+
+async def test_a_message_injected_past_half_the_limit_is_refused_when_sent(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Past half the limit, it would ride in every later step and fail the run
+    # there; it is refused where it is sent, and the run goes on.
+
+    def fetch(n: int) -> str:
+        """Fetch a page.
+
+        Args:
+            n: the page.
+        """
+        return f"page {n}"
+
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("fetch", "c1", n=1)), "done"),
+        tools=[fetch],
+        machine=approval_machine(),
+        store=SQLiteStore(tmp_path / "inject.db"),
+        name="injected",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "read",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        await _paused(run)
+        with pytest.raises(ConfigError) as refused:
+            await run.inject("x" * 30_000)
+        assert str(refused.value).startswith(
+            "invalid inject='" + "x" * 80 + "... (30,000 characters)': expected a "
+            f"message of at most {LIMIT // 2:,} bytes (half of "
+            "DurableOptions.payload_limit"
+        )
+        await run.inject("a short note")
+        await run.approve()
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "done")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, final
+from typing import Any, Final, final
 
 import anyio.lowlevel
 import attrs
@@ -47,6 +47,9 @@ from turnfsm.temporal._payloads import (
 )
 
 __all__ = ["DurableRun", "start_durable"]
+
+_SHOWN: Final = 80
+"""Characters of a long message an error about it shows."""
 
 
 @final
@@ -213,6 +216,8 @@ class DurableRun:
 
     async def _update(self, name: str, *args: Any) -> None:
         value = args[0] if args else None
+        if isinstance(value, str) and len(value) > _SHOWN:  # a long message
+            value = f"{value[:_SHOWN]}... ({len(value):,} characters)"
         try:
             await self._handle.execute_update(name, args=args)
         except WorkflowUpdateFailedError as exc:

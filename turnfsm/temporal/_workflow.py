@@ -102,7 +102,14 @@ with workflow.unsafe.imports_passed_through():
         agent_named,
         not_retried,
     )
-    from turnfsm.temporal._payloads import WORKFLOW, RunSpec, RunStatus, run_result
+    from turnfsm.temporal._payloads import (
+        WORKFLOW,
+        DurableOptions,
+        RunSpec,
+        RunStatus,
+        payload_size,
+        run_result,
+    )
     from turnfsm.temporal._remote import _Remote, _WorkflowLog, new_message_id, now
 
 __all__ = ["TurnWorkflow"]
@@ -415,6 +422,18 @@ class TurnWorkflow:
             raise ApplicationError(
                 f"a run still going (it has ended {self._status.outcome})",
                 type="turnfsm.ended",
+                non_retryable=True,
+            )
+        spec = self._spec
+        options = spec.options if isinstance(spec, RunSpec) else DurableOptions()
+        limit = options.payload_limit // 2
+        size = payload_size(message)
+        if size > limit:  # it would ride in every later step: as a tool result
+            raise ApplicationError(
+                f"a message of at most {limit:,} bytes (half of "
+                "DurableOptions.payload_limit, what a durable run's step carries "
+                f"of one message); this one is {size:,}",
+                type="turnfsm.bad_answer",
                 non_retryable=True,
             )
         if isinstance(message, str):
