@@ -254,7 +254,9 @@ def test_shutdown_with_no_receiver_says_nothing_listens(
     _run_once(tracing.hook)
     with caplog.at_level("WARNING", logger="turnfsm.tracing"):
         assert tracing.shutdown(timeout=5.0) is False
-    assert [r.getMessage() for r in caplog.records] == [
+    # The exporter's own retry warnings (its thread's) are not ours to check.
+    ours = [r.getMessage() for r in caplog.records if r.name == "turnfsm.tracing"]
+    assert ours == [
         f"tracing: spans not delivered: nothing listens at {endpoint}/v1/traces "
         "(is the receiver up?)"
     ]
