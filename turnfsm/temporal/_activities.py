@@ -67,7 +67,12 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
 )
-from turnfsm.temporal._payloads import fitting, payload_size, workflow_id_of
+from turnfsm.temporal._payloads import (
+    fitting,
+    payload_size,
+    surely_within,
+    workflow_id_of,
+)
 
 __all__ = [
     "ACTIVITIES",
@@ -472,8 +477,9 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
 def result_past(result: Message, limit: int) -> bool:
     """Whether a tool result's JSON is over `limit` bytes (measured if it may be)."""
     text = sum(len(r.content) for r in result.tool_results)
-    # \uXXXX: 6 bytes a character at most
-    return 6 * text + 4096 > limit and payload_size(serde.to_json(result)) > limit
+    if surely_within(text, 1, limit):
+        return False
+    return payload_size(serde.to_json(result)) > limit
 
 
 def too_large_result(

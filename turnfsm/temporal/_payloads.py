@@ -28,6 +28,7 @@ __all__ = [
     "fitting",
     "payload_size",
     "run_result",
+    "surely_within",
     "workflow_id_of",
 ]
 
@@ -44,6 +45,19 @@ MARGIN: Final = 30.0
 def payload_size(value: object) -> int:
     """The bytes Temporal's JSON converter writes for `value` (compact, ASCII)."""
     return len(json.dumps(value, separators=(",", ":")))
+
+
+def surely_within(chars: int, pieces: int, limit: int) -> bool:
+    """Whether `chars` characters of text in `pieces` messages fit `limit` bytes.
+
+    Without measuring: JSON escapes a character into 6 bytes at most (a
+    backslash-u escape), and a message's other fields take less than 4 KB.
+    """
+    return 6 * chars + _MESSAGE_BYTES * pieces <= limit
+
+
+_MESSAGE_BYTES: Final = 4096
+"""Bytes of a message's JSON besides its text, at most (ids, role, keys)."""
 
 
 def fitting(values: Sequence[object], budget: int) -> int:

@@ -81,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         RunSpec,
         fitting,
         payload_size,
+        surely_within,
         workflow_id_of,
     )
     from turnfsm.values import ErrorInfo
@@ -701,8 +702,8 @@ def _within(
     """
     kept = list(results)
     text = sum(len(r.content) for m in kept for r in m.tool_results)
-    if 6 * text + 4096 * len(kept) <= limit:  # \uXXXX: 6 bytes a character
-        return kept  # within it, however escaped: not measured
+    if surely_within(text, len(kept), limit):
+        return kept  # not measured
     sizes = [payload_size(serde.to_json(m)) for m in kept]
     left = set(range(len(kept)))
     while left and sum(sizes) > limit:
