@@ -8,6 +8,7 @@ from typing import Any, Final, final
 
 import anyio.lowlevel
 import attrs
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -43,6 +44,7 @@ from turnfsm.temporal._payloads import (
     DurableOptions,
     RunSpec,
     RunStatus,
+    payload_size,
     workflow_id_of,
 )
 
@@ -50,6 +52,45 @@ __all__ = ["DurableRun", "start_durable"]
 
 _SHOWN: Final = 80
 """Characters of a long message an error about it shows."""
+
+_OVERHEAD: Final = 1024
+"""Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
+
+
+async def server_payload_limit(client: Client) -> int | None:
+    """The most bytes the client's Temporal server takes in one payload.
+
+    Its ``limit.blobSize.error`` as the namespace reports it, less what
+    Temporal adds to the JSON; None when the server does not say.
+    """
+    described = await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=client.namespace)
+    )
+    limit = described.namespace_info.limits.blob_size_limit_error
+    return limit - _OVERHEAD if limit > _OVERHEAD else None
+
+
+def _clipped(value: object) -> object:
+    """`value` as an error shows it: a long one, its first characters and its length."""
+    if isinstance(value, str):
+        if len(value) <= _SHOWN:
+            return value
+        return f"{value[:_SHOWN]}... ({len(value):,} characters)"
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    shown = repr(value)
+    if len(shown) <= 2 * _SHOWN:
+        return value
+    return f"{shown[:_SHOWN]}... ({len(shown):,} characters)"
+
+
+def _past_server(name: str, value: object, size: int, limit: int) -> ConfigError:
+    return ConfigError(
+        name,
+        value,
+        f"at most {limit:,} bytes, what this Temporal server takes in one "
+        f"payload (its limit.blobSize.error, less a margin); this one is {size:,}",
+    )
 
 
 @final
@@ -66,7 +107,7 @@ class DurableRun:
     `anyio.fail_after`, whose `TimeoutError` comes through as usual.
     """
 
-    __slots__ = ("_agent", "_client", "_handle", "session_id")
+    __slots__ = ("_agent", "_client", "_handle", "_limit", "session_id")
 
     def __init__(
         self,
@@ -88,6 +129,7 @@ class DurableRun:
         self.session_id = check_id("session_id", session_id)
         self._agent = agent
         self._client = client
+        self._limit: tuple[int | None] | None = None  # the server's, once asked
         self._handle = handle or client.get_workflow_handle(workflow_id_of(session_id))
 
     @property
@@ -209,15 +251,15 @@ class DurableRun:
         Raises:
             ConfigError: the run has ended.
         """
+        await self._check_size("cancel", _clipped(reason), reason)
         try:
             await self._handle.signal("cancel", reason)
         except RPCError as exc:
             raise await self._refusal(exc, "cancel", reason) from exc
 
     async def _update(self, name: str, *args: Any) -> None:
-        value = args[0] if args else None
-        if isinstance(value, str) and len(value) > _SHOWN:  # a long message
-            value = f"{value[:_SHOWN]}... ({len(value):,} characters)"
+        value = _clipped(args[0] if args else None)
+        await self._check_size(name, value, args)
         try:
             await self._handle.execute_update(name, args=args)
         except WorkflowUpdateFailedError as exc:
@@ -232,6 +274,23 @@ class DurableRun:
         except RPCError as exc:
             raise await self._refusal(exc, name, value) from exc
 
+    async def _check_size(self, name: str, shown: object, args: object) -> None:
+        """Refuse `args` past the server's limit for one payload, before sending.
+
+        Past it, the server refuses a signal, and an update would fail the
+        workflow task that takes it, again and again.
+        """
+        if self._limit is None:
+            try:
+                self._limit = (await server_payload_limit(self._client),)
+            except RPCError:
+                self._limit = (None,)  # not said: the workflow's own check stands
+        (limit,) = self._limit
+        if limit is not None:
+            size = payload_size(args)
+            if size > limit:
+                raise _past_server(name, shown, size, limit)
+
     async def _refusal(self, exc: RPCError, name: str, value: object) -> Exception:
         """What `exc`, raised by Temporal for `name`, means to the caller.
 
@@ -243,6 +302,11 @@ class DurableRun:
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         steers = name not in ("result", "status")
+        if steers and "size exceeds limit" in exc.message:
+            # The server's own refusal of a payload past its limit.
+            return ConfigError(
+                name, value, f"a payload within this Temporal server's limit ({exc})"
+            )
         if exc.status != RPCStatusCode.NOT_FOUND and not (steers and _ended(exc)):
             return exc
         try:
@@ -287,12 +351,27 @@ async def start_durable(
         raise ConfigError("options", options, "DurableOptions or None")
     messages = as_messages(input)
     session = check_id("session_id", session_id or agent.session.id)
+    options = options or DurableOptions()
+    try:
+        server = await server_payload_limit(client)
+    except RPCError:
+        server = None  # not said: the start itself says what is wrong
+    if server is not None and options.payload_limit > server:
+        # Each step's activity would be refused by the server, and the
+        # run would never end: refused here instead.
+        raise ConfigError(
+            "payload_limit",
+            options.payload_limit,
+            f"at most {server:,} bytes, what this Temporal server takes in one "
+            "payload (its limit.blobSize.error, less a margin): give "
+            f"DurableOptions(payload_limit={server:_}) or less",
+        )
     spec = RunSpec(
         agent=agent.driver.name,
         session_id=session,
         run_id=check_id("run_id", run_id) if run_id else new_id("run"),
         input=messages,
-        options=options or DurableOptions(),
+        options=options,
     )
     try:
         handle = await client.start_workflow(
