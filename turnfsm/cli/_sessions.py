@@ -35,6 +35,7 @@ from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
 from turnfsm.errors import (
     ConfigError,
+    ContinuedAsNew,
     CorruptRecord,
     SessionBusy,
     SessionConflict,
@@ -44,6 +45,7 @@ from turnfsm.errors import (
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     LeasingStore,
+    RunEnded,
     Session,
     SessionStore,
     SummaryRecorded,
@@ -108,7 +110,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         if command.action == "compact":
             return await _compact(session, command.agent, out)
         if command.action == "show":
-            code = _show(session, store, out)
+            held = await _holder_of(session, store)
+            code = _show(session, store, out, held=held)
             await show_links(session, store, out)
             return code
         if command.action == "export":
@@ -259,8 +262,48 @@ async def _list(store: SessionStore, out: TextIO) -> int:
     return 0
 
 
-def _show(session: Session, store: SessionStore, out: TextIO) -> int:
+async def _holder_of(session: Session, store: SessionStore) -> SessionBusy | None:
+    """Who holds the session while a run of it is open: a live run, a workflow."""
+    if not session.open_runs() or not isinstance(store, LeasingStore):
+        return None
+    lease = await store.lease_of(session.id)
+    if lease is None:
+        return None
+    alive = lease.expires_at > time.time()
+    if not alive and not lease.owner.startswith(_DURABLE):
+        return None  # its process is gone: resume and abandon take it over
+    return SessionBusy(
+        session.id,
+        session.open_runs()[-1].run_id,
+        owner=lease.owner,
+        alive=True,
+        since=lease.since,
+        until=lease.expires_at,
+    )
+
+
+_DURABLE: Final = "temporal:"
+"""How a durable run's workflow names itself as its session's owner."""
+
+
+def _continued(session: Session) -> dict[str, int]:
+    """How many times each run moved to a fresh Temporal workflow history."""
+    counts: dict[str, int] = {}
+    for entry in session.entries:
+        if isinstance(entry, RunEnded) and isinstance(entry.error, ContinuedAsNew):
+            counts[entry.run_id] = counts.get(entry.run_id, 0) + 1
+    return counts
+
+
+def _show(
+    session: Session,
+    store: SessionStore,
+    out: TextIO,
+    *,
+    held: SessionBusy | None = None,
+) -> int:
     runs = session.runs
+    continued = _continued(session)
     print(
         f"session {session.id}: {session.version} entries, {len(runs)} run(s), "
         f"in {where(store)}",
@@ -304,7 +347,19 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
         if run.error is not None:
             line += f"  error: {_clip(str(run.error))}"
         print(line, file=out)
-        if run.outcome == "paused" and run.waiting is not None:
+        times = continued.get(run.run_id)
+        if times:
+            print(
+                f"    its durable run's workflow continued as new {times} time(s) "
+                "(a fresh Temporal history each time; the run went on)",
+                file=out,
+            )
+        if run.is_open and held is not None and run.run_id == held.run_id:
+            # Its process or workflow is live: the commands below would be
+            # refused.
+            take_over = f"turnfsm resume|abandon {session.id} --force"
+            print(f"    {busy_words(held, take_over)}", file=out)
+        elif run.outcome == "paused" and run.waiting is not None:
             calls = run.waiting.calls
             waits = waiting_for(run.waiting)
             print(f"    paused in {run.waiting.phase}, {waits}", file=out)
