@@ -486,3 +486,60 @@ async def test_answers_past_the_limits_are_refused_when_sent(
         await run.approve()
         result = await run.result()
     assert (result.outcome, result.text) == ("done", "done")
+
+
+async def test_the_last_reply_travels_once_in_a_model_calls_input(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The brain keeps the last reply twice (in the conversation and on its
+    # own): a step's input carries it once, by its place in the conversation,
+    # and the activity puts it back.
+    import json
+
+    agent = _agent(SQLiteStore(tmp_path / "once.db"), size=100, turns=2)
+    session_id, result = await _ran(temporal_client, agent)
+    assert (result.outcome, result.text) == ("done", "read them all")
+    history = await temporal_client.get_workflow_handle(
+        f"turnfsm-{session_id}"
+    ).fetch_history()
+    placed = 0
+    for event in history.events:
+        if not event.HasField("activity_task_scheduled_event_attributes"):
+            continue
+        what = event.activity_task_scheduled_event_attributes
+        if what.activity_type.name != "turnfsm.effect":
+            continue
+        request = json.loads(what.input.payloads[0].data)
+        snapshot = request["snapshot"]
+        conversation = snapshot["history"] + snapshot["pending"]
+        assert snapshot["last_reply"] not in conversation
+        if "last_reply_at" in request:
+            placed += 1
+            assert conversation[request["last_reply_at"]]["role"] == "assistant"
+    assert placed == 2  # the calls after each of the two tool turns
+
+
+def test_an_effect_request_reads_its_last_reply_in_either_shape() -> None:
+    # The request of an earlier version of the workflow carries the last
+    # reply in the snapshot; a newer one, its place in the conversation.
+    import attrs
+
+    from tests.helpers import load_turn_spec
+    from turnfsm import serde
+    from turnfsm.core import TurnMachine
+    from turnfsm.messages import Message
+    from turnfsm.temporal._activities import snapshot_of
+
+    reply_ = Message.assistant("the answer")
+    snapshot = attrs.evolve(
+        TurnMachine.start(load_turn_spec()).snapshot,
+        pending=(Message.user("q"), reply_),
+        last_reply=reply_,
+    )
+    old = {"snapshot": serde.to_json(snapshot)}
+    new_shape = {
+        "snapshot": {**serde.to_json(snapshot), "last_reply": None},
+        "last_reply_at": 1,
+    }
+    assert snapshot_of(old).last_reply == reply_
+    assert snapshot_of(new_shape) == snapshot_of(old)
