@@ -953,3 +953,27 @@ async def test_start_durable_refuses_bad_settings(temporal_client: Client) -> No
         )
     with pytest.raises(ConfigError, match="heartbeat_timeout"):
         DurableOptions(heartbeat_timeout=0)
+
+
+async def test_a_terminated_workflows_result_says_so_and_how_to_take_it_over(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Terminated from outside, the run did not crash: its log stops paused,
+    # its session stays held, and the result says how to take it over.
+    store = SQLiteStore(tmp_path / "t.db")
+    agent = _asking("terminated", store)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        await run.handle.terminate("by hand")
+        with pytest.raises(RunCrashed) as caught:
+            await run.result()
+    assert "its workflow was terminated from outside" in str(caught.value)
+    assert "take the run over with force=True" in str(caught.value)
+    session = await Session.load(store, run.session_id)
+    (paused,) = session.runs
+    assert paused.outcome == "paused"
+    abandoned = await agent.abandon(run.session_id, paused.run_id, force=True)
+    assert abandoned.outcome == "failed"

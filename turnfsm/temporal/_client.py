@@ -21,6 +21,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
+    TerminatedError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
@@ -33,6 +34,7 @@ from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
 from turnfsm.errors import (
     Cancelled,
     ConfigError,
+    RunCrashed,
     SessionBusy,
     SessionNotFound,
 )
@@ -150,7 +152,10 @@ class DurableRun:
         Raises:
             Cancelled: the workflow itself was cancelled (the log records
                 the run as cancelled).
-            RunCrashed: the run crashed on a bug (its log records it).
+            RunCrashed: the run crashed on a bug (its log records it), or
+                its workflow was terminated from outside (its log does not
+                say so, and its session stays held: take it over with
+                ``force=True``).
             SessionNotFound: Temporal knows no durable run of the session.
             TurnFSMError: the run was refused as `Driver.run` refuses one
                 (`SessionBusy`: a run of the session is paused or unfinished;
@@ -163,6 +168,18 @@ class DurableRun:
             cause = exc.cause
             if isinstance(cause, CancelledError):
                 raise Cancelled(reason="the workflow was cancelled") from exc
+            if isinstance(cause, TerminatedError):
+                # Not a crash of the run: its log stops where the workflow
+                # was, and its session stays held.
+                raise RunCrashed(
+                    type="TerminatedError",
+                    message=(
+                        f"its workflow was terminated from outside ({cause}); the "
+                        "session's log keeps the run where it was, and the session "
+                        "stays held by the workflow: take the run over with "
+                        "force=True (turnfsm resume --force, turnfsm abandon --force)"
+                    ),
+                ) from exc
             raise failure_error(cause) from exc
         except RPCError as exc:
             raise await self._refusal(exc, "result", None) from exc
