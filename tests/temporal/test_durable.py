@@ -782,10 +782,14 @@ async def test_runs_continue_one_session_and_one_runs_at_a_time(
         first = await start_durable(
             agent, "first", client=temporal_client, task_queue=queue
         )
-        with pytest.raises(SessionBusy):
+        with pytest.raises(SessionBusy) as busy:
             await start_durable(
                 agent, "second", client=temporal_client, task_queue=queue
             )
+        # It names the workflow that holds the session, where to reach it.
+        assert "is held by its durable run, Temporal workflow 'turnfsm-" in str(
+            busy.value
+        )
         release.set()
         assert (await first.result()).text == "re: first"
         second = await start_durable(

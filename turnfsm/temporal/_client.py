@@ -402,5 +402,8 @@ async def start_durable(
             task_timeout=timedelta(seconds=spec.options.task_timeout),
         )
     except WorkflowAlreadyStartedError:
-        raise SessionBusy(session) from None
+        # The session's open durable run: named, to be reached through it.
+        raise SessionBusy(
+            session, owner=f"temporal:{workflow_id_of(session)}", alive=True
+        ) from None
     return DurableRun(client, session, agent=agent, handle=handle)
