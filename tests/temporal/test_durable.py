@@ -974,6 +974,9 @@ async def test_a_terminated_workflows_result_says_so_and_how_to_take_it_over(
         await run.handle.terminate("by hand")
         with pytest.raises(RunCrashed) as caught:
             await run.result()
+        # Not paused any more: nothing will answer it.
+        status = await run.status()
+        assert (status.outcome, status.waiting) == ("terminated", None)
     assert "its workflow was terminated from outside" in str(caught.value)
     assert "take the run over with force=True" in str(caught.value)
     session = await Session.load(store, run.session_id)

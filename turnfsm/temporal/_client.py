@@ -11,13 +11,19 @@ import attrs
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    QueryRejectCondition,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -209,11 +215,22 @@ class DurableRun:
         Raises:
             SessionNotFound: Temporal knows no durable run of the session.
         """
+        stopped = False  # terminated from outside: its run never ended
         try:
-            answer = await self._handle.query("status")
+            try:
+                answer = await self._handle.query(
+                    "status",
+                    reject_condition=QueryRejectCondition.NOT_COMPLETED_CLEANLY,
+                )
+            except WorkflowQueryRejectedError as rejected:
+                stopped = rejected.status in _STOPPED
+                answer = await self._handle.query("status")
         except RPCError as exc:
             raise await self._refusal(exc, "status", None) from exc
         status: RunStatus = serde.from_json(RunStatus, answer)
+        if stopped and status.outcome in ("running", "paused"):
+            # Its history ends mid-run: nothing will answer it or go on.
+            return attrs.evolve(status, outcome="terminated", waiting=None)
         waiting: list[str] = []
         for session_id in status.children:
             try:
@@ -340,6 +357,13 @@ class DurableRun:
         if not steers:
             return exc
         return ConfigError(name, value, "a run still going (it has ended)")
+
+
+_STOPPED: Final = (
+    WorkflowExecutionStatus.TERMINATED,
+    WorkflowExecutionStatus.TIMED_OUT,
+)
+"""How a workflow ends without its run ending (from outside)."""
 
 
 def _ended(exc: RPCError) -> bool:

@@ -184,7 +184,8 @@ class RunStatus:
         decision: The last decision carried out (``call_llm``,
             ``compact:threshold``, ...).
         turn: Model calls made.
-        outcome: ``running``, or the run's outcome.
+        outcome: ``running``, or the run's outcome; ``terminated`` when its
+            workflow was terminated from outside (the run never ended).
         waiting: The tool calls and triggers a paused run waits for, or None.
         children: The session ids of the sub-agents' runs (child workflows)
             the run waits on now.
