@@ -670,6 +670,12 @@ def test_show_says_how_many_times_a_durable_run_continued_as_new(
     out = capsys.readouterr().out
     assert re.search(r"run_\w+  done  1 turn\(s\)", out)
     assert "its durable run's workflow continued as new 2 time(s)" in out
+    # The run's record counts them, and the report says so too.
+    from turnfsm.view import render_report
+
+    session = anyio.run(Session.load, SQLiteStore(db), sid)
+    assert [r.continued for r in session.runs] == [2]
+    assert "continued as new 2 time(s)" in render_report(session)
 
 
 def test_show_names_the_workflow_holding_a_paused_durable_run(

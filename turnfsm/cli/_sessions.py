@@ -35,7 +35,6 @@ from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
 from turnfsm.errors import (
     ConfigError,
-    ContinuedAsNew,
     CorruptRecord,
     SessionBusy,
     SessionConflict,
@@ -45,7 +44,6 @@ from turnfsm.errors import (
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     LeasingStore,
-    RunEnded,
     Session,
     SessionStore,
     SummaryRecorded,
@@ -286,15 +284,6 @@ _DURABLE: Final = "temporal:"
 """How a durable run's workflow names itself as its session's owner."""
 
 
-def _continued(session: Session) -> dict[str, int]:
-    """How many times each run moved to a fresh Temporal workflow history."""
-    counts: dict[str, int] = {}
-    for entry in session.entries:
-        if isinstance(entry, RunEnded) and isinstance(entry.error, ContinuedAsNew):
-            counts[entry.run_id] = counts.get(entry.run_id, 0) + 1
-    return counts
-
-
 def _show(
     session: Session,
     store: SessionStore,
@@ -303,7 +292,6 @@ def _show(
     held: SessionBusy | None = None,
 ) -> int:
     runs = session.runs
-    continued = _continued(session)
     print(
         f"session {session.id}: {session.version} entries, {len(runs)} run(s), "
         f"in {where(store)}",
@@ -347,10 +335,10 @@ def _show(
         if run.error is not None:
             line += f"  error: {_clip(str(run.error))}"
         print(line, file=out)
-        times = continued.get(run.run_id)
-        if times:
+        if run.continued:
             print(
-                f"    its durable run's workflow continued as new {times} time(s) "
+                f"    its durable run's workflow continued as new {run.continued} "
+                "time(s) "
                 "(a fresh Temporal history each time; the run went on)",
                 file=out,
             )
