@@ -318,7 +318,10 @@ class DurableRun:
             try:
                 self._limit = (await server_payload_limit(self._client),)
             except RPCError:
-                self._limit = (None,)  # not said: the workflow's own check stands
+                # A caller's own deadline goes on as itself; else the server
+                # did not say, and the workflow's own check stands.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                self._limit = (None,)
         (limit,) = self._limit
         if limit is not None:
             size = payload_size(args)
@@ -396,6 +399,7 @@ async def start_durable(
     try:
         server = await server_payload_limit(client)
     except RPCError:
+        await anyio.lowlevel.checkpoint_if_cancelled()  # a caller's deadline
         server = None  # not said: the start itself says what is wrong
     if server is not None and options.payload_limit > server:
         # Each step's activity would be refused by the server, and the
