@@ -418,13 +418,24 @@ async def test_a_message_injected_past_half_the_limit_is_refused_when_sent(
     assert (result.outcome, result.text) == ("done", "done")
 
 
-async def test_a_payload_limit_past_the_servers_is_refused_at_the_start(
-    temporal_client: Client, tmp_path: Path
+async def test_a_payload_limit_past_the_servers_is_refused_the_default_lowered(
+    temporal_client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every step's activity past the server's limit would be refused, and
-    # the run would never end: refused before it starts.
+    # the run would never end: a limit chosen past it is refused before the
+    # run starts; the default, past it, becomes the server's.
+    from turnfsm.temporal import _client
+
+    async def small(client: Client) -> int:
+        return 100_000
+
+    monkeypatch.setattr(_client, "server_payload_limit", small)
     agent = Agent(
-        model=ScriptedModel.of("hi"), store=SQLiteStore(tmp_path / "s.db"), name="s"
+        model=ScriptedModel.of(reply("", tool_call("fetch_page", "c1", n=1)), "done"),
+        tools=[fetch_page],
+        machine=approval_machine(),
+        store=SQLiteStore(tmp_path / "s.db"),
+        name="lowered",
     )
     with pytest.raises(ConfigError) as refused:
         await start_durable(
@@ -432,12 +443,37 @@ async def test_a_payload_limit_past_the_servers_is_refused_at_the_start(
             "hi",
             client=temporal_client,
             task_queue="nowhere",
-            options=DurableOptions(payload_limit=3_000_000),
+            options=DurableOptions(payload_limit=150_000),
         )
-    assert str(refused.value).startswith(
-        "invalid payload_limit=3000000: expected at most "
+    assert str(refused.value) == (
+        "invalid payload_limit=150000: expected at most 100,000 bytes, what this "
+        "Temporal server takes in one payload (its limit.blobSize.error, less a "
+        "margin): give DurableOptions(payload_limit=100_000) or less"
     )
-    assert "this Temporal server takes in one payload" in str(refused.value)
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "read",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=1000),
+        )
+        await _paused(run)
+        with pytest.raises(ConfigError) as refused:
+            await run.inject("x" * 60_000)  # within the server's, past half of it
+        assert "a message of at most 50,000 bytes" in str(refused.value)
+        await run.approve()
+        assert (await run.result()).text == "done"
+
+
+def fetch_page(n: int) -> str:
+    """Fetch a page.
+
+    Args:
+        n: the page.
+    """
+    return f"page {n}"
 
 
 async def test_answers_past_the_limits_are_refused_when_sent(

@@ -61,6 +61,9 @@ __all__ = ["DurableRun", "start_durable"]
 _SHOWN: Final = 80
 """Characters of a long message an error about it shows."""
 
+_DEFAULT_LIMIT: Final = attrs.fields(DurableOptions).payload_limit.default
+"""`DurableOptions.payload_limit` when the caller does not choose it."""
+
 _OVERHEAD: Final = 1024
 """Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
 
@@ -395,13 +398,17 @@ async def start_durable(
         raise ConfigError("options", options, "DurableOptions or None")
     messages = as_messages(input)
     session = check_id("session_id", session_id or agent.session.id)
+    given = options is not None and options.payload_limit != _DEFAULT_LIMIT
     options = options or DurableOptions()
     try:
         server = await server_payload_limit(client)
     except RPCError:
         await anyio.lowlevel.checkpoint_if_cancelled()  # a caller's deadline
         server = None  # not said: the start itself says what is wrong
-    if server is not None and options.payload_limit > server:
+    if server is not None and options.payload_limit > server and not given:
+        # The default, past a server that takes less: the server's.
+        options = attrs.evolve(options, payload_limit=server)
+    elif server is not None and options.payload_limit > server:
         # Each step's activity would be refused by the server, and the
         # run would never end: refused here instead.
         raise ConfigError(

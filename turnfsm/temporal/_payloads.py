@@ -116,7 +116,9 @@ class DurableOptions:
             run checks first: a tool result past half of it becomes an
             error result saying so, the log is written in parts, and a
             step whose conversation is past it fails the run
-            (`PayloadTooLarge`).
+            (`PayloadTooLarge`). Left at its default on a server that takes
+            less, a run takes the server's; chosen past it, the start is
+            refused.
     """
 
     heartbeat_timeout: float = attrs.field(
