@@ -911,6 +911,8 @@ async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
         )
         with pytest.raises(RunCrashed, match="stranger"):
             await run.result()
+        # Ended, not running: its workflow failed before its run began.
+        assert (await run.status()).outcome == "failed"
 
 
 async def test_a_session_temporal_never_ran_is_not_found(

@@ -218,7 +218,7 @@ class DurableRun:
         Raises:
             SessionNotFound: Temporal knows no durable run of the session.
         """
-        stopped = False  # terminated from outside: its run never ended
+        ended: str | None = None  # how its workflow ended, when not cleanly
         try:
             try:
                 answer = await self._handle.query(
@@ -226,14 +226,15 @@ class DurableRun:
                     reject_condition=QueryRejectCondition.NOT_COMPLETED_CLEANLY,
                 )
             except WorkflowQueryRejectedError as rejected:
-                stopped = rejected.status in _STOPPED
+                ended = _ENDED.get(rejected.status) if rejected.status else None
                 answer = await self._handle.query("status")
         except RPCError as exc:
             raise await self._refusal(exc, "status", None) from exc
         status: RunStatus = serde.from_json(RunStatus, answer)
-        if stopped and status.outcome in ("running", "paused"):
-            # Its history ends mid-run: nothing will answer it or go on.
-            return attrs.evolve(status, outcome="terminated", waiting=None)
+        if ended is not None and status.outcome in ("running", "paused"):
+            # Its history ends mid-run (terminated from outside) or before
+            # the run began (refused): nothing will answer it or go on.
+            return attrs.evolve(status, outcome=ended, waiting=None)
         waiting: list[str] = []
         for session_id in status.children:
             try:
@@ -365,11 +366,12 @@ class DurableRun:
         return ConfigError(name, value, "a run still going (it has ended)")
 
 
-_STOPPED: Final = (
-    WorkflowExecutionStatus.TERMINATED,
-    WorkflowExecutionStatus.TIMED_OUT,
-)
-"""How a workflow ends without its run ending (from outside)."""
+_ENDED: Final = {
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "terminated",
+    WorkflowExecutionStatus.FAILED: "failed",
+}
+"""The outcome of a workflow that ended without its run ending (`status`)."""
 
 
 def _ended(exc: RPCError) -> bool:

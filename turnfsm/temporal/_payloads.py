@@ -187,7 +187,8 @@ class RunStatus:
             ``compact:threshold``, ...).
         turn: Model calls made.
         outcome: ``running``, or the run's outcome; ``terminated`` when its
-            workflow was terminated from outside (the run never ended).
+            workflow was terminated from outside (the run never ended), and
+            ``failed`` when it failed before its run ended (refused).
         waiting: The tool calls and triggers a paused run waits for, or None.
         children: The session ids of the sub-agents' runs (child workflows)
             the run waits on now.
