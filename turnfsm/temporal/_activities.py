@@ -86,7 +86,6 @@ __all__ = [
     "register",
     "result_past",
     "serves",
-    "snapshot_of",
     "too_large_result",
 ]
 
@@ -365,7 +364,7 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
     async with _beating():
         await _write(store, session_id, request.get("log"))
         driver = agent.driver
-        snapshot = snapshot_of(request)
+        snapshot = serde.from_json(Snapshot, request["snapshot"])
         decision = TurnMachine.from_snapshot(driver.machine, snapshot).decision
         key = effect_key(decision)
         if key != request["key"]:
@@ -408,28 +407,6 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
             )
             raise not_retried(too_large)
         return data
-
-
-def snapshot_of(request: Mapping[str, Any]) -> Snapshot:
-    """The snapshot an effect's request carries, its last reply in place.
-
-    The workflow sends the last reply once, in the conversation, and its
-    position there (``last_reply_at``); a request scheduled by an earlier
-    version of the workflow carries it in the snapshot itself.
-    """
-    snapshot: Snapshot = serde.from_json(Snapshot, request["snapshot"])
-    at = request.get("last_reply_at")
-    if at is None:
-        return snapshot
-    messages = (*snapshot.history, *snapshot.pending)
-    if not isinstance(at, int) or not 0 <= at < len(messages):
-        raise ApplicationError(
-            f"the request's last reply is at {at!r}, past its conversation "
-            f"({len(messages)} messages)",
-            type=CRASHED,
-            non_retryable=True,
-        )
-    return attrs.evolve(snapshot, last_reply=messages[at])
 
 
 def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:

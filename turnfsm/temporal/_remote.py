@@ -396,22 +396,13 @@ class _Remote:
         }
 
     def _request(self, ctx: EffectContext) -> dict[str, Any]:
-        snapshot = ctx.snapshot
-        data: Any = serde.to_json(snapshot)
-        request = {
+        return {
             "agent": self.spec.agent,
             "store": self.spec.store,
             "session_id": ctx.session_id,
             "run_id": ctx.run_id,
-            "snapshot": data,
+            "snapshot": serde.to_json(ctx.snapshot),
         }
-        at = _reply_at(snapshot.history, snapshot.pending, snapshot.last_reply)
-        if at is not None:
-            # The last reply is in the conversation: it travels once, by
-            # its position (`turnfsm.temporal._activities.snapshot_of`).
-            data["last_reply"] = None
-            request["last_reply_at"] = at
-        return request
 
     def _effect(self, key: str) -> Any:
         async def effect(ctx: EffectContext, decision: Any) -> Event:
@@ -723,21 +714,6 @@ def _within(
         )
         sizes[largest] = payload_size(serde.to_json(kept[largest]))
     return kept
-
-
-def _reply_at(
-    history: Sequence[Message], pending: Sequence[Message], reply: Message | None
-) -> int | None:
-    """Where `reply` is in the conversation (history, then pending), or None."""
-    if reply is None:
-        return None
-    for index in range(len(pending) - 1, -1, -1):
-        if pending[index] is reply:
-            return len(history) + index
-    for index in range(len(history) - 1, -1, -1):
-        if history[index] is reply:
-            return index
-    return None
 
 
 def _made_here(message: Message) -> Message:
