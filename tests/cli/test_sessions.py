@@ -630,3 +630,88 @@ def test_show_says_how_to_go_on_with_an_interrupted_run(
 async def _runs_of(path: Path, sid: str) -> list[str]:
     async with SQLiteStore(path) as store:
         return [r.run_id for r in (await Session.load(store, sid)).runs]
+
+
+def test_show_says_how_many_times_a_durable_run_continued_as_new(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A long durable run moves to a fresh Temporal history now and then: its
+    # log marks each move, and `show` counts them instead of saying nothing.
+    from turnfsm import Agent
+    from turnfsm.driver import BUILTIN_EFFECTS
+    from turnfsm.errors import ContinuedAsNew
+
+    moved: list[int] = []
+
+    async def call_llm(ctx: object, decision: object) -> object:
+        if len(moved) < 2:  # as a durable run's step stops, twice
+            moved.append(1)
+            raise ContinuedAsNew(
+                workflow_id="turnfsm-x", history_events=21, history_bytes=999
+            )
+        return await BUILTIN_EFFECTS["call_llm"](ctx, decision)
+
+    db = tmp_path / "s.db"
+    agent = Agent(
+        model=ScriptedModel.of("done"),
+        store=SQLiteStore(db),
+        effects={"call_llm": call_llm},
+    )
+
+    async def run() -> str:
+        result = await agent.run("hi")
+        while result.outcome == "interrupted":
+            result = await agent.resume(agent.session.id, result.run_id)
+        assert result.outcome == "done"
+        return agent.session.id
+
+    sid = anyio.run(run)
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"run_\w+  done  1 turn\(s\)", out)
+    assert "its durable run's workflow continued as new 2 time(s)" in out
+    # The run's record counts them, and the report says so too.
+    from turnfsm.view import render_report
+
+    session = anyio.run(Session.load, SQLiteStore(db), sid)
+    assert [r.continued for r in session.runs] == [2]
+    assert "continued as new 2 time(s)" in render_report(session)
+
+
+def test_show_names_the_workflow_holding_a_paused_durable_run(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `turnfsm approve` is refused on a session its durable run's workflow
+    # holds: `show` says who holds it and how it is answered.
+    from turnfsm import Agent, approval_machine
+
+    def wipe(path: str) -> str:
+        """Wipe a file.
+
+        Args:
+            path: the file.
+        """
+        return "wiped"
+
+    db = tmp_path / "s.db"
+    store = SQLiteStore(db)
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("wipe", "c1", path="/x")), "ok"),
+        tools=[wipe],
+        machine=approval_machine(),
+        store=store,
+    )
+
+    async def run() -> str:
+        result = await agent.run("wipe it")
+        assert result.outcome == "paused"
+        sid = agent.session.id
+        await store.acquire_lease(sid, f"temporal:turnfsm-{sid}", ttl=3600.0)
+        return sid
+
+    sid = anyio.run(run)
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"is held by its durable run, Temporal workflow 'turnfsm-{sid}'" in out
+    assert f"turnfsm resume|abandon {sid} --force only if" in out
+    assert "answer it: turnfsm approve" not in out

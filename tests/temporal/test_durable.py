@@ -782,10 +782,14 @@ async def test_runs_continue_one_session_and_one_runs_at_a_time(
         first = await start_durable(
             agent, "first", client=temporal_client, task_queue=queue
         )
-        with pytest.raises(SessionBusy):
+        with pytest.raises(SessionBusy) as busy:
             await start_durable(
                 agent, "second", client=temporal_client, task_queue=queue
             )
+        # It names the workflow that holds the session, where to reach it.
+        assert "is held by its durable run, Temporal workflow 'turnfsm-" in str(
+            busy.value
+        )
         release.set()
         assert (await first.result()).text == "re: first"
         second = await start_durable(
@@ -907,6 +911,8 @@ async def test_a_run_of_an_agent_no_worker_serves_fails_naming_it(
         )
         with pytest.raises(RunCrashed, match="stranger"):
             await run.result()
+        # Ended, not running: its workflow failed before its run began.
+        assert (await run.status()).outcome == "failed"
 
 
 async def test_a_session_temporal_never_ran_is_not_found(
@@ -953,3 +959,30 @@ async def test_start_durable_refuses_bad_settings(temporal_client: Client) -> No
         )
     with pytest.raises(ConfigError, match="heartbeat_timeout"):
         DurableOptions(heartbeat_timeout=0)
+
+
+async def test_a_terminated_workflows_result_says_so_and_how_to_take_it_over(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Terminated from outside, the run did not crash: its log stops paused,
+    # its session stays held, and the result says how to take it over.
+    store = SQLiteStore(tmp_path / "t.db")
+    agent = _asking("terminated", store)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        await run.handle.terminate("by hand")
+        with pytest.raises(RunCrashed) as caught:
+            await run.result()
+        # Not paused any more: nothing will answer it.
+        status = await run.status()
+        assert (status.outcome, status.waiting) == ("terminated", None)
+    assert "its workflow was terminated from outside" in str(caught.value)
+    assert "take the run over with force=True" in str(caught.value)
+    session = await Session.load(store, run.session_id)
+    (paused,) = session.runs
+    assert paused.outcome == "paused"
+    abandoned = await agent.abandon(run.session_id, paused.run_id, force=True)
+    assert abandoned.outcome == "failed"

@@ -416,3 +416,109 @@ async def test_a_message_injected_past_half_the_limit_is_refused_when_sent(
         await run.approve()
         result = await run.result()
     assert (result.outcome, result.text) == ("done", "done")
+
+
+async def test_a_payload_limit_past_the_servers_is_refused_the_default_lowered(
+    temporal_client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every step's activity past the server's limit would be refused, and
+    # the run would never end: a limit chosen past it is refused before the
+    # run starts; the default, past it, becomes the server's.
+    from turnfsm.temporal import _client
+
+    async def small(client: Client) -> int:
+        return 100_000
+
+    monkeypatch.setattr(_client, "server_payload_limit", small)
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("fetch_page", "c1", n=1)), "done"),
+        tools=[fetch_page],
+        machine=approval_machine(),
+        store=SQLiteStore(tmp_path / "s.db"),
+        name="lowered",
+    )
+    with pytest.raises(ConfigError) as refused:
+        await start_durable(
+            agent,
+            "hi",
+            client=temporal_client,
+            task_queue="nowhere",
+            options=DurableOptions(payload_limit=150_000),
+        )
+    assert str(refused.value) == (
+        "invalid payload_limit=150000: expected at most 100,000 bytes, what this "
+        "Temporal server takes in one payload (its limit.blobSize.error, less a "
+        "margin): give DurableOptions(payload_limit=100_000) or less"
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "read",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(history_limit=1000),
+        )
+        await _paused(run)
+        with pytest.raises(ConfigError) as refused:
+            await run.inject("x" * 60_000)  # within the server's, past half of it
+        assert "a message of at most 50,000 bytes" in str(refused.value)
+        await run.approve()
+        assert (await run.result()).text == "done"
+
+
+def fetch_page(n: int) -> str:
+    """Fetch a page.
+
+    Args:
+        n: the page.
+    """
+    return f"page {n}"
+
+
+async def test_answers_past_the_limits_are_refused_when_sent(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # A reason becomes a tool result riding every later step; a cancel
+    # past the server's limit is refused by it: each is a ConfigError naming
+    # its size, and the run goes on.
+
+    def fetch(n: int) -> str:
+        """Fetch a page.
+
+        Args:
+            n: the page.
+        """
+        return f"page {n}"
+
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("fetch", "c1", n=1)), "done"),
+        tools=[fetch],
+        machine=approval_machine(),
+        store=SQLiteStore(tmp_path / "answers.db"),
+        name="answered",
+    )
+    queue = f"test-{uuid.uuid4().hex[:10]}"
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent,
+            "read",
+            client=temporal_client,
+            task_queue=queue,
+            options=DurableOptions(payload_limit=LIMIT),
+        )
+        await _paused(run)
+        with pytest.raises(ConfigError) as refused:
+            await run.reject({"c1": "y" * 30_000})
+        assert f"reasons of at most {LIMIT // 2:,} bytes" in str(refused.value)
+        assert "(30,010 characters)" in str(refused.value)  # not all of it
+        with pytest.raises(ConfigError) as refused:
+            await run.cancel("z" * 2_200_000)
+        assert str(refused.value).startswith(
+            "invalid cancel='" + "z" * 80 + "... (2,200,000 characters)': expected "
+            "at most "
+        )
+        assert str(refused.value).endswith("this one is 2,200,002")
+        await run.approve()
+        result = await run.result()
+    assert (result.outcome, result.text) == ("done", "done")

@@ -108,7 +108,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         if command.action == "compact":
             return await _compact(session, command.agent, out)
         if command.action == "show":
-            code = _show(session, store, out)
+            held = await _holder_of(session, store)
+            code = _show(session, store, out, held=held)
             await show_links(session, store, out)
             return code
         if command.action == "export":
@@ -259,7 +260,37 @@ async def _list(store: SessionStore, out: TextIO) -> int:
     return 0
 
 
-def _show(session: Session, store: SessionStore, out: TextIO) -> int:
+async def _holder_of(session: Session, store: SessionStore) -> SessionBusy | None:
+    """Who holds the session while a run of it is open: a live run, a workflow."""
+    if not session.open_runs() or not isinstance(store, LeasingStore):
+        return None
+    lease = await store.lease_of(session.id)
+    if lease is None:
+        return None
+    alive = lease.expires_at > time.time()
+    if not alive and not lease.owner.startswith(_DURABLE):
+        return None  # its process is gone: resume and abandon take it over
+    return SessionBusy(
+        session.id,
+        session.open_runs()[-1].run_id,
+        owner=lease.owner,
+        alive=True,
+        since=lease.since,
+        until=lease.expires_at,
+    )
+
+
+_DURABLE: Final = "temporal:"
+"""How a durable run's workflow names itself as its session's owner."""
+
+
+def _show(
+    session: Session,
+    store: SessionStore,
+    out: TextIO,
+    *,
+    held: SessionBusy | None = None,
+) -> int:
     runs = session.runs
     print(
         f"session {session.id}: {session.version} entries, {len(runs)} run(s), "
@@ -304,7 +335,19 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
         if run.error is not None:
             line += f"  error: {_clip(str(run.error))}"
         print(line, file=out)
-        if run.outcome == "paused" and run.waiting is not None:
+        if run.continued:
+            print(
+                f"    its durable run's workflow continued as new {run.continued} "
+                "time(s) "
+                "(a fresh Temporal history each time; the run went on)",
+                file=out,
+            )
+        if run.is_open and held is not None and run.run_id == held.run_id:
+            # Its process or workflow is live: the commands below would be
+            # refused.
+            take_over = f"turnfsm resume|abandon {session.id} --force"
+            print(f"    {busy_words(held, take_over)}", file=out)
+        elif run.outcome == "paused" and run.waiting is not None:
             calls = run.waiting.calls
             waits = waiting_for(run.waiting)
             print(f"    paused in {run.waiting.phase}, {waits}", file=out)

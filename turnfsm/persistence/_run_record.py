@@ -47,6 +47,9 @@ class RunRecord:
         waiting: What a paused run waits for.
         history: The committed history the run opened with: its first
             turn's context begins with some of it (`context`).
+        continued: How many times the run stopped for its durable run's
+            workflow to continue as new (a fresh Temporal history) and went
+            on (`ContinuedAsNew`); 0 for a run that never did.
     """
 
     run_id: str
@@ -62,6 +65,7 @@ class RunRecord:
     waiting: Pause | None = None
     opened: RunOpened = attrs.field(repr=False, eq=False)
     history: MessageLog = attrs.field(factory=MessageLog, repr=False, eq=False)
+    continued: int = attrs.field(default=0, eq=False)
 
     @property
     def reported_calls(self) -> int:
@@ -123,6 +127,7 @@ class _Run:
     compactions: list[CompactionRecord] = attrs.field(factory=list)
     results: list[ToolResultRecorded] = attrs.field(factory=list)
     ended: RunEnded | None = None
+    continued: int = 0  # its stops for a durable workflow to continue as new
     # The record last built, and `last` when it was: every entry of the run
     # moves `last`, so a run that did not change returns the same record.
     _built: tuple[int, RunRecord] | None = None
@@ -158,4 +163,5 @@ class _Run:
             waiting=None if end is None else end.waiting,
             opened=self.opened,
             history=self.history,
+            continued=self.continued,
         )

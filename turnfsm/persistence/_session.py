@@ -18,6 +18,7 @@ from turnfsm import _checks
 from turnfsm.core import MachineSpec
 from turnfsm.errors import (
     ConfigError,
+    ContinuedAsNew,
     CorruptRecord,
     InvalidReturn,
     LeaseLost,
@@ -537,7 +538,10 @@ class Session:
                     last=version + 1,
                 )
             case RunEnded():
-                self._runs[entry.run_id].ended = entry
+                run = self._runs[entry.run_id]
+                run.ended = entry
+                if isinstance(entry.error, ContinuedAsNew):
+                    run.continued += 1
                 if entry.outcome not in GOES_ON:
                     self._open.pop(entry.run_id, None)
 

@@ -8,18 +8,26 @@ from typing import Any, Final, final
 
 import anyio.lowlevel
 import attrs
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    QueryRejectCondition,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
+    TerminatedError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
@@ -32,6 +40,7 @@ from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
 from turnfsm.errors import (
     Cancelled,
     ConfigError,
+    RunCrashed,
     SessionBusy,
     SessionNotFound,
 )
@@ -43,6 +52,7 @@ from turnfsm.temporal._payloads import (
     DurableOptions,
     RunSpec,
     RunStatus,
+    payload_size,
     workflow_id_of,
 )
 
@@ -50,6 +60,48 @@ __all__ = ["DurableRun", "start_durable"]
 
 _SHOWN: Final = 80
 """Characters of a long message an error about it shows."""
+
+_DEFAULT_LIMIT: Final = attrs.fields(DurableOptions).payload_limit.default
+"""`DurableOptions.payload_limit` when the caller does not choose it."""
+
+_OVERHEAD: Final = 1024
+"""Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
+
+
+async def server_payload_limit(client: Client) -> int | None:
+    """The most bytes the client's Temporal server takes in one payload.
+
+    Its ``limit.blobSize.error`` as the namespace reports it, less what
+    Temporal adds to the JSON; None when the server does not say.
+    """
+    described = await client.workflow_service.describe_namespace(
+        DescribeNamespaceRequest(namespace=client.namespace)
+    )
+    limit = described.namespace_info.limits.blob_size_limit_error
+    return limit - _OVERHEAD if limit > _OVERHEAD else None
+
+
+def _clipped(value: object) -> object:
+    """`value` as an error shows it: a long one, its first characters and its length."""
+    if isinstance(value, str):
+        if len(value) <= _SHOWN:
+            return value
+        return f"{value[:_SHOWN]}... ({len(value):,} characters)"
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    shown = repr(value)
+    if len(shown) <= 2 * _SHOWN:
+        return value
+    return f"{shown[:_SHOWN]}... ({len(shown):,} characters)"
+
+
+def _past_server(name: str, value: object, size: int, limit: int) -> ConfigError:
+    return ConfigError(
+        name,
+        value,
+        f"at most {limit:,} bytes, what this Temporal server takes in one "
+        f"payload (its limit.blobSize.error, less a margin); this one is {size:,}",
+    )
 
 
 @final
@@ -66,7 +118,7 @@ class DurableRun:
     `anyio.fail_after`, whose `TimeoutError` comes through as usual.
     """
 
-    __slots__ = ("_agent", "_client", "_handle", "session_id")
+    __slots__ = ("_agent", "_client", "_handle", "_limit", "session_id")
 
     def __init__(
         self,
@@ -88,6 +140,7 @@ class DurableRun:
         self.session_id = check_id("session_id", session_id)
         self._agent = agent
         self._client = client
+        self._limit: tuple[int | None] | None = None  # the server's, once asked
         self._handle = handle or client.get_workflow_handle(workflow_id_of(session_id))
 
     @property
@@ -108,7 +161,10 @@ class DurableRun:
         Raises:
             Cancelled: the workflow itself was cancelled (the log records
                 the run as cancelled).
-            RunCrashed: the run crashed on a bug (its log records it).
+            RunCrashed: the run crashed on a bug (its log records it), or
+                its workflow was terminated from outside (its log does not
+                say so, and its session stays held: take it over with
+                ``force=True``).
             SessionNotFound: Temporal knows no durable run of the session.
             TurnFSMError: the run was refused as `Driver.run` refuses one
                 (`SessionBusy`: a run of the session is paused or unfinished;
@@ -121,6 +177,18 @@ class DurableRun:
             cause = exc.cause
             if isinstance(cause, CancelledError):
                 raise Cancelled(reason="the workflow was cancelled") from exc
+            if isinstance(cause, TerminatedError):
+                # Not a crash of the run: its log stops where the workflow
+                # was, and its session stays held.
+                raise RunCrashed(
+                    type="TerminatedError",
+                    message=(
+                        f"its workflow was terminated from outside ({cause}); the "
+                        "session's log keeps the run where it was, and the session "
+                        "stays held by the workflow: take the run over with "
+                        "force=True (turnfsm resume --force, turnfsm abandon --force)"
+                    ),
+                ) from exc
             raise failure_error(cause) from exc
         except RPCError as exc:
             raise await self._refusal(exc, "result", None) from exc
@@ -150,11 +218,23 @@ class DurableRun:
         Raises:
             SessionNotFound: Temporal knows no durable run of the session.
         """
+        ended: str | None = None  # how its workflow ended, when not cleanly
         try:
-            answer = await self._handle.query("status")
+            try:
+                answer = await self._handle.query(
+                    "status",
+                    reject_condition=QueryRejectCondition.NOT_COMPLETED_CLEANLY,
+                )
+            except WorkflowQueryRejectedError as rejected:
+                ended = _ENDED.get(rejected.status) if rejected.status else None
+                answer = await self._handle.query("status")
         except RPCError as exc:
             raise await self._refusal(exc, "status", None) from exc
         status: RunStatus = serde.from_json(RunStatus, answer)
+        if ended is not None and status.outcome in ("running", "paused"):
+            # Its history ends mid-run (terminated from outside) or before
+            # the run began (refused): nothing will answer it or go on.
+            return attrs.evolve(status, outcome=ended, waiting=None)
         waiting: list[str] = []
         for session_id in status.children:
             try:
@@ -209,15 +289,15 @@ class DurableRun:
         Raises:
             ConfigError: the run has ended.
         """
+        await self._check_size("cancel", _clipped(reason), reason)
         try:
             await self._handle.signal("cancel", reason)
         except RPCError as exc:
             raise await self._refusal(exc, "cancel", reason) from exc
 
     async def _update(self, name: str, *args: Any) -> None:
-        value = args[0] if args else None
-        if isinstance(value, str) and len(value) > _SHOWN:  # a long message
-            value = f"{value[:_SHOWN]}... ({len(value):,} characters)"
+        value = _clipped(args[0] if args else None)
+        await self._check_size(name, value, args)
         try:
             await self._handle.execute_update(name, args=args)
         except WorkflowUpdateFailedError as exc:
@@ -232,6 +312,26 @@ class DurableRun:
         except RPCError as exc:
             raise await self._refusal(exc, name, value) from exc
 
+    async def _check_size(self, name: str, shown: object, args: object) -> None:
+        """Refuse `args` past the server's limit for one payload, before sending.
+
+        Past it, the server refuses a signal, and an update would fail the
+        workflow task that takes it, again and again.
+        """
+        if self._limit is None:
+            try:
+                self._limit = (await server_payload_limit(self._client),)
+            except RPCError:
+                # A caller's own deadline goes on as itself; else the server
+                # did not say, and the workflow's own check stands.
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                self._limit = (None,)
+        (limit,) = self._limit
+        if limit is not None:
+            size = payload_size(args)
+            if size > limit:
+                raise _past_server(name, shown, size, limit)
+
     async def _refusal(self, exc: RPCError, name: str, value: object) -> Exception:
         """What `exc`, raised by Temporal for `name`, means to the caller.
 
@@ -243,6 +343,11 @@ class DurableRun:
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         steers = name not in ("result", "status")
+        if steers and "size exceeds limit" in exc.message:
+            # The server's own refusal of a payload past its limit.
+            return ConfigError(
+                name, value, f"a payload within this Temporal server's limit ({exc})"
+            )
         if exc.status != RPCStatusCode.NOT_FOUND and not (steers and _ended(exc)):
             return exc
         try:
@@ -259,6 +364,14 @@ class DurableRun:
         if not steers:
             return exc
         return ConfigError(name, value, "a run still going (it has ended)")
+
+
+_ENDED: Final = {
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "terminated",
+    WorkflowExecutionStatus.FAILED: "failed",
+}
+"""The outcome of a workflow that ended without its run ending (`status`)."""
 
 
 def _ended(exc: RPCError) -> bool:
@@ -287,12 +400,32 @@ async def start_durable(
         raise ConfigError("options", options, "DurableOptions or None")
     messages = as_messages(input)
     session = check_id("session_id", session_id or agent.session.id)
+    given = options is not None and options.payload_limit != _DEFAULT_LIMIT
+    options = options or DurableOptions()
+    try:
+        server = await server_payload_limit(client)
+    except RPCError:
+        await anyio.lowlevel.checkpoint_if_cancelled()  # a caller's deadline
+        server = None  # not said: the start itself says what is wrong
+    if server is not None and options.payload_limit > server and not given:
+        # The default, past a server that takes less: the server's.
+        options = attrs.evolve(options, payload_limit=server)
+    elif server is not None and options.payload_limit > server:
+        # Each step's activity would be refused by the server, and the
+        # run would never end: refused here instead.
+        raise ConfigError(
+            "payload_limit",
+            options.payload_limit,
+            f"at most {server:,} bytes, what this Temporal server takes in one "
+            "payload (its limit.blobSize.error, less a margin): give "
+            f"DurableOptions(payload_limit={server:_}) or less",
+        )
     spec = RunSpec(
         agent=agent.driver.name,
         session_id=session,
         run_id=check_id("run_id", run_id) if run_id else new_id("run"),
         input=messages,
-        options=options or DurableOptions(),
+        options=options,
     )
     try:
         handle = await client.start_workflow(
@@ -306,5 +439,8 @@ async def start_durable(
             task_timeout=timedelta(seconds=spec.options.task_timeout),
         )
     except WorkflowAlreadyStartedError:
-        raise SessionBusy(session) from None
+        # The session's open durable run: named, to be reached through it.
+        raise SessionBusy(
+            session, owner=f"temporal:{workflow_id_of(session)}", alive=True
+        ) from None
     return DurableRun(client, session, agent=agent, handle=handle)

@@ -116,7 +116,9 @@ class DurableOptions:
             run checks first: a tool result past half of it becomes an
             error result saying so, the log is written in parts, and a
             step whose conversation is past it fails the run
-            (`PayloadTooLarge`).
+            (`PayloadTooLarge`). Left at its default on a server that takes
+            less, a run takes the server's; chosen past it, the start is
+            refused.
     """
 
     heartbeat_timeout: float = attrs.field(
@@ -184,7 +186,9 @@ class RunStatus:
         decision: The last decision carried out (``call_llm``,
             ``compact:threshold``, ...).
         turn: Model calls made.
-        outcome: ``running``, or the run's outcome.
+        outcome: ``running``, or the run's outcome; ``terminated`` when its
+            workflow was terminated from outside (the run never ended), and
+            ``failed`` when it failed before its run ended (refused).
         waiting: The tool calls and triggers a paused run waits for, or None.
         children: The session ids of the sub-agents' runs (child workflows)
             the run waits on now.

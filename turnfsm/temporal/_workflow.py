@@ -379,6 +379,7 @@ class TurnWorkflow:
     @reject.validator
     def _check_reject(self, reasons: dict[str, str]) -> None:
         self._require_paused(_REVIEWED)
+        self._check_size("reasons", reasons)
         waiting = self._status.waiting
         calls = {c.id for c in waiting.calls} if waiting is not None else set()
         unknown = [k for k in reasons if k not in calls]
@@ -399,6 +400,7 @@ class TurnWorkflow:
 
     @answer.validator
     def _check_answer(self, event: dict[str, Any]) -> None:
+        self._check_size("an answer", event)
         try:
             parsed = serde.from_json(Event, event)
         except Exception as exc:
@@ -424,24 +426,33 @@ class TurnWorkflow:
                 type="turnfsm.ended",
                 non_retryable=True,
             )
-        spec = self._spec
-        options = spec.options if isinstance(spec, RunSpec) else DurableOptions()
-        limit = options.payload_limit // 2
-        size = payload_size(message)
-        if size > limit:  # it would ride in every later step: as a tool result
-            raise ApplicationError(
-                f"a message of at most {limit:,} bytes (half of "
-                "DurableOptions.payload_limit, what a durable run's step carries "
-                f"of one message); this one is {size:,}",
-                type="turnfsm.bad_answer",
-                non_retryable=True,
-            )
+        self._check_size("a message", message)
         if isinstance(message, str):
             return
         try:
             RunControl().inject(serde.from_json(Message, message))
         except Exception as exc:
             raise _refused(exc) from None
+
+    def _check_size(self, what: str, value: object) -> None:
+        """Refuse an answer or a message past half the payload limit.
+
+        It would ride in every later step (a reason as a tool result, a
+        message in the conversation) and fail the run there: refused where
+        it is sent, the run goes on.
+        """
+        spec = self._spec
+        options = spec.options if isinstance(spec, RunSpec) else DurableOptions()
+        limit = options.payload_limit // 2
+        size = payload_size(value)
+        if size > limit:
+            raise ApplicationError(
+                f"{what} of at most {limit:,} bytes (half of "
+                "DurableOptions.payload_limit, what a durable run's step carries "
+                f"of one message); this one is {size:,}",
+                type="turnfsm.bad_answer",
+                non_retryable=True,
+            )
 
     @workflow.signal(name="cancel")
     def cancel(self, reason: str = "cancelled") -> None:

@@ -201,6 +201,12 @@ def _run(
         f'{_e(run.outcome)}">{_e(run.outcome)}</span></h2>',
     ]
     out += _outcome(session, run, links)
+    if run.continued:
+        out.append(
+            f'<p class="meta">Its durable run\'s workflow continued as new '
+            f"{run.continued} time(s): a fresh Temporal history each time; the run "
+            "went on.</p>"
+        )
     out += rows  # the sub-agents its tool calls started
     count = len(run.compactions)
     total = len(run.turns)
