@@ -367,3 +367,48 @@ def test_a_trace_file_that_is_a_directory_is_refused(tmp_path: Path) -> None:
     done = _cli(["demo", "--quiet", "--trace-file", str(tmp_path)], {}, tmp_path)
     assert done.returncode == 2
     assert "file" in done.stderr
+
+
+def _run_roots(path: Path) -> list[dict[str, object]]:
+    """The `invoke_agent` spans an OTLP/JSON lines file holds, attributes flat."""
+    import json
+
+    roots: list[dict[str, object]] = []
+    for line in path.read_text().splitlines():
+        for resource in json.loads(line)["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
+                    if span["name"].startswith("invoke_agent"):
+                        flat = {
+                            a["key"]: next(iter(a["value"].values()))
+                            for a in span["attributes"]
+                        }
+                        roots.append(flat)
+    return roots
+
+
+@pytest.mark.parametrize("answer", ["approve", "reject"])
+def test_the_rest_of_a_paused_run_is_traced_by_the_command_that_answers_it(
+    tmp_path: Path, answer: str
+) -> None:
+    """`turnfsm run` traced the first part; the answer traces the rest."""
+    store = str(tmp_path / "s.db")
+    agent = ["--agent", "tests.cli.approval_agent:careful", "--store", store]
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    paused = _cli(
+        ["run", "clean up", *agent, "--trace-file", "first.jsonl"], env, tmp_path
+    )
+    assert paused.returncode == 3, paused.stderr
+    (first,) = _run_roots(tmp_path / "first.jsonl")
+    assert first["turnfsm.run.outcome"] == "paused"
+    listed = _cli(["sessions", "list", "--store", store], env, tmp_path)
+    session = listed.stdout.splitlines()[1].split()[0]
+    went_on = _cli(
+        [answer, session, *agent, "--trace-file", "rest.jsonl"], env, tmp_path
+    )
+    assert went_on.returncode == 0, went_on.stderr
+    assert "traces exported to rest.jsonl" in went_on.stderr
+    (rest,) = _run_roots(tmp_path / "rest.jsonl")
+    assert rest["turnfsm.run.id"] == first["turnfsm.run.id"]
+    assert rest["turnfsm.run.resumed"] is True
+    assert rest["turnfsm.run.outcome"] == "done"
