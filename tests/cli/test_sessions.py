@@ -594,6 +594,29 @@ def test_show_says_a_run_that_made_no_model_call_used_nothing(
     assert "<dt>usage</dt><dd>none: no model call</dd>" in page
 
 
+def test_show_says_a_run_whose_model_call_failed_made_one(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A run whose first call the provider refused (a bad key) was shown
+    # "no model call", as if nothing had been asked of the provider.
+    path = tmp_path / "s.db"
+
+    async def refused() -> str:
+        async with SQLiteStore(path) as store:
+            driver = Driver(
+                model=ScriptedModel.of(ProviderError("bad key", kind="auth")),
+                context=None,
+            )
+            result = await driver.run("hello", session=Session(store=store))
+            assert (result.outcome, result.turns) == ("failed", 0)
+            return result.session_id
+
+    out, page = _shown(path, anyio.run(refused), capsys)
+    assert "no model call" not in out
+    assert "  failed  0 turn(s)  no model reply: 1 call failed  error: " in out
+    assert "<dt>usage</dt><dd>none: no model reply: 1 call failed</dd>" in page
+
+
 def test_show_says_how_to_go_on_with_an_interrupted_run(
     tmp_path: Path, capsys: Capture
 ) -> None:

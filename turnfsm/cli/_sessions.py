@@ -44,6 +44,7 @@ from turnfsm.errors import (
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     LeasingStore,
+    RunRecord,
     Session,
     SessionStore,
     SummaryRecorded,
@@ -294,7 +295,7 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
     for run in runs:
         usage = run.usage
         said = (
-            "no model call"
+            _no_reply(run)
             if not run.turns
             else "usage not reported"
             if run.usage_unreported
@@ -475,3 +476,11 @@ def _ask(question: str) -> str:
         return input(question)
     except EOFError:
         return ""
+
+
+def _no_reply(run: RunRecord) -> str:
+    """What a run with no turn asked of its model: nothing, or calls that failed."""
+    failed = run.failed_calls
+    if not failed:
+        return "no model call"
+    return f"no model reply: {failed} call{'s' * (failed > 1)} failed"

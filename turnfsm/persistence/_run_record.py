@@ -8,7 +8,7 @@ from typing import Final, Literal, final
 
 import attrs
 
-from turnfsm.core import Event, Pause, RunStarted
+from turnfsm.core import Event, ModelFailed, Pause, RunStarted
 from turnfsm.errors import TurnFSMError
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
@@ -71,6 +71,15 @@ class RunRecord:
         tokens, which is then no count at all.
         """
         return sum(1 for turn in self.turns if turn.usage is not None)
+
+    @property
+    def failed_calls(self) -> int:
+        """How many of its model calls failed for good (the retries gave up).
+
+        They are not among its `turns`, which are the calls that replied: a
+        run whose provider refused its first call has no turn, yet asked.
+        """
+        return sum(1 for event in self.events if isinstance(event, ModelFailed))
 
     @property
     def usage_unreported(self) -> bool:
