@@ -7,6 +7,7 @@ untouched in this process; what the global path does is run in subprocesses.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import socket
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -412,3 +414,53 @@ def test_the_rest_of_a_paused_run_is_traced_by_the_command_that_answers_it(
     assert rest["turnfsm.run.id"] == first["turnfsm.run.id"]
     assert rest["turnfsm.run.resumed"] is True
     assert rest["turnfsm.run.outcome"] == "done"
+
+
+@contextmanager
+def _hung_receiver() -> Iterator[str]:
+    """A port that takes connections and never answers: a receiver that hangs."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    taken: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                taken.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in taken:
+            conn.close()
+        server.close()
+
+
+@pytest.mark.parametrize("receiver", ["down", "hung"])
+def test_a_receiver_down_or_hung_loses_nothing_of_the_trace_file(
+    tmp_path: Path, receiver: str
+) -> None:
+    # The file's spans were queued behind the OTLP exporter's at shutdown:
+    # with the receiver down (no wait) or hung (the wait ran out on it),
+    # the file was never written.
+    file = tmp_path / "spans.jsonl"
+    with contextlib.ExitStack() as stack:
+        if receiver == "hung":
+            endpoint = stack.enter_context(_hung_receiver())
+        else:
+            endpoint = f"http://127.0.0.1:{_closed_port()}"
+        tracing = configure(endpoint=endpoint, file=file, set_global=False)
+        _run_once(tracing.hook)
+        started = time.monotonic()
+        assert tracing.shutdown(timeout=1.0) is False  # OTLP: not delivered
+        assert time.monotonic() - started < 3.0
+    assert "invoke_agent turnfsm" in file.read_text()
