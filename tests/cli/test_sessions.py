@@ -617,6 +617,33 @@ def test_show_says_a_run_whose_model_call_failed_made_one(
     assert "<dt>usage</dt><dd>none: no model reply: 1 call failed</dd>" in page
 
 
+def test_show_says_in_full_why_a_run_failed_and_what_would_help(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # The error was cut at 72 characters: "the run reached max_turns=2 without
+    # a final answer; raise max_turns o...", and a window overflow's largest
+    # items and advice were cut off entirely.
+    path = tmp_path / "s.db"
+
+    def look() -> str:
+        """Look around."""
+        return "nothing yet"
+
+    async def looping() -> str:
+        async with SQLiteStore(path) as store:
+            model = FakeModelClient(lambda r: reply("", tool_call("look", "c")))
+            driver = Driver(model=model, tools=[look], max_turns=2)
+            result = await driver.run("hello", session=Session(store=store))
+            assert result.outcome == "failed"
+            return result.session_id
+
+    out, _ = _shown(path, anyio.run(looping), capsys)
+    assert (
+        "    error in full: the run reached max_turns=2 without a final answer; "
+        "raise max_turns or check the tools for a loop\n"
+    ) in out
+
+
 def test_show_says_how_to_go_on_with_an_interrupted_run(
     tmp_path: Path, capsys: Capture
 ) -> None:

@@ -302,9 +302,13 @@ def _show(session: Session, store: SessionStore, out: TextIO) -> int:
             else f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
         )
         line = f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  {said}"
-        if run.error is not None:
-            line += f"  error: {_clip(str(run.error))}"
+        error = "" if run.error is None else str(run.error)
+        if error:
+            line += f"  error: {_clip(error)}"
         print(line, file=out)
+        if run.outcome in ("failed", "cancelled") and _clip(error) != error:
+            # Why it failed, and what would help, are at the end of the text.
+            print(f"    error in full: {error}", file=out)
         if run.outcome == "paused" and run.waiting is not None:
             calls = run.waiting.calls
             waits = waiting_for(run.waiting)
