@@ -464,3 +464,54 @@ def test_a_receiver_down_or_hung_loses_nothing_of_the_trace_file(
         assert tracing.shutdown(timeout=1.0) is False  # OTLP: not delivered
         assert time.monotonic() - started < 3.0
     assert "invoke_agent turnfsm" in file.read_text()
+
+
+def test_the_view_s_approve_button_traces_the_rest_of_the_run(tmp_path: Path) -> None:
+    """`turnfsm view --trace-file` traces what its Approve button carries on."""
+    import re
+    import signal
+    import urllib.parse
+    import urllib.request
+
+    store = str(tmp_path / "s.db")
+    agent = ["--agent", "tests.cli.approval_agent:careful", "--store", store]
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    assert _cli(["run", "clean up", *agent], env, tmp_path).returncode == 3
+    listed = _cli(["sessions", "list", "--store", store], env, tmp_path)
+    session = listed.stdout.splitlines()[1].split()[0]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    argv = ["view", session, *agent, "--no-open", "--trace-file", "view.jsonl"]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**clean, **env},
+        cwd=tmp_path,
+    )
+    try:
+        assert server.stdout is not None
+        url = ""
+        for line in server.stdout:
+            found = re.search(r"at (http://127\.0\.0\.1:\d+/\?token=\S+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, server.stderr.read() if server.stderr else ""
+        with urllib.request.urlopen(url, timeout=30) as page:
+            form = page.read().decode()
+        action = re.search(r'<form method="post" action="([^"]+)" class="answer"', form)
+        assert action is not None, form
+        fields = dict(re.findall(r'<input[^>]*name="([^"]+)" value="([^"]*)"', form))
+        target = urllib.parse.urljoin(url, action.group(1).replace("&amp;", "&"))
+        data = urllib.parse.urlencode({**fields, "action": "approve"}).encode()
+        with contextlib.suppress(urllib.error.HTTPError):
+            urllib.request.urlopen(target, data=data, timeout=60).close()
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
+    assert "traces exported to view.jsonl" in err
+    (rest,) = _run_roots(tmp_path / "view.jsonl")
+    assert rest["turnfsm.run.resumed"] is True
+    assert rest["turnfsm.run.outcome"] == "done"

@@ -190,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _answer_parsers(sub, agent_options, traced)
     _sessions_parser(sub)
-    _view_parsers(sub, agent_options)
+    _view_parsers(sub, agent_options, traced)
     _diagram_parser(sub)
     _eval_parser(sub)
     check = sub.add_parser("check", help="validate machine files")
@@ -337,7 +337,9 @@ def _answer_parsers(
         )
 
 
-def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
+def _view_parsers(
+    sub: Any, agent_options: argparse.ArgumentParser, traced: argparse.ArgumentParser
+) -> None:
     report = sub.add_parser(
         "report",
         help="write a session's view as one HTML file (no network needed)",
@@ -373,7 +375,7 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
     report.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     view = sub.add_parser(
         "view",
-        parents=[agent_options],
+        parents=[agent_options, traced],
         help="serve a session's view in the browser (on this machine only)",
         description="Serve a stored session's view (as `turnfsm report` writes "
         "it) on 127.0.0.1 at a free port, behind a random token in its address, "
@@ -701,8 +703,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return fail(name, exc)
 
 
-_TRACED = ("demo", "run", "approve", "reject", "resume")
-"""The commands that run an agent, and so trace it (``--trace``, an endpoint set)."""
+_TRACED = ("demo", "run", "approve", "reject", "resume", "view")
+"""The commands that run an agent, and so trace it (``--trace``, an endpoint set).
+
+`turnfsm view` runs one when its Approve or Reject button carries a run on."""
 
 
 def _dispatch(args: argparse.Namespace) -> int:
