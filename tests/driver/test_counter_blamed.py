@@ -158,3 +158,5 @@ async def test_a_run_with_no_context_manager_says_what_filled_its_window() -> No
     assert error.largest, str(error)
     assert error.largest[0].call_id == "c1"
     assert "largest: tool result of dump (call c1)" in str(error)
+    # No pass could save anything: there was no compactor to run.
+    assert "nothing was saved (a vetoing hook, no context manager, or" in str(error)
