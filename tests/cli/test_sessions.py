@@ -13,7 +13,7 @@ import pytest
 
 from turnfsm.cli import main
 from turnfsm.context import ContextManager, SummarizingCompactor
-from turnfsm.driver import Driver, RetryPolicy
+from turnfsm.driver import Driver, RetryPolicy, RunControl
 from turnfsm.errors import CompactionFailed, CorruptRecord, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart
 from turnfsm.persistence import (
@@ -615,6 +615,34 @@ def test_show_says_a_run_whose_model_call_failed_made_one(
     assert "no model call" not in out
     assert "  failed  0 turn(s)  no model reply: 1 call failed  error: " in out
     assert "<dt>usage</dt><dd>none: no model reply: 1 call failed</dd>" in page
+
+
+def test_show_does_not_say_no_model_call_of_a_run_cut_short_in_one(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A run cancelled while its first model call was out was shown "0
+    # turn(s)  no model call": the log keeps no reply, not that none was asked.
+    path = tmp_path / "s.db"
+
+    async def cut_short() -> str:
+        control = RunControl()
+
+        def answer(request: ModelRequest) -> Message:
+            control.cancel("stop")
+            return reply("hi")
+
+        async with SQLiteStore(path) as store:
+            driver = Driver(model=FakeModelClient(answer))
+            result = await driver.run(
+                "hello", session=Session(store=store), control=control
+            )
+            assert (result.outcome, result.turns) == ("cancelled", 0)
+            return result.session_id
+
+    out, page = _shown(path, anyio.run(cut_short), capsys)
+    assert "no model call" not in out
+    assert "  cancelled  0 turn(s)  no model reply  error: " in out
+    assert "<dt>usage</dt><dd>none: no model reply</dd>" in page
 
 
 def test_show_says_in_full_why_a_run_failed_and_what_would_help(

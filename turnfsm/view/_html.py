@@ -290,11 +290,11 @@ def _sub_agent_pages(
 
 
 def _no_reply(run: RunRecord) -> str:
-    """What a run with no turn asked of its model: nothing, or calls that failed."""
+    """What a run with no turn asked of its model: nothing, or calls with no reply."""
     failed = run.failed_calls
-    if not failed:
-        return "no model call"
-    return f"no model reply: {failed} call{'s' * (failed > 1)} failed"
+    if failed:
+        return f"no model reply: {failed} call{'s' * (failed > 1)} failed"
+    return "no model reply" if run.cut_short else "no model call"
 
 
 def more_button(links: Links, kind: str, n: int, start: int, total: int) -> str:
