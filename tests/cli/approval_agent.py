@@ -101,3 +101,19 @@ def two_cleaners() -> Agent:
     """Gives the clean-up to `careful` twice, in one batch: both pause."""
     cleaner = careful().as_tool(name="cleaner", description="Deletes files, asking.")
     return Agent(model=FakeModelClient(_delegate_twice), tools=[cleaner])
+
+
+def _broken(request: ModelRequest) -> Message:
+    raise RuntimeError("the client's own bug")
+
+
+def broken() -> Agent:
+    """A model client of one's own that raises: the run crashes."""
+    return Agent(model=FakeModelClient(_broken), tools=[delete_file])
+
+
+def careful_then_broken() -> Agent:
+    """`careful`'s tools and machine, with `broken`'s model: it crashes going on."""
+    return Agent(
+        model=FakeModelClient(_broken), tools=[delete_file], machine=approval_machine()
+    )

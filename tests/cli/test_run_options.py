@@ -603,3 +603,36 @@ def test_a_new_task_on_a_session_with_a_paused_run_names_the_answers(
     assert main(["approve", session_id, "--agent", CAREFUL, "--store", store]) == 0
     capsys.readouterr()
     assert main([*argv, "--session", session_id]) == 0
+
+
+def test_a_run_that_crashes_names_its_session_and_the_exception(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A model client of one's own raising RuntimeError was told as one line,
+    # `turnfsm run: the client's own bug`, exit status 2 (could not start):
+    # no traceback, and not the session that keeps the run, logged failed.
+    store = str(tmp_path / "s.db")
+    agent = ["--agent", f"{TOOLS}:broken", "--store", store]
+    assert main(["run", "hello", *agent]) == 1
+    out, err = capsys.readouterr()
+    session = re.findall(r"session (ses_\w+) stored in", out)
+    assert session, out
+    assert "run failed: it crashed on RuntimeError: the client's own bug" in out
+    assert "Traceback" in err
+    assert "in _broken" in err
+    assert main(["sessions", "show", session[0], "--store", store]) == 0
+    assert "failed  0 turn(s)" in capsys.readouterr().out
+
+
+def test_a_run_that_crashes_going_on_names_its_session(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    store = str(tmp_path / "s.db")
+    assert main(["run", "clean up", "--agent", CAREFUL, "--store", store]) == 3
+    (session,) = re.findall(r"session (ses_\w+) stored in", capsys.readouterr().out)
+    agent = ["--agent", f"{TOOLS}:careful_then_broken", "--store", store]
+    assert main(["approve", session, *agent]) == 1
+    out, err = capsys.readouterr()
+    assert f"session {session} stored in" in out
+    assert "run failed: it crashed on RuntimeError: the client's own bug" in out
+    assert "Traceback" in err

@@ -13,7 +13,7 @@ import pytest
 
 from turnfsm.cli import main
 from turnfsm.context import ContextManager, SummarizingCompactor
-from turnfsm.driver import Driver, RetryPolicy
+from turnfsm.driver import Driver, RetryPolicy, RunControl
 from turnfsm.errors import CompactionFailed, CorruptRecord, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart
 from turnfsm.persistence import (
@@ -592,6 +592,84 @@ def test_show_says_a_run_that_made_no_model_call_used_nothing(
     assert "  failed  0 turn(s)  no model call  error: " in out
     assert "usage not reported" not in out
     assert "<dt>usage</dt><dd>none: no model call</dd>" in page
+
+
+def test_show_says_a_run_whose_model_call_failed_made_one(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A run whose first call the provider refused (a bad key) was shown
+    # "no model call", as if nothing had been asked of the provider.
+    path = tmp_path / "s.db"
+
+    async def refused() -> str:
+        async with SQLiteStore(path) as store:
+            driver = Driver(
+                model=ScriptedModel.of(ProviderError("bad key", kind="auth")),
+                context=None,
+            )
+            result = await driver.run("hello", session=Session(store=store))
+            assert (result.outcome, result.turns) == ("failed", 0)
+            return result.session_id
+
+    out, page = _shown(path, anyio.run(refused), capsys)
+    assert "no model call" not in out
+    assert "  failed  0 turn(s)  no model reply: 1 call failed  error: " in out
+    assert "<dt>usage</dt><dd>none: no model reply: 1 call failed</dd>" in page
+
+
+def test_show_does_not_say_no_model_call_of_a_run_cut_short_in_one(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A run cancelled while its first model call was out was shown "0
+    # turn(s)  no model call": the log keeps no reply, not that none was asked.
+    path = tmp_path / "s.db"
+
+    async def cut_short() -> str:
+        control = RunControl()
+
+        def answer(request: ModelRequest) -> Message:
+            control.cancel("stop")
+            return reply("hi")
+
+        async with SQLiteStore(path) as store:
+            driver = Driver(model=FakeModelClient(answer))
+            result = await driver.run(
+                "hello", session=Session(store=store), control=control
+            )
+            assert (result.outcome, result.turns) == ("cancelled", 0)
+            return result.session_id
+
+    out, page = _shown(path, anyio.run(cut_short), capsys)
+    assert "no model call" not in out
+    assert "  cancelled  0 turn(s)  no model reply  error: " in out
+    assert "<dt>usage</dt><dd>none: no model reply</dd>" in page
+
+
+def test_show_says_in_full_why_a_run_failed_and_what_would_help(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # The error was cut at 72 characters: "the run reached max_turns=2 without
+    # a final answer; raise max_turns o...", and a window overflow's largest
+    # items and advice were cut off entirely.
+    path = tmp_path / "s.db"
+
+    def look() -> str:
+        """Look around."""
+        return "nothing yet"
+
+    async def looping() -> str:
+        async with SQLiteStore(path) as store:
+            model = FakeModelClient(lambda r: reply("", tool_call("look", "c")))
+            driver = Driver(model=model, tools=[look], max_turns=2)
+            result = await driver.run("hello", session=Session(store=store))
+            assert result.outcome == "failed"
+            return result.session_id
+
+    out, _ = _shown(path, anyio.run(looping), capsys)
+    assert (
+        "    error in full: the run reached max_turns=2 without a final answer; "
+        "raise max_turns or check the tools for a loop\n"
+    ) in out
 
 
 def test_show_says_how_to_go_on_with_an_interrupted_run(

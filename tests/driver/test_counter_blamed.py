@@ -132,3 +132,31 @@ def test_a_shipped_counter_is_never_blamed(texts: list[str], which: int) -> None
     assert counter_at_fault(messages, counter) == ""
     tokens = sum(counter.count_text(t) for t in texts)
     assert counter_at_fault([], counter, extras=texts, tokens=tokens) == ""
+
+
+async def test_a_run_with_no_context_manager_says_what_filled_its_window() -> None:
+    # With context=None, a run a tool result pushed over the window failed
+    # "compaction stalled: 9511 tokens ..." naming nothing: the largest
+    # items were only listed when a context manager was there.
+    def handle(request: object) -> object:
+        return reply("", tool_call("dump", "c1"))
+
+    def dump() -> str:
+        """Dump everything."""
+        return "word " * 5_000
+
+    driver = Driver(
+        model=FakeModelClient(handle),  # type: ignore[arg-type]
+        tools=[dump],
+        context=None,
+        context_window=2_000,
+    )
+    result = await driver.run("dump it", session=Session())
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, ContextExceeded)
+    assert error.largest, str(error)
+    assert error.largest[0].call_id == "c1"
+    assert "largest: tool result of dump (call c1)" in str(error)
+    # No pass could save anything: there was no compactor to run.
+    assert "nothing was saved (a vetoing hook, no context manager, or" in str(error)

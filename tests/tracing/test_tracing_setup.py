@@ -7,6 +7,7 @@ untouched in this process; what the global path does is run in subprocesses.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import socket
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -367,3 +369,149 @@ def test_a_trace_file_that_is_a_directory_is_refused(tmp_path: Path) -> None:
     done = _cli(["demo", "--quiet", "--trace-file", str(tmp_path)], {}, tmp_path)
     assert done.returncode == 2
     assert "file" in done.stderr
+
+
+def _run_roots(path: Path) -> list[dict[str, object]]:
+    """The `invoke_agent` spans an OTLP/JSON lines file holds, attributes flat."""
+    import json
+
+    roots: list[dict[str, object]] = []
+    for line in path.read_text().splitlines():
+        for resource in json.loads(line)["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
+                    if span["name"].startswith("invoke_agent"):
+                        flat = {
+                            a["key"]: next(iter(a["value"].values()))
+                            for a in span["attributes"]
+                        }
+                        roots.append(flat)
+    return roots
+
+
+@pytest.mark.parametrize("answer", ["approve", "reject"])
+def test_the_rest_of_a_paused_run_is_traced_by_the_command_that_answers_it(
+    tmp_path: Path, answer: str
+) -> None:
+    """`turnfsm run` traced the first part; the answer traces the rest."""
+    store = str(tmp_path / "s.db")
+    agent = ["--agent", "tests.cli.approval_agent:careful", "--store", store]
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    paused = _cli(
+        ["run", "clean up", *agent, "--trace-file", "first.jsonl"], env, tmp_path
+    )
+    assert paused.returncode == 3, paused.stderr
+    (first,) = _run_roots(tmp_path / "first.jsonl")
+    assert first["turnfsm.run.outcome"] == "paused"
+    listed = _cli(["sessions", "list", "--store", store], env, tmp_path)
+    session = listed.stdout.splitlines()[1].split()[0]
+    went_on = _cli(
+        [answer, session, *agent, "--trace-file", "rest.jsonl"], env, tmp_path
+    )
+    assert went_on.returncode == 0, went_on.stderr
+    assert "traces exported to rest.jsonl" in went_on.stderr
+    (rest,) = _run_roots(tmp_path / "rest.jsonl")
+    assert rest["turnfsm.run.id"] == first["turnfsm.run.id"]
+    assert rest["turnfsm.run.resumed"] is True
+    assert rest["turnfsm.run.outcome"] == "done"
+
+
+@contextmanager
+def _hung_receiver() -> Iterator[str]:
+    """A port that takes connections and never answers: a receiver that hangs."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    taken: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                taken.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in taken:
+            conn.close()
+        server.close()
+
+
+@pytest.mark.parametrize("receiver", ["down", "hung"])
+def test_a_receiver_down_or_hung_loses_nothing_of_the_trace_file(
+    tmp_path: Path, receiver: str
+) -> None:
+    # The file's spans were queued behind the OTLP exporter's at shutdown:
+    # with the receiver down (no wait) or hung (the wait ran out on it),
+    # the file was never written.
+    file = tmp_path / "spans.jsonl"
+    with contextlib.ExitStack() as stack:
+        if receiver == "hung":
+            endpoint = stack.enter_context(_hung_receiver())
+        else:
+            endpoint = f"http://127.0.0.1:{_closed_port()}"
+        tracing = configure(endpoint=endpoint, file=file, set_global=False)
+        _run_once(tracing.hook)
+        started = time.monotonic()
+        assert tracing.shutdown(timeout=1.0) is False  # OTLP: not delivered
+        assert time.monotonic() - started < 3.0
+    assert "invoke_agent turnfsm" in file.read_text()
+
+
+def test_the_view_s_approve_button_traces_the_rest_of_the_run(tmp_path: Path) -> None:
+    """`turnfsm view --trace-file` traces what its Approve button carries on."""
+    import re
+    import signal
+    import urllib.parse
+    import urllib.request
+
+    store = str(tmp_path / "s.db")
+    agent = ["--agent", "tests.cli.approval_agent:careful", "--store", store]
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    assert _cli(["run", "clean up", *agent], env, tmp_path).returncode == 3
+    listed = _cli(["sessions", "list", "--store", store], env, tmp_path)
+    session = listed.stdout.splitlines()[1].split()[0]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    argv = ["view", session, *agent, "--no-open", "--trace-file", "view.jsonl"]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**clean, **env},
+        cwd=tmp_path,
+    )
+    try:
+        assert server.stdout is not None
+        url = ""
+        for line in server.stdout:
+            found = re.search(r"at (http://127\.0\.0\.1:\d+/\?token=\S+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, server.stderr.read() if server.stderr else ""
+        with urllib.request.urlopen(url, timeout=30) as page:
+            form = page.read().decode()
+        action = re.search(r'<form method="post" action="([^"]+)" class="answer"', form)
+        assert action is not None, form
+        fields = dict(re.findall(r'<input[^>]*name="([^"]+)" value="([^"]*)"', form))
+        target = urllib.parse.urljoin(url, action.group(1).replace("&amp;", "&"))
+        data = urllib.parse.urlencode({**fields, "action": "approve"}).encode()
+        with contextlib.suppress(urllib.error.HTTPError):
+            urllib.request.urlopen(target, data=data, timeout=60).close()
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
+    assert "traces exported to view.jsonl" in err
+    (rest,) = _run_roots(tmp_path / "view.jsonl")
+    assert rest["turnfsm.run.resumed"] is True
+    assert rest["turnfsm.run.outcome"] == "done"

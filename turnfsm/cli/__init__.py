@@ -188,9 +188,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="continue this stored session (default: a new one)",
     )
-    _answer_parsers(sub, agent_options)
+    _answer_parsers(sub, agent_options, traced)
     _sessions_parser(sub)
-    _view_parsers(sub, agent_options)
+    _view_parsers(sub, agent_options, traced)
     _diagram_parser(sub)
     _eval_parser(sub)
     check = sub.add_parser("check", help="validate machine files")
@@ -273,7 +273,9 @@ def _agent_options() -> argparse.ArgumentParser:
     return options
 
 
-def _answer_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
+def _answer_parsers(
+    sub: Any, agent_options: argparse.ArgumentParser, traced: argparse.ArgumentParser
+) -> None:
     helps = {
         "approve": "approve every tool call a paused run waits on; it goes on",
         "reject": "reject a paused run's tool calls (the model hears why); it goes on",
@@ -292,9 +294,11 @@ def _answer_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
                 "Going on needs the model (and your tools): --agent "
                 "MODULE:ATTR, or --model and --tools."
             )
+        # The run goes on: its rest is traced as `turnfsm run` traced it.
+        going_on = [] if action == "abandon" else [traced]
         answer = sub.add_parser(
             action,
-            parents=[agent_options],
+            parents=[agent_options, *going_on],
             help=text,
             description=f"{text[0].upper()}{text[1:]}. Shows the calls the run "
             f"waits on first. The run and its machine come from the store. {needs}",
@@ -333,7 +337,9 @@ def _answer_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
         )
 
 
-def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
+def _view_parsers(
+    sub: Any, agent_options: argparse.ArgumentParser, traced: argparse.ArgumentParser
+) -> None:
     report = sub.add_parser(
         "report",
         help="write a session's view as one HTML file (no network needed)",
@@ -369,7 +375,7 @@ def _view_parsers(sub: Any, agent_options: argparse.ArgumentParser) -> None:
     report.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     view = sub.add_parser(
         "view",
-        parents=[agent_options],
+        parents=[agent_options, traced],
         help="serve a session's view in the browser (on this machine only)",
         description="Serve a stored session's view (as `turnfsm report` writes "
         "it) on 127.0.0.1 at a free port, behind a random token in its address, "
@@ -697,18 +703,25 @@ def _main(argv: Sequence[str] | None) -> int:
         return fail(name, exc)
 
 
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.command in ("demo", "run"):
-        from turnfsm.cli._tracing import traced
+_TRACED = ("demo", "run", "approve", "reject", "resume", "view")
+"""The commands that run an agent, and so trace it (``--trace``, an endpoint set).
 
-        with traced(
-            force=args.trace,
-            file=args.trace_file,
-            quiet=getattr(args, "quiet", False),
-            command=args.command,
-        ):
-            return _command(args)
-    return _other(args)
+`turnfsm view` runs one when its Approve or Reject button carries a run on."""
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    carry_out = _command if args.command in ("demo", "run") else _other
+    if args.command not in _TRACED:
+        return carry_out(args)
+    from turnfsm.cli._tracing import traced
+
+    with traced(
+        force=args.trace,
+        file=args.trace_file,
+        quiet=getattr(args, "quiet", False),
+        command=args.command,
+    ):
+        return carry_out(args)
 
 
 def _command(args: argparse.Namespace) -> int:

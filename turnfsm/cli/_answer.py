@@ -18,6 +18,7 @@ import attrs
 from turnfsm.cli._run import (
     REPORTED,
     AgentOptions,
+    Crashed,
     answer_hint,
     busy_words,
     call_text,
@@ -28,6 +29,7 @@ from turnfsm.cli._run import (
     interruptible,
     load_cli_session,
     open_driver,
+    raise_if_crashed,
     report_interrupted,
     report_result,
     run_async,
@@ -80,6 +82,8 @@ def run_answer(
     name = f"turnfsm {command.action}"
     try:
         return run_async(_answer, command, options, stream)
+    except Crashed as crash:
+        return crash.report(stream)
     except SessionBusy as exc:
         said = busy_words(exc, "--force")
         hint = " (--force takes it over)" if exc.alive is False else ""
@@ -141,10 +145,14 @@ async def _answer_with(
                         need_model=command.action != "abandon",
                     )
                 )
+            started = [r.run_id for r in session.runs].index(run.run_id)
             try:
                 result = await interruptible(
                     lambda: _go_on(command, driver, session, run, out, paused), out
                 )
+            except Exception as exc:
+                raise_if_crashed(exc, session, started, where(store))
+                raise
             finally:
                 await close_model(driver)
         if result is None:  # Ctrl-C or SIGTERM: the run is logged interrupted

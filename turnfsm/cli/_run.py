@@ -36,6 +36,7 @@ from turnfsm.driver import Driver, RunResult, read_session
 from turnfsm.errors import (
     ConfigError,
     PinnedTooLarge,
+    RunCrashed,
     SessionBusy,
     SessionConflict,
     SessionNotFound,
@@ -496,6 +497,8 @@ def run_task(
             result, place, session = run_async(
                 _run, driver, own, task, options, session_id, stream
             )
+    except Crashed as crash:
+        return crash.report(stream)
     except REPORTED as exc:
         print(f"turnfsm run: {cli_words(exc, options)}", file=sys.stderr)
         return 2
@@ -503,6 +506,54 @@ def run_task(
         resume = shlex.join(["turnfsm", "resume", session, *options.flags()])
         return report_interrupted(session, place, options, stream, resume=resume)
     return report_result(result, place, options, stream)
+
+
+@final
+class Crashed(Exception):
+    """A run that began and crashed on an exception: its log says so (internal).
+
+    Not a run that could not start (exit status 2): the command names the
+    session that keeps it, and the exception with its traceback, since it
+    came from code of yours (a model client, a tool wrapper, a hook, a
+    store) or a bug.
+    """
+
+    def __init__(self, cause: Exception, session_id: str, place: str) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.session_id = session_id
+        self.place = place
+
+    def report(self, out: TextIO) -> int:
+        """Print what crashed and where the run is kept; return 1 (failed)."""
+        import traceback
+
+        traceback.print_exception(self.cause, file=sys.stderr)
+        print(f"\nsession {self.session_id} stored in {self.place}", file=out)
+        print(
+            f"run failed: it crashed on {type(self.cause).__name__}: "
+            f"{_checks.message_of(self.cause)} (the traceback is on standard error)",
+            file=out,
+        )
+        return 1
+
+
+def raise_if_crashed(
+    exc: Exception, session: Session, started: int, place: str
+) -> None:
+    """Raise `Crashed` if `exc` ended a run of `session`'s from `started` on.
+
+    `started` is the index among its runs of the run that went on, or their
+    count before a new one. A run that crashes is logged failed with
+    `RunCrashed`, then its exception propagates; an error raised before the
+    run began (a setting, a session another process holds) is left as it is.
+    """
+    if any(isinstance(run.error, RunCrashed) for run in session.runs[started:]):
+        if isinstance(exc, BaseExceptionGroup):  # the Ctrl-C watch's task group
+            leaves = _leaves(exc)
+            if len(leaves) == 1 and isinstance(leaves[0], Exception):
+                exc = leaves[0]
+        raise Crashed(exc, session.id, place) from None
 
 
 T = TypeVar("T")
@@ -629,9 +680,15 @@ async def _run(
                 session = await load_cli_session(
                     store, session_id, seconds=driver.store_timeout
                 )
-            result = await interruptible(
-                lambda: driver.run(task, session=session, hooks=hooks_for(out)), out
-            )
+            started = len(session.runs)
+            try:
+                result = await interruptible(
+                    lambda: driver.run(task, session=session, hooks=hooks_for(out)),
+                    out,
+                )
+            except Exception as exc:
+                raise_if_crashed(exc, session, started, where(store))
+                raise
             return result, where(store), session.id
     finally:
         await close_model(driver)

@@ -44,6 +44,7 @@ from turnfsm.errors import (
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     LeasingStore,
+    RunRecord,
     Session,
     SessionStore,
     SummaryRecorded,
@@ -325,16 +326,20 @@ def _show(
     for run in runs:
         usage = run.usage
         said = (
-            "no model call"
+            _no_reply(run)
             if not run.turns
             else "usage not reported"
             if run.usage_unreported
             else f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
         )
         line = f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  {said}"
-        if run.error is not None:
-            line += f"  error: {_clip(str(run.error))}"
+        error = "" if run.error is None else str(run.error)
+        if error:
+            line += f"  error: {_clip(error)}"
         print(line, file=out)
+        if run.outcome in ("failed", "cancelled") and _clip(error) != error:
+            # Why it failed, and what would help, are at the end of the text.
+            print(f"    error in full: {error}", file=out)
         if run.continued:
             print(
                 f"    its durable run's workflow continued as new {run.continued} "
@@ -518,3 +523,11 @@ def _ask(question: str) -> str:
         return input(question)
     except EOFError:
         return ""
+
+
+def _no_reply(run: RunRecord) -> str:
+    """What a run with no turn asked of its model: nothing, or calls with no reply."""
+    failed = run.failed_calls
+    if failed:
+        return f"no model reply: {failed} call{'s' * (failed > 1)} failed"
+    return "no model reply" if run.cut_short else "no model call"

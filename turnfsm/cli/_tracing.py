@@ -1,4 +1,4 @@
-"""Tracing for `turnfsm demo` and `turnfsm run`: on when an OTLP endpoint is set."""
+"""Tracing for the commands that run an agent: on when an OTLP endpoint is set."""
 
 from __future__ import annotations
 

@@ -100,15 +100,16 @@ class Ending:
         if isinstance(decision, Fail):
             error = decision.error
         manager = self.settings.context
-        if isinstance(error, ContextExceeded) and manager is not None:
+        if isinstance(error, ContextExceeded):
             # Say what filled the window (the brain's own error stays as it
-            # decided it: the log's decisions replay unchanged).
+            # decided it: the log's decisions replay unchanged), with the
+            # run's one counter, whether or not a context manager is there.
             context = self.before
             error = explain(
                 error,
                 Joined(context.history, context.pending),
-                manager.counter,
-                strategy=type(manager.compactor).__name__,
+                self.run.meter.counter,
+                strategy="" if manager is None else type(manager.compactor).__name__,
             )
         if interrupted:
             outcome = "interrupted"

@@ -261,9 +261,9 @@ class CompactionStalled(ContextExceeded):
             )
         else:
             what = (
-                "nothing was saved (a vetoing hook or a conversation the"
-                " compactor cannot cut) - see what is biggest, choose a strategy"
-                " that shrinks it, or a bigger window"
+                "nothing was saved (a vetoing hook, no context manager, or a"
+                " conversation the compactor cannot cut) - see what is biggest,"
+                " choose a strategy that shrinks it, or a bigger window"
             )
         return (
             f"compaction stalled: {self.used} tokens after the pass, "

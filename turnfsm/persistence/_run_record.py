@@ -8,8 +8,8 @@ from typing import Final, Literal, final
 
 import attrs
 
-from turnfsm.core import Event, Pause, RunStarted
-from turnfsm.errors import TurnFSMError
+from turnfsm.core import ContextOverflowed, Event, ModelFailed, Pause, RunStarted
+from turnfsm.errors import RunCrashed, TurnFSMError
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence._records import (
     CompactionRecord,
@@ -75,6 +75,28 @@ class RunRecord:
         tokens, which is then no count at all.
         """
         return sum(1 for turn in self.turns if turn.usage is not None)
+
+    @property
+    def failed_calls(self) -> int:
+        """How many of its model calls failed, or were refused as too long.
+
+        Failed for good: the retries gave up. They are not among its
+        `turns`, which are the calls that replied: a run whose provider
+        refused its first call has no turn, yet asked.
+        """
+        failed = (ModelFailed, ContextOverflowed)
+        return sum(1 for event in self.events if isinstance(event, failed))
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether it ended while it may have been waiting on its model.
+
+        Cancelled, interrupted, crashed on an exception, or never ended in
+        its log (its process stopped): a model call then out left no trace
+        in the log, so a run with no `turns` may still have asked.
+        """
+        crashed = isinstance(self.error, RunCrashed)
+        return crashed or self.outcome in ("cancelled", "interrupted", "running")
 
     @property
     def usage_unreported(self) -> bool:

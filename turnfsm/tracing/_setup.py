@@ -7,7 +7,8 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import final
 from urllib.parse import urlsplit
@@ -60,6 +61,9 @@ class Tracing:
     """
 
     _otlp: _Counted | None = None
+    # The processors that do not send over OTLP (a file, exporters given):
+    # a receiver that is down or hangs must not cost them their spans.
+    _local: tuple[SpanProcessor, ...] = ()
 
     def __init__(
         self,
@@ -114,22 +118,33 @@ class Tracing:
         providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
         if not providers:
             return True
+        started, limit = time.monotonic(), timeout
+        # The spans bound for a file (or an exporter given) first, each on
+        # its own: they wait on no receiver, so none that is down or hangs
+        # (OTLP, stopped after them) costs them.
+        local = [_stopping(p.shutdown) for p in self._local]
+        for worker in local:
+            worker.join(max(0.0, timeout - (time.monotonic() - started)))
+        timeout = max(0.0, timeout - (time.monotonic() - started))
         unreachable = self.endpoint is not None and not _reachable(self.endpoint)
         if unreachable:
             # Nothing listens there: waiting on the exporters' retries would
             # only hold the process up.
             timeout = 0.0
-
-        def stop() -> None:
-            for provider in providers:
-                try:
-                    provider.shutdown()
-                except Exception:  # an exporter's own failure: nothing to keep
-                    logger.debug("tracing: shutdown failed", exc_info=True)
-
-        worker = threading.Thread(target=stop, name="turnfsm-tracing-stop", daemon=True)
-        worker.start()
+        worker = _stopping(*(p.shutdown for p in providers))
         worker.join(timeout)
+        if any(w.is_alive() for w in local):
+            stuck = {
+                type(_exporter_of(p)).__name__
+                for p, w in zip(self._local, local, strict=True)
+                if w.is_alive()
+            }
+            logger.warning(
+                "tracing: spans not all written within %ss by: %s",
+                limit,
+                ", ".join(sorted(stuck)),
+            )
+            return False
         if worker.is_alive():
             if unreachable:  # it did not wait: it said "within 0.0s"
                 logger.warning(
@@ -141,11 +156,30 @@ class Tracing:
                 logger.warning(
                     "tracing: spans not delivered within %ss "
                     "(is the receiver at %s up?)",
-                    timeout,
+                    limit,
                     self.endpoint,
                 )
             return False
         return True
+
+
+def _stopping(*stops: Callable[[], object]) -> threading.Thread:
+    """A daemon thread running `stops` in turn (started): a hang holds only it."""
+
+    def stop() -> None:
+        for each in stops:
+            try:
+                each()
+            except Exception:  # an exporter's own failure: nothing to keep
+                logger.debug("tracing: shutdown failed", exc_info=True)
+
+    worker = threading.Thread(target=stop, name="turnfsm-tracing-stop", daemon=True)
+    worker.start()
+    return worker
+
+
+def _exporter_of(processor: SpanProcessor) -> object:
+    return getattr(processor, "span_exporter", processor)
 
 
 def _reachable(endpoint: str) -> bool:
@@ -281,6 +315,9 @@ def configure(
         )
     tracing = Tracing(provider, meter_provider, endpoint=target, protocol=chosen)
     tracing._otlp = counted
+    tracing._local = tuple(
+        p for p, e in zip(processors, used, strict=True) if e is not counted
+    )
     if not named:
         tracing.hook._trace_agents_apart(_AgentProviders(resource, processors).tracer)
     _install(tracing, set_global=set_global)

@@ -295,6 +295,14 @@ def _sub_agent_pages(
     return out
 
 
+def _no_reply(run: RunRecord) -> str:
+    """What a run with no turn asked of its model: nothing, or calls with no reply."""
+    failed = run.failed_calls
+    if failed:
+        return f"no model reply: {failed} call{'s' * (failed > 1)} failed"
+    return "no model reply" if run.cut_short else "no model call"
+
+
 def more_button(links: Links, kind: str, n: int, start: int, total: int) -> str:
     """The button that loads the next page of a run's turns or passes."""
     return (
@@ -309,7 +317,7 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
         '<dl class="summary">',
         f"<dt>outcome</dt><dd>{_e(run.outcome)} in phase {_e(run.phase)}</dd>",
         f"<dt>machine</dt><dd>{_e(run.opened.machine)} ({_e(run.opened.digest)})</dd>",
-        "<dt>usage</dt><dd>none: no model call</dd>"
+        f"<dt>usage</dt><dd>none: {_e(_no_reply(run))}</dd>"
         if not run.turns
         else "<dt>usage</dt><dd>not reported by the provider</dd>"
         if run.usage_unreported
