@@ -792,3 +792,46 @@ def test_a_path_from_home_is_read_as_a_shell_reads_it(
     assert isinstance(store, SQLiteStore)
     assert store.path == tmp_path / "sessions.db"
     assert SQLiteStore("~/other.db").path == tmp_path / "other.db"
+
+
+def _remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+
+
+async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
+    tmp_path: Path,
+) -> None:
+    # SQLite in WAL mode goes on writing to a deleted file: each commit
+    # would succeed, into a file no one can open again.
+    path = tmp_path / "s.db"
+    entries = sample_entries()
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:1], expected_version=0)
+        _remove_database(path)
+        with pytest.raises(StoreUnusable, match="deleted or replaced") as raised:
+            await store.append("s", entries[1:2], expected_version=1)
+        assert str(path) in str(raised.value)
+        # The store let go of the deleted file: its next call opens the path.
+        assert await store.load("s") == ()
+        assert path.exists()
+
+
+async def test_a_file_replaced_under_an_open_store_is_refused_then_read_anew(
+    tmp_path: Path,
+) -> None:
+    path, backup = tmp_path / "s.db", tmp_path / "backup.db"
+    entries = sample_entries()
+    async with SQLiteStore(backup) as other:
+        await other.append("b", entries[:1], expected_version=0)
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:1], expected_version=0)
+        _remove_database(path)  # a backup restored in its place
+        os.replace(backup, path)
+        with pytest.raises(StoreUnusable, match="deleted or replaced"):
+            await store.load("s")
+        assert [s.id for s in await store.list_sessions()] == ["b"]
+        await store.append("b", entries[1:2], expected_version=1)
+    async with SQLiteStore(path) as again:
+        assert len(await again.load("b")) == 2
