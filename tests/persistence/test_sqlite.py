@@ -457,6 +457,31 @@ def test_a_slip_of_a_store_name_is_refused_with_what_it_meant(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "host=db.example user=app password=s3cret dbname=app",
+        "dbname=app",
+        " user = app password=s3cret",
+    ],
+)
+def test_a_postgres_conninfo_string_is_refused_without_showing_it(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each was a file path: an SQLite file named after it, password and all.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        open_store(spec)
+    assert "postgresql://" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+    monkeypatch.setenv("TURNFSM_STORE", spec)
+    with pytest.raises(ConfigError) as caught:
+        env_store()
+    assert caught.value.field == "TURNFSM_STORE"
+    assert "s3cret" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_postgres_url_without_the_extra_names_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
