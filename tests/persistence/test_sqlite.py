@@ -860,3 +860,38 @@ async def test_a_file_replaced_under_an_open_store_is_refused_then_read_anew(
         await store.append("b", entries[1:2], expected_version=1)
     async with SQLiteStore(path) as again:
         assert len(await again.load("b")) == 2
+
+
+async def test_a_run_whose_store_file_is_deleted_ends_with_one_line_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The run ended 'done', its later commits in the deleted file; then,
+    # refused, its interruption's record met the file made anew (a
+    # conflict), logged with a traceback.
+    path = tmp_path / "agent.db"
+
+    def step(n: int) -> str:
+        """Take a step.
+
+        Args:
+            n: the step.
+        """
+        if n == 1:
+            _remove_database(path)
+        return f"step {n} taken"
+
+    model = ScriptedModel.of(
+        *(reply("", tool_call("step", f"c{n}", n=n)) for n in range(3)), "done"
+    )
+    agent = Agent(model=model, tools=[step], store=path)
+    with pytest.raises(StoreUnusable, match="deleted or replaced"):
+        await agent.run("take three steps")
+    said = [
+        record
+        for record in caplog.records
+        if "could not record its interruption" in record.getMessage()
+    ]
+    assert said, caplog.records
+    assert all(record.exc_info is None for record in said)
+    assert "SessionConflict" not in caplog.text
+    await agent.store.aclose()
