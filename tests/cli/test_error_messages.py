@@ -143,6 +143,18 @@ def test_replay_names_a_missing_log_in_plain_words(
     )
 
 
+def test_replay_of_a_session_id_given_as_its_log_says_to_use_session(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said only "ses_0123 does not exist", true of the file, not of the
+    # session the user meant.
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", "--store", "s.db", "ses_0123"]) == 2
+    line = _one_line(capsys, "replay")
+    assert "ses_0123" in line
+    assert "--session ses_0123" in line
+
+
 def test_sessions_import_names_a_missing_directory(
     tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
