@@ -186,8 +186,8 @@ class SQLiteStore:
             DuplicateRecord: a compaction record's key is already stored;
                 nothing was written.
             StoreUnusable: the file could not be written (locked by another
-                writer for longer than `busy_timeout`, a full disk); nothing
-                was written.
+                writer for longer than `busy_timeout`, a full disk, deleted
+                or replaced since the store opened it); nothing was written.
             ConfigError: `session_id` is not a usable id.
         """
         check_append(session_id, entries, expected_version)
