@@ -895,3 +895,28 @@ async def test_a_run_whose_store_file_is_deleted_ends_with_one_line_said(
     assert all(record.exc_info is None for record in said)
     assert "SessionConflict" not in caplog.text
     await agent.store.aclose()
+
+
+async def test_a_file_moved_under_an_open_store_leaves_its_last_commits_alone(
+    tmp_path: Path,
+) -> None:
+    # The last commits are in the write-ahead log, named after the path:
+    # a store opened on the path again made a new file there, and closing it
+    # deleted that log, and the moved file's commits with it.
+    path, moved = tmp_path / "s.db", tmp_path / "moved.db"
+    entries = sample_entries()
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:2], expected_version=0)
+        os.rename(path, moved)
+        with pytest.raises(StoreUnusable, match="deleted or replaced"):
+            await store.append("s", entries[2:3], expected_version=2)
+        with pytest.raises(StoreUnusable, match="write-ahead log") as raised:
+            await store.load("s")
+        assert f"{path}-wal" in str(raised.value)
+        with pytest.raises(StoreUnusable, match="write-ahead log"):
+            SQLiteStore(path)  # another process, as well
+    assert not path.exists()
+    for suffix in ("-wal", "-shm"):  # the log put back beside its file
+        os.rename(f"{path}{suffix}", f"{moved}{suffix}")
+    async with SQLiteStore(moved) as back:
+        assert len(await back.load("s")) == 2

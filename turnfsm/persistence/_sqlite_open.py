@@ -94,6 +94,7 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
     where = os.fspath(path)
     check_directory(path.absolute().parent, "the store's path")
     _check_kind(path, where)
+    _check_log_alone(path, where)
     try:
         conn = sqlite3.connect(
             where, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -161,6 +162,27 @@ def _check_kind(path: Path, where: str) -> None:
         raise StoreUnusable(where, f"it is {kind}, not a regular file")
     if not os.access(path, os.R_OK):
         raise StoreUnusable(where, "it cannot be read (Permission denied)")
+
+
+def _check_log_alone(path: Path, where: str) -> None:
+    """Refuse a missing file whose write-ahead log is there without it.
+
+    The file was moved or deleted, and its last commits are still in that
+    log, named after this path: SQLite would make a new file here, and the
+    last connection to close it would delete the log, and those commits.
+    """
+    log = f"{where}-wal"
+    try:
+        if os.path.lexists(path) or not os.path.getsize(log):
+            return
+    except OSError:  # no log
+        return
+    raise StoreUnusable(
+        where,
+        f"its write-ahead log {log} is there without it: the file was moved or "
+        "deleted, its last commits still in that log; put the file back beside "
+        "it (or the log beside the file), or move the log away to start anew",
+    )
 
 
 def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnusable:
