@@ -920,3 +920,33 @@ async def test_a_file_moved_under_an_open_store_leaves_its_last_commits_alone(
         os.rename(f"{path}{suffix}", f"{moved}{suffix}")
     async with SQLiteStore(moved) as back:
         assert len(await back.load("s")) == 2
+
+
+_OPEN_ON_A_FULL_DISK = textwrap.dedent(
+    """
+    import resource, sys
+    from turnfsm.errors import StoreUnusable
+    from turnfsm.persistence import SQLiteStore
+
+    # Writes past 1 KiB fail (EFBIG; Python ignores SIGXFSZ): a full disk.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+    try:
+        SQLiteStore(sys.argv[1])
+    except StoreUnusable as refused:
+        print(refused)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_FSIZE")
+async def test_a_new_store_on_a_full_disk_is_refused_as_unwritable(
+    tmp_path: Path,
+) -> None:
+    # It said "it is not a usable SQLite database (database or disk is full)".
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = await anyio.run_process(
+        [sys.executable, "-c", _OPEN_ON_A_FULL_DISK, str(tmp_path / "s.db")], env=env
+    )
+    said = done.stdout.decode()
+    assert "it cannot be written" in said, said
+    assert "not a usable SQLite database" not in said

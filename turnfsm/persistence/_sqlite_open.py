@@ -192,6 +192,11 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
     connection of this process can hold the file then, so closing the
     descriptor drops no lock.
     """
+    code = exc.sqlite_errorcode & 0xFF  # the primary code of an extended one
+    if code in _UNWRITABLE:  # the disk's failure, not the file's content
+        return StoreUnusable(where, f"it cannot be written ({exc})")
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreUnusable(where, f"another process held it locked ({exc})")
     if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
         return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
     try:
@@ -203,6 +208,17 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
         return StoreUnusable(where, "it is not an SQLite database")
     return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
 
+
+_UNWRITABLE: Final = frozenset(
+    (
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PERM,
+    )
+)
+"""SQLite's codes for a file the disk would not let it write (full, failing)."""
 
 _KINDS: Final = {
     stat.S_IFREG: "",
