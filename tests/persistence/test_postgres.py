@@ -292,6 +292,20 @@ async def test_a_schema_version_that_cannot_be_read_is_refused(
     )
 
 
+async def test_tables_that_cannot_be_made_are_refused_as_such_not_as_connecting(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    # It said "connecting failed: DuplicateTable": it had connected.
+    url = postgres_url()
+    await _query(url, "CREATE TABLE turnfsm_sessions (id INTEGER)")
+    with pytest.raises(StoreUnusable) as caught:
+        await make_store(url).list_sessions()
+    said = str(caught.value)
+    assert "setting up its tables failed: DuplicateTable" in said
+    assert "connecting" not in said
+    assert await _query(url, "SELECT to_regclass('turnfsm_meta')") == [(None,)]
+
+
 async def test_another_applications_tables_are_refused(
     make_store: MakeStore, postgres_url: Callable[[], str]
 ) -> None:
