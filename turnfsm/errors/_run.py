@@ -194,9 +194,10 @@ class SessionBusy(TurnFSMError):
     `alive` says whether its lease is live (its process renews it while it
     runs; one that ended unable to release it, its store down, leaves it
     live until it runs out) or expired (its process likely died), `since`
-    when it took the session (seconds since the epoch, on the store's clock), and `until`
-    when its lease runs out if it is not renewed (a process that is gone
-    renews nothing: past it, resume and abandon take the run over). A durable
+    when it took the session (seconds since the epoch, on the store's
+    clock), and `until` when its lease runs out if it is not renewed (a
+    process that is gone renews nothing: past it, resume and abandon take
+    the run over). A durable
     run's workflow holds its session as ``temporal:WORKFLOW_ID`` while it
     runs, paused or not.
     """
