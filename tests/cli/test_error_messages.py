@@ -143,6 +143,18 @@ def test_replay_names_a_missing_log_in_plain_words(
     )
 
 
+def test_replay_of_a_session_id_given_as_its_log_says_to_use_session(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said only "ses_0123 does not exist", true of the file, not of the
+    # session the user meant.
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", "--store", "s.db", "ses_0123"]) == 2
+    line = _one_line(capsys, "replay")
+    assert "ses_0123" in line
+    assert "--session ses_0123" in line
+
+
 def test_sessions_import_names_a_missing_directory(
     tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -419,3 +431,18 @@ def test_a_store_of_your_agents_that_never_answers_is_given_up(
         "store: its load did not return within store_timeout=0.2 s (nothing "
         "was changed)\n"
     )
+
+
+def test_a_postgres_connection_string_as_the_store_is_refused_unshown(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was a file path: "a store file that exists" was asked for, the
+    # password shown; a writing command made an SQLite file of that name.
+    monkeypatch.chdir(tmp_path)
+    spec = "host=db.example user=app password=s3cret dbname=app"
+    for command in (["sessions", "list"], ["sessions", "rm", "ses_x", "--yes"]):
+        assert main([*command, "--store", spec]) == 2
+        err = capsys.readouterr().err
+        assert "postgresql://USER:PASSWORD@HOST:PORT/DATABASE" in err
+        assert "s3cret" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -60,7 +60,7 @@ def test_a_live_owner_refuses_then_a_dead_one_is_taken_over(tmp_path: Path) -> N
         assert refused.value.owner is not None
         assert f":{owner.pid}:" in refused.value.owner
         assert refused.value.since is not None
-        assert "alive" in str(refused.value)
+        assert "whose lease is live until" in str(refused.value)
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.communicate()

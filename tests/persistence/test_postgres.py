@@ -263,6 +263,49 @@ async def test_a_newer_schema_is_refused_and_left_unchanged(
     assert meta == [("99",)]
 
 
+@pytest.mark.parametrize(
+    ("sql", "said"),
+    [
+        (
+            "UPDATE turnfsm_meta SET value = 'two' WHERE key = 'schema_version'",
+            "its turnfsm_meta has a schema_version that is not a number: 'two'",
+        ),
+        (
+            "DELETE FROM turnfsm_meta WHERE key = 'schema_version'",
+            "its turnfsm_meta has no schema_version",
+        ),
+    ],
+)
+async def test_a_schema_version_that_cannot_be_read_is_refused(
+    make_store: MakeStore, postgres_url: Callable[[], str], sql: str, said: str
+) -> None:
+    # A schema_version that is no number raised ValueError; a missing one
+    # was read as 0: creating the tables again failed (DuplicateTable).
+    url = postgres_url()
+    await make_store(url).append("s1", sample_entries(), expected_version=0)
+    await _query(url, sql)
+    with pytest.raises(StoreUnusable) as caught:
+        await make_store(url).load("s1")
+    assert said in str(caught.value)
+    assert len(await _query(url, "SELECT seq FROM turnfsm_entries")) == len(
+        sample_entries()
+    )
+
+
+async def test_tables_that_cannot_be_made_are_refused_as_such_not_as_connecting(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    # It said "connecting failed: DuplicateTable": it had connected.
+    url = postgres_url()
+    await _query(url, "CREATE TABLE turnfsm_sessions (id INTEGER)")
+    with pytest.raises(StoreUnusable) as caught:
+        await make_store(url).list_sessions()
+    said = str(caught.value)
+    assert "setting up its tables failed: DuplicateTable" in said
+    assert "connecting" not in said
+    assert await _query(url, "SELECT to_regclass('turnfsm_meta')") == [(None,)]
+
+
 async def test_another_applications_tables_are_refused(
     make_store: MakeStore, postgres_url: Callable[[], str]
 ) -> None:

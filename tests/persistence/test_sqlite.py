@@ -457,6 +457,31 @@ def test_a_slip_of_a_store_name_is_refused_with_what_it_meant(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "host=db.example user=app password=s3cret dbname=app",
+        "dbname=app",
+        " user = app password=s3cret",
+    ],
+)
+def test_a_postgres_conninfo_string_is_refused_without_showing_it(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each was a file path: an SQLite file named after it, password and all.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        open_store(spec)
+    assert "postgresql://" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+    monkeypatch.setenv("TURNFSM_STORE", spec)
+    with pytest.raises(ConfigError) as caught:
+        env_store()
+    assert caught.value.field == "TURNFSM_STORE"
+    assert "s3cret" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_postgres_url_without_the_extra_names_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -792,3 +817,136 @@ def test_a_path_from_home_is_read_as_a_shell_reads_it(
     assert isinstance(store, SQLiteStore)
     assert store.path == tmp_path / "sessions.db"
     assert SQLiteStore("~/other.db").path == tmp_path / "other.db"
+
+
+def _remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+
+
+async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
+    tmp_path: Path,
+) -> None:
+    # SQLite in WAL mode goes on writing to a deleted file: each commit
+    # would succeed, into a file no one can open again.
+    path = tmp_path / "s.db"
+    entries = sample_entries()
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:1], expected_version=0)
+        _remove_database(path)
+        with pytest.raises(StoreUnusable, match="deleted or replaced") as raised:
+            await store.append("s", entries[1:2], expected_version=1)
+        assert str(path) in str(raised.value)
+        # The store let go of the deleted file: its next call opens the path.
+        assert await store.load("s") == ()
+        assert path.exists()
+
+
+async def test_a_file_replaced_under_an_open_store_is_refused_then_read_anew(
+    tmp_path: Path,
+) -> None:
+    path, backup = tmp_path / "s.db", tmp_path / "backup.db"
+    entries = sample_entries()
+    async with SQLiteStore(backup) as other:
+        await other.append("b", entries[:1], expected_version=0)
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:1], expected_version=0)
+        _remove_database(path)  # a backup restored in its place
+        os.replace(backup, path)
+        with pytest.raises(StoreUnusable, match="deleted or replaced"):
+            await store.load("s")
+        assert [s.id for s in await store.list_sessions()] == ["b"]
+        await store.append("b", entries[1:2], expected_version=1)
+    async with SQLiteStore(path) as again:
+        assert len(await again.load("b")) == 2
+
+
+async def test_a_run_whose_store_file_is_deleted_ends_with_one_line_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The run ended 'done', its later commits in the deleted file; then,
+    # refused, its interruption's record met the file made anew (a
+    # conflict), logged with a traceback.
+    path = tmp_path / "agent.db"
+
+    def step(n: int) -> str:
+        """Take a step.
+
+        Args:
+            n: the step.
+        """
+        if n == 1:
+            _remove_database(path)
+        return f"step {n} taken"
+
+    model = ScriptedModel.of(
+        *(reply("", tool_call("step", f"c{n}", n=n)) for n in range(3)), "done"
+    )
+    agent = Agent(model=model, tools=[step], store=path)
+    with pytest.raises(StoreUnusable, match="deleted or replaced"):
+        await agent.run("take three steps")
+    said = [
+        record
+        for record in caplog.records
+        if "could not record its interruption" in record.getMessage()
+    ]
+    assert said, caplog.records
+    assert all(record.exc_info is None for record in said)
+    assert "SessionConflict" not in caplog.text
+    await agent.store.aclose()
+
+
+async def test_a_file_moved_under_an_open_store_leaves_its_last_commits_alone(
+    tmp_path: Path,
+) -> None:
+    # The last commits are in the write-ahead log, named after the path:
+    # a store opened on the path again made a new file there, and closing it
+    # deleted that log, and the moved file's commits with it.
+    path, moved = tmp_path / "s.db", tmp_path / "moved.db"
+    entries = sample_entries()
+    async with SQLiteStore(path) as store:
+        await store.append("s", entries[:2], expected_version=0)
+        os.rename(path, moved)
+        with pytest.raises(StoreUnusable, match="deleted or replaced"):
+            await store.append("s", entries[2:3], expected_version=2)
+        with pytest.raises(StoreUnusable, match="write-ahead log") as raised:
+            await store.load("s")
+        assert f"{path}-wal" in str(raised.value)
+        with pytest.raises(StoreUnusable, match="write-ahead log"):
+            SQLiteStore(path)  # another process, as well
+    assert not path.exists()
+    for suffix in ("-wal", "-shm"):  # the log put back beside its file
+        os.rename(f"{path}{suffix}", f"{moved}{suffix}")
+    async with SQLiteStore(moved) as back:
+        assert len(await back.load("s")) == 2
+
+
+_OPEN_ON_A_FULL_DISK = textwrap.dedent(
+    """
+    import resource, sys
+    from turnfsm.errors import StoreUnusable
+    from turnfsm.persistence import SQLiteStore
+
+    # Writes past 1 KiB fail (EFBIG; Python ignores SIGXFSZ): a full disk.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+    try:
+        SQLiteStore(sys.argv[1])
+    except StoreUnusable as refused:
+        print(refused)
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_FSIZE")
+async def test_a_new_store_on_a_full_disk_is_refused_as_unwritable(
+    tmp_path: Path,
+) -> None:
+    # It said "it is not a usable SQLite database (database or disk is full)".
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = await anyio.run_process(
+        [sys.executable, "-c", _OPEN_ON_A_FULL_DISK, str(tmp_path / "s.db")], env=env
+    )
+    said = done.stdout.decode()
+    assert "it cannot be written" in said, said
+    assert "not a usable SQLite database" not in said

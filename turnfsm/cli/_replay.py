@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -90,6 +91,14 @@ def _open(
     if path is not None and session_id is not None:
         raise ConfigError("--session", session_id, f"no --session with a LOG ({path})")
     if path is not None:
+        if os.sep not in path and not os.path.lexists(path):
+            # A bare name that is no file: likely the session meant.
+            raise ConfigError(
+                "LOG",
+                path,
+                "a session log file (there is none of that name; to replay "
+                f"a stored session, give --session {path})",
+            )
         with open(path, "rb") as file:
             data = file.read()
         if not data.strip():  # the library's error would name its argument

@@ -34,6 +34,9 @@ __all__ = [
     "where",
 ]
 
+_SETTINGS: Final = re.compile(r"\s*\w+\s*=")
+"""Text that starts as ``KEY=VALUE`` settings do (``host=db user=app ...``)."""
+
 IN_MEMORY: Final = "memory: (lost when the command ends)"
 """Where a memory store keeps its sessions, as `where` says it."""
 
@@ -75,11 +78,14 @@ def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
 def _file_of(spec: str) -> Path | None:
     """The file an SQLite `spec` names (a path or ``sqlite:///PATH``), else None.
 
-    A blank `spec` names none: `open_store` refuses it.
+    A blank `spec` names none, nor do ``KEY=VALUE`` settings (a PostgreSQL
+    connection string): `open_store` refuses them.
     """
     if spec.startswith("sqlite:///"):
         return Path(spec.removeprefix("sqlite:///"))
     if "://" in spec or spec.endswith(":") or not spec.strip():
+        return None
+    if _SETTINGS.match(spec):
         return None
     return Path(spec)
 

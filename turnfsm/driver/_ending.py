@@ -221,7 +221,9 @@ class Ending:
                 return await self.end(None, error, interrupted=True)
             except LeaseLost:  # another process carries the run on: said once
                 self.hear_end("interrupted", self.machine.snapshot, "", error)
-            except StoreUnusable as down:  # the run stays open: it resumes
+            except (StoreUnusable, SessionConflict) as down:
+                # The run stays open, to resume; or another writer (a store
+                # file made anew) moved the log on: said in one line.
                 logger.warning(
                     "run %s: could not record its interruption: %s", self.run_id, down
                 )

@@ -191,11 +191,13 @@ class SessionBusy(TurnFSMError):
 
     `run_id` names the session's open run, when there is one. When a store
     holds owner leases, `owner` names the process that holds the session,
-    `alive` says whether its lease is live (it renews it: its process is
-    working) or expired (its process likely died), and `since` when it took
-    the session (seconds since the epoch, on the store's clock), and `until`
-    when its lease runs out if it is not renewed (a process that is gone
-    renews nothing: past it, resume and abandon take the run over). A durable
+    `alive` says whether its lease is live (its process renews it while it
+    runs; one that ended unable to release it, its store down, leaves it
+    live until it runs out) or expired (its process likely died), `since`
+    when it took the session (seconds since the epoch, on the store's
+    clock), and `until` when its lease runs out if it is not renewed (a
+    process that is gone renews nothing: past it, resume and abandon take
+    the run over). A durable
     run's workflow holds its session as ``temporal:WORKFLOW_ID`` while it
     runs, paused or not.
     """
@@ -220,22 +222,20 @@ class SessionBusy(TurnFSMError):
                     "force=True only if that workflow was terminated"
                 )
             if self.alive:
+                # Live is all the store knows: a process that ended with its
+                # lease unreleased (its store failed) holds it until then.
                 until = _when(self.until)
-                renewing = (
-                    f"it keeps renewing its lease, which runs out at {until} if it "
-                    "stops"
-                    if until
-                    else "it keeps renewing its lease"
-                )
+                live = f"live until {until}" if until else "live"
                 gone = (
                     f" (past {until}, resume and abandon take it over without it)"
                     if until
                     else ""
                 )
                 return (
-                    f"session {self.session_id!r}{run} is held by {held}, which is "
-                    f"alive ({renewing}); wait for its run to end, or take it over "
-                    f"with force=True only if you know that process is gone{gone}"
+                    f"session {self.session_id!r}{run} is held by {held}, whose "
+                    f"lease is {live} (its process renews it while it runs); wait "
+                    "for its run to end, or take it over with force=True only if "
+                    f"you know that process is gone{gone}"
                 )
             return (
                 f"session {self.session_id!r}{run} was held by {held}, whose "

@@ -9,6 +9,7 @@ environment variable holds one of them.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Final
 
@@ -25,6 +26,14 @@ _TEXT: Final = "'memory:', a file path, 'sqlite:///PATH' or a postgresql:// URL"
 
 _EXPECTED: Final = f"a SessionStore, {_TEXT}"
 
+# A libpq connection string ("host=... user=... password=..."): its first
+# word is one of libpq's keywords and an equals sign.
+_CONNINFO: Final = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode"
+    r"|options|connect_timeout|application_name)\s*=",
+    re.IGNORECASE,
+)
+
 
 def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
     """Return the store `spec` names.
@@ -38,8 +47,10 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
 
     Raises:
         ConfigError: `spec` is none of these; ``memory`` and ``:memory:``
-            (which would name files) are refused saying ``memory:``, and
-            ``postgres:/db`` saying ``postgresql://db``.
+            (which would name files) are refused saying ``memory:``,
+            ``postgres:/db`` saying ``postgresql://db``, and a PostgreSQL
+            connection string (``host=... dbname=...``) asking for the URL
+            (its text, which may hold a password, is not shown).
         ImportError: a PostgreSQL URL without the ``turnfsm[postgres]`` extra.
         StoreUnusable: the file cannot be used as a store (not SQLite,
             another application's, a newer schema); it was not changed.
@@ -58,6 +69,12 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
         return _postgres(spec)
     if spec.startswith("sqlite:///"):
         return _sqlite(spec.removeprefix("sqlite:///"))
+    if _CONNINFO.match(spec):  # would name a file, password and all
+        raise ConfigError(
+            "store",
+            "<a PostgreSQL connection string, not shown>",
+            f"{_TEXT} (write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE)",
+        )
     meant = _meant(spec)
     if meant is not None:
         raise ConfigError("store", spec, f"{_TEXT} (did you mean {meant}?)")
@@ -93,7 +110,8 @@ def env_store() -> SessionStore | None:
     try:
         return open_store(value)
     except ConfigError as exc:
-        raise ConfigError(STORE_ENV, value, exc.expected) from None
+        # The value as the refusal shows it (a connection string: not at all).
+        raise ConfigError(STORE_ENV, exc.value, exc.expected) from None
 
 
 def default_store_path() -> Path:

@@ -129,7 +129,7 @@ async def _migrate(conn: _Conn, server: str, creating: list[bool]) -> None:
             "its turnfsm_meta table belongs to another application"
             f" ({meta.get('application')!r}); use another database or schema",
         )
-    version = int(meta.get("schema_version", "0"))
+    version = _version_of(meta, server)
     if version > SCHEMA_VERSION:
         raise StoreUnusable(
             server,
@@ -148,3 +148,24 @@ async def _migrate(conn: _Conn, server: str, creating: list[bool]) -> None:
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (APPLICATION, str(SCHEMA_VERSION)),
         )
+
+
+def _version_of(meta: dict[str, str], server: str) -> int:
+    """The schema version `meta` holds (0: no table was made yet).
+
+    Raises:
+        StoreUnusable: turnfsm's marker is there but no version is, or one
+            that is not a number.
+    """
+    if not meta:
+        return 0
+    found = meta.get("schema_version")
+    if found is None:
+        raise StoreUnusable(server, "its turnfsm_meta has no schema_version")
+    try:
+        return int(found)
+    except ValueError:
+        raise StoreUnusable(
+            server,
+            f"its turnfsm_meta has a schema_version that is not a number: {found!r}",
+        ) from None

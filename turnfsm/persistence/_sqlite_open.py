@@ -94,6 +94,7 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
     where = os.fspath(path)
     check_directory(path.absolute().parent, "the store's path")
     _check_kind(path, where)
+    _check_log_alone(path, where)
     try:
         conn = sqlite3.connect(
             where, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -163,6 +164,27 @@ def _check_kind(path: Path, where: str) -> None:
         raise StoreUnusable(where, "it cannot be read (Permission denied)")
 
 
+def _check_log_alone(path: Path, where: str) -> None:
+    """Refuse a missing file whose write-ahead log is there without it.
+
+    The file was moved or deleted, and its last commits are still in that
+    log, named after this path: SQLite would make a new file here, and the
+    last connection to close it would delete the log, and those commits.
+    """
+    log = f"{where}-wal"
+    try:
+        if os.path.lexists(path) or not os.path.getsize(log):
+            return
+    except OSError:  # no log
+        return
+    raise StoreUnusable(
+        where,
+        f"its write-ahead log {log} is there without it: the file was moved or "
+        "deleted, its last commits still in that log; put the file back beside "
+        "it (or the log beside the file), or move the log away to start anew",
+    )
+
+
 def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnusable:
     """The refusal of a file SQLite could not read as a database.
 
@@ -170,6 +192,11 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
     connection of this process can hold the file then, so closing the
     descriptor drops no lock.
     """
+    code = exc.sqlite_errorcode & 0xFF  # the primary code of an extended one
+    if code in _UNWRITABLE:  # the disk's failure, not the file's content
+        return StoreUnusable(where, f"it cannot be written ({exc})")
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return StoreUnusable(where, f"another process held it locked ({exc})")
     if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
         return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
     try:
@@ -181,6 +208,17 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
         return StoreUnusable(where, "it is not an SQLite database")
     return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
 
+
+_UNWRITABLE: Final = frozenset(
+    (
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PERM,
+    )
+)
+"""SQLite's codes for a file the disk would not let it write (full, failing)."""
 
 _KINDS: Final = {
     stat.S_IFREG: "",

@@ -249,7 +249,9 @@ class PostgresStore:
                 if not self._migrated:
                     with translate(self.server, "connecting"):
                         async with pool.connection() as conn:
-                            await migrate(conn, self.server)
+                            # Connected: a failure now is the tables'.
+                            with translate(self.server, "setting up its tables"):
+                                await migrate(conn, self.server)
                     self._migrated = True
         return pool
 

@@ -33,6 +33,12 @@ Theory of operation:
   ``BEGIN IMMEDIATE`` transaction (`turnfsm.persistence._sqlite_lease`).
 - Ids are held as `turnfsm.persistence._rows.column_text` writes them, so
   that an id with a lone surrogate is stored and read back as it is.
+- A file deleted or replaced while the store has it open is refused at the
+  store's next call: SQLite in WAL mode would go on committing to the
+  deleted file, which no one can open again. Each call first checks that
+  the path still names the file the connection opened (one ``stat``); when
+  it does not, the store closes its connection (SQLite then leaves the
+  path's write-ahead log alone) and its next call opens the path anew.
 """
 
 from __future__ import annotations
@@ -157,7 +163,7 @@ class SQLiteStore:
     _lock: threading.Lock = attrs.field(init=False, repr=False, factory=threading.Lock)
 
     def __attrs_post_init__(self) -> None:
-        self._handle.conn = _open(self.path, self.synchronous, self.busy_timeout)
+        self._handle.open(self.path, self.synchronous, self.busy_timeout)
         # A store dropped without aclose() still closes its connection.
         weakref.finalize(self, self._handle.close)
 
@@ -166,8 +172,7 @@ class SQLiteStore:
         """The connection, opened again if the store was closed."""
         conn = self._handle.conn
         if conn is None:
-            conn = _open(self.path, self.synchronous, self.busy_timeout)
-            self._handle.conn = conn
+            conn = self._handle.open(self.path, self.synchronous, self.busy_timeout)
         return conn
 
     # -- SessionStore --------------------------------------------------
@@ -181,8 +186,8 @@ class SQLiteStore:
             DuplicateRecord: a compaction record's key is already stored;
                 nothing was written.
             StoreUnusable: the file could not be written (locked by another
-                writer for longer than `busy_timeout`, a full disk); nothing
-                was written.
+                writer for longer than `busy_timeout`, a full disk, deleted
+                or replaced since the store opened it); nothing was written.
             ConfigError: `session_id` is not a usable id.
         """
         check_append(session_id, entries, expected_version)
@@ -307,7 +312,8 @@ class SQLiteStore:
                     f"busy_timeout={self.busy_timeout} s ({busy.__cause__})",
                 ) from None
             finally:
-                conn.execute("PRAGMA busy_timeout = 0")
+                if self._handle.conn is conn:  # not let go of (`_on`)
+                    conn.execute("PRAGMA busy_timeout = 0")
 
     def _translate(self, fn: Callable[..., T], *args: object) -> T:
         try:
@@ -320,21 +326,56 @@ class SQLiteStore:
             raise StoreUnusable(os.fspath(self.path), str(exc)) from None
 
     def _on(self, fn: Callable[..., T], *args: object) -> T:
-        return fn(self._conn, *args)
+        conn = self._conn
+        if not self._handle.still_there():
+            self._handle.close()
+            raise StoreUnusable(
+                os.fspath(self.path),
+                "it was deleted or replaced while this store had it open; the "
+                "store let go of it, and its next call opens the path again",
+            )
+        return fn(conn, *args)
 
 
 class _Handle:
-    """The store's one connection: None once closed, until the next use opens it."""
+    """The store's one connection: None once closed, until the next use opens it.
 
-    __slots__ = ("conn",)
+    `file` is what the connection opened: the file's absolute path (SQLite
+    keeps that, whatever the working directory becomes) and its identity.
+    """
+
+    __slots__ = ("conn", "file")
 
     def __init__(self) -> None:
         self.conn: sqlite3.Connection | None = None
+        self.file: tuple[str, tuple[int, int] | None] = ("", None)
+
+    def open(
+        self, path: Path, synchronous: str, busy_timeout: float
+    ) -> sqlite3.Connection:
+        where = os.fspath(path.absolute())
+        self.conn = _open(path, synchronous, busy_timeout)
+        self.file = (where, _identity(where))
+        return self.conn
+
+    def still_there(self) -> bool:
+        """Whether the path still names the file the connection opened."""
+        where, identity = self.file
+        return _identity(where) == identity
 
     def close(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.close()
+
+
+def _identity(where: str) -> tuple[int, int] | None:
+    """The file at `where` as (device, inode); None: no file there."""
+    try:
+        found = os.stat(where)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 class _Busy(Exception):
