@@ -22,6 +22,7 @@ from turnfsm.persistence import (
     SessionStore,
     SQLiteStore,
     default_store_path,
+    is_connection_string,
     open_store,
 )
 
@@ -33,9 +34,6 @@ __all__ = [
     "shown",
     "where",
 ]
-
-_SETTINGS: Final = re.compile(r"\s*\w+\s*=")
-"""Text that starts as ``KEY=VALUE`` settings do (``host=db user=app ...``)."""
 
 IN_MEMORY: Final = "memory: (lost when the command ends)"
 """Where a memory store keeps its sessions, as `where` says it."""
@@ -85,7 +83,7 @@ def _file_of(spec: str) -> Path | None:
         return Path(spec.removeprefix("sqlite:///"))
     if "://" in spec or spec.endswith(":") or not spec.strip():
         return None
-    if _SETTINGS.match(spec):
+    if is_connection_string(spec):
         return None
     return Path(spec)
 

@@ -23,6 +23,7 @@ from turnfsm.persistence._open import (
     env_store,
     open_store,
 )
+from turnfsm.persistence._open import is_connection_string as is_connection_string
 from turnfsm.persistence._parent_link import ParentLink
 from turnfsm.persistence._records import (
     ENTRY_TYPES,

@@ -35,6 +35,14 @@ _CONNINFO: Final = re.compile(
 )
 
 
+def is_connection_string(spec: str) -> bool:
+    """Whether `spec` reads as a libpq connection string (``host=... dbname=...``).
+
+    Such text names no file, and may hold a password: it is never shown.
+    """
+    return _CONNINFO.match(spec) is not None
+
+
 def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
     """Return the store `spec` names.
 
@@ -69,7 +77,7 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
         return _postgres(spec)
     if spec.startswith("sqlite:///"):
         return _sqlite(spec.removeprefix("sqlite:///"))
-    if _CONNINFO.match(spec):  # would name a file, password and all
+    if is_connection_string(spec):  # would name a file, password and all
         raise ConfigError(
             "store",
             "<a PostgreSQL connection string, not shown>",
