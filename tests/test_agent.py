@@ -77,3 +77,17 @@ def test_a_model_given_by_position_is_refused_naming_the_keyword() -> None:
     assert str(caught.value).endswith(
         ": expected keyword arguments (Agent(model=...)): Agent takes none by position"
     )
+
+
+def test_a_sessions_id_given_as_the_session_shows_how_to_open_it() -> None:
+    # The command line takes --session ID; run(session=...) takes a Session.
+    agent = Agent(model=ScriptedModel.of("ok"))
+    with pytest.raises(ConfigError) as caught:
+        agent.run_sync("hi", session="ses_0123")  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("session", "ses_0123")
+    assert str(caught.value) == (
+        "invalid session='ses_0123': expected a Session or None, not a "
+        "session's id: session=await agent.open_session('ses_0123') (with a "
+        "Driver: await Session.load(store, 'ses_0123'))"
+    )
+    assert not agent.session.runs

@@ -126,6 +126,19 @@ def _not_a_name(_driver: Any, _attr: Any, value: Any) -> None:
         )
 
 
+def _not_a_session(value: object) -> ConfigError:
+    """The refusal of `value` as a run's session; a session's id is shown opened."""
+    if isinstance(value, str):
+        return ConfigError(
+            "session",
+            value,
+            "a Session or None, not a session's id: "
+            f"session=await agent.open_session({value!r}) (with a Driver: "
+            f"await Session.load(store, {value!r}))",
+        )
+    return ConfigError("session", value, "a Session or None")
+
+
 _CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
 """The shipped clients of a model named by its provider's name for it."""
 
@@ -488,7 +501,7 @@ class Driver:
         _checks.check(hooks, "hooks", _CHECK_HOOKS)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
-            raise ConfigError("session", session, "a Session or None")
+            raise _not_a_session(session)
         if control is not None and not isinstance(control, RunControl):
             raise ConfigError("control", control, "a RunControl or None")
         if run_id is not None:
