@@ -91,3 +91,47 @@ def test_a_sessions_id_given_as_the_session_shows_how_to_open_it() -> None:
         "Driver: await Session.load(store, 'ses_0123'))"
     )
     assert not agent.session.runs
+
+
+def _hook() -> Any:
+    from turnfsm.hooks import ConsoleHook
+
+    return ConsoleHook()
+
+
+def _tool() -> Any:
+    def read(path: str) -> str:
+        """Read.
+
+        Args:
+            path: the file.
+        """
+        return path
+
+    return read
+
+
+@pytest.mark.parametrize(
+    ("setting", "make", "hint"),
+    [
+        ("hooks", _hook, "a sequence of Hook (one goes in a list: hooks=[...])"),
+        (
+            "tools",
+            _tool,
+            "a sequence of tools or functions (one goes in a list: tools=[...])",
+        ),
+        (
+            "context",
+            lambda: 8000,
+            "a ContextManager or None (a window of 8000 tokens: "
+            "context=ContextManager(context_window=8000))",
+        ),
+    ],
+)
+def test_one_item_where_a_list_or_a_manager_belongs_shows_how(
+    setting: str, make: Any, hint: str
+) -> None:
+    value = make()
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=ScriptedModel.of("ok"), **{setting: value})
+    assert str(caught.value) == f"invalid {setting}={value!r}: expected {hint}"

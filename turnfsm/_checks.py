@@ -805,8 +805,15 @@ def as_tuple(
 ) -> tuple[Any, ...]:
     """Return `value` as a tuple: any iterable but a string or a mapping."""
     if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
-        _fail(error, name, value, f"a sequence of {expected}")
+        _fail(error, name, value, _sequence_of(expected, name, value))
     return tuple(value)
+
+
+def _sequence_of(expected: str, name: str, value: object) -> str:
+    """What a sequence setting expects; a single item given is shown in a list."""
+    if is_iterable(value):  # a string or a mapping
+        return f"a sequence of {expected}"
+    return f"a sequence of {expected} (one goes in a list: {name}=[...])"
 
 
 def tuple_of(
@@ -819,7 +826,7 @@ def tuple_of(
 
     def convert(value: Any) -> tuple[Any, ...]:
         if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
-            _fail(error, name, value, f"a sequence of {expected}")
+            _fail(error, name, value, _sequence_of(expected, name, value))
         return tuple(value)
 
     return convert

@@ -139,6 +139,26 @@ def _not_a_session(value: object) -> ConfigError:
     return ConfigError("session", value, "a Session or None")
 
 
+_MANAGER: Final = _checks.instance(
+    ContextManager, "a ContextManager or None", optional=True
+)
+
+
+def _a_manager(inst: object, attr: Any, value: object) -> None:
+    """A context manager or None; a window's size given shows the manager."""
+    try:
+        _MANAGER(inst, attr, value)
+    except ConfigError:
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise ConfigError(
+                "context",
+                value,
+                f"a ContextManager or None (a window of {value} tokens: "
+                f"context=ContextManager(context_window={value}))",
+            ) from None
+        raise
+
+
 _CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
 """The shipped clients of a model named by its provider's name for it."""
 
@@ -258,9 +278,7 @@ class Driver:
     )
     context: ContextManager | None = attrs.field(
         factory=ContextManager,
-        validator=_checks.instance(
-            ContextManager, "a ContextManager or None", optional=True
-        ),
+        validator=_a_manager,
     )
     context_window: int = attrs.field(
         default=0, validator=_checks.integer(low=0, high=_checks.MAX_TOKENS)
