@@ -158,6 +158,34 @@ def integer(
     return validate
 
 
+def percentage(*, low: int, high: int) -> Check:
+    """Return a validator: an int percentage in ``low..high``.
+
+    A number that is a percentage written another way (0.8, 80.0) is
+    refused showing the int (80); any other value only with the range.
+    """
+    text = f"an int percentage in {low}..{high}"
+    plain = integer(low=low, high=high, expected=text)
+
+    def validate(inst: object, attr: object, value: object) -> None:
+        try:
+            plain(inst, attr, value)
+        except ConfigError:
+            if isinstance(value, float) and 0 < value <= 1:
+                meant = round(value * 100)
+            elif isinstance(value, float) and value.is_integer():
+                meant = int(value)
+            else:
+                raise
+            if not low <= meant <= high:
+                raise
+            _fail(
+                ConfigError, _name(None, attr), value, f"{text} ({meant}, not {value})"
+            )
+
+    return validate
+
+
 def number(
     name: str | None = None,
     *,
