@@ -135,3 +135,31 @@ def test_one_item_where_a_list_or_a_manager_belongs_shows_how(
     with pytest.raises(ConfigError) as caught:
         Agent(model=ScriptedModel.of("ok"), **{setting: value})
     assert str(caught.value) == f"invalid {setting}={value!r}: expected {hint}"
+
+
+@pytest.mark.parametrize(
+    ("make", "hint"),
+    [
+        (lambda: "mine.toml", "load it: machine=load_machine('mine.toml')"),
+        (
+            lambda: __import__("pathlib").Path("machines/mine.toml"),
+            "load it: machine=load_machine('machines/mine.toml')",
+        ),
+        (
+            lambda: __import__("turnfsm").approval_machine,
+            "call it: machine=approval_machine()",
+        ),
+        (lambda: 42, "load a machine file with turnfsm.load_machine(path)"),
+    ],
+)
+def test_a_machine_file_or_maker_given_as_the_machine_shows_the_call(
+    make: Any, hint: str
+) -> None:
+    # A path, or approval_machine without its (), said only "expected a
+    # MachineSpec (load a machine file with turnfsm.load_machine(path))".
+    value = make()
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=ScriptedModel.of("ok"), machine=value)
+    assert str(caught.value) == (
+        f"invalid machine={value!r}: expected a MachineSpec ({hint})"
+    )

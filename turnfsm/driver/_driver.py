@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final, overload
@@ -157,6 +158,29 @@ def _a_manager(inst: object, attr: Any, value: object) -> None:
                 f"context=ContextManager(context_window={value}))",
             ) from None
         raise
+
+
+_MACHINE: Final = _checks.instance(
+    MachineSpec, "a MachineSpec (load a machine file with turnfsm.load_machine(path))"
+)
+
+
+def _a_machine(inst: object, attr: Any, value: object) -> None:
+    """A machine; its file's path, or a function making one, shows the call."""
+    try:
+        _MACHINE(inst, attr, value)
+    except ConfigError:
+        if isinstance(value, str | os.PathLike):
+            how = f"load it: machine=load_machine({os.fspath(value)!r})"
+        elif (
+            callable(value)
+            and not isinstance(value, type)
+            and hasattr(value, "__name__")
+        ):
+            how = f"call it: machine={value.__name__}()"
+        else:
+            raise
+        raise ConfigError("machine", value, f"a MachineSpec ({how})") from None
 
 
 _CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
@@ -309,13 +333,7 @@ class Driver:
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(
         factory=default_machine,
-        validator=[
-            _checks.instance(
-                MachineSpec,
-                "a MachineSpec (load a machine file with turnfsm.load_machine(path))",
-            ),
-            _passes_the_checks,
-        ],
+        validator=[_a_machine, _passes_the_checks],
     )
     effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=check_effects)
     subagents: Mapping[str, Driver] = attrs.field(factory=dict)
