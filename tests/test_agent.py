@@ -77,3 +77,89 @@ def test_a_model_given_by_position_is_refused_naming_the_keyword() -> None:
     assert str(caught.value).endswith(
         ": expected keyword arguments (Agent(model=...)): Agent takes none by position"
     )
+
+
+def test_a_sessions_id_given_as_the_session_shows_how_to_open_it() -> None:
+    # The command line takes --session ID; run(session=...) takes a Session.
+    agent = Agent(model=ScriptedModel.of("ok"))
+    with pytest.raises(ConfigError) as caught:
+        agent.run_sync("hi", session="ses_0123")  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.value) == ("session", "ses_0123")
+    assert str(caught.value) == (
+        "invalid session='ses_0123': expected a Session or None, not a "
+        "session's id: session=await agent.open_session('ses_0123') (with a "
+        "Driver: await Session.load(store, 'ses_0123'))"
+    )
+    assert not agent.session.runs
+
+
+def _hook() -> Any:
+    from turnfsm.hooks import ConsoleHook
+
+    return ConsoleHook()
+
+
+def _tool() -> Any:
+    def read(path: str) -> str:
+        """Read.
+
+        Args:
+            path: the file.
+        """
+        return path
+
+    return read
+
+
+@pytest.mark.parametrize(
+    ("setting", "make", "hint"),
+    [
+        ("hooks", _hook, "a sequence of Hook (one goes in a list: hooks=[...])"),
+        (
+            "tools",
+            _tool,
+            "a sequence of tools or functions (one goes in a list: tools=[...])",
+        ),
+        (
+            "context",
+            lambda: 8000,
+            "a ContextManager or None (a window of 8000 tokens: "
+            "context=ContextManager(context_window=8000))",
+        ),
+    ],
+)
+def test_one_item_where_a_list_or_a_manager_belongs_shows_how(
+    setting: str, make: Any, hint: str
+) -> None:
+    value = make()
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=ScriptedModel.of("ok"), **{setting: value})
+    assert str(caught.value) == f"invalid {setting}={value!r}: expected {hint}"
+
+
+@pytest.mark.parametrize(
+    ("make", "hint"),
+    [
+        (lambda: "mine.toml", "load it: machine=load_machine('mine.toml')"),
+        (
+            lambda: __import__("pathlib").Path("machines/mine.toml"),
+            "load it: machine=load_machine('machines/mine.toml')",
+        ),
+        (
+            lambda: __import__("turnfsm").approval_machine,
+            "call it: machine=approval_machine()",
+        ),
+        (lambda: 42, "load a machine file with turnfsm.load_machine(path)"),
+    ],
+)
+def test_a_machine_file_or_maker_given_as_the_machine_shows_the_call(
+    make: Any, hint: str
+) -> None:
+    # A path, or approval_machine without its (), said only "expected a
+    # MachineSpec (load a machine file with turnfsm.load_machine(path))".
+    value = make()
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=ScriptedModel.of("ok"), machine=value)
+    assert str(caught.value) == (
+        f"invalid machine={value!r}: expected a MachineSpec ({hint})"
+    )

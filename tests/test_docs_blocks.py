@@ -265,3 +265,23 @@ def test_a_docstring_example_compiles_as_a_file(where: str, source: str) -> None
     # Copied into a file, a docstring's example must at least compile: no
     # await outside a function, as the pages are held to.
     docs_blocks._compile(source, where, where)
+
+
+INSTALL_BY_NAME = re.compile(r"pip install [^\n]*['\"]?\bturnfsm\[")
+"""An extra installed by the package's name: from an index, not the checkout."""
+
+
+def test_the_pages_install_extras_from_the_checkout() -> None:
+    # The docs install turnfsm from a source checkout (`pip install .`); a
+    # command `pip install 'turnfsm[local]'` asked the package index for it.
+    root = docs_blocks.REPO_ROOT
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    fence = re.compile(r"^```(?:sh|bash|console)\n(.*?)^```", re.M | re.S)
+    found = [
+        f"{page.relative_to(root)}: {line.strip()}"
+        for page in pages
+        for block in fence.findall(page.read_text(encoding="utf-8"))
+        for line in block.splitlines()
+        if INSTALL_BY_NAME.search(line)
+    ]
+    assert found == []

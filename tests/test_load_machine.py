@@ -38,3 +38,21 @@ def test_a_file_here_of_a_shipped_machine_s_name_is_that_file(
     with pytest.raises(DefinitionError) as caught:
         load_machine("approval")
     assert caught.value.source == "approval"
+
+
+def test_a_misspelt_shipped_name_is_not_found_naming_the_one_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said only "[Errno 2] No such file or directory: 'aproval'".
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as caught:
+        load_machine("aproval")
+    assert caught.value.filename == "aproval"
+    assert str(caught.value) == (
+        "[Errno 2] No such file or directory, nor a shipped machine of that "
+        "name (approval, compaction, review, turn; did you mean 'approval'?): "
+        "'aproval'"
+    )
+    with pytest.raises(FileNotFoundError) as caught:
+        load_machine("mine.toml")
+    assert "(approval, compaction, review, turn)" in str(caught.value)

@@ -158,6 +158,34 @@ def integer(
     return validate
 
 
+def percentage(*, low: int, high: int) -> Check:
+    """Return a validator: an int percentage in ``low..high``.
+
+    A number that is a percentage written another way (0.8, 80.0) is
+    refused showing the int (80); any other value only with the range.
+    """
+    text = f"an int percentage in {low}..{high}"
+    plain = integer(low=low, high=high, expected=text)
+
+    def validate(inst: object, attr: object, value: object) -> None:
+        try:
+            plain(inst, attr, value)
+        except ConfigError:
+            if isinstance(value, float) and 0 < value <= 1:
+                meant = round(value * 100)
+            elif isinstance(value, float) and value.is_integer():
+                meant = int(value)
+            else:
+                raise
+            if not low <= meant <= high:
+                raise
+            _fail(
+                ConfigError, _name(None, attr), value, f"{text} ({meant}, not {value})"
+            )
+
+    return validate
+
+
 def number(
     name: str | None = None,
     *,
@@ -805,8 +833,15 @@ def as_tuple(
 ) -> tuple[Any, ...]:
     """Return `value` as a tuple: any iterable but a string or a mapping."""
     if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
-        _fail(error, name, value, f"a sequence of {expected}")
+        _fail(error, name, value, _sequence_of(expected, name, value))
     return tuple(value)
+
+
+def _sequence_of(expected: str, name: str, value: object) -> str:
+    """What a sequence setting expects; a single item given is shown in a list."""
+    if is_iterable(value):  # a string or a mapping
+        return f"a sequence of {expected}"
+    return f"a sequence of {expected} (one goes in a list: {name}=[...])"
 
 
 def tuple_of(
@@ -819,7 +854,7 @@ def tuple_of(
 
     def convert(value: Any) -> tuple[Any, ...]:
         if isinstance(value, str | bytes | Mapping) or not is_iterable(value):
-            _fail(error, name, value, f"a sequence of {expected}")
+            _fail(error, name, value, _sequence_of(expected, name, value))
         return tuple(value)
 
     return convert

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import functools
 import os
@@ -66,7 +67,20 @@ def _here_or_shipped(p: Path) -> Path:
         shipped = _shipped(name)
         if shipped is not None:
             return shipped
-    return p
+    names = shipped_names()
+    close = difflib.get_close_matches(p.name.removesuffix(".toml"), names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise FileNotFoundError(
+        errno.ENOENT,
+        "No such file or directory, nor a shipped machine of that name "
+        f"({', '.join(names)}{hint})",
+        str(p),
+    )
+
+
+def shipped_names() -> list[str]:
+    """The names of the shipped machines (``approval``, ..., ``turn``), sorted."""
+    return sorted(path.stem for path in machines_dir().glob("*.toml"))
 
 
 def _shipped(name: str) -> Path | None:

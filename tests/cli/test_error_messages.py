@@ -288,6 +288,51 @@ def test_an_unknown_argument_is_refused_by_its_subcommand(
     assert err.splitlines()[-1] == f"turnfsm {command}: error: {said}"
 
 
+@pytest.mark.parametrize(
+    ("argv", "usage", "said", "hint"),
+    [
+        (
+            # The docs say "summarising"; the option's choice is spelt with z.
+            ["demo", "--strategy", "summarising"],
+            "turnfsm demo",
+            "turnfsm demo: error: argument --strategy: invalid choice: 'summarising'",
+            " (did you mean 'summarizing'?)",
+        ),
+        (
+            ["sessions", "lst"],
+            "turnfsm sessions",
+            "turnfsm sessions: error: argument action: invalid choice: 'lst'",
+            " (did you mean 'list'?)",
+        ),
+        (
+            ["rn", "task"],
+            "turnfsm",
+            "turnfsm: error: argument command: invalid choice: 'rn'",
+            " (did you mean 'run'?)",
+        ),
+        (
+            ["demo", "--strategy", "xyz"],
+            "turnfsm demo",
+            "turnfsm demo: error: argument --strategy: invalid choice: 'xyz'",
+            "",  # nothing close: argparse's list alone
+        ),
+    ],
+)
+def test_a_misspelt_choice_names_the_one_it_is_close_to(
+    capsys: Capture, argv: list[str], usage: str, said: str, hint: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {usage} ")
+    line = err.splitlines()[-1]
+    assert line.startswith(said)
+    assert line.endswith(hint)
+    assert ("did you mean" in line) == bool(hint)
+    assert "(choose from " in line  # argparse's own list is kept
+
+
 def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
     session: str, tmp_path: Path, capsys: Capture
 ) -> None:

@@ -71,3 +71,19 @@ def test_replay_of_an_empty_file_names_the_file(
         f"turnfsm replay: invalid LOG={str(empty)!r}: expected a session log, as "
         "`turnfsm sessions export` writes it (this file is empty)\n"
     )
+
+
+def test_a_session_id_given_as_the_log_points_to_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `turnfsm approve SESSION`, `report SESSION`, `simulate SESSION`: a
+    # newcomer types `turnfsm replay SESSION` too; it names the option.
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", "ses_0123456789abcdef0123"]) == 2
+    assert capsys.readouterr().err == (
+        "turnfsm replay: ses_0123456789abcdef0123 does not exist (a stored "
+        "session is replayed with --session ses_0123456789abcdef0123)\n"
+    )
+    # A missing file with a path is only missing.
+    assert main(["replay", "logs/run.jsonl"]) == 2
+    assert "--session" not in capsys.readouterr().err

@@ -49,6 +49,17 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", "tests.cli.nope:a"], "--agent", "named 'tests.cli.nope'"),
         (["--agent", TOOLS], "--agent", "MODULE:ATTR"),
         (["--agent", f"{TOOLS}:nobody"], "--agent", "no 'nobody'"),
+        (
+            # A misspelt name: the one it is closest to.
+            ["--agent", f"{TOOLS}:carful"],
+            "--agent",
+            "(no 'carful'; did you mean 'careful'?)",
+        ),
+        (
+            ["--model", "openai:o", "--tools", f"{TOOLS}:delete_fil"],
+            "--tools",
+            "did you mean 'delete_file'?",
+        ),
         (["--agent", f"{TOOLS}:not_an_agent"], "--agent", "(it is an int)"),
         (
             ["--agent", f"{TOOLS}:needs_a_name"],

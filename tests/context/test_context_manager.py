@@ -1011,3 +1011,23 @@ def test_the_managers_count_names_a_counter_that_returns_no_count() -> None:
     assert "from HalfTokens.count" in str(caught.value)
     with pytest.raises(ConfigError, match=r"from HalfTokens\.count"):
         manager.payback([Message.user("a")], [Message.user("b")])
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "expected"),
+    [
+        ("threshold", 0.5, "an int percentage in 0..100 (50, not 0.5)"),
+        ("threshold", 0.8, "an int percentage in 0..100 (80, not 0.8)"),
+        # Not a fraction: no fraction's hint (it said "(80, not 0.8)").
+        ("threshold", 150, "an int percentage in 0..100"),
+        ("threshold", 80.0, "an int percentage in 0..100 (80, not 80.0)"),
+        ("compact_target_pct", 0.7, "an int percentage in 1..100 (70, not 0.7)"),
+        ("compact_target_pct", 0, "an int percentage in 1..100"),
+    ],
+)
+def test_a_percentage_out_of_range_is_shown_as_a_whole_one_only_when_it_is_one(
+    setting: str, value: object, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ContextManager(**{setting: value})
+    assert str(caught.value) == f"invalid {setting}={value!r}: expected {expected}"

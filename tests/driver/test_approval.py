@@ -202,6 +202,26 @@ async def test_resume_refuses_an_answer_that_is_not_an_event(
     )
 
 
+@pytest.mark.parametrize(
+    ("wrong", "hint"),
+    [
+        (ToolCallsReviewed.approve_all, "call it: ToolCallsReviewed.approve_all()"),
+        (ToolCallsReviewed, "an instance, not the class"),
+        ("approve", "ToolCallsReviewed.approve_all() lets every call run"),
+    ],
+    ids=["method not called", "class", "str"],
+)
+async def test_an_answer_that_is_almost_an_event_shows_the_event(
+    tmp_path: Path, wrong: object, hint: str
+) -> None:
+    # `resume(s, r, ToolCallsReviewed.approve_all)` (no parentheses) said
+    # only which triggers the phase accepts.
+    with anyio.fail_after(20):
+        refused = await _refused_then_answered(tmp_path / "s.db", wrong)
+    assert (refused.field, refused.value) == ("event", wrong)
+    assert str(refused).endswith(f"tool_calls_reviewed ({hint})")
+
+
 def _result(call_id: str) -> Message:
     return Message.tool_result(call_id, "no", is_error=True)
 

@@ -139,3 +139,27 @@ def test_the_cli_names_an_unknown_run(world: World, capsys: Capture) -> None:
     args = ["replay", "--session", GOOD, "--run", "run_nope", *world.store]
     assert main(args) == 2
     assert "run_nope" in one_line(capsys.readouterr().err, "turnfsm replay: ")
+
+
+def test_a_runs_id_given_as_the_session_is_named_a_runs_id(
+    world: World, capsys: Capture
+) -> None:
+    # `run run_... paused` and `session ses_...` are printed together: the
+    # run's id, or the two ids swapped in resume(), read as a session's.
+    run_id = world.runs[0]
+
+    async def swapped(store: SQLiteStore) -> None:
+        await Agent(model=ScriptedModel.of("x"), store=store).resume(run_id, GOOD)
+
+    with pytest.raises(SessionNotFound) as raised:
+        in_store(world, swapped)
+    assert str(raised.value) == (
+        f"no session {run_id!r} in the store ({run_id!r} is a run's id: give "
+        "its session's id, ses_...); check the id against the stored sessions "
+        "(a session is created by its first run, never by reading it)"
+    )
+    capsys.readouterr()
+    assert main(["sessions", "show", run_id, *world.store]) == 2
+    line = one_line(capsys.readouterr().err, "turnfsm sessions show: ")
+    assert f"in {world.db} ({run_id!r} is a run's id: give its session's" in line
+    still_fine(world, capsys)

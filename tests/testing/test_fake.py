@@ -9,7 +9,7 @@ import pytest
 from turnfsm import Agent
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
-from turnfsm.testing import FakeModelClient, ScriptedModel, reply
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 
 def test_a_string_for_the_script_is_refused_not_played_letter_by_letter() -> None:
@@ -59,4 +59,25 @@ def test_a_handler_reply_that_is_no_reply_names_the_handler() -> None:
     assert str(caught.value) == (
         "invalid handler(request)=5: expected a ModelResponse, an assistant "
         "Message or a string"
+    )
+
+
+def test_a_reply_with_tool_calls_only_shows_the_empty_text_first() -> None:
+    # It said "invalid message text=ToolCallPart(...): expected a string".
+    call = tool_call("read", "c1", path="a")
+    with pytest.raises(ConfigError) as caught:
+        reply(call)  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        f"invalid text={call!r}: expected a string, the reply's text, before "
+        "its tool calls: reply('', tool_call(...)) for calls with no text"
+    )
+
+
+def test_a_list_of_replies_given_to_of_shows_both_ways() -> None:
+    with pytest.raises(ConfigError) as caught:
+        ScriptedModel.of(["a", "b"])  # type: ignore[arg-type]
+    assert str(caught.value) == (
+        "invalid script[0]=['a', 'b']: expected a ModelResponse, an assistant "
+        "Message or a string, or an exception to raise (replies go one by one "
+        "into ScriptedModel.of(...), or as a list into ScriptedModel([...]))"
     )

@@ -28,7 +28,29 @@ _STORE_HELP = (
 _ID_HELP = "the session's id (as `turnfsm sessions list` shows it)"
 
 
-class _Subcommand(argparse.ArgumentParser):
+class _Parser(argparse.ArgumentParser):
+    """A parser that names the choice a misspelt one is close to.
+
+    ``--strategy summarising`` listed the choices only; the one meant is
+    named too, as for a mistyped option.
+    """
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            import difflib
+
+            choices = [str(c) for c in action.choices or ()]
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            if not close:
+                raise
+            raise argparse.ArgumentError(
+                action, f"{exc.message} (did you mean {close[0]!r}?)"
+            ) from None
+
+
+class _Subcommand(_Parser):
     """A subcommand's parser: it refuses the arguments it does not know itself.
 
     Left to the program's parser, a mistyped option was reported with the
@@ -100,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     from turnfsm import __version__
     from turnfsm.cli._strategies import DEMO_STRATEGIES, spoken
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="turnfsm", description="LLM agent loops on a declarative Turn FSM."
     )
     parser.add_argument("--version", action="version", version=f"turnfsm {__version__}")

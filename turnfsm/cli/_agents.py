@@ -10,6 +10,7 @@ option takes.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import sys
@@ -63,11 +64,23 @@ def load_object(option: str, spec: str) -> Any:
     value: Any = module
     for part in attr.split("."):
         if not hasattr(value, part):
+            close = difflib.get_close_matches(part, _public_names(value), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                option, spec, f"a name module {module_name} defines (no {attr!r})"
+                option,
+                spec,
+                f"a name module {module_name} defines (no {attr!r}{hint})",
             )
         value = getattr(value, part)
     return value
+
+
+def _public_names(value: object) -> list[str]:
+    """The names `value` has that do not start with an underscore."""
+    try:
+        return [name for name in dir(value) if not name.startswith("_")]
+    except Exception:  # a user's object whose __dir__ fails: no suggestion
+        return []
 
 
 def _how_to_name(module_name: str, attr: str) -> str:

@@ -24,7 +24,7 @@ import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm._resources import load_machine, machines_dir
+from turnfsm._resources import load_machine, shipped_names
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
@@ -208,8 +208,7 @@ def open_driver(
         except OSError as exc:
             what = "a machine file"
             if isinstance(exc, FileNotFoundError):
-                names = sorted(p.stem for p in machines_dir().glob("*.toml"))
-                what += f", or a shipped machine's name ({', '.join(names)})"
+                what += f", or a shipped machine's name ({', '.join(shipped_names())})"
             raise ConfigError(
                 "--machine", options.machine, f"{what} ({explain(exc)})"
             ) from None

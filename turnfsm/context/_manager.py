@@ -272,9 +272,7 @@ class ContextManager(OldEntryPoints):
     )
     threshold: int = attrs.field(
         default=80,
-        validator=_checks.integer(
-            low=0, high=100, expected="an int percentage in 0..100 (80, not 0.8)"
-        ),
+        validator=_checks.percentage(low=0, high=100),
     )
     auto_compact: bool = attrs.field(default=True, validator=_checks.boolean())
     threshold_tokens: int | None = attrs.field(
@@ -291,9 +289,7 @@ class ContextManager(OldEntryPoints):
     )
     compact_target_pct: int = attrs.field(
         default=70,
-        validator=_checks.integer(
-            low=1, high=100, expected="an int percentage in 1..100 (70, not 0.7)"
-        ),
+        validator=_checks.percentage(low=1, high=100),
     )
     counter: TokenCounter = attrs.field(
         factory=default_counter,

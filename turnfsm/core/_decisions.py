@@ -195,7 +195,8 @@ class Pause:
                 "event",
                 event,
                 f"an event the paused phase {self.phase!r} accepts: "
-                + ", ".join(self.accepts),
+                + ", ".join(self.accepts)
+                + self._how_to_answer(event),
             )
         if isinstance(event, ToolCallsReviewed | ToolsFinished):
             self._check_results(event.results)
@@ -208,6 +209,18 @@ class Pause:
                     "a message without tool calls or tool results (their other "
                     "half could never follow)",
                 )
+
+    def _how_to_answer(self, value: object) -> str:
+        """`` (...)``: how `value`, which is no answer, is made one, if it shows."""
+        if isinstance(value, type) and issubclass(value, EVENT_TYPES):
+            return " (an instance, not the class)"
+        maker = getattr(value, "__self__", None)
+        if isinstance(maker, type) and issubclass(maker, EVENT_TYPES):
+            name = getattr(value, "__name__", "")
+            return f" (call it: {maker.__name__}.{name}())"
+        if _REVIEW in self.accepts and not isinstance(value, EVENT_TYPES):
+            return " (ToolCallsReviewed.approve_all() lets every call run)"
+        return ""
 
     def _check_results(self, results: tuple[Message, ...]) -> None:
         """Refuse `results` unless they answer the waited calls as the brain checks."""

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, final, overload
@@ -124,6 +125,62 @@ def _not_a_name(_driver: Any, _attr: Any, value: Any) -> None:
             f"a ModelClient, not a model's name: {' or '.join(clients)} "
             "(from turnfsm.providers), or a client of your own (async complete())",
         )
+
+
+def _not_a_session(value: object) -> ConfigError:
+    """The refusal of `value` as a run's session; a session's id is shown opened."""
+    if isinstance(value, str):
+        return ConfigError(
+            "session",
+            value,
+            "a Session or None, not a session's id: "
+            f"session=await agent.open_session({value!r}) (with a Driver: "
+            f"await Session.load(store, {value!r}))",
+        )
+    return ConfigError("session", value, "a Session or None")
+
+
+_MANAGER: Final = _checks.instance(
+    ContextManager, "a ContextManager or None", optional=True
+)
+
+
+def _a_manager(inst: object, attr: Any, value: object) -> None:
+    """A context manager or None; a window's size given shows the manager."""
+    try:
+        _MANAGER(inst, attr, value)
+    except ConfigError:
+        if isinstance(value, int) and not isinstance(value, bool):
+            raise ConfigError(
+                "context",
+                value,
+                f"a ContextManager or None (a window of {value} tokens: "
+                f"context=ContextManager(context_window={value}))",
+            ) from None
+        raise
+
+
+_MACHINE: Final = _checks.instance(
+    MachineSpec, "a MachineSpec (load a machine file with turnfsm.load_machine(path))"
+)
+
+
+def _a_machine(inst: object, attr: Any, value: object) -> None:
+    """A machine; its file's path, or a function making one, shows the call."""
+    try:
+        _MACHINE(inst, attr, value)
+    except ConfigError:
+        if isinstance(value, str | os.PathLike):
+            how = f"load it: machine=load_machine({os.fspath(value)!r})"
+        elif (
+            callable(value)
+            and not isinstance(value, type)
+            and hasattr(value, "__name__")
+        ):
+            how = f"call it: machine={value.__name__}()"
+        else:
+            raise
+        raise ConfigError("machine", value, f"a MachineSpec ({how})") from None
 
 
 _CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
@@ -245,9 +302,7 @@ class Driver:
     )
     context: ContextManager | None = attrs.field(
         factory=ContextManager,
-        validator=_checks.instance(
-            ContextManager, "a ContextManager or None", optional=True
-        ),
+        validator=_a_manager,
     )
     context_window: int = attrs.field(
         default=0, validator=_checks.integer(low=0, high=_checks.MAX_TOKENS)
@@ -278,13 +333,7 @@ class Driver:
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(
         factory=default_machine,
-        validator=[
-            _checks.instance(
-                MachineSpec,
-                "a MachineSpec (load a machine file with turnfsm.load_machine(path))",
-            ),
-            _passes_the_checks,
-        ],
+        validator=[_a_machine, _passes_the_checks],
     )
     effects: Mapping[str, Effect] = attrs.field(factory=dict, validator=check_effects)
     subagents: Mapping[str, Driver] = attrs.field(factory=dict)
@@ -488,7 +537,7 @@ class Driver:
         _checks.check(hooks, "hooks", _CHECK_HOOKS)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
-            raise ConfigError("session", session, "a Session or None")
+            raise _not_a_session(session)
         if control is not None and not isinstance(control, RunControl):
             raise ConfigError("control", control, "a RunControl or None")
         if run_id is not None:

@@ -86,7 +86,8 @@ class SessionNotFound(StoreError, LookupError):
     misspelt id fails here instead of opening an empty conversation.
     `store` says where it was looked for ("" when the reader did not say),
     `suggestions` the stored ids closest to `session_id`, if the reader
-    looked for any.
+    looked for any. With none, an id made for a run (``run_...``) is said
+    to be a run's, not a session's.
     """
 
     session_id: str
@@ -98,6 +99,10 @@ class SessionNotFound(StoreError, LookupError):
         hint = ""
         if self.suggestions:
             hint = f" (did you mean {' or '.join(map(repr, self.suggestions))}?)"
+        elif self.session_id.startswith("run_"):  # as a new run's id is made
+            hint = (
+                f" ({self.session_id!r} is a run's id: give its session's id, ses_...)"
+            )
         return (
             f"no session {self.session_id!r}{where}{hint}; check the id against "
             "the stored sessions (a session is created by its first run, "

@@ -27,7 +27,20 @@ def tool_call(
 
 
 def reply(text: str = "", *calls: ToolCallPart) -> Message:
-    """Return an assistant reply with `text` and tool `calls`."""
+    """Return an assistant reply with `text` and tool `calls`.
+
+    Raises:
+        ConfigError: `text` is a tool call (the text comes first:
+            ``reply("", tool_call(...))``).
+    """
+    given: object = text  # what the types allow, and what a caller gave
+    if isinstance(given, ToolCallPart):  # reply(tool_call(...))
+        raise ConfigError(
+            "text",
+            given,
+            "a string, the reply's text, before its tool calls: "
+            "reply('', tool_call(...)) for calls with no text",
+        )
     return Message.assistant(text, tool_calls=calls)
 
 
@@ -91,12 +104,23 @@ def _script(value: Iterable[Item]) -> list[Item]:
         raise ConfigError("script", value, "a list of replies") from None
     for index, item in enumerate(items):
         if not isinstance(item, ModelResponse | Message | str | BaseException):
-            raise ConfigError(
-                f"script[{index}]", item, f"{_REPLY}, or an exception to raise"
-            )
+            raise _no_reply(index, item)
         if isinstance(item, Message) and item.role is not Role.ASSISTANT:
             raise ConfigError(f"script[{index}]", item, "a reply: an assistant Message")
     return items
+
+
+def _no_reply(index: int, item: object) -> ConfigError:
+    """The refusal of script item `item`; a list in it shows both ways to script."""
+    hint = ""
+    if isinstance(item, list | tuple):  # ScriptedModel.of([...])
+        hint = (
+            " (replies go one by one into ScriptedModel.of(...), or as a list "
+            "into ScriptedModel([...]))"
+        )
+    return ConfigError(
+        f"script[{index}]", item, f"{_REPLY}, or an exception to raise{hint}"
+    )
 
 
 @final
