@@ -81,8 +81,9 @@ def test_a_session_id_given_as_the_log_points_to_session(
     monkeypatch.chdir(tmp_path)
     assert main(["replay", "ses_0123456789abcdef0123"]) == 2
     assert capsys.readouterr().err == (
-        "turnfsm replay: ses_0123456789abcdef0123 does not exist (a stored "
-        "session is replayed with --session ses_0123456789abcdef0123)\n"
+        "turnfsm replay: invalid LOG='ses_0123456789abcdef0123': expected a "
+        "session log file (there is none of that name; to replay a stored "
+        "session, give --session ses_0123456789abcdef0123)\n"
     )
     # A missing file with a path is only missing.
     assert main(["replay", "logs/run.jsonl"]) == 2

@@ -65,9 +65,7 @@ def run_replay(
             if run_id is None
         ]
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
-        print(
-            f"turnfsm replay: {explain(exc)}{_session_hint(exc, path)}", file=sys.stderr
-        )
+        print(f"turnfsm replay: {explain(exc)}", file=sys.stderr)
         return 2
     failed = _report(session, runs, specs, stream, lines)
     for depth, child, child_specs in theirs:
@@ -76,21 +74,6 @@ def run_replay(
             child, child.runs, child_specs, stream, None, indent="  " * (depth + 1)
         )
     return failed
-
-
-def _session_hint(exc: BaseException, path: str | None) -> str:
-    """Where a session id given as the LOG belongs (``approve SESSION`` habits).
-
-    Only for a missing file named like an id: no directory, no extension.
-    """
-    if (
-        isinstance(exc, FileNotFoundError)
-        and path is not None
-        and os.path.basename(path) == path
-        and "." not in path
-    ):
-        return f" (a stored session is replayed with --session {path})"
-    return ""
 
 
 Tree = list[tuple[int, Session]]
