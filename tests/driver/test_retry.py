@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+import attrs
 import pytest
 
 from turnfsm.driver import RetryPolicy, RunResult, is_transient
@@ -255,3 +256,20 @@ async def test_a_provider_error_the_run_cannot_read_fails_it_naming_the_field(
     field = named.split("=")[0]
     assert result.error.expected == f"its {field} to be {expected}"
     assert calls == 1  # a client's bug is not retried
+
+
+def test_a_message_ending_in_a_full_stop_is_not_followed_by_a_semicolon() -> None:
+    # "Connection error." is how the OpenAI SDK words an unreachable server.
+    error = ProviderError(
+        "could not reach the server: Connection error.",
+        retryable=True,
+        kind="connection",
+        attempts=2,
+    )
+    assert str(error).startswith(
+        "model provider error [connection]: could not reach the server: "
+        "Connection error; tried 2 times, failing each time"
+    )
+    # An ellipsis stays as it is.
+    clipped = attrs.evolve(error, message="the reply was cut...")
+    assert "cut...; tried 2 times" in str(clipped)

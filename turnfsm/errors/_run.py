@@ -160,6 +160,8 @@ class ProviderError(TurnFSMError):
         text = f"model provider error [{self.kind}]: {self.message}"
         if not self.retryable or self.attempts is None:
             return text
+        if text.endswith(".") and not text.endswith(".."):
+            text = text[:-1]  # the provider's sentence goes on: "Connection error; tried"
         return text + _tried(self.attempts, self.elapsed)
 
 
