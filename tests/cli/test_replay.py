@@ -85,6 +85,9 @@ def test_a_session_id_given_as_the_log_points_to_session(
         "session log file (there is none of that name; to replay a stored "
         "session, give --session ses_0123456789abcdef0123)\n"
     )
-    # A missing file with a path is only missing.
-    assert main(["replay", "logs/run.jsonl"]) == 2
-    assert "--session" not in capsys.readouterr().err
+    # A missing file with a path or an extension is only missing.
+    for name in ("logs/run.jsonl", "run.jsonl"):
+        assert main(["replay", name]) == 2
+        err = capsys.readouterr().err
+        assert "does not exist" in err
+        assert "--session" not in err

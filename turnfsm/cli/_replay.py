@@ -91,7 +91,7 @@ def _open(
     if path is not None and session_id is not None:
         raise ConfigError("--session", session_id, f"no --session with a LOG ({path})")
     if path is not None:
-        if os.sep not in path and not os.path.lexists(path):
+        if os.sep not in path and "." not in path and not os.path.lexists(path):
             # A bare name that is no file: likely the session meant.
             raise ConfigError(
                 "LOG",
