@@ -426,6 +426,56 @@ def test_a_reply_that_starts_the_count_again_on_a_cycle_needs_another_bound() ->
     )
 
 
+NOOP_ON = (
+    '[[transitions]]\ntrigger = "compaction_noop"\n'
+    'source = ["compact", "compact_and_retry"]\ndest = "failed"\n'
+    'conditions = ["is_no_progress"]\n'
+)
+NOOP_AGAIN = (
+    '[[transitions]]\ntrigger = "compaction_noop"\n'
+    'source = ["compact", "compact_and_retry"]\ndest = "start"\n'
+    'actions = ["record_noop", "count_compaction"]\n'
+)
+
+
+@pytest.mark.parametrize(
+    "narrowed",
+    [
+        'conditions = ["is_no_progress", "is_threshold_pass"]\n',
+        'conditions = ["is_no_progress"]\nunless = ["is_over_emergency_line"]\n',
+    ],
+    ids=["with-another-condition", "with-an-unless"],
+)
+def test_a_no_progress_guard_taken_only_sometimes_bounds_nothing(
+    narrowed: str,
+) -> None:
+    """A pass that saved nothing and misses the narrowed guard comes round again."""
+    text = edit(
+        STOCK,
+        NOOP_AGAIN,
+        NOOP_AGAIN.replace(
+            'source = ["compact", "compact_and_retry"]\ndest = "start"\n',
+            'source = "compact"\ndest = "start"\n',
+        )
+        + (
+            '\n[[transitions]]\ntrigger = "compaction_noop"\n'
+            'source = "compact_and_retry"\ndest = "compact_and_retry"\n'
+            'reason = "overflow"\nactions = ["record_noop", "count_compaction"]\n'
+        ),
+    )
+    assert "compact_and_retry" in MachineSpec.from_toml(text).phases  # guarded: loads
+    narrowed_text = edit(
+        text,
+        NOOP_ON + 'error = "compaction_stalled"\n',
+        NOOP_ON.replace('conditions = ["is_no_progress"]\n', narrowed)
+        + 'error = "compaction_stalled"\n',
+    )
+
+    assert problems_of(narrowed_text) == (
+        f"cycle compact_and_retry -[compaction_noop]-> compact_and_retry {UNBOUNDED}",
+    )
+
+
 def test_noop_passes_count_too() -> None:
     machine = TurnMachine.start(
         MachineSpec.from_toml(STOCK),

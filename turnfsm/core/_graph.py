@@ -87,6 +87,7 @@ _MEASURED_GUARDS: Final = (
 )
 _COMPACTION_LIMIT: Final = "is_compaction_limit_reached"
 _COUNT_COMPACTION: Final = "count_compaction"
+_NO_PROGRESS: Final = "is_no_progress"
 
 
 def _phases_emitting(spec: MachineSpec, kind: str) -> set[str]:
@@ -108,13 +109,26 @@ def _is_limit_checked(
     terminal phase takes every such event first: it checks the limit and no
     condition or unless guard the later one does not share.
     """
+    return _COMPACTION_LIMIT in group[index].unless or _is_checked_first(
+        group, index, _COMPACTION_LIMIT, terminal
+    )
+
+
+def _is_checked_first(
+    group: list[TransitionSpec], index: int, guard: str, terminal: set[str]
+) -> bool:
+    """Whether an earlier transition into a terminal phase takes every `guard` event.
+
+    That is, every event `guard` holds on, before `group[index]` sees it: it
+    is guarded by `guard` and by no condition or unless guard the later one
+    does not share. One narrowed further (``is_no_progress`` on a threshold
+    pass only) lets the others through.
+    """
     t = group[index]
-    if _COMPACTION_LIMIT in t.unless:
-        return True
     return any(
         e.dest in terminal
-        and _COMPACTION_LIMIT in e.conditions
-        and set(e.conditions) <= {_COMPACTION_LIMIT, *t.conditions}
+        and guard in e.conditions
+        and set(e.conditions) <= {guard, *t.conditions}
         and set(e.unless) <= set(t.unless)
         for e in group[:index]
     )
@@ -259,22 +273,22 @@ def _check_termination(
             full[(phase, True)] = []
     edges = {node: [] for node in full}
     for (src, trigger), group in groups.items():
-        stalled = False
         for index, t in enumerate(group):
             dest = t.dest
             if dest is None:
                 if trigger in _EXTERNAL_TRIGGERS:
                     continue
                 dest = src
-            if dest in terminal:
-                stalled = stalled or "is_no_progress" in t.conditions
-                continue
-            if _spends_a_counter(t):
+            if dest in terminal or _spends_a_counter(t):
                 continue
             # Bounded by the passes in a row: on a cycle with no reply.
             limited = (
                 dest in compacts and _is_limit_checked(group, index, terminal)
-            ) or (src in compacts and trigger in COMPACTION_FEEDS and stalled)
+            ) or (
+                src in compacts
+                and trigger in COMPACTION_FEEDS
+                and _is_checked_first(group, index, _NO_PROGRESS, terminal)
+            )
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
             for node in [(src, False), (src, True)] if src in calls else [(src, False)]:
