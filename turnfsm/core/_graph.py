@@ -94,12 +94,6 @@ def _phases_emitting(spec: MachineSpec, kind: str) -> set[str]:
     return {s.name for s in spec.states if s.decision == kind}
 
 
-def _checks_first(
-    group: list[TransitionSpec], index: int, guard: str, targets: set[str]
-) -> bool:
-    return any(guard in e.conditions and e.dest in targets for e in group[:index])
-
-
 def _is_limit_checked(
     group: list[TransitionSpec], index: int, terminal: set[str]
 ) -> bool:
@@ -109,24 +103,24 @@ def _is_limit_checked(
     terminal phase takes every such event first: it checks the limit and no
     condition or unless guard the later one does not share.
     """
-    return _COMPACTION_LIMIT in group[index].unless or _is_checked_first(
+    return _COMPACTION_LIMIT in group[index].unless or _checks_first(
         group, index, _COMPACTION_LIMIT, terminal
     )
 
 
-def _is_checked_first(
-    group: list[TransitionSpec], index: int, guard: str, terminal: set[str]
+def _checks_first(
+    group: list[TransitionSpec], index: int, guard: str, targets: set[str]
 ) -> bool:
-    """Whether an earlier transition into a terminal phase takes every `guard` event.
+    """Whether an earlier transition into `targets` takes every `guard` event.
 
     That is, every event `guard` holds on, before `group[index]` sees it: it
     is guarded by `guard` and by no condition or unless guard the later one
-    does not share. One narrowed further (``is_no_progress`` on a threshold
-    pass only) lets the others through.
+    does not share. One narrowed further (the turn limit only while a message
+    waits) lets the others through.
     """
     t = group[index]
     return any(
-        e.dest in terminal
+        e.dest in targets
         and guard in e.conditions
         and set(e.conditions) <= {guard, *t.conditions}
         and set(e.unless) <= set(t.unless)
@@ -287,7 +281,7 @@ def _check_termination(
             ) or (
                 src in compacts
                 and trigger in COMPACTION_FEEDS
-                and _is_checked_first(group, index, _NO_PROGRESS, terminal)
+                and _checks_first(group, index, _NO_PROGRESS, terminal)
             )
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
