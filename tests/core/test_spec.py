@@ -1216,6 +1216,18 @@ def test_a_check_before_the_model_call_narrowed_by_another_guard_is_no_check(
     ) in problems
 
 
+def test_a_check_narrowed_by_an_unless_an_earlier_one_takes_is_still_a_check() -> None:
+    """The stock file fails on the emergency line once the passes are spent."""
+    text = edit(
+        turn_toml_text(),
+        'conditions = ["is_over_emergency_line"]\nreason',
+        'conditions = ["is_over_emergency_line"]\n'
+        'unless = ["is_compaction_limit_reached"]\nreason',
+    )
+
+    assert "call_llm" in MachineSpec.from_toml(text).phases
+
+
 # -- the message-count line (is_over_message_line, reason MESSAGE_COUNT) -----
 
 

@@ -99,33 +99,52 @@ def _is_limit_checked(
 ) -> bool:
     """Whether `group[index]` is never taken once the compaction limit is reached.
 
-    Either it is guarded `unless` the limit, or an earlier transition into a
-    terminal phase takes every such event first: it checks the limit and no
-    condition or unless guard the later one does not share.
+    Either it is guarded `unless` the limit, or earlier transitions into a
+    terminal phase take every such event first (`_checks_first`).
     """
     return _COMPACTION_LIMIT in group[index].unless or _checks_first(
-        group, index, _COMPACTION_LIMIT, terminal
+        group, index, _COMPACTION_LIMIT, terminal, terminal
     )
 
 
 def _checks_first(
-    group: list[TransitionSpec], index: int, guard: str, targets: set[str]
+    group: list[TransitionSpec],
+    index: int,
+    guard: str,
+    targets: set[str],
+    terminal: set[str],
 ) -> bool:
-    """Whether an earlier transition into `targets` takes every `guard` event.
+    """Whether earlier transitions take every `guard` event before `group[index]`.
 
-    That is, every event `guard` holds on, before `group[index]` sees it: it
-    is guarded by `guard` and by no condition or unless guard the later one
-    does not share. One narrowed further (the turn limit only while a message
-    waits) lets the others through.
+    One into `targets`, guarded by `guard` and by no condition the later one
+    does not share, takes each such event, but for its unless guards the
+    later one lacks: an event one of those holds on must be taken before it
+    in turn, into `targets` or a terminal phase (the stock file fails the
+    run on the emergency line once the passes are spent, then compacts on
+    it `unless` they are). One narrowed further (the turn limit only while
+    a message waits) lets the others through.
     """
     t = group[index]
-    return any(
-        e.dest in targets
-        and guard in e.conditions
-        and set(e.conditions) <= {guard, *t.conditions}
-        and set(e.unless) <= set(t.unless)
-        for e in group[:index]
-    )
+    shared = {guard, *t.conditions}
+    outs = targets | terminal
+
+    def takes(e: TransitionSpec, into: set[str], also: str | None = None) -> bool:
+        return (
+            e.dest in into
+            and guard in e.conditions
+            and set(e.conditions) <= (shared if also is None else {also, *shared})
+        )
+
+    for i, e in enumerate(group[:index]):
+        if takes(e, targets) and all(
+            any(
+                takes(first, outs, also=u) and set(first.unless) <= set(t.unless)
+                for first in group[:i]
+            )
+            for u in set(e.unless) - set(t.unless)
+        ):
+            return True
+    return False
 
 
 def _check_model_calls(
@@ -159,7 +178,7 @@ def _check_model_calls(
                 continue
             for guard, kind in _MEASURED_GUARDS:
                 targets = terminal if guard == "is_turn_limit_reached" else compacts
-                if not _checks_first(group, index, guard, targets):
+                if not _checks_first(group, index, guard, targets, terminal):
                     problem(
                         f"phase {src!r} on 'measured' enters {t.dest!r} without "
                         f"first checking {guard!r} (into {kind})",
@@ -281,7 +300,7 @@ def _check_termination(
             ) or (
                 src in compacts
                 and trigger in COMPACTION_FEEDS
-                and _checks_first(group, index, _NO_PROGRESS, terminal)
+                and _checks_first(group, index, _NO_PROGRESS, terminal, terminal)
             )
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
