@@ -234,6 +234,30 @@ def test_ending_done_with_an_injected_message_unheard_is_refused() -> None:
     ]
 
 
+def test_a_measuring_phase_that_flushes_only_sometimes_may_hold_a_message() -> None:
+    """A guarded flush leaves the rest to the wildcard's, which only records."""
+    text = edit(
+        STOCK,
+        'source = "start"\nactions = ["record_injection", "flush_inbox"]',
+        'source = "start"\nconditions = ["has_tool_calls"]\n'
+        'actions = ["record_injection", "flush_inbox"]',
+    )
+    # Ending done at the turn limit, from `start`: what waits there is lost.
+    text = edit(
+        text,
+        'dest = "failed"\nconditions = ["is_turn_limit_reached"]\n'
+        'error = "max_turns_exceeded"',
+        'dest = "done"\nconditions = ["is_turn_limit_reached"]',
+    )
+
+    assert [m for _, m in problems_of(text)] == [
+        "phase 'start' on 'measured' ends the run in 'done' though a message"
+        " injected there may wait, never heard: put before it a transition on"
+        " 'measured' with conditions = ['has_injected_messages'] into another"
+        " phase (the stock file's goes to 'start', where the model hears it)"
+    ]
+
+
 def test_a_finish_transition_unless_a_message_waits_will_do() -> None:
     text = edit(
         STOCK,

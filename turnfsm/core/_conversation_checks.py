@@ -155,17 +155,22 @@ def _may_hold_injections(spec: MachineSpec) -> set[str]:
     """The phases an injected message may wait in, not yet moved on."""
     on_enter = {s.name: s.on_enter for s in spec.states}
     holds: set[str] = set()
-    first: dict[str, TransitionSpec] = {}
+    taken: dict[str, list[TransitionSpec]] = {}
     for t in spec.transitions:
         if t.trigger == "message_injected":
             for source in t.sources:
-                first.setdefault(source, t)
-    for source, t in first.items():
-        into = t.dest or source
-        if "flush_inbox" not in t.actions and "flush_inbox" not in on_enter.get(
-            into, ()
-        ):
-            holds.add(into)
+                taken.setdefault(source, []).append(t)
+    for source, group in taken.items():
+        # Each may take the injection, up to the first without conditions:
+        # one guarded that flushes leaves the rest to the next. One that
+        # stays in its phase (no dest) does not enter it: no on_enter runs.
+        for t in group:
+            if "flush_inbox" not in t.actions and (
+                t.dest is None or "flush_inbox" not in on_enter.get(t.dest, ())
+            ):
+                holds.add(t.dest or source)
+            if not t.is_guarded:
+                break
     changed = True
     while changed:  # what waits is carried along until a flush moves it on
         changed = False
