@@ -258,6 +258,38 @@ def test_a_measuring_phase_that_flushes_only_sometimes_may_hold_a_message() -> N
     ]
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            'conditions = ["has_tool_calls"]\n',
+            'conditions = ["has_tool_calls", "is_over_threshold_line"]\n',
+        ),
+        (
+            'conditions = ["has_tool_calls"]\n',
+            'conditions = ["has_tool_calls"]\nunless = ["has_injected_messages"]\n',
+        ),
+    ],
+    ids=["narrowed", "unless"],
+)
+def test_a_reply_whose_calls_may_skip_the_tools_is_refused(old: str, new: str) -> None:
+    """A reply's calls left unanswered on the way to done: a run would fail there."""
+    text = edit(STOCK, old, new)
+
+    assert [m for _, m in problems_of(text)] == [
+        "phase 'call_llm' on 'model_replied' enters 'start' with the reply's tool"
+        " calls unanswered: put before it a transition on 'model_replied' with"
+        " conditions = ['has_tool_calls'] into a phase that answers them (a"
+        " run_tools phase, or one that pauses for a review), or add"
+        " 'has_tool_calls' to its unless",
+        "phase 'call_llm' on 'model_replied' enters 'done' with the reply's tool"
+        " calls unanswered: put before it a transition on 'model_replied' with"
+        " conditions = ['has_tool_calls'] into a phase that answers them (a"
+        " run_tools phase, or one that pauses for a review), or add"
+        " 'has_tool_calls' to its unless",
+    ]
+
+
 def test_a_finish_transition_unless_a_message_waits_will_do() -> None:
     text = edit(
         STOCK,

@@ -208,6 +208,12 @@ KEEP_REPLY = (
     "a 'model_replied' transition that does not fail the run must keep the model's"
     " reply: add 'record_reply' to its actions"
 )
+UNANSWERED = (
+    "phase 'call_llm' on 'model_replied' enters 'start' with the reply's tool calls"
+    " unanswered: put before it a transition on 'model_replied' with conditions ="
+    " ['has_tool_calls'] into a phase that answers them (a run_tools phase, or one"
+    " that pauses for a review), or add 'has_tool_calls' to its unless"
+)
 
 
 def test_a_model_call_that_does_not_count_its_turn_bounds_nothing() -> None:
@@ -262,8 +268,8 @@ def test_a_retry_counter_bounds_only_the_transition_that_spends_it(
             f'dest = "start"\nconditions = ["{guard}"]\n{actions}'
         )
 
-    # A reply also has to be kept: its own problem.
-    kept = (KEEP_REPLY,) if trigger == "model_replied" else ()
+    # A reply also has to be kept, and its calls answered: problems of their own.
+    kept = (KEEP_REPLY, UNANSWERED) if trigger == "model_replied" else ()
     assert problems_of(loop(trigger)) == (
         f"cycle start -[measured]-> call_llm -[{trigger}]-> start {UNBOUNDED}",
         *kept,

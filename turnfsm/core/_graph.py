@@ -17,7 +17,7 @@ from typing import Final, TypeAlias
 
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
-__all__ = ["Report", "check_graph", "reachable"]
+__all__ = ["Report", "check_graph", "checks_first", "reachable"]
 
 Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
@@ -100,14 +100,14 @@ def _is_limit_checked(
     """Whether `group[index]` is never taken once the compaction limit is reached.
 
     Either it is guarded `unless` the limit, or earlier transitions into a
-    terminal phase take every such event first (`_checks_first`).
+    terminal phase take every such event first (`checks_first`).
     """
-    return _COMPACTION_LIMIT in group[index].unless or _checks_first(
+    return _COMPACTION_LIMIT in group[index].unless or checks_first(
         group, index, _COMPACTION_LIMIT, terminal, terminal
     )
 
 
-def _checks_first(
+def checks_first(
     group: list[TransitionSpec],
     index: int,
     guard: str,
@@ -178,7 +178,7 @@ def _check_model_calls(
                 continue
             for guard, kind in _MEASURED_GUARDS:
                 targets = terminal if guard == "is_turn_limit_reached" else compacts
-                if not _checks_first(group, index, guard, targets, terminal):
+                if not checks_first(group, index, guard, targets, terminal):
                     problem(
                         f"phase {src!r} on 'measured' enters {t.dest!r} without "
                         f"first checking {guard!r} (into {kind})",
@@ -300,7 +300,7 @@ def _check_termination(
             ) or (
                 src in compacts
                 and trigger in COMPACTION_FEEDS
-                and _checks_first(group, index, _NO_PROGRESS, terminal, terminal)
+                and checks_first(group, index, _NO_PROGRESS, terminal, terminal)
             )
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
