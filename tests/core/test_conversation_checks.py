@@ -234,6 +234,62 @@ def test_ending_done_with_an_injected_message_unheard_is_refused() -> None:
     ]
 
 
+def test_a_measuring_phase_that_flushes_only_sometimes_may_hold_a_message() -> None:
+    """A guarded flush leaves the rest to the wildcard's, which only records."""
+    text = edit(
+        STOCK,
+        'source = "start"\nactions = ["record_injection", "flush_inbox"]',
+        'source = "start"\nconditions = ["has_tool_calls"]\n'
+        'actions = ["record_injection", "flush_inbox"]',
+    )
+    # Ending done at the turn limit, from `start`: what waits there is lost.
+    text = edit(
+        text,
+        'dest = "failed"\nconditions = ["is_turn_limit_reached"]\n'
+        'error = "max_turns_exceeded"',
+        'dest = "done"\nconditions = ["is_turn_limit_reached"]',
+    )
+
+    assert [m for _, m in problems_of(text)] == [
+        "phase 'start' on 'measured' ends the run in 'done' though a message"
+        " injected there may wait, never heard: put before it a transition on"
+        " 'measured' with conditions = ['has_injected_messages'] into another"
+        " phase (the stock file's goes to 'start', where the model hears it)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            'conditions = ["has_tool_calls"]\n',
+            'conditions = ["has_tool_calls", "is_over_threshold_line"]\n',
+        ),
+        (
+            'conditions = ["has_tool_calls"]\n',
+            'conditions = ["has_tool_calls"]\nunless = ["has_injected_messages"]\n',
+        ),
+    ],
+    ids=["narrowed", "unless"],
+)
+def test_a_reply_whose_calls_may_skip_the_tools_is_refused(old: str, new: str) -> None:
+    """A reply's calls left unanswered on the way to done: a run would fail there."""
+    text = edit(STOCK, old, new)
+
+    assert [m for _, m in problems_of(text)] == [
+        "phase 'call_llm' on 'model_replied' enters 'start' with the reply's tool"
+        " calls unanswered: put before it a transition on 'model_replied' with"
+        " conditions = ['has_tool_calls'] into a phase that answers them (a"
+        " run_tools phase, or one that pauses for a review), or add"
+        " 'has_tool_calls' to its unless",
+        "phase 'call_llm' on 'model_replied' enters 'done' with the reply's tool"
+        " calls unanswered: put before it a transition on 'model_replied' with"
+        " conditions = ['has_tool_calls'] into a phase that answers them (a"
+        " run_tools phase, or one that pauses for a review), or add"
+        " 'has_tool_calls' to its unless",
+    ]
+
+
 def test_a_finish_transition_unless_a_message_waits_will_do() -> None:
     text = edit(
         STOCK,

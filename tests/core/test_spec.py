@@ -1179,6 +1179,55 @@ def test_measured_must_check_the_turn_limit_and_emergency_line_first() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("old", "narrowed", "guard", "kind"),
+    [
+        (
+            'conditions = ["is_turn_limit_reached"]\n',
+            'conditions = ["is_turn_limit_reached", "has_injected_messages"]\n',
+            "is_turn_limit_reached",
+            "a terminal phase",
+        ),
+        (
+            'conditions = ["is_turn_limit_reached"]\n',
+            'conditions = ["is_turn_limit_reached"]\n'
+            'unless = ["is_over_threshold_line"]\n',
+            "is_turn_limit_reached",
+            "a terminal phase",
+        ),
+        (
+            'conditions = ["is_over_emergency_line"]\nreason',
+            'conditions = ["is_over_emergency_line", "has_injected_messages"]\nreason',
+            "is_over_emergency_line",
+            "a compact phase",
+        ),
+    ],
+    ids=["turn-limit-and-more", "turn-limit-unless", "emergency-and-more"],
+)
+def test_a_check_before_the_model_call_narrowed_by_another_guard_is_no_check(
+    old: str, narrowed: str, guard: str, kind: str
+) -> None:
+    """One that holds only sometimes lets the rest through to the model call."""
+    problems = problems_of(edit(turn_toml_text(), old, narrowed))
+
+    assert (
+        "phase 'start' on 'measured' enters 'call_llm' without first checking "
+        f"{guard!r} (into {kind})"
+    ) in problems
+
+
+def test_a_check_narrowed_by_an_unless_an_earlier_one_takes_is_still_a_check() -> None:
+    """The stock file fails on the emergency line once the passes are spent."""
+    text = edit(
+        turn_toml_text(),
+        'conditions = ["is_over_emergency_line"]\nreason',
+        'conditions = ["is_over_emergency_line"]\n'
+        'unless = ["is_compaction_limit_reached"]\nreason',
+    )
+
+    assert "call_llm" in MachineSpec.from_toml(text).phases
+
+
 # -- the message-count line (is_over_message_line, reason MESSAGE_COUNT) -----
 
 

@@ -208,6 +208,12 @@ KEEP_REPLY = (
     "a 'model_replied' transition that does not fail the run must keep the model's"
     " reply: add 'record_reply' to its actions"
 )
+UNANSWERED = (
+    "phase 'call_llm' on 'model_replied' enters 'start' with the reply's tool calls"
+    " unanswered: put before it a transition on 'model_replied' with conditions ="
+    " ['has_tool_calls'] into a phase that answers them (a run_tools phase, or one"
+    " that pauses for a review), or add 'has_tool_calls' to its unless"
+)
 
 
 def test_a_model_call_that_does_not_count_its_turn_bounds_nothing() -> None:
@@ -262,8 +268,8 @@ def test_a_retry_counter_bounds_only_the_transition_that_spends_it(
             f'dest = "start"\nconditions = ["{guard}"]\n{actions}'
         )
 
-    # A reply also has to be kept: its own problem.
-    kept = (KEEP_REPLY,) if trigger == "model_replied" else ()
+    # A reply also has to be kept, and its calls answered: problems of their own.
+    kept = (KEEP_REPLY, UNANSWERED) if trigger == "model_replied" else ()
     assert problems_of(loop(trigger)) == (
         f"cycle start -[measured]-> call_llm -[{trigger}]-> start {UNBOUNDED}",
         *kept,
@@ -423,6 +429,56 @@ def test_a_reply_that_starts_the_count_again_on_a_cycle_needs_another_bound() ->
     assert problems == (
         "cycle call_llm -[model_replied]-> run_tools -[tools_finished]-> start"
         f" -[measured]-> compact -[compaction_result]-> call_llm {UNBOUNDED}",
+    )
+
+
+NOOP_ON = (
+    '[[transitions]]\ntrigger = "compaction_noop"\n'
+    'source = ["compact", "compact_and_retry"]\ndest = "failed"\n'
+    'conditions = ["is_no_progress"]\n'
+)
+NOOP_AGAIN = (
+    '[[transitions]]\ntrigger = "compaction_noop"\n'
+    'source = ["compact", "compact_and_retry"]\ndest = "start"\n'
+    'actions = ["record_noop", "count_compaction"]\n'
+)
+
+
+@pytest.mark.parametrize(
+    "narrowed",
+    [
+        'conditions = ["is_no_progress", "is_threshold_pass"]\n',
+        'conditions = ["is_no_progress"]\nunless = ["is_over_emergency_line"]\n',
+    ],
+    ids=["with-another-condition", "with-an-unless"],
+)
+def test_a_no_progress_guard_taken_only_sometimes_bounds_nothing(
+    narrowed: str,
+) -> None:
+    """A pass that saved nothing and misses the narrowed guard comes round again."""
+    text = edit(
+        STOCK,
+        NOOP_AGAIN,
+        NOOP_AGAIN.replace(
+            'source = ["compact", "compact_and_retry"]\ndest = "start"\n',
+            'source = "compact"\ndest = "start"\n',
+        )
+        + (
+            '\n[[transitions]]\ntrigger = "compaction_noop"\n'
+            'source = "compact_and_retry"\ndest = "compact_and_retry"\n'
+            'reason = "overflow"\nactions = ["record_noop", "count_compaction"]\n'
+        ),
+    )
+    assert "compact_and_retry" in MachineSpec.from_toml(text).phases  # guarded: loads
+    narrowed_text = edit(
+        text,
+        NOOP_ON + 'error = "compaction_stalled"\n',
+        NOOP_ON.replace('conditions = ["is_no_progress"]\n', narrowed)
+        + 'error = "compaction_stalled"\n',
+    )
+
+    assert problems_of(narrowed_text) == (
+        f"cycle compact_and_retry -[compaction_noop]-> compact_and_retry {UNBOUNDED}",
     )
 
 

@@ -18,7 +18,8 @@ from turnfsm.context import (
     PinRules,
     TruncatingCompactor,
 )
-from turnfsm.driver import Driver, Session, function_tool
+from turnfsm.core import Compact, CompactionResult, Event
+from turnfsm.driver import Driver, EffectContext, Session, function_tool
 from turnfsm.errors import (
     CompactionFailed,
     ContextExceeded,
@@ -299,3 +300,32 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
         "the reply budget): shorten the system prompt or the tools' descriptions, "
         "give fewer tools, lower max_output_tokens, or use a bigger window"
     )
+
+
+async def test_a_compact_effect_of_the_users_that_drops_a_pin_fails_the_run() -> None:
+    """A replaced `compact` effect is held to the pins like any strategy."""
+
+    async def drop_first(ctx: EffectContext, decision: Compact) -> Event:
+        messages = (*decision.history, *decision.pending)
+        kept = messages[1:]
+        return CompactionResult(messages=kept, before=9_000, after=100)
+
+    session = Session()
+    first = await Driver(model=ScriptedModel.of("ok")).run(
+        history(3, 10), session=session
+    )
+    assert first.ok
+    kept = list(session.history)
+    manager = ContextManager(context_window=1_000, counter=HEURISTIC)
+    driver = Driver(
+        model=ScriptedModel.of("never"),
+        context=manager,
+        effects={"compact": drop_first},
+    )
+
+    result = await driver.run("q" * 3_400, session=session)
+
+    assert isinstance(result.error, InvalidReturn)
+    assert result.error.source == "effect 'compact'"
+    assert "dropped the pinned user message u0" in str(result.error)
+    assert list(session.history) == kept  # nothing committed is lost

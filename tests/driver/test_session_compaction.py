@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.helpers import run_killed
@@ -14,7 +15,7 @@ from turnfsm import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
-from turnfsm.errors import SessionBusy
+from turnfsm.errors import CompactionFailed, SessionBusy
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded, Verdict
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
@@ -135,3 +136,38 @@ async def test_a_compaction_killed_mid_pass_then_retried_writes_one_summary(
     assert (await driver_with(model).compact(crashed)).ok
     assert len(_summaries(crashed)) == 1
     await store.aclose()
+
+
+class _Raising:
+    """A strategy that fails at once."""
+
+    async def compact(self, messages: object, target: int, ctx: object) -> object:
+        raise ValueError("no")
+
+
+class _Hanging:
+    """A strategy that never answers."""
+
+    async def compact(self, messages: object, target: int, ctx: object) -> object:
+        await anyio.sleep_forever()
+
+
+async def test_a_session_pass_that_times_out_says_the_sessions_size() -> None:
+    """Outside a run nothing was measured: the failure still gives the size."""
+    session = Session()
+    filler = Driver(model=ScriptedModel.of("a1", "a2"))
+    for i in range(2):
+        assert (await filler.run(f"question {i} " + "x " * 50, session=session)).ok
+    results = []
+    for strategy in (_Hanging(), _Raising()):
+        context = ContextManager(strategy, context_window=50_000, counter=COUNTER)
+        driver = Driver(
+            model=ScriptedModel.of(), context=context, compaction_timeout=0.1
+        )
+        results.append(await driver.compact(session))
+
+    timed_out, raised = (r.error for r in results)
+    assert isinstance(timed_out, CompactionFailed)
+    assert isinstance(raised, CompactionFailed)
+    assert "timed out" in timed_out.cause
+    assert timed_out.used == raised.used > 0

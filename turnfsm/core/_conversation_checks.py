@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Final
 
-from turnfsm.core._graph import Report, reachable
+from turnfsm.core._graph import Report, checks_first, reachable
+from turnfsm.core._guards import GUARDS
 from turnfsm.core._reducers import ACCEPTS
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
@@ -89,6 +90,53 @@ def check_conversation(
                 problem(_misplaced(reducer, placed), state.name)
     _check_commits(spec, kinds, problem)
     _check_heard(spec, kinds, problem, guessed)
+    _check_answered(spec, kinds, problem)
+
+
+_CALLS: Final = "has_tool_calls"
+
+_LEAVES_CALLS_OPEN: Final = frozenset({"measure", "call_llm", "compact", "finish"})
+"""The decisions the brain refuses to take with a reply's calls unanswered."""
+
+
+def _check_answered(
+    spec: MachineSpec, kinds: Mapping[str, str | None], problem: Report
+) -> None:
+    """A reply's tool calls go where they are answered (or the run fails).
+
+    A transition on ``model_replied`` into a phase that measures, calls the
+    model, compacts or finishes must be taken only on a reply without calls:
+    ``has_tool_calls`` in its `unless`, or checked first by a transition into
+    a phase that answers them (a run that got there with calls open fails).
+    """
+    fails = {p for p, k in kinds.items() if k == "fail"}
+    answering = {p for p, k in kinds.items() if k not in _LEAVES_CALLS_OPEN}
+    groups: dict[str, list[TransitionSpec]] = {}
+    for t in spec.transitions:
+        if t.trigger == "model_replied":
+            for source in t.sources:
+                groups.setdefault(source, []).append(t)
+    for source, group in groups.items():
+        for i, t in enumerate(group):
+            into = t.dest or source
+            if kinds.get(into) not in _LEAVES_CALLS_OPEN or _CALLS in t.unless:
+                continue
+            if any(
+                g not in GUARDS
+                for e in group[: i + 1]
+                for g in (*e.conditions, *e.unless)
+            ):
+                break  # an unknown guard may be the check: one typo, one problem
+            if checks_first(group, i, _CALLS, answering, fails):
+                continue
+            problem(
+                f"phase {source!r} on 'model_replied' enters {into!r} with the"
+                " reply's tool calls unanswered: put before it a transition on"
+                f" 'model_replied' with conditions = [{_CALLS!r}] into a phase"
+                " that answers them (a run_tools phase, or one that pauses for a"
+                f" review), or add {_CALLS!r} to its unless",
+                t,
+            )
 
 
 def _check_heard(
@@ -155,17 +203,22 @@ def _may_hold_injections(spec: MachineSpec) -> set[str]:
     """The phases an injected message may wait in, not yet moved on."""
     on_enter = {s.name: s.on_enter for s in spec.states}
     holds: set[str] = set()
-    first: dict[str, TransitionSpec] = {}
+    taken: dict[str, list[TransitionSpec]] = {}
     for t in spec.transitions:
         if t.trigger == "message_injected":
             for source in t.sources:
-                first.setdefault(source, t)
-    for source, t in first.items():
-        into = t.dest or source
-        if "flush_inbox" not in t.actions and "flush_inbox" not in on_enter.get(
-            into, ()
-        ):
-            holds.add(into)
+                taken.setdefault(source, []).append(t)
+    for source, group in taken.items():
+        # Each may take the injection, up to the first without conditions:
+        # one guarded that flushes leaves the rest to the next. One that
+        # stays in its phase (no dest) does not enter it: no on_enter runs.
+        for t in group:
+            if "flush_inbox" not in t.actions and (
+                t.dest is None or "flush_inbox" not in on_enter.get(t.dest, ())
+            ):
+                holds.add(t.dest or source)
+            if not t.is_guarded:
+                break
     changed = True
     while changed:  # what waits is carried along until a flush moves it on
         changed = False

@@ -17,7 +17,7 @@ from typing import Final, TypeAlias
 
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
-__all__ = ["Report", "check_graph", "reachable"]
+__all__ = ["Report", "check_graph", "checks_first", "reachable"]
 
 Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
@@ -87,16 +87,11 @@ _MEASURED_GUARDS: Final = (
 )
 _COMPACTION_LIMIT: Final = "is_compaction_limit_reached"
 _COUNT_COMPACTION: Final = "count_compaction"
+_NO_PROGRESS: Final = "is_no_progress"
 
 
 def _phases_emitting(spec: MachineSpec, kind: str) -> set[str]:
     return {s.name for s in spec.states if s.decision == kind}
-
-
-def _checks_first(
-    group: list[TransitionSpec], index: int, guard: str, targets: set[str]
-) -> bool:
-    return any(guard in e.conditions and e.dest in targets for e in group[:index])
 
 
 def _is_limit_checked(
@@ -104,20 +99,52 @@ def _is_limit_checked(
 ) -> bool:
     """Whether `group[index]` is never taken once the compaction limit is reached.
 
-    Either it is guarded `unless` the limit, or an earlier transition into a
-    terminal phase takes every such event first: it checks the limit and no
-    condition or unless guard the later one does not share.
+    Either it is guarded `unless` the limit, or earlier transitions into a
+    terminal phase take every such event first (`checks_first`).
+    """
+    return _COMPACTION_LIMIT in group[index].unless or checks_first(
+        group, index, _COMPACTION_LIMIT, terminal, terminal
+    )
+
+
+def checks_first(
+    group: list[TransitionSpec],
+    index: int,
+    guard: str,
+    targets: set[str],
+    terminal: set[str],
+) -> bool:
+    """Whether earlier transitions take every `guard` event before `group[index]`.
+
+    One into `targets`, guarded by `guard` and by no condition the later one
+    does not share, takes each such event, but for its unless guards the
+    later one lacks: an event one of those holds on must be taken before it
+    in turn, into `targets` or a terminal phase (the stock file fails the
+    run on the emergency line once the passes are spent, then compacts on
+    it `unless` they are). One narrowed further (the turn limit only while
+    a message waits) lets the others through.
     """
     t = group[index]
-    if _COMPACTION_LIMIT in t.unless:
-        return True
-    return any(
-        e.dest in terminal
-        and _COMPACTION_LIMIT in e.conditions
-        and set(e.conditions) <= {_COMPACTION_LIMIT, *t.conditions}
-        and set(e.unless) <= set(t.unless)
-        for e in group[:index]
-    )
+    shared = {guard, *t.conditions}
+    outs = targets | terminal
+
+    def takes(e: TransitionSpec, into: set[str], also: str | None = None) -> bool:
+        return (
+            e.dest in into
+            and guard in e.conditions
+            and set(e.conditions) <= (shared if also is None else {also, *shared})
+        )
+
+    for i, e in enumerate(group[:index]):
+        if takes(e, targets) and all(
+            any(
+                takes(first, outs, also=u) and set(first.unless) <= set(t.unless)
+                for first in group[:i]
+            )
+            for u in set(e.unless) - set(t.unless)
+        ):
+            return True
+    return False
 
 
 def _check_model_calls(
@@ -151,7 +178,7 @@ def _check_model_calls(
                 continue
             for guard, kind in _MEASURED_GUARDS:
                 targets = terminal if guard == "is_turn_limit_reached" else compacts
-                if not _checks_first(group, index, guard, targets):
+                if not checks_first(group, index, guard, targets, terminal):
                     problem(
                         f"phase {src!r} on 'measured' enters {t.dest!r} without "
                         f"first checking {guard!r} (into {kind})",
@@ -259,22 +286,22 @@ def _check_termination(
             full[(phase, True)] = []
     edges = {node: [] for node in full}
     for (src, trigger), group in groups.items():
-        stalled = False
         for index, t in enumerate(group):
             dest = t.dest
             if dest is None:
                 if trigger in _EXTERNAL_TRIGGERS:
                     continue
                 dest = src
-            if dest in terminal:
-                stalled = stalled or "is_no_progress" in t.conditions
-                continue
-            if _spends_a_counter(t):
+            if dest in terminal or _spends_a_counter(t):
                 continue
             # Bounded by the passes in a row: on a cycle with no reply.
             limited = (
                 dest in compacts and _is_limit_checked(group, index, terminal)
-            ) or (src in compacts and trigger in COMPACTION_FEEDS and stalled)
+            ) or (
+                src in compacts
+                and trigger in COMPACTION_FEEDS
+                and checks_first(group, index, _NO_PROGRESS, terminal, terminal)
+            )
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
             for node in [(src, False), (src, True)] if src in calls else [(src, False)]:

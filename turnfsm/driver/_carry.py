@@ -127,8 +127,10 @@ def _timed_out(
 ) -> Event:
     snapshot = ctx.snapshot
     if isinstance(decision, Compact):
+        # The size the pass measured, as a pass that fails otherwise says it
+        # (a pass outside a run, on a session, follows no measurement).
         return CompactorFailed(
-            used=snapshot.estimate or 0,
+            used=ctx.run.measure(decision.history, decision.pending),
             limit=snapshot.budget.context_window,
             error=ErrorInfo(
                 type="TimeoutError",

@@ -51,6 +51,7 @@ import anyio.lowlevel
 import attrs
 
 from turnfsm import _checks
+from turnfsm.context import pin_loss, pinned_ids
 from turnfsm.core import (
     PASS_EVENT_TYPES,
     CallLLM,
@@ -658,7 +659,8 @@ class RunLoop(Ending):
 
         Raises:
             InvalidReturn: the phase has no transition on the event's trigger,
-                or the event is a `MessageInjected` (only the outside feeds one).
+                the event is a `MessageInjected` (only the outside feeds one),
+                or a `CompactionResult` that loses a pinned message.
         """
         own = self._own_effects
         if not own:
@@ -688,6 +690,33 @@ class RunLoop(Ending):
                 f"{name}({trigger!r})" if type(event) is Signal else name,
                 f"an event that phase {machine.phase!r} has a transition for, "
                 "one of " + ", ".join(repr(t) for t in accepts),
+            )
+        if type(event) is CompactionResult:
+            self._check_pins(key, event)
+
+    def _check_pins(self, key: str, event: CompactionResult) -> None:
+        """Refuse a pass made by an effect of the user's that loses a pinned message.
+
+        The context manager holds every strategy to the pins; an effect that
+        makes a pass itself (a `compact` of its own, a phase of its own) is
+        held to them here, by the manager's rules (the default ones without
+        a manager).
+
+        Raises:
+            InvalidReturn: the result drops, alters or moves a pinned message.
+        """
+        snapshot = self.machine.snapshot
+        messages = list(Joined(snapshot.history, snapshot.pending))
+        context = self.run.context
+        pinned = pinned_ids(messages) if context is None else context.pinned(messages)
+        lost = pin_loss(messages, event.messages, pinned, strategy=f"effect {key!r}")
+        if lost is not None:
+            raise InvalidReturn(
+                f"effect {key!r}",
+                f"a CompactionResult that {lost.what} the pinned {lost.role} "
+                f"message {lost.message_id}",
+                "a result that keeps every pinned message word for word and in "
+                "order; nothing of it was adopted",
             )
 
     def _keep_spent(self) -> None:
