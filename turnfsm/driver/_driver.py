@@ -145,12 +145,17 @@ _MANAGER: Final = _checks.instance(
 )
 
 
+_PLAUSIBLE_WINDOW: Final = 256
+"""The fewest tokens an int given as `context` is read as a window of."""
+
+
 def _a_manager(inst: object, attr: Any, value: object) -> None:
     """A context manager or None; a window's size given shows the manager."""
     try:
         _MANAGER(inst, attr, value)
     except ConfigError:
-        if isinstance(value, int) and not isinstance(value, bool):
+        # A number of tokens a window could have is read as one (not 3).
+        if type(value) is int and _PLAUSIBLE_WINDOW <= value <= _checks.MAX_TOKENS:
             raise ConfigError(
                 "context",
                 value,
