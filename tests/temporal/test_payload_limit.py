@@ -70,6 +70,15 @@ async def _ran(client: Client, agent: Agent) -> tuple[str, RunResult]:
         return run.session_id, await run.result()
 
 
+def fetch_page(n: int) -> str:
+    """Fetch a page.
+
+    Args:
+        n: the page.
+    """
+    return f"page {n}"
+
+
 async def test_a_tool_result_past_the_limit_is_an_error_result_saying_so(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -380,17 +389,9 @@ async def test_a_message_injected_past_half_the_limit_is_refused_when_sent(
     # Past half the limit, it would ride in every later step and fail the run
     # there; it is refused where it is sent, and the run goes on.
 
-    def fetch(n: int) -> str:
-        """Fetch a page.
-
-        Args:
-            n: the page.
-        """
-        return f"page {n}"
-
     agent = Agent(
-        model=ScriptedModel.of(reply("", tool_call("fetch", "c1", n=1)), "done"),
-        tools=[fetch],
+        model=ScriptedModel.of(reply("", tool_call("fetch_page", "c1", n=1)), "done"),
+        tools=[fetch_page],
         machine=approval_machine(),
         store=SQLiteStore(tmp_path / "inject.db"),
         name="injected",
@@ -467,15 +468,6 @@ async def test_a_payload_limit_past_the_servers_is_refused_the_default_lowered(
         assert (await run.result()).text == "done"
 
 
-def fetch_page(n: int) -> str:
-    """Fetch a page.
-
-    Args:
-        n: the page.
-    """
-    return f"page {n}"
-
-
 async def test_answers_past_the_limits_are_refused_when_sent(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -483,17 +475,9 @@ async def test_answers_past_the_limits_are_refused_when_sent(
     # past the server's limit is refused by it: each is a ConfigError naming
     # its size, and the run goes on.
 
-    def fetch(n: int) -> str:
-        """Fetch a page.
-
-        Args:
-            n: the page.
-        """
-        return f"page {n}"
-
     agent = Agent(
-        model=ScriptedModel.of(reply("", tool_call("fetch", "c1", n=1)), "done"),
-        tools=[fetch],
+        model=ScriptedModel.of(reply("", tool_call("fetch_page", "c1", n=1)), "done"),
+        tools=[fetch_page],
         machine=approval_machine(),
         store=SQLiteStore(tmp_path / "answers.db"),
         name="answered",
