@@ -742,6 +742,37 @@ async def test_a_rejection_reaches_the_sub_agent_through_its_caller() -> None:
     assert "not that one" in done.text
 
 
+async def test_an_answer_the_sub_agent_cannot_take_leaves_both_waiting() -> None:
+    from turnfsm.core import ToolCallsReviewed
+    from turnfsm.errors import ConfigError, SubagentWaiting
+
+    store = MemoryStore()
+    parent, deleted, result = await _waiting_parent(store)
+    before = await Session.load(store, result.session_id)
+    # "c9" is no call the sub-agent waits on (it waits on c1 and c2).
+    with pytest.raises(ConfigError) as refused:
+        await parent.resume(
+            result.session_id,
+            result.run_id,
+            ToolCallsReviewed.reject({"c9": "no"}),
+        )
+    assert refused.value.field == "event.results.call_id"
+    assert "c9" in str(refused.value)
+    # Nothing was written: the caller still waits, its sub-agent too.
+    after = await Session.load(store, result.session_id)
+    assert len(after.entries) == len(before.entries)
+    (kid,) = await child_sessions(store, result.session_id)
+    assert [r.outcome for r in kid.runs] == ["paused"]
+    assert deleted == []
+    # Answered again, rightly, both go on.
+    done = await parent.resume(
+        result.session_id, result.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.outcome == "done", done.error
+    assert isinstance(result.error, SubagentWaiting)
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
+
+
 async def test_a_run_past_max_children_gets_an_error_result_and_goes_on() -> None:
     write_files()
     store = MemoryStore()

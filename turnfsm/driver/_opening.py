@@ -110,6 +110,7 @@ async def resume_run(
     waiting = _waits_on_subagent(session, run_id)
     answer: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if waiting is not None and event is not None:
+        await _check_sub_answer(driver, session, waiting, event)
         answer = answering(waiting.session_id, event)
         event = None
     with session.claim(), answer:
@@ -132,6 +133,23 @@ async def resume_run(
                 if event is None:
                     return await loop.carry_on(loop.machine.decision)
                 return await loop.go(event)
+
+
+async def _check_sub_answer(
+    driver: Driver, session: Session, waiting: SubagentWaiting, event: Event
+) -> None:
+    """Refuse, before anything is written, an answer the paused sub-agent cannot take.
+
+    Handed down, it would fail the call to the sub-agent, and the caller
+    would go on with the sub-agent still waiting; refused here, both stay
+    waiting, to be answered again (`Pause.check_answer`).
+    """
+    kid = await read_session(
+        session.store, waiting.session_id, seconds=driver.store_timeout
+    )
+    run = next((r for r in kid.runs if r.run_id == waiting.run_id), None)
+    if run is not None and run.outcome == "paused" and run.waiting is not None:
+        run.waiting.check_answer(event)
 
 
 def _check_carries(driver: Driver, loop: RunLoop, waiting: SubagentWaiting) -> None:
