@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from tests.helpers import turn_toml_text
-from turnfsm import Agent
+from turnfsm import Agent, replay
 from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
@@ -715,6 +715,36 @@ async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     assert result.error.reason == "user pressed stop"
     assert len(model.requests) == 1
     assert list(session.history) == []
+
+
+async def test_a_run_cancelled_twice_ends_once_its_log_closed_at_the_first() -> None:
+    from turnfsm.core import RunCancelled
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled
+
+    control = RunControl()
+
+    async def stop() -> str:
+        """Ask to stop, twice, then wait to be interrupted."""
+        control.cancel("first")
+        control.cancel("second")
+        await anyio.sleep(5)
+        return "never"
+
+    session = Session()
+    with anyio.fail_after(5):
+        result = await Driver(
+            model=ScriptedModel.of(reply("", tool_call("stop", "c1")), "never"),
+            tools=[stop],
+        ).run("go", session=session, control=control)
+    assert isinstance(result.error, Cancelled)
+    assert result.error.reason == "first"
+    entries = session.run_entries(result.run_id)
+    cancels = [e for e in entries if type(e.event) is RunCancelled]
+    # One end: nothing is fed to the run after the cancel that ended it.
+    assert [e.event.reason for e in cancels] == ["first"]
+    assert entries[-1] is cancels[0]
+    assert replay(None, session, result.run_id).ok
 
 
 async def test_what_a_control_queued_moves_to_another_and_the_run_takes_it() -> None:
