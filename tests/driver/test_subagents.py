@@ -340,6 +340,52 @@ async def test_cancelling_the_parent_cancels_the_child() -> None:
     assert (link.session_id, link.run_id) == (result.session_id, result.run_id)
 
 
+async def test_cancelling_the_parent_ends_its_sub_agents_all_the_way_down() -> None:
+    from turnfsm.persistence import descendants
+
+    store = MemoryStore()
+    started = anyio.Event()
+
+    async def stuck(_request: ModelRequest) -> Message:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    leaf = Agent(model=FakeModelClient(stuck))
+    middle = Agent(
+        model=delegating_model("leaf"),
+        tools=[leaf.as_tool(name="leaf", description="Leaf")],
+    )
+    parent = Agent(
+        model=delegating_model("middle"),
+        tools=[middle.as_tool(name="middle", description="Middle")],
+        store=store,
+    )
+    control = RunControl()
+    outcome: list[Any] = []
+
+    async def run() -> None:
+        outcome.append(await parent.run("read x", control=control))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            control.cancel("the user stopped it")
+
+    (result,) = outcome
+    assert result.outcome == "cancelled"
+    kids = await descendants(store, result.session_id)
+    assert [parent_of(k).depth for k in kids] == [1, 2]  # type: ignore[union-attr]
+    # No one waits on the sub-agent's own sub-agent either: none is left open.
+    for kid in kids:
+        (run,) = kid.runs
+        assert run.outcome == "failed", (parent_of(kid), run.error)
+        assert isinstance(run.error, Cancelled)
+        assert not kid.open_runs()
+        assert replay(None, kid, run.run_id).ok
+
+
 async def test_interrupting_the_parent_interrupts_the_child() -> None:
     store = MemoryStore()
     parent, started = stuck_child_parent(store)

@@ -121,6 +121,22 @@ class ChildTally:
     """What the children's model calls cost (None: one had no prices)."""
     taken_over: str | None = None
     started: dict[str, set[str]] = attrs.field(factory=dict)
+    parent: ChildTally | None = None
+    """The tally of the run this one runs inside (a sub-agent's caller's)."""
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether this run, or one it runs inside, was cancelled by its control.
+
+        A sub-agent's run has no control of its own: cancelling its caller's
+        (or its caller's caller's) run is what ends it.
+        """
+        tally: ChildTally | None = self
+        while tally is not None:
+            if tally.control is not None and tally.control.is_cancel_requested:
+                return True
+            tally = tally.parent
+        return False
 
     def start(self, name: str, call_id: str | None, limit: int) -> None:
         """Count call `call_id`'s child against `name`'s `limit`.
@@ -198,7 +214,7 @@ def run_scope(
     `taken_over`: the owner of the lease a resumed run took over.
     """
     link = _LINK.get()
-    tally = ChildTally(run_id, control, taken_over=taken_over)
+    tally = ChildTally(run_id, control, taken_over=taken_over, parent=_TALLY.get())
     link_token = _LINK.set(None)
     tally_token = _TALLY.set(tally)
     try:
@@ -860,8 +876,7 @@ async def _child_answer(
     except anyio.get_cancelled_exc_class():
         # The parent's run was cancelled (not interrupted): no one waits
         # on the child any more, so its run ends too, not left to resume.
-        control = tally.control if tally is not None else None
-        if control is not None and control.is_cancel_requested:
+        if tally is not None and tally.cancel_requested:
             with anyio.CancelScope(shield=True):
                 ended = await driver.abandon(
                     session, run_id, reason="its parent's run was cancelled"
