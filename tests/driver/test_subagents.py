@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import attrs
 import pytest
 
 from tests.helpers import request_text
@@ -384,6 +385,57 @@ async def test_cancelling_the_parent_ends_its_sub_agents_all_the_way_down() -> N
         assert isinstance(run.error, Cancelled)
         assert not kid.open_runs()
         assert replay(None, kid, run.run_id).ok
+
+
+async def test_a_sub_agent_past_its_calls_timeout_is_ended_not_left_open() -> None:
+    store = MemoryStore()
+    parent, _started = stuck_child_parent(store)
+    parent.driver = attrs.evolve(parent.driver, tool_timeout=0.2)
+    with anyio.fail_after(10):
+        result = await parent.run("read x")
+    # The call's result says it timed out, and the caller goes on: no one
+    # will carry the sub-agent on, so its run is ended, not left open.
+    assert result.outcome == "done", result.error
+    assert "timed out after 0.2s" in result.text
+    (kid,) = await child_sessions(store, result.session_id)
+    (run,) = kid.runs
+    assert run.outcome == "failed"
+    assert isinstance(run.error, Cancelled)
+    assert "timed out" in run.error.reason
+    assert not kid.open_runs()
+    assert replay(None, kid, run.run_id).ok
+
+
+async def test_a_sub_agent_phase_past_its_effect_timeout_is_ended_not_left_open() -> (
+    None
+):
+    from turnfsm import Driver, review_machine
+    from turnfsm.driver import subagent_effect
+
+    async def stuck(_request: ModelRequest) -> Message:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    store = MemoryStore()
+    review = subagent_effect(
+        Agent(model=FakeModelClient(stuck)).driver, signal="approved", key="feedback"
+    )
+    writer = Driver(
+        model=FakeModelClient(lambda _request: reply("draft")),
+        machine=review_machine(),
+        effects={"review": review},
+        effect_timeout=0.2,
+    )
+    session = Session(store=store)
+    with anyio.fail_after(10):
+        result = await writer.run("go", session=session)
+    assert result.outcome == "cancelled"
+    (kid,) = await child_sessions(store, session.id)
+    (run,) = kid.runs
+    assert run.outcome == "failed"
+    assert isinstance(run.error, Cancelled)
+    assert "timed out" in run.error.reason
+    assert not kid.open_runs()
 
 
 async def test_interrupting_the_parent_interrupts_the_child() -> None:

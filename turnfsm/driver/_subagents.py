@@ -15,8 +15,8 @@ Three run-scoped values travel with the call, as `current_session` does:
 - the parent run's tally of its children's usage, which its `RunResult`
   reports apart from its own (`RunResult.children_usage`).
 
-The child runs in the call's own task: cancelling the parent's run ends the
-child's (failed, `Cancelled`), interrupting it (or the call's timeout)
+The child runs in the call's own task: cancelling the parent's run (or the
+call's timeout) ends the child's (failed, `Cancelled`), interrupting it
 interrupts the child's, and the child's spans nest under the call's span
 when tracing is on.
 
@@ -60,7 +60,12 @@ from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._replay import rebuild
 from turnfsm.driver._store_calls import read_session
-from turnfsm.driver._tools import Tool, current_tool_call, failed_result
+from turnfsm.driver._tools import (
+    Tool,
+    current_tool_call,
+    failed_result,
+    step_timed_out,
+)
 from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
@@ -874,13 +879,17 @@ async def _child_answer(
                 name, session.id, earlier.outcome, _cause(earlier.error, None)
             )
     except anyio.get_cancelled_exc_class():
-        # The parent's run was cancelled (not interrupted): no one waits
-        # on the child any more, so its run ends too, not left to resume.
+        # The parent's run was cancelled (not interrupted), or the call
+        # timed out (its result says so): no one waits on the child any
+        # more, so its run ends too, not left to resume.
+        reason = None
         if tally is not None and tally.cancel_requested:
+            reason = "its parent's run was cancelled"
+        elif step_timed_out():
+            reason = f"its call {call_id!r} timed out"
+        if reason is not None:
             with anyio.CancelScope(shield=True):
-                ended = await driver.abandon(
-                    session, run_id, reason="its parent's run was cancelled"
-                )
+                ended = await driver.abandon(session, run_id, reason=reason)
             if tally is not None:  # what it used before it ended counts too
                 _Spent.of(ended).count_in(tally)
         raise
