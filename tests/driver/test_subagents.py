@@ -871,6 +871,31 @@ async def test_an_answer_the_sub_agent_cannot_take_leaves_both_waiting() -> None
     assert sorted(deleted) == ["a.tmp", "b.tmp"]
 
 
+async def test_a_waiting_caller_resumed_with_a_cancel_ends_cancelled() -> None:
+    from turnfsm.core import RunCancelled
+
+    store = MemoryStore()
+    parent, deleted, result = await _waiting_parent(store)
+    calls = len(parent.driver.model.requests)
+    stopped = await parent.resume(
+        result.session_id, result.run_id, RunCancelled(reason="the user said stop")
+    )
+    # The caller ends as asked, its model not called again, nothing run;
+    # no one waits on its sub-agent any more: that ends too.
+    assert stopped.outcome == "cancelled", stopped.error
+    assert isinstance(stopped.error, Cancelled)
+    assert stopped.error.reason == "the user said stop"
+    assert len(parent.driver.model.requests) == calls
+    assert deleted == []
+    (kid,) = await child_sessions(store, result.session_id)
+    assert not kid.open_runs()
+    (run,) = kid.runs
+    assert isinstance(run.error, Cancelled)
+    for session in (await Session.load(store, result.session_id), kid):
+        for each in session.runs:
+            assert replay(None, session, each.run_id).ok
+
+
 async def test_a_run_past_max_children_gets_an_error_result_and_goes_on() -> None:
     write_files()
     store = MemoryStore()

@@ -31,6 +31,7 @@ from turnfsm.driver._subagents import (
     PhaseDelegation,
     answering,
     count_earlier_children,
+    end_open_children,
     run_scope,
 )
 from turnfsm.driver._tools import missing_tools
@@ -109,9 +110,12 @@ async def resume_run(
     """
     waiting = _waits_on_subagent(session, run_id)
     answer: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if waiting is not None and event is not None:
+    # A cancel ends this run, not only the sub-agent it waits on.
+    cancel = event if waiting is not None and type(event) is RunCancelled else None
+    if waiting is not None and event is not None and cancel is None:
         await _check_sub_answer(driver, session, waiting, event)
         answer = answering(waiting.session_id, event)
+    if waiting is not None:
         event = None
     with session.claim(), answer:
         async with holding(
@@ -130,6 +134,15 @@ async def resume_run(
                 await count_earlier_children(
                     loop.children, driver, session, loop.machine.spec
                 )
+                if cancel is not None:  # no one waits on its sub-agents any more
+                    await end_open_children(
+                        driver,
+                        session,
+                        run_id,
+                        loop.machine.spec,
+                        "its parent's run was cancelled",
+                    )
+                    return await loop.go(cancel)
                 if event is None:
                     return await loop.carry_on(loop.machine.decision)
                 return await loop.go(event)

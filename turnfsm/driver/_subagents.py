@@ -102,6 +102,7 @@ __all__ = [
     "child_ids",
     "count_earlier_children",
     "declared_effects",
+    "end_open_children",
     "opening_link",
     "run_scope",
     "subagent_effect",
@@ -1002,6 +1003,31 @@ def _phase_calls(
         _phase_call(decision, last.snapshot) if isinstance(decision, Perform) else None
     )
     return [(call_id, name, call_id != open_call) for call_id, name in ran]
+
+
+async def end_open_children(
+    driver: Driver,
+    session: Session,
+    run_id: str,
+    machine: MachineSpec | None,
+    reason: str,
+) -> None:
+    """End the open runs of the sub-agents run `run_id` started, theirs first.
+
+    Each ends failed with `Cancelled(reason)`: no one waits on it any more.
+    """
+    for linked in await _linked(driver, session, run_id, machine):
+        if linked.run.outcome in _ENDED:
+            continue
+        kid, kid_run = linked.session, linked.run
+        await end_open_children(
+            linked.driver,
+            kid,
+            kid_run.run_id,
+            _run_machine(linked.driver, kid, kid_run),
+            reason,
+        )
+        await linked.driver.abandon(kid, kid_run.run_id, reason=reason)
 
 
 def _run_machine(
