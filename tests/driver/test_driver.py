@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import tomllib
 from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -745,6 +746,49 @@ async def test_a_run_cancelled_twice_ends_once_its_log_closed_at_the_first() -> 
     assert [e.event.reason for e in cancels] == ["first"]
     assert entries[-1] is cancels[0]
     assert replay(None, session, result.run_id).ok
+
+
+async def test_a_control_in_use_by_a_running_run_is_refused_for_another() -> None:
+    from turnfsm.driver import RunControl
+
+    control = RunControl()
+    started, release = anyio.Event(), anyio.Event()
+
+    async def wait() -> str:
+        """Wait to be let go."""
+        started.set()
+        await release.wait()
+        return "ok"
+
+    first = Driver(
+        model=ScriptedModel.of(reply("", tool_call("wait", "c1")), "first done"),
+        tools=[wait],
+    )
+    second_session = Session()
+    outcome: list[Any] = []
+
+    async def run_first() -> None:
+        outcome.append(await first.run("go", session=Session(), control=control))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_first)
+            await started.wait()
+            # A cancel through it could stop only one of two runs: refused,
+            # before anything of the second is written.
+            with pytest.raises(ConfigError) as refused:
+                await Driver(model=ScriptedModel.of("never")).run(
+                    "go", session=second_session, control=control
+                )
+            assert refused.value.field == "control"
+            assert second_session.runs == []
+            release.set()
+    assert outcome[0].ok
+    # Once its run has ended, the control may steer another.
+    again = await Driver(model=ScriptedModel.of("second done")).run(
+        "go", session=Session(), control=control
+    )
+    assert again.ok
 
 
 async def test_what_a_control_queued_moves_to_another_and_the_run_takes_it() -> None:

@@ -36,7 +36,7 @@ import contextvars
 import hashlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import anyio
@@ -217,17 +217,20 @@ def run_scope(
 
     The link is taken, not left for runs inside this one: a tool of the
     child that runs another agent by hand does not record this link.
-    `taken_over`: the owner of the lease a resumed run took over.
+    `taken_over`: the owner of the lease a resumed run took over. `control`
+    is the run's until it ends (`RunControl.steering`).
     """
-    link = _LINK.get()
-    tally = ChildTally(run_id, control, taken_over=taken_over, parent=_TALLY.get())
-    link_token = _LINK.set(None)
-    tally_token = _TALLY.set(tally)
-    try:
-        yield link, tally
-    finally:
-        _TALLY.reset(tally_token)
-        _LINK.reset(link_token)
+    steering = control.steering(run_id) if control is not None else nullcontext()
+    with steering:
+        link = _LINK.get()
+        tally = ChildTally(run_id, control, taken_over=taken_over, parent=_TALLY.get())
+        link_token = _LINK.set(None)
+        tally_token = _TALLY.set(tally)
+        try:
+            yield link, tally
+        finally:
+            _TALLY.reset(tally_token)
+            _LINK.reset(link_token)
 
 
 _check_name = _checks.string("name", non_empty=True)
