@@ -438,6 +438,44 @@ async def test_a_sub_agent_phase_past_its_effect_timeout_is_ended_not_left_open(
     assert not kid.open_runs()
 
 
+async def test_a_caller_that_crashes_mid_batch_ends_the_sub_agents_it_stopped() -> None:
+    from turnfsm.hooks import Hook, ToolCallEnd
+
+    class Breaks(Hook):
+        def on_tool_end(self, info: ToolCallEnd) -> None:
+            raise RuntimeError("the hook broke")
+
+    store = MemoryStore()
+    started = anyio.Event()
+
+    async def answer(request: ModelRequest) -> Message:
+        if request.messages[-1].text == "slow":
+            started.set()
+            await anyio.sleep_forever()
+        return reply("quick answer")
+
+    child = Agent(model=FakeModelClient(answer))
+    parent = Agent(
+        model=FakeModelClient(
+            lambda _request: reply(
+                "",
+                tool_call("reader", "c1", task="quick"),
+                tool_call("reader", "c2", task="slow"),
+            )
+        ),
+        tools=[child.as_tool(name="reader", description="Read")],
+        hooks=[Breaks()],
+        strict_hooks=True,
+        store=store,
+    )
+    with anyio.fail_after(10), pytest.raises(RuntimeError, match="the hook broke"):
+        await parent.run("go")
+    assert [r.outcome for r in parent.session.runs] == ["failed"]
+    # The caller's run is over: the sub-agent it stopped is not left open.
+    for kid in await child_sessions(store, parent.session.id):
+        assert not kid.open_runs(), [(r.outcome, r.error) for r in kid.runs]
+
+
 async def test_interrupting_the_parent_interrupts_the_child() -> None:
     store = MemoryStore()
     parent, started = stuck_child_parent(store)

@@ -9,8 +9,11 @@ processes share, its owner lease is held (`_lease`) while the run's loop
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from turnfsm.core import (
     Event,
@@ -50,6 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["abandon_run", "resume_run", "start_run"]
 
+logger = logging.getLogger("turnfsm.driver")
+
 
 async def start_run(
     driver: Driver,
@@ -88,7 +93,9 @@ async def start_run(
             loop = _loop(driver, session, run_id, machine, control, hooks, output)
             with run_scope(run_id, control) as (loop.parent, loop.children):
                 loop.open(messages)
-                return await loop.go(RunStarted(input=messages))
+                return await _going(
+                    driver, session, loop, loop.go(RunStarted(input=messages))
+                )
 
 
 async def resume_run(
@@ -144,8 +151,45 @@ async def resume_run(
                     )
                     return await loop.go(cancel)
                 if event is None:
-                    return await loop.carry_on(loop.machine.decision)
-                return await loop.go(event)
+                    going = loop.carry_on(loop.machine.decision)
+                else:
+                    going = loop.go(event)
+                return await _going(driver, session, loop, going)
+
+
+async def _going(
+    driver: Driver,
+    session: Session,
+    loop: RunLoop,
+    going: Coroutine[Any, Any, RunResult[Any]],
+) -> RunResult[Any]:
+    """Await the run; if it crashed, end the sub-agents it left open.
+
+    A crash (a strict hook's error, a bug) stops the calls in flight, their
+    sub-agents' runs with them, and ends the run failed: no one will carry
+    those sub-agents on.
+    """
+    try:
+        return await going
+    except Exception:
+        if (
+            session.has_run(loop.run_id)
+            and session.run(loop.run_id).outcome == "failed"
+        ):
+            with anyio.CancelScope(shield=True):
+                try:
+                    await end_open_children(
+                        driver,
+                        session,
+                        loop.run_id,
+                        loop.machine.spec,
+                        "its parent's run failed",
+                    )
+                except Exception:  # the crash is what the caller gets
+                    logger.exception(
+                        "run %s: could not end its sub-agents", loop.run_id
+                    )
+        raise
 
 
 async def _check_sub_answer(
