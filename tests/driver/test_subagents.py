@@ -796,15 +796,17 @@ def careful_child() -> tuple[Agent, list[str]]:
         deleted.append(path)
         return f"deleted {path}"
 
-    def plan(request: ModelRequest) -> Message:
+    def plan(request: ModelRequest) -> ModelResponse:
         results = [p.content for m in request.messages for p in m.tool_results]
         if results:
-            return reply("Report: " + "; ".join(results))
-        return reply(
-            "",
-            tool_call("delete_file", "c1", path="a.tmp"),
-            tool_call("delete_file", "c2", path="b.tmp"),
-        )
+            message = reply("Report: " + "; ".join(results))
+        else:
+            message = reply(
+                "",
+                tool_call("delete_file", "c1", path="a.tmp"),
+                tool_call("delete_file", "c2", path="b.tmp"),
+            )
+        return ModelResponse(message=message, usage=CHILD_USAGE)
 
     agent = Agent(
         model=FakeModelClient(plan), tools=[delete_file], machine=approval_machine()
@@ -925,6 +927,8 @@ async def test_a_waiting_caller_resumed_with_a_cancel_ends_cancelled() -> None:
     assert stopped.error.reason == "the user said stop"
     assert len(parent.driver.model.requests) == calls
     assert deleted == []
+    # What the sub-agent used before it ended counts.
+    assert stopped.children_usage == CHILD_USAGE
     (kid,) = await child_sessions(store, result.session_id)
     assert not kid.open_runs()
     (run,) = kid.runs

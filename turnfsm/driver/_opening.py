@@ -148,6 +148,7 @@ async def resume_run(
                         run_id,
                         loop.machine.spec,
                         "its parent's run was cancelled",
+                        tally=loop.children,
                     )
                     return await loop.go(cancel)
                 if event is None:

@@ -1014,10 +1014,13 @@ async def end_open_children(
     run_id: str,
     machine: MachineSpec | None,
     reason: str,
+    *,
+    tally: ChildTally | None = None,
 ) -> None:
     """End the open runs of the sub-agents run `run_id` started, theirs first.
 
     Each ends failed with `Cancelled(reason)`: no one waits on it any more.
+    What each used counts in `tally` (its call has no result to count it).
     """
     for linked in await _linked(driver, session, run_id, machine):
         if linked.run.outcome in _ENDED:
@@ -1030,7 +1033,9 @@ async def end_open_children(
             _run_machine(linked.driver, kid, kid_run),
             reason,
         )
-        await linked.driver.abandon(kid, kid_run.run_id, reason=reason)
+        ended = await linked.driver.abandon(kid, kid_run.run_id, reason=reason)
+        if tally is not None:
+            _Spent.of(ended).count_in(tally)
 
 
 def _run_machine(
