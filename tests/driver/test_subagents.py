@@ -938,6 +938,39 @@ async def test_a_waiting_caller_resumed_with_a_cancel_ends_cancelled() -> None:
             assert replay(None, session, each.run_id).ok
 
 
+async def test_a_caller_still_waiting_counts_what_its_waiting_sub_agents_used() -> None:
+    from turnfsm.core import ToolCallsReviewed
+
+    child, _deleted = careful_child()
+
+    def two_at_once(request: ModelRequest) -> Message:
+        if request.messages[-1].tool_results:
+            return reply("both done")
+        return reply(
+            "",
+            tool_call("cleaner", "w1", task="clean here"),
+            tool_call("cleaner", "w2", task="clean there"),
+        )
+
+    parent = Agent(
+        model=FakeModelClient(two_at_once),
+        tools=[child.as_tool(name="cleaner", description="Deletes, asking first")],
+        store=MemoryStore(),
+    )
+    first = await parent.run("clean up")
+    assert first.children_usage == CHILD_USAGE + CHILD_USAGE
+    # Resumed with no answer: each sub-agent made one model call and waits;
+    # both count, as they did when the caller first stopped.
+    stopped = await parent.resume(first.session_id, first.run_id)
+    assert stopped.children_usage == first.children_usage
+    # One answered (two calls, done), the other still waiting (one call).
+    again = await parent.resume(
+        stopped.session_id, stopped.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert again.outcome == "interrupted"
+    assert again.children_usage == CHILD_USAGE + CHILD_USAGE + CHILD_USAGE
+
+
 async def test_a_run_past_max_children_gets_an_error_result_and_goes_on() -> None:
     write_files()
     store = MemoryStore()

@@ -868,8 +868,10 @@ async def _child_answer(
         if earlier is None:
             result = await driver.run(task, session=session, run_id=run_id)
         elif earlier.outcome == "paused":
-            if answer is None or answer[0] != session.id:
-                raise _waiting(name, session.id, earlier)  # still unanswered
+            if answer is None or answer[0] != session.id:  # still unanswered
+                if tally is not None:  # what it used so far counts, as it did
+                    (await _spent(driver, session, earlier)).count_in(tally)
+                raise _waiting(name, session.id, earlier)
             result = await driver.resume(session, run_id, answer[1])
         elif earlier.outcome in ("running", "interrupted"):
             gone = tally.taken_over if tally is not None else None
