@@ -654,9 +654,9 @@ class Agent:
         `SubagentFailed`; past `max_depth` nested sub-agents, one naming
         `SubagentTooDeep`; past `max_children` sub-agents in one run, one
         naming `SubagentTooMany`. The caller's `RunResult.children_usage` sums
-        what its sub-agents used. Cancelling the caller's run ends the
-        sub-agent's (failed, `Cancelled`); interrupting it interrupts the
-        sub-agent's.
+        what its sub-agents used. Cancelling the caller's run, or the call
+        timing out, ends the sub-agent's (failed, `Cancelled`); interrupting
+        it interrupts the sub-agent's.
 
         In a durable run (`turnfsm.temporal`) whose worker serves this agent
         too, the call runs it as a child workflow of the caller's, linked,

@@ -3,12 +3,13 @@ from __future__ import annotations
 import logging
 import tomllib
 from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import anyio
 import pytest
 
 from tests.helpers import turn_toml_text
-from turnfsm import Agent
+from turnfsm import Agent, replay
 from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
@@ -715,6 +716,79 @@ async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     assert result.error.reason == "user pressed stop"
     assert len(model.requests) == 1
     assert list(session.history) == []
+
+
+async def test_a_run_cancelled_twice_ends_once_its_log_closed_at_the_first() -> None:
+    from turnfsm.core import RunCancelled
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled
+
+    control = RunControl()
+
+    async def stop() -> str:
+        """Ask to stop, twice, then wait to be interrupted."""
+        control.cancel("first")
+        control.cancel("second")
+        await anyio.sleep(5)
+        return "never"
+
+    session = Session()
+    with anyio.fail_after(5):
+        result = await Driver(
+            model=ScriptedModel.of(reply("", tool_call("stop", "c1")), "never"),
+            tools=[stop],
+        ).run("go", session=session, control=control)
+    assert isinstance(result.error, Cancelled)
+    assert result.error.reason == "first"
+    entries = session.run_entries(result.run_id)
+    cancels = [e for e in entries if type(e.event) is RunCancelled]
+    # One end: nothing is fed to the run after the cancel that ended it.
+    assert [e.event.reason for e in cancels] == ["first"]
+    assert entries[-1] is cancels[0]
+    assert replay(None, session, result.run_id).ok
+
+
+async def test_a_control_in_use_by_a_running_run_is_refused_for_another() -> None:
+    from turnfsm.driver import RunControl
+
+    control = RunControl()
+    started, release = anyio.Event(), anyio.Event()
+
+    async def wait() -> str:
+        """Wait to be let go."""
+        started.set()
+        await release.wait()
+        return "ok"
+
+    first = Driver(
+        model=ScriptedModel.of(reply("", tool_call("wait", "c1")), "first done"),
+        tools=[wait],
+    )
+    second_session = Session()
+    outcome: list[Any] = []
+
+    async def run_first() -> None:
+        outcome.append(await first.run("go", session=Session(), control=control))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_first)
+            await started.wait()
+            # A cancel through it could stop only one of two runs: refused,
+            # before anything of the second is written.
+            with pytest.raises(ConfigError) as refused:
+                await Driver(model=ScriptedModel.of("never")).run(
+                    "go", session=second_session, control=control
+                )
+            assert refused.value.field == "control"
+            assert second_session.runs == []
+            release.set()
+    assert outcome[0].ok
+    # Once its run has ended, the control may steer another.
+    again = await Driver(model=ScriptedModel.of("second done")).run(
+        "go", session=Session(), control=control
+    )
+    assert again.ok
 
 
 async def test_what_a_control_queued_moves_to_another_and_the_run_takes_it() -> None:

@@ -247,3 +247,38 @@ async def test_a_view_read_while_another_run_went_on_is_stale_not_busy(
     fresh = await Session.load(store, started.session_id)
     result = await late.run("third", session=fresh)
     assert (result.outcome, result.text) == ("done", "three")
+
+
+async def test_a_strict_tool_hook_that_raises_in_a_batch_surfaces_as_itself() -> None:
+    from turnfsm.hooks import ToolCallEnd
+
+    class RaisingOnToolEnd(Hook):
+        def on_tool_end(self, info: ToolCallEnd) -> None:
+            raise RuntimeError("the tool hook broke")
+
+    async def nap(seconds: float) -> str:
+        """Nap.
+
+        Args:
+            seconds: How long.
+        """
+        await anyio.sleep(seconds)
+        return "rested"
+
+    session = Session()
+    driver = Driver(
+        model=ScriptedModel.of(
+            reply(
+                "", tool_call("nap", "c1", seconds=0), tool_call("nap", "c2", seconds=5)
+            )
+        ),
+        tools=[nap],
+        hooks=[RaisingOnToolEnd()],
+        strict_hooks=True,
+    )
+    # As from a lone call: the hook's error, not a group of it and of the
+    # same error again from the call it stopped.
+    with anyio.fail_after(10), pytest.raises(RuntimeError, match="the tool hook broke"):
+        await driver.run("go", session=session)
+    assert session.runs[0].outcome == "failed"
+    assert list(session.history) == []

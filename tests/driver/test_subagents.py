@@ -9,6 +9,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import attrs
 import pytest
 
 from tests.helpers import request_text
@@ -340,6 +341,141 @@ async def test_cancelling_the_parent_cancels_the_child() -> None:
     assert (link.session_id, link.run_id) == (result.session_id, result.run_id)
 
 
+async def test_cancelling_the_parent_ends_its_sub_agents_all_the_way_down() -> None:
+    from turnfsm.persistence import descendants
+
+    store = MemoryStore()
+    started = anyio.Event()
+
+    async def stuck(_request: ModelRequest) -> Message:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    leaf = Agent(model=FakeModelClient(stuck))
+    middle = Agent(
+        model=delegating_model("leaf"),
+        tools=[leaf.as_tool(name="leaf", description="Leaf")],
+    )
+    parent = Agent(
+        model=delegating_model("middle"),
+        tools=[middle.as_tool(name="middle", description="Middle")],
+        store=store,
+    )
+    control = RunControl()
+    outcome: list[Any] = []
+
+    async def run() -> None:
+        outcome.append(await parent.run("read x", control=control))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            control.cancel("the user stopped it")
+
+    (result,) = outcome
+    assert result.outcome == "cancelled"
+    kids = await descendants(store, result.session_id)
+    assert [parent_of(k).depth for k in kids] == [1, 2]  # type: ignore[union-attr]
+    # No one waits on the sub-agent's own sub-agent either: none is left open.
+    for kid in kids:
+        (run,) = kid.runs
+        assert run.outcome == "failed", (parent_of(kid), run.error)
+        assert isinstance(run.error, Cancelled)
+        assert not kid.open_runs()
+        assert replay(None, kid, run.run_id).ok
+
+
+async def test_a_sub_agent_past_its_calls_timeout_is_ended_not_left_open() -> None:
+    store = MemoryStore()
+    parent, _started = stuck_child_parent(store)
+    parent.driver = attrs.evolve(parent.driver, tool_timeout=0.2)
+    with anyio.fail_after(10):
+        result = await parent.run("read x")
+    # The call's result says it timed out, and the caller goes on: no one
+    # will carry the sub-agent on, so its run is ended, not left open.
+    assert result.outcome == "done", result.error
+    assert "timed out after 0.2s" in result.text
+    (kid,) = await child_sessions(store, result.session_id)
+    (run,) = kid.runs
+    assert run.outcome == "failed"
+    assert isinstance(run.error, Cancelled)
+    assert "timed out" in run.error.reason
+    assert not kid.open_runs()
+    assert replay(None, kid, run.run_id).ok
+
+
+async def test_a_sub_agent_phase_past_its_effect_timeout_is_ended_not_left_open() -> (
+    None
+):
+    from turnfsm import Driver, review_machine
+    from turnfsm.driver import subagent_effect
+
+    async def stuck(_request: ModelRequest) -> Message:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    store = MemoryStore()
+    review = subagent_effect(
+        Agent(model=FakeModelClient(stuck)).driver, signal="approved", key="feedback"
+    )
+    writer = Driver(
+        model=FakeModelClient(lambda _request: reply("draft")),
+        machine=review_machine(),
+        effects={"review": review},
+        effect_timeout=0.2,
+    )
+    session = Session(store=store)
+    with anyio.fail_after(10):
+        result = await writer.run("go", session=session)
+    assert result.outcome == "cancelled"
+    (kid,) = await child_sessions(store, session.id)
+    (run,) = kid.runs
+    assert run.outcome == "failed"
+    assert isinstance(run.error, Cancelled)
+    assert "timed out" in run.error.reason
+    assert not kid.open_runs()
+
+
+async def test_a_caller_that_crashes_mid_batch_ends_the_sub_agents_it_stopped() -> None:
+    from turnfsm.hooks import Hook, ToolCallEnd
+
+    class Breaks(Hook):
+        def on_tool_end(self, info: ToolCallEnd) -> None:
+            raise RuntimeError("the hook broke")
+
+    store = MemoryStore()
+    started = anyio.Event()
+
+    async def answer(request: ModelRequest) -> Message:
+        if request.messages[-1].text == "slow":
+            started.set()
+            await anyio.sleep_forever()
+        return reply("quick answer")
+
+    child = Agent(model=FakeModelClient(answer))
+    parent = Agent(
+        model=FakeModelClient(
+            lambda _request: reply(
+                "",
+                tool_call("reader", "c1", task="quick"),
+                tool_call("reader", "c2", task="slow"),
+            )
+        ),
+        tools=[child.as_tool(name="reader", description="Read")],
+        hooks=[Breaks()],
+        strict_hooks=True,
+        store=store,
+    )
+    with anyio.fail_after(10), pytest.raises(RuntimeError, match="the hook broke"):
+        await parent.run("go")
+    assert [r.outcome for r in parent.session.runs] == ["failed"]
+    # The caller's run is over: the sub-agent it stopped is not left open.
+    for kid in await child_sessions(store, parent.session.id):
+        assert not kid.open_runs(), [(r.outcome, r.error) for r in kid.runs]
+
+
 async def test_interrupting_the_parent_interrupts_the_child() -> None:
     store = MemoryStore()
     parent, started = stuck_child_parent(store)
@@ -660,15 +796,17 @@ def careful_child() -> tuple[Agent, list[str]]:
         deleted.append(path)
         return f"deleted {path}"
 
-    def plan(request: ModelRequest) -> Message:
+    def plan(request: ModelRequest) -> ModelResponse:
         results = [p.content for m in request.messages for p in m.tool_results]
         if results:
-            return reply("Report: " + "; ".join(results))
-        return reply(
-            "",
-            tool_call("delete_file", "c1", path="a.tmp"),
-            tool_call("delete_file", "c2", path="b.tmp"),
-        )
+            message = reply("Report: " + "; ".join(results))
+        else:
+            message = reply(
+                "",
+                tool_call("delete_file", "c1", path="a.tmp"),
+                tool_call("delete_file", "c2", path="b.tmp"),
+            )
+        return ModelResponse(message=message, usage=CHILD_USAGE)
 
     agent = Agent(
         model=FakeModelClient(plan), tools=[delete_file], machine=approval_machine()
@@ -740,6 +878,97 @@ async def test_a_rejection_reaches_the_sub_agent_through_its_caller() -> None:
     assert done.outcome == "done", done.error
     assert deleted == ["a.tmp"]
     assert "not that one" in done.text
+
+
+async def test_an_answer_the_sub_agent_cannot_take_leaves_both_waiting() -> None:
+    from turnfsm.core import ToolCallsReviewed
+    from turnfsm.errors import ConfigError, SubagentWaiting
+
+    store = MemoryStore()
+    parent, deleted, result = await _waiting_parent(store)
+    before = await Session.load(store, result.session_id)
+    # "c9" is no call the sub-agent waits on (it waits on c1 and c2).
+    with pytest.raises(ConfigError) as refused:
+        await parent.resume(
+            result.session_id,
+            result.run_id,
+            ToolCallsReviewed.reject({"c9": "no"}),
+        )
+    assert refused.value.field == "event.results.call_id"
+    assert "c9" in str(refused.value)
+    # Nothing was written: the caller still waits, its sub-agent too.
+    after = await Session.load(store, result.session_id)
+    assert len(after.entries) == len(before.entries)
+    (kid,) = await child_sessions(store, result.session_id)
+    assert [r.outcome for r in kid.runs] == ["paused"]
+    assert deleted == []
+    # Answered again, rightly, both go on.
+    done = await parent.resume(
+        result.session_id, result.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.outcome == "done", done.error
+    assert isinstance(result.error, SubagentWaiting)
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
+
+
+async def test_a_waiting_caller_resumed_with_a_cancel_ends_cancelled() -> None:
+    from turnfsm.core import RunCancelled
+
+    store = MemoryStore()
+    parent, deleted, result = await _waiting_parent(store)
+    calls = len(parent.driver.model.requests)
+    stopped = await parent.resume(
+        result.session_id, result.run_id, RunCancelled(reason="the user said stop")
+    )
+    # The caller ends as asked, its model not called again, nothing run;
+    # no one waits on its sub-agent any more: that ends too.
+    assert stopped.outcome == "cancelled", stopped.error
+    assert isinstance(stopped.error, Cancelled)
+    assert stopped.error.reason == "the user said stop"
+    assert len(parent.driver.model.requests) == calls
+    assert deleted == []
+    # What the sub-agent used before it ended counts.
+    assert stopped.children_usage == CHILD_USAGE
+    (kid,) = await child_sessions(store, result.session_id)
+    assert not kid.open_runs()
+    (run,) = kid.runs
+    assert isinstance(run.error, Cancelled)
+    for session in (await Session.load(store, result.session_id), kid):
+        for each in session.runs:
+            assert replay(None, session, each.run_id).ok
+
+
+async def test_a_caller_still_waiting_counts_what_its_waiting_sub_agents_used() -> None:
+    from turnfsm.core import ToolCallsReviewed
+
+    child, _deleted = careful_child()
+
+    def two_at_once(request: ModelRequest) -> Message:
+        if request.messages[-1].tool_results:
+            return reply("both done")
+        return reply(
+            "",
+            tool_call("cleaner", "w1", task="clean here"),
+            tool_call("cleaner", "w2", task="clean there"),
+        )
+
+    parent = Agent(
+        model=FakeModelClient(two_at_once),
+        tools=[child.as_tool(name="cleaner", description="Deletes, asking first")],
+        store=MemoryStore(),
+    )
+    first = await parent.run("clean up")
+    assert first.children_usage == CHILD_USAGE + CHILD_USAGE
+    # Resumed with no answer: each sub-agent made one model call and waits;
+    # both count, as they did when the caller first stopped.
+    stopped = await parent.resume(first.session_id, first.run_id)
+    assert stopped.children_usage == first.children_usage
+    # One answered (two calls, done), the other still waiting (one call).
+    again = await parent.resume(
+        stopped.session_id, stopped.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert again.outcome == "interrupted"
+    assert again.children_usage == CHILD_USAGE + CHILD_USAGE + CHILD_USAGE
 
 
 async def test_a_run_past_max_children_gets_an_error_result_and_goes_on() -> None:

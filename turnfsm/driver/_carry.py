@@ -6,6 +6,7 @@ activity alike.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any, final
@@ -26,7 +27,7 @@ from turnfsm.core import (
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl
 from turnfsm.driver._effects import Effect, effect_key
-from turnfsm.driver._tools import is_late, warn_if_held
+from turnfsm.driver._tools import is_late, timed_step, warn_if_held
 from turnfsm.errors import InvalidReturn
 from turnfsm.providers import ModelPrices
 from turnfsm.values import ErrorInfo
@@ -91,13 +92,16 @@ async def carry_out(
     if limit is None and control is None:
         return _event_of(key, await effect(ctx, decision))
     with anyio.CancelScope() as scope:
+        timed: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if limit is not None:
             scope.deadline = anyio.current_time() + limit
-        if control is None:
-            event = _event_of(key, await effect(ctx, decision))
-        else:
-            with control.interrupting(scope):
+            timed = timed_step(scope.deadline)
+        with timed:
+            if control is None:
                 event = _event_of(key, await effect(ctx, decision))
+            else:
+                with control.interrupting(scope):
+                    event = _event_of(key, await effect(ctx, decision))
         if not is_late(scope):
             return event
     cancel = control.take_cancel() if control is not None else None

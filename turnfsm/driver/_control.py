@@ -12,7 +12,7 @@ from typing_extensions import TypeVar
 
 from turnfsm import _checks
 from turnfsm.core import Event, MessageInjected, Pause, RunCancelled
-from turnfsm.errors import InvalidMessage, RunFailed, TurnFSMError
+from turnfsm.errors import ConfigError, InvalidMessage, RunFailed, TurnFSMError
 from turnfsm.messages import Message
 from turnfsm.values import Usage
 
@@ -35,11 +35,13 @@ class RunControl:
     `cancel()` ends the run with `Cancelled` at once: the effect in flight
     (a model call, a tool batch, a compaction pass) is interrupted, and the
     run is recorded as cancelled. Use one control per run: what is queued
-    after the run ended stays queued.
+    after the run ended stays queued, and a run given a control another
+    run still has is refused (`ConfigError`).
     """
 
     _queue: list[Event] = attrs.field(factory=list, init=False)
     _scope: anyio.CancelScope | None = attrs.field(default=None, init=False)
+    _run_id: str | None = attrs.field(default=None, init=False)
 
     def inject(self, message: Message) -> None:
         """Queue `message`; it joins the conversation at the next safe point.
@@ -102,6 +104,27 @@ class RunControl:
             yield
         finally:
             self._scope = None
+
+    @contextlib.contextmanager
+    def steering(self, run_id: str) -> Iterator[None]:
+        """Give this control to run `run_id` until it ends (the driver calls this).
+
+        Raises:
+            ConfigError: another run has it and has not ended: a cancel
+                through it could stop only one of the two.
+        """
+        if self._run_id is not None:
+            raise ConfigError(
+                "control",
+                f"a RunControl in use by run {self._run_id!r}",
+                "a RunControl of its own for each run running at once (one "
+                "may steer another run once its run has ended)",
+            )
+        self._run_id = run_id
+        try:
+            yield
+        finally:
+            self._run_id = None
 
     def take_cancel(self) -> RunCancelled | None:
         """Remove and return the queued cancel, if any (the driver calls this)."""

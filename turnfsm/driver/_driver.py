@@ -529,7 +529,7 @@ class Driver:
             SessionBusy: another run is using `session`, or a run of it is
                 paused or unfinished (resume or abandon it first).
             ConfigError: `run_id` is not a usable id, or a run of `session`
-                has it already.
+                has it already; `control` is another run's, still running.
             SessionConflict: another writer appended to the session's log.
             PinnedTooLarge: the pinned messages (`ContextManager.pins`,
                 `Message.pin`) plus the system prompt, the tool schemas and

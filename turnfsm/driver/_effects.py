@@ -318,10 +318,15 @@ async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
             for index in range(len(calls)):
                 group.start_soon(one, index)
     except BaseExceptionGroup as raised:
-        # The first failure (a result the store could not take) stops the
-        # others: it surfaces as itself, as a lone call's would.
-        if len(raised.exceptions) == 1:
-            raise raised.exceptions[0] from None
+        # The first failure (a result the store could not take, a strict
+        # hook's error) stops the others: it surfaces as itself, as a lone
+        # call's would, even when a call it stopped failed too on its way
+        # out (its hook raised again).
+        first = raised.exceptions[0]
+        if len(raised.exceptions) == 1 or all(
+            isinstance(e, Exception) for e in raised.exceptions
+        ):
+            raise first from None
         raise
     if waiting:
         raise waiting[0]

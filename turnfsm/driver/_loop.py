@@ -544,8 +544,10 @@ class RunLoop(Ending):
         An injection waits in the queue while the phase has no
         ``message_injected`` transition (a machine file of your own may leave
         it out); one the machine takes in no phase fails the run, naming it.
+        A run that has failed (a cancel ended it) takes nothing more: what is
+        queued stays queued.
         """
-        if self.control is None:
+        if self.control is None or type(decision) is Fail:
             return decision
         spec = self.machine.spec
         waiting: list[Event] = []

@@ -9,8 +9,11 @@ processes share, its owner lease is held (`_lease`) while the run's loop
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from turnfsm.core import (
     Event,
@@ -31,6 +34,7 @@ from turnfsm.driver._subagents import (
     PhaseDelegation,
     answering,
     count_earlier_children,
+    end_open_children,
     run_scope,
 )
 from turnfsm.driver._tools import missing_tools
@@ -48,6 +52,8 @@ if TYPE_CHECKING:
     from turnfsm.driver._driver import Driver
 
 __all__ = ["abandon_run", "resume_run", "start_run"]
+
+logger = logging.getLogger("turnfsm.driver")
 
 
 async def start_run(
@@ -87,7 +93,9 @@ async def start_run(
             loop = _loop(driver, session, run_id, machine, control, hooks, output)
             with run_scope(run_id, control) as (loop.parent, loop.children):
                 loop.open(messages)
-                return await loop.go(RunStarted(input=messages))
+                return await _going(
+                    driver, session, loop, loop.go(RunStarted(input=messages))
+                )
 
 
 async def resume_run(
@@ -109,8 +117,12 @@ async def resume_run(
     """
     waiting = _waits_on_subagent(session, run_id)
     answer: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if waiting is not None and event is not None:
+    # A cancel ends this run, not only the sub-agent it waits on.
+    cancel = event if waiting is not None and type(event) is RunCancelled else None
+    if waiting is not None and event is not None and cancel is None:
+        await _check_sub_answer(driver, session, waiting, event)
         answer = answering(waiting.session_id, event)
+    if waiting is not None:
         event = None
     with session.claim(), answer:
         async with holding(
@@ -129,9 +141,73 @@ async def resume_run(
                 await count_earlier_children(
                     loop.children, driver, session, loop.machine.spec
                 )
+                if cancel is not None:  # no one waits on its sub-agents any more
+                    await end_open_children(
+                        driver,
+                        session,
+                        run_id,
+                        loop.machine.spec,
+                        "its parent's run was cancelled",
+                        tally=loop.children,
+                    )
+                    return await loop.go(cancel)
                 if event is None:
-                    return await loop.carry_on(loop.machine.decision)
-                return await loop.go(event)
+                    going = loop.carry_on(loop.machine.decision)
+                else:
+                    going = loop.go(event)
+                return await _going(driver, session, loop, going)
+
+
+async def _going(
+    driver: Driver,
+    session: Session,
+    loop: RunLoop,
+    going: Coroutine[Any, Any, RunResult[Any]],
+) -> RunResult[Any]:
+    """Await the run; if it crashed, end the sub-agents it left open.
+
+    A crash (a strict hook's error, a bug) stops the calls in flight, their
+    sub-agents' runs with them, and ends the run failed: no one will carry
+    those sub-agents on.
+    """
+    try:
+        return await going
+    except Exception:
+        if (
+            session.has_run(loop.run_id)
+            and session.run(loop.run_id).outcome == "failed"
+        ):
+            with anyio.CancelScope(shield=True):
+                try:
+                    await end_open_children(
+                        driver,
+                        session,
+                        loop.run_id,
+                        loop.machine.spec,
+                        "its parent's run failed",
+                    )
+                except Exception:  # the crash is what the caller gets
+                    logger.exception(
+                        "run %s: could not end its sub-agents", loop.run_id
+                    )
+        raise
+
+
+async def _check_sub_answer(
+    driver: Driver, session: Session, waiting: SubagentWaiting, event: Event
+) -> None:
+    """Refuse, before anything is written, an answer the paused sub-agent cannot take.
+
+    Handed down, it would fail the call to the sub-agent, and the caller
+    would go on with the sub-agent still waiting; refused here, both stay
+    waiting, to be answered again (`Pause.check_answer`).
+    """
+    kid = await read_session(
+        session.store, waiting.session_id, seconds=driver.store_timeout
+    )
+    run = next((r for r in kid.runs if r.run_id == waiting.run_id), None)
+    if run is not None and run.outcome == "paused" and run.waiting is not None:
+        run.waiting.check_answer(event)
 
 
 def _check_carries(driver: Driver, loop: RunLoop, waiting: SubagentWaiting) -> None:

@@ -15,8 +15,8 @@ Three run-scoped values travel with the call, as `current_session` does:
 - the parent run's tally of its children's usage, which its `RunResult`
   reports apart from its own (`RunResult.children_usage`).
 
-The child runs in the call's own task: cancelling the parent's run ends the
-child's (failed, `Cancelled`), interrupting it (or the call's timeout)
+The child runs in the call's own task: cancelling the parent's run (or the
+call's timeout) ends the child's (failed, `Cancelled`), interrupting it
 interrupts the child's, and the child's spans nest under the call's span
 when tracing is on.
 
@@ -36,7 +36,7 @@ import contextvars
 import hashlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import anyio
@@ -60,7 +60,12 @@ from turnfsm.driver._lease import lease_owner
 from turnfsm.driver._recall import current_session
 from turnfsm.driver._replay import rebuild
 from turnfsm.driver._store_calls import read_session
-from turnfsm.driver._tools import Tool, current_tool_call, failed_result
+from turnfsm.driver._tools import (
+    Tool,
+    current_tool_call,
+    failed_result,
+    step_timed_out,
+)
 from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
@@ -97,6 +102,7 @@ __all__ = [
     "child_ids",
     "count_earlier_children",
     "declared_effects",
+    "end_open_children",
     "opening_link",
     "run_scope",
     "subagent_effect",
@@ -121,6 +127,22 @@ class ChildTally:
     """What the children's model calls cost (None: one had no prices)."""
     taken_over: str | None = None
     started: dict[str, set[str]] = attrs.field(factory=dict)
+    parent: ChildTally | None = None
+    """The tally of the run this one runs inside (a sub-agent's caller's)."""
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether this run, or one it runs inside, was cancelled by its control.
+
+        A sub-agent's run has no control of its own: cancelling its caller's
+        (or its caller's caller's) run is what ends it.
+        """
+        tally: ChildTally | None = self
+        while tally is not None:
+            if tally.control is not None and tally.control.is_cancel_requested:
+                return True
+            tally = tally.parent
+        return False
 
     def start(self, name: str, call_id: str | None, limit: int) -> None:
         """Count call `call_id`'s child against `name`'s `limit`.
@@ -195,17 +217,20 @@ def run_scope(
 
     The link is taken, not left for runs inside this one: a tool of the
     child that runs another agent by hand does not record this link.
-    `taken_over`: the owner of the lease a resumed run took over.
+    `taken_over`: the owner of the lease a resumed run took over. `control`
+    is the run's until it ends (`RunControl.steering`).
     """
-    link = _LINK.get()
-    tally = ChildTally(run_id, control, taken_over=taken_over)
-    link_token = _LINK.set(None)
-    tally_token = _TALLY.set(tally)
-    try:
-        yield link, tally
-    finally:
-        _TALLY.reset(tally_token)
-        _LINK.reset(link_token)
+    steering = control.steering(run_id) if control is not None else nullcontext()
+    with steering:
+        link = _LINK.get()
+        tally = ChildTally(run_id, control, taken_over=taken_over, parent=_TALLY.get())
+        link_token = _LINK.set(None)
+        tally_token = _TALLY.set(tally)
+        try:
+            yield link, tally
+        finally:
+            _TALLY.reset(tally_token)
+            _LINK.reset(link_token)
 
 
 _check_name = _checks.string("name", non_empty=True)
@@ -843,8 +868,10 @@ async def _child_answer(
         if earlier is None:
             result = await driver.run(task, session=session, run_id=run_id)
         elif earlier.outcome == "paused":
-            if answer is None or answer[0] != session.id:
-                raise _waiting(name, session.id, earlier)  # still unanswered
+            if answer is None or answer[0] != session.id:  # still unanswered
+                if tally is not None:  # what it used so far counts, as it did
+                    (await _spent(driver, session, earlier)).count_in(tally)
+                raise _waiting(name, session.id, earlier)
             result = await driver.resume(session, run_id, answer[1])
         elif earlier.outcome in ("running", "interrupted"):
             gone = tally.taken_over if tally is not None else None
@@ -858,14 +885,17 @@ async def _child_answer(
                 name, session.id, earlier.outcome, _cause(earlier.error, None)
             )
     except anyio.get_cancelled_exc_class():
-        # The parent's run was cancelled (not interrupted): no one waits
-        # on the child any more, so its run ends too, not left to resume.
-        control = tally.control if tally is not None else None
-        if control is not None and control.is_cancel_requested:
+        # The parent's run was cancelled (not interrupted), or the call
+        # timed out (its result says so): no one waits on the child any
+        # more, so its run ends too, not left to resume.
+        reason = None
+        if tally is not None and tally.cancel_requested:
+            reason = "its parent's run was cancelled"
+        elif step_timed_out():
+            reason = f"its call {call_id!r} timed out"
+        if reason is not None:
             with anyio.CancelScope(shield=True):
-                ended = await driver.abandon(
-                    session, run_id, reason="its parent's run was cancelled"
-                )
+                ended = await driver.abandon(session, run_id, reason=reason)
             if tally is not None:  # what it used before it ended counts too
                 _Spent.of(ended).count_in(tally)
         raise
@@ -978,6 +1008,36 @@ def _phase_calls(
         _phase_call(decision, last.snapshot) if isinstance(decision, Perform) else None
     )
     return [(call_id, name, call_id != open_call) for call_id, name in ran]
+
+
+async def end_open_children(
+    driver: Driver,
+    session: Session,
+    run_id: str,
+    machine: MachineSpec | None,
+    reason: str,
+    *,
+    tally: ChildTally | None = None,
+) -> None:
+    """End the open runs of the sub-agents run `run_id` started, theirs first.
+
+    Each ends failed with `Cancelled(reason)`: no one waits on it any more.
+    What each used counts in `tally` (its call has no result to count it).
+    """
+    for linked in await _linked(driver, session, run_id, machine):
+        if linked.run.outcome in _ENDED:
+            continue
+        kid, kid_run = linked.session, linked.run
+        await end_open_children(
+            linked.driver,
+            kid,
+            kid_run.run_id,
+            _run_machine(linked.driver, kid, kid_run),
+            reason,
+        )
+        ended = await linked.driver.abandon(kid, kid_run.run_id, reason=reason)
+        if tally is not None:
+            _Spent.of(ended).count_in(tally)
 
 
 def _run_machine(

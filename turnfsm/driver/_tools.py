@@ -18,7 +18,7 @@ import inspect
 import logging
 import re
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
@@ -441,7 +441,8 @@ async def tool_call_outcome(
             output = await tool.invoke(call.arguments)
         else:
             # A bare scope is move_on_after without its backend look-ups.
-            with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
+            ends = anyio.current_time() + limit
+            with anyio.CancelScope(deadline=ends) as scope, timed_step(ends):
                 output = await tool.invoke(call.arguments)
             if scope.cancelled_caught or is_late(scope):
                 warn_if_held(
@@ -534,6 +535,31 @@ def _log_raised(call: ToolCallPart, failed: str, exc: Exception) -> None:
 _CURRENT_CALL: Final[contextvars.ContextVar[ToolCallPart | None]] = (
     contextvars.ContextVar("turnfsm_tool_call", default=None)
 )
+
+
+_DEADLINE: Final[contextvars.ContextVar[float | None]] = contextvars.ContextVar(
+    "turnfsm_step_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def timed_step(deadline: float) -> Iterator[None]:
+    """Mark what runs inside as a tool call or effect whose timeout is `deadline`."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def step_timed_out() -> bool:
+    """Whether the tool call or effect running now is past its timeout.
+
+    Its timeout ends it with a result of its own (an error result, a
+    cancel): no one will carry on what it started.
+    """
+    deadline = _DEADLINE.get()
+    return deadline is not None and anyio.current_time() >= deadline
 
 
 def current_tool_call() -> ToolCallPart | None:
