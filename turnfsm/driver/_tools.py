@@ -18,7 +18,7 @@ import inspect
 import logging
 import re
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
@@ -542,14 +542,23 @@ _DEADLINE: Final[contextvars.ContextVar[float | None]] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def timed_step(deadline: float) -> Iterator[None]:
-    """Mark what runs inside as a tool call or effect whose timeout is `deadline`."""
-    token = _DEADLINE.set(deadline)
-    try:
-        yield
-    finally:
-        _DEADLINE.reset(token)
+@final
+class timed_step:
+    """Mark what runs inside as a tool call or effect whose timeout is `deadline`.
+
+    A class, not a generator: it is entered once per timed call or effect.
+    """
+
+    __slots__ = ("_deadline", "_token")
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+
+    def __enter__(self) -> None:
+        self._token = _DEADLINE.set(self._deadline)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _DEADLINE.reset(self._token)
 
 
 def step_timed_out() -> bool:
