@@ -161,7 +161,8 @@ class ProviderError(TurnFSMError):
         if not self.retryable or self.attempts is None:
             return text
         if text.endswith(".") and not text.endswith(".."):
-            text = text[:-1]  # the provider's sentence goes on: "Connection error; tried"
+            # The sentence goes on: "Connection error; tried 4 times".
+            text = text[:-1]
         return text + _tried(self.attempts, self.elapsed)
 
 
