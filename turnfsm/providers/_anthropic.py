@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Final, TypeAlias, final
+from typing import Any, ClassVar, Final, TypeAlias, cast, final
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm._json import well_formed
 from turnfsm.errors import InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
@@ -238,8 +239,9 @@ class AnthropicModel:
             _force_output(options, request.output)
         # No temperature: SDK 2.x has no sampling parameters, and the API
         # version it sends (2026-10-21) rejects them; `request.temperature`
-        # is not sent.
-        return options
+        # is not sent. A lone surrogate in the text (a file name not in
+        # UTF-8) cannot be encoded for the wire: it goes as U+FFFD.
+        return cast(dict[str, Any], well_formed(options))
 
 
 class _Events:

@@ -13,11 +13,12 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Final, Literal, TypeAlias, final
+from typing import Any, ClassVar, Final, Literal, TypeAlias, cast, final
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm._json import well_formed
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
@@ -281,7 +282,9 @@ class OpenAIModel:
             options["temperature"] = temperature
         if request.output is not None:
             options["response_format"] = self._response_format(request.output)
-        return options
+        # A lone surrogate in the text (a file name not in UTF-8) cannot be
+        # encoded for the wire: it goes as U+FFFD.
+        return cast(dict[str, Any], well_formed(options))
 
     def _response_format(self, output: OutputSpec) -> dict[str, Any]:
         schema = dict(output.schema)
