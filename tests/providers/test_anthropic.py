@@ -464,6 +464,25 @@ async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
     )
 
 
+async def test_a_stream_that_breaks_off_is_a_retryable_connection_error() -> None:
+    """A body that ends cleanly before message_stop is not the whole reply."""
+    server = Server(
+        anthropic_sse(
+            [
+                start(),
+                block_start(0, text_block("")),
+                delta(0, type="text_delta", text="Hel"),
+            ]
+        )
+    )
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="Hel")]
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "message_stop" in str(info.value)
+
+
 async def test_a_stream_that_sends_no_message_is_a_bad_response() -> None:
     server = Server(raw_json_reply(b"<html>oops</html>"))
     with pytest.raises(ProviderError) as info:

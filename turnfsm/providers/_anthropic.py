@@ -207,6 +207,13 @@ class AnthropicModel:
                 async for event in events:
                     if text := reply.add(event):
                         yield TextDelta(text=text)
+        if reply.started and not reply.stopped:
+            # The body ended mid-reply (a proxy lost its upstream): what came
+            # is not the whole reply; the driver may ask again.
+            raise connection_error(
+                "the stream from the Anthropic API broke off: it ended before "
+                "its message_stop event"
+            )
         yield StreamDone(response=reply.response())
 
     async def close(self) -> None:
@@ -254,6 +261,7 @@ class _Events:
         self.usage: Usage | None = None
         self.model: str | None = None
         self.started = False  # a message_start came: the stream is a reply
+        self.stopped = False  # its message_stop came: the reply is whole
 
     def add(self, event: wire.RawMessageStreamEvent) -> str:
         """Take in one event; return the text it adds ("" if none).
@@ -270,6 +278,8 @@ class _Events:
             self.started = True
             self.usage = _usage(message.get("usage"))
             self.model = reply_text(message.get("model"), "model") or None
+        elif kind == "message_stop":
+            self.stopped = True
         elif kind == "message_delta":
             self.usage = _usage(data.get("usage"), self.usage)
         elif kind == "content_block_start":

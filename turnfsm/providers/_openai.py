@@ -230,6 +230,14 @@ class OpenAIModel:
                 async for chunk in chunks:
                     if text := reply.add(chunk):
                         yield TextDelta(text=text)
+        if reply.replied and not reply.finished:
+            # The body ended mid-reply (a gateway lost its upstream): what
+            # came is not the whole reply; the driver may ask again.
+            where = _named(self._sdk.client.base_url)
+            raise connection_error(
+                f"the stream from {where} broke off: it ended before a chunk "
+                "with a finish_reason or the usage came"
+            )
         if not reply.replied:
             response = await self._after_empty_stream(request)
             if text := response.message.text:
@@ -306,10 +314,12 @@ class _Chunks:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.refusal: list[str] = []
-        self.calls: dict[int, dict[str, str]] = {}  # by index: id, name, arguments
+        self.calls: dict[int, dict[str, str]] = {}  # in order: id, name, arguments
+        self._slots: dict[int | None, int] = {}  # a server's call index: its call
         self.usage: Usage | None = None
         self.model: str | None = None
         self.replied = False  # a choice came
+        self.finished = False  # a finish_reason or the usage came: the end
 
     def add(self, chunk: ChatCompletionChunk) -> str:
         """Take in one chunk; return the text it adds ("" if none).
@@ -322,12 +332,14 @@ class _Chunks:
         self.model = self.model or reply_text(data.get("model"), "model") or None
         if data.get("usage") is not None:  # the last chunk, with include_usage
             self.usage = _usage(data["usage"])
+            self.finished = True
         added = ""
         for i, raw in enumerate(reply_list(data.get("choices"), "choices")):
             choice = reply_object(raw, f"choices[{i}]")
             if choice.get("index") not in (0, None):
                 continue
             self.replied = True
+            self.finished = self.finished or choice.get("finish_reason") is not None
             where = f"choices[{i}].delta"
             delta = reply_object(choice.get("delta") or {}, where)
             self.refusal.append(reply_text(delta.get("refusal"), f"{where}.refusal"))
@@ -341,15 +353,22 @@ class _Chunks:
         return added
 
     def _add_call(self, piece: dict[str, Any]) -> None:
-        """Take in one fragment of a tool call."""
-        index = piece.get("index")
-        call = self.calls.setdefault(
-            index if isinstance(index, int) else 0,
-            {"id": "", "name": "", "arguments": ""},
-        )
-        # The id and name come once, in the first fragment; the arguments
-        # come in pieces.
-        call["id"] = call["id"] or reply_text(piece.get("id"), "tool_calls.id")
+        """Take in one fragment of a tool call.
+
+        The id and name come once, in a call's first fragment, and the
+        arguments in pieces; fragments of one call share its ``index``. Some
+        servers send each call whole with no index (or all at index 0): a
+        fragment with an id other than its index's call's starts a new call.
+        """
+        raw_index = piece.get("index")
+        index = raw_index if _checks.is_int(raw_index) else None
+        call_id = reply_text(piece.get("id"), "tool_calls.id")
+        slot = self._slots.get(index)
+        call = self.calls.get(slot) if slot is not None else None
+        if call is None or (call_id and call["id"] and call["id"] != call_id):
+            slot = self._slots[index] = len(self.calls)
+            call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
+        call["id"] = call["id"] or call_id
         function = reply_object(piece.get("function") or {}, "tool_calls.function")
         name = reply_text(function.get("name"), "tool_calls.function.name")
         call["name"] = call["name"] or name
@@ -449,6 +468,11 @@ def _where(exc: openai.APIError) -> str:
         url = exc.request.url
     except (AttributeError, RuntimeError):  # an error built without a request
         return "the OpenAI API"
+    return _named(url)
+
+
+def _named(url: Any) -> str:
+    """Name the API at `url` (an httpx URL): the OpenAI API, or the server."""
     if url.host == "api.openai.com":
         return "the OpenAI API"
     return f"the server at {url.scheme}://{url.netloc.decode()}"
