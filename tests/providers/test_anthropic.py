@@ -179,6 +179,20 @@ async def test_tool_calls_and_parallel_calls_are_parsed() -> None:
     )
 
 
+async def test_a_tool_call_without_an_id_is_given_one() -> None:
+    """An Anthropic-compatible server may leave a call's id empty or out, as
+    OpenAI-compatible ones do: the call is kept under a fresh id."""
+    empty = tool_use("", "echo", text="1")
+    missing = {k: v for k, v in tool_use("x", "echo", text="2").items() if k != "id"}
+    server = Server(anthropic_reply(empty, missing))
+    response = await model_for(server).complete(ask(tools=[ECHO]))
+    first, second = response.message.tool_calls
+    assert first.id.startswith("toolu_")
+    assert second.id.startswith("toolu_")
+    assert first.id != second.id
+    assert (first.arguments, second.arguments) == ({"text": "1"}, {"text": "2"})
+
+
 async def test_an_unreadable_reply_is_a_provider_error_not_a_crash() -> None:
     server = Server(anthropic_reply({"type": "mystery_block", "x": 1}))
     with pytest.raises(ProviderError) as info:

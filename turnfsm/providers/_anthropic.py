@@ -31,6 +31,7 @@ from turnfsm.providers._errors import (
     SERVER,
     connection_error,
     from_status,
+    given_call_id,
     mentions_overflow,
     reply_list,
     reply_object,
@@ -383,7 +384,10 @@ def _answer_as_text(
 
 
 def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Message:
-    blocks = _answer_as_text(blocks, output)
+    blocks = [
+        given_call_id(b, "toolu_") if b.get("type") == "tool_use" else b
+        for b in _answer_as_text(blocks, output)
+    ]
     try:
         return from_anthropic_messages([{"role": "assistant", "content": blocks}])[0]
     except InvalidMessage as exc:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -47,6 +48,7 @@ __all__ = [
     "TIMEOUT",
     "connection_error",
     "from_status",
+    "given_call_id",
     "json_data",
     "mentions_overflow",
     "parse_retry_after",
@@ -258,6 +260,19 @@ def reply_text(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise unreadable_field(where, value, "a string")
     return value
+
+
+def given_call_id(call: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Return a reply's tool `call` (a dict) with an id: a fresh one if it has none.
+
+    llama.cpp and other compatible servers may leave a call's ``id`` empty
+    or out; a call without one cannot be answered, so it gets a fresh one,
+    `prefix` and 24 hex digits (``call_...``, ``toolu_...``). An id of
+    another type is kept, for the converter to refuse.
+    """
+    if call.get("id") not in (None, ""):
+        return dict(call)
+    return dict(call, id=f"{prefix}{uuid.uuid4().hex[:24]}")
 
 
 def reply_tokens(value: object, where: str) -> int:

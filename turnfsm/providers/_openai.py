@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, cast, final
 
@@ -34,6 +33,7 @@ from turnfsm.providers._errors import (
     SERVER,
     connection_error,
     from_status,
+    given_call_id,
     mentions_overflow,
     reply_list,
     reply_object,
@@ -401,10 +401,8 @@ def _reply(data: Mapping[str, Any]) -> Message:
         message["content"] = None
     calls = reply_list(message.get("tool_calls"), "tool_calls")
     message["tool_calls"] = [
-        # llama.cpp and others may omit the id; a call without one cannot be
-        # answered, so give it a fresh one.
-        dict(call, id=call.get("id") or f"call_{uuid.uuid4().hex[:24]}")
-        for call in (reply_object(c, f"tool_calls[{i}]") for i, c in enumerate(calls))
+        given_call_id(reply_object(c, f"tool_calls[{i}]"), "call_")
+        for i, c in enumerate(calls)
     ]
     try:
         return from_openai_messages([message])[0]
