@@ -87,6 +87,10 @@ OVERFLOW_MARKERS: Final = (
     "exceeds the available context size",  # llama.cpp's own server
     "prompt is too long",  # Anthropic
     "exceed context limit",  # Anthropic: input + max_tokens over the window
+    "longer than the maximum model length",  # vLLM: "The decoder prompt ..."
+    "exceeds the maximum number of tokens allowed",  # Gemini
+    "exceeds the context window",  # OpenAI's Responses wording
+    "maximum prompt length",  # xAI
 )
 """Lower-case phrases that mark a context-length rejection in an error text."""
 
