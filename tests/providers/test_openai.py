@@ -561,6 +561,8 @@ async def test_streamed_calls_without_an_index_stay_apart_by_their_ids() -> None
             [
                 openai_chunk({"tool_calls": [first]}),
                 openai_chunk({"tool_calls": [{"function": {"arguments": '{"te'}}]}),
+                # An id that changes without a name: still call_a's arguments.
+                openai_chunk({"tool_calls": [{"id": "x9", "function": {}}]}),
                 openai_chunk({"tool_calls": [{"function": {"arguments": 'xt":"a"}'}}]}),
                 openai_chunk(
                     {

@@ -358,19 +358,20 @@ class _Chunks:
         The id and name come once, in a call's first fragment, and the
         arguments in pieces; fragments of one call share its ``index``. Some
         servers send each call whole with no index (or all at index 0): a
-        fragment with an id other than its index's call's starts a new call.
+        fragment with a name and an id other than its index's call's starts
+        a new call (one with an id but no name continues the call).
         """
         raw_index = piece.get("index")
         index = raw_index if _checks.is_int(raw_index) else None
         call_id = reply_text(piece.get("id"), "tool_calls.id")
+        function = reply_object(piece.get("function") or {}, "tool_calls.function")
+        name = reply_text(function.get("name"), "tool_calls.function.name")
         slot = self._slots.get(index)
         call = self.calls.get(slot) if slot is not None else None
-        if call is None or (call_id and call["id"] and call["id"] != call_id):
+        if call is None or (name and call_id and call["id"] not in ("", call_id)):
             slot = self._slots[index] = len(self.calls)
             call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
         call["id"] = call["id"] or call_id
-        function = reply_object(piece.get("function") or {}, "tool_calls.function")
-        name = reply_text(function.get("name"), "tool_calls.function.name")
         call["name"] = call["name"] or name
         call["arguments"] += reply_text(
             function.get("arguments"), "tool_calls.function.arguments"
