@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import anthropic
@@ -291,6 +292,22 @@ async def test_an_auth_error_names_the_key_to_fix() -> None:
     server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
     with pytest.raises(ProviderError, match="ANTHROPIC_API_KEY"):
         await model_for(server).complete(ask())
+
+
+async def test_a_timeout_names_the_setting_that_bounds_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # never answers
+        port = silent.getsockname()[1]
+        model = AnthropicModel(
+            "m", base_url=f"http://127.0.0.1:{port}", api_key="k", timeout=0.2
+        )
+        with pytest.raises(ProviderError) as info:
+            await model.complete(ask())
+        await model.close()
+    assert info.value.kind == "timeout"
+    assert "AnthropicModel.timeout=0.2 s" in str(info.value)
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(timeout)).complete(ask())
+    assert "the timeout of the client passed in" in str(info.value)
 
 
 @pytest.mark.parametrize(

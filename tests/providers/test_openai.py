@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import socket
 import time
 from typing import Any
 
@@ -323,6 +324,22 @@ async def test_an_exhausted_quota_is_not_retried() -> None:
     with pytest.raises(ProviderError) as info:
         await model_for(server).complete(ask())
     assert (info.value.kind, info.value.retryable) == ("quota", False)
+
+
+async def test_a_timeout_names_the_setting_that_bounds_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # never answers
+        port = silent.getsockname()[1]
+        model = OpenAIModel(
+            "m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout=0.2
+        )
+        with pytest.raises(ProviderError) as info:
+            await model.complete(ask())
+        await model.close()
+    assert info.value.kind == "timeout"
+    assert "OpenAIModel.timeout=0.2 s" in str(info.value)
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(timeout)).complete(ask())
+    assert "the timeout of the client passed in" in str(info.value)
 
 
 @pytest.mark.parametrize(

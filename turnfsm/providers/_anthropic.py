@@ -38,8 +38,10 @@ from turnfsm.providers._errors import (
     reply_text,
     reply_tokens,
     timeout_error,
+    timeout_setting,
     unreadable_body_error,
     unreadable_field,
+    with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -172,7 +174,7 @@ class AnthropicModel:
         Raises:
             ProviderError: the API failed; `kind` says how (see ``_errors``).
         """
-        with _translated():
+        with _translated(self._timeout_setting()):
             # `**options` hides the overload; name the type it returns.
             reply: wire.Message = await self._client().messages.create(
                 **self._options(request)
@@ -200,7 +202,7 @@ class AnthropicModel:
             ProviderError: the API failed, before or during the stream.
         """
         reply = _Events(request.output)
-        with _translated():
+        with _translated(self._timeout_setting()):
             events: _EventStream = await self._client().messages.create(
                 **self._options(request), stream=True
             )
@@ -216,6 +218,9 @@ class AnthropicModel:
                 "its message_stop event"
             )
         yield StreamDone(response=reply.response())
+
+    def _timeout_setting(self) -> str:
+        return timeout_setting("AnthropicModel", self.timeout, client=self.client)
 
     async def close(self) -> None:
         """Close the HTTP connections (a client passed in is closed for good).
@@ -415,12 +420,15 @@ def _usage(value: object, before: Usage | None = None) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated() -> Iterator[None]:
-    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged."""
+def _translated(setting: str) -> Iterator[None]:
+    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
+
+    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    """
     try:
         yield
     except anthropic.APIError as exc:
-        raise classify_anthropic_error(exc) from exc
+        raise with_setting(classify_anthropic_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
         raise unreadable_body_error(exc) from exc
 

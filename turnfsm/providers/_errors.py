@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import attrs
 import pydantic
 
 from turnfsm import _checks
@@ -57,8 +58,10 @@ __all__ = [
     "reply_text",
     "reply_tokens",
     "timeout_error",
+    "timeout_setting",
     "unreadable_body_error",
     "unreadable_field",
+    "with_setting",
 ]
 
 RATE_LIMIT: Final = "rate_limit"
@@ -193,6 +196,32 @@ def from_status(
 def timeout_error(message: str) -> ProviderError:
     """Return the retryable `ProviderError` for a request that timed out."""
     return ProviderError(message, retryable=True, kind=TIMEOUT)
+
+
+def timeout_setting(model: str, timeout: float | None, *, client: object) -> str:
+    """Name what bounds a model's requests: its ``timeout`` or a passed-in client's.
+
+    Args:
+        model: the model class's name, e.g. ``"OpenAIModel"``.
+        timeout: its ``timeout`` setting.
+        client: its ``client`` setting (None: the model builds its own).
+    """
+    if client is not None:
+        return "the timeout of the client passed in (client=) bounds each request"
+    if timeout is None:
+        return f"{model}.timeout=None sets no limit of its own"
+    return f"{model}.timeout={timeout:g} s per request; raise it to wait longer"
+
+
+def with_setting(error: ProviderError, setting: str) -> ProviderError:
+    """Return a client-side timeout `error` naming the `setting` that bounds it.
+
+    Other errors (an HTTP 408 included: the server's own timeout) are
+    returned as they are.
+    """
+    if error.kind != TIMEOUT or error.status is not None:
+        return error
+    return attrs.evolve(error, message=f"{error.message} - {setting}")
 
 
 def connection_error(message: str) -> ProviderError:

@@ -40,7 +40,9 @@ from turnfsm.providers._errors import (
     reply_text,
     reply_tokens,
     timeout_error,
+    timeout_setting,
     unreadable_body_error,
+    with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -187,7 +189,7 @@ class OpenAIModel:
         Raises:
             ProviderError: the API failed; `kind` says how (see ``_errors``).
         """
-        with _translated():
+        with _translated(self._timeout_setting()):
             # `**options` hides the overload; name the type it returns.
             completion: ChatCompletion = await self._client().chat.completions.create(
                 **self._options(request)
@@ -220,7 +222,7 @@ class OpenAIModel:
             ProviderError: the API failed, before or during the stream.
         """
         reply = _Chunks()
-        with _translated():
+        with _translated(self._timeout_setting()):
             chunks: _ChunkStream = await self._client().chat.completions.create(
                 **self._options(request),
                 stream=True,
@@ -257,6 +259,9 @@ class OpenAIModel:
         # the client learns it on its next request there: the next one goes
         # on a new connection.
         return await self.complete(request)
+
+    def _timeout_setting(self) -> str:
+        return timeout_setting("OpenAIModel", self.timeout, client=self.client)
 
     async def close(self) -> None:
         """Close the HTTP connections (a client passed in is closed for good).
@@ -451,12 +456,15 @@ def _usage(value: object) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated() -> Iterator[None]:
-    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged."""
+def _translated(setting: str) -> Iterator[None]:
+    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
+
+    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    """
     try:
         yield
     except openai.APIError as exc:
-        raise classify_openai_error(exc) from exc
+        raise with_setting(classify_openai_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
         raise unreadable_body_error(exc) from exc
 
