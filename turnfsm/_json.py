@@ -9,9 +9,11 @@ encoding. `compact_encoder` builds the C encoder once per set of options.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
+from typing import Final
 
-__all__ = ["compact_encoder", "plain"]
+__all__ = ["compact_encoder", "plain", "well_formed"]
 
 _SAMPLE = {"b": [1, 2.5, None, True, -0.0], "a": {"é": "\u0000\n"}, "c": float("nan")}
 
@@ -69,4 +71,28 @@ def plain(value: object) -> object:
         return [plain(v) for v in value]
     if isinstance(value, tuple):
         return tuple(plain(v) for v in value)
+    return value
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(value: object) -> object:
+    """Return the JSON `value` with each lone surrogate in its strings as U+FFFD.
+
+    Text decoded from bytes that were not UTF-8 (a file name `os.listdir`
+    read, a tool's output) can hold lone surrogates, which UTF-8 cannot
+    encode; a model API is sent U+FFFD in their place, the character a
+    UTF-8 decoder puts for a byte it cannot read (three bytes, as the
+    surrogate's own). Strings without one are returned as they are;
+    mappings and lists are copied (a tuple as a list, as JSON has it).
+    """
+    if isinstance(value, str):
+        if value.isascii() or _LONE_SURROGATE.search(value) is None:
+            return value
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, Mapping):
+        return {well_formed(k): well_formed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [well_formed(v) for v in value]
     return value

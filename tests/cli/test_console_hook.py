@@ -135,7 +135,9 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
             return
         text = "hel" if self.posts == 1 else "hello"
         chunk = {"id": "x", "object": "chat.completion.chunk", "model": "m"}
-        chunk["choices"] = [{"index": 0, "delta": {"content": text}}]
+        finish = None if self.posts == 1 else "stop"  # the whole reply ends so
+        delta = {"content": text}
+        chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
         data = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

@@ -319,6 +319,22 @@ async def test_a_bad_field_is_named_and_the_tool_does_not_run(
 
 
 @pytest.mark.anyio
+async def test_arguments_that_were_not_json_are_named_as_such() -> None:
+    """A reply cut off at its token limit, or malformed, leaves the call's
+    arguments as the text it sent (``{"_raw": ...}``): the model is told the
+    text is no JSON object, not that ``_raw`` is an unknown parameter."""
+    tool, recorder = recording(order)
+    content, is_error = await run(tool, _raw='{"items": [{"name": "te')
+    assert is_error
+    assert problems(content) == [
+        "(the arguments): expected a JSON object of the arguments (the text "
+        "sent is not valid JSON; it may have been cut off), "
+        'got "{\\"items\\": [{\\"name\\": \\"te" (string)'
+    ]
+    assert recorder.calls == []
+
+
+@pytest.mark.anyio
 async def test_every_bad_field_is_listed_at_once() -> None:
     tool, recorder = recording(order)
     content, is_error = await run(

@@ -299,12 +299,15 @@ class _Hanging:
         raise AssertionError("unreachable")
 
 
+_SETTING = " - model_timeout=0.2 s per attempt; raise it to wait longer"
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        (_Hanging(), "model _Hanging timed out after 0.2s"),
-        (_Hanging("gpt-test"), "model 'gpt-test' timed out after 0.2s"),
+        (_Hanging(), "model _Hanging timed out after 0.2s" + _SETTING),
+        (_Hanging("gpt-test"), "model 'gpt-test' timed out after 0.2s" + _SETTING),
     ],
 )
 async def test_a_model_timeout_says_what_timed_out_and_after_how_long(

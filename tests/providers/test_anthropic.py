@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import anthropic
@@ -179,6 +180,20 @@ async def test_tool_calls_and_parallel_calls_are_parsed() -> None:
     )
 
 
+async def test_a_tool_call_without_an_id_is_given_one() -> None:
+    """An Anthropic-compatible server may leave a call's id empty or out, as
+    OpenAI-compatible ones do: the call is kept under a fresh id."""
+    empty = tool_use("", "echo", text="1")
+    missing = {k: v for k, v in tool_use("x", "echo", text="2").items() if k != "id"}
+    server = Server(anthropic_reply(empty, missing))
+    response = await model_for(server).complete(ask(tools=[ECHO]))
+    first, second = response.message.tool_calls
+    assert first.id.startswith("toolu_")
+    assert second.id.startswith("toolu_")
+    assert first.id != second.id
+    assert (first.arguments, second.arguments) == ({"text": "1"}, {"text": "2"})
+
+
 async def test_an_unreadable_reply_is_a_provider_error_not_a_crash() -> None:
     server = Server(anthropic_reply({"type": "mystery_block", "x": 1}))
     with pytest.raises(ProviderError) as info:
@@ -277,6 +292,22 @@ async def test_an_auth_error_names_the_key_to_fix() -> None:
     server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
     with pytest.raises(ProviderError, match="ANTHROPIC_API_KEY"):
         await model_for(server).complete(ask())
+
+
+async def test_a_timeout_names_the_setting_that_bounds_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # never answers
+        port = silent.getsockname()[1]
+        model = AnthropicModel(
+            "m", base_url=f"http://127.0.0.1:{port}", api_key="k", timeout=0.2
+        )
+        with pytest.raises(ProviderError) as info:
+            await model.complete(ask())
+        await model.close()
+    assert info.value.kind == "timeout"
+    assert "AnthropicModel.timeout=0.2 s" in str(info.value)
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(timeout)).complete(ask())
+    assert "the timeout of the client passed in" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -462,6 +493,25 @@ async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
         True,
         529,
     )
+
+
+async def test_a_stream_that_breaks_off_is_a_retryable_connection_error() -> None:
+    """A body that ends cleanly before message_stop is not the whole reply."""
+    server = Server(
+        anthropic_sse(
+            [
+                start(),
+                block_start(0, text_block("")),
+                delta(0, type="text_delta", text="Hel"),
+            ]
+        )
+    )
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="Hel")]
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "message_stop" in str(info.value)
 
 
 async def test_a_stream_that_sends_no_message_is_a_bad_response() -> None:

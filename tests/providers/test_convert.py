@@ -189,6 +189,10 @@ ARGUMENTS = {
     "not an object": ("[1, 2]", {"_raw": "[1, 2]"}),
     "prose": ("sure!", {"_raw": "sure!"}),
     "deep": ("[" * 100_000, {"_raw": "[" * 100_000}),
+    # Python reads these, JSON has none: sent back in the history, they are
+    # arguments a server that parses past calls' arguments cannot read.
+    "nan": ('{"a": NaN}', {"_raw": '{"a": NaN}'}),
+    "infinity": ('{"a": [-Infinity]}', {"_raw": '{"a": [-Infinity]}'}),
 }
 
 

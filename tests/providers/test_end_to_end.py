@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -183,3 +184,40 @@ async def test_an_auth_error_fails_the_run_with_the_hint() -> None:
     assert result.outcome == "failed"
     assert "ANTHROPIC_API_KEY" in str(result.error)
     assert len(server.requests) == 1
+
+
+def list_dir() -> str:
+    """List the files here."""
+    return "report-\udcff.txt"  # a name os.listdir decodes from bytes not UTF-8
+
+
+LONE_SURROGATE_TOOL: dict[str, tuple[Callable[[Server], Any], Server]] = {
+    "openai": (
+        openai_model,
+        Server(
+            openai_reply(None, openai_call("call_1", "list_dir", "{}")),
+            openai_reply("one file"),
+        ),
+    ),
+    "anthropic": (
+        anthropic_model,
+        Server(
+            anthropic_reply(tool_use("toolu_1", "list_dir")),
+            anthropic_reply(text_block("one file")),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("provider", LONE_SURROGATE_TOOL.keys())
+async def test_text_with_a_lone_surrogate_is_sent_as_a_replacement_character(
+    provider: str,
+) -> None:
+    make, template = LONE_SURROGATE_TOOL[provider]
+    server = Server(*template.replies)
+    with anyio.fail_after(10):
+        result = await driver(make(server), tools=[list_dir]).run("ls \udcfe")
+    assert (result.outcome, result.text) == ("done", "one file")
+    first, second = server.bodies
+    assert "ls \ufffd" in json.dumps(first["messages"][0], ensure_ascii=False)
+    assert "report-\ufffd.txt" in json.dumps(second["messages"], ensure_ascii=False)

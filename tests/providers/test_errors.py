@@ -41,6 +41,15 @@ def test_no_headers_no_wait() -> None:
         "the request exceeds the available context size, try increasing it",
         "input length and `max_tokens` exceed context limit: 1 + 2 > 3",
         "Error code: context_length_exceeded",
+        "The decoder prompt (length 12324) is longer than the maximum model "
+        "length of 8192. Make sure that `max_model_len` is no smaller than the "
+        "number of text tokens.",  # vLLM
+        "The input token count (1300000) exceeds the maximum number of tokens "
+        "allowed (1048575).",  # Gemini
+        "Your input exceeds the context window of this model. Please adjust "
+        "your input and try again.",  # OpenAI's Responses wording
+        "This model's maximum prompt length is 131072 but the request contains "
+        "537812 tokens.",  # xAI
     ],
 )
 def test_overflow_texts_are_recognised(text: str) -> None:

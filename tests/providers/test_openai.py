@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import email.utils
+import json
+import socket
 import time
 from typing import Any
 
@@ -324,6 +326,22 @@ async def test_an_exhausted_quota_is_not_retried() -> None:
     assert (info.value.kind, info.value.retryable) == ("quota", False)
 
 
+async def test_a_timeout_names_the_setting_that_bounds_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # never answers
+        port = silent.getsockname()[1]
+        model = OpenAIModel(
+            "m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", timeout=0.2
+        )
+        with pytest.raises(ProviderError) as info:
+            await model.complete(ask())
+        await model.close()
+    assert info.value.kind == "timeout"
+    assert "OpenAIModel.timeout=0.2 s" in str(info.value)
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(timeout)).complete(ask())
+    assert "the timeout of the client passed in" in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("failure", "kind"), [(timeout, "timeout"), (refused, "connection")]
 )
@@ -525,6 +543,65 @@ async def test_an_error_event_mid_stream_is_a_retriable_server_error() -> None:
         await drain(model_for(server), ask(), events)
     assert events == [TextDelta(text="partial")]
     assert (info.value.kind, info.value.retryable) == ("server", True)
+
+
+@asyncio_only
+async def test_a_stream_that_breaks_off_is_a_retryable_connection_error() -> None:
+    """A gateway that loses its upstream ends the body cleanly, mid-reply:
+    with no finish_reason, no usage and no [DONE], the text so far is not
+    the reply."""
+    cut = "".join(
+        f"data: {json.dumps(openai_chunk({'content': text}))}\n\n"
+        for text in ("Hel", "lo wor")
+    )
+    server = Server(
+        httpx2.Response(
+            200, content=cut.encode(), headers={"content-type": "text/event-stream"}
+        )
+    )
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="Hel"), TextDelta(text="lo wor")]
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "finish_reason" in str(info.value)
+    assert BASE_URL.removesuffix("/v1") in str(info.value)
+
+
+@asyncio_only
+async def test_streamed_calls_without_an_index_stay_apart_by_their_ids() -> None:
+    """Some OpenAI-compatible servers send each parallel call whole, with
+    its own id and no index: two calls, not one with both argument texts."""
+    first = {"id": "call_a", "type": "function", "function": {"name": "echo"}}
+    server = Server(
+        openai_sse(
+            [
+                openai_chunk({"tool_calls": [first]}),
+                openai_chunk({"tool_calls": [{"function": {"arguments": '{"te'}}]}),
+                # An id that changes without a name: still call_a's arguments.
+                openai_chunk({"tool_calls": [{"id": "x9", "function": {}}]}),
+                openai_chunk({"tool_calls": [{"function": {"arguments": 'xt":"a"}'}}]}),
+                openai_chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "id": "call_b",
+                                "type": "function",
+                                "function": {"name": "echo", "arguments": "{}"},
+                            }
+                        ]
+                    }
+                ),
+                openai_chunk(usage=(4, 2)),
+            ]
+        )
+    )
+    *_, done = await collect(model_for(server), ask(tools=[ECHO]))
+    assert isinstance(done, StreamDone)
+    assert done.response.message.parts == (
+        ToolCallPart(id="call_a", name="echo", arguments={"text": "a"}),
+        ToolCallPart(id="call_b", name="echo", arguments={}),
+    )
 
 
 UNREADABLE = {

@@ -331,7 +331,17 @@ def check_arguments(check: ArgumentsCheck, arguments: object) -> None:
         return
     errors = list(check.validator.iter_errors(typing.cast(Any, arguments)))
     if errors:
+        if isinstance(arguments, Mapping) and arguments.keys() == {"_raw"}:
+            # The clients keep arguments that are no JSON object (a reply cut
+            # off at its token limit, a malformed one) as their text.
+            raise InvalidArguments([Problem((), _NOT_JSON, arguments["_raw"])])
         raise InvalidArguments(_unique(p for e in errors for p in _problems(e)))
+
+
+_NOT_JSON: Final = (
+    "expected a JSON object of the arguments (the text sent is not valid JSON; "
+    "it may have been cut off)"
+)
 
 
 def _unique(problems: Iterable[Problem]) -> list[Problem]:

@@ -361,8 +361,9 @@ def deadline(
     deadline. Only the deadline can cancel the scope (nobody else holds it),
     so a cancellation it caught is the deadline: `TimeoutError`. So is an
     answer that comes past the deadline anyway (`is_late`). The error says
-    ``"{what()} timed out after {seconds}s"``: `what` names what ran, and is
-    asked only when it timed out.
+    ``"{what()} timed out after {seconds}s"`` and names the setting
+    (``model_timeout``, the one limit it serves): `what` names what ran,
+    and is asked only when it timed out.
     """
     return _Deadline(seconds, what) if seconds is not None else nullcontext()
 
@@ -393,7 +394,10 @@ class _Deadline:
         if scope.cancelled_caught or (exc_type is None and is_late(scope)):
             what = self._what()
             warn_if_held(what, scope, self._seconds, _driver_logger)
-            raise TimeoutError(f"{what} timed out after {self._seconds}s") from None
+            raise TimeoutError(
+                f"{what} timed out after {self._seconds}s - model_timeout="
+                f"{self._seconds:g} s per attempt; raise it to wait longer"
+            ) from None
 
 
 def is_late(scope: anyio.CancelScope) -> bool:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Final, TypeAlias, final
+from typing import Any, ClassVar, Final, TypeAlias, cast, final
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm._json import well_formed
 from turnfsm.errors import InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
@@ -30,14 +31,17 @@ from turnfsm.providers._errors import (
     SERVER,
     connection_error,
     from_status,
+    given_call_id,
     mentions_overflow,
     reply_list,
     reply_object,
     reply_text,
     reply_tokens,
     timeout_error,
+    timeout_setting,
     unreadable_body_error,
     unreadable_field,
+    with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -170,7 +174,7 @@ class AnthropicModel:
         Raises:
             ProviderError: the API failed; `kind` says how (see ``_errors``).
         """
-        with _translated():
+        with _translated(self._timeout_setting()):
             # `**options` hides the overload; name the type it returns.
             reply: wire.Message = await self._client().messages.create(
                 **self._options(request)
@@ -198,7 +202,7 @@ class AnthropicModel:
             ProviderError: the API failed, before or during the stream.
         """
         reply = _Events(request.output)
-        with _translated():
+        with _translated(self._timeout_setting()):
             events: _EventStream = await self._client().messages.create(
                 **self._options(request), stream=True
             )
@@ -206,7 +210,17 @@ class AnthropicModel:
                 async for event in events:
                     if text := reply.add(event):
                         yield TextDelta(text=text)
+        if reply.started and not reply.stopped:
+            # The body ended mid-reply (a proxy lost its upstream): what came
+            # is not the whole reply; the driver may ask again.
+            raise connection_error(
+                "the stream from the Anthropic API broke off: it ended before "
+                "its message_stop event"
+            )
         yield StreamDone(response=reply.response())
+
+    def _timeout_setting(self) -> str:
+        return timeout_setting("AnthropicModel", self.timeout, client=self.client)
 
     async def close(self) -> None:
         """Close the HTTP connections (a client passed in is closed for good).
@@ -238,8 +252,9 @@ class AnthropicModel:
             _force_output(options, request.output)
         # No temperature: SDK 2.x has no sampling parameters, and the API
         # version it sends (2026-10-21) rejects them; `request.temperature`
-        # is not sent.
-        return options
+        # is not sent. A lone surrogate in the text (a file name not in
+        # UTF-8) cannot be encoded for the wire: it goes as U+FFFD.
+        return cast(dict[str, Any], well_formed(options))
 
 
 class _Events:
@@ -252,6 +267,7 @@ class _Events:
         self.usage: Usage | None = None
         self.model: str | None = None
         self.started = False  # a message_start came: the stream is a reply
+        self.stopped = False  # its message_stop came: the reply is whole
 
     def add(self, event: wire.RawMessageStreamEvent) -> str:
         """Take in one event; return the text it adds ("" if none).
@@ -268,6 +284,8 @@ class _Events:
             self.started = True
             self.usage = _usage(message.get("usage"))
             self.model = reply_text(message.get("model"), "model") or None
+        elif kind == "message_stop":
+            self.stopped = True
         elif kind == "message_delta":
             self.usage = _usage(data.get("usage"), self.usage)
         elif kind == "content_block_start":
@@ -371,7 +389,10 @@ def _answer_as_text(
 
 
 def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Message:
-    blocks = _answer_as_text(blocks, output)
+    blocks = [
+        given_call_id(b, "toolu_") if b.get("type") == "tool_use" else b
+        for b in _answer_as_text(blocks, output)
+    ]
     try:
         return from_anthropic_messages([{"role": "assistant", "content": blocks}])[0]
     except InvalidMessage as exc:
@@ -399,12 +420,15 @@ def _usage(value: object, before: Usage | None = None) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated() -> Iterator[None]:
-    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged."""
+def _translated(setting: str) -> Iterator[None]:
+    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
+
+    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    """
     try:
         yield
     except anthropic.APIError as exc:
-        raise classify_anthropic_error(exc) from exc
+        raise with_setting(classify_anthropic_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
         raise unreadable_body_error(exc) from exc
 

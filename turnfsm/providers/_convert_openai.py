@@ -95,17 +95,22 @@ def arguments_from_json(text: str) -> dict[str, JSONValue]:
 
     Returns:
         The JSON object; ``{}`` for blank text; ``{"_raw": text}`` when the
-        text is not a JSON object.
+        text is not a JSON object (``NaN`` and ``Infinity``, which Python
+        reads, are no JSON).
     """
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         return {"_raw": text}
     if isinstance(value, dict):
         return cast(dict[str, JSONValue], value)
     return {"_raw": text}
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
 
 
 def to_openai_tools(tools: Iterable[ToolSchema]) -> list[dict[str, object]]:

@@ -25,10 +25,12 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import attrs
 import pydantic
 
 from turnfsm import _checks
@@ -47,6 +49,7 @@ __all__ = [
     "TIMEOUT",
     "connection_error",
     "from_status",
+    "given_call_id",
     "json_data",
     "mentions_overflow",
     "parse_retry_after",
@@ -55,8 +58,10 @@ __all__ = [
     "reply_text",
     "reply_tokens",
     "timeout_error",
+    "timeout_setting",
     "unreadable_body_error",
     "unreadable_field",
+    "with_setting",
 ]
 
 RATE_LIMIT: Final = "rate_limit"
@@ -85,6 +90,10 @@ OVERFLOW_MARKERS: Final = (
     "exceeds the available context size",  # llama.cpp's own server
     "prompt is too long",  # Anthropic
     "exceed context limit",  # Anthropic: input + max_tokens over the window
+    "longer than the maximum model length",  # vLLM: "The decoder prompt ..."
+    "exceeds the maximum number of tokens allowed",  # Gemini
+    "exceeds the context window",  # OpenAI's Responses wording
+    "maximum prompt length",  # xAI
 )
 """Lower-case phrases that mark a context-length rejection in an error text."""
 
@@ -189,6 +198,32 @@ def timeout_error(message: str) -> ProviderError:
     return ProviderError(message, retryable=True, kind=TIMEOUT)
 
 
+def timeout_setting(model: str, timeout: float | None, *, client: object) -> str:
+    """Name what bounds a model's requests: its ``timeout`` or a passed-in client's.
+
+    Args:
+        model: the model class's name, e.g. ``"OpenAIModel"``.
+        timeout: its ``timeout`` setting.
+        client: its ``client`` setting (None: the model builds its own).
+    """
+    if client is not None:
+        return "the timeout of the client passed in (client=) bounds each request"
+    if timeout is None:
+        return f"{model}.timeout=None sets no limit of its own"
+    return f"{model}.timeout={timeout:g} s per request; raise it to wait longer"
+
+
+def with_setting(error: ProviderError, setting: str) -> ProviderError:
+    """Return a client-side timeout `error` naming the `setting` that bounds it.
+
+    Other errors (an HTTP 408 included: the server's own timeout) are
+    returned as they are.
+    """
+    if error.kind != TIMEOUT or error.status is not None:
+        return error
+    return attrs.evolve(error, message=f"{error.message} - {setting}")
+
+
 def connection_error(message: str) -> ProviderError:
     """Return the retryable `ProviderError` for a connection that failed."""
     return ProviderError(message, retryable=True, kind=CONNECTION)
@@ -258,6 +293,19 @@ def reply_text(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise unreadable_field(where, value, "a string")
     return value
+
+
+def given_call_id(call: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Return a reply's tool `call` (a dict) with an id: a fresh one if it has none.
+
+    llama.cpp and other compatible servers may leave a call's ``id`` empty
+    or out; a call without one cannot be answered, so it gets a fresh one,
+    `prefix` and 24 hex digits (``call_...``, ``toolu_...``). An id of
+    another type is kept, for the converter to refuse.
+    """
+    if call.get("id") not in (None, ""):
+        return dict(call)
+    return dict(call, id=f"{prefix}{uuid.uuid4().hex[:24]}")
 
 
 def reply_tokens(value: object, where: str) -> int:

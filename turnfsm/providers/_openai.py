@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Final, Literal, TypeAlias, final
+from typing import Any, ClassVar, Final, Literal, TypeAlias, cast, final
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm._json import well_formed
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
@@ -33,13 +33,16 @@ from turnfsm.providers._errors import (
     SERVER,
     connection_error,
     from_status,
+    given_call_id,
     mentions_overflow,
     reply_list,
     reply_object,
     reply_text,
     reply_tokens,
     timeout_error,
+    timeout_setting,
     unreadable_body_error,
+    with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
 from turnfsm.providers._sdk import LoopClient
@@ -186,7 +189,7 @@ class OpenAIModel:
         Raises:
             ProviderError: the API failed; `kind` says how (see ``_errors``).
         """
-        with _translated():
+        with _translated(self._timeout_setting()):
             # `**options` hides the overload; name the type it returns.
             completion: ChatCompletion = await self._client().chat.completions.create(
                 **self._options(request)
@@ -219,7 +222,7 @@ class OpenAIModel:
             ProviderError: the API failed, before or during the stream.
         """
         reply = _Chunks()
-        with _translated():
+        with _translated(self._timeout_setting()):
             chunks: _ChunkStream = await self._client().chat.completions.create(
                 **self._options(request),
                 stream=True,
@@ -229,6 +232,14 @@ class OpenAIModel:
                 async for chunk in chunks:
                     if text := reply.add(chunk):
                         yield TextDelta(text=text)
+        if reply.replied and not reply.finished:
+            # The body ended mid-reply (a gateway lost its upstream): what
+            # came is not the whole reply; the driver may ask again.
+            where = _named(self._sdk.client.base_url)
+            raise connection_error(
+                f"the stream from {where} broke off: it ended before a chunk "
+                "with a finish_reason or the usage came"
+            )
         if not reply.replied:
             response = await self._after_empty_stream(request)
             if text := response.message.text:
@@ -248,6 +259,9 @@ class OpenAIModel:
         # the client learns it on its next request there: the next one goes
         # on a new connection.
         return await self.complete(request)
+
+    def _timeout_setting(self) -> str:
+        return timeout_setting("OpenAIModel", self.timeout, client=self.client)
 
     async def close(self) -> None:
         """Close the HTTP connections (a client passed in is closed for good).
@@ -281,7 +295,9 @@ class OpenAIModel:
             options["temperature"] = temperature
         if request.output is not None:
             options["response_format"] = self._response_format(request.output)
-        return options
+        # A lone surrogate in the text (a file name not in UTF-8) cannot be
+        # encoded for the wire: it goes as U+FFFD.
+        return cast(dict[str, Any], well_formed(options))
 
     def _response_format(self, output: OutputSpec) -> dict[str, Any]:
         schema = dict(output.schema)
@@ -303,10 +319,12 @@ class _Chunks:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.refusal: list[str] = []
-        self.calls: dict[int, dict[str, str]] = {}  # by index: id, name, arguments
+        self.calls: dict[int, dict[str, str]] = {}  # in order: id, name, arguments
+        self._slots: dict[int | None, int] = {}  # a server's call index: its call
         self.usage: Usage | None = None
         self.model: str | None = None
         self.replied = False  # a choice came
+        self.finished = False  # a finish_reason or the usage came: the end
 
     def add(self, chunk: ChatCompletionChunk) -> str:
         """Take in one chunk; return the text it adds ("" if none).
@@ -319,12 +337,14 @@ class _Chunks:
         self.model = self.model or reply_text(data.get("model"), "model") or None
         if data.get("usage") is not None:  # the last chunk, with include_usage
             self.usage = _usage(data["usage"])
+            self.finished = True
         added = ""
         for i, raw in enumerate(reply_list(data.get("choices"), "choices")):
             choice = reply_object(raw, f"choices[{i}]")
             if choice.get("index") not in (0, None):
                 continue
             self.replied = True
+            self.finished = self.finished or choice.get("finish_reason") is not None
             where = f"choices[{i}].delta"
             delta = reply_object(choice.get("delta") or {}, where)
             self.refusal.append(reply_text(delta.get("refusal"), f"{where}.refusal"))
@@ -338,17 +358,25 @@ class _Chunks:
         return added
 
     def _add_call(self, piece: dict[str, Any]) -> None:
-        """Take in one fragment of a tool call."""
-        index = piece.get("index")
-        call = self.calls.setdefault(
-            index if isinstance(index, int) else 0,
-            {"id": "", "name": "", "arguments": ""},
-        )
-        # The id and name come once, in the first fragment; the arguments
-        # come in pieces.
-        call["id"] = call["id"] or reply_text(piece.get("id"), "tool_calls.id")
+        """Take in one fragment of a tool call.
+
+        The id and name come once, in a call's first fragment, and the
+        arguments in pieces; fragments of one call share its ``index``. Some
+        servers send each call whole with no index (or all at index 0): a
+        fragment with a name and an id other than its index's call's starts
+        a new call (one with an id but no name continues the call).
+        """
+        raw_index = piece.get("index")
+        index = raw_index if _checks.is_int(raw_index) else None
+        call_id = reply_text(piece.get("id"), "tool_calls.id")
         function = reply_object(piece.get("function") or {}, "tool_calls.function")
         name = reply_text(function.get("name"), "tool_calls.function.name")
+        slot = self._slots.get(index)
+        call = self.calls.get(slot) if slot is not None else None
+        if call is None or (name and call_id and call["id"] not in ("", call_id)):
+            slot = self._slots[index] = len(self.calls)
+            call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
+        call["id"] = call["id"] or call_id
         call["name"] = call["name"] or name
         call["arguments"] += reply_text(
             function.get("arguments"), "tool_calls.function.arguments"
@@ -379,10 +407,8 @@ def _reply(data: Mapping[str, Any]) -> Message:
         message["content"] = None
     calls = reply_list(message.get("tool_calls"), "tool_calls")
     message["tool_calls"] = [
-        # llama.cpp and others may omit the id; a call without one cannot be
-        # answered, so give it a fresh one.
-        dict(call, id=call.get("id") or f"call_{uuid.uuid4().hex[:24]}")
-        for call in (reply_object(c, f"tool_calls[{i}]") for i, c in enumerate(calls))
+        given_call_id(reply_object(c, f"tool_calls[{i}]"), "call_")
+        for i, c in enumerate(calls)
     ]
     try:
         return from_openai_messages([message])[0]
@@ -430,12 +456,15 @@ def _usage(value: object) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated() -> Iterator[None]:
-    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged."""
+def _translated(setting: str) -> Iterator[None]:
+    """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
+
+    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    """
     try:
         yield
     except openai.APIError as exc:
-        raise classify_openai_error(exc) from exc
+        raise with_setting(classify_openai_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
         raise unreadable_body_error(exc) from exc
 
@@ -446,6 +475,11 @@ def _where(exc: openai.APIError) -> str:
         url = exc.request.url
     except (AttributeError, RuntimeError):  # an error built without a request
         return "the OpenAI API"
+    return _named(url)
+
+
+def _named(url: Any) -> str:
+    """Name the API at `url` (an httpx URL): the OpenAI API, or the server."""
     if url.host == "api.openai.com":
         return "the OpenAI API"
     return f"the server at {url.scheme}://{url.netloc.decode()}"
