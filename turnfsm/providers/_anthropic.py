@@ -11,12 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Final, TypeAlias, cast, final
+from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
 
 from turnfsm import _checks
-from turnfsm._json import well_formed
 from turnfsm.errors import InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
@@ -44,7 +43,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient
+from turnfsm.providers._sdk import LoopClient, sent
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -176,8 +175,8 @@ class AnthropicModel:
         """
         with _translated(self._timeout_setting()):
             # `**options` hides the overload; name the type it returns.
-            reply: wire.Message = await self._client().messages.create(
-                **self._options(request)
+            reply: wire.Message = await sent(
+                self._client().messages.create, self._options(request)
             )
         # The SDK builds its models unchecked: read the reply as JSON data
         # and check its shape here; the converter checks the blocks.
@@ -203,8 +202,8 @@ class AnthropicModel:
         """
         reply = _Events(request.output)
         with _translated(self._timeout_setting()):
-            events: _EventStream = await self._client().messages.create(
-                **self._options(request), stream=True
+            events: _EventStream = await sent(
+                self._client().messages.create, self._options(request), stream=True
             )
             async with events:
                 async for event in events:
@@ -252,9 +251,8 @@ class AnthropicModel:
             _force_output(options, request.output)
         # No temperature: SDK 2.x has no sampling parameters, and the API
         # version it sends (2026-10-21) rejects them; `request.temperature`
-        # is not sent. A lone surrogate in the text (a file name not in
-        # UTF-8) cannot be encoded for the wire: it goes as U+FFFD.
-        return cast(dict[str, Any], well_formed(options))
+        # is not sent.
+        return options
 
 
 class _Events:

@@ -12,12 +12,11 @@ import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Final, Literal, TypeAlias, cast, final
+from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
 import attrs
 
 from turnfsm import _checks
-from turnfsm._json import well_formed
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
@@ -45,7 +44,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient
+from turnfsm.providers._sdk import LoopClient, sent
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -191,8 +190,8 @@ class OpenAIModel:
         """
         with _translated(self._timeout_setting()):
             # `**options` hides the overload; name the type it returns.
-            completion: ChatCompletion = await self._client().chat.completions.create(
-                **self._options(request)
+            completion: ChatCompletion = await sent(
+                self._client().chat.completions.create, self._options(request)
             )
         # The SDK builds its models unchecked, and servers send shapes they
         # do not expect (a list as content): read the reply as JSON data and
@@ -223,8 +222,9 @@ class OpenAIModel:
         """
         reply = _Chunks()
         with _translated(self._timeout_setting()):
-            chunks: _ChunkStream = await self._client().chat.completions.create(
-                **self._options(request),
+            chunks: _ChunkStream = await sent(
+                self._client().chat.completions.create,
+                self._options(request),
                 stream=True,
                 stream_options={"include_usage": True},
             )
@@ -295,9 +295,7 @@ class OpenAIModel:
             options["temperature"] = temperature
         if request.output is not None:
             options["response_format"] = self._response_format(request.output)
-        # A lone surrogate in the text (a file name not in UTF-8) cannot be
-        # encoded for the wire: it goes as U+FFFD.
-        return cast(dict[str, Any], well_formed(options))
+        return options
 
     def _response_format(self, output: OutputSpec) -> dict[str, Any]:
         schema = dict(output.schema)

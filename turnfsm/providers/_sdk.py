@@ -9,12 +9,14 @@ off (turnfsm's retry policy retries).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar, final
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Protocol, TypeVar, cast, final
 
 from anyio.lowlevel import current_token
 
-__all__ = ["LoopClient"]
+from turnfsm._json import well_formed
+
+__all__ = ["LoopClient", "sent"]
 
 
 class _Closable(Protocol):
@@ -56,3 +58,22 @@ class LoopClient(Generic[C]):
         if self._owned:
             self._client = self._build()
             self._loop = None
+
+
+R = TypeVar("R")
+
+
+async def sent(
+    create: Callable[..., Awaitable[R]], options: dict[str, Any], **extra: Any
+) -> R:
+    """``create(**options, **extra)``: an SDK call that sends a request.
+
+    Text decoded from bytes that were not UTF-8 (a file name, a tool's
+    output) can hold lone surrogates, which the SDK cannot encode: such a
+    request, refused before it was sent, goes again with U+FFFD in their
+    place (`well_formed`). Only then is the request copied.
+    """
+    try:
+        return await create(**options, **extra)
+    except UnicodeEncodeError:
+        return await create(**cast(dict[str, Any], well_formed(options)), **extra)
