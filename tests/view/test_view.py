@@ -714,3 +714,45 @@ def test_a_pass_that_did_not_compact_is_shown_replacing_nothing(
         "the window, so the conversation went on as it was."
     )
     assert not shown.find_all("div", "after")
+
+
+def test_two_answers_at_once_each_say_their_own_errors_and_leave_stderr_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each answer swapped the process's standard error for its own buffer:
+    # two that overlapped left it pointing at a finished answer's buffer
+    # (every later error of the command lost) and took each other's lines.
+    import sys
+
+    from turnfsm.cli import _view
+
+    first_in = threading.Event()
+    second_in = threading.Event()
+
+    def answering(command: object, options: object, **streams: object) -> int:
+        err = streams.get("err") or sys.stderr
+        if command.run_id == "run_a":  # type: ignore[attr-defined]
+            first_in.set()
+            assert second_in.wait(10)
+        else:
+            second_in.set()
+            time.sleep(0.2)  # the first one ends while this one goes on
+        print(f"refused {command.run_id}", file=err)  # type: ignore[attr-defined,call-overload]
+        return 2
+
+    monkeypatch.setattr(_view, "run_answer", answering)
+    answer = _view._answerer("ses_x", AgentOptions())
+    said: dict[str, str] = {}
+    before = sys.stderr
+    first = threading.Thread(target=lambda: said.update(a=answer("approve", "run_a")))
+    first.start()
+    assert first_in.wait(10)
+    second = threading.Thread(target=lambda: said.update(b=answer("reject", "run_b")))
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert sys.stderr is before
+    assert said == {
+        "a": "refused run_a\n(exit status 2)",
+        "b": "refused run_b\n(exit status 2)",
+    }

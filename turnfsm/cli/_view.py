@@ -222,9 +222,8 @@ def _answerer(session_id: str, options: AgentOptions) -> Callable[[str, str], st
     def answer(action: str, run_id: str) -> str:
         command = AnswerCommand(action=action, session_id=session_id, run_id=run_id)
         said = io.StringIO()
-        errors = io.StringIO()
-        with contextlib.redirect_stderr(errors):
-            status = run_answer(command, options, out=said)
+        errors = io.StringIO()  # its own: answers from two tabs may overlap
+        status = run_answer(command, options, out=said, err=errors)
         return f"{said.getvalue()}{errors.getvalue()}(exit status {status})"
 
     return answer
