@@ -420,6 +420,24 @@ def test_the_live_page_serves_with_its_token_and_refuses_without(
     assert _load(db, session_id).version == 36  # nothing written
 
 
+def test_the_live_page_says_an_address_it_does_not_serve_is_no_page(
+    tmp_path: Path,
+) -> None:
+    # A browser's /favicon.ico, a mistyped address or ../ were answered
+    # "400 no such run or turn", as if a run had been asked for.
+    session_id = _hostile(tmp_path / "s.db")
+    with ViewServer(lambda: SQLiteStore(tmp_path / "s.db"), session_id) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/favicon.ico", "/index.html", "/../../etc/passwd", "/nope"):
+            url = f"{base}{path}?token={server.token}"
+            assert _get(url) == (404, "no such page"), path
+        # A page it serves, asked for a run it does not hold, is still a 400.
+        assert _get(f"{base}/turn?token={server.token}") == (
+            400,
+            "no such run or turn",
+        )
+
+
 def _check_live(doc: Node) -> None:
     """The live page: the plot; the path and the passes' diffs load on demand."""
     path = doc.find("section", "diagram").attrs["data-load"]

@@ -58,6 +58,8 @@ _Family = tuple[list[tuple[str, int]], dict[str, Session]]
 _HOST: Final = "127.0.0.1"
 _ACTIONS: Final = ("approve", "reject")
 _MAX_FORM: Final = 4_096
+_PARTS: Final = frozenset({"/turn", "/path", "/pass", "/turns", "/passes"})
+"""The pages a run's parts load from (besides ``/`` and ``/session``)."""
 
 
 @final
@@ -297,6 +299,8 @@ class ViewServer:
             return HTTPStatus.OK, text
         if path == "/session":
             return self._sub_agent_page(query.get("s", ""))
+        if path not in _PARTS:
+            return HTTPStatus.NOT_FOUND, "no such page"
         chosen = self._chosen(query.get("s", ""))
         if chosen is None:
             return HTTPStatus.NOT_FOUND, "no such sub-agent session below this one"
@@ -316,16 +320,14 @@ class ViewServer:
                 k = _index(query.get("k", ""))
                 n = int(query["r"])
                 return HTTPStatus.OK, "".join(pass_diff(session, run, n, k))
-            if path in ("/turns", "/passes"):
-                n = int(query["r"])
-                start = _index(query.get("start", ""))
-                rows = turn_rows if path == "/turns" else pass_rows
-                stop = start + self._page_size
-                some = rows(session, run, n, start, stop, links=self._links(of))
-                return HTTPStatus.OK, "".join(some)
+            n = int(query["r"])  # "/turns" or "/passes"
+            start = _index(query.get("start", ""))
+            rows = turn_rows if path == "/turns" else pass_rows
+            stop = start + self._page_size
+            some = rows(session, run, n, start, stop, links=self._links(of))
+            return HTTPStatus.OK, "".join(some)
         except (ValueError, IndexError, KeyError):
             return HTTPStatus.BAD_REQUEST, "no such run or turn"
-        return HTTPStatus.NOT_FOUND, "no such page"
 
     def _post(self, form: dict[str, str]) -> tuple[int, str]:
         """Answer the approve / reject form: the status and a message."""
