@@ -233,3 +233,22 @@ def test_bad_input_is_refused_naming_the_option_and_value(
     assert captured.out == ""
     assert captured.err.startswith("turnfsm simulate: ")
     assert said in captured.err
+
+
+@pytest.mark.parametrize(
+    ("options", "header"),
+    [
+        (["--window", "0"], "window 0 (no lines)"),
+        (["--threshold", "0"], "window 8000, threshold off"),
+    ],
+)
+def test_a_line_turned_off_is_said_to_be_off(
+    capsys: Capture, options: list[str], header: str
+) -> None:
+    # The header said "window 0, threshold 80%" and "threshold 0%": read as
+    # figures, where 0 turns the lines off (no pass at the threshold).
+    session_id = _demo_session(capsys)
+    main(["simulate", session_id, "--store", STORE, *options])
+    out = capsys.readouterr().out
+    assert f"simulated with TruncatingCompactor, {header}\n" in out
+    assert "threshold_exceeded" not in out

@@ -54,8 +54,7 @@ def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
         return 2
     compactor = type(context.compactor).__name__
     print(
-        f"session {sim.session_id} simulated with {compactor}, window "
-        f"{context.window}, threshold {_line(context)}",
+        f"session {sim.session_id} simulated with {compactor}, {_lines(context)}",
         file=stream,
     )
     print(file=stream)
@@ -63,10 +62,15 @@ def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
     return 1 if sim.differences else 0
 
 
-def _line(context: ContextManager) -> str:
+def _lines(context: ContextManager) -> str:
+    """The window and the threshold line, as the header says them (0: off)."""
+    if context.window == 0:
+        return "window 0 (no lines)"
     if context.threshold_tokens is not None:
-        return f"{context.threshold_tokens} tokens"
-    return f"{context.threshold}%"
+        line = f"{context.threshold_tokens} tokens"
+    else:
+        line = f"{context.threshold}%" if context.threshold else "off"
+    return f"window {context.window}, threshold {line}"
 
 
 async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManager]:
