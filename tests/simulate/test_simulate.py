@@ -300,3 +300,18 @@ async def test_a_pass_by_another_agent_reserves_what_that_agent_sent() -> None:
     (record,) = simulation.passes
     assert record == stored.run(manual.run_id).compactions[0]
     assert simulation.differences == ()
+
+
+@pytest.mark.anyio
+async def test_a_window_too_small_for_the_pins_is_refused_naming_the_window() -> None:
+    # It raised PinnedTooLarge, naming no setting, and advised shortening the
+    # system prompt or giving fewer tools: nothing a simulation can change.
+    stored, context = await _demo("truncating")
+    small = attrs.evolve(context, context_window=100)
+    with pytest.raises(ConfigError) as caught:
+        await simulate(stored, context=small)
+    assert caught.value.field == "context_window"
+    assert caught.value.value == 100
+    run = stored.runs[0].run_id
+    assert f"run {run}'s pinned messages" in str(caught.value)
+    assert "system prompt" not in str(caught.value)

@@ -252,3 +252,10 @@ def test_a_line_turned_off_is_said_to_be_off(
     out = capsys.readouterr().out
     assert f"simulated with TruncatingCompactor, {header}\n" in out
     assert "threshold_exceeded" not in out
+
+
+def test_a_window_too_small_for_the_pins_names_the_option(capsys: Capture) -> None:
+    session_id = _demo_session(capsys)
+    assert main(["simulate", session_id, "--store", STORE, "--window", "100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnfsm simulate: invalid --window=100: expected a window")

@@ -98,7 +98,11 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
                 prices=command.prices,
             )
         except ConfigError as exc:
-            flags = {"summary_model": "--summary-model", "compactor": "--compactor"}
+            flags = {
+                "summary_model": "--summary-model",
+                "compactor": "--compactor",
+                "context_window": "--window",
+            }
             if exc.field in flags:
                 raise attrs.evolve(exc, field=flags[exc.field]) from None
             raise

@@ -38,7 +38,7 @@ from turnfsm.core import (
 )
 from turnfsm.driver import Driver, EffectContext, pin_rules
 from turnfsm.driver import compact as builtin_compact
-from turnfsm.errors import ConfigError, ProviderError
+from turnfsm.errors import ConfigError, PinnedTooLarge, ProviderError, TurnFSMError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
@@ -638,7 +638,8 @@ async def simulate(
             cannot be made again (field ``compactor``), `summary_model` is
             not a model client, a run needs a
             reply, a tool result or a summary that was not recorded (the
-            field is named).
+            field is named), or a run's pinned messages and what its calls
+            reserved do not fit the window (field ``context_window``).
     """
     if not isinstance(session, Session):
         raise ConfigError("session", session, "a stored Session")
@@ -685,10 +686,15 @@ async def simulate(
             effects=_effects(record.results, stored),
         )
         model.start(run.run_id, record.replies)
-        if run.input:
-            result = await driver.run(list(run.input), session=sim, run_id=run.run_id)
-        else:  # a pass outside any run (`Agent.compact`, `turnfsm sessions compact`)
-            result = await driver.compact(sim, run_id=run.run_id)
+        try:
+            if run.input:
+                result = await driver.run(
+                    list(run.input), session=sim, run_id=run.run_id
+                )
+            else:  # a pass outside any run (`Agent.compact`, `sessions compact`)
+                result = await driver.compact(sim, run_id=run.run_id)
+        except PinnedTooLarge as exc:
+            raise _too_small(exc, manager, run.run_id) from None
         if model.missing is not None:
             raise model.missing
         passes = len(sim.run(run.run_id).compactions) if context is None else None
@@ -703,6 +709,21 @@ async def simulate(
         )
     simulation = _report(session, sim, price, prices)
     return attrs.evolve(simulation, caveats=caveats, differences=tuple(notes))
+
+
+def _too_small(
+    exc: PinnedTooLarge, manager: ContextManager, run_id: str
+) -> TurnFSMError:
+    """The window a run cannot start in, named (`exc`: the counter is at fault)."""
+    if exc.counter:
+        return exc
+    return ConfigError(
+        "context_window",
+        manager.context_window,
+        f"a window of at least {exc.used} tokens: run {run_id}'s pinned "
+        f"messages are {exc.pinned} tokens, and its calls reserved "
+        f"{exc.reserved} beside them",
+    )
 
 
 def _managers(
