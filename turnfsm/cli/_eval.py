@@ -211,17 +211,22 @@ async def _measure(
         caveats.append(
             f"Judge: {command.judge}; right = its answer holds every expected string."
         )
-    return await evaluate(
-        sessions,
-        probes,
-        strategies=makers,
-        window=command.window,
-        summary_model=summary,
-        judge=judge,
-        prices=command.prices,
-        caveats=caveats,
-        progress=_progress(command.progress),
-    )
+    try:
+        return await evaluate(
+            sessions,
+            probes,
+            strategies=makers,
+            window=command.window,
+            summary_model=summary,
+            judge=judge,
+            prices=command.prices,
+            caveats=caveats,
+            progress=_progress(command.progress),
+        )
+    except ConfigError as exc:
+        if exc.field != "window":
+            raise
+        raise attrs.evolve(exc, field="--window") from None
 
 
 def _progress(wanted: bool | None) -> Callable[[EvalProgress], None] | None:
