@@ -30,7 +30,7 @@ from turnfsm.persistence import (
     RunRecord,
     Session,
     SessionStore,
-    descendants,
+    read_descendants,
     store_label,
 )
 from turnfsm.view._html import (
@@ -110,6 +110,7 @@ class ViewServer:
         self._notice = ""
         self._family_lock = threading.Lock()
         self._family: _Family = ([], {})
+        self._read_sessions: dict[str, Session] = {}  # the store's, as last read
         self._httpd = ThreadingHTTPServer((_HOST, port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -233,7 +234,7 @@ class ViewServer:
             versions = [(i.id, i.version) for i in await store.list_sessions()]
             if versions == known[0]:
                 return known
-            found = await descendants(store, self.session_id)
+            found = await read_descendants(store, self.session_id, self._read_sessions)
             return versions, {s.id: s for s in found}
         finally:
             await _close(store)
