@@ -774,3 +774,29 @@ def test_two_answers_at_once_each_say_their_own_errors_and_leave_stderr_alone(
         "a": "refused run_a\n(exit status 2)",
         "b": "refused run_b\n(exit status 2)",
     }
+
+
+def test_the_commands_a_page_gives_are_quoted_for_the_shell() -> None:
+    # A session id with a space, a quote or $(...) was printed bare: the
+    # command copied from the page named another session, or ran $(...).
+    from turnfsm import approval_machine
+
+    odd = "ses $(touch owned) it's"
+
+    async def paused() -> Session:
+        store = MemoryStore()
+        agent = Agent(
+            model=ScriptedModel.of(reply("", tool_call("shout", "c1", text="hi"))),
+            tools=[shout],
+            machine=approval_machine(),
+            session=Session(odd, store=store),
+        )
+        assert (await agent.run("go")).outcome == "paused"
+        return await Session.load(store, odd)
+
+    session = anyio.run(paused)
+    run = session.runs[0].run_id
+    text = parse(render_report(session)).find("div", "paused").text()
+    assert (
+        f"turnfsm approve|reject|abandon 'ses $(touch owned) it'\"'\"'s' {run}" in text
+    )
