@@ -195,9 +195,10 @@ def test_cache_payback_prices_every_pass_against_the_prompt_cache(
         (["--strategy", "fast"], "invalid --strategy='fast'"),
         (["--prices", "gpt-nope"], "invalid --prices='gpt-nope'"),
         (["--compactor", "nomodule:x"], "invalid --compactor='nomodule:x'"),
-        (
+        (  # named as typed, not as the object it names (42, <... object at ...>)
             ["--compactor", "tests.simulate.user_compactor:not_a_compactor"],
-            "invalid --compactor=",
+            "invalid --compactor='tests.simulate.user_compactor:not_a_compactor': "
+            "expected a ContextCompactor",
         ),
         (
             ["--compactor", "tests.simulate.user_compactor:nothing"],

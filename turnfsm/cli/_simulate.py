@@ -193,6 +193,9 @@ def _context(session: Session, run_id: str, command: SimulateCommand) -> Context
             "cache_payback_calls": "--cache-payback",
             "prices": "--prices",
         }
+        if exc.field == "compactor" and command.compactor is not None:
+            # Named as typed, not as the object it names.
+            raise attrs.evolve(exc, field=option, value=command.compactor) from None
         raise attrs.evolve(exc, field=flags.get(exc.field, exc.field)) from None
 
 
