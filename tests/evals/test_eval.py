@@ -86,6 +86,16 @@ def test_the_floor_fails_on_a_compactor_that_drops_everything(
         (["--strategy", "shrinking"], "invalid --strategy='shrinking'"),
         (["--strategy", "tests.evals.drop_all:nothing"], "no 'nothing'"),
         (["--strategy", "tests.evals.test_eval:TABLE"], "a ContextCompactor"),
+        (  # named as typed, not "compactor=<... object at 0x...>"
+            ["--strategy", "tests.evals.drop_all:plain_def"],
+            "invalid --strategy='tests.evals.drop_all:plain_def': expected a "
+            "ContextCompactor (an async compact() method); its compact() is a "
+            "plain def",
+        ),
+        (
+            ["--strategy", "tests.evals.drop_all:PlainDef"],
+            "invalid --strategy='tests.evals.drop_all:PlainDef'",
+        ),
         (["--floor", "80"], "invalid --floor=80.0: expected a share in 0..1"),
         (["--window", "0"], "invalid --window=0"),
         (["some-session"], "missing --probes"),
