@@ -800,3 +800,21 @@ def test_the_commands_a_page_gives_are_quoted_for_the_shell() -> None:
     assert (
         f"turnfsm approve|reject|abandon 'ses $(touch owned) it'\"'\"'s' {run}" in text
     )
+
+
+def test_a_report_is_not_written_over_a_session_store(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `-o` naming the store's own file wrote the page over it: every session
+    # of the store lost.
+    db = tmp_path / "s.db"
+    session_id = _hostile(db)
+    before = db.read_bytes()
+    assert main(["report", session_id, "--store", str(db), "-o", str(db)]) == 2
+    assert capsys.readouterr().err == (
+        f"turnfsm report: invalid -o={str(db)!r}: expected a file that is no "
+        "SQLite database (it holds one, a session store's, say: writing over "
+        "it would lose what it holds)\n"
+    )
+    assert db.read_bytes() == before
+    assert _load(db, session_id).runs
