@@ -818,3 +818,55 @@ def test_a_report_is_not_written_over_a_session_store(
     )
     assert db.read_bytes() == before
     assert _load(db, session_id).runs
+
+
+def test_stopping_the_view_waits_for_an_answer_going_on(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C while an Approve carried its run on printed "stopped" and the
+    # process ended under the run: left unfinished, its session held.
+    from turnfsm.cli import _view
+
+    db = tmp_path / "s.db"
+    session_id = _paused(db)
+    capsys.readouterr()
+    going, release = threading.Event(), threading.Event()
+
+    def slow(action: str, run_id: str) -> str:
+        going.set()
+        assert release.wait(30)
+        return "approved"
+
+    monkeypatch.setattr(_view, "_answerer", lambda *_args: slow)
+    out = io.StringIO()
+    stop = threading.Event()
+    options = AgentOptions(agent=CAREFUL, store=str(db))
+    served = threading.Thread(
+        target=run_view,
+        args=(session_id, options),
+        kwargs={"open_browser": False, "out": out, "stop": stop},
+    )
+    served.start()
+    deadline = time.monotonic() + 30
+    while "serving" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    url = re.search(r"at (http://\S+)", out.getvalue()).group(1)  # type: ignore[union-attr]
+    run = _load(db, session_id).runs[-1].run_id
+    token = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["token"][0]
+    form = {"token": token, "run": run, "action": "approve"}
+    answered: list[tuple[int, str]] = []
+    poster = threading.Thread(
+        target=lambda: answered.append(_post(url.replace("/?", "/answer?"), form))
+    )
+    poster.start()
+    assert going.wait(30)
+    stop.set()
+    time.sleep(1)
+    assert served.is_alive()  # it waits for the answer
+    assert f"waiting for the answer to run(s) {run} to end" in out.getvalue()
+    release.set()
+    served.join(30)
+    poster.join(30)
+    assert not served.is_alive()
+    assert out.getvalue().endswith("stopped\n")
+    assert [status for status, _ in answered] == [303]

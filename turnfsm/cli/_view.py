@@ -198,6 +198,15 @@ def run_view(
             while not waiting.wait(0.5):
                 pass
     finally:
+        going = server.answering
+        if going:
+            print(
+                f"waiting for the answer to run(s) {', '.join(going)} to end "
+                "(Ctrl-C again stops at once: the run is left unfinished, "
+                "and turnfsm resume carries it on)",
+                file=stream,
+                flush=True,
+            )
         server.stop()
     print("stopped", file=stream)
     return 0

@@ -111,6 +111,8 @@ class ViewServer:
         self._family_lock = threading.Lock()
         self._family: _Family = ([], {})
         self._read_sessions: dict[str, Session] = {}  # the store's, as last read
+        self._quiet = threading.Condition()  # no answer going on
+        self._answering: list[str] = []
         self._httpd = ThreadingHTTPServer((_HOST, port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -157,12 +159,26 @@ class ViewServer:
         self._thread.start()
         return self
 
+    @property
+    def answering(self) -> tuple[str, ...]:
+        """The runs the page's buttons are answering now, by id (`stop` waits)."""
+        with self._quiet:
+            return tuple(self._answering)
+
     def stop(self) -> None:
-        """Stop serving and release the port."""
+        """Stop serving, wait for the answers going on, and release the port.
+
+        An answer carries its run on (the model, the tools): cut off, the
+        run would be left unfinished, its session held. Interrupted while
+        it waits (Ctrl-C), it stops at once.
+        """
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()
             self._thread = None
+        with self._quiet:
+            while self._answering:
+                self._quiet.wait(0.5)
         self._httpd.server_close()
 
     def __enter__(self) -> ViewServer:
@@ -338,7 +354,14 @@ class ViewServer:
             return HTTPStatus.FORBIDDEN, "this page cannot answer runs"
         if action not in _ACTIONS or not run_id:
             return HTTPStatus.BAD_REQUEST, "expected action=approve|reject and run=ID"
-        said = self._answer(action, run_id)
+        with self._quiet:
+            self._answering.append(run_id)
+        try:
+            said = self._answer(action, run_id)
+        finally:
+            with self._quiet:
+                self._answering.remove(run_id)
+                self._quiet.notify_all()
         with self._lock:
             self._notice = f"{action} {run_id}:\n{said}"
         self.session()  # read the log again: the run went on
