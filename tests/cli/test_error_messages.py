@@ -111,8 +111,8 @@ def test_simulate_prints_a_turnfsm_error_as_one_line(
 ) -> None:
     assert main(["simulate", session, "--window", "10"]) == 2
     line = _one_line(capsys, "simulate")
-    assert "pinned messages do not fit" in line
-    assert "10-token window" in line
+    assert "invalid --window=10: expected a window of at least" in line
+    assert "pinned messages" in line
 
 
 def test_an_agent_factory_that_raises_is_named_with_its_error(

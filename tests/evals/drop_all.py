@@ -23,3 +23,15 @@ class DropAll:
 
 
 drop_all = DropAll()
+
+
+class PlainDef:
+    """A compactor written with a plain ``def compact``: it cannot be awaited."""
+
+    def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        return CompactionProposal.compacted(list(messages), ctx.tokens_before, 0)
+
+
+plain_def = PlainDef()

@@ -86,6 +86,16 @@ def test_the_floor_fails_on_a_compactor_that_drops_everything(
         (["--strategy", "shrinking"], "invalid --strategy='shrinking'"),
         (["--strategy", "tests.evals.drop_all:nothing"], "no 'nothing'"),
         (["--strategy", "tests.evals.test_eval:TABLE"], "a ContextCompactor"),
+        (  # named as typed, not "compactor=<... object at 0x...>"
+            ["--strategy", "tests.evals.drop_all:plain_def"],
+            "invalid --strategy='tests.evals.drop_all:plain_def': expected a "
+            "ContextCompactor (an async compact() method); its compact() is a "
+            "plain def",
+        ),
+        (
+            ["--strategy", "tests.evals.drop_all:PlainDef"],
+            "invalid --strategy='tests.evals.drop_all:PlainDef'",
+        ),
         (["--floor", "80"], "invalid --floor=80.0: expected a share in 0..1"),
         (["--window", "0"], "invalid --window=0"),
         (["some-session"], "missing --probes"),
@@ -275,3 +285,35 @@ async def test_prices_cost_the_calls_and_the_summaries() -> None:
     assert truncating.summary_cost == 0 < layered.summary_cost  # type: ignore[operator]
     assert 0 < truncating.cost < layered.cost  # type: ignore[operator]
     assert "| cost $ | summary cost $ |" in evaluation.table()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("window", [-1, 100])
+async def test_a_window_that_cannot_be_replayed_on_is_refused_naming_window(
+    window: int,
+) -> None:
+    # It was refused as context_window (a setting evaluate has no argument
+    # for) or, too small for the pins, as PinnedTooLarge naming no setting.
+    sessions = await store_corpus(MemoryStore())
+    with pytest.raises(ConfigError) as caught:
+        await evaluate(
+            sessions,
+            corpus_probes(),
+            strategies={"masking": lambda m: shipped_strategy("masking", m)},
+            window=window,
+            summary_model=ExtractiveSummaryModel(),
+        )
+    assert (caught.value.field, caught.value.value) == ("window", window)
+
+
+def test_eval_on_a_window_too_small_for_the_pins_names_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "sessions.db"
+    session_id = anyio.run(_store_session, db)
+    probes = tmp_path / "probes.toml"
+    probes.write_text('[[probe]]\nkind = "fact"\nquestion = "Code?"\nexpect = "7431"\n')
+    argv = ["eval", session_id, "--probes", str(probes), "--store", str(db)]
+    assert main([*argv, "--strategy", "truncating", "--window", "100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnfsm eval: invalid --window=100: expected a window of")

@@ -300,3 +300,78 @@ async def test_a_pass_by_another_agent_reserves_what_that_agent_sent() -> None:
     (record,) = simulation.passes
     assert record == stored.run(manual.run_id).compactions[0]
     assert simulation.differences == ()
+
+
+@pytest.mark.anyio
+async def test_a_window_too_small_for_the_pins_is_refused_naming_the_window() -> None:
+    # It raised PinnedTooLarge, naming no setting, and advised shortening the
+    # system prompt or giving fewer tools: nothing a simulation can change.
+    stored, context = await _demo("truncating")
+    small = attrs.evolve(context, context_window=100)
+    with pytest.raises(ConfigError) as caught:
+        await simulate(stored, context=small)
+    assert caught.value.field == "context_window"
+    assert caught.value.value == 100
+    run = stored.runs[0].run_id
+    assert f"run {run}'s pinned messages" in str(caught.value)
+    assert "system prompt" not in str(caught.value)
+
+
+async def _answered_session() -> Session:
+    """Two runs on the approval machine: the first paused, approved, then done."""
+    from turnfsm import approval_machine
+    from turnfsm.core import ToolCallsReviewed
+
+    store = MemoryStore()
+    agent = Agent(
+        model=ScriptedModel.of(
+            reply("Reading.", tool_call("_read", "call_0", path="a.py")),
+            "a.py read",
+            "bye",
+        ),
+        tools=[_read],
+        store=store,
+        machine=approval_machine(),
+    )
+    paused = await agent.run("read a.py")
+    assert paused.outcome == "paused"
+    approved = await agent.resume(
+        paused.session_id, paused.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert approved.outcome == "done"
+    assert (await agent.run("thanks")).ok
+    return await Session.load(store, agent.session.id)
+
+
+@pytest.mark.anyio
+async def test_a_run_paused_and_answered_is_answered_again_as_the_log_says() -> None:
+    # simulate raised SessionBusy ("resume or abandon it first"): the
+    # simulated run stopped at its pause, and the next run found it open.
+    stored = await _answered_session()
+    sim = await simulate(stored)
+    assert sim.differences == ()
+    assert [c.tokens for c in sim.calls] == [
+        size for run in stored.runs for size in measured(run)
+    ]
+
+
+@pytest.mark.anyio
+async def test_a_run_paused_only_in_the_simulation_is_said_to_and_the_rest_go_on() -> (
+    None
+):
+    from turnfsm import approval_machine
+
+    model = ScriptedModel.of(
+        reply("Reading.", tool_call("_read", "call_0", path="a.py")), "read", "bye"
+    )
+    store = MemoryStore()
+    agent = Agent(model=model, tools=[_read], store=store)
+    assert (await agent.run("read a.py")).ok
+    assert (await agent.run("thanks")).ok
+    stored = await Session.load(store, agent.session.id)
+    first, second = (r.run_id for r in stored.runs)
+    sim = await simulate(stored, machine=approval_machine())
+    assert sim.differences[0].startswith(
+        f"run {first} ended paused in the simulation (done in the log)"
+    )
+    assert [c.run_id for c in sim.calls] == [first, second]

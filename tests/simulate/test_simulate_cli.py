@@ -195,9 +195,10 @@ def test_cache_payback_prices_every_pass_against_the_prompt_cache(
         (["--strategy", "fast"], "invalid --strategy='fast'"),
         (["--prices", "gpt-nope"], "invalid --prices='gpt-nope'"),
         (["--compactor", "nomodule:x"], "invalid --compactor='nomodule:x'"),
-        (
+        (  # named as typed, not as the object it names (42, <... object at ...>)
             ["--compactor", "tests.simulate.user_compactor:not_a_compactor"],
-            "invalid --compactor=",
+            "invalid --compactor='tests.simulate.user_compactor:not_a_compactor': "
+            "expected a ContextCompactor",
         ),
         (
             ["--compactor", "tests.simulate.user_compactor:nothing"],
@@ -233,3 +234,29 @@ def test_bad_input_is_refused_naming_the_option_and_value(
     assert captured.out == ""
     assert captured.err.startswith("turnfsm simulate: ")
     assert said in captured.err
+
+
+@pytest.mark.parametrize(
+    ("options", "header"),
+    [
+        (["--window", "0"], "window 0 (no lines)"),
+        (["--threshold", "0"], "window 8000, threshold off"),
+    ],
+)
+def test_a_line_turned_off_is_said_to_be_off(
+    capsys: Capture, options: list[str], header: str
+) -> None:
+    # The header said "window 0, threshold 80%" and "threshold 0%": read as
+    # figures, where 0 turns the lines off (no pass at the threshold).
+    session_id = _demo_session(capsys)
+    main(["simulate", session_id, "--store", STORE, *options])
+    out = capsys.readouterr().out
+    assert f"simulated with TruncatingCompactor, {header}\n" in out
+    assert "threshold_exceeded" not in out
+
+
+def test_a_window_too_small_for_the_pins_names_the_option(capsys: Capture) -> None:
+    session_id = _demo_session(capsys)
+    assert main(["simulate", session_id, "--store", STORE, "--window", "100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("turnfsm simulate: invalid --window=100: expected a window")

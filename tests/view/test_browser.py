@@ -75,6 +75,20 @@ def test_chromium_opens_the_demo_s_report(tmp_path: Path, capsys: Capture) -> No
     assert "open" in doc.find("details", "pass").attrs  # the script ran
 
 
+def test_an_address_with_a_broken_anchor_still_opens_what_it_asks(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # An anchor that is no percent-encoding (#%E0%A4%A) stopped the page's
+    # script: ?open= opened nothing, and clicking a path edge went nowhere.
+    db = tmp_path / "s.db"
+    session_id = _demo(db, capsys)
+    report = tmp_path / "run.html"
+    assert main(["report", session_id, "-o", str(report), "--store", str(db)]) == 0
+    url = report.as_uri() + "?open=pass-0-0#%E0%A4%A"
+    doc = parse(_dom(url, tmp_path / "profile"))
+    assert "open" in doc.find("details", "pass").attrs
+
+
 def test_chromium_opens_the_live_page_and_loads_a_pass_s_diff(
     tmp_path: Path, capsys: Capture
 ) -> None:

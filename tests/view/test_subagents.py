@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -223,3 +224,55 @@ def test_the_live_page_serves_the_sub_agents_pages_below_it_and_no_other(
         assert _get(f"{base}session?s={leaf.id}")[0] == 403
         assert _get(f"{base}session?s={leaf.id}&token=wrong")[0] == 403
         assert server.child_url(ALONE) is None
+
+
+class _Counting:
+    """A store that counts the sessions read from it."""
+
+    loads: ClassVar[Counter[str]] = Counter()
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+
+    async def append(self, session_id: str, entries: object, **kw: object) -> int:
+        return await self.inner.append(session_id, entries, **kw)  # type: ignore[arg-type]
+
+    async def load(self, session_id: str) -> object:
+        _Counting.loads[session_id] += 1
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> object:
+        return await self.inner.list_sessions()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_the_live_page_reads_again_only_the_sessions_that_changed(
+    tmp_path: Path,
+) -> None:
+    # Every reload after any session of the store changed read every
+    # session of the store again: with 20,000 of them, 18 seconds a reload.
+    import anyio
+
+    from tests.view.test_view import _hostile
+
+    db = tmp_path / "s.db"
+    served = _hostile(db)
+
+    async def copy(first: int, stop: int) -> None:
+        async with SQLiteStore(db) as store:
+            entries = await store.load(served)
+            for i in range(first, stop):
+                await store.append(f"ses_other_{i}", entries, expected_version=0)
+
+    anyio.run(copy, 0, 20)
+    _Counting.loads.clear()
+    opener = lambda: _Counting(SQLiteStore(db))  # noqa: E731
+    with ViewServer(opener, served) as server:  # type: ignore[arg-type]
+        assert _get(server.url)[0] == 200
+        assert _Counting.loads["ses_other_0"] == 1
+        anyio.run(copy, 20, 21)  # one more session
+        _Counting.loads.clear()
+        assert _get(server.url)[0] == 200
+        assert set(_Counting.loads) == {"ses_other_20"}

@@ -420,6 +420,24 @@ def test_the_live_page_serves_with_its_token_and_refuses_without(
     assert _load(db, session_id).version == 36  # nothing written
 
 
+def test_the_live_page_says_an_address_it_does_not_serve_is_no_page(
+    tmp_path: Path,
+) -> None:
+    # A browser's /favicon.ico, a mistyped address or ../ were answered
+    # "400 no such run or turn", as if a run had been asked for.
+    session_id = _hostile(tmp_path / "s.db")
+    with ViewServer(lambda: SQLiteStore(tmp_path / "s.db"), session_id) as server:
+        base = f"http://127.0.0.1:{server.port}"
+        for path in ("/favicon.ico", "/index.html", "/../../etc/passwd", "/nope"):
+            url = f"{base}{path}?token={server.token}"
+            assert _get(url) == (404, "no such page"), path
+        # A page it serves, asked for a run it does not hold, is still a 400.
+        assert _get(f"{base}/turn?token={server.token}") == (
+            400,
+            "no such run or turn",
+        )
+
+
 def _check_live(doc: Node) -> None:
     """The live page: the plot; the path and the passes' diffs load on demand."""
     path = doc.find("section", "diagram").attrs["data-load"]
@@ -714,3 +732,141 @@ def test_a_pass_that_did_not_compact_is_shown_replacing_nothing(
         "the window, so the conversation went on as it was."
     )
     assert not shown.find_all("div", "after")
+
+
+def test_two_answers_at_once_each_say_their_own_errors_and_leave_stderr_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each answer swapped the process's standard error for its own buffer:
+    # two that overlapped left it pointing at a finished answer's buffer
+    # (every later error of the command lost) and took each other's lines.
+    import sys
+
+    from turnfsm.cli import _view
+
+    first_in = threading.Event()
+    second_in = threading.Event()
+
+    def answering(command: object, options: object, **streams: object) -> int:
+        err = streams.get("err") or sys.stderr
+        if command.run_id == "run_a":  # type: ignore[attr-defined]
+            first_in.set()
+            assert second_in.wait(10)
+        else:
+            second_in.set()
+            time.sleep(0.2)  # the first one ends while this one goes on
+        print(f"refused {command.run_id}", file=err)  # type: ignore[attr-defined,call-overload]
+        return 2
+
+    monkeypatch.setattr(_view, "run_answer", answering)
+    answer = _view._answerer("ses_x", AgentOptions())
+    said: dict[str, str] = {}
+    before = sys.stderr
+    first = threading.Thread(target=lambda: said.update(a=answer("approve", "run_a")))
+    first.start()
+    assert first_in.wait(10)
+    second = threading.Thread(target=lambda: said.update(b=answer("reject", "run_b")))
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert sys.stderr is before
+    assert said == {
+        "a": "refused run_a\n(exit status 2)",
+        "b": "refused run_b\n(exit status 2)",
+    }
+
+
+def test_the_commands_a_page_gives_are_quoted_for_the_shell() -> None:
+    # A session id with a space, a quote or $(...) was printed bare: the
+    # command copied from the page named another session, or ran $(...).
+    from turnfsm import approval_machine
+
+    odd = "ses $(touch owned) it's"
+
+    async def paused() -> Session:
+        store = MemoryStore()
+        agent = Agent(
+            model=ScriptedModel.of(reply("", tool_call("shout", "c1", text="hi"))),
+            tools=[shout],
+            machine=approval_machine(),
+            session=Session(odd, store=store),
+        )
+        assert (await agent.run("go")).outcome == "paused"
+        return await Session.load(store, odd)
+
+    session = anyio.run(paused)
+    run = session.runs[0].run_id
+    text = parse(render_report(session)).find("div", "paused").text()
+    assert (
+        f"turnfsm approve|reject|abandon 'ses $(touch owned) it'\"'\"'s' {run}" in text
+    )
+
+
+def test_a_report_is_not_written_over_a_session_store(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `-o` naming the store's own file wrote the page over it: every session
+    # of the store lost.
+    db = tmp_path / "s.db"
+    session_id = _hostile(db)
+    before = db.read_bytes()
+    assert main(["report", session_id, "--store", str(db), "-o", str(db)]) == 2
+    assert capsys.readouterr().err == (
+        f"turnfsm report: invalid -o={str(db)!r}: expected a file that is no "
+        "SQLite database (it holds one, a session store's, say: writing over "
+        "it would lose what it holds)\n"
+    )
+    assert db.read_bytes() == before
+    assert _load(db, session_id).runs
+
+
+def test_stopping_the_view_waits_for_an_answer_going_on(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C while an Approve carried its run on printed "stopped" and the
+    # process ended under the run: left unfinished, its session held.
+    from turnfsm.cli import _view
+
+    db = tmp_path / "s.db"
+    session_id = _paused(db)
+    capsys.readouterr()
+    going, release = threading.Event(), threading.Event()
+
+    def slow(action: str, run_id: str) -> str:
+        going.set()
+        assert release.wait(30)
+        return "approved"
+
+    monkeypatch.setattr(_view, "_answerer", lambda *_args: slow)
+    out = io.StringIO()
+    stop = threading.Event()
+    options = AgentOptions(agent=CAREFUL, store=str(db))
+    served = threading.Thread(
+        target=run_view,
+        args=(session_id, options),
+        kwargs={"open_browser": False, "out": out, "stop": stop},
+    )
+    served.start()
+    deadline = time.monotonic() + 30
+    while "serving" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    url = re.search(r"at (http://\S+)", out.getvalue()).group(1)  # type: ignore[union-attr]
+    run = _load(db, session_id).runs[-1].run_id
+    token = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["token"][0]
+    form = {"token": token, "run": run, "action": "approve"}
+    answered: list[tuple[int, str]] = []
+    poster = threading.Thread(
+        target=lambda: answered.append(_post(url.replace("/?", "/answer?"), form))
+    )
+    poster.start()
+    assert going.wait(30)
+    stop.set()
+    time.sleep(1)
+    assert served.is_alive()  # it waits for the answer
+    assert f"waiting for the answer to run(s) {run} to end" in out.getvalue()
+    release.set()
+    served.join(30)
+    poster.join(30)
+    assert not served.is_alive()
+    assert out.getvalue().endswith("stopped\n")
+    assert [status for status, _ in answered] == [303]

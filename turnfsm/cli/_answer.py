@@ -71,26 +71,32 @@ class AnswerCommand:
 
 
 def run_answer(
-    command: AnswerCommand, options: AgentOptions, *, out: TextIO | None = None
+    command: AnswerCommand,
+    options: AgentOptions,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """Answer the run; print the calls it waits on, then how it went on.
 
     Returns as ``turnfsm run`` does: 0 done, 1 failed or cancelled, 3 paused
-    again; 2 when the answer was refused (nothing was written).
+    again; 2 when the answer was refused (nothing was written). Errors go to
+    `err` (None: standard error).
     """
     stream = out or sys.stdout
+    errors = err or sys.stderr
     name = f"turnfsm {command.action}"
     try:
         return run_async(_answer, command, options, stream)
     except Crashed as crash:
-        return crash.report(stream)
+        return crash.report(stream, errors)
     except SessionBusy as exc:
         said = busy_words(exc, "--force")
         hint = " (--force takes it over)" if exc.alive is False else ""
-        print(f"{name}: {said}{hint}", file=sys.stderr)
+        print(f"{name}: {said}{hint}", file=errors)
         return 2
     except REPORTED as exc:
-        print(f"{name}: {cli_words(exc, options)}", file=sys.stderr)
+        print(f"{name}: {cli_words(exc, options)}", file=errors)
         return 2
 
 

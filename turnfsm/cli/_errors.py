@@ -62,11 +62,22 @@ def fail(command: str, exc: BaseException, status: int = 2) -> int:
     return status
 
 
+def _holds_a_database(path: str) -> bool:
+    from turnfsm.cli._stores import is_store_file
+
+    try:
+        with open(path, "rb") as file:
+            return is_store_file(file.read(16))
+    except OSError:  # not readable: nothing known of it
+        return False
+
+
 def check_writable(option: str, path: str) -> None:
     """Refuse `path` for `option` unless a file can be written there.
 
     Nothing is created: the path must not be a directory, its directory must
-    exist and be writable, and an existing file must be writable.
+    exist and be writable, and an existing file must be writable and no
+    SQLite database (a session store written over loses its sessions).
 
     Raises:
         ConfigError: naming `option`, `path` and what is wrong.
@@ -86,6 +97,13 @@ def check_writable(option: str, path: str) -> None:
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
             raise ConfigError(option, path, "a file you may write (permission denied)")
+        if _holds_a_database(path):
+            raise ConfigError(
+                option,
+                path,
+                "a file that is no SQLite database (it holds one, a session "
+                "store's, say: writing over it would lose what it holds)",
+            )
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(
             option, path, f"a file in a directory you may write ({parent} is not)"

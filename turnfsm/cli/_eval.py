@@ -14,7 +14,7 @@ from turnfsm import _checks
 from turnfsm.cli._agents import load_object, made_by
 from turnfsm.cli._errors import explain
 from turnfsm.cli._run import run_async
-from turnfsm.context import ContextCompactor
+from turnfsm.context import ContextCompactor, ContextManager
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
 from turnfsm.evals import (
     STRATEGIES,
@@ -80,7 +80,8 @@ def strategy_maker(spec: str) -> Maker:
         )
     value = load_object("--strategy", spec)
     if isinstance(value, ContextCompactor) and not isinstance(value, type):
-        return lambda _model: value
+        compactor = _usable(spec, value)
+        return lambda _model: compactor
     if callable(value):
         return lambda _model: _made(spec, value)
     raise ConfigError(
@@ -94,7 +95,21 @@ def _made(spec: str, make: Callable[[], object]) -> ContextCompactor:
         raise ConfigError(
             "--strategy", spec, f"a ContextCompactor (it made {type(made).__name__})"
         )
-    return made
+    return _usable(spec, made)
+
+
+def _usable(spec: str, compactor: ContextCompactor) -> ContextCompactor:
+    """`compactor`, if a context manager takes it; refused naming `spec` if not.
+
+    Raises:
+        ConfigError: it is no compactor a run can use (a plain ``def
+            compact``, say): ``--strategy`` and `spec` named, as typed.
+    """
+    try:
+        ContextManager(compactor)
+    except ConfigError as exc:
+        raise attrs.evolve(exc, field="--strategy", value=spec) from None
+    return compactor
 
 
 def run_eval(options: Mapping[str, Any], out: TextIO | None = None) -> int:
@@ -211,17 +226,22 @@ async def _measure(
         caveats.append(
             f"Judge: {command.judge}; right = its answer holds every expected string."
         )
-    return await evaluate(
-        sessions,
-        probes,
-        strategies=makers,
-        window=command.window,
-        summary_model=summary,
-        judge=judge,
-        prices=command.prices,
-        caveats=caveats,
-        progress=_progress(command.progress),
-    )
+    try:
+        return await evaluate(
+            sessions,
+            probes,
+            strategies=makers,
+            window=command.window,
+            summary_model=summary,
+            judge=judge,
+            prices=command.prices,
+            caveats=caveats,
+            progress=_progress(command.progress),
+        )
+    except ConfigError as exc:
+        if exc.field != "window":
+            raise
+        raise attrs.evolve(exc, field="--window") from None
 
 
 def _progress(wanted: bool | None) -> Callable[[EvalProgress], None] | None:

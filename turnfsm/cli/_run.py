@@ -523,11 +523,14 @@ class Crashed(Exception):
         self.session_id = session_id
         self.place = place
 
-    def report(self, out: TextIO) -> int:
-        """Print what crashed and where the run is kept; return 1 (failed)."""
+    def report(self, out: TextIO, err: TextIO | None = None) -> int:
+        """Print what crashed and where the run is kept; return 1 (failed).
+
+        The traceback goes to `err` (None: standard error).
+        """
         import traceback
 
-        traceback.print_exception(self.cause, file=sys.stderr)
+        traceback.print_exception(self.cause, file=err or sys.stderr)
         print(f"\nsession {self.session_id} stored in {self.place}", file=out)
         print(
             f"run failed: it crashed on {type(self.cause).__name__}: "

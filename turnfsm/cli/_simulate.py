@@ -54,8 +54,7 @@ def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
         return 2
     compactor = type(context.compactor).__name__
     print(
-        f"session {sim.session_id} simulated with {compactor}, window "
-        f"{context.window}, threshold {_line(context)}",
+        f"session {sim.session_id} simulated with {compactor}, {_lines(context)}",
         file=stream,
     )
     print(file=stream)
@@ -63,10 +62,15 @@ def run_simulate(command: SimulateCommand, out: TextIO | None = None) -> int:
     return 1 if sim.differences else 0
 
 
-def _line(context: ContextManager) -> str:
+def _lines(context: ContextManager) -> str:
+    """The window and the threshold line, as the header says them (0: off)."""
+    if context.window == 0:
+        return "window 0 (no lines)"
     if context.threshold_tokens is not None:
-        return f"{context.threshold_tokens} tokens"
-    return f"{context.threshold}%"
+        line = f"{context.threshold_tokens} tokens"
+    else:
+        line = f"{context.threshold}%" if context.threshold else "off"
+    return f"window {context.window}, threshold {line}"
 
 
 async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManager]:
@@ -94,7 +98,11 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
                 prices=command.prices,
             )
         except ConfigError as exc:
-            flags = {"summary_model": "--summary-model", "compactor": "--compactor"}
+            flags = {
+                "summary_model": "--summary-model",
+                "compactor": "--compactor",
+                "context_window": "--window",
+            }
             if exc.field in flags:
                 raise attrs.evolve(exc, field=flags[exc.field]) from None
             raise
@@ -185,6 +193,9 @@ def _context(session: Session, run_id: str, command: SimulateCommand) -> Context
             "cache_payback_calls": "--cache-payback",
             "prices": "--prices",
         }
+        if exc.field == "compactor" and command.compactor is not None:
+            # Named as typed, not as the object it names.
+            raise attrs.evolve(exc, field=option, value=command.compactor) from None
         raise attrs.evolve(exc, field=flags.get(exc.field, exc.field)) from None
 
 

@@ -198,6 +198,15 @@ def run_view(
             while not waiting.wait(0.5):
                 pass
     finally:
+        going = server.answering
+        if going:
+            print(
+                f"waiting for the answer to run(s) {', '.join(going)} to end "
+                "(Ctrl-C again stops at once: the run is left unfinished, "
+                "and turnfsm resume carries it on)",
+                file=stream,
+                flush=True,
+            )
         server.stop()
     print("stopped", file=stream)
     return 0
@@ -222,9 +231,8 @@ def _answerer(session_id: str, options: AgentOptions) -> Callable[[str, str], st
     def answer(action: str, run_id: str) -> str:
         command = AnswerCommand(action=action, session_id=session_id, run_id=run_id)
         said = io.StringIO()
-        errors = io.StringIO()
-        with contextlib.redirect_stderr(errors):
-            status = run_answer(command, options, out=said)
+        errors = io.StringIO()  # its own: answers from two tabs may overlap
+        status = run_answer(command, options, out=said, err=errors)
         return f"{said.getvalue()}{errors.getvalue()}(exit status {status})"
 
     return answer

@@ -11,13 +11,15 @@ from turnfsm.driver._context import (
     ToolJournal,
     UsageTally,
 )
+from turnfsm.driver._context import request_extras as request_extras
 from turnfsm.driver._context_settings import pin_rules
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._driver import Driver
 
 # For the agent and the command line (not in `__all__`): the hint a context
 # manager's setting given to a driver gets, and a session read under a
-# store's deadline.
+# store's deadline; for simulate, the texts a request carries beside its
+# messages (`request_extras`, above).
 from turnfsm.driver._driver import context_hint as context_hint
 from turnfsm.driver._effects import (
     BUILTIN_EFFECTS,

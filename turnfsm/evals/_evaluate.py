@@ -396,10 +396,12 @@ async def evaluate(
     Raises:
         ConfigError: `sessions` are not stored sessions or `probes` not
             probes, a probe names a session not evaluated, a session has
-            no probe, or `prices` names no model with known prices.
+            no probe, `prices` names no model with known prices, or `window`
+            is no window or too small for a session's pinned messages.
     """
     sessions = _checks.as_tuple(sessions, "sessions", "stored Sessions")
     _checks.check(sessions, "sessions", _checks.each(Session, "a stored Session"))
+    _checks.check(window, "window", _checks.integer(low=1, high=_checks.MAX_TOKENS))
     probes = _checks.as_tuple(probes, "probes", "Probes")
     _checks.check(probes, "probes", _checks.each(Probe, "a Probe"))
     ids = [s.id for s in sessions]
@@ -431,9 +433,14 @@ async def evaluate(
             manager = attrs.evolve(
                 settings or ContextManager(), compactor=compactor, context_window=window
             )
-            replay = await replay_session(
-                session, manager, summary_model=counting, prices=prices
-            )
+            try:
+                replay = await replay_session(
+                    session, manager, summary_model=counting, prices=prices
+                )
+            except ConfigError as exc:  # the window is this function's `window`
+                if exc.field != "context_window":
+                    raise
+                raise attrs.evolve(exc, field="window") from None
             replays.append(replay)
             final = replay.calls[-1].messages if replay.calls else ()
             text = context_text(final)

@@ -17,6 +17,10 @@ from turnfsm.persistence._context_settings import (
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
 from turnfsm.persistence._lease import Lease, LeasingStore
 from turnfsm.persistence._links import child_sessions, descendants, parent_of
+
+# For the live view (not in `__all__`): the sub-agents' sessions read again,
+# only those that changed.
+from turnfsm.persistence._links import read_descendants as read_descendants
 from turnfsm.persistence._open import (
     STORE_ENV,
     default_store_path,

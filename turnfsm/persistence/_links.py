@@ -47,12 +47,33 @@ async def descendants(
         ConfigError: `depth` is not a whole number from 1 up (or None).
     """
     _checks.check(depth, "depth", _checks.integer(low=1, optional=True))
+    return await read_descendants(store, session_id, {}, depth=depth)
+
+
+async def read_descendants(
+    store: SessionStore,
+    session_id: str,
+    known: dict[str, Session],
+    *,
+    depth: int | None = None,
+) -> list[Session]:
+    """`descendants`, reusing the sessions of `known` the store still holds as read.
+
+    `known` (by id) is brought up to date: a session listed at another
+    version is read again, one no longer listed dropped. A page that reads
+    a store's sessions again and again reads only those that changed.
+    """
     linked: dict[str, list[tuple[ParentLink, float, Session]]] = {}
     loaded: dict[str, Session] = {}
-    for info in await store.list_sessions():
+    listed = await store.list_sessions()
+    for gone in known.keys() - {info.id for info in listed}:
+        del known[gone]
+    for info in listed:
         if info.id == session_id or info.problem is not None:
             continue
-        session = await Session.load(store, info.id)
+        session = known.get(info.id)
+        if session is None or session.version != info.version:
+            session = known[info.id] = await Session.load(store, info.id)
         loaded[info.id] = session
         link = parent_of(session)
         if link is not None:

@@ -33,12 +33,15 @@ from turnfsm.core import (
     Measured,
     ModelReplied,
     OutputRejected,
+    RunCancelled,
     RunTools,
+    Signal,
+    ToolCallsReviewed,
     ToolsFinished,
 )
-from turnfsm.driver import Driver, EffectContext, pin_rules
+from turnfsm.driver import Driver, EffectContext, Tool, pin_rules, request_extras
 from turnfsm.driver import compact as builtin_compact
-from turnfsm.errors import ConfigError, ProviderError
+from turnfsm.errors import ConfigError, PinnedTooLarge, ProviderError, TurnFSMError
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
@@ -234,11 +237,14 @@ class _Recorded:
 
     replies: tuple[tuple[Message, Usage | None], ...]
     results: Mapping[str, Message]
+    answers: tuple[Event, ...] = ()
+    """What answered the run's pauses (a review, a signal, an abandon), in order."""
 
 
 def _recorded(run: RunRecord) -> _Recorded:
     replies: list[tuple[Message, Usage | None]] = []
     results: dict[str, Message] = {}
+    answers: list[Event] = []
     for event in run.events:
         if isinstance(event, ModelReplied | OutputRejected):
             replies.append((event.message, event.usage))
@@ -246,7 +252,30 @@ def _recorded(run: RunRecord) -> _Recorded:
             for message in event.results:
                 for part in message.tool_results:
                     results[part.call_id] = message
-    return _Recorded(replies=tuple(replies), results=results)
+        elif isinstance(event, ToolCallsReviewed | Signal | RunCancelled):
+            answers.append(event)
+    return _Recorded(replies=tuple(replies), results=results, answers=tuple(answers))
+
+
+async def _answered(
+    driver: Driver, sim: Session, run_id: str, answers: Sequence[Event], result: Any
+) -> Any:
+    """`result`, the run's pauses answered again as its log says, in order.
+
+    A pause the next recorded answer does not fit (the simulated run paused
+    elsewhere) is left as it is.
+    """
+    pending = list(answers)
+    while result.outcome == "paused" and pending:
+        answer = pending.pop(0)
+        try:
+            if isinstance(answer, RunCancelled):
+                result = await driver.abandon(sim, run_id, reason=answer.reason)
+            else:
+                result = await driver.resume(sim, run_id, answer)
+        except ConfigError:  # not an answer this pause takes
+            break
+    return result
 
 
 @final
@@ -310,11 +339,16 @@ class _Reserved:
     TEXT: Final = "\x00turnfsm simulate: the stored run's reserved tokens"
 
     def __init__(
-        self, inner: TokenCounter, reserved: Sequence[int], model: _ReplayModel
+        self,
+        inner: TokenCounter,
+        reserved: Sequence[int],
+        model: _ReplayModel,
+        free: str = "",
     ) -> None:
         self.inner = inner
         self.reserved = reserved
         self.model = model
+        self.free = free  # the stand-in tools' schemas: in the reserved figure
 
     def count(self, messages: Sequence[Message]) -> int:
         return self.inner.count(messages)
@@ -322,7 +356,42 @@ class _Reserved:
     def count_text(self, text: str) -> int:
         if text == self.TEXT:
             return self.reserved[min(self.model.given, len(self.reserved) - 1)]
+        if self.free and text == self.free:
+            return 0
         return self.inner.count_text(text)
+
+
+def _stand_in_tools(run: RunRecord, answers: Sequence[Event]) -> list[Tool]:
+    """A tool for each one `run` called, when a review answered its pauses.
+
+    A paused run goes on with a review only when it has the tools of the
+    calls the review lets run; none of these runs (the recorded results
+    stand in for them), and their schemas count as nothing beside what the
+    stored run reserved.
+    """
+    if not any(isinstance(a, ToolCallsReviewed) for a in answers):
+        return []
+    names = sorted(
+        {
+            call.name
+            for event in run.events
+            if isinstance(event, ModelReplied | OutputRejected)
+            for call in event.message.tool_calls
+        }
+    )
+    return [
+        Tool(
+            name=name,
+            description="recorded",
+            parameters={"type": "object"},
+            fn=_not_run,
+        )
+        for name in names
+    ]
+
+
+def _not_run(**_arguments: object) -> str:  # pragma: no cover - never called
+    raise AssertionError("a simulated tool call gets its recorded result")
 
 
 class _SeededSession:
@@ -638,7 +707,8 @@ async def simulate(
             cannot be made again (field ``compactor``), `summary_model` is
             not a model client, a run needs a
             reply, a tool result or a summary that was not recorded (the
-            field is named).
+            field is named), or a run's pinned messages and what its calls
+            reserved do not fit the window (field ``context_window``).
     """
     if not isinstance(session, Session):
         raise ConfigError("session", session, "a stored Session")
@@ -665,13 +735,17 @@ async def simulate(
         manager = managers[run.run_id]
         reserved = _reserved(session, run, manager.counter, rewritten, before)
         before = reserved[-1]
+        tools = _stand_in_tools(run, record.answers)
+        schemas = request_extras(None, [t.schema for t in tools])
+        counter = _Reserved(
+            manager.counter, reserved, model, schemas[0] if schemas else ""
+        )
         driver = Driver(
             model=model,
             machine=machine if machine is not None else _machine(session, run),
             system_prompt=_Reserved.TEXT if any(reserved) else None,
-            context=attrs.evolve(
-                manager, counter=_Reserved(manager.counter, reserved, model)
-            ),
+            tools=tools,
+            context=attrs.evolve(manager, counter=counter),
             max_output_tokens=None,
             max_turns=budget.max_turns,
             max_overflow_retries=budget.max_overflow_retries,
@@ -685,10 +759,16 @@ async def simulate(
             effects=_effects(record.results, stored),
         )
         model.start(run.run_id, record.replies)
-        if run.input:
-            result = await driver.run(list(run.input), session=sim, run_id=run.run_id)
-        else:  # a pass outside any run (`Agent.compact`, `turnfsm sessions compact`)
-            result = await driver.compact(sim, run_id=run.run_id)
+        try:
+            if run.input:
+                result = await driver.run(
+                    list(run.input), session=sim, run_id=run.run_id
+                )
+            else:  # a pass outside any run (`Agent.compact`, `sessions compact`)
+                result = await driver.compact(sim, run_id=run.run_id)
+            result = await _answered(driver, sim, run.run_id, record.answers, result)
+        except PinnedTooLarge as exc:
+            raise _too_small(exc, manager, run.run_id) from None
         if model.missing is not None:
             raise model.missing
         passes = len(sim.run(run.run_id).compactions) if context is None else None
@@ -701,8 +781,31 @@ async def simulate(
                 ),
             )
         )
+        if result.outcome == "paused" and run is not runs[-1]:
+            # Nothing the log holds answers it: ended, so the runs after it
+            # can open (a paused run keeps its session).
+            await driver.abandon(sim, run.run_id, reason="paused in the simulation")
+            notes.append(
+                f"run {run.run_id} was abandoned in the simulation, paused with "
+                "no recorded answer, so that the runs after it could go on"
+            )
     simulation = _report(session, sim, price, prices)
     return attrs.evolve(simulation, caveats=caveats, differences=tuple(notes))
+
+
+def _too_small(
+    exc: PinnedTooLarge, manager: ContextManager, run_id: str
+) -> TurnFSMError:
+    """The window a run cannot start in, named (`exc`: the counter is at fault)."""
+    if exc.counter:
+        return exc
+    return ConfigError(
+        "context_window",
+        manager.context_window,
+        f"a window of at least {exc.used} tokens: run {run_id}'s pinned "
+        f"messages are {exc.pinned} tokens, and its calls reserved "
+        f"{exc.reserved} beside them",
+    )
 
 
 def _managers(

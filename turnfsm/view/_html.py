@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Final, TypeVar
@@ -346,7 +347,7 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
                 f"<pre>{_e(_json(call.arguments))}</pre></li>"
             )
         out.append("</ul>")
-        target = f"{_e(session.id)} {_e(run.run_id)}"
+        target = _words(session.id, run.run_id)
         if run.waiting.takes_review:
             out += _answer_form(run, links)
             out.append(
@@ -384,10 +385,15 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
             )
         out.append(
             f'<div class="paused"><p>{how}. Carry it on: <code>turnfsm resume '
-            f"{_e(session.id)} {_e(run.run_id)}</code>, or end it: <code>turnfsm "
-            f"abandon {_e(session.id)} {_e(run.run_id)}</code></p></div>"
+            f"{_words(session.id, run.run_id)}</code>, or end it: <code>turnfsm "
+            f"abandon {_words(session.id, run.run_id)}</code></p></div>"
         )
     return out
+
+
+def _words(*words: str) -> str:
+    """`words` as a command line takes them (quoted for the shell), escaped."""
+    return _e(shlex.join(words))
 
 
 def _answer_form(run: RunRecord, links: Links | None) -> list[str]:
@@ -418,8 +424,8 @@ def _waits_on_subagent(
     ]
     out += _answer_form(run, links)
     out.append(
-        f"<p>Answer it: <code>turnfsm approve|reject {_e(session.id)} "
-        f"{_e(run.run_id)}</code></p></div>"
+        f"<p>Answer it: <code>turnfsm approve|reject "
+        f"{_words(session.id, run.run_id)}</code></p></div>"
     )
     return out
 

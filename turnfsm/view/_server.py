@@ -30,7 +30,7 @@ from turnfsm.persistence import (
     RunRecord,
     Session,
     SessionStore,
-    descendants,
+    read_descendants,
     store_label,
 )
 from turnfsm.view._html import (
@@ -58,6 +58,8 @@ _Family = tuple[list[tuple[str, int]], dict[str, Session]]
 _HOST: Final = "127.0.0.1"
 _ACTIONS: Final = ("approve", "reject")
 _MAX_FORM: Final = 4_096
+_PARTS: Final = frozenset({"/turn", "/path", "/pass", "/turns", "/passes"})
+"""The pages a run's parts load from (besides ``/`` and ``/session``)."""
 
 
 @final
@@ -108,6 +110,9 @@ class ViewServer:
         self._notice = ""
         self._family_lock = threading.Lock()
         self._family: _Family = ([], {})
+        self._read_sessions: dict[str, Session] = {}  # the store's, as last read
+        self._quiet = threading.Condition()  # no answer going on
+        self._answering: list[str] = []
         self._httpd = ThreadingHTTPServer((_HOST, port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -154,12 +159,26 @@ class ViewServer:
         self._thread.start()
         return self
 
+    @property
+    def answering(self) -> tuple[str, ...]:
+        """The runs the page's buttons are answering now, by id (`stop` waits)."""
+        with self._quiet:
+            return tuple(self._answering)
+
     def stop(self) -> None:
-        """Stop serving and release the port."""
+        """Stop serving, wait for the answers going on, and release the port.
+
+        An answer carries its run on (the model, the tools): cut off, the
+        run would be left unfinished, its session held. Interrupted while
+        it waits (Ctrl-C), it stops at once.
+        """
         if self._thread is not None:
             self._httpd.shutdown()
             self._thread.join()
             self._thread = None
+        with self._quiet:
+            while self._answering:
+                self._quiet.wait(0.5)
         self._httpd.server_close()
 
     def __enter__(self) -> ViewServer:
@@ -231,7 +250,7 @@ class ViewServer:
             versions = [(i.id, i.version) for i in await store.list_sessions()]
             if versions == known[0]:
                 return known
-            found = await descendants(store, self.session_id)
+            found = await read_descendants(store, self.session_id, self._read_sessions)
             return versions, {s.id: s for s in found}
         finally:
             await _close(store)
@@ -297,6 +316,8 @@ class ViewServer:
             return HTTPStatus.OK, text
         if path == "/session":
             return self._sub_agent_page(query.get("s", ""))
+        if path not in _PARTS:
+            return HTTPStatus.NOT_FOUND, "no such page"
         chosen = self._chosen(query.get("s", ""))
         if chosen is None:
             return HTTPStatus.NOT_FOUND, "no such sub-agent session below this one"
@@ -316,16 +337,14 @@ class ViewServer:
                 k = _index(query.get("k", ""))
                 n = int(query["r"])
                 return HTTPStatus.OK, "".join(pass_diff(session, run, n, k))
-            if path in ("/turns", "/passes"):
-                n = int(query["r"])
-                start = _index(query.get("start", ""))
-                rows = turn_rows if path == "/turns" else pass_rows
-                stop = start + self._page_size
-                some = rows(session, run, n, start, stop, links=self._links(of))
-                return HTTPStatus.OK, "".join(some)
+            n = int(query["r"])  # "/turns" or "/passes"
+            start = _index(query.get("start", ""))
+            rows = turn_rows if path == "/turns" else pass_rows
+            stop = start + self._page_size
+            some = rows(session, run, n, start, stop, links=self._links(of))
+            return HTTPStatus.OK, "".join(some)
         except (ValueError, IndexError, KeyError):
             return HTTPStatus.BAD_REQUEST, "no such run or turn"
-        return HTTPStatus.NOT_FOUND, "no such page"
 
     def _post(self, form: dict[str, str]) -> tuple[int, str]:
         """Answer the approve / reject form: the status and a message."""
@@ -335,7 +354,14 @@ class ViewServer:
             return HTTPStatus.FORBIDDEN, "this page cannot answer runs"
         if action not in _ACTIONS or not run_id:
             return HTTPStatus.BAD_REQUEST, "expected action=approve|reject and run=ID"
-        said = self._answer(action, run_id)
+        with self._quiet:
+            self._answering.append(run_id)
+        try:
+            said = self._answer(action, run_id)
+        finally:
+            with self._quiet:
+                self._answering.remove(run_id)
+                self._quiet.notify_all()
         with self._lock:
             self._notice = f"{action} {run_id}:\n{said}"
         self.session()  # read the log again: the run went on

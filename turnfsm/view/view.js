@@ -47,9 +47,14 @@
       });
     }
   }
-  if (location.hash) reveal(decodeURIComponent(location.hash.slice(1)));
+  // The address's anchor, decoded (one that is no percent-encoding: as it is).
+  function anchor() {
+    var raw = location.hash.slice(1);
+    try { return decodeURIComponent(raw); } catch (e) { return raw; }
+  }
+  if (location.hash) reveal(anchor());
   window.addEventListener("hashchange", function () {
-    var id = decodeURIComponent(location.hash.slice(1));
+    var id = anchor();
     reveal(id);
     var target = document.getElementById(id);
     if (target) target.scrollIntoView();
