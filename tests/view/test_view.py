@@ -457,6 +457,8 @@ def _check_live(doc: Node) -> None:
         ({"port": "80"}, "port"),
         ({"page_size": 0}, "page_size"),
         ({"answer": "approve"}, "answer"),
+        ({"commands": "--store s.db"}, "commands"),
+        ({"commands": ["--store", 5]}, "commands[1]"),
     ],
 )
 def test_a_view_server_refuses_bad_settings(
@@ -870,3 +872,23 @@ def test_stopping_the_view_waits_for_an_answer_going_on(
     assert not served.is_alive()
     assert out.getvalue().endswith("stopped\n")
     assert [status for status, _ in answered] == [303]
+
+
+def test_the_commands_a_page_gives_find_the_store_it_was_read_from(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # Under `--store x.db` the pages said `turnfsm approve|reject|abandon S
+    # RUN`, which looks in the default store: "no session".
+    db = tmp_path / "s.db"
+    session_id = _paused(db)
+    out = tmp_path / "report.html"
+    assert main(["report", session_id, "--store", str(db), "-o", str(out)]) == 0
+    said = parse(out.read_text()).find("div", "paused").text()
+    assert f" --store {db}" in said
+    for url in _serve(session_id, db):
+        said = parse(_get(url)[1]).find("div", "paused").text()
+        assert f" --agent {CAREFUL} --store {db}" in said
+    capsys.readouterr()
+    with pytest.raises(ConfigError) as refused:
+        render_report(Session(), commands=[None])  # type: ignore[list-item]
+    assert refused.value.field == "commands[0]"

@@ -23,7 +23,7 @@ from turnfsm.cli._answer import AnswerCommand, run_answer
 from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import AgentOptions, run_async
 from turnfsm.cli._sessions import not_found
-from turnfsm.cli._stores import close_store, open_cli_store, where
+from turnfsm.cli._stores import close_store, open_cli_store, shown, where
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
 from turnfsm.persistence import RunRecord, Session, SessionStore, descendants
 from turnfsm.view import REPORT_SUB_AGENTS, REPORT_TURNS, ViewServer, render_report
@@ -61,6 +61,8 @@ def run_report(
             turns=recent,
             sub_agents=below,
             sub_agent_pages=pages,
+            # The commands the page gives find the store the report read.
+            commands=["--store", shown(store)] if store else [],
         )
         Path(output).write_text(text, encoding="utf-8", errors="backslashreplace")
     except (StoreError, ConfigError, OSError, ImportError) as exc:
@@ -170,6 +172,8 @@ def run_view(
             session_id,
             answer=_answerer(session_id, options),
             port=port,
+            # The page's commands find the store and build the agent as here.
+            commands=options.flags(),
         )
         print(f"reading session {session_id}", file=stream, flush=True)
         server.start()

@@ -24,7 +24,7 @@ from typing import Final
 
 from turnfsm import _checks
 from turnfsm.persistence import Session
-from turnfsm.view._html import page
+from turnfsm.view._html import command_words, page
 from turnfsm.view._server import Answer, ViewServer
 
 __all__ = [
@@ -50,6 +50,7 @@ def render_report(
     turns: int | None = REPORT_TURNS,
     sub_agents: Sequence[Session] = (),
     sub_agent_pages: int | None = REPORT_SUB_AGENTS,
+    commands: Sequence[str] = (),
 ) -> str:
     """Return `session` as one self-contained HTML page.
 
@@ -68,6 +69,10 @@ def render_report(
             holds as pages of their own, each a section further down that
             its row links to (None: all of them). The page says how many it
             left out.
+        commands: The options that the commands the page gives (approve,
+            resume, abandon a run) take after the ids, as a command line
+            spells them: those that find the session's store
+            (``["--store", "s.db"]``).
 
     The page needs no network: its style, script and diagrams are inline.
     A turn's details are folded.
@@ -86,4 +91,5 @@ def render_report(
         recent=turns,
         sub_agents=sub_agents,
         sub_agent_pages=sub_agent_pages,
+        commands=command_words(commands),
     )

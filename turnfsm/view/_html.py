@@ -17,6 +17,7 @@ from typing import Final, TypeVar
 
 import attrs
 
+from turnfsm import _checks
 from turnfsm.context import PinRules, pinned_ids, replaced_ids
 from turnfsm.core import emergency_line, threshold_line
 from turnfsm.driver import pin_rules
@@ -34,6 +35,7 @@ from turnfsm.view._subagents import below, delegated_by, sub_agent_list
 
 __all__ = [
     "Links",
+    "command_words",
     "more_button",
     "page",
     "pass_diff",
@@ -98,8 +100,12 @@ def page(
     recent: int | None = None,
     sub_agents: Sequence[Session] = (),
     sub_agent_pages: int | None = None,
+    commands: Sequence[str] = (),
 ) -> str:
     """Return the whole page of `session` (a report when `links` is None).
+
+    `commands` are the options the commands the page gives take after
+    their ids (``--store s.db``): those that find the session's store.
 
     A report replays each run's path now; the live page loads it. A report
     with `recent` holds only each run's last `recent` turns and the passes
@@ -151,9 +157,18 @@ def page(
     out.append("</ol></nav></header><main>")
     for n, run in enumerate(runs):
         rows = sub_agent_list(session, run, n, sub_agents, page_of)
-        out += _run(session, run, n, links, full=full, recent=recent, rows=rows)
+        out += _run(
+            session,
+            run,
+            n,
+            links,
+            full=full,
+            recent=recent,
+            rows=rows,
+            commands=commands,
+        )
     if links is None:
-        out += _sub_agent_pages(shown, sub_agents, len(runs), full, recent)
+        out += _sub_agent_pages(shown, sub_agents, len(runs), full, recent, commands)
     out.append("</main>")
     out.append(f"<script>{_asset('view.js')}</script></body></html>")
     return "\n".join(out)
@@ -195,13 +210,14 @@ def _run(
     full: bool,
     recent: int | None = None,
     rows: Sequence[str] = (),
+    commands: Sequence[str] = (),
 ) -> list[str]:
     out = [
         f'<section class="run" id="run-{n}" data-run="{_e(run.run_id)}">',
         f'<h2>Run <code>{_e(run.run_id)}</code> <span class="outcome '
         f'{_e(run.outcome)}">{_e(run.outcome)}</span></h2>',
     ]
-    out += _outcome(session, run, links)
+    out += _outcome(session, run, links, commands)
     if run.continued:
         out.append(
             f'<p class="meta">Its durable run\'s workflow continued as new '
@@ -264,6 +280,7 @@ def _sub_agent_pages(
     first_run: int,
     full: bool,
     recent: int | None,
+    commands: Sequence[str],
 ) -> list[str]:
     """A report's sections of the sub-agent sessions `shown`, each with its runs.
 
@@ -282,7 +299,16 @@ def _sub_agent_pages(
         )
         for run in child.runs:
             rows = sub_agent_list(child, run, n, every, _pages(None, shown))
-            out += _run(child, run, n, None, full=full, recent=recent, rows=rows)
+            out += _run(
+                child,
+                run,
+                n,
+                None,
+                full=full,
+                recent=recent,
+                rows=rows,
+                commands=commands,
+            )
             n += 1
         out.append("</section>")
     left = len(every) - len(shown)
@@ -312,7 +338,9 @@ def more_button(links: Links, kind: str, n: int, start: int, total: int) -> str:
     )
 
 
-def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]:
+def _outcome(
+    session: Session, run: RunRecord, links: Links | None, commands: Sequence[str]
+) -> list[str]:
     usage = run.usage
     out = [
         '<dl class="summary">',
@@ -334,7 +362,7 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
         )
     out.append("</dl>")
     if isinstance(run.error, SubagentWaiting):
-        out += _waits_on_subagent(session, run, run.error, links)
+        out += _waits_on_subagent(session, run, run.error, links, commands)
     elif run.outcome == "paused" and run.waiting is not None:
         calls = run.waiting.calls
         out.append(
@@ -347,7 +375,7 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
                 f"<pre>{_e(_json(call.arguments))}</pre></li>"
             )
         out.append("</ul>")
-        target = _words(session.id, run.run_id)
+        target = _words(session.id, run.run_id, *commands)
         if run.waiting.takes_review:
             out += _answer_form(run, links)
             out.append(
@@ -385,10 +413,22 @@ def _outcome(session: Session, run: RunRecord, links: Links | None) -> list[str]
             )
         out.append(
             f'<div class="paused"><p>{how}. Carry it on: <code>turnfsm resume '
-            f"{_words(session.id, run.run_id)}</code>, or end it: <code>turnfsm "
-            f"abandon {_words(session.id, run.run_id)}</code></p></div>"
+            f"{_words(session.id, run.run_id, *commands)}</code>, or end it: "
+            f"<code>turnfsm abandon {_words(session.id, run.run_id, *commands)}"
+            "</code></p></div>"
         )
     return out
+
+
+def command_words(commands: object) -> tuple[str, ...]:
+    """`commands` (the options a page's commands take) checked, as a tuple.
+
+    Raises:
+        ConfigError: it is not a sequence of strings (a string alone is not).
+    """
+    words = _checks.as_tuple(commands, "commands", "strings (command-line words)")
+    _checks.check(words, "commands", _checks.each(str, "a string"))
+    return words
 
 
 def _words(*words: str) -> str:
@@ -410,7 +450,11 @@ def _answer_form(run: RunRecord, links: Links | None) -> list[str]:
 
 
 def _waits_on_subagent(
-    session: Session, run: RunRecord, waiting: SubagentWaiting, links: Links | None
+    session: Session,
+    run: RunRecord,
+    waiting: SubagentWaiting,
+    links: Links | None,
+    commands: Sequence[str],
 ) -> list[str]:
     """A run stopped by its sub-agent's pause: what it waits on, how to answer."""
     out = [
@@ -425,7 +469,7 @@ def _waits_on_subagent(
     out += _answer_form(run, links)
     out.append(
         f"<p>Answer it: <code>turnfsm approve|reject "
-        f"{_words(session.id, run.run_id)}</code></p></div>"
+        f"{_words(session.id, run.run_id, *commands)}</code></p></div>"
     )
     return out
 

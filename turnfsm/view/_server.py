@@ -17,7 +17,7 @@ import hmac
 import secrets
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -35,6 +35,7 @@ from turnfsm.persistence import (
 )
 from turnfsm.view._html import (
     Links,
+    command_words,
     page,
     pass_diff,
     pass_rows,
@@ -77,6 +78,10 @@ class ViewServer:
             buttons, and a post is refused).
         port: The port (0: a free one).
         page_size: Turns listed per run before "more turns".
+        commands: The options that the commands the page gives (approve,
+            resume, abandon a run) take after the ids, as a command line
+            spells them: those that find the session's store and build its
+            agent (``["--store", "s.db", "--agent", "app:agent"]``).
 
     Raises:
         ConfigError: `port` or `page_size` is out of range, or `answer` is
@@ -91,6 +96,7 @@ class ViewServer:
         answer: Answer | None = None,
         port: int = 0,
         page_size: int = 100,
+        commands: Sequence[str] = (),
     ):
         _checks.check(store, "store", _checks.callable_())
         _checks.check(answer, "answer", _checks.callable_(optional=True))
@@ -101,6 +107,7 @@ class ViewServer:
         self.session_id = session_id
         self._answer = answer
         self._page_size = page_size
+        self._commands = command_words(commands)
         self.token = secrets.token_urlsafe(24)
         self._lock = threading.Lock()
         self._drawing = threading.Lock()
@@ -276,7 +283,11 @@ class ViewServer:
             return HTTPStatus.NOT_FOUND, "no such sub-agent session below this one"
         links = self._links(child.id)
         text = page(
-            child, where=self._where, links=links, sub_agents=[*family.values()]
+            child,
+            where=self._where,
+            links=links,
+            sub_agents=[*family.values()],
+            commands=self._commands,
         )
         return HTTPStatus.OK, text
 
@@ -311,7 +322,11 @@ class ViewServer:
             session = self.session()
             below = [*self._below().values()]
             text = page(
-                session, where=self._where, links=self._links(), sub_agents=below
+                session,
+                where=self._where,
+                links=self._links(),
+                sub_agents=below,
+                commands=self._commands,
             )
             return HTTPStatus.OK, text
         if path == "/session":
