@@ -149,6 +149,42 @@ async def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(
         assert lease.owner == "elsewhere:1:x"
 
 
+@pytest.mark.anyio
+async def test_a_run_whose_taker_appended_first_raises_lease_lost(
+    tmp_path: Path,
+) -> None:
+    # The run's process stalled past its lease (paused, swapped out): another
+    # took the session over and appended before this run's next renewal. The
+    # run's next append is refused; it says the session was taken over, not
+    # "run it again".
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session(store=store)
+
+        async def work(step: str) -> str:
+            """Do one step.
+
+            Args:
+                step: which.
+            """
+            await store.acquire_lease(session.id, "elsewhere:1:x", ttl=30, force=True)
+            entries = await store.load(session.id)
+            await store.append(session.id, [entries[-1]], expected_version=len(entries))
+            return f"{step} done"
+
+        model = ScriptedModel.of(
+            reply("", tool_call("work", "c1", step="one")), "all done"
+        )
+        driver = Driver(model=model, tools=[work], lease_ttl=30)
+        with anyio.fail_after(10):
+            with pytest.raises(LeaseLost) as lost:
+                await driver.run("do one step", session=session)
+        assert lost.value.holder == "elsewhere:1:x"
+        assert "took the session over" in str(lost.value)
+        lease = await store.lease_of(session.id)
+        assert lease is not None
+        assert lease.owner == "elsewhere:1:x"
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.anyio
 async def test_an_agent_takes_a_run_over_from_a_gone_owner_with_force(

@@ -21,7 +21,7 @@ from typing import Final
 import anyio
 
 from turnfsm.driver._store_calls import store_call
-from turnfsm.errors import LeaseLost
+from turnfsm.errors import LeaseLost, SessionConflict
 from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
 
 __all__ = ["holding", "lease_owner", "owner_id"]
@@ -98,17 +98,27 @@ async def holding(
     if previous is not None and previous.owner == owner:
         previous = None
     try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(_renew, session, store, owner, ttl, store_timeout)
-            try:
-                yield previous
-            finally:
-                group.cancel_scope.cancel()
-    except BaseExceptionGroup as raised:
-        # One failure (the run's) surfaces as itself, as it would unleased.
-        if len(raised.exceptions) == 1:
-            raise raised.exceptions[0] from None
-        raise
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_renew, session, store, owner, ttl, store_timeout)
+                try:
+                    yield previous
+                finally:
+                    group.cancel_scope.cancel()
+        except BaseExceptionGroup as raised:
+            # One failure (the run's) surfaces as itself, as it would unleased.
+            if len(raised.exceptions) == 1:
+                raise raised.exceptions[0] from None
+            raise
+    except SessionConflict as conflict:
+        # Another process appended first: if it took the lease over (this
+        # process stalled past its lease), the run lost the session.
+        lost = await _lost(session, store, owner, store_timeout)
+        if lost is None:
+            raise
+        session.hold_lost(lost)
+        logger.error("run stopped: %s", lost)
+        raise lost from conflict
     finally:
         with anyio.CancelScope(shield=True):
             try:
@@ -121,6 +131,28 @@ async def holding(
                 )
             except Exception:  # the store is down: the lease expires by itself
                 logger.warning("could not release the lease on %s", session.id)
+
+
+async def _lost(
+    session: Session, store: LeasingStore, owner: str, store_timeout: float | None
+) -> LeaseLost | None:
+    """`LeaseLost` if another owner holds `session`'s lease now (None: not so).
+
+    The store being down is no news here: the caller's error stands.
+    """
+    with anyio.CancelScope(shield=True):
+        try:
+            lease = await store_call(
+                store.lease_of(session.id),
+                seconds=store_timeout,
+                store=store,
+                method="lease_of",
+            )
+        except Exception:
+            return None
+    if lease is None or lease.owner == owner:
+        return None
+    return LeaseLost(session.id, owner, lease.owner)
 
 
 async def _renew(
