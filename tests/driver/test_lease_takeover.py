@@ -17,6 +17,7 @@ from tests.helpers import REPO_ROOT
 from turnfsm import Agent, approval_machine
 from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver import Driver
+from turnfsm.driver import _lease as driver_lease
 from turnfsm.errors import LeaseLost, SessionBusy
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel, reply, tool_call
@@ -144,6 +145,81 @@ async def test_a_run_whose_lease_is_taken_over_stops_and_writes_nothing(
         assert lost.value.holder == "elsewhere:1:x"
         assert "took the session over" in str(lost.value)
         assert len(await store.load(session.id)) == version
+        lease = await store.lease_of(session.id)
+        assert lease is not None
+        assert lease.owner == "elsewhere:1:x"
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_taker_appended_first_raises_lease_lost(
+    tmp_path: Path,
+) -> None:
+    # The run's process stalled past its lease (paused, swapped out): another
+    # took the session over and appended before this run's next renewal. The
+    # run's next append is refused; it says the session was taken over, not
+    # "run it again".
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session(store=store)
+
+        async def work(step: str) -> str:
+            """Do one step.
+
+            Args:
+                step: which.
+            """
+            await store.acquire_lease(session.id, "elsewhere:1:x", ttl=30, force=True)
+            entries = await store.load(session.id)
+            await store.append(session.id, [entries[-1]], expected_version=len(entries))
+            return f"{step} done"
+
+        model = ScriptedModel.of(
+            reply("", tool_call("work", "c1", step="one")), "all done"
+        )
+        driver = Driver(model=model, tools=[work], lease_ttl=30)
+        with anyio.fail_after(10):
+            with pytest.raises(LeaseLost) as lost:
+                await driver.run("do one step", session=session)
+        assert lost.value.holder == "elsewhere:1:x"
+        assert "took the session over" in str(lost.value)
+        lease = await store.lease_of(session.id)
+        assert lease is not None
+        assert lease.owner == "elsewhere:1:x"
+
+
+@pytest.mark.anyio
+async def test_a_run_that_stalled_past_its_lease_writes_nothing_after_a_take_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's process stalls (paused, swapped out) past its lease; another
+    # takes the session over but has not written yet. When the run wakes up,
+    # its next write checks the lease first: it raises LeaseLost and writes
+    # nothing into the session that is no longer its own.
+    now = [1000.0]
+    monkeypatch.setattr(driver_lease, "_clock", lambda: now[0])
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session(store=store)
+        taken_at: list[int] = []
+
+        async def work(step: str) -> str:
+            """Do one step.
+
+            Args:
+                step: which.
+            """
+            await store.acquire_lease(session.id, "elsewhere:1:x", ttl=30, force=True)
+            taken_at.append(len(await store.load(session.id)))
+            now[0] += 31  # the stall: no renewal ran for longer than the lease
+            return f"{step} done"
+
+        model = ScriptedModel.of(
+            reply("", tool_call("work", "c1", step="one")), "all done"
+        )
+        driver = Driver(model=model, tools=[work], lease_ttl=30)
+        with anyio.fail_after(10):
+            with pytest.raises(LeaseLost) as lost:
+                await driver.run("do one step", session=session)
+        assert lost.value.holder == "elsewhere:1:x"
+        assert len(await store.load(session.id)) == taken_at[0]
         lease = await store.lease_of(session.id)
         assert lease is not None
         assert lease.owner == "elsewhere:1:x"

@@ -382,6 +382,19 @@ async def test_a_refused_server_is_a_store_error_without_the_password(
     assert "s3cret" not in repr(store)
 
 
+def test_stores_on_two_schemas_of_one_database_name_their_schema() -> None:
+    # Tenants in one database: listings and errors tell them apart.
+    base = "postgresql://app:pw@db.internal/agents"
+    a = PostgresStore(f"{base}?options=-csearch_path%3Dteam_a")
+    b = PostgresStore(f"{base}?options=-c%20search_path%3Dteam_b")
+    assert a.server == (
+        "postgresql://app@db.internal:5432/agents?options=-csearch_path%3Dteam_a"
+    )
+    assert b.server.endswith("?options=-csearch_path%3Dteam_b")
+    assert PostgresStore(base).server == "postgresql://app@db.internal:5432/agents"
+    assert "pw" not in a.server
+
+
 def test_bad_settings_are_config_errors() -> None:
     for options in ({"min_size": -1}, {"max_size": 0}, {"timeout": 0}):
         with pytest.raises(ConfigError):
@@ -623,7 +636,7 @@ async def test_a_connection_lost_mid_run_is_a_store_error_and_nothing_half_writt
         agent, error = await _run_with(store, proxy.cut)
         group.cancel_scope.cancel()
     assert isinstance(error, StoreUnusable)
-    assert error.path == f"postgresql://turnfsm@127.0.0.1:{proxy.port}/turnfsm"
+    assert error.path.startswith(f"postgresql://turnfsm@127.0.0.1:{proxy.port}/turnfsm")
     assert "s3cret" not in str(error)
     # Reconnected (directly): the log is what the run's view had appended;
     # the append that met the cut is not there, not even in part.

@@ -30,6 +30,7 @@ from turnfsm.driver._audit import Audit
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources, ending_time
 from turnfsm.driver._control import RunResult
+from turnfsm.driver._lease import confirm
 from turnfsm.driver._store_calls import store_call
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
@@ -76,8 +77,10 @@ class Ending:
 
         Raises:
             StoreUnusable: the store did not answer in time (`store_call`).
+            LeaseLost: another process took the session over (`confirm`).
         """
         session = self.session
+        await confirm(session)
         await store_call(
             session.append(*entries, history=history),
             seconds=self.settings.store_timeout,

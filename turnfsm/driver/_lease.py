@@ -14,21 +14,58 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Final
 
 import anyio
+import attrs
 
 from turnfsm.driver._store_calls import store_call
-from turnfsm.errors import LeaseLost
+from turnfsm.errors import LeaseLost, SessionConflict
 from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
 
-__all__ = ["holding", "lease_owner", "owner_id"]
+__all__ = ["confirm", "holding", "lease_owner", "owner_id"]
 
 logger = logging.getLogger("turnfsm.driver")
 
 _TOKEN: Final = uuid.uuid4().hex[:8]
+
+_clock = time.monotonic  # when a lease was renewed, as this process counts
+
+
+@attrs.define(eq=False)
+class _Hold:
+    """A run's hold on its session's lease, as this process last knew it."""
+
+    store: LeasingStore
+    owner: str
+    ttl: float
+    store_timeout: float | None
+    renewed: float  # _clock() when the last renewal that held was sent
+
+
+# The holds of the runs under way in this process, by their session view.
+_HOLDS: Final[dict[int, _Hold]] = {}
+
+
+async def confirm(session: Session) -> None:
+    """Make sure `session`'s run still holds its lease before it writes.
+
+    Free while the lease was renewed within half its time to live (the
+    background renewal keeps it so). Past that (this process stalled: paused,
+    swapped out, suspended), the lease may have expired and another process
+    taken the session over: it is renewed first, so the run writes nothing
+    into a session that is no longer its own.
+
+    Raises:
+        LeaseLost: another process took the session over; nothing is written.
+    """
+    hold = _HOLDS.get(id(session))
+    if hold is None or _clock() - hold.renewed < hold.ttl / 2:
+        return
+    await _renew_once(session, hold)
 
 
 def owner_id() -> str:
@@ -87,6 +124,7 @@ async def holding(
         store=store,
         method="lease_of",
     )
+    sent = _clock()
     await store_call(
         store.acquire_lease(session_id, owner, ttl=ttl, force=force),
         seconds=store_timeout,
@@ -95,21 +133,35 @@ async def holding(
         writes=True,
     )
     session.hold_lost(None)
+    hold = _Hold(store, owner, ttl, store_timeout, sent)
+    _HOLDS[id(session)] = hold
     if previous is not None and previous.owner == owner:
         previous = None
     try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(_renew, session, store, owner, ttl, store_timeout)
-            try:
-                yield previous
-            finally:
-                group.cancel_scope.cancel()
-    except BaseExceptionGroup as raised:
-        # One failure (the run's) surfaces as itself, as it would unleased.
-        if len(raised.exceptions) == 1:
-            raise raised.exceptions[0] from None
-        raise
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_renew, session, hold)
+                try:
+                    yield previous
+                finally:
+                    group.cancel_scope.cancel()
+        except BaseExceptionGroup as raised:
+            # One failure (the run's) surfaces as itself, as it would unleased.
+            if len(raised.exceptions) == 1:
+                raise raised.exceptions[0] from None
+            raise
+    except SessionConflict as conflict:
+        # Another process appended first: if it took the lease over (this
+        # process stalled past its lease), the run lost the session.
+        lost = await _lost(session, store, owner, store_timeout)
+        if lost is None:
+            raise
+        session.hold_lost(lost)
+        logger.error("run stopped: %s", lost)
+        raise lost from conflict
     finally:
+        if _HOLDS.get(id(session)) is hold:
+            del _HOLDS[id(session)]
         with anyio.CancelScope(shield=True):
             try:
                 await store_call(
@@ -123,34 +175,65 @@ async def holding(
                 logger.warning("could not release the lease on %s", session.id)
 
 
-async def _renew(
-    session: Session,
-    store: LeasingStore,
-    owner: str,
-    ttl: float,
-    store_timeout: float | None,
-) -> None:
-    """Renew the lease every third of `ttl` until cancelled.
+async def _lost(
+    session: Session, store: LeasingStore, owner: str, store_timeout: float | None
+) -> LeaseLost | None:
+    """`LeaseLost` if another owner holds `session`'s lease now (None: not so).
+
+    The store being down is no news here: the caller's error stands.
+    """
+    with anyio.CancelScope(shield=True):
+        try:
+            lease = await store_call(
+                store.lease_of(session.id),
+                seconds=store_timeout,
+                store=store,
+                method="lease_of",
+            )
+        except Exception:
+            return None
+    if lease is None or lease.owner == owner:
+        return None
+    return LeaseLost(session.id, owner, lease.owner)
+
+
+async def _renew_once(session: Session, hold: _Hold) -> None:
+    """Renew the lease once; note when (see `confirm`).
+
+    Raises:
+        LeaseLost: another process took the session over (the view then
+            refuses every append).
+        Exception: the store failed (the caller decides).
+    """
+    sent = _clock()
+    try:
+        await store_call(
+            hold.store.renew_lease(session.id, hold.owner, ttl=hold.ttl),
+            seconds=hold.store_timeout,
+            store=hold.store,
+            method="renew_lease",
+            writes=True,
+        )
+    except LeaseLost as lost:
+        session.hold_lost(lost)
+        logger.error("run stopped: %s", lost)
+        raise
+    hold.renewed = max(hold.renewed, sent)
+
+
+async def _renew(session: Session, hold: _Hold) -> None:
+    """Renew the lease every third of its time to live until cancelled.
 
     Raises:
         LeaseLost: another process took the session over. The run stops
             (the error cancels it), and its session view writes nothing
             more: the other process carries the session on.
     """
-    session_id = session.id
     while True:
-        await anyio.sleep(ttl / 3)
+        await anyio.sleep(hold.ttl / 3)
         try:
-            await store_call(
-                store.renew_lease(session_id, owner, ttl=ttl),
-                seconds=store_timeout,
-                store=store,
-                method="renew_lease",
-                writes=True,
-            )
-        except LeaseLost as lost:
-            session.hold_lost(lost)
-            logger.error("run stopped: %s", lost)
+            await _renew_once(session, hold)
+        except LeaseLost:
             raise
         except Exception:  # the store is down for a moment: try again later
-            logger.warning("could not renew the lease on %s", session_id)
+            logger.warning("could not renew the lease on %s", session.id)

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import final
+from typing import Final, final
 
 import anyio
 import psycopg
@@ -172,7 +174,15 @@ def server_of(url: str) -> str:
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = params.get("port") or 5432
     user = f"{params['user']}@" if params.get("user") else ""
-    return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
+    server = f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
+    # Stores on two schemas of one database (tenants) are told apart.
+    found = _SEARCH_PATH.search(str(params.get("options") or ""))
+    if found is None:
+        return server
+    return f"{server}?options=-csearch_path%3D{urllib.parse.quote(found[1], safe=',')}"
+
+
+_SEARCH_PATH: Final = re.compile(r"(?:-c\s*|--)search_path=(\S+)")
 
 
 def loop_or_none() -> asyncio.AbstractEventLoop | None:
