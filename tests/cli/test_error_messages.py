@@ -491,3 +491,63 @@ def test_a_postgres_connection_string_as_the_store_is_refused_unshown(
         assert "postgresql://USER:PASSWORD@HOST:PORT/DATABASE" in err
         assert "s3cret" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+# A server that refuses a request as too long (a URL server that does not
+# tell its window, so the run drew its lines at the default): the advice
+# names the option a command line user sets, not the Python setting.
+@pytest.mark.parametrize(
+    "error",
+    [
+        "stalled",
+        "exceeded",
+    ],
+)
+def test_a_refused_requests_advice_names_the_window_option(error: str) -> None:
+    from turnfsm.cli._run import AgentOptions, cli_words
+    from turnfsm.errors import CompactionStalled, ContextExceeded, LargeItem
+
+    said_by_server = "HTTP 400: This model's maximum context length is 512 tokens."
+    largest = (LargeItem(kind="message", role="user", turn=1, index=0, tokens=1291),)
+    exc: ContextExceeded = (
+        CompactionStalled(1307, 1307, provider_message=said_by_server, largest=largest)
+        if error == "stalled"
+        else ContextExceeded(
+            1307, 4096, provider_message=said_by_server, largest=largest
+        )
+    )
+    said = cli_words(exc, AgentOptions(model="http://127.0.0.1:9/v1#m"))
+    assert "context_window" not in said, said
+    assert "max_output_tokens" not in said, said
+    assert "--window" in said, said
+    assert said_by_server in said, said
+    # Your own agent (--agent) is set in code: the library's words hold.
+    own = cli_words(exc, AgentOptions(agent="mod:agent"))
+    assert "context_window" in own, own
+
+
+def test_a_run_the_server_refused_ends_with_the_window_option() -> None:
+    import io
+
+    from turnfsm.cli._run import AgentOptions, report_result
+    from turnfsm.driver import RunResult
+    from turnfsm.errors import CompactionStalled
+    from turnfsm.values import Usage
+
+    error = CompactionStalled(1307, 1307, provider_message="HTTP 400: too long")
+    result: RunResult[str] = RunResult(
+        outcome="failed",
+        text="",
+        error=error,
+        usage=Usage(),
+        session_id="ses_1",
+        run_id="run_1",
+        turns=0,
+    )
+    out = io.StringIO()
+    options = AgentOptions(model="http://127.0.0.1:9/v1#m")
+    assert report_result(result, "memory:", options, out) == 1
+    ended = out.getvalue().splitlines()[-1]
+    assert ended.startswith("run failed: compaction stalled"), ended
+    assert "set --window to the model's real window" in ended, ended
+    assert "context_window" not in ended, ended

@@ -18,7 +18,7 @@ import sys
 import threading
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, TextIO, TypeVar, final
+from typing import Any, Final, TextIO, TypeVar, final
 
 import anyio
 import attrs
@@ -35,6 +35,7 @@ from turnfsm.core import MachineSpec, Pause
 from turnfsm.driver import Driver, RunResult, read_session
 from turnfsm.errors import (
     ConfigError,
+    ContextExceeded,
     PinnedTooLarge,
     RunCrashed,
     SessionBusy,
@@ -639,7 +640,38 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
             f"{exc.window} tokens (--n-ctx): give at most {exc.window}, leave "
             f"--window unset, or raise --n-ctx"
         )
+    if (
+        isinstance(exc, ContextExceeded)
+        and exc.provider_message
+        and options is not None
+        and not options.agent
+    ):
+        return _option_words(explain(exc))
     return explain(exc)
+
+
+_OPTION_WORDS: Final = (
+    (
+        "context_window to the model's real window",
+        "--window to the model's real window",
+    ),
+    ("real window as its context_window", "real window as --window"),
+    ("reply budget (max_output_tokens)", "reply budget (--max-tokens)"),
+)
+"""The library's settings in a refused request's advice, as the options say them."""
+
+
+def _option_words(said: str) -> str:
+    """`said` with the window and reply budget settings named as options.
+
+    A request the server refused as too long was sent because the run's
+    window was larger than the server's: on the command line the window is
+    ``--window`` (a server that does not tell its own is given ``--n-ctx``,
+    or 4096, otherwise) and the reply budget ``--max-tokens``.
+    """
+    for library, option in _OPTION_WORDS:
+        said = said.replace(library, option)
+    return said
 
 
 def _window_flag(options: AgentOptions, window: int) -> str | None:
@@ -805,7 +837,8 @@ def report_result(
         print(f"run {result.run_id} abandoned: {result.error}", file=out)
         return 0
     if not result.ok:
-        print(f"run {result.outcome}: {result.error}", file=out)
+        said = result.error and cli_words(result.error, options)
+        print(f"run {result.outcome}: {said}", file=out)
         return 1
     print(f"run done: {result.turns} model call(s), {_usage(result)}", file=out)
     return 0

@@ -15,9 +15,12 @@ grammar, or the text. Replies are never longer than ``max_tokens``.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NotRequired
 
 from turnfsm.providers._llama_chat import (
@@ -31,7 +34,10 @@ from turnfsm.providers._llama_chat import (
     tool_names,
 )
 
-__all__ = ["serve", "tool_chat_handler"]
+__all__ = ["PARENT_ENV", "serve", "tool_chat_handler", "watch_parent"]
+
+PARENT_ENV = "TURNFSM_LLAMA_PARENT"
+"""The environment variable `LlamaServer` sets to its own process id."""
 
 _SAMPLING = (
     "top_p",
@@ -188,8 +194,44 @@ def tool_chat_handler(
     return _stream(response) if stream else response
 
 
+def watch_parent(
+    parent: int, gone: Callable[[], None], *, interval: float = 1.0
+) -> threading.Thread:
+    """Call `gone` once the process `parent` is no longer this one's parent.
+
+    The server runs in a session of its own, so a signal that kills the
+    process that started it (SIGKILL, SIGTERM on a script with no handler,
+    a crash) does not reach it: without this it would run on, holding its
+    port and memory, with no one left to stop it. Checked every `interval`
+    seconds from a daemon thread, which is returned (started).
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        gone()
+
+    thread = threading.Thread(target=watch, name="turnfsm-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_now() -> None:
+    """End this server: SIGTERM to itself, and a hard exit 10 s later."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+    os._exit(1)
+
+
 def serve() -> None:
-    """Register the ``turnfsm-tools`` format, then run llama.cpp's server."""
+    """Register the ``turnfsm-tools`` format, then run llama.cpp's server.
+
+    With ``TURNFSM_LLAMA_PARENT`` set to a process id (`LlamaServer` sets
+    its own), the server stops when that process is gone.
+    """
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit():
+        watch_parent(int(parent), _stop_now)
     from llama_cpp import llama_chat_format, llama_types
 
     # OpenAI's API takes ``"content": null`` on an assistant message that only

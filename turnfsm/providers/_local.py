@@ -161,14 +161,20 @@ class LlamaServer:
             "--n_threads", str(self.n_threads),
             "--chat_format", self.chat_format,
         ]  # fmt: skip
-        self._process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        # The server stops itself if this process dies without stopping it.
+        env = {**os.environ, "TURNFSM_LLAMA_PARENT": str(os.getpid())}
         try:
+            self._process = subprocess.Popen(
+                command,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
             self._wait_ready()
         except BaseException:
-            # Ctrl-C or a bug while waiting: the server is in its own session
-            # and would not get the signal, so stop it here.
+            # Ctrl-C, a bug, or a server that cannot start: it is in its own session
+            # and would not get the signal, so stop it (and close its log) here.
             self.stop()
             raise
         return self

@@ -1,0 +1,107 @@
+"""The local server stops itself when the process that started it dies.
+
+`LlamaServer` runs llama.cpp's server in a session of its own; a script
+killed without stopping it (SIGKILL, SIGTERM with no handler) would leave it
+running, holding its port and memory. The server watches the process id
+`LlamaServer` gives it and ends when that process is gone. Checked here
+without llama.cpp, on real processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from turnfsm.providers._llama_serve import PARENT_ENV, watch_parent
+
+
+def test_the_watch_calls_back_once_the_parent_is_another() -> None:
+    gone = threading.Event()
+    not_the_parent = os.getppid() + 1_000_000
+    watch_parent(not_the_parent, gone.set, interval=0.01)
+    assert gone.wait(5)
+
+
+def test_the_watch_waits_while_the_parent_lives() -> None:
+    gone = threading.Event()
+    watch_parent(os.getppid(), gone.set, interval=0.01)
+    assert not gone.wait(0.2)
+
+
+def test_a_server_whose_starter_is_killed_stops(tmp_path: Path) -> None:
+    marker = tmp_path / "gone"
+    server = textwrap.dedent(
+        f"""
+        import os, time
+        from turnfsm.providers._llama_serve import PARENT_ENV, watch_parent
+
+        def gone():
+            open({str(marker)!r}, "w").write("gone")
+            os._exit(0)
+
+        watch_parent(int(os.environ[PARENT_ENV]), gone, interval=0.05)
+        time.sleep(30)
+        """
+    )
+    starter = textwrap.dedent(
+        f"""
+        import os, subprocess, sys, time
+        env = {{**os.environ, {PARENT_ENV!r}: str(os.getpid())}}
+        child = subprocess.Popen(
+            [sys.executable, "-c", {server!r}], start_new_session=True, env=env
+        )
+        print(child.pid, flush=True)
+        time.sleep(30)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert process.stdout is not None
+    child = int(process.stdout.readline())
+    try:
+        time.sleep(0.3)
+        assert not marker.exists()
+        process.kill()  # as SIGKILL: no finally, no stop()
+        process.wait()
+        deadline = time.monotonic() + 10
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.read_text() == "gone"
+    finally:
+        process.stdout.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_llama_server_tells_the_server_its_own_process_id(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from turnfsm.providers import LlamaServer, _local
+
+    seen: dict[str, Any] = {}
+
+    class Started(Exception):
+        pass
+
+    def popen(command: list[str], **options: Any) -> None:
+        seen.update(options)
+        raise Started
+
+    monkeypatch.setattr(_local.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(_local.subprocess, "Popen", popen)
+    with pytest.raises(Started):
+        LlamaServer(model_path=tmp_path / "m.gguf", port=9).start()
+    assert seen["env"][PARENT_ENV] == str(os.getpid())
+    assert seen["start_new_session"] is True
