@@ -21,6 +21,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
     SQLiteStore,
+    ToolResultRecorded,
     dump_session,
     load_session,
 )
@@ -415,3 +416,39 @@ async def test_rejecting_every_call_needs_none_of_their_tools() -> None:
     review = ToolCallsReviewed.reject({"c1": "no", "c2": "no"})
     done = await lacking.resume(first.session_id, first.run_id, review)
     assert (done.ok, done.text) == (True, "kept them")
+
+
+async def test_a_run_cut_off_after_its_answer_is_running_not_paused() -> None:
+    # The process resumed a paused run, logged the answer (and a call's
+    # result), then died: the run goes on, so it reads as running (not
+    # paused, which would ask for an answer it already has) and resumes
+    # without one.
+    RAN.clear()
+    store = MemoryStore()
+    first = await _agent(_asking_model(), store).run("clean up")
+    done = await _agent(ScriptedModel.of("cleaned up"), store).resume(
+        first.session_id, first.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.ok
+    entries = await store.load(first.session_id)
+    cut = next(i for i, e in enumerate(entries) if isinstance(e, ToolResultRecorded))
+    crashed = MemoryStore()
+    view = Session(first.session_id, store=crashed)
+    for entry in entries[: cut + 1]:
+        await view.append(entry)
+    assert view.run(first.run_id).outcome == "running"
+    assert view.run(first.run_id).waiting is None
+    assert [r.run_id for r in view.open_runs()] == [first.run_id]
+
+    RAN.clear()
+    later = _agent(ScriptedModel.of("cleaned up"), crashed)
+    again = await later.resume(first.session_id, first.run_id)
+    assert again.ok, again.error
+    assert RAN == []  # neither call runs again: the cut-off one is closed
+    logged = entries[cut].result.tool_results[0].call_id
+    results = {p.call_id: p for m in later.session.history for p in m.tool_results}
+    (closed,) = [r for call_id, r in results.items() if call_id != logged]
+    assert not results[logged].is_error
+    assert closed.is_error
+    assert "was interrupted" in closed.content
+    assert later.session.run(first.run_id).outcome == "done"

@@ -503,7 +503,12 @@ class Session:
                 for message in event_messages(entry.event):
                     self._messages.setdefault(message.id, message)
                     self._latest[message.id] = message
-                self._runs[entry.run_id].events.append(entry)
+                run = self._runs[entry.run_id]
+                run.events.append(entry)
+                # A paused or interrupted run fed an event goes on: it is
+                # running until it ends again (a process cut off after
+                # logging the answer leaves it so).
+                run.ended = None
             case Committed():
                 self._history = committed
             case TurnRecord():
