@@ -223,3 +223,16 @@ def test_line_of_falls_back_to_the_nearest_enclosing_entry(
     text = '[[t]]\nconditions = [\n  "a",\n  "b",\n]\n'
 
     assert line_of(source_map(text), path) == expected
+
+
+def test_a_table_under_an_array_of_tables_is_mapped_into_its_last_item() -> None:
+    # `[a.b]` after two `[[a]]` items names a table in the second item: its
+    # keys are the second item's, on the lines written under that header.
+    text = "[[a]]\nx = 1\n[[a]]\nx = 2\n[a.b]\ny = 3\n[[a.c]]\nz = 4\n"
+
+    lines = source_map(text)
+
+    assert lines[("a", 1, "b")] == 5
+    assert lines[("a", 1, "b", "y")] == 6
+    assert lines[("a", 1, "c", 0, "z")] == 8
+    assert set(lines) == paths_of(tomllib.loads(text))
