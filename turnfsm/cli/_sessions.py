@@ -34,6 +34,7 @@ from turnfsm.cli._stores import close_store, is_store_file, open_cli_store, wher
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
 from turnfsm.errors import (
+    DURABLE_OWNER,
     ConfigError,
     CorruptRecord,
     SessionBusy,
@@ -269,7 +270,7 @@ async def _holder_of(session: Session, store: SessionStore) -> SessionBusy | Non
     if lease is None:
         return None
     alive = lease.expires_at > time.time()
-    if not alive and not lease.owner.startswith(_DURABLE):
+    if not alive and not lease.owner.startswith(DURABLE_OWNER):
         return None  # its process is gone: resume and abandon take it over
     return SessionBusy(
         session.id,
@@ -279,10 +280,6 @@ async def _holder_of(session: Session, store: SessionStore) -> SessionBusy | Non
         since=lease.since,
         until=lease.expires_at,
     )
-
-
-_DURABLE: Final = "temporal:"
-"""How a durable run's workflow names itself as its session's owner."""
 
 
 def _show(

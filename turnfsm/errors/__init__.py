@@ -103,6 +103,9 @@ from turnfsm.errors._run import (
     SubagentTooMany,
     SubagentWaiting,
 )
+
+# How a durable run's workflow names itself as a lease owner (not in __all__).
+from turnfsm.errors._run import DURABLE_OWNER as DURABLE_OWNER
 from turnfsm.errors._store import (
     CorruptRecord,
     DuplicateRecord,

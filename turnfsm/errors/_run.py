@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import warnings
 from collections.abc import Iterable
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -187,6 +187,14 @@ with this type on the `ContextOverflowed` event's error.
 """
 
 
+DURABLE_OWNER: Final = "temporal:"
+"""How a durable run's workflow names itself as its session's lease owner.
+
+``temporal:WORKFLOW_ID``: the workflow holds the session while its run runs,
+paused or not.
+"""
+
+
 @final
 @attrs.frozen(auto_exc=True)
 class SessionBusy(TurnFSMError):
@@ -216,7 +224,7 @@ class SessionBusy(TurnFSMError):
         run = f" (run {self.run_id!r})" if self.run_id is not None else ""
         if self.owner is not None and self.alive is not None:
             held = f"{self.owner!r}{_since(self.since)}"
-            workflow = self.owner.removeprefix("temporal:")
+            workflow = self.owner.removeprefix(DURABLE_OWNER)
             if self.alive and workflow != self.owner:
                 return (
                     f"session {self.session_id!r}{run} is held by its durable run, "

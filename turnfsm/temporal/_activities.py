@@ -48,6 +48,7 @@ from turnfsm.driver import (
     run_tool_with_hooks,
 )
 from turnfsm.errors import (
+    DURABLE_OWNER,
     ConfigError,
     ContinuedAsNew,
     EffectFailed,
@@ -219,7 +220,7 @@ def _holder(store: SessionStore, session_id: str) -> LeasingStore | None:
 
 
 def _owner() -> str:
-    return f"temporal:{activity.info().workflow_id}"
+    return f"{DURABLE_OWNER}{activity.info().workflow_id}"
 
 
 async def _hold(store: SessionStore, session_id: str) -> None:

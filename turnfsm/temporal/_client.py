@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Final, final
@@ -38,6 +39,7 @@ from turnfsm.agent import Agent
 from turnfsm.core import Event, ToolCallsReviewed
 from turnfsm.driver import InvalidArguments, OutputType, RunResult, as_messages
 from turnfsm.errors import (
+    DURABLE_OWNER,
     Cancelled,
     ConfigError,
     RunCrashed,
@@ -68,17 +70,32 @@ _OVERHEAD: Final = 1024
 """Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
 
 
+_SERVER_LIMITS: Final[weakref.WeakKeyDictionary[Client, int | None]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each client's server limit, once its namespace said it (`server_payload_limit`)."""
+
+
 async def server_payload_limit(client: Client) -> int | None:
     """The most bytes the client's Temporal server takes in one payload.
 
     Its ``limit.blobSize.error`` as the namespace reports it, less what
-    Temporal adds to the JSON; None when the server does not say.
+    Temporal adds to the JSON; None when the server does not say, or could
+    not be asked (a caller's own deadline goes on as itself). Asked once
+    per client: every start and every steering call of it reads that answer.
     """
-    described = await client.workflow_service.describe_namespace(
-        DescribeNamespaceRequest(namespace=client.namespace)
-    )
+    if client in _SERVER_LIMITS:
+        return _SERVER_LIMITS[client]
+    try:
+        described = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=client.namespace)
+        )
+    except RPCError:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        return None  # not said this time: each caller's own check stands
     limit = described.namespace_info.limits.blob_size_limit_error
-    return limit - _OVERHEAD if limit > _OVERHEAD else None
+    said = _SERVER_LIMITS[client] = limit - _OVERHEAD if limit > _OVERHEAD else None
+    return said
 
 
 def _clipped(value: object) -> object:
@@ -118,7 +135,7 @@ class DurableRun:
     `anyio.fail_after`, whose `TimeoutError` comes through as usual.
     """
 
-    __slots__ = ("_agent", "_client", "_handle", "_limit", "session_id")
+    __slots__ = ("_agent", "_client", "_handle", "session_id")
 
     def __init__(
         self,
@@ -140,7 +157,6 @@ class DurableRun:
         self.session_id = check_id("session_id", session_id)
         self._agent = agent
         self._client = client
-        self._limit: tuple[int | None] | None = None  # the server's, once asked
         self._handle = handle or client.get_workflow_handle(workflow_id_of(session_id))
 
     @property
@@ -318,15 +334,8 @@ class DurableRun:
         Past it, the server refuses a signal, and an update would fail the
         workflow task that takes it, again and again.
         """
-        if self._limit is None:
-            try:
-                self._limit = (await server_payload_limit(self._client),)
-            except RPCError:
-                # A caller's own deadline goes on as itself; else the server
-                # did not say, and the workflow's own check stands.
-                await anyio.lowlevel.checkpoint_if_cancelled()
-                self._limit = (None,)
-        (limit,) = self._limit
+        # None: the server did not say, and the workflow's own check stands.
+        limit = await server_payload_limit(self._client)
         if limit is not None:
             size = payload_size(args)
             if size > limit:
@@ -402,11 +411,7 @@ async def start_durable(
     session = check_id("session_id", session_id or agent.session.id)
     given = options is not None and options.payload_limit != _DEFAULT_LIMIT
     options = options or DurableOptions()
-    try:
-        server = await server_payload_limit(client)
-    except RPCError:
-        await anyio.lowlevel.checkpoint_if_cancelled()  # a caller's deadline
-        server = None  # not said: the start itself says what is wrong
+    server = await server_payload_limit(client)  # None: the start says what is wrong
     if server is not None and options.payload_limit > server and not given:
         # The default, past a server that takes less: the server's.
         options = attrs.evolve(options, payload_limit=server)
@@ -441,6 +446,6 @@ async def start_durable(
     except WorkflowAlreadyStartedError:
         # The session's open durable run: named, to be reached through it.
         raise SessionBusy(
-            session, owner=f"temporal:{workflow_id_of(session)}", alive=True
+            session, owner=f"{DURABLE_OWNER}{workflow_id_of(session)}", alive=True
         ) from None
     return DurableRun(client, session, agent=agent, handle=handle)
