@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -9,20 +10,62 @@ import pytest
 
 from tests.delegation import ALONE, LEAD, delegating_store
 from turnfsm.errors import ConfigError
-from turnfsm.persistence import SQLiteStore, child_sessions, descendants, parent_of
+from turnfsm.persistence import (
+    Entry,
+    LinkingStore,
+    MemoryStore,
+    SessionInfo,
+    SessionStore,
+    SQLiteStore,
+    child_sessions,
+    descendants,
+    parent_of,
+)
 
 
-def tree(path: Path, session_id: str, depth: int | None) -> list[tuple[str, str]]:
+class Plain:
+    """A store of the protocol alone (no `list_delegated`), counting its loads."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.loaded: list[str] = []
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        return await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        self.loaded.append(session_id)
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        return await self.inner.list_sessions()
+
+
+class Linking(Plain):
+    """`Plain`, with the shipped store's `list_delegated`."""
+
+    async def list_delegated(self) -> dict[str, object]:
+        return dict(await self.inner.list_delegated())
+
+
+def tree(
+    path: Path, session_id: str, depth: int | None, *, linking: bool = True
+) -> list[tuple[str, str]]:
     """``(call id, parent session)`` of each descendant, in the order given."""
 
     async def read() -> list[tuple[str, str]]:
-        store = SQLiteStore(path)
+        inner = SQLiteStore(path)
+        store: SessionStore = Linking(inner) if linking else Plain(inner)
         try:
             found = await descendants(store, session_id, depth=depth)
             links = [parent_of(s) for s in found]
             return [(k.call_id, k.session_id) for k in links if k is not None]
         finally:
-            await store.aclose()
+            await inner.aclose()
 
     return anyio.run(read)
 
@@ -30,6 +73,43 @@ def tree(path: Path, session_id: str, depth: int | None) -> list[tuple[str, str]
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return delegating_store(tmp_path_factory.mktemp("store") / "s.db")
+
+
+def test_every_shipped_store_lists_sub_agents_sessions_at_once(store: Path) -> None:
+    sqlite = SQLiteStore(store)
+    try:
+        assert isinstance(MemoryStore(), LinkingStore)
+        assert isinstance(sqlite, LinkingStore)
+        assert not isinstance(Plain(sqlite), LinkingStore)
+    finally:
+        anyio.run(sqlite.aclose)
+
+
+def test_a_store_that_lists_them_is_read_only_below_the_session(store: Path) -> None:
+    # Of a store that lists sub-agents' sessions, only the sessions in the
+    # tree are read; of any other, every session (and the same tree found).
+    async def loads(linking: bool, session_id: str) -> list[str]:
+        inner = SQLiteStore(store)
+        wrapped = Linking(inner) if linking else Plain(inner)
+        try:
+            await descendants(wrapped, session_id)
+            return wrapped.loaded
+        finally:
+            await inner.aclose()
+
+    async def count() -> int:
+        async with SQLiteStore(store) as sqlite:
+            return len(await sqlite.list_sessions())
+
+    everything = anyio.run(count)
+    assert len(anyio.run(loads, False, ALONE)) == everything - 1  # all but it
+    assert anyio.run(loads, True, ALONE) == []
+    assert len(anyio.run(loads, True, LEAD)) == 4  # the lead and its three
+    for session_id in (LEAD, ALONE):
+        for depth in (None, 1):
+            assert tree(store, session_id, depth) == tree(
+                store, session_id, depth, linking=False
+            )
 
 
 def test_each_session_comes_before_its_children_in_call_order(store: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from turnfsm import serde
 from turnfsm.errors import ConfigError, SessionConflict
-from turnfsm.persistence import Entry, Lease, MemoryStore, SessionInfo
+from turnfsm.persistence import Entry, Lease, MemoryStore, RunOpened, SessionInfo
 from turnfsm.testing import check_store
 
 pytestmark = pytest.mark.anyio
@@ -122,6 +122,19 @@ class _Greedy(_Wrapped):
         return None
 
 
+@attrs.define
+class _EveryOpening(_Wrapped):
+    """Lists every run that names a parent, not only a session's first."""
+
+    async def list_delegated(self) -> dict[str, RunOpened]:
+        found: dict[str, RunOpened] = {}
+        for info in await self.list_sessions():
+            for entry in await self.load(info.id):
+                if isinstance(entry, RunOpened) and entry.parent is not None:
+                    found.setdefault(info.id, entry)
+        return found
+
+
 @pytest.mark.parametrize(
     ("store", "check"),
     [
@@ -129,8 +142,9 @@ class _Greedy(_Wrapped):
         (_Replacing, "odd text: entry 0 came back as RunOpened(run_id='run_0_?'"),
         (_KeyBlind, "duplicate key: an append repeating a compaction key"),
         (_Greedy, "leases (acquire): 'owner-b' took a live lease"),
+        (_EveryOpening, "list_delegated: got {'s_child \\udcff': RunOpened("),
     ],
-    ids=["ghosts", "lost surrogates", "repeated keys", "greedy leases"],
+    ids=["ghosts", "lost surrogates", "repeated keys", "greedy leases", "later runs"],
 )
 async def test_the_suite_catches_a_store_that_breaks_a_rule(
     store: Any, check: str

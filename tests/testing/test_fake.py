@@ -81,3 +81,18 @@ def test_a_list_of_replies_given_to_of_shows_both_ways() -> None:
         "Message or a string, or an exception to raise (replies go one by one "
         "into ScriptedModel.of(...), or as a list into ScriptedModel([...]))"
     )
+
+
+def test_a_fake_client_given_no_function_is_refused_when_made() -> None:
+    # FakeModelClient([reply("ok")]) was made, then the run crashed on
+    # "TypeError: 'list' object is not callable" at its first model call.
+    with pytest.raises(ConfigError) as caught:
+        FakeModelClient([reply("ok")])  # type: ignore[arg-type]
+    assert caught.value.field == "handler"
+    assert str(caught.value).endswith(
+        "expected a function of the request returning a ModelResponse, an "
+        "assistant Message or a string (replies given in order go to "
+        "ScriptedModel([...]))"
+    )
+    with pytest.raises(ConfigError, match=r"handler='ok': expected a function"):
+        FakeModelClient("ok")  # type: ignore[arg-type]

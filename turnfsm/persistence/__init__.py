@@ -4,7 +4,8 @@ A session's log holds, in order, every run's opening, every event fed to
 the brain, every turn and compaction pass, every commit point and every
 run's end. The working history and the audit trail are projections of it.
 Every shipped store also keeps owner leases (`LeasingStore`): which process
-holds a session, and whether it is still alive.
+holds a session, and whether it is still alive; and it lists the sessions
+sub-agents ran in at once (`LinkingStore`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from turnfsm.persistence._context_settings import (
 )
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
 from turnfsm.persistence._lease import Lease, LeasingStore
-from turnfsm.persistence._links import child_sessions, descendants, parent_of
+from turnfsm.persistence._links import (
+    LinkingStore,
+    child_sessions,
+    descendants,
+    parent_of,
+)
 
 # For the live view (not in `__all__`): the sub-agents' sessions read again,
 # only those that changed.
@@ -72,6 +78,7 @@ __all__ = [
     "EventRecorded",
     "Lease",
     "LeasingStore",
+    "LinkingStore",
     "MachineStored",
     "MemoryStore",
     "Outcome",

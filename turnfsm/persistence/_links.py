@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
 from turnfsm import _checks
 from turnfsm.persistence._parent_link import ParentLink
-from turnfsm.persistence._records import EventRecorded, event_messages
+from turnfsm.persistence._records import EventRecorded, RunOpened, event_messages
 from turnfsm.persistence._session import Session
 from turnfsm.persistence._store import SessionStore
 
-__all__ = ["child_sessions", "descendants", "parent_of"]
+__all__ = ["LinkingStore", "child_sessions", "descendants", "parent_of"]
+
+
+@runtime_checkable
+class LinkingStore(Protocol):
+    """A `SessionStore` that also lists sub-agents' sessions at once (optional).
+
+    `descendants` (and so ``turnfsm view`` and ``turnfsm sessions show``)
+    asks such a store which sessions sub-agents ran in, then reads only the
+    sessions below the one asked about; of any other store it reads every
+    session. Every shipped store is one.
+    """
+
+    async def list_delegated(self) -> Mapping[str, RunOpened]:
+        """Return the sessions whose first run a sub-agent's caller delegated.
+
+        By session id: each one's first `RunOpened` entry, the one whose
+        `parent` names the calling session, run and call. A session whose
+        first run was not delegated is not in it, nor one whose opening
+        does not read back.
+        """
+        ...
 
 
 def parent_of(session: Session) -> ParentLink | None:
@@ -22,7 +46,8 @@ async def child_sessions(store: SessionStore, session_id: str) -> list[Session]:
 
     In the order the parent's log made their calls (calls made in one batch:
     in the order the model asked for them), then by when they opened.
-    Reads every session of `store` (a store keeps no index of children).
+    Reads the sessions below `session_id` of a `LinkingStore`, every
+    session of any other store.
     """
     return await descendants(store, session_id, depth=1)
 
@@ -34,8 +59,9 @@ async def descendants(
 
     Each session comes before its own children, and the children of one
     session in the order `child_sessions` gives. `parent_of` tells which
-    session, run and call each one answered. Reads every session of `store`
-    once, however deep the tree.
+    session, run and call each one answered. Of a `LinkingStore` (every
+    shipped store), reads only the sessions of the tree; of any other store,
+    every session once, however deep the tree.
 
     Args:
         store: The store that holds them (a sub-agent's session is kept in
@@ -61,24 +87,42 @@ async def read_descendants(
 
     `known` (by id) is brought up to date: a session listed at another
     version is read again, one no longer listed dropped. A page that reads
-    a store's sessions again and again reads only those that changed.
+    a store's sessions again and again reads only those that changed. Of a
+    `LinkingStore`, only the sessions below `session_id` (and their
+    callers) are read.
     """
-    linked: dict[str, list[tuple[ParentLink, float, Session]]] = {}
-    loaded: dict[str, Session] = {}
-    listed = await store.list_sessions()
-    for gone in known.keys() - {info.id for info in listed}:
+    listed = {info.id: info for info in await store.list_sessions()}
+    for gone in known.keys() - listed.keys():
         del known[gone]
-    for info in listed:
-        if info.id == session_id or info.problem is not None:
-            continue
-        session = known.get(info.id)
-        if session is None or session.version != info.version:
-            session = known[info.id] = await Session.load(store, info.id)
-        loaded[info.id] = session
-        link = parent_of(session)
-        if link is not None:
-            at = session.runs[0].opened.at
-            linked.setdefault(link.session_id, []).append((link, at, session))
+
+    async def read(sid: str) -> Session:
+        info = listed.get(sid)
+        session = known.get(sid)
+        if session is None or info is None or session.version != info.version:
+            session = await Session.load(store, sid)
+            if info is not None:
+                known[sid] = session
+        return session
+
+    linked: dict[str, list[tuple[ParentLink, float, str]]] = {}
+    if isinstance(store, LinkingStore):
+        openings = await store.list_delegated()
+        for sid, opened in openings.items():
+            info = listed.get(sid)
+            if opened.parent is None or info is None or info.problem is not None:
+                continue
+            if sid != session_id:
+                found = (opened.parent, opened.at, sid)
+                linked.setdefault(opened.parent.session_id, []).append(found)
+    else:
+        for info in listed.values():
+            if info.id == session_id or info.problem is not None:
+                continue
+            session = await read(info.id)
+            parent = parent_of(session)
+            if parent is not None:
+                at = session.runs[0].opened.at
+                linked.setdefault(parent.session_id, []).append((parent, at, info.id))
     out: list[Session] = []
     seen = {session_id}
     level = [session_id]
@@ -88,20 +132,20 @@ async def read_descendants(
             children = linked.get(parent_id, [])
             if not children:
                 continue
-            parent = loaded.get(parent_id) or await Session.load(store, parent_id)
-            for child in _in_call_order(parent, children):
-                if child.id not in seen:  # a damaged store's loop: listed once
-                    seen.add(child.id)
-                    out.append(child)
-                    below.append(child.id)
+            caller = await read(parent_id)
+            for child_id in _in_call_order(caller, children):
+                if child_id not in seen:  # a damaged store's loop: listed once
+                    seen.add(child_id)
+                    out.append(await read(child_id))
+                    below.append(child_id)
         level = below
         depth = None if depth is None else depth - 1
     return _preorder(session_id, out)
 
 
 def _in_call_order(
-    parent: Session, children: list[tuple[ParentLink, float, Session]]
-) -> list[Session]:
+    parent: Session, children: list[tuple[ParentLink, float, str]]
+) -> list[str]:
     """`children` in the order `parent`'s log made their calls, then by opening."""
     order: dict[str, int] = {}
     for entry in parent.entries:
@@ -111,7 +155,7 @@ def _in_call_order(
                     order.setdefault(call.id, len(order))
     late = len(order)
     ranked = sorted(children, key=lambda c: (order.get(c[0].call_id, late), c[1]))
-    return [session for _link, _at, session in ranked]
+    return [child_id for _link, _at, child_id in ranked]
 
 
 def _preorder(root: str, found: list[Session]) -> list[Session]:

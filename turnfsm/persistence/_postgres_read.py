@@ -5,11 +5,24 @@ from __future__ import annotations
 from typing import TypeAlias
 
 from turnfsm.persistence._postgres_append import _Conn
-from turnfsm.persistence._records import Entry
-from turnfsm.persistence._rows import column_value, counter_problem, decode_log
+from turnfsm.persistence._records import Entry, RunOpened
+from turnfsm.persistence._rows import (
+    column_value,
+    counter_problem,
+    decode_log,
+    delegated_openings,
+)
 from turnfsm.persistence._store import SessionInfo
 
-__all__ = ["Listed", "Log", "decode_read", "listed_infos", "read_list", "read_log"]
+__all__ = [
+    "Listed",
+    "Log",
+    "decode_read",
+    "listed_infos",
+    "read_delegated",
+    "read_list",
+    "read_log",
+]
 
 Log: TypeAlias = tuple[int | None, list[tuple[int, object]], dict[str, object]]
 """A session as stored: its counter (None: no row), its ``(seq, body)`` rows,
@@ -54,6 +67,15 @@ async def read_list(conn: _Conn) -> list[Listed]:
         (str(i), int(v), None if last is None else int(last))
         for i, v, last in await cur.fetchall()
     ]
+
+
+async def read_delegated(conn: _Conn) -> dict[str, RunOpened]:
+    """The openings of delegated first runs (see `PostgresStore.list_delegated`)."""
+    cur = await conn.execute(
+        "SELECT DISTINCT ON (session_id) session_id, body FROM turnfsm_entries"
+        " WHERE kind = 'RunOpened' ORDER BY session_id, seq"
+    )
+    return delegated_openings((str(key), body) for key, body in await cur.fetchall())
 
 
 def decode_read(session_id: str, log: Log) -> tuple[Entry, ...]:

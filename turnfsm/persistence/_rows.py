@@ -22,7 +22,7 @@ import gc
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, final
 
 import attrs
@@ -30,7 +30,7 @@ import attrs
 from turnfsm import serde
 from turnfsm._json import compact_encoder
 from turnfsm.errors import CorruptRecord
-from turnfsm.persistence._records import Entry
+from turnfsm.persistence._records import Entry, RunOpened
 
 __all__ = [
     "MESSAGE_REF",
@@ -40,6 +40,7 @@ __all__ = [
     "counter_problem",
     "decode",
     "decode_log",
+    "delegated_openings",
     "encode",
     "entry_kind",
 ]
@@ -363,6 +364,27 @@ def _loads(text: str, path: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise CorruptRecord("Entry", path, f"not JSON: {exc}") from None
+
+
+def delegated_openings(rows: Iterable[tuple[str, object]]) -> dict[str, RunOpened]:
+    """The openings of delegated runs among `rows` (a session's key, a body).
+
+    Each row is a session's first run's opening; the result is by session
+    id, as `LinkingStore.list_delegated` returns it. Only a
+    body that names a parent is decoded; one that does not read back is left
+    out (loading its session says what is wrong with it).
+    """
+    found: dict[str, RunOpened] = {}
+    for key, body in rows:
+        if not isinstance(body, str) or '"parent"' not in body:
+            continue
+        try:
+            entry = decode(body, {})
+        except CorruptRecord:
+            continue
+        if isinstance(entry, RunOpened) and entry.parent is not None:
+            found[column_value(key)] = entry
+    return found
 
 
 def entry_kind(entry: Entry) -> str:

@@ -11,18 +11,19 @@ import time
 from typing import Final
 
 from turnfsm.errors import DuplicateRecord, SessionConflict
-from turnfsm.persistence._records import Entry
+from turnfsm.persistence._records import Entry, RunOpened
 from turnfsm.persistence._rows import (
     Row,
     column_text,
     column_value,
     counter_problem,
     decode_log,
+    delegated_openings,
 )
 from turnfsm.persistence._sqlite_open import _roll_back, _transaction
 from turnfsm.persistence._store import SessionInfo
 
-__all__ = ["append", "delete", "list_sessions", "load"]
+__all__ = ["append", "delete", "list_delegated", "list_sessions", "load"]
 
 
 def append(
@@ -110,6 +111,12 @@ def list_sessions(conn: sqlite3.Connection) -> tuple[SessionInfo, ...]:
     return tuple(sorted(infos, key=lambda info: info.id))
 
 
+def list_delegated(conn: sqlite3.Connection) -> dict[str, RunOpened]:
+    """The openings of delegated first runs (see `SQLiteStore.list_delegated`)."""
+    rows = conn.execute(_FIRST_RUNS).fetchall()
+    return delegated_openings((key, body) for key, body, _seq in rows)
+
+
 def delete(conn: sqlite3.Connection, key: str) -> bool:
     """Delete the session held under `key`, its rows and its lease."""
     with _transaction(conn, "BEGIN IMMEDIATE"):
@@ -148,6 +155,12 @@ _LIST: Final = (
     "SELECT id, version,"
     " (SELECT max(seq) FROM turnfsm_entries e WHERE e.session_id = s.id)"
     " FROM turnfsm_sessions s"
+)
+# Each session's first run's opening: SQLite takes the bare column `body` from
+# the row that holds the least `seq`.
+_FIRST_RUNS: Final = (
+    "SELECT session_id, body, min(seq) FROM turnfsm_entries"
+    " WHERE kind = 'RunOpened' GROUP BY session_id"
 )
 _DELETE: Final = "DELETE FROM turnfsm_sessions WHERE id = ?"
 _DELETE_LEASE: Final = "DELETE FROM turnfsm_leases WHERE session_id = ?"

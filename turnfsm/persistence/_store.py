@@ -19,7 +19,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import ConfigError, DuplicateRecord, SessionConflict
 from turnfsm.persistence._lease import Lease, check_lease, renewed, taken
-from turnfsm.persistence._records import ENTRY_TYPES, Entry
+from turnfsm.persistence._records import ENTRY_TYPES, Entry, RunOpened
 
 __all__ = [
     "MemoryStore",
@@ -230,6 +230,15 @@ class MemoryStore:
             SessionInfo(id=sid, version=len(log))
             for sid, log in sorted(self._logs.items())
         )
+
+    async def list_delegated(self) -> dict[str, RunOpened]:
+        """Return the sessions sub-agents ran in, with their first runs' openings."""
+        found: dict[str, RunOpened] = {}
+        for session_id, log in self._logs.items():
+            opened = next((e for e in log if isinstance(e, RunOpened)), None)
+            if opened is not None and opened.parent is not None:
+                found[session_id] = opened
+        return found
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete `session_id`, its entries and its lease; return whether it existed."""

@@ -82,12 +82,13 @@ from turnfsm.persistence._postgres_read import (
     Log,
     decode_read,
     listed_infos,
+    read_delegated,
     read_list,
     read_log,
 )
 from turnfsm.persistence._postgres_run import translate
 from turnfsm.persistence._postgres_schema import SCHEMA_VERSION, migrate
-from turnfsm.persistence._records import Entry
+from turnfsm.persistence._records import Entry, RunOpened
 from turnfsm.persistence._rows import (
     column_text,
     encode,
@@ -328,6 +329,20 @@ class PostgresStore:
             return await read_list(conn)
 
         return listed_infos(await self._run("listing sessions", op))
+
+    async def list_delegated(self) -> dict[str, RunOpened]:
+        """Return the sessions sub-agents ran in, with their first runs' openings.
+
+        One query over the first runs' rows (see `LinkingStore`).
+
+        Raises:
+            StoreUnusable: the server could not be reached.
+        """
+
+        async def op(conn: _Conn, step: _Step) -> dict[str, RunOpened]:
+            return await read_delegated(conn)
+
+        return await self._run("listing sub-agents' sessions", op)
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete `session_id`, its entries and its lease; return whether it existed.

@@ -61,7 +61,7 @@ from turnfsm import _checks, _deprecated
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence import _sqlite_lease, _sqlite_ops
 from turnfsm.persistence._lease import Lease, check_lease
-from turnfsm.persistence._records import Entry
+from turnfsm.persistence._records import Entry, RunOpened
 from turnfsm.persistence._rows import (
     column_text,
     encode,
@@ -211,6 +211,13 @@ class SQLiteStore:
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
         """Return every session, sorted by id; a damaged one says its `problem`."""
         return await self._read(self._on, _sqlite_ops.list_sessions)
+
+    async def list_delegated(self) -> dict[str, RunOpened]:
+        """Return the sessions sub-agents ran in, with their first runs' openings.
+
+        One query over the first runs' rows (see `LinkingStore`).
+        """
+        return await self._read(self._on, _sqlite_ops.list_delegated)
 
     # -- LeasingStore --------------------------------------------------
     async def acquire_lease(

@@ -58,6 +58,20 @@ def _as_response(value: ModelResponse | Message | str, what: str) -> ModelRespon
     return ModelResponse(message=value, usage=None)
 
 
+def _check_handler(value: object) -> None:
+    """Refuse a `FakeModelClient` handler that cannot be called with a request."""
+    if callable(value):
+        return
+    hint = (
+        " (replies given in order go to ScriptedModel([...]))"
+        if _checks.is_iterable(value) and not isinstance(value, str)
+        else ""
+    )
+    raise ConfigError(
+        "handler", value, f"a function of the request returning {_REPLY}{hint}"
+    )
+
+
 @final
 @_checks.keyword_checked
 @attrs.define(eq=False)
@@ -69,7 +83,7 @@ class FakeModelClient:
     Every request is kept in `requests`.
     """
 
-    handler: Handler
+    handler: Handler = attrs.field(validator=lambda _i, _a, v: _check_handler(v))
     requests: list[ModelRequest] = attrs.field(factory=list, init=False)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:

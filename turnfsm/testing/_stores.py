@@ -16,8 +16,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
+
 from turnfsm.errors import CorruptRecord
-from turnfsm.persistence import LeasingStore, SessionStore
+from turnfsm.persistence import (
+    LeasingStore,
+    LinkingStore,
+    ParentLink,
+    RunOpened,
+    SessionStore,
+)
 from turnfsm.testing._store_leases import LEASE_CHECKS
 from turnfsm.testing._store_refusals import (
     _bad_id,
@@ -86,6 +94,27 @@ async def _odd_text(store: SessionStore) -> None:
         raise AssertionError(f"odd text: listed {listed!r}, wrote {sorted(sessions)!r}")
 
 
+async def _delegated(store: SessionStore) -> None:
+    # The sessions whose first run names a parent, with that opening; not a
+    # session whose later run does, nor one whose first run does not.
+    link = ParentLink(session_id="s_\udcff", run_id="run_1", call_id="c_1", depth=1)
+    plain = sample_entries("run_p")
+    opened = plain[0]
+    assert isinstance(opened, RunOpened)
+    assert isinstance(store, LinkingStore)
+    child = (attrs.evolve(opened, run_id="run_c", parent=link), *plain[1:])
+    later = (*plain, attrs.evolve(opened, run_id="run_l", parent=link))
+    written = {"s_plain": plain, "s_child \udcff": child, "s_later": later}
+    for session_id, entries in written.items():
+        await store.append(session_id, entries, expected_version=0)
+    found = dict(await store.list_delegated())
+    if found != {"s_child \udcff": child[0]}:
+        raise AssertionError(
+            f"list_delegated: got {found!r}, wanted the first run's opening "
+            "of the one session whose first run names a parent"
+        )
+
+
 async def _lifecycle(store: SessionStore) -> None:
     # Optional: a store that holds resources is an async context manager
     # whose exit lets go of them (`aclose`).
@@ -146,6 +175,8 @@ async def check_store(factory: StoreFactory, *, damage: Damage | None = None) ->
     `LeasingStore` must also keep owner leases: one winner among concurrent
     acquirers, expired leases taken over, `force`, `SessionBusy` naming the
     live owner, `LeaseLost` on renewing a lost lease, release and lookup.
+    A `LinkingStore` must list exactly the sessions whose first run names
+    a parent, each with that run's opening.
 
     Args:
         factory: Makes a fresh, empty store (sync or async).
@@ -167,3 +198,5 @@ async def check_store(factory: StoreFactory, *, damage: Damage | None = None) ->
     if isinstance(store, LeasingStore):
         for lease_check in LEASE_CHECKS:
             await lease_check(await _make(factory))
+    if isinstance(store, LinkingStore):
+        await _delegated(await _make(factory))
