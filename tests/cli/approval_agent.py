@@ -2,10 +2,13 @@
 
 `careful` asks to delete two files on the approval machine, then reports
 what the tools said; each tool run is kept in `DELETED`. `manager` gives
-that work to `careful`, as a sub-agent.
+that work to `careful`, as a sub-agent. `wiping` removes its own store's
+files in a tool.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from turnfsm import Agent, approval_machine, machines_dir
 from turnfsm.core import MachineSpec
@@ -117,3 +120,26 @@ def careful_then_broken() -> Agent:
     return Agent(
         model=FakeModelClient(_broken), tools=[delete_file], machine=approval_machine()
     )
+
+
+STORE_FILES: list[Path] = []
+"""The store files `wipe_store` removes."""
+
+
+def wipe_store() -> str:
+    """Remove the store's files, as a disk cleaner might."""
+    for path in STORE_FILES:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return "wiped"
+
+
+def _wipe(request: ModelRequest) -> Message:
+    if request.messages[-1].tool_results:
+        return reply("wiped it")
+    return reply("", tool_call("wipe_store", "c1"))
+
+
+def wiping() -> Agent:
+    """Calls `wipe_store`, then answers."""
+    return Agent(model=FakeModelClient(_wipe), tools=[wipe_store])

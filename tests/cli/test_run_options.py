@@ -306,6 +306,25 @@ def test_a_reply_is_printed_once_and_session_continues(
     assert anyio.run(history) == ["first", "answer 0", "second", "answer 0"]
 
 
+def test_a_run_whose_store_fails_names_its_session_and_the_resume(
+    capsys: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It said the store's error alone, with exit status 2 (could not start),
+    # and never which session the run had begun in.
+    store = tmp_path / "s.db"
+    monkeypatch.setattr(approval_agent, "STORE_FILES", [store])
+    agent = "tests.cli.approval_agent:wiping"
+    assert main(["run", "tidy up", "--agent", agent, "--store", str(store)]) == 1
+    captured = capsys.readouterr()
+    assert "turnfsm run: cannot use" in captured.err
+    assert "deleted or replaced" in captured.err
+    session_id = _session_id(captured.out)
+    assert (
+        "run stopped where its store failed; once the store works again, carry "
+        f"it on: turnfsm resume {session_id} --agent {agent} --store {store}"
+    ) in captured.out
+
+
 def test_a_run_whose_provider_reports_no_usage_says_so_not_zero_tokens(
     capsys: Capture, tmp_path: Path
 ) -> None:

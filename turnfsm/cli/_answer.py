@@ -19,6 +19,7 @@ from turnfsm.cli._run import (
     REPORTED,
     AgentOptions,
     Crashed,
+    StoreStopped,
     answer_hint,
     busy_words,
     call_text,
@@ -90,6 +91,8 @@ def run_answer(
         return run_async(_answer, command, options, stream)
     except Crashed as crash:
         return crash.report(stream, errors)
+    except StoreStopped as stopped:
+        return stopped.report(name, options, stream, errors)
     except SessionBusy as exc:
         said = busy_words(exc, "--force")
         hint = " (--force takes it over)" if exc.alive is False else ""

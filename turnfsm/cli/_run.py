@@ -41,6 +41,7 @@ from turnfsm.errors import (
     SessionBusy,
     SessionConflict,
     SessionNotFound,
+    StoreUnusable,
     SubagentWaiting,
     TurnFSMError,
     WindowTooLarge,
@@ -499,6 +500,8 @@ def run_task(
             )
     except Crashed as crash:
         return crash.report(stream)
+    except StoreStopped as stopped:
+        return stopped.report("turnfsm run", options, stream, sys.stderr)
     except REPORTED as exc:
         print(f"turnfsm run: {cli_words(exc, options)}", file=sys.stderr)
         return 2
@@ -541,6 +544,33 @@ class Crashed(Exception):
         return 1
 
 
+@final
+class StoreStopped(Exception):
+    """A run that began and stopped because its store could not be used (internal).
+
+    Its log could not be written on: the command names the session, so the
+    run can be carried on once the store works again.
+    """
+
+    def __init__(self, cause: StoreUnusable, session_id: str, place: str) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.session_id = session_id
+        self.place = place
+
+    def report(self, name: str, options: AgentOptions, out: TextIO, err: TextIO) -> int:
+        """Print the store's error and how to carry the run on; return 1."""
+        print(f"{name}: {cli_words(self.cause, options)}", file=err)
+        print(f"\nsession {self.session_id} stored in {self.place}", file=out)
+        resume = shlex.join(["turnfsm", "resume", self.session_id, *options.flags()])
+        print(
+            "run stopped where its store failed; once the store works again, "
+            f"carry it on: {resume}",
+            file=out,
+        )
+        return 1
+
+
 def raise_if_crashed(
     exc: Exception, session: Session, started: int, place: str
 ) -> None:
@@ -550,13 +580,17 @@ def raise_if_crashed(
     count before a new one. A run that crashes is logged failed with
     `RunCrashed`, then its exception propagates; an error raised before the
     run began (a setting, a session another process holds) is left as it is.
+    A run that began and whose store then could not be used raises
+    `StoreStopped`.
     """
+    if isinstance(exc, BaseExceptionGroup):  # the Ctrl-C watch's task group
+        leaves = _leaves(exc)
+        if len(leaves) == 1 and isinstance(leaves[0], Exception):
+            exc = leaves[0]
     if any(isinstance(run.error, RunCrashed) for run in session.runs[started:]):
-        if isinstance(exc, BaseExceptionGroup):  # the Ctrl-C watch's task group
-            leaves = _leaves(exc)
-            if len(leaves) == 1 and isinstance(leaves[0], Exception):
-                exc = leaves[0]
         raise Crashed(exc, session.id, place) from None
+    if isinstance(exc, StoreUnusable) and len(session.runs) > started:
+        raise StoreStopped(exc, session.id, place) from None
 
 
 T = TypeVar("T")
