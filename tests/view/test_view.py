@@ -541,6 +541,39 @@ def test_approve_on_the_live_page_resumes_the_paused_run(
 
 
 @pytest.mark.parametrize(
+    ("owner", "said"),
+    [
+        (
+            "temporal:wf-desk",
+            "is held by its durable run, Temporal workflow 'wf-desk'",
+        ),
+        ("host-b:4242", "is held by 'host-b:4242'"),
+    ],
+    ids=["a workflow", "a live process"],
+)
+def test_a_run_another_holder_has_is_not_offered_an_answer(
+    tmp_path: Path, capsys: Capture, owner: str, said: str
+) -> None:
+    # The page offered Approve and Reject, which the held session refused.
+    db = tmp_path / "s.db"
+    session_id = _paused(db)
+    capsys.readouterr()
+
+    async def hold() -> None:
+        async with SQLiteStore(db) as store:
+            await store.acquire_lease(session_id, owner, ttl=600, force=True)
+
+    anyio.run(hold)
+    for url in _serve(session_id, db):
+        paused = parse(_get(url)[1]).find("div", "paused")
+        assert said in paused.text()
+        take_over = f"turnfsm resume|abandon {session_id} --agent {CAREFUL} --store"
+        assert f"take it over with {take_over} {db} --force" in paused.text()
+        assert not paused.find_all("form")
+    assert approval_agent.DELETED == []
+
+
+@pytest.mark.parametrize(
     ("argv", "expected"),
     [
         (["ses_nope"], "no session 'ses_nope'"),

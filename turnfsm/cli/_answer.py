@@ -21,7 +21,6 @@ from turnfsm.cli._run import (
     Crashed,
     StoreStopped,
     answer_hint,
-    busy_words,
     call_text,
     cli_store,
     cli_words,
@@ -44,6 +43,7 @@ from turnfsm.errors import (
     SessionBusy,
     SessionNotFound,
     SubagentWaiting,
+    busy_words,
 )
 from turnfsm.hooks import DecisionInfo, Hook, TransitionInfo
 from turnfsm.persistence import RunRecord, Session, SessionStore, parent_of

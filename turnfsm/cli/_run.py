@@ -45,6 +45,7 @@ from turnfsm.errors import (
     SubagentWaiting,
     TurnFSMError,
     WindowTooLarge,
+    busy_words,
 )
 from turnfsm.hooks import ConsoleHook, Hook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
@@ -53,7 +54,6 @@ from turnfsm.providers import ModelClient, known_window, server_window, window_f
 __all__ = [
     "STRATEGY_NAMES",
     "AgentOptions",
-    "busy_words",
     "calibrates",
     "cli_words",
     "interruptible",
@@ -618,15 +618,6 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     for exc in group.exceptions:
         found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
     return found
-
-
-def busy_words(exc: SessionBusy, take_over: str) -> str:
-    """`exc`'s message, its take-over spoken as the command line does it.
-
-    The library's words name Python's ``force=True``; on the command line
-    it is `take_over` (``--force``, or the command that has it).
-    """
-    return str(exc).replace("with force=True", f"with {take_over}")
 
 
 def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:

@@ -25,7 +25,6 @@ from turnfsm.cli._children import show_links
 from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import (
     answer_hint,
-    busy_words,
     call_text,
     run_async,
     waiting_for,
@@ -34,13 +33,13 @@ from turnfsm.cli._stores import close_store, is_store_file, open_cli_store, wher
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver
 from turnfsm.errors import (
-    DURABLE_OWNER,
     ConfigError,
     CorruptRecord,
     SessionBusy,
     SessionConflict,
     SessionNotFound,
     StoreError,
+    busy_words,
 )
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
@@ -50,6 +49,7 @@ from turnfsm.persistence import (
     SessionStore,
     SummaryRecorded,
     Verdict,
+    holder_of,
     load_session,
     session_lines,
 )
@@ -110,7 +110,7 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         if command.action == "compact":
             return await _compact(session, command.agent, out)
         if command.action == "show":
-            held = await _holder_of(session, store)
+            held = await holder_of(session, store)
             code = _show(session, store, out, held=held)
             await show_links(session, store, out)
             return code
@@ -260,26 +260,6 @@ async def _list(store: SessionStore, out: TextIO) -> int:
         )
         return 1
     return 0
-
-
-async def _holder_of(session: Session, store: SessionStore) -> SessionBusy | None:
-    """Who holds the session while a run of it is open: a live run, a workflow."""
-    if not session.open_runs() or not isinstance(store, LeasingStore):
-        return None
-    lease = await store.lease_of(session.id)
-    if lease is None:
-        return None
-    alive = lease.expires_at > time.time()
-    if not alive and not lease.owner.startswith(DURABLE_OWNER):
-        return None  # its process is gone: resume and abandon take it over
-    return SessionBusy(
-        session.id,
-        session.open_runs()[-1].run_id,
-        owner=lease.owner,
-        alive=True,
-        since=lease.since,
-        until=lease.expires_at,
-    )
 
 
 def _show(

@@ -104,8 +104,10 @@ from turnfsm.errors._run import (
     SubagentWaiting,
 )
 
-# How a durable run's workflow names itself as a lease owner (not in __all__).
+# How a durable run's workflow names itself as a lease owner, and a busy
+# session's words with the take-over a command gives (not in __all__).
 from turnfsm.errors._run import DURABLE_OWNER as DURABLE_OWNER
+from turnfsm.errors._run import busy_words as busy_words
 from turnfsm.errors._store import (
     CorruptRecord,
     DuplicateRecord,

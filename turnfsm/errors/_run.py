@@ -195,6 +195,15 @@ paused or not.
 """
 
 
+def busy_words(exc: SessionBusy, take_over: str) -> str:
+    """`exc`'s message, its take-over spoken as a command line or a page does it.
+
+    The library's words name Python's ``force=True``; on the command line
+    it is `take_over` (``--force``, or the command that has it).
+    """
+    return str(exc).replace("with force=True", f"with {take_over}")
+
+
 @final
 @attrs.frozen(auto_exc=True)
 class SessionBusy(TurnFSMError):

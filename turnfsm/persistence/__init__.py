@@ -17,6 +17,9 @@ from turnfsm.persistence._context_settings import (
 )
 from turnfsm.persistence._jsonl import dump_session, load_session, session_lines
 from turnfsm.persistence._lease import Lease, LeasingStore
+
+# For the commands and the live view (not in `__all__`): who holds a session.
+from turnfsm.persistence._lease import holder_of as holder_of
 from turnfsm.persistence._links import (
     LinkingStore,
     child_sessions,

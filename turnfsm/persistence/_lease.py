@@ -10,14 +10,18 @@ that hold only inside one process.
 
 from __future__ import annotations
 
-from typing import Protocol, final, runtime_checkable
+import time
+from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import LeaseLost, SessionBusy
+from turnfsm.errors import DURABLE_OWNER, LeaseLost, SessionBusy
 
-__all__ = ["Lease", "LeasingStore", "check_lease", "renewed", "taken"]
+if TYPE_CHECKING:
+    from turnfsm.persistence._session import Session
+
+__all__ = ["Lease", "LeasingStore", "check_lease", "holder_of", "renewed", "taken"]
 
 _ID = _checks.identifier()
 _TTL = _checks.seconds("ttl", optional=False)
@@ -149,3 +153,28 @@ def renewed(
     if current is None or current.owner != owner:
         raise LeaseLost(session_id, owner, None if current is None else current.owner)
     return attrs.evolve(current, expires_at=now + ttl)
+
+
+async def holder_of(session: Session, store: object) -> SessionBusy | None:
+    """Who holds `session` while a run of it is open: a live run, a workflow.
+
+    None when no run is open, the store keeps no leases, no lease is held,
+    or its holder's lease expired (resume and abandon take the run over);
+    a durable run's workflow holds its session even past its lease.
+    """
+    if not session.open_runs() or not isinstance(store, LeasingStore):
+        return None
+    lease = await store.lease_of(session.id)
+    if lease is None:
+        return None
+    alive = lease.expires_at > time.time()
+    if not alive and not lease.owner.startswith(DURABLE_OWNER):
+        return None  # its process is gone: resume and abandon take it over
+    return SessionBusy(
+        session.id,
+        session.open_runs()[-1].run_id,
+        owner=lease.owner,
+        alive=True,
+        since=lease.since,
+        until=lease.expires_at,
+    )

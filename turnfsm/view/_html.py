@@ -21,7 +21,13 @@ from turnfsm import _checks
 from turnfsm.context import PinRules, pinned_ids, replaced_ids
 from turnfsm.core import emergency_line, threshold_line
 from turnfsm.driver import pin_rules
-from turnfsm.errors import Cancelled, ConfigError, SubagentWaiting
+from turnfsm.errors import (
+    Cancelled,
+    ConfigError,
+    SessionBusy,
+    SubagentWaiting,
+    busy_words,
+)
 from turnfsm.messages import ImagePart, Message
 from turnfsm.persistence import (
     CompactionRecord,
@@ -75,6 +81,8 @@ class Links:
         notice: A line to show on top (the last answer's outcome).
         child: ``session id -> URL`` of a sub-agent session's page (None
             where it has none to show).
+        held: Who holds the session's open run, when a live process or a
+            durable run's workflow does (None: no one, or not known).
     """
 
     turn: Callable[[int, int], str]
@@ -86,6 +94,7 @@ class Links:
     page_size: int = 100
     notice: str = ""
     child: Callable[[str], str | None] = lambda _session_id: None
+    held: SessionBusy | None = None
 
 
 def _asset(name: str) -> str:
@@ -361,7 +370,14 @@ def _outcome(
             f"</code>: {_e(run.error)}</dd>"
         )
     out.append("</dl>")
-    if isinstance(run.error, SubagentWaiting):
+    held = links.held if links is not None else None
+    if held is not None and run.is_open and held.run_id == run.run_id:
+        # Its process or workflow is live: the form and the commands below
+        # would be refused.
+        words = shlex.join([session.id, *commands])
+        said = busy_words(held, f"turnfsm resume|abandon {words} --force")
+        out.append(f'<div class="paused"><p>{_e(said)}</p></div>')
+    elif isinstance(run.error, SubagentWaiting):
         out += _waits_on_subagent(session, run, run.error, links, commands)
     elif run.outcome == "paused" and run.waiting is not None:
         calls = run.waiting.calls

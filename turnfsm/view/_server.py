@@ -26,10 +26,12 @@ from typing import Final, final
 import anyio
 
 from turnfsm import _checks
+from turnfsm.errors import SessionBusy
 from turnfsm.persistence import (
     RunRecord,
     Session,
     SessionStore,
+    holder_of,
     read_descendants,
     store_label,
 )
@@ -112,6 +114,7 @@ class ViewServer:
         self._lock = threading.Lock()
         self._drawing = threading.Lock()
         self._session: Session | None = None
+        self._held: SessionBusy | None = None  # who holds its open run
         self._where = ""
         self._diagrams: dict[tuple[str, int], Diagram] = {}
         self._notice = ""
@@ -208,21 +211,25 @@ class ViewServer:
             StoreError: the store cannot be read.
         """
         with self._lock:
-            self._session = anyio.run(self._read, self._session)
+            self._session, self._held = anyio.run(self._read, self._session)
             return self._session
 
-    async def _read(self, known: Session | None) -> Session:
+    async def _read(self, known: Session | None) -> tuple[Session, SessionBusy | None]:
+        """The session (`known` if its log did not grow), and who holds it."""
         store = self._open()
         try:
+            session: Session | None = None
             if known is not None:
                 infos = await store.list_sessions()
                 version = next(
                     (i.version for i in infos if i.id == self.session_id), None
                 )
                 if version == known.version:
-                    return known
-            self._where = store_label(store)
-            return await Session.load(store, self.session_id)
+                    session = known
+            if session is None:
+                self._where = store_label(store)
+                session = await Session.load(store, self.session_id)
+            return session, await holder_of(session, store)
         finally:
             close = getattr(store, "aclose", None) or getattr(store, "close", None)
             if close is not None:
@@ -313,6 +320,7 @@ class ViewServer:
             page_size=self._page_size,
             notice="" if of else self._notice,
             child=self.child_url,
+            held=None if of else self._held,
         )
 
     # -- answering (a request's thread) -------------------------------------
