@@ -6,12 +6,16 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 
+from turnfsm import Agent
 from turnfsm.cli import main
+from turnfsm.cli._sessions import _list
 from turnfsm.context import ContextManager, SummarizingCompactor
 from turnfsm.driver import Driver, RetryPolicy, RunControl
 from turnfsm.errors import CompactionFailed, CorruptRecord, ProviderError
@@ -23,6 +27,7 @@ from turnfsm.persistence import (
     MemoryStore,
     RunEnded,
     Session,
+    SessionInfo,
     SQLiteStore,
     TurnRecord,
 )
@@ -793,3 +798,74 @@ def test_show_names_the_workflow_holding_a_paused_durable_run(
     assert f"is held by its durable run, Temporal workflow 'turnfsm-{sid}'" in out
     assert f"turnfsm resume|abandon {sid} --force only if" in out
     assert "answer it: turnfsm approve" not in out
+
+
+class _Counted:
+    """A store that counts its loads; `times` False: it says no session's time."""
+
+    def __init__(self, inner: SQLiteStore, *, times: bool) -> None:
+        self.inner = inner
+        self.times = times
+        self.loads = 0
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        return await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        self.loads += 1
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        listed = await self.inner.list_sessions()
+        if self.times:
+            return listed
+        return tuple(attrs.evolve(info, updated_at=None) for info in listed)
+
+
+@pytest.mark.parametrize("times", [True, False], ids=["store says", "store silent"])
+def test_sessions_list_lists_the_newest_and_says_how_many_it_left_out(
+    tmp_path: Path, times: bool
+) -> None:
+    # Every session was read and listed: on a large store, minutes of reading
+    # and thousands of lines for the few sessions wanted.
+    db = tmp_path / "s.db"
+
+    async def listing(limit: int | None) -> tuple[list[str], str, int]:
+        async with SQLiteStore(db) as inner:
+            store = _Counted(inner, times=times)
+            out = io.StringIO()
+            assert await _list(store, out, limit) == 0  # type: ignore[arg-type]
+        lines = out.getvalue().splitlines()
+        return [line.split()[0] for line in lines[1:-1]], lines[-1], store.loads
+
+    async def write() -> list[str]:
+        made = []
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=FakeModelClient(lambda _r: reply("ok")), store=store)
+            for _ in range(5):
+                result = await agent.run("hi", session=Session(store=store))
+                made.append(result.session_id)
+        return made
+
+    made = anyio.run(write)
+    newest, said, loads = anyio.run(listing, 2)
+    assert newest == made[:-3:-1]
+    assert said == (
+        "2 of 5 session(s) in _Counted, newest first (--limit all lists every one)"
+    )
+    assert loads == (2 if times else 5)  # only the newest read, when the store says
+    every, said, _ = anyio.run(listing, None)
+    assert every == made[::-1]
+    assert said == "5 session(s) in _Counted, newest first"
+
+
+def test_sessions_list_refuses_a_limit_that_is_no_count(capsys: Capture) -> None:
+    assert main(["sessions", "list", "--limit", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "turnfsm sessions list: invalid --limit='0': expected a whole number of "
+        "sessions from 1 up, or all\n"
+    )

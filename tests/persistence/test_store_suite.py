@@ -123,6 +123,17 @@ class _Greedy(_Wrapped):
 
 
 @attrs.define
+class _Backwards(_Wrapped):
+    """Says each session grew earlier than the one written before it."""
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        listed = await super().list_sessions()
+        return tuple(
+            attrs.evolve(info, updated_at=float(n)) for n, info in enumerate(listed)
+        )
+
+
+@attrs.define
 class _EveryOpening(_Wrapped):
     """Lists every run that names a parent, not only a session's first."""
 
@@ -143,8 +154,16 @@ class _EveryOpening(_Wrapped):
         (_KeyBlind, "duplicate key: an append repeating a compaction key"),
         (_Greedy, "leases (acquire): 'owner-b' took a live lease"),
         (_EveryOpening, "list_delegated: got {'s_child \\udcff': RunOpened("),
+        (_Backwards, "s_a, written after s_b, is listed as updated at 0.0, before"),
     ],
-    ids=["ghosts", "lost surrogates", "repeated keys", "greedy leases", "later runs"],
+    ids=[
+        "ghosts",
+        "lost surrogates",
+        "repeated keys",
+        "greedy leases",
+        "later runs",
+        "times backwards",
+    ],
 )
 async def test_the_suite_catches_a_store_that_breaks_a_rule(
     store: Any, check: str

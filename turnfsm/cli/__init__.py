@@ -589,11 +589,16 @@ def _sessions_parser(sub: Any) -> None:
     actions = sessions.add_subparsers(dest="action", required=True)
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
-    actions.add_parser(
+    listing = actions.add_parser(
         "list",
         parents=[store],
-        help="every session, newest first: id, start and last activity times, "
+        help="the sessions, newest first: id, start and last activity times, "
         "entries, runs, last outcome",
+    )
+    listing.add_argument(
+        "--limit",
+        metavar="N",
+        help="list the newest N sessions ('all': every one; default: 100)",
     )
     show = actions.add_parser(
         "show", parents=[store], help="a session's history, runs and compactions"

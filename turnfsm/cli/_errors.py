@@ -16,7 +16,13 @@ import sys
 # No turnfsm import at the top: the program imports this module before its
 # Ctrl-C handling starts (see `turnfsm.cli.script`).
 
-__all__ = ["INTERRUPTED_STATUS", "check_writable", "explain", "fail"]
+__all__ = [
+    "INTERRUPTED_STATUS",
+    "check_writable",
+    "count_option",
+    "explain",
+    "fail",
+]
 
 INTERRUPTED_STATUS = 130
 """The exit status of a command Ctrl-C stopped (128 + SIGINT, as shells use)."""
@@ -108,3 +114,27 @@ def check_writable(option: str, path: str) -> None:
         raise ConfigError(
             option, path, f"a file in a directory you may write ({parent} is not)"
         )
+
+
+def count_option(
+    option: str, given: str | None, default: int, *, low: int, what: str
+) -> int | None:
+    """The number `option` gives (None: ``all``; not given: `default`).
+
+    Raises:
+        ConfigError: it is neither ``all`` nor a whole number from `low` up.
+    """
+    from turnfsm.errors import ConfigError
+
+    if given is None:
+        return default
+    if given == "all":
+        return None
+    expected = f"a whole number of {what} from {low} up, or all"
+    try:
+        value = int(given)
+    except ValueError:
+        raise ConfigError(option, given, expected) from None
+    if value < low:
+        raise ConfigError(option, given, expected)
+    return value

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Final, TextIO, final
 
 import anyio
@@ -22,7 +23,7 @@ import attrs
 from turnfsm import serde
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
-from turnfsm.cli._errors import check_writable, explain
+from turnfsm.cli._errors import check_writable, count_option, explain
 from turnfsm.cli._run import (
     answer_hint,
     call_text,
@@ -46,6 +47,7 @@ from turnfsm.persistence import (
     LeasingStore,
     RunRecord,
     Session,
+    SessionInfo,
     SessionStore,
     SummaryRecorded,
     Verdict,
@@ -55,7 +57,10 @@ from turnfsm.persistence import (
 )
 from turnfsm.providers import ModelRequest, ModelResponse
 
-__all__ = ["SessionsCommand", "not_found", "run_sessions"]
+__all__ = ["LIST_LIMIT", "SessionsCommand", "not_found", "run_sessions"]
+
+LIST_LIMIT = 100
+"""How many sessions ``turnfsm sessions list`` lists unless told (the newest)."""
 
 
 @final
@@ -72,6 +77,7 @@ class SessionsCommand:
     yes: bool = False
     force: bool = False
     agent: str | None = None
+    limit: str | None = None
 
 
 def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
@@ -92,10 +98,11 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
 
 
 async def _run(command: SessionsCommand, out: TextIO) -> int:
+    limit = count_option("--limit", command.limit, LIST_LIMIT, low=1, what="sessions")
     store = open_cli_store(command.store, existing=command.action != "import")
     try:
         if command.action == "list":
-            return await _list(store, out)
+            return await _list(store, out, limit)
         if command.action == "import":
             return await _import(store, str(command.file), out)
         if command.action == "rm":
@@ -218,15 +225,22 @@ def _times(session: Session) -> tuple[float | None, float | None]:
     return (min(started) if started else None, max(stamps) if stamps else None)
 
 
-async def _list(store: SessionStore, out: TextIO) -> int:
+async def _list(store: SessionStore, out: TextIO, limit: int | None) -> int:
     infos = await store.list_sessions()
     if not infos:
         print(f"no sessions in {where(store)}", file=out)
         return 0
+    sound = [info for info in infos if getattr(info, "problem", None) is None]
+    read: Sequence[SessionInfo] = infos
+    if limit and len(sound) > limit and all(i.updated_at is not None for i in sound):
+        # The store says when each grew: only the newest are read.
+        newest = sorted(sound, key=lambda i: -(i.updated_at or 0.0))[:limit]
+        chosen = {info.id for info in newest}
+        read = [i for i in infos if i.id in chosen or i not in sound]
     header = ("ID", "STARTED", "LAST ACTIVITY", "ENTRIES", "RUNS", "LAST OUTCOME")
     listed: list[tuple[float, tuple[str, ...]]] = []
-    damaged = 0
-    for info in infos:
+    damaged: list[tuple[str, ...]] = []
+    for info in read:
         # One damaged session is reported on its line, never hides the others.
         problem = getattr(info, "problem", None)
         session: Session | None = None
@@ -236,9 +250,8 @@ async def _list(store: SessionStore, out: TextIO) -> int:
             except CorruptRecord as exc:
                 problem = str(exc)
         if session is None:
-            damaged += 1
-            damaged_row = (info.id, _NO_TIME, _NO_TIME, str(info.version), "-")
-            listed.append((-1.0, (*damaged_row, f"damaged: {problem}")))
+            bad = (info.id, _NO_TIME, _NO_TIME, str(info.version), "-")
+            damaged.append((*bad, f"damaged: {problem}"))
             continue
         runs = session.runs
         started, last = _times(session)
@@ -246,16 +259,19 @@ async def _list(store: SessionStore, out: TextIO) -> int:
         cells = (info.id, _when(started), _when(last), str(info.version))
         listed.append((last or 0.0, (*cells, str(len(runs)), outcome)))
     # Newest first: the latest activity on top (damaged sessions at the end).
-    rows: list[tuple[str, ...]] = [header]
-    rows += [row for _, row in sorted(listed, key=lambda r: -r[0])]
+    shown = sorted(listed, key=lambda r: -r[0])[: limit or None]
+    rows: list[tuple[str, ...]] = [header, *[row for _, row in shown], *damaged]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     for row in rows:
         padded = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join([*padded, row[-1]]), file=out)
-    print(f"{len(infos)} session(s) in {where(store)}, newest first", file=out)
+    count = len(shown) + len(damaged)
+    of = f"{count} of {len(infos)}" if count < len(infos) else f"{len(infos)}"
+    more = " (--limit all lists every one)" if count < len(infos) else ""
+    print(f"{of} session(s) in {where(store)}, newest first{more}", file=out)
     if damaged:
         print(
-            f"{damaged} damaged session(s): `turnfsm sessions rm ID` removes one",
+            f"{len(damaged)} damaged session(s): `turnfsm sessions rm ID` removes one",
             file=out,
         )
         return 1

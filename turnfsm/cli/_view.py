@@ -20,7 +20,7 @@ from typing import TextIO
 
 from turnfsm import _checks
 from turnfsm.cli._answer import AnswerCommand, run_answer
-from turnfsm.cli._errors import check_writable, explain
+from turnfsm.cli._errors import check_writable, count_option, explain
 from turnfsm.cli._run import AgentOptions, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, shown, where
@@ -51,7 +51,7 @@ def run_report(
             raise ConfigError("-o", output, "the HTML file to write (e.g. run.html)")
         check_writable("-o", output)
         recent = _recent(turns)
-        pages = _count(
+        pages = count_option(
             "--sub-agents", sub_agents, REPORT_SUB_AGENTS, low=0, what="sessions"
         )
         session, place, below = run_async(_load, store, session_id)
@@ -94,29 +94,7 @@ def _recent(turns: str | None) -> int | None:
     Raises:
         ConfigError: it is neither ``all`` nor a whole number from 1 up.
     """
-    return _count("--turns", turns, REPORT_TURNS, low=1, what="turns")
-
-
-def _count(
-    option: str, given: str | None, default: int, *, low: int, what: str
-) -> int | None:
-    """The number `option` gives (None: ``all``; not given: `default`).
-
-    Raises:
-        ConfigError: it is neither ``all`` nor a whole number from `low` up.
-    """
-    if given is None:
-        return default
-    if given == "all":
-        return None
-    expected = f"a whole number of {what} from {low} up, or all"
-    try:
-        value = int(given)
-    except ValueError:
-        raise ConfigError(option, given, expected) from None
-    if value < low:
-        raise ConfigError(option, given, expected)
-    return value
+    return count_option("--turns", turns, REPORT_TURNS, low=1, what="turns")
 
 
 def _held(runs: Sequence[RunRecord], recent: int) -> str:

@@ -28,8 +28,9 @@ Log: TypeAlias = tuple[int | None, list[tuple[int, object]], dict[str, object]]
 """A session as stored: its counter (None: no row), its ``(seq, body)`` rows,
 and its messages by digest."""
 
-Listed: TypeAlias = tuple[str, int, "int | None"]
-"""A listed session as stored: its id column, its counter, its last row's number."""
+Listed: TypeAlias = tuple[str, int, "int | None", float]
+"""A listed session as stored: its id column, its counter, its last row's
+number, when it last grew (seconds since the epoch)."""
 
 
 async def read_log(conn: _Conn, key: str) -> Log:
@@ -60,12 +61,13 @@ async def read_list(conn: _Conn) -> list[Listed]:
     # The last row's number comes from the primary key's index: cheap.
     cur = await conn.execute(
         "SELECT s.id, s.version,"
-        " (SELECT max(e.seq) FROM turnfsm_entries e WHERE e.session_id = s.id)"
+        " (SELECT max(e.seq) FROM turnfsm_entries e WHERE e.session_id = s.id),"
+        " extract(epoch FROM s.updated_at)"
         " FROM turnfsm_sessions s"
     )
     return [
-        (str(i), int(v), None if last is None else int(last))
-        for i, v, last in await cur.fetchall()
+        (str(i), int(v), None if last is None else int(last), float(at))
+        for i, v, last, at in await cur.fetchall()
     ]
 
 
@@ -99,8 +101,9 @@ def listed_infos(listed: list[Listed]) -> tuple[SessionInfo, ...]:
             id=column_value(key),
             version=version,
             problem=counter_problem(version, 0 if last is None else last + 1),
+            updated_at=at,
         )
-        for key, version, last in listed
+        for key, version, last, at in listed
         if version or last is not None
     ]
     return tuple(sorted(infos, key=lambda info: info.id))

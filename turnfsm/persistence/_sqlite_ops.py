@@ -104,8 +104,9 @@ def list_sessions(conn: sqlite3.Connection) -> tuple[SessionInfo, ...]:
             id=column_value(key),
             version=version,
             problem=counter_problem(version, 0 if last is None else last + 1),
+            updated_at=updated,
         )
-        for key, version, last in conn.execute(_LIST)
+        for key, version, last, updated in conn.execute(_LIST)
         if version or last is not None
     ]
     return tuple(sorted(infos, key=lambda info: info.id))
@@ -153,8 +154,8 @@ _MESSAGES: Final = "SELECT digest, body FROM turnfsm_messages WHERE session_id =
 # cheap, and a counter that disagrees with the rows shows.
 _LIST: Final = (
     "SELECT id, version,"
-    " (SELECT max(seq) FROM turnfsm_entries e WHERE e.session_id = s.id)"
-    " FROM turnfsm_sessions s"
+    " (SELECT max(seq) FROM turnfsm_entries e WHERE e.session_id = s.id),"
+    " updated_at FROM turnfsm_sessions s"
 )
 # Each session's first run's opening: SQLite takes the bare column `body` from
 # the row that holds the least `seq`.

@@ -44,11 +44,16 @@ class SessionInfo:
             None for a sound one. A damaged session is listed all the same,
             so that one bad session never hides the others; loading it
             raises `CorruptRecord`.
+        updated_at: When its log last grew (seconds since the epoch, on the
+            store's clock), or None when the store does not say. Every
+            shipped store says: ``turnfsm sessions list --limit N`` then
+            reads only the newest sessions.
     """
 
     id: str
     version: int
     problem: str | None = None
+    updated_at: float | None = None
 
 
 @runtime_checkable
@@ -189,6 +194,7 @@ class MemoryStore:
     _logs: dict[str, list[Entry]] = attrs.field(factory=dict, init=False)
     _keys: dict[str, set[str]] = attrs.field(factory=dict, init=False)
     _leases: dict[str, Lease] = attrs.field(factory=dict, init=False)
+    _updated: dict[str, float] = attrs.field(factory=dict, init=False)
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
@@ -215,6 +221,7 @@ class MemoryStore:
         if log is None:
             log = self._logs[session_id] = []
         log.extend(entries)
+        self._updated[session_id] = time.time()
         if new:
             self._keys[session_id] = keys | set(new)
         return len(log)
@@ -227,7 +234,7 @@ class MemoryStore:
     async def list_sessions(self) -> tuple[SessionInfo, ...]:
         """Return every session, sorted by id."""
         return tuple(
-            SessionInfo(id=sid, version=len(log))
+            SessionInfo(id=sid, version=len(log), updated_at=self._updated.get(sid))
             for sid, log in sorted(self._logs.items())
         )
 
@@ -244,6 +251,7 @@ class MemoryStore:
         """Delete `session_id`, its entries and its lease; return whether it existed."""
         self._keys.pop(session_id, None)
         self._leases.pop(session_id, None)
+        self._updated.pop(session_id, None)
         return self._logs.pop(session_id, None) is not None
 
     # -- LeasingStore ----------------------------------------------------

@@ -76,9 +76,16 @@ async def _isolation(store: SessionStore) -> None:
     await store.append("s_a", a[:4], expected_version=0)
     _same(await store.load("s_a"), a[:4], "isolation")
     _same(await store.load("s_b"), b, "isolation")
-    listed = [(s.id, s.version) for s in await store.list_sessions()]
+    infos = await store.list_sessions()
+    listed = [(s.id, s.version) for s in infos]
     if listed != [("s_a", 4), ("s_b", len(b))]:
         raise AssertionError(f"list_sessions: got {listed}")
+    a_at, b_at = (s.updated_at for s in infos)
+    if a_at is not None and b_at is not None and a_at < b_at:
+        raise AssertionError(
+            f"list_sessions: s_a, written after s_b, is listed as updated at "
+            f"{a_at}, before s_b ({b_at})"
+        )
 
 
 async def _odd_text(store: SessionStore) -> None:
@@ -167,7 +174,8 @@ async def check_store(factory: StoreFactory, *, damage: Damage | None = None) ->
     equal, in order, across appends; an append at a stale version raises
     `SessionConflict` and writes nothing; of several concurrent writers
     expecting one version exactly one wins; sessions do not see each other's
-    entries and are listed with their versions; a bad session id is a
+    entries and are listed with their versions (a session written later,
+    with a later `updated_at`, when the store gives one); a bad session id is a
     `ConfigError`; a repeated compaction key is a `DuplicateRecord` that
     writes nothing; a refused or empty append leaves no session behind; text
     and ids with lone surrogates, NULs and escapes read back exactly. A store
