@@ -230,13 +230,16 @@ async def _list(store: SessionStore, out: TextIO, limit: int | None) -> int:
     if not infos:
         print(f"no sessions in {where(store)}", file=out)
         return 0
+    # A store of one's own may list objects of its own: what they lack is None.
     sound = [info for info in infos if getattr(info, "problem", None) is None]
     read: Sequence[SessionInfo] = infos
-    if limit and len(sound) > limit and all(i.updated_at is not None for i in sound):
+    times = [getattr(info, "updated_at", None) for info in sound]
+    if limit and len(sound) > limit and None not in times:
         # The store says when each grew: only the newest are read.
         newest = sorted(sound, key=lambda i: -(i.updated_at or 0.0))[:limit]
         chosen = {info.id for info in newest}
-        read = [i for i in infos if i.id in chosen or i not in sound]
+        sound_ids = {info.id for info in sound}
+        read = [i for i in infos if i.id in chosen or i.id not in sound_ids]
     header = ("ID", "STARTED", "LAST ACTIVITY", "ENTRIES", "RUNS", "LAST OUTCOME")
     listed: list[tuple[float, tuple[str, ...]]] = []
     damaged: list[tuple[str, ...]] = []
