@@ -296,9 +296,10 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
     assert caught.value.reserved > caught.value.pinned
     assert "pin less" not in str(caught.value)
     assert str(caught.value).endswith(
-        "window; most of it is reserved (the system prompt, the tool schemas and "
-        "the reply budget): shorten the system prompt or the tools' descriptions, "
-        "give fewer tools, lower max_output_tokens, or use a bigger window"
+        "window; most of it is reserved (the system prompt, the tool schemas, the "
+        "output type's schema and the reply budget): shorten the system prompt or "
+        "the tools' descriptions, give fewer tools or a smaller output type, lower "
+        "max_output_tokens, or use a bigger window"
     )
 
 

@@ -331,7 +331,7 @@ class PinnedTooLarge(ContextExceeded):
     Attributes:
         pinned: The pinned messages' tokens.
         reserved: What rides every request besides its messages (system
-            prompt, tool schemas, reply budget), in tokens.
+            prompt, tool schemas, output schema, reply budget), in tokens.
     """
 
     pinned: int = attrs.field(default=0, kw_only=True)
@@ -340,10 +340,11 @@ class PinnedTooLarge(ContextExceeded):
     def __str__(self) -> str:
         if self.reserved > self.pinned:  # no pin rule could make it fit
             advice = (
-                "most of it is reserved (the system prompt, the tool schemas "
-                "and the reply budget): shorten the system prompt or the tools' "
-                "descriptions, give fewer tools, lower max_output_tokens, or use "
-                "a bigger window"
+                "most of it is reserved (the system prompt, the tool schemas, "
+                "the output type's schema and the reply budget): shorten the "
+                "system prompt or the tools' descriptions, give fewer tools or "
+                "a smaller output type, lower max_output_tokens, or use a "
+                "bigger window"
             )
         else:
             advice = (
