@@ -22,6 +22,8 @@ __all__ = [
     "MIN_SUMMARY_TOKENS",
     "SummaryFailed",
     "check_model",
+    "check_summary_tokens",
+    "check_summary_window",
     "known_window",
     "summarise",
     "summary_window",
@@ -36,6 +38,14 @@ and a reply of `max_summary_tokens`, the budget shrinks (never below this, or
 below `max_summary_tokens` when that is smaller); a window that cannot hold a
 request even then fails the pass, naming the figures.
 """
+
+check_summary_tokens: Final = _checks.integer(low=16, high=_checks.MAX_TOKENS)
+"""An attrs validator: a `max_summary_tokens` (16 to the largest token setting)."""
+
+check_summary_window: Final = _checks.integer(
+    low=1, high=_checks.MAX_TOKENS, optional=True
+)
+"""An attrs validator: a `summary_window` (None: the model's own)."""
 
 _PART_LABEL: Final = "[SUMMARY OF PART 9999]\n"
 """The widest label a chunk summary carries when the summaries are summarised."""
