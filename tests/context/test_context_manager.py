@@ -471,8 +471,8 @@ def _raise(exc: Exception) -> CompactionProposal:
             "compactor returned str, not a CompactionProposal",
         ),
         (
-            lambda m, t, c: CompactionProposal.compacted(["hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
-            "compactor returned something that is not a Message",
+            lambda m, t, c: CompactionProposal.compacted([m[0], "hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
+            "compactor returned messages[1]='hi' (str), not a Message",
         ),
         (
             lambda m, t, c: CompactionProposal.failed(ValueError("down"), 0),  # type: ignore[arg-type]  # bad on purpose
