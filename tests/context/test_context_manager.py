@@ -471,8 +471,15 @@ def _raise(exc: Exception) -> CompactionProposal:
             "compactor returned str, not a CompactionProposal",
         ),
         (
-            lambda m, t, c: CompactionProposal.compacted(["hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
-            "compactor returned something that is not a Message",
+            lambda m, t, c: CompactionProposal.compacted([m[0], "hi"], 0, 0),  # type: ignore[list-item]  # bad on purpose
+            "compactor returned messages[1]='hi' (str), not a Message",
+        ),
+        (
+            lambda m, t, c: CompactionProposal.compacted(
+                [m[0], Message.assistant("", id="blank"), *m[-2:]], 0, 0
+            ),
+            "the compactor's result holds message 'blank' (assistant) with nothing "
+            "in it; a provider refuses an empty message, so a pass adds none",
         ),
         (
             lambda m, t, c: CompactionProposal.failed(ValueError("down"), 0),  # type: ignore[arg-type]  # bad on purpose
@@ -505,6 +512,7 @@ def _raise(exc: Exception) -> CompactionProposal:
         "empty",
         "wrong-type",
         "not-messages",
+        "empty-message",
         "error-not-text",
         "changes-metadata",
         "open-circuit-negative",

@@ -548,3 +548,43 @@ def test_after_a_refusal_the_hint_asks_for_the_models_window_not_a_bigger_one(
     assert "the model's real window" in hint
     assert "bigger" not in hint
     assert "over 9000" not in hint
+
+
+# -- pinned items: no strategy shrinks them --------------------------------------
+
+
+def test_items_of_pinned_messages_say_so() -> None:
+    messages = [
+        Message.user("the task " * 60, id="task"),
+        Message.assistant("ok", id="a1"),
+        Message.user("the request " * 40, id="ask"),
+    ]
+    largest = largest_items(messages, COUNTER, pinned={"task", "ask"})
+
+    assert [(i.index, i.pinned) for i in largest] == [(0, True), (2, True), (1, False)]
+    assert str(largest[0]) == "user message #0 in turn 1 (pinned): 540 tokens"
+    assert str(largest[2]) == "assistant message #1 in turn 1: 2 tokens"
+
+
+@pytest.mark.parametrize(
+    "strategy", ["", "TruncatingCompactor", "SummarizingCompactor"]
+)
+def test_when_pinned_messages_fill_it_the_hint_is_to_pin_less(strategy: str) -> None:
+    task = attrs.evolve(USER, pinned=True)
+    error = ContextExceeded(
+        used=9000, limit=8000, largest=(task, SYSTEM), strategy=strategy
+    )
+    hint = str(error).rpartition("; ")[2]
+
+    assert hint == (
+        "pinned messages fill it, and no pass drops or shortens a pinned "
+        "message: shorten them, switch off a pin rule (PinRules), or give the "
+        "run a context window over 9000 tokens"
+    )
+
+
+def test_an_item_stored_before_pins_were_told_loads_unpinned() -> None:
+    data = serde.to_json(USER)
+    assert isinstance(data, dict)
+    del data["pinned"]
+    assert serde.from_json(LargeItem, data) == USER

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from tests.helpers import compaction_context as ctx_for
+from turnfsm._checks import MAX_TOKENS
 from turnfsm.context import (
     Applied,
     CompactionProposal,
@@ -771,6 +772,16 @@ def test_bad_knobs_name_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError) as info:
         LayeredCompactor(**{field: value})  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("field", ["max_summary_tokens", "summary_window"])
+def test_a_size_no_model_has_names_the_field(field: str) -> None:
+    # The largest size any setting takes: more can only be a mistake.
+    assert getattr(LayeredCompactor(**{field: MAX_TOKENS}), field) == MAX_TOKENS
+    with pytest.raises(ConfigError) as info:
+        LayeredCompactor(**{field: 10**40})
+    assert (info.value.field, info.value.value) == (field, 10**40)
+    assert "100,000,000" in str(info.value)
 
 
 def test_max_summary_tokens_boundary() -> None:

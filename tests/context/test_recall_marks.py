@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -168,6 +169,42 @@ def test_a_summary_names_the_range_it_covers() -> None:
     assert summary.text.endswith(f"\n\n[recall {ends[0]}..{ends[1]}]")
 
 
+def undecodable(turns: int = 6) -> list[Message]:
+    """`conversation`, its words holding lone surrogates.
+
+    What a tool gives for a file name or output that is not UTF-8, decoded
+    the way Python decodes file names (``os.fsdecode``: ``\\udce9`` for a byte).
+    """
+    name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+    out: list[Message] = []
+    for message in conversation(turns):
+        if message.tool_calls:
+            calls = [
+                attrs.evolve(c, arguments={"path": name}) for c in message.tool_calls
+            ]
+            message = Message.assistant(
+                f"reading {name}", tool_calls=calls, id=message.id
+            )
+        elif message.tool_results:
+            (result,) = message.tool_results
+            text = f"{name}: " + result.content
+            message = Message.tool_result(result.call_id, text, id=message.id)
+        elif message.role is Role.USER:
+            message = Message.user(f"{message.text} on {name}", id=message.id)
+        out.append(message)
+    return out
+
+
+@pytest.mark.parametrize("compactor", strategies(), ids=lambda c: type(c).__name__)
+def test_words_with_lone_surrogates_are_named_too(compactor: ContextCompactor) -> None:
+    messages = undecodable()
+    out = run(compactor, messages)
+    assert out.error is None
+    assert list(out.messages) != messages, "the pass changed nothing"
+    check_named(messages, out.messages)
+    assert handle(messages[1]) != handle(conversation()[1])
+
+
 def test_notes_name_one_message_or_a_range() -> None:
     assert recall_note(["a"]) == "[recall a]"
     assert recall_note(["a", "b", "c"]) == "[recall a..c]"
@@ -220,3 +257,17 @@ def test_the_marked_counter_counts_a_list_changed_in_place_anew() -> None:
     fresh = _MarkedCounter(counter, _Marker(plain, plain))
     assert marked.count(candidate) == fresh.count(candidate)
     assert marked.count(candidate) > counter.count(plain)
+
+
+def test_a_session_whose_id_holds_a_lone_surrogate_gets_its_summary() -> None:
+    # A store holds any id of 1 to 200 characters, lone surrogates included.
+    messages = conversation(4)
+    compactor = SummarizingCompactor(
+        model=ExtractiveSummaryModel(), keep_recent_turns=1
+    )
+    ctx = attrs.evolve(ctx_for(messages), session_id="ses_caf\udce9")
+
+    out = anyio.run(compactor.compact, messages, 0, ctx)
+
+    assert out.error is None
+    assert any(m.id.startswith("sum_") for m in out.messages)

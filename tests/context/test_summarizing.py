@@ -486,6 +486,8 @@ def test_a_window_too_small_for_any_transcript_fails() -> None:
         ("max_summary_tokens", "1000"),
         ("summary_window", 0),
         ("summary_window", 1.5),
+        ("summary_window", 10**40),  # can only be a mistake: no model has it
+        ("max_summary_tokens", 10**40),  # it would be asked of the model as is
         ("summary_role", "assistant"),
         ("temperature", float("nan")),
         ("temperature", 3),

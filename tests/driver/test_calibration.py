@@ -18,6 +18,7 @@ from turnfsm.context import (
     CALIBRATION_CEILING,
     CALIBRATION_FLOOR,
     CALIBRATION_HEADROOM,
+    MaskingCompactor,
     TruncatingCompactor,
 )
 from turnfsm.core import Measured
@@ -26,8 +27,8 @@ from turnfsm.messages import Message
 from turnfsm.persistence import EventRecorded, Session, SQLiteStore, TurnRecord
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.serde import from_json, to_json
-from turnfsm.testing import FakeModelClient, reply
-from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.testing import FakeModelClient, reply, tool_call
+from turnfsm.tokens import HeuristicTokenCounter, default_counter
 from turnfsm.values import Usage
 
 COUNTER = HeuristicTokenCounter()
@@ -199,3 +200,48 @@ async def test_a_report_past_what_the_window_allows_does_not_calibrate(
     for text in (doc, "again"):
         later = await d.run(text, session=session)
         assert later.ok, later.error
+
+
+@pytest.mark.anyio
+async def test_the_reply_is_held_to_the_window_as_the_request_is() -> None:
+    """A provider that counts half: the request and the reply are measured alike.
+
+    The request check is calibrated; the reply check was not, so a request
+    the provider counted at half the window came back refused as over it,
+    and the pass run for it, which measured calibrated, saved nothing: the
+    run failed with `CompactionStalled` though it fitted.
+    """
+    window = 1_500
+    counter = default_counter()
+    provider: list[int] = []
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        tokens = math.ceil(counter.count(list(request.messages)) * 0.5)
+        provider.append(tokens)
+        usage = Usage(input_tokens=tokens, output_tokens=1)
+        if len(provider) == 1:
+            return ModelResponse(
+                message=reply("", tool_call("read_log", "c0")), usage=usage
+            )
+        if len(provider) == 2:
+            return ModelResponse(
+                message=reply("", tool_call("read_log", "c1")), usage=usage
+            )
+        return ModelResponse(message=reply("The disk is full."), usage=usage)
+
+    def read_log() -> str:
+        """Read the log."""
+        return "😀" * 2_400 if len(provider) == 1 else ""
+
+    driver = Driver(
+        model=FakeModelClient(handle),
+        tools=[read_log],
+        context=ContextManager(
+            MaskingCompactor(), context_window=window, counter=counter, calibrate=True
+        ),
+    )
+
+    result = await driver.run("Audit the log.")
+
+    assert result.ok, result.error
+    assert all(tokens <= window for tokens in provider), provider

@@ -13,14 +13,16 @@ import pytest
 
 from tests.helpers import turn_toml_text
 from turnfsm import Agent, approval_machine
+from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.core import MachineSpec, OutputRejected, ToolCallsReviewed
 from turnfsm.driver import Driver, Session, replay
-from turnfsm.errors import ConfigError, OutputInvalid
-from turnfsm.messages import Role
+from turnfsm.errors import ConfigError, OutputInvalid, PinnedTooLarge
+from turnfsm.messages import Message, Role
 from turnfsm.persistence import EventRecorded, MemoryStore
 from turnfsm.providers import ModelRequest
 from turnfsm.serde import dumps, loads
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.tokens import Meter, default_counter
 
 pytestmark = pytest.mark.anyio
 
@@ -391,3 +393,75 @@ async def test_the_request_carries_the_schema_and_strictness() -> None:
     assert (int_spec.name, int_spec.strict) == ("int", True)
     assert int_spec.schema["properties"] == {"result": {"type": "integer"}}
     assert (pet_spec.name, pet_spec.strict) == ("Pet", False)
+
+
+def report(fields: int) -> type:
+    """A report with `fields` long-named fields: about 50 schema tokens each."""
+    names = [f"finding_{i}_with_a_long_descriptive_name" for i in range(fields)]
+    return attrs.make_class("Report", {name: attrs.field(type=str) for name in names})
+
+
+def _sent_size(request: ModelRequest) -> int:
+    """What the provider reads: messages, system, tools, the output schema, reply."""
+    extras = [request.system or ""]
+    if request.tools:
+        extras.append(json.dumps([attrs.asdict(t) for t in request.tools]))
+    if request.output is not None:
+        extras.append(json.dumps(attrs.asdict(request.output)))
+    meter = Meter(default_counter())
+    return meter.measure(list(request.messages), extras=[e for e in extras if e]) + (
+        request.max_tokens or 0
+    )
+
+
+@pytest.mark.parametrize("where", ["driver", "run"])
+async def test_the_output_schema_counts_against_the_window(where: str) -> None:
+    # The schema rides every request (OpenAI's response_format, Anthropic's
+    # forced tool): a request whose schema overflows the window is never sent.
+    model = FakeModelClient(lambda request: '{"result": 1}')
+    manager = ContextManager(context_window=2_000)
+    if where == "driver":
+        driver = Driver(model=model, context=manager, output_type=report(150))
+        run = driver.run("Fill in the report.")
+    else:
+        driver = Driver(model=model, context=manager)
+        run = driver.run("Fill in the report.", output_type=report(150))
+
+    with pytest.raises(PinnedTooLarge) as caught:
+        await run
+
+    assert caught.value.reserved > 2_000
+    assert model.requests == []
+
+
+async def test_a_request_with_an_output_schema_stays_within_the_window() -> None:
+    sizes: list[int] = []
+
+    def answer(request: ModelRequest) -> Message | str:
+        sizes.append(_sent_size(request))
+        if len(sizes) < 10:
+            return reply("", tool_call("note", text="a finding. " * 40))
+        return json.dumps(dict.fromkeys(attrs.fields_dict(form), "none"))
+
+    def note(text: str) -> str:
+        """Keep a note.
+
+        Args:
+            text: The note.
+        """
+        return text
+
+    window = 3_000
+    form = report(20)  # a schema of a third of the window
+    driver = Driver(
+        model=FakeModelClient(answer),
+        tools=[note],
+        context=ContextManager(TruncatingCompactor(), context_window=window),
+        output_type=form,
+    )
+
+    result = await driver.run("Write down what you find.")
+
+    assert sizes
+    assert all(size <= window for size in sizes), sizes
+    assert result.ok or result.error is not None

@@ -296,9 +296,10 @@ async def test_a_run_whose_reserve_cannot_fit_is_told_what_the_reserve_is() -> N
     assert caught.value.reserved > caught.value.pinned
     assert "pin less" not in str(caught.value)
     assert str(caught.value).endswith(
-        "window; most of it is reserved (the system prompt, the tool schemas and "
-        "the reply budget): shorten the system prompt or the tools' descriptions, "
-        "give fewer tools, lower max_output_tokens, or use a bigger window"
+        "window; most of it is reserved (the system prompt, the tool schemas, the "
+        "output type's schema and the reply budget): shorten the system prompt or "
+        "the tools' descriptions, give fewer tools or a smaller output type, lower "
+        "max_output_tokens, or use a bigger window"
     )
 
 
@@ -329,3 +330,21 @@ async def test_a_compact_effect_of_the_users_that_drops_a_pin_fails_the_run() ->
     assert result.error.source == "effect 'compact'"
     assert "dropped the pinned user message u0" in str(result.error)
     assert list(session.history) == kept  # nothing committed is lost
+
+
+async def test_a_run_filled_by_its_pins_says_so_not_to_summarise() -> None:
+    # The first and the latest request are pinned: no strategy shrinks them,
+    # so the error does not send the user to a summarising one.
+    task = "Translate this contract. " + "Clause text. " * 195
+    manager = ContextManager(TruncatingCompactor(), context_window=2_000)
+    driver = Driver(model=ScriptedModel.of(*["Done."] * 6), context=manager)
+    session = Session()
+    await driver.run(task, session=session)
+    for i in range(3):
+        await driver.run(f"And clause {i}?", session=session)
+    result = await driver.run("Now the annex. " + "Annex text. " * 195, session=session)
+
+    assert isinstance(result.error, ContextExceeded)
+    assert [item.pinned for item in result.error.largest[:2]] == [True, True]
+    assert "pinned messages fill it" in str(result.error)
+    assert "SummarizingCompactor" not in str(result.error)

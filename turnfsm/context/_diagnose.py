@@ -14,7 +14,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TypeVar
 
 import attrs
@@ -37,7 +37,11 @@ _E = TypeVar("_E", bound=TurnFSMError)
 
 
 def largest_items(
-    messages: Sequence[Message], counter: TokenCounter, *, n: int = 3
+    messages: Sequence[Message],
+    counter: TokenCounter,
+    *,
+    n: int = 3,
+    pinned: Collection[str] = (),
 ) -> tuple[LargeItem, ...]:
     """Return the `n` largest items of `messages`, biggest first.
 
@@ -49,6 +53,8 @@ def largest_items(
         messages: The context, in order.
         counter: The run's token counter.
         n: How many items to return at most.
+        pinned: The ids of the pinned messages (`ContextManager.pinned`):
+            their items say so (`LargeItem.pinned`).
 
     Returns:
         Up to `n` items; a tool result names the tool of the call it answers
@@ -62,7 +68,7 @@ def largest_items(
         raise ConfigError("n", n, "an int >= 0")
     ranked = heapq.nsmallest(
         n,
-        enumerate(_items(messages, counter)),
+        enumerate(_items(messages, counter, frozenset(pinned))),
         key=lambda entry: (-entry[1].tokens, entry[0]),
     )
     return tuple(item for _, item in ranked)
@@ -74,6 +80,7 @@ def explain(
     counter: TokenCounter,
     *,
     strategy: str = "",
+    pinned: Collection[str] = (),
 ) -> _E:
     """Return `error` naming the largest items of `messages`, if it can.
 
@@ -89,6 +96,8 @@ def explain(
         messages: The context the run could not fit.
         counter: The run's token counter.
         strategy: The class name of the compactor in use (``""``: unknown).
+        pinned: The ids of the pinned messages: no pass shrinks them, and
+            the message says so when they fill the context.
     """
     if not isinstance(error, ContextExceeded):
         return error
@@ -98,7 +107,7 @@ def explain(
         if blame:
             explained = attrs.evolve(explained, counter=blame)
     if not error.largest:
-        largest = largest_items(messages, counter)
+        largest = largest_items(messages, counter, pinned=pinned)
         if largest:
             explained = attrs.evolve(explained, largest=largest, strategy=strategy)
     return explained
@@ -156,12 +165,15 @@ _IMAGE_CHARS = 256
 """What the character-based counters charge for one image."""
 
 
-def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[LargeItem]:
+def _items(
+    messages: Sequence[Message], counter: TokenCounter, pinned: frozenset[str]
+) -> Iterator[LargeItem]:
     """Yield every measured piece of `messages`, in order."""
     turn = 0
     tools: dict[str, str] = {}  # call id -> tool name, of the calls so far
     for index, message in enumerate(messages):
         role = message.role
+        held = message.id in pinned
         if role is Role.USER:
             turn += 1
         text = "".join(p.text for p in message.parts if isinstance(p, TextPart))
@@ -172,6 +184,7 @@ def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[Large
                 turn=turn,
                 index=index,
                 tokens=_count_text(counter, text),
+                pinned=held,
             )
         for part in message.parts:
             if isinstance(part, ToolCallPart):
@@ -184,6 +197,7 @@ def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[Large
                     tokens=_count_text(counter, part.name + arguments_json(part)),
                     tool=part.name,
                     call_id=part.id,
+                    pinned=held,
                 )
             elif isinstance(part, ToolResultPart):
                 yield LargeItem(
@@ -194,6 +208,7 @@ def _items(messages: Sequence[Message], counter: TokenCounter) -> Iterator[Large
                     tokens=_count_text(counter, part.content),
                     tool=tools.get(part.call_id, ""),
                     call_id=part.call_id,
+                    pinned=held,
                 )
 
 

@@ -65,7 +65,12 @@ from turnfsm.context._pins import keep_pinned
 from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._summarizing import SummaryFailed
 from turnfsm.context._summary_layers import collapse
-from turnfsm.context._summary_model import check_model, summary_window
+from turnfsm.context._summary_model import (
+    check_model,
+    check_summary_tokens,
+    check_summary_window,
+    summary_window,
+)
 from turnfsm.context._values import (
     CompactionContext,
     CompactionProposal,
@@ -163,14 +168,12 @@ class LayeredCompactor:
         default=PRESERVED_TURNS,
         validator=_checks.integer(low=1, expected="an int >= 1"),
     )
-    max_summary_tokens: int = attrs.field(
-        default=1_000, validator=_checks.integer(low=16, expected="an int >= 16")
-    )
+    max_summary_tokens: int = attrs.field(default=1_000, validator=check_summary_tokens)
     digest_min_chars: int | None = attrs.field(
         default=None, validator=_checks.integer(low=1, optional=True)
     )
     summary_window: int | None = attrs.field(
-        default=None, validator=_checks.integer(low=1, optional=True)
+        default=None, validator=check_summary_window
     )
     compact_newest_exchange: bool = attrs.field(
         default=False, validator=_checks.boolean()

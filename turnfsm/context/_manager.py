@@ -158,7 +158,15 @@ def _proposal_problem(proposal: object) -> str | None:
     if not proposal.messages:
         return "compactor returned an empty message list"
     if not all(isinstance(m, Message) for m in proposal.messages):
-        return "compactor returned something that is not a Message"
+        bad = next(
+            (i, m)
+            for i, m in enumerate(proposal.messages)
+            if not isinstance(m, Message)
+        )
+        return (
+            f"compactor returned messages[{bad[0]}]={bad[1]!r} "
+            f"({type(bad[1]).__name__}), not a Message"
+        )
     return None
 
 

@@ -310,14 +310,28 @@ def result_problem(result: Sequence[Message], source: Sequence[Message]) -> str 
     lone results as it had), but a pair with a message between its halves is
     always rejected. No two messages of `result` may share an id, unless
     `source` already repeated it as often. The messages `result` keeps (by
-    id, changed or not) stay in `source`'s order. Not exported: the manager's
+    id, changed or not) stay in `source`'s order. No message of `result` is
+    empty (no parts) unless `source` had it so. Not exported: the manager's
     check.
     """
     return (
         pairing_problem(result, source)
         or _id_problem(result, source)
         or _order_problem(result, source)
+        or _empty_problem(result, source)
     )
+
+
+def _empty_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
+    """Name a message of `result` with no parts that `source` did not hold, or None."""
+    for message in result:
+        if not message.parts and not any(message == m for m in source):
+            return (
+                f"the compactor's result holds message {message.id!r} "
+                f"({message.role.value}) with nothing in it; a provider refuses "
+                "an empty message, so a pass adds none"
+            )
+    return None
 
 
 def pairing_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:

@@ -90,7 +90,10 @@ def replaced_ids(message: Message) -> tuple[str, ...]:
 
 
 def _digest(*pieces: str) -> str:
-    return "h" + hashlib.sha256("\x1f".join(pieces).encode()).hexdigest()[:10]
+    # Any text: a lone surrogate (a tool's output decoded from bytes that are
+    # not UTF-8) hashes by its code point, as a store keeps it.
+    text = "\x1f".join(pieces)
+    return "h" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
 def call_handle(call: ToolCallPart) -> str:

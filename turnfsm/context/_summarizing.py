@@ -62,6 +62,8 @@ from turnfsm.context._recall_marks import with_recall_marks
 from turnfsm.context._summary_model import (
     SummaryFailed,
     check_model,
+    check_summary_tokens,
+    check_summary_window,
     summarise,
     summary_window,
 )
@@ -201,11 +203,9 @@ class SummarizingCompactor:
     keep_recent_turns: int = attrs.field(
         default=4, validator=_checks.integer(low=1, expected="an int >= 1")
     )
-    max_summary_tokens: int = attrs.field(
-        default=1_000, validator=_checks.integer(low=16, expected="an int >= 16")
-    )
+    max_summary_tokens: int = attrs.field(default=1_000, validator=check_summary_tokens)
     summary_window: int | None = attrs.field(
-        default=None, validator=_checks.integer(low=1, optional=True)
+        default=None, validator=check_summary_window
     )
     summary_role: Role = attrs.field(default=Role.SYSTEM, converter=_to_role)
     temperature: float = attrs.field(default=0.3, validator=_check_temperature)

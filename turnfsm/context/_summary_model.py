@@ -22,6 +22,8 @@ __all__ = [
     "MIN_SUMMARY_TOKENS",
     "SummaryFailed",
     "check_model",
+    "check_summary_tokens",
+    "check_summary_window",
     "known_window",
     "summarise",
     "summary_window",
@@ -36,6 +38,20 @@ and a reply of `max_summary_tokens`, the budget shrinks (never below this, or
 below `max_summary_tokens` when that is smaller); a window that cannot hold a
 request even then fails the pass, naming the figures.
 """
+
+_SUMMARY_TOKENS: Final = _checks.integer(low=16, high=_checks.MAX_TOKENS)
+_SUMMARY_WINDOW: Final = _checks.integer(low=1, high=_checks.MAX_TOKENS, optional=True)
+
+
+def check_summary_tokens(inst: Any, attr: Any, value: Any) -> None:
+    """An attrs validator: a `max_summary_tokens` (16 to the largest token setting)."""
+    _SUMMARY_TOKENS(inst, attr, value)
+
+
+def check_summary_window(inst: Any, attr: Any, value: Any) -> None:
+    """An attrs validator: a `summary_window` (None: the model's own)."""
+    _SUMMARY_WINDOW(inst, attr, value)
+
 
 _PART_LABEL: Final = "[SUMMARY OF PART 9999]\n"
 """The widest label a chunk summary carries when the summaries are summarised."""

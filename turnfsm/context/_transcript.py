@@ -176,7 +176,10 @@ def summary_body(message: Message) -> str:
 
 def summary_id(key: str) -> str:
     """Return the summary message id a pass with idempotency `key` writes."""
-    return "sum_" + hashlib.sha256(key.encode()).hexdigest()[:24]
+    # A session id may hold a lone surrogate: hashed by its code point.
+    return (
+        "sum_" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    )
 
 
 def render_message(message: Message) -> str:

@@ -28,7 +28,7 @@ from turnfsm.driver._tools import Tool
 from turnfsm.hooks import Hook, HookDispatcher
 from turnfsm.messages import Message, MessageLog
 from turnfsm.persistence import Session, new_id
-from turnfsm.providers import ModelClient, ModelRequest, ToolSchema
+from turnfsm.providers import ModelClient, ModelRequest, OutputSpec, ToolSchema
 from turnfsm.tokens import Meter
 from turnfsm.values import Usage
 
@@ -64,16 +64,22 @@ def report_limit(window: int) -> int | None:
 
 
 def request_extras(
-    system: str | None, schemas: Sequence[ToolSchema]
+    system: str | None,
+    schemas: Sequence[ToolSchema],
+    output: OutputSpec | None = None,
 ) -> tuple[str, ...]:
     """The texts that ride a request besides its messages, as the meter counts them.
 
-    The system prompt and the tool schemas (as JSON): every request is
-    measured with these, the run's own turns and the summary calls alike.
+    The system prompt, the tool schemas (as JSON) and the structured output's
+    schema (as JSON; the provider reads it as input, a response format or a
+    forced tool): every request is measured with these, the run's own turns
+    and the summary calls alike.
     """
     extras = [system or ""]
     if schemas:
         extras.append(json.dumps([attrs.asdict(s) for s in schemas]))
+    if output is not None:
+        extras.append(json.dumps(attrs.asdict(output)))
     return tuple(e for e in extras if e)
 
 
@@ -267,7 +273,7 @@ class EffectContext:
         sizes its requests in (`CompactionContext.counter`), uncalibrated,
         as the manager judges a pass.
         """
-        extras = request_extras(request.system, request.tools)
+        extras = request_extras(request.system, request.tools, request.output)
         estimate = self.run.meter.measure(request.messages, extras=extras)
         return estimate + (request.max_tokens or 0)
 
@@ -297,7 +303,7 @@ def run_resources(
     listed = _instrument.hooks_for([*driver.hooks, *hooks], driver.tracing)
     dispatcher = HookDispatcher.of(listed, strict=driver.strict_hooks)
     meter = driver._run_meter()
-    kept = driver._extras
+    kept = driver._extras_for(output)
     reserved = (meter.measure(extras=kept) if kept else 0) + (
         driver.max_output_tokens or 0
     )

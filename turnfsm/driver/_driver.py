@@ -461,6 +461,17 @@ class Driver:
             kept = self._meter = (context, Meter(self.counter))
         return kept[1]
 
+    def _extras_for(self, output: OutputType | None) -> tuple[str, ...]:
+        """The texts that ride each request of a run with `output`, as measured.
+
+        The system prompt and the tool schemas, and the output type's schema
+        when the run asks for a structured answer: it is sent with every
+        request, so it counts against the window like the tool schemas.
+        """
+        if output is None or output.spec is None:
+            return self._extras
+        return request_extras(self.system_prompt, self._schemas, output.spec)
+
     @overload
     async def run(
         self,
@@ -559,7 +570,7 @@ class Driver:
             session.history,
             messages,
             meter=self._run_meter(),
-            extras=self._extras,
+            extras=self._extras_for(output),
             reply=self.max_output_tokens or 0,
         )
         return await start_run(self, session, messages, run_id, control, hooks, output)

@@ -191,9 +191,13 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     if reply is not response.message:
         response = attrs.evolve(response, message=reply)
     if window:
+        # Measured as the request was: calibrated too, or a reply the
+        # request check let through would be refused for the same words.
         size = run.meter.measure(
             decision.history, decision.pending, (response.message,), extras=run.extras
         )
+        if run.context is not None:
+            size = run.context.calibrated(size, ctx.ratio)
         if size > window:
             return _overflowed(
                 f"the reply makes the conversation {size} tokens, over the "

@@ -108,11 +108,13 @@ class Ending:
             # decided it: the log's decisions replay unchanged), with the
             # run's one counter, whether or not a context manager is there.
             context = self.before
+            messages = Joined(context.history, context.pending)
             error = explain(
                 error,
-                Joined(context.history, context.pending),
+                messages,
                 self.run.meter.counter,
                 strategy="" if manager is None else type(manager.compactor).__name__,
+                pinned=() if manager is None else manager.pinned(messages),
             )
         if interrupted:
             outcome = "interrupted"

@@ -43,6 +43,7 @@ class LargeItem:
         tool: the tool's name for a tool call or result (a result's is found
             from the call it answers; ``""`` if unknown); ``""`` otherwise.
         call_id: the tool call's id for a tool call or result; ``""`` otherwise.
+        pinned: whether its message is pinned: no pass drops or shortens it.
     """
 
     kind: Literal["tool_result", "tool_call", "message"] = attrs.field(
@@ -54,6 +55,7 @@ class LargeItem:
     tokens: int
     tool: str = ""
     call_id: str = ""
+    pinned: bool = False
 
     def __str__(self) -> str:
         call = f" (call {self.call_id})" if self.call_id else ""
@@ -65,7 +67,8 @@ class LargeItem:
             case _:
                 what, call = f"{self.role} message #{self.index}", ""
         when = f"in turn {self.turn}" if self.turn else "before the first turn"
-        return f"{what}{call} {when}: {self.tokens:,} tokens"
+        pinned = " (pinned)" if self.pinned else ""
+        return f"{what}{call} {when}{pinned}: {self.tokens:,} tokens"
 
 
 def _items(value: Iterable[LargeItem]) -> tuple[LargeItem, ...]:
@@ -108,7 +111,15 @@ def _hint(error: ContextExceeded) -> str:
         f"{window}, a smaller reply budget (max_output_tokens), or fewer pinned "
         "messages"
     )
-    if 2 * results >= sum(i.tokens for i in largest):
+    listed = sum(i.tokens for i in largest)
+    if 2 * sum(i.tokens for i in largest if i.pinned) >= listed:
+        # No strategy shrinks these: naming one would send the user astray.
+        return (
+            "pinned messages fill it, and no pass drops or shortens a pinned "
+            "message: shorten them, switch off a pin rule (PinRules), or give "
+            f"the run {window}"
+        )
+    if 2 * results >= listed:
         if strategy not in _MASKS:
             default = " (the default strategy)" if not strategy else ""
             return (
@@ -331,7 +342,7 @@ class PinnedTooLarge(ContextExceeded):
     Attributes:
         pinned: The pinned messages' tokens.
         reserved: What rides every request besides its messages (system
-            prompt, tool schemas, reply budget), in tokens.
+            prompt, tool schemas, output schema, reply budget), in tokens.
     """
 
     pinned: int = attrs.field(default=0, kw_only=True)
@@ -340,10 +351,11 @@ class PinnedTooLarge(ContextExceeded):
     def __str__(self) -> str:
         if self.reserved > self.pinned:  # no pin rule could make it fit
             advice = (
-                "most of it is reserved (the system prompt, the tool schemas "
-                "and the reply budget): shorten the system prompt or the tools' "
-                "descriptions, give fewer tools, lower max_output_tokens, or use "
-                "a bigger window"
+                "most of it is reserved (the system prompt, the tool schemas, "
+                "the output type's schema and the reply budget): shorten the "
+                "system prompt or the tools' descriptions, give fewer tools or "
+                "a smaller output type, lower max_output_tokens, or use a "
+                "bigger window"
             )
         else:
             advice = (
