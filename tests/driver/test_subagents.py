@@ -1135,3 +1135,34 @@ async def test_a_sub_agent_outside_a_session_that_pauses_is_a_failure() -> None:
     assert caught.value.outcome == "paused"
     assert "outside a session cannot" in caught.value.cause
     assert deleted == []
+
+
+async def test_a_session_id_with_a_lone_surrogate_delegates_like_any_other(
+    tmp_path: Path,
+) -> None:
+    # The sub-agent's ids are hashed from its caller's: the call's result
+    # was "UnicodeEncodeError: ... surrogates not allowed", nothing delegated.
+    def lead(request: ModelRequest) -> Message:
+        results = request.messages[-1].tool_results
+        if results:
+            return reply("done: " + results[0].content)
+        return reply("", tool_call("helper", "c1", task="look"))
+
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        helper = Agent(model=FakeModelClient(lambda _r: reply("found")))
+        session = Session("ses_caf\udce9", store=store)
+        agent = Agent(
+            model=FakeModelClient(lead),
+            tools=[helper.as_tool(name="helper", description="Look")],
+            session=session,
+        )
+        result = await agent.run("go")
+        assert result.text == "done: found"
+        (kid,) = await child_sessions(store, session.id)
+        assert kid.id == child_ids(session.id, result.run_id, "c1")[0]
+    # Ids without one are derived as they always were: resumed callers
+    # find the sub-agents they started.
+    assert child_ids("ses_a", "run_b", "c1") == (
+        "ses_b8bc9917e46509ee82b7",
+        "run_5f9b7b817752e377aecb",
+    )

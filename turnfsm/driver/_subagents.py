@@ -1116,7 +1116,8 @@ def child_ids(session_id: str, run_id: str, call_id: str) -> tuple[str, str]:
     servers do) still starts a new child each run.
     """
     key = "\x1f".join((session_id, run_id, call_id))
-    digest = hashlib.sha256(key.encode()).hexdigest()
+    # Any id: a lone surrogate (a store keeps one) hashes by its code point.
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     return f"ses_{digest[:20]}", f"run_{digest[20:40]}"
 
 
