@@ -75,9 +75,13 @@ def _texts_then_calls(
 
 def _canonical_message() -> st.SearchStrategy[Message]:
     user = st.lists(said | images(), min_size=1, max_size=3)
-    assistant = st.tuples(
-        st.lists(text_parts, max_size=2), st.lists(calls, max_size=3)
-    ).map(_texts_then_calls)
+    # Anthropic takes no blank text and no empty message: an assistant's
+    # text says something, and it says or calls something.
+    assistant = (
+        st.tuples(st.lists(said, max_size=2), st.lists(calls, max_size=3))
+        .map(_texts_then_calls)
+        .filter(bool)
+    )
     return st.one_of(
         user.map(lambda p: _message(Role.USER, p)),
         assistant.map(lambda p: _message(Role.ASSISTANT, p)),
@@ -90,7 +94,7 @@ def canonical(draw: st.DrawFn) -> list[Message]:
     """Conversations that round-trip exactly through both formats."""
     out: list[Message] = []
     if draw(st.booleans()):
-        system = draw(st.lists(text_parts, min_size=1, max_size=2))
+        system = draw(st.lists(said, min_size=1, max_size=2))
         out.append(_message(Role.SYSTEM, system))
     out.extend(draw(st.lists(_canonical_message(), max_size=8)))
     return out

@@ -258,6 +258,41 @@ def test_anthropic_splits_a_user_turn_into_results_and_text() -> None:
     ]
 
 
+def test_anthropic_is_sent_no_blank_text_and_no_empty_reply() -> None:
+    # A reply that said nothing (committed as it came) went out as
+    # ``content: []``, and blank text as a blank block: Anthropic refuses
+    # both, so every later call of the session failed.
+    call = ToolCallPart(id="t1", name="look", arguments={})
+    messages = [
+        Message.system("rules"),
+        Message.system(" "),
+        Message.user("look it up"),
+        Message.assistant("", tool_calls=[call]),
+        Message.tool_result("t1", "found"),
+        Message.assistant(""),
+        Message(role=Role.ASSISTANT, parts=(TextPart(text="\n "),)),
+        Message.user("and?"),
+        Message(role=Role.ASSISTANT, parts=(TextPart(text=" "), TextPart(text="ok"))),
+    ]
+    system, wire = to_anthropic_messages(messages)
+    assert system == [{"type": "text", "text": "rules"}]
+    assert wire == [
+        {"role": "user", "content": "look it up"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "look", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "found"}
+            ],
+        },
+        {"role": "user", "content": "and?"},
+        {"role": "assistant", "content": "ok"},
+    ]
+
+
 def test_anthropic_merges_consecutive_results_only() -> None:
     messages = [
         Message.tool_result("t1", "a"),

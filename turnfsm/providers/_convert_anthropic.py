@@ -9,17 +9,22 @@ The mapping:
 - an image with a base64 ``data:`` URL: ``source.type: "base64"``; with any
   other URL: ``source.type: "url"``;
 - consecutive tool messages: one ``user`` message of ``tool_result`` blocks,
-  ``is_error`` kept (written only when true).
+  ``is_error`` kept (written only when true);
+- blank text (empty, or white space only) is left out of the system blocks
+  and of an assistant message, and an assistant message left with nothing
+  is left out: Anthropic refuses both (a model may end its turn saying
+  nothing, and that reply is committed as it was).
 
 Anthropic takes the system prompt apart from the messages, so system messages
 are hoisted into the ``system`` blocks, in order, wherever they stood.
 
 **Round trip.** `from_anthropic_messages(*to_anthropic_messages(m))` equals
 `m` (roles and parts; ids are not carried) when `m` has at most one system
-message, first, with text parts only; each tool message holds one result; and
-an image's `media_type` is the one its ``data:`` URL names (None for other
-URLs). Other conversations come back in that normal form. Reading replies,
-``thinking`` and ``redacted_thinking`` blocks are skipped.
+message, first, with text parts only; each tool message holds one result; no
+system or assistant text is blank; and an image's `media_type` is the one its
+``data:`` URL names (None for other URLs). Other conversations come back in
+that normal form. Reading replies, ``thinking`` and ``redacted_thinking``
+blocks are skipped.
 """
 
 from __future__ import annotations
@@ -79,7 +84,9 @@ def to_anthropic_messages(
     for message in messages:
         match message.role:
             case Role.SYSTEM:
-                system.extend(_system_block(part) for part in message.parts)
+                system.extend(
+                    _system_block(part) for part in message.parts if _said(part)
+                )
             case Role.TOOL:
                 blocks = [_result_block(part) for part in message.tool_results]
                 if results is None:
@@ -89,10 +96,22 @@ def to_anthropic_messages(
                     results.extend(blocks)
             case Role.USER | Role.ASSISTANT:
                 results = None
-                out.append(
-                    {"role": message.role.value, "content": _content(message.parts)}
-                )
+                parts = message.parts
+                if message.role is Role.ASSISTANT:
+                    # Anthropic refuses a blank text block, and a message
+                    # with no content: a reply that said nothing (a model
+                    # may end its turn so) is left out, not sent to be
+                    # refused on every later call.
+                    parts = tuple(part for part in parts if _said(part))
+                    if not parts:
+                        continue
+                out.append({"role": message.role.value, "content": _content(parts)})
     return system, out
+
+
+def _said(part: Part) -> bool:
+    """Whether `part` holds something: no blank text."""
+    return not isinstance(part, TextPart) or bool(part.text.strip())
 
 
 def _system_block(part: Part) -> dict[str, object]:
