@@ -748,6 +748,34 @@ async def test_a_run_cancelled_twice_ends_once_its_log_closed_at_the_first() -> 
     assert replay(None, session, result.run_id).ok
 
 
+async def test_a_stop_pressed_twice_does_not_cancel_the_control_s_next_run() -> None:
+    # A double click on a stop button: both cancels are the one the run took.
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled
+
+    control = RunControl()
+
+    async def stop() -> str:
+        """Ask to stop, twice, then wait to be interrupted."""
+        control.cancel("stop")
+        control.cancel("stop")
+        await anyio.sleep(5)
+        return "never"
+
+    driver = Driver(
+        model=ScriptedModel.of(reply("", tool_call("stop", "c1")), "answered"),
+        tools=[stop],
+    )
+    with anyio.fail_after(5):
+        stopped = await driver.run("go", session=Session(), control=control)
+    assert isinstance(stopped.error, Cancelled)
+    assert not control.is_cancel_requested
+    assert control.queued() == ()
+    following = Driver(model=ScriptedModel.of("answered"))
+    again = await following.run("next", session=Session(), control=control)
+    assert again.ok, again.error
+
+
 async def test_a_control_in_use_by_a_running_run_is_refused_for_another() -> None:
     from turnfsm.driver import RunControl
 

@@ -65,8 +65,14 @@ class RunControl:
         self._queue.append(MessageInjected(message=message))
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """End the run now with `Cancelled(reason)`, interrupting the effect running."""
-        self._queue.append(RunCancelled(reason=reason))
+        """End the run now with `Cancelled(reason)`, interrupting the effect running.
+
+        A cancel while one is queued (a stop pressed twice) adds nothing: the
+        run ends once, with the first reason, and no cancel is left for the
+        next run this control steers.
+        """
+        if not self.is_cancel_requested:
+            self._queue.append(RunCancelled(reason=reason))
         if self._scope is not None:
             self._scope.cancel()
 
