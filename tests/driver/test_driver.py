@@ -544,6 +544,52 @@ def test_a_hook_class_given_for_a_hook_is_refused_naming_the_call_it_needs() -> 
     assert "an instance, ConsoleHook(), not the class" in str(caught.value)
 
 
+async def test_the_hooks_a_resumed_run_is_given_are_checked_as_a_run_s_are() -> None:
+    from turnfsm import approval_machine
+    from turnfsm.core import ToolCallsReviewed
+
+    def echo(text: str) -> str:
+        """Echo.
+
+        Args:
+            text: what to say back.
+        """
+        return text
+
+    driver = Driver(
+        model=ScriptedModel.of(reply("", tool_call("echo", text="hi")), "done"),
+        tools=[echo],
+        machine=approval_machine(),
+    )
+    session = Session()
+    paused = await driver.run("go", session=session)
+    answer = ToolCallsReviewed.approve_all()
+    with pytest.raises(ConfigError, match=r"hooks\[1\]\.on_tool_started"):
+        await driver.resume(session, paused.run_id, answer, hooks=[Steer(), Misspelt()])
+    with pytest.raises(ConfigError, match=r"hooks\[0\]"):
+        await driver.resume(session, paused.run_id, answer, hooks=[ConsoleHook])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="hooks"):
+        await driver.resume(session, paused.run_id, answer, hooks="ConsoleHook")  # type: ignore[arg-type]
+    # Refused before anything was written: the run still waits, and takes it.
+    assert session.run(paused.run_id).outcome == "paused"
+    assert (await driver.resume(session, paused.run_id, answer)).ok
+
+
+async def test_a_hook_given_twice_is_refused_it_would_hear_everything_twice() -> None:
+    seen = Steer()
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[seen, Steer(), seen])
+    assert caught.value.field == "hooks[2]"
+    assert caught.value.value is seen
+    assert "hooks[0]" in str(caught.value)
+    driver = Driver(model=ScriptedModel.of("ok"), hooks=[seen])
+    session = Session()
+    with pytest.raises(ConfigError, match=r"hooks\[0\]") as again:
+        await driver.run("x", session=session, hooks=[seen])
+    assert "driver" in str(again.value)
+    assert session.runs == []
+
+
 class NoInfo(Hook):
     def on_run_end(self) -> None:  # type: ignore[override]
         """Takes no record: calling it would raise TypeError, and detach it."""
