@@ -742,6 +742,36 @@ async def test_run_control_injects_a_message_at_the_next_safe_point() -> None:
     assert session.history[3].text == "also check the logs"
 
 
+async def test_a_message_injected_twice_is_refused_at_once_not_failing_the_run() -> (
+    None
+):
+    # A send retried by a user interface, while the model call is in flight.
+    from turnfsm.driver import RunControl
+
+    control = RunControl()
+    said = Message.user("also check the logs")
+    refused: list[InvalidMessage] = []
+
+    def look() -> str:
+        """Look around (and, meanwhile, the user says something twice)."""
+        control.inject(said)
+        try:
+            control.inject(said)
+        except InvalidMessage as exc:
+            refused.append(exc)
+        return "nothing"
+
+    model = ScriptedModel.of(reply("", tool_call("look", "c1")), "checked")
+    session = Session()
+    result = await Driver(model=model, tools=[look]).run(
+        "look", session=session, control=control
+    )
+    assert result.ok, result.error
+    (error,) = refused
+    assert (error.field, error.value) == ("message.id", said.id)
+    assert [m.text for m in session.history].count("also check the logs") == 1
+
+
 async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     from turnfsm.driver import RunControl
     from turnfsm.errors import Cancelled

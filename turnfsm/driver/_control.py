@@ -51,8 +51,10 @@ class RunControl:
         committed. Build a new `Message` to say the same again.
 
         Raises:
-            InvalidMessage: `message` is not a `Message`, or carries tool calls
-                or tool results (their other half could never follow).
+            InvalidMessage: `message` is not a `Message`, carries tool calls
+                or tool results (their other half could never follow), or is
+                queued already (a send retried): refused here, the run goes
+                on with the one queued.
         """
         if not isinstance(message, Message):
             raise InvalidMessage("message", message, "expected a Message")
@@ -61,6 +63,16 @@ class RunControl:
                 "message.parts",
                 message.id,
                 "an injected message cannot carry tool calls or tool results",
+            )
+        if any(
+            type(e) is MessageInjected and e.message.id == message.id
+            for e in self._queue
+        ):
+            raise InvalidMessage(
+                "message.id",
+                message.id,
+                "a message not queued already: it joins the conversation once "
+                "(build a new Message, Message.user(text), to say the same again)",
             )
         self._queue.append(MessageInjected(message=message))
 
