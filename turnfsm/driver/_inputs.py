@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from turnfsm import _checks
@@ -173,7 +173,7 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
 _CHECK_HOOKS: _checks.Check = _check_hooks
 
 
-def run_hooks(value: Iterable[Hook], own: tuple[Hook, ...]) -> tuple[Hook, ...]:
+def run_hooks(value: Iterable[Hook], own: Sequence[Hook]) -> tuple[Hook, ...]:
     """The hooks given to one run, checked as the driver's are (`own`).
 
     Raises:
