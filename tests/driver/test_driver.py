@@ -794,6 +794,45 @@ async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     assert list(session.history) == []
 
 
+async def test_a_cancel_from_another_thread_interrupts_the_run_at_once() -> None:
+    # A stop button whose callback runs in a thread of its own (many UI
+    # toolkits), and a sync tool, which runs in a worker thread.
+    import threading
+
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled
+
+    raised: list[Exception] = []
+
+    def press(control: RunControl) -> None:
+        try:
+            control.cancel("from a thread")
+        except Exception as exc:
+            raised.append(exc)
+
+    async def hang(request: object) -> Message:
+        threading.Timer(0.2, press, args=(control,)).start()
+        await anyio.sleep(30)
+        raise AssertionError("not interrupted")
+
+    control = RunControl()
+    with anyio.fail_after(10):
+        stopped = await Driver(model=FakeModelClient(hang)).run("go", control=control)
+    assert isinstance(stopped.error, Cancelled)
+    assert stopped.error.reason == "from a thread"
+
+    def stop() -> str:
+        """Ask to stop, from the tool's worker thread."""
+        press(tool_control)
+        return "asked"
+
+    tool_control = RunControl()
+    model = ScriptedModel.of(reply("", tool_call("stop", "c1")), "never")
+    result = await Driver(model=model, tools=[stop]).run("go", control=tool_control)
+    assert isinstance(result.error, Cancelled)
+    assert raised == []
+
+
 async def test_a_run_cancelled_twice_ends_once_its_log_closed_at_the_first() -> None:
     from turnfsm.core import RunCancelled
     from turnfsm.driver import RunControl
