@@ -399,6 +399,10 @@ async def test_approving_a_call_whose_tool_the_agent_lacks_is_refused(
         await lacking.resume(first.session_id, first.run_id, review)
 
     assert e.value.field == "tools"
+    # A tool the model made up has no agent to resume with: the way out is
+    # named too, the calls the review would let run.
+    unanswered = "c1, c2" if not review.results else "c2"
+    assert f"or reject the calls to them ({unanswered})" in str(e.value)
     reopened = await Session.load(store, first.session_id)
     assert reopened.run(first.run_id).outcome == "paused"  # the approval not used up
     later = _agent(ScriptedModel.of("cleaned up"), store)
