@@ -81,6 +81,7 @@ async def _slow_steps(request):
 careful = Agent(
     model=FakeModelClient(_plan), tools=[delete_file], machine=approval_machine()
 )
+toolless = Agent(model=FakeModelClient(_plan), machine=approval_machine())
 steps = Agent(model=FakeModelClient(_steps), tools=[delete_file])
 slow_steps = Agent(model=FakeModelClient(_slow_steps), tools=[delete_file])
 '''
@@ -157,6 +158,30 @@ def test_a_run_pauses_for_approval_and_another_process_approves(home: Path) -> N
     assert again.returncode == 2
     assert "has none" in again.stderr
     assert sorted(_effects(home)) == ["/tmp/cache.db", "/var/log/old.log"]
+
+
+def test_approving_calls_to_a_tool_the_agent_lacks_names_the_reject(
+    home: Path,
+) -> None:
+    # The model may call a tool that no agent has (one it made up): the way
+    # on is to reject those calls, and the refusal says how.
+    paused = _turnfsm(
+        home, "run", "Free some disk space.", "--agent", "cleaner:careful"
+    )
+    assert paused.returncode == 3, paused.stderr
+    found = re.search(r"session (ses_\w+) stored in", paused.stdout + paused.stderr)
+    assert found is not None, paused.stdout
+    session_id = found.group(1)
+
+    refused = _turnfsm(home, "approve", session_id, "--agent", "cleaner:toolless")
+    assert refused.returncode == 2
+    reject = f"turnfsm reject {session_id} --call c1 --call c2"
+    assert reject in refused.stderr, refused.stderr
+    rejected = _turnfsm(
+        home, *reject.split()[1:], "--agent", "cleaner:toolless", "--reason", "no"
+    )
+    assert rejected.returncode == 0, rejected.stderr
+    assert _effects(home) == []
 
 
 def _run_id(text: str) -> str:

@@ -399,6 +399,10 @@ async def test_approving_a_call_whose_tool_the_agent_lacks_is_refused(
         await lacking.resume(first.session_id, first.run_id, review)
 
     assert e.value.field == "tools"
+    # A tool the model made up has no agent to resume with: the way out is
+    # named too, the calls the review would let run.
+    unanswered = "c1, c2" if not review.results else "c2"
+    assert f"or reject the calls to them ({unanswered})" in str(e.value)
     reopened = await Session.load(store, first.session_id)
     assert reopened.run(first.run_id).outcome == "paused"  # the approval not used up
     later = _agent(ScriptedModel.of("cleaned up"), store)
@@ -452,3 +456,63 @@ async def test_a_run_cut_off_after_its_answer_is_running_not_paused() -> None:
     assert closed.is_error
     assert "was interrupted" in closed.content
     assert later.session.run(first.run_id).outcome == "done"
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_run_answered_in_this_process_is_not_carried_on_twice_beside_it(
+    kind: str, tmp_path: Path
+) -> None:
+    # Two handlers of one web process: one approves, the other, seeing the
+    # run open and not paused, carries it on (or abandons it) while it runs.
+    started, release = anyio.Event(), anyio.Event()
+    ran: list[str] = []
+
+    async def delete(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: the file.
+        """
+        ran.append(path)
+        started.set()
+        await release.wait()
+        return f"deleted {path}"
+
+    store: SessionStore = (
+        MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "s.db")
+    )
+
+    def agent(*replies: object) -> Agent:
+        return Agent(
+            model=ScriptedModel.of(*(replies or ["cleaned up"])),
+            tools=[delete],
+            machine=approval_machine(),
+            store=store,
+        )
+
+    asking = reply("", tool_call("delete", "c1", path="/tmp/a"))
+    paused = await agent(asking).run("clean up")
+    results: list[object] = []
+
+    async def approve() -> None:
+        results.append(
+            await agent().resume(
+                paused.session_id, paused.run_id, ToolCallsReviewed.approve_all()
+            )
+        )
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(approve)
+            await started.wait()
+            with pytest.raises(SessionBusy, match="running another run"):
+                await agent().resume(paused.session_id, paused.run_id)
+            with pytest.raises(SessionBusy, match="running another run"):
+                await agent().abandon(paused.session_id, paused.run_id)
+            release.set()
+    (done,) = results
+    assert done.ok, done.error  # type: ignore[attr-defined]
+    assert ran == ["/tmp/a"]
+    session = await agent().open_session(paused.session_id)
+    (result,) = [p for m in session.history for p in m.tool_results]
+    assert result.content == "deleted /tmp/a"  # what ran, not "interrupted"

@@ -544,6 +544,52 @@ def test_a_hook_class_given_for_a_hook_is_refused_naming_the_call_it_needs() -> 
     assert "an instance, ConsoleHook(), not the class" in str(caught.value)
 
 
+async def test_the_hooks_a_resumed_run_is_given_are_checked_as_a_run_s_are() -> None:
+    from turnfsm import approval_machine
+    from turnfsm.core import ToolCallsReviewed
+
+    def echo(text: str) -> str:
+        """Echo.
+
+        Args:
+            text: what to say back.
+        """
+        return text
+
+    driver = Driver(
+        model=ScriptedModel.of(reply("", tool_call("echo", text="hi")), "done"),
+        tools=[echo],
+        machine=approval_machine(),
+    )
+    session = Session()
+    paused = await driver.run("go", session=session)
+    answer = ToolCallsReviewed.approve_all()
+    with pytest.raises(ConfigError, match=r"hooks\[1\]\.on_tool_started"):
+        await driver.resume(session, paused.run_id, answer, hooks=[Steer(), Misspelt()])
+    with pytest.raises(ConfigError, match=r"hooks\[0\]"):
+        await driver.resume(session, paused.run_id, answer, hooks=[ConsoleHook])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="hooks"):
+        await driver.resume(session, paused.run_id, answer, hooks="ConsoleHook")  # type: ignore[arg-type]
+    # Refused before anything was written: the run still waits, and takes it.
+    assert session.run(paused.run_id).outcome == "paused"
+    assert (await driver.resume(session, paused.run_id, answer)).ok
+
+
+async def test_a_hook_given_twice_is_refused_it_would_hear_everything_twice() -> None:
+    seen = Steer()
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[seen, Steer(), seen])
+    assert caught.value.field == "hooks[2]"
+    assert caught.value.value is seen
+    assert "hooks[0]" in str(caught.value)
+    driver = Driver(model=ScriptedModel.of("ok"), hooks=[seen])
+    session = Session()
+    with pytest.raises(ConfigError, match=r"hooks\[0\]") as again:
+        await driver.run("x", session=session, hooks=[seen])
+    assert "driver" in str(again.value)
+    assert session.runs == []
+
+
 class NoInfo(Hook):
     def on_run_end(self) -> None:  # type: ignore[override]
         """Takes no record: calling it would raise TypeError, and detach it."""
@@ -696,6 +742,36 @@ async def test_run_control_injects_a_message_at_the_next_safe_point() -> None:
     assert session.history[3].text == "also check the logs"
 
 
+async def test_a_message_injected_twice_is_refused_at_once_not_failing_the_run() -> (
+    None
+):
+    # A send retried by a user interface, while the model call is in flight.
+    from turnfsm.driver import RunControl
+
+    control = RunControl()
+    said = Message.user("also check the logs")
+    refused: list[InvalidMessage] = []
+
+    def look() -> str:
+        """Look around (and, meanwhile, the user says something twice)."""
+        control.inject(said)
+        try:
+            control.inject(said)
+        except InvalidMessage as exc:
+            refused.append(exc)
+        return "nothing"
+
+    model = ScriptedModel.of(reply("", tool_call("look", "c1")), "checked")
+    session = Session()
+    result = await Driver(model=model, tools=[look]).run(
+        "look", session=session, control=control
+    )
+    assert result.ok, result.error
+    (error,) = refused
+    assert (error.field, error.value) == ("message.id", said.id)
+    assert [m.text for m in session.history].count("also check the logs") == 1
+
+
 async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     from turnfsm.driver import RunControl
     from turnfsm.errors import Cancelled
@@ -716,6 +792,45 @@ async def test_run_control_cancel_ends_the_run_and_leaves_no_trace() -> None:
     assert result.error.reason == "user pressed stop"
     assert len(model.requests) == 1
     assert list(session.history) == []
+
+
+async def test_a_cancel_from_another_thread_interrupts_the_run_at_once() -> None:
+    # A stop button whose callback runs in a thread of its own (many UI
+    # toolkits), and a sync tool, which runs in a worker thread.
+    import threading
+
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled
+
+    raised: list[Exception] = []
+
+    def press(control: RunControl) -> None:
+        try:
+            control.cancel("from a thread")
+        except Exception as exc:
+            raised.append(exc)
+
+    async def hang(request: object) -> Message:
+        threading.Timer(0.2, press, args=(control,)).start()
+        await anyio.sleep(30)
+        raise AssertionError("not interrupted")
+
+    control = RunControl()
+    with anyio.fail_after(10):
+        stopped = await Driver(model=FakeModelClient(hang)).run("go", control=control)
+    assert isinstance(stopped.error, Cancelled)
+    assert stopped.error.reason == "from a thread"
+
+    def stop() -> str:
+        """Ask to stop, from the tool's worker thread."""
+        press(tool_control)
+        return "asked"
+
+    tool_control = RunControl()
+    model = ScriptedModel.of(reply("", tool_call("stop", "c1")), "never")
+    result = await Driver(model=model, tools=[stop]).run("go", control=tool_control)
+    assert isinstance(result.error, Cancelled)
+    assert raised == []
 
 
 async def test_a_run_cancelled_twice_ends_once_its_log_closed_at_the_first() -> None:
@@ -746,6 +861,34 @@ async def test_a_run_cancelled_twice_ends_once_its_log_closed_at_the_first() -> 
     assert [e.event.reason for e in cancels] == ["first"]
     assert entries[-1] is cancels[0]
     assert replay(None, session, result.run_id).ok
+
+
+async def test_a_stop_pressed_twice_does_not_cancel_the_control_s_next_run() -> None:
+    # A double click on a stop button: both cancels are the one the run took.
+    from turnfsm.driver import RunControl
+    from turnfsm.errors import Cancelled
+
+    control = RunControl()
+
+    async def stop() -> str:
+        """Ask to stop, twice, then wait to be interrupted."""
+        control.cancel("stop")
+        control.cancel("stop")
+        await anyio.sleep(5)
+        return "never"
+
+    driver = Driver(
+        model=ScriptedModel.of(reply("", tool_call("stop", "c1")), "answered"),
+        tools=[stop],
+    )
+    with anyio.fail_after(5):
+        stopped = await driver.run("go", session=Session(), control=control)
+    assert isinstance(stopped.error, Cancelled)
+    assert not control.is_cancel_requested
+    assert control.queued() == ()
+    following = Driver(model=ScriptedModel.of("answered"))
+    again = await following.run("next", session=Session(), control=control)
+    assert again.ok, again.error
 
 
 async def test_a_control_in_use_by_a_running_run_is_refused_for_another() -> None:

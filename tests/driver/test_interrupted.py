@@ -85,8 +85,10 @@ async def test_an_interrupted_batch_resumes_without_running_a_finished_tool(
     assert interrupted.outcome == "interrupted"
     assert isinstance(interrupted.error, Cancelled)
     assert list(session.history) == []  # nothing committed by an unfinished run
-    with pytest.raises(SessionBusy):
+    with pytest.raises(SessionBusy) as busy:
         await driver.run("something else", session=session)
+    # This process is alive: the run was interrupted, and it says so.
+    assert "(paused, interrupted, or its process died)" in str(busy.value)
 
     hang.set()
     result = await driver.resume(session, interrupted.run_id)

@@ -299,7 +299,8 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
         ),
         (
             SessionBusy("s1", "run_1"),
-            "session 's1' has an open run 'run_1' (paused, or its process died); "
+            "session 's1' has an open run 'run_1' (paused, interrupted, or its "
+            "process died); "
             "resume or abandon it first",
         ),
         (

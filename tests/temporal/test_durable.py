@@ -444,6 +444,10 @@ async def test_reject_answers_the_call_and_inject_joins_the_conversation(
         )
         await _paused(run)
         await run.inject("and be careful")
+        twice = Message.user("and mind the backups")
+        await run.inject(twice)
+        with pytest.raises(ConfigError, match="not queued already"):
+            await run.inject(twice)  # a send retried: refused, the run goes on
         with pytest.raises(ConfigError, match="message"):
             await run.inject(Message.assistant("x", tool_calls=[tool_call("a", "c9")]))
         with pytest.raises(ConfigError, match="at least one call"):
@@ -458,6 +462,7 @@ async def test_reject_answers_the_call_and_inject_joins_the_conversation(
     assert results["c2"].content == "rejected by the reviewer: never touch /etc"
     assert results["c2"].is_error
     assert ("user", "and be careful") in said
+    assert said.count(("user", "and mind the backups")) == 1
     history = await _history(temporal_client, run.workflow_id)
     await _replays(history)
 

@@ -367,10 +367,12 @@ def _check_tools(driver: Driver, run: RunRecord, command: AnswerCommand) -> None
     }
     missing = sorted({c.name for c in approved} - known)
     if missing:
+        calls = " ".join(f"--call {c.id}" for c in approved if c.name not in known)
         raise ConfigError(
             "--tools",
             None,
             f"the tools the run calls ({', '.join(missing)}): give your agent "
-            "with --agent MODULE:ATTR, or --tools MODULE:FUNC,...",
+            "with --agent MODULE:ATTR, or --tools MODULE:FUNC,..., or reject "
+            f"the calls to them (turnfsm reject {command.session_id} {calls})",
             missing=True,
         )

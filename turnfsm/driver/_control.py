@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, Literal, final
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import attrs
 from typing_extensions import TypeVar
 
@@ -34,7 +37,8 @@ class RunControl:
     its final answer keeps the run going: the model is called again with it.
     `cancel()` ends the run with `Cancelled` at once: the effect in flight
     (a model call, a tool batch, a compaction pass) is interrupted, and the
-    run is recorded as cancelled. Use one control per run: what is queued
+    run is recorded as cancelled, from whatever thread `cancel()` is called
+    (a UI's, a sync tool's). Use one control per run: what is queued
     after the run ended stays queued, and a run given a control another
     run still has is refused (`ConfigError`).
     """
@@ -42,6 +46,10 @@ class RunControl:
     _queue: list[Event] = attrs.field(factory=list, init=False)
     _scope: anyio.CancelScope | None = attrs.field(default=None, init=False)
     _run_id: str | None = attrs.field(default=None, init=False)
+    # The event loop of the run it steers, and its thread: a cancel from
+    # another thread (a UI's, a sync tool's) interrupts the run through it.
+    _loop: anyio.lowlevel.EventLoopToken | None = attrs.field(default=None, init=False)
+    _thread: int | None = attrs.field(default=None, init=False)
 
     def inject(self, message: Message) -> None:
         """Queue `message`; it joins the conversation at the next safe point.
@@ -51,8 +59,10 @@ class RunControl:
         committed. Build a new `Message` to say the same again.
 
         Raises:
-            InvalidMessage: `message` is not a `Message`, or carries tool calls
-                or tool results (their other half could never follow).
+            InvalidMessage: `message` is not a `Message`, carries tool calls
+                or tool results (their other half could never follow), or is
+                queued already (a send retried): refused here, the run goes
+                on with the one queued.
         """
         if not isinstance(message, Message):
             raise InvalidMessage("message", message, "expected a Message")
@@ -62,11 +72,41 @@ class RunControl:
                 message.id,
                 "an injected message cannot carry tool calls or tool results",
             )
+        if any(
+            type(e) is MessageInjected and e.message.id == message.id
+            for e in self._queue
+        ):
+            raise InvalidMessage(
+                "message.id",
+                message.id,
+                "a message not queued already: it joins the conversation once "
+                "(build a new Message, Message.user(text), to say the same again)",
+            )
         self._queue.append(MessageInjected(message=message))
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """End the run now with `Cancelled(reason)`, interrupting the effect running."""
-        self._queue.append(RunCancelled(reason=reason))
+        """End the run now with `Cancelled(reason)`, interrupting the effect running.
+
+        A cancel while one is queued (a stop pressed twice) adds nothing: the
+        run ends once, with the first reason, and no cancel is left for the
+        next run this control steers. It may be called from any thread (a
+        user interface's, a sync tool's): the effect in flight is
+        interrupted all the same.
+        """
+        if not self.is_cancel_requested:
+            self._queue.append(RunCancelled(reason=reason))
+        if self._scope is None:
+            return
+        loop, thread = self._loop, self._thread
+        if loop is None or thread == threading.get_ident():
+            self._interrupt()
+            return
+        # RuntimeError: its event loop has ended, and the run with it.
+        with contextlib.suppress(RuntimeError):
+            anyio.from_thread.run_sync(self._interrupt, token=loop)
+
+    def _interrupt(self) -> None:
+        """Cancel the effect in flight, if any (in the run's event loop)."""
         if self._scope is not None:
             self._scope.cancel()
 
@@ -121,10 +161,13 @@ class RunControl:
                 "may steer another run once its run has ended)",
             )
         self._run_id = run_id
+        self._loop = anyio.lowlevel.current_token()
+        self._thread = threading.get_ident()
         try:
             yield
         finally:
             self._run_id = None
+            self._loop = self._thread = None
 
     def take_cancel(self) -> RunCancelled | None:
         """Remove and return the queued cancel, if any (the driver calls this)."""

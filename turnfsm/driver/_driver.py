@@ -34,6 +34,7 @@ from turnfsm.driver._inputs import (
     check_effects,
     hooks_tuple,
     is_tool,
+    run_hooks,
     tools_tuple,
 )
 from turnfsm.driver._interrupted import close_input
@@ -540,7 +541,8 @@ class Driver:
             SessionBusy: another run is using `session`, or a run of it is
                 paused or unfinished (resume or abandon it first).
             ConfigError: `run_id` is not a usable id, or a run of `session`
-                has it already; `control` is another run's, still running.
+                has it already; `control` is another run's, still running;
+                a hook of `hooks` is not one, or the driver has it already.
             SessionConflict: another writer appended to the session's log.
             PinnedTooLarge: the pinned messages (`ContextManager.pins`,
                 `Message.pin`) plus the system prompt, the tool schemas and
@@ -549,8 +551,7 @@ class Driver:
         """
         messages = as_messages(input)
         output = self._output if output_type is None else self._output_type(output_type)
-        hooks = hooks_tuple(hooks)
-        _checks.check(hooks, "hooks", _CHECK_HOOKS)
+        hooks = run_hooks(hooks, self.hooks)
         session = session if session is not None else Session()
         if not isinstance(session, Session):
             raise _not_a_session(session)
@@ -624,8 +625,7 @@ class Driver:
             compacting = self._compacting = attrs.evolve(
                 self, machine=compaction_machine(), output_type=None
             )
-        hooks = hooks_tuple(hooks)
-        _checks.check(hooks, "hooks", _CHECK_HOOKS)
+        hooks = run_hooks(hooks, self.hooks)
         waiting = session.open_runs()
         if waiting and waiting[-1].opened.digest == compacting._digest:
             return await compacting.resume(
@@ -666,13 +666,15 @@ class Driver:
                 the one the run began on; `event` is not an answer the paused
                 run takes: not an event its phase accepts, or tool results
                 for calls it does not wait on (`Pause.check_answer`); or
-                it approves a call whose tool this driver lacks. Nothing is
+                it approves a call whose tool this driver lacks; a hook of
+                `hooks` is not one, or the driver has it already. Nothing is
                 written: the run stays paused, to be answered again.
             ReplayDiverged: the log does not replay on this machine.
             SessionBusy: another run is using `session`, or another process
                 holds it and is alive (its lease is live): resume with
                 `force` only if that process is known to be gone.
         """
+        hooks = run_hooks(hooks, self.hooks)
         output = self._output if output_type is None else self._output_type(output_type)
         return await resume_run(
             self, session, run_id, event, control, hooks, output, force=force

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from turnfsm import _checks
@@ -33,6 +33,7 @@ __all__ = [
     "is_tool",
     "open_run",
     "reopen",
+    "run_hooks",
     "tools_tuple",
 ]
 
@@ -120,6 +121,14 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
     ``on_tool_started``) is refused too: the driver would never call it.
     """
     for i, hook in enumerate(hooks):
+        first = next(j for j, h in enumerate(hooks) if h is hook)
+        if first != i:
+            raise ConfigError(
+                f"hooks[{i}]",
+                hook,
+                f"a hook not given already: it is hooks[{first}] too, and would "
+                "be called twice for everything",
+            )
         if isinstance(hook, type) and _is_hook(hook):  # its methods never called
             raise ConfigError(
                 f"hooks[{i}]",
@@ -162,6 +171,27 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
 
 
 _CHECK_HOOKS: _checks.Check = _check_hooks
+
+
+def run_hooks(value: Iterable[Hook], own: Sequence[Hook]) -> tuple[Hook, ...]:
+    """The hooks given to one run, checked as the driver's are (`own`).
+
+    Raises:
+        ConfigError: not a sequence of hooks; a hook as `_check_hooks`
+            refuses it; or one of the driver's own (`own`), which watch
+            every run already: it would be called twice.
+    """
+    hooks = hooks_tuple(value)
+    _checks.check(hooks, "hooks", _CHECK_HOOKS)
+    for i, hook in enumerate(hooks):
+        if any(h is hook for h in own):
+            raise ConfigError(
+                f"hooks[{i}]",
+                hook,
+                "a hook the driver does not have: the driver's own hooks watch "
+                "every run already, so it would be called twice for everything",
+            )
+    return hooks
 
 
 def _takes_no_record(method: object) -> bool:

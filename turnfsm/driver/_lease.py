@@ -16,14 +16,14 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Final
 
 import anyio
 import attrs
 
 from turnfsm.driver._store_calls import store_call
-from turnfsm.errors import LeaseLost, SessionConflict
+from turnfsm.errors import LeaseLost, SessionBusy, SessionConflict
 from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
 
 __all__ = ["confirm", "holding", "lease_owner", "owner_id"]
@@ -48,6 +48,11 @@ class _Hold:
 
 # The holds of the runs under way in this process, by their session view.
 _HOLDS: Final[dict[int, _Hold]] = {}
+
+# The sessions runs of this process work on now, whatever view each has, and
+# how many: by (id of the MemoryStore, session id), or (None, session id) for
+# a store with leases (where the lease, this process's, says which store).
+_RUNNING: Final[dict[tuple[int | None, str], int]] = {}
 
 
 async def confirm(session: Session) -> None:
@@ -109,12 +114,18 @@ async def holding(
     store may take `store_timeout` seconds (`store_call`).
 
     Raises:
-        SessionBusy: another process holds a live lease (not with `force`).
+        SessionBusy: another process holds a live lease (not with `force`),
+            or a run of this process works on the session now (through
+            another view; `force` or not).
         StoreUnusable: the store did not answer within `store_timeout`.
     """
     store = _leasing(session)
     if store is None:
-        yield None
+        if isinstance(session.store, MemoryStore):
+            with _running_here((id(session.store), session.id)):
+                yield None
+        else:
+            yield None
         return
     owner = owner_id()
     session_id = session.id
@@ -124,6 +135,44 @@ async def holding(
         store=store,
         method="lease_of",
     )
+    ours = previous is not None and previous.owner == owner
+    with _running_here((None, session_id), busy=ours):
+        async with _held(session, store, owner, ttl, store_timeout, force):
+            yield None if ours else previous
+
+
+@contextlib.contextmanager
+def _running_here(key: tuple[int | None, str], *, busy: bool = True) -> Iterator[None]:
+    """Count session `key` as worked on by a run of this process in the body.
+
+    Raises:
+        SessionBusy: `busy` and a run of this process works on it now,
+            through another view (a second handler of a web process): the
+            two would carry one run on twice, or each commit over the other.
+            No `force` takes it over: this process is not gone.
+    """
+    if busy and key in _RUNNING:
+        raise SessionBusy(key[1])
+    _RUNNING[key] = _RUNNING.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        left = _RUNNING.pop(key) - 1
+        if left:
+            _RUNNING[key] = left
+
+
+@contextlib.asynccontextmanager
+async def _held(
+    session: Session,
+    store: LeasingStore,
+    owner: str,
+    ttl: float,
+    store_timeout: float | None,
+    force: bool,
+) -> AsyncIterator[None]:
+    """Hold `session`'s lease for `owner` while the body runs, renewing it."""
+    session_id = session.id
     sent = _clock()
     await store_call(
         store.acquire_lease(session_id, owner, ttl=ttl, force=force),
@@ -135,14 +184,12 @@ async def holding(
     session.hold_lost(None)
     hold = _Hold(store, owner, ttl, store_timeout, sent)
     _HOLDS[id(session)] = hold
-    if previous is not None and previous.owner == owner:
-        previous = None
     try:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(_renew, session, hold)
                 try:
-                    yield previous
+                    yield
                 finally:
                     group.cancel_scope.cancel()
         except BaseExceptionGroup as raised:

@@ -255,11 +255,17 @@ def _check_approved(loop: RunLoop, event: Event | None) -> None:
     tools = loop.run.tools
     missing = missing_tools(decision.calls, event, tools)
     if missing:
+        # A tool the model made up has no agent to resume with: rejecting
+        # the calls to it (an error result each, which the model reads) is
+        # the way on.
+        names = ", ".join(sorted({c.name for c in missing}))
+        calls = ", ".join(c.id for c in missing)
         raise ConfigError(
             "tools",
             sorted(tools),
-            f"the tools the run calls ({', '.join(missing)}): resume it with an "
-            "agent that has them; the run stays paused",
+            f"the tools the run calls ({names}): resume it with an agent that "
+            f"has them, or reject the calls to them ({calls}) with "
+            "ToolCallsReviewed.reject; the run stays paused",
         )
 
 

@@ -488,20 +488,18 @@ def failed_result(call: ToolCallPart, exc: Exception) -> Message:
 
 def missing_tools(
     calls: Iterable[ToolCallPart], review: object, tools: Iterable[str]
-) -> list[str]:
-    """The tools, not among `tools`, of the `calls` a paused run's `review` lets run.
+) -> list[ToolCallPart]:
+    """The `calls` a paused run's `review` lets run whose tool is not among `tools`.
 
     A review (`ToolCallsReviewed`) answers the calls it rejects with error
     results; the others run when the run goes on, so each needs its tool.
-    Any other answer runs none of them. Sorted, each name once.
+    Any other answer runs none of them. In the order of `calls`.
     """
     if not isinstance(review, ToolCallsReviewed):
         return []
     answered = {r.call_id for m in review.results for r in m.tool_results}
     known = set(tools)
-    return sorted(
-        {c.name for c in calls if c.id not in answered and c.name not in known}
-    )
+    return [c for c in calls if c.id not in answered and c.name not in known]
 
 
 def warn_if_held(

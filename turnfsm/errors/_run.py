@@ -265,7 +265,8 @@ class SessionBusy(TurnFSMError):
         if self.run_id is not None:
             return (
                 f"session {self.session_id!r} has an open run {self.run_id!r} "
-                "(paused, or its process died); resume or abandon it first"
+                "(paused, interrupted, or its process died); resume or abandon it "
+                "first"
             )
         return (
             f"session {self.session_id!r} is running another run; wait for it, "

@@ -416,7 +416,10 @@ class TurnWorkflow:
     @workflow.update(name="inject")
     async def inject(self, message: str | dict[str, Any]) -> None:
         """Queue a message (text, or a message as JSON) for the next safe point."""
-        self._control.inject(_message(message))
+        try:
+            self._control.inject(_message(message))
+        except InvalidMessage as exc:  # refused, not a failed workflow task
+            raise _refused(exc) from None
 
     @inject.validator
     def _check_inject(self, message: str | dict[str, Any]) -> None:
@@ -430,7 +433,11 @@ class TurnWorkflow:
         if isinstance(message, str):
             return
         try:
-            RunControl().inject(serde.from_json(Message, message))
+            # Checked against what is queued, without queueing it: a message
+            # queued already is refused here, as RunControl.inject refuses it.
+            probe = RunControl()
+            probe.requeue(self._control.queued())
+            probe.inject(serde.from_json(Message, message))
         except Exception as exc:
             raise _refused(exc) from None
 
