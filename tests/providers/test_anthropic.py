@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import socket
 from typing import Any
 
@@ -14,6 +15,7 @@ from tests.providers._mock import (
     anthropic_error,
     anthropic_reply,
     anthropic_sse,
+    json_reply,
     raw_json_reply,
     refused,
     text_block,
@@ -23,7 +25,7 @@ from tests.providers._mock import (
 from turnfsm.core import Usage
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
-from turnfsm.providers import ModelRequest, ToolSchema
+from turnfsm.providers import ModelRequest, OutputSpec, ToolSchema
 from turnfsm.providers._anthropic import AnthropicModel
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 
@@ -537,3 +539,48 @@ async def test_close_closes_the_http_client() -> None:
     client = anthropic.AsyncAnthropic(api_key="k", http_client=http)
     await AnthropicModel("m", client=client).close()
     assert http.is_closed
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "finish_reason"),
+    [
+        ("end_turn", "stop"),
+        ("max_tokens", "length"),
+        ("refusal", "content_filter"),
+        ("pause_turn", "pause_turn"),
+        (None, None),
+    ],
+)
+async def test_the_stop_reason_is_kept_in_openai_words(
+    stop_reason: str | None, finish_reason: str | None
+) -> None:
+    body = json.loads(anthropic_reply(text_block("Hi")).content)
+    server = Server(json_reply({**body, "stop_reason": stop_reason}))
+    response = await model_for(server).complete(ask())
+    assert response.finish_reason == finish_reason
+
+
+async def test_the_forced_output_call_is_a_whole_answer() -> None:
+    server = Server(anthropic_reply(tool_use("toolu_1", "Answer", n=1)))
+    spec = OutputSpec(name="Answer", schema={"type": "object"})
+    response = await model_for(server).complete(ask(output=spec))
+    assert (response.message.text, response.finish_reason) == ('{"n": 1}', "stop")
+
+
+async def test_a_stream_keeps_the_stop_reason() -> None:
+    stop = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}
+    server = Server(
+        anthropic_sse(
+            [
+                start(input_tokens=5),
+                block_start(0, text_block("")),
+                delta(0, type="text_delta", text="The answer is"),
+                block_stop(0),
+                ("message_delta", {**stop, "usage": {"output_tokens": 4}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
+    )
+    done = (await collect(model_for(server), ask()))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.finish_reason == "length"

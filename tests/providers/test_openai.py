@@ -679,3 +679,30 @@ def test_a_base_url_that_is_no_http_url_is_refused_when_made(url: str) -> None:
         "http://127.0.0.1:8080/v1"
     )
     assert str(OpenAIModel("m", base_url="https://example.com/v1").base_url)
+
+
+async def test_the_finish_reason_is_kept() -> None:
+    cut = json.loads(openai_reply("The answer is").content)
+    cut["choices"][0]["finish_reason"] = "length"
+    server = Server(
+        json_reply(cut), openai_reply(None, openai_call("c1", "echo", "{}"))
+    )
+    model = model_for(server)
+    assert (await model.complete(ask())).finish_reason == "length"
+    assert (await model.complete(ask())).finish_reason == "tool_calls"
+
+
+@asyncio_only
+async def test_a_stream_keeps_the_finish_reason() -> None:
+    last = openai_chunk({"content": " is"})
+    last["choices"][0]["finish_reason"] = "length"
+    server = Server(
+        openai_sse(
+            [openai_chunk({"content": "The answer"}), last, openai_chunk(usage=(9, 2))]
+        )
+    )
+    events = await collect(model_for(server), ask())
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.finish_reason == "length"
+    assert done.response.message.text == "The answer is"

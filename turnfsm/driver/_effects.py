@@ -199,6 +199,10 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
                 f"the reply makes the conversation {size} tokens, over the "
                 f"{window} window; it is not committed"
             )
+    if response.finish_reason in _UNFINISHED and (
+        stopped := _stopped(run, response, output is not None)
+    ):
+        return ModelFailed(error=stopped)
     if output is not None and not response.message.tool_calls:
         try:
             output.parse(response.message.text)
@@ -209,6 +213,59 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
                 usage=response.usage,
             )
     return ModelReplied(message=response.message, usage=response.usage)
+
+
+_UNFINISHED: Final = frozenset({"length", "content_filter"})
+"""The finish reasons of a reply that may not be usable as it is."""
+MAX_TOKENS: Final = "max_tokens"
+"""The error kind of a reply cut off by its budget before it was usable."""
+CONTENT_FILTER: Final = "content_filter"
+"""The error kind of a reply the provider's content filter withheld."""
+
+
+def _stopped(
+    run: RunResources, response: ModelResponse, typed: bool
+) -> ErrorInfo | None:
+    """The failure of a reply the provider stopped short, when it is unusable.
+
+    A reply cut off by its budget (finish reason ``length``) whose answer
+    does not read as the output type (`typed`), or whose tool call's
+    arguments broke off mid-JSON, would only be cut off again if asked
+    again: the run fails naming the budget to raise. A reply the provider's
+    content filter withheld, with nothing in it, is no answer. Other
+    cut-off replies stand as they are (their `finish_reason` says so).
+    """
+    message = response.message
+    if response.finish_reason == "content_filter":
+        if message.text.strip() or message.tool_calls:
+            return None
+        return ErrorInfo(
+            type=CONTENT_FILTER,
+            message="the provider's content filter withheld the reply "
+            "(finish reason 'content_filter'); it had no text and no tool call",
+        )
+    broken = [c.name for c in message.tool_calls if set(c.arguments) == {"_raw"}]
+    if not broken:
+        if message.tool_calls or not typed:
+            return None
+        try:
+            run.output.parse(message.text)  # type: ignore[union-attr]
+        except InvalidArguments:
+            pass
+        else:
+            return None
+    budget = run.max_output_tokens
+    setting = (
+        f"max_output_tokens={budget}"
+        if budget is not None
+        else "the model client's max_tokens, or the server's default"
+    )
+    what = f"the arguments of its call to {broken[0]!r}" if broken else "its answer"
+    return ErrorInfo(
+        type=MAX_TOKENS,
+        message=f"the reply was cut off at its budget ({setting}; finish reason "
+        f"'length') before {what} was whole; raise max_output_tokens",
+    )
 
 
 def _check_report(run: RunResources, usage: Usage | None, window: int) -> None:

@@ -185,10 +185,12 @@ class AnthropicModel:
         blocks = [
             reply_object(block, f"content[{i}]") for i, block in enumerate(content)
         ]
+        message = _reply(blocks, request.output)
         return ModelResponse(
-            message=_reply(blocks, request.output),
+            message=message,
             usage=_usage(data.get("usage")),
             model=reply_text(data.get("model"), "model") or None,
+            finish_reason=_finish_reason(data.get("stop_reason"), message),
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -264,6 +266,7 @@ class _Events:
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
         self.usage: Usage | None = None
         self.model: str | None = None
+        self.stop_reason = ""  # the API's own word
         self.started = False  # a message_start came: the stream is a reply
         self.stopped = False  # its message_stop came: the reply is whole
 
@@ -286,6 +289,11 @@ class _Events:
             self.stopped = True
         elif kind == "message_delta":
             self.usage = _usage(data.get("usage"), self.usage)
+            delta = reply_object(data.get("delta") or {}, "message_delta.delta")
+            where = "message_delta.delta.stop_reason"
+            self.stop_reason = reply_text(delta.get("stop_reason"), where) or (
+                self.stop_reason
+            )
         elif kind == "content_block_start":
             where = "content_block_start.content_block"
             block = reply_object(data.get("content_block"), where)
@@ -344,8 +352,12 @@ class _Events:
             if pieces:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
         blocks = [self.blocks[i] for i in sorted(self.blocks)]
+        message = _reply(blocks, self.output)
         return ModelResponse(
-            message=_reply(blocks, self.output), usage=self.usage, model=self.model
+            message=message,
+            usage=self.usage,
+            model=self.model,
+            finish_reason=_finish_reason(self.stop_reason, message),
         )
 
 
@@ -395,6 +407,30 @@ def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Me
         return from_anthropic_messages([{"role": "assistant", "content": blocks}])[0]
     except InvalidMessage as exc:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+_FINISH_REASONS: Final = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+"""Anthropic's stop reasons in OpenAI's words (`ModelResponse.finish_reason`)."""
+
+
+def _finish_reason(value: object, message: Message) -> str | None:
+    """Return a reply's ``stop_reason`` as a `ModelResponse.finish_reason`.
+
+    A ``tool_use`` stop of a reply with no tool call left (the forced output
+    tool's call, read back as the answer's text) is a whole answer, ``stop``.
+    """
+    said = reply_text(value, "stop_reason")
+    reason = _FINISH_REASONS.get(said, said)
+    if reason == "tool_calls" and not message.tool_calls:
+        return "stop"
+    return reason or None
 
 
 def _usage(value: object, before: Usage | None = None) -> Usage | None:

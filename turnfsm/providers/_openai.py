@@ -205,6 +205,10 @@ class OpenAIModel:
             message=_reply(reply_object(choice.get("message"), "choices[0].message")),
             usage=_usage(data.get("usage")),
             model=reply_text(data.get("model"), "model") or None,
+            finish_reason=reply_text(
+                choice.get("finish_reason"), "choices[0].finish_reason"
+            )
+            or None,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -321,6 +325,7 @@ class _Chunks:
         self._slots: dict[int | None, int] = {}  # a server's call index: its call
         self.usage: Usage | None = None
         self.model: str | None = None
+        self.finish_reason: str | None = None
         self.replied = False  # a choice came
         self.finished = False  # a finish_reason or the usage came: the end
 
@@ -342,7 +347,11 @@ class _Chunks:
             if choice.get("index") not in (0, None):
                 continue
             self.replied = True
-            self.finished = self.finished or choice.get("finish_reason") is not None
+            if finish := reply_text(
+                choice.get("finish_reason"), f"choices[{i}].finish_reason"
+            ):
+                self.finish_reason = finish
+                self.finished = True
             where = f"choices[{i}].delta"
             delta = reply_object(choice.get("delta") or {}, where)
             self.refusal.append(reply_text(delta.get("refusal"), f"{where}.refusal"))
@@ -395,7 +404,12 @@ class _Chunks:
                 for _, call in sorted(self.calls.items())
             ],
         }
-        return ModelResponse(message=_reply(data), usage=self.usage, model=self.model)
+        return ModelResponse(
+            message=_reply(data),
+            usage=self.usage,
+            model=self.model,
+            finish_reason=self.finish_reason,
+        )
 
 
 def _reply(data: Mapping[str, Any]) -> Message:
