@@ -521,6 +521,15 @@ async def test_a_stream_that_sends_no_message_is_a_bad_response() -> None:
     with pytest.raises(ProviderError) as info:
         await collect(model_for(server), ask())
     assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert "the body is not JSON" in str(info.value)
+    assert "<html>oops</html>" in str(info.value)  # what came, quoted
+
+
+async def test_events_with_no_message_are_a_bad_response() -> None:
+    server = Server(anthropic_sse([("ping", {"type": "ping"})]))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
     assert "the stream sent no message" in str(info.value)
 
 
@@ -584,3 +593,28 @@ async def test_a_stream_keeps_the_stop_reason() -> None:
     done = (await collect(model_for(server), ask()))[-1]
     assert isinstance(done, StreamDone)
     assert done.response.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "retryable"),
+    [("overloaded_error", 529, True), ("invalid_request_error", 400, False)],
+)
+async def test_a_json_error_body_for_a_stream_is_classified_by_its_type(
+    kind: str, status: int, retryable: bool
+) -> None:
+    body = {"type": "error", "error": {"type": kind, "message": "Said so"}}
+    server = Server(json_reply(body))  # status 200, as some proxies send it
+    with pytest.raises(ProviderError) as caught:
+        await collect(model_for(server), ask())
+    error = caught.value
+    assert (error.status, error.retryable) == (status, retryable)
+    assert "Said so" in error.message
+
+
+async def test_a_whole_reply_for_a_stream_is_the_reply() -> None:
+    server = Server(anthropic_reply(text_block("Hello!"), usage=(7, 2)))
+    events = await collect(model_for(server), ask())
+    assert events[0] == TextDelta(text="Hello!")
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.usage == Usage(input_tokens=7, output_tokens=2)

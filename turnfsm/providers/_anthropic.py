@@ -178,20 +178,7 @@ class AnthropicModel:
             reply: wire.Message = await sent(
                 self._client().messages.create, self._options(request)
             )
-        # The SDK builds its models unchecked: read the reply as JSON data
-        # and check its shape here; the converter checks the blocks.
-        data = reply_object(reply, "the reply")
-        content = reply_list(data.get("content"), "content")
-        blocks = [
-            reply_object(block, f"content[{i}]") for i, block in enumerate(content)
-        ]
-        message = _reply(blocks, request.output)
-        return ModelResponse(
-            message=message,
-            usage=_usage(data.get("usage")),
-            model=reply_text(data.get("model"), "model") or None,
-            finish_reason=_finish_reason(data.get("stop_reason"), message),
-        )
+        return _whole_reply(reply, request.output)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
@@ -208,6 +195,17 @@ class AnthropicModel:
                 self._client().messages.create, self._options(request), stream=True
             )
             async with events:
+                if not _is_event_stream(events.response.headers):
+                    # A proxy or a compatible server answered with one JSON
+                    # body: an error, or the whole reply unstreamed.
+                    response = _whole_reply(
+                        _error_body(json.loads(await events.response.aread())),
+                        request.output,
+                    )
+                    if text := response.message.text:
+                        yield TextDelta(text=text)
+                    yield StreamDone(response=response)
+                    return
                 async for event in events:
                     if text := reply.add(event):
                         yield TextDelta(text=text)
@@ -359,6 +357,48 @@ class _Events:
             model=self.model,
             finish_reason=_finish_reason(self.stop_reason, message),
         )
+
+
+def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
+    """Read a whole Messages API reply (an SDK model or its JSON data)."""
+    # The SDK builds its models unchecked: read the reply as JSON data and
+    # check its shape here; the converter checks the blocks.
+    data = reply_object(reply, "the reply")
+    content = reply_list(data.get("content"), "content")
+    blocks = [reply_object(block, f"content[{i}]") for i, block in enumerate(content)]
+    message = _reply(blocks, output)
+    return ModelResponse(
+        message=message,
+        usage=_usage(data.get("usage")),
+        model=reply_text(data.get("model"), "model") or None,
+        finish_reason=_finish_reason(data.get("stop_reason"), message),
+    )
+
+
+def _is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether a response's body is server-sent events (else one body)."""
+    kind = headers.get("content-type", "")
+    return not kind or kind.split(";")[0].strip().lower() == "text/event-stream"
+
+
+def _error_body(data: object) -> object:
+    """Return `data` (a whole body); raise the error it holds, if it is one.
+
+    Raises:
+        ProviderError: the body is an error (``{"type": "error", "error":
+            {...}}``), classified by its error type as an error event is.
+    """
+    if not isinstance(data, Mapping) or (
+        data.get("type") != "error" and "error" not in data
+    ):
+        return data
+    error = data.get("error")
+    error = error if isinstance(error, Mapping) else data
+    message, kind = error.get("message"), error.get("type")
+    said = message if isinstance(message, str) else json.dumps(data)[:500]
+    status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
+    overflow = status == 413 or mentions_overflow(said)
+    raise from_status(status, said, overflow=overflow, key_hint=_KEY_HINT)
 
 
 def _force_output(options: dict[str, Any], output: OutputSpec) -> None:
