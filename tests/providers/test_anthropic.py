@@ -196,6 +196,12 @@ async def test_a_tool_call_without_an_id_is_given_one() -> None:
     assert (first.arguments, second.arguments) == ({"text": "1"}, {"text": "2"})
 
 
+async def test_a_tool_call_with_no_name_gets_one_no_tool_has() -> None:
+    server = Server(anthropic_reply(tool_use("toolu_1", "", text="1")))
+    [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls
+    assert call.name == "missing_tool_name"
+
+
 async def test_an_unreadable_reply_is_a_provider_error_not_a_crash() -> None:
     server = Server(anthropic_reply({"type": "mystery_block", "x": 1}))
     with pytest.raises(ProviderError) as info:

@@ -212,6 +212,13 @@ async def test_malformed_arguments_become_raw_and_missing_ids_are_filled() -> No
     assert call.id.startswith("call_")
 
 
+@pytest.mark.parametrize("name", ["", None])
+async def test_a_call_with_no_name_gets_one_no_tool_has(name: str | None) -> None:
+    server = Server(openai_reply(None, openai_call("c1", name, "{}")))  # type: ignore[arg-type]
+    [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls
+    assert call.name == "missing_tool_name"
+
+
 OVERFLOWS = {
     "openai": {
         "error": {

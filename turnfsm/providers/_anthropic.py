@@ -32,6 +32,7 @@ from turnfsm.providers._errors import (
     from_status,
     given_call_id,
     mentions_overflow,
+    named_call,
     reply_list,
     reply_object,
     reply_text,
@@ -440,7 +441,9 @@ def _answer_as_text(
 
 def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Message:
     blocks = [
-        given_call_id(b, "toolu_") if b.get("type") == "tool_use" else b
+        dict(given_call_id(b, "toolu_"), name=named_call(b.get("name")))
+        if b.get("type") == "tool_use"
+        else b
         for b in _answer_as_text(blocks, output)
     ]
     try:

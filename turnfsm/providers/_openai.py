@@ -34,6 +34,7 @@ from turnfsm.providers._errors import (
     from_status,
     given_call_id,
     mentions_overflow,
+    named_call,
     reply_list,
     reply_object,
     reply_text,
@@ -419,13 +420,21 @@ def _reply(data: Mapping[str, Any]) -> Message:
         message["content"] = None
     calls = reply_list(message.get("tool_calls"), "tool_calls")
     message["tool_calls"] = [
-        given_call_id(reply_object(c, f"tool_calls[{i}]"), "call_")
+        _with_name(given_call_id(reply_object(c, f"tool_calls[{i}]"), "call_"))
         for i, c in enumerate(calls)
     ]
     try:
         return from_openai_messages([message])[0]
     except InvalidMessage as exc:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+def _with_name(call: dict[str, Any]) -> dict[str, Any]:
+    """`call` with a name (`named_call`) if its function is an object."""
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        call["function"] = dict(function, name=named_call(function.get("name")))
+    return call
 
 
 def _page_text(body: str) -> str:
