@@ -459,3 +459,14 @@ async def test_filtered_text_that_came_stands() -> None:
     result = await Driver(model=model).run("go")
 
     assert (result.ok, result.text) == (True, "Part of it")
+
+
+async def test_a_refusal_is_not_blamed_on_the_type_nor_asked_again() -> None:
+    model = ScriptedModel.of(_cut("I can't help with that.", "content_filter"))
+
+    result = await Driver(model=model, output_type=Person).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "content_filter"
+    assert "I can't help with that." in str(result.error)
+    assert len(model.requests) == 1

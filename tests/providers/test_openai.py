@@ -713,3 +713,22 @@ async def test_a_stream_keeps_the_finish_reason() -> None:
     assert isinstance(done, StreamDone)
     assert done.response.finish_reason == "length"
     assert done.response.message.text == "The answer is"
+
+
+async def test_a_refusal_instead_of_content_finishes_as_content_filter() -> None:
+    body = json.loads(openai_reply(None).content)
+    body["choices"][0]["message"]["refusal"] = "I can't help with that."
+    server = Server(json_reply(body))
+    response = await model_for(server).complete(ask())
+    assert response.message.text == "I can't help with that."
+    assert response.finish_reason == "content_filter"
+
+
+@asyncio_only
+async def test_a_streamed_refusal_finishes_as_content_filter() -> None:
+    last = openai_chunk({"refusal": "No."})
+    last["choices"][0]["finish_reason"] = "stop"
+    server = Server(openai_sse([last, openai_chunk(usage=(9, 2))]))
+    done = (await collect(model_for(server), ask()))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.finish_reason == "content_filter"

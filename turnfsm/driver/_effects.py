@@ -231,29 +231,30 @@ def _stopped(
     A reply cut off by its budget (finish reason ``length``) whose answer
     does not read as the output type (`typed`), or whose tool call's
     arguments broke off mid-JSON, would only be cut off again if asked
-    again: the run fails naming the budget to raise. A reply the provider's
-    content filter withheld, with nothing in it, is no answer. Other
-    cut-off replies stand as they are (their `finish_reason` says so).
+    again: the run fails naming the budget to raise. A reply the provider
+    withheld (``content_filter``: a filter, a refusal) with nothing in it,
+    or with text that is not the output type (the refusal's words), is no
+    answer either: the run fails quoting it. Other such replies stand as
+    they are (their `finish_reason` says so).
     """
     message = response.message
+    if message.tool_calls and not any(
+        set(c.arguments) == {"_raw"} for c in message.tool_calls
+    ):
+        return None  # whole calls: they run
+    text = message.text.strip()
     if response.finish_reason == "content_filter":
-        if message.text.strip() or message.tool_calls:
-            return None
+        if message.tool_calls or (text and (not typed or _parses(run, text))):
+            return None  # a text that is the answer (a refusal, in words)
+        said = f": {_short(text)}" if text else "; it had no text and no tool call"
         return ErrorInfo(
             type=CONTENT_FILTER,
-            message="the provider's content filter withheld the reply "
-            "(finish reason 'content_filter'); it had no text and no tool call",
+            message="the provider withheld the answer (finish reason "
+            f"'content_filter'){said}",
         )
     broken = [c.name for c in message.tool_calls if set(c.arguments) == {"_raw"}]
-    if not broken:
-        if message.tool_calls or not typed:
-            return None
-        try:
-            run.output.parse(message.text)  # type: ignore[union-attr]
-        except InvalidArguments:
-            pass
-        else:
-            return None
+    if not broken and (not typed or _parses(run, text)):
+        return None
     budget = run.max_output_tokens
     setting = (
         f"max_output_tokens={budget}"
@@ -266,6 +267,20 @@ def _stopped(
         message=f"the reply was cut off at its budget ({setting}; finish reason "
         f"'length') before {what} was whole; raise max_output_tokens",
     )
+
+
+def _parses(run: RunResources, text: str) -> bool:
+    """Whether `text` reads as the run's output type."""
+    assert run.output is not None
+    try:
+        run.output.parse(text)
+    except InvalidArguments:
+        return False
+    return True
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 200 else text[:197] + "...")
 
 
 def _check_report(run: RunResources, usage: Usage | None, window: int) -> None:

@@ -202,14 +202,13 @@ class OpenAIModel:
         if not choices:
             raise _no_choices(data.get("error"))
         choice = reply_object(choices[0], "choices[0]")
+        message = reply_object(choice.get("message"), "choices[0].message")
+        finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
         return ModelResponse(
-            message=_reply(reply_object(choice.get("message"), "choices[0].message")),
+            message=_reply(message),
             usage=_usage(data.get("usage")),
             model=reply_text(data.get("model"), "model") or None,
-            finish_reason=reply_text(
-                choice.get("finish_reason"), "choices[0].finish_reason"
-            )
-            or None,
+            finish_reason=_finish_reason(finish, message),
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -409,8 +408,20 @@ class _Chunks:
             message=_reply(data),
             usage=self.usage,
             model=self.model,
-            finish_reason=self.finish_reason,
+            finish_reason=_finish_reason(self.finish_reason or "", data),
         )
+
+
+def _finish_reason(said: str, message: Mapping[str, Any]) -> str | None:
+    """A reply's finish reason; a refusal instead of content is ``content_filter``.
+
+    OpenAI sends a refusal (a structured answer it will not give) with the
+    finish reason ``stop``; the refusal's text becomes the reply's text, so
+    the reason is what tells it from an answer.
+    """
+    if message.get("refusal") and not message.get("content"):
+        return "content_filter"
+    return said or None
 
 
 def _reply(data: Mapping[str, Any]) -> Message:
