@@ -21,6 +21,7 @@ from turnfsm.persistence import EventRecorded, MemoryStore
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.serde import dumps, loads
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -470,3 +471,12 @@ async def test_a_refusal_is_not_blamed_on_the_type_nor_asked_again() -> None:
     assert result.error.kind == "content_filter"
     assert "I can't help with that." in str(result.error)
     assert len(model.requests) == 1
+
+
+async def test_a_scripted_usage_keeps_the_finish_reason() -> None:
+    model = ScriptedModel([_cut('{"name": "A')], usage=Usage(input_tokens=3))
+
+    result = await Driver(model=model, output_type=Person).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "max_tokens"

@@ -101,9 +101,10 @@ class ModelResponse:
     `finish_reason` is why the reply ended, in OpenAI's words: ``"stop"``
     (a whole answer), ``"length"`` (the reply budget, ``max_tokens``, ran
     out: the reply is cut off), ``"tool_calls"`` or ``"content_filter"``
-    (the provider withheld the reply, or refused: OpenAI's ``refusal``). Anthropic's ``end_turn``,
-    ``max_tokens``, ``tool_use`` and ``refusal`` are read as these; another
-    reason is kept in the provider's own word; None: not said.
+    (the provider withheld the reply, or refused it: OpenAI's ``refusal``).
+    Anthropic's ``end_turn``, ``max_tokens``, ``tool_use`` and ``refusal``
+    are read as these; another reason is kept in the provider's own word;
+    None: not said.
     """
 
     message: Message = attrs.field()
