@@ -531,12 +531,16 @@ async def test_a_stream_that_sends_no_message_is_a_bad_response() -> None:
     assert "<html>oops</html>" in str(info.value)  # what came, quoted
 
 
-async def test_events_with_no_message_are_a_bad_response() -> None:
-    server = Server(anthropic_sse([("ping", {"type": "ping"})]))
+@pytest.mark.parametrize("events", [[], [("ping", {"type": "ping"})]])
+async def test_a_stream_that_ends_before_its_message_is_retried(
+    events: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """An event stream with no message (a gateway that lost its upstream) broke off."""
+    server = Server(anthropic_sse(events))
     with pytest.raises(ProviderError) as info:
         await collect(model_for(server), ask())
-    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
-    assert "the stream sent no message" in str(info.value)
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "message_start" in str(info.value)
 
 
 async def test_a_stream_error_is_classified_like_a_completion() -> None:

@@ -210,12 +210,14 @@ class AnthropicModel:
                 async for event in events:
                     if text := reply.add(event):
                         yield TextDelta(text=text)
-        if reply.started and not reply.stopped:
-            # The body ended mid-reply (a proxy lost its upstream): what came
-            # is not the whole reply; the driver may ask again.
+        if not reply.stopped:
+            # The body ended mid-reply, or before it began (a proxy lost its
+            # upstream): what came is not the whole reply; the driver may
+            # ask again.
+            missing = "message_stop" if reply.started else "message_start"
             raise connection_error(
                 "the stream from the Anthropic API broke off: it ended before "
-                "its message_stop event"
+                f"its {missing} event"
             )
         yield StreamDone(response=reply.response())
 
