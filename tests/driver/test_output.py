@@ -480,3 +480,13 @@ async def test_a_scripted_usage_keeps_the_finish_reason() -> None:
 
     assert isinstance(result.error, ProviderError), result.error
     assert result.error.kind == "max_tokens"
+
+
+async def test_a_reply_cut_off_before_any_answer_fails_naming_the_budget() -> None:
+    model = ScriptedModel.of(_cut(""))  # a reasoning model's thinking took it all
+
+    result = await Driver(model=model, max_output_tokens=16).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "max_tokens"
+    assert "with no answer yet" in str(result.error)

@@ -231,10 +231,11 @@ def _stopped(
     A reply cut off by its budget (finish reason ``length``) whose answer
     does not read as the output type (`typed`), or whose tool call's
     arguments broke off mid-JSON, would only be cut off again if asked
-    again: the run fails naming the budget to raise. A reply the provider
-    withheld (``content_filter``: a filter, a refusal) with nothing in it,
-    or with text that is not the output type (the refusal's words), is no
-    answer either: the run fails quoting it. Other such replies stand as
+    again: the run fails naming the budget to raise; so does one cut off
+    with nothing in it (a reasoning model's thinking took the budget). A
+    reply the provider withheld (``content_filter``: a filter, a refusal)
+    with nothing in it, or with text that is not the output type (the
+    refusal's words), is no answer either: the run fails quoting it. Other such replies stand as
     they are (their `finish_reason` says so).
     """
     message = response.message
@@ -253,7 +254,7 @@ def _stopped(
             f"'content_filter'){said}",
         )
     broken = [c.name for c in message.tool_calls if set(c.arguments) == {"_raw"}]
-    if not broken and (not typed or _parses(run, text)):
+    if not broken and text and (not typed or _parses(run, text)):
         return None
     budget = run.max_output_tokens
     setting = (
@@ -261,11 +262,16 @@ def _stopped(
         if budget is not None
         else "the model client's max_tokens, or the server's default"
     )
-    what = f"the arguments of its call to {broken[0]!r}" if broken else "its answer"
+    if broken:
+        what = f"before the arguments of its call to {broken[0]!r} were whole"
+    elif text:
+        what = "before its answer was whole"
+    else:  # a reasoning model's thinking can take the whole budget
+        what = "with no answer yet"
     return ErrorInfo(
         type=MAX_TOKENS,
         message=f"the reply was cut off at its budget ({setting}; finish reason "
-        f"'length') before {what} was whole; raise max_output_tokens",
+        f"'length') {what}; raise max_output_tokens",
     )
 
 
