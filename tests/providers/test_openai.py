@@ -732,3 +732,15 @@ async def test_a_streamed_refusal_finishes_as_content_filter() -> None:
     done = (await collect(model_for(server), ask()))[-1]
     assert isinstance(done, StreamDone)
     assert done.response.finish_reason == "content_filter"
+
+
+@asyncio_only
+async def test_streamed_arguments_sent_as_an_object_are_read() -> None:
+    """Some servers send a call's arguments as an object, streamed or not."""
+    piece = call_piece(0, "call_a", "echo")
+    piece["function"]["arguments"] = {"text": "é"}
+    chunks = [openai_chunk({"tool_calls": [piece]}), openai_chunk(usage=(5, 2))]
+    done = (await collect(model_for(Server(openai_sse(chunks))), ask(tools=[ECHO])))[-1]
+    assert isinstance(done, StreamDone)
+    [call] = done.response.message.tool_calls
+    assert call.arguments == {"text": "é"}

@@ -385,9 +385,11 @@ class _Chunks:
             call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
         call["id"] = call["id"] or call_id
         call["name"] = call["name"] or name
-        call["arguments"] += reply_text(
-            function.get("arguments"), "tool_calls.function.arguments"
-        )
+        arguments = function.get("arguments")
+        if isinstance(arguments, Mapping):  # an object, as a whole reply's may be
+            call["arguments"] = json.dumps(arguments, ensure_ascii=False)
+            return
+        call["arguments"] += reply_text(arguments, "tool_calls.function.arguments")
 
     def response(self) -> ModelResponse:
         """Return the whole reply, as `OpenAIModel.complete` would."""
