@@ -235,8 +235,8 @@ def _stopped(
     with nothing in it (a reasoning model's thinking took the budget). A
     reply the provider withheld (``content_filter``: a filter, a refusal)
     with nothing in it, or with text that is not the output type (the
-    refusal's words), is no answer either: the run fails quoting it. Other such replies stand as
-    they are (their `finish_reason` says so).
+    refusal's words), is no answer either: the run fails quoting it.
+    Other such replies stand as they are (their `finish_reason` says so).
     """
     message = response.message
     if message.tool_calls and not any(
