@@ -464,7 +464,9 @@ def _no_choices(error: object) -> ProviderError:
 
     Some servers answer a refused request with status 200 and an ``error``
     object: a context-length refusal among them is an overflow (the run
-    compacts and retries), as it would be with its proper status.
+    compacts and retries), as it would be with its proper status. One whose
+    ``code`` is an HTTP error status (a router's upstream failing after it
+    answered 200) is classified by that status: a 429 or a 5xx is retried.
     """
     said = error.get("message") if isinstance(error, Mapping) else error
     if not isinstance(said, str) or not said.strip():
@@ -472,6 +474,13 @@ def _no_choices(error: object) -> ProviderError:
     said = said if len(said) <= 500 else said[:497] + "..."
     if mentions_overflow(said):
         return ProviderError(said, kind=CONTEXT_OVERFLOW)
+    code = error.get("code") if isinstance(error, Mapping) else None
+    if (
+        isinstance(code, int)
+        and _checks.is_int(code)
+        and (code in (408, 409, 429) or 500 <= code <= 599)
+    ):
+        return from_status(code, said, overflow=False, key_hint=_KEY_HINT)
     return ProviderError(
         f"the reply has no choices; the server said: {said}", kind=BAD_RESPONSE
     )
