@@ -551,3 +551,20 @@ def test_a_run_the_server_refused_ends_with_the_window_option() -> None:
     assert ended.startswith("run failed: compaction stalled"), ended
     assert "set --window to the model's real window" in ended, ended
     assert "context_window" not in ended, ended
+
+
+def test_a_reply_cut_off_by_its_budget_names_the_max_tokens_option() -> None:
+    from turnfsm.cli._run import AgentOptions, cli_words
+    from turnfsm.errors import ProviderError
+
+    error = ProviderError(
+        "the reply was cut off at its budget (max_output_tokens=8; finish reason "
+        "'length') with no answer yet; raise max_output_tokens",
+        kind="max_tokens",
+    )
+    said = cli_words(error, AgentOptions(model="local"))  # type: ignore[call-arg]
+    assert "max_output_tokens" not in said
+    assert said.endswith(
+        "(--max-tokens=8; finish reason 'length') with no answer yet; "
+        "raise --max-tokens"
+    )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import socket
 from typing import Any
 
@@ -14,6 +15,7 @@ from tests.providers._mock import (
     anthropic_error,
     anthropic_reply,
     anthropic_sse,
+    json_reply,
     raw_json_reply,
     refused,
     text_block,
@@ -23,7 +25,7 @@ from tests.providers._mock import (
 from turnfsm.core import Usage
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
-from turnfsm.providers import ModelRequest, ToolSchema
+from turnfsm.providers import ModelRequest, OutputSpec, ToolSchema
 from turnfsm.providers._anthropic import AnthropicModel
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 
@@ -192,6 +194,12 @@ async def test_a_tool_call_without_an_id_is_given_one() -> None:
     assert second.id.startswith("toolu_")
     assert first.id != second.id
     assert (first.arguments, second.arguments) == ({"text": "1"}, {"text": "2"})
+
+
+async def test_a_tool_call_with_no_name_gets_one_no_tool_has() -> None:
+    server = Server(anthropic_reply(tool_use("toolu_1", "", text="1")))
+    [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls
+    assert call.name == "missing_tool_name"
 
 
 async def test_an_unreadable_reply_is_a_provider_error_not_a_crash() -> None:
@@ -519,7 +527,20 @@ async def test_a_stream_that_sends_no_message_is_a_bad_response() -> None:
     with pytest.raises(ProviderError) as info:
         await collect(model_for(server), ask())
     assert (info.value.kind, info.value.retryable) == ("bad_response", False)
-    assert "the stream sent no message" in str(info.value)
+    assert "the body is not JSON" in str(info.value)
+    assert "<html>oops</html>" in str(info.value)  # what came, quoted
+
+
+@pytest.mark.parametrize("events", [[], [("ping", {"type": "ping"})]])
+async def test_a_stream_that_ends_before_its_message_is_retried(
+    events: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """An event stream with no message (a gateway that lost its upstream) broke off."""
+    server = Server(anthropic_sse(events))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "message_start" in str(info.value)
 
 
 async def test_a_stream_error_is_classified_like_a_completion() -> None:
@@ -537,3 +558,73 @@ async def test_close_closes_the_http_client() -> None:
     client = anthropic.AsyncAnthropic(api_key="k", http_client=http)
     await AnthropicModel("m", client=client).close()
     assert http.is_closed
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "finish_reason"),
+    [
+        ("end_turn", "stop"),
+        ("max_tokens", "length"),
+        ("refusal", "content_filter"),
+        ("pause_turn", "pause_turn"),
+        (None, None),
+    ],
+)
+async def test_the_stop_reason_is_kept_in_openai_words(
+    stop_reason: str | None, finish_reason: str | None
+) -> None:
+    body = json.loads(anthropic_reply(text_block("Hi")).content)
+    server = Server(json_reply({**body, "stop_reason": stop_reason}))
+    response = await model_for(server).complete(ask())
+    assert response.finish_reason == finish_reason
+
+
+async def test_the_forced_output_call_is_a_whole_answer() -> None:
+    server = Server(anthropic_reply(tool_use("toolu_1", "Answer", n=1)))
+    spec = OutputSpec(name="Answer", schema={"type": "object"})
+    response = await model_for(server).complete(ask(output=spec))
+    assert (response.message.text, response.finish_reason) == ('{"n": 1}', "stop")
+
+
+async def test_a_stream_keeps_the_stop_reason() -> None:
+    stop = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}
+    server = Server(
+        anthropic_sse(
+            [
+                start(input_tokens=5),
+                block_start(0, text_block("")),
+                delta(0, type="text_delta", text="The answer is"),
+                block_stop(0),
+                ("message_delta", {**stop, "usage": {"output_tokens": 4}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
+    )
+    done = (await collect(model_for(server), ask()))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "retryable"),
+    [("overloaded_error", 529, True), ("invalid_request_error", 400, False)],
+)
+async def test_a_json_error_body_for_a_stream_is_classified_by_its_type(
+    kind: str, status: int, retryable: bool
+) -> None:
+    body = {"type": "error", "error": {"type": kind, "message": "Said so"}}
+    server = Server(json_reply(body))  # status 200, as some proxies send it
+    with pytest.raises(ProviderError) as caught:
+        await collect(model_for(server), ask())
+    error = caught.value
+    assert (error.status, error.retryable) == (status, retryable)
+    assert "Said so" in error.message
+
+
+async def test_a_whole_reply_for_a_stream_is_the_reply() -> None:
+    server = Server(anthropic_reply(text_block("Hello!"), usage=(7, 2)))
+    events = await collect(model_for(server), ask())
+    assert events[0] == TextDelta(text="Hello!")
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.usage == Usage(input_tokens=7, output_tokens=2)

@@ -104,6 +104,19 @@ async def test_openai_tool_call_then_final_answer() -> None:
     ]
 
 
+async def test_a_call_with_an_empty_name_is_answered_and_the_run_goes_on() -> None:
+    server = Server(
+        openai_reply(None, openai_call("call_1", "", '{"text": "hi"}')),
+        openai_reply("done"),
+    )
+    with anyio.fail_after(10):
+        result = await driver(openai_model(server), tools=[echo]).run("say hi")
+    assert (result.outcome, result.text, result.turns) == ("done", "done", 2)
+    call, answer = server.bodies[1]["messages"][-2:]
+    assert call["tool_calls"][0]["function"]["name"] == "missing_tool_name"
+    assert answer["content"].startswith("[error] tool 'missing_tool_name'")
+
+
 async def test_anthropic_tool_call_then_final_answer() -> None:
     server = Server(
         anthropic_reply(tool_use("toolu_1", "echo", text="hi")),

@@ -212,6 +212,13 @@ async def test_malformed_arguments_become_raw_and_missing_ids_are_filled() -> No
     assert call.id.startswith("call_")
 
 
+@pytest.mark.parametrize("name", ["", None])
+async def test_a_call_with_no_name_gets_one_no_tool_has(name: str | None) -> None:
+    server = Server(openai_reply(None, openai_call("c1", name, "{}")))  # type: ignore[arg-type]
+    [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls
+    assert call.name == "missing_tool_name"
+
+
 OVERFLOWS = {
     "openai": {
         "error": {
@@ -679,3 +686,61 @@ def test_a_base_url_that_is_no_http_url_is_refused_when_made(url: str) -> None:
         "http://127.0.0.1:8080/v1"
     )
     assert str(OpenAIModel("m", base_url="https://example.com/v1").base_url)
+
+
+async def test_the_finish_reason_is_kept() -> None:
+    cut = json.loads(openai_reply("The answer is").content)
+    cut["choices"][0]["finish_reason"] = "length"
+    server = Server(
+        json_reply(cut), openai_reply(None, openai_call("c1", "echo", "{}"))
+    )
+    model = model_for(server)
+    assert (await model.complete(ask())).finish_reason == "length"
+    assert (await model.complete(ask())).finish_reason == "tool_calls"
+
+
+@asyncio_only
+async def test_a_stream_keeps_the_finish_reason() -> None:
+    last = openai_chunk({"content": " is"})
+    last["choices"][0]["finish_reason"] = "length"
+    server = Server(
+        openai_sse(
+            [openai_chunk({"content": "The answer"}), last, openai_chunk(usage=(9, 2))]
+        )
+    )
+    events = await collect(model_for(server), ask())
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.finish_reason == "length"
+    assert done.response.message.text == "The answer is"
+
+
+async def test_a_refusal_instead_of_content_finishes_as_content_filter() -> None:
+    body = json.loads(openai_reply(None).content)
+    body["choices"][0]["message"]["refusal"] = "I can't help with that."
+    server = Server(json_reply(body))
+    response = await model_for(server).complete(ask())
+    assert response.message.text == "I can't help with that."
+    assert response.finish_reason == "content_filter"
+
+
+@asyncio_only
+async def test_a_streamed_refusal_finishes_as_content_filter() -> None:
+    last = openai_chunk({"refusal": "No."})
+    last["choices"][0]["finish_reason"] = "stop"
+    server = Server(openai_sse([last, openai_chunk(usage=(9, 2))]))
+    done = (await collect(model_for(server), ask()))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.finish_reason == "content_filter"
+
+
+@asyncio_only
+async def test_streamed_arguments_sent_as_an_object_are_read() -> None:
+    """Some servers send a call's arguments as an object, streamed or not."""
+    piece = call_piece(0, "call_a", "echo")
+    piece["function"]["arguments"] = {"text": "é"}
+    chunks = [openai_chunk({"tool_calls": [piece]}), openai_chunk(usage=(5, 2))]
+    done = (await collect(model_for(Server(openai_sse(chunks))), ask(tools=[ECHO])))[-1]
+    assert isinstance(done, StreamDone)
+    [call] = done.response.message.tool_calls
+    assert call.arguments == {"text": "é"}

@@ -207,6 +207,10 @@ async def test_an_openai_reply_of_the_wrong_shape_is_a_bad_response(
             "maximum context length is 1024 tokens",
         ),
         (None, "bad_response", "the reply has no choices"),
+        # A router whose upstream failed after it answered 200 (OpenRouter).
+        ({"code": 502, "message": "upstream down"}, "server", "HTTP 502: upstream"),
+        ({"code": 429, "message": "slow down"}, "rate_limit", "HTTP 429: slow down"),
+        ({"code": 400, "message": "no"}, "bad_response", "the server said: no"),
     ],
 )
 async def test_an_openai_reply_of_an_error_instead_of_choices_quotes_it(

@@ -217,3 +217,15 @@ async def test_a_pass_still_over_the_window_says_how_far_over() -> None:
         f"ERROR: the pass left {attributes[A.TOKENS_AFTER]} tokens, "
         "still over the window"
     )
+
+
+async def test_a_reply_cut_off_by_its_budget_says_so_on_its_chat_span() -> None:
+    traced = Traced.create()
+    cut = ModelResponse(
+        message=Message.assistant("The answer is"), finish_reason="length"
+    )
+    result = await traced_driver(traced, ScriptedModel.of(cut)).run("go")
+    assert result.ok, result.error
+    [span] = [s for s in traced.spans if s.name.startswith("chat ")]
+    assert span.attributes is not None
+    assert span.attributes[A.RESPONSE_FINISH_REASONS] == ("length",)

@@ -37,6 +37,7 @@ from turnfsm.errors import (
     ConfigError,
     ContextExceeded,
     PinnedTooLarge,
+    ProviderError,
     RunCrashed,
     SessionBusy,
     SessionConflict,
@@ -672,6 +673,13 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
         and not options.agent
     ):
         return _option_words(explain(exc))
+    if (
+        isinstance(exc, ProviderError)
+        and exc.kind == "max_tokens"  # a reply cut off by its budget
+        and options is not None
+        and not options.agent
+    ):
+        return explain(exc).replace("max_output_tokens", "--max-tokens")
     return explain(exc)
 
 

@@ -203,6 +203,10 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
                 f"the reply makes the conversation {size} tokens, over the "
                 f"{window} window; it is not committed"
             )
+    if response.finish_reason in _UNFINISHED and (
+        stopped := _stopped(run, response, output is not None)
+    ):
+        return ModelFailed(error=stopped)
     if output is not None and not response.message.tool_calls:
         try:
             output.parse(response.message.text)
@@ -213,6 +217,80 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
                 usage=response.usage,
             )
     return ModelReplied(message=response.message, usage=response.usage)
+
+
+_UNFINISHED: Final = frozenset({"length", "content_filter"})
+"""The finish reasons of a reply that may not be usable as it is."""
+MAX_TOKENS: Final = "max_tokens"
+"""The error kind of a reply cut off by its budget before it was usable."""
+CONTENT_FILTER: Final = "content_filter"
+"""The error kind of a reply the provider's content filter withheld."""
+
+
+def _stopped(
+    run: RunResources, response: ModelResponse, typed: bool
+) -> ErrorInfo | None:
+    """The failure of a reply the provider stopped short, when it is unusable.
+
+    A reply cut off by its budget (finish reason ``length``) whose answer
+    does not read as the output type (`typed`), or whose tool call's
+    arguments broke off mid-JSON, would only be cut off again if asked
+    again: the run fails naming the budget to raise; so does one cut off
+    with nothing in it (a reasoning model's thinking took the budget). A
+    reply the provider withheld (``content_filter``: a filter, a refusal)
+    with nothing in it, or with text that is not the output type (the
+    refusal's words), is no answer either: the run fails quoting it.
+    Other such replies stand as they are (their `finish_reason` says so).
+    """
+    message = response.message
+    if message.tool_calls and not any(
+        set(c.arguments) == {"_raw"} for c in message.tool_calls
+    ):
+        return None  # whole calls: they run
+    text = message.text.strip()
+    if response.finish_reason == "content_filter":
+        if message.tool_calls or (text and (not typed or _parses(run, text))):
+            return None  # a text that is the answer (a refusal, in words)
+        said = f": {_short(text)}" if text else "; it had no text and no tool call"
+        return ErrorInfo(
+            type=CONTENT_FILTER,
+            message="the provider withheld the answer (finish reason "
+            f"'content_filter'){said}",
+        )
+    broken = [c.name for c in message.tool_calls if set(c.arguments) == {"_raw"}]
+    if not broken and text and (not typed or _parses(run, text)):
+        return None
+    budget = run.max_output_tokens
+    setting = (
+        f"max_output_tokens={budget}"
+        if budget is not None
+        else "the model client's max_tokens, or the server's default"
+    )
+    if broken:
+        what = f"before the arguments of its call to {broken[0]!r} were whole"
+    elif text:
+        what = "before its answer was whole"
+    else:  # a reasoning model's thinking can take the whole budget
+        what = "with no answer yet"
+    return ErrorInfo(
+        type=MAX_TOKENS,
+        message=f"the reply was cut off at its budget ({setting}; finish reason "
+        f"'length') {what}; raise max_output_tokens",
+    )
+
+
+def _parses(run: RunResources, text: str) -> bool:
+    """Whether `text` reads as the run's output type."""
+    assert run.output is not None
+    try:
+        run.output.parse(text)
+    except InvalidArguments:
+        return False
+    return True
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 200 else text[:197] + "...")
 
 
 def _check_report(run: RunResources, usage: Usage | None, window: int) -> None:

@@ -32,6 +32,7 @@ from turnfsm.providers._errors import (
     from_status,
     given_call_id,
     mentions_overflow,
+    named_call,
     reply_list,
     reply_object,
     reply_text,
@@ -178,18 +179,7 @@ class AnthropicModel:
             reply: wire.Message = await sent(
                 self._client().messages.create, self._options(request)
             )
-        # The SDK builds its models unchecked: read the reply as JSON data
-        # and check its shape here; the converter checks the blocks.
-        data = reply_object(reply, "the reply")
-        content = reply_list(data.get("content"), "content")
-        blocks = [
-            reply_object(block, f"content[{i}]") for i, block in enumerate(content)
-        ]
-        return ModelResponse(
-            message=_reply(blocks, request.output),
-            usage=_usage(data.get("usage")),
-            model=reply_text(data.get("model"), "model") or None,
-        )
+        return _whole_reply(reply, request.output)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
@@ -206,15 +196,28 @@ class AnthropicModel:
                 self._client().messages.create, self._options(request), stream=True
             )
             async with events:
+                if not _is_event_stream(events.response.headers):
+                    # A proxy or a compatible server answered with one JSON
+                    # body: an error, or the whole reply unstreamed.
+                    response = _whole_reply(
+                        _error_body(json.loads(await events.response.aread())),
+                        request.output,
+                    )
+                    if text := response.message.text:
+                        yield TextDelta(text=text)
+                    yield StreamDone(response=response)
+                    return
                 async for event in events:
                     if text := reply.add(event):
                         yield TextDelta(text=text)
-        if reply.started and not reply.stopped:
-            # The body ended mid-reply (a proxy lost its upstream): what came
-            # is not the whole reply; the driver may ask again.
+        if not reply.stopped:
+            # The body ended mid-reply, or before it began (a proxy lost its
+            # upstream): what came is not the whole reply; the driver may
+            # ask again.
+            missing = "message_stop" if reply.started else "message_start"
             raise connection_error(
                 "the stream from the Anthropic API broke off: it ended before "
-                "its message_stop event"
+                f"its {missing} event"
             )
         yield StreamDone(response=reply.response())
 
@@ -264,6 +267,7 @@ class _Events:
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
         self.usage: Usage | None = None
         self.model: str | None = None
+        self.stop_reason = ""  # the API's own word
         self.started = False  # a message_start came: the stream is a reply
         self.stopped = False  # its message_stop came: the reply is whole
 
@@ -286,6 +290,11 @@ class _Events:
             self.stopped = True
         elif kind == "message_delta":
             self.usage = _usage(data.get("usage"), self.usage)
+            delta = reply_object(data.get("delta") or {}, "message_delta.delta")
+            where = "message_delta.delta.stop_reason"
+            self.stop_reason = reply_text(delta.get("stop_reason"), where) or (
+                self.stop_reason
+            )
         elif kind == "content_block_start":
             where = "content_block_start.content_block"
             block = reply_object(data.get("content_block"), where)
@@ -344,9 +353,55 @@ class _Events:
             if pieces:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
         blocks = [self.blocks[i] for i in sorted(self.blocks)]
+        message = _reply(blocks, self.output)
         return ModelResponse(
-            message=_reply(blocks, self.output), usage=self.usage, model=self.model
+            message=message,
+            usage=self.usage,
+            model=self.model,
+            finish_reason=_finish_reason(self.stop_reason, message),
         )
+
+
+def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
+    """Read a whole Messages API reply (an SDK model or its JSON data)."""
+    # The SDK builds its models unchecked: read the reply as JSON data and
+    # check its shape here; the converter checks the blocks.
+    data = reply_object(reply, "the reply")
+    content = reply_list(data.get("content"), "content")
+    blocks = [reply_object(block, f"content[{i}]") for i, block in enumerate(content)]
+    message = _reply(blocks, output)
+    return ModelResponse(
+        message=message,
+        usage=_usage(data.get("usage")),
+        model=reply_text(data.get("model"), "model") or None,
+        finish_reason=_finish_reason(data.get("stop_reason"), message),
+    )
+
+
+def _is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether a response's body is server-sent events (else one body)."""
+    kind = headers.get("content-type", "")
+    return not kind or kind.split(";")[0].strip().lower() == "text/event-stream"
+
+
+def _error_body(data: object) -> object:
+    """Return `data` (a whole body); raise the error it holds, if it is one.
+
+    Raises:
+        ProviderError: the body is an error (``{"type": "error", "error":
+            {...}}``), classified by its error type as an error event is.
+    """
+    if not isinstance(data, Mapping) or (
+        data.get("type") != "error" and "error" not in data
+    ):
+        return data
+    error = data.get("error")
+    error = error if isinstance(error, Mapping) else data
+    message, kind = error.get("message"), error.get("type")
+    said = message if isinstance(message, str) else json.dumps(data)[:500]
+    status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
+    overflow = status == 413 or mentions_overflow(said)
+    raise from_status(status, said, overflow=overflow, key_hint=_KEY_HINT)
 
 
 def _force_output(options: dict[str, Any], output: OutputSpec) -> None:
@@ -388,13 +443,39 @@ def _answer_as_text(
 
 def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Message:
     blocks = [
-        given_call_id(b, "toolu_") if b.get("type") == "tool_use" else b
+        dict(given_call_id(b, "toolu_"), name=named_call(b.get("name")))
+        if b.get("type") == "tool_use"
+        else b
         for b in _answer_as_text(blocks, output)
     ]
     try:
         return from_anthropic_messages([{"role": "assistant", "content": blocks}])[0]
     except InvalidMessage as exc:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+_FINISH_REASONS: Final = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+"""Anthropic's stop reasons in OpenAI's words (`ModelResponse.finish_reason`)."""
+
+
+def _finish_reason(value: object, message: Message) -> str | None:
+    """Return a reply's ``stop_reason`` as a `ModelResponse.finish_reason`.
+
+    A ``tool_use`` stop of a reply with no tool call left (the forced output
+    tool's call, read back as the answer's text) is a whole answer, ``stop``.
+    """
+    said = reply_text(value, "stop_reason")
+    reason = _FINISH_REASONS.get(said, said)
+    if reason == "tool_calls" and not message.tool_calls:
+        return "stop"
+    return reason or None
 
 
 def _usage(value: object, before: Usage | None = None) -> Usage | None:

@@ -42,6 +42,7 @@ __all__ = [
     "BAD_RESPONSE",
     "CONFLICT",
     "CONNECTION",
+    "NAMELESS_TOOL",
     "OVERFLOW_MARKERS",
     "QUOTA",
     "RATE_LIMIT",
@@ -52,6 +53,7 @@ __all__ = [
     "given_call_id",
     "json_data",
     "mentions_overflow",
+    "named_call",
     "parse_retry_after",
     "reply_list",
     "reply_object",
@@ -306,6 +308,23 @@ def given_call_id(call: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     if call.get("id") not in (None, ""):
         return dict(call)
     return dict(call, id=f"{prefix}{uuid.uuid4().hex[:24]}")
+
+
+NAMELESS_TOOL: Final = "missing_tool_name"
+"""The name a reply's tool call with an empty name is given (no tool has it)."""
+
+
+def named_call(name: object) -> object:
+    """Return a tool call's `name`, or `NAMELESS_TOOL` for an empty one.
+
+    A small model (or a server's grammar) can call a tool with an empty
+    name: the call gets a name no tool has, so it is answered with an error
+    result the model reads (as a call of an unknown tool is), and the run
+    goes on instead of failing on an unreadable reply. The name is one every
+    provider accepts back in the history. A name of another type is kept,
+    for the converter to refuse.
+    """
+    return NAMELESS_TOOL if name in (None, "") else name
 
 
 def reply_tokens(value: object, where: str) -> int:

@@ -34,6 +34,7 @@ from turnfsm.providers._errors import (
     from_status,
     given_call_id,
     mentions_overflow,
+    named_call,
     reply_list,
     reply_object,
     reply_text,
@@ -201,10 +202,13 @@ class OpenAIModel:
         if not choices:
             raise _no_choices(data.get("error"))
         choice = reply_object(choices[0], "choices[0]")
+        message = reply_object(choice.get("message"), "choices[0].message")
+        finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
         return ModelResponse(
-            message=_reply(reply_object(choice.get("message"), "choices[0].message")),
+            message=_reply(message),
             usage=_usage(data.get("usage")),
             model=reply_text(data.get("model"), "model") or None,
+            finish_reason=_finish_reason(finish, message),
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -321,6 +325,7 @@ class _Chunks:
         self._slots: dict[int | None, int] = {}  # a server's call index: its call
         self.usage: Usage | None = None
         self.model: str | None = None
+        self.finish_reason: str | None = None
         self.replied = False  # a choice came
         self.finished = False  # a finish_reason or the usage came: the end
 
@@ -342,7 +347,11 @@ class _Chunks:
             if choice.get("index") not in (0, None):
                 continue
             self.replied = True
-            self.finished = self.finished or choice.get("finish_reason") is not None
+            if finish := reply_text(
+                choice.get("finish_reason"), f"choices[{i}].finish_reason"
+            ):
+                self.finish_reason = finish
+                self.finished = True
             where = f"choices[{i}].delta"
             delta = reply_object(choice.get("delta") or {}, where)
             self.refusal.append(reply_text(delta.get("refusal"), f"{where}.refusal"))
@@ -376,9 +385,11 @@ class _Chunks:
             call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
         call["id"] = call["id"] or call_id
         call["name"] = call["name"] or name
-        call["arguments"] += reply_text(
-            function.get("arguments"), "tool_calls.function.arguments"
-        )
+        arguments = function.get("arguments")
+        if isinstance(arguments, Mapping):  # an object, as a whole reply's may be
+            call["arguments"] = json.dumps(arguments, ensure_ascii=False)
+            return
+        call["arguments"] += reply_text(arguments, "tool_calls.function.arguments")
 
     def response(self) -> ModelResponse:
         """Return the whole reply, as `OpenAIModel.complete` would."""
@@ -395,7 +406,24 @@ class _Chunks:
                 for _, call in sorted(self.calls.items())
             ],
         }
-        return ModelResponse(message=_reply(data), usage=self.usage, model=self.model)
+        return ModelResponse(
+            message=_reply(data),
+            usage=self.usage,
+            model=self.model,
+            finish_reason=_finish_reason(self.finish_reason or "", data),
+        )
+
+
+def _finish_reason(said: str, message: Mapping[str, Any]) -> str | None:
+    """A reply's finish reason; a refusal instead of content is ``content_filter``.
+
+    OpenAI sends a refusal (a structured answer it will not give) with the
+    finish reason ``stop``; the refusal's text becomes the reply's text, so
+    the reason is what tells it from an answer.
+    """
+    if message.get("refusal") and not message.get("content"):
+        return "content_filter"
+    return said or None
 
 
 def _reply(data: Mapping[str, Any]) -> Message:
@@ -405,13 +433,21 @@ def _reply(data: Mapping[str, Any]) -> Message:
         message["content"] = None
     calls = reply_list(message.get("tool_calls"), "tool_calls")
     message["tool_calls"] = [
-        given_call_id(reply_object(c, f"tool_calls[{i}]"), "call_")
+        _with_name(given_call_id(reply_object(c, f"tool_calls[{i}]"), "call_"))
         for i, c in enumerate(calls)
     ]
     try:
         return from_openai_messages([message])[0]
     except InvalidMessage as exc:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+def _with_name(call: dict[str, Any]) -> dict[str, Any]:
+    """`call` with a name (`named_call`) if its function is an object."""
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        call["function"] = dict(function, name=named_call(function.get("name")))
+    return call
 
 
 def _page_text(body: str) -> str:
@@ -428,7 +464,9 @@ def _no_choices(error: object) -> ProviderError:
 
     Some servers answer a refused request with status 200 and an ``error``
     object: a context-length refusal among them is an overflow (the run
-    compacts and retries), as it would be with its proper status.
+    compacts and retries), as it would be with its proper status. One whose
+    ``code`` is an HTTP error status (a router's upstream failing after it
+    answered 200) is classified by that status: a 429 or a 5xx is retried.
     """
     said = error.get("message") if isinstance(error, Mapping) else error
     if not isinstance(said, str) or not said.strip():
@@ -436,6 +474,13 @@ def _no_choices(error: object) -> ProviderError:
     said = said if len(said) <= 500 else said[:497] + "..."
     if mentions_overflow(said):
         return ProviderError(said, kind=CONTEXT_OVERFLOW)
+    code = error.get("code") if isinstance(error, Mapping) else None
+    if (
+        isinstance(code, int)
+        and _checks.is_int(code)
+        and (code in (408, 409, 429) or 500 <= code <= 599)
+    ):
+        return from_status(code, said, overflow=False, key_hint=_KEY_HINT)
     return ProviderError(
         f"the reply has no choices; the server said: {said}", kind=BAD_RESPONSE
     )

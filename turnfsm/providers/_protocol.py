@@ -97,6 +97,14 @@ class ModelResponse:
 
     `model` is the model that answered, as the provider names it (it may
     differ from the name asked for), or None.
+
+    `finish_reason` is why the reply ended, in OpenAI's words: ``"stop"``
+    (a whole answer), ``"length"`` (the reply budget, ``max_tokens``, ran
+    out: the reply is cut off), ``"tool_calls"`` or ``"content_filter"``
+    (the provider withheld the reply, or refused it: OpenAI's ``refusal``).
+    Anthropic's ``end_turn``, ``max_tokens``, ``tool_use`` and ``refusal``
+    are read as these; another reason is kept in the provider's own word;
+    None: not said.
     """
 
     message: Message = attrs.field()
@@ -104,6 +112,9 @@ class ModelResponse:
         default=None, validator=_checks.instance(Usage, "a Usage", optional=True)
     )
     model: str | None = attrs.field(
+        default=None, validator=_checks.string(optional=True)
+    )
+    finish_reason: str | None = attrs.field(
         default=None, validator=_checks.string(optional=True)
     )
 

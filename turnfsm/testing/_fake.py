@@ -171,5 +171,5 @@ class ScriptedModel:
             raise item
         response = _as_response(item, f"script[{index}]")
         if self.usage is not None and response.usage is None:
-            response = ModelResponse(message=response.message, usage=self.usage)
+            response = attrs.evolve(response, usage=self.usage)
         return response

@@ -68,6 +68,8 @@ def end_chat(
         if response.model:
             span.set_attribute(A.RESPONSE_MODEL, response.model)
             labels[A.RESPONSE_MODEL] = response.model
+        if response.finish_reason:
+            span.set_attribute(A.RESPONSE_FINISH_REASONS, (response.finish_reason,))
         usage = response.usage
         if usage is not None:
             span.set_attributes(

@@ -1,0 +1,132 @@
+"""Replies the provider stopped short: cut off by their budget, or withheld.
+
+A reply's `ModelResponse.finish_reason` says why it ended; one that is no
+usable answer fails the run at once, naming what to change, instead of
+being blamed on the output type and asked again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from turnfsm.driver import Driver
+from turnfsm.errors import ProviderError
+from turnfsm.messages import Message, ToolCallPart
+from turnfsm.providers import ModelResponse
+from turnfsm.testing import ScriptedModel
+from turnfsm.values import Usage
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclasses.dataclass
+class Person:
+    """A person.
+
+    Attributes:
+        name: The person's name.
+        age: Their age in years.
+    """
+
+    name: str
+    age: int
+
+
+def _cut(message: Message | str, reason: str = "length") -> ModelResponse:
+    if isinstance(message, str):
+        message = Message.assistant(message)
+    return ModelResponse(message=message, finish_reason=reason)
+
+
+async def test_an_answer_cut_off_by_the_budget_names_the_budget_not_the_type() -> None:
+    model = ScriptedModel.of(_cut('{"name": "Ada", "a'))
+
+    result = await Driver(model=model, output_type=Person, max_output_tokens=8).run(
+        "go"
+    )
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "max_tokens"
+    assert "max_output_tokens=8" in str(result.error)
+    assert len(model.requests) == 1  # not asked again: it would be cut again
+
+
+async def test_a_whole_answer_at_the_budget_is_the_output() -> None:
+    model = ScriptedModel.of(_cut('{"name": "Ada", "age": 36}'))
+
+    result = await Driver(model=model, output_type=Person).run("go")
+
+    assert result.output == Person("Ada", 36)
+
+
+async def test_a_tool_call_cut_off_by_the_budget_fails_naming_the_budget() -> None:
+    def lookup(name: str) -> str:
+        """Look a person up."""
+        return "36"
+
+    call = ToolCallPart(id="c1", name="lookup", arguments={"_raw": '{"name": "A'})
+    model = ScriptedModel.of(_cut(Message.assistant(tool_calls=[call])))
+
+    result = await Driver(model=model, tools=[lookup]).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "max_tokens"
+    assert "'lookup'" in str(result.error)
+    assert "client's max_tokens" in str(result.error)
+
+
+async def test_plain_text_cut_off_stands() -> None:
+    model = ScriptedModel.of(_cut("The answer is"))
+
+    result = await Driver(model=model).run("go")
+
+    assert (result.ok, result.text) == (True, "The answer is")
+
+
+async def test_a_reply_the_content_filter_withheld_fails_the_run() -> None:
+    model = ScriptedModel.of(_cut("", "content_filter"))
+
+    result = await Driver(model=model).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert (result.error.kind, result.error.retryable) == ("content_filter", False)
+
+
+async def test_filtered_text_that_came_stands() -> None:
+    model = ScriptedModel.of(_cut("Part of it", "content_filter"))
+
+    result = await Driver(model=model).run("go")
+
+    assert (result.ok, result.text) == (True, "Part of it")
+
+
+async def test_a_refusal_is_not_blamed_on_the_type_nor_asked_again() -> None:
+    model = ScriptedModel.of(_cut("I can't help with that.", "content_filter"))
+
+    result = await Driver(model=model, output_type=Person).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "content_filter"
+    assert "I can't help with that." in str(result.error)
+    assert len(model.requests) == 1
+
+
+async def test_a_scripted_usage_keeps_the_finish_reason() -> None:
+    model = ScriptedModel([_cut('{"name": "A')], usage=Usage(input_tokens=3))
+
+    result = await Driver(model=model, output_type=Person).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "max_tokens"
+
+
+async def test_a_reply_cut_off_before_any_answer_fails_naming_the_budget() -> None:
+    model = ScriptedModel.of(_cut(""))  # a reasoning model's thinking took it all
+
+    result = await Driver(model=model, max_output_tokens=16).run("go")
+
+    assert isinstance(result.error, ProviderError), result.error
+    assert result.error.kind == "max_tokens"
+    assert "with no answer yet" in str(result.error)
