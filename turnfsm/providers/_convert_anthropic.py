@@ -95,7 +95,6 @@ def to_anthropic_messages(
                 else:
                     results.extend(blocks)
             case Role.USER | Role.ASSISTANT:
-                results = None
                 parts = message.parts
                 if message.role is Role.ASSISTANT:
                     # Anthropic refuses a blank text block, and a message
@@ -105,6 +104,7 @@ def to_anthropic_messages(
                     parts = tuple(part for part in parts if _said(part))
                     if not parts:
                         continue
+                results = None
                 out.append({"role": message.role.value, "content": _content(parts)})
     return system, out
 
