@@ -163,3 +163,33 @@ def test_a_machine_file_or_maker_given_as_the_machine_shows_the_call(
     assert str(caught.value) == (
         f"invalid machine={value!r}: expected a MachineSpec ({hint})"
     )
+
+
+def test_a_stored_session_made_anew_by_its_id_names_session_open() -> None:
+    # A web handler's habit: Session(user_id, store=...) on every request.
+    # The second request's view read nothing of the first's log, and the
+    # conflict said "another writer appended first", with none there.
+    import anyio
+
+    from turnfsm.errors import SessionConflict
+    from turnfsm.persistence import MemoryStore, Session
+
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel.of("one", "two"), store=store)
+
+    async def two_requests() -> list[str]:
+        await agent.run("hi", session=Session("user-42", store=store))
+        with pytest.raises(SessionConflict) as caught:
+            await agent.run("again", session=Session("user-42", store=store))
+        assert str(caught.value) == (
+            "session 'user-42' is already stored (8 entries), but this writer "
+            "took it for a new one: Session('user-42', store=...) does not "
+            "read the stored log; reopen it with await Session.open(store, "
+            "'user-42') (an Agent: await agent.open_session(...)), or, if "
+            "another writer started it first, reload the session and retry"
+        )
+        session = await Session.open(store, "user-42")
+        await agent.run("again", session=session)
+        return [m.text for m in session.history]
+
+    assert anyio.run(two_requests) == ["hi", "one", "again", "two"]
