@@ -27,6 +27,31 @@ from turnfsm.testing import ScriptedModel
             "it is a ContextManager setting: context=ContextManager(max_messages=10)",
         ),
         ("colour", "red", "see Driver"),
+        # Other agent frameworks' names: "see Driver" named nothing.
+        ("instructions", "Be brief.", "the system prompt is system_prompt='...'"),
+        (
+            "handoffs",
+            [],
+            "an agent this one hands work to is a sub-agent: "
+            "subagents={'name': other_agent}, or tools=[other_agent.as_tool(...)]",
+        ),
+        (
+            "checkpointer",
+            None,
+            "sessions are kept in a store: Agent(store='sessions.db'), and each "
+            "run continues a Session",
+        ),
+        (
+            "response_format",
+            dict,
+            "a structured answer's type is output_type=YourClass",
+        ),
+        (
+            "temperature",
+            0.2,
+            "it is a model client's setting: "
+            "model=OpenAIModel('...', temperature=...)",
+        ),
     ],
 )
 def test_an_unknown_setting_is_named_with_the_one_meant(
@@ -193,3 +218,13 @@ def test_a_stored_session_made_anew_by_its_id_names_session_open() -> None:
         return [m.text for m in session.history]
 
     assert anyio.run(two_requests) == ["hi", "one", "again", "two"]
+
+
+def test_a_memory_store_named_in_an_error_does_not_print_its_logs() -> None:
+    # Its repr held every entry of every session: one line of an error
+    # could run to pages.
+    from turnfsm.persistence import MemoryStore
+
+    store = MemoryStore()
+    Agent(model=ScriptedModel.of("ok"), store=store).run_sync("hi")
+    assert repr(store) == "MemoryStore()"

@@ -193,10 +193,34 @@ _CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
 
 
 def context_hint(name: str, value: object) -> str | None:
-    """Where `name`, given to an agent or a driver, belongs: the context manager's."""
+    """Where `name`, given to an agent or a driver, belongs.
+
+    A context manager's setting, or the setting that does the job of
+    another agent framework's argument of that name.
+    """
+    if name in _OTHER_NAMES:
+        return _OTHER_NAMES[name]
     if name not in _CONTEXT_SETTINGS:
         return None
     return f"it is a ContextManager setting: context=ContextManager({name}={value!r})"
+
+
+_OTHER_NAMES: Final = {
+    "instructions": "the system prompt is system_prompt='...'",
+    "handoffs": (
+        "an agent this one hands work to is a sub-agent: "
+        "subagents={'name': other_agent}, or tools=[other_agent.as_tool(...)]"
+    ),
+    "checkpointer": (
+        "sessions are kept in a store: Agent(store='sessions.db'), and each "
+        "run continues a Session"
+    ),
+    "response_format": "a structured answer's type is output_type=YourClass",
+    "temperature": (
+        "it is a model client's setting: model=OpenAIModel('...', temperature=...)"
+    ),
+}
+"""Other agent frameworks' names for a setting, and what does their job here."""
 
 
 _CONTEXT_SETTINGS: Final = frozenset(
