@@ -9,7 +9,7 @@ import math
 import os
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any, Never, NoReturn, TypeVar, final, overload
+from typing import Any, Never, NoReturn, TypeVar, cast, final, overload
 
 import anyio
 import attrs
@@ -83,12 +83,10 @@ class RunStream:
         self._result: RunResult | None = None
         self._closed = False
 
-    async def __aiter__(self) -> AsyncIterator[str]:
-        async for piece in self.pieces():
-            if isinstance(piece, str):
-                yield piece
+    def __aiter__(self) -> AsyncIterator[str]:
+        return cast("AsyncIterator[str]", _Pieces(self, text_only=True))
 
-    async def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
+    def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
         """Yield the text pieces, and a `TextDiscardedInfo` where some were void.
 
         A `TextDiscardedInfo` comes when a streamed attempt failed after
@@ -100,13 +98,7 @@ class RunStream:
             ConfigError: the stream is read after its ``async with`` block
                 ended (its pieces are gone then; `result` is kept).
         """
-        if self._closed:
-            raise _misused(
-                "reading the stream after its async with block",
-                "a read inside the block",
-            )
-        async for piece in self._receive:
-            yield piece
+        return _Pieces(self, text_only=False)
 
     @property
     def result(self) -> RunResult:
@@ -118,6 +110,39 @@ class RunStream:
         if self._result is None:
             raise RuntimeError("the run has not ended yet: read the stream to its end")
         return self._result
+
+
+@final
+class _Pieces:
+    """One reading of a `RunStream`: an iterator, not an async generator.
+
+    A reader that stops early (a web client gone, the server closing its
+    response) leaves nothing to finalise, where a generator left
+    unfinished warns on trio and is closed late on asyncio.
+    """
+
+    __slots__ = ("_stream", "_text_only")
+
+    def __init__(self, stream: RunStream, *, text_only: bool) -> None:
+        self._stream = stream
+        self._text_only = text_only
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    async def __anext__(self) -> str | TextDiscardedInfo:
+        while True:
+            if self._stream._closed:
+                raise _misused(
+                    "reading the stream after its async with block",
+                    "a read inside the block",
+                )
+            try:
+                piece = await self._stream._receive.receive()
+            except anyio.EndOfStream:
+                raise StopAsyncIteration from None
+            if isinstance(piece, str) or not self._text_only:
+                return piece
 
 
 def _misused(how: str, fix: str) -> ConfigError:

@@ -299,8 +299,9 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
         ),
         (
             SessionBusy("s1", "run_1"),
-            "session 's1' has an open run 'run_1' (paused, or its process died); "
-            "resume or abandon it first",
+            "session 's1' has an open run 'run_1' (paused, interrupted, or its "
+            "process died); resume or abandon it first (await agent.resume('s1', "
+            "'run_1', ...) or await agent.abandon('s1', 'run_1'))",
         ),
         (
             SessionBusy("s1"),
