@@ -208,10 +208,10 @@ def test_a_stored_session_made_anew_by_its_id_names_session_open() -> None:
             await agent.run("again", session=Session("user-42", store=store))
         assert str(caught.value) == (
             "session 'user-42' is already stored (8 entries), but this writer "
-            "took it for a new one: Session('user-42', store=...) does not "
-            "read the stored log; reopen it with await Session.open(store, "
-            "'user-42') (an Agent: await agent.open_session(...)), or, if "
-            "another writer started it first, reload the session and retry"
+            "took it for a new one: another writer started it first, or this "
+            "view was made with Session('user-42', store=...), which reads "
+            "nothing - reload the session and retry (await Session.open(store, "
+            "'user-42') reads it)"
         )
         session = await Session.open(store, "user-42")
         await agent.run("again", session=session)

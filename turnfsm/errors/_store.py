@@ -73,12 +73,11 @@ class SessionConflict(StoreError):
             # `Session(id, store=...)` made anew, which reads nothing.
             return (
                 f"session {self.session_id!r} is already stored ({self.actual} "
-                "entries), but this writer took it for a new one: "
-                f"Session({self.session_id!r}, store=...) does not read the "
-                f"stored log; reopen it with await Session.open(store, "
-                f"{self.session_id!r}) (an Agent: await agent.open_session(...)), "
-                "or, if another writer started it first, reload the session "
-                "and retry"
+                "entries), but this writer took it for a new one: another "
+                "writer started it first, or this view was made with "
+                f"Session({self.session_id!r}, store=...), which reads nothing "
+                "- reload the session and retry (await Session.open(store, "
+                f"{self.session_id!r}) reads it)"
             )
         return (
             f"session {self.session_id!r} changed under this writer: expected "
