@@ -510,8 +510,12 @@ class Agent:
         *,
         session: Session | None = None,
         control: RunControl | None = None,
+        output_type: Any = None,
     ) -> contextlib.AbstractAsyncContextManager[RunStream]:
         """Run one task and stream the model's text as it arrives.
+
+        Takes `run`'s arguments: with `output_type`, the pieces are the
+        answer's JSON as it comes, and ``stream.result.output`` the value.
 
         Use it with ``async with``: the run starts in it, and the block
         ends when the run ends. The brain still sees one `ModelReplied` per
@@ -533,7 +537,13 @@ class Agent:
             ```
         """
         return _StreamOpening(
-            functools.partial(self._stream, input, session=session, control=control)
+            functools.partial(
+                self._stream,
+                input,
+                session=session,
+                control=control,
+                output_type=output_type,
+            )
         )
 
     @contextlib.asynccontextmanager
@@ -543,6 +553,7 @@ class Agent:
         *,
         session: Session | None,
         control: RunControl | None,
+        output_type: Any,
     ) -> AsyncIterator[RunStream]:
         send, receive = anyio.create_memory_object_stream[str | TextDiscardedInfo](
             math.inf
@@ -557,6 +568,7 @@ class Agent:
                     session=session or self.session,
                     control=control,
                     hooks=[forward],
+                    output_type=output_type,
                 )
 
         try:

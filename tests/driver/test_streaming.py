@@ -382,3 +382,19 @@ async def test_a_stream_whose_client_left_names_the_calls_that_free_the_session(
     ended = await agent.abandon(agent.session.id, run.run_id)
     assert ended.outcome == "failed"
     assert (await agent.run("next")).text == "again"
+
+
+async def test_run_stream_takes_an_output_type_as_run_does() -> None:
+    # run(..., output_type=City) worked; run_stream(..., output_type=City)
+    # was a TypeError, so a streamed run could not ask for a structured answer.
+    import dataclasses
+
+    @dataclasses.dataclass
+    class City:
+        name: str
+
+    agent = Agent(model=StreamingModel(reply('{"name": "Lisbon"}')))
+    async with agent.run_stream("A city?", output_type=City) as stream:
+        pieces = [piece async for piece in stream]
+    assert "".join(pieces).strip() == '{"name": "Lisbon"}'
+    assert stream.result.output == City(name="Lisbon")
