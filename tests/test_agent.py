@@ -52,6 +52,25 @@ from turnfsm.testing import ScriptedModel
             "it is a model client's setting: "
             "model=OpenAIModel('...', temperature=...)",
         ),
+        (
+            "tool_choice",  # was "did you mean 'tool_timeout'?"
+            "auto",
+            "it is a model client's setting: "
+            "model=OpenAIModel('...', tool_choice=...)",
+        ),
+        ("recursion_limit", 25, "the model calls a run may make are max_turns=..."),
+        (
+            "thread_id",
+            "t1",
+            "a conversation is a Session, given to each run: "
+            "agent.run(..., session=await Session.open(agent.store, ID))",
+        ),
+        (
+            "timeout",
+            10,
+            "each kind of call has its own: tool_timeout, model_timeout, "
+            "compaction_timeout, effect_timeout, store_timeout",
+        ),
     ],
 )
 def test_an_unknown_setting_is_named_with_the_one_meant(

@@ -205,8 +205,30 @@ def context_hint(name: str, value: object) -> str | None:
     return f"it is a ContextManager setting: context=ContextManager({name}={value!r})"
 
 
+_SESSION_BY_ID: Final = (
+    "a conversation is a Session, given to each run: "
+    "agent.run(..., session=await Session.open(agent.store, ID))"
+)
+
+_CLIENT_SETTING: Final = (
+    "it is a model client's setting: model=OpenAIModel('...', {name}=...)"
+)
+
 _OTHER_NAMES: Final = {
     "instructions": "the system prompt is system_prompt='...'",
+    "system_message": "the system prompt is system_prompt='...'",
+    "recursion_limit": "the model calls a run may make are max_turns=...",
+    "callbacks": "what watches a run is a Hook: hooks=[...]",
+    "thread_id": _SESSION_BY_ID,
+    "session_id": _SESSION_BY_ID,
+    "memory": "sessions are kept in a store: Agent(store='sessions.db')",
+    "timeout": (
+        "each kind of call has its own: tool_timeout, model_timeout, "
+        "compaction_timeout, effect_timeout, store_timeout"
+    ),
+    "tool_choice": _CLIENT_SETTING.format(name="tool_choice"),
+    "parallel_tool_calls": _CLIENT_SETTING.format(name="parallel_tool_calls"),
+    "model_settings": _CLIENT_SETTING.format(name="temperature"),
     "handoffs": (
         "an agent this one hands work to is a sub-agent: "
         "subagents={'name': other_agent}, or tools=[other_agent.as_tool(...)]"
@@ -216,9 +238,7 @@ _OTHER_NAMES: Final = {
         "run continues a Session"
     ),
     "response_format": "a structured answer's type is output_type=YourClass",
-    "temperature": (
-        "it is a model client's setting: model=OpenAIModel('...', temperature=...)"
-    ),
+    "temperature": _CLIENT_SETTING.format(name="temperature"),
 }
 """Other agent frameworks' names for a setting, and what does their job here."""
 
