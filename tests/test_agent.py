@@ -49,14 +49,12 @@ from turnfsm.testing import ScriptedModel
         (
             "temperature",
             0.2,
-            "it is a model client's setting: "
-            "model=OpenAIModel('...', temperature=...)",
+            "it is a model client's setting: model=OpenAIModel('...', temperature=...)",
         ),
         (
             "tool_choice",  # was "did you mean 'tool_timeout'?"
             "auto",
-            "it is a model client's setting: "
-            "model=OpenAIModel('...', tool_choice=...)",
+            "it is a model client's setting: model=OpenAIModel('...', tool_choice=...)",
         ),
         ("recursion_limit", 25, "the model calls a run may make are max_turns=..."),
         (

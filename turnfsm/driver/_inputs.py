@@ -258,8 +258,7 @@ def _as_message(value: object) -> str:
     if role not in ("user", "assistant", "system") or not isinstance(content, str):
         return ""
     return (
-        f", not a chat API's dict: Message.{role}({content!r}) "
-        "(from turnfsm.messages)"
+        f", not a chat API's dict: Message.{role}({content!r}) (from turnfsm.messages)"
     )
 
 

@@ -187,9 +187,7 @@ class MemoryStore:
     """
 
     # Not in the repr: an error naming the store would print every log.
-    _logs: dict[str, list[Entry]] = attrs.field(
-        factory=dict, init=False, repr=False
-    )
+    _logs: dict[str, list[Entry]] = attrs.field(factory=dict, init=False, repr=False)
     _keys: dict[str, set[str]] = attrs.field(factory=dict, init=False, repr=False)
     _leases: dict[str, Lease] = attrs.field(factory=dict, init=False, repr=False)
 
