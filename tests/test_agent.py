@@ -129,10 +129,21 @@ def test_a_sessions_id_given_as_the_session_shows_how_to_open_it() -> None:
     assert (caught.value.field, caught.value.value) == ("session", "ses_0123")
     assert str(caught.value) == (
         "invalid session='ses_0123': expected a Session or None, not a "
-        "session's id: session=await agent.open_session('ses_0123') (with a "
-        "Driver: await Session.load(store, 'ses_0123'))"
+        "session's id: session=await Session.open(agent.store, 'ses_0123') "
+        "(the stored session, or a new one under that id)"
     )
     assert not agent.session.runs
+    # What it names works for an id never used yet (LangGraph's new thread
+    # id): agent.open_session, named before, raised SessionNotFound there.
+    import anyio
+
+    from turnfsm.persistence import Session
+
+    async def follow() -> str:
+        session = await Session.open(agent.store, "ses_0123")
+        return (await agent.run("hi", session=session)).text
+
+    assert anyio.run(follow) == "ok"
 
 
 def _hook() -> Any:

@@ -134,8 +134,8 @@ def _not_a_session(value: object) -> ConfigError:
             "session",
             value,
             "a Session or None, not a session's id: "
-            f"session=await agent.open_session({value!r}) (with a Driver: "
-            f"await Session.load(store, {value!r}))",
+            f"session=await Session.open(agent.store, {value!r}) (the stored "
+            "session, or a new one under that id)",
         )
     return ConfigError("session", value, "a Session or None")
 
