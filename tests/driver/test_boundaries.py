@@ -233,6 +233,12 @@ async def test_an_injected_message_the_conversation_has_fails_the_run() -> None:
             "Message.assistant('ok') (from turnfsm.messages)",
         ),
         (
+            [("user", "hi")],  # LangChain's message pair
+            "invalid message input[0]=('user', 'hi'): expected a Message, not a "
+            "chat API's (role, text) pair: Message.user('hi') (from "
+            "turnfsm.messages)",
+        ),
+        (
             [{"role": "tool", "content": "42"}],
             "invalid message input[0]={'role': 'tool', 'content': '42'}: expected "
             "a Message",
@@ -245,6 +251,7 @@ async def test_an_injected_message_the_conversation_has_fails_the_run() -> None:
         "list with a number",
         "list of chat dicts",
         "chat dict",
+        "role and text pair",
         "tool dict",
     ],
 )

@@ -251,14 +251,18 @@ def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]
 
 
 def _as_message(value: object) -> str:
-    """The `Message` a chat API's message dict (role and content) would be."""
-    if not isinstance(value, Mapping):
+    """The `Message` a chat API's message would be: a dict, or LangChain's pair."""
+    if isinstance(value, Mapping):
+        role, content, form = value.get("role"), value.get("content"), "dict"
+    elif isinstance(value, tuple) and len(value) == 2:
+        (role, content), form = value, "(role, text) pair"
+    else:
         return ""
-    role, content = value.get("role"), value.get("content")
     if role not in ("user", "assistant", "system") or not isinstance(content, str):
         return ""
     return (
-        f", not a chat API's dict: Message.{role}({content!r}) (from turnfsm.messages)"
+        f", not a chat API's {form}: Message.{role}({content!r}) "
+        "(from turnfsm.messages)"
     )
 
 
