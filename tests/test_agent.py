@@ -256,3 +256,43 @@ def test_a_memory_store_named_in_an_error_does_not_print_its_logs() -> None:
     store = MemoryStore()
     Agent(model=ScriptedModel.of("ok"), store=store).run_sync("hi")
     assert repr(store) == "MemoryStore()"
+
+
+def test_two_requests_at_once_on_the_agents_own_session_name_the_way_out() -> None:
+    # A web server's first try: one module-level agent, `await agent.run(...)`
+    # in each request. The second request was told to "give this run its
+    # own Session", with no word of how.
+    import anyio
+
+    from turnfsm.errors import SessionBusy
+    from turnfsm.persistence import Session
+    from turnfsm.testing import FakeModelClient, reply
+
+    async def slow(request: Any) -> Any:
+        await anyio.sleep(0.05)
+        return reply("ok")
+
+    agent = Agent(model=FakeModelClient(slow))
+    refused: list[SessionBusy] = []
+
+    async def request(text: str) -> None:
+        try:
+            await agent.run(text)
+        except SessionBusy as exc:
+            refused.append(exc)
+
+    async def two_at_once() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(request, "one")
+            group.start_soon(request, "two")
+        # What it names works: a conversation of its own.
+        other = await agent.run("three", session=Session(store=agent.store))
+        assert other.ok
+
+    anyio.run(two_at_once)
+    (busy,) = refused
+    assert str(busy).endswith(
+        "give this run its own Session (run(..., session=...): "
+        "Session(store=agent.store) starts a conversation, await "
+        "Session.open(agent.store, ID) reopens one)"
+    )

@@ -306,7 +306,8 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
         (
             SessionBusy("s1"),
             "session 's1' is running another run; wait for it, or give this run its "
-            "own Session",
+            "own Session (run(..., session=...): Session(store=agent.store) starts "
+            "a conversation, await Session.open(agent.store, ID) reopens one)",
         ),
         (
             LeaseLost("s1", "host:42", "host:7"),

@@ -263,7 +263,9 @@ class SessionBusy(TurnFSMError):
             )
         return (
             f"session {self.session_id!r} is running another run; wait for it, "
-            "or give this run its own Session"
+            "or give this run its own Session (run(..., session=...): "
+            "Session(store=agent.store) starts a conversation, await "
+            "Session.open(agent.store, ID) reopens one)"
         )
 
 
