@@ -296,3 +296,25 @@ def test_two_requests_at_once_on_the_agents_own_session_name_the_way_out() -> No
         "Session(store=agent.store) starts a conversation, await "
         "Session.open(agent.store, ID) reopens one)"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("final_output", "the answer is .text, or .output with an output_type"),
+        ("new_items", "what the run did is agent.session.run(result.run_id)"),
+    ],
+)
+def test_a_result_read_by_another_frameworks_name_says_where_it_is(
+    name: str, hint: str
+) -> None:
+    # The OpenAI Agents SDK's result.final_output was a bare AttributeError.
+    result = Agent(model=ScriptedModel.of("ok")).run_sync("hi")
+    with pytest.raises(AttributeError) as caught:
+        getattr(result, name)
+    assert str(caught.value) == (
+        f"'RunResult' object has no attribute {name!r}: {hint}"
+    )
+    with pytest.raises(AttributeError) as caught:
+        result.nothing  # type: ignore[attr-defined]  # noqa: B018
+    assert str(caught.value) == "'RunResult' object has no attribute 'nothing'"
