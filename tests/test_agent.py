@@ -32,8 +32,9 @@ from turnfsm.testing import ScriptedModel
         (
             "handoffs",
             [],
-            "an agent this one hands work to is a sub-agent: "
-            "subagents={'name': other_agent}, or tools=[other_agent.as_tool(...)]",
+            "to hand the conversation over, run the other agent on this one's "
+            "session (Agent(..., session=agent.session)); to hand it a task, "
+            "tools=[other_agent.as_tool(name=..., description=...)]",
         ),
         (
             "checkpointer",

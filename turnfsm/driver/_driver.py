@@ -230,8 +230,9 @@ _OTHER_NAMES: Final = {
     "parallel_tool_calls": _CLIENT_SETTING.format(name="parallel_tool_calls"),
     "model_settings": _CLIENT_SETTING.format(name="temperature"),
     "handoffs": (
-        "an agent this one hands work to is a sub-agent: "
-        "subagents={'name': other_agent}, or tools=[other_agent.as_tool(...)]"
+        "to hand the conversation over, run the other agent on this one's "
+        "session (Agent(..., session=agent.session)); to hand it a task, "
+        "tools=[other_agent.as_tool(name=..., description=...)]"
     ),
     "checkpointer": (
         "sessions are kept in a store: Agent(store='sessions.db'), and each "
