@@ -327,7 +327,9 @@ class Agent:
         The store's read may take the agent's `store_timeout`.
 
         Raises:
-            SessionNotFound: the store holds no session `session_id`.
+            SessionNotFound: the store holds no session `session_id` (a
+                conversation under an id of your choosing, a new user's, is
+                started by a run on ``await Session.open(agent.store, id)``).
             StoreUnusable: the store did not answer within `store_timeout`.
         """
         seconds = self.driver.store_timeout
