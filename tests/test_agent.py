@@ -27,6 +27,49 @@ from turnfsm.testing import ScriptedModel
             "it is a ContextManager setting: context=ContextManager(max_messages=10)",
         ),
         ("colour", "red", "see Driver"),
+        # Other agent frameworks' names: "see Driver" named nothing.
+        ("instructions", "Be brief.", "the system prompt is system_prompt='...'"),
+        (
+            "handoffs",
+            [],
+            "to hand the conversation over, run the other agent on this one's "
+            "session (Agent(..., session=agent.session)); to hand it a task, "
+            "tools=[other_agent.as_tool(name=..., description=...)]",
+        ),
+        (
+            "checkpointer",
+            None,
+            "sessions are kept in a store: Agent(store='sessions.db'), and each "
+            "run continues a Session",
+        ),
+        (
+            "response_format",
+            dict,
+            "a structured answer's type is output_type=YourClass",
+        ),
+        (
+            "temperature",
+            0.2,
+            "it is a model client's setting: model=OpenAIModel('...', temperature=...)",
+        ),
+        (
+            "tool_choice",  # was "did you mean 'tool_timeout'?"
+            "auto",
+            "it is a model client's setting: model=OpenAIModel('...', tool_choice=...)",
+        ),
+        ("recursion_limit", 25, "the model calls a run may make are max_turns=..."),
+        (
+            "thread_id",
+            "t1",
+            "a conversation is a Session, given to each run: "
+            "agent.run(..., session=await Session.open(agent.store, ID))",
+        ),
+        (
+            "timeout",
+            10,
+            "each kind of call has its own: tool_timeout, model_timeout, "
+            "compaction_timeout, effect_timeout, store_timeout",
+        ),
     ],
 )
 def test_an_unknown_setting_is_named_with_the_one_meant(
@@ -87,10 +130,21 @@ def test_a_sessions_id_given_as_the_session_shows_how_to_open_it() -> None:
     assert (caught.value.field, caught.value.value) == ("session", "ses_0123")
     assert str(caught.value) == (
         "invalid session='ses_0123': expected a Session or None, not a "
-        "session's id: session=await agent.open_session('ses_0123') (with a "
-        "Driver: await Session.load(store, 'ses_0123'))"
+        "session's id: session=await Session.open(agent.store, 'ses_0123') "
+        "(the stored session, or a new one under that id)"
     )
     assert not agent.session.runs
+    # What it names works for an id never used yet (LangGraph's new thread
+    # id): agent.open_session, named before, raised SessionNotFound there.
+    import anyio
+
+    from turnfsm.persistence import Session
+
+    async def follow() -> str:
+        session = await Session.open(agent.store, "ses_0123")
+        return (await agent.run("hi", session=session)).text
+
+    assert anyio.run(follow) == "ok"
 
 
 def _hook() -> Any:
@@ -163,3 +217,105 @@ def test_a_machine_file_or_maker_given_as_the_machine_shows_the_call(
     assert str(caught.value) == (
         f"invalid machine={value!r}: expected a MachineSpec ({hint})"
     )
+
+
+def test_a_stored_session_made_anew_by_its_id_names_session_open() -> None:
+    # A web handler's habit: Session(user_id, store=...) on every request.
+    # The second request's view read nothing of the first's log, and the
+    # conflict said "another writer appended first", with none there.
+    import anyio
+
+    from turnfsm.errors import SessionConflict
+    from turnfsm.persistence import MemoryStore, Session
+
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel.of("one", "two"), store=store)
+
+    async def two_requests() -> list[str]:
+        await agent.run("hi", session=Session("user-42", store=store))
+        with pytest.raises(SessionConflict) as caught:
+            await agent.run("again", session=Session("user-42", store=store))
+        assert str(caught.value) == (
+            "session 'user-42' is already stored (8 entries), but this writer "
+            "took it for a new one: another writer started it first, or this "
+            "view was made with Session('user-42', store=...), which reads "
+            "nothing - reload the session and retry (await Session.open(store, "
+            "'user-42') reads it)"
+        )
+        session = await Session.open(store, "user-42")
+        await agent.run("again", session=session)
+        return [m.text for m in session.history]
+
+    assert anyio.run(two_requests) == ["hi", "one", "again", "two"]
+
+
+def test_a_memory_store_named_in_an_error_does_not_print_its_logs() -> None:
+    # Its repr held every entry of every session: one line of an error
+    # could run to pages.
+    from turnfsm.persistence import MemoryStore
+
+    store = MemoryStore()
+    Agent(model=ScriptedModel.of("ok"), store=store).run_sync("hi")
+    assert repr(store) == "MemoryStore()"
+
+
+def test_two_requests_at_once_on_the_agents_own_session_name_the_way_out() -> None:
+    # A web server's first try: one module-level agent, `await agent.run(...)`
+    # in each request. The second request was told to "give this run its
+    # own Session", with no word of how.
+    import anyio
+
+    from turnfsm.errors import SessionBusy
+    from turnfsm.persistence import Session
+    from turnfsm.testing import FakeModelClient, reply
+
+    async def slow(request: Any) -> Any:
+        await anyio.sleep(0.05)
+        return reply("ok")
+
+    agent = Agent(model=FakeModelClient(slow))
+    refused: list[SessionBusy] = []
+
+    async def request(text: str) -> None:
+        try:
+            await agent.run(text)
+        except SessionBusy as exc:
+            refused.append(exc)
+
+    async def two_at_once() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(request, "one")
+            group.start_soon(request, "two")
+        # What it names works: a conversation of its own.
+        other = await agent.run("three", session=Session(store=agent.store))
+        assert other.ok
+
+    anyio.run(two_at_once)
+    (busy,) = refused
+    assert str(busy).endswith(
+        "give this run its own Session (run(..., session=...): "
+        "Session(store=agent.store) starts a conversation, await "
+        "Session.open(agent.store, ID) reopens one)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("final_output", "the answer is .text, or .output with an output_type"),
+        ("new_items", "what the run did is agent.session.run(result.run_id)"),
+    ],
+)
+def test_a_result_read_by_another_frameworks_name_says_where_it_is(
+    name: str, hint: str
+) -> None:
+    # The OpenAI Agents SDK's result.final_output was a bare AttributeError.
+    result = Agent(model=ScriptedModel.of("ok")).run_sync("hi")
+    with pytest.raises(AttributeError) as caught:
+        getattr(result, name)
+    assert str(caught.value) == (
+        f"'RunResult' object has no attribute {name!r}: {hint}"
+    )
+    with pytest.raises(AttributeError) as caught:
+        result.nothing  # type: ignore[attr-defined]  # noqa: B018
+    assert str(caught.value) == "'RunResult' object has no attribute 'nothing'"

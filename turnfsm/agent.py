@@ -9,7 +9,7 @@ import math
 import os
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any, Never, NoReturn, TypeVar, final, overload
+from typing import Any, Never, NoReturn, TypeVar, cast, final, overload
 
 import anyio
 import attrs
@@ -83,12 +83,10 @@ class RunStream:
         self._result: RunResult | None = None
         self._closed = False
 
-    async def __aiter__(self) -> AsyncIterator[str]:
-        async for piece in self.pieces():
-            if isinstance(piece, str):
-                yield piece
+    def __aiter__(self) -> AsyncIterator[str]:
+        return cast("AsyncIterator[str]", _Pieces(self, text_only=True))
 
-    async def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
+    def pieces(self) -> AsyncIterator[str | TextDiscardedInfo]:
         """Yield the text pieces, and a `TextDiscardedInfo` where some were void.
 
         A `TextDiscardedInfo` comes when a streamed attempt failed after
@@ -100,13 +98,7 @@ class RunStream:
             ConfigError: the stream is read after its ``async with`` block
                 ended (its pieces are gone then; `result` is kept).
         """
-        if self._closed:
-            raise _misused(
-                "reading the stream after its async with block",
-                "a read inside the block",
-            )
-        async for piece in self._receive:
-            yield piece
+        return _Pieces(self, text_only=False)
 
     @property
     def result(self) -> RunResult:
@@ -118,6 +110,39 @@ class RunStream:
         if self._result is None:
             raise RuntimeError("the run has not ended yet: read the stream to its end")
         return self._result
+
+
+@final
+class _Pieces:
+    """One reading of a `RunStream`: an iterator, not an async generator.
+
+    A reader that stops early (a web client gone, the server closing its
+    response) leaves nothing to finalise, where a generator left
+    unfinished warns on trio and is closed late on asyncio.
+    """
+
+    __slots__ = ("_stream", "_text_only")
+
+    def __init__(self, stream: RunStream, *, text_only: bool) -> None:
+        self._stream = stream
+        self._text_only = text_only
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    async def __anext__(self) -> str | TextDiscardedInfo:
+        while True:
+            if self._stream._closed:
+                raise _misused(
+                    "reading the stream after its async with block",
+                    "a read inside the block",
+                )
+            try:
+                piece = await self._stream._receive.receive()
+            except anyio.EndOfStream:
+                raise StopAsyncIteration from None
+            if isinstance(piece, str) or not self._text_only:
+                return piece
 
 
 def _misused(how: str, fix: str) -> ConfigError:
@@ -302,7 +327,9 @@ class Agent:
         The store's read may take the agent's `store_timeout`.
 
         Raises:
-            SessionNotFound: the store holds no session `session_id`.
+            SessionNotFound: the store holds no session `session_id` (a
+                conversation under an id of your choosing, a new user's, is
+                started by a run on ``await Session.open(agent.store, id)``).
             StoreUnusable: the store did not answer within `store_timeout`.
         """
         seconds = self.driver.store_timeout
@@ -485,8 +512,12 @@ class Agent:
         *,
         session: Session | None = None,
         control: RunControl | None = None,
+        output_type: Any = None,
     ) -> contextlib.AbstractAsyncContextManager[RunStream]:
         """Run one task and stream the model's text as it arrives.
+
+        Takes `run`'s arguments: with `output_type`, the pieces are the
+        answer's JSON as it comes, and ``stream.result.output`` the value.
 
         Use it with ``async with``: the run starts in it, and the block
         ends when the run ends. The brain still sees one `ModelReplied` per
@@ -508,7 +539,13 @@ class Agent:
             ```
         """
         return _StreamOpening(
-            functools.partial(self._stream, input, session=session, control=control)
+            functools.partial(
+                self._stream,
+                input,
+                session=session,
+                control=control,
+                output_type=output_type,
+            )
         )
 
     @contextlib.asynccontextmanager
@@ -518,6 +555,7 @@ class Agent:
         *,
         session: Session | None,
         control: RunControl | None,
+        output_type: Any,
     ) -> AsyncIterator[RunStream]:
         send, receive = anyio.create_memory_object_stream[str | TextDiscardedInfo](
             math.inf
@@ -532,6 +570,7 @@ class Agent:
                     session=session or self.session,
                     control=control,
                     hooks=[forward],
+                    output_type=output_type,
                 )
 
         try:

@@ -401,6 +401,10 @@ def test_a_session_written_since_the_command_read_it_is_to_be_run_again() -> Non
         "session 'ses_1' changed under this writer: expected version 8, found 15; "
         "another writer appended first - run it again"
     )
+    # One started by another command at the same moment: the advice on how a
+    # program reads a session is no command line user's.
+    said = cli_words(SessionConflict("ses_1", 0, 3))
+    assert said == "session 'ses_1' was started by another writer - run it again"
 
 
 # The window of `--model local` is its server's, `--n-ctx`: `--window` only

@@ -218,8 +218,42 @@ async def test_an_injected_message_the_conversation_has_fails_the_run() -> None:
             "Messages (Message.user(text)), and one string is a message as it is",
         ),
         ([Message.user("a"), 5], "invalid message input[1]=5: expected a Message"),
+        # A chat API's message dicts, as OpenAI's SDK takes them: the
+        # Message each would be is named.
+        (
+            [{"role": "user", "content": "hi"}],
+            "invalid message input[0]={'role': 'user', 'content': 'hi'}: expected "
+            "a Message, not a chat API's dict: Message.user('hi') (from "
+            "turnfsm.messages)",
+        ),
+        (
+            {"role": "assistant", "content": "ok"},
+            "invalid message input={'role': 'assistant', 'content': 'ok'}: expected "
+            "a string, a Message or a list of Messages, not a chat API's dict: "
+            "Message.assistant('ok') (from turnfsm.messages)",
+        ),
+        (
+            [("user", "hi")],  # LangChain's message pair
+            "invalid message input[0]=('user', 'hi'): expected a Message, not a "
+            "chat API's (role, text) pair: Message.user('hi') (from "
+            "turnfsm.messages)",
+        ),
+        (
+            [{"role": "tool", "content": "42"}],
+            "invalid message input[0]={'role': 'tool', 'content': '42'}: expected "
+            "a Message",
+        ),
     ],
-    ids=["None", "empty", "list of strings", "list with a number"],
+    ids=[
+        "None",
+        "empty",
+        "list of strings",
+        "list with a number",
+        "list of chat dicts",
+        "chat dict",
+        "role and text pair",
+        "tool dict",
+    ],
 )
 async def test_a_run_input_that_is_no_message_says_what_was_expected(
     given: object, message: str

@@ -339,3 +339,62 @@ async def test_an_opening_of_run_stream_is_entered_once() -> None:
     with pytest.raises(ConfigError, match="'entered twice': expected call run_stream"):
         async with opening:
             pass
+
+
+async def test_a_stream_whose_client_left_names_the_calls_that_free_the_session() -> (
+    None
+):
+    # A web handler streams a run as server-sent events; the browser tab
+    # closes and the server closes the generator. The run is interrupted,
+    # and the session's next run was refused saying the run was "paused,
+    # or its process died", neither of which was so, naming no call.
+    import anyio
+
+    from turnfsm.errors import SessionBusy
+
+    class Slow(StreamingModel):
+        async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+            yield TextDelta(text="one ")
+            await anyio.sleep(60)  # the rest is still on its way
+            yield StreamDone(response=ModelResponse(message=reply("one")))
+
+    agent = Agent(model=Slow(reply("again")))
+
+    async def events() -> AsyncIterator[str]:
+        async with agent.run_stream("hi") as stream:
+            async for piece in stream:
+                yield f"data: {piece}\n\n"
+
+    body = events()
+    assert await body.__anext__() == "data: one \n\n"
+    await body.aclose()  # the client is gone
+    (run,) = agent.session.runs
+    assert run.outcome == "interrupted"
+
+    with pytest.raises(SessionBusy) as caught:
+        await agent.run("next")
+    ids = f"{agent.session.id!r}, {run.run_id!r}"
+    assert str(caught.value) == (
+        f"session {agent.session.id!r} has an open run {run.run_id!r} (paused, "
+        "interrupted, or its process died); resume or abandon it first (await "
+        f"agent.resume({ids}, ...) or await agent.abandon({ids}))"
+    )
+    ended = await agent.abandon(agent.session.id, run.run_id)
+    assert ended.outcome == "failed"
+    assert (await agent.run("next")).text == "again"
+
+
+async def test_run_stream_takes_an_output_type_as_run_does() -> None:
+    # run(..., output_type=City) worked; run_stream(..., output_type=City)
+    # was a TypeError, so a streamed run could not ask for a structured answer.
+    import dataclasses
+
+    @dataclasses.dataclass
+    class City:
+        name: str
+
+    agent = Agent(model=StreamingModel(reply('{"name": "Lisbon"}')))
+    async with agent.run_stream("A city?", output_type=City) as stream:
+        pieces = [piece async for piece in stream]
+    assert "".join(pieces).strip() == '{"name": "Lisbon"}'
+    assert stream.result.output == City(name="Lisbon")

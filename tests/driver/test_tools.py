@@ -784,3 +784,24 @@ async def test_a_run_goes_on_after_a_plain_tool_raised_generator_exit() -> None:
 
     assert result.ok, result.error
     assert result.text == "answered"
+
+
+class RunContext:
+    """What the OpenAI Agents SDK hands its tools first (RunContextWrapper)."""
+
+
+def test_a_context_object_as_a_parameter_says_how_a_tool_gets_one() -> None:
+    # The Agents SDK's habit: a first parameter `ctx: RunContextWrapper`.
+    # It was only "unsupported annotation", with no word of the way.
+    def lookup(ctx: RunContext, order: str) -> str:
+        """Look an order up."""
+        return order
+
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(lookup)
+    assert str(caught.value).endswith(
+        "parameter 'ctx': unsupported annotation "
+        f"{RunContext!r}; the model fills in every parameter, as JSON: what "
+        "your program gives the tool (a connection, the user) reaches it "
+        "through a closure or a context variable"
+    )

@@ -300,13 +300,14 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
         (
             SessionBusy("s1", "run_1"),
             "session 's1' has an open run 'run_1' (paused, interrupted, or its "
-            "process died); "
-            "resume or abandon it first",
+            "process died); resume or abandon it first (await agent.resume('s1', "
+            "'run_1', ...) or await agent.abandon('s1', 'run_1'))",
         ),
         (
             SessionBusy("s1"),
             "session 's1' is running another run; wait for it, or give this run its "
-            "own Session",
+            "own Session (run(..., session=...): Session(store=agent.store) starts "
+            "a conversation, await Session.open(agent.store, ID) reopens one)",
         ),
         (
             LeaseLost("s1", "host:42", "host:7"),

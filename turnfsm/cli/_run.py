@@ -644,7 +644,10 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     if isinstance(exc, SessionBusy):
         return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
     if isinstance(exc, SessionConflict):  # a command reads the session anew
-        return str(exc).replace("reload the session and retry", "run it again")
+        said = str(exc).split(" - reload the session and retry")[0]
+        if exc.expected == 0:  # a command opens what it runs on: another began
+            said = f"session {exc.session_id!r} was started by another writer"
+        return f"{said} - run it again"
     if isinstance(exc, PinnedTooLarge) and options is not None and not options.agent:
         budget = options.max_tokens or DEFAULT_MAX_TOKENS
         flag = _window_flag(options, exc.limit)

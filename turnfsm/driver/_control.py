@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, Generic, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, final
 
 import anyio
 import anyio.from_thread
@@ -187,6 +187,18 @@ class RunControl:
         self._queue[:0] = events
 
 
+_OTHER_RESULT_NAMES: Final = {
+    "final_output": "the answer is .text, or .output with an output_type",
+    "output_text": "the answer is .text",
+    "messages": (
+        "the conversation is the session's: agent.session.history (the "
+        "messages the model saw on each turn: agent.session.run(run_id))"
+    ),
+    "new_items": "what the run did is agent.session.run(result.run_id)",
+}
+"""Other agent frameworks' names for a run result's parts, and where they are."""
+
+
 @final
 @attrs.frozen(kw_only=True)
 class RunResult(Generic[OutputT]):
@@ -242,6 +254,14 @@ class RunResult(Generic[OutputT]):
     cost: float | None = None
     children_cost: float | None = 0.0
     reported_calls: int | None = None
+
+    if not TYPE_CHECKING:  # a type checker names a wrong attribute itself
+
+        def __getattr__(self, name: str) -> Any:
+            # Called only for a name the result does not have.
+            hint = _OTHER_RESULT_NAMES.get(name)
+            said = f"'RunResult' object has no attribute {name!r}"
+            raise AttributeError(f"{said}: {hint}" if hint else said)
 
     @property
     def cost_with_children(self) -> float | None:

@@ -135,8 +135,8 @@ def _not_a_session(value: object) -> ConfigError:
             "session",
             value,
             "a Session or None, not a session's id: "
-            f"session=await agent.open_session({value!r}) (with a Driver: "
-            f"await Session.load(store, {value!r}))",
+            f"session=await Session.open(agent.store, {value!r}) (the stored "
+            "session, or a new one under that id)",
         )
     return ConfigError("session", value, "a Session or None")
 
@@ -194,10 +194,55 @@ _CLIENTS: Final = (("openai", "OpenAIModel"), ("anthropic", "AnthropicModel"))
 
 
 def context_hint(name: str, value: object) -> str | None:
-    """Where `name`, given to an agent or a driver, belongs: the context manager's."""
+    """Where `name`, given to an agent or a driver, belongs.
+
+    A context manager's setting, or the setting that does the job of
+    another agent framework's argument of that name.
+    """
+    if name in _OTHER_NAMES:
+        return _OTHER_NAMES[name]
     if name not in _CONTEXT_SETTINGS:
         return None
     return f"it is a ContextManager setting: context=ContextManager({name}={value!r})"
+
+
+_SESSION_BY_ID: Final = (
+    "a conversation is a Session, given to each run: "
+    "agent.run(..., session=await Session.open(agent.store, ID))"
+)
+
+_CLIENT_SETTING: Final = (
+    "it is a model client's setting: model=OpenAIModel('...', {name}=...)"
+)
+
+_OTHER_NAMES: Final = {
+    "instructions": "the system prompt is system_prompt='...'",
+    "system_message": "the system prompt is system_prompt='...'",
+    "recursion_limit": "the model calls a run may make are max_turns=...",
+    "callbacks": "what watches a run is a Hook: hooks=[...]",
+    "thread_id": _SESSION_BY_ID,
+    "session_id": _SESSION_BY_ID,
+    "memory": "sessions are kept in a store: Agent(store='sessions.db')",
+    "timeout": (
+        "each kind of call has its own: tool_timeout, model_timeout, "
+        "compaction_timeout, effect_timeout, store_timeout"
+    ),
+    "tool_choice": _CLIENT_SETTING.format(name="tool_choice"),
+    "parallel_tool_calls": _CLIENT_SETTING.format(name="parallel_tool_calls"),
+    "model_settings": _CLIENT_SETTING.format(name="temperature"),
+    "handoffs": (
+        "to hand the conversation over, run the other agent on this one's "
+        "session (Agent(..., session=agent.session)); to hand it a task, "
+        "tools=[other_agent.as_tool(name=..., description=...)]"
+    ),
+    "checkpointer": (
+        "sessions are kept in a store: Agent(store='sessions.db'), and each "
+        "run continues a Session"
+    ),
+    "response_format": "a structured answer's type is output_type=YourClass",
+    "temperature": _CLIENT_SETTING.format(name="temperature"),
+}
+"""Other agent frameworks' names for a setting, and what does their job here."""
 
 
 _CONTEXT_SETTINGS: Final = frozenset(

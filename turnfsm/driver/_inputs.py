@@ -255,7 +255,9 @@ def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]
         or not isinstance(value, Iterable)
     ):
         raise InvalidMessage(
-            "input", value, "expected a string, a Message or a list of Messages"
+            "input",
+            value,
+            "expected a string, a Message or a list of Messages" + _as_message(value),
         )
     messages = tuple(value)
     if not messages:
@@ -270,10 +272,28 @@ def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]
                 "(Message.user(text)), and one string is a message as it is",
             )
         if not isinstance(item, Message):
-            raise InvalidMessage(f"input[{i}]", item, "expected a Message")
+            raise InvalidMessage(
+                f"input[{i}]", item, "expected a Message" + _as_message(item)
+            )
     # The pairing is checked once, in `run`, as the continuation of the
     # session's history.
     return messages
+
+
+def _as_message(value: object) -> str:
+    """The `Message` a chat API's message would be: a dict, or LangChain's pair."""
+    if isinstance(value, Mapping):
+        role, content, form = value.get("role"), value.get("content"), "dict"
+    elif isinstance(value, tuple) and len(value) == 2:
+        (role, content), form = value, "(role, text) pair"
+    else:
+        return ""
+    if role not in ("user", "assistant", "system") or not isinstance(content, str):
+        return ""
+    return (
+        f", not a chat API's {form}: Message.{role}({content!r}) "
+        "(from turnfsm.messages)"
+    )
 
 
 def open_run(session: Session, run_id: str) -> RunRecord:

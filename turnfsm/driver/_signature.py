@@ -86,7 +86,16 @@ def describe_function(
         try:
             schema = schema_of(hints[param.name], defs)
         except Unsupported as exc:
-            raise Unsupported(f"parameter {param.name!r}: {exc}") from None
+            hint = ""
+            if isinstance(hints[param.name], type) and str(exc).startswith(
+                "unsupported annotation"
+            ):  # a context object, a connection: nothing the model can write
+                hint = (
+                    "; the model fills in every parameter, as JSON: what your "
+                    "program gives the tool (a connection, the user) reaches "
+                    "it through a closure or a context variable"
+                )
+            raise Unsupported(f"parameter {param.name!r}: {exc}{hint}") from None
         if param.name in arg_docs:
             schema = {**schema, "description": arg_docs[param.name]}
         properties[param.name] = schema

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
-from typing import Any, Final, cast, final
+from typing import Any, Final, cast, final, overload
 
 import anyio
 import anyio.to_thread
@@ -309,6 +309,28 @@ def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
         raise ToolRaised("GeneratorExit", _checks.message_of(exc)) from exc
 
 
+@overload
+def function_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_subprocess: bool = False,
+    idempotent: bool = False,
+) -> Tool: ...
+
+
+@overload
+def function_tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_subprocess: bool = False,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def function_tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -316,7 +338,7 @@ def function_tool(
     description: str | None = None,
     in_subprocess: bool = False,
     idempotent: bool = False,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a function into a `Tool` (usable bare or with arguments).
 
     Args:

@@ -263,14 +263,18 @@ class SessionBusy(TurnFSMError):
                 "the run to take it over"
             )
         if self.run_id is not None:
+            ids = f"{self.session_id!r}, {self.run_id!r}"
             return (
                 f"session {self.session_id!r} has an open run {self.run_id!r} "
-                "(paused, interrupted, or its process died); resume or abandon it "
-                "first"
+                "(paused, interrupted, or its process died); resume or abandon "
+                f"it first (await agent.resume({ids}, ...) or await "
+                f"agent.abandon({ids}))"
             )
         return (
             f"session {self.session_id!r} is running another run; wait for it, "
-            "or give this run its own Session"
+            "or give this run its own Session (run(..., session=...): "
+            "Session(store=agent.store) starts a conversation, await "
+            "Session.open(agent.store, ID) reopens one)"
         )
 
 

@@ -58,7 +58,9 @@ class SessionConflict(StoreError):
     """Raised when an append finds the session's log at another version.
 
     Another writer (a second process, host or `Session` view) appended first;
-    nothing of this append was written.
+    nothing of this append was written. Expecting version 0 of a stored
+    session means the writer took it for a new one: a `Session(id,
+    store=...)` made anew reads nothing, `Session.open` reads the log.
     """
 
     session_id: str
@@ -66,6 +68,17 @@ class SessionConflict(StoreError):
     actual: int
 
     def __str__(self) -> str:
+        if self.expected == 0 and self.actual > 0:
+            # The writer took a stored session for a new one: most often a
+            # `Session(id, store=...)` made anew, which reads nothing.
+            return (
+                f"session {self.session_id!r} is already stored ({self.actual} "
+                "entries), but this writer took it for a new one: another "
+                "writer started it first, or this view was made with "
+                f"Session({self.session_id!r}, store=...), which reads nothing "
+                "- reload the session and retry (await Session.open(store, "
+                f"{self.session_id!r}) reads it)"
+            )
         return (
             f"session {self.session_id!r} changed under this writer: expected "
             f"version {self.expected}, found {self.actual}; another writer "

@@ -191,10 +191,11 @@ class MemoryStore:
     `aclose` has nothing to let go of: the sessions stay.
     """
 
-    _logs: dict[str, list[Entry]] = attrs.field(factory=dict, init=False)
-    _keys: dict[str, set[str]] = attrs.field(factory=dict, init=False)
-    _leases: dict[str, Lease] = attrs.field(factory=dict, init=False)
-    _updated: dict[str, float] = attrs.field(factory=dict, init=False)
+    # Not in the repr: an error naming the store would print every log.
+    _logs: dict[str, list[Entry]] = attrs.field(factory=dict, init=False, repr=False)
+    _keys: dict[str, set[str]] = attrs.field(factory=dict, init=False, repr=False)
+    _leases: dict[str, Lease] = attrs.field(factory=dict, init=False, repr=False)
+    _updated: dict[str, float] = attrs.field(factory=dict, init=False, repr=False)
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
