@@ -335,6 +335,43 @@ async def test_arguments_that_were_not_json_are_named_as_such() -> None:
 
 
 @pytest.mark.anyio
+async def test_arguments_not_json_do_not_run_a_tool_whose_schema_is_open() -> None:
+    """A schema that allows unknown names (one given by hand, or a pydantic
+    model's without ``extra="forbid"``) would let ``{"_raw": ...}`` through:
+    the tool would run on its defaults, or get ``_raw``, for a call the model
+    never finished."""
+    seen: list[dict[str, Any]] = []
+
+    def lookup(**kwargs: Any) -> str:
+        seen.append(kwargs)
+        return "ran"
+
+    tool = Tool(
+        name="lookup",
+        description="Look up.",
+        parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+        fn=lookup,
+    )
+    content, is_error = await run(tool, _raw='{"q": "te')
+    assert is_error
+    assert problems(content) == [
+        "(the arguments): expected a JSON object of the arguments (the text "
+        "sent is not valid JSON; it may have been cut off), "
+        'got "{\\"q\\": \\"te" (string)'
+    ]
+    assert seen == []
+
+
+@pytest.mark.anyio
+async def test_a_parameter_named_raw_is_an_argument_like_any_other() -> None:
+    def echo(_raw: str) -> str:
+        return _raw
+
+    content, is_error = await run(Tool.from_function(echo), _raw="text")
+    assert (content, is_error) == ("text", False)
+
+
+@pytest.mark.anyio
 async def test_every_bad_field_is_listed_at_once() -> None:
     tool, recorder = recording(order)
     content, is_error = await run(

@@ -161,6 +161,8 @@ class ArgumentsCheck:
 
     validator: Validator
     quick: Callable[[object], bool] | None
+    takes_raw: bool = False
+    """The schema names a ``_raw`` parameter: ``{"_raw": ...}`` is its argument."""
 
 
 _CHECKED: Final[dict[str, ArgumentsCheck]] = {}
@@ -188,7 +190,9 @@ def arguments_check(tool: str, parameters: Mapping[str, Any]) -> ArgumentsCheck:
     if key is not None and (known := _CHECKED.get(key)) is not None:
         return known
     validator = _checked(tool, parameters)
-    check = ArgumentsCheck(validator, _quick(type(validator), parameters))
+    properties = parameters.get("properties")
+    takes_raw = isinstance(properties, Mapping) and "_raw" in properties
+    check = ArgumentsCheck(validator, _quick(type(validator), parameters), takes_raw)
     if key is not None:
         if len(_CHECKED) >= _CHECKED_MAX:
             del _CHECKED[next(iter(_CHECKED))]
@@ -326,15 +330,22 @@ def check_arguments(check: ArgumentsCheck, arguments: object) -> None:
     Raises:
         InvalidArguments: one or more fields do not fit; each is listed.
     """
+    if (
+        isinstance(arguments, Mapping)
+        and len(arguments) == 1
+        and isinstance(raw := arguments.get("_raw"), str)
+        and not check.takes_raw
+    ):
+        # The clients keep arguments that are no JSON object (a reply cut off
+        # at its token limit, a malformed one) as their text. Refused before
+        # the schema is asked: one that allows unknown names would let the
+        # tool run on its defaults for a call the model never finished.
+        raise InvalidArguments([Problem((), _NOT_JSON, raw)])
     quick = check.quick
     if quick is not None and quick(arguments):
         return
     errors = list(check.validator.iter_errors(typing.cast(Any, arguments)))
     if errors:
-        if isinstance(arguments, Mapping) and arguments.keys() == {"_raw"}:
-            # The clients keep arguments that are no JSON object (a reply cut
-            # off at its token limit, a malformed one) as their text.
-            raise InvalidArguments([Problem((), _NOT_JSON, arguments["_raw"])])
         raise InvalidArguments(_unique(p for e in errors for p in _problems(e)))
 
 
