@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import enum
@@ -605,6 +606,61 @@ async def test_a_tool_that_calls_sys_exit_fails_its_call_not_the_program(
     (result,) = out.tool_results
     assert result.is_error
     assert result.content == f"tool {fn.__name__!r} failed: SystemExit: 3"
+
+
+async def _awaits_a_cancelled_future(url: str) -> str:
+    """Fetch a page through a pool that cancelled the request.
+
+    Args:
+        url: the page.
+    """
+    # What awaiting a future cancelled elsewhere raises, though nobody
+    # cancelled the run.
+    raise asyncio.CancelledError
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_raises_cancelled_error_unasked_fails_its_call() -> None:
+    # The run ended "interrupted" and CancelledError reached the caller,
+    # whose task nobody had cancelled.
+    def model(request: ModelRequest) -> Message:
+        last = request.messages[-1]
+        if last.tool_results:
+            return reply(last.tool_results[0].content)
+        return reply("", tool_call("fetch", "c1", url="https://example.com"))
+
+    agent = Agent(
+        model=FakeModelClient(model),
+        tools=[function_tool(_awaits_a_cancelled_future, name="fetch")],
+    )
+    result = await agent.run("Fetch it.")
+    assert result.outcome == "done"
+    assert result.text == "tool 'fetch' failed: CancelledError"
+
+
+@pytest.mark.anyio
+async def test_a_tool_cancelled_with_its_run_still_ends_the_run() -> None:
+    started = anyio.Event()
+
+    async def wait(seconds: float) -> str:
+        """Wait.
+
+        Args:
+            seconds: how long.
+        """
+        started.set()
+        await anyio.sleep(seconds)
+        return "waited"
+
+    model = FakeModelClient(lambda _: reply("", tool_call("wait", "c1", seconds=60)))
+    agent = Agent(model=model, tools=[wait])
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent.run, "Wait.")
+            await started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert agent.session.runs[-1].outcome == "interrupted"
 
 
 class _Notes:

@@ -12,6 +12,7 @@ running a tool in a child process that a timeout kills in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import inspect
@@ -431,7 +432,9 @@ async def tool_call_outcome(
     The exception, with its traceback, is logged at DEBUG on the
     ``turnfsm.tools`` logger; the model sees only its type and message.
     A tool that calls ``sys.exit()`` fails its call like one that raised
-    (the exception is a `ToolRaised` naming ``SystemExit``).
+    (the exception is a `ToolRaised` naming ``SystemExit``), and so does an
+    async tool that raises ``asyncio.CancelledError`` while its run is not
+    being cancelled (``CancelledError``).
     """
     tool = tools.get(call.name)
     if tool is None:
@@ -470,6 +473,16 @@ async def tool_call_outcome(
         failed = f"tool {call.name!r} failed: {exited}"
         _log_raised(call, failed, exited)
         return Message.tool_result(call.id, failed, is_error=True), exited
+    except asyncio.CancelledError as exc:
+        if _cancel_requested():
+            raise  # the run is cancelled (its timeout caught its own above)
+        # An async tool that awaited something cancelled elsewhere (a future,
+        # a task) raises it though nobody cancelled the run: its failure.
+        unasked = ToolRaised("CancelledError", _checks.message_of(exc))
+        unasked.__cause__ = exc
+        failed = f"tool {call.name!r} failed: {unasked}"
+        _log_raised(call, failed, unasked)
+        return Message.tool_result(call.id, failed, is_error=True), unasked
     except Exception as exc:
         result = failed_result(call, exc)
         _log_raised(call, result.tool_results[0].content, exc)
@@ -477,6 +490,20 @@ async def tool_call_outcome(
     finally:
         _CURRENT_CALL.reset(token)
     return Message.tool_result(call.id, output), None
+
+
+def _cancel_requested() -> bool:
+    """Whether the task running the tool is being cancelled.
+
+    On asyncio every cancel (a cancel scope's, a deadline's, the task's own)
+    is counted by the task until it is caught; on trio the cancellation is
+    ``trio.Cancelled``, never asyncio's error, which is then a tool's own.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop: trio
+        return False
+    return task is None or task.cancelling() > 0
 
 
 def failed_result(call: ToolCallPart, exc: Exception) -> Message:
