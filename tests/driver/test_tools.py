@@ -576,6 +576,51 @@ def test_a_docstring_not_of_the_tools_own_parameters_is_not_checked() -> None:
     assert list(Tool.from_function(_Reader()).parameters["properties"]) == ["path"]
 
 
+def _numpy_search(query: str, limit: int = 10, mode: str = "fast") -> list[str]:
+    """Search the notes.
+
+    Parameters
+    ----------
+    query : str
+        what to look
+        for.
+    limit, mode
+        how many, and how hard.
+
+    Returns
+    -------
+    list of str
+        the matches.
+    """
+    return [query]
+
+
+def test_a_numpy_style_docstring_describes_the_parameters() -> None:
+    # Its Parameters section was not read: the model got no description.
+    tool = Tool.from_function(_numpy_search)
+    assert tool.description == "Search the notes."
+    props = tool.parameters["properties"]
+    assert props["query"]["description"] == "what to look for."
+    assert props["limit"]["description"] == "how many, and how hard."
+    assert props["mode"]["description"] == "how many, and how hard."
+
+
+def _numpy_renamed(path: str) -> str:
+    """Read a file.
+
+    Parameters
+    ----------
+    filename : str
+        the file.
+    """
+    return path
+
+
+def test_a_numpy_style_docstring_describing_no_parameter_is_refused() -> None:
+    with pytest.raises(ToolError, match="describes 'filename', which is not a"):
+        Tool.from_function(_numpy_renamed)
+
+
 def _exits(code: int) -> str:
     """Exit the way a command-line function does on bad input.
 

@@ -58,6 +58,8 @@ _ARRAYS: Final = (
 _OBJECTS: Final = (dict, Mapping, typing.MutableMapping)
 _ARG_LINE: Final = re.compile(r"^\s{2,}(\*{0,2}\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
 _SECTIONS: Final = {"Args:", "Arguments:", "Parameters:", "Attributes:"}
+_NUMPY_SECTIONS: Final = {"Parameters", "Other Parameters", "Attributes"}
+_NUMPY_RULE: Final = re.compile(r"-{3,}")
 
 
 class Unsupported(TypeError):
@@ -68,10 +70,11 @@ class Unsupported(TypeError):
 
 
 def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
-    """Return a Google-style docstring's summary and its argument descriptions.
+    """Return a docstring's summary and its argument descriptions.
 
     The ``Args:`` section of a function and the ``Attributes:`` section of a
-    class are read alike.
+    class are read alike: Google style, or, when there is none, NumPy style
+    (a ``Parameters`` or ``Attributes`` heading underlined with dashes).
     """
     summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
     args: dict[str, str] = {}
@@ -92,7 +95,46 @@ def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
             args[current] = match.group(2).strip()
         elif current and stripped:
             args[current] = f"{args[current]} {stripped}".strip()
-    return summary, args
+    return summary, args or _numpy_args(doc.splitlines())
+
+
+def _numpy_args(lines: Sequence[str]) -> dict[str, str]:
+    """A NumPy-style docstring's argument descriptions, by name.
+
+    An entry is ``name : type`` (or ``a, b : type``, or a bare name) at the
+    section's indentation; its description is the more indented lines below.
+    """
+    args: dict[str, str] = {}
+    in_args = False
+    indent: int | None = None
+    current: list[str] = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if _NUMPY_RULE.fullmatch(stripped):
+            continue
+        if (
+            stripped
+            and i + 1 < len(lines)
+            and _NUMPY_RULE.fullmatch(lines[i + 1].strip())
+        ):
+            in_args = stripped in _NUMPY_SECTIONS
+            indent, current = None, []
+            continue
+        if not in_args or not stripped:
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth <= indent:
+            names = [
+                n.strip().lstrip("*") for n in stripped.split(":", 1)[0].split(",")
+            ]
+            current = [n for n in names if n.isidentifier()]
+            args.update((name, "") for name in current)
+        else:
+            for name in current:
+                args[name] = f"{args[name]} {stripped}".strip()
+    return args
 
 
 # -- annotations to schemas ----------------------------------------------------
