@@ -384,6 +384,50 @@ def _repeat(text: str, times: int) -> str:
     return text * times
 
 
+class _Account:
+    """A user's account, given by the program, never by the model."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+
+
+def _delete_note(title: str, account: _Account, owner: str = "ada") -> str:
+    """Delete a note.
+
+    Args:
+        title: the note's title.
+        account: the account it is in.
+        owner: whose note it is.
+    """
+    return f"deleted {title!r} of {owner} in {account.user}'s account"
+
+
+@pytest.mark.anyio
+async def test_a_partials_keyword_is_fixed_and_not_shown_to_the_model() -> None:
+    # A keyword given to the partial stayed a parameter: one of a class
+    # (a database, an account) was refused as an unsupported annotation, and
+    # one of a JSON type was offered to the model, which could change it.
+    fn = functools.partial(_delete_note, account=_Account("ada"), owner="ada")
+    tools = tools_by_name([fn])
+    tool = tools["_delete_note"]
+    assert tool.parameters["properties"] == {
+        "title": {"type": "string", "description": "the note's title."}
+    }
+    assert tool.parameters["required"] == ["title"]
+    done = await run_tool_call(
+        ToolCallPart(id="c", name="_delete_note", arguments={"title": "todo"}),
+        tools,
+        limit=None,
+    )
+    assert done.tool_results[0].content == "deleted 'todo' of ada in ada's account"
+    other = ToolCallPart(
+        id="d", name="_delete_note", arguments={"title": "todo", "owner": "bob"}
+    )
+    refused = (await run_tool_call(other, tools, limit=None)).tool_results[0]
+    assert refused.is_error
+    assert "- owner: unexpected (not a parameter of this tool)" in refused.content
+
+
 class _Counter:
     """Count letters."""
 

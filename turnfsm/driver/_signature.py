@@ -37,7 +37,8 @@ def describe_function(
     """Return `fn`'s parameters schema and the reader of its arguments.
 
     Each parameter is a property (described by `arg_docs`, required unless it
-    has a default), read back by its annotation's `structure_hook`. A lone
+    has a default), read back by its annotation's `structure_hook`; a
+    partial's fixed arguments, by position or by keyword, are none. A lone
     parameter annotated with a parameters class stands for the arguments
     object itself: the class's fields are the properties.
 
@@ -50,7 +51,12 @@ def describe_function(
             or, when `documented`, the docstring describes a parameter `fn`
             does not have (its description would never reach the model).
     """
-    params = list(inspect.signature(fn).parameters.values())
+    # A partial's keywords are fixed by the program (a database, an account):
+    # they are neither shown to the model nor changed by it.
+    fixed = fn.keywords if isinstance(fn, partial) else {}
+    params = [
+        p for p in inspect.signature(fn).parameters.values() if p.name not in fixed
+    ]
     if documented:
         _check_documented(params, arg_docs)
     hints = _hints(fn, params)

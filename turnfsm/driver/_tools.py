@@ -223,7 +223,8 @@ class Tool:
         instance: ``def search(args: SearchArgs)``.
 
         A `functools.partial` is described by the function it wraps (its
-        name and docstring) with the parameters left to give; a callable
+        name and docstring) with the parameters left to give (those it fixed,
+        by keyword too, are not shown to the model); a callable
         instance by its class's name and its ``__call__``.
 
         Raises:
