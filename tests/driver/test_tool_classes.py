@@ -217,6 +217,60 @@ async def test_a_pydantic_model_as_one_of_several_parameters_is_a_nested_object(
     assert seen == [(Refund(order_id="ord_2", amount=1, reason="other"), False)]
 
 
+class Folder(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    name: str
+    children: list[Folder] = []
+
+
+class Sizes(pydantic.RootModel[list[int]]):
+    pass
+
+
+async def test_a_recursive_pydantic_model_is_the_arguments_object() -> None:
+    # Its schema is a reference ({"$ref": "#/$defs/Folder"}): the tool was
+    # refused with "Tool('make_tree').parameters.type=None: expected object".
+    made: list[Folder] = []
+
+    def make_tree(tree: Folder) -> str:
+        """Make a tree of folders."""
+        made.append(tree)
+        return "made"
+
+    tool = Tool.from_function(make_tree)
+    assert tool.parameters["type"] == "object"
+    assert list(tool.parameters["properties"]) == ["name", "children"]
+    inner = {"name": "b", "children": [{"name": 3}]}
+    model = ScriptedModel.of(
+        reply("", tool_call("make_tree", "c1", name="a", children=[inner])),
+        reply("", tool_call("make_tree", "c2", name="a", children=[{"name": "b"}])),
+        "ok",
+    )
+    session = Session()
+    await Driver(model=model, tools=[tool]).run("make", session=session)
+    (bad, is_error), made_ok = history_results(session)
+    assert is_error
+    assert bad.splitlines()[1:-1] == [
+        "- children[0].children[0].name: expected string, got 3 (integer)"
+    ]
+    assert made_ok == ("made", False)
+    assert made == [Folder(name="a", children=[Folder(name="b")])]
+
+
+async def test_a_pydantic_root_model_alone_is_one_parameter() -> None:
+    # Its schema is an array: the tool was refused with
+    # "Tool('total').parameters.type='array': expected object".
+    def total(sizes: Sizes) -> int:
+        """Add sizes up."""
+        return sum(sizes.root)
+
+    tool = Tool.from_function(total)
+    assert tool.parameters["required"] == ["sizes"]
+    assert tool.parameters["properties"]["sizes"]["type"] == "array"
+    assert await tool.invoke({"sizes": [1, 2]}) == "3"
+
+
 def test_pydantic_is_imported_only_by_tools_that_use_it() -> None:
     code = textwrap.dedent(
         """

@@ -11,7 +11,7 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -82,9 +82,11 @@ def describe_function(
                     else ""
                 )
             )
-    defs: dict[str, Any] = {}
     if len(params) == 1 and is_params_class(hints[params[0].name]):
-        return _one_class(params[0].name, hints[params[0].name], defs)
+        whole = _one_class(params[0].name, hints[params[0].name])
+        if whole is not None:
+            return whole
+    defs: dict[str, Any] = {}
     properties: dict[str, Any] = {}
     required: list[str] = []
     readers: dict[str, Callable[[Any], Any]] = {}
@@ -166,6 +168,9 @@ def _hints(fn: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str,
         raise Unsupported(f"its annotations cannot be resolved ({exc})") from None
 
 
+_DEFS: Final = "#/$defs/"
+
+
 class _Annotated:
     """One parameter's annotation, in its function's module, for get_type_hints."""
 
@@ -174,10 +179,21 @@ class _Annotated:
         self.__globals__ = getattr(inspect.unwrap(fn), "__globals__", {})
 
 
-def _one_class(
-    name: str, cls: type, defs: dict[str, Any]
-) -> tuple[dict[str, Any], Structure]:
+def _one_class(name: str, cls: type) -> tuple[dict[str, Any], Structure] | None:
+    """The class's fields as the arguments object; None if its schema is no object.
+
+    A pydantic model that contains itself describes itself by a reference
+    into its definitions, which is followed; one of another shape (a
+    `RootModel` of a list) is one parameter like any other.
+    """
+    defs: dict[str, Any] = {}
     parameters = class_schema(cls, defs)
+    ref = parameters.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_DEFS):
+        rest = {k: v for k, v in parameters.items() if k != "$ref"}
+        parameters = {**defs.get(ref[len(_DEFS) :], {}), **rest}
+    if parameters.get("type") != "object":
+        return None
     if defs:
         parameters = {**parameters, "$defs": {**parameters.get("$defs", {}), **defs}}
     read = structure_hook(cls)
