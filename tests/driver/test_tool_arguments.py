@@ -7,7 +7,9 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+import annotated_types
 import attrs
+import pydantic
 import pytest
 
 from turnfsm.driver import Tool
@@ -108,6 +110,31 @@ SCHEMAS: list[tuple[str, object, dict[str, Any]]] = [
         "annotated",
         Annotated[int, "how many"],
         {"type": "integer", "description": "how many"},
+    ),
+    (
+        "annotated-bounds",
+        Annotated[int, annotated_types.Ge(1), annotated_types.Lt(10)],
+        {"type": "integer", "minimum": 1, "exclusiveMaximum": 10},
+    ),
+    (
+        "annotated-interval",
+        Annotated[float, annotated_types.Interval(gt=0, le=1)],
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    ),
+    (
+        "annotated-length",
+        Annotated[str, annotated_types.Len(1, 20)],
+        {"type": "string", "minLength": 1, "maxLength": 20},
+    ),
+    (
+        "annotated-items",
+        Annotated[list[int], annotated_types.MinLen(2)],
+        {"type": "array", "items": {"type": "integer"}, "minItems": 2},
+    ),
+    (
+        "annotated-field",
+        Annotated[int, pydantic.Field(ge=0, multiple_of=5, description="minutes")],
+        {"type": "integer", "minimum": 0, "multipleOf": 5, "description": "minutes"},
     ),
     ("attrs", Item, OBJECT_OF_ITEM),
     ("list-of-attrs", list[Item], {"type": "array", "items": OBJECT_OF_ITEM}),
@@ -369,6 +396,28 @@ async def test_a_parameter_named_raw_is_an_argument_like_any_other() -> None:
 
     content, is_error = await run(Tool.from_function(echo), _raw="text")
     assert (content, is_error) == ("text", False)
+
+
+@pytest.mark.anyio
+async def test_a_constraint_in_annotated_is_checked_before_the_tool_runs() -> None:
+    # Ge(1) and Field(le=...) were dropped from the schema: the tool ran with
+    # 0 and -5.
+    seen: list[tuple[int, int]] = []
+
+    def wait(
+        minutes: Annotated[int, annotated_types.Ge(1)],
+        tries: Annotated[int, pydantic.Field(le=3)] = 1,
+    ) -> str:
+        seen.append((minutes, tries))
+        return "ok"
+
+    content, is_error = await run(Tool.from_function(wait), minutes=0, tries=5)
+    assert is_error
+    assert problems(content) == [
+        "minutes: expected minimum 1, got 0 (integer)",
+        "tries: expected maximum 3, got 5 (integer)",
+    ]
+    assert seen == []
 
 
 @pytest.mark.anyio

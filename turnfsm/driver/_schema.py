@@ -177,6 +177,7 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
     if get_origin(tp) is typing.Annotated:
         inner, *extras = get_args(tp)
         described = _schema(inner, defs, seen)
+        described = {**described, **_constraints(extras, described.get("type"))}
         notes = [e for e in extras if isinstance(e, str)]
         return {**described, "description": " ".join(notes)} if notes else described
     if tp is Any:
@@ -212,6 +213,57 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
             raise Unsupported(f"{tp.__name__} contains itself; it cannot be described")
         return class_schema(tp, defs, (*seen, tp))
     raise Unsupported(f"unsupported annotation {tp!r}")
+
+
+_BOUNDS: Final = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+    "multiple_of": "multipleOf",
+}
+_LENGTHS: Final = {
+    "string": ("minLength", "maxLength"),
+    "array": ("minItems", "maxItems"),
+    "object": ("minProperties", "maxProperties"),
+}
+
+
+def _constraints(extras: Sequence[object], kind: object) -> JSONSchema:
+    """The JSON Schema keywords of an `Annotated`'s constraints, for `kind` values.
+
+    The ``annotated_types`` constraints (``Ge(1)``, ``Interval(gt=0)``,
+    ``Len(1, 20)``, ...) and a pydantic ``Field(...)``'s (its constraints,
+    ``pattern`` and ``description``), read by their attributes: neither
+    library is imported. Anything else is left to the tool.
+    """
+    out: JSONSchema = {}
+    for extra in extras:
+        module = type(extra).__module__
+        if module == "pydantic.fields" and type(extra).__name__ == "FieldInfo":
+            out.update(_constraints(getattr(extra, "metadata", ()), kind))
+            description = getattr(extra, "description", None)
+            if isinstance(description, str):
+                out["description"] = description
+            continue
+        if module != "annotated_types" and not module.startswith("pydantic"):
+            continue
+        for name, keyword in _BOUNDS.items():
+            value = getattr(extra, name, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[keyword] = value
+        pattern = getattr(extra, "pattern", None)
+        if isinstance(pattern, str):
+            out["pattern"] = pattern
+        lowest = getattr(extra, "min_length", None)
+        highest = getattr(extra, "max_length", None)
+        keywords = [_LENGTHS[kind]] if kind in _LENGTHS else list(_LENGTHS.values())
+        for low, high in keywords:
+            if isinstance(lowest, int) and lowest > 0:
+                out[low] = lowest
+            if isinstance(highest, int):
+                out[high] = highest
+    return out
 
 
 def _json_scalars(values: list[Any], tp: object) -> list[Any]:
