@@ -440,8 +440,7 @@ async def tool_call_outcome(
     """
     tool = tools.get(call.name)
     if tool is None:
-        missing = f"tool {call.name!r} is not available"
-        return Message.tool_result(call.id, missing, is_error=True), None
+        return Message.tool_result(call.id, _unknown(call, tools), is_error=True), None
     token = _CURRENT_CALL.set(call)
     try:
         # move_on_after, not fail_after: a TimeoutError the tool raises itself
@@ -506,6 +505,22 @@ def _cancel_requested() -> bool:
     except RuntimeError:  # no asyncio loop: trio
         return False
     return task is None or task.cancelling() > 0
+
+
+def _unknown(call: ToolCallPart, tools: Mapping[str, Tool]) -> str:
+    """The error result of a call of a tool there is not: the names there are."""
+    names = sorted(tools)
+    if not names:
+        return f"tool {call.name!r} is not available: there are no tools"
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    more = len(names) - _NAMES_SHOWN
+    return f"tool {call.name!r} is not available: the tools are {shown}" + (
+        f" and {more} more" if more > 0 else ""
+    )
+
+
+_NAMES_SHOWN: Final = 30
+"""How many tool names an unknown tool's error result lists."""
 
 
 def failed_result(call: ToolCallPart, exc: Exception) -> Message:
