@@ -182,6 +182,17 @@ class NoMembers(enum.Enum):
     """An enum with nothing in it (a base for others)."""
 
 
+@dataclasses.dataclass
+class Broken:
+    """A class whose field names a type that does not exist (a NameError)."""
+
+    part: NoSuchPart  # type: ignore[name-defined]  # noqa: F821
+
+
+class BrokenKeys(TypedDict):
+    part: NoSuchPart  # type: ignore[name-defined]  # noqa: F821
+
+
 @pytest.mark.parametrize(
     ("annotation", "reason"),
     [
@@ -190,8 +201,20 @@ class NoMembers(enum.Enum):
         (Node, "contains itself"),
         (list[Callable[[], None]], "unsupported annotation"),
         (NoMembers, "NoMembers has no members: no value can be given"),
+        (Broken, "Broken.part: annotation 'NoSuchPart' cannot be resolved"),
+        (list[Broken], "Broken.part: annotation 'NoSuchPart' cannot be resolved"),
+        (BrokenKeys, "BrokenKeys.part: annotation 'NoSuchPart' cannot be resolved"),
     ],
-    ids=["object", "int-keys", "recursive", "callable", "empty-enum"],
+    ids=[
+        "object",
+        "int-keys",
+        "recursive",
+        "callable",
+        "empty-enum",
+        "unresolved",
+        "unresolved-inside",
+        "unresolved-key",
+    ],
 )
 def test_annotations_without_a_json_form_are_refused_when_the_tool_is_built(
     annotation: object, reason: str

@@ -33,6 +33,7 @@ __all__ = [
     "parse_doc",
     "schema_of",
     "structure_hook",
+    "unresolved",
 ]
 
 JSONSchema = dict[str, Any]
@@ -336,9 +337,64 @@ def class_schema(
     }
 
 
+def unresolved(
+    annotations: Mapping[str, object],
+    globalns: dict[str, Any],
+    localns: Mapping[str, Any] | None = None,
+) -> tuple[str, str] | None:
+    """The first of `annotations` that does not resolve, if any, and why.
+
+    `typing.get_type_hints` says what name is missing, not which annotation
+    holds it: each is tried on its own, in the namespaces it is read in.
+    Returns its name and ``"annotation 'X' cannot be resolved (...)"``.
+    """
+    for name, annotation in annotations.items():
+        try:
+            typing.get_type_hints(
+                _Holder(name, annotation), globalns, localns, include_extras=True
+            )
+        except Exception as exc:
+            shown = getattr(annotation, "__forward_arg__", annotation)  # a TypedDict's
+            return name, f"annotation {shown!r} cannot be resolved ({exc})"
+    return None
+
+
+class _Holder:
+    """One annotation, for `typing.get_type_hints` to resolve on its own."""
+
+    def __init__(self, name: str, annotation: object) -> None:
+        self.__annotations__ = {name: annotation}
+
+
+def _class_hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of `cls`'s fields, its bases' too.
+
+    Raises:
+        Unsupported: one names something that does not exist (the error
+            names the class and the field).
+    """
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        for base in reversed(cls.__mro__):
+            module = sys.modules.get(base.__module__)
+            found = unresolved(
+                inspect.get_annotations(base),
+                dict(vars(module)) if module is not None else {},
+                dict(vars(base)),
+            )
+            if found is not None:
+                name, why = found
+                raise Unsupported(f"{cls.__name__}.{name}: {why}") from None
+        raise Unsupported(
+            f"{cls.__name__}: its annotations cannot be resolved ({exc})"
+        ) from None
+
+
 def _fields(cls: type) -> list[tuple[str, Any, bool, str | None]]:
     """Return (key, annotation, required, description) for each init field."""
     if attrs.has(cls):
+        _class_hints(cls)  # first, to name a field that does not resolve
         attrs.resolve_types(cls)
         out = []
         for field in attrs.fields(cls):
@@ -356,7 +412,7 @@ def _fields(cls: type) -> list[tuple[str, Any, bool, str | None]]:
                 )
             )
         return out
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = _class_hints(cls)
     if dataclasses.is_dataclass(cls):
         return [
             (

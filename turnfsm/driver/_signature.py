@@ -22,6 +22,7 @@ from turnfsm.driver._schema import (
     is_params_class,
     schema_of,
     structure_hook,
+    unresolved,
 )
 
 __all__ = ["Structure", "describe_function"]
@@ -153,30 +154,17 @@ def _hints(fn: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str,
         return typing.get_type_hints(target, include_extras=True)
     except Exception as exc:
         raw = getattr(target, "__annotations__", {})
-        for param in params:
-            if param.name in raw:
-                try:
-                    typing.get_type_hints(
-                        _Annotated(target, param.name, raw[param.name]),
-                        include_extras=True,
-                    )
-                except Exception:
-                    raise Unsupported(
-                        f"parameter {param.name!r}: annotation "
-                        f"{raw[param.name]!r} cannot be resolved ({exc})"
-                    ) from None
+        found = unresolved(
+            {p.name: raw[p.name] for p in params if p.name in raw},
+            getattr(inspect.unwrap(target), "__globals__", {}),
+        )
+        if found is not None:
+            name, why = found
+            raise Unsupported(f"parameter {name!r}: {why}") from None
         raise Unsupported(f"its annotations cannot be resolved ({exc})") from None
 
 
 _DEFS: Final = "#/$defs/"
-
-
-class _Annotated:
-    """One parameter's annotation, in its function's module, for get_type_hints."""
-
-    def __init__(self, fn: Callable[..., Any], name: str, annotation: object) -> None:
-        self.__annotations__ = {name: annotation}
-        self.__globals__ = getattr(inspect.unwrap(fn), "__globals__", {})
 
 
 def _one_class(name: str, cls: type) -> tuple[dict[str, Any], Structure] | None:
