@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pydantic
 import pytest
@@ -750,6 +751,35 @@ async def test_a_tool_cancelled_with_its_run_still_ends_the_run() -> None:
             scope.cancel()
     assert scope.cancelled_caught
     assert agent.session.runs[-1].outcome == "interrupted"
+
+
+def _logged(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator whose plain wrapper returns what it wraps returns."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_logged
+async def _fetch_page(url: str) -> str:
+    """Fetch a page.
+
+    Args:
+        url: the page.
+    """
+    await anyio.lowlevel.checkpoint()
+    return f"the page at {url}"
+
+
+@pytest.mark.anyio
+async def test_a_plain_wrapper_of_an_async_tool_has_its_coroutine_awaited() -> None:
+    # The model got "<coroutine object _fetch_page at 0x...>", and Python
+    # warned that the coroutine was never awaited: the tool never ran.
+    tool = Tool.from_function(_fetch_page)
+    assert await tool.invoke({"url": "a.html"}) == "the page at a.html"
 
 
 class _Notes:

@@ -19,7 +19,7 @@ import inspect
 import logging
 import re
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
@@ -283,6 +283,8 @@ class Tool:
             result = await anyio.to_thread.run_sync(
                 partial(_in_thread, self.fn, kwargs), abandon_on_cancel=True
             )
+            if type(result) is _Pending:
+                result = await result.awaitable
         return as_text(result)
 
     def _read(self, arguments: Arguments) -> Mapping[str, Any]:
@@ -305,11 +307,24 @@ def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     A `GeneratorExit` it raises is its failure (as it is in a child process),
     named by a `ToolRaised`: raised on, it would reach the run's coroutines
     as the signal that they are being closed, and end the run in disorder.
+    An awaitable it returns comes back as a `_Pending`, awaited by the run.
     """
     try:
-        return fn(**kwargs)
+        result = fn(**kwargs)
     except GeneratorExit as exc:
         raise ToolRaised("GeneratorExit", _checks.message_of(exc)) from exc
+    # A plain wrapper of an async function (a decorator's) gives its
+    # coroutine, the tool's work, to await in the run (trio refuses a
+    # coroutine as what a thread returns).
+    return _Pending(result) if inspect.isawaitable(result) else result
+
+
+@final
+@attrs.frozen
+class _Pending:
+    """What a plain tool returned to await: the coroutine of the function it wraps."""
+
+    awaitable: Awaitable[Any]
 
 
 def function_tool(
