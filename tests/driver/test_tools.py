@@ -376,6 +376,37 @@ async def test_a_result_that_is_not_a_string_is_json_of_its_fields(
         assert content == text
 
 
+def _cycle() -> dict[str, object]:
+    node: dict[str, object] = {"name": "a"}
+    node["self"] = node
+    return node
+
+
+@pytest.mark.parametrize(
+    ("result", "text"),
+    [
+        ({(1, 2): "a"}, "{(1, 2): 'a'}"),
+        (_cycle(), "{'name': 'a', 'self': {...}}"),
+    ],
+    ids=["tuple-keys", "cycle"],
+)
+@pytest.mark.anyio
+async def test_a_result_json_cannot_hold_is_its_text_not_a_failure(
+    result: object, text: str
+) -> None:
+    # The tool had run, and the model was told it failed ("TypeError: keys
+    # must be str, ...", "ValueError: Circular reference detected"): it
+    # might run it again.
+    def give() -> object:
+        """Give the value."""
+        return result
+
+    tools = tools_by_name([give])
+    call = ToolCallPart(id="c", name="give", arguments={})
+    (done,) = (await run_tool_call(call, tools, limit=None)).tool_results
+    assert (done.content, done.is_error) == (text, False)
+
+
 def _repeat(text: str, times: int) -> str:
     """Repeat a text.
 

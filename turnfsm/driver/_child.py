@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import pickle
+import reprlib
 import runpy
 import sys
 import types
@@ -62,10 +63,19 @@ def as_text(result: object) -> str:
     A string as it is; anything else as JSON, where an attrs class, a
     dataclass or a pydantic model is an object of its fields, a set a list,
     an enum its value, and whatever else JSON has no type for its `str()`.
+    A value JSON cannot hold at all (a mapping with keys that are no
+    strings, one that holds itself) is its `str()`: the tool ran, and
+    its result is not a failure.
     """
     if isinstance(result, str):
         return result
-    return json.dumps(result, default=_jsonable, ensure_ascii=False)
+    try:
+        return json.dumps(result, default=_jsonable, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return str(result)
+        except RecursionError:
+            return reprlib.repr(result)
 
 
 def _jsonable(value: Any) -> Any:
