@@ -974,6 +974,30 @@ async def test_a_plain_tool_that_raises_generator_exit_fails_its_call() -> None:
     assert result.content == "tool '_closes' failed: GeneratorExit: done early"
 
 
+def _aborts(step: str) -> str:
+    """Abort the way a library that turns its own abort into Ctrl-C does.
+
+    Args:
+        step: where it stopped.
+    """
+    raise KeyboardInterrupt(step)
+
+
+@pytest.mark.anyio
+async def test_a_plain_tool_that_raises_keyboard_interrupt_fails_its_call() -> None:
+    # A worker thread gets no Ctrl-C: the tool raised it itself. It went
+    # through the run as an interrupt, ending the program.
+    model = ScriptedModel.of(reply("", tool_call("_aborts", "c1", step="x")), "ok")
+    session = Session()
+    result = await Driver(model=model, tools=[_aborts]).run("go", session=session)
+    assert result.outcome == "done"
+    (failed,) = session.history[2].tool_results
+    assert (failed.content, failed.is_error) == (
+        "tool '_aborts' failed: KeyboardInterrupt: x",
+        True,
+    )
+
+
 @pytest.mark.anyio
 async def test_a_run_goes_on_after_a_plain_tool_raised_generator_exit() -> None:
     from turnfsm import Agent

@@ -307,12 +307,14 @@ def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     A `GeneratorExit` it raises is its failure (as it is in a child process),
     named by a `ToolRaised`: raised on, it would reach the run's coroutines
     as the signal that they are being closed, and end the run in disorder.
+    So is a `KeyboardInterrupt`: a worker thread gets no Ctrl-C, so the tool
+    raised it itself, and raised on it would end the program.
     An awaitable it returns comes back as a `_Pending`, awaited by the run.
     """
     try:
         result = fn(**kwargs)
-    except GeneratorExit as exc:
-        raise ToolRaised("GeneratorExit", _checks.message_of(exc)) from exc
+    except (GeneratorExit, KeyboardInterrupt) as exc:
+        raise ToolRaised(type(exc).__name__, _checks.message_of(exc)) from exc
     # A plain wrapper of an async function (a decorator's) gives its
     # coroutine, the tool's work, to await in the run (trio refuses a
     # coroutine as what a thread returns).
