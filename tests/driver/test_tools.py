@@ -681,6 +681,26 @@ def test_a_numpy_style_docstring_describes_the_parameters() -> None:
     assert props["mode"]["description"] == "how many, and how hard."
 
 
+def _rest_search(query: str, limit: int = 10) -> list[str]:
+    """Search the notes.
+
+    :param query: what to look
+        for.
+    :param int limit: the most results.
+    :returns: the matches.
+    """
+    return [query]
+
+
+def test_a_rest_style_docstring_describes_the_parameters() -> None:
+    # Its :param fields were not read: the model got no description.
+    tool = Tool.from_function(_rest_search)
+    assert tool.description == "Search the notes."
+    props = tool.parameters["properties"]
+    assert props["query"]["description"] == "what to look for."
+    assert props["limit"]["description"] == "the most results."
+
+
 def _numpy_renamed(path: str) -> str:
     """Read a file.
 

@@ -61,6 +61,9 @@ _ARG_LINE: Final = re.compile(r"^\s{2,}(\*{0,2}\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
 _SECTIONS: Final = {"Args:", "Arguments:", "Parameters:", "Attributes:"}
 _NUMPY_SECTIONS: Final = {"Parameters", "Other Parameters", "Attributes"}
 _NUMPY_RULE: Final = re.compile(r"-{3,}")
+_REST_PARAM: Final = re.compile(
+    r"^\s*:(?:param|parameter|arg|argument)\s+(?:[^:]*\s)?\*{0,2}(\w+):(.*)$"
+)
 
 
 class Unsupported(TypeError):
@@ -75,7 +78,8 @@ def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
 
     The ``Args:`` section of a function and the ``Attributes:`` section of a
     class are read alike: Google style, or, when there is none, NumPy style
-    (a ``Parameters`` or ``Attributes`` heading underlined with dashes).
+    (a ``Parameters`` or ``Attributes`` heading underlined with dashes), or
+    reST fields (``:param name: text``).
     """
     summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
     args: dict[str, str] = {}
@@ -96,7 +100,26 @@ def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
             args[current] = match.group(2).strip()
         elif current and stripped:
             args[current] = f"{args[current]} {stripped}".strip()
-    return summary, args or _numpy_args(doc.splitlines())
+    return summary, args or _numpy_args(doc.splitlines()) or _rest_args(doc)
+
+
+def _rest_args(doc: str) -> dict[str, str]:
+    """A reST (Sphinx) docstring's ``:param name: text`` fields, by name.
+
+    A field runs on over the more indented lines below it.
+    """
+    args: dict[str, str] = {}
+    current: str | None = None
+    for line in doc.splitlines():
+        match = _REST_PARAM.match(line)
+        if match:
+            current = match.group(1)
+            args[current] = match.group(2).strip()
+        elif current and line[:1].isspace() and not line.lstrip().startswith(":"):
+            args[current] = f"{args[current]} {line.strip()}".strip()
+        else:
+            current = None
+    return args
 
 
 def _numpy_args(lines: Sequence[str]) -> dict[str, str]:

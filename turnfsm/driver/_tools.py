@@ -215,8 +215,9 @@ class Tool:
         """Describe `fn` by its signature and docstring.
 
         Each parameter becomes a property of the schema, described by the
-        docstring's ``Args:`` section (Google style) or ``Parameters``
-        section (NumPy style), and required unless it has a default.
+        docstring's ``Args:`` section (Google style), ``Parameters``
+        section (NumPy style) or ``:param name:`` fields (reST), and
+        required unless it has a default.
         A function whose one parameter is annotated with a parameters class
         (an attrs class, a dataclass, a `TypedDict` or a pydantic model)
         takes that class's fields as its arguments and receives one
