@@ -624,8 +624,8 @@ def test_a_docstring_describing_a_parameter_the_function_lacks_is_refused() -> N
     with pytest.raises(ToolError) as caught:
         Tool.from_function(_renamed)
     assert str(caught.value) == (
-        "tool '_renamed': its docstring's Args: section describes 'filename', "
-        "which is not a parameter (its parameters are path, limit): rename the "
+        "tool '_renamed': its docstring describes a parameter 'filename', "
+        "which it does not have (its parameters are path, limit): rename the "
         "entry to the parameter it describes, or remove it"
     )
 
@@ -713,7 +713,7 @@ def _numpy_renamed(path: str) -> str:
 
 
 def test_a_numpy_style_docstring_describing_no_parameter_is_refused() -> None:
-    with pytest.raises(ToolError, match="describes 'filename', which is not a"):
+    with pytest.raises(ToolError, match="a parameter 'filename', which it does not"):
         Tool.from_function(_numpy_renamed)
 
 

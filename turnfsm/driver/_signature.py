@@ -123,8 +123,8 @@ def _check_documented(
         return
     has = f"its parameters are {', '.join(names)}" if names else "it has no parameters"
     raise Unsupported(
-        f"its docstring's Args: section describes {stray[0]!r}, which is not a "
-        f"parameter ({has}): rename the entry to the parameter it describes, "
+        f"its docstring describes a parameter {stray[0]!r}, which it does not "
+        f"have ({has}): rename the entry to the parameter it describes, "
         "or remove it"
     )
 
