@@ -84,7 +84,9 @@ SCHEMAS: list[tuple[str, object, dict[str, Any]]] = [
     ("enum", Color, {"enum": ["red", "blue"]}),
     ("int-enum", Level, {"enum": [1, 2]}),
     ("list", list[int], {"type": "array", "items": {"type": "integer"}}),
-    ("bare-list", list, {"type": "array"}),
+    # OpenAI refuses an array schema without "items" (HTTP 400: "array schema
+    # missing items"), and reads no "prefixItems".
+    ("bare-list", list, {"type": "array", "items": {}}),
     ("sequence", Sequence[str], {"type": "array", "items": {"type": "string"}}),
     ("set", set[str], {"type": "array", "items": {"type": "string"}}),
     ("tuple-of", tuple[int, ...], {"type": "array", "items": {"type": "integer"}}),
@@ -94,11 +96,24 @@ SCHEMAS: list[tuple[str, object, dict[str, Any]]] = [
         {
             "type": "array",
             "prefixItems": [{"type": "integer"}, {"type": "string"}],
-            "items": False,
+            "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
             "minItems": 2,
+            "maxItems": 2,
         },
     ),
-    ("empty-tuple", tuple[()], {"type": "array", "maxItems": 0}),
+    (
+        "tuple-of-one-type",
+        tuple[int, int],
+        {
+            "type": "array",
+            "prefixItems": [{"type": "integer"}, {"type": "integer"}],
+            "items": {"type": "integer"},
+            "minItems": 2,
+            "maxItems": 2,
+        },
+    ),
+    ("bare-tuple", tuple, {"type": "array", "items": {}}),
+    ("empty-tuple", tuple[()], {"type": "array", "items": {}, "maxItems": 0}),
     (
         "dict",
         dict[str, int],
@@ -339,7 +354,11 @@ BAD_ARGUMENTS = [
         {"pair": [1, "a", 2]},
         'pair: expected at most 2 items, got [1, "a", 2] (array)',
     ),
-    ("tuple-too-short", {"pair": [1]}, "pair: expected minItems 2, got [1] (array)"),
+    (
+        "tuple-too-short",
+        {"pair": [1]},
+        "pair: expected at least 2 items, got [1] (array)",
+    ),
     ("tuple-item", {"pair": ["1", "a"]}, 'pair[0]: expected integer, got "1" (string)'),
     (
         "dict-value",
@@ -437,8 +456,8 @@ async def test_a_constraint_in_annotated_is_checked_before_the_tool_runs() -> No
     content, is_error = await run(Tool.from_function(wait), minutes=0, tries=5)
     assert is_error
     assert problems(content) == [
-        "minutes: expected minimum 1, got 0 (integer)",
-        "tries: expected maximum 3, got 5 (integer)",
+        "minutes: expected at least 1, got 0 (integer)",
+        "tries: expected at most 3, got 5 (integer)",
     ]
     assert seen == []
 
@@ -613,9 +632,9 @@ async def test_an_explicit_schema_is_enforced_as_given() -> None:
     content, is_error = await run(tool, width=0, unit="em", tags=[1, 2, 3], other=1)
     assert is_error
     assert problems(content) == [
-        "width: expected minimum 1, got 0 (integer)",
+        "width: expected at least 1, got 0 (integer)",
         'unit: expected "px", got "em" (string)',
-        "tags: expected maxItems 2, got [1, 2, 3] (array)",
+        "tags: expected at most 2 items, got [1, 2, 3] (array)",
     ]
     assert await run(tool, width=3, other={"kept": True}) == ("ran", False)
     assert recorder.calls == [{"width": 3, "other": {"kept": True}}]

@@ -271,6 +271,28 @@ async def test_a_pydantic_root_model_alone_is_one_parameter() -> None:
     assert await tool.invoke({"sizes": [1, 2]}) == "3"
 
 
+class Span(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    lines: tuple[int, int]
+    none: tuple[()] = ()
+
+
+async def test_every_array_of_a_pydantic_schema_says_its_items() -> None:
+    # pydantic describes a tuple by "prefixItems" alone: OpenAI refused the
+    # tool ("array schema missing items"), and reads no "prefixItems".
+    def show(span: Span) -> str:
+        """Show some lines."""
+        return f"{span.lines[0]}-{span.lines[1]}"
+
+    tool = Tool.from_function(show)
+    lines = tool.parameters["properties"]["lines"]
+    assert lines["items"] == {"type": "integer"}
+    assert lines["prefixItems"] == [{"type": "integer"}, {"type": "integer"}]
+    assert tool.parameters["properties"]["none"]["items"] == {}
+    assert await tool.invoke({"lines": [3, 9]}) == "3-9"
+
+
 def test_pydantic_is_imported_only_by_tools_that_use_it() -> None:
     code = textwrap.dedent(
         """

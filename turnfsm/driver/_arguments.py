@@ -388,8 +388,26 @@ def _problems(error: ValidationError) -> Iterator[Problem]:
         yield Problem(path, f"expected at most {_prefix_length(error)} items", instance)
     elif keyword is None:  # a `false` schema: nothing is allowed here
         yield Problem(path, "unexpected (not allowed here)", instance)
-    else:  # minimum, maxLength, pattern, minItems, ...
+    elif keyword in _BOUNDS:
+        yield Problem(path, _BOUNDS[keyword].format(_values([value])), instance)
+    else:  # pattern, format, ...
         yield Problem(path, f"expected {keyword} {_values([value])}", instance)
+
+
+_BOUNDS: Final = {
+    "minimum": "expected at least {}",
+    "maximum": "expected at most {}",
+    "exclusiveMinimum": "expected more than {}",
+    "exclusiveMaximum": "expected less than {}",
+    "multipleOf": "expected a multiple of {}",
+    "minLength": "expected at least {} characters",
+    "maxLength": "expected at most {} characters",
+    "minItems": "expected at least {} items",
+    "maxItems": "expected at most {} items",
+    "minProperties": "expected at least {} fields",
+    "maxProperties": "expected at most {} fields",
+}
+"""How a bound the value is outside of is said, in words."""
 
 
 def _prefix_length(error: ValidationError) -> int:

@@ -176,6 +176,7 @@ _NOT_STRICT: Final = frozenset(
         "unevaluatedProperties",
         "uniqueItems",
         "contains",
+        "prefixItems",
     }
 )
 """Keywords OpenAI's strict structured outputs refuse (a request with one is a 400)."""

@@ -223,13 +223,12 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
     if origin is tuple or tp is tuple:
         # `tuple[()]` has no args either (3.11), but it is not the bare `tuple`.
         if not args and tp not in (tuple, typing.Tuple):  # noqa: UP006
-            return {"type": "array", "maxItems": 0}
+            return {"type": "array", "items": {}, "maxItems": 0}
         return _tuple_schema(args, defs, seen)
     if origin in _ARRAYS or tp in _ARRAYS:
-        schema: JSONSchema = {"type": "array"}
-        if args:
-            schema["items"] = _schema(args[0], defs, seen)
-        return schema
+        # Always with "items": OpenAI refuses an array schema without it.
+        items = _schema(args[0], defs, seen) if args else {}
+        return {"type": "array", "items": items}
     if origin in _OBJECTS or tp in _OBJECTS:
         return _mapping_schema(tp, args, defs, seen)
     if is_params_class(tp):
@@ -290,6 +289,39 @@ def _constraints(extras: Sequence[object], kind: object) -> JSONSchema:
     return out
 
 
+def _with_items(schema: Any) -> Any:
+    """`schema` with an ``items`` on each array schema (pydantic leaves some out).
+
+    A tuple is described by ``prefixItems`` alone, which OpenAI does not read
+    and refuses without ``items``: ``items`` says what any place holds, as
+    `_tuple_schema` does. Values in a schema (defaults, examples) are data,
+    left as they are.
+    """
+    if isinstance(schema, list):
+        return [_with_items(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        key: value if key in _DATA else _with_items(value)
+        for key, value in schema.items()
+    }
+    if "items" not in out and (out.get("type") == "array" or "prefixItems" in out):
+        places = out.get("prefixItems")
+        out["items"] = _any_place(places if isinstance(places, list) else [])
+    return out
+
+
+def _any_place(places: list[Any]) -> JSONSchema:
+    """The schema of what any of a tuple's `places` holds (each kind once)."""
+    kinds = [p for i, p in enumerate(places) if p not in places[:i]]
+    if not kinds:
+        return {}
+    return kinds[0] if len(kinds) == 1 else {"anyOf": kinds}
+
+
+_DATA: Final = frozenset({"default", "examples", "const", "enum"})
+
+
 def _json_scalars(values: list[Any], tp: object) -> list[Any]:
     for value in values:
         if value is not None and not isinstance(value, str | int | float | bool):
@@ -301,14 +333,19 @@ def _tuple_schema(
     args: tuple[Any, ...], defs: dict[str, JSONSchema], seen: tuple[type, ...]
 ) -> JSONSchema:
     if not args:
-        return {"type": "array"}
+        return {"type": "array", "items": {}}
     if len(args) == 2 and args[1] is Ellipsis:
         return {"type": "array", "items": _schema(args[0], defs, seen)}
+    # Each place by "prefixItems", the length by minItems and maxItems, and
+    # "items" what any place holds, for a reader of no "prefixItems" (OpenAI
+    # refuses an array schema without "items").
+    places = [_schema(a, defs, seen) for a in args]
     return {
         "type": "array",
-        "prefixItems": [_schema(a, defs, seen) for a in args],
-        "items": False,
+        "prefixItems": places,
+        "items": _any_place(places),
         "minItems": len(args),
+        "maxItems": len(args),
     }
 
 
@@ -472,7 +509,7 @@ def _strip_required(tp: Any) -> Any:
 
 
 def _pydantic_schema(cls: Any, defs: dict[str, JSONSchema]) -> JSONSchema:
-    schema: JSONSchema = cls.model_json_schema()
+    schema: JSONSchema = _with_items(cls.model_json_schema())
     for name, sub in schema.pop("$defs", {}).items():
         if defs.setdefault(name, sub) != sub:
             raise Unsupported(f"two different models are named {name!r}")
