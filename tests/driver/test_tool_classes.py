@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 import textwrap
@@ -291,6 +292,35 @@ async def test_every_array_of_a_pydantic_schema_says_its_items() -> None:
     assert lines["prefixItems"] == [{"type": "integer"}, {"type": "integer"}]
     assert tool.parameters["properties"]["none"]["items"] == {}
     assert await tool.invoke({"lines": [3, 9]}) == "3-9"
+
+
+class Booking(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+
+    day: datetime.date
+    kind: Literal["table", "room"]
+    seats: tuple[int, int]
+
+
+async def test_a_strict_pydantic_model_reads_the_arguments_as_json() -> None:
+    # Read as Python values, a strict model refused every call: a date is an
+    # ISO string in JSON ("Input should be a valid date"), a tuple a list.
+    def book(booking: Booking) -> str:
+        """Book."""
+        return f"{booking.day.isoformat()} {booking.kind} {booking.seats}"
+
+    tool = Tool.from_function(book)
+    arguments = {"day": "2025-05-02", "kind": "table", "seats": [2, 4]}
+    assert await tool.invoke(arguments) == "2025-05-02 table (2, 4)"
+    model = ScriptedModel.of(
+        reply("", tool_call("book", "c1", day="May 2", kind="table", seats=[2, 4])),
+        "ok",
+    )
+    session = Session()
+    await Driver(model=model, tools=[tool]).run("book", session=session)
+    ((content, is_error),) = history_results(session)
+    assert is_error
+    assert content.splitlines()[1].startswith("- day: Input should be a valid date")
 
 
 def test_pydantic_is_imported_only_by_tools_that_use_it() -> None:

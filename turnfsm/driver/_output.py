@@ -5,7 +5,7 @@ annotation's JSON schema comes from `turnfsm.driver._schema` (a pydantic
 model describes itself), the reply's JSON is checked against it with
 `jsonschema` and every problem listed (`turnfsm.driver._arguments`), and
 the valid JSON is read into the type by the same cattrs converter (a
-pydantic model by its `model_validate`).
+pydantic model by its `model_validate_json`).
 
 A type that is not an object (a primitive, a list, a `Literal`, an enum) is
 wrapped for the provider as an object of one property, ``{"result": ...}``,

@@ -5,7 +5,7 @@ function's annotated parameters and the fields of an attrs class, a dataclass
 or a `TypedDict` all go through `schema_of` (annotation to JSON Schema, Draft
 2020-12), and the validated arguments are read back by one cattrs converter
 (`structure_hook`) that follows the same annotations. A pydantic model
-describes and reads itself (`model_json_schema`, `model_validate`); pydantic
+describes and reads itself (`model_json_schema`, `model_validate_json`); pydantic
 is never imported here: a class is one of its models only if pydantic is
 already loaded.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import json
 import re
 import sys
 import types
@@ -546,7 +547,9 @@ def _union_hook(tp: Any) -> _Hook:
 
 def _pydantic_hook(cls: Any) -> _Hook:
     def structure(value: object, _: object) -> Any:
-        return cls.model_validate(value)
+        # Arguments are JSON, read as JSON: a strict model takes a date as
+        # its ISO text and a tuple as a list, as its own schema says.
+        return cls.model_validate_json(json.dumps(value))
 
     return structure
 
