@@ -127,6 +127,23 @@ def test_unsupported_annotations_and_bad_names_raise_tool_error() -> None:
         Tool.from_function(search, name="")
 
 
+def test_a_function_whose_name_is_no_tool_name_is_told_how_to_name_it() -> None:
+    # It was told only "a tool name is 1-64 of A-Z a-z 0-9 _ -", about a name
+    # it never gave.
+    def prix_payé(article: str) -> str:
+        return article
+
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(prix_payé)
+    assert str(caught.value) == (
+        "tool 'prix_payé': a tool name is 1-64 of A-Z a-z 0-9 _ -, and this is "
+        "the function's name: give the tool one, "
+        "function_tool(fn, name='...') or Tool.from_function(fn, name='...')"
+    )
+    with pytest.raises(ToolError, match="and this is the function's name"):
+        Tool.from_function(lambda: "")
+
+
 _PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 

@@ -67,6 +67,9 @@ _driver_logger = logging.getLogger("turnfsm.driver")  # a model call's warnings
 Arguments = Mapping[str, Any]
 """A call's arguments: the JSON object the model sent."""
 
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NAME_RULE: Final = "a tool name is 1-64 of A-Z a-z 0-9 _ -"
+
 _SCHEMA: Final = _checks.json_object(
     expected="a JSON schema: a mapping with string keys of JSON values"
 )
@@ -181,8 +184,8 @@ class Tool:
     def _check_name(self, _attr: object, value: str) -> None:
         if not isinstance(value, str):
             raise ConfigError("Tool.name", value, "a string: 1-64 of A-Z a-z 0-9 _ -")
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
-            raise ToolError(value, "a tool name is 1-64 of A-Z a-z 0-9 _ -")
+        if not _TOOL_NAME.fullmatch(value):
+            raise ToolError(value, _NAME_RULE)
 
     @in_subprocess.validator
     def _check_isolatable(self, _attr: object, value: bool) -> None:
@@ -244,6 +247,13 @@ class Tool:
             summary, parameters, structure = _described(fn)
         except Unsupported as exc:
             raise ToolError(tool_name, str(exc)) from None
+        if name is None and not _TOOL_NAME.fullmatch(tool_name):
+            raise ToolError(
+                tool_name,
+                f"{_NAME_RULE}, and this is the function's name: give the tool "
+                "one, function_tool(fn, name='...') or "
+                "Tool.from_function(fn, name='...')",
+            )
         return cls(
             name=tool_name,
             description=description or summary or tool_name,
