@@ -640,6 +640,43 @@ async def test_an_explicit_schema_is_enforced_as_given() -> None:
     assert recorder.calls == [{"width": 3, "other": {"kept": True}}]
 
 
+def _resize(width: int, unit: str = "px") -> str:
+    return f"{width}{unit}"
+
+
+def test_a_schema_naming_a_parameter_the_function_lacks_is_a_config_error() -> None:
+    # Every call that gave it failed at run time: "tool 'resize' failed:
+    # TypeError: _resize() got an unexpected keyword argument 'height'".
+    with pytest.raises(ConfigError) as caught:
+        Tool(
+            name="resize",
+            description="d",
+            parameters={
+                "type": "object",
+                "properties": {"width": {"type": "integer"}, "height": {}},
+            },
+            fn=_resize,
+        )
+    assert caught.value.field == "Tool('resize').parameters.properties.height"
+    assert str(caught.value) == (
+        "invalid Tool('resize').parameters.properties.height={}: expected a "
+        "parameter the function takes (_resize takes width, unit)"
+    )
+
+
+def test_a_schema_the_function_takes_is_a_tool() -> None:
+    Tool(
+        name="resize",
+        description="d",
+        parameters={"type": "object", "properties": {"width": {"type": "integer"}}},
+        fn=_resize,
+    )
+    Tool(name="any", description="d", parameters=_ANY_NAMES, fn=Recorder())
+
+
+_ANY_NAMES: dict[str, Any] = {"type": "object", "properties": {"x": {}}}
+
+
 def test_an_invalid_explicit_schema_is_a_config_error_naming_the_tool() -> None:
     with pytest.raises(ConfigError) as caught:
         Tool(

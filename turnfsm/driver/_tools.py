@@ -116,7 +116,8 @@ class Tool:
         ConfigError: `parameters` is not a mapping of JSON values (None, a
             set, an object, NaN, nested over 100 deep: the error names the
             value inside, ``Tool('t').parameters.properties.a.default``), or
-            not a valid JSON schema of an object; `name` or `description`
+            not a valid JSON schema of an object, or names a property `fn`
+            does not take (without `structure`); `name` or `description`
             is not a string, `fn` (or `structure`) is not callable, or
             `in_subprocess` is not True or False (the error names the
             tool's field: ``Tool('t').fn``).
@@ -204,6 +205,10 @@ class Tool:
         reason = check_isolatable(self.fn)
         if reason is not None:
             raise ToolError(self.name, reason)
+
+    def __attrs_post_init__(self) -> None:
+        if self.structure is None:  # the arguments go to `fn` as they are
+            _check_takes(self.name, self.fn, self.parameters)
 
     @classmethod
     def from_function(
@@ -310,6 +315,34 @@ class Tool:
             raise
         except Exception as exc:
             raise InvalidArguments(problems_of_structuring(exc)) from exc
+
+
+def _check_takes(name: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
+    """Refuse a schema naming an argument `fn` cannot take: each call giving it fails.
+
+    Each property must be a parameter `fn` takes by name, unless it takes
+    ``**kwargs``. A function whose signature cannot be read is taken on trust.
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    named = [
+        p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    for key, sub in properties.items():
+        if key not in named:
+            takes = ", ".join(named) or "nothing by name"
+            raise ConfigError(
+                f"Tool({name!r}).parameters.properties.{key}",
+                sub,
+                f"a parameter the function takes ({_name_of(fn)} takes {takes})",
+            )
 
 
 def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
