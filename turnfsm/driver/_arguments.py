@@ -331,9 +331,9 @@ def check_arguments(check: ArgumentsCheck, arguments: object) -> None:
         InvalidArguments: one or more fields do not fit; each is listed.
     """
     if (
-        isinstance(arguments, Mapping)
-        and len(arguments) == 1
+        isinstance(arguments, dict)  # a call's arguments always are
         and isinstance(raw := arguments.get("_raw"), str)
+        and len(arguments) == 1
         and not check.takes_raw
     ):
         # The clients keep arguments that are no JSON object (a reply cut off
