@@ -375,8 +375,11 @@ class Price(pydantic.BaseModel):
             '{"amount": 2.5, "day": "2025-05-02"}',
         ),
         ({1, "a"}, None),  # a set that cannot be sorted is still a list
+        # What subprocess.check_output returns: was "\"b'a.txt\\nb.txt\\n'\"".
+        (b"a.txt\nb.txt\n", "a.txt\nb.txt\n"),
+        ({"out": b"caf\xc3\xa9 \xff"}, '{"out": "caf\u00e9 \ufffd"}'),
     ],
-    ids=["attrs", "dataclass", "pydantic", "mixed-set"],
+    ids=["attrs", "dataclass", "pydantic", "mixed-set", "bytes", "bytes-inside"],
 )
 @pytest.mark.anyio
 async def test_a_result_that_is_not_a_string_is_json_of_its_fields(
