@@ -16,7 +16,6 @@ from tests.helpers import turn_toml_text
 from turnfsm import Agent, approval_machine
 from turnfsm.core import MachineSpec, OutputRejected, ToolCallsReviewed
 from turnfsm.driver import Driver, Session, replay
-from turnfsm.driver._output import OutputType
 from turnfsm.errors import ConfigError, OutputInvalid
 from turnfsm.messages import Role
 from turnfsm.persistence import EventRecorded, MemoryStore
@@ -388,6 +387,8 @@ class Tag(pydantic.BaseModel):
 
 
 def test_a_schema_with_a_keyword_strict_mode_lacks_is_not_sent_strict() -> None:
+    from turnfsm.driver._output import OutputType
+
     # maxLength (a string's length) is no keyword of OpenAI's strict mode: a
     # strict request with it was refused (HTTP 400), failing the run.
     spec = OutputType.of(Tag).spec
