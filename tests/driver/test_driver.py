@@ -62,6 +62,15 @@ def echo(text: str) -> str:
     return text
 
 
+def _shout(text: str) -> str:
+    """Echo the text back, loud.
+
+    Args:
+        text: what to shout.
+    """
+    return text.upper()
+
+
 async def test_tool_loop_commits_the_run_to_history() -> None:
     model = ScriptedModel.of(reply("", tool_call("echo", "c1", text="hi")), "done: hi")
     session = Session()
@@ -97,7 +106,22 @@ async def test_unknown_tool_gets_a_pre_resolved_error_result() -> None:
     session = Session()
     await Driver(model=model).run("x", session=session)
     result = session.history[2].tool_results[0]
-    assert (result.content, result.is_error) == ("tool 'nope' is not available", True)
+    assert (result.content, result.is_error) == (
+        "tool 'nope' is not available: there are no tools",
+        True,
+    )
+
+
+async def test_an_unknown_tool_is_told_the_tools_there_are() -> None:
+    # The model was told only "tool 'serch' is not available": nothing to
+    # correct its call by.
+    model = ScriptedModel.of(reply("", tool_call("serch", "c1", text="a")), "ok")
+    session = Session()
+    await Driver(model=model, tools=[echo, _shout]).run("x", session=session)
+    result = session.history[2].tool_results[0]
+    assert result.content == (
+        "tool 'serch' is not available: the tools are _shout, echo"
+    )
 
 
 async def test_tool_exception_and_timeout_become_error_results() -> None:

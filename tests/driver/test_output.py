@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
+import annotated_types
 import attrs
 import pydantic
 import pytest
@@ -373,6 +374,33 @@ async def test_a_value_or_a_name_given_for_the_type_says_to_pass_the_type(
     with pytest.raises(ConfigError) as caught:
         Driver(model=ScriptedModel.of(), output_type=tp)
     assert message in str(caught.value)
+
+
+@dataclasses.dataclass
+class Slot:
+    hour: Annotated[int, annotated_types.Interval(ge=0, le=23)]
+
+
+class Tag(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    label: str = pydantic.Field(max_length=12)
+    weight: int = pydantic.Field(ge=0)
+
+
+def test_a_schema_with_a_keyword_strict_mode_lacks_is_not_sent_strict() -> None:
+    from turnfsm.driver._output import OutputType
+
+    # maxLength (a string's length) is no keyword of OpenAI's strict mode: a
+    # strict request with it was refused (HTTP 400), failing the run.
+    spec = OutputType.of(Tag).spec
+    assert spec is not None
+    assert spec.schema["properties"]["label"]["maxLength"] == 12
+    assert spec.strict is False
+    bounded = OutputType.of(Slot).spec
+    assert bounded is not None
+    assert bounded.schema["properties"]["hour"]["minimum"] == 0
+    assert bounded.strict is True  # numbers' bounds are strict mode's too
 
 
 async def test_the_request_carries_the_schema_and_strictness() -> None:

@@ -7,7 +7,9 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+import annotated_types
 import attrs
+import pydantic
 import pytest
 
 from turnfsm.driver import Tool
@@ -82,7 +84,9 @@ SCHEMAS: list[tuple[str, object, dict[str, Any]]] = [
     ("enum", Color, {"enum": ["red", "blue"]}),
     ("int-enum", Level, {"enum": [1, 2]}),
     ("list", list[int], {"type": "array", "items": {"type": "integer"}}),
-    ("bare-list", list, {"type": "array"}),
+    # OpenAI refuses an array schema without "items" (HTTP 400: "array schema
+    # missing items"), and reads no "prefixItems".
+    ("bare-list", list, {"type": "array", "items": {}}),
     ("sequence", Sequence[str], {"type": "array", "items": {"type": "string"}}),
     ("set", set[str], {"type": "array", "items": {"type": "string"}}),
     ("tuple-of", tuple[int, ...], {"type": "array", "items": {"type": "integer"}}),
@@ -92,11 +96,24 @@ SCHEMAS: list[tuple[str, object, dict[str, Any]]] = [
         {
             "type": "array",
             "prefixItems": [{"type": "integer"}, {"type": "string"}],
-            "items": False,
+            "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
             "minItems": 2,
+            "maxItems": 2,
         },
     ),
-    ("empty-tuple", tuple[()], {"type": "array", "maxItems": 0}),
+    (
+        "tuple-of-one-type",
+        tuple[int, int],
+        {
+            "type": "array",
+            "prefixItems": [{"type": "integer"}, {"type": "integer"}],
+            "items": {"type": "integer"},
+            "minItems": 2,
+            "maxItems": 2,
+        },
+    ),
+    ("bare-tuple", tuple, {"type": "array", "items": {}}),
+    ("empty-tuple", tuple[()], {"type": "array", "items": {}, "maxItems": 0}),
     (
         "dict",
         dict[str, int],
@@ -108,6 +125,31 @@ SCHEMAS: list[tuple[str, object, dict[str, Any]]] = [
         "annotated",
         Annotated[int, "how many"],
         {"type": "integer", "description": "how many"},
+    ),
+    (
+        "annotated-bounds",
+        Annotated[int, annotated_types.Ge(1), annotated_types.Lt(10)],
+        {"type": "integer", "minimum": 1, "exclusiveMaximum": 10},
+    ),
+    (
+        "annotated-interval",
+        Annotated[float, annotated_types.Interval(gt=0, le=1)],
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    ),
+    (
+        "annotated-length",
+        Annotated[str, annotated_types.Len(1, 20)],
+        {"type": "string", "minLength": 1, "maxLength": 20},
+    ),
+    (
+        "annotated-items",
+        Annotated[list[int], annotated_types.MinLen(2)],
+        {"type": "array", "items": {"type": "integer"}, "minItems": 2},
+    ),
+    (
+        "annotated-field",
+        Annotated[int, pydantic.Field(ge=0, multiple_of=5, description="minutes")],
+        {"type": "integer", "minimum": 0, "multipleOf": 5, "description": "minutes"},
     ),
     ("attrs", Item, OBJECT_OF_ITEM),
     ("list-of-attrs", list[Item], {"type": "array", "items": OBJECT_OF_ITEM}),
@@ -155,6 +197,17 @@ class NoMembers(enum.Enum):
     """An enum with nothing in it (a base for others)."""
 
 
+@dataclasses.dataclass
+class Broken:
+    """A class whose field names a type that does not exist (a NameError)."""
+
+    part: NoSuchPart  # type: ignore[name-defined]  # noqa: F821
+
+
+class BrokenKeys(TypedDict):
+    part: NoSuchPart  # type: ignore[name-defined]  # noqa: F821
+
+
 @pytest.mark.parametrize(
     ("annotation", "reason"),
     [
@@ -163,8 +216,20 @@ class NoMembers(enum.Enum):
         (Node, "contains itself"),
         (list[Callable[[], None]], "unsupported annotation"),
         (NoMembers, "NoMembers has no members: no value can be given"),
+        (Broken, "Broken.part: annotation 'NoSuchPart' cannot be resolved"),
+        (list[Broken], "Broken.part: annotation 'NoSuchPart' cannot be resolved"),
+        (BrokenKeys, "BrokenKeys.part: annotation 'NoSuchPart' cannot be resolved"),
     ],
-    ids=["object", "int-keys", "recursive", "callable", "empty-enum"],
+    ids=[
+        "object",
+        "int-keys",
+        "recursive",
+        "callable",
+        "empty-enum",
+        "unresolved",
+        "unresolved-inside",
+        "unresolved-key",
+    ],
 )
 def test_annotations_without_a_json_form_are_refused_when_the_tool_is_built(
     annotation: object, reason: str
@@ -289,7 +354,11 @@ BAD_ARGUMENTS = [
         {"pair": [1, "a", 2]},
         'pair: expected at most 2 items, got [1, "a", 2] (array)',
     ),
-    ("tuple-too-short", {"pair": [1]}, "pair: expected minItems 2, got [1] (array)"),
+    (
+        "tuple-too-short",
+        {"pair": [1]},
+        "pair: expected at least 2 items, got [1] (array)",
+    ),
     ("tuple-item", {"pair": ["1", "a"]}, 'pair[0]: expected integer, got "1" (string)'),
     (
         "dict-value",
@@ -332,6 +401,65 @@ async def test_arguments_that_were_not_json_are_named_as_such() -> None:
         'got "{\\"items\\": [{\\"name\\": \\"te" (string)'
     ]
     assert recorder.calls == []
+
+
+@pytest.mark.anyio
+async def test_arguments_not_json_do_not_run_a_tool_whose_schema_is_open() -> None:
+    """A schema that allows unknown names (one given by hand, or a pydantic
+    model's without ``extra="forbid"``) would let ``{"_raw": ...}`` through:
+    the tool would run on its defaults, or get ``_raw``, for a call the model
+    never finished."""
+    seen: list[dict[str, Any]] = []
+
+    def lookup(**kwargs: Any) -> str:
+        seen.append(kwargs)
+        return "ran"
+
+    tool = Tool(
+        name="lookup",
+        description="Look up.",
+        parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+        fn=lookup,
+    )
+    content, is_error = await run(tool, _raw='{"q": "te')
+    assert is_error
+    assert problems(content) == [
+        "(the arguments): expected a JSON object of the arguments (the text "
+        "sent is not valid JSON; it may have been cut off), "
+        'got "{\\"q\\": \\"te" (string)'
+    ]
+    assert seen == []
+
+
+@pytest.mark.anyio
+async def test_a_parameter_named_raw_is_an_argument_like_any_other() -> None:
+    def echo(_raw: str) -> str:
+        return _raw
+
+    content, is_error = await run(Tool.from_function(echo), _raw="text")
+    assert (content, is_error) == ("text", False)
+
+
+@pytest.mark.anyio
+async def test_a_constraint_in_annotated_is_checked_before_the_tool_runs() -> None:
+    # Ge(1) and Field(le=...) were dropped from the schema: the tool ran with
+    # 0 and -5.
+    seen: list[tuple[int, int]] = []
+
+    def wait(
+        minutes: Annotated[int, annotated_types.Ge(1)],
+        tries: Annotated[int, pydantic.Field(le=3)] = 1,
+    ) -> str:
+        seen.append((minutes, tries))
+        return "ok"
+
+    content, is_error = await run(Tool.from_function(wait), minutes=0, tries=5)
+    assert is_error
+    assert problems(content) == [
+        "minutes: expected at least 1, got 0 (integer)",
+        "tries: expected at most 3, got 5 (integer)",
+    ]
+    assert seen == []
 
 
 @pytest.mark.anyio
@@ -504,12 +632,49 @@ async def test_an_explicit_schema_is_enforced_as_given() -> None:
     content, is_error = await run(tool, width=0, unit="em", tags=[1, 2, 3], other=1)
     assert is_error
     assert problems(content) == [
-        "width: expected minimum 1, got 0 (integer)",
+        "width: expected at least 1, got 0 (integer)",
         'unit: expected "px", got "em" (string)',
-        "tags: expected maxItems 2, got [1, 2, 3] (array)",
+        "tags: expected at most 2 items, got [1, 2, 3] (array)",
     ]
     assert await run(tool, width=3, other={"kept": True}) == ("ran", False)
     assert recorder.calls == [{"width": 3, "other": {"kept": True}}]
+
+
+def _resize(width: int, unit: str = "px") -> str:
+    return f"{width}{unit}"
+
+
+def test_a_schema_naming_a_parameter_the_function_lacks_is_a_config_error() -> None:
+    # Every call that gave it failed at run time: "tool 'resize' failed:
+    # TypeError: _resize() got an unexpected keyword argument 'height'".
+    with pytest.raises(ConfigError) as caught:
+        Tool(
+            name="resize",
+            description="d",
+            parameters={
+                "type": "object",
+                "properties": {"width": {"type": "integer"}, "height": {}},
+            },
+            fn=_resize,
+        )
+    assert caught.value.field == "Tool('resize').parameters.properties.height"
+    assert str(caught.value) == (
+        "invalid Tool('resize').parameters.properties.height={}: expected a "
+        "parameter the function takes (_resize takes width, unit)"
+    )
+
+
+def test_a_schema_the_function_takes_is_a_tool() -> None:
+    Tool(
+        name="resize",
+        description="d",
+        parameters={"type": "object", "properties": {"width": {"type": "integer"}}},
+        fn=_resize,
+    )
+    Tool(name="any", description="d", parameters=_ANY_NAMES, fn=Recorder())
+
+
+_ANY_NAMES: dict[str, Any] = {"type": "object", "properties": {"x": {}}}
 
 
 def test_an_invalid_explicit_schema_is_a_config_error_naming_the_tool() -> None:

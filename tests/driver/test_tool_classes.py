@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 import textwrap
@@ -215,6 +216,111 @@ async def test_a_pydantic_model_as_one_of_several_parameters_is_a_nested_object(
     ]
     assert queued == ("queued", False)
     assert seen == [(Refund(order_id="ord_2", amount=1, reason="other"), False)]
+
+
+class Folder(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    name: str
+    children: list[Folder] = []
+
+
+class Sizes(pydantic.RootModel[list[int]]):
+    pass
+
+
+async def test_a_recursive_pydantic_model_is_the_arguments_object() -> None:
+    # Its schema is a reference ({"$ref": "#/$defs/Folder"}): the tool was
+    # refused with "Tool('make_tree').parameters.type=None: expected object".
+    made: list[Folder] = []
+
+    def make_tree(tree: Folder) -> str:
+        """Make a tree of folders."""
+        made.append(tree)
+        return "made"
+
+    tool = Tool.from_function(make_tree)
+    assert tool.parameters["type"] == "object"
+    assert list(tool.parameters["properties"]) == ["name", "children"]
+    inner = {"name": "b", "children": [{"name": 3}]}
+    model = ScriptedModel.of(
+        reply("", tool_call("make_tree", "c1", name="a", children=[inner])),
+        reply("", tool_call("make_tree", "c2", name="a", children=[{"name": "b"}])),
+        "ok",
+    )
+    session = Session()
+    await Driver(model=model, tools=[tool]).run("make", session=session)
+    (bad, is_error), made_ok = history_results(session)
+    assert is_error
+    assert bad.splitlines()[1:-1] == [
+        "- children[0].children[0].name: expected string, got 3 (integer)"
+    ]
+    assert made_ok == ("made", False)
+    assert made == [Folder(name="a", children=[Folder(name="b")])]
+
+
+async def test_a_pydantic_root_model_alone_is_one_parameter() -> None:
+    # Its schema is an array: the tool was refused with
+    # "Tool('total').parameters.type='array': expected object".
+    def total(sizes: Sizes) -> int:
+        """Add sizes up."""
+        return sum(sizes.root)
+
+    tool = Tool.from_function(total)
+    assert tool.parameters["required"] == ["sizes"]
+    assert tool.parameters["properties"]["sizes"]["type"] == "array"
+    assert await tool.invoke({"sizes": [1, 2]}) == "3"
+
+
+class Span(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    lines: tuple[int, int]
+    none: tuple[()] = ()
+
+
+async def test_every_array_of_a_pydantic_schema_says_its_items() -> None:
+    # pydantic describes a tuple by "prefixItems" alone: OpenAI refused the
+    # tool ("array schema missing items"), and reads no "prefixItems".
+    def show(span: Span) -> str:
+        """Show some lines."""
+        return f"{span.lines[0]}-{span.lines[1]}"
+
+    tool = Tool.from_function(show)
+    lines = tool.parameters["properties"]["lines"]
+    assert lines["items"] == {"type": "integer"}
+    assert lines["prefixItems"] == [{"type": "integer"}, {"type": "integer"}]
+    assert tool.parameters["properties"]["none"]["items"] == {}
+    assert await tool.invoke({"lines": [3, 9]}) == "3-9"
+
+
+class Booking(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(strict=True, extra="forbid")
+
+    day: datetime.date
+    kind: Literal["table", "room"]
+    seats: tuple[int, int]
+
+
+async def test_a_strict_pydantic_model_reads_the_arguments_as_json() -> None:
+    # Read as Python values, a strict model refused every call: a date is an
+    # ISO string in JSON ("Input should be a valid date"), a tuple a list.
+    def book(booking: Booking) -> str:
+        """Book."""
+        return f"{booking.day.isoformat()} {booking.kind} {booking.seats}"
+
+    tool = Tool.from_function(book)
+    arguments = {"day": "2025-05-02", "kind": "table", "seats": [2, 4]}
+    assert await tool.invoke(arguments) == "2025-05-02 table (2, 4)"
+    model = ScriptedModel.of(
+        reply("", tool_call("book", "c1", day="May 2", kind="table", seats=[2, 4])),
+        "ok",
+    )
+    session = Session()
+    await Driver(model=model, tools=[tool]).run("book", session=session)
+    ((content, is_error),) = history_results(session)
+    assert is_error
+    assert content.splitlines()[1].startswith("- day: Input should be a valid date")
 
 
 def test_pydantic_is_imported_only_by_tools_that_use_it() -> None:

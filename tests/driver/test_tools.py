@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import enum
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pydantic
 import pytest
@@ -123,6 +125,23 @@ def test_unsupported_annotations_and_bad_names_raise_tool_error() -> None:
         Tool.from_function(search, name="no spaces allowed")
     with pytest.raises(ToolError, match="1-64"):  # not the function's name instead
         Tool.from_function(search, name="")
+
+
+def test_a_function_whose_name_is_no_tool_name_is_told_how_to_name_it() -> None:
+    # It was told only "a tool name is 1-64 of A-Z a-z 0-9 _ -", about a name
+    # it never gave.
+    def prix_payé(article: str) -> str:
+        return article
+
+    with pytest.raises(ToolError) as caught:
+        Tool.from_function(prix_payé)
+    assert str(caught.value) == (
+        "tool 'prix_payé': a tool name is 1-64 of A-Z a-z 0-9 _ -, and this is "
+        "the function's name: give the tool one, "
+        "function_tool(fn, name='...') or Tool.from_function(fn, name='...')"
+    )
+    with pytest.raises(ToolError, match="and this is the function's name"):
+        Tool.from_function(lambda: "")
 
 
 _PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -356,8 +375,11 @@ class Price(pydantic.BaseModel):
             '{"amount": 2.5, "day": "2025-05-02"}',
         ),
         ({1, "a"}, None),  # a set that cannot be sorted is still a list
+        # What subprocess.check_output returns: was "\"b'a.txt\\nb.txt\\n'\"".
+        (b"a.txt\nb.txt\n", "a.txt\nb.txt\n"),
+        ({"out": b"caf\xc3\xa9 \xff"}, '{"out": "caf\u00e9 \ufffd"}'),
     ],
-    ids=["attrs", "dataclass", "pydantic", "mixed-set"],
+    ids=["attrs", "dataclass", "pydantic", "mixed-set", "bytes", "bytes-inside"],
 )
 @pytest.mark.anyio
 async def test_a_result_that_is_not_a_string_is_json_of_its_fields(
@@ -374,6 +396,37 @@ async def test_a_result_that_is_not_a_string_is_json_of_its_fields(
         assert content == text
 
 
+def _cycle() -> dict[str, object]:
+    node: dict[str, object] = {"name": "a"}
+    node["self"] = node
+    return node
+
+
+@pytest.mark.parametrize(
+    ("result", "text"),
+    [
+        ({(1, 2): "a"}, "{(1, 2): 'a'}"),
+        (_cycle(), "{'name': 'a', 'self': {...}}"),
+    ],
+    ids=["tuple-keys", "cycle"],
+)
+@pytest.mark.anyio
+async def test_a_result_json_cannot_hold_is_its_text_not_a_failure(
+    result: object, text: str
+) -> None:
+    # The tool had run, and the model was told it failed ("TypeError: keys
+    # must be str, ...", "ValueError: Circular reference detected"): it
+    # might run it again.
+    def give() -> object:
+        """Give the value."""
+        return result
+
+    tools = tools_by_name([give])
+    call = ToolCallPart(id="c", name="give", arguments={})
+    (done,) = (await run_tool_call(call, tools, limit=None)).tool_results
+    assert (done.content, done.is_error) == (text, False)
+
+
 def _repeat(text: str, times: int) -> str:
     """Repeat a text.
 
@@ -381,6 +434,50 @@ def _repeat(text: str, times: int) -> str:
         times: how many times.
     """
     return text * times
+
+
+class _Account:
+    """A user's account, given by the program, never by the model."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+
+
+def _delete_note(title: str, account: _Account, owner: str = "ada") -> str:
+    """Delete a note.
+
+    Args:
+        title: the note's title.
+        account: the account it is in.
+        owner: whose note it is.
+    """
+    return f"deleted {title!r} of {owner} in {account.user}'s account"
+
+
+@pytest.mark.anyio
+async def test_a_partials_keyword_is_fixed_and_not_shown_to_the_model() -> None:
+    # A keyword given to the partial stayed a parameter: one of a class
+    # (a database, an account) was refused as an unsupported annotation, and
+    # one of a JSON type was offered to the model, which could change it.
+    fn = functools.partial(_delete_note, account=_Account("ada"), owner="ada")
+    tools = tools_by_name([fn])
+    tool = tools["_delete_note"]
+    assert tool.parameters["properties"] == {
+        "title": {"type": "string", "description": "the note's title."}
+    }
+    assert tool.parameters["required"] == ["title"]
+    done = await run_tool_call(
+        ToolCallPart(id="c", name="_delete_note", arguments={"title": "todo"}),
+        tools,
+        limit=None,
+    )
+    assert done.tool_results[0].content == "deleted 'todo' of ada in ada's account"
+    other = ToolCallPart(
+        id="d", name="_delete_note", arguments={"title": "todo", "owner": "bob"}
+    )
+    refused = (await run_tool_call(other, tools, limit=None)).tool_results[0]
+    assert refused.is_error
+    assert "- owner: unexpected (not a parameter of this tool)" in refused.content
 
 
 class _Counter:
@@ -547,8 +644,8 @@ def test_a_docstring_describing_a_parameter_the_function_lacks_is_refused() -> N
     with pytest.raises(ToolError) as caught:
         Tool.from_function(_renamed)
     assert str(caught.value) == (
-        "tool '_renamed': its docstring's Args: section describes 'filename', "
-        "which is not a parameter (its parameters are path, limit): rename the "
+        "tool '_renamed': its docstring describes a parameter 'filename', "
+        "which it does not have (its parameters are path, limit): rename the "
         "entry to the parameter it describes, or remove it"
     )
 
@@ -573,6 +670,71 @@ def test_a_docstring_not_of_the_tools_own_parameters_is_not_checked() -> None:
     fixed = Tool.from_function(functools.partial(_renamed, "a.txt"))
     assert fixed.parameters["properties"]["limit"]["description"] == "the most lines."
     assert list(Tool.from_function(_Reader()).parameters["properties"]) == ["path"]
+
+
+def _numpy_search(query: str, limit: int = 10, mode: str = "fast") -> list[str]:
+    """Search the notes.
+
+    Parameters
+    ----------
+    query : str
+        what to look
+        for.
+    limit, mode
+        how many, and how hard.
+
+    Returns
+    -------
+    list of str
+        the matches.
+    """
+    return [query]
+
+
+def test_a_numpy_style_docstring_describes_the_parameters() -> None:
+    # Its Parameters section was not read: the model got no description.
+    tool = Tool.from_function(_numpy_search)
+    assert tool.description == "Search the notes."
+    props = tool.parameters["properties"]
+    assert props["query"]["description"] == "what to look for."
+    assert props["limit"]["description"] == "how many, and how hard."
+    assert props["mode"]["description"] == "how many, and how hard."
+
+
+def _rest_search(query: str, limit: int = 10) -> list[str]:
+    """Search the notes.
+
+    :param query: what to look
+        for.
+    :param int limit: the most results.
+    :returns: the matches.
+    """
+    return [query]
+
+
+def test_a_rest_style_docstring_describes_the_parameters() -> None:
+    # Its :param fields were not read: the model got no description.
+    tool = Tool.from_function(_rest_search)
+    assert tool.description == "Search the notes."
+    props = tool.parameters["properties"]
+    assert props["query"]["description"] == "what to look for."
+    assert props["limit"]["description"] == "the most results."
+
+
+def _numpy_renamed(path: str) -> str:
+    """Read a file.
+
+    Parameters
+    ----------
+    filename : str
+        the file.
+    """
+    return path
+
+
+def test_a_numpy_style_docstring_describing_no_parameter_is_refused() -> None:
+    with pytest.raises(ToolError, match="a parameter 'filename', which it does not"):
+        Tool.from_function(_numpy_renamed)
 
 
 def _exits(code: int) -> str:
@@ -605,6 +767,90 @@ async def test_a_tool_that_calls_sys_exit_fails_its_call_not_the_program(
     (result,) = out.tool_results
     assert result.is_error
     assert result.content == f"tool {fn.__name__!r} failed: SystemExit: 3"
+
+
+async def _awaits_a_cancelled_future(url: str) -> str:
+    """Fetch a page through a pool that cancelled the request.
+
+    Args:
+        url: the page.
+    """
+    # What awaiting a future cancelled elsewhere raises, though nobody
+    # cancelled the run.
+    raise asyncio.CancelledError
+
+
+@pytest.mark.anyio
+async def test_a_tool_that_raises_cancelled_error_unasked_fails_its_call() -> None:
+    # The run ended "interrupted" and CancelledError reached the caller,
+    # whose task nobody had cancelled.
+    def model(request: ModelRequest) -> Message:
+        last = request.messages[-1]
+        if last.tool_results:
+            return reply(last.tool_results[0].content)
+        return reply("", tool_call("fetch", "c1", url="https://example.com"))
+
+    agent = Agent(
+        model=FakeModelClient(model),
+        tools=[function_tool(_awaits_a_cancelled_future, name="fetch")],
+    )
+    result = await agent.run("Fetch it.")
+    assert result.outcome == "done"
+    assert result.text == "tool 'fetch' failed: CancelledError"
+
+
+@pytest.mark.anyio
+async def test_a_tool_cancelled_with_its_run_still_ends_the_run() -> None:
+    started = anyio.Event()
+
+    async def wait(seconds: float) -> str:
+        """Wait.
+
+        Args:
+            seconds: how long.
+        """
+        started.set()
+        await anyio.sleep(seconds)
+        return "waited"
+
+    model = FakeModelClient(lambda _: reply("", tool_call("wait", "c1", seconds=60)))
+    agent = Agent(model=model, tools=[wait])
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent.run, "Wait.")
+            await started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert agent.session.runs[-1].outcome == "interrupted"
+
+
+def _logged(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator whose plain wrapper returns what it wraps returns."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_logged
+async def _fetch_page(url: str) -> str:
+    """Fetch a page.
+
+    Args:
+        url: the page.
+    """
+    await anyio.lowlevel.checkpoint()
+    return f"the page at {url}"
+
+
+@pytest.mark.anyio
+async def test_a_plain_wrapper_of_an_async_tool_has_its_coroutine_awaited() -> None:
+    # The model got "<coroutine object _fetch_page at 0x...>", and Python
+    # warned that the coroutine was never awaited: the tool never ran.
+    tool = Tool.from_function(_fetch_page)
+    assert await tool.invoke({"url": "a.html"}) == "the page at a.html"
 
 
 class _Notes:
@@ -766,6 +1012,30 @@ async def test_a_plain_tool_that_raises_generator_exit_fails_its_call() -> None:
     (result,) = out.tool_results
     assert result.is_error
     assert result.content == "tool '_closes' failed: GeneratorExit: done early"
+
+
+def _aborts(step: str) -> str:
+    """Abort the way a library that turns its own abort into Ctrl-C does.
+
+    Args:
+        step: where it stopped.
+    """
+    raise KeyboardInterrupt(step)
+
+
+@pytest.mark.anyio
+async def test_a_plain_tool_that_raises_keyboard_interrupt_fails_its_call() -> None:
+    # A worker thread gets no Ctrl-C: the tool raised it itself. It went
+    # through the run as an interrupt, ending the program.
+    model = ScriptedModel.of(reply("", tool_call("_aborts", "c1", step="x")), "ok")
+    session = Session()
+    result = await Driver(model=model, tools=[_aborts]).run("go", session=session)
+    assert result.outcome == "done"
+    (failed,) = session.history[2].tool_results
+    assert (failed.content, failed.is_error) == (
+        "tool '_aborts' failed: KeyboardInterrupt: x",
+        True,
+    )
 
 
 @pytest.mark.anyio

@@ -189,6 +189,12 @@ ARGUMENTS = {
     "not an object": ("[1, 2]", {"_raw": "[1, 2]"}),
     "prose": ("sure!", {"_raw": "sure!"}),
     "deep": ("[" * 100_000, {"_raw": "[" * 100_000}),
+    # JSON, but nested deeper than a message holds: a call the model is told
+    # of, not a reply the run fails on.
+    "nested past the limit": (
+        '{"a": ' + "[" * 150 + "]" * 150 + "}",
+        {"_raw": '{"a": ' + "[" * 150 + "]" * 150 + "}"},
+    ),
     # Python reads these, JSON has none: sent back in the history, they are
     # arguments a server that parses past calls' arguments cannot read.
     "nan": ('{"a": NaN}', {"_raw": '{"a": NaN}'}),
@@ -199,6 +205,34 @@ ARGUMENTS = {
 @pytest.mark.parametrize(("text", "expected"), ARGUMENTS.values(), ids=ARGUMENTS.keys())
 def test_arguments_from_json(text: str, expected: dict[str, Any]) -> None:
     assert arguments_from_json(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"a": 1}, {"a": 1}),
+        (None, {}),
+        ([1, 2], {"_raw": "[1, 2]"}),  # was {}: the tool ran on its defaults
+        (7, {"_raw": "7"}),
+    ],
+    ids=["object", "none", "list", "number"],
+)
+def test_openai_arguments_sent_as_a_value(given: object, expected: object) -> None:
+    call = {"id": "c", "function": {"name": "f", "arguments": given}}
+    wire = {"role": "assistant", "content": None, "tool_calls": [call]}
+    (message,) = from_openai_messages([wire])
+    assert message.tool_calls[0].arguments == expected
+
+
+def test_anthropic_tool_input_nested_past_the_limit_is_kept_as_its_text() -> None:
+    # The reply was unreadable (InvalidMessage): the run failed on it.
+    deep: Any = []
+    for _ in range(150):
+        deep = [deep]
+    block = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": deep}}
+    (message,) = from_anthropic_messages([{"role": "assistant", "content": [block]}])
+    (call,) = message.tool_calls
+    assert call.arguments == {"_raw": json.dumps({"a": deep})}
 
 
 BAD_OPENAI = {

@@ -161,6 +161,8 @@ class ArgumentsCheck:
 
     validator: Validator
     quick: Callable[[object], bool] | None
+    takes_raw: bool = False
+    """The schema names a ``_raw`` parameter: ``{"_raw": ...}`` is its argument."""
 
 
 _CHECKED: Final[dict[str, ArgumentsCheck]] = {}
@@ -188,7 +190,9 @@ def arguments_check(tool: str, parameters: Mapping[str, Any]) -> ArgumentsCheck:
     if key is not None and (known := _CHECKED.get(key)) is not None:
         return known
     validator = _checked(tool, parameters)
-    check = ArgumentsCheck(validator, _quick(type(validator), parameters))
+    properties = parameters.get("properties")
+    takes_raw = isinstance(properties, Mapping) and "_raw" in properties
+    check = ArgumentsCheck(validator, _quick(type(validator), parameters), takes_raw)
     if key is not None:
         if len(_CHECKED) >= _CHECKED_MAX:
             del _CHECKED[next(iter(_CHECKED))]
@@ -326,15 +330,22 @@ def check_arguments(check: ArgumentsCheck, arguments: object) -> None:
     Raises:
         InvalidArguments: one or more fields do not fit; each is listed.
     """
+    if (
+        isinstance(arguments, dict)  # a call's arguments always are
+        and isinstance(raw := arguments.get("_raw"), str)
+        and len(arguments) == 1
+        and not check.takes_raw
+    ):
+        # The clients keep arguments that are no JSON object (a reply cut off
+        # at its token limit, a malformed one) as their text. Refused before
+        # the schema is asked: one that allows unknown names would let the
+        # tool run on its defaults for a call the model never finished.
+        raise InvalidArguments([Problem((), _NOT_JSON, raw)])
     quick = check.quick
     if quick is not None and quick(arguments):
         return
     errors = list(check.validator.iter_errors(typing.cast(Any, arguments)))
     if errors:
-        if isinstance(arguments, Mapping) and arguments.keys() == {"_raw"}:
-            # The clients keep arguments that are no JSON object (a reply cut
-            # off at its token limit, a malformed one) as their text.
-            raise InvalidArguments([Problem((), _NOT_JSON, arguments["_raw"])])
         raise InvalidArguments(_unique(p for e in errors for p in _problems(e)))
 
 
@@ -377,8 +388,26 @@ def _problems(error: ValidationError) -> Iterator[Problem]:
         yield Problem(path, f"expected at most {_prefix_length(error)} items", instance)
     elif keyword is None:  # a `false` schema: nothing is allowed here
         yield Problem(path, "unexpected (not allowed here)", instance)
-    else:  # minimum, maxLength, pattern, minItems, ...
+    elif keyword in _BOUNDS:
+        yield Problem(path, _BOUNDS[keyword].format(_values([value])), instance)
+    else:  # pattern, format, ...
         yield Problem(path, f"expected {keyword} {_values([value])}", instance)
+
+
+_BOUNDS: Final = {
+    "minimum": "expected at least {}",
+    "maximum": "expected at most {}",
+    "exclusiveMinimum": "expected more than {}",
+    "exclusiveMaximum": "expected less than {}",
+    "multipleOf": "expected a multiple of {}",
+    "minLength": "expected at least {} characters",
+    "maxLength": "expected at most {} characters",
+    "minItems": "expected at least {} items",
+    "maxItems": "expected at most {} items",
+    "minProperties": "expected at least {} fields",
+    "maxProperties": "expected at most {} fields",
+}
+"""How a bound the value is outside of is said, in words."""
 
 
 def _prefix_length(error: ValidationError) -> int:

@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import pickle
+import reprlib
 import runpy
 import sys
 import types
@@ -59,13 +60,25 @@ def _resolve(module_name: str, qualname: str) -> Callable[..., Any]:
 def as_text(result: object) -> str:
     """Return what a tool returned as the text the model gets.
 
-    A string as it is; anything else as JSON, where an attrs class, a
-    dataclass or a pydantic model is an object of its fields, a set a list,
-    an enum its value, and whatever else JSON has no type for its `str()`.
+    A string as it is, bytes as the UTF-8 text they hold; anything else as
+    JSON, where an attrs class, a dataclass or a pydantic model is an object
+    of its fields, a set a list, an enum its value, bytes their text, and
+    whatever else JSON has no type for its `str()`.
+    A value JSON cannot hold at all (a mapping with keys that are no
+    strings, one that holds itself) is its `str()`: the tool ran, and
+    its result is not a failure.
     """
     if isinstance(result, str):
         return result
-    return json.dumps(result, default=_jsonable, ensure_ascii=False)
+    if isinstance(result, bytes | bytearray):
+        return _decoded(result)
+    try:
+        return json.dumps(result, default=_jsonable, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return str(result)
+        except RecursionError:
+            return reprlib.repr(result)
 
 
 def _jsonable(value: Any) -> Any:
@@ -84,7 +97,14 @@ def _jsonable(value: Any) -> Any:
             return list(value)
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, bytes | bytearray):
+        return _decoded(value)
     return str(value)
+
+
+def _decoded(data: bytes | bytearray) -> str:
+    """Bytes as the text they hold (a command's output), U+FFFD for a non-UTF-8 byte."""
+    return bytes(data).decode("utf-8", errors="replace")
 
 
 def _message_of(exc: BaseException) -> str:

@@ -5,7 +5,7 @@ annotation's JSON schema comes from `turnfsm.driver._schema` (a pydantic
 model describes itself), the reply's JSON is checked against it with
 `jsonschema` and every problem listed (`turnfsm.driver._arguments`), and
 the valid JSON is read into the type by the same cattrs converter (a
-pydantic model by its `model_validate`).
+pydantic model by its `model_validate_json`).
 
 A type that is not an object (a primitive, a list, a `Literal`, an enum) is
 wrapped for the provider as an object of one property, ``{"result": ...}``,
@@ -165,16 +165,37 @@ def _unfenced(text: str) -> str:
     return match.group(1) if match else text
 
 
+_NOT_STRICT: Final = frozenset(
+    {
+        "minLength",
+        "maxLength",
+        "minProperties",
+        "maxProperties",
+        "patternProperties",
+        "propertyNames",
+        "unevaluatedProperties",
+        "uniqueItems",
+        "contains",
+        "prefixItems",
+    }
+)
+"""Keywords OpenAI's strict structured outputs refuse (a request with one is a 400)."""
+
+
 def is_strict(schema: object) -> bool:
     """Tell whether `schema` qualifies for OpenAI's strict structured outputs.
 
     Every object schema must be closed (``additionalProperties: false``) and
-    list all its properties as required.
+    list all its properties as required, and use no keyword strict mode
+    lacks (a string's length, ``maxLength``; an object's size): such a
+    schema is sent without ``strict``, and the answer checked here.
     """
     if isinstance(schema, list):
         return all(is_strict(item) for item in schema)
     if not isinstance(schema, Mapping):
         return True
+    if not _NOT_STRICT.isdisjoint(schema):
+        return False
     if schema.get("type") == "object" or "properties" in schema:
         properties = schema.get("properties", {})
         if schema.get("additionalProperties") is not False:

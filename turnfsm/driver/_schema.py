@@ -5,7 +5,7 @@ function's annotated parameters and the fields of an attrs class, a dataclass
 or a `TypedDict` all go through `schema_of` (annotation to JSON Schema, Draft
 2020-12), and the validated arguments are read back by one cattrs converter
 (`structure_hook`) that follows the same annotations. A pydantic model
-describes and reads itself (`model_json_schema`, `model_validate`); pydantic
+describes and reads itself (`model_json_schema`, `model_validate_json`); pydantic
 is never imported here: a class is one of its models only if pydantic is
 already loaded.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import json
 import re
 import sys
 import types
@@ -33,6 +34,7 @@ __all__ = [
     "parse_doc",
     "schema_of",
     "structure_hook",
+    "unresolved",
 ]
 
 JSONSchema = dict[str, Any]
@@ -58,6 +60,11 @@ _ARRAYS: Final = (
 _OBJECTS: Final = (dict, Mapping, typing.MutableMapping)
 _ARG_LINE: Final = re.compile(r"^\s{2,}(\*{0,2}\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
 _SECTIONS: Final = {"Args:", "Arguments:", "Parameters:", "Attributes:"}
+_NUMPY_SECTIONS: Final = {"Parameters", "Other Parameters", "Attributes"}
+_NUMPY_RULE: Final = re.compile(r"-{3,}")
+_REST_PARAM: Final = re.compile(
+    r"^\s*:(?:param|parameter|arg|argument)\s+(?:[^:]*\s)?\*{0,2}(\w+):(.*)$"
+)
 
 
 class Unsupported(TypeError):
@@ -68,10 +75,12 @@ class Unsupported(TypeError):
 
 
 def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
-    """Return a Google-style docstring's summary and its argument descriptions.
+    """Return a docstring's summary and its argument descriptions.
 
     The ``Args:`` section of a function and the ``Attributes:`` section of a
-    class are read alike.
+    class are read alike: Google style, or, when there is none, NumPy style
+    (a ``Parameters`` or ``Attributes`` heading underlined with dashes), or
+    reST fields (``:param name: text``).
     """
     summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
     args: dict[str, str] = {}
@@ -92,7 +101,65 @@ def parse_doc(doc: str) -> tuple[str, dict[str, str]]:
             args[current] = match.group(2).strip()
         elif current and stripped:
             args[current] = f"{args[current]} {stripped}".strip()
-    return summary, args
+    return summary, args or _numpy_args(doc.splitlines()) or _rest_args(doc)
+
+
+def _rest_args(doc: str) -> dict[str, str]:
+    """A reST (Sphinx) docstring's ``:param name: text`` fields, by name.
+
+    A field runs on over the more indented lines below it.
+    """
+    args: dict[str, str] = {}
+    current: str | None = None
+    for line in doc.splitlines():
+        match = _REST_PARAM.match(line)
+        if match:
+            current = match.group(1)
+            args[current] = match.group(2).strip()
+        elif current and line[:1].isspace() and not line.lstrip().startswith(":"):
+            args[current] = f"{args[current]} {line.strip()}".strip()
+        else:
+            current = None
+    return args
+
+
+def _numpy_args(lines: Sequence[str]) -> dict[str, str]:
+    """A NumPy-style docstring's argument descriptions, by name.
+
+    An entry is ``name : type`` (or ``a, b : type``, or a bare name) at the
+    section's indentation; its description is the more indented lines below.
+    """
+    args: dict[str, str] = {}
+    in_args = False
+    indent: int | None = None
+    current: list[str] = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if _NUMPY_RULE.fullmatch(stripped):
+            continue
+        if (
+            stripped
+            and i + 1 < len(lines)
+            and _NUMPY_RULE.fullmatch(lines[i + 1].strip())
+        ):
+            in_args = stripped in _NUMPY_SECTIONS
+            indent, current = None, []
+            continue
+        if not in_args or not stripped:
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth <= indent:
+            names = [
+                n.strip().lstrip("*") for n in stripped.split(":", 1)[0].split(",")
+            ]
+            current = [n for n in names if n.isidentifier()]
+            args.update((name, "") for name in current)
+        else:
+            for name in current:
+                args[name] = f"{args[name]} {stripped}".strip()
+    return args
 
 
 # -- annotations to schemas ----------------------------------------------------
@@ -135,6 +202,7 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
     if get_origin(tp) is typing.Annotated:
         inner, *extras = get_args(tp)
         described = _schema(inner, defs, seen)
+        described = {**described, **_constraints(extras, described.get("type"))}
         notes = [e for e in extras if isinstance(e, str)]
         return {**described, "description": " ".join(notes)} if notes else described
     if tp is Any:
@@ -156,13 +224,12 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
     if origin is tuple or tp is tuple:
         # `tuple[()]` has no args either (3.11), but it is not the bare `tuple`.
         if not args and tp not in (tuple, typing.Tuple):  # noqa: UP006
-            return {"type": "array", "maxItems": 0}
+            return {"type": "array", "items": {}, "maxItems": 0}
         return _tuple_schema(args, defs, seen)
     if origin in _ARRAYS or tp in _ARRAYS:
-        schema: JSONSchema = {"type": "array"}
-        if args:
-            schema["items"] = _schema(args[0], defs, seen)
-        return schema
+        # Always with "items": OpenAI refuses an array schema without it.
+        items = _schema(args[0], defs, seen) if args else {}
+        return {"type": "array", "items": items}
     if origin in _OBJECTS or tp in _OBJECTS:
         return _mapping_schema(tp, args, defs, seen)
     if is_params_class(tp):
@@ -170,6 +237,90 @@ def _schema(tp: Any, defs: dict[str, JSONSchema], seen: tuple[type, ...]) -> JSO
             raise Unsupported(f"{tp.__name__} contains itself; it cannot be described")
         return class_schema(tp, defs, (*seen, tp))
     raise Unsupported(f"unsupported annotation {tp!r}")
+
+
+_BOUNDS: Final = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+    "multiple_of": "multipleOf",
+}
+_LENGTHS: Final = {
+    "string": ("minLength", "maxLength"),
+    "array": ("minItems", "maxItems"),
+    "object": ("minProperties", "maxProperties"),
+}
+
+
+def _constraints(extras: Sequence[object], kind: object) -> JSONSchema:
+    """The JSON Schema keywords of an `Annotated`'s constraints, for `kind` values.
+
+    The ``annotated_types`` constraints (``Ge(1)``, ``Interval(gt=0)``,
+    ``Len(1, 20)``, ...) and a pydantic ``Field(...)``'s (its constraints,
+    ``pattern`` and ``description``), read by their attributes: neither
+    library is imported. Anything else is left to the tool.
+    """
+    out: JSONSchema = {}
+    for extra in extras:
+        module = type(extra).__module__
+        if module == "pydantic.fields" and type(extra).__name__ == "FieldInfo":
+            out.update(_constraints(getattr(extra, "metadata", ()), kind))
+            description = getattr(extra, "description", None)
+            if isinstance(description, str):
+                out["description"] = description
+            continue
+        if module != "annotated_types" and not module.startswith("pydantic"):
+            continue
+        for name, keyword in _BOUNDS.items():
+            value = getattr(extra, name, None)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[keyword] = value
+        pattern = getattr(extra, "pattern", None)
+        if isinstance(pattern, str):
+            out["pattern"] = pattern
+        lowest = getattr(extra, "min_length", None)
+        highest = getattr(extra, "max_length", None)
+        keywords = [_LENGTHS[kind]] if kind in _LENGTHS else list(_LENGTHS.values())
+        for low, high in keywords:
+            if isinstance(lowest, int) and lowest > 0:
+                out[low] = lowest
+            if isinstance(highest, int):
+                out[high] = highest
+    return out
+
+
+def _with_items(schema: Any) -> Any:
+    """`schema` with an ``items`` on each array schema (pydantic leaves some out).
+
+    A tuple is described by ``prefixItems`` alone, which OpenAI does not read
+    and refuses without ``items``: ``items`` says what any place holds, as
+    `_tuple_schema` does. Values in a schema (defaults, examples) are data,
+    left as they are.
+    """
+    if isinstance(schema, list):
+        return [_with_items(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        key: value if key in _DATA else _with_items(value)
+        for key, value in schema.items()
+    }
+    if "items" not in out and (out.get("type") == "array" or "prefixItems" in out):
+        places = out.get("prefixItems")
+        out["items"] = _any_place(places if isinstance(places, list) else [])
+    return out
+
+
+def _any_place(places: list[Any]) -> JSONSchema:
+    """The schema of what any of a tuple's `places` holds (each kind once)."""
+    kinds = [p for i, p in enumerate(places) if p not in places[:i]]
+    if not kinds:
+        return {}
+    return kinds[0] if len(kinds) == 1 else {"anyOf": kinds}
+
+
+_DATA: Final = frozenset({"default", "examples", "const", "enum"})
 
 
 def _json_scalars(values: list[Any], tp: object) -> list[Any]:
@@ -183,14 +334,19 @@ def _tuple_schema(
     args: tuple[Any, ...], defs: dict[str, JSONSchema], seen: tuple[type, ...]
 ) -> JSONSchema:
     if not args:
-        return {"type": "array"}
+        return {"type": "array", "items": {}}
     if len(args) == 2 and args[1] is Ellipsis:
         return {"type": "array", "items": _schema(args[0], defs, seen)}
+    # Each place by "prefixItems", the length by minItems and maxItems, and
+    # "items" what any place holds, for a reader of no "prefixItems" (OpenAI
+    # refuses an array schema without "items").
+    places = [_schema(a, defs, seen) for a in args]
     return {
         "type": "array",
-        "prefixItems": [_schema(a, defs, seen) for a in args],
-        "items": False,
+        "prefixItems": places,
+        "items": _any_place(places),
         "minItems": len(args),
+        "maxItems": len(args),
     }
 
 
@@ -242,9 +398,64 @@ def class_schema(
     }
 
 
+def unresolved(
+    annotations: Mapping[str, object],
+    globalns: dict[str, Any],
+    localns: Mapping[str, Any] | None = None,
+) -> tuple[str, str] | None:
+    """The first of `annotations` that does not resolve, if any, and why.
+
+    `typing.get_type_hints` says what name is missing, not which annotation
+    holds it: each is tried on its own, in the namespaces it is read in.
+    Returns its name and ``"annotation 'X' cannot be resolved (...)"``.
+    """
+    for name, annotation in annotations.items():
+        try:
+            typing.get_type_hints(
+                _Holder(name, annotation), globalns, localns, include_extras=True
+            )
+        except Exception as exc:
+            shown = getattr(annotation, "__forward_arg__", annotation)  # a TypedDict's
+            return name, f"annotation {shown!r} cannot be resolved ({exc})"
+    return None
+
+
+class _Holder:
+    """One annotation, for `typing.get_type_hints` to resolve on its own."""
+
+    def __init__(self, name: str, annotation: object) -> None:
+        self.__annotations__ = {name: annotation}
+
+
+def _class_hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of `cls`'s fields, its bases' too.
+
+    Raises:
+        Unsupported: one names something that does not exist (the error
+            names the class and the field).
+    """
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception as exc:
+        for base in reversed(cls.__mro__):
+            module = sys.modules.get(base.__module__)
+            found = unresolved(
+                inspect.get_annotations(base),
+                dict(vars(module)) if module is not None else {},
+                dict(vars(base)),
+            )
+            if found is not None:
+                name, why = found
+                raise Unsupported(f"{cls.__name__}.{name}: {why}") from None
+        raise Unsupported(
+            f"{cls.__name__}: its annotations cannot be resolved ({exc})"
+        ) from None
+
+
 def _fields(cls: type) -> list[tuple[str, Any, bool, str | None]]:
     """Return (key, annotation, required, description) for each init field."""
     if attrs.has(cls):
+        _class_hints(cls)  # first, to name a field that does not resolve
         attrs.resolve_types(cls)
         out = []
         for field in attrs.fields(cls):
@@ -262,7 +473,7 @@ def _fields(cls: type) -> list[tuple[str, Any, bool, str | None]]:
                 )
             )
         return out
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = _class_hints(cls)
     if dataclasses.is_dataclass(cls):
         return [
             (
@@ -299,7 +510,7 @@ def _strip_required(tp: Any) -> Any:
 
 
 def _pydantic_schema(cls: Any, defs: dict[str, JSONSchema]) -> JSONSchema:
-    schema: JSONSchema = cls.model_json_schema()
+    schema: JSONSchema = _with_items(cls.model_json_schema())
     for name, sub in schema.pop("$defs", {}).items():
         if defs.setdefault(name, sub) != sub:
             raise Unsupported(f"two different models are named {name!r}")
@@ -336,7 +547,9 @@ def _union_hook(tp: Any) -> _Hook:
 
 def _pydantic_hook(cls: Any) -> _Hook:
     def structure(value: object, _: object) -> Any:
-        return cls.model_validate(value)
+        # Arguments are JSON, read as JSON: a strict model takes a date as
+        # its ISO text and a tuple as a list, as its own schema says.
+        return cls.model_validate_json(json.dumps(value))
 
     return structure
 

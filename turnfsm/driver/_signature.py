@@ -11,7 +11,7 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -22,6 +22,7 @@ from turnfsm.driver._schema import (
     is_params_class,
     schema_of,
     structure_hook,
+    unresolved,
 )
 
 __all__ = ["Structure", "describe_function"]
@@ -37,7 +38,8 @@ def describe_function(
     """Return `fn`'s parameters schema and the reader of its arguments.
 
     Each parameter is a property (described by `arg_docs`, required unless it
-    has a default), read back by its annotation's `structure_hook`. A lone
+    has a default), read back by its annotation's `structure_hook`; a
+    partial's fixed arguments, by position or by keyword, are none. A lone
     parameter annotated with a parameters class stands for the arguments
     object itself: the class's fields are the properties.
 
@@ -50,7 +52,12 @@ def describe_function(
             or, when `documented`, the docstring describes a parameter `fn`
             does not have (its description would never reach the model).
     """
-    params = list(inspect.signature(fn).parameters.values())
+    # A partial's keywords are fixed by the program (a database, an account):
+    # they are neither shown to the model nor changed by it.
+    fixed = fn.keywords if isinstance(fn, partial) else {}
+    params = [
+        p for p in inspect.signature(fn).parameters.values() if p.name not in fixed
+    ]
     if documented:
         _check_documented(params, arg_docs)
     hints = _hints(fn, params)
@@ -76,9 +83,11 @@ def describe_function(
                     else ""
                 )
             )
-    defs: dict[str, Any] = {}
     if len(params) == 1 and is_params_class(hints[params[0].name]):
-        return _one_class(params[0].name, hints[params[0].name], defs)
+        whole = _one_class(params[0].name, hints[params[0].name])
+        if whole is not None:
+            return whole
+    defs: dict[str, Any] = {}
     properties: dict[str, Any] = {}
     required: list[str] = []
     readers: dict[str, Callable[[Any], Any]] = {}
@@ -123,8 +132,8 @@ def _check_documented(
         return
     has = f"its parameters are {', '.join(names)}" if names else "it has no parameters"
     raise Unsupported(
-        f"its docstring's Args: section describes {stray[0]!r}, which is not a "
-        f"parameter ({has}): rename the entry to the parameter it describes, "
+        f"its docstring describes a parameter {stray[0]!r}, which it does not "
+        f"have ({has}): rename the entry to the parameter it describes, "
         "or remove it"
     )
 
@@ -154,33 +163,34 @@ def _hints(fn: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str,
         return typing.get_type_hints(target, include_extras=True)
     except Exception as exc:
         raw = getattr(target, "__annotations__", {})
-        for param in params:
-            if param.name in raw:
-                try:
-                    typing.get_type_hints(
-                        _Annotated(target, param.name, raw[param.name]),
-                        include_extras=True,
-                    )
-                except Exception:
-                    raise Unsupported(
-                        f"parameter {param.name!r}: annotation "
-                        f"{raw[param.name]!r} cannot be resolved ({exc})"
-                    ) from None
+        found = unresolved(
+            {p.name: raw[p.name] for p in params if p.name in raw},
+            getattr(inspect.unwrap(target), "__globals__", {}),
+        )
+        if found is not None:
+            name, why = found
+            raise Unsupported(f"parameter {name!r}: {why}") from None
         raise Unsupported(f"its annotations cannot be resolved ({exc})") from None
 
 
-class _Annotated:
-    """One parameter's annotation, in its function's module, for get_type_hints."""
-
-    def __init__(self, fn: Callable[..., Any], name: str, annotation: object) -> None:
-        self.__annotations__ = {name: annotation}
-        self.__globals__ = getattr(inspect.unwrap(fn), "__globals__", {})
+_DEFS: Final = "#/$defs/"
 
 
-def _one_class(
-    name: str, cls: type, defs: dict[str, Any]
-) -> tuple[dict[str, Any], Structure]:
+def _one_class(name: str, cls: type) -> tuple[dict[str, Any], Structure] | None:
+    """The class's fields as the arguments object; None if its schema is no object.
+
+    A pydantic model that contains itself describes itself by a reference
+    into its definitions, which is followed; one of another shape (a
+    `RootModel` of a list) is one parameter like any other.
+    """
+    defs: dict[str, Any] = {}
     parameters = class_schema(cls, defs)
+    ref = parameters.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_DEFS):
+        rest = {k: v for k, v in parameters.items() if k != "$ref"}
+        parameters = {**defs.get(ref[len(_DEFS) :], {}), **rest}
+    if parameters.get("type") != "object":
+        return None
     if defs:
         parameters = {**parameters, "$defs": {**parameters.get("$defs", {}), **defs}}
     read = structure_hook(cls)

@@ -12,13 +12,14 @@ running a tool in a child process that a timeout kills in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import inspect
 import logging
 import re
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from types import TracebackType
@@ -66,6 +67,9 @@ _driver_logger = logging.getLogger("turnfsm.driver")  # a model call's warnings
 Arguments = Mapping[str, Any]
 """A call's arguments: the JSON object the model sent."""
 
+_TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NAME_RULE: Final = "a tool name is 1-64 of A-Z a-z 0-9 _ -"
+
 _SCHEMA: Final = _checks.json_object(
     expected="a JSON schema: a mapping with string keys of JSON values"
 )
@@ -112,7 +116,8 @@ class Tool:
         ConfigError: `parameters` is not a mapping of JSON values (None, a
             set, an object, NaN, nested over 100 deep: the error names the
             value inside, ``Tool('t').parameters.properties.a.default``), or
-            not a valid JSON schema of an object; `name` or `description`
+            not a valid JSON schema of an object, or names a property `fn`
+            does not take (without `structure`); `name` or `description`
             is not a string, `fn` (or `structure`) is not callable, or
             `in_subprocess` is not True or False (the error names the
             tool's field: ``Tool('t').fn``).
@@ -180,8 +185,8 @@ class Tool:
     def _check_name(self, _attr: object, value: str) -> None:
         if not isinstance(value, str):
             raise ConfigError("Tool.name", value, "a string: 1-64 of A-Z a-z 0-9 _ -")
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", value):
-            raise ToolError(value, "a tool name is 1-64 of A-Z a-z 0-9 _ -")
+        if not _TOOL_NAME.fullmatch(value):
+            raise ToolError(value, _NAME_RULE)
 
     @in_subprocess.validator
     def _check_isolatable(self, _attr: object, value: bool) -> None:
@@ -201,6 +206,10 @@ class Tool:
         if reason is not None:
             raise ToolError(self.name, reason)
 
+    def __attrs_post_init__(self) -> None:
+        if self.structure is None:  # the arguments go to `fn` as they are
+            _check_takes(self.name, self.fn, self.parameters)
+
     @classmethod
     def from_function(
         cls,
@@ -211,17 +220,20 @@ class Tool:
         in_subprocess: bool = False,
         idempotent: bool = False,
     ) -> Tool:
-        """Describe `fn` by its signature and Google-style docstring.
+        """Describe `fn` by its signature and docstring.
 
         Each parameter becomes a property of the schema, described by the
-        docstring's ``Args:`` section and required unless it has a default.
+        docstring's ``Args:`` section (Google style), ``Parameters``
+        section (NumPy style) or ``:param name:`` fields (reST), and
+        required unless it has a default.
         A function whose one parameter is annotated with a parameters class
         (an attrs class, a dataclass, a `TypedDict` or a pydantic model)
         takes that class's fields as its arguments and receives one
         instance: ``def search(args: SearchArgs)``.
 
         A `functools.partial` is described by the function it wraps (its
-        name and docstring) with the parameters left to give; a callable
+        name and docstring) with the parameters left to give (those it fixed,
+        by keyword too, are not shown to the model); a callable
         instance by its class's name and its ``__call__``.
 
         Raises:
@@ -240,6 +252,13 @@ class Tool:
             summary, parameters, structure = _described(fn)
         except Unsupported as exc:
             raise ToolError(tool_name, str(exc)) from None
+        if name is None and not _TOOL_NAME.fullmatch(tool_name):
+            raise ToolError(
+                tool_name,
+                f"{_NAME_RULE}, and this is the function's name: give the tool "
+                "one, function_tool(fn, name='...') or "
+                "Tool.from_function(fn, name='...')",
+            )
         return cls(
             name=tool_name,
             description=description or summary or tool_name,
@@ -280,6 +299,8 @@ class Tool:
             result = await anyio.to_thread.run_sync(
                 partial(_in_thread, self.fn, kwargs), abandon_on_cancel=True
             )
+            if type(result) is _Pending:
+                result = await result.awaitable
         return as_text(result)
 
     def _read(self, arguments: Arguments) -> Mapping[str, Any]:
@@ -296,17 +317,60 @@ class Tool:
             raise InvalidArguments(problems_of_structuring(exc)) from exc
 
 
+def _check_takes(name: str, fn: Callable[..., Any], schema: Mapping[str, Any]) -> None:
+    """Refuse a schema naming an argument `fn` cannot take: each call giving it fails.
+
+    Each property must be a parameter `fn` takes by name, unless it takes
+    ``**kwargs``. A function whose signature cannot be read is taken on trust.
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    named = [
+        p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    for key, sub in properties.items():
+        if key not in named:
+            takes = ", ".join(named) or "nothing by name"
+            raise ConfigError(
+                f"Tool({name!r}).parameters.properties.{key}",
+                sub,
+                f"a parameter the function takes ({_name_of(fn)} takes {takes})",
+            )
+
+
 def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     """Call a plain tool in its worker thread.
 
     A `GeneratorExit` it raises is its failure (as it is in a child process),
     named by a `ToolRaised`: raised on, it would reach the run's coroutines
     as the signal that they are being closed, and end the run in disorder.
+    So is a `KeyboardInterrupt`: a worker thread gets no Ctrl-C, so the tool
+    raised it itself, and raised on it would end the program.
+    An awaitable it returns comes back as a `_Pending`, awaited by the run.
     """
     try:
-        return fn(**kwargs)
-    except GeneratorExit as exc:
-        raise ToolRaised("GeneratorExit", _checks.message_of(exc)) from exc
+        result = fn(**kwargs)
+    except (GeneratorExit, KeyboardInterrupt) as exc:
+        raise ToolRaised(type(exc).__name__, _checks.message_of(exc)) from exc
+    # A plain wrapper of an async function (a decorator's) gives its
+    # coroutine, the tool's work, to await in the run (trio refuses a
+    # coroutine as what a thread returns).
+    return _Pending(result) if inspect.isawaitable(result) else result
+
+
+@final
+@attrs.frozen
+class _Pending:
+    """What a plain tool returned to await: the coroutine of the function it wraps."""
+
+    awaitable: Awaitable[Any]
 
 
 @overload
@@ -453,12 +517,13 @@ async def tool_call_outcome(
     The exception, with its traceback, is logged at DEBUG on the
     ``turnfsm.tools`` logger; the model sees only its type and message.
     A tool that calls ``sys.exit()`` fails its call like one that raised
-    (the exception is a `ToolRaised` naming ``SystemExit``).
+    (the exception is a `ToolRaised` naming ``SystemExit``), and so does an
+    async tool that raises ``asyncio.CancelledError`` while its run is not
+    being cancelled (``CancelledError``).
     """
     tool = tools.get(call.name)
     if tool is None:
-        missing = f"tool {call.name!r} is not available"
-        return Message.tool_result(call.id, missing, is_error=True), None
+        return Message.tool_result(call.id, _unknown(call, tools), is_error=True), None
     token = _CURRENT_CALL.set(call)
     try:
         # move_on_after, not fail_after: a TimeoutError the tool raises itself
@@ -492,6 +557,16 @@ async def tool_call_outcome(
         failed = f"tool {call.name!r} failed: {exited}"
         _log_raised(call, failed, exited)
         return Message.tool_result(call.id, failed, is_error=True), exited
+    except asyncio.CancelledError as exc:
+        if _cancel_requested():
+            raise  # the run is cancelled (its timeout caught its own above)
+        # An async tool that awaited something cancelled elsewhere (a future,
+        # a task) raises it though nobody cancelled the run: its failure.
+        unasked = ToolRaised("CancelledError", _checks.message_of(exc))
+        unasked.__cause__ = exc
+        failed = f"tool {call.name!r} failed: {unasked}"
+        _log_raised(call, failed, unasked)
+        return Message.tool_result(call.id, failed, is_error=True), unasked
     except Exception as exc:
         result = failed_result(call, exc)
         _log_raised(call, result.tool_results[0].content, exc)
@@ -499,6 +574,36 @@ async def tool_call_outcome(
     finally:
         _CURRENT_CALL.reset(token)
     return Message.tool_result(call.id, output), None
+
+
+def _cancel_requested() -> bool:
+    """Whether the task running the tool is being cancelled.
+
+    On asyncio every cancel (a cancel scope's, a deadline's, the task's own)
+    is counted by the task until it is caught; on trio the cancellation is
+    ``trio.Cancelled``, never asyncio's error, which is then a tool's own.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no asyncio loop: trio
+        return False
+    return task is None or task.cancelling() > 0
+
+
+def _unknown(call: ToolCallPart, tools: Mapping[str, Tool]) -> str:
+    """The error result of a call of a tool there is not: the names there are."""
+    names = sorted(tools)
+    if not names:
+        return f"tool {call.name!r} is not available: there are no tools"
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    more = len(names) - _NAMES_SHOWN
+    return f"tool {call.name!r} is not available: the tools are {shown}" + (
+        f" and {more} more" if more > 0 else ""
+    )
+
+
+_NAMES_SHOWN: Final = 30
+"""How many tool names an unknown tool's error result lists."""
 
 
 def failed_result(call: ToolCallPart, exc: Exception) -> Message:

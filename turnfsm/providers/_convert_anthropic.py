@@ -30,12 +30,10 @@ blocks are skipped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import cast
 
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
     ImagePart,
-    JSONValue,
     Message,
     Part,
     Role,
@@ -43,7 +41,7 @@ from turnfsm.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from turnfsm.providers._convert_openai import split_data_url
+from turnfsm.providers._convert_openai import arguments_of, split_data_url
 from turnfsm.providers._protocol import ToolSchema
 
 __all__ = ["from_anthropic_messages", "to_anthropic_messages", "to_anthropic_tools"]
@@ -224,14 +222,10 @@ def _part(block: Mapping[str, object]) -> Part:
     if kind == "text":
         return TextPart(text=_str(block, "text"))
     if kind == "tool_use":
-        raw = block.get("input")
-        arguments: dict[str, JSONValue] = (
-            cast(dict[str, JSONValue], dict(raw))
-            if isinstance(raw, Mapping)
-            else {"_raw": str(raw)}
-        )
         return ToolCallPart(
-            id=_str(block, "id"), name=_str(block, "name"), arguments=arguments
+            id=_str(block, "id"),
+            name=_str(block, "name"),
+            arguments=arguments_of(block.get("input")),
         )
     if kind == "image":
         source = block.get("source")

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Iterable, Mapping
 from typing import Final, cast
 
+from turnfsm._checks import json_fault
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
     ImagePart,
@@ -48,6 +50,7 @@ from turnfsm.providers._protocol import ToolSchema
 __all__ = [
     "ERROR_PREFIX",
     "arguments_from_json",
+    "arguments_of",
     "decode_tool_content",
     "encode_tool_content",
     "from_openai_messages",
@@ -96,7 +99,7 @@ def arguments_from_json(text: str) -> dict[str, JSONValue]:
     Returns:
         The JSON object; ``{}`` for blank text; ``{"_raw": text}`` when the
         text is not a JSON object (``NaN`` and ``Infinity``, which Python
-        reads, are no JSON).
+        reads, are no JSON) or one nested past what a call holds.
     """
     if not text.strip():
         return {}
@@ -104,8 +107,24 @@ def arguments_from_json(text: str) -> dict[str, JSONValue]:
         value = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         return {"_raw": text}
-    if isinstance(value, dict):
+    if isinstance(value, dict) and json_fault(value, finite=False) is None:
         return cast(dict[str, JSONValue], value)
+    return {"_raw": text}  # not an object, or one nested past what a call holds
+
+
+def arguments_of(value: object) -> dict[str, JSONValue]:
+    """A model's tool-call arguments given as a value (not text), kept as ``_raw``.
+
+    The object itself when a call can hold it; else ``{"_raw": "<its JSON>"}``
+    (one that is no object, or nested past what a call holds), for the model
+    to be told its arguments were no JSON object.
+    """
+    if isinstance(value, Mapping) and json_fault(value, finite=False) is None:
+        return cast(dict[str, JSONValue], dict(value))
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = reprlib.repr(value)
     return {"_raw": text}
 
 
@@ -282,10 +301,12 @@ def _tool_call(item: object) -> ToolCallPart:
     if not isinstance(function, Mapping):
         raise InvalidMessage("tool_calls.function", function, "expected an object")
     raw = function.get("arguments")
-    if isinstance(raw, Mapping):  # some servers send an object, not a string
-        arguments = dict(raw)
-    else:
-        arguments = arguments_from_json(raw if isinstance(raw, str) else "")
+    if isinstance(raw, str):
+        arguments = arguments_from_json(raw)
+    elif raw is None:
+        arguments = {}
+    else:  # some servers send an object, not a string
+        arguments = arguments_of(raw)
     return ToolCallPart(
         id=_str(item, "id"), name=_str(function, "name"), arguments=arguments
     )
