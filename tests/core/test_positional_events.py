@@ -55,7 +55,7 @@ POSITIONAL: list[tuple[type[Event], tuple[Any, ...], Event]] = [
         (REPLY, ("bad",), ASK, USAGE),
         OutputRejected(message=REPLY, errors=("bad",), feedback=ASK, usage=USAGE),
     ),
-    (ModelFailed, (ERR,), ModelFailed(error=ERR)),
+    (ModelFailed, (ERR, USAGE), ModelFailed(error=ERR, usage=USAGE)),
     (ContextOverflowed, (ERR,), ContextOverflowed(error=ERR)),
     (ToolsFinished, ((USER,),), ToolsFinished(results=(USER,))),
     (ToolCallsReviewed, ((USER,),), ToolCallsReviewed(results=(USER,))),

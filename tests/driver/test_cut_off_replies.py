@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import attrs
 import pytest
 
+from turnfsm.core import ModelFailed
 from turnfsm.driver import Driver
 from turnfsm.errors import ProviderError
 from turnfsm.messages import Message, ToolCallPart
-from turnfsm.providers import ModelResponse
+from turnfsm.persistence import Session
+from turnfsm.providers import ModelPrices, ModelResponse
 from turnfsm.testing import ScriptedModel
 from turnfsm.values import Usage
 
@@ -130,3 +133,32 @@ async def test_a_reply_cut_off_before_any_answer_fails_naming_the_budget() -> No
     assert isinstance(result.error, ProviderError), result.error
     assert result.error.kind == "max_tokens"
     assert "with no answer yet" in str(result.error)
+
+
+async def test_what_an_unusable_reply_cost_counts_in_the_run() -> None:
+    # The run failed on a cut-off reply whose tokens the provider billed, and
+    # said it had used nothing.
+    spent = Usage(input_tokens=10, output_tokens=5)
+    cut = attrs.evolve(_cut('{"name": "Tok'), usage=spent)
+    driver = Driver(
+        model=ScriptedModel.of(cut),
+        output_type=Person,
+        prices=ModelPrices(
+            model="m", input=1_000_000, cached_input=0, output=2_000_000
+        ),
+    )
+    session = Session()
+
+    result = await driver.run("go", session=session)
+
+    assert result.error is not None
+    assert result.usage == spent
+    assert result.reported_calls == 1
+    assert result.cost == pytest.approx(20.0)
+    (run,) = session.runs
+    assert run.usage == spent
+    assert run.call_usages == (spent,)
+    assert run.reported_calls == 1
+    (failed,) = [e for e in run.events if isinstance(e, ModelFailed)]
+    assert failed.usage == spent  # kept in the log
+    assert (await Session.load(session.store, session.id)).runs[0].usage == spent

@@ -175,10 +175,17 @@ class OutputRejected:
 class ModelFailed:
     """The model call failed for good (the retry policy gave up).
 
-    Fields, in positional order: `error`.
+    `usage` is what a reply that came and could not be used (cut off at its
+    budget, withheld by a filter) cost, as the provider reported it; None
+    when no reply came or none was reported.
+
+    Fields, in positional order: `error`, `usage`.
     """
 
     error: ErrorInfo = attrs.field(validator=_error)
+    usage: Usage | None = attrs.field(
+        default=None, validator=_usage, metadata={OMITTED_IF_DEFAULT: True}
+    )
 
 
 @final

@@ -256,11 +256,12 @@ class Audit:
 
     def restore(self, record: RunRecord) -> None:
         """Pick up what a run logged so far (a resumed or abandoned run)."""
-        self.usage = sum((t.usage for t in record.turns if t.usage), Usage())
-        self.reported_calls = record.reported_calls
+        spent = [usage for usage in record.call_usages if usage is not None]
+        self.usage = sum(spent, Usage())
+        self.reported_calls = len(spent)
         if self.prices is not None:
             prices = self.prices
-            self.cost = sum(float(prices.usage_cost(t.usage)) for t in record.turns)
+            self.cost = sum(float(prices.usage_cost(usage)) for usage in spent)
         self.compaction_usage = sum(
             (c.usage for c in record.compactions if c.usage), Usage()
         )
@@ -319,10 +320,7 @@ class Audit:
         """
         usage = event.usage
         if usage is not None:
-            self.usage = self.usage + usage
-            self.reported_calls += 1
-            if self.prices is not None and self.cost is not None:
-                self.cost += float(self.prices.usage_cost(usage))
+            self.spent(usage)
             if usage.input_tokens:
                 self.reported = Reported(
                     tokens=usage.input_tokens,
@@ -336,6 +334,13 @@ class Audit:
             self._context_change(decision),
             estimate,
         )
+
+    def spent(self, usage: Usage) -> None:
+        """Count a model call's reported `usage` (and its cost) in the run's."""
+        self.usage = self.usage + usage
+        self.reported_calls += 1
+        if self.prices is not None and self.cost is not None:
+            self.cost += float(self.prices.usage_cost(usage))
 
     def _context_change(self, decision: CallLLM) -> tuple[int, list[str]]:
         """The context of this call as a change from the previous call's."""

@@ -206,7 +206,7 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     if response.finish_reason in _UNFINISHED and (
         stopped := _stopped(run, response, output is not None)
     ):
-        return ModelFailed(error=stopped)
+        return ModelFailed(error=stopped, usage=response.usage)
     if output is not None and not response.message.tool_calls:
         try:
             output.parse(response.message.text)

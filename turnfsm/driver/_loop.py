@@ -65,6 +65,7 @@ from turnfsm.core import (
     Measure,
     Measured,
     MessageInjected,
+    ModelFailed,
     ModelReplied,
     OutputRejected,
     Pause,
@@ -308,6 +309,8 @@ class RunLoop(Ending):
             run = self.run
             estimate = run.meter.measure(last.history, last.pending, extras=run.extras)
             entries.append(self.audit.turn(last, event, estimate=estimate))
+        elif isinstance(event, ModelFailed) and event.usage is not None:
+            self.audit.spent(event.usage)  # a reply that came, unusable
         try:
             decision = machine.handle(event)
         except InvalidMessage as exc:

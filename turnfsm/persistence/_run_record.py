@@ -74,7 +74,22 @@ class RunRecord:
         Some OpenAI-compatible servers report none: their `usage` stays 0
         tokens, which is then no count at all.
         """
-        return sum(1 for turn in self.turns if turn.usage is not None)
+        return sum(1 for usage in self.call_usages if usage is not None)
+
+    @property
+    def call_usages(self) -> tuple[Usage | None, ...]:
+        """What each of its model calls that got a reply cost, as reported.
+
+        Its `turns`' usage, then that of the replies that came and could not
+        be used (cut off at their budget, withheld by a filter), which fail
+        the run (`ModelFailed.usage`); None where the provider said nothing.
+        """
+        failed = tuple(
+            event.usage
+            for event in self.events
+            if isinstance(event, ModelFailed) and event.usage is not None
+        )
+        return (*(turn.usage for turn in self.turns), *failed)
 
     @property
     def failed_calls(self) -> int:
@@ -136,6 +151,16 @@ class RunRecord:
             yield ids
 
 
+def _sum_usage(turns: list[TurnRecord], events: list[EventRecorded]) -> Usage:
+    """What a run's model calls cost so far: its turns' and its unusable replies'."""
+    total = sum((t.usage for t in turns if t.usage), Usage())
+    for entry in events:
+        event = entry.event
+        if isinstance(event, ModelFailed) and event.usage is not None:
+            total = total + event.usage
+    return total
+
+
 @attrs.define(eq=False)
 class _Run:
     """The entries of one run, as they arrive (internal)."""
@@ -179,9 +204,7 @@ class _Run:
             compactions=tuple(self.compactions),
             text="" if end is None else end.text,
             error=None if end is None else end.error,
-            usage=sum((t.usage for t in self.turns if t.usage), Usage())
-            if end is None
-            else end.usage,
+            usage=_sum_usage(self.turns, self.events) if end is None else end.usage,
             waiting=None if end is None else end.waiting,
             opened=self.opened,
             history=self.history,
