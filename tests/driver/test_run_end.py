@@ -10,7 +10,7 @@ import pytest
 
 from turnfsm.core import Measured, ModelReplied
 from turnfsm.driver import Driver, RunControl, replay
-from turnfsm.hooks import Hook, RunEndInfo
+from turnfsm.hooks import Hook, RunEndInfo, RunStartInfo
 from turnfsm.persistence import (
     Committed,
     Entry,
@@ -142,6 +142,43 @@ async def test_a_strict_end_hook_that_raises_leaves_one_run_ended() -> None:
     # The session is free: the next run starts.
     driver = Driver(model=ScriptedModel.of("again"))
     assert (await driver.run("more", session=session)).ok
+
+
+class Heard(Hook):
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    def on_run_start(self, info: RunStartInfo) -> None:
+        self.heard.append("start")
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        self.heard.append(f"end {info.outcome}")
+
+
+class RaisingAtStart(Hook):
+    def on_run_start(self, info: RunStartInfo) -> None:
+        raise RuntimeError("the start hook broke")
+
+
+async def test_a_strict_start_hook_that_raises_crashes_the_run_and_ends_it() -> None:
+    # The error left the run unlogged, and the hooks before it never heard
+    # its end (a tracing hook's run span was left open).
+    session = Session()
+    heard = Heard()
+    driver = Driver(
+        model=ScriptedModel.of("the answer"),
+        hooks=[heard, RaisingAtStart()],
+        strict_hooks=True,
+    )
+    with pytest.raises(RuntimeError, match="the start hook broke"):
+        await driver.run("go", session=session)
+    assert heard.heard == ["start", "end failed"]
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    assert str(run.error) == "run crashed on RuntimeError: the start hook broke"
+    assert replay(None, session, run.run_id).ok
+    again = Driver(model=ScriptedModel.of("again"))
+    assert (await again.run("more", session=session)).ok
 
 
 async def test_a_non_strict_end_hook_that_raises_is_detached() -> None:

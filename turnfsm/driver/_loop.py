@@ -176,6 +176,8 @@ class RunLoop(Ending):
         self.before = machine.snapshot  # as of the last feed (for diagnostics)
         self.step: EffectContext | None = None  # the step an effect carries out
         self._heard_end = False  # on_run_end is called once
+        # What on_run_start hears (input, resumed), until the run's first step.
+        self._start: tuple[tuple[Message, ...], bool] | None = None
         self.parent: ParentLink | None = None  # the call that delegated the run
         self.children = ChildTally(run.run_id)  # what its sub-agents used
 
@@ -216,9 +218,18 @@ class RunLoop(Ending):
                 parent=self.parent,
             )
         )
-        self._started(input, resumed=False)
+        self._start = (input, False)
 
-    def _started(self, input: tuple[Message, ...], *, resumed: bool) -> None:
+    def _started(self) -> None:
+        """Tell the `on_run_start` hooks, once, as the run's first step.
+
+        Told inside the run's guard: a strict hook that raises there crashes
+        the run, logged failed, and the hooks hear its end.
+        """
+        if self._start is None:
+            return
+        input, resumed = self._start
+        self._start = None
         if not self.hooks.wants("on_run_start"):
             return
         model, provider = describe_model(self.run.model)
@@ -256,7 +267,7 @@ class RunLoop(Ending):
                 window=self.machine.snapshot.budget.context_window,
             )
         self._resumed = self.session.recorded_results(self.run_id)
-        self._started((), resumed=True)
+        self._start = ((), True)
 
     async def _write(self, *entries: Entry, history: MessageLog | None = None) -> None:
         """Append `entries` to the log, after the entries riding with them."""
@@ -412,6 +423,7 @@ class RunLoop(Ending):
         self, event: Event | None, decision: Decision | None
     ) -> RunResult:
         try:
+            self._started()
             if event is not None:
                 decision = await self.feed(event, None)
             elif type(decision) is RunTools:
