@@ -141,6 +141,39 @@ TAMPERED = [
         18,
         "model call 1 saw",
     ),
+    # These replayed "exactly", the end of the run saying what it did not do.
+    Tampered(
+        "an end that says a done run failed",
+        edit_line(13, lambda d: d["data"].update(outcome="failed")),
+        0,
+        6,
+        13,
+        "ended failed",
+    ),
+    Tampered(
+        "an end in another phase",
+        edit_line(13, lambda d: d["data"].update(phase="failed")),
+        0,
+        6,
+        13,
+        "in phase 'failed'",
+    ),
+    Tampered(
+        "an end with another final answer",
+        edit_line(13, lambda d: d["data"].update(text="forged")),
+        0,
+        6,
+        13,
+        "'forged'",
+    ),
+    Tampered(
+        "an end counting other model calls",
+        edit_line(20, lambda d: d["data"].update(turns=7)),
+        1,
+        3,
+        20,
+        "after 7 model call(s)",
+    ),
 ]
 
 

@@ -18,9 +18,12 @@ import attrs
 from turnfsm.core import (
     CallLLM,
     Decision,
+    Fail,
+    Finish,
     MachineSpec,
     ModelReplied,
     OutputRejected,
+    Pause,
     TurnMachine,
     trigger_of,
 )
@@ -31,12 +34,14 @@ from turnfsm.errors import (
     LogInconsistent,
     ReplayDiverged,
     ReplayError,
+    RunCrashed,
 )
 from turnfsm.messages import Message, MessageLog, Role
 from turnfsm.persistence import (
     Committed,
     Entry,
     EventRecorded,
+    RunEnded,
     RunRecord,
     Session,
     TurnRecord,
@@ -99,8 +104,9 @@ def rebuild(
     With `check`, the log is checked as it is fed: the events come in their
     logged order (none repeated, moved or missing), every model reply is the
     assistant message its turn record names, each turn's recorded context is
-    the request the brain makes, and every answer of the brain is the
-    logged one.
+    the request the brain makes, every answer of the brain is the logged
+    one, and each end of the run (or pause) says what the brain did: its
+    phase, its model calls, its outcome and final answer.
 
     Args:
         spec: The machine the run ran on.
@@ -117,7 +123,8 @@ def rebuild(
         LogInconsistent: the log contradicts itself: the history before the
             run is not a whole conversation, or an event is one the brain
             cannot take where the log puts it (always), or, with `check`, an
-            event is out of order or a reply is not what the turn records say.
+            event is out of order, a reply is not what the turn records say,
+            or an end of the run is not where the brain stopped.
     """
     record = _record(session, run_id)
     feed = _Feed(session, record, check=check)
@@ -132,6 +139,8 @@ def rebuild(
             f"it is not: {exc}",
         ) from None
     rebases = session.rebases(run_id)
+    if check:
+        feed.check_ends(0, machine)
     for index, entry in enumerate(session.run_entries(run_id)):
         event = entry.event
         if index in rebases:  # the session was compacted while the run waited
@@ -177,6 +186,8 @@ def rebuild(
                 actual=" -> ".join(actual) + (f" ({other})" if other else ""),
                 entry=feed.position(entry),
             )
+        if check:
+            feed.check_ends(index + 1, machine)
     if check:
         feed.finish()
     return machine
@@ -295,6 +306,7 @@ class _Feed:
         self.replies = 0  # model replies fed so far
         self._contexts = record.contexts()
         self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
+        self.ends = _ends(session, record.run_id) if check else {}
 
     def position(self, entry: Entry) -> int | None:
         """Where `entry` is in the session's log (looked up only on a failure)."""
@@ -386,6 +398,30 @@ class _Feed:
                 f"the brain's request has {made} there",
             )
 
+    def check_ends(self, fed: int, machine: TurnMachine) -> None:
+        """Check each end of the run logged after its first `fed` events.
+
+        An end (or pause) says where the brain stopped: its phase and model
+        calls as the brain has them, and an outcome its last decision
+        allows (done: the final answer it gave; paused: the pause it made).
+        """
+        for end in self.ends.get(fed, ()):
+            said = _end_problem(end, machine)
+            if said is None:
+                continue
+            events = self.session.run_entries(self.record.run_id)
+            after = f"{machine.snapshot.turns} model call(s)"
+            deciding = decision_key(machine.decision)
+            raise LogInconsistent(
+                run_id=self.record.run_id,
+                index=fed,
+                event=trigger_of(events[fed].event) if fed < len(events) else "end",
+                expected=f"the run stopped in phase {machine.phase!r} after "
+                f"{after}, deciding {deciding}",
+                actual=said,
+                entry=self.position(end),
+            )
+
     def finish(self) -> None:
         """Every turn record was matched by its reply."""
         if self.replies < len(self.turns):
@@ -399,6 +435,50 @@ class _Feed:
                 actual="no event carries that reply",
                 entry=self.position(turn),
             )
+
+
+def _ends(session: Session, run_id: str) -> dict[int, list[RunEnded]]:
+    """The ends (and pauses) of run `run_id`, by how many of its events precede each."""
+    ends: dict[int, list[RunEnded]] = {}
+    fed = 0
+    for entry in session.entries:
+        if entry.run_id != run_id:
+            continue
+        if isinstance(entry, EventRecorded):
+            fed += 1
+        elif isinstance(entry, RunEnded):
+            ends.setdefault(fed, []).append(entry)
+    return ends
+
+
+def _end_problem(end: RunEnded, machine: TurnMachine) -> str | None:
+    """What `end` says that the brain, where it stopped, did not do (None: nothing)."""
+    said = f"its end says it ended {end.outcome}"
+    decision = machine.decision
+    if not isinstance(decision, Finish | Fail | Pause):
+        # Stopped from outside while the brain was mid-run (interrupted, a
+        # crash, a store that stopped answering): wherever the brain was,
+        # maybe past events its log could not take; never done or paused.
+        return said if end.outcome in ("done", "paused") else None
+    if end.outcome == "interrupted" or isinstance(end.error, RunCrashed):
+        return None  # stopped from outside before its end was written
+    if end.phase != machine.phase:
+        return f"{said} in phase {end.phase!r}"
+    if end.turns != machine.snapshot.turns:
+        return f"{said} after {end.turns} model call(s)"
+    if isinstance(decision, Finish):
+        if end.outcome != "done":
+            return said
+        if end.text != decision.text:
+            return f"{said} with the answer {end.text!r}"
+        return None
+    if isinstance(decision, Pause):
+        if end.outcome != "paused":
+            return said
+        if end.waiting != decision:
+            return f"{said} waiting for {end.waiting!r}"
+        return None
+    return None if end.outcome in ("failed", "cancelled") else said
 
 
 def stored_machine(session: Session, record: RunRecord) -> MachineSpec:
