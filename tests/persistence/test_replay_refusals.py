@@ -428,3 +428,75 @@ def test_a_commit_the_events_do_not_make_names_its_line_and_the_message(
         f"{second}: DIVERGES at line 19 - the replayed history differs from the "
         f"log: {report.history_difference}\n"
     )
+
+
+def _compacted_lines() -> list[str]:
+    """A log of one run whose first measurement is over the line: one pass."""
+    manager = ContextManager(
+        TruncatingCompactor(),
+        context_window=2_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    agent = Agent(model=ScriptedModel.of("fine"), context=manager)
+    said = [Message.user(f"question {i} " + "q" * 400) for i in range(12)]
+    assert agent.run_sync(said).outcome == "done"
+    return list(session_lines(agent.session))
+
+
+def _drop_last_replacement(data: dict[str, Any]) -> None:
+    data["data"]["replacement"] = data["data"]["replacement"][:-1]
+
+
+# Each replayed "exactly", the pass's record saying what the pass did not do.
+PASS_EDITS = [
+    ("tokens before", lambda d: d["data"].update(tokens_before=10), "tokens_before"),
+    ("tokens after", lambda d: d["data"].update(tokens_after=1), "tokens_after"),
+    ("verdict", lambda d: d["data"].update(outcome="noop"), "verdict"),
+    ("what it replaced", _drop_last_replacement, "replacement"),
+    ("what it covered", lambda d: d["data"].update(covers=["m"]), "covers"),
+    ("its turn", lambda d: d["data"].update(turn=4), "turn"),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [(e, f) for _, e, f in PASS_EDITS],
+    ids=[n for n, *_ in PASS_EDITS],
+)
+def test_a_compaction_record_the_pass_did_not_make_is_refused_naming_it(
+    tmp_path: Path, capsys: Capture, edit: Any, field: str
+) -> None:
+    lines = _compacted_lines()
+    (number,) = [n for n, line in enumerate(lines, 1) if "CompactionRecord" in line]
+    lines = edit_line(number, edit)(lines)
+    session = anyio.run(load_session, "\n".join(lines))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    error = report.divergence
+    assert isinstance(error, LogInconsistent), report
+    assert error.entry == number - 2  # the header is line 1
+    assert field in str(error)
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{run.run_id}: DIVERGES at line {number} - ")
+
+
+def test_a_compaction_record_deleted_is_refused_naming_the_pass(
+    tmp_path: Path,
+) -> None:
+    # Deleted, the pass left no record (the session showed no compaction),
+    # and the run replayed exactly.
+    lines = _compacted_lines()
+    (number,) = [n for n, line in enumerate(lines, 1) if "CompactionRecord" in line]
+    lines = _delete(number)(lines)
+    session = anyio.run(load_session, "\n".join(lines))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    error = report.divergence
+    assert isinstance(error, LogInconsistent), report
+    assert error.entry == number - 2  # the pass's event, now on that line
+    assert "no compaction record" in str(error)

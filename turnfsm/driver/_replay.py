@@ -16,17 +16,22 @@ from typing import Final, final
 import attrs
 
 from turnfsm.core import (
+    PASS_EVENT_TYPES,
     CallLLM,
+    Compact,
     Decision,
     Fail,
     Finish,
     MachineSpec,
     ModelReplied,
     OutputRejected,
+    PassEvent,
     Pause,
+    Snapshot,
     TurnMachine,
     trigger_of,
 )
+from turnfsm.driver._audit import compaction_record
 from turnfsm.errors import (
     ConfigError,
     IllegalEvent,
@@ -39,6 +44,7 @@ from turnfsm.errors import (
 from turnfsm.messages import Message, MessageLog, Role
 from turnfsm.persistence import (
     Committed,
+    CompactionRecord,
     Entry,
     EventRecorded,
     RunEnded,
@@ -145,13 +151,17 @@ def rebuild(
         event = entry.event
         if index in rebases:  # the session was compacted while the run waited
             machine = rebased(spec, machine, rebases[index])
+        last = machine.decision
+        before = machine.snapshot
         if check:
-            feed.check(index, entry, machine.decision)
+            feed.check(index, entry, last)
         try:
             decision = machine.handle(event)
         except InvalidMessage:
             actual = (entry.phase, "error:InvalidMessage")
-            machine = TurnMachine.from_snapshot(spec, machine.snapshot)
+            machine = TurnMachine.from_snapshot(spec, before)
+            if check:
+                feed.check_pass(entry, last, before, taken=None)
         except IllegalEvent as exc:
             other = _other_machine(spec, record)
             if other is not None:  # the log may be sound: the machine differs
@@ -175,6 +185,9 @@ def rebuild(
             actual = (machine.phase, decision_key(decision))
             if on_step is not None:
                 on_step(machine)
+            if check:
+                taken = machine.snapshot.history is not before.history
+                feed.check_pass(entry, last, before, taken=taken)
         logged = (entry.phase, entry.decision)
         if check and actual != logged:
             other = _other_machine(spec, record)
@@ -307,6 +320,8 @@ class _Feed:
         self._contexts = record.contexts()
         self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
         self.ends = _ends(session, record.run_id) if check else {}
+        self.passes = record.compactions if check else ()
+        self.passed = 0  # compaction passes fed so far
 
     def position(self, entry: Entry) -> int | None:
         """Where `entry` is in the session's log (looked up only on a failure)."""
@@ -398,6 +413,57 @@ class _Feed:
                 f"the brain's request has {made} there",
             )
 
+    def check_pass(
+        self,
+        entry: EventRecorded,
+        last: Decision,
+        before: Snapshot,
+        *,
+        taken: bool | None,
+    ) -> None:
+        """Check the record of the compaction pass whose event `entry` is.
+
+        The record is what the pass's decision and event make of it: what
+        it covered and what replaced it, its tokens, its turn and verdict.
+        """
+        event = entry.event
+        if not isinstance(last, Compact) or not isinstance(event, PASS_EVENT_TYPES):
+            return
+        pass_event: PassEvent = event
+        run_id = self.record.run_id
+        if self.passed >= len(self.passes):
+            raise self.inconsistent(
+                entry,
+                "each compaction pass has its compaction record",
+                "no compaction record names this pass",
+            )
+        logged = self.passes[self.passed]
+        self.passed += 1
+        made = compaction_record(
+            run_id,
+            f"{run_id}:{entry.index}",
+            last,
+            pass_event,
+            before,
+            taken=taken,
+            strategy=logged.strategy,
+        )
+        differs = [
+            field.name
+            for field in attrs.fields(CompactionRecord)
+            if getattr(made, field.name) != getattr(logged, field.name)
+        ]
+        if differs:
+            name = differs[0]
+            raise LogInconsistent(
+                run_id=run_id,
+                index=entry.index,
+                event=trigger_of(event),
+                expected=f"the pass's {name} is {_said(getattr(made, name))}",
+                actual=f"its compaction record has {_said(getattr(logged, name))}",
+                entry=self.position(logged),
+            )
+
     def check_ends(self, fed: int, machine: TurnMachine) -> None:
         """Check each end of the run logged after its first `fed` events.
 
@@ -423,7 +489,18 @@ class _Feed:
             )
 
     def finish(self) -> None:
-        """Every turn record was matched by its reply."""
+        """Every turn record was matched by its reply, each pass record by its pass."""
+        if self.passed < len(self.passes):
+            logged = self.passes[self.passed]
+            events = self.session.run_entries(self.record.run_id)
+            raise LogInconsistent(
+                run_id=self.record.run_id,
+                index=len(events),
+                event="end of the run's events",
+                expected=f"the compaction pass {logged.key!r} has its event",
+                actual="no event of the run is that pass",
+                entry=self.position(logged),
+            )
         if self.replies < len(self.turns):
             turn = self.turns[self.replies]
             events = self.session.run_entries(self.record.run_id)
@@ -435,6 +512,16 @@ class _Feed:
                 actual="no event carries that reply",
                 entry=self.position(turn),
             )
+
+
+def _said(value: object) -> str:
+    """`value` as a record's field says it, shortened for an error."""
+    if isinstance(value, tuple) and len(value) > 4:
+        return f"{len(value)} ids ({', '.join(map(repr, value[:2]))}, ...)"
+    if isinstance(value, tuple):
+        return f"{len(value)} id(s) {list(value)!r}"
+    text = getattr(value, "value", value)
+    return repr(text)
 
 
 def _ends(session: Session, run_id: str) -> dict[int, list[RunEnded]]:
