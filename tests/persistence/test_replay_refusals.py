@@ -85,6 +85,9 @@ def _repeat(number: int) -> Edit:
     return lambda ls: [*ls[:number], ls[number - 1], *ls[number:]]
 
 
+_USED = {"input_tokens": 900, "output_tokens": 90}
+
+
 @attrs.frozen
 class Tampered:
     """One tampered log, and the run, event and line where replay must stop."""
@@ -173,6 +176,22 @@ TAMPERED = [
         3,
         20,
         "after 7 model call(s)",
+    ),
+    Tampered(
+        "a turn record with usage its reply did not report",
+        edit_line(6, lambda d: d["data"].update(usage=_USED)),
+        0,
+        2,
+        7,
+        "turn 1's usage",
+    ),
+    Tampered(
+        "an end with usage its turns did not report",
+        edit_line(13, lambda d: d["data"].update(usage=_USED)),
+        0,
+        6,
+        13,
+        "its end says it used",
     ),
 ]
 

@@ -54,6 +54,7 @@ from turnfsm.persistence import (
     decision_key,
     machine_digest,
 )
+from turnfsm.values import Usage
 
 __all__ = [
     "ReplayReport",
@@ -375,6 +376,12 @@ class _Feed:
                 f"turn {turn.turn}'s reply is message {turn.output!r}",
                 f"the event carries message {reply.id!r}",
             )
+        if event.usage != turn.usage:
+            raise self.inconsistent(
+                entry,
+                f"turn {turn.turn}'s usage is {turn.usage!r}",
+                f"the reply reported {event.usage!r}",
+            )
         if reply.role is not Role.ASSISTANT:
             raise self.inconsistent(
                 entry,
@@ -464,6 +471,23 @@ class _Feed:
                 entry=self.position(logged),
             )
 
+    def _usage_problem(self, end: RunEnded) -> str | None:
+        """What `end` says of the usage its turns and passes did not report."""
+        if end.outcome == "interrupted" or isinstance(end.error, RunCrashed):
+            return None  # maybe a reply its log could not take
+        turns = self.turns[: self.replies]
+        used = sum((t.usage for t in turns if t.usage), Usage())
+        if end.usage != used:
+            return f"its end says it used {end.usage!r}, its turns {used!r}"
+        passes = self.passes[: self.passed]
+        spent = sum((p.usage for p in passes if p.usage), Usage())
+        if end.compaction_usage != spent:
+            return (
+                f"its end says its passes used {end.compaction_usage!r}, "
+                f"their records {spent!r}"
+            )
+        return None
+
     def check_ends(self, fed: int, machine: TurnMachine) -> None:
         """Check each end of the run logged after its first `fed` events.
 
@@ -472,7 +496,7 @@ class _Feed:
         allows (done: the final answer it gave; paused: the pause it made).
         """
         for end in self.ends.get(fed, ()):
-            said = _end_problem(end, machine)
+            said = _end_problem(end, machine) or self._usage_problem(end)
             if said is None:
                 continue
             events = self.session.run_entries(self.record.run_id)
