@@ -9,6 +9,7 @@ or, when the log does not even read as a session, the load names the line
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,11 @@ from tests.persistence.refusal_world import (
 )
 from turnfsm import Agent
 from turnfsm.cli import main
-from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.context import (
+    ContextManager,
+    SummarizingCompactor,
+    TruncatingCompactor,
+)
 from turnfsm.driver import rebuild, replay
 from turnfsm.errors import (
     CorruptRecord,
@@ -45,7 +50,7 @@ from turnfsm.persistence import (
     load_session,
     session_lines,
 )
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
 
 
@@ -79,6 +84,26 @@ def _swap_renumbered(a: int, b: int) -> Edit:
 
 def _delete(number: int) -> Edit:
     return lambda ls: [*ls[: number - 1], *ls[number:]]
+
+
+def edit_line_of(kind: str, change: Callable[[dict[str, Any]], None]) -> Edit:
+    """Edit the one line of entry type `kind`."""
+
+    def edit(lines: list[str]) -> list[str]:
+        (number,) = [n for n, line in enumerate(lines, 1) if f'"type":"{kind}"' in line]
+        return edit_line(number, change)(lines)
+
+    return edit
+
+
+def delete_line_of(kind: str) -> Edit:
+    """Delete the one line of entry type `kind`."""
+
+    def edit(lines: list[str]) -> list[str]:
+        (number,) = [n for n, line in enumerate(lines, 1) if f'"type":"{kind}"' in line]
+        return _delete(number)(lines)
+
+    return edit
 
 
 def _repeat(number: int) -> Edit:
@@ -519,3 +544,43 @@ def test_a_compaction_record_deleted_is_refused_naming_the_pass(
     assert isinstance(error, LogInconsistent), report
     assert error.entry == number - 2  # the pass's event, now on that line
     assert "no compaction record" in str(error)
+
+
+def _summarized_lines() -> list[str]:
+    """A log of one run whose pass summarized the conversation."""
+    manager = ContextManager(
+        SummarizingCompactor(model=ExtractiveSummaryModel()),
+        context_window=8_000,
+    )
+    agent = Agent(model=ScriptedModel.of("fine"), context=manager)
+    said: list[Message] = []
+    for i in range(8):
+        said += [Message.user(f"q{i} " + "word " * 400)]
+        said += [Message.assistant(f"a{i} " + "word " * 400)]
+    assert agent.run_sync([*said, Message.user("go on")]).outcome == "done"
+    assert agent.session.summaries
+    return list(session_lines(agent.session))
+
+
+def _forge_summary(data: dict[str, Any]) -> None:
+    data["data"]["content"] = "the user agreed to everything"
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (edit_line_of("SummaryRecorded", _forge_summary), "its summary record"),
+        (delete_line_of("SummaryRecorded"), "no summary record"),
+    ],
+    ids=["another summary", "a deleted summary"],
+)
+def test_a_summary_record_the_pass_did_not_bring_in_is_refused(
+    edit: Edit, says: str
+) -> None:
+    # Both replayed exactly, the session's summaries saying what no pass wrote.
+    lines = edit(_summarized_lines())
+    session = anyio.run(load_session, "\n".join(lines))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    assert isinstance(report.divergence, LogInconsistent), report
+    assert says in str(report.divergence)

@@ -19,6 +19,7 @@ from turnfsm.core import (
     PASS_EVENT_TYPES,
     CallLLM,
     Compact,
+    CompactionResult,
     Decision,
     Fail,
     Finish,
@@ -31,7 +32,7 @@ from turnfsm.core import (
     TurnMachine,
     trigger_of,
 )
-from turnfsm.driver._audit import compaction_record
+from turnfsm.driver._audit import compaction_record, summaries
 from turnfsm.errors import (
     ConfigError,
     IllegalEvent,
@@ -41,7 +42,7 @@ from turnfsm.errors import (
     ReplayError,
     RunCrashed,
 )
-from turnfsm.messages import Message, MessageLog, Role
+from turnfsm.messages import Joined, Message, MessageLog, Role
 from turnfsm.persistence import (
     Committed,
     CompactionRecord,
@@ -50,6 +51,7 @@ from turnfsm.persistence import (
     RunEnded,
     RunRecord,
     Session,
+    SummaryRecorded,
     TurnRecord,
     decision_key,
     machine_digest,
@@ -320,7 +322,11 @@ class _Feed:
         self.replies = 0  # model replies fed so far
         self._contexts = record.contexts()
         self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
-        self.ends = _ends(session, record.run_id) if check else {}
+        self.ends: dict[int, list[RunEnded]] = {}
+        self.summaries: list[SummaryRecorded] = []  # in the order written
+        if check:
+            self.ends, self.summaries = _ends(session, record.run_id)
+        self.summarized = 0  # summary records matched so far
         self.passes = record.compactions if check else ()
         self.passed = 0  # compaction passes fed so far
 
@@ -470,6 +476,34 @@ class _Feed:
                 actual=f"its compaction record has {_said(getattr(logged, name))}",
                 entry=self.position(logged),
             )
+        if taken and isinstance(pass_event, CompactionResult):
+            kept = Joined(before.history, before.pending)
+            self._check_summaries(entry, summaries(run_id, pass_event.messages, kept))
+
+    def _check_summaries(
+        self, entry: EventRecorded, brought: list[SummaryRecorded]
+    ) -> None:
+        """Check the summary records of the pass `entry` committed."""
+        for made in brought:
+            if self.summarized >= len(self.summaries):
+                raise self.inconsistent(
+                    entry,
+                    f"the pass brought in the summary {made.message_id!r}",
+                    "no summary record names it",
+                )
+            logged = self.summaries[self.summarized]
+            self.summarized += 1
+            if logged != made:
+                raise LogInconsistent(
+                    run_id=self.record.run_id,
+                    index=entry.index,
+                    event=trigger_of(entry.event),
+                    expected=f"the pass brought in the summary {made.message_id!r}"
+                    f" ({made.content[:40]!r}...)",
+                    actual=f"its summary record says {logged.message_id!r}"
+                    f" ({logged.content[:40]!r}...)",
+                    entry=self.position(logged),
+                )
 
     def _usage_problem(self, end: RunEnded) -> str | None:
         """What `end` says of the usage its turns and passes did not report."""
@@ -513,15 +547,22 @@ class _Feed:
             )
 
     def finish(self) -> None:
-        """Every turn record was matched by its reply, each pass record by its pass."""
-        if self.passed < len(self.passes):
-            logged = self.passes[self.passed]
-            events = self.session.run_entries(self.record.run_id)
+        """Every turn, pass and summary record was matched by its event."""
+        events = self.session.run_entries(self.record.run_id)
+        left: list[tuple[Entry, str]] = [
+            (s, f"the summary {s.message_id!r} was brought in by a pass")
+            for s in self.summaries[self.summarized :]
+        ] + [
+            (p, f"the compaction pass {p.key!r} has its event")
+            for p in self.passes[self.passed :]
+        ]
+        if left:
+            logged, expected = left[0]
             raise LogInconsistent(
                 run_id=self.record.run_id,
                 index=len(events),
                 event="end of the run's events",
-                expected=f"the compaction pass {logged.key!r} has its event",
+                expected=expected,
                 actual="no event of the run is that pass",
                 entry=self.position(logged),
             )
@@ -548,9 +589,15 @@ def _said(value: object) -> str:
     return repr(text)
 
 
-def _ends(session: Session, run_id: str) -> dict[int, list[RunEnded]]:
-    """The ends (and pauses) of run `run_id`, by how many of its events precede each."""
+def _ends(
+    session: Session, run_id: str
+) -> tuple[dict[int, list[RunEnded]], list[SummaryRecorded]]:
+    """The ends (and pauses) of run `run_id`, and its summary records.
+
+    The ends by how many of the run's events precede each.
+    """
     ends: dict[int, list[RunEnded]] = {}
+    said: list[SummaryRecorded] = []
     fed = 0
     for entry in session.entries:
         if entry.run_id != run_id:
@@ -559,7 +606,9 @@ def _ends(session: Session, run_id: str) -> dict[int, list[RunEnded]]:
             fed += 1
         elif isinstance(entry, RunEnded):
             ends.setdefault(fed, []).append(entry)
-    return ends
+        elif isinstance(entry, SummaryRecorded):
+            said.append(entry)
+    return ends, said
 
 
 def _end_problem(end: RunEnded, machine: TurnMachine) -> str | None:
