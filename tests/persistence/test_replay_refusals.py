@@ -203,6 +203,14 @@ TAMPERED = [
         "after 7 model call(s)",
     ),
     Tampered(
+        "a done run said interrupted, to be carried on",
+        edit_line(13, lambda d: d["data"].update(outcome="interrupted")),
+        0,
+        6,
+        13,
+        "ended interrupted",
+    ),
+    Tampered(
         "a turn record with usage its reply did not report",
         edit_line(6, lambda d: d["data"].update(usage=_USED)),
         0,

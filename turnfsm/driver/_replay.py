@@ -34,13 +34,17 @@ from turnfsm.core import (
 )
 from turnfsm.driver._audit import compaction_record, summaries
 from turnfsm.errors import (
+    Cancelled,
     ConfigError,
+    ContinuedAsNew,
     IllegalEvent,
     InvalidMessage,
     LogInconsistent,
     ReplayDiverged,
     ReplayError,
     RunCrashed,
+    StoreUnusable,
+    SubagentWaiting,
 )
 from turnfsm.messages import Joined, Message, MessageLog, Role
 from turnfsm.persistence import (
@@ -611,16 +615,27 @@ def _ends(
     return ends, said
 
 
+_INTERRUPTIONS: Final = (Cancelled, SubagentWaiting, ContinuedAsNew, StoreUnusable)
+"""What an interrupted run's end says stopped it."""
+
+
 def _end_problem(end: RunEnded, machine: TurnMachine) -> str | None:
     """What `end` says that the brain, where it stopped, did not do (None: nothing)."""
     said = f"its end says it ended {end.outcome}"
     decision = machine.decision
+    if end.outcome == "interrupted":
+        # Stopped from outside, wherever the brain was: an interruption says
+        # what stopped it (never the brain's own end), and goes on from the
+        # log, not from the phase its end names.
+        if isinstance(end.error, _INTERRUPTIONS):
+            return None
+        return f"{said} ({end.error or 'no error'})"
     if not isinstance(decision, Finish | Fail | Pause):
         # Stopped from outside while the brain was mid-run (interrupted, a
         # crash, a store that stopped answering): wherever the brain was,
         # maybe past events its log could not take; never done or paused.
         return said if end.outcome in ("done", "paused") else None
-    if end.outcome == "interrupted" or isinstance(end.error, RunCrashed):
+    if isinstance(end.error, RunCrashed):
         return None  # stopped from outside before its end was written
     if end.phase != machine.phase:
         return f"{said} in phase {end.phase!r}"
