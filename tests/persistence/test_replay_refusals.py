@@ -50,7 +50,7 @@ from turnfsm.persistence import (
     load_session,
     session_lines,
 )
-from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
+from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 
 
@@ -592,3 +592,29 @@ def test_a_summary_record_the_pass_did_not_bring_in_is_refused(
     report = replay(None, session, run.run_id)
     assert isinstance(report.divergence, LogInconsistent), report
     assert says in str(report.divergence)
+
+
+def test_a_failed_run_whose_end_names_another_error_is_refused() -> None:
+    # It replayed exactly, the session saying a person abandoned the run
+    # that had reached max_turns.
+    model = ScriptedModel.of(reply("again", tool_call("read", "c1", name="a")))
+
+    def read(name: str) -> str:
+        """Read a file.
+
+        Args:
+            name: the file.
+        """
+        return name
+
+    agent = Agent(model=model, tools=[read], max_turns=1)
+    assert agent.run_sync("read a").outcome == "failed"
+    forged = edit_line_of(
+        "RunEnded",
+        lambda d: d["data"].update(error={"type": "Cancelled", "reason": "abandoned"}),
+    )(list(session_lines(agent.session)))
+    session = anyio.run(load_session, "\n".join(forged))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    assert isinstance(report.divergence, LogInconsistent), report
+    assert "run cancelled: abandoned" in str(report.divergence)

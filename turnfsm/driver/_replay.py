@@ -653,7 +653,11 @@ def _end_problem(end: RunEnded, machine: TurnMachine) -> str | None:
         if end.waiting != decision:
             return f"{said} waiting for {end.waiting!r}"
         return None
-    return None if end.outcome in ("failed", "cancelled") else said
+    if end.outcome not in ("failed", "cancelled"):
+        return said
+    if type(end.error) is not type(decision.error):
+        return f"{said} on {end.error or 'no error'}, not {decision.error}"
+    return None
 
 
 def stored_machine(session: Session, record: RunRecord) -> MachineSpec:
