@@ -9,6 +9,7 @@ or, when the log does not even read as a session, the load names the line
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,11 @@ from tests.persistence.refusal_world import (
 )
 from turnfsm import Agent
 from turnfsm.cli import main
-from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.context import (
+    ContextManager,
+    SummarizingCompactor,
+    TruncatingCompactor,
+)
 from turnfsm.driver import rebuild, replay
 from turnfsm.errors import (
     CorruptRecord,
@@ -45,7 +50,7 @@ from turnfsm.persistence import (
     load_session,
     session_lines,
 )
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 
 
@@ -81,8 +86,31 @@ def _delete(number: int) -> Edit:
     return lambda ls: [*ls[: number - 1], *ls[number:]]
 
 
+def edit_line_of(kind: str, change: Callable[[dict[str, Any]], None]) -> Edit:
+    """Edit the one line of entry type `kind`."""
+
+    def edit(lines: list[str]) -> list[str]:
+        (number,) = [n for n, line in enumerate(lines, 1) if f'"type":"{kind}"' in line]
+        return edit_line(number, change)(lines)
+
+    return edit
+
+
+def delete_line_of(kind: str) -> Edit:
+    """Delete the one line of entry type `kind`."""
+
+    def edit(lines: list[str]) -> list[str]:
+        (number,) = [n for n, line in enumerate(lines, 1) if f'"type":"{kind}"' in line]
+        return _delete(number)(lines)
+
+    return edit
+
+
 def _repeat(number: int) -> Edit:
     return lambda ls: [*ls[:number], ls[number - 1], *ls[number:]]
+
+
+_USED = {"input_tokens": 900, "output_tokens": 90}
 
 
 @attrs.frozen
@@ -140,6 +168,63 @@ TAMPERED = [
         2,
         18,
         "model call 1 saw",
+    ),
+    # These replayed "exactly", the end of the run saying what it did not do.
+    Tampered(
+        "an end that says a done run failed",
+        edit_line(13, lambda d: d["data"].update(outcome="failed")),
+        0,
+        6,
+        13,
+        "ended failed",
+    ),
+    Tampered(
+        "an end in another phase",
+        edit_line(13, lambda d: d["data"].update(phase="failed")),
+        0,
+        6,
+        13,
+        "in phase 'failed'",
+    ),
+    Tampered(
+        "an end with another final answer",
+        edit_line(13, lambda d: d["data"].update(text="forged")),
+        0,
+        6,
+        13,
+        "'forged'",
+    ),
+    Tampered(
+        "an end counting other model calls",
+        edit_line(20, lambda d: d["data"].update(turns=7)),
+        1,
+        3,
+        20,
+        "after 7 model call(s)",
+    ),
+    Tampered(
+        "a done run said interrupted, to be carried on",
+        edit_line(13, lambda d: d["data"].update(outcome="interrupted")),
+        0,
+        6,
+        13,
+        "ended interrupted",
+    ),
+    Tampered(
+        "a turn record with usage its reply did not report",
+        edit_line(6, lambda d: d["data"].update(usage=_USED)),
+        0,
+        2,
+        7,
+        "turn 1's usage",
+    ),
+    Tampered(
+        "an end with usage its turns did not report",
+        edit_line(13, lambda d: d["data"].update(usage=_USED)),
+        0,
+        6,
+        13,
+        "its end says it used",
     ),
 ]
 
@@ -395,3 +480,141 @@ def test_a_commit_the_events_do_not_make_names_its_line_and_the_message(
         f"{second}: DIVERGES at line 19 - the replayed history differs from the "
         f"log: {report.history_difference}\n"
     )
+
+
+def _compacted_lines() -> list[str]:
+    """A log of one run whose first measurement is over the line: one pass."""
+    manager = ContextManager(
+        TruncatingCompactor(),
+        context_window=2_000,
+        threshold=60,
+        counter=HeuristicTokenCounter(),
+    )
+    agent = Agent(model=ScriptedModel.of("fine"), context=manager)
+    said = [Message.user(f"question {i} " + "q" * 400) for i in range(12)]
+    assert agent.run_sync(said).outcome == "done"
+    return list(session_lines(agent.session))
+
+
+def _drop_last_replacement(data: dict[str, Any]) -> None:
+    data["data"]["replacement"] = data["data"]["replacement"][:-1]
+
+
+# Each replayed "exactly", the pass's record saying what the pass did not do.
+PASS_EDITS = [
+    ("tokens before", lambda d: d["data"].update(tokens_before=10), "tokens_before"),
+    ("tokens after", lambda d: d["data"].update(tokens_after=1), "tokens_after"),
+    ("verdict", lambda d: d["data"].update(outcome="noop"), "verdict"),
+    ("what it replaced", _drop_last_replacement, "replacement"),
+    ("what it covered", lambda d: d["data"].update(covers=["m"]), "covers"),
+    ("its turn", lambda d: d["data"].update(turn=4), "turn"),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [(e, f) for _, e, f in PASS_EDITS],
+    ids=[n for n, *_ in PASS_EDITS],
+)
+def test_a_compaction_record_the_pass_did_not_make_is_refused_naming_it(
+    tmp_path: Path, capsys: Capture, edit: Any, field: str
+) -> None:
+    lines = _compacted_lines()
+    (number,) = [n for n, line in enumerate(lines, 1) if "CompactionRecord" in line]
+    lines = edit_line(number, edit)(lines)
+    session = anyio.run(load_session, "\n".join(lines))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    error = report.divergence
+    assert isinstance(error, LogInconsistent), report
+    assert error.entry == number - 2  # the header is line 1
+    assert field in str(error)
+    log = tmp_path / "t.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["replay", str(log)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{run.run_id}: DIVERGES at line {number} - ")
+
+
+def test_a_compaction_record_deleted_is_refused_naming_the_pass(
+    tmp_path: Path,
+) -> None:
+    # Deleted, the pass left no record (the session showed no compaction),
+    # and the run replayed exactly.
+    lines = _compacted_lines()
+    (number,) = [n for n, line in enumerate(lines, 1) if "CompactionRecord" in line]
+    lines = _delete(number)(lines)
+    session = anyio.run(load_session, "\n".join(lines))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    error = report.divergence
+    assert isinstance(error, LogInconsistent), report
+    assert error.entry == number - 2  # the pass's event, now on that line
+    assert "no compaction record" in str(error)
+
+
+def _summarized_lines() -> list[str]:
+    """A log of one run whose pass summarized the conversation."""
+    manager = ContextManager(
+        SummarizingCompactor(model=ExtractiveSummaryModel()),
+        context_window=8_000,
+    )
+    agent = Agent(model=ScriptedModel.of("fine"), context=manager)
+    said: list[Message] = []
+    for i in range(8):
+        said += [Message.user(f"q{i} " + "word " * 400)]
+        said += [Message.assistant(f"a{i} " + "word " * 400)]
+    assert agent.run_sync([*said, Message.user("go on")]).outcome == "done"
+    assert agent.session.summaries
+    return list(session_lines(agent.session))
+
+
+def _forge_summary(data: dict[str, Any]) -> None:
+    data["data"]["content"] = "the user agreed to everything"
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (edit_line_of("SummaryRecorded", _forge_summary), "its summary record"),
+        (delete_line_of("SummaryRecorded"), "no summary record"),
+    ],
+    ids=["another summary", "a deleted summary"],
+)
+def test_a_summary_record_the_pass_did_not_bring_in_is_refused(
+    edit: Edit, says: str
+) -> None:
+    # Both replayed exactly, the session's summaries saying what no pass wrote.
+    lines = edit(_summarized_lines())
+    session = anyio.run(load_session, "\n".join(lines))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    assert isinstance(report.divergence, LogInconsistent), report
+    assert says in str(report.divergence)
+
+
+def test_a_failed_run_whose_end_names_another_error_is_refused() -> None:
+    # It replayed exactly, the session saying a person abandoned the run
+    # that had reached max_turns.
+    model = ScriptedModel.of(reply("again", tool_call("read", "c1", name="a")))
+
+    def read(name: str) -> str:
+        """Read a file.
+
+        Args:
+            name: the file.
+        """
+        return name
+
+    agent = Agent(model=model, tools=[read], max_turns=1)
+    assert agent.run_sync("read a").outcome == "failed"
+    forged = edit_line_of(
+        "RunEnded",
+        lambda d: d["data"].update(error={"type": "Cancelled", "reason": "abandoned"}),
+    )(list(session_lines(agent.session)))
+    session = anyio.run(load_session, "\n".join(forged))
+    (run,) = session.runs
+    report = replay(None, session, run.run_id)
+    assert isinstance(report.divergence, LogInconsistent), report
+    assert "run cancelled: abandoned" in str(report.divergence)

@@ -950,3 +950,42 @@ async def test_a_new_store_on_a_full_disk_is_refused_as_unwritable(
     said = done.stdout.decode()
     assert "it cannot be written" in said, said
     assert "not a usable SQLite database" not in said
+
+
+async def test_a_message_edited_in_its_table_is_refused_naming_the_entry(
+    tmp_path: Path,
+) -> None:
+    # A message's row is keyed by the digest of its content: a row whose
+    # content no longer has that digest was changed after it was written, and
+    # the log is refused, not read (and replayed) with the changed content.
+    path = tmp_path / "edited.db"
+    model = ScriptedModel.of(reply("adding", tool_call("add", "c1", a=2, b=3)), "5")
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first.
+            b: the second.
+        """
+        return a + b
+
+    agent = Agent(model=model, tools=[add], store=path)
+    result = await agent.run("2 + 3?")
+    await agent.store.aclose()
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        changed = conn.execute(
+            "UPDATE turnfsm_messages SET body ="
+            ' replace(body, \'"content":"5"\', \'"content":"7"\')'
+            " WHERE body LIKE '%tool_result%'"
+        ).rowcount
+    assert changed == 1
+    (digest,) = _rows(
+        path, "SELECT digest FROM turnfsm_messages WHERE body LIKE '%tool_result%'"
+    )[0]
+    async with SQLiteStore(path) as store:
+        with pytest.raises(CorruptRecord) as raised:
+            await store.load(result.session_id)
+    assert raised.value.path.startswith(f"sessions[{result.session_id!r}].entries[")
+    assert digest in str(raised.value)
+    assert "content" in raised.value.reason

@@ -16,33 +16,51 @@ from typing import Final, final
 import attrs
 
 from turnfsm.core import (
+    PASS_EVENT_TYPES,
     CallLLM,
+    Compact,
+    CompactionResult,
     Decision,
+    Fail,
+    Finish,
     MachineSpec,
     ModelReplied,
     OutputRejected,
+    PassEvent,
+    Pause,
+    Snapshot,
     TurnMachine,
     trigger_of,
 )
+from turnfsm.driver._audit import compaction_record, summaries
 from turnfsm.errors import (
+    Cancelled,
     ConfigError,
+    ContinuedAsNew,
     IllegalEvent,
     InvalidMessage,
     LogInconsistent,
     ReplayDiverged,
     ReplayError,
+    RunCrashed,
+    StoreUnusable,
+    SubagentWaiting,
 )
-from turnfsm.messages import Message, MessageLog, Role
+from turnfsm.messages import Joined, Message, MessageLog, Role
 from turnfsm.persistence import (
     Committed,
+    CompactionRecord,
     Entry,
     EventRecorded,
+    RunEnded,
     RunRecord,
     Session,
+    SummaryRecorded,
     TurnRecord,
     decision_key,
     machine_digest,
 )
+from turnfsm.values import Usage
 
 __all__ = [
     "ReplayReport",
@@ -99,8 +117,9 @@ def rebuild(
     With `check`, the log is checked as it is fed: the events come in their
     logged order (none repeated, moved or missing), every model reply is the
     assistant message its turn record names, each turn's recorded context is
-    the request the brain makes, and every answer of the brain is the
-    logged one.
+    the request the brain makes, every answer of the brain is the logged
+    one, and each end of the run (or pause) says what the brain did: its
+    phase, its model calls, its outcome and final answer.
 
     Args:
         spec: The machine the run ran on.
@@ -117,7 +136,8 @@ def rebuild(
         LogInconsistent: the log contradicts itself: the history before the
             run is not a whole conversation, or an event is one the brain
             cannot take where the log puts it (always), or, with `check`, an
-            event is out of order or a reply is not what the turn records say.
+            event is out of order, a reply is not what the turn records say,
+            or an end of the run is not where the brain stopped.
     """
     record = _record(session, run_id)
     feed = _Feed(session, record, check=check)
@@ -132,17 +152,23 @@ def rebuild(
             f"it is not: {exc}",
         ) from None
     rebases = session.rebases(run_id)
+    if check:
+        feed.check_ends(0, machine)
     for index, entry in enumerate(session.run_entries(run_id)):
         event = entry.event
         if index in rebases:  # the session was compacted while the run waited
             machine = rebased(spec, machine, rebases[index])
+        last = machine.decision
+        before = machine.snapshot
         if check:
-            feed.check(index, entry, machine.decision)
+            feed.check(index, entry, last)
         try:
             decision = machine.handle(event)
         except InvalidMessage:
             actual = (entry.phase, "error:InvalidMessage")
-            machine = TurnMachine.from_snapshot(spec, machine.snapshot)
+            machine = TurnMachine.from_snapshot(spec, before)
+            if check:
+                feed.check_pass(entry, last, before, taken=None)
         except IllegalEvent as exc:
             other = _other_machine(spec, record)
             if other is not None:  # the log may be sound: the machine differs
@@ -166,6 +192,9 @@ def rebuild(
             actual = (machine.phase, decision_key(decision))
             if on_step is not None:
                 on_step(machine)
+            if check:
+                taken = machine.snapshot.history is not before.history
+                feed.check_pass(entry, last, before, taken=taken)
         logged = (entry.phase, entry.decision)
         if check and actual != logged:
             other = _other_machine(spec, record)
@@ -177,6 +206,8 @@ def rebuild(
                 actual=" -> ".join(actual) + (f" ({other})" if other else ""),
                 entry=feed.position(entry),
             )
+        if check:
+            feed.check_ends(index + 1, machine)
     if check:
         feed.finish()
     return machine
@@ -295,6 +326,13 @@ class _Feed:
         self.replies = 0  # model replies fed so far
         self._contexts = record.contexts()
         self.context: tuple[str, ...] = ()  # the ids the last turn's model saw
+        self.ends: dict[int, list[RunEnded]] = {}
+        self.summaries: list[SummaryRecorded] = []  # in the order written
+        if check:
+            self.ends, self.summaries = _ends(session, record.run_id)
+        self.summarized = 0  # summary records matched so far
+        self.passes = record.compactions if check else ()
+        self.passed = 0  # compaction passes fed so far
 
     def position(self, entry: Entry) -> int | None:
         """Where `entry` is in the session's log (looked up only on a failure)."""
@@ -348,6 +386,12 @@ class _Feed:
                 f"turn {turn.turn}'s reply is message {turn.output!r}",
                 f"the event carries message {reply.id!r}",
             )
+        if event.usage != turn.usage:
+            raise self.inconsistent(
+                entry,
+                f"turn {turn.turn}'s usage is {turn.usage!r}",
+                f"the reply reported {event.usage!r}",
+            )
         if reply.role is not Role.ASSISTANT:
             raise self.inconsistent(
                 entry,
@@ -386,8 +430,146 @@ class _Feed:
                 f"the brain's request has {made} there",
             )
 
+    def check_pass(
+        self,
+        entry: EventRecorded,
+        last: Decision,
+        before: Snapshot,
+        *,
+        taken: bool | None,
+    ) -> None:
+        """Check the record of the compaction pass whose event `entry` is.
+
+        The record is what the pass's decision and event make of it: what
+        it covered and what replaced it, its tokens, its turn and verdict.
+        """
+        event = entry.event
+        if not isinstance(last, Compact) or not isinstance(event, PASS_EVENT_TYPES):
+            return
+        pass_event: PassEvent = event
+        run_id = self.record.run_id
+        if self.passed >= len(self.passes):
+            raise self.inconsistent(
+                entry,
+                "each compaction pass has its compaction record",
+                "no compaction record names this pass",
+            )
+        logged = self.passes[self.passed]
+        self.passed += 1
+        made = compaction_record(
+            run_id,
+            f"{run_id}:{entry.index}",
+            last,
+            pass_event,
+            before,
+            taken=taken,
+            strategy=logged.strategy,
+        )
+        differs = [
+            field.name
+            for field in attrs.fields(CompactionRecord)
+            if getattr(made, field.name) != getattr(logged, field.name)
+        ]
+        if differs:
+            name = differs[0]
+            raise LogInconsistent(
+                run_id=run_id,
+                index=entry.index,
+                event=trigger_of(event),
+                expected=f"the pass's {name} is {_said(getattr(made, name))}",
+                actual=f"its compaction record has {_said(getattr(logged, name))}",
+                entry=self.position(logged),
+            )
+        if taken and isinstance(pass_event, CompactionResult):
+            kept = Joined(before.history, before.pending)
+            self._check_summaries(entry, summaries(run_id, pass_event.messages, kept))
+
+    def _check_summaries(
+        self, entry: EventRecorded, brought: list[SummaryRecorded]
+    ) -> None:
+        """Check the summary records of the pass `entry` committed."""
+        for made in brought:
+            if self.summarized >= len(self.summaries):
+                raise self.inconsistent(
+                    entry,
+                    f"the pass brought in the summary {made.message_id!r}",
+                    "no summary record names it",
+                )
+            logged = self.summaries[self.summarized]
+            self.summarized += 1
+            if logged != made:
+                raise LogInconsistent(
+                    run_id=self.record.run_id,
+                    index=entry.index,
+                    event=trigger_of(entry.event),
+                    expected=f"the pass brought in the summary {made.message_id!r}"
+                    f" ({made.content[:40]!r}...)",
+                    actual=f"its summary record says {logged.message_id!r}"
+                    f" ({logged.content[:40]!r}...)",
+                    entry=self.position(logged),
+                )
+
+    def _usage_problem(self, end: RunEnded) -> str | None:
+        """What `end` says of the usage its turns and passes did not report."""
+        if end.outcome == "interrupted" or isinstance(end.error, RunCrashed):
+            return None  # maybe a reply its log could not take
+        turns = self.turns[: self.replies]
+        used = sum((t.usage for t in turns if t.usage), Usage())
+        if end.usage != used:
+            return f"its end says it used {end.usage!r}, its turns {used!r}"
+        passes = self.passes[: self.passed]
+        spent = sum((p.usage for p in passes if p.usage), Usage())
+        if end.compaction_usage != spent:
+            return (
+                f"its end says its passes used {end.compaction_usage!r}, "
+                f"their records {spent!r}"
+            )
+        return None
+
+    def check_ends(self, fed: int, machine: TurnMachine) -> None:
+        """Check each end of the run logged after its first `fed` events.
+
+        An end (or pause) says where the brain stopped: its phase and model
+        calls as the brain has them, and an outcome its last decision
+        allows (done: the final answer it gave; paused: the pause it made).
+        """
+        for end in self.ends.get(fed, ()):
+            said = _end_problem(end, machine) or self._usage_problem(end)
+            if said is None:
+                continue
+            events = self.session.run_entries(self.record.run_id)
+            after = f"{machine.snapshot.turns} model call(s)"
+            deciding = decision_key(machine.decision)
+            raise LogInconsistent(
+                run_id=self.record.run_id,
+                index=fed,
+                event=trigger_of(events[fed].event) if fed < len(events) else "end",
+                expected=f"the run stopped in phase {machine.phase!r} after "
+                f"{after}, deciding {deciding}",
+                actual=said,
+                entry=self.position(end),
+            )
+
     def finish(self) -> None:
-        """Every turn record was matched by its reply."""
+        """Every turn, pass and summary record was matched by its event."""
+        events = self.session.run_entries(self.record.run_id)
+        left: list[tuple[Entry, str]] = [
+            (s, f"the summary {s.message_id!r} was brought in by a pass")
+            for s in self.summaries[self.summarized :]
+        ] + [
+            (p, f"the compaction pass {p.key!r} has its event")
+            for p in self.passes[self.passed :]
+        ]
+        if left:
+            logged, expected = left[0]
+            raise LogInconsistent(
+                run_id=self.record.run_id,
+                index=len(events),
+                event="end of the run's events",
+                expected=expected,
+                actual="no event of the run is that pass",
+                entry=self.position(logged),
+            )
         if self.replies < len(self.turns):
             turn = self.turns[self.replies]
             events = self.session.run_entries(self.record.run_id)
@@ -399,6 +581,83 @@ class _Feed:
                 actual="no event carries that reply",
                 entry=self.position(turn),
             )
+
+
+def _said(value: object) -> str:
+    """`value` as a record's field says it, shortened for an error."""
+    if isinstance(value, tuple) and len(value) > 4:
+        return f"{len(value)} ids ({', '.join(map(repr, value[:2]))}, ...)"
+    if isinstance(value, tuple):
+        return f"{len(value)} id(s) {list(value)!r}"
+    text = getattr(value, "value", value)
+    return repr(text)
+
+
+def _ends(
+    session: Session, run_id: str
+) -> tuple[dict[int, list[RunEnded]], list[SummaryRecorded]]:
+    """The ends (and pauses) of run `run_id`, and its summary records.
+
+    The ends by how many of the run's events precede each.
+    """
+    ends: dict[int, list[RunEnded]] = {}
+    said: list[SummaryRecorded] = []
+    fed = 0
+    for entry in session.entries:
+        if entry.run_id != run_id:
+            continue
+        if isinstance(entry, EventRecorded):
+            fed += 1
+        elif isinstance(entry, RunEnded):
+            ends.setdefault(fed, []).append(entry)
+        elif isinstance(entry, SummaryRecorded):
+            said.append(entry)
+    return ends, said
+
+
+_INTERRUPTIONS: Final = (Cancelled, SubagentWaiting, ContinuedAsNew, StoreUnusable)
+"""What an interrupted run's end says stopped it."""
+
+
+def _end_problem(end: RunEnded, machine: TurnMachine) -> str | None:
+    """What `end` says that the brain, where it stopped, did not do (None: nothing)."""
+    said = f"its end says it ended {end.outcome}"
+    decision = machine.decision
+    if end.outcome == "interrupted":
+        # Stopped from outside, wherever the brain was: an interruption says
+        # what stopped it (never the brain's own end), and goes on from the
+        # log, not from the phase its end names.
+        if isinstance(end.error, _INTERRUPTIONS):
+            return None
+        return f"{said} ({end.error or 'no error'})"
+    if not isinstance(decision, Finish | Fail | Pause):
+        # Stopped from outside while the brain was mid-run (interrupted, a
+        # crash, a store that stopped answering): wherever the brain was,
+        # maybe past events its log could not take; never done or paused.
+        return said if end.outcome in ("done", "paused") else None
+    if isinstance(end.error, RunCrashed):
+        return None  # stopped from outside before its end was written
+    if end.phase != machine.phase:
+        return f"{said} in phase {end.phase!r}"
+    if end.turns != machine.snapshot.turns:
+        return f"{said} after {end.turns} model call(s)"
+    if isinstance(decision, Finish):
+        if end.outcome != "done":
+            return said
+        if end.text != decision.text:
+            return f"{said} with the answer {end.text!r}"
+        return None
+    if isinstance(decision, Pause):
+        if end.outcome != "paused":
+            return said
+        if end.waiting != decision:
+            return f"{said} waiting for {end.waiting!r}"
+        return None
+    if end.outcome not in ("failed", "cancelled"):
+        return said
+    if type(end.error) is not type(decision.error):
+        return f"{said} on {end.error or 'no error'}, not {decision.error}"
+    return None
 
 
 def stored_machine(session: Session, record: RunRecord) -> MachineSpec:

@@ -149,9 +149,14 @@ def column_value(text: str) -> str:
     return text
 
 
+def _digest(text: str) -> str:
+    """Return the key a message's stored JSON `text` is kept under."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def _reference(value: dict[str, Any], out: dict[str, str]) -> dict[str, str]:
     text = _dumps(value)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    digest = _digest(text)
     out[digest] = text
     return {MESSAGE_REF: digest}
 
@@ -203,8 +208,15 @@ def encode(entry: Entry) -> Row:
     )
 
 
-def _filled(value: dict[str, Any], messages: Mapping[str, Any]) -> Any:
-    """Return the message a reference `value` names, or `value` if it is none."""
+def _filled(
+    value: dict[str, Any], messages: Mapping[str, Any], checked: set[str]
+) -> Any:
+    """Return the message a reference `value` names, or `value` if it is none.
+
+    A message's text is checked against the digest it is kept under (once
+    per digest in `checked`): text that no longer has its digest was
+    changed after it was written, and is refused rather than read.
+    """
     if len(value) != 1 or MESSAGE_REF not in value:
         return value
     digest = value[MESSAGE_REF]
@@ -215,18 +227,27 @@ def _filled(value: dict[str, Any], messages: Mapping[str, Any]) -> Any:
             "Entry", MESSAGE_REF, f"message {digest!r} is missing"
         ) from None
     if isinstance(found, str):
+        if digest not in checked:
+            if _digest(found) != digest:
+                raise CorruptRecord(
+                    "Entry",
+                    MESSAGE_REF,
+                    f"message {digest!r} does not hold the content it was "
+                    f"stored with (its content's digest is {_digest(found)!r})",
+                )
+            checked.add(digest)
         return _loads(found, f"{MESSAGE_REF}[{digest!r}]")
     return found
 
 
-def _fill(value: Any, messages: Mapping[str, Any]) -> Any:
+def _fill(value: Any, messages: Mapping[str, Any], checked: set[str]) -> Any:
     """Return the parsed body `value` with its references filled (`_filled`)."""
     if isinstance(value, dict):
         if value.keys() == {MESSAGE_REF}:
-            return _filled(value, messages)
-        return {k: _fill(v, messages) for k, v in value.items()}
+            return _filled(value, messages, checked)
+        return {k: _fill(v, messages, checked) for k, v in value.items()}
     if isinstance(value, list):
-        return [_fill(v, messages) for v in value]
+        return [_fill(v, messages, checked) for v in value]
     return value
 
 
@@ -328,7 +349,7 @@ def decode(body: str | Mapping[str, Any], messages: Mapping[str, Any]) -> Entry:
     """
     if isinstance(body, str):
         return _open(_parse(_parser(messages), body))
-    return _open(_fill(body, messages))
+    return _open(_fill(body, messages, set()))
 
 
 def _open(filled: Any) -> Entry:
@@ -344,7 +365,8 @@ def _parser(messages: Mapping[str, Any]) -> json.JSONDecoder:
     Its object hook is called for each JSON object the parser builds, so a
     body is read in one pass (no second walk over it to fill references).
     """
-    return json.JSONDecoder(object_hook=lambda value: _filled(value, messages))
+    checked: set[str] = set()  # the digests whose text was checked
+    return json.JSONDecoder(object_hook=lambda value: _filled(value, messages, checked))
 
 
 def _parse(parser: json.JSONDecoder, body: str) -> Any:
