@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 from turnfsm.core import ModelFailed
-from turnfsm.driver import Driver
+from turnfsm.driver import Driver, replay
 from turnfsm.errors import ProviderError
 from turnfsm.messages import Message, ToolCallPart
 from turnfsm.persistence import Session
@@ -162,3 +162,4 @@ async def test_what_an_unusable_reply_cost_counts_in_the_run() -> None:
     (failed,) = [e for e in run.events if isinstance(e, ModelFailed)]
     assert failed.usage == spent  # kept in the log
     assert (await Session.load(session.store, session.id)).runs[0].usage == spent
+    assert replay(None, session, run.run_id).ok  # its end's usage is its calls'

@@ -24,6 +24,7 @@ from turnfsm.core import (
     Fail,
     Finish,
     MachineSpec,
+    ModelFailed,
     ModelReplied,
     OutputRejected,
     PassEvent,
@@ -333,6 +334,7 @@ class _Feed:
         self.summarized = 0  # summary records matched so far
         self.passes = record.compactions if check else ()
         self.passed = 0  # compaction passes fed so far
+        self.unusable = Usage()  # what replies that failed the run cost so far
 
     def position(self, entry: Entry) -> int | None:
         """Where `entry` is in the session's log (looked up only on a failure)."""
@@ -368,6 +370,8 @@ class _Feed:
                 "missing, repeated or out of order)",
             )
         event = entry.event
+        if isinstance(event, ModelFailed) and event.usage is not None:
+            self.unusable = self.unusable + event.usage  # a reply that came
         if not isinstance(event, _REPLIES):
             return
         reply = event.message
@@ -514,7 +518,7 @@ class _Feed:
         if end.outcome == "interrupted" or isinstance(end.error, RunCrashed):
             return None  # maybe a reply its log could not take
         turns = self.turns[: self.replies]
-        used = sum((t.usage for t in turns if t.usage), Usage())
+        used = sum((t.usage for t in turns if t.usage), self.unusable)
         if end.usage != used:
             return f"its end says it used {end.usage!r}, its turns {used!r}"
         passes = self.passes[: self.passed]
