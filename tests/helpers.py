@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
+
 from turnfsm.context import CompactionContext
 from turnfsm.core import (
     Budget,
@@ -28,6 +30,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.messages import JSONValue, Message, ToolCallPart
+from turnfsm.persistence import Entry, SessionInfo, SessionStore
 from turnfsm.providers import ModelRequest
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -242,3 +245,34 @@ def http_server(handler: type[_Handler]) -> Iterator[tuple[str, type[_Handler]]]
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+class ProtocolStore:
+    """`inner` seen through the `SessionStore` protocol alone, counting its loads.
+
+    No `list_delegated`, no leases; with `times` False, no session's
+    `updated_at` either: a store of one's own that says only what the
+    protocol asks.
+    """
+
+    def __init__(self, inner: SessionStore, *, times: bool = True) -> None:
+        self.inner = inner
+        self.times = times
+        self.loaded: list[str] = []
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        return await self.inner.append(
+            session_id, entries, expected_version=expected_version
+        )
+
+    async def load(self, session_id: str) -> tuple[Entry, ...]:
+        self.loaded.append(session_id)
+        return await self.inner.load(session_id)
+
+    async def list_sessions(self) -> tuple[SessionInfo, ...]:
+        listed = await self.inner.list_sessions()
+        if self.times:
+            return listed
+        return tuple(attrs.evolve(info, updated_at=None) for info in listed)

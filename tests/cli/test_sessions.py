@@ -6,13 +6,12 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
-import attrs
 import pytest
 
+from tests.helpers import ProtocolStore
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.cli._sessions import _list
@@ -27,7 +26,6 @@ from turnfsm.persistence import (
     MemoryStore,
     RunEnded,
     Session,
-    SessionInfo,
     SQLiteStore,
     TurnRecord,
 )
@@ -800,32 +798,6 @@ def test_show_names_the_workflow_holding_a_paused_durable_run(
     assert "answer it: turnfsm approve" not in out
 
 
-class _Counted:
-    """A store that counts its loads; `times` False: it says no session's time."""
-
-    def __init__(self, inner: SQLiteStore, *, times: bool) -> None:
-        self.inner = inner
-        self.times = times
-        self.loads = 0
-
-    async def append(
-        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
-    ) -> int:
-        return await self.inner.append(
-            session_id, entries, expected_version=expected_version
-        )
-
-    async def load(self, session_id: str) -> tuple[Entry, ...]:
-        self.loads += 1
-        return await self.inner.load(session_id)
-
-    async def list_sessions(self) -> tuple[SessionInfo, ...]:
-        listed = await self.inner.list_sessions()
-        if self.times:
-            return listed
-        return tuple(attrs.evolve(info, updated_at=None) for info in listed)
-
-
 @pytest.mark.parametrize("times", [True, False], ids=["store says", "store silent"])
 def test_sessions_list_lists_the_newest_and_says_how_many_it_left_out(
     tmp_path: Path, times: bool
@@ -836,11 +808,11 @@ def test_sessions_list_lists_the_newest_and_says_how_many_it_left_out(
 
     async def listing(limit: int | None) -> tuple[list[str], str, int]:
         async with SQLiteStore(db) as inner:
-            store = _Counted(inner, times=times)
+            store = ProtocolStore(inner, times=times)
             out = io.StringIO()
             assert await _list(store, out, limit) == 0  # type: ignore[arg-type]
         lines = out.getvalue().splitlines()
-        return [line.split()[0] for line in lines[1:-1]], lines[-1], store.loads
+        return [line.split()[0] for line in lines[1:-1]], lines[-1], len(store.loaded)
 
     async def write() -> list[str]:
         made = []
@@ -855,12 +827,12 @@ def test_sessions_list_lists_the_newest_and_says_how_many_it_left_out(
     newest, said, loads = anyio.run(listing, 2)
     assert newest == made[:-3:-1]
     assert said == (
-        "2 of 5 session(s) in _Counted, newest first (--limit all lists every one)"
+        "2 of 5 session(s) in ProtocolStore, newest first (--limit all lists every one)"
     )
     assert loads == (2 if times else 5)  # only the newest read, when the store says
     every, said, _ = anyio.run(listing, None)
     assert every == made[::-1]
-    assert said == "5 session(s) in _Counted, newest first"
+    assert said == "5 session(s) in ProtocolStore, newest first"
 
 
 def test_sessions_list_refuses_a_limit_that_is_no_count(capsys: Capture) -> None:

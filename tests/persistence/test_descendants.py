@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import pytest
 
 from tests.delegation import ALONE, LEAD, delegating_store
+from tests.helpers import ProtocolStore
 from turnfsm.errors import ConfigError
 from turnfsm.persistence import (
-    Entry,
     LinkingStore,
     MemoryStore,
-    SessionInfo,
     SessionStore,
     SQLiteStore,
     child_sessions,
@@ -23,26 +21,10 @@ from turnfsm.persistence import (
 )
 
 
-class Plain:
-    """A store of the protocol alone (no `list_delegated`), counting its loads."""
+class Plain(ProtocolStore):
+    """A shipped store seen through the protocol alone (it lists no sub-agents)."""
 
-    def __init__(self, inner: SQLiteStore) -> None:
-        self.inner = inner
-        self.loaded: list[str] = []
-
-    async def append(
-        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
-    ) -> int:
-        return await self.inner.append(
-            session_id, entries, expected_version=expected_version
-        )
-
-    async def load(self, session_id: str) -> tuple[Entry, ...]:
-        self.loaded.append(session_id)
-        return await self.inner.load(session_id)
-
-    async def list_sessions(self) -> tuple[SessionInfo, ...]:
-        return await self.inner.list_sessions()
+    inner: SQLiteStore
 
 
 class Linking(Plain):
