@@ -97,6 +97,7 @@ def run_worker_command(
         print(f"turnfsm worker: {explain(exc)}", file=sys.stderr)
         return 2
     names = ", ".join(a.driver.name for a in agents)
+    lost: list[str] = []  # why the worker lost the server, if it did
 
     async def serve() -> None:
         # A store that cannot be used is said now, not at each run's first
@@ -117,7 +118,13 @@ def run_worker_command(
             group.start_soon(_shut_down_on_signal, worker)
             # Returns once the worker has shut down: the SDK's threads are
             # stopped before the interpreter exits.
-            await worker.run()
+            try:
+                await worker.run()
+            except RuntimeError as exc:
+                # The SDK's word for a server it lost (gone between the
+                # address check and the worker's own, or a poll it gave
+                # up on): one line, not a traceback.
+                lost.append(_why(exc))
             group.cancel_scope.cancel()
 
     try:
@@ -127,6 +134,14 @@ def run_worker_command(
         return 2
     except KeyboardInterrupt:
         pass  # a Ctrl-C before the worker was serving
+    if lost:
+        print(
+            f"turnfsm worker: lost the Temporal server at {address} ({lost[0]}); "
+            "start it again, then the worker (its runs are kept by the server "
+            "and go on then)",
+            file=sys.stderr,
+        )
+        return 1
     print("turnfsm worker: stopped", file=stream)
     return 0
 
