@@ -29,6 +29,7 @@ __all__ = [
     "SubagentTooDeep",
     "SubagentTooMany",
     "SubagentWaiting",
+    "TemporalUnreachable",
 ]
 
 
@@ -563,4 +564,26 @@ class SubagentTooMany(TurnFSMError):
             f"{self.tool!r}, its max_children: do the rest without delegating, "
             "or in fewer, larger tasks; or raise max_children where it is set "
             "(the tool or the machine file)"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class TemporalUnreachable(TurnFSMError):
+    """Raised when the Temporal server of a durable run did not answer.
+
+    The server is down, restarting or out of reach: `address` names it and
+    `reason` says what the connection met. The run is kept by the server
+    (with a state that persists) and goes on when it is back; call again then.
+    """
+
+    address: str
+    session_id: str
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"no answer from the Temporal server at {self.address} ({self.reason}); "
+            f"the durable run of session {self.session_id!r} is kept by the "
+            "server and goes on when it is back: call again then"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -45,6 +46,7 @@ from turnfsm.errors import (
     RunCrashed,
     SessionBusy,
     SessionNotFound,
+    TemporalUnreachable,
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import new_id
@@ -132,7 +134,9 @@ class DurableRun:
     Each method raises `SessionNotFound` when Temporal knows no durable run
     of the session. Answering, steering and asking the status need a worker
     serving the run's queue, and wait for one: bound the wait with
-    `anyio.fail_after`, whose `TimeoutError` comes through as usual.
+    `anyio.fail_after`, whose `TimeoutError` comes through as usual. Each
+    raises `TemporalUnreachable` when the Temporal server does not answer
+    (down, restarting): the run is kept there; call again when it is back.
     """
 
     __slots__ = ("_agent", "_client", "_handle", "session_id")
@@ -208,6 +212,8 @@ class DurableRun:
             raise failure_error(cause) from exc
         except RPCError as exc:
             raise await self._refusal(exc, "result", None) from exc
+        except RuntimeError as exc:
+            raise self._lost(exc) from exc
         result: RunResult[Any] = serde.from_json(RunResult, data)
         return attrs.evolve(result, output=self._output(result))
 
@@ -246,6 +252,8 @@ class DurableRun:
                 answer = await self._handle.query("status")
         except RPCError as exc:
             raise await self._refusal(exc, "status", None) from exc
+        except RuntimeError as exc:
+            raise self._lost(exc) from exc
         status: RunStatus = serde.from_json(RunStatus, answer)
         if ended is not None and status.outcome in ("running", "paused"):
             # Its history ends mid-run (terminated from outside) or before
@@ -310,6 +318,8 @@ class DurableRun:
             await self._handle.signal("cancel", reason)
         except RPCError as exc:
             raise await self._refusal(exc, "cancel", reason) from exc
+        except RuntimeError as exc:
+            raise self._lost(exc) from exc
 
     async def _update(self, name: str, *args: Any) -> None:
         value = _clipped(args[0] if args else None)
@@ -327,6 +337,8 @@ class DurableRun:
             raise
         except RPCError as exc:
             raise await self._refusal(exc, name, value) from exc
+        except RuntimeError as exc:
+            raise self._lost(exc) from exc
 
     async def _check_size(self, name: str, shown: object, args: object) -> None:
         """Refuse `args` past the server's limit for one payload, before sending.
@@ -335,22 +347,44 @@ class DurableRun:
         workflow task that takes it, again and again.
         """
         # None: the server did not say, and the workflow's own check stands.
-        limit = await server_payload_limit(self._client)
+        try:
+            limit = await server_payload_limit(self._client)
+        except RuntimeError as exc:
+            raise self._lost(exc) from exc
         if limit is not None:
             size = payload_size(args)
             if size > limit:
                 raise _past_server(name, shown, size, limit)
+
+    def _lost(self, exc: RuntimeError | RPCError) -> Exception:
+        """`TemporalUnreachable` for a server that did not answer, else `exc`.
+
+        The SDK says so with an `RPCError` (unavailable) from a client that
+        was connected, or a `RuntimeError` from one connecting lazily.
+        """
+        text = exc.message if isinstance(exc, RPCError) else str(exc)
+        if isinstance(exc, RuntimeError) and "client connect" not in text:
+            return exc
+        reasons = re.findall(r'(?:message|error): "([^"]+)"', text)
+        return TemporalUnreachable(
+            address=self._client.service_client.config.target_host,
+            session_id=self.session_id,
+            reason=reasons[-1] if reasons else text,
+        )
 
     async def _refusal(self, exc: RPCError, name: str, value: object) -> Exception:
         """What `exc`, raised by Temporal for `name`, means to the caller.
 
         A caller's own deadline (`anyio.fail_after`) cancels the call, and
         Temporal answers with an `RPCError`: the cancellation goes on as
-        itself. A workflow Temporal does not know is `SessionNotFound`; one
-        that has ended refuses what would steer it (`ConfigError`).
+        itself. A server that does not answer is `TemporalUnreachable`; a
+        workflow Temporal does not know is `SessionNotFound`; one that has
+        ended refuses what would steer it (`ConfigError`).
         Anything else is Temporal's error as it came.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
+        if exc.status == RPCStatusCode.UNAVAILABLE:
+            return self._lost(exc)
         steers = name not in ("result", "status")
         if steers and "size exceeds limit" in exc.message:
             # The server's own refusal of a payload past its limit.
