@@ -1005,3 +1005,15 @@ async def test_a_lost_temporal_server_is_named_by_each_call() -> None:
         assert "the durable run of session 'ses_lost' is kept by the server" in str(
             lost.value
         )
+
+
+async def test_starting_on_a_lost_temporal_server_is_named() -> None:
+    client = await Client.connect("127.0.0.1:9", lazy=True)
+    agent = Agent(model=ScriptedModel.of("x"), name="lost")
+    with anyio.fail_after(30), pytest.raises(TemporalUnreachable) as lost:
+        await start_durable(agent, "hi", client=client, task_queue="q")
+    assert lost.value.address == "127.0.0.1:9"
+    assert lost.value.session_id == agent.session.id
+    assert "may or may not have started: when the server is back, ask" in str(
+        lost.value
+    )

@@ -573,17 +573,27 @@ class TemporalUnreachable(TurnFSMError):
     """Raised when the Temporal server of a durable run did not answer.
 
     The server is down, restarting or out of reach: `address` names it and
-    `reason` says what the connection met. The run is kept by the server
-    (with a state that persists) and goes on when it is back; call again then.
+    `reason` says what the connection met. A started run is kept by the
+    server (with a state that persists) and goes on when it is back; call
+    again then. `starting` is True when the run was being started: the
+    start may or may not have reached the server.
     """
 
     address: str
     session_id: str
     reason: str
+    starting: bool = False
 
     def __str__(self) -> str:
+        lost = f"no answer from the Temporal server at {self.address} ({self.reason})"
+        if self.starting:
+            return (
+                f"{lost}; the durable run of session {self.session_id!r} may or "
+                "may not have started: when the server is back, ask "
+                f"DurableRun(client, {self.session_id!r}).status() before "
+                "starting it again"
+            )
         return (
-            f"no answer from the Temporal server at {self.address} ({self.reason}); "
-            f"the durable run of session {self.session_id!r} is kept by the "
-            "server and goes on when it is back: call again then"
+            f"{lost}; the durable run of session {self.session_id!r} is kept by "
+            "the server and goes on when it is back: call again then"
         )

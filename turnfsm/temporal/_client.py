@@ -213,7 +213,8 @@ class DurableRun:
         except RPCError as exc:
             raise await self._refusal(exc, "result", None) from exc
         except RuntimeError as exc:
-            raise self._lost(exc) from exc
+            self._raise_if_lost(exc)
+            raise
         result: RunResult[Any] = serde.from_json(RunResult, data)
         return attrs.evolve(result, output=self._output(result))
 
@@ -253,7 +254,8 @@ class DurableRun:
         except RPCError as exc:
             raise await self._refusal(exc, "status", None) from exc
         except RuntimeError as exc:
-            raise self._lost(exc) from exc
+            self._raise_if_lost(exc)
+            raise
         status: RunStatus = serde.from_json(RunStatus, answer)
         if ended is not None and status.outcome in ("running", "paused"):
             # Its history ends mid-run (terminated from outside) or before
@@ -319,7 +321,8 @@ class DurableRun:
         except RPCError as exc:
             raise await self._refusal(exc, "cancel", reason) from exc
         except RuntimeError as exc:
-            raise self._lost(exc) from exc
+            self._raise_if_lost(exc)
+            raise
 
     async def _update(self, name: str, *args: Any) -> None:
         value = _clipped(args[0] if args else None)
@@ -338,7 +341,8 @@ class DurableRun:
         except RPCError as exc:
             raise await self._refusal(exc, name, value) from exc
         except RuntimeError as exc:
-            raise self._lost(exc) from exc
+            self._raise_if_lost(exc)
+            raise
 
     async def _check_size(self, name: str, shown: object, args: object) -> None:
         """Refuse `args` past the server's limit for one payload, before sending.
@@ -350,27 +354,18 @@ class DurableRun:
         try:
             limit = await server_payload_limit(self._client)
         except RuntimeError as exc:
-            raise self._lost(exc) from exc
+            self._raise_if_lost(exc)
+            raise
         if limit is not None:
             size = payload_size(args)
             if size > limit:
                 raise _past_server(name, shown, size, limit)
 
-    def _lost(self, exc: RuntimeError | RPCError) -> Exception:
-        """`TemporalUnreachable` for a server that did not answer, else `exc`.
-
-        The SDK says so with an `RPCError` (unavailable) from a client that
-        was connected, or a `RuntimeError` from one connecting lazily.
-        """
-        text = exc.message if isinstance(exc, RPCError) else str(exc)
-        if isinstance(exc, RuntimeError) and "client connect" not in text:
-            return exc
-        reasons = re.findall(r'(?:message|error): "([^"]+)"', text)
-        return TemporalUnreachable(
-            address=self._client.service_client.config.target_host,
-            session_id=self.session_id,
-            reason=reasons[-1] if reasons else text,
-        )
+    def _raise_if_lost(self, exc: RuntimeError) -> None:
+        """Raise `TemporalUnreachable` if `exc` says the server did not answer."""
+        lost = _unreachable(self._client, self.session_id, exc)
+        if lost is not None:
+            raise lost from exc
 
     async def _refusal(self, exc: RPCError, name: str, value: object) -> Exception:
         """What `exc`, raised by Temporal for `name`, means to the caller.
@@ -383,8 +378,9 @@ class DurableRun:
         Anything else is Temporal's error as it came.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
-        if exc.status == RPCStatusCode.UNAVAILABLE:
-            return self._lost(exc)
+        lost = _unreachable(self._client, self.session_id, exc)
+        if lost is not None:
+            return lost
         steers = name not in ("result", "status")
         if steers and "size exceeds limit" in exc.message:
             # The server's own refusal of a payload past its limit.
@@ -407,6 +403,32 @@ class DurableRun:
         if not steers:
             return exc
         return ConfigError(name, value, "a run still going (it has ended)")
+
+
+def _unreachable(
+    client: Client,
+    session_id: str,
+    exc: RuntimeError | RPCError,
+    *,
+    starting: bool = False,
+) -> TemporalUnreachable | None:
+    """`TemporalUnreachable` for a server that did not answer, else None.
+
+    The SDK says so with an `RPCError` (unavailable) from a client that
+    was connected, or a `RuntimeError` from one connecting lazily.
+    """
+    text = exc.message if isinstance(exc, RPCError) else str(exc)
+    if isinstance(exc, RuntimeError) and "client connect" not in text:
+        return None
+    if isinstance(exc, RPCError) and exc.status != RPCStatusCode.UNAVAILABLE:
+        return None
+    reasons = re.findall(r'(?:message|error): "([^"]+)"', text)
+    return TemporalUnreachable(
+        address=client.service_client.config.target_host,
+        session_id=session_id,
+        reason=reasons[-1] if reasons else text,
+        starting=starting,
+    )
 
 
 _ENDED: Final = {
@@ -445,7 +467,12 @@ async def start_durable(
     session = check_id("session_id", session_id or agent.session.id)
     given = options is not None and options.payload_limit != _DEFAULT_LIMIT
     options = options or DurableOptions()
-    server = await server_payload_limit(client)  # None: the start says what is wrong
+    try:
+        server = await server_payload_limit(client)  # None: the start says
+    except RuntimeError as exc:
+        if (lost := _unreachable(client, session, exc, starting=True)) is not None:
+            raise lost from exc
+        raise
     if server is not None and options.payload_limit > server and not given:
         # The default, past a server that takes less: the server's.
         options = attrs.evolve(options, payload_limit=server)
@@ -477,6 +504,10 @@ async def start_durable(
             static_summary=f"{agent.driver.name}: run {spec.run_id}",
             task_timeout=timedelta(seconds=spec.options.task_timeout),
         )
+    except (RPCError, RuntimeError) as exc:
+        if (lost := _unreachable(client, session, exc, starting=True)) is not None:
+            raise lost from exc
+        raise
     except WorkflowAlreadyStartedError:
         # The session's open durable run: named, to be reached through it.
         raise SessionBusy(
