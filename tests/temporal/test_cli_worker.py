@@ -14,7 +14,7 @@ import pytest
 
 from turnfsm import Agent
 from turnfsm.cli._agents import load_agents
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, TemporalUnreachable
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel
 
@@ -255,6 +255,20 @@ def test_demo_durable_says_the_server_was_lost_in_one_line(
 ) -> None:
     service = pytest.importorskip("temporalio.service")
     lost = service.RPCError("tcp connect error", service.RPCStatusCode.UNAVAILABLE, b"")
+    assert _demo_whose_wait_raises(monkeypatch, lost) == 1
+    assert capsys.readouterr().err == (
+        "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "
+        "error); the run of session ses_1 is kept by the server and goes on when "
+        "it is back (turnfsm sessions show it in the worker's store)\n"
+    )
+
+
+def test_demo_durable_says_a_server_down_mid_wait_was_lost_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lost = TemporalUnreachable(
+        address="127.0.0.1:7233", session_id="ses_1", reason="tcp connect error"
+    )
     assert _demo_whose_wait_raises(monkeypatch, lost) == 1
     assert capsys.readouterr().err == (
         "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "
