@@ -240,7 +240,9 @@ class SessionBusy(TurnFSMError):
                     f"session {self.session_id!r}{run} is held by its durable run, "
                     f"Temporal workflow {workflow!r}{_since(self.since)}; answer, "
                     "steer or cancel it there (DurableRun), or take it over with "
-                    "force=True only if that workflow was terminated"
+                    "force=True only once that workflow has ended without ending "
+                    "the run (terminated, or failed: its DurableRun.result() "
+                    "raises)"
                 )
             if self.alive:
                 # Live is all the store knows: a process that ended with its
