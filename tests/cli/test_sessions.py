@@ -794,7 +794,9 @@ def test_show_names_the_workflow_holding_a_paused_durable_run(
     assert main(["sessions", "show", sid, "--store", str(db)]) == 0
     out = capsys.readouterr().out
     assert f"is held by its durable run, Temporal workflow 'turnfsm-{sid}'" in out
-    assert f"turnfsm resume|abandon {sid} --force only if" in out
+    assert (
+        f"turnfsm resume|abandon {sid} --force only once that workflow has ended" in out
+    )
     assert "answer it: turnfsm approve" not in out
 
 

@@ -288,8 +288,9 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
             SessionBusy("s1", owner="temporal:turnfsm-s1", alive=True, since=0.0),
             "session 's1' is held by its durable run, Temporal workflow "
             "'turnfsm-s1' since 1970-01-01 00:00:00 UTC; answer, steer or cancel it "
-            "there (DurableRun), or take it over with force=True only if that "
-            "workflow was terminated",
+            "there (DurableRun), or take it over with force=True only once that "
+            "workflow has ended without ending the run (terminated, or failed: "
+            "its DurableRun.result() raises)",
         ),
         (
             SessionBusy("s1", "run_1", owner="host:42", alive=False, since=0.0),

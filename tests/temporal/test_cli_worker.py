@@ -14,7 +14,7 @@ import pytest
 
 from turnfsm import Agent
 from turnfsm.cli._agents import load_agents
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, TemporalUnreachable
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel
 
@@ -104,6 +104,50 @@ def test_a_bad_address_or_agent_is_named(tmp_path: Path) -> None:
     need = _turnfsm("worker", env=env)
     assert need.returncode == 2
     assert "--task-queue" in need.stderr
+
+
+def test_a_server_lost_before_the_worker_serves_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The server answered the address check, then went away (restarting)
+    # before the worker's own start-up check, which the SDK fails with a
+    # RuntimeError: one line naming the address, no traceback.
+    pytest.importorskip("temporalio")
+    from turnfsm.cli import _worker
+    from turnfsm.temporal import _worker as temporal_worker
+
+    class Lost:
+        async def run(self) -> None:
+            raise RuntimeError(
+                "Worker validation failed: Namespace default was not found or "
+                "otherwise could not be described: Status { code: Unavailable, "
+                'message: "tcp connect error", source: Some(tonic::transport::'
+                'Error(Transport, ConnectError(ConnectError("tcp connect error", '
+                "127.0.0.1:7233, Os { code: 111, kind: ConnectionRefused, "
+                'message: "Connection refused" })))) }'
+            )
+
+    async def checked(address: str, namespace: str) -> object:
+        return object()
+
+    monkeypatch.setattr(_worker, "_connect", checked)
+    monkeypatch.setattr(temporal_worker, "create_worker", lambda *_: Lost())
+    monkeypatch.setattr("turnfsm.temporal.create_worker", lambda *_: Lost())
+    status = _worker.run_worker_command(
+        "q",
+        address="127.0.0.1:7233",
+        namespace="default",
+        agent=f"{__name__}:make_agents",
+        store=None,
+    )
+    out, err = capsys.readouterr()
+    assert status == 1, err
+    assert err == (
+        "turnfsm worker: lost the Temporal server at 127.0.0.1:7233 (Connection "
+        "refused); start it again, then the worker (its runs are kept by the "
+        "server and go on then)\n"
+    )
+    assert "stopped" not in out
 
 
 def test_an_unknown_namespace_is_named_before_serving(
@@ -211,6 +255,20 @@ def test_demo_durable_says_the_server_was_lost_in_one_line(
 ) -> None:
     service = pytest.importorskip("temporalio.service")
     lost = service.RPCError("tcp connect error", service.RPCStatusCode.UNAVAILABLE, b"")
+    assert _demo_whose_wait_raises(monkeypatch, lost) == 1
+    assert capsys.readouterr().err == (
+        "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "
+        "error); the run of session ses_1 is kept by the server and goes on when "
+        "it is back (turnfsm sessions show it in the worker's store)\n"
+    )
+
+
+def test_demo_durable_says_a_server_down_mid_wait_was_lost_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lost = TemporalUnreachable(
+        address="127.0.0.1:7233", session_id="ses_1", reason="tcp connect error"
+    )
     assert _demo_whose_wait_raises(monkeypatch, lost) == 1
     assert capsys.readouterr().err == (
         "turnfsm demo: lost the Temporal server at 127.0.0.1:7233 (tcp connect "

@@ -44,6 +44,7 @@ from turnfsm.errors import (
     SessionBusy,
     SessionConflict,
     SessionNotFound,
+    TemporalUnreachable,
 )
 from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
@@ -991,3 +992,33 @@ async def test_a_terminated_workflows_result_says_so_and_how_to_take_it_over(
     assert paused.outcome == "paused"
     abandoned = await agent.abandon(run.session_id, paused.run_id, force=True)
     assert abandoned.outcome == "failed"
+
+
+async def test_a_lost_temporal_server_is_named_by_each_call() -> None:
+    # No server answers (down, restarting): each call raises a typed error
+    # naming the address at once, not the SDK's bare "Failed client connect".
+    client = await Client.connect("127.0.0.1:9", lazy=True)
+    run = DurableRun(client, "ses_lost")
+    calls = (run.result, run.status, run.approve, lambda: run.cancel("stop"))
+    for call in calls:
+        with anyio.fail_after(30), pytest.raises(TemporalUnreachable) as lost:
+            await call()
+        assert lost.value.address == "127.0.0.1:9"
+        assert str(lost.value).startswith(
+            "no answer from the Temporal server at 127.0.0.1:9 ("
+        ), str(lost.value)
+        assert "the durable run of session 'ses_lost' is kept by the server" in str(
+            lost.value
+        )
+
+
+async def test_starting_on_a_lost_temporal_server_is_named() -> None:
+    client = await Client.connect("127.0.0.1:9", lazy=True)
+    agent = Agent(model=ScriptedModel.of("x"), name="lost")
+    with anyio.fail_after(30), pytest.raises(TemporalUnreachable) as lost:
+        await start_durable(agent, "hi", client=client, task_queue="q")
+    assert lost.value.address == "127.0.0.1:9"
+    assert lost.value.session_id == agent.session.id
+    assert "may or may not have started: when the server is back, ask" in str(
+        lost.value
+    )

@@ -13,7 +13,12 @@ from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
 from turnfsm.cli._run import run_async
-from turnfsm.errors import ConfigError, StoreError, TurnFSMError
+from turnfsm.errors import (
+    ConfigError,
+    StoreError,
+    TemporalUnreachable,
+    TurnFSMError,
+)
 
 __all__ = ["run_durable_demo", "run_worker_command"]
 
@@ -97,6 +102,7 @@ def run_worker_command(
         print(f"turnfsm worker: {explain(exc)}", file=sys.stderr)
         return 2
     names = ", ".join(a.driver.name for a in agents)
+    lost: list[str] = []  # why the worker lost the server, if it did
 
     async def serve() -> None:
         # A store that cannot be used is said now, not at each run's first
@@ -117,7 +123,13 @@ def run_worker_command(
             group.start_soon(_shut_down_on_signal, worker)
             # Returns once the worker has shut down: the SDK's threads are
             # stopped before the interpreter exits.
-            await worker.run()
+            try:
+                await worker.run()
+            except RuntimeError as exc:
+                # The SDK's word for a server it lost (gone between the
+                # address check and the worker's own, or a poll it gave
+                # up on): one line, not a traceback.
+                lost.append(_why(exc))
             group.cancel_scope.cancel()
 
     try:
@@ -127,6 +139,14 @@ def run_worker_command(
         return 2
     except KeyboardInterrupt:
         pass  # a Ctrl-C before the worker was serving
+    if lost:
+        print(
+            f"turnfsm worker: lost the Temporal server at {address} ({lost[0]}); "
+            "start it again, then the worker (its runs are kept by the server "
+            "and go on then)",
+            file=sys.stderr,
+        )
+        return 1
     print("turnfsm worker: stopped", file=stream)
     return 0
 
@@ -217,6 +237,11 @@ def run_durable_demo(
 
     try:
         result = run_async(go)
+    except TemporalUnreachable as exc:  # the server went away mid-way
+        if exc.starting:  # its own words: the start may have reached it
+            print(f"turnfsm demo: {exc}", file=sys.stderr)
+            return 1
+        return _lost_server(address, exc.reason, started)
     except TurnFSMError as exc:
         print(f"turnfsm demo: {explain(exc)}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
@@ -230,21 +255,26 @@ def run_durable_demo(
             file=sys.stderr,
         )
         return INTERRUPTED_STATUS
-    except RPCError as exc:  # the server went away (or refused) mid-way
-        kept = (
-            f"; the run of session {started[0].session_id} is kept by the server "
-            "and goes on when it is back (turnfsm sessions show it in the worker's "
-            "store)"
-            if started
-            else "; no run was started"
-        )
-        print(
-            f"turnfsm demo: lost the Temporal server at {address} ({exc}){kept}",
-            file=sys.stderr,
-        )
-        return 1
+    except RPCError as exc:  # the server refused mid-way
+        return _lost_server(address, str(exc), started)
     if not result.ok:
         print(f"run failed: {result.error}", file=stream)
         return 1
     print(f"\nfinal answer ({result.turns} model calls): {result.text}", file=stream)
     return 0
+
+
+def _lost_server(address: str, why: str, started: list[Any]) -> int:
+    """Say that `turnfsm demo --durable` lost its server; return the exit status."""
+    kept = (
+        f"; the run of session {started[0].session_id} is kept by the server "
+        "and goes on when it is back (turnfsm sessions show it in the worker's "
+        "store)"
+        if started
+        else "; no run was started"
+    )
+    print(
+        f"turnfsm demo: lost the Temporal server at {address} ({why}){kept}",
+        file=sys.stderr,
+    )
+    return 1

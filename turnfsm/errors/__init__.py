@@ -30,6 +30,7 @@ TurnFSMError                 base class; never raised directly
 ├── SubagentWaiting          a sub-agent paused for an answer; its caller stops too
 ├── ContinuedAsNew           a durable run's history grew long; it goes on in a new one
 ├── PayloadTooLarge          a durable run's step is past Temporal's payload limit
+├── TemporalUnreachable      a durable run's Temporal server did not answer; .address
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
@@ -102,6 +103,7 @@ from turnfsm.errors._run import (
     SubagentTooDeep,
     SubagentTooMany,
     SubagentWaiting,
+    TemporalUnreachable,
 )
 
 # How a durable run's workflow names itself as a lease owner, and a busy
@@ -162,6 +164,7 @@ __all__ = [
     "SubagentTooDeep",
     "SubagentTooMany",
     "SubagentWaiting",
+    "TemporalUnreachable",
     "ToolError",
     "TurnFSMError",
     "WindowTooLarge",

@@ -29,6 +29,7 @@ __all__ = [
     "SubagentTooDeep",
     "SubagentTooMany",
     "SubagentWaiting",
+    "TemporalUnreachable",
 ]
 
 
@@ -239,7 +240,9 @@ class SessionBusy(TurnFSMError):
                     f"session {self.session_id!r}{run} is held by its durable run, "
                     f"Temporal workflow {workflow!r}{_since(self.since)}; answer, "
                     "steer or cancel it there (DurableRun), or take it over with "
-                    "force=True only if that workflow was terminated"
+                    "force=True only once that workflow has ended without ending "
+                    "the run (terminated, or failed: its DurableRun.result() "
+                    "raises)"
                 )
             if self.alive:
                 # Live is all the store knows: a process that ended with its
@@ -568,4 +571,36 @@ class SubagentTooMany(TurnFSMError):
             f"{self.tool!r}, its max_children: do the rest without delegating, "
             "or in fewer, larger tasks; or raise max_children where it is set "
             "(the tool or the machine file)"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class TemporalUnreachable(TurnFSMError):
+    """Raised when the Temporal server of a durable run did not answer.
+
+    The server is down, restarting or out of reach: `address` names it and
+    `reason` says what the connection met. A started run is kept by the
+    server (with a state that persists) and goes on when it is back; call
+    again then. `starting` is True when the run was being started: the
+    start may or may not have reached the server.
+    """
+
+    address: str
+    session_id: str
+    reason: str
+    starting: bool = False
+
+    def __str__(self) -> str:
+        lost = f"no answer from the Temporal server at {self.address} ({self.reason})"
+        if self.starting:
+            return (
+                f"{lost}; the durable run of session {self.session_id!r} may or "
+                "may not have started: when the server is back, ask "
+                f"DurableRun(client, {self.session_id!r}).status() before "
+                "starting it again"
+            )
+        return (
+            f"{lost}; the durable run of session {self.session_id!r} is kept by "
+            "the server and goes on when it is back: call again then"
         )

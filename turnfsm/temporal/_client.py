@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -45,6 +46,7 @@ from turnfsm.errors import (
     RunCrashed,
     SessionBusy,
     SessionNotFound,
+    TemporalUnreachable,
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import new_id
@@ -132,7 +134,9 @@ class DurableRun:
     Each method raises `SessionNotFound` when Temporal knows no durable run
     of the session. Answering, steering and asking the status need a worker
     serving the run's queue, and wait for one: bound the wait with
-    `anyio.fail_after`, whose `TimeoutError` comes through as usual.
+    `anyio.fail_after`, whose `TimeoutError` comes through as usual. Each
+    raises `TemporalUnreachable` when the Temporal server does not answer
+    (down, restarting): the run is kept there; call again when it is back.
     """
 
     __slots__ = ("_agent", "_client", "_handle", "session_id")
@@ -208,6 +212,9 @@ class DurableRun:
             raise failure_error(cause) from exc
         except RPCError as exc:
             raise await self._refusal(exc, "result", None) from exc
+        except RuntimeError as exc:
+            self._raise_if_lost(exc)
+            raise
         result: RunResult[Any] = serde.from_json(RunResult, data)
         return attrs.evolve(result, output=self._output(result))
 
@@ -246,6 +253,9 @@ class DurableRun:
                 answer = await self._handle.query("status")
         except RPCError as exc:
             raise await self._refusal(exc, "status", None) from exc
+        except RuntimeError as exc:
+            self._raise_if_lost(exc)
+            raise
         status: RunStatus = serde.from_json(RunStatus, answer)
         if ended is not None and status.outcome in ("running", "paused"):
             # Its history ends mid-run (terminated from outside) or before
@@ -310,6 +320,9 @@ class DurableRun:
             await self._handle.signal("cancel", reason)
         except RPCError as exc:
             raise await self._refusal(exc, "cancel", reason) from exc
+        except RuntimeError as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def _update(self, name: str, *args: Any) -> None:
         value = _clipped(args[0] if args else None)
@@ -327,6 +340,9 @@ class DurableRun:
             raise
         except RPCError as exc:
             raise await self._refusal(exc, name, value) from exc
+        except RuntimeError as exc:
+            self._raise_if_lost(exc)
+            raise
 
     async def _check_size(self, name: str, shown: object, args: object) -> None:
         """Refuse `args` past the server's limit for one payload, before sending.
@@ -335,22 +351,36 @@ class DurableRun:
         workflow task that takes it, again and again.
         """
         # None: the server did not say, and the workflow's own check stands.
-        limit = await server_payload_limit(self._client)
+        try:
+            limit = await server_payload_limit(self._client)
+        except RuntimeError as exc:
+            self._raise_if_lost(exc)
+            raise
         if limit is not None:
             size = payload_size(args)
             if size > limit:
                 raise _past_server(name, shown, size, limit)
+
+    def _raise_if_lost(self, exc: RuntimeError) -> None:
+        """Raise `TemporalUnreachable` if `exc` says the server did not answer."""
+        lost = _unreachable(self._client, self.session_id, exc)
+        if lost is not None:
+            raise lost from exc
 
     async def _refusal(self, exc: RPCError, name: str, value: object) -> Exception:
         """What `exc`, raised by Temporal for `name`, means to the caller.
 
         A caller's own deadline (`anyio.fail_after`) cancels the call, and
         Temporal answers with an `RPCError`: the cancellation goes on as
-        itself. A workflow Temporal does not know is `SessionNotFound`; one
-        that has ended refuses what would steer it (`ConfigError`).
+        itself. A server that does not answer is `TemporalUnreachable`; a
+        workflow Temporal does not know is `SessionNotFound`; one that has
+        ended refuses what would steer it (`ConfigError`).
         Anything else is Temporal's error as it came.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
+        lost = _unreachable(self._client, self.session_id, exc)
+        if lost is not None:
+            return lost
         steers = name not in ("result", "status")
         if steers and "size exceeds limit" in exc.message:
             # The server's own refusal of a payload past its limit.
@@ -373,6 +403,32 @@ class DurableRun:
         if not steers:
             return exc
         return ConfigError(name, value, "a run still going (it has ended)")
+
+
+def _unreachable(
+    client: Client,
+    session_id: str,
+    exc: RuntimeError | RPCError,
+    *,
+    starting: bool = False,
+) -> TemporalUnreachable | None:
+    """`TemporalUnreachable` for a server that did not answer, else None.
+
+    The SDK says so with an `RPCError` (unavailable) from a client that
+    was connected, or a `RuntimeError` from one connecting lazily.
+    """
+    text = exc.message if isinstance(exc, RPCError) else str(exc)
+    if isinstance(exc, RuntimeError) and "client connect" not in text:
+        return None
+    if isinstance(exc, RPCError) and exc.status != RPCStatusCode.UNAVAILABLE:
+        return None
+    reasons = re.findall(r'(?:message|error): "([^"]+)"', text)
+    return TemporalUnreachable(
+        address=client.service_client.config.target_host,
+        session_id=session_id,
+        reason=reasons[-1] if reasons else text,
+        starting=starting,
+    )
 
 
 _ENDED: Final = {
@@ -411,7 +467,12 @@ async def start_durable(
     session = check_id("session_id", session_id or agent.session.id)
     given = options is not None and options.payload_limit != _DEFAULT_LIMIT
     options = options or DurableOptions()
-    server = await server_payload_limit(client)  # None: the start says what is wrong
+    try:
+        server = await server_payload_limit(client)  # None: the start says
+    except RuntimeError as exc:
+        if (lost := _unreachable(client, session, exc, starting=True)) is not None:
+            raise lost from exc
+        raise
     if server is not None and options.payload_limit > server and not given:
         # The default, past a server that takes less: the server's.
         options = attrs.evolve(options, payload_limit=server)
@@ -443,6 +504,10 @@ async def start_durable(
             static_summary=f"{agent.driver.name}: run {spec.run_id}",
             task_timeout=timedelta(seconds=spec.options.task_timeout),
         )
+    except (RPCError, RuntimeError) as exc:
+        if (lost := _unreachable(client, session, exc, starting=True)) is not None:
+            raise lost from exc
+        raise
     except WorkflowAlreadyStartedError:
         # The session's open durable run: named, to be reached through it.
         raise SessionBusy(
