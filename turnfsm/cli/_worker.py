@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 from typing import Any, TextIO
@@ -72,8 +71,9 @@ async def _connect(address: str, namespace: str) -> Any:
 
 def _why(exc: BaseException) -> str:
     """The innermost reason in the SDK's connection error (``Connection refused``)."""
-    reasons = re.findall(r'(?:message|error): "([^"]+)"', str(exc))
-    return reasons[-1] if reasons else explain(exc)
+    from turnfsm.temporal import sdk_reason
+
+    return sdk_reason(str(exc)) or explain(exc)
 
 
 def run_worker_command(

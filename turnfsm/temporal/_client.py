@@ -60,7 +60,7 @@ from turnfsm.temporal._payloads import (
     workflow_id_of,
 )
 
-__all__ = ["DurableRun", "start_durable"]
+__all__ = ["DurableRun", "sdk_reason", "start_durable"]
 
 _SHOWN: Final = 80
 """Characters of a long message an error about it shows."""
@@ -422,13 +422,21 @@ def _unreachable(
         return None
     if isinstance(exc, RPCError) and exc.status != RPCStatusCode.UNAVAILABLE:
         return None
-    reasons = re.findall(r'(?:message|error): "([^"]+)"', text)
     return TemporalUnreachable(
         address=client.service_client.config.target_host,
         session_id=session_id,
-        reason=reasons[-1] if reasons else text,
+        reason=sdk_reason(text) or text,
         starting=starting,
     )
+
+
+def sdk_reason(text: str) -> str | None:
+    """The innermost reason in the SDK's connection error (``Connection refused``).
+
+    None when `text` quotes none.
+    """
+    reasons = re.findall(r'(?:message|error): "([^"]+)"', text)
+    return reasons[-1] if reasons else None
 
 
 _ENDED: Final = {
