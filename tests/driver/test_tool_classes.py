@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import gc
 import subprocess
 import sys
 import textwrap
+import weakref
 from typing import Literal
 
 import attrs
@@ -342,3 +345,28 @@ def test_pydantic_is_imported_only_by_tools_that_use_it() -> None:
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_tools_built_per_request_from_types_made_per_request_do_not_pile_up() -> None:
+    # A server whose tools take a type made for each request (a dataclass
+    # of the user's fields): once the request is over, its type may go.
+    made: list[weakref.ref[type]] = []
+    for request in range(1200):
+        query = dataclasses.make_dataclass(f"Query{request}", [("text", str)])
+
+        def search(q: str) -> str:
+            """Search.
+
+            Args:
+                q: the query.
+            """
+            return str(q)
+
+        search.__annotations__["q"] = query
+        Tool.from_function(search)
+        made.append(weakref.ref(query))
+        del query, search
+    gc.collect()
+
+    alive = sum(1 for ref in made if ref() is not None)
+    assert alive <= 1024  # of the 1,200 made

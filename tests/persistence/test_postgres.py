@@ -4,7 +4,9 @@ whole agent runs that reopen from a new store."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -743,6 +745,33 @@ def test_one_store_serves_run_sync_calls_on_new_event_loops(
             return len(await store.load(agent.session.id))
 
     assert anyio.run(load) == agent.session.version
+
+
+def test_run_sync_calls_leave_no_pool_or_event_loop_behind(
+    postgres_url: Callable[[], str],
+) -> None:
+    # A sync web framework: each request's run_sync runs on a loop of its own,
+    # for as long as the process lives, on one store.
+    store = PostgresStore(postgres_url())
+    agent = Agent(model=ScriptedModel.of(*["hi"] * 21), store=store)
+    agent.run_sync("warm up")
+    gc.collect()
+    before = _closed_loops()
+
+    for _ in range(20):
+        assert agent.run_sync("hello").outcome == "done"
+    gc.collect()
+
+    assert _closed_loops() - before <= 1
+    assert len(store._pools) <= 1
+
+
+def _closed_loops() -> int:
+    return sum(
+        1
+        for o in gc.get_objects()
+        if isinstance(o, asyncio.AbstractEventLoop) and o.is_closed()
+    )
 
 
 def _said(entry: EventRecorded) -> list[Message]:

@@ -183,6 +183,21 @@ def test_cache_does_not_keep_messages_alive() -> None:
     assert len(cache) == 1
 
 
+def test_entries_of_dropped_conversations_are_swept_out() -> None:
+    # A server: each request prices a short conversation, then drops it.
+    cache = UnitCache()
+    kept = history(10, start=100_000)  # a conversation still going on
+    cache.total(kept, lambda m: 1)
+    for request in range(1000):
+        cache.total(history(5, start=request * 5), lambda m: 1)
+    gc.collect()
+
+    assert len(cache) <= 2048  # of the 5,010 priced
+    measured: list[str] = []
+    cache.total(kept, lambda m: measured.append(m.id) or 1)
+    assert measured == []  # the live conversation's entries stay
+
+
 @pytest.mark.parametrize("make", COUNTERS, ids=IDS)
 @given(
     warm=st.lists(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import inspect
 import json
 import re
@@ -570,6 +571,19 @@ _converter.register_structure_hook(_NONE, lambda value, _: value)
 _converter.register_structure_hook_factory(typing.is_typeddict, _typeddict_hook)
 _converter.register_structure_hook_factory(_is_union, _union_hook)
 _converter.register_structure_hook_factory(is_pydantic_model, _pydantic_hook)
+
+_HOOK_TYPES: Final = 1024
+"""How many types' hooks the converter keeps (the least recently used go).
+
+A server that builds its tools per request from types made per request (a
+``Literal`` of the user's files, a model made for the request) would keep
+every such type alive in cattrs' unbounded cache, for as long as the process.
+"""
+
+_dispatch = _converter._structure_func
+_dispatch.dispatch = functools.lru_cache(maxsize=_HOOK_TYPES)(
+    _dispatch.dispatch_without_caching
+)
 
 
 def structure_hook(tp: Any) -> Callable[[Any], Any]:

@@ -139,6 +139,16 @@ class LoopPool:
         for conn in idle:
             discard(conn)
 
+    def loop_ended(self) -> None:
+        """Close the pool as its loop ends, and let go of the loop.
+
+        The keeper (an async generator of the loop) refers to the loop: kept,
+        it would keep the ended loop, and this pool in the store's pools by
+        loop, alive for as long as the store (one per `Agent.run_sync`).
+        """
+        self._keeper = None
+        self.close_now()
+
     async def aclose(self) -> None:
         """Close the pool (on its own loop): its idle connections, and its keeper."""
         keeper, self._keeper = self._keeper, None
@@ -160,7 +170,7 @@ async def _closed_at_loop_end(pool: LoopPool) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        pool.close_now()
+        pool.loop_ended()
 
 
 def server_of(url: str) -> str:

@@ -6,8 +6,10 @@ An id is trusted only for the message it was measured on (or one equal to
 it): code that reuses ids for different content, such as test generators
 numbering messages ``m0``, ``m1``... in every example, gets a fresh
 measurement instead of a stale one. Entries hold the message weakly, so the
-cache never keeps a dropped conversation alive, and the least recently used
-entries go beyond a fixed size.
+cache never keeps a dropped conversation alive; the entries of messages gone
+are swept out as new ones come in (a long-lived server that serves many
+short conversations keeps about what its live ones need), and the least
+recently used entries go beyond a fixed size.
 
 Equal counters share one cache (`shared_cache`): a driver, an agent or a
 context manager made per request, with the default counter, finds the
@@ -46,13 +48,14 @@ class UnitCache:
     whatever they have cached.
     """
 
-    __slots__ = ("__weakref__", "_entries", "_size")
+    __slots__ = ("__weakref__", "_added", "_entries", "_size")
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self._entries: OrderedDict[str, tuple[weakref.ref[Message], int]] = (
             OrderedDict()
         )
         self._size = size
+        self._added = 0  # entries made since the last sweep of dead ones
 
     def units(self, message: Message, measure: Callable[[Message], int]) -> int:
         """Return the cached units of `message`, measuring it on a miss."""
@@ -94,6 +97,7 @@ class UnitCache:
                         continue
                 value = measure(message)
                 entries[key] = (ref(message), value)
+                self._added += 1
                 if entry is not None:  # a stale entry keeps its place: the newest
                     _renew(entries, key)
                 total += value
@@ -103,14 +107,38 @@ class UnitCache:
 
     def _trim(self) -> None:
         entries = self._entries
+        if self._added > max(_SWEEP_AFTER, len(entries) // 2):
+            self._sweep()
         while len(entries) > self._size:
             try:
                 entries.popitem(last=False)
             except KeyError:  # emptied meanwhile by another thread
                 return
 
+    def _sweep(self) -> None:
+        """Drop the entries of messages no longer alive (they never hit again).
+
+        Run once as many entries were made as half the cache holds, so its
+        cost is spread over them: the cache stays within about twice what
+        the live messages need, whatever the process served before.
+        """
+        self._added = 0
+        entries = self._entries
+        try:
+            dead = [key for key, (known, _) in list(entries.items()) if known() is None]
+        except RuntimeError:  # changed meanwhile by another thread: next time
+            return
+        for key in dead:
+            entry = entries.get(key)
+            if entry is not None and entry[0]() is None:
+                entries.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._entries)
+
+
+_SWEEP_AFTER: Final = 1024
+"""New entries between two sweeps of dead ones, at the least."""
 
 
 def _renew(
