@@ -580,10 +580,10 @@ A server that builds its tools per request from types made per request (a
 every such type alive in cattrs' unbounded cache, for as long as the process.
 """
 
-_dispatch = _converter._structure_func
-_dispatch.dispatch = functools.lru_cache(maxsize=_HOOK_TYPES)(
-    _dispatch.dispatch_without_caching
-)
+_dispatch: Any = getattr(_converter, "_structure_func", None)
+_uncached = getattr(_dispatch, "dispatch_without_caching", None)
+if _uncached is not None:  # cattrs' own cache, bounded (a cattrs without it: as is)
+    _dispatch.dispatch = functools.lru_cache(maxsize=_HOOK_TYPES)(_uncached)
 
 
 def structure_hook(tp: Any) -> Callable[[Any], Any]:
