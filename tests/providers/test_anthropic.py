@@ -166,6 +166,43 @@ async def test_a_single_system_prompt_is_sent_as_a_string() -> None:
     assert "tools" not in body
 
 
+async def test_a_request_without_tools_tells_earlier_calls_as_text() -> None:
+    # Anthropic refuses tool_use and tool_result blocks in a request that
+    # defines no tools (400: "Requests which include tool_use or tool_result
+    # blocks must define tools"): an agent without tools continuing a
+    # conversation that used some failed on every call.
+    server = Server(anthropic_reply(text_block("ok")))
+    history = [
+        Message.user("look"),
+        Message.assistant(
+            "calling",
+            tool_calls=[ToolCallPart(id="toolu_1", name="echo", arguments={"a": 1})],
+        ),
+        Message.tool_result("toolu_1", "1"),
+        Message.user("and now?"),
+    ]
+    await model_for(server).complete(ModelRequest(messages=history))
+    await model_for(server).complete(ModelRequest(messages=history, tools=[ECHO]))
+    told, kept = server.bodies
+    assert "tools" not in told
+    assert told["messages"] == [
+        {"role": "user", "content": "look"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "calling"},
+                {
+                    "type": "text",
+                    "text": '[called tool echo with {"a":1} (call toolu_1)]',
+                },
+            ],
+        },
+        {"role": "user", "content": "[result of tool call toolu_1: 1]"},
+        {"role": "user", "content": "and now?"},
+    ]
+    assert kept["messages"][1]["content"][1]["type"] == "tool_use"
+
+
 async def test_tool_calls_and_parallel_calls_are_parsed() -> None:
     server = Server(
         anthropic_reply(

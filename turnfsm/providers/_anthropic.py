@@ -233,7 +233,9 @@ class AnthropicModel:
         await self._sdk.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
-        system, messages = to_anthropic_messages(request.messages)
+        # A request that defines no tools may hold no tool blocks.
+        blocks = bool(request.tools) or request.output is not None
+        system, messages = to_anthropic_messages(request.messages, tool_blocks=blocks)
         if request.system:
             system.insert(0, {"type": "text", "text": request.system})
         limit = (

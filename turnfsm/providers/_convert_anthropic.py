@@ -10,6 +10,9 @@ The mapping:
   other URL: ``source.type: "url"``;
 - consecutive tool messages: one ``user`` message of ``tool_result`` blocks,
   ``is_error`` kept (written only when true);
+- in a request that defines no tools (`tool_blocks` False), which Anthropic
+  refuses tool blocks in, each tool call is a line of text in its assistant
+  message and each result a user message of text;
 - blank text (empty, or white space only) is left out of the system blocks
   and of an assistant message, and an assistant message left with nothing
   is left out: Anthropic refuses both (a model may end its turn saying
@@ -62,12 +65,18 @@ def to_anthropic_tools(tools: Iterable[ToolSchema]) -> list[dict[str, object]]:
 
 
 def to_anthropic_messages(
-    messages: Iterable[Message],
+    messages: Iterable[Message], *, tool_blocks: bool = True
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """Return `messages` as Anthropic ``(system_blocks, messages)``.
 
     Args:
         messages: the conversation.
+        tool_blocks: whether tool calls and results go as ``tool_use`` and
+            ``tool_result`` blocks. Anthropic refuses them in a request
+            that defines no tools (an agent without tools continuing a
+            conversation that used some, a hand-over to another agent):
+            False sends each as a line of text saying what was called and
+            what came back.
 
     Returns:
         The text blocks of every system message (for the ``system``
@@ -79,6 +88,8 @@ def to_anthropic_messages(
     system: list[dict[str, object]] = []
     out: list[dict[str, object]] = []
     results: list[dict[str, object]] | None = None  # the open tool-result turn
+    if not tool_blocks:
+        messages = [_told(message) for message in messages]
     for message in messages:
         match message.role:
             case Role.SYSTEM:
@@ -105,6 +116,26 @@ def to_anthropic_messages(
                 results = None
                 out.append({"role": message.role.value, "content": _content(parts)})
     return system, out
+
+
+def _told(message: Message) -> Message:
+    """`message` with its tool calls and results as lines of text."""
+    if message.role is Role.TOOL:
+        lines = [
+            f"[{'error from' if r.is_error else 'result of'} tool call "
+            f"{r.call_id}: {r.content}]"
+            for r in message.tool_results
+        ]
+        return Message.user("\n".join(lines), id=message.id)
+    if not message.tool_calls:
+        return message
+    parts = [
+        TextPart(text=f"[called tool {p.name} with {p.arguments_json()} (call {p.id})]")
+        if isinstance(p, ToolCallPart)
+        else p
+        for p in message.parts
+    ]
+    return Message(role=message.role, parts=parts, id=message.id)
 
 
 def _said(part: Part) -> bool:
