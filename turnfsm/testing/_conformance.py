@@ -26,6 +26,7 @@ from turnfsm.context import (
     pinned_ids,
 )
 from turnfsm.core import CompactReason
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message, MessageLog, Part, ToolCallPart, ToolResultPart
 from turnfsm.tokens import TokenCounter, default_counter
 
@@ -218,6 +219,14 @@ async def _check_case(
         raise _fail(compactor, case, "gave two different answers to the same input")
 
 
+_COMPACTOR: Final = _checks.instance(
+    ContextCompactor,
+    "a ContextCompactor (an async compact(messages, target, ctx) method)",
+    awaited=("compact",),
+)
+"""How `ContextManager` checks its compactor, before any call."""
+
+
 async def check_compactor(
     compactor: object, *, counter: TokenCounter | None = None
 ) -> None:
@@ -245,13 +254,15 @@ async def check_compactor(
         AssertionError: A rule is broken; the message names the compactor,
             the conversation and the rule.
     """
-    if not isinstance(compactor, ContextCompactor) or _checks.plain_method(
-        compactor, ("compact",)
-    ):
-        raise AssertionError(
-            f"{type(compactor).__name__} is not a ContextCompactor "
-            "(it needs an async compact(messages, target, ctx) method)"
+    try:  # what a ContextManager takes: the same check, word for word
+        _checks.check(compactor, "compactor", _COMPACTOR)
+    except ConfigError as exc:
+        name = (
+            compactor.__name__
+            if isinstance(compactor, type)
+            else type(compactor).__name__
         )
+        raise AssertionError(f"{name} is not a ContextCompactor: {exc}") from None
     counter = default_counter() if counter is None else counter
     for case, history in _CASES.items():
         size = counter.count(history)
