@@ -205,3 +205,15 @@ def test_a_compactor_that_cannot_be_called_so_fails_naming_why(
     # positional argument: 'ctx'"), not the AssertionError the check promises.
     with pytest.raises(AssertionError, match=problem):
         check(compactor)
+
+
+def _boom(messages: Sequence[Message], ctx: CompactionContext) -> object:
+    raise ValueError("boom")
+
+
+def test_a_compactor_that_raises_fails_naming_the_case() -> None:
+    # Its ValueError came out of the check as it was, naming no case.
+    with pytest.raises(
+        AssertionError, match="Custom on 'one message': raised ValueError: boom"
+    ):
+        check(Custom(_boom))
