@@ -655,10 +655,12 @@ def _rebuilt(
     return manager, notes
 
 
-_UNREBUILDABLE: Final = (
+_GIVEN: Final = (
     "a compactor to simulate under (--compactor MODULE:ATTR, or context= "
-    "in the library): the log names only its class, which cannot be "
-    "imported again"
+    "in the library)"
+)
+_UNREBUILDABLE: Final = (
+    f"{_GIVEN}: the log names only its class, which cannot be imported again"
 )
 
 
@@ -678,7 +680,15 @@ def _compactor(settings: ContextSettings) -> ContextCompactor:
                 made = found
         else:
             raise ConfigError("compactor", spec, _UNREBUILDABLE)
-    except (ImportError, AttributeError, TypeError, ConfigError) as exc:
+    except (ImportError, AttributeError) as exc:
+        # The log names it by MODULE:ATTR: not importable from here.
+        raise ConfigError(
+            "compactor",
+            spec,
+            f"{_GIVEN}: the log names {spec}, which cannot be imported here "
+            f"({exc}; run from the directory that holds it, or set PYTHONPATH)",
+        ) from None
+    except (TypeError, ConfigError) as exc:
         if isinstance(exc, ConfigError) and exc.field == "compactor":
             raise
         raise ConfigError("compactor", spec, f"{_UNREBUILDABLE} ({exc})") from None
