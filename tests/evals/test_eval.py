@@ -150,6 +150,21 @@ def test_a_users_own_session_with_their_probe_file(
     assert "nosuch" in capsys.readouterr().err
 
 
+def test_a_mistyped_store_is_refused_and_not_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `turnfsm eval S --store typo.db` left an empty database at typo.db and
+    # said "no session 'S' in typo.db".
+    probes = tmp_path / "probes.toml"
+    probes.write_text('[[probe]]\nkind = "fact"\nquestion = "q?"\nexpect = "x"\n')
+    typo = tmp_path / "typo.db"
+    argv = ["eval", "ses_1", "--probes", str(probes), "--store", str(typo)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"invalid --store='{typo}': expected a store file that exists" in err
+    assert not typo.exists()
+
+
 @pytest.mark.anyio
 async def test_a_judge_is_asked_every_probe_over_each_final_context() -> None:
     judge = FakeModelClient(context_only)
