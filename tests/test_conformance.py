@@ -174,3 +174,46 @@ def test_a_proposal_refuses_sizes_that_are_no_token_counts(
     with pytest.raises(ConfigError) as caught:
         CompactionProposal(messages=[Message.user("hi")], **sizes)  # type: ignore[arg-type]  # bad on purpose
     assert (caught.value.field, caught.value.value) == (field, value)
+
+
+class _TwoArguments:
+    """A compact() that cannot take the target: compact(messages, ctx)."""
+
+    async def compact(
+        self, messages: Sequence[Message], ctx: CompactionContext
+    ) -> CompactionProposal:
+        return CompactionProposal.unchanged(messages, ctx.tokens_before)
+
+
+@pytest.mark.parametrize(
+    ("compactor", "problem"),
+    [
+        (TruncatingCompactor, "an instance, TruncatingCompactor\\(\\), not the class"),
+        (
+            _TwoArguments(),
+            "_TwoArguments is not a ContextCompactor.*cannot be called as "
+            "compact\\(messages, target, ctx\\)",
+        ),
+    ],
+    ids=["the-class", "wrong-arguments"],
+)
+def test_a_compactor_that_cannot_be_called_so_fails_naming_why(
+    compactor: object, problem: str
+) -> None:
+    # Both raised a bare TypeError from inside the check ("compact() takes 3
+    # positional arguments but 4 were given", "missing 1 required
+    # positional argument: 'ctx'"), not the AssertionError the check promises.
+    with pytest.raises(AssertionError, match=problem):
+        check(compactor)
+
+
+def _boom(messages: Sequence[Message], ctx: CompactionContext) -> object:
+    raise ValueError("boom")
+
+
+def test_a_compactor_that_raises_fails_naming_the_case() -> None:
+    # Its ValueError came out of the check as it was, naming no case.
+    with pytest.raises(
+        AssertionError, match="Custom on 'one message': raised ValueError: boom"
+    ):
+        check(Custom(_boom))

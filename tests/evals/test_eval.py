@@ -150,6 +150,21 @@ def test_a_users_own_session_with_their_probe_file(
     assert "nosuch" in capsys.readouterr().err
 
 
+def test_a_mistyped_store_is_refused_and_not_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `turnfsm eval S --store typo.db` left an empty database at typo.db and
+    # said "no session 'S' in typo.db".
+    probes = tmp_path / "probes.toml"
+    probes.write_text('[[probe]]\nkind = "fact"\nquestion = "q?"\nexpect = "x"\n')
+    typo = tmp_path / "typo.db"
+    argv = ["eval", "ses_1", "--probes", str(probes), "--store", str(typo)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"invalid --store='{typo}': expected a store file that exists" in err
+    assert not typo.exists()
+
+
 @pytest.mark.anyio
 async def test_a_judge_is_asked_every_probe_over_each_final_context() -> None:
     judge = FakeModelClient(context_only)
@@ -317,3 +332,50 @@ def test_eval_on_a_window_too_small_for_the_pins_names_the_option(
     assert main([*argv, "--strategy", "truncating", "--window", "100"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("turnfsm eval: invalid --window=100: expected a window of")
+
+
+def _read(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file's path.
+    """
+    return f"# {path}\n" + "".join(f"line {n} of {path}\n" for n in range(40))
+
+
+@pytest.mark.anyio
+async def test_tokens_kept_never_counts_what_a_request_reserves_beside_it() -> None:
+    # With a system prompt, tool schemas and a reply budget, a session no
+    # pass touched read "12,729 of 12,605 (101.0%)" kept: the final request's
+    # size, what it reserved beside its messages included, against the
+    # messages alone.
+    from turnfsm.evals import Probe
+    from turnfsm.testing import reply, tool_call
+
+    model = ScriptedModel.of(
+        reply("Reading.", tool_call("_read", "call_1", path="a.py")), "Read it."
+    )
+    store = MemoryStore()
+    agent = Agent(
+        model=model,
+        tools=[_read],
+        system_prompt="You read files. " * 40,
+        max_output_tokens=2_000,
+        store=store,
+    )
+    assert (await agent.run("Read a.py.")).ok
+    session = agent.session
+    evaluation = await evaluate(
+        [session],
+        [Probe(kind="fact", question="Which file?", expect="a.py")],
+        strategies={"masking": lambda m: shipped_strategy("masking", m)},
+        window=100_000,
+        summary_model=ExtractiveSummaryModel(),
+    )
+    (result,) = evaluation.results
+    assert result.passes == 0
+    last = session.runs[-1]
+    context = ContextManager()
+    seen = [session.message(i) for i in last.context(len(last.turns) - 1)]
+    assert result.final_tokens == context.count(seen)
+    assert result.final_tokens < result.history_tokens

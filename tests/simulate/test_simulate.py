@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from decimal import Decimal
 from pathlib import Path
 
+import anyio
 import attrs
 import pytest
 
@@ -16,7 +18,9 @@ from turnfsm import Agent, TruncatingCompactor
 from turnfsm._resources import load_machine
 from turnfsm.cli._demo import STRATEGIES, TASK, SimulatedModel, build_demo_agent
 from turnfsm.context import ContextManager, LayeredCompactor
+from turnfsm.driver import RunControl
 from turnfsm.errors import ConfigError
+from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
     MemoryStore,
@@ -24,10 +28,10 @@ from turnfsm.persistence import (
     dump_session,
     load_session,
 )
-from turnfsm.providers import known_prices
+from turnfsm.providers import ModelRequest, known_prices
 from turnfsm.simulate import Simulation, simulate, stored_context
 from turnfsm.simulate._simulate import CAVEATS
-from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 
 
@@ -375,3 +379,88 @@ async def test_a_run_paused_only_in_the_simulation_is_said_to_and_the_rest_go_on
         f"run {first} ended paused in the simulation (done in the log)"
     )
     assert [c.run_id for c in sim.calls] == [first, second]
+
+
+async def _hang(x: int) -> str:
+    """Wait for good.
+
+    Args:
+        x: a number.
+    """
+    await anyio.sleep(3600)
+    return "never"
+
+
+async def _stopped_session(how: str, tmp_path: Path) -> Session:
+    """A session whose runs are stopped from outside: in a tool, in the model.
+
+    `how`: ``left`` (interrupted, the last run left open), ``abandoned``
+    (each abandoned, a run after them), ``cancelled`` (by its control), or
+    ``died`` (interrupted, its end gone from the log: its process died).
+    """
+    calls = 0
+
+    async def answer(request: ModelRequest) -> Message | str:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            return reply("Waiting.", tool_call("_hang", "call_h", x=1))
+        if calls == 3:
+            await anyio.sleep(3600)
+        return f"answer {calls}"
+
+    store = MemoryStore()
+    agent = Agent(model=FakeModelClient(answer), tools=[_hang], store=store)
+    assert (await agent.run("hello")).ok
+    for text in ["wait in a tool", "wait in the model"]:
+        control = RunControl()
+        with anyio.move_on_after(0.2 if how != "cancelled" else 5):
+            async with anyio.create_task_group() as tasks:
+                if how == "cancelled":
+                    tasks.start_soon(_cancel_soon, control)
+                await agent.run(text, control=control)
+        if how in ("left", "died"):
+            break
+        if how == "abandoned":
+            await agent.abandon(agent.session.id, agent.session.runs[-1].run_id)
+    if how in ("abandoned", "cancelled"):
+        assert (await agent.run("still there?")).ok
+    stored = await Session.load(store, agent.session.id)
+    expected = {"abandoned": "failed", "cancelled": "cancelled"}
+    assert stored.runs[1].outcome == expected.get(how, "interrupted")
+    if how != "died":
+        return stored
+    path = tmp_path / "died.jsonl"
+    dump_session(stored, str(path))
+    lines = path.read_text().splitlines()
+    assert '"RunEnded"' in lines[-1]
+    died = await load_session(lines[:-1])
+    assert died.runs[-1].outcome == "running"
+    return died
+
+
+async def _cancel_soon(control: RunControl) -> None:
+    await anyio.sleep(0.2)
+    control.cancel("stop it")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("how", ["left", "abandoned", "cancelled", "died"])
+async def test_a_run_stopped_from_outside_stops_where_its_log_stops(
+    how: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A session with a run stopped from outside (Ctrl-C in a tool, or
+    # during a model call) differed under its own settings: the run "ended
+    # failed in the simulation (interrupted in the log): effect 'run_tools'
+    # raised ConfigError ... fix the effect", with a traceback logged; or
+    # failed with "no recorded reply" (exit status 1 from the command).
+    stored = await _stopped_session(how, tmp_path)
+    sim = await simulate(stored)
+    assert sim.differences == ()
+    assert [c.run_id for c in sim.calls] == [
+        r.run_id for r in stored.runs for _ in r.turns
+    ]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # Under other settings too, the runs stop where the log stops.
+    other = await simulate(stored, context=ContextManager(context_window=50_000))
+    assert other.differences == ()

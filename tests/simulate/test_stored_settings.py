@@ -204,6 +204,31 @@ async def test_a_compactor_known_only_by_its_class_name_must_be_given() -> None:
     _reproduced(stored, await simulate(stored, context=given))
 
 
+@pytest.mark.anyio
+async def test_a_compactor_the_log_names_by_module_that_is_not_there_says_so(
+    tmp_path: Path,
+) -> None:
+    # Simulated from another directory (its module not importable), it was
+    # refused saying "the log names only its class", though the log names
+    # MODULE:ATTR; now the message names it and what to do.
+    stored = await _run(ContextManager(user_compactor.mine, context_window=3_000))
+
+    def moved(data: dict[str, Any]) -> None:
+        data["context"]["strategy"] = "gone_away_module:mine"
+
+    elsewhere = await load_session(_edited_log(stored, tmp_path / "log.jsonl", moved))
+    with pytest.raises(ConfigError) as caught:
+        await simulate(elsewhere)
+    assert (caught.value.field, caught.value.value) == (
+        "compactor",
+        "gone_away_module:mine",
+    )
+    message = str(caught.value)
+    assert "only its class" not in message
+    assert "gone_away_module:mine, which cannot be imported here" in message
+    assert "PYTHONPATH" in message
+
+
 def _edited_log(
     stored: Session, path: Path, edit: Callable[[dict[str, Any]], object]
 ) -> str:

@@ -94,7 +94,10 @@ class StrategyResult:
     Attributes:
         strategy: Its name (a shipped one's, or the ``MODULE:ATTR`` given).
         history_tokens: The sessions' whole histories, uncompacted.
-        final_tokens: The sessions' final contexts (the last model call's).
+        final_tokens: The sessions' final contexts (the last model call's
+            messages), counted as the histories are: without what the
+            request reserved beside them (system prompt, tool schemas,
+            reply budget).
         passes: Compaction passes.
         summary_calls: Calls to the summary model.
         summary_usage: What those calls reported using.
@@ -424,6 +427,10 @@ async def evaluate(
         compactor = make(counting)
         replays: list[ReplayedSession] = []
         checked: list[ProbeResult] = []
+        # The final contexts' messages, counted as the histories are: what
+        # a request reserves beside them (system prompt, tool schemas,
+        # reply budget) is no part of what a strategy kept.
+        final_tokens = 0
         for index, session in enumerate(sessions, 1):
             here = attrs.evolve(
                 here, session=session.id, session_number=index, step="replay"
@@ -443,6 +450,7 @@ async def evaluate(
                 raise attrs.evolve(exc, field="window") from None
             replays.append(replay)
             final = replay.calls[-1].messages if replay.calls else ()
+            final_tokens += manager.count(final) if final else 0
             text = context_text(final)
             mine = [p for p in probes if p.session in ("", session.id)]
             for asked, probe in enumerate(mine, 1):
@@ -456,7 +464,7 @@ async def evaluate(
             StrategyResult(
                 strategy=name,
                 history_tokens=sum(r.history_tokens for r in replays),
-                final_tokens=sum(r.calls[-1].tokens for r in replays if r.calls),
+                final_tokens=final_tokens,
                 passes=sum(len(r.passes) for r in replays),
                 summary_calls=counting.calls,
                 summary_usage=counting.usage,

@@ -9,12 +9,15 @@ runs in a `MemoryStore`.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, cast, final
 
+import anyio
+import anyio.lowlevel
 import attrs
 
 from turnfsm import _checks, tokens
@@ -39,9 +42,22 @@ from turnfsm.core import (
     ToolCallsReviewed,
     ToolsFinished,
 )
-from turnfsm.driver import Driver, EffectContext, Tool, pin_rules, request_extras
+from turnfsm.driver import (
+    Driver,
+    EffectContext,
+    RunControl,
+    Tool,
+    pin_rules,
+    request_extras,
+)
 from turnfsm.driver import compact as builtin_compact
-from turnfsm.errors import ConfigError, PinnedTooLarge, ProviderError, TurnFSMError
+from turnfsm.errors import (
+    Cancelled,
+    ConfigError,
+    PinnedTooLarge,
+    ProviderError,
+    TurnFSMError,
+)
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     CompactionRecord,
@@ -68,6 +84,9 @@ CAVEATS: Final[tuple[str, ...]] = (
     "recorded run would have sent, not what a new run would do",
     "tokens are the context manager's estimates, not the provider's count",
 )
+
+_GOES_ON: Final = ("paused", "interrupted")
+"""The outcomes a simulated run can go on from: answered as its log says."""
 
 _SUMMARY: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "turnfsm_simulate_summary", default=False
@@ -263,10 +282,11 @@ async def _answered(
     """`result`, the run's pauses answered again as its log says, in order.
 
     A pause the next recorded answer does not fit (the simulated run paused
-    elsewhere) is left as it is.
+    elsewhere) is left as it is; an interruption the log abandoned since is
+    abandoned again.
     """
     pending = list(answers)
-    while result.outcome == "paused" and pending:
+    while result.outcome in _GOES_ON and pending:
         answer = pending.pop(0)
         try:
             if isinstance(answer, RunCancelled):
@@ -288,14 +308,23 @@ class _ReplayModel:
         self.given = 0  # the current run's calls answered so far
         self.run_id = ""
         self.missing: ConfigError | None = None
+        self.stop: _Stop | None = None
 
     def start(
-        self, run_id: str, replies: Sequence[tuple[Message, Usage | None]]
+        self,
+        run_id: str,
+        replies: Sequence[tuple[Message, Usage | None]],
+        stop: _Stop | None = None,
     ) -> None:
-        """Answer run `run_id`'s calls with its recorded `replies` from now on."""
+        """Answer run `run_id`'s calls with its recorded `replies` from now on.
+
+        With `stop` (the log stops inside the run), a call past them
+        interrupts the run there, as it was.
+        """
         self.run_id = run_id
         self.replies = list(replies)
         self.given = 0
+        self.stop = stop
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if _SUMMARY.get():
@@ -310,6 +339,8 @@ class _ReplayModel:
                 )
                 raise self.missing
             return await self.summary_model.complete(request)
+        if not self.replies and self.stop is not None:
+            await self.stop.here()
         if not self.replies:
             # The simulated run asks for more calls than the log recorded:
             # it ends there, as a failed call (the report says so).
@@ -410,13 +441,51 @@ class _SeededSession:
         return {**self._summaries, **self._session.summary_texts}
 
 
+@final
+class _Stop:
+    """Where a run stopped from outside in its log stops in the simulation.
+
+    The log holds nothing past that point (no reply, no tool result): the
+    simulated run stops there as the recorded one did, interrupted, or
+    cancelled through its `control` with the logged reason.
+    """
+
+    def __init__(self, cancel: RunCancelled | None) -> None:
+        self.scope = anyio.CancelScope()
+        self.cancel = cancel
+        self.control = RunControl() if cancel is not None else None
+
+    async def here(self) -> None:
+        if self.control is not None and self.cancel is not None:
+            self.control.cancel(self.cancel.reason)
+            await anyio.sleep_forever()
+        self.scope.cancel()
+        await anyio.lowlevel.checkpoint()
+
+
+def _stop(run: RunRecord, answers: Sequence[Event]) -> _Stop | None:
+    """How `run` was stopped from outside, when it was: its log may stop mid-step.
+
+    Interrupted (Ctrl-C, a cancelled task), crashed, or never ended in its
+    log (its process died), or ended since by abandoning it; or cancelled
+    (`RunControl.cancel`), by the last of its `answers`.
+    """
+    if run.outcome == "cancelled" and answers and isinstance(answers[-1], RunCancelled):
+        return _Stop(answers[-1])
+    if run.cut_short or isinstance(run.error, Cancelled):
+        return _Stop(None)
+    return None
+
+
 def _effects(
-    recorded: Mapping[str, Message], stored: Mapping[str, str]
+    recorded: Mapping[str, Message], stored: Mapping[str, str], stop: _Stop | None
 ) -> dict[str, Any]:
     async def run_tools(ctx: EffectContext, decision: RunTools) -> Event:
         results: list[Message] = []
         for call in decision.calls:
             result = recorded.get(call.id)
+            if result is None and stop is not None:
+                await stop.here()
             if result is None:
                 raise ConfigError(
                     "session",
@@ -586,10 +655,12 @@ def _rebuilt(
     return manager, notes
 
 
-_UNREBUILDABLE: Final = (
+_GIVEN: Final = (
     "a compactor to simulate under (--compactor MODULE:ATTR, or context= "
-    "in the library): the log names only its class, which cannot be "
-    "imported again"
+    "in the library)"
+)
+_UNREBUILDABLE: Final = (
+    f"{_GIVEN}: the log names only its class, which cannot be imported again"
 )
 
 
@@ -609,7 +680,15 @@ def _compactor(settings: ContextSettings) -> ContextCompactor:
                 made = found
         else:
             raise ConfigError("compactor", spec, _UNREBUILDABLE)
-    except (ImportError, AttributeError, TypeError, ConfigError) as exc:
+    except (ImportError, AttributeError) as exc:
+        # The log names it by MODULE:ATTR: not importable from here.
+        raise ConfigError(
+            "compactor",
+            spec,
+            f"{_GIVEN}: the log names {spec}, which cannot be imported here "
+            f"({exc}; run from the directory that holds it, or set PYTHONPATH)",
+        ) from None
+    except (TypeError, ConfigError) as exc:
         if isinstance(exc, ConfigError) and exc.field == "compactor":
             raise
         raise ConfigError("compactor", spec, f"{_UNREBUILDABLE} ({exc})") from None
@@ -733,6 +812,10 @@ async def simulate(
         record = _recorded(run)
         budget = run.opened.budget
         manager = managers[run.run_id]
+        stop = _stop(run, record.answers)
+        answers = record.answers
+        if stop is not None and stop.cancel is not None:
+            answers = answers[:-1]  # the control cancels where the log stops
         reserved = _reserved(session, run, manager.counter, rewritten, before)
         before = reserved[-1]
         tools = _stand_in_tools(run, record.answers)
@@ -756,17 +839,24 @@ async def simulate(
             model_timeout=None,
             compaction_timeout=None,
             effect_timeout=None,
-            effects=_effects(record.results, stored),
+            effects=_effects(record.results, stored, stop),
         )
-        model.start(run.run_id, record.replies)
+        model.start(run.run_id, record.replies, stop)
         try:
-            if run.input:
-                result = await driver.run(
-                    list(run.input), session=sim, run_id=run.run_id
-                )
-            else:  # a pass outside any run (`Agent.compact`, `sessions compact`)
-                result = await driver.compact(sim, run_id=run.run_id)
-            result = await _answered(driver, sim, run.run_id, record.answers, result)
+            result: Any = None
+            with stop.scope if stop is not None else contextlib.nullcontext():
+                if run.input:
+                    result = await driver.run(
+                        list(run.input),
+                        session=sim,
+                        run_id=run.run_id,
+                        control=None if stop is None else stop.control,
+                    )
+                else:  # a pass outside any run (`Agent.compact`)
+                    result = await driver.compact(sim, run_id=run.run_id)
+            if result is None:  # interrupted where its log stops
+                result = sim.run(run.run_id)
+            result = await _answered(driver, sim, run.run_id, answers, result)
         except PinnedTooLarge as exc:
             raise _too_small(exc, manager, run.run_id) from None
         if model.missing is not None:
@@ -781,13 +871,16 @@ async def simulate(
                 ),
             )
         )
-        if result.outcome == "paused" and run is not runs[-1]:
+        if result.outcome in _GOES_ON and run is not runs[-1]:
             # Nothing the log holds answers it: ended, so the runs after it
             # can open (a paused run keeps its session).
-            await driver.abandon(sim, run.run_id, reason="paused in the simulation")
+            await driver.abandon(
+                sim, run.run_id, reason=f"{result.outcome} in the simulation"
+            )
             notes.append(
-                f"run {run.run_id} was abandoned in the simulation, paused with "
-                "no recorded answer, so that the runs after it could go on"
+                f"run {run.run_id} was abandoned in the simulation, "
+                f"{result.outcome} with no recorded answer, so that the runs "
+                "after it could go on"
             )
     simulation = _report(session, sim, price, prices)
     return attrs.evolve(simulation, caveats=caveats, differences=tuple(notes))
@@ -860,12 +953,19 @@ def _differences(
     """What a simulated run did that the stored one did not, in words."""
     notes = []
     why = "" if error is None else f": {error}"
-    if ended.outcome != run.outcome:
+    # A log with no end for a run (its process died) is simulated as
+    # interrupted where the log stops.
+    recorded = "interrupted" if run.outcome == "running" else run.outcome
+    if ended.outcome != recorded:
         notes.append(
             f"run {run.run_id} ended {ended.outcome} in the simulation "
             f"({run.outcome} in the log){why}"
         )
-    elif error is not None and type(error) is not type(run.error):
+    elif (
+        error is not None
+        and type(error) is not type(run.error)
+        and run.outcome != "running"  # no end in the log: no error there
+    ):
         logged = "no error" if run.error is None else type(run.error).__name__
         notes.append(
             f"run {run.run_id} ended {ended.outcome} with {type(error).__name__} "

@@ -13,7 +13,7 @@ pending, an orphan result) at a few targets and checks each proposal.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 from turnfsm import _checks
 from turnfsm.context import (
@@ -26,6 +26,7 @@ from turnfsm.context import (
     pinned_ids,
 )
 from turnfsm.core import CompactReason
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message, MessageLog, Part, ToolCallPart, ToolResultPart
 from turnfsm.tokens import TokenCounter, default_counter
 
@@ -105,6 +106,25 @@ _CASES: Final[dict[str, tuple[Message, ...]]] = {
 
 def _fail(compactor: object, case: str, problem: str) -> AssertionError:
     return AssertionError(f"{type(compactor).__name__} on {case!r}: {problem}")
+
+
+async def _compact(
+    compactor: ContextCompactor,
+    case: str,
+    messages: Sequence[Message],
+    target: int,
+    ctx: CompactionContext,
+) -> object:
+    """Its proposal; an exception it raises fails the check, naming the case."""
+    try:
+        return await compactor.compact(messages, target, ctx)
+    except Exception as exc:
+        raise _fail(
+            compactor,
+            case,
+            f"raised {type(exc).__name__}: {exc} on a well-formed history "
+            "(a run counts that a failed pass)",
+        ) from exc
 
 
 def _shape(messages: Sequence[Message]) -> list[tuple[str, tuple[Part, ...]]]:
@@ -198,7 +218,7 @@ async def _check_case(
     )
     given = list(history)
     first = _check_messages(
-        compactor, case, history, await compactor.compact(given, target, ctx)
+        compactor, case, history, await _compact(compactor, case, given, target, ctx)
     )
     if given != list(history):
         raise _fail(compactor, case, "changed the list it was given")
@@ -209,13 +229,21 @@ async def _check_case(
         compactor,
         case,
         history,
-        await compactor.compact(MessageLog(history), target, ctx),
+        await _compact(compactor, case, MessageLog(history), target, ctx),
     )
     if (_shape(first.messages), first.tokens_after) != (
         _shape(again.messages),
         again.tokens_after,
     ):
         raise _fail(compactor, case, "gave two different answers to the same input")
+
+
+_COMPACTOR: Final = _checks.instance(
+    ContextCompactor,
+    "a ContextCompactor (an async compact(messages, target, ctx) method)",
+    awaited=("compact",),
+)
+"""How `ContextManager` checks its compactor, before any call."""
 
 
 async def check_compactor(
@@ -245,15 +273,18 @@ async def check_compactor(
         AssertionError: A rule is broken; the message names the compactor,
             the conversation and the rule.
     """
-    if not isinstance(compactor, ContextCompactor) or _checks.plain_method(
-        compactor, ("compact",)
-    ):
-        raise AssertionError(
-            f"{type(compactor).__name__} is not a ContextCompactor "
-            "(it needs an async compact(messages, target, ctx) method)"
+    try:  # what a ContextManager takes: the same check, word for word
+        _checks.check(compactor, "compactor", _COMPACTOR)
+    except ConfigError as exc:
+        name = (
+            compactor.__name__
+            if isinstance(compactor, type)
+            else type(compactor).__name__
         )
+        raise AssertionError(f"{name} is not a ContextCompactor: {exc}") from None
+    checked = cast(ContextCompactor, compactor)
     counter = default_counter() if counter is None else counter
     for case, history in _CASES.items():
         size = counter.count(history)
         for target in (size // 2, 0):
-            await _check_case(compactor, counter, case, history, target)
+            await _check_case(checked, counter, case, history, target)
