@@ -86,6 +86,28 @@ async def test_the_demo_with_its_own_settings_reproduces_the_stored_figures(
 
 
 @pytest.mark.anyio
+async def test_a_summary_model_that_hangs_still_ends_the_simulation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No deadline: the simulation waited on the model for ever.
+    monkeypatch.setattr("turnfsm.simulate._simulate._PASS_DEADLINE", 0.2)
+    stored, context = await _demo("truncating")
+    layered = LayeredCompactor(compact_newest_exchange=True)
+    smaller = attrs.evolve(context, compactor=layered, context_window=4_000)
+
+    async def hang(_request: ModelRequest) -> str:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    with anyio.fail_after(60):
+        sim = await simulate(
+            stored, context=smaller, summary_model=FakeModelClient(hang)
+        )
+    assert sim.passes
+    assert not any(p.compacted for p in sim.passes)
+
+
+@pytest.mark.anyio
 async def test_layered_at_4000_tokens_reports_every_pass_with_costs() -> None:
     stored, context = await _demo("truncating")
     layered = LayeredCompactor(compact_newest_exchange=True)

@@ -86,6 +86,9 @@ CAVEATS: Final[tuple[str, ...]] = (
 )
 
 _GOES_ON: Final = ("paused", "interrupted")
+
+_PASS_DEADLINE: Final = 1800.0
+"""Seconds a simulated pass may take: far past a working summary model's."""
 """The outcomes a simulated run can go on from: answered as its log says."""
 
 _SUMMARY: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -769,7 +772,9 @@ async def simulate(
             the settings its log keeps, `stored_context`).
         machine: The machine to run on (None: the one kept in the log).
         summary_model: Answers the summaries a strategy asks for that were
-            not recorded (None: such a summary is an error).
+            not recorded (None: such a summary is an error). A slow one is
+            waited for: a pass is cut short only after 30 minutes (a model
+            that hangs fails its pass, and the simulation ends).
         prices: A known model's name (``gpt-4o``) whose prices cost each
             call (None: no costs): the uncached part of a call at the cache
             write price where the provider prices writes apart (Anthropic),
@@ -834,10 +839,11 @@ async def simulate(
             max_overflow_retries=budget.max_overflow_retries,
             max_compactions=budget.max_compactions,
             max_output_retries=budget.max_output_retries,
-            # A slow summary model is measured, not cut short: no deadline
-            # (a real run's would have its own).
+            # A slow summary model is measured, not cut short: a deadline
+            # far past any pass a working model makes, so that one that
+            # hangs still ends the simulation.
             model_timeout=None,
-            compaction_timeout=None,
+            compaction_timeout=_PASS_DEADLINE,
             effect_timeout=None,
             effects=_effects(record.results, stored, stop),
         )
