@@ -7,11 +7,10 @@ being blamed on the output type and asked again.
 
 from __future__ import annotations
 
-import dataclasses
-
 import attrs
 import pytest
 
+from tests.driver.test_output import Person
 from turnfsm.core import ModelFailed
 from turnfsm.driver import Driver, replay
 from turnfsm.errors import ProviderError
@@ -22,19 +21,6 @@ from turnfsm.testing import ScriptedModel
 from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
-
-
-@dataclasses.dataclass
-class Person:
-    """A person.
-
-    Attributes:
-        name: The person's name.
-        age: Their age in years.
-    """
-
-    name: str
-    age: int
 
 
 def _cut(message: Message | str, reason: str = "length") -> ModelResponse:
