@@ -235,26 +235,3 @@ def test_the_server_window_reaches_the_agent(server: LlamaServer) -> None:
     with pytest.raises(WindowTooLarge) as info:
         Agent(model=model, context=ContextManager(context_window=N_CTX * 2))
     assert (info.value.value, info.value.window) == (N_CTX * 2, N_CTX)
-
-
-def lookup(city: str) -> str:
-    """Look up a city's population.
-
-    Args:
-        city: the city's name.
-    """
-    return f"{city}: 2,100,000 people"
-
-
-def test_a_tool_run_on_the_local_model_ends_with_an_answer(
-    server: LlamaServer,
-) -> None:
-    """The tiny model, given a result, called the same tool again every turn
-    until max_turns; a call already answered now becomes a text answer."""
-    from turnfsm import Agent
-
-    model = OpenAIModel(model="local", base_url=server.base_url, tool_choice="auto")
-    agent = Agent(model=model, tools=[lookup], max_output_tokens=24, max_turns=6)
-    result = agent.run_sync("What is the population of Paris? Use the tool.")
-    assert result.ok, result.error
-    assert result.turns <= 4

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from turnfsm.messages import Message, ToolCallPart
-from turnfsm.providers import ToolSchema, _llama_serve
+from turnfsm.providers import ToolSchema
 from turnfsm.providers._convert_openai import to_openai_messages, to_openai_tools
 from turnfsm.providers._llama_chat import (
     STOP,
@@ -115,95 +115,3 @@ def test_prefixes_match_what_the_prompt_shows_for_past_replies() -> None:
     assert call_prefix("read_log") in prompt
     assert message_prefix() in prompt
     assert tool_names(TOOLS) == ["read_log"]
-
-
-# -- the handler, on a stand-in for llama.cpp --------------------------------
-
-LOOKUP = {
-    "type": "function",
-    "function": {
-        "name": "lookup",
-        "description": "Look a city up.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
-
-
-class _Llama:
-    """Answers each completion from a script: (text, finish_reason)."""
-
-    model_path = "gemma.gguf"
-
-    def __init__(self, *outputs: tuple[str, str]) -> None:
-        self.outputs = list(outputs)
-
-    def create_completion(self, **_options: object) -> dict[str, object]:
-        text, finish = self.outputs.pop(0)
-        return {
-            "choices": [{"text": text, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 5},
-        }
-
-
-@pytest.fixture
-def no_grammars(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Compiling a grammar would load llama.cpp into the test process.
-    monkeypatch.setattr(_llama_serve, "_grammar", lambda text: text)
-    monkeypatch.setattr(_llama_serve, "_schema_grammar", lambda schema: schema)
-
-
-ASKED_AND_ANSWERED = [
-    {"role": "user", "content": "Population of Paris?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call_1",
-                "type": "function",
-                "function": {"name": "lookup", "arguments": '{"city": "Paris"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_1", "content": "2,100,000"},
-]
-
-
-@pytest.mark.usefixtures("no_grammars")
-def test_a_call_already_answered_becomes_a_text_answer() -> None:
-    llama = _Llama(
-        ("functions.lookup:", "stop"),
-        ('{ "city":"Paris" }', "stop"),  # the same call, written otherwise
-        ("About two million.", "stop"),
-    )
-    out = _llama_serve.tool_chat_handler(
-        llama, ASKED_AND_ANSWERED, tools=[LOOKUP], tool_choice="auto"
-    )
-    [choice] = out["choices"]
-    assert choice["message"] == {"role": "assistant", "content": "About two million."}
-    assert choice["finish_reason"] == "stop"
-    assert out["usage"]["completion_tokens"] == 15  # every token made counts
-
-
-@pytest.mark.usefixtures("no_grammars")
-def test_a_new_call_and_a_required_one_are_made() -> None:
-    new = _Llama(("functions.lookup:", "stop"), ('{"city": "Rome"}', "stop"))
-    out = _llama_serve.tool_chat_handler(
-        new, ASKED_AND_ANSWERED, tools=[LOOKUP], tool_choice="auto"
-    )
-    assert out["choices"][0]["finish_reason"] == "tool_calls"
-    again = _Llama(("functions.lookup:", "stop"), ('{"city": "Paris"}', "stop"))
-    out = _llama_serve.tool_chat_handler(
-        again, ASKED_AND_ANSWERED, tools=[LOOKUP], tool_choice="required"
-    )
-    [call] = out["choices"][0]["message"]["tool_calls"]
-    assert call["function"]["arguments"] == '{"city": "Paris"}'
-
-
-@pytest.mark.usefixtures("no_grammars")
-def test_arguments_cut_off_by_max_tokens_finish_as_length() -> None:
-    llama = _Llama(("functions.lookup:", "stop"), ('{"city": "Par', "length"))
-    out = _llama_serve.tool_chat_handler(
-        llama, ASKED_AND_ANSWERED[:1], tools=[LOOKUP], tool_choice="auto", max_tokens=4
-    )
-    assert out["choices"][0]["finish_reason"] == "length"

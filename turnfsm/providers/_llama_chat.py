@@ -20,8 +20,6 @@ from typing import Final
 __all__ = [
     "CHAT_FORMAT",
     "STOP",
-    "answered_calls",
-    "call_key",
     "call_prefix",
     "choice_grammar",
     "chosen_tool",
@@ -152,35 +150,3 @@ def call_prefix(name: str) -> str:
 def message_prefix() -> str:
     """What the prompt gets before a text answer is generated."""
     return f"{_MESSAGE}\n"
-
-
-def call_key(name: str, arguments: object) -> tuple[str, str]:
-    """A call's tool and arguments, compared as JSON (key order aside)."""
-    value = arguments
-    if isinstance(arguments, str):
-        try:
-            value = json.loads(arguments)
-        except ValueError:
-            return name, arguments.strip()
-    return name, json.dumps(value, sort_keys=True)
-
-
-def answered_calls(messages: Sequence[Mapping[str, object]]) -> set[tuple[str, str]]:
-    """The calls in `messages` (by `call_key`) that have a tool result.
-
-    The tiny base model, given a tool's result, tends to call the same tool
-    with the same arguments again, turn after turn: a call the conversation
-    already answered is not made again (the reply is a text answer).
-    """
-    results = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
-    answered: set[tuple[str, str]] = set()
-    for message in messages:
-        calls = (
-            message.get("tool_calls") if message.get("role") == "assistant" else None
-        )
-        for call in calls if isinstance(calls, Sequence) else ():
-            if isinstance(call, Mapping) and call.get("id") in results:
-                function = _function(call)
-                name = str(function.get("name", ""))
-                answered.add(call_key(name, function.get("arguments", "{}")))
-    return answered

@@ -26,8 +26,6 @@ from typing import Any, NotRequired
 from turnfsm.providers._llama_chat import (
     CHAT_FORMAT,
     STOP,
-    answered_calls,
-    call_key,
     call_prefix,
     choice_grammar,
     chosen_tool,
@@ -146,7 +144,6 @@ def tool_chat_handler(
         return str(out["choices"][0]["text"])
 
     name: str | None = None
-    forced: Mapping[str, Any] | None = None
     if offered:
         names = tool_names(offered)
         forced = tool_choice if isinstance(tool_choice, Mapping) else None
@@ -174,22 +171,13 @@ def tool_chat_handler(
             grammar=_schema_grammar(tool.get("function", {}).get("parameters", {})),  # type: ignore[attr-defined]
             **sampling,
         )
-        if (
-            forced is None
-            and tool_choice != "required"
-            and (call_key(name, arguments) in answered_calls(messages))
-        ):
-            name = None  # asked and answered already: answer in text instead
-        else:
-            call = {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": name, "arguments": arguments},
-            }
-            # Arguments cut off by max_tokens are no whole call.
-            finish = "length" if ended[0] == "length" else "tool_calls"
-            text, calls = None, [call]
-    if name is None:
+        call = {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+        text, calls, finish = None, [call], "tool_calls"
+    else:
         if response_format is not None and response_format.get("type") == "json_object":
             grammar = _schema_grammar(response_format.get("schema"))
         text = complete(
