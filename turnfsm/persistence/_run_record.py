@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Final, Literal, final
 
@@ -84,12 +84,7 @@ class RunRecord:
         be used (cut off at their budget, withheld by a filter), which fail
         the run (`ModelFailed.usage`); None where the provider said nothing.
         """
-        failed = tuple(
-            event.usage
-            for event in self.events
-            if isinstance(event, ModelFailed) and event.usage is not None
-        )
-        return (*(turn.usage for turn in self.turns), *failed)
+        return _call_usages(self.turns, self.events)
 
     @property
     def failed_calls(self) -> int:
@@ -151,14 +146,16 @@ class RunRecord:
             yield ids
 
 
-def _sum_usage(turns: list[TurnRecord], events: list[EventRecorded]) -> Usage:
-    """What a run's model calls cost so far: its turns' and its unusable replies'."""
-    total = sum((t.usage for t in turns if t.usage), Usage())
-    for entry in events:
-        event = entry.event
-        if isinstance(event, ModelFailed) and event.usage is not None:
-            total = total + event.usage
-    return total
+def _call_usages(
+    turns: Iterable[TurnRecord], events: Iterable[Event]
+) -> tuple[Usage | None, ...]:
+    """`RunRecord.call_usages` of a run's `turns` and `events`."""
+    failed = (
+        event.usage
+        for event in events
+        if isinstance(event, ModelFailed) and event.usage is not None
+    )
+    return (*(turn.usage for turn in turns), *failed)
 
 
 @attrs.define(eq=False)
@@ -204,7 +201,16 @@ class _Run:
             compactions=tuple(self.compactions),
             text="" if end is None else end.text,
             error=None if end is None else end.error,
-            usage=_sum_usage(self.turns, self.events) if end is None else end.usage,
+            usage=sum(
+                (
+                    u
+                    for u in _call_usages(self.turns, (e.event for e in self.events))
+                    if u
+                ),
+                Usage(),
+            )
+            if end is None
+            else end.usage,
             waiting=None if end is None else end.waiting,
             opened=self.opened,
             history=self.history,
