@@ -128,6 +128,50 @@ def test_a_long_run_drops_its_middle_and_keeps_its_request_and_pairs() -> None:
     assert calls == answered
 
 
+def parallel(n: int, size: int) -> list[Message]:
+    """A user request, then one reply calling `n` tools at once, and their results."""
+    calls = [tool_call("read", f"c{i}", path=f"f{i}") for i in range(n)]
+    out = [Message.user("look around", id="u"), reply("", *calls)]
+    out += [
+        Message.tool_result(f"c{i}", f"line {i} " + "x" * size, id=f"r{i}")
+        for i in range(n)
+    ]
+    return out
+
+
+def test_one_reply_s_results_are_digested_oldest_first_when_nothing_else_fits() -> None:
+    # Twelve results of one reply, none to be cut below 2,000 characters: the
+    # newest reply's results are digested too, oldest first, the newest last.
+    messages = parallel(12, 2_000)
+    target = COUNTER.count(messages) // 2
+    compactor = MaskingCompactor(min_result_chars=2_000)
+
+    proposal = anyio.run(compactor.compact, messages, target, context(messages, target))
+    out = proposal.messages
+
+    assert COUNTER.count(out) <= target
+    assert [m.id for m in out] == [m.id for m in messages]  # every pair kept
+    contents = results(out)
+    digested = [i for i, c in enumerate(contents) if "x" * 100 not in c]
+    assert digested == list(range(len(digested)))  # the oldest ones
+    assert 0 < len(digested) < 12
+    assert contents[-1] == results(tuple(messages))[-1]
+    assert all("[recall " in contents[i] for i in digested)
+
+
+def test_a_pinned_result_of_the_reply_is_not_digested() -> None:
+    messages = parallel(6, 2_000)
+    target = COUNTER.count(messages) // 2
+    ctx = attrs.evolve(context(messages, target), pinned=frozenset({"r0"}))
+
+    proposal = anyio.run(
+        MaskingCompactor(min_result_chars=2_000).compact, messages, target, ctx
+    )
+
+    assert proposal.messages[2] == messages[2]
+    assert results(proposal.messages)[1] != results(tuple(messages))[1]
+
+
 def test_words_alone_that_cannot_be_cut_come_back_unchanged() -> None:
     messages = [Message.user("please " * 2_000, id="u")]
 
@@ -246,6 +290,48 @@ def test_a_run_with_one_fat_tool_result_completes_with_the_defaults(
     assert [r.verdict.value for r in passes.records] == ["compacted"]
 
 
+def test_a_run_whose_one_reply_calls_many_tools_goes_on_over_the_emergency_line() -> (
+    None
+):
+    """Twelve results of one reply, over the line and uncuttable by setting:
+    the oldest are digested, so the run completes instead of stalling."""
+
+    @function_tool
+    def read_log(name: str) -> str:
+        """Read a log.
+
+        Args:
+            name: the log's name.
+        """
+        return f"{name}: " + "disk full, retrying write; " * 60
+
+    def answer(request: ModelRequest) -> Message:
+        if any(m.tool_calls for m in request.messages):
+            return reply("All logs say the disk is full.")
+        calls = [tool_call("read_log", f"c{i}", name=f"log{i}") for i in range(12)]
+        return reply("Reading all logs.", *calls)
+
+    model = FakeModelClient(answer)
+    passes = Passes()
+    agent = Agent(
+        model=model,
+        tools=[read_log],
+        context=ContextManager(
+            MaskingCompactor(min_result_chars=2_000), context_window=6_900
+        ),
+        hooks=[passes],
+    )
+
+    result = agent.run_sync("Audit every log.")
+
+    assert result.outcome == "done", result.error
+    assert [r.verdict.value for r in passes.records] == ["compacted"]
+    sent = results(tuple(model.requests[-1].messages))
+    assert len(sent) == 12
+    assert sent[-1].startswith("log11: disk full")  # the newest kept whole
+    assert sent[0].startswith("[read_log]")  # the oldest digested
+
+
 def test_a_long_run_compacts_as_often_as_it_needs() -> None:
     """10,000 tool rounds in an 8,192-token window: hundreds of passes, recorded."""
     rounds = 10_000
@@ -290,18 +376,38 @@ words = st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=400)
     request="?",
     window=600,
     threshold=20,
+    at_once=1,
+    min_result_chars=0,
+)
+@example(  # one reply's two results, which may not be cut: digested instead
+    rounds=[("00\U00010000\U00010000", 68), ("00:\U00010000\U00010000", 130)],
+    request="?",
+    window=600,
+    threshold=20,
+    at_once=2,
+    min_result_chars=500,
 )
 @given(
-    rounds=st.lists(st.tuples(words, st.integers(0, 3_000)), min_size=0, max_size=6),
+    rounds=st.lists(st.tuples(words, st.integers(0, 3_000)), min_size=0, max_size=12),
     request=st.text(alphabet="abcdefgh?", min_size=1, max_size=100),
     window=st.integers(600, 4_000),
     threshold=st.integers(20, 90),
+    at_once=st.integers(1, 12),
+    min_result_chars=st.sampled_from([0, 500, 3_000]),
 )
 def test_a_request_under_the_emergency_line_never_stalls(
-    rounds: list[tuple[str, int]], request: str, window: int, threshold: int
+    rounds: list[tuple[str, int]],
+    request: str,
+    window: int,
+    threshold: int,
+    at_once: int,
+    min_result_chars: int,
 ) -> None:
     """Whatever the conversation, the default strategy shrinks it or the model is
-    called: a run only fails when a request cannot be brought under the line."""
+    called: a run only fails when a request cannot be brought under the line.
+
+    A reply calls up to `at_once` tools, so the newest reply may hold many
+    results; `min_result_chars` may forbid cutting them."""
 
     @function_tool
     def fetch(n: int) -> str:
@@ -310,15 +416,20 @@ def test_a_request_under_the_emergency_line_never_stalls(
         return (text * (size // len(text) + 1))[:size]
 
     def answer(request_: ModelRequest) -> Message:
-        asked = sum(1 for m in request_.messages if m.tool_calls)
+        asked = sum(len(m.tool_calls) for m in request_.messages)
         if asked < len(rounds):
-            return reply("", tool_call("fetch", f"c{asked}", n=asked))
+            now = range(asked, min(asked + at_once, len(rounds)))
+            return reply("", *(tool_call("fetch", f"c{n}", n=n) for n in now))
         return reply("done")
 
     agent = Agent(
         model=FakeModelClient(answer),
         tools=[fetch],
-        context=ContextManager(context_window=window, threshold=threshold),
+        context=ContextManager(
+            MaskingCompactor(min_result_chars=min_result_chars),
+            context_window=window,
+            threshold=threshold,
+        ),
         max_turns=50,
     )
 

@@ -114,6 +114,8 @@ def shipped() -> dict[str, ContextCompactor]:
             mask_min_chars=1,
             preserve_recent=1,
         ),
+        # No result may be cut: the newest replies' results are digested instead.
+        "masking-uncut": MaskingCompactor(min_result_chars=10_000),
         "summarizing": SummarizingCompactor(
             model=cheap_model(), keep_recent_turns=1, digest_min_chars=1
         ),

@@ -15,7 +15,13 @@ target:
    (the first message and the newest user message stay; no tool call is
    parted from its result);
 5. fit: every tool result still over the size at which the conversation fits
-   is cut to it (down to `min_result_chars`), and says so.
+   is cut to it (down to `min_result_chars`), and says so;
+6. mask the newest: when that is still not enough (one reply called many
+   tools at once, or `min_result_chars` forbids the cut), the results the
+   layers above kept whole, those of the newest replies too, become their
+   digest, oldest first and as few as it takes, with layer 5 after; the
+   newest result is the last to go. Each call keeps its result: only the
+   result's content changes, and it names its call for recall.
 
 A pass for the message-count line (too many messages, not too many tokens)
 or one asked for by hand (`Agent.compact`, ``turnfsm sessions compact``)
@@ -25,11 +31,13 @@ Pinned messages (`CompactionContext.pinned`) are left as they are by every
 layer: a pinned tool result is never capped, digested or cut.
 
 So a run whose one tool result is bigger than the whole window goes on with
-that result cut to fit, and the model reads that it was cut. A conversation
-whose size is in its own words (a long user message, long replies) and too
-short to truncate comes back unchanged: the brain then calls the model when
-the request still fits under the emergency line, and the error says what is
-large otherwise.
+that result cut to fit, and the model reads that it was cut. A run whose
+newest reply called a dozen tools goes on too: their results are cut to fit,
+and where cutting is not enough (or `min_result_chars` forbids it) the older
+of them are digested. A conversation whose size is in its own words (a long
+user message, long replies) and too short to truncate comes back unchanged:
+the brain then calls the model when the request still fits under the
+emergency line, and the error says what is large otherwise.
 
 Masking old observations rather than summarising them is as good at half the
 cost (JetBrains, "The Complexity Trap", arXiv 2508.21433). Characters, not
@@ -38,6 +46,7 @@ bytes.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Sequence
 from typing import Final, final
@@ -124,6 +133,8 @@ class MaskingCompactor:
         mask_min_chars: Layer 2 digests older results longer than this (200).
         min_result_chars: Layer 5 cuts no result below this many characters
             (0: as far as the conversation needs, down to the note alone).
+            Layer 6 may still digest a result when the conversation does
+            not fit otherwise.
         preserve_recent: Layer 4 keeps at least this many recent messages (4).
 
     Raises:
@@ -188,7 +199,7 @@ class MaskingCompactor:
         if not same_messages(cut.messages, current):
             current, size = tuple(cut.messages), cut.tokens_after
         if (counter.count(current) if size is None else size) > target:
-            current = self._fit(current, target, counter, pinned)
+            current = self._squeeze(current, target, counter, pinned)
         return _proposal(messages, keep_pinned(messages, current, pinned), ctx)
 
     def _cap(self, messages: Sequence[Message]) -> tuple[Message, ...]:
@@ -211,6 +222,50 @@ class MaskingCompactor:
                         end = i
                         break
         return digest_before(messages, end, self.mask_min_chars)
+
+    def _squeeze(
+        self,
+        messages: tuple[Message, ...],
+        target: int,
+        counter: TokenCounter,
+        pinned: frozenset[str],
+    ) -> tuple[Message, ...]:
+        """Layers 5 and 6: cut the results to fit; failing that, digest the newest.
+
+        Layer 6 digests the results the earlier layers kept whole (those of
+        the newest replies, which the truncation keeps), oldest first, as few
+        as make the conversation fit after layer 5; the newest result is the
+        last to go. Every call keeps its result: only contents change.
+        """
+        fitted = self._fit(messages, target, counter, pinned)
+        size = counter.count(fitted)
+        if size <= target:
+            return fitted
+        ends = [i + 1 for i, m in enumerate(messages) if m.role is Role.TOOL]
+
+        def at(k: int) -> tuple[Message, ...]:
+            """The results of the first `k` tool messages digested, then layer 5."""
+            digested = _shorter(messages, digest_before(messages, ends[k - 1], 0))
+            return self._fit(
+                keep_pinned(messages, digested, pinned), target, counter, pinned
+            )
+
+        if not ends:
+            return fitted
+        high = len(ends)
+        best = at(high)
+        smallest = counter.count(best)
+        if smallest > target:  # as small as the layers go
+            return best if smallest < size else fitted
+        low = 0  # at(low) does not fit; at(high) does
+        while high - low > 1:
+            middle = (low + high) // 2
+            candidate = at(middle)
+            if counter.count(candidate) <= target:
+                high, best = middle, candidate
+            else:
+                low = middle
+        return best
 
     def _fit(
         self,
@@ -244,6 +299,28 @@ class MaskingCompactor:
             else:
                 high = middle
         return at(low)
+
+
+def _shorter(
+    original: tuple[Message, ...], digested: tuple[Message, ...]
+) -> tuple[Message, ...]:
+    """Return `digested` with the results its digests made no shorter put back.
+
+    Shorter in UTF-8 bytes, as for a cut: those are what a token costs.
+    """
+    out = list(digested)
+    for at, (was, now) in enumerate(zip(original, digested, strict=True)):
+        if was is now:
+            continue
+        parts = tuple(
+            old if _bytes(new.content) >= _bytes(old.content) else new  # type: ignore[union-attr]  # a tool message holds only results
+            for old, new in zip(was.parts, now.parts, strict=True)
+        )
+        if all(map(operator.is_, parts, was.parts)):
+            out[at] = was
+        elif any(map(operator.is_not, parts, now.parts)):
+            out[at] = attrs.evolve(now, parts=parts)
+    return tuple(out)
 
 
 def _cut_part(part: ToolResultPart, keep: int) -> ToolResultPart:

@@ -62,10 +62,12 @@ class TruncatingCompactor:
     Tool call/result pairs are never orphaned: the cut moves earlier until no
     pair straddles it, and results of the first message's calls are pulled
     back next to it. Pinned messages are kept as they are, in their place.
-    The newest exchange (the last user message and
-    everything after it) is always kept whole, and what is kept stays in
-    order. A conversation that cannot be cut comes back unchanged (less any
-    lone results), never empty.
+    A reply that called several tools at once is kept or dropped with all
+    its results, so a newest reply whose results alone are over the target
+    cannot be cut (`MaskingCompactor` digests them instead). The newest
+    exchange (the last user message and everything after it) is always kept
+    whole, and what is kept stays in order. A conversation that cannot be
+    cut comes back unchanged (less any lone results), never empty.
 
     Attributes:
         preserve_recent: How many recent messages a cut keeps at least (≥ 1);
