@@ -345,6 +345,24 @@ async def test_a_session_log_round_trips_through_json_lines(tmp_path: object) ->
     )
 
 
+async def test_loading_a_log_into_a_store_that_holds_its_session_says_so() -> None:
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel.of("hello"), store=store)
+    await agent.run("hi")
+    text = "\n".join(session_lines(agent.session))
+    with pytest.raises(SessionConflict) as caught:
+        await load_session(text, store)
+    message = str(caught.value)
+    assert message.startswith(
+        f"session {agent.session.id!r} is already in this store "
+        f"({agent.session.version} entries): nothing of the log was loaded"
+    )
+    assert "this writer took it for a new one" not in message
+    assert "delete_session" in message
+    assert "turnfsm sessions rm" in message
+    assert len(await store.load(agent.session.id)) == agent.session.version
+
+
 async def test_a_corrupt_log_line_is_named() -> None:
     session = Session()
     await session.append(*sample_entries()[:3])

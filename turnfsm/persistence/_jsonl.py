@@ -20,8 +20,16 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
+import attrs
+
 from turnfsm import serde
-from turnfsm.errors import ConfigError, CorruptRecord, DuplicateRecord, InvalidMessage
+from turnfsm.errors import (
+    ConfigError,
+    CorruptRecord,
+    DuplicateRecord,
+    InvalidMessage,
+    SessionConflict,
+)
 from turnfsm.messages import OpenCalls
 from turnfsm.persistence._commits import unbrought, unopened
 from turnfsm.persistence._records import Committed, Entry, RunEnded, RunOpened
@@ -102,7 +110,8 @@ async def load_session(
             after its final one, a compaction pass logged twice, a commit of
             messages no earlier event brought in, or a committed history that
             is not a whole conversation (a tool result without its call).
-        SessionConflict: `store` already holds that session (nothing written).
+        SessionConflict: `store` already holds that session (nothing
+            written); its message says how to go on.
         ConfigError: `lines` is none of those (a path: read the file first)
             or holds nothing but blank lines, or `store` is not a
             `SessionStore`.
@@ -113,7 +122,10 @@ async def load_session(
     session = await _project(session_id, located)
     if store is None:
         return session  # its own MemoryStore holds the checked log
-    await store.append(session_id, session.entries, expected_version=0)
+    try:
+        await store.append(session_id, session.entries, expected_version=0)
+    except SessionConflict as exc:
+        raise attrs.evolve(exc, loading=True) from None
     return await Session.load(store, session_id)
 
 
