@@ -74,6 +74,8 @@ def _swap_renumbered(a: int, b: int) -> Edit:
 
     def edit(lines: list[str]) -> list[str]:
         first, second = json.loads(lines[a - 1]), json.loads(lines[b - 1])
+        first.pop("digests", None)  # edited by one who knows the format
+        second.pop("digests", None)
         first["data"]["index"], second["data"]["index"] = (
             second["data"]["index"],
             first["data"]["index"],
