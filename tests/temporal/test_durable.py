@@ -443,6 +443,42 @@ async def test_approving_a_call_whose_tool_the_workers_lack_is_refused_paused(
     assert result.ok
 
 
+async def test_status_on_workers_serving_a_changed_agent_says_so(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Paused on the approval machine; the workers are then served the agent
+    # on another machine: its workflow cannot go on there. The status says
+    # so, typed, with the way on (it answered the replayed run on the other
+    # machine as running, or the SDK's query failure).
+    store = SQLiteStore(tmp_path / "c.db")
+    agent = _asking("changed", store)
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+    changed = Agent(model=ScriptedModel.of("x"), store=store, name="changed")
+    async with create_worker(temporal_client, queue, changed):
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(30):
+                await run.status()
+    await run.handle.terminate("test over")
+    message = str(caught.value)
+    assert caught.value.field == "agent"
+    assert "takes other steps than the run's history" in message
+    assert "the run goes on where it was" in message
+    assert f"turnfsm resume {run.session_id} --force" in message
+    # Started by a caller whose agent is on another machine than the
+    # workers': refused before the run begins, typed.
+    async with create_worker(temporal_client, queue, changed):
+        run = await start_durable(
+            _asking("changed", store), "hi", client=temporal_client, task_queue=queue
+        )
+        with pytest.raises(ConfigError, match="the same build of the agent"):
+            await run.result()
+
+
 def test_an_answer_refused_in_the_workflow_says_it_failed_and_the_way_on() -> None:
     # Taken on a worker whose agent lacks a tool the answer runs (one worker
     # checked it, another carries it out): the workflow ends, the log keeps

@@ -102,7 +102,7 @@ with workflow.unsafe.imports_passed_through():
         TransitionInfo,
     )
     from turnfsm.messages import Message
-    from turnfsm.persistence import Session, decision_key
+    from turnfsm.persistence import Session, decision_key, machine_digest
     from turnfsm.temporal._activities import (
         CRASHED,
         agent_named,
@@ -244,6 +244,7 @@ class TurnWorkflow:
         self._status = _Status()
         self._remote: _Remote | None = None
         self._tools: frozenset[str] = frozenset()  # the workers' agent's
+        self._changed: ConfigError | None = None  # the workers' agent is not it
         try:
             self._spec: RunSpec | TurnFSMError = serde.from_json(RunSpec, start)
         except TurnFSMError as exc:  # not a start turnfsm wrote
@@ -270,6 +271,19 @@ class TurnWorkflow:
     async def _run(self, spec: RunSpec) -> Any:
         agent = agent_named(spec.agent, workflow.info().task_queue)
         self._tools = frozenset(agent.driver._tools)
+        served = machine_digest(agent.driver.machine)
+        if spec.machine and spec.machine != served:
+            # Another build of the agent than the run's: refused at its start;
+            # a run under way stops here, to go on once the workers serve it.
+            self._changed = ConfigError(
+                "agent",
+                spec.agent,
+                f"the agent as the run was started with it, on machine "
+                f"{spec.machine}; the workers of its task queue serve it on "
+                f"machine {served}: give the workers and the caller the same "
+                "build of the agent",
+            )
+            raise not_retried(self._changed)
         log = _WorkflowLog(spec)
         session = await Session.open(log, spec.session_id)
         self._remote = remote = _Remote(spec, agent.driver, log)
@@ -514,6 +528,8 @@ class TurnWorkflow:
         What it waits for: the answer a pause waits for, or the sub-agents'
         runs (child workflows) in flight, by session id.
         """
+        if self._changed is not None:
+            raise not_retried(self._changed)
         remote = self._remote
         return self._status.to_json(tuple(remote.children) if remote else ())
 
