@@ -545,6 +545,7 @@ def test_a_log_that_does_not_replay_is_refused(
     lines = log.read_text().splitlines()
     for number, line in enumerate(lines):  # the first pass looks like no pass
         entry = json.loads(line)
+        entry.pop("digests", None)  # edited by one who knows the format
         data = entry.get("data", {})
         if data.get("decision", "").startswith("compact:"):
             data["event"]["estimate"] = 10

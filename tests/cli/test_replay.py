@@ -35,6 +35,7 @@ def test_a_tampered_log_is_reported_at_the_first_diverging_event(
     # Make the first measurement that led to a compaction look small.
     for number, line in enumerate(lines):
         entry = json.loads(line)
+        entry.pop("digests", None)  # edited by one who knows the format
         data = entry.get("data", {})
         if data.get("decision", "").startswith("compact:"):
             data["event"]["estimate"] = 10

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from turnfsm import Agent, default_machine, review_machine
@@ -100,7 +102,9 @@ async def test_the_machine_a_log_keeps_is_the_one_its_runs_began_on() -> None:
     assert machine_digest(kept) == opened.digest == machine_digest(default_machine())
 
     measured = next(i for i, line in enumerate(lines) if '"Measured"' in line)
-    lines[measured] = lines[measured].replace('"call_llm:1"', '"call_llm:9"')
+    edited = json.loads(lines[measured].replace('"call_llm:1"', '"call_llm:9"'))
+    del edited["digests"]  # edited by one who knows the format
+    lines[measured] = json.dumps(edited)
     changed = await load_session(lines)
     error = replay(None, changed, opened.run_id).divergence
     assert isinstance(error, ReplayDiverged)

@@ -50,8 +50,10 @@ from turnfsm.persistence import (
     load_session,
     session_lines,
 )
+from turnfsm.providers import ModelResponse
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
 
 
 @pytest.fixture
@@ -72,6 +74,8 @@ def _swap_renumbered(a: int, b: int) -> Edit:
 
     def edit(lines: list[str]) -> list[str]:
         first, second = json.loads(lines[a - 1]), json.loads(lines[b - 1])
+        first.pop("digests", None)  # edited by one who knows the format
+        second.pop("digests", None)
         first["data"]["index"], second["data"]["index"] = (
             second["data"]["index"],
             first["data"]["index"],
@@ -618,3 +622,66 @@ def test_a_failed_run_whose_end_names_another_error_is_refused() -> None:
     report = replay(None, session, run.run_id)
     assert isinstance(report.divergence, LogInconsistent), report
     assert "run cancelled: abandoned" in str(report.divergence)
+
+
+def _interrupted_lines() -> list[str]:
+    """The log of a run interrupted from outside in its tool call."""
+
+    async def slow(name: str) -> str:
+        """Wait.
+
+        Args:
+            name: the file.
+        """
+        await anyio.sleep(30)
+        return name
+
+    used = Usage(input_tokens=10, output_tokens=3)
+    called = reply("", tool_call("slow", "c1", name="a"))
+    model = ScriptedModel.of(ModelResponse(message=called, usage=used), "done")
+    agent = Agent(model=model, tools=[slow])
+
+    async def interrupted() -> None:
+        with anyio.move_on_after(0.3):
+            await agent.run("go")
+
+    anyio.run(interrupted)
+    return list(session_lines(agent.session))
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"turns": 0}, "after 0 model call(s)"),
+        ({"phase": "nowhere"}, "in phase 'nowhere'"),
+        ({"usage": {"input_tokens": 1, "output_tokens": 3}}, "its end says it used"),
+    ],
+)
+def test_an_interrupted_runs_end_behind_its_log_is_refused(
+    change: dict[str, Any], says: str
+) -> None:
+    # An interrupted run's end may be ahead of its log (a store that stalled
+    # took none of its last steps), never behind it, and names a phase of
+    # its machine.
+    lines = _interrupted_lines()
+    session = anyio.run(load_session, "\n".join(lines))
+    (run,) = session.runs
+    assert run.outcome == "interrupted"
+    assert replay(None, session, run.run_id).ok
+    forged = edit_line_of("RunEnded", lambda d: d["data"].update(change))(lines)
+    session = anyio.run(load_session, "\n".join(forged))
+    report = replay(None, session, run.run_id)
+    assert isinstance(report.divergence, LogInconsistent), report
+    assert says in str(report.divergence)
+
+
+def test_an_interrupted_runs_end_ahead_of_its_log_replays() -> None:
+    # What a stalled store leaves: the end counts a call and usage its log
+    # could not take.
+    ahead = {"turns": 2, "usage": {"input_tokens": 30, "output_tokens": 9}}
+    forged = edit_line_of("RunEnded", lambda d: d["data"].update(ahead))(
+        _interrupted_lines()
+    )
+    session = anyio.run(load_session, "\n".join(forged))
+    (run,) = session.runs
+    assert replay(None, session, run.run_id).ok

@@ -345,6 +345,57 @@ async def test_a_session_log_round_trips_through_json_lines(tmp_path: object) ->
     )
 
 
+async def test_a_field_edited_in_an_exported_log_is_refused_by_name() -> None:
+    agent = Agent(model=ScriptedModel.of("hello there"))
+    await agent.run("hi")
+    lines = list(session_lines(agent.session))
+    number = next(
+        n for n, line in enumerate(lines, 1) if '"type":"ModelReplied"' in line
+    )
+    edited = [*lines]
+    edited[number - 1] = lines[number - 1].replace("hello there", "forged")
+    with pytest.raises(CorruptRecord) as caught:
+        await load_session("\n".join(edited))
+    assert caught.value.path == f"line {number}: data.event"
+    assert "changed since the log was written" in str(caught.value)
+    # A field removed, or one added, is named too.
+    for change, said in [
+        (lambda d: d["data"].pop("phase"), "data.phase: missing"),
+        (lambda d: d["data"].update(extra=1), "data.extra: a field added"),
+    ]:
+        data = json.loads(lines[number - 1])
+        change(data)
+        changed = [*lines]
+        changed[number - 1] = json.dumps(data)
+        with pytest.raises(CorruptRecord, match=said):
+            await load_session("\n".join(changed))
+    # A log written before lines carried digests loads as it did.
+    older = [lines[0]] + [
+        json.dumps({k: v for k, v in json.loads(line).items() if k != "digests"})
+        for line in lines[1:]
+    ]
+    loaded = await load_session("\n".join(older))
+    assert loaded.version == agent.session.version
+
+
+async def test_loading_a_log_into_a_store_that_holds_its_session_says_so() -> None:
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel.of("hello"), store=store)
+    await agent.run("hi")
+    text = "\n".join(session_lines(agent.session))
+    with pytest.raises(SessionConflict) as caught:
+        await load_session(text, store)
+    message = str(caught.value)
+    assert message.startswith(
+        f"session {agent.session.id!r} is already in this store "
+        f"({agent.session.version} entries): nothing of the log was loaded"
+    )
+    assert "this writer took it for a new one" not in message
+    assert "delete_session" in message
+    assert "turnfsm sessions rm" in message
+    assert len(await store.load(agent.session.id)) == agent.session.version
+
+
 async def test_a_corrupt_log_line_is_named() -> None:
     session = Session()
     await session.append(*sample_entries()[:3])

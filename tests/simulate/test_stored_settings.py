@@ -237,6 +237,7 @@ def _edited_log(
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     for line in lines:
         if line.get("type") == "RunOpened":
+            line.pop("digests", None)  # edited by one who knows the format
             edit(line["data"])
     return "".join(json.dumps(line) + "\n" for line in lines)
 

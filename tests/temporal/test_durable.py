@@ -62,6 +62,7 @@ from turnfsm.temporal import (
     DurableRun,
     TurnWorkflow,
     _activities,
+    _workflow,
     create_worker,
     start_durable,
     workflow_runner,
@@ -404,6 +405,92 @@ async def test_an_approval_run_pauses_and_approve_runs_the_tools(
     session = await Session.load(SQLiteStore(tmp_path / "a.db"), run.session_id)
     assert [r.outcome for r in session.runs] == ["done"]
     assert replay(approval_machine(), session, result.run_id).ok
+
+
+async def test_approving_a_call_whose_tool_the_workers_lack_is_refused_paused(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The workers' agent has no `delete`: approving the calls to it would
+    # fail the workflow with the run left paused in its log. The approval
+    # is refused where it is sent, saying how to go on; the run stays paused
+    # for real, and a rejection answers it.
+    store = SQLiteStore(tmp_path / "m.db")
+    agent = Agent(
+        model=ScriptedModel.of(
+            reply("", tool_call("delete", "c1"), tool_call("delete", "c2")), "ok"
+        ),
+        machine=approval_machine(),
+        store=store,
+        name="lacking",
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        with pytest.raises(ConfigError) as caught:
+            await run.approve()
+        message = str(caught.value)
+        assert "lacks the tools the run calls (delete)" in message
+        assert "DurableRun.reject" in message
+        assert "the run stays paused" in message
+        with pytest.raises(ConfigError, match="lacks the tools"):
+            await run.reject({"c1": "no"})  # c2 would still run
+        status = await run.status()
+        assert (status.outcome, status.phase) == ("paused", "await_approval")
+        await run.reject({"c1": "no tool", "c2": "no tool"})
+        result = await run.result()
+    assert result.ok
+
+
+async def test_status_on_workers_serving_a_changed_agent_says_so(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Paused on the approval machine; the workers are then served the agent
+    # on another machine: its workflow cannot go on there. The status says
+    # so, typed, with the way on (it answered the replayed run on the other
+    # machine as running, or the SDK's query failure).
+    store = SQLiteStore(tmp_path / "c.db")
+    agent = _asking("changed", store)
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+    changed = Agent(model=ScriptedModel.of("x"), store=store, name="changed")
+    async with create_worker(temporal_client, queue, changed):
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(30):
+                await run.status()
+    await run.handle.terminate("test over")
+    message = str(caught.value)
+    assert caught.value.field == "agent"
+    assert "takes other steps than the run's history" in message
+    assert "the run goes on where it was" in message
+    assert f"turnfsm resume {run.session_id} --force" in message
+    # Started by a caller whose agent is on another machine than the
+    # workers': refused before the run begins, typed.
+    async with create_worker(temporal_client, queue, changed):
+        run = await start_durable(
+            _asking("changed", store), "hi", client=temporal_client, task_queue=queue
+        )
+        with pytest.raises(ConfigError, match="the same build of the agent"):
+            await run.result()
+
+
+def test_an_answer_refused_in_the_workflow_says_it_failed_and_the_way_on() -> None:
+    # Taken on a worker whose agent lacks a tool the answer runs (one worker
+    # checked it, another carries it out): the workflow ends, the log keeps
+    # the run paused, and the error says so, with the commands that go on.
+    refused = ConfigError(
+        "tools", [], "the tools the run calls (delete): ...; the run stays paused"
+    )
+    message = str(_workflow.left_paused(refused, "ses_1"))
+    assert "the run stays paused" not in message
+    assert "This answer failed the run's workflow" in message
+    assert "turnfsm resume ses_1 --force" in message
+    assert "turnfsm abandon ses_1 --force" in message
 
 
 async def test_answer_takes_any_event_the_pause_accepts_and_queries_say_where(

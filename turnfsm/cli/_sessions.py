@@ -20,7 +20,6 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from turnfsm import serde
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
 from turnfsm.cli._errors import check_writable, count_option, explain
@@ -407,8 +406,7 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
     if fmt == "jsonl":
         text = "".join(line + "\n" for line in session_lines(session))
     else:
-        header = json.loads(next(session_lines(session)))
-        entries = [serde.envelope(entry) for entry in session.entries]
+        header, *entries = map(json.loads, session_lines(session))
         document = {**header, "entries": entries}
         text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
         # A lone surrogate (text from bytes that were not UTF-8) is written as

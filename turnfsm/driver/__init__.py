@@ -48,6 +48,10 @@ from turnfsm.driver._subagents import (
     subagent_tool,
 )
 from turnfsm.driver._tools import Tool, current_tool_call, function_tool
+
+# For durable runs (not in `__all__`): the approved calls whose tool a
+# worker's agent lacks, refused where the approval is sent.
+from turnfsm.driver._tools import missing_tools as missing_tools
 from turnfsm.persistence import (
     CompactionRecord,
     RunRecord,

@@ -122,6 +122,21 @@ def rebuild(
     one, and each end of the run (or pause) says what the brain did: its
     phase, its model calls, its outcome and final answer.
 
+    A run stopped from outside (interrupted, or crashed) may have gone on
+    past what its log took (a store that stopped answering), so its end is
+    checked as far as that allows: it names a phase of the machine, and
+    counts at least the model calls, usage and compaction usage its log
+    holds.
+
+    Two recorded figures are not checked, as the log cannot say what they
+    should be: a turn record's `estimate` (the run's token counter's count
+    of the request, with the tool schemas and system text it was sent with;
+    the log keeps neither that counter nor, for a counter of your own, a
+    way to make it again), and a compaction record's `strategy` (the name
+    of the compactor that made the pass; a run resumed in another process
+    may use another one, and the log keeps only the one the run began
+    with).
+
     Args:
         spec: The machine the run ran on.
         session: The session holding the run's log.
@@ -514,20 +529,21 @@ class _Feed:
                 )
 
     def _usage_problem(self, end: RunEnded) -> str | None:
-        """What `end` says of the usage its turns and passes did not report."""
-        if end.outcome == "interrupted" or isinstance(end.error, RunCrashed):
-            return None  # maybe a reply its log could not take
+        """What `end` says of the usage its turns and passes did not report.
+
+        An interrupted or crashed run may have used more than its log took
+        (a store that stalled), never less.
+        """
+        ahead = end.outcome == "interrupted" or isinstance(end.error, RunCrashed)
         turns = self.turns[: self.replies]
         used = sum((t.usage for t in turns if t.usage), self.unusable)
-        if end.usage != used:
+        if end.usage != used and not (ahead and _covers(end.usage, used)):
             return f"its end says it used {end.usage!r}, its turns {used!r}"
         passes = self.passes[: self.passed]
         spent = sum((p.usage for p in passes if p.usage), Usage())
-        if end.compaction_usage != spent:
-            return (
-                f"its end says its passes used {end.compaction_usage!r}, "
-                f"their records {spent!r}"
-            )
+        said = end.compaction_usage
+        if said != spent and not (ahead and _covers(said, spent)):
+            return f"its end says its passes used {said!r}, their records {spent!r}"
         return None
 
     def check_ends(self, fed: int, machine: TurnMachine) -> None:
@@ -623,10 +639,28 @@ _INTERRUPTIONS: Final = (Cancelled, SubagentWaiting, ContinuedAsNew, StoreUnusab
 """What an interrupted run's end says stopped it."""
 
 
+def _covers(said: Usage, logged: Usage) -> bool:
+    """Whether usage `said` is at least `logged`, count by count."""
+    return all(
+        getattr(said, field.name) >= getattr(logged, field.name)
+        for field in attrs.fields(Usage)
+    )
+
+
 def _end_problem(end: RunEnded, machine: TurnMachine) -> str | None:
-    """What `end` says that the brain, where it stopped, did not do (None: nothing)."""
+    """What `end` says that the brain, where it stopped, did not do (None: nothing).
+
+    Wherever the run stopped, its end names a phase of its machine and
+    counts at least the model calls its log holds: a run stopped from
+    outside (interrupted, crashed, its store stalled) may be ahead of its
+    log, never behind it.
+    """
     said = f"its end says it ended {end.outcome}"
     decision = machine.decision
+    if end.phase not in machine.spec.phases:
+        return f"{said} in phase {end.phase!r}"
+    if end.turns < machine.snapshot.turns:
+        return f"{said} after {end.turns} model call(s)"
     if end.outcome == "interrupted":
         # Stopped from outside, wherever the brain was: an interruption says
         # what stopped it (never the brain's own end), and goes on from the

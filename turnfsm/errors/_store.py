@@ -61,13 +61,26 @@ class SessionConflict(StoreError):
     nothing of this append was written. Expecting version 0 of a stored
     session means the writer took it for a new one: a `Session(id,
     store=...)` made anew reads nothing, `Session.open` reads the log.
+    `loading` is True when the append was a session log read into a store
+    that already holds that session (`load_session`, ``turnfsm sessions
+    import``).
     """
 
     session_id: str
     expected: int
     actual: int
+    loading: bool = attrs.field(default=False, kw_only=True)
 
     def __str__(self) -> str:
+        if self.loading:
+            return (
+                f"session {self.session_id!r} is already in this store "
+                f"({self.actual} entries): nothing of the log was loaded. Read "
+                f"the stored one (Session.open(store, {self.session_id!r})), load "
+                "the log into another store, or delete the stored one first "
+                f"(store.delete_session({self.session_id!r}), turnfsm sessions rm "
+                f"{self.session_id}) to replace it with the log"
+            )
         if self.expected == 0 and self.actual > 0:
             # The writer took a stored session for a new one: most often a
             # `Session(id, store=...)` made anew, which reads nothing.

@@ -10,7 +10,9 @@ Reading a log checks all of it before anything is written: each line, then
 the session it projects to (every entry of an opened run, every committed
 message brought in by an event, every committed history a whole
 conversation). A log that fails a check is refused whole, naming the line
-(or the entry of a document) and the field.
+(or the entry of a document) and the field. Each entry line carries the
+digest of each of its fields: a field changed since the log was written is
+refused by name (a log written before lines carried digests reads as it is).
 """
 
 from __future__ import annotations
@@ -20,11 +22,20 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
+import attrs
+
 from turnfsm import serde
-from turnfsm.errors import ConfigError, CorruptRecord, DuplicateRecord, InvalidMessage
+from turnfsm.errors import (
+    ConfigError,
+    CorruptRecord,
+    DuplicateRecord,
+    InvalidMessage,
+    SessionConflict,
+)
 from turnfsm.messages import OpenCalls
 from turnfsm.persistence._commits import unbrought, unopened
 from turnfsm.persistence._records import Committed, Entry, RunEnded, RunOpened
+from turnfsm.persistence._rows import field_digests
 from turnfsm.persistence._run_record import GOES_ON
 from turnfsm.persistence._session import Session
 from turnfsm.persistence._store import SessionStore, check_session_id, check_store
@@ -33,12 +44,19 @@ __all__ = ["dump_session", "load_session", "session_lines"]
 
 FORMAT: Final = "turnfsm-session-log"
 
+DIGESTS: Final = "digests"
+"""The key of an entry line's field digests (logs written before have none)."""
+
 _LOG: Final = "session log"
 """What a `CorruptRecord` of the file itself (not of one entry) names."""
 
 
 def session_lines(session: Session) -> Iterator[str]:
     """Yield the JSON lines of `session`'s log: a header, then every entry.
+
+    Each entry line carries the digest of each of its entry's fields
+    (``"digests"``): reading the log back refuses a field changed since,
+    naming its line and the field.
 
     Each line encodes to UTF-8: a lone surrogate (text decoded from bytes
     that were not UTF-8, such as a file name) is written as its JSON escape,
@@ -47,7 +65,11 @@ def session_lines(session: Session) -> Iterator[str]:
     header = {"format": FORMAT, "v": serde.SCHEMA_VERSION, "session_id": session.id}
     yield json.dumps(header, sort_keys=True)
     for entry in session.entries:
-        yield _as_utf8(serde.dumps(serde.envelope(entry)))
+        line = serde.envelope(entry)
+        data = line["data"]
+        assert isinstance(data, dict)  # an entry's JSON is an object
+        line[DIGESTS] = field_digests(data)  # type: ignore[assignment]
+        yield _as_utf8(serde.dumps(line))
 
 
 def _as_utf8(text: str) -> str:
@@ -102,7 +124,8 @@ async def load_session(
             after its final one, a compaction pass logged twice, a commit of
             messages no earlier event brought in, or a committed history that
             is not a whole conversation (a tool result without its call).
-        SessionConflict: `store` already holds that session (nothing written).
+        SessionConflict: `store` already holds that session (nothing
+            written); its message says how to go on.
         ConfigError: `lines` is none of those (a path: read the file first)
             or holds nothing but blank lines, or `store` is not a
             `SessionStore`.
@@ -113,7 +136,10 @@ async def load_session(
     session = await _project(session_id, located)
     if store is None:
         return session  # its own MemoryStore holds the checked log
-    await store.append(session_id, session.entries, expected_version=0)
+    try:
+        await store.append(session_id, session.entries, expected_version=0)
+    except SessionConflict as exc:
+        raise attrs.evolve(exc, loading=True) from None
     return await Session.load(store, session_id)
 
 
@@ -275,6 +301,8 @@ def _entry(where: str, data: Any) -> Entry:
         raise CorruptRecord(
             _LOG, where, "a second header: a log has one, on its first line"
         )
+    if isinstance(data, dict) and DIGESTS in data:
+        _check_digests(where, data)
     try:
         return serde.open_envelope(data, Entry)  # type: ignore[no-any-return]
     except CorruptRecord as exc:
@@ -284,6 +312,34 @@ def _entry(where: str, data: Any) -> Entry:
         raise CorruptRecord(kind, _at(where, exc.path), exc.reason) from None
     except RecursionError:
         raise CorruptRecord(_LOG, where, _TOO_DEEP) from None
+
+
+def _check_digests(where: str, line: dict[str, Any]) -> None:
+    """Refuse an entry line whose fields are not the ones its digests were made of.
+
+    A log written before lines carried digests has none, and is read as it is.
+    """
+    kind = line.get("type")
+    kind = kind if isinstance(kind, str) else _LOG
+    digests, data = line[DIGESTS], line.get("data")
+    if not isinstance(digests, dict) or not isinstance(data, dict):
+        raise CorruptRecord(
+            kind, _at(where, DIGESTS), "expected an object of the entry's field digests"
+        )
+    made = field_digests(data)
+    for name in sorted(made.keys() | digests.keys()):
+        if name not in digests:
+            reason = "a field added since the log was written"
+        elif name not in made:
+            reason = "missing: the field was removed since the log was written"
+        elif made[name] != digests[name]:
+            reason = (
+                "changed since the log was written (its content no longer has "
+                "the digest written beside it)"
+            )
+        else:
+            continue
+        raise CorruptRecord(kind, _at(where, f"data.{name}"), reason)
 
 
 def _json(number: int, line: str, last: int) -> Any:

@@ -43,6 +43,7 @@ __all__ = [
     "delegated_openings",
     "encode",
     "entry_kind",
+    "field_digests",
 ]
 
 MESSAGE_REF: Final = "$msg"
@@ -152,6 +153,16 @@ def column_value(text: str) -> str:
 def _digest(text: str) -> str:
     """Return the key a message's stored JSON `text` is kept under."""
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def field_digests(data: Mapping[str, Any]) -> dict[str, str]:
+    """Return the digest of each field of a record's JSON `data`, by name.
+
+    The digest a store keeps a message's content under, of the field's JSON
+    text as stored: written beside a record, it says whether the record was
+    changed since.
+    """
+    return {name: _digest(_dumps(value)) for name, value in data.items()}
 
 
 def _reference(value: dict[str, Any], out: dict[str, str]) -> dict[str, str]:

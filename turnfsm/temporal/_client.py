@@ -49,7 +49,7 @@ from turnfsm.errors import (
     TemporalUnreachable,
 )
 from turnfsm.messages import Message
-from turnfsm.persistence import new_id
+from turnfsm.persistence import machine_digest, new_id
 from turnfsm.temporal._activities import failure_error
 from turnfsm.temporal._payloads import (
     WORKFLOW,
@@ -239,6 +239,8 @@ class DurableRun:
         `anyio.fail_after`).
 
         Raises:
+            ConfigError: the workers serve another build of the run's agent
+                (another machine): its workflow cannot go on there.
             SessionNotFound: Temporal knows no durable run of the session.
         """
         ended: str | None = None  # how its workflow ended, when not cleanly
@@ -251,6 +253,11 @@ class DurableRun:
             except WorkflowQueryRejectedError as rejected:
                 ended = _ENDED.get(rejected.status) if rejected.status else None
                 answer = await self._handle.query("status")
+        except WorkflowQueryFailedError as exc:
+            changed = self._changed_agent(exc)
+            if changed is None:
+                raise
+            raise changed from exc
         except RPCError as exc:
             raise await self._refusal(exc, "status", None) from exc
         except RuntimeError as exc:
@@ -271,6 +278,28 @@ class DurableRun:
                 waiting.append(session_id)
             waiting.extend(child.children_waiting)
         return attrs.evolve(status, children_waiting=tuple(waiting))
+
+    def _changed_agent(self, exc: WorkflowQueryFailedError) -> ConfigError | None:
+        """The workers' agent is not the run's, if `exc` says so (else None).
+
+        Its workflow cannot go on there: each attempt fails (a history the
+        agent does not make again), until the workers serve the run's agent.
+        """
+        why = str(exc)
+        if "Nondeterminism" not in why and "invalid agent=" not in why:
+            return None
+        name = self._agent.driver.name if self._agent is not None else None
+        session = self.session_id
+        return ConfigError(
+            "agent",
+            name,
+            f"workers serving the agent this run began with; theirs takes other "
+            f"steps than the run's history ({why}). Serve its task queue with the "
+            "agent as it was (the same machine, tools and effects) and the run "
+            "goes on where it was, or terminate its workflow and take the run "
+            f"over with force=True (turnfsm resume {session} --force, or "
+            f"turnfsm abandon {session} --force)",
+        )
 
     async def approve(self) -> None:
         """Approve every tool call the paused run waits on.
@@ -500,6 +529,7 @@ async def start_durable(
         run_id=check_id("run_id", run_id) if run_id else new_id("run"),
         input=messages,
         options=options,
+        machine=machine_digest(agent.driver.machine),
     )
     try:
         handle = await client.start_workflow(

@@ -160,6 +160,9 @@ class RunSpec:
             taken yet (injected messages, a cancel) when it continued as new.
         status: Where the run was when it continued as new (what the
             ``status`` query answers until it takes its next step).
+        machine: The digest of the machine the run's agent has where it
+            was started (`machine_digest`): the workers' agent must have
+            the same ("": not known, not checked).
     """
 
     agent: str
@@ -172,6 +175,7 @@ class RunSpec:
     resume: bool = False
     queued: tuple[Event, ...] = ()
     status: RunStatus | None = None
+    machine: str = ""
 
 
 @final

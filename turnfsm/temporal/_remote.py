@@ -60,7 +60,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from turnfsm.hooks import ToolCallInfo
     from turnfsm.messages import Message, ToolCallPart
-    from turnfsm.persistence import Entry, ParentLink, Session, SessionInfo
+    from turnfsm.persistence import (
+        Entry,
+        ParentLink,
+        Session,
+        SessionInfo,
+        machine_digest,
+    )
     from turnfsm.temporal._activities import (
         CRASHED,
         TRANSIENT,
@@ -625,6 +631,7 @@ class _Remote:
             options=options,
             parent=link,
             store=self.spec.store or self.spec.agent,
+            machine=machine_digest(driver.machine),
         )
         self.children[session_id] = None
         try:

@@ -78,7 +78,13 @@ with workflow.unsafe.imports_passed_through():
         ToolCallsReviewed,
         trigger_of,
     )
-    from turnfsm.driver import Delegation, Driver, RunControl, RunResult
+    from turnfsm.driver import (
+        Delegation,
+        Driver,
+        RunControl,
+        RunResult,
+        missing_tools,
+    )
     from turnfsm.errors import (
         ConfigError,
         ContinuedAsNew,
@@ -96,7 +102,7 @@ with workflow.unsafe.imports_passed_through():
         TransitionInfo,
     )
     from turnfsm.messages import Message
-    from turnfsm.persistence import Session, decision_key
+    from turnfsm.persistence import Session, decision_key, machine_digest
     from turnfsm.temporal._activities import (
         CRASHED,
         agent_named,
@@ -237,6 +243,8 @@ class TurnWorkflow:
         self._answers: list[Event] = []
         self._status = _Status()
         self._remote: _Remote | None = None
+        self._tools: frozenset[str] = frozenset()  # the workers' agent's
+        self._changed: ConfigError | None = None  # the workers' agent is not it
         try:
             self._spec: RunSpec | TurnFSMError = serde.from_json(RunSpec, start)
         except TurnFSMError as exc:  # not a start turnfsm wrote
@@ -262,6 +270,20 @@ class TurnWorkflow:
 
     async def _run(self, spec: RunSpec) -> Any:
         agent = agent_named(spec.agent, workflow.info().task_queue)
+        self._tools = frozenset(agent.driver._tools)
+        served = machine_digest(agent.driver.machine)
+        if spec.machine and spec.machine != served:
+            # Another build of the agent than the run's: refused at its start;
+            # a run under way stops here, to go on once the workers serve it.
+            self._changed = ConfigError(
+                "agent",
+                spec.agent,
+                f"the agent as the run was started with it, on machine "
+                f"{spec.machine}; the workers of its task queue serve it on "
+                f"machine {served}: give the workers and the caller the same "
+                "build of the agent",
+            )
+            raise not_retried(self._changed)
         log = _WorkflowLog(spec)
         session = await Session.open(log, spec.session_id)
         self._remote = remote = _Remote(spec, agent.driver, log)
@@ -287,9 +309,12 @@ class TurnWorkflow:
                 self._status.waiting = result.waiting
                 event, cancelled = await self._next_answer()
                 self._status.waiting = None
-                result = await driver.resume(
-                    session, spec.run_id, event, control=control, hooks=hooks
-                )
+                try:
+                    result = await driver.resume(
+                        session, spec.run_id, event, control=control, hooks=hooks
+                    )
+                except ConfigError as exc:  # the answer refused: nothing written
+                    raise left_paused(exc, spec.session_id) from exc
                 await _written(log)
                 if cancelled:
                     raise asyncio.CancelledError
@@ -362,6 +387,26 @@ class TurnWorkflow:
                 non_retryable=True,
             )
 
+    def _require_tools(self, answer: Event) -> None:
+        """Refuse an answer that lets run a call whose tool the workers lack.
+
+        Taken, it would fail the workflow, its run left paused in the log.
+        """
+        waiting = self._status.waiting
+        assert waiting is not None  # _require_paused
+        missing = missing_tools(waiting.calls, answer, self._tools)
+        if missing:
+            names = ", ".join(sorted({c.name for c in missing}))
+            calls = ", ".join(c.id for c in missing)
+            raise ApplicationError(
+                f"an answer the workers can carry out: their agent lacks the "
+                f"tools the run calls ({names}); serve the agent with them "
+                "(create_worker) and answer again, or reject the calls to them "
+                f"({calls}) with DurableRun.reject; the run stays paused",
+                type="turnfsm.bad_answer",
+                non_retryable=True,
+            )
+
     @workflow.update(name="approve")
     async def approve(self) -> None:
         """Approve every tool call the paused run waits on."""
@@ -370,6 +415,7 @@ class TurnWorkflow:
     @approve.validator
     def _check_approve(self) -> None:
         self._require_paused(_REVIEWED)
+        self._require_tools(ToolCallsReviewed.approve_all())
 
     @workflow.update(name="reject")
     async def reject(self, reasons: dict[str, str]) -> None:
@@ -392,6 +438,8 @@ class TurnWorkflow:
                 type="turnfsm.bad_answer",
                 non_retryable=True,
             )
+        # Answered by id only: the validator may not draw fresh message ids.
+        self._require_tools(ToolCallsReviewed.reject(reasons, new_id=lambda: "m"))
 
     @workflow.update(name="answer")
     async def answer(self, event: dict[str, Any]) -> None:
@@ -412,6 +460,7 @@ class TurnWorkflow:
             waiting.check_answer(parsed)  # the call ids it answers, its messages
         except ConfigError as exc:
             raise _refused(exc) from None
+        self._require_tools(parsed)
 
     @workflow.update(name="inject")
     async def inject(self, message: str | dict[str, Any]) -> None:
@@ -479,6 +528,8 @@ class TurnWorkflow:
         What it waits for: the answer a pause waits for, or the sub-agents'
         runs (child workflows) in flight, by session id.
         """
+        if self._changed is not None:
+            raise not_retried(self._changed)
         remote = self._remote
         return self._status.to_json(tuple(remote.children) if remote else ())
 
@@ -511,6 +562,23 @@ async def _written(log: _WorkflowLog) -> None:
         if isinstance(exc.cause, TemporalCancelled):
             raise asyncio.CancelledError from None
         raise
+
+
+def left_paused(exc: ConfigError, session_id: str) -> ConfigError:
+    """`exc`, refusing a paused run's answer, saying the workflow ends on it.
+
+    Nothing was written: the log keeps the run paused, and its session held
+    by a workflow that will not answer it again.
+    """
+    expected = exc.expected.removesuffix("; the run stays paused")
+    return ConfigError(
+        exc.field,
+        exc.value,
+        f"{expected}. This answer failed the run's workflow: the session's log "
+        "keeps the run paused and its session held, so take the run over with "
+        f"force=True: turnfsm resume {session_id} --force, or turnfsm abandon "
+        f"{session_id} --force (Agent.resume or Agent.abandon with force=True)",
+    )
 
 
 def _refused(exc: Exception) -> ApplicationError:
