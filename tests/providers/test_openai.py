@@ -744,3 +744,69 @@ async def test_streamed_arguments_sent_as_an_object_are_read() -> None:
     assert isinstance(done, StreamDone)
     [call] = done.response.message.tool_calls
     assert call.arguments == {"text": "é"}
+
+
+def named_piece(index: int, name: str | None, args: str = "", **more: str) -> Any:
+    function: dict[str, Any] = {"arguments": args}
+    if name is not None:
+        function["name"] = name
+    return openai_chunk(
+        {"tool_calls": [{"index": index, "function": function, **more}]}
+    )
+
+
+NAME_SHAPES = {
+    # OpenAI: the id and the name once, in the call's first fragment.
+    "first only": [
+        named_piece(0, "read_file", id="call_a", type="function"),
+        named_piece(0, None, '{"path"'),
+        named_piece(0, None, ': "a"}'),
+    ],
+    # Gemini's OpenAI-compatible API: the name in pieces.
+    "split": [
+        named_piece(0, "read_", id="call_a", type="function"),
+        named_piece(0, "fi", '{"path"'),
+        named_piece(0, "le", ': "a"}'),
+    ],
+    # Fireworks, MiniMax on NVIDIA NIM: the id and the whole name in every
+    # fragment.
+    "repeated": [
+        named_piece(0, "read_file", id="call_a", type="function"),
+        named_piece(0, "read_file", '{"path"', id="call_a", type="function"),
+        named_piece(0, "read_file", ': "a"}', id="call_a", type="function"),
+    ],
+}
+
+
+@asyncio_only
+@pytest.mark.parametrize("chunks", NAME_SHAPES.values(), ids=NAME_SHAPES.keys())
+async def test_a_streamed_call_name_is_whole_however_the_server_sends_it(
+    chunks: list[dict[str, Any]],
+) -> None:
+    server = Server(openai_sse([*chunks, openai_chunk(usage=(5, 2))]))
+    read_file = ToolSchema(name="read_file", description="", parameters={})
+    done = (await collect(model_for(server), ask(tools=[ECHO, read_file])))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.message.tool_calls == (
+        ToolCallPart(id="call_a", name="read_file", arguments={"path": "a"}),
+    )
+
+
+@asyncio_only
+async def test_a_streamed_name_in_two_equal_pieces_names_the_offered_tool() -> None:
+    """A piece equal to the name so far is a repeat, unless the two together
+    name an offered tool and the first alone does not."""
+    chunks = [
+        named_piece(0, "pa", id="call_a", type="function"),
+        named_piece(0, "pa", "{}"),
+        named_piece(1, "echo", "{}", id="call_b", type="function"),
+        named_piece(1, "echo", id="call_b", type="function"),
+    ]
+    server = Server(openai_sse([*chunks, openai_chunk(usage=(5, 2))]))
+    papa = ToolSchema(name="papa", description="", parameters={})
+    done = (await collect(model_for(server), ask(tools=[ECHO, papa])))[-1]
+    assert isinstance(done, StreamDone)
+    assert [call.name for call in done.response.message.tool_calls] == [
+        "papa",
+        "echo",
+    ]

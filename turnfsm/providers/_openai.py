@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
 import attrs
@@ -224,7 +224,7 @@ class OpenAIModel:
         Raises:
             ProviderError: the API failed, before or during the stream.
         """
-        reply = _Chunks()
+        reply = _Chunks(tool.name for tool in request.tools)
         with _translated(self._timeout_setting()):
             chunks: _ChunkStream = await sent(
                 self._client().chat.completions.create,
@@ -318,7 +318,8 @@ class OpenAIModel:
 class _Chunks:
     """A streamed reply, assembled chunk by chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool_names: Iterable[str] = ()) -> None:
+        self.tool_names = frozenset(tool_names)  # the tools the request offers
         self.text: list[str] = []
         self.refusal: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}  # in order: id, name, arguments
@@ -367,11 +368,14 @@ class _Chunks:
     def _add_call(self, piece: dict[str, Any]) -> None:
         """Take in one fragment of a tool call.
 
-        The id and name come once, in a call's first fragment, and the
-        arguments in pieces; fragments of one call share its ``index``. Some
-        servers send each call whole with no index (or all at index 0): a
+        OpenAI sends the id and name once, in a call's first fragment, and
+        the arguments in pieces; fragments of one call share its ``index``.
+        Compatible servers differ: some split the name into pieces, some
+        repeat the id and the whole name in every fragment (`_name_with`),
+        and some send each call whole with no index (or all at index 0): a
         fragment with a name and an id other than its index's call's starts
-        a new call (one with an id but no name continues the call).
+        a new call (one with an id but no name continues the call, which
+        keeps its first id).
         """
         raw_index = piece.get("index")
         index = raw_index if _checks.is_int(raw_index) else None
@@ -384,12 +388,27 @@ class _Chunks:
             slot = self._slots[index] = len(self.calls)
             call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
         call["id"] = call["id"] or call_id
-        call["name"] = call["name"] or name
+        call["name"] = self._name_with(call["name"], name)
         arguments = function.get("arguments")
         if isinstance(arguments, Mapping):  # an object, as a whole reply's may be
             call["arguments"] = json.dumps(arguments, ensure_ascii=False)
             return
         call["arguments"] += reply_text(arguments, "tool_calls.function.arguments")
+
+    def _name_with(self, name: str, piece: str) -> str:
+        """A call's `name` so far with a fragment's `piece` of it taken in.
+
+        A piece equal to the name so far repeats it (servers that send the
+        whole name in every fragment), unless the two together name a tool
+        the request offers and the name so far does not; any other piece
+        continues it (servers that split the name).
+        """
+        if piece != name:
+            return name + piece
+        joined = name + piece
+        if joined in self.tool_names and name not in self.tool_names:
+            return joined
+        return name
 
     def response(self) -> ModelResponse:
         """Return the whole reply, as `OpenAIModel.complete` would."""
