@@ -810,3 +810,22 @@ async def test_a_streamed_name_in_two_equal_pieces_names_the_offered_tool() -> N
         "papa",
         "echo",
     ]
+
+
+@asyncio_only
+async def test_a_streamed_event_that_is_not_json_fails_naming_the_event() -> None:
+    """As an unstreamed body that is not JSON: an unreadable reply, not retried."""
+    first = json.dumps(openai_chunk({"content": "Hel"}))
+    body = f"data: {first}\n\ndata: {{bad json\n\ndata: [DONE]\n\n"
+    server = Server(
+        httpx2.Response(
+            200, content=body.encode(), headers={"content-type": "text/event-stream"}
+        )
+    )
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="Hel")]
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert "a streamed event is not JSON" in str(info.value)
+    assert "'{bad json'" in str(info.value)

@@ -191,7 +191,8 @@ class AnthropicModel:
             ProviderError: the API failed, before or during the stream.
         """
         reply = _Events(request.output)
-        with _translated(self._timeout_setting()):
+        setting = self._timeout_setting()
+        with _translated(setting, "a streamed event"):
             events: _EventStream = await sent(
                 self._client().messages.create, self._options(request), stream=True
             )
@@ -199,10 +200,9 @@ class AnthropicModel:
                 if not _is_event_stream(events.response.headers):
                     # A proxy or a compatible server answered with one JSON
                     # body: an error, or the whole reply unstreamed.
-                    response = _whole_reply(
-                        _error_body(json.loads(await events.response.aread())),
-                        request.output,
-                    )
+                    with _translated(setting):
+                        body = json.loads(await events.response.aread())
+                    response = _whole_reply(_error_body(body), request.output)
                     if text := response.message.text:
                         yield TextDelta(text=text)
                     yield StreamDone(response=response)
@@ -501,17 +501,18 @@ def _usage(value: object, before: Usage | None = None) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated(setting: str) -> Iterator[None]:
+def _translated(setting: str, read: str = "the body") -> Iterator[None]:
     """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
 
-    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    A timeout names the `setting` that bounds the wait (`timeout_setting`);
+    JSON that cannot be read is named as `read` (``"a streamed event"``).
     """
     try:
         yield
     except anthropic.APIError as exc:
         raise with_setting(classify_anthropic_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
-        raise unreadable_body_error(exc) from exc
+        raise unreadable_body_error(exc, read) from exc
 
 
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:

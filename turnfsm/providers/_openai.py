@@ -225,7 +225,7 @@ class OpenAIModel:
             ProviderError: the API failed, before or during the stream.
         """
         reply = _Chunks(tool.name for tool in request.tools)
-        with _translated(self._timeout_setting()):
+        with _translated(self._timeout_setting(), "a streamed event"):
             chunks: _ChunkStream = await sent(
                 self._client().chat.completions.create,
                 self._options(request),
@@ -518,17 +518,18 @@ def _usage(value: object) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated(setting: str) -> Iterator[None]:
+def _translated(setting: str, read: str = "the body") -> Iterator[None]:
     """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
 
-    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    A timeout names the `setting` that bounds the wait (`timeout_setting`);
+    JSON that cannot be read is named as `read` (``"a streamed event"``).
     """
     try:
         yield
     except openai.APIError as exc:
         raise with_setting(classify_openai_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
-        raise unreadable_body_error(exc) from exc
+        raise unreadable_body_error(exc, read) from exc
 
 
 def _where(exc: openai.APIError) -> str:
