@@ -829,3 +829,53 @@ async def test_a_streamed_event_that_is_not_json_fails_naming_the_event() -> Non
     assert (info.value.kind, info.value.retryable) == ("bad_response", False)
     assert "a streamed event is not JSON" in str(info.value)
     assert "'{bad json'" in str(info.value)
+
+
+SHARED_INDEX_SHAPES = {
+    # LiteLLM's bridge from the Responses API: every call at index 0, no ids.
+    "whole calls": (
+        [
+            named_piece(0, "echo", '{"text": "a"}'),
+            named_piece(0, "read_file", '{"path": "b"}'),
+        ],
+        [("echo", {"text": "a"}), ("read_file", {"path": "b"})],
+    ),
+    "one tool twice, in pieces": (
+        [
+            named_piece(0, "echo"),
+            named_piece(0, None, '{"text"'),
+            named_piece(0, None, ': "a"}'),
+            named_piece(0, "echo"),
+            named_piece(0, None, '{"text": "b"}'),
+        ],
+        [("echo", {"text": "a"}), ("echo", {"text": "b"})],
+    ),
+    # The whole name in every fragment, once more after the arguments: one call.
+    "name repeated after the arguments": (
+        [
+            named_piece(0, "echo", '{"text"'),
+            named_piece(0, "echo", ': "a"}'),
+            named_piece(0, "echo"),
+        ],
+        [("echo", {"text": "a"})],
+    ),
+}
+
+
+@asyncio_only
+@pytest.mark.parametrize(
+    ("chunks", "calls"), SHARED_INDEX_SHAPES.values(), ids=SHARED_INDEX_SHAPES.keys()
+)
+async def test_calls_sharing_an_index_without_ids_part_where_the_arguments_end(
+    chunks: list[dict[str, Any]], calls: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """A fragment that brings a name or arguments after its index's call's
+    arguments are a whole JSON object starts the next call: nothing can
+    follow a whole object in the same call's arguments."""
+    server = Server(openai_sse([*chunks, openai_chunk(usage=(5, 2))]))
+    read_file = ToolSchema(name="read_file", description="", parameters={})
+    done = (await collect(model_for(server), ask(tools=[ECHO, read_file])))[-1]
+    assert isinstance(done, StreamDone)
+    got = done.response.message.tool_calls
+    assert [(call.name, call.arguments) for call in got] == calls
+    assert len({call.id for call in got}) == len(got)

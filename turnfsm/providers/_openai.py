@@ -324,6 +324,7 @@ class _Chunks:
         self.refusal: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}  # in order: id, name, arguments
         self._slots: dict[int | None, int] = {}  # a server's call index: its call
+        self._again: dict[int | None, str] = {}  # a name repeated after the arguments
         self.usage: Usage | None = None
         self.model: str | None = None
         self.finish_reason: str | None = None
@@ -372,28 +373,58 @@ class _Chunks:
         the arguments in pieces; fragments of one call share its ``index``.
         Compatible servers differ: some split the name into pieces, some
         repeat the id and the whole name in every fragment (`_name_with`),
-        and some send each call whole with no index (or all at index 0): a
-        fragment with a name and an id other than its index's call's starts
-        a new call (one with an id but no name continues the call, which
-        keeps its first id).
+        and some send every call at one index (or with none), where
+        `_starts_another` tells where the next call begins.
         """
         raw_index = piece.get("index")
         index = raw_index if _checks.is_int(raw_index) else None
         call_id = reply_text(piece.get("id"), "tool_calls.id")
         function = reply_object(piece.get("function") or {}, "tool_calls.function")
         name = reply_text(function.get("name"), "tool_calls.function.name")
+        arguments = function.get("arguments")
+        if not isinstance(arguments, Mapping):
+            arguments = reply_text(arguments, "tool_calls.function.arguments")
         slot = self._slots.get(index)
         call = self.calls.get(slot) if slot is not None else None
-        if call is None or (name and call_id and call["id"] not in ("", call_id)):
+        if call is None or self._starts_another(call, call_id, name, arguments):
+            if call is not None and not name:  # named by a repeat, if one came
+                name = self._again.get(index, "")
             slot = self._slots[index] = len(self.calls)
             call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
+            self._again.pop(index, None)
+        elif (
+            name == call["name"] != ""
+            and not arguments
+            and call_id in ("", call["id"])
+            and _whole_object(call["arguments"])
+        ):
+            self._again[index] = name  # a repeat, or the next call's start
         call["id"] = call["id"] or call_id
         call["name"] = self._name_with(call["name"], name)
-        arguments = function.get("arguments")
         if isinstance(arguments, Mapping):  # an object, as a whole reply's may be
             call["arguments"] = json.dumps(arguments, ensure_ascii=False)
             return
-        call["arguments"] += reply_text(arguments, "tool_calls.function.arguments")
+        call["arguments"] += arguments
+
+    @staticmethod
+    def _starts_another(
+        call: dict[str, str], call_id: str, name: str, arguments: object
+    ) -> bool:
+        """Whether a fragment at `call`'s index begins another call.
+
+        Its id other than the call's, with a name, begins one (servers that
+        send each call whole at one index); the call's id repeated does not,
+        nor another id without a name (the call keeps its first). Without
+        ids, a name other than the call's, or more arguments, after the
+        call's arguments are a whole JSON object begins one: nothing can
+        follow a whole object in the same arguments.
+        """
+        if call_id and call["id"]:
+            return call_id != call["id"] and bool(name)
+        more = isinstance(arguments, Mapping) or bool(str(arguments).strip())
+        if not more and (not name or name == call["name"]):
+            return False
+        return _whole_object(call["arguments"])
 
     def _name_with(self, name: str, piece: str) -> str:
         """A call's `name` so far with a fragment's `piece` of it taken in.
@@ -431,6 +462,17 @@ class _Chunks:
             model=self.model,
             finish_reason=_finish_reason(self.finish_reason or "", data),
         )
+
+
+def _whole_object(arguments: str) -> bool:
+    """Whether a call's `arguments` so far are a whole JSON object."""
+    text = arguments.strip()
+    if not text.endswith("}"):  # most pieces: no need to parse
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _finish_reason(said: str, message: Mapping[str, Any]) -> str | None:
