@@ -879,3 +879,33 @@ async def test_calls_sharing_an_index_without_ids_part_where_the_arguments_end(
     got = done.response.message.tool_calls
     assert [(call.name, call.arguments) for call in got] == calls
     assert len({call.id for call in got}) == len(got)
+
+
+def dropped_after(*chunks: dict[str, Any]) -> httpx2.Response:
+    """An event stream whose connection drops after `chunks`."""
+
+    async def body() -> Any:
+        for chunk in chunks:
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        raise httpx2.RemoteProtocolError("peer closed connection mid-body")
+
+    return httpx2.Response(
+        200, content=body(), headers={"content-type": "text/event-stream"}
+    )
+
+
+@asyncio_only
+async def test_a_connection_dropped_mid_stream_says_the_stream_broke_off() -> None:
+    """Not that the server could not be reached: it was, and it answered."""
+    server = Server(dropped_after(openai_chunk({"content": "Hel"})))
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="Hel")]
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "could not reach" not in str(info.value)
+    where = BASE_URL.removesuffix("/v1")
+    assert str(info.value).endswith(
+        f"the stream from the server at {where} broke off: "
+        "peer closed connection mid-body"
+    )

@@ -29,6 +29,7 @@ from turnfsm.providers._errors import (
     BAD_RESPONSE,
     SERVER,
     connection_error,
+    dropped,
     from_status,
     given_call_id,
     mentions_overflow,
@@ -207,9 +208,10 @@ class AnthropicModel:
                         yield TextDelta(text=text)
                     yield StreamDone(response=response)
                     return
-                async for event in events:
-                    if text := reply.add(event):
-                        yield TextDelta(text=text)
+                with _broken_off():
+                    async for event in events:
+                        if text := reply.add(event):
+                            yield TextDelta(text=text)
         if not reply.stopped:
             # The body ended mid-reply, or before it began (a proxy lost its
             # upstream): what came is not the whole reply; the driver may
@@ -513,6 +515,23 @@ def _translated(setting: str, read: str = "the body") -> Iterator[None]:
         raise with_setting(classify_anthropic_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
         raise unreadable_body_error(exc, read) from exc
+
+
+@contextlib.contextmanager
+def _broken_off() -> Iterator[None]:
+    """Say that a connection lost mid-stream broke the stream off.
+
+    The API was reached and had begun to answer: "could not reach" would
+    send the user looking at the URL. Still a retryable connection error.
+    """
+    try:
+        yield
+    except anthropic.APITimeoutError:
+        raise
+    except anthropic.APIConnectionError as exc:
+        raise connection_error(
+            f"the stream from the Anthropic API broke off: {dropped(exc)}"
+        ) from exc
 
 
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:

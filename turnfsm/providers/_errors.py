@@ -50,6 +50,7 @@ __all__ = [
     "SERVER",
     "TIMEOUT",
     "connection_error",
+    "dropped",
     "from_status",
     "given_call_id",
     "json_data",
@@ -230,6 +231,17 @@ def with_setting(error: ProviderError, setting: str) -> ProviderError:
 def connection_error(message: str) -> ProviderError:
     """Return the retryable `ProviderError` for a connection that failed."""
     return ProviderError(message, retryable=True, kind=CONNECTION)
+
+
+def dropped(exc: BaseException) -> str:
+    """What an SDK's connection error says went wrong: its cause's words.
+
+    The SDKs say only "Connection error."; the HTTP library under them says
+    how the connection ended ("peer closed connection without sending
+    complete message body").
+    """
+    cause = str(exc.__cause__ or "").strip()
+    return cause or str(exc)
 
 
 def unreadable_body_error(

@@ -31,6 +31,7 @@ from turnfsm.providers._errors import (
     QUOTA,
     SERVER,
     connection_error,
+    dropped,
     from_status,
     given_call_id,
     mentions_overflow,
@@ -232,14 +233,15 @@ class OpenAIModel:
                 stream=True,
                 stream_options={"include_usage": True},
             )
+            where = _named(self._sdk.client.base_url)
             async with chunks:
-                async for chunk in chunks:
-                    if text := reply.add(chunk):
-                        yield TextDelta(text=text)
+                with _broken_off(where):
+                    async for chunk in chunks:
+                        if text := reply.add(chunk):
+                            yield TextDelta(text=text)
         if reply.replied and not reply.finished:
             # The body ended mid-reply (a gateway lost its upstream): what
             # came is not the whole reply; the driver may ask again.
-            where = _named(self._sdk.client.base_url)
             raise connection_error(
                 f"the stream from {where} broke off: it ended before a chunk "
                 "with a finish_reason or the usage came"
@@ -572,6 +574,23 @@ def _translated(setting: str, read: str = "the body") -> Iterator[None]:
         raise with_setting(classify_openai_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
         raise unreadable_body_error(exc, read) from exc
+
+
+@contextlib.contextmanager
+def _broken_off(where: str) -> Iterator[None]:
+    """Say that a connection lost mid-stream broke the stream off.
+
+    The server was reached and had begun to answer: "could not reach" would
+    send the user looking at the URL. Still a retryable connection error.
+    """
+    try:
+        yield
+    except openai.APITimeoutError:
+        raise
+    except openai.APIConnectionError as exc:
+        raise connection_error(
+            f"the stream from {where} broke off: {dropped(exc)}"
+        ) from exc
 
 
 def _where(exc: openai.APIError) -> str:
