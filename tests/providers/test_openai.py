@@ -850,6 +850,15 @@ SHARED_INDEX_SHAPES = {
         ],
         [("echo", {"text": "a"}), ("echo", {"text": "b"})],
     ),
+    # Arguments a small model ran on past their end, with no name again: one
+    # call, as the same reply unstreamed has it.
+    "arguments run on": (
+        [
+            named_piece(0, "echo", '{"text": "a"}'),
+            named_piece(0, None, "}"),
+        ],
+        [("echo", {"_raw": '{"text": "a"}}'})],
+    ),
     # The whole name in every fragment, once more after the arguments: one call.
     "name repeated after the arguments": (
         [

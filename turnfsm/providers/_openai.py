@@ -388,7 +388,8 @@ class _Chunks:
             arguments = reply_text(arguments, "tool_calls.function.arguments")
         slot = self._slots.get(index)
         call = self.calls.get(slot) if slot is not None else None
-        if call is None or self._starts_another(call, call_id, name, arguments):
+        fragment = {"id": call_id, "name": name, "arguments": arguments}
+        if call is None or self._starts_another(call, index, fragment):
             if call is not None and not name:  # named by a repeat, if one came
                 name = self._again.get(index, "")
             slot = self._slots[index] = len(self.calls)
@@ -408,23 +409,27 @@ class _Chunks:
             return
         call["arguments"] += arguments
 
-    @staticmethod
     def _starts_another(
-        call: dict[str, str], call_id: str, name: str, arguments: object
+        self, call: dict[str, str], index: int | None, piece: dict[str, Any]
     ) -> bool:
         """Whether a fragment at `call`'s index begins another call.
 
         Its id other than the call's, with a name, begins one (servers that
         send each call whole at one index); the call's id repeated does not,
         nor another id without a name (the call keeps its first). Without
-        ids, a name other than the call's, or more arguments, after the
-        call's arguments are a whole JSON object begins one: nothing can
-        follow a whole object in the same arguments.
+        ids, once the call's arguments are a whole JSON object (nothing can
+        follow it in the same arguments), another name begins one, and so
+        do more arguments that come with the call's name again, or after it.
+        Any other fragment continues the call, as the same reply unstreamed
+        would have it.
         """
+        call_id, name, arguments = piece["id"], piece["name"], piece["arguments"]
         if call_id and call["id"]:
             return call_id != call["id"] and bool(name)
-        more = isinstance(arguments, Mapping) or bool(str(arguments).strip())
-        if not more and (not name or name == call["name"]):
+        more = isinstance(arguments, Mapping) or bool(arguments.strip())
+        other = bool(name) and name != call["name"]
+        again = (bool(name) and name == call["name"]) or index in self._again
+        if not (other or (more and again)):
             return False
         return _whole_object(call["arguments"])
 
