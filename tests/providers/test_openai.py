@@ -10,6 +10,8 @@ import anyio
 import httpx2
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.providers._mock import (
     UNPARSABLE_BODIES,
@@ -27,7 +29,7 @@ from turnfsm.core import Usage
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
 from turnfsm.providers import ModelRequest, ToolSchema
-from turnfsm.providers._openai import OpenAIModel
+from turnfsm.providers._openai import OpenAIModel, _Chunks
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 
 pytestmark = pytest.mark.anyio
@@ -918,3 +920,55 @@ async def test_a_connection_dropped_mid_stream_says_the_stream_broke_off() -> No
         f"the stream from the server at {where} broke off: "
         "peer closed connection mid-body"
     )
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["echo", "read_file", "get"]),
+            st.dictionaries(st.text(max_size=3), JSON_VALUES, max_size=3),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    shape=st.sampled_from(["first only", "split", "repeated", "one index, no ids"]),
+    data=st.data(),
+)
+def test_streamed_calls_are_assembled_whole_however_they_are_cut(
+    calls: list[tuple[str, dict[str, Any]]], shape: str, data: st.DataObject
+) -> None:
+    """The reply a stream assembles has the calls the server sent, however
+    it cuts their arguments and sends their names."""
+    chunks: list[dict[str, Any]] = []
+    for i, (name, arguments) in enumerate(calls):
+        text = json.dumps(arguments)
+        cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)))))
+        pieces = [
+            text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)
+        ]
+        ids = {} if shape == "one index, no ids" else {"id": f"call_{i}"}
+        index = 0 if shape == "one index, no ids" else i
+        if shape == "split":
+            chunks += [
+                named_piece(index, name[:2], **ids),
+                named_piece(index, name[2:]),
+            ]
+        else:
+            chunks.append(named_piece(index, name, **ids))
+        again = name if shape == "repeated" else None
+        chunks += [named_piece(index, again, p, **ids if again else {}) for p in pieces]
+    reply = _Chunks(["echo", "read_file", "get"])
+    for chunk in chunks:
+        reply.add(openai.types.chat.ChatCompletionChunk.model_construct(**chunk))
+    got = reply.response().message.tool_calls
+    assert [(call.name, call.arguments) for call in got] == calls
