@@ -972,3 +972,33 @@ def test_streamed_calls_are_assembled_whole_however_they_are_cut(
         reply.add(openai.types.chat.ChatCompletionChunk.model_construct(**chunk))
     got = reply.response().message.tool_calls
     assert [(call.name, call.arguments) for call in got] == calls
+
+
+@asyncio_only
+async def test_streamed_content_as_a_list_of_parts_is_read_as_unstreamed() -> None:
+    """Mistral sends content as a list of typed parts, streamed or not: text
+    parts are the reply's text; a part of another type is refused as the
+    same reply unstreamed is."""
+    chunks = [
+        openai_chunk({"content": [{"type": "text", "text": "Hel"}]}),
+        openai_chunk({"content": [{"type": "text", "text": "lo"}]}),
+        openai_chunk(usage=(5, 2)),
+    ]
+    events = await collect(model_for(Server(openai_sse(chunks))), ask())
+    assert events[:2] == [TextDelta(text="Hel"), TextDelta(text="lo")]
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.message.text == "Hello"
+
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "hm"}]}
+    whole = json.loads(openai_reply("x").content)
+    whole["choices"][0]["message"]["content"] = [thinking]
+    with pytest.raises(ProviderError) as unstreamed:
+        await model_for(Server(json_reply(whole))).complete(ask())
+    chunks = [openai_chunk({"content": [thinking]}), openai_chunk(usage=(5, 2))]
+    with pytest.raises(ProviderError) as streamed:
+        await collect(model_for(Server(openai_sse(chunks))), ask())
+    assert (streamed.value.kind, str(streamed.value)) == (
+        unstreamed.value.kind,
+        str(unstreamed.value),
+    )

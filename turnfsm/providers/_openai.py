@@ -324,6 +324,7 @@ class _Chunks:
         self.tool_names = frozenset(tool_names)  # the tools the request offers
         self.text: list[str] = []
         self.refusal: list[str] = []
+        self.parts: list[dict[str, Any]] = []  # content parts other than text
         self.calls: dict[int, dict[str, str]] = {}  # in order: id, name, arguments
         self._slots: dict[int | None, int] = {}  # a server's call index: its call
         self._again: dict[int | None, str] = {}  # a name repeated after the arguments
@@ -362,11 +363,29 @@ class _Chunks:
             pieces = reply_list(delta.get("tool_calls"), f"{where}.tool_calls")
             for j, raw_piece in enumerate(pieces):
                 self._add_call(reply_object(raw_piece, f"{where}.tool_calls[{j}]"))
-            text = reply_text(delta.get("content"), f"{where}.content")
+            text = self._add_content(delta.get("content"), f"{where}.content")
             if text:
                 self.text.append(text)
                 added += text
         return added
+
+    def _add_content(self, content: object, where: str) -> str:
+        """Take in a delta's content; return its text.
+
+        Some servers (Mistral) send content as a list of typed parts,
+        streamed or not: text parts are text; other parts are kept for the
+        reply, which reads them as the same reply unstreamed would.
+        """
+        if not isinstance(content, list):
+            return reply_text(content, where)
+        text = ""
+        for i, raw in enumerate(content):
+            part = reply_object(raw, f"{where}[{i}]")
+            if part.get("type") == "text" and isinstance(part.get("text"), str):
+                text += part["text"]
+            else:
+                self.parts.append(part)
+        return text
 
     def _add_call(self, piece: dict[str, Any]) -> None:
         """Take in one fragment of a tool call.
@@ -450,9 +469,14 @@ class _Chunks:
 
     def response(self) -> ModelResponse:
         """Return the whole reply, as `OpenAIModel.complete` would."""
+        text = "".join(self.text)
+        content: str | list[dict[str, Any]] = text
+        if self.parts:  # as a whole reply's list of parts
+            content = [{"type": "text", "text": text}] if text else []
+            content += self.parts
         data = {
             "role": "assistant",
-            "content": "".join(self.text),
+            "content": content,
             "refusal": "".join(self.refusal),
             "tool_calls": [
                 {
