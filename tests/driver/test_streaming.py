@@ -398,3 +398,45 @@ async def test_run_stream_takes_an_output_type_as_run_does() -> None:
         pieces = [piece async for piece in stream]
     assert "".join(pieces).strip() == '{"name": "Lisbon"}'
     assert stream.result.output == City(name="Lisbon")
+
+
+class HoldsAConnection:
+    """Yields a piece, then `then`; says when its stream was closed."""
+
+    def __init__(self, then: object) -> None:
+        self.then = then
+        self.closed = False
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise AssertionError("the run streams")
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        try:  # as the shipped clients hold their HTTP response
+            yield TextDelta(text="one ")
+            yield self.then  # type: ignore[misc]
+            yield StreamDone(response=ModelResponse(message=Message.assistant("x")))
+        finally:
+            self.closed = True
+
+
+class Raises(Hook):
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        raise RuntimeError("a hook's bug")
+
+
+async def test_a_stream_the_run_stops_reading_is_closed_at_once() -> None:
+    """A stream left mid-way (an item it should not yield, a strict hook that
+    raises) is closed then, not when it is garbage-collected: a client's
+    HTTP response goes back with it."""
+    model = HoldsAConnection("not a stream event")
+    agent = Agent(model=model)
+    async with agent.run_stream("x") as stream:
+        _ = [p async for p in stream]
+    assert stream.result.outcome == "failed"
+    assert model.closed
+
+    model = HoldsAConnection(TextDelta(text="two"))
+    agent = Agent(model=model, hooks=[Raises()], strict_hooks=True)
+    with pytest.raises(RuntimeError, match="a hook's bug"):
+        await agent.run("x")
+    assert model.closed

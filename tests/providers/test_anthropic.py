@@ -665,3 +665,44 @@ async def test_a_whole_reply_for_a_stream_is_the_reply() -> None:
     done = events[-1]
     assert isinstance(done, StreamDone)
     assert done.response.usage == Usage(input_tokens=7, output_tokens=2)
+
+
+async def test_a_streamed_event_that_is_not_json_fails_naming_the_event() -> None:
+    """As an unstreamed body that is not JSON: an unreadable reply, not retried."""
+    text = 'event: message_start\ndata: {"type": "message_start", bad\n\n'
+    server = Server(
+        httpx2.Response(
+            200, content=text.encode(), headers={"content-type": "text/event-stream"}
+        )
+    )
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert "a streamed event is not JSON" in str(info.value)
+    assert '\'{"type": "message_start", bad\'' in str(info.value)
+
+
+async def test_a_connection_dropped_mid_stream_says_the_stream_broke_off() -> None:
+    """Not that the API could not be reached: it was, and it answered."""
+    start = {
+        "type": "message_start",
+        "message": {"id": "m", "type": "message", "role": "assistant",
+                    "model": "claude-test", "content": [],
+                    "usage": {"input_tokens": 5, "output_tokens": 1}},
+    }  # fmt: skip
+
+    async def body() -> Any:
+        yield f"event: message_start\ndata: {json.dumps(start)}\n\n".encode()
+        raise httpx2.RemoteProtocolError("peer closed connection mid-body")
+
+    server = Server(
+        httpx2.Response(
+            200, content=body(), headers={"content-type": "text/event-stream"}
+        )
+    )
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert str(info.value).endswith(
+        "the stream from the Anthropic API broke off: peer closed connection mid-body"
+    )

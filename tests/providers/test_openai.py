@@ -10,6 +10,8 @@ import anyio
 import httpx2
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.providers._mock import (
     UNPARSABLE_BODIES,
@@ -27,7 +29,7 @@ from turnfsm.core import Usage
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
 from turnfsm.providers import ModelRequest, ToolSchema
-from turnfsm.providers._openai import OpenAIModel
+from turnfsm.providers._openai import OpenAIModel, _Chunks
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 
 pytestmark = pytest.mark.anyio
@@ -744,3 +746,259 @@ async def test_streamed_arguments_sent_as_an_object_are_read() -> None:
     assert isinstance(done, StreamDone)
     [call] = done.response.message.tool_calls
     assert call.arguments == {"text": "é"}
+
+
+def named_piece(index: int, name: str | None, args: str = "", **more: str) -> Any:
+    function: dict[str, Any] = {"arguments": args}
+    if name is not None:
+        function["name"] = name
+    return openai_chunk(
+        {"tool_calls": [{"index": index, "function": function, **more}]}
+    )
+
+
+NAME_SHAPES = {
+    # OpenAI: the id and the name once, in the call's first fragment.
+    "first only": [
+        named_piece(0, "read_file", id="call_a", type="function"),
+        named_piece(0, None, '{"path"'),
+        named_piece(0, None, ': "a"}'),
+    ],
+    # Gemini's OpenAI-compatible API: the name in pieces.
+    "split": [
+        named_piece(0, "read_", id="call_a", type="function"),
+        named_piece(0, "fi", '{"path"'),
+        named_piece(0, "le", ': "a"}'),
+    ],
+    # Fireworks, MiniMax on NVIDIA NIM: the id and the whole name in every
+    # fragment.
+    "repeated": [
+        named_piece(0, "read_file", id="call_a", type="function"),
+        named_piece(0, "read_file", '{"path"', id="call_a", type="function"),
+        named_piece(0, "read_file", ': "a"}', id="call_a", type="function"),
+    ],
+}
+
+
+@asyncio_only
+@pytest.mark.parametrize("chunks", NAME_SHAPES.values(), ids=NAME_SHAPES.keys())
+async def test_a_streamed_call_name_is_whole_however_the_server_sends_it(
+    chunks: list[dict[str, Any]],
+) -> None:
+    server = Server(openai_sse([*chunks, openai_chunk(usage=(5, 2))]))
+    read_file = ToolSchema(name="read_file", description="", parameters={})
+    done = (await collect(model_for(server), ask(tools=[ECHO, read_file])))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.message.tool_calls == (
+        ToolCallPart(id="call_a", name="read_file", arguments={"path": "a"}),
+    )
+
+
+@asyncio_only
+async def test_a_streamed_name_in_two_equal_pieces_names_the_offered_tool() -> None:
+    """A piece equal to the name so far is a repeat, unless the two together
+    name an offered tool and the first alone does not."""
+    chunks = [
+        named_piece(0, "pa", id="call_a", type="function"),
+        named_piece(0, "pa", "{}"),
+        named_piece(1, "echo", "{}", id="call_b", type="function"),
+        named_piece(1, "echo", id="call_b", type="function"),
+    ]
+    server = Server(openai_sse([*chunks, openai_chunk(usage=(5, 2))]))
+    papa = ToolSchema(name="papa", description="", parameters={})
+    done = (await collect(model_for(server), ask(tools=[ECHO, papa])))[-1]
+    assert isinstance(done, StreamDone)
+    assert [call.name for call in done.response.message.tool_calls] == [
+        "papa",
+        "echo",
+    ]
+
+
+@asyncio_only
+async def test_a_streamed_event_that_is_not_json_fails_naming_the_event() -> None:
+    """As an unstreamed body that is not JSON: an unreadable reply, not retried."""
+    first = json.dumps(openai_chunk({"content": "Hel"}))
+    body = f"data: {first}\n\ndata: {{bad json\n\ndata: [DONE]\n\n"
+    server = Server(
+        httpx2.Response(
+            200, content=body.encode(), headers={"content-type": "text/event-stream"}
+        )
+    )
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="Hel")]
+    assert (info.value.kind, info.value.retryable) == ("bad_response", False)
+    assert "a streamed event is not JSON" in str(info.value)
+    assert "'{bad json'" in str(info.value)
+
+
+SHARED_INDEX_SHAPES = {
+    # LiteLLM's bridge from the Responses API: every call at index 0, no ids.
+    "whole calls": (
+        [
+            named_piece(0, "echo", '{"text": "a"}'),
+            named_piece(0, "read_file", '{"path": "b"}'),
+        ],
+        [("echo", {"text": "a"}), ("read_file", {"path": "b"})],
+    ),
+    "one tool twice, in pieces": (
+        [
+            named_piece(0, "echo"),
+            named_piece(0, None, '{"text"'),
+            named_piece(0, None, ': "a"}'),
+            named_piece(0, "echo"),
+            named_piece(0, None, '{"text": "b"}'),
+        ],
+        [("echo", {"text": "a"}), ("echo", {"text": "b"})],
+    ),
+    # Arguments a small model ran on past their end, with no name again: one
+    # call, as the same reply unstreamed has it.
+    "arguments run on": (
+        [
+            named_piece(0, "echo", '{"text": "a"}'),
+            named_piece(0, None, "}"),
+        ],
+        [("echo", {"_raw": '{"text": "a"}}'})],
+    ),
+    # The whole name in every fragment, once more after the arguments: one call.
+    "name repeated after the arguments": (
+        [
+            named_piece(0, "echo", '{"text"'),
+            named_piece(0, "echo", ': "a"}'),
+            named_piece(0, "echo"),
+        ],
+        [("echo", {"text": "a"})],
+    ),
+}
+
+
+@asyncio_only
+@pytest.mark.parametrize(
+    ("chunks", "calls"), SHARED_INDEX_SHAPES.values(), ids=SHARED_INDEX_SHAPES.keys()
+)
+async def test_calls_sharing_an_index_without_ids_part_where_the_arguments_end(
+    chunks: list[dict[str, Any]], calls: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """A fragment that brings a name or arguments after its index's call's
+    arguments are a whole JSON object starts the next call: nothing can
+    follow a whole object in the same call's arguments."""
+    server = Server(openai_sse([*chunks, openai_chunk(usage=(5, 2))]))
+    read_file = ToolSchema(name="read_file", description="", parameters={})
+    done = (await collect(model_for(server), ask(tools=[ECHO, read_file])))[-1]
+    assert isinstance(done, StreamDone)
+    got = done.response.message.tool_calls
+    assert [(call.name, call.arguments) for call in got] == calls
+    assert len({call.id for call in got}) == len(got)
+
+
+def dropped_after(*chunks: dict[str, Any]) -> httpx2.Response:
+    """An event stream whose connection drops after `chunks`."""
+
+    async def body() -> Any:
+        for chunk in chunks:
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        raise httpx2.RemoteProtocolError("peer closed connection mid-body")
+
+    return httpx2.Response(
+        200, content=body(), headers={"content-type": "text/event-stream"}
+    )
+
+
+@asyncio_only
+async def test_a_connection_dropped_mid_stream_says_the_stream_broke_off() -> None:
+    """Not that the server could not be reached: it was, and it answered."""
+    server = Server(dropped_after(openai_chunk({"content": "Hel"})))
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as info:
+        await drain(model_for(server), ask(), events)
+    assert events == [TextDelta(text="Hel")]
+    assert (info.value.kind, info.value.retryable) == ("connection", True)
+    assert "could not reach" not in str(info.value)
+    where = BASE_URL.removesuffix("/v1")
+    assert str(info.value).endswith(
+        f"the stream from the server at {where} broke off: "
+        "peer closed connection mid-body"
+    )
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["echo", "read_file", "get"]),
+            st.dictionaries(st.text(max_size=3), JSON_VALUES, max_size=3),
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    shape=st.sampled_from(["first only", "split", "repeated", "one index, no ids"]),
+    data=st.data(),
+)
+def test_streamed_calls_are_assembled_whole_however_they_are_cut(
+    calls: list[tuple[str, dict[str, Any]]], shape: str, data: st.DataObject
+) -> None:
+    """The reply a stream assembles has the calls the server sent, however
+    it cuts their arguments and sends their names."""
+    chunks: list[dict[str, Any]] = []
+    for i, (name, arguments) in enumerate(calls):
+        text = json.dumps(arguments)
+        cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)))))
+        pieces = [
+            text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)
+        ]
+        ids = {} if shape == "one index, no ids" else {"id": f"call_{i}"}
+        index = 0 if shape == "one index, no ids" else i
+        if shape == "split":
+            chunks += [
+                named_piece(index, name[:2], **ids),
+                named_piece(index, name[2:]),
+            ]
+        else:
+            chunks.append(named_piece(index, name, **ids))
+        again = name if shape == "repeated" else None
+        chunks += [named_piece(index, again, p, **ids if again else {}) for p in pieces]
+    reply = _Chunks(["echo", "read_file", "get"])
+    for chunk in chunks:
+        reply.add(openai.types.chat.ChatCompletionChunk.model_construct(**chunk))
+    got = reply.response().message.tool_calls
+    assert [(call.name, call.arguments) for call in got] == calls
+
+
+@asyncio_only
+async def test_streamed_content_as_a_list_of_parts_is_read_as_unstreamed() -> None:
+    """Mistral sends content as a list of typed parts, streamed or not: text
+    parts are the reply's text; a part of another type is refused as the
+    same reply unstreamed is."""
+    chunks = [
+        openai_chunk({"content": [{"type": "text", "text": "Hel"}]}),
+        openai_chunk({"content": [{"type": "text", "text": "lo"}]}),
+        openai_chunk(usage=(5, 2)),
+    ]
+    events = await collect(model_for(Server(openai_sse(chunks))), ask())
+    assert events[:2] == [TextDelta(text="Hel"), TextDelta(text="lo")]
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.message.text == "Hello"
+
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "hm"}]}
+    whole = json.loads(openai_reply("x").content)
+    whole["choices"][0]["message"]["content"] = [thinking]
+    with pytest.raises(ProviderError) as unstreamed:
+        await model_for(Server(json_reply(whole))).complete(ask())
+    chunks = [openai_chunk({"content": [thinking]}), openai_chunk(usage=(5, 2))]
+    with pytest.raises(ProviderError) as streamed:
+        await collect(model_for(Server(openai_sse(chunks))), ask())
+    assert (streamed.value.kind, str(streamed.value)) == (
+        unstreamed.value.kind,
+        str(unstreamed.value),
+    )

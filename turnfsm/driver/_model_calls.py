@@ -7,6 +7,7 @@ both get the run's retry policy, timeout and hooks.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Final, Literal
@@ -256,6 +257,18 @@ def _close(value: object) -> None:
         close()
 
 
+async def _closed(stream: object) -> None:
+    """Close a stream (an async generator) the run stopped reading.
+
+    The error that stopped the run is the one reported: an error the
+    generator raises while it closes is not raised over it.
+    """
+    aclose = getattr(stream, "aclose", None)
+    if callable(aclose):
+        with contextlib.suppress(Exception):
+            await aclose()
+
+
 def _short_repr(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:197] + "..."
@@ -302,28 +315,35 @@ async def _streamed(
             "async def with yield)",
         )
     response: ModelResponse | None = None
-    async for item in stream:
-        if type(item) is TextDelta and response is None:
-            if not isinstance(item.text, str):  # the hooks would get it as text
+    try:
+        async for item in stream:
+            if type(item) is TextDelta and response is None:
+                if not isinstance(item.text, str):  # the hooks would get it as text
+                    raise InvalidReturn(
+                        f"model {describe_model(model)[1]}.stream()",
+                        _short_repr(item),
+                        "TextDelta items whose text is a string",
+                    )
+                if item.text:
+                    sent.append(item.text)
+                    run.hooks.call(
+                        "on_text_delta",
+                        TextDeltaInfo(run_id=run.run_id, turn=turn, text=item.text),
+                    )
+            elif type(item) is StreamDone and response is None:
+                response = _response_of(model, item.response)
+            else:
                 raise InvalidReturn(
                     f"model {describe_model(model)[1]}.stream()",
-                    _short_repr(item),
-                    "TextDelta items whose text is a string",
+                    _stray(item, response is not None),
+                    "TextDelta items, then one StreamDone, and nothing after it",
                 )
-            if item.text:
-                sent.append(item.text)
-                run.hooks.call(
-                    "on_text_delta",
-                    TextDeltaInfo(run_id=run.run_id, turn=turn, text=item.text),
-                )
-        elif type(item) is StreamDone and response is None:
-            response = _response_of(model, item.response)
-        else:
-            raise InvalidReturn(
-                f"model {describe_model(model)[1]}.stream()",
-                _stray(item, response is not None),
-                "TextDelta items, then one StreamDone, and nothing after it",
-            )
+    except Exception:
+        # Left mid-way by the run (not by the stream's own error, which ended
+        # it): close it now, so a client's HTTP response goes back now, not
+        # when the generator is garbage-collected.
+        await _closed(stream)
+        raise
     if response is None:
         raise ProviderError(
             "the model's stream ended without a reply", kind="bad_stream"

@@ -29,6 +29,7 @@ from turnfsm.providers._errors import (
     BAD_RESPONSE,
     SERVER,
     connection_error,
+    dropped,
     from_status,
     given_call_id,
     mentions_overflow,
@@ -191,7 +192,8 @@ class AnthropicModel:
             ProviderError: the API failed, before or during the stream.
         """
         reply = _Events(request.output)
-        with _translated(self._timeout_setting()):
+        setting = self._timeout_setting()
+        with _translated(setting, "a streamed event"):
             events: _EventStream = await sent(
                 self._client().messages.create, self._options(request), stream=True
             )
@@ -199,17 +201,17 @@ class AnthropicModel:
                 if not _is_event_stream(events.response.headers):
                     # A proxy or a compatible server answered with one JSON
                     # body: an error, or the whole reply unstreamed.
-                    response = _whole_reply(
-                        _error_body(json.loads(await events.response.aread())),
-                        request.output,
-                    )
+                    with _translated(setting):
+                        body = json.loads(await events.response.aread())
+                    response = _whole_reply(_error_body(body), request.output)
                     if text := response.message.text:
                         yield TextDelta(text=text)
                     yield StreamDone(response=response)
                     return
-                async for event in events:
-                    if text := reply.add(event):
-                        yield TextDelta(text=text)
+                with _broken_off():
+                    async for event in events:
+                        if text := reply.add(event):
+                            yield TextDelta(text=text)
         if not reply.stopped:
             # The body ended mid-reply, or before it began (a proxy lost its
             # upstream): what came is not the whole reply; the driver may
@@ -501,17 +503,35 @@ def _usage(value: object, before: Usage | None = None) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated(setting: str) -> Iterator[None]:
+def _translated(setting: str, read: str = "the body") -> Iterator[None]:
     """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
 
-    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    A timeout names the `setting` that bounds the wait (`timeout_setting`);
+    JSON that cannot be read is named as `read` (``"a streamed event"``).
     """
     try:
         yield
     except anthropic.APIError as exc:
         raise with_setting(classify_anthropic_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
-        raise unreadable_body_error(exc) from exc
+        raise unreadable_body_error(exc, read) from exc
+
+
+@contextlib.contextmanager
+def _broken_off() -> Iterator[None]:
+    """Say that a connection lost mid-stream broke the stream off.
+
+    The API was reached and had begun to answer: "could not reach" would
+    send the user looking at the URL. Still a retryable connection error.
+    """
+    try:
+        yield
+    except anthropic.APITimeoutError:
+        raise
+    except anthropic.APIConnectionError as exc:
+        raise connection_error(
+            f"the stream from the Anthropic API broke off: {dropped(exc)}"
+        ) from exc
 
 
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:

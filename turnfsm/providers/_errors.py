@@ -13,7 +13,8 @@ leans on these helpers, so both providers agree on what is transient:
 | connection failure               | ``connection``     | yes       |
 | HTTP 401, 403                    | ``auth``           | no        |
 | any other 4xx                    | ``bad_request``    | no        |
-| a reply body that is not JSON    | ``bad_response``   | no        |
+| a reply body (or a streamed      | ``bad_response``   | no        |
+| event) that is not JSON          |                    |           |
 | a reply of the wrong shape       | ``bad_response``   | no        |
 
 408 and 409 are retried because the SDKs' own retry policies retry them, and
@@ -49,6 +50,7 @@ __all__ = [
     "SERVER",
     "TIMEOUT",
     "connection_error",
+    "dropped",
     "from_status",
     "given_call_id",
     "json_data",
@@ -231,20 +233,36 @@ def connection_error(message: str) -> ProviderError:
     return ProviderError(message, retryable=True, kind=CONNECTION)
 
 
-def unreadable_body_error(exc: json.JSONDecodeError | RecursionError) -> ProviderError:
+def dropped(exc: BaseException) -> str:
+    """What an SDK's connection error says went wrong: its cause's words.
+
+    The SDKs say only "Connection error."; the HTTP library under them says
+    how the connection ended ("peer closed connection without sending
+    complete message body").
+    """
+    cause = str(exc.__cause__ or "").strip()
+    return cause or str(exc)
+
+
+def unreadable_body_error(
+    exc: json.JSONDecodeError | RecursionError, what: str = "the body"
+) -> ProviderError:
     """Return the `ProviderError` for a reply body the SDK could not parse.
 
     A server (often a proxy's HTML error page sent with status 200) can
     answer with text that is not JSON, or JSON nested too deep to read; the
-    run fails on it as on any other unreadable reply, without a retry.
+    run fails on it as on any other unreadable reply, without a retry. A
+    streamed event's data that is not JSON is read the same way (`what`
+    names it: ``"a streamed event"``): a stream cut short ends before its
+    last event, so such an event is the server's own.
     """
     if isinstance(exc, RecursionError):
         return ProviderError(
-            "unreadable reply: the body is JSON nested too deep to read",
+            f"unreadable reply: {what} is JSON nested too deep to read",
             kind=BAD_RESPONSE,
         )
     return ProviderError(
-        f"unreadable reply: the body is not JSON ({exc.msg}): {exc.doc[:80]!r}",
+        f"unreadable reply: {what} is not JSON ({exc.msg}): {exc.doc[:80]!r}",
         kind=BAD_RESPONSE,
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
 import attrs
@@ -31,6 +31,7 @@ from turnfsm.providers._errors import (
     QUOTA,
     SERVER,
     connection_error,
+    dropped,
     from_status,
     given_call_id,
     mentions_overflow,
@@ -224,22 +225,23 @@ class OpenAIModel:
         Raises:
             ProviderError: the API failed, before or during the stream.
         """
-        reply = _Chunks()
-        with _translated(self._timeout_setting()):
+        reply = _Chunks(tool.name for tool in request.tools)
+        with _translated(self._timeout_setting(), "a streamed event"):
             chunks: _ChunkStream = await sent(
                 self._client().chat.completions.create,
                 self._options(request),
                 stream=True,
                 stream_options={"include_usage": True},
             )
+            where = _named(self._sdk.client.base_url)
             async with chunks:
-                async for chunk in chunks:
-                    if text := reply.add(chunk):
-                        yield TextDelta(text=text)
+                with _broken_off(where):
+                    async for chunk in chunks:
+                        if text := reply.add(chunk):
+                            yield TextDelta(text=text)
         if reply.replied and not reply.finished:
             # The body ended mid-reply (a gateway lost its upstream): what
             # came is not the whole reply; the driver may ask again.
-            where = _named(self._sdk.client.base_url)
             raise connection_error(
                 f"the stream from {where} broke off: it ended before a chunk "
                 "with a finish_reason or the usage came"
@@ -318,11 +320,14 @@ class OpenAIModel:
 class _Chunks:
     """A streamed reply, assembled chunk by chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool_names: Iterable[str] = ()) -> None:
+        self.tool_names = frozenset(tool_names)  # the tools the request offers
         self.text: list[str] = []
         self.refusal: list[str] = []
+        self.parts: list[dict[str, Any]] = []  # content parts other than text
         self.calls: dict[int, dict[str, str]] = {}  # in order: id, name, arguments
         self._slots: dict[int | None, int] = {}  # a server's call index: its call
+        self._again: dict[int | None, str] = {}  # a name repeated after the arguments
         self.usage: Usage | None = None
         self.model: str | None = None
         self.finish_reason: str | None = None
@@ -358,44 +363,120 @@ class _Chunks:
             pieces = reply_list(delta.get("tool_calls"), f"{where}.tool_calls")
             for j, raw_piece in enumerate(pieces):
                 self._add_call(reply_object(raw_piece, f"{where}.tool_calls[{j}]"))
-            text = reply_text(delta.get("content"), f"{where}.content")
+            text = self._add_content(delta.get("content"), f"{where}.content")
             if text:
                 self.text.append(text)
                 added += text
         return added
 
+    def _add_content(self, content: object, where: str) -> str:
+        """Take in a delta's content; return its text.
+
+        Some servers (Mistral) send content as a list of typed parts,
+        streamed or not: text parts are text; other parts are kept for the
+        reply, which reads them as the same reply unstreamed would.
+        """
+        if not isinstance(content, list):
+            return reply_text(content, where)
+        text = ""
+        for i, raw in enumerate(content):
+            part = reply_object(raw, f"{where}[{i}]")
+            if part.get("type") == "text" and isinstance(part.get("text"), str):
+                text += part["text"]
+            else:
+                self.parts.append(part)
+        return text
+
     def _add_call(self, piece: dict[str, Any]) -> None:
         """Take in one fragment of a tool call.
 
-        The id and name come once, in a call's first fragment, and the
-        arguments in pieces; fragments of one call share its ``index``. Some
-        servers send each call whole with no index (or all at index 0): a
-        fragment with a name and an id other than its index's call's starts
-        a new call (one with an id but no name continues the call).
+        OpenAI sends the id and name once, in a call's first fragment, and
+        the arguments in pieces; fragments of one call share its ``index``.
+        Compatible servers differ: some split the name into pieces, some
+        repeat the id and the whole name in every fragment (`_name_with`),
+        and some send every call at one index (or with none), where
+        `_starts_another` tells where the next call begins.
         """
         raw_index = piece.get("index")
         index = raw_index if _checks.is_int(raw_index) else None
         call_id = reply_text(piece.get("id"), "tool_calls.id")
         function = reply_object(piece.get("function") or {}, "tool_calls.function")
         name = reply_text(function.get("name"), "tool_calls.function.name")
+        arguments = function.get("arguments")
+        if not isinstance(arguments, Mapping):
+            arguments = reply_text(arguments, "tool_calls.function.arguments")
         slot = self._slots.get(index)
         call = self.calls.get(slot) if slot is not None else None
-        if call is None or (name and call_id and call["id"] not in ("", call_id)):
+        fragment = {"id": call_id, "name": name, "arguments": arguments}
+        if call is None or self._starts_another(call, index, fragment):
+            if call is not None and not name:  # named by a repeat, if one came
+                name = self._again.get(index, "")
             slot = self._slots[index] = len(self.calls)
             call = self.calls[slot] = {"id": "", "name": "", "arguments": ""}
+            self._again.pop(index, None)
+        elif (
+            name == call["name"] != ""
+            and not arguments
+            and call_id in ("", call["id"])
+            and _whole_object(call["arguments"])
+        ):
+            self._again[index] = name  # a repeat, or the next call's start
         call["id"] = call["id"] or call_id
-        call["name"] = call["name"] or name
-        arguments = function.get("arguments")
+        call["name"] = self._name_with(call["name"], name)
         if isinstance(arguments, Mapping):  # an object, as a whole reply's may be
             call["arguments"] = json.dumps(arguments, ensure_ascii=False)
             return
-        call["arguments"] += reply_text(arguments, "tool_calls.function.arguments")
+        call["arguments"] += arguments
+
+    def _starts_another(
+        self, call: dict[str, str], index: int | None, piece: dict[str, Any]
+    ) -> bool:
+        """Whether a fragment at `call`'s index begins another call.
+
+        Its id other than the call's, with a name, begins one (servers that
+        send each call whole at one index); the call's id repeated does not,
+        nor another id without a name (the call keeps its first). Without
+        ids, once the call's arguments are a whole JSON object (nothing can
+        follow it in the same arguments), another name begins one, and so
+        do more arguments that come with the call's name again, or after it.
+        Any other fragment continues the call, as the same reply unstreamed
+        would have it.
+        """
+        call_id, name, arguments = piece["id"], piece["name"], piece["arguments"]
+        if call_id and call["id"]:
+            return call_id != call["id"] and bool(name)
+        more = isinstance(arguments, Mapping) or bool(arguments.strip())
+        other = bool(name) and name != call["name"]
+        again = (bool(name) and name == call["name"]) or index in self._again
+        if not (other or (more and again)):
+            return False
+        return _whole_object(call["arguments"])
+
+    def _name_with(self, name: str, piece: str) -> str:
+        """A call's `name` so far with a fragment's `piece` of it taken in.
+
+        A piece equal to the name so far repeats it (servers that send the
+        whole name in every fragment), unless the two together name a tool
+        the request offers and the name so far does not; any other piece
+        continues it (servers that split the name).
+        """
+        if piece != name:
+            return name + piece
+        joined = name + piece
+        if joined in self.tool_names and name not in self.tool_names:
+            return joined
+        return name
 
     def response(self) -> ModelResponse:
         """Return the whole reply, as `OpenAIModel.complete` would."""
+        text = "".join(self.text)
+        content: str | list[dict[str, Any]] = text
+        if self.parts:  # as a whole reply's list of parts
+            content = [{"type": "text", "text": text}] if text else []
+            content += self.parts
         data = {
             "role": "assistant",
-            "content": "".join(self.text),
+            "content": content,
             "refusal": "".join(self.refusal),
             "tool_calls": [
                 {
@@ -412,6 +493,17 @@ class _Chunks:
             model=self.model,
             finish_reason=_finish_reason(self.finish_reason or "", data),
         )
+
+
+def _whole_object(arguments: str) -> bool:
+    """Whether a call's `arguments` so far are a whole JSON object."""
+    text = arguments.strip()
+    if not text.endswith("}"):  # most pieces: no need to parse
+        return False
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _finish_reason(said: str, message: Mapping[str, Any]) -> str | None:
@@ -499,17 +591,35 @@ def _usage(value: object) -> Usage | None:
 
 
 @contextlib.contextmanager
-def _translated(setting: str) -> Iterator[None]:
+def _translated(setting: str, read: str = "the body") -> Iterator[None]:
     """Translate the SDK's API errors and unreadable bodies; bugs pass unchanged.
 
-    A timeout names the `setting` that bounds the wait (`timeout_setting`).
+    A timeout names the `setting` that bounds the wait (`timeout_setting`);
+    JSON that cannot be read is named as `read` (``"a streamed event"``).
     """
     try:
         yield
     except openai.APIError as exc:
         raise with_setting(classify_openai_error(exc), setting) from exc
     except (json.JSONDecodeError, RecursionError) as exc:  # the SDK's json.loads
-        raise unreadable_body_error(exc) from exc
+        raise unreadable_body_error(exc, read) from exc
+
+
+@contextlib.contextmanager
+def _broken_off(where: str) -> Iterator[None]:
+    """Say that a connection lost mid-stream broke the stream off.
+
+    The server was reached and had begun to answer: "could not reach" would
+    send the user looking at the URL. Still a retryable connection error.
+    """
+    try:
+        yield
+    except openai.APITimeoutError:
+        raise
+    except openai.APIConnectionError as exc:
+        raise connection_error(
+            f"the stream from {where} broke off: {dropped(exc)}"
+        ) from exc
 
 
 def _where(exc: openai.APIError) -> str:
