@@ -153,6 +153,12 @@ class UnitCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __reduce__(self) -> tuple[type[UnitCache], tuple[int]]:
+        # A copy (`copy.deepcopy`, pickle) is an empty cache of the same size:
+        # entries hold their messages weakly, which neither can copy, and a
+        # copied counter prices its messages again as it meets them.
+        return (UnitCache, (self._size,))
+
 
 _SWEEP_AFTER: Final = 1024
 """New entries between two sweeps of dead ones, at the least."""
