@@ -253,7 +253,7 @@ def _units(text: str, separators: int) -> int:
         + 12 * sounds.count(b"cccc")
         + 6 * eights
     )
-    if eights > 1 and _LONG_WORD in runs:  # rare; BPE cuts such runs finely
+    if eights > 1 and runs.find(_LONG_WORD) >= 0:  # rare; BPE cuts them finely
         units += 18 * sum(map(len, _LONG_WORDS.findall(runs)))
     return units
 
