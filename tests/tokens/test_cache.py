@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import gc
+import pickle
 import weakref
 from collections.abc import Callable
 
@@ -253,3 +255,16 @@ def test_counters_of_another_value_price_apart_and_the_cache_goes_with_them(
     del low
     gc.collect()
     assert cache() is None  # no counter of that value is left
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_a_counter_that_has_counted_copies_and_pickles(
+    make: Callable[[], IncrementalCounter],
+) -> None:
+    counter = make()
+    messages = history(5)
+    counted = counter.count(messages)
+
+    for copied in (copy.deepcopy(counter), pickle.loads(pickle.dumps(counter))):
+        assert copied == counter
+        assert copied.count(messages) == counted

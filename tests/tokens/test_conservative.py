@@ -160,6 +160,120 @@ def test_a_message_costs_its_framing_plus_each_piece_alone(
         assert COUNTER.units(tool) == 24 * FRAMING + alone
 
 
+# The estimates of the counter as first shipped, in units of 1/24 token: a
+# change that makes counting faster must not change a single one of them.
+_UNITS = [
+    ("", 0),
+    (" ", 24),
+    ("  ", 48),
+    ("   ", 48),
+    (" " * 63, 48),
+    (" " * 64, 72),
+    (" " * 65, 72),
+    (" " * 130, 96),
+    ("x" + " " * 70 + "y", 123),
+    ("trailing ", 60),
+    ("  leading", 54),
+    ("a  b   c    d", 192),
+    ("\n", 24),
+    ("\t\t", 48),
+    ("line\n  indented\n\ttab \n", 240),
+    ("\r\n\r\n", 96),
+    ("\x00", 48),
+    ("a\x00b", 108),
+    ("\x01\x7f", 96),
+    ("\x0b\x0c", 48),
+    ("?", 24),
+    (" ?", 24),
+    ("what? yes.", 123),
+    ("\u00e9?", 72),
+    ("\u00dcn\u00efc\u00f6d\u00e9 ?", 306),
+    ("\u6f22\u5b57\u304b\u306a\u30ab\u30ca", 432),
+    ("\U0001f600\U0001f389 party", 222),
+    ("\ud800", 72),
+    ("a\udfffb", 132),
+    ("123", 40),
+    ("1234567", 72),
+    (" 12 345", 120),
+    ("v1.2.3-rc4", 228),
+    ("x1y22z333", 216),
+    ("camelCaseWord", 168),
+    ("HTTPServerError", 156),
+    ("snake_case_name", 153),
+    ("kjwzqx KJWZQX", 336),
+    ("a" * 19, 42),
+    ("a" * 20, 402),
+    ("a" * 21, 420),
+    ("abcdefghij" * 5 + " " + "b" * 25, 1611),
+    ("Supercalifragilisticexpialidocious", 735),
+    ("rhythm strength twelfths", 153),
+    ("The quick brown fox jumps over the lazy dog.", 396),
+    ("def f():\n    return 1\n" * 3, 846),
+    ('if (x) {\n    y = z[0] + "s";\n}\n', 564),
+    ('{"path":"src/a.py","n":3,"ok":true}', 657),
+    ('read_file\x00{"path":"src/c1.py"}', 492),
+    ("dGhpcyBpcyBiYXNlNjQ=  0xDEADBEEF  9f86d081884c7d65", 1058),
+]
+
+
+@pytest.mark.parametrize(("text", "units"), _UNITS, ids=lambda v: repr(v)[:12])
+def test_estimates_do_not_change(text: str, units: int) -> None:
+    assert COUNTER.text_units(text) - 24 * FRAMING == units
+
+
+def test_message_estimates_do_not_change() -> None:
+    calls = [
+        ToolCallPart(id="c1", name="read_file", arguments={"path": "src/a.py"}),
+        ToolCallPart(
+            id="c2",
+            name="search",
+            arguments={
+                "q": 'na\u00efve "quoted"\n',
+                "n": [1, 2.5, None, True],
+                "o": {"k": "v"},
+            },
+        ),
+    ]
+    messages = {
+        "user": (Message.user("Hello, world!"), 231),
+        "tool calls": (Message.assistant("", tool_calls=calls), 1977),
+        "text and a call": (
+            Message.assistant("Let me look.  ", tool_calls=calls[:1]),
+            777,
+        ),
+        "two results": (
+            Message(
+                role=Role.TOOL,
+                parts=[
+                    ToolResultPart(call_id="c1", content="ok\n"),
+                    ToolResultPart(call_id="c2", content=""),
+                ],
+            ),
+            165,
+        ),
+        "image": (
+            Message(
+                role=Role.USER,
+                parts=[
+                    TextPart(text="what is this?"),
+                    ImagePart(url="https://x.example/a.png"),
+                ],
+            ),
+            2265,
+        ),
+        "a piece with a NUL": (
+            Message(
+                role=Role.ASSISTANT,
+                parts=[TextPart(text="a\x00b"), TextPart(text="c ")],
+            ),
+            258,
+        ),
+    }
+    got = {name: COUNTER.units(message) for name, (message, _) in messages.items()}
+
+    assert got == {name: units for name, (_, units) in messages.items()}
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("message_tokens", -1), ("image_tokens", True), ("image_tokens", "85")],

@@ -35,6 +35,19 @@ CACHE_SIZE: Final = 100_000
 """Entries a `UnitCache` keeps before dropping the least recently used."""
 
 
+class _Entry(weakref.ref[Message]):
+    """A weak reference to a priced message that carries its units.
+
+    One object per entry, not a tuple of a reference and a number: half the
+    objects a first count of a long conversation leaves for the garbage
+    collector to trace, and a smaller cache.
+    """
+
+    __slots__ = ("units",)
+
+    units: int
+
+
 @final
 class UnitCache:
     """Message id -> units, bounded; the least recently used entry goes first.
@@ -51,9 +64,7 @@ class UnitCache:
     __slots__ = ("__weakref__", "_added", "_entries", "_size")
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
-        self._entries: OrderedDict[str, tuple[weakref.ref[Message], int]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._size = size
         self._added = 0  # entries made since the last sweep of dead ones
 
@@ -77,14 +88,13 @@ class UnitCache:
         # a hit is not moved (half the cost of a warm count), and every
         # message in use is moved on its first hit past the half.
         renew = entries.move_to_end if len(entries) > self._size // 2 else None
-        ref = weakref.ref
-        total = 0
+        total = added = 0
         try:  # trimmed however the loop ends: a measure may raise midway
             for message in messages:
                 key = message.id
                 entry = get(key)
                 if entry is not None:
-                    known = entry[0]()
+                    known = entry()
                     if known is message or (known is not None and known == message):
                         if renew is not None:
                             # Inline, not `suppress`: a context manager per
@@ -93,15 +103,18 @@ class UnitCache:
                                 renew(key)
                             except KeyError:  # dropped meanwhile by another thread
                                 pass
-                        total += entry[1]
+                        total += entry.units
                         continue
                 value = measure(message)
-                entries[key] = (ref(message), value)
-                self._added += 1
+                new = _Entry(message)
+                new.units = value
+                entries[key] = new
+                added += 1
                 if entry is not None:  # a stale entry keeps its place: the newest
                     _renew(entries, key)
                 total += value
         finally:
+            self._added += added
             self._trim()
         return total
 
@@ -124,26 +137,34 @@ class UnitCache:
         """
         self._added = 0
         entries = self._entries
+        # Keys and entries copied apart (no pair made per entry); another
+        # thread may change the cache in between, so each key found dead is
+        # looked up again before it goes.
         try:
-            dead = [key for key, (known, _) in list(entries.items()) if known() is None]
+            keys, refs = list(entries), list(entries.values())
         except RuntimeError:  # changed meanwhile by another thread: next time
             return
+        dead = [key for key, known in zip(keys, refs, strict=False) if known() is None]
         for key in dead:
             entry = entries.get(key)
-            if entry is not None and entry[0]() is None:
+            if entry is not None and entry() is None:
                 entries.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __reduce__(self) -> tuple[type[UnitCache], tuple[int]]:
+        # A copy (`copy.deepcopy`, pickle) is an empty cache of the same size:
+        # entries hold their messages weakly, which neither can copy, and a
+        # copied counter prices its messages again as it meets them.
+        return (UnitCache, (self._size,))
 
 
 _SWEEP_AFTER: Final = 1024
 """New entries between two sweeps of dead ones, at the least."""
 
 
-def _renew(
-    entries: OrderedDict[str, tuple[weakref.ref[Message], int]], key: str
-) -> None:
+def _renew(entries: OrderedDict[str, _Entry], key: str) -> None:
     # Equal counters share a cache, and so may threads: an entry another
     # thread dropped since it was read is simply not renewed.
     with contextlib.suppress(KeyError):

@@ -65,13 +65,26 @@ SCALE: Final = 24
 """Units per token: weights are multiples of 1/8, digit groups of 1/3."""
 
 
-def _table(default: str, classes: dict[str, str]) -> bytes:
-    """Build a `bytes.translate` table mapping each ASCII char to a class."""
+def _table(default: str, classes: dict[str, str], start: str = "") -> bytes:
+    """Build a `bytes.translate` table mapping each ASCII char to a class.
+
+    `_START`, the byte put before every text read, goes to class `start`
+    (`default` if not given).
+    """
     table = bytearray(default.encode() * 256)
     for code, chars in classes.items():
         for char in chars:
             table[ord(char)] = ord(code)
+    table[_START] = ord(start or default)
     return bytes(table)
+
+
+_START: Final = 0x80
+"""The byte read before each text: no ASCII text has it, so it is a class of
+its own in every table ("p" in the main ones, where no pattern has it; the
+"not a letter, digit or space" class in the others), and a pattern at the
+start of a text, such as a word's first letter, is the same pattern as
+anywhere else."""
 
 
 _LETTERS: Final = string.ascii_letters
@@ -90,8 +103,11 @@ _SEPARATOR: Final = "\x00"
 # of its own, "s", which every pattern below is broken by; in a text read
 # alone, NUL is a control character like the others ("x").
 # Newlines and tabs are priced alike, so they share a class ("n").
+# Letters are lower ("l") or upper case ("u"): no other pattern counted in
+# these tables involves a letter, so the case patterns are read there too.
 _CLASSES: Final = {
-    "a": _LETTERS,
+    "l": string.ascii_lowercase,
+    "u": string.ascii_uppercase,
     "0": string.digits,
     " ": " ",
     "n": "\n\r\t\v\f",
@@ -105,19 +121,26 @@ _MAIN: Final = {
             "s" if joined else "x": _SEPARATOR + ("" if joined else _CLASSES["x"]),
             **({} if ascii_only else {"?": "?"}),
         },
+        start="p",
     )
     for ascii_only in (True, False)
     for joined in (True, False)
 }
-_RUNS: Final = _table(" ", {"a": _LETTERS, "0": string.digits})
+_ASCII: Final = _MAIN[True, False]
+_ASCII_JOINED: Final = _MAIN[True, True]
+_OTHER: Final = _MAIN[False, False]
+_OTHER_JOINED: Final = _MAIN[False, True]
+_WORDS: Final = _table(" ", {"a": _LETTERS})
+_DIGITS: Final = _table(" ", {"0": string.digits})
 _SOUNDS: Final = _table(
     " ", {"v": _VOWELS, "c": "".join(c for c in _LETTERS if c not in _VOWELS)}
 )
-_CASE: Final = _table(" ", {"l": string.ascii_lowercase, "u": string.ascii_uppercase})
 _RARE: Final = b"kjwzqxKJWZQX"
 _SPACES: Final = _table("x", {" ": " "})
 _LONG_WORD: Final = b"a" * 20
 _LONG_WORDS: Final = re.compile(b"a{20,}")
+_PREFIX: Final = bytes([_START])
+_SPACE: Final = ord(" ")
 
 
 def _text_units(text: str) -> int:
@@ -125,28 +148,38 @@ def _text_units(text: str) -> int:
     return _units(text, 0) if text else 0
 
 
-def _message_units(message: Message) -> tuple[int, int, int]:
-    """Return the units of `message`'s text, its tool calls and its images.
+def _message_units(message: Message, framing: int, image: int) -> int:
+    """Return the units of `message`: its text, tool calls and images, framed.
 
-    The pieces of `_render.texts`, priced in one pass over the parts (the
-    part classes are final: a type test is the match it makes).
+    `framing` and `image` are the units of a message's framing and of one
+    image. The pieces of `_render.texts`, priced in one pass over the parts
+    (the part classes are final: a type test is the match it makes).
     """
-    calls = images = 0
+    parts = message.parts
+    if len(parts) == 1:  # most messages: one text or one tool result
+        part = parts[0]
+        if type(part) is TextPart:
+            text = part.text
+            return framing + _units(text, 0) if text else framing
+        if type(part) is ToolResultPart:
+            text = part.content
+            return framing + _units(text, 0) if text else framing
+    units = framing
     pieces: list[str] = []
-    for part in message.parts:
+    for part in parts:
         if type(part) is TextPart:
             pieces.append(part.text)
         elif type(part) is ToolResultPart:
             pieces.append(part.content)
         elif type(part) is ToolCallPart:
             pieces.append(part.name)
-            pieces.append(_render.arguments_json(part))
-            calls += 1
+            pieces.append(_arguments_json(part.arguments))
+            units += _CALL_UNITS
         elif type(part) is ImagePart:
-            images += 1
+            units += image
     if len(pieces) == 1:
-        return _text_units(pieces[0]), calls, images
-    return (_pieces_units(pieces) if pieces else 0), calls, images
+        return units + _text_units(pieces[0])
+    return units + _pieces_units(pieces) if pieces else units
 
 
 def _pieces_units(pieces: list[str]) -> int:
@@ -172,57 +205,63 @@ def _units(text: str, separators: int) -> int:
     so the number of passes is what costs, and each is made only when an
     earlier one says it can find something.
     """
-    raw = text.encode("ascii", "replace")
-    ascii_only = text.isascii()
-    main = raw.translate(_MAIN[ascii_only, separators > 0])
-    count = main.count
-    # Punctuation and control characters (NUL among them, read alone), and
-    # a trailing space; joined pieces also pay each piece's trailing space.
-    tokens = count(b".") + 2 * count(b"x") + main.endswith(b" ")
-    if separators:
-        tokens += count(b" s")
-    if not ascii_only:
+    # Every table reads the text after `_START`, which makes its first
+    # character a character like the others to every pattern.
+    if text.isascii():
+        raw = _PREFIX + text.encode()
+        main = raw.translate(_ASCII_JOINED if separators else _ASCII)
+        count = main.count
+        # Punctuation and control characters (NUL among them, read alone),
+        # and a trailing space.
+        tokens = count(b".") + 2 * count(b"x") + (main[-1] == _SPACE)
+    else:
+        raw = _PREFIX + text.encode("ascii", "replace")
+        main = raw.translate(_OTHER_JOINED if separators else _OTHER)
+        count = main.count
+        tokens = count(b".") + 2 * count(b"x") + (main[-1] == _SPACE)
         marks = text.count("?")  # the real ones; non-ASCII chars are b"?" too
         chars = count(b"?") - marks
         tokens += marks + len(text.encode("utf-8", "surrogatepass")) - len(text)
         tokens += chars + count(b" ?") - text.count(" ?")  # a space before one
+    if separators:  # joined pieces also pay each piece's trailing space
+        tokens += count(b" s")
     lines = count(b"n")  # newlines and tabs, and a space before one
     if lines:
         tokens += lines + count(b" n")
     if main.find(b"  ") >= 0:
         spaces = raw.translate(_SPACES)
-        tokens += spaces.count(b"x  ") + spaces.startswith(b"  ")
-        tokens += spaces.count(b" " * 64)
+        tokens += spaces.count(b"x  ") + spaces.count(b" " * 64)
     units = SCALE * tokens
-    runs = raw.translate(_RUNS)
     digits = count(b"0")
     if digits:
-        digit_runs = runs.count(b" 0") + runs.count(b"a0") + runs.startswith(b"0")
+        digit_runs = raw.translate(_DIGITS).count(b" 0")
         units += 8 * digits + 16 * digit_runs + SCALE * count(b" 0")
-    words = runs.count(b" a") + runs.count(b"0a") + runs.startswith(b"a")
-    if words:
-        units += _word_units(raw, runs, words)
-    return units
-
-
-def _word_units(raw: bytes, runs: bytes, words: int) -> int:
-    """Return the units of `words` ASCII words, priced by their shape."""
-    sounds = raw.translate(_SOUNDS)
-    case = raw.translate(_CASE)
-    upper = case.count(b"u")
+    # An ASCII word: a run of letters; its shape prices it.
+    runs = raw.translate(_WORDS)
+    words = runs.count(b" a")
+    if not words:
+        return units
+    upper = count(b"u")
     eights = runs.count(b"aaaaaaaa")
-    units = (
+    sounds = raw.translate(_SOUNDS)
+    units += (
         30 * words
         + 12 * upper
-        + (36 * case.count(b"lu") if upper else 0)
+        + (36 * count(b"lu") if upper else 0)
         + 15 * (len(raw) - len(raw.translate(None, _RARE)))
         + 21 * sounds.count(b"cvcvcv")
         + 12 * sounds.count(b"cccc")
         + 6 * eights
     )
-    if eights > 1 and runs.find(_LONG_WORD) >= 0:  # rare; BPE cuts such runs finely
+    if eights > 1 and runs.find(_LONG_WORD) >= 0:  # rare; BPE cuts them finely
         units += 18 * sum(map(len, _LONG_WORDS.findall(runs)))
     return units
+
+
+_CALL_UNITS: Final = SCALE * _render.TOOL_CALL_TOKENS
+"""The framing of one tool call, in units."""
+_arguments_json: Final = _render.compact_json
+"""`_render.arguments_json` of a call, given its arguments (always a dict)."""
 
 
 @final
@@ -281,9 +320,6 @@ class ConservativeTokenCounter(UnitsCounter):
         return -(-units // SCALE)
 
     def _measure(self, message: Message) -> int:
-        text, calls, images = _message_units(message)
-        return text + SCALE * (
-            self.message_tokens
-            + _render.TOOL_CALL_TOKENS * calls
-            + self.image_tokens * images
+        return _message_units(
+            message, SCALE * self.message_tokens, SCALE * self.image_tokens
         )

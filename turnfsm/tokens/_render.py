@@ -30,6 +30,7 @@ __all__ = [
     "TOOL_CALL_TOKENS",
     "arguments_json",
     "check_tokens",
+    "compact_json",
     "rendered_chars",
     "texts",
 ]
@@ -56,11 +57,12 @@ def arguments_json(part: ToolCallPart) -> str:
     arguments = part.arguments
     if not isinstance(arguments, dict):
         arguments = dict(arguments)
-    return _COMPACT(arguments)
+    return compact_json(arguments)
 
 
-_COMPACT: Final = compact_encoder(sort_keys=False)
-"""One encoder for every call: `json.dumps` with options builds a new one each time."""
+compact_json: Final = compact_encoder(sort_keys=False)
+"""Compact JSON, keys in their order, non-ASCII kept: one encoder for every call
+(`json.dumps` with options builds a new one each time)."""
 
 
 def texts(message: Message) -> Iterator[str | None]:
