@@ -28,8 +28,8 @@ from turnfsm.providers._convert_openai import arguments_from_json
 from turnfsm.providers._errors import (
     BAD_RESPONSE,
     SERVER,
+    broken_off,
     connection_error,
-    dropped,
     from_status,
     given_call_id,
     mentions_overflow,
@@ -208,7 +208,7 @@ class AnthropicModel:
                         yield TextDelta(text=text)
                     yield StreamDone(response=response)
                     return
-                with _broken_off():
+                with broken_off("the Anthropic API", *_DROPPED):
                     async for event in events:
                         if text := reply.add(event):
                             yield TextDelta(text=text)
@@ -517,21 +517,8 @@ def _translated(setting: str, read: str = "the body") -> Iterator[None]:
         raise unreadable_body_error(exc, read) from exc
 
 
-@contextlib.contextmanager
-def _broken_off() -> Iterator[None]:
-    """Say that a connection lost mid-stream broke the stream off.
-
-    The API was reached and had begun to answer: "could not reach" would
-    send the user looking at the URL. Still a retryable connection error.
-    """
-    try:
-        yield
-    except anthropic.APITimeoutError:
-        raise
-    except anthropic.APIConnectionError as exc:
-        raise connection_error(
-            f"the stream from the Anthropic API broke off: {dropped(exc)}"
-        ) from exc
+_DROPPED: Final = (anthropic.APITimeoutError, anthropic.APIConnectionError)
+"""The SDK's timeout, then its connection error: what `broken_off` tells apart."""
 
 
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:

@@ -27,7 +27,8 @@ import email.utils
 import json
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -242,6 +243,29 @@ def dropped(exc: BaseException) -> str:
     """
     cause = str(exc.__cause__ or "").strip()
     return cause or str(exc)
+
+
+@contextmanager
+def broken_off(
+    where: str,
+    timeout: type[BaseException],
+    connection: type[BaseException],
+) -> Iterator[None]:
+    """Say that a connection lost mid-stream broke the stream from `where` off.
+
+    The server was reached and had begun to answer: "could not reach" would
+    send the user looking at the URL. Still a retryable connection error.
+    `timeout` and `connection` are the SDK's error classes (its timeout is
+    a kind of its connection error, and stays what it is).
+    """
+    try:
+        yield
+    except timeout:
+        raise
+    except connection as exc:
+        raise connection_error(
+            f"the stream from {where} broke off: {dropped(exc)}"
+        ) from exc
 
 
 def unreadable_body_error(

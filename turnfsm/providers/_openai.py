@@ -30,8 +30,8 @@ from turnfsm.providers._errors import (
     CONNECTION,
     QUOTA,
     SERVER,
+    broken_off,
     connection_error,
-    dropped,
     from_status,
     given_call_id,
     mentions_overflow,
@@ -235,7 +235,7 @@ class OpenAIModel:
             )
             where = _named(self._sdk.client.base_url)
             async with chunks:
-                with _broken_off(where):
+                with broken_off(where, *_DROPPED):
                     async for chunk in chunks:
                         if text := reply.add(chunk):
                             yield TextDelta(text=text)
@@ -605,21 +605,8 @@ def _translated(setting: str, read: str = "the body") -> Iterator[None]:
         raise unreadable_body_error(exc, read) from exc
 
 
-@contextlib.contextmanager
-def _broken_off(where: str) -> Iterator[None]:
-    """Say that a connection lost mid-stream broke the stream off.
-
-    The server was reached and had begun to answer: "could not reach" would
-    send the user looking at the URL. Still a retryable connection error.
-    """
-    try:
-        yield
-    except openai.APITimeoutError:
-        raise
-    except openai.APIConnectionError as exc:
-        raise connection_error(
-            f"the stream from {where} broke off: {dropped(exc)}"
-        ) from exc
+_DROPPED: Final = (openai.APITimeoutError, openai.APIConnectionError)
+"""The SDK's timeout, then its connection error: what `broken_off` tells apart."""
 
 
 def _where(exc: openai.APIError) -> str:
