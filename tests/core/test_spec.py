@@ -59,6 +59,15 @@ def problems_of(text: str) -> tuple[str, ...]:
     return tuple(p.message for p in error.value.problems)
 
 
+def never_fires(phase: str, trigger: str, into: str) -> str:
+    """The problem of a transition after one without conditions into `into`."""
+    return (
+        f"phase {phase!r} on {trigger!r}: this transition never fires, as the one"
+        f" without conditions before it (into {into!r}) takes every {trigger!r}"
+        " there: move it before that one, or remove it"
+    )
+
+
 def edit(text: str, old: str, new: str) -> str:
     """Replace the one occurrence of `old` in `text`."""
     assert text.count(old) == 1, old
@@ -1004,6 +1013,7 @@ def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
                 f"cycle start -[compaction_noop]-> start {UNBOUNDED}",
                 uncounted("compact", "compaction_noop"),
                 uncounted("compact_and_retry", "compaction_noop"),
+                never_fires("compact", "compaction_noop", "start"),
             ),
         ),
     ],
@@ -1063,6 +1073,7 @@ def test_unbounded_retry_cycle_is_named() -> None:
     assert problems == (
         "cycle call_llm -[context_overflowed]-> compact_and_retry"
         f" -[compaction_result]-> call_llm {UNBOUNDED}",
+        never_fires("call_llm", "context_overflowed", "compact_and_retry"),
     )
 
 
@@ -1602,3 +1613,49 @@ def test_a_stored_snapshot_without_the_spent_line_loads_it_off() -> None:
     del data["message_line_spent"]
 
     assert Snapshot.from_dict(data).message_line_spent is False
+
+
+def test_a_transition_after_one_without_conditions_never_fires_and_is_refused() -> None:
+    # Appended at the end of a copy of the stock file, meant to fail a run
+    # over the threshold line: the stock `measured` -> `call_llm` without
+    # conditions comes first and takes every `measured`, so it never fires.
+    text = STOCK + (
+        '\n[[transitions]]\ntrigger = "measured"\nsource = "start"\n'
+        'dest = "failed"\nconditions = ["is_over_threshold_line"]\n'
+        'error = "context_exceeded"\n'
+    )
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.message == (
+        "phase 'start' on 'measured': this transition never fires, as the one"
+        " without conditions before it (into 'call_llm') takes every 'measured'"
+        " there: move it before that one, or remove it"
+    )
+    assert (problem.field, problem.value) == ("transitions[30]", "measured")
+    assert problem.line == len(STOCK.splitlines()) + 2
+
+
+def test_a_transition_written_twice_is_refused_on_the_second() -> None:
+    entry = '[[transitions]]\ntrigger = "tools_finished"'
+    at = STOCK.index(entry)
+    end = STOCK.index("[[transitions]]", at + len(entry))
+    text = STOCK[:end] + STOCK[at:end] + STOCK[end:]
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "phase 'run_tools' on 'tools_finished': this transition never fires, as"
+        " the one without conditions before it (into 'start') takes every"
+        " 'tools_finished' there: move it before that one, or remove it",
+    )
+
+
+def test_a_transition_that_fires_for_some_of_its_phases_loads() -> None:
+    # The stock `message_injected` for `start` comes first; the wildcard
+    # after it still fires in every other phase.
+    spec = MachineSpec.from_toml(STOCK)
+
+    assert [t.trigger for t in spec.transitions].count("message_injected") == 2
