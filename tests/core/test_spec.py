@@ -1659,3 +1659,53 @@ def test_a_transition_that_fires_for_some_of_its_phases_loads() -> None:
     spec = MachineSpec.from_toml(STOCK)
 
     assert [t.trigger for t in spec.transitions].count("message_injected") == 2
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message", "field", "value"),
+    [
+        (
+            "run_tools         =",
+            '"run\\u0000tools" =',
+            "states: the name 'run\\x00tools' holds a control character ('\\x00'):"
+            " a name is printable text (no line break, tab or NUL)",
+            "states.run\x00tools",
+            "run\x00tools",
+        ),
+        (
+            'name = "turn"',
+            'name = "turn\\nv2"',
+            "name: the name 'turn\\nv2' holds a control character ('\\n'): a name"
+            " is printable text (no line break, tab or NUL)",
+            "name",
+            "turn\nv2",
+        ),
+        (
+            'name = "turn"',
+            'name = "turn"\nsignals = ["ok\\t"]',
+            "signals[0]: the name 'ok\\t' holds a control character ('\\t'): a"
+            " name is printable text (no line break, tab or NUL)",
+            "signals[0]",
+            "ok\t",
+        ),
+        (
+            "[states]\n",
+            '[states]\ncheck = { effect = "che\\rck" }\n',
+            "states.check.effect: the name 'che\\rck' holds a control character"
+            " ('\\r'): a name is printable text (no line break, tab or NUL)",
+            "states.check.effect",
+            "che\rck",
+        ),
+    ],
+    ids=["phase", "machine", "signal", "effect"],
+)
+def test_a_name_with_a_control_character_is_refused(
+    old: str, new: str, message: str, field: str, value: str
+) -> None:
+    # Such a name loaded, and `turnfsm diagram` then failed on it (Graphviz
+    # reads no NUL) or drew a label broken over lines.
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(STOCK.replace(old, new, 1))
+
+    problem = error.value.problems[0]
+    assert (problem.message, problem.field, problem.value) == (message, field, value)
