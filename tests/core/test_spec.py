@@ -778,6 +778,46 @@ def test_a_phase_written_twice_is_refused_on_its_line() -> None:
     assert problem.line == text.splitlines().index("call_llm = {}") + 1
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "message", "field", "value"),
+    [
+        (
+            "run_tools         =",
+            "call_llm = {}\nrun_tools         =",
+            "'call_llm' is written twice in states: write each key once",
+            "states.call_llm",
+            "call_llm",
+        ),
+        (
+            'dest = "run_tools"',
+            'dest = "run_tools"\ndest = "start"',
+            "'dest' is written twice in transitions[7]: write each key once",
+            "transitions[7].dest",
+            "dest",
+        ),
+        (
+            'initial = "start"',
+            'initial = "start"\ninitial = "call_llm"',
+            "'initial' is written twice in the file: write each key once",
+            "initial",
+            "initial",
+        ),
+    ],
+    ids=["phase", "transition-key", "top-key"],
+)
+def test_a_key_written_twice_is_named_with_its_field(
+    old: str, new: str, message: str, field: str, value: str
+) -> None:
+    # TOML's own message said only "Cannot overwrite a value (at line N,
+    # column M)", with no field and no value.
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(edit(STOCK, old, new))
+
+    (problem,) = error.value.problems
+    assert problem.message.endswith(message)
+    assert (problem.field, problem.value) == (field, value)
+
+
 def test_group_ending_in_an_unless_guard_can_fall_through() -> None:
     text = edit(
         STOCK,
