@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import tomllib
 from typing import Any
 
 import pytest
@@ -1749,3 +1750,25 @@ def test_a_name_with_a_control_character_is_refused(
 
     problem = error.value.problems[0]
     assert (problem.message, problem.field, problem.value) == (message, field, value)
+
+
+def test_a_recorded_machine_is_read_as_it_ran_though_such_a_file_is_refused() -> None:
+    # A session's log keeps the machine its runs began on: one that loaded
+    # before these rules (a transition written twice, a phase name with a
+    # tab) still reads back, so its runs can be finished, abandoned, replayed.
+    entry = '[[transitions]]\ntrigger = "tools_finished"'
+    at = STOCK.index(entry)
+    end = STOCK.index("[[transitions]]", at + len(entry))
+    text = STOCK[:end] + STOCK[at:end] + STOCK[end:]
+    text = (
+        text.replace('"run_tools"', '"run\\ttools"')
+        .replace("run_tools         =", '"run\\ttools" =')
+        .replace('decision = "run\\ttools"', 'decision = "run_tools"')
+    )
+    data = tomllib.loads(text)
+    with pytest.raises(DefinitionError):
+        MachineSpec.from_dict(data)
+
+    spec = MachineSpec.from_dict(data, recorded=True)
+
+    assert "run\ttools" in spec.phases

@@ -124,10 +124,11 @@ def _problem(text: str, at: int, message: str) -> Problem:
     return Problem(message=message, line=text.count("\n", 0, at) + 1)
 
 
-def shape_problems(data: object) -> list[tuple[str, Path, Any]]:
+def shape_problems(data: object, *, names: bool = True) -> list[tuple[str, Path, Any]]:
     """What makes `data` no machine definition at all: (message, path, value).
 
-    `data` must be a mapping; every key in it a string; no table or array
+    `data` must be a mapping; every key in it a string (with `names`, one
+    without a control character, see `name_problem`); no table or array
     nested deeper than `MAX_NESTING`, or inside itself; every integer in
     TOML's 64-bit range. A text that passed `text_problem` can fail only the
     depth, where table headers, dotted keys and inline values add up.
@@ -154,7 +155,7 @@ def shape_problems(data: object) -> list[tuple[str, Path, Any]]:
                     )
                     message = f"{where}: key {shown} is not a string"
                     out.append((message, path, key if _is_plain(key) else None))
-                elif (unprintable := name_problem(where, key)) is not None:
+                elif names and (unprintable := name_problem(where, key)) is not None:
                     out.append((unprintable, (*path, key), key))
             inner = (*inside, id(value))
             items = [

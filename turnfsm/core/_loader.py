@@ -125,7 +125,7 @@ class _Loader(TransitionReader):
     def load(self) -> MachineSpec:
         # What is no machine definition at all stops here: the checks below
         # read string keys, and print values, so they need a sane shape.
-        for message, at, value in shape_problems(self.data):
+        for message, at, value in shape_problems(self.data, names=not self.recorded):
             self.problem(message, at, value)
         self.raise_any()
         for key in sorted(set(self.data) - _TOP_KEYS):
@@ -185,7 +185,7 @@ class _Loader(TransitionReader):
             children=children,
         )
         self.start_graph()
-        check_graph(spec, self.report)
+        check_graph(spec, self.report, recorded=self.recorded)
         if not self.recorded:
             check_conversation(spec, self.report, guessed=self.guessed)
         self.raise_any()
@@ -213,7 +213,7 @@ class _Loader(TransitionReader):
     def _printable(self, name: str, at: Path) -> None:
         """Report `name` (read at `at`) if it holds a control character."""
         message = name_problem(field_name(at), name)
-        if message is not None:
+        if message is not None and not self.recorded:  # a log's: read as it ran
             self.problem(message, at, name)
 
     def _str(self, key: str) -> str:
