@@ -356,3 +356,66 @@ def test_a_loaded_machine_is_not_checked_again(monkeypatch: pytest.MonkeyPatch) 
 
     assert stock.validated() is stock is checked
     assert by_hand.validated() is by_hand
+
+
+def test_hearing_a_message_where_nothing_flushes_it_is_refused() -> None:
+    # Without `flush_inbox` on `start`, a message injected during a model call
+    # waits for ever: each reply sees it waiting and goes back to `start`,
+    # the model is called without it, and the run fails at max_turns.
+    text = edit(
+        STOCK,
+        'start             = { decision = "measure", on_enter = ["flush_inbox"] }',
+        'start             = { decision = "measure" }',
+    )
+
+    assert problems_of(text) == [
+        (
+            line_of(text, 'conditions = ["has_injected_messages"]') - 4,
+            "phase 'call_llm' on 'model_replied': when a message waits, the run"
+            " goes on to 'start' and the next model call without moving it into"
+            " the request, so the model never hears it and the run loops until"
+            " max_turns: add 'flush_inbox' to the on_enter of the measure phase on"
+            " the way (the stock file's 'start' has it)",
+        )
+    ]
+
+
+def test_hearing_a_message_through_a_phase_of_its_own_will_do() -> None:
+    # The waiting message goes through a custom phase to `start`, which
+    # moves it into the request before the next model call.
+    text = edit(STOCK, 'name = "turn"', 'name = "turn"\nsignals = ["noted"]')
+    text = edit(text, "[states]\n", '[states]\nnote = { effect = "note" }\n')
+    text = edit(
+        text,
+        'dest = "start"\nconditions = ["has_injected_messages"]',
+        'dest = "note"\nconditions = ["has_injected_messages"]',
+    )
+    text += '\n[[transitions]]\ntrigger = "noted"\nsource = "note"\ndest = "start"\n'
+
+    assert MachineSpec.from_toml(text).state("note").effect == "note"
+
+
+def test_a_finish_unless_a_message_waits_needs_a_flush_after_it_too() -> None:
+    # The reply ends the run unless a message waits; then the transition
+    # after it goes back to `start`, which must move the message on.
+    text = edit(
+        STOCK,
+        'start             = { decision = "measure", on_enter = ["flush_inbox"] }',
+        'start             = { decision = "measure" }',
+    )
+    text = edit(text, HEARD, "")
+    text = edit(
+        text,
+        'dest = "done"\nactions = ["record_reply"]',
+        'dest = "done"\nunless = ["has_injected_messages"]\nactions = ["record_reply"]'
+        '\n\n[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+        'dest = "start"\nactions = ["record_reply"]',
+    )
+
+    assert [m for _, m in problems_of(text)] == [
+        "phase 'call_llm' on 'model_replied': when a message waits, the run"
+        " goes on to 'start' and the next model call without moving it into"
+        " the request, so the model never hears it and the run loops until"
+        " max_turns: add 'flush_inbox' to the on_enter of the measure phase on"
+        " the way (the stock file's 'start' has it)"
+    ]

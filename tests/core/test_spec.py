@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import tomllib
 from typing import Any
 
 import pytest
@@ -57,6 +58,15 @@ def problems_of(text: str) -> tuple[str, ...]:
     with pytest.raises(DefinitionError) as error:
         MachineSpec.from_toml(text)
     return tuple(p.message for p in error.value.problems)
+
+
+def never_fires(phase: str, trigger: str, into: str) -> str:
+    """The problem of a transition after one without conditions into `into`."""
+    return (
+        f"phase {phase!r} on {trigger!r}: this transition never fires, as the one"
+        f" without conditions before it (into {into!r}) takes every {trigger!r}"
+        " there: move it before that one, or remove it"
+    )
 
 
 def edit(text: str, old: str, new: str) -> str:
@@ -769,6 +779,46 @@ def test_a_phase_written_twice_is_refused_on_its_line() -> None:
     assert problem.line == text.splitlines().index("call_llm = {}") + 1
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "message", "field", "value"),
+    [
+        (
+            "run_tools         =",
+            "call_llm = {}\nrun_tools         =",
+            "'call_llm' is written twice in states: write each key once",
+            "states.call_llm",
+            "call_llm",
+        ),
+        (
+            'dest = "run_tools"',
+            'dest = "run_tools"\ndest = "start"',
+            "'dest' is written twice in transitions[7]: write each key once",
+            "transitions[7].dest",
+            "dest",
+        ),
+        (
+            'initial = "start"',
+            'initial = "start"\ninitial = "call_llm"',
+            "'initial' is written twice in the file: write each key once",
+            "initial",
+            "initial",
+        ),
+    ],
+    ids=["phase", "transition-key", "top-key"],
+)
+def test_a_key_written_twice_is_named_with_its_field(
+    old: str, new: str, message: str, field: str, value: str
+) -> None:
+    # TOML's own message said only "Cannot overwrite a value (at line N,
+    # column M)", with no field and no value.
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(edit(STOCK, old, new))
+
+    (problem,) = error.value.problems
+    assert problem.message.endswith(message)
+    assert (problem.field, problem.value) == (field, value)
+
+
 def test_group_ending_in_an_unless_guard_can_fall_through() -> None:
     text = edit(
         STOCK,
@@ -1004,6 +1054,7 @@ def uncounted(phase: str, trigger: str, dest: str = "start") -> str:
                 f"cycle start -[compaction_noop]-> start {UNBOUNDED}",
                 uncounted("compact", "compaction_noop"),
                 uncounted("compact_and_retry", "compaction_noop"),
+                never_fires("compact", "compaction_noop", "start"),
             ),
         ),
     ],
@@ -1063,6 +1114,7 @@ def test_unbounded_retry_cycle_is_named() -> None:
     assert problems == (
         "cycle call_llm -[context_overflowed]-> compact_and_retry"
         f" -[compaction_result]-> call_llm {UNBOUNDED}",
+        never_fires("call_llm", "context_overflowed", "compact_and_retry"),
     )
 
 
@@ -1602,3 +1654,121 @@ def test_a_stored_snapshot_without_the_spent_line_loads_it_off() -> None:
     del data["message_line_spent"]
 
     assert Snapshot.from_dict(data).message_line_spent is False
+
+
+def test_a_transition_after_one_without_conditions_never_fires_and_is_refused() -> None:
+    # Appended at the end of a copy of the stock file, meant to fail a run
+    # over the threshold line: the stock `measured` -> `call_llm` without
+    # conditions comes first and takes every `measured`, so it never fires.
+    text = STOCK + (
+        '\n[[transitions]]\ntrigger = "measured"\nsource = "start"\n'
+        'dest = "failed"\nconditions = ["is_over_threshold_line"]\n'
+        'error = "context_exceeded"\n'
+    )
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.message == (
+        "phase 'start' on 'measured': this transition never fires, as the one"
+        " without conditions before it (into 'call_llm') takes every 'measured'"
+        " there: move it before that one, or remove it"
+    )
+    assert (problem.field, problem.value) == ("transitions[30]", "measured")
+    assert problem.line == len(STOCK.splitlines()) + 2
+
+
+def test_a_transition_written_twice_is_refused_on_the_second() -> None:
+    entry = '[[transitions]]\ntrigger = "tools_finished"'
+    at = STOCK.index(entry)
+    end = STOCK.index("[[transitions]]", at + len(entry))
+    text = STOCK[:end] + STOCK[at:end] + STOCK[end:]
+
+    problems = problems_of(text)
+
+    assert problems == (
+        "phase 'run_tools' on 'tools_finished': this transition never fires, as"
+        " the one without conditions before it (into 'start') takes every"
+        " 'tools_finished' there: move it before that one, or remove it",
+    )
+
+
+def test_a_transition_that_fires_for_some_of_its_phases_loads() -> None:
+    # The stock `message_injected` for `start` comes first; the wildcard
+    # after it still fires in every other phase.
+    spec = MachineSpec.from_toml(STOCK)
+
+    assert [t.trigger for t in spec.transitions].count("message_injected") == 2
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message", "field", "value"),
+    [
+        (
+            "run_tools         =",
+            '"run\\u0000tools" =',
+            "states: the name 'run\\x00tools' holds a control character ('\\x00'):"
+            " a name is printable text (no line break, tab or NUL)",
+            "states.run\x00tools",
+            "run\x00tools",
+        ),
+        (
+            'name = "turn"',
+            'name = "turn\\nv2"',
+            "name: the name 'turn\\nv2' holds a control character ('\\n'): a name"
+            " is printable text (no line break, tab or NUL)",
+            "name",
+            "turn\nv2",
+        ),
+        (
+            'name = "turn"',
+            'name = "turn"\nsignals = ["ok\\t"]',
+            "signals[0]: the name 'ok\\t' holds a control character ('\\t'): a"
+            " name is printable text (no line break, tab or NUL)",
+            "signals[0]",
+            "ok\t",
+        ),
+        (
+            "[states]\n",
+            '[states]\ncheck = { effect = "che\\rck" }\n',
+            "states.check.effect: the name 'che\\rck' holds a control character"
+            " ('\\r'): a name is printable text (no line break, tab or NUL)",
+            "states.check.effect",
+            "che\rck",
+        ),
+    ],
+    ids=["phase", "machine", "signal", "effect"],
+)
+def test_a_name_with_a_control_character_is_refused(
+    old: str, new: str, message: str, field: str, value: str
+) -> None:
+    # Such a name loaded, and `turnfsm diagram` then failed on it (Graphviz
+    # reads no NUL) or drew a label broken over lines.
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(STOCK.replace(old, new, 1))
+
+    problem = error.value.problems[0]
+    assert (problem.message, problem.field, problem.value) == (message, field, value)
+
+
+def test_a_recorded_machine_is_read_as_it_ran_though_such_a_file_is_refused() -> None:
+    # A session's log keeps the machine its runs began on: one that loaded
+    # before these rules (a transition written twice, a phase name with a
+    # tab) still reads back, so its runs can be finished, abandoned, replayed.
+    entry = '[[transitions]]\ntrigger = "tools_finished"'
+    at = STOCK.index(entry)
+    end = STOCK.index("[[transitions]]", at + len(entry))
+    text = STOCK[:end] + STOCK[at:end] + STOCK[end:]
+    text = (
+        text.replace('"run_tools"', '"run\\ttools"')
+        .replace("run_tools         =", '"run\\ttools" =')
+        .replace('decision = "run\\ttools"', 'decision = "run_tools"')
+    )
+    data = tomllib.loads(text)
+    with pytest.raises(DefinitionError):
+        MachineSpec.from_dict(data)
+
+    spec = MachineSpec.from_dict(data, recorded=True)
+
+    assert "run\ttools" in spec.phases

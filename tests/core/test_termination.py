@@ -76,7 +76,12 @@ def before_the_call(transition: str) -> str:
                 '[[transitions]]\ntrigger = "measured"\nsource = "start"\n'
                 'dest = "start"\n'
             ),
-            (f"cycle start -[measured]-> start {UNBOUNDED}",),
+            (
+                f"cycle start -[measured]-> start {UNBOUNDED}",
+                "phase 'start' on 'measured': this transition never fires, as the"
+                " one without conditions before it (into 'start') takes every"
+                " 'measured' there: move it before that one, or remove it",
+            ),
         ),
         (
             before_the_call(

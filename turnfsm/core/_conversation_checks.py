@@ -154,6 +154,8 @@ def _check_heard(
     the finish transition lacks), or have the guard in its `unless`.
     """
     holds = _may_hold_injections(spec)
+    unheard = _unheard_from(spec, kinds)
+    on_enter = {s.name: s.on_enter for s in spec.states}
     groups: dict[tuple[str, str], list[TransitionSpec]] = {}
     for t in spec.transitions:
         for source in t.sources:
@@ -168,7 +170,29 @@ def _check_heard(
                 or id(t) in guessed
             ):
                 continue
-            if _HEARD in t.unless or any(_hears(e, t, kinds) for e in group[:i]):
+            if _HEARD in t.unless:  # what fires instead comes after it
+                hearing = [
+                    e
+                    for e in group[i + 1 :]
+                    if e.dest is not None and kinds.get(e.dest) != "finish"
+                ]
+            else:
+                hearing = [e for e in group[:i] if _hears(e, t, kinds)]
+            if any(_flushes(e, on_enter) or e.dest not in unheard for e in hearing):
+                continue
+            if hearing:
+                e = hearing[0]
+                problem(
+                    f"phase {source!r} on {t.trigger!r}: when a message waits, the"
+                    f" run goes on to {e.dest!r} and the next model call without"
+                    " moving it into the request, so the model never hears it and"
+                    " the run loops until max_turns: add 'flush_inbox' to the"
+                    " on_enter of the measure phase on the way (the stock file's"
+                    " 'start' has it)",
+                    e,
+                )
+                continue
+            if _HEARD in t.unless:
                 continue
             problem(
                 f"phase {source!r} on {t.trigger!r} ends the run in {t.dest!r} "
@@ -196,6 +220,37 @@ def _hears(
         and set(earlier.unless) <= set(t.unless)
         and earlier.dest is not None
         and kinds.get(earlier.dest) != "finish"
+    )
+
+
+def _unheard_from(spec: MachineSpec, kinds: Mapping[str, str | None]) -> set[str]:
+    """The phases from which a model call or the end comes before any flush.
+
+    A waiting message entering one of them is not moved into the request
+    (`flush_inbox`, in a transition's actions or its phase's `on_enter`)
+    before the model is called or the run finishes.
+    """
+    on_enter = {s.name: s.on_enter for s in spec.states}
+    into: dict[str, list[str]] = {}  # dest -> sources, on transitions not flushing
+    for e in spec.transitions:
+        if e.dest is None or e.trigger in _OWN_PROBLEM or _flushes(e, on_enter):
+            continue
+        for source in e.sources:
+            into.setdefault(e.dest, []).append(source)
+    found = {p for p in spec.phases if kinds.get(p) in ("call_llm", "finish")}
+    stack = list(found)
+    while stack:
+        for source in into.get(stack.pop(), ()):
+            if source not in found:
+                found.add(source)
+                stack.append(source)
+    return found
+
+
+def _flushes(t: TransitionSpec, on_enter: Mapping[str, tuple[str, ...]]) -> bool:
+    """Whether `t` moves what waits into the request (its actions or dest's entry)."""
+    return "flush_inbox" in t.actions or (
+        t.dest is not None and "flush_inbox" in on_enter.get(t.dest, ())
     )
 
 

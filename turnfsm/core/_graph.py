@@ -48,8 +48,12 @@ def reachable(spec: MachineSpec) -> tuple[set[str], dict[str, set[str]]]:
     return seen, edges
 
 
-def check_graph(spec: MachineSpec, problem: Report) -> None:
-    """Reachability, dead ends, fall-through groups, termination and limits."""
+def check_graph(spec: MachineSpec, problem: Report, *, recorded: bool = False) -> None:
+    """Reachability, dead ends, fall-through groups, termination and limits.
+
+    A `recorded` machine (a session's log kept it) is not refused for a
+    transition that never fires: its runs are read as they ran.
+    """
     seen, edges = reachable(spec)
     has_initial = spec.initial in edges
     terminal = set(spec.terminal)
@@ -63,16 +67,48 @@ def check_graph(spec: MachineSpec, problem: Report) -> None:
         for src in t.sources:
             groups.setdefault((src, t.trigger), []).append(t)
     for (src, trigger), group in groups.items():
-        if group[-1].is_guarded:
+        if all(t.is_guarded for t in group):
             problem(
                 f"phase {src!r} on {trigger!r} can fall through: end the group "
                 "with a transition without conditions",
                 group[-1],
             )
+    if not recorded:
+        _check_never_fires(groups, problem)
     _check_termination(spec, groups, problem)
     _check_model_calls(spec, groups, problem)
     _check_compaction_counts(spec, groups, problem)
     _check_cancellation(spec, groups, problem)
+
+
+def _check_never_fires(
+    groups: Mapping[tuple[str, str], Sequence[TransitionSpec]], problem: Report
+) -> None:
+    """Report each transition that an earlier one without conditions shadows.
+
+    For one phase and one trigger the first passing transition wins, so one
+    after a transition without conditions never fires there; it is reported
+    when that holds in every phase it names (a wildcard after a transition
+    for one phase still fires in the others).
+    """
+    shadowed: dict[int, tuple[TransitionSpec, list[tuple[str, TransitionSpec]]]] = {}
+    for (src, _trigger), group in groups.items():
+        first = next((t for t in group if not t.is_guarded), None)
+        if first is None:
+            continue
+        for t in group[group.index(first) + 1 :]:
+            shadowed.setdefault(id(t), (t, []))[1].append((src, first))
+    for t, where in shadowed.values():
+        if len(where) < len(t.sources):
+            continue  # it fires in some phase it names
+        src, first = where[0]
+        into = f"into {first.dest!r}" if first.dest is not None else "staying there"
+        problem(
+            f"phase {src!r} on {t.trigger!r}: this transition never fires, as the"
+            f" one without conditions before it ({into}) takes every"
+            f" {t.trigger!r} there: move it before that one, or remove it",
+            t,
+        )
 
 
 # A model call is only ever made on a fresh size: right after a measurement

@@ -16,6 +16,7 @@ nesting, and integers in TOML's 64-bit range.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, TypeGuard
 
@@ -25,6 +26,7 @@ from turnfsm.errors import Problem
 __all__ = [
     "MAX_DIGITS",
     "MAX_NESTING",
+    "name_problem",
     "shape_problems",
     "text_problem",
 ]
@@ -122,10 +124,11 @@ def _problem(text: str, at: int, message: str) -> Problem:
     return Problem(message=message, line=text.count("\n", 0, at) + 1)
 
 
-def shape_problems(data: object) -> list[tuple[str, Path, Any]]:
+def shape_problems(data: object, *, names: bool = True) -> list[tuple[str, Path, Any]]:
     """What makes `data` no machine definition at all: (message, path, value).
 
-    `data` must be a mapping; every key in it a string; no table or array
+    `data` must be a mapping; every key in it a string (with `names`, one
+    without a control character, see `name_problem`); no table or array
     nested deeper than `MAX_NESTING`, or inside itself; every integer in
     TOML's 64-bit range. A text that passed `text_problem` can fail only the
     depth, where table headers, dotted keys and inline values add up.
@@ -152,6 +155,8 @@ def shape_problems(data: object) -> list[tuple[str, Path, Any]]:
                     )
                     message = f"{where}: key {shown} is not a string"
                     out.append((message, path, key if _is_plain(key) else None))
+                elif names and (unprintable := name_problem(where, key)) is not None:
+                    out.append((unprintable, (*path, key), key))
             inner = (*inside, id(value))
             items = [
                 ((*path, k), v, inner) for k, v in value.items() if isinstance(k, str)
@@ -167,6 +172,22 @@ def shape_problems(data: object) -> list[tuple[str, Path, Any]]:
             )
             out.append((message, path, None))
     return out
+
+
+def name_problem(where: str, name: str) -> str | None:
+    """Why `name`, a name read at `where`, is none, or None if it is one.
+
+    A name (a phase's, a signal's, an effect's, a key) is printed in
+    problems, logs and diagrams: a control character (a line break, a tab,
+    NUL) would break the line it is printed on, or Graphviz's input.
+    """
+    bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+    if bad is None:
+        return None
+    return (
+        f"{where}: the name {name!r} holds a control character ({bad!r}): a name"
+        " is printable text (no line break, tab or NUL)"
+    )
 
 
 def _is_int(value: object) -> TypeGuard[int]:

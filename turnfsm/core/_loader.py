@@ -27,9 +27,9 @@ import attrs
 
 from turnfsm.core._conversation_checks import check_conversation
 from turnfsm.core._graph import check_graph
-from turnfsm.core._limits import shape_problems
+from turnfsm.core._limits import name_problem, shape_problems
 from turnfsm.core._reducers import ACCEPTS, REDUCERS
-from turnfsm.core._source_map import Path
+from turnfsm.core._source_map import Path, field_name
 from turnfsm.core._spec import (
     BUILTIN_TRIGGERS,
     DECISION_KINDS,
@@ -125,7 +125,7 @@ class _Loader(TransitionReader):
     def load(self) -> MachineSpec:
         # What is no machine definition at all stops here: the checks below
         # read string keys, and print values, so they need a sane shape.
-        for message, at, value in shape_problems(self.data):
+        for message, at, value in shape_problems(self.data, names=not self.recorded):
             self.problem(message, at, value)
         self.raise_any()
         for key in sorted(set(self.data) - _TOP_KEYS):
@@ -134,6 +134,7 @@ class _Loader(TransitionReader):
         # to, as in a state or a transition: one typo is one problem.
         self.data = self.read_keys(self.data, _TOP_KEYS)
         name = self._str("name")
+        self._printable(name, ("name",))
         initial = self._str("initial")
         terminal = self._str_list(
             self.data.get("terminal", []), "terminal", ("terminal",)
@@ -143,6 +144,7 @@ class _Loader(TransitionReader):
         names = {s.name for s in states}
         initial, ends = self._initial_and_terminal(initial, terminal, names)
         for i, signal in enumerate(signals):
+            self._printable(signal, ("signals", i))
             if not signal.strip():  # no `Signal` carries a blank name
                 self.problem(
                     f"signal {signal!r}: a signal needs a non-empty name",
@@ -183,7 +185,7 @@ class _Loader(TransitionReader):
             children=children,
         )
         self.start_graph()
-        check_graph(spec, self.report)
+        check_graph(spec, self.report, recorded=self.recorded)
         if not self.recorded:
             check_conversation(spec, self.report, guessed=self.guessed)
         self.raise_any()
@@ -207,6 +209,12 @@ class _Loader(TransitionReader):
             p for p in self.read_as(tuple(terminal), names) if p in names
         )
         return self.resolved(initial, names) or "", tuple(ends)
+
+    def _printable(self, name: str, at: Path) -> None:
+        """Report `name` (read at `at`) if it holds a control character."""
+        message = name_problem(field_name(at), name)
+        if message is not None and not self.recorded:  # a log's: read as it ran
+            self.problem(message, at, name)
 
     def _str(self, key: str) -> str:
         value = self.data.get(key)
@@ -278,6 +286,8 @@ class _Loader(TransitionReader):
                 decision = decision if isinstance(decision, str) else None
                 effect = effect if isinstance(effect, str) else None
                 subagent = subagent if isinstance(subagent, str) else None
+            if isinstance(effect, str):
+                self._printable(effect, (*at, "effect"))
             if isinstance(effect, str) and not effect.strip():  # no effect's name
                 self.problem(
                     f"state {name!r}: effect must be a non-empty name, got {effect!r}",

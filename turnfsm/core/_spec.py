@@ -95,6 +95,47 @@ def _bare_key_hint(text: str, line: int) -> str:
     )
 
 
+_KEY_AT: Final = re.compile(
+    r"""(?:^|[{,])\s*("[^"\n]*"|'[^'\n]*'|[A-Za-z0-9_-]+)\s*="""
+)
+"""A key written on a line: at its start, or in an inline table."""
+_HEADER: Final = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.-]+)\s*\]")
+
+
+def _written_twice(text: str, line: int) -> tuple[str, str, str] | None:
+    """The key that `line` writes a second time: (message, field, key).
+
+    `tomllib` says only "Cannot overwrite a value" for a phase, or any key,
+    written twice; this names the key and the table it is in (the table of
+    the closest header above, ``[[transitions]]`` counted as an array).
+    """
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    keys = [k.strip("\"'") for k in _KEY_AT.findall(lines[line - 1])]
+    table, start, entries = "", 0, 0
+    for number, written in enumerate(lines[: line - 1]):
+        header = _HEADER.match(written)
+        if header is not None:
+            table, start = header.group(2), number + 1
+            entries += header.group(1) == "[[" and table == "transitions"
+    before = {
+        k.strip("\"'") for w in lines[start : line - 1] for k in _KEY_AT.findall(w)
+    }
+    inline = [k for i, k in enumerate(keys) if k in keys[:i]]
+    twice = inline[:1] or [k for k in keys[:1] if k in before]
+    if not twice:
+        return None
+    key = twice[0]
+    where = f"{table}[{entries - 1}]" if table == "transitions" else table
+    field = f"{where}.{key}" if where else key
+    return (
+        f"; {key!r} is written twice in {where or 'the file'}: write each key once",
+        field,
+        key,
+    )
+
+
 @final
 @attrs.frozen(kw_only=True)
 class StateSpec:
@@ -288,9 +329,13 @@ class MachineSpec:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             line = _error_line(exc, text)
+            twice = _written_twice(text, line) if "overwrite" in str(exc) else None
+            hint, field, key = twice or (_bare_key_hint(text, line), "", None)
             problem = Problem(
-                message=f"not valid TOML: {exc}{_bare_key_hint(text, line)}",
+                message=f"not valid TOML: {exc}{hint}",
                 line=line,
+                field=field,
+                value=key,
             )
             raise DefinitionError(source, (problem,)) from None
         from turnfsm.core._loader import load_spec  # see from_dict
