@@ -22,10 +22,19 @@ import pytest
 from tests.cli import approval_agent
 from tests.helpers import REPO_ROOT
 from turnfsm.cli import main
-from turnfsm.cli._run import AgentOptions, open_driver, report_interrupted
+from turnfsm.cli._run import (
+    LOCAL_MAX_TURNS,
+    AgentOptions,
+    _driver,
+    cli_words,
+    open_driver,
+    report_interrupted,
+)
 from turnfsm.cli._stores import IN_MEMORY
 from turnfsm.context import LayeredCompactor, SummarizingCompactor
+from turnfsm.errors import MaxTurnsExceeded
 from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.testing import ScriptedModel
 
 Capture = pytest.CaptureFixture[str]
 CAREFUL = "tests.cli.approval_agent:careful"
@@ -105,6 +114,8 @@ TOOLS = "tests.cli.approval_agent"
         (["--agent", CAREFUL, "--tools", TOOLS], "--tools", "with --agent"),
         (["--agent", CAREFUL, "--n-ctx", "2048"], "--n-ctx=2048", "with --agent"),
         (["--agent", CAREFUL, "--max-tokens", "9"], "--max-tokens=9", "with --agent"),
+        (["--agent", CAREFUL, "--max-turns", "9"], "--max-turns=9", "with --agent"),
+        (["--model", "openai:o", "--max-turns", "0"], "--max-turns=0", "an int > 0"),
         (
             ["--agent", CAREFUL, "--model-timeout", "9"],
             "--model-timeout=9.0",
@@ -220,6 +231,8 @@ def test_a_bad_option_is_named_with_its_value(
         ({}, lambda d: d.context.context_window == 128_000),
         ({}, lambda d: d.model_timeout == 300.0),
         ({"model_timeout": 2.5}, lambda d: d.model_timeout == 2.5),
+        ({}, lambda d: d.max_turns == 50),
+        ({"max_turns": 7}, lambda d: d.max_turns == 7),
     ],
     ids=lambda v: "-".join(v) if isinstance(v, dict) else "",
 )
@@ -666,3 +679,30 @@ def test_a_run_that_crashes_going_on_names_its_session(
     assert f"session {session} stored in" in out
     assert "run failed: it crashed on RuntimeError: the client's own bug" in out
     assert "Traceback" in err
+
+
+@pytest.mark.parametrize(
+    ("max_turns", "turns"),
+    [(None, LOCAL_MAX_TURNS), (12, 12)],
+    ids=["default", "given"],
+)
+def test_a_run_on_the_local_model_makes_a_few_model_calls_unless_told(
+    max_turns: int | None, turns: int
+) -> None:
+    # Given a tool's result, the tiny local model called the same tool again
+    # every turn: 50 calls, many minutes, before the run failed.
+    options = AgentOptions(model="local", max_turns=max_turns)
+    driver = _driver(ScriptedModel([]), 2048, [], None, options)
+    assert driver.max_turns == turns
+
+
+def test_a_run_out_of_model_calls_names_the_option_that_gives_more() -> None:
+    # It said "raise max_turns", a setting the command line has no name for.
+    said = cli_words(MaxTurnsExceeded(3), AgentOptions(model="local"))
+    assert said.startswith("the run reached --max-turns 3 without a final answer")
+    assert "raise --max-turns" in said
+    assert "the local model's default is 3" in said
+    given = cli_words(MaxTurnsExceeded(9), AgentOptions(model="local", max_turns=9))
+    assert "default" not in given
+    mine = cli_words(MaxTurnsExceeded(9), AgentOptions(agent=CAREFUL))
+    assert "max_turns=9" in mine  # your agent's own setting

@@ -284,6 +284,13 @@ def _agent_options() -> argparse.ArgumentParser:
         help="reply budget per model call (default 256; not with --agent)",
     )
     group.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        metavar="N",
+        help="model calls per run (default 50; 3 with --model local; not with --agent)",
+    )
+    group.add_argument(
         "--model-timeout",
         type=float,
         default=None,

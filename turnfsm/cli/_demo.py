@@ -20,6 +20,7 @@ from turnfsm.agent import Agent
 from turnfsm.cli._demo_model import SimulatedModel, read_log, read_log_head
 from turnfsm.cli._errors import check_writable, explain
 from turnfsm.cli._run import (
+    LOCAL_MAX_TURNS,
     AgentOptions,
     interruptible,
     report_interrupted,
@@ -54,7 +55,6 @@ THRESHOLD = 80
 LOCAL_WINDOW = 1_024
 LOCAL_THRESHOLD = 70
 LOCAL_MAX_TOKENS = 24
-LOCAL_MAX_TURNS = 3
 STRATEGIES = DEMO_STRATEGIES
 """The compactors ``turnfsm demo --strategy`` can run (``truncating`` by default)."""
 
@@ -254,7 +254,7 @@ def _run_local_demo(
             summary_window=window,
             threshold=LOCAL_THRESHOLD,
             tool=read_log_head,
-            max_turns=LOCAL_MAX_TURNS,
+            max_turns=LOCAL_MAX_TURNS,  # as `turnfsm run --model local`
         )
         print(f"task: {TASK}\n", file=sink)
         result = run_async(run_and_close_store, agent, TASK, stream)

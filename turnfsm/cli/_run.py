@@ -36,6 +36,7 @@ from turnfsm.driver import Driver, RunResult, read_session
 from turnfsm.errors import (
     ConfigError,
     ContextExceeded,
+    MaxTurnsExceeded,
     PinnedTooLarge,
     ProviderError,
     RunCrashed,
@@ -74,6 +75,14 @@ DEFAULT_MAX_TOKENS = 256
 DEFAULT_N_CTX = 4096
 """The local server's window when neither ``--n-ctx`` nor ``--window`` is given."""
 
+LOCAL_MAX_TURNS = 3
+"""The model calls a run on the local model makes when ``--max-turns`` is not given.
+
+Given a tool's result, the tiny base model seldom answers: it calls the same
+tool with the same arguments again, turn after turn (at 5 to 30 seconds a
+call, the library's 50 would take minutes to fail).
+"""
+
 STRATEGY_NAMES = AGENT_STRATEGIES
 """The compactors ``--strategy`` names (every shipped one but ``digest``)."""
 
@@ -100,6 +109,7 @@ class AgentOptions:
     window: int | None = None
     n_ctx: int | None = None
     max_tokens: int | None = None
+    max_turns: int | None = None
     model_timeout: float | None = None
     store: str | None = None
 
@@ -141,6 +151,7 @@ def _refuse_with_agent(options: AgentOptions) -> None:
         "--window": options.window,
         "--n-ctx": options.n_ctx,
         "--max-tokens": options.max_tokens,
+        "--max-turns": options.max_turns,
         "--model-timeout": options.model_timeout,
     }
     for flag, value in built.items():
@@ -200,6 +211,8 @@ def open_driver(
         ("--max-tokens", options.max_tokens),
     ):
         _checks.check(value, flag, tokens)
+    turns = _checks.integer(low=1, optional=True, expected="an int > 0")
+    _checks.check(options.max_turns, "--max-turns", turns)
     if options.model_timeout is not None:  # None: not given (no None to type)
         _checks.check(
             options.model_timeout, "--model-timeout", _checks.seconds(optional=False)
@@ -250,6 +263,8 @@ def _driver(
     extra: dict[str, Any] = {} if machine is None else {"machine": machine}
     if options.model_timeout is not None:
         extra["model_timeout"] = options.model_timeout
+    if options.max_turns is not None or options.model == "local":
+        extra["max_turns"] = options.max_turns or LOCAL_MAX_TURNS
     try:
         return Driver(
             model=model,
@@ -630,7 +645,7 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     session another process holds is taken over with ``turnfsm resume
     SESSION --force`` (``turnfsm run`` takes none over); one another
     process wrote to since the command read it is read anew by running the
-    command again.
+    command again. A run out of model calls is told to raise ``--max-turns``.
     """
     if isinstance(exc, SessionBusy) and _open_run_only(exc):
         # The library says "resume or abandon it": a paused run refuses resume.
@@ -676,6 +691,18 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
         and not options.agent
     ):
         return _option_words(explain(exc))
+    if isinstance(exc, MaxTurnsExceeded) and options is not None and not options.agent:
+        said = (
+            f"the run reached --max-turns {exc.max_turns} without a final answer: "
+            "raise --max-turns or check the tools for a loop"
+        )
+        if options.model == "local" and options.max_turns is None:
+            said += (
+                f" (the local model's default is {LOCAL_MAX_TURNS}: given a "
+                "tool's result, the tiny model seldom answers, it calls the "
+                "tool again)"
+            )
+        return said
     if (
         isinstance(exc, ProviderError)
         and exc.kind == "max_tokens"  # a reply cut off by its budget
