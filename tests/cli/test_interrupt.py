@@ -86,6 +86,7 @@ def test_ctrl_c_s_resume_command_repeats_every_option_of_the_run(
         "--n-ctx": "2048",
         "--max-tokens": "24",
         "--model-timeout": "30",
+        "--max-turns": "7",
         "--store": str(store),
     }
     argv = ["run", "Delete the logs.", *[w for pair in given.items() for w in pair]]
