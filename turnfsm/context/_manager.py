@@ -48,6 +48,8 @@ from turnfsm._prices import to_prices
 from turnfsm.context._cache import CacheRules, cache_rules_for, payback_of
 from turnfsm.context._masking import MaskingCompactor
 from turnfsm.context._pairs import result_problem, scans_shared
+from turnfsm.context._pass_count import count_of
+from turnfsm.context._pass_count import measured as _measured
 from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._values import (
@@ -408,7 +410,8 @@ class ContextManager(OldEntryPoints):
                 >= 0; the error names the counter and the value.
         """
         counter = self.counter
-        return _checks.token_count(counter.count(messages), counter, "count")
+        # In a pass, the messages it was handed are counted once.
+        return _checks.token_count(count_of(counter, messages), counter, "count")
 
     def calibration_factor(self, ratio: float | None) -> float:
         """Return the factor estimates are scaled by, given the observed `ratio`.
@@ -534,9 +537,15 @@ class ContextManager(OldEntryPoints):
         if not request.messages:
             return CompactionNoop(before=before, after=before)
         with scans_shared():  # its pins, its cut and its check: one pair scan
-            return await self._pass(
-                request, before, reason, allow_model=allow_model, measured=measured
-            )
+            if not measured:
+                return await self._pass(
+                    request, before, reason, allow_model=allow_model, measured=False
+                )
+            # The strategy's own count of the messages it was handed is this one.
+            with _measured(self.counter, request.messages, before - request.reserved):
+                return await self._pass(
+                    request, before, reason, allow_model=allow_model, measured=True
+                )
 
     async def _pass(
         self,

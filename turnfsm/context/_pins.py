@@ -96,13 +96,16 @@ def pinned_ids(
         pinned.add(ids[users[-1]])
     traffic = pair_tool_traffic(messages)
     pinned.update(ids[ref.message] for ref in traffic.lone_calls)
-    links = [(ids[call], ids[result]) for call, _, result, _ in traffic.pairs]
-    grew = True
+    # By index, not by a list of id pairs: no object made per pair.
+    pairs = traffic.pairs
+    grew = bool(pinned)
     while grew:
         grew = False
-        for call, result in links:
-            if (call in pinned) != (result in pinned):
-                pinned.update((call, result))
+        for call, _, result, _ in pairs:
+            call_id, result_id = ids[call], ids[result]
+            if (call_id in pinned) != (result_id in pinned):
+                pinned.add(call_id)
+                pinned.add(result_id)
                 grew = True
     # A result that answers no call before it cannot be sent: every pass
     # drops it, so the message holding it cannot stay word for word.
