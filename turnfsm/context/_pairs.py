@@ -449,12 +449,19 @@ def _id_problem(result: Sequence[Message], source: Sequence[Message]) -> str | N
 
 def _order_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
     """Name a kept message that `result` moved after one said later, or None."""
+    # The place in `source` of each id `result` keeps; an id `source`
+    # repeats has no one place, and is not checked.
+    wanted = {message.id for message in result}
     place: dict[str, int] = {}
-    for i, message in enumerate(source):
-        place.setdefault(message.id, i)
-    if len(place) != len(source):  # a repeated id has no one place: not checked
-        counts = Counter(message.id for message in source)
-        place = {k: i for k, i in place.items() if counts[k] == 1}
+    repeated: set[str] = set()
+    for i in [i for i, message in enumerate(source) if message.id in wanted]:
+        key = source[i].id
+        if key in place:
+            repeated.add(key)
+        else:
+            place[key] = i
+    for key in repeated:
+        del place[key]
     last, last_id = -1, ""
     for message in result:
         at = place.get(message.id)

@@ -27,6 +27,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.context._pairs import pair_tool_traffic
+from turnfsm.context._pass_count import same_messages
 from turnfsm.context._transcript import is_summary, turn_starts
 from turnfsm.errors import PinnedMessageLost
 from turnfsm.messages import Message, Role
@@ -134,13 +135,19 @@ def keep_pinned(
         return tuple(proposed)
     if len(proposed) == len(original):
         ids = list(map(_id, original))
-        if list(map(_id, proposed)) == ids and len(set(ids)) == len(ids):
+        same = same_messages(proposed, original)  # a layer that changed nothing
+        if (same or list(map(_id, proposed)) == ids) and len(set(ids)) == len(ids):
+            if same:  # every pinned message is in place as it was
+                return tuple(proposed)
             # The same messages in place (a layer that only changes contents).
             kept = list(proposed)
             for at in [at for at, id_ in enumerate(ids) if id_ in pinned]:
                 kept[at] = original[at]
             return tuple(kept)
-    index = {m.id: i for i, m in enumerate(original)}
+    # Where each message of `proposed` stood (the last place of a repeated
+    # id): only those are looked up, so only those are kept.
+    wanted = set(map(_id, proposed))
+    index = {m.id: i for i, m in enumerate(original) if m.id in wanted}
     pending = [i for i, m in enumerate(original) if m.id in pinned]
     pending.reverse()  # a stack: the earliest pinned message on top
     placed: set[int] = set()
