@@ -405,6 +405,9 @@ class ContextManager(OldEntryPoints):
     def count(self, messages: Sequence[Message]) -> int:
         """Return the manager's token count of `messages`.
 
+        In a pass, the very messages the pass was handed are counted once:
+        their count is the one the pass measured them at.
+
         Raises:
             ConfigError: The counter returned something other than an int
                 >= 0; the error names the counter and the value.

@@ -2,11 +2,11 @@
 
 A pass measures the conversation it is handed (the manager, to judge it),
 and its strategy measures the same messages again before changing any (does
-it fit already?). Messages are immutable and a counter prices a message by
-its id and identity, so the very same message objects counted by the very
-same counter come to the same figure: within `measured`, `count_of` hands
-the manager's figure out instead of counting again. Nothing outlives the
-block, and any other list of messages (or any other counter) is counted.
+it fit already?). Messages are immutable and a counter is pure, so the very
+same message objects counted by the very same counter come to the same
+figure: within `measured`, `count_of` hands the manager's figure out instead
+of counting again. Nothing outlives the block, and any other list of
+messages (or any other counter) is counted.
 """
 
 from __future__ import annotations
