@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from typing import Any
 
 import anyio
@@ -216,3 +217,51 @@ def test_a_pass_answers_as_recorded(name: str) -> None:
     again = event.messages if isinstance(event, CompactionResult) else conversation()
     second = run(manager, messages=again, reason=CompactReason.MESSAGE_COUNT)
     assert (*first, digest(second)) == EXPECTED[name]
+
+
+@attrs.define
+class Recording:
+    """A counter that records each list it counts."""
+
+    inner: Any = attrs.field(factory=lambda: ContextManager().counter)
+    counted: list[tuple[Message, ...]] = attrs.field(factory=list)
+
+    def count(self, messages: Any) -> int:
+        self.counted.append(tuple(messages))
+        return int(self.inner.count(messages))
+
+    def count_text(self, text: str) -> int:
+        return int(self.inner.count_text(text))
+
+    def times(self, messages: tuple[Message, ...]) -> int:
+        """How often these very message objects were counted."""
+        return sum(
+            len(seen) == len(messages) and all(map(operator.is_, seen, messages))
+            for seen in self.counted
+        )
+
+
+@pytest.mark.parametrize("given", [None, 30_000])
+def test_a_pass_counts_the_messages_it_was_handed_once(given: int | None) -> None:
+    """The strategy's check of the input reuses the manager's count of it.
+
+    Only when the manager measured them: a size the caller gave is the
+    caller's, and the strategy counts for itself.
+    """
+    counter = Recording()
+    # Layers 1 and 2 change nothing here: the strategy checks the input.
+    strategy = MaskingCompactor(max_tool_result_chars=10_000, mask_min_chars=10_000)
+    manager = ContextManager(context_window=20_000, counter=counter, compactor=strategy)
+    messages = conversation()
+    event = run(
+        manager,
+        messages=messages,
+        reason=CompactReason.THRESHOLD_EXCEEDED,
+        target_tokens=900,
+        tokens_before=given,
+    )
+    assert isinstance(event, CompactionResult)
+    assert counter.times(messages) == 1  # the manager's, or else the strategy's
+    # Outside a pass, nothing is remembered.
+    manager.count(messages)
+    assert counter.times(messages) == 2

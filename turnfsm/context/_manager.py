@@ -539,16 +539,12 @@ class ContextManager(OldEntryPoints):
             allow_model = False  # an overflow still gets the deterministic work
         if not request.messages:
             return CompactionNoop(before=before, after=before)
-        with scans_shared():  # its pins, its cut and its check: one pair scan
-            if not measured:
-                return await self._pass(
-                    request, before, reason, allow_model=allow_model, measured=False
-                )
-            # The strategy's own count of the messages it was handed is this one.
-            with _measured(self.counter, request.messages, before - request.reserved):
-                return await self._pass(
-                    request, before, reason, allow_model=allow_model, measured=True
-                )
+        size = before - request.reserved if measured else None
+        # Its pins, its cut and its check: one pair scan; its input, one count.
+        with scans_shared(), _measured(self.counter, request.messages, size):
+            return await self._pass(
+                request, before, reason, allow_model=allow_model, measured=measured
+            )
 
     async def _pass(
         self,
