@@ -48,6 +48,8 @@ from turnfsm._prices import to_prices
 from turnfsm.context._cache import CacheRules, cache_rules_for, payback_of
 from turnfsm.context._masking import MaskingCompactor
 from turnfsm.context._pairs import result_problem, scans_shared
+from turnfsm.context._pass_count import count_of
+from turnfsm.context._pass_count import measured as _measured
 from turnfsm.context._pins import PinRules, pin_loss, pinned_ids
 from turnfsm.context._protocol import ContextCompactor
 from turnfsm.context._values import (
@@ -403,12 +405,16 @@ class ContextManager(OldEntryPoints):
     def count(self, messages: Sequence[Message]) -> int:
         """Return the manager's token count of `messages`.
 
+        In a pass, the very messages the pass was handed are counted once:
+        their count is the one the pass measured them at.
+
         Raises:
             ConfigError: The counter returned something other than an int
                 >= 0; the error names the counter and the value.
         """
         counter = self.counter
-        return _checks.token_count(counter.count(messages), counter, "count")
+        # In a pass, the messages it was handed are counted once.
+        return _checks.token_count(count_of(counter, messages), counter, "count")
 
     def calibration_factor(self, ratio: float | None) -> float:
         """Return the factor estimates are scaled by, given the observed `ratio`.
@@ -533,7 +539,9 @@ class ContextManager(OldEntryPoints):
             allow_model = False  # an overflow still gets the deterministic work
         if not request.messages:
             return CompactionNoop(before=before, after=before)
-        with scans_shared():  # its pins, its cut and its check: one pair scan
+        size = before - request.reserved if measured else None
+        # Its pins, its cut and its check: one pair scan; its input, one count.
+        with scans_shared(), _measured(self.counter, request.messages, size):
             return await self._pass(
                 request, before, reason, allow_model=allow_model, measured=measured
             )

@@ -145,17 +145,20 @@ def pair_tool_traffic(messages: Sequence[Message]) -> ToolTraffic:
 
 def _scan(messages: Sequence[Message]) -> ToolTraffic:
     """`pair_tool_traffic` itself: one forward scan of `messages`."""
-    # The hot loop of every pass: plain tuples inside, named ones at the end.
+    # The hot loop of every pass: no object made per message or per call,
+    # one tuple per pair (its `ToolPair`), named ones at the end.
     # A `Message` holds tool calls only in assistant messages and tool results
     # only (and alone) in tool messages, so the role says which parts to scan.
-    # Per call id, `open_calls` holds the most recent unconsumed call and
-    # `older` (only for a reused id) the stack of the ones before it.
-    open_calls: dict[str, tuple[int, int]] = {}
+    # Per call id, `open_at` and `open_part` hold where the most recent
+    # unconsumed call stands, and `older` (only for a reused id) the stack
+    # of the ones before it.
+    open_at: dict[str, int] = {}
+    open_part: dict[str, int] = {}
     older: dict[str, list[tuple[int, int]]] = {}
     pairs: list[ToolPair] = []
     lone_results: list[tuple[int, int]] = []
     tool, assistant, call_type = Role.TOOL, Role.ASSISTANT, ToolCallPart
-    claim, add_pair = open_calls.pop, pairs.append
+    claim, claim_part, add_pair = open_at.pop, open_part.pop, pairs.append
     new = tuple.__new__  # NamedTuple(*t) without a Python frame per item
     i = -1  # counted by hand: no enumerate (and its tuples) per message
     for message in messages:
@@ -166,25 +169,28 @@ def _scan(messages: Sequence[Message]) -> ToolTraffic:
             for result in message.parts:
                 j += 1
                 call_id = result.call_id  # type: ignore[union-attr]  # only results here
-                call = claim(call_id, None)
-                if call is None:
+                at = claim(call_id, None)
+                if at is None:
                     lone_results.append((i, j))
                 else:
-                    add_pair(new(ToolPair, (*call, i, j)))
+                    add_pair(new(ToolPair, (at, claim_part(call_id), i, j)))
                     if older:
                         stack = older.get(call_id)
                         if stack:
-                            open_calls[call_id] = stack.pop()
+                            open_at[call_id], open_part[call_id] = stack.pop()
         elif role is assistant:
             j = -1
             for part in message.parts:
                 j += 1
                 if type(part) is call_type:
                     call_id = part.id
-                    if call_id in open_calls:
-                        older.setdefault(call_id, []).append(open_calls[call_id])
-                    open_calls[call_id] = (i, j)
-    lone_calls = [*open_calls.values()]
+                    if call_id in open_at:
+                        older.setdefault(call_id, []).append(
+                            (open_at[call_id], open_part[call_id])
+                        )
+                    open_at[call_id] = i
+                    open_part[call_id] = j
+    lone_calls = [(at, open_part[call_id]) for call_id, at in open_at.items()]
     for stack in older.values():
         lone_calls += stack
     lone_calls.sort()
@@ -449,12 +455,19 @@ def _id_problem(result: Sequence[Message], source: Sequence[Message]) -> str | N
 
 def _order_problem(result: Sequence[Message], source: Sequence[Message]) -> str | None:
     """Name a kept message that `result` moved after one said later, or None."""
+    # The place in `source` of each id `result` keeps; an id `source`
+    # repeats has no one place, and is not checked.
+    wanted = {message.id for message in result}
     place: dict[str, int] = {}
-    for i, message in enumerate(source):
-        place.setdefault(message.id, i)
-    if len(place) != len(source):  # a repeated id has no one place: not checked
-        counts = Counter(message.id for message in source)
-        place = {k: i for k, i in place.items() if counts[k] == 1}
+    repeated: set[str] = set()
+    for i in [i for i, message in enumerate(source) if message.id in wanted]:
+        key = source[i].id
+        if key in place:
+            repeated.add(key)
+        else:
+            place[key] = i
+    for key in repeated:
+        del place[key]
     last, last_id = -1, ""
     for message in result:
         at = place.get(message.id)

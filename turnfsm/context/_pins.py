@@ -27,6 +27,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.context._pairs import pair_tool_traffic
+from turnfsm.context._pass_count import same_messages
 from turnfsm.context._transcript import is_summary, turn_starts
 from turnfsm.errors import PinnedMessageLost
 from turnfsm.messages import Message, Role
@@ -96,13 +97,16 @@ def pinned_ids(
         pinned.add(ids[users[-1]])
     traffic = pair_tool_traffic(messages)
     pinned.update(ids[ref.message] for ref in traffic.lone_calls)
-    links = [(ids[call], ids[result]) for call, _, result, _ in traffic.pairs]
-    grew = True
+    # By index, not by a list of id pairs: no object made per pair.
+    pairs = traffic.pairs
+    grew = bool(pinned)
     while grew:
         grew = False
-        for call, result in links:
-            if (call in pinned) != (result in pinned):
-                pinned.update((call, result))
+        for call, _, result, _ in pairs:
+            call_id, result_id = ids[call], ids[result]
+            if (call_id in pinned) != (result_id in pinned):
+                pinned.add(call_id)
+                pinned.add(result_id)
                 grew = True
     # A result that answers no call before it cannot be sent: every pass
     # drops it, so the message holding it cannot stay word for word.
@@ -131,13 +135,19 @@ def keep_pinned(
         return tuple(proposed)
     if len(proposed) == len(original):
         ids = list(map(_id, original))
-        if list(map(_id, proposed)) == ids and len(set(ids)) == len(ids):
+        same = same_messages(proposed, original)  # a layer that changed nothing
+        if (same or list(map(_id, proposed)) == ids) and len(set(ids)) == len(ids):
+            if same:  # every pinned message is in place as it was
+                return tuple(proposed)
             # The same messages in place (a layer that only changes contents).
             kept = list(proposed)
             for at in [at for at, id_ in enumerate(ids) if id_ in pinned]:
                 kept[at] = original[at]
             return tuple(kept)
-    index = {m.id: i for i, m in enumerate(original)}
+    # Where each message of `proposed` stood (the last place of a repeated
+    # id): only those are looked up, so only those are kept.
+    wanted = set(map(_id, proposed))
+    index = {m.id: i for i, m in enumerate(original) if m.id in wanted}
     pending = [i for i, m in enumerate(original) if m.id in pinned]
     pending.reverse()  # a stack: the earliest pinned message on top
     placed: set[int] = set()

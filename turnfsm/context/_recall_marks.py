@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, final
 
 import attrs
 
+from turnfsm.context._pass_count import count_of, same_messages
 from turnfsm.context._transcript import result_texts
 from turnfsm.context._values import CompactionContext, CompactionProposal
 from turnfsm.messages import (
@@ -186,11 +186,6 @@ def unmark(messages: Sequence[Message]) -> tuple[Message, ...]:
     for i in marked:
         out[i] = _unmark_one(out[i])
     return tuple(out)
-
-
-def same_messages(a: Sequence[Message], b: Sequence[Message]) -> bool:
-    """Are `a` and `b` the same message objects, in the same order (internal)?"""
-    return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -441,7 +436,7 @@ class _MarkedCounter:
     def count(self, messages: Sequence[Message]) -> int:
         marked, size = self.marked(messages)
         if size is None:
-            size = self.counter.count(marked)
+            size = count_of(self.counter, marked)
             # A snapshot: a list the strategy changes in place is not the same.
             self._last = (tuple(messages), marked, size)
         return size
