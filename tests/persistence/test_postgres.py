@@ -593,13 +593,20 @@ def _look(
 
 
 async def _run_with(
-    store: PostgresStore, during: Callable[[], Awaitable[None]]
+    store: PostgresStore,
+    during: Callable[[], Awaitable[None]],
+    holder: list[Agent] | None = None,
 ) -> tuple[Agent, BaseException | None]:
-    """Run an agent whose first tool call calls `during()`; return it, its error."""
+    """Run an agent whose first tool call calls `during()`; return it, its error.
+
+    `holder` gets the agent before it runs.
+    """
     model = ScriptedModel.of(
         reply("", tool_call("look", "c1")), reply("", tool_call("look", "c2")), "done"
     )
     agent = Agent(model=model, tools=[_look(during)], store=store)
+    if holder is not None:
+        holder.append(agent)
     try:
         await agent.run("look twice")
     except StoreError as exc:
@@ -682,6 +689,30 @@ async def test_a_server_that_stops_answering_mid_run_ends_the_run_in_time(
     model = ScriptedModel.of(reply("", tool_call("look", "c2")), "done")
     later = Agent(model=model, tools=[_look()], store=make_store(url))
     assert (await later.resume(reopened.id, stopped.run_id)).outcome == "done"
+
+
+async def test_a_session_removed_under_its_run_says_so_and_the_store_goes_on(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    store = make_store(url)
+    other = make_store(url)
+    holder: list[Agent] = []
+
+    async def remove() -> None:
+        assert await other.delete_session(holder[0].session.id)
+
+    agent, error = await _run_with(store, remove, holder)
+    assert isinstance(error, SessionConflict)
+    assert (error.actual, error.session_id) == (0, agent.session.id)
+    # Nobody appended: it said "another writer appended first - reload the
+    # session", and reloading it finds no session.
+    assert "appended first" not in str(error)
+    assert "no longer in the store: it was removed" in str(error)
+    assert await other.load(agent.session.id) == ()
+    assert await other.lease_of(agent.session.id) is None
+    later = Agent(model=ScriptedModel.of("again"), store=store)
+    assert (await later.run("hi")).outcome == "done"
 
 
 # -- whole runs --------------------------------------------------------
