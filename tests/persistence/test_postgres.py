@@ -14,6 +14,7 @@ import socket
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -713,6 +714,53 @@ async def test_a_session_removed_under_its_run_says_so_and_the_store_goes_on(
     assert await other.lease_of(agent.session.id) is None
     later = Agent(model=ScriptedModel.of("again"), store=store)
     assert (await later.run("hi")).outcome == "done"
+
+
+async def test_an_append_given_up_on_does_not_wait_on_the_server_and_commit_later(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    """An append that waits on a lock past the store's timeout is reported in
+    doubt; the server gives it up too, so it neither holds a connection on
+    the server nor commits once the lock is let go."""
+    url = postgres_url()
+    entries = sample_entries()
+    store = make_store(f"{url} application_name=waiter", timeout=1)
+    await store.append("s1", entries[:1], expected_version=0)
+    async with await psycopg.AsyncConnection.connect(url) as locker:
+        await locker.execute("SELECT * FROM turnfsm_sessions FOR UPDATE")
+        with pytest.raises(StoreUnusable) as caught:
+            await store.append("s1", entries[1:3], expected_version=1)
+        # The server gave it up first (nothing written), or the store did.
+        given_up = "canceling statement due to statement timeout" in str(caught.value)
+        assert given_up != caught.value.in_doubt
+        await anyio.sleep(1.5)
+        waiting = await _query(
+            url,
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'waiter' AND state = 'active'",
+        )
+        await locker.commit()
+    assert waiting == [(0,)]  # it waited for ever, holding a server connection
+    await anyio.sleep(0.2)
+    assert _same(await make_store(url).load("s1"), entries[:1])  # not committed later
+
+
+async def test_a_statement_timeout_in_the_url_wins_over_the_stores(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    store = make_store(url, timeout=3)
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    given = conninfo_to_dict(url).get("options") or ""
+    own = make_store(make_conninfo(url, options=f"{given} -c statement_timeout=7000"))
+
+    async def shown(conn: Any, step: object) -> object:
+        cur = await conn.execute("SHOW statement_timeout")
+        return (await cur.fetchone())[0]
+
+    assert await store._run("reading a setting", shown) == "3s"
+    assert await own._run("reading a setting", shown) == "7s"
 
 
 # -- whole runs --------------------------------------------------------

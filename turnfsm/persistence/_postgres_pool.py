@@ -33,7 +33,14 @@ from psycopg.pq import TransactionStatus
 from turnfsm.errors import ConfigError, StoreUnusable
 from turnfsm.persistence._postgres_append import _Conn
 
-__all__ = ["LoopPool", "discard", "loop_or_none", "running_loop", "server_of"]
+__all__ = [
+    "LoopPool",
+    "discard",
+    "loop_or_none",
+    "running_loop",
+    "server_of",
+    "server_options",
+]
 
 
 @final
@@ -190,6 +197,19 @@ def server_of(url: str) -> str:
     if found is None:
         return server
     return f"{server}?options=-csearch_path%3D{urllib.parse.quote(found[1], safe=',')}"
+
+
+def server_options(url: str, timeout: float) -> str:
+    """Return `url`'s ``options`` with a ``statement_timeout`` of `timeout` first.
+
+    The server then ends a statement the store stopped waiting for (one
+    waiting on a lock) instead of running it on, holding its connection, to
+    commit it later. A ``statement_timeout`` of the URL's own comes after,
+    so it wins.
+    """
+    given = str(conninfo_to_dict(url).get("options") or "")
+    ours = f"-c statement_timeout={max(1, round(timeout * 1000))}"
+    return f"{ours} {given}".strip()
 
 
 _SEARCH_PATH: Final = re.compile(r"(?:-c\s*|--)search_path=(\S+)")

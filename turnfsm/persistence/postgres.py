@@ -76,6 +76,7 @@ from turnfsm.persistence._postgres_pool import (
     loop_or_none,
     running_loop,
     server_of,
+    server_options,
 )
 from turnfsm.persistence._postgres_read import (
     Listed,
@@ -135,7 +136,10 @@ class PostgresStore:
         max_size: The most connections in use at once, per event loop.
         timeout: Seconds to wait for a connection (to connect, or for a free
             one), and for the server's answer to each operation, before
-            `StoreUnusable`.
+            `StoreUnusable`. The server gives up a statement after as long
+            (its ``statement_timeout``, unless the URL's ``options`` set
+            one), so a statement given up on (waiting on a lock) does not
+            go on, holding a connection, and commit later.
 
     Raises:
         ConfigError: a bad URL or pool size (no connection is attempted).
@@ -144,6 +148,7 @@ class PostgresStore:
     __slots__ = (
         "_migrated",
         "_mutex",
+        "_options",
         "_pools",
         "_url",
         "max_size",
@@ -164,6 +169,7 @@ class PostgresStore:
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = float(timeout)
+        self._options = server_options(url, self.timeout)
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopPool] = (
             weakref.WeakKeyDictionary()
         )
@@ -258,7 +264,10 @@ class PostgresStore:
 
     async def _connect(self) -> _Conn:
         return await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, connect_timeout=self._wait
+            self._url,
+            autocommit=True,
+            connect_timeout=self._wait,
+            options=self._options,
         )
 
     @property
