@@ -290,7 +290,7 @@ async def _taken_back(session: Session, hold: _Hold) -> bool:
         )
     except SessionBusy:  # another process holds it now
         return False
-    stored = await read_session(hold.store, session.id, seconds=hold.store_timeout)
+    stored = await read_session(session.store, session.id, seconds=hold.store_timeout)
     return stored.version == session.version
 
 
