@@ -745,7 +745,7 @@ async def test_an_append_given_up_on_does_not_wait_on_the_server_and_commit_late
     assert _same(await make_store(url).load("s1"), entries[:1])  # not committed later
 
 
-async def test_a_statement_timeout_in_the_url_wins_over_the_stores(
+async def test_a_statement_timeout_of_the_urls_own_is_kept(
     make_store: MakeStore, postgres_url: Callable[[], str]
 ) -> None:
     url = postgres_url()

@@ -35,11 +35,11 @@ from turnfsm.persistence._postgres_append import _Conn
 
 __all__ = [
     "LoopPool",
+    "bound_statements",
     "discard",
     "loop_or_none",
     "running_loop",
     "server_of",
-    "server_options",
 ]
 
 
@@ -199,17 +199,21 @@ def server_of(url: str) -> str:
     return f"{server}?options=-csearch_path%3D{urllib.parse.quote(found[1], safe=',')}"
 
 
-def server_options(url: str, timeout: float) -> str:
-    """Return `url`'s ``options`` with a ``statement_timeout`` of `timeout` first.
+async def bound_statements(conn: _Conn, seconds: float) -> None:
+    """Have the server end `conn`'s statements after `seconds`.
 
-    The server then ends a statement the store stopped waiting for (one
-    waiting on a lock) instead of running it on, holding its connection, to
-    commit it later. A ``statement_timeout`` of the URL's own comes after,
-    so it wins.
+    The store stops waiting for an answer then; without it, the server would
+    run on a statement the store gave up on (one waiting on a lock), holding
+    its connection, and commit it later. A ``statement_timeout`` set already
+    (by the URL's ``options``, the role or the database) is kept. Set by a
+    statement, not at connecting: a pooler such as PgBouncer refuses
+    ``options`` at connecting.
     """
-    given = str(conninfo_to_dict(url).get("options") or "")
-    ours = f"-c statement_timeout={max(1, round(timeout * 1000))}"
-    return f"{ours} {given}".strip()
+    await conn.execute(
+        "SELECT set_config('statement_timeout', %s, false)"
+        " WHERE current_setting('statement_timeout') = '0'",
+        (f"{max(1, round(seconds * 1000))}ms",),
+    )
 
 
 _SEARCH_PATH: Final = re.compile(r"(?:-c\s*|--)search_path=(\S+)")

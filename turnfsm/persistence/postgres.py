@@ -61,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 import anyio
 
 from turnfsm import _checks, _deprecated
+from turnfsm.errors import StoreUnusable
 from turnfsm.persistence import _postgres_lease, _postgres_run
 from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._postgres_append import (
@@ -73,10 +74,11 @@ from turnfsm.persistence._postgres_append import (
 )
 from turnfsm.persistence._postgres_pool import (
     LoopPool,
+    bound_statements,
+    discard,
     loop_or_none,
     running_loop,
     server_of,
-    server_options,
 )
 from turnfsm.persistence._postgres_read import (
     Listed,
@@ -137,9 +139,9 @@ class PostgresStore:
         timeout: Seconds to wait for a connection (to connect, or for a free
             one), and for the server's answer to each operation, before
             `StoreUnusable`. The server gives up a statement after as long
-            (its ``statement_timeout``, unless the URL's ``options`` set
-            one), so a statement given up on (waiting on a lock) does not
-            go on, holding a connection, and commit later.
+            (its ``statement_timeout``, unless the URL, the role or the
+            database set one), so a statement given up on (waiting on a
+            lock) does not go on, holding a connection, and commit later.
 
     Raises:
         ConfigError: a bad URL or pool size (no connection is attempted).
@@ -148,7 +150,6 @@ class PostgresStore:
     __slots__ = (
         "_migrated",
         "_mutex",
-        "_options",
         "_pools",
         "_url",
         "max_size",
@@ -169,7 +170,6 @@ class PostgresStore:
         self.min_size = min_size
         self.max_size = max_size
         self.timeout = float(timeout)
-        self._options = server_options(url, self.timeout)
         self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopPool] = (
             weakref.WeakKeyDictionary()
         )
@@ -263,12 +263,22 @@ class PostgresStore:
         return pool
 
     async def _connect(self) -> _Conn:
-        return await psycopg.AsyncConnection.connect(
-            self._url,
-            autocommit=True,
-            connect_timeout=self._wait,
-            options=self._options,
+        conn = await psycopg.AsyncConnection.connect(
+            self._url, autocommit=True, connect_timeout=self._wait
         )
+        try:
+            with anyio.fail_after(self.timeout):
+                await bound_statements(conn, self.timeout)
+        except BaseException as exc:
+            discard(conn)
+            if isinstance(exc, TimeoutError):
+                raise StoreUnusable(
+                    self.server,
+                    "connecting failed: the server did not answer within "
+                    f"timeout={self.timeout} s",
+                ) from None
+            raise
+        return conn
 
     @property
     def _wait(self) -> int:
