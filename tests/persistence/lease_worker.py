@@ -2,6 +2,7 @@
 
     python lease_worker.py race STORE SESSION OWNER GATE COUNT
     python lease_worker.py hold STORE SESSION OWNER TTL
+    python lease_worker.py run STORE SESSION
 
 STORE is a file path (SQLite) or a ``postgresql://`` URL / conninfo prefixed
 by ``postgres:``.
@@ -14,6 +15,9 @@ true}`` or ``{"won": false, "owner": ..., "alive": ...}`` from the
 ``hold`` acquires the lease with a TTL of TTL seconds, prints ``held``, and
 renews it every TTL / 5 seconds until it is killed: a live owner, whose
 lease expires once its process is gone.
+
+``run`` starts a new agent run on SESSION and prints ``done``, or the name
+of the error that refused it.
 """
 
 from __future__ import annotations
@@ -69,11 +73,28 @@ async def hold(spec: str, session: str, owner: str, ttl: float) -> None:
             await store.renew_lease(session, owner, ttl=ttl)
 
 
+async def run(spec: str, session_id: str) -> None:
+    from turnfsm import Agent
+    from turnfsm.errors import TurnFSMError
+    from turnfsm.testing import ScriptedModel
+
+    async with store_of(spec) as store:
+        agent = Agent(model=ScriptedModel.of("hello"), store=store)
+        try:
+            result = await agent.run("hi", session=await agent.open_session(session_id))
+            print(result.outcome, flush=True)
+        except TurnFSMError as exc:
+            print(type(exc).__name__, flush=True)
+
+
 def main(argv: list[str]) -> None:
     """Run the worker `argv` names (see the module docstring)."""
-    action, spec, session, owner, *rest = argv
+    action, spec, session, *more = argv
+    owner, *rest = more or [""]
     if action == "race":
         anyio.run(race, spec, session, owner, rest[0], int(rest[1]))
+    elif action == "run":
+        anyio.run(run, spec, session)
     else:
         anyio.run(hold, spec, session, owner, float(rest[0]))
 

@@ -23,6 +23,7 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 from tests.persistence.lease_worker import store_of
+from turnfsm import Agent
 from turnfsm.errors import ConfigError, LeaseLost, SessionBusy
 from turnfsm.persistence import (
     Lease,
@@ -32,7 +33,7 @@ from turnfsm.persistence import (
     SQLiteStore,
 )
 from turnfsm.persistence.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
-from turnfsm.testing import sample_entries
+from turnfsm.testing import ScriptedModel, reply, sample_entries, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -148,6 +149,38 @@ async def test_a_live_owner_refuses_a_second_and_a_killed_one_is_taken_over(
             with pytest.raises(LeaseLost) as lost:
                 await store.renew_lease("s1", "owner-a", ttl=ttl)
             assert lost.value.holder == "owner-b"
+
+
+async def test_a_stalled_run_goes_on_when_another_process_was_only_refused(
+    spec: str,
+) -> None:
+    """A run's process stalls (paused, swapped out) past its lease; another
+    process asks to run the session and is refused, since the run is open.
+    Refused, it took nothing over: the stalled run goes on when it wakes,
+    not stopped by `LeaseLost` with its run left open."""
+    ttl = 0.5
+    refusals: list[str] = []
+    async with _open(spec) as store:
+
+        async def look() -> str:
+            """Look around."""
+            time.sleep(ttl * 2)  # noqa: ASYNC251 - the process stalls: no renewal
+            other = _worker("run", spec, agent.session.id)
+            out, err = other.communicate(timeout=60)
+            assert other.returncode == 0, err
+            refusals.append(out.strip())
+            return "nothing here"
+
+        agent = Agent(
+            model=ScriptedModel.of(reply("", tool_call("look", "c1")), "done"),
+            tools=[look],
+            store=store,
+            lease_ttl=ttl,
+        )
+        result = await agent.run("look")
+        assert refusals == ["SessionBusy"]
+        assert result.outcome == "done"
+        assert await store.lease_of(agent.session.id) is None  # released
 
 
 async def test_force_takes_a_live_lease_from_another_process(spec: str) -> None:

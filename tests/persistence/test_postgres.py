@@ -14,6 +14,7 @@ import socket
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -593,13 +594,20 @@ def _look(
 
 
 async def _run_with(
-    store: PostgresStore, during: Callable[[], Awaitable[None]]
+    store: PostgresStore,
+    during: Callable[[], Awaitable[None]],
+    holder: list[Agent] | None = None,
 ) -> tuple[Agent, BaseException | None]:
-    """Run an agent whose first tool call calls `during()`; return it, its error."""
+    """Run an agent whose first tool call calls `during()`; return it, its error.
+
+    `holder` gets the agent before it runs.
+    """
     model = ScriptedModel.of(
         reply("", tool_call("look", "c1")), reply("", tool_call("look", "c2")), "done"
     )
     agent = Agent(model=model, tools=[_look(during)], store=store)
+    if holder is not None:
+        holder.append(agent)
     try:
         await agent.run("look twice")
     except StoreError as exc:
@@ -682,6 +690,77 @@ async def test_a_server_that_stops_answering_mid_run_ends_the_run_in_time(
     model = ScriptedModel.of(reply("", tool_call("look", "c2")), "done")
     later = Agent(model=model, tools=[_look()], store=make_store(url))
     assert (await later.resume(reopened.id, stopped.run_id)).outcome == "done"
+
+
+async def test_a_session_removed_under_its_run_says_so_and_the_store_goes_on(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    store = make_store(url)
+    other = make_store(url)
+    holder: list[Agent] = []
+
+    async def remove() -> None:
+        assert await other.delete_session(holder[0].session.id)
+
+    agent, error = await _run_with(store, remove, holder)
+    assert isinstance(error, SessionConflict)
+    assert (error.actual, error.session_id) == (0, agent.session.id)
+    # Nobody appended: it said "another writer appended first - reload the
+    # session", and reloading it finds no session.
+    assert "appended first" not in str(error)
+    assert "no longer in the store: it was removed" in str(error)
+    assert await other.load(agent.session.id) == ()
+    assert await other.lease_of(agent.session.id) is None
+    later = Agent(model=ScriptedModel.of("again"), store=store)
+    assert (await later.run("hi")).outcome == "done"
+
+
+async def test_an_append_given_up_on_does_not_wait_on_the_server_and_commit_later(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    """An append that waits on a lock past the store's timeout is reported in
+    doubt; the server gives it up too, so it neither holds a connection on
+    the server nor commits once the lock is let go."""
+    url = postgres_url()
+    entries = sample_entries()
+    store = make_store(f"{url} application_name=waiter", timeout=1)
+    await store.append("s1", entries[:1], expected_version=0)
+    async with await psycopg.AsyncConnection.connect(url) as locker:
+        await locker.execute("SELECT * FROM turnfsm_sessions FOR UPDATE")
+        with pytest.raises(StoreUnusable) as caught:
+            await store.append("s1", entries[1:3], expected_version=1)
+        # The server gave it up first (nothing written), or the store did.
+        given_up = "canceling statement due to statement timeout" in str(caught.value)
+        assert given_up != caught.value.in_doubt
+        await anyio.sleep(1.5)
+        waiting = await _query(
+            url,
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'waiter' AND state = 'active'",
+        )
+        await locker.commit()
+    assert waiting == [(0,)]  # it waited for ever, holding a server connection
+    await anyio.sleep(0.2)
+    assert _same(await make_store(url).load("s1"), entries[:1])  # not committed later
+
+
+async def test_a_statement_timeout_of_the_urls_own_is_kept(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    url = postgres_url()
+    store = make_store(url, timeout=3)
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    given = conninfo_to_dict(url).get("options") or ""
+    own = make_store(make_conninfo(url, options=f"{given} -c statement_timeout=7000"))
+
+    async def shown(conn: Any, step: object) -> object:
+        cur = await conn.execute("SHOW statement_timeout")
+        return (await cur.fetchone())[0]
+
+    assert await store._run("reading a setting", shown) == "3s"
+    assert await own._run("reading a setting", shown) == "7s"
 
 
 # -- whole runs --------------------------------------------------------

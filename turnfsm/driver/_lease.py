@@ -22,7 +22,7 @@ from typing import Final
 import anyio
 import attrs
 
-from turnfsm.driver._store_calls import store_call
+from turnfsm.driver._store_calls import read_session, store_call
 from turnfsm.errors import LeaseLost, SessionBusy, SessionConflict
 from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
 
@@ -262,10 +262,36 @@ async def _renew_once(session: Session, hold: _Hold) -> None:
             writes=True,
         )
     except LeaseLost as lost:
-        session.hold_lost(lost)
-        logger.error("run stopped: %s", lost)
-        raise
+        if lost.holder is not None or not await _taken_back(session, hold):
+            session.hold_lost(lost)
+            logger.error("run stopped: %s", lost)
+            raise
     hold.renewed = max(hold.renewed, sent)
+
+
+async def _taken_back(session: Session, hold: _Hold) -> bool:
+    """Take back a lease nobody holds, if the log is still where the run left it.
+
+    While this process stalled past its lease, another may have asked for the
+    session, taken the expired lease, been refused (the run is open) and let
+    it go, writing nothing: the run goes on. If the log moved, another
+    process carried the session on (or removed it): the run is over.
+
+    Raises:
+        Exception: the store failed (the caller decides).
+    """
+    try:
+        await store_call(
+            hold.store.acquire_lease(session.id, hold.owner, ttl=hold.ttl),
+            seconds=hold.store_timeout,
+            store=hold.store,
+            method="acquire_lease",
+            writes=True,
+        )
+    except SessionBusy:  # another process holds it now
+        return False
+    stored = await read_session(session.store, session.id, seconds=hold.store_timeout)
+    return stored.version == session.version
 
 
 async def _renew(session: Session, hold: _Hold) -> None:

@@ -61,9 +61,10 @@ class SessionConflict(StoreError):
     nothing of this append was written. Expecting version 0 of a stored
     session means the writer took it for a new one: a `Session(id,
     store=...)` made anew reads nothing, `Session.open` reads the log.
-    `loading` is True when the append was a session log read into a store
-    that already holds that session (`load_session`, ``turnfsm sessions
-    import``).
+    Found at version 0 when it expected more, the session was removed while
+    the writer worked on it. `loading` is True when the append was a session
+    log read into a store that already holds that session (`load_session`,
+    ``turnfsm sessions import``).
     """
 
     session_id: str
@@ -91,6 +92,14 @@ class SessionConflict(StoreError):
                 f"Session({self.session_id!r}, store=...), which reads nothing "
                 "- reload the session and retry (await Session.open(store, "
                 f"{self.session_id!r}) reads it)"
+            )
+        if self.actual == 0:
+            # Nobody appended: the session was deleted under the writer.
+            return (
+                f"session {self.session_id!r} is no longer in the store: it was "
+                f"removed (expected version {self.expected}, found none) while "
+                "this writer worked on it, by turnfsm sessions rm or "
+                "delete_session; nothing of this append was written"
             )
         return (
             f"session {self.session_id!r} changed under this writer: expected "

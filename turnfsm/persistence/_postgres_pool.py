@@ -33,7 +33,14 @@ from psycopg.pq import TransactionStatus
 from turnfsm.errors import ConfigError, StoreUnusable
 from turnfsm.persistence._postgres_append import _Conn
 
-__all__ = ["LoopPool", "discard", "loop_or_none", "running_loop", "server_of"]
+__all__ = [
+    "LoopPool",
+    "bound_statements",
+    "discard",
+    "loop_or_none",
+    "running_loop",
+    "server_of",
+]
 
 
 @final
@@ -190,6 +197,23 @@ def server_of(url: str) -> str:
     if found is None:
         return server
     return f"{server}?options=-csearch_path%3D{urllib.parse.quote(found[1], safe=',')}"
+
+
+async def bound_statements(conn: _Conn, seconds: float) -> None:
+    """Have the server end `conn`'s statements after `seconds`.
+
+    The store stops waiting for an answer then; without it, the server would
+    run on a statement the store gave up on (one waiting on a lock), holding
+    its connection, and commit it later. A ``statement_timeout`` set already
+    (by the URL's ``options``, the role or the database) is kept. Set by a
+    statement, not at connecting: a pooler such as PgBouncer refuses
+    ``options`` at connecting.
+    """
+    await conn.execute(
+        "SELECT set_config('statement_timeout', %s, false)"
+        " WHERE current_setting('statement_timeout') = '0'",
+        (f"{max(1, round(seconds * 1000))}ms",),
+    )
 
 
 _SEARCH_PATH: Final = re.compile(r"(?:-c\s*|--)search_path=(\S+)")

@@ -61,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 import anyio
 
 from turnfsm import _checks, _deprecated
+from turnfsm.errors import StoreUnusable
 from turnfsm.persistence import _postgres_lease, _postgres_run
 from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._postgres_append import (
@@ -73,6 +74,8 @@ from turnfsm.persistence._postgres_append import (
 )
 from turnfsm.persistence._postgres_pool import (
     LoopPool,
+    bound_statements,
+    discard,
     loop_or_none,
     running_loop,
     server_of,
@@ -135,7 +138,10 @@ class PostgresStore:
         max_size: The most connections in use at once, per event loop.
         timeout: Seconds to wait for a connection (to connect, or for a free
             one), and for the server's answer to each operation, before
-            `StoreUnusable`.
+            `StoreUnusable`. The server gives up a statement after as long
+            (its ``statement_timeout``, unless the URL, the role or the
+            database set one), so a statement given up on (waiting on a
+            lock) does not go on, holding a connection, and commit later.
 
     Raises:
         ConfigError: a bad URL or pool size (no connection is attempted).
@@ -257,9 +263,22 @@ class PostgresStore:
         return pool
 
     async def _connect(self) -> _Conn:
-        return await psycopg.AsyncConnection.connect(
+        conn = await psycopg.AsyncConnection.connect(
             self._url, autocommit=True, connect_timeout=self._wait
         )
+        try:
+            with anyio.fail_after(self.timeout):
+                await bound_statements(conn, self.timeout)
+        except BaseException as exc:
+            discard(conn)
+            if isinstance(exc, TimeoutError):
+                raise StoreUnusable(
+                    self.server,
+                    "connecting failed: the server did not answer within "
+                    f"timeout={self.timeout} s",
+                ) from None
+            raise
+        return conn
 
     @property
     def _wait(self) -> int:
