@@ -405,6 +405,11 @@ def test_a_session_written_since_the_command_read_it_is_to_be_run_again() -> Non
     # program reads a session is no command line user's.
     said = cli_words(SessionConflict("ses_1", 0, 3))
     assert said == "session 'ses_1' was started by another writer - run it again"
+    # One removed under the run (turnfsm sessions rm): there is nothing to
+    # run again.
+    said = cli_words(SessionConflict("ses_1", 6, 0))
+    assert "is no longer in the store: it was removed" in said
+    assert "run it again" not in said
 
 
 # The window of `--model local` is its server's, `--n-ctx`: `--window` only

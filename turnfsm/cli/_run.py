@@ -659,6 +659,8 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     if isinstance(exc, SessionBusy):
         return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
     if isinstance(exc, SessionConflict):  # a command reads the session anew
+        if exc.actual == 0 and not exc.loading:  # removed: nothing to run again
+            return str(exc)
         said = str(exc).split(" - reload the session and retry")[0]
         if exc.expected == 0:  # a command opens what it runs on: another began
             said = f"session {exc.session_id!r} was started by another writer"
