@@ -819,6 +819,19 @@ def test_a_key_written_twice_is_named_with_its_field(
     assert (problem.field, problem.value) == (field, value)
 
 
+def test_a_dotted_key_written_twice_on_one_line_keeps_tomls_own_words() -> None:
+    # Only keys written as `key =` are named; TOML's message still says where.
+    text = edit(STOCK, 'initial = "start"', 'initial = "start"\nx.a = 1\nx.a = 2')
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.message.startswith("not valid TOML: Cannot overwrite a value")
+    assert "written twice" not in problem.message
+    assert problem.line == text.splitlines().index("x.a = 2") + 1
+
+
 def test_group_ending_in_an_unless_guard_can_fall_through() -> None:
     text = edit(
         STOCK,

@@ -110,9 +110,8 @@ def _written_twice(text: str, line: int) -> tuple[str, str, str] | None:
     the closest header above, ``[[transitions]]`` counted as an array).
     """
     lines = text.splitlines()
-    if not 0 < line <= len(lines):
-        return None
-    keys = [k.strip("\"'") for k in _KEY_AT.findall(lines[line - 1])]
+    said = lines[line - 1] if 0 < line <= len(lines) else ""  # else: none named
+    keys = [k.strip("\"'") for k in _KEY_AT.findall(said)]
     table, start, entries = "", 0, 0
     for number, written in enumerate(lines[: line - 1]):
         header = _HEADER.match(written)
