@@ -255,6 +255,47 @@ def test_an_empty_path_is_refused_naming_its_option(
 
 
 @pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["sessions", "show", ""], "ID"),
+        (["sessions", "rm", " "], "ID"),
+        (["report", "", "-o", "x.html"], "SESSION"),
+        (["simulate", ""], "SESSION"),
+        (["resume", "", "--model", "openai:x"], "SESSION"),
+        (["run", "task", "--model", "openai:x", "--session", ""], "--session"),
+        (["replay", "--session", ""], "--session"),
+        (["eval", "", "--probes", "p.toml"], "SESSION"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_an_empty_session_id_is_refused_naming_its_argument(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    option: str,
+) -> None:
+    # It was refused as "invalid session_id=''": a name the user never typed.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    value = (
+        argv[argv.index(option) + 1]
+        if option.startswith("-")
+        else argv[2 - (argv[0] != "sessions")]
+    )
+    assert err.splitlines()[-1].endswith(
+        f": error: argument {option}: expected a session id "
+        f"(as `turnfsm sessions list` shows it), not {value!r}"
+    ), err
+    assert "session_id" not in err
+
+
+@pytest.mark.parametrize(
     ("argv", "command", "said"),
     [
         (
