@@ -155,6 +155,19 @@ def test_replay_of_a_session_id_given_as_its_log_says_to_use_session(
     assert "--session ses_0123" in line
 
 
+def test_eval_names_a_missing_probe_file_in_plain_words(
+    tmp_path: Path, capsys: Capture, session: str
+) -> None:
+    # It said "([Errno 2] No such file or directory: '...')".
+    probes = tmp_path / "probes.toml"
+    assert main(["eval", session, "--probes", str(probes)]) == 2
+    line = _one_line(capsys, "eval", quiet=True)
+    assert line == (
+        f"turnfsm eval: invalid --probes='{probes}': expected a readable probe "
+        "file (it does not exist)"
+    )
+
+
 def test_sessions_import_names_a_missing_directory(
     tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
