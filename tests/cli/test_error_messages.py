@@ -155,6 +155,22 @@ def test_replay_of_a_session_id_given_as_its_log_says_to_use_session(
     assert "--session ses_0123" in line
 
 
+@pytest.mark.parametrize("command", [["replay"], ["sessions", "import"]])
+def test_a_file_that_is_no_session_log_is_named(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # It said "corrupt session log record at line 1: ...", naming no file.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    Path("notes.py").write_text("print('hello')\n")
+    assert main([*command, "notes.py"]) == 2
+    line = _one_line(capsys, " ".join(command), quiet=True)
+    assert line.startswith(
+        f"turnfsm {' '.join(command)}: notes.py: corrupt session log record at "
+        "line 1: not JSON"
+    ), line
+
+
 def test_eval_names_a_missing_probe_file_in_plain_words(
     tmp_path: Path, capsys: Capture, session: str
 ) -> None:
