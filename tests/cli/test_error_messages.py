@@ -155,6 +155,35 @@ def test_replay_of_a_session_id_given_as_its_log_says_to_use_session(
     assert "--session ses_0123" in line
 
 
+@pytest.mark.parametrize("command", [["replay"], ["sessions", "import"]])
+def test_a_file_that_is_no_session_log_is_named(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    # It said "corrupt session log record at line 1: ...", naming no file.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    Path("notes.py").write_text("print('hello')\n")
+    assert main([*command, "notes.py"]) == 2
+    line = _one_line(capsys, " ".join(command), quiet=True)
+    assert line.startswith(
+        f"turnfsm {' '.join(command)}: notes.py: corrupt session log record at "
+        "line 1: not JSON"
+    ), line
+
+
+def test_eval_names_a_missing_probe_file_in_plain_words(
+    tmp_path: Path, capsys: Capture, session: str
+) -> None:
+    # It said "([Errno 2] No such file or directory: '...')".
+    probes = tmp_path / "probes.toml"
+    assert main(["eval", session, "--probes", str(probes)]) == 2
+    line = _one_line(capsys, "eval", quiet=True)
+    assert line == (
+        f"turnfsm eval: invalid --probes='{probes}': expected a readable probe "
+        "file (it does not exist)"
+    )
+
+
 def test_sessions_import_names_a_missing_directory(
     tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -252,6 +281,47 @@ def test_an_empty_path_is_refused_naming_its_option(
         f": error: argument {option}: expected a path, not {value!r}"
     ), err
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing drawn
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["sessions", "show", ""], "ID"),
+        (["sessions", "rm", " "], "ID"),
+        (["report", "", "-o", "x.html"], "SESSION"),
+        (["simulate", ""], "SESSION"),
+        (["resume", "", "--model", "openai:x"], "SESSION"),
+        (["run", "task", "--model", "openai:x", "--session", ""], "--session"),
+        (["replay", "--session", ""], "--session"),
+        (["eval", "", "--probes", "p.toml"], "SESSION"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_an_empty_session_id_is_refused_naming_its_argument(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    option: str,
+) -> None:
+    # It was refused as "invalid session_id=''": a name the user never typed.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    value = (
+        argv[argv.index(option) + 1]
+        if option.startswith("-")
+        else argv[2 - (argv[0] != "sessions")]
+    )
+    assert err.splitlines()[-1].endswith(
+        f": error: argument {option}: expected a session id "
+        f"(as `turnfsm sessions list` shows it), not {value!r}"
+    ), err
+    assert "session_id" not in err
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,7 @@ def test_replay_of_a_file_that_is_not_a_log_exits_2(
     bad = tmp_path / "bad.jsonl"
     bad.write_text("hello\n")
     assert main(["replay", str(bad)]) == 2
-    assert "turnfsm replay: corrupt" in capsys.readouterr().err
+    assert f"turnfsm replay: {bad}: corrupt" in capsys.readouterr().err
     assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
     assert main(["replay", str(_demo_log(tmp_path)), "--run", "run_nope"]) == 2
 

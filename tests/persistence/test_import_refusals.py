@@ -189,7 +189,7 @@ def test_a_bad_import_file_is_refused_whole_naming_the_line(
     assert main(["sessions", "import", str(path), *world.store]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    line = one_line(captured.err, "turnfsm sessions import: corrupt ")
+    line = one_line(captured.err, f"turnfsm sessions import: {path}: corrupt ")
     assert f"at {bad.where}" in line
     assert bad.reason in line
     still_fine(world, capsys)

@@ -344,7 +344,7 @@ def test_a_log_too_damaged_to_read_is_refused_naming_the_line(
     assert main(["replay", str(log)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    line = one_line(captured.err, "turnfsm replay: corrupt ")
+    line = one_line(captured.err, f"turnfsm replay: {log}: corrupt ")
     assert f"at {case.where}: " in line
     still_fine(world, capsys)
 
@@ -427,9 +427,10 @@ def test_a_repeated_compaction_pass_is_refused_naming_the_line(
     log.write_text("\n".join(repeated) + "\n")
     capsys.readouterr()
     assert main(["replay", str(log)]) == 2
-    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    line = one_line(capsys.readouterr().err, f"turnfsm replay: {log}: corrupt ")
     assert line == (
-        f"turnfsm replay: corrupt CompactionRecord record at line {number + 1}: "
+        f"turnfsm replay: {log}: corrupt CompactionRecord record at line "
+        f"{number + 1}: "
         f"data.key: the pass {agent.session.runs[0].compactions[0].key!r} is "
         "logged on an earlier line too; a pass is logged once; it was written "
         "by another turnfsm version or changed since"
@@ -446,16 +447,17 @@ def test_a_log_cut_short_says_so_naming_its_last_line(
     log.write_text("\n".join(lines)[:-25])  # a copy that stopped early
     capsys.readouterr()
     assert main(["replay", str(log)]) == 2
-    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    line = one_line(capsys.readouterr().err, f"turnfsm replay: {log}: corrupt ")
     assert line.startswith(
-        f"turnfsm replay: corrupt session log record at line {last}: cut short, "
+        f"turnfsm replay: {log}: corrupt session log record at line {last}: "
+        "cut short, "
         "the file ends inside it (not JSON: "
     )
     # A line that is whole but not JSON is not said to be cut short.
     lines[last - 2] = lines[last - 2][:-25]
     log.write_text("\n".join(lines) + "\n")
     assert main(["replay", str(log)]) == 2
-    line = one_line(capsys.readouterr().err, "turnfsm replay: corrupt ")
+    line = one_line(capsys.readouterr().err, f"turnfsm replay: {log}: corrupt ")
     assert f"at line {last - 1}: not JSON: " in line
 
 

@@ -260,3 +260,24 @@ def test_a_window_too_small_for_the_pins_names_the_option(capsys: Capture) -> No
     assert main(["simulate", session_id, "--store", STORE, "--window", "100"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("turnfsm simulate: invalid --window=100: expected a window")
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--window", "-1"], "invalid --window=-1: expected an int in 0..100,000,000"),
+        (
+            ["--cache-payback", "0", "--prices", "gpt-4o"],
+            "invalid --cache-payback=0: expected an int in 1..1,000,000",
+        ),
+    ],
+)
+def test_a_refused_number_offers_nothing_the_command_line_cannot_take(
+    capsys: Capture, options: list[str], said: str
+) -> None:
+    # It ended "..., or None (the model's)": there is no None to type.
+    session_id = _demo_session(capsys)
+    assert main(["simulate", session_id, "--store", STORE, *options]) == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert "None" not in err

@@ -95,6 +95,19 @@ def _path(text: str) -> str:
     return text
 
 
+def _session_id(text: str) -> str:
+    """A session id an argument names: refused when blank.
+
+    It was refused later, as ``invalid session_id=''``: a name the user
+    never typed.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"expected a session id (as `turnfsm sessions list` shows it), not {text!r}"
+        )
+    return text
+
+
 def _trace_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group(
@@ -182,7 +195,9 @@ def _parser() -> argparse.ArgumentParser:
         help="a session log written by `turnfsm demo --log` "
         "(or give --session ID to read one from a store)",
     )
-    replay.add_argument("--session", metavar="ID", help="replay a stored session")
+    replay.add_argument(
+        "--session", metavar="ID", type=_session_id, help="replay a stored session"
+    )
     replay.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     replay.add_argument("--run", help="replay only this run id")
     replay.add_argument(
@@ -208,6 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--session",
         metavar="ID",
+        type=_session_id,
         help="continue this stored session (default: a new one)",
     )
     _answer_parsers(sub, agent_options, traced)
@@ -332,7 +348,9 @@ def _answer_parsers(
             description=f"{text[0].upper()}{text[1:]}. Shows the calls the run "
             f"waits on first. The run and its machine come from the store. {needs}",
         )
-        answer.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+        answer.add_argument(
+            "session_id", metavar="SESSION", type=_session_id, help=_ID_HELP
+        )
         answer.add_argument(
             "run_id",
             metavar="RUN",
@@ -378,7 +396,9 @@ def _view_parsers(
         "model saw on every turn with its reply, and each compaction pass as "
         "a diff of what it covered and what replaced it.",
     )
-    report.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+    report.add_argument(
+        "session_id", metavar="SESSION", type=_session_id, help=_ID_HELP
+    )
     report.add_argument(
         "-o",
         "--output",
@@ -413,7 +433,7 @@ def _view_parsers(
         "`turnfsm reject` do: going on needs the model (and your tools): "
         "--agent MODULE:ATTR, or --model and --tools.",
     )
-    view.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+    view.add_argument("session_id", metavar="SESSION", type=_session_id, help=_ID_HELP)
     view.add_argument(
         "--port",
         type=int,
@@ -532,6 +552,7 @@ def _eval_parser(sub: Any) -> None:
         "sessions",
         nargs="*",
         metavar="SESSION",
+        type=_session_id,
         help="a stored session's id (default: the shipped corpus)",
     )
     evaluate.add_argument(
@@ -610,11 +631,11 @@ def _sessions_parser(sub: Any) -> None:
     show = actions.add_parser(
         "show", parents=[store], help="a session's history, runs and compactions"
     )
-    show.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    show.add_argument("session_id", metavar="ID", type=_session_id, help=_ID_HELP)
     export = actions.add_parser(
         "export", parents=[store], help="write a session's log (import reads it)"
     )
-    export.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    export.add_argument("session_id", metavar="ID", type=_session_id, help=_ID_HELP)
     export.add_argument(
         "--format",
         choices=["jsonl", "json"],
@@ -637,7 +658,7 @@ def _sessions_parser(sub: Any) -> None:
         "file", type=_path, metavar="FILE", help="an exported log (- for stdin)"
     )
     rm = actions.add_parser("rm", parents=[store], help="delete a session")
-    rm.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    rm.add_argument("session_id", metavar="ID", type=_session_id, help=_ID_HELP)
     rm.add_argument("--yes", action="store_true", help="do not ask first")
     rm.add_argument(
         "--force",
@@ -650,7 +671,7 @@ def _sessions_parser(sub: Any) -> None:
         parents=[store],
         help="compact a session now, outside any run (the operator's /compact)",
     )
-    compact.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    compact.add_argument("session_id", metavar="ID", type=_session_id, help=_ID_HELP)
     compact.add_argument(
         "--agent",
         metavar="MODULE:ATTR",
@@ -663,7 +684,7 @@ def _sessions_parser(sub: Any) -> None:
         parents=[store],
         help="close a session's compaction circuit breaker (the operator's reset)",
     )
-    reset.add_argument("session_id", metavar="ID", help=_ID_HELP)
+    reset.add_argument("session_id", metavar="ID", type=_session_id, help=_ID_HELP)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -805,7 +826,9 @@ def _simulate_parser(sub: Any) -> None:
         "are what the recorded run would have sent. Exit status: 0 every run "
         "went as recorded, 1 a simulated run ended otherwise, 2 bad input.",
     )
-    simulate.add_argument("session_id", metavar="SESSION", help=_ID_HELP)
+    simulate.add_argument(
+        "session_id", metavar="SESSION", type=_session_id, help=_ID_HELP
+    )
     simulate.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     simulate.add_argument(
         "--strategy",

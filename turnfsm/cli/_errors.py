@@ -12,12 +12,17 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from turnfsm.errors import ConfigError
 
 # No turnfsm import at the top: the program imports this module before its
 # Ctrl-C handling starts (see `turnfsm.cli.script`).
 
 __all__ = [
     "INTERRUPTED_STATUS",
+    "as_option",
     "check_writable",
     "count_option",
     "explain",
@@ -114,6 +119,21 @@ def check_writable(option: str, path: str) -> None:
         raise ConfigError(
             option, path, f"a file in a directory you may write ({parent} is not)"
         )
+
+
+def as_option(exc: ConfigError, option: str) -> ConfigError:
+    """`exc`, a library setting's refusal, as the command line option that gave it.
+
+    The option is named in the setting's place, and a None the setting
+    takes (``an int ..., or None (the model's)``) is not offered: an
+    option left out is that None, and there is none to type.
+    """
+    import re
+
+    import attrs
+
+    expected = re.sub(r",? or None(?: \([^)]*\))?$", "", exc.expected)
+    return attrs.evolve(exc, field=option, expected=expected)
 
 
 def count_option(

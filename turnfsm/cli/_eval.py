@@ -12,7 +12,7 @@ import attrs
 
 from turnfsm import _checks
 from turnfsm.cli._agents import load_object, made_by
-from turnfsm.cli._errors import explain
+from turnfsm.cli._errors import as_option, explain
 from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor, ContextManager
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
@@ -241,7 +241,7 @@ async def _measure(
     except ConfigError as exc:
         if exc.field != "window":
             raise
-        raise attrs.evolve(exc, field="--window") from None
+        raise as_option(exc, "--window") from None
 
 
 def _progress(wanted: bool | None) -> Callable[[EvalProgress], None] | None:

@@ -14,6 +14,7 @@ from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
 from turnfsm.errors import (
     ConfigError,
+    CorruptRecord,
     DefinitionError,
     SessionNotFound,
     StoreError,
@@ -65,7 +66,10 @@ def run_replay(
             if run_id is None
         ]
     except (OSError, StoreError, ConfigError, DefinitionError, ImportError) as exc:
-        print(f"turnfsm replay: {explain(exc)}", file=sys.stderr)
+        said = explain(exc)
+        if isinstance(exc, CorruptRecord) and path is not None:
+            said = f"{path}: {said}"  # which file the line is of
+        print(f"turnfsm replay: {said}", file=sys.stderr)
         return 2
     failed = _report(session, runs, specs, stream, lines)
     for depth, child, child_specs in theirs:

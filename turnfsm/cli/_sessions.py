@@ -450,6 +450,10 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         return 2
     try:
         session = await load_session(data, store)
+    except CorruptRecord as exc:
+        name = "standard input" if path == "-" else path
+        print(f"turnfsm sessions import: {name}: {exc}", file=sys.stderr)
+        return 2
     except SessionConflict as exc:
         print(
             f"turnfsm sessions import: session {exc.session_id} is already in "

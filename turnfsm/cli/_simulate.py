@@ -10,7 +10,7 @@ from typing import Any, Final, TextIO
 import attrs
 
 from turnfsm._resources import load_machine
-from turnfsm.cli._errors import explain
+from turnfsm.cli._errors import as_option, explain
 from turnfsm.cli._run import run_async
 from turnfsm.context import ContextCompactor, ContextManager, MaskingCompactor
 from turnfsm.core import MachineSpec
@@ -104,7 +104,7 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
                 "context_window": "--window",
             }
             if exc.field in flags:
-                raise attrs.evolve(exc, field=flags[exc.field]) from None
+                raise as_option(exc, flags[exc.field]) from None
             raise
     first = session.runs[0].run_id
     context = stored_context(session) if contexts is None else contexts[first]
@@ -196,7 +196,7 @@ def _context(session: Session, run_id: str, command: SimulateCommand) -> Context
         if exc.field == "compactor" and command.compactor is not None:
             # Named as typed, not as the object it names.
             raise attrs.evolve(exc, field=option, value=command.compactor) from None
-        raise attrs.evolve(exc, field=flags.get(exc.field, exc.field)) from None
+        raise as_option(exc, flags.get(exc.field, exc.field)) from None
 
 
 def _stored(session: Session, run_id: str, *, given: bool) -> ContextManager:

@@ -110,7 +110,7 @@ def load_probes(path: str | Path) -> tuple[Probe, ...]:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(
-            "--probes", str(path), f"a readable probe file ({exc})"
+            "--probes", str(path), f"a readable probe file ({_unreadable(exc)})"
         ) from None
     try:
         data: Any = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
@@ -143,3 +143,14 @@ def _probe(row: object, where: str) -> Probe:
         raise ConfigError(
             f"{where}.{missing[0]}", None, "a value (it is required)", missing=True
         ) from None
+
+
+def _unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a probe file could not be read, in plain words (no ``[Errno 2]``)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    if isinstance(exc, FileNotFoundError):
+        return "it does not exist"
+    if isinstance(exc, IsADirectoryError):
+        return "it is a directory"
+    return (exc.strerror or type(exc).__name__).lower()
