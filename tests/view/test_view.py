@@ -231,7 +231,6 @@ def _check_report(doc: Node) -> None:
     ("argv", "expected"),
     [
         (["report", "ses_nope", "-o", "run.html"], "no session 'ses_nope'"),
-        (["report", "", "-o", "run.html"], "session_id=''"),
         (
             ["report", "ses_x", "-o", "run.html", "--store", "nope://x"],
             "store='nope://x'",
