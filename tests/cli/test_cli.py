@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,24 @@ def test_demo_compacts_hits_the_emergency_line_and_finishes() -> None:
     assert text.count("[compaction] EMERGENCY reason=emergency") == 1
     assert "start --measured--> compact (emergency)" in text
     assert "final answer" in text
+
+
+def test_demo_says_how_to_look_at_its_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The demo said where its session went, and nothing of what to do next.
+    db = tmp_path / "my sessions.db"
+    assert main(["demo", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    look = next(line for line in out.splitlines() if line.startswith("look at it: "))
+    show, _, view = look.removeprefix("look at it: ").partition(" (or in the browser: ")
+    assert shlex.split(show)[:3] == ["turnfsm", "sessions", "show"]
+    assert shlex.split(view.removesuffix(")"))[:2] == ["turnfsm", "view"]
+    assert main(shlex.split(show)[1:]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith(f"session {shlex.split(show)[3]}: 36 entries, 1 run(s)")
+    assert main(["demo", "--store", "memory:"]) == 0
+    assert "look at it" not in capsys.readouterr().out  # gone when it ends
 
 
 def test_demo_quiet_prints_only_the_answer(capsys: pytest.CaptureFixture[str]) -> None:

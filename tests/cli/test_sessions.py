@@ -843,3 +843,27 @@ def test_sessions_list_refuses_a_limit_that_is_no_count(capsys: Capture) -> None
         "turnfsm sessions list: invalid --limit='0': expected a whole number of "
         "sessions from 1 up, or all\n"
     )
+
+
+def test_sessions_alone_lists_the_default_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    # A bare `turnfsm sessions` stopped at "the following arguments are
+    # required: action": a newcomer's first try after the demo.
+    db = tmp_path / "s.db"
+    monkeypatch.setenv("TURNFSM_STORE", str(db))
+
+    async def write() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=FakeModelClient(lambda _r: reply("ok")), store=store)
+            result = await agent.run("hi", session=Session(store=store))
+            return result.session_id
+
+    sid = anyio.run(write)
+    assert main(["sessions"]) == 0
+    alone = capsys.readouterr()
+    assert main(["sessions", "list"]) == 0
+    listed = capsys.readouterr()
+    assert (alone.out, alone.err) == (listed.out, listed.err)
+    assert alone.out.splitlines()[1].split()[0] == sid
+    assert alone.out.splitlines()[-1] == f"1 session(s) in {db}, newest first"

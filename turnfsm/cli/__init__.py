@@ -612,9 +612,12 @@ def _eval_parser(sub: Any) -> None:
 
 def _sessions_parser(sub: Any) -> None:
     sessions = sub.add_parser(
-        "sessions", help="list, show, compact, export, import, rm, reset-breaker"
+        "sessions",
+        help="list, show, compact, export, import, rm, reset-breaker",
+        description="Without an action, lists the sessions (as `list` does).",
     )
-    actions = sessions.add_subparsers(dest="action", required=True)
+    # Without an action: `list` on the default store (`main` fills it in).
+    actions = sessions.add_subparsers(dest="action", required=False)
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     listing = actions.add_parser(
@@ -914,6 +917,8 @@ def _other(args: argparse.Namespace) -> int:
         from turnfsm.cli._sessions import SessionsCommand, run_sessions
 
         options = vars(args)
+        if options["action"] is None:  # `turnfsm sessions` alone lists
+            options["action"] = "list"
         fields = SessionsCommand.__attrs_attrs__
         known = {f.name: options[f.name] for f in fields if f.name in options}
         return run_sessions(SessionsCommand(**known))

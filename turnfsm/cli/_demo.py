@@ -10,6 +10,7 @@ finishes. Every phase change and every compaction is printed as it happens.
 from __future__ import annotations
 
 import io
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TextIO
@@ -139,6 +140,16 @@ def build_demo_agent(
     )
 
 
+def _look(session_id: str, store: SessionStore, spec: str | None, sink: TextIO) -> None:
+    """Say how to look at the demo's session afterwards (a newcomer's next step)."""
+    if isinstance(store, MemoryStore):
+        return  # gone when the command ends
+    flags = ["--store", spec] if spec else []
+    show = shlex.join(["turnfsm", "sessions", "show", session_id, *flags])
+    view = shlex.join(["turnfsm", "view", session_id, *flags])
+    print(f"look at it: {show} (or in the browser: {view})", file=sink)
+
+
 TASK = "Audit app.log, db.log, auth.log, metrics.log and kernel.log; report errors."
 
 
@@ -182,6 +193,7 @@ def run_demo(
     if result is None:
         return _interrupted(agent, sessions, store, stream)
     print(f"session {result.session_id} stored in {where(sessions)}", file=sink)
+    _look(result.session_id, sessions, store, sink)
     if log is not None:
         count = dump_session(agent.session, log)
         print(f"session log: {count} entries written to {log}", file=sink)
@@ -263,6 +275,7 @@ def _run_local_demo(
     if result is None:
         return _interrupted(agent, store, spec, stream)
     print(f"session {result.session_id} stored in {where(store)}", file=sink)
+    _look(result.session_id, store, spec, sink)
     if log is not None:
         count = dump_session(agent.session, log)
         print(f"session log: {count} entries written to {log}", file=sink)
