@@ -867,3 +867,10 @@ def test_sessions_alone_lists_the_default_store(
     assert (alone.out, alone.err) == (listed.out, listed.err)
     assert alone.out.splitlines()[1].split()[0] == sid
     assert alone.out.splitlines()[-1] == f"1 session(s) in {db}, newest first"
+    # `--store` goes before the action too, or with no action at all.
+    monkeypatch.delenv("TURNFSM_STORE")
+    for args in (["--store", str(db)], ["--store", str(db), "list"]):
+        assert main(["sessions", *args]) == 0
+        assert capsys.readouterr().out == listed.out
+    assert main(["sessions", "--store", str(db), "show", sid]) == 0
+    assert capsys.readouterr().out.startswith(f"session {sid}: ")

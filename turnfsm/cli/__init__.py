@@ -616,7 +616,11 @@ def _sessions_parser(sub: Any) -> None:
         help="list, show, compact, export, import, rm, reset-breaker",
         description="Without an action, lists the sessions (as `list` does).",
     )
-    # Without an action: `list` on the default store (`main` fills it in).
+    # Without an action: `list` (`main` fills it in). `--store` before the
+    # action has a name of its own: an action's default would overwrite it.
+    sessions.add_argument(
+        "--store", metavar="SPEC", dest="sessions_store", help=_STORE_HELP
+    )
     actions = sessions.add_subparsers(dest="action", required=False)
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
@@ -919,6 +923,8 @@ def _other(args: argparse.Namespace) -> int:
         options = vars(args)
         if options["action"] is None:  # `turnfsm sessions` alone lists
             options["action"] = "list"
+        if options.get("store") is None:  # `turnfsm sessions --store X list`
+            options["store"] = options["sessions_store"]
         fields = SessionsCommand.__attrs_attrs__
         known = {f.name: options[f.name] for f in fields if f.name in options}
         return run_sessions(SessionsCommand(**known))
