@@ -874,3 +874,54 @@ def test_sessions_alone_lists_the_default_store(
         assert capsys.readouterr().out == listed.out
     assert main(["sessions", "--store", str(db), "show", sid]) == 0
     assert capsys.readouterr().out.startswith(f"session {sid}: ")
+
+
+def test_show_prints_what_an_unfinished_run_holds_beyond_the_history(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A first run stopped before it finished showed `history (0 messages)`,
+    # as if what was said were lost; its log holds it.
+    from turnfsm import Agent, approval_machine
+
+    def wipe(path: str) -> str:
+        """Wipe a file.
+
+        Args:
+            path: the file.
+        """
+        return "wiped"
+
+    db = tmp_path / "s.db"
+    store = SQLiteStore(db)
+    agent = Agent(
+        model=ScriptedModel.of(
+            "first answer", reply("", tool_call("wipe", "c1", path="/x")), "ok"
+        ),
+        tools=[wipe],
+        machine=approval_machine(),
+        store=store,
+    )
+
+    async def run() -> tuple[str, str]:
+        assert (await agent.run("hello")).outcome == "done"
+        result = await agent.run("wipe it")
+        assert result.outcome == "paused"
+        await store.aclose()
+        return agent.session.id, result.run_id
+
+    sid, run_id = anyio.run(run)
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    held = out.split("\nruns (2):")[0].split("history (2 messages):\n")[1]
+    assert held == (
+        "  user      hello\n"
+        "  assistant first answer\n"
+        f"\n2 more in its unfinished run {run_id} (kept in its log; the history "
+        "takes them if the run finishes):\n"
+        "  user      wipe it\n"
+        "  assistant [tool calls: wipe]\n"
+    )
+    assert main(["abandon", sid, "--store", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    assert "more in its unfinished run" not in capsys.readouterr().out  # it ended

@@ -31,10 +31,11 @@ from turnfsm.cli._run import (
 )
 from turnfsm.cli._stores import close_store, is_store_file, open_cli_store, where
 from turnfsm.context import ContextManager
-from turnfsm.driver import Driver
+from turnfsm.driver import Driver, rebuild
 from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
+    ReplayError,
     SessionBusy,
     SessionConflict,
     SessionNotFound,
@@ -280,6 +281,34 @@ async def _list(store: SessionStore, out: TextIO, limit: int | None) -> int:
     return 0
 
 
+def _in_flight(session: Session, run_id: str, out: TextIO) -> None:
+    """Print what the unfinished run `run_id` holds beyond the history.
+
+    Its input, replies and tool results are in its log, and join the
+    history if it finishes: without this, a run stopped by Ctrl-C showed an
+    empty history, as if what was said were lost.
+    """
+    record = session.run(run_id)
+    spec = session.machine(record.opened.digest)
+    if spec is None:
+        return
+    try:
+        snapshot = rebuild(spec, session, run_id, check=False).snapshot
+    except (ReplayError, ConfigError):
+        return  # `turnfsm replay --session` names what is wrong with the log
+    known = {m.id for m in session.history}
+    held = [m for m in (*snapshot.history, *snapshot.pending) if m.id not in known]
+    if not held:
+        return
+    print(
+        f"\n{len(held)} more in its unfinished run {run_id} (kept in its log; "
+        "the history takes them if the run finishes):",
+        file=out,
+    )
+    for message in held:
+        print(f"  {message.role.value:<9} {_first_line(message)}", file=out)
+
+
 def _show(
     session: Session,
     store: SessionStore,
@@ -296,6 +325,8 @@ def _show(
     print(f"\nhistory ({len(session.history)} messages):", file=out)
     for message in session.history:
         print(f"  {message.role.value:<9} {_first_line(message)}", file=out)
+    if runs and runs[-1].is_open:
+        _in_flight(session, runs[-1].run_id, out)
     if session.breaker_open:
         print(
             f"\ncompaction circuit breaker: open after {session.compaction_failures} "
