@@ -96,14 +96,19 @@ class LoopPool:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[_Conn]:
         """Lend a connection: an idle one, else a new one; give it back after."""
-        with anyio.move_on_after(self.timeout) as waited:
-            await self._slots.acquire()
-        if waited.cancelled_caught:
-            raise StoreUnusable(
-                self.server,
-                f"no connection was free within timeout={self.timeout} s "
-                f"(max_size={self.max_size} are in use)",
-            )
+        try:
+            # A free slot is taken without a checkpoint: the statement that
+            # follows awaits the server, where cancellation lands.
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            with anyio.move_on_after(self.timeout) as waited:
+                await self._slots.acquire()
+            if waited.cancelled_caught:
+                raise StoreUnusable(
+                    self.server,
+                    f"no connection was free within timeout={self.timeout} s "
+                    f"(max_size={self.max_size} are in use)",
+                ) from None
         try:
             conn = self._take() or await self._connect()
             try:
