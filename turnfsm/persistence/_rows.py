@@ -172,28 +172,26 @@ def _reference(value: dict[str, Any], out: dict[str, str]) -> dict[str, str]:
     return {MESSAGE_REF: digest}
 
 
-def _swap(item: Any, out: dict[str, str]) -> Any:
-    """Return `item` with the messages in it replaced by references."""
-    if isinstance(item, dict):
-        if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
-            return _reference(item, out)
-        return _strip(item, out)
-    if isinstance(item, list):
-        return _strip(item, out)
-    return item
-
-
 def _strip(value: Any, out: dict[str, str]) -> Any:
     """Return the container `value` with every message in it replaced by a reference.
 
     Copy on write: a dict or list holding no message is returned as it is
     (nothing in it changes), so the walk allocates only along the paths
-    that lead to a message.
+    that lead to a message. A leaf (a string, a number) is passed over
+    where it is met, without a call.
     """
     pairs = value.items() if isinstance(value, dict) else enumerate(value)
     changed: Any = None
     for key, item in pairs:
-        new = _swap(item, out)
+        if isinstance(item, dict):
+            if item.keys() == _MESSAGE_KEYS and isinstance(item["parts"], list):
+                new = _reference(item, out)
+            else:
+                new = _strip(item, out)
+        elif isinstance(item, list):
+            new = _strip(item, out)
+        else:
+            continue
         if new is not item:
             if changed is None:
                 changed = dict(value) if isinstance(value, dict) else list(value)
