@@ -358,6 +358,10 @@ def test_a_resumed_run_is_interrupted_as_a_run_is(
     status, out, err = _stopped_while_the_tool_runs(tmp_path, resume, signum)
 
     assert status == 130, err
+    # Its end is in the log: not "its process ended", as after a kill.
+    (run,) = _stored(store, resume[1]).runs
+    said = f"run {run.run_id} was interrupted (Ctrl-C, or a cancelled task)\n"
+    assert out.startswith(said)
     assert "interrupting: the run keeps what it finished" in out
     assert "turnfsm: interrupted" not in err
     assert _hint(out, "resume") == resume

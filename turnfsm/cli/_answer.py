@@ -197,7 +197,13 @@ def _open_run(session: Session, run_id: str | None, store: SessionStore) -> RunR
 
 def _show_waiting(run: RunRecord, out: TextIO) -> None:
     if run.waiting is None:
-        print(f"run {run.run_id} is unfinished (its process ended)", file=out)
+        if run.outcome == "interrupted":  # its end is in the log
+            print(
+                f"run {run.run_id} was interrupted (Ctrl-C, or a cancelled task)",
+                file=out,
+            )
+        else:
+            print(f"run {run.run_id} is unfinished (its process ended)", file=out)
         return
     calls = run.waiting.calls
     waits = waiting_for(run.waiting).removeprefix("waiting ")
