@@ -616,6 +616,51 @@ async def test_the_stop_reason_is_kept_in_openai_words(
     assert response.finish_reason == finish_reason
 
 
+@pytest.mark.parametrize("stop_reason", ["max_tokens", "model_context_window_exceeded"])
+async def test_a_call_cut_off_at_the_budget_is_not_whole(stop_reason: str) -> None:
+    # The API reads a cut-off call's input as far as it came: it parses.
+    blocks = [text_block("Sure"), tool_use("toolu_1", "echo", text="a")]
+    blocks.append(tool_use("toolu_2", "echo", text="b"))
+    body = json.loads(anthropic_reply(*blocks).content)
+    server = Server(json_reply({**body, "stop_reason": stop_reason}))
+    response = await model_for(server).complete(ask(tools=[ECHO]))
+    first, last = response.message.tool_calls
+    assert first.arguments == {"text": "a"}  # a later block began: it is whole
+    assert last.arguments == {"_raw": '{"text": "b"}'}
+    assert response.finish_reason == "length"
+
+
+async def test_a_forced_output_call_cut_off_at_the_budget_is_no_answer() -> None:
+    body = json.loads(anthropic_reply(tool_use("toolu_1", "Answer", n=1)).content)
+    server = Server(json_reply({**body, "stop_reason": "max_tokens"}))
+    spec = OutputSpec(name="Answer", schema={"type": "object"})
+    response = await model_for(server).complete(ask(output=spec))
+    [call] = response.message.tool_calls  # the run fails on it, naming the budget
+    assert (call.arguments, response.finish_reason) == ({"_raw": '{"n": 1}'}, "length")
+
+
+async def test_a_streamed_call_cut_off_at_the_budget_is_not_whole() -> None:
+    stop = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}
+    call = {"type": "tool_use", "id": "toolu_a", "name": "echo", "input": {}}
+    server = Server(
+        anthropic_sse(
+            [
+                start(input_tokens=5),
+                block_start(0, call),
+                delta(0, type="input_json_delta", partial_json='{"text": "a"}'),
+                block_start(1, {**call, "id": "toolu_b"}),
+                ("message_delta", {**stop, "usage": {"output_tokens": 4}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
+    )
+    done = (await collect(model_for(server), ask(tools=[ECHO])))[-1]
+    assert isinstance(done, StreamDone)
+    first, last = done.response.message.tool_calls
+    assert first.arguments == {"text": "a"}
+    assert last.arguments == {"_raw": ""}
+
+
 async def test_the_forced_output_call_is_a_whole_answer() -> None:
     server = Server(anthropic_reply(tool_use("toolu_1", "Answer", n=1)))
     spec = OutputSpec(name="Answer", schema={"type": "object"})

@@ -356,7 +356,10 @@ class _Events:
         for index, pieces in self.inputs.items():
             if pieces:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
-        blocks = [self.blocks[i] for i in sorted(self.blocks)]
+        order = sorted(self.blocks)
+        blocks = [self.blocks[i] for i in order]
+        if order and _cut_off(self.stop_reason, blocks):  # the text as it came
+            blocks[-1]["input"] = {"_raw": "".join(self.inputs.get(order[-1], []))}
         message = _reply(blocks, self.output)
         return ModelResponse(
             message=message,
@@ -373,6 +376,9 @@ def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
     data = reply_object(reply, "the reply")
     content = reply_list(data.get("content"), "content")
     blocks = [reply_object(block, f"content[{i}]") for i, block in enumerate(content)]
+    if _cut_off(data.get("stop_reason"), blocks):
+        said = json.dumps(blocks[-1].get("input"), ensure_ascii=False)
+        blocks[-1] = dict(blocks[-1], input={"_raw": said})
     message = _reply(blocks, output)
     return ModelResponse(
         message=message,
@@ -380,6 +386,21 @@ def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
         model=reply_text(data.get("model"), "model") or None,
         finish_reason=_finish_reason(data.get("stop_reason"), message),
     )
+
+
+_CUT: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
+"""The stop reasons of a reply cut off where it stood."""
+
+
+def _cut_off(stop_reason: object, blocks: list[dict[str, Any]]) -> bool:
+    """Whether the reply's last block is a tool call its budget cut off.
+
+    The API reads the input of a call it cut off as far as it came, so
+    it can look whole with its last arguments missing: such a call gets
+    ``{"_raw": ...}`` arguments, which never run (the run fails naming the
+    budget). A call with a later block after it is whole.
+    """
+    return stop_reason in _CUT and bool(blocks) and blocks[-1].get("type") == "tool_use"
 
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:
@@ -434,15 +455,23 @@ def _answer_as_text(
     """Turn the forced output tool's call back into the reply's JSON text.
 
     The history never holds a call without a result: the answer is text.
+    A call whose arguments broke off stays a call, for the run to fail on.
     """
     if output is None:
         return blocks
     return [
         {"type": "text", "text": json.dumps(b.get("input", {}), ensure_ascii=False)}
-        if b.get("type") == "tool_use" and b.get("name") == output.name
+        if b.get("type") == "tool_use"
+        and b.get("name") == output.name
+        and not _broken(b.get("input"))
         else b
         for b in blocks
     ]
+
+
+def _broken(arguments: object) -> bool:
+    """Whether a call's `arguments` are text that was no whole JSON object."""
+    return isinstance(arguments, dict) and set(arguments) == {"_raw"}
 
 
 def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Message:
