@@ -514,6 +514,38 @@ async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
     assert server.bodies[0]["stream"] is True
 
 
+@pytest.mark.parametrize(
+    ("counts", "input_tokens"),
+    [
+        ({}, 1105),  # no input fields: those of message_start stand
+        ({"input_tokens": 7}, 1107),  # the cache counts it leaves out stand
+        ({"input_tokens": 7, "cache_read_input_tokens": None}, 1107),
+        ({"input_tokens": 7, "cache_read_input_tokens": 0}, 107),
+    ],
+)
+async def test_a_stream_keeps_each_input_count_its_last_event_leaves_out(
+    counts: dict[str, Any], input_tokens: int
+) -> None:
+    first = start(input_tokens=5)
+    first[1]["message"]["usage"].update(
+        cache_creation_input_tokens=100, cache_read_input_tokens=1000
+    )
+    stop = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}
+    server = Server(
+        anthropic_sse(
+            [
+                first,
+                block_start(0, text_block("Hi")),
+                ("message_delta", {**stop, "usage": {**counts, "output_tokens": 4}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
+    )
+    done = (await collect(model_for(server), ask()))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.usage == Usage(input_tokens=input_tokens, output_tokens=4)
+
+
 async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
     overloaded = {
         "type": "error",

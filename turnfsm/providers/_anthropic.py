@@ -269,7 +269,7 @@ class _Events:
         self.output = output
         self.blocks: dict[int, dict[str, Any]] = {}  # by index, as the API sends
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
-        self.usage: Usage | None = None
+        self.counts: dict[str, int] = {}  # the usage's counts so far
         self.model: str | None = None
         self.stop_reason = ""  # the API's own word
         self.started = False  # a message_start came: the stream is a reply
@@ -288,12 +288,12 @@ class _Events:
         if kind == "message_start":
             message = reply_object(data.get("message"), "message_start.message")
             self.started = True
-            self.usage = _usage(message.get("usage"))
+            self.counts = _counts(message.get("usage"))
             self.model = reply_text(message.get("model"), "model") or None
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "message_delta":
-            self.usage = _usage(data.get("usage"), self.usage)
+            self.counts = _counts(data.get("usage"), self.counts)
             delta = reply_object(data.get("delta") or {}, "message_delta.delta")
             where = "message_delta.delta.stop_reason"
             self.stop_reason = reply_text(delta.get("stop_reason"), where) or (
@@ -363,7 +363,7 @@ class _Events:
         message = _reply(blocks, self.output)
         return ModelResponse(
             message=message,
-            usage=self.usage,
+            usage=_usage(self.counts),
             model=self.model,
             finish_reason=_finish_reason(self.stop_reason, message),
         )
@@ -382,7 +382,7 @@ def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
     message = _reply(blocks, output)
     return ModelResponse(
         message=message,
-        usage=_usage(data.get("usage")),
+        usage=_usage(_counts(data.get("usage"))),
         model=reply_text(data.get("model"), "model") or None,
         finish_reason=_finish_reason(data.get("stop_reason"), message),
     )
@@ -511,24 +511,39 @@ def _finish_reason(value: object, message: Message) -> str | None:
     return reason or None
 
 
-def _usage(value: object, before: Usage | None = None) -> Usage | None:
-    """Return the usage so far; input counts cache reads and writes too."""
+_INPUTS: Final = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+"""The usage's counts of input: cache writes and reads are input too."""
+
+
+def _counts(value: object, before: dict[str, int] | None = None) -> dict[str, int]:
+    """Return the token counts so far, by the API's names.
+
+    A streamed ``message_delta`` gives each count so far; one it leaves
+    out (or sends as null) stands as ``message_start`` gave it, as the
+    SDK reads it.
+    """
+    counts = dict(before or {})
     if value is None:
-        return before
+        return counts
     usage = reply_object(value, "usage")
-    input_tokens = before.input_tokens if before is not None else 0
-    # Older SDKs' `message_delta` usage has no input fields: read them softly.
-    if usage.get("input_tokens") is not None:
-        input_tokens = sum(
-            reply_tokens(usage.get(name), f"usage.{name}")
-            for name in (
-                "input_tokens",
-                "cache_creation_input_tokens",
-                "cache_read_input_tokens",
-            )
-        )
-    output_tokens = reply_tokens(usage.get("output_tokens"), "usage.output_tokens")
-    return Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+    for name in (*_INPUTS, "output_tokens"):
+        if usage.get(name) is not None or name not in counts:
+            counts[name] = reply_tokens(usage.get(name), f"usage.{name}")
+    return counts
+
+
+def _usage(counts: dict[str, int]) -> Usage | None:
+    """Return the `Usage` of `counts` (None if none came)."""
+    if not counts:
+        return None
+    return Usage(
+        input_tokens=sum(counts[name] for name in _INPUTS),
+        output_tokens=counts["output_tokens"],
+    )
 
 
 @contextlib.contextmanager
