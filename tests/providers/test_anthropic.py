@@ -166,6 +166,23 @@ async def test_a_single_system_prompt_is_sent_as_a_string() -> None:
     assert "tools" not in body
 
 
+@pytest.mark.parametrize(
+    ("messages", "system"),
+    [
+        ([Message.user("hi")], None),
+        ([Message.system("be brief"), Message.user("hi")], "be brief"),
+    ],
+)
+async def test_a_blank_system_prompt_is_left_out(
+    messages: list[Message], system: str | None
+) -> None:
+    # Anthropic refuses a system text block of white space only.
+    server = Server(anthropic_reply(text_block("ok")))
+    await model_for(server).complete(ModelRequest(messages=messages, system=" \n"))
+    [body] = server.bodies
+    assert body.get("system") == system
+
+
 async def test_a_request_without_tools_tells_earlier_calls_as_text() -> None:
     # Anthropic refuses tool_use and tool_result blocks in a request that
     # defines no tools (400: "Requests which include tool_use or tool_result

@@ -238,7 +238,7 @@ class AnthropicModel:
         # A request that defines no tools may hold no tool blocks.
         blocks = bool(request.tools) or request.output is not None
         system, messages = to_anthropic_messages(request.messages, tool_blocks=blocks)
-        if request.system:
+        if request.system and request.system.strip():  # blank text is refused
             system.insert(0, {"type": "text", "text": request.system})
         limit = (
             request.max_tokens if request.max_tokens is not None else self.max_tokens
