@@ -322,6 +322,8 @@ ERRORS = {
     "403": (403, "permission_error", {}, "auth", False, None),
     "400": (400, "invalid_request_error", {}, "bad_request", False, None),
     "404": (404, "not_found_error", {}, "bad_request", False, None),
+    "402": (402, "billing_error", {}, "quota", False, None),
+    "504": (504, "timeout_error", {}, "server", True, None),
 }
 
 
@@ -587,6 +589,26 @@ async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
         True,
         529,
     )
+
+
+@pytest.mark.parametrize(
+    ("error_type", "kind", "retryable", "status"),
+    [
+        ("billing_error", "quota", False, 402),  # asked again, it fails again
+        ("timeout_error", "server", True, 504),
+        ("rate_limit_error", "rate_limit", True, 429),
+    ],
+)
+async def test_an_error_mid_stream_is_classified_by_its_type(
+    error_type: str, kind: str, retryable: bool, status: int
+) -> None:
+    said = {"type": "error", "error": {"type": error_type, "message": "Said so"}}
+    server = Server(anthropic_sse([start(), ("error", said)]))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    error = info.value
+    assert (error.kind, error.retryable, error.status) == (kind, retryable, status)
+    assert "Said so" in error.message
 
 
 async def test_a_stream_that_breaks_off_is_a_retryable_connection_error() -> None:

@@ -27,6 +27,7 @@ from turnfsm.providers._convert_anthropic import (
 from turnfsm.providers._convert_openai import arguments_from_json
 from turnfsm.providers._errors import (
     BAD_RESPONSE,
+    QUOTA,
     SERVER,
     broken_off,
     connection_error,
@@ -72,10 +73,12 @@ _TYPE_STATUS: Final = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "permission_error": 403,
+    "billing_error": 402,
     "not_found_error": 404,
     "request_too_large": 413,
     "rate_limit_error": 429,
     "api_error": 500,
+    "timeout_error": 504,
     "overloaded_error": 529,
 }
 
@@ -425,8 +428,23 @@ def _error_body(data: object) -> object:
     message, kind = error.get("message"), error.get("type")
     said = message if isinstance(message, str) else json.dumps(data)[:500]
     status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
-    overflow = status == 413 or mentions_overflow(said)
-    raise from_status(status, said, overflow=overflow, key_hint=_KEY_HINT)
+    raise _classified(status, kind, said)
+
+
+def _classified(
+    status: int, kind: object, message: str, headers: Mapping[str, str] | None = None
+) -> ProviderError:
+    """Classify an error the API sent, by its status and its error type.
+
+    A ``billing_error`` (no credit left) is kind ``quota``: asked again, it
+    fails again.
+    """
+    if kind == "billing_error":
+        return ProviderError(f"HTTP {status}: {message}", kind=QUOTA, status=status)
+    overflow = status == 413 or mentions_overflow(message)
+    return from_status(
+        status, message, overflow=overflow, key_hint=_KEY_HINT, headers=headers
+    )
 
 
 def _force_output(options: dict[str, Any], output: OutputSpec) -> None:
@@ -571,8 +589,9 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     A context overflow is a 400 whose message says "prompt is too long" (or
     that input and max_tokens "exceed context limit"), or a 413
     ``request_too_large``: a smaller conversation fixes all three. 529
-    (overloaded) is a retryable server error. An error sent inside a stream
-    is classified by its error type.
+    (overloaded) is a retryable server error; a ``billing_error`` is kind
+    ``quota``, not retried. An error sent inside a stream is classified by
+    its error type.
     """
     if isinstance(exc, anthropic.APITimeoutError):
         return timeout_error(f"the Anthropic API timed out: {exc.message}")
@@ -592,11 +611,4 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     status = exc.status_code
     if status < 400:  # an error event inside a stream
         status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
-    overflow = status == 413 or mentions_overflow(message)
-    return from_status(
-        status,
-        message,
-        overflow=overflow,
-        key_hint=_KEY_HINT,
-        headers=exc.response.headers,
-    )
+    return _classified(status, kind, message, exc.response.headers)
