@@ -391,17 +391,18 @@ def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
     )
 
 
-_CUT: Final = frozenset({"max_tokens", "model_context_window_exceeded"})
-"""The stop reasons of a reply cut off where it stood."""
+_CUT: Final = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
+"""The stop reasons of a reply cut off where it stood (a refusal's too:
+the streaming classifier stops a reply mid-way)."""
 
 
 def _cut_off(stop_reason: object, blocks: list[dict[str, Any]]) -> bool:
-    """Whether the reply's last block is a tool call its budget cut off.
+    """Whether the reply's last block is a tool call cut off mid-way.
 
     The API reads the input of a call it cut off as far as it came, so
     it can look whole with its last arguments missing: such a call gets
-    ``{"_raw": ...}`` arguments, which never run (the run fails naming the
-    budget). A call with a later block after it is whole.
+    ``{"_raw": ...}`` arguments, which never run (cut off by its budget,
+    the run fails naming it). A call with a later block after it is whole.
     """
     return stop_reason in _CUT and bool(blocks) and blocks[-1].get("type") == "tool_use"
 
