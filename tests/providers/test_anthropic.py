@@ -352,6 +352,15 @@ async def test_http_errors_are_classified_without_sdk_retries(
     assert len(server.requests) == 1  # the SDK did not retry on its own
 
 
+async def test_an_error_the_server_says_not_to_retry_is_not_retried() -> None:
+    server = Server(
+        anthropic_error(529, "overloaded_error", "Busy", x_should_retry="false")
+    )
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retryable) == ("server", False)
+
+
 async def test_an_auth_error_names_the_key_to_fix() -> None:
     server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
     with pytest.raises(ProviderError, match="ANTHROPIC_API_KEY"):

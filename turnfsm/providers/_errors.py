@@ -18,7 +18,8 @@ leans on these helpers, so both providers agree on what is transient:
 | a reply of the wrong shape       | ``bad_response``   | no        |
 
 408 and 409 are retried because the SDKs' own retry policies retry them, and
-turnfsm switches those off (`max_retries=0`) so its driver owns every retry.
+turnfsm switches those off (`max_retries=0`) so its driver owns every retry;
+as the SDKs do, it retries no response that says ``x-should-retry: false``.
 """
 
 from __future__ import annotations
@@ -174,8 +175,30 @@ def from_status(
         headers: the response headers, for Retry-After.
 
     Returns:
-        The `ProviderError` the driver acts on.
+        The `ProviderError` the driver acts on. A response that says
+        ``x-should-retry: false`` (as the SDKs read it: a proxy that has
+        retried already, a server that knows another try fails too) is
+        not retried, whatever its status.
     """
+    error = _by_status(status, message, overflow, key_hint, headers)
+    said = headers.get("x-should-retry") if headers is not None else None
+    if error.retryable and said == "false":
+        return attrs.evolve(
+            error,
+            retryable=False,
+            message=f"{error.message} (the server said not to retry: "
+            "x-should-retry: false)",
+        )
+    return error
+
+
+def _by_status(
+    status: int,
+    message: str,
+    overflow: bool,
+    key_hint: str,
+    headers: Mapping[str, str] | None,
+) -> ProviderError:
     text = f"HTTP {status}: {message}"
     if overflow:
         return ProviderError(text, kind=CONTEXT_OVERFLOW, status=status)
