@@ -769,6 +769,37 @@ async def test_a_stream_keeps_the_stop_reason() -> None:
 
 
 @pytest.mark.parametrize(
+    ("error", "kind", "retryable"),
+    [
+        ({"type": "overloaded_error", "message": "Said so"}, "server", True),
+        ({"type": "invalid_request_error", "message": "Said so"}, "bad_request", False),
+        (
+            {"type": "invalid_request_error", "message": "Said so: prompt is too long"},
+            CONTEXT_OVERFLOW,
+            False,
+        ),
+        ({"message": "Said so", "code": 502}, "server", True),
+    ],
+)
+async def test_an_error_body_of_status_200_is_classified_not_an_empty_reply(
+    error: dict[str, Any], kind: str, retryable: bool
+) -> None:
+    # A gateway whose upstream failed after it answered sends status 200.
+    server = Server(json_reply({"type": "error", "error": error}))
+    with pytest.raises(ProviderError) as caught:
+        await model_for(server).complete(ask())
+    assert (caught.value.kind, caught.value.retryable) == (kind, retryable)
+    assert "Said so" in caught.value.message
+
+
+async def test_a_reply_with_a_null_error_is_a_reply() -> None:
+    body = json.loads(anthropic_reply(text_block("Hi")).content)
+    server = Server(json_reply({**body, "error": None}))
+    response = await model_for(server).complete(ask())
+    assert response.message.text == "Hi"
+
+
+@pytest.mark.parametrize(
     ("kind", "status", "retryable"),
     [("overloaded_error", 529, True), ("invalid_request_error", 400, False)],
 )

@@ -33,6 +33,7 @@ from turnfsm.providers._errors import (
     connection_error,
     from_status,
     given_call_id,
+    json_data,
     mentions_overflow,
     named_call,
     reply_list,
@@ -183,7 +184,9 @@ class AnthropicModel:
             reply: wire.Message = await sent(
                 self._client().messages.create, self._options(request)
             )
-        return _whole_reply(reply, request.output)
+        # A gateway whose upstream failed after it answered sends its error
+        # with status 200: read as a reply, it would be an empty one.
+        return _whole_reply(_error_body(json_data(reply)), request.output)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
@@ -421,7 +424,7 @@ def _error_body(data: object) -> object:
             {...}}``), classified by its error type as an error event is.
     """
     if not isinstance(data, Mapping) or (
-        data.get("type") != "error" and "error" not in data
+        data.get("type") != "error" and data.get("error") is None
     ):
         return data
     error = data.get("error")
