@@ -792,6 +792,15 @@ async def test_an_error_body_of_status_200_is_classified_not_an_empty_reply(
     assert "Said so" in caught.value.message
 
 
+@pytest.mark.parametrize("body", [{}, {"id": "msg_1", "stop_reason": "end_turn"}])
+async def test_a_reply_without_content_is_a_bad_response(body: dict[str, Any]) -> None:
+    server = Server(json_reply(body))
+    with pytest.raises(ProviderError) as caught:
+        await model_for(server).complete(ask())
+    assert caught.value.kind == "bad_response"
+    assert "content" in caught.value.message
+
+
 async def test_a_reply_with_a_null_error_is_a_reply() -> None:
     body = json.loads(anthropic_reply(text_block("Hi")).content)
     server = Server(json_reply({**body, "error": None}))

@@ -380,7 +380,9 @@ def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
     # The SDK builds its models unchecked: read the reply as JSON data and
     # check its shape here; the converter checks the blocks.
     data = reply_object(reply, "the reply")
-    content = reply_list(data.get("content"), "content")
+    if data.get("content") is None:  # even an empty reply has its list
+        raise unreadable_field("content", None, "a list of content blocks")
+    content = reply_list(data["content"], "content")
     blocks = [reply_object(block, f"content[{i}]") for i, block in enumerate(content)]
     if _cut_off(data.get("stop_reason"), blocks):
         said = json.dumps(blocks[-1].get("input"), ensure_ascii=False)
