@@ -377,10 +377,25 @@ async def test_a_timeout_names_the_setting_that_bounds_it() -> None:
             await model.complete(ask())
         await model.close()
     assert info.value.kind == "timeout"
+    assert f"the server at http://127.0.0.1:{port} timed out" in str(info.value)
     assert "AnthropicModel.timeout=0.2 s" in str(info.value)
     with pytest.raises(ProviderError) as info:
         await model_for(Server(timeout)).complete(ask())
     assert "the timeout of the client passed in" in str(info.value)
+
+
+async def test_a_server_that_cannot_be_reached_is_named_by_its_url() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    model = AnthropicModel("m", base_url=url, api_key="k", timeout=5)
+    with pytest.raises(ProviderError) as info:
+        await model.complete(ask())
+    await model.close()
+    assert info.value.kind == "connection"
+    assert str(info.value).startswith(
+        f"model provider error [connection]: could not reach the server at {url}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,10 +36,12 @@ from turnfsm.providers._errors import (
     json_data,
     mentions_overflow,
     named_call,
+    named_server,
     reply_list,
     reply_object,
     reply_text,
     reply_tokens,
+    request_url,
     timeout_error,
     timeout_setting,
     unreadable_body_error,
@@ -214,7 +216,8 @@ class AnthropicModel:
                         yield TextDelta(text=text)
                     yield StreamDone(response=response)
                     return
-                with broken_off("the Anthropic API", *_DROPPED):
+                where = _named(self._sdk.client.base_url)
+                with broken_off(where, *_DROPPED):
                     async for event in events:
                         if text := reply.add(event):
                             yield TextDelta(text=text)
@@ -224,8 +227,8 @@ class AnthropicModel:
             # ask again.
             missing = "message_stop" if reply.started else "message_start"
             raise connection_error(
-                "the stream from the Anthropic API broke off: it ended before "
-                f"its {missing} event"
+                f"the stream from {where} broke off: it ended before its "
+                f"{missing} event"
             )
         yield StreamDone(response=reply.response())
 
@@ -589,6 +592,11 @@ _DROPPED: Final = (anthropic.APITimeoutError, anthropic.APIConnectionError)
 """The SDK's timeout, then its connection error: what `broken_off` tells apart."""
 
 
+def _named(url: Any) -> str:
+    """Name the API at `url` (an httpx URL): the Anthropic API, or the server."""
+    return named_server(url, "api.anthropic.com", "the Anthropic API")
+
+
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     """Return the `ProviderError` for an Anthropic SDK error (see ``_errors``).
 
@@ -600,9 +608,10 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     its error type.
     """
     if isinstance(exc, anthropic.APITimeoutError):
-        return timeout_error(f"the Anthropic API timed out: {exc.message}")
+        return timeout_error(f"{_named(request_url(exc))} timed out: {exc.message}")
     if isinstance(exc, anthropic.APIConnectionError):
-        return connection_error(f"could not reach the Anthropic API: {exc.message}")
+        where = _named(request_url(exc))
+        return connection_error(f"could not reach {where}: {exc.message}")
     body = exc.body if isinstance(exc.body, Mapping) else {}
     error = body.get("error")
     error = error if isinstance(error, Mapping) else body

@@ -58,11 +58,13 @@ __all__ = [
     "json_data",
     "mentions_overflow",
     "named_call",
+    "named_server",
     "parse_retry_after",
     "reply_list",
     "reply_object",
     "reply_text",
     "reply_tokens",
+    "request_url",
     "timeout_error",
     "timeout_setting",
     "unreadable_body_error",
@@ -250,6 +252,30 @@ def with_setting(error: ProviderError, setting: str) -> ProviderError:
     if error.kind != TIMEOUT or error.status is not None:
         return error
     return attrs.evolve(error, message=f"{error.message} - {setting}")
+
+
+def named_server(url: Any, host: str, api: str) -> str:
+    """Name what a request went to: `api` at its own `host`, else the server.
+
+    A proxy or a compatible server is named by its URL, so that an error
+    sends the user to it, not to the provider's status page.
+
+    Args:
+        url: the request's URL (an httpx URL), or None if not known.
+        host: the provider's own host, e.g. ``"api.openai.com"``.
+        api: its name there, e.g. ``"the OpenAI API"``.
+    """
+    if url is None or url.host == host:
+        return api
+    return f"the server at {url.scheme}://{url.netloc.decode()}"
+
+
+def request_url(exc: BaseException) -> Any:
+    """The URL an SDK error's request went to; None for an error without one."""
+    try:
+        return exc.request.url  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # an error built without a request
+        return None
 
 
 def connection_error(message: str) -> ProviderError:
