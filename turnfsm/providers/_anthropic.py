@@ -194,7 +194,9 @@ class AnthropicModel:
         """Send `request` streamed; yield text deltas, then the whole reply.
 
         Tool calls are assembled from their ``input_json_delta`` fragments;
-        usage comes from the ``message_start`` and ``message_delta`` events.
+        those of the call that carries a structured answer stream as its
+        text. Usage comes from the ``message_start`` and ``message_delta``
+        events.
 
         Raises:
             ProviderError: the API failed, before or during the stream.
@@ -278,6 +280,7 @@ class _Events:
         self.output = output
         self.blocks: dict[int, dict[str, Any]] = {}  # by index, as the API sends
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
+        self.answer: int | None = None  # the index of the output tool's call
         self.counts: dict[str, int] = {}  # the usage's counts so far
         self.model: str | None = None
         self.stop_reason = ""  # the API's own word
@@ -317,6 +320,8 @@ class _Events:
             self.blocks[index] = block
             if block.get("type") == "tool_use":
                 self.inputs[index] = []
+                if self.output is not None and block.get("name") == self.output.name:
+                    self.answer = index  # its JSON is the answer's text
             elif block.get("type") == "text":
                 text = reply_text(block.get("text"), f"{where}.text")
                 block["text"] = text
@@ -347,7 +352,9 @@ class _Events:
                     "the index of a tool_use block it started",
                 )
             where = "input_json_delta.partial_json"
-            pieces.append(reply_text(delta.get("partial_json"), where))
+            piece = reply_text(delta.get("partial_json"), where)
+            pieces.append(piece)
+            return piece if index == self.answer else ""
         return ""
 
     def response(self) -> ModelResponse:
