@@ -166,6 +166,23 @@ async def test_a_single_system_prompt_is_sent_as_a_string() -> None:
     assert "tools" not in body
 
 
+@pytest.mark.parametrize(
+    ("messages", "system"),
+    [
+        ([Message.user("hi")], None),
+        ([Message.system("be brief"), Message.user("hi")], "be brief"),
+    ],
+)
+async def test_a_blank_system_prompt_is_left_out(
+    messages: list[Message], system: str | None
+) -> None:
+    # Anthropic refuses a system text block of white space only.
+    server = Server(anthropic_reply(text_block("ok")))
+    await model_for(server).complete(ModelRequest(messages=messages, system=" \n"))
+    [body] = server.bodies
+    assert body.get("system") == system
+
+
 async def test_a_request_without_tools_tells_earlier_calls_as_text() -> None:
     # Anthropic refuses tool_use and tool_result blocks in a request that
     # defines no tools (400: "Requests which include tool_use or tool_result
@@ -305,6 +322,8 @@ ERRORS = {
     "403": (403, "permission_error", {}, "auth", False, None),
     "400": (400, "invalid_request_error", {}, "bad_request", False, None),
     "404": (404, "not_found_error", {}, "bad_request", False, None),
+    "402": (402, "billing_error", {}, "quota", False, None),
+    "504": (504, "timeout_error", {}, "server", True, None),
 }
 
 
@@ -333,6 +352,15 @@ async def test_http_errors_are_classified_without_sdk_retries(
     assert len(server.requests) == 1  # the SDK did not retry on its own
 
 
+async def test_an_error_the_server_says_not_to_retry_is_not_retried() -> None:
+    server = Server(
+        anthropic_error(529, "overloaded_error", "Busy", x_should_retry="false")
+    )
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert (info.value.kind, info.value.retryable) == ("server", False)
+
+
 async def test_an_auth_error_names_the_key_to_fix() -> None:
     server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
     with pytest.raises(ProviderError, match="ANTHROPIC_API_KEY"):
@@ -349,10 +377,25 @@ async def test_a_timeout_names_the_setting_that_bounds_it() -> None:
             await model.complete(ask())
         await model.close()
     assert info.value.kind == "timeout"
+    assert f"the server at http://127.0.0.1:{port} timed out" in str(info.value)
     assert "AnthropicModel.timeout=0.2 s" in str(info.value)
     with pytest.raises(ProviderError) as info:
         await model_for(Server(timeout)).complete(ask())
     assert "the timeout of the client passed in" in str(info.value)
+
+
+async def test_a_server_that_cannot_be_reached_is_named_by_its_url() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    model = AnthropicModel("m", base_url=url, api_key="k", timeout=5)
+    with pytest.raises(ProviderError) as info:
+        await model.complete(ask())
+    await model.close()
+    assert info.value.kind == "connection"
+    assert str(info.value).startswith(
+        f"model provider error [connection]: could not reach the server at {url}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -514,6 +557,38 @@ async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
     assert server.bodies[0]["stream"] is True
 
 
+@pytest.mark.parametrize(
+    ("counts", "input_tokens"),
+    [
+        ({}, 1105),  # no input fields: those of message_start stand
+        ({"input_tokens": 7}, 1107),  # the cache counts it leaves out stand
+        ({"input_tokens": 7, "cache_read_input_tokens": None}, 1107),
+        ({"input_tokens": 7, "cache_read_input_tokens": 0}, 107),
+    ],
+)
+async def test_a_stream_keeps_each_input_count_its_last_event_leaves_out(
+    counts: dict[str, Any], input_tokens: int
+) -> None:
+    first = start(input_tokens=5)
+    first[1]["message"]["usage"].update(
+        cache_creation_input_tokens=100, cache_read_input_tokens=1000
+    )
+    stop = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}
+    server = Server(
+        anthropic_sse(
+            [
+                first,
+                block_start(0, text_block("Hi")),
+                ("message_delta", {**stop, "usage": {**counts, "output_tokens": 4}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
+    )
+    done = (await collect(model_for(server), ask()))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.usage == Usage(input_tokens=input_tokens, output_tokens=4)
+
+
 async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
     overloaded = {
         "type": "error",
@@ -538,6 +613,26 @@ async def test_an_overloaded_error_mid_stream_is_retriable() -> None:
         True,
         529,
     )
+
+
+@pytest.mark.parametrize(
+    ("error_type", "kind", "retryable", "status"),
+    [
+        ("billing_error", "quota", False, 402),  # asked again, it fails again
+        ("timeout_error", "server", True, 504),
+        ("rate_limit_error", "rate_limit", True, 429),
+    ],
+)
+async def test_an_error_mid_stream_is_classified_by_its_type(
+    error_type: str, kind: str, retryable: bool, status: int
+) -> None:
+    said = {"type": "error", "error": {"type": error_type, "message": "Said so"}}
+    server = Server(anthropic_sse([start(), ("error", said)]))
+    with pytest.raises(ProviderError) as info:
+        await collect(model_for(server), ask())
+    error = info.value
+    assert (error.kind, error.retryable, error.status) == (kind, retryable, status)
+    assert "Said so" in error.message
 
 
 async def test_a_stream_that_breaks_off_is_a_retryable_connection_error() -> None:
@@ -616,6 +711,52 @@ async def test_the_stop_reason_is_kept_in_openai_words(
     assert response.finish_reason == finish_reason
 
 
+@pytest.mark.parametrize(
+    "stop_reason", ["max_tokens", "model_context_window_exceeded", "refusal"]
+)
+async def test_a_call_cut_off_where_it_stood_is_not_whole(stop_reason: str) -> None:
+    # The API reads a cut-off call's input as far as it came: it parses.
+    blocks = [text_block("Sure"), tool_use("toolu_1", "echo", text="a")]
+    blocks.append(tool_use("toolu_2", "echo", text="b"))
+    body = json.loads(anthropic_reply(*blocks).content)
+    server = Server(json_reply({**body, "stop_reason": stop_reason}))
+    response = await model_for(server).complete(ask(tools=[ECHO]))
+    first, last = response.message.tool_calls
+    assert first.arguments == {"text": "a"}  # a later block began: it is whole
+    assert last.arguments == {"_raw": '{"text": "b"}'}
+
+
+async def test_a_forced_output_call_cut_off_at_the_budget_is_no_answer() -> None:
+    body = json.loads(anthropic_reply(tool_use("toolu_1", "Answer", n=1)).content)
+    server = Server(json_reply({**body, "stop_reason": "max_tokens"}))
+    spec = OutputSpec(name="Answer", schema={"type": "object"})
+    response = await model_for(server).complete(ask(output=spec))
+    [call] = response.message.tool_calls  # the run fails on it, naming the budget
+    assert (call.arguments, response.finish_reason) == ({"_raw": '{"n": 1}'}, "length")
+
+
+async def test_a_streamed_call_cut_off_at_the_budget_is_not_whole() -> None:
+    stop = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}}
+    call = {"type": "tool_use", "id": "toolu_a", "name": "echo", "input": {}}
+    server = Server(
+        anthropic_sse(
+            [
+                start(input_tokens=5),
+                block_start(0, call),
+                delta(0, type="input_json_delta", partial_json='{"text": "a"}'),
+                block_start(1, {**call, "id": "toolu_b"}),
+                ("message_delta", {**stop, "usage": {"output_tokens": 4}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        )
+    )
+    done = (await collect(model_for(server), ask(tools=[ECHO])))[-1]
+    assert isinstance(done, StreamDone)
+    first, last = done.response.message.tool_calls
+    assert first.arguments == {"text": "a"}
+    assert last.arguments == {"_raw": ""}
+
+
 async def test_the_forced_output_call_is_a_whole_answer() -> None:
     server = Server(anthropic_reply(tool_use("toolu_1", "Answer", n=1)))
     spec = OutputSpec(name="Answer", schema={"type": "object"})
@@ -640,6 +781,46 @@ async def test_a_stream_keeps_the_stop_reason() -> None:
     done = (await collect(model_for(server), ask()))[-1]
     assert isinstance(done, StreamDone)
     assert done.response.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "retryable"),
+    [
+        ({"type": "overloaded_error", "message": "Said so"}, "server", True),
+        ({"type": "invalid_request_error", "message": "Said so"}, "bad_request", False),
+        (
+            {"type": "invalid_request_error", "message": "Said so: prompt is too long"},
+            CONTEXT_OVERFLOW,
+            False,
+        ),
+        ({"message": "Said so", "code": 502}, "server", True),
+    ],
+)
+async def test_an_error_body_of_status_200_is_classified_not_an_empty_reply(
+    error: dict[str, Any], kind: str, retryable: bool
+) -> None:
+    # A gateway whose upstream failed after it answered sends status 200.
+    server = Server(json_reply({"type": "error", "error": error}))
+    with pytest.raises(ProviderError) as caught:
+        await model_for(server).complete(ask())
+    assert (caught.value.kind, caught.value.retryable) == (kind, retryable)
+    assert "Said so" in caught.value.message
+
+
+@pytest.mark.parametrize("body", [{}, {"id": "msg_1", "stop_reason": "end_turn"}])
+async def test_a_reply_without_content_is_a_bad_response(body: dict[str, Any]) -> None:
+    server = Server(json_reply(body))
+    with pytest.raises(ProviderError) as caught:
+        await model_for(server).complete(ask())
+    assert caught.value.kind == "bad_response"
+    assert "content" in caught.value.message
+
+
+async def test_a_reply_with_a_null_error_is_a_reply() -> None:
+    body = json.loads(anthropic_reply(text_block("Hi")).content)
+    server = Server(json_reply({**body, "error": None}))
+    response = await model_for(server).complete(ask())
+    assert response.message.text == "Hi"
 
 
 @pytest.mark.parametrize(

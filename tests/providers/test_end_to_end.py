@@ -140,6 +140,35 @@ async def test_anthropic_tool_call_then_final_answer() -> None:
     ]
 
 
+async def test_an_anthropic_call_cut_off_at_max_tokens_never_runs() -> None:
+    # Anthropic sends the input of a call it cut off read as far as it came:
+    # it looks whole, but the last arguments are missing.
+    body = json.loads(anthropic_reply(tool_use("toolu_1", "shout", text="ha")).content)
+    ran: list[str] = []
+
+    def shout(text: str) -> str:
+        """Shout the text.
+
+        Args:
+            text: what to shout.
+        """
+        ran.append(text)
+        return text.upper()
+
+    server = Server(json_reply({**body, "stop_reason": "max_tokens"}))
+    session = Session()
+    with anyio.fail_after(10):
+        result = await driver(anthropic_model(server), tools=[shout]).run(
+            "shout", session=session
+        )
+    assert result.outcome == "failed"
+    assert result.error is not None
+    assert result.error.kind == "max_tokens"
+    assert "call to 'shout'" in str(result.error)
+    assert ran == []
+    assert len(server.requests) == 1
+
+
 OVERFLOW_THEN_OK: dict[str, tuple[Callable[[Server], Any], Server]] = {
     "openai": (
         openai_model,

@@ -63,3 +63,19 @@ def test_other_texts_are_not_overflow() -> None:
 def test_overflow_wins_over_the_status() -> None:
     error = from_status(500, "maximum context length", overflow=True, key_hint="k")
     assert (error.kind, error.retryable, error.status) == (CONTEXT_OVERFLOW, False, 500)
+
+
+@pytest.mark.parametrize("status", [429, 500, 529, 408, 409])
+def test_a_server_that_says_not_to_retry_is_not_retried(status: int) -> None:
+    error = from_status(
+        status, "busy", overflow=False, key_hint="", headers={"x-should-retry": "false"}
+    )
+    assert not error.retryable
+    assert "x-should-retry: false" in error.message
+
+
+def test_other_should_retry_values_leave_the_rule_as_it_is() -> None:
+    for said in ("true", "no", ""):
+        headers = {"x-should-retry": said}
+        error = from_status(529, "busy", overflow=False, key_hint="", headers=headers)
+        assert error.retryable

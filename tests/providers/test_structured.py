@@ -23,7 +23,7 @@ from turnfsm.messages import Message, TextPart
 from turnfsm.providers import ModelRequest, OutputSpec, ToolSchema
 from turnfsm.providers._anthropic import AnthropicModel
 from turnfsm.providers._openai import OpenAIModel
-from turnfsm.providers._stream import StreamDone
+from turnfsm.providers._stream import StreamDone, TextDelta
 
 pytestmark = pytest.mark.anyio
 
@@ -204,17 +204,17 @@ async def test_anthropic_streamed_output_call_becomes_text() -> None:
                     "content_block_start",
                     {"type": "content_block_start", "index": 0, "content_block": call},
                 ),
-                (
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {
-                            "type": "input_json_delta",
-                            "partial_json": '{"name": "Ada", "age": 36}',
+                *[
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": 0,
+                            "delta": {"type": "input_json_delta", "partial_json": p},
                         },
-                    },
-                ),
+                    )
+                    for p in ('{"name": "Ada",', ' "age": 36}')
+                ],
                 (
                     "content_block_stop",
                     {"type": "content_block_stop", "index": 0},
@@ -234,6 +234,11 @@ async def test_anthropic_streamed_output_call_becomes_text() -> None:
 
     events = [e async for e in anthropic_model(server).stream(ask(PERSON))]
 
+    # The answer's JSON streams as it comes, as the text of a JSON mode does.
+    assert events[:-1] == [
+        TextDelta(text='{"name": "Ada",'),
+        TextDelta(text=' "age": 36}'),
+    ]
     done = events[-1]
     assert isinstance(done, StreamDone)
     assert done.response.message.parts == (TextPart(text='{"name": "Ada", "age": 36}'),)

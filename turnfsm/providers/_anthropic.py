@@ -27,17 +27,21 @@ from turnfsm.providers._convert_anthropic import (
 from turnfsm.providers._convert_openai import arguments_from_json
 from turnfsm.providers._errors import (
     BAD_RESPONSE,
+    QUOTA,
     SERVER,
     broken_off,
     connection_error,
     from_status,
     given_call_id,
+    json_data,
     mentions_overflow,
     named_call,
+    named_server,
     reply_list,
     reply_object,
     reply_text,
     reply_tokens,
+    request_url,
     timeout_error,
     timeout_setting,
     unreadable_body_error,
@@ -72,10 +76,12 @@ _TYPE_STATUS: Final = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "permission_error": 403,
+    "billing_error": 402,
     "not_found_error": 404,
     "request_too_large": 413,
     "rate_limit_error": 429,
     "api_error": 500,
+    "timeout_error": 504,
     "overloaded_error": 529,
 }
 
@@ -180,13 +186,17 @@ class AnthropicModel:
             reply: wire.Message = await sent(
                 self._client().messages.create, self._options(request)
             )
-        return _whole_reply(reply, request.output)
+        # A gateway whose upstream failed after it answered sends its error
+        # with status 200: read as a reply, it would be an empty one.
+        return _whole_reply(_error_body(json_data(reply)), request.output)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
 
         Tool calls are assembled from their ``input_json_delta`` fragments;
-        usage comes from the ``message_start`` and ``message_delta`` events.
+        those of the call that carries a structured answer stream as its
+        text. Usage comes from the ``message_start`` and ``message_delta``
+        events.
 
         Raises:
             ProviderError: the API failed, before or during the stream.
@@ -208,7 +218,8 @@ class AnthropicModel:
                         yield TextDelta(text=text)
                     yield StreamDone(response=response)
                     return
-                with broken_off("the Anthropic API", *_DROPPED):
+                where = _named(self._sdk.client.base_url)
+                with broken_off(where, *_DROPPED):
                     async for event in events:
                         if text := reply.add(event):
                             yield TextDelta(text=text)
@@ -218,8 +229,8 @@ class AnthropicModel:
             # ask again.
             missing = "message_stop" if reply.started else "message_start"
             raise connection_error(
-                "the stream from the Anthropic API broke off: it ended before "
-                f"its {missing} event"
+                f"the stream from {where} broke off: it ended before its "
+                f"{missing} event"
             )
         yield StreamDone(response=reply.response())
 
@@ -238,7 +249,7 @@ class AnthropicModel:
         # A request that defines no tools may hold no tool blocks.
         blocks = bool(request.tools) or request.output is not None
         system, messages = to_anthropic_messages(request.messages, tool_blocks=blocks)
-        if request.system:
+        if request.system and request.system.strip():  # blank text is refused
             system.insert(0, {"type": "text", "text": request.system})
         limit = (
             request.max_tokens if request.max_tokens is not None else self.max_tokens
@@ -269,7 +280,8 @@ class _Events:
         self.output = output
         self.blocks: dict[int, dict[str, Any]] = {}  # by index, as the API sends
         self.inputs: dict[int, list[str]] = {}  # tool_use input JSON pieces
-        self.usage: Usage | None = None
+        self.answer: int | None = None  # the index of the output tool's call
+        self.counts: dict[str, int] = {}  # the usage's counts so far
         self.model: str | None = None
         self.stop_reason = ""  # the API's own word
         self.started = False  # a message_start came: the stream is a reply
@@ -288,12 +300,12 @@ class _Events:
         if kind == "message_start":
             message = reply_object(data.get("message"), "message_start.message")
             self.started = True
-            self.usage = _usage(message.get("usage"))
+            self.counts = _counts(message.get("usage"))
             self.model = reply_text(message.get("model"), "model") or None
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "message_delta":
-            self.usage = _usage(data.get("usage"), self.usage)
+            self.counts = _counts(data.get("usage"), self.counts)
             delta = reply_object(data.get("delta") or {}, "message_delta.delta")
             where = "message_delta.delta.stop_reason"
             self.stop_reason = reply_text(delta.get("stop_reason"), where) or (
@@ -308,6 +320,8 @@ class _Events:
             self.blocks[index] = block
             if block.get("type") == "tool_use":
                 self.inputs[index] = []
+                if self.output is not None and block.get("name") == self.output.name:
+                    self.answer = index  # its JSON is the answer's text
             elif block.get("type") == "text":
                 text = reply_text(block.get("text"), f"{where}.text")
                 block["text"] = text
@@ -338,7 +352,9 @@ class _Events:
                     "the index of a tool_use block it started",
                 )
             where = "input_json_delta.partial_json"
-            pieces.append(reply_text(delta.get("partial_json"), where))
+            piece = reply_text(delta.get("partial_json"), where)
+            pieces.append(piece)
+            return piece if index == self.answer else ""
         return ""
 
     def response(self) -> ModelResponse:
@@ -356,11 +372,14 @@ class _Events:
         for index, pieces in self.inputs.items():
             if pieces:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
-        blocks = [self.blocks[i] for i in sorted(self.blocks)]
+        order = sorted(self.blocks)
+        blocks = [self.blocks[i] for i in order]
+        if order and _cut_off(self.stop_reason, blocks):  # the text as it came
+            blocks[-1]["input"] = {"_raw": "".join(self.inputs.get(order[-1], []))}
         message = _reply(blocks, self.output)
         return ModelResponse(
             message=message,
-            usage=self.usage,
+            usage=_usage(self.counts),
             model=self.model,
             finish_reason=_finish_reason(self.stop_reason, message),
         )
@@ -371,15 +390,36 @@ def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
     # The SDK builds its models unchecked: read the reply as JSON data and
     # check its shape here; the converter checks the blocks.
     data = reply_object(reply, "the reply")
-    content = reply_list(data.get("content"), "content")
+    if data.get("content") is None:  # even an empty reply has its list
+        raise unreadable_field("content", None, "a list of content blocks")
+    content = reply_list(data["content"], "content")
     blocks = [reply_object(block, f"content[{i}]") for i, block in enumerate(content)]
+    if _cut_off(data.get("stop_reason"), blocks):
+        said = json.dumps(blocks[-1].get("input"), ensure_ascii=False)
+        blocks[-1] = dict(blocks[-1], input={"_raw": said})
     message = _reply(blocks, output)
     return ModelResponse(
         message=message,
-        usage=_usage(data.get("usage")),
+        usage=_usage(_counts(data.get("usage"))),
         model=reply_text(data.get("model"), "model") or None,
         finish_reason=_finish_reason(data.get("stop_reason"), message),
     )
+
+
+_CUT: Final = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
+"""The stop reasons of a reply cut off where it stood (a refusal's too:
+the streaming classifier stops a reply mid-way)."""
+
+
+def _cut_off(stop_reason: object, blocks: list[dict[str, Any]]) -> bool:
+    """Whether the reply's last block is a tool call cut off mid-way.
+
+    The API reads the input of a call it cut off as far as it came, so
+    it can look whole with its last arguments missing: such a call gets
+    ``{"_raw": ...}`` arguments, which never run (cut off by its budget,
+    the run fails naming it). A call with a later block after it is whole.
+    """
+    return stop_reason in _CUT and bool(blocks) and blocks[-1].get("type") == "tool_use"
 
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:
@@ -396,7 +436,7 @@ def _error_body(data: object) -> object:
             {...}}``), classified by its error type as an error event is.
     """
     if not isinstance(data, Mapping) or (
-        data.get("type") != "error" and "error" not in data
+        data.get("type") != "error" and data.get("error") is None
     ):
         return data
     error = data.get("error")
@@ -404,8 +444,23 @@ def _error_body(data: object) -> object:
     message, kind = error.get("message"), error.get("type")
     said = message if isinstance(message, str) else json.dumps(data)[:500]
     status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
-    overflow = status == 413 or mentions_overflow(said)
-    raise from_status(status, said, overflow=overflow, key_hint=_KEY_HINT)
+    raise _classified(status, kind, said)
+
+
+def _classified(
+    status: int, kind: object, message: str, headers: Mapping[str, str] | None = None
+) -> ProviderError:
+    """Classify an error the API sent, by its status and its error type.
+
+    A ``billing_error`` (no credit left) is kind ``quota``: asked again, it
+    fails again.
+    """
+    if kind == "billing_error":
+        return ProviderError(f"HTTP {status}: {message}", kind=QUOTA, status=status)
+    overflow = status == 413 or mentions_overflow(message)
+    return from_status(
+        status, message, overflow=overflow, key_hint=_KEY_HINT, headers=headers
+    )
 
 
 def _force_output(options: dict[str, Any], output: OutputSpec) -> None:
@@ -434,15 +489,23 @@ def _answer_as_text(
     """Turn the forced output tool's call back into the reply's JSON text.
 
     The history never holds a call without a result: the answer is text.
+    A call whose arguments broke off stays a call, for the run to fail on.
     """
     if output is None:
         return blocks
     return [
         {"type": "text", "text": json.dumps(b.get("input", {}), ensure_ascii=False)}
-        if b.get("type") == "tool_use" and b.get("name") == output.name
+        if b.get("type") == "tool_use"
+        and b.get("name") == output.name
+        and not _broken(b.get("input"))
         else b
         for b in blocks
     ]
+
+
+def _broken(arguments: object) -> bool:
+    """Whether a call's `arguments` are text that was no whole JSON object."""
+    return isinstance(arguments, dict) and set(arguments) == {"_raw"}
 
 
 def _reply(blocks: list[dict[str, Any]], output: OutputSpec | None = None) -> Message:
@@ -482,24 +545,39 @@ def _finish_reason(value: object, message: Message) -> str | None:
     return reason or None
 
 
-def _usage(value: object, before: Usage | None = None) -> Usage | None:
-    """Return the usage so far; input counts cache reads and writes too."""
+_INPUTS: Final = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+"""The usage's counts of input: cache writes and reads are input too."""
+
+
+def _counts(value: object, before: dict[str, int] | None = None) -> dict[str, int]:
+    """Return the token counts so far, by the API's names.
+
+    A streamed ``message_delta`` gives each count so far; one it leaves
+    out (or sends as null) stands as ``message_start`` gave it, as the
+    SDK reads it.
+    """
+    counts = dict(before or {})
     if value is None:
-        return before
+        return counts
     usage = reply_object(value, "usage")
-    input_tokens = before.input_tokens if before is not None else 0
-    # Older SDKs' `message_delta` usage has no input fields: read them softly.
-    if usage.get("input_tokens") is not None:
-        input_tokens = sum(
-            reply_tokens(usage.get(name), f"usage.{name}")
-            for name in (
-                "input_tokens",
-                "cache_creation_input_tokens",
-                "cache_read_input_tokens",
-            )
-        )
-    output_tokens = reply_tokens(usage.get("output_tokens"), "usage.output_tokens")
-    return Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+    for name in (*_INPUTS, "output_tokens"):
+        if usage.get(name) is not None or name not in counts:
+            counts[name] = reply_tokens(usage.get(name), f"usage.{name}")
+    return counts
+
+
+def _usage(counts: dict[str, int]) -> Usage | None:
+    """Return the `Usage` of `counts` (None if none came)."""
+    if not counts:
+        return None
+    return Usage(
+        input_tokens=sum(counts[name] for name in _INPUTS),
+        output_tokens=counts["output_tokens"],
+    )
 
 
 @contextlib.contextmanager
@@ -521,19 +599,26 @@ _DROPPED: Final = (anthropic.APITimeoutError, anthropic.APIConnectionError)
 """The SDK's timeout, then its connection error: what `broken_off` tells apart."""
 
 
+def _named(url: Any) -> str:
+    """Name the API at `url` (an httpx URL): the Anthropic API, or the server."""
+    return named_server(url, "api.anthropic.com", "the Anthropic API")
+
+
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     """Return the `ProviderError` for an Anthropic SDK error (see ``_errors``).
 
     A context overflow is a 400 whose message says "prompt is too long" (or
     that input and max_tokens "exceed context limit"), or a 413
     ``request_too_large``: a smaller conversation fixes all three. 529
-    (overloaded) is a retryable server error. An error sent inside a stream
-    is classified by its error type.
+    (overloaded) is a retryable server error; a ``billing_error`` is kind
+    ``quota``, not retried. An error sent inside a stream is classified by
+    its error type.
     """
     if isinstance(exc, anthropic.APITimeoutError):
-        return timeout_error(f"the Anthropic API timed out: {exc.message}")
+        return timeout_error(f"{_named(request_url(exc))} timed out: {exc.message}")
     if isinstance(exc, anthropic.APIConnectionError):
-        return connection_error(f"could not reach the Anthropic API: {exc.message}")
+        where = _named(request_url(exc))
+        return connection_error(f"could not reach {where}: {exc.message}")
     body = exc.body if isinstance(exc.body, Mapping) else {}
     error = body.get("error")
     error = error if isinstance(error, Mapping) else body
@@ -548,11 +633,4 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     status = exc.status_code
     if status < 400:  # an error event inside a stream
         status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
-    overflow = status == 413 or mentions_overflow(message)
-    return from_status(
-        status,
-        message,
-        overflow=overflow,
-        key_hint=_KEY_HINT,
-        headers=exc.response.headers,
-    )
+    return _classified(status, kind, message, exc.response.headers)

@@ -18,7 +18,8 @@ leans on these helpers, so both providers agree on what is transient:
 | a reply of the wrong shape       | ``bad_response``   | no        |
 
 408 and 409 are retried because the SDKs' own retry policies retry them, and
-turnfsm switches those off (`max_retries=0`) so its driver owns every retry.
+turnfsm switches those off (`max_retries=0`) so its driver owns every retry;
+as the SDKs do, it retries no response that says ``x-should-retry: false``.
 """
 
 from __future__ import annotations
@@ -57,11 +58,13 @@ __all__ = [
     "json_data",
     "mentions_overflow",
     "named_call",
+    "named_server",
     "parse_retry_after",
     "reply_list",
     "reply_object",
     "reply_text",
     "reply_tokens",
+    "request_url",
     "timeout_error",
     "timeout_setting",
     "unreadable_body_error",
@@ -174,8 +177,30 @@ def from_status(
         headers: the response headers, for Retry-After.
 
     Returns:
-        The `ProviderError` the driver acts on.
+        The `ProviderError` the driver acts on. A response that says
+        ``x-should-retry: false`` (as the SDKs read it: a proxy that has
+        retried already, a server that knows another try fails too) is
+        not retried, whatever its status.
     """
+    error = _by_status(status, message, overflow, key_hint, headers)
+    said = headers.get("x-should-retry") if headers is not None else None
+    if error.retryable and said == "false":
+        return attrs.evolve(
+            error,
+            retryable=False,
+            message=f"{error.message} (the server said not to retry: "
+            "x-should-retry: false)",
+        )
+    return error
+
+
+def _by_status(
+    status: int,
+    message: str,
+    overflow: bool,
+    key_hint: str,
+    headers: Mapping[str, str] | None,
+) -> ProviderError:
     text = f"HTTP {status}: {message}"
     if overflow:
         return ProviderError(text, kind=CONTEXT_OVERFLOW, status=status)
@@ -227,6 +252,30 @@ def with_setting(error: ProviderError, setting: str) -> ProviderError:
     if error.kind != TIMEOUT or error.status is not None:
         return error
     return attrs.evolve(error, message=f"{error.message} - {setting}")
+
+
+def named_server(url: Any, host: str, api: str) -> str:
+    """Name what a request went to: `api` at its own `host`, else the server.
+
+    A proxy or a compatible server is named by its URL, so that an error
+    sends the user to it, not to the provider's status page.
+
+    Args:
+        url: the request's URL (an httpx URL), or None if not known.
+        host: the provider's own host, e.g. ``"api.openai.com"``.
+        api: its name there, e.g. ``"the OpenAI API"``.
+    """
+    if url is None or url.host == host:
+        return api
+    return f"the server at {url.scheme}://{url.netloc.decode()}"
+
+
+def request_url(exc: BaseException) -> Any:
+    """The URL an SDK error's request went to; None for an error without one."""
+    try:
+        return exc.request.url  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # an error built without a request
+        return None
 
 
 def connection_error(message: str) -> ProviderError:

@@ -36,10 +36,12 @@ from turnfsm.providers._errors import (
     given_call_id,
     mentions_overflow,
     named_call,
+    named_server,
     reply_list,
     reply_object,
     reply_text,
     reply_tokens,
+    request_url,
     timeout_error,
     timeout_setting,
     unreadable_body_error,
@@ -611,18 +613,12 @@ _DROPPED: Final = (openai.APITimeoutError, openai.APIConnectionError)
 
 def _where(exc: openai.APIError) -> str:
     """Name what was called: the OpenAI API, or the server at its URL."""
-    try:
-        url = exc.request.url
-    except (AttributeError, RuntimeError):  # an error built without a request
-        return "the OpenAI API"
-    return _named(url)
+    return _named(request_url(exc))
 
 
 def _named(url: Any) -> str:
     """Name the API at `url` (an httpx URL): the OpenAI API, or the server."""
-    if url.host == "api.openai.com":
-        return "the OpenAI API"
-    return f"the server at {url.scheme}://{url.netloc.decode()}"
+    return named_server(url, "api.openai.com", "the OpenAI API")
 
 
 def classify_openai_error(exc: openai.APIError) -> ProviderError:
