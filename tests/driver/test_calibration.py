@@ -245,3 +245,43 @@ async def test_the_reply_is_held_to_the_window_as_the_request_is() -> None:
 
     assert result.ok, result.error
     assert all(tokens <= window for tokens in provider), provider
+
+
+@pytest.mark.anyio
+async def test_a_provider_counting_more_than_the_estimate_compacts_to_its_count() -> (
+    None
+):
+    """A counter that reads low: the pass aims at the calibrated target.
+
+    The lines read the calibrated size (twice the estimate), but the pass
+    aimed at the manager's target in estimated tokens, which the estimate
+    was already under: it cut nothing, and the run failed with
+    `CompactionStalled` though it had thirty tool results to cut.
+    """
+    window = 4_000
+    provider: list[int] = []
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        tokens = 2 * COUNTER.count(list(request.messages))
+        provider.append(tokens)
+        usage = Usage(input_tokens=tokens, output_tokens=1)
+        if len(provider) > 30:
+            return ModelResponse(message=reply("done"), usage=usage)
+        call = tool_call("look", f"c{len(provider)}")
+        return ModelResponse(message=reply("", call), usage=usage)
+
+    def look() -> str:
+        """Look around."""
+        return "lorem ipsum dolor sit amet " * 20
+
+    driver = Driver(
+        model=FakeModelClient(handle),
+        tools=[look],
+        max_turns=40,
+        context=ContextManager(context_window=window, counter=COUNTER, calibrate=True),
+    )
+
+    result = await driver.run("Look around thirty times.")
+
+    assert result.ok, result.error
+    assert all(tokens <= window for tokens in provider), provider
