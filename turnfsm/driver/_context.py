@@ -217,7 +217,8 @@ class EffectContext:
         spent: What the step's own model calls cost so far.
         reported: The provider's count of the run's last call, or None.
         ratio: The session's largest ratio of reported to estimated input
-            tokens so far (`Session.reported_ratio`), or None.
+            tokens so far, of the run's counter
+            (`Session.reported_ratio_for`), or None.
     """
 
     run: RunResources
