@@ -576,6 +576,48 @@ VALUES = [
         MAX_TOKENS + 1,
     ),
     ValueCase(
+        "Driver-max_output_tokens-the-whole-window",
+        lambda: Driver(
+            model=MODEL,
+            context=ContextManager(context_window=1_000),
+            max_output_tokens=1_000,
+        ),
+        ConfigError,
+        "max_output_tokens",
+        1_000,
+    ),
+    ValueCase(
+        "Driver-max_output_tokens-on-the-emergency-line",
+        lambda: Driver(
+            model=MODEL,
+            context=ContextManager(context_window=1_000),
+            max_output_tokens=950,
+        ),
+        ConfigError,
+        "max_output_tokens",
+        950,
+    ),
+    ValueCase(
+        "Driver-max_output_tokens-over-the-window-no-manager",
+        lambda: Driver(
+            model=MODEL, context=None, context_window=1_000, max_output_tokens=5_000
+        ),
+        ConfigError,
+        "max_output_tokens",
+        5_000,
+    ),
+    ValueCase(
+        "Agent-max_output_tokens-over-the-window",
+        lambda: Agent(
+            model=MODEL,
+            context=ContextManager(context_window=1_000),
+            max_output_tokens=4_000,
+        ),
+        ConfigError,
+        "max_output_tokens",
+        4_000,
+    ),
+    ValueCase(
         "Agent-max_turns-10**30",
         lambda: Agent(model=MODEL, max_turns=10**30),
         ConfigError,
@@ -633,6 +675,22 @@ ACCEPTED: list[tuple[str, Callable[[], object]]] = [
     ("the-turns-bound", lambda: Driver(model=MODEL, max_turns=MAX_COUNT)),
     ("the-attempts-bound", lambda: RetryPolicy(max_attempts=MAX_COUNT)),
     ("the-manager-window-bound", lambda: ContextManager(context_window=MAX_TOKENS)),
+    (
+        "a-reply-budget-under-the-emergency-line",
+        lambda: Driver(
+            model=MODEL,
+            context=ContextManager(context_window=1_000),
+            max_output_tokens=949,
+        ),
+    ),
+    (
+        "a-reply-budget-on-an-unlimited-window",
+        lambda: Driver(
+            model=MODEL,
+            context=ContextManager(context_window=0),
+            max_output_tokens=MAX_TOKENS,
+        ),
+    ),
 ]
 
 

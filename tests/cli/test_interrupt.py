@@ -137,10 +137,41 @@ def test_ctrl_c_interrupts_the_demo_as_it_does_a_run(
     assert _stored(store, session_id).runs[0].outcome == "failed"
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            ["--window", "100"],
+            "turnfsm run: invalid --window=100: expected a window well over 269 "
+            "tokens: the default reply budget (--max-tokens 256) and the request "
+            "must fit under 95 % of it; or give a smaller --max-tokens",
+        ),
+        (
+            ["--window", "1000", "--max-tokens", "990"],
+            "turnfsm run: invalid --max-tokens=990: expected an int under 950 "
+            "tokens, 95 % of the 1,000-token context window",
+        ),
+    ],
+)
+def test_a_reply_budget_the_window_cannot_hold_is_refused_naming_the_option(
+    capsys: Capture, options: list[str], said: str
+) -> None:
+    argv = ["run", "hi", "--model", "http://127.0.0.1:9/v1#m", *options]
+    argv += ["--store", "memory:"]
+
+    assert main(argv) == 2
+
+    out, err = capsys.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(said)
+
+
 def test_a_run_whose_pins_cannot_fit_is_refused_on_one_line(
     capsys: Capture,
 ) -> None:
-    argv = ["run", "hi", "--model", "http://127.0.0.1:9/v1#m", "--window", "100"]
+    prompt = "word " * 1_000
+    argv = ["run", prompt, "--model", "http://127.0.0.1:9/v1#m", "--window", "1000"]
     argv += ["--store", "memory:"]
 
     assert main(argv) == 2

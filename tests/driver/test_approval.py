@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from turnfsm import Agent, approval_machine
+from turnfsm.context import ContextManager
 from turnfsm.core import Event, MessageInjected, RunCancelled, Signal, ToolCallsReviewed
 from turnfsm.errors import Cancelled, ConfigError, SessionBusy
 from turnfsm.hooks import Hook, RunEndInfo
@@ -27,6 +28,7 @@ from turnfsm.persistence import (
 )
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
+from turnfsm.tokens import default_counter
 
 pytestmark = pytest.mark.anyio
 
@@ -516,3 +518,42 @@ async def test_a_run_answered_in_this_process_is_not_carried_on_twice_beside_it(
     session = await agent().open_session(paused.session_id)
     (result,) = [p for m in session.history for p in m.tool_results]
     assert result.content == "deleted /tmp/a"  # what ran, not "interrupted"
+
+
+def read_log() -> str:
+    """Read the log."""
+    return "disk full at /var " * 400
+
+
+async def test_a_run_resumed_on_a_smaller_window_sends_no_request_over_it() -> None:
+    """The run's lines are the window it began on; the request check is the agent's.
+
+    A run paused on a 100,000-token window and resumed by an agent on a
+    1,000-token one (a smaller model) sent its 6,000-token request: the
+    check before sending read the window the run began with.
+    """
+    store = MemoryStore()
+    asks = ScriptedModel.of(reply("", tool_call("read_log", "c1")))
+    first = await Agent(
+        model=asks,
+        tools=[read_log],
+        machine=approval_machine(),
+        store=store,
+        context=ContextManager(context_window=100_000),
+    ).run("Why is the disk full?")
+    assert first.outcome == "paused"
+
+    window = 1_000
+    later = ScriptedModel.of("The log fills /var.", "The log fills /var.")
+    done = await Agent(
+        model=later,
+        tools=[read_log],
+        machine=approval_machine(),
+        store=store,
+        context=ContextManager(context_window=window),
+    ).resume(first.session_id, first.run_id, ToolCallsReviewed.approve_all())
+
+    counter = default_counter()
+    sizes = [counter.count(list(r.messages)) for r in later.requests]
+    assert all(size <= window for size in sizes), sizes
+    assert done.ok, done.error  # the tool result cut down to fit, and answered

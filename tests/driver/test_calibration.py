@@ -28,7 +28,7 @@ from turnfsm.persistence import EventRecorded, Session, SQLiteStore, TurnRecord
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.serde import from_json, to_json
 from turnfsm.testing import FakeModelClient, reply, tool_call
-from turnfsm.tokens import HeuristicTokenCounter, default_counter
+from turnfsm.tokens import HeuristicTokenCounter, RatioTokenCounter, default_counter
 from turnfsm.values import Usage
 
 COUNTER = HeuristicTokenCounter()
@@ -244,4 +244,88 @@ async def test_the_reply_is_held_to_the_window_as_the_request_is() -> None:
     result = await driver.run("Audit the log.")
 
     assert result.ok, result.error
+    assert all(tokens <= window for tokens in provider), provider
+
+
+@pytest.mark.anyio
+async def test_a_provider_counting_more_than_the_estimate_compacts_to_its_count() -> (
+    None
+):
+    """A counter that reads low: the pass aims at the calibrated target.
+
+    The lines read the calibrated size (twice the estimate), but the pass
+    aimed at the manager's target in estimated tokens, which the estimate
+    was already under: it cut nothing, and the run failed with
+    `CompactionStalled` though it had thirty tool results to cut.
+    """
+    window = 4_000
+    provider: list[int] = []
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        tokens = 2 * COUNTER.count(list(request.messages))
+        provider.append(tokens)
+        usage = Usage(input_tokens=tokens, output_tokens=1)
+        if len(provider) > 30:
+            return ModelResponse(message=reply("done"), usage=usage)
+        call = tool_call("look", f"c{len(provider)}")
+        return ModelResponse(message=reply("", call), usage=usage)
+
+    def look() -> str:
+        """Look around."""
+        return "lorem ipsum dolor sit amet " * 20
+
+    driver = Driver(
+        model=FakeModelClient(handle),
+        tools=[look],
+        max_turns=40,
+        context=ContextManager(context_window=window, counter=COUNTER, calibrate=True),
+    )
+
+    result = await driver.run("Look around thirty times.")
+
+    assert result.ok, result.error
+    assert all(tokens <= window for tokens in provider), provider
+
+
+@pytest.mark.anyio
+async def test_a_ratio_learned_with_another_counter_does_not_scale_this_one() -> None:
+    """A session continued with another counter measures with its own ratio.
+
+    The ratio is the provider's count over the counter's estimate: one
+    learned with a counter reading four times high scaled a counter that
+    reads right down to a quarter, and the next run sent a request half as
+    big again as its window.
+    """
+    window = 4_000
+    provider: list[int] = []
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        tokens = COUNTER.count(list(request.messages))
+        provider.append(tokens)
+        return ModelResponse(
+            message=reply("noted"), usage=Usage(input_tokens=tokens, output_tokens=1)
+        )
+
+    def driver(counter: object, window: int) -> Driver:
+        manager = ContextManager(
+            context_window=window,
+            counter=counter,  # type: ignore[arg-type]
+            calibrate=True,
+            max_messages=0,
+        )
+        return Driver(model=FakeModelClient(handle), context=manager)
+
+    session = Session()
+    high = driver(RatioTokenCounter(chars_per_token=1), 100_000)
+    for _ in range(6):
+        assert (await high.run("lorem ipsum dolor sit amet " * 150, session=session)).ok
+    assert session.reported_ratio is not None
+    assert session.reported_ratio < 0.3
+    assert provider[-1] > window  # the conversation is over the next window
+    provider.clear()
+
+    result = await driver(COUNTER, window).run("and now?", session=session)
+
+    assert result.ok, result.error
+    assert provider, "no request was sent"
     assert all(tokens <= window for tokens in provider), provider

@@ -27,7 +27,7 @@ from turnfsm import _checks
 from turnfsm._resources import load_machine, shipped_names
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
-from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
+from turnfsm.cli._errors import INTERRUPTED_STATUS, as_option, explain
 from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
@@ -277,6 +277,17 @@ def _driver(
             **extra,
         )
     except ConfigError as exc:
+        if exc.field == "max_output_tokens" and options.max_tokens is not None:
+            raise as_option(exc, "--max-tokens") from None
+        if exc.field == "max_output_tokens":  # the default reply budget
+            least = DEFAULT_MAX_TOKENS * 100 // 95
+            raise ConfigError(
+                "--window",
+                window,
+                f"a window well over {least:,} tokens: the default reply budget "
+                f"(--max-tokens {DEFAULT_MAX_TOKENS}) and the request must fit "
+                "under 95 % of it; or give a smaller --max-tokens",
+            ) from None
         if exc.field not in ("effects", "subagents"):
             raise
         # Only code brings an effect or a sub-agent's agent: an agent of yours.

@@ -224,7 +224,8 @@ class ContextManager(OldEntryPoints):
         calibrate: Scale every measurement of a request by what the
             provider reported (False by default). The factor is the
             session's largest ratio of reported to estimated input tokens
-            over its model calls (`Session.reported_ratio`), plus 2 %
+            over its model calls made with the same counter
+            (`Session.reported_ratio_for`), plus 2 %
             (`CALIBRATION_HEADROOM`), kept between `CALIBRATION_FLOOR` and
             `CALIBRATION_CEILING`: the estimate may come down only as far
             as every call observed allows. It is used

@@ -27,6 +27,7 @@ from turnfsm.core import (
     Snapshot,
 )
 from turnfsm.driver._context import Reported, report_limit
+from turnfsm.driver._context_settings import context_settings
 from turnfsm.driver._effects import is_extension
 from turnfsm.hooks import CircuitInfo, HookDispatcher
 from turnfsm.messages import SUMMARY_COVERS, Message, MessageLog
@@ -34,6 +35,7 @@ from turnfsm.persistence import (
     BreakerChanged,
     Committed,
     CompactionRecord,
+    ContextSettings,
     Entry,
     RunRecord,
     Session,
@@ -212,6 +214,8 @@ class Audit:
         self.compaction_usage = Usage()  # the passes' summary calls
         self.reported: Reported | None = None  # the provider's count of the last call
         self._context: tuple[MessageLog, MessageLog] | None = None
+        # The context settings the run's ratio is looked up by, made once.
+        self._ratio_key: tuple[ContextSettings | None] | None = None
 
     def opened(self, history: MessageLog) -> None:
         """Start a new run's contexts from the history it opens with.
@@ -303,8 +307,17 @@ class Audit:
 
     @property
     def ratio(self) -> float | None:
-        """The session's largest reported-to-estimated ratio so far, or None."""
-        return self.session.reported_ratio
+        """The session's largest reported-to-estimated ratio so far, or None.
+
+        Of the estimates of this run's counter only
+        (`Session.reported_ratio_for`).
+        """
+        key = self._ratio_key
+        if key is None:
+            manager = self.manager
+            settings = None if manager is None else context_settings(manager)
+            key = self._ratio_key = (settings,)
+        return self.session.reported_ratio_for(key[0])
 
     def turn(
         self,

@@ -115,6 +115,9 @@ class RunResources:
         ephemeral: The session is ephemeral: compaction passes change nothing.
         output: The run's output type, or None (the answer is plain text):
             a final reply that does not fit it is `OutputRejected`.
+        window: The agent's context window (its context manager's, else
+            its `context_window`; 0: none). A run resumed by an agent on a
+            smaller window than the run began on sends no request over it.
     """
 
     run_id: str
@@ -138,6 +141,7 @@ class RunResources:
     session: Session | None = None
     ephemeral: bool = False
     output: OutputType | None = None
+    window: int = 0
 
     def measure(self, *parts: Sequence[Message]) -> int:
         """Return the size of a request carrying `parts`: messages + reserved."""
@@ -217,7 +221,8 @@ class EffectContext:
         spent: What the step's own model calls cost so far.
         reported: The provider's count of the run's last call, or None.
         ratio: The session's largest ratio of reported to estimated input
-            tokens so far (`Session.reported_ratio`), or None.
+            tokens so far, of the run's counter
+            (`Session.reported_ratio_for`), or None.
     """
 
     run: RunResources
@@ -249,8 +254,17 @@ class EffectContext:
 
     @property
     def window(self) -> int:
-        """The context window the run works within (0: unlimited)."""
-        return self.snapshot.budget.context_window
+        """The context window the run works within (0: unlimited).
+
+        The window the run began on, or the agent's own when it is smaller
+        (a run resumed by an agent on a smaller model): no request over
+        either is sent.
+        """
+        began = self.snapshot.budget.context_window
+        own = self.run.window
+        if own and (not began or own < began):
+            return own
+        return began
 
     def measure(self, *parts: Sequence[Message]) -> int:
         """Return the size of a request carrying `parts`: messages + reserved.
@@ -330,6 +344,7 @@ def run_resources(
         ephemeral=session.is_ephemeral if session is not None else False,
         session=session,
         output=output,
+        window=driver.budget.context_window,
     )
 
 

@@ -23,6 +23,7 @@ from turnfsm.core import (
     Budget,
     Event,
     MachineSpec,
+    emergency_line,
 )
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources, request_extras, run_resources
@@ -251,6 +252,30 @@ _CONTEXT_SETTINGS: Final = frozenset(
 """The settings of the context manager, which a driver takes as `context`."""
 
 
+def _check_reply_budget(budget: int | None, window: int) -> None:
+    """Refuse a reply budget that leaves no request under the emergency line.
+
+    The reply budget is part of every request's size, and a request on or
+    over the emergency line is compacted, never sent: with a budget that
+    big alone, every run would fail without calling the model.
+
+    Raises:
+        ConfigError: `budget` is on or over the emergency line of `window`
+            (a window of 0 has no line).
+    """
+    if budget is None or not window:
+        return
+    line = emergency_line(window)
+    if budget >= line:
+        raise ConfigError(
+            "max_output_tokens",
+            budget,
+            f"an int under {line:,} tokens, 95 % of the {window:,}-token context "
+            "window (the reply budget is part of every request, which must fit "
+            "under that line to be sent): lower it, or use a bigger window",
+        )
+
+
 @final
 @_checks.keyword_checked(hint=context_hint)
 @attrs.define(eq=False, kw_only=True)
@@ -304,6 +329,8 @@ class Driver:
             machine file the declaration names.
         max_output_tokens: the reply budget asked of the model; it is part
             of the reserved budget, so a request always leaves room for it.
+            It must be under the emergency line (95 % of the window): a
+            budget that reaches it leaves no request that could be sent.
         clock: wall-clock seconds for the log's timestamps; each reading
             must be a finite int or float (a `ConfigError` naming the clock
             and the value fails the run, and never reaches the log; the
@@ -329,7 +356,8 @@ class Driver:
             known.
 
     Raises:
-        ConfigError: a setting is out of range (the field is named).
+        ConfigError: a setting is out of range (the field is named), or
+            `max_output_tokens` is on or over the emergency line.
         WindowTooLarge: the context manager's window (or `context_window`)
             is larger than the model's known window.
     """
@@ -435,6 +463,10 @@ class Driver:
             self.context = self.context.for_model(self.model)
         elif self.context_window:
             window_for(self.model, self.context_window)
+        window = (
+            self.context.window if self.context is not None else self.context_window
+        )
+        _check_reply_budget(self.max_output_tokens, window)
         self._tools = tools_by_name(self.tools)
         self._schemas = tuple(t.schema for t in self._tools.values())
         self._budget = (

@@ -526,10 +526,12 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # in the same proportion, so that the pass shrinks what the provider
         # will count.
         target = manager.target_tokens * before // reported
-    elif (factor := manager.calibration_factor(ctx.ratio)) < 1.0:
+    elif (factor := manager.calibration_factor(ctx.ratio)) != 1.0:
         # The lines read calibrated sizes, the pass works on estimates:
-        # aim at the estimate whose calibrated size is the target (never
-        # past the window, which the manager checks the estimate against).
+        # aim at the estimate whose calibrated size is the target, lower
+        # when the estimate reads low (else a pass that the estimate finds
+        # already under the target cuts nothing), and never past the window
+        # (which the manager checks the estimate against) when it reads high.
         target = min(manager.window, math.floor(manager.target_tokens / factor))
     event = await manager.compact(
         CompactionRequest(

@@ -12,9 +12,10 @@ import contextlib
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import final
+from typing import Final, final
 
 from turnfsm import _checks
+from turnfsm._json import compact_encoder
 from turnfsm.core import MachineSpec
 from turnfsm.errors import (
     ConfigError,
@@ -33,6 +34,7 @@ from turnfsm.persistence._commits import (
     _history_at,
     unopened,
 )
+from turnfsm.persistence._context_settings import ContextSettings
 from turnfsm.persistence._rebase import rebase_points
 from turnfsm.persistence._records import (
     ENTRY_TYPES,
@@ -96,6 +98,7 @@ class Session:
         "_messages",
         "_open",
         "_ratio",
+        "_ratios",
         "_running",
         "_runs",
         "_seen",
@@ -132,6 +135,8 @@ class Session:
         self._summary_texts: dict[str, str] = {}
         self._failures = 0
         self._ratio: float | None = None
+        # The largest ratio learned with each counter (`counter_key`).
+        self._ratios: dict[tuple[str, str] | None, float] = {}
         self._breaker_open = False
         self._running = False
         self._lost: LeaseLost | None = None  # `hold_lost`
@@ -252,6 +257,18 @@ class Session:
         calibrating `ContextManager` scales its estimates by it.
         """
         return self._ratio
+
+    def reported_ratio_for(self, context: ContextSettings | None) -> float | None:
+        """The largest ratio of reported to estimated input tokens of one counter.
+
+        `reported_ratio` over the model calls of the runs whose context
+        settings name the same counter, with the same settings, as
+        `context`: an estimate is its counter's, so a ratio learned with one
+        counter says nothing of another's estimates. None before the first
+        such call. A calibrating `ContextManager` scales a run's estimates
+        by the ratio of its own counter.
+        """
+        return self._ratios.get(counter_key(context))
 
     @property
     def breaker_open(self) -> bool:
@@ -512,10 +529,16 @@ class Session:
             case Committed():
                 self._history = committed
             case TurnRecord():
-                self._runs[entry.run_id].turns.append(entry)
+                turned = self._runs[entry.run_id]
+                turned.turns.append(entry)
                 ratio = entry.reported_ratio
-                if ratio is not None and (self._ratio is None or ratio > self._ratio):
-                    self._ratio = ratio
+                if ratio is not None:
+                    if self._ratio is None or ratio > self._ratio:
+                        self._ratio = ratio
+                    key = counter_key(turned.opened.context)
+                    known = self._ratios.get(key)
+                    if known is None or ratio > known:
+                        self._ratios[key] = ratio
             case CompactionRecord(verdict=outcome):
                 self._runs[entry.run_id].compactions.append(entry)
                 if outcome == "failed":
@@ -549,6 +572,27 @@ class Session:
                     run.continued += 1
                 if entry.outcome not in GOES_ON:
                     self._open.pop(entry.run_id, None)
+
+
+_SETTINGS_JSON: Final = compact_encoder(sort_keys=True)
+
+
+_KEYS: Final[dict[int, tuple[ContextSettings, tuple[str, str]]]] = {}
+"""A context's id -> the context and its counter's key: a run asks at every step."""
+
+
+def counter_key(context: ContextSettings | None) -> tuple[str, str] | None:
+    """The counter `context` names, with its settings: whose estimates a ratio is."""
+    if context is None:
+        return None
+    known = _KEYS.get(id(context))
+    if known is not None and known[0] is context:
+        return known[1]
+    key = context.counter, _SETTINGS_JSON(dict(context.counter_settings))
+    if len(_KEYS) >= 64:
+        _KEYS.clear()
+    _KEYS[id(context)] = (context, key)
+    return key
 
 
 def _of_a_run(entry: Entry) -> bool:
