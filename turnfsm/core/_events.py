@@ -260,6 +260,13 @@ class ToolCallsReviewed:
                 "(approve_all() lets every call run)",
             )
         for call_id, reason in reasons.items():
+            if not isinstance(call_id, str) or not call_id.strip():
+                raise ConfigError(
+                    "reasons",
+                    call_id,
+                    "a mapping keyed by call ids, the strings of the paused "
+                    "run's Pause.calls (call.id)",
+                )
             if not isinstance(reason, str):
                 raise ConfigError(f"reasons[{call_id!r}]", reason, "a string")
         return cls(
