@@ -33,6 +33,8 @@ from turnfsm.errors import (
 from turnfsm.hooks import (
     ConsoleHook,
     Hook,
+    ModelCallEnd,
+    ModelCallInfo,
     PreCompact,
     PreCompactInfo,
     RunEndInfo,
@@ -542,6 +544,51 @@ async def test_an_async_hook_method_is_refused_where_the_hook_is_given() -> None
     assert "not async def" in str(caught.value)
     with pytest.raises(ConfigError, match=r"hooks\[1\]\.pre_compact"):
         await Driver(model=ScriptedModel.of("ok")).run("x", hooks=[Steer(), Async()])
+
+
+class Unreachable(Hook):
+    """A strict hook whose metrics server is down."""
+
+    def __init__(self, point: str, error: Exception) -> None:
+        self.point = point
+        self.error = error
+
+    def on_model_call_start(self, info: ModelCallInfo) -> None:
+        if self.point == "on_model_call_start":
+            raise self.error
+
+    def on_model_call_end(self, info: ModelCallEnd) -> None:
+        if self.point == "on_model_call_end":
+            raise self.error
+
+
+@pytest.mark.parametrize("point", ["on_model_call_start", "on_model_call_end"])
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionError("metrics server down"), TimeoutError("metrics server slow")],
+    ids=["ConnectionError", "TimeoutError"],
+)
+async def test_a_strict_model_call_hook_s_error_is_never_taken_for_the_model_s(
+    point: str, error: Exception
+) -> None:
+    # It was: the model was called again and again (each call billed), and
+    # the run ended failed with a model provider error naming the hook's
+    # words, the hook's own error never raised.
+    model = ScriptedModel.of("one", "two", "three", "four")
+    session = Session()
+    driver = Driver(
+        model=model,
+        hooks=[Unreachable(point, error)],
+        strict_hooks=True,
+        retry=NO_WAIT,
+    )
+    with pytest.raises(type(error)) as caught:
+        await driver.run("x", session=session)
+    assert caught.value is error
+    assert len(model.requests) == (0 if point == "on_model_call_start" else 1)
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    assert str(run.error).startswith(f"run crashed on {type(error).__name__}")
 
 
 class AsyncGenerator(Hook):
