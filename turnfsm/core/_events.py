@@ -242,7 +242,8 @@ class ToolCallsReviewed:
         """Return the review that rejects each call id in `reasons` with its reason.
 
         Each rejected call is answered by an error tool result reading
-        ``rejected by the reviewer: REASON``; the other calls are approved.
+        ``rejected by the reviewer: REASON`` (``rejected by the reviewer``
+        for a blank reason); the other calls are approved.
         `new_id` makes the results' message ids (a Temporal workflow passes
         its deterministic source).
 
@@ -273,7 +274,9 @@ class ToolCallsReviewed:
             results=[
                 Message.tool_result(
                     call_id,
-                    f"rejected by the reviewer: {reason}",
+                    f"rejected by the reviewer: {reason}"
+                    if reason.strip()
+                    else "rejected by the reviewer",
                     is_error=True,
                     id=new_id(),
                 )
