@@ -286,6 +286,27 @@ def test_a_rejection_naming_no_call_is_refused(reasons: object, field: str) -> N
         )
 
 
+@pytest.mark.parametrize("call_id", [1, None, ""], ids=["int", "None", "blank"])
+def test_a_rejection_keyed_by_what_is_no_call_id_names_the_reasons(
+    call_id: object,
+) -> None:
+    # It was an InvalidMessage about a tool result's call_id, which the
+    # caller never wrote.
+    with pytest.raises(ConfigError) as caught:
+        ToolCallsReviewed.reject({call_id: "no"})  # type: ignore[dict-item]
+    assert caught.value.field == "reasons"
+    assert caught.value.value == call_id
+    assert "call ids" in str(caught.value)
+
+
+@pytest.mark.parametrize("reason", ["", "  "], ids=["empty", "blank"])
+def test_a_rejection_without_a_reason_reads_as_one(reason: str) -> None:
+    # It read "rejected by the reviewer: " with nothing after the colon.
+    (result,) = ToolCallsReviewed.reject({"c1": reason}).results
+    assert result.tool_results[0].content == "rejected by the reviewer"
+    assert result.tool_results[0].is_error
+
+
 def test_a_user_machine_may_pause_anywhere() -> None:
     spec = MachineSpec.from_dict(
         {

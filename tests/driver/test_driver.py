@@ -30,7 +30,16 @@ from turnfsm.errors import (
     ProviderError,
     RunFailed,
 )
-from turnfsm.hooks import ConsoleHook, Hook, PreCompact, PreCompactInfo
+from turnfsm.hooks import (
+    ConsoleHook,
+    Hook,
+    ModelCallEnd,
+    ModelCallInfo,
+    PreCompact,
+    PreCompactInfo,
+    RunEndInfo,
+    ToolCallEnd,
+)
 from turnfsm.messages import Message, Role
 from turnfsm.persistence import CompactionRecord
 from turnfsm.providers import ModelResponse
@@ -535,6 +544,92 @@ async def test_an_async_hook_method_is_refused_where_the_hook_is_given() -> None
     assert "not async def" in str(caught.value)
     with pytest.raises(ConfigError, match=r"hooks\[1\]\.pre_compact"):
         await Driver(model=ScriptedModel.of("ok")).run("x", hooks=[Steer(), Async()])
+
+
+class Unreachable(Hook):
+    """A strict hook whose metrics server is down."""
+
+    def __init__(self, point: str, error: Exception) -> None:
+        self.point = point
+        self.error = error
+
+    def on_model_call_start(self, info: ModelCallInfo) -> None:
+        if self.point == "on_model_call_start":
+            raise self.error
+
+    def on_model_call_end(self, info: ModelCallEnd) -> None:
+        if self.point == "on_model_call_end":
+            raise self.error
+
+
+@pytest.mark.parametrize("point", ["on_model_call_start", "on_model_call_end"])
+@pytest.mark.parametrize(
+    "error",
+    [ConnectionError("metrics server down"), TimeoutError("metrics server slow")],
+    ids=["ConnectionError", "TimeoutError"],
+)
+async def test_a_strict_model_call_hook_s_error_is_never_taken_for_the_model_s(
+    point: str, error: Exception
+) -> None:
+    # It was: the model was called again and again (each call billed), and
+    # the run ended failed with a model provider error naming the hook's
+    # words, the hook's own error never raised.
+    model = ScriptedModel.of("one", "two", "three", "four")
+    session = Session()
+    driver = Driver(
+        model=model,
+        hooks=[Unreachable(point, error)],
+        strict_hooks=True,
+        retry=NO_WAIT,
+    )
+    with pytest.raises(type(error)) as caught:
+        await driver.run("x", session=session)
+    assert caught.value is error
+    assert len(model.requests) == (0 if point == "on_model_call_start" else 1)
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    assert str(run.error).startswith(f"run crashed on {type(error).__name__}")
+
+
+class AsyncGenerator(Hook):
+    async def on_tool_end(self, info: ToolCallEnd):  # type: ignore[no-untyped-def]
+        yield info  # an async generator: calling it runs none of this
+
+
+class Generator(Hook):
+    def on_run_end(self, info: RunEndInfo):  # type: ignore[no-untyped-def]
+        yield info  # a generator: calling it runs none of this
+
+
+class NotCallable(Hook):
+    on_run_end = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize(
+    ("hook", "name", "words"),
+    [
+        (AsyncGenerator(), "on_tool_end", "not async def"),
+        (Generator(), "on_run_end", "not a generator"),
+        (NotCallable(), "on_run_end", "not callable"),
+    ],
+    ids=["async generator", "generator", "None"],
+)
+async def test_a_hook_method_whose_body_would_never_run_is_refused_where_given(
+    hook: Hook, name: str, words: str
+) -> None:
+    # Each was taken: the generators' bodies never ran (the driver called
+    # them, and dropped what they returned), and None failed in the run.
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of("ok"), hooks=[hook])
+    assert caught.value.field == f"hooks[0].{name}"
+    assert caught.value.value is hook
+    assert words in str(caught.value)
+    session = Session()
+    with pytest.raises(ConfigError, match=rf"hooks\[1\]\.{name}"):
+        await Driver(model=ScriptedModel.of("ok")).run(
+            "x", session=session, hooks=[Steer(), hook]
+        )
+    assert session.runs == []
 
 
 class Misspelt(Hook):

@@ -10,6 +10,12 @@ import pytest
 
 from turnfsm.core import Measured, ModelReplied
 from turnfsm.driver import Driver, RunControl, replay
+from turnfsm.errors import (
+    InvalidReturn,
+    StoreUnusable,
+    SubagentWaiting,
+    TurnFSMError,
+)
 from turnfsm.hooks import Hook, RunEndInfo, RunStartInfo
 from turnfsm.persistence import (
     Committed,
@@ -142,6 +148,53 @@ async def test_a_strict_end_hook_that_raises_leaves_one_run_ended() -> None:
     # The session is free: the next run starts.
     driver = Driver(model=ScriptedModel.of("again"))
     assert (await driver.run("more", session=session)).ok
+
+
+async def _later() -> None:
+    """Work a hook meant to do, never awaited."""
+
+
+class ReturnsAwaitable(Hook):
+    def on_run_end(self, info: RunEndInfo) -> None:
+        return _later()  # type: ignore[return-value]
+
+
+class RaisingTyped(Hook):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def on_run_end(self, info: RunEndInfo) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        ReturnsAwaitable(),
+        RaisingTyped(InvalidReturn("a check of mine", "x", "y")),
+        RaisingTyped(StoreUnusable("my audit database", "it is down")),
+        RaisingTyped(SubagentWaiting("helper", "ses_x", "run_x", "await_approval")),
+    ],
+    ids=["returns an awaitable", "InvalidReturn", "StoreUnusable", "SubagentWaiting"],
+)
+async def test_a_strict_end_hook_that_fails_typed_leaves_the_run_as_it_ended(
+    hook: Hook,
+) -> None:
+    # A turnfsm error out of a strict `on_run_end` was taken for the run's
+    # own: a done run got a second RunEnded (failed), or was told
+    # interrupted, though its log said done.
+    session = Session()
+    driver = Driver(
+        model=ScriptedModel.of("the answer"), hooks=[hook], strict_hooks=True
+    )
+    with pytest.raises(TurnFSMError):
+        await driver.run("go", session=session)
+    ends = [e for e in session.entries if isinstance(e, RunEnded)]
+    assert [e.outcome for e in ends] == ["done"]
+    assert session.runs[0].outcome == "done"
+    assert [m.text for m in session.history] == ["go", "the answer"]
+    again = Driver(model=ScriptedModel.of("again"))
+    assert (await again.run("more", session=session)).ok
 
 
 class Heard(Hook):

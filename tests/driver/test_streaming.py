@@ -440,3 +440,24 @@ async def test_a_stream_the_run_stops_reading_is_closed_at_once() -> None:
     with pytest.raises(RuntimeError, match="a hook's bug"):
         await agent.run("x")
     assert model.closed
+
+
+class Unreachable(Hook):
+    def on_text_delta(self, info: TextDeltaInfo) -> None:
+        raise ConnectionError("the hook's metrics server is down")
+
+
+async def test_a_strict_text_hook_s_connection_error_is_never_retried() -> None:
+    # It was taken for the model's: streamed again up to the retry
+    # policy's attempts, and the run ended failed blaming the model.
+    model = StreamingModel(*[Message.assistant("the answer")] * 3)
+    agent = Agent(
+        model=model,
+        hooks=[Unreachable()],
+        strict_hooks=True,
+        retry=RetryPolicy(max_attempts=3, initial_wait=0, jitter=False),
+    )
+    with pytest.raises(ConnectionError, match="metrics server"):
+        await agent.run("x")
+    assert model.streamed == 1
+    assert str(agent.session.runs[0].error).startswith("run crashed on ConnectionError")

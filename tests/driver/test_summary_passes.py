@@ -25,7 +25,7 @@ from turnfsm.errors import (
     ContextExceeded,
     ProviderError,
 )
-from turnfsm.hooks import CircuitInfo, Hook
+from turnfsm.hooks import CircuitInfo, Hook, ModelCallInfo
 from turnfsm.messages import SUMMARY_COVERS, Message, Role
 from turnfsm.persistence import (
     BreakerChanged,
@@ -127,6 +127,37 @@ async def test_a_summary_pass_commits_one_summary_and_accounts_its_usage() -> No
     assert done.strategy == "SummarizingCompactor"
     assert done.tokens_after < done.tokens_before
     assert done.covers == record.covers
+
+
+class BrokenOnSummaries(Hook):
+    def on_model_call_start(self, info: ModelCallInfo) -> None:
+        if info.purpose == "summary":
+            raise RuntimeError("the hook broke")
+
+
+async def test_a_strict_hook_that_raises_in_a_summary_call_crashes_the_run() -> None:
+    # It was taken for the compactor's failure: the pass was logged failed
+    # (a step towards opening the session's breaker), the run ended failed
+    # blaming the compaction, and the hook's error never surfaced.
+    summary_model = ExtractiveSummaryModel()
+    driver = Driver(
+        model=agent_model("final"),
+        context=manager(
+            SummarizingCompactor(model=summary_model, keep_recent_turns=2),
+            pins=PinRules(first_user=False),
+        ),
+        hooks=[BrokenOnSummaries()],
+        strict_hooks=True,
+    )
+    session = Session()
+    with pytest.raises(RuntimeError, match="the hook broke"):
+        await driver.run(history(6), session=session)
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    assert str(run.error) == "run crashed on RuntimeError: the hook broke"
+    assert run.compactions == ()
+    assert session.compaction_failures == 0
+    assert summary_model.requests == []
 
 
 async def test_without_its_own_model_the_summariser_borrows_the_agents() -> None:

@@ -597,6 +597,8 @@ class ContextManager(OldEntryPoints):
             except ConfigError as bad:  # its count is the compactor's own value
                 problem: str | None = f"compactor raised CompactionCircuitOpen: {bad}"
         except Exception as exc:
+            if getattr(exc, "is_crash", False):
+                raise  # a strict hook's error in a summary call: not the pass's
             problem = _describe(exc)
         else:
             problem = _proposal_problem(proposal)

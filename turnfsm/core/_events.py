@@ -242,7 +242,8 @@ class ToolCallsReviewed:
         """Return the review that rejects each call id in `reasons` with its reason.
 
         Each rejected call is answered by an error tool result reading
-        ``rejected by the reviewer: REASON``; the other calls are approved.
+        ``rejected by the reviewer: REASON`` (``rejected by the reviewer``
+        for a blank reason); the other calls are approved.
         `new_id` makes the results' message ids (a Temporal workflow passes
         its deterministic source).
 
@@ -260,13 +261,22 @@ class ToolCallsReviewed:
                 "(approve_all() lets every call run)",
             )
         for call_id, reason in reasons.items():
+            if not isinstance(call_id, str) or not call_id.strip():
+                raise ConfigError(
+                    "reasons",
+                    call_id,
+                    "a mapping keyed by call ids, the strings of the paused "
+                    "run's Pause.calls (call.id)",
+                )
             if not isinstance(reason, str):
                 raise ConfigError(f"reasons[{call_id!r}]", reason, "a string")
         return cls(
             results=[
                 Message.tool_result(
                     call_id,
-                    f"rejected by the reviewer: {reason}",
+                    f"rejected by the reviewer: {reason}"
+                    if reason.strip()
+                    else "rejected by the reviewer",
                     is_error=True,
                     id=new_id(),
                 )

@@ -166,20 +166,10 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     tries = Tries()
     try:
         response = await complete(run, request, turn=ctx.turn + 1, tries=tries)
-    except ProviderError as exc:
-        info = ErrorInfo(
-            type=exc.kind,
-            message=exc.message,
-            retryable=exc.retryable,
-            status=exc.status,
-            retry_after=exc.retry_after,
-        )
-        if exc.is_context_overflow:
-            return ContextOverflowed(error=info)
-        return ModelFailed(error=_counted(info, tries))
-    except (TimeoutError, ConnectionError) as exc:
-        info = ErrorInfo.from_exception(exc, retryable=True)
-        return ModelFailed(error=_counted(info, tries))
+    except (ProviderError, TimeoutError, ConnectionError) as exc:
+        if getattr(exc, "is_crash", False):
+            raise  # a strict hook's error: the run crashes on it, not the model
+        return _model_failed(exc, tries)
     _check_report(run, response.usage, window)
     # Each call under an id of its own (some servers repeat theirs).
     reply = unique_call_ids(response.message, decision.history, decision.pending)
@@ -551,6 +541,25 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         )
     )
     return with_usage(event, spent.total)
+
+
+def _model_failed(
+    exc: ProviderError | TimeoutError | ConnectionError, tries: Tries
+) -> ContextOverflowed | ModelFailed:
+    """The event of a model call that failed: an overflow, or a failure to retry."""
+    if not isinstance(exc, ProviderError):
+        info = ErrorInfo.from_exception(exc, retryable=True)
+        return ModelFailed(error=_counted(info, tries))
+    info = ErrorInfo(
+        type=exc.kind,
+        message=exc.message,
+        retryable=exc.retryable,
+        status=exc.status,
+        retry_after=exc.retry_after,
+    )
+    if exc.is_context_overflow:
+        return ContextOverflowed(error=info)
+    return ModelFailed(error=_counted(info, tries))
 
 
 def with_usage(event: PassEvent, usage: Usage | None) -> PassEvent:

@@ -151,14 +151,34 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
                 f"it would never be called ({hint})",
             )
         for name in HOOK_METHODS:
-            method = getattr(hook, name, None)
-            if inspect.iscoroutinefunction(method):
+            method = getattr(hook, name, _ABSENT)
+            if method is _ABSENT:  # a duck-typed hook without it
+                continue
+            if not callable(method):
+                raise ConfigError(
+                    f"hooks[{i}].{name}",
+                    hook,
+                    f"a method: {type(hook).__name__}.{name} is "
+                    f"{type(method).__name__}, not callable (delete it, or "
+                    f"write it as `def {name}(self, info)`)",
+                )
+            if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(
+                method
+            ):
                 raise ConfigError(
                     f"hooks[{i}].{name}",
                     hook,
                     "a plain method, not async def: hooks are called "
                     "synchronously and never awaited (start async work from "
                     "an effect or a tool instead)",
+                )
+            if inspect.isgeneratorfunction(method):
+                raise ConfigError(
+                    f"hooks[{i}].{name}",
+                    hook,
+                    "a plain method, not a generator (a method with yield): "
+                    "hooks are called, never iterated, so none of its body "
+                    "would run",
                 )
             if _takes_no_record(method):
                 raise ConfigError(
@@ -171,6 +191,9 @@ def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
 
 
 _CHECK_HOOKS: _checks.Check = _check_hooks
+
+_ABSENT: Final = object()
+"""What a duck-typed hook has for a hook method it does not define."""
 
 
 def run_hooks(value: Iterable[Hook], own: Sequence[Hook]) -> tuple[Hook, ...]:

@@ -437,6 +437,8 @@ class RunLoop(Ending):
             # its call open, and goes on when resumed with that answer. A
             # durable run's long history stops it likewise, between two
             # steps, for its workflow to resume it in a new one.
+            if self.ended:  # a strict `on_run_end` hook raised it: its own
+                raise
             self.step = None
             with anyio.CancelScope(shield=True):
                 stopped = await self.interrupt(str(waiting), waiting)
@@ -444,7 +446,10 @@ class RunLoop(Ending):
         except (InvalidReturn, EffectFailed, PayloadTooLarge) as exc:
             # An effect or the model broke its contract, or a durable run's
             # step cannot be carried: the run fails, logged, naming which
-            # (nothing it returned is fed to the brain).
+            # (nothing it returned is fed to the brain). Raised once the run
+            # has ended, it is a strict `on_run_end` hook's: the end stands.
+            if self.ended:
+                raise
             logger.error("run %s: %s", self.run_id, exc)
             self.step = None
             return await self.end(None, exc)

@@ -25,7 +25,10 @@ def is_transient(exc: BaseException) -> bool:
     """Whether `exc` is worth retrying: a retryable ProviderError, a timeout, a reset.
 
     A context overflow is never transient: retrying the same request cannot help.
+    Nor is an error that crashes the run (``is_crash``: a strict hook's).
     """
+    if getattr(exc, "is_crash", False):
+        return False
     if isinstance(exc, ProviderError):
         return exc.retryable and not exc.is_context_overflow
     return isinstance(exc, TimeoutError | ConnectionError)

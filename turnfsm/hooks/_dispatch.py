@@ -3,11 +3,13 @@
 A hook that returns what would be ignored (an awaitable, a `pre_compact`
 answer that is not a `PreCompact`, or that pins a message the pass does not
 have) is treated as one that raised `InvalidReturn`: detached and logged, or
-re-raised with `strict`.
+re-raised with `strict`, marked as the run's crash (`is_crash`), so that no
+model call or compaction pass it was raised in takes it for its own failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -160,8 +162,9 @@ class HookDispatcher:
             if answer is not None:
                 _check_answer(hook, name, answer, info)
             return answer
-        except Exception:
+        except Exception as exc:
             if self.strict:
+                _as_crash(exc)
                 raise
             logger.exception("hook %r raised in %s; detaching it", hook, name)
             self._detach(hook)
@@ -179,6 +182,20 @@ class HookDispatcher:
 
 
 _COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)
+
+
+def _as_crash(exc: Exception) -> None:
+    """Mark a strict hook's error as the run's crash (``is_crash``), never another's.
+
+    Raised inside a model call or a compaction pass, it would be read as
+    theirs: a ConnectionError retried as the model's, a RuntimeError failing
+    the pass. What reads outside failures there lets an error with
+    ``is_crash`` through, and the run crashes on it, as on one raised
+    anywhere else.
+    """
+    # A frozen error's too; not one whose class has an `is_crash` property.
+    with contextlib.suppress(AttributeError):
+        object.__setattr__(exc, "is_crash", True)
 
 
 def _check_answer(hook: Hook, name: str, answer: object, info: Any) -> None:

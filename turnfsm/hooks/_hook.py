@@ -36,8 +36,9 @@ class Hook:
     the ``turnfsm.hooks`` logger and detached (``strict_hooks=True``
     re-raises instead, for tests); so is one that returns what would be
     ignored (`InvalidReturn`: an awaitable, or a `pre_compact` answer that
-    is not a `PreCompact`). An ``async def`` method is refused where the
-    hook is given (`ConfigError`).
+    is not a `PreCompact`). An ``async def`` method, a generator method
+    (one with ``yield``: none of its body would run) and one that is not
+    callable are refused where the hook is given (`ConfigError`).
     """
 
     def on_run_start(self, info: RunStartInfo) -> None:
