@@ -326,6 +326,28 @@ def test_the_strategy_in_use_is_told_only_of_settings_it_has() -> None:
     )
 
 
+def test_a_summarising_strategy_is_told_what_it_keeps_whole() -> None:
+    # A SummarizingCompactor keeping its 4 newest exchanges, on a session of
+    # 4 big ones, had nothing to summarise: the hint named no setting of it.
+    summarizing = CompactionStalled(
+        used=9000, limit=9000, largest=(USER,), strategy="SummarizingCompactor"
+    )
+    layered = CompactionStalled(
+        used=9000, limit=9000, largest=(USER,), strategy="LayeredCompactor"
+    )
+
+    assert str(summarizing).endswith(
+        "messages fill it, and SummarizingCompactor (the strategy in use) could "
+        "not summarise them small enough: lower its keep_recent_turns (the newest "
+        "exchanges it keeps whole), let it summarise inside the newest exchange "
+        "(compact_newest_exchange=True) unless it does already, or give the run "
+        "a context window over 9000 tokens, a smaller reply budget "
+        "(max_output_tokens), or fewer pinned messages"
+    )
+    assert "keep_recent_turns" not in str(layered)  # it has no such setting
+    assert "(compact_newest_exchange=True) unless it does already" in str(layered)
+
+
 def test_another_strategy_than_masking_is_told_to_use_it() -> None:
     error = CompactionStalled(
         used=9000, limit=9000, largest=(RESULT,), strategy="TruncatingCompactor"

@@ -148,9 +148,17 @@ def _hint(error: ContextExceeded) -> str:
                 else "a bigger context_window"
             )
         )
+    # What each keeps whole: its newest exchanges, which no summary covers.
+    keeps = (
+        "lower its keep_recent_turns (the newest exchanges it keeps whole), "
+        if strategy == "SummarizingCompactor"
+        else ""
+    )
     return (
         f"messages fill it, and {strategy} (the strategy in use) could not "
-        f"summarise them small enough: give the run {fits}"
+        f"summarise them small enough: {keeps}let it summarise inside the "
+        "newest exchange (compact_newest_exchange=True) unless it does already, "
+        f"or give the run {fits}"
     )
 
 
