@@ -107,7 +107,7 @@ async def test_the_demos_run_opens_with_its_context_settings() -> None:
         target="threshold",
         target_pct=70,
         counter="ConservativeTokenCounter",
-        counter_settings={"message_tokens": 4, "image_tokens": 85},
+        counter_settings={"message_tokens": 4, "image_tokens": 1_600},
         max_messages=50,
         max_failures=3,
         use_reported_usage=False,

@@ -121,7 +121,7 @@ def test_tool_calls_and_images_match_tiktoken_framing() -> None:
 
     for message in messages:
         assert COUNTER.count([message]) >= tiktoken_counter.count([message])
-    assert COUNTER.units(messages[2]) == 24 * (85 + 4)
+    assert COUNTER.units(messages[2]) == 24 * (1_600 + 4)
 
 
 _PIECE = st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(" ?\x00\n\t"))
@@ -259,7 +259,7 @@ def test_message_estimates_do_not_change() -> None:
                     ImagePart(url="https://x.example/a.png"),
                 ],
             ),
-            2265,
+            2265 + 24 * (1_600 - 85),  # an image at full detail since
         ),
         "a piece with a NUL": (
             Message(

@@ -58,7 +58,8 @@ def test_image_is_a_fixed_cost() -> None:
     image = ImagePart(url="https://example.com/a.png")
     message = Message(role=Role.USER, parts=[TextPart(text="what is it?"), image])
 
-    assert COUNTER.units(message) == real("what is it?") + 85 + 4
+    # The largest image's price on Anthropic: an image is sent at full detail.
+    assert COUNTER.units(message) == real("what is it?") + 1_600 + 4
     assert TiktokenCounter(image_tokens=765).units(message) == real("what is it?") + 769
 
 

@@ -287,7 +287,8 @@ class ConservativeTokenCounter(UnitsCounter):
 
     Attributes:
         message_tokens: Framing tokens per message (and per extra text).
-        image_tokens: Tokens charged per image.
+        image_tokens: Tokens charged per image (1,600: an image is sent at
+            full detail; 85 for OpenAI's low-detail images).
 
     Raises:
         ConfigError: a token setting is not an int >= 0.

@@ -44,8 +44,15 @@ MESSAGE_TOKENS: Final = 4
 TOOL_CALL_TOKENS: Final = 3
 """Framing tokens of one tool call, on top of its name and arguments."""
 
-IMAGE_TOKENS: Final = 85
-"""Default tokens of one image: OpenAI's price for a low-detail image."""
+IMAGE_TOKENS: Final = 1_600
+"""Default tokens of one image: what the largest costs on Anthropic's models.
+
+Images are sent at full detail, and priced by their size: up to about
+1,600 tokens on Anthropic (width x height / 750, at most 1.15 megapixels),
+1,445 on OpenAI's gpt-4o (85 per image, 170 per 512-pixel tile). OpenAI's
+low-detail price is 85; its patch-priced small models charge up to about
+3,800.
+"""
 
 
 def arguments_json(part: ToolCallPart) -> str:

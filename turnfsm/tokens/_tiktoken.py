@@ -61,7 +61,8 @@ class TiktokenCounter(UnitsCounter):
     Attributes:
         encoding: A tiktoken encoding name; the default needs no network.
         message_tokens: Framing tokens per message (and per extra text).
-        image_tokens: Tokens charged per image.
+        image_tokens: Tokens charged per image (1,600: an image is sent at
+            full detail; 85 for OpenAI's low-detail images).
 
     Raises:
         ConfigError: `encoding` is not a registered tiktoken encoding (at
