@@ -614,3 +614,39 @@ async def test_a_summary_model_stating_a_bad_window_is_named() -> None:
     assert isinstance(result.error, CompactionFailed), result.error
     assert "model.context_window='big'" in result.error.cause
     assert summary_model.requests == []
+
+
+@pytest.mark.parametrize(
+    ("half", "said"),
+    [
+        (
+            [Message.assistant(tool_calls=[tool_call("lookup", "c1")])],
+            "invalid message tool_call.id='c1': a tool call with no result",
+        ),
+        (
+            [Message.user("summarise:"), Message.tool_result("c1", "42")],
+            "invalid message tool_result.call_id='c1': a tool result for no open",
+        ),
+    ],
+    ids=["call-without-result", "result-without-call"],
+)
+@pytest.mark.parametrize("named", [False, True], ids=["model-none", "model-named"])
+async def test_a_summary_call_with_half_a_tool_pair_is_refused_unsent(
+    half: list[Message], said: str, named: bool
+) -> None:
+    # A provider refuses such a request (and a retry policy would send it
+    # again): the pass fails naming the half, and nothing is sent.
+    summary_model = Windowed(None)
+    agent_model = FakeModelClient(lambda request: "final")
+    request = ModelRequest(messages=[*half, Message.user("Summarise.")])
+    driver = Driver(
+        model=agent_model,
+        context=manager(Asks(request, summary_model if named else None)),
+    )
+
+    result = await driver.run(history(6))
+
+    assert isinstance(result.error, CompactionFailed), result.error
+    assert summary_model.requests == agent_model.requests == []
+    assert result.error.cause.startswith(f"InvalidMessage: {said}")
+    assert "the summary request was not sent" in result.error.cause

@@ -66,6 +66,7 @@ from turnfsm.messages import (
     Message,
     MessageLog,
     ToolCallPart,
+    check_history,
     new_message_id,
     require_new_ids,
     unique_call_ids,
@@ -335,6 +336,21 @@ _SUMMARY_MODEL: Final = _checks.instance(
 """What a compactor's `ctx.model_call(request, model)` takes."""
 
 
+def _check_pairs(request: ModelRequest) -> None:
+    """Refuse a summary `request` holding half a tool pair, as a provider would.
+
+    Raises:
+        InvalidMessage: a tool call without its result, or a result without
+            its call, named; the request is not sent.
+    """
+    try:
+        check_history(request.messages)
+    except InvalidMessage as bad:
+        raise InvalidMessage(
+            bad.field, bad.value, f"{bad.reason}; the summary request was not sent"
+        ) from None
+
+
 def _over_window(
     ctx: EffectContext, request: ModelRequest, model: ModelClient | None
 ) -> ProviderError | None:
@@ -503,6 +519,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # the provider would refuse it.
         _checks.check(request, "request", _REQUEST)
         _checks.check(model, "model", _SUMMARY_MODEL)
+        _check_pairs(request)
         refused = _over_window(ctx, request, model)
         if refused is not None:
             raise refused
