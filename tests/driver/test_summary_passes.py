@@ -22,6 +22,7 @@ from turnfsm.driver import Driver, RetryPolicy, Session, replay
 from turnfsm.errors import (
     CompactionCircuitOpen,
     CompactionFailed,
+    ConfigError,
     ContextExceeded,
     ProviderError,
 )
@@ -650,3 +651,28 @@ async def test_a_summary_call_with_half_a_tool_pair_is_refused_unsent(
     assert summary_model.requests == agent_model.requests == []
     assert result.error.cause.startswith(f"InvalidMessage: {said}")
     assert "the summary request was not sent" in result.error.cause
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -5}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"temperature": -1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"system": 5}, "system"),
+    ],
+)
+def test_a_request_with_a_setting_no_provider_takes_is_refused_when_made(
+    settings: dict[str, object], field: str
+) -> None:
+    # A summary request of a compactor's went out as it was, and the
+    # provider refused it (a negative budget slipped under the window check).
+    with pytest.raises(ConfigError) as got:
+        ModelRequest(messages=[Message.user("Summarise.")], **settings)  # type: ignore[arg-type]
+    assert got.value.field == field
+    value = settings[field]
+    assert got.value.value is value or got.value.value != got.value.value
