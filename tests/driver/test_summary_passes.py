@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import anyio
@@ -676,3 +677,32 @@ def test_a_request_with_a_setting_no_provider_takes_is_refused_when_made(
     assert got.value.field == field
     value = settings[field]
     assert got.value.value is value or got.value.value != got.value.value
+
+
+class CancelledElsewhere:
+    """A compactor that awaits a future something else cancelled."""
+
+    async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+        return CompactionProposal.unchanged(messages, ctx.tokens_before)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_pass_that_raises_a_cancel_nobody_asked_for_fails(
+    anyio_backend: str,
+) -> None:
+    # The run ended "interrupted from outside (Ctrl-C, or a cancelled
+    # task)", and the caller's task got a CancelledError though nothing
+    # cancelled it; resuming the run raised it again.
+    model = FakeModelClient(lambda request: "final")
+    driver = Driver(model=model, context=manager(CancelledElsewhere()))
+    session = Session()
+
+    result = await driver.run(history(6), session=session)
+
+    assert isinstance(result.error, CompactionFailed), result.error
+    assert "CancelledElsewhere raised CancelledError" in result.error.cause
+    assert "nothing cancelled the pass" in result.error.cause
+    assert not session.open_runs()

@@ -15,6 +15,7 @@ translate-once rule); bugs and cancellation propagate unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
@@ -29,6 +30,7 @@ from turnfsm.core import (
     Compact,
     CompactionCircuitOpened,
     CompactionNoop,
+    CompactorFailed,
     ContextOverflowed,
     Decision,
     Event,
@@ -51,7 +53,7 @@ from turnfsm.driver._context import (
 )
 from turnfsm.driver._model_calls import Tries, complete, describe_model
 from turnfsm.driver._recall import session_scope
-from turnfsm.driver._tools import run_tool_call, tool_call_outcome
+from turnfsm.driver._tools import cancel_requested, run_tool_call, tool_call_outcome
 from turnfsm.errors import (
     CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
@@ -548,23 +550,38 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # aim at the estimate whose calibrated size is the target (never
         # past the window, which the manager checks the estimate against).
         target = min(manager.window, math.floor(manager.target_tokens / factor))
-    event = await manager.compact(
-        CompactionRequest(
-            messages=messages,
-            reason=decision.reason,
-            turn=ctx.turn,
-            instructions=_opt(guidance.instructions),
-            additional_context=_opt(guidance.additional_context),
-            reserved=run.reserved,
-            tokens_before=before,
-            failures=session.compaction_failures if session is not None else 0,
-            session_id=run.session_id,
-            summaries=session.summary_texts if session is not None else {},
-            model_call=model_call,
-            target_tokens=target,
-            pinned=guidance.pin,
-        )
+    request = CompactionRequest(
+        messages=messages,
+        reason=decision.reason,
+        turn=ctx.turn,
+        instructions=_opt(guidance.instructions),
+        additional_context=_opt(guidance.additional_context),
+        reserved=run.reserved,
+        tokens_before=before,
+        failures=session.compaction_failures if session is not None else 0,
+        session_id=run.session_id,
+        summaries=session.summary_texts if session is not None else {},
+        model_call=model_call,
+        target_tokens=target,
+        pinned=guidance.pin,
     )
+    try:
+        event = await manager.compact(request)
+    except asyncio.CancelledError:
+        if cancel_requested():
+            raise  # the run is cancelled (or its pass timed out)
+        # A compactor that awaited something cancelled elsewhere (a future,
+        # a task): its failure, not the run's cancellation.
+        event = CompactorFailed(
+            used=before,
+            limit=manager.window,
+            error=ErrorInfo(
+                type="CompactorError",
+                message=f"{manager.strategy} raised CancelledError though "
+                "nothing cancelled the pass (it awaited something cancelled "
+                "elsewhere)",
+            ),
+        )
     return with_usage(event, spent.total)
 
 
