@@ -131,6 +131,11 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
             "on 'tool pairs': .*breaks tool call 'a': message .* \\(user\\) comes "
             "between the call .* and its result",
         ),
+        (
+            keep(lambda m: [Message.user("[summary] earlier", id="sum"), *m]),
+            "on 'one message': lost a pinned message .* put the user message sum "
+            "before the pinned first user message",
+        ),
         (Custom(lambda m, c: pop_last(m)), "changed the list it was given"),
         (Custom(flaky), "gave two different answers to the same input"),
     ],
@@ -146,6 +151,7 @@ def flaky(messages: Sequence[Message], ctx: CompactionContext) -> object:
         "moves-a-message",
         "drops-pins",
         "wedges-a-message",
+        "summary-before-the-task",
         "mutates-input",
         "nondeterministic",
     ],

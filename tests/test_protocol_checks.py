@@ -267,3 +267,36 @@ def test_a_method_that_cannot_take_its_call_is_refused_by_name() -> None:
         assert said in str(got.value)
     ContextManager(Flexible())  # type: ignore[arg-type]
     Driver(model=Flexible())  # type: ignore[arg-type]
+
+
+class NumberCompactor:
+    compact = 5
+
+
+class StringCounter:
+    def __init__(self) -> None:
+        self.count = "many"
+        self.count_text = self.units = self.text_units = self.tokens = "many"
+
+
+def test_a_method_that_is_no_callable_is_refused_by_name() -> None:
+    # Each was taken, and failed at its first call instead: a compactor's
+    # pass failed the run with "'int' object is not callable".
+    cases: list[tuple[Callable[[], object], str, str]] = [
+        (
+            lambda: ContextManager(NumberCompactor()),
+            "compactor",
+            "its compact is an int",
+        ),
+        (
+            lambda: ContextManager(counter=StringCounter()),
+            "counter",
+            "its count is a str",
+        ),
+    ]
+    for make, field, said in cases:
+        with pytest.raises(ConfigError) as got:
+            make()
+        assert got.value.field == field
+        assert said in str(got.value)
+        assert "not a method" in str(got.value)

@@ -318,6 +318,18 @@ def instance(
             )
         if not is_instance(value, types):
             _fail(error, _name(name, attr), value, text)
+        for method in (*awaited, *called):
+            # Absent or None: the protocol's check says whether it may be.
+            member = getattr(value, method, None)
+            if member is not None and not callable(member):
+                kind = type(member).__name__
+                article = "an" if kind[0] in "aeiouAEIOU" else "a"
+                _fail(
+                    error,
+                    _name(name, attr),
+                    value,
+                    f"{text}; its {method} is {article} {kind}, not a method",
+                )
         plain = plain_method(value, awaited)
         if plain is not None:
             if _is_async_generator(getattr(value, plain)):

@@ -233,6 +233,28 @@ def first_loss(
     return None
 
 
+def displaced(
+    before: Sequence[Message], after: Sequence[Message], rules: PinRules
+) -> str | None:
+    """The id of the first or latest user message a new user message displaces."""
+
+    def users(messages: Sequence[Message]) -> list[str]:
+        return [
+            m.id
+            for m in messages
+            if m.role is Role.USER and SUMMARY_COVERS not in m.metadata
+        ]
+
+    old, new = users(before), users(after)
+    if not old or not new:
+        return None
+    if rules.first_user and new[0] != old[0]:
+        return old[0]
+    if rules.latest_user and new[-1] != old[-1]:
+        return old[-1]
+    return None
+
+
 Case = tuple[list[Message], PinRules, tuple[str, ...]]
 
 
@@ -309,6 +331,8 @@ def test_a_careless_strategy_never_commits_a_lost_pin(case: Case, seed: int) -> 
     event = run_pass(careless, messages, rules, also)
 
     lost = first_loss(messages, careless.proposed, set(pinned))
+    if lost is None and result_problem(careless.proposed, messages) is None:
+        lost = displaced(messages, careless.proposed, rules)
     if isinstance(event, CompactionResult):
         assert first_loss(messages, event.messages, set(pinned)) is None
     if lost is None:
@@ -601,3 +625,83 @@ def test_every_traffic_helper_sees_the_same_open_calls() -> None:
     messages = conversation()
     refs = pair_tool_traffic(messages).lone_calls
     assert [messages[r.message].id for r in refs] == ["a3"]
+
+
+# -- a new user message in front of the task, or after the request --------
+@attrs.frozen
+class InFront:
+    """Puts a plain user message before the kept ones (or after, `last`)."""
+
+    last: bool = False
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        split = TokenSplitter(preserve_recent=2, min_messages=2).split(
+            messages, ctx.pinned
+        )
+        note = Message.user("[Summary of the earlier conversation] hi", id="note")
+        kept = keep_pinned(messages, (note, *split.preserved), ctx.pinned)
+        if self.last:
+            kept = keep_pinned(messages, (*split.preserved, note), ctx.pinned)
+        return CompactionProposal.compacted(
+            kept, ctx.tokens_before, ctx.counter.count(kept)
+        )
+
+
+def chat(n: int = 6) -> list[Message]:
+    out: list[Message] = []
+    for i in range(n):
+        out += [Message.user(f"u{i} " * 20, id=f"u{i}")]
+        out += [Message.assistant(f"a{i} " * 20, id=f"a{i}")]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("last", "pinned", "place"),
+    [(False, "u0", "before"), (True, "u5", "after")],
+)
+def test_a_user_message_put_where_a_rule_would_pin_it_is_refused(
+    last: bool, pinned: str, place: str
+) -> None:
+    # A plain user message in front of the first user message would be the
+    # first user message on the next pass: it would be pinned in the task's
+    # place, and the task summarised away; after the latest request, it
+    # would be read as the request.
+    messages = chat()
+    event = run_pass(InFront(last=last), messages, PinRules(), ())
+
+    assert isinstance(event, CompactorFailed)
+    assert event.error.type == "PinnedMessageLost"
+    text = event.error.message
+    assert f"InFront put the user message note {place} the pinned" in text
+    assert pinned in text
+    assert "SUMMARY_COVERS" in text
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_the_same_message_is_kept_when_its_rule_is_off_or_it_is_a_summary(
+    last: bool,
+) -> None:
+    messages = chat()
+    rules = PinRules(first_user=last, latest_user=not last)
+    assert isinstance(
+        run_pass(InFront(last=last), messages, rules, ()), CompactionResult
+    )
+
+    @attrs.frozen
+    class Marked:
+        async def compact(
+            self, messages: Sequence[Message], target: int, ctx: CompactionContext
+        ) -> CompactionProposal:
+            proposal = await InFront(last=last).compact(messages, target, ctx)
+            marked = [
+                attrs.evolve(m, metadata={SUMMARY_COVERS: "a3"})
+                if m.id == "note"
+                else m
+                for m in proposal.messages
+            ]
+            return CompactionProposal.compacted(marked, ctx.tokens_before, 0)
+
+    event = run_pass(Marked(), messages, PinRules(), ())
+    assert isinstance(event, CompactionResult)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import anyio
@@ -22,6 +23,7 @@ from turnfsm.driver import Driver, RetryPolicy, Session, replay
 from turnfsm.errors import (
     CompactionCircuitOpen,
     CompactionFailed,
+    ConfigError,
     ContextExceeded,
     ProviderError,
 )
@@ -645,3 +647,93 @@ async def test_a_summary_model_stating_a_bad_window_is_named() -> None:
     assert isinstance(result.error, CompactionFailed), result.error
     assert "model.context_window='big'" in result.error.cause
     assert summary_model.requests == []
+
+
+@pytest.mark.parametrize(
+    ("half", "said"),
+    [
+        (
+            [Message.assistant(tool_calls=[tool_call("lookup", "c1")])],
+            "invalid message tool_call.id='c1': a tool call with no result",
+        ),
+        (
+            [Message.user("summarise:"), Message.tool_result("c1", "42")],
+            "invalid message tool_result.call_id='c1': a tool result for no open",
+        ),
+    ],
+    ids=["call-without-result", "result-without-call"],
+)
+@pytest.mark.parametrize("named", [False, True], ids=["model-none", "model-named"])
+async def test_a_summary_call_with_half_a_tool_pair_is_refused_unsent(
+    half: list[Message], said: str, named: bool
+) -> None:
+    # A provider refuses such a request (and a retry policy would send it
+    # again): the pass fails naming the half, and nothing is sent.
+    summary_model = Windowed(None)
+    agent_model = FakeModelClient(lambda request: "final")
+    request = ModelRequest(messages=[*half, Message.user("Summarise.")])
+    driver = Driver(
+        model=agent_model,
+        context=manager(Asks(request, summary_model if named else None)),
+    )
+
+    result = await driver.run(history(6))
+
+    assert isinstance(result.error, CompactionFailed), result.error
+    assert summary_model.requests == agent_model.requests == []
+    assert result.error.cause.startswith(f"InvalidMessage: {said}")
+    assert "the summary request was not sent" in result.error.cause
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -5}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"temperature": -1}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"system": 5}, "system"),
+    ],
+)
+def test_a_request_with_a_setting_no_provider_takes_is_refused_when_made(
+    settings: dict[str, object], field: str
+) -> None:
+    # A summary request of a compactor's went out as it was, and the
+    # provider refused it (a negative budget slipped under the window check).
+    with pytest.raises(ConfigError) as got:
+        ModelRequest(messages=[Message.user("Summarise.")], **settings)  # type: ignore[arg-type]
+    assert got.value.field == field
+    value = settings[field]
+    assert got.value.value is value or got.value.value != got.value.value
+
+
+class CancelledElsewhere:
+    """A compactor that awaits a future something else cancelled."""
+
+    async def compact(self, messages, target, ctx):  # type: ignore[no-untyped-def]
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+        return CompactionProposal.unchanged(messages, ctx.tokens_before)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_pass_that_raises_a_cancel_nobody_asked_for_fails(
+    anyio_backend: str,
+) -> None:
+    # The run ended "interrupted from outside (Ctrl-C, or a cancelled
+    # task)", and the caller's task got a CancelledError though nothing
+    # cancelled it; resuming the run raised it again.
+    model = FakeModelClient(lambda request: "final")
+    driver = Driver(model=model, context=manager(CancelledElsewhere()))
+    session = Session()
+
+    result = await driver.run(history(6), session=session)
+
+    assert isinstance(result.error, CompactionFailed), result.error
+    assert "CancelledElsewhere raised CancelledError" in result.error.cause
+    assert "nothing cancelled the pass" in result.error.cause
+    assert not session.open_runs()

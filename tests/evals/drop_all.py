@@ -35,3 +35,15 @@ class PlainDef:
 
 
 plain_def = PlainDef()
+
+
+class Raising:
+    """A compactor whose every pass raises: each run that needs one fails."""
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        raise ValueError("the summary service is down")
+
+
+raising = Raising()

@@ -80,6 +80,23 @@ def test_the_floor_fails_on_a_compactor_that_drops_everything(
     assert "digest keeps" not in captured.err
 
 
+def test_runs_cut_short_say_why(capsys: pytest.CaptureFixture[str]) -> None:
+    # A strategy that fails every pass cut runs short with no reason given:
+    # the table said "70" and nothing of the ValueError.
+    raising = "tests.evals.drop_all:raising"
+    assert main(["eval", "--strategy", raising, "--strategy", "digest"]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith(f"| {raising} ")]
+    cut = int(row.rstrip(" |").rsplit("|", 1)[1])
+    assert cut > 0
+    (note,) = [line for line in out.splitlines() if line.startswith(f"- {raising}:")]
+    assert note.startswith(
+        f"- {raising}: {cut} runs cut short; the first ended failed "
+    )
+    assert "ValueError: the summary service is down" in note
+    assert len(note) < 400
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -21,7 +21,9 @@ hooks report one count. The verdict, in order:
    tool pair split or out of place, a repeated message id)
    → `CompactorFailed`; so is a result that drops, alters or moves a pinned
    message (`pinned_ids`: `Message.pin`, the request's `pinned`, the
-   manager's `pins` rules, calls in flight), its error a
+   manager's `pins` rules, calls in flight), or puts a user message (not a
+   summary) before the first user message or after the latest one, which
+   the rule would pin next in its place; its error a
    `turnfsm.errors.PinnedMessageLost` naming the message;
 3. the result plus the reserved budget is still over the window
    → `CompactionOverflowed`;
@@ -606,7 +608,11 @@ class ContextManager(OldEntryPoints):
                 problem = result_problem(proposal.messages, messages)
             if problem is None:
                 lost = pin_loss(
-                    messages, proposal.messages, pinned, strategy=self.strategy
+                    messages,
+                    proposal.messages,
+                    pinned,
+                    strategy=self.strategy,
+                    rules=self.pins,
                 )
                 if lost is not None:
                     return CompactorFailed(

@@ -184,19 +184,37 @@ def pin_loss(
     pinned: frozenset[str],
     *,
     strategy: str,
+    rules: PinRules | None = None,
 ) -> PinnedMessageLost | None:
     """Return how `proposed` lost a pinned message of `original`, or None.
 
     The first pinned message (in `original`'s order) that `proposed` drops,
     alters (role, parts or metadata) or moves out of order with the other
-    pinned messages.
+    pinned messages; then, with `rules`, a new user message (not a summary)
+    that `proposed` puts before the first user message or after the latest
+    one, which the rule would pin on the next pass in its place.
 
     Args:
         original: The conversation the pass was handed.
         proposed: The pass's result.
         pinned: The pinned ids (`pinned_ids`).
         strategy: The compactor's class name, for the error.
+        rules: The pin rules `pinned` was found with (None: the rules are
+            not checked).
     """
+    lost = _dropped(original, proposed, pinned, strategy)
+    if lost is None and rules is not None:
+        return _rule_shift(original, proposed, rules, strategy)
+    return lost
+
+
+def _dropped(
+    original: Sequence[Message],
+    proposed: Sequence[Message],
+    pinned: frozenset[str],
+    strategy: str,
+) -> PinnedMessageLost | None:
+    """`pin_loss` of the pinned messages themselves."""
     if not pinned:
         return None
     where = {m.id: (i, m) for i, m in enumerate(proposed)}
@@ -221,5 +239,44 @@ def pin_loss(
                 role=message.role.value,
                 strategy=strategy,
                 what=what,
+            )
+    return None
+
+
+def _rule_shift(
+    original: Sequence[Message],
+    proposed: Sequence[Message],
+    rules: PinRules,
+    strategy: str,
+) -> PinnedMessageLost | None:
+    """How `proposed` would move a rule's pin to another message, or None.
+
+    The first and the latest user message are pinned by position: a user
+    message (not a summary) that a pass puts before the first one, or after
+    the latest one, would be the message the rule pins on the next pass,
+    and the one pinned now could then be dropped. Run after `_dropped`:
+    the messages the rules pin are in `proposed`, in order.
+    """
+    if not (rules.first_user or rules.latest_user):
+        return None
+    before = turn_starts(original)
+    if not before:
+        return None
+    after = turn_starts(proposed)
+    if not after:  # the pinned ones dropped: `pin_loss` says so
+        return None
+    checks: list[tuple[Message, Message, Literal["preceded", "followed"]]] = []
+    if rules.first_user:
+        checks.append((original[before[0]], proposed[after[0]], "preceded"))
+    if rules.latest_user:
+        checks.append((original[before[-1]], proposed[after[-1]], "followed"))
+    for pinned, now, what in checks:
+        if now.id != pinned.id:
+            return PinnedMessageLost(
+                message_id=pinned.id,
+                role=pinned.role.value,
+                strategy=strategy,
+                what=what,
+                by=now.id,
             )
     return None

@@ -15,6 +15,7 @@ translate-once rule); bugs and cancellation propagate unchanged.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
@@ -29,6 +30,7 @@ from turnfsm.core import (
     Compact,
     CompactionCircuitOpened,
     CompactionNoop,
+    CompactorFailed,
     ContextOverflowed,
     Decision,
     Event,
@@ -51,7 +53,7 @@ from turnfsm.driver._context import (
 )
 from turnfsm.driver._model_calls import Tries, complete, describe_model
 from turnfsm.driver._recall import session_scope
-from turnfsm.driver._tools import run_tool_call, tool_call_outcome
+from turnfsm.driver._tools import cancel_requested, run_tool_call, tool_call_outcome
 from turnfsm.errors import (
     CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
@@ -66,6 +68,7 @@ from turnfsm.messages import (
     Message,
     MessageLog,
     ToolCallPart,
+    check_history,
     new_message_id,
     require_new_ids,
     unique_call_ids,
@@ -325,6 +328,21 @@ _SUMMARY_MODEL: Final = _checks.instance(
 """What a compactor's `ctx.model_call(request, model)` takes."""
 
 
+def _check_pairs(request: ModelRequest) -> None:
+    """Refuse a summary `request` holding half a tool pair, as a provider would.
+
+    Raises:
+        InvalidMessage: a tool call without its result, or a result without
+            its call, named; the request is not sent.
+    """
+    try:
+        check_history(request.messages)
+    except InvalidMessage as bad:
+        raise InvalidMessage(
+            bad.field, bad.value, f"{bad.reason}; the summary request was not sent"
+        ) from None
+
+
 def _over_window(
     ctx: EffectContext, request: ModelRequest, model: ModelClient | None
 ) -> ProviderError | None:
@@ -493,6 +511,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # the provider would refuse it.
         _checks.check(request, "request", _REQUEST)
         _checks.check(model, "model", _SUMMARY_MODEL)
+        _check_pairs(request)
         refused = _over_window(ctx, request, model)
         if refused is not None:
             raise refused
@@ -523,23 +542,38 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # already under the target cuts nothing), and never past the window
         # (which the manager checks the estimate against) when it reads high.
         target = min(manager.window, math.floor(manager.target_tokens / factor))
-    event = await manager.compact(
-        CompactionRequest(
-            messages=messages,
-            reason=decision.reason,
-            turn=ctx.turn,
-            instructions=_opt(guidance.instructions),
-            additional_context=_opt(guidance.additional_context),
-            reserved=run.reserved,
-            tokens_before=before,
-            failures=session.compaction_failures if session is not None else 0,
-            session_id=run.session_id,
-            summaries=session.summary_texts if session is not None else {},
-            model_call=model_call,
-            target_tokens=target,
-            pinned=guidance.pin,
-        )
+    request = CompactionRequest(
+        messages=messages,
+        reason=decision.reason,
+        turn=ctx.turn,
+        instructions=_opt(guidance.instructions),
+        additional_context=_opt(guidance.additional_context),
+        reserved=run.reserved,
+        tokens_before=before,
+        failures=session.compaction_failures if session is not None else 0,
+        session_id=run.session_id,
+        summaries=session.summary_texts if session is not None else {},
+        model_call=model_call,
+        target_tokens=target,
+        pinned=guidance.pin,
     )
+    try:
+        event = await manager.compact(request)
+    except asyncio.CancelledError:
+        if cancel_requested():
+            raise  # the run is cancelled (or its pass timed out)
+        # A compactor that awaited something cancelled elsewhere (a future,
+        # a task): its failure, not the run's cancellation.
+        event = CompactorFailed(
+            used=before,
+            limit=manager.window,
+            error=ErrorInfo(
+                type="CompactorError",
+                message=f"{manager.strategy} raised CancelledError though "
+                "nothing cancelled the pass (it awaited something cancelled "
+                "elsewhere)",
+            ),
+        )
     return with_usage(event, spent.total)
 
 

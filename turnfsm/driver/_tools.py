@@ -558,7 +558,7 @@ async def tool_call_outcome(
         _log_raised(call, failed, exited)
         return Message.tool_result(call.id, failed, is_error=True), exited
     except asyncio.CancelledError as exc:
-        if _cancel_requested():
+        if cancel_requested():
             raise  # the run is cancelled (its timeout caught its own above)
         # An async tool that awaited something cancelled elsewhere (a future,
         # a task) raises it though nobody cancelled the run: its failure.
@@ -576,12 +576,13 @@ async def tool_call_outcome(
     return Message.tool_result(call.id, output), None
 
 
-def _cancel_requested() -> bool:
-    """Whether the task running the tool is being cancelled.
+def cancel_requested() -> bool:
+    """Whether the running task (a tool's, a compaction pass's) is being cancelled.
 
     On asyncio every cancel (a cancel scope's, a deadline's, the task's own)
     is counted by the task until it is caught; on trio the cancellation is
-    ``trio.Cancelled``, never asyncio's error, which is then a tool's own.
+    ``trio.Cancelled``, never asyncio's error, which is then the plug-in's
+    own (it awaited something cancelled elsewhere).
     """
     try:
         task = asyncio.current_task()

@@ -377,7 +377,7 @@ class PinnedTooLarge(ContextExceeded):
         ) + _largest_text(self)
 
 
-PinLoss = Literal["dropped", "altered", "moved"]
+PinLoss = Literal["dropped", "altered", "moved", "preceded", "followed"]
 """What a pass did to a pinned message."""
 
 
@@ -394,16 +394,36 @@ class PinnedMessageLost(TurnFSMError):
         role: Its role (``"user"``, ``"system"``, ...).
         strategy: The compactor's class name.
         what: ``"dropped"`` (missing from the result), ``"altered"`` (its
-            words or metadata changed) or ``"moved"`` (out of order with
-            the other pinned messages).
+            words or metadata changed), ``"moved"`` (out of order with
+            the other pinned messages), ``"preceded"`` (a new user message,
+            `by`, was put before the first user message: the next pass
+            would pin it in the task's place) or ``"followed"`` (one was
+            put after the latest user message: the model would read it as
+            the request, and the next pass would pin it in its place).
+        by: The new user message's id (``"preceded"``, ``"followed"``),
+            else ``""``.
     """
 
     message_id: str
     role: str
     strategy: str
     what: PinLoss
+    by: str = ""
 
     def __str__(self) -> str:
+        if self.what in ("preceded", "followed"):
+            where, which = (
+                ("before", "first") if self.what == "preceded" else ("after", "latest")
+            )
+            return (
+                f"{self.strategy} put the user message {self.by} {where} the "
+                f"pinned {which} user message {self.message_id}; the next pass "
+                f"would pin {self.by} in its place, so it was refused and the "
+                "conversation kept as it was: mark a summary with "
+                "SUMMARY_COVERS (turnfsm.messages), give the message another "
+                f"role, or put it {'after' if where == 'before' else 'before'} "
+                f"{self.message_id}"
+            )
         return (
             f"{self.strategy} {self.what} the pinned {self.role} message "
             f"{self.message_id}; a pass must keep every pinned message word for "

@@ -40,6 +40,33 @@ REREAD_SPAN: Final = 24
 """How many tool calls after a pass a repeated call counts as a re-read."""
 
 
+_NOTE_CHARS: Final = 300
+"""The longest reason a report's note quotes, in characters."""
+
+
+def _shortened(text: str) -> str:
+    """`text` on one line, at most `_NOTE_CHARS` characters ("..." ends a cut)."""
+    line = " ".join(text.split())
+    if len(line) <= _NOTE_CHARS:
+        return line
+    return line[: _NOTE_CHARS - 3] + "..."
+
+
+def _first_failure(replays: Sequence[ReplayedSession]) -> str:
+    """How the first run cut short in `replays` ended, and why ("": none was).
+
+    In words, without the run's id: ``ended failed in the simulation (done
+    in the log): ...``.
+    """
+    for replay in replays:
+        for run_id in replay.cut_short:
+            said = f"run {run_id} "
+            for difference in replay.differences:
+                if difference.startswith(said):  # run ids are fresh each replay
+                    return difference[len(said) :]
+    return ""
+
+
 def shipped_strategy(name: str, summary_model: ModelClient) -> ContextCompactor:
     """The shipped compactor `name` (one of `STRATEGIES`), with its defaults.
 
@@ -110,6 +137,8 @@ class StrategyResult:
         cost: Every call and summary at the chosen prices, in US dollars
             (None: no prices asked for).
         summary_cost: The summaries' part of `cost`.
+        failure: How the first run cut short ended, in words with its
+            error ("" when none was).
     """
 
     strategy: str
@@ -124,6 +153,7 @@ class StrategyResult:
     failed_runs: int
     cost: Decimal | None = None
     summary_cost: Decimal | None = None
+    failure: str = ""
 
     @property
     def present_share(self) -> float:
@@ -224,7 +254,13 @@ class Evaluation:
             if priced:
                 cells += [_money(r.cost), _money(r.summary_cost)]
             rows.append("| " + " | ".join(cells) + " |")
-        notes = "\n".join(f"- {c}" for c in self.caveats)
+        failures = [
+            f"{r.strategy}: {r.failed_runs} runs cut short; the first "
+            + _shortened(r.failure)
+            for r in self.results
+            if r.failed_runs and r.failure
+        ]
+        notes = "\n".join(f"- {c}" for c in (*failures, *self.caveats))
         parts = ["\n".join(rows), self.probe_table(), notes]
         return "\n\n".join(p for p in parts if p)
 
@@ -474,6 +510,7 @@ async def evaluate(
                 failed_runs=sum(len(r.cut_short) for r in replays),
                 cost=_total(r.cost for r in replays),
                 summary_cost=_total(r.summary_cost for r in replays),
+                failure=_first_failure(replays),
             )
         )
     return Evaluation(

@@ -60,6 +60,8 @@ class ReplayedSession:
         cost: The price of every call and summary at the chosen model's
             prices, in US dollars (None: no prices asked for).
         summary_cost: The part of `cost` the summaries' model calls make.
+        differences: Where a replayed run ended otherwise than the stored
+            one, in words, with its error (why a run was cut short).
     """
 
     session_id: str
@@ -70,6 +72,7 @@ class ReplayedSession:
     caveats: tuple[str, ...] = ()
     cost: Decimal | None = None
     summary_cost: Decimal | None = None
+    differences: tuple[str, ...] = ()
 
 
 async def replay_session(
@@ -126,6 +129,7 @@ async def replay_session(
         simulation.caveats,
         simulation.cost,
         simulation.summary_cost,
+        simulation.differences,
     )
 
 

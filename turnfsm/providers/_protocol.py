@@ -73,19 +73,39 @@ class ModelRequest:
     `output`, when set, asks for a structured final answer: the reply's text
     is JSON fitting `output.schema` (adapters turn their provider's native
     mode back into text).
+
+    Raises:
+        ConfigError: On construction, naming the field and the value: an
+            item of `messages` is not a `Message`, `system` is not a string,
+            `max_tokens` is not an int >= 1, or `temperature` is not a
+            finite number >= 0.
     """
 
     messages: Sequence[Message] = attrs.field(
         converter=_request_messages, validator=_check_messages
     )
-    system: str | None = None
+    system: str | None = attrs.field(
+        default=None, validator=_checks.string(optional=True)
+    )
     tools: tuple[ToolSchema, ...] = attrs.field(
         default=(),
         converter=_schemas,
         validator=_checks.each(ToolSchema, "a ToolSchema"),
     )
-    max_tokens: int | None = None
-    temperature: float | None = None
+    # What a provider refuses is refused here, naming it: a budget under 1
+    # would also slip under the window check of a summary request.
+    max_tokens: int | None = attrs.field(
+        default=None,
+        validator=_checks.integer(
+            low=1, optional=True, expected="an int >= 1 (tokens), or None"
+        ),
+    )
+    temperature: float | None = attrs.field(
+        default=None,
+        validator=_checks.number(
+            low=0, optional=True, expected="a finite number >= 0, or None"
+        ),
+    )
     output: OutputSpec | None = None
 
 

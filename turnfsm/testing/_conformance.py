@@ -20,6 +20,7 @@ from turnfsm.context import (
     CompactionContext,
     CompactionProposal,
     ContextCompactor,
+    PinRules,
     pair_tool_traffic,
     pairing_problem,
     pin_loss,
@@ -222,7 +223,13 @@ async def _check_case(
     )
     if given != list(history):
         raise _fail(compactor, case, "changed the list it was given")
-    lost = pin_loss(history, first.messages, pinned, strategy=type(compactor).__name__)
+    lost = pin_loss(
+        history,
+        first.messages,
+        pinned,
+        strategy=type(compactor).__name__,
+        rules=PinRules(),
+    )
     if lost is not None:
         raise _fail(compactor, case, f"lost a pinned message (ctx.pinned): {lost}")
     again = _check_messages(
@@ -259,7 +266,9 @@ async def check_compactor(
     result (the `ContextManager` refuses such a pass: `pairing_problem`),
     keeps what it keeps in its order, keeps
     the pinned messages (`ctx.pinned` holds what a `ContextManager` pins by
-    default, as `pinned_ids` finds them) word for word, leaves the list it
+    default, as `pinned_ids` finds them) word for word, puts no user message
+    (but a summary) before the first user message or after the latest one,
+    leaves the list it
     was given as it was, and
     is the same (roles, parts and `tokens_after`) when asked twice. Returning
     a conversation unchanged is allowed, e.g. when it is too short to shrink.
