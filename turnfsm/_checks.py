@@ -318,8 +318,10 @@ def instance(
             )
         if not is_instance(value, types):
             _fail(error, _name(name, attr), value, text)
-        for method in (*awaited, *called):
-            # Absent or None: the protocol's check says whether it may be.
+        for method in shapes:
+            # Absent or None: the protocol's check says whether it may be. Only
+            # a method the protocol declares: one of another protocol it may
+            # also meet (a counter's `tokens`) may be an attribute of its own.
             member = getattr(value, method, None)
             if member is not None and not callable(member):
                 kind = type(member).__name__
