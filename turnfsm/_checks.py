@@ -793,8 +793,8 @@ TOKENS_PER_PIECE: Final = 64
 def tokens_beyond_text(tokens: int, chars: int, pieces: int) -> bool:
     """Whether `tokens` is more than any tokenizer makes of the text counted.
 
-    `chars` is the text's length (an image counting as the 256 characters
-    the character-based counters charge for it), `pieces` how many messages
+    `chars` is the text's length (an image counting as more characters
+    than any provider's price for it needs), `pieces` how many messages
     or texts it is made of. A counter whose count is past this is at fault,
     not the conversation it counted.
     """

@@ -160,3 +160,22 @@ async def test_a_run_with_no_context_manager_says_what_filled_its_window() -> No
     assert "largest: tool result of dump (call c1)" in str(error)
     # No pass could save anything: there was no compactor to run.
     assert "nothing was saved (a vetoing hook, no context manager, or" in str(error)
+
+
+@pytest.mark.parametrize("price", [1_600, 3_800])
+def test_images_priced_as_providers_price_them_do_not_blame_the_counter(
+    price: int,
+) -> None:
+    # A counter charging a real image price (the default 1,600, or a small
+    # model's 3,800) is no counter at fault: the images fill the window.
+    from turnfsm.messages import ImagePart, TextPart
+
+    photos = Message(
+        role=Role.USER,
+        parts=[TextPart(text="what differs?")]
+        + [ImagePart(url=f"https://example.com/{n}.png") for n in range(3)],
+    )
+    counter = ConservativeTokenCounter(image_tokens=price)
+
+    assert counter_at_fault([photos], counter) == ""
+    assert counter_at_fault([photos], ConservativeTokenCounter(image_tokens=10**6))

@@ -147,7 +147,7 @@ def counter_at_fault(
 
 
 def _chars(message: Message) -> int:
-    """The characters of `message` a counter reads (an image as 256)."""
+    """The characters of `message` a counter reads (an image as `_IMAGE_CHARS`)."""
     total = 0
     for part in message.parts:
         if isinstance(part, TextPart):
@@ -161,8 +161,13 @@ def _chars(message: Message) -> int:
     return total
 
 
-_IMAGE_CHARS = 256
-"""What the character-based counters charge for one image."""
+_IMAGE_CHARS = 1_024
+"""What an image counts as, in characters, when judging a count.
+
+At `turnfsm._checks.TOKENS_PER_CHAR` tokens each, 8,192 tokens: more than
+any provider charges for one image (about 3,800 at most), so a counter
+pricing images high (`image_tokens`) is not blamed for them.
+"""
 
 
 def _items(
