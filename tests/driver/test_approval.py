@@ -225,6 +225,9 @@ async def test_an_answer_that_is_almost_an_event_shows_the_event(
     assert str(refused).endswith(f"tool_calls_reviewed ({hint})")
 
 
+LOOKS_FINE = Message.user("looks fine")
+
+
 def _result(call_id: str) -> Message:
     return Message.tool_result(call_id, "no", is_error=True)
 
@@ -248,9 +251,9 @@ def _result(call_id: str) -> Message:
             "c1",
         ),
         (
-            ToolCallsReviewed(results=[Message.user("looks fine")]),
-            "event.results",
-            "c1",
+            ToolCallsReviewed(results=[LOOKS_FINE]),
+            "event.results[0]",
+            LOOKS_FINE,
         ),
         (
             MessageInjected(message=Message.tool_result("c1", "done", id="m1")),
