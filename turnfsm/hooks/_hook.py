@@ -42,7 +42,7 @@ class Hook:
     """
 
     def on_run_start(self, info: RunStartInfo) -> None:
-        """Called once when a run begins."""
+        """Called once when a run begins, and when it is resumed or abandoned."""
 
     def on_transition(self, info: TransitionInfo) -> None:
         """Called after each transition the brain fires."""
