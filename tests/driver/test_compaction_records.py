@@ -25,7 +25,7 @@ from turnfsm.errors import (
     ProviderError,
     StoreUnusable,
 )
-from turnfsm.hooks import Hook
+from turnfsm.hooks import CircuitInfo, Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     BreakerChanged,
@@ -460,3 +460,50 @@ async def test_a_strict_hook_failing_on_the_last_pass_hears_the_kept_end() -> No
     assert run.outcome == "failed"
     assert [p.key for p in hook.passes] == [c.key for c in run.compactions]
     assert hook.ends == 1
+
+
+class _RefusesOpening(MemoryStore):
+    """A store down for the one append that carries the breaker's opening."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        if not self.refused and any(isinstance(e, BreakerChanged) for e in entries):
+            self.refused = True
+            raise StoreUnusable(path="memory", reason="down for one append")
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )
+
+
+class _Openings(Hook):
+    def __init__(self) -> None:
+        self.heard: list[int] = []
+
+    def on_circuit_opened(self, info: CircuitInfo) -> None:
+        self.heard.append(info.failures)
+
+
+async def test_the_breaker_s_opening_is_told_once_the_log_keeps_it() -> None:
+    broken = FakeModelClient(lambda _r: "")  # an empty summary: a failed pass
+    store = _RefusesOpening()
+    hook = _Openings()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"), context=manager(broken), hooks=[hook]
+    )
+    session = Session(store=store)
+    for _ in range(2):
+        await driver.run(history(6), session=session)
+    with pytest.raises(StoreUnusable):
+        await driver.run(history(6), session=session)
+    assert hook.heard == []  # the log keeps no opening
+    reopened = await Session.load(store, session.id)
+    (stopped,) = reopened.open_runs()
+    await driver.resume(reopened, stopped.run_id)
+    opened = [e.failures for e in reopened.entries if isinstance(e, BreakerChanged)]
+    assert opened == [3]
+    assert hook.heard == [3]
