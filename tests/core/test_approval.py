@@ -30,7 +30,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.errors import Cancelled, ConfigError, InvalidMessage
-from turnfsm.messages import MessageLog, Role, ToolResultPart
+from turnfsm.messages import Message, MessageLog, Role, ToolResultPart
 
 SPEC = load_machine(REPO_ROOT / "machines" / "approval.toml")
 BUDGET = Budget(context_window=100_000)
@@ -141,12 +141,16 @@ def test_a_rejection_for_a_call_that_is_not_open_is_refused() -> None:
     assert machine.snapshot == before
 
 
+def rejected(call_id: str, *, id: str) -> Message:
+    return result(call_id, "rejected by the reviewer", is_error=True, id=id)
+
+
 TAKEN = [
     ToolCallsReviewed.approve_all(),
     ToolCallsReviewed.reject({"ls": "no"}),
-    ToolCallsReviewed(results=[result("rm", id="r1"), result("ls", id="r2")]),
+    ToolCallsReviewed(results=[rejected("rm", id="r1"), rejected("ls", id="r2")]),
     ToolCallsReviewed(
-        results=[result("rm", id="r1"), result("ls", id="r2"), user("thanks")]
+        results=[rejected("rm", id="r1"), rejected("ls", id="r2"), user("thanks")]
     ),
     RunCancelled(reason="no"),
     MessageInjected(message=user("and be careful")),
@@ -159,14 +163,17 @@ def test_the_pause_takes_every_answer_the_brain_takes(answer: object) -> None:
     paused().handle(answer)  # type: ignore[arg-type]
 
 
+NOT_A_RESULT = user("ok", id="u9")
+
 REFUSED = [
     (ToolCallsReviewed.reject({"mv": "unknown"}), "event.results.call_id", "mv"),
     (
-        ToolCallsReviewed(results=[result("rm", id="r1"), result("rm", id="r2")]),
+        ToolCallsReviewed(results=[rejected("rm", id="r1"), rejected("rm", id="r2")]),
         "event.results.call_id",
         "rm",
     ),
-    (ToolCallsReviewed(results=[user("ok", id="u9")]), "event.results", "rm"),
+    # It named the call id ('rm'), not the message given where a result belongs.
+    (ToolCallsReviewed(results=[NOT_A_RESULT]), "event.results[0]", NOT_A_RESULT),
 ]
 
 
@@ -183,6 +190,16 @@ def test_the_pause_refuses_what_the_brain_would_fail_on(
     assert "rm, ls" in caught.value.expected
     with pytest.raises(InvalidMessage):
         paused().handle(answer)
+
+
+def test_a_review_that_answers_a_call_with_a_success_is_refused() -> None:
+    # It was taken: the call never ran, and the model read the reviewer's
+    # text as the tool's own successful result.
+    fake = result("rm", "fake ok", id="r1")
+    with pytest.raises(ConfigError) as caught:
+        WAITING.check_answer(ToolCallsReviewed(results=[rejected("ls", id="r2"), fake]))
+    assert (caught.value.field, caught.value.value) == ("event.results[1]", fake)
+    assert "error tool result" in caught.value.expected
 
 
 @pytest.mark.parametrize("answer", ["approve", 5, None, Signal(name="go")])

@@ -13,8 +13,9 @@ import pytest
 from turnfsm import Agent, approval_machine
 from turnfsm.context import ContextManager
 from turnfsm.core import Event, MessageInjected, RunCancelled, Signal, ToolCallsReviewed
+from turnfsm.driver import Driver, function_tool
 from turnfsm.errors import Cancelled, ConfigError, SessionBusy
-from turnfsm.hooks import Hook, RunEndInfo
+from turnfsm.hooks import Hook, RunEndInfo, RunStartInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     MachineStored,
@@ -225,6 +226,9 @@ async def test_an_answer_that_is_almost_an_event_shows_the_event(
     assert str(refused).endswith(f"tool_calls_reviewed ({hint})")
 
 
+LOOKS_FINE = Message.user("looks fine")
+
+
 def _result(call_id: str) -> Message:
     return Message.tool_result(call_id, "no", is_error=True)
 
@@ -248,9 +252,9 @@ def _result(call_id: str) -> Message:
             "c1",
         ),
         (
-            ToolCallsReviewed(results=[Message.user("looks fine")]),
-            "event.results",
-            "c1",
+            ToolCallsReviewed(results=[LOOKS_FINE]),
+            "event.results[0]",
+            LOOKS_FINE,
         ),
         (
             MessageInjected(message=Message.tool_result("c1", "done", id="m1")),
@@ -557,3 +561,40 @@ async def test_a_run_resumed_on_a_smaller_window_sends_no_request_over_it() -> N
     sizes = [counter.count(list(r.messages)) for r in later.requests]
     assert all(size <= window for size in sizes), sizes
     assert done.ok, done.error  # the tool result cut down to fit, and answered
+
+
+async def test_an_abandoned_run_is_told_as_resumed_then_ended_failed() -> None:
+    # What the hooks page says of an abandon: a start (resumed, no input),
+    # then its end, failed with Cancelled; the pair a span needs.
+    heard: list[tuple[str, object]] = []
+
+    class Hears(Hook):
+        def on_run_start(self, info: RunStartInfo) -> None:
+            heard.append(("start", (info.resumed, info.input)))
+
+        def on_run_end(self, info: RunEndInfo) -> None:
+            heard.append(("end", (info.outcome, type(info.error).__name__)))
+
+    hook = Hears()
+    driver = Driver(
+        model=ScriptedModel.of(reply("", tool_call("rm", "c1", path="/x"))),
+        tools=[function_tool(_rm)],
+        machine=approval_machine(),
+        hooks=[hook],
+    )
+    session = Session()
+    paused = await driver.run("remove /x", session=session)
+    assert paused.outcome == "paused"
+    heard.clear()
+    ended = await driver.abandon(session, paused.run_id, reason="no one answers")
+    assert ended.outcome == "failed"
+    assert heard == [("start", (True, ())), ("end", ("failed", "Cancelled"))]
+
+
+def _rm(path: str) -> str:
+    """Remove a file.
+
+    Args:
+        path: the file.
+    """
+    return f"removed {path}"

@@ -16,10 +16,16 @@ from turnfsm.context import (
     CompactionProposal,
     ContextManager,
     SummarizingCompactor,
+    TruncatingCompactor,
 )
-from turnfsm.driver import Driver, RunControl, Session
-from turnfsm.errors import CompactionFailed, CompactionStalled, ProviderError
-from turnfsm.hooks import Hook
+from turnfsm.driver import Driver, RunControl, Session, function_tool
+from turnfsm.errors import (
+    CompactionFailed,
+    CompactionStalled,
+    ProviderError,
+    StoreUnusable,
+)
+from turnfsm.hooks import CircuitInfo, Hook
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     BreakerChanged,
@@ -31,7 +37,7 @@ from turnfsm.persistence import (
     event_messages,
 )
 from turnfsm.providers import ModelRequest, ModelResponse
-from turnfsm.testing import FakeModelClient, tool_call
+from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.values import Usage
 from turnfsm.view._html import pass_diff, turn_detail
@@ -346,3 +352,158 @@ def _walk_seen(
         elif isinstance(entry, Committed):
             committed.update((i, brought[i]) for i in entry.messages)
     return {**brought, **committed}
+
+
+class _RefusesFirstPass(MemoryStore):
+    """A store down for the one append that carries the first pass's record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        if not self.refused and any(isinstance(e, CompactionRecord) for e in entries):
+            self.refused = True
+            raise StoreUnusable(path="memory", reason="down for one append")
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )
+
+
+class _Passes(Hook):
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        self.heard.append(record.key)
+
+
+async def test_a_pass_the_log_could_not_keep_is_told_once_when_it_is_kept() -> None:
+    # The hooks hear of a pass with the record the log keeps: not before the
+    # append that keeps it, so a pass the store refused (and a resume runs
+    # again) is heard once, not twice.
+    def read_log(name: str) -> str:
+        """Read a log file.
+
+        Args:
+            name: the log file.
+        """
+        return f"{name}: " + "ERROR disk full\n" * 60
+
+    replies = iter(
+        [
+            reply("", tool_call("read_log", "c1", name="app.log")),
+            reply("", tool_call("read_log", "c2", name="db.log")),
+            reply("", tool_call("read_log", "c3", name="auth.log")),
+            reply("All three logs say the disk is full."),
+        ]
+    )
+    store = _RefusesFirstPass()
+    hook = _Passes()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: next(replies)),
+        tools=[function_tool(read_log)],
+        context=ContextManager(
+            TruncatingCompactor(compact_newest_exchange=True), context_window=2_000
+        ),
+        hooks=[hook],
+    )
+    session = Session(store=store)
+    with pytest.raises(StoreUnusable):
+        await driver.run("Audit app.log, db.log and auth.log.", session=session)
+    assert hook.heard == []  # the log keeps no pass
+    reopened = await Session.load(store, session.id)
+    (stopped,) = reopened.open_runs()
+    result = await driver.resume(reopened, stopped.run_id)
+    assert result.ok, result.error
+    kept = [c.key for run in reopened.runs for c in run.compactions]
+    assert kept
+    assert hook.heard == kept
+
+
+class _Raises(Hook):
+    """A strict hook that fails on a pass, and counts the run's ends."""
+
+    def __init__(self) -> None:
+        self.passes: list[CompactionRecord] = []
+        self.ends = 0
+
+    def on_compaction_pass(self, record: CompactionRecord) -> None:
+        self.passes.append(record)
+        raise ConnectionError("metrics server down")
+
+    def on_run_end(self, info: object) -> None:
+        self.ends += 1
+
+
+async def test_a_strict_hook_failing_on_the_last_pass_hears_the_kept_end() -> None:
+    # The pass that ends the run is told once its record and the run's end
+    # are in the log; a strict hook raising there still hears the end.
+    big = "## Critical Context\n" + "fact 1234 " * 600
+    hook = _Raises()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"),
+        context=manager(
+            FakeModelClient(lambda _r: big),
+            max_summary_tokens=3_000,
+            summary_window=100_000,
+        ),
+        hooks=[hook],
+        strict_hooks=True,
+    )
+    session = Session()
+    with pytest.raises(ConnectionError):
+        await driver.run(history(6, size=300) + history(2, size=1_700), session=session)
+    (run,) = session.runs
+    assert run.outcome == "failed"
+    assert [p.key for p in hook.passes] == [c.key for c in run.compactions]
+    assert hook.ends == 1
+
+
+class _RefusesOpening(MemoryStore):
+    """A store down for the one append that carries the breaker's opening."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        if not self.refused and any(isinstance(e, BreakerChanged) for e in entries):
+            self.refused = True
+            raise StoreUnusable(path="memory", reason="down for one append")
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )
+
+
+class _Openings(Hook):
+    def __init__(self) -> None:
+        self.heard: list[int] = []
+
+    def on_circuit_opened(self, info: CircuitInfo) -> None:
+        self.heard.append(info.failures)
+
+
+async def test_the_breaker_s_opening_is_told_once_the_log_keeps_it() -> None:
+    broken = FakeModelClient(lambda _r: "")  # an empty summary: a failed pass
+    store = _RefusesOpening()
+    hook = _Openings()
+    driver = Driver(
+        model=FakeModelClient(lambda _r: "x"), context=manager(broken), hooks=[hook]
+    )
+    session = Session(store=store)
+    for _ in range(2):
+        await driver.run(history(6), session=session)
+    with pytest.raises(StoreUnusable):
+        await driver.run(history(6), session=session)
+    assert hook.heard == []  # the log keeps no opening
+    reopened = await Session.load(store, session.id)
+    (stopped,) = reopened.open_runs()
+    await driver.resume(reopened, stopped.run_id)
+    opened = [e.failures for e in reopened.entries if isinstance(e, BreakerChanged)]
+    assert opened == [3]
+    assert hook.heard == [3]

@@ -185,7 +185,9 @@ class Pause:
 
         Raises:
             ConfigError: `event` is not such an answer; names the field and
-                the value (the call id, with the ids the pause waits on).
+                the value (the call id, with the ids the pause waits on; or
+                the message at fault, ``event.results[i]``, a review's result
+                that is not an error among them).
         """
         if not isinstance(event, EVENT_TYPES) or (
             trigger_of(event) not in self.accepts
@@ -199,7 +201,9 @@ class Pause:
                 + self._how_to_answer(event),
             )
         if isinstance(event, ToolCallsReviewed | ToolsFinished):
-            self._check_results(event.results)
+            self._check_results(
+                event.results, review=isinstance(event, ToolCallsReviewed)
+            )
         elif isinstance(event, MessageInjected | Signal):
             message = event.message
             if message is not None and (message.tool_calls or message.tool_results):
@@ -222,26 +226,44 @@ class Pause:
             return " (ToolCallsReviewed.approve_all() lets every call run)"
         return ""
 
-    def _check_results(self, results: tuple[Message, ...]) -> None:
-        """Refuse `results` unless they answer the waited calls as the brain checks."""
+    def _check_results(
+        self, results: tuple[Message, ...], *, review: bool = False
+    ) -> None:
+        """Refuse `results` unless they answer the waited calls as the brain checks.
+
+        A review's (`review`) tool results are the error results of the
+        calls it rejects: a call it answers with a success would never run,
+        and the model would read the reviewer's text as the tool's result.
+        The message at fault is named by its place, ``event.results[i]``.
+        """
         waited = tuple(call.id for call in self.calls)
         listed = ", ".join(waited) or "none"
-        try:
-            OpenCalls(ids=waited).then(results)
-        except InvalidMessage as exc:
-            if exc.field == "tool_result.call_id":
+        state = OpenCalls(ids=waited)
+        for i, message in enumerate(results):
+            if review and any(not r.is_error for r in message.tool_results):
                 raise ConfigError(
-                    "event.results.call_id",
-                    exc.value,
-                    f"the id of a tool call the paused run waits on ({listed}), "
-                    "each answered once",
+                    f"event.results[{i}]",
+                    message,
+                    "an error tool result, the answer to a call the reviewer "
+                    "rejects (ToolCallsReviewed.reject makes them): a call the "
+                    "reviewer approves gets no result and runs",
+                )
+            try:
+                state = state.then((message,))
+            except InvalidMessage as exc:
+                if exc.field == "tool_result.call_id":
+                    raise ConfigError(
+                        "event.results.call_id",
+                        exc.value,
+                        "the id of a tool call the paused run waits on "
+                        f"({listed}), each answered once",
+                    ) from None
+                raise ConfigError(
+                    f"event.results[{i}]",
+                    message,
+                    f"a tool result for call {exc.value!r} before any other "
+                    f"message (the paused run waits on {listed})",
                 ) from None
-            raise ConfigError(
-                "event.results",
-                exc.value,
-                f"a tool result for call {exc.value!r} before any other message "
-                f"(the paused run waits on {listed})",
-            ) from None
 
 
 Decision: TypeAlias = (

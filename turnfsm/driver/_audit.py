@@ -189,7 +189,7 @@ class Audit:
     The loop asks it for the entries a model reply or a compaction pass
     makes; it keeps what the run has spent and the provider's count of the
     last call, and tells the hooks of each pass (its one record) and of the
-    circuit breaker's opening.
+    circuit breaker's opening, once the log keeps them (`tell`).
     """
 
     def __init__(
@@ -377,7 +377,7 @@ class Audit:
         taken: bool | None,
         key: str,
     ) -> list[Entry]:
-        """The pass's one record (told to the hooks) and the breaker's opening."""
+        """The pass's one record and the breaker's opening (told once kept: `tell`)."""
         manager = self.manager
         record = compaction_record(
             self.run_id,
@@ -390,8 +390,31 @@ class Audit:
         )
         if record.usage is not None:
             self.compaction_usage = self.compaction_usage + record.usage
-        self.hooks.compaction_pass(record, self.session.id)
         return [record, *self._breaker(record)]
+
+    def tell(self, written: Sequence[Entry]) -> None:
+        """Tell the hooks of the passes and the breaker's opening in `written`.
+
+        Called once the log keeps `written`: a hook hears of a pass with the
+        very record the log keeps, never of one an append failed to write
+        (a resume would run that pass again, and the hooks hear it then).
+        """
+        for entry in written:
+            if type(entry) is CompactionRecord:
+                self.hooks.compaction_pass(entry, self.session.id)
+            elif (
+                type(entry) is BreakerChanged
+                and entry.open
+                and self.hooks.wants("on_circuit_opened")
+            ):
+                self.hooks.call(
+                    "on_circuit_opened",
+                    CircuitInfo(
+                        session_id=self.session.id,
+                        run_id=self.run_id,
+                        failures=entry.failures,
+                    ),
+                )
 
     def _breaker(self, record: CompactionRecord) -> list[Entry]:
         """The breaker's opening, when this failed pass reaches `max_failures`.
@@ -405,13 +428,6 @@ class Audit:
         failures = self.session.compaction_failures + 1
         if failures != manager.max_failures:
             return []
-        if self.hooks.wants("on_circuit_opened"):
-            self.hooks.call(
-                "on_circuit_opened",
-                CircuitInfo(
-                    session_id=self.session.id, run_id=self.run_id, failures=failures
-                ),
-            )
         return [
             BreakerChanged(
                 run_id=self.run_id, open=True, failures=failures, at=self.clock()

@@ -30,10 +30,8 @@ from turnfsm.driver._context import RunResources, request_extras, run_resources
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._effects import BUILTIN_EFFECTS, Effect
 from turnfsm.driver._inputs import (
-    _CHECK_HOOKS,
     as_messages,
     check_effects,
-    hooks_tuple,
     is_tool,
     run_hooks,
     tools_tuple,
@@ -48,7 +46,7 @@ from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
     ConfigError,
 )
-from turnfsm.hooks import Hook
+from turnfsm.hooks import Hook, check_hooks
 from turnfsm.messages import Message, OpenCalls, require_new_ids
 from turnfsm.persistence import (
     Session,
@@ -406,9 +404,7 @@ class Driver:
     retry: RetryPolicy = attrs.field(
         factory=RetryPolicy, validator=_checks.instance(RetryPolicy, "a RetryPolicy")
     )
-    hooks: Sequence[Hook] = attrs.field(
-        default=(), converter=hooks_tuple, validator=_CHECK_HOOKS
-    )
+    hooks: Sequence[Hook] = attrs.field(default=(), converter=check_hooks)
     strict_hooks: bool = attrs.field(default=False, validator=_checks.boolean())
     machine: MachineSpec = attrs.field(
         factory=default_machine,

@@ -150,7 +150,13 @@ class Ending:
             history=self.held_history if held else None,
         )
         self.ended = True
-        self.hear_end(outcome, snapshot, text, error)
+        # Kept: the hooks hear of the last step's pass, then of the end (even
+        # when a strict hook raises on the pass: the end is logged).
+        try:
+            self.audit.tell(riding)
+            self.audit.tell(held)
+        finally:
+            self.hear_end(outcome, snapshot, text, error)
         return RunResult(
             output=self._output(outcome, text),
             outcome=outcome,  # type: ignore[arg-type]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-import inspect
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -19,7 +16,7 @@ from turnfsm.driver._effects import BUILTIN_EFFECTS
 from turnfsm.driver._replay import rebased, rebuild
 from turnfsm.driver._tools import Tool
 from turnfsm.errors import ConfigError, InvalidMessage
-from turnfsm.hooks import HOOK_METHODS, Hook
+from turnfsm.hooks import Hook, check_hooks
 from turnfsm.messages import Message
 from turnfsm.persistence import RunRecord, Session
 
@@ -29,20 +26,12 @@ if TYPE_CHECKING:
 __all__ = [
     "as_messages",
     "check_effects",
-    "hooks_tuple",
     "is_tool",
     "open_run",
     "reopen",
     "run_hooks",
     "tools_tuple",
 ]
-
-
-def _is_hook(hook: object) -> bool:
-    """A `Hook`, or an object with one of its methods (hooks may be duck-typed)."""
-    return isinstance(hook, Hook) or any(
-        callable(getattr(hook, m, None)) for m in HOOK_METHODS
-    )
 
 
 def is_tool(tool: object) -> bool:
@@ -110,102 +99,15 @@ def tools_tuple(
     return _checks.as_tuple(value, "tools", "tools or functions")
 
 
-def hooks_tuple(value: Iterable[Hook]) -> tuple[Hook, ...]:
-    return _checks.as_tuple(value, "hooks", "Hook")
-
-
-def _check_hooks(_inst: object, _attr: object, hooks: tuple[Hook, ...]) -> None:
-    """Each a `Hook` whose methods are plain functions (hooks are never awaited).
-
-    A public ``on_*`` method that is not a hook method (a misspelt
-    ``on_tool_started``) is refused too: the driver would never call it.
-    """
-    for i, hook in enumerate(hooks):
-        first = next(j for j, h in enumerate(hooks) if h is hook)
-        if first != i:
-            raise ConfigError(
-                f"hooks[{i}]",
-                hook,
-                f"a hook not given already: it is hooks[{first}] too, and would "
-                "be called twice for everything",
-            )
-        if isinstance(hook, type) and _is_hook(hook):  # its methods never called
-            raise ConfigError(
-                f"hooks[{i}]",
-                hook,
-                f"a Hook: an instance, {hook.__name__}(), not the class",
-            )
-        if not _is_hook(hook):
-            raise ConfigError(f"hooks[{i}]", hook, "a Hook")
-        for name in _unknown_methods(hook):
-            close = difflib.get_close_matches(name, HOOK_METHODS, n=1)
-            hint = (
-                f"did you mean {close[0]!r}?"
-                if close
-                else "the hook methods are " + ", ".join(HOOK_METHODS)
-            )
-            raise ConfigError(
-                f"hooks[{i}].{name}",
-                hook,
-                f"a hook method: {type(hook).__name__}.{name} is not one, so "
-                f"it would never be called ({hint})",
-            )
-        for name in HOOK_METHODS:
-            method = getattr(hook, name, _ABSENT)
-            if method is _ABSENT:  # a duck-typed hook without it
-                continue
-            if not callable(method):
-                raise ConfigError(
-                    f"hooks[{i}].{name}",
-                    hook,
-                    f"a method: {type(hook).__name__}.{name} is "
-                    f"{type(method).__name__}, not callable (delete it, or "
-                    f"write it as `def {name}(self, info)`)",
-                )
-            if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(
-                method
-            ):
-                raise ConfigError(
-                    f"hooks[{i}].{name}",
-                    hook,
-                    "a plain method, not async def: hooks are called "
-                    "synchronously and never awaited (start async work from "
-                    "an effect or a tool instead)",
-                )
-            if inspect.isgeneratorfunction(method):
-                raise ConfigError(
-                    f"hooks[{i}].{name}",
-                    hook,
-                    "a plain method, not a generator (a method with yield): "
-                    "hooks are called, never iterated, so none of its body "
-                    "would run",
-                )
-            if _takes_no_record(method):
-                raise ConfigError(
-                    f"hooks[{i}].{name}",
-                    hook,
-                    f"a method that takes one record: {type(hook).__name__}."
-                    f"{name}() cannot be called with it (write it as "
-                    f"`def {name}(self, info)`)",
-                )
-
-
-_CHECK_HOOKS: _checks.Check = _check_hooks
-
-_ABSENT: Final = object()
-"""What a duck-typed hook has for a hook method it does not define."""
-
-
 def run_hooks(value: Iterable[Hook], own: Sequence[Hook]) -> tuple[Hook, ...]:
     """The hooks given to one run, checked as the driver's are (`own`).
 
     Raises:
-        ConfigError: not a sequence of hooks; a hook as `_check_hooks`
+        ConfigError: not a sequence of hooks; a hook as `check_hooks`
             refuses it; or one of the driver's own (`own`), which watch
             every run already: it would be called twice.
     """
-    hooks = hooks_tuple(value)
-    _checks.check(hooks, "hooks", _CHECK_HOOKS)
+    hooks = check_hooks(value)
     for i, hook in enumerate(hooks):
         if any(h is hook for h in own):
             raise ConfigError(
@@ -215,50 +117,6 @@ def run_hooks(value: Iterable[Hook], own: Sequence[Hook]) -> tuple[Hook, ...]:
                 "every run already, so it would be called twice for everything",
             )
     return hooks
-
-
-def _takes_no_record(method: object) -> bool:
-    """Whether `method` is a Python function that cannot be called with one record.
-
-    Only functions and methods are judged: a callable object or a builtin
-    is left to its call.
-    """
-    return _checks.cannot_take(method, _ONE_RECORD) is not None
-
-
-_ONE_RECORD: Final = _checks.Shape(("info",))
-"""How the driver calls a hook's method: with the record of what happened."""
-
-
-def _unknown_methods(hook: object) -> list[str]:
-    """The public ``on_*`` methods of `hook` the driver does not call."""
-    names = list(_unknown_in_class(type(hook)))
-    own = getattr(hook, "__dict__", None)
-    if own:  # methods set on the instance itself (a duck-typed hook)
-        names += [n for n, v in own.items() if _is_unknown(n) and callable(v)]
-    return names
-
-
-def _unknown_in_class(cls: type) -> tuple[str, ...]:
-    # Once per class, not per run: a hook given to every run costs a lookup.
-    names = _UNKNOWN.get(cls)
-    if names is None:
-        names = _UNKNOWN[cls] = tuple(
-            n for n in dir(cls) if _is_unknown(n) and callable(getattr(cls, n, None))
-        )
-    return names
-
-
-_UNKNOWN: Final[weakref.WeakKeyDictionary[type, tuple[str, ...]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _is_unknown(name: str) -> bool:
-    return name.startswith("on_") and name not in _HOOK_METHODS
-
-
-_HOOK_METHODS: Final = frozenset(HOOK_METHODS)
 
 
 def as_messages(value: str | Message | Iterable[Message]) -> tuple[Message, ...]:

@@ -270,7 +270,11 @@ class RunLoop(Ending):
         self._start = ((), True)
 
     async def _write(self, *entries: Entry, history: MessageLog | None = None) -> None:
-        """Append `entries` to the log, after the entries riding with them."""
+        """Append `entries` to the log, after the entries riding with them.
+
+        Once they are kept, the hooks hear of the compaction passes (and the
+        breaker's opening) among them (`Audit.tell`).
+        """
         riding, self._riding = self._riding, []
         try:
             await self.append(*riding, *entries, history=history)
@@ -282,6 +286,9 @@ class RunLoop(Ending):
                 again = [e for e in (*riding, *entries) if isinstance(e, opening)]
                 self._riding[:0] = again
             raise
+        # Kept: the hooks hear of the passes it holds (never of one unwritten).
+        self.audit.tell(riding)
+        self.audit.tell(entries)
 
     async def _record_result(self, result: Message) -> None:
         """Log one tool result of the batch in flight (calls finish concurrently)."""

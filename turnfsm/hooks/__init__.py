@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from turnfsm import _deprecated
+from turnfsm.hooks._check import check_hooks
 from turnfsm.hooks._console import ConsoleHook
 from turnfsm.hooks._dispatch import HookDispatcher
 from turnfsm.hooks._hook import HOOK_METHODS, Hook
@@ -42,6 +43,7 @@ __all__ = [
     "ToolCallEnd",
     "ToolCallInfo",
     "TransitionInfo",
+    "check_hooks",
 ]
 
 __getattr__ = _deprecated.moved(

@@ -17,8 +17,9 @@ from typing import Any, final
 
 import attrs
 
-from turnfsm import _deprecated
+from turnfsm import _checks, _deprecated
 from turnfsm.errors import InvalidReturn
+from turnfsm.hooks._check import check_hooks
 from turnfsm.hooks._hook import DEPRECATED_METHODS, HOOK_METHODS, Hook
 from turnfsm.hooks._infos import (
     CompactionDone,
@@ -37,16 +38,20 @@ logger = logging.getLogger("turnfsm.hooks")
 
 
 def _hook_list(value: Iterable[Hook]) -> list[Hook]:
-    return list(value)
+    return list(check_hooks(value))
 
 
 @final
 @attrs.define(eq=False)
 class HookDispatcher:
-    """Fans each call out to the hooks that override the method."""
+    """Fans each call out to the hooks that override the method.
+
+    Its hooks are checked as the driver checks them (`check_hooks`), and
+    `strict` is a bool: what it is given wrong raises `ConfigError` here.
+    """
 
     hooks: list[Hook] = attrs.field(converter=_hook_list)
-    strict: bool = False
+    strict: bool = attrs.field(default=False, validator=_checks.boolean())
     _table: dict[str, list[Hook]] = attrs.field(init=False, factory=dict)
     _compaction: bool = attrs.field(init=False, default=False)
 
@@ -177,8 +182,13 @@ class HookDispatcher:
 
     @classmethod
     def of(cls, hooks: Iterable[Hook], *, strict: bool = False) -> HookDispatcher:
-        """Return a dispatcher over `hooks`."""
-        return cls(list(hooks), strict)
+        """Return a dispatcher over `hooks`.
+
+        Raises:
+            ConfigError: `hooks` as `check_hooks` refuses them, or a
+                `strict` that is not a bool.
+        """
+        return cls(hooks, strict)
 
 
 _COMPACTION_METHODS = ("on_compaction_pass", *DEPRECATED_METHODS)

@@ -42,7 +42,7 @@ class Hook:
     """
 
     def on_run_start(self, info: RunStartInfo) -> None:
-        """Called once when a run begins."""
+        """Called once when a run begins, and when it is resumed or abandoned."""
 
     def on_transition(self, info: TransitionInfo) -> None:
         """Called after each transition the brain fires."""
@@ -84,7 +84,7 @@ class Hook:
         return None
 
     def on_compaction_pass(self, record: CompactionRecord) -> None:
-        """Called after every compaction pass with its record, as logged.
+        """Called after every compaction pass with its record, once it is logged.
 
         Real compactions, no-ops, vetoes, and passes that failed alike:
         `record.verdict` is the pass's `Verdict` (`record.compacted` is True
@@ -103,7 +103,7 @@ class Hook:
         """Deprecated: override `on_compaction_pass` and read `record.compacted`."""
 
     def on_circuit_opened(self, info: CircuitInfo) -> None:
-        """Called once when a session's compaction circuit breaker opens."""
+        """Called once when a session's compaction circuit breaker opens (logged)."""
 
     def on_run_end(self, info: RunEndInfo) -> None:
         """Called once when a run ends."""
