@@ -463,18 +463,19 @@ async def test_a_strict_hook_failing_on_the_last_pass_hears_the_kept_end() -> No
 
 
 class _RefusesOpening(MemoryStore):
-    """A store down for the one append that carries the breaker's opening."""
+    """A store down for the appends that carry the breaker's opening: the
+    run's end, and the interruption's that follows it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.refused = False
+        self.refusals = 2
 
     async def append(
         self, session_id: str, entries: Sequence[Entry], *, expected_version: int
     ) -> int:
-        if not self.refused and any(isinstance(e, BreakerChanged) for e in entries):
-            self.refused = True
-            raise StoreUnusable(path="memory", reason="down for one append")
+        if self.refusals and any(isinstance(e, BreakerChanged) for e in entries):
+            self.refusals -= 1
+            raise StoreUnusable(path="memory", reason="down for two appends")
         return await super().append(
             session_id, entries, expected_version=expected_version
         )

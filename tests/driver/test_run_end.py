@@ -372,3 +372,50 @@ async def test_a_strict_tool_hook_that_raises_in_a_batch_surfaces_as_itself() ->
         await driver.run("go", session=session)
     assert session.runs[0].outcome == "failed"
     assert list(session.history) == []
+
+
+class _RefusesTheEnd(MemoryStore):
+    """A store down for the one append that carries the run's first end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        if not self.refused and any(isinstance(e, RunEnded) for e in entries):
+            self.refused = True
+            raise StoreUnusable(path="memory", reason="down for one append")
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )
+
+
+async def test_an_end_the_store_refused_keeps_the_last_step_for_the_resume() -> None:
+    # The end's append failed and took the last step with it: the
+    # interruption logged the run without its final reply, and the resume
+    # asked the model again (a second, paid answer in place of the first).
+    def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    store = _RefusesTheEnd()
+    model = ScriptedModel.of(
+        reply("", tool_call("noop", "c1")), "the answer", "asked again"
+    )
+    driver = Driver(model=model, tools=[noop])
+    session = Session(store=store)
+    with pytest.raises(StoreUnusable):
+        await driver.run("go", session=session)
+
+    reopened = await Session.load(store, session.id)
+    (stopped,) = reopened.open_runs()
+    assert stopped.outcome == "interrupted"
+    result = await driver.resume(reopened, stopped.run_id)
+
+    assert (result.outcome, result.text) == ("done", "the answer")
+    assert len(model.requests) == 2  # the final reply was not asked for again
+    final = await Session.load(store, session.id)
+    assert [m.text for m in final.history][-1] == "the answer"
+    assert replay(None, final, stopped.run_id).ok

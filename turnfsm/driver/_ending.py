@@ -26,7 +26,7 @@ from turnfsm.core import (
     TurnMachine,
 )
 from turnfsm.driver._arguments import InvalidArguments
-from turnfsm.driver._audit import Audit
+from turnfsm.driver._audit import Audit, committed
 from turnfsm.driver._carry import EffectSettings
 from turnfsm.driver._context import RunResources, ending_time
 from turnfsm.driver._control import RunResult
@@ -132,23 +132,32 @@ class Ending:
         # run's final commit) go in the same append.
         riding, self._riding = self._riding, []
         held, self.held = self.held, []
-        await self.append(
-            *riding,
-            *held,
-            RunEnded(
-                run_id=self.run_id,
-                outcome=outcome,  # type: ignore[arg-type]
-                phase=snapshot.phase,
-                text=text,
-                error=error,
-                usage=self.audit.usage,
-                turns=snapshot.turns,
-                waiting=waiting,
-                at=ending_time(self.run.clock),
-                compaction_usage=self.audit.compaction_usage,
-            ),
-            history=self.held_history if held else None,
-        )
+        if not held and isinstance(decision, Finish):
+            held = self._resumed_commit(snapshot)
+        try:
+            await self.append(
+                *riding,
+                *held,
+                RunEnded(
+                    run_id=self.run_id,
+                    outcome=outcome,  # type: ignore[arg-type]
+                    phase=snapshot.phase,
+                    text=text,
+                    error=error,
+                    usage=self.audit.usage,
+                    turns=snapshot.turns,
+                    waiting=waiting,
+                    at=ending_time(self.run.clock),
+                    compaction_usage=self.audit.compaction_usage,
+                ),
+                history=self.held_history if held else None,
+            )
+        except BaseException:
+            # Not written: the interruption's append that follows (or a
+            # retry) writes them, so the last step is not done again.
+            self._riding[:0] = riding
+            self.held[:0] = held
+            raise
         self.ended = True
         # Kept: the hooks hear of the last step's pass, then of the end (even
         # when a strict hook raises on the pass: the end is logged).
@@ -213,6 +222,19 @@ class Ending:
                     compaction_usage=self.audit.compaction_usage,
                 ),
             )
+
+    def _resumed_commit(self, snapshot: Snapshot) -> list[Entry]:
+        """The commit of a run resumed at its end: its last step is logged, not it.
+
+        An end whose append failed leaves the last step to the interruption's
+        append, without its commit (the run had not finished); the resumed
+        run finishes on that step, and commits what it says now.
+        """
+        history = self.session.history
+        if [m.id for m in snapshot.history] == [m.id for m in history]:
+            return []
+        self.held_history = snapshot.history
+        return [committed(self.run_id, history, snapshot.history)]
 
     async def interrupt(
         self, reason: str, error: TurnFSMError | None = None
