@@ -925,3 +925,47 @@ def test_show_prints_what_an_unfinished_run_holds_beyond_the_history(
     capsys.readouterr()
     assert main(["sessions", "show", sid, "--store", str(db)]) == 0
     assert "more in its unfinished run" not in capsys.readouterr().out  # it ended
+
+
+def cat_file(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file's path.
+    """
+    return "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\tover \u202etxt.exe\rgone"
+
+
+def test_show_prints_the_log_s_control_characters_as_escapes(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """A tool result, a task or a reply holding terminal escapes (clear the
+    screen, set the title, colour, carriage return, a right-to-left override)
+    is shown as the escapes' text: the terminal runs none of them."""
+    db = tmp_path / "s.db"
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(
+                model=ScriptedModel.of(
+                    reply("", tool_call("cat_file", "c1", path="x")),
+                    "done \x1b[5mblink",
+                ),
+                tools=[cat_file],
+                store=store,
+            )
+            return (await agent.run("read \x1b[41mit")).session_id
+
+    sid = anyio.run(run)
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "\r" not in out
+    assert "\u202e" not in out
+    assert "read \\x1b[41mit" in out
+    shown = (
+        "[c1] \\x1b]0;owned\\x07\\x1b[2J\\x1b[31mred\\x1b[0m\\tover \\u202etxt.exe\n"
+    )
+    assert shown in out
+    assert "done \\x1b[5mblink" in out

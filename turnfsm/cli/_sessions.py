@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import unicodedata
 from collections.abc import Sequence
 from typing import Final, TextIO, final
 
@@ -365,7 +366,7 @@ def _show(
         print(line, file=out)
         if run.outcome in ("failed", "cancelled") and _clip(error) != error:
             # Why it failed, and what would help, are at the end of the text.
-            print(f"    error in full: {error}", file=out)
+            print(f"    error in full: {_plain(error)}", file=out)
         if run.continued:
             print(
                 f"    its durable run's workflow continued as new {run.continued} "
@@ -384,7 +385,8 @@ def _show(
             print(f"    paused in {run.waiting.phase}, {waits}", file=out)
             for call in calls:
                 print(
-                    f"    {call.id}  {call_text(call.name, call.arguments)}", file=out
+                    _plain(f"    {call.id}  {call_text(call.name, call.arguments)}"),
+                    file=out,
                 )
             print(f"    answer it: {answer_hint(run.waiting, session.id)}", file=out)
         elif run.outcome in ("interrupted", "running"):
@@ -426,11 +428,35 @@ def _first_line(message: Message) -> str:
         first = _clip(lines[0]) if lines else ""
         error = " error" if result.is_error else ""
         shown = f"[{result.call_id}{error}] {first}".rstrip()
-    return shown
+    return _plain(shown)  # a call's id is the model's too
 
 
 def _clip(text: str, width: int = 72) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+    """`text` cut to `width`, as a terminal shows it safely (see `_plain`)."""
+    return _plain(text if len(text) <= width else text[: width - 3] + "...")
+
+
+_BIDI: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e") | {
+    chr(c) for c in range(0x2066, 0x206A)
+}
+"""The characters that reorder the text around them (right-to-left and the like)."""
+
+
+def _plain(text: str) -> str:
+    r"""`text` with its control characters written as escapes (``\x1b``).
+
+    A log holds what a model, a tool or a user wrote: a terminal escape in
+    it would clear the screen, set the title or hide what follows, and a
+    right-to-left override would show the text in another order.
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        c.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(c) == "Cc" or c in _BIDI
+        else c
+        for c in text
+    )
 
 
 def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
