@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import re
 import socket
+import sqlite3
 import threading
 import time
 import urllib.error
@@ -225,6 +226,32 @@ def _check_report(doc: Node) -> None:
     assert before.find_all("div", "removed")
     assert before.find_all("div", "kept")
     assert len(after.find_all("div", "msg")) < len(before.find_all("div", "msg"))
+
+
+def test_a_log_changed_after_it_was_written_is_said_not_to_replay(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """A run whose log says another final answer than its replies made: the
+    report and the live page say where its replay stops, as `turnfsm replay`
+    and `turnfsm diagram --run` do, rather than draw it as a sound run."""
+    db = tmp_path / "s.db"
+    sid = _hostile(db)
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            'UPDATE turnfsm_entries SET body = replace(body, \'"outcome":'
+            '"done"\', \'"outcome":"failed"\') WHERE kind = \'RunEnded\''
+        )
+    assert main(["replay", "--session", sid, "--store", str(db)]) == 1
+    said = capsys.readouterr().out
+    assert "changed or damaged" in said
+    report = render_report(_load(db, sid))
+    assert "the replay stopped" in report
+    assert "changed or damaged" in report
+    with ViewServer(lambda: SQLiteStore(db), sid) as server:
+        status, text = _get(server.url.replace("/?", "/path?r=0&"))
+    assert status == 200
+    assert "the replay stopped" in text
+    assert "changed or damaged" in text
 
 
 @pytest.mark.parametrize(
