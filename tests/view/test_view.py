@@ -509,10 +509,14 @@ async def _list(db: Path) -> tuple[object, ...]:
         return await store.list_sessions()  # type: ignore[return-value]
 
 
-def _serve(session_id: str, db: Path, agent: str = CAREFUL) -> Iterator[str]:
+def _serve(
+    session_id: str,
+    db: Path | None,
+    agent: str = CAREFUL,
+) -> Iterator[str]:
     out = io.StringIO()
     stop = threading.Event()
-    options = AgentOptions(agent=agent, store=str(db))
+    options = AgentOptions(agent=agent, store=None if db is None else str(db))
     status: list[int] = []
     thread = threading.Thread(
         target=lambda: status.append(
@@ -564,6 +568,40 @@ def test_approve_on_the_live_page_resumes_the_paused_run(
     run = _load(db, session_id).runs[-1]
     assert run.outcome == "done"
     assert run.text.startswith("Report: deleted /tmp/cache.db")
+
+
+def test_view_reads_the_session_from_the_store_of_the_agent_it_is_given(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`turnfsm run --agent A` says to answer with `--agent A`; given to
+    `turnfsm view` as to `turnfsm approve`, it finds the session in the
+    agent's own store (it read the command line's store, which has none)."""
+    own = tmp_path / "own.db"
+    monkeypatch.setattr(approval_agent, "OWN_STORE", [own])
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "cli.db"))
+    agent = "tests.cli.approval_agent:careful_in_its_store"
+    assert main(["run", "clean up", "--agent", agent]) == 3
+    (session,) = anyio.run(_list, own)
+    capsys.readouterr()
+    for url in _serve(session.id, None, agent):  # type: ignore[attr-defined]
+        form = parse(_get(url)[1]).find("div", "paused").find("form", "answer")
+        fields = {i.attrs["name"]: i.attrs["value"] for i in form.find_all("input")}
+        status, _ = _post(form.attrs["action"], {**fields, "action": "approve"})
+        assert status == 303
+    assert sorted(approval_agent.DELETED) == ["/etc/hosts", "/tmp/cache.db"]
+    assert not (tmp_path / "cli.db").exists()
+
+
+def test_view_refuses_an_agent_that_does_not_load_before_serving(
+    capsys: Capture,
+) -> None:
+    """A bad `--agent` was found only when Approve was clicked."""
+    argv = ["view", "ses_x", "--agent", "tests.cli.no_such_module:agent"]
+    assert main([*argv, "--no-open"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "turnfsm view: invalid --agent='tests.cli.no_such_module:agent'"
+    )
 
 
 @pytest.mark.parametrize(
