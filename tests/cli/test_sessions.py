@@ -700,7 +700,9 @@ def test_show_says_how_to_go_on_with_an_interrupted_run(
     out, page = _shown(path, sid, capsys)
     (run,) = anyio.run(_runs_of, path, sid)
     assert f"  {run}  interrupted  1 turn(s)  " in out
-    target = f"{sid} {run}"
+    # The commands carry the store they were read from, as the page's do:
+    # without it, they read the default store, which has no such session.
+    target = f"{sid} {run} --store {path}"
     assert (
         f"    carry it on: turnfsm resume {target}, or end it: "
         f"turnfsm abandon {target}\n"
@@ -795,7 +797,8 @@ def test_show_names_the_workflow_holding_a_paused_durable_run(
     out = capsys.readouterr().out
     assert f"is held by its durable run, Temporal workflow 'turnfsm-{sid}'" in out
     assert (
-        f"turnfsm resume|abandon {sid} --force only once that workflow has ended" in out
+        f"turnfsm resume|abandon {sid} --store {db} --force only once that workflow "
+        "has ended" in out
     )
     assert "answer it: turnfsm approve" not in out
 

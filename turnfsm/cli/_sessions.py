@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import shlex
 import sys
 import time
 import unicodedata
@@ -119,7 +120,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             return await _compact(session, command.agent, out)
         if command.action == "show":
             held = await holder_of(session, store)
-            code = _show(session, store, out, held=held)
+            flags = ["--store", command.store] if command.store else []
+            code = _show(session, store, out, held=held, flags=flags)
             await show_links(session, store, out)
             return code
         if command.action == "export":
@@ -316,7 +318,9 @@ def _show(
     out: TextIO,
     *,
     held: SessionBusy | None = None,
+    flags: Sequence[str] = (),
 ) -> int:
+    """Print the session; the commands it gives carry `flags` (``--store``)."""
     runs = session.runs
     print(
         f"session {session.id}: {session.version} entries, {len(runs)} run(s), "
@@ -377,7 +381,9 @@ def _show(
         if run.is_open and held is not None and run.run_id == held.run_id:
             # Its process or workflow is live: the commands below would be
             # refused.
-            take_over = f"turnfsm resume|abandon {session.id} --force"
+            take_over = (
+                f"turnfsm resume|abandon {shlex.join([session.id, *flags])} --force"
+            )
             print(f"    {busy_words(held, take_over)}", file=out)
         elif run.outcome == "paused" and run.waiting is not None:
             calls = run.waiting.calls
@@ -388,9 +394,10 @@ def _show(
                     _plain(f"    {call.id}  {call_text(call.name, call.arguments)}"),
                     file=out,
                 )
-            print(f"    answer it: {answer_hint(run.waiting, session.id)}", file=out)
+            words = shlex.join([session.id, *flags])
+            print(f"    answer it: {answer_hint(run.waiting, words)}", file=out)
         elif run.outcome in ("interrupted", "running"):
-            target = f"{session.id} {run.run_id}"
+            target = shlex.join([session.id, run.run_id, *flags])
             print(
                 f"    carry it on: turnfsm resume {target}, or end it: "
                 f"turnfsm abandon {target}",
