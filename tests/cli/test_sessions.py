@@ -28,6 +28,7 @@ from turnfsm.persistence import (
     Session,
     SQLiteStore,
     TurnRecord,
+    child_sessions,
 )
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
@@ -972,3 +973,32 @@ def test_show_prints_the_log_s_control_characters_as_escapes(
     )
     assert shown in out
     assert "done \\x1b[5mblink" in out
+
+
+def test_show_prints_a_sub_agent_s_call_id_s_control_characters_as_escapes(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """The id of the call that started a sub-agent is the model's: shown as text."""
+    db = tmp_path / "s.db"
+
+    async def run() -> tuple[str, str]:
+        async with SQLiteStore(db) as store:
+            helper = Agent(model=ScriptedModel.of("read it"))
+            lead = Agent(
+                model=ScriptedModel.of(
+                    reply("", tool_call("helper", "c\x1b[2J1", task="Read.")),
+                    "done",
+                ),
+                tools=[helper.as_tool(name="helper", description="Read a page")],
+                store=store,
+            )
+            await lead.run("go")
+            (child,) = await child_sessions(store, lead.session.id)
+            return lead.session.id, child.id
+
+    lead, child = anyio.run(run)
+    for sid in (lead, child):
+        assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out
+        assert "c\\x1b[2J1" in out

@@ -14,7 +14,6 @@ import os
 import shlex
 import sys
 import time
-import unicodedata
 from collections.abc import Sequence
 from typing import Final, TextIO, final
 
@@ -24,7 +23,12 @@ import attrs
 
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
-from turnfsm.cli._errors import check_writable, count_option, explain
+from turnfsm.cli._errors import (
+    check_writable,
+    count_option,
+    explain,
+    terminal_text,
+)
 from turnfsm.cli._run import (
     answer_hint,
     call_text,
@@ -370,7 +374,7 @@ def _show(
         print(line, file=out)
         if run.outcome in ("failed", "cancelled") and _clip(error) != error:
             # Why it failed, and what would help, are at the end of the text.
-            print(f"    error in full: {_plain(error)}", file=out)
+            print(f"    error in full: {terminal_text(error)}", file=out)
         if run.continued:
             print(
                 f"    its durable run's workflow continued as new {run.continued} "
@@ -391,7 +395,9 @@ def _show(
             print(f"    paused in {run.waiting.phase}, {waits}", file=out)
             for call in calls:
                 print(
-                    _plain(f"    {call.id}  {call_text(call.name, call.arguments)}"),
+                    terminal_text(
+                        f"    {call.id}  {call_text(call.name, call.arguments)}"
+                    ),
                     file=out,
                 )
             words = shlex.join([session.id, *flags])
@@ -435,35 +441,12 @@ def _first_line(message: Message) -> str:
         first = _clip(lines[0]) if lines else ""
         error = " error" if result.is_error else ""
         shown = f"[{result.call_id}{error}] {first}".rstrip()
-    return _plain(shown)  # a call's id is the model's too
+    return terminal_text(shown)  # a call's id is the model's too
 
 
 def _clip(text: str, width: int = 72) -> str:
     """`text` cut to `width`, as a terminal shows it safely (see `_plain`)."""
-    return _plain(text if len(text) <= width else text[: width - 3] + "...")
-
-
-_BIDI: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e") | {
-    chr(c) for c in range(0x2066, 0x206A)
-}
-"""The characters that reorder the text around them (right-to-left and the like)."""
-
-
-def _plain(text: str) -> str:
-    r"""`text` with its control characters written as escapes (``\x1b``).
-
-    A log holds what a model, a tool or a user wrote: a terminal escape in
-    it would clear the screen, set the title or hide what follows, and a
-    right-to-left override would show the text in another order.
-    """
-    if text.isprintable():
-        return text
-    return "".join(
-        c.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(c) == "Cc" or c in _BIDI
-        else c
-        for c in text
-    )
+    return terminal_text(text if len(text) <= width else text[: width - 3] + "...")
 
 
 def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
