@@ -382,6 +382,28 @@ def test_render_report_refuses_a_turn_count_that_is_no_count(turns: object) -> N
     assert "turns=" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"session": "ses_x"}, "session"),
+        ({"where": None}, "where"),
+        ({"where": 5}, "where"),
+        ({"sub_agents": "ses_x"}, "sub_agents"),
+        ({"sub_agents": ["ses_x"]}, "sub_agents[0]"),
+    ],
+)
+def test_render_report_refuses_what_is_no_session_or_no_place(
+    given: dict[str, object], field: str
+) -> None:
+    """A session's id given for the session, or a store's name that is no
+    text: a typed error naming it, not an AttributeError from inside, or a
+    page saying it is stored "in None"."""
+    arguments: dict[str, object] = {"session": Session(), **given}
+    with pytest.raises(ConfigError) as caught:
+        render_report(**arguments)  # type: ignore[arg-type]
+    assert caught.value.field == field
+
+
 def test_turnfsm_report_says_how_many_turns_and_passes_it_left_out(
     tmp_path: Path, capsys: Capture
 ) -> None:
