@@ -375,6 +375,44 @@ def test_a_report_of_a_short_session_holds_everything_and_says_nothing_left_out(
     assert "left-out" not in render_report(session, turns=12)
 
 
+def dump(n: int) -> str:
+    """Dump a table.
+
+    Args:
+        n: which one.
+    """
+    return ("x" * 99 + "\n") * 3_000 if n == 0 else f"table {n}"
+
+
+def test_a_large_message_in_every_context_is_written_once_in_a_report(
+    tmp_path: Path,
+) -> None:
+    """A 300 KB tool result that stays in the context of 20 turns made a 6 MB
+    report (it was written out again in every turn's context): the turns then
+    show what each added, as a long session's report does."""
+
+    def plan(request: ModelRequest) -> Message:
+        done = sum(1 for m in request.messages if m.tool_results)
+        if done < 20:
+            return reply("", tool_call("dump", f"c{done}", n=done))
+        return reply("done")
+
+    async def run() -> Session:
+        agent = Agent(
+            model=FakeModelClient(plan),
+            tools=[dump],
+            context=ContextManager(context_window=2_000_000),
+        )
+        result = await agent.run("dump them")
+        assert result.outcome == "done", result.error
+        assert not agent.session.runs[0].compactions
+        return agent.session
+
+    report = render_report(anyio.run(run))
+    assert len(report) < 1_000_000
+    assert "then 2 more" in report
+
+
 @pytest.mark.parametrize("turns", [0, -1, True, 2.5, "10"])
 def test_render_report_refuses_a_turn_count_that_is_no_count(turns: object) -> None:
     with pytest.raises(ConfigError) as caught:
