@@ -143,3 +143,17 @@ def _wipe(request: ModelRequest) -> Message:
 def wiping() -> Agent:
     """Calls `wipe_store`, then answers."""
     return Agent(model=FakeModelClient(_wipe), tools=[wipe_store])
+
+
+OWN_STORE: list[Path] = []
+"""The store file `careful_in_its_store` keeps its sessions in (a test sets it)."""
+
+
+def careful_in_its_store() -> Agent:
+    """`careful`, keeping its sessions in a store of its own (`OWN_STORE`)."""
+    return Agent(
+        model=FakeModelClient(_plan),
+        tools=[delete_file],
+        machine=approval_machine(),
+        store=str(OWN_STORE[0]),
+    )

@@ -505,7 +505,7 @@ def test_a_pause_that_takes_no_review_is_shown_with_its_own_answer(
 
     assert main(["sessions", "show", session_id, "--store", store]) == 0
     shown = capsys.readouterr().out
-    assert f"    answer it: {hint}{session_id}\n" in shown
+    assert f"    answer it: {hint}{session_id} --store {store}\n" in shown
     assert "approve" not in shown
 
 

@@ -28,6 +28,7 @@ from turnfsm.persistence import (
     Session,
     SQLiteStore,
     TurnRecord,
+    child_sessions,
 )
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
@@ -700,7 +701,9 @@ def test_show_says_how_to_go_on_with_an_interrupted_run(
     out, page = _shown(path, sid, capsys)
     (run,) = anyio.run(_runs_of, path, sid)
     assert f"  {run}  interrupted  1 turn(s)  " in out
-    target = f"{sid} {run}"
+    # The commands carry the store they were read from, as the page's do:
+    # without it, they read the default store, which has no such session.
+    target = f"{sid} {run} --store {path}"
     assert (
         f"    carry it on: turnfsm resume {target}, or end it: "
         f"turnfsm abandon {target}\n"
@@ -795,7 +798,8 @@ def test_show_names_the_workflow_holding_a_paused_durable_run(
     out = capsys.readouterr().out
     assert f"is held by its durable run, Temporal workflow 'turnfsm-{sid}'" in out
     assert (
-        f"turnfsm resume|abandon {sid} --force only once that workflow has ended" in out
+        f"turnfsm resume|abandon {sid} --store {db} --force only once that workflow "
+        "has ended" in out
     )
     assert "answer it: turnfsm approve" not in out
 
@@ -925,3 +929,76 @@ def test_show_prints_what_an_unfinished_run_holds_beyond_the_history(
     capsys.readouterr()
     assert main(["sessions", "show", sid, "--store", str(db)]) == 0
     assert "more in its unfinished run" not in capsys.readouterr().out  # it ended
+
+
+def cat_file(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file's path.
+    """
+    return "\x1b]0;owned\x07\x1b[2J\x1b[31mred\x1b[0m\tover \u202etxt.exe\rgone"
+
+
+def test_show_prints_the_log_s_control_characters_as_escapes(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """A tool result, a task or a reply holding terminal escapes (clear the
+    screen, set the title, colour, carriage return, a right-to-left override)
+    is shown as the escapes' text: the terminal runs none of them."""
+    db = tmp_path / "s.db"
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(
+                model=ScriptedModel.of(
+                    reply("", tool_call("cat_file", "c1", path="x")),
+                    "done \x1b[5mblink",
+                ),
+                tools=[cat_file],
+                store=store,
+            )
+            return (await agent.run("read \x1b[41mit")).session_id
+
+    sid = anyio.run(run)
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "\r" not in out
+    assert "\u202e" not in out
+    assert "read \\x1b[41mit" in out
+    shown = (
+        "[c1] \\x1b]0;owned\\x07\\x1b[2J\\x1b[31mred\\x1b[0m\\tover \\u202etxt.exe\n"
+    )
+    assert shown in out
+    assert "done \\x1b[5mblink" in out
+
+
+def test_show_prints_a_sub_agent_s_call_id_s_control_characters_as_escapes(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """The id of the call that started a sub-agent is the model's: shown as text."""
+    db = tmp_path / "s.db"
+
+    async def run() -> tuple[str, str]:
+        async with SQLiteStore(db) as store:
+            helper = Agent(model=ScriptedModel.of("read it"))
+            lead = Agent(
+                model=ScriptedModel.of(
+                    reply("", tool_call("helper", "c\x1b[2J1", task="Read.")),
+                    "done",
+                ),
+                tools=[helper.as_tool(name="helper", description="Read a page")],
+                store=store,
+            )
+            await lead.run("go")
+            (child,) = await child_sessions(store, lead.session.id)
+            return lead.session.id, child.id
+
+    lead, child = anyio.run(run)
+    for sid in (lead, child):
+        assert main(["sessions", "show", sid, "--store", str(db)]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out
+        assert "c\\x1b[2J1" in out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import re
 import socket
+import sqlite3
 import threading
 import time
 import urllib.error
@@ -227,6 +228,32 @@ def _check_report(doc: Node) -> None:
     assert len(after.find_all("div", "msg")) < len(before.find_all("div", "msg"))
 
 
+def test_a_log_changed_after_it_was_written_is_said_not_to_replay(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """A run whose log says another final answer than its replies made: the
+    report and the live page say where its replay stops, as `turnfsm replay`
+    and `turnfsm diagram --run` do, rather than draw it as a sound run."""
+    db = tmp_path / "s.db"
+    sid = _hostile(db)
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            'UPDATE turnfsm_entries SET body = replace(body, \'"outcome":'
+            '"done"\', \'"outcome":"failed"\') WHERE kind = \'RunEnded\''
+        )
+    assert main(["replay", "--session", sid, "--store", str(db)]) == 1
+    said = capsys.readouterr().out
+    assert "changed or damaged" in said
+    report = render_report(_load(db, sid))
+    assert "the replay stopped" in report
+    assert "changed or damaged" in report
+    with ViewServer(lambda: SQLiteStore(db), sid) as server:
+        status, text = _get(server.url.replace("/?", "/path?r=0&"))
+    assert status == 200
+    assert "the replay stopped" in text
+    assert "changed or damaged" in text
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -348,11 +375,71 @@ def test_a_report_of_a_short_session_holds_everything_and_says_nothing_left_out(
     assert "left-out" not in render_report(session, turns=12)
 
 
+def dump(n: int) -> str:
+    """Dump a table.
+
+    Args:
+        n: which one.
+    """
+    return ("x" * 99 + "\n") * 3_000 if n == 0 else f"table {n}"
+
+
+def test_a_large_message_in_every_context_is_written_once_in_a_report(
+    tmp_path: Path,
+) -> None:
+    """A 300 KB tool result that stays in the context of 20 turns made a 6 MB
+    report (it was written out again in every turn's context): the turns then
+    show what each added, as a long session's report does."""
+
+    def plan(request: ModelRequest) -> Message:
+        done = sum(1 for m in request.messages if m.tool_results)
+        if done < 20:
+            return reply("", tool_call("dump", f"c{done}", n=done))
+        return reply("done")
+
+    async def run() -> Session:
+        agent = Agent(
+            model=FakeModelClient(plan),
+            tools=[dump],
+            context=ContextManager(context_window=2_000_000),
+        )
+        result = await agent.run("dump them")
+        assert result.outcome == "done", result.error
+        assert not agent.session.runs[0].compactions
+        return agent.session
+
+    report = render_report(anyio.run(run))
+    assert len(report) < 1_000_000
+    assert "then 2 more" in report
+
+
 @pytest.mark.parametrize("turns", [0, -1, True, 2.5, "10"])
 def test_render_report_refuses_a_turn_count_that_is_no_count(turns: object) -> None:
     with pytest.raises(ConfigError) as caught:
         render_report(Session(), turns=turns)  # type: ignore[arg-type]
     assert "turns=" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"session": "ses_x"}, "session"),
+        ({"where": None}, "where"),
+        ({"where": 5}, "where"),
+        ({"sub_agents": "ses_x"}, "sub_agents"),
+        ({"sub_agents": ["ses_x"]}, "sub_agents[0]"),
+    ],
+)
+def test_render_report_refuses_what_is_no_session_or_no_place(
+    given: dict[str, object], field: str
+) -> None:
+    """A session's id given for the session, or a store's name that is no
+    text: a typed error naming it, not an AttributeError from inside, or a
+    page saying it is stored "in None"."""
+    arguments: dict[str, object] = {"session": Session(), **given}
+    with pytest.raises(ConfigError) as caught:
+        render_report(**arguments)  # type: ignore[arg-type]
+    assert caught.value.field == field
 
 
 def test_turnfsm_report_says_how_many_turns_and_passes_it_left_out(
@@ -482,10 +569,14 @@ async def _list(db: Path) -> tuple[object, ...]:
         return await store.list_sessions()  # type: ignore[return-value]
 
 
-def _serve(session_id: str, db: Path, agent: str = CAREFUL) -> Iterator[str]:
+def _serve(
+    session_id: str,
+    db: Path | None,
+    agent: str = CAREFUL,
+) -> Iterator[str]:
     out = io.StringIO()
     stop = threading.Event()
-    options = AgentOptions(agent=agent, store=str(db))
+    options = AgentOptions(agent=agent, store=None if db is None else str(db))
     status: list[int] = []
     thread = threading.Thread(
         target=lambda: status.append(
@@ -537,6 +628,40 @@ def test_approve_on_the_live_page_resumes_the_paused_run(
     run = _load(db, session_id).runs[-1]
     assert run.outcome == "done"
     assert run.text.startswith("Report: deleted /tmp/cache.db")
+
+
+def test_view_reads_the_session_from_the_store_of_the_agent_it_is_given(
+    tmp_path: Path, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`turnfsm run --agent A` says to answer with `--agent A`; given to
+    `turnfsm view` as to `turnfsm approve`, it finds the session in the
+    agent's own store (it read the command line's store, which has none)."""
+    own = tmp_path / "own.db"
+    monkeypatch.setattr(approval_agent, "OWN_STORE", [own])
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "cli.db"))
+    agent = "tests.cli.approval_agent:careful_in_its_store"
+    assert main(["run", "clean up", "--agent", agent]) == 3
+    (session,) = anyio.run(_list, own)
+    capsys.readouterr()
+    for url in _serve(session.id, None, agent):  # type: ignore[attr-defined]
+        form = parse(_get(url)[1]).find("div", "paused").find("form", "answer")
+        fields = {i.attrs["name"]: i.attrs["value"] for i in form.find_all("input")}
+        status, _ = _post(form.attrs["action"], {**fields, "action": "approve"})
+        assert status == 303
+    assert sorted(approval_agent.DELETED) == ["/etc/hosts", "/tmp/cache.db"]
+    assert not (tmp_path / "cli.db").exists()
+
+
+def test_view_refuses_an_agent_that_does_not_load_before_serving(
+    capsys: Capture,
+) -> None:
+    """A bad `--agent` was found only when Approve was clicked."""
+    argv = ["view", "ses_x", "--agent", "tests.cli.no_such_module:agent"]
+    assert main([*argv, "--no-open"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "turnfsm view: invalid --agent='tests.cli.no_such_module:agent'"
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from turnfsm.cli._errors import terminal_text
 from turnfsm.persistence import Session, SessionStore, child_sessions, parent_of
 from turnfsm.values import Usage
 
@@ -20,7 +21,7 @@ async def show_links(session: Session, store: SessionStore, out: TextIO) -> None
     if link is not None:
         print(
             f"\ndelegated by: session {link.session_id} run {link.run_id} "
-            f"call {link.call_id} (depth {link.depth})",
+            f"call {terminal_text(link.call_id)} (depth {link.depth})",
             file=out,
         )
     lines: list[str] = []
@@ -48,8 +49,9 @@ async def _tree(
             if not turns or any(r.reported_calls for r in child.runs)
             else "usage not reported"
         )
+        call = terminal_text(link.call_id) if link else "?"  # the model's id
         lines.append(
             f"{'  ' * level}{child.id}  {run.outcome}  {turns} turn(s)  {said}  "
-            f"for call {link.call_id if link else '?'}"
+            f"for call {call}"
         )
         await _tree(store, child.id, level + 1, seen, lines)

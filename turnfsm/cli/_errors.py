@@ -12,7 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import TYPE_CHECKING
+import unicodedata
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from turnfsm.errors import ConfigError
@@ -27,6 +28,7 @@ __all__ = [
     "count_option",
     "explain",
     "fail",
+    "terminal_text",
 ]
 
 INTERRUPTED_STATUS = 130
@@ -158,3 +160,26 @@ def count_option(
     if value < low:
         raise ConfigError(option, given, expected)
     return value
+
+
+_BIDI: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e") | {
+    chr(c) for c in range(0x2066, 0x206A)
+}
+"""The characters that reorder the text around them (right-to-left and the like)."""
+
+
+def terminal_text(text: str) -> str:
+    r"""`text` with its control characters written as escapes (``\x1b``).
+
+    A log holds what a model, a tool or a user wrote: a terminal escape in
+    it would clear the screen, set the title or hide what follows, and a
+    right-to-left override would show the text in another order.
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        c.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(c) == "Cc" or c in _BIDI
+        else c
+        for c in text
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -22,7 +23,12 @@ import attrs
 
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
-from turnfsm.cli._errors import check_writable, count_option, explain
+from turnfsm.cli._errors import (
+    check_writable,
+    count_option,
+    explain,
+    terminal_text,
+)
 from turnfsm.cli._run import (
     answer_hint,
     call_text,
@@ -118,7 +124,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             return await _compact(session, command.agent, out)
         if command.action == "show":
             held = await holder_of(session, store)
-            code = _show(session, store, out, held=held)
+            flags = ["--store", command.store] if command.store else []
+            code = _show(session, store, out, held=held, flags=flags)
             await show_links(session, store, out)
             return code
         if command.action == "export":
@@ -315,7 +322,9 @@ def _show(
     out: TextIO,
     *,
     held: SessionBusy | None = None,
+    flags: Sequence[str] = (),
 ) -> int:
+    """Print the session; the commands it gives carry `flags` (``--store``)."""
     runs = session.runs
     print(
         f"session {session.id}: {session.version} entries, {len(runs)} run(s), "
@@ -365,7 +374,7 @@ def _show(
         print(line, file=out)
         if run.outcome in ("failed", "cancelled") and _clip(error) != error:
             # Why it failed, and what would help, are at the end of the text.
-            print(f"    error in full: {error}", file=out)
+            print(f"    error in full: {terminal_text(error)}", file=out)
         if run.continued:
             print(
                 f"    its durable run's workflow continued as new {run.continued} "
@@ -376,7 +385,9 @@ def _show(
         if run.is_open and held is not None and run.run_id == held.run_id:
             # Its process or workflow is live: the commands below would be
             # refused.
-            take_over = f"turnfsm resume|abandon {session.id} --force"
+            take_over = (
+                f"turnfsm resume|abandon {shlex.join([session.id, *flags])} --force"
+            )
             print(f"    {busy_words(held, take_over)}", file=out)
         elif run.outcome == "paused" and run.waiting is not None:
             calls = run.waiting.calls
@@ -384,11 +395,15 @@ def _show(
             print(f"    paused in {run.waiting.phase}, {waits}", file=out)
             for call in calls:
                 print(
-                    f"    {call.id}  {call_text(call.name, call.arguments)}", file=out
+                    terminal_text(
+                        f"    {call.id}  {call_text(call.name, call.arguments)}"
+                    ),
+                    file=out,
                 )
-            print(f"    answer it: {answer_hint(run.waiting, session.id)}", file=out)
+            words = shlex.join([session.id, *flags])
+            print(f"    answer it: {answer_hint(run.waiting, words)}", file=out)
         elif run.outcome in ("interrupted", "running"):
-            target = f"{session.id} {run.run_id}"
+            target = shlex.join([session.id, run.run_id, *flags])
             print(
                 f"    carry it on: turnfsm resume {target}, or end it: "
                 f"turnfsm abandon {target}",
@@ -426,11 +441,12 @@ def _first_line(message: Message) -> str:
         first = _clip(lines[0]) if lines else ""
         error = " error" if result.is_error else ""
         shown = f"[{result.call_id}{error}] {first}".rstrip()
-    return shown
+    return terminal_text(shown)  # a call's id is the model's too
 
 
 def _clip(text: str, width: int = 72) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+    """`text` cut to `width`, as a terminal shows it safely (see `_plain`)."""
+    return terminal_text(text if len(text) <= width else text[: width - 3] + "...")
 
 
 def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:

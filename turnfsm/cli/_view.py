@@ -21,7 +21,7 @@ from typing import TextIO
 from turnfsm import _checks
 from turnfsm.cli._answer import AnswerCommand, run_answer
 from turnfsm.cli._errors import check_writable, count_option, explain
-from turnfsm.cli._run import AgentOptions, run_async
+from turnfsm.cli._run import AgentOptions, open_driver, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, shown, where
 from turnfsm.errors import ConfigError, SessionNotFound, StoreError
@@ -145,8 +145,9 @@ def run_view(
     server: ViewServer | None = None
     try:
         _checks.check(port, "--port", _checks.integer(low=0, high=65_535))
+        opener = _opener(options)
         server = ViewServer(
-            _opener(options.store),
+            opener,
             session_id,
             answer=_answerer(session_id, options),
             port=port,
@@ -158,7 +159,7 @@ def run_view(
     except SessionNotFound as exc:
         assert server is not None
         server.stop()
-        exc = run_async(_not_found, exc, options.store)
+        exc = run_async(_not_found, exc, opener)
         print(f"turnfsm view: {explain(exc)}", file=sys.stderr)
         return 2
     except (StoreError, ConfigError, OSError, ImportError) as exc:
@@ -194,16 +195,35 @@ def run_view(
     return 0
 
 
-async def _not_found(exc: SessionNotFound, spec: str | None) -> SessionNotFound:
+async def _not_found(
+    exc: SessionNotFound, opener: Callable[[], SessionStore]
+) -> SessionNotFound:
     """`exc`, naming the store and the stored ids closest to the one asked for."""
-    sessions = open_cli_store(spec, existing=True)
+    sessions = opener()
     try:
         return await not_found(exc, sessions)
     finally:
         await close_store(sessions)
 
 
-def _opener(spec: str | None) -> Callable[[], SessionStore]:
+def _opener(options: AgentOptions) -> Callable[[], SessionStore]:
+    """What opens the store the session is read from, as `turnfsm approve` finds it.
+
+    ``--store``, else the ``--agent``'s own store when it keeps one, else the
+    command line's. The agent is loaded now: one that does not load is
+    refused before the page is served, not when its buttons are used.
+
+    Raises:
+        ConfigError: ``--agent`` names no agent, or comes with options it
+            replaces (named with their values).
+        ImportError: the module ``--agent`` names does not import.
+    """
+    if options.agent is not None:
+        with open_driver(options, need_model=False) as (_driver, own):
+            if options.store is None and own is not None:
+                # A shipped store opens again on its next use once closed.
+                return lambda: own
+    spec = options.store
     return lambda: open_cli_store(spec, existing=True)
 
 

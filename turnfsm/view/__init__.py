@@ -78,9 +78,15 @@ def render_report(
     A turn's details are folded.
 
     Raises:
-        ConfigError: `turns` is not a whole number from 1 up (or None), or
-            `sub_agent_pages` not one from 0 up (or None).
+        ConfigError: `session` is not a `Session`, `where` not a string,
+            `sub_agents` not a sequence of sessions, `turns` not a whole
+            number from 1 up (or None), or `sub_agent_pages` not one from 0
+            up (or None).
     """
+    _checks.check(session, "session", _checks.instance(Session, "a Session"))
+    _checks.check(where, "where", _checks.string())
+    below = _checks.as_tuple(sub_agents, "sub_agents", "sessions")
+    _checks.check(below, "sub_agents", _checks.each(Session, "a Session"))
     _checks.check(turns, "turns", _checks.integer(low=1, optional=True))
     _checks.check(
         sub_agent_pages, "sub_agent_pages", _checks.integer(low=0, optional=True)
@@ -89,7 +95,7 @@ def render_report(
         session,
         where=where,
         recent=turns,
-        sub_agents=sub_agents,
+        sub_agents=below,
         sub_agent_pages=sub_agent_pages,
         commands=command_words(commands),
     )

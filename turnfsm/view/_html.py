@@ -56,6 +56,9 @@ T = TypeVar("T")
 _FULL_CONTEXTS: Final = 5_000
 """Most message renderings the turns' contexts may take in full in a report."""
 
+_FULL_CONTEXT_CHARS: Final = 2_000_000
+"""Most characters of text the turns' contexts may take in full in a report."""
+
 _PLOT_POINTS: Final = 1_500
 """Most points a plot's line has (longer runs keep each stretch's peak)."""
 
@@ -129,8 +132,7 @@ def page(
     runs = session.runs
     sub_agents = below(session.id, sub_agents)
     shown = sub_agents[:sub_agent_pages] if links is None else []
-    every = [r for s in (session, *shown) for r in s.runs]
-    full = links is None and _context_sizes(every, recent) <= _FULL_CONTEXTS
+    full = links is None and _contexts_fit((session, *shown), recent)
     page_of = _pages(links, shown)
     connect = "'self'" if links is not None else "'none'"
     out = [
@@ -183,9 +185,41 @@ def page(
     return "\n".join(out)
 
 
-def _context_sizes(runs: Sequence[RunRecord], recent: int | None) -> int:
-    """How many messages the turns' contexts, written out in full, would take."""
-    return sum(t.keep + len(t.added) for run in runs for t in _last(run.turns, recent))
+def _contexts_fit(sessions: Sequence[Session], recent: int | None) -> bool:
+    """Whether a report may write out in full the contexts of the turns it holds.
+
+    Both their messages and their text are bounded: one large message (a
+    long tool result) kept in the context of many turns would otherwise be
+    written out once for each. Over either bound, each turn shows what it
+    added to the one before.
+    """
+    runs = [(s, run) for s in sessions for run in s.runs]
+    count = sum(
+        t.keep + len(t.added) for _s, run in runs for t in _last(run.turns, recent)
+    )
+    if count > _FULL_CONTEXTS:
+        return False
+    chars = 0
+    for session, run in runs:
+        sizes: dict[str, int] = {}
+        for index in range(_first(len(run.turns), recent), len(run.turns)):
+            for message_id in run.context(index):
+                size = sizes.get(message_id)
+                if size is None:
+                    size = sizes[message_id] = _text_size(session, message_id)
+                chars += size
+                if chars > _FULL_CONTEXT_CHARS:
+                    return False
+    return True
+
+
+def _text_size(session: Session, message_id: str) -> int:
+    """About how many characters of text the message `message_id` shows."""
+    try:
+        message = session.message(message_id)
+    except KeyError:
+        return 0
+    return len(message.text) + sum(len(r.content) for r in message.tool_results)
 
 
 def _first(total: int, recent: int | None) -> int:

@@ -1,7 +1,7 @@
 """The path a run took on its machine, and its diagram with that path drawn.
 
-The path is replayed from the run's log (`turnfsm.driver.rebuild`), as
-``turnfsm diagram --run`` does; the diagram is the machine's overlay
+The path is replayed from the run's log (`turnfsm.driver.rebuild`), and
+the log checked, as ``turnfsm diagram --run`` does; the diagram is the machine's overlay
 (`turnfsm.core.render_dot` drawn by Graphviz into SVG when ``dot`` is on
 the PATH, else its Mermaid text).
 """
@@ -119,7 +119,9 @@ def run_path(session: Session, run: RunRecord, *, draw: bool = True) -> Diagram:
     steps_seen: list[None] = []
     problem = None
     try:
-        rebuild(spec, session, run.run_id, check=False, on_step=took)
+        # Checked, as `turnfsm replay` and `turnfsm diagram --run` check it: a
+        # log changed after it was written is drawn as far as it replays.
+        rebuild(spec, session, run.run_id, on_step=took)
     except TurnFSMError as exc:  # draw what was replayed, and say why it stopped
         problem = f"the replay stopped: {exc}"
     edges: dict[tuple[int, str], int] = {}
