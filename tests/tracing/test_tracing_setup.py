@@ -151,6 +151,99 @@ def test_an_exporter_the_environment_names_that_cannot_be_used_is_named(
     assert not is_configured()
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318"),  # no scheme: not sent
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector:21"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "not a url"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://[::1"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "api-key"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment"),
+        ("OTEL_TRACES_SAMPLER", "sometimes"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "abc"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "-5"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096"),  # above the queue's 2048
+        ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc"),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "-1"),
+    ],
+)
+def test_a_malformed_otel_variable_fails_naming_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    # Left to the SDK, each left the runs untraced with a log line, or
+    # failed with a bare ValueError naming no variable.
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, exporters=[])
+    assert (error.value.field, error.value.value) == (name, value)
+    assert not is_configured()
+
+
+@pytest.mark.parametrize("ratio", ["abc", "5", "-0.5"])
+def test_a_sampler_ratio_outside_0_to_1_fails_naming_it(
+    monkeypatch: pytest.MonkeyPatch, ratio: str
+) -> None:
+    # The SDK logged "Using default rate 1.0" and kept every run.
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", ratio)
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, exporters=[])
+    assert (error.value.field, error.value.value) == ("OTEL_TRACES_SAMPLER_ARG", ratio)
+
+
+def test_well_formed_otel_variables_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in [
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://collector:4318/v1/traces"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "2.5"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=abc, x-team=core,"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=dev"),
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "256"),
+        ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "0"),
+    ]:
+        monkeypatch.setenv(name, value)
+    configure(set_global=False, exporters=[]).shutdown()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"headers": "api-key=abc"}, "headers"),
+        ({"headers": {"api-key": 123}}, "headers['api-key']"),
+        ({"service_name": 5}, "service_name"),
+        ({"service_name": " "}, "service_name"),
+        ({"exporters": InMemorySpanExporter()}, "exporters"),
+        ({"exporters": [InMemorySpanExporter(), "console"]}, "exporters[1]"),
+        ({"file": 5}, "file"),
+        ({"otlp": "no"}, "otlp"),
+        ({"metrics_export": "yes"}, "metrics_export"),
+        ({"set_global": None}, "set_global"),
+    ],
+)
+def test_bad_arguments_fail_naming_them(kwargs: dict[str, object], field: str) -> None:
+    # Before, each was taken: a run went on untraced, or failed later
+    # inside the exporter with a TypeError naming no argument.
+    kwargs.setdefault("set_global", False)
+    with pytest.raises(ConfigError) as error:
+        configure(**kwargs)  # type: ignore[arg-type]
+    assert error.value.field == field
+    assert not is_configured()
+
+
+def test_a_file_in_a_missing_directory_fails_naming_it(tmp_path: Path) -> None:
+    # Before, the run went on and its spans were dropped with a warning.
+    path = tmp_path / "missing" / "spans.jsonl"
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, file=path)
+    assert (error.value.field, error.value.value) == ("file", str(path))
+
+
 def test_the_exporters_the_environment_lists_are_read_loosely(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
+from turnfsm._checks import boolean, check, string, string_mapping
 from turnfsm.errors import ConfigError
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._hook import TracingHook
@@ -35,6 +36,7 @@ from turnfsm.tracing._otlp import (
     _PROTOCOLS,
     Protocol,
     _check_endpoint,
+    _check_environment,
     _env_flag,
     _env_list,
     _env_protocol,
@@ -258,8 +260,12 @@ def configure(
         The `Tracing`; call its `shutdown()` when done (it also runs at exit).
 
     Raises:
-        ConfigError: a bad protocol, endpoint or timeout, or an exporter
-            the environment names that this setup cannot export to.
+        ConfigError: a bad argument (protocol, endpoint, timeout, headers,
+            service name, exporters, file), an exporter the environment
+            names that this setup cannot export to, or a malformed
+            ``OTEL_*`` variable (endpoint, timeout, headers, resource
+            attributes, sampler and its ratio, ``OTEL_BSP_*``, limits),
+            named with its value.
         ImportError: OTLP is asked for without the exporters
             (``pip install 'turnfsm[otel]'``).
     """
@@ -271,13 +277,16 @@ def configure(
         or not 0 < timeout < float("inf")
     ):
         raise ConfigError("timeout", timeout, "a finite number of seconds > 0")
+    check(set_global, "set_global", boolean())
     chosen: Protocol = protocol or _env_protocol()
     if _env_flag("OTEL_SDK_DISABLED"):
         tracing = Tracing(None, None, endpoint=None, protocol=chosen)
         _install(tracing, set_global=False)
         return tracing
+    _check_environment()
     if endpoint is not None:
         _check_endpoint(endpoint)
+    _check_arguments(headers, service_name, exporters, file, otlp, metrics_export)
     resource, named = _resource(service_name)
     provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp", ("otlp", "console", "none"))
@@ -322,6 +331,29 @@ def configure(
         tracing.hook._trace_agents_apart(_AgentProviders(resource, processors).tracer)
     _install(tracing, set_global=set_global)
     return tracing
+
+
+def _check_arguments(
+    headers: object,
+    service_name: object,
+    exporters: object,
+    file: object,
+    otlp: object,
+    metrics_export: object,
+) -> None:
+    if headers is not None:
+        check(headers, "headers", string_mapping())
+    check(service_name, "service_name", string(non_empty=True, optional=True))
+    if exporters is not None:
+        if isinstance(exporters, str | bytes) or not isinstance(exporters, Sequence):
+            raise ConfigError("exporters", exporters, "a sequence of SpanExporters")
+        for i, exporter in enumerate(exporters):
+            if not callable(getattr(exporter, "export", None)):
+                raise ConfigError(f"exporters[{i}]", exporter, "a SpanExporter")
+    if file is not None and not isinstance(file, str | os.PathLike):
+        raise ConfigError("file", file, "a path to write OTLP/JSON lines to")
+    check(otlp, "otlp", boolean(optional=True))
+    check(metrics_export, "metrics_export", boolean(optional=True))
 
 
 def _resource(service_name: str | None) -> tuple[Resource, bool]:
@@ -439,8 +471,10 @@ def _version() -> str:
 def _file_exporter(path: Path) -> SpanExporter:
     from turnfsm.tracing._otlp_json import OTLPJSONFileExporter
 
-    if path.is_dir():
-        raise ConfigError("file", str(path), "a file to write OTLP/JSON lines to")
+    if path.is_dir() or not path.absolute().parent.is_dir():
+        raise ConfigError(
+            "file", str(path), "a file, in a directory that exists, to write to"
+        )
     return OTLPJSONFileExporter(path)
 
 
