@@ -29,10 +29,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 
 from tests.helpers import http_server
 from turnfsm import Driver
+from turnfsm.agent import Agent
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ScriptedModel, reply, tool_call
 from turnfsm.tracing import configure, global_hook, is_configured
+from turnfsm.tracing._setup import ATTRIBUTE_LENGTH_LIMIT
 
 from .otlp_receivers import grpc_receiver, http_receiver
 
@@ -51,7 +53,7 @@ _OTEL_VARS = (
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in _OTEL_VARS:
+    for name in (*_OTEL_VARS, *(n for n in os.environ if n.startswith("OTEL_"))):
         monkeypatch.delenv(name, raising=False)
     yield
     assert not is_configured(), "a test left tracing configured"
@@ -242,6 +244,54 @@ def test_a_file_in_a_missing_directory_fails_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         configure(set_global=False, file=path)
     assert (error.value.field, error.value.value) == ("file", str(path))
+
+
+def _huge_run(exporter: InMemorySpanExporter) -> None:
+    def dump(size: int) -> str:
+        """Return a large text.
+
+        Args:
+            size: how many characters.
+        """
+        return "é" * size
+
+    model = ScriptedModel.of(reply("", tool_call("dump", "c1", size=1_000_000)), "ok")
+    tracing = configure(exporters=[exporter], set_global=False)
+    try:
+        Agent(model=model, tools=[dump]).run_sync("dump a lot").raise_for_failure()
+    finally:
+        tracing.shutdown()
+
+
+def _longest(exporter: InMemorySpanExporter) -> int:
+    values: list[object] = []
+    for span in exporter.get_finished_spans():
+        values.extend(span.attributes.values())
+        for event in span.events:
+            values.extend(event.attributes.values())
+    return max(len(v) for v in values if isinstance(v, str))
+
+
+def test_recorded_content_is_capped_so_that_no_span_is_megabytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, a 1,000,000-character tool result was recorded whole (2 MB of
+    # UTF-8 on one span): a batch holding it is refused by a receiver with a
+    # 4 MiB message limit (Jaeger's gRPC), and the run's other spans with it.
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    exporter = InMemorySpanExporter()
+    _huge_run(exporter)
+    assert _longest(exporter) == ATTRIBUTE_LENGTH_LIMIT
+
+
+def test_the_attribute_length_limit_can_be_raised_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "1000000")
+    exporter = InMemorySpanExporter()
+    _huge_run(exporter)
+    assert _longest(exporter) == 1_000_000
 
 
 def test_the_exporters_the_environment_lists_are_read_loosely(

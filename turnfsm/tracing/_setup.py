@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import final
+from typing import Final, final
 from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
@@ -18,7 +18,12 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import (
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    TracerProvider,
+)
 from opentelemetry.sdk.trace import Span as SDKSpan
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -288,7 +293,9 @@ def configure(
         _check_endpoint(endpoint)
     _check_arguments(headers, service_name, exporters, file, otlp, metrics_export)
     resource, named = _resource(service_name)
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    provider = TracerProvider(
+        resource=resource, shutdown_on_exit=False, span_limits=_span_limits()
+    )
     wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp", ("otlp", "console", "none"))
     used: list[SpanExporter] = list(exporters or ())
     target: str | None = None
@@ -331,6 +338,28 @@ def configure(
         tracing.hook._trace_agents_apart(_AgentProviders(resource, processors).tracer)
     _install(tracing, set_global=set_global)
     return tracing
+
+
+ATTRIBUTE_LENGTH_LIMIT: Final = 65_536
+"""Characters an attribute value keeps unless the environment sets a limit.
+
+Recorded content (a long conversation, a large tool result) and error
+messages are cut there, so that no span runs to megabytes: a batch that
+large is refused by receivers that cap a request (Jaeger's gRPC takes
+4 MiB), and the run's other spans with it.
+"""
+
+
+def _span_limits() -> SpanLimits:
+    """The SDK's limits, with `ATTRIBUTE_LENGTH_LIMIT` unless a variable sets one."""
+    given = any(
+        os.environ.get(name, "").strip()
+        for name in (
+            "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+            "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+        )
+    )
+    return SpanLimits(max_attribute_length=None if given else ATTRIBUTE_LENGTH_LIMIT)
 
 
 def _check_arguments(
@@ -449,6 +478,7 @@ class _AgentProviders:
                 provider = TracerProvider(
                     resource=self._resource.merge(Resource(named)),
                     shutdown_on_exit=False,
+                    span_limits=_span_limits(),
                 )
                 provider.add_span_processor(self._forward)
                 found = self._tracers[agent] = provider.get_tracer(
