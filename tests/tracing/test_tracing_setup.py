@@ -163,7 +163,6 @@ def test_an_exporter_the_environment_names_that_cannot_be_used_is_named(
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1"),
         ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan"),
-        ("OTEL_EXPORTER_OTLP_HEADERS", "api-key"),
         ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment"),
         ("OTEL_TRACES_SAMPLER", "sometimes"),
         ("OTEL_BSP_MAX_QUEUE_SIZE", "abc"),
@@ -184,6 +183,21 @@ def test_a_malformed_otel_variable_fails_naming_it(
         configure(set_global=False, exporters=[])
     assert (error.value.field, error.value.value) == (name, value)
     assert not is_configured()
+
+
+@pytest.mark.parametrize(
+    "name", ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"]
+)
+def test_malformed_headers_fail_without_repeating_them(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # Headers carry API keys: the error names the variable, not the key.
+    monkeypatch.setenv(name, "Bearer sk-secret-123")  # "authorization=" forgotten
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, exporters=[])
+    assert error.value.field == name
+    assert "sk-secret-123" not in str(error.value)
+    assert "20 characters" in str(error.value)
 
 
 @pytest.mark.parametrize("ratio", ["abc", "5", "-0.5"])
@@ -235,6 +249,7 @@ def test_bad_arguments_fail_naming_them(kwargs: dict[str, object], field: str) -
     with pytest.raises(ConfigError) as error:
         configure(**kwargs)  # type: ignore[arg-type]
     assert error.value.field == field
+    assert "api-key=abc" not in str(error.value)  # a header's value is not shown
     assert not is_configured()
 
 

@@ -197,7 +197,7 @@ def _check_environment() -> None:
             _env_number(name, env[name], "a finite number of seconds > 0", above=0)
     for name in _HEADERS:
         if name in env:
-            _check_pairs(name, env[name], "key1=value1,key2=value2")
+            _check_pairs(name, env[name], "key1=value1,key2=value2", secret=True)
     if "OTEL_RESOURCE_ATTRIBUTES" in env:
         _check_pairs(
             "OTEL_RESOURCE_ATTRIBUTES",
@@ -276,10 +276,16 @@ def _env_integer(name: str, raw: str, *, low: int) -> int:
     return value
 
 
-def _check_pairs(name: str, raw: str, expected: str) -> None:
+def _check_pairs(name: str, raw: str, expected: str, *, secret: bool = False) -> None:
+    """Refuse `raw` unless it is ``key=value`` items, comma-separated.
+
+    Headers often carry an API key: a `secret` value is not repeated in the
+    error (which goes to a terminal or a log), only its length.
+    """
     for item in raw.split(","):
         if not item.strip():
             continue
         key, equals, _ = item.partition("=")
         if not equals or not key.strip():
-            raise ConfigError(name, raw, expected)
+            shown = f"<{len(raw)} characters, not shown>" if secret else raw
+            raise ConfigError(name, shown, expected)

@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from turnfsm._checks import boolean, check, string, string_mapping
+from turnfsm._checks import boolean, check, string
 from turnfsm.errors import ConfigError
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._hook import TracingHook
@@ -370,8 +370,14 @@ def _check_arguments(
     otlp: object,
     metrics_export: object,
 ) -> None:
-    if headers is not None:
-        check(headers, "headers", string_mapping())
+    if headers is not None:  # they carry API keys: their values are not shown
+        if not isinstance(headers, Mapping):
+            shown = f"<a {type(headers).__name__}, not shown>"
+            raise ConfigError("headers", shown, "a mapping of strings to strings")
+        for key, value in headers.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                shown = f"<a {type(value).__name__}, not shown>"
+                raise ConfigError(f"headers[{key!r}]", shown, "a string key and value")
     check(service_name, "service_name", string(non_empty=True, optional=True))
     if exporters is not None:
         if isinstance(exporters, str | bytes) or not isinstance(exporters, Sequence):
