@@ -171,6 +171,9 @@ def test_an_exporter_the_environment_names_that_cannot_be_used_is_named(
         ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096"),  # above the queue's 2048
         ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc"),
         ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "-1"),
+        # read as false, so content was silently not recorded
+        ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "on"),
+        ("OTEL_SDK_DISABLED", "on"),  # read as false: tracing stayed on
     ],
 )
 def test_a_malformed_otel_variable_fails_naming_it(

@@ -204,6 +204,10 @@ def _check_environment() -> None:
             env["OTEL_RESOURCE_ATTRIBUTES"],
             "key1=value1,key2=value2",
         )
+    for name in ("OTEL_SDK_DISABLED", _CAPTURE):
+        flag = env.get(name, "").strip().lower()
+        if flag and flag not in ("1", "true", "yes", "0", "false", "no"):
+            raise ConfigError(name, env[name], "true or false")
     sampler = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
     if sampler and sampler not in _SAMPLERS:
         listed = ", ".join(repr(s) for s in _SAMPLERS)
@@ -240,6 +244,7 @@ def _check_environment() -> None:
             )
 
 
+_CAPTURE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _TIMEOUTS: Final = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
 _HEADERS: Final = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
 
