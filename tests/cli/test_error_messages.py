@@ -63,6 +63,32 @@ def test_demo_refuses_an_output_file_in_a_missing_directory_before_the_run(
     assert not path.parent.exists()
 
 
+@pytest.mark.parametrize("option", [["--trace"], ["--trace-file", "spans.jsonl"]])
+def test_a_durable_demo_refuses_tracing_options_it_cannot_honour(
+    tmp_path: Path, capsys: Capture, option: list[str]
+) -> None:
+    # The run's calls are made in the worker: before, the demo took the
+    # option, exported nothing and wrote no file, and said nothing of it.
+    path = tmp_path / "spans.jsonl"
+    given = [*option[:1], *([str(path)] if len(option) > 1 else [])]
+    status = main(["demo", "--durable", "--quiet", *given])
+    assert status == 2
+    line = _one_line(capsys, "demo", quiet=True)
+    assert f"invalid {option[0]}=" in line
+    assert "`turnfsm worker`" in line
+    assert not path.exists()
+
+
+def test_the_worker_takes_the_tracing_options() -> None:
+    from turnfsm.cli import _parser
+
+    args = _parser().parse_args(
+        ["worker", "--task-queue", "q", "--trace", "--trace-file", "spans.jsonl"]
+    )
+    assert args.trace is True
+    assert str(args.trace_file) == "spans.jsonl"
+
+
 def test_demo_refuses_a_directory_as_its_log(tmp_path: Path, capsys: Capture) -> None:
     assert main(["demo", "--quiet", "--log", str(tmp_path)]) == 2
     line = _one_line(capsys, "demo")

@@ -39,7 +39,7 @@ from turnfsm.core import (
     ToolsFinished,
     trigger_of,
 )
-from turnfsm.driver import EffectContext, RunControl, Session
+from turnfsm.driver import EffectContext, RunControl, Session, run_tool_with_hooks
 from turnfsm.messages import Message
 from turnfsm.persistence import EventRecorded, machine_digest
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -47,6 +47,7 @@ from turnfsm.testing import (
     ExtractiveSummaryModel,
     FakeModelClient,
     ScriptedModel,
+    reply,
     tool_call,
 )
 from turnfsm.tokens import HeuristicTokenCounter
@@ -481,3 +482,26 @@ async def test_a_run_resumed_in_the_same_process_links_to_its_paused_trace() -> 
     assert again.outcome == "paused"
     last = [s for s in traced.spans if s.name == "invoke_agent assistant"][-1]
     assert last.links == ()
+
+
+def test_calls_made_outside_their_run_get_spans_of_their_own() -> None:
+    # A durable run's model and tool calls are made in a worker's activities,
+    # where the run (its workflow) is not open. Before, the hook dropped
+    # them: a worker traced nothing at all. Now each call is a span of its
+    # own, tied to the others by the session id.
+    traced = Traced.create()
+    driver = traced_driver(
+        traced,
+        ScriptedModel.of(reply("", tool_call("echo", "call_1", text="hi"))),
+        tools=[echo],
+    )
+    run = driver.resources("run_1", session=None, session_id="ses_1")
+
+    call = tool_call("echo", "call_1", text="hi")
+    anyio.run(partial(run_tool_with_hooks, run, call, turn=1))
+    (span,) = traced.spans
+    assert span.name == "execute_tool echo"
+    assert span.parent is None
+    assert span.attributes[A.TOOL_CALL_ID] == "call_1"
+    assert span.attributes[A.CONVERSATION_ID] == "ses_1"
+    assert traced.unended() == []

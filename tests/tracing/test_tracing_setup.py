@@ -29,10 +29,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 
 from tests.helpers import http_server
 from turnfsm import Driver
+from turnfsm.agent import Agent
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ScriptedModel, reply, tool_call
 from turnfsm.tracing import configure, global_hook, is_configured
+from turnfsm.tracing._setup import ATTRIBUTE_LENGTH_LIMIT
 
 from .otlp_receivers import grpc_receiver, http_receiver
 
@@ -51,7 +53,7 @@ _OTEL_VARS = (
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in _OTEL_VARS:
+    for name in (*_OTEL_VARS, *(n for n in os.environ if n.startswith("OTEL_"))):
         monkeypatch.delenv(name, raising=False)
     yield
     assert not is_configured(), "a test left tracing configured"
@@ -149,6 +151,165 @@ def test_an_exporter_the_environment_names_that_cannot_be_used_is_named(
     assert error.value.value == value
     assert "'otlp'" in str(error.value)
     assert not is_configured()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318"),  # no scheme: not sent
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector:21"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "not a url"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://[::1"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "abc"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment"),
+        ("OTEL_TRACES_SAMPLER", "sometimes"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "abc"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "-5"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "0"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096"),  # above the queue's 2048
+        ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc"),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "-1"),
+        # read as false, so content was silently not recorded
+        ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "on"),
+        ("OTEL_SDK_DISABLED", "on"),  # read as false: tracing stayed on
+    ],
+)
+def test_a_malformed_otel_variable_fails_naming_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    # Left to the SDK, each left the runs untraced with a log line, or
+    # failed with a bare ValueError naming no variable.
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, exporters=[])
+    assert (error.value.field, error.value.value) == (name, value)
+    assert not is_configured()
+
+
+@pytest.mark.parametrize(
+    "name", ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"]
+)
+def test_malformed_headers_fail_without_repeating_them(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # Headers carry API keys: the error names the variable, not the key.
+    monkeypatch.setenv(name, "Bearer sk-secret-123")  # "authorization=" forgotten
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, exporters=[])
+    assert error.value.field == name
+    assert "sk-secret-123" not in str(error.value)
+    assert "20 characters" in str(error.value)
+
+
+@pytest.mark.parametrize("ratio", ["abc", "5", "-0.5"])
+def test_a_sampler_ratio_outside_0_to_1_fails_naming_it(
+    monkeypatch: pytest.MonkeyPatch, ratio: str
+) -> None:
+    # The SDK logged "Using default rate 1.0" and kept every run.
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", ratio)
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, exporters=[])
+    assert (error.value.field, error.value.value) == ("OTEL_TRACES_SAMPLER_ARG", ratio)
+
+
+def test_well_formed_otel_variables_are_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in [
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://collector:4318/v1/traces"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "2.5"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=abc, x-team=core,"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=dev"),
+        ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+        ("OTEL_TRACES_SAMPLER_ARG", "0.25"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "256"),
+        ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "0"),
+    ]:
+        monkeypatch.setenv(name, value)
+    configure(set_global=False, exporters=[]).shutdown()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"headers": "api-key=abc"}, "headers"),
+        ({"headers": {"api-key": 123}}, "headers['api-key']"),
+        ({"service_name": 5}, "service_name"),
+        ({"service_name": " "}, "service_name"),
+        ({"exporters": InMemorySpanExporter()}, "exporters"),
+        ({"exporters": [InMemorySpanExporter(), "console"]}, "exporters[1]"),
+        ({"file": 5}, "file"),
+        ({"otlp": "no"}, "otlp"),
+        ({"metrics_export": "yes"}, "metrics_export"),
+        ({"set_global": None}, "set_global"),
+    ],
+)
+def test_bad_arguments_fail_naming_them(kwargs: dict[str, object], field: str) -> None:
+    # Before, each was taken: a run went on untraced, or failed later
+    # inside the exporter with a TypeError naming no argument.
+    kwargs.setdefault("set_global", False)
+    with pytest.raises(ConfigError) as error:
+        configure(**kwargs)  # type: ignore[arg-type]
+    assert error.value.field == field
+    assert "api-key=abc" not in str(error.value)  # a header's value is not shown
+    assert not is_configured()
+
+
+def test_a_file_in_a_missing_directory_fails_naming_it(tmp_path: Path) -> None:
+    # Before, the run went on and its spans were dropped with a warning.
+    path = tmp_path / "missing" / "spans.jsonl"
+    with pytest.raises(ConfigError) as error:
+        configure(set_global=False, file=path)
+    assert (error.value.field, error.value.value) == ("file", str(path))
+
+
+def _huge_run(exporter: InMemorySpanExporter) -> None:
+    def dump(size: int) -> str:
+        """Return a large text.
+
+        Args:
+            size: how many characters.
+        """
+        return "é" * size
+
+    model = ScriptedModel.of(reply("", tool_call("dump", "c1", size=1_000_000)), "ok")
+    tracing = configure(exporters=[exporter], set_global=False)
+    try:
+        Agent(model=model, tools=[dump]).run_sync("dump a lot").raise_for_failure()
+    finally:
+        tracing.shutdown()
+
+
+def _longest(exporter: InMemorySpanExporter) -> int:
+    values: list[object] = []
+    for span in exporter.get_finished_spans():
+        values.extend(span.attributes.values())
+        for event in span.events:
+            values.extend(event.attributes.values())
+    return max(len(v) for v in values if isinstance(v, str))
+
+
+def test_recorded_content_is_capped_so_that_no_span_is_megabytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before, a 1,000,000-character tool result was recorded whole (2 MB of
+    # UTF-8 on one span): a batch holding it is refused by a receiver with a
+    # 4 MiB message limit (Jaeger's gRPC), and the run's other spans with it.
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    exporter = InMemorySpanExporter()
+    _huge_run(exporter)
+    assert _longest(exporter) == ATTRIBUTE_LENGTH_LIMIT
+
+
+def test_the_attribute_length_limit_can_be_raised_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "1000000")
+    exporter = InMemorySpanExporter()
+    _huge_run(exporter)
+    assert _longest(exporter) == 1_000_000
 
 
 def test_the_exporters_the_environment_lists_are_read_loosely(

@@ -175,7 +175,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _temporal_options(demo, required=False)
     worker = sub.add_parser(
-        "worker", help="serve durable runs (Temporal workflows) on a task queue"
+        "worker",
+        parents=[traced],
+        help="serve durable runs (Temporal workflows) on a task queue",
     )
     _temporal_options(worker, required=True)
     worker.add_argument(
@@ -765,16 +767,29 @@ def _main(argv: Sequence[str] | None) -> int:
         return fail(name, exc)
 
 
-_TRACED = ("demo", "run", "approve", "reject", "resume", "view")
+_TRACED = ("demo", "run", "approve", "reject", "resume", "view", "worker")
 """The commands that run an agent, and so trace it (``--trace``, an endpoint set).
 
-`turnfsm view` runs one when its Approve or Reject button carries a run on."""
+`turnfsm view` runs one when its Approve or Reject button carries a run on;
+`turnfsm worker` runs the model and tool calls of durable runs."""
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     carry_out = _command if args.command in ("demo", "run") else _other
     if args.command not in _TRACED:
         return carry_out(args)
+    if args.command == "demo" and args.durable and (args.trace or args.trace_file):
+        from turnfsm.errors import ConfigError
+
+        # The run's calls are made (and traced) in the worker: here, the
+        # option would export nothing, and --trace-file write no file.
+        option = "--trace-file" if args.trace_file else "--trace"
+        raise ConfigError(
+            option,
+            args.trace_file or True,
+            "no tracing option with --durable: the worker makes the run's "
+            f"spans, so give {option} to `turnfsm worker`",
+        )
     from turnfsm.cli._tracing import traced
 
     with traced(

@@ -26,7 +26,7 @@ from typing import Final, final
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Span, SpanKind
 
 from turnfsm.core import (
     Compact,
@@ -158,6 +158,10 @@ class TracingHook(Hook):
             capture_content = flag.strip().lower() in ("1", "true", "yes")
         self.capture_content = capture_content
         self._runs: dict[str, OpenRun] = {}
+        # The model and tool calls made where their run is not open: a
+        # durable run's activities, in a worker (the run lives in its
+        # workflow). Each is a span of its own, under the current span.
+        self._loose: dict[tuple[str, str, str], tuple[Span, object]] = {}
         # The root span of each run that paused or was interrupted here, so
         # that the trace of its resumption links to it (newest kept).
         self._went_on: dict[str, trace.SpanContext] = {}
@@ -290,6 +294,15 @@ class TracingHook(Hook):
         """Open a ``chat`` span for the attempt (made current while it runs)."""
         run = self._runs.get(info.run_id)
         if run is None:
+            span = self._tracer.start_span(
+                f"{A.OP_CHAT} {info.model}" if info.model else A.OP_CHAT,
+                kind=SpanKind.CLIENT,
+                attributes=chat_attributes(
+                    info, compacted=False, capture=self.capture_content
+                ),
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+            self._loose[("chat", info.run_id, info.key)] = (span, token)
             return
         if info.purpose == "summary" and run.compaction is not None:
             parent = trace.set_span_in_context(run.compaction)
@@ -314,8 +327,9 @@ class TracingHook(Hook):
         call = info.call
         run = self._runs.get(call.run_id)
         if run is None:
-            return
-        opened = run.calls.pop(call.key, None)
+            opened = self._loose.pop(("chat", call.run_id, call.key), None)
+        else:
+            opened = run.calls.pop(call.key, None)
         if opened is None:
             return
         span, token = opened
@@ -324,6 +338,8 @@ class TracingHook(Hook):
         self._duration.record(info.duration, labels)
         span.end()
         usage = info.usage
+        if run is None:
+            return
         if call.purpose == "turn" and usage is not None and run.turn is not None:
             # The turn's reply: what the run log records as the turn's usage.
             run.turn.set_attributes(
@@ -337,23 +353,26 @@ class TracingHook(Hook):
     def on_tool_start(self, info: ToolCallInfo) -> None:
         """Open an ``execute_tool`` span (made current while the tool runs)."""
         run = self._runs.get(info.run_id)
-        if run is None:
-            return
-        span = run.tracer.start_span(
+        span = (self._tracer if run is None else run.tracer).start_span(
             f"{A.OP_EXECUTE_TOOL} {info.call.name}",
-            context=run.turn_context or run.root_context,
+            context=None if run is None else run.turn_context or run.root_context,
             kind=SpanKind.INTERNAL,
             attributes=tool_attributes(info, capture=self.capture_content),
         )
         token = otel_context.attach(trace.set_span_in_context(span))
-        run.tools[info.call.id] = (span, token)
+        if run is None:
+            self._loose[("tool", info.run_id, info.call.id)] = (span, token)
+        else:
+            run.tools[info.call.id] = (span, token)
 
     def on_tool_end(self, info: ToolCallEnd) -> None:
         """End the tool's span; an error result marks it failed."""
         run = self._runs.get(info.call.run_id)
         if run is None:
-            return
-        opened = run.tools.pop(info.call.call.id, None)
+            key = ("tool", info.call.run_id, info.call.call.id)
+            opened = self._loose.pop(key, None)
+        else:
+            opened = run.tools.pop(info.call.call.id, None)
         if opened is None:
             return
         span, token = opened

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import final
+from typing import Final, final
 from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
@@ -18,7 +18,12 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import (
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    TracerProvider,
+)
 from opentelemetry.sdk.trace import Span as SDKSpan
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -27,6 +32,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
+from turnfsm._checks import boolean, check, string
 from turnfsm.errors import ConfigError
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._hook import TracingHook
@@ -35,6 +41,7 @@ from turnfsm.tracing._otlp import (
     _PROTOCOLS,
     Protocol,
     _check_endpoint,
+    _check_environment,
     _env_flag,
     _env_list,
     _env_protocol,
@@ -258,8 +265,12 @@ def configure(
         The `Tracing`; call its `shutdown()` when done (it also runs at exit).
 
     Raises:
-        ConfigError: a bad protocol, endpoint or timeout, or an exporter
-            the environment names that this setup cannot export to.
+        ConfigError: a bad argument (protocol, endpoint, timeout, headers,
+            service name, exporters, file), an exporter the environment
+            names that this setup cannot export to, or a malformed
+            ``OTEL_*`` variable (endpoint, timeout, headers, resource
+            attributes, sampler and its ratio, ``OTEL_BSP_*``, limits),
+            named with its value.
         ImportError: OTLP is asked for without the exporters
             (``pip install 'turnfsm[otel]'``).
     """
@@ -271,15 +282,20 @@ def configure(
         or not 0 < timeout < float("inf")
     ):
         raise ConfigError("timeout", timeout, "a finite number of seconds > 0")
+    check(set_global, "set_global", boolean())
     chosen: Protocol = protocol or _env_protocol()
     if _env_flag("OTEL_SDK_DISABLED"):
         tracing = Tracing(None, None, endpoint=None, protocol=chosen)
         _install(tracing, set_global=False)
         return tracing
+    _check_environment()
     if endpoint is not None:
         _check_endpoint(endpoint)
+    _check_arguments(headers, service_name, exporters, file, otlp, metrics_export)
     resource, named = _resource(service_name)
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    provider = TracerProvider(
+        resource=resource, shutdown_on_exit=False, span_limits=_span_limits()
+    )
     wanted = _env_list("OTEL_TRACES_EXPORTER", "otlp", ("otlp", "console", "none"))
     used: list[SpanExporter] = list(exporters or ())
     target: str | None = None
@@ -322,6 +338,57 @@ def configure(
         tracing.hook._trace_agents_apart(_AgentProviders(resource, processors).tracer)
     _install(tracing, set_global=set_global)
     return tracing
+
+
+ATTRIBUTE_LENGTH_LIMIT: Final = 65_536
+"""Characters an attribute value keeps unless the environment sets a limit.
+
+Recorded content (a long conversation, a large tool result) and error
+messages are cut there, so that no span runs to megabytes: a batch that
+large is refused by receivers that cap a request (Jaeger's gRPC takes
+4 MiB), and the run's other spans with it.
+"""
+
+
+def _span_limits() -> SpanLimits:
+    """The SDK's limits, with `ATTRIBUTE_LENGTH_LIMIT` unless a variable sets one."""
+    given = any(
+        os.environ.get(name, "").strip()
+        for name in (
+            "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+            "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+        )
+    )
+    return SpanLimits(max_attribute_length=None if given else ATTRIBUTE_LENGTH_LIMIT)
+
+
+def _check_arguments(
+    headers: object,
+    service_name: object,
+    exporters: object,
+    file: object,
+    otlp: object,
+    metrics_export: object,
+) -> None:
+    if headers is not None:  # they carry API keys: their values are not shown
+        if not isinstance(headers, Mapping):
+            shown = f"<a {type(headers).__name__}, not shown>"
+            raise ConfigError("headers", shown, "a mapping of strings to strings")
+        for key, value in headers.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                shown = f"<a {type(value).__name__}, not shown>"
+                raise ConfigError(f"headers[{key!r}]", shown, "a string key and value")
+    check(service_name, "service_name", string(non_empty=True, optional=True))
+    if exporters is not None:
+        if isinstance(exporters, str | bytes) or not isinstance(exporters, Sequence):
+            raise ConfigError("exporters", exporters, "a sequence of SpanExporters")
+        for i, exporter in enumerate(exporters):
+            if not callable(getattr(exporter, "export", None)):
+                raise ConfigError(f"exporters[{i}]", exporter, "a SpanExporter")
+    if file is not None and not isinstance(file, str | os.PathLike):
+        raise ConfigError("file", file, "a path to write OTLP/JSON lines to")
+    check(otlp, "otlp", boolean(optional=True))
+    check(metrics_export, "metrics_export", boolean(optional=True))
 
 
 def _resource(service_name: str | None) -> tuple[Resource, bool]:
@@ -417,6 +484,7 @@ class _AgentProviders:
                 provider = TracerProvider(
                     resource=self._resource.merge(Resource(named)),
                     shutdown_on_exit=False,
+                    span_limits=_span_limits(),
                 )
                 provider.add_span_processor(self._forward)
                 found = self._tracers[agent] = provider.get_tracer(
@@ -439,8 +507,10 @@ def _version() -> str:
 def _file_exporter(path: Path) -> SpanExporter:
     from turnfsm.tracing._otlp_json import OTLPJSONFileExporter
 
-    if path.is_dir():
-        raise ConfigError("file", str(path), "a file to write OTLP/JSON lines to")
+    if path.is_dir() or not path.absolute().parent.is_dir():
+        raise ConfigError(
+            "file", str(path), "a file, in a directory that exists, to write to"
+        )
     return OTLPJSONFileExporter(path)
 
 
