@@ -145,3 +145,35 @@ async def test_a_cancelled_callers_children_still_count_what_they_used() -> None
     assert result.children_usage.input_tokens >= used.input_tokens
     calls = result.children_usage.input_tokens // used.input_tokens
     assert result.children_cost == pytest.approx(dollars(SMALL, calls, used))
+
+
+CACHING = ModelPrices(
+    model="caching",
+    input=Decimal(10),
+    cached_input=Decimal(1),
+    output=Decimal(30),
+    cache_write=Decimal("12.5"),
+)
+CACHED_USAGE = Usage(
+    input_tokens=1_000_000,
+    output_tokens=10_000,
+    cache_read_tokens=800_000,
+    cache_write_tokens=100_000,
+)
+
+
+def test_cache_reads_and_writes_are_priced_at_their_own_rates() -> None:
+    # 100k fresh at $10, 100k written at $12.50, 800k read at $1, 10k out at $30.
+    assert CACHING.usage_cost(CACHED_USAGE) == Decimal("3.35")
+    plain = Usage(input_tokens=1_000_000, output_tokens=10_000)
+    assert CACHING.usage_cost(plain) == Decimal("10.3")
+
+
+async def test_a_run_whose_provider_served_its_prompt_from_cache_costs_that() -> None:
+    model = FakeModelClient(
+        lambda _: ModelResponse(message=reply("hi"), usage=CACHED_USAGE)
+    )
+    result = await Agent(model=model, prices=CACHING).run("hi")
+    assert result.outcome == "done", result.error
+    assert result.usage == CACHED_USAGE
+    assert result.cost == pytest.approx(3.35)
