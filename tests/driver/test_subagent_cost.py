@@ -177,3 +177,26 @@ async def test_a_run_whose_provider_served_its_prompt_from_cache_costs_that() ->
     assert result.outcome == "done", result.error
     assert result.usage == CACHED_USAGE
     assert result.cost == pytest.approx(3.35)
+
+
+async def test_a_resumed_caller_counts_what_its_earlier_failed_children_cost() -> None:
+    # Each child's one reply is cut off at its budget: the run fails, but the
+    # provider billed the reply. A resumed caller reads what its earlier
+    # children cost from their logs; it counted their turns only.
+    def cut_off(request: ModelRequest) -> ModelResponse:
+        # A reasoning model's thinking took the whole budget: no answer yet.
+        return ModelResponse(
+            message=reply(""), usage=RESUME_USAGE, finish_reason="length"
+        )
+
+    child = Agent(model=FakeModelClient(cut_off), prices=SMALL)
+    tool = child.as_tool(name="reader", description="Read")
+    result, _, _ = await stop_then_resume(tool, 3)
+
+    assert result.outcome == "done", result.error
+    assert "max_tokens" in result.text
+    assert result.children_usage == Usage(
+        input_tokens=3 * RESUME_USAGE.input_tokens,
+        output_tokens=3 * RESUME_USAGE.output_tokens,
+    )
+    assert result.children_cost == pytest.approx(dollars(SMALL, 3, RESUME_USAGE))

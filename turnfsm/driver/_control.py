@@ -229,8 +229,9 @@ class RunResult(Generic[OutputT]):
             `Agent.as_tool`), apart from `usage`; a resumed run's counts
             the sub-agents it started before it was resumed too.
         cost: What the run's own model calls cost in US dollars, at the
-            driver's `prices` (each call's reported usage, none of it
-            counted as cached); None: the driver has no prices.
+            driver's `prices` (each call's reported usage: the input its
+            prompt cache served at the cached price, the input written to
+            the cache at the write price); None: the driver has no prices.
         children_cost: What its sub-agents' model calls cost (theirs, their
             sub-agents', at each one's own prices); None when one of them
             has no prices (its usage is in `children_usage` all the same).

@@ -1056,7 +1056,7 @@ async def _spent(driver: Driver, session: Session, run: RunRecord) -> _Spent:
         sum((c.usage for c in run.compactions if c.usage), run.usage),
         None
         if prices is None
-        else sum(float(prices.usage_cost(t.usage)) for t in run.turns),
+        else sum(float(prices.usage_cost(usage)) for usage in run.call_usages),
     )
     machine = _run_machine(driver, session, run)
     for child in await _linked(driver, session, run.run_id, machine):
