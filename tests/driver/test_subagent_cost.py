@@ -200,3 +200,22 @@ async def test_a_resumed_caller_counts_what_its_earlier_failed_children_cost() -
         output_tokens=3 * RESUME_USAGE.output_tokens,
     )
     assert result.children_cost == pytest.approx(dollars(SMALL, 3, RESUME_USAGE))
+
+
+async def test_a_run_whose_provider_reported_no_usage_has_no_known_cost() -> None:
+    # It said $0.00: a bill that leaves out every call it made.
+    quiet = Agent(model=FakeModelClient(lambda _: "hi"), prices=SMALL)
+    result = await quiet.run("hi")
+    assert result.outcome == "done", result.error
+    assert result.reported_calls == 0
+    assert result.cost is None
+    assert result.cost_with_children is None
+
+
+async def test_a_quiet_sub_agent_makes_the_roll_up_unknown() -> None:
+    # Its provider reports no usage: what it cost is not known.
+    quiet = Agent(model=FakeModelClient(lambda _: "done"), prices=SMALL)
+    tool = quiet.as_tool(name="reader", description="Read")
+    result, _, _ = await stop_then_resume(tool, 3)
+    assert result.outcome == "done", result.error
+    assert result.children_cost is None
