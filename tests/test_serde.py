@@ -114,7 +114,7 @@ def values_of(tp: Any) -> st.SearchStrategy[Any]:
         Message: MESSAGES,
         MessageLog: CONVERSATIONS.map(MessageLog),
         ToolCallPart: TOOL_CALLS,
-        Usage: st.deferred(lambda: records(Usage)),
+        Usage: st.deferred(lambda: USAGES),
         ErrorInfo: st.deferred(lambda: records(ErrorInfo)),
         Budget: st.deferred(lambda: BUDGETS),
         Failure: st.deferred(lambda: FAILURES),
@@ -171,6 +171,19 @@ BUDGETS = records(
     context_window=st.just(10**6),
     threshold_tokens=st.integers(1, 10**6),
 )
+USAGES = st.builds(
+    lambda fresh, read, written, out: Usage(
+        input_tokens=fresh + read + written,
+        output_tokens=out,
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+    ),
+    INTS,
+    INTS,
+    INTS,
+    INTS,
+)
+"""Usage: its cached tokens are a part of its input."""
 _FAILURE_KINDS = sorted(attrs.fields(Failure).kind.validator.options)  # type: ignore[union-attr]
 FAILURES = st.deferred(lambda: records(Failure, kind=st.sampled_from(_FAILURE_KINDS)))
 
@@ -282,9 +295,28 @@ def test_a_snapshot_round_trips_in_its_to_dict_form(snapshot: Snapshot) -> None:
     assert json_round_trip(snapshot, Snapshot) == snapshot
 
 
-@given(st.one_of(BUDGETS, FAILURES, records(ErrorInfo), records(Usage)))
+@given(st.one_of(BUDGETS, FAILURES, records(ErrorInfo), USAGES))
 def test_budgets_failures_error_infos_and_usage_round_trip(value: object) -> None:
     assert json_round_trip(value, type(value)) == value
+
+
+def test_a_usage_without_cache_counts_is_stored_and_read_as_before() -> None:
+    # A log written before the cache's counts were kept apart reads as none
+    # cached, and a usage with none cached is written as it was then.
+    older = {"input_tokens": 1200, "output_tokens": 40}
+    assert serde.from_json(Usage, older) == Usage(input_tokens=1200, output_tokens=40)
+    assert serde.to_json(Usage(input_tokens=1200, output_tokens=40)) == older
+    cached = Usage(input_tokens=1200, output_tokens=40, cache_read_tokens=1000)
+    assert serde.to_json(cached) == {**older, "cache_read_tokens": 1000}
+
+
+def test_a_usage_whose_cached_tokens_exceed_its_input_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as info:
+        Usage(input_tokens=10, cache_read_tokens=8, cache_write_tokens=5)
+    assert "cache_read_tokens + cache_write_tokens" in str(info.value)
+    assert "13" in str(info.value)
+    with pytest.raises(CorruptRecord):
+        serde.from_json(Usage, {"input_tokens": 1, "cache_read_tokens": 2})
 
 
 @final

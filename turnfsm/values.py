@@ -8,8 +8,8 @@ a provider can build them without importing the brain (`turnfsm.core`).
 prompt cache: the context manager works it out, the pass's event carries it,
 and the log, the trace and `turnfsm simulate` report it.
 
-This module imports only the standard library, `attrs` and turnfsm's shared
-validators, so every module, the brain included, may import it.
+This module imports only the standard library, `attrs`, turnfsm's shared
+validators and its errors, so every module, the brain included, may import it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import final
 import attrs
 
 from turnfsm import _checks
+from turnfsm.errors import ConfigError
 
 __all__ = ["ErrorInfo", "PassPayback", "Usage"]
 
@@ -79,22 +80,81 @@ class ErrorInfo:
         )
 
 
+_OMITTED_IF_DEFAULT = "turnfsm.omitted_if_default"
+_TOKENS = _checks.integer(low=0)
+
+
 @final
 @attrs.frozen(kw_only=True)
 class Usage:
-    """Provider-reported token usage of one model call."""
+    """Provider-reported token usage of one model call.
+
+    Attributes:
+        input_tokens: Every input token of the request, those a prompt
+            cache served or stored included: what the request weighed
+            against the context window.
+        output_tokens: The tokens of the reply.
+        cache_read_tokens: Of `input_tokens`, those read from the
+            provider's prompt cache (Anthropic's
+            ``cache_read_input_tokens``, OpenAI's ``cached_tokens``),
+            billed at the cached price.
+        cache_write_tokens: Of `input_tokens`, those written to the
+            prompt cache (Anthropic's ``cache_creation_input_tokens``),
+            billed at the cache-write price.
+    """
 
     input_tokens: int = attrs.field(default=0, validator=_checks.integer(low=0))
     output_tokens: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    # Left out of the log while 0 (the key `turnfsm.core.OMITTED_IF_DEFAULT`
+    # names; the core imports this module): a usage with nothing cached keeps
+    # the form logs written before these counts have.
+    cache_read_tokens: int = attrs.field(
+        default=0, validator=_TOKENS, metadata={_OMITTED_IF_DEFAULT: True}
+    )
+    cache_write_tokens: int = attrs.field(
+        default=0, validator=_TOKENS, metadata={_OMITTED_IF_DEFAULT: True}
+    )
+
+    def __attrs_post_init__(self) -> None:
+        cached = self.cache_read_tokens + self.cache_write_tokens
+        if cached > self.input_tokens:
+            raise ConfigError(
+                "cache_read_tokens + cache_write_tokens",
+                cached,
+                f"at most input_tokens ({self.input_tokens}): the cached "
+                "tokens are a part of the input",
+            )
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
+    def describe(self) -> str:
+        """The counts in words, as the CLI and the view print them.
 
-_TOKENS = _checks.integer(low=0)
+        Example:
+            ```python
+            usage = Usage(input_tokens=1200, output_tokens=40, cache_read_tokens=1000)
+            usage.describe()
+            # '1200 in (1000 read from cache) / 40 out'
+            ```
+        """
+        cached = [
+            f"{count} {what}"
+            for count, what in (
+                (self.cache_read_tokens, "read from cache"),
+                (self.cache_write_tokens, "written to cache"),
+            )
+            if count
+        ]
+        said = f" ({', '.join(cached)})" if cached else ""
+        return f"{self.input_tokens} in{said} / {self.output_tokens} out"
+
+
 _DOLLARS = _checks.number(optional=True)
 
 

@@ -33,6 +33,7 @@ from turnfsm.persistence import (
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
+from turnfsm.values import Usage
 
 Capture = pytest.CaptureFixture[str]
 
@@ -562,6 +563,30 @@ def test_show_says_when_the_model_reported_no_usage(
     assert "(reported)" not in out
     assert "<dt>usage</dt><dd>not reported by the provider</dd>" in page
     assert "0 in / 0 out" not in page
+
+
+def test_show_and_the_report_say_what_the_prompt_cache_served_as_logged(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    path = tmp_path / "s.db"
+    cached = Usage(
+        input_tokens=900, output_tokens=5, cache_read_tokens=700, cache_write_tokens=150
+    )
+
+    async def once() -> str:
+        async with SQLiteStore(path) as store:
+            model = FakeModelClient(
+                lambda r: ModelResponse(message=reply("hi"), usage=cached)
+            )
+            session = Session(store=store)
+            await Driver(model=model).run("hello", session=session)
+            assert session.runs[-1].usage == cached
+            return session.id
+
+    out, page = _shown(path, anyio.run(once), capsys)
+    said = "900 in (700 read from cache, 150 written to cache) / 5 out (reported)"
+    assert said in out
+    assert said in page
 
 
 def _shown(path: Path, sid: str, capsys: Capture) -> tuple[str, str]:

@@ -145,3 +145,77 @@ async def test_a_cancelled_callers_children_still_count_what_they_used() -> None
     assert result.children_usage.input_tokens >= used.input_tokens
     calls = result.children_usage.input_tokens // used.input_tokens
     assert result.children_cost == pytest.approx(dollars(SMALL, calls, used))
+
+
+CACHING = ModelPrices(
+    model="caching",
+    input=Decimal(10),
+    cached_input=Decimal(1),
+    output=Decimal(30),
+    cache_write=Decimal("12.5"),
+)
+CACHED_USAGE = Usage(
+    input_tokens=1_000_000,
+    output_tokens=10_000,
+    cache_read_tokens=800_000,
+    cache_write_tokens=100_000,
+)
+
+
+def test_cache_reads_and_writes_are_priced_at_their_own_rates() -> None:
+    # 100k fresh at $10, 100k written at $12.50, 800k read at $1, 10k out at $30.
+    assert CACHING.usage_cost(CACHED_USAGE) == Decimal("3.35")
+    plain = Usage(input_tokens=1_000_000, output_tokens=10_000)
+    assert CACHING.usage_cost(plain) == Decimal("10.3")
+
+
+async def test_a_run_whose_provider_served_its_prompt_from_cache_costs_that() -> None:
+    model = FakeModelClient(
+        lambda _: ModelResponse(message=reply("hi"), usage=CACHED_USAGE)
+    )
+    result = await Agent(model=model, prices=CACHING).run("hi")
+    assert result.outcome == "done", result.error
+    assert result.usage == CACHED_USAGE
+    assert result.cost == pytest.approx(3.35)
+
+
+async def test_a_resumed_caller_counts_what_its_earlier_failed_children_cost() -> None:
+    # Each child's one reply is cut off at its budget: the run fails, but the
+    # provider billed the reply. A resumed caller reads what its earlier
+    # children cost from their logs; it counted their turns only.
+    def cut_off(request: ModelRequest) -> ModelResponse:
+        # A reasoning model's thinking took the whole budget: no answer yet.
+        return ModelResponse(
+            message=reply(""), usage=RESUME_USAGE, finish_reason="length"
+        )
+
+    child = Agent(model=FakeModelClient(cut_off), prices=SMALL)
+    tool = child.as_tool(name="reader", description="Read")
+    result, _, _ = await stop_then_resume(tool, 3)
+
+    assert result.outcome == "done", result.error
+    assert "max_tokens" in result.text
+    assert result.children_usage == Usage(
+        input_tokens=3 * RESUME_USAGE.input_tokens,
+        output_tokens=3 * RESUME_USAGE.output_tokens,
+    )
+    assert result.children_cost == pytest.approx(dollars(SMALL, 3, RESUME_USAGE))
+
+
+async def test_a_run_whose_provider_reported_no_usage_has_no_known_cost() -> None:
+    # It said $0.00: a bill that leaves out every call it made.
+    quiet = Agent(model=FakeModelClient(lambda _: "hi"), prices=SMALL)
+    result = await quiet.run("hi")
+    assert result.outcome == "done", result.error
+    assert result.reported_calls == 0
+    assert result.cost is None
+    assert result.cost_with_children is None
+
+
+async def test_a_quiet_sub_agent_makes_the_roll_up_unknown() -> None:
+    # Its provider reports no usage: what it cost is not known.
+    quiet = Agent(model=FakeModelClient(lambda _: "done"), prices=SMALL)
+    tool = quiet.as_tool(name="reader", description="Read")
+    result, _, _ = await stop_then_resume(tool, 3)
+    assert result.outcome == "done", result.error
+    assert result.children_cost is None

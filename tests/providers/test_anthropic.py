@@ -59,13 +59,15 @@ async def test_a_plain_reply_carries_text_and_usage() -> None:
     assert server.requests[0].url.path == "/v1/messages"
 
 
-async def test_usage_counts_cache_reads_and_writes_as_input() -> None:
+async def test_usage_counts_cache_reads_and_writes_as_input_and_apart() -> None:
     reply = anthropic_reply(text_block("ok"))
     body = reply.json()
     body["usage"].update(cache_creation_input_tokens=100, cache_read_input_tokens=50)
     server = Server(httpx2.Response(200, json=body))
     response = await model_for(server).complete(ask())
-    assert response.usage == Usage(input_tokens=162, output_tokens=3)
+    assert response.usage == Usage(
+        input_tokens=162, output_tokens=3, cache_read_tokens=50, cache_write_tokens=100
+    )
 
 
 async def test_the_request_body_has_system_tools_calls_and_merged_results() -> None:
@@ -558,16 +560,16 @@ async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
 
 
 @pytest.mark.parametrize(
-    ("counts", "input_tokens"),
+    ("counts", "input_tokens", "read"),
     [
-        ({}, 1105),  # no input fields: those of message_start stand
-        ({"input_tokens": 7}, 1107),  # the cache counts it leaves out stand
-        ({"input_tokens": 7, "cache_read_input_tokens": None}, 1107),
-        ({"input_tokens": 7, "cache_read_input_tokens": 0}, 107),
+        ({}, 1105, 1000),  # no input fields: those of message_start stand
+        ({"input_tokens": 7}, 1107, 1000),  # the cache counts it leaves out stand
+        ({"input_tokens": 7, "cache_read_input_tokens": None}, 1107, 1000),
+        ({"input_tokens": 7, "cache_read_input_tokens": 0}, 107, 0),
     ],
 )
 async def test_a_stream_keeps_each_input_count_its_last_event_leaves_out(
-    counts: dict[str, Any], input_tokens: int
+    counts: dict[str, Any], input_tokens: int, read: int
 ) -> None:
     first = start(input_tokens=5)
     first[1]["message"]["usage"].update(
@@ -586,7 +588,12 @@ async def test_a_stream_keeps_each_input_count_its_last_event_leaves_out(
     )
     done = (await collect(model_for(server), ask()))[-1]
     assert isinstance(done, StreamDone)
-    assert done.response.usage == Usage(input_tokens=input_tokens, output_tokens=4)
+    assert done.response.usage == Usage(
+        input_tokens=input_tokens,
+        output_tokens=4,
+        cache_read_tokens=read,
+        cache_write_tokens=100,
+    )
 
 
 async def test_an_overloaded_error_mid_stream_is_retriable() -> None:

@@ -73,6 +73,41 @@ async def test_a_plain_reply_carries_text_and_usage() -> None:
     assert response.usage == Usage(input_tokens=12, output_tokens=3)
 
 
+@pytest.mark.parametrize(
+    ("details", "read"),
+    [
+        ({"cached_tokens": 1024}, 1024),
+        ({"cached_tokens": None}, 0),
+        ({}, 0),
+        (None, 0),
+    ],
+)
+async def test_the_prompt_tokens_the_cache_served_are_kept_apart(
+    details: dict[str, Any] | None, read: int
+) -> None:
+    body = openai_reply("ok", usage=(1500, 3)).json()
+    body["usage"]["prompt_tokens_details"] = details
+    server = Server(httpx2.Response(200, json=body))
+    response = await model_for(server).complete(ask())
+    assert response.usage == Usage(
+        input_tokens=1500, output_tokens=3, cache_read_tokens=read
+    )
+
+
+@pytest.mark.parametrize("cached", [-1, 1501, "many"])
+async def test_a_cached_token_count_the_prompt_cannot_hold_is_refused_by_name(
+    cached: object,
+) -> None:
+    body = openai_reply("ok", usage=(1500, 3)).json()
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+    server = Server(httpx2.Response(200, json=body))
+    with pytest.raises(ProviderError) as info:
+        await model_for(server).complete(ask())
+    assert "usage.prompt_tokens_details.cached_tokens" in str(info.value)
+    assert repr(cached) in str(info.value)
+    assert info.value.retryable is False
+
+
 async def test_a_reply_without_usage_has_none() -> None:
     server = Server(openai_reply("ok", usage=None))
     assert (await model_for(server).complete(ask())).usage is None
@@ -505,6 +540,18 @@ async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
     [body] = server.bodies
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
+
+
+@asyncio_only
+async def test_a_streamed_reply_keeps_its_cached_tokens_apart() -> None:
+    last = openai_chunk(usage=(1500, 2))
+    last["usage"]["prompt_tokens_details"] = {"cached_tokens": 1280}
+    server = Server(openai_sse([openai_chunk({"content": "ok"}), last]))
+    done = (await collect(model_for(server), ask()))[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.usage == Usage(
+        input_tokens=1500, output_tokens=2, cache_read_tokens=1280
+    )
 
 
 @asyncio_only

@@ -25,9 +25,11 @@ from turnfsm.cli._demo import TASK, build_demo_agent
 from turnfsm.core import Measured, ModelReplied
 from turnfsm.driver import Session
 from turnfsm.persistence import RunRecord
-from turnfsm.testing import ScriptedModel, tool_call
+from turnfsm.providers import ModelResponse
+from turnfsm.testing import ScriptedModel, reply, tool_call
 from turnfsm.tracing import TracingHook, configure, is_configured
 from turnfsm.tracing import attributes as A
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -84,6 +86,24 @@ async def test_each_turn_span_is_numbered_and_carries_the_logs_tokens() -> None:
     run = session.runs[-1]
     assert [_figures(t) for t in turns] == _logged(run)
     assert [_figures(t)[A.USAGE_INPUT_TOKENS] for t in turns] == [50, 90, 120]
+
+
+async def test_the_cache_s_counts_are_on_the_turn_call_and_run_spans() -> None:
+    traced = Traced.create()
+    cached = Usage(
+        input_tokens=900, output_tokens=5, cache_read_tokens=700, cache_write_tokens=150
+    )
+    model = ScriptedModel.of(ModelResponse(message=reply("done"), usage=cached))
+    session = Session()
+    await traced_driver(traced, model, tools=[echo]).run("go", session=session)
+    assert session.runs[-1].usage == cached
+    chat = [s for s in traced.spans if s.name.startswith("chat")]
+    (root,) = [s for s in traced.spans if s.parent is None]
+    for span in (*_turns(traced.spans), *chat, root):
+        a = span.attributes or {}
+        assert a[A.USAGE_CACHE_READ_TOKENS] == 700, span.name
+        assert a[A.USAGE_CACHE_WRITE_TOKENS] == 150, span.name
+    assert chat
 
 
 def test_the_demo_trace_has_numbered_turns_with_the_logs_nonzero_tokens() -> None:

@@ -45,7 +45,7 @@ async def _tree(
         usage = sum((r.usage for r in child.runs), start=Usage())
         turns = sum(len(r.turns) for r in child.runs)
         said = (
-            f"usage {usage.input_tokens} in / {usage.output_tokens} out"
+            f"usage {usage.describe()}"
             if not turns or any(r.reported_calls for r in child.runs)
             else "usage not reported"
         )

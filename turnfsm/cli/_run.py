@@ -932,7 +932,7 @@ def _usage(result: RunResult) -> str:
     usage, calls, reported = result.usage, result.turns, result.reported_calls
     if reported == 0 and calls:
         return "token usage not reported by the provider"
-    tokens = f"{usage.input_tokens} tokens in / {usage.output_tokens} out"
+    tokens = f"tokens {usage.describe()}"
     if reported is not None and reported < calls:
         return f"{tokens} (reported for {reported} of the {calls} calls)"
     return tokens

@@ -365,7 +365,7 @@ def _show(
             if not run.turns
             else "usage not reported"
             if run.usage_unreported
-            else f"usage {usage.input_tokens} in / {usage.output_tokens} out (reported)"
+            else f"usage {usage.describe()} (reported)"
         )
         line = f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  {said}"
         error = "" if run.error is None else str(run.error)

@@ -51,6 +51,7 @@ __all__ = [
     "Audit",
     "committed",
     "compaction_record",
+    "logged_cost",
     "summaries",
     "turn_record",
     "verdict_of",
@@ -210,7 +211,8 @@ class Audit:
         self.reported_calls = 0  # those of them the provider reported usage for
         self.prices = prices
         self.cost: float | None = None if prices is None else 0.0
-        """What the agent's own model calls cost, in US dollars (None: no prices)."""
+        """What the agent's own model calls cost, in US dollars (None: no
+        prices, or a reply whose usage the provider did not report)."""
         self.compaction_usage = Usage()  # the passes' summary calls
         self.reported: Reported | None = None  # the provider's count of the last call
         self._context: tuple[MessageLog, MessageLog] | None = None
@@ -263,9 +265,7 @@ class Audit:
         spent = [usage for usage in record.call_usages if usage is not None]
         self.usage = sum(spent, Usage())
         self.reported_calls = len(spent)
-        if self.prices is not None:
-            prices = self.prices
-            self.cost = sum(float(prices.usage_cost(usage)) for usage in spent)
+        self.cost = logged_cost(self.prices, record)
         self.compaction_usage = sum(
             (c.usage for c in record.compactions if c.usage), Usage()
         )
@@ -332,7 +332,9 @@ class Audit:
         tokens, recorded beside the provider's report.
         """
         usage = event.usage
-        if usage is not None:
+        if usage is None:
+            self.cost = None  # a reply the provider did not say the usage of
+        else:
             self.spent(usage)
             if usage.input_tokens:
                 self.reported = Reported(
@@ -444,3 +446,18 @@ def _plausible(tokens: int, window: int) -> bool:
     """
     limit = report_limit(window)
     return limit is None or tokens <= limit
+
+
+def logged_cost(prices: ModelPrices | None, record: RunRecord) -> float | None:
+    """What the model calls of the run `record` logs cost, at `prices`.
+
+    None when there are no prices, or when a reply (a turn) came without
+    the usage that prices it: a figure that leaves out a call is no cost.
+    """
+    if prices is None or any(turn.usage is None for turn in record.turns):
+        return None
+    return sum(
+        float(prices.usage_cost(usage))
+        for usage in record.call_usages
+        if usage is not None
+    )

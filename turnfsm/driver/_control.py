@@ -229,11 +229,15 @@ class RunResult(Generic[OutputT]):
             `Agent.as_tool`), apart from `usage`; a resumed run's counts
             the sub-agents it started before it was resumed too.
         cost: What the run's own model calls cost in US dollars, at the
-            driver's `prices` (each call's reported usage, none of it
-            counted as cached); None: the driver has no prices.
+            driver's `prices` (each call's reported usage: the input its
+            prompt cache served at the cached price, the input written to
+            the cache at the write price); None: the driver has no prices,
+            or a reply came whose usage the provider did not report (a
+            figure that leaves a call out is no cost).
         children_cost: What its sub-agents' model calls cost (theirs, their
-            sub-agents', at each one's own prices); None when one of them
-            has no prices (its usage is in `children_usage` all the same).
+            sub-agents', at each one's own prices); None when the cost of
+            one of them is not known (no prices, or a reply with no usage;
+            its usage is in `children_usage` all the same).
         reported_calls: How many of the run's model calls (`turns`) the
             provider reported usage for: when it is 0, `usage` is no count
             at all (some OpenAI-compatible servers report none); None: not

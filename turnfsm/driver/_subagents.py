@@ -54,6 +54,7 @@ from turnfsm.core import (
     SubagentSpec,
     TurnMachine,
 )
+from turnfsm.driver._audit import logged_cost
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._lease import lease_owner
@@ -1051,12 +1052,9 @@ def _run_machine(
 
 async def _spent(driver: Driver, session: Session, run: RunRecord) -> _Spent:
     """What the ended `run` (of `driver`) used: its turns, passes and children."""
-    prices = driver.prices
     total = _Spent(
         sum((c.usage for c in run.compactions if c.usage), run.usage),
-        None
-        if prices is None
-        else sum(float(prices.usage_cost(t.usage)) for t in run.turns),
+        logged_cost(driver.prices, run),
     )
     machine = _run_machine(driver, session, run)
     for child in await _linked(driver, session, run.run_id, machine):

@@ -307,10 +307,7 @@ class ConsoleHook(Hook):
         tag = "EMERGENCY " if record.reason is CompactReason.EMERGENCY else ""
         spent = ""
         if record.usage is not None:
-            spent = (
-                f", summary model {record.usage.input_tokens} in / "
-                f"{record.usage.output_tokens} out (reported)"
-            )
+            spent = f", summary model {record.usage.describe()} (reported)"
         self.print(
             f"[compaction] {tag}reason={record.reason.value} ({record.strategy}): "
             f"{record.tokens_before} -> {record.tokens_after} tokens (estimated), "

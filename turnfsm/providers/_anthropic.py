@@ -550,7 +550,8 @@ _INPUTS: Final = (
     "cache_creation_input_tokens",
     "cache_read_input_tokens",
 )
-"""The usage's counts of input: cache writes and reads are input too."""
+"""The usage's counts of input: cache writes and reads are input too
+(`Usage.input_tokens` sums them; the cache's are kept apart as well)."""
 
 
 def _counts(value: object, before: dict[str, int] | None = None) -> dict[str, int]:
@@ -577,6 +578,8 @@ def _usage(counts: dict[str, int]) -> Usage | None:
     return Usage(
         input_tokens=sum(counts[name] for name in _INPUTS),
         output_tokens=counts["output_tokens"],
+        cache_read_tokens=counts["cache_read_input_tokens"],
+        cache_write_tokens=counts["cache_creation_input_tokens"],
     )
 
 

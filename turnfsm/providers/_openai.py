@@ -45,6 +45,7 @@ from turnfsm.providers._errors import (
     timeout_error,
     timeout_setting,
     unreadable_body_error,
+    unreadable_field,
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
@@ -581,14 +582,36 @@ def _no_choices(error: object) -> ProviderError:
 
 
 def _usage(value: object) -> Usage | None:
+    """Return a reply's `Usage` (None if it has none).
+
+    The prompt tokens the prompt cache served
+    (``prompt_tokens_details.cached_tokens``) are a part of the prompt's:
+    `Usage.cache_read_tokens`.
+    """
     if value is None:
         return None
     usage = reply_object(value, "usage")
+    prompt = reply_tokens(usage.get("prompt_tokens"), "usage.prompt_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = 0
+    if details is not None:
+        where = "usage.prompt_tokens_details"
+        cached = reply_tokens(
+            reply_object(details, where).get("cached_tokens"), f"{where}.cached_tokens"
+        )
+        if cached > prompt:
+            raise unreadable_field(
+                f"{where}.cached_tokens",
+                cached,
+                f"at most usage.prompt_tokens ({prompt}): the cached tokens "
+                "are a part of the prompt's",
+            )
     return Usage(
-        input_tokens=reply_tokens(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        input_tokens=prompt,
         output_tokens=reply_tokens(
             usage.get("completion_tokens"), "usage.completion_tokens"
         ),
+        cache_read_tokens=cached,
     )
 
 

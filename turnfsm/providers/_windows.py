@@ -177,7 +177,12 @@ class ModelPrices:
         return total / 1_000_000
 
     def usage_cost(self, usage: Usage | None) -> Decimal:
-        """The price of one call from its reported usage (none cached).
+        """The price of one call from its reported usage.
+
+        The input the prompt cache served (`Usage.cache_read_tokens`) is
+        priced at `cached_input`, that written to it
+        (`Usage.cache_write_tokens`) at the write price, the rest at
+        `input`.
 
         Example:
             ```python
@@ -187,7 +192,12 @@ class ModelPrices:
         """
         if usage is None:
             return Decimal(0)
-        return self.cost(usage.input_tokens, 0, usage.output_tokens)
+        return self.cost(
+            usage.input_tokens,
+            usage.cache_read_tokens,
+            usage.output_tokens,
+            written_tokens=usage.cache_write_tokens,
+        )
 
 
 def _rate(value: Any) -> tuple[Decimal | None, dict[int, Decimal]]:

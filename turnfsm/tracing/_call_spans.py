@@ -12,7 +12,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from turnfsm.errors import Cancelled, ProviderError
 from turnfsm.hooks import ModelCallEnd, ModelCallInfo, ToolCallEnd, ToolCallInfo
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import messages_json, to_json
+from turnfsm.tracing._content import messages_json, to_json, usage_attributes
 
 __all__ = [
     "chat_attributes",
@@ -72,12 +72,7 @@ def end_chat(
             span.set_attribute(A.RESPONSE_FINISH_REASONS, (response.finish_reason,))
         usage = response.usage
         if usage is not None:
-            span.set_attributes(
-                {
-                    A.USAGE_INPUT_TOKENS: usage.input_tokens,
-                    A.USAGE_OUTPUT_TOKENS: usage.output_tokens,
-                }
-            )
+            span.set_attributes(usage_attributes(usage))
             tokens.record(usage.input_tokens, {**labels, A.TOKEN_TYPE: "input"})
             tokens.record(usage.output_tokens, {**labels, A.TOKEN_TYPE: "output"})
         if capture:

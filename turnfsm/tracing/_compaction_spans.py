@@ -9,6 +9,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from turnfsm.core import Compact, Perform
 from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
+from turnfsm.tracing._content import usage_attributes
 from turnfsm.values import ErrorInfo, PassPayback
 
 __all__ = [
@@ -91,12 +92,7 @@ def end_compaction(
         }
     )
     if record.usage is not None:
-        span.set_attributes(
-            {
-                A.USAGE_INPUT_TOKENS: record.usage.input_tokens,
-                A.USAGE_OUTPUT_TOKENS: record.usage.output_tokens,
-            }
-        )
+        span.set_attributes(usage_attributes(record.usage))
     if record.payback is not None:
         span.set_attributes(payback_attributes(record.payback))
     if record.verdict in (Verdict.FAILED, Verdict.OVERFLOW):

@@ -64,6 +64,7 @@ from turnfsm.tracing._compaction_spans import (
     start_compaction,
     start_effect,
 )
+from turnfsm.tracing._content import usage_attributes
 from turnfsm.tracing._run_spans import (
     OpenRun,
     add_transition,
@@ -342,12 +343,7 @@ class TracingHook(Hook):
             return
         if call.purpose == "turn" and usage is not None and run.turn is not None:
             # The turn's reply: what the run log records as the turn's usage.
-            run.turn.set_attributes(
-                {
-                    A.USAGE_INPUT_TOKENS: usage.input_tokens,
-                    A.USAGE_OUTPUT_TOKENS: usage.output_tokens,
-                }
-            )
+            run.turn.set_attributes(usage_attributes(usage))
 
     # -- tools -----------------------------------------------------------
     def on_tool_start(self, info: ToolCallInfo) -> None:

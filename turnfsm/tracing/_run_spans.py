@@ -12,7 +12,7 @@ from turnfsm.core import emergency_line, threshold_line
 from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import messages_json
+from turnfsm.tracing._content import messages_json, usage_attributes
 from turnfsm.values import ErrorInfo
 
 __all__ = [
@@ -91,8 +91,7 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
             A.RUN_OUTCOME: info.outcome,
             A.RUN_TURNS: info.turns,
             A.PHASE: info.phase,
-            A.USAGE_INPUT_TOKENS: usage.input_tokens,
-            A.USAGE_OUTPUT_TOKENS: usage.output_tokens,
+            **usage_attributes(usage),
         }
     )
     if capture and info.text:

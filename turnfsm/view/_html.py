@@ -393,8 +393,7 @@ def _outcome(
         if not run.turns
         else "<dt>usage</dt><dd>not reported by the provider</dd>"
         if run.usage_unreported
-        else f"<dt>usage</dt><dd>{usage.input_tokens} in / "
-        f"{usage.output_tokens} out (reported)</dd>",
+        else f"<dt>usage</dt><dd>{_e(usage.describe())} (reported)</dd>",
     ]
     if run.text:
         out.append(f'<dt>answer</dt><dd><pre class="answer">{_e(run.text)}</pre></dd>')
@@ -787,10 +786,7 @@ def _pass_meta(
     """What a pass replaced, in words; the heading of what it made (None: none)."""
     usage = ""
     if record.usage is not None:
-        usage = (
-            f", its model calls: {record.usage.input_tokens} in / "
-            f"{record.usage.output_tokens} out"
-        )
+        usage = f", its model calls: {_e(record.usage.describe())}"
     covered = len(record.covers)
     if record.compacted:
         return (

@@ -113,4 +113,4 @@ def _usage_cell(runs: Sequence[RunRecord], usage: Usage) -> str:
     """The tokens a sub-agent's runs used, or that its provider reported none."""
     if any(r.turns for r in runs) and not any(r.reported_calls for r in runs):
         return "not reported"
-    return f"{usage.input_tokens} in / {usage.output_tokens} out"
+    return usage.describe()
