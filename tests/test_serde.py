@@ -308,6 +308,13 @@ def test_a_usage_without_cache_counts_is_stored_and_read_as_before() -> None:
     assert serde.to_json(Usage(input_tokens=1200, output_tokens=40)) == older
     cached = Usage(input_tokens=1200, output_tokens=40, cache_read_tokens=1000)
     assert serde.to_json(cached) == {**older, "cache_read_tokens": 1000}
+    # Printed as the log has it: the cache's counts only when there are any.
+    assert repr(Usage(input_tokens=1200, output_tokens=40)) == (
+        "Usage(input_tokens=1200, output_tokens=40)"
+    )
+    assert repr(cached) == (
+        "Usage(input_tokens=1200, output_tokens=40, cache_read_tokens=1000)"
+    )
 
 
 def test_a_usage_whose_cached_tokens_exceed_its_input_is_refused_by_name() -> None:

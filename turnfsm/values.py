@@ -125,6 +125,21 @@ class Usage:
                 "tokens are a part of the input",
             )
 
+    def __repr__(self) -> str:
+        """The counts, the cached ones only when there are any (as the log)."""
+        cached = "".join(
+            f", {name}={count}"
+            for name, count in (
+                ("cache_read_tokens", self.cache_read_tokens),
+                ("cache_write_tokens", self.cache_write_tokens),
+            )
+            if count
+        )
+        return (
+            f"Usage(input_tokens={self.input_tokens}, "
+            f"output_tokens={self.output_tokens}{cached})"
+        )
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
