@@ -193,9 +193,12 @@ def test_a_worker_refuses_a_store_it_cannot_use_before_serving(
 
 
 def _demo_whose_wait_raises(
-    monkeypatch: pytest.MonkeyPatch, raised: BaseException
+    monkeypatch: pytest.MonkeyPatch, raised: BaseException, *, polled: bool = True
 ) -> int:
-    """`turnfsm demo --durable`, its run started, `raised` while it is awaited."""
+    """`turnfsm demo --durable`, its run started, `raised` while it is awaited.
+
+    `polled`: whether a worker asked the queue for work lately.
+    """
     import turnfsm.temporal
     from turnfsm.cli import _worker
 
@@ -212,7 +215,11 @@ def _demo_whose_wait_raises(
     async def start(*args: object, **kwargs: object) -> Run:
         return Run()
 
+    async def asked(client: object, namespace: str, task_queue: str) -> bool:
+        return polled
+
     monkeypatch.setattr(_worker, "_connect", connect)
+    monkeypatch.setattr(_worker, "_polled", asked)
     monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
     return _worker.run_durable_demo(
         "q", address="127.0.0.1:7233", namespace="default", quiet=True
@@ -248,6 +255,23 @@ def test_demo_durable_with_no_worker_says_how_to_start_one(
     )
     assert demo.returncode == 130
     assert f"goes on when a worker serves {queue!r}" in err
+
+
+def test_demo_durable_quiet_with_no_worker_says_how_to_start_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With --quiet it waited for a worker without a word, for as long as
+    # it took: five minutes, then a timeout, in one user's try.
+    assert (
+        _demo_whose_wait_raises(monkeypatch, KeyboardInterrupt(), polled=False) == 130
+    )
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err.startswith(
+        "no worker has asked 'q' for work lately: start one (turnfsm worker "
+        "--task-queue q --address 127.0.0.1:7233, in another terminal) and the "
+        "run goes on there\n"
+    )
 
 
 def test_demo_durable_says_the_server_was_lost_in_one_line(

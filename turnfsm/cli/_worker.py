@@ -222,17 +222,18 @@ def run_durable_demo(
                 file=stream,
                 flush=True,
             )
-            if not await _polled(client, namespace, task_queue):
-                where = f" --address {address}"
-                if namespace != "default":
-                    where += f" --namespace {namespace}"
-                print(
-                    f"no worker has asked {task_queue!r} for work lately: start "
-                    f"one (turnfsm worker --task-queue {task_queue}{where}, in "
-                    "another terminal) and the run goes on there",
-                    file=stream,
-                    flush=True,
-                )
+        if not await _polled(client, namespace, task_queue):
+            where = f" --address {address}"
+            if namespace != "default":
+                where += f" --namespace {namespace}"
+            # Said with --quiet too (on stderr): else it waits without a word.
+            print(
+                f"no worker has asked {task_queue!r} for work lately: start "
+                f"one (turnfsm worker --task-queue {task_queue}{where}, in "
+                "another terminal) and the run goes on there",
+                file=sys.stderr if quiet else stream,
+                flush=True,
+            )
         return await run.result()
 
     try:
