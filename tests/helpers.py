@@ -29,8 +29,9 @@ from turnfsm.core import (
     Snapshot,
     TurnMachine,
 )
+from turnfsm.errors import StoreUnusable
 from turnfsm.messages import JSONValue, Message, ToolCallPart
-from turnfsm.persistence import Entry, SessionInfo, SessionStore
+from turnfsm.persistence import Entry, MemoryStore, SessionInfo, SessionStore
 from turnfsm.providers import ModelRequest
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -276,3 +277,26 @@ class ProtocolStore:
         if self.times:
             return listed
         return tuple(attrs.evolve(info, updated_at=None) for info in listed)
+
+
+class RefusingStore(MemoryStore):
+    """A `MemoryStore` down for the first `times` appends holding a `kind` entry.
+
+    Each refused append raises `StoreUnusable` and writes nothing: a store
+    that fails at one point of a run, then works again (for its resume).
+    """
+
+    def __init__(self, kind: type, *, times: int = 1) -> None:
+        super().__init__()
+        self.kind = kind
+        self.refusals = times
+
+    async def append(
+        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
+    ) -> int:
+        if self.refusals and any(isinstance(e, self.kind) for e in entries):
+            self.refusals -= 1
+            raise StoreUnusable(path="memory", reason="down for this append")
+        return await super().append(
+            session_id, entries, expected_version=expected_version
+        )

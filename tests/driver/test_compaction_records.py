@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
+from tests.helpers import RefusingStore
 from turnfsm.agent import Agent
 from turnfsm.context import (
     CompactionContext,
@@ -354,24 +355,6 @@ def _walk_seen(
     return {**brought, **committed}
 
 
-class _RefusesFirstPass(MemoryStore):
-    """A store down for the one append that carries the first pass's record."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refused = False
-
-    async def append(
-        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
-    ) -> int:
-        if not self.refused and any(isinstance(e, CompactionRecord) for e in entries):
-            self.refused = True
-            raise StoreUnusable(path="memory", reason="down for one append")
-        return await super().append(
-            session_id, entries, expected_version=expected_version
-        )
-
-
 class _Passes(Hook):
     def __init__(self) -> None:
         self.heard: list[str] = []
@@ -400,7 +383,7 @@ async def test_a_pass_the_log_could_not_keep_is_told_once_when_it_is_kept() -> N
             reply("All three logs say the disk is full."),
         ]
     )
-    store = _RefusesFirstPass()
+    store = RefusingStore(CompactionRecord)  # down for the first pass's append
     hook = _Passes()
     driver = Driver(
         model=FakeModelClient(lambda _r: next(replies)),
@@ -462,25 +445,6 @@ async def test_a_strict_hook_failing_on_the_last_pass_hears_the_kept_end() -> No
     assert hook.ends == 1
 
 
-class _RefusesOpening(MemoryStore):
-    """A store down for the appends that carry the breaker's opening: the
-    run's end, and the interruption's that follows it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refusals = 2
-
-    async def append(
-        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
-    ) -> int:
-        if self.refusals and any(isinstance(e, BreakerChanged) for e in entries):
-            self.refusals -= 1
-            raise StoreUnusable(path="memory", reason="down for two appends")
-        return await super().append(
-            session_id, entries, expected_version=expected_version
-        )
-
-
 class _Openings(Hook):
     def __init__(self) -> None:
         self.heard: list[int] = []
@@ -491,7 +455,8 @@ class _Openings(Hook):
 
 async def test_the_breaker_s_opening_is_told_once_the_log_keeps_it() -> None:
     broken = FakeModelClient(lambda _r: "")  # an empty summary: a failed pass
-    store = _RefusesOpening()
+    # Down for the breaker's opening: the run's end and the interruption's.
+    store = RefusingStore(BreakerChanged, times=2)
     hook = _Openings()
     driver = Driver(
         model=FakeModelClient(lambda _r: "x"), context=manager(broken), hooks=[hook]

@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.helpers import RefusingStore
 from turnfsm.core import Measured, ModelReplied
 from turnfsm.driver import Driver, RunControl, replay
 from turnfsm.errors import (
@@ -374,24 +375,6 @@ async def test_a_strict_tool_hook_that_raises_in_a_batch_surfaces_as_itself() ->
     assert list(session.history) == []
 
 
-class _RefusesTheEnd(MemoryStore):
-    """A store down for the one append that carries the run's first end."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refused = False
-
-    async def append(
-        self, session_id: str, entries: Sequence[Entry], *, expected_version: int
-    ) -> int:
-        if not self.refused and any(isinstance(e, RunEnded) for e in entries):
-            self.refused = True
-            raise StoreUnusable(path="memory", reason="down for one append")
-        return await super().append(
-            session_id, entries, expected_version=expected_version
-        )
-
-
 async def test_an_end_the_store_refused_keeps_the_last_step_for_the_resume() -> None:
     # The end's append failed and took the last step with it: the
     # interruption logged the run without its final reply, and the resume
@@ -400,7 +383,7 @@ async def test_an_end_the_store_refused_keeps_the_last_step_for_the_resume() -> 
         """Do nothing."""
         return "ok"
 
-    store = _RefusesTheEnd()
+    store = RefusingStore(RunEnded)  # down for the run's first end
     model = ScriptedModel.of(
         reply("", tool_call("noop", "c1")), "the answer", "asked again"
     )
