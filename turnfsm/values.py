@@ -14,7 +14,7 @@ validators and its errors, so every module, the brain included, may import it.
 
 from __future__ import annotations
 
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -80,7 +80,12 @@ class ErrorInfo:
         )
 
 
-_OMITTED_IF_DEFAULT = "turnfsm.omitted_if_default"
+OMITTED_IF_DEFAULT: Final = "turnfsm.omitted_if_default"
+"""A field's metadata: its stored form leaves the field out while it has its default.
+
+So a field added to an event keeps the stored form of the events that do
+not use it (`Signal.message`).
+"""
 _TOKENS = _checks.integer(low=0)
 
 
@@ -105,14 +110,13 @@ class Usage:
 
     input_tokens: int = attrs.field(default=0, validator=_checks.integer(low=0))
     output_tokens: int = attrs.field(default=0, validator=_checks.integer(low=0))
-    # Left out of the log while 0 (the key `turnfsm.core.OMITTED_IF_DEFAULT`
-    # names; the core imports this module): a usage with nothing cached keeps
+    # Left out of the log while 0: a usage with nothing cached keeps
     # the form logs written before these counts have.
     cache_read_tokens: int = attrs.field(
-        default=0, validator=_TOKENS, metadata={_OMITTED_IF_DEFAULT: True}
+        default=0, validator=_TOKENS, metadata={OMITTED_IF_DEFAULT: True}
     )
     cache_write_tokens: int = attrs.field(
-        default=0, validator=_TOKENS, metadata={_OMITTED_IF_DEFAULT: True}
+        default=0, validator=_TOKENS, metadata={OMITTED_IF_DEFAULT: True}
     )
 
     def __attrs_post_init__(self) -> None:

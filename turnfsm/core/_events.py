@@ -20,7 +20,7 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import ConfigError
 from turnfsm.messages import Message, new_message_id
-from turnfsm.values import ErrorInfo, PassPayback, Usage
+from turnfsm.values import OMITTED_IF_DEFAULT, ErrorInfo, PassPayback, Usage
 
 __all__ = [
     "EVENT_TYPES",
@@ -52,13 +52,6 @@ __all__ = [
     "trigger_of",
 ]
 
-
-OMITTED_IF_DEFAULT: Final = "turnfsm.omitted_if_default"
-"""A field's metadata: its stored form leaves the field out while it has its default.
-
-So a field added to an event keeps the stored form of the events that do
-not use it (`Signal.message`).
-"""
 
 _non_negative: Final = _checks.integer(low=0)
 
