@@ -18,10 +18,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from tests.tracing._spans import Named, Traced, history, said
 from turnfsm.context import ContextManager, PinRules, SummarizingCompactor
 from turnfsm.driver import Driver, Session
+from turnfsm.errors import ConfigError
 from turnfsm.messages import Message
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
-from turnfsm.tracing import CAPTURE_CONTENT_ENV
+from turnfsm.tracing import CAPTURE_CONTENT_ENV, TracingHook
 from turnfsm.tracing import attributes as A
 
 pytestmark = pytest.mark.anyio
@@ -180,3 +181,26 @@ async def test_an_explicit_no_wins_over_the_environment(
     result = await _driver(traced, _script()).run(f"remember {SECRET}")
     assert result.ok, result.error
     assert _leaks(traced) == []
+
+
+@pytest.mark.parametrize(("value", "on"), [("yes", True), ("0", False), (" ", False)])
+def test_a_hook_reads_the_environment_s_switch_as_configure_does(
+    monkeypatch: pytest.MonkeyPatch, value: str, on: bool
+) -> None:
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, value)
+    assert TracingHook().capture_content is on
+
+
+def test_a_switch_that_is_neither_on_nor_off_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Read as off: a hook built with `on` recorded no content, without a word
+    # (configure() refused it already).
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "on")
+    with pytest.raises(ConfigError) as raised:
+        TracingHook()
+    assert str(raised.value) == (
+        "invalid OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT='on': "
+        "expected true or false"
+    )
+    assert TracingHook(capture_content=True).capture_content  # asked: not read

@@ -19,7 +19,6 @@ while they run, so spans an SDK or a tool makes nest under them.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Final, final
@@ -65,6 +64,7 @@ from turnfsm.tracing._compaction_spans import (
     start_effect,
 )
 from turnfsm.tracing._content import usage_attributes
+from turnfsm.tracing._otlp import CAPTURE_CONTENT_ENV, _env_flag
 from turnfsm.tracing._run_spans import (
     OpenRun,
     add_transition,
@@ -77,8 +77,6 @@ from turnfsm.tracing._run_spans import (
 
 __all__ = ["CAPTURE_CONTENT_ENV", "TracingHook"]
 
-CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-"""The standard switch for GenAI message content in telemetry (off by default)."""
 
 _SCOPE: Final = "turnfsm"
 
@@ -107,6 +105,10 @@ class TracingHook(Hook):
         capture_content: Record messages, tool arguments and results on the
             spans. Off unless asked for, or unless the environment sets
             ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
+
+    Raises:
+        ConfigError: `capture_content` is not given and that variable is
+            neither true nor false (``1``, ``yes``, ``0``, ``no`` too).
     """
 
     traces_runs: Final = True  # tells the driver not to add its own
@@ -155,8 +157,7 @@ class TracingHook(Hook):
             A.METRIC_RUNS, unit="{run}", description="Runs ended, by outcome."
         )
         if capture_content is None:
-            flag = os.environ.get(CAPTURE_CONTENT_ENV, "")
-            capture_content = flag.strip().lower() in ("1", "true", "yes")
+            capture_content = _env_flag(CAPTURE_CONTENT_ENV)
         self.capture_content = capture_content
         self._runs: dict[str, OpenRun] = {}
         # The model and tool calls made where their run is not open: a

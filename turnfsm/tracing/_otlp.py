@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from turnfsm.errors import ConfigError
 
 __all__ = [
+    "CAPTURE_CONTENT_ENV",
     "_ENDPOINT_VARS",
     "_PROTOCOLS",
     "Protocol",
@@ -52,7 +53,21 @@ def _env_protocol() -> Protocol:
 
 
 def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+    """Whether the on/off variable `name` is on (unset or blank: off).
+
+    Raises:
+        ConfigError: it is set to neither (named, with its value): read
+            as off, a misspelt ``on`` would leave its switch off unsaid.
+    """
+    raw = os.environ.get(name, "")
+    flag = raw.strip().lower()
+    if flag and flag not in _ON and flag not in _OFF:
+        raise ConfigError(name, raw, "true or false")
+    return flag in _ON
+
+
+_ON: Final = ("1", "true", "yes")
+_OFF: Final = ("0", "false", "no")
 
 
 def _env_list(name: str, default: str, known: tuple[str, ...]) -> list[str]:
@@ -204,10 +219,8 @@ def _check_environment() -> None:
             env["OTEL_RESOURCE_ATTRIBUTES"],
             "key1=value1,key2=value2",
         )
-    for name in ("OTEL_SDK_DISABLED", _CAPTURE):
-        flag = env.get(name, "").strip().lower()
-        if flag and flag not in ("1", "true", "yes", "0", "false", "no"):
-            raise ConfigError(name, env[name], "true or false")
+    for name in ("OTEL_SDK_DISABLED", CAPTURE_CONTENT_ENV):
+        _env_flag(name)
     sampler = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
     if sampler and sampler not in _SAMPLERS:
         listed = ", ".join(repr(s) for s in _SAMPLERS)
@@ -244,7 +257,8 @@ def _check_environment() -> None:
             )
 
 
-_CAPTURE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+CAPTURE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""The standard switch for GenAI message content in telemetry (off by default)."""
 _TIMEOUTS: Final = ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
 _HEADERS: Final = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
 
