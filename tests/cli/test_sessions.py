@@ -787,29 +787,35 @@ def test_show_says_how_many_times_a_durable_run_continued_as_new(
     assert "continued as new 2 time(s)" in render_report(session)
 
 
+def wipe(path: str) -> str:
+    """Wipe a file.
+
+    Args:
+        path: the file.
+    """
+    return "wiped"
+
+
+def _wiping_agent(store: SQLiteStore, *replies: object) -> Agent:
+    """An agent whose `wipe` tool waits for approval, answering with `replies`."""
+    from turnfsm import approval_machine
+
+    return Agent(
+        model=ScriptedModel.of(*replies),  # type: ignore[arg-type]
+        tools=[wipe],
+        machine=approval_machine(),
+        store=store,
+    )
+
+
 def test_show_names_the_workflow_holding_a_paused_durable_run(
     tmp_path: Path, capsys: Capture
 ) -> None:
     # `turnfsm approve` is refused on a session its durable run's workflow
     # holds: `show` says who holds it and how it is answered.
-    from turnfsm import Agent, approval_machine
-
-    def wipe(path: str) -> str:
-        """Wipe a file.
-
-        Args:
-            path: the file.
-        """
-        return "wiped"
-
     db = tmp_path / "s.db"
     store = SQLiteStore(db)
-    agent = Agent(
-        model=ScriptedModel.of(reply("", tool_call("wipe", "c1", path="/x")), "ok"),
-        tools=[wipe],
-        machine=approval_machine(),
-        store=store,
-    )
+    agent = _wiping_agent(store, reply("", tool_call("wipe", "c1", path="/x")), "ok")
 
     async def run() -> str:
         result = await agent.run("wipe it")
@@ -910,25 +916,10 @@ def test_show_prints_what_an_unfinished_run_holds_beyond_the_history(
 ) -> None:
     # A first run stopped before it finished showed `history (0 messages)`,
     # as if what was said were lost; its log holds it.
-    from turnfsm import Agent, approval_machine
-
-    def wipe(path: str) -> str:
-        """Wipe a file.
-
-        Args:
-            path: the file.
-        """
-        return "wiped"
-
     db = tmp_path / "s.db"
     store = SQLiteStore(db)
-    agent = Agent(
-        model=ScriptedModel.of(
-            "first answer", reply("", tool_call("wipe", "c1", path="/x")), "ok"
-        ),
-        tools=[wipe],
-        machine=approval_machine(),
-        store=store,
+    agent = _wiping_agent(
+        store, "first answer", reply("", tool_call("wipe", "c1", path="/x")), "ok"
     )
 
     async def run() -> tuple[str, str]:
