@@ -269,7 +269,7 @@ async def test_an_old_postgres_schema_gains_the_lease_table_in_place(
             "SELECT value FROM turnfsm_meta WHERE key = 'schema_version'"
         ).fetchone()
     assert row == (str(SCHEMA_VERSION),)
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
 
 
 async def test_a_store_of_ones_own_without_leases_still_works() -> None:

@@ -243,6 +243,85 @@ async def test_two_processes_racing_on_one_session_interleave_nothing(
 # -- what the store refuses --------------------------------------------
 
 
+_FOREIGN_KEYS = (
+    "SELECT conrelid::regclass::text FROM pg_constraint"
+    " WHERE contype = 'f' AND connamespace = current_schema()::regnamespace"
+    " ORDER BY 1"
+)
+
+
+async def test_a_schema_with_foreign_keys_loses_them_and_keeps_its_rows(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    # The schema before: each table's rows referenced their session's row.
+    url = postgres_url()
+    await make_store(url).append("s1", sample_entries(), expected_version=0)
+    for table in ("turnfsm_entries", "turnfsm_messages", "turnfsm_compactions"):
+        await _query(
+            url,
+            f"ALTER TABLE {table} ADD CONSTRAINT {table}_session_id_fkey"
+            " FOREIGN KEY (session_id) REFERENCES turnfsm_sessions (id)"
+            " ON DELETE CASCADE",
+        )
+    await _query(
+        url, "UPDATE turnfsm_meta SET value = '2' WHERE key = 'schema_version'"
+    )
+    assert len(await _query(url, _FOREIGN_KEYS)) == 3
+    store = make_store(url)
+    assert _same(await store.load("s1"), sample_entries())
+    assert await _query(url, _FOREIGN_KEYS) == []
+    meta = await _query(
+        url, "SELECT value FROM turnfsm_meta WHERE key = 'schema_version'"
+    )
+    assert meta == [(str(SCHEMA_VERSION),)] == [("3",)]
+    assert await store.delete_session("s1")
+    for table in ("turnfsm_entries", "turnfsm_messages", "turnfsm_compactions"):
+        assert await _query(url, f"SELECT count(*) FROM {table}") == [(0,)]
+
+
+async def test_deleting_a_session_while_an_append_commits_leaves_no_row_behind(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    # An append under way holds the session's row; the deletion waits for
+    # it, then must see (and delete) the rows it committed.
+    url = postgres_url()
+    store = make_store(url)
+    first = sample_entries()
+    await store.append("s1", first, expected_version=0)
+    async with await psycopg.AsyncConnection.connect(url) as writer:
+        await writer.execute(
+            "UPDATE turnfsm_sessions SET version = version + 1 WHERE id = 's1'"
+        )
+        await writer.execute(
+            "INSERT INTO turnfsm_entries (session_id, seq, run_id, kind, body)"
+            " SELECT 's1', %s, run_id, kind, body FROM turnfsm_entries"
+            " WHERE session_id = 's1' AND seq = 0",
+            (len(first),),
+        )
+        await writer.execute(
+            "INSERT INTO turnfsm_messages (session_id, digest, body)"
+            " VALUES ('s1', 'late', '{}')"
+        )
+        async with anyio.create_task_group() as tg:
+            done: list[bool] = []
+
+            async def delete() -> None:
+                done.append(await store.delete_session("s1"))
+
+            tg.start_soon(delete)
+            await anyio.sleep(0.3)
+            assert done == []  # waiting for the append's transaction
+            await writer.commit()
+    assert done == [True]
+    for table in ("turnfsm_entries", "turnfsm_messages", "turnfsm_compactions"):
+        assert await _query(url, f"SELECT count(*) FROM {table}") == [(0,)]
+    assert await store.load("s1") == ()
+    # A stale append after the deletion writes nothing.
+    with pytest.raises(SessionConflict):
+        await store.append("s1", first, expected_version=len(first) + 1)
+    assert await _query(url, "SELECT count(*) FROM turnfsm_entries") == [(0,)]
+
+
 async def test_a_newer_schema_is_refused_and_left_unchanged(
     make_store: MakeStore, postgres_url: Callable[[], str]
 ) -> None:

