@@ -390,6 +390,35 @@ def test_a_missing_key_is_reported_on_its_table() -> None:
     assert text.splitlines()[problem.line - 1] == "[[transitions]]"
 
 
+@pytest.mark.parametrize(
+    ("terminal", "missing"),
+    [
+        ("terminal = []\n", ["done", "failed"]),
+        ("", ["done", "failed"]),
+        ('terminal = ["done"]\n', ["failed"]),
+    ],
+)
+def test_a_phase_left_out_of_terminal_is_one_problem(
+    terminal: str, missing: list[str]
+) -> None:
+    # Leaving `failed` out of `terminal` was nineteen problems: each way into
+    # it "without counting the pass", a cycle on its own run_cancelled, a
+    # dead end. It is one, on its phase, with the line to write.
+    text = STOCK.replace('terminal = ["done", "failed"]\n', terminal)
+
+    problems = problems_of(text)
+
+    assert [(p.field, p.value, p.message) for p in problems] == [
+        (
+            f"states.{phase}",
+            phase,
+            f"phase {phase!r} emits {'finish' if phase == 'done' else 'fail'} but"
+            ' is not terminal: add it to terminal (terminal = ["done", "failed"])',
+        )
+        for phase in missing
+    ]
+
+
 def test_an_unknown_initial_phase_skips_the_reachability_check() -> None:
     problems = problems_of(edit(STOCK, 'initial = "start"', 'initial = "zzz"'))
 

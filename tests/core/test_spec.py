@@ -324,8 +324,10 @@ def test_entry_problems_are_all_reported_at_once_and_first() -> None:
             " use effect = NAME for a custom one)",
             "state 'both': give exactly one of decision / effect / subagent",
             "state 'neither': give exactly one of decision / effect / subagent",
-            "terminal phase 'limbo' must emit finish or fail",
-            "phase 'finale' emits finish but is not terminal",
+            "terminal phase 'limbo' must emit finish or fail: give it"
+            ' decision = "finish" or "fail", or take it out of terminal',
+            "phase 'finale' emits finish but is not terminal: add it to terminal"
+            ' (terminal = ["done", "failed", "finale"])',
             "transition #1: unknown key 'priority'",
             "transition #1 (measured): unknown guard 'is_over_budget'",
             "transition #1 (measured): unknown guard 'is_tired'",
