@@ -215,6 +215,51 @@ def test_a_value_toml_cannot_read_gets_no_quoting_hint() -> None:
     assert "quoted" not in error.value.problems[0].message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "word"),
+    [
+        ('dest = "done"', "dest = done", "done"),
+        (
+            'conditions = ["has_tool_calls"]',
+            "conditions = [has_tool_calls]",
+            "has_tool_calls",
+        ),
+        ('{ decision = "run_tools" }', "{ decision = run_tools }", "run_tools"),
+        ('source = "*"', "source = *", "*"),
+    ],
+    ids=["dest", "in-a-list", "in-an-inline-table", "wildcard"],
+)
+def test_a_name_written_without_quotes_is_shown_quoted(
+    old: str, new: str, word: str
+) -> None:
+    # TOML said only "Invalid value (at line 96, column 8)".
+    text = turn_toml_text()
+    at = text.index(old)
+    text = text[:at] + new + text[at + len(old) :]  # the first one written
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.line == text[:at].count("\n") + 1
+    assert problem.message.startswith("not valid TOML: Invalid value")
+    assert problem.message.endswith(f'; a name is written in quotes: "{word}"')
+
+
+def test_a_string_not_closed_on_its_line_says_how_to_close_it() -> None:
+    # TOML said only "Illegal character '\\n' (at line 9, column 13)".
+    text = turn_toml_text().replace('name = "turn"', 'name = "turn', 1)
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.message.endswith(
+        "; a string ends on its line, with its closing quote (text over several"
+        ' lines goes between """ and """)'
+    )
+
+
 ENTRY_PROBLEMS = """
 terminal = ["done", "failed", "limbo", "nowhere"]
 signals = ["approved", "measured"]
