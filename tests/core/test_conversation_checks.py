@@ -419,3 +419,50 @@ def test_a_finish_unless_a_message_waits_needs_a_flush_after_it_too() -> None:
         " max_turns: add 'flush_inbox' to the on_enter of the measure phase on"
         " the way (the stock file's 'start' has it)"
     ]
+
+
+INJECTED = (
+    '[[transitions]]\ntrigger = "message_injected"\nsource = "*"\n'
+    'actions = ["record_injection"]'
+)
+
+
+def unanswered(phase: str) -> str:
+    return (
+        f"phase {phase!r} on 'message_injected' leaves for 'start' with the reply's"
+        " tool calls unanswered: the message comes before the phase's step, so the"
+        " calls would never run and the run would fail; leave out its dest (the"
+        " message waits until the run measures again) or go to a fail phase"
+    )
+
+
+@pytest.mark.parametrize(
+    ("machine", "phase"),
+    [("turn.toml", "run_tools"), ("approval.toml", "await_approval")],
+)
+def test_an_injection_that_leaves_a_reply_s_calls_unanswered_is_refused(
+    machine: str, phase: str
+) -> None:
+    # It loaded, and every run that got a message while its tools waited
+    # failed: "invalid message tool_call.id='c1': a tool call with no result
+    # before the next message".
+    stock = (machines_dir() / machine).read_text(encoding="utf-8")
+    moved = (
+        f'[[transitions]]\ntrigger = "message_injected"\nsource = "{phase}"\n'
+        'dest = "start"\nactions = ["record_injection", "flush_inbox"]\n\n'
+    )
+    text = edit(stock, INJECTED, moved + INJECTED)
+
+    line = text[: text.index(moved)].count("\n") + 1
+    assert problems_of(text) == [(line, unanswered(phase))]
+    # Into a fail phase, or out of a phase that holds no calls, will do.
+    MachineSpec.from_toml(
+        edit(
+            stock,
+            INJECTED,
+            moved.replace('"start"', '"failed"').replace(
+                'actions = ["record_injection", "flush_inbox"]', 'error = "cancelled"'
+            )
+            + INJECTED,
+        )
+    )

@@ -14,7 +14,9 @@ transition for:
 - pending is committed only on the way into a finish phase, which always
   commits it; it is dropped only on the way into a fail phase; and injected
   messages join pending only where the next request is not built yet (a
-  measuring phase), so a request in flight is the one the log records.
+  measuring phase), so a request in flight is the one the log records;
+- an injected message never takes the run away from a reply's unanswered
+  tool calls but to fail it.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def check_conversation(
     _check_commits(spec, kinds, problem)
     _check_heard(spec, kinds, problem, guessed)
     _check_answered(spec, kinds, problem)
+    _check_injected_keep_calls(spec, kinds, problem)
 
 
 _CALLS: Final = "has_tool_calls"
@@ -137,6 +140,57 @@ def _check_answered(
                 f" review), or add {_CALLS!r} to its unless",
                 t,
             )
+
+
+def _check_injected_keep_calls(
+    spec: MachineSpec, kinds: Mapping[str, str | None], problem: Report
+) -> None:
+    """An injected message does not take the run away from calls it must answer.
+
+    A message is injected between two steps: a transition on it that leaves
+    a phase drops the step that phase was about to take. Out of a phase
+    that may hold a reply's unanswered calls (one a reply with calls enters,
+    or one reached from it before the calls are answered), into a phase that
+    measures, calls the model or compacts, the calls would never run, and
+    the run would fail on the next request.
+    """
+    fails = {p for p, k in kinds.items() if k == "fail"}
+    answering = {
+        p for p, k in kinds.items() if k not in _LEAVES_CALLS_OPEN and p not in fails
+    }
+    open_calls = {
+        t.dest
+        for t in spec.transitions
+        if t.trigger == "model_replied" and t.dest in answering
+        if _CALLS not in t.unless
+    }
+    grown = True
+    while grown:  # and the phases reached from them before the calls are answered
+        more = {
+            t.dest
+            for t in spec.transitions
+            if t.trigger != "tools_finished" and t.dest in answering
+            if any(source in open_calls for source in t.sources)
+        }
+        grown = not more <= open_calls
+        open_calls |= more
+    for t in spec.transitions:
+        if t.trigger != "message_injected" or kinds.get(t.dest or "") not in (
+            _LEAVES_CALLS_OPEN - {"finish"}  # into finish: its own problem
+        ):
+            continue
+        for source in t.sources:
+            if source in open_calls and source != t.dest:
+                problem(
+                    f"phase {source!r} on 'message_injected' leaves for"
+                    f" {t.dest!r} with the reply's tool calls unanswered: the"
+                    " message comes before the phase's step, so the calls would"
+                    " never run and the run would fail; leave out its dest (the"
+                    " message waits until the run measures again) or go to a"
+                    " fail phase",
+                    t,
+                )
+                break
 
 
 def _check_heard(
