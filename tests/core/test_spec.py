@@ -1812,6 +1812,43 @@ def test_a_name_with_a_control_character_is_refused(
     assert (problem.message, problem.field, problem.value) == (message, field, value)
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "message", "field", "value"),
+    [
+        (
+            'name = "turn"',
+            'name = "tur\\u202en"',
+            "name: the name 'tur\\u202en' holds an invisible character ('\\u202e',"
+            " right-to-left override): a name is text you can see (write it again"
+            " without it)",
+            "name",
+            "tur\u202en",
+        ),
+        (
+            "run_tools         =",
+            '"run_to\\u200bols" =',
+            "states: the name 'run_to\\u200bols' holds an invisible character"
+            " ('\\u200b', zero width space): a name is text you can see (write it"
+            " again without it)",
+            "states.run_to\u200bols",
+            "run_to\u200bols",
+        ),
+    ],
+    ids=["direction-mark", "zero-width-space"],
+)
+def test_a_name_with_an_invisible_character_is_refused(
+    old: str, new: str, message: str, field: str, value: str
+) -> None:
+    # Such a name loaded: a right-to-left mark printed `turnfsm check` and
+    # the logs' lines backwards, and a zero-width space made a phase
+    # 'run_to\u200bols' that every problem printed as if it were 'run_tools'.
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(STOCK.replace(old, new, 1))
+
+    problem = error.value.problems[0]
+    assert (problem.message, problem.field, problem.value) == (message, field, value)
+
+
 def test_a_recorded_machine_is_read_as_it_ran_though_such_a_file_is_refused() -> None:
     # A session's log keeps the machine its runs began on: one that loaded
     # before these rules (a transition written twice, a phase name with a
