@@ -466,3 +466,33 @@ def test_an_injection_that_leaves_a_reply_s_calls_unanswered_is_refused(
             + INJECTED,
         )
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            '{ decision = true, on_enter = ["commit_pending"] }',
+            "state 'done': decision must be one name, a string (decision ="
+            ' "NAME"), not a boolean: got True',
+        ),
+        (
+            '{ decision = ["finish"], on_enter = ["commit_pending"] }',
+            "state 'done': decision must be one name, a string (decision ="
+            " \"finish\"), not a list: got ['finish']",
+        ),
+    ],
+    ids=["a-boolean", "a-list"],
+)
+def test_a_phase_of_no_kind_is_one_problem_not_also_its_commit(
+    body: str, problem: str
+) -> None:
+    # Its commit_pending was reported too: "it may run only on the way into a
+    # finish phase", of the phase meant to be one.
+    text = edit(
+        STOCK,
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }',
+        f"done              = {body}",
+    )
+
+    assert problems_of(text) == [(line_of(text, "done              ="), problem)]

@@ -77,18 +77,24 @@ def check_conversation(
         for source in t.sources:
             accepts[source].add(t.trigger)
     _check_outcomes(spec, kinds, accepts, problem)
+    # A phase of no kind (its decision is not a name) has its own problem.
+    unknown = {s.name for s in spec.states if s.decision is None and s.effect is None}
     for t in spec.transitions:
         _check_records(t, kinds, problem)
         for reducer in t.actions:
             placed = PLACED.get(reducer)
             if placed is not None:
                 into = {t.dest} if t.dest is not None else set(t.sources)
-                if any(kinds.get(p) != placed[0] for p in into):
+                if any(kinds.get(p) != placed[0] for p in into - unknown):
                     problem(_misplaced(reducer, placed), t)
     for state in spec.states:
         for reducer in state.on_enter:
             placed = PLACED.get(reducer)
-            if placed is not None and state.decision != placed[0]:
+            if (
+                placed is not None
+                and state.name not in unknown
+                and state.decision != placed[0]
+            ):
                 problem(_misplaced(reducer, placed), state.name)
     _check_commits(spec, kinds, problem)
     _check_heard(spec, kinds, problem, guessed)
