@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import PurePath
 from typing import Final, TypeAlias, final
 
 import attrs
@@ -378,6 +379,12 @@ def _mermaid_edges(edges: list[_Edge], top: int, is_overlay: bool) -> list[str]:
     return lines + styles
 
 
+def _file_of(spec: MachineSpec) -> str:
+    """The name of the file `spec` was read from (NAME.toml when not from one)."""
+    name = PurePath(spec.source).name
+    return name if name.endswith(".toml") else f"{spec.name}.toml"
+
+
 def render_mermaid(
     spec: MachineSpec,
     traffic: Mapping[EdgeKey, Traffic] | None = None,
@@ -397,7 +404,7 @@ def render_mermaid(
     traffic = traffic or {}
     edges = _edges(spec, traffic)
     visited = _visited(spec, edges)
-    heading = title or f"{spec.name} (generated from {spec.name}.toml; do not edit)"
+    heading = title or f"{spec.name} (generated from {_file_of(spec)}; do not edit)"
     quoted = heading.replace("\\", "\\\\").replace('"', '\\"')  # a YAML string
     lines = ["---", f'title: "{quoted}"', "---", "flowchart TB"]
     lines.append(f"    __start(( )) --> {_mid(spec.initial)}")
