@@ -419,6 +419,30 @@ def test_a_phase_left_out_of_terminal_is_one_problem(
     ]
 
 
+@pytest.mark.parametrize(
+    "written",
+    ["1", '["has_tool_calls", 2]', '{ guard = "has_tool_calls" }', "true"],
+)
+def test_guards_that_are_not_names_are_one_problem(written: str) -> None:
+    # `conditions = 1` was read as no conditions: three more problems
+    # followed, the next transition "never fires" among them, each pointing
+    # away from the line to fix.
+    text = edit(
+        STOCK,
+        'conditions = ["has_tool_calls"]',
+        f"conditions = {written}",
+    )
+
+    (problem,) = problems_of(text)
+
+    assert problem.field == "transitions[7].conditions"
+    assert problem.line == line_with(text, f"conditions = {written}")
+    assert problem.message.startswith(
+        "transition #8 (model_replied) conditions must be a string or a list of"
+        " strings, got "
+    )
+
+
 def test_an_unknown_initial_phase_skips_the_reachability_check() -> None:
     problems = problems_of(edit(STOCK, 'initial = "start"', 'initial = "zzz"'))
 
