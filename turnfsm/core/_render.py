@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import PurePath
 from typing import Final, TypeAlias, final
 
 import attrs
@@ -381,7 +380,7 @@ def _mermaid_edges(edges: list[_Edge], top: int, is_overlay: bool) -> list[str]:
 
 def _file_of(spec: MachineSpec) -> str:
     """The name of the file `spec` was read from (NAME.toml when not from one)."""
-    name = PurePath(spec.source).name
+    name = re.split(r"[\\/]", spec.source)[-1]  # no file system: a pure module
     return name if name.endswith(".toml") else f"{spec.name}.toml"
 
 
