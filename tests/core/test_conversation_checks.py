@@ -496,3 +496,27 @@ def test_a_phase_of_no_kind_is_one_problem_not_also_its_commit(
     )
 
     assert problems_of(text) == [(line_of(text, "done              ="), problem)]
+
+
+def test_a_machine_no_run_can_end_done_is_refused() -> None:
+    # It loaded: every run failed, and nothing said was ever kept.
+    text = edit(STOCK, 'terminal = ["done", "failed"]', 'terminal = ["failed"]')
+    text = edit(
+        text,
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }\n',
+        "",
+    )
+    text = edit(
+        text,
+        'source = "call_llm"\ndest = "done"\nactions = ["record_reply"]',
+        'source = "call_llm"\ndest = "failed"\nerror = "cancelled"',
+    )
+
+    assert problems_of(text) == [
+        (
+            line_of(text, "start             ="),
+            "no phase emits finish: no run could end done and keep what was said;"
+            ' add one (done = { decision = "finish", on_enter = ["commit_pending"]'
+            " }), with a transition into it and its name in terminal",
+        )
+    ]

@@ -360,6 +360,16 @@ def _check_outcomes(
             " no run could start",
             spec.initial,
         )
+    no_kind = any(s.decision is None and s.effect is None for s in spec.states)
+    if spec.initial in accepts and "finish" not in kinds.values() and not no_kind:
+        # Every run would fail, and what was said would never be kept.
+        problem(
+            "no phase emits finish: no run could end done and keep what was"
+            ' said; add one (done = { decision = "finish", on_enter ='
+            ' ["commit_pending"] }), with a transition into it and its name in'
+            " terminal",
+            spec.initial,
+        )
     answers = {"tool_calls_reviewed", *spec.signals}
     # A reachable phase asks for its step when a transition enters it or
     # stays in it; an initial phase left on `run_started` never does (an
