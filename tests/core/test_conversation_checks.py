@@ -419,3 +419,104 @@ def test_a_finish_unless_a_message_waits_needs_a_flush_after_it_too() -> None:
         " max_turns: add 'flush_inbox' to the on_enter of the measure phase on"
         " the way (the stock file's 'start' has it)"
     ]
+
+
+INJECTED = (
+    '[[transitions]]\ntrigger = "message_injected"\nsource = "*"\n'
+    'actions = ["record_injection"]'
+)
+
+
+def unanswered(phase: str) -> str:
+    return (
+        f"phase {phase!r} on 'message_injected' leaves for 'start' with the reply's"
+        " tool calls unanswered: the message comes before the phase's step, so the"
+        " calls would never run and the run would fail; leave out its dest (the"
+        " message waits until the run measures again) or go to a fail phase"
+    )
+
+
+@pytest.mark.parametrize(
+    ("machine", "phase"),
+    [("turn.toml", "run_tools"), ("approval.toml", "await_approval")],
+)
+def test_an_injection_that_leaves_a_reply_s_calls_unanswered_is_refused(
+    machine: str, phase: str
+) -> None:
+    # It loaded, and every run that got a message while its tools waited
+    # failed: "invalid message tool_call.id='c1': a tool call with no result
+    # before the next message".
+    stock = (machines_dir() / machine).read_text(encoding="utf-8")
+    moved = (
+        f'[[transitions]]\ntrigger = "message_injected"\nsource = "{phase}"\n'
+        'dest = "start"\nactions = ["record_injection", "flush_inbox"]\n\n'
+    )
+    text = edit(stock, INJECTED, moved + INJECTED)
+
+    line = text[: text.index(moved)].count("\n") + 1
+    assert problems_of(text) == [(line, unanswered(phase))]
+    # Into a fail phase, or out of a phase that holds no calls, will do.
+    MachineSpec.from_toml(
+        edit(
+            stock,
+            INJECTED,
+            moved.replace('"start"', '"failed"').replace(
+                'actions = ["record_injection", "flush_inbox"]', 'error = "cancelled"'
+            )
+            + INJECTED,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            '{ decision = true, on_enter = ["commit_pending"] }',
+            "state 'done': decision must be one name, a string (decision ="
+            ' "NAME"), not a boolean: got True',
+        ),
+        (
+            '{ decision = ["finish"], on_enter = ["commit_pending"] }',
+            "state 'done': decision must be one name, a string (decision ="
+            " \"finish\"), not a list: got ['finish']",
+        ),
+    ],
+    ids=["a-boolean", "a-list"],
+)
+def test_a_phase_of_no_kind_is_one_problem_not_also_its_commit(
+    body: str, problem: str
+) -> None:
+    # Its commit_pending was reported too: "it may run only on the way into a
+    # finish phase", of the phase meant to be one.
+    text = edit(
+        STOCK,
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }',
+        f"done              = {body}",
+    )
+
+    assert problems_of(text) == [(line_of(text, "done              ="), problem)]
+
+
+def test_a_machine_no_run_can_end_done_is_refused() -> None:
+    # It loaded: every run failed, and nothing said was ever kept.
+    text = edit(STOCK, 'terminal = ["done", "failed"]', 'terminal = ["failed"]')
+    text = edit(
+        text,
+        'done              = { decision = "finish", on_enter = ["commit_pending"] }\n',
+        "",
+    )
+    text = edit(
+        text,
+        'source = "call_llm"\ndest = "done"\nactions = ["record_reply"]',
+        'source = "call_llm"\ndest = "failed"\nerror = "cancelled"',
+    )
+
+    assert problems_of(text) == [
+        (
+            line_of(text, "start             ="),
+            "no phase emits finish: no run could end done and keep what was said;"
+            ' add one (done = { decision = "finish", on_enter = ["commit_pending"]'
+            " }), with a transition into it and its name in terminal",
+        )
+    ]

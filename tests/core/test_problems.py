@@ -390,6 +390,59 @@ def test_a_missing_key_is_reported_on_its_table() -> None:
     assert text.splitlines()[problem.line - 1] == "[[transitions]]"
 
 
+@pytest.mark.parametrize(
+    ("terminal", "missing"),
+    [
+        ("terminal = []\n", ["done", "failed"]),
+        ("", ["done", "failed"]),
+        ('terminal = ["done"]\n', ["failed"]),
+    ],
+)
+def test_a_phase_left_out_of_terminal_is_one_problem(
+    terminal: str, missing: list[str]
+) -> None:
+    # Leaving `failed` out of `terminal` was nineteen problems: each way into
+    # it "without counting the pass", a cycle on its own run_cancelled, a
+    # dead end. It is one, on its phase, with the line to write.
+    text = STOCK.replace('terminal = ["done", "failed"]\n', terminal)
+
+    problems = problems_of(text)
+
+    assert [(p.field, p.value, p.message) for p in problems] == [
+        (
+            f"states.{phase}",
+            phase,
+            f"phase {phase!r} emits {'finish' if phase == 'done' else 'fail'} but"
+            ' is not terminal: add it to terminal (terminal = ["done", "failed"])',
+        )
+        for phase in missing
+    ]
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["1", '["has_tool_calls", 2]', '{ guard = "has_tool_calls" }', "true"],
+)
+def test_guards_that_are_not_names_are_one_problem(written: str) -> None:
+    # `conditions = 1` was read as no conditions: three more problems
+    # followed, the next transition "never fires" among them, each pointing
+    # away from the line to fix.
+    text = edit(
+        STOCK,
+        'conditions = ["has_tool_calls"]',
+        f"conditions = {written}",
+    )
+
+    (problem,) = problems_of(text)
+
+    assert problem.field == "transitions[7].conditions"
+    assert problem.line == line_with(text, f"conditions = {written}")
+    assert problem.message.startswith(
+        "transition #8 (model_replied) conditions must be a string or a list of"
+        " strings, got "
+    )
+
+
 def test_an_unknown_initial_phase_skips_the_reachability_check() -> None:
     problems = problems_of(edit(STOCK, 'initial = "start"', 'initial = "zzz"'))
 

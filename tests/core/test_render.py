@@ -626,3 +626,12 @@ def test_each_fired_edge_links_where_href_says_and_no_other_does() -> None:
         assert sum(wanted in line for line in linked) == 1
     assert "href=" not in render_dot(spec, DEMO)
     assert "href=" not in render_dot(spec, href=href)  # nothing fired
+
+
+def test_mermaid_names_the_file_it_was_generated_from() -> None:
+    # A copy of turn.toml saved as mine.toml said "generated from turn.toml".
+    spec = MachineSpec.from_toml(SMALL, source="machines/mine.toml")
+
+    assert render_mermaid(spec).splitlines()[1] == (
+        'title: "small (generated from mine.toml; do not edit)"'
+    )

@@ -215,6 +215,51 @@ def test_a_value_toml_cannot_read_gets_no_quoting_hint() -> None:
     assert "quoted" not in error.value.problems[0].message
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "word"),
+    [
+        ('dest = "done"', "dest = done", "done"),
+        (
+            'conditions = ["has_tool_calls"]',
+            "conditions = [has_tool_calls]",
+            "has_tool_calls",
+        ),
+        ('{ decision = "run_tools" }', "{ decision = run_tools }", "run_tools"),
+        ('source = "*"', "source = *", "*"),
+    ],
+    ids=["dest", "in-a-list", "in-an-inline-table", "wildcard"],
+)
+def test_a_name_written_without_quotes_is_shown_quoted(
+    old: str, new: str, word: str
+) -> None:
+    # TOML said only "Invalid value (at line 96, column 8)".
+    text = turn_toml_text()
+    at = text.index(old)
+    text = text[:at] + new + text[at + len(old) :]  # the first one written
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.line == text[:at].count("\n") + 1
+    assert problem.message.startswith("not valid TOML: Invalid value")
+    assert problem.message.endswith(f'; a name is written in quotes: "{word}"')
+
+
+def test_a_string_not_closed_on_its_line_says_how_to_close_it() -> None:
+    # TOML said only "Illegal character '\\n' (at line 9, column 13)".
+    text = turn_toml_text().replace('name = "turn"', 'name = "turn', 1)
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.message.endswith(
+        "; a string ends on its line, with its closing quote (text over several"
+        ' lines goes between """ and """)'
+    )
+
+
 ENTRY_PROBLEMS = """
 terminal = ["done", "failed", "limbo", "nowhere"]
 signals = ["approved", "measured"]
@@ -324,8 +369,10 @@ def test_entry_problems_are_all_reported_at_once_and_first() -> None:
             " use effect = NAME for a custom one)",
             "state 'both': give exactly one of decision / effect / subagent",
             "state 'neither': give exactly one of decision / effect / subagent",
-            "terminal phase 'limbo' must emit finish or fail",
-            "phase 'finale' emits finish but is not terminal",
+            "terminal phase 'limbo' must emit finish or fail: give it"
+            ' decision = "finish" or "fail", or take it out of terminal',
+            "phase 'finale' emits finish but is not terminal: add it to terminal"
+            ' (terminal = ["done", "failed", "finale"])',
             "transition #1: unknown key 'priority'",
             "transition #1 (measured): unknown guard 'is_over_budget'",
             "transition #1 (measured): unknown guard 'is_tired'",
@@ -1758,6 +1805,43 @@ def test_a_name_with_a_control_character_is_refused(
 ) -> None:
     # Such a name loaded, and `turnfsm diagram` then failed on it (Graphviz
     # reads no NUL) or drew a label broken over lines.
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(STOCK.replace(old, new, 1))
+
+    problem = error.value.problems[0]
+    assert (problem.message, problem.field, problem.value) == (message, field, value)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message", "field", "value"),
+    [
+        (
+            'name = "turn"',
+            'name = "tur\\u202en"',
+            "name: the name 'tur\\u202en' holds an invisible character ('\\u202e',"
+            " right-to-left override): a name is text you can see (write it again"
+            " without it)",
+            "name",
+            "tur\u202en",
+        ),
+        (
+            "run_tools         =",
+            '"run_to\\u200bols" =',
+            "states: the name 'run_to\\u200bols' holds an invisible character"
+            " ('\\u200b', zero width space): a name is text you can see (write it"
+            " again without it)",
+            "states.run_to\u200bols",
+            "run_to\u200bols",
+        ),
+    ],
+    ids=["direction-mark", "zero-width-space"],
+)
+def test_a_name_with_an_invisible_character_is_refused(
+    old: str, new: str, message: str, field: str, value: str
+) -> None:
+    # Such a name loaded: a right-to-left mark printed `turnfsm check` and
+    # the logs' lines backwards, and a zero-width space made a phase
+    # 'run_to\u200bols' that every problem printed as if it were 'run_tools'.
     with pytest.raises(DefinitionError) as error:
         MachineSpec.from_toml(STOCK.replace(old, new, 1))
 

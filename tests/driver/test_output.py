@@ -330,10 +330,17 @@ async def test_a_machine_without_the_re_ask_is_refused_by_name() -> None:
     spec = MachineSpec.from_toml(text.replace('name = "turn"', 'name = "old"'))
     model = ScriptedModel.of("x")
 
-    with pytest.raises(
-        ConfigError, match=r"'old'.*output_rejected|output_rejected.*'old'"
-    ):
+    with pytest.raises(ConfigError) as caught:
         Driver(model=model, machine=spec, output_type=Person)
+    # It said "invalid output_type='old'": the machine's name as the type's.
+    assert (caught.value.field, caught.value.value) == ("machine", "old")
+    assert str(caught.value) == (
+        "invalid machine='old': expected a machine with an 'output_rejected'"
+        " transition out of 'call_llm' to take an output_type: machine 'old'"
+        " cannot re-ask for a structured answer that does not fit (copy the two"
+        " 'output_rejected' transitions of the shipped turn.toml, in"
+        " turnfsm.machines_dir())"
+    )
     driver = Driver(model=model, machine=spec)
     with pytest.raises(ConfigError, match="old"):
         await driver.run("go", output_type=int)

@@ -14,7 +14,9 @@ transition for:
 - pending is committed only on the way into a finish phase, which always
   commits it; it is dropped only on the way into a fail phase; and injected
   messages join pending only where the next request is not built yet (a
-  measuring phase), so a request in flight is the one the log records.
+  measuring phase), so a request in flight is the one the log records;
+- an injected message never takes the run away from a reply's unanswered
+  tool calls but to fail it.
 """
 
 from __future__ import annotations
@@ -75,22 +77,29 @@ def check_conversation(
         for source in t.sources:
             accepts[source].add(t.trigger)
     _check_outcomes(spec, kinds, accepts, problem)
+    # A phase of no kind (its decision is not a name) has its own problem.
+    unknown = {s.name for s in spec.states if s.decision is None and s.effect is None}
     for t in spec.transitions:
         _check_records(t, kinds, problem)
         for reducer in t.actions:
             placed = PLACED.get(reducer)
             if placed is not None:
                 into = {t.dest} if t.dest is not None else set(t.sources)
-                if any(kinds.get(p) != placed[0] for p in into):
+                if any(kinds.get(p) != placed[0] for p in into - unknown):
                     problem(_misplaced(reducer, placed), t)
     for state in spec.states:
         for reducer in state.on_enter:
             placed = PLACED.get(reducer)
-            if placed is not None and state.decision != placed[0]:
+            if (
+                placed is not None
+                and state.name not in unknown
+                and state.decision != placed[0]
+            ):
                 problem(_misplaced(reducer, placed), state.name)
     _check_commits(spec, kinds, problem)
     _check_heard(spec, kinds, problem, guessed)
     _check_answered(spec, kinds, problem)
+    _check_injected_keep_calls(spec, kinds, problem)
 
 
 _CALLS: Final = "has_tool_calls"
@@ -137,6 +146,57 @@ def _check_answered(
                 f" review), or add {_CALLS!r} to its unless",
                 t,
             )
+
+
+def _check_injected_keep_calls(
+    spec: MachineSpec, kinds: Mapping[str, str | None], problem: Report
+) -> None:
+    """An injected message does not take the run away from calls it must answer.
+
+    A message is injected between two steps: a transition on it that leaves
+    a phase drops the step that phase was about to take. Out of a phase
+    that may hold a reply's unanswered calls (one a reply with calls enters,
+    or one reached from it before the calls are answered), into a phase that
+    measures, calls the model or compacts, the calls would never run, and
+    the run would fail on the next request.
+    """
+    fails = {p for p, k in kinds.items() if k == "fail"}
+    answering = {
+        p for p, k in kinds.items() if k not in _LEAVES_CALLS_OPEN and p not in fails
+    }
+    open_calls = {
+        t.dest
+        for t in spec.transitions
+        if t.trigger == "model_replied" and t.dest in answering
+        if _CALLS not in t.unless
+    }
+    grown = True
+    while grown:  # and the phases reached from them before the calls are answered
+        more = {
+            t.dest
+            for t in spec.transitions
+            if t.trigger != "tools_finished" and t.dest in answering
+            if any(source in open_calls for source in t.sources)
+        }
+        grown = not more <= open_calls
+        open_calls |= more
+    for t in spec.transitions:
+        if t.trigger != "message_injected" or kinds.get(t.dest or "") not in (
+            _LEAVES_CALLS_OPEN - {"finish"}  # into finish: its own problem
+        ):
+            continue
+        for source in t.sources:
+            if source in open_calls and source != t.dest:
+                problem(
+                    f"phase {source!r} on 'message_injected' leaves for"
+                    f" {t.dest!r} with the reply's tool calls unanswered: the"
+                    " message comes before the phase's step, so the calls would"
+                    " never run and the run would fail; leave out its dest (the"
+                    " message waits until the run measures again) or go to a"
+                    " fail phase",
+                    t,
+                )
+                break
 
 
 def _check_heard(
@@ -298,6 +358,16 @@ def _check_outcomes(
         problem(
             f"the initial phase {spec.initial!r} has no 'run_started' transition:"
             " no run could start",
+            spec.initial,
+        )
+    no_kind = any(s.decision is None and s.effect is None for s in spec.states)
+    if spec.initial in accepts and "finish" not in kinds.values() and not no_kind:
+        # Every run would fail, and what was said would never be kept.
+        problem(
+            "no phase emits finish: no run could end done and keep what was"
+            ' said; add one (done = { decision = "finish", on_enter ='
+            ' ["commit_pending"] }), with a transition into it and its name in'
+            " terminal",
             spec.initial,
         )
     answers = {"tool_calls_reviewed", *spec.signals}

@@ -179,14 +179,25 @@ def name_problem(where: str, name: str) -> str | None:
 
     A name (a phase's, a signal's, an effect's, a key) is printed in
     problems, logs and diagrams: a control character (a line break, a tab,
-    NUL) would break the line it is printed on, or Graphviz's input.
+    NUL) would break the line it is printed on, or Graphviz's input; an
+    invisible one (a zero-width space, a direction mark) would make it look
+    like another name, or turn the line around.
     """
     bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
-    if bad is None:
+    if bad is not None:
+        return (
+            f"{where}: the name {name!r} holds a control character ({bad!r}): a"
+            " name is printable text (no line break, tab or NUL)"
+        )
+    # An invisible one makes two names look the same, and a direction mark
+    # turns the rest of the line it is printed on around.
+    hidden = next((c for c in name if unicodedata.category(c) == "Cf"), None)
+    if hidden is None:
         return None
     return (
-        f"{where}: the name {name!r} holds a control character ({bad!r}): a name"
-        " is printable text (no line break, tab or NUL)"
+        f"{where}: the name {name!r} holds an invisible character ({hidden!r},"
+        f" {unicodedata.name(hidden, 'a format character').lower()}): a name is"
+        " text you can see (write it again without it)"
     )
 
 

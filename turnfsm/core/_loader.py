@@ -19,9 +19,10 @@ one that fixing a name also fixes.
 
 from __future__ import annotations
 
+import json
 import weakref
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeAlias
 
 import attrs
 
@@ -156,6 +157,13 @@ class _Loader(TransitionReader):
                     f"signal {signal!r} shadows the built-in trigger", ("signals", i)
                 )
         states = self._check_state_kinds(states, set(ends))
+        # A phase that ends the run but is left out of `terminal` is reported
+        # once, above; the checks after read it as terminal, as it is meant.
+        ends += tuple(
+            s.name
+            for s in states
+            if s.decision in ("finish", "fail") and s.name not in ends
+        )
         self.kinds = {s.name: s.decision for s in states}
         transitions = self._transitions(names, set(ends), set(signals))
         subagents = read_subagents(self.data, self.problem)
@@ -313,6 +321,12 @@ class _Loader(TransitionReader):
             )
         return states
 
+    def _decision(self, decision: str | None) -> str | None:
+        """`decision` as read: a misspelt one as the known one closest to it."""
+        if decision is not None and decision not in DECISION_KINDS:
+            return self.resolved(decision, DECISION_KINDS) or decision
+        return decision
+
     def _check_state_kinds(
         self, states: list[StateSpec], terminal: set[str]
     ) -> list[StateSpec]:
@@ -320,9 +334,7 @@ class _Loader(TransitionReader):
         out = []
         for s in states:
             at = ("states", s.name)
-            decision = s.decision
-            if decision is not None and decision not in DECISION_KINDS:
-                decision = self.resolved(decision, DECISION_KINDS) or decision
+            decision = self._decision(s.decision)
             out.append(attrs.evolve(s, decision=decision))
             if s.name in self.untyped:
                 continue
@@ -345,15 +357,34 @@ class _Loader(TransitionReader):
             is_end = decision in ("finish", "fail")
             if s.name in terminal and not is_end:
                 self.problem(
-                    f"terminal phase {s.name!r} must emit finish or fail", at, s.name
+                    f"terminal phase {s.name!r} must emit finish or fail: give it"
+                    ' decision = "finish" or "fail", or take it out of terminal',
+                    at,
+                    s.name,
                 )
             if s.name not in terminal and is_end:
                 self.problem(
-                    f"phase {s.name!r} emits {decision} but is not terminal",
+                    f"phase {s.name!r} emits {decision} but is not terminal:"
+                    f" add it to terminal ({_terminal_list(states, self._decision)})",
                     at,
                     s.name,
                 )
         return out
+
+
+def _terminal_list(states: list[StateSpec], resolved: Resolved) -> str:
+    """The `terminal` line that names every phase ending the run, to suggest."""
+    ends = [s.name for s in states if resolved(s.decision) in ("finish", "fail")]
+    return "terminal = [" + ", ".join(_toml_string(e) for e in ends) + "]"
+
+
+def _toml_string(text: str) -> str:
+    """`text` as a TOML basic string (a JSON string is one)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+Resolved: TypeAlias = Callable[[str | None], str | None]
+"""A phase's decision as the checks read it (a misspelt one as the closest)."""
 
 
 def _not_one_name(state: str, key: str, value: object) -> str:

@@ -378,6 +378,12 @@ def _mermaid_edges(edges: list[_Edge], top: int, is_overlay: bool) -> list[str]:
     return lines + styles
 
 
+def _file_of(spec: MachineSpec) -> str:
+    """The name of the file `spec` was read from (NAME.toml when not from one)."""
+    name = re.split(r"[\\/]", spec.source)[-1]  # no file system: a pure module
+    return name if name.endswith(".toml") else f"{spec.name}.toml"
+
+
 def render_mermaid(
     spec: MachineSpec,
     traffic: Mapping[EdgeKey, Traffic] | None = None,
@@ -397,7 +403,7 @@ def render_mermaid(
     traffic = traffic or {}
     edges = _edges(spec, traffic)
     visited = _visited(spec, edges)
-    heading = title or f"{spec.name} (generated from {spec.name}.toml; do not edit)"
+    heading = title or f"{spec.name} (generated from {_file_of(spec)}; do not edit)"
     quoted = heading.replace("\\", "\\\\").replace('"', '\\"')  # a YAML string
     lines = ["---", f'title: "{quoted}"', "---", "flowchart TB"]
     lines.append(f"    __start(( )) --> {_mid(spec.initial)}")

@@ -95,6 +95,36 @@ def _bare_key_hint(text: str, line: int) -> str:
     )
 
 
+_AT_COLUMN: Final = re.compile(r"at line \d+, column (\d+)\)")
+_BARE_WORD: Final = re.compile(r"\*|[A-Za-z_][A-Za-z0-9_.-]*")
+"""A name written without quotes where TOML expects a value (``dest = done``)."""
+_TOML_WORDS: Final = frozenset({"true", "false", "inf", "nan"})
+
+
+def _value_hint(exc: tomllib.TOMLDecodeError, text: str, line: int) -> str:
+    """How to write the value TOML could not read on `line`, if that is clear.
+
+    TOML says only "Invalid value" for a name written without its quotes
+    (``dest = done``, ``conditions = [has_tool_calls]``, ``source = *``), and
+    "Illegal character" for a string not closed on its line.
+    """
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return ""
+    said, written = str(exc), lines[line - 1]
+    column = _AT_COLUMN.search(said)
+    if said.startswith("Invalid value") and column is not None:
+        word = _BARE_WORD.match(written, int(column.group(1)) - 1)
+        if word is not None and word.group() not in _TOML_WORDS:
+            return f'; a name is written in quotes: "{word.group()}"'
+    if said.startswith("Illegal character '\\n'") and "=" in written:
+        return (
+            "; a string ends on its line, with its closing quote (text over"
+            ' several lines goes between """ and """)'
+        )
+    return ""
+
+
 _KEY_AT: Final = re.compile(
     r"""(?:^|[{,])\s*("[^"\n]*"|'[^'\n]*'|[A-Za-z0-9_-]+)\s*="""
 )
@@ -329,7 +359,11 @@ class MachineSpec:
         except tomllib.TOMLDecodeError as exc:
             line = _error_line(exc, text)
             twice = _written_twice(text, line) if "overwrite" in str(exc) else None
-            hint, field, key = twice or (_bare_key_hint(text, line), "", None)
+            hint, field, key = twice or (
+                _bare_key_hint(text, line) or _value_hint(exc, text, line),
+                "",
+                None,
+            )
             problem = Problem(
                 message=f"not valid TOML: {exc}{hint}",
                 line=line,

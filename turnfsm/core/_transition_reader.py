@@ -35,6 +35,8 @@ _TRANSITION_KEYS: Final = frozenset(
 )
 _REASONS: Final = frozenset(r.value for r in CompactReason)
 WILDCARD: Final = "*"
+_UNREADABLE: Final = "<not a guard's name>"
+"""The guard a transition's unreadable guards are read as (see `_names`)."""
 
 
 class TransitionReader(ProblemLog):
@@ -309,7 +311,15 @@ class TransitionReader(ProblemLog):
     ) -> tuple[str, ...]:
         """Check a list of guard or reducer names; return them as written."""
         what = "reducer" if key == "actions" else "guard"
-        written = tuple(self._str_list(body.get(key, []), f"{where} {key}", (*at, key)))
+        value = body.get(key, [])
+        written = tuple(self._str_list(value, f"{where} {key}", (*at, key)))
+        if what == "guard" and value != [] and not written:
+            # Guards that are not names (``conditions = 1``): read as none,
+            # the transition would be taken on every event, and the checks
+            # after would judge one not meant. Each is read as a guard no
+            # check knows, as a misspelt one with no close match is.
+            items = value if isinstance(value, list) else [value]
+            return tuple(v if isinstance(v, str) else _UNREADABLE for v in items)
         for j, name in enumerate(written):
             if name not in table:
                 self.problem(

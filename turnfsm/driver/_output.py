@@ -217,7 +217,7 @@ def check_machine(spec: MachineSpec) -> None:
 
     Raises:
         ConfigError: a model-call phase has no `output_rejected` transition
-            (names the machine and the phases).
+            (the field is the machine; names it and the phases).
     """
     calls = [s.name for s in spec.states if s.decision == "call_llm"]
     handled = {
@@ -226,10 +226,12 @@ def check_machine(spec: MachineSpec) -> None:
     missing = [p for p in calls if p not in handled]
     if missing:
         raise ConfigError(
-            "output_type",
+            "machine",
             spec.name,
             f"a machine with an {_TRIGGER!r} transition out of "
             + ", ".join(map(repr, missing))
-            + f" (machine {spec.name!r} cannot re-ask for a structured answer; "
-            "see machines/turn.toml)",
+            + f" to take an output_type: machine {spec.name!r} cannot re-ask for"
+            " a structured answer that does not fit (copy the two "
+            f"{_TRIGGER!r} transitions of the shipped turn.toml, in"
+            " turnfsm.machines_dir())",
         )
