@@ -457,6 +457,21 @@ def test_odd_phase_names_are_escaped() -> None:
     assert '  "start" -> "say \\"hi\\"" [label="measured"];' in dot.splitlines()
 
 
+def test_markup_in_a_name_is_drawn_as_text_not_read_as_html() -> None:
+    # Mermaid reads its labels as HTML: a phase named `<b>x</b>` was drawn
+    # bold, and an `<img ...>` in a name was markup in the page.
+    name = "<img src=x> & <b>hi</b>"
+    spec = MachineSpec.from_toml(ODD.replace('say \\"hi\\"', name))
+
+    mermaid = render_mermaid(spec)
+
+    assert "<img" not in mermaid
+    assert "<b>" not in mermaid
+    hexed = "phase_" + name.encode().hex()
+    escaped = "#lt;img src=x#gt; #amp; #lt;b#gt;hi#lt;/b#gt;"
+    assert f'    {hexed}("{escaped}<br/>/effect greet")' in mermaid
+
+
 # -- traffic: the path runs took --------------------------------------------
 
 # One run of the demo: six model calls, five tool rounds, a threshold pass

@@ -340,8 +340,14 @@ def _mid(name: str) -> str:
     return "phase_" + name.encode().hex()
 
 
+_MERMAID_ENTITIES: Final = str.maketrans(
+    {'"': "#quot;", "<": "#lt;", ">": "#gt;", "&": "#amp;"}
+)
+
+
 def _mtext(text: str) -> str:
-    return text.replace('"', "#quot;")
+    """`text` in a Mermaid label: a quote, or markup (``<b>``), as itself."""
+    return text.translate(_MERMAID_ENTITIES)
 
 
 def _mermaid_style(pen: _Pen) -> str | None:
@@ -408,7 +414,7 @@ def render_mermaid(
     lines = ["---", f'title: "{quoted}"', "---", "flowchart TB"]
     lines.append(f"    __start(( )) --> {_mid(spec.initial)}")
     for phase in spec.phases:
-        text = _mtext(f"{phase}<br/>/{_what(spec, phase)}")
+        text = f"{_mtext(phase)}<br/>/{_mtext(_what(spec, phase))}"
         shape = f'(["{text}"])' if phase in spec.terminal else f'("{text}")'
         lines.append(f"    {_mid(phase)}{shape}")
     lines += [f'    {_mid(node)}["any phase"]:::any' for node in _anys(edges)]
