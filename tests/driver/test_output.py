@@ -62,6 +62,17 @@ class Colour(enum.Enum):
     BLUE = "blue"
 
 
+class Tree(pydantic.BaseModel):
+    """A pydantic model that contains itself (its schema is a `$ref`)."""
+
+    value: int
+    kids: list[Tree] = []
+
+
+class Scores(pydantic.RootModel[list[int]]):
+    """A pydantic model whose value is no object."""
+
+
 def rejections(session: Session) -> list[OutputRejected]:
     return [
         e.event
@@ -89,6 +100,14 @@ CASES: list[tuple[str, Any, str, Any]] = [
     ("bool", bool, '{"result": true}', True),
     ("dict", dict[str, int], '{"result": {"a": 1}}', {"a": 1}),
     ("fenced", Person, '```json\n{"name": "Ada", "age": 36}\n```', Person("Ada", 36)),
+    (
+        "recursive-pydantic",
+        Tree,
+        '{"value": 1, "kids": [{"value": 2, "kids": []}]}',
+        Tree(value=1, kids=[Tree(value=2)]),
+    ),
+    ("root-model", Scores, '{"result": [1, 2]}', Scores([1, 2])),
+    ("bare-root-model", Scores, "[1, 2]", Scores([1, 2])),
 ]
 
 
@@ -349,6 +368,22 @@ class Dangling:
 async def test_a_type_without_a_json_form_is_a_config_error(tp: Any) -> None:
     with pytest.raises(ConfigError, match="output_type"):
         Driver(model=ScriptedModel.of(), output_type=tp)
+
+
+class BadSchema(pydantic.BaseModel):
+    """A model whose own schema is no valid JSON schema."""
+
+    model_config = pydantic.ConfigDict(json_schema_extra={"required": 5})
+    x: int
+
+
+async def test_a_type_whose_schema_is_invalid_names_output_type() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of(), output_type=BadSchema)
+
+    assert caught.value.field == "output_type.required"
+    assert caught.value.value == 5
+    assert "Tool(" not in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -87,26 +87,30 @@ class OutputType:
         defs: dict[str, Any] = {}
         wrapped = not is_params_class(tp)
         try:
-            if wrapped:
-                inner = schema_of(tp, defs)
-                schema: dict[str, Any] = {
-                    "type": "object",
-                    "properties": {WRAPPER: inner},
-                    "required": [WRAPPER],
-                    "additionalProperties": False,
-                }
-            else:
-                schema = dict(class_schema(tp, defs))
+            inner = dict(schema_of(tp, defs) if wrapped else class_schema(tp, defs))
             read = structure_hook(tp)
         except (Unsupported, NameError, TypeError) as exc:
             # NameError: an annotation that does not resolve (a forward ref).
             raise ConfigError(
                 "output_type", tp, f"a type with a JSON form ({exc})"
             ) from None
+        # A class whose value is no object (a pydantic `RootModel` of a
+        # list) is wrapped like any other value.
+        wrapped = wrapped or inner.get("type") != "object"
+        schema = (
+            {
+                "type": "object",
+                "properties": {WRAPPER: inner},
+                "required": [WRAPPER],
+                "additionalProperties": False,
+            }
+            if wrapped
+            else inner
+        )
         if defs:
             schema["$defs"] = {**schema.get("$defs", {}), **defs}
         name = _name_of(tp)
-        validator = arguments_check(name, schema)
+        validator = arguments_check(name, schema, field="output_type")
         spec = OutputSpec(name=name, schema=schema, strict=is_strict(schema))
         return cls(tp=tp, spec=spec, wrapped=wrapped, validator=validator, read=read)
 
