@@ -324,6 +324,43 @@ def lambda_tool() -> str:
     return "ok"
 
 
+async def test_a_run_given_its_type_is_resumed_with_it_or_refused() -> None:
+    # Resumed without the type run(..., output_type=) gave it, the model was
+    # no longer asked for it and a reply that did not fit ended the run done.
+    store = MemoryStore()
+    model = ScriptedModel.of(
+        reply("", tool_call("lambda_tool", "c1")),
+        '{"name": "Ada", "age": "old"}',
+        '{"name": "Ada", "age": 36}',
+    )
+
+    def make() -> Agent:
+        return Agent(
+            model=model, tools=[lambda_tool], machine=approval_machine(), store=store
+        )
+
+    paused = await make().run("go", output_type=Person)
+    approve = ToolCallsReviewed.approve_all()
+
+    with pytest.raises(ConfigError) as caught:
+        await make().resume(paused.session_id, paused.run_id, approve)
+    assert caught.value.field == "output_type"
+    assert "output_type=Person" in str(caught.value)
+    assert len(model.requests) == 1  # refused before anything ran
+    with pytest.raises(ConfigError, match="began with \\(Person\\)"):
+        await make().resume(paused.session_id, paused.run_id, approve, output_type=City)
+
+    done = await make().resume(
+        paused.session_id, paused.run_id, approve, output_type=Person
+    )
+
+    assert (done.outcome, done.output) == ("done", Person("Ada", 36))
+    assert all(r.output is not None for r in model.requests)
+    session = await make().open_session(done.session_id)
+    assert len(rejections(session)) == 1
+    assert replay(approval_machine(), session, paused.run_id).ok
+
+
 async def test_the_approval_machine_re_asks_too() -> None:
     model = ScriptedModel.of('{"result": "perhaps"}', '{"result": "no"}')
     session = Session()
