@@ -346,6 +346,19 @@ class Agent:
             self.session = stored
         return self.session
 
+    @overload
+    async def resume(
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event | None = None,
+        *,
+        control: RunControl | None = None,
+        output_type: type[T],
+        force: bool = False,
+    ) -> RunResult[T]: ...
+
+    @overload
     async def resume(
         self,
         session_id: str,
@@ -355,7 +368,18 @@ class Agent:
         control: RunControl | None = None,
         output_type: Any = None,
         force: bool = False,
-    ) -> RunResult:
+    ) -> RunResult[Any]: ...
+
+    async def resume(
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event | None = None,
+        *,
+        control: RunControl | None = None,
+        output_type: Any = None,
+        force: bool = False,
+    ) -> RunResult[Any]:
         """Continue a paused run with the answer it waits for (see `Driver.resume`).
 
         Works from a fresh `Agent` (another process) on the same store: the
