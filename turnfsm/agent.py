@@ -346,6 +346,7 @@ class Agent:
             self.session = stored
         return self.session
 
+    @overload
     async def resume(
         self,
         session_id: str,
@@ -353,12 +354,38 @@ class Agent:
         event: Event | None = None,
         *,
         control: RunControl | None = None,
+        output_type: type[T],
         force: bool = False,
-    ) -> RunResult:
+    ) -> RunResult[T]: ...
+
+    @overload
+    async def resume(
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event | None = None,
+        *,
+        control: RunControl | None = None,
+        output_type: Any = None,
+        force: bool = False,
+    ) -> RunResult[Any]: ...
+
+    async def resume(
+        self,
+        session_id: str,
+        run_id: str,
+        event: Event | None = None,
+        *,
+        control: RunControl | None = None,
+        output_type: Any = None,
+        force: bool = False,
+    ) -> RunResult[Any]:
         """Continue a paused run with the answer it waits for (see `Driver.resume`).
 
         Works from a fresh `Agent` (another process) on the same store: the
-        session is loaded and the run rebuilt from its log. `force` takes
+        session is loaded and the run rebuilt from its log. `output_type`
+        is the run's (default: the agent's): a run given one by
+        ``run(..., output_type=T)`` is resumed with the same. `force` takes
         the session over from a process that holds it (its lease is live)
         but is known to be gone.
 
@@ -377,7 +404,12 @@ class Agent:
         """
         session = await self.open_session(session_id)
         return await self.driver.resume(
-            session, run_id, event, control=control, force=force
+            session,
+            run_id,
+            event,
+            control=control,
+            output_type=output_type,
+            force=force,
         )
 
     async def compact(

@@ -62,6 +62,17 @@ class Colour(enum.Enum):
     BLUE = "blue"
 
 
+class Tree(pydantic.BaseModel):
+    """A pydantic model that contains itself (its schema is a `$ref`)."""
+
+    value: int
+    kids: list[Tree] = []
+
+
+class Scores(pydantic.RootModel[list[int]]):
+    """A pydantic model whose value is no object."""
+
+
 def rejections(session: Session) -> list[OutputRejected]:
     return [
         e.event
@@ -89,6 +100,14 @@ CASES: list[tuple[str, Any, str, Any]] = [
     ("bool", bool, '{"result": true}', True),
     ("dict", dict[str, int], '{"result": {"a": 1}}', {"a": 1}),
     ("fenced", Person, '```json\n{"name": "Ada", "age": 36}\n```', Person("Ada", 36)),
+    (
+        "recursive-pydantic",
+        Tree,
+        '{"value": 1, "kids": [{"value": 2, "kids": []}]}',
+        Tree(value=1, kids=[Tree(value=2)]),
+    ),
+    ("root-model", Scores, '{"result": [1, 2]}', Scores([1, 2])),
+    ("bare-root-model", Scores, "[1, 2]", Scores([1, 2])),
 ]
 
 
@@ -305,6 +324,43 @@ def lambda_tool() -> str:
     return "ok"
 
 
+async def test_a_run_given_its_type_is_resumed_with_it_or_refused() -> None:
+    # Resumed without the type run(..., output_type=) gave it, the model was
+    # no longer asked for it and a reply that did not fit ended the run done.
+    store = MemoryStore()
+    model = ScriptedModel.of(
+        reply("", tool_call("lambda_tool", "c1")),
+        '{"name": "Ada", "age": "old"}',
+        '{"name": "Ada", "age": 36}',
+    )
+
+    def make() -> Agent:
+        return Agent(
+            model=model, tools=[lambda_tool], machine=approval_machine(), store=store
+        )
+
+    paused = await make().run("go", output_type=Person)
+    approve = ToolCallsReviewed.approve_all()
+
+    with pytest.raises(ConfigError) as caught:
+        await make().resume(paused.session_id, paused.run_id, approve)
+    assert caught.value.field == "output_type"
+    assert "output_type=Person" in str(caught.value)
+    assert len(model.requests) == 1  # refused before anything ran
+    with pytest.raises(ConfigError, match="began with \\(Person\\)"):
+        await make().resume(paused.session_id, paused.run_id, approve, output_type=City)
+
+    done = await make().resume(
+        paused.session_id, paused.run_id, approve, output_type=Person
+    )
+
+    assert (done.outcome, done.output) == ("done", Person("Ada", 36))
+    assert all(r.output is not None for r in model.requests)
+    session = await make().open_session(done.session_id)
+    assert len(rejections(session)) == 1
+    assert replay(approval_machine(), session, paused.run_id).ok
+
+
 async def test_the_approval_machine_re_asks_too() -> None:
     model = ScriptedModel.of('{"result": "perhaps"}', '{"result": "no"}')
     session = Session()
@@ -356,6 +412,22 @@ class Dangling:
 async def test_a_type_without_a_json_form_is_a_config_error(tp: Any) -> None:
     with pytest.raises(ConfigError, match="output_type"):
         Driver(model=ScriptedModel.of(), output_type=tp)
+
+
+class BadSchema(pydantic.BaseModel):
+    """A model whose own schema is no valid JSON schema."""
+
+    model_config = pydantic.ConfigDict(json_schema_extra={"required": 5})
+    x: int
+
+
+async def test_a_type_whose_schema_is_invalid_names_output_type() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Driver(model=ScriptedModel.of(), output_type=BadSchema)
+
+    assert caught.value.field == "output_type.required"
+    assert caught.value.value == 5
+    assert "Tool(" not in str(caught.value)
 
 
 @pytest.mark.parametrize(

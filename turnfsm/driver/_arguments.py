@@ -173,11 +173,14 @@ _CHECKED_MAX: Final = 4096
 """How many schemas `_CHECKED` keeps (the oldest go first)."""
 
 
-def arguments_check(tool: str, parameters: Mapping[str, Any]) -> ArgumentsCheck:
+def arguments_check(
+    tool: str, parameters: Mapping[str, Any], *, field: str | None = None
+) -> ArgumentsCheck:
     """Return the check of a tool's parameters schema, built once.
 
     The schema's ``$schema`` picks the draft; without one it is Draft 2020-12.
-    A schema equal to one already checked reuses its check.
+    A schema equal to one already checked reuses its check. `field` is what
+    a refusal names the schema as (default: the tool's ``parameters``).
 
     Raises:
         ConfigError: the schema is not a valid JSON schema, or does not
@@ -189,7 +192,7 @@ def arguments_check(tool: str, parameters: Mapping[str, Any]) -> ArgumentsCheck:
         key = None  # not JSON: checked, and refused, below
     if key is not None and (known := _CHECKED.get(key)) is not None:
         return known
-    validator = _checked(tool, parameters)
+    validator = _checked(field or f"Tool({tool!r}).parameters", parameters)
     properties = parameters.get("properties")
     takes_raw = isinstance(properties, Mapping) and "_raw" in properties
     check = ArgumentsCheck(validator, _quick(type(validator), parameters), takes_raw)
@@ -200,8 +203,7 @@ def arguments_check(tool: str, parameters: Mapping[str, Any]) -> ArgumentsCheck:
     return check
 
 
-def _checked(tool: str, parameters: Mapping[str, Any]) -> Validator:
-    field = f"Tool({tool!r}).parameters"
+def _checked(field: str, parameters: Mapping[str, Any]) -> Validator:
     cls = validators.validator_for(parameters, default=Draft202012Validator)
     try:
         cls.check_schema(dict(parameters))

@@ -732,7 +732,8 @@ class Driver:
         decision it was carrying out. A paused run also takes a
         `RunCancelled`: it ends ``cancelled`` (where `abandon` ends it
         failed). `output_type` is the run's (see `run`; default: the
-        driver's); the answer is read again from the final text.
+        driver's): a run begun with one is resumed with the same; the
+        answer is read again from the final text.
 
         Raises:
             ConfigError: no such run; the run is not open; the machine is not
@@ -740,8 +741,9 @@ class Driver:
                 run takes: not an event its phase accepts, or tool results
                 for calls it does not wait on (`Pause.check_answer`); or
                 it approves a call whose tool this driver lacks; a hook of
-                `hooks` is not one, or the driver has it already. Nothing is
-                written: the run stays paused, to be answered again.
+                `hooks` is not one, or the driver has it already; the run
+                began with an output type other than `output_type`. Nothing
+                is written: the run stays paused, to be answered again.
             ReplayDiverged: the log does not replay on this machine.
             SessionBusy: another run is using `session`, or another process
                 holds it and is alive (its lease is live): resume with

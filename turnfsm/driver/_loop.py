@@ -90,6 +90,7 @@ from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
 from turnfsm.driver._model_calls import describe_model
+from turnfsm.driver._output import asked_for
 from turnfsm.driver._subagents import ChildTally
 from turnfsm.errors import (
     ConfigError,
@@ -216,6 +217,7 @@ class RunLoop(Ending):
                 at=self.run.clock(),
                 context=None if manager is None else context_settings(manager),
                 parent=self.parent,
+                output=asked_for(self.run.output),
             )
         )
         self._start = (input, False)

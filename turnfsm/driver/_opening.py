@@ -28,7 +28,7 @@ from turnfsm.driver._control import RunControl, RunResult
 from turnfsm.driver._inputs import reopen
 from turnfsm.driver._lease import holding
 from turnfsm.driver._loop import RunLoop
-from turnfsm.driver._output import OutputType
+from turnfsm.driver._output import OutputType, check_resumed
 from turnfsm.driver._store_calls import read_session
 from turnfsm.driver._subagents import (
     PhaseDelegation,
@@ -315,6 +315,8 @@ def _reopened(
         event,
         check=check,
     )
+    if check:
+        check_resumed(run_id, record.opened.output, output)
     loop = _loop(driver, session, run_id, machine, control, hooks, output)
     loop.restore(record)
     return loop

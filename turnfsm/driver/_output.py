@@ -41,7 +41,7 @@ from turnfsm.driver._schema import (
 from turnfsm.errors import ConfigError
 from turnfsm.providers import OutputSpec
 
-__all__ = ["OutputType", "check_machine", "is_strict"]
+__all__ = ["OutputType", "asked_for", "check_machine", "check_resumed", "is_strict"]
 
 WRAPPER: Final = "result"
 """The one property a non-object output is wrapped in."""
@@ -87,26 +87,30 @@ class OutputType:
         defs: dict[str, Any] = {}
         wrapped = not is_params_class(tp)
         try:
-            if wrapped:
-                inner = schema_of(tp, defs)
-                schema: dict[str, Any] = {
-                    "type": "object",
-                    "properties": {WRAPPER: inner},
-                    "required": [WRAPPER],
-                    "additionalProperties": False,
-                }
-            else:
-                schema = dict(class_schema(tp, defs))
+            inner = dict(schema_of(tp, defs) if wrapped else class_schema(tp, defs))
             read = structure_hook(tp)
         except (Unsupported, NameError, TypeError) as exc:
             # NameError: an annotation that does not resolve (a forward ref).
             raise ConfigError(
                 "output_type", tp, f"a type with a JSON form ({exc})"
             ) from None
+        # A class whose value is no object (a pydantic `RootModel` of a
+        # list) is wrapped like any other value.
+        wrapped = wrapped or inner.get("type") != "object"
+        schema: dict[str, Any] = (
+            {
+                "type": "object",
+                "properties": {WRAPPER: inner},
+                "required": [WRAPPER],
+                "additionalProperties": False,
+            }
+            if wrapped
+            else inner
+        )
         if defs:
             schema["$defs"] = {**schema.get("$defs", {}), **defs}
         name = _name_of(tp)
-        validator = arguments_check(name, schema)
+        validator = arguments_check(name, schema, field="output_type")
         spec = OutputSpec(name=name, schema=schema, strict=is_strict(schema))
         return cls(tp=tp, spec=spec, wrapped=wrapped, validator=validator, read=read)
 
@@ -152,6 +156,35 @@ class OutputType:
         text = str(attrs.evolve(problem, path=path))
         text = text.replace("not a parameter of this tool", "not a field of the answer")
         return text.replace("(the arguments)", "(the answer)", 1)
+
+
+def asked_for(output: OutputType | None) -> str | None:
+    """The name of the structured answer `output` asks for; None: plain text."""
+    return None if output is None or output.spec is None else output.spec.name
+
+
+def check_resumed(run_id: str, began: str | None, output: OutputType | None) -> None:
+    """Refuse to resume a run asked for a structured answer without its type.
+
+    `began` is the name of the answer the run began asking for (its log's);
+    resumed without that type, the model would no longer be asked for it,
+    and any reply would do. A run that began with plain text (or whose log
+    is older than this record) takes any type.
+
+    Raises:
+        ConfigError: `output` is not the type the run began with (names
+            `output_type` and both types).
+    """
+    given = asked_for(output)
+    if began is None or given == began:
+        return
+    raise ConfigError(
+        "output_type",
+        None if output is None else output.tp,
+        f"the output type run {run_id!r} began with ({began}): resume it "
+        f"with output_type={began}, as it was run (or on an agent whose "
+        f"output_type it is)",
+    )
 
 
 def _name_of(tp: Any) -> str:

@@ -510,11 +510,25 @@ def _strip_required(tp: Any) -> Any:
     return tp
 
 
+_DEFS: Final = "#/$defs/"
+
+
 def _pydantic_schema(cls: Any, defs: dict[str, JSONSchema]) -> JSONSchema:
+    """A pydantic model's own schema, its definitions moved into `defs`.
+
+    A model that contains itself describes itself by a reference into its
+    definitions (``{"$ref": "#/$defs/Node"}``): the reference is followed,
+    so the schema says what the value is (an object), and the definition
+    stays in `defs` for the places inside that refer to it.
+    """
     schema: JSONSchema = _with_items(cls.model_json_schema())
     for name, sub in schema.pop("$defs", {}).items():
         if defs.setdefault(name, sub) != sub:
             raise Unsupported(f"two different models are named {name!r}")
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_DEFS) and ref[len(_DEFS) :] in defs:
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        schema = {**defs[ref[len(_DEFS) :]], **rest}
     return schema
 
 

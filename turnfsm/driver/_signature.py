@@ -11,7 +11,7 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
@@ -173,22 +173,15 @@ def _hints(fn: Callable[..., Any], params: list[inspect.Parameter]) -> dict[str,
         raise Unsupported(f"its annotations cannot be resolved ({exc})") from None
 
 
-_DEFS: Final = "#/$defs/"
-
-
 def _one_class(name: str, cls: type) -> tuple[dict[str, Any], Structure] | None:
     """The class's fields as the arguments object; None if its schema is no object.
 
-    A pydantic model that contains itself describes itself by a reference
-    into its definitions, which is followed; one of another shape (a
-    `RootModel` of a list) is one parameter like any other.
+    A pydantic model that contains itself is an object too (`class_schema`
+    follows its reference); one of another shape (a `RootModel` of a list)
+    is one parameter like any other.
     """
     defs: dict[str, Any] = {}
     parameters = class_schema(cls, defs)
-    ref = parameters.get("$ref")
-    if isinstance(ref, str) and ref.startswith(_DEFS):
-        rest = {k: v for k, v in parameters.items() if k != "$ref"}
-        parameters = {**defs.get(ref[len(_DEFS) :], {}), **rest}
     if parameters.get("type") != "object":
         return None
     if defs:

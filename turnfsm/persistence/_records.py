@@ -106,7 +106,9 @@ class RunOpened:
     `context` is the context settings it ran with (None: it had no context
     manager, or its log was written before they were kept). `parent` names
     the run and tool call that delegated this run to a sub-agent (None: the
-    run was not delegated).
+    run was not delegated). `output` is the name of the structured answer it
+    was asked for (its output type's; None: plain text, or its log was
+    written before it was kept): a resumed run is asked for the same.
     """
 
     run_id: str
@@ -120,6 +122,7 @@ class RunOpened:
     parent: ParentLink | None = attrs.field(
         default=None, metadata={OMITTED_IF_DEFAULT: True}
     )
+    output: str | None = attrs.field(default=None, metadata={OMITTED_IF_DEFAULT: True})
 
 
 @final
