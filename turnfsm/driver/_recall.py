@@ -7,8 +7,9 @@ tool, added to an agent's tools with `recall_tool()`, lets the model read
 those originals again:
 
 - by what a note names, or by id: ``{"ids": ["h1a2b3c4d5e", "h0f..h9e"]}``
-  (a range is every message of the session said from the first to the
-  last, in order);
+  (a summary's note brings back what that summary stands for; another
+  range is every message of the session said from the first to the last,
+  in order);
 - by text: ``{"query": "invoice total"}``, over the messages that passes
   replaced (dropped, summarised, digested, cut), best matches first.
 
@@ -29,7 +30,7 @@ from contextlib import contextmanager
 from typing import Any, Final, final
 
 from turnfsm import _checks
-from turnfsm.context import call_handle, handle
+from turnfsm.context import call_handle, handle, replaced_ids
 from turnfsm.driver._tools import Tool
 from turnfsm.messages import ImagePart, Message, ToolCallPart
 from turnfsm.persistence import (
@@ -159,8 +160,9 @@ class Archive:
 
         An id may be a message id, a tool call id (its call's message), what
         a ``[recall ...]`` note calls a message (every message it may mean),
-        or a range ``first..last`` of those (in either order: from the
-        earliest message the ends may mean to the latest).
+        or a range ``first..last`` of those: what the summary whose note
+        reads so stands for, or else (in either order) from the earliest
+        message the ends may mean to the latest.
         """
         found: list[str] = []
         unknown: list[str] = []
@@ -169,6 +171,10 @@ class Archive:
             wanted = raw.strip()
             span = _RANGE.match(wanted)
             if span is not None:
+                noted = self._noted(*span.groups())
+                if noted:
+                    found.extend(noted)
+                    continue
                 ends = [self._known(end) for end in span.groups()]
                 missing = [e for e, k in zip(span.groups(), ends, strict=True) if not k]
                 if missing:
@@ -183,6 +189,28 @@ class Archive:
             else:
                 unknown.append(wanted)
         return list(dict.fromkeys(found)), list(dict.fromkeys(unknown))
+
+    def _noted(self, first: str, last: str) -> list[str]:
+        """The messages a summary whose note reads ``first..last`` stands for.
+
+        A note's ends name messages by what they say, and a short reply
+        ("Noted.") is said many times: the summary's own list of what it
+        covers says which ones it meant, and nothing else comes back.
+        Empty when no summary's note reads so (a range written by hand).
+        """
+        calls = {cid: call for cid, (_m, call) in self._calls.items()}
+        found: list[str] = []
+        for message in self.messages.values():
+            covered = [m for m in replaced_ids(message) if m in self.messages]
+            if len(covered) < 2:
+                continue
+            ends = {
+                handle(self.messages[covered[0]], calls),
+                handle(self.messages[covered[-1]], calls),
+            }
+            if ends == {first, last} or (first == last and ends == {first}):
+                found.extend(covered)
+        return found
 
     def _known(self, wanted: str) -> list[str]:
         if wanted in self.messages:
