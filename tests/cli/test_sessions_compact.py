@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from tests.cli.compact_agent import agent
+from tests.helpers import run_killed
 from turnfsm import ContextManager, Driver
 from turnfsm.cli import main
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded
@@ -110,3 +111,31 @@ def test_an_unknown_session_is_named(tmp_path: Path, capsys: Capture) -> None:
     _filled(db)
     assert main(["sessions", "compact", "ses_nope", "--store", str(db)]) == 2
     assert "ses_nope" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_compaction_killed_mid_pass_is_taken_over_with_force(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # The killed process's lease stays live for a while: the refusal says
+    # how to take it over on the command line, and --force carries the
+    # unfinished pass on, writing its summary once.
+    db = tmp_path / "s.db"
+    session_id = _filled(db)
+    run_killed("tests.driver.compact_worker", str(db), session_id)
+    command = [
+        "sessions",
+        "compact",
+        session_id,
+        "--store",
+        str(db),
+        "--agent",
+        "tests.cli.compact_agent:agent",
+    ]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "take it over with --force only if you know that process is gone" in err
+    assert "force=True" not in err
+    assert main([*command, "--force"]) == 0
+    assert "1 summary written" in capsys.readouterr().out
+    assert _summaries(db, session_id) == 1

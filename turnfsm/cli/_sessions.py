@@ -121,7 +121,7 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             )
         session = await _session(store, str(command.session_id))
         if command.action == "compact":
-            return await _compact(session, command.agent, out)
+            return await _compact(session, command.agent, out, force=command.force)
         if command.action == "show":
             held = await holder_of(session, store)
             flags = ["--store", command.store] if command.store else []
@@ -135,10 +135,18 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         await close_store(store)
 
 
-async def _compact(session: Session, agent: str | None, out: TextIO) -> int:
+async def _compact(
+    session: Session, agent: str | None, out: TextIO, *, force: bool
+) -> int:
     """One manual pass over the session, by the agent's context manager."""
     driver = load_agents(agent)[0].driver if agent else _compacting_driver()
-    result = await driver.compact(session)
+    try:
+        result = await driver.compact(session, force=force)
+    except SessionBusy as exc:
+        print(
+            f"turnfsm sessions compact: {busy_words(exc, '--force')}", file=sys.stderr
+        )
+        return 2
     record = next(iter(session.runs[-1].compactions), None)
     if record is None:  # ended before its pass (cancelled)
         print(f"session {session.id}: not compacted ({result.outcome})", file=out)
