@@ -459,3 +459,16 @@ async def test_a_summarys_note_recalls_what_it_stands_for_when_replies_repeat() 
                 text = answer(await ask(session, ids=[inner_note], limit=50))
                 again = re.findall(r"^\[(\S+)\]", text, flags=re.M)
                 assert sorted(again) == sorted(replaced_ids(inner)), text
+
+
+async def test_ids_past_the_limit_are_named_not_dropped() -> None:
+    session = await archived_session()
+    asked = ["call_alpha", "msg_nope1", "msg_nope2", "msg_nope3", "msg_nope4"]
+    text = answer(await ask(session, ids=[*asked, "call_beta"]))
+    assert "result of read for call_alpha" in text
+    assert "call_beta" in text
+    assert "1 more id past the limit of 5, not looked up: call_beta" in text
+    # With room for it, it comes back.
+    text = answer(await ask(session, ids=[*asked, "call_beta"], limit=6))
+    assert "result of read for call_beta" in text
+    assert "past the limit" not in text

@@ -278,15 +278,31 @@ def _cut(text: str, keep: int) -> str:
 
 
 def _answer(
-    archive: Archive, groups: list[list[str]], unknown: list[str], max_chars: int
+    archive: Archive,
+    groups: list[list[str]],
+    unknown: list[str],
+    max_chars: int,
+    *,
+    skipped: Sequence[str] = (),
+    limit: int = 0,
 ) -> str:
-    """The tool's text: the groups that fit in `max_chars`, and what was cut."""
+    """The tool's text: the groups that fit in `max_chars`, and what was cut.
+
+    `skipped` are the ids asked for past `limit`: named, not looked up.
+    """
     notes: list[str] = []
     if unknown:
         notes.append(
             "no message of this conversation has the id "
             + ", ".join(unknown)
             + " (use the ids a [recall ...] note names)"
+        )
+    if skipped:
+        more = f"{len(skipped)} more id{'s' if len(skipped) != 1 else ''}"
+        notes.append(
+            f"[{more} past the limit of {limit}, not looked up: "
+            + ", ".join(skipped)
+            + "; ask for them again, or give a higher limit]"
         )
     shown: list[str] = []
     left: list[str] = []
@@ -335,8 +351,9 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
 
     The model calls it with ``ids`` (what the ``[recall ...]`` notes name, a
     range ``first..last`` as written, message ids or tool call ids) or a ``query``
-    (words searched in what passes replaced), and ``limit`` (how many
-    messages or matches, 5 by default, at most 50). The answer lists each
+    (words searched in what passes replaced), and ``limit`` (how many ids,
+    each perhaps a range, or matches, 5 by default, at most 50; ids past it
+    are named in the answer, not looked up). The answer lists each
     message as ``[id] role: text`` (an image by its URL), a tool call
     always with its result and a result with its call, within `max_chars`
     characters: what does not fit is named, not sent. An unknown id is
@@ -371,12 +388,18 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
             raise ValueError("give ids (or ranges first..last) or a query")
         archive = Archive(session)
         unknown: list[str] = []
+        skipped: list[str] = []
         if ids:
-            found, unknown = archive.resolve(list(ids)[:limit])
+            asked = list(ids)
+            skipped = asked[limit:]
+            found, unknown = archive.resolve(asked[:limit])
         else:
             assert query is not None
             found = archive.search(query, limit)
-        return _answer(archive, archive.groups(found), unknown, max_chars)
+        groups = archive.groups(found)
+        return _answer(
+            archive, groups, unknown, max_chars, skipped=skipped, limit=limit
+        )
 
     return Tool(
         name=name,
