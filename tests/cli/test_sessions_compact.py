@@ -9,10 +9,10 @@ import pytest
 
 from tests.cli.compact_agent import agent
 from tests.helpers import run_killed
-from turnfsm import ContextManager, Driver
+from turnfsm import Agent, ContextManager, Driver, approval_machine
 from turnfsm.cli import main
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ScriptedModel, reply, tool_call
 
 Capture = pytest.CaptureFixture[str]
 
@@ -139,3 +139,46 @@ def test_a_compaction_killed_mid_pass_is_taken_over_with_force(
     assert main([*command, "--force"]) == 0
     assert "1 summary written" in capsys.readouterr().out
     assert _summaries(db, session_id) == 1
+
+
+def test_a_session_whose_caller_waits_on_a_sub_agent_names_the_commands(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A caller whose sub-agent waits for an approval ends interrupted, its
+    # run open: the refusal names the commands that answer or resume it,
+    # not Python's agent.resume(...).
+    db = tmp_path / "s.db"
+
+    def clean(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: The file.
+        """
+        return f"deleted {path}"
+
+    cleaner = Agent(
+        model=ScriptedModel.of(reply("", tool_call("clean", "c1", path="/tmp/x"))),
+        tools=[clean],
+        machine=approval_machine(),
+    )
+
+    async def waiting() -> str:
+        async with SQLiteStore(db) as store:
+            boss = Agent(
+                model=ScriptedModel.of(
+                    reply("", tool_call("cleaner", "w1", task="go"))
+                ),
+                tools=[cleaner.as_tool(name="cleaner", description="Cleans.")],
+                store=store,
+            )
+            result = await boss.run("free some space")
+            assert result.outcome == "interrupted"
+            return result.session_id
+
+    session_id = anyio.run(waiting)
+    assert main(["sessions", "compact", session_id, "--store", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "agent.resume" not in err
+    assert f"turnfsm approve|reject|abandon {session_id} --store {db}" in err
+    assert err.rstrip().endswith("then compact it")
