@@ -1166,3 +1166,26 @@ async def test_a_session_id_with_a_lone_surrogate_delegates_like_any_other(
         "ses_b8bc9917e46509ee82b7",
         "run_5f9b7b817752e377aecb",
     )
+
+
+async def test_a_blank_task_is_an_invalid_argument_and_starts_no_child() -> None:
+    # The schema's minLength lets " " through; the child would be started
+    # on a blank user message and fail as an invalid message.
+    child = Agent(model=FakeModelClient(lambda _r: "never asked"))
+    store = MemoryStore()
+    replies = iter([reply("", tool_call("reader", "call_blank", task=" \n ")), "ok"])
+    parent = Agent(
+        model=FakeModelClient(lambda _r: next(replies)),
+        tools=[child.as_tool(name="reader", description="Read", max_children=1)],
+        store=store,
+    )
+    result = await parent.run("read x")
+    assert result.outcome == "done"
+    (said,) = parent.session.history[-2].tool_results
+    assert said.is_error
+    assert said.content == (
+        "invalid arguments for tool 'reader'; it did not run:\n"
+        '- task: expected a text that is not blank, got " \\n " (string)\n'
+        "Call 'reader' again with corrected arguments."
+    )
+    assert await child_sessions(store, result.session_id) == []
