@@ -9,7 +9,7 @@ import pytest
 
 from tests.cli.compact_agent import agent
 from tests.helpers import run_killed
-from turnfsm import Agent, ContextManager, Driver, approval_machine
+from turnfsm import Agent, ContextManager, Driver
 from turnfsm.cli import main
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded
 from turnfsm.testing import ScriptedModel, reply, tool_call
@@ -141,44 +141,40 @@ def test_a_compaction_killed_mid_pass_is_taken_over_with_force(
     assert _summaries(db, session_id) == 1
 
 
-def test_a_session_whose_caller_waits_on_a_sub_agent_names_the_commands(
+def test_a_session_with_an_interrupted_run_names_the_commands(
     tmp_path: Path, capsys: Capture
 ) -> None:
-    # A caller whose sub-agent waits for an approval ends interrupted, its
-    # run open: the refusal names the commands that answer or resume it,
-    # not Python's agent.resume(...).
+    # A run cut short from outside (Ctrl-C, a cancelled task) stays open:
+    # the refusal names the commands that answer or resume it, not
+    # Python's agent.resume(...).
     db = tmp_path / "s.db"
 
-    def clean(path: str) -> str:
-        """Delete a file.
+    async def wait(path: str) -> str:
+        """Wait.
 
         Args:
             path: The file.
         """
-        return f"deleted {path}"
+        await anyio.sleep_forever()
+        return path
 
-    cleaner = Agent(
-        model=ScriptedModel.of(reply("", tool_call("clean", "c1", path="/tmp/x"))),
-        tools=[clean],
-        machine=approval_machine(),
-    )
-
-    async def waiting() -> str:
+    async def interrupted() -> str:
         async with SQLiteStore(db) as store:
-            boss = Agent(
-                model=ScriptedModel.of(
-                    reply("", tool_call("cleaner", "w1", task="go"))
-                ),
-                tools=[cleaner.as_tool(name="cleaner", description="Cleans.")],
+            agent = Agent(
+                model=ScriptedModel.of(reply("", tool_call("wait", "c1", path="x"))),
+                tools=[wait],
                 store=store,
             )
-            result = await boss.run("free some space")
-            assert result.outcome == "interrupted"
-            return result.session_id
+            with anyio.move_on_after(0.5):
+                await agent.run("wait for x")
+            (run,) = agent.session.open_runs()
+            assert run.outcome == "interrupted"
+            return agent.session.id
 
-    session_id = anyio.run(waiting)
+    session_id = anyio.run(interrupted)
     assert main(["sessions", "compact", session_id, "--store", str(db)]) == 2
     err = capsys.readouterr().err
     assert "agent.resume" not in err
     assert f"turnfsm approve|reject|abandon {session_id} --store {db}" in err
+    assert f"carry it on with turnfsm resume {session_id} --store {db}" in err
     assert err.rstrip().endswith("then compact it")
