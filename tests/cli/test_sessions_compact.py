@@ -8,10 +8,11 @@ import anyio
 import pytest
 
 from tests.cli.compact_agent import agent
-from turnfsm import ContextManager, Driver
+from tests.helpers import run_killed
+from turnfsm import Agent, ContextManager, Driver
 from turnfsm.cli import main
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded
-from turnfsm.testing import ScriptedModel
+from turnfsm.testing import ScriptedModel, reply, tool_call
 
 Capture = pytest.CaptureFixture[str]
 
@@ -110,3 +111,70 @@ def test_an_unknown_session_is_named(tmp_path: Path, capsys: Capture) -> None:
     _filled(db)
     assert main(["sessions", "compact", "ses_nope", "--store", str(db)]) == 2
     assert "ses_nope" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_compaction_killed_mid_pass_is_taken_over_with_force(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # The killed process's lease stays live for a while: the refusal says
+    # how to take it over on the command line, and --force carries the
+    # unfinished pass on, writing its summary once.
+    db = tmp_path / "s.db"
+    session_id = _filled(db)
+    run_killed("tests.driver.compact_worker", str(db), session_id)
+    command = [
+        "sessions",
+        "compact",
+        session_id,
+        "--store",
+        str(db),
+        "--agent",
+        "tests.cli.compact_agent:agent",
+    ]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "take it over with --force only if you know that process is gone" in err
+    assert "force=True" not in err
+    assert main([*command, "--force"]) == 0
+    assert "1 summary written" in capsys.readouterr().out
+    assert _summaries(db, session_id) == 1
+
+
+def test_a_session_with_an_interrupted_run_names_the_commands(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A run cut short from outside (Ctrl-C, a cancelled task) stays open:
+    # the refusal names the commands that answer or resume it, not
+    # Python's agent.resume(...).
+    db = tmp_path / "s.db"
+
+    async def wait(path: str) -> str:
+        """Wait.
+
+        Args:
+            path: The file.
+        """
+        await anyio.sleep_forever()
+        return path
+
+    async def interrupted() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(
+                model=ScriptedModel.of(reply("", tool_call("wait", "c1", path="x"))),
+                tools=[wait],
+                store=store,
+            )
+            with anyio.move_on_after(0.5):
+                await agent.run("wait for x")
+            (run,) = agent.session.open_runs()
+            assert run.outcome == "interrupted"
+            return agent.session.id
+
+    session_id = anyio.run(interrupted)
+    assert main(["sessions", "compact", session_id, "--store", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "agent.resume" not in err
+    assert f"turnfsm approve|reject|abandon {session_id} --store {db}" in err
+    assert f"carry it on with turnfsm resume {session_id} --store {db}" in err
+    assert err.rstrip().endswith("then compact it")

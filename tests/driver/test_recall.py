@@ -413,3 +413,62 @@ async def test_a_wide_exchange_still_fits_the_limit() -> None:
     text = answer(await ask(agent.session, recall_tool(max_chars=500), ids=["call_0"]))
     assert len(text) <= 500
     assert text.endswith("over the 500 character limit]")
+
+
+async def test_a_summarys_note_recalls_what_it_stands_for_when_replies_repeat() -> None:
+    # A second summary stands for the first and an exchange after it; its
+    # last message says what earlier ones said ("Noted."), so a note's end
+    # names several messages. The note still brings back exactly what its
+    # summary covers: not the first summary's messages, not the messages
+    # still in context.
+    replies = iter(
+        [
+            reply("", tool_call("read", "call_alpha", path="alpha.txt")),
+            "Noted.",
+            "Noted.",
+            reply("", tool_call("read", "call_beta", path="beta.txt")),
+            "Noted.",
+            "Noted.",
+        ]
+    )
+    agent = Agent(
+        model=FakeModelClient(lambda _r: next(replies)),
+        tools=[read],
+        context=ContextManager(
+            SummarizingCompactor(model=summary_model(), keep_recent_turns=1),
+            counter=COUNTER,
+        ),
+        store=MemoryStore(),
+    )
+    for text in ("read alpha", "thanks"):
+        assert (await agent.run(text)).ok
+    assert (await agent.compact()).ok
+    for text in ("read beta", "thanks again"):
+        assert (await agent.run(text)).ok
+    assert (await agent.compact()).ok
+    session = agent.session
+    for summary in [m for m in session.history if replaced_ids(m)]:
+        (note,) = NOTE.findall(summary.text)
+        text = answer(await ask(session, ids=[note], limit=50))
+        said = re.findall(r"^\[(\S+)\]", text, flags=re.M)
+        assert sorted(said) == sorted(replaced_ids(summary)), text
+        # The earlier summary it stands for names its own messages the same way.
+        for inner in [session.message(m) for m in said]:
+            if replaced_ids(inner):
+                (inner_note,) = NOTE.findall(inner.text)
+                text = answer(await ask(session, ids=[inner_note], limit=50))
+                again = re.findall(r"^\[(\S+)\]", text, flags=re.M)
+                assert sorted(again) == sorted(replaced_ids(inner)), text
+
+
+async def test_ids_past_the_limit_are_named_not_dropped() -> None:
+    session = await archived_session()
+    asked = ["call_alpha", "msg_nope1", "msg_nope2", "msg_nope3", "msg_nope4"]
+    text = answer(await ask(session, ids=[*asked, "call_beta"]))
+    assert "result of read for call_alpha" in text
+    assert "call_beta" in text
+    assert "1 more id past the limit of 5, not looked up: call_beta" in text
+    # With room for it, it comes back.
+    text = answer(await ask(session, ids=[*asked, "call_beta"], limit=6))
+    assert "result of read for call_beta" in text
+    assert "past the limit" not in text

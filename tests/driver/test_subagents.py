@@ -1166,3 +1166,68 @@ async def test_a_session_id_with_a_lone_surrogate_delegates_like_any_other(
         "ses_b8bc9917e46509ee82b7",
         "run_5f9b7b817752e377aecb",
     )
+
+
+async def test_a_blank_task_is_an_invalid_argument_and_starts_no_child() -> None:
+    # The schema's minLength lets " " through; the child would be started
+    # on a blank user message and fail as an invalid message.
+    child = Agent(model=FakeModelClient(lambda _r: "never asked"))
+    store = MemoryStore()
+    replies = iter([reply("", tool_call("reader", "call_blank", task=" \n ")), "ok"])
+    parent = Agent(
+        model=FakeModelClient(lambda _r: next(replies)),
+        tools=[child.as_tool(name="reader", description="Read", max_children=1)],
+        store=store,
+    )
+    result = await parent.run("read x")
+    assert result.outcome == "done"
+    (said,) = parent.session.history[-2].tool_results
+    assert said.is_error
+    assert said.content == (
+        "invalid arguments for tool 'reader'; it did not run:\n"
+        '- task: expected a text that is not blank, got " \\n " (string)\n'
+        "Call 'reader' again with corrected arguments."
+    )
+    assert await child_sessions(store, result.session_id) == []
+
+
+async def test_a_caller_waiting_on_its_sub_agent_lets_its_session_compact() -> None:
+    # A person may take a day to answer the sub-agent; meanwhile the
+    # operator compacts the caller's session, as for a paused run. The
+    # caller goes on from the compacted history when answered.
+    from turnfsm.context import TruncatingCompactor
+    from turnfsm.core import ToolCallsReviewed
+    from turnfsm.testing import ScriptedModel
+
+    store = MemoryStore()
+    child, deleted = careful_child()
+    parent = Agent(
+        model=delegating_model("cleaner"),
+        tools=[child.as_tool(name="cleaner", description="Deletes, asking first")],
+        store=store,
+        context=ContextManager(TruncatingCompactor(preserve_recent=1, min_messages=2)),
+    )
+    chat = Agent(model=ScriptedModel.of("noted 1", "noted 2"), session=parent.session)
+    for text in ("first", "second"):
+        assert (await chat.run(text)).ok
+    result = await parent.run("clean up")
+    assert result.outcome == "interrupted"
+
+    compacted = await parent.compact()
+    assert compacted.ok, compacted.error
+    (record,) = parent.session.runs[-1].compactions
+    assert record.compacted
+
+    done = await parent.resume(
+        result.session_id, result.run_id, ToolCallsReviewed.approve_all()
+    )
+    assert done.outcome == "done", done.error
+    assert done.text == "ok: Report: deleted a.tmp; deleted b.tmp"
+    assert sorted(deleted) == ["a.tmp", "b.tmp"]
+    session = await Session.load(store, result.session_id)
+    said = [m.text for m in session.history]
+    assert "noted 1" not in said
+    assert said[-1] == done.text
+    for each in (session, *(await child_sessions(store, session.id))):
+        for run in each.runs:
+            assert replay(None, each, run.run_id).ok

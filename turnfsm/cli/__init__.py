@@ -688,6 +688,12 @@ def _sessions_parser(sub: Any) -> None:
         "one, MaskingCompactor: it caps and digests tool results, then "
         "truncates, and calls no model)",
     )
+    compact.add_argument(
+        "--force",
+        action="store_true",
+        help="take the session over from a process that holds it but is known "
+        "to be gone (killed mid-pass: its lease lasts until it expires)",
+    )
     reset = actions.add_parser(
         "reset-breaker",
         parents=[store],

@@ -60,6 +60,8 @@ __all__ = [
     "cli_words",
     "interruptible",
     "open_model",
+    "open_run_only",
+    "open_run_words",
     "report_interrupted",
     "report_result",
     "run_and_close",
@@ -658,15 +660,9 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     process wrote to since the command read it is read anew by running the
     command again. A run out of model calls is told to raise ``--max-turns``.
     """
-    if isinstance(exc, SessionBusy) and _open_run_only(exc):
-        # The library says "resume or abandon it": a paused run refuses resume.
-        target = shlex.join([exc.session_id, *(options.flags() if options else [])])
-        return (
-            f"session {exc.session_id!r} has an open run {exc.run_id!r}: answer it "
-            f"with turnfsm approve|reject|abandon {target} if it is paused, or "
-            f"carry it on with turnfsm resume {target} if its process died; "
-            "then run the task again"
-        )
+    if isinstance(exc, SessionBusy) and open_run_only(exc):
+        flags = options.flags() if options else []
+        return open_run_words(exc, flags, "then run the task again")
     if isinstance(exc, SessionBusy):
         return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
     if isinstance(exc, SessionConflict):  # a command reads the session anew
@@ -768,9 +764,23 @@ def _window_flag(options: AgentOptions, window: int) -> str | None:
     return None
 
 
-def _open_run_only(exc: SessionBusy) -> bool:
+def open_run_only(exc: SessionBusy) -> bool:
     """Whether `exc` is a session's open run that no live process holds."""
     return exc.run_id is not None and (exc.owner is None or exc.alive is None)
+
+
+def open_run_words(exc: SessionBusy, flags: Sequence[str], then: str) -> str:
+    """`exc` (an open run, `open_run_only`) in commands: answer or resume it, `then`.
+
+    The library says "resume or abandon it" in Python; a paused run refuses
+    resume, so the words name the commands that answer it too.
+    """
+    target = shlex.join([exc.session_id, *flags])
+    return (
+        f"session {exc.session_id!r} has an open run {exc.run_id!r}: answer it "
+        f"with turnfsm approve|reject|abandon {target} if it is paused, or "
+        f"carry it on with turnfsm resume {target} if its process died; {then}"
+    )
 
 
 async def _run(

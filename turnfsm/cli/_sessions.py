@@ -32,6 +32,8 @@ from turnfsm.cli._errors import (
 from turnfsm.cli._run import (
     answer_hint,
     call_text,
+    open_run_only,
+    open_run_words,
     run_async,
     waiting_for,
 )
@@ -121,7 +123,10 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             )
         session = await _session(store, str(command.session_id))
         if command.action == "compact":
-            return await _compact(session, command.agent, out)
+            flags = ["--store", command.store] if command.store else []
+            return await _compact(
+                session, command.agent, out, force=command.force, flags=flags
+            )
         if command.action == "show":
             held = await holder_of(session, store)
             flags = ["--store", command.store] if command.store else []
@@ -135,10 +140,26 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
         await close_store(store)
 
 
-async def _compact(session: Session, agent: str | None, out: TextIO) -> int:
+async def _compact(
+    session: Session,
+    agent: str | None,
+    out: TextIO,
+    *,
+    force: bool,
+    flags: Sequence[str],
+) -> int:
     """One manual pass over the session, by the agent's context manager."""
     driver = load_agents(agent)[0].driver if agent else _compacting_driver()
-    result = await driver.compact(session)
+    try:
+        result = await driver.compact(session, force=force)
+    except SessionBusy as exc:
+        said = (
+            open_run_words(exc, flags, "then compact it")
+            if open_run_only(exc)
+            else busy_words(exc, "--force")
+        )
+        print(f"turnfsm sessions compact: {said}", file=sys.stderr)
+        return 2
     record = next(iter(session.runs[-1].compactions), None)
     if record is None:  # ended before its pass (cancelled)
         print(f"session {session.id}: not compacted ({result.outcome})", file=out)

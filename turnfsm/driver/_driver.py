@@ -672,10 +672,11 @@ class Driver:
         process's lease expires (`lease_ttl`), the retry needs `force`, as
         `resume` does.
 
-        A run paused for an answer (an approval) does not stop the pass: it
-        compacts only the committed history, never the paused run's own
-        messages (the calls awaiting approval among them); when the run goes
-        on, it continues from the compacted history.
+        A run paused for an answer (an approval), or stopped for its
+        sub-agent's (`SubagentWaiting`), does not stop the pass: it compacts
+        only the committed history, never the waiting run's own messages
+        (the calls awaiting approval among them); when the run goes on, it
+        continues from the compacted history.
 
         `run_id` names the pass's run, as in `run` (default: a fresh
         ``run_...``); a simulation replays a stored pass under its own id.

@@ -46,7 +46,7 @@ from turnfsm.errors import (
 )
 from turnfsm.hooks import Hook
 from turnfsm.messages import Message
-from turnfsm.persistence import Lease, Session, new_id
+from turnfsm.persistence import Lease, RunRecord, Session, new_id
 
 if TYPE_CHECKING:
     from turnfsm.driver._driver import Driver
@@ -69,9 +69,10 @@ async def start_run(
 ) -> RunResult[Any]:
     """Open a run of `session` with `messages` and carry it to its end.
 
-    `beside_paused`: the run may open while others are paused (a pass of
-    the session's committed history: a paused run keeps its buffers, and
-    takes the compacted history when it goes on).
+    `beside_paused`: the run may open while others wait for an answer
+    (paused, or stopped for a paused sub-agent): a pass of the session's
+    committed history; such a run keeps its buffers, and takes the
+    compacted history when it goes on.
     """
     with session.claim():
         async with holding(
@@ -80,7 +81,7 @@ async def start_run(
             waiting = [
                 run
                 for run in session.open_runs()
-                if not (beside_paused and run.outcome == "paused")
+                if not (beside_paused and _waits_for_answer(run))
             ]
             if waiting:
                 raise await _refusal(
@@ -267,6 +268,13 @@ def _check_approved(loop: RunLoop, event: Event | None) -> None:
             f"has them, or reject the calls to them ({calls}) with "
             "ToolCallsReviewed.reject; the run stays paused",
         )
+
+
+def _waits_for_answer(run: RunRecord) -> bool:
+    """Whether open `run` waits for an answer: paused, or its sub-agent is."""
+    return run.outcome == "paused" or (
+        run.outcome == "interrupted" and isinstance(run.error, SubagentWaiting)
+    )
 
 
 def _waits_on_subagent(session: Session, run_id: str) -> SubagentWaiting | None:

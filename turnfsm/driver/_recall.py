@@ -7,8 +7,9 @@ tool, added to an agent's tools with `recall_tool()`, lets the model read
 those originals again:
 
 - by what a note names, or by id: ``{"ids": ["h1a2b3c4d5e", "h0f..h9e"]}``
-  (a range is every message of the session said from the first to the
-  last, in order);
+  (a summary's note brings back what that summary stands for; another
+  range is every message of the session said from the first to the last,
+  in order);
 - by text: ``{"query": "invoice total"}``, over the messages that passes
   replaced (dropped, summarised, digested, cut), best matches first.
 
@@ -29,7 +30,7 @@ from contextlib import contextmanager
 from typing import Any, Final, final
 
 from turnfsm import _checks
-from turnfsm.context import call_handle, handle
+from turnfsm.context import call_handle, handle, replaced_ids
 from turnfsm.driver._tools import Tool
 from turnfsm.messages import ImagePart, Message, ToolCallPart
 from turnfsm.persistence import (
@@ -159,8 +160,9 @@ class Archive:
 
         An id may be a message id, a tool call id (its call's message), what
         a ``[recall ...]`` note calls a message (every message it may mean),
-        or a range ``first..last`` of those (in either order: from the
-        earliest message the ends may mean to the latest).
+        or a range ``first..last`` of those: what the summary whose note
+        reads so stands for, or else (in either order) from the earliest
+        message the ends may mean to the latest.
         """
         found: list[str] = []
         unknown: list[str] = []
@@ -169,6 +171,10 @@ class Archive:
             wanted = raw.strip()
             span = _RANGE.match(wanted)
             if span is not None:
+                noted = self._noted(*span.groups())
+                if noted:
+                    found.extend(noted)
+                    continue
                 ends = [self._known(end) for end in span.groups()]
                 missing = [e for e, k in zip(span.groups(), ends, strict=True) if not k]
                 if missing:
@@ -183,6 +189,28 @@ class Archive:
             else:
                 unknown.append(wanted)
         return list(dict.fromkeys(found)), list(dict.fromkeys(unknown))
+
+    def _noted(self, first: str, last: str) -> list[str]:
+        """The messages a summary whose note reads ``first..last`` stands for.
+
+        A note's ends name messages by what they say, and a short reply
+        ("Noted.") is said many times: the summary's own list of what it
+        covers says which ones it meant, and nothing else comes back.
+        Empty when no summary's note reads so (a range written by hand).
+        """
+        calls = {cid: call for cid, (_m, call) in self._calls.items()}
+        found: list[str] = []
+        for message in self.messages.values():
+            covered = [m for m in replaced_ids(message) if m in self.messages]
+            if len(covered) < 2:
+                continue
+            ends = {
+                handle(self.messages[covered[0]], calls),
+                handle(self.messages[covered[-1]], calls),
+            }
+            if ends == {first, last} or (first == last and ends == {first}):
+                found.extend(covered)
+        return found
 
     def _known(self, wanted: str) -> list[str]:
         if wanted in self.messages:
@@ -250,15 +278,31 @@ def _cut(text: str, keep: int) -> str:
 
 
 def _answer(
-    archive: Archive, groups: list[list[str]], unknown: list[str], max_chars: int
+    archive: Archive,
+    groups: list[list[str]],
+    unknown: list[str],
+    max_chars: int,
+    *,
+    skipped: Sequence[str] = (),
+    limit: int = 0,
 ) -> str:
-    """The tool's text: the groups that fit in `max_chars`, and what was cut."""
+    """The tool's text: the groups that fit in `max_chars`, and what was cut.
+
+    `skipped` are the ids asked for past `limit`: named, not looked up.
+    """
     notes: list[str] = []
     if unknown:
         notes.append(
             "no message of this conversation has the id "
             + ", ".join(unknown)
             + " (use the ids a [recall ...] note names)"
+        )
+    if skipped:
+        more = f"{len(skipped)} more id{'s' if len(skipped) != 1 else ''}"
+        notes.append(
+            f"[{more} past the limit of {limit}, not looked up: "
+            + ", ".join(skipped)
+            + "; ask for them again, or give a higher limit]"
         )
     shown: list[str] = []
     left: list[str] = []
@@ -307,8 +351,9 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
 
     The model calls it with ``ids`` (what the ``[recall ...]`` notes name, a
     range ``first..last`` as written, message ids or tool call ids) or a ``query``
-    (words searched in what passes replaced), and ``limit`` (how many
-    messages or matches, 5 by default, at most 50). The answer lists each
+    (words searched in what passes replaced), and ``limit`` (how many ids,
+    each perhaps a range, or matches, 5 by default, at most 50; ids past it
+    are named in the answer, not looked up). The answer lists each
     message as ``[id] role: text`` (an image by its URL), a tool call
     always with its result and a result with its call, within `max_chars`
     characters: what does not fit is named, not sent. An unknown id is
@@ -343,12 +388,18 @@ def recall_tool(*, max_chars: int = RECALL_MAX_CHARS, name: str = "recall") -> T
             raise ValueError("give ids (or ranges first..last) or a query")
         archive = Archive(session)
         unknown: list[str] = []
+        skipped: list[str] = []
         if ids:
-            found, unknown = archive.resolve(list(ids)[:limit])
+            asked = list(ids)
+            skipped = asked[limit:]
+            found, unknown = archive.resolve(asked[:limit])
         else:
             assert query is not None
             found = archive.search(query, limit)
-        return _answer(archive, archive.groups(found), unknown, max_chars)
+        groups = archive.groups(found)
+        return _answer(
+            archive, groups, unknown, max_chars, skipped=skipped, limit=limit
+        )
 
     return Tool(
         name=name,

@@ -54,6 +54,7 @@ from turnfsm.core import (
     SubagentSpec,
     TurnMachine,
 )
+from turnfsm.driver._arguments import InvalidArguments, Problem
 from turnfsm.driver._audit import logged_cost
 from turnfsm.driver._context import EffectContext
 from turnfsm.driver._control import RunControl, RunResult
@@ -239,6 +240,9 @@ _check_description = _checks.string("description", non_empty=True)
 _check_depth = _checks.integer("max_depth", low=1, high=_checks.MAX_COUNT)
 _check_children = _checks.integer("max_children", low=1, high=_checks.MAX_COUNT)
 
+_BLANK_TASK: Final = "expected a text that is not blank"
+"""Why a call's blank task is refused before any child starts."""
+
 _PARAMETERS: Final = {
     "type": "object",
     "properties": {
@@ -293,6 +297,8 @@ def subagent_tool(
     fallback = store
 
     async def delegate(task: str) -> str:
+        if not task.strip():  # the schema's minLength lets a blank one through
+            raise InvalidArguments([Problem(("task",), _BLANK_TASK, task)])
         call = current_tool_call()
         return await _child_answer(
             _Child(driver, name, max_depth, max_children, fallback),
@@ -358,7 +364,7 @@ class Delegation:
         """Return the task of `call` (None: its arguments do not fit the tool)."""
         arguments = call.arguments
         task = arguments.get("task")
-        if set(arguments) != {"task"} or not isinstance(task, str) or not task:
+        if set(arguments) != {"task"} or not isinstance(task, str) or not task.strip():
             return None
         return task
 
