@@ -84,6 +84,8 @@ TOO_DEEP: Final = f"JSON nested at most {MAX_JSON_DEPTH} deep"
 """What a value nested past `MAX_JSON_DEPTH` was expected to be."""
 
 _JSON_INT: Final = 10**4000
+LONG_INT: Final = "an int of at most 4,000 digits"
+"""What JSON values a turnfsm record holds say of a longer int."""
 """Integers JSON text can carry from Python are shorter than this (digits)."""
 
 Check = Callable[[Any, Any, Any], None]
@@ -709,7 +711,7 @@ def json_fault(value: object, *, finite: bool) -> tuple[str, object, str] | None
             stack += reversed(items)
         elif is_int(item):
             if not -_JSON_INT < item < _JSON_INT:  # type: ignore[operator]
-                return where, None, "an int of fewer than 4,000 digits"
+                return where, None, LONG_INT
         elif isinstance(item, float) and finite and not math.isfinite(item):
             return where, item, "a finite number (JSON has no NaN or infinity)"
         elif not (item is None or isinstance(item, str | bool | float)):

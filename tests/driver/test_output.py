@@ -234,6 +234,42 @@ async def test_json_nested_100_deep_is_an_answer() -> None:
     assert json.dumps(result.output, separators=(",", ":")) == nested(100)
 
 
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        # Python reads NaN and Infinity (and 1e400 as infinity); JSON has
+        # neither: such an answer was the run's output.
+        ("NaN", "a finite number (JSON has no NaN or infinity)"),
+        ('{"result": Infinity}', "a finite number (JSON has no NaN or infinity)"),
+        ('{"result": 1e400}', "a finite number (JSON has no NaN or infinity)"),
+        # Past 4,300 digits Python's own refusal told the model to call
+        # sys.set_int_max_str_digits().
+        ("9" * 5000, "an int of at most 4,000 digits"),
+        ("4" * 4001, "an int of at most 4,000 digits"),
+    ],
+)
+async def test_numbers_json_has_no_way_to_say_are_rejected_and_asked_again(
+    answer: str, said: str
+) -> None:
+    model = ScriptedModel.of(answer, "2.5")
+    session = Session()
+
+    result = await Driver(model=model, output_type=float).run("go", session=session)
+
+    assert (result.outcome, result.output) == ("done", 2.5)
+    (rejected,) = rejections(session)
+    assert rejected.errors == (f"(the answer): expected {said}",)
+    assert "sys." not in rejected.feedback.text
+
+
+async def test_an_int_of_4000_digits_is_an_answer() -> None:
+    model = ScriptedModel.of("9" * 4000)
+
+    result = await Driver(model=model, output_type=int).run("go")
+
+    assert result.output == 10**4000 - 1
+
+
 async def test_a_type_refusing_a_value_is_a_rejection() -> None:
     model = ScriptedModel.of(
         '{"name": "Rex", "legs": -1}', '{"name": "Rex", "legs": 3}'

@@ -21,7 +21,7 @@ from typing import Any, Final, final
 
 import attrs
 
-from turnfsm._checks import TOO_DEEP, json_fault
+from turnfsm._checks import LONG_INT, TOO_DEEP, json_fault
 from turnfsm.core import MachineSpec
 from turnfsm.driver._arguments import (
     ArgumentsCheck,
@@ -125,12 +125,15 @@ class OutputType:
         if self._validator is None:
             return text
         try:
-            data = json.loads(_unfenced(text))
+            data = json.loads(_unfenced(text), parse_int=_read_int)
+        except _LongInt:
+            raise InvalidArguments([Problem((), f"expected {LONG_INT}")]) from None
         except ValueError as exc:
             raise InvalidArguments([Problem((), f"expected JSON ({exc})")]) from None
         except RecursionError:  # deeper than the decoder goes
             raise InvalidArguments([Problem((), f"expected {TOO_DEEP}")]) from None
-        fault = json_fault(data, finite=False)
+        # NaN and Infinity, which Python reads, are no JSON: asked again.
+        fault = json_fault(data, finite=True)
         if fault is not None:
             raise InvalidArguments([Problem((), f"expected {fault[2]}")])
         if self.wrapped and not (isinstance(data, Mapping) and WRAPPER in data):
@@ -156,6 +159,21 @@ class OutputType:
         text = str(attrs.evolve(problem, path=path))
         text = text.replace("not a parameter of this tool", "not a field of the answer")
         return text.replace("(the arguments)", "(the answer)", 1)
+
+
+class _LongInt(ValueError):
+    """An int in an answer longer than a record holds."""
+
+
+def _read_int(digits: str) -> int:
+    """An answer's int; one past 4,000 digits is refused before it is read.
+
+    Python refuses to read one past 4,300 with advice for the programmer
+    (``sys.set_int_max_str_digits``), which the model would be sent.
+    """
+    if len(digits) > 4001:  # a sign and 4,000 digits
+        raise _LongInt
+    return int(digits)
 
 
 def asked_for(output: OutputType | None) -> str | None:
