@@ -16,7 +16,7 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from turnfsm import _checks, _deprecated
-from turnfsm.core import Event, ModelReplied
+from turnfsm.core import Event, ModelReplied, OutputRejected
 from turnfsm.driver import (
     SUBAGENT_MAX_CHILDREN,
     SUBAGENT_MAX_DEPTH,
@@ -28,8 +28,14 @@ from turnfsm.driver import (
     read_session,
     subagent_tool,
 )
-from turnfsm.errors import ConfigError
-from turnfsm.hooks import Hook, OutcomeInfo, TextDeltaInfo, TextDiscardedInfo
+from turnfsm.errors import ConfigError, OutputInvalid
+from turnfsm.hooks import (
+    Hook,
+    ModelCallInfo,
+    OutcomeInfo,
+    TextDeltaInfo,
+    TextDiscardedInfo,
+)
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     MemoryStore,
@@ -45,25 +51,51 @@ T = TypeVar("T")
 
 
 class _Forward(Hook):
-    """Forwards streamed text (or, without streaming, each reply) to a channel."""
+    """Forwards streamed text (or, without streaming, each reply) to a channel.
+
+    A streamed answer that is rejected (it does not fit the run's output
+    type, and is asked for again) is followed by a `TextDiscardedInfo`, as
+    a broken-off attempt is: its pieces are no part of the answer.
+    """
 
     def __init__(self, send: MemoryObjectSendStream[str | TextDiscardedInfo]) -> None:
         self.send = send
         self.streamed = False
+        self.sent: list[str] = []  # the pieces of the attempt under way
+        self.call: ModelCallInfo | None = None
+
+    def on_model_call_start(self, info: ModelCallInfo) -> None:
+        if info.purpose == "turn":
+            self.call = info
+            self.sent.clear()
 
     def on_text_delta(self, info: TextDeltaInfo) -> None:
         self.streamed = True
+        self.sent.append(info.text)
         self.send.send_nowait(info.text)
 
     def on_text_discarded(self, info: TextDiscardedInfo) -> None:
+        self.sent.clear()
         self.send.send_nowait(info)
 
     def on_outcome(self, info: OutcomeInfo) -> None:
-        if isinstance(info.event, ModelReplied) and not self.streamed:
-            text = info.event.message.text
+        event = info.event
+        if isinstance(event, OutputRejected) and self.sent and self.call is not None:
+            self.send.send_nowait(
+                TextDiscardedInfo(
+                    run_id=info.run_id,
+                    turn=self.call.turn,
+                    attempt=self.call.attempt,
+                    text="".join(self.sent),
+                    error=OutputInvalid(errors=event.errors),
+                )
+            )
+        elif isinstance(event, ModelReplied) and not self.streamed:
+            text = event.message.text
             if text:
                 self.send.send_nowait(text)
         self.streamed = False
+        self.sent.clear()
 
 
 @final
@@ -72,8 +104,10 @@ class RunStream:
 
     Iterating it yields the text pieces only. A streamed attempt that fails
     after sending text and is retried streams again from the beginning, so
-    those pieces come twice; `pieces()` yields, between the two, the
-    `TextDiscardedInfo` that says the pieces before it are void.
+    those pieces come twice, and a structured answer that did not fit its
+    output type is followed by the one asked for again; `pieces()` yields,
+    between the two, the `TextDiscardedInfo` that says the pieces before it
+    are void.
     """
 
     def __init__(
@@ -92,7 +126,10 @@ class RunStream:
         A `TextDiscardedInfo` comes when a streamed attempt failed after
         sending text: its `text` is the pieces of that attempt, which are
         no part of any reply (drop what you showed of them); a retry then
-        streams its reply from the beginning.
+        streams its reply from the beginning. It comes too after a
+        structured answer that did not fit the run's output type (its
+        `error` an `OutputInvalid` listing why), before the answer asked
+        for again.
 
         Raises:
             ConfigError: the stream is read after its ``async with`` block

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from turnfsm import Agent
 from turnfsm.driver import Driver, RetryPolicy
-from turnfsm.errors import ConfigError, ProviderError
+from turnfsm.errors import ConfigError, OutputInvalid, ProviderError
 from turnfsm.hooks import (
     Hook,
     ModelCallEnd,
@@ -253,6 +254,39 @@ async def test_a_hook_without_on_text_discarded_still_streams_every_piece() -> N
 
     result = await Driver(model=BreaksOnce(), hooks=[Text()], retry=FAST).run("x")
     assert (result.text, heard) == ("one two three", ["one ", "one ", "two three"])
+
+
+@dataclasses.dataclass
+class Count:
+    """A count.
+
+    Attributes:
+        n: How many.
+    """
+
+    n: int
+
+
+async def test_run_stream_pieces_say_a_rejected_structured_answer_was_void() -> None:
+    # The answer that did not fit was streamed, then the one asked for again,
+    # with nothing between: a reader building up the JSON got invalid text.
+    model = StreamingModel(reply('{"n": "x"}'), reply('{"n": 1}'))
+    agent = Agent(model=model, output_type=Count)
+    async with agent.run_stream("count") as stream:
+        pieces = [p async for p in stream.pieces()]
+    assert [p if isinstance(p, str) else p.text for p in pieces] == [
+        '{"n": ',
+        '"x"} ',
+        '{"n": "x"} ',  # the rejected answer, as TextDiscardedInfo
+        '{"n": ',
+        "1} ",
+    ]
+    void = pieces[2]
+    assert isinstance(void, TextDiscardedInfo)
+    assert (void.turn, void.attempt) == (1, 1)
+    assert isinstance(void.error, OutputInvalid)
+    assert void.error.errors == ('n: expected integer, got "x" (string)',)
+    assert stream.result.output == Count(n=1)
 
 
 async def test_run_stream_pieces_say_where_a_retried_streams_text_was_void() -> None:
