@@ -407,6 +407,28 @@ def test_bad_settings_are_config_errors() -> None:
     assert "pw" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "told"),
+    [
+        # libpq quotes the text it could not read: here the whole URL,
+        ("postgresql://app:s3cr3t@[::1:5432/db", "IPv6"),
+        # here the password itself, or one given as a parameter.
+        ("postgresql://app:s3%cr3t@host/db", "percent-encoded"),
+        ("postgresql://app@host/db?password=s3cr3t%zz", "percent-encoded"),
+        ("host=db password='s3cr3t", "unterminated"),
+    ],
+)
+def test_a_url_that_does_not_parse_is_refused_without_its_password(
+    url: str, told: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        PostgresStore(url)
+    message = str(caught.value)
+    assert "s3cr3t" not in message and "s3%cr3t" not in message
+    assert told in message  # what libpq found wrong is still said
+    assert message.endswith(")")  # on one line
+
+
 def test_the_store_refuses_trio_with_a_config_error() -> None:
     async def main() -> None:
         with pytest.raises(ConfigError, match="asyncio"):

@@ -191,7 +191,9 @@ def server_of(url: str) -> str:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(
-            "url", "<not shown>", f"a PostgreSQL URL or conninfo string ({exc})"
+            "url",
+            "<not shown>",
+            f"a PostgreSQL URL or conninfo string ({_unquoted(str(exc), url)})",
         ) from None
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = params.get("port") or 5432
@@ -202,6 +204,30 @@ def server_of(url: str) -> str:
     if found is None:
         return server
     return f"{server}?options=-csearch_path%3D{urllib.parse.quote(found[1], safe=',')}"
+
+
+def _unquoted(detail: str, url: str) -> str:
+    """libpq's complaint about `url`, on one line, with no password in it.
+
+    libpq quotes the text it could not read: the whole URL, or the
+    password itself. A quoted piece that holds a password, or is part of
+    one, is not shown.
+    """
+    secrets = [found for found in _PASSWORDS.findall(url) if found]
+    userinfo = _USERINFO.match(url)
+    if userinfo is not None and ":" in userinfo[1]:
+        secrets.append(userinfo[1].partition(":")[2])
+
+    def hide(quoted: re.Match[str]) -> str:
+        text = quoted[1]
+        if any(secret in text or (text and text in secret) for secret in secrets):
+            return '"<not shown>"'
+        return quoted[0]
+
+    shown = _QUOTED.sub(hide, " ".join(detail.split()))
+    for secret in secrets:
+        shown = shown.replace(secret, "<not shown>")
+    return shown
 
 
 async def bound_statements(conn: _Conn, seconds: float) -> None:
@@ -222,6 +248,9 @@ async def bound_statements(conn: _Conn, seconds: float) -> None:
 
 
 _SEARCH_PATH: Final = re.compile(r"(?:-c\s*|--)search_path=(\S+)")
+_USERINFO: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)@")
+_PASSWORDS: Final = re.compile(r"password\s*=\s*'?((?:[^'\\\s&]|\\.)*)")
+_QUOTED: Final = re.compile(r'"([^"]*)"')
 
 
 def loop_or_none() -> asyncio.AbstractEventLoop | None:
