@@ -340,6 +340,41 @@ async def test_a_user_who_may_not_create_tables_uses_tables_made_for_it(
     assert await _query(empty, "SELECT to_regclass('turnfsm_meta')") == [(None,)]
 
 
+async def test_a_user_who_may_only_read_reads_and_is_told_the_grant_to_write(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    # A team's read-only role: it said "InsufficientPrivilege: permission
+    # denied for table turnfsm_leases", and nothing of what to do.
+    url = postgres_url()
+    await make_store(url).append("s1", sample_entries(), expected_version=0)
+    ((schema,),) = await _query(url, "SELECT current_schema()")
+    await _query(
+        url,
+        f"REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema}"
+        " FROM CURRENT_USER",
+    )
+    reader = make_store(url)
+    assert _same(await reader.load("s1"), sample_entries())
+    assert [info.id for info in await reader.list_sessions()] == ["s1"]
+    writes = (
+        reader.acquire_lease("s1", "me", ttl=30),
+        reader.append("s1", sample_entries("run_2"), expected_version=10**6),
+        reader.delete_session("s1"),
+    )
+    for write in writes:
+        with pytest.raises(StoreUnusable) as caught:
+            await write
+        said = str(caught.value)
+        assert f"user 'turnfsm' may not use its tables in schema '{schema}'" in said
+        assert "(permission denied for table turnfsm_" in said
+        assert (
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema}"
+            in said
+        )
+        assert not caught.value.in_doubt
+    assert _same(await reader.load("s1"), sample_entries())
+
+
 async def test_a_search_path_naming_no_schema_says_so(
     make_store: MakeStore, postgres_server: str
 ) -> None:
@@ -424,7 +459,8 @@ def test_a_url_that_does_not_parse_is_refused_without_its_password(
     with pytest.raises(ConfigError) as caught:
         PostgresStore(url)
     message = str(caught.value)
-    assert "s3cr3t" not in message and "s3%cr3t" not in message
+    assert "s3cr3t" not in message
+    assert "s3%cr3t" not in message
     assert told in message  # what libpq found wrong is still said
     assert message.endswith(")")  # on one line
 

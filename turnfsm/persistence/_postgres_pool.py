@@ -207,7 +207,7 @@ def server_of(url: str) -> str:
 
 
 def _unquoted(detail: str, url: str) -> str:
-    """libpq's complaint about `url`, on one line, with no password in it.
+    """The complaint libpq made of `url`, on one line, with no password in it.
 
     libpq quotes the text it could not read: the whole URL, or the
     password itself. A quoted piece that holds a password, or is part of

@@ -11,6 +11,7 @@ import psycopg
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence._postgres_append import _T, _Conn, _Op, _Step
 from turnfsm.persistence._postgres_pool import LoopPool, discard
+from turnfsm.persistence._postgres_schema import refusal
 
 __all__ = ["run", "translate"]
 
@@ -60,7 +61,13 @@ async def run(
             try:
                 async with pool.connection() as conn:
                     with anyio.fail_after(pool.timeout):
-                        return await op(conn, step)
+                        try:
+                            return await op(conn, step)
+                        except psycopg.errors.InsufficientPrivilege as exc:
+                            # A reader's role, on a write: say which GRANT.
+                            raise await refusal(
+                                conn, server, exc, doing=doing
+                            ) from None
             except TimeoutError:
                 if conn is not None:
                     discard(conn)  # its answer may still come: never reused
