@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib
 import json
@@ -471,6 +472,40 @@ def test_the_store_refuses_trio_with_a_config_error() -> None:
             await PostgresStore("postgresql://x@127.0.0.1:1/db").open()
 
     anyio.run(main, backend="trio")
+
+
+async def test_operations_share_the_connections_the_server_allows(
+    postgres_server: str,
+) -> None:
+    # A team's database allows so many connections (max_connections, a
+    # role's or a database's CONNECTION LIMIT). Past them, an operation
+    # failed with "too many connections" while the store's own connections
+    # were busy a moment: it now waits for one of them.
+    import uuid
+
+    from psycopg.conninfo import make_conninfo
+
+    name = f"lim_{uuid.uuid4().hex[:8]}"
+    try:
+        await _query(postgres_server, f"CREATE DATABASE {name} CONNECTION LIMIT 2")
+    except psycopg.errors.InsufficientPrivilege:
+        pytest.skip("the test role may not create databases")
+    store = PostgresStore(make_conninfo(postgres_server, dbname=name), timeout=5)
+    try:
+        async with anyio.create_task_group() as group:
+            for n in range(20):
+                group.start_soon(
+                    functools.partial(
+                        store.append, f"s{n}", sample_entries(), expected_version=0
+                    )
+                )
+        assert len(await store.list_sessions()) == 20
+    finally:
+        await store.aclose()
+        # A connection attempt cut short may hold the drop until the
+        # server's authentication_timeout: the error above comes first.
+        with anyio.move_on_after(20):
+            await _query(postgres_server, f"DROP DATABASE {name} WITH (FORCE)")
 
 
 # -- lost connections --------------------------------------------------

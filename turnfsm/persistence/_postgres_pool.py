@@ -49,8 +49,10 @@ class LoopPool:
 
     __slots__ = (
         "_connect",
+        "_given_back",
         "_idle",
         "_keeper",
+        "_lent",
         "_mutex",
         "_slots",
         "closed",
@@ -75,6 +77,8 @@ class LoopPool:
         self.server = server
         self._idle: list[_Conn] = []
         self._slots = anyio.Semaphore(max_size)
+        self._lent = 0  # connections in use now
+        self._given_back = anyio.Event()  # set when one is given back
         # Another thread's `PostgresStore.aclose` may close this pool.
         self._mutex = threading.Lock()
         self._keeper: contextlib.AbstractAsyncContextManager[None] | None = None
@@ -110,13 +114,41 @@ class LoopPool:
                     f"(max_size={self.max_size} are in use)",
                 ) from None
         try:
-            conn = self._take() or await self._connect()
+            conn = self._take() or await self._open()
+            self._lent += 1
             try:
                 yield conn
             finally:
+                self._lent -= 1
                 self._put(conn)
+                given_back, self._given_back = self._given_back, anyio.Event()
+                given_back.set()
         finally:
             self._slots.release()
+
+    async def _open(self) -> _Conn:
+        """A new connection, or, if the server refuses one, the next given back.
+
+        A server allows so many connections (``max_connections``, a role's
+        ``CONNECTION LIMIT``), which processes sharing it may use up: while
+        connections of this pool are in use, an operation the server refused
+        a connection of its own waits for one of them, `timeout` seconds in
+        all.
+        """
+        deadline = anyio.current_time() + self.timeout
+        try:
+            return await self._connect()
+        except psycopg.OperationalError as exc:
+            refused = exc
+        with anyio.move_on_after(deadline - anyio.current_time()):
+            while True:
+                conn = self._take()
+                if conn is not None:
+                    return conn
+                if not self._lent:  # none to wait for
+                    break
+                await self._given_back.wait()
+        raise refused
 
     def _take(self) -> _Conn | None:
         with self._mutex:
