@@ -210,6 +210,14 @@ def test_a_killed_run_is_resumed_and_runs_no_finished_tool_again(home: Path) -> 
     while _effects(home) != ["one"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _effects(home) == ["one"]
+    # While it runs, another process's resume is refused, never told that
+    # the run's process ended.
+    listed = _turnfsm(home, "sessions", "list")
+    session_id = re.findall(r"^(ses_\w+)", listed.stdout, re.MULTILINE)[0]
+    live = _turnfsm(home, "resume", session_id, "--agent", "cleaner:steps")
+    assert live.returncode == 2
+    assert "is unfinished (its process ended, or is still running it)" in live.stdout
+    assert "whose lease is live" in live.stderr
     os.kill(child.pid, signal.SIGKILL)
     child.expect(pexpect.EOF)
     child.close()
@@ -226,7 +234,9 @@ def test_a_killed_run_is_resumed_and_runs_no_finished_tool_again(home: Path) -> 
         home, "resume", session_id, "--agent", "cleaner:steps", "--force"
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert "is unfinished (its process ended)" in resumed.stdout
+    assert "is unfinished (its process ended, or is still running it)" in (
+        resumed.stdout
+    )
     assert "finished" in resumed.stdout.splitlines()
     # "one" ran once; "two-slow", cut short by the kill, is closed as
     # interrupted on resume (delete_file is not marked safe to run twice):

@@ -18,7 +18,7 @@ from turnfsm import Agent, approval_machine
 from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver import Driver
 from turnfsm.driver import _lease as driver_lease
-from turnfsm.errors import LeaseLost, SessionBusy
+from turnfsm.errors import LeaseLost, SessionBusy, StoreUnusable
 from turnfsm.persistence import Session, SQLiteStore
 from turnfsm.testing import ScriptedModel, reply, tool_call
 
@@ -267,6 +267,30 @@ async def test_an_agent_takes_a_run_over_from_a_gone_owner_with_force(
             again.session_id, again.run_id, _approve(), force=True
         )
         assert (result.outcome, result.text) == ("done", "done")
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_a_lease_left_by_a_store_failure_says_whose_it_is_and_until_when(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It said "could not release the lease on ses_...": the next process's
+    # resume, refused as busy, named an owner nobody had been told of.
+    async with SQLiteStore(tmp_path / "s.db") as store:
+
+        async def down(self: SQLiteStore, session_id: str, owner: str) -> None:
+            raise StoreUnusable(str(self.path), "the server went away")
+
+        monkeypatch.setattr(SQLiteStore, "release_lease", down)
+        agent = Agent(model=ScriptedModel.of("done"), store=store, lease_ttl=12.0)
+        with caplog.at_level("WARNING", logger="turnfsm.driver"):
+            result = await agent.run("hello")
+        held = await store.lease_of(result.session_id)
+    assert held is not None
+    (said,) = [r.getMessage() for r in caplog.records if "release" in r.getMessage()]
+    assert f"could not release the lease on session {result.session_id!r}" in said
+    assert "(its store failed)" in said
+    assert f"held by {held.owner!r} until the lease runs out, 12 s after" in said
 
 
 def _approve() -> ToolCallsReviewed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import importlib
 import json
@@ -419,6 +420,41 @@ async def test_a_user_who_may_not_create_tables_uses_tables_made_for_it(
     assert await _query(empty, "SELECT to_regclass('turnfsm_meta')") == [(None,)]
 
 
+async def test_a_user_who_may_only_read_reads_and_is_told_the_grant_to_write(
+    make_store: MakeStore, postgres_url: Callable[[], str]
+) -> None:
+    # A team's read-only role: it said "InsufficientPrivilege: permission
+    # denied for table turnfsm_leases", and nothing of what to do.
+    url = postgres_url()
+    await make_store(url).append("s1", sample_entries(), expected_version=0)
+    ((schema,),) = await _query(url, "SELECT current_schema()")
+    await _query(
+        url,
+        f"REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema}"
+        " FROM CURRENT_USER",
+    )
+    reader = make_store(url)
+    assert _same(await reader.load("s1"), sample_entries())
+    assert [info.id for info in await reader.list_sessions()] == ["s1"]
+    writes = (
+        reader.acquire_lease("s1", "me", ttl=30),
+        reader.append("s1", sample_entries("run_2"), expected_version=10**6),
+        reader.delete_session("s1"),
+    )
+    for write in writes:
+        with pytest.raises(StoreUnusable) as caught:
+            await write
+        said = str(caught.value)
+        assert f"user 'turnfsm' may not use its tables in schema '{schema}'" in said
+        assert "(permission denied for table turnfsm_" in said
+        assert (
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema}"
+            in said
+        )
+        assert not caught.value.in_doubt
+    assert _same(await reader.load("s1"), sample_entries())
+
+
 async def test_a_search_path_naming_no_schema_says_so(
     make_store: MakeStore, postgres_server: str
 ) -> None:
@@ -486,12 +522,69 @@ def test_bad_settings_are_config_errors() -> None:
     assert "pw" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("url", "told"),
+    [
+        # libpq quotes the text it could not read: here the whole URL,
+        ("postgresql://app:s3cr3t@[::1:5432/db", "IPv6"),
+        # here the password itself, or one given as a parameter.
+        ("postgresql://app:s3%cr3t@host/db", "percent-encoded"),
+        ("postgresql://app@host/db?password=s3cr3t%zz", "percent-encoded"),
+        ("host=db password='s3cr3t", "unterminated"),
+    ],
+)
+def test_a_url_that_does_not_parse_is_refused_without_its_password(
+    url: str, told: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        PostgresStore(url)
+    message = str(caught.value)
+    assert "s3cr3t" not in message
+    assert "s3%cr3t" not in message
+    assert told in message  # what libpq found wrong is still said
+    assert message.endswith(")")  # on one line
+
+
 def test_the_store_refuses_trio_with_a_config_error() -> None:
     async def main() -> None:
         with pytest.raises(ConfigError, match="asyncio"):
             await PostgresStore("postgresql://x@127.0.0.1:1/db").open()
 
     anyio.run(main, backend="trio")
+
+
+async def test_operations_share_the_connections_the_server_allows(
+    postgres_server: str,
+) -> None:
+    # A team's database allows so many connections (max_connections, a
+    # role's or a database's CONNECTION LIMIT). Past them, an operation
+    # failed with "too many connections" while the store's own connections
+    # were busy a moment: it now waits for one of them.
+    import uuid
+
+    from psycopg.conninfo import make_conninfo
+
+    name = f"lim_{uuid.uuid4().hex[:8]}"
+    try:
+        await _query(postgres_server, f"CREATE DATABASE {name} CONNECTION LIMIT 2")
+    except psycopg.errors.InsufficientPrivilege:
+        pytest.skip("the test role may not create databases")
+    store = PostgresStore(make_conninfo(postgres_server, dbname=name), timeout=5)
+    try:
+        async with anyio.create_task_group() as group:
+            for n in range(20):
+                group.start_soon(
+                    functools.partial(
+                        store.append, f"s{n}", sample_entries(), expected_version=0
+                    )
+                )
+        assert len(await store.list_sessions()) == 20
+    finally:
+        await store.aclose()
+        # A connection attempt cut short may hold the drop until the
+        # server's authentication_timeout: the error above comes first.
+        with anyio.move_on_after(20):
+            await _query(postgres_server, f"DROP DATABASE {name} WITH (FORCE)")
 
 
 # -- lost connections --------------------------------------------------

@@ -203,7 +203,11 @@ def _show_waiting(run: RunRecord, out: TextIO) -> None:
                 file=out,
             )
         else:
-            print(f"run {run.run_id} is unfinished (its process ended)", file=out)
+            print(
+                f"run {run.run_id} is unfinished (its process ended, or is still "
+                "running it)",
+                file=out,
+            )
         return
     calls = run.waiting.calls
     waits = waiting_for(run.waiting).removeprefix("waiting ")

@@ -219,7 +219,14 @@ async def _held(
                     writes=True,
                 )
             except Exception:  # the store is down: the lease expires by itself
-                logger.warning("could not release the lease on %s", session.id)
+                logger.warning(
+                    "could not release the lease on session %r (its store "
+                    "failed): other processes find the session held by %r until "
+                    "the lease runs out, %g s after its last renewal (lease_ttl)",
+                    session_id,
+                    owner,
+                    ttl,
+                )
 
 
 async def _lost(

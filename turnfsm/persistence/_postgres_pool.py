@@ -49,8 +49,10 @@ class LoopPool:
 
     __slots__ = (
         "_connect",
+        "_given_back",
         "_idle",
         "_keeper",
+        "_lent",
         "_mutex",
         "_slots",
         "closed",
@@ -75,6 +77,8 @@ class LoopPool:
         self.server = server
         self._idle: list[_Conn] = []
         self._slots = anyio.Semaphore(max_size)
+        self._lent = 0  # connections in use now
+        self._given_back = anyio.Event()  # set when one is given back
         # Another thread's `PostgresStore.aclose` may close this pool.
         self._mutex = threading.Lock()
         self._keeper: contextlib.AbstractAsyncContextManager[None] | None = None
@@ -110,13 +114,41 @@ class LoopPool:
                     f"(max_size={self.max_size} are in use)",
                 ) from None
         try:
-            conn = self._take() or await self._connect()
+            conn = self._take() or await self._open()
+            self._lent += 1
             try:
                 yield conn
             finally:
+                self._lent -= 1
                 self._put(conn)
+                given_back, self._given_back = self._given_back, anyio.Event()
+                given_back.set()
         finally:
             self._slots.release()
+
+    async def _open(self) -> _Conn:
+        """A new connection, or, if the server refuses one, the next given back.
+
+        A server allows so many connections (``max_connections``, a role's
+        ``CONNECTION LIMIT``), which processes sharing it may use up: while
+        connections of this pool are in use, an operation the server refused
+        a connection of its own waits for one of them, `timeout` seconds in
+        all.
+        """
+        deadline = anyio.current_time() + self.timeout
+        try:
+            return await self._connect()
+        except psycopg.OperationalError as exc:
+            refused = exc
+        with anyio.move_on_after(deadline - anyio.current_time()):
+            while True:
+                conn = self._take()
+                if conn is not None:
+                    return conn
+                if not self._lent:  # none to wait for
+                    break
+                await self._given_back.wait()
+        raise refused
 
     def _take(self) -> _Conn | None:
         with self._mutex:
@@ -191,7 +223,9 @@ def server_of(url: str) -> str:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(
-            "url", "<not shown>", f"a PostgreSQL URL or conninfo string ({exc})"
+            "url",
+            "<not shown>",
+            f"a PostgreSQL URL or conninfo string ({_unquoted(str(exc), url)})",
         ) from None
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = params.get("port") or 5432
@@ -202,6 +236,30 @@ def server_of(url: str) -> str:
     if found is None:
         return server
     return f"{server}?options=-csearch_path%3D{urllib.parse.quote(found[1], safe=',')}"
+
+
+def _unquoted(detail: str, url: str) -> str:
+    """The complaint libpq made of `url`, on one line, with no password in it.
+
+    libpq quotes the text it could not read: the whole URL, or the
+    password itself. A quoted piece that holds a password, or is part of
+    one, is not shown.
+    """
+    secrets = [found for found in _PASSWORDS.findall(url) if found]
+    userinfo = _USERINFO.match(url)
+    if userinfo is not None and ":" in userinfo[1]:
+        secrets.append(userinfo[1].partition(":")[2])
+
+    def hide(quoted: re.Match[str]) -> str:
+        text = quoted[1]
+        if any(secret in text or (text and text in secret) for secret in secrets):
+            return '"<not shown>"'
+        return quoted[0]
+
+    shown = _QUOTED.sub(hide, " ".join(detail.split()))
+    for secret in secrets:
+        shown = shown.replace(secret, "<not shown>")
+    return shown
 
 
 async def bound_statements(conn: _Conn, seconds: float) -> None:
@@ -222,6 +280,9 @@ async def bound_statements(conn: _Conn, seconds: float) -> None:
 
 
 _SEARCH_PATH: Final = re.compile(r"(?:-c\s*|--)search_path=(\S+)")
+_USERINFO: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)@")
+_PASSWORDS: Final = re.compile(r"password\s*=\s*'?((?:[^'\\\s&]|\\.)*)")
+_QUOTED: Final = re.compile(r'"([^"]*)"')
 
 
 def loop_or_none() -> asyncio.AbstractEventLoop | None:

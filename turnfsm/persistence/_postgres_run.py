@@ -12,7 +12,7 @@ from turnfsm.errors import StoreUnusable
 from turnfsm.persistence._postgres_append import _T, _Conn, _Op, _Step
 from turnfsm.persistence._postgres_pool import LoopPool, discard
 
-__all__ = ["run", "translate"]
+__all__ = ["refusal", "run", "translate"]
 
 
 @contextlib.contextmanager
@@ -27,6 +27,40 @@ def translate(server: str, doing: str) -> Iterator[None]:
 def _detail(exc: psycopg.Error) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else 'no detail'}"
+
+
+async def refusal(
+    conn: _Conn,
+    server: str,
+    exc: psycopg.errors.InsufficientPrivilege,
+    *,
+    creating: bool = False,
+    doing: str = "",
+) -> StoreUnusable:
+    """The `StoreUnusable` for a right the user lacks: who, where, and the GRANT.
+
+    `creating`: the tables were being created or migrated (CREATE is
+    missing); else a table was read or written. `doing` names the operation
+    that was refused, if not setting the tables up.
+    """
+    cur = await conn.execute("SELECT current_user, current_schema()")
+    row = await cur.fetchone()
+    user, schema = (str(row[0]), str(row[1])) if row else ("?", "?")
+    detail = str(exc).strip().splitlines()[0]
+    if creating:
+        todo = (
+            f"its tables must be created or migrated in schema {schema!r}, "
+            f"and user {user!r} may not ({detail}): open it once as a user "
+            f"who may (the schema's owner), or GRANT CREATE ON SCHEMA "
+            f"{schema} TO {user}"
+        )
+    else:
+        todo = (
+            f"user {user!r} may not use its tables in schema {schema!r} "
+            f"({detail}): GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
+            f"IN SCHEMA {schema} TO {user}"
+        )
+    return StoreUnusable(server, f"{doing} failed: {todo}" if doing else todo)
 
 
 async def run(
@@ -60,7 +94,13 @@ async def run(
             try:
                 async with pool.connection() as conn:
                     with anyio.fail_after(pool.timeout):
-                        return await op(conn, step)
+                        try:
+                            return await op(conn, step)
+                        except psycopg.errors.InsufficientPrivilege as exc:
+                            # A reader's role, on a write: say which GRANT.
+                            raise await refusal(
+                                conn, server, exc, doing=doing
+                            ) from None
             except TimeoutError:
                 if conn is not None:
                     discard(conn)  # its answer may still come: never reused

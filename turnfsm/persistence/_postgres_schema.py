@@ -8,6 +8,7 @@ import psycopg
 
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence._postgres_append import _Conn
+from turnfsm.persistence._postgres_run import refusal
 
 __all__ = ["APPLICATION", "SCHEMA_VERSION", "_LOCK_CLASS", "_MIGRATIONS", "migrate"]
 
@@ -89,24 +90,7 @@ async def migrate(conn: _Conn, server: str) -> None:
         async with conn.transaction():
             await _migrate(conn, server, creating)
     except psycopg.errors.InsufficientPrivilege as exc:
-        cur = await conn.execute("SELECT current_user, current_schema()")
-        row = await cur.fetchone()
-        user, schema = (str(row[0]), str(row[1])) if row else ("?", "?")
-        detail = str(exc).strip().splitlines()[0]
-        if creating:
-            todo = (
-                f"its tables must be created or migrated in schema {schema!r}, "
-                f"and user {user!r} may not ({detail}): open it once as a user "
-                f"who may (the schema's owner), or GRANT CREATE ON SCHEMA "
-                f"{schema} TO {user}"
-            )
-        else:
-            todo = (
-                f"user {user!r} may not use its tables in schema {schema!r} "
-                f"({detail}): GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES "
-                f"IN SCHEMA {schema} TO {user}"
-            )
-        raise StoreUnusable(server, todo) from None
+        raise await refusal(conn, server, exc, creating=bool(creating)) from None
 
 
 async def _migrate(conn: _Conn, server: str, creating: list[bool]) -> None:
