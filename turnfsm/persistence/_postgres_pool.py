@@ -78,7 +78,8 @@ class LoopPool:
         self._idle: list[_Conn] = []
         self._slots = anyio.Semaphore(max_size)
         self._lent = 0  # connections in use now
-        self._given_back = anyio.Event()  # set when one is given back
+        # Set when a connection is given back; made only while one waits.
+        self._given_back: anyio.Event | None = None
         # Another thread's `PostgresStore.aclose` may close this pool.
         self._mutex = threading.Lock()
         self._keeper: contextlib.AbstractAsyncContextManager[None] | None = None
@@ -121,8 +122,10 @@ class LoopPool:
             finally:
                 self._lent -= 1
                 self._put(conn)
-                given_back, self._given_back = self._given_back, anyio.Event()
-                given_back.set()
+                given_back = self._given_back
+                if given_back is not None:  # someone waits for it (`_open`)
+                    self._given_back = None
+                    given_back.set()
         finally:
             self._slots.release()
 
@@ -147,6 +150,8 @@ class LoopPool:
                     return conn
                 if not self._lent:  # none to wait for
                     break
+                if self._given_back is None:
+                    self._given_back = anyio.Event()
                 await self._given_back.wait()
         raise refused
 
