@@ -13,6 +13,7 @@ from pathlib import Path
 from turnfsm import Agent, approval_machine, machines_dir
 from turnfsm.core import MachineSpec
 from turnfsm.messages import Message
+from turnfsm.persistence.sqlite import SQLiteStore
 from turnfsm.providers import ModelRequest
 from turnfsm.testing import FakeModelClient, reply, tool_call
 
@@ -143,6 +144,27 @@ def _wipe(request: ModelRequest) -> Message:
 def wiping() -> Agent:
     """Calls `wipe_store`, then answers."""
     return Agent(model=FakeModelClient(_wipe), tools=[wipe_store])
+
+
+async def take_over() -> str:
+    """Take the session over from another process, and write to it first."""
+    async with SQLiteStore(STORE_FILES[0]) as store:
+        (info,) = await store.list_sessions()
+        await store.acquire_lease(info.id, "elsewhere:1:x", ttl=30, force=True)
+        entries = await store.load(info.id)
+        await store.append(info.id, [entries[-1]], expected_version=len(entries))
+    return "taken"
+
+
+def _take(request: ModelRequest) -> Message:
+    if request.messages[-1].tool_results:
+        return reply("took it")
+    return reply("", tool_call("take_over", "c1"))
+
+
+def taken_over() -> Agent:
+    """Calls `take_over`, which hands the session to another process."""
+    return Agent(model=FakeModelClient(_take), tools=[take_over])
 
 
 OWN_STORE: list[Path] = []

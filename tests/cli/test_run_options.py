@@ -338,6 +338,25 @@ def test_a_run_whose_store_fails_names_its_session_and_the_resume(
     ) in captured.out
 
 
+def test_a_run_whose_session_another_process_took_over_names_the_session(
+    capsys: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It exited with status 2 (could not start), naming no session.
+    store = tmp_path / "s.db"
+    monkeypatch.setattr(approval_agent, "STORE_FILES", [store])
+    agent = "tests.cli.approval_agent:taken_over"
+    assert main(["run", "tidy up", "--agent", agent, "--store", str(store)]) == 1
+    captured = capsys.readouterr()
+    assert "turnfsm run: " in captured.err
+    assert "'elsewhere:1:x' took the session over" in captured.err
+    session_id = _session_id(captured.out)
+    assert (
+        "run stopped: another process took its session over and goes on with "
+        f"it; see what it did: turnfsm sessions show {session_id} --agent {agent} "
+        f"--store {store}"
+    ) in captured.out
+
+
 def test_a_run_whose_provider_reports_no_usage_says_so_not_zero_tokens(
     capsys: Capture, tmp_path: Path
 ) -> None:

@@ -36,6 +36,7 @@ from turnfsm.driver import Driver, RunResult, read_session
 from turnfsm.errors import (
     ConfigError,
     ContextExceeded,
+    LeaseLost,
     MaxTurnsExceeded,
     PinnedTooLarge,
     ProviderError,
@@ -581,16 +582,30 @@ class StoreStopped(Exception):
     run can be carried on once the store works again.
     """
 
-    def __init__(self, cause: StoreUnusable, session_id: str, place: str) -> None:
+    def __init__(
+        self, cause: StoreUnusable | LeaseLost, session_id: str, place: str
+    ) -> None:
         super().__init__(str(cause))
         self.cause = cause
         self.session_id = session_id
         self.place = place
 
     def report(self, name: str, options: AgentOptions, out: TextIO, err: TextIO) -> int:
-        """Print the store's error and how to carry the run on; return 1."""
+        """Print the store's error and how to carry the run on; return 1.
+
+        A run whose session another process took over is carried on there:
+        the words say where to see what it did.
+        """
         print(f"{name}: {cli_words(self.cause, options)}", file=err)
         print(f"\nsession {self.session_id} stored in {self.place}", file=out)
+        if isinstance(self.cause, LeaseLost):
+            show = ["turnfsm", "sessions", "show", self.session_id, *options.flags()]
+            print(
+                "run stopped: another process took its session over and goes on "
+                f"with it; see what it did: {shlex.join(show)}",
+                file=out,
+            )
+            return 1
         resume = shlex.join(["turnfsm", "resume", self.session_id, *options.flags()])
         print(
             "run stopped where its store failed; once the store works again, "
@@ -609,8 +624,8 @@ def raise_if_crashed(
     count before a new one. A run that crashes is logged failed with
     `RunCrashed`, then its exception propagates; an error raised before the
     run began (a setting, a session another process holds) is left as it is.
-    A run that began and whose store then could not be used raises
-    `StoreStopped`.
+    A run that began and whose store then could not be used, or whose
+    session another process then took over, raises `StoreStopped`.
     """
     if isinstance(exc, BaseExceptionGroup):  # the Ctrl-C watch's task group
         leaves = _leaves(exc)
@@ -618,7 +633,7 @@ def raise_if_crashed(
             exc = leaves[0]
     if any(isinstance(run.error, RunCrashed) for run in session.runs[started:]):
         raise Crashed(exc, session.id, place) from None
-    if isinstance(exc, StoreUnusable) and len(session.runs) > started:
+    if isinstance(exc, StoreUnusable | LeaseLost) and len(session.runs) > started:
         raise StoreStopped(exc, session.id, place) from None
 
 
