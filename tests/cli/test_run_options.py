@@ -6,12 +6,14 @@ and its value, before anything is written.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -706,3 +708,23 @@ def test_a_run_out_of_model_calls_names_the_option_that_gives_more() -> None:
     assert "default" not in given
     mine = cli_words(MaxTurnsExceeded(9), AgentOptions(agent=CAREFUL))
     assert "max_turns=9" in mine  # your agent's own setting
+
+
+def test_an_async_factory_is_refused_and_its_coroutine_closed(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    # It said "the function returned a coroutine", then Python warned that
+    # the coroutine was never awaited.
+    spec = f"{TOOLS}:makes_an_agent_later"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert (
+            main(["run", "hi", "--store", str(tmp_path / "s.db"), "--agent", spec]) == 2
+        )
+        gc.collect()
+    assert [str(w.message) for w in seen] == []
+    assert capsys.readouterr().err == (
+        f"turnfsm run: invalid --agent='{spec}': expected a function that makes "
+        "an agent and returns it (it is an async def, which the command line "
+        "does not await: make an agent in a plain def)\n"
+    )
