@@ -495,6 +495,21 @@ def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], field: str) -
     assert info.value.field == field
 
 
+def test_the_command_lines_spelling_of_a_model_is_refused_for_openai_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It was sent as the model's name, and OpenAI found no such model.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel("openai:gpt-4o-mini")
+    assert str(info.value) == (
+        "invalid model='openai:gpt-4o-mini': expected the model's own name, "
+        "without the command line's openai: prefix: OpenAIModel('gpt-4o-mini')"
+    )
+    # A compatible server's names are its own.
+    assert OpenAIModel("openai:x", base_url=BASE_URL).model == "openai:x"
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [(None, "Bearer sk-no-key-required"), ("sk-env", "Bearer sk-env")],

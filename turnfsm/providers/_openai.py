@@ -19,7 +19,12 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
-from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
+from turnfsm.providers._config import (
+    http_url,
+    model_name,
+    positive_or_none,
+    resolve_api_key,
+)
 from turnfsm.providers._convert_openai import (
     from_openai_messages,
     to_openai_messages,
@@ -70,12 +75,6 @@ _KEY_ENV: Final = "OPENAI_API_KEY"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
 
 
-def _model_name(example: str) -> Any:
-    return _checks.string(
-        "model", non_empty=True, expected=f"a model name such as {example!r}"
-    )
-
-
 @final
 @_checks.keyword_checked
 @attrs.define(eq=False)
@@ -124,7 +123,9 @@ class OpenAIModel:
     provider_name: ClassVar[str] = "openai"
     """The provider's name in traces (``gen_ai.provider.name``)."""
 
-    model: str = attrs.field(validator=_model_name("gpt-4o-mini"))
+    model: str = attrs.field(
+        validator=model_name("openai", "OpenAIModel", "gpt-4o-mini")
+    )
     base_url: str | None = attrs.field(
         default=None,
         kw_only=True,
