@@ -159,8 +159,16 @@ TOOLS = "tests.cli.approval_agent"
         (
             ["--model", "openai:o", "--machine", "none.toml"],
             "--machine='none.toml'",
-            "a machine file, or a shipped machine's name (approval, compaction, "
-            "review, turn) (none.toml does not exist)",
+            "a machine file, or a shipped machine's name (none.toml does not "
+            "exist, nor a shipped machine of that name (approval, compaction, "
+            "review, turn))",
+        ),
+        (
+            # A shipped machine's name misspelt: the one it is closest to
+            # (it said only "approvl does not exist").
+            ["--model", "openai:o", "--machine", "approvl"],
+            "--machine='approvl'",
+            "(approval, compaction, review, turn; did you mean 'approval'?))\n",
         ),
         (
             # A shipped machine by its name: the review machine, which needs

@@ -24,7 +24,7 @@ import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm._resources import load_machine, shipped_names
+from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._errors import INTERRUPTED_STATUS, as_option, explain
@@ -222,11 +222,11 @@ def open_driver(
         try:
             machine = load_machine(options.machine)
         except OSError as exc:
-            what = "a machine file"
-            if isinstance(exc, FileNotFoundError):
-                what += f", or a shipped machine's name ({', '.join(shipped_names())})"
+            # A missing one's words name the shipped machines (and the closest).
             raise ConfigError(
-                "--machine", options.machine, f"{what} ({explain(exc)})"
+                "--machine",
+                options.machine,
+                f"a machine file, or a shipped machine's name ({explain(exc)})",
             ) from None
     if options.model is None:
         if need_model:
