@@ -736,3 +736,23 @@ def test_an_async_factory_is_refused_and_its_coroutine_closed(
         "an agent and returns it (it is an async def, which the command line "
         "does not await: make an agent in a plain def)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["--n-ctx", "200000"], "--n-ctx=200000"),
+        # --n-ctx defaults to --window: the window given is the one named.
+        (["--window", "100000"], "--window=100000"),
+    ],
+)
+def test_a_local_window_past_the_bundled_model_is_refused_before_it_starts(
+    argv: list[str], option: str, capsys: Capture, tmp_path: Path
+) -> None:
+    # The server started, died allocating memory, and its log was printed.
+    store = str(tmp_path / "s.db")
+    assert main(["run", "hi", "--model", "local", "--store", store, *argv]) == 2
+    assert capsys.readouterr().err == (
+        f"turnfsm run: invalid {option}: expected an int in 1..32,768, the "
+        "bundled Gemma 3 270M's trained context\n"
+    )

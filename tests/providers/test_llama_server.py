@@ -105,3 +105,20 @@ def test_llama_server_tells_the_server_its_own_process_id(
         LlamaServer(model_path=tmp_path / "m.gguf", port=9).start()
     assert seen["env"][PARENT_ENV] == str(os.getpid())
     assert seen["start_new_session"] is True
+
+
+def test_a_window_past_the_bundled_models_context_is_refused(tmp_path: Path) -> None:
+    # n_ctx=200000 started a server that died allocating 195 GiB, and the
+    # error quoted its log: a Python traceback from numpy.
+    from turnfsm.errors import ConfigError
+    from turnfsm.providers import LlamaServer
+
+    with pytest.raises(ConfigError) as refused:
+        LlamaServer(n_ctx=200_000)
+    assert str(refused.value) == (
+        "invalid n_ctx=200000: expected an int in 1..32,768, the bundled "
+        "Gemma 3 270M's trained context"
+    )
+    assert LlamaServer(n_ctx=32_768).n_ctx == 32_768
+    mine = LlamaServer(model_path=tmp_path / "m.gguf", n_ctx=200_000)
+    assert mine.n_ctx == 200_000

@@ -240,7 +240,10 @@ def open_driver(
         yield _driver(NoModel(), None, tools, machine, options), None
         return
     n_ctx = options.n_ctx or options.window or DEFAULT_N_CTX
-    with open_model(options.model, n_ctx=n_ctx, window=options.window) as (
+    n_ctx_option = "--window" if options.window and not options.n_ctx else "--n-ctx"
+    with open_model(
+        options.model, n_ctx=n_ctx, window=options.window, n_ctx_option=n_ctx_option
+    ) as (
         model,
         window,
     ):
@@ -332,6 +335,7 @@ def open_model(
     n_ctx: int = DEFAULT_N_CTX,
     window: int | None = None,
     field: str = "--model",
+    n_ctx_option: str = "--n-ctx",
 ) -> Iterator[tuple[ModelClient, int]]:
     """Yield the model named by `spec` and its context window.
 
@@ -346,7 +350,8 @@ def open_model(
     larger than the model's known one is refused (`WindowTooLarge`, naming
     ``--window``).
 
-    `field` is the option that gave `spec`, as an error names it.
+    `field` is the option that gave `spec`, as an error names it, and
+    `n_ctx_option` the one that gave `n_ctx`.
 
     Only the provider `spec` needs is imported: a missing SDK is named with
     the extra that brings it, before a missing API key.
@@ -378,7 +383,11 @@ def open_model(
         from turnfsm.providers import LlamaServer
 
         local_client()  # the SDK first: no server is started for nothing
-        with LlamaServer(n_ctx=n_ctx) as server:
+        try:
+            server = LlamaServer(n_ctx=n_ctx)
+        except ConfigError as exc:  # named as the option that gave it
+            raise as_option(exc, n_ctx_option) from None
+        with server:
             local = local_client(server.base_url, window=server.context_window)
             assert local is not None
             yield local, window_for(local, window, field="--window")

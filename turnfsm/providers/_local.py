@@ -25,11 +25,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import IO, final
+from typing import IO, Final, final
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm.errors import ConfigError
 from turnfsm.providers._llama_chat import CHAT_FORMAT
 from turnfsm.providers._windows import server_window
 
@@ -49,6 +50,25 @@ def local_model_path() -> Path:
     except ImportError as exc:
         raise ImportError(f"the bundled local model is missing: {_EXTRA_HINT}") from exc
     return Path(assemble())
+
+
+BUNDLED_CONTEXT: Final = 32_768
+"""The bundled Gemma 3 270M's trained context (its GGUF's ``context_length``).
+
+A larger ``n_ctx`` gains nothing from it, and costs memory in proportion:
+llama-cpp-python's server dies allocating it (195 GiB at 200,000).
+"""
+
+
+def _fits_the_bundled_model(server: LlamaServer, _attr: object, n_ctx: int) -> None:
+    """Refuse an `n_ctx` past the bundled model's trained context."""
+    if server.model_path is None and n_ctx > BUNDLED_CONTEXT:
+        raise ConfigError(
+            "n_ctx",
+            n_ctx,
+            f"an int in 1..{BUNDLED_CONTEXT:,}, the bundled Gemma 3 270M's "
+            "trained context",
+        )
 
 
 def _free_port() -> int:
@@ -94,7 +114,11 @@ class LlamaServer:
         default=None, validator=_checks.instance(Path, "a Path", optional=True)
     )
     n_ctx: int = attrs.field(
-        default=2048, validator=_checks.integer("n_ctx", low=1, expected="an int > 0")
+        default=2048,
+        validator=[
+            _checks.integer("n_ctx", low=1, expected="an int > 0"),
+            _fits_the_bundled_model,
+        ],
     )
     n_threads: int = attrs.field(
         default=2, validator=_checks.integer("n_threads", low=1, expected="an int > 0")
