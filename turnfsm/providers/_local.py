@@ -184,6 +184,11 @@ class LlamaServer:
             "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.n_threads),
             "--chat_format", self.chat_format,
+            # Logits for the last token only (no logprobs are asked for): with
+            # every token's, the server reserves n_ctx x the vocabulary's
+            # 262,144 floats, 1 MiB a token, and dies at start past the
+            # machine's memory (32 GiB at n_ctx 32,768).
+            "--logits_all", "false",
         ]  # fmt: skip
         # The server stops itself if this process dies without stopping it.
         env = {**os.environ, "TURNFSM_LLAMA_PARENT": str(os.getpid())}
