@@ -696,3 +696,13 @@ def test_a_misspelt_shipped_machine_names_the_one_it_is_close_to(
             "turnn does not exist, nor a shipped machine of that name (approval, "
             "compaction, review, turn; did you mean 'turn'?)"
         ), line
+
+
+def test_every_command_says_what_it_does_in_its_own_help() -> None:
+    # `turnfsm demo --help`, `check`, `replay` and `worker` showed only their
+    # options: what the command does, and its exit statuses, were left out.
+    from tests.docs_tables import subcommands
+    from turnfsm.cli import _parser
+
+    commands = subcommands(_parser())
+    assert [name for name, sub in commands.items() if not sub.description] == []
