@@ -52,6 +52,28 @@ def local_model_path() -> Path:
     return Path(assemble())
 
 
+def _a_gguf_file(_server: object, _attr: object, path: Path | None) -> None:
+    """Refuse a `path` that is no GGUF file (the server would die starting)."""
+    if path is None:
+        return
+    try:
+        with path.open("rb") as file:
+            start = file.read(4)
+    except OSError as exc:
+        why = {
+            FileNotFoundError: "it does not exist",
+            IsADirectoryError: "it is a directory",
+            PermissionError: "it cannot be read: permission denied",
+        }.get(type(exc), f"it cannot be read: {exc.strerror or exc}")
+        raise ConfigError("model_path", path, f"a GGUF model file ({why})") from None
+    if start != b"GGUF":
+        raise ConfigError(
+            "model_path",
+            path,
+            f"a GGUF model file (it does not start as one: {start!r})",
+        )
+
+
 BUNDLED_CONTEXT: Final = 32_768
 """The bundled Gemma 3 270M's trained context (its GGUF's ``context_length``).
 
@@ -108,10 +130,15 @@ class LlamaServer:
             grammars; see ``tool_choice`` on `OpenAIModel`), or one of
             llama.cpp's chat format names.
         startup_timeout: seconds to wait for the server to answer.
+
+    Raises:
+        ConfigError: a setting is out of range: `model_path` is not a GGUF
+            file, or `n_ctx` is past the bundled model's trained context.
     """
 
     model_path: Path | None = attrs.field(
-        default=None, validator=_checks.instance(Path, "a Path", optional=True)
+        default=None,
+        validator=[_checks.instance(Path, "a Path", optional=True), _a_gguf_file],
     )
     n_ctx: int = attrs.field(
         default=2048,
