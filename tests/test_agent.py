@@ -97,6 +97,19 @@ def test_a_setting_of_both_the_agent_and_the_manager_is_the_agents() -> None:
             "my-llama",
             "model=OpenAIModel('my-llama') or model=AnthropicModel('my-llama')",
         ),
+        # The command line's spelling: the client of its provider, the model
+        # named without the prefix (it showed OpenAIModel('openai:gpt-4o-mini'),
+        # which sends 'openai:gpt-4o-mini' as the model's name).
+        ("openai:gpt-4o-mini", "model=OpenAIModel('gpt-4o-mini')"),
+        ("anthropic:claude-x", "model=AnthropicModel('claude-x')"),
+        (
+            "http://127.0.0.1:8080/v1#gemma",
+            "model=OpenAIModel('gemma', base_url='http://127.0.0.1:8080/v1')",
+        ),
+        (
+            "http://127.0.0.1:8080/v1",
+            "model=OpenAIModel('MODEL', base_url='http://127.0.0.1:8080/v1')",
+        ),
     ],
 )
 def test_a_models_name_given_as_the_model_shows_its_client(

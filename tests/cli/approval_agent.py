@@ -76,6 +76,11 @@ def makes_no_agent() -> str:
     return "an agent"
 
 
+async def makes_an_agent_later() -> Agent:
+    """An async factory: the command line calls its factories, it awaits none."""
+    return Agent(model=FakeModelClient(_plan), tools=[delete_file])
+
+
 def _delegate(request: ModelRequest) -> Message:
     last = request.messages[-1]
     if last.tool_results:

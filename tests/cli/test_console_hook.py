@@ -14,7 +14,8 @@ import pytest
 from tests.helpers import http_server
 from turnfsm import Agent, ContextManager, RetryPolicy
 from turnfsm.hooks import ConsoleHook
-from turnfsm.providers import OpenAIModel
+from turnfsm.messages import Message
+from turnfsm.providers import ModelRequest, ModelResponse, OpenAIModel
 from turnfsm.testing import ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
 
@@ -250,3 +251,25 @@ def test_an_error_result_is_printed_on_one_line_shortened() -> None:
     )
     assert line.endswith("...")
     assert len(line) == len("[tool] lookup -> error: ") + 120
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal, so the live status line draws."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_status_line_clock_runs_while_the_model_is_waited_on() -> None:
+    # The seconds were computed only when a step happened: a model that
+    # took minutes to answer showed "0 s" all along, as if nothing ran.
+    class Slow:
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            await anyio.sleep(1.6)
+            return ModelResponse(message=Message.assistant("Done."))
+
+    out = _Terminal()
+    agent = Agent(model=Slow(), hooks=[ConsoleHook(out, live=True)])
+    assert agent.run_sync("Wait.").ok
+    assert "call_llm | " in out.getvalue()
+    assert "tool call(s) | 1 s" in out.getvalue()

@@ -102,6 +102,29 @@ def test_diagrams_go_beside_the_machines_wherever_you_stand(
     assert "wrote other/turn.mmd\n" in capsys.readouterr().out
 
 
+def test_check_names_the_command_that_redraws_the_same_machines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    # It said "stale: ... (run `turnfsm diagram`)", which draws the shipped
+    # machines into ./diagrams and leaves these as they were; and a diagram
+    # never drawn was "stale".
+    shutil.copytree(REPO_ROOT / "machines", tmp_path / "machines")
+    monkeypatch.chdir(tmp_path)
+    assert main(["diagram", "machines", "--out", "d", "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "missing: d/turn.mmd (run `turnfsm diagram machines --out d`)\n" in err
+    assert main(["diagram", "machines", "--out", "d"]) == 0
+    with (tmp_path / "d" / "turn.mmd").open("a") as changed:
+        changed.write("%% changed\n")
+    capsys.readouterr()
+    assert main(["diagram", "machines", "--out", "d", "--check"]) == 1
+    assert capsys.readouterr().err == (
+        "stale: d/turn.mmd (run `turnfsm diagram machines --out d`)\n"
+    )
+    assert main(["diagram", "--check", "--out", "my dir"]) == 1
+    assert "(run `turnfsm diagram --out 'my dir'`)" in capsys.readouterr().err
+
+
 def test_the_shipped_machines_of_an_installed_turnfsm_draw_into_the_cwd() -> None:
     packaged = Path(turnfsm.__file__).parent / "_machines"
 

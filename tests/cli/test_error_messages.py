@@ -673,3 +673,36 @@ def test_a_reply_cut_off_by_its_budget_names_the_max_tokens_option() -> None:
         "(--max-tokens=8; finish reason 'length') with no answer yet; "
         "raise --max-tokens"
     )
+
+
+def test_a_misspelt_shipped_machine_names_the_one_it_is_close_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capture
+) -> None:
+    # It said only "turnn does not exist": the shipped machines and the
+    # closest of them were lost on the way to the command line.
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--quiet", "--store", "s.db", "--log", "demo.jsonl"]) == 0
+    session = re.search(r"ses_\w+", Path("demo.jsonl").read_text())
+    assert session is not None
+    capsys.readouterr()
+    for argv in (
+        ["replay", "demo.jsonl"],
+        ["simulate", session[0], "--store", "s.db"],
+        ["diagram", "-o", "x.svg"],
+    ):
+        assert main([*argv, "--machine", "turnn"]) == 2
+        line = _one_line(capsys, argv[0])
+        assert line.endswith(
+            "turnn does not exist, nor a shipped machine of that name (approval, "
+            "compaction, review, turn; did you mean 'turn'?)"
+        ), line
+
+
+def test_every_command_says_what_it_does_in_its_own_help() -> None:
+    # `turnfsm demo --help`, `check`, `replay` and `worker` showed only their
+    # options: what the command does, and its exit statuses, were left out.
+    from tests.docs_tables import subcommands
+    from turnfsm.cli import _parser
+
+    commands = subcommands(_parser())
+    assert [name for name, sub in commands.items() if not sub.description] == []

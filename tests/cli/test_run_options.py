@@ -6,12 +6,14 @@ and its value, before anything is written.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import socket
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -157,8 +159,16 @@ TOOLS = "tests.cli.approval_agent"
         (
             ["--model", "openai:o", "--machine", "none.toml"],
             "--machine='none.toml'",
-            "a machine file, or a shipped machine's name (approval, compaction, "
-            "review, turn) (none.toml does not exist)",
+            "a machine file, or a shipped machine's name (none.toml does not "
+            "exist, nor a shipped machine of that name (approval, compaction, "
+            "review, turn))",
+        ),
+        (
+            # A shipped machine's name misspelt: the one it is closest to
+            # (it said only "approvl does not exist").
+            ["--model", "openai:o", "--machine", "approvl"],
+            "--machine='approvl'",
+            "(approval, compaction, review, turn; did you mean 'approval'?))\n",
         ),
         (
             # A shipped machine by its name: the review machine, which needs
@@ -725,3 +735,43 @@ def test_a_run_out_of_model_calls_names_the_option_that_gives_more() -> None:
     assert "default" not in given
     mine = cli_words(MaxTurnsExceeded(9), AgentOptions(agent=CAREFUL))
     assert "max_turns=9" in mine  # your agent's own setting
+
+
+def test_an_async_factory_is_refused_and_its_coroutine_closed(
+    capsys: Capture, tmp_path: Path
+) -> None:
+    # It said "the function returned a coroutine", then Python warned that
+    # the coroutine was never awaited.
+    spec = f"{TOOLS}:makes_an_agent_later"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert (
+            main(["run", "hi", "--store", str(tmp_path / "s.db"), "--agent", spec]) == 2
+        )
+        gc.collect()
+    assert [str(w.message) for w in seen] == []
+    assert capsys.readouterr().err == (
+        f"turnfsm run: invalid --agent='{spec}': expected a function that makes "
+        "an agent and returns it (it is an async def, which the command line "
+        "does not await: make an agent in a plain def)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["--n-ctx", "200000"], "--n-ctx=200000"),
+        # --n-ctx defaults to --window: the window given is the one named.
+        (["--window", "100000"], "--window=100000"),
+    ],
+)
+def test_a_local_window_past_the_bundled_model_is_refused_before_it_starts(
+    argv: list[str], option: str, capsys: Capture, tmp_path: Path
+) -> None:
+    # The server started, died allocating memory, and its log was printed.
+    store = str(tmp_path / "s.db")
+    assert main(["run", "hi", "--model", "local", "--store", store, *argv]) == 2
+    assert capsys.readouterr().err == (
+        f"turnfsm run: invalid {option}: expected an int in 1..32,768, the "
+        "bundled Gemma 3 270M's trained context\n"
+    )

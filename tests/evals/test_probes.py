@@ -96,6 +96,26 @@ def test_a_bad_probe_is_refused_naming_the_field(
 
 
 @pytest.mark.parametrize(
+    ("text", "meant"),
+    [
+        ('[[probes]]\nkind = "fact"\nquestion = "q"\nexpect = "x"', "[[probes]]"),
+        ('[[Probe]]\nkind = "fact"\nquestion = "q"\nexpect = "x"', "[[Probe]]"),
+    ],
+)
+def test_a_misspelt_probe_table_is_named(tmp_path: Path, text: str, meant: str) -> None:
+    # It said "probe=None: expected a list of probes", the probes in the
+    # file not mentioned.
+    path = tmp_path / "probes.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_probes(path)
+    assert str(info.value).endswith(
+        f"expected a list of probes ([[probe]] tables in TOML; the file has "
+        f"{meant}: did you mean [[probe]]?)"
+    )
+
+
+@pytest.mark.parametrize(
     ("name", "text", "expected"),
     [
         ("probes.toml", "[[probe]\n", "a TOML probe file"),

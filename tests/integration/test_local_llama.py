@@ -31,7 +31,7 @@ from turnfsm.messages import Message
 
 require_local_extra()
 
-from turnfsm.providers import LlamaServer, OpenAIModel  # noqa: E402
+from turnfsm.providers import LlamaServer, ModelRequest, OpenAIModel  # noqa: E402
 
 pytestmark = [pytest.mark.local_model, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -235,3 +235,22 @@ def test_the_server_window_reaches_the_agent(server: LlamaServer) -> None:
     with pytest.raises(WindowTooLarge) as info:
         Agent(model=model, context=ContextManager(context_window=N_CTX * 2))
     assert (info.value.value, info.value.window) == (N_CTX * 2, N_CTX)
+
+
+def test_the_bundled_models_whole_context_starts_and_answers() -> None:
+    # The server kept every token's logits, n_ctx x 262,144 floats: at the
+    # model's trained 32,768 it died reserving 32 GiB, its log printed.
+    with LlamaServer(n_ctx=32_768) as big:
+        assert big.context_window == 32_768
+        model = OpenAIModel("local", base_url=big.base_url, max_tokens=4)
+
+        async def ask() -> str:
+            try:
+                reply = await model.complete(
+                    ModelRequest(messages=[Message.user("Hi")])
+                )
+            finally:
+                await model.close()
+            return reply.message.text
+
+        assert isinstance(anyio.run(ask), str)

@@ -457,6 +457,25 @@ def test_a_slip_of_a_store_name_is_refused_with_what_it_meant(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_three_slashes_before_an_absolute_path_say_four(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sqlite:///tmp/x/s.db names tmp/x/s.db from the working directory: it
+    # said "cannot keep sessions in the directory .../tmp/x: it does not
+    # exist; create it", when /tmp/x was there all along.
+    monkeypatch.chdir(tmp_path)
+    spec = f"sqlite://{tmp_path}/s.db"
+    with pytest.raises(ConfigError) as caught:
+        open_store(spec)
+    assert str(caught.value) == (
+        f"invalid store={spec!r}: expected 'memory:', a file path, "
+        "'sqlite:///PATH' or a postgresql:// URL (did you mean "
+        f"sqlite:///{tmp_path}/s.db? three slashes take a path from the "
+        "working directory, four an absolute one)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "spec",
     [

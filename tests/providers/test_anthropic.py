@@ -455,8 +455,15 @@ def test_the_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ({"model": ""}, "model"),
         ({"model": "m", "max_tokens": 0}, "max_tokens"),
         ({"model": "m", "base_url": "localhost:8080"}, "base_url"),
+        # The command line's spelling, sent as the name: no model has it.
+        ({"model": "anthropic:claude-sonnet-4-5"}, "model"),
     ],
-    ids=["empty model", "zero max_tokens", "base_url without a scheme"],
+    ids=[
+        "empty model",
+        "zero max_tokens",
+        "base_url without a scheme",
+        "the command line's prefix",
+    ],
 )
 def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -101,7 +101,54 @@ def test_llama_server_tells_the_server_its_own_process_id(
 
     monkeypatch.setattr(_local.importlib.util, "find_spec", lambda name: object())
     monkeypatch.setattr(_local.subprocess, "Popen", popen)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
     with pytest.raises(Started):
-        LlamaServer(model_path=tmp_path / "m.gguf", port=9).start()
+        LlamaServer(model_path=model, port=9).start()
     assert seen["env"][PARENT_ENV] == str(os.getpid())
     assert seen["start_new_session"] is True
+
+
+def test_a_window_past_the_bundled_models_context_is_refused(tmp_path: Path) -> None:
+    # n_ctx=200000 started a server that died allocating 195 GiB, and the
+    # error quoted its log: a Python traceback from numpy.
+    from turnfsm.errors import ConfigError
+    from turnfsm.providers import LlamaServer
+
+    with pytest.raises(ConfigError) as refused:
+        LlamaServer(n_ctx=200_000)
+    assert str(refused.value) == (
+        "invalid n_ctx=200000: expected an int in 1..32,768, the bundled "
+        "Gemma 3 270M's trained context"
+    )
+    assert LlamaServer(n_ctx=32_768).n_ctx == 32_768
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    mine = LlamaServer(model_path=tmp_path / "m.gguf", n_ctx=200_000)
+    assert mine.n_ctx == 200_000
+
+
+def test_a_model_path_that_is_no_gguf_file_is_refused_at_once(tmp_path: Path) -> None:
+    # The server was started, died, and the error quoted its log: a traceback.
+    from turnfsm.errors import ConfigError
+    from turnfsm.providers import LlamaServer
+
+    missing = tmp_path / "nope.gguf"
+    with pytest.raises(ConfigError) as refused:
+        LlamaServer(model_path=missing)
+    assert str(refused.value) == (
+        f"invalid model_path={missing!r}: expected a GGUF model file "
+        "(it does not exist)"
+    )
+    text = tmp_path / "notes.txt"
+    text.write_text("not a model")
+    with pytest.raises(ConfigError) as refused:
+        LlamaServer(model_path=text)
+    assert str(refused.value).endswith(
+        "expected a GGUF model file (it does not start as one: b'not ')"
+    )
+    with pytest.raises(ConfigError) as refused:
+        LlamaServer(model_path=tmp_path)
+    assert str(refused.value).endswith("expected a GGUF model file (it is a directory)")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF\x03\x00\x00\x00")
+    assert LlamaServer(model_path=model).model_path == model

@@ -341,6 +341,40 @@ async def test_http_errors_are_classified_without_sdk_retries(
     assert len(server.requests) == 1  # the SDK did not retry on its own
 
 
+# A 404 that is no API's error: the path is not served (a base URL without
+# its /v1, or with one too many), in each kind of server's words.
+NOT_SERVED = {
+    "html page": httpx2.Response(
+        404,
+        text="<html><body>Not Found</body></html>",
+        headers={"content-type": "text/html"},
+    ),
+    "fastapi": httpx2.Response(404, json={"detail": "Not Found"}),
+    "plain text": httpx2.Response(404, text="404 page not found"),
+}
+
+
+@pytest.mark.parametrize("reply", NOT_SERVED.values(), ids=NOT_SERVED.keys())
+async def test_a_path_not_served_says_to_check_the_base_url(
+    reply: httpx2.Response,
+) -> None:
+    # It said "HTTP 404: Error code: 404 - Not Found", and not where or why.
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(reply)).complete(ask())
+    assert (info.value.kind, info.value.status) == ("bad_request", 404)
+    said = str(info.value)
+    assert "nothing is served at http://llama.test/v1/chat/completions" in said
+    assert "check the base URL" in said
+
+
+async def test_a_model_not_found_is_not_blamed_on_the_base_url() -> None:
+    body = {"error": {"message": "The model `gpt-tset` does not exist", "code": None}}
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(json_reply(body, 404))).complete(ask())
+    assert "The model `gpt-tset` does not exist" in str(info.value)
+    assert "base URL" not in str(info.value)
+
+
 async def test_retry_after_as_an_http_date() -> None:
     body = {"error": {"message": "slow down", "type": "requests", "code": None}}
     server = Server(json_reply(body, 429, {"retry-after": in_30_seconds()}))
@@ -459,6 +493,21 @@ def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], field: str) -
     with pytest.raises(ConfigError) as info:
         OpenAIModel(base_url=BASE_URL, **kwargs)
     assert info.value.field == field
+
+
+def test_the_command_lines_spelling_of_a_model_is_refused_for_openai_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It was sent as the model's name, and OpenAI found no such model.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel("openai:gpt-4o-mini")
+    assert str(info.value) == (
+        "invalid model='openai:gpt-4o-mini': expected the model's own name, "
+        "without the command line's openai: prefix: OpenAIModel('gpt-4o-mini')"
+    )
+    # A compatible server's names are its own.
+    assert OpenAIModel("openai:x", base_url=BASE_URL).model == "openai:x"
 
 
 @pytest.mark.parametrize(

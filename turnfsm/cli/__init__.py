@@ -144,7 +144,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     traced = _trace_options()
     demo = sub.add_parser(
-        "demo", parents=[traced], help="run the demo agent on a simulated model"
+        "demo",
+        parents=[traced],
+        help="run the demo agent on a simulated model",
+        description="Run the demo agent, which audits five log files through "
+        "a read_log tool, printing each phase, measurement and compaction. On "
+        "the simulated model (no network, key or server) its 8,000-token "
+        "window makes it cross the threshold line, compact, and reach the "
+        "emergency line once before it finishes. The session is stored "
+        "(--store). Exit status: 0 done, 1 failed, 2 could not start, 130 "
+        "interrupted by Ctrl-C.",
     )
     demo.add_argument("--quiet", action="store_true", help="print only the answer")
     demo.add_argument(
@@ -178,6 +187,9 @@ def _parser() -> argparse.ArgumentParser:
         "worker",
         parents=[traced],
         help="serve durable runs (Temporal workflows) on a task queue",
+        description="Serve durable runs (Temporal workflows) of your agent "
+        "(--agent; default: the demo agent) on a task queue of a Temporal "
+        "server, until stopped with Ctrl-C. Needs the temporal extra.",
     )
     _temporal_options(worker, required=True)
     worker.add_argument(
@@ -188,7 +200,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--store", metavar="SPEC", help=_STORE_HELP)
     replay = sub.add_parser(
-        "replay", help="replay a session log's runs and check every decision"
+        "replay",
+        help="replay a session log's runs and check every decision",
+        description="Feed each run of a session log (or of a stored session, "
+        "--session) to a fresh machine and check that it makes every recorded "
+        "decision again. Exit status: 0 every run replays exactly, 1 one "
+        "diverges (the first diverging event is named), 2 the log or the "
+        "machine cannot be read.",
     )
     replay.add_argument(
         "log",
@@ -233,7 +251,14 @@ def _parser() -> argparse.ArgumentParser:
     _view_parsers(sub, agent_options, traced)
     _diagram_parser(sub)
     _eval_parser(sub)
-    check = sub.add_parser("check", help="validate machine files")
+    check = sub.add_parser(
+        "check",
+        help="validate machine files",
+        description="Load each machine file (and the *.toml files of each "
+        "directory) and print every problem, with its line. Exit status: 0 "
+        "every file loads, 1 one has problems (or a directory has no machine "
+        "file).",
+    )
     check.add_argument(
         "paths",
         nargs="+",

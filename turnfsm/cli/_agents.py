@@ -168,15 +168,29 @@ def _a(noun: str) -> str:
 def made_by(
     option: str, spec: str, make: Callable[[], Any], what: str = "an agent"
 ) -> Any:
-    """What the factory `make` returns; a `ConfigError` naming it if it raises."""
+    """What the factory `make` returns; a `ConfigError` naming it if it raises.
+
+    An async factory is refused, its coroutine closed unrun: the command
+    line calls factories, it awaits none.
+    """
     try:
-        return make()
+        made = make()
     except Exception as exc:  # the factory's own code failed
         raise ConfigError(
             option,
             spec,
             f"a function that makes {what} (it raised {type(exc).__name__}: {exc})",
         ) from None
+    if inspect.isawaitable(made):
+        if inspect.iscoroutine(made):
+            made.close()
+        raise ConfigError(
+            option,
+            spec,
+            f"a function that makes {what} and returns it (it is an async def, "
+            f"which the command line does not await: make {what} in a plain def)",
+        )
+    return made
 
 
 def _no_arguments(fn: Any) -> bool:

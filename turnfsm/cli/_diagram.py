@@ -11,6 +11,7 @@ of its own beside the run's (`child_file`).
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -128,13 +129,23 @@ def run_diagram(machines: str | None, out: str | None, *, check: bool) -> int:
         else:
             rendered[f"{path.stem}.mmd"] = render_mermaid(spec)
     if check:
-        stale = [
-            n
-            for n, text in rendered.items()
-            if not (target / n).is_file() or (target / n).read_text() != text
-        ]
-        for name in stale:
-            print(f"stale: {target / name} (run `turnfsm diagram`)", file=sys.stderr)
+        # The command that redraws these machines there: as they were named.
+        redraw = shlex.join(
+            ["turnfsm", "diagram"]
+            + ([machines] if machines else [])
+            + (["--out", out] if out is not None else [])
+        )
+        stale = 0
+        for name, text in rendered.items():
+            drawn = target / name
+            if not drawn.is_file():
+                said = "missing"
+            elif drawn.read_text() != text:
+                said = "stale"
+            else:
+                continue
+            stale += 1
+            print(f"{said}: {drawn} (run `{redraw}`)", file=sys.stderr)
         return 1 if stale or failed else 0
     try:
         _out_directory(target)

@@ -61,7 +61,12 @@ def _os_error(exc: OSError) -> str:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             return f"{path}: the directory {parent} does not exist"
-        return f"{path} does not exist"
+        # Words added to the system's own ("..., nor a shipped machine of
+        # that name (...; did you mean 'turn'?)") are kept.
+        said = exc.strerror or ""
+        standard = os.strerror(errno.ENOENT)
+        more = said.removeprefix(standard) if said.startswith(standard) else ""
+        return f"{path} does not exist{more}"
     plain = _PLAIN.get(exc.errno or 0)
     if plain is not None:
         return f"{path} {plain}"

@@ -24,7 +24,7 @@ import anyio
 import attrs
 
 from turnfsm import _checks
-from turnfsm._resources import load_machine, shipped_names
+from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
 from turnfsm.cli._errors import INTERRUPTED_STATUS, as_option, explain
@@ -225,11 +225,11 @@ def open_driver(
         try:
             machine = load_machine(options.machine)
         except OSError as exc:
-            what = "a machine file"
-            if isinstance(exc, FileNotFoundError):
-                what += f", or a shipped machine's name ({', '.join(shipped_names())})"
+            # A missing one's words name the shipped machines (and the closest).
             raise ConfigError(
-                "--machine", options.machine, f"{what} ({explain(exc)})"
+                "--machine",
+                options.machine,
+                f"a machine file, or a shipped machine's name ({explain(exc)})",
             ) from None
     if options.model is None:
         if need_model:
@@ -243,7 +243,10 @@ def open_driver(
         yield _driver(NoModel(), None, tools, machine, options), None
         return
     n_ctx = options.n_ctx or options.window or DEFAULT_N_CTX
-    with open_model(options.model, n_ctx=n_ctx, window=options.window) as (
+    n_ctx_option = "--window" if options.window and not options.n_ctx else "--n-ctx"
+    with open_model(
+        options.model, n_ctx=n_ctx, window=options.window, n_ctx_option=n_ctx_option
+    ) as (
         model,
         window,
     ):
@@ -335,6 +338,7 @@ def open_model(
     n_ctx: int = DEFAULT_N_CTX,
     window: int | None = None,
     field: str = "--model",
+    n_ctx_option: str = "--n-ctx",
 ) -> Iterator[tuple[ModelClient, int]]:
     """Yield the model named by `spec` and its context window.
 
@@ -349,7 +353,8 @@ def open_model(
     larger than the model's known one is refused (`WindowTooLarge`, naming
     ``--window``).
 
-    `field` is the option that gave `spec`, as an error names it.
+    `field` is the option that gave `spec`, as an error names it, and
+    `n_ctx_option` the one that gave `n_ctx`.
 
     Only the provider `spec` needs is imported: a missing SDK is named with
     the extra that brings it, before a missing API key.
@@ -381,7 +386,11 @@ def open_model(
         from turnfsm.providers import LlamaServer
 
         local_client()  # the SDK first: no server is started for nothing
-        with LlamaServer(n_ctx=n_ctx) as server:
+        try:
+            server = LlamaServer(n_ctx=n_ctx)
+        except ConfigError as exc:  # named as the option that gave it
+            raise as_option(exc, n_ctx_option) from None
+        with server:
             local = local_client(server.base_url, window=server.context_window)
             assert local is not None
             yield local, window_for(local, window, field="--window")

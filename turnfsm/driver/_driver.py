@@ -114,11 +114,25 @@ def _passes_the_checks(_inst: object, _attr: object, spec: MachineSpec) -> None:
 def _not_a_name(_driver: Any, _attr: Any, value: Any) -> None:
     """Refuse a model's name where its client is expected, showing the client."""
     if isinstance(value, str):
-        clients = [
-            f"model={client}({value!r})"
+        # The command line's spellings: provider:MODEL names its client, a
+        # base URL (URL#MODEL) a compatible server's.
+        named = [
+            f"model={client}({value.removeprefix(f'{provider}:')!r})"
             for provider, client in _CLIENTS
-            if known_window(value, provider=provider) is not None
-        ] or [f"model={client}({value!r})" for _, client in _CLIENTS]
+            if value.startswith(f"{provider}:")
+        ]
+        if value.startswith(("http://", "https://")):
+            url, _, name = value.partition("#")
+            named = [f"model=OpenAIModel({name or 'MODEL'!r}, base_url={url!r})"]
+        clients = (
+            named
+            or [
+                f"model={client}({value!r})"
+                for provider, client in _CLIENTS
+                if known_window(value, provider=provider) is not None
+            ]
+            or [f"model={client}({value!r})" for _, client in _CLIENTS]
+        )
         raise ConfigError(
             "model",
             value,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
@@ -122,9 +123,23 @@ def load_probes(path: str | Path) -> tuple[Probe, ...]:
     rows = data.get("probe") if isinstance(data, Mapping) else None
     if not isinstance(rows, list) or not rows:
         raise ConfigError(
-            f"{path}: probe", rows, "a list of probes ([[probe]] tables in TOML)"
+            f"{path}: probe",
+            rows,
+            f"a list of probes ([[probe]] tables in TOML{_misspelt(data)})",
         )
     return tuple(_probe(row, f"{path}: probe[{n}]") for n, row in enumerate(rows))
+
+
+def _misspelt(data: object) -> str:
+    """What a file without ``probe`` has in its place that reads like it, if any."""
+    if not isinstance(data, Mapping) or "probe" in data:
+        return ""
+    keys = [key for key in data if isinstance(key, str)]
+    close = difflib.get_close_matches("probe", [k.lower() for k in keys], n=1)
+    if not close:
+        return ""
+    key = next(k for k in keys if k.lower() == close[0])
+    return f"; the file has [[{key}]]: did you mean [[probe]]?"
 
 
 def _probe(row: object, where: str) -> Probe:

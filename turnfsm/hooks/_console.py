@@ -162,10 +162,6 @@ class ConsoleHook(Hook):
             f"call(s) | {self._tools} tool call(s) | {elapsed:.0f} s"
         )
 
-    def _refresh(self) -> None:
-        if self._live is not None:
-            self._live.update(self._status())
-
     # -- the hook ------------------------------------------------------------
 
     def on_run_start(self, info: RunStartInfo) -> None:
@@ -182,8 +178,10 @@ class ConsoleHook(Hook):
             from rich.live import Live
 
             self._console = Console(file=self.out, highlight=False)
+            # The line is drawn anew at each refresh, so that its seconds
+            # go on while a model call or a tool is waited on.
             self._live = Live(
-                self._status(),
+                get_renderable=self._status,
                 console=self._console,
                 transient=True,
                 refresh_per_second=4,
@@ -204,7 +202,6 @@ class ConsoleHook(Hook):
         """Print ``source --trigger--> dest`` (and the reason or error)."""
         step = info.step
         self._phase = step.dest
-        self._refresh()
         if step.source == step.dest and step.trigger != "run_started":
             return
         why = f" ({step.reason.value})" if step.reason else ""
@@ -221,7 +218,6 @@ class ConsoleHook(Hook):
         """Count the model calls (the status line shows them); print a retry."""
         if info.purpose == "turn" and info.attempt <= 1:
             self._turns += 1
-            self._refresh()
         elif info.purpose == "turn":
             self.print(f"[model] attempt {info.attempt}, {info.waited:.1f} s later")
 
@@ -258,7 +254,6 @@ class ConsoleHook(Hook):
         if estimate is None:
             return
         self._tokens = estimate
-        self._refresh()
         source = getattr(event, "source", "estimated")
         line = f"[measure] request = {estimate} tokens ({source})"
         if self._window:
@@ -271,7 +266,6 @@ class ConsoleHook(Hook):
     def on_tool_start(self, info: ToolCallInfo) -> None:
         """Print the tool call: ``[tool] name({"argument": value})``."""
         self._tools += 1
-        self._refresh()
         arguments = json.dumps(info.call.arguments, ensure_ascii=False, sort_keys=True)
         if len(arguments) > _ARGUMENTS_WIDTH:
             arguments = arguments[: _ARGUMENTS_WIDTH - 3] + "..."

@@ -76,7 +76,16 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
     if spec.startswith(("postgresql://", "postgres://")):
         return _postgres(spec)
     if spec.startswith("sqlite:///"):
-        return _sqlite(spec.removeprefix("sqlite:///"))
+        path = spec.removeprefix("sqlite:///")
+        meant = _absolute_meant(path)
+        if meant is not None:
+            raise ConfigError(
+                "store",
+                spec,
+                f"{_TEXT} (did you mean {meant}? three slashes take a path from "
+                "the working directory, four an absolute one)",
+            )
+        return _sqlite(path)
     if is_connection_string(spec):  # would name a file, password and all
         raise ConfigError(
             "store",
@@ -104,6 +113,21 @@ def _meant(spec: str) -> str | None:
         url = rest.lstrip("/")
         return f"postgresql://{url}" if url else "a postgresql://HOST/DATABASE URL"
     return None
+
+
+def _absolute_meant(path: str) -> str | None:
+    """The four-slash URL of `path` (from ``sqlite:///PATH``), if that was meant.
+
+    Three slashes take a path from the working directory; one whose
+    directory is missing there but exists from the root (``sqlite:///tmp/s.db``)
+    meant the absolute path.
+    """
+    directory = os.path.dirname(path)
+    if not directory or os.path.isabs(path) or os.path.isdir(directory):
+        return None
+    if not os.path.isdir(os.sep + directory):
+        return None
+    return f"sqlite:////{path}"
 
 
 def env_store() -> SessionStore | None:

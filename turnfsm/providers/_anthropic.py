@@ -18,7 +18,12 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import InvalidMessage, ProviderError
 from turnfsm.messages import Message
-from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
+from turnfsm.providers._config import (
+    http_url,
+    model_name,
+    positive_or_none,
+    resolve_api_key,
+)
 from turnfsm.providers._convert_anthropic import (
     from_anthropic_messages,
     to_anthropic_messages,
@@ -124,11 +129,7 @@ class AnthropicModel:
     """The provider's name in traces (``gen_ai.provider.name``)."""
 
     model: str = attrs.field(
-        validator=_checks.string(
-            "model",
-            non_empty=True,
-            expected="a model name such as 'claude-sonnet-4-5'",
-        )
+        validator=model_name("anthropic", "AnthropicModel", "claude-sonnet-4-5")
     )
     base_url: str | None = attrs.field(
         default=None,

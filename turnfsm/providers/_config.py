@@ -10,7 +10,13 @@ from typing import Any, Final
 from turnfsm import _checks
 from turnfsm.errors import ConfigError
 
-__all__ = ["PLACEHOLDER_KEY", "http_url", "positive_or_none", "resolve_api_key"]
+__all__ = [
+    "PLACEHOLDER_KEY",
+    "http_url",
+    "model_name",
+    "positive_or_none",
+    "resolve_api_key",
+]
 
 PLACEHOLDER_KEY: Final = "sk-no-key-required"
 """Sent to OpenAI-compatible servers that need no key (the SDKs insist on one)."""
@@ -46,6 +52,36 @@ def resolve_api_key(
             missing=True,
         )
     return PLACEHOLDER_KEY
+
+
+def model_name(provider: str, client: str, example: str) -> Any:
+    """Return an attrs validator of a client's ``model``: a name, as its API knows it.
+
+    The command line's spelling, ``provider:MODEL``, is refused for the
+    provider's own API (no `base_url`, no `client`), where no model is named
+    so: its name would be sent with the prefix, and found by no API. A
+    compatible server's names are its own, and are taken as they are.
+    """
+    check = _checks.string(
+        "model", non_empty=True, expected=f"a model name such as {example!r}"
+    )
+    prefix = f"{provider}:"
+
+    def validate(instance: Any, attribute: Any, value: Any) -> None:
+        check(instance, attribute, value)
+        if (
+            value.startswith(prefix)
+            and instance.base_url is None
+            and instance.client is None
+        ):
+            raise ConfigError(
+                "model",
+                value,
+                f"the model's own name, without the command line's {prefix} "
+                f"prefix: {client}({value.removeprefix(prefix)!r})",
+            )
+
+    return validate
 
 
 def positive_or_none(name: str) -> Any:

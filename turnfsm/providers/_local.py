@@ -25,11 +25,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import IO, final
+from typing import IO, Final, final
 
 import attrs
 
 from turnfsm import _checks
+from turnfsm.errors import ConfigError
 from turnfsm.providers._llama_chat import CHAT_FORMAT
 from turnfsm.providers._windows import server_window
 
@@ -49,6 +50,47 @@ def local_model_path() -> Path:
     except ImportError as exc:
         raise ImportError(f"the bundled local model is missing: {_EXTRA_HINT}") from exc
     return Path(assemble())
+
+
+def _a_gguf_file(_server: object, _attr: object, path: Path | None) -> None:
+    """Refuse a `path` that is no GGUF file (the server would die starting)."""
+    if path is None:
+        return
+    try:
+        with path.open("rb") as file:
+            start = file.read(4)
+    except OSError as exc:
+        why = {
+            FileNotFoundError: "it does not exist",
+            IsADirectoryError: "it is a directory",
+            PermissionError: "it cannot be read: permission denied",
+        }.get(type(exc), f"it cannot be read: {exc.strerror or exc}")
+        raise ConfigError("model_path", path, f"a GGUF model file ({why})") from None
+    if start != b"GGUF":
+        raise ConfigError(
+            "model_path",
+            path,
+            f"a GGUF model file (it does not start as one: {start!r})",
+        )
+
+
+BUNDLED_CONTEXT: Final = 32_768
+"""The bundled Gemma 3 270M's trained context (its GGUF's ``context_length``).
+
+A larger ``n_ctx`` gains nothing from it, and costs memory in proportion:
+llama-cpp-python's server dies allocating it (195 GiB at 200,000).
+"""
+
+
+def _fits_the_bundled_model(server: LlamaServer, _attr: object, n_ctx: int) -> None:
+    """Refuse an `n_ctx` past the bundled model's trained context."""
+    if server.model_path is None and n_ctx > BUNDLED_CONTEXT:
+        raise ConfigError(
+            "n_ctx",
+            n_ctx,
+            f"an int in 1..{BUNDLED_CONTEXT:,}, the bundled Gemma 3 270M's "
+            "trained context",
+        )
 
 
 def _free_port() -> int:
@@ -88,13 +130,22 @@ class LlamaServer:
             grammars; see ``tool_choice`` on `OpenAIModel`), or one of
             llama.cpp's chat format names.
         startup_timeout: seconds to wait for the server to answer.
+
+    Raises:
+        ConfigError: a setting is out of range: `model_path` is not a GGUF
+            file, or `n_ctx` is past the bundled model's trained context.
     """
 
     model_path: Path | None = attrs.field(
-        default=None, validator=_checks.instance(Path, "a Path", optional=True)
+        default=None,
+        validator=[_checks.instance(Path, "a Path", optional=True), _a_gguf_file],
     )
     n_ctx: int = attrs.field(
-        default=2048, validator=_checks.integer("n_ctx", low=1, expected="an int > 0")
+        default=2048,
+        validator=[
+            _checks.integer("n_ctx", low=1, expected="an int > 0"),
+            _fits_the_bundled_model,
+        ],
     )
     n_threads: int = attrs.field(
         default=2, validator=_checks.integer("n_threads", low=1, expected="an int > 0")
@@ -160,6 +211,11 @@ class LlamaServer:
             "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.n_threads),
             "--chat_format", self.chat_format,
+            # Logits for the last token only (no logprobs are asked for): with
+            # every token's, the server reserves n_ctx x the vocabulary's
+            # 262,144 floats, 1 MiB a token, and dies at start past the
+            # machine's memory (32 GiB at n_ctx 32,768).
+            "--logits_all", "false",
         ]  # fmt: skip
         # The server stops itself if this process dies without stopping it.
         env = {**os.environ, "TURNFSM_LLAMA_PARENT": str(os.getpid())}

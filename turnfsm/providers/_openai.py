@@ -19,7 +19,12 @@ import attrs
 from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
-from turnfsm.providers._config import http_url, positive_or_none, resolve_api_key
+from turnfsm.providers._config import (
+    http_url,
+    model_name,
+    positive_or_none,
+    resolve_api_key,
+)
 from turnfsm.providers._convert_openai import (
     from_openai_messages,
     to_openai_messages,
@@ -70,12 +75,6 @@ _KEY_ENV: Final = "OPENAI_API_KEY"
 _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
 
 
-def _model_name(example: str) -> Any:
-    return _checks.string(
-        "model", non_empty=True, expected=f"a model name such as {example!r}"
-    )
-
-
 @final
 @_checks.keyword_checked
 @attrs.define(eq=False)
@@ -124,7 +123,9 @@ class OpenAIModel:
     provider_name: ClassVar[str] = "openai"
     """The provider's name in traces (``gen_ai.provider.name``)."""
 
-    model: str = attrs.field(validator=_model_name("gpt-4o-mini"))
+    model: str = attrs.field(
+        validator=model_name("openai", "OpenAIModel", "gpt-4o-mini")
+    )
     base_url: str | None = attrs.field(
         default=None,
         kw_only=True,
@@ -644,6 +645,21 @@ def _named(url: Any) -> str:
     return named_server(url, "api.openai.com", "the OpenAI API")
 
 
+def _not_served(exc: openai.APIError) -> str:
+    """Say that a 404 with no API error in it is a path the server lacks.
+
+    A model the server does not have is a 404 too, but says so in an API
+    error; a bare 404 (a web page, FastAPI's ``{"detail": "Not Found"}``)
+    is a base URL without its ``/v1``, or with one too many.
+    """
+    url = request_url(exc)
+    at = f" at {url.copy_with(query=None)}" if url is not None else ""
+    return (
+        f"nothing is served{at}: check the base URL (an OpenAI-compatible "
+        "server's usually ends in /v1, e.g. http://127.0.0.1:8080/v1)"
+    )
+
+
 def classify_openai_error(exc: openai.APIError) -> ProviderError:
     """Return the `ProviderError` for an OpenAI SDK error (see ``_errors``).
 
@@ -663,6 +679,9 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
     page = _page_text(exc.body) if isinstance(exc.body, str) else ""
     if page:  # the body is no JSON: a proxy's page, a server's own text
         message = f"{message} - {page}"
+    status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
+    if status == 404 and not isinstance(raw_message, str):
+        message = f"{message} - {_not_served(exc)}"
     kind = body.get("type")
     overflow = exc.code == "context_length_exceeded" or mentions_overflow(
         message, kind if isinstance(kind, str) else None
