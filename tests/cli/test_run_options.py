@@ -329,42 +329,44 @@ def test_a_reply_is_printed_once_and_session_continues(
     assert anyio.run(history) == ["first", "answer 0", "second", "answer 0"]
 
 
-def test_a_run_whose_store_fails_names_its_session_and_the_resume(
-    capsys: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("maker", "said", "then"),
+    [
+        (
+            "wiping",
+            ("turnfsm run: cannot use", "deleted or replaced"),
+            "run stopped where its store failed; once the store works again, "
+            "carry it on: turnfsm resume {session} --agent {agent} --store {store}",
+        ),
+        (
+            "taken_over",
+            ("turnfsm run: ", "'elsewhere:1:x' took the session over"),
+            "run stopped: another process took its session over and goes on with "
+            "it; see what it did: turnfsm sessions show {session} --agent {agent} "
+            "--store {store}",
+        ),
+    ],
+)
+def test_a_run_stopped_by_its_store_names_its_session_and_what_to_do(
+    capsys: Capture,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    maker: str,
+    said: tuple[str, ...],
+    then: str,
 ) -> None:
     # It said the store's error alone, with exit status 2 (could not start),
-    # and never which session the run had begun in.
+    # and never which session the run had begun in: a store that failed
+    # under it, or a session another process took over.
     store = tmp_path / "s.db"
     monkeypatch.setattr(approval_agent, "STORE_FILES", [store])
-    agent = "tests.cli.approval_agent:wiping"
+    agent = f"tests.cli.approval_agent:{maker}"
     assert main(["run", "tidy up", "--agent", agent, "--store", str(store)]) == 1
     captured = capsys.readouterr()
-    assert "turnfsm run: cannot use" in captured.err
-    assert "deleted or replaced" in captured.err
+    for words in said:
+        assert words in captured.err
     session_id = _session_id(captured.out)
-    assert (
-        "run stopped where its store failed; once the store works again, carry "
-        f"it on: turnfsm resume {session_id} --agent {agent} --store {store}"
-    ) in captured.out
-
-
-def test_a_run_whose_session_another_process_took_over_names_the_session(
-    capsys: Capture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # It exited with status 2 (could not start), naming no session.
-    store = tmp_path / "s.db"
-    monkeypatch.setattr(approval_agent, "STORE_FILES", [store])
-    agent = "tests.cli.approval_agent:taken_over"
-    assert main(["run", "tidy up", "--agent", agent, "--store", str(store)]) == 1
-    captured = capsys.readouterr()
-    assert "turnfsm run: " in captured.err
-    assert "'elsewhere:1:x' took the session over" in captured.err
-    session_id = _session_id(captured.out)
-    assert (
-        "run stopped: another process took its session over and goes on with "
-        f"it; see what it did: turnfsm sessions show {session_id} --agent {agent} "
-        f"--store {store}"
-    ) in captured.out
+    assert then.format(session=session_id, agent=agent, store=store) in captured.out
 
 
 def test_a_run_whose_provider_reports_no_usage_says_so_not_zero_tokens(

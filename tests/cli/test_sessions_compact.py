@@ -17,6 +17,19 @@ from turnfsm.testing import ScriptedModel, reply, tool_call
 Capture = pytest.CaptureFixture[str]
 
 
+def _compact(db: Path, session_id: str) -> list[str]:
+    """`turnfsm sessions compact` of `session_id` by the summarising agent."""
+    return [
+        "sessions",
+        "compact",
+        session_id,
+        "--store",
+        str(db),
+        "--agent",
+        "tests.cli.compact_agent:agent",
+    ]
+
+
 def _filled(db: Path) -> str:
     async def go() -> str:
         async with SQLiteStore(db) as store:
@@ -44,15 +57,7 @@ def test_compacting_twice_from_the_cli_writes_one_summary(
 ) -> None:
     db = tmp_path / "s.db"
     session_id = _filled(db)
-    command = [
-        "sessions",
-        "compact",
-        session_id,
-        "--store",
-        str(db),
-        "--agent",
-        "tests.cli.compact_agent:agent",
-    ]
+    command = _compact(db, session_id)
     assert main(command) == 0
     first = capsys.readouterr().out
     assert first.startswith(f"session {session_id}: compacted by SummarizingCompactor")
@@ -123,15 +128,7 @@ def test_a_compaction_killed_mid_pass_is_taken_over_with_force(
     db = tmp_path / "s.db"
     session_id = _filled(db)
     run_killed("tests.driver.compact_worker", str(db), session_id)
-    command = [
-        "sessions",
-        "compact",
-        session_id,
-        "--store",
-        str(db),
-        "--agent",
-        "tests.cli.compact_agent:agent",
-    ]
+    command = _compact(db, session_id)
     assert main(command) == 2
     err = capsys.readouterr().err
     assert "take it over with --force only if you know that process is gone" in err
