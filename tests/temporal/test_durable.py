@@ -479,6 +479,43 @@ async def test_status_on_workers_serving_a_changed_agent_says_so(
             await run.result()
 
 
+async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Paused on its workers; a cancel comes while none serves the queue, so
+    # its workflow has a task waiting. Workers serving the agent on another
+    # machine then take that task, replay the history and fail it, again and
+    # again: Temporal refuses queries of such a workflow itself (it answered
+    # with its RPCError, "Workflow Task in failed state"). The status says
+    # why, typed, with the way on.
+    store = SQLiteStore(tmp_path / "f.db")
+    agent = _asking("failing", store)
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+    await run.cancel("stop")  # a signal: its task waits for a worker
+    changed = Agent(model=ScriptedModel.of("x"), store=store, name="failing")
+    async with create_worker(temporal_client, queue, changed):
+        with anyio.fail_after(30):
+            while not any(
+                e.HasField("workflow_task_failed_event_attributes")
+                for e in (await _history(temporal_client, run.workflow_id)).events
+            ):
+                await anyio.sleep(0.1)
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(30):
+                await run.status()
+    await run.handle.terminate("test over")
+    message = str(caught.value)
+    assert caught.value.field == "agent"
+    assert "takes other steps than the run's history" in message
+    assert "Nondeterminism" in message
+    assert f"turnfsm resume {run.session_id} --force" in message
+
+
 def test_an_answer_refused_in_the_workflow_says_it_failed_and_the_way_on() -> None:
     # Taken on a worker whose agent lacks a tool the answer runs (one worker
     # checked it, another carries it out): the workflow ends, the log keeps

@@ -10,7 +10,11 @@ from typing import Any, Final, final
 
 import anyio.lowlevel
 import attrs
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -67,6 +71,10 @@ _SHOWN: Final = 80
 
 _DEFAULT_LIMIT: Final = attrs.fields(DurableOptions).payload_limit.default
 """`DurableOptions.payload_limit` when the caller does not choose it."""
+
+_TASK_EVENTS: Final = 20
+"""The newest events of a workflow read for why its task fails (the failure
+is among the last few: scheduled, started, failed, then its retries)."""
 
 _OVERHEAD: Final = 1024
 """Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
@@ -240,11 +248,16 @@ class DurableRun:
 
         Raises:
             ConfigError: the workers serve another build of the run's agent
-                (another machine): its workflow cannot go on there.
+                (another machine, another context window): its workflow
+                cannot go on there; or its workflow's task fails on them
+                for another reason (named).
             SessionNotFound: Temporal knows no durable run of the session.
         """
         ended: str | None = None  # how its workflow ended, when not cleanly
         try:
+            failing = await self._failing_task()
+            if failing is not None:
+                raise failing
             try:
                 answer = await self._handle.query(
                     "status",
@@ -254,7 +267,7 @@ class DurableRun:
                 ended = _ENDED.get(rejected.status) if rejected.status else None
                 answer = await self._handle.query("status")
         except WorkflowQueryFailedError as exc:
-            changed = self._changed_agent(exc)
+            changed = self._changed_agent(str(exc))
             if changed is None:
                 raise
             raise changed from exc
@@ -279,13 +292,53 @@ class DurableRun:
             waiting.extend(child.children_waiting)
         return attrs.evolve(status, children_waiting=tuple(waiting))
 
-    def _changed_agent(self, exc: WorkflowQueryFailedError) -> ConfigError | None:
-        """The workers' agent is not the run's, if `exc` says so (else None).
+    async def _failing_task(self) -> ConfigError | None:
+        """Why the run's workflow task fails on its workers, again and again.
+
+        None when it does not: its last task did not fail, or was not retried
+        yet. Temporal refuses (or never answers) the queries of such a
+        workflow, and its run waits until workers that can run it serve
+        its queue.
+        """
+        described = (await self._handle.describe()).raw_description
+        if (
+            not described.HasField("pending_workflow_task")
+            or described.pending_workflow_task.attempt < 2
+        ):
+            return None
+        why = "its workflow task failed"
+        events = (
+            await self._client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=self._client.namespace,
+                    execution=WorkflowExecution(workflow_id=self.workflow_id),
+                    maximum_page_size=_TASK_EVENTS,
+                )
+            )
+        )
+        for event in events.history.events:
+            if event.HasField("workflow_task_failed_event_attributes"):
+                why = event.workflow_task_failed_event_attributes.failure.message
+                break
+        changed = self._changed_agent(why)
+        if changed is not None:
+            return changed
+        return ConfigError(
+            "agent",
+            self._agent.driver.name if self._agent is not None else None,
+            f"workers that can run this run's workflow; each attempt of its "
+            f"task fails there ({why}); the run waits until workers that can "
+            "run it serve its task queue, or terminate its workflow and take the "
+            f"run over with force=True (turnfsm resume {self.session_id} "
+            f"--force, or turnfsm abandon {self.session_id} --force)",
+        )
+
+    def _changed_agent(self, why: str) -> ConfigError | None:
+        """The workers' agent is not the run's, if `why` says so (else None).
 
         Its workflow cannot go on there: each attempt fails (a history the
         agent does not make again), until the workers serve the run's agent.
         """
-        why = str(exc)
         if "Nondeterminism" not in why and "invalid agent=" not in why:
             return None
         name = self._agent.driver.name if self._agent is not None else None
@@ -295,7 +348,8 @@ class DurableRun:
             name,
             f"workers serving the agent this run began with; theirs takes other "
             f"steps than the run's history ({why}). Serve its task queue with the "
-            "agent as it was (the same machine, tools and effects) and the run "
+            "agent as it was (the same machine, context settings, tools and "
+            "effects) and the run "
             "goes on where it was, or terminate its workflow and take the run "
             f"over with force=True (turnfsm resume {session} --force, or "
             f"turnfsm abandon {session} --force)",
