@@ -44,6 +44,7 @@ from turnfsm.errors import (
     SessionBusy,
     SessionConflict,
     SessionNotFound,
+    StoreUnusable,
     TemporalUnreachable,
 )
 from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
@@ -479,6 +480,49 @@ async def test_status_on_workers_serving_a_changed_agent_says_so(
             await run.result()
 
 
+async def test_workers_on_another_store_fail_the_run_instead_of_writing_a_gap(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Paused on workers whose store holds its log; the workers that take the
+    # approval keep sessions in another file (another host's SQLite file, a
+    # MemoryStore after a restart). Their write of what the run made since
+    # would land at the start of an empty log, a log with no opening; the
+    # run fails instead, typed, naming the store, and writes nothing there.
+    first, other = tmp_path / "first.db", tmp_path / "other.db"
+    agent = _asking("moved", SQLiteStore(first))
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+    async with create_worker(
+        temporal_client, queue, _asking("moved", SQLiteStore(other))
+    ):
+        await run.approve()
+        with pytest.raises(StoreUnusable) as caught:
+            with anyio.fail_after(30):
+                await run.result()
+    assert caught.value.path == str(other)
+    assert "must share one store" in str(caught.value)
+    assert [s.id for s in await SQLiteStore(other).list_sessions()] == []
+    kept = await Session.load(SQLiteStore(first), run.session_id)
+    assert [r.outcome for r in kept.runs] == ["paused"]
+
+
+async def _task_failed(client: Client, workflow_id: str) -> None:
+    """Wait until the workflow's history records a workflow task that failed."""
+    with anyio.fail_after(30):
+        while True:
+            history = await _history(client, workflow_id)
+            if any(
+                e.HasField("workflow_task_failed_event_attributes")
+                for e in history.events
+            ):
+                return
+            await anyio.sleep(0.1)
+
+
 async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -499,12 +543,7 @@ async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
     await run.cancel("stop")  # a signal: its task waits for a worker
     changed = Agent(model=ScriptedModel.of("x"), store=store, name="failing")
     async with create_worker(temporal_client, queue, changed):
-        with anyio.fail_after(30):
-            while not any(
-                e.HasField("workflow_task_failed_event_attributes")
-                for e in (await _history(temporal_client, run.workflow_id)).events
-            ):
-                await anyio.sleep(0.1)
+        await _task_failed(temporal_client, run.workflow_id)
         with pytest.raises(ConfigError) as caught:
             with anyio.fail_after(30):
                 await run.status()

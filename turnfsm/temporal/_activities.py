@@ -56,6 +56,7 @@ from turnfsm.errors import (
     RunCrashed,
     SessionBusy,
     SessionConflict,
+    StoreUnusable,
     TurnFSMError,
 )
 from turnfsm.messages import Message, ToolCallPart
@@ -67,6 +68,7 @@ from turnfsm.persistence import (
     RunOpened,
     Session,
     SessionStore,
+    store_label,
 )
 from turnfsm.temporal._payloads import (
     fitting,
@@ -178,11 +180,27 @@ async def append_once(
 
     Raises:
         SessionConflict: another writer's entries are at `version`.
+        StoreUnusable: the store holds less of the log than the run wrote
+            there (another store than the one the run began in): nothing
+            is written, where it would be a log with a gap.
     """
     try:
         return await store.append(session_id, entries, expected_version=version)
-    except SessionConflict:
+    except SessionConflict as conflict:
         stored = await store.load(session_id)
+        if len(stored) < version:
+            raise StoreUnusable(
+                path=store_label(store),
+                reason=(
+                    f"it holds {len(stored)} entries of session {session_id!r}, "
+                    f"where its durable run has written {version}: this worker "
+                    "keeps sessions in another store than the workers that ran "
+                    "the run before. The workers of a task queue must share one "
+                    "store (a PostgreSQL URL, or one SQLite file they all "
+                    "reach); a MemoryStore loses its sessions when its worker "
+                    "stops"
+                ),
+            ) from conflict
         there = stored[version:]
         if len(there) > len(entries) or any(
             serde.envelope(a) != serde.envelope(b)
@@ -257,6 +275,10 @@ async def _write(
         await append_once(store, session_id, entries, log["version"])
     except SessionConflict as exc:
         raise not_retried(exc) from None
+    except StoreUnusable as exc:
+        if not isinstance(exc.__cause__, SessionConflict):
+            raise  # the store down: retried, as an activity lost with its store
+        raise not_retried(exc) from None  # another store than the run's
     if any(_lets_go(e) for e in entries):
         holder = _holder(store, session_id)
         if holder is not None:
