@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Any, TextIO
+import time
+from typing import Any, Final, TextIO
 
 import anyio
 
@@ -22,6 +23,13 @@ from turnfsm.errors import (
 __all__ = ["run_durable_demo", "run_worker_command"]
 
 _EXTRA = "the temporal extra is not installed: pip install 'turnfsm[temporal]'"
+
+WATCH: Final = 15.0
+"""Seconds between looks at the task queue while `turnfsm demo --durable` waits."""
+
+FRESH: Final = 90.0
+"""Seconds since a worker's last poll within which it counts as serving: a
+live worker polls again at least each minute (Temporal's long poll)."""
 
 
 def _demo_agents(store: str | None, out: TextIO) -> list[Agent]:
@@ -162,8 +170,9 @@ async def _shut_down_on_signal(worker: Any) -> None:
 async def _polled(client: Any, namespace: str, task_queue: str) -> bool:
     """Whether a worker polled `task_queue` for workflow tasks lately.
 
-    Temporal lists a queue's pollers of the last few minutes; a server that
-    cannot say counts as polled (nothing to advise).
+    Temporal lists a queue's pollers of the last few minutes, a worker
+    killed meanwhile too: one counts if it polled in the last `FRESH`
+    seconds. A server that cannot say counts as polled (nothing to advise).
     """
     from temporalio.api.enums.v1 import TaskQueueType
     from temporalio.api.taskqueue.v1 import TaskQueue
@@ -180,7 +189,11 @@ async def _polled(client: Any, namespace: str, task_queue: str) -> bool:
         )
     except RPCError:
         return True
-    return bool(described.pollers)
+    now = time.time()
+    return any(
+        now - poller.last_access_time.ToSeconds() < FRESH
+        for poller in described.pollers
+    )
 
 
 def run_durable_demo(
@@ -222,10 +235,11 @@ def run_durable_demo(
                 file=stream,
                 flush=True,
             )
-        if not await _polled(client, namespace, task_queue):
-            where = f" --address {address}"
-            if namespace != "default":
-                where += f" --namespace {namespace}"
+        where = f" --address {address}"
+        if namespace != "default":
+            where += f" --namespace {namespace}"
+
+        def unserved() -> None:
             # Said with --quiet too (on stderr): else it waits without a word.
             print(
                 f"no worker has asked {task_queue!r} for work lately: start "
@@ -234,7 +248,19 @@ def run_durable_demo(
                 file=sys.stderr if quiet else stream,
                 flush=True,
             )
-        return await run.result()
+
+        polled = await _polled(client, namespace, task_queue)
+        if not polled:
+            unserved()
+        # A worker that stops mid-run (killed, its host gone) is said too,
+        # once its queue has gone unpolled: the run waits for another.
+        while True:
+            with anyio.move_on_after(WATCH):
+                return await run.result()
+            now = await _polled(client, namespace, task_queue)
+            if polled and not now:
+                unserved()
+            polled = now
 
     try:
         result = run_async(go)
