@@ -295,10 +295,10 @@ class DurableRun:
     async def _failing_task(self) -> ConfigError | None:
         """Why the run's workflow task fails on its workers, again and again.
 
-        None when it does not: its last task did not fail, or was not retried
-        yet. Temporal refuses (or never answers) the queries of such a
-        workflow, and its run waits until workers that can run it serve
-        its queue.
+        None when it does not: its last task did not fail (one that timed
+        out is redone), or was not retried yet. Temporal refuses (or never
+        answers) the queries of such a workflow, and its run waits until
+        workers that can run it serve its queue.
         """
         described = (await self._handle.describe()).raw_description
         if (
@@ -306,7 +306,6 @@ class DurableRun:
             or described.pending_workflow_task.attempt < 2
         ):
             return None
-        why = "its workflow task failed"
         events = (
             await self._client.workflow_service.get_workflow_execution_history_reverse(
                 GetWorkflowExecutionHistoryReverseRequest(
@@ -316,10 +315,17 @@ class DurableRun:
                 )
             )
         )
-        for event in events.history.events:
+        why = None
+        for event in events.history.events:  # the newest first
             if event.HasField("workflow_task_failed_event_attributes"):
                 why = event.workflow_task_failed_event_attributes.failure.message
                 break
+            if event.HasField("workflow_task_timed_out_event_attributes") or (
+                event.HasField("workflow_task_completed_event_attributes")
+            ):
+                return None  # a task that took too long is redone: not stuck
+        if why is None:
+            return None
         changed = self._changed_agent(why)
         if changed is not None:
             return changed
