@@ -510,6 +510,24 @@ async def test_workers_on_another_store_fail_the_run_instead_of_writing_a_gap(
     assert [r.outcome for r in kept.runs] == ["paused"]
 
 
+async def test_status_with_no_worker_on_its_queue_names_the_queue(
+    temporal_client: Client,
+) -> None:
+    # It raised Temporal's RPCError after 30 seconds, in words that changed
+    # from one try to the next ("Timeout expired", "h2 protocol error").
+    queue = _queue()  # no worker ever serves it
+    agent = Agent(model=ScriptedModel.of("x"), name="unserved")
+    run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(90):
+                await run.status()
+    finally:
+        await run.handle.terminate("test over")
+    assert (caught.value.field, caught.value.value) == ("task_queue", queue)
+    assert f"turnfsm worker --task-queue {queue}" in str(caught.value)
+
+
 async def _task_failed(client: Client, workflow_id: str) -> None:
     """Wait until the workflow's history records a workflow task that failed."""
     with anyio.fail_after(30):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from typing import Any, Final, TextIO
 
 import anyio
@@ -26,10 +25,6 @@ _EXTRA = "the temporal extra is not installed: pip install 'turnfsm[temporal]'"
 
 WATCH: Final = 15.0
 """Seconds between looks at the task queue while `turnfsm demo --durable` waits."""
-
-FRESH: Final = 90.0
-"""Seconds since a worker's last poll within which it counts as serving: a
-live worker polls again at least each minute (Temporal's long poll)."""
 
 
 def _demo_agents(store: str | None, out: TextIO) -> list[Agent]:
@@ -168,32 +163,10 @@ async def _shut_down_on_signal(worker: Any) -> None:
 
 
 async def _polled(client: Any, namespace: str, task_queue: str) -> bool:
-    """Whether a worker polled `task_queue` for workflow tasks lately.
+    """Whether a worker polled `task_queue` (of `client`'s namespace) lately."""
+    from turnfsm.temporal import queue_polled
 
-    Temporal lists a queue's pollers of the last few minutes, a worker
-    killed meanwhile too: one counts if it polled in the last `FRESH`
-    seconds. A server that cannot say counts as polled (nothing to advise).
-    """
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-    from temporalio.service import RPCError
-
-    try:
-        described = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=namespace,
-                task_queue=TaskQueue(name=task_queue),
-                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-            )
-        )
-    except RPCError:
-        return True
-    now = time.time()
-    return any(
-        now - poller.last_access_time.ToSeconds() < FRESH
-        for poller in described.pollers
-    )
+    return await queue_polled(client, task_queue)
 
 
 def run_durable_demo(

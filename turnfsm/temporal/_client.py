@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import weakref
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -11,8 +12,11 @@ from typing import Any, Final, final
 import anyio.lowlevel
 import attrs
 from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeNamespaceRequest,
+    DescribeTaskQueueRequest,
     GetWorkflowExecutionHistoryReverseRequest,
 )
 from temporalio.client import (
@@ -76,6 +80,10 @@ _TASK_EVENTS: Final = 20
 """The newest events of a workflow read for why its task fails (the failure
 is among the last few: scheduled, started, failed, then its retries)."""
 
+_FRESH: Final = 90.0
+"""Seconds since a worker's last poll within which it counts as serving: a
+live worker polls again at least each minute (Temporal's long poll)."""
+
 _OVERHEAD: Final = 1024
 """Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
 
@@ -106,6 +114,31 @@ async def server_payload_limit(client: Client) -> int | None:
     limit = described.namespace_info.limits.blob_size_limit_error
     said = _SERVER_LIMITS[client] = limit - _OVERHEAD if limit > _OVERHEAD else None
     return said
+
+
+async def queue_polled(client: Client, task_queue: str) -> bool:
+    """Whether a worker polled `task_queue` for workflow tasks lately.
+
+    Temporal lists a queue's pollers of the last few minutes, a worker
+    killed meanwhile too: one counts if it polled in the last 90 seconds.
+    A server that cannot say counts as polled (nothing to advise).
+    """
+    try:
+        described = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    except RPCError:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        return True
+    now = time.time()
+    return any(
+        now - poller.last_access_time.ToSeconds() < _FRESH
+        for poller in described.pollers
+    )
 
 
 def _clipped(value: object) -> object:
@@ -250,7 +283,8 @@ class DurableRun:
             ConfigError: the workers serve another build of the run's agent
                 (another machine, another context window): its workflow
                 cannot go on there; or its workflow's task fails on them
-                for another reason (named).
+                for another reason (named); or no worker serves its task
+                queue (named, after about 30 seconds).
             SessionNotFound: Temporal knows no durable run of the session.
         """
         ended: str | None = None  # how its workflow ended, when not cleanly
@@ -470,6 +504,10 @@ class DurableRun:
         lost = _unreachable(self._client, self.session_id, exc)
         if lost is not None:
             return lost
+        if name == "status" and exc.status != RPCStatusCode.NOT_FOUND:
+            unserved = await self._unserved()
+            if unserved is not None:
+                return unserved
         steers = name not in ("result", "status")
         if steers and "size exceeds limit" in exc.message:
             # The server's own refusal of a payload past its limit.
@@ -492,6 +530,27 @@ class DurableRun:
         if not steers:
             return exc
         return ConfigError(name, value, "a run still going (it has ended)")
+
+    async def _unserved(self) -> ConfigError | None:
+        """`ConfigError` naming the run's task queue if no worker polls it, else None.
+
+        A query needs a worker: with none, Temporal gives up after about 30
+        seconds, in words of its own ("Timeout expired", "no poller seen").
+        """
+        try:
+            queue = (await self._handle.describe()).task_queue
+        except RPCError:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return None
+        if await queue_polled(self._client, queue):
+            return None
+        return ConfigError(
+            "task_queue",
+            queue,
+            "a task queue a worker serves: none has asked it for work lately, "
+            "so nothing answers the run's status; start one (turnfsm worker "
+            f"--task-queue {queue}, or create_worker) and the run goes on there",
+        )
 
 
 def _unreachable(
