@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -693,6 +694,54 @@ async def _started(
     with anyio.fail_after(30):
         await started.wait()
     return run
+
+
+BLOCKED: list[str] = []
+
+
+async def block(seconds: float) -> str:
+    """Hold the event loop (a blocking call in an async tool).
+
+    Args:
+        seconds: how long.
+    """
+    call = current_tool_call()
+    assert call is not None
+    BLOCKED.append(call.id)
+    time.sleep(seconds)  # noqa: ASYNC251 - the user's mistake this test makes
+    return f"blocked {seconds} s"
+
+
+@pytest.mark.filterwarnings("ignore:Cannot find activity to cancel:UserWarning")
+async def test_a_tool_holding_the_loop_past_the_heartbeat_runs_once(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # An async tool that blocks the worker's event loop past the heartbeat
+    # timeout: Temporal took its worker for lost and scheduled the call
+    # again, on the same worker, which ran the tool again, and again (each
+    # attempt held the loop as long): a run that never ended. The retry
+    # takes the result of the run that went on.
+    BLOCKED.clear()
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("block", "b1", seconds=2.5)), "ok"),
+        tools=[block],
+        store=SQLiteStore(tmp_path / "b.db"),
+        name="blocker",
+    )
+    options = DurableOptions(heartbeat_timeout=1, retry_initial=0.1, retry_max=0.5)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "go", client=temporal_client, task_queue=queue, options=options
+        )
+        with anyio.fail_after(40):
+            result = await run.result()
+    assert result.ok
+    assert BLOCKED == ["b1"]
+    session = await Session.load(SQLiteStore(tmp_path / "b.db"), run.session_id)
+    results = [r for m in session.history for r in m.tool_results]
+    assert [(r.call_id, r.content, r.is_error) for r in results] == [
+        ("b1", "blocked 2.5 s", False)
+    ]
 
 
 async def test_cancelling_the_workflow_records_the_run_interrupted(

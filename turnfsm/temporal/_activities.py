@@ -26,8 +26,10 @@ activity fails for good and the run is logged as crashed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -294,28 +296,66 @@ def _lets_go(entry: Entry) -> bool:
     )
 
 
+@attrs.define
+class _Beat:
+    """Whether an activity's heartbeat lapsed: the loop held past its timeout."""
+
+    timeout: float | None
+    last: float = attrs.field(factory=time.monotonic)
+    lapsed: bool = False
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.timeout is not None and now - self.last > self.timeout:
+            self.lapsed = True  # Temporal took the worker for lost meanwhile
+        self.last = now
+
+
 @contextlib.asynccontextmanager
-async def _beating() -> AsyncIterator[None]:
-    """Heartbeat every third of the activity's heartbeat timeout while it runs."""
+async def _beating() -> AsyncIterator[_Beat]:
+    """Heartbeat every third of the activity's heartbeat timeout while it runs.
+
+    Yields whether the heartbeat lapsed: something held the worker's event
+    loop past the timeout (a blocking call in an async tool), so Temporal
+    scheduled the activity again though its worker was not lost.
+    """
     info = activity.info()
     timeout = info.heartbeat_timeout
     if timeout is None or timeout <= timedelta(0):
-        yield
+        yield _Beat(None)
         return
+    beat = _Beat(timeout.total_seconds())
     period = timeout.total_seconds() / 3
 
-    async def beat() -> None:
+    async def beats() -> None:
         while True:  # not at once: a short activity sends none
             await asyncio.sleep(period)
+            beat.tick()
             activity.heartbeat()
 
-    task = asyncio.create_task(beat())
+    task = asyncio.create_task(beats())
     try:
-        yield
+        yield beat
     finally:
+        beat.tick()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+_HELD: Final[collections.OrderedDict[tuple[str, str], asyncio.Future[Any]]] = (
+    collections.OrderedDict()
+)
+"""The tool calls of this process whose heartbeat lapsed, by workflow and
+activity id: the run that went on, for the attempt Temporal scheduled again
+to take its result instead of running the tool a second time."""
+
+_RUNNING: Final[dict[tuple[str, str], asyncio.Future[Any]]] = {}
+"""The tool calls running in this process, by workflow and activity id: an
+attempt scheduled again meanwhile (the first held the loop) waits for it."""
+
+_HELD_KEPT: Final = 64
+"""Lapsed tool calls remembered (the oldest are forgotten)."""
 
 
 def not_retried(exc: TurnFSMError) -> ApplicationError:
@@ -478,23 +518,79 @@ def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
 @activity.defn(name="turnfsm.tool")
 async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     """Run one tool call of the batch in flight; return its result message."""
-    agent = agent_named(request["agent"], activity.info().task_queue)
+    info = activity.info()
+    agent = agent_named(request["agent"], info.task_queue)
     session_id = request["session_id"]
-    async with _beating():
+    key = (info.workflow_id or "", info.activity_id)
+    async with _beating() as beat:
         await _write(_store(request), session_id, request.get("log"))
-        driver = agent.driver
-        call = serde.from_json(ToolCallPart, request["call"])
-        run = driver.resources(request["run_id"], session=None, session_id=session_id)
+        earlier = _HELD.pop(key, None) or _RUNNING.get(key)
+        if earlier is not None:
+            # This worker ran the call, holding its loop past the heartbeat
+            # timeout: not lost, so the tool does not run again.
+            data: dict[str, Any] = await asyncio.shield(earlier)
+            return data
+        ran = _RUNNING[key] = asyncio.get_running_loop().create_future()
+        ran.add_done_callback(_seen)
         try:
-            result = await run_tool_with_hooks(run, call, turn=_turn(request))
-        except Exception as exc:  # tool errors are results: this is a hook's bug
-            raise _crashed(exc) from exc
-        data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
-        limit = request.get("result_limit")
-        if limit is not None and result_past(result, limit):
-            too_large = too_large_result(call, result, limit)
-            data = serde.to_json(too_large)  # type: ignore[assignment]
+            data = await _call_tool(agent, request, session_id, beat, key, ran)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                ran.cancel()
+            elif not ran.done():
+                ran.set_exception(exc)
+            raise
+        finally:
+            _RUNNING.pop(key, None)
+        if not ran.done():
+            ran.set_result(data)
         return data
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    """Retrieve a lapsed call's outcome, so an error nobody awaits is not logged."""
+    if not future.cancelled():
+        future.exception()
+
+
+async def _call_tool(
+    agent: Agent,
+    request: Mapping[str, Any],
+    session_id: str,
+    beat: _Beat,
+    key: tuple[str, str],
+    ran: asyncio.Future[Any],
+) -> dict[str, Any]:
+    """Run the request's tool call; its result message as JSON."""
+    driver = agent.driver
+    call = serde.from_json(ToolCallPart, request["call"])
+    run = driver.resources(request["run_id"], session=None, session_id=session_id)
+    try:
+        result = await run_tool_with_hooks(run, call, turn=_turn(request))
+    except Exception as exc:  # tool errors are results: this is a hook's bug
+        raise _crashed(exc) from exc
+    finally:
+        beat.tick()
+        if beat.lapsed:  # Temporal runs the call again: it takes this run's end
+            logger.warning(
+                "tool %r held the worker's event loop past the heartbeat "
+                "timeout (%s s), so Temporal scheduled its call %s again; "
+                "the call is not run again. Await in async tools (a blocking "
+                "call belongs in a plain def, run in a thread), or raise "
+                "DurableOptions.heartbeat_timeout",
+                call.name,
+                beat.timeout,
+                call.id,
+            )
+            _HELD[key] = ran
+            while len(_HELD) > _HELD_KEPT:
+                _HELD.popitem(last=False)
+    data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
+    limit = request.get("result_limit")
+    if limit is not None and result_past(result, limit):
+        too_large = too_large_result(call, result, limit)
+        data = serde.to_json(too_large)  # type: ignore[assignment]
+    return data
 
 
 def result_past(result: Message, limit: int) -> bool:
