@@ -744,6 +744,34 @@ async def test_a_tool_holding_the_loop_past_the_heartbeat_runs_once(
     ]
 
 
+@pytest.mark.filterwarnings("ignore:Cannot find activity to cancel:UserWarning")
+async def test_a_model_call_holding_the_loop_past_the_heartbeat_is_made_once(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # A model client making a blocking call in its async method (a slow
+    # local model behind a blocking HTTP library): each attempt held the
+    # loop past the heartbeat timeout, and the model was called for ever.
+    calls: list[int] = []
+
+    async def slow(request: ModelRequest) -> str:
+        calls.append(1)
+        time.sleep(2.5)  # noqa: ASYNC251 - the user's mistake this test makes
+        return "the answer"
+
+    agent = Agent(
+        model=FakeModelClient(slow), store=SQLiteStore(tmp_path / "m.db"), name="slow"
+    )
+    options = DurableOptions(heartbeat_timeout=1, retry_initial=0.1, retry_max=0.5)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "go", client=temporal_client, task_queue=queue, options=options
+        )
+        with anyio.fail_after(40):
+            result = await run.result()
+    assert (result.ok, result.text) == (True, "the answer")
+    assert len(calls) == 1
+
+
 async def test_cancelling_the_workflow_records_the_run_interrupted(
     temporal_client: Client, tmp_path: Path
 ) -> None:

@@ -30,7 +30,7 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -424,7 +424,7 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
     agent = agent_named(request["agent"], activity.info().task_queue)
     store = _store(request)
     session_id, run_id = request["session_id"], request["run_id"]
-    async with _beating():
+    async with _beating() as beat:
         await _write(store, session_id, request.get("log"))
         driver = agent.driver
         snapshot = serde.from_json(Snapshot, request["snapshot"])
@@ -448,28 +448,43 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
             retry=_ONE_ATTEMPT if key == "call_llm" else None,
         )
         ctx = EffectContext(run=run, snapshot=snapshot)
-        try:
-            event = await carry_out(driver.effect_settings, ctx, decision)
-        except TurnFSMError as exc:
-            raise not_retried(exc) from None
-        except Exception as exc:
-            if key not in driver.effects:  # a built-in effect's bug
-                raise _crashed(exc) from exc
-            # An effect of the user's: the run fails with a typed error, as
-            # in-process (its traceback in the worker's log).
-            logger.error("run %s: effect %r raised", run_id, key, exc_info=exc)
-            failed = EffectFailed(effect=key, type=type(exc).__name__, message=str(exc))
-            raise not_retried(failed) from None
-        data = _answer(event, driver.retry)
-        limit = request.get("payload_limit")
-        if limit is not None and (size := payload_size(data)) > limit:
-            # Refused as a result, the activity would be run again and again
-            # (a model call each time): the run fails after this attempt.
-            too_large = PayloadTooLarge(
-                effect=key, size=size, limit=limit, returned=True
-            )
-            raise not_retried(too_large)
-        return data
+
+        async def work() -> dict[str, Any]:
+            return await _carry_out(driver, ctx, decision, key, run_id, request)
+
+        what = "the model call" if key == "call_llm" else f"effect {key!r}"
+        return await _once(beat, f"{what} (run {run_id})", work)
+
+
+async def _carry_out(
+    driver: Driver,
+    ctx: EffectContext,
+    decision: Any,
+    key: str,
+    run_id: str,
+    request: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Carry the effect's decision out; the event it ends with, as JSON."""
+    try:
+        event = await carry_out(driver.effect_settings, ctx, decision)
+    except TurnFSMError as exc:
+        raise not_retried(exc) from None
+    except Exception as exc:
+        if key not in driver.effects:  # a built-in effect's bug
+            raise _crashed(exc) from exc
+        # An effect of the user's: the run fails with a typed error, as
+        # in-process (its traceback in the worker's log).
+        logger.error("run %s: effect %r raised", run_id, key, exc_info=exc)
+        failed = EffectFailed(effect=key, type=type(exc).__name__, message=str(exc))
+        raise not_retried(failed) from None
+    data = _answer(event, driver.retry)
+    limit = request.get("payload_limit")
+    if limit is not None and (size := payload_size(data)) > limit:
+        # Refused as a result, the activity would be run again and again
+        # (a model call each time): the run fails after this attempt.
+        too_large = PayloadTooLarge(effect=key, size=size, limit=limit, returned=True)
+        raise not_retried(too_large)
+    return data
 
 
 def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
@@ -518,73 +533,102 @@ def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
 @activity.defn(name="turnfsm.tool")
 async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     """Run one tool call of the batch in flight; return its result message."""
-    info = activity.info()
-    agent = agent_named(request["agent"], info.task_queue)
+    agent = agent_named(request["agent"], activity.info().task_queue)
     session_id = request["session_id"]
-    key = (info.workflow_id or "", info.activity_id)
+    call = serde.from_json(ToolCallPart, request["call"])
     async with _beating() as beat:
         await _write(_store(request), session_id, request.get("log"))
-        earlier = _HELD.pop(key, None) or _RUNNING.get(key)
-        if earlier is not None:
-            # This worker ran the call, holding its loop past the heartbeat
-            # timeout: not lost, so the tool does not run again.
-            data: dict[str, Any] = await asyncio.shield(earlier)
-            return data
-        ran = _RUNNING[key] = asyncio.get_running_loop().create_future()
-        ran.add_done_callback(_seen)
-        try:
-            data = await _call_tool(agent, request, session_id, beat, key, ran)
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                ran.cancel()
-            elif not ran.done():
-                ran.set_exception(exc)
-            raise
-        finally:
-            _RUNNING.pop(key, None)
-        if not ran.done():
-            ran.set_result(data)
+
+        async def work() -> dict[str, Any]:
+            return await _call_tool(agent, request, session_id, call)
+
+        return await _once(beat, f"tool {call.name!r} (call {call.id})", work)
+
+
+async def _once(
+    beat: _Beat, what: str, work: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """`work`'s answer, carried out once in this process for its activity.
+
+    An attempt that holds the worker's event loop past the heartbeat
+    timeout is timed out by Temporal and scheduled again, though its worker
+    was not lost: that cancel does not stop it, and the next attempt takes
+    its answer (waiting for it if it runs still) instead of carrying the
+    work out again. A failed attempt is not kept: the next one carries the
+    work out again.
+    """
+    info = activity.info()
+    key = (info.workflow_id or "", info.activity_id)
+    # Kept for every later attempt: one scheduled while the loop was held
+    # times out too (its heartbeat clock runs before it reaches Python).
+    earlier = _HELD.get(key) or _RUNNING.get(key)
+    if earlier is not None:
+        data: dict[str, Any] = await asyncio.shield(earlier)
         return data
+    task = asyncio.ensure_future(work())
+    task.add_done_callback(_seen)
+    _RUNNING[key] = task
+    try:
+        data = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        beat.tick()
+        if not (beat.lapsed and _timed_out()):
+            task.cancel()  # a cancel of the run's (or the worker stopping)
+            raise
+        _keep_for_retry(key, task, what, beat)
+        raise
+    finally:
+        _RUNNING.pop(key, None)
+    beat.tick()
+    if beat.lapsed:  # Temporal carries it out again: it takes this answer
+        _keep_for_retry(key, task, what, beat)
+    return data
+
+
+def _timed_out() -> bool:
+    """Whether Temporal cancelled the activity for its lapsed heartbeat."""
+    details = activity.cancellation_details()
+    return (
+        details is not None
+        and not details.cancel_requested
+        and not details.worker_shutdown
+        and (details.timed_out or details.not_found)
+    )
+
+
+def _keep_for_retry(
+    key: tuple[str, str], task: asyncio.Future[Any], what: str, beat: _Beat
+) -> None:
+    """Keep `task` for the attempt Temporal schedules again; say why."""
+    logger.warning(
+        "%s held the worker's event loop past the heartbeat timeout (%s s), "
+        "so Temporal scheduled it again; it is not carried out again. "
+        "Await in async code (a blocking call belongs in a plain def "
+        "tool, run in a thread), or raise DurableOptions.heartbeat_timeout",
+        what,
+        beat.timeout,
+    )
+    _HELD[key] = task
+    while len(_HELD) > _HELD_KEPT:
+        _HELD.popitem(last=False)
 
 
 def _seen(future: asyncio.Future[Any]) -> None:
-    """Retrieve a lapsed call's outcome, so an error nobody awaits is not logged."""
+    """Retrieve an attempt's outcome, so an error nobody awaits is not logged."""
     if not future.cancelled():
         future.exception()
 
 
 async def _call_tool(
-    agent: Agent,
-    request: Mapping[str, Any],
-    session_id: str,
-    beat: _Beat,
-    key: tuple[str, str],
-    ran: asyncio.Future[Any],
+    agent: Agent, request: Mapping[str, Any], session_id: str, call: ToolCallPart
 ) -> dict[str, Any]:
     """Run the request's tool call; its result message as JSON."""
     driver = agent.driver
-    call = serde.from_json(ToolCallPart, request["call"])
     run = driver.resources(request["run_id"], session=None, session_id=session_id)
     try:
         result = await run_tool_with_hooks(run, call, turn=_turn(request))
     except Exception as exc:  # tool errors are results: this is a hook's bug
         raise _crashed(exc) from exc
-    finally:
-        beat.tick()
-        if beat.lapsed:  # Temporal runs the call again: it takes this run's end
-            logger.warning(
-                "tool %r held the worker's event loop past the heartbeat "
-                "timeout (%s s), so Temporal scheduled its call %s again; "
-                "the call is not run again. Await in async tools (a blocking "
-                "call belongs in a plain def, run in a thread), or raise "
-                "DurableOptions.heartbeat_timeout",
-                call.name,
-                beat.timeout,
-                call.id,
-            )
-            _HELD[key] = ran
-            while len(_HELD) > _HELD_KEPT:
-                _HELD.popitem(last=False)
     data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
     limit = request.get("result_limit")
     if limit is not None and result_past(result, limit):
