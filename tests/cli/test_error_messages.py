@@ -351,6 +351,48 @@ def test_an_empty_session_id_is_refused_naming_its_argument(
 
 
 @pytest.mark.parametrize(
+    ("argv", "option", "what"),
+    [
+        (["worker", "--task-queue", ""], "--task-queue", "a task queue's name"),
+        (
+            ["demo", "--durable", "--task-queue", " "],
+            "--task-queue",
+            "a task queue's name",
+        ),
+        (["demo", "--durable", "--namespace", ""], "--namespace", "a namespace's name"),
+        (
+            ["worker", "--task-queue", "q", "--namespace", " "],
+            "--namespace",
+            "a namespace's name",
+        ),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_a_blank_task_queue_or_namespace_is_refused_naming_its_option(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    option: str,
+    what: str,
+) -> None:
+    # A blank task queue was refused as "invalid task_queue=''", a name the
+    # user never typed; a blank namespace reached the server and was said
+    # as the server lost ("Namespace not set on request.", exit status 1).
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNFSM_STORE", str(tmp_path / "s.db"))
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    value = argv[argv.index(option) + 1]
+    assert err.splitlines()[-1].endswith(
+        f": error: argument {option}: expected {what}, not {value!r}"
+    ), err
+
+
+@pytest.mark.parametrize(
     ("argv", "command", "said"),
     [
         (

@@ -274,6 +274,56 @@ def test_demo_durable_quiet_with_no_worker_says_how_to_start_one(
     )
 
 
+def test_demo_durable_says_when_its_worker_stops_mid_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Its worker killed mid-run, it waited for another without a word, for
+    # ever: the queue is looked at while it waits, and its going unpolled
+    # is said once, as at the start.
+    pytest.importorskip("temporalio")
+    import turnfsm.temporal
+    from turnfsm.cli import _worker
+
+    looks = iter([True, True, False, False, True])
+    waits = 0
+
+    class Run:
+        session_id = "ses_1"
+        workflow_id = "turnfsm-ses_1"
+
+        async def result(self) -> None:
+            nonlocal waits
+            waits += 1
+            if waits == 5:
+                raise KeyboardInterrupt
+            await anyio.sleep(3600)
+
+    async def connect(address: str, namespace: str) -> object:
+        return object()
+
+    async def start(*args: object, **kwargs: object) -> Run:
+        return Run()
+
+    async def asked(client: object, namespace: str, task_queue: str) -> bool:
+        return next(looks)
+
+    monkeypatch.setattr(_worker, "_connect", connect)
+    monkeypatch.setattr(_worker, "_polled", asked)
+    monkeypatch.setattr(_worker, "WATCH", 0.01)
+    monkeypatch.setattr(turnfsm.temporal, "start_durable", start)
+    status = _worker.run_durable_demo(
+        "q", address="127.0.0.1:7233", namespace="default", quiet=True
+    )
+    assert status == 130
+    err = capsys.readouterr().err
+    assert err.count("no worker has asked 'q' for work lately") == 1
+    assert err.startswith(
+        "no worker has asked 'q' for work lately: start one (turnfsm worker "
+        "--task-queue q --address 127.0.0.1:7233, in another terminal) and the "
+        "run goes on there\n"
+    )
+
+
 def test_demo_durable_says_the_server_was_lost_in_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

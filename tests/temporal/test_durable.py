@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from turnfsm.errors import (
     SessionBusy,
     SessionConflict,
     SessionNotFound,
+    StoreUnusable,
     TemporalUnreachable,
 )
 from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
@@ -479,6 +481,99 @@ async def test_status_on_workers_serving_a_changed_agent_says_so(
             await run.result()
 
 
+async def test_workers_on_another_store_fail_the_run_instead_of_writing_a_gap(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Paused on workers whose store holds its log; the workers that take the
+    # approval keep sessions in another file (another host's SQLite file, a
+    # MemoryStore after a restart). Their write of what the run made since
+    # would land at the start of an empty log, a log with no opening; the
+    # run fails instead, typed, naming the store, and writes nothing there.
+    first, other = tmp_path / "first.db", tmp_path / "other.db"
+    agent = _asking("moved", SQLiteStore(first))
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+    async with create_worker(
+        temporal_client, queue, _asking("moved", SQLiteStore(other))
+    ):
+        await run.approve()
+        with pytest.raises(StoreUnusable) as caught:
+            with anyio.fail_after(30):
+                await run.result()
+    assert caught.value.path == str(other)
+    assert "must share one store" in str(caught.value)
+    assert [s.id for s in await SQLiteStore(other).list_sessions()] == []
+    kept = await Session.load(SQLiteStore(first), run.session_id)
+    assert [r.outcome for r in kept.runs] == ["paused"]
+
+
+async def test_status_with_no_worker_on_its_queue_names_the_queue(
+    temporal_client: Client,
+) -> None:
+    # It raised Temporal's RPCError after 30 seconds, in words that changed
+    # from one try to the next ("Timeout expired", "h2 protocol error").
+    queue = _queue()  # no worker ever serves it
+    agent = Agent(model=ScriptedModel.of("x"), name="unserved")
+    run = await start_durable(agent, "hi", client=temporal_client, task_queue=queue)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(90):
+                await run.status()
+    finally:
+        await run.handle.terminate("test over")
+    assert (caught.value.field, caught.value.value) == ("task_queue", queue)
+    assert f"turnfsm worker --task-queue {queue}" in str(caught.value)
+
+
+async def _task_failed(client: Client, workflow_id: str) -> None:
+    """Wait until the workflow's history records a workflow task that failed."""
+    with anyio.fail_after(30):
+        while True:
+            history = await _history(client, workflow_id)
+            if any(
+                e.HasField("workflow_task_failed_event_attributes")
+                for e in history.events
+            ):
+                return
+            await anyio.sleep(0.1)
+
+
+async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # Paused on its workers; a cancel comes while none serves the queue, so
+    # its workflow has a task waiting. Workers serving the agent on another
+    # machine then take that task, replay the history and fail it, again and
+    # again: Temporal refuses queries of such a workflow itself (it answered
+    # with its RPCError, "Workflow Task in failed state"). The status says
+    # why, typed, with the way on.
+    store = SQLiteStore(tmp_path / "f.db")
+    agent = _asking("failing", store)
+    queue = _queue()
+    async with create_worker(temporal_client, queue, agent):
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+    await run.cancel("stop")  # a signal: its task waits for a worker
+    changed = Agent(model=ScriptedModel.of("x"), store=store, name="failing")
+    async with create_worker(temporal_client, queue, changed):
+        await _task_failed(temporal_client, run.workflow_id)
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(30):
+                await run.status()
+    await run.handle.terminate("test over")
+    message = str(caught.value)
+    assert caught.value.field == "agent"
+    assert "takes other steps than the run's history" in message
+    assert "Nondeterminism" in message
+    assert f"turnfsm resume {run.session_id} --force" in message
+
+
 def test_an_answer_refused_in_the_workflow_says_it_failed_and_the_way_on() -> None:
     # Taken on a worker whose agent lacks a tool the answer runs (one worker
     # checked it, another carries it out): the workflow ends, the log keeps
@@ -599,6 +694,82 @@ async def _started(
     with anyio.fail_after(30):
         await started.wait()
     return run
+
+
+BLOCKED: list[str] = []
+
+
+async def block(seconds: float) -> str:
+    """Hold the event loop (a blocking call in an async tool).
+
+    Args:
+        seconds: how long.
+    """
+    call = current_tool_call()
+    assert call is not None
+    BLOCKED.append(call.id)
+    time.sleep(seconds)  # noqa: ASYNC251 - the user's mistake this test makes
+    return f"blocked {seconds} s"
+
+
+@pytest.mark.filterwarnings("ignore:Cannot find activity to cancel:UserWarning")
+async def test_a_tool_holding_the_loop_past_the_heartbeat_runs_once(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # An async tool that blocks the worker's event loop past the heartbeat
+    # timeout: Temporal took its worker for lost and scheduled the call
+    # again, on the same worker, which ran the tool again, and again (each
+    # attempt held the loop as long): a run that never ended. The retry
+    # takes the result of the run that went on.
+    BLOCKED.clear()
+    agent = Agent(
+        model=ScriptedModel.of(reply("", tool_call("block", "b1", seconds=2.5)), "ok"),
+        tools=[block],
+        store=SQLiteStore(tmp_path / "b.db"),
+        name="blocker",
+    )
+    options = DurableOptions(heartbeat_timeout=1, retry_initial=0.1, retry_max=0.5)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "go", client=temporal_client, task_queue=queue, options=options
+        )
+        with anyio.fail_after(40):
+            result = await run.result()
+    assert result.ok
+    assert BLOCKED == ["b1"]
+    session = await Session.load(SQLiteStore(tmp_path / "b.db"), run.session_id)
+    results = [r for m in session.history for r in m.tool_results]
+    assert [(r.call_id, r.content, r.is_error) for r in results] == [
+        ("b1", "blocked 2.5 s", False)
+    ]
+
+
+@pytest.mark.filterwarnings("ignore:Cannot find activity to cancel:UserWarning")
+async def test_a_model_call_holding_the_loop_past_the_heartbeat_is_made_once(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # A model client making a blocking call in its async method (a slow
+    # local model behind a blocking HTTP library): each attempt held the
+    # loop past the heartbeat timeout, and the model was called for ever.
+    calls: list[int] = []
+
+    async def slow(request: ModelRequest) -> str:
+        calls.append(1)
+        time.sleep(2.5)  # noqa: ASYNC251 - the user's mistake this test makes
+        return "the answer"
+
+    agent = Agent(
+        model=FakeModelClient(slow), store=SQLiteStore(tmp_path / "m.db"), name="slow"
+    )
+    options = DurableOptions(heartbeat_timeout=1, retry_initial=0.1, retry_max=0.5)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "go", client=temporal_client, task_queue=queue, options=options
+        )
+        with anyio.fail_after(40):
+            result = await run.result()
+    assert (result.ok, result.text) == (True, "the answer")
+    assert len(calls) == 1
 
 
 async def test_cancelling_the_workflow_records_the_run_interrupted(

@@ -10,7 +10,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # Only what imports in a blink (no turnfsm package with its dependencies): the
@@ -106,6 +106,21 @@ def _session_id(text: str) -> str:
             f"expected a session id (as `turnfsm sessions list` shows it), not {text!r}"
         )
     return text
+
+
+def _named(what: str) -> Callable[[str], str]:
+    """A name an option gives Temporal (a task queue, a namespace): refused when blank.
+
+    A blank task queue was refused later, as ``invalid task_queue=''`` (a
+    name the user never typed); a blank namespace reached the server.
+    """
+
+    def name(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"expected {what}, not {text!r}")
+        return text
+
+    return name
 
 
 def _trace_options() -> argparse.ArgumentParser:
@@ -479,6 +494,7 @@ def _temporal_options(parser: argparse.ArgumentParser, *, required: bool) -> Non
     parser.add_argument(
         "--task-queue",
         metavar="Q",
+        type=_named("a task queue's name"),
         required=required,
         default=None if required else "turnfsm-demo",
         help="the Temporal task queue" + ("" if required else " (turnfsm-demo)"),
@@ -489,7 +505,10 @@ def _temporal_options(parser: argparse.ArgumentParser, *, required: bool) -> Non
         help="the Temporal server (default 127.0.0.1:7233)",
     )
     parser.add_argument(
-        "--namespace", default="default", help="the Temporal namespace (default)"
+        "--namespace",
+        type=_named("a namespace's name"),
+        default="default",
+        help="the Temporal namespace (default)",
     )
 
 

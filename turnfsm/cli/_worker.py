@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import anyio
 
@@ -22,6 +22,9 @@ from turnfsm.errors import (
 __all__ = ["run_durable_demo", "run_worker_command"]
 
 _EXTRA = "the temporal extra is not installed: pip install 'turnfsm[temporal]'"
+
+WATCH: Final = 15.0
+"""Seconds between looks at the task queue while `turnfsm demo --durable` waits."""
 
 
 def _demo_agents(store: str | None, out: TextIO) -> list[Agent]:
@@ -160,27 +163,10 @@ async def _shut_down_on_signal(worker: Any) -> None:
 
 
 async def _polled(client: Any, namespace: str, task_queue: str) -> bool:
-    """Whether a worker polled `task_queue` for workflow tasks lately.
+    """Whether a worker polled `task_queue` (of `client`'s namespace) lately."""
+    from turnfsm.temporal import queue_polled
 
-    Temporal lists a queue's pollers of the last few minutes; a server that
-    cannot say counts as polled (nothing to advise).
-    """
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-    from temporalio.service import RPCError
-
-    try:
-        described = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=namespace,
-                task_queue=TaskQueue(name=task_queue),
-                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-            )
-        )
-    except RPCError:
-        return True
-    return bool(described.pollers)
+    return await queue_polled(client, task_queue)
 
 
 def run_durable_demo(
@@ -222,10 +208,11 @@ def run_durable_demo(
                 file=stream,
                 flush=True,
             )
-        if not await _polled(client, namespace, task_queue):
-            where = f" --address {address}"
-            if namespace != "default":
-                where += f" --namespace {namespace}"
+        where = f" --address {address}"
+        if namespace != "default":
+            where += f" --namespace {namespace}"
+
+        def unserved() -> None:
             # Said with --quiet too (on stderr): else it waits without a word.
             print(
                 f"no worker has asked {task_queue!r} for work lately: start "
@@ -234,7 +221,19 @@ def run_durable_demo(
                 file=sys.stderr if quiet else stream,
                 flush=True,
             )
-        return await run.result()
+
+        polled = await _polled(client, namespace, task_queue)
+        if not polled:
+            unserved()
+        # A worker that stops mid-run (killed, its host gone) is said too,
+        # once its queue has gone unpolled: the run waits for another.
+        while True:
+            with anyio.move_on_after(WATCH):
+                return await run.result()
+            now = await _polled(client, namespace, task_queue)
+            if polled and not now:
+                unserved()
+            polled = now
 
     try:
         result = run_async(go)

@@ -26,7 +26,9 @@ Or run ``turnfsm worker --task-queue agents --agent myapp:agent``.
 from turnfsm.temporal._activities import ACTIVITIES, append_once, register
 from turnfsm.temporal._client import DurableRun, start_durable
 
-# For the command line (not in `__all__`): the reason in the SDK's words.
+# For the command line (not in `__all__`): the reason in the SDK's words,
+# and whether a worker serves a task queue.
+from turnfsm.temporal._client import queue_polled as queue_polled
 from turnfsm.temporal._client import sdk_reason as sdk_reason
 from turnfsm.temporal._payloads import DurableOptions, RunSpec, RunStatus
 from turnfsm.temporal._remote import EffectCrashed

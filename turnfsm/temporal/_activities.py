@@ -26,9 +26,11 @@ activity fails for good and the run is logged as crashed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -56,6 +58,7 @@ from turnfsm.errors import (
     RunCrashed,
     SessionBusy,
     SessionConflict,
+    StoreUnusable,
     TurnFSMError,
 )
 from turnfsm.messages import Message, ToolCallPart
@@ -67,6 +70,7 @@ from turnfsm.persistence import (
     RunOpened,
     Session,
     SessionStore,
+    store_label,
 )
 from turnfsm.temporal._payloads import (
     fitting,
@@ -178,11 +182,27 @@ async def append_once(
 
     Raises:
         SessionConflict: another writer's entries are at `version`.
+        StoreUnusable: the store holds less of the log than the run wrote
+            there (another store than the one the run began in): nothing
+            is written, where it would be a log with a gap.
     """
     try:
         return await store.append(session_id, entries, expected_version=version)
-    except SessionConflict:
+    except SessionConflict as conflict:
         stored = await store.load(session_id)
+        if len(stored) < version:
+            raise StoreUnusable(
+                path=store_label(store),
+                reason=(
+                    f"it holds {len(stored)} entries of session {session_id!r}, "
+                    f"where its durable run has written {version}: this worker "
+                    "keeps sessions in another store than the workers that ran "
+                    "the run before. The workers of a task queue must share one "
+                    "store (a PostgreSQL URL, or one SQLite file they all "
+                    "reach); a MemoryStore loses its sessions when its worker "
+                    "stops"
+                ),
+            ) from conflict
         there = stored[version:]
         if len(there) > len(entries) or any(
             serde.envelope(a) != serde.envelope(b)
@@ -257,6 +277,10 @@ async def _write(
         await append_once(store, session_id, entries, log["version"])
     except SessionConflict as exc:
         raise not_retried(exc) from None
+    except StoreUnusable as exc:
+        if not isinstance(exc.__cause__, SessionConflict):
+            raise  # the store down: retried, as an activity lost with its store
+        raise not_retried(exc) from None  # another store than the run's
     if any(_lets_go(e) for e in entries):
         holder = _holder(store, session_id)
         if holder is not None:
@@ -272,28 +296,66 @@ def _lets_go(entry: Entry) -> bool:
     )
 
 
+@attrs.define
+class _Beat:
+    """Whether an activity's heartbeat lapsed: the loop held past its timeout."""
+
+    timeout: float | None
+    last: float = attrs.field(factory=time.monotonic)
+    lapsed: bool = False
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.timeout is not None and now - self.last > self.timeout:
+            self.lapsed = True  # Temporal took the worker for lost meanwhile
+        self.last = now
+
+
 @contextlib.asynccontextmanager
-async def _beating() -> AsyncIterator[None]:
-    """Heartbeat every third of the activity's heartbeat timeout while it runs."""
+async def _beating() -> AsyncIterator[_Beat]:
+    """Heartbeat every third of the activity's heartbeat timeout while it runs.
+
+    Yields whether the heartbeat lapsed: something held the worker's event
+    loop past the timeout (a blocking call in an async tool), so Temporal
+    scheduled the activity again though its worker was not lost.
+    """
     info = activity.info()
     timeout = info.heartbeat_timeout
     if timeout is None or timeout <= timedelta(0):
-        yield
+        yield _Beat(None)
         return
+    beat = _Beat(timeout.total_seconds())
     period = timeout.total_seconds() / 3
 
-    async def beat() -> None:
+    async def beats() -> None:
         while True:  # not at once: a short activity sends none
             await asyncio.sleep(period)
+            beat.tick()
             activity.heartbeat()
 
-    task = asyncio.create_task(beat())
+    task = asyncio.create_task(beats())
     try:
-        yield
+        yield beat
     finally:
+        beat.tick()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+_HELD: Final[collections.OrderedDict[tuple[str, str], asyncio.Future[Any]]] = (
+    collections.OrderedDict()
+)
+"""The tool calls of this process whose heartbeat lapsed, by workflow and
+activity id: the run that went on, for the attempt Temporal scheduled again
+to take its result instead of running the tool a second time."""
+
+_RUNNING: Final[dict[tuple[str, str], asyncio.Future[Any]]] = {}
+"""The tool calls running in this process, by workflow and activity id: an
+attempt scheduled again meanwhile (the first held the loop) waits for it."""
+
+_HELD_KEPT: Final = 64
+"""Lapsed tool calls remembered (the oldest are forgotten)."""
 
 
 def not_retried(exc: TurnFSMError) -> ApplicationError:
@@ -362,7 +424,7 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
     agent = agent_named(request["agent"], activity.info().task_queue)
     store = _store(request)
     session_id, run_id = request["session_id"], request["run_id"]
-    async with _beating():
+    async with _beating() as beat:
         await _write(store, session_id, request.get("log"))
         driver = agent.driver
         snapshot = serde.from_json(Snapshot, request["snapshot"])
@@ -386,28 +448,43 @@ async def run_effect(request: dict[str, Any]) -> dict[str, Any]:
             retry=_ONE_ATTEMPT if key == "call_llm" else None,
         )
         ctx = EffectContext(run=run, snapshot=snapshot)
-        try:
-            event = await carry_out(driver.effect_settings, ctx, decision)
-        except TurnFSMError as exc:
-            raise not_retried(exc) from None
-        except Exception as exc:
-            if key not in driver.effects:  # a built-in effect's bug
-                raise _crashed(exc) from exc
-            # An effect of the user's: the run fails with a typed error, as
-            # in-process (its traceback in the worker's log).
-            logger.error("run %s: effect %r raised", run_id, key, exc_info=exc)
-            failed = EffectFailed(effect=key, type=type(exc).__name__, message=str(exc))
-            raise not_retried(failed) from None
-        data = _answer(event, driver.retry)
-        limit = request.get("payload_limit")
-        if limit is not None and (size := payload_size(data)) > limit:
-            # Refused as a result, the activity would be run again and again
-            # (a model call each time): the run fails after this attempt.
-            too_large = PayloadTooLarge(
-                effect=key, size=size, limit=limit, returned=True
-            )
-            raise not_retried(too_large)
-        return data
+
+        async def work() -> dict[str, Any]:
+            return await _carry_out(driver, ctx, decision, key, run_id, request)
+
+        what = "the model call" if key == "call_llm" else f"effect {key!r}"
+        return await _once(beat, f"{what} (run {run_id})", work)
+
+
+async def _carry_out(
+    driver: Driver,
+    ctx: EffectContext,
+    decision: Any,
+    key: str,
+    run_id: str,
+    request: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Carry the effect's decision out; the event it ends with, as JSON."""
+    try:
+        event = await carry_out(driver.effect_settings, ctx, decision)
+    except TurnFSMError as exc:
+        raise not_retried(exc) from None
+    except Exception as exc:
+        if key not in driver.effects:  # a built-in effect's bug
+            raise _crashed(exc) from exc
+        # An effect of the user's: the run fails with a typed error, as
+        # in-process (its traceback in the worker's log).
+        logger.error("run %s: effect %r raised", run_id, key, exc_info=exc)
+        failed = EffectFailed(effect=key, type=type(exc).__name__, message=str(exc))
+        raise not_retried(failed) from None
+    data = _answer(event, driver.retry)
+    limit = request.get("payload_limit")
+    if limit is not None and (size := payload_size(data)) > limit:
+        # Refused as a result, the activity would be run again and again
+        # (a model call each time): the run fails after this attempt.
+        too_large = PayloadTooLarge(effect=key, size=size, limit=limit, returned=True)
+        raise not_retried(too_large)
+    return data
 
 
 def _answer(event: Event, policy: RetryPolicy) -> dict[str, Any]:
@@ -458,21 +535,106 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     """Run one tool call of the batch in flight; return its result message."""
     agent = agent_named(request["agent"], activity.info().task_queue)
     session_id = request["session_id"]
-    async with _beating():
+    call = serde.from_json(ToolCallPart, request["call"])
+    async with _beating() as beat:
         await _write(_store(request), session_id, request.get("log"))
-        driver = agent.driver
-        call = serde.from_json(ToolCallPart, request["call"])
-        run = driver.resources(request["run_id"], session=None, session_id=session_id)
-        try:
-            result = await run_tool_with_hooks(run, call, turn=_turn(request))
-        except Exception as exc:  # tool errors are results: this is a hook's bug
-            raise _crashed(exc) from exc
-        data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
-        limit = request.get("result_limit")
-        if limit is not None and result_past(result, limit):
-            too_large = too_large_result(call, result, limit)
-            data = serde.to_json(too_large)  # type: ignore[assignment]
+
+        async def work() -> dict[str, Any]:
+            return await _call_tool(agent, request, session_id, call)
+
+        return await _once(beat, f"tool {call.name!r} (call {call.id})", work)
+
+
+async def _once(
+    beat: _Beat, what: str, work: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """`work`'s answer, carried out once in this process for its activity.
+
+    An attempt that holds the worker's event loop past the heartbeat
+    timeout is timed out by Temporal and scheduled again, though its worker
+    was not lost: that cancel does not stop it, and the next attempt takes
+    its answer (waiting for it if it runs still) instead of carrying the
+    work out again. A failed attempt is not kept: the next one carries the
+    work out again.
+    """
+    info = activity.info()
+    key = (info.workflow_id or "", info.activity_id)
+    # Kept for every later attempt: one scheduled while the loop was held
+    # times out too (its heartbeat clock runs before it reaches Python).
+    earlier = _HELD.get(key) or _RUNNING.get(key)
+    if earlier is not None:
+        data: dict[str, Any] = await asyncio.shield(earlier)
         return data
+    task = asyncio.ensure_future(work())
+    task.add_done_callback(_seen)
+    _RUNNING[key] = task
+    try:
+        data = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        beat.tick()
+        if not (beat.lapsed and _timed_out()):
+            task.cancel()  # a cancel of the run's (or the worker stopping)
+            raise
+        _keep_for_retry(key, task, what, beat)
+        raise
+    finally:
+        _RUNNING.pop(key, None)
+    beat.tick()
+    if beat.lapsed:  # Temporal carries it out again: it takes this answer
+        _keep_for_retry(key, task, what, beat)
+    return data
+
+
+def _timed_out() -> bool:
+    """Whether Temporal cancelled the activity for its lapsed heartbeat."""
+    details = activity.cancellation_details()
+    return (
+        details is not None
+        and not details.cancel_requested
+        and not details.worker_shutdown
+        and (details.timed_out or details.not_found)
+    )
+
+
+def _keep_for_retry(
+    key: tuple[str, str], task: asyncio.Future[Any], what: str, beat: _Beat
+) -> None:
+    """Keep `task` for the attempt Temporal schedules again; say why."""
+    logger.warning(
+        "%s held the worker's event loop past the heartbeat timeout (%s s), "
+        "so Temporal scheduled it again; it is not carried out again. "
+        "Await in async code (a blocking call belongs in a plain def "
+        "tool, run in a thread), or raise DurableOptions.heartbeat_timeout",
+        what,
+        beat.timeout,
+    )
+    _HELD[key] = task
+    while len(_HELD) > _HELD_KEPT:
+        _HELD.popitem(last=False)
+
+
+def _seen(future: asyncio.Future[Any]) -> None:
+    """Retrieve an attempt's outcome, so an error nobody awaits is not logged."""
+    if not future.cancelled():
+        future.exception()
+
+
+async def _call_tool(
+    agent: Agent, request: Mapping[str, Any], session_id: str, call: ToolCallPart
+) -> dict[str, Any]:
+    """Run the request's tool call; its result message as JSON."""
+    driver = agent.driver
+    run = driver.resources(request["run_id"], session=None, session_id=session_id)
+    try:
+        result = await run_tool_with_hooks(run, call, turn=_turn(request))
+    except Exception as exc:  # tool errors are results: this is a hook's bug
+        raise _crashed(exc) from exc
+    data: dict[str, Any] = serde.to_json(result)  # type: ignore[assignment]
+    limit = request.get("result_limit")
+    if limit is not None and result_past(result, limit):
+        too_large = too_large_result(call, result, limit)
+        data = serde.to_json(too_large)  # type: ignore[assignment]
+    return data
 
 
 def result_past(result: Message, limit: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import weakref
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
@@ -10,7 +11,14 @@ from typing import Any, Final, final
 
 import anyio.lowlevel
 import attrs
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    DescribeTaskQueueRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -68,6 +76,14 @@ _SHOWN: Final = 80
 _DEFAULT_LIMIT: Final = attrs.fields(DurableOptions).payload_limit.default
 """`DurableOptions.payload_limit` when the caller does not choose it."""
 
+_TASK_EVENTS: Final = 20
+"""The newest events of a workflow read for why its task fails (the failure
+is among the last few: scheduled, started, failed, then its retries)."""
+
+_FRESH: Final = 90.0
+"""Seconds since a worker's last poll within which it counts as serving: a
+live worker polls again at least each minute (Temporal's long poll)."""
+
 _OVERHEAD: Final = 1024
 """Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
 
@@ -98,6 +114,31 @@ async def server_payload_limit(client: Client) -> int | None:
     limit = described.namespace_info.limits.blob_size_limit_error
     said = _SERVER_LIMITS[client] = limit - _OVERHEAD if limit > _OVERHEAD else None
     return said
+
+
+async def queue_polled(client: Client, task_queue: str) -> bool:
+    """Whether a worker polled `task_queue` for workflow tasks lately.
+
+    Temporal lists a queue's pollers of the last few minutes, a worker
+    killed meanwhile too: one counts if it polled in the last 90 seconds.
+    A server that cannot say counts as polled (nothing to advise).
+    """
+    try:
+        described = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+    except RPCError:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        return True
+    now = time.time()
+    return any(
+        now - poller.last_access_time.ToSeconds() < _FRESH
+        for poller in described.pollers
+    )
 
 
 def _clipped(value: object) -> object:
@@ -240,11 +281,17 @@ class DurableRun:
 
         Raises:
             ConfigError: the workers serve another build of the run's agent
-                (another machine): its workflow cannot go on there.
+                (another machine, another context window): its workflow
+                cannot go on there; or its workflow's task fails on them
+                for another reason (named); or no worker serves its task
+                queue (named, after about 30 seconds).
             SessionNotFound: Temporal knows no durable run of the session.
         """
         ended: str | None = None  # how its workflow ended, when not cleanly
         try:
+            failing = await self._failing_task()
+            if failing is not None:
+                raise failing
             try:
                 answer = await self._handle.query(
                     "status",
@@ -254,7 +301,7 @@ class DurableRun:
                 ended = _ENDED.get(rejected.status) if rejected.status else None
                 answer = await self._handle.query("status")
         except WorkflowQueryFailedError as exc:
-            changed = self._changed_agent(exc)
+            changed = self._changed_agent(str(exc))
             if changed is None:
                 raise
             raise changed from exc
@@ -279,13 +326,59 @@ class DurableRun:
             waiting.extend(child.children_waiting)
         return attrs.evolve(status, children_waiting=tuple(waiting))
 
-    def _changed_agent(self, exc: WorkflowQueryFailedError) -> ConfigError | None:
-        """The workers' agent is not the run's, if `exc` says so (else None).
+    async def _failing_task(self) -> ConfigError | None:
+        """Why the run's workflow task fails on its workers, again and again.
+
+        None when it does not: its last task did not fail (one that timed
+        out is redone), or was not retried yet. Temporal refuses (or never
+        answers) the queries of such a workflow, and its run waits until
+        workers that can run it serve its queue.
+        """
+        described = (await self._handle.describe()).raw_description
+        if (
+            not described.HasField("pending_workflow_task")
+            or described.pending_workflow_task.attempt < 2
+        ):
+            return None
+        events = (
+            await self._client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=self._client.namespace,
+                    execution=WorkflowExecution(workflow_id=self.workflow_id),
+                    maximum_page_size=_TASK_EVENTS,
+                )
+            )
+        )
+        why = None
+        for event in events.history.events:  # the newest first
+            if event.HasField("workflow_task_failed_event_attributes"):
+                why = event.workflow_task_failed_event_attributes.failure.message
+                break
+            if event.HasField("workflow_task_timed_out_event_attributes") or (
+                event.HasField("workflow_task_completed_event_attributes")
+            ):
+                return None  # a task that took too long is redone: not stuck
+        if why is None:
+            return None
+        changed = self._changed_agent(why)
+        if changed is not None:
+            return changed
+        return ConfigError(
+            "agent",
+            self._agent.driver.name if self._agent is not None else None,
+            f"workers that can run this run's workflow; each attempt of its "
+            f"task fails there ({why}); the run waits until workers that can "
+            "run it serve its task queue, or terminate its workflow and take the "
+            f"run over with force=True (turnfsm resume {self.session_id} "
+            f"--force, or turnfsm abandon {self.session_id} --force)",
+        )
+
+    def _changed_agent(self, why: str) -> ConfigError | None:
+        """The workers' agent is not the run's, if `why` says so (else None).
 
         Its workflow cannot go on there: each attempt fails (a history the
         agent does not make again), until the workers serve the run's agent.
         """
-        why = str(exc)
         if "Nondeterminism" not in why and "invalid agent=" not in why:
             return None
         name = self._agent.driver.name if self._agent is not None else None
@@ -295,7 +388,8 @@ class DurableRun:
             name,
             f"workers serving the agent this run began with; theirs takes other "
             f"steps than the run's history ({why}). Serve its task queue with the "
-            "agent as it was (the same machine, tools and effects) and the run "
+            "agent as it was (the same machine, context settings, tools and "
+            "effects) and the run "
             "goes on where it was, or terminate its workflow and take the run "
             f"over with force=True (turnfsm resume {session} --force, or "
             f"turnfsm abandon {session} --force)",
@@ -410,6 +504,10 @@ class DurableRun:
         lost = _unreachable(self._client, self.session_id, exc)
         if lost is not None:
             return lost
+        if name == "status" and exc.status != RPCStatusCode.NOT_FOUND:
+            unserved = await self._unserved()
+            if unserved is not None:
+                return unserved
         steers = name not in ("result", "status")
         if steers and "size exceeds limit" in exc.message:
             # The server's own refusal of a payload past its limit.
@@ -432,6 +530,27 @@ class DurableRun:
         if not steers:
             return exc
         return ConfigError(name, value, "a run still going (it has ended)")
+
+    async def _unserved(self) -> ConfigError | None:
+        """`ConfigError` naming the run's task queue if no worker polls it, else None.
+
+        A query needs a worker: with none, Temporal gives up after about 30
+        seconds, in words of its own ("Timeout expired", "no poller seen").
+        """
+        try:
+            queue = (await self._handle.describe()).task_queue
+        except RPCError:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return None
+        if await queue_polled(self._client, queue):
+            return None
+        return ConfigError(
+            "task_queue",
+            queue,
+            "a task queue a worker serves: none has asked it for work lately, "
+            "so nothing answers the run's status; start one (turnfsm worker "
+            f"--task-queue {queue}, or create_worker) and the run goes on there",
+        )
 
 
 def _unreachable(

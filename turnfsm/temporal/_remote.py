@@ -238,12 +238,27 @@ class _WorkflowLog:
         """Write what is pending now (before a pause, at the end).
 
         In as many activities as the payload limit needs (one, mostly).
+
+        Raises:
+            TurnFSMError: the store refused the log, for good (its
+                `SessionConflict`, or `StoreUnusable`: another store than
+                the one the run began in).
         """
         budget = self._spec.options.payload_limit - _ENVELOPE
         while (log := self.take(budget)) is not None:
-            await workflow.execute_activity(
-                append_log, self.request(log), **self.options()
-            )
+            try:
+                await workflow.execute_activity(
+                    append_log, self.request(log), **self.options()
+                )
+            except ActivityError as exc:
+                cause = exc.cause
+                if (
+                    isinstance(cause, ApplicationError)
+                    and cause.type == TURNFSM_ERROR
+                    and cause.details
+                ):
+                    raise serde.error_from_json(cause.details[0]) from None
+                raise
             self.done(log)
 
 

@@ -55,6 +55,7 @@ which child workflows it waits on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, Final, final
 
 from temporalio import workflow
@@ -335,7 +336,7 @@ class TurnWorkflow:
             # Refused before it began (SessionBusy, bad input), or ended by a
             # typed error the loop logged: the caller gets the same error.
             if not isinstance(exc, SessionConflict | SessionBusy):
-                await log.flush()  # else the store takes nothing from this run
+                await _flushed(log)  # else the store takes nothing from this run
             raise not_retried(exc) from exc
         except Exception as exc:
             # The loop logged the crash; the workflow fails for good.
@@ -562,6 +563,16 @@ async def _written(log: _WorkflowLog) -> None:
         if isinstance(exc.cause, TemporalCancelled):
             raise asyncio.CancelledError from None
         raise
+
+
+async def _flushed(log: _WorkflowLog) -> None:
+    """Write the log of a run that ended on a typed error, if the store takes it.
+
+    A store that refused the run's log (another store than the one the
+    run began in) refuses it again: the run's own error stands.
+    """
+    with contextlib.suppress(TurnFSMError):
+        await log.flush()
 
 
 def left_paused(exc: ConfigError, session_id: str) -> ConfigError:
