@@ -14,6 +14,7 @@ import sqlite3
 import sys
 import textwrap
 import uuid
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from turnfsm.persistence import (
     EventRecorded,
     MemoryStore,
     Session,
+    SessionStore,
     SQLiteStore,
     default_store_path,
     env_store,
@@ -407,6 +409,33 @@ async def test_a_run_cancelled_by_asyncio_leaves_its_session_usable(
             "done",
             "done",
         ]
+
+
+async def test_an_agent_per_request_lets_go_of_its_store_when_dropped(
+    tmp_path: Path,
+) -> None:
+    # A web server that builds an Agent per request on a store path: each
+    # run's loop and lease renewal sat in reference cycles (on asyncio), so
+    # every request's connection (its open files) stayed until the garbage
+    # collector's next full pass.
+    path = tmp_path / "per-request.db"
+
+    def lookup() -> str:
+        return "found"
+
+    async def serve(text: str) -> weakref.ref[SessionStore]:
+        model = ScriptedModel.of(reply("", tool_call("lookup", "c1")), "done")
+        agent = Agent(model=model, tools=[lookup], store=path)
+        assert (await agent.run(text)).outcome == "done"
+        return weakref.ref(agent.store)
+
+    gc.collect()
+    gc.disable()
+    try:
+        stores = [await serve("first"), await serve("second")]
+        assert [store() for store in stores] == [None, None]
+    finally:
+        gc.enable()
 
 
 async def test_a_lock_held_past_busy_timeout_is_a_typed_error(tmp_path: Path) -> None:

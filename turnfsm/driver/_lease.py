@@ -44,6 +44,8 @@ class _Hold:
     ttl: float
     store_timeout: float | None
     renewed: float  # _clock() when the last renewal that held was sent
+    done: anyio.Event = attrs.field(factory=anyio.Event)  # the run let go
+    renewing: bool = False  # a renewal is under way
 
 
 # The holds of the runs under way in this process, by their session view.
@@ -191,7 +193,13 @@ async def _held(
                 try:
                     yield
                 finally:
-                    group.cancel_scope.cancel()
+                    # The renewal ends on its own between two renewals: a
+                    # cancelled task keeps its frame (the session and its
+                    # store) in a reference cycle on asyncio, until the
+                    # garbage collector's next full pass finds it.
+                    hold.done.set()
+                    if hold.renewing:
+                        group.cancel_scope.cancel()
         except BaseExceptionGroup as raised:
             # One failure (the run's) surfaces as itself, as it would unleased.
             if len(raised.exceptions) == 1:
@@ -302,7 +310,7 @@ async def _taken_back(session: Session, hold: _Hold) -> bool:
 
 
 async def _renew(session: Session, hold: _Hold) -> None:
-    """Renew the lease every third of its time to live until cancelled.
+    """Renew the lease every third of its time to live until the run lets go.
 
     Raises:
         LeaseLost: another process took the session over. The run stops
@@ -310,10 +318,16 @@ async def _renew(session: Session, hold: _Hold) -> None:
             more: the other process carries the session on.
     """
     while True:
-        await anyio.sleep(hold.ttl / 3)
+        with anyio.move_on_after(hold.ttl / 3):
+            await hold.done.wait()
+        if hold.done.is_set():
+            return
+        hold.renewing = True
         try:
             await _renew_once(session, hold)
         except LeaseLost:
             raise
         except Exception:  # the store is down for a moment: try again later
             logger.warning("could not renew the lease on %s", session.id)
+        finally:
+            hold.renewing = False
