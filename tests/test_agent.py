@@ -262,6 +262,34 @@ def test_a_stored_session_made_anew_by_its_id_names_session_open() -> None:
     assert anyio.run(two_requests) == ["hi", "one", "again", "two"]
 
 
+def test_a_stale_view_of_a_session_names_the_call_that_reads_it_again() -> None:
+    # A web handler keeps a Session between requests; another view (a run
+    # resumed or abandoned through the agent) wrote since. It said "reload
+    # the session and retry", not how.
+    import anyio
+
+    from turnfsm.errors import SessionConflict
+    from turnfsm.persistence import MemoryStore, Session
+
+    store = MemoryStore()
+    agent = Agent(model=ScriptedModel.of("one", "two", "three"), store=store)
+
+    async def two_views() -> None:
+        kept = Session("user-7", store=store)
+        await agent.run("hi", session=kept)
+        other = await Session.open(store, "user-7")
+        await agent.run("meanwhile", session=other)
+        with pytest.raises(SessionConflict) as caught:
+            await agent.run("again", session=kept)
+        assert str(caught.value) == (
+            "session 'user-7' changed under this writer: expected version 8, "
+            "found 15; another writer appended first - reload the session and "
+            "retry (await Session.open(store, 'user-7') reads it)"
+        )
+
+    anyio.run(two_views)
+
+
 def test_a_memory_store_named_in_an_error_does_not_print_its_logs() -> None:
     # Its repr held every entry of every session: one line of an error
     # could run to pages.

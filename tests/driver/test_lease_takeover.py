@@ -20,7 +20,7 @@ from turnfsm.driver import Driver
 from turnfsm.driver import _lease as driver_lease
 from turnfsm.errors import LeaseLost, SessionBusy, StoreUnusable
 from turnfsm.persistence import Session, SQLiteStore
-from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -304,3 +304,45 @@ def work(step: str) -> str:
         step: which.
     """
     return f"{step} done"
+
+
+@pytest.mark.anyio
+async def test_two_requests_on_one_session_at_once_leave_the_first_its_lease(
+    tmp_path: Path,
+) -> None:
+    # Two requests of one conversation, each reading the session itself, start
+    # at the same moment: both found its lease free. The second was refused
+    # as changed by another writer ("reload the session and retry"), and let
+    # go of the lease the first run still worked under.
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        answered = anyio.Event()
+
+        async def slow(request: object) -> str:
+            answered.set()
+            await anyio.sleep(0.3)
+            return "done"
+
+        agent = Agent(model=FakeModelClient(slow), store=store)
+        first = Session(store=store)
+        await agent.run("hello", session=first)
+        views = [await Session.open(store, first.id) for _ in range(2)]
+        refused: list[BaseException] = []
+        held: list[bool] = []
+
+        async def request(view: Session) -> None:
+            try:
+                await agent.run("again", session=view)
+            except SessionBusy as busy:
+                refused.append(busy)
+                await answered.wait()
+                held.append(await store.lease_of(first.id) is not None)
+
+        async with anyio.create_task_group() as group:
+            for view in views:
+                group.start_soon(request, view)
+        assert len(refused) == 1
+        assert "wait for it" in str(refused[0])
+        assert held == [True]  # the other run still held the session
+        assert await store.lease_of(first.id) is None  # let go at its end
+        stored = await Session.load(store, first.id)
+        assert [r.outcome for r in stored.runs] == ["done", "done"]

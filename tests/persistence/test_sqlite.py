@@ -5,6 +5,7 @@ collector."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import json
@@ -13,6 +14,7 @@ import sqlite3
 import sys
 import textwrap
 import uuid
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,11 +34,13 @@ from turnfsm.errors import (
     StoreError,
     StoreUnusable,
 )
+from turnfsm.hooks import Hook, ModelCallEnd
 from turnfsm.messages import Message
 from turnfsm.persistence import (
     EventRecorded,
     MemoryStore,
     Session,
+    SessionStore,
     SQLiteStore,
     default_store_path,
     env_store,
@@ -339,6 +343,99 @@ async def test_a_writer_that_waits_for_another_process_lock(tmp_path: Path) -> N
         other.close()
         # The append was shielded: it committed whole, never half.
         assert await store.load("s") == entries
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # its own task.cancel()
+async def test_a_writer_cancelled_by_asyncio_learns_that_its_append_committed(
+    tmp_path: Path,
+) -> None:
+    # An asyncio web server cancels a request's task when its client goes:
+    # anyio's shield does not hold that off. The append still commits, and
+    # its caller is told so before the cancellation reaches it.
+    path = tmp_path / "busy.db"
+    entries = sample_entries()
+    appended: list[int] = []
+    async with SQLiteStore(path, busy_timeout=5) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+
+        async def append() -> None:
+            appended.append(await store.append("s", entries, expected_version=0))
+            await anyio.sleep(10)  # the cancellation arrives here
+
+        task = asyncio.create_task(append())
+        await anyio.sleep(0.1)
+        task.cancel()  # the client went away while the append waits...
+        await anyio.sleep(0.1)
+        other.execute("ROLLBACK")  # ...and the lock is released
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        other.close()
+        assert appended == [len(entries)]
+        assert await store.load("s") == entries
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # its own task.cancel()
+async def test_a_run_cancelled_by_asyncio_leaves_its_session_usable(
+    tmp_path: Path,
+) -> None:
+    # The run's last write waits for another writer's lock when its task is
+    # cancelled: it commits, and the agent's session knows it did, so the
+    # next request of the conversation is not refused as a conflict.
+    path = tmp_path / "busy.db"
+    async with SQLiteStore(path, busy_timeout=5) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+
+        class Lock(Hook):  # another process takes the lock as the model replies
+            def on_model_call_end(self, info: ModelCallEnd) -> None:
+                if not other.in_transaction:
+                    other.execute("BEGIN IMMEDIATE")
+
+        model = ScriptedModel.of("first", "second")
+        agent = Agent(model=model, store=store, hooks=[Lock()])
+        task = asyncio.create_task(agent.run("hi"))
+        await anyio.sleep(0.2)
+        task.cancel()
+        await anyio.sleep(0.1)
+        other.execute("ROLLBACK")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        other.close()
+        stored = await Session.load(store, agent.session.id)
+        assert agent.session.version == stored.version
+        result = await agent.run("again")
+        assert result.text == "second"
+        assert [r.outcome for r in (await Session.load(store, stored.id)).runs] == [
+            "done",
+            "done",
+        ]
+
+
+async def test_an_agent_per_request_lets_go_of_its_store_when_dropped(
+    tmp_path: Path,
+) -> None:
+    # A web server that builds an Agent per request on a store path: each
+    # run's loop and lease renewal sat in reference cycles (on asyncio), so
+    # every request's connection (its open files) stayed until the garbage
+    # collector's next full pass.
+    path = tmp_path / "per-request.db"
+
+    def lookup() -> str:
+        return "found"
+
+    async def serve(text: str) -> weakref.ref[SessionStore]:
+        model = ScriptedModel.of(reply("", tool_call("lookup", "c1")), "done")
+        agent = Agent(model=model, tools=[lookup], store=path)
+        assert (await agent.run(text)).outcome == "done"
+        return weakref.ref(agent.store)
+
+    gc.collect()
+    gc.disable()
+    try:
+        stores = [await serve("first"), await serve("second")]
+        assert [store() for store in stores] == [None, None]
+    finally:
+        gc.enable()
 
 
 async def test_a_lock_held_past_busy_timeout_is_a_typed_error(tmp_path: Path) -> None:

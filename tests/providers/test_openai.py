@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import concurrent.futures
 import email.utils
+import gc
+import http.server
 import json
+import os
 import socket
 import time
 from typing import Any
@@ -13,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers import http_server
 from tests.providers._mock import (
     UNPARSABLE_BODIES,
     Server,
@@ -25,9 +30,11 @@ from tests.providers._mock import (
     refused,
     timeout,
 )
+from turnfsm import Agent
 from turnfsm.core import Usage
 from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
+from turnfsm.persistence import Session
 from turnfsm.providers import ModelRequest, ToolSchema
 from turnfsm.providers._openai import OpenAIModel, _Chunks
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
@@ -1098,3 +1105,61 @@ async def test_streamed_content_as_a_list_of_parts_is_read_as_unstreamed() -> No
         unstreamed.value.kind,
         str(unstreamed.value),
     )
+
+
+class _Completions(http.server.BaseHTTPRequestHandler):
+    """A chat completions server that answers every request with one word."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(0.01)  # the threads' runs overlap
+        data = json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "hi"},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files")
+def test_run_sync_from_worker_threads_closes_each_threads_connections() -> None:
+    # A sync server's worker threads share one agent, each run_sync on an
+    # event loop of its own: each took the others' client (built for their
+    # loop, or closed at their run's end), and dropped connections stayed
+    # open until the garbage collector came ("Event loop is closed").
+    with http_server(_Completions) as (url, _):
+        agent = Agent(model=OpenAIModel("m", base_url=url + "/v1", api_key="k"))
+
+        def request(_: int) -> str:
+            return agent.run_sync("hello", session=Session()).outcome
+
+        gc.collect()
+        gc.disable()
+        try:
+            before = len(os.listdir("/proc/self/fd"))
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                outcomes = list(pool.map(request, range(24)))
+            after = len(os.listdir("/proc/self/fd"))
+        finally:
+            gc.enable()
+    assert outcomes == ["done"] * 24
+    assert after <= before

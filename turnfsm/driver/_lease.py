@@ -24,7 +24,13 @@ import attrs
 
 from turnfsm.driver._store_calls import read_session, store_call
 from turnfsm.errors import LeaseLost, SessionBusy, SessionConflict
-from turnfsm.persistence import Lease, LeasingStore, MemoryStore, Session
+from turnfsm.persistence import (
+    Lease,
+    LeasingStore,
+    MemoryStore,
+    Session,
+    store_label,
+)
 
 __all__ = ["confirm", "holding", "lease_owner", "owner_id"]
 
@@ -44,6 +50,8 @@ class _Hold:
     ttl: float
     store_timeout: float | None
     renewed: float  # _clock() when the last renewal that held was sent
+    done: anyio.Event = attrs.field(factory=anyio.Event)  # the run let go
+    renewing: bool = False  # a renewal is under way
 
 
 # The holds of the runs under way in this process, by their session view.
@@ -53,6 +61,11 @@ _HOLDS: Final[dict[int, _Hold]] = {}
 # how many: by (id of the MemoryStore, session id), or (None, session id) for
 # a store with leases (where the lease, this process's, says which store).
 _RUNNING: Final[dict[tuple[int | None, str], int]] = {}
+
+# How many runs of this process hold each session's lease now, by (store,
+# session id): two that found the lease free at the same moment both take
+# it (it is this process's either way), and only the last to end lets go.
+_LEASED: Final[dict[tuple[str, str], int]] = {}
 
 
 async def confirm(session: Session) -> None:
@@ -184,6 +197,8 @@ async def _held(
     session.hold_lost(None)
     hold = _Hold(store, owner, ttl, store_timeout, sent)
     _HOLDS[id(session)] = hold
+    leased = (store_label(store), session_id)
+    _LEASED[leased] = _LEASED.get(leased, 0) + 1
     try:
         try:
             async with anyio.create_task_group() as group:
@@ -191,13 +206,23 @@ async def _held(
                 try:
                     yield
                 finally:
-                    group.cancel_scope.cancel()
+                    # The renewal ends on its own between two renewals: a
+                    # cancelled task keeps its frame (the session and its
+                    # store) in a reference cycle on asyncio, until the
+                    # garbage collector's next full pass finds it.
+                    hold.done.set()
+                    if hold.renewing:
+                        group.cancel_scope.cancel()
         except BaseExceptionGroup as raised:
             # One failure (the run's) surfaces as itself, as it would unleased.
             if len(raised.exceptions) == 1:
                 raise raised.exceptions[0] from None
             raise
     except SessionConflict as conflict:
+        if _LEASED[leased] > 1:
+            # Another run of this process, on another view of the session,
+            # opened first: it is busy, not changed by someone else.
+            raise SessionBusy(session_id) from conflict
         # Another process appended first: if it took the lease over (this
         # process stalled past its lease), the run lost the session.
         lost = await _lost(session, store, owner, store_timeout)
@@ -209,24 +234,28 @@ async def _held(
     finally:
         if _HOLDS.get(id(session)) is hold:
             del _HOLDS[id(session)]
-        with anyio.CancelScope(shield=True):
-            try:
-                await store_call(
-                    store.release_lease(session_id, owner),
-                    seconds=store_timeout,
-                    store=store,
-                    method="release_lease",
-                    writes=True,
-                )
-            except Exception:  # the store is down: the lease expires by itself
-                logger.warning(
-                    "could not release the lease on session %r (its store "
-                    "failed): other processes find the session held by %r until "
-                    "the lease runs out, %g s after its last renewal (lease_ttl)",
-                    session_id,
-                    owner,
-                    ttl,
-                )
+        left = _LEASED.pop(leased) - 1
+        if left:  # another run of this process holds it still: it lets go
+            _LEASED[leased] = left
+        else:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await store_call(
+                        store.release_lease(session_id, owner),
+                        seconds=store_timeout,
+                        store=store,
+                        method="release_lease",
+                        writes=True,
+                    )
+                except Exception:  # the store is down: the lease expires by itself
+                    logger.warning(
+                        "could not release the lease on session %r (its store "
+                        "failed): other processes find the session held by %r until "
+                        "the lease runs out, %g s after its last renewal (lease_ttl)",
+                        session_id,
+                        owner,
+                        ttl,
+                    )
 
 
 async def _lost(
@@ -302,7 +331,7 @@ async def _taken_back(session: Session, hold: _Hold) -> bool:
 
 
 async def _renew(session: Session, hold: _Hold) -> None:
-    """Renew the lease every third of its time to live until cancelled.
+    """Renew the lease every third of its time to live until the run lets go.
 
     Raises:
         LeaseLost: another process took the session over. The run stops
@@ -310,10 +339,16 @@ async def _renew(session: Session, hold: _Hold) -> None:
             more: the other process carries the session on.
     """
     while True:
-        await anyio.sleep(hold.ttl / 3)
+        with anyio.move_on_after(hold.ttl / 3):
+            await hold.done.wait()
+        if hold.done.is_set():
+            return
+        hold.renewing = True
         try:
             await _renew_once(session, hold)
         except LeaseLost:
             raise
         except Exception:  # the store is down for a moment: try again later
             logger.warning("could not renew the lease on %s", session.id)
+        finally:
+            hold.renewing = False

@@ -485,6 +485,11 @@ class RunLoop(Ending):
             with anyio.CancelScope(shield=True):
                 await self.crash(exc)
             raise
+        finally:
+            # The journal calls back into this loop: dropped, the loop (its
+            # session and store) goes when the caller lets go, not at the
+            # garbage collector's next full pass (a per-request store's file).
+            self._journal = None
 
     async def _close_unfinished(self, decision: RunTools) -> None:
         """Close the resumed batch's calls that have no result, as interrupted.

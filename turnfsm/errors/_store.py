@@ -104,7 +104,8 @@ class SessionConflict(StoreError):
         return (
             f"session {self.session_id!r} changed under this writer: expected "
             f"version {self.expected}, found {self.actual}; another writer "
-            "appended first - reload the session and retry"
+            "appended first - reload the session and retry (await "
+            f"Session.open(store, {self.session_id!r}) reads it)"
         )
 
 

@@ -26,8 +26,10 @@ Theory of operation:
   a `threading.Lock` keeps its calls one at a time (an anyio
   `CapacityLimiter` belongs to one event loop, and `Agent.run_sync` opens a
   new loop per call). Each call is a whole transaction, and the wait for a
-  write is shielded: a cancelled caller never leaves a transaction
-  half-done, and learns of an append that committed.
+  write is shielded (`turnfsm._threads.to_the_end`), from an anyio cancel
+  scope and from asyncio's own ``task.cancel()`` alike: a cancelled caller
+  never leaves a transaction half-done, and learns of an append that
+  committed before its cancellation goes on.
 - Owner leases (`LeasingStore`) live in ``turnfsm_leases``, one row per held
   session, timed by this host's clock; each operation is one
   ``BEGIN IMMEDIATE`` transaction (`turnfsm.persistence._sqlite_lease`).
@@ -58,6 +60,7 @@ import anyio.to_thread
 import attrs
 
 from turnfsm import _checks, _deprecated
+from turnfsm._threads import to_the_end
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence import _sqlite_lease, _sqlite_ops
 from turnfsm.persistence._lease import Lease, check_lease
@@ -262,8 +265,7 @@ class SQLiteStore:
         The last connection to close folds the write-ahead log back into the
         file, which takes a moment: it runs in a worker thread, shielded.
         """
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._close)
+        await to_the_end(self._close)
 
     async def close(self) -> None:
         """Close the connection (deprecated: use `aclose`)."""
@@ -299,9 +301,7 @@ class SQLiteStore:
                 pass  # rolled back: wait for the lock in a worker thread
             finally:
                 self._lock.release()
-        with anyio.CancelScope(shield=True):
-            result = await anyio.to_thread.run_sync(self._waiting, fn, *args)
-        return result
+        return await to_the_end(self._waiting, fn, *args)
 
     async def _read(self, fn: Callable[..., T], *args: object) -> T:
         return await anyio.to_thread.run_sync(self._waiting, fn, *args)
