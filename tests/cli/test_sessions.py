@@ -1018,3 +1018,88 @@ def test_show_prints_a_sub_agent_s_call_id_s_control_characters_as_escapes(
         out = capsys.readouterr().out
         assert "\x1b" not in out
         assert "c\\x1b[2J1" in out
+
+
+def _odd_text_session(db: Path) -> str:
+    """A session whose id and messages hold a lone surrogate and non-ASCII text."""
+
+    def listing(folder: str) -> str:
+        """List a folder.
+
+        Args:
+            folder: the folder.
+        """
+        return "caf\udce9.txt \u00fc \u65e5\u672c"
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(
+                model=ScriptedModel.of(
+                    reply("", tool_call("listing", "c1", folder=".")), "one file"
+                ),
+                tools=[listing],
+                store=store,
+            )
+            session = await Session.open(store, "caf\udce9.txt")
+            await agent.run("list caf\udce9", session=session)
+            return session.id
+
+    return anyio.run(run)
+
+
+def _terminal(monkeypatch: pytest.MonkeyPatch, encoding: str) -> io.TextIOWrapper:
+    """Stand in a standard output of `encoding` that refuses what it cannot encode."""
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding, errors="strict")
+    monkeypatch.setattr("sys.stdout", stdout)
+    return stdout
+
+
+def _written(stdout: io.TextIOWrapper) -> bytes:
+    stdout.flush()
+    buffer = stdout.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252", "utf-8"])
+def test_export_to_standard_output_writes_the_utf8_log_whatever_its_encoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    # `turnfsm sessions export ID > s.jsonl` from a terminal whose encoding
+    # holds no Japanese (Windows' cp1252, PYTHONIOENCODING=ascii) failed
+    # with a UnicodeEncodeError traceback, writing nothing.
+    store = ["--store", str(tmp_path / "1.db")]
+    sid = _odd_text_session(tmp_path / "1.db")
+    log = tmp_path / "s.jsonl"
+    assert main(["sessions", "export", sid, "-o", str(log), *store]) == 0
+    stdout = _terminal(monkeypatch, encoding)
+
+    assert main(["sessions", "export", sid, *store]) == 0
+
+    assert _written(stdout) == log.read_bytes()
+    two = ["--store", str(tmp_path / "2.db")]
+    assert main(["sessions", "import", str(log), *two]) == 0
+
+
+def test_list_show_and_import_print_a_lone_surrogate_on_a_strict_utf8_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session id or a message holding a lone surrogate (a file name that
+    # was not UTF-8) made `sessions list`, `show`, `export -o` and `import`
+    # fail with a UnicodeEncodeError traceback on a terminal in a UTF-8
+    # locale such as en_US.UTF-8; they print it as its escape now.
+    store = ["--store", str(tmp_path / "1.db")]
+    sid = _odd_text_session(tmp_path / "1.db")
+    stdout = _terminal(monkeypatch, "utf-8")
+    log = tmp_path / "s.jsonl"
+    two = ["--store", str(tmp_path / "2.db")]
+
+    assert main(["sessions", "list", *store]) == 0
+    assert main(["sessions", "show", sid, *store]) == 0
+    assert main(["sessions", "export", sid, "-o", str(log), *store]) == 0
+    assert main(["sessions", "import", str(log), *two]) == 0
+
+    out = _written(stdout).decode("utf-8")
+    assert out.count("caf\\udce9.txt") >= 4, out
+    assert "list caf\\udce9" in out
+    assert "\u00fc \u65e5\u672c" in out

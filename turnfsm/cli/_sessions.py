@@ -481,7 +481,7 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         # its JSON escape, as in the JSON lines form: the same text reads back.
         text = text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
     if path is None or path == "-":
-        out.write(text)
+        _write_utf8(out, text)
         return 0
     with open(path, "w", encoding="utf-8") as file:
         file.write(text)
@@ -490,6 +490,23 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         file=out,
     )
     return 0
+
+
+def _write_utf8(out: TextIO, text: str) -> None:
+    """Write the log `text` to `out` as UTF-8, whatever `out`'s own encoding.
+
+    A session log is UTF-8: on a standard output that encodes otherwise (a
+    Windows console's code page, ``PYTHONIOENCODING=ascii``) it would fail
+    on the first character that encoding lacks, or write a file that is
+    not a log. Its bytes go under the text layer, when it has one.
+    """
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:  # a stream of text only (a StringIO): it holds any text
+        out.write(text)
+        return
+    out.flush()
+    buffer.write(text.encode("utf-8"))
+    buffer.flush()
 
 
 async def _import(store: SessionStore, path: str, out: TextIO) -> int:
