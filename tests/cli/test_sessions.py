@@ -1103,3 +1103,54 @@ def test_list_show_and_import_print_a_lone_surrogate_on_a_strict_utf8_terminal(
     assert out.count("caf\\udce9.txt") >= 4, out
     assert "list caf\\udce9" in out
     assert "\u00fc \u65e5\u672c" in out
+
+
+def test_export_names_the_sub_agents_sessions_it_leaves_out(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A session whose run delegated to a sub-agent exported without a word
+    # of the sub-agent's session: imported elsewhere, its work was gone.
+    db = tmp_path / "1.db"
+
+    def delegate(request: ModelRequest) -> Message:
+        last = request.messages[-1]
+        if last.tool_results:
+            return reply("the helper said " + last.tool_results[0].content)
+        return reply("", tool_call("helper", "w1", task="look"))
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            helper = Agent(model=ScriptedModel.of("seen")).as_tool(
+                name="helper", description="Looks."
+            )
+            agent = Agent(model=FakeModelClient(delegate), tools=[helper], store=store)
+            return (await agent.run("delegate")).session_id
+
+    sid = anyio.run(run)
+    (child,) = anyio.run(_children_of, db, sid)
+    one, two = ["--store", str(db)], ["--store", str(tmp_path / "2.db")]
+    log = tmp_path / "s.jsonl"
+
+    assert main(["sessions", "export", sid, "-o", str(log), *one]) == 0
+    out = capsys.readouterr().out
+    assert "sub-agents ran in 1 session(s) of their own, not in this log" in out
+    command = f"turnfsm sessions export {child} --store {db} -o {child}.jsonl"
+    assert command in out
+    assert main(["sessions", "export", sid, *one]) == 0  # the log on stdout
+    captured = capsys.readouterr()
+    assert captured.out.encode() == log.read_bytes()
+    assert command in captured.err
+    # Both imported, the session shows its sub-agent's as before.
+    assert (
+        main(["sessions", "export", child, "-o", str(tmp_path / "c.jsonl"), *one]) == 0
+    )
+    assert main(["sessions", "import", str(log), *two]) == 0
+    assert main(["sessions", "import", str(tmp_path / "c.jsonl"), *two]) == 0
+    capsys.readouterr()
+    assert main(["sessions", "show", sid, *two]) == 0
+    assert f"sub-agent sessions (1):\n  {child}" in capsys.readouterr().out
+
+
+async def _children_of(db: Path, session_id: str) -> list[str]:
+    async with SQLiteStore(db) as store:
+        return [s.id for s in await child_sessions(store, session_id)]

@@ -59,6 +59,7 @@ from turnfsm.persistence import (
     SessionStore,
     SummaryRecorded,
     Verdict,
+    descendants,
     holder_of,
     load_session,
     session_lines,
@@ -134,7 +135,10 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             await show_links(session, store, out)
             return code
         if command.action == "export":
-            return _export(session, command.format, command.out, out)
+            code = _export(session, command.format, command.out, out)
+            flags = ["--store", command.store] if command.store else []
+            await _left_out(session, store, flags, out if command.out else sys.stderr)
+            return code
         return await _reset_breaker(session, out)
     finally:
         await close_store(store)
@@ -490,6 +494,27 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         file=out,
     )
     return 0
+
+
+async def _left_out(
+    session: Session, store: SessionStore, flags: list[str], out: TextIO
+) -> None:
+    """Say which sub-agents' sessions an export of `session` leaves out.
+
+    Each sub-agent ran in a session of its own, which the log of `session`
+    does not hold: imported alone, the session shows no sub-agent's work.
+    """
+    below = await descendants(store, session.id)
+    if not below:
+        return
+    print(
+        f"session {session.id}'s sub-agents ran in {len(below)} session(s) of "
+        "their own, not in this log; export each to keep their work too:",
+        file=out,
+    )
+    for child in below:
+        command = ["turnfsm", "sessions", "export", child.id, *flags]
+        print(f"  {shlex.join([*command, '-o', f'{child.id}.jsonl'])}", file=out)
 
 
 def _write_utf8(out: TextIO, text: str) -> None:
