@@ -7,7 +7,10 @@ say: through `load_session` (a `CorruptRecord`) and `turnfsm sessions import`
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 from collections.abc import Callable
 from pathlib import Path
 
@@ -124,6 +127,25 @@ BAD_FILES = [
         lambda ls: "\n".join(ls).encode("utf-16"),
         "line 1",
         "not UTF-8",
+    ),
+    # A compressed log read as text that is not UTF-8 ("byte 0x8b").
+    BadFile(
+        "gzip",
+        lambda ls: gzip.compress("\n".join(ls).encode()),
+        "line 1",
+        "gzip-compressed data, not a log's text: decompress it first (gunzip FILE)",
+    ),
+    BadFile(
+        "xz",
+        lambda ls: lzma.compress("\n".join(ls).encode()),
+        "line 1",
+        "xz-compressed data",
+    ),
+    BadFile(
+        "bzip2",
+        lambda ls: bz2.compress("\n".join(ls).encode()),
+        "line 1",
+        "bzip2-compressed data",
     ),
     BadFile(
         "entries not a list",

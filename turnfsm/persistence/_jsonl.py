@@ -118,12 +118,13 @@ async def load_session(
     Raises:
         CorruptRecord: the log cannot be read, naming the line (or the
             document's ``entries[i]``) and the field: text that is not UTF-8
-            or not JSON, a missing or foreign header or version, a line that
-            is not an entry (a second header), no entries at all, an entry
-            of a run opened nowhere before it (or opened twice), a run's end
-            after its final one, a compaction pass logged twice, a commit of
-            messages no earlier event brought in, or a committed history that
-            is not a whole conversation (a tool result without its call).
+            (a compressed file is named as such) or not JSON, a missing or
+            foreign header or version, a line that is not an entry (a second
+            header), no entries at all, an entry of a run opened nowhere
+            before it (or opened twice), a run's end after its final one, a
+            compaction pass logged twice, a commit of messages no earlier
+            event brought in, or a committed history that is not a whole
+            conversation (a tool result without its call).
         SessionConflict: `store` already holds that session (nothing
             written); its message says how to go on.
         ConfigError: `lines` is none of those (a path: read the file first)
@@ -216,6 +217,7 @@ def _rows(source: Iterable[str] | str | bytes) -> list[str]:
         source = bytes(source)
     if isinstance(source, bytes):
         data = source
+        _refuse_compressed(data)
         try:
             source = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -238,6 +240,28 @@ def _rows(source: Iterable[str] | str | bytes) -> list[str]:
     if rows:
         rows[0] = rows[0].removeprefix("\ufeff")
     return rows
+
+
+_COMPRESSED: Final = {
+    b"\x1f\x8b": ("gzip", "gunzip"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "unzstd"),
+    b"\xfd7zXZ\x00": ("xz", "unxz"),
+    b"BZh": ("bzip2", "bunzip2"),
+    b"PK\x03\x04": ("zip", "unzip"),
+}
+"""A compressed file's first bytes: its format, and the tool that decompresses it."""
+
+
+def _refuse_compressed(data: bytes) -> None:
+    """Refuse a compressed log by its format (it read as text that is not UTF-8)."""
+    for magic, (kind, how) in _COMPRESSED.items():
+        if data.startswith(magic):
+            raise CorruptRecord(
+                _LOG,
+                "line 1",
+                f"{kind}-compressed data, not a log's text: decompress it first "
+                f"({how} FILE)",
+            )
 
 
 def _not_utf8(line: int, byte: int) -> CorruptRecord:
