@@ -1154,3 +1154,60 @@ def test_export_names_the_sub_agents_sessions_it_leaves_out(
 async def _children_of(db: Path, session_id: str) -> list[str]:
     async with SQLiteStore(db) as store:
         return [s.id for s in await child_sessions(store, session_id)]
+
+
+def test_import_over_a_stored_session_says_what_the_store_holds(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # Every refusal said "`turnfsm sessions rm` it first to import it again",
+    # also of a store holding another conversation under that id, which that
+    # would have deleted.
+    async def stored(db: Path, text: str) -> None:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=ScriptedModel.of("noted"), store=store)
+            await agent.run(text, session=await Session.open(store, "ses_same"))
+
+    anyio.run(stored, tmp_path / "1.db", "one")
+    anyio.run(stored, tmp_path / "2.db", "another")
+    log, part = tmp_path / "s.jsonl", tmp_path / "part.jsonl"
+    assert (
+        main(["sessions", "export", "ses_same", "-o", str(log), *_at(tmp_path, 1)]) == 0
+    )
+    part.write_text("".join(log.read_text().splitlines(keepends=True)[:5]))
+    assert main(["sessions", "import", str(part), *_at(tmp_path, 3)]) == 0
+    capsys.readouterr()
+
+    said = {}
+    for name, file, db in [
+        ("same", log, 1),
+        ("newer", part, 1),
+        ("older", log, 3),
+        ("another", log, 2),
+    ]:
+        assert main(["sessions", "import", str(file), *_at(tmp_path, db)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.startswith("turnfsm sessions import: session ses_same")
+        assert captured.err.count("\n") == 1
+        said[name] = captured.err
+
+    assert f"the same log as {log} (8 entries): nothing imported" in said["same"]
+    assert (
+        f"has gone on since {part} was exported (8 entries, the file's 4"
+        in (said["newer"])
+    )
+    assert (
+        f"an older copy of {log}'s log (4 of its 8 entries); `turnfsm "
+        in (said["older"])
+    )
+    assert "rm` it first to import the whole log" in said["older"]
+    assert (
+        "another log under that id (8 entries; its entry 2 differs" in (said["another"])
+    )
+    assert "`turnfsm sessions rm` would delete that session" in said["another"]
+    for name in ("same", "newer", "another"):
+        assert "rm` it first" not in said[name]
+
+
+def _at(tmp_path: Path, n: int) -> list[str]:
+    return ["--store", str(tmp_path / f"{n}.db")]

@@ -565,12 +565,9 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         print(f"turnfsm sessions import: {name}: {exc}", file=sys.stderr)
         return 2
     except SessionConflict as exc:
-        print(
-            f"turnfsm sessions import: session {exc.session_id} is already in "
-            f"{where(store)} ({exc.actual} entries); `turnfsm sessions rm` it "
-            "first to import it again",
-            file=sys.stderr,
-        )
+        name = "standard input" if path == "-" else path
+        said = await _already_in(store, exc.session_id, await load_session(data), name)
+        print(f"turnfsm sessions import: {said}", file=sys.stderr)
         return 2
     print(
         f"imported session {session.id} ({session.version} entries) into "
@@ -578,6 +575,50 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         file=out,
     )
     return 0
+
+
+async def _already_in(
+    store: SessionStore, session_id: str, log: Session, name: str
+) -> str:
+    """What the store holds under the id of the log `name` could not import.
+
+    `turnfsm sessions rm` deletes the stored session: advised only when what
+    it holds is the log itself, or the start of it.
+    """
+    place = f"session {session_id} is already in {where(store)}"
+    try:
+        stored = (await Session.load(store, session_id)).entries
+    except CorruptRecord as exc:
+        return (
+            f"{place}, damaged ({exc}): nothing imported; `turnfsm sessions rm` "
+            "it first to import the log in its place"
+        )
+    mine = log.entries
+    if stored == mine:
+        return (
+            f"{place}, the same log as {name} ({len(mine)} entries): nothing imported"
+        )
+    if stored == mine[: len(stored)]:
+        return (
+            f"{place}, an older copy of {name}'s log ({len(stored)} of its "
+            f"{len(mine)} entries); `turnfsm sessions rm` it first to import "
+            "the whole log"
+        )
+    if mine == stored[: len(mine)]:
+        return (
+            f"{place}, and has gone on since {name} was exported "
+            f"({len(stored)} entries, the file's {len(mine)} and more): "
+            "nothing imported"
+        )
+    differs = next(
+        i for i, (a, b) in enumerate(zip(stored, mine, strict=False)) if a != b
+    )
+    return (
+        f"{place}, another log under that id ({len(stored)} entries; its "
+        f"entry {differs + 1} differs from {name}'s): nothing imported. `turnfsm "
+        "sessions rm` would delete that session; import the file into another "
+        "store (--store) to keep both"
+    )
 
 
 async def _remove(
