@@ -21,6 +21,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from turnfsm._json import escape_surrogates
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
 from turnfsm.cli._errors import (
@@ -483,7 +484,7 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
         # A lone surrogate (text from bytes that were not UTF-8) is written as
         # its JSON escape, as in the JSON lines form: the same text reads back.
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
+        text = escape_surrogates(text) + "\n"
     if path is None or path == "-":
         _write_utf8(out, text)
         return 0

@@ -69,21 +69,7 @@ def session_lines(session: Session) -> Iterator[str]:
         data = line["data"]
         assert isinstance(data, dict)  # an entry's JSON is an object
         line[DIGESTS] = field_digests(data)  # type: ignore[assignment]
-        yield _as_utf8(serde.dumps(line))
-
-
-def _as_utf8(text: str) -> str:
-    """Return JSON `text` with each lone surrogate written as its JSON escape.
-
-    JSON text holds surrogates only inside strings, where the six characters
-    backslash, ``u``, ``dc80`` are the escape of the same character: the text
-    reads back unchanged, and now encodes to UTF-8.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+        yield serde.dumps(line)
 
 
 def dump_session(session: Session, path: str) -> int:
