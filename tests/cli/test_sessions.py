@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import anyio
@@ -1105,12 +1106,8 @@ def test_list_show_and_import_print_a_lone_surrogate_on_a_strict_utf8_terminal(
     assert "\u00fc \u65e5\u672c" in out
 
 
-def test_export_names_the_sub_agents_sessions_it_leaves_out(
-    tmp_path: Path, capsys: Capture
-) -> None:
-    # A session whose run delegated to a sub-agent exported without a word
-    # of the sub-agent's session: imported elsewhere, its work was gone.
-    db = tmp_path / "1.db"
+def _delegating(db: Path) -> tuple[str, str]:
+    """A session whose run gave a task to a sub-agent; its id and the sub-agent's."""
 
     def delegate(request: ModelRequest) -> Message:
         last = request.messages[-1]
@@ -1128,6 +1125,16 @@ def test_export_names_the_sub_agents_sessions_it_leaves_out(
 
     sid = anyio.run(run)
     (child,) = anyio.run(_children_of, db, sid)
+    return sid, child
+
+
+def test_export_names_the_sub_agents_sessions_it_leaves_out(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A session whose run delegated to a sub-agent exported without a word
+    # of the sub-agent's session: imported elsewhere, its work was gone.
+    db = tmp_path / "1.db"
+    sid, child = _delegating(db)
     one, two = ["--store", str(db)], ["--store", str(tmp_path / "2.db")]
     log = tmp_path / "s.jsonl"
 
@@ -1211,3 +1218,37 @@ def test_import_over_a_stored_session_says_what_the_store_holds(
 
 def _at(tmp_path: Path, n: int) -> list[str]:
     return ["--store", str(tmp_path / f"{n}.db")]
+
+
+def test_a_damaged_sub_agent_session_hides_nothing_of_its_caller(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `sessions show` and `replay --session` of a sound session whose
+    # sub-agent's session was damaged failed whole (replay replayed nothing),
+    # and `export` failed after writing the file.
+    db = tmp_path / "1.db"
+    sid, child = _delegating(db)
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "UPDATE turnfsm_entries SET body = '{oops' WHERE session_id = ?"
+            " AND seq = 3",
+            (child,),
+        )
+    log = tmp_path / "s.jsonl"
+    damaged = f"corrupt Entry record at sessions['{child}'].entries[3]"
+
+    assert main(["sessions", "export", sid, "-o", str(log), "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"session {sid}: 12 entries written to {log}" in out
+    assert damaged in out
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "history (4 messages)" in out
+    assert f"sub-agent sessions: one cannot be read: {damaged}" in out
+    assert main(["replay", "--session", sid, "--store", str(db)]) == 2
+    captured = capsys.readouterr()
+    assert "events replayed exactly (done)" in captured.out
+    assert captured.err.startswith(
+        f"turnfsm replay: a sub-agent session of {sid} cannot be read"
+    )
+    assert damaged in captured.err

@@ -133,7 +133,11 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             held = await holder_of(session, store)
             flags = ["--store", command.store] if command.store else []
             code = _show(session, store, out, held=held, flags=flags)
-            await show_links(session, store, out)
+            try:
+                await show_links(session, store, out)
+            except CorruptRecord as exc:  # the session itself is shown
+                print(f"\nsub-agent sessions: one cannot be read: {exc}", file=out)
+                return 1
             return code
         if command.action == "export":
             code = _export(session, command.format, command.out, out)
@@ -505,7 +509,17 @@ async def _left_out(
     Each sub-agent ran in a session of its own, which the log of `session`
     does not hold: imported alone, the session shows no sub-agent's work.
     """
-    below = await descendants(store, session.id)
+    try:
+        below = await descendants(store, session.id)
+    except CorruptRecord as exc:  # the export itself is written and whole
+        print(
+            f"session {session.id}'s sub-agents ran in sessions of their own, "
+            f"not in this log, and one of them cannot be read ({exc}): export "
+            "the others one by one (`turnfsm sessions show` of each names its "
+            "sub-agents)",
+            file=out,
+        )
+        return
     if not below:
         return
     print(
