@@ -1223,9 +1223,10 @@ def _at(tmp_path: Path, n: int) -> list[str]:
 def test_a_damaged_sub_agent_session_hides_nothing_of_its_caller(
     tmp_path: Path, capsys: Capture
 ) -> None:
-    # `sessions show` and `replay --session` of a sound session whose
-    # sub-agent's session was damaged failed whole (replay replayed nothing),
-    # and `export` failed after writing the file.
+    # `sessions show`, `replay --session` and `report` of a sound session
+    # whose sub-agent's session was damaged failed whole (replay replayed
+    # nothing, report wrote nothing), and `export` failed after writing the
+    # file.
     db = tmp_path / "1.db"
     sid, child = _delegating(db)
     with sqlite3.connect(db) as connection:
@@ -1252,3 +1253,12 @@ def test_a_damaged_sub_agent_session_hides_nothing_of_its_caller(
         f"turnfsm replay: a sub-agent session of {sid} cannot be read"
     )
     assert damaged in captured.err
+    report = tmp_path / "r.html"
+    assert main(["report", sid, "-o", str(report), "--store", str(db)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"wrote {report} (session {sid}: 1 run(s)")
+    assert captured.err.startswith(
+        f"turnfsm report: a sub-agent session of {sid} cannot be read, and is "
+        "not in the report: "
+    )
+    assert report.read_text().count("delegate") >= 1
