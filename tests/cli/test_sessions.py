@@ -1262,3 +1262,41 @@ def test_a_damaged_sub_agent_session_hides_nothing_of_its_caller(
         "not in the report: "
     )
     assert report.read_text().count("delegate") >= 1
+
+
+def test_an_imported_session_id_s_terminal_escapes_are_printed_as_text(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A log from elsewhere may name its session anything: `import`, `list`,
+    # `show`, `export`, `replay` and `rm` printed its id as it was, so
+    # importing a file could clear the screen or set the terminal's title.
+    hostile = "\x1b]0;owned\x07\x1b[2Jses\u202e_1"
+    db = tmp_path / "1.db"
+
+    async def run() -> None:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=ScriptedModel.of("hi"), store=store)
+            await agent.run("hello", session=Session(hostile, store=store))
+
+    anyio.run(run)
+    store = ["--store", str(db)]
+    log, other = tmp_path / "s.jsonl", ["--store", str(tmp_path / "2.db")]
+    outs = []
+    assert main(["sessions", "export", hostile, "-o", str(log), *store]) == 0
+    outs.append(capsys.readouterr().out)
+    for command in (
+        ["sessions", "import", str(log), *other],
+        ["sessions", "list", *other],
+        ["sessions", "show", hostile, *other],
+        ["replay", "--session", hostile, *other],
+        ["sessions", "rm", hostile, "--yes", *other],
+    ):
+        assert main(command) == 0, command
+        outs.append(capsys.readouterr().out)
+
+    shown = "\\x1b]0;owned\\x07\\x1b[2Jses\\u202e_1"
+    for out in outs:
+        assert shown in out or "replayed exactly" in out, out
+        assert "\x1b" not in out
+        assert "\x07" not in out
+        assert "\u202e" not in out

@@ -7,7 +7,7 @@ import sys
 from typing import TextIO
 
 from turnfsm._resources import load_machine, machines_dir
-from turnfsm.cli._errors import explain
+from turnfsm.cli._errors import explain, terminal_text
 from turnfsm.cli._run import run_async
 from turnfsm.cli._stores import is_store_file
 from turnfsm.core import MachineSpec
@@ -73,15 +73,16 @@ def run_replay(
         return 2
     failed = _report(session, runs, specs, stream, lines)
     for depth, child, child_specs in theirs:
-        print(f"{'  ' * depth}sub-agent session {child.id}:", file=stream)
+        name = terminal_text(child.id)
+        print(f"{'  ' * depth}sub-agent session {name}:", file=stream)
         failed |= _report(
             child, child.runs, child_specs, stream, None, indent="  " * (depth + 1)
         )
     if unread is not None and run_id is None:
         # The session and the sub-agents' sessions that read are replayed.
         print(
-            f"turnfsm replay: a sub-agent session of {session.id} cannot be "
-            f"read, and was not replayed: {explain(unread)}",
+            f"turnfsm replay: a sub-agent session of {terminal_text(session.id)} "
+            f"cannot be read, and was not replayed: {explain(unread)}",
             file=sys.stderr,
         )
         return 2
@@ -155,7 +156,7 @@ async def _load_stored(
         raise await not_found(exc, sessions) from None
     finally:
         await close_store(sessions)
-    source = f"session {session_id} in {where(sessions)}"
+    source = f"session {terminal_text(session_id)} in {where(sessions)}"
     return session, source, None, children, unread
 
 
@@ -202,8 +203,8 @@ def _report(
         report = replay(specs[run.run_id], session, run.run_id)
         if report.ok:
             print(
-                f"{indent}{run.run_id}: {report.events} events replayed exactly "
-                f"({run.outcome})",
+                f"{indent}{terminal_text(run.run_id)}: {report.events} events "
+                f"replayed exactly ({run.outcome})",
                 file=out,
             )
             continue
@@ -217,7 +218,7 @@ def _report(
                 f"{report.history_difference}"
             )
             at = _line(report.commit, lines)
-        print(f"{indent}{run.run_id}: DIVERGES{at} - {reason}", file=out)
+        print(f"{indent}{terminal_text(run.run_id)}: DIVERGES{at} - {reason}", file=out)
     return 1 if failed else 0
 
 
