@@ -168,6 +168,14 @@ BAD_FILES = [
         "line 5: type",
         "unknown record type 'Nope'",
     ),
+    # Blamed on its digests: "digests: expected an object of the entry's
+    # field digests".
+    BadFile(
+        "an entry line without its data",
+        lambda ls: [*ls[:4], json.dumps({**json.loads(ls[4]), "data": None}), *ls[5:]],
+        "line 5: data",
+        "expected an object, got null",
+    ),
     BadFile(
         "a run opened twice",
         lambda ls: [*ls[:3], ls[2], *ls[3:]],

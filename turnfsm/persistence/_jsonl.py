@@ -332,7 +332,9 @@ def _check_digests(where: str, line: dict[str, Any]) -> None:
     kind = line.get("type")
     kind = kind if isinstance(kind, str) else _LOG
     digests, data = line[DIGESTS], line.get("data")
-    if not isinstance(digests, dict) or not isinstance(data, dict):
+    if not isinstance(data, dict):
+        return  # reading the entry names its missing or malformed data
+    if not isinstance(digests, dict):
         raise CorruptRecord(
             kind, _at(where, DIGESTS), "expected an object of the entry's field digests"
         )
