@@ -394,3 +394,39 @@ def test_a_store_given_as_a_log_is_named_a_store(
         "sessions export` writes a session's log\n",
     )
     still_fine(world, capsys)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_bad_entry_of_a_json_document_is_named_with_its_line(
+    world: World, tmp_path: Path, capsys: Capture, newline: str
+) -> None:
+    # An export in --format json (2,000 lines for a short session) edited by
+    # hand was refused naming `entries[5]` only, not where the file has it.
+    path = tmp_path / "s.json"
+    assert (
+        main(
+            [
+                "sessions",
+                "export",
+                GOOD,
+                "--format",
+                "json",
+                "-o",
+                str(path),
+                *world.store,
+            ]
+        )
+        == 0
+    )
+    text = path.read_text()
+    lines = text.split("\n")
+    start = [n for n, line in enumerate(lines, 1) if line == "    {"][5]
+    at = next(n for n in range(start, len(lines)) if '"at": ' in lines[n - 1])
+    lines[at - 1] = lines[at - 1].replace('"at": 1', '"at": 2')
+    path.write_bytes(newline.join(lines).replace(GOOD, "ses_imported").encode())
+
+    assert main(["sessions", "import", str(path), *world.store]) == 2
+
+    line = one_line(capsys.readouterr().err, f"turnfsm sessions import: {path}: ")
+    assert f"at entries[5] (from line {start}): data.at: changed since" in line
+    still_fine(world, capsys)

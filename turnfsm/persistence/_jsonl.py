@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -103,7 +104,8 @@ async def load_session(
 
     Raises:
         CorruptRecord: the log cannot be read, naming the line (or the
-            document's ``entries[i]``) and the field: text that is not UTF-8
+            document's ``entries[i]``, with the line it begins on when the
+            document spans lines) and the field: text that is not UTF-8
             (a compressed file is named as such) or not JSON, a missing or
             foreign header or version, a line that is not an entry (a second
             header), no entries at all, an entry of a run opened nowhere
@@ -164,9 +166,20 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
             raise CorruptRecord(
                 _LOG, "entries", f"expected a list of entries, got {_kind(entries)}"
             )
+        # A document on many lines (as the export writes it): each entry
+        # is named with the line it begins on, for an editor to go to.
+        lines = _entry_lines("\n".join(rows)) if first is None else []
+        if len(lines) != len(entries):  # a key given twice, say: none is sure
+            lines = []
+        named = [
+            f"entries[{i}] (from line {lines[i]})"
+            if i < len(lines)
+            else f"entries[{i}]"
+            for i in range(len(entries))
+        ]
         located = [
-            (f"entries[{i}]", _entry(f"entries[{i}]", item))
-            for i, item in enumerate(entries)
+            (name, _entry(name, item))
+            for name, item in zip(named, entries, strict=True)
         ]
         where = "entries"
     if not located:
@@ -272,6 +285,53 @@ def _document(rows: list[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
     return data
+
+
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+
+
+def _space(text: str, at: int) -> int:
+    """Where the JSON whitespace from `at` on ends."""
+    found = _WHITESPACE.match(text, at)
+    assert found is not None  # it matches the empty string too
+    return found.end()
+
+
+def _entry_lines(text: str) -> list[int]:
+    """The line each entry of a JSON document's ``entries`` begins on.
+
+    Empty when the text is not the one object holding that list (the
+    document was read already: this only locates its entries).
+    """
+    decode = json.JSONDecoder().raw_decode
+    at = _space(text, int(text.startswith("\ufeff")))
+    if not text.startswith("{", at):
+        return []
+    at += 1
+    try:
+        while True:
+            at = _space(text, at)
+            key, at = decode(text, at)
+            at = _space(text, at) + 1  # past the colon
+            at = _space(text, at)
+            if key != "entries":
+                _, at = decode(text, at)
+                at = _space(text, at) + 1  # past a comma
+                continue
+            lines: list[int] = []
+            line, counted = 1, 0
+            at = _space(text, at + 1)  # past the bracket
+            while not text.startswith("]", at):
+                line += text.count("\n", counted, at)
+                counted = at
+                lines.append(line)
+                _, at = decode(text, at)
+                at = _space(text, at)
+                if text.startswith(",", at):
+                    at = _space(text, at + 1)
+            return lines
+    except (ValueError, RecursionError):
+        return []
 
 
 _NOT_A_HEADER: Final = (
