@@ -430,3 +430,21 @@ def test_a_bad_entry_of_a_json_document_is_named_with_its_line(
     line = one_line(capsys.readouterr().err, f"turnfsm sessions import: {path}: ")
     assert f"at entries[5] (from line {start}): data.at: changed since" in line
     still_fine(world, capsys)
+
+
+def test_blank_lines_before_the_header_are_passed_over(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # Blank lines between entries were passed over, but one before the
+    # header (an editor's, a concatenation's) refused the whole log: "line 3:
+    # not JSON: Extra data (column 1)".
+    path = _bad_file(
+        world, tmp_path, BadFile("none", lambda ls: ["", " \r", *ls], "", "")
+    )
+    assert main(["sessions", "import", str(path), *world.store]) == 0
+    assert "imported session ses_imported (19 entries)" in capsys.readouterr().out
+    # What it names is counted from the file's first line.
+    header_only = tmp_path / "h.jsonl"
+    header_only.write_text("\n\n" + world.lines[0] + "\n")
+    assert main(["replay", str(header_only)]) == 2
+    assert "at line 4: no entries after the header" in capsys.readouterr().err

@@ -146,18 +146,20 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
             "a session log, as dump_session or `turnfsm sessions export` writes "
             "it (this one is empty)",
         )
-    first = _json_or_none(rows[0])
+    # Blank lines before the header are passed over, as between entries.
+    head = next(n for n, row in enumerate(rows) if row.strip())
+    first = _json_or_none(rows[head])
     if first is not None and not isinstance(first, dict):
-        raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
+        raise CorruptRecord(_LOG, f"line {head + 1}", _NOT_A_HEADER)
     if first is not None and "entries" not in first:
-        session_id = _header("line 1", first)
+        session_id = _header(f"line {head + 1}", first)
         last = len(rows)
         located = [
             (f"line {number}", _entry(f"line {number}", _json(number, row, last)))
-            for number, row in enumerate(rows[1:], start=2)
+            for number, row in enumerate(rows[head + 1 :], start=head + 2)
             if row.strip()
         ]
-        where = "line 2"
+        where = f"line {head + 2}"
     else:  # one JSON document, on one line or many
         document = _document(rows) if first is None else first
         entries = document.get("entries")
