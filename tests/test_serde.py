@@ -476,6 +476,19 @@ def test_enums_are_their_values_and_dumps_is_compact_and_sorted() -> None:
     assert serde.loads(Decision, serde.dumps(compact)) == compact
 
 
+def test_dumps_writes_text_that_encodes_to_utf8_whatever_a_message_holds() -> None:
+    # A lone surrogate (a file name that was not UTF-8) was written as it is:
+    # the text failed with UnicodeEncodeError where it was written (a file, a
+    # database's text column), as a store of one's own built on dumps does.
+    message = Message.user("caf\udce9.txt \ud800 \x00 \u00fc \u65e5 \U0001f389")
+
+    text = serde.dumps(message)
+
+    assert "\\udce9" in text
+    assert "\u00fc \u65e5 \U0001f389" in text  # the rest as it is
+    assert serde.loads(Message, text.encode("utf-8")) == message
+
+
 def test_error_info_keeps_the_retry_after_of_a_provider_error() -> None:
     exc = ProviderError(message="slow down", retryable=True, retry_after=2.5)
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
-__all__ = ["compact_encoder", "plain", "well_formed"]
+__all__ = ["compact_encoder", "escape_surrogates", "plain", "well_formed"]
 
 _SAMPLE = {"b": [1, 2.5, None, True, -0.0], "a": {"é": "\u0000\n"}, "c": float("nan")}
 
@@ -84,6 +84,23 @@ def plain(value: object) -> object:
 
 
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def escape_surrogates(text: str) -> str:
+    r"""Return JSON `text` with each lone surrogate written as its backslash-u escape.
+
+    A lone surrogate can only stand inside a JSON string, where its escape
+    reads back as the same character: what ``ensure_ascii=True`` writes for
+    it, leaving all other text as it is. The text then encodes to UTF-8 (a
+    file, a database's text column, a network message).
+    """
+    if text.isascii() or _LONE_SURROGATE.search(text) is None:
+        return text
+    return _LONE_SURROGATE.sub(_escape, text)
 
 
 def well_formed(value: object) -> object:

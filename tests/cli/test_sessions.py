@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import anyio
@@ -1018,3 +1019,284 @@ def test_show_prints_a_sub_agent_s_call_id_s_control_characters_as_escapes(
         out = capsys.readouterr().out
         assert "\x1b" not in out
         assert "c\\x1b[2J1" in out
+
+
+def _odd_text_session(db: Path) -> str:
+    """A session whose id and messages hold a lone surrogate and non-ASCII text."""
+
+    def listing(folder: str) -> str:
+        """List a folder.
+
+        Args:
+            folder: the folder.
+        """
+        return "caf\udce9.txt \u00fc \u65e5\u672c"
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            agent = Agent(
+                model=ScriptedModel.of(
+                    reply("", tool_call("listing", "c1", folder=".")), "one file"
+                ),
+                tools=[listing],
+                store=store,
+            )
+            session = await Session.open(store, "caf\udce9.txt")
+            await agent.run("list caf\udce9", session=session)
+            return session.id
+
+    return anyio.run(run)
+
+
+def _terminal(monkeypatch: pytest.MonkeyPatch, encoding: str) -> io.TextIOWrapper:
+    """Stand in a standard output of `encoding` that refuses what it cannot encode."""
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding, errors="strict")
+    monkeypatch.setattr("sys.stdout", stdout)
+    return stdout
+
+
+def _written(stdout: io.TextIOWrapper) -> bytes:
+    stdout.flush()
+    buffer = stdout.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "cp1252", "utf-8"])
+def test_export_to_standard_output_writes_the_utf8_log_whatever_its_encoding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    # `turnfsm sessions export ID > s.jsonl` from a terminal whose encoding
+    # holds no Japanese (Windows' cp1252, PYTHONIOENCODING=ascii) failed
+    # with a UnicodeEncodeError traceback, writing nothing.
+    store = ["--store", str(tmp_path / "1.db")]
+    sid = _odd_text_session(tmp_path / "1.db")
+    log = tmp_path / "s.jsonl"
+    assert main(["sessions", "export", sid, "-o", str(log), *store]) == 0
+    stdout = _terminal(monkeypatch, encoding)
+
+    assert main(["sessions", "export", sid, *store]) == 0
+
+    assert _written(stdout) == log.read_bytes()
+    two = ["--store", str(tmp_path / "2.db")]
+    assert main(["sessions", "import", str(log), *two]) == 0
+
+
+def test_list_show_and_import_print_a_lone_surrogate_on_a_strict_utf8_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session id or a message holding a lone surrogate (a file name that
+    # was not UTF-8) made `sessions list`, `show`, `export -o` and `import`
+    # fail with a UnicodeEncodeError traceback on a terminal in a UTF-8
+    # locale such as en_US.UTF-8; they print it as its escape now.
+    store = ["--store", str(tmp_path / "1.db")]
+    sid = _odd_text_session(tmp_path / "1.db")
+    stdout = _terminal(monkeypatch, "utf-8")
+    log = tmp_path / "s.jsonl"
+    two = ["--store", str(tmp_path / "2.db")]
+
+    assert main(["sessions", "list", *store]) == 0
+    assert main(["sessions", "show", sid, *store]) == 0
+    assert main(["sessions", "export", sid, "-o", str(log), *store]) == 0
+    assert main(["sessions", "import", str(log), *two]) == 0
+
+    out = _written(stdout).decode("utf-8")
+    assert out.count("caf\\udce9.txt") >= 4, out
+    assert "list caf\\udce9" in out
+    assert "\u00fc \u65e5\u672c" in out
+
+
+def _delegating(db: Path) -> tuple[str, str]:
+    """A session whose run gave a task to a sub-agent; its id and the sub-agent's."""
+
+    def delegate(request: ModelRequest) -> Message:
+        last = request.messages[-1]
+        if last.tool_results:
+            return reply("the helper said " + last.tool_results[0].content)
+        return reply("", tool_call("helper", "w1", task="look"))
+
+    async def run() -> str:
+        async with SQLiteStore(db) as store:
+            helper = Agent(model=ScriptedModel.of("seen")).as_tool(
+                name="helper", description="Looks."
+            )
+            agent = Agent(model=FakeModelClient(delegate), tools=[helper], store=store)
+            return (await agent.run("delegate")).session_id
+
+    sid = anyio.run(run)
+    (child,) = anyio.run(_children_of, db, sid)
+    return sid, child
+
+
+def test_export_names_the_sub_agents_sessions_it_leaves_out(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A session whose run delegated to a sub-agent exported without a word
+    # of the sub-agent's session: imported elsewhere, its work was gone.
+    db = tmp_path / "1.db"
+    sid, child = _delegating(db)
+    one, two = ["--store", str(db)], ["--store", str(tmp_path / "2.db")]
+    log = tmp_path / "s.jsonl"
+
+    assert main(["sessions", "export", sid, "-o", str(log), *one]) == 0
+    out = capsys.readouterr().out
+    assert "sub-agents ran in 1 session(s) of their own, not in this log" in out
+    command = f"turnfsm sessions export {child} --store {db} -o {child}.jsonl"
+    assert command in out
+    assert main(["sessions", "export", sid, *one]) == 0  # the log on stdout
+    captured = capsys.readouterr()
+    assert captured.out.encode() == log.read_bytes()
+    assert command in captured.err
+    # Both imported, the session shows its sub-agent's as before.
+    assert (
+        main(["sessions", "export", child, "-o", str(tmp_path / "c.jsonl"), *one]) == 0
+    )
+    assert main(["sessions", "import", str(log), *two]) == 0
+    assert main(["sessions", "import", str(tmp_path / "c.jsonl"), *two]) == 0
+    capsys.readouterr()
+    assert main(["sessions", "show", sid, *two]) == 0
+    assert f"sub-agent sessions (1):\n  {child}" in capsys.readouterr().out
+
+
+async def _children_of(db: Path, session_id: str) -> list[str]:
+    async with SQLiteStore(db) as store:
+        return [s.id for s in await child_sessions(store, session_id)]
+
+
+def test_import_over_a_stored_session_says_what_the_store_holds(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # Every refusal said "`turnfsm sessions rm` it first to import it again",
+    # also of a store holding another conversation under that id, which that
+    # would have deleted.
+    async def stored(db: Path, text: str) -> None:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=ScriptedModel.of("noted"), store=store)
+            await agent.run(text, session=await Session.open(store, "ses_same"))
+
+    anyio.run(stored, tmp_path / "1.db", "one")
+    anyio.run(stored, tmp_path / "2.db", "another")
+    log, part = tmp_path / "s.jsonl", tmp_path / "part.jsonl"
+    assert (
+        main(["sessions", "export", "ses_same", "-o", str(log), *_at(tmp_path, 1)]) == 0
+    )
+    part.write_text("".join(log.read_text().splitlines(keepends=True)[:5]))
+    assert main(["sessions", "import", str(part), *_at(tmp_path, 3)]) == 0
+    capsys.readouterr()
+
+    said = {}
+    for name, file, db in [
+        ("same", log, 1),
+        ("newer", part, 1),
+        ("older", log, 3),
+        ("another", log, 2),
+    ]:
+        assert main(["sessions", "import", str(file), *_at(tmp_path, db)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.startswith("turnfsm sessions import: session ses_same")
+        assert captured.err.count("\n") == 1
+        said[name] = captured.err
+
+    assert f"the same log as {log} (8 entries): nothing imported" in said["same"]
+    assert (
+        f"has gone on since {part} was exported (8 entries, the file's 4"
+        in (said["newer"])
+    )
+    assert (
+        f"an older copy of {log}'s log (4 of its 8 entries); `turnfsm "
+        in (said["older"])
+    )
+    assert "rm` it first to import the whole log" in said["older"]
+    assert (
+        "another log under that id (8 entries; its entry 2 differs" in (said["another"])
+    )
+    assert "`turnfsm sessions rm` would delete that session" in said["another"]
+    for name in ("same", "newer", "another"):
+        assert "rm` it first" not in said[name]
+
+
+def _at(tmp_path: Path, n: int) -> list[str]:
+    return ["--store", str(tmp_path / f"{n}.db")]
+
+
+def test_a_damaged_sub_agent_session_hides_nothing_of_its_caller(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # `sessions show`, `replay --session` and `report` of a sound session
+    # whose sub-agent's session was damaged failed whole (replay replayed
+    # nothing, report wrote nothing), and `export` failed after writing the
+    # file.
+    db = tmp_path / "1.db"
+    sid, child = _delegating(db)
+    with sqlite3.connect(db) as connection:
+        connection.execute(
+            "UPDATE turnfsm_entries SET body = '{oops' WHERE session_id = ?"
+            " AND seq = 3",
+            (child,),
+        )
+    log = tmp_path / "s.jsonl"
+    damaged = f"corrupt Entry record at sessions['{child}'].entries[3]"
+
+    assert main(["sessions", "export", sid, "-o", str(log), "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"session {sid}: 12 entries written to {log}" in out
+    assert damaged in out
+    assert main(["sessions", "show", sid, "--store", str(db)]) == 1
+    out = capsys.readouterr().out
+    assert "history (4 messages)" in out
+    assert f"sub-agent sessions: one cannot be read: {damaged}" in out
+    assert main(["replay", "--session", sid, "--store", str(db)]) == 2
+    captured = capsys.readouterr()
+    assert "events replayed exactly (done)" in captured.out
+    assert captured.err.startswith(
+        f"turnfsm replay: a sub-agent session of {sid} cannot be read"
+    )
+    assert damaged in captured.err
+    report = tmp_path / "r.html"
+    assert main(["report", sid, "-o", str(report), "--store", str(db)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"wrote {report} (session {sid}: 1 run(s)")
+    assert captured.err.startswith(
+        f"turnfsm report: a sub-agent session of {sid} cannot be read, and is "
+        "not in the report: "
+    )
+    assert report.read_text().count("delegate") >= 1
+
+
+def test_an_imported_session_id_s_terminal_escapes_are_printed_as_text(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A log from elsewhere may name its session anything: `import`, `list`,
+    # `show`, `export`, `replay` and `rm` printed its id as it was, so
+    # importing a file could clear the screen or set the terminal's title.
+    hostile = "\x1b]0;owned\x07\x1b[2Jses\u202e_1"
+    db = tmp_path / "1.db"
+
+    async def run() -> None:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=ScriptedModel.of("hi"), store=store)
+            await agent.run("hello", session=Session(hostile, store=store))
+
+    anyio.run(run)
+    store = ["--store", str(db)]
+    log, other = tmp_path / "s.jsonl", ["--store", str(tmp_path / "2.db")]
+    outs = []
+    assert main(["sessions", "export", hostile, "-o", str(log), *store]) == 0
+    outs.append(capsys.readouterr().out)
+    for command in (
+        ["sessions", "import", str(log), *other],
+        ["sessions", "list", *other],
+        ["sessions", "show", hostile, *other],
+        ["replay", "--session", hostile, *other],
+        ["sessions", "rm", hostile, "--yes", *other],
+    ):
+        assert main(command) == 0, command
+        outs.append(capsys.readouterr().out)
+
+    shown = "\\x1b]0;owned\\x07\\x1b[2Jses\\u202e_1"
+    for out in outs:
+        assert shown in out or "replayed exactly" in out, out
+        assert "\x1b" not in out
+        assert "\x07" not in out
+        assert "\u202e" not in out

@@ -7,7 +7,10 @@ say: through `load_session` (a `CorruptRecord`) and `turnfsm sessions import`
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 from collections.abc import Callable
 from pathlib import Path
 
@@ -125,6 +128,25 @@ BAD_FILES = [
         "line 1",
         "not UTF-8",
     ),
+    # A compressed log read as text that is not UTF-8 ("byte 0x8b").
+    BadFile(
+        "gzip",
+        lambda ls: gzip.compress("\n".join(ls).encode()),
+        "line 1",
+        "gzip-compressed data, not a log's text: decompress it first (gunzip FILE)",
+    ),
+    BadFile(
+        "xz",
+        lambda ls: lzma.compress("\n".join(ls).encode()),
+        "line 1",
+        "xz-compressed data",
+    ),
+    BadFile(
+        "bzip2",
+        lambda ls: bz2.compress("\n".join(ls).encode()),
+        "line 1",
+        "bzip2-compressed data",
+    ),
     BadFile(
         "entries not a list",
         _document({"a": 1}),
@@ -145,6 +167,14 @@ BAD_FILES = [
         edit_line(5, lambda d: d.update(type="Nope")),
         "line 5: type",
         "unknown record type 'Nope'",
+    ),
+    # Blamed on its digests: "digests: expected an object of the entry's
+    # field digests".
+    BadFile(
+        "an entry line without its data",
+        lambda ls: [*ls[:4], json.dumps({**json.loads(ls[4]), "data": None}), *ls[5:]],
+        "line 5: data",
+        "expected an object, got null",
     ),
     BadFile(
         "a run opened twice",
@@ -364,3 +394,57 @@ def test_a_store_given_as_a_log_is_named_a_store(
         "sessions export` writes a session's log\n",
     )
     still_fine(world, capsys)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_bad_entry_of_a_json_document_is_named_with_its_line(
+    world: World, tmp_path: Path, capsys: Capture, newline: str
+) -> None:
+    # An export in --format json (2,000 lines for a short session) edited by
+    # hand was refused naming `entries[5]` only, not where the file has it.
+    path = tmp_path / "s.json"
+    assert (
+        main(
+            [
+                "sessions",
+                "export",
+                GOOD,
+                "--format",
+                "json",
+                "-o",
+                str(path),
+                *world.store,
+            ]
+        )
+        == 0
+    )
+    text = path.read_text()
+    lines = text.split("\n")
+    start = [n for n, line in enumerate(lines, 1) if line == "    {"][5]
+    at = next(n for n in range(start, len(lines)) if '"at": ' in lines[n - 1])
+    lines[at - 1] = lines[at - 1].replace('"at": 1', '"at": 2')
+    path.write_bytes(newline.join(lines).replace(GOOD, "ses_imported").encode())
+
+    assert main(["sessions", "import", str(path), *world.store]) == 2
+
+    line = one_line(capsys.readouterr().err, f"turnfsm sessions import: {path}: ")
+    assert f"at entries[5] (from line {start}): data.at: changed since" in line
+    still_fine(world, capsys)
+
+
+def test_blank_lines_before_the_header_are_passed_over(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # Blank lines between entries were passed over, but one before the
+    # header (an editor's, a concatenation's) refused the whole log: "line 3:
+    # not JSON: Extra data (column 1)".
+    path = _bad_file(
+        world, tmp_path, BadFile("none", lambda ls: ["", " \r", *ls], "", "")
+    )
+    assert main(["sessions", "import", str(path), *world.store]) == 0
+    assert "imported session ses_imported (19 entries)" in capsys.readouterr().out
+    # What it names is counted from the file's first line.
+    header_only = tmp_path / "h.jsonl"
+    header_only.write_text("\n\n" + world.lines[0] + "\n")
+    assert main(["replay", str(header_only)]) == 2
+    assert "at line 4: no entries after the header" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -752,11 +753,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     A reader that goes away (``turnfsm eval | head``) ends the command
     quietly with status 141, as a process stopped by SIGPIPE does.
     """
+    _escape_what_stdout_cannot_encode()
     try:
         return _main(argv)
     except BrokenPipeError:
         _stdout_to_devnull()
         return 141
+
+
+def _escape_what_stdout_cannot_encode() -> None:
+    r"""Have standard output write what its encoding lacks as escapes.
+
+    A log holds any text: a file name that was not UTF-8 is a lone surrogate
+    (``\udce9``), which a terminal in a UTF-8 locale refuses, and a Windows
+    console's code page holds no Japanese. Such a character is printed as its
+    escape, as standard error does, instead of failing the command. A stream
+    that already has a way (Python's C locale writes surrogates back as the
+    bytes they came from) keeps it.
+    """
+    stdout = sys.stdout
+    if isinstance(stdout, io.TextIOWrapper) and stdout.errors == "strict":
+        with contextlib.suppress(OSError, ValueError):
+            stdout.reconfigure(errors="backslashreplace")
 
 
 def script() -> None:

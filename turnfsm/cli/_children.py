@@ -20,7 +20,8 @@ async def show_links(session: Session, store: SessionStore, out: TextIO) -> None
     link = parent_of(session)
     if link is not None:
         print(
-            f"\ndelegated by: session {link.session_id} run {link.run_id} "
+            f"\ndelegated by: session {terminal_text(link.session_id)} run "
+            f"{terminal_text(link.run_id)} "
             f"call {terminal_text(link.call_id)} (depth {link.depth})",
             file=out,
         )
@@ -51,7 +52,7 @@ async def _tree(
         )
         call = terminal_text(link.call_id) if link else "?"  # the model's id
         lines.append(
-            f"{'  ' * level}{child.id}  {run.outcome}  {turns} turn(s)  {said}  "
-            f"for call {call}"
+            f"{'  ' * level}{terminal_text(child.id)}  {run.outcome}  "
+            f"{turns} turn(s)  {said}  for call {call}"
         )
         await _tree(store, child.id, level + 1, seen, lines)

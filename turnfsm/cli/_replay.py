@@ -7,7 +7,7 @@ import sys
 from typing import TextIO
 
 from turnfsm._resources import load_machine, machines_dir
-from turnfsm.cli._errors import explain
+from turnfsm.cli._errors import explain, terminal_text
 from turnfsm.cli._run import run_async
 from turnfsm.cli._stores import is_store_file
 from turnfsm.core import MachineSpec
@@ -53,7 +53,7 @@ def run_replay(
     """
     stream = out or sys.stdout
     try:
-        session, source, lines, children = _open(path, store, session_id)
+        session, source, lines, children, unread = _open(path, store, session_id)
         runs = [r for r in session.runs if run_id is None or r.run_id == run_id]
         if not runs:
             raise ConfigError("--run", run_id, f"a run of the log ({source})")
@@ -73,10 +73,19 @@ def run_replay(
         return 2
     failed = _report(session, runs, specs, stream, lines)
     for depth, child, child_specs in theirs:
-        print(f"{'  ' * depth}sub-agent session {child.id}:", file=stream)
+        name = terminal_text(child.id)
+        print(f"{'  ' * depth}sub-agent session {name}:", file=stream)
         failed |= _report(
             child, child.runs, child_specs, stream, None, indent="  " * (depth + 1)
         )
+    if unread is not None and run_id is None:
+        # The session and the sub-agents' sessions that read are replayed.
+        print(
+            f"turnfsm replay: a sub-agent session of {terminal_text(session.id)} "
+            f"cannot be read, and was not replayed: {explain(unread)}",
+            file=sys.stderr,
+        )
+        return 2
     return failed
 
 
@@ -86,8 +95,11 @@ Tree = list[tuple[int, Session]]
 
 def _open(
     path: str | None, store: str | None, session_id: str | None
-) -> tuple[Session, str, list[int] | None, Tree]:
-    """The session, where it came from, each entry's file line, its sub-agents."""
+) -> tuple[Session, str, list[int] | None, Tree, CorruptRecord | None]:
+    """The session, where it came from, each entry's file line, its sub-agents.
+
+    The last is why a sub-agent's session could not be read (None: all were).
+    """
     if path is None and session_id is None:
         raise ConfigError(
             "LOG", None, "a session log file, or --session ID", missing=True
@@ -121,25 +133,31 @@ def _open(
                 " --session ID)",
             )
         session = run_async(load_session, data)
-        return session, path, _entry_lines(data, session.version), []
-    session, source, children = run_async(_load_stored, store, str(session_id))
-    return session, source, None, children
+        return session, path, _entry_lines(data, session.version), [], None
+    return run_async(_load_stored, store, str(session_id))
 
 
-async def _load_stored(store: str | None, session_id: str) -> tuple[Session, str, Tree]:
+async def _load_stored(
+    store: str | None, session_id: str
+) -> tuple[Session, str, None, Tree, CorruptRecord | None]:
     from turnfsm.cli._sessions import not_found
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
     sessions = open_cli_store(store, existing=True)
     children: Tree = []
+    unread: CorruptRecord | None = None
     try:
         session = await Session.load(sessions, session_id)
-        await _descend(sessions, session_id, 1, {session_id}, children)
+        try:
+            await _descend(sessions, session_id, 1, {session_id}, children)
+        except CorruptRecord as exc:  # never hides the session asked for
+            unread = exc
     except SessionNotFound as exc:
         raise await not_found(exc, sessions) from None
     finally:
         await close_store(sessions)
-    return session, f"session {session_id} in {where(sessions)}", children
+    source = f"session {terminal_text(session_id)} in {where(sessions)}"
+    return session, source, None, children, unread
 
 
 async def _descend(
@@ -185,8 +203,8 @@ def _report(
         report = replay(specs[run.run_id], session, run.run_id)
         if report.ok:
             print(
-                f"{indent}{run.run_id}: {report.events} events replayed exactly "
-                f"({run.outcome})",
+                f"{indent}{terminal_text(run.run_id)}: {report.events} events "
+                f"replayed exactly ({run.outcome})",
                 file=out,
             )
             continue
@@ -200,7 +218,7 @@ def _report(
                 f"{report.history_difference}"
             )
             at = _line(report.commit, lines)
-        print(f"{indent}{run.run_id}: DIVERGES{at} - {reason}", file=out)
+        print(f"{indent}{terminal_text(run.run_id)}: DIVERGES{at} - {reason}", file=out)
     return 1 if failed else 0
 
 

@@ -21,6 +21,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
+from turnfsm._json import escape_surrogates
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._children import show_links
 from turnfsm.cli._errors import (
@@ -59,6 +60,7 @@ from turnfsm.persistence import (
     SessionStore,
     SummaryRecorded,
     Verdict,
+    descendants,
     holder_of,
     load_session,
     session_lines,
@@ -131,10 +133,17 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             held = await holder_of(session, store)
             flags = ["--store", command.store] if command.store else []
             code = _show(session, store, out, held=held, flags=flags)
-            await show_links(session, store, out)
+            try:
+                await show_links(session, store, out)
+            except CorruptRecord as exc:  # the session itself is shown
+                print(f"\nsub-agent sessions: one cannot be read: {exc}", file=out)
+                return 1
             return code
         if command.action == "export":
-            return _export(session, command.format, command.out, out)
+            code = _export(session, command.format, command.out, out)
+            flags = ["--store", command.store] if command.store else []
+            await _left_out(session, store, flags, out if command.out else sys.stderr)
+            return code
         return await _reset_breaker(session, out)
     finally:
         await close_store(store)
@@ -162,7 +171,8 @@ async def _compact(
         return 2
     record = next(iter(session.runs[-1].compactions), None)
     if record is None:  # ended before its pass (cancelled)
-        print(f"session {session.id}: not compacted ({result.outcome})", file=out)
+        name = terminal_text(session.id)
+        print(f"session {name}: not compacted ({result.outcome})", file=out)
         return 1
     summaries = sum(
         1
@@ -181,7 +191,7 @@ async def _compact(
             + (f", {summaries} summary written" if summaries else "")
         )
     print(
-        f"session {session.id}: {record.verdict} by {record.strategy} "
+        f"session {terminal_text(session.id)}: {record.verdict} by {record.strategy} "
         f"({record.reason.value}): {what}",
         file=out,
     )
@@ -212,7 +222,7 @@ async def _reset_breaker(session: Session, out: TextIO) -> int:
     failures = session.compaction_failures
     await session.reset_breaker(at=time.time())
     print(
-        f"session {session.id}: compaction circuit breaker reset "
+        f"session {terminal_text(session.id)}: compaction circuit breaker reset "
         f"({failures} consecutive failure(s) cleared)",
         file=out,
     )
@@ -281,13 +291,13 @@ async def _list(store: SessionStore, out: TextIO, limit: int | None) -> int:
             except CorruptRecord as exc:
                 problem = str(exc)
         if session is None:
-            bad = (info.id, _NO_TIME, _NO_TIME, str(info.version), "-")
+            bad = (terminal_text(info.id), _NO_TIME, _NO_TIME, str(info.version), "-")
             damaged.append((*bad, f"damaged: {problem}"))
             continue
         runs = session.runs
         started, last = _times(session)
         outcome = runs[-1].outcome if runs else "-"
-        cells = (info.id, _when(started), _when(last), str(info.version))
+        cells = (terminal_text(info.id), _when(started), _when(last), str(info.version))
         listed.append((last or 0.0, (*cells, str(len(runs)), outcome)))
     # Newest first: the latest activity on top (damaged sessions at the end).
     shown = sorted(listed, key=lambda r: -r[0])[: limit or None]
@@ -329,8 +339,8 @@ def _in_flight(session: Session, run_id: str, out: TextIO) -> None:
     if not held:
         return
     print(
-        f"\n{len(held)} more in its unfinished run {run_id} (kept in its log; "
-        "the history takes them if the run finishes):",
+        f"\n{len(held)} more in its unfinished run {terminal_text(run_id)} (kept "
+        "in its log; the history takes them if the run finishes):",
         file=out,
     )
     for message in held:
@@ -348,8 +358,8 @@ def _show(
     """Print the session; the commands it gives carry `flags` (``--store``)."""
     runs = session.runs
     print(
-        f"session {session.id}: {session.version} entries, {len(runs)} run(s), "
-        f"in {where(store)}",
+        f"session {terminal_text(session.id)}: {session.version} entries, "
+        f"{len(runs)} run(s), in {where(store)}",
         file=out,
     )
     print(f"\nhistory ({len(session.history)} messages):", file=out)
@@ -388,7 +398,8 @@ def _show(
             if run.usage_unreported
             else f"usage {usage.describe()} (reported)"
         )
-        line = f"  {run.run_id}  {run.outcome}  {len(run.turns)} turn(s)  {said}"
+        name = terminal_text(run.run_id)
+        line = f"  {name}  {run.outcome}  {len(run.turns)} turn(s)  {said}"
         error = "" if run.error is None else str(run.error)
         if error:
             line += f"  error: {_clip(error)}"
@@ -407,7 +418,8 @@ def _show(
             # Its process or workflow is live: the commands below would be
             # refused.
             take_over = (
-                f"turnfsm resume|abandon {shlex.join([session.id, *flags])} --force"
+                "turnfsm resume|abandon "
+                f"{terminal_text(shlex.join([session.id, *flags]))} --force"
             )
             print(f"    {busy_words(held, take_over)}", file=out)
         elif run.outcome == "paused" and run.waiting is not None:
@@ -421,10 +433,10 @@ def _show(
                     ),
                     file=out,
                 )
-            words = shlex.join([session.id, *flags])
+            words = terminal_text(shlex.join([session.id, *flags]))
             print(f"    answer it: {answer_hint(run.waiting, words)}", file=out)
         elif run.outcome in ("interrupted", "running"):
-            target = shlex.join([session.id, run.run_id, *flags])
+            target = terminal_text(shlex.join([session.id, run.run_id, *flags]))
             print(
                 f"    carry it on: turnfsm resume {target}, or end it: "
                 f"turnfsm abandon {target}",
@@ -440,7 +452,7 @@ def _show(
             else f"{len(c.covers)} messages, none replaced"
         )
         print(
-            f"  {run_id} turn {c.turn}  {c.reason.value}  {c.verdict}  "
+            f"  {terminal_text(run_id)} turn {c.turn}  {c.reason.value}  {c.verdict}  "
             f"{c.tokens_before} -> {c.tokens_after} tokens (estimated)  "
             f"({count}, {c.strategy or 'no compactor'})",
             file=out,
@@ -479,17 +491,68 @@ def _export(session: Session, fmt: str, path: str | None, out: TextIO) -> int:
         text = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
         # A lone surrogate (text from bytes that were not UTF-8) is written as
         # its JSON escape, as in the JSON lines form: the same text reads back.
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8") + "\n"
+        text = escape_surrogates(text) + "\n"
     if path is None or path == "-":
-        out.write(text)
+        _write_utf8(out, text)
         return 0
     with open(path, "w", encoding="utf-8") as file:
         file.write(text)
     print(
-        f"session {session.id}: {session.version} entries written to {path}",
+        f"session {terminal_text(session.id)}: {session.version} entries "
+        f"written to {path}",
         file=out,
     )
     return 0
+
+
+async def _left_out(
+    session: Session, store: SessionStore, flags: list[str], out: TextIO
+) -> None:
+    """Say which sub-agents' sessions an export of `session` leaves out.
+
+    Each sub-agent ran in a session of its own, which the log of `session`
+    does not hold: imported alone, the session shows no sub-agent's work.
+    """
+    try:
+        below = await descendants(store, session.id)
+    except CorruptRecord as exc:  # the export itself is written and whole
+        print(
+            f"session {terminal_text(session.id)}'s sub-agents ran in sessions "
+            f"of their own, not in this log, and one of them cannot be read "
+            f"({exc}): export the others one by one (`turnfsm sessions show` "
+            "of each names its sub-agents)",
+            file=out,
+        )
+        return
+    if not below:
+        return
+    print(
+        f"session {terminal_text(session.id)}'s sub-agents ran in {len(below)} "
+        "session(s) of their own, not in this log; export each to keep their "
+        "work too:",
+        file=out,
+    )
+    for child in below:
+        command = ["turnfsm", "sessions", "export", child.id, *flags]
+        said = shlex.join([*command, "-o", f"{child.id}.jsonl"])
+        print(f"  {terminal_text(said)}", file=out)
+
+
+def _write_utf8(out: TextIO, text: str) -> None:
+    """Write the log `text` to `out` as UTF-8, whatever `out`'s own encoding.
+
+    A session log is UTF-8: on a standard output that encodes otherwise (a
+    Windows console's code page, ``PYTHONIOENCODING=ascii``) it would fail
+    on the first character that encoding lacks, or write a file that is
+    not a log. Its bytes go under the text layer, when it has one.
+    """
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:  # a stream of text only (a StringIO): it holds any text
+        out.write(text)
+        return
+    out.flush()
+    buffer.write(text.encode("utf-8"))
+    buffer.flush()
 
 
 async def _import(store: SessionStore, path: str, out: TextIO) -> int:
@@ -523,19 +586,60 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         print(f"turnfsm sessions import: {name}: {exc}", file=sys.stderr)
         return 2
     except SessionConflict as exc:
-        print(
-            f"turnfsm sessions import: session {exc.session_id} is already in "
-            f"{where(store)} ({exc.actual} entries); `turnfsm sessions rm` it "
-            "first to import it again",
-            file=sys.stderr,
-        )
+        name = "standard input" if path == "-" else path
+        said = await _already_in(store, exc.session_id, await load_session(data), name)
+        print(f"turnfsm sessions import: {said}", file=sys.stderr)
         return 2
     print(
-        f"imported session {session.id} ({session.version} entries) into "
-        f"{where(store)}",
+        f"imported session {terminal_text(session.id)} ({session.version} "
+        f"entries) into {where(store)}",
         file=out,
     )
     return 0
+
+
+async def _already_in(
+    store: SessionStore, session_id: str, log: Session, name: str
+) -> str:
+    """What the store holds under the id of the log `name` could not import.
+
+    `turnfsm sessions rm` deletes the stored session: advised only when what
+    it holds is the log itself, or the start of it.
+    """
+    place = f"session {terminal_text(session_id)} is already in {where(store)}"
+    try:
+        stored = (await Session.load(store, session_id)).entries
+    except CorruptRecord as exc:
+        return (
+            f"{place}, damaged ({exc}): nothing imported; `turnfsm sessions rm` "
+            "it first to import the log in its place"
+        )
+    mine = log.entries
+    if stored == mine:
+        return (
+            f"{place}, the same log as {name} ({len(mine)} entries): nothing imported"
+        )
+    if stored == mine[: len(stored)]:
+        return (
+            f"{place}, an older copy of {name}'s log ({len(stored)} of its "
+            f"{len(mine)} entries); `turnfsm sessions rm` it first to import "
+            "the whole log"
+        )
+    if mine == stored[: len(mine)]:
+        return (
+            f"{place}, and has gone on since {name} was exported "
+            f"({len(stored)} entries, the file's {len(mine)} and more): "
+            "nothing imported"
+        )
+    differs = next(
+        i for i, (a, b) in enumerate(zip(stored, mine, strict=False)) if a != b
+    )
+    return (
+        f"{place}, another log under that id ({len(stored)} entries; its "
+        f"entry {differs + 1} differs from {name}'s): nothing imported. `turnfsm "
+        "sessions rm` would delete that session; import the file into another "
+        "store (--store) to keep both"
+    )
 
 
 async def _remove(
@@ -565,7 +669,8 @@ async def _remove(
             )
             return 2
     if not yes:
-        question = f"delete session {session_id} ({what}) from {where(store)}? [y/N] "
+        name = terminal_text(session_id)
+        question = f"delete session {name} ({what}) from {where(store)}? [y/N] "
         answer = await anyio.to_thread.run_sync(_ask, question)
         if answer.strip().lower() not in ("y", "yes"):
             if isinstance(store, LeasingStore) and not force:
@@ -573,7 +678,7 @@ async def _remove(
             print("not deleted", file=out)
             return 1
     await delete(session_id)
-    print(f"deleted session {session_id} from {where(store)}", file=out)
+    print(f"deleted session {terminal_text(session_id)} from {where(store)}", file=out)
     return 0
 
 

@@ -24,7 +24,7 @@ from turnfsm.cli._errors import check_writable, count_option, explain
 from turnfsm.cli._run import AgentOptions, open_driver, run_async
 from turnfsm.cli._sessions import not_found
 from turnfsm.cli._stores import close_store, open_cli_store, shown, where
-from turnfsm.errors import ConfigError, SessionNotFound, StoreError
+from turnfsm.errors import ConfigError, CorruptRecord, SessionNotFound, StoreError
 from turnfsm.persistence import RunRecord, Session, SessionStore, descendants
 from turnfsm.view import REPORT_SUB_AGENTS, REPORT_TURNS, ViewServer, render_report
 
@@ -54,7 +54,7 @@ def run_report(
         pages = count_option(
             "--sub-agents", sub_agents, REPORT_SUB_AGENTS, low=0, what="sessions"
         )
-        session, place, below = run_async(_load, store, session_id)
+        session, place, below, unread = run_async(_load, store, session_id)
         text = render_report(
             session,
             where=place,
@@ -76,6 +76,13 @@ def run_report(
         f"{sum(len(r.compactions) for r in runs)} pass(es)){held}"
         + _sub_agents_held(len(below), pages)
     )
+    if unread is not None:  # the session's own pages are written
+        print(
+            f"turnfsm report: a sub-agent session of {session.id} cannot be "
+            f"read, and is not in the report: {explain(unread)}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -114,16 +121,24 @@ def _held(runs: Sequence[RunRecord], recent: int) -> str:
 
 async def _load(
     store: str | None, session_id: str
-) -> tuple[Session, str, list[Session]]:
-    """The session, where it is kept, and the sessions below it."""
+) -> tuple[Session, str, list[Session], CorruptRecord | None]:
+    """The session, where it is kept, the sessions below it, why they do not read.
+
+    A sub-agent's damaged session never hides the session asked for: the
+    last item says why the sessions below could not be read (their list is
+    then empty), else None.
+    """
     sessions = open_cli_store(store, existing=True)
     try:
         try:
             session = await Session.load(sessions, session_id)
         except SessionNotFound as exc:
             raise await not_found(exc, sessions) from None
-        below = await descendants(sessions, session_id)
-        return session, where(sessions), below
+        try:
+            below = await descendants(sessions, session_id)
+        except CorruptRecord as exc:
+            return session, where(sessions), [], exc
+        return session, where(sessions), below, None
     finally:
         await close_store(sessions)
 

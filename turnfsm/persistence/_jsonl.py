@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -69,21 +70,7 @@ def session_lines(session: Session) -> Iterator[str]:
         data = line["data"]
         assert isinstance(data, dict)  # an entry's JSON is an object
         line[DIGESTS] = field_digests(data)  # type: ignore[assignment]
-        yield _as_utf8(serde.dumps(line))
-
-
-def _as_utf8(text: str) -> str:
-    """Return JSON `text` with each lone surrogate written as its JSON escape.
-
-    JSON text holds surrogates only inside strings, where the six characters
-    backslash, ``u``, ``dc80`` are the escape of the same character: the text
-    reads back unchanged, and now encodes to UTF-8.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+        yield serde.dumps(line)
 
 
 def dump_session(session: Session, path: str) -> int:
@@ -117,13 +104,15 @@ async def load_session(
 
     Raises:
         CorruptRecord: the log cannot be read, naming the line (or the
-            document's ``entries[i]``) and the field: text that is not UTF-8
-            or not JSON, a missing or foreign header or version, a line that
-            is not an entry (a second header), no entries at all, an entry
-            of a run opened nowhere before it (or opened twice), a run's end
-            after its final one, a compaction pass logged twice, a commit of
-            messages no earlier event brought in, or a committed history that
-            is not a whole conversation (a tool result without its call).
+            document's ``entries[i]``, with the line it begins on when the
+            document spans lines) and the field: text that is not UTF-8
+            (a compressed file is named as such) or not JSON, a missing or
+            foreign header or version, a line that is not an entry (a second
+            header), no entries at all, an entry of a run opened nowhere
+            before it (or opened twice), a run's end after its final one, a
+            compaction pass logged twice, a commit of messages no earlier
+            event brought in, or a committed history that is not a whole
+            conversation (a tool result without its call).
         SessionConflict: `store` already holds that session (nothing
             written); its message says how to go on.
         ConfigError: `lines` is none of those (a path: read the file first)
@@ -157,18 +146,20 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
             "a session log, as dump_session or `turnfsm sessions export` writes "
             "it (this one is empty)",
         )
-    first = _json_or_none(rows[0])
+    # Blank lines before the header are passed over, as between entries.
+    head = next(n for n, row in enumerate(rows) if row.strip())
+    first = _json_or_none(rows[head])
     if first is not None and not isinstance(first, dict):
-        raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
+        raise CorruptRecord(_LOG, f"line {head + 1}", _NOT_A_HEADER)
     if first is not None and "entries" not in first:
-        session_id = _header("line 1", first)
+        session_id = _header(f"line {head + 1}", first)
         last = len(rows)
         located = [
             (f"line {number}", _entry(f"line {number}", _json(number, row, last)))
-            for number, row in enumerate(rows[1:], start=2)
+            for number, row in enumerate(rows[head + 1 :], start=head + 2)
             if row.strip()
         ]
-        where = "line 2"
+        where = f"line {head + 2}"
     else:  # one JSON document, on one line or many
         document = _document(rows) if first is None else first
         entries = document.get("entries")
@@ -177,9 +168,20 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
             raise CorruptRecord(
                 _LOG, "entries", f"expected a list of entries, got {_kind(entries)}"
             )
+        # A document on many lines (as the export writes it): each entry
+        # is named with the line it begins on, for an editor to go to.
+        lines = _entry_lines("\n".join(rows)) if first is None else []
+        if len(lines) != len(entries):  # a key given twice, say: none is sure
+            lines = []
+        named = [
+            f"entries[{i}] (from line {lines[i]})"
+            if i < len(lines)
+            else f"entries[{i}]"
+            for i in range(len(entries))
+        ]
         located = [
-            (f"entries[{i}]", _entry(f"entries[{i}]", item))
-            for i, item in enumerate(entries)
+            (name, _entry(name, item))
+            for name, item in zip(named, entries, strict=True)
         ]
         where = "entries"
     if not located:
@@ -216,6 +218,7 @@ def _rows(source: Iterable[str] | str | bytes) -> list[str]:
         source = bytes(source)
     if isinstance(source, bytes):
         data = source
+        _refuse_compressed(data)
         try:
             source = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -240,6 +243,28 @@ def _rows(source: Iterable[str] | str | bytes) -> list[str]:
     return rows
 
 
+_COMPRESSED: Final = {
+    b"\x1f\x8b": ("gzip", "gunzip"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "unzstd"),
+    b"\xfd7zXZ\x00": ("xz", "unxz"),
+    b"BZh": ("bzip2", "bunzip2"),
+    b"PK\x03\x04": ("zip", "unzip"),
+}
+"""A compressed file's first bytes: its format, and the tool that decompresses it."""
+
+
+def _refuse_compressed(data: bytes) -> None:
+    """Refuse a compressed log by its format (it read as text that is not UTF-8)."""
+    for magic, (kind, how) in _COMPRESSED.items():
+        if data.startswith(magic):
+            raise CorruptRecord(
+                _LOG,
+                "line 1",
+                f"{kind}-compressed data, not a log's text: decompress it first "
+                f"({how} FILE)",
+            )
+
+
 def _not_utf8(line: int, byte: int) -> CorruptRecord:
     return CorruptRecord(
         _LOG,
@@ -262,6 +287,53 @@ def _document(rows: list[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CorruptRecord(_LOG, "line 1", _NOT_A_HEADER)
     return data
+
+
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+
+
+def _space(text: str, at: int) -> int:
+    """Where the JSON whitespace from `at` on ends."""
+    found = _WHITESPACE.match(text, at)
+    assert found is not None  # it matches the empty string too
+    return found.end()
+
+
+def _entry_lines(text: str) -> list[int]:
+    """The line each entry of a JSON document's ``entries`` begins on.
+
+    Empty when the text is not the one object holding that list (the
+    document was read already: this only locates its entries).
+    """
+    decode = json.JSONDecoder().raw_decode
+    at = _space(text, int(text.startswith("\ufeff")))
+    if not text.startswith("{", at):
+        return []
+    at += 1
+    try:
+        while True:
+            at = _space(text, at)
+            key, at = decode(text, at)
+            at = _space(text, at) + 1  # past the colon
+            at = _space(text, at)
+            if key != "entries":
+                _, at = decode(text, at)
+                at = _space(text, at) + 1  # past a comma
+                continue
+            lines: list[int] = []
+            line, counted = 1, 0
+            at = _space(text, at + 1)  # past the bracket
+            while not text.startswith("]", at):
+                line += text.count("\n", counted, at)
+                counted = at
+                lines.append(line)
+                _, at = decode(text, at)
+                at = _space(text, at)
+                if text.startswith(",", at):
+                    at = _space(text, at + 1)
+            return lines
+    except (ValueError, RecursionError):
+        return []
 
 
 _NOT_A_HEADER: Final = (
@@ -322,7 +394,9 @@ def _check_digests(where: str, line: dict[str, Any]) -> None:
     kind = line.get("type")
     kind = kind if isinstance(kind, str) else _LOG
     digests, data = line[DIGESTS], line.get("data")
-    if not isinstance(digests, dict) or not isinstance(data, dict):
+    if not isinstance(data, dict):
+        return  # reading the entry names its missing or malformed data
+    if not isinstance(digests, dict):
         raise CorruptRecord(
             kind, _at(where, DIGESTS), "expected an object of the entry's field digests"
         )

@@ -28,7 +28,7 @@ from typing import Any, Final, final
 import attrs
 
 from turnfsm import serde
-from turnfsm._json import compact_encoder
+from turnfsm._json import compact_encoder, escape_surrogates
 from turnfsm.errors import CorruptRecord
 from turnfsm.persistence._records import Entry, RunOpened
 
@@ -78,26 +78,9 @@ _plain_dumps: Final = compact_encoder(sort_keys=True)
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
-def _escape(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
-
-
-def _escape_surrogates(text: str) -> str:
-    r"""Return JSON `text` with each lone surrogate written as its backslash-u escape.
-
-    A lone surrogate can only stand inside a JSON string, where its escape
-    reads back as the same character: what ``ensure_ascii=True`` writes for
-    it, leaving all other text as it is (so the stored format of text
-    without surrogates does not change).
-    """
-    if text.isascii() or _SURROGATE.search(text) is None:
-        return text
-    return _SURROGATE.sub(_escape, text)
-
-
 def _dumps(value: object) -> str:
     """Return `value`'s stored JSON text: compact, sorted keys, UTF-8 safe."""
-    return _escape_surrogates(_plain_dumps(value))
+    return escape_surrogates(_plain_dumps(value))
 
 
 def _storable(value: str) -> bool:
@@ -123,7 +106,7 @@ def _quoted(text: str) -> bool:
         return False
     return (
         isinstance(value, str)
-        and _escape_surrogates(json.dumps(value, ensure_ascii=False)) == text
+        and escape_surrogates(json.dumps(value, ensure_ascii=False)) == text
         and (not _storable(value) or _quoted(value))
     )
 
@@ -139,7 +122,7 @@ def column_text(value: str) -> str:
     """
     if _storable(value) and not _quoted(value):
         return value
-    return _escape_surrogates(json.dumps(value, ensure_ascii=False))
+    return escape_surrogates(json.dumps(value, ensure_ascii=False))
 
 
 def column_value(text: str) -> str:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
+from turnfsm._json import escape_surrogates
 from turnfsm.errors import CorruptRecord, TurnFSMError
 from turnfsm.messages import JSONValue
 from turnfsm.serde._converter import TAG, _converter, _name_of, _structure
@@ -59,18 +60,24 @@ def from_json(cls: object, data: object) -> Any:
 
 
 def dumps(value: object) -> str:
-    """Return `value` as compact JSON text with sorted keys (`loads` reverses it).
+    r"""Return `value` as compact JSON text with sorted keys (`loads` reverses it).
+
+    The text encodes to UTF-8, whatever `value` holds: a lone surrogate (text
+    decoded from bytes that were not UTF-8, such as a file name) is written
+    as its JSON escape (``\udce9``), which reads back as the same text.
 
     Raises:
         ConfigError: as `to_json`.
         ValueError: `value` holds a float that JSON cannot carry (NaN, inf).
     """
-    return json.dumps(
-        to_json(value),
-        separators=(",", ":"),
-        sort_keys=True,
-        ensure_ascii=False,
-        allow_nan=False,
+    return escape_surrogates(
+        json.dumps(
+            to_json(value),
+            separators=(",", ":"),
+            sort_keys=True,
+            ensure_ascii=False,
+            allow_nan=False,
+        )
     )
 
 
