@@ -205,7 +205,8 @@ def test_a_name_toml_reads_only_quoted_is_shown_quoted(
 def test_a_line_outside_the_text_gets_no_quoting_hint(line: int) -> None:
     # TOML's own line count and Python's can differ (form feeds, line
     # separators): a line that is not the text's is no key to quote.
-    assert _spec._bare_key_hint("hu man = 1\nb = 2", line) == ""
+    assert _spec._line_of("hu man = 1\nb = 2", line) == ""
+    assert _spec._bare_key_hint(_spec._line_of("hu man = 1\nb = 2", 1)) != ""
 
 
 def test_a_value_toml_cannot_read_gets_no_quoting_hint() -> None:
@@ -244,6 +245,18 @@ def test_a_name_written_without_quotes_is_shown_quoted(
     assert problem.line == text[:at].count("\n") + 1
     assert problem.message.startswith("not valid TOML: Invalid value")
     assert problem.message.endswith(f'; a name is written in quotes: "{word}"')
+
+
+@pytest.mark.parametrize("value", ["@done", "+done", "1done"])
+def test_a_value_that_is_no_bare_name_gets_no_quoting_hint(value: str) -> None:
+    text = turn_toml_text().replace('name = "turn"', f"name = {value}", 1)
+
+    with pytest.raises(DefinitionError) as error:
+        MachineSpec.from_toml(text)
+
+    (problem,) = error.value.problems
+    assert problem.message.startswith("not valid TOML: ")
+    assert "written in quotes" not in problem.message
 
 
 def test_a_string_not_closed_on_its_line_says_how_to_close_it() -> None:

@@ -74,16 +74,23 @@ _BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
 """What a TOML key may be written as without quotes."""
 
 
-def _bare_key_hint(text: str, line: int) -> str:
-    """How to write the key of `line`, when it needs quotes and has none.
+def _line_of(text: str, line: int) -> str:
+    """The text of `line` (1-based); empty for one that is not the text's.
+
+    TOML's own line count and Python's can differ (form feeds, line
+    separators): a line past the text's is none of its lines.
+    """
+    lines = text.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def _bare_key_hint(written: str) -> str:
+    """How to write the key of the line `written`, when it needs quotes and has none.
 
     A phase named ``revue_人間`` or ``hu man`` is a key TOML reads only
     quoted; its own message ("Expected '=' after a key") does not say so.
     """
-    lines = text.splitlines()
-    if not 0 < line <= len(lines):
-        return ""
-    key, equals, _ = lines[line - 1].partition("=")
+    key, equals, _ = written.partition("=")
     key = key.strip()
     if not equals or not key or key[0] in "[#" or any(q in key for q in "\"'"):
         return ""
@@ -101,17 +108,14 @@ _BARE_WORD: Final = re.compile(r"\*|[A-Za-z_][A-Za-z0-9_.-]*")
 _TOML_WORDS: Final = frozenset({"true", "false", "inf", "nan"})
 
 
-def _value_hint(exc: tomllib.TOMLDecodeError, text: str, line: int) -> str:
-    """How to write the value TOML could not read on `line`, if that is clear.
+def _value_hint(exc: tomllib.TOMLDecodeError, written: str) -> str:
+    """How to write the value TOML could not read on the line `written`, if clear.
 
     TOML says only "Invalid value" for a name written without its quotes
     (``dest = done``, ``conditions = [has_tool_calls]``, ``source = *``), and
     "Illegal character" for a string not closed on its line.
     """
-    lines = text.splitlines()
-    if not 0 < line <= len(lines):
-        return ""
-    said, written = str(exc), lines[line - 1]
+    said = str(exc)
     column = _AT_COLUMN.search(said)
     if said.startswith("Invalid value") and column is not None:
         word = _BARE_WORD.match(written, int(column.group(1)) - 1)
@@ -359,8 +363,9 @@ class MachineSpec:
         except tomllib.TOMLDecodeError as exc:
             line = _error_line(exc, text)
             twice = _written_twice(text, line) if "overwrite" in str(exc) else None
+            written = _line_of(text, line)
             hint, field, key = twice or (
-                _bare_key_hint(text, line) or _value_hint(exc, text, line),
+                _bare_key_hint(written) or _value_hint(exc, written),
                 "",
                 None,
             )
