@@ -58,14 +58,11 @@ class _Hold:
 _HOLDS: Final[dict[int, _Hold]] = {}
 
 # The sessions runs of this process work on now, whatever view each has, and
-# how many: by (id of the MemoryStore, session id), or (None, session id) for
-# a store with leases (where the lease, this process's, says which store).
-_RUNNING: Final[dict[tuple[int | None, str], int]] = {}
-
-# How many runs of this process hold each session's lease now, by (store,
-# session id): two that found the lease free at the same moment both take
-# it (it is this process's either way), and only the last to end lets go.
-_LEASED: Final[dict[tuple[str, str], int]] = {}
+# how many: by (id of the MemoryStore, session id), or (the store's label,
+# session id) for a store with leases. Two runs that found a lease free at
+# the same moment both take it (it is this process's either way): the last
+# of them to end lets it go.
+_RUNNING: Final[dict[tuple[int | str, str], int]] = {}
 
 
 async def confirm(session: Session) -> None:
@@ -149,13 +146,14 @@ async def holding(
         method="lease_of",
     )
     ours = previous is not None and previous.owner == owner
-    with _running_here((None, session_id), busy=ours):
-        async with _held(session, store, owner, ttl, store_timeout, force):
+    key = (store_label(store), session_id)
+    with _running_here(key, busy=ours):
+        async with _held(session, store, key, owner, ttl, store_timeout, force):
             yield None if ours else previous
 
 
 @contextlib.contextmanager
-def _running_here(key: tuple[int | None, str], *, busy: bool = True) -> Iterator[None]:
+def _running_here(key: tuple[int | str, str], *, busy: bool = True) -> Iterator[None]:
     """Count session `key` as worked on by a run of this process in the body.
 
     Raises:
@@ -179,12 +177,17 @@ def _running_here(key: tuple[int | None, str], *, busy: bool = True) -> Iterator
 async def _held(
     session: Session,
     store: LeasingStore,
+    key: tuple[int | str, str],
     owner: str,
     ttl: float,
     store_timeout: float | None,
     force: bool,
 ) -> AsyncIterator[None]:
-    """Hold `session`'s lease for `owner` while the body runs, renewing it."""
+    """Hold `session`'s lease for `owner` while the body runs, renewing it.
+
+    `key` is the session's among the runs of this process (`_running_here`,
+    this run counted): the last of them to end lets the lease go.
+    """
     session_id = session.id
     sent = _clock()
     await store_call(
@@ -197,8 +200,6 @@ async def _held(
     session.hold_lost(None)
     hold = _Hold(store, owner, ttl, store_timeout, sent)
     _HOLDS[id(session)] = hold
-    leased = (store_label(store), session_id)
-    _LEASED[leased] = _LEASED.get(leased, 0) + 1
     try:
         try:
             async with anyio.create_task_group() as group:
@@ -219,7 +220,7 @@ async def _held(
                 raise raised.exceptions[0] from None
             raise
     except SessionConflict as conflict:
-        if _LEASED[leased] > 1:
+        if _RUNNING[key] > 1:
             # Another run of this process, on another view of the session,
             # opened first: it is busy, not changed by someone else.
             raise SessionBusy(session_id) from conflict
@@ -234,10 +235,7 @@ async def _held(
     finally:
         if _HOLDS.get(id(session)) is hold:
             del _HOLDS[id(session)]
-        left = _LEASED.pop(leased) - 1
-        if left:  # another run of this process holds it still: it lets go
-            _LEASED[leased] = left
-        else:
+        if _RUNNING[key] == 1:  # no other run of this process holds it
             with anyio.CancelScope(shield=True):
                 try:
                     await store_call(
