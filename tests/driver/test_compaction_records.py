@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -74,11 +75,10 @@ class Done(Hook):
             self.seen.append(record)
 
 
-async def test_a_result_the_brain_refuses_is_logged_stalled_not_compacted() -> None:
-    # Summaries bigger than what they replace: the no-progress guard refuses.
+def _stalling(hook: Hook, **options: Any) -> Driver:
+    """A driver whose summaries are bigger than what they replace: passes stall."""
     big = "## Critical Context\n" + "fact 1234 " * 600
-    hook = Done()
-    driver = Driver(
+    return Driver(
         model=FakeModelClient(lambda _r: "x"),
         context=manager(
             FakeModelClient(lambda _r: big),
@@ -86,7 +86,14 @@ async def test_a_result_the_brain_refuses_is_logged_stalled_not_compacted() -> N
             summary_window=100_000,
         ),
         hooks=[hook],
+        **options,
     )
+
+
+async def test_a_result_the_brain_refuses_is_logged_stalled_not_compacted() -> None:
+    # Summaries bigger than what they replace: the no-progress guard refuses.
+    hook = Done()
+    driver = _stalling(hook)
     session = Session()
     result = await driver.run(
         history(6, size=300) + history(2, size=1_700), session=session
@@ -424,18 +431,8 @@ class _Raises(Hook):
 async def test_a_strict_hook_failing_on_the_last_pass_hears_the_kept_end() -> None:
     # The pass that ends the run is told once its record and the run's end
     # are in the log; a strict hook raising there still hears the end.
-    big = "## Critical Context\n" + "fact 1234 " * 600
     hook = _Raises()
-    driver = Driver(
-        model=FakeModelClient(lambda _r: "x"),
-        context=manager(
-            FakeModelClient(lambda _r: big),
-            max_summary_tokens=3_000,
-            summary_window=100_000,
-        ),
-        hooks=[hook],
-        strict_hooks=True,
-    )
+    driver = _stalling(hook, strict_hooks=True)
     session = Session()
     with pytest.raises(ConnectionError):
         await driver.run(history(6, size=300) + history(2, size=1_700), session=session)

@@ -372,6 +372,21 @@ async def _paused(run: Any) -> Any:
             await anyio.sleep(0.05)
 
 
+async def _paused_then_changed(
+    client: Client, name: str, store: SessionStore
+) -> tuple[DurableRun, str, Agent]:
+    """A run paused on its workers (stopped since), its queue, and its agent changed.
+
+    The changed agent has the run's name and store, on another machine.
+    """
+    agent = _asking(name, store)
+    queue = _queue()
+    async with create_worker(client, queue, agent):
+        run = await start_durable(agent, "clean up", client=client, task_queue=queue)
+        await _paused(run)
+    return run, queue, Agent(model=ScriptedModel.of("x"), store=store, name=name)
+
+
 async def test_an_approval_run_pauses_and_approve_runs_the_tools(
     temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -453,14 +468,7 @@ async def test_status_on_workers_serving_a_changed_agent_says_so(
     # so, typed, with the way on (it answered the replayed run on the other
     # machine as running, or the SDK's query failure).
     store = SQLiteStore(tmp_path / "c.db")
-    agent = _asking("changed", store)
-    queue = _queue()
-    async with create_worker(temporal_client, queue, agent):
-        run = await start_durable(
-            agent, "clean up", client=temporal_client, task_queue=queue
-        )
-        await _paused(run)
-    changed = Agent(model=ScriptedModel.of("x"), store=store, name="changed")
+    run, queue, changed = await _paused_then_changed(temporal_client, "changed", store)
     async with create_worker(temporal_client, queue, changed):
         with pytest.raises(ConfigError) as caught:
             with anyio.fail_after(30):
@@ -552,15 +560,8 @@ async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
     # with its RPCError, "Workflow Task in failed state"). The status says
     # why, typed, with the way on.
     store = SQLiteStore(tmp_path / "f.db")
-    agent = _asking("failing", store)
-    queue = _queue()
-    async with create_worker(temporal_client, queue, agent):
-        run = await start_durable(
-            agent, "clean up", client=temporal_client, task_queue=queue
-        )
-        await _paused(run)
+    run, queue, changed = await _paused_then_changed(temporal_client, "failing", store)
     await run.cancel("stop")  # a signal: its task waits for a worker
-    changed = Agent(model=ScriptedModel.of("x"), store=store, name="failing")
     async with create_worker(temporal_client, queue, changed):
         await _task_failed(temporal_client, run.workflow_id)
         with pytest.raises(ConfigError) as caught:
