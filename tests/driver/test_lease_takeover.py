@@ -19,7 +19,7 @@ from turnfsm.core import ToolCallsReviewed
 from turnfsm.driver import Driver
 from turnfsm.driver import _lease as driver_lease
 from turnfsm.errors import LeaseLost, SessionBusy, StoreUnusable
-from turnfsm.persistence import Session, SQLiteStore
+from turnfsm.persistence import Lease, Session, SQLiteStore
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.timeout(120)
@@ -223,6 +223,46 @@ async def test_a_run_that_stalled_past_its_lease_writes_nothing_after_a_take_ove
         lease = await store.lease_of(session.id)
         assert lease is not None
         assert lease.owner == "elsewhere:1:x"
+
+
+@pytest.mark.anyio
+async def test_a_renewal_told_the_run_itself_holds_the_lease_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store of the user's reads who holds the lease after its renewal found
+    # none, and another call of this process took the lease back in between
+    # (a database that lets one statement see what another committed since):
+    # its `LeaseLost` names the run's own owner. That owner holds the
+    # session: the run goes on, and ends with the lease let go.
+    now = [1000.0]
+    monkeypatch.setattr(driver_lease, "_clock", lambda: now[0])
+    told: list[str] = []
+
+    class ReadCommitted(SQLiteStore):
+        async def renew_lease(
+            self, session_id: str, owner: str, *, ttl: float
+        ) -> Lease:
+            if not told:
+                told.append(owner)
+                await super().acquire_lease(session_id, owner, ttl=ttl)
+                raise LeaseLost(session_id, owner, owner)
+            return await super().renew_lease(session_id, owner, ttl=ttl)
+
+    async with ReadCommitted(tmp_path / "s.db") as store:
+        session = Session(store=store)
+
+        async def work() -> str:
+            """Do the work."""
+            now[0] += 31  # a stall: the next write renews the lease first
+            return "worked"
+
+        model = ScriptedModel.of(reply("", tool_call("work", "c1")), "all done")
+        driver = Driver(model=model, tools=[work], lease_ttl=30)
+        with anyio.fail_after(10):
+            result = await driver.run("work", session=session)
+        assert result.ok, result.error
+        assert told  # the renewal was told so
+        assert await store.lease_of(session.id) is None
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -6,6 +6,7 @@ and what `SessionBusy` and `LeaseLost` say."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -181,6 +182,43 @@ async def test_a_stalled_run_goes_on_when_another_process_was_only_refused(
         assert refusals == ["SessionBusy"]
         assert result.outcome == "done"
         assert await store.lease_of(agent.session.id) is None  # released
+
+
+async def test_a_renewal_racing_its_owners_take_back_keeps_the_lease(
+    spec: str,
+) -> None:
+    """The lease was let go while its owner stalled; two calls of the owner
+    meet: one takes it back while the other renews. The renewal finds the
+    owner holding it, and holds it: never `LeaseLost` naming the owner as
+    the one that took the session over."""
+    outcomes: list[tuple[str, str | None]] = []
+    async with _open(spec) as store:
+
+        async def renew(session_id: str) -> None:
+            try:
+                renewed = await store.renew_lease(session_id, "owner-a", ttl=30)
+            except LeaseLost as lost:
+                outcomes.append(("lost", lost.holder))
+            else:
+                outcomes.append(("renewed", renewed.owner))
+
+        for n in range(30):
+            session_id = f"s{n}"
+            await store.acquire_lease(session_id, "owner-a", ttl=30)
+            await store.release_lease(session_id, "owner-a")  # another let it go
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    functools.partial(
+                        store.acquire_lease, session_id, "owner-a", ttl=30
+                    )
+                )
+                await renew(session_id)
+            held = await store.lease_of(session_id)
+            assert held is not None
+            assert held.owner == "owner-a"
+    # Renewed, or refused before the take-back, when nobody held it.
+    assert set(outcomes) <= {("renewed", "owner-a"), ("lost", None)}
+    assert len(outcomes) == 30
 
 
 async def test_force_takes_a_live_lease_from_another_process(spec: str) -> None:

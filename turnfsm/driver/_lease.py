@@ -296,7 +296,11 @@ async def _renew_once(session: Session, hold: _Hold) -> None:
             writes=True,
         )
     except LeaseLost as lost:
-        if lost.holder is not None or not await _taken_back(session, hold):
+        if lost.holder == hold.owner:
+            # A store read who holds it after another call of this process
+            # took it back: held, not lost.
+            pass
+        elif lost.holder is not None or not await _taken_back(session, hold):
             session.hold_lost(lost)
             logger.error("run stopped: %s", lost)
             raise

@@ -82,7 +82,9 @@ class LeasingStore(Protocol):
 
         Raises:
             LeaseLost: the lease is no longer `owner`'s (it expired and
-                another owner took it over, or it was released).
+                another owner took it over, or it was released). Its
+                ``holder`` is who holds it now, never `owner` itself: a
+                lease `owner` took again meanwhile is renewed.
             ConfigError: a bad id, owner or `ttl`.
         """
         ...

@@ -87,11 +87,14 @@ async def renew(
         if row is None:
             cur = await conn.execute(_HOLDER, (params["session"],))
             holder = await cur.fetchone()
-            raise LeaseLost(
-                session_id,
-                owner,
-                None if holder is None else column_value(str(holder[0])),
-            )
+            taker = None if holder is None else column_value(str(holder[0]))
+            if taker == owner:
+                # The owner took the lease again meanwhile (another of its
+                # calls, committed between the two statements): renew that.
+                cur = await conn.execute(_RENEW, params)
+                row = await cur.fetchone()
+            if row is None:  # and let go again since: nobody holds it
+                raise LeaseLost(session_id, owner, None if taker == owner else taker)
         step.committing = True
     return Lease(session_id=session_id, owner=owner, since=row[0], expires_at=row[1])
 
