@@ -3,7 +3,8 @@
 Each one's first reply calls a tool that waits far longer than a test may
 take: ``agent``'s presses Ctrl-C itself (SIGINT to its own process), then
 blocks in its worker thread, where nothing can stop it; ``slow_agent``'s
-waits a minute, long enough for a test to stop the program meanwhile.
+waits a minute, long enough for a test to stop the program meanwhile;
+``timed_out_agent``'s blocks in its thread past its one-second timeout.
 """
 
 from __future__ import annotations
@@ -33,12 +34,19 @@ async def wait_for_the_disk_a_minute() -> str:
     return "the disk answered"
 
 
-def _calling(tool: Callable[[], object]) -> Agent:
+def wait_for_the_disk_for_ever() -> str:
+    """Wait for the disk: it does not answer for two minutes."""
+    time.sleep(120)
+    return "the disk answered"
+
+
+def _calling(tool: Callable[[], object], **options: float) -> Agent:
     """An agent whose first reply calls `tool`."""
     return Agent(
         model=ScriptedModel.of(reply("", tool_call(tool.__name__, "c1")), "done"),
         tools=[tool],
         context=ContextManager(context_window=8_000, counter=HeuristicTokenCounter()),
+        **options,
     )
 
 
@@ -50,3 +58,8 @@ def agent() -> Agent:
 def slow_agent() -> Agent:
     """An agent whose first reply calls the tool that waits a minute."""
     return _calling(wait_for_the_disk_a_minute)
+
+
+def timed_out_agent() -> Agent:
+    """An agent whose tool blocks in its thread past its one-second timeout."""
+    return _calling(wait_for_the_disk_for_ever, tool_timeout=1.0)

@@ -321,6 +321,28 @@ def test_ctrl_c_ends_the_program_though_a_tool_s_thread_cannot_stop(
     assert _stored(store, session_id).runs[0].outcome == "interrupted"
 
 
+def test_a_run_that_ended_leaves_a_tool_s_thread_past_its_timeout_behind(
+    tmp_path: Path,
+) -> None:
+    # A sync tool that outlives its timeout goes on in its worker thread: the
+    # run ended, answered and was logged, then the program waited two more
+    # minutes for that thread before it exited.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.stuck_tool_agent:timed_out_agent"
+    started = time.monotonic()
+    command = ["run", "Is the disk back?", "--agent", agent, "--store", str(store)]
+    done = _python(tmp_path, "-m", "turnfsm", *command)
+
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20
+    assert "timed out after 1.0s" in done.stdout
+    assert "\nrun done: 2 model call(s)" in done.stdout, done.stdout
+    assert done.stderr == (
+        "turnfsm: not waiting for 1 worker thread still running (a plain tool "
+        "past its timeout goes on until it returns; the run has ended)\n"
+    )
+
+
 def _stopped_while_the_tool_runs(
     cwd: Path, command: list[str], signum: signal.Signals
 ) -> tuple[int, str, str]:

@@ -7,10 +7,13 @@ diagram, eval, check.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import io
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -798,11 +801,44 @@ def script() -> None:
     # interpreter's teardown would wait for it (a second Ctrl-C there prints
     # a traceback); the run was logged interrupted and its store closed.
     if status == INTERRUPTED_STATUS or _TEMPORAL_BRIDGE in sys.modules:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                stream.flush()
+        _flush()
+        os._exit(status)
+    left = _threads_left()
+    if left:
+        # A sync tool past its timeout goes on in its thread, and the teardown
+        # would wait for it: the run ended and was logged, so nothing waits.
+        print(
+            f"turnfsm: not waiting for {left} worker thread"
+            f"{'' if left == 1 else 's'} still running (a plain tool past its "
+            "timeout goes on until it returns; the run has ended)",
+            file=sys.stderr,
+        )
+        atexit._run_exitfuncs()  # what the teardown would run: traces sent
+        _flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+
+
+def _threads_left(grace: float = 0.5) -> int:
+    """How many threads the interpreter's teardown would wait for, after `grace` s.
+
+    A worker thread that has just finished its last call ends within the
+    grace; one still running a tool does not.
+    """
+    ends = time.monotonic() + grace
+    left = 0
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, ends - time.monotonic()))
+        left += thread.is_alive()
+    return left
 
 
 _TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
