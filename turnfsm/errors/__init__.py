@@ -19,6 +19,7 @@ TurnFSMError                 base class; never raised directly
 ├── OutputInvalid            the final answer never fit the output type; .errors
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retryable
+├── ModelServerFailed        (RuntimeError) a local model server did not start
 ├── SessionBusy              another run or process holds the session; .owner, .alive
 ├── ReplayError              a logged run cannot be replayed; .run_id, .index, .entry
 │   ├── ReplayDiverged       the brain answers differently from the log
@@ -91,6 +92,7 @@ from turnfsm.errors._run import (
     ContinuedAsNew,
     LogInconsistent,
     MaxTurnsExceeded,
+    ModelServerFailed,
     OutputInvalid,
     PayloadTooLarge,
     ProviderError,
@@ -144,6 +146,7 @@ __all__ = [
     "LogInconsistent",
     "MachineBroken",
     "MaxTurnsExceeded",
+    "ModelServerFailed",
     "OutputInvalid",
     "PayloadTooLarge",
     "PinnedMessageLost",

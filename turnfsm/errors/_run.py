@@ -17,6 +17,7 @@ __all__ = [
     "ContinuedAsNew",
     "LogInconsistent",
     "MaxTurnsExceeded",
+    "ModelServerFailed",
     "OutputInvalid",
     "PayloadTooLarge",
     "ProviderError",
@@ -571,6 +572,39 @@ class SubagentTooMany(TurnFSMError):
             f"{self.tool!r}, its max_children: do the rest without delegating, "
             "or in fewer, larger tasks; or raise max_children where it is set "
             "(the tool or the machine file)"
+        )
+
+
+def _texts(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ModelServerFailed(TurnFSMError, RuntimeError):
+    """Raised when a local model server (`LlamaServer`) did not start.
+
+    It exited before it answered, or did not answer within its startup
+    timeout (it was stopped then). `model_path` and `port` name the server,
+    `reason` says which, `lines` are the lines of its log that say why (its
+    errors, else its last lines), and `log_path` is the file its whole log
+    was kept in.
+    """
+
+    model_path: str
+    port: int
+    reason: str
+    lines: tuple[str, ...] = attrs.field(default=(), converter=_texts)
+    log_path: str = ""
+
+    def __str__(self) -> str:
+        said = "".join(f"\n  {line}" for line in self.lines)
+        if said:
+            said = f"; its log says:{said}"
+        kept = f"\n(its whole log: {self.log_path})" if self.log_path else ""
+        return (
+            f"the llama.cpp server of {self.model_path} on port {self.port} "
+            f"{self.reason}{said}{kept}"
         )
 
 
