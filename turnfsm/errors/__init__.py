@@ -32,6 +32,7 @@ TurnFSMError                 base class; never raised directly
 ├── ContinuedAsNew           a durable run's history grew long; it goes on in a new one
 ├── PayloadTooLarge          a durable run's step is past Temporal's payload limit
 ├── TemporalUnreachable      a durable run's Temporal server did not answer; .address
+├── WaitTimedOut             (TimeoutError) a durable run did not end in the wait asked
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
@@ -106,6 +107,7 @@ from turnfsm.errors._run import (
     SubagentTooMany,
     SubagentWaiting,
     TemporalUnreachable,
+    WaitTimedOut,
 )
 
 # How a durable run's workflow names itself as a lease owner, and a busy
@@ -170,5 +172,6 @@ __all__ = [
     "TemporalUnreachable",
     "ToolError",
     "TurnFSMError",
+    "WaitTimedOut",
     "WindowTooLarge",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "SubagentTooMany",
     "SubagentWaiting",
     "TemporalUnreachable",
+    "WaitTimedOut",
 ]
 
 
@@ -637,4 +638,27 @@ class TemporalUnreachable(TurnFSMError):
         return (
             f"{lost}; the durable run of session {self.session_id!r} is kept by "
             "the server and goes on when it is back: call again then"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class WaitTimedOut(TurnFSMError, TimeoutError):
+    """Raised when a durable run did not end within the wait asked for.
+
+    ``DurableRun.result(timeout=...)``: the run goes on, kept by its
+    workflow; wait again, or ask its status. `reason` says where it is, as
+    `DurableRun.status` says it: running in a phase, paused for an answer,
+    or stuck because its workflow task fails on its workers (then that
+    failure, a `ConfigError`, is the cause).
+    """
+
+    session_id: str
+    seconds: float
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"the durable run of session {self.session_id!r} did not end within "
+            f"{self.seconds:g}s: {self.reason}"
         )
