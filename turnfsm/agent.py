@@ -459,6 +459,10 @@ class Agent:
         as a run of its own. Twice in a row, the second changes nothing.
         `force` takes over the lease of a process that died mid-pass.
 
+        Raises:
+            SessionNotFound: the store holds no session `session_id` (or the
+                agent's own session has not run yet): nothing is written.
+
         Example:
             ```python
             async def compact_now(agent: Agent, session_id: str) -> None:

@@ -15,7 +15,7 @@ from turnfsm import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
-from turnfsm.errors import CompactionFailed, SessionBusy
+from turnfsm.errors import CompactionFailed, SessionBusy, SessionNotFound
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded, Verdict
 from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
 from turnfsm.tokens import HeuristicTokenCounter
@@ -106,6 +106,26 @@ async def test_an_agent_compacts_a_session_by_id(tmp_path: Path) -> None:
     assert result.ok
     reopened = await Session.load(SQLiteStore(tmp_path / "s.db"), session_id)
     assert len(_summaries(reopened)) == 1
+    await store.aclose()
+
+
+async def test_a_session_never_run_is_not_found_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    agent = Agent(model=ScriptedModel.of("hi"), store=store)
+    with pytest.raises(SessionNotFound, match="ses_never"):
+        await agent.compact("ses_never")
+    with pytest.raises(SessionNotFound, match=agent.session.id):
+        await agent.compact()  # the agent's own session, before its first run
+    with pytest.raises(SessionNotFound, match=agent.session.id):
+        await agent.compact(agent.session.id)
+    with pytest.raises(SessionNotFound):
+        await agent.driver.compact(Session(store=store))
+    assert not await store.list_sessions()
+    # Once it has run, it compacts.
+    assert (await agent.run("hello")).ok
+    assert (await agent.compact()).ok
     await store.aclose()
 
 

@@ -1084,6 +1084,61 @@ async def test_a_phase_whose_sub_agent_fails_routes_or_fails_typed() -> None:
     assert (await routed.run("write it")).outcome == "done"
 
 
+async def test_a_task_over_the_sub_agents_window_fails_its_call_not_the_caller() -> (
+    None
+):
+    from turnfsm import Driver, review_machine
+    from turnfsm.driver import subagent_effect
+    from turnfsm.errors import EffectFailed
+
+    task = "word " * 3_000  # pinned (the child's first request), over its window
+    child = Agent(
+        model=FakeModelClient(lambda _r: reply("unreachable")),
+        context=ContextManager(context_window=2_000),
+        max_output_tokens=200,
+    )
+    store = MemoryStore()
+    model = FakeModelClient(
+        lambda r: (
+            reply(r.messages[-1].tool_results[0].content)
+            if r.messages[-1].tool_results
+            else reply("", tool_call("reader", task=task))
+        )
+    )
+    parent = Agent(
+        model=model,
+        tools=[child.as_tool(name="reader", description="Read")],
+        store=store,
+    )
+    result = await parent.run("read it")
+
+    assert result.outcome == "done"  # the model was told, and went on
+    assert result.text.startswith(
+        "tool 'reader' failed: SubagentFailed: the sub-agent 'reader' did not "
+        "run: PinnedTooLarge: pinned messages do not fit"
+    )
+    assert "over the 2000-token window" in result.text
+    assert await child_sessions(store, result.session_id) == []  # none started
+
+    def routed(on_failure: str | None) -> Driver:
+        return Driver(
+            model=FakeModelClient(lambda _r: reply("a draft")),
+            machine=review_machine(),
+            effects={
+                "review": subagent_effect(
+                    child.driver, signal="revise", task=task, on_failure=on_failure
+                )
+            },
+        )
+
+    assert (await routed("approved").run("write it")).outcome == "done"
+    failed = await routed(None).run("write it")
+    assert failed.outcome == "failed"
+    assert isinstance(failed.error, EffectFailed)
+    assert failed.error.type == "SubagentFailed"
+    assert "PinnedTooLarge" in failed.error.message
+
+
 @pytest.mark.parametrize(
     ("options", "named"),
     [

@@ -152,3 +152,138 @@ def test_a_model_path_that_is_no_gguf_file_is_refused_at_once(tmp_path: Path) ->
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF\x03\x00\x00\x00")
     assert LlamaServer(model_path=model).model_path == model
+
+
+def _server_running(
+    monkeypatch: pytest.MonkeyPatch, script: str
+) -> list[subprocess.Popen[bytes]]:
+    """Start `script` in place of llama.cpp's server; the processes started."""
+    from turnfsm.providers import _local
+
+    started: list[subprocess.Popen[bytes]] = []
+    real = subprocess.Popen
+
+    def popen(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        started.append(real([sys.executable, "-c", script], **options))
+        return started[-1]
+
+    monkeypatch.setattr(_local.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(_local.subprocess, "Popen", popen)
+    return started
+
+
+def _logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the servers' logs go in this test."""
+    import tempfile
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(logs))
+    return logs
+
+
+def test_a_server_that_exits_says_why_in_a_few_lines_and_keeps_its_log(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A bare RuntimeError quoted up to 4,000 characters of the log (a
+    # traceback's frames mostly); the log itself was gone.
+    from turnfsm.errors import ModelServerFailed
+    from turnfsm.providers import LlamaServer
+
+    noise = "".join(f"print('llm_load_print_meta: key {n} = 1')\n" for n in range(200))
+    script = (
+        noise
+        + "print('gguf_init_from_reader: failed to read header')\n"
+        + "print('Traceback (most recent call last):')\n"
+        + "print('  File \"x.py\", line 1, in <module>')\n"
+        + "print('    raise ValueError(\"failed\")')\n"
+        + "print('ValueError: Failed to load model from file: m.gguf')\n"
+        + "raise SystemExit(1)\n"
+    )
+    started = _server_running(monkeypatch, script)
+    logs = _logs(tmp_path, monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    port = _free_port()
+    server = LlamaServer(model_path=model, port=port)
+    with pytest.raises(ModelServerFailed) as failed:
+        server.start()
+    error = failed.value
+    assert isinstance(error, RuntimeError)  # as it was
+    assert error.lines == (
+        "gguf_init_from_reader: failed to read header",
+        "ValueError: Failed to load model from file: m.gguf",
+    )
+    assert str(error) == (
+        f"the llama.cpp server of {model} on port {port} exited with status 1 "
+        "before it answered; its log says:\n"
+        "  gguf_init_from_reader: failed to read header\n"
+        "  ValueError: Failed to load model from file: m.gguf\n"
+        f"(its whole log: {error.log_path})"
+    )
+    assert Path(error.log_path).parent == logs
+    whole = Path(error.log_path).read_text()
+    assert "key 0 = 1" in whole
+    assert whole.endswith("m.gguf\n")
+    assert started[0].poll() == 1
+    assert server.pid is None
+
+
+def test_a_server_that_does_not_answer_in_time_is_stopped_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from turnfsm.errors import ModelServerFailed
+    from turnfsm.providers import LlamaServer
+
+    script = (
+        "import time\n"
+        + "".join(f"print('loading layer {n}', flush=True)\n" for n in range(10))
+        + "time.sleep(60)\n"
+    )
+    started = _server_running(monkeypatch, script)
+    _logs(tmp_path, monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    with pytest.raises(ModelServerFailed) as failed:
+        LlamaServer(model_path=model, port=_free_port(), startup_timeout=1).start()
+    error = failed.value
+    assert "did not answer within startup_timeout=1s, and was stopped" in str(error)
+    # Nothing said why: its last lines.
+    assert error.lines == tuple(f"loading layer {n}" for n in range(4, 10))
+    assert Path(error.log_path).exists()
+    assert started[0].poll() is not None  # stopped
+
+
+def test_a_server_that_started_leaves_no_log_behind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from turnfsm.providers import LlamaServer
+
+    port = _free_port()
+    script = textwrap.dedent(
+        f"""
+        import http.server
+        class Models(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b'{{"data": []}}')
+        http.server.HTTPServer(("127.0.0.1", {port}), Models).serve_forever()
+        """
+    )
+    _server_running(monkeypatch, script)
+    logs = _logs(tmp_path, monkeypatch)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    server = LlamaServer(model_path=model, port=port, startup_timeout=30).start()
+    assert len(list(logs.iterdir())) == 1  # its log, while it runs
+    server.stop()
+    assert not list(logs.iterdir())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -47,6 +47,7 @@ from turnfsm.errors import (
     SessionNotFound,
     StoreUnusable,
     TemporalUnreachable,
+    WaitTimedOut,
 )
 from turnfsm.hooks import Hook, RunEndInfo, TransitionInfo
 from turnfsm.messages import Message
@@ -573,6 +574,75 @@ async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
     assert "takes other steps than the run's history" in message
     assert "Nondeterminism" in message
     assert f"turnfsm resume {run.session_id} --force" in message
+
+
+async def test_result_while_changed_workers_fail_its_workflow_task_warns_and_times_out(
+    temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # result() waited without a word for as long as the workers failed the
+    # run's workflow task (status() said why). It warns, once, with what
+    # status() says; with a timeout, it ends with that as the cause.
+    store = SQLiteStore(tmp_path / "w.db")
+    run, queue, changed = await _paused_then_changed(temporal_client, "waiting", store)
+    await run.cancel("stop")  # a signal: its task waits for a worker
+    async with create_worker(temporal_client, queue, changed):
+        await _task_failed(temporal_client, run.workflow_id)
+        with (
+            caplog.at_level("WARNING", logger="turnfsm.temporal"),
+            pytest.raises(WaitTimedOut) as caught,
+        ):
+            await run.result(timeout=5)
+    await run.handle.terminate("test over")
+    error = caught.value
+    assert isinstance(error, TimeoutError)
+    assert (error.session_id, error.seconds) == (run.session_id, 5)
+    assert isinstance(error.__cause__, ConfigError)
+    assert error.__cause__.field == "agent"
+    assert str(error).startswith(
+        f"the durable run of session {run.session_id!r} did not end within 5s: "
+        "it does not go on: invalid agent='waiting': expected workers serving "
+        "the agent this run began with"
+    )
+    assert f"turnfsm resume {run.session_id} --force" in str(error)
+    (warned,) = [r for r in caplog.records if r.name == "turnfsm.temporal"]
+    assert warned.levelname == "WARNING"
+    assert warned.getMessage().startswith(
+        f"the durable run of session {run.session_id!r} waits, and does not go on: "
+        "its workflow task fails on its workers: invalid agent='waiting'"
+    )
+
+
+async def test_result_with_a_timeout_says_where_the_run_waits(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    agent = _asking("timed", SQLiteStore(tmp_path / "t.db"))
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        with pytest.raises(WaitTimedOut) as caught:
+            await run.result(timeout=0.5)
+        assert str(caught.value) == (
+            f"the durable run of session {run.session_id!r} did not end within "
+            "0.5s: it is paused in phase await_approval, waiting for an answer on "
+            "calls c1, c2 (approve(), reject() or answer() it)"
+        )
+        with pytest.raises(ConfigError, match="timeout"):
+            await run.result(timeout=0)
+        await run.reject({"c1": "no", "c2": "no"})
+        result = await run.result(timeout=30)
+    assert result.ok
+    unserved = await start_durable(
+        agent, "hi", client=temporal_client, task_queue=(queue := _queue())
+    )
+    try:
+        with pytest.raises(WaitTimedOut) as caught:
+            await unserved.result(timeout=0.5)
+    finally:
+        await unserved.handle.terminate("test over")
+    assert f"it does not go on: invalid task_queue={queue!r}" in str(caught.value)
+    assert f"turnfsm worker --task-queue {queue}" in str(caught.value)
 
 
 def test_an_answer_refused_in_the_workflow_says_it_failed_and_the_way_on() -> None:

@@ -41,6 +41,7 @@ from turnfsm.driver._opening import abandon_run, resume_run, start_run
 from turnfsm.driver._output import OutputType, check_machine
 from turnfsm.driver._pins_fit import check_pins_fit
 from turnfsm.driver._retry import RetryPolicy
+from turnfsm.driver._store_calls import read_session
 from turnfsm.driver._subagents import declared_effects
 from turnfsm.driver._tools import Tool, tools_by_name
 from turnfsm.errors import (
@@ -700,6 +701,8 @@ class Driver:
             to), or ``failed`` with the pass's error.
 
         Raises:
+            SessionNotFound: `session` has no log yet (no run ever ran in
+                it): there is nothing to compact, and nothing is written.
             SessionBusy: another run is using `session`, or a run of it (not
                 a compaction) is unfinished (its process died: resume or
                 abandon it first), or another process holds its lease (take
@@ -708,6 +711,13 @@ class Driver:
             ConfigError: `run_id` is not a usable id, or a run of `session`
                 has it already.
         """
+        if not session.version:
+            # A session is created by its first run: with no log, there is
+            # nothing to compact (one another process wrote meanwhile is
+            # this one's conflict, below).
+            await read_session(
+                session.store, session.id, seconds=self.store_timeout, must_exist=True
+            )
         compacting = self._compacting
         if compacting is None:
             compacting = self._compacting = attrs.evolve(

@@ -72,6 +72,7 @@ from turnfsm.errors import (
     ConfigError,
     CorruptRecord,
     EffectFailed,
+    PinnedTooLarge,
     ReplayError,
     SubagentFailed,
     SubagentTooDeep,
@@ -827,7 +828,8 @@ async def _child_answer(
     Raises:
         SubagentTooDeep, SubagentTooMany: a limit is reached (nothing runs).
         SubagentWaiting: the child's run paused for an answer.
-        SubagentFailed: the child's run ended without an answer.
+        SubagentFailed: the child's run ended without an answer, or could
+            not start (its pinned task is over its window).
     """
     driver, name = child.driver, child.name
     depth, tally = _admit(
@@ -873,7 +875,13 @@ async def _child_answer(
     depth_token = _DEPTH.set(depth)
     try:
         if earlier is None:
-            result = await driver.run(task, session=session, run_id=run_id)
+            try:
+                result = await driver.run(task, session=session, run_id=run_id)
+            except PinnedTooLarge as exc:
+                # Refused before anything was written: the task (or what
+                # rides every request) is over the child's window. The
+                # caller's call fails as any child's failure does.
+                raise SubagentFailed(name, "", "failed", _cause(exc, None)) from None
         elif earlier.outcome == "paused":
             if answer is None or answer[0] != session.id:  # still unanswered
                 if tally is not None:  # what it used so far counts, as it did

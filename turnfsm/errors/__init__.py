@@ -19,6 +19,7 @@ TurnFSMError                 base class; never raised directly
 ├── OutputInvalid            the final answer never fit the output type; .errors
 ├── Cancelled                the run was cancelled through ``TurnMachine.cancel()``
 ├── ProviderError            the model API failed after retries; .retryable
+├── ModelServerFailed        (RuntimeError) a local model server did not start
 ├── SessionBusy              another run or process holds the session; .owner, .alive
 ├── ReplayError              a logged run cannot be replayed; .run_id, .index, .entry
 │   ├── ReplayDiverged       the brain answers differently from the log
@@ -31,6 +32,7 @@ TurnFSMError                 base class; never raised directly
 ├── ContinuedAsNew           a durable run's history grew long; it goes on in a new one
 ├── PayloadTooLarge          a durable run's step is past Temporal's payload limit
 ├── TemporalUnreachable      a durable run's Temporal server did not answer; .address
+├── WaitTimedOut             (TimeoutError) a durable run did not end in the wait asked
 ├── EffectFailed             an effect of yours raised; .effect, .type, .message
 ├── InvalidReturn            (TypeError) an effect or a model returned the wrong type
 ├── ToolError                a tool could not be registered or described
@@ -91,6 +93,7 @@ from turnfsm.errors._run import (
     ContinuedAsNew,
     LogInconsistent,
     MaxTurnsExceeded,
+    ModelServerFailed,
     OutputInvalid,
     PayloadTooLarge,
     ProviderError,
@@ -104,6 +107,7 @@ from turnfsm.errors._run import (
     SubagentTooMany,
     SubagentWaiting,
     TemporalUnreachable,
+    WaitTimedOut,
 )
 
 # How a durable run's workflow names itself as a lease owner, and a busy
@@ -144,6 +148,7 @@ __all__ = [
     "LogInconsistent",
     "MachineBroken",
     "MaxTurnsExceeded",
+    "ModelServerFailed",
     "OutputInvalid",
     "PayloadTooLarge",
     "PinnedMessageLost",
@@ -167,5 +172,6 @@ __all__ = [
     "TemporalUnreachable",
     "ToolError",
     "TurnFSMError",
+    "WaitTimedOut",
     "WindowTooLarge",
 ]

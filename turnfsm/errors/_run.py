@@ -17,6 +17,7 @@ __all__ = [
     "ContinuedAsNew",
     "LogInconsistent",
     "MaxTurnsExceeded",
+    "ModelServerFailed",
     "OutputInvalid",
     "PayloadTooLarge",
     "ProviderError",
@@ -30,6 +31,7 @@ __all__ = [
     "SubagentTooMany",
     "SubagentWaiting",
     "TemporalUnreachable",
+    "WaitTimedOut",
 ]
 
 
@@ -574,6 +576,39 @@ class SubagentTooMany(TurnFSMError):
         )
 
 
+def _texts(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class ModelServerFailed(TurnFSMError, RuntimeError):
+    """Raised when a local model server (`LlamaServer`) did not start.
+
+    It exited before it answered, or did not answer within its startup
+    timeout (it was stopped then). `model_path` and `port` name the server,
+    `reason` says which, `lines` are the lines of its log that say why (its
+    errors, else its last lines), and `log_path` is the file its whole log
+    was kept in.
+    """
+
+    model_path: str
+    port: int
+    reason: str
+    lines: tuple[str, ...] = attrs.field(default=(), converter=_texts)
+    log_path: str = ""
+
+    def __str__(self) -> str:
+        said = "".join(f"\n  {line}" for line in self.lines)
+        if said:
+            said = f"; its log says:{said}"
+        kept = f"\n(its whole log: {self.log_path})" if self.log_path else ""
+        return (
+            f"the llama.cpp server of {self.model_path} on port {self.port} "
+            f"{self.reason}{said}{kept}"
+        )
+
+
 @final
 @attrs.frozen(auto_exc=True)
 class TemporalUnreachable(TurnFSMError):
@@ -603,4 +638,27 @@ class TemporalUnreachable(TurnFSMError):
         return (
             f"{lost}; the durable run of session {self.session_id!r} is kept by "
             "the server and goes on when it is back: call again then"
+        )
+
+
+@final
+@attrs.frozen(auto_exc=True)
+class WaitTimedOut(TurnFSMError, TimeoutError):
+    """Raised when a durable run did not end within the wait asked for.
+
+    ``DurableRun.result(timeout=...)``: the run goes on, kept by its
+    workflow; wait again, or ask its status. `reason` says where it is, as
+    `DurableRun.status` says it: running in a phase, paused for an answer,
+    or stuck because its workflow task fails on its workers (then that
+    failure, a `ConfigError`, is the cause).
+    """
+
+    session_id: str
+    seconds: float
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"the durable run of session {self.session_id!r} did not end within "
+            f"{self.seconds:g}s: {self.reason}"
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ from typing import IO, Final, final
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, ModelServerFailed
 from turnfsm.providers._llama_chat import CHAT_FORMAT
 from turnfsm.providers._windows import server_window
 
@@ -161,6 +162,7 @@ class LlamaServer:
     )
     _process: subprocess.Popen[bytes] | None = attrs.field(default=None, init=False)
     _log: IO[bytes] | None = attrs.field(default=None, init=False)
+    _path: Path | None = attrs.field(default=None, init=False)  # the served model
 
     @property
     def pid(self) -> int | None:
@@ -190,17 +192,25 @@ class LlamaServer:
 
         Raises:
             ImportError: llama-cpp-python's server is not installed.
-            RuntimeError: the server exited or did not answer in time (its
-                log is quoted).
+            ModelServerFailed: the server exited before it answered, or did
+                not answer within `startup_timeout` (it is stopped): the
+                error names the model and the port, quotes the lines of the
+                server's log that say why, and names the file its whole log
+                is kept in (`log_path`).
         """
         # Only look: importing llama_cpp here would load the native library
         # into this process; the server runs in its own.
         if importlib.util.find_spec("llama_cpp") is None:
             raise ImportError(f"llama-cpp-python's server is missing: {_EXTRA_HINT}")
-        path = self.model_path or local_model_path()
+        path = self._path = self.model_path or local_model_path()
         if self.port is None:
             self.port = _free_port()
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        # A named file: a server that fails to start leaves its whole log
+        # there for the error to name; a server that started, once stopped,
+        # leaves nothing.
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            prefix="turnfsm-llama-", suffix=".log", delete=False
+        )
         command = [
             # llama_cpp.server's own entry point, with the turnfsm-tools
             # format registered first.
@@ -239,26 +249,39 @@ class LlamaServer:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             assert self._process is not None
-            if self._process.poll() is not None:
-                log = self._tail()
-                self.stop()
-                raise RuntimeError(f"llama.cpp server exited early:\n{log}")
+            status = self._process.poll()
+            if status is not None:
+                raise self._failed(f"exited with status {status} before it answered")
             try:
                 with urllib.request.urlopen(f"{self.base_url}/models", timeout=2):
                     return
             except (urllib.error.URLError, OSError):
                 time.sleep(0.25)
-        log = self._tail()
-        self.stop()
-        raise RuntimeError(
-            f"llama.cpp server did not answer in {self.startup_timeout}s:\n{log}"
+        raise self._failed(
+            f"did not answer within startup_timeout={self.startup_timeout}s, "
+            "and was stopped (a big model on a slow machine may need more)"
         )
 
-    def _tail(self) -> str:
-        if self._log is None:
-            return ""
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-4000:]
+    def _failed(self, reason: str) -> ModelServerFailed:
+        """Stop the server that did not start; the error saying why.
+
+        Its log is kept, for the error to name.
+        """
+        log, self._log = self._log, None
+        self.stop()
+        text, where = "", ""
+        if log is not None:
+            log.seek(0)
+            text = log.read().decode(errors="replace")
+            where = log.name
+            log.close()
+        return ModelServerFailed(
+            model_path=os.fspath(self._path or ""),
+            port=self.port or 0,
+            reason=reason,
+            lines=telling_lines(text),
+            log_path=where,
+        )
 
     def stop(self) -> None:
         """Stop the server by its pid (SIGTERM, then SIGKILL after 10 s)."""
@@ -272,9 +295,11 @@ class LlamaServer:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        log, self._log = self._log, None
+        if log is not None:
+            log.close()
+            with contextlib.suppress(OSError):
+                os.unlink(log.name)
 
     def __enter__(self) -> LlamaServer:
         return self.start()
@@ -286,3 +311,41 @@ class LlamaServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+_TELLING: Final = re.compile(
+    r"error|fail|fatal|abort|killed|out of memory|cannot|could not|unable|"
+    r"no such|denied|in use",
+    re.IGNORECASE,
+)
+"""What a server's log line that says why it stopped says."""
+
+_LINES_SHOWN: Final = 6
+_LINE_CHARS: Final = 300
+
+
+def telling_lines(log: str) -> tuple[str, ...]:
+    """The few lines of a server's `log` that say why it stopped.
+
+    Its last lines that say an error or a failure (a traceback's frames left
+    out), and its last line; with none, its last lines. Each is cut at 300
+    characters.
+    """
+    lines = [line.rstrip() for line in log.splitlines() if line.strip()]
+    told = [
+        n
+        for n, line in enumerate(lines)
+        # A traceback's frames and code are indented; its last line is not.
+        if not line[:1].isspace() and _TELLING.search(line)
+    ]
+    if lines and (not told or told[-1] != len(lines) - 1):
+        told.append(len(lines) - 1)  # where it stopped
+    if len(told) == 1:  # nothing said why: where it stopped, and before
+        told = list(range(max(0, len(lines) - _LINES_SHOWN), len(lines)))
+    return tuple(_cut(lines[n]) for n in told[-_LINES_SHOWN:])
+
+
+def _cut(line: str) -> str:
+    if len(line) <= _LINE_CHARS:
+        return line
+    return line[: _LINE_CHARS - 3] + "..."

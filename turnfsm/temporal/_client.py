@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import weakref
@@ -42,7 +43,7 @@ from temporalio.exceptions import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from turnfsm import serde
+from turnfsm import _checks, serde
 from turnfsm._checks import check_id
 from turnfsm.agent import Agent
 from turnfsm.core import Event, ToolCallsReviewed
@@ -55,6 +56,7 @@ from turnfsm.errors import (
     SessionBusy,
     SessionNotFound,
     TemporalUnreachable,
+    WaitTimedOut,
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import machine_digest, new_id
@@ -69,6 +71,8 @@ from turnfsm.temporal._payloads import (
 )
 
 __all__ = ["DurableRun", "sdk_reason", "start_durable"]
+
+logger = logging.getLogger("turnfsm.temporal")
 
 _SHOWN: Final = 80
 """Characters of a long message an error about it shows."""
@@ -86,6 +90,19 @@ live worker polls again at least each minute (Temporal's long poll)."""
 
 _OVERHEAD: Final = 1024
 """Bytes Temporal adds to a payload besides its JSON (encoding, names)."""
+
+
+_WATCH_FIRST: Final = 2.0
+"""Seconds `DurableRun.result` waits before it first asks whether the run's
+workflow task fails on its workers; each wait after is twice the last."""
+
+_WATCH_MOST: Final = 60.0
+"""The longest wait between two of those asks."""
+
+_STATUS_WAIT: Final = 10.0
+"""Seconds a timed-out `DurableRun.result` asks the run's status for at most."""
+
+_check_timeout = _checks.seconds("timeout")
 
 
 _SERVER_LIMITS: Final[weakref.WeakKeyDictionary[Client, int | None]] = (
@@ -214,12 +231,34 @@ class DurableRun:
         """The Temporal workflow handle (for anything not wrapped here)."""
         return self._handle
 
-    async def result(self) -> RunResult[Any]:
+    # A timeout of its own, not only a caller's `anyio.fail_after`: when it
+    # runs out, the error says where the run is and why it does not end.
+    async def result(
+        self,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> RunResult[Any]:
         """Wait for the run to end (or pause for good) and return its result.
 
         A run that failed is an outcome, as in-process (`RunResult.error`).
 
+        While it waits, it watches the run's workflow: when its task fails
+        on the workers, again and again (workers serving another build of
+        the agent), the run cannot go on, and a warning on the
+        ``turnfsm.temporal`` logger says why, as `status` does (once for
+        each reason; the wait goes on, as the run does once workers that
+        can run it serve its task queue).
+
+        Args:
+            timeout: Seconds to wait at most (None: as long as the run
+                takes). The run is not touched when the wait runs out.
+
         Raises:
+            WaitTimedOut: the run did not end within `timeout`; it says
+                where the run is (running in a phase, paused for an answer,
+                its queue served by no worker, or its workflow task failing
+                on its workers, the `ConfigError` `status` raises being the
+                cause). The run goes on.
             Cancelled: the workflow itself was cancelled (the log records
                 the run as cancelled).
             RunCrashed: the run crashed on a bug (its log records it), or
@@ -231,9 +270,36 @@ class DurableRun:
                 (`SessionBusy`: a run of the session is paused or unfinished;
                 `InvalidMessage`: the input does not continue the history),
                 or its store failed (`SessionConflict`, ...).
+            ConfigError: `timeout` is not a number of seconds > 0.
+        """
+        _checks.check(timeout, "timeout", _check_timeout)
+        data: Any = None
+        caught: Exception | None = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._watch)
+            try:
+                with anyio.move_on_after(timeout) as waited:
+                    data = await self._ended()
+            except Exception as exc:  # raised as itself, not in a group
+                caught = exc
+            group.cancel_scope.cancel()
+        if caught is not None:
+            raise caught
+        if waited.cancelled_caught:
+            assert timeout is not None
+            error, cause = await self._timed_out(timeout)
+            raise error from cause
+        result: RunResult[Any] = serde.from_json(RunResult, data)
+        return attrs.evolve(result, output=self._output(result))
+
+    async def _ended(self) -> Any:
+        """The workflow's answer: the run's result as JSON.
+
+        Raises:
+            (as `result`)
         """
         try:
-            data = await self._handle.result()
+            return await self._handle.result()
         except WorkflowFailureError as exc:
             cause = exc.cause
             if isinstance(cause, CancelledError):
@@ -256,8 +322,57 @@ class DurableRun:
         except RuntimeError as exc:
             self._raise_if_lost(exc)
             raise
-        result: RunResult[Any] = serde.from_json(RunResult, data)
-        return attrs.evolve(result, output=self._output(result))
+
+    async def _watch(self) -> None:
+        """Warn while the run's workflow task fails on its workers (see `result`).
+
+        Once for each reason; asked after 2 seconds, then twice as long
+        each time, up to a minute. Never raises: the wait says what the
+        server does.
+        """
+        delay, said = _WATCH_FIRST, ""
+        while True:
+            await anyio.sleep(delay)
+            delay = min(2 * delay, _WATCH_MOST)
+            try:
+                failing = await self._failing_task()
+            except Exception:  # the server's trouble: the wait meets it too
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                continue
+            why = str(failing) if failing is not None else ""
+            if why and why != said:
+                logger.warning(
+                    "the durable run of session %r waits, and does not go on: its "
+                    "workflow task fails on its workers: %s",
+                    self.session_id,
+                    why,
+                )
+            said = why
+
+    async def _timed_out(
+        self, seconds: float
+    ) -> tuple[WaitTimedOut, ConfigError | None]:
+        """Why the run did not end within `seconds`, as `status` says; its cause.
+
+        Raises:
+            TemporalUnreachable: the server did not answer.
+        """
+        cause: ConfigError | None = None
+        reason = f"its status did not come within {_STATUS_WAIT:g}s (ask status())"
+        try:
+            with anyio.fail_after(_STATUS_WAIT):
+                cause = await self._failing_task() or await self._unserved()
+                if cause is None:
+                    reason = _where(await self.status())
+        except ConfigError as exc:  # status says why it does not go on
+            cause = exc
+        except TimeoutError:
+            pass
+        except RPCError as exc:
+            raise await self._refusal(exc, "result", None) from exc
+        if cause is not None:
+            reason = f"it does not go on: {cause}"
+        return WaitTimedOut(self.session_id, seconds, reason), cause
 
     def _output(self, result: RunResult[Any]) -> Any:
         output: OutputType | None = (
@@ -671,3 +786,29 @@ async def start_durable(
             session, owner=f"{DURABLE_OWNER}{workflow_id_of(session)}", alive=True
         ) from None
     return DurableRun(client, session, agent=agent, handle=handle)
+
+
+def _where(status: RunStatus) -> str:
+    """Where a run that did not end within a wait is, from its `status`."""
+    goes_on = "; it goes on: wait again with result(), or ask status()"
+    if status.waiting is not None:
+        calls = ", ".join(call.id for call in status.waiting.calls)
+        return (
+            f"it is paused in phase {status.waiting.phase}, waiting for an answer"
+            + (f" on calls {calls}" if calls else "")
+            + " (approve(), reject() or answer() it)"
+        )
+    if status.children_waiting:
+        return (
+            "it waits on sub-agents' runs paused for an answer: "
+            f"{', '.join(status.children_waiting)} (answer each on "
+            "DurableRun(client, session_id))"
+        )
+    if status.outcome != "running":
+        return f"it ended {status.outcome} as the wait ran out: call result() again"
+    if status.children:
+        return f"it waits on sub-agents' runs: {', '.join(status.children)}{goes_on}"
+    return (
+        f"it is running, in phase {status.phase}, after {status.turn} model calls "
+        f"(the last step: {status.decision}){goes_on}"
+    )
