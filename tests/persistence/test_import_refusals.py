@@ -659,5 +659,23 @@ def test_a_log_written_before_lines_carried_positions_imports_as_it_did(
     ]
     path = tmp_path / "old.jsonl"
     path.write_text("\n".join(older[:19]).replace(GOOD, "ses_imported") + "\n")
+    note = (
+        f"note: {path} was written by an older turnfsm: its lines carry no "
+        "positions, so a line deleted, repeated or cut from its end cannot be "
+        "told (an export by this turnfsm can be checked whole)\n"
+    )
     assert main(["sessions", "import", str(path), *world.store]) == 0
-    assert "imported session ses_imported (18 entries)" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "imported session ses_imported (18 entries)" in captured.out
+    assert captured.err == f"turnfsm sessions import: {note}"
+    # Replay says so too: "replayed exactly" holds of what the lines show.
+    assert main(["replay", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "replayed exactly (running)" in captured.out
+    assert captured.err == f"turnfsm replay: {note}"
+    # Its export by this turnfsm is checked whole.
+    assert (
+        main(["sessions", "export", "ses_imported", "-o", str(path), *world.store]) == 0
+    )
+    assert main(["replay", str(path)]) == 0
+    assert capsys.readouterr().err == ""

@@ -139,11 +139,12 @@ async def load_session(
             header), no entries at all, a line deleted, repeated, moved or
             added (its ``seq`` is not the next position), fewer entries than
             the header's ``entry_count`` (a file cut short after a whole
-            line), a field changed or a line's ``digests`` removed, an entry of a run opened nowhere
-            before it (or opened twice), a run's end after its final one, a
-            compaction pass logged twice, a commit of messages no earlier
-            event brought in, or a committed history that is not a whole
-            conversation (a tool result without its call).
+            line), a field changed or a line's ``digests`` removed, an entry
+            of a run opened nowhere before it (or opened twice), a run's end
+            after its final one, a compaction pass logged twice, a commit of
+            messages no earlier event brought in, or a committed history
+            that is not a whole conversation (a tool result without its
+            call).
         SessionConflict: `store` already holds that session (nothing
             written); its message says how to go on.
         ConfigError: `lines` is none of those (a path: read the file first)
