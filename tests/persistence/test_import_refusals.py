@@ -315,6 +315,19 @@ BAD_FILES = [
         "line 5: data",
         "expected an object, got null",
     ),
+    # Each imported, and replayed "exactly": a commit after the run's end.
+    BadFile(
+        "a run's commit after its end",
+        lambda ls: restamp([*ls[:11], ls[12], ls[11], *ls[13:]]),
+        "line 13: data.run_id",
+        "ended before (done); no entry of a run comes after its end",
+    ),
+    BadFile(
+        "a run's commit moved past its end into the next run",
+        lambda ls: restamp([*ls[:11], *ls[12:14], ls[11], *ls[14:]]),
+        "line 14: data.run_id",
+        "ended before (done); no entry of a run comes after its end",
+    ),
     BadFile(
         "a run opened twice",
         lambda ls: restamp([*ls[:3], ls[2], *ls[3:]]),

@@ -140,11 +140,11 @@ async def load_session(
             added (its ``seq`` is not the next position), fewer entries than
             the header's ``entry_count`` (a file cut short after a whole
             line), a field changed or a line's ``digests`` removed, an entry
-            of a run opened nowhere before it (or opened twice), a run's end
-            after its final one, a compaction pass logged twice, a commit of
-            messages no earlier event brought in, or a committed history
-            that is not a whole conversation (a tool result without its
-            call).
+            of a run opened nowhere before it (or opened twice), an entry of
+            a run after its final end (done, failed or cancelled), a
+            compaction pass logged twice, a commit of messages no earlier
+            event brought in, or a committed history that is not a whole
+            conversation (a tool result without its call).
         SessionConflict: `store` already holds that session (nothing
             written); its message says how to go on.
         ConfigError: `lines` is none of those (a path: read the file first)
@@ -625,13 +625,19 @@ async def _project(session_id: str, located: list[tuple[str, Entry]]) -> Session
                 _at(where, "data.run_id"),
                 f"run {entry.run_id!r} was opened before; a run opens once",
             )
-        if isinstance(entry, RunEnded) and session.has_run(entry.run_id):
-            ended = session.run(entry.run_id).outcome
+        run_id = getattr(entry, "run_id", "")
+        if run_id and not isinstance(entry, RunOpened) and session.has_run(run_id):
+            ended = session.run(run_id).outcome
             if ended != "running" and ended not in GOES_ON:
+                said = (
+                    "a run ends once"
+                    if isinstance(entry, RunEnded)
+                    else "no entry of a run comes after its end"
+                )
                 raise CorruptRecord(
-                    "RunEnded",
+                    type(entry).__name__,
                     _at(where, "data.run_id"),
-                    f"run {entry.run_id!r} ended before ({ended}); a run ends once",
+                    f"run {run_id!r} ended before ({ended}); {said}",
                 )
         if isinstance(entry, Committed):
             size = len(session.history)
