@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import os
 import signal
 import subprocess
@@ -45,6 +46,7 @@ __all__ = [
     "machine_at",
     "reply",
     "request_text",
+    "restamp",
     "result",
     "results_for",
     "run_killed",
@@ -65,6 +67,40 @@ TURN_TOML = REPO_ROOT / "machines" / "turn.toml"
 def turn_toml_text() -> str:
     """Return the text of ``machines/turn.toml``."""
     return TURN_TOML.read_text(encoding="utf-8")
+
+
+def restamp(lines: Sequence[str]) -> list[str]:
+    """A session log's lines as one who knows the format leaves them after an edit.
+
+    Each entry line is numbered again in order (``seq``) with its fields'
+    digests made again, and the header counts the entry lines: what is left
+    to check is what the edit did to the session, not to the file. A line
+    no edit touched is returned as it was.
+    """
+    from turnfsm.persistence._rows import field_digests
+
+    out, header, seq = list(lines), None, 0
+    for i, line in enumerate(out):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        if data.get("format") == "turnfsm-session-log":
+            header = i if header is None else header
+            continue
+        seq += 1
+        stamped = {**data, "seq": seq}
+        if isinstance(data.get("data"), dict):
+            stamped["digests"] = field_digests(data["data"])
+        if stamped != data:
+            out[i] = json.dumps(stamped)
+    if header is not None:
+        data = json.loads(out[header])
+        if "log_version" in data and data.get("entry_count") != seq:
+            out[header] = json.dumps({**data, "entry_count": seq})
+    return out
 
 
 def load_turn_spec() -> MachineSpec:

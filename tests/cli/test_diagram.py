@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 import turnfsm
 from tests.core.test_render import X, dot_edges, mermaid_edges
 from tests.delegation import ALONE, LEAD, delegating_store, family
-from tests.helpers import REPO_ROOT, load_turn_spec
+from tests.helpers import REPO_ROOT, load_turn_spec, restamp
 from tests.test_diagrams import svg_texts
 from turnfsm.agent import Agent
 from turnfsm.cli import main
@@ -568,13 +568,12 @@ def test_a_log_that_does_not_replay_is_refused(
     lines = log.read_text().splitlines()
     for number, line in enumerate(lines):  # the first pass looks like no pass
         entry = json.loads(line)
-        entry.pop("digests", None)  # edited by one who knows the format
         data = entry.get("data", {})
         if data.get("decision", "").startswith("compact:"):
             data["event"]["estimate"] = 10
             lines[number] = json.dumps(entry)
             break
-    log.write_text("\n".join(lines) + "\n")
+    log.write_text("\n".join(restamp(lines)) + "\n")  # as one who knows the format
     other = tmp_path / "other.db"
     assert main(["sessions", "import", str(log), "--store", str(other)]) == 0
     capsys.readouterr()

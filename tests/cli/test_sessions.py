@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.helpers import ProtocolStore
+from tests.helpers import ProtocolStore, restamp
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.cli._sessions import _list
@@ -1180,7 +1180,8 @@ def test_import_over_a_stored_session_says_what_the_store_holds(
     assert (
         main(["sessions", "export", "ses_same", "-o", str(log), *_at(tmp_path, 1)]) == 0
     )
-    part.write_text("".join(log.read_text().splitlines(keepends=True)[:5]))
+    # An export of the session when it held its first 4 entries.
+    part.write_text("\n".join(restamp(log.read_text().splitlines()[:5])) + "\n")
     assert main(["sessions", "import", str(part), *_at(tmp_path, 3)]) == 0
     capsys.readouterr()
 

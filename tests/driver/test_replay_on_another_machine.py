@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.helpers import restamp
 from turnfsm import Agent, default_machine, review_machine
 from turnfsm.core import Event, MachineSpec, Perform, Signal
 from turnfsm.driver import EffectContext, replay
@@ -103,8 +104,8 @@ async def test_the_machine_a_log_keeps_is_the_one_its_runs_began_on() -> None:
 
     measured = next(i for i, line in enumerate(lines) if '"Measured"' in line)
     edited = json.loads(lines[measured].replace('"call_llm:1"', '"call_llm:9"'))
-    del edited["digests"]  # edited by one who knows the format
     lines[measured] = json.dumps(edited)
+    lines = restamp(lines)  # edited by one who knows the format
     changed = await load_session(lines)
     error = replay(None, changed, opened.run_id).divergence
     assert isinstance(error, ReplayDiverged)

@@ -17,6 +17,7 @@ import anyio
 import attrs
 import pytest
 
+from tests.helpers import restamp
 from turnfsm.cli import main
 from turnfsm.core import MachineSpec
 from turnfsm.driver import Driver
@@ -133,18 +134,16 @@ Edit = Callable[[list[str]], list[str]]
 
 
 def edit_line(number: int, change: Callable[[dict[str, Any]], object]) -> Edit:
-    """Edit line `number` as one who knows the format: its digests go too.
+    """Edit line `number` as one who knows the format: its digests are made again.
 
-    The log then reads (as one written before lines carried digests), and
-    what replay makes of the edit is what is tested.
+    The log then reads, and what replay makes of the edit is what is tested.
     """
 
     def edit(lines: list[str]) -> list[str]:
         data = json.loads(lines[number - 1])
-        data.pop("digests", None)
         change(data)
         lines[number - 1] = json.dumps(data)
-        return lines
+        return restamp(lines)
 
     return edit
 

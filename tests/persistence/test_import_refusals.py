@@ -13,14 +13,17 @@ import json
 import lzma
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
 import pytest
 
+from tests.helpers import restamp
 from tests.persistence.refusal_world import (
     GOOD,
     Capture,
+    Edit,
     World,
     build_world,
     driver_of,
@@ -75,9 +78,145 @@ class BadFile:
     reason: str
 
 
+def _header(change: Callable[[dict[str, Any]], object]) -> Edit:
+    def make(lines: list[str]) -> list[str]:
+        header = json.loads(lines[0])
+        change(header)
+        return [json.dumps(header), *lines[1:]]
+
+    return make
+
+
+def _strip(key: str, number: int) -> Edit:
+    """Drop `key` from line `number`."""
+
+    def make(lines: list[str]) -> list[str]:
+        data = json.loads(lines[number - 1])
+        del data[key]
+        lines[number - 1] = json.dumps(data)
+        return lines
+
+    return make
+
+
 BAD_FILES = [
-    BadFile("reversed", lambda ls: [ls[0], *ls[:0:-1]], "line 2", "no RunOpened"),
-    BadFile("no RunOpened", lambda ls: [*ls[:2], *ls[3:]], "line 3", "no RunOpened"),
+    # Each imported without a word, as a session with fewer or more entries
+    # (a cut one "running"), or replayed "exactly" when its edit was one the
+    # replay does not see.
+    BadFile(
+        "cut short after a whole line",
+        lambda ls: ls[:19],
+        "line 19",
+        "the log ends after this entry, the 18th of the 19 its header counts: "
+        "the file was cut short after it",
+    ),
+    BadFile(
+        "cut short after a run's first lines",
+        lambda ls: ls[:16],
+        "line 16",
+        "the 15th of the 19 its header counts",
+    ),
+    BadFile(
+        "a line deleted",
+        lambda ls: [*ls[:16], *ls[17:]],
+        "line 17: seq",
+        "the 17th entry, but the 16th entry is nowhere in the file: a line was "
+        "deleted before it",
+    ),
+    BadFile(
+        "two lines deleted",
+        lambda ls: [*ls[:7], *ls[9:]],
+        "line 8: seq",
+        "the 9th entry, but the 7th and 8th entries are nowhere",
+    ),
+    BadFile(
+        "a commit repeated",
+        lambda ls: [*ls[:12], ls[11], *ls[12:]],
+        "line 13: seq",
+        "the 11th entry again (line 12 holds it too): a line was repeated",
+    ),
+    BadFile(
+        "a machine repeated",
+        lambda ls: [*ls[:2], ls[1], *ls[2:]],
+        "line 3: seq",
+        "the 1st entry again (line 2 holds it too)",
+    ),
+    BadFile(
+        "two lines swapped",
+        lambda ls: [*ls[:16], ls[17], ls[16], *ls[18:]],
+        "line 17: seq",
+        "the 17th entry where the 16th belongs (line 18 holds it): the lines are "
+        "out of order",
+    ),
+    BadFile(
+        "a line added after the end",
+        lambda ls: [*ls, ls[-1]],
+        "line 21: seq",
+        "the 19th entry again (line 20 holds it too)",
+    ),
+    BadFile(
+        "an entry added with a position of its own",
+        lambda ls: [*ls, ls[-1].replace('"seq":19', '"seq":20')],
+        "line 21: seq",
+        "the 20th entry of a log whose header counts 19: a line was added",
+    ),
+    BadFile(
+        "a line's digests removed",
+        _strip("digests", 5),
+        "line 5: digests",
+        "missing: each entry line of this log carries its fields' digests",
+    ),
+    BadFile(
+        "a line's position removed",
+        _strip("seq", 5),
+        "line 5: seq",
+        "missing: each entry line of this log carries its position",
+    ),
+    BadFile(
+        "a position that is no number",
+        lambda ls: [*ls[:4], ls[4].replace('"seq":4', '"seq":"4"'), *ls[5:]],
+        "line 5: seq",
+        "expected the entry's position in the log (1, 2, ...), got '4'",
+    ),
+    BadFile(
+        "the header's log version removed",
+        _header(lambda d: d.pop("log_version")),
+        "line 1: log_version",
+        "missing, yet line 2 carries its position in the log (seq)",
+    ),
+    BadFile(
+        "a log version from the future",
+        _header(lambda d: d.update(log_version=3)),
+        "line 1: log_version",
+        "unknown log version 3; this turnfsm reads logs of version 2 and those "
+        "written before, of version 1 or none",
+    ),
+    BadFile(
+        "the header's count removed",
+        _header(lambda d: d.pop("entry_count")),
+        "line 1: entry_count",
+        "missing: the header counts the log's entries",
+    ),
+    BadFile(
+        "a count that is no number",
+        _header(lambda d: d.update(entry_count=True)),
+        "line 1: entry_count",
+        "expected the number of entries the log holds, got True",
+    ),
+    # What the session's own checks refuse, of lines edited as one who knows
+    # the format would (numbered again, their digests made again).
+    BadFile(
+        "reversed",
+        lambda ls: restamp([ls[0], *ls[:0:-1]]),
+        "line 2",
+        "no RunOpened",
+    ),
+    BadFile(
+        "no RunOpened",
+        lambda ls: restamp([*ls[:2], *ls[3:]]),
+        "line 3",
+        "no RunOpened",
+    ),
     BadFile(
         "unknown message id",
         edit_line(12, unknown_message),
@@ -176,9 +315,22 @@ BAD_FILES = [
         "line 5: data",
         "expected an object, got null",
     ),
+    # Each imported, and replayed "exactly": a commit after the run's end.
+    BadFile(
+        "a run's commit after its end",
+        lambda ls: restamp([*ls[:11], ls[12], ls[11], *ls[13:]]),
+        "line 13: data.run_id",
+        "ended before (done); no entry of a run comes after its end",
+    ),
+    BadFile(
+        "a run's commit moved past its end into the next run",
+        lambda ls: restamp([*ls[:11], *ls[12:14], ls[11], *ls[14:]]),
+        "line 14: data.run_id",
+        "ended before (done); no entry of a run comes after its end",
+    ),
     BadFile(
         "a run opened twice",
-        lambda ls: [*ls[:3], ls[2], *ls[3:]],
+        lambda ls: restamp([*ls[:3], ls[2], *ls[3:]]),
         "line 4: data.run_id",
         "opened before",
     ),
@@ -448,3 +600,95 @@ def test_blank_lines_before_the_header_are_passed_over(
     header_only.write_text("\n\n" + world.lines[0] + "\n")
     assert main(["replay", str(header_only)]) == 2
     assert "at line 4: no entries after the header" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("prefix", "newline"),
+    [("", "\r\n"), ("\ufeff", "\n"), ("\ufeff", "\r\n")],
+    ids=["crlf", "bom", "bom-crlf"],
+)
+def test_a_log_saved_with_a_bom_or_crlf_imports_and_replays(
+    world: World, tmp_path: Path, capsys: Capture, prefix: str, newline: str
+) -> None:
+    # As a Windows editor saves it: its positions and digests still hold.
+    path = _bad_file(world, tmp_path, BadFile("none", lambda ls: ls, "", ""))
+    text = path.read_text()
+    path.write_bytes((prefix + newline.join(text.split("\n")) + newline).encode())
+    assert main(["sessions", "import", str(path), *world.store]) == 0
+    assert "imported session ses_imported (19 entries)" in capsys.readouterr().out
+    assert main(["replay", str(path)]) == 0
+    assert capsys.readouterr().out.count("replayed exactly (done)") == 2
+
+
+def test_a_line_deleted_from_a_json_document_is_named_with_its_line(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    path = tmp_path / "s.json"
+    export = ["sessions", "export", GOOD, "--format", "json", "-o", str(path)]
+    assert main([*export, *world.store]) == 0
+    document = json.loads(path.read_text())
+    del document["entries"][4]
+    path.write_text(json.dumps(document, indent=2).replace(GOOD, "ses_imported"))
+    lines = path.read_text().split("\n")
+    start = [n for n, line in enumerate(lines, 1) if line == "    {"][4]
+
+    assert main(["sessions", "import", str(path), *world.store]) == 2
+
+    line = one_line(capsys.readouterr().err, f"turnfsm sessions import: {path}: ")
+    assert (
+        f"at entries[4] (from line {start}): seq: the 6th entry, but the 5th "
+        "entry is nowhere in the file" in line
+    )
+    still_fine(world, capsys)
+
+
+def test_a_whole_export_of_a_run_still_going_on_imports_it_running(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # What the export of a session writes while its run goes on: the run's
+    # end is not yet in it, and its header counts the entries it holds.
+    path = _bad_file(world, tmp_path, BadFile("none", lambda ls: ls, "", ""))
+    lines = restamp(path.read_text().split("\n")[:19])
+    assert json.loads(lines[0])["entry_count"] == 18
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["sessions", "import", str(path), *world.store]) == 0
+    assert "imported session ses_imported (18 entries)" in capsys.readouterr().out
+
+    async def outcome(store: SQLiteStore) -> str:
+        return (await Session.load(store, "ses_imported")).runs[-1].outcome
+
+    assert in_store(world, outcome) == "running"
+
+
+def test_a_log_written_before_lines_carried_positions_imports_as_it_did(
+    world: World, tmp_path: Path, capsys: Capture
+) -> None:
+    # Its lines cannot tell a deletion at its end: only the session's own
+    # checks apply, as they did when it was written.
+    newer = ("digests", "seq", "log_version", "entry_count")
+    older = [
+        json.dumps({k: v for k, v in json.loads(line).items() if k not in newer})
+        for line in world.lines
+    ]
+    path = tmp_path / "old.jsonl"
+    path.write_text("\n".join(older[:19]).replace(GOOD, "ses_imported") + "\n")
+    note = (
+        f"note: {path} was written by an older turnfsm: its lines carry no "
+        "positions, so a line deleted, repeated or cut from its end cannot be "
+        "told (an export by this turnfsm can be checked whole)\n"
+    )
+    assert main(["sessions", "import", str(path), *world.store]) == 0
+    captured = capsys.readouterr()
+    assert "imported session ses_imported (18 entries)" in captured.out
+    assert captured.err == f"turnfsm sessions import: {note}"
+    # Replay says so too: "replayed exactly" holds of what the lines show.
+    assert main(["replay", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "replayed exactly (running)" in captured.out
+    assert captured.err == f"turnfsm replay: {note}"
+    # Its export by this turnfsm is checked whole.
+    assert (
+        main(["sessions", "export", "ses_imported", "-o", str(path), *world.store]) == 0
+    )
+    assert main(["replay", str(path)]) == 0
+    assert capsys.readouterr().err == ""

@@ -17,6 +17,7 @@ import anyio
 import attrs
 import pytest
 
+from tests.helpers import restamp
 from tests.persistence.refusal_world import (
     Capture,
     Edit,
@@ -62,9 +63,11 @@ def world(tmp_path: Path) -> World:
 
 
 def _swap(a: int, b: int) -> Edit:
+    """Swap two lines, numbered again as one who knows the format would."""
+
     def edit(lines: list[str]) -> list[str]:
         lines[a - 1], lines[b - 1] = lines[b - 1], lines[a - 1]
-        return lines
+        return restamp(lines)
 
     return edit
 
@@ -74,20 +77,19 @@ def _swap_renumbered(a: int, b: int) -> Edit:
 
     def edit(lines: list[str]) -> list[str]:
         first, second = json.loads(lines[a - 1]), json.loads(lines[b - 1])
-        first.pop("digests", None)  # edited by one who knows the format
-        second.pop("digests", None)
         first["data"]["index"], second["data"]["index"] = (
             second["data"]["index"],
             first["data"]["index"],
         )
         lines[a - 1], lines[b - 1] = json.dumps(second), json.dumps(first)
-        return lines
+        return restamp(lines)
 
     return edit
 
 
 def _delete(number: int) -> Edit:
-    return lambda ls: [*ls[: number - 1], *ls[number:]]
+    """Delete a line, the rest numbered again as one who knows the format would."""
+    return lambda ls: restamp([*ls[: number - 1], *ls[number:]])
 
 
 def edit_line_of(kind: str, change: Callable[[dict[str, Any]], None]) -> Edit:
@@ -111,7 +113,8 @@ def delete_line_of(kind: str) -> Edit:
 
 
 def _repeat(number: int) -> Edit:
-    return lambda ls: [*ls[:number], ls[number - 1], *ls[number:]]
+    """Repeat a line, numbered again as one who knows the format would."""
+    return lambda ls: restamp([*ls[:number], ls[number - 1], *ls[number:]])
 
 
 _USED = {"input_tokens": 900, "output_tokens": 90}

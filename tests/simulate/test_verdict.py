@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.helpers import restamp
 from tests.simulate._runs import measured
 from turnfsm import Agent, ContextManager, TruncatingCompactor
 from turnfsm.cli import main
@@ -136,7 +137,7 @@ async def test_other_passes_under_the_runs_own_settings_differ(
     # A log that lost its last pass's record: the simulation makes one more.
     last = max(i for i, line in enumerate(lines) if '"CompactionRecord"' in line)
     assert json.loads(lines[last])["type"] == "CompactionRecord"
-    edited = await load_session("\n".join(lines[:last] + lines[last + 1 :]) + "\n")
+    edited = await load_session(restamp(lines[:last] + lines[last + 1 :]))
     sim = await simulate(edited)
     passes = len(second.compactions)
     assert sim.differences == (

@@ -9,7 +9,7 @@ from typing import TextIO
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.cli._errors import explain, terminal_text
 from turnfsm.cli._run import run_async
-from turnfsm.cli._stores import is_store_file
+from turnfsm.cli._stores import is_store_file, unchecked_log_note
 from turnfsm.core import MachineSpec
 from turnfsm.driver import replay
 from turnfsm.errors import (
@@ -53,7 +53,8 @@ def run_replay(
     """
     stream = out or sys.stdout
     try:
-        session, source, lines, children, unread = _open(path, store, session_id)
+        opened = _open(path, store, session_id)
+        session, source, lines, children, unread, note = opened
         runs = [r for r in session.runs if run_id is None or r.run_id == run_id]
         if not runs:
             raise ConfigError("--run", run_id, f"a run of the log ({source})")
@@ -72,6 +73,8 @@ def run_replay(
         print(f"turnfsm replay: {said}", file=sys.stderr)
         return 2
     failed = _report(session, runs, specs, stream, lines)
+    if note is not None:
+        print(f"turnfsm replay: note: {note}", file=sys.stderr)
     for depth, child, child_specs in theirs:
         name = terminal_text(child.id)
         print(f"{'  ' * depth}sub-agent session {name}:", file=stream)
@@ -95,10 +98,11 @@ Tree = list[tuple[int, Session]]
 
 def _open(
     path: str | None, store: str | None, session_id: str | None
-) -> tuple[Session, str, list[int] | None, Tree, CorruptRecord | None]:
+) -> tuple[Session, str, list[int] | None, Tree, CorruptRecord | None, str | None]:
     """The session, where it came from, each entry's file line, its sub-agents.
 
-    The last is why a sub-agent's session could not be read (None: all were).
+    Then why a sub-agent's session could not be read (None: all were), and
+    what to say of a log file whose lines could not be checked whole.
     """
     if path is None and session_id is None:
         raise ConfigError(
@@ -133,8 +137,9 @@ def _open(
                 " --session ID)",
             )
         session = run_async(load_session, data)
-        return session, path, _entry_lines(data, session.version), [], None
-    return run_async(_load_stored, store, str(session_id))
+        lines = _entry_lines(data, session.version)
+        return session, path, lines, [], None, unchecked_log_note(data, path)
+    return (*run_async(_load_stored, store, str(session_id)), None)
 
 
 async def _load_stored(

@@ -38,7 +38,13 @@ from turnfsm.cli._run import (
     run_async,
     waiting_for,
 )
-from turnfsm.cli._stores import close_store, is_store_file, open_cli_store, where
+from turnfsm.cli._stores import (
+    close_store,
+    is_store_file,
+    open_cli_store,
+    unchecked_log_note,
+    where,
+)
 from turnfsm.context import ContextManager
 from turnfsm.driver import Driver, rebuild
 from turnfsm.errors import (
@@ -595,6 +601,9 @@ async def _import(store: SessionStore, path: str, out: TextIO) -> int:
         f"entries) into {where(store)}",
         file=out,
     )
+    note = unchecked_log_note(data, "standard input" if path == "-" else path)
+    if note is not None:
+        print(f"turnfsm sessions import: note: {note}", file=sys.stderr)
     return 0
 
 

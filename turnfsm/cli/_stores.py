@@ -7,6 +7,7 @@ sessions`` finds what ``turnfsm demo`` ran.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import urllib.parse
@@ -145,3 +146,31 @@ _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 def is_store_file(data: bytes | str) -> bool:
     """Whether `data`, a file given as a session log, is an SQLite store's file."""
     return isinstance(data, bytes) and data.startswith(_SQLITE_MAGIC)
+
+
+def unchecked_log_note(data: bytes | str, name: str) -> str | None:
+    """What to say of a log, read already, whose lines could not be checked whole.
+
+    A log written by an older turnfsm (no ``log_version`` in its header)
+    carries no positions on its lines, and perhaps no digests: a line
+    deleted, repeated or changed in it is found only where the session's
+    own checks and the replay look. None for a log of this turnfsm.
+    """
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    text = text.removeprefix("\ufeff").strip()
+    try:
+        header = json.loads(text.split("\n", 1)[0])
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):  # one JSON document on many lines
+        try:
+            header = json.loads(text)
+        except ValueError:
+            return None
+    if not isinstance(header, dict) or header.get("log_version", 1) != 1:
+        return None
+    return (
+        f"{name} was written by an older turnfsm: its lines carry no positions, "
+        "so a line deleted, repeated or cut from its end cannot be told (an "
+        "export by this turnfsm can be checked whole)"
+    )

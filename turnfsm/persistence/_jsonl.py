@@ -12,7 +12,14 @@ message brought in by an event, every committed history a whole
 conversation). A log that fails a check is refused whole, naming the line
 (or the entry of a document) and the field. Each entry line carries the
 digest of each of its fields: a field changed since the log was written is
-refused by name (a log written before lines carried digests reads as it is).
+refused by name.
+
+Each entry line also carries its position in the log (``seq``: 1, 2, ...),
+and the header the number of entries (``entry_count``): a line deleted,
+repeated or moved, a line added, and a file cut short after a whole line
+are refused, naming the line. The header's ``log_version`` says so (2); a
+log written before lines carried their positions has none, and reads as
+it did (what was not written cannot be checked).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import attrs
 
@@ -48,6 +55,17 @@ FORMAT: Final = "turnfsm-session-log"
 DIGESTS: Final = "digests"
 """The key of an entry line's field digests (logs written before have none)."""
 
+LOG_VERSION: Final = 2
+"""The header's ``log_version``: 2, entry lines carry ``seq`` and ``digests``
+and the header ``entry_count``; a header without one (or with 1) is of a log
+written before, whose lines are read without those checks."""
+
+SEQ: Final = "seq"
+"""The key of an entry line's position in the log (1 for the first entry)."""
+
+COUNT: Final = "entry_count"
+"""The header's key of the number of entries the log holds."""
+
 _LOG: Final = "session log"
 """What a `CorruptRecord` of the file itself (not of one entry) names."""
 
@@ -55,21 +73,31 @@ _LOG: Final = "session log"
 def session_lines(session: Session) -> Iterator[str]:
     """Yield the JSON lines of `session`'s log: a header, then every entry.
 
-    Each entry line carries the digest of each of its entry's fields
-    (``"digests"``): reading the log back refuses a field changed since,
-    naming its line and the field.
+    The header counts the entries (``"entry_count"``), each entry line
+    carries its position in the log (``"seq"``, from 1) and the digest of
+    each of its entry's fields (``"digests"``): reading the log back refuses
+    a field changed since, a line deleted, repeated, moved or added, and a
+    file cut short, naming the line.
 
     Each line encodes to UTF-8: a lone surrogate (text decoded from bytes
     that were not UTF-8, such as a file name) is written as its JSON escape,
     which reads back as the same text.
     """
-    header = {"format": FORMAT, "v": serde.SCHEMA_VERSION, "session_id": session.id}
+    entries = session.entries
+    header = {
+        "format": FORMAT,
+        "v": serde.SCHEMA_VERSION,
+        "session_id": session.id,
+        "log_version": LOG_VERSION,
+        COUNT: len(entries),
+    }
     yield json.dumps(header, sort_keys=True)
-    for entry in session.entries:
+    for seq, entry in enumerate(entries, start=1):
         line = serde.envelope(entry)
         data = line["data"]
         assert isinstance(data, dict)  # an entry's JSON is an object
         line[DIGESTS] = field_digests(data)  # type: ignore[assignment]
+        line[SEQ] = seq
         yield serde.dumps(line)
 
 
@@ -108,8 +136,12 @@ async def load_session(
             document spans lines) and the field: text that is not UTF-8
             (a compressed file is named as such) or not JSON, a missing or
             foreign header or version, a line that is not an entry (a second
-            header), no entries at all, an entry of a run opened nowhere
-            before it (or opened twice), a run's end after its final one, a
+            header), no entries at all, a line deleted, repeated, moved or
+            added (its ``seq`` is not the next position), fewer entries than
+            the header's ``entry_count`` (a file cut short after a whole
+            line), a field changed or a line's ``digests`` removed, an entry
+            of a run opened nowhere before it (or opened twice), an entry of
+            a run after its final end (done, failed or cancelled), a
             compaction pass logged twice, a commit of messages no earlier
             event brought in, or a committed history that is not a whole
             conversation (a tool result without its call).
@@ -152,10 +184,11 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
     if first is not None and not isinstance(first, dict):
         raise CorruptRecord(_LOG, f"line {head + 1}", _NOT_A_HEADER)
     if first is not None and "entries" not in first:
-        session_id = _header(f"line {head + 1}", first)
+        header = f"line {head + 1}"
+        session_id, count = _header(header, first)
         last = len(rows)
-        located = [
-            (f"line {number}", _entry(f"line {number}", _json(number, row, last)))
+        lines = [
+            (f"line {number}", _json(number, row, last))
             for number, row in enumerate(rows[head + 1 :], start=head + 2)
             if row.strip()
         ]
@@ -163,33 +196,52 @@ def _read(source: Iterable[str] | str | bytes) -> tuple[str, list[tuple[str, Ent
     else:  # one JSON document, on one line or many
         document = _document(rows) if first is None else first
         entries = document.get("entries")
-        session_id = _header("", {k: v for k, v in document.items() if k != "entries"})
+        header = ""
+        session_id, count = _header(
+            header, {k: v for k, v in document.items() if k != "entries"}
+        )
         if not isinstance(entries, list):
             raise CorruptRecord(
                 _LOG, "entries", f"expected a list of entries, got {_kind(entries)}"
             )
         # A document on many lines (as the export writes it): each entry
         # is named with the line it begins on, for an editor to go to.
-        lines = _entry_lines("\n".join(rows)) if first is None else []
-        if len(lines) != len(entries):  # a key given twice, say: none is sure
-            lines = []
+        starts = _entry_lines("\n".join(rows)) if first is None else []
+        if len(starts) != len(entries):  # a key given twice, say: none is sure
+            starts = []
         named = [
-            f"entries[{i}] (from line {lines[i]})"
-            if i < len(lines)
+            f"entries[{i}] (from line {starts[i]})"
+            if i < len(starts)
             else f"entries[{i}]"
             for i in range(len(entries))
         ]
-        located = [
-            (name, _entry(name, item))
-            for name, item in zip(named, entries, strict=True)
-        ]
+        lines = list(zip(named, entries, strict=True))
         where = "entries"
+    if count is None:
+        located = [(name, _entry(name, data, whole=False)) for name, data in lines]
+        _refuse_positions_in_an_old_log(header, lines)
+    else:
+        places = _places(lines)
+        located = []
+        for expected, (name, data) in enumerate(lines, start=1):
+            _check_position(name, data, expected, places, count)
+            located.append((name, _entry(name, data, whole=True)))
     if not located:
         raise CorruptRecord(
             _LOG,
             where,
             "no entries after the header: a session's log holds at "
             "least the opening of its first run",
+        )
+    if count is not None and len(located) < count:
+        # Every line read is in its place: the ones after the last are not.
+        raise CorruptRecord(
+            _LOG,
+            located[-1][0],
+            f"the log ends after this entry, the {_nth(len(located))} of the "
+            f"{count} its header counts: the file was cut short after it (a "
+            "copy or a download that stopped); export the session again, or "
+            "copy the whole file",
         )
     return session_id, located
 
@@ -343,8 +395,11 @@ _NOT_A_HEADER: Final = (
 _TOO_DEEP: Final = "nested deeper than any session log is"
 
 
-def _header(where: str, data: dict[str, Any]) -> str:
-    """Check the header; return the session id it names."""
+def _header(where: str, data: dict[str, Any]) -> tuple[str, int | None]:
+    """Check the header; return the session id it names, and its entry count.
+
+    The count is None for a log written before lines carried their positions.
+    """
     if data.get("format") != FORMAT:
         raise CorruptRecord(_LOG, where or "format", _NOT_A_HEADER)
     if "v" not in data:
@@ -359,21 +414,126 @@ def _header(where: str, data: dict[str, Any]) -> str:
             f"{serde.SCHEMA_VERSION}",
         )
     try:
-        return check_session_id(data.get("session_id"))
+        session_id = check_session_id(data.get("session_id"))
     except ConfigError as exc:
         raise CorruptRecord(
             _LOG,
             _at(where, "session_id"),
             f"{exc.value!r} is not a session id (expected {exc.expected})",
         ) from None
+    layout = data.get("log_version", 1)
+    if layout == 1 and not isinstance(layout, bool):
+        return session_id, None  # written before lines carried their positions
+    if layout != LOG_VERSION or isinstance(layout, bool):
+        raise CorruptRecord(
+            _LOG,
+            _at(where, "log_version"),
+            f"unknown log version {layout!r}; this turnfsm reads logs of version "
+            f"{LOG_VERSION} and those written before, of version 1 or none (a "
+            "newer turnfsm wrote this one: read it with that version)",
+        )
+    count = data.get(COUNT)
+    if not _is_count(count) or count < 0:
+        raise CorruptRecord(
+            _LOG,
+            _at(where, COUNT),
+            "missing: the header counts the log's entries"
+            if count is None
+            else f"expected the number of entries the log holds, got {count!r}",
+        )
+    return session_id, count
 
 
-def _entry(where: str, data: Any) -> Entry:
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _nth(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10)
+    return f"{n}{suffix or 'th'}"
+
+
+def _places(lines: list[tuple[str, Any]]) -> dict[int, str]:
+    """Where the first line of each position (``seq``) in the log is."""
+    places: dict[int, str] = {}
+    for name, data in lines:
+        seq = data.get(SEQ) if isinstance(data, dict) else None
+        if _is_count(seq):
+            places.setdefault(seq, name)
+    return places
+
+
+def _check_position(
+    where: str, data: Any, expected: int, places: dict[int, str], count: int
+) -> None:
+    """Refuse an entry line that is not the `expected`-th entry of the log."""
+    if not isinstance(data, dict) or data.get("format") == FORMAT:
+        return  # reading the entry names what it is instead
+    field = _at(where, SEQ)
+    if SEQ not in data:
+        raise CorruptRecord(
+            _LOG,
+            field,
+            "missing: each entry line of this log carries its position in "
+            "the log (1 for the first entry)",
+        )
+    seq = data[SEQ]
+    if not _is_count(seq) or seq < 1:
+        raise CorruptRecord(
+            _LOG,
+            field,
+            f"expected the entry's position in the log (1, 2, ...), got {seq!r}",
+        )
+    if seq > count:
+        reason = (
+            f"the {_nth(seq)} entry of a log whose header counts {count}: "
+            "a line was added"
+        )
+    elif seq == expected:
+        return
+    elif seq < expected:
+        reason = (
+            f"the {_nth(seq)} entry again ({places[seq]} holds it too): "
+            "a line was repeated"
+        )
+    elif expected in places:
+        reason = (
+            f"the {_nth(seq)} entry where the {_nth(expected)} belongs "
+            f"({places[expected]} holds it): the lines are out of order"
+        )
+    else:
+        missing = seq - expected
+        what = {
+            1: f"the {_nth(expected)} entry is",
+            2: f"the {_nth(expected)} and {_nth(seq - 1)} entries are",
+        }.get(missing, f"the {_nth(expected)} to {_nth(seq - 1)} entries are")
+        reason = (
+            f"the {_nth(seq)} entry, but {what} nowhere in the file: "
+            f"{'a line was' if missing == 1 else 'lines were'} deleted before it"
+        )
+    raise CorruptRecord(_LOG, field, reason)
+
+
+def _refuse_positions_in_an_old_log(header: str, lines: list[tuple[str, Any]]) -> None:
+    """Refuse entry lines carrying positions under a header that lost its version."""
+    for name, data in lines:
+        if isinstance(data, dict) and SEQ in data:
+            raise CorruptRecord(
+                _LOG,
+                _at(header, "log_version"),
+                f"missing, yet {name} carries its position in the log ({SEQ}), "
+                f"as a log of version {LOG_VERSION} does: the header was changed "
+                "since the log was written",
+            )
+
+
+def _entry(where: str, data: Any, *, whole: bool) -> Entry:
+    """Read one entry line; `whole`: the log's lines all carry their digests."""
     if isinstance(data, dict) and data.get("format") == FORMAT:
         raise CorruptRecord(
             _LOG, where, "a second header: a log has one, on its first line"
         )
-    if isinstance(data, dict) and DIGESTS in data:
+    if isinstance(data, dict) and (DIGESTS in data or whole):
         _check_digests(where, data)
     try:
         return serde.open_envelope(data, Entry)  # type: ignore[no-any-return]
@@ -393,9 +553,16 @@ def _check_digests(where: str, line: dict[str, Any]) -> None:
     """
     kind = line.get("type")
     kind = kind if isinstance(kind, str) else _LOG
-    digests, data = line[DIGESTS], line.get("data")
+    digests, data = line.get(DIGESTS), line.get("data")
     if not isinstance(data, dict):
         return  # reading the entry names its missing or malformed data
+    if digests is None:
+        raise CorruptRecord(
+            kind,
+            _at(where, DIGESTS),
+            "missing: each entry line of this log carries its fields' digests, "
+            "and this one's were removed (so an edit of it cannot be told)",
+        )
     if not isinstance(digests, dict):
         raise CorruptRecord(
             kind, _at(where, DIGESTS), "expected an object of the entry's field digests"
@@ -458,13 +625,19 @@ async def _project(session_id: str, located: list[tuple[str, Entry]]) -> Session
                 _at(where, "data.run_id"),
                 f"run {entry.run_id!r} was opened before; a run opens once",
             )
-        if isinstance(entry, RunEnded) and session.has_run(entry.run_id):
-            ended = session.run(entry.run_id).outcome
+        run_id = getattr(entry, "run_id", "")
+        if run_id and not isinstance(entry, RunOpened) and session.has_run(run_id):
+            ended = session.run(run_id).outcome
             if ended != "running" and ended not in GOES_ON:
+                said = (
+                    "a run ends once"
+                    if isinstance(entry, RunEnded)
+                    else "no entry of a run comes after its end"
+                )
                 raise CorruptRecord(
-                    "RunEnded",
+                    type(entry).__name__,
                     _at(where, "data.run_id"),
-                    f"run {entry.run_id!r} ended before ({ended}); a run ends once",
+                    f"run {run_id!r} ended before ({ended}); {said}",
                 )
         if isinstance(entry, Committed):
             size = len(session.history)
