@@ -1200,3 +1200,44 @@ async def test_a_result_counts_the_calls_whose_usage_was_reported() -> None:
     result = await Driver(model=model, tools=[echo]).run("x")
     assert (result.turns, result.reported_calls) == (2, 1)
     assert result.usage == Usage(input_tokens=10, output_tokens=2)
+
+
+def _read_digits() -> list[Message]:
+    """A question, a call, and its result: 900 digits, which BPE tokenizers
+    other than cl100k (one token a digit) read three times as long as the
+    default counter does."""
+    digits = "".join(str(i * 7 % 10) for i in range(900))
+    return [
+        Message.user("Which reading is the last?"),
+        Message.assistant(tool_calls=[tool_call("read_page", "c1", name="today")]),
+        Message.tool_result("c1", digits),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("said", "counted"),
+    [
+        (
+            "HTTP 400: This model's maximum context length is 1000 tokens. However, "
+            "you requested 1400 tokens (1376 in the messages, 24 in the completion).",
+            1_400,
+        ),
+        ("HTTP 400: prompt is too long", 1_001),  # no count: over the window
+    ],
+)
+async def test_an_overflow_the_estimate_reads_under_the_target_still_compacts(
+    said: str, counted: int
+) -> None:
+    """The counter read the refused request under the target: the pass aims
+    lower in proportion, as the provider counts, and the retry is sent."""
+    refused = ProviderError(said, kind=CONTEXT_OVERFLOW, status=400)
+    model = ScriptedModel.of(refused, "the last is 3")
+    manager = ContextManager(context_window=1_000)  # the default counter
+    session = Session()
+    driver = Driver(model=model, context=manager, max_output_tokens=24)
+    result = await driver.run(_read_digits(), session=session)
+    assert (result.outcome, result.text) == ("done", "the last is 3"), result.error
+    (sent, retried) = model.requests
+    before = manager.count(sent.messages) + 24
+    aim = manager.target_tokens * before // counted
+    assert manager.count(retried.messages) + 24 <= aim

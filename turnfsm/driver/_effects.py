@@ -28,6 +28,7 @@ from turnfsm.context import CompactionRequest
 from turnfsm.core import (
     CallLLM,
     Compact,
+    CompactReason,
     CompactionCircuitOpened,
     CompactionNoop,
     CompactorFailed,
@@ -53,6 +54,7 @@ from turnfsm.driver._context import (
 )
 from turnfsm.driver._model_calls import Tries, complete, describe_model
 from turnfsm.driver._recall import session_scope
+from turnfsm.driver._refusal import refused_size
 from turnfsm.driver._tools import cancel_requested, run_tool_call, tool_call_outcome
 from turnfsm.errors import (
     CONTEXT_CHECK,
@@ -542,6 +544,14 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # already under the target cuts nothing), and never past the window
         # (which the manager checks the estimate against) when it reads high.
         target = min(manager.window, math.floor(manager.target_tokens / factor))
+    refused = refused_size(ctx.snapshot.overflow, ctx.window)
+    if decision.reason is CompactReason.OVERFLOW and refused and refused > before:
+        # The provider refused a request the estimate read as fitting: its
+        # tokenizer reads this conversation bigger than the counter does
+        # (digits, hex, another vocabulary). Aim lower in that proportion,
+        # else a pass that finds the estimate under the target cuts nothing.
+        aim = manager.target_tokens * before // refused
+        target = aim if target is None else min(target, aim)
     request = CompactionRequest(
         messages=messages,
         reason=decision.reason,
