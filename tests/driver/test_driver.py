@@ -19,7 +19,9 @@ from turnfsm.context import (
 )
 from turnfsm.core import CompactReason, MachineSpec, ModelReplied
 from turnfsm.driver import Driver, RetryPolicy, RunControl, Session
+from turnfsm.driver._refusal import refused_size
 from turnfsm.errors import (
+    CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     CompactionStalled,
     ConfigError,
@@ -45,7 +47,7 @@ from turnfsm.persistence import CompactionRecord
 from turnfsm.providers import ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
-from turnfsm.values import Usage
+from turnfsm.values import ErrorInfo, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -1241,3 +1243,51 @@ async def test_an_overflow_the_estimate_reads_under_the_target_still_compacts(
     before = manager.count(sent.messages) + 24
     aim = manager.target_tokens * before // counted
     assert manager.count(retried.messages) + 24 <= aim
+
+
+async def test_an_overflow_on_a_window_bigger_than_the_models_still_stalls() -> None:
+    """Told 4,000 tokens for a model of 1,000: the refusal is the window's
+    fault, not the counter's, and the stall says to set the real window."""
+    said = (
+        "HTTP 400: This model's maximum context length is 1000 tokens. However, "
+        "you requested 1010 tokens (986 in the messages, 24 in the completion)."
+    )
+    refused = ProviderError(said, kind=CONTEXT_OVERFLOW, status=400)
+    model = ScriptedModel.of(refused, "never")
+    big = [
+        Message.user("Which reading is the last?"),
+        Message.assistant(tool_calls=[tool_call("read_page", "c1", name="today")]),
+        Message.tool_result("c1", "the pump is fine " * 200),  # ~1,000 tokens
+    ]
+    driver = Driver(
+        model=model,
+        context=ContextManager(context_window=4_000),
+        max_output_tokens=24,
+    )
+    result = await driver.run(big)
+    assert isinstance(result.error, CompactionStalled)
+    assert "set context_window to the model's real window" in str(result.error)
+    assert len(model.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("said", "window", "least"),
+    [
+        ("maximum context length is 1000 tokens. However, you requested 1400 "
+         "tokens (1376 in the messages, 24 in the completion).", 1_000, 1_400),
+        ("prompt is too long: 210345 tokens > 200000 maximum", 200_000, 210_345),
+        ("input length and `max_tokens` exceed context limit: 197682 + 21333 > "
+         "200000", 200_000, 219_015),
+        ("the request exceeds the available context size", 2_048, 2_049),
+        # The model's window is smaller than the run's: at least over the model's.
+        ("maximum context length is 1024 tokens. However, you requested 1030 "
+         "tokens", 4_096, 1_030),
+        ("prompt is too long: 900 tokens > 800 maximum", 4_096, 900),
+    ],
+)  # fmt: skip
+def test_a_refusal_says_at_least_how_big_the_provider_found_the_request(
+    said: str, window: int, least: int
+) -> None:
+    assert refused_size(ErrorInfo(type=CONTEXT_OVERFLOW, message=said), window) == least
+    own = ErrorInfo(type=CONTEXT_CHECK, message=said)  # the run's own check
+    assert refused_size(own, window) is None

@@ -28,10 +28,10 @@ from turnfsm.context import CompactionRequest
 from turnfsm.core import (
     CallLLM,
     Compact,
-    CompactReason,
     CompactionCircuitOpened,
     CompactionNoop,
     CompactorFailed,
+    CompactReason,
     ContextOverflowed,
     Decision,
     Event,

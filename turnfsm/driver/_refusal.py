@@ -35,6 +35,27 @@ _SIZES: Final = (
 )
 """What providers say they counted, in their refusals' words."""
 
+_WINDOWS: Final = (
+    # OpenAI, vLLM, llama-cpp-python: "maximum context length is 4096 tokens".
+    re.compile(r"maximum context length is (\d+) tokens"),
+    # Anthropic: "210345 tokens > 200000 maximum", "197682 + 21333 > 200000".
+    re.compile(r"tokens > (\d+) maximum"),
+    re.compile(r"\d+ \+ \d+ > (\d+)"),
+)
+"""What providers say their window is, in their refusals' words."""
+
+
+def _stated(patterns: tuple[re.Pattern[str], ...], text: str) -> int:
+    """The largest figure `patterns` find in `text` (a match's groups summed), or 0."""
+    return max(
+        (
+            sum(int(group) for group in match.groups())
+            for pattern in patterns
+            for match in pattern.finditer(text)
+        ),
+        default=0,
+    )
+
 
 def refused_size(overflow: ErrorInfo | None, window: int) -> int | None:
     """Return the least size the provider found a refused request, or None.
@@ -45,15 +66,19 @@ def refused_size(overflow: ErrorInfo | None, window: int) -> int | None:
         window: The window the run checked the request against (0: none).
 
     Returns:
-        The largest count the provider's words state, and at least
-        ``window + 1`` (a refusal says the request was over the window);
-        None when `overflow` is not the provider's.
+        The largest count the provider's words state, and at least one
+        token over the window (the provider's, when its words say it is
+        smaller than `window`: a run told a window bigger than its model's
+        is no counter reading low); None when `overflow` is not the
+        provider's.
     """
     if overflow is None or overflow.type != CONTEXT_OVERFLOW:
         return None
-    said = 0
-    for pattern in _SIZES:
-        for match in pattern.finditer(overflow.message):
-            said = max(said, sum(int(group) for group in match.groups()))
+    said = _stated(_SIZES, overflow.message)
+    stated = _stated(_WINDOWS, overflow.message)
+    if stated and (not window or stated < window):
+        # The model's window is smaller than the run's: the refusal says the
+        # request is over the model's, not that the counter read it low.
+        window = stated
     least = window + 1 if window else 0
     return max(said, least) or None
