@@ -1291,3 +1291,50 @@ def test_a_refusal_says_at_least_how_big_the_provider_found_the_request(
     assert refused_size(ErrorInfo(type=CONTEXT_OVERFLOW, message=said), window) == least
     own = ErrorInfo(type=CONTEXT_CHECK, message=said)  # the run's own check
     assert refused_size(own, window) is None
+
+
+async def test_a_reply_the_provider_cut_at_the_window_is_an_overflow() -> None:
+    """A server that clips the reply budget to what its window leaves (llama.cpp)
+    instead of refusing: its count of the request says the budget did not fit,
+    so the cut reply is not the answer; the pass shrinks the request and the
+    model is asked again."""
+    cut = ModelResponse(
+        message=Message.assistant("The last reading is 3, taken at"),
+        usage=Usage(input_tokens=999, output_tokens=25),  # 999 + 25 = the window
+        finish_reason="length",
+    )
+    model = ScriptedModel.of(cut, "The last reading is 3, taken at noon.")
+    session = Session()
+    driver = Driver(
+        model=model, context=ContextManager(context_window=1_024), max_output_tokens=64
+    )
+    result = await driver.run(_read_digits(), session=session)
+    assert (result.outcome, result.text) == (
+        "done",
+        "The last reading is 3, taken at noon.",
+    )
+    (sent, retried) = model.requests
+    counter = driver.context.counter
+    assert counter.count(list(retried.messages)) < counter.count(list(sent.messages))
+    events = [type(e).__name__ for e in session.runs[0].events]
+    assert events[2:5] == ["ContextOverflowed", "CompactionResult", "ModelReplied"]
+    said = session.runs[0].events[2].error.message
+    assert said == (
+        "the provider cut the reply off at 25 of its 64 tokens: by its count the "
+        "request is 999 input + 64 reply = 1063 tokens > the 1024 window; the "
+        "reply is not committed"
+    )
+
+
+async def test_a_reply_cut_at_its_own_budget_is_no_overflow() -> None:
+    cut = ModelResponse(
+        message=Message.assistant("The last reading is 3, taken at"),
+        usage=Usage(input_tokens=300, output_tokens=64),
+        finish_reason="length",
+    )
+    model = ScriptedModel.of(cut, "never")
+    driver = Driver(
+        model=model, context=ContextManager(context_window=1_024), max_output_tokens=64
+    )
+    result = await driver.run(_read_digits())
+    assert (result.outcome, len(model.requests)) == ("done", 1)

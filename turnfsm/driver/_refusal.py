@@ -27,6 +27,9 @@ _SIZES: Final = (
     re.compile(r"resulted in (\d+) tokens"),
     # vLLM: "However, your request has 5000 input tokens".
     re.compile(r"request has (\d+) input tokens"),
+    # A reply a server cut off at its window (the run's words): "by its count
+    # the request is 999 input + 64 reply = 1063 tokens > the 1024 window".
+    re.compile(r"= (\d+) tokens > "),
     # Anthropic: "prompt is too long: 210345 tokens > 200000 maximum".
     re.compile(r"(\d+) tokens > \d+ maximum"),
     # Anthropic: "input length and `max_tokens` exceed context limit:
