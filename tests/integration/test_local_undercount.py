@@ -81,10 +81,13 @@ def test_a_request_the_counter_reads_low_is_compacted_and_sent_again(
 
     anyio.run(run)
     (record,) = session.runs
+    passes = [
+        (c.verdict.value, c.tokens_before, c.tokens_after) for c in record.compactions
+    ]
     print(
         f"{digits} digits: estimates {[t.estimate for t in record.turns]}, "
         f"server {[t.usage and t.usage.input_tokens for t in record.turns]}, "
-        f"passes {[(c.verdict.value, c.tokens_before, c.tokens_after) for c in record.compactions]}"
+        f"passes {passes}"
     )
     assert [c.verdict.value for c in record.compactions] == ["compacted"]
     for turn in record.turns:  # the reply committed was not cut at the window
