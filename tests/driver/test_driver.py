@@ -19,7 +19,9 @@ from turnfsm.context import (
 )
 from turnfsm.core import CompactReason, MachineSpec, ModelReplied
 from turnfsm.driver import Driver, RetryPolicy, RunControl, Session
+from turnfsm.driver._refusal import refused_size
 from turnfsm.errors import (
+    CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     CompactionStalled,
     ConfigError,
@@ -45,7 +47,7 @@ from turnfsm.persistence import CompactionRecord
 from turnfsm.providers import ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
-from turnfsm.values import Usage
+from turnfsm.values import ErrorInfo, Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -1200,3 +1202,139 @@ async def test_a_result_counts_the_calls_whose_usage_was_reported() -> None:
     result = await Driver(model=model, tools=[echo]).run("x")
     assert (result.turns, result.reported_calls) == (2, 1)
     assert result.usage == Usage(input_tokens=10, output_tokens=2)
+
+
+def _read_digits() -> list[Message]:
+    """A question, a call, and its result: 900 digits, which BPE tokenizers
+    other than cl100k (one token a digit) read three times as long as the
+    default counter does."""
+    digits = "".join(str(i * 7 % 10) for i in range(900))
+    return [
+        Message.user("Which reading is the last?"),
+        Message.assistant(tool_calls=[tool_call("read_page", "c1", name="today")]),
+        Message.tool_result("c1", digits),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("said", "counted"),
+    [
+        (
+            "HTTP 400: This model's maximum context length is 1000 tokens. However, "
+            "you requested 1400 tokens (1376 in the messages, 24 in the completion).",
+            1_400,
+        ),
+        ("HTTP 400: prompt is too long", 1_001),  # no count: over the window
+    ],
+)
+async def test_an_overflow_the_estimate_reads_under_the_target_still_compacts(
+    said: str, counted: int
+) -> None:
+    """The counter read the refused request under the target: the pass aims
+    lower in proportion, as the provider counts, and the retry is sent."""
+    refused = ProviderError(said, kind=CONTEXT_OVERFLOW, status=400)
+    model = ScriptedModel.of(refused, "the last is 3")
+    manager = ContextManager(context_window=1_000)  # the default counter
+    session = Session()
+    driver = Driver(model=model, context=manager, max_output_tokens=24)
+    result = await driver.run(_read_digits(), session=session)
+    assert (result.outcome, result.text) == ("done", "the last is 3"), result.error
+    (sent, retried) = model.requests
+    before = manager.count(sent.messages) + 24
+    aim = manager.target_tokens * before // counted
+    assert manager.count(retried.messages) + 24 <= aim
+
+
+async def test_an_overflow_on_a_window_bigger_than_the_models_still_stalls() -> None:
+    """Told 4,000 tokens for a model of 1,000: the refusal is the window's
+    fault, not the counter's, and the stall says to set the real window."""
+    said = (
+        "HTTP 400: This model's maximum context length is 1000 tokens. However, "
+        "you requested 1010 tokens (986 in the messages, 24 in the completion)."
+    )
+    refused = ProviderError(said, kind=CONTEXT_OVERFLOW, status=400)
+    model = ScriptedModel.of(refused, "never")
+    big = [
+        Message.user("Which reading is the last?"),
+        Message.assistant(tool_calls=[tool_call("read_page", "c1", name="today")]),
+        Message.tool_result("c1", "the pump is fine " * 200),  # ~1,000 tokens
+    ]
+    driver = Driver(
+        model=model,
+        context=ContextManager(context_window=4_000),
+        max_output_tokens=24,
+    )
+    result = await driver.run(big)
+    assert isinstance(result.error, CompactionStalled)
+    assert "set context_window to the model's real window" in str(result.error)
+    assert len(model.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("said", "window", "least"),
+    [
+        ("maximum context length is 1000 tokens. However, you requested 1400 "
+         "tokens (1376 in the messages, 24 in the completion).", 1_000, 1_400),
+        ("prompt is too long: 210345 tokens > 200000 maximum", 200_000, 210_345),
+        ("input length and `max_tokens` exceed context limit: 197682 + 21333 > "
+         "200000", 200_000, 219_015),
+        ("the request exceeds the available context size", 2_048, 2_049),
+        # The model's window is smaller than the run's: at least over the model's.
+        ("maximum context length is 1024 tokens. However, you requested 1030 "
+         "tokens", 4_096, 1_030),
+        ("prompt is too long: 900 tokens > 800 maximum", 4_096, 900),
+    ],
+)  # fmt: skip
+def test_a_refusal_says_at_least_how_big_the_provider_found_the_request(
+    said: str, window: int, least: int
+) -> None:
+    assert refused_size(ErrorInfo(type=CONTEXT_OVERFLOW, message=said), window) == least
+    own = ErrorInfo(type=CONTEXT_CHECK, message=said)  # the run's own check
+    assert refused_size(own, window) is None
+
+
+async def test_a_reply_the_provider_cut_at_the_window_is_an_overflow() -> None:
+    """A server that clips the reply budget to what its window leaves (llama.cpp)
+    instead of refusing: its count of the request says the budget did not fit,
+    so the cut reply is not the answer; the pass shrinks the request and the
+    model is asked again."""
+    cut = ModelResponse(
+        message=Message.assistant("The last reading is 3, taken at"),
+        usage=Usage(input_tokens=999, output_tokens=25),  # 999 + 25 = the window
+        finish_reason="length",
+    )
+    model = ScriptedModel.of(cut, "The last reading is 3, taken at noon.")
+    session = Session()
+    driver = Driver(
+        model=model, context=ContextManager(context_window=1_024), max_output_tokens=64
+    )
+    result = await driver.run(_read_digits(), session=session)
+    assert (result.outcome, result.text) == (
+        "done",
+        "The last reading is 3, taken at noon.",
+    )
+    (sent, retried) = model.requests
+    counter = driver.context.counter
+    assert counter.count(list(retried.messages)) < counter.count(list(sent.messages))
+    events = [type(e).__name__ for e in session.runs[0].events]
+    assert events[2:5] == ["ContextOverflowed", "CompactionResult", "ModelReplied"]
+    said = session.runs[0].events[2].error.message
+    assert said == (
+        "the provider cut the reply off at 25 of its 64 tokens: by its count the "
+        "request is 999 input + 64 reply = 1063 tokens > the 1024 window; the "
+        "reply is not committed"
+    )
+
+
+async def test_a_reply_cut_at_its_own_budget_is_no_overflow() -> None:
+    cut = ModelResponse(
+        message=Message.assistant("The last reading is 3, taken at"),
+        usage=Usage(input_tokens=300, output_tokens=64),
+        finish_reason="length",
+    )
+    model = ScriptedModel.of(cut, "never")
+    driver = Driver(
+        model=model, context=ContextManager(context_window=1_024), max_output_tokens=64
+    )
+    result = await driver.run(_read_digits())
+    assert (result.outcome, len(model.requests)) == ("done", 1)

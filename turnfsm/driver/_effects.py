@@ -31,6 +31,7 @@ from turnfsm.core import (
     CompactionCircuitOpened,
     CompactionNoop,
     CompactorFailed,
+    CompactReason,
     ContextOverflowed,
     Decision,
     Event,
@@ -53,6 +54,7 @@ from turnfsm.driver._context import (
 )
 from turnfsm.driver._model_calls import Tries, complete, describe_model
 from turnfsm.driver._recall import session_scope
+from turnfsm.driver._refusal import refused_size
 from turnfsm.driver._tools import cancel_requested, run_tool_call, tool_call_outcome
 from turnfsm.errors import (
     CONTEXT_CHECK,
@@ -174,6 +176,9 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
             raise  # a strict hook's error: the run crashes on it, not the model
         return _model_failed(exc, tries)
     _check_report(run, response.usage, window)
+    cut = _cut_at_window(run, response, window)
+    if cut is not None:
+        return ContextOverflowed(error=ErrorInfo(type=CONTEXT_OVERFLOW, message=cut))
     # Each call under an id of its own (some servers repeat theirs).
     reply = unique_call_ids(response.message, decision.history, decision.pending)
     # And the reply too: a client that caches its replies gives one twice.
@@ -284,6 +289,31 @@ def _parses(run: RunResources, text: str) -> bool:
 
 def _short(text: str) -> str:
     return repr(text if len(text) <= 200 else text[:197] + "...")
+
+
+def _cut_at_window(
+    run: RunResources, response: ModelResponse, window: int
+) -> str | None:
+    """Say why a reply cut off short of its budget was cut at the window, or None.
+
+    A server that clips the reply budget to what its window leaves
+    (llama.cpp's) instead of refusing the request cuts the reply off before
+    its budget (finish reason ``length``); when its count of the input plus
+    the budget is over the window, the counter read the request low, and
+    the cut reply is no answer: the run treats it as the provider's
+    refusal (a pass, and the model asked again), never commits it.
+    """
+    usage, budget = response.usage, run.max_output_tokens
+    if not window or usage is None or not budget or response.finish_reason != "length":
+        return None
+    used, made = usage.input_tokens, usage.output_tokens
+    if made >= budget or used + budget <= window:
+        return None
+    return (
+        f"the provider cut the reply off at {made} of its {budget} tokens: by its "
+        f"count the request is {used} input + {budget} reply = {used + budget} "
+        f"tokens > the {window} window; the reply is not committed"
+    )
 
 
 def _check_report(run: RunResources, usage: Usage | None, window: int) -> None:
@@ -542,6 +572,14 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # already under the target cuts nothing), and never past the window
         # (which the manager checks the estimate against) when it reads high.
         target = min(manager.window, math.floor(manager.target_tokens / factor))
+    refused = refused_size(ctx.snapshot.overflow, ctx.window)
+    if decision.reason is CompactReason.OVERFLOW and refused and refused > before:
+        # The provider refused a request the estimate read as fitting: its
+        # tokenizer reads this conversation bigger than the counter does
+        # (digits, hex, another vocabulary). Aim lower in that proportion,
+        # else a pass that finds the estimate under the target cuts nothing.
+        aim = manager.target_tokens * before // refused
+        target = aim if target is None else min(target, aim)
     request = CompactionRequest(
         messages=messages,
         reason=decision.reason,
