@@ -566,6 +566,49 @@ async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
     assert server.bodies[0]["stream"] is True
 
 
+async def test_a_streamed_replys_thinking_is_sent_back_with_its_signature() -> None:
+    # The thinking came in deltas (thinking_delta, signature_delta) that
+    # were dropped: the next call sent no thinking, which Anthropic refuses
+    # beside the results of the calls it made.
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}
+    redacted = {"type": "redacted_thinking", "data": "b3BhcXVl"}
+    call = {"type": "tool_use", "id": "toolu_a", "name": "echo", "input": {}}
+    server = Server(
+        anthropic_sse(
+            [
+                start(input_tokens=25),
+                block_start(0, thinking),
+                delta(0, type="thinking_delta", thinking="The user "),
+                delta(0, type="thinking_delta", thinking="wants an echo."),
+                delta(0, type="signature_delta", signature="c2ln"),
+                block_stop(0),
+                block_start(1, redacted),
+                block_stop(1),
+                block_start(2, call),
+                delta(2, type="input_json_delta", partial_json='{"text": "a"}'),
+                block_stop(2),
+                *finish(output_tokens=31),
+            ]
+        ),
+        anthropic_reply(text_block("a")),
+    )
+    model = model_for(server)
+    done = (await collect(model, ask(tools=[ECHO])))[-1]
+    assert isinstance(done, StreamDone)
+    result = Message.tool_result("toolu_a", "a")
+    messages = [Message.user("hi"), done.response.message, result]
+    await model.complete(ModelRequest(messages=messages, tools=[ECHO]))
+    assert server.bodies[1]["messages"][1]["content"] == [
+        {
+            "type": "thinking",
+            "thinking": "The user wants an echo.",
+            "signature": "c2ln",
+        },
+        redacted,
+        {**call, "input": {"text": "a"}},
+    ]
+
+
 @pytest.mark.parametrize(
     ("counts", "input_tokens", "read"),
     [

@@ -356,6 +356,19 @@ class _Events:
             piece = reply_text(delta.get("partial_json"), where)
             pieces.append(piece)
             return piece if index == self.answer else ""
+        if delta.get("type") in _THOUGHT_DELTAS:
+            # A thinking block's text and signature, which the next call
+            # sends back unchanged.
+            field = _THOUGHT_DELTAS[delta["type"]]
+            block = self.blocks.get(index) if isinstance(index, int) else None
+            if block is None or block.get("type") != "thinking":
+                raise unreadable_field(
+                    f"{delta['type']}'s index",
+                    index,
+                    "the index of a thinking block it started",
+                )
+            piece = reply_text(delta.get(field), f"{delta['type']}.{field}")
+            block[field] = reply_text(block.get(field), field) + piece
         return ""
 
     def response(self) -> ModelResponse:
@@ -384,6 +397,10 @@ class _Events:
             model=self.model,
             finish_reason=_finish_reason(self.stop_reason, message),
         )
+
+
+_THOUGHT_DELTAS: Final = {"thinking_delta": "thinking", "signature_delta": "signature"}
+"""The deltas of a thinking block, and the field each adds to."""
 
 
 def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
