@@ -363,6 +363,44 @@ async def test_an_error_the_server_says_not_to_retry_is_not_retried() -> None:
     assert (info.value.kind, info.value.retryable) == ("server", False)
 
 
+NOT_SERVED = {
+    "html page": httpx2.Response(
+        404,
+        text="<html><body>Not Found</body></html>",
+        headers={"content-type": "text/html"},
+    ),
+    "fastapi": httpx2.Response(404, json={"detail": "Not Found"}),
+    "plain text": httpx2.Response(404, text="404 page not found"),
+}
+
+
+@pytest.mark.parametrize("reply", NOT_SERVED.values(), ids=NOT_SERVED.keys())
+async def test_a_path_not_served_says_to_check_the_base_url(
+    reply: httpx2.Response,
+) -> None:
+    # A base URL given with its /v1 (the client adds /v1/messages) said
+    # only "HTTP 404: Not Found", and not where or why.
+    client = anthropic.AsyncAnthropic(
+        api_key="k",
+        base_url="http://proxy.test/v1",
+        http_client=Server(reply).http_client(),
+    )
+    with pytest.raises(ProviderError) as info:
+        await AnthropicModel("claude-test", client=client).complete(ask())
+    assert (info.value.kind, info.value.status) == ("bad_request", 404)
+    said = str(info.value)
+    assert "nothing is served at http://proxy.test/v1/v1/messages" in said
+    assert "check the base URL" in said
+    assert "without /v1" in said
+
+
+async def test_a_model_not_found_is_not_blamed_on_the_base_url() -> None:
+    reply = anthropic_error(404, "not_found_error", "model: claude-tset")
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(reply)).complete(ask())
+    assert str(info.value).endswith("HTTP 404: model: claude-tset")
+
+
 async def test_an_auth_error_names_the_key_to_fix() -> None:
     server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
     with pytest.raises(ProviderError, match="ANTHROPIC_API_KEY"):

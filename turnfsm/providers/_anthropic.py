@@ -42,6 +42,8 @@ from turnfsm.providers._errors import (
     mentions_overflow,
     named_call,
     named_server,
+    not_served,
+    page_text,
     reply_list,
     reply_object,
     reply_text,
@@ -625,6 +627,12 @@ def _named(url: Any) -> str:
     return named_server(url, "api.anthropic.com", "the Anthropic API")
 
 
+_USUAL_URL: Final = (
+    "an Anthropic-compatible server's is given without /v1, which the client "
+    "adds, e.g. http://127.0.0.1:4000"
+)
+
+
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     """Return the `ProviderError` for an Anthropic SDK error (see ``_errors``).
 
@@ -645,6 +653,8 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     error = error if isinstance(error, Mapping) else body
     raw_message, kind = error.get("message"), error.get("type")
     message = raw_message if isinstance(raw_message, str) else exc.message
+    if isinstance(exc.body, str) and (page := page_text(exc.body)):
+        message = page  # no JSON: a proxy's page, a server's own text
     if isinstance(exc, anthropic.APIResponseValidationError):
         return ProviderError(
             f"unreadable reply: {message}", kind=BAD_RESPONSE, status=exc.status_code
@@ -652,6 +662,8 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     if not isinstance(exc, anthropic.APIStatusError):
         return ProviderError(message, retryable=True, kind=SERVER)
     status = exc.status_code
+    if status == 404 and not isinstance(raw_message, str):
+        message = f"{message} - {not_served(request_url(exc), _USUAL_URL)}"
     if status < 400:  # an error event inside a stream
         status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
     return _classified(status, kind, message, exc.response.headers)
