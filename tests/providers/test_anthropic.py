@@ -470,6 +470,24 @@ async def test_an_injected_client_has_its_retries_switched_off() -> None:
     assert len(server.requests) == 1
 
 
+@pytest.mark.parametrize(
+    ("model", "budget"), [("claude-sonnet-4-5", 64_000), ("claude-opus-4-0", 16_000)]
+)
+async def test_an_injected_client_sends_a_big_budget_unstreamed(
+    model: str, budget: int
+) -> None:
+    # A client built with the SDK's default timeout refused, before sending
+    # it, a request whose budget might take over 10 minutes, with a bare
+    # ValueError that crashed the run. The client's timeout bounds the
+    # wait, and the run's model_timeout the call.
+    server = Server(anthropic_reply(text_block("ok")))
+    client = anthropic.AsyncAnthropic(api_key="k", http_client=server.http_client())
+    model_ = AnthropicModel(model, client=client, max_tokens=budget)
+    reply = await model_.complete(ask())
+    assert reply.message.text == "ok"
+    assert server.bodies[0]["max_tokens"] == budget
+
+
 def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)

@@ -184,10 +184,15 @@ class AnthropicModel:
         Raises:
             ProviderError: the API failed; `kind` says how (see ``_errors``).
         """
+        client = self._client()
         with _translated(self._timeout_setting()):
-            # `**options` hides the overload; name the type it returns.
+            # `**options` hides the overload; name the type it returns. The
+            # client's timeout, given: left to the SDK, a client built with
+            # its default refuses a budget that might take over 10 minutes
+            # unstreamed (a ValueError), where the run's model_timeout
+            # bounds the call anyway.
             reply: wire.Message = await sent(
-                self._client().messages.create, self._options(request)
+                client.messages.create, self._options(request), timeout=client.timeout
             )
         # A gateway whose upstream failed after it answered sends its error
         # with status 200: read as a reply, it would be an empty one.
