@@ -252,6 +252,29 @@ async def test_a_tool_call_without_an_id_is_given_one() -> None:
     assert (first.arguments, second.arguments) == ({"text": "1"}, {"text": "2"})
 
 
+@pytest.mark.parametrize(
+    ("given", "arguments"),
+    [
+        ({}, {}),  # no input at all
+        ({"input": None}, {}),
+        ({"input": ""}, {}),
+        ({"input": '{"text": "1"}'}, {"text": "1"}),
+        ({"input": "text=1"}, {"_raw": "text=1"}),
+    ],
+    ids=["missing", "null", "blank", "json text", "other text"],
+)
+async def test_a_tool_calls_input_is_read_as_an_openai_calls_arguments_are(
+    given: dict[str, Any], arguments: dict[str, Any]
+) -> None:
+    # An Anthropic-compatible server that sent a call of a tool with no
+    # parameters without its input, or its input as JSON text (as OpenAI's
+    # arguments are), had the call refused as "not valid JSON" and not run.
+    block = {"type": "tool_use", "id": "toolu_1", "name": "echo", **given}
+    server = Server(anthropic_reply(block))
+    [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls
+    assert call.arguments == arguments
+
+
 async def test_a_tool_call_with_no_name_gets_one_no_tool_has() -> None:
     server = Server(anthropic_reply(tool_use("toolu_1", "", text="1")))
     [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls

@@ -51,7 +51,11 @@ from turnfsm.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from turnfsm.providers._convert_openai import arguments_of, split_data_url
+from turnfsm.providers._convert_openai import (
+    arguments_from_json,
+    arguments_of,
+    split_data_url,
+)
 from turnfsm.providers._protocol import ToolSchema
 
 __all__ = ["from_anthropic_messages", "to_anthropic_messages", "to_anthropic_tools"]
@@ -329,7 +333,7 @@ def _part(block: Mapping[str, object]) -> Part:
         return ToolCallPart(
             id=_str(block, "id"),
             name=_str(block, "name"),
-            arguments=arguments_of(block.get("input")),
+            arguments=_input(block.get("input")),
         )
     if kind == "image":
         source = block.get("source")
@@ -345,6 +349,20 @@ def _part(block: Mapping[str, object]) -> Part:
     raise InvalidMessage(
         "content.type", kind, "expected text, image, tool_use or tool_result"
     )
+
+
+def _input(value: object) -> Mapping[str, object]:
+    """A ``tool_use`` block's input as a call's arguments.
+
+    An object, as Anthropic sends it; none (left out, or null: a call of a
+    tool with no parameters, from a compatible server) is no arguments, and
+    text is read as the JSON of an OpenAI call's arguments is.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return arguments_from_json(value)
+    return arguments_of(value)
 
 
 def _result(block: Mapping[str, object]) -> ToolResultPart:
