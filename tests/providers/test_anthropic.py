@@ -511,6 +511,36 @@ async def test_an_injected_client_sends_a_big_budget_unstreamed(
     assert server.bodies[0]["max_tokens"] == budget
 
 
+BAD_KEYS = {
+    "line break": ("sk-abc123\n", "='\\n': ", "at character 10"),
+    "carriage return": ("sk-abc123\r", "='\\r': ", "at character 10"),
+    "ellipsis": ("sk-ab\u2026123", "='\u2026': ", "at character 6"),
+    "end space": ("sk-abc123 ", "=' ': ", "at character 10"),
+}
+
+
+@pytest.mark.parametrize(("key", "char", "at"), BAD_KEYS.values(), ids=BAD_KEYS.keys())
+@pytest.mark.parametrize("given", ["argument", "environment"])
+def test_a_key_no_header_can_carry_fails_at_construction_unquoted(
+    monkeypatch: pytest.MonkeyPatch, key: str, char: str, at: str, given: str
+) -> None:
+    # A key copied with a line break (a file, a CRLF .env) was sent and
+    # refused by the HTTP library: "could not reach the server", tried 3
+    # times. One with a character past ASCII crashed the run with a bare
+    # UnicodeEncodeError.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    with pytest.raises(ConfigError) as info:
+        AnthropicModel(
+            "claude-sonnet-4-5", api_key=key if given == "argument" else None
+        )
+    field = "api_key" if given == "argument" else "ANTHROPIC_API_KEY"
+    assert info.value.field == field
+    assert char in str(info.value)
+    assert at in str(info.value)
+    assert key not in str(info.value)
+    assert "sk-ab" not in str(info.value)
+
+
 def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)

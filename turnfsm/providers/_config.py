@@ -36,10 +36,15 @@ def resolve_api_key(
     `base_url` server without a key.
 
     Raises:
-        ConfigError: no key anywhere and no `base_url` (the variable is named).
+        ConfigError: no key anywhere and no `base_url` (the variable is named),
+            or a key no HTTP header can carry: a space, a line break or a
+            character past ASCII (a key copied with a newline from a file,
+            or with a typographic ellipsis) names where it came from and
+            the character, never the key.
     """
     key = explicit or os.environ.get(env_var) or None
     if key is not None:
+        _check_key(key, "api_key" if explicit else env_var)
         return key
     if any(os.environ.get(name) for name in also_accepted):
         return None
@@ -52,6 +57,25 @@ def resolve_api_key(
             missing=True,
         )
     return PLACEHOLDER_KEY
+
+
+def _check_key(key: str, where: str) -> None:
+    """Refuse a `key` that is no header value: printable ASCII, no space at an end.
+
+    Raises:
+        ConfigError: naming `where` and the first character at fault.
+    """
+    last = len(key) - 1
+    for i, char in enumerate(key):
+        if not " " <= char <= "~" or (char == " " and i in (0, last)):
+            raise ConfigError(
+                where,
+                char,
+                "an API key of printable ASCII characters only, without line "
+                "breaks or a space at either end (the key, not shown, has this "
+                f"one at character {i + 1}); copy it again, or strip what came "
+                "with it",
+            )
 
 
 def model_name(provider: str, client: str, example: str) -> Any:
