@@ -512,6 +512,28 @@ def test_a_key_no_header_can_carry_fails_at_construction_unquoted(
     assert "sk-ab" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("settings", "field", "said"),
+    [
+        ({"default_headers": {"X-Title": "Caf\u00e9"}}, "client", "its X-Title header"),
+        ({"api_key": "sk-ab\u2026c"}, "client.api_key", "at character 6"),
+    ],
+    ids=["header", "key"],
+)
+def test_a_client_whose_headers_http_cannot_carry_fails_at_construction(
+    settings: dict[str, Any], field: str, said: str
+) -> None:
+    # The SDK encodes its headers as ASCII: each call crashed the run with a
+    # bare UnicodeEncodeError.
+    given: dict[str, Any] = {"api_key": "sk", "base_url": BASE_URL, **settings}
+    client = openai.AsyncOpenAI(**given)
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel("m", client=client)
+    assert info.value.field == field
+    assert said in str(info.value)
+    assert "sk-ab" not in str(info.value)
+
+
 def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY") as info:

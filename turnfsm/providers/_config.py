@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from turnfsm import _checks
@@ -12,6 +12,7 @@ from turnfsm.errors import ConfigError
 
 __all__ = [
     "PLACEHOLDER_KEY",
+    "check_ascii_headers",
     "http_url",
     "model_name",
     "positive_or_none",
@@ -76,6 +77,32 @@ def _check_key(key: str, where: str) -> None:
                 f"one at character {i + 1}); copy it again, or strip what came "
                 "with it",
             )
+
+
+def check_ascii_headers(key: object, headers: Mapping[str, object]) -> None:
+    """Refuse a client (`key`, `headers`) whose SDK cannot encode its headers.
+
+    The OpenAI SDK sends its headers as ASCII: a key, or a header such as
+    an app's name (``X-Title: Caf\u00e9``), holding any other character
+    fails every call. Values are never quoted: they may be secrets.
+
+    Raises:
+        ConfigError: naming ``client.api_key``, or ``client`` and the header.
+    """
+    if isinstance(key, str):
+        _check_key(key, "client.api_key")
+    for name, value in headers.items():
+        if not isinstance(value, str):
+            continue  # the SDK's placeholders for headers it leaves out
+        for i, char in enumerate(value):
+            if not " " <= char <= "~":
+                raise ConfigError(
+                    "client",
+                    char,
+                    "a client whose headers are printable ASCII, which the "
+                    f"SDK can send: its {name} header (not shown) has this "
+                    f"character at {i + 1}",
+                )
 
 
 def model_name(provider: str, client: str, example: str) -> Any:

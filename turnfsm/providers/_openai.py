@@ -19,6 +19,7 @@ from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import (
+    check_ascii_headers,
     http_url,
     model_name,
     positive_or_none,
@@ -171,6 +172,8 @@ class OpenAIModel:
     _limit_field: str = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.client is not None:
+            check_ascii_headers(self.client.api_key, self.client.default_headers)
         self._sdk = LoopClient(self._build, owned=self.client is None)
         if self.context_window is None:  # where the requests really go
             url = str(self._sdk.client.base_url)
