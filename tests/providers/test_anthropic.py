@@ -541,6 +541,34 @@ def test_a_key_no_header_can_carry_fails_at_construction_unquoted(
     assert "sk-ab" not in str(info.value)
 
 
+def test_a_client_without_a_key_fails_at_construction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The SDK refused the first call with a bare TypeError ("Could not
+    # resolve authentication method"), which crashed the run.
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY") as info:
+        AnthropicModel("claude-sonnet-4-5", client=anthropic.AsyncAnthropic())
+    assert info.value.field == "client"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"auth_token": "t"}, {"default_headers": {"x-api-key": "k"}}],
+    ids=["auth token", "key header"],
+)
+async def test_a_client_with_another_credential_is_taken(
+    monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any]
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    server = Server(anthropic_reply(text_block("ok")))
+    client = anthropic.AsyncAnthropic(http_client=server.http_client(), **settings)
+    reply = await AnthropicModel("claude-sonnet-4-5", client=client).complete(ask())
+    assert reply.message.text == "ok"
+
+
 def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)

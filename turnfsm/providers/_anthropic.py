@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Final, TypeAlias, final
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import InvalidMessage, ProviderError
+from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import (
     http_url,
@@ -160,6 +160,8 @@ class AnthropicModel:
     _sdk: LoopClient[anthropic.AsyncAnthropic] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.client is not None:
+            _check_credential(self.client)
         self._sdk = LoopClient(self._build, owned=self.client is None)
         if self.context_window is None:  # where the requests really go
             url = str(self._sdk.client.base_url)
@@ -279,6 +281,27 @@ class AnthropicModel:
         # version it sends (2026-10-21) rejects them; `request.temperature`
         # is not sent.
         return options
+
+
+def _check_credential(client: anthropic.AsyncAnthropic) -> None:
+    """Refuse a `client` with no credential, as the SDK would at each call.
+
+    Raises:
+        ConfigError: no key, no token, no credentials provider and no
+            ``X-Api-Key`` or ``Authorization`` header: the SDK refused
+            every call with a bare TypeError.
+    """
+    given = {name.lower() for name in client.default_headers}
+    if given & {"x-api-key", "authorization"}:
+        return
+    if getattr(client, "_token_cache", None) is not None:  # credentials=
+        return  # a provider that fills Authorization in at each call
+    raise ConfigError(
+        "client",
+        client,
+        f"a client with a key: it was built without one (set {_KEY_ENV} "
+        "before building it, or pass api_key= to it)",
+    )
 
 
 class _Events:
