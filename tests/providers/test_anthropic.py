@@ -252,6 +252,29 @@ async def test_a_tool_call_without_an_id_is_given_one() -> None:
     assert (first.arguments, second.arguments) == ({"text": "1"}, {"text": "2"})
 
 
+@pytest.mark.parametrize(
+    ("given", "arguments"),
+    [
+        ({}, {}),  # no input at all
+        ({"input": None}, {}),
+        ({"input": ""}, {}),
+        ({"input": '{"text": "1"}'}, {"text": "1"}),
+        ({"input": "text=1"}, {"_raw": "text=1"}),
+    ],
+    ids=["missing", "null", "blank", "json text", "other text"],
+)
+async def test_a_tool_calls_input_is_read_as_an_openai_calls_arguments_are(
+    given: dict[str, Any], arguments: dict[str, Any]
+) -> None:
+    # An Anthropic-compatible server that sent a call of a tool with no
+    # parameters without its input, or its input as JSON text (as OpenAI's
+    # arguments are), had the call refused as "not valid JSON" and not run.
+    block = {"type": "tool_use", "id": "toolu_1", "name": "echo", **given}
+    server = Server(anthropic_reply(block))
+    [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls
+    assert call.arguments == arguments
+
+
 async def test_a_tool_call_with_no_name_gets_one_no_tool_has() -> None:
     server = Server(anthropic_reply(tool_use("toolu_1", "", text="1")))
     [call] = (await model_for(server).complete(ask(tools=[ECHO]))).message.tool_calls
@@ -363,6 +386,44 @@ async def test_an_error_the_server_says_not_to_retry_is_not_retried() -> None:
     assert (info.value.kind, info.value.retryable) == ("server", False)
 
 
+NOT_SERVED = {
+    "html page": httpx2.Response(
+        404,
+        text="<html><body>Not Found</body></html>",
+        headers={"content-type": "text/html"},
+    ),
+    "fastapi": httpx2.Response(404, json={"detail": "Not Found"}),
+    "plain text": httpx2.Response(404, text="404 page not found"),
+}
+
+
+@pytest.mark.parametrize("reply", NOT_SERVED.values(), ids=NOT_SERVED.keys())
+async def test_a_path_not_served_says_to_check_the_base_url(
+    reply: httpx2.Response,
+) -> None:
+    # A base URL given with its /v1 (the client adds /v1/messages) said
+    # only "HTTP 404: Not Found", and not where or why.
+    client = anthropic.AsyncAnthropic(
+        api_key="k",
+        base_url="http://proxy.test/v1",
+        http_client=Server(reply).http_client(),
+    )
+    with pytest.raises(ProviderError) as info:
+        await AnthropicModel("claude-test", client=client).complete(ask())
+    assert (info.value.kind, info.value.status) == ("bad_request", 404)
+    said = str(info.value)
+    assert "nothing is served at http://proxy.test/v1/v1/messages" in said
+    assert "check the base URL" in said
+    assert "without /v1" in said
+
+
+async def test_a_model_not_found_is_not_blamed_on_the_base_url() -> None:
+    reply = anthropic_error(404, "not_found_error", "model: claude-tset")
+    with pytest.raises(ProviderError) as info:
+        await model_for(Server(reply)).complete(ask())
+    assert str(info.value).endswith("HTTP 404: model: claude-tset")
+
+
 async def test_an_auth_error_names_the_key_to_fix() -> None:
     server = Server(anthropic_error(401, "authentication_error", "invalid x-api-key"))
     with pytest.raises(ProviderError, match="ANTHROPIC_API_KEY"):
@@ -430,6 +491,82 @@ async def test_an_injected_client_has_its_retries_switched_off() -> None:
     with pytest.raises(ProviderError):
         await AnthropicModel("m", client=client).complete(ask())
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "budget"), [("claude-sonnet-4-5", 64_000), ("claude-opus-4-0", 16_000)]
+)
+async def test_an_injected_client_sends_a_big_budget_unstreamed(
+    model: str, budget: int
+) -> None:
+    # A client built with the SDK's default timeout refused, before sending
+    # it, a request whose budget might take over 10 minutes, with a bare
+    # ValueError that crashed the run. The client's timeout bounds the
+    # wait, and the run's model_timeout the call.
+    server = Server(anthropic_reply(text_block("ok")))
+    client = anthropic.AsyncAnthropic(api_key="k", http_client=server.http_client())
+    model_ = AnthropicModel(model, client=client, max_tokens=budget)
+    reply = await model_.complete(ask())
+    assert reply.message.text == "ok"
+    assert server.bodies[0]["max_tokens"] == budget
+
+
+BAD_KEYS = {
+    "line break": ("sk-abc123\n", "='\\n': ", "at character 10"),
+    "carriage return": ("sk-abc123\r", "='\\r': ", "at character 10"),
+    "ellipsis": ("sk-ab\u2026123", "='\u2026': ", "at character 6"),
+    "end space": ("sk-abc123 ", "=' ': ", "at character 10"),
+}
+
+
+@pytest.mark.parametrize(("key", "char", "at"), BAD_KEYS.values(), ids=BAD_KEYS.keys())
+@pytest.mark.parametrize("given", ["argument", "environment"])
+def test_a_key_no_header_can_carry_fails_at_construction_unquoted(
+    monkeypatch: pytest.MonkeyPatch, key: str, char: str, at: str, given: str
+) -> None:
+    # A key copied with a line break (a file, a CRLF .env) was sent and
+    # refused by the HTTP library: "could not reach the server", tried 3
+    # times. One with a character past ASCII crashed the run with a bare
+    # UnicodeEncodeError.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+    with pytest.raises(ConfigError) as info:
+        AnthropicModel(
+            "claude-sonnet-4-5", api_key=key if given == "argument" else None
+        )
+    field = "api_key" if given == "argument" else "ANTHROPIC_API_KEY"
+    assert info.value.field == field
+    assert char in str(info.value)
+    assert at in str(info.value)
+    assert key not in str(info.value)
+    assert "sk-ab" not in str(info.value)
+
+
+def test_a_client_without_a_key_fails_at_construction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The SDK refused the first call with a bare TypeError ("Could not
+    # resolve authentication method"), which crashed the run.
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY") as info:
+        AnthropicModel("claude-sonnet-4-5", client=anthropic.AsyncAnthropic())
+    assert info.value.field == "client"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"auth_token": "t"}, {"default_headers": {"x-api-key": "k"}}],
+    ids=["auth token", "key header"],
+)
+async def test_a_client_with_another_credential_is_taken(
+    monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any]
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    server = Server(anthropic_reply(text_block("ok")))
+    client = anthropic.AsyncAnthropic(http_client=server.http_client(), **settings)
+    reply = await AnthropicModel("claude-sonnet-4-5", client=client).complete(ask())
+    assert reply.message.text == "ok"
 
 
 def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -564,6 +701,49 @@ async def test_a_stream_yields_text_then_the_assembled_reply() -> None:
     )
     assert done.response.usage == Usage(input_tokens=25, output_tokens=31)
     assert server.bodies[0]["stream"] is True
+
+
+async def test_a_streamed_replys_thinking_is_sent_back_with_its_signature() -> None:
+    # The thinking came in deltas (thinking_delta, signature_delta) that
+    # were dropped: the next call sent no thinking, which Anthropic refuses
+    # beside the results of the calls it made.
+    thinking = {"type": "thinking", "thinking": "", "signature": ""}
+    redacted = {"type": "redacted_thinking", "data": "b3BhcXVl"}
+    call = {"type": "tool_use", "id": "toolu_a", "name": "echo", "input": {}}
+    server = Server(
+        anthropic_sse(
+            [
+                start(input_tokens=25),
+                block_start(0, thinking),
+                delta(0, type="thinking_delta", thinking="The user "),
+                delta(0, type="thinking_delta", thinking="wants an echo."),
+                delta(0, type="signature_delta", signature="c2ln"),
+                block_stop(0),
+                block_start(1, redacted),
+                block_stop(1),
+                block_start(2, call),
+                delta(2, type="input_json_delta", partial_json='{"text": "a"}'),
+                block_stop(2),
+                *finish(output_tokens=31),
+            ]
+        ),
+        anthropic_reply(text_block("a")),
+    )
+    model = model_for(server)
+    done = (await collect(model, ask(tools=[ECHO])))[-1]
+    assert isinstance(done, StreamDone)
+    result = Message.tool_result("toolu_a", "a")
+    messages = [Message.user("hi"), done.response.message, result]
+    await model.complete(ModelRequest(messages=messages, tools=[ECHO]))
+    assert server.bodies[1]["messages"][1]["content"] == [
+        {
+            "type": "thinking",
+            "thinking": "The user wants an echo.",
+            "signature": "c2ln",
+        },
+        redacted,
+        {**call, "input": {"text": "a"}},
+    ]
 
 
 @pytest.mark.parametrize(

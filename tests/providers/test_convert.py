@@ -185,6 +185,9 @@ def test_openai_reads_what_servers_send() -> None:
 ARGUMENTS = {
     "object": ('{"a": 1}', {"a": 1}),
     "blank": ("  ", {}),
+    # A call of a tool with no parameters, as some servers (Cohere's) send
+    # it: it was refused as "not valid JSON", and never ran.
+    "null": (" null ", {}),
     "truncated": ('{"a": ', {"_raw": '{"a": '}),
     "not an object": ("[1, 2]", {"_raw": "[1, 2]"}),
     "prose": ("sure!", {"_raw": "sure!"}),
@@ -290,6 +293,73 @@ def test_anthropic_splits_a_user_turn_into_results_and_text() -> None:
         (Role.USER, (TextPart(text="and now?"),)),
         (Role.ASSISTANT, (TextPart(text="done"),)),
     ]
+
+
+THINKING = {"type": "thinking", "thinking": "hmm", "signature": "c2ln"}
+REDACTED = {"type": "redacted_thinking", "data": "b3BhcXVl"}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        [THINKING, {"type": "tool_use", "id": "t1", "name": "look", "input": {}}],
+        [
+            THINKING,
+            {"type": "text", "text": "let me look"},
+            REDACTED,
+            {"type": "tool_use", "id": "t1", "name": "look", "input": {"q": 1}},
+            {"type": "tool_use", "id": "t2", "name": "look", "input": {}},
+        ],
+        [REDACTED, {"type": "text", "text": "done"}],
+    ],
+    ids=["before a call", "between text and calls", "before the answer"],
+)
+def test_anthropic_sends_a_replys_thinking_back_where_it_stood(
+    content: list[dict[str, Any]],
+) -> None:
+    # Anthropic refuses the results of a call whose turn thought unless
+    # that turn's thinking blocks come back unchanged: they were dropped,
+    # and the run's next call failed.
+    (reply,) = from_anthropic_messages([{"role": "assistant", "content": content}])
+    stored = Message.from_dict(json.loads(json.dumps(reply.to_dict())))
+    _, wire = to_anthropic_messages([Message.user("look"), stored])
+    assert wire[1] == {"role": "assistant", "content": content}
+
+
+def test_anthropic_thinking_keeps_its_place_when_blank_text_is_left_out() -> None:
+    content = [THINKING, {"type": "text", "text": " "}, REDACTED]
+    content += [{"type": "tool_use", "id": "t1", "name": "look", "input": {}}]
+    (reply,) = from_anthropic_messages([{"role": "assistant", "content": content}])
+    _, wire = to_anthropic_messages([Message.user("look"), reply])
+    assert wire[1]["content"] == [THINKING, REDACTED, content[-1]]
+
+
+def test_anthropic_thinking_is_not_sent_with_calls_told_as_text() -> None:
+    content = [THINKING, {"type": "tool_use", "id": "t1", "name": "look", "input": {}}]
+    (reply,) = from_anthropic_messages([{"role": "assistant", "content": content}])
+    answer = Message.tool_result("t1", "found")
+    _, wire = to_anthropic_messages(
+        [Message.user("look"), reply, answer], tool_blocks=False
+    )
+    assert wire[1] == {
+        "role": "assistant",
+        "content": "[called tool look with {} (call t1)]",
+    }
+
+
+@pytest.mark.parametrize(
+    "value", ["not json", '{"at": 0}', '[{"at": "0", "block": {}}]', '[{"at": 0}]']
+)
+def test_anthropic_thinking_metadata_that_is_not_blocks_is_refused(
+    value: str,
+) -> None:
+    (reply,) = from_anthropic_messages(
+        [{"role": "assistant", "content": [REDACTED, {"type": "text", "text": "x"}]}]
+    )
+    [key] = reply.metadata
+    broken = Message.assistant("x", metadata={key: value})
+    with pytest.raises(InvalidMessage, match=f"metadata\\[{key!r}\\]"):
+        to_anthropic_messages([Message.user("look"), broken])
 
 
 def test_anthropic_is_sent_no_blank_text_and_no_empty_reply() -> None:

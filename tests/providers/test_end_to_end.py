@@ -140,6 +140,30 @@ async def test_anthropic_tool_call_then_final_answer() -> None:
     ]
 
 
+async def test_an_anthropic_turn_that_thought_sends_its_thinking_with_the_results() -> (
+    None
+):
+    # A model that thinks before it calls a tool: Anthropic refuses the
+    # call's result unless the thinking comes back with it, unchanged.
+    thinking = {"type": "thinking", "thinking": "echo it", "signature": "c2ln"}
+    redacted = {"type": "redacted_thinking", "data": "b3BhcXVl"}
+    call = tool_use("toolu_1", "echo", text="hi")
+    server = Server(
+        anthropic_reply(thinking, redacted, call),
+        anthropic_reply(thinking, text_block("done: hi")),
+    )
+    session = Session()
+    with anyio.fail_after(10):
+        result = await driver(anthropic_model(server), tools=[echo]).run(
+            "say hi", session=session
+        )
+    assert (result.outcome, result.text) == ("done", "done: hi")
+    assert server.bodies[1]["messages"][1] == {
+        "role": "assistant",
+        "content": [thinking, redacted, call],
+    }
+
+
 async def test_an_anthropic_call_cut_off_at_max_tokens_never_runs() -> None:
     # Anthropic sends the input of a call it cut off read as far as it came:
     # it looks whole, but the last arguments are missing.

@@ -484,6 +484,56 @@ async def test_an_injected_client_has_its_retries_switched_off() -> None:
     assert len(server.requests) == 1
 
 
+BAD_KEYS = {
+    "line break": ("sk-abc123\n", "='\\n': ", "at character 10"),
+    "carriage return": ("sk-abc123\r", "='\\r': ", "at character 10"),
+    "ellipsis": ("sk-ab\u2026123", "='\u2026': ", "at character 6"),
+    "end space": ("sk-abc123 ", "=' ': ", "at character 10"),
+}
+
+
+@pytest.mark.parametrize(("key", "char", "at"), BAD_KEYS.values(), ids=BAD_KEYS.keys())
+@pytest.mark.parametrize("given", ["argument", "environment"])
+def test_a_key_no_header_can_carry_fails_at_construction_unquoted(
+    monkeypatch: pytest.MonkeyPatch, key: str, char: str, at: str, given: str
+) -> None:
+    # A key copied with a line break (a file, a CRLF .env) was sent and
+    # refused by the HTTP library: "could not reach the server", tried 3
+    # times. One with a character past ASCII crashed the run with a bare
+    # UnicodeEncodeError.
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel("gpt-4o-mini", api_key=key if given == "argument" else None)
+    field = "api_key" if given == "argument" else "OPENAI_API_KEY"
+    assert info.value.field == field
+    assert char in str(info.value)
+    assert at in str(info.value)
+    assert key not in str(info.value)
+    assert "sk-ab" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "said"),
+    [
+        ({"default_headers": {"X-Title": "Caf\u00e9"}}, "client", "its X-Title header"),
+        ({"api_key": "sk-ab\u2026c"}, "client.api_key", "at character 6"),
+    ],
+    ids=["header", "key"],
+)
+def test_a_client_whose_headers_http_cannot_carry_fails_at_construction(
+    settings: dict[str, Any], field: str, said: str
+) -> None:
+    # The SDK encodes its headers as ASCII: each call crashed the run with a
+    # bare UnicodeEncodeError.
+    given: dict[str, Any] = {"api_key": "sk", "base_url": BASE_URL, **settings}
+    client = openai.AsyncOpenAI(**given)
+    with pytest.raises(ConfigError) as info:
+        OpenAIModel("m", client=client)
+    assert info.value.field == field
+    assert said in str(info.value)
+    assert "sk-ab" not in str(info.value)
+
+
 def test_a_missing_key_fails_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY") as info:

@@ -413,6 +413,36 @@ async def test_an_openai_error_page_is_quoted_by_its_words(
     )
 
 
+# A gateway's error page: its styles and scripts are no words of it.
+GATEWAY_PAGE = (
+    "<!DOCTYPE html><html><head><title>502 Bad Gateway</title>"
+    "<style>" + "body { color: red; } " * 300 + "</style>"
+    "<script>var retry = 1 < 2 && 3 > 2;</script></head>"
+    "<body><!-- cf --><h1>Bad&nbsp;Gateway</h1><p>The web server reported"
+    " a bad gateway error.</p>" + "<div></div>" * 500 + "</body></html>"
+)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("make", [_openai, _anthropic], ids=["openai", "anthropic"])
+async def test_an_error_page_is_quoted_by_its_words_not_its_markup(
+    make: Any, stream: bool, server: tuple[str, type[_Scripted]]
+) -> None:
+    # AnthropicModel quoted the whole page, markup and styles (some 7,000
+    # characters); OpenAIModel quoted its styles as words.
+    url, handler = server
+    handler.page = (502, GATEWAY_PAGE)
+    with pytest.raises(ProviderError) as raised:
+        await _answer(make(url), stream=stream)
+    assert (raised.value.kind, raised.value.retryable) == ("server", True)
+    said = str(raised.value)
+    assert "502 Bad Gateway Bad Gateway The web server reported a bad gateway" in said
+    assert "color" not in said
+    assert "retry" not in said
+    assert "<" not in said
+    assert len(said) < 400
+
+
 async def test_a_retry_after_past_the_budget_fails_the_run_without_calling_again(
     server: tuple[str, type[_Scripted]],
 ) -> None:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Final, TypeAlias, final
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import InvalidMessage, ProviderError
+from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import (
     http_url,
@@ -42,6 +42,8 @@ from turnfsm.providers._errors import (
     mentions_overflow,
     named_call,
     named_server,
+    not_served,
+    page_text,
     reply_list,
     reply_object,
     reply_text,
@@ -158,6 +160,8 @@ class AnthropicModel:
     _sdk: LoopClient[anthropic.AsyncAnthropic] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.client is not None:
+            _check_credential(self.client)
         self._sdk = LoopClient(self._build, owned=self.client is None)
         if self.context_window is None:  # where the requests really go
             url = str(self._sdk.client.base_url)
@@ -182,10 +186,15 @@ class AnthropicModel:
         Raises:
             ProviderError: the API failed; `kind` says how (see ``_errors``).
         """
+        client = self._client()
         with _translated(self._timeout_setting()):
-            # `**options` hides the overload; name the type it returns.
+            # `**options` hides the overload; name the type it returns. The
+            # client's timeout, given: left to the SDK, a client built with
+            # its default refuses a budget that might take over 10 minutes
+            # unstreamed (a ValueError), where the run's model_timeout
+            # bounds the call anyway.
             reply: wire.Message = await sent(
-                self._client().messages.create, self._options(request)
+                client.messages.create, self._options(request), timeout=client.timeout
             )
         # A gateway whose upstream failed after it answered sends its error
         # with status 200: read as a reply, it would be an empty one.
@@ -274,6 +283,27 @@ class AnthropicModel:
         return options
 
 
+def _check_credential(client: anthropic.AsyncAnthropic) -> None:
+    """Refuse a `client` with no credential, as the SDK would at each call.
+
+    Raises:
+        ConfigError: no key, no token, no credentials provider and no
+            ``X-Api-Key`` or ``Authorization`` header: the SDK refused
+            every call with a bare TypeError.
+    """
+    given = {name.lower() for name in client.default_headers}
+    if given & {"x-api-key", "authorization"}:
+        return
+    if getattr(client, "_token_cache", None) is not None:  # credentials=
+        return  # a provider that fills Authorization in at each call
+    raise ConfigError(
+        "client",
+        client,
+        f"a client with a key: it was built without one (set {_KEY_ENV} "
+        "before building it, or pass api_key= to it)",
+    )
+
+
 class _Events:
     """A streamed reply, assembled event by event."""
 
@@ -356,6 +386,19 @@ class _Events:
             piece = reply_text(delta.get("partial_json"), where)
             pieces.append(piece)
             return piece if index == self.answer else ""
+        if delta.get("type") in _THOUGHT_DELTAS:
+            # A thinking block's text and signature, which the next call
+            # sends back unchanged.
+            field = _THOUGHT_DELTAS[delta["type"]]
+            block = self.blocks.get(index) if isinstance(index, int) else None
+            if block is None or block.get("type") != "thinking":
+                raise unreadable_field(
+                    f"{delta['type']}'s index",
+                    index,
+                    "the index of a thinking block it started",
+                )
+            piece = reply_text(delta.get(field), f"{delta['type']}.{field}")
+            block[field] = reply_text(block.get(field), field) + piece
         return ""
 
     def response(self) -> ModelResponse:
@@ -384,6 +427,10 @@ class _Events:
             model=self.model,
             finish_reason=_finish_reason(self.stop_reason, message),
         )
+
+
+_THOUGHT_DELTAS: Final = {"thinking_delta": "thinking", "signature_delta": "signature"}
+"""The deltas of a thinking block, and the field each adds to."""
 
 
 def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
@@ -608,6 +655,12 @@ def _named(url: Any) -> str:
     return named_server(url, "api.anthropic.com", "the Anthropic API")
 
 
+_USUAL_URL: Final = (
+    "an Anthropic-compatible server's is given without /v1, which the client "
+    "adds, e.g. http://127.0.0.1:4000"
+)
+
+
 def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     """Return the `ProviderError` for an Anthropic SDK error (see ``_errors``).
 
@@ -628,6 +681,8 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     error = error if isinstance(error, Mapping) else body
     raw_message, kind = error.get("message"), error.get("type")
     message = raw_message if isinstance(raw_message, str) else exc.message
+    if isinstance(exc.body, str) and (page := page_text(exc.body)):
+        message = page  # no JSON: a proxy's page, a server's own text
     if isinstance(exc, anthropic.APIResponseValidationError):
         return ProviderError(
             f"unreadable reply: {message}", kind=BAD_RESPONSE, status=exc.status_code
@@ -635,6 +690,8 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
     if not isinstance(exc, anthropic.APIStatusError):
         return ProviderError(message, retryable=True, kind=SERVER)
     status = exc.status_code
+    if status == 404 and not isinstance(raw_message, str):
+        message = f"{message} - {not_served(request_url(exc), _USUAL_URL)}"
     if status < 400:  # an error event inside a stream
         status = _TYPE_STATUS.get(kind if isinstance(kind, str) else "", 500)
     return _classified(status, kind, message, exc.response.headers)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from turnfsm import _checks
@@ -12,6 +12,7 @@ from turnfsm.errors import ConfigError
 
 __all__ = [
     "PLACEHOLDER_KEY",
+    "check_ascii_headers",
     "http_url",
     "model_name",
     "positive_or_none",
@@ -36,10 +37,15 @@ def resolve_api_key(
     `base_url` server without a key.
 
     Raises:
-        ConfigError: no key anywhere and no `base_url` (the variable is named).
+        ConfigError: no key anywhere and no `base_url` (the variable is named),
+            or a key no HTTP header can carry: a space, a line break or a
+            character past ASCII (a key copied with a newline from a file,
+            or with a typographic ellipsis) names where it came from and
+            the character, never the key.
     """
     key = explicit or os.environ.get(env_var) or None
     if key is not None:
+        _check_key(key, "api_key" if explicit else env_var)
         return key
     if any(os.environ.get(name) for name in also_accepted):
         return None
@@ -52,6 +58,51 @@ def resolve_api_key(
             missing=True,
         )
     return PLACEHOLDER_KEY
+
+
+def _check_key(key: str, where: str) -> None:
+    """Refuse a `key` that is no header value: printable ASCII, no space at an end.
+
+    Raises:
+        ConfigError: naming `where` and the first character at fault.
+    """
+    last = len(key) - 1
+    for i, char in enumerate(key):
+        if not " " <= char <= "~" or (char == " " and i in (0, last)):
+            raise ConfigError(
+                where,
+                char,
+                "an API key of printable ASCII characters only, without line "
+                "breaks or a space at either end (the key, not shown, has this "
+                f"one at character {i + 1}); copy it again, or strip what came "
+                "with it",
+            )
+
+
+def check_ascii_headers(key: object, headers: Mapping[str, object]) -> None:
+    """Refuse a client (`key`, `headers`) whose SDK cannot encode its headers.
+
+    The OpenAI SDK sends its headers as ASCII: a key, or a header such as
+    an app's name (``X-Title: Caf\u00e9``), holding any other character
+    fails every call. Values are never quoted: they may be secrets.
+
+    Raises:
+        ConfigError: naming ``client.api_key``, or ``client`` and the header.
+    """
+    if isinstance(key, str):
+        _check_key(key, "client.api_key")
+    for name, value in headers.items():
+        if not isinstance(value, str):
+            continue  # the SDK's placeholders for headers it leaves out
+        for i, char in enumerate(value):
+            if not " " <= char <= "~":
+                raise ConfigError(
+                    "client",
+                    char,
+                    "a client whose headers are printable ASCII, which the "
+                    f"SDK can send: its {name} header (not shown) has this "
+                    f"character at {i + 1}",
+                )
 
 
 def model_name(provider: str, client: str, example: str) -> Any:

@@ -26,13 +26,20 @@ are hoisted into the ``system`` blocks, in order, wherever they stood.
 message, first, with text parts only; each tool message holds one result; no
 system or assistant text is blank; and an image's `media_type` is the one its
 ``data:`` URL names (None for other URLs). Other conversations come back in
-that normal form. Reading replies, ``thinking`` and ``redacted_thinking``
-blocks are skipped.
+that normal form.
+
+**Thinking.** A reply's ``thinking`` and ``redacted_thinking`` blocks are
+no parts: they are kept, unchanged and with their places among the parts,
+in the message's metadata (`THINKING`), and sent back where they stood.
+Anthropic refuses the results of a reply's tool calls unless its thinking
+comes back with them. Calls told as text (`tool_blocks` False) go without.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
@@ -44,12 +51,23 @@ from turnfsm.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from turnfsm.providers._convert_openai import arguments_of, split_data_url
+from turnfsm.providers._convert_openai import (
+    arguments_from_json,
+    arguments_of,
+    split_data_url,
+)
 from turnfsm.providers._protocol import ToolSchema
 
 __all__ = ["from_anthropic_messages", "to_anthropic_messages", "to_anthropic_tools"]
 
-_SKIPPED = frozenset({"thinking", "redacted_thinking"})
+_THOUGHT: Final = frozenset({"thinking", "redacted_thinking"})
+
+THINKING: Final = "turnfsm.anthropic.thinking"
+"""The metadata key of a reply's thinking blocks.
+
+Its value is JSON text: a list of ``{"at": n, "block": {...}}``, each block
+as the API sent it and ``n`` the number of the message's parts before it.
+"""
 
 
 def to_anthropic_tools(tools: Iterable[ToolSchema]) -> list[dict[str, object]]:
@@ -103,19 +121,72 @@ def to_anthropic_messages(
                     out.append({"role": "user", "content": results})
                 else:
                     results.extend(blocks)
-            case Role.USER | Role.ASSISTANT:
-                parts = message.parts
-                if message.role is Role.ASSISTANT:
-                    # Anthropic refuses a blank text block, and a message
-                    # with no content: a reply that said nothing (a model
-                    # may end its turn so) is left out, not sent to be
-                    # refused on every later call.
-                    parts = tuple(part for part in parts if _said(part))
-                    if not parts:
-                        continue
+            case Role.USER:
                 results = None
-                out.append({"role": message.role.value, "content": _content(parts)})
+                out.append({"role": "user", "content": _content(message.parts)})
+            case Role.ASSISTANT:
+                # Anthropic refuses a blank text block, and a message with
+                # no content: a reply that said nothing (a model may end its
+                # turn so) is left out, not sent to be refused on every
+                # later call.
+                if not any(_said(part) for part in message.parts):
+                    continue
+                results = None
+                content = _reply_content(message, thinking=tool_blocks)
+                out.append({"role": "assistant", "content": content})
     return system, out
+
+
+def _reply_content(
+    message: Message, *, thinking: bool
+) -> str | list[dict[str, object]]:
+    """An assistant message's content: its parts said, its `thinking` in place."""
+    thoughts = _thoughts(message) if thinking else []
+    if not thoughts:
+        return _content(tuple(part for part in message.parts if _said(part)))
+    blocks: list[dict[str, object]] = []
+    for at, part in enumerate((*message.parts, None)):
+        blocks.extend(block for n, block in thoughts if n == at)
+        if part is not None and _said(part):
+            blocks.append(_block(part))
+    # A place past the parts (a message changed since) is at the end.
+    blocks.extend(block for n, block in thoughts if n > len(message.parts))
+    return blocks
+
+
+def _thoughts(message: Message) -> list[tuple[int, dict[str, object]]]:
+    """Return the thinking blocks `message` keeps, each with its place.
+
+    Raises:
+        InvalidMessage: its `THINKING` metadata is not such a list.
+    """
+    value = message.metadata.get(THINKING)
+    if value is None:
+        return []
+    expected = (
+        'JSON text of a list of {"at": <parts before it>, "block": <a thinking '
+        "or redacted_thinking block>}, as a reply from Anthropic keeps them"
+    )
+    try:
+        items = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        items = None
+    if not isinstance(items, list):
+        raise InvalidMessage(f"metadata[{THINKING!r}]", value, expected)
+    thoughts: list[tuple[int, dict[str, object]]] = []
+    for item in items:
+        at = item.get("at") if isinstance(item, dict) else None
+        block = item.get("block") if isinstance(item, dict) else None
+        if (
+            not isinstance(at, int)
+            or isinstance(at, bool)
+            or at < 0
+            or not isinstance(block, dict)
+            or block.get("type") not in _THOUGHT
+        ):
+            raise InvalidMessage(f"metadata[{THINKING!r}]", value, expected)
+        thoughts.append((at, block))
+    return thoughts
 
 
 def _told(message: Message) -> Message:
@@ -229,11 +300,14 @@ def _messages(role: Role, content: object) -> list[Message]:
         raise InvalidMessage("content", content, "expected a string or a list")
     groups: list[tuple[Role, list[Part]]] = []
     parts: list[Part] | None = None  # the open run of non-result blocks
+    thoughts: list[dict[str, object]] = []  # a reply's thinking, placed
     for block in content:
         if not isinstance(block, Mapping):
             raise InvalidMessage("content", block, "expected a content block")
         kind = block.get("type")
-        if kind in _SKIPPED:
+        if kind in _THOUGHT:
+            if role is Role.ASSISTANT:
+                thoughts.append({"at": len(parts or ()), "block": dict(block)})
             continue
         if kind == "tool_result" and role is Role.USER:
             parts = None
@@ -243,8 +317,11 @@ def _messages(role: Role, content: object) -> list[Message]:
             parts = []
             groups.append((role, parts))
         parts.append(_part(block))
-    if not groups:  # no blocks (or only skipped ones): still one message
+    if not groups:  # no blocks (or only thinking): still one message
         groups.append((role, []))
+    if thoughts:  # an assistant message is one group
+        metadata = {THINKING: json.dumps(thoughts, ensure_ascii=False)}
+        return [Message(role=role, parts=groups[0][1], metadata=metadata)]
     return [Message(role=r, parts=p) for r, p in groups]
 
 
@@ -256,7 +333,7 @@ def _part(block: Mapping[str, object]) -> Part:
         return ToolCallPart(
             id=_str(block, "id"),
             name=_str(block, "name"),
-            arguments=arguments_of(block.get("input")),
+            arguments=_input(block.get("input")),
         )
     if kind == "image":
         source = block.get("source")
@@ -272,6 +349,20 @@ def _part(block: Mapping[str, object]) -> Part:
     raise InvalidMessage(
         "content.type", kind, "expected text, image, tool_use or tool_result"
     )
+
+
+def _input(value: object) -> Mapping[str, object]:
+    """A ``tool_use`` block's input as a call's arguments.
+
+    An object, as Anthropic sends it; none (left out, or null: a call of a
+    tool with no parameters, from a compatible server) is no arguments, and
+    text is read as the JSON of an OpenAI call's arguments is.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return arguments_from_json(value)
+    return arguments_of(value)
 
 
 def _result(block: Mapping[str, object]) -> ToolResultPart:

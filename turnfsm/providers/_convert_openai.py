@@ -97,9 +97,10 @@ def arguments_from_json(text: str) -> dict[str, JSONValue]:
         text: the JSON text the model wrote.
 
     Returns:
-        The JSON object; ``{}`` for blank text; ``{"_raw": text}`` when the
-        text is not a JSON object (``NaN`` and ``Infinity``, which Python
-        reads, are no JSON) or one nested past what a call holds.
+        The JSON object; ``{}`` for blank text or ``null`` (a call of a
+        tool with no parameters, as some servers send it); ``{"_raw": text}``
+        when the text is not a JSON object (``NaN`` and ``Infinity``, which
+        Python reads, are no JSON) or one nested past what a call holds.
     """
     if not text.strip():
         return {}
@@ -107,6 +108,8 @@ def arguments_from_json(text: str) -> dict[str, JSONValue]:
         value = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         return {"_raw": text}
+    if value is None:
+        return {}
     if isinstance(value, dict) and json_fault(value, finite=False) is None:
         return cast(dict[str, JSONValue], value)
     return {"_raw": text}  # not an object, or one nested past what a call holds

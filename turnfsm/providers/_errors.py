@@ -25,8 +25,10 @@ as the SDKs do, it retries no response that says ``x-should-retry: false``.
 from __future__ import annotations
 
 import email.utils
+import html
 import json
 import math
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -59,6 +61,8 @@ __all__ = [
     "mentions_overflow",
     "named_call",
     "named_server",
+    "not_served",
+    "page_text",
     "parse_retry_after",
     "reply_list",
     "reply_object",
@@ -270,6 +274,21 @@ def named_server(url: Any, host: str, api: str) -> str:
     return f"the server at {url.scheme}://{url.netloc.decode()}"
 
 
+def not_served(url: Any, usual: str) -> str:
+    """Say that a 404 with no API error in it is a path the server lacks.
+
+    A model the server does not have is a 404 too, but says so in an API
+    error; a bare 404 (a web page, FastAPI's ``{"detail": "Not Found"}``)
+    is a base URL with a path too few or too many.
+
+    Args:
+        url: the request's URL (an httpx URL), or None if not known.
+        usual: what such a server's base URL usually is, with an example.
+    """
+    at = f" at {url.copy_with(query=None)}" if url is not None else ""
+    return f"nothing is served{at}: check the base URL ({usual})"
+
+
 def request_url(exc: BaseException) -> Any:
     """The URL an SDK error's request went to; None for an error without one."""
     try:
@@ -338,6 +357,26 @@ def unreadable_body_error(
         f"unreadable reply: {what} is not JSON ({exc.msg}): {exc.doc[:80]!r}",
         kind=BAD_RESPONSE,
     )
+
+
+def page_text(body: str) -> str:
+    """The start of an error body that is not JSON, as text: a page's words.
+
+    A proxy's or a gateway's error page is read as a browser shows it: its
+    styles, scripts and comments left out, its tags as spaces, its
+    entities (``&nbsp;``) as the characters they stand for; at most 200
+    characters of it.
+    """
+    words = " ".join(html.unescape(_TAG.sub(" ", _UNSHOWN.sub(" ", body))).split())
+    return words if len(words) <= 200 else words[:197] + "..."
+
+
+_UNSHOWN: Final = re.compile(
+    r"<!--.*?(?:-->|$)|<(script|style)\b[^>]*>.*?(?:</\1\s*>|$)",
+    re.DOTALL | re.IGNORECASE,
+)
+"""What a page does not show: its comments, scripts and styles."""
+_TAG: Final = re.compile(r"<[^>]*>")
 
 
 def unreadable_field(where: str, value: object, expected: str) -> ProviderError:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
@@ -20,6 +19,7 @@ from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import (
+    check_ascii_headers,
     http_url,
     model_name,
     positive_or_none,
@@ -42,6 +42,8 @@ from turnfsm.providers._errors import (
     mentions_overflow,
     named_call,
     named_server,
+    not_served,
+    page_text,
     reply_list,
     reply_object,
     reply_text,
@@ -170,6 +172,8 @@ class OpenAIModel:
     _limit_field: str = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.client is not None:
+            check_ascii_headers(self.client.api_key, self.client.default_headers)
         self._sdk = LoopClient(self._build, owned=self.client is None)
         if self.context_window is None:  # where the requests really go
             url = str(self._sdk.client.base_url)
@@ -546,15 +550,6 @@ def _with_name(call: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
-def _page_text(body: str) -> str:
-    """The start of an error body that is not JSON, as text (an HTML page's words)."""
-    words = " ".join(_TAG.sub(" ", body).split())
-    return words if len(words) <= 200 else words[:197] + "..."
-
-
-_TAG: Final = re.compile(r"<[^>]*>")
-
-
 def _no_choices(error: object) -> ProviderError:
     """The error of a reply with no choices, quoting the error it has instead.
 
@@ -645,21 +640,6 @@ def _named(url: Any) -> str:
     return named_server(url, "api.openai.com", "the OpenAI API")
 
 
-def _not_served(exc: openai.APIError) -> str:
-    """Say that a 404 with no API error in it is a path the server lacks.
-
-    A model the server does not have is a 404 too, but says so in an API
-    error; a bare 404 (a web page, FastAPI's ``{"detail": "Not Found"}``)
-    is a base URL without its ``/v1``, or with one too many.
-    """
-    url = request_url(exc)
-    at = f" at {url.copy_with(query=None)}" if url is not None else ""
-    return (
-        f"nothing is served{at}: check the base URL (an OpenAI-compatible "
-        "server's usually ends in /v1, e.g. http://127.0.0.1:8080/v1)"
-    )
-
-
 def classify_openai_error(exc: openai.APIError) -> ProviderError:
     """Return the `ProviderError` for an OpenAI SDK error (see ``_errors``).
 
@@ -676,12 +656,13 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
     body: Mapping[str, object] = exc.body if isinstance(exc.body, Mapping) else {}
     raw_message = body.get("message")
     message = raw_message if isinstance(raw_message, str) else exc.message
-    page = _page_text(exc.body) if isinstance(exc.body, str) else ""
+    page = page_text(exc.body) if isinstance(exc.body, str) else ""
     if page:  # the body is no JSON: a proxy's page, a server's own text
         message = f"{message} - {page}"
     status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
     if status == 404 and not isinstance(raw_message, str):
-        message = f"{message} - {_not_served(exc)}"
+        usual = "an OpenAI-compatible server's usually ends in /v1, e.g. http://127.0.0.1:8080/v1"
+        message = f"{message} - {not_served(request_url(exc), usual)}"
     kind = body.get("type")
     overflow = exc.code == "context_length_exceeded" or mentions_overflow(
         message, kind if isinstance(kind, str) else None
