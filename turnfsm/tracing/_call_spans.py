@@ -9,7 +9,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.metrics import Histogram
 from opentelemetry.trace import Span, Status, StatusCode
 
-from turnfsm.errors import Cancelled, ProviderError
+from turnfsm.errors import Cancelled, ProviderError, SubagentWaiting
 from turnfsm.hooks import ModelCallEnd, ModelCallInfo, ToolCallEnd, ToolCallInfo
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._content import messages_json, to_json, usage_attributes
@@ -160,8 +160,10 @@ def detach(token: object) -> None:
 
 
 def _fail(span: Span, error: BaseException) -> str | None:
-    """Mark `span` with how its operation ended; the error type, or None (cancel)."""
-    if _is_cancellation(error):
+    """Mark `span` with how its operation ended; the error type, or None (cut short)."""
+    if _is_cancellation(error) or isinstance(error, SubagentWaiting):
+        # A sub-agent that waits for an answer stops its caller's run, which
+        # goes on once answered: the call is cut short, as the run is.
         span.set_attribute(A.CANCELLED, True)
         return None
     if isinstance(error, ProviderError):
