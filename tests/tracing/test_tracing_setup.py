@@ -30,9 +30,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from tests.helpers import http_server
 from turnfsm import Driver
 from turnfsm.agent import Agent
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message
-from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tracing import configure, global_hook, is_configured
 from turnfsm.tracing._setup import ATTRIBUTE_LENGTH_LIMIT
 
@@ -300,6 +301,32 @@ def test_recorded_content_is_capped_so_that_no_span_is_megabytes(
     exporter = InMemorySpanExporter()
     _huge_run(exporter)
     assert _longest(exporter) == ATTRIBUTE_LENGTH_LIMIT
+
+
+def test_a_huge_error_message_does_not_make_a_span_megabytes() -> None:
+    # A span's status has no length limit of its own: a model client that
+    # quoted a proxy's 3 MB error page made the run's span 3 MB, over what
+    # Jaeger's gRPC port takes in one batch, which it refuses whole.
+    page = "<html>" + "x" * 3_000_000 + "</html>"
+
+    async def fail(request: ModelRequest) -> ModelResponse:
+        raise ProviderError(page, retryable=False, kind="server")
+
+    exporter = InMemorySpanExporter()
+    tracing = configure(exporters=[exporter], set_global=False)
+    try:
+        result = Agent(model=FakeModelClient(fail)).run_sync("hi")
+    finally:
+        tracing.shutdown()
+    assert result.outcome == "failed"
+    spans = exporter.get_finished_spans()
+    described = {s.name: s.status.description or "" for s in spans}
+    assert described["invoke_agent turnfsm"].startswith("model provider error")
+    assert described["chat"].startswith("<html>xxx")
+    assert max(len(d) for d in described.values()) <= 1_000, {
+        name: len(d) for name, d in described.items()
+    }
+    assert _longest(exporter) == ATTRIBUTE_LENGTH_LIMIT  # its exception's message
 
 
 def test_the_attribute_length_limit_can_be_raised_from_the_environment(

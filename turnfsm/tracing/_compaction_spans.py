@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span
 
 from turnfsm.core import Compact, Perform
 from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import usage_attributes
+from turnfsm.tracing._content import error_status, usage_attributes
 from turnfsm.values import ErrorInfo, PassPayback
 
 __all__ = [
@@ -111,5 +111,5 @@ def end_compaction(
             described = f"the pass failed: {error.message or error.type}"
         else:
             described = "the pass failed"
-        span.set_status(Status(StatusCode.ERROR, described[:500]))
+        span.set_status(error_status(described))
     span.end()

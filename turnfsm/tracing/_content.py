@@ -1,15 +1,31 @@
-"""Content as the JSON a span records: messages, tool arguments (when captured)."""
+"""What a span records of content: messages and tool arguments as JSON (when
+captured), usage, and error statuses cut to size."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+from opentelemetry.trace import Status, StatusCode
 
 from turnfsm.tracing import attributes as A
 from turnfsm.values import Usage
 
-__all__ = ["messages_json", "to_json", "usage_attributes"]
+__all__ = [
+    "STATUS_CHARS",
+    "error_status",
+    "messages_json",
+    "to_json",
+    "usage_attributes",
+]
+
+STATUS_CHARS: Final = 1_000
+"""The most characters a span's status description keeps.
+
+A status has no length limit of its own (the attribute limits do not reach
+it): an error that quotes a whole page would make its span megabytes.
+"""
 
 
 def messages_json(messages: Any) -> str:
@@ -33,3 +49,10 @@ def usage_attributes(usage: Usage) -> dict[str, int]:
     if usage.cache_write_tokens:
         said[A.USAGE_CACHE_WRITE_TOKENS] = usage.cache_write_tokens
     return said
+
+
+def error_status(text: str | None) -> Status:
+    """An ERROR status described by `text`, cut to `STATUS_CHARS` characters."""
+    if text is not None and len(text) > STATUS_CHARS:
+        text = text[: STATUS_CHARS - 3] + "..."
+    return Status(StatusCode.ERROR, text)

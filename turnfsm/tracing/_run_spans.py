@@ -12,7 +12,7 @@ from turnfsm.core import emergency_line, threshold_line
 from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import messages_json, usage_attributes
+from turnfsm.tracing._content import error_status, messages_json, usage_attributes
 from turnfsm.values import ErrorInfo
 
 __all__ = [
@@ -104,7 +104,7 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
     elif error is not None:
         root.set_attribute(A.ERROR_TYPE, type(error).__name__)
         root.record_exception(error)
-        root.set_status(Status(StatusCode.ERROR, str(error)))
+        root.set_status(error_status(str(error)))
     elif info.outcome in ("done", "paused"):
         root.set_status(Status(StatusCode.OK))
     root.end()
