@@ -435,6 +435,41 @@ def test_shutdown_waits_no_longer_than_its_timeout() -> None:
         stuck.release.set()
 
 
+@pytest.mark.parametrize("receiver", ["down", "hung"])
+def test_force_flush_waits_no_longer_than_its_timeout(receiver: str) -> None:
+    # The SDK's batch processor flushes in the caller's thread whatever the
+    # timeout: with the receiver down or hung, force_flush(1.0) held its
+    # caller 20 to 30 seconds, then said True.
+    with contextlib.ExitStack() as stack:
+        if receiver == "down":
+            endpoint = f"http://127.0.0.1:{_closed_port()}"
+        else:
+            endpoint = stack.enter_context(_hung_receiver())
+        tracing = configure(endpoint=endpoint, timeout=60, set_global=False)
+        try:
+            _run_once(tracing.hook)
+            started = time.monotonic()
+            assert tracing.force_flush(timeout=0.3) is False
+            assert time.monotonic() - started < 2.0
+            started = time.monotonic()  # a second flush waits on the first's
+            assert tracing.force_flush(timeout=0.3) is False
+            assert time.monotonic() - started < 2.0
+        finally:
+            tracing.shutdown(timeout=0.1)
+
+
+def test_force_flush_says_when_the_receiver_refused_the_spans() -> None:
+    with http_server(_NotOTLP) as (endpoint, _):
+        tracing = configure(endpoint=endpoint, set_global=False)
+        try:
+            _run_once(tracing.hook)
+            assert tracing.force_flush(timeout=5.0) is False
+            assert tracing.undelivered == 1
+            assert tracing.force_flush(timeout=5.0) is True  # nothing left
+        finally:
+            tracing.shutdown(timeout=0.1)
+
+
 def test_shutdown_with_no_receiver_says_nothing_listens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

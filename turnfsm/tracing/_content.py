@@ -1,5 +1,4 @@
-"""What a span records of content: messages and tool arguments as JSON (when
-captured), usage, and error statuses cut to size."""
+"""What spans record: messages and tool arguments as JSON, usage, error statuses."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import socket
@@ -71,6 +72,8 @@ class Tracing:
     # The processors that do not send over OTLP (a file, exporters given):
     # a receiver that is down or hangs must not cost them their spans.
     _local: tuple[SpanProcessor, ...] = ()
+    # The flush still going (its thread, and what each part of it said).
+    _flushing: tuple[threading.Thread, list[bool]] | None = None
 
     def __init__(
         self,
@@ -99,12 +102,43 @@ class Tracing:
         return self._otlp.failed if self._otlp is not None else 0
 
     def force_flush(self, timeout: float = 5.0) -> bool:
-        """Export what is buffered; False if it did not finish within `timeout`."""
-        done = True
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is not None:
-                done = provider.force_flush(int(timeout * 1000)) and done
-        return done
+        """Export what is buffered, waiting at most `timeout` seconds.
+
+        It waits as `shutdown` does: the exporters work in daemon threads, so
+        a receiver that is down or hangs holds only them, and the caller not
+        at all when nothing listens at the endpoint. A flush asked for while
+        an earlier one still waits on the receiver waits on that one.
+
+        Returns whether everything went within `timeout`: False too when the
+        receiver refused a batch meanwhile (see `undelivered`).
+        """
+        providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
+        if not providers:
+            return True
+        refused = self.undelivered
+        going = self._flushing
+        local: list[threading.Thread] = []
+        if going is not None and going[0].is_alive():
+            worker, flushed = going
+            unreachable = self.endpoint is not None and not _reachable(self.endpoint)
+            worker.join(0.0 if unreachable else timeout)
+        else:
+            millis = int(timeout * 1000)
+            flushed = []
+
+            def flush(target: TracerProvider | MeterProvider | SpanProcessor) -> None:
+                flushed.append(target.force_flush(millis))
+
+            local, worker, _ = _in_turn(
+                [functools.partial(flush, p) for p in self._local],
+                [functools.partial(flush, p) for p in providers],
+                timeout,
+                endpoint=self.endpoint,
+            )
+            self._flushing = (worker, flushed)
+        if worker.is_alive() or any(w.is_alive() for w in local):
+            return False
+        return all(flushed) and self.undelivered == refused
 
     def shutdown(self, timeout: float = 5.0) -> bool:
         """Flush and stop, waiting at most `timeout` seconds; never blocks longer.
@@ -125,21 +159,12 @@ class Tracing:
         providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
         if not providers:
             return True
-        started, limit = time.monotonic(), timeout
-        # The spans bound for a file (or an exporter given) first, each on
-        # its own: they wait on no receiver, so none that is down or hangs
-        # (OTLP, stopped after them) costs them.
-        local = [_stopping(p.shutdown) for p in self._local]
-        for worker in local:
-            worker.join(max(0.0, timeout - (time.monotonic() - started)))
-        timeout = max(0.0, timeout - (time.monotonic() - started))
-        unreachable = self.endpoint is not None and not _reachable(self.endpoint)
-        if unreachable:
-            # Nothing listens there: waiting on the exporters' retries would
-            # only hold the process up.
-            timeout = 0.0
-        worker = _stopping(*(p.shutdown for p in providers))
-        worker.join(timeout)
+        local, worker, unreachable = _in_turn(
+            [p.shutdown for p in self._local],
+            [p.shutdown for p in providers],
+            timeout,
+            endpoint=self.endpoint,
+        )
         if any(w.is_alive() for w in local):
             stuck = {
                 type(_exporter_of(p)).__name__
@@ -148,7 +173,7 @@ class Tracing:
             }
             logger.warning(
                 "tracing: spans not all written within %ss by: %s",
-                limit,
+                timeout,
                 ", ".join(sorted(stuck)),
             )
             return False
@@ -163,24 +188,51 @@ class Tracing:
                 logger.warning(
                     "tracing: spans not delivered within %ss "
                     "(is the receiver at %s up?)",
-                    limit,
+                    timeout,
                     self.endpoint,
                 )
             return False
         return True
 
 
-def _stopping(*stops: Callable[[], object]) -> threading.Thread:
-    """A daemon thread running `stops` in turn (started): a hang holds only it."""
+def _in_turn(
+    local: Sequence[Callable[[], object]],
+    rest: Sequence[Callable[[], object]],
+    timeout: float,
+    *,
+    endpoint: str | None,
+) -> tuple[list[threading.Thread], threading.Thread, bool]:
+    """Run each of `local`, then `rest`, in daemon threads; wait `timeout` at most.
 
-    def stop() -> None:
-        for each in stops:
+    `local` (the spans bound for a file, or an exporter given) go first, each
+    on its own: they wait on no receiver, so none that is down or hangs
+    (OTLP, in `rest`) costs them. The wait on `rest` is skipped when nothing
+    listens at `endpoint`: waiting on the exporters' retries would only hold
+    the caller up. Returns the threads (alive: not done in time) and
+    whether nothing listened.
+    """
+    started = time.monotonic()
+    workers = [_in_background(call) for call in local]
+    for worker in workers:
+        worker.join(max(0.0, timeout - (time.monotonic() - started)))
+    left = max(0.0, timeout - (time.monotonic() - started))
+    unreachable = endpoint is not None and not _reachable(endpoint)
+    worker = _in_background(*rest)
+    worker.join(0.0 if unreachable else left)
+    return workers, worker, unreachable
+
+
+def _in_background(*calls: Callable[[], object]) -> threading.Thread:
+    """A daemon thread making `calls` in turn (started): a hang holds only it."""
+
+    def run() -> None:
+        for each in calls:
             try:
                 each()
             except Exception:  # an exporter's own failure: nothing to keep
-                logger.debug("tracing: shutdown failed", exc_info=True)
+                logger.debug("tracing: flush or shutdown failed", exc_info=True)
 
-    worker = threading.Thread(target=stop, name="turnfsm-tracing-stop", daemon=True)
+    worker = threading.Thread(target=run, name="turnfsm-tracing", daemon=True)
     worker.start()
     return worker
 
