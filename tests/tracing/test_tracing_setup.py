@@ -566,6 +566,22 @@ def test_without_an_endpoint_the_demo_does_not_trace(tmp_path: Path) -> None:
     assert "traces" not in done.stderr
 
 
+def test_content_cut_to_the_limit_is_not_a_warning_on_the_console(
+    tmp_path: Path,
+) -> None:
+    # OpenTelemetry logs a warning for every value it cuts: `demo --quiet`
+    # recording content printed ten "String attribute value exceeds max
+    # length" lines, of a cut the tracing page describes.
+    env = {
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
+        "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "1000",
+    }
+    done = _cli(["demo", "--quiet", "--trace-file", "t.jsonl"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert '"gen_ai.input.messages"' in (tmp_path / "t.jsonl").read_text()
+
+
 def test_a_trace_file_draws_the_same_path_as_the_store(tmp_path: Path) -> None:
     """`demo --trace-file` writes OTLP/JSON; `diagram --trace` reads it back to
     the very path `diagram --run` replays from the session store."""
