@@ -329,6 +329,25 @@ def test_a_huge_error_message_does_not_make_a_span_megabytes() -> None:
     assert _longest(exporter) == ATTRIBUTE_LENGTH_LIMIT  # its exception's message
 
 
+def test_a_tool_name_the_model_made_up_is_cut_in_its_span_name() -> None:
+    # A span's name has no length limit either: a model that called a tool
+    # of a 200,000-character name made a span named so, an operation Jaeger
+    # lists by name.
+    made_up = "e" * 200_000
+    model = ScriptedModel.of(reply("", tool_call(made_up, "c1")), "ok")
+    exporter = InMemorySpanExporter()
+    tracing = configure(exporters=[exporter], set_global=False)
+    try:
+        Agent(model=model).run_sync("hi").raise_for_failure()
+    finally:
+        tracing.shutdown()
+    (span,) = [
+        s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")
+    ]
+    assert span.name == "execute_tool " + "e" * 125 + "..."
+    assert (span.attributes or {})["gen_ai.tool.name"] == "e" * ATTRIBUTE_LENGTH_LIMIT
+
+
 def test_the_attribute_length_limit_can_be_raised_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

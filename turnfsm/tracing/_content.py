@@ -12,12 +12,21 @@ from turnfsm.tracing import attributes as A
 from turnfsm.values import Usage
 
 __all__ = [
+    "NAME_CHARS",
     "STATUS_CHARS",
+    "cut",
     "error_status",
     "messages_json",
     "to_json",
     "usage_attributes",
 ]
+
+NAME_CHARS: Final = 128
+"""The most characters of a name a span's name holds (a tool's, as called).
+
+A span's name has no length limit of its own, and a model may call a tool
+of any name.
+"""
 
 STATUS_CHARS: Final = 1_000
 """The most characters a span's status description keeps.
@@ -52,6 +61,9 @@ def usage_attributes(usage: Usage) -> dict[str, int]:
 
 def error_status(text: str | None) -> Status:
     """An ERROR status described by `text`, cut to `STATUS_CHARS` characters."""
-    if text is not None and len(text) > STATUS_CHARS:
-        text = text[: STATUS_CHARS - 3] + "..."
-    return Status(StatusCode.ERROR, text)
+    return Status(StatusCode.ERROR, None if text is None else cut(text, STATUS_CHARS))
+
+
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first characters and ``...`` when longer than `limit`."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

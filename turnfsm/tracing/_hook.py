@@ -63,7 +63,7 @@ from turnfsm.tracing._compaction_spans import (
     start_compaction,
     start_effect,
 )
-from turnfsm.tracing._content import usage_attributes
+from turnfsm.tracing._content import NAME_CHARS, cut, usage_attributes
 from turnfsm.tracing._otlp import CAPTURE_CONTENT_ENV, _env_flag
 from turnfsm.tracing._run_spans import (
     OpenRun,
@@ -351,7 +351,7 @@ class TracingHook(Hook):
         """Open an ``execute_tool`` span (made current while the tool runs)."""
         run = self._runs.get(info.run_id)
         span = (self._tracer if run is None else run.tracer).start_span(
-            f"{A.OP_EXECUTE_TOOL} {info.call.name}",
+            f"{A.OP_EXECUTE_TOOL} {cut(info.call.name, NAME_CHARS)}",
             context=None if run is None else run.turn_context or run.root_context,
             kind=SpanKind.INTERNAL,
             attributes=tool_attributes(info, capture=self.capture_content),
