@@ -120,8 +120,9 @@ class Tracing:
         local: list[threading.Thread] = []
         if going is not None and going[0].is_alive():
             worker, flushed = going
-            unreachable = self.endpoint is not None and not _reachable(self.endpoint)
-            worker.join(0.0 if unreachable else timeout)
+            started = time.monotonic()
+            if not _nothing_listens(self.endpoint, timeout):
+                worker.join(max(0.0, timeout - (time.monotonic() - started)))
         else:
             millis = int(timeout * 1000)
             flushed = []
@@ -215,10 +216,11 @@ def _in_turn(
     workers = [_in_background(call) for call in local]
     for worker in workers:
         worker.join(max(0.0, timeout - (time.monotonic() - started)))
-    left = max(0.0, timeout - (time.monotonic() - started))
-    unreachable = endpoint is not None and not _reachable(endpoint)
+    unreachable = _nothing_listens(endpoint, timeout - (time.monotonic() - started))
     worker = _in_background(*rest)
-    worker.join(0.0 if unreachable else left)
+    worker.join(
+        0.0 if unreachable else max(0.0, timeout - (time.monotonic() - started))
+    )
     return workers, worker, unreachable
 
 
@@ -241,13 +243,18 @@ def _exporter_of(processor: SpanProcessor) -> object:
     return getattr(processor, "span_exporter", processor)
 
 
-def _reachable(endpoint: str) -> bool:
-    """Whether something accepts TCP connections at `endpoint` (within 0.5 s)."""
+def _nothing_listens(endpoint: str | None, seconds: float) -> bool:
+    """Whether `endpoint` is set and refuses connections (asked within `seconds`)."""
+    return endpoint is not None and seconds > 0 and not _reachable(endpoint, seconds)
+
+
+def _reachable(endpoint: str, seconds: float) -> bool:
+    """Whether something takes TCP connections at `endpoint` (0.5 s at most)."""
     parts = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
     host = parts.hostname or "localhost"
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        with socket.create_connection((host, port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=min(0.5, seconds)):
             return True
     except OSError:
         return False
