@@ -454,6 +454,51 @@ def test_shutdown_waits_no_longer_than_its_timeout() -> None:
         stuck.release.set()
 
 
+def test_a_batch_over_a_receivers_size_limit_goes_in_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each span is cut to size, but a batch of them was not: a run of 20
+    # turns recording content made one 5 MB request, which a receiver taking
+    # 4 MiB (gRPC's default: Jaeger's, a Collector's) refused whole.
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+
+    def dump(i: int) -> str:
+        """Return a large text.
+
+        Args:
+            i: which one.
+        """
+        return f"{i} " + "é" * 70_000
+
+    asked = iter(range(1, 100))
+
+    def model(request: ModelRequest) -> ModelResponse:
+        i = next(asked)
+        if i < 20:
+            return ModelResponse(message=reply("", tool_call("dump", f"c{i}", i=i)))
+        return ModelResponse(message=reply("done"))
+
+    with grpc_receiver() as (endpoint, received):
+        tracing = configure(endpoint=endpoint, protocol="grpc", set_global=False)
+        try:
+            agent = Agent(
+                model=FakeModelClient(model),
+                tools=[dump],
+                context_window=1_000_000,
+                max_turns=30,
+            )
+            agent.run_sync("go").raise_for_failure()
+            assert tracing.force_flush(timeout=30)
+            assert tracing.undelivered == 0
+        finally:
+            tracing.shutdown(timeout=1)
+        spans = received.spans()
+        requests = len(received.requests)
+    assert len([s for s in spans if s["name"] == "execute_tool dump"]) == 19
+    assert len([s for s in spans if s["name"] == "invoke_agent turnfsm"]) == 1
+    assert requests > 1
+
+
 @pytest.mark.parametrize("receiver", ["down", "hung"])
 def test_force_flush_waits_no_longer_than_its_timeout(receiver: str) -> None:
     # The SDK's batch processor flushes in the caller's thread whatever the

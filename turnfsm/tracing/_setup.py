@@ -9,7 +9,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final, final
 from urllib.parse import urlsplit
@@ -475,18 +475,33 @@ def _with_project(resource: Resource) -> Resource:
     return resource.merge(Resource({A.PROJECT_NAME: name}))
 
 
+REQUEST_BYTES: Final = 3 * 2**20
+"""The most bytes of spans one OTLP request carries (about).
+
+Receivers cap a request: gRPC's default, Jaeger's and a Collector's, is
+4 MiB, and a request over it is refused whole, with every span in it. Each
+span is cut to size (`ATTRIBUTE_LENGTH_LIMIT`), but a batch of spans that
+record content can still run to megabytes: it goes in parts.
+"""
+
+
 @final
 class _Counted(SpanExporter):
-    """Hands spans on to an exporter, counting the batches it did not export."""
+    """Hands spans on to an exporter in requests of at most `REQUEST_BYTES`.
+
+    It counts the requests the exporter did not deliver.
+    """
 
     def __init__(self, exporter: SpanExporter) -> None:
         self._exporter = exporter
         self.failed = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._exporter.export(spans)
-        if result is not SpanExportResult.SUCCESS:
-            self.failed += 1
+        result = SpanExportResult.SUCCESS
+        for part in _parts(spans, REQUEST_BYTES):
+            if self._exporter.export(part) is not SpanExportResult.SUCCESS:
+                self.failed += 1
+                result = SpanExportResult.FAILURE
         return result
 
     def shutdown(self) -> None:
@@ -494,6 +509,42 @@ class _Counted(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._exporter.force_flush(timeout_millis)
+
+
+def _parts(
+    spans: Sequence[ReadableSpan], limit: int
+) -> Iterator[Sequence[ReadableSpan]]:
+    """`spans` in consecutive parts of about `limit` bytes at most (a span each)."""
+    weights = [_size(span) for span in spans]
+    if sum(weights) <= limit:  # the usual batch: as it is
+        yield spans
+        return
+    part: list[ReadableSpan] = []
+    size = 0
+    for span, weight in zip(spans, weights, strict=True):
+        if part and size + weight > limit:
+            yield part
+            part, size = [], 0
+        part.append(span)
+        size += weight
+    yield part
+
+
+def _size(span: ReadableSpan) -> int:
+    """About how many bytes `span` takes in a request: its texts, and a margin."""
+    total = 256 + len(span.name)
+    for attributes in (span.attributes, *(e.attributes for e in span.events)):
+        for key, value in (attributes or {}).items():
+            total += 16 + len(key) + _value_size(value)
+    return total
+
+
+def _value_size(value: object) -> int:
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode("utf-8", "replace"))
+    if isinstance(value, tuple | list):
+        return sum(_value_size(v) for v in value)
+    return 16
 
 
 @final
