@@ -94,10 +94,11 @@ class Tracing:
 
     @property
     def undelivered(self) -> int:
-        """Batches of spans the OTLP receiver did not take (refused, unreached).
+        """Batches of spans (or parts of one) the OTLP receiver did not take.
 
-        A server that answers an export with an error (an HTTP 404: not an
-        OTLP receiver, or not at that path) takes none of its spans.
+        Refused or unreached: a server that answers an export with an error
+        (an HTTP 404: not an OTLP receiver, or not at that path) takes none
+        of its spans.
         """
         return self._otlp.failed if self._otlp is not None else 0
 
