@@ -781,7 +781,7 @@ async def test_a_model_that_reuses_call_ids_still_starts_a_child_per_run() -> No
     assert len(await child_sessions(store, parent.session.id)) == 2
 
 
-def careful_child() -> tuple[Agent, list[str]]:
+def careful_child(**options: Any) -> tuple[Agent, list[str]]:
     """A sub-agent on the approval machine: it asks before deleting two files."""
     from turnfsm import approval_machine
 
@@ -809,7 +809,10 @@ def careful_child() -> tuple[Agent, list[str]]:
         return ModelResponse(message=message, usage=CHILD_USAGE)
 
     agent = Agent(
-        model=FakeModelClient(plan), tools=[delete_file], machine=approval_machine()
+        model=FakeModelClient(plan),
+        tools=[delete_file],
+        machine=approval_machine(),
+        **options,
     )
     return agent, deleted
 
@@ -823,6 +826,36 @@ async def _waiting_parent(store: SessionStore) -> tuple[Agent, list[str], Any]:
     )
     result = await parent.run("clean up")
     return parent, deleted, result
+
+
+async def test_a_sub_agent_that_pauses_is_no_error_in_its_callers_trace() -> None:
+    # Waiting for an answer is not a failure: the caller's call to it ends
+    # cut short, as the caller's turn and run do, not as a tool that failed.
+    from opentelemetry.trace import StatusCode
+
+    from turnfsm.tracing import attributes as A
+
+    traced = Traced.create()
+    child, _ = careful_child(hooks=[traced.hook])
+    parent = Agent(
+        model=delegating_model("cleaner"),
+        tools=[child.as_tool(name="cleaner", description="Deletes, asking first")],
+        hooks=[traced.hook],
+        store=MemoryStore(),
+    )
+    result = await parent.run("clean up")
+    assert result.outcome == "interrupted"
+    assert traced.unended() == []
+    (call,) = [s for s in traced.spans if s.name == "execute_tool cleaner"]
+    attributes = call.attributes or {}
+    assert call.status.status_code is not StatusCode.ERROR, call.status
+    assert A.ERROR_TYPE not in attributes
+    assert [e.name for e in call.events] == []
+    assert attributes.get(A.CANCELLED) is True
+    errors = [s.name for s in traced.spans if s.status.status_code is StatusCode.ERROR]
+    assert errors == []
+    durations = traced.metric(A.METRIC_OPERATION_DURATION, field="count")
+    assert all(A.ERROR_TYPE not in dict(key) for key in durations)
 
 
 async def test_a_sub_agent_that_pauses_stops_its_caller_until_answered() -> None:

@@ -12,9 +12,11 @@ import pytest
 from tests.tracing._spans import (
     STARTED,
     STATUS,
+    Named,
     Traced,
     agent,
     chat,
+    echo,
     history,
     masks,
     said,
@@ -22,7 +24,7 @@ from tests.tracing._spans import (
     turn,
 )
 from turnfsm.context import CompactionContext, CompactionProposal, ContextManager
-from turnfsm.driver import RetryPolicy, Session
+from turnfsm.driver import Driver, RetryPolicy, Session
 from turnfsm.errors import CompactionFailed
 from turnfsm.messages import Message
 from turnfsm.persistence import Entry, MemoryStore, RunEnded
@@ -229,3 +231,74 @@ async def test_a_reply_cut_off_by_its_budget_says_so_on_its_chat_span() -> None:
     [span] = [s for s in traced.spans if s.name.startswith("chat ")]
     assert span.attributes is not None
     assert span.attributes[A.RESPONSE_FINISH_REASONS] == ("length",)
+
+
+async def test_an_effect_that_raised_is_an_error_span_with_its_traceback() -> None:
+    # Its span ended as if the effect had gone well: only the run's span
+    # said a phase of yours failed, and the traceback was in the log alone.
+    from opentelemetry.trace import StatusCode
+
+    from tests.helpers import approval_toml
+    from turnfsm.core import MachineSpec, Perform, Signal
+    from turnfsm.driver import EffectContext
+    from turnfsm.errors import EffectFailed
+    from turnfsm.testing import tool_call
+
+    traced = Traced.create()
+
+    async def await_approval(ctx: EffectContext, decision: Perform) -> Signal:
+        raise RuntimeError("approval service down")
+
+    model = ScriptedModel.of(said("", tool_call("echo", "c1", text="x")), said("ok"))
+    driver = traced_driver(
+        traced,
+        model,
+        machine=MachineSpec.from_toml(approval_toml()),
+        effects={"await_approval": await_approval},
+    )
+    result = await driver.run("go")
+    assert isinstance(result.error, EffectFailed)
+    assert traced.unended() == []
+    (effect,) = [s for s in traced.spans if s.name == "turnfsm.effect"]
+    attributes = effect.attributes or {}
+    assert attributes[A.ERROR_TYPE] == "RuntimeError"
+    assert A.CANCELLED not in attributes
+    assert effect.status.status_code is StatusCode.ERROR
+    assert effect.status.description == "RuntimeError: approval service down"
+    (raised,) = [e for e in effect.events if e.name == "exception"]
+    raised_attributes = raised.attributes or {}
+    assert raised_attributes["exception.type"] == "RuntimeError"
+    stack = str(raised_attributes["exception.stacktrace"])
+    assert "in await_approval" in stack, stack
+
+
+@pytest.mark.parametrize("where", ["on_model_call_start", "on_tool_start"])
+async def test_a_strict_hook_raising_as_a_call_starts_leaves_no_span_current(
+    where: str,
+) -> None:
+    # The call's span was made current and never let go: the run crashed,
+    # and every span the caller made afterwards nested under a call of a
+    # trace that had ended.
+    from opentelemetry import trace
+
+    from turnfsm.hooks import Hook
+    from turnfsm.testing import tool_call
+
+    def broken(self: Hook, info: object) -> None:
+        raise RuntimeError("a broken hook")
+
+    Broken = type("Broken", (Hook,), {where: broken})
+    traced = Traced.create()
+    model = ScriptedModel.of(said("", tool_call("echo", "c1", text="x")), said("ok"))
+    driver = Driver(
+        model=Named(model),
+        tools=[echo],
+        hooks=[traced.hook, Broken()],
+        strict_hooks=True,
+    )
+    with pytest.raises(RuntimeError, match="a broken hook"):
+        await driver.run("go")
+    assert trace.get_current_span() is trace.INVALID_SPAN, trace.get_current_span()
+    assert traced.unended() == []
+    *_, call = [s for s in traced.spans if s.name.startswith(("chat", "execute_"))]
+    assert (call.attributes or {})[A.ERROR_TYPE] == "RuntimeError"

@@ -504,4 +504,8 @@ def test_calls_made_outside_their_run_get_spans_of_their_own() -> None:
     assert span.parent is None
     assert span.attributes[A.TOOL_CALL_ID] == "call_1"
     assert span.attributes[A.CONVERSATION_ID] == "ses_1"
+    # With no run span above it, it says its run and turn itself (a search
+    # for the run's id found none of a durable run's calls).
+    assert span.attributes[A.RUN_ID] == "run_1"
+    assert span.attributes[A.TURN_NUMBER] == 1
     assert traced.unended() == []

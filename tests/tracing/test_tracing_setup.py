@@ -30,9 +30,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from tests.helpers import http_server
 from turnfsm import Driver
 from turnfsm.agent import Agent
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message
-from turnfsm.testing import ScriptedModel, reply, tool_call
+from turnfsm.providers import ModelRequest, ModelResponse
+from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tracing import configure, global_hook, is_configured
 from turnfsm.tracing._setup import ATTRIBUTE_LENGTH_LIMIT
 
@@ -302,6 +303,51 @@ def test_recorded_content_is_capped_so_that_no_span_is_megabytes(
     assert _longest(exporter) == ATTRIBUTE_LENGTH_LIMIT
 
 
+def test_a_huge_error_message_does_not_make_a_span_megabytes() -> None:
+    # A span's status has no length limit of its own: a model client that
+    # quoted a proxy's 3 MB error page made the run's span 3 MB, over what
+    # Jaeger's gRPC port takes in one batch, which it refuses whole.
+    page = "<html>" + "x" * 3_000_000 + "</html>"
+
+    async def fail(request: ModelRequest) -> ModelResponse:
+        raise ProviderError(page, retryable=False, kind="server")
+
+    exporter = InMemorySpanExporter()
+    tracing = configure(exporters=[exporter], set_global=False)
+    try:
+        result = Agent(model=FakeModelClient(fail)).run_sync("hi")
+    finally:
+        tracing.shutdown()
+    assert result.outcome == "failed"
+    spans = exporter.get_finished_spans()
+    described = {s.name: s.status.description or "" for s in spans}
+    assert described["invoke_agent turnfsm"].startswith("model provider error")
+    assert described["chat"].startswith("<html>xxx")
+    assert max(len(d) for d in described.values()) <= 1_000, {
+        name: len(d) for name, d in described.items()
+    }
+    assert _longest(exporter) == ATTRIBUTE_LENGTH_LIMIT  # its exception's message
+
+
+def test_a_tool_name_the_model_made_up_is_cut_in_its_span_name() -> None:
+    # A span's name has no length limit either: a model that called a tool
+    # of a 200,000-character name made a span named so, an operation Jaeger
+    # lists by name.
+    made_up = "e" * 200_000
+    model = ScriptedModel.of(reply("", tool_call(made_up, "c1")), "ok")
+    exporter = InMemorySpanExporter()
+    tracing = configure(exporters=[exporter], set_global=False)
+    try:
+        Agent(model=model).run_sync("hi").raise_for_failure()
+    finally:
+        tracing.shutdown()
+    (span,) = [
+        s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")
+    ]
+    assert span.name == "execute_tool " + "e" * 125 + "..."
+    assert (span.attributes or {})["gen_ai.tool.name"] == "e" * ATTRIBUTE_LENGTH_LIMIT
+
+
 def test_the_attribute_length_limit_can_be_raised_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -408,6 +454,86 @@ def test_shutdown_waits_no_longer_than_its_timeout() -> None:
         stuck.release.set()
 
 
+def test_a_batch_over_a_receivers_size_limit_goes_in_parts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each span is cut to size, but a batch of them was not: a run of 20
+    # turns recording content made one 5 MB request, which a receiver taking
+    # 4 MiB (gRPC's default: Jaeger's, a Collector's) refused whole.
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+
+    def dump(i: int) -> str:
+        """Return a large text.
+
+        Args:
+            i: which one.
+        """
+        return f"{i} " + "é" * 70_000
+
+    asked = iter(range(1, 100))
+
+    def model(request: ModelRequest) -> ModelResponse:
+        i = next(asked)
+        if i < 20:
+            return ModelResponse(message=reply("", tool_call("dump", f"c{i}", i=i)))
+        return ModelResponse(message=reply("done"))
+
+    with grpc_receiver() as (endpoint, received):
+        tracing = configure(endpoint=endpoint, protocol="grpc", set_global=False)
+        try:
+            agent = Agent(
+                model=FakeModelClient(model),
+                tools=[dump],
+                context_window=1_000_000,
+                max_turns=30,
+            )
+            agent.run_sync("go").raise_for_failure()
+            assert tracing.force_flush(timeout=30)
+            assert tracing.undelivered == 0
+        finally:
+            tracing.shutdown(timeout=1)
+        spans = received.spans()
+        requests = len(received.requests)
+    assert len([s for s in spans if s["name"] == "execute_tool dump"]) == 19
+    assert len([s for s in spans if s["name"] == "invoke_agent turnfsm"]) == 1
+    assert requests > 1
+
+
+@pytest.mark.parametrize("receiver", ["down", "hung"])
+def test_force_flush_waits_no_longer_than_its_timeout(receiver: str) -> None:
+    # The SDK's batch processor flushes in the caller's thread whatever the
+    # timeout: with the receiver down or hung, force_flush(1.0) held its
+    # caller 20 to 30 seconds, then said True.
+    with contextlib.ExitStack() as stack:
+        if receiver == "down":
+            endpoint = f"http://127.0.0.1:{_closed_port()}"
+        else:
+            endpoint = stack.enter_context(_hung_receiver())
+        tracing = configure(endpoint=endpoint, timeout=60, set_global=False)
+        try:
+            _run_once(tracing.hook)
+            started = time.monotonic()
+            assert tracing.force_flush(timeout=0.3) is False
+            assert time.monotonic() - started < 2.0
+            started = time.monotonic()  # a second flush waits on the first's
+            assert tracing.force_flush(timeout=0.3) is False
+            assert time.monotonic() - started < 2.0
+        finally:
+            tracing.shutdown(timeout=0.1)
+
+
+def test_force_flush_says_when_the_receiver_refused_the_spans() -> None:
+    with http_server(_NotOTLP) as (endpoint, _):
+        tracing = configure(endpoint=endpoint, set_global=False)
+        try:
+            _run_once(tracing.hook)
+            assert tracing.force_flush(timeout=5.0) is False
+            assert tracing.undelivered == 1
+            assert tracing.force_flush(timeout=5.0) is True  # nothing left
+        finally:
+            tracing.shutdown(timeout=0.1)
+
+
 def test_shutdown_with_no_receiver_says_nothing_listens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -502,6 +628,22 @@ def test_without_an_endpoint_the_demo_does_not_trace(tmp_path: Path) -> None:
     done = _cli(["demo", "--quiet"], {}, tmp_path)
     assert done.returncode == 0
     assert "traces" not in done.stderr
+
+
+def test_content_cut_to_the_limit_is_not_a_warning_on_the_console(
+    tmp_path: Path,
+) -> None:
+    # OpenTelemetry logs a warning for every value it cuts: `demo --quiet`
+    # recording content printed ten "String attribute value exceeds max
+    # length" lines, of a cut the tracing page describes.
+    env = {
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
+        "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "1000",
+    }
+    done = _cli(["demo", "--quiet", "--trace-file", "t.jsonl"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert '"gen_ai.input.messages"' in (tmp_path / "t.jsonl").read_text()
 
 
 def test_a_trace_file_draws_the_same_path_as_the_store(tmp_path: Path) -> None:

@@ -36,8 +36,10 @@ def traced(
         return
     from turnfsm import tracing
 
-    # One line per failed batch, not the exporter's retry chatter.
+    # One line per failed batch, not the exporter's retry chatter; nor a
+    # line for every value cut to the attribute limit (as the docs say).
     logging.getLogger("opentelemetry.exporter").setLevel(logging.ERROR)
+    logging.getLogger("opentelemetry.attributes").setLevel(logging.ERROR)
     logging.getLogger("turnfsm.tracing").setLevel(logging.ERROR)  # said below
     try:
         if file is not None:  # refused now, not lost silently after the run

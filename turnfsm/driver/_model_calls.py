@@ -120,10 +120,12 @@ async def complete(
             request=request,
             waited=started - ended if attempts > 1 else 0.0,
         )
-        hooks.call("on_model_call_start", info)
         response: ModelResponse | None = None
         error: BaseException | None = None
         try:
+            # A strict hook that raises here still has the end hooks called:
+            # one that began something (a span made current) ends it.
+            hooks.call("on_model_call_start", info)
             # The deadline inside, so the end hook sees its TimeoutError,
             # not the cancellation it is made of.
             with deadline(limit, what):

@@ -115,14 +115,17 @@ class HookDispatcher:
 
         Returns:
             The call's result. What `run` raises (a cancellation) is raised,
-            and `on_tool_end` hears it as the call's `error`.
+            and `on_tool_end` hears it as the call's `error`; so is what a
+            strict hook raises in `on_tool_start`, and the tool does not run.
         """
-        self.call("on_tool_start", info)
         started = clock()
         result: Message | None = None
         raised: Exception | None = None
         error: BaseException | None = None
         try:
+            # Inside, so that a hook that began something (a span made
+            # current) ends it even when a strict one after it raised.
+            self.call("on_tool_start", info)
             result, raised = await run()
             return result
         except BaseException as exc:

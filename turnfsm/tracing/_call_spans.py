@@ -7,12 +7,17 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.metrics import Histogram
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span
 
-from turnfsm.errors import Cancelled, ProviderError
+from turnfsm.errors import Cancelled, ProviderError, SubagentWaiting
 from turnfsm.hooks import ModelCallEnd, ModelCallInfo, ToolCallEnd, ToolCallInfo
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import messages_json, to_json, usage_attributes
+from turnfsm.tracing._content import (
+    error_status,
+    messages_json,
+    to_json,
+    usage_attributes,
+)
 
 __all__ = [
     "chat_attributes",
@@ -114,13 +119,12 @@ def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
         if raised is not None:
             named = _raised(span, raised, capture=capture)
             # Its error result with content captured, else its type alone.
-            span.set_status(Status(StatusCode.ERROR, text[:500] if capture else named))
+            span.set_status(error_status(text if capture else named))
             labels[A.ERROR_TYPE] = named
         elif info.is_error:
             span.set_attribute(A.ERROR_TYPE, "tool_error")
             # An error result is content too (it may quote the arguments).
-            described = text[:500] if capture else None
-            span.set_status(Status(StatusCode.ERROR, described))
+            span.set_status(error_status(text if capture else None))
             labels[A.ERROR_TYPE] = "tool_error"
     elif info.error is not None:
         kind = _fail(span, info.error)
@@ -160,8 +164,10 @@ def detach(token: object) -> None:
 
 
 def _fail(span: Span, error: BaseException) -> str | None:
-    """Mark `span` with how its operation ended; the error type, or None (cancel)."""
-    if _is_cancellation(error):
+    """Mark `span` with how its operation ended; the error type, or None (cut short)."""
+    if _is_cancellation(error) or isinstance(error, SubagentWaiting):
+        # A sub-agent that waits for an answer stops its caller's run, which
+        # goes on once answered: the call is cut short, as the run is.
         span.set_attribute(A.CANCELLED, True)
         return None
     if isinstance(error, ProviderError):
@@ -171,7 +177,7 @@ def _fail(span: Span, error: BaseException) -> str | None:
         kind, described = type(error).__name__, str(error)
     span.set_attribute(A.ERROR_TYPE, kind)
     span.record_exception(error)
-    span.set_status(Status(StatusCode.ERROR, described[:500]))
+    span.set_status(error_status(described))
     return kind
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Span
 
 from turnfsm.core import Compact, Perform
+from turnfsm.errors import EffectFailed
 from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import usage_attributes
+from turnfsm.tracing._content import error_status, usage_attributes
 from turnfsm.values import ErrorInfo, PassPayback
 
 __all__ = [
     "end_compaction",
+    "fail_effect",
     "pass_labels",
     "payback_attributes",
     "start_compaction",
@@ -44,6 +46,14 @@ def start_effect(
         context=parent,
         attributes={A.EFFECT: decision.effect, A.PHASE: phase},
     )
+
+
+def fail_effect(span: Span, error: EffectFailed) -> None:
+    """Mark an effect's span failed: what it raised, with its traceback."""
+    span.set_attribute(A.ERROR_TYPE, error.type)
+    raised = error.__cause__  # the effect's own exception, when in this process
+    span.record_exception(raised if isinstance(raised, Exception) else error)
+    span.set_status(error_status(f"{error.type}: {error.message}"))
 
 
 def pass_labels(record: CompactionRecord) -> dict[str, str]:
@@ -111,5 +121,5 @@ def end_compaction(
             described = f"the pass failed: {error.message or error.type}"
         else:
             described = "the pass failed"
-        span.set_status(Status(StatusCode.ERROR, described[:500]))
+        span.set_status(error_status(described))
     span.end()

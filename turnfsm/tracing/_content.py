@@ -1,15 +1,39 @@
-"""Content as the JSON a span records: messages, tool arguments (when captured)."""
+"""What spans record: messages and tool arguments as JSON, usage, error statuses."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
+
+from opentelemetry.trace import Status, StatusCode
 
 from turnfsm.tracing import attributes as A
 from turnfsm.values import Usage
 
-__all__ = ["messages_json", "to_json", "usage_attributes"]
+__all__ = [
+    "NAME_CHARS",
+    "STATUS_CHARS",
+    "cut",
+    "error_status",
+    "messages_json",
+    "to_json",
+    "usage_attributes",
+]
+
+NAME_CHARS: Final = 128
+"""The most characters of a name a span's name holds (a tool's, as called).
+
+A span's name has no length limit of its own, and a model may call a tool
+of any name.
+"""
+
+STATUS_CHARS: Final = 1_000
+"""The most characters a span's status description keeps.
+
+A status has no length limit of its own (the attribute limits do not reach
+it): an error that quotes a whole page would make its span megabytes.
+"""
 
 
 def messages_json(messages: Any) -> str:
@@ -33,3 +57,13 @@ def usage_attributes(usage: Usage) -> dict[str, int]:
     if usage.cache_write_tokens:
         said[A.USAGE_CACHE_WRITE_TOKENS] = usage.cache_write_tokens
     return said
+
+
+def error_status(text: str | None) -> Status:
+    """An ERROR status described by `text`, cut to `STATUS_CHARS` characters."""
+    return Status(StatusCode.ERROR, None if text is None else cut(text, STATUS_CHARS))
+
+
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first characters and ``...`` when longer than `limit`."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

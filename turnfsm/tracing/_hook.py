@@ -63,7 +63,7 @@ from turnfsm.tracing._compaction_spans import (
     start_compaction,
     start_effect,
 )
-from turnfsm.tracing._content import usage_attributes
+from turnfsm.tracing._content import NAME_CHARS, cut, usage_attributes
 from turnfsm.tracing._otlp import CAPTURE_CONTENT_ENV, _env_flag
 from turnfsm.tracing._run_spans import (
     OpenRun,
@@ -82,6 +82,11 @@ _SCOPE: Final = "turnfsm"
 
 _WENT_ON_KEPT: Final = 10_000
 """Paused or interrupted runs whose root a resumption here can link to."""
+
+
+def _loose_attributes(run_id: str, turn: int) -> dict[str, str | int]:
+    """What a call made where its run is not open says of it: no run span does."""
+    return {A.RUN_ID: run_id, A.TURN_NUMBER: turn}
 
 
 def _version() -> str:
@@ -299,9 +304,12 @@ class TracingHook(Hook):
             span = self._tracer.start_span(
                 f"{A.OP_CHAT} {info.model}" if info.model else A.OP_CHAT,
                 kind=SpanKind.CLIENT,
-                attributes=chat_attributes(
-                    info, compacted=False, capture=self.capture_content
-                ),
+                attributes={
+                    **chat_attributes(
+                        info, compacted=False, capture=self.capture_content
+                    ),
+                    **_loose_attributes(info.run_id, info.turn),
+                },
             )
             token = otel_context.attach(trace.set_span_in_context(span))
             self._loose[("chat", info.run_id, info.key)] = (span, token)
@@ -350,11 +358,14 @@ class TracingHook(Hook):
     def on_tool_start(self, info: ToolCallInfo) -> None:
         """Open an ``execute_tool`` span (made current while the tool runs)."""
         run = self._runs.get(info.run_id)
+        attributes = tool_attributes(info, capture=self.capture_content)
+        if run is None:
+            attributes.update(_loose_attributes(info.run_id, info.turn))
         span = (self._tracer if run is None else run.tracer).start_span(
-            f"{A.OP_EXECUTE_TOOL} {info.call.name}",
+            f"{A.OP_EXECUTE_TOOL} {cut(info.call.name, NAME_CHARS)}",
             context=None if run is None else run.turn_context or run.root_context,
             kind=SpanKind.INTERNAL,
-            attributes=tool_attributes(info, capture=self.capture_content),
+            attributes=attributes,
         )
         token = otel_context.attach(trace.set_span_in_context(span))
         if run is None:

@@ -9,10 +9,12 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from turnfsm.core import emergency_line, threshold_line
+from turnfsm.errors import EffectFailed
 from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import messages_json, usage_attributes
+from turnfsm.tracing._compaction_spans import fail_effect
+from turnfsm.tracing._content import error_status, messages_json, usage_attributes
 from turnfsm.values import ErrorInfo
 
 __all__ = [
@@ -83,6 +85,9 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
     """Close every span the run holds open, then the run's own."""
     # Cut short: cancelled by its own control, or interrupted from outside.
     cancelled = info.outcome in ("cancelled", "interrupted")
+    error = info.error
+    if isinstance(error, EffectFailed) and run.effect is not None:
+        fail_effect(run.effect, error)  # what failed the run: its span says so
     close(run, cancelled=cancelled)
     root = run.root
     usage = info.usage
@@ -98,13 +103,12 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
         root.set_attribute(
             A.OUTPUT_MESSAGES, messages_json((Message.assistant(info.text),))
         )
-    error = info.error
     if cancelled:
         root.set_attribute(A.CANCELLED, True)
     elif error is not None:
         root.set_attribute(A.ERROR_TYPE, type(error).__name__)
         root.record_exception(error)
-        root.set_status(Status(StatusCode.ERROR, str(error)))
+        root.set_status(error_status(str(error)))
     elif info.outcome in ("done", "paused"):
         root.set_status(Status(StatusCode.OK))
     root.end()

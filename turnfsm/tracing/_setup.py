@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final, final
 from urllib.parse import urlsplit
@@ -71,6 +72,8 @@ class Tracing:
     # The processors that do not send over OTLP (a file, exporters given):
     # a receiver that is down or hangs must not cost them their spans.
     _local: tuple[SpanProcessor, ...] = ()
+    # The flush still going (its thread, and what each part of it said).
+    _flushing: tuple[threading.Thread, list[bool]] | None = None
 
     def __init__(
         self,
@@ -91,20 +94,53 @@ class Tracing:
 
     @property
     def undelivered(self) -> int:
-        """Batches of spans the OTLP receiver did not take (refused, unreached).
+        """Batches of spans (or parts of one) the OTLP receiver did not take.
 
-        A server that answers an export with an error (an HTTP 404: not an
-        OTLP receiver, or not at that path) takes none of its spans.
+        Refused or unreached: a server that answers an export with an error
+        (an HTTP 404: not an OTLP receiver, or not at that path) takes none
+        of its spans.
         """
         return self._otlp.failed if self._otlp is not None else 0
 
     def force_flush(self, timeout: float = 5.0) -> bool:
-        """Export what is buffered; False if it did not finish within `timeout`."""
-        done = True
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is not None:
-                done = provider.force_flush(int(timeout * 1000)) and done
-        return done
+        """Export what is buffered, waiting at most `timeout` seconds.
+
+        It waits as `shutdown` does: the exporters work in daemon threads, so
+        a receiver that is down or hangs holds only them, and the caller not
+        at all when nothing listens at the endpoint. A flush asked for while
+        an earlier one still waits on the receiver waits on that one.
+
+        Returns whether everything went within `timeout`: False too when the
+        receiver refused a batch meanwhile (see `undelivered`).
+        """
+        providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
+        if not providers:
+            return True
+        refused = self.undelivered
+        going = self._flushing
+        local: list[threading.Thread] = []
+        if going is not None and going[0].is_alive():
+            worker, flushed = going
+            started = time.monotonic()
+            if not _nothing_listens(self.endpoint, timeout):
+                worker.join(max(0.0, timeout - (time.monotonic() - started)))
+        else:
+            millis = int(timeout * 1000)
+            flushed = []
+
+            def flush(target: TracerProvider | MeterProvider | SpanProcessor) -> None:
+                flushed.append(target.force_flush(millis))
+
+            local, worker, _ = _in_turn(
+                [functools.partial(flush, p) for p in self._local],
+                [functools.partial(flush, p) for p in providers],
+                timeout,
+                endpoint=self.endpoint,
+            )
+            self._flushing = (worker, flushed)
+        if worker.is_alive() or any(w.is_alive() for w in local):
+            return False
+        return all(flushed) and self.undelivered == refused
 
     def shutdown(self, timeout: float = 5.0) -> bool:
         """Flush and stop, waiting at most `timeout` seconds; never blocks longer.
@@ -125,21 +161,12 @@ class Tracing:
         providers = [p for p in (self.tracer_provider, self.meter_provider) if p]
         if not providers:
             return True
-        started, limit = time.monotonic(), timeout
-        # The spans bound for a file (or an exporter given) first, each on
-        # its own: they wait on no receiver, so none that is down or hangs
-        # (OTLP, stopped after them) costs them.
-        local = [_stopping(p.shutdown) for p in self._local]
-        for worker in local:
-            worker.join(max(0.0, timeout - (time.monotonic() - started)))
-        timeout = max(0.0, timeout - (time.monotonic() - started))
-        unreachable = self.endpoint is not None and not _reachable(self.endpoint)
-        if unreachable:
-            # Nothing listens there: waiting on the exporters' retries would
-            # only hold the process up.
-            timeout = 0.0
-        worker = _stopping(*(p.shutdown for p in providers))
-        worker.join(timeout)
+        local, worker, unreachable = _in_turn(
+            [p.shutdown for p in self._local],
+            [p.shutdown for p in providers],
+            timeout,
+            endpoint=self.endpoint,
+        )
         if any(w.is_alive() for w in local):
             stuck = {
                 type(_exporter_of(p)).__name__
@@ -148,7 +175,7 @@ class Tracing:
             }
             logger.warning(
                 "tracing: spans not all written within %ss by: %s",
-                limit,
+                timeout,
                 ", ".join(sorted(stuck)),
             )
             return False
@@ -163,24 +190,52 @@ class Tracing:
                 logger.warning(
                     "tracing: spans not delivered within %ss "
                     "(is the receiver at %s up?)",
-                    limit,
+                    timeout,
                     self.endpoint,
                 )
             return False
         return True
 
 
-def _stopping(*stops: Callable[[], object]) -> threading.Thread:
-    """A daemon thread running `stops` in turn (started): a hang holds only it."""
+def _in_turn(
+    local: Sequence[Callable[[], object]],
+    rest: Sequence[Callable[[], object]],
+    timeout: float,
+    *,
+    endpoint: str | None,
+) -> tuple[list[threading.Thread], threading.Thread, bool]:
+    """Run each of `local`, then `rest`, in daemon threads; wait `timeout` at most.
 
-    def stop() -> None:
-        for each in stops:
+    `local` (the spans bound for a file, or an exporter given) go first, each
+    on its own: they wait on no receiver, so none that is down or hangs
+    (OTLP, in `rest`) costs them. The wait on `rest` is skipped when nothing
+    listens at `endpoint`: waiting on the exporters' retries would only hold
+    the caller up. Returns the threads (alive: not done in time) and
+    whether nothing listened.
+    """
+    started = time.monotonic()
+    workers = [_in_background(call) for call in local]
+    for worker in workers:
+        worker.join(max(0.0, timeout - (time.monotonic() - started)))
+    unreachable = _nothing_listens(endpoint, timeout - (time.monotonic() - started))
+    worker = _in_background(*rest)
+    worker.join(
+        0.0 if unreachable else max(0.0, timeout - (time.monotonic() - started))
+    )
+    return workers, worker, unreachable
+
+
+def _in_background(*calls: Callable[[], object]) -> threading.Thread:
+    """A daemon thread making `calls` in turn (started): a hang holds only it."""
+
+    def run() -> None:
+        for each in calls:
             try:
                 each()
             except Exception:  # an exporter's own failure: nothing to keep
-                logger.debug("tracing: shutdown failed", exc_info=True)
+                logger.debug("tracing: flush or shutdown failed", exc_info=True)
 
-    worker = threading.Thread(target=stop, name="turnfsm-tracing-stop", daemon=True)
+    worker = threading.Thread(target=run, name="turnfsm-tracing", daemon=True)
     worker.start()
     return worker
 
@@ -189,13 +244,18 @@ def _exporter_of(processor: SpanProcessor) -> object:
     return getattr(processor, "span_exporter", processor)
 
 
-def _reachable(endpoint: str) -> bool:
-    """Whether something accepts TCP connections at `endpoint` (within 0.5 s)."""
+def _nothing_listens(endpoint: str | None, seconds: float) -> bool:
+    """Whether `endpoint` is set and refuses connections (asked within `seconds`)."""
+    return endpoint is not None and seconds > 0 and not _reachable(endpoint, seconds)
+
+
+def _reachable(endpoint: str, seconds: float) -> bool:
+    """Whether something takes TCP connections at `endpoint` (0.5 s at most)."""
     parts = urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
     host = parts.hostname or "localhost"
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        with socket.create_connection((host, port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=min(0.5, seconds)):
             return True
     except OSError:
         return False
@@ -416,18 +476,33 @@ def _with_project(resource: Resource) -> Resource:
     return resource.merge(Resource({A.PROJECT_NAME: name}))
 
 
+REQUEST_BYTES: Final = 3 * 2**20
+"""The most bytes of spans one OTLP request carries (about).
+
+Receivers cap a request: gRPC's default, Jaeger's and a Collector's, is
+4 MiB, and a request over it is refused whole, with every span in it. Each
+span is cut to size (`ATTRIBUTE_LENGTH_LIMIT`), but a batch of spans that
+record content can still run to megabytes: it goes in parts.
+"""
+
+
 @final
 class _Counted(SpanExporter):
-    """Hands spans on to an exporter, counting the batches it did not export."""
+    """Hands spans on to an exporter in requests of at most `REQUEST_BYTES`.
+
+    It counts the requests the exporter did not deliver.
+    """
 
     def __init__(self, exporter: SpanExporter) -> None:
         self._exporter = exporter
         self.failed = 0
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self._exporter.export(spans)
-        if result is not SpanExportResult.SUCCESS:
-            self.failed += 1
+        result = SpanExportResult.SUCCESS
+        for part in _parts(spans, REQUEST_BYTES):
+            if self._exporter.export(part) is not SpanExportResult.SUCCESS:
+                self.failed += 1
+                result = SpanExportResult.FAILURE
         return result
 
     def shutdown(self) -> None:
@@ -435,6 +510,42 @@ class _Counted(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._exporter.force_flush(timeout_millis)
+
+
+def _parts(
+    spans: Sequence[ReadableSpan], limit: int
+) -> Iterator[Sequence[ReadableSpan]]:
+    """`spans` in consecutive parts of about `limit` bytes at most (a span each)."""
+    weights = [_size(span) for span in spans]
+    if sum(weights) <= limit:  # the usual batch: as it is
+        yield spans
+        return
+    part: list[ReadableSpan] = []
+    size = 0
+    for span, weight in zip(spans, weights, strict=True):
+        if part and size + weight > limit:
+            yield part
+            part, size = [], 0
+        part.append(span)
+        size += weight
+    yield part
+
+
+def _size(span: ReadableSpan) -> int:
+    """About how many bytes `span` takes in a request: its texts, and a margin."""
+    total = 256 + len(span.name)
+    for attributes in (span.attributes, *(e.attributes for e in span.events)):
+        for key, value in (attributes or {}).items():
+            total += 16 + len(key) + _value_size(value)
+    return total
+
+
+def _value_size(value: object) -> int:
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode("utf-8", "replace"))
+    if isinstance(value, tuple | list):
+        return sum(_value_size(v) for v in value)
+    return 16
 
 
 @final
