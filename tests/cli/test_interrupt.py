@@ -56,11 +56,22 @@ def ctrl_c_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _hint(out: str, command: str) -> list[str]:
     """The `turnfsm COMMAND ...` the interrupted run's hint prints, as argv."""
-    line = next(li for li in out.splitlines() if li.startswith("run interrupted"))
+    hints = ("run interrupted", "exited at once")
+    line = next(li for li in out.splitlines() if li.startswith(hints))
     start = line.index(f"turnfsm {command} ")
     words = shlex.split(line[start:].removesuffix(")"))
     end = words.index("(or") if "(or" in words else len(words)
     return words[1:end]
+
+
+def _sessions(store: Path) -> list[str]:
+    """The ids of the sessions `store` keeps."""
+
+    async def listed() -> list[str]:
+        async with SQLiteStore(store) as opened:
+            return [info.id for info in await opened.list_sessions()]
+
+    return anyio.run(listed)
 
 
 def _stored(store: Path, session_id: str) -> Session:
@@ -322,11 +333,17 @@ def test_ctrl_c_ends_the_program_though_a_tool_s_thread_cannot_stop(
 
 
 def _stopped_while_the_tool_runs(
-    cwd: Path, command: list[str], signum: signal.Signals
+    cwd: Path,
+    command: list[str],
+    signum: signal.Signals,
+    *,
+    tool: str = "wait_for_the_disk_a_minute",
+    again_after: float | None = None,
 ) -> tuple[int, str, str]:
-    """Run `turnfsm COMMAND`; send `signum` once its slow tool began.
+    """Run `turnfsm COMMAND`; send `signum` once its slow `tool` began.
 
-    Returns its exit status, its output and its errors.
+    With `again_after`, send it again that many seconds later. Returns its
+    exit status, its output and its errors.
     """
     with subprocess.Popen(
         [sys.executable, "-m", "turnfsm", *command],
@@ -340,8 +357,11 @@ def _stopped_while_the_tool_runs(
         seen = []
         for line in program.stdout:  # the tool has begun: stop the program
             seen.append(line)
-            if line.startswith("[tool] wait_for_the_disk_a_minute"):
+            if line.startswith(f"[tool] {tool}("):
                 program.send_signal(signum)
+                if again_after is not None:
+                    time.sleep(again_after)
+                    program.send_signal(signum)
                 break
         out, err = program.communicate(timeout=30)
     return program.returncode, "".join(seen) + out, err
@@ -350,19 +370,22 @@ def _stopped_while_the_tool_runs(
 _SLOW = ["--agent", "tests.cli.stuck_tool_agent:slow_agent"]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=str)
 def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(
-    tmp_path: Path,
+    tmp_path: Path, signum: signal.Signals
 ) -> None:
-    # `kill`, `docker stop` and a service manager send SIGTERM: the program
-    # died at once, its run left open and its session held until the lease
-    # ran out, so `turnfsm abandon` (or `resume`) was refused meanwhile.
+    # `kill`, `docker stop` and a service manager send SIGTERM, a closed
+    # terminal or a dropped ssh connection SIGHUP: the program died at once,
+    # its run left open and its session held until the lease ran out, so
+    # `turnfsm abandon` (or `resume`) was refused meanwhile.
     store = tmp_path / "s.db"
     command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
-    status, out, err = _stopped_while_the_tool_runs(tmp_path, command, signal.SIGTERM)
+    status, out, err = _stopped_while_the_tool_runs(tmp_path, command, signum)
 
     assert status == 130, err
     assert err == ""
-    assert "interrupting: the run keeps what it finished (SIGTERM again" in out
+    said = f"interrupting: the run keeps what it finished ({signum.name} again"
+    assert said in out
     abandon = _hint(out, "abandon")
     session_id = abandon[1]
     assert _stored(store, session_id).runs[0].outcome == "interrupted"
@@ -398,3 +421,62 @@ def test_a_resumed_run_is_interrupted_as_a_run_is(
     assert _hint(out, "resume") == resume
     (run,) = _stored(store, resume[1]).runs
     assert run.outcome == "interrupted"
+
+
+def test_a_second_ctrl_c_exits_at_once_naming_the_session_and_how_to_go_on(
+    tmp_path: Path,
+) -> None:
+    # The run's tool takes five seconds to stop; Ctrl-C again meanwhile
+    # exited at once, printing nothing more: the new session's id was never
+    # printed, so nothing said which session to resume or abandon, nor that
+    # it stays held a while.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.stuck_tool_agent:slow_to_stop_agent"
+    command = ["run", "Fetch the report.", "--agent", agent, "--store", str(store)]
+    status, out, err = _stopped_while_the_tool_runs(
+        tmp_path, command, signal.SIGINT, tool="fetch_the_report", again_after=1
+    )
+
+    assert status == 130, err
+    assert err == ""
+    *_, last = out.splitlines()
+    assert last.startswith("exited at once: session ses_")
+    assert "its run stays open, held for up to 30 s (its lease)" in last
+    resume = _hint(out, "resume")
+    assert resume == ["resume", resume[1], "--agent", agent, "--store", str(store)]
+    assert _hint(out, "abandon") == ["abandon", resume[1], "--store", str(store)]
+    (run,) = _stored(store, resume[1]).runs
+    assert run.outcome == "running"  # left open: resume carries it on once let go
+
+
+def test_a_closed_terminal_interrupts_the_run_and_exits_as_ctrl_c_does(
+    tmp_path: Path,
+) -> None:
+    # The terminal window closed (or the ssh connection dropped): the kernel
+    # sends SIGHUP, and the terminal takes no more output. The run was
+    # logged interrupted, but printing where it is kept failed on the gone
+    # terminal, and the program ended on that error (status 1, a traceback
+    # to nowhere) instead of as an interrupted run.
+    store = tmp_path / "s.db"
+    command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
+    terminal, side = os.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "TERM": "xterm"},
+        stdin=side,
+        stdout=side,
+        stderr=side,
+        start_new_session=True,
+    ) as program:
+        os.close(side)
+        seen = b""
+        while b"[tool] wait_for_the_disk_a_minute(" not in seen:
+            seen += os.read(terminal, 4096)
+        os.close(terminal)  # hang up
+        program.send_signal(signal.SIGHUP)
+        status = program.wait(timeout=30)
+
+    assert status == 130
+    (session,) = _sessions(store)
+    assert _stored(store, session).runs[0].outcome == "interrupted"

@@ -252,7 +252,7 @@ def _parser() -> argparse.ArgumentParser:
         "one built of --model and the options below, printing the phases, the "
         "tool calls and the replies as they happen. Exit status: 0 done, "
         "1 failed, 2 could not start, 3 paused (answer it with `turnfsm "
-        "approve`), 130 interrupted by Ctrl-C or SIGTERM (carry it on with "
+        "approve`), 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (carry it on with "
         "`turnfsm resume`).",
     )
     run.add_argument("task", help="what the agent should do")

@@ -27,6 +27,7 @@ from turnfsm.cli._run import (
     close_model,
     hooks_for,
     interruptible,
+    left_open_words,
     load_cli_session,
     open_driver,
     raise_if_crashed,
@@ -155,9 +156,19 @@ async def _answer_with(
                     )
                 )
             started = [r.run_id for r in session.runs].index(run.run_id)
+            resume = shlex.join(["turnfsm", "resume", session.id, *options.flags()])
+            left = left_open_words(
+                session.id,
+                where(store),
+                options,
+                resume=resume,
+                lease_ttl=driver.lease_ttl,
+            )
             try:
                 result = await interruptible(
-                    lambda: _go_on(command, driver, session, run, out, paused), out
+                    lambda: _go_on(command, driver, session, run, out, paused),
+                    out,
+                    left=left,
                 )
             except Exception as exc:
                 raise_if_crashed(exc, session, started, where(store))
@@ -165,7 +176,6 @@ async def _answer_with(
             finally:
                 await close_model(driver)
         if result is None:  # Ctrl-C or SIGTERM: the run is logged interrupted
-            resume = shlex.join(["turnfsm", "resume", session.id, *options.flags()])
             return report_interrupted(
                 session.id, where(store), options, out, resume=resume
             )

@@ -60,6 +60,7 @@ __all__ = [
     "calibrates",
     "cli_words",
     "interruptible",
+    "left_open_words",
     "open_model",
     "open_run_only",
     "open_run_words",
@@ -545,9 +546,14 @@ def run_task(
         print(f"turnfsm run: {cli_words(exc, options)}", file=sys.stderr)
         return 2
     if result is None:  # Ctrl-C: the run is logged interrupted
-        resume = shlex.join(["turnfsm", "resume", session, *options.flags()])
+        resume = _resume_command(session, options)
         return report_interrupted(session, place, options, stream, resume=resume)
     return report_result(result, place, options, stream)
+
+
+def _resume_command(session_id: str, options: AgentOptions) -> str:
+    """The `turnfsm resume` that carries on the run of `session_id`."""
+    return shlex.join(["turnfsm", "resume", session_id, *options.flags()])
 
 
 @final
@@ -825,10 +831,18 @@ async def _run(
                     store, session_id, seconds=driver.store_timeout
                 )
             started = len(session.runs)
+            left = left_open_words(
+                session.id,
+                where(store),
+                options,
+                resume=_resume_command(session.id, options),
+                lease_ttl=driver.lease_ttl,
+            )
             try:
                 result = await interruptible(
                     lambda: driver.run(task, session=session, hooks=hooks_for(out)),
                     out,
+                    left=left,
                 )
             except Exception as exc:
                 raise_if_crashed(exc, session, started, where(store))
@@ -839,46 +853,92 @@ async def _run(
 
 
 async def interruptible(
-    run: Callable[[], Awaitable[RunResult]], out: TextIO
+    run: Callable[[], Awaitable[RunResult]], out: TextIO, *, left: str | None = None
 ) -> RunResult | None:
     """Await `run()`; None when Ctrl-C interrupted it (the run logs itself so).
 
-    The first Ctrl-C (or SIGTERM) cancels the run, which keeps what it
-    finished; a second exits the process at once (status 130). Signals
-    reach the main thread only: elsewhere (`turnfsm view` answers its page's
-    form in a thread of its own) the run is awaited as it is.
+    The first Ctrl-C (or SIGTERM, or SIGHUP) cancels the run, which keeps
+    what it finished; a second exits the process at once (status 130),
+    printing `left` first (`left_open_words`: the session and how to go on).
+    Signals reach the main thread only: elsewhere (`turnfsm view` answers its
+    page's form in a thread of its own) the run is awaited as it is.
     """
     if threading.current_thread() is not threading.main_thread():
         return await run()
     result: RunResult | None = None
     run_scope = anyio.CancelScope()
     async with anyio.create_task_group() as watchers:
-        watchers.start_soon(_on_ctrl_c, run_scope, out)
+        watchers.start_soon(_on_ctrl_c, run_scope, out, left)
         with run_scope:
             result = await run()
         watchers.cancel_scope.cancel()
     return result
 
 
-async def _on_ctrl_c(run_scope: anyio.CancelScope, out: TextIO) -> None:
+_STOPPING: Final = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+)
+"""The signals that interrupt a run (Windows has no SIGHUP)."""
+
+
+async def _on_ctrl_c(
+    run_scope: anyio.CancelScope, out: TextIO, left: str | None
+) -> None:
     """The first Ctrl-C interrupts the run (it is logged); a second exits at once.
 
-    SIGTERM (``kill``, a container or a service stopped) interrupts it the
-    same way: the run ends ``interrupted`` in the log and lets its session
-    go, so it can be resumed at once.
+    SIGTERM (``kill``, a container or a service stopped) and SIGHUP (its
+    terminal closed, its ssh connection dropped) interrupt it the same way:
+    the run ends ``interrupted`` in the log and lets its session go, so it
+    can be resumed at once. A terminal that hung up takes no more output:
+    the run is interrupted all the same.
     """
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with anyio.open_signal_receiver(*_STOPPING) as signals:
         async for signum in signals:
             if run_scope.cancel_called:
+                if left is not None:
+                    _say(f"\n{left}", out)
                 os._exit(INTERRUPTED_STATUS)
-            again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-            print(
+            again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            _say(
                 "\ninterrupting: the run keeps what it finished "
                 f"({again} again to exit at once)",
-                file=out,
-                flush=True,
+                out,
             )
             run_scope.cancel()
+
+
+def _say(line: str, out: TextIO) -> None:
+    """Print `line` unless the stream is gone (a closed terminal, ``| head``)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=out, flush=True)
+
+
+def left_open_words(
+    session_id: str,
+    place: str,
+    options: AgentOptions,
+    *,
+    resume: str | None,
+    lease_ttl: float,
+) -> str:
+    """What a run left open by a second Ctrl-C is, and how to go on with it.
+
+    The process exits without ending the run: the run stays open in the
+    log, its session held by the process's lease until it runs out.
+    `resume` is as `report_interrupted`'s.
+    """
+    if place == IN_MEMORY:
+        return f"exited at once; no command can go on with it: {_GONE}"
+    abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
+    said = (
+        f"exited at once: session {session_id} stored in {place}: its run stays "
+        f"open, held for up to {lease_ttl:g} s (its lease); then "
+    )
+    if resume is None:
+        return said + f"end it with: {abandon}"
+    return said + f"go on with: {resume} (or end it: {abandon})"
 
 
 def report_interrupted(
@@ -892,23 +952,20 @@ def report_interrupted(
     """Print where an interrupted run is kept and how to go on; return 130.
 
     `resume` is the command that carries the run on (None: none does, only
-    `turnfsm abandon` ends it).
+    `turnfsm abandon` ends it). Output that cannot be written (its terminal
+    closed: SIGHUP) changes nothing: the run is interrupted, and logged so.
     """
     abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
-    print(f"\nsession {session_id} stored in {place}", file=out)
     if place == IN_MEMORY:
-        print(f"run interrupted; no command can go on with it: {_GONE}", file=out)
+        said = f"run interrupted; no command can go on with it: {_GONE}"
     elif resume is None:
-        print(
-            f"run interrupted: what it finished is kept; end it with: {abandon}",
-            file=out,
-        )
+        said = f"run interrupted: what it finished is kept; end it with: {abandon}"
     else:
-        print(
+        said = (
             f"run interrupted: what it finished is kept; go on with: {resume} "
-            f"(or end it: {abandon})",
-            file=out,
+            f"(or end it: {abandon})"
         )
+    _say(f"\nsession {session_id} stored in {place}\n{said}", out)
     return INTERRUPTED_STATUS
 
 
