@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -480,3 +481,90 @@ def test_a_closed_terminal_interrupts_the_run_and_exits_as_ctrl_c_does(
     assert status == 130
     (session,) = _sessions(store)
     assert _stored(store, session).runs[0].outcome == "interrupted"
+
+
+def _screen(raw: str, width: int) -> list[str]:
+    """The lines a terminal `width` columns wide shows after `raw`.
+
+    As much of a terminal as a live status line uses: text that wraps at
+    the edge, ``\\r``, ``\\n``, erase the line (``ESC[2K``) and cursor up
+    (``ESC[1A``); other escapes change nothing shown.
+    """
+    lines, row, col = [""], 0, 0
+    for piece in re.split(r"(\x1b\[[0-9;?]*[A-Za-z]|\r|\n)", raw):
+        if piece == "\r":
+            col = 0
+        elif piece == "\n":
+            row, col = row + 1, 0
+        elif piece == "\x1b[2K":
+            lines[row] = ""
+        elif piece == "\x1b[1A":
+            row = max(row - 1, 0)
+        elif piece.startswith("\x1b"):
+            continue
+        for char in "" if piece.startswith(("\x1b", "\r", "\n")) else piece:
+            if col == width:
+                row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+            lines[row] = lines[row][:col].ljust(col) + char + lines[row][col + 1 :]
+            col += 1
+        lines += [""] * (row + 1 - len(lines))
+    return lines
+
+
+def _on_a_terminal(
+    cwd: Path, command: list[str], columns: int, ctrl_c: list[float]
+) -> tuple[int, str]:
+    """Run `turnfsm COMMAND` on a terminal `columns` wide; press Ctrl-C.
+
+    Ctrl-C is pressed once its first tool began, then again after each of
+    the seconds in `ctrl_c`. Returns its exit status and all it wrote.
+    """
+    terminal, side = os.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TERM": "xterm"}
+    env["COLUMNS"] = str(columns)
+    env.pop("NO_COLOR", None)
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=cwd,
+        env=env,
+        stdin=side,
+        stdout=side,
+        stderr=side,
+        start_new_session=True,
+    ) as program:
+        os.close(side)
+        seen = b""
+        while b"[tool] " not in seen:
+            seen += os.read(terminal, 4096)
+        program.send_signal(signal.SIGINT)
+        for seconds in ctrl_c:
+            time.sleep(seconds)
+            program.send_signal(signal.SIGINT)
+        status = program.wait(timeout=30)
+        with contextlib.suppress(OSError):  # its end: EIO once it closed
+            while chunk := os.read(terminal, 4096):
+                seen += chunk
+        os.close(terminal)
+    return status, seen.decode()
+
+
+def test_ctrl_c_on_a_narrow_terminal_keeps_its_notice_and_the_cursor(
+    tmp_path: Path,
+) -> None:
+    # The notice was written under the live status line, leaving a stale
+    # copy of it on the screen (wrapped on a narrow terminal, the line's next
+    # refresh could erase the notice instead); a second Ctrl-C exited with
+    # the status line still drawn and the cursor hidden, so the shell the
+    # user came back to had no cursor.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.stuck_tool_agent:slow_to_stop_agent"
+    command = ["run", "Fetch the report.", "--agent", agent, "--store", str(store)]
+    status, raw = _on_a_terminal(tmp_path, command, columns=30, ctrl_c=[1.5])
+
+    assert status == 130
+    shown = "\n".join(_screen(raw, 30)).replace("\n", "")
+    assert "interrupting: the run keeps what it finished (Ctrl-C again to exit" in shown
+    assert "exited at once: session ses_" in shown
+    assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l")  # the cursor is back
+    assert "of 8000 tokens" not in shown  # the status line leaves no trace

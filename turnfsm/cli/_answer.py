@@ -25,7 +25,7 @@ from turnfsm.cli._run import (
     cli_store,
     cli_words,
     close_model,
-    hooks_for,
+    console_for,
     interruptible,
     left_open_words,
     load_cli_session,
@@ -46,7 +46,7 @@ from turnfsm.errors import (
     SubagentWaiting,
     busy_words,
 )
-from turnfsm.hooks import DecisionInfo, Hook, TransitionInfo
+from turnfsm.hooks import ConsoleHook, DecisionInfo, Hook, TransitionInfo
 from turnfsm.persistence import RunRecord, Session, SessionStore, parent_of
 
 __all__ = ["ANSWERS", "AnswerCommand", "run_answer"]
@@ -164,11 +164,13 @@ async def _answer_with(
                 resume=resume,
                 lease_ttl=driver.lease_ttl,
             )
+            console = console_for(out)
             try:
                 result = await interruptible(
-                    lambda: _go_on(command, driver, session, run, out, paused),
+                    lambda: _go_on(command, driver, session, run, console, paused),
                     out,
                     left=left,
+                    console=console,
                 )
             except Exception as exc:
                 raise_if_crashed(exc, session, started, where(store))
@@ -284,7 +286,7 @@ async def _go_on(
     driver: Driver,
     session: Session,
     run: RunRecord,
-    out: TextIO,
+    console: ConsoleHook,
     paused: RunRecord,
 ) -> RunResult:
     if command.action == "abandon":
@@ -299,7 +301,7 @@ async def _go_on(
         session,
         run.run_id,
         event,
-        hooks=[_GoesOn(out, command.action), *hooks_for(out)],
+        hooks=[_GoesOn(console.out, command.action), console],
         force=command.force,
     )
 

@@ -216,9 +216,12 @@ async def run_and_close_store(
     printed to `out`, else stdout): None then. A second Ctrl-C prints `left`
     and exits at once.
     """
+    stream = out or sys.stdout
+    printing = [h for h in agent.driver.hooks if isinstance(h, ConsoleHook)]
+    console = next((hook for hook in printing if hook.out is stream), None)
     try:
         return await interruptible(
-            lambda: run_and_close(agent, task), out or sys.stdout, left=left
+            lambda: run_and_close(agent, task), stream, left=left, console=console
         )
     finally:
         with anyio.CancelScope(shield=True):

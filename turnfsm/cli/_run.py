@@ -50,7 +50,7 @@ from turnfsm.errors import (
     WindowTooLarge,
     busy_words,
 )
-from turnfsm.hooks import ConsoleHook, Hook
+from turnfsm.hooks import ConsoleHook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
 from turnfsm.providers import ModelClient, known_window, server_window, window_for
 
@@ -59,6 +59,7 @@ __all__ = [
     "AgentOptions",
     "calibrates",
     "cli_words",
+    "console_for",
     "interruptible",
     "left_open_words",
     "open_model",
@@ -505,12 +506,12 @@ async def load_cli_session(
         raise await not_found(exc, store) from None
 
 
-def hooks_for(out: TextIO) -> list[Hook]:
-    """The hooks a command prints a run with: phases, tools, and the replies.
+def console_for(out: TextIO) -> ConsoleHook:
+    """The hook a command prints a run with: phases, tools, and the replies.
 
     On a terminal, a live status line too (see `ConsoleHook`).
     """
-    return [ConsoleHook(out, replies=True)]
+    return ConsoleHook(out, replies=True)
 
 
 def run_task(
@@ -838,11 +839,13 @@ async def _run(
                 resume=_resume_command(session.id, options),
                 lease_ttl=driver.lease_ttl,
             )
+            console = console_for(out)
             try:
                 result = await interruptible(
-                    lambda: driver.run(task, session=session, hooks=hooks_for(out)),
+                    lambda: driver.run(task, session=session, hooks=[console]),
                     out,
                     left=left,
+                    console=console,
                 )
             except Exception as exc:
                 raise_if_crashed(exc, session, started, where(store))
@@ -853,22 +856,30 @@ async def _run(
 
 
 async def interruptible(
-    run: Callable[[], Awaitable[RunResult]], out: TextIO, *, left: str | None = None
+    run: Callable[[], Awaitable[RunResult]],
+    out: TextIO,
+    *,
+    left: str | None = None,
+    console: ConsoleHook | None = None,
 ) -> RunResult | None:
     """Await `run()`; None when Ctrl-C interrupted it (the run logs itself so).
 
     The first Ctrl-C (or SIGTERM, or SIGHUP) cancels the run, which keeps
     what it finished; a second exits the process at once (status 130),
     printing `left` first (`left_open_words`: the session and how to go on).
-    Signals reach the main thread only: elsewhere (`turnfsm view` answers its
-    page's form in a thread of its own) the run is awaited as it is.
+    The notices go through `console`, the run's `ConsoleHook` printing to
+    `out`, when it has one: above its live status line, which a second
+    Ctrl-C stops (else the terminal is left with no cursor). Signals reach
+    the main thread only: elsewhere (`turnfsm view` answers its page's form
+    in a thread of its own) the run is awaited as it is.
     """
     if threading.current_thread() is not threading.main_thread():
         return await run()
     result: RunResult | None = None
     run_scope = anyio.CancelScope()
+    say = _Notices(out, console)
     async with anyio.create_task_group() as watchers:
-        watchers.start_soon(_on_ctrl_c, run_scope, out, left)
+        watchers.start_soon(_on_ctrl_c, run_scope, say, left)
         with run_scope:
             result = await run()
         watchers.cancel_scope.cancel()
@@ -883,8 +894,28 @@ _STOPPING: Final = tuple(
 """The signals that interrupt a run (Windows has no SIGHUP)."""
 
 
+@attrs.frozen
+class _Notices:
+    """Prints what Ctrl-C does: through the run's console, else to `out`."""
+
+    out: TextIO
+    console: ConsoleHook | None
+
+    def __call__(self, text: str) -> None:
+        if self.console is None:
+            _say(text, self.out)
+            return
+        for line in text.split("\n"):
+            self.console.print(line)
+
+    def stop(self) -> None:
+        """Stop the console's live status line (the process exits at once)."""
+        if self.console is not None:
+            self.console.stop()
+
+
 async def _on_ctrl_c(
-    run_scope: anyio.CancelScope, out: TextIO, left: str | None
+    run_scope: anyio.CancelScope, say: _Notices, left: str | None
 ) -> None:
     """The first Ctrl-C interrupts the run (it is logged); a second exits at once.
 
@@ -898,13 +929,13 @@ async def _on_ctrl_c(
         async for signum in signals:
             if run_scope.cancel_called:
                 if left is not None:
-                    _say(f"\n{left}", out)
+                    say(f"\n{left}")
+                say.stop()
                 os._exit(INTERRUPTED_STATUS)
             again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            _say(
+            say(
                 "\ninterrupting: the run keeps what it finished "
-                f"({again} again to exit at once)",
-                out,
+                f"({again} again to exit at once)"
             )
             run_scope.cancel()
 
