@@ -474,7 +474,9 @@ def test_a_misspelt_choice_names_the_one_it_is_close_to(
 def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
     session: str, tmp_path: Path, capsys: Capture
 ) -> None:
-    # It said "take it over with force=True": Python's word, no option's.
+    # It said "take it over with force=True": Python's word, no option's;
+    # then `turnfsm resume SESSION --force`, without the agent (or the store)
+    # the run was given, which resume needs: typed as printed, it was refused.
     async def hold() -> None:
         async with SQLiteStore(tmp_path / "s.db") as store:
             await store.acquire_lease(session, "elsewhere:1:abc", ttl=600)
@@ -485,7 +487,8 @@ def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
     line = _one_line(capsys, "run", quiet=True)
     assert "is held by 'elsewhere:1:abc'" in line
     assert (
-        f"take it over with `turnfsm resume {session} --force` only if you know "
+        f"take it over with `turnfsm resume {session} --agent {agent} --force` "
+        "only if you know "
         "that process is gone (past "
     ) in line
     assert line.endswith(" UTC, resume and abandon take it over without it)")

@@ -687,15 +687,17 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     lower ``--max-tokens`` (pin rules are set only in code: in your own
     agent, given with ``--agent``, where the error's own advice holds). A
     session another process holds is taken over with ``turnfsm resume
-    SESSION --force`` (``turnfsm run`` takes none over); one another
+    SESSION ... --force``, with the agent and store options the command was
+    given (``turnfsm run`` takes none over); one another
     process wrote to since the command read it is read anew by running the
     command again. A run out of model calls is told to raise ``--max-turns``.
     """
+    flags = options.flags() if options else []
     if isinstance(exc, SessionBusy) and open_run_only(exc):
-        flags = options.flags() if options else []
         return open_run_words(exc, flags, "then run the task again")
     if isinstance(exc, SessionBusy):
-        return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
+        take = shlex.join(["turnfsm", "resume", exc.session_id, *flags, "--force"])
+        return busy_words(exc, f"`{take}`")
     if isinstance(exc, SessionConflict):  # a command reads the session anew
         if exc.actual == 0 and not exc.loading:  # removed: nothing to run again
             return str(exc)
