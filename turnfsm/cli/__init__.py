@@ -17,7 +17,7 @@ from typing import Any
 # Only what imports in a blink (no turnfsm package with its dependencies): the
 # program's Ctrl-C handling starts in `script()`, and a Ctrl-C while this
 # module imports would end it with a traceback.
-from turnfsm.cli._errors import INTERRUPTED_STATUS
+from turnfsm.cli._errors import INTERRUPTED_STATUS, stdout_to_devnull
 
 __all__ = ["main", "script"]
 
@@ -757,7 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:
-        _stdout_to_devnull()
+        stdout_to_devnull()
         return 141
 
 
@@ -806,13 +806,6 @@ def script() -> None:
 
 
 _TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
-
-
-def _stdout_to_devnull() -> None:
-    """Point stdout at /dev/null, so the final flush at exit fails no more."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -177,12 +177,15 @@ async def _answer_with(
                 raise
             finally:
                 await close_model(driver)
+        name = f"turnfsm {command.action}"
         if result is None:  # Ctrl-C or SIGTERM: the run is logged interrupted
             return report_interrupted(
-                session.id, where(store), options, out, resume=resume
+                session.id, where(store), options, out, resume=resume, command=name
             )
         abandoned = command.action == "abandon"
-        return report_result(result, where(store), options, out, abandoned=abandoned)
+        return report_result(
+            result, where(store), options, out, abandoned=abandoned, command=name
+        )
 
 
 def _open_run(session: Session, run_id: str | None, store: SessionStore) -> RunRecord:

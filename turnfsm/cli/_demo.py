@@ -246,7 +246,14 @@ def _interrupted(
     is a new run: the hint is the `turnfsm abandon` that ends this one.
     """
     options = AgentOptions(store=spec)
-    return report_interrupted(agent.session.id, where(store), options, out, resume=None)
+    return report_interrupted(
+        agent.session.id,
+        where(store),
+        options,
+        out,
+        resume=None,
+        command="turnfsm demo",
+    )
 
 
 def _run_local_demo(

@@ -10,6 +10,7 @@ stream); a run that pauses prints the calls it waits on and how to answer.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -27,7 +28,12 @@ from turnfsm import _checks
 from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
-from turnfsm.cli._errors import INTERRUPTED_STATUS, as_option, explain
+from turnfsm.cli._errors import (
+    INTERRUPTED_STATUS,
+    as_option,
+    explain,
+    stdout_to_devnull,
+)
 from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
@@ -70,6 +76,7 @@ __all__ = [
     "run_and_close",
     "run_async",
     "run_task",
+    "write_end",
 ]
 
 _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -981,12 +988,14 @@ def report_interrupted(
     out: TextIO,
     *,
     resume: str | None,
+    command: str = "turnfsm run",
 ) -> int:
     """Print where an interrupted run is kept and how to go on; return 130.
 
     `resume` is the command that carries the run on (None: none does, only
     `turnfsm abandon` ends it). Output that cannot be written (its terminal
-    closed: SIGHUP) changes nothing: the run is interrupted, and logged so.
+    closed: SIGHUP) changes nothing: the run is interrupted, and logged so
+    (see `write_end`).
     """
     abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
     if place == IN_MEMORY:
@@ -998,7 +1007,7 @@ def report_interrupted(
             f"run interrupted: what it finished is kept; go on with: {resume} "
             f"(or end it: {abandon})"
         )
-    _say(f"\nsession {session_id} stored in {place}\n{said}", out)
+    write_end(f"\nsession {session_id} stored in {place}\n{said}\n", out, command)
     return INTERRUPTED_STATUS
 
 
@@ -1009,8 +1018,50 @@ def report_result(
     out: TextIO,
     *,
     abandoned: bool = False,
+    command: str = "turnfsm run",
 ) -> int:
     """Print how a run ended (the reply itself was printed as it came).
+
+    Returns 0 (done, or `abandoned` as asked), 1 (failed or cancelled) or 3
+    (paused, itself or a sub-agent of its), whether or not `out` takes the
+    words (see `write_end`).
+    """
+    said = io.StringIO()
+    status = _report_result(result, place, options, said, abandoned=abandoned)
+    write_end(said.getvalue(), out, command)
+    return status
+
+
+def write_end(text: str, out: TextIO, command: str) -> None:
+    """Write how a run ended (`text`: its session, the next command) to `out`.
+
+    A reader gone (``| head``) ends the command quietly, as everywhere: the
+    `BrokenPipeError` goes on. Any other failure (``> /dev/full``) would
+    lose the session's id and what to do next, which the run's log cannot
+    tell: they go to standard error, after what failed, and the command
+    keeps the run's exit status. A terminal that hung up takes neither.
+    """
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError, AttributeError) as exc:  # None: stdout closed
+        stdout_to_devnull()
+        failed = explain(exc) if isinstance(exc, OSError) else "it is closed"
+        said = f"{command}: standard output failed ({failed}); how the run ended:"
+        _say(f"{said}\n{text.lstrip()}".rstrip("\n"), sys.stderr)
+
+
+def _report_result(
+    result: RunResult,
+    place: str,
+    options: AgentOptions,
+    out: TextIO,
+    *,
+    abandoned: bool = False,
+) -> int:
+    """Print how a run ended to `out`; see `report_result`.
 
     Returns 0 (done, or `abandoned` as asked), 1 (failed or cancelled) or 3
     (paused, itself or a sub-agent of its).
