@@ -258,6 +258,8 @@ def test_ctrl_c_outside_a_run_ends_the_program_with_one_line(
         raise SystemExit(status)
 
     monkeypatch.setattr(cli, "main", interrupted)
+    # Nor may it take this process's SIGTERM and SIGHUP.
+    monkeypatch.setattr(cli, "_stop_as_ctrl_c", lambda: None)
     # A stopped command ends through os._exit (no teardown waiting for the
     # threads of the tools it interrupted), which would end this test too.
     monkeypatch.setattr(os, "_exit", exit_now)
@@ -568,3 +570,31 @@ def test_ctrl_c_on_a_narrow_terminal_keeps_its_notice_and_the_cursor(
     assert "exited at once: session ses_" in shown
     assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l")  # the cursor is back
     assert "of 8000 tokens" not in shown  # the status line leaves no trace
+
+
+def test_a_run_under_nohup_goes_on_when_its_terminal_closes(tmp_path: Path) -> None:
+    # `nohup turnfsm run ... &` asks for SIGHUP to be ignored, so that the
+    # run outlives the terminal: the run must not take it as a Ctrl-C.
+    store = tmp_path / "s.db"
+    command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
+    with subprocess.Popen(
+        ["nohup", sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as program:
+        assert program.stdout is not None
+        for line in program.stdout:
+            if line.startswith("[tool] wait_for_the_disk_a_minute("):
+                break
+        program.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        going_on = program.poll() is None
+        program.send_signal(signal.SIGINT)
+        out, _ = program.communicate(timeout=30)
+
+    assert going_on
+    assert "(SIGHUP again" not in out
+    assert "(Ctrl-C again to exit at once)" in out

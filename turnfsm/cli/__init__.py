@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -789,6 +790,7 @@ def script() -> None:
     SDKs import, say) ends the program with status 130 and one line, not a
     traceback; a run handles its own Ctrl-C first.
     """
+    _stop_as_ctrl_c()
     try:
         status = main()
     except KeyboardInterrupt:
@@ -806,6 +808,21 @@ def script() -> None:
 
 
 _TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
+
+
+def _stop_as_ctrl_c() -> None:
+    """Have SIGTERM and SIGHUP stop a command as Ctrl-C does.
+
+    ``kill``, a service stopped or a terminal closed ended the program on
+    the spot, in the middle of what it held (a compaction pass holds its
+    session until its lease runs out); as Ctrl-C, what it holds is let go.
+    A signal ignored (``nohup``) stays ignored; a run takes all three its own
+    way (see `turnfsm.cli._run.interruptible`).
+    """
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)  # Windows has no SIGHUP
+        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, signal.default_int_handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -932,9 +932,13 @@ async def _on_ctrl_c(
     terminal closed, its ssh connection dropped) interrupt it the same way:
     the run ends ``interrupted`` in the log and lets its session go, so it
     can be resumed at once. A terminal that hung up takes no more output:
-    the run is interrupted all the same.
+    the run is interrupted all the same. A signal ignored when the run
+    begins (``nohup``) is left so.
     """
-    with anyio.open_signal_receiver(*_STOPPING) as signals:
+    # A signal asked to be ignored stays so: `nohup turnfsm run ...` outlives
+    # its terminal (SIGHUP), a background job of a script Ctrl-C (SIGINT).
+    taken = [s for s in _STOPPING if signal.getsignal(s) is not signal.SIG_IGN]
+    with anyio.open_signal_receiver(*taken) as signals:
         async for signum in signals:
             if run_scope.cancel_called:
                 if left is not None:
