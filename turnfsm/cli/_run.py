@@ -697,7 +697,8 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     SESSION ... --force``, with the agent and store options the command was
     given (``turnfsm run`` takes none over); one another
     process wrote to since the command read it is read anew by running the
-    command again. A run out of model calls is told to raise ``--max-turns``.
+    command again. A run out of model calls is told to raise ``--max-turns``,
+    one whose model call timed out ``--model-timeout``.
     """
     flags = options.flags() if options else []
     if isinstance(exc, SessionBusy) and open_run_only(exc):
@@ -759,6 +760,9 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
         and not options.agent
     ):
         return explain(exc).replace("max_output_tokens", "--max-tokens")
+    if isinstance(exc, ProviderError) and options is not None and not options.agent:
+        # A call that timed out: its advice names the option that sets it.
+        return explain(exc).replace("model_timeout=", "--model-timeout ")
     return explain(exc)
 
 
