@@ -312,6 +312,28 @@ def test_rm_with_no_one_to_answer_says_so_and_deletes_nothing(
     assert main(["sessions", "rm", sid, "--yes", *store]) == 0
 
 
+@pytest.mark.parametrize(
+    ("stdin", "said"), [(None, "closed"), (io.StringIO(""), "empty")], ids=str
+)
+def test_import_from_a_standard_input_with_nothing_says_so(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: io.StringIO | None,
+    said: str,
+) -> None:
+    # `turnfsm sessions import - <&-` crashed with a traceback
+    # ("'NoneType' object has no attribute 'read'").
+    monkeypatch.setattr("sys.stdin", stdin)
+
+    assert main(["sessions", "import", "-", "--store", str(tmp_path / "s.db")]) == 2
+
+    assert capsys.readouterr().err == (
+        f"turnfsm sessions import: standard input is {said}: expected a session "
+        "log, as `turnfsm sessions export` writes it\n"
+    )
+
+
 def test_rm_refuses_a_session_a_live_run_holds_unless_forced(
     tmp_path: Path, capsys: Capture
 ) -> None:

@@ -558,15 +558,18 @@ def _write_utf8(out: TextIO, text: str) -> None:
 
 async def _import(store: SessionStore, path: str, out: TextIO) -> int:
     data: str | bytes
-    if path == "-":
+    if path == "-" and sys.stdin is None:  # closed: `<&-`
+        data = ""
+    elif path == "-":
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes, unless replaced
         data = stdin.read()
     else:
         data = await anyio.Path(path).read_bytes()
     if not data.strip():
         name = "standard input" if path == "-" else path
+        empty = "closed" if path == "-" and sys.stdin is None else "empty"
         print(
-            f"turnfsm sessions import: {name} is empty: expected a session log, "
+            f"turnfsm sessions import: {name} is {empty}: expected a session log, "
             "as `turnfsm sessions export` writes it",
             file=sys.stderr,
         )
