@@ -76,6 +76,7 @@ __all__ = [
     "run_and_close",
     "run_async",
     "run_task",
+    "stop_signals",
     "write_end",
 ]
 
@@ -907,6 +908,15 @@ _STOPPING: Final = tuple(
 """The signals that interrupt a run (Windows has no SIGHUP)."""
 
 
+def stop_signals() -> list[signal.Signals]:
+    """Ctrl-C, SIGTERM and SIGHUP, but those the program was told to ignore.
+
+    A signal ignored stays so: ``nohup turnfsm run ...`` outlives its
+    terminal (SIGHUP), a script's background job Ctrl-C (SIGINT).
+    """
+    return [s for s in _STOPPING if signal.getsignal(s) is not signal.SIG_IGN]
+
+
 @attrs.frozen
 class _Notices:
     """Prints what Ctrl-C does: through the run's console, else to `out`."""
@@ -939,10 +949,7 @@ async def _on_ctrl_c(
     the run is interrupted all the same. A signal ignored when the run
     begins (``nohup``) is left so.
     """
-    # A signal asked to be ignored stays so: `nohup turnfsm run ...` outlives
-    # its terminal (SIGHUP), a background job of a script Ctrl-C (SIGINT).
-    taken = [s for s in _STOPPING if signal.getsignal(s) is not signal.SIG_IGN]
-    with anyio.open_signal_receiver(*taken) as signals:
+    with anyio.open_signal_receiver(*stop_signals()) as signals:
         async for signum in signals:
             if run_scope.cancel_called:
                 if left is not None:
