@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -474,7 +476,9 @@ def test_a_misspelt_choice_names_the_one_it_is_close_to(
 def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
     session: str, tmp_path: Path, capsys: Capture
 ) -> None:
-    # It said "take it over with force=True": Python's word, no option's.
+    # It said "take it over with force=True": Python's word, no option's;
+    # then `turnfsm resume SESSION --force`, without the agent (or the store)
+    # the run was given, which resume needs: typed as printed, it was refused.
     async def hold() -> None:
         async with SQLiteStore(tmp_path / "s.db") as store:
             await store.acquire_lease(session, "elsewhere:1:abc", ttl=600)
@@ -485,7 +489,8 @@ def test_a_run_on_a_session_another_process_holds_names_the_command_to_take_it(
     line = _one_line(capsys, "run", quiet=True)
     assert "is held by 'elsewhere:1:abc'" in line
     assert (
-        f"take it over with `turnfsm resume {session} --force` only if you know "
+        f"take it over with `turnfsm resume {session} --agent {agent} --force` "
+        "only if you know "
         "that process is gone (past "
     ) in line
     assert line.endswith(" UTC, resume and abandon take it over without it)")
@@ -526,6 +531,49 @@ def test_a_reader_gone_ends_a_command_quietly_with_status_141(
     assert main(words) == 141
 
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("agent", "status", "said"),
+    [
+        (
+            "tests.cli.approval_agent:careful",
+            3,
+            "answer it with: turnfsm approve|reject|abandon ses_",
+        ),
+        ("tests.cli.compact_agent:agent", 0, "run done: 1 model call(s)"),
+    ],
+    ids=["paused", "done"],
+)
+def test_a_run_on_a_full_disk_says_on_stderr_how_it_ended_and_where_it_is(
+    tmp_path: Path, agent: str, status: int, said: str
+) -> None:
+    # `turnfsm run ... > /dev/full`: the run went on and was kept, then the
+    # command said only "turnfsm run: no space left on device", with status
+    # 2 ("could not start"): nothing named the session, nor its next step.
+    store = tmp_path / "s.db"
+    command = ["run", "Delete the logs.", "--agent", agent, "--store", str(store)]
+    with Path("/dev/full").open("w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "turnfsm", *command],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert done.returncode == status, done.stderr
+    first, *rest = done.stderr.splitlines()
+    assert first == (
+        "turnfsm run: standard output failed (no space left on device); "
+        "how the run ended:"
+    )
+    assert rest[0].startswith("session ses_")
+    assert rest[0].endswith(f" stored in {store}")
+    assert rest[-1].startswith(said)
 
 
 def test_a_session_written_since_the_command_read_it_is_to_be_run_again() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -56,11 +57,22 @@ def ctrl_c_model(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _hint(out: str, command: str) -> list[str]:
     """The `turnfsm COMMAND ...` the interrupted run's hint prints, as argv."""
-    line = next(li for li in out.splitlines() if li.startswith("run interrupted"))
+    hints = ("run interrupted", "exited at once")
+    line = next(li for li in out.splitlines() if li.startswith(hints))
     start = line.index(f"turnfsm {command} ")
     words = shlex.split(line[start:].removesuffix(")"))
     end = words.index("(or") if "(or" in words else len(words)
     return words[1:end]
+
+
+def _sessions(store: Path) -> list[str]:
+    """The ids of the sessions `store` keeps."""
+
+    async def listed() -> list[str]:
+        async with SQLiteStore(store) as opened:
+            return [info.id for info in await opened.list_sessions()]
+
+    return anyio.run(listed)
 
 
 def _stored(store: Path, session_id: str) -> Session:
@@ -246,6 +258,8 @@ def test_ctrl_c_outside_a_run_ends_the_program_with_one_line(
         raise SystemExit(status)
 
     monkeypatch.setattr(cli, "main", interrupted)
+    # Nor may it take this process's SIGTERM and SIGHUP.
+    monkeypatch.setattr(cli, "_stop_as_ctrl_c", lambda: None)
     # A stopped command ends through os._exit (no teardown waiting for the
     # threads of the tools it interrupted), which would end this test too.
     monkeypatch.setattr(os, "_exit", exit_now)
@@ -344,11 +358,17 @@ def test_a_run_that_ended_leaves_a_tool_s_thread_past_its_timeout_behind(
 
 
 def _stopped_while_the_tool_runs(
-    cwd: Path, command: list[str], signum: signal.Signals
+    cwd: Path,
+    command: list[str],
+    signum: signal.Signals,
+    *,
+    tool: str = "wait_for_the_disk_a_minute",
+    again_after: float | None = None,
 ) -> tuple[int, str, str]:
-    """Run `turnfsm COMMAND`; send `signum` once its slow tool began.
+    """Run `turnfsm COMMAND`; send `signum` once its slow `tool` began.
 
-    Returns its exit status, its output and its errors.
+    With `again_after`, send it again that many seconds later. Returns its
+    exit status, its output and its errors.
     """
     with subprocess.Popen(
         [sys.executable, "-m", "turnfsm", *command],
@@ -362,8 +382,11 @@ def _stopped_while_the_tool_runs(
         seen = []
         for line in program.stdout:  # the tool has begun: stop the program
             seen.append(line)
-            if line.startswith("[tool] wait_for_the_disk_a_minute"):
+            if line.startswith(f"[tool] {tool}("):
                 program.send_signal(signum)
+                if again_after is not None:
+                    time.sleep(again_after)
+                    program.send_signal(signum)
                 break
         out, err = program.communicate(timeout=30)
     return program.returncode, "".join(seen) + out, err
@@ -372,19 +395,22 @@ def _stopped_while_the_tool_runs(
 _SLOW = ["--agent", "tests.cli.stuck_tool_agent:slow_agent"]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=str)
 def test_sigterm_interrupts_a_run_as_ctrl_c_does_and_lets_its_session_go(
-    tmp_path: Path,
+    tmp_path: Path, signum: signal.Signals
 ) -> None:
-    # `kill`, `docker stop` and a service manager send SIGTERM: the program
-    # died at once, its run left open and its session held until the lease
-    # ran out, so `turnfsm abandon` (or `resume`) was refused meanwhile.
+    # `kill`, `docker stop` and a service manager send SIGTERM, a closed
+    # terminal or a dropped ssh connection SIGHUP: the program died at once,
+    # its run left open and its session held until the lease ran out, so
+    # `turnfsm abandon` (or `resume`) was refused meanwhile.
     store = tmp_path / "s.db"
     command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
-    status, out, err = _stopped_while_the_tool_runs(tmp_path, command, signal.SIGTERM)
+    status, out, err = _stopped_while_the_tool_runs(tmp_path, command, signum)
 
     assert status == 130, err
     assert err == ""
-    assert "interrupting: the run keeps what it finished (SIGTERM again" in out
+    said = f"interrupting: the run keeps what it finished ({signum.name} again"
+    assert said in out
     abandon = _hint(out, "abandon")
     session_id = abandon[1]
     assert _stored(store, session_id).runs[0].outcome == "interrupted"
@@ -420,3 +446,177 @@ def test_a_resumed_run_is_interrupted_as_a_run_is(
     assert _hint(out, "resume") == resume
     (run,) = _stored(store, resume[1]).runs
     assert run.outcome == "interrupted"
+
+
+def test_a_second_ctrl_c_exits_at_once_naming_the_session_and_how_to_go_on(
+    tmp_path: Path,
+) -> None:
+    # The run's tool takes five seconds to stop; Ctrl-C again meanwhile
+    # exited at once, printing nothing more: the new session's id was never
+    # printed, so nothing said which session to resume or abandon, nor that
+    # it stays held a while.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.stuck_tool_agent:slow_to_stop_agent"
+    command = ["run", "Fetch the report.", "--agent", agent, "--store", str(store)]
+    status, out, err = _stopped_while_the_tool_runs(
+        tmp_path, command, signal.SIGINT, tool="fetch_the_report", again_after=1
+    )
+
+    assert status == 130, err
+    assert err == ""
+    *_, last = out.splitlines()
+    assert last.startswith("exited at once: session ses_")
+    assert "its run stays open, held for up to 30 s (its lease)" in last
+    resume = _hint(out, "resume")
+    assert resume == ["resume", resume[1], "--agent", agent, "--store", str(store)]
+    assert _hint(out, "abandon") == ["abandon", resume[1], "--store", str(store)]
+    (run,) = _stored(store, resume[1]).runs
+    assert run.outcome == "running"  # left open: resume carries it on once let go
+
+
+def test_a_closed_terminal_interrupts_the_run_and_exits_as_ctrl_c_does(
+    tmp_path: Path,
+) -> None:
+    # The terminal window closed (or the ssh connection dropped): the kernel
+    # sends SIGHUP, and the terminal takes no more output. The run was
+    # logged interrupted, but printing where it is kept failed on the gone
+    # terminal, and the program ended on that error (status 1, a traceback
+    # to nowhere) instead of as an interrupted run.
+    store = tmp_path / "s.db"
+    command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
+    terminal, side = os.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "TERM": "xterm"},
+        stdin=side,
+        stdout=side,
+        stderr=side,
+        start_new_session=True,
+    ) as program:
+        os.close(side)
+        seen = b""
+        while b"[tool] wait_for_the_disk_a_minute(" not in seen:
+            seen += os.read(terminal, 4096)
+        os.close(terminal)  # hang up
+        program.send_signal(signal.SIGHUP)
+        status = program.wait(timeout=30)
+
+    assert status == 130
+    (session,) = _sessions(store)
+    assert _stored(store, session).runs[0].outcome == "interrupted"
+
+
+def _screen(raw: str, width: int) -> list[str]:
+    """The lines a terminal `width` columns wide shows after `raw`.
+
+    As much of a terminal as a live status line uses: text that wraps at
+    the edge, ``\\r``, ``\\n``, erase the line (``ESC[2K``) and cursor up
+    (``ESC[1A``); other escapes change nothing shown.
+    """
+    lines, row, col = [""], 0, 0
+    for piece in re.split(r"(\x1b\[[0-9;?]*[A-Za-z]|\r|\n)", raw):
+        if piece == "\r":
+            col = 0
+        elif piece == "\n":
+            row, col = row + 1, 0
+        elif piece == "\x1b[2K":
+            lines[row] = ""
+        elif piece == "\x1b[1A":
+            row = max(row - 1, 0)
+        elif piece.startswith("\x1b"):
+            continue
+        for char in "" if piece.startswith(("\x1b", "\r", "\n")) else piece:
+            if col == width:
+                row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+            lines[row] = lines[row][:col].ljust(col) + char + lines[row][col + 1 :]
+            col += 1
+        lines += [""] * (row + 1 - len(lines))
+    return lines
+
+
+def _on_a_terminal(
+    cwd: Path, command: list[str], columns: int, ctrl_c: list[float]
+) -> tuple[int, str]:
+    """Run `turnfsm COMMAND` on a terminal `columns` wide; press Ctrl-C.
+
+    Ctrl-C is pressed once its first tool began, then again after each of
+    the seconds in `ctrl_c`. Returns its exit status and all it wrote.
+    """
+    terminal, side = os.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TERM": "xterm"}
+    env["COLUMNS"] = str(columns)
+    env.pop("NO_COLOR", None)
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=cwd,
+        env=env,
+        stdin=side,
+        stdout=side,
+        stderr=side,
+        start_new_session=True,
+    ) as program:
+        os.close(side)
+        seen = b""
+        while b"[tool] " not in seen:
+            seen += os.read(terminal, 4096)
+        program.send_signal(signal.SIGINT)
+        for seconds in ctrl_c:
+            time.sleep(seconds)
+            program.send_signal(signal.SIGINT)
+        status = program.wait(timeout=30)
+        with contextlib.suppress(OSError):  # its end: EIO once it closed
+            while chunk := os.read(terminal, 4096):
+                seen += chunk
+        os.close(terminal)
+    return status, seen.decode()
+
+
+def test_ctrl_c_on_a_narrow_terminal_keeps_its_notice_and_the_cursor(
+    tmp_path: Path,
+) -> None:
+    # The notice was written under the live status line, leaving a stale
+    # copy of it on the screen (wrapped on a narrow terminal, the line's next
+    # refresh could erase the notice instead); a second Ctrl-C exited with
+    # the status line still drawn and the cursor hidden, so the shell the
+    # user came back to had no cursor.
+    store = tmp_path / "s.db"
+    agent = "tests.cli.stuck_tool_agent:slow_to_stop_agent"
+    command = ["run", "Fetch the report.", "--agent", agent, "--store", str(store)]
+    status, raw = _on_a_terminal(tmp_path, command, columns=30, ctrl_c=[1.5])
+
+    assert status == 130
+    shown = "\n".join(_screen(raw, 30)).replace("\n", "")
+    assert "interrupting: the run keeps what it finished (Ctrl-C again to exit" in shown
+    assert "exited at once: session ses_" in shown
+    assert raw.rfind("\x1b[?25h") > raw.rfind("\x1b[?25l")  # the cursor is back
+    assert "of 8000 tokens" not in shown  # the status line leaves no trace
+
+
+def test_a_run_under_nohup_goes_on_when_its_terminal_closes(tmp_path: Path) -> None:
+    # `nohup turnfsm run ... &` asks for SIGHUP to be ignored, so that the
+    # run outlives the terminal: the run must not take it as a Ctrl-C.
+    store = tmp_path / "s.db"
+    command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
+    with subprocess.Popen(
+        ["nohup", sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as program:
+        assert program.stdout is not None
+        for line in program.stdout:
+            if line.startswith("[tool] wait_for_the_disk_a_minute("):
+                break
+        program.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        going_on = program.poll() is None
+        program.send_signal(signal.SIGINT)
+        out, _ = program.communicate(timeout=30)
+
+    assert going_on
+    assert "(SIGHUP again" not in out
+    assert "(Ctrl-C again to exit at once)" in out

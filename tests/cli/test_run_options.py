@@ -593,7 +593,8 @@ def silent_server() -> Iterator[str]:
 def test_a_model_that_never_answers_fails_the_run_after_model_timeout(
     silent_server: str, tmp_path: Path, capsys: Capture
 ) -> None:
-    # Without it, each call waited 300 s: the command looked hung.
+    # Without it, each call waited 300 s: the command looked hung. Its
+    # advice named `model_timeout=`, Python's word, not the option's.
     store = tmp_path / "s.db"
     argv = ["run", "hi", "--model", silent_server, "--window", "4000"]
     started = time.monotonic()
@@ -604,6 +605,9 @@ def test_a_model_that_never_answers_fails_the_run_after_model_timeout(
     assert status == 1
     out, err = capsys.readouterr()
     assert "timed out after 0.2s" in out + err
+    (ended,) = [line for line in out.splitlines() if line.startswith("run failed")]
+    assert "--model-timeout 0.2 s per attempt; raise it to wait longer" in ended
+    assert "model_timeout" not in ended
 
 
 @pytest.mark.parametrize("task", ["", "  "])

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.helpers import ProtocolStore, restamp
+from tests.helpers import REPO_ROOT, ProtocolStore, restamp
 from turnfsm import Agent
 from turnfsm.cli import main
 from turnfsm.cli._sessions import _list
@@ -244,6 +248,90 @@ def test_rm_asks_first_unless_yes(
     assert "no sessions in" in capsys.readouterr().out
     sid = _demo(capsys, *store)
     assert main(["sessions", "rm", sid, "--yes", *store]) == 0
+
+
+def _turnfsm(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`turnfsm ARGS` run as a program in `cwd`; its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "turnfsm", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_rm_killed_while_it_asks_leaves_the_session_free(tmp_path: Path) -> None:
+    # `turnfsm sessions rm` held the session for ten minutes while it asked
+    # [y/N]: a Ctrl-C (or SIGTERM, SIGHUP) meant as "no" left every run,
+    # resume and rm of the session refused until the hold ran out.
+    path = tmp_path / "s.db"
+    store = ["--store", str(path)]
+    done = _turnfsm(tmp_path, "demo", *store)
+    (sid,) = re.findall(r"session (ses_\w+) stored in", done.stdout)
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", "sessions", "rm", sid, *store],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as asking:
+        assert asking.stdout is not None
+        assert asking.stdout.read(len("delete session")) == "delete session"
+        asking.send_signal(signal.SIGTERM)
+        asking.wait(timeout=30)
+
+    again = _turnfsm(tmp_path, "sessions", "rm", sid, "--yes", *store)
+
+    assert again.returncode == 0, again.stderr
+    assert f"deleted session {sid}" in again.stdout
+
+
+@pytest.mark.parametrize("stdin", [None, io.StringIO("")], ids=["closed", "empty"])
+def test_rm_with_no_one_to_answer_says_so_and_deletes_nothing(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: io.StringIO | None,
+) -> None:
+    # With standard input closed (`<&-`) it crashed with a traceback
+    # ("input(): lost sys.stdin"), keeping the session held ten minutes.
+    store = ["--store", str(tmp_path / "s.db")]
+    sid = _demo(capsys, *store)
+    monkeypatch.setattr("sys.stdin", stdin)
+
+    assert main(["sessions", "rm", sid, *store]) == 1
+
+    out = capsys.readouterr().out
+    assert out.endswith(
+        "not deleted: no answer (standard input ended); --yes deletes without asking\n"
+    )
+    assert main(["sessions", "rm", sid, "--yes", *store]) == 0
+
+
+@pytest.mark.parametrize(
+    ("stdin", "said"), [(None, "closed"), (io.StringIO(""), "empty")], ids=str
+)
+def test_import_from_a_standard_input_with_nothing_says_so(
+    tmp_path: Path,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: io.StringIO | None,
+    said: str,
+) -> None:
+    # `turnfsm sessions import - <&-` crashed with a traceback
+    # ("'NoneType' object has no attribute 'read'").
+    monkeypatch.setattr("sys.stdin", stdin)
+
+    assert main(["sessions", "import", "-", "--store", str(tmp_path / "s.db")]) == 2
+
+    assert capsys.readouterr().err == (
+        f"turnfsm sessions import: standard input is {said}: expected a session "
+        "log, as `turnfsm sessions export` writes it\n"
+    )
 
 
 def test_rm_refuses_a_session_a_live_run_holds_unless_forced(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
 from tests.cli.compact_agent import agent
-from tests.helpers import run_killed
+from tests.helpers import REPO_ROOT, run_killed
 from turnfsm import Agent, ContextManager, Driver
 from turnfsm.cli import main
 from turnfsm.persistence import Session, SQLiteStore, SummaryRecorded
@@ -175,3 +179,42 @@ def test_a_session_with_an_interrupted_run_names_the_commands(
     assert f"turnfsm approve|reject|abandon {session_id} --store {db}" in err
     assert f"carry it on with turnfsm resume {session_id} --store {db}" in err
     assert err.rstrip().endswith("then compact it")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=str)
+def test_a_pass_stopped_by_a_signal_lets_the_session_go(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    # SIGTERM (`kill`, a service stopped) killed `turnfsm sessions compact`
+    # mid-pass, as Ctrl-C did not: the session stayed held until its lease
+    # ran out, refusing every run and pass meanwhile.
+    db = tmp_path / "s.db"
+    session_id = _filled(db)
+    command = _compact(db, session_id)
+    command[-1] = "tests.cli.compact_agent:slow_agent"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as program:
+        assert program.stdout is not None
+        assert program.stdout.readline() == "compacting\n"
+        program.send_signal(signum)
+        _, err = program.communicate(timeout=30)
+
+    assert program.returncode == 130
+    assert err == "\nturnfsm: interrupted\n"
+    again = subprocess.run(
+        [sys.executable, "-m", "turnfsm", *_compact(db, session_id)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr

@@ -374,3 +374,23 @@ def test_load_agents_reads_an_agent_a_list_or_a_factory() -> None:
     ]:
         with pytest.raises(ConfigError, match=why):
             load_agents(spec)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=str)
+def test_a_worker_stops_gracefully_on_sigterm_or_a_closed_terminal(
+    temporal_address: str, tmp_path: Path, signum: signal.Signals
+) -> None:
+    # SIGHUP (its terminal closed) killed the worker on the spot, not shut
+    # down as Ctrl-C and SIGTERM do.
+    queue = f"cli-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TURNFSM_STORE": str(tmp_path / "worker.db")}
+    worker = _started(
+        "worker", "--task-queue", queue, "--address", temporal_address, env=env
+    )
+    assert worker.stdout is not None
+    assert "serving turnfsm" in worker.stdout.readline()
+    worker.send_signal(signum)
+    out, err = worker.communicate(timeout=30)
+
+    assert worker.returncode == 0, err
+    assert "turnfsm worker: stopped" in out

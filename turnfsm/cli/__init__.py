@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import io
 import os
+import signal
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 # Only what imports in a blink (no turnfsm package with its dependencies): the
 # program's Ctrl-C handling starts in `script()`, and a Ctrl-C while this
 # module imports would end it with a traceback.
-from turnfsm.cli._errors import INTERRUPTED_STATUS
+from turnfsm.cli._errors import INTERRUPTED_STATUS, stdout_to_devnull
 
 __all__ = ["main", "script"]
 
@@ -255,7 +256,7 @@ def _parser() -> argparse.ArgumentParser:
         "one built of --model and the options below, printing the phases, the "
         "tool calls and the replies as they happen. Exit status: 0 done, "
         "1 failed, 2 could not start, 3 paused (answer it with `turnfsm "
-        "approve`), 130 interrupted by Ctrl-C or SIGTERM (carry it on with "
+        "approve`), 130 interrupted by Ctrl-C, SIGTERM or SIGHUP (carry it on with "
         "`turnfsm resume`).",
     )
     run.add_argument("task", help="what the agent should do")
@@ -760,7 +761,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:
-        _stdout_to_devnull()
+        stdout_to_devnull()
         return 141
 
 
@@ -788,10 +789,13 @@ def script() -> None:
     background threads can abort a finalizing interpreter ("Fatal Python
     error: PyGILState_Release"), which would turn a finished command into a
     crash. So does a command Ctrl-C stopped: the teardown would wait for the
-    threads of the tools it interrupted. Ctrl-C outside a run (while the
-    SDKs import, say) ends the program with status 130 and one line, not a
-    traceback; a run handles its own Ctrl-C first.
+    threads of the tools it interrupted; and one whose run ended with a plain
+    tool still running in its thread past its timeout (it says so on stderr,
+    and runs the exit handlers first: traces are sent). Ctrl-C outside a run
+    (while the SDKs import, say) ends the program with status 130 and one
+    line, not a traceback; a run handles its own Ctrl-C first.
     """
+    _stop_as_ctrl_c()
     try:
         status = main()
     except KeyboardInterrupt:
@@ -844,11 +848,19 @@ def _threads_left(grace: float = 0.5) -> int:
 _TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
 
 
-def _stdout_to_devnull() -> None:
-    """Point stdout at /dev/null, so the final flush at exit fails no more."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+def _stop_as_ctrl_c() -> None:
+    """Have SIGTERM and SIGHUP stop a command as Ctrl-C does.
+
+    ``kill``, a service stopped or a terminal closed ended the program on
+    the spot, in the middle of what it held (a compaction pass holds its
+    session until its lease runs out); as Ctrl-C, what it holds is let go.
+    A signal ignored (``nohup``) stays ignored; a run takes all three its own
+    way (see `turnfsm.cli._run.interruptible`).
+    """
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)  # Windows has no SIGHUP
+        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, signal.default_int_handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:

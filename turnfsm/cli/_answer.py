@@ -25,8 +25,9 @@ from turnfsm.cli._run import (
     cli_store,
     cli_words,
     close_model,
-    hooks_for,
+    console_for,
     interruptible,
+    left_open_words,
     load_cli_session,
     open_driver,
     raise_if_crashed,
@@ -45,7 +46,7 @@ from turnfsm.errors import (
     SubagentWaiting,
     busy_words,
 )
-from turnfsm.hooks import DecisionInfo, Hook, TransitionInfo
+from turnfsm.hooks import ConsoleHook, DecisionInfo, Hook, TransitionInfo
 from turnfsm.persistence import RunRecord, Session, SessionStore, parent_of
 
 __all__ = ["ANSWERS", "AnswerCommand", "run_answer"]
@@ -155,22 +156,36 @@ async def _answer_with(
                     )
                 )
             started = [r.run_id for r in session.runs].index(run.run_id)
+            resume = shlex.join(["turnfsm", "resume", session.id, *options.flags()])
+            left = left_open_words(
+                session.id,
+                where(store),
+                options,
+                resume=resume,
+                lease_ttl=driver.lease_ttl,
+            )
+            console = console_for(out)
             try:
                 result = await interruptible(
-                    lambda: _go_on(command, driver, session, run, out, paused), out
+                    lambda: _go_on(command, driver, session, run, console, paused),
+                    out,
+                    left=left,
+                    console=console,
                 )
             except Exception as exc:
                 raise_if_crashed(exc, session, started, where(store))
                 raise
             finally:
                 await close_model(driver)
+        name = f"turnfsm {command.action}"
         if result is None:  # Ctrl-C or SIGTERM: the run is logged interrupted
-            resume = shlex.join(["turnfsm", "resume", session.id, *options.flags()])
             return report_interrupted(
-                session.id, where(store), options, out, resume=resume
+                session.id, where(store), options, out, resume=resume, command=name
             )
         abandoned = command.action == "abandon"
-        return report_result(result, where(store), options, out, abandoned=abandoned)
+        return report_result(
+            result, where(store), options, out, abandoned=abandoned, command=name
+        )
 
 
 def _open_run(session: Session, run_id: str | None, store: SessionStore) -> RunRecord:
@@ -274,7 +289,7 @@ async def _go_on(
     driver: Driver,
     session: Session,
     run: RunRecord,
-    out: TextIO,
+    console: ConsoleHook,
     paused: RunRecord,
 ) -> RunResult:
     if command.action == "abandon":
@@ -289,7 +304,7 @@ async def _go_on(
         session,
         run.run_id,
         event,
-        hooks=[_GoesOn(out, command.action), *hooks_for(out)],
+        hooks=[_GoesOn(console.out, command.action), console],
         force=command.force,
     )
 

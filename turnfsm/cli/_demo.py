@@ -24,6 +24,7 @@ from turnfsm.cli._run import (
     LOCAL_MAX_TURNS,
     AgentOptions,
     interruptible,
+    left_open_words,
     report_interrupted,
     run_and_close,
     run_async,
@@ -189,7 +190,8 @@ def run_demo(
     print(f"turnfsm demo - {SimulatedModel.label}", file=sink)
     agent = build_demo_agent(sink, store=sessions, strategy=strategy)
     print(f"task: {TASK}\n", file=sink)
-    result = run_async(run_and_close_store, agent, TASK, stream)
+    left = _left_open(agent, sessions, store)
+    result = run_async(run_and_close_store, agent, TASK, stream, left)
     if result is None:
         return _interrupted(agent, sessions, store, stream)
     print(f"session {result.session_id} stored in {where(sessions)}", file=sink)
@@ -206,20 +208,33 @@ def run_demo(
 
 
 async def run_and_close_store(
-    agent: Agent, task: str, out: TextIO | None = None
+    agent: Agent, task: str, out: TextIO | None = None, left: str | None = None
 ) -> RunResult | None:
     """Run `task`, then close the model's connections and the agent's store.
 
     Ctrl-C interrupts the run as it does ``turnfsm run``'s (its notice is
-    printed to `out`, else stdout): None then.
+    printed to `out`, else stdout): None then. A second Ctrl-C prints `left`
+    and exits at once.
     """
+    stream = out or sys.stdout
+    printing = [h for h in agent.driver.hooks if isinstance(h, ConsoleHook)]
+    console = next((hook for hook in printing if hook.out is stream), None)
     try:
         return await interruptible(
-            lambda: run_and_close(agent, task), out or sys.stdout
+            lambda: run_and_close(agent, task), stream, left=left, console=console
         )
     finally:
         with anyio.CancelScope(shield=True):
             await close_store(agent.store)
+
+
+def _left_open(agent: Agent, store: SessionStore, spec: str | None) -> str:
+    """What a second Ctrl-C leaves of the demo's run: the abandon that ends it."""
+    options = AgentOptions(store=spec)
+    ttl = agent.driver.lease_ttl
+    return left_open_words(
+        agent.session.id, where(store), options, resume=None, lease_ttl=ttl
+    )
 
 
 def _interrupted(
@@ -231,7 +246,14 @@ def _interrupted(
     is a new run: the hint is the `turnfsm abandon` that ends this one.
     """
     options = AgentOptions(store=spec)
-    return report_interrupted(agent.session.id, where(store), options, out, resume=None)
+    return report_interrupted(
+        agent.session.id,
+        where(store),
+        options,
+        out,
+        resume=None,
+        command="turnfsm demo",
+    )
 
 
 def _run_local_demo(
@@ -269,7 +291,8 @@ def _run_local_demo(
             max_turns=LOCAL_MAX_TURNS,  # as `turnfsm run --model local`
         )
         print(f"task: {TASK}\n", file=sink)
-        result = run_async(run_and_close_store, agent, TASK, stream)
+        left = _left_open(agent, store, spec)
+        result = run_async(run_and_close_store, agent, TASK, stream, left)
     finally:
         server.stop()
     if result is None:

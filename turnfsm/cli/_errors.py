@@ -9,6 +9,7 @@ before a command does its work.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -28,6 +29,7 @@ __all__ = [
     "count_option",
     "explain",
     "fail",
+    "stdout_to_devnull",
     "terminal_text",
 ]
 
@@ -188,3 +190,14 @@ def terminal_text(text: str) -> str:
         else c
         for c in text
     )
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the final flush at exit fails no more.
+
+    For a standard output that failed (``| head`` gone, a full disk): the
+    text still in its buffer would fail again at exit, with a traceback.
+    """
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())

@@ -10,6 +10,7 @@ stream); a run that pauses prints the calls it waits on and how to answer.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shlex
@@ -27,7 +28,12 @@ from turnfsm import _checks
 from turnfsm._resources import load_machine
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agent, load_tools
-from turnfsm.cli._errors import INTERRUPTED_STATUS, as_option, explain
+from turnfsm.cli._errors import (
+    INTERRUPTED_STATUS,
+    as_option,
+    explain,
+    stdout_to_devnull,
+)
 from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
 from turnfsm.context import ContextCompactor, ContextManager, strategy_named
@@ -50,7 +56,7 @@ from turnfsm.errors import (
     WindowTooLarge,
     busy_words,
 )
-from turnfsm.hooks import ConsoleHook, Hook
+from turnfsm.hooks import ConsoleHook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
 from turnfsm.providers import ModelClient, known_window, server_window, window_for
 
@@ -59,7 +65,9 @@ __all__ = [
     "AgentOptions",
     "calibrates",
     "cli_words",
+    "console_for",
     "interruptible",
+    "left_open_words",
     "open_model",
     "open_run_only",
     "open_run_words",
@@ -68,6 +76,8 @@ __all__ = [
     "run_and_close",
     "run_async",
     "run_task",
+    "stop_signals",
+    "write_end",
 ]
 
 _KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
@@ -504,12 +514,12 @@ async def load_cli_session(
         raise await not_found(exc, store) from None
 
 
-def hooks_for(out: TextIO) -> list[Hook]:
-    """The hooks a command prints a run with: phases, tools, and the replies.
+def console_for(out: TextIO) -> ConsoleHook:
+    """The hook a command prints a run with: phases, tools, and the replies.
 
     On a terminal, a live status line too (see `ConsoleHook`).
     """
-    return [ConsoleHook(out, replies=True)]
+    return ConsoleHook(out, replies=True)
 
 
 def run_task(
@@ -545,9 +555,14 @@ def run_task(
         print(f"turnfsm run: {cli_words(exc, options)}", file=sys.stderr)
         return 2
     if result is None:  # Ctrl-C: the run is logged interrupted
-        resume = shlex.join(["turnfsm", "resume", session, *options.flags()])
+        resume = _resume_command(session, options)
         return report_interrupted(session, place, options, stream, resume=resume)
     return report_result(result, place, options, stream)
+
+
+def _resume_command(session_id: str, options: AgentOptions) -> str:
+    """The `turnfsm resume` that carries on the run of `session_id`."""
+    return shlex.join(["turnfsm", "resume", session_id, *options.flags()])
 
 
 @final
@@ -680,15 +695,18 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
     lower ``--max-tokens`` (pin rules are set only in code: in your own
     agent, given with ``--agent``, where the error's own advice holds). A
     session another process holds is taken over with ``turnfsm resume
-    SESSION --force`` (``turnfsm run`` takes none over); one another
+    SESSION ... --force``, with the agent and store options the command was
+    given (``turnfsm run`` takes none over); one another
     process wrote to since the command read it is read anew by running the
-    command again. A run out of model calls is told to raise ``--max-turns``.
+    command again. A run out of model calls is told to raise ``--max-turns``,
+    one whose model call timed out ``--model-timeout``.
     """
+    flags = options.flags() if options else []
     if isinstance(exc, SessionBusy) and open_run_only(exc):
-        flags = options.flags() if options else []
         return open_run_words(exc, flags, "then run the task again")
     if isinstance(exc, SessionBusy):
-        return busy_words(exc, f"`turnfsm resume {exc.session_id} --force`")
+        take = shlex.join(["turnfsm", "resume", exc.session_id, *flags, "--force"])
+        return busy_words(exc, f"`{take}`")
     if isinstance(exc, SessionConflict):  # a command reads the session anew
         if exc.actual == 0 and not exc.loading:  # removed: nothing to run again
             return str(exc)
@@ -743,6 +761,9 @@ def cli_words(exc: BaseException, options: AgentOptions | None = None) -> str:
         and not options.agent
     ):
         return explain(exc).replace("max_output_tokens", "--max-tokens")
+    if isinstance(exc, ProviderError) and options is not None and not options.agent:
+        # A call that timed out: its advice names the option that sets it.
+        return explain(exc).replace("model_timeout=", "--model-timeout ")
     return explain(exc)
 
 
@@ -825,10 +846,20 @@ async def _run(
                     store, session_id, seconds=driver.store_timeout
                 )
             started = len(session.runs)
+            left = left_open_words(
+                session.id,
+                where(store),
+                options,
+                resume=_resume_command(session.id, options),
+                lease_ttl=driver.lease_ttl,
+            )
+            console = console_for(out)
             try:
                 result = await interruptible(
-                    lambda: driver.run(task, session=session, hooks=hooks_for(out)),
+                    lambda: driver.run(task, session=session, hooks=[console]),
                     out,
+                    left=left,
+                    console=console,
                 )
             except Exception as exc:
                 raise_if_crashed(exc, session, started, where(store))
@@ -839,46 +870,130 @@ async def _run(
 
 
 async def interruptible(
-    run: Callable[[], Awaitable[RunResult]], out: TextIO
+    run: Callable[[], Awaitable[RunResult]],
+    out: TextIO,
+    *,
+    left: str | None = None,
+    console: ConsoleHook | None = None,
 ) -> RunResult | None:
     """Await `run()`; None when Ctrl-C interrupted it (the run logs itself so).
 
-    The first Ctrl-C (or SIGTERM) cancels the run, which keeps what it
-    finished; a second exits the process at once (status 130). Signals
-    reach the main thread only: elsewhere (`turnfsm view` answers its page's
-    form in a thread of its own) the run is awaited as it is.
+    The first Ctrl-C (or SIGTERM, or SIGHUP) cancels the run, which keeps
+    what it finished; a second exits the process at once (status 130),
+    printing `left` first (`left_open_words`: the session and how to go on).
+    The notices go through `console`, the run's `ConsoleHook` printing to
+    `out`, when it has one: above its live status line, which a second
+    Ctrl-C stops (else the terminal is left with no cursor). Signals reach
+    the main thread only: elsewhere (`turnfsm view` answers its page's form
+    in a thread of its own) the run is awaited as it is.
     """
     if threading.current_thread() is not threading.main_thread():
         return await run()
     result: RunResult | None = None
     run_scope = anyio.CancelScope()
+    say = _Notices(out, console)
     async with anyio.create_task_group() as watchers:
-        watchers.start_soon(_on_ctrl_c, run_scope, out)
+        watchers.start_soon(_on_ctrl_c, run_scope, say, left)
         with run_scope:
             result = await run()
         watchers.cancel_scope.cancel()
     return result
 
 
-async def _on_ctrl_c(run_scope: anyio.CancelScope, out: TextIO) -> None:
+_STOPPING: Final = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+)
+"""The signals that interrupt a run (Windows has no SIGHUP)."""
+
+
+def stop_signals() -> list[signal.Signals]:
+    """Ctrl-C, SIGTERM and SIGHUP, but those the program was told to ignore.
+
+    A signal ignored stays so: ``nohup turnfsm run ...`` outlives its
+    terminal (SIGHUP), a script's background job Ctrl-C (SIGINT).
+    """
+    return [s for s in _STOPPING if signal.getsignal(s) is not signal.SIG_IGN]
+
+
+@attrs.frozen
+class _Notices:
+    """Prints what Ctrl-C does: through the run's console, else to `out`."""
+
+    out: TextIO
+    console: ConsoleHook | None
+
+    def __call__(self, text: str) -> None:
+        if self.console is None:
+            _say(text, self.out)
+            return
+        for line in text.split("\n"):
+            self.console.print(line)
+
+    def stop(self) -> None:
+        """Stop the console's live status line (the process exits at once)."""
+        if self.console is not None:
+            self.console.stop()
+
+
+async def _on_ctrl_c(
+    run_scope: anyio.CancelScope, say: _Notices, left: str | None
+) -> None:
     """The first Ctrl-C interrupts the run (it is logged); a second exits at once.
 
-    SIGTERM (``kill``, a container or a service stopped) interrupts it the
-    same way: the run ends ``interrupted`` in the log and lets its session
-    go, so it can be resumed at once.
+    SIGTERM (``kill``, a container or a service stopped) and SIGHUP (its
+    terminal closed, its ssh connection dropped) interrupt it the same way:
+    the run ends ``interrupted`` in the log and lets its session go, so it
+    can be resumed at once. A terminal that hung up takes no more output:
+    the run is interrupted all the same. A signal ignored when the run
+    begins (``nohup``) is left so.
     """
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with anyio.open_signal_receiver(*stop_signals()) as signals:
         async for signum in signals:
             if run_scope.cancel_called:
+                if left is not None:
+                    say(f"\n{left}")
+                say.stop()
                 os._exit(INTERRUPTED_STATUS)
-            again = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-            print(
+            again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            say(
                 "\ninterrupting: the run keeps what it finished "
-                f"({again} again to exit at once)",
-                file=out,
-                flush=True,
+                f"({again} again to exit at once)"
             )
             run_scope.cancel()
+
+
+def _say(line: str, out: TextIO) -> None:
+    """Print `line` unless the stream is gone (a closed terminal, ``| head``)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=out, flush=True)
+
+
+def left_open_words(
+    session_id: str,
+    place: str,
+    options: AgentOptions,
+    *,
+    resume: str | None,
+    lease_ttl: float,
+) -> str:
+    """What a run left open by a second Ctrl-C is, and how to go on with it.
+
+    The process exits without ending the run: the run stays open in the
+    log, its session held by the process's lease until it runs out.
+    `resume` is as `report_interrupted`'s.
+    """
+    if place == IN_MEMORY:
+        return f"exited at once; no command can go on with it: {_GONE}"
+    abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
+    said = (
+        f"exited at once: session {session_id} stored in {place}: its run stays "
+        f"open, held for up to {lease_ttl:g} s (its lease); then "
+    )
+    if resume is None:
+        return said + f"end it with: {abandon}"
+    return said + f"go on with: {resume} (or end it: {abandon})"
 
 
 def report_interrupted(
@@ -888,27 +1003,26 @@ def report_interrupted(
     out: TextIO,
     *,
     resume: str | None,
+    command: str = "turnfsm run",
 ) -> int:
     """Print where an interrupted run is kept and how to go on; return 130.
 
     `resume` is the command that carries the run on (None: none does, only
-    `turnfsm abandon` ends it).
+    `turnfsm abandon` ends it). Output that cannot be written (its terminal
+    closed: SIGHUP) changes nothing: the run is interrupted, and logged so
+    (see `write_end`).
     """
     abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
-    print(f"\nsession {session_id} stored in {place}", file=out)
     if place == IN_MEMORY:
-        print(f"run interrupted; no command can go on with it: {_GONE}", file=out)
+        said = f"run interrupted; no command can go on with it: {_GONE}"
     elif resume is None:
-        print(
-            f"run interrupted: what it finished is kept; end it with: {abandon}",
-            file=out,
-        )
+        said = f"run interrupted: what it finished is kept; end it with: {abandon}"
     else:
-        print(
+        said = (
             f"run interrupted: what it finished is kept; go on with: {resume} "
-            f"(or end it: {abandon})",
-            file=out,
+            f"(or end it: {abandon})"
         )
+    write_end(f"\nsession {session_id} stored in {place}\n{said}\n", out, command)
     return INTERRUPTED_STATUS
 
 
@@ -919,8 +1033,50 @@ def report_result(
     out: TextIO,
     *,
     abandoned: bool = False,
+    command: str = "turnfsm run",
 ) -> int:
     """Print how a run ended (the reply itself was printed as it came).
+
+    Returns 0 (done, or `abandoned` as asked), 1 (failed or cancelled) or 3
+    (paused, itself or a sub-agent of its), whether or not `out` takes the
+    words (see `write_end`).
+    """
+    said = io.StringIO()
+    status = _report_result(result, place, options, said, abandoned=abandoned)
+    write_end(said.getvalue(), out, command)
+    return status
+
+
+def write_end(text: str, out: TextIO, command: str) -> None:
+    """Write how a run ended (`text`: its session, the next command) to `out`.
+
+    A reader gone (``| head``) ends the command quietly, as everywhere: the
+    `BrokenPipeError` goes on. Any other failure (``> /dev/full``) would
+    lose the session's id and what to do next, which the run's log cannot
+    tell: they go to standard error, after what failed, and the command
+    keeps the run's exit status. A terminal that hung up takes neither.
+    """
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError, AttributeError) as exc:  # None: stdout closed
+        stdout_to_devnull()
+        failed = explain(exc) if isinstance(exc, OSError) else "it is closed"
+        said = f"{command}: standard output failed ({failed}); how the run ended:"
+        _say(f"{said}\n{text.lstrip()}".rstrip("\n"), sys.stderr)
+
+
+def _report_result(
+    result: RunResult,
+    place: str,
+    options: AgentOptions,
+    out: TextIO,
+    *,
+    abandoned: bool = False,
+) -> int:
+    """Print how a run ended to `out`; see `report_result`.
 
     Returns 0 (done, or `abandoned` as asked), 1 (failed or cancelled) or 3
     (paused, itself or a sub-agent of its).

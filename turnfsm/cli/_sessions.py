@@ -8,6 +8,7 @@ moves between stores and machines without loss.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -563,15 +564,18 @@ def _write_utf8(out: TextIO, text: str) -> None:
 
 async def _import(store: SessionStore, path: str, out: TextIO) -> int:
     data: str | bytes
-    if path == "-":
+    if path == "-" and sys.stdin is None:  # closed: `<&-`
+        data = ""
+    elif path == "-":
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes, unless replaced
         data = stdin.read()
     else:
         data = await anyio.Path(path).read_bytes()
     if not data.strip():
         name = "standard input" if path == "-" else path
+        empty = "closed" if path == "-" and sys.stdin is None else "empty"
         print(
-            f"turnfsm sessions import: {name} is empty: expected a session log, "
+            f"turnfsm sessions import: {name} is {empty}: expected a session log, "
             "as `turnfsm sessions export` writes it",
             file=sys.stderr,
         )
@@ -666,43 +670,72 @@ async def _remove(
         what = f"{session.version} entries, {len(session.runs)} run(s)"
     except CorruptRecord as exc:
         what = f"damaged: {exc}"  # a damaged session can be removed all the same
-    if isinstance(store, LeasingStore) and not force:
-        # Taken for the deletion: a live run's hold refuses it, atomically.
-        try:
-            await store.acquire_lease(session_id, _REMOVER, ttl=_REMOVER_TTL)
-        except SessionBusy as busy:
-            print(
-                f"turnfsm sessions rm: {busy_words(busy, '--force')}; stop that "
-                "run first, or delete the session under it with --force",
-                file=sys.stderr,
-            )
-            return 2
+    leasing = store if isinstance(store, LeasingStore) and not force else None
+    if leasing is not None and not await _hold_to_remove(leasing, session_id):
+        return 2
     if not yes:
+        # Let go while a person answers: a Ctrl-C (or a kill) meant as "no"
+        # would leave every run of the session refused for _REMOVER_TTL.
+        if leasing is not None:
+            await leasing.release_lease(session_id, _REMOVER)
         name = terminal_text(session_id)
         question = f"delete session {name} ({what}) from {where(store)}? [y/N] "
         answer = await anyio.to_thread.run_sync(_ask, question)
+        if answer is None:
+            print(f"\nnot deleted: {_NO_ANSWER}", file=out)
+            return 1
         if answer.strip().lower() not in ("y", "yes"):
-            if isinstance(store, LeasingStore) and not force:
-                await store.release_lease(session_id, _REMOVER)
             print("not deleted", file=out)
             return 1
-    await delete(session_id)
+        if leasing is not None and not await _hold_to_remove(leasing, session_id):
+            return 2
+    try:
+        await delete(session_id)
+    except BaseException:
+        if leasing is not None:  # nothing deleted (or not all): let it go
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await leasing.release_lease(session_id, _REMOVER)
+        raise
     print(f"deleted session {terminal_text(session_id)} from {where(store)}", file=out)
     return 0
+
+
+async def _hold_to_remove(store: LeasingStore, session_id: str) -> bool:
+    """Take the session for its deletion; False (said) when a live run holds it.
+
+    Taken, a live run's hold refuses the deletion atomically.
+    """
+    try:
+        await store.acquire_lease(session_id, _REMOVER, ttl=_REMOVER_TTL)
+    except SessionBusy as busy:
+        print(
+            f"turnfsm sessions rm: {busy_words(busy, '--force')}; stop that "
+            "run first, or delete the session under it with --force",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+_NO_ANSWER: Final = "no answer (standard input ended); --yes deletes without asking"
 
 
 _REMOVER: Final = f"turnfsm sessions rm (pid {os.getpid()})"
 """The owner `sessions rm` holds a session's lease as while it deletes it."""
 
 _REMOVER_TTL: Final = 600.0
-"""Seconds that hold lasts: the question may wait for an answer a while."""
+"""Seconds that hold lasts: a large session takes a while to delete."""
 
 
-def _ask(question: str) -> str:
+def _ask(question: str) -> str | None:
+    """The answer typed to `question`; None when standard input ended or is closed."""
+    if sys.stdin is None:  # closed (`<&-`): input() fails with "lost sys.stdin"
+        print(question, end="", flush=True)
+        return None
     try:
         return input(question)
     except EOFError:
-        return ""
+        return None
 
 
 def _no_reply(run: RunRecord) -> str:

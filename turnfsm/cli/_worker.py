@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from typing import Any, Final, TextIO
 
@@ -11,7 +10,7 @@ import anyio
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agents
 from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
-from turnfsm.cli._run import run_async
+from turnfsm.cli._run import run_async, stop_signals
 from turnfsm.errors import (
     ConfigError,
     StoreError,
@@ -155,8 +154,8 @@ def run_worker_command(
 
 
 async def _shut_down_on_signal(worker: Any) -> None:
-    """Shut `worker` down gracefully on Ctrl-C or SIGTERM."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """Shut `worker` down gracefully on Ctrl-C, SIGTERM or SIGHUP (`stop_signals`)."""
+    with anyio.open_signal_receiver(*stop_signals()) as signals:
         async for _ in signals:
             break
     await worker.shutdown()

@@ -192,9 +192,19 @@ class ConsoleHook(Hook):
 
     def on_run_end(self, info: RunEndInfo) -> None:
         """Stop the live status line (it leaves no trace)."""
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the live status line now, showing the cursor again.
+
+        The run's end stops it; a program that exits before its run ends
+        (``os._exit``) stops it first, or leaves the terminal with the line
+        drawn and no cursor.
+        """
         self._flush_pending()
         if self._live is not None:
-            self._live.stop()
+            with self._reader_gone():
+                self._live.stop()
         self._live = None
         self._console = None
 
