@@ -313,7 +313,9 @@ def test_rm_with_no_one_to_answer_says_so_and_deletes_nothing(
 
 
 @pytest.mark.parametrize(
-    ("stdin", "said"), [(None, "closed"), (io.StringIO(""), "empty")], ids=str
+    ("stdin", "said"),
+    [(None, "closed"), (io.StringIO(""), "empty")],
+    ids=["closed", "empty"],
 )
 def test_import_from_a_standard_input_with_nothing_says_so(
     tmp_path: Path,
