@@ -37,6 +37,7 @@ from turnfsm.cli._run import (
     open_run_only,
     open_run_words,
     run_async,
+    stop_signals,
     waiting_for,
 )
 from turnfsm.cli._stores import (
@@ -680,7 +681,7 @@ async def _remove(
             await leasing.release_lease(session_id, _REMOVER)
         name = terminal_text(session_id)
         question = f"delete session {name} ({what}) from {where(store)}? [y/N] "
-        answer = await anyio.to_thread.run_sync(_ask, question)
+        answer = await _answer(question)
         if answer is None:
             print(f"\nnot deleted: {_NO_ANSWER}", file=out)
             return 1
@@ -725,6 +726,39 @@ _REMOVER: Final = f"turnfsm sessions rm (pid {os.getpid()})"
 
 _REMOVER_TTL: Final = 600.0
 """Seconds that hold lasts: a large session takes a while to delete."""
+
+
+async def _answer(question: str) -> str | None:
+    """`_ask` `question` in a worker thread; a stopping signal meanwhile ends the wait.
+
+    Ctrl-C, SIGTERM or SIGHUP while a person is asked raises
+    `KeyboardInterrupt` (the program ends with status 130, not waiting for
+    the thread, which is left to its read). A signal is delivered to any
+    thread of the process: one that lands in the asking thread would not
+    wake the event loop, which waits for the answer, so the signals are
+    taken here, by the loop itself.
+    """
+    answer: list[str | None] = []
+    stopped = False
+    with anyio.open_signal_receiver(*stop_signals()) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def ask() -> None:
+                answer.append(
+                    await anyio.to_thread.run_sync(
+                        _ask, question, abandon_on_cancel=True
+                    )
+                )
+                group.cancel_scope.cancel()
+
+            group.start_soon(ask)
+            async for _ in signals:
+                stopped = True
+                group.cancel_scope.cancel()
+                break
+    if stopped:
+        raise KeyboardInterrupt
+    return answer[0]
 
 
 def _ask(question: str) -> str | None:
