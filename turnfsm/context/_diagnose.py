@@ -158,6 +158,8 @@ def _chars(message: Message) -> int:
             total += len(part.content)
         elif isinstance(part, ImagePart):
             total += _IMAGE_CHARS
+    if message.metadata:  # what a model client sends of it, priced too
+        total += sum(map(len, message.sent_texts))
     return total
 
 
