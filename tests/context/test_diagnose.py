@@ -21,7 +21,7 @@ from turnfsm.errors import (
     RunFailed,
     TurnFSMError,
 )
-from turnfsm.messages import Message, Role, TextPart, ToolCallPart
+from turnfsm.messages import SENT, Message, Role, TextPart, ToolCallPart
 from turnfsm.tokens import HeuristicTokenCounter
 
 
@@ -183,6 +183,20 @@ def test_the_text_parts_of_a_message_are_one_item() -> None:
     (item,) = largest_items([message], COUNTER)
 
     assert (item.kind, item.tokens) == ("message", 3)
+
+
+def test_a_replys_thinking_is_in_its_message_item() -> None:
+    # A reply's thinking (metadata its model client sends back) filled the
+    # window unlisted: a stall named a few small items and advised masking.
+    thought = "let me think " * 400
+    call = ToolCallPart(id="t1", name="look", arguments={})
+    reply = Message.assistant("", tool_calls=[call], metadata={f"{SENT}t": thought})
+    messages = [Message.user("look"), reply, Message.tool_result("t1", "found")]
+
+    item = largest_items(messages, HeuristicTokenCounter(), n=1)[0]
+
+    assert (item.kind, item.role, item.index) == ("message", "assistant", 1)
+    assert item.tokens == HeuristicTokenCounter().count_text(thought)
 
 
 def test_a_real_counter_measures_each_piece_with_count_text() -> None:

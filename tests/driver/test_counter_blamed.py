@@ -179,3 +179,16 @@ def test_images_priced_as_providers_price_them_do_not_blame_the_counter(
 
     assert counter_at_fault([photos], counter) == ""
     assert counter_at_fault([photos], ConservativeTokenCounter(image_tokens=10**6))
+
+
+def test_a_replys_thinking_counted_does_not_blame_the_counter() -> None:
+    # The counter counts what a model client sends of a message's metadata
+    # (a reply's thinking); judged against the parts' characters alone, a
+    # short reply with long thinking made the counter look at fault.
+    import json
+
+    from turnfsm.messages import SENT
+
+    thought = [{"at": 0, "block": {"type": "thinking", "thinking": "mm. " * 4_000}}]
+    reply = Message.assistant("ok", metadata={f"{SENT}t": json.dumps(thought)})
+    assert counter_at_fault([reply], ConservativeTokenCounter()) == ""

@@ -21,7 +21,12 @@ from tests.providers._mock import (
     text_block,
     tool_use,
 )
-from turnfsm.context import ContextManager, TruncatingCompactor
+from turnfsm.context import (
+    ContextManager,
+    MaskingCompactor,
+    SummarizingCompactor,
+    TruncatingCompactor,
+)
 from turnfsm.driver import Driver, RetryPolicy, Session
 from turnfsm.messages import Message
 from turnfsm.providers._anthropic import AnthropicModel
@@ -287,3 +292,72 @@ async def test_text_with_a_lone_surrogate_is_sent_as_a_replacement_character(
     first, second = server.bodies
     assert "ls \ufffd" in json.dumps(first["messages"][0], ensure_ascii=False)
     assert "report-\ufffd.txt" in json.dumps(second["messages"], ensure_ascii=False)
+
+
+def look(query: str) -> str:
+    """Look something up.
+
+    Args:
+        query: what to look up.
+    """
+    return f"found {query}"
+
+
+@pytest.mark.parametrize("compactor", ["truncating", "masking", "summarizing"])
+async def test_a_thinking_tool_loop_compacts_before_its_thinking_is_over_the_window(
+    compactor: str,
+) -> None:
+    # Each reply thinks at length (about 1,000 tokens) before it calls a
+    # tool, and its thinking goes back in every later request. The
+    # counters did not count it: the window check saw a few tokens a turn,
+    # never compacted, and the 12th request was about 12,000 tokens on a
+    # 6,000-token window.
+    window = 6_000
+    thought = "I should look this up again, to be sure of it. " * 80  # 4,000 chars
+    sizes: list[int] = []
+    thinking = {"type": "thinking", "thinking": thought, "signature": "c2ln" * 8}
+
+    def reply(request: Any) -> Any:
+        body = json.loads(request.content)
+        if "tools" not in body:  # a summary's request
+            return anthropic_reply(text_block("the user asked to look things up"))
+        # The request's size, as the heuristic counter reads it, at the least:
+        # the thinking blocks' JSON and every text sent.
+        chars = sum(
+            len(json.dumps(block, ensure_ascii=False))
+            if block.get("type") in ("thinking", "redacted_thinking")
+            else len(json.dumps(block, ensure_ascii=False)) // 2
+            for m in body["messages"]
+            if isinstance(m["content"], list)
+            for block in m["content"]
+        )
+        sizes.append(chars // 4)
+        n = len(sizes)
+        if n == 12:
+            return anthropic_reply(thinking, text_block("done"), usage=(chars // 4, 3))
+        call = tool_use(f"toolu_{n}", "look", query=f"item {n}")
+        return anthropic_reply(thinking, call, usage=(chars // 4, 3))
+
+    made: Any = {
+        # One task, one long exchange: the cut falls inside it.
+        "truncating": TruncatingCompactor(compact_newest_exchange=True),
+        "masking": MaskingCompactor(),
+        "summarizing": SummarizingCompactor(compact_newest_exchange=True),
+    }[compactor]
+    context = ContextManager(
+        made, context_window=window, counter=HeuristicTokenCounter()
+    )
+    server = Server(reply)
+    model = anthropic_model(server)
+    agent = Driver(model=model, context=context, retry=NO_WAIT, tools=[look])
+    with anyio.fail_after(30):
+        result = await agent.run("look up twelve items")
+    assert len(sizes) >= 12, (result.outcome, result.error)
+    assert max(sizes) <= window, sizes
+    # Each reply's thinking still goes back with its own call.
+    last = server.bodies[-1]["messages"]
+    for m in last:
+        if m["role"] == "assistant" and isinstance(m["content"], list):
+            kinds = [b["type"] for b in m["content"]]
+            if "tool_use" in kinds:
+                assert m["content"][0] == thinking, kinds

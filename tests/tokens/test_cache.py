@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import json
 import pickle
 import weakref
 from collections.abc import Callable
@@ -13,11 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from turnfsm.messages import Message
+from turnfsm.messages import PINNED, SENT, Message, MessageLog, ToolCallPart
 from turnfsm.tokens import (
     ConservativeTokenCounter,
     HeuristicTokenCounter,
     IncrementalCounter,
+    Meter,
     RatioTokenCounter,
     TiktokenCounter,
     _conservative,
@@ -268,3 +270,55 @@ def test_a_counter_that_has_counted_copies_and_pickles(
     for copied in (copy.deepcopy(counter), pickle.loads(pickle.dumps(counter))):
         assert copied == counter
         assert copied.count(messages) == counted
+
+
+THOUGHT = json.dumps(
+    [{"at": 0, "block": {"type": "thinking", "thinking": "Let me think. " * 200}}]
+)
+
+
+def thinking_reply(metadata: dict[str, str], *, id: str = "r1") -> Message:
+    call = ToolCallPart(id="c1", name="look", arguments={"q": "x"})
+    return Message.assistant("", tool_calls=[call], id=id, metadata=metadata)
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_metadata_a_model_client_sends_is_counted_by_every_counter(
+    make: Callable[[], IncrementalCounter],
+) -> None:
+    # A reply's thinking rides every later request (Anthropic needs it back
+    # with the results of the reply's calls); no counter counted it, so a
+    # request could be thousands of tokens over what the window check saw.
+    counter = make()
+    plain = thinking_reply({}, id="r0")
+    thought = thinking_reply({f"{SENT}anthropic.thinking": THOUGHT})
+    other = thinking_reply({"mine": THOUGHT, PINNED: "true"}, id="r2")
+    # (less 1: a ratio rounds up once over the request)
+    at_least = counter.count_text(THOUGHT) - counter.count_text("") - 1
+    assert counter.count([thought]) >= counter.count([plain]) + at_least
+    # Metadata no client sends costs nothing.
+    assert counter.count([other]) == counter.count([plain])
+    # So does the meter, incrementally, log or list.
+    log = MessageLog([Message.user("look"), thought])
+    meter = Meter(counter)
+    assert meter.measure(log) == meter.measure(list(log)) == counter.count(log)
+
+
+@pytest.mark.parametrize("make", COUNTERS, ids=IDS)
+def test_a_message_given_sent_metadata_under_its_id_is_measured_again(
+    make: Callable[[], IncrementalCounter],
+) -> None:
+    # Metadata is not part of a message's `==`: a reply re-made with its
+    # thinking under the same id got the price of the one without.
+    counter = make()
+    bare = thinking_reply({})
+    counter.count([bare])
+    thought = thinking_reply({f"{SENT}anthropic.thinking": THOUGHT})
+    assert counter.count([thought]) > counter.count([bare])
+
+
+def test_a_sent_value_that_is_not_text_is_priced_as_its_json() -> None:
+    value = {"blocks": [1, 2, "é"]}
+    message = Message.assistant("x", metadata={f"{SENT}mine": value, "other": "y"})
+    assert message.sent_texts == ('{"blocks":[1,2,"é"]}',)
+    assert Message.assistant("x").sent_texts == ()

@@ -45,7 +45,8 @@ def largest_items(
 ) -> tuple[LargeItem, ...]:
     """Return the `n` largest items of `messages`, biggest first.
 
-    An item is a tool result, a tool call, or the text parts of one message;
+    An item is a tool result, a tool call, or the text parts of one message
+    with what its model client sends of its metadata (a reply's thinking);
     each is measured with `counter.count_text` on its rendered text. Ties go
     to the earlier item.
 
@@ -158,6 +159,8 @@ def _chars(message: Message) -> int:
             total += len(part.content)
         elif isinstance(part, ImagePart):
             total += _IMAGE_CHARS
+    if message.metadata:  # what a model client sends of it, priced too
+        total += sum(map(len, message.sent_texts))
     return total
 
 
@@ -182,6 +185,8 @@ def _items(
         if role is Role.USER:
             turn += 1
         text = "".join(p.text for p in message.parts if isinstance(p, TextPart))
+        if message.metadata:  # what a model client sends of it (its thinking)
+            text = "".join((text, *message.sent_texts))
         if text:
             yield LargeItem(
                 kind="message",

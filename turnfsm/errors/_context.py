@@ -34,7 +34,8 @@ class LargeItem:
 
     Attributes:
         kind: ``"tool_result"``, ``"tool_call"`` or ``"message"`` (the text
-            parts of one message).
+            parts of one message, and what its model client sends of its
+            metadata, such as a reply's thinking).
         role: the role of the message holding it.
         turn: the 1-based turn it is in; a turn starts at each user message,
             and items before the first user message are in turn 0.

@@ -6,8 +6,9 @@ results live on tool messages and name the call they answer by `call_id`.
 Every message carries a stable `id`, unique in its conversation (used for
 caching token counts and for the audit trail; `require_new_ids` refuses a
 message whose id the conversation already holds) and free-form string
-`metadata`. `Message.pin` marks a message (`PINNED`) that every compaction
-pass keeps word for word.
+`metadata`; what a model client sends of it (keys starting `SENT`, such as a
+reply's thinking) is priced by the token counters. `Message.pin` marks a
+message (`PINNED`) that every compaction pass keeps word for word.
 
 `MessageLog` is the append-only sequence the brain keeps its buffers in:
 immutable to its readers, O(1) to append, so a long run does not copy its
@@ -22,6 +23,7 @@ from turnfsm.messages._log import Joined, MessageLog, as_sequence
 from turnfsm.messages._open_calls import OpenCalls, check_history
 from turnfsm.messages._values import (
     PINNED,
+    SENT,
     SUMMARY_COVERS,
     ImagePart,
     JSONValue,
@@ -39,6 +41,7 @@ from turnfsm.messages._values import (
 
 __all__ = [
     "PINNED",
+    "SENT",
     "SUMMARY_COVERS",
     "ImagePart",
     "JSONValue",

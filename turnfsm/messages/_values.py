@@ -12,10 +12,12 @@ from typing import Any, ClassVar, Final, TypeAlias, final
 import attrs
 
 from turnfsm import _checks
+from turnfsm._json import compact_encoder
 from turnfsm.errors import InvalidMessage
 
 __all__ = [
     "PINNED",
+    "SENT",
     "SUMMARY_COVERS",
     "ImagePart",
     "JSONValue",
@@ -54,6 +56,20 @@ A pinned message survives every compaction pass word for word and in its
 place: no strategy drops, shortens or moves it, and the context manager
 refuses a pass that does. `Message.pin` returns a pinned copy.
 """
+
+
+SENT: Final = "turnfsm.sent."
+"""The prefix of the metadata keys whose values a model client sends.
+
+A value kept under such a key rides every request its message goes in, as a
+reply's thinking does (`AnthropicModel` sends it back beside the results of
+the reply's tool calls, as Anthropic requires): every shipped token counter
+prices it as text (`Message.sent_texts`), and so must a counter of your own,
+or a request can be bigger than the window check measured. It belongs to
+its message: a compaction that summarises or drops the message drops it too.
+"""
+
+_sent_json: Final = compact_encoder(sort_keys=False)
 
 
 class Role(StrEnum):
@@ -450,6 +466,25 @@ class Message:
     def tool_results(self) -> tuple[ToolResultPart, ...]:
         """The tool results this message carries."""
         return tuple(p for p in self.parts if isinstance(p, ToolResultPart))
+
+    @property
+    def sent_texts(self) -> tuple[str, ...]:
+        """The metadata values a model client sends with this message, as text.
+
+        The values under the keys that start with `SENT`: a string as it
+        is, another JSON value as its compact JSON. Empty for a message
+        with no such metadata (most messages).
+        """
+        metadata = self.metadata
+        if not metadata:
+            return ()
+        return tuple(
+            [
+                value if isinstance(value, str) else _sent_json(value)
+                for key, value in metadata.items()
+                if key.startswith(SENT)
+            ]
+        )
 
     @property
     def pinned(self) -> bool:

@@ -43,6 +43,7 @@ from typing import Final
 
 from turnfsm.errors import InvalidMessage
 from turnfsm.messages import (
+    SENT,
     ImagePart,
     Message,
     Part,
@@ -62,11 +63,12 @@ __all__ = ["from_anthropic_messages", "to_anthropic_messages", "to_anthropic_too
 
 _THOUGHT: Final = frozenset({"thinking", "redacted_thinking"})
 
-THINKING: Final = "turnfsm.anthropic.thinking"
+THINKING: Final = f"{SENT}anthropic.thinking"
 """The metadata key of a reply's thinking blocks.
 
 Its value is JSON text: a list of ``{"at": n, "block": {...}}``, each block
 as the API sent it and ``n`` the number of the message's parts before it.
+Its key starts with `SENT`: the token counters price it, as it is sent.
 """
 
 

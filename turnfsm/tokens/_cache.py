@@ -3,9 +3,9 @@
 Messages are frozen and their ids are stable, so a message's units never
 change: each counter measures a message once and remembers the result by id.
 An id is trusted only for the message it was measured on (or one equal to
-it): code that reuses ids for different content, such as test generators
-numbering messages ``m0``, ``m1``... in every example, gets a fresh
-measurement instead of a stale one. Entries hold the message weakly, so the
+it, metadata included): code that reuses ids for different content, such as
+test generators numbering messages ``m0``, ``m1``... in every example, gets a
+fresh measurement instead of a stale one. Entries hold the message weakly, so the
 cache never keeps a dropped conversation alive; the entries of messages gone
 are swept out as new ones come in (a long-lived server that serves many
 short conversations keeps about what its live ones need), and the least
@@ -95,7 +95,13 @@ class UnitCache:
                 entry = get(key)
                 if entry is not None:
                     known = entry()
-                    if known is message or (known is not None and known == message):
+                    if known is message or (
+                        # Metadata is not compared by `==`; what a model
+                        # client sends of it is priced.
+                        known is not None
+                        and known == message
+                        and known.metadata == message.metadata
+                    ):
                         if renew is not None:
                             # Inline, not `suppress`: a context manager per
                             # message costs more than the rest of the loop.

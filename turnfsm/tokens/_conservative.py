@@ -149,14 +149,15 @@ def _text_units(text: str) -> int:
 
 
 def _message_units(message: Message, framing: int, image: int) -> int:
-    """Return the units of `message`: its text, tool calls and images, framed.
+    """Return the units of `message`: its parts and sent metadata, framed.
 
     `framing` and `image` are the units of a message's framing and of one
     image. The pieces of `_render.texts`, priced in one pass over the parts
     (the part classes are final: a type test is the match it makes).
     """
     parts = message.parts
-    if len(parts) == 1:  # most messages: one text or one tool result
+    # Most messages: one text or one tool result, and no metadata.
+    if len(parts) == 1 and not message.metadata:
         part = parts[0]
         if type(part) is TextPart:
             text = part.text
@@ -177,6 +178,8 @@ def _message_units(message: Message, framing: int, image: int) -> int:
             units += _CALL_UNITS
         elif type(part) is ImagePart:
             units += image
+    if message.metadata:  # what a model client sends of it (a reply's thinking)
+        pieces.extend(message.sent_texts)
     if len(pieces) == 1:
         return units + _text_units(pieces[0])
     return units + _pieces_units(pieces) if pieces else units

@@ -20,7 +20,11 @@ class TokenCounter(Protocol):
     """
 
     def count(self, messages: Sequence[Message]) -> int:
-        """Return the estimated token count of `messages` as one request."""
+        """Return the estimated token count of `messages` as one request.
+
+        A message costs its parts and what a model client sends of its
+        metadata (`Message.sent_texts`, such as a reply's thinking).
+        """
         ...
 
     def count_text(self, text: str) -> int:

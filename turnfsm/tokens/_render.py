@@ -2,8 +2,9 @@
 
 Every shipped counter measures the same pieces of a message: the text of its
 text parts, each tool call's name and compact JSON arguments, each tool
-result's content, and a fixed cost per image. This module renders those pieces
-once, so the counters differ only in how they price them.
+result's content, a fixed cost per image, and the metadata a model client
+sends with it (`Message.sent_texts`, e.g. a reply's thinking). This module
+renders those pieces once, so the counters differ only in how they price them.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ compact_json: Final = compact_encoder(sort_keys=False)
 def texts(message: Message) -> Iterator[str | None]:
     """Yield the text of each piece of `message`; `None` stands for an image.
 
-    A tool call yields its name, then its JSON arguments.
+    A tool call yields its name, then its JSON arguments; the metadata a
+    model client sends with the message (`Message.sent_texts`) comes last.
     """
     for part in message.parts:
         match part:
@@ -88,14 +90,17 @@ def texts(message: Message) -> Iterator[str | None]:
                 yield content
             case ImagePart():
                 yield None
+    if message.metadata:  # most messages have none
+        yield from message.sent_texts
 
 
 def rendered_chars(message: Message) -> int:
     """Return the classic rendered length of `message`, without its overhead.
 
     Text chars of text parts, `IMAGE_CHARS` per image, `len(name)` plus the
-    length of the compact JSON arguments per tool call, and the content length
-    of each tool result.
+    length of the compact JSON arguments per tool call, the content length
+    of each tool result, and the length of each metadata text a model client
+    sends with the message.
     """
     return sum(IMAGE_CHARS if text is None else len(text) for text in texts(message))
 
