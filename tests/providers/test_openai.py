@@ -1212,4 +1212,7 @@ def test_run_sync_from_worker_threads_closes_each_threads_connections() -> None:
         finally:
             gc.enable()
     assert outcomes == ["done"] * 24
-    assert after <= before
+    # A connection left open per thread would be 4 more, per request 24; an
+    # earlier test's file closing meanwhile (another test's thread in this
+    # worker process) moves the count by one or two either way.
+    assert after <= before + 2
