@@ -13,6 +13,7 @@ import os
 import sqlite3
 import sys
 import textwrap
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -447,6 +448,36 @@ async def test_a_lock_held_past_busy_timeout_is_a_typed_error(tmp_path: Path) ->
                 await store.append("s", sample_entries()[:1], expected_version=0)
             other.execute("ROLLBACK")
         assert await store.load("s") == ()
+        await store.append("s", sample_entries()[:1], expected_version=0)
+
+
+async def test_calls_queued_behind_a_lock_wait_busy_timeout_not_one_each(
+    tmp_path: Path,
+) -> None:
+    # A server's concurrent requests on one store, while another process
+    # holds the file locked: the store's calls go one at a time, and each
+    # waited its own busy_timeout after those before it; the last of 8 was
+    # told of the lock after 8 x busy_timeout.
+    path = tmp_path / "busy.db"
+    waited: list[float] = []
+    async with SQLiteStore(path, busy_timeout=0.2) as store:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+
+            async def append(n: int) -> None:
+                start = time.monotonic()
+                with pytest.raises(StoreUnusable, match=r"busy_timeout=0\.2"):
+                    await store.append(
+                        f"s{n}", sample_entries()[:1], expected_version=0
+                    )
+                waited.append(time.monotonic() - start)
+
+            async with anyio.create_task_group() as group:
+                for n in range(8):
+                    group.start_soon(append, n)
+            other.execute("ROLLBACK")
+        assert len(waited) == 8
+        assert max(waited) < 0.8, waited
         await store.append("s", sample_entries()[:1], expected_version=0)
 
 

@@ -4,7 +4,8 @@ Theory of operation:
 
 - One file, in WAL mode: readers never block the writer, and several
   processes (each with its own `SQLiteStore`) can share the file. A writer
-  that finds the file locked waits up to `busy_timeout` seconds.
+  that finds the file locked waits up to `busy_timeout` seconds from its
+  call, however many of the store's own calls were queued before it.
 - An append is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
   first, then moves the session's version only if it is the expected one
   (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
@@ -49,6 +50,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -145,7 +147,9 @@ class SQLiteStore:
         synchronous: ``"NORMAL"`` (the default: a commit survives a crash of
             the process; a power cut may lose the last commits, never
             corrupt the file) or ``"FULL"`` (every commit is on disk).
-        busy_timeout: Seconds to wait for another writer's lock.
+        busy_timeout: Seconds a call waits for another writer's lock,
+            counted from the call (the store's calls run one at a time: one
+            queued behind others waits no longer).
 
     Raises:
         StoreUnusable: the file is not an SQLite database (or not a regular
@@ -289,6 +293,7 @@ class SQLiteStore:
 
     # -- running the blocking calls ------------------------------------
     async def _write(self, fn: Callable[..., T], *args: object) -> T:
+        deadline = time.monotonic() + self.busy_timeout
         # The fast path: nobody holds the file's write lock (the connection's
         # busy timeout is 0, so SQLite says so at once instead of waiting), and
         # the transaction runs right here: a hand-off to a worker thread costs
@@ -301,15 +306,21 @@ class SQLiteStore:
                 pass  # rolled back: wait for the lock in a worker thread
             finally:
                 self._lock.release()
-        return await to_the_end(self._waiting, fn, *args)
+        return await to_the_end(self._waiting, deadline, fn, *args)
 
     async def _read(self, fn: Callable[..., T], *args: object) -> T:
-        return await anyio.to_thread.run_sync(self._waiting, fn, *args)
+        deadline = time.monotonic() + self.busy_timeout
+        return await anyio.to_thread.run_sync(self._waiting, deadline, fn, *args)
 
-    def _waiting(self, fn: Callable[..., T], *args: object) -> T:
+    def _waiting(self, deadline: float, fn: Callable[..., T], *args: object) -> T:
+        # The wait for the file's lock ends `busy_timeout` after the call
+        # began, however long it queued behind this store's other calls (each
+        # of which may have waited for that lock): a server's concurrent
+        # requests are all told of a lock held too long in `busy_timeout`.
         with self._lock:
             conn = self._conn
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            left = max(0.0, deadline - time.monotonic())
+            conn.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
             try:
                 return self._translate(fn, *args)
             except _Busy as busy:
