@@ -972,6 +972,25 @@ def _remove_database(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
+async def test_a_path_sqlite_would_read_as_a_uri_or_memory_is_the_file_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite reads a name beginning with "file:" as a URI (this build takes
+    # URIs everywhere) and ":memory:" as no file at all: SQLiteStore("file:s.db")
+    # kept its sessions in s.db, out of sight of a reading command given
+    # the same path, and SQLiteStore(":memory:") lost them when it closed.
+    monkeypatch.chdir(tmp_path)
+    names = ["file:s.db", "file::memory:", ":memory:"]
+    for name in names:
+        async with SQLiteStore(name) as store:
+            await store.append("s", sample_entries()[:1], expected_version=0)
+        async with SQLiteStore(name) as store:
+            assert len(await store.load("s")) == 1, name
+    made = set(os.listdir(tmp_path))
+    assert "s.db" not in made
+    assert made >= set(names)
+
+
 async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
     tmp_path: Path,
 ) -> None:

@@ -96,8 +96,14 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
     _check_kind(path, where)
     _check_log_alone(path, where)
     try:
+        # By its absolute path: SQLite reads a name that begins with "file:"
+        # as a URI (in builds that take URIs everywhere, as Debian's does),
+        # and ":memory:" as no file at all, not as the files they name.
         conn = sqlite3.connect(
-            where, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            os.fspath(path.absolute()),
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
         )
     except sqlite3.Error as exc:
         raise StoreUnusable(where, f"it cannot be opened ({exc})") from None

@@ -143,7 +143,9 @@ class SQLiteStore:
         ```
 
     Attributes:
-        path: The database file.
+        path: The database file. Every path names a file, even one SQLite
+            would read otherwise (``file:s.db`` as a URI, ``:memory:`` as
+            no file): use `MemoryStore` for sessions kept in memory.
         synchronous: ``"NORMAL"`` (the default: a commit survives a crash of
             the process; a power cut may lose the last commits, never
             corrupt the file) or ``"FULL"`` (every commit is on disk).
