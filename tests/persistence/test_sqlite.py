@@ -1118,6 +1118,46 @@ async def test_a_new_store_on_a_full_disk_is_refused_as_unwritable(
     assert "not a usable SQLite database" not in said
 
 
+_APPEND_ON_A_FULL_DISK = textwrap.dedent(
+    """
+    import asyncio, resource, sys
+    from turnfsm.errors import StoreUnusable
+    from turnfsm.persistence import SQLiteStore
+    from turnfsm.testing import sample_entries
+
+    async def main():
+        store = SQLiteStore(sys.argv[1])
+        await store.append("s", sample_entries()[:1], expected_version=0)
+        # Writes past 64 KiB fail (EFBIG; Python ignores SIGXFSZ): the disk
+        # fills while the store is open.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+        try:
+            for n in range(100):
+                await store.append(f"t{n}", sample_entries(), expected_version=0)
+        except StoreUnusable as refused:
+            print(refused)
+        print(len(await store.load("s")))
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_FSIZE")
+async def test_an_append_on_a_full_disk_says_so_and_what_to_do(tmp_path: Path) -> None:
+    # It said "database or disk is full (nothing was changed)", SQLite's words.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = await anyio.run_process(
+        [sys.executable, "-c", _APPEND_ON_A_FULL_DISK, str(tmp_path / "s.db")],
+        env=env,
+    )
+    said = done.stdout.decode().splitlines()
+    assert len(said) == 2, said
+    assert "it cannot be written (" in said[0]
+    assert "free some space on it" in said[0]
+    assert said[1] == "1"  # what was committed before is there
+
+
 async def test_a_message_edited_in_its_table_is_refused_naming_the_entry(
     tmp_path: Path,
 ) -> None:

@@ -74,6 +74,7 @@ from turnfsm.persistence._rows import (
 from turnfsm.persistence._sqlite_open import (
     SCHEMA_VERSION,
     _open,
+    full_disk_reason,
 )
 from turnfsm.persistence._store import SessionInfo, check_append, check_session_id
 
@@ -341,7 +342,8 @@ class SQLiteStore:
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise _Busy from exc
-            raise StoreUnusable(os.fspath(self.path), str(exc)) from None
+            reason = full_disk_reason(exc) or str(exc)
+            raise StoreUnusable(os.fspath(self.path), reason) from None
         except sqlite3.DatabaseError as exc:
             raise StoreUnusable(os.fspath(self.path), str(exc)) from None
 
