@@ -444,8 +444,10 @@ async def test_a_lock_held_past_busy_timeout_is_a_typed_error(tmp_path: Path) ->
     async with SQLiteStore(path, busy_timeout=0.2) as store:
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
             other.execute("BEGIN IMMEDIATE")
-            with pytest.raises(StoreUnusable, match=r"busy_timeout=0\.2"):
+            with pytest.raises(StoreUnusable, match=r"busy_timeout=0\.2") as caught:
                 await store.append("s", sample_entries()[:1], expected_version=0)
+            assert str(caught.value).startswith(f"cannot use {path} ")
+            assert "try again once that writer is done" in str(caught.value)
             other.execute("ROLLBACK")
         assert await store.load("s") == ()
         await store.append("s", sample_entries()[:1], expected_version=0)

@@ -330,7 +330,8 @@ class SQLiteStore:
                 raise StoreUnusable(
                     os.fspath(self.path),
                     f"another writer held it locked for longer than "
-                    f"busy_timeout={self.busy_timeout} s ({busy.__cause__})",
+                    f"busy_timeout={self.busy_timeout} s ({busy.__cause__}); "
+                    "try again once that writer is done",
                 ) from None
             finally:
                 if self._handle.conn is conn:  # not let go of (`_on`)
