@@ -461,6 +461,7 @@ def test_reset_breaker_refuses_a_session_a_live_run_holds(
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith("turnfsm sessions reset-breaker: ")
     assert "'worker-7'" in err
+    assert f"turnfsm resume|abandon {sid} --store {db} --force" in err
     assert "force=True" not in err
     assert _load(db, sid).version == before.version  # nothing written
 

@@ -150,7 +150,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             flags = ["--store", command.store] if command.store else []
             await _left_out(session, store, flags, out if command.out else sys.stderr)
             return code
-        return await _reset_breaker(store, session, out)
+        flags = ["--store", command.store] if command.store else []
+        return await _reset_breaker(store, session, out, flags)
     finally:
         await close_store(store)
 
@@ -224,7 +225,9 @@ class _NoModel:
         )
 
 
-async def _reset_breaker(store: SessionStore, session: Session, out: TextIO) -> int:
+async def _reset_breaker(
+    store: SessionStore, session: Session, out: TextIO, flags: Sequence[str]
+) -> int:
     leasing = store if isinstance(store, LeasingStore) else None
     if leasing is not None:
         # Taken for the reset: appended under a live run, the reset would
@@ -232,7 +235,8 @@ async def _reset_breaker(store: SessionStore, session: Session, out: TextIO) -> 
         try:
             await leasing.acquire_lease(session.id, _RESETTER, ttl=_RESETTER_TTL)
         except SessionBusy as busy:
-            said = busy_words(busy, f"`turnfsm resume {session.id} --force`")
+            command = terminal_text(shlex.join([session.id, *flags]))
+            said = busy_words(busy, f"turnfsm resume|abandon {command} --force")
             print(f"turnfsm sessions reset-breaker: {said}", file=sys.stderr)
             return 2
     try:
