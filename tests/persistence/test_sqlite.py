@@ -100,6 +100,31 @@ async def test_synchronous_full_is_an_option_and_bad_options_are_config_errors(
         SQLiteStore(tmp_path / "x.db", busy_timeout=-1)
 
 
+async def test_a_busy_timeout_sqlite_cannot_wait_is_refused_not_waited_out_at_once(
+    tmp_path: Path,
+) -> None:
+    # SQLite takes the wait in milliseconds as a 32-bit number: past about 24
+    # days it overflowed, the store waited not at all, and said it had waited
+    # busy_timeout=3000000.0 s.
+    with pytest.raises(ConfigError, match=r"busy_timeout.*3000000") as refused:
+        SQLiteStore(tmp_path / "x.db", busy_timeout=3e6)
+    assert "2147483" in str(refused.value)
+    path = tmp_path / "busy.db"
+    async with SQLiteStore(path, busy_timeout=2_147_483) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+
+        async def let_go() -> None:
+            await anyio.sleep(0.3)
+            other.execute("ROLLBACK")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(let_go)
+            await store.append("s", sample_entries()[:1], expected_version=0)
+        other.close()
+        assert len(await store.load("s")) == 1
+
+
 async def test_two_stores_on_one_file_racing_at_one_version_one_wins(
     tmp_path: Path,
 ) -> None:

@@ -112,8 +112,17 @@ _check_path = _checks.satisfies(
     "path",
 )
 _check_synchronous = _checks.one_of(("NORMAL", "FULL"), "synchronous")
+# SQLite takes the wait in milliseconds as a 32-bit number: a longer one
+# overflows, and the store would not wait at all.
+_MAX_BUSY_TIMEOUT = 2_147_483
 _check_timeout = _checks.number(
-    "busy_timeout", low=0, expected="a finite number of seconds >= 0"
+    "busy_timeout",
+    low=0,
+    high=_MAX_BUSY_TIMEOUT,
+    expected=(
+        f"a finite number of seconds >= 0 and <= {_MAX_BUSY_TIMEOUT} (about 24 "
+        "days, the longest SQLite waits)"
+    ),
 )
 
 
@@ -150,9 +159,9 @@ class SQLiteStore:
         synchronous: ``"NORMAL"`` (the default: a commit survives a crash of
             the process; a power cut may lose the last commits, never
             corrupt the file) or ``"FULL"`` (every commit is on disk).
-        busy_timeout: Seconds a call waits for another writer's lock,
-            counted from the call (the store's calls run one at a time: one
-            queued behind others waits no longer).
+        busy_timeout: Seconds a call waits for another writer's lock, counted
+            from the call (the store's calls run one at a time: one queued
+            behind others waits no longer); at most 2147483 (about 24 days).
 
     Raises:
         StoreUnusable: the file is not an SQLite database (or not a regular
