@@ -43,6 +43,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
     SQLiteStore,
+    _sqlite_ops,
     default_store_path,
     env_store,
     open_store,
@@ -506,6 +507,37 @@ async def test_calls_queued_behind_a_lock_wait_busy_timeout_not_one_each(
         assert len(waited) == 8
         assert max(waited) < 0.8, waited
         await store.append("s", sample_entries()[:1], expected_version=0)
+
+
+async def test_a_call_queued_behind_slow_reads_still_waits_out_a_short_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's own calls ahead of it (a long log decoding) are no other
+    # writer's lock: a write queued past its busy_timeout behind them still
+    # waits for a lock another process holds a moment.
+    path = tmp_path / "busy.db"
+    load = _sqlite_ops.load
+
+    def slow_load(conn: sqlite3.Connection, session_id: str) -> object:
+        time.sleep(0.5)
+        return load(conn, session_id)
+
+    monkeypatch.setattr(_sqlite_ops, "load", slow_load)
+    async with SQLiteStore(path, busy_timeout=0.3) as store:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+
+            async def let_go() -> None:
+                await anyio.sleep(0.6)
+                other.execute("ROLLBACK")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(store.load, "s")
+                group.start_soon(let_go)
+                await anyio.sleep(0.05)
+                await store.append("s", sample_entries()[:1], expected_version=0)
+        monkeypatch.undo()
+        assert len(await store.load("s")) == 1
 
 
 async def test_delete_session_removes_its_rows(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ Theory of operation:
 
 - One file, in WAL mode: readers never block the writer, and several
   processes (each with its own `SQLiteStore`) can share the file. A writer
-  that finds the file locked waits up to `busy_timeout` seconds from its
-  call, however many of the store's own calls were queued before it.
+  that finds the file locked waits up to `busy_timeout` seconds; calls
+  queued behind one that waited that long in vain give up `busy_timeout`
+  after they began, not one `busy_timeout` after another.
 - An append is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
   first, then moves the session's version only if it is the expected one
   (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
@@ -159,9 +160,9 @@ class SQLiteStore:
         synchronous: ``"NORMAL"`` (the default: a commit survives a crash of
             the process; a power cut may lose the last commits, never
             corrupt the file) or ``"FULL"`` (every commit is on disk).
-        busy_timeout: Seconds a call waits for another writer's lock, counted
-            from the call (the store's calls run one at a time: one queued
-            behind others waits no longer); at most 2147483 (about 24 days).
+        busy_timeout: Seconds a call waits for another writer's lock (calls
+            queued behind one that waited that long in vain give up that
+            long after they began); at most 2147483 (about 24 days).
 
     Raises:
         StoreUnusable: the file is not an SQLite database (or not a regular
@@ -180,6 +181,8 @@ class SQLiteStore:
     )
     _handle: _Handle = attrs.field(init=False, repr=False, factory=lambda: _Handle())
     _lock: threading.Lock = attrs.field(init=False, repr=False, factory=threading.Lock)
+    # Whether the last call that waited for the file's lock gave up (`_waiting`).
+    _held_out: bool = attrs.field(init=False, repr=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         self._handle.open(self.path, self.synchronous, self.busy_timeout)
@@ -305,7 +308,6 @@ class SQLiteStore:
 
     # -- running the blocking calls ------------------------------------
     async def _write(self, fn: Callable[..., T], *args: object) -> T:
-        deadline = time.monotonic() + self.busy_timeout
         # The fast path: nobody holds the file's write lock (the connection's
         # busy timeout is 0, so SQLite says so at once instead of waiting), and
         # the transaction runs right here: a hand-off to a worker thread costs
@@ -318,6 +320,7 @@ class SQLiteStore:
                 pass  # rolled back: wait for the lock in a worker thread
             finally:
                 self._lock.release()
+        deadline = time.monotonic() + self.busy_timeout
         return await to_the_end(self._waiting, deadline, fn, *args)
 
     async def _read(self, fn: Callable[..., T], *args: object) -> T:
@@ -325,17 +328,23 @@ class SQLiteStore:
         return await anyio.to_thread.run_sync(self._waiting, deadline, fn, *args)
 
     def _waiting(self, deadline: float, fn: Callable[..., T], *args: object) -> T:
-        # The wait for the file's lock ends `busy_timeout` after the call
-        # began, however long it queued behind this store's other calls (each
-        # of which may have waited for that lock): a server's concurrent
-        # requests are all told of a lock held too long in `busy_timeout`.
+        # A call waits `busy_timeout` for the file's lock. When the call
+        # before it gave up that wait, the lock is held still: the wait ends
+        # `busy_timeout` after the call began, however long it queued behind
+        # the others, so a server's concurrent requests are all told in
+        # `busy_timeout`, not one after another. Queued behind this store's
+        # own work (a long log decoding) it waits the whole `busy_timeout`.
         with self._lock:
             conn = self._conn
-            left = max(0.0, deadline - time.monotonic())
+            left = self.busy_timeout
+            if self._held_out:
+                left = max(0.0, deadline - time.monotonic())
             conn.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
+            held_out = False
             try:
                 return self._translate(fn, *args)
             except _Busy as busy:
+                held_out = True
                 raise StoreUnusable(
                     os.fspath(self.path),
                     f"another writer held it locked for longer than "
@@ -343,6 +352,7 @@ class SQLiteStore:
                     "try again once that writer is done",
                 ) from None
             finally:
+                self._held_out = held_out
                 if self._handle.conn is conn:  # not let go of (`_on`)
                     conn.execute("PRAGMA busy_timeout = 0")
 
