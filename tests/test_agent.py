@@ -290,6 +290,53 @@ def test_a_stale_view_of_a_session_names_the_call_that_reads_it_again() -> None:
     anyio.run(two_views)
 
 
+def test_two_requests_of_one_conversation_at_once_are_told_to_wait(
+    tmp_path: Any,
+) -> None:
+    # Each request opens its own view of the conversation, as the error told
+    # the first server to: the second was told to do just that again.
+    import anyio
+
+    from turnfsm.errors import SessionBusy
+    from turnfsm.persistence import Session, SQLiteStore
+    from turnfsm.testing import FakeModelClient, reply
+
+    started = anyio.Event()
+
+    async def slow(request: Any) -> Any:
+        started.set()
+        await anyio.sleep(0.2)
+        return reply("ok")
+
+    refused: list[SessionBusy] = []
+
+    async def two_requests() -> None:
+        async with SQLiteStore(tmp_path / "s.db") as store:
+            agent = Agent(model=FakeModelClient(slow), store=store)
+
+            async def request(text: str) -> None:
+                session = await Session.open(store, "user-9")
+                try:
+                    await agent.run(text, session=session)
+                except SessionBusy as exc:
+                    refused.append(exc)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(request, "one")
+                await started.wait()
+                group.start_soon(request, "two")
+
+    anyio.run(two_requests)
+    (busy,) = refused
+    assert str(busy) == (
+        "session 'user-9' is running another run; wait for it to end (a "
+        "conversation takes one run at a time), or, for another conversation, "
+        "give this run a Session of its own (run(..., session=...): "
+        "Session(store=agent.store) starts one, await Session.open(agent.store, "
+        "ID) reopens a stored one)"
+    )
+
+
 def test_a_memory_store_named_in_an_error_does_not_print_its_logs() -> None:
     # Its repr held every entry of every session: one line of an error
     # could run to pages.
@@ -334,9 +381,9 @@ def test_two_requests_at_once_on_the_agents_own_session_name_the_way_out() -> No
     anyio.run(two_at_once)
     (busy,) = refused
     assert str(busy).endswith(
-        "give this run its own Session (run(..., session=...): "
-        "Session(store=agent.store) starts a conversation, await "
-        "Session.open(agent.store, ID) reopens one)"
+        "give this run a Session of its own (run(..., session=...): "
+        "Session(store=agent.store) starts one, await Session.open(agent.store, "
+        "ID) reopens a stored one)"
     )
 
 

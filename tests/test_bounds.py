@@ -755,8 +755,11 @@ def test_a_bad_value_raises_a_turnfsm_error_naming_the_field(
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_the_base_arguments_are_valid(case: Case) -> None:
+def test_the_base_arguments_are_valid(
+    case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The table's bases are accepted, so each bad field is what fails."""
+    monkeypatch.chdir(tmp_path)  # SQLiteStore's makes its file (named :memory:)
     case.build(**case.base)
 
 

@@ -525,6 +525,43 @@ def test_reset_breaker_clears_the_count_and_logs_a_runless_entry(
     assert "(0 consecutive failure(s) cleared)" in capsys.readouterr().out
 
 
+def test_reset_breaker_refuses_a_session_a_live_run_holds(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # It appended under the run: the run's next write failed with
+    # SessionConflict ("changed under this writer"), and the run stopped.
+    db = tmp_path / "s.db"
+    sid = _broken_session(db)
+    before = _load(db, sid)
+
+    async def lease(take: bool) -> object:
+        async with SQLiteStore(db) as store:
+            if take:
+                await store.acquire_lease(sid, "worker-7", ttl=600)
+            else:
+                await store.release_lease(sid, "worker-7")
+            return await store.lease_of(sid)
+
+    anyio.run(lease, True)
+    args = ["sessions", "reset-breaker", sid, "--store", str(db)]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("turnfsm sessions reset-breaker: ")
+    assert "'worker-7'" in err
+    assert f"turnfsm resume|abandon {sid} --store {db} --force" in err
+    assert "force=True" not in err
+    assert _load(db, sid).version == before.version  # nothing written
+
+    assert anyio.run(lease, False) is None
+    assert main(args) == 0
+    assert "(3 consecutive failure(s) cleared)" in capsys.readouterr().out
+    assert _load(db, sid).compaction_failures == 0
+    assert anyio.run(lease, False) is None  # the command let go of its own
+
+
 def test_reset_breaker_of_an_unknown_session_exits_2_and_writes_nothing(
     tmp_path: Path, capsys: Capture
 ) -> None:

@@ -377,9 +377,11 @@ async def test_a_store_of_ones_own_without_leases_still_works() -> None:
         ),
         (
             SessionBusy("s1"),
-            "session 's1' is running another run; wait for it, or give this run its "
-            "own Session (run(..., session=...): Session(store=agent.store) starts "
-            "a conversation, await Session.open(agent.store, ID) reopens one)",
+            "session 's1' is running another run; wait for it to end (a "
+            "conversation takes one run at a time), or, for another conversation, "
+            "give this run a Session of its own (run(..., session=...): "
+            "Session(store=agent.store) starts one, await Session.open(agent.store, "
+            "ID) reopens a stored one)",
         ),
         (
             LeaseLost("s1", "host:42", "host:7"),

@@ -13,6 +13,7 @@ import os
 import sqlite3
 import sys
 import textwrap
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from turnfsm.persistence import (
     Session,
     SessionStore,
     SQLiteStore,
+    _sqlite_ops,
     default_store_path,
     env_store,
     open_store,
@@ -97,6 +99,31 @@ async def test_synchronous_full_is_an_option_and_bad_options_are_config_errors(
         SQLiteStore(tmp_path / "x.db", synchronous="OFF")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="busy_timeout"):
         SQLiteStore(tmp_path / "x.db", busy_timeout=-1)
+
+
+async def test_a_busy_timeout_sqlite_cannot_wait_is_refused_not_waited_out_at_once(
+    tmp_path: Path,
+) -> None:
+    # SQLite takes the wait in milliseconds as a 32-bit number: past about 24
+    # days it overflowed, the store waited not at all, and said it had waited
+    # busy_timeout=3000000.0 s.
+    with pytest.raises(ConfigError, match=r"busy_timeout.*3000000") as refused:
+        SQLiteStore(tmp_path / "x.db", busy_timeout=3e6)
+    assert "2147483" in str(refused.value)
+    path = tmp_path / "busy.db"
+    async with SQLiteStore(path, busy_timeout=2_147_483) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+
+        async def let_go() -> None:
+            await anyio.sleep(0.3)
+            other.execute("ROLLBACK")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(let_go)
+            await store.append("s", sample_entries()[:1], expected_version=0)
+        other.close()
+        assert len(await store.load("s")) == 1
 
 
 async def test_two_stores_on_one_file_racing_at_one_version_one_wins(
@@ -443,11 +470,74 @@ async def test_a_lock_held_past_busy_timeout_is_a_typed_error(tmp_path: Path) ->
     async with SQLiteStore(path, busy_timeout=0.2) as store:
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
             other.execute("BEGIN IMMEDIATE")
-            with pytest.raises(StoreUnusable, match=r"busy_timeout=0\.2"):
+            with pytest.raises(StoreUnusable, match=r"busy_timeout=0\.2") as caught:
                 await store.append("s", sample_entries()[:1], expected_version=0)
+            assert str(caught.value).startswith(f"cannot use {path} ")
+            assert "try again once that writer is done" in str(caught.value)
             other.execute("ROLLBACK")
         assert await store.load("s") == ()
         await store.append("s", sample_entries()[:1], expected_version=0)
+
+
+async def test_calls_queued_behind_a_lock_wait_busy_timeout_not_one_each(
+    tmp_path: Path,
+) -> None:
+    # A server's concurrent requests on one store, while another process
+    # holds the file locked: the store's calls go one at a time, and each
+    # waited its own busy_timeout after those before it; the last of 8 was
+    # told of the lock after 8 x busy_timeout.
+    path = tmp_path / "busy.db"
+    waited: list[float] = []
+    async with SQLiteStore(path, busy_timeout=0.2) as store:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+
+            async def append(n: int) -> None:
+                start = time.monotonic()
+                with pytest.raises(StoreUnusable, match=r"busy_timeout=0\.2"):
+                    await store.append(
+                        f"s{n}", sample_entries()[:1], expected_version=0
+                    )
+                waited.append(time.monotonic() - start)
+
+            async with anyio.create_task_group() as group:
+                for n in range(8):
+                    group.start_soon(append, n)
+            other.execute("ROLLBACK")
+        assert len(waited) == 8
+        assert max(waited) < 0.8, waited
+        await store.append("s", sample_entries()[:1], expected_version=0)
+
+
+async def test_a_call_queued_behind_slow_reads_still_waits_out_a_short_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's own calls ahead of it (a long log decoding) are no other
+    # writer's lock: a write queued past its busy_timeout behind them still
+    # waits for a lock another process holds a moment.
+    path = tmp_path / "busy.db"
+    load = _sqlite_ops.load
+
+    def slow_load(conn: sqlite3.Connection, session_id: str) -> object:
+        time.sleep(0.5)
+        return load(conn, session_id)
+
+    monkeypatch.setattr(_sqlite_ops, "load", slow_load)
+    async with SQLiteStore(path, busy_timeout=0.3) as store:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+
+            async def let_go() -> None:
+                await anyio.sleep(0.6)
+                other.execute("ROLLBACK")
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(store.load, "s")
+                group.start_soon(let_go)
+                await anyio.sleep(0.05)
+                await store.append("s", sample_entries()[:1], expected_version=0)
+        monkeypatch.undo()
+        assert len(await store.load("s")) == 1
 
 
 async def test_delete_session_removes_its_rows(tmp_path: Path) -> None:
@@ -941,6 +1031,25 @@ def _remove_database(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
+async def test_a_path_sqlite_would_read_as_a_uri_or_memory_is_the_file_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite reads a name beginning with "file:" as a URI (this build takes
+    # URIs everywhere) and ":memory:" as no file at all: SQLiteStore("file:s.db")
+    # kept its sessions in s.db, out of sight of a reading command given
+    # the same path, and SQLiteStore(":memory:") lost them when it closed.
+    monkeypatch.chdir(tmp_path)
+    names = ["file:s.db", "file::memory:", ":memory:"]
+    for name in names:
+        async with SQLiteStore(name) as store:
+            await store.append("s", sample_entries()[:1], expected_version=0)
+        async with SQLiteStore(name) as store:
+            assert len(await store.load("s")) == 1, name
+    made = set(os.listdir(tmp_path))
+    assert "s.db" not in made
+    assert made >= set(names)
+
+
 async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
     tmp_path: Path,
 ) -> None:
@@ -1066,6 +1175,46 @@ async def test_a_new_store_on_a_full_disk_is_refused_as_unwritable(
     said = done.stdout.decode()
     assert "it cannot be written" in said, said
     assert "not a usable SQLite database" not in said
+
+
+_APPEND_ON_A_FULL_DISK = textwrap.dedent(
+    """
+    import asyncio, resource, sys
+    from turnfsm.errors import StoreUnusable
+    from turnfsm.persistence import SQLiteStore
+    from turnfsm.testing import sample_entries
+
+    async def main():
+        store = SQLiteStore(sys.argv[1])
+        await store.append("s", sample_entries()[:1], expected_version=0)
+        # Writes past 64 KiB fail (EFBIG; Python ignores SIGXFSZ): the disk
+        # fills while the store is open.
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+        try:
+            for n in range(100):
+                await store.append(f"t{n}", sample_entries(), expected_version=0)
+        except StoreUnusable as refused:
+            print(refused)
+        print(len(await store.load("s")))
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no RLIMIT_FSIZE")
+async def test_an_append_on_a_full_disk_says_so_and_what_to_do(tmp_path: Path) -> None:
+    # It said "database or disk is full (nothing was changed)", SQLite's words.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    done = await anyio.run_process(
+        [sys.executable, "-c", _APPEND_ON_A_FULL_DISK, str(tmp_path / "s.db")],
+        env=env,
+    )
+    said = done.stdout.decode().splitlines()
+    assert len(said) == 2, said
+    assert "it cannot be written (" in said[0]
+    assert "free some space on it" in said[0]
+    assert said[1] == "1"  # what was committed before is there
 
 
 async def test_a_message_edited_in_its_table_is_refused_naming_the_entry(

@@ -45,3 +45,23 @@ def test_a_store_directory_that_cannot_be_used_is_named(
     assert error.setting == "the store's path"
     assert str(error).startswith(f"cannot keep sessions in the directory {path.parent}")
     assert not path.exists()  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("reason", "advice"),
+    [
+        ("it does not exist", "create it, or change --store"),
+        ("it cannot be created (Permission denied)", "create it, or change --store"),
+        ("it is not a directory", "move that file away, or change --store"),
+        ("it cannot be written", "let this user write it, or change --store"),
+    ],
+)
+def test_a_store_directory_refusal_says_what_would_mend_it(
+    reason: str, advice: str
+) -> None:
+    # A directory on a read-only disk was told to be created.
+    said = str(StoreDirectoryUnusable("/srv/ro", reason, "--store"))
+    assert said == (
+        f"cannot keep sessions in the directory /srv/ro: {reason}; {advice} "
+        "(nothing was written)"
+    )

@@ -152,7 +152,8 @@ async def _run(command: SessionsCommand, out: TextIO) -> int:
             flags = ["--store", command.store] if command.store else []
             await _left_out(session, store, flags, out if command.out else sys.stderr)
             return code
-        return await _reset_breaker(session, out)
+        flags = ["--store", command.store] if command.store else []
+        return await _reset_breaker(store, session, out, flags)
     finally:
         await close_store(store)
 
@@ -226,9 +227,27 @@ class _NoModel:
         )
 
 
-async def _reset_breaker(session: Session, out: TextIO) -> int:
-    failures = session.compaction_failures
-    await session.reset_breaker(at=time.time())
+async def _reset_breaker(
+    store: SessionStore, session: Session, out: TextIO, flags: Sequence[str]
+) -> int:
+    leasing = store if isinstance(store, LeasingStore) else None
+    if leasing is not None:
+        # Taken for the reset: appended under a live run, the reset would
+        # stop that run at its next write (another writer appended first).
+        try:
+            await leasing.acquire_lease(session.id, _RESETTER, ttl=_RESETTER_TTL)
+        except SessionBusy as busy:
+            command = terminal_text(shlex.join([session.id, *flags]))
+            said = busy_words(busy, f"turnfsm resume|abandon {command} --force")
+            print(f"turnfsm sessions reset-breaker: {said}", file=sys.stderr)
+            return 2
+    try:
+        session = await _session(store, session.id)  # as the lease found it
+        failures = session.compaction_failures
+        await session.reset_breaker(at=time.time())
+    finally:
+        if leasing is not None:
+            await leasing.release_lease(session.id, _RESETTER)
     print(
         f"session {terminal_text(session.id)}: compaction circuit breaker reset "
         f"({failures} consecutive failure(s) cleared)",
@@ -723,6 +742,12 @@ _NO_ANSWER: Final = "no answer (standard input ended); --yes deletes without ask
 
 _REMOVER: Final = f"turnfsm sessions rm (pid {os.getpid()})"
 """The owner `sessions rm` holds a session's lease as while it deletes it."""
+
+_RESETTER: Final = f"turnfsm sessions reset-breaker (pid {os.getpid()})"
+"""The owner `sessions reset-breaker` holds a session's lease as while it appends."""
+
+_RESETTER_TTL: Final = 60.0
+"""Seconds that hold lasts: one load and one append."""
 
 _REMOVER_TTL: Final = 600.0
 """Seconds that hold lasts: a large session takes a while to delete."""

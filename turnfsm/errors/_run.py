@@ -276,10 +276,11 @@ class SessionBusy(TurnFSMError):
                 f"agent.abandon({ids}))"
             )
         return (
-            f"session {self.session_id!r} is running another run; wait for it, "
-            "or give this run its own Session (run(..., session=...): "
-            "Session(store=agent.store) starts a conversation, await "
-            "Session.open(agent.store, ID) reopens one)"
+            f"session {self.session_id!r} is running another run; wait for it "
+            "to end (a conversation takes one run at a time), or, for another "
+            "conversation, give this run a Session of its own (run(..., "
+            "session=...): Session(store=agent.store) starts one, await "
+            "Session.open(agent.store, ID) reopens a stored one)"
         )
 
 

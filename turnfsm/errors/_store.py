@@ -211,11 +211,21 @@ class StoreDirectoryUnusable(StoreError):
     setting: str
 
     def __str__(self) -> str:
+        mend = next(
+            (m for why, m in _MENDS if self.reason.startswith(why)), "create it"
+        )
         return (
             f"cannot keep sessions in the directory {self.directory}: "
-            f"{self.reason}; create it, or change {self.setting} "
+            f"{self.reason}; {mend}, or change {self.setting} "
             "(nothing was written)"
         )
+
+
+_MENDS = (
+    ("it is not a directory", "move that file away"),
+    ("it cannot be written", "let this user write it"),
+)
+"""What mends a directory refused for each reason; any other: create it."""
 
 
 @final

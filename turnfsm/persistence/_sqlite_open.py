@@ -18,6 +18,7 @@ __all__ = [
     "_open",
     "_roll_back",
     "_transaction",
+    "full_disk_reason",
 ]
 
 
@@ -96,8 +97,14 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
     _check_kind(path, where)
     _check_log_alone(path, where)
     try:
+        # By its absolute path: SQLite reads a name that begins with "file:"
+        # as a URI (in builds that take URIs everywhere, as Debian's does),
+        # and ":memory:" as no file at all, not as the files they name.
         conn = sqlite3.connect(
-            where, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            os.fspath(path.absolute()),
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
         )
     except sqlite3.Error as exc:
         raise StoreUnusable(where, f"it cannot be opened ({exc})") from None
@@ -194,7 +201,9 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
     """
     code = exc.sqlite_errorcode & 0xFF  # the primary code of an extended one
     if code in _UNWRITABLE:  # the disk's failure, not the file's content
-        return StoreUnusable(where, f"it cannot be written ({exc})")
+        return StoreUnusable(
+            where, full_disk_reason(exc) or f"it cannot be written ({exc})"
+        )
     if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
         return StoreUnusable(where, f"another process held it locked ({exc})")
     if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
@@ -207,6 +216,25 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
     if head and head != _HEADER:
         return StoreUnusable(where, "it is not an SQLite database")
     return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
+
+
+def full_disk_reason(exc: sqlite3.Error) -> str | None:
+    """Why a write failed and what to do, if the disk refused it; else None.
+
+    A write past the disk's space (or a file size limit) is a full disk to
+    SQLite, or a write's I/O error, depending on where it was refused.
+    """
+    code = getattr(exc, "sqlite_errorcode", 0)
+    if code & 0xFF == sqlite3.SQLITE_FULL:
+        full = "is full"
+    elif code == sqlite3.SQLITE_IOERR_WRITE:
+        full = "may be full, or failing"
+    else:
+        return None
+    return (
+        f"it cannot be written ({exc}): its disk {full}; free some space on it, "
+        "or move the store to another disk"
+    )
 
 
 _UNWRITABLE: Final = frozenset(

@@ -4,7 +4,9 @@ Theory of operation:
 
 - One file, in WAL mode: readers never block the writer, and several
   processes (each with its own `SQLiteStore`) can share the file. A writer
-  that finds the file locked waits up to `busy_timeout` seconds.
+  that finds the file locked waits up to `busy_timeout` seconds; calls
+  queued behind one that waited that long in vain give up `busy_timeout`
+  after they began, not one `busy_timeout` after another.
 - An append is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
   first, then moves the session's version only if it is the expected one
   (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
@@ -49,6 +51,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -72,6 +75,7 @@ from turnfsm.persistence._rows import (
 from turnfsm.persistence._sqlite_open import (
     SCHEMA_VERSION,
     _open,
+    full_disk_reason,
 )
 from turnfsm.persistence._store import SessionInfo, check_append, check_session_id
 
@@ -109,8 +113,17 @@ _check_path = _checks.satisfies(
     "path",
 )
 _check_synchronous = _checks.one_of(("NORMAL", "FULL"), "synchronous")
+# SQLite takes the wait in milliseconds as a 32-bit number: a longer one
+# overflows, and the store would not wait at all.
+_MAX_BUSY_TIMEOUT = 2_147_483
 _check_timeout = _checks.number(
-    "busy_timeout", low=0, expected="a finite number of seconds >= 0"
+    "busy_timeout",
+    low=0,
+    high=_MAX_BUSY_TIMEOUT,
+    expected=(
+        f"a finite number of seconds >= 0 and <= {_MAX_BUSY_TIMEOUT} (about 24 "
+        "days, the longest SQLite waits)"
+    ),
 )
 
 
@@ -141,11 +154,15 @@ class SQLiteStore:
         ```
 
     Attributes:
-        path: The database file.
+        path: The database file. Every path names a file, even one SQLite
+            would read otherwise (``file:s.db`` as a URI, ``:memory:`` as
+            no file): use `MemoryStore` for sessions kept in memory.
         synchronous: ``"NORMAL"`` (the default: a commit survives a crash of
             the process; a power cut may lose the last commits, never
             corrupt the file) or ``"FULL"`` (every commit is on disk).
-        busy_timeout: Seconds to wait for another writer's lock.
+        busy_timeout: Seconds a call waits for another writer's lock (calls
+            queued behind one that waited that long in vain give up that
+            long after they began); at most 2147483 (about 24 days).
 
     Raises:
         StoreUnusable: the file is not an SQLite database (or not a regular
@@ -164,6 +181,8 @@ class SQLiteStore:
     )
     _handle: _Handle = attrs.field(init=False, repr=False, factory=lambda: _Handle())
     _lock: threading.Lock = attrs.field(init=False, repr=False, factory=threading.Lock)
+    # Whether the last call that waited for the file's lock gave up (`_waiting`).
+    _held_out: bool = attrs.field(init=False, repr=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         self._handle.open(self.path, self.synchronous, self.busy_timeout)
@@ -301,24 +320,39 @@ class SQLiteStore:
                 pass  # rolled back: wait for the lock in a worker thread
             finally:
                 self._lock.release()
-        return await to_the_end(self._waiting, fn, *args)
+        deadline = time.monotonic() + self.busy_timeout
+        return await to_the_end(self._waiting, deadline, fn, *args)
 
     async def _read(self, fn: Callable[..., T], *args: object) -> T:
-        return await anyio.to_thread.run_sync(self._waiting, fn, *args)
+        deadline = time.monotonic() + self.busy_timeout
+        return await anyio.to_thread.run_sync(self._waiting, deadline, fn, *args)
 
-    def _waiting(self, fn: Callable[..., T], *args: object) -> T:
+    def _waiting(self, deadline: float, fn: Callable[..., T], *args: object) -> T:
+        # A call waits `busy_timeout` for the file's lock. When the call
+        # before it gave up that wait, the lock is held still: the wait ends
+        # `busy_timeout` after the call began, however long it queued behind
+        # the others, so a server's concurrent requests are all told in
+        # `busy_timeout`, not one after another. Queued behind this store's
+        # own work (a long log decoding) it waits the whole `busy_timeout`.
         with self._lock:
             conn = self._conn
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            left = self.busy_timeout
+            if self._held_out:
+                left = max(0.0, deadline - time.monotonic())
+            conn.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
+            held_out = False
             try:
                 return self._translate(fn, *args)
             except _Busy as busy:
+                held_out = True
                 raise StoreUnusable(
                     os.fspath(self.path),
                     f"another writer held it locked for longer than "
-                    f"busy_timeout={self.busy_timeout} s ({busy.__cause__})",
+                    f"busy_timeout={self.busy_timeout} s ({busy.__cause__}); "
+                    "try again once that writer is done",
                 ) from None
             finally:
+                self._held_out = held_out
                 if self._handle.conn is conn:  # not let go of (`_on`)
                     conn.execute("PRAGMA busy_timeout = 0")
 
@@ -328,7 +362,8 @@ class SQLiteStore:
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                 raise _Busy from exc
-            raise StoreUnusable(os.fspath(self.path), str(exc)) from None
+            reason = full_disk_reason(exc) or str(exc)
+            raise StoreUnusable(os.fspath(self.path), reason) from None
         except sqlite3.DatabaseError as exc:
             raise StoreUnusable(os.fspath(self.path), str(exc)) from None
 
