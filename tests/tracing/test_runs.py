@@ -29,7 +29,7 @@ from tests.tracing._spans import (
     transitions,
     turn,
 )
-from turnfsm import approval_machine
+from turnfsm import Agent, approval_machine
 from turnfsm.context import ContextManager, PinRules, SummarizingCompactor
 from turnfsm.core import (
     MachineSpec,
@@ -52,6 +52,7 @@ from turnfsm.testing import (
 )
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.tracing import attributes as A
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -97,8 +98,10 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
             A.TOKENS_AFTER: 1_093,
             A.TOKENS_SAVED: 1_616,
             A.TOKENS_SOURCE: "estimated",
-            A.USAGE_INPUT_TOKENS: 2_301,  # the summary calls' usage
-            A.USAGE_OUTPUT_TOKENS: 435,
+            # The summary calls' usage, summed (each call's chat span has
+            # its own as gen_ai.usage: a sum over the trace counts it once).
+            A.TOTAL_INPUT_TOKENS: 2_301,
+            A.TOTAL_OUTPUT_TOKENS: 435,
             # What the pass invalidates in the prompt cache (no prices).
             A.CACHE_INVALIDATED: 2_650,
             A.CACHE_REWRITTEN: 1_034,
@@ -128,6 +131,54 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
         "model_replied: call_llm -> done #9 estimate=1108",
         ("chat gpt-test", "CLIENT", chat(usage=(950, 1)), []),
     ])  # fmt: skip
+
+
+def _usage_in(spans: Any) -> dict[str, int]:
+    """Every ``gen_ai.usage.*`` attribute of `spans`, summed (as a dashboard does)."""
+    keys = (A.USAGE_INPUT_TOKENS, A.USAGE_OUTPUT_TOKENS)
+    return {k: sum((s.attributes or {}).get(k, 0) for s in spans) for k in keys}
+
+
+async def test_summing_usage_over_a_trace_counts_each_model_call_once() -> None:
+    traced = Traced.create()
+    helper = Agent(
+        model=ScriptedModel.of(said("seven", usage=(40, 3))),
+        hooks=[traced.hook],
+        name="helper",
+    )
+    model = ScriptedModel.of(
+        said(
+            "",
+            tool_call("echo", "c1", text="x"),
+            tool_call("helper", "c2", task="count"),
+            usage=(900, 5),
+        ),
+        said("ok", usage=(950, 1)),
+    )
+    tools = [echo, helper.as_tool(name="helper", description="Counts.")]
+    driver = traced_driver(traced, model, tools=tools, context=summarizing())
+    result = await driver.run(history(10, 500))
+    assert result.outcome == "done", result.error
+    spent = result.usage + result.compaction_usage + result.children_usage
+    assert result.compaction_usage.input_tokens > 0  # a summary pass ran
+    assert result.children_usage == Usage(input_tokens=40, output_tokens=3)
+    spans = traced.spans
+    (root,) = [s for s in spans if s.parent is None]  # the helper's run nests
+    assert {s.context.trace_id for s in spans if s.context} == {root.context.trace_id}
+    assert _usage_in(spans) == {
+        A.USAGE_INPUT_TOKENS: spent.input_tokens,
+        A.USAGE_OUTPUT_TOKENS: spent.output_tokens,
+    }
+    # Only the model calls' spans carry it; the spans that hold calls say
+    # what those reported, summed, as turnfsm.usage.
+    carriers = {s.name for s in spans if A.USAGE_INPUT_TOKENS in (s.attributes or {})}
+    assert carriers == {"chat gpt-test", "chat summarizer", "chat"}
+    totals = {s.name: s.attributes or {} for s in spans}
+    assert totals["invoke_agent assistant"][A.TOTAL_INPUT_TOKENS] == 1_850
+    assert totals["turnfsm.compaction"][A.TOTAL_INPUT_TOKENS] == (
+        result.compaction_usage.input_tokens
+    )
+    assert totals["invoke_agent helper"][A.TOTAL_INPUT_TOKENS] == 40
 
 
 APPROVAL_DIGEST = machine_digest(approval_machine())

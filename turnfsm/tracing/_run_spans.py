@@ -14,7 +14,7 @@ from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._compaction_spans import fail_effect
-from turnfsm.tracing._content import error_status, messages_json, usage_attributes
+from turnfsm.tracing._content import error_status, messages_json, total_attributes
 from turnfsm.values import ErrorInfo
 
 __all__ = [
@@ -96,7 +96,7 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
             A.RUN_OUTCOME: info.outcome,
             A.RUN_TURNS: info.turns,
             A.PHASE: info.phase,
-            **usage_attributes(usage),
+            **total_attributes(usage),
         }
     )
     if capture and info.text:

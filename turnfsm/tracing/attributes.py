@@ -49,6 +49,13 @@ SERVICE_NAME: Final = "service.name"  # Jaeger's service
 PROJECT_NAME: Final = "openinference.project.name"  # Phoenix's project
 
 # -- turnfsm ---------------------------------------------------------------
+# A span that holds model calls (a run, a turn, a compaction pass) says what
+# they reported under these: the gen_ai.usage ones are only on the model
+# calls' own spans, so that summing them over a trace counts each call once.
+TOTAL_INPUT_TOKENS: Final = "turnfsm.usage.input_tokens"
+TOTAL_OUTPUT_TOKENS: Final = "turnfsm.usage.output_tokens"
+TOTAL_CACHE_READ_TOKENS: Final = "turnfsm.usage.cache_read.input_tokens"
+TOTAL_CACHE_WRITE_TOKENS: Final = "turnfsm.usage.cache_creation.input_tokens"
 RUN_ID: Final = "turnfsm.run.id"
 RUN_OUTCOME: Final = "turnfsm.run.outcome"
 RUN_TURNS: Final = "turnfsm.run.turns"
