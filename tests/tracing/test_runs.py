@@ -3,6 +3,11 @@ concurrent runs, and transition events that point at the machine file."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ from tests.helpers import REPO_ROOT, approval_toml, turn_toml_text
 from tests.tracing._spans import (
     COMPACTED,
     STARTED,
+    STATUS,
     Named,
     Node,
     Traced,
@@ -40,6 +46,7 @@ from turnfsm.core import (
     trigger_of,
 )
 from turnfsm.driver import EffectContext, RunControl, Session, run_tool_with_hooks
+from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import EventRecorded, machine_digest
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -179,6 +186,109 @@ async def test_summing_usage_over_a_trace_counts_each_model_call_once() -> None:
         result.compaction_usage.input_tokens
     )
     assert totals["invoke_agent helper"][A.TOTAL_INPUT_TOKENS] == 40
+
+
+KILLED_WORKER = """
+import sys, time
+from turnfsm import Agent
+from turnfsm.testing import FakeModelClient, reply, tool_call
+
+store, marker = sys.argv[1], sys.argv[2]
+
+def work(name: str) -> str:
+    \"\"\"Do one piece of work.
+
+    Args:
+        name: which piece.
+    \"\"\"
+    with open(marker, "w") as f:
+        f.write(agent.session.id)
+    time.sleep(600)  # killed meanwhile
+    return "never"
+
+calls = FakeModelClient(lambda r: reply("", tool_call("work", "c1", name="a")))
+agent = Agent(model=calls, tools=[work], store=store)
+agent.run_sync("do the work")
+"""
+
+
+class _HeardTools(Hook):
+    """A user's hook written before calls were closed as interrupted."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str, bool, bool]] = []
+
+    def on_tool_start(self, info: ToolCallInfo) -> None:
+        self.heard.append(("start", info.call.id, info.interrupted, False))
+
+    def on_tool_end(self, info: ToolCallEnd) -> None:
+        self.heard.append(("end", info.call.call.id, info.interrupted, info.is_error))
+
+
+def _killed_mid_call(store: Path, marker: Path) -> str:
+    """Run `KILLED_WORKER` and SIGKILL it while its tool call runs; its session."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, str(store), str(marker)], env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() or not marker.read_text():
+            assert worker.poll() is None, "the worker ended before its tool ran"
+            assert time.monotonic() < deadline, "the worker's tool never ran"
+            time.sleep(0.05)
+    finally:
+        worker.send_signal(signal.SIGKILL)  # mid-call: no hook heard it end
+        worker.wait()
+    return marker.read_text()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_call_a_killed_process_left_is_in_the_resumed_trace(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "s.db"
+    session_id = await anyio.to_thread.run_sync(
+        _killed_mid_call, store, tmp_path / "session"
+    )
+
+    def work(name: str) -> str:
+        """Do one piece of work.
+
+        Args:
+            name: which piece.
+        """
+        raise AssertionError("a call cut short is not run again")
+
+    traced, heard = Traced.create(), _HeardTools()
+    agent = Agent(
+        model=Named(FakeModelClient(lambda r: reply("it was cut short"))),
+        tools=[work],
+        store=store,
+        hooks=[traced.hook, heard],
+        strict_hooks=True,
+        name="assistant",
+    )
+    session = await agent.open_session(session_id)
+    (run,) = [r for r in session.runs if r.is_open]
+    # Its process is known gone: its lease is taken over.
+    result = await agent.resume(session_id, run.run_id, force=True)
+    assert result.outcome == "done", result.error
+
+    # Every hook hears the call, closed: it starts and ends at once.
+    assert heard.heard == [("start", "c1", True, False), ("end", "c1", True, True)]
+    [(name, _, root, [first, _second])] = traced.tree(masks(result))
+    assert name == "invoke_agent assistant"
+    assert root[A.RUN_RESUMED] is True
+    assert root[A.RUN_ID] == "<run>"
+    # In the turn whose reply asked for it, an execute_tool span in error.
+    assert first[0] == "turnfsm.turn 1"
+    assert first[3][-1] == ("execute_tool work", "INTERNAL", {
+        **tool("work", "c1"),
+        A.ERROR_TYPE: "tool_interrupted",
+        STATUS: "ERROR: closed as interrupted: the run stopped before this "
+        "call finished, so its effects are unknown",
+    }, [])  # fmt: skip
 
 
 APPROVAL_DIGEST = machine_digest(approval_machine())

@@ -166,6 +166,7 @@ class RunLoop(Ending):
         self._estimate_source = "estimated"  # where the snapshot's estimate came from
         self._journal: ToolJournal | None = None  # made on the first batch of calls
         self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
+        self._interrupted: frozenset[str] = frozenset()  # of them, closed here
         self._lock: anyio.Lock | None = None  # made on the first journaled result
         # Entries written with the next append: the run's opening, and a
         # measurement (it decides nothing replay cannot redo).
@@ -519,6 +520,7 @@ class RunLoop(Ending):
         )
         closed = {call.id: r for call, r in zip(calls, results, strict=True)}
         self._resumed = {**recorded, **closed}
+        self._interrupted = frozenset(closed)
 
     async def _steps(self, decision: Decision) -> RunResult:
         # Hooks are never added during a run (only detached), so what they
@@ -615,9 +617,11 @@ class RunLoop(Ending):
             journal = self._journal
             if self._resumed:  # the batch in flight when the process died
                 journal = ToolJournal(
-                    recorded=self._resumed, record=self._record_result
+                    recorded=self._resumed,
+                    record=self._record_result,
+                    interrupted=self._interrupted,
                 )
-                self._resumed = {}
+                self._resumed, self._interrupted = {}, frozenset()
             elif journal is None:
                 journal = self._journal = ToolJournal(record=self._record_result)
         return EffectContext(

@@ -44,6 +44,9 @@ OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_CHAT: Final = "chat"
 OP_EXECUTE_TOOL: Final = "execute_tool"
 
+# The error.type of a tool call a resumed run closed as interrupted.
+TOOL_INTERRUPTED: Final = "tool_interrupted"
+
 # -- resource ----------------------------------------------------------------
 SERVICE_NAME: Final = "service.name"  # Jaeger's service
 PROJECT_NAME: Final = "openinference.project.name"  # Phoenix's project
