@@ -280,7 +280,8 @@ async def test_a_call_a_killed_process_left_is_in_the_resumed_trace(
     [(name, _, root, [first, _second])] = traced.tree(masks(result))
     assert name == "invoke_agent assistant"
     assert root[A.RUN_RESUMED] is True
-    assert root[A.RUN_ID] == "<run>"
+    assert root[A.RUN_ID] == "<run>"  # the run it goes on with: the same id
+    assert root[A.RUN_RESUMED_FROM] == "running"  # its process died as it ran
     # In the turn whose reply asked for it, an execute_tool span in error.
     assert first[0] == "turnfsm.turn 1"
     assert first[3][-1] == ("execute_tool work", "INTERNAL", {
@@ -332,7 +333,7 @@ async def test_a_resumed_run_is_a_root_of_its_own_marked_resumed() -> None:
         ]),
         ("invoke_agent assistant", "INTERNAL", agent(
             turns=2, usage=(100, 11)
-        ) | approval | {A.RUN_RESUMED: True}, [
+        ) | approval | {A.RUN_RESUMED: True, A.RUN_RESUMED_FROM: "paused"}, [
             "tool_calls_reviewed: await_approval -> run_tools #13 estimate=122",
             # The tools belong to the turn whose call asked for them.
             ("turnfsm.turn 1", "INTERNAL", turn(1, "start", 122), [

@@ -179,7 +179,8 @@ class RunLoop(Ending):
         self.step: EffectContext | None = None  # the step an effect carries out
         self._heard_end = False  # on_run_end is called once
         # What on_run_start hears (input, resumed), until the run's first step.
-        self._start: tuple[tuple[Message, ...], bool] | None = None
+        # The run's input, and the outcome a resumed run had (None: a new run).
+        self._start: tuple[tuple[Message, ...], str | None] | None = None
         self.parent: ParentLink | None = None  # the call that delegated the run
         self.children = ChildTally(run.run_id)  # what its sub-agents used
 
@@ -221,7 +222,7 @@ class RunLoop(Ending):
                 output=asked_for(self.run.output),
             )
         )
-        self._start = (input, False)
+        self._start = (input, None)
 
     def _started(self) -> None:
         """Tell the `on_run_start` hooks, once, as the run's first step.
@@ -231,7 +232,7 @@ class RunLoop(Ending):
         """
         if self._start is None:
             return
-        input, resumed = self._start
+        input, resumed_from = self._start
         self._start = None
         if not self.hooks.wants("on_run_start"):
             return
@@ -248,7 +249,8 @@ class RunLoop(Ending):
                 budget=self.machine.snapshot.budget,
                 model=model,
                 provider=provider,
-                resumed=resumed,
+                resumed=resumed_from is not None,
+                resumed_from=resumed_from,
             ),
         )
 
@@ -270,7 +272,7 @@ class RunLoop(Ending):
                 window=self.machine.snapshot.budget.context_window,
             )
         self._resumed = self.session.recorded_results(self.run_id)
-        self._start = ((), True)
+        self._start = ((), record.outcome)
 
     async def _write(self, *entries: Entry, history: MessageLog | None = None) -> None:
         """Append `entries` to the log, after the entries riding with them.

@@ -50,6 +50,10 @@ class RunStartInfo:
         provider: The provider's name (``client.provider_name``, else the
             client's class name).
         resumed: The run was resumed from its log (paused or unfinished).
+        resumed_from: What the run's log said of it when it was resumed:
+            ``"paused"``, ``"interrupted"`` (stopped by a cancel, Ctrl-C or
+            a store that failed), or ``"running"`` (its process died while
+            it ran: a crash, a kill); None for a run that begins.
     """
 
     session_id: str
@@ -62,6 +66,7 @@ class RunStartInfo:
     model: str | None = None
     provider: str | None = None
     resumed: bool = False
+    resumed_from: str | None = None
 
 
 @final

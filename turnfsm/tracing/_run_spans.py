@@ -63,6 +63,8 @@ def run_attributes(info: RunStartInfo, *, capture: bool) -> dict[str, Any]:
         A.MACHINE_DIGEST: info.digest,
         A.RUN_RESUMED: info.resumed,
     }
+    if info.resumed_from is not None:
+        attributes[A.RUN_RESUMED_FROM] = info.resumed_from
     if info.provider:
         attributes[A.PROVIDER_NAME] = info.provider
     if info.model:
