@@ -51,8 +51,8 @@ def _logged(run: RunRecord) -> list[dict[str, int]]:
         out.append(
             {
                 "turnfsm.estimate": estimate,
-                "gen_ai.usage.input_tokens": turn.usage.input_tokens,
-                "gen_ai.usage.output_tokens": turn.usage.output_tokens,
+                "turnfsm.usage.input_tokens": turn.usage.input_tokens,
+                "turnfsm.usage.output_tokens": turn.usage.output_tokens,
             }
         )
     return out
@@ -94,8 +94,8 @@ def test_the_demo_trace_has_numbered_turns_with_the_logs_tokens_and_is_ok(
     found = _run_of(spans(phoenix, "turnfsm", min_count=20, timeout=20), run.run_id)
     (root,) = [s for s in found if not s["parent_id"]]
     assert root["status"]["code"] == "OK"
-    assert root["attributes"]["gen_ai.usage.input_tokens"] == run.usage.input_tokens
-    assert root["attributes"]["gen_ai.usage.output_tokens"] == run.usage.output_tokens
+    assert root["attributes"]["turnfsm.usage.input_tokens"] == run.usage.input_tokens
+    assert root["attributes"]["turnfsm.usage.output_tokens"] == run.usage.output_tokens
     turns = sorted(
         (s for s in found if TURN.match(s["name"])),
         key=lambda s: int(TURN.match(s["name"])[1]),  # type: ignore[index]

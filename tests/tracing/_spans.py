@@ -404,8 +404,8 @@ def agent(
         A.RUN_OUTCOME: outcome,
         A.RUN_TURNS: turns,
         A.PHASE: phase,
-        A.USAGE_INPUT_TOKENS: usage[0],
-        A.USAGE_OUTPUT_TOKENS: usage[1],
+        A.TOTAL_INPUT_TOKENS: usage[0],
+        A.TOTAL_OUTPUT_TOKENS: usage[1],
     } | ({STATUS: "OK"} if outcome in ("done", "paused") else {})
 
 
@@ -450,8 +450,8 @@ def turn(
     """
     out: dict[str, Any] = {A.TURN_NUMBER: number}
     if usage is not None:
-        out[A.USAGE_INPUT_TOKENS] = usage[0]
-        out[A.USAGE_OUTPUT_TOKENS] = usage[1]
+        out[A.TOTAL_INPUT_TOKENS] = usage[0]
+        out[A.TOTAL_OUTPUT_TOKENS] = usage[1]
     return out | {A.PHASE: phase, A.ESTIMATE: estimate, A.ESTIMATE_SOURCE: source}
 
 

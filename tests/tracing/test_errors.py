@@ -148,7 +148,8 @@ async def test_a_run_whose_end_cannot_be_logged_is_ended_then_resumed() -> None:
             ]),
         ]),
         ("invoke_agent assistant", "INTERNAL", agent(usage=(6, 1)) | {
-            A.RUN_RESUMED: True
+            A.RUN_RESUMED: True,
+            A.RUN_RESUMED_FROM: "running",  # its end never reached the log
         }, [
             ("turnfsm.turn 1", "INTERNAL", turn(1, "done", 6, usage=(6, 1)), [
                 "measured: start -> call_llm #6 estimate=6",

@@ -53,8 +53,8 @@ def _logged(run: RunRecord) -> list[dict[str, int]]:
         out.append(
             {
                 A.ESTIMATE: estimate,
-                A.USAGE_INPUT_TOKENS: turn.usage.input_tokens,
-                A.USAGE_OUTPUT_TOKENS: turn.usage.output_tokens,
+                A.TOTAL_INPUT_TOKENS: turn.usage.input_tokens,
+                A.TOTAL_OUTPUT_TOKENS: turn.usage.output_tokens,
             }
         )
     return out
@@ -62,7 +62,7 @@ def _logged(run: RunRecord) -> list[dict[str, int]]:
 
 def _figures(span: ReadableSpan) -> dict[str, Any]:
     a = span.attributes or {}
-    keys = (A.ESTIMATE, A.USAGE_INPUT_TOKENS, A.USAGE_OUTPUT_TOKENS)
+    keys = (A.ESTIMATE, A.TOTAL_INPUT_TOKENS, A.TOTAL_OUTPUT_TOKENS)
     return {k: a[k] for k in keys}
 
 
@@ -85,7 +85,7 @@ async def test_each_turn_span_is_numbered_and_carries_the_logs_tokens() -> None:
     assert [(t.attributes or {})[A.TURN_NUMBER] for t in turns] == [1, 2, 3]
     run = session.runs[-1]
     assert [_figures(t) for t in turns] == _logged(run)
-    assert [_figures(t)[A.USAGE_INPUT_TOKENS] for t in turns] == [50, 90, 120]
+    assert [_figures(t)[A.TOTAL_INPUT_TOKENS] for t in turns] == [50, 90, 120]
 
 
 async def test_the_cache_s_counts_are_on_the_turn_call_and_run_spans() -> None:
@@ -99,10 +99,15 @@ async def test_the_cache_s_counts_are_on_the_turn_call_and_run_spans() -> None:
     assert session.runs[-1].usage == cached
     chat = [s for s in traced.spans if s.name.startswith("chat")]
     (root,) = [s for s in traced.spans if s.parent is None]
-    for span in (*_turns(traced.spans), *chat, root):
+    for span in chat:  # the call's own, as the conventions name them
         a = span.attributes or {}
         assert a[A.USAGE_CACHE_READ_TOKENS] == 700, span.name
         assert a[A.USAGE_CACHE_WRITE_TOKENS] == 150, span.name
+    for span in (*_turns(traced.spans), root):  # the calls under it, summed
+        a = span.attributes or {}
+        assert a[A.TOTAL_CACHE_READ_TOKENS] == 700, span.name
+        assert a[A.TOTAL_CACHE_WRITE_TOKENS] == 150, span.name
+        assert A.USAGE_CACHE_READ_TOKENS not in a, span.name
     assert chat
 
 
@@ -123,13 +128,13 @@ def test_the_demo_trace_has_numbered_turns_with_the_logs_nonzero_tokens() -> Non
     logged = _logged(run)
     assert [_figures(t) for t in turns] == logged
     assert all(
-        f[A.USAGE_INPUT_TOKENS] > 0 and f[A.USAGE_OUTPUT_TOKENS] > 0 for f in logged
+        f[A.TOTAL_INPUT_TOKENS] > 0 and f[A.TOTAL_OUTPUT_TOKENS] > 0 for f in logged
     )
     (root,) = [s for s in traced.spans if s.parent is None]
     assert root.status.status_code is StatusCode.OK
     a = root.attributes or {}
-    assert a[A.USAGE_INPUT_TOKENS] == run.usage.input_tokens > 0
-    assert a[A.USAGE_OUTPUT_TOKENS] == run.usage.output_tokens > 0
+    assert a[A.TOTAL_INPUT_TOKENS] == run.usage.input_tokens > 0
+    assert a[A.TOTAL_OUTPUT_TOKENS] == run.usage.output_tokens > 0
 
 
 # -- status ------------------------------------------------------------------

@@ -3,6 +3,11 @@ concurrent runs, and transition events that point at the machine file."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ from tests.helpers import REPO_ROOT, approval_toml, turn_toml_text
 from tests.tracing._spans import (
     COMPACTED,
     STARTED,
+    STATUS,
     Named,
     Node,
     Traced,
@@ -29,7 +35,7 @@ from tests.tracing._spans import (
     transitions,
     turn,
 )
-from turnfsm import approval_machine
+from turnfsm import Agent, approval_machine
 from turnfsm.context import ContextManager, PinRules, SummarizingCompactor
 from turnfsm.core import (
     MachineSpec,
@@ -40,6 +46,7 @@ from turnfsm.core import (
     trigger_of,
 )
 from turnfsm.driver import EffectContext, RunControl, Session, run_tool_with_hooks
+from turnfsm.hooks import Hook, ToolCallEnd, ToolCallInfo
 from turnfsm.messages import Message
 from turnfsm.persistence import EventRecorded, machine_digest
 from turnfsm.providers import ModelRequest, ModelResponse
@@ -52,6 +59,7 @@ from turnfsm.testing import (
 )
 from turnfsm.tokens import HeuristicTokenCounter
 from turnfsm.tracing import attributes as A
+from turnfsm.values import Usage
 
 pytestmark = pytest.mark.anyio
 
@@ -97,8 +105,10 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
             A.TOKENS_AFTER: 1_093,
             A.TOKENS_SAVED: 1_616,
             A.TOKENS_SOURCE: "estimated",
-            A.USAGE_INPUT_TOKENS: 2_301,  # the summary calls' usage
-            A.USAGE_OUTPUT_TOKENS: 435,
+            # The summary calls' usage, summed (each call's chat span has
+            # its own as gen_ai.usage: a sum over the trace counts it once).
+            A.TOTAL_INPUT_TOKENS: 2_301,
+            A.TOTAL_OUTPUT_TOKENS: 435,
             # What the pass invalidates in the prompt cache (no prices).
             A.CACHE_INVALIDATED: 2_650,
             A.CACHE_REWRITTEN: 1_034,
@@ -128,6 +138,158 @@ async def test_summary_calls_are_chat_spans_under_their_compaction() -> None:
         "model_replied: call_llm -> done #9 estimate=1108",
         ("chat gpt-test", "CLIENT", chat(usage=(950, 1)), []),
     ])  # fmt: skip
+
+
+def _usage_in(spans: Any) -> dict[str, int]:
+    """Every ``gen_ai.usage.*`` attribute of `spans`, summed (as a dashboard does)."""
+    keys = (A.USAGE_INPUT_TOKENS, A.USAGE_OUTPUT_TOKENS)
+    return {k: sum((s.attributes or {}).get(k, 0) for s in spans) for k in keys}
+
+
+async def test_summing_usage_over_a_trace_counts_each_model_call_once() -> None:
+    traced = Traced.create()
+    helper = Agent(
+        model=ScriptedModel.of(said("seven", usage=(40, 3))),
+        hooks=[traced.hook],
+        name="helper",
+    )
+    model = ScriptedModel.of(
+        said(
+            "",
+            tool_call("echo", "c1", text="x"),
+            tool_call("helper", "c2", task="count"),
+            usage=(900, 5),
+        ),
+        said("ok", usage=(950, 1)),
+    )
+    tools = [echo, helper.as_tool(name="helper", description="Counts.")]
+    driver = traced_driver(traced, model, tools=tools, context=summarizing())
+    result = await driver.run(history(10, 500))
+    assert result.outcome == "done", result.error
+    spent = result.usage + result.compaction_usage + result.children_usage
+    assert result.compaction_usage.input_tokens > 0  # a summary pass ran
+    assert result.children_usage == Usage(input_tokens=40, output_tokens=3)
+    spans = traced.spans
+    (root,) = [s for s in spans if s.parent is None]  # the helper's run nests
+    assert {s.context.trace_id for s in spans if s.context} == {root.context.trace_id}
+    assert _usage_in(spans) == {
+        A.USAGE_INPUT_TOKENS: spent.input_tokens,
+        A.USAGE_OUTPUT_TOKENS: spent.output_tokens,
+    }
+    # Only the model calls' spans carry it; the spans that hold calls say
+    # what those reported, summed, as turnfsm.usage.
+    carriers = {s.name for s in spans if A.USAGE_INPUT_TOKENS in (s.attributes or {})}
+    assert carriers == {"chat gpt-test", "chat summarizer", "chat"}
+    totals = {s.name: s.attributes or {} for s in spans}
+    assert totals["invoke_agent assistant"][A.TOTAL_INPUT_TOKENS] == 1_850
+    assert totals["turnfsm.compaction"][A.TOTAL_INPUT_TOKENS] == (
+        result.compaction_usage.input_tokens
+    )
+    assert totals["invoke_agent helper"][A.TOTAL_INPUT_TOKENS] == 40
+
+
+KILLED_WORKER = """
+import sys, time
+from turnfsm import Agent
+from turnfsm.testing import FakeModelClient, reply, tool_call
+
+store, marker = sys.argv[1], sys.argv[2]
+
+def work(name: str) -> str:
+    \"\"\"Do one piece of work.
+
+    Args:
+        name: which piece.
+    \"\"\"
+    with open(marker, "w") as f:
+        f.write(agent.session.id)
+    time.sleep(600)  # killed meanwhile
+    return "never"
+
+calls = FakeModelClient(lambda r: reply("", tool_call("work", "c1", name="a")))
+agent = Agent(model=calls, tools=[work], store=store)
+agent.run_sync("do the work")
+"""
+
+
+class _HeardTools(Hook):
+    """A user's hook written before calls were closed as interrupted."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str, bool, bool]] = []
+
+    def on_tool_start(self, info: ToolCallInfo) -> None:
+        self.heard.append(("start", info.call.id, info.interrupted, False))
+
+    def on_tool_end(self, info: ToolCallEnd) -> None:
+        self.heard.append(("end", info.call.call.id, info.interrupted, info.is_error))
+
+
+def _killed_mid_call(store: Path, marker: Path) -> str:
+    """Run `KILLED_WORKER` and SIGKILL it while its tool call runs; its session."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    worker = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, str(store), str(marker)], env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() or not marker.read_text():
+            assert worker.poll() is None, "the worker ended before its tool ran"
+            assert time.monotonic() < deadline, "the worker's tool never ran"
+            time.sleep(0.05)
+    finally:
+        worker.send_signal(signal.SIGKILL)  # mid-call: no hook heard it end
+        worker.wait()
+    return marker.read_text()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_call_a_killed_process_left_is_in_the_resumed_trace(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "s.db"
+    session_id = await anyio.to_thread.run_sync(
+        _killed_mid_call, store, tmp_path / "session"
+    )
+
+    def work(name: str) -> str:
+        """Do one piece of work.
+
+        Args:
+            name: which piece.
+        """
+        raise AssertionError("a call cut short is not run again")
+
+    traced, heard = Traced.create(), _HeardTools()
+    agent = Agent(
+        model=Named(FakeModelClient(lambda r: reply("it was cut short"))),
+        tools=[work],
+        store=store,
+        hooks=[traced.hook, heard],
+        strict_hooks=True,
+        name="assistant",
+    )
+    session = await agent.open_session(session_id)
+    (run,) = [r for r in session.runs if r.is_open]
+    # Its process is known gone: its lease is taken over.
+    result = await agent.resume(session_id, run.run_id, force=True)
+    assert result.outcome == "done", result.error
+
+    # Every hook hears the call, closed: it starts and ends at once.
+    assert heard.heard == [("start", "c1", True, False), ("end", "c1", True, True)]
+    [(name, _, root, [first, _second])] = traced.tree(masks(result))
+    assert name == "invoke_agent assistant"
+    assert root[A.RUN_RESUMED] is True
+    assert root[A.RUN_ID] == "<run>"  # the run it goes on with: the same id
+    assert root[A.RUN_RESUMED_FROM] == "running"  # its process died as it ran
+    # In the turn whose reply asked for it, an execute_tool span in error.
+    assert first[0] == "turnfsm.turn 1"
+    assert first[3][-1] == ("execute_tool work", "INTERNAL", {
+        **tool("work", "c1"),
+        A.ERROR_TYPE: "tool_interrupted",
+        STATUS: "ERROR: closed as interrupted: the run stopped before this "
+        "call finished, so its effects are unknown",
+    }, [])  # fmt: skip
 
 
 APPROVAL_DIGEST = machine_digest(approval_machine())
@@ -171,7 +333,7 @@ async def test_a_resumed_run_is_a_root_of_its_own_marked_resumed() -> None:
         ]),
         ("invoke_agent assistant", "INTERNAL", agent(
             turns=2, usage=(100, 11)
-        ) | approval | {A.RUN_RESUMED: True}, [
+        ) | approval | {A.RUN_RESUMED: True, A.RUN_RESUMED_FROM: "paused"}, [
             "tool_calls_reviewed: await_approval -> run_tools #13 estimate=122",
             # The tools belong to the turn whose call asked for them.
             ("turnfsm.turn 1", "INTERNAL", turn(1, "start", 122), [

@@ -575,14 +575,27 @@ def _cli(
 def test_the_demo_exports_when_an_endpoint_is_set(tmp_path: Path) -> None:
     with http_receiver() as (endpoint, received):
         done = _cli(
-            ["demo", "--quiet"], {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}, tmp_path
+            ["demo", "--quiet", "--strategy", "summarizing"],
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint},
+            tmp_path,
         )
         assert done.returncode == 0, done.stderr
-        names = [s["name"] for s in received.spans()]
+        spans = received.spans()
+    names = [s["name"] for s in spans]
     assert names.count("invoke_agent turnfsm") == 1
     assert "chat simulated" in names
     assert any(n.startswith("execute_tool ") for n in names)
     assert "turnfsm.compaction" in names
+    # Summed over what crossed the wire, gen_ai.usage counts each model call
+    # once: the run's own calls and its passes' summary calls.
+    (root,) = [s for s in spans if not s["parent_id"]]
+    passes = [s for s in spans if s["name"] == "turnfsm.compaction"]
+    for key in ("input_tokens", "output_tokens"):
+        summed = sum(s["attributes"].get(f"gen_ai.usage.{key}", 0) for s in spans)
+        own = root["attributes"][f"turnfsm.usage.{key}"]
+        summaries = sum(s["attributes"].get(f"turnfsm.usage.{key}", 0) for s in passes)
+        assert summaries > 0, key  # the demo's summary calls report usage
+        assert summed == own + summaries, key
 
 
 def test_no_receiver_never_holds_the_demo_up(tmp_path: Path) -> None:

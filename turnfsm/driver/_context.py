@@ -179,10 +179,14 @@ class ToolJournal:
         record: Hands one finished result to the loop, which logs it at
             once (None: nothing is journaled; a lone call's result is logged
             with its batch).
+        interrupted: Ids of the `recorded` calls this process closed as
+            interrupted (their process died before they finished): the hooks
+            hear of each, as of a call that ran.
     """
 
     recorded: Mapping[str, Message] = attrs.field(factory=dict)
     record: Callable[[Message], Awaitable[None]] | None = None
+    interrupted: frozenset[str] = frozenset()
 
 
 @final

@@ -459,7 +459,9 @@ async def run_one_tool(
     """Run one tool call between its hooks; return its result message.
 
     A call whose result the step's journal holds already (recorded before a
-    crash) is not run again. With `journal`, the result goes to the
+    crash) is not run again; one of them closed as interrupted here is heard
+    by the hooks (`ToolCallInfo.interrupted`), its result the error result
+    that closed it. With `journal`, the result goes to the
     journal as soon as the call finishes. A tool's exception, timeout or bad
     arguments are an error result, never an exception.
     """
@@ -467,6 +469,8 @@ async def run_one_tool(
     if kept is not None:
         done = kept.recorded.get(call.id)
         if done is not None:
+            if call.id in kept.interrupted:
+                await _heard_interrupted(ctx.run, call, ctx.turn, done)
             return done
     result = await run_tool_with_hooks(ctx.run, call, turn=ctx.turn)
     if journal and kept is not None and kept.record is not None:
@@ -488,6 +492,31 @@ async def run_tool_with_hooks(
         if hooks.wants("on_tool_start") or hooks.wants("on_tool_end"):
             return await _observed_tool(run, call, turn)
         return await run_tool_call(call, run.tools, limit=run.tool_timeout)
+
+
+async def _heard_interrupted(
+    run: RunResources, call: ToolCallPart, turn: int, closed: Message
+) -> None:
+    """Tell the hooks of a call closed as interrupted: it starts and ends at once.
+
+    Its process died while it ran, so no hook heard it end; the result that
+    closes it (an error result) is what `on_tool_end` hears.
+    """
+    hooks = run.hooks
+    if not (hooks.wants("on_tool_start") or hooks.wants("on_tool_end")):
+        return
+    info = ToolCallInfo(
+        session_id=run.session_id,
+        run_id=run.run_id,
+        turn=turn,
+        call=call,
+        interrupted=True,
+    )
+
+    async def closing() -> tuple[Message, Exception | None]:
+        return closed, None
+
+    await hooks.tool_call(info, closing, clock=anyio.current_time)
 
 
 async def _observed_tool(run: RunResources, call: ToolCallPart, turn: int) -> Message:

@@ -166,6 +166,7 @@ class RunLoop(Ending):
         self._estimate_source = "estimated"  # where the snapshot's estimate came from
         self._journal: ToolJournal | None = None  # made on the first batch of calls
         self._resumed: Mapping[str, Message] = {}  # a resumed batch's results
+        self._interrupted: frozenset[str] = frozenset()  # of them, closed here
         self._lock: anyio.Lock | None = None  # made on the first journaled result
         # Entries written with the next append: the run's opening, and a
         # measurement (it decides nothing replay cannot redo).
@@ -178,7 +179,8 @@ class RunLoop(Ending):
         self.step: EffectContext | None = None  # the step an effect carries out
         self._heard_end = False  # on_run_end is called once
         # What on_run_start hears (input, resumed), until the run's first step.
-        self._start: tuple[tuple[Message, ...], bool] | None = None
+        # The run's input, and the outcome a resumed run had (None: a new run).
+        self._start: tuple[tuple[Message, ...], str | None] | None = None
         self.parent: ParentLink | None = None  # the call that delegated the run
         self.children = ChildTally(run.run_id)  # what its sub-agents used
 
@@ -220,7 +222,7 @@ class RunLoop(Ending):
                 output=asked_for(self.run.output),
             )
         )
-        self._start = (input, False)
+        self._start = (input, None)
 
     def _started(self) -> None:
         """Tell the `on_run_start` hooks, once, as the run's first step.
@@ -230,7 +232,7 @@ class RunLoop(Ending):
         """
         if self._start is None:
             return
-        input, resumed = self._start
+        input, resumed_from = self._start
         self._start = None
         if not self.hooks.wants("on_run_start"):
             return
@@ -247,7 +249,8 @@ class RunLoop(Ending):
                 budget=self.machine.snapshot.budget,
                 model=model,
                 provider=provider,
-                resumed=resumed,
+                resumed=resumed_from is not None,
+                resumed_from=resumed_from,
             ),
         )
 
@@ -269,7 +272,7 @@ class RunLoop(Ending):
                 window=self.machine.snapshot.budget.context_window,
             )
         self._resumed = self.session.recorded_results(self.run_id)
-        self._start = ((), True)
+        self._start = ((), record.outcome)
 
     async def _write(self, *entries: Entry, history: MessageLog | None = None) -> None:
         """Append `entries` to the log, after the entries riding with them.
@@ -519,6 +522,7 @@ class RunLoop(Ending):
         )
         closed = {call.id: r for call, r in zip(calls, results, strict=True)}
         self._resumed = {**recorded, **closed}
+        self._interrupted = frozenset(closed)
 
     async def _steps(self, decision: Decision) -> RunResult:
         # Hooks are never added during a run (only detached), so what they
@@ -615,9 +619,11 @@ class RunLoop(Ending):
             journal = self._journal
             if self._resumed:  # the batch in flight when the process died
                 journal = ToolJournal(
-                    recorded=self._resumed, record=self._record_result
+                    recorded=self._resumed,
+                    record=self._record_result,
+                    interrupted=self._interrupted,
                 )
-                self._resumed = {}
+                self._resumed, self._interrupted = {}, frozenset()
             elif journal is None:
                 journal = self._journal = ToolJournal(record=self._record_result)
         return EffectContext(

@@ -60,10 +60,14 @@ class Hook:
         """Called after each model-call attempt, however it ended."""
 
     def on_tool_start(self, info: ToolCallInfo) -> None:
-        """Called before each tool call runs."""
+        """Called before each tool call runs (or, resumed, is closed as interrupted)."""
 
     def on_tool_end(self, info: ToolCallEnd) -> None:
-        """Called after each tool call, however it ended (cancelled too)."""
+        """Called after each tool call, however it ended (cancelled too).
+
+        A call a resumed run closes as interrupted (`info.interrupted`) did
+        not run: its `result` is the error result that says so.
+        """
 
     def on_text_delta(self, info: TextDeltaInfo) -> None:
         """Called for each piece of streamed model text.

@@ -50,6 +50,10 @@ class RunStartInfo:
         provider: The provider's name (``client.provider_name``, else the
             client's class name).
         resumed: The run was resumed from its log (paused or unfinished).
+        resumed_from: What the run's log said of it when it was resumed:
+            ``"paused"``, ``"interrupted"`` (stopped by a cancel, Ctrl-C or
+            a store that failed), or ``"running"`` (its process died while
+            it ran: a crash, a kill); None for a run that begins.
     """
 
     session_id: str
@@ -62,6 +66,7 @@ class RunStartInfo:
     model: str | None = None
     provider: str | None = None
     resumed: bool = False
+    resumed_from: str | None = None
 
 
 @final
@@ -199,12 +204,25 @@ class ModelCallEnd:
 @final
 @attrs.frozen(kw_only=True)
 class ToolCallInfo:
-    """A tool call is about to run (a call a previous process ran is not)."""
+    """A tool call is about to run (a call a previous process ran is not).
+
+    Attributes:
+        session_id: The session.
+        run_id: The run.
+        turn: The turn whose reply asked for the call.
+        call: The call, as the model made it.
+        interrupted: The call does not run: a resumed run closes it as
+            interrupted, because the process that ran it stopped (a crash,
+            an interrupt) before it finished, so its effects are unknown.
+            Its `ToolCallEnd` follows at once, its `result` the error result
+            that says so (a tool marked `idempotent` runs again instead).
+    """
 
     session_id: str
     run_id: str
     turn: int
     call: ToolCallPart
+    interrupted: bool = False
 
 
 @final
@@ -228,6 +246,14 @@ class ToolCallEnd:
     error: BaseException | None
     duration: float
     raised: Exception | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the call was closed as interrupted on resume (it did not run).
+
+        Its `result` is the error result that says so (`is_error` is True).
+        """
+        return self.call.interrupted
 
     @property
     def is_error(self) -> bool:

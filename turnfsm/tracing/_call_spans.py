@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry.metrics import Histogram
@@ -116,7 +116,13 @@ def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
         if capture:
             span.set_attribute(A.TOOL_CALL_RESULT, text)
         raised = info.raised
-        if raised is not None:
+        if info.interrupted:
+            # Closed on resume: its process stopped while it ran. No content:
+            # the words are turnfsm's, the same for every such call.
+            span.set_attribute(A.ERROR_TYPE, A.TOOL_INTERRUPTED)
+            span.set_status(error_status(_INTERRUPTED))
+            labels[A.ERROR_TYPE] = A.TOOL_INTERRUPTED
+        elif raised is not None:
             named = _raised(span, raised, capture=capture)
             # Its error result with content captured, else its type alone.
             span.set_status(error_status(text if capture else named))
@@ -131,6 +137,12 @@ def end_tool(span: Span, info: ToolCallEnd, *, capture: bool) -> dict[str, Any]:
         if kind is not None:
             labels[A.ERROR_TYPE] = kind
     return labels
+
+
+_INTERRUPTED: Final = (
+    "closed as interrupted: the run stopped before this call finished, so its "
+    "effects are unknown"
+)
 
 
 def _raised(span: Span, raised: Exception, *, capture: bool) -> str:

@@ -10,7 +10,7 @@ from turnfsm.core import Compact, Perform
 from turnfsm.errors import EffectFailed
 from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.tracing import attributes as A
-from turnfsm.tracing._content import error_status, usage_attributes
+from turnfsm.tracing._content import error_status, total_attributes
 from turnfsm.values import ErrorInfo, PassPayback
 
 __all__ = [
@@ -96,13 +96,14 @@ def end_compaction(
             A.TOKENS_BEFORE: record.tokens_before,
             A.TOKENS_AFTER: record.tokens_after,
             A.TOKENS_SAVED: record.tokens_saved if record.compacted else 0,
-            # The pass's counts are turnfsm's estimates; the gen_ai.usage
-            # ones below are what the provider reported.
+            # The pass's counts are turnfsm's estimates; the turnfsm.usage
+            # ones below are what its summary calls reported (each call's
+            # chat span, under this one, carries its own gen_ai.usage).
             A.TOKENS_SOURCE: "estimated",
         }
     )
     if record.usage is not None:
-        span.set_attributes(usage_attributes(record.usage))
+        span.set_attributes(total_attributes(record.usage))
     if record.payback is not None:
         span.set_attributes(payback_attributes(record.payback))
     if record.verdict in (Verdict.FAILED, Verdict.OVERFLOW):

@@ -18,6 +18,7 @@ __all__ = [
     "error_status",
     "messages_json",
     "to_json",
+    "total_attributes",
     "usage_attributes",
 ]
 
@@ -57,6 +58,25 @@ def usage_attributes(usage: Usage) -> dict[str, int]:
     if usage.cache_write_tokens:
         said[A.USAGE_CACHE_WRITE_TOKENS] = usage.cache_write_tokens
     return said
+
+
+def total_attributes(usage: Usage) -> dict[str, int]:
+    """What the model calls under a span reported, summed: its ``turnfsm.usage.*``.
+
+    A run's, a turn's or a compaction pass's span says it under these keys,
+    not ``gen_ai.usage.*`` (which only each call's ``chat`` span carries), so
+    that summing ``gen_ai.usage.*`` over a trace counts every call once.
+    """
+    said = usage_attributes(usage)
+    return {_TOTALS[key]: value for key, value in said.items()}
+
+
+_TOTALS: Final = {
+    A.USAGE_INPUT_TOKENS: A.TOTAL_INPUT_TOKENS,
+    A.USAGE_OUTPUT_TOKENS: A.TOTAL_OUTPUT_TOKENS,
+    A.USAGE_CACHE_READ_TOKENS: A.TOTAL_CACHE_READ_TOKENS,
+    A.USAGE_CACHE_WRITE_TOKENS: A.TOTAL_CACHE_WRITE_TOKENS,
+}
 
 
 def error_status(text: str | None) -> Status:

@@ -63,7 +63,7 @@ from turnfsm.tracing._compaction_spans import (
     start_compaction,
     start_effect,
 )
-from turnfsm.tracing._content import NAME_CHARS, cut, usage_attributes
+from turnfsm.tracing._content import NAME_CHARS, cut, total_attributes
 from turnfsm.tracing._otlp import CAPTURE_CONTENT_ENV, _env_flag
 from turnfsm.tracing._run_spans import (
     OpenRun,
@@ -352,7 +352,7 @@ class TracingHook(Hook):
             return
         if call.purpose == "turn" and usage is not None and run.turn is not None:
             # The turn's reply: what the run log records as the turn's usage.
-            run.turn.set_attributes(usage_attributes(usage))
+            run.turn.set_attributes(total_attributes(usage))
 
     # -- tools -----------------------------------------------------------
     def on_tool_start(self, info: ToolCallInfo) -> None:

@@ -14,7 +14,7 @@ from turnfsm.hooks import RunEndInfo, RunStartInfo, TransitionInfo
 from turnfsm.messages import Message
 from turnfsm.tracing import attributes as A
 from turnfsm.tracing._compaction_spans import fail_effect
-from turnfsm.tracing._content import error_status, messages_json, usage_attributes
+from turnfsm.tracing._content import error_status, messages_json, total_attributes
 from turnfsm.values import ErrorInfo
 
 __all__ = [
@@ -63,6 +63,8 @@ def run_attributes(info: RunStartInfo, *, capture: bool) -> dict[str, Any]:
         A.MACHINE_DIGEST: info.digest,
         A.RUN_RESUMED: info.resumed,
     }
+    if info.resumed_from is not None:
+        attributes[A.RUN_RESUMED_FROM] = info.resumed_from
     if info.provider:
         attributes[A.PROVIDER_NAME] = info.provider
     if info.model:
@@ -96,7 +98,7 @@ def end_run(run: OpenRun, info: RunEndInfo, *, capture: bool) -> None:
             A.RUN_OUTCOME: info.outcome,
             A.RUN_TURNS: info.turns,
             A.PHASE: info.phase,
-            **usage_attributes(usage),
+            **total_attributes(usage),
         }
     )
     if capture and info.text:

@@ -44,15 +44,26 @@ OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_CHAT: Final = "chat"
 OP_EXECUTE_TOOL: Final = "execute_tool"
 
+# The error.type of a tool call a resumed run closed as interrupted.
+TOOL_INTERRUPTED: Final = "tool_interrupted"
+
 # -- resource ----------------------------------------------------------------
 SERVICE_NAME: Final = "service.name"  # Jaeger's service
 PROJECT_NAME: Final = "openinference.project.name"  # Phoenix's project
 
 # -- turnfsm ---------------------------------------------------------------
+# A span that holds model calls (a run, a turn, a compaction pass) says what
+# they reported under these: the gen_ai.usage ones are only on the model
+# calls' own spans, so that summing them over a trace counts each call once.
+TOTAL_INPUT_TOKENS: Final = "turnfsm.usage.input_tokens"
+TOTAL_OUTPUT_TOKENS: Final = "turnfsm.usage.output_tokens"
+TOTAL_CACHE_READ_TOKENS: Final = "turnfsm.usage.cache_read.input_tokens"
+TOTAL_CACHE_WRITE_TOKENS: Final = "turnfsm.usage.cache_creation.input_tokens"
 RUN_ID: Final = "turnfsm.run.id"
 RUN_OUTCOME: Final = "turnfsm.run.outcome"
 RUN_TURNS: Final = "turnfsm.run.turns"
 RUN_RESUMED: Final = "turnfsm.run.resumed"
+RUN_RESUMED_FROM: Final = "turnfsm.run.resumed_from"
 MACHINE_NAME: Final = "turnfsm.machine.name"
 MACHINE_DIGEST: Final = "turnfsm.machine.digest"
 PHASE: Final = "turnfsm.phase"
