@@ -188,7 +188,8 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
     No request over the window or with a broken tool pair, a run that ends
     done (with the model's answer, when it was asked) or failed (with a typed
     error), every message of a done run committed and none of a failed one,
-    no injection lost, and every run replaying exactly. A phase running the
+    no injection lost, the session taking its next run, and every run
+    replaying exactly. A phase running the
     effect ``review`` gets `approve_after_one_revision`.
     """
     window = int(s["window"])  # type: ignore[call-overload]
@@ -307,6 +308,16 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
         checked = true_sizes if ratio <= 1 else true_sizes[1:]
         assert all(size <= window for size in checked), (true_sizes, window)
     check_history(session.history)
+    # The session takes its next run, which keeps what the first committed
+    # (or what a compaction pass stands for).
+    before = [m.id for m in session.history]
+    after = run_all(driver, session, RunControl(), "next")
+    assert after.outcome in ("done", "failed"), after
+    assert after.ok or isinstance(after.error, TurnFSMError), after.error
+    check_history(session.history)
+    covered = {i for run in session.runs for c in run.compactions for i in c.covers}
+    kept = {m.id for m in session.history} | covered
+    assert all(i in kept for i in before), "the next run lost what was committed"
     loaded = anyio.run(Session.load, session.store, session.id)
     assert [m.id for m in loaded.history] == [m.id for m in session.history]
     for run in loaded.runs:
