@@ -312,7 +312,7 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
     # (or what a compaction pass stands for).
     before = [m.id for m in session.history]
     after = run_all(driver, session, RunControl(), "next")
-    assert after.outcome in ("done", "failed"), after
+    assert after.outcome in ("done", "failed", "cancelled"), after
     assert after.ok or isinstance(after.error, TurnFSMError), after.error
     check_history(session.history)
     covered = {i for run in session.runs for c in run.compactions for i in c.covers}
