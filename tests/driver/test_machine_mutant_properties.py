@@ -276,28 +276,31 @@ CHANGES: tuple[Change, ...] = (
 )
 
 
+TRIES = 4
+"""How many changes are tried for each that must load."""
+
+
 @st.composite
 def changed_machines(draw: st.DrawFn, most: int = 6) -> tuple[list[str], Data]:
     """A shipped machine's data with up to `most` changes; what they were.
 
     Most single changes are refused at load, so most drawn machines keep
-    to the ones that load: a change the loader refuses is undone, and the
-    next is made on the machine that loaded. The rest stack their changes
-    whatever the loader says.
+    to the ones that load: a change the loader refuses is undone, and
+    another tried (up to `TRIES` times) on the machine that loaded. The rest
+    stack their changes whatever the loader says.
     """
     base = draw(st.sampled_from(BASES))
     data = copy.deepcopy(_shipped(base))
     loadable = draw(st.sampled_from([False, True, True]))
     done = [f"{base}.toml" + (", each change loads" if loadable else "")]
     for _ in range(draw(st.integers(1, most))):
-        changed = copy.deepcopy(data)
-        said = draw(st.sampled_from(CHANGES))(draw, changed)
-        if said is None:
-            continue
-        if loadable and load(changed) is None:
-            continue
-        data = changed
-        done.append(said)
+        for _attempt in range(TRIES if loadable else 1):
+            changed = copy.deepcopy(data)
+            said = draw(st.sampled_from(CHANGES))(draw, changed)
+            if said is not None and not (loadable and load(changed) is None):
+                data = changed
+                done.append(said)
+                break
     return done, data
 
 
