@@ -245,7 +245,9 @@ def test_a_machine_file_of_another_digest_is_refused(
     store, first, _ = two_demos
     edited = tmp_path / "turn.toml"
     text = (REPO_ROOT / "machines" / "turn.toml").read_text()
-    edited.write_text(text.replace('error = "provider_error"', 'error = "cancelled"'))
+    edited.write_text(
+        text.replace('error = "provider_error"', 'error = "context_exceeded"')
+    )
     approval = REPO_ROOT / "machines" / "approval.toml"
     base = [
         "diagram",

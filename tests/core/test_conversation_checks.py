@@ -509,7 +509,7 @@ def test_a_machine_no_run_can_end_done_is_refused() -> None:
     text = edit(
         text,
         'source = "call_llm"\ndest = "done"\nactions = ["record_reply"]',
-        'source = "call_llm"\ndest = "failed"\nerror = "cancelled"',
+        'source = "call_llm"\ndest = "failed"\nerror = "max_turns_exceeded"',
     )
 
     assert problems_of(text) == [

@@ -1258,6 +1258,40 @@ def test_an_error_builder_on_the_wrong_event_is_a_problem() -> None:
     )
 
 
+def test_cancelled_on_an_outcome_of_the_runs_own_step_is_a_problem() -> None:
+    # The run would end "cancelled" on the compaction limit, though no one
+    # cancelled it.
+    text = edit(
+        turn_toml_text(),
+        'conditions = ["is_over_emergency_line", "is_compaction_limit_reached"]\n'
+        'error = "compaction_limit_exceeded"',
+        'conditions = ["is_over_emergency_line", "is_compaction_limit_reached"]\n'
+        'error = "cancelled"',
+    )
+    assert problems_of(text) == (
+        "transition #3 (measured): error 'cancelled' says the run was stopped"
+        " from outside (its cancel(), a reviewer's answer or a signal), but"
+        " 'measured' is what the run's own step came to: name what went wrong"
+        " ('compaction_limit_exceeded', 'context_exceeded' or"
+        " 'max_turns_exceeded')",
+    )
+
+
+def test_cancelled_on_an_answer_from_outside_loads() -> None:
+    # A reviewer may stop the run: a signal, or a review, into a fail phase.
+    review = '[[transitions]]\ntrigger = "tool_calls_reviewed"\n'
+    text = (REPO_ROOT / "machines" / "approval.toml").read_text()
+    text = text.replace(
+        review,
+        review + 'source = "await_approval"\ndest = "failed"\n'
+        'conditions = ["has_injected_messages"]\nerror = "cancelled"\n\n' + review,
+        1,
+    )
+    assert MachineSpec.from_toml(text).name == "approval"
+    signalled = MachineSpec.from_toml(approval_toml())  # `rejected` cancels it
+    assert "rejected" in signalled.signals
+
+
 def test_an_event_specific_reducer_cannot_run_on_entry() -> None:
     text = edit(
         turn_toml_text(),

@@ -27,9 +27,25 @@ from turnfsm.context import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
-from turnfsm.core import MachineSpec, ToolCallsReviewed
-from turnfsm.driver import Driver, RetryPolicy, RunControl, RunResult, Session, replay
-from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError, TurnFSMError
+from turnfsm.core import (
+    Event,
+    MachineSpec,
+    Pause,
+    Perform,
+    Signal,
+    ToolCallsReviewed,
+)
+from turnfsm.driver import (
+    Driver,
+    Effect,
+    EffectContext,
+    RetryPolicy,
+    RunControl,
+    RunResult,
+    Session,
+    replay,
+)
+from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError, TurnFSMError
 from turnfsm.messages import Message, check_history
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
@@ -37,6 +53,9 @@ from turnfsm.tokens import HeuristicTokenCounter, Meter
 from turnfsm.values import Usage
 
 COUNTER = HeuristicTokenCounter()
+
+FINAL = {False: "final", True: '{"result": 7}'}
+"""The model's last answer, by whether the run asks a structured (int) one."""
 
 
 @functools.cache
@@ -55,6 +74,8 @@ def input_size(request: ModelRequest) -> int:
     extras = [request.system or ""]
     if request.tools:
         extras.append(json.dumps([attrs.asdict(t) for t in request.tools]))
+    if request.output is not None:  # a structured answer's schema is input too
+        extras.append(json.dumps(attrs.asdict(request.output)))
     return Meter(COUNTER).measure(
         list(request.messages), extras=[e for e in extras if e]
     )
@@ -75,6 +96,9 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
         "parallel": draw(st.integers(1, 3)),
         "overflow_on": draw(st.sets(st.integers(0, 6), max_size=2)),
         "inject_on": draw(st.sets(st.integers(0, 6), max_size=2)),
+        # A provider error the run cannot retry, and the user's cancel.
+        "fail_on": draw(st.sets(st.integers(0, 6), max_size=1)),
+        "cancel_on": draw(st.none() | st.integers(0, 6)),
         "preserve_recent": draw(st.integers(1, 4)),
         "min_messages": draw(st.integers(2, 6)),
         "reply_budget": draw(st.sampled_from([None, 50])),
@@ -82,7 +106,26 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
         # `calibrate` the manager learns it from the reported usage.
         "calibrate": draw(st.booleans()),
         "true_ratio": draw(st.sampled_from([0.6, 0.8, 1.0, 1.25])),
+        # The message-count line (0: off) and the run's limits on passes.
+        "max_messages": draw(st.sampled_from([0, 4, 8, 50])),
+        "max_compactions": draw(st.sampled_from([1, 2, 20])),
+        "max_overflow_retries": draw(st.sampled_from([0, 1, 2])),
+        # A structured answer (an int), and how many answers before the
+        # first that fits it.
+        "structured": draw(st.booleans()),
+        "misfits": draw(st.integers(0, 3)),
     }
+
+
+def _approval(waiting: Pause, signals: Sequence[str]) -> Event:
+    if waiting.takes_review:
+        # The second call of each reply (c1_1, c2_1, ...) is rejected.
+        rejected = {c.id: "not that one" for c in waiting.calls if c.id.endswith("_1")}
+        if rejected:
+            return ToolCallsReviewed.reject(rejected)
+        return ToolCallsReviewed.approve_all()
+    signals = [t for t in waiting.accepts if t in signals]
+    return Signal("approved" if "approved" in signals else signals[0])
 
 
 def run_all(
@@ -91,16 +134,23 @@ def run_all(
     control: RunControl,
     input: str | Message = "start",
 ) -> RunResult:
-    """Run `input`, approving every pause, within 10 s."""
+    """Run `input`, approving every pause, within 10 s.
+
+    A pause that takes a review of its calls gets its calls approved but
+    the second of each reply; one
+    that takes signals only gets ``approved`` if it takes that, else the
+    first it takes.
+    """
 
     async def go() -> RunResult:
         with anyio.fail_after(10):
             result = await driver.run(input, session=session, control=control)
             while result.outcome == "paused":
+                assert result.waiting is not None
                 result = await driver.resume(
                     session,
                     result.run_id,
-                    ToolCallsReviewed.approve_all(),
+                    _approval(result.waiting, driver.machine.signals),
                     control=control,
                 )
         return result
@@ -116,6 +166,32 @@ def run_all(
 def test_no_request_exceeds_the_window_and_every_run_terminates(
     name: str, s: dict[str, object]
 ) -> None:
+    keeps_the_promises(machine(name), s)
+
+
+def approve_after_one_revision() -> Effect:
+    """A reviewer (a user's effect) that asks for one revision, then approves."""
+    reviews = [0]
+
+    async def review(ctx: EffectContext, decision: Perform) -> Event:
+        reviews[0] += 1
+        if reviews[0] == 1:
+            return Signal("revise", {"feedback": "Shorter, please."})
+        return Signal("approved")
+
+    return review
+
+
+def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
+    """Run scenario `s` (see `scenarios`) on `spec`; assert what every machine keeps.
+
+    No request over the window or with a broken tool pair, a run that ends
+    done (with the model's answer, when it was asked) or failed (with a typed
+    error), every message of a done run committed and none of a failed one,
+    no injection lost, the session taking its next run, and every run
+    replaying exactly. A phase running the
+    effect ``review`` gets `approve_after_one_revision`.
+    """
     window = int(s["window"])  # type: ignore[call-overload]
     outputs: list[int] = s["outputs"]  # type: ignore[assignment]
     sizes: list[int] = []
@@ -123,6 +199,8 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
     ratio = float(s["true_ratio"])  # type: ignore[arg-type]
     control = RunControl()
     injected: list[Message] = []
+    said: list[Message] = []  # every message the model said, in order
+    answers = [0]  # the final answers that did not fit the structured type
 
     def handler(request: ModelRequest) -> ModelResponse:
         sizes.append(request_size(request))
@@ -135,22 +213,34 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
             note = Message.user(f"note {turn}")
             injected.append(note)
             control.inject(note)
+        if turn == s["cancel_on"]:
+            control.cancel("stop")
         if turn in s["overflow_on"]:  # type: ignore[operator]
             raise ProviderError("too long", kind=CONTEXT_OVERFLOW)
+        if turn in s["fail_on"]:  # type: ignore[operator]
+            raise ProviderError("refused", kind="bad_request")
         if turn < len(outputs):
             calls = [
                 tool_call("dump", f"c{turn}_{i}", size=outputs[turn])
                 for i in range(int(s["parallel"]))  # type: ignore[call-overload]
             ]
-            return ModelResponse(message=reply("", *calls), usage=usage)
-        return ModelResponse(message=reply("final"), usage=usage)
+            message = reply("", *calls)
+        elif s["structured"] and answers[0] < int(s["misfits"]):  # type: ignore[call-overload]
+            answers[0] += 1
+            message = reply("no number")
+        else:
+            message = reply(FINAL[bool(s["structured"])])
+        said.append(message)
+        return ModelResponse(message=message, usage=usage)
 
     async def dump(size: int) -> str:
         """Return `size` characters."""
         return "y" * size
 
     model = FakeModelClient(handler)
-    driver = Driver(
+    reviewed = {state.effect for state in spec.states} & {"review"}
+    build = functools.partial(
+        Driver,
         model=model,
         tools=[dump],
         system_prompt=str(s["system"]) or None,
@@ -164,24 +254,51 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
             auto_compact=bool(s["auto_compact"]),
             counter=COUNTER,
             calibrate=bool(s["calibrate"]),
+            max_messages=int(s["max_messages"]),  # type: ignore[call-overload]
         ),
         max_turns=10,
+        max_compactions=int(s["max_compactions"]),  # type: ignore[call-overload]
+        max_overflow_retries=int(s["max_overflow_retries"]),  # type: ignore[call-overload]
         max_output_tokens=s["reply_budget"],  # type: ignore[arg-type]
         retry=RetryPolicy(max_attempts=1),
-        machine=machine(name),
+        machine=spec,
+        effects={e: approve_after_one_revision() for e in reviewed},
+        output_type=int if s["structured"] else None,
     )
+    reasks = all(
+        "output_rejected" in spec.accepts(state.name)
+        for state in spec.states
+        if state.decision == "call_llm"
+    )
+    if s["structured"] and not reasks:  # refused up front: it cannot re-ask
+        with pytest.raises(ConfigError, match="output_rejected"):
+            build()
+        return
+    driver = build()
     session = Session()
-    result = run_all(driver, session, control)
-    assert result.outcome in ("done", "failed")  # type: ignore[attr-defined]
-    if result.outcome == "done":  # type: ignore[attr-defined]
-        assert result.text == "final"  # type: ignore[attr-defined]
+    start = Message.user("start")
+    result = run_all(driver, session, control, start)
+    assert result.outcome in ("done", "failed", "cancelled"), result
+    covered = {i for run in session.runs for c in run.compactions for i in c.covers}
+    kept = {m.id for m in session.history} | covered
+    if result.outcome == "done":
+        # The model's last word is the answer, when the run asked it.
+        final = FINAL[bool(s["structured"])]
+        assert result.text == final if said else not result.text, result.text
+        if s["structured"] and said:
+            assert result.output == 7, result.output
         # An injection made before the last call reached the model, or a
         # compaction pass (on the record) covered it: never lost silently.
         seen = {m.id for r in model.requests for m in r.messages}
-        covered = {i for run in session.runs for c in run.compactions for i in c.covers}
         assert all(m.id in seen | covered for m in injected[:-1])
+        lost = [m.id for m in [start, *said] if m.id not in kept]
+        assert not lost, f"done, but {lost} were not committed"
     else:
-        assert isinstance(result.error, TurnFSMError)  # type: ignore[attr-defined]
+        assert isinstance(result.error, TurnFSMError), result.error
+        if not covered:
+            assert not any(m.id in kept for m in [start, *said]), (
+                "failed, but committed what the run said"
+            )
     if window and not s["calibrate"]:
         assert all(size <= window for size in sizes), (sizes, window)
     if window and s["calibrate"]:
@@ -191,8 +308,20 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
         checked = true_sizes if ratio <= 1 else true_sizes[1:]
         assert all(size <= window for size in checked), (true_sizes, window)
     check_history(session.history)
-    for run in session.runs:
-        assert replay(driver.machine, session, run.run_id).ok
+    # The session takes its next run, which keeps what the first committed
+    # (or what a compaction pass stands for).
+    before = [m.id for m in session.history]
+    after = run_all(driver, session, RunControl(), "next")
+    assert after.outcome in ("done", "failed", "cancelled"), after
+    assert after.ok or isinstance(after.error, TurnFSMError), after.error
+    check_history(session.history)
+    covered = {i for run in session.runs for c in run.compactions for i in c.covers}
+    kept = {m.id for m in session.history} | covered
+    assert all(i in kept for i in before), "the next run lost what was committed"
+    loaded = anyio.run(Session.load, session.store, session.id)
+    assert [m.id for m in loaded.history] == [m.id for m in session.history]
+    for run in loaded.runs:
+        assert replay(spec, loaded, run.run_id).ok, run.run_id
 
 
 # -- a careless compactor ---------------------------------------------------

@@ -25,20 +25,21 @@ import anyio
 import attrs
 import pytest
 
-from tests.driver.test_driver_properties import COUNTER, request_size, run_all
+from tests.driver.test_driver_properties import (
+    COUNTER,
+    approve_after_one_revision,
+    request_size,
+    run_all,
+)
 from turnfsm._resources import machines_dir
 from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.core import (
     GUARDS,
     REDUCERS,
-    Event,
     MachineSpec,
-    Perform,
-    Signal,
 )
 from turnfsm.driver import (
     Driver,
-    EffectContext,
     RetryPolicy,
     RunControl,
     Session,
@@ -167,14 +168,6 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
         """Return `size` characters."""
         return "y" * size
 
-    reviews = [0]
-
-    async def review(ctx: EffectContext, decision: Perform) -> Event:
-        reviews[0] += 1
-        if reviews[0] == 1:
-            return Signal("revise", {"feedback": "Shorter, please."})
-        return Signal("approved")
-
     driver = Driver(
         model=FakeModelClient(model),
         tools=[dump],
@@ -187,7 +180,9 @@ def _broken_promises(spec: MachineSpec, s: Scenario) -> list[str]:
         max_turns=8,
         retry=RetryPolicy(max_attempts=1),
         machine=spec,
-        effects={"review": review} if "review" in _effects(spec) else {},
+        effects={"review": approve_after_one_revision()}
+        if "review" in _effects(spec)
+        else {},
     )
     session = Session()
     start = Message.user("start")

@@ -15,8 +15,15 @@ import pytest
 from tests.helpers import turn_toml_text
 from turnfsm import Agent, approval_machine
 from turnfsm.context import ContextManager, TruncatingCompactor
-from turnfsm.core import MachineSpec, OutputRejected, ToolCallsReviewed
-from turnfsm.driver import Driver, Session, replay
+from turnfsm.core import (
+    Event,
+    MachineSpec,
+    ModelReplied,
+    OutputRejected,
+    Perform,
+    ToolCallsReviewed,
+)
+from turnfsm.driver import Driver, EffectContext, Session, replay
 from turnfsm.errors import ConfigError, OutputInvalid, PinnedTooLarge
 from turnfsm.messages import Message, Role
 from turnfsm.persistence import EventRecorded, MemoryStore
@@ -608,3 +615,25 @@ async def test_a_request_with_an_output_schema_stays_within_the_window() -> None
     assert sizes
     assert all(size <= window for size in sizes), sizes
     assert result.ok or result.error is not None
+
+
+async def test_an_answer_a_replaced_model_call_let_through_is_logged_in_answer_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A model-call effect of the user's need not check the answer: the run
+    # ends done without an output, and the log says what does not fit.
+    async def call_llm(ctx: EffectContext, decision: Perform) -> Event:
+        return ModelReplied(reply("no number"))
+
+    driver = Driver(
+        model=FakeModelClient(lambda r: "unused"),
+        output_type=int,
+        effects={"call_llm": call_llm},
+    )
+
+    result = await driver.run("go")
+
+    assert (result.outcome, result.output) == ("done", None)
+    [line] = [r.getMessage() for r in caplog.records if "does not fit" in r.message]
+    assert "(the answer): expected JSON" in line, line
+    assert "arguments" not in line, line

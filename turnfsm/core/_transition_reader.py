@@ -39,6 +39,16 @@ _UNREADABLE: Final = "<not a guard's name>"
 """The guard a transition's unreadable guards are read as (see `_names`)."""
 
 
+_CANCELLED: Final = "cancelled"
+
+_OWN_OUTCOMES: Final = BUILTIN_TRIGGERS - {
+    "run_cancelled",
+    "tool_calls_reviewed",
+    "message_injected",
+}
+"""The built-in triggers that come from the run itself, not from outside it."""
+
+
 class TransitionReader(ProblemLog):
     """Checks the transitions of one machine definition (the base of the loader)."""
 
@@ -238,6 +248,24 @@ class TransitionReader(ProblemLog):
                     place,
                     name,
                 )
+        if error == _CANCELLED and trigger in _OWN_OUTCOMES and not self.recorded:
+            # The run would end "cancelled" though no one stopped it.
+            fits = [
+                repr(name)
+                for name in sorted(FAILURES)
+                if name != _CANCELLED and trigger in ACCEPTS.get(name, (trigger,))
+            ]
+            named = (
+                fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
+            )
+            self.problem(
+                f"{where}: error {_CANCELLED!r} says the run was stopped from"
+                " outside (its cancel(), a reviewer's answer or a signal), but"
+                f" {trigger!r} is what the run's own step came to: name what went"
+                f" wrong ({named})",
+                (*at, "error"),
+                error,
+            )
 
     def _sources(
         self,

@@ -196,7 +196,9 @@ class Ending:
             return output.parse(text)
         except InvalidArguments as exc:
             logger.warning(
-                "run %s: the final answer does not fit: %s", self.run_id, exc
+                "run %s: the final answer does not fit: %s",
+                self.run_id,
+                "; ".join(output.errors(exc)),
             )
             return None
 
