@@ -64,14 +64,15 @@ FORBIDDEN_AT_RUNTIME = (
 
 ALLOWED_TURNFSM = (
     "turnfsm._checks",
+    "turnfsm._json",
     "turnfsm.core",
     "turnfsm.messages",
     "turnfsm.errors",
     "turnfsm.tokens",
     "turnfsm.values",
 )
-"""The only turnfsm modules the core may load: itself, the pure value modules and
-the shared validators."""
+"""The only turnfsm modules the core may load: itself, the pure value modules,
+the shared validators and the shared JSON encoders (`json` and `re` alone)."""
 
 
 def is_within(module: str, roots: tuple[str, ...]) -> bool:
