@@ -352,8 +352,8 @@ def test_a_run_that_ended_leaves_a_tool_s_thread_past_its_timeout_behind(
     assert "timed out after 1.0s" in done.stdout
     assert "\nrun done: 2 model call(s)" in done.stdout, done.stdout
     assert done.stderr == (
-        "turnfsm: not waiting for 1 worker thread still running (a plain tool "
-        "past its timeout goes on until it returns; the run has ended)\n"
+        "turnfsm: not waiting for 1 thread still running (such as a plain tool "
+        "past its timeout, which goes on until it returns); the command is done\n"
     )
 
 

@@ -812,9 +812,9 @@ def script() -> None:
         # A sync tool past its timeout goes on in its thread, and the teardown
         # would wait for it: the run ended and was logged, so nothing waits.
         print(
-            f"turnfsm: not waiting for {left} worker thread"
-            f"{'' if left == 1 else 's'} still running (a plain tool past its "
-            "timeout goes on until it returns; the run has ended)",
+            f"turnfsm: not waiting for {left} thread{'' if left == 1 else 's'} "
+            "still running (such as a plain tool past its timeout, which goes "
+            "on until it returns); the command is done",
             file=sys.stderr,
         )
         atexit._run_exitfuncs()  # what the teardown would run: traces sent
