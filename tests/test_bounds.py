@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import sized
 from turnfsm import Agent, Driver, serde
 from turnfsm._checks import MAX_COUNT, MAX_TOKENS
 from turnfsm.context import (
@@ -75,7 +76,7 @@ from turnfsm.values import ErrorInfo, Usage
 from turnfsm import default_machine  # isort: skip
 
 BAD_EXAMPLES = settings(
-    max_examples=12,
+    max_examples=sized(12),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

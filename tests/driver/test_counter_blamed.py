@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import sized
 from turnfsm.context import ContextManager, counter_at_fault
 from turnfsm.driver import Driver, Session
 from turnfsm.errors import CompactionStalled, ContextExceeded, PinnedTooLarge
@@ -72,7 +73,7 @@ def agent(counter: object) -> Driver:
 
 
 @given(tokens=st.integers(WINDOW + 1, 10**15))
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=sized(20), deadline=None)
 def test_pins_over_the_window_by_an_absurd_count_name_the_counter(tokens: int) -> None:
     d = Driver(
         model=FakeModelClient(lambda r: reply("hi")),
@@ -124,7 +125,7 @@ COUNTERS = [ConservativeTokenCounter(), HeuristicTokenCounter(), TiktokenCounter
     texts=st.lists(st.text(min_size=1, max_size=200), min_size=1, max_size=5),
     which=st.sampled_from(range(len(COUNTERS))),
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=sized(200), deadline=None)
 def test_a_shipped_counter_is_never_blamed(texts: list[str], which: int) -> None:
     """Whatever the text, a shipped counter's count is one a tokenizer makes."""
     counter = COUNTERS[which]

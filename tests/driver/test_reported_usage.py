@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import sized
 from turnfsm.context import ContextManager, LayeredCompactor, TruncatingCompactor
 from turnfsm.core import CompactionResult, Measured, ModelReplied, ToolsFinished
 from turnfsm.driver import Driver, RunResult, Session
@@ -343,7 +344,7 @@ def final_reporting(reports: Sequence[int]) -> FakeModelClient:
 
 
 @given(bogus=st.integers(WINDOW * 4 + 1, 100_000_000))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=sized(25), deadline=None)
 def test_a_report_past_what_the_window_allows_is_refused_and_spares_the_next(
     bogus: int,
 ) -> None:
@@ -383,7 +384,7 @@ async def test_a_stored_report_past_what_the_window_allows_is_not_carried() -> N
 
 
 @given(report=st.integers(0, WINDOW * 4))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=sized(25), deadline=None)
 def test_no_report_a_run_ends_with_stalls_the_next_runs(report: int) -> None:
     """A possible report the next run's pass finds nothing to cut for is dropped.
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.profiles import sized
 from turnfsm import default_machine
 from turnfsm.context import (
     CompactionProposal,
@@ -623,7 +624,7 @@ async def test_a_summary_call_over_its_own_models_window_is_refused_unsent() -> 
 
 
 @given(window=st.integers(1, 40_000), turns=st.integers(5, 8))
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=sized(30), deadline=None)
 def test_a_summary_model_is_sent_only_what_its_window_holds(
     window: int, turns: int
 ) -> None:
