@@ -470,12 +470,20 @@ def test_no_summary_request_to_the_agents_model_exceeds_the_window(
     ratio = data.draw(st.sampled_from([1.0, 1.25, 2.0]))
     calibrate = data.draw(st.booleans())
     sizes: list[int] = []
+    # Summary requests as the provider counts them, once it has said how it
+    # counts (a calibrating manager learns it from the first reply's usage).
+    counted: list[int] = []
+    replied: list[bool] = []
 
     def handler(request: ModelRequest) -> ModelResponse:
         sizes.append(request_size(request))
-        usage = Usage(input_tokens=math.ceil(input_size(request) * ratio))
+        provider = math.ceil(input_size(request) * ratio)
+        usage = Usage(input_tokens=provider)
         if request.temperature is None:  # a turn (or a careless summary call)
+            replied.append(True)
             return ModelResponse(message=reply("noted " * 40), usage=usage)
+        if replied:
+            counted.append(provider + (request.max_tokens or 0))
         return ModelResponse(message=reply("the user asked questions"), usage=usage)
 
     model = FakeModelClient(handler)
@@ -499,3 +507,5 @@ def test_no_summary_request_to_the_agents_model_exceeds_the_window(
             assert isinstance(result.error, TurnFSMError)
             break
     assert all(size <= window for size in sizes), (sizes, window)
+    if calibrate:  # and as the provider counts them
+        assert all(size <= window for size in counted), (counted, window)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 import anyio
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.driver.test_driver_properties import input_size
 from tests.profiles import sized
 from turnfsm import default_machine
 from turnfsm.context import (
@@ -20,7 +22,7 @@ from turnfsm.context import (
     SummarizingCompactor,
     TruncatingCompactor,
 )
-from turnfsm.driver import Driver, RetryPolicy, Session, replay
+from turnfsm.driver import Driver, RetryPolicy, RunControl, Session, replay
 from turnfsm.errors import (
     CompactionCircuitOpen,
     CompactionFailed,
@@ -525,8 +527,9 @@ async def test_a_summary_call_over_the_window_is_refused_unsent(named: bool) -> 
 async def test_a_calibrating_run_borrows_its_model_for_summaries_that_fit() -> None:
     """The provider counts twice the estimate; the manager calibrates.
 
-    The summariser sizes its requests to the agent's window in the manager's
-    tokens, and they are held to it in the same tokens: each is sent.
+    The summariser is told the agent's window in the manager's tokens (half
+    of it, here), and each summary request is held to the window as the
+    provider counts it: each is sent, and each fits as the provider counts.
     """
 
     def handle(request: ModelRequest) -> ModelResponse:
@@ -550,8 +553,65 @@ async def test_a_calibrating_run_borrows_its_model_for_summaries_that_fit() -> N
     summaries = [r for r in model.requests if r.temperature == 0.3]
     assert summaries
     for request in summaries:
-        size = COUNTER.count(list(request.messages)) + (request.max_tokens or 0)
-        assert size <= 3_000
+        counted = COUNTER.count(list(request.messages)) * 2 + 1  # the provider's
+        assert counted + (request.max_tokens or 0) <= 3_000
+
+
+async def test_a_calibrating_runs_summary_fits_the_window_as_counted() -> None:
+    """The provider counts 1.25 times the estimate of every request.
+
+    The turns were held to the window in calibrated tokens; the summary
+    request was sized and held to it in the counter's: 953 estimated input
+    tokens and a 309-token reply budget fit 1,500, and the provider counted
+    1,501. The summariser is now told the window in the counter's tokens,
+    and its requests are held to it as the provider counts them.
+    """
+    outputs = [0, 0, 10, 185, 2375, 1282]
+    counted: list[tuple[bool, int]] = []
+    control = RunControl()
+
+    def handle(request: ModelRequest) -> ModelResponse:
+        provider = math.ceil(input_size(request) * 1.25)  # tool schemas included
+        summary = request.temperature is not None
+        counted.append((summary, provider + (request.max_tokens or 0)))
+        usage = Usage(input_tokens=provider)
+        if summary:
+            return ModelResponse(message=reply("what was done"), usage=usage)
+        turn = len([c for c in counted if not c[0]]) - 1
+        if turn == 4:
+            control.inject(Message.user("note 4"))
+        if turn < len(outputs):
+            call = tool_call("dump", f"c{turn}_0", size=outputs[turn])
+            return ModelResponse(message=reply("", call), usage=usage)
+        return ModelResponse(message=reply("final"), usage=usage)
+
+    async def dump(size: int) -> str:
+        """Return `size` characters.
+
+        Args:
+            size: how many.
+        """
+        return "y" * size
+
+    driver = Driver(
+        model=FakeModelClient(handle),
+        tools=[dump],
+        context=ContextManager(
+            SummarizingCompactor(keep_recent_turns=1),
+            context_window=1_500,
+            threshold=0,
+            auto_compact=False,
+            counter=COUNTER,
+            calibrate=True,
+        ),
+        max_turns=10,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    result = await driver.run("start", session=Session(), control=control)
+
+    assert result.ok, result.error
+    assert any(summary for summary, _ in counted)  # a pass summarised
+    assert all(size <= 1_500 for _, size in counted), counted
 
 
 class Asks:

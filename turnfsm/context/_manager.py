@@ -569,7 +569,7 @@ class ContextManager(OldEntryPoints):
         ctx = CompactionContext(
             tokens_before=before - reserved,  # what the compactor is handed
             reason=reason,
-            context_window=self.window,
+            context_window=request.context_window or self.window,
             turn=request.turn,
             counter=self.counter,
             instructions=request.instructions,

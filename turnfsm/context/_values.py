@@ -241,6 +241,12 @@ class CompactionRequest:
         pinned: Ids of more messages to pin for this pass (a pre-compact
             hook's), besides the ones `Message.pin` and the manager's
             `PinRules` pin; each the id of one of `messages`.
+        context_window: The window the compactor is told
+            (`CompactionContext.context_window`) instead of the manager's,
+            in the tokens its counter reads: a calibrating run's, when the
+            provider counts more than the counter does (the driver sets it,
+            so that a summary sent to the agent's model fits the window as
+            the provider counts it); None: the manager's.
 
     Raises:
         ConfigError: On construction, naming the field and the value.
@@ -281,4 +287,10 @@ class CompactionRequest:
         default=(),
         converter=_to_ids,
         validator=[_checks.each(str, "a message id (a string)"), _check_pinned],
+    )
+    context_window: int | None = attrs.field(
+        default=None,
+        validator=_checks.integer(
+            low=1, optional=True, expected="an int >= 1 (tokens), or None"
+        ),
     )

@@ -288,8 +288,9 @@ class EffectContext:
 
         Its messages, its system prompt and tool schemas, with the run's
         counter, plus its reply budget (`max_tokens`): the unit a compactor
-        sizes its requests in (`CompactionContext.counter`), uncalibrated,
-        as the manager judges a pass.
+        sizes its requests in (`CompactionContext.counter`), uncalibrated.
+        A request to the agent's own model is held to the window calibrated,
+        as its turns are (`_over_window`).
         """
         extras = request_extras(request.system, request.tools, request.output)
         estimate = self.run.meter.measure(request.messages, extras=extras)

@@ -392,6 +392,12 @@ def _over_window(
     if not window:
         return None
     size = ctx.measure_request(request)
+    manager = ctx.run.context
+    if not whose and manager is not None:
+        # The agent's model, as its turns are held to it: calibrated, the
+        # size the provider is expected to count.
+        budget = request.max_tokens or 0
+        size = manager.calibrated(size - budget, ctx.ratio) + budget
     if size <= window:
         return None
     return ProviderError(
@@ -587,6 +593,13 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
 
     session = run.session
     target = None
+    window = None
+    factor = manager.calibration_factor(ctx.ratio)
+    if factor > 1.0:
+        # The provider counts more than the counter reads: the window, in
+        # the counter's tokens, is smaller (a summary the compactor sizes
+        # to it then fits as the provider counts it, `_over_window`).
+        window = max(1, math.floor(manager.window / factor))
     reported = ctx.snapshot.estimate
     if manager.use_reported_usage and reported is not None and reported > before:
         # The pass was triggered by the provider's count, which reads this
@@ -594,7 +607,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         # in the same proportion, so that the pass shrinks what the provider
         # will count.
         target = manager.target_tokens * before // reported
-    elif (factor := manager.calibration_factor(ctx.ratio)) != 1.0:
+    elif factor != 1.0:
         # The lines read calibrated sizes, the pass works on estimates:
         # aim at the estimate whose calibrated size is the target, lower
         # when the estimate reads low (else a pass that the estimate finds
@@ -623,6 +636,7 @@ async def compact(ctx: EffectContext, decision: Compact) -> Event:
         model_call=model_call,
         target_tokens=target,
         pinned=guidance.pin,
+        context_window=window,
     )
     try:
         event = await manager.compact(request)
