@@ -594,6 +594,33 @@ def test_ctrl_c_on_a_narrow_terminal_keeps_its_notice_and_the_cursor(
     assert "of 8000 tokens" not in shown  # the status line leaves no trace
 
 
+def test_ctrl_c_stops_a_run_started_as_a_background_job(tmp_path: Path) -> None:
+    # A script's `turnfsm run ... &` starts with Ctrl-C ignored (so does a
+    # job of a CI runner): a `kill -INT` sent to it on purpose did nothing,
+    # and the run went on to its end.
+    store = tmp_path / "s.db"
+    command = ["run", "Is the disk back?", *_SLOW, "--store", str(store)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnfsm", *command],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    ) as program:
+        assert program.stdout is not None
+        for line in program.stdout:
+            if line.startswith("[tool] wait_for_the_disk_a_minute("):
+                break
+        program.send_signal(signal.SIGINT)
+        out, _ = program.communicate(timeout=30)
+
+    assert program.returncode == 130
+    assert "(Ctrl-C again to exit at once)" in out
+    assert "run interrupted: what it finished is kept" in out
+
+
 def test_a_run_under_nohup_goes_on_when_its_terminal_closes(tmp_path: Path) -> None:
     # `nohup turnfsm run ... &` asks for SIGHUP to be ignored, so that the
     # run outlives the terminal: the run must not take it as a Ctrl-C.

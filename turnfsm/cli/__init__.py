@@ -854,12 +854,17 @@ def _stop_as_ctrl_c() -> None:
     ``kill``, a service stopped or a terminal closed ended the program on
     the spot, in the middle of what it held (a compaction pass holds its
     session until its lease runs out); as Ctrl-C, what it holds is let go.
-    A signal ignored (``nohup``) stays ignored; a run takes all three its own
+    An ignored SIGHUP (``nohup``) stays ignored; Ctrl-C is taken even when
+    the program started with it ignored (a script's background job, which
+    Python then leaves without its handler); a run takes all three its own
     way (see `turnfsm.cli._run.interruptible`).
     """
-    for name in ("SIGTERM", "SIGHUP"):
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         signum = getattr(signal, name, None)  # Windows has no SIGHUP
-        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
+        if signum is None:
+            continue
+        now = signal.getsignal(signum)
+        if now is signal.SIG_DFL or (now is signal.SIG_IGN and name != "SIGHUP"):
             signal.signal(signum, signal.default_int_handler)
 
 

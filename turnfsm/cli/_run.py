@@ -909,12 +909,18 @@ _STOPPING: Final = tuple(
 
 
 def stop_signals() -> list[signal.Signals]:
-    """Ctrl-C, SIGTERM and SIGHUP, but those the program was told to ignore.
+    """Ctrl-C, SIGTERM and SIGHUP; SIGHUP not when the program was told to ignore it.
 
-    A signal ignored stays so: ``nohup turnfsm run ...`` outlives its
-    terminal (SIGHUP), a script's background job Ctrl-C (SIGINT).
+    ``nohup turnfsm run ...`` outlives its terminal. Ctrl-C and SIGTERM are
+    taken even when ignored: a shell starts a script's background job with
+    Ctrl-C ignored, and a ``kill -INT`` sent to it on purpose would do
+    nothing.
     """
-    return [s for s in _STOPPING if signal.getsignal(s) is not signal.SIG_IGN]
+    return [
+        s
+        for s in _STOPPING
+        if s.name != "SIGHUP" or signal.getsignal(s) is not signal.SIG_IGN
+    ]
 
 
 @attrs.frozen
