@@ -21,7 +21,7 @@ from typing import Any
 # Only what imports in a blink (no turnfsm package with its dependencies): the
 # program's Ctrl-C handling starts in `script()`, and a Ctrl-C while this
 # module imports would end it with a traceback.
-from turnfsm.cli._errors import INTERRUPTED_STATUS, stdout_to_devnull
+from turnfsm.cli._errors import INTERRUPTED_STATUS, stdout_to_devnull, stop_signals
 
 __all__ = ["main", "script"]
 
@@ -859,12 +859,8 @@ def _stop_as_ctrl_c() -> None:
     Python then leaves without its handler); a run takes all three its own
     way (see `turnfsm.cli._run.interruptible`).
     """
-    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        signum = getattr(signal, name, None)  # Windows has no SIGHUP
-        if signum is None:
-            continue
-        now = signal.getsignal(signum)
-        if now is signal.SIG_DFL or (now is signal.SIG_IGN and name != "SIGHUP"):
+    for signum in stop_signals():
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN):
             signal.signal(signum, signal.default_int_handler)
 
 

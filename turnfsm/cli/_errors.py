@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import sys
 import unicodedata
 from typing import TYPE_CHECKING, Final
@@ -30,11 +31,36 @@ __all__ = [
     "explain",
     "fail",
     "stdout_to_devnull",
+    "stop_signals",
     "terminal_text",
 ]
 
 INTERRUPTED_STATUS = 130
 """The exit status of a command Ctrl-C stopped (128 + SIGINT, as shells use)."""
+
+
+_STOPPING: Final = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP")
+    if hasattr(signal, name)
+)
+"""The signals that interrupt a run (Windows has no SIGHUP)."""
+
+
+def stop_signals() -> list[signal.Signals]:
+    """Ctrl-C, SIGTERM and SIGHUP; SIGHUP not when the program was told to ignore it.
+
+    ``nohup turnfsm run ...`` outlives its terminal. Ctrl-C and SIGTERM are
+    taken even when ignored: a shell starts a script's background job with
+    Ctrl-C ignored, and a ``kill -INT`` sent to it on purpose would do
+    nothing.
+    """
+    return [
+        s
+        for s in _STOPPING
+        if s.name != "SIGHUP" or signal.getsignal(s) is not signal.SIG_IGN
+    ]
+
 
 _PLAIN = {
     errno.EISDIR: "is a directory, not a file",

@@ -33,6 +33,7 @@ from turnfsm.cli._errors import (
     as_option,
     explain,
     stdout_to_devnull,
+    stop_signals,
 )
 from turnfsm.cli._stores import IN_MEMORY, close_store, open_cli_store, shown, where
 from turnfsm.cli._strategies import AGENT_STRATEGIES
@@ -76,7 +77,6 @@ __all__ = [
     "run_and_close",
     "run_async",
     "run_task",
-    "stop_signals",
     "write_end",
 ]
 
@@ -565,6 +565,11 @@ def _resume_command(session_id: str, options: AgentOptions) -> str:
     return shlex.join(["turnfsm", "resume", session_id, *options.flags()])
 
 
+def _abandon_command(session_id: str, options: AgentOptions) -> str:
+    """The `turnfsm abandon` that ends the run of `session_id`."""
+    return shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
+
+
 @final
 class Crashed(Exception):
     """A run that began and crashed on an exception: its log says so (internal).
@@ -900,29 +905,6 @@ async def interruptible(
     return result
 
 
-_STOPPING: Final = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP")
-    if hasattr(signal, name)
-)
-"""The signals that interrupt a run (Windows has no SIGHUP)."""
-
-
-def stop_signals() -> list[signal.Signals]:
-    """Ctrl-C, SIGTERM and SIGHUP; SIGHUP not when the program was told to ignore it.
-
-    ``nohup turnfsm run ...`` outlives its terminal. Ctrl-C and SIGTERM are
-    taken even when ignored: a shell starts a script's background job with
-    Ctrl-C ignored, and a ``kill -INT`` sent to it on purpose would do
-    nothing.
-    """
-    return [
-        s
-        for s in _STOPPING
-        if s.name != "SIGHUP" or signal.getsignal(s) is not signal.SIG_IGN
-    ]
-
-
 @attrs.frozen
 class _Notices:
     """Prints what Ctrl-C does: through the run's console, else to `out`."""
@@ -992,7 +974,7 @@ def left_open_words(
     """
     if place == IN_MEMORY:
         return f"exited at once; no command can go on with it: {_GONE}"
-    abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
+    abandon = _abandon_command(session_id, options)
     said = (
         f"exited at once: session {session_id} stored in {place}: its run stays "
         f"open, held for up to {lease_ttl:g} s (its lease); then "
@@ -1018,7 +1000,7 @@ def report_interrupted(
     closed: SIGHUP) changes nothing: the run is interrupted, and logged so
     (see `write_end`).
     """
-    abandon = shlex.join(["turnfsm", "abandon", session_id, *options.store_flags()])
+    abandon = _abandon_command(session_id, options)
     if place == IN_MEMORY:
         said = f"run interrupted; no command can go on with it: {_GONE}"
     elif resume is None:

@@ -29,6 +29,7 @@ from turnfsm.cli._errors import (
     check_writable,
     count_option,
     explain,
+    stop_signals,
     terminal_text,
 )
 from turnfsm.cli._run import (
@@ -37,7 +38,6 @@ from turnfsm.cli._run import (
     open_run_only,
     open_run_words,
     run_async,
-    stop_signals,
     waiting_for,
 )
 from turnfsm.cli._stores import (

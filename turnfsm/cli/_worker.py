@@ -9,8 +9,8 @@ import anyio
 
 from turnfsm.agent import Agent
 from turnfsm.cli._agents import load_agents
-from turnfsm.cli._errors import INTERRUPTED_STATUS, explain
-from turnfsm.cli._run import run_async, stop_signals
+from turnfsm.cli._errors import INTERRUPTED_STATUS, explain, stop_signals
+from turnfsm.cli._run import run_async
 from turnfsm.errors import (
     ConfigError,
     StoreError,
