@@ -282,10 +282,11 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
     covered = {i for run in session.runs for c in run.compactions for i in c.covers}
     kept = {m.id for m in session.history} | covered
     if result.outcome == "done":
-        # The model's last word is the answer, when the run asked it.
+        # The model's last word is the answer (a machine may end on a
+        # review after its tools, its last word a tool call's empty text).
         final = FINAL[bool(s["structured"])]
-        assert result.text == final if said else not result.text, result.text
-        if s["structured"] and said:
+        assert result.text == (said[-1].text if said else ""), result.text
+        if s["structured"] and said and said[-1].text == final:
             assert result.output == 7, result.output
         # An injection made before the last call reached the model, or a
         # compaction pass (on the record) covered it: never lost silently.
