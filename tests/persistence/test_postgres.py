@@ -109,6 +109,29 @@ async def test_postgres_store_passes_the_conformance_suite(
     await check_store(make, damage=damage)
 
 
+@pytest.mark.parametrize(
+    "texts",
+    [[], [""], ["a"], ["é€😀", "\u2028", "x" * 70_000, '{"q": "\\"}'], ["s"] * 300],
+    ids=["none", "empty", "one", "multibyte-long-escapes", "many"],
+)
+async def test_the_appends_arrays_reach_the_server_as_they_were(
+    postgres_url: Callable[[], str], texts: list[str]
+) -> None:
+    # An append's columns go as binary arrays the store writes itself:
+    # lengths in bytes, not characters; no element dropped or split.
+    from turnfsm.persistence._postgres_append import ADAPTERS, _Int8s, _Texts
+
+    numbers = [0, -1, 2**62, *range(len(texts))]
+    async with await psycopg.AsyncConnection.connect(
+        postgres_url(), autocommit=True, context=ADAPTERS
+    ) as conn:
+        cur = await conn.execute(
+            "SELECT %b::text[], %b::bigint[], %b::bigint[]",
+            (_Texts(texts), _Int8s(numbers), _Int8s()),
+        )
+        assert await cur.fetchone() == (texts, numbers, [])
+
+
 async def test_a_new_store_object_reads_what_another_wrote(
     make_store: MakeStore, postgres_url: Callable[[], str]
 ) -> None:

@@ -71,6 +71,7 @@ from turnfsm.persistence import _postgres_lease, _postgres_run
 from turnfsm.persistence._lease import Lease, check_lease
 from turnfsm.persistence._postgres_append import (
     _T,
+    ADAPTERS,
     _append,
     _check_keys,
     _Conn,
@@ -276,7 +277,7 @@ class PostgresStore:
 
     async def _connect(self) -> _Conn:
         conn = await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, connect_timeout=self._wait
+            self._url, autocommit=True, connect_timeout=self._wait, context=ADAPTERS
         )
         try:
             with anyio.fail_after(self.timeout):
