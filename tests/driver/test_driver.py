@@ -43,7 +43,7 @@ from turnfsm.hooks import (
     ToolCallEnd,
 )
 from turnfsm.messages import Message, Role
-from turnfsm.persistence import CompactionRecord
+from turnfsm.persistence import CompactionRecord, Verdict
 from turnfsm.providers import ModelResponse
 from turnfsm.testing import FakeModelClient, ScriptedModel, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter
@@ -238,6 +238,23 @@ async def test_a_vetoing_hook_over_the_line_stalls_with_the_measured_numbers() -
     with pytest.raises(RunFailed) as caught:
         result.raise_for_failure()
     assert caught.value.error is result.error
+
+
+async def test_a_vetoed_threshold_pass_under_the_emergency_line_calls_the_model() -> (
+    None
+):
+    # Over the threshold line alone the request still fits: a veto there
+    # is a pass that changed nothing, and the run goes on to the model.
+    hook = Veto()
+    session = Session()
+    model = ScriptedModel.of("answer")
+    driver = Driver(model=model, context=manager(1_000), hooks=[hook])
+    result = await driver.run([Message.user("x" * 3_380)], session=session)
+    assert 1_000 * 80 // 100 < hook.seen < 1_000 * 95 // 100
+    assert result.ok
+    assert result.text == "answer"
+    assert [c.verdict for c in session.runs[0].compactions] == [Verdict.VETOED]
+    assert len(model.requests) == 1
 
 
 class Recording:

@@ -208,8 +208,9 @@ class ContextManager(OldEntryPoints):
             known: 200,000); the manager alone draws its lines on 200,000.
         threshold: The soft line, in percent of the window (0..100; 0 turns
             the threshold line off). A whole percentage: 80, not 0.8.
-        auto_compact: Whether the threshold line triggers compaction (the
-            emergency line always does).
+        auto_compact: Whether the soft lines, the threshold line and the
+            message-count line, trigger compaction (the emergency line
+            always does).
         threshold_tokens: The soft line in tokens, in place of `threshold`:
             an absolute line (``threshold_tokens=150_000``), at most the
             window; None: the percentage.

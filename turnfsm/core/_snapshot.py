@@ -49,7 +49,8 @@ class Budget:
         threshold: the soft line in percent of the window (0 disables it).
         threshold_tokens: the soft line in tokens, in place of `threshold`
             (an absolute line, at most the window), or None.
-        auto_compact: whether the threshold line triggers compaction.
+        auto_compact: whether the soft lines (the threshold line and the
+            message-count line) trigger compaction.
         max_turns: the most model calls one run may make.
         max_overflow_retries: compact-and-retry passes after provider overflows.
         max_compactions: the most compaction passes in a row, with no model
