@@ -211,7 +211,7 @@ async def _compact(
 
 
 def _compacting_driver() -> Driver:
-    """The default context manager's driver (its truncator calls no model)."""
+    """The default context manager's driver (its `MaskingCompactor` calls no model)."""
     return Driver(model=_NoModel(), context=ContextManager())
 
 
