@@ -16,16 +16,20 @@ import select
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
 import pytest
 
 from tests.helpers import http_server
+from turnfsm import Agent, ContextManager, RetryPolicy
 from turnfsm.context import keep_parts
 from turnfsm.core import Usage
 from turnfsm.errors import ProviderError
 from turnfsm.messages import Message
+from turnfsm.persistence import Session
+from turnfsm.persistence.sqlite import SQLiteStore
 from turnfsm.providers import ModelRequest, ToolSchema, _sdk
 from turnfsm.providers._anthropic import AnthropicModel
 from turnfsm.providers._openai import OpenAIModel
@@ -563,3 +567,69 @@ async def test_an_overloaded_error_mid_openai_stream_is_retryable(
     error = raised.value
     assert (error.kind, error.retryable) == ("server", True)
     assert "Busy" in str(error)
+
+
+# -- what a run makes of them --------------------------------------------------------
+
+
+class _Listening:
+    """A hook that hears the text: the run streams."""
+
+    def on_text_delta(self, info: object) -> None:
+        pass
+
+
+def _agent(url: str, tmp_path: Path, **kwargs: Any) -> Agent:
+    return Agent(
+        model=_anthropic(url),
+        context=ContextManager(context_window=8_000),
+        retry=RetryPolicy(max_attempts=3, initial_wait=0.01, max_wait=0.01),
+        store=SQLiteStore(tmp_path / "s.db"),
+        hooks=[_Listening()],
+        **kwargs,
+    )
+
+
+@asyncio_only
+async def test_a_run_takes_a_held_stream_at_its_stop_reason_once(
+    wire: tuple[str, type[_Wire]], short_wait: float, tmp_path: Path
+) -> None:
+    # It waited for model_timeout, then asked again: three posts, three bills.
+    url, handler = wire
+    handler.pieces = [_event(e) for e in (*_anthropic_text("Hi"), _stopped(4))]
+    handler.hold = PING
+    agent = _agent(url, tmp_path, model_timeout=short_wait * 6)
+    with anyio.fail_after(20):
+        result = await agent.run("hi")
+    assert (result.outcome, result.text) == ("done", "Hi")
+    assert result.usage == Usage(input_tokens=9, output_tokens=4)
+    assert handler.posts == 1
+
+
+@asyncio_only
+async def test_a_run_given_a_refusal_fails_once_and_keeps_no_reply(
+    wire: tuple[str, type[_Wire]], tmp_path: Path
+) -> None:
+    url, handler = wire
+    _serve(handler, True, "refusal")
+    agent = _agent(url, tmp_path)
+    result = await agent.run("hi")
+    assert result.outcome == "failed"
+    assert isinstance(result.error, ProviderError)
+    assert result.error.kind == "content_filter"
+    assert handler.posts == 1
+    session = await Session.load(agent.store, agent.session.id)
+    assert [run.outcome for run in session.runs] == ["failed"]
+    assert not any(m.role.value == "assistant" for m in session.history)
+
+
+@asyncio_only
+async def test_a_run_given_a_reply_cut_at_the_window_never_takes_it(
+    wire: tuple[str, type[_Wire]], tmp_path: Path
+) -> None:
+    # It took the cut text ("The answer is") as its answer, done.
+    url, handler = wire
+    _serve(handler, True, "model_context_window_exceeded")
+    result = await _agent(url, tmp_path).run("hi")
+    assert result.outcome == "failed"
+    assert "model_context_window_exceeded" in str(result.error)
