@@ -478,6 +478,7 @@ PROVIDERS = pytest.mark.parametrize(
     [
         pytest.param("naïve café ✓", "\n", "ï", id="a character split across writes"),
         pytest.param("naïve café ✓", "\r\n", None, id="CRLF line endings"),
+        pytest.param("naïve café ✓", "\r", None, id="CR line endings"),
         pytest.param(BIG, "\n", None, id="a data line over a megabyte"),
     ],
 )
