@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import anyio
 import pytest
 from hypothesis import given
@@ -174,6 +176,52 @@ def test_keep_parts_leaves_an_empty_message_alone() -> None:
     empty = Message.assistant("")  # a model's empty reply: no parts
 
     assert keep_parts(empty, []) is empty
+
+
+THOUGHTS = "turnfsm.sent.anthropic.thinking"
+
+
+@st.composite
+def thinking_replies(draw: st.DrawFn) -> tuple[Message, list[int]]:
+    """A reply of calls with thinking placed among them, and parts to keep."""
+    n = draw(st.integers(1, 6))
+    places = sorted(draw(st.lists(st.integers(0, n), max_size=6)))
+    thoughts = [
+        {"at": at, "block": {"type": "thinking", "thinking": str(i)}}
+        for i, at in enumerate(places)
+    ]
+    message = Message(
+        role="assistant",
+        parts=[ToolCallPart(id=f"c{i}", name="tool") for i in range(n)],
+        metadata={THOUGHTS: json.dumps(thoughts), "other": '[{"at": 9}]'},
+    )
+    kept = draw(st.lists(st.integers(0, n - 1), min_size=1, unique=True))
+    return message, kept
+
+
+@given(thinking_replies())
+def test_keep_parts_keeps_thinking_before_the_next_part_it_kept(
+    case: tuple[Message, list[int]],
+) -> None:
+    message, kept = case
+    filtered = keep_parts(message, kept)
+    assert filtered is not None
+    before = json.loads(message.metadata[THOUGHTS])
+    after = json.loads(filtered.metadata[THOUGHTS])
+    n, kept = len(message.parts), sorted(kept)
+    # A thought stays when a kept part followed it, or it was past the end.
+    expected = [t for t in before if t["at"] <= kept[-1] or t["at"] == n]
+    assert [t["block"] for t in after] == [t["block"] for t in expected]
+    for old, new in zip(expected, after, strict=True):
+        if new["at"] < len(filtered.parts):  # before the first kept part after it
+            assert (
+                filtered.parts[new["at"]]
+                == message.parts[min(i for i in kept if i >= old["at"])]
+            )
+        else:
+            assert old["at"] == n
+    assert [t["at"] for t in after] == sorted(t["at"] for t in after)
+    assert filtered.metadata["other"] == '[{"at": 9}]'  # not a SENT value
 
 
 def test_sanitize_drops_lone_results_and_emptied_messages() -> None:

@@ -18,8 +18,10 @@ Everything here is pure and reusable by any compactor.
 
 from __future__ import annotations
 
+import json
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from itertools import repeat
@@ -28,7 +30,8 @@ from typing import Final, NamedTuple, final
 
 import attrs
 
-from turnfsm.messages import Message, Role, ToolCallPart
+from turnfsm import _checks
+from turnfsm.messages import SENT, Message, Role, ToolCallPart
 
 __all__ = [
     "PartRef",
@@ -253,7 +256,10 @@ def keep_parts(message: Message, indices: Iterable[int]) -> Message | None:
     A message that keeps all its parts is returned as is. A filtered copy gets
     a new id derived from the original and the kept indices, so it never
     passes for the original (ids key token caches and the audit trail) and
-    the same filtering always yields the same id.
+    the same filtering always yields the same id. Blocks its metadata places
+    among the parts (a reply's thinking, which Anthropic wants back before
+    the tool calls it preceded) move with the parts: each stays before the
+    next kept part, and one that only dropped parts followed is dropped.
 
     Args:
         message: The message to filter.
@@ -273,7 +279,43 @@ def keep_parts(message: Message, indices: Iterable[int]) -> Message | None:
         message,
         parts=tuple(message.parts[i] for i in kept),
         id=f"{message.id}#{suffix}",
+        metadata=_placed_with(message.metadata, kept, len(message.parts)),
     )
+
+
+def _placed_with(
+    metadata: Mapping[str, str], kept: list[int], parts: int
+) -> Mapping[str, str]:
+    """`metadata` with the blocks its `SENT` values place among the parts moved.
+
+    Such a value (a reply's thinking, kept by `AnthropicModel`) is JSON text
+    of a list of ``{"at": n, ...}``, ``n`` the number of the message's
+    `parts` before the block. Once only the parts at `kept` are left, ``n``
+    is the number of those before it: each block stays in its order, before
+    the first kept part at or after its place. A block that only dropped
+    parts followed goes with them (it led to them); one past the last part
+    stays there. Any other value is left as it is.
+    """
+    moved: dict[str, str] = {}
+    for key, value in metadata.items():
+        if not key.startswith(SENT) or not isinstance(value, str):
+            continue
+        try:
+            items = json.loads(value)
+        except ValueError:
+            continue
+        if not isinstance(items, list) or not all(
+            isinstance(item, dict) and _checks.is_int(item.get("at")) for item in items
+        ):
+            continue
+        placed = [
+            dict(item, at=bisect_left(kept, item["at"]))
+            for item in items
+            if item["at"] <= kept[-1] or item["at"] >= parts
+        ]
+        if placed != items:
+            moved[key] = json.dumps(placed, ensure_ascii=False)
+    return {**metadata, **moved} if moved else metadata
 
 
 def sanitize(

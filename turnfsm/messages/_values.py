@@ -67,6 +67,9 @@ the reply's tool calls, as Anthropic requires): every shipped token counter
 prices it as text (`Message.sent_texts`), and so must a counter of your own,
 or a request can be bigger than the window check measured. It belongs to
 its message: a compaction that summarises or drops the message drops it too.
+A value that places blocks among the parts (JSON text of a list of
+``{"at": n, ...}``, ``n`` the parts before each, as a reply's thinking is
+kept) moves with the parts `turnfsm.context.keep_parts` keeps.
 """
 
 _sent_json: Final = compact_encoder(sort_keys=False)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import aclosing
 from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
 
 from turnfsm import _checks
-from turnfsm.errors import ConfigError, InvalidMessage, ProviderError
+from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, InvalidMessage, ProviderError
 from turnfsm.messages import Message
 from turnfsm.providers._config import (
     http_url,
@@ -32,6 +33,7 @@ from turnfsm.providers._convert_anthropic import (
 from turnfsm.providers._convert_openai import arguments_from_json
 from turnfsm.providers._errors import (
     BAD_RESPONSE,
+    CONTENT_FILTER,
     QUOTA,
     SERVER,
     broken_off,
@@ -56,7 +58,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent
+from turnfsm.providers._sdk import LoopClient, sent, until_done
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -229,18 +231,27 @@ class AnthropicModel:
                     yield StreamDone(response=response)
                     return
                 where = _named(self._sdk.client.base_url)
-                with broken_off(where, *_DROPPED):
-                    async for event in events:
-                        if text := reply.add(event):
-                            yield TextDelta(text=text)
-        if not reply.stopped:
+                # The reply is whole at its stop reason: the message_stop
+                # event after it adds nothing (the SDK's own accumulation
+                # reads the stop reason and the last usage from the
+                # message_delta), so a server that holds the stream open
+                # after it is left, `AFTER_STOP_WAIT` later.
+                with broken_off(where, *_DROPPED, whole=reply.whole):
+                    async with aclosing(until_done(events, reply.whole)) as read:
+                        async for event in read:
+                            if text := reply.add(event):
+                                yield TextDelta(text=text)
+        if not reply.whole():
             # The body ended mid-reply, or before it began (a proxy lost its
             # upstream): what came is not the whole reply; the driver may
             # ask again.
-            missing = "message_stop" if reply.started else "message_start"
+            missing = (
+                "stop reason (a message_delta event)"
+                if reply.started
+                else "message_start event"
+            )
             raise connection_error(
-                f"the stream from {where} broke off: it ended before its "
-                f"{missing} event"
+                f"the stream from {where} broke off: it ended before its {missing}"
             )
         yield StreamDone(response=reply.response())
 
@@ -315,8 +326,13 @@ class _Events:
         self.counts: dict[str, int] = {}  # the usage's counts so far
         self.model: str | None = None
         self.stop_reason = ""  # the API's own word
+        self.stop_details: object = None  # what it says of a refusal
         self.started = False  # a message_start came: the stream is a reply
-        self.stopped = False  # its message_stop came: the reply is whole
+        self.stopped = False  # its message_stop came
+
+    def whole(self) -> bool:
+        """Whether the whole reply came: its stop reason, or its message_stop."""
+        return self.stopped or (self.started and bool(self.stop_reason))
 
     def add(self, event: wire.RawMessageStreamEvent) -> str:
         """Take in one event; return the text it adds ("" if none).
@@ -342,6 +358,7 @@ class _Events:
             self.stop_reason = reply_text(delta.get("stop_reason"), where) or (
                 self.stop_reason
             )
+            self.stop_details = delta.get("stop_details") or self.stop_details
         elif kind == "content_block_start":
             where = "content_block_start.content_block"
             block = reply_object(data.get("content_block"), where)
@@ -418,6 +435,7 @@ class _Events:
                 self.blocks[index]["input"] = arguments_from_json("".join(pieces))
         order = sorted(self.blocks)
         blocks = [self.blocks[i] for i in order]
+        _check_stop(self.stop_reason, self.stop_details, blocks, self.counts)
         if order and _cut_off(self.stop_reason, blocks):  # the text as it came
             blocks[-1]["input"] = {"_raw": "".join(self.inputs.get(order[-1], []))}
         message = _reply(blocks, self.output)
@@ -442,21 +460,81 @@ def _whole_reply(reply: object, output: OutputSpec | None) -> ModelResponse:
         raise unreadable_field("content", None, "a list of content blocks")
     content = reply_list(data["content"], "content")
     blocks = [reply_object(block, f"content[{i}]") for i, block in enumerate(content)]
+    counts = _counts(data.get("usage"))
+    _check_stop(data.get("stop_reason"), data.get("stop_details"), blocks, counts)
     if _cut_off(data.get("stop_reason"), blocks):
         said = json.dumps(blocks[-1].get("input"), ensure_ascii=False)
         blocks[-1] = dict(blocks[-1], input={"_raw": said})
     message = _reply(blocks, output)
     return ModelResponse(
         message=message,
-        usage=_usage(_counts(data.get("usage"))),
+        usage=_usage(counts),
         model=reply_text(data.get("model"), "model") or None,
         finish_reason=_finish_reason(data.get("stop_reason"), message),
     )
 
 
-_CUT: Final = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
-"""The stop reasons of a reply cut off where it stood (a refusal's too:
-the streaming classifier stops a reply mid-way)."""
+_CUT: Final = frozenset({"max_tokens"})
+"""The stop reasons of a reply cut off where it stood that is still a reply
+(one cut at the window, or by a refusal, is an error: `_check_stop`)."""
+
+
+def _check_stop(
+    stop_reason: object,
+    details: object,
+    blocks: list[dict[str, Any]],
+    counts: dict[str, int],
+) -> None:
+    """Raise the error a reply's stop reason says it is, if it says so.
+
+    - ``model_context_window_exceeded``: the reply filled the model's
+      window before it was done (the request's budget did not fit beside
+      its input; Anthropic cuts the reply there instead of refusing the
+      request). As a reply cut at the window by any server, it is a
+      context overflow: the run compacts and asks again; the cut reply is
+      not committed.
+    - ``refusal``: Anthropic's classifier stopped the reply mid-way; what
+      came is no answer, and a conversation that keeps it is refused again
+      (Anthropic: reset the conversation): kind ``content_filter``, not
+      retried, quoting the reply so far.
+    - ``pause_turn``: Anthropic paused a long turn of its own server tools,
+      to be continued by sending the paused content back; turnfsm sends
+      no server tools and cannot continue one: kind ``bad_response``.
+
+    Raises:
+        ProviderError: the stop reason is one of those.
+    """
+    if stop_reason == "model_context_window_exceeded":
+        used = sum(counts.get(name, 0) for name in _INPUTS)
+        made = counts.get("output_tokens", 0)
+        raise ProviderError(
+            "the reply filled the model's context window before it was done "
+            f"(stop reason 'model_context_window_exceeded', after {made} output "
+            f"tokens on {used} input tokens): the conversation leaves too little "
+            "room for the reply budget",
+            kind=CONTEXT_OVERFLOW,
+        )
+    if stop_reason == "refusal":
+        said = "".join(
+            b["text"]
+            for b in blocks
+            if b.get("type") == "text" and isinstance(b.get("text"), str)
+        )
+        explained = details.get("explanation") if isinstance(details, Mapping) else None
+        why = f": {explained}" if isinstance(explained, str) and explained else ""
+        so_far = f"; the reply so far: {said[:200]!r}" if said else ""
+        raise ProviderError(
+            f"the API refused to go on (stop reason 'refusal'){why}{so_far}; "
+            "the reply is not kept: rephrase the request, or use another model",
+            kind=CONTENT_FILTER,
+        )
+    if stop_reason == "pause_turn":
+        raise ProviderError(
+            "the API paused the turn (stop reason 'pause_turn'), as it does for "
+            "a long loop of its own server tools; turnfsm sends none and cannot "
+            "continue one: check what adds server tools to the request (a proxy)",
+            kind=BAD_RESPONSE,
+        )
 
 
 def _cut_off(stop_reason: object, blocks: list[dict[str, Any]]) -> bool:
@@ -573,9 +651,7 @@ _FINISH_REASONS: Final = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "max_tokens": "length",
-    "model_context_window_exceeded": "length",
     "tool_use": "tool_calls",
-    "refusal": "content_filter",
 }
 """Anthropic's stop reasons in OpenAI's words (`ModelResponse.finish_reason`)."""
 

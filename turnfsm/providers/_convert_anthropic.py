@@ -69,6 +69,7 @@ THINKING: Final = f"{SENT}anthropic.thinking"
 Its value is JSON text: a list of ``{"at": n, "block": {...}}``, each block
 as the API sent it and ``n`` the number of the message's parts before it.
 Its key starts with `SENT`: the token counters price it, as it is sent.
+`keep_parts` moves the places with the parts it keeps.
 """
 
 

@@ -16,6 +16,8 @@ leans on these helpers, so both providers agree on what is transient:
 | a reply body (or a streamed      | ``bad_response``   | no        |
 | event) that is not JSON          |                    |           |
 | a reply of the wrong shape       | ``bad_response``   | no        |
+| a reply cut at the model's window| `CONTEXT_OVERFLOW` | no        |
+| a reply stopped as a refusal     | ``content_filter`` | no        |
 
 408 and 409 are retried because the SDKs' own retry policies retry them, and
 turnfsm switches those off (`max_retries=0`) so its driver owns every retry;
@@ -30,7 +32,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -47,6 +49,7 @@ __all__ = [
     "BAD_RESPONSE",
     "CONFLICT",
     "CONNECTION",
+    "CONTENT_FILTER",
     "NAMELESS_TOOL",
     "OVERFLOW_MARKERS",
     "QUOTA",
@@ -94,6 +97,9 @@ BAD_REQUEST: Final = "bad_request"
 """`ProviderError.kind` of any other HTTP 4xx: not retryable."""
 BAD_RESPONSE: Final = "bad_response"
 """`ProviderError.kind` of a reply the SDK could not read: not retryable."""
+CONTENT_FILTER: Final = "content_filter"
+"""`ProviderError.kind` of a reply the provider stopped as against its
+policies (Anthropic's ``refusal``): not retryable."""
 
 OVERFLOW_MARKERS: Final = (
     "maximum context length",  # OpenAI, vLLM, llama-cpp-python
@@ -318,22 +324,28 @@ def broken_off(
     where: str,
     timeout: type[BaseException],
     connection: type[BaseException],
+    *,
+    whole: Callable[[], bool] = lambda: False,
 ) -> Iterator[None]:
     """Say that a connection lost mid-stream broke the stream from `where` off.
 
     The server was reached and had begun to answer: "could not reach" would
     send the user looking at the URL. Still a retryable connection error.
     `timeout` and `connection` are the SDK's error classes (its timeout is
-    a kind of its connection error, and stays what it is).
+    a kind of its connection error, and stays what it is). Once the reply
+    is `whole` (it said why it stopped), a connection lost or a read timed
+    out only ends the stream: the reply stands.
     """
     try:
         yield
     except timeout:
-        raise
+        if not whole():
+            raise
     except connection as exc:
-        raise connection_error(
-            f"the stream from {where} broke off: {dropped(exc)}"
-        ) from exc
+        if not whole():
+            raise connection_error(
+                f"the stream from {where} broke off: {dropped(exc)}"
+            ) from exc
 
 
 def unreadable_body_error(

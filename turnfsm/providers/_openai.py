@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import aclosing
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
 import attrs
@@ -56,7 +57,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent
+from turnfsm.providers._sdk import LoopClient, sent, until_done
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -243,10 +244,14 @@ class OpenAIModel:
             )
             where = _named(self._sdk.client.base_url)
             async with chunks:
-                with broken_off(where, *_DROPPED):
-                    async for chunk in chunks:
-                        if text := reply.add(chunk):
-                            yield TextDelta(text=text)
+                # After the finish_reason, only the usage (and [DONE]) may
+                # follow: a server that holds the stream open after it is
+                # left `AFTER_STOP_WAIT` later, the usage kept if it came.
+                with broken_off(where, *_DROPPED, whole=reply.stopped):
+                    async with aclosing(until_done(chunks, reply.stopped)) as read:
+                        async for chunk in read:
+                            if text := reply.add(chunk):
+                                yield TextDelta(text=text)
         if reply.replied and not reply.finished:
             # The body ended mid-reply (a gateway lost its upstream): what
             # came is not the whole reply; the driver may ask again.
@@ -341,6 +346,10 @@ class _Chunks:
         self.finish_reason: str | None = None
         self.replied = False  # a choice came
         self.finished = False  # a finish_reason or the usage came: the end
+
+    def stopped(self) -> bool:
+        """Whether the reply said why it ended: only its usage may follow."""
+        return self.finish_reason is not None
 
     def add(self, chunk: ChatCompletionChunk) -> str:
         """Take in one chunk; return the text it adds ("" if none).

@@ -122,9 +122,10 @@ class ModelResponse:
     (a whole answer), ``"length"`` (the reply budget, ``max_tokens``, ran
     out: the reply is cut off), ``"tool_calls"`` or ``"content_filter"``
     (the provider withheld the reply, or refused it: OpenAI's ``refusal``).
-    Anthropic's ``end_turn``, ``max_tokens``, ``tool_use`` and ``refusal``
-    are read as these; another reason is kept in the provider's own word;
-    None: not said.
+    Anthropic's ``end_turn``, ``stop_sequence``, ``max_tokens`` and
+    ``tool_use`` are read as these (its ``refusal``,
+    ``model_context_window_exceeded`` and ``pause_turn`` are errors);
+    another reason is kept in the provider's own word; None: not said.
     """
 
     message: Message = attrs.field()

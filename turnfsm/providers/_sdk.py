@@ -10,15 +10,17 @@ off (turnfsm's retry policy retries).
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Protocol, TypeVar, cast, final
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
+from typing import Any, Final, Generic, Protocol, TypeVar, cast, final
 
+import anyio
 from anyio.lowlevel import current_token
 
 from turnfsm._json import well_formed
 
-__all__ = ["LoopClient", "sent"]
+__all__ = ["AFTER_STOP_WAIT", "LoopClient", "sent", "until_done"]
 
 
 class _Closable(Protocol):
@@ -103,3 +105,46 @@ async def sent(
         return await create(**options, **extra)
     except UnicodeEncodeError:
         return await create(**cast(dict[str, Any], well_formed(options)), **extra)
+
+
+AFTER_STOP_WAIT: Final = 5.0
+"""Seconds a stream is still read once its reply has said why it stopped.
+
+What may still come then is bookkeeping, not generation: Anthropic's
+``message_stop`` right after the ``message_delta`` that carries the stop
+reason and the final usage; with OpenAI's ``include_usage``, the chunk of
+usage right after the chunk with the ``finish_reason``, then ``[DONE]``.
+A server sends them at once, so a well-behaved stream ends long before;
+the wait bounds a server (a proxy, a gateway) that holds the connection
+open after the reply, sending pings or nothing, which would otherwise hold
+the run until its model timeout and have the whole reply asked for (and
+billed) again. Five seconds leaves a loaded proxy time to pass the usage
+on, and costs a hung stream no more than that.
+"""
+
+T = TypeVar("T")
+
+
+async def until_done(
+    events: AsyncIterable[T], done: Callable[[], bool]
+) -> AsyncGenerator[T]:
+    """Yield `events` until they end, or `AFTER_STOP_WAIT` seconds after `done()`.
+
+    `done` is asked before each event is read: once it holds (the reply is
+    whole), the events that arrive within the wait are still yielded (the
+    usage that follows a stop), and the stream is then left unread. The
+    caller closes it (its ``async with``), which drops a held connection.
+    """
+    events = aiter(events)
+    deadline = math.inf
+    while True:
+        if deadline == math.inf and done():
+            deadline = anyio.current_time() + AFTER_STOP_WAIT
+        with anyio.CancelScope(deadline=deadline) as scope:
+            try:
+                event = await anext(events)
+            except StopAsyncIteration:
+                return
+        if scope.cancelled_caught:
+            return  # whole, and nothing more came in time
+        yield event
