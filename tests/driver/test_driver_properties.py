@@ -276,6 +276,11 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
         for state in spec.states
         if state.decision == "call_llm"
     )
+    calls = any(state.decision == "call_llm" for state in spec.states)
+    if s["structured"] and not calls:  # refused up front: no answer to read
+        with pytest.raises(ConfigError, match="no output type with machine"):
+            build()
+        return
     if s["structured"] and not reasks:  # refused up front: it cannot re-ask
         with pytest.raises(ConfigError, match="output_rejected"):
             build()
