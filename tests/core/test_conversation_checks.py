@@ -520,3 +520,152 @@ def test_a_machine_no_run_can_end_done_is_refused() -> None:
             " }), with a transition into it and its name in terminal",
         )
     ]
+
+
+REVIEW = (machines_dir() / "review.toml").read_text(encoding="utf-8")
+APPROVAL = (machines_dir() / "approval.toml").read_text(encoding="utf-8")
+TOOLS_RUN = (
+    '[[transitions]]\ntrigger = "tools_finished"\nsource = "run_tools"\n'
+    'dest = "start"\nactions = ["record_results"]\n'
+)
+
+
+def entry(text: str, trigger: str, nth: int = 1) -> int:
+    """The ``[[transitions]]`` line of the `nth` transition on `trigger`."""
+    at = 0
+    for _ in range(nth):
+        at = line_of(text, trigger, at)
+    return at - 1
+
+
+def leaves(source: str, trigger: str, dest: str, way: str, entered: str) -> str:
+    return (
+        f"phase {source!r} on {trigger!r} enters {dest!r} with the reply's tool"
+        f" calls unanswered: a reply with tool calls comes to {source!r} ({way})"
+        " and no run_tools phase runs them on the way, so the run would fail"
+        " there (a review answers only the calls it rejects): go into a"
+        " run_tools phase first (or a fail phase), or send the reply's tool"
+        " calls to a run_tools phase (a 'model_replied' transition with"
+        f" conditions = ['has_tool_calls'] before the one into {entered!r})"
+    )
+
+
+def test_a_review_the_tool_calls_reach_but_no_tools_follow_is_refused() -> None:
+    # It loaded, and every run whose model asked for a tool failed after the
+    # review: "a tool call with no result before the next message".
+    text = edit(REVIEW, 'run_tools         = { decision = "run_tools" }\n', "")
+    text = edit(text, "\n" + TOOLS_RUN, "")
+    text = edit(
+        text,
+        'source = "call_llm"\ndest = "run_tools"',
+        'source = "call_llm"\ndest = "await_review"',
+    )
+    way = "'call_llm' -> 'await_review'"
+
+    assert problems_of(text) == [
+        (
+            entry(text, 'trigger = "approved"'),
+            leaves("await_review", "approved", "start", way, "await_review"),
+        ),
+        (
+            entry(text, 'trigger = "approved"', 2),
+            leaves("await_review", "approved", "done", way, "await_review"),
+        ),
+        (
+            entry(text, 'trigger = "revise"'),
+            leaves("await_review", "revise", "start", way, "await_review"),
+        ),
+    ]
+
+
+def test_a_review_that_goes_back_to_the_model_without_the_tools_is_refused() -> None:
+    # The reviewer's rejections go back to the model: a call it approved
+    # was never run, and the run failed on the next request.
+    text = edit(
+        APPROVAL,
+        'source = "await_approval"\ndest = "run_tools"',
+        'source = "await_approval"\ndest = "start"',
+    )
+    text = edit(text, "\n" + TOOLS_RUN, "")
+    text = edit(text, 'run_tools         = { decision = "run_tools" }\n', "")
+
+    assert problems_of(text) == [
+        (
+            entry(text, 'trigger = "tool_calls_reviewed"'),
+            leaves(
+                "await_approval",
+                "tool_calls_reviewed",
+                "start",
+                "'call_llm' -> 'await_approval'",
+                "await_approval",
+            ),
+        )
+    ]
+
+
+def test_the_calls_are_followed_through_the_phases_before_the_tools() -> None:
+    # A second check after the reviewer's: its signal leaves for the model.
+    text = edit(
+        APPROVAL,
+        'source = "await_approval"\ndest = "run_tools"',
+        'source = "await_approval"\ndest = "check"',
+    )
+    text = edit(text, "[states]\n", '[states]\ncheck = { effect = "check" }\n')
+    text = edit(text, "[states]\n", 'signals = ["ok"]\n\n[states]\n')
+    text += (
+        '\n[[transitions]]\ntrigger = "ok"\nsource = "check"\ndest = "start"\n'
+        '\n[[transitions]]\ntrigger = "tool_calls_reviewed"\nsource = "check"\n'
+        'dest = "run_tools"\nactions = ["record_review"]\n'
+    )
+
+    assert problems_of(text) == [
+        (
+            entry(text, 'trigger = "ok"'),
+            leaves(
+                "check",
+                "ok",
+                "start",
+                "'call_llm' -> 'await_approval' -> 'check'",
+                "await_approval",
+            ),
+        )
+    ]
+
+
+def test_a_phase_of_one_s_own_after_the_tools_ran_will_do() -> None:
+    # The tools ran: a check of their results may go back to the model, or
+    # end the run (the run's work was the tools').
+    text = edit(REVIEW, TOOLS_RUN, TOOLS_RUN.replace('"start"', '"await_review"'))
+
+    assert MachineSpec.from_toml(text).name == "review"
+
+
+def test_a_review_of_the_calls_before_the_tools_run_will_do() -> None:
+    # The allowlist of the page on writing machines: rejected calls are
+    # answered by the review, the others run.
+    text = edit(STOCK, "[states]\n", '[states]\ncheck = { effect = "check" }\n')
+    text = edit(text, 'call_llm"\ndest = "run_tools"', 'call_llm"\ndest = "check"')
+    text += (
+        '\n[[transitions]]\ntrigger = "tool_calls_reviewed"\nsource = "check"\n'
+        'dest = "run_tools"\nactions = ["record_review"]\n'
+    )
+
+    assert MachineSpec.from_toml(text).name == "turn"
+
+
+def test_a_review_of_replies_without_calls_written_first_will_do() -> None:
+    # Every final answer is reviewed (a message injected meanwhile is heard
+    # after the review); the replies with calls go on to the tools.
+    replied = '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+    start = REVIEW.index(replied)
+    end = REVIEW.index(replied + 'dest = "await_review"')
+    text = REVIEW[:start] + REVIEW[end:]
+    text = edit(
+        text,
+        'dest = "await_review"\nactions = ["record_reply"]\n',
+        'dest = "await_review"\nunless = ["has_tool_calls"]\n'
+        'actions = ["record_reply"]\n\n'
+        f'{replied}dest = "run_tools"\nactions = ["record_reply"]\n',
+    )
+
+    assert MachineSpec.from_toml(text).name == "review"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 
 import pytest
 
@@ -376,7 +377,10 @@ def _checking_machine() -> TurnMachine:
         '\nconditions = ["has_injected_messages"]\n'
         '\n[[transitions]]\ntrigger = "stop"\nsource = "check_tools"\ndest = "done"\n'
     )
-    machine = TurnMachine.start(MachineSpec.from_toml(text), budget=BUDGET)
+    # The loader refuses it now (`stop` leaves the calls unanswered); a log
+    # may keep one recorded before, which is read as it ran.
+    spec = MachineSpec.from_dict(tomllib.loads(text), recorded=True)
+    machine = TurnMachine.start(spec, budget=BUDGET)
     run_script(
         machine,
         [RunStarted(input=[U]), Measured(estimate=10), ModelReplied(message=ASKS)],

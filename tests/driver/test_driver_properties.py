@@ -45,7 +45,13 @@ from turnfsm.driver import (
     Session,
     replay,
 )
-from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError, TurnFSMError
+from turnfsm.errors import (
+    CONTEXT_OVERFLOW,
+    ConfigError,
+    InvalidMessage,
+    ProviderError,
+    TurnFSMError,
+)
 from turnfsm.messages import Message, check_history
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
@@ -270,6 +276,11 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
         for state in spec.states
         if state.decision == "call_llm"
     )
+    calls = any(state.decision == "call_llm" for state in spec.states)
+    if s["structured"] and not calls:  # refused up front: no answer to read
+        with pytest.raises(ConfigError, match="no output type with machine"):
+            build()
+        return
     if s["structured"] and not reasks:  # refused up front: it cannot re-ask
         with pytest.raises(ConfigError, match="output_rejected"):
             build()
@@ -296,6 +307,9 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
         assert not lost, f"done, but {lost} were not committed"
     else:
         assert isinstance(result.error, TurnFSMError), result.error
+        # A tool call left without its result is refused at load, never met
+        # in a run (nor is a message the run's own step broke).
+        assert not isinstance(result.error, InvalidMessage), result.error
         if not covered:
             assert not any(m.id in kept for m in [start, *said]), (
                 "failed, but committed what the run said"

@@ -14,6 +14,7 @@ import pytest
 
 from tests.helpers import turn_toml_text
 from turnfsm import Agent, approval_machine
+from turnfsm._resources import compaction_machine
 from turnfsm.context import ContextManager, TruncatingCompactor
 from turnfsm.core import (
     Event,
@@ -444,6 +445,28 @@ async def test_a_machine_without_the_re_ask_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="old"):
         await driver.run("go", output_type=int)
     assert (await driver.run("go", output_type=str)).output == "x"
+
+
+@pytest.mark.parametrize("tp", [Person, str], ids=["structured", "text"])
+async def test_an_output_type_with_a_machine_that_calls_no_model_is_refused(
+    tp: Any,
+) -> None:
+    # It was taken, and never read: such a machine's runs give no answer.
+    expected = (
+        "no output type with machine 'compaction': no phase of it calls the"
+        ' model (decision = "call_llm"), so its runs have no answer to read;'
+        " leave output_type out"
+    )
+    model = ScriptedModel.of()
+
+    with pytest.raises(ConfigError) as caught:
+        Agent(model=model, machine=compaction_machine(), output_type=tp)
+    assert (caught.value.field, caught.value.value) == ("output_type", tp)
+    assert caught.value.expected == expected
+    driver = Driver(model=model, machine=compaction_machine())
+    with pytest.raises(ConfigError) as caught:
+        await driver.run("go", output_type=tp)
+    assert (caught.value.field, caught.value.expected) == ("output_type", expected)
 
 
 @dataclasses.dataclass

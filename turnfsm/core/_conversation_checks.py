@@ -15,8 +15,10 @@ transition for:
   commits it; it is dropped only on the way into a fail phase; and injected
   messages join pending only where the next request is not built yet (a
   measuring phase), so a request in flight is the one the log records;
-- an injected message never takes the run away from a reply's unanswered
-  tool calls but to fail it.
+- a reply's tool calls are run before the run goes on: from a phase they
+  reach unanswered (a review, a pause, an effect of the user's), only a
+  run_tools phase or a fail phase follows, and an injected message never
+  takes the run away from them but to fail it.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def check_conversation(
     _check_commits(spec, kinds, problem)
     _check_heard(spec, kinds, problem, guessed)
     _check_answered(spec, kinds, problem)
-    _check_injected_keep_calls(spec, kinds, problem)
+    _check_calls_run(spec, kinds, problem)
 
 
 _CALLS: Final = "has_tool_calls"
@@ -148,55 +150,132 @@ def _check_answered(
             )
 
 
-def _check_injected_keep_calls(
+def _check_calls_run(
     spec: MachineSpec, kinds: Mapping[str, str | None], problem: Report
 ) -> None:
-    """An injected message does not take the run away from calls it must answer.
+    """A reply's tool calls are run (or the run fails) before the run goes on.
 
-    A message is injected between two steps: a transition on it that leaves
-    a phase drops the step that phase was about to take. Out of a phase
-    that may hold a reply's unanswered calls (one a reply with calls enters,
-    or one reached from it before the calls are answered), into a phase that
-    measures, calls the model or compacts, the calls would never run, and
-    the run would fail on the next request.
+    A reply with calls may enter a phase that is no run_tools phase: one that
+    pauses for a review, or runs an effect of the user's (a review, a check,
+    a sub-agent). What answers the calls there is a review that rejects
+    them; the others are still open. So a transition out of such a phase
+    (or one reached from it before a run_tools phase) into a phase that
+    measures, calls the model, compacts or finishes would send the calls on
+    unanswered, and the run would fail there: only `tools_finished` (the
+    calls ran) goes on, or a transition into a fail phase.
+
+    An injected message is the same, from any phase that holds the calls (a
+    run_tools phase too): it comes between two steps, and a transition on it
+    that leaves the phase drops the step the phase was about to take.
     """
     fails = {p for p, k in kinds.items() if k == "fail"}
     answering = {
         p for p, k in kinds.items() if k not in _LEAVES_CALLS_OPEN and p not in fails
     }
-    open_calls = {
-        t.dest
-        for t in spec.transitions
-        if t.trigger == "model_replied" and t.dest in answering
-        if _CALLS not in t.unless
-    }
-    grown = True
-    while grown:  # and the phases reached from them before the calls are answered
-        more = {
-            t.dest
-            for t in spec.transitions
-            if t.trigger != "tools_finished" and t.dest in answering
-            if any(source in open_calls for source in t.sources)
-        }
-        grown = not more <= open_calls
-        open_calls |= more
+    # Each phase a reply's calls may reach unanswered -> the way they came.
+    ways: dict[str, tuple[str, ...]] = {}
+    for source, group in _groups(spec, "model_replied").items():
+        for i, t in enumerate(group):
+            if t.dest in answering and t.dest not in ways and _may_carry(group, i):
+                ways[t.dest] = (source, t.dest)
+    reached = list(ways)
+    while reached:  # and the phases reached from them before the calls ran
+        phase = reached.pop(0)
+        for t in spec.transitions:
+            if (
+                phase in t.sources
+                and _may_come(kinds[phase], t.trigger)
+                and t.dest in answering
+                and t.dest not in ways
+            ):
+                ways[t.dest] = (*ways[phase], t.dest)
+                reached.append(t.dest)
     for t in spec.transitions:
-        if t.trigger != "message_injected" or kinds.get(t.dest or "") not in (
-            _LEAVES_CALLS_OPEN - {"finish"}  # into finish: its own problem
-        ):
+        dest = t.dest
+        if dest is None or t.trigger == "run_cancelled":
             continue
-        for source in t.sources:
-            if source in open_calls and source != t.dest:
-                problem(
-                    f"phase {source!r} on 'message_injected' leaves for"
-                    f" {t.dest!r} with the reply's tool calls unanswered: the"
-                    " message comes before the phase's step, so the calls would"
-                    " never run and the run would fail; leave out its dest (the"
-                    " message waits until the run measures again) or go to a"
-                    " fail phase",
-                    t,
-                )
-                break
+        into = kinds.get(dest)
+        if into not in _LEAVES_CALLS_OPEN:
+            continue
+        held = next(
+            (
+                p
+                for p in t.sources
+                if p in ways and p != dest and _may_come(kinds[p], t.trigger)
+            ),
+            None,
+        )
+        if held is None:
+            continue
+        if t.trigger != "message_injected":
+            problem(_leaves_calls(held, t, ways[held]), t)
+        elif into != "finish":  # an injection into finish: its own problem
+            problem(_injected_leaves_calls(held, dest), t)
+
+
+_STEPS_OWN: Final = frozenset(
+    {"run_started", "output_rejected", *(t for ts in OUTCOMES.values() for t in ts)}
+)
+"""The triggers only a built-in step feeds (`tools_finished`: the calls ran)."""
+
+
+def _may_come(kind: str | None, trigger: str) -> bool:
+    """Whether `trigger` may come, with a reply's calls open, in a phase of `kind`.
+
+    An injection comes anywhere; a review or a signal comes in a phase that
+    pauses or runs an effect; a built-in step's outcome comes only out of
+    its own step (a ``source = "*"`` transition on one names phases it never
+    comes in), and `tools_finished` means the calls ran.
+    """
+    if trigger == "message_injected":
+        return True
+    return kind != "run_tools" and trigger not in _STEPS_OWN
+
+
+def _groups(spec: MachineSpec, trigger: str) -> dict[str, list[TransitionSpec]]:
+    """The transitions on `trigger` out of each phase, in file order."""
+    groups: dict[str, list[TransitionSpec]] = {}
+    for t in spec.transitions:
+        if t.trigger == trigger:
+            for source in t.sources:
+                groups.setdefault(source, []).append(t)
+    return groups
+
+
+def _may_carry(group: list[TransitionSpec], index: int) -> bool:
+    """Whether `group[index]` (on ``model_replied``) may take a reply with calls.
+
+    Not when ``has_tool_calls`` is in its `unless`, or an earlier transition
+    of its group takes every reply with calls first.
+    """
+    t = group[index]
+    into = {e.dest for e in group[:index] if e.dest is not None}
+    if _CALLS in t.unless:
+        return False
+    return not checks_first(group, index, _CALLS, into, set())
+
+
+def _injected_leaves_calls(source: str, dest: str) -> str:
+    return (
+        f"phase {source!r} on 'message_injected' leaves for {dest!r} with the"
+        " reply's tool calls unanswered: the message comes before the phase's"
+        " step, so the calls would never run and the run would fail; leave out"
+        " its dest (the message waits until the run measures again) or go to a"
+        " fail phase"
+    )
+
+
+def _leaves_calls(source: str, t: TransitionSpec, way: tuple[str, ...]) -> str:
+    came = " -> ".join(map(repr, way))
+    return (
+        f"phase {source!r} on {t.trigger!r} enters {t.dest!r} with the reply's"
+        f" tool calls unanswered: a reply with tool calls comes to {source!r}"
+        f" ({came}) and no run_tools phase runs them on the way, so the run"
+        " would fail there (a review answers only the calls it rejects): go"
+        " into a run_tools phase first (or a fail phase), or send the reply's"
+        " tool calls to a run_tools phase (a 'model_replied' transition with"
+        f" conditions = [{_CALLS!r}] before the one into {way[1]!r})"
+    )
 
 
 def _check_heard(

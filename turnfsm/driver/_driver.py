@@ -359,6 +359,7 @@ class Driver:
             a `Literal`, an enum), asked of the model in its provider's
             structured mode and validated; `RunResult.output` is the value.
             None (the default): the answer is the text. `run` may override it.
+            Refused with a machine that calls no model (no answer to read).
         max_output_retries: re-asks, listing the validation errors, after a
             final answer that does not fit `output_type`; then the run fails
             with `OutputInvalid`.
@@ -522,14 +523,14 @@ class Driver:
         """Describe `tp` for a run; the machine must be able to re-ask.
 
         Raises:
-            ConfigError: `tp` has no JSON form, or the machine has no
-                `output_rejected` transition out of its model-call phases.
+            ConfigError: `tp` has no JSON form, or the machine calls no
+                model, or it has no `output_rejected` transition out of its
+                model-call phases.
         """
         if tp is None:
             return None
         output = OutputType.of(tp)
-        if output.spec is not None:
-            check_machine(self.machine)
+        check_machine(self.machine, output)
         return output
 
     @property
@@ -619,7 +620,8 @@ class Driver:
 
         Raises:
             ConfigError: `output_type` has no JSON form, or the machine
-                cannot re-ask for it (no `output_rejected` transition).
+                calls no model (no answer to read), or it cannot re-ask for
+                it (no `output_rejected` transition).
             InvalidMessage: the input is malformed: a tool result for no
                 call, a message after a call with no result, a message the
                 session's history already has or one given twice (the same

@@ -260,17 +260,31 @@ def is_strict(schema: object) -> bool:
     )
 
 
-def check_machine(spec: MachineSpec) -> None:
-    """Refuse a machine that cannot re-ask for a structured answer.
+def check_machine(spec: MachineSpec, output: OutputType) -> None:
+    """Refuse a machine that cannot give, or re-ask for, the answer `output` asks.
 
-    Every phase that calls the model must have an `output_rejected`
-    transition, or a rejected answer would be an `IllegalEvent` at run time.
+    A machine with no model-call phase gives no answer at all: its runs'
+    output would never be read. For a structured answer, every phase that
+    calls the model must have an `output_rejected` transition, or a
+    rejected answer would be an `IllegalEvent` at run time.
 
     Raises:
-        ConfigError: a model-call phase has no `output_rejected` transition
-            (the field is the machine; names it and the phases).
+        ConfigError: the machine calls no model (the field is
+            `output_type`; names the machine), or a model-call phase has no
+            `output_rejected` transition (the field is the machine; names it
+            and the phases).
     """
     calls = [s.name for s in spec.states if s.decision == "call_llm"]
+    if not calls:
+        raise ConfigError(
+            "output_type",
+            output.tp,
+            f"no output type with machine {spec.name!r}: no phase of it calls"
+            ' the model (decision = "call_llm"), so its runs have no answer'
+            " to read; leave output_type out",
+        )
+    if output.spec is None:  # plain text is never rejected
+        return
     handled = {
         src for t in spec.transitions if t.trigger == _TRIGGER for src in t.sources
     }
