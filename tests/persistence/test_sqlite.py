@@ -48,6 +48,7 @@ from turnfsm.persistence import (
     env_store,
     open_store,
 )
+from turnfsm.persistence._sqlite_open import WAL_SIZE_LIMIT
 from turnfsm.persistence.sqlite import SCHEMA_VERSION
 from turnfsm.testing import ScriptedModel, check_store, reply, sample_entries, tool_call
 
@@ -1085,6 +1086,37 @@ async def test_a_file_replaced_under_an_open_store_is_refused_then_read_anew(
         await store.append("b", entries[1:2], expected_version=1)
     async with SQLiteStore(path) as again:
         assert len(await again.load("b")) == 2
+
+
+async def test_the_write_ahead_log_shrinks_once_an_outside_reader_lets_go(
+    tmp_path: Path,
+) -> None:
+    # While another connection holds a read, SQLite cannot checkpoint and the
+    # log grows; checkpointed at last, it was written again from its start
+    # but kept its peak size (39 MB in one case) while the store had it open.
+    path, wal = tmp_path / "s.db", tmp_path / "s.db-wal"
+    text = "x" * 200_000
+
+    def entry(n: int) -> EventRecorded:
+        said = Message.user(f"{n} {text}", id=f"m{n}")
+        event = RunStarted(input=(said,))
+        return EventRecorded(
+            run_id="r", index=n, event=event, phase="x", decision="y", at=1.0
+        )
+
+    async with SQLiteStore(path) as store:
+        version = await store.append("s", [entry(0)], expected_version=0)
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as reader:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM turnfsm_entries").fetchall()
+            for n in range(1, 60):
+                version = await store.append("s", [entry(n)], expected_version=version)
+            assert wal.stat().st_size > WAL_SIZE_LIMIT
+            reader.execute("COMMIT")
+        for n in range(60, 63):
+            version = await store.append("s", [entry(n)], expected_version=version)
+        assert wal.stat().st_size <= WAL_SIZE_LIMIT
+        assert len(await store.load("s")) == 63
 
 
 async def test_a_run_whose_store_file_is_deleted_ends_with_one_line_said(
