@@ -1032,23 +1032,64 @@ def _remove_database(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-async def test_a_path_sqlite_would_read_as_a_uri_or_memory_is_the_file_it_names(
+async def test_a_path_sqlite_would_read_as_a_uri_is_the_file_it_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # SQLite reads a name beginning with "file:" as a URI (this build takes
-    # URIs everywhere) and ":memory:" as no file at all: SQLiteStore("file:s.db")
-    # kept its sessions in s.db, out of sight of a reading command given
-    # the same path, and SQLiteStore(":memory:") lost them when it closed.
+    # URIs everywhere): SQLiteStore("file:s.db") kept its sessions in s.db,
+    # out of sight of a reading command given the same path.
     monkeypatch.chdir(tmp_path)
-    names = ["file:s.db", "file::memory:", ":memory:"]
+    names = ["file:s.db", "file:t.db?mode=rwc"]
     for name in names:
         async with SQLiteStore(name) as store:
             await store.append("s", sample_entries()[:1], expected_version=0)
         async with SQLiteStore(name) as store:
             assert len(await store.load("s")) == 1, name
     made = set(os.listdir(tmp_path))
-    assert "s.db" not in made
+    assert not made & {"s.db", "t.db"}
     assert made >= set(names)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ":memory:",
+        Path(":memory:"),
+        "file::memory:",
+        "file::memory:?cache=shared",
+        "file:%3Amemory%3A",
+        "file:x?mode=memory",
+        "file:x.db?cache=shared&mode=memory",
+    ],
+    ids=repr,
+)
+def test_a_name_sqlite_reads_as_a_database_in_memory_is_refused(
+    name: str | Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each made a file of that name in the working directory, where a
+    # caller who meant a database in memory never looks.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        SQLiteStore(name)
+    assert caught.value.field == "path"
+    assert caught.value.value == name
+    assert "use MemoryStore" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "spec", ["file::memory:", "file:x?mode=memory", "sqlite:///:memory:"]
+)
+def test_open_store_refuses_a_database_in_memory_saying_memory(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        open_store(spec)
+    assert caught.value.field == "store"
+    assert caught.value.value == spec
+    assert "did you mean 'memory:'" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
