@@ -1110,6 +1110,34 @@ async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
         assert path.exists()
 
 
+async def test_a_symlinked_file_deleted_under_an_open_store_keeps_its_log(
+    tmp_path: Path,
+) -> None:
+    # SQLite names the write-ahead log after the file a symlink points to;
+    # the check for a log left without its file looked beside the link, so
+    # the store made a new empty file and its close deleted the log, and the
+    # last commits with it.
+    (tmp_path / "real").mkdir()
+    real, link = tmp_path / "real" / "s.db", tmp_path / "link.db"
+    entries = sample_entries()
+    async with SQLiteStore(real) as store:
+        await store.append("s", entries[:2], expected_version=0)
+    link.symlink_to(real)
+    async with SQLiteStore(link) as store:
+        await store.append("s", entries[2:4], expected_version=2)
+        real.unlink()
+        with pytest.raises(StoreUnusable, match="deleted or replaced"):
+            await store.load("s")
+        with pytest.raises(StoreUnusable, match="write-ahead log") as raised:
+            await store.load("s")
+        assert f"{real}-wal" in str(raised.value)
+        assert f"the file {real} it links to" in str(raised.value)
+    assert not real.exists()
+    real.with_name("s.db-wal").rename(tmp_path / "kept-wal")
+    async with SQLiteStore(link) as store:  # the log moved away: a new file
+        assert await store.load("s") == ()
+
+
 async def test_a_file_replaced_under_an_open_store_is_refused_then_read_anew(
     tmp_path: Path,
 ) -> None:

@@ -192,18 +192,23 @@ def _check_log_alone(path: Path, where: str) -> None:
     The file was moved or deleted, and its last commits are still in that
     log, named after this path: SQLite would make a new file here, and the
     last connection to close it would delete the log, and those commits.
+    A symlink's file is the one it points to: SQLite names the log after
+    that file, beside it.
     """
-    log = f"{where}-wal"
+    real = os.path.realpath(path)
+    log = f"{real}-wal"
     try:
-        if os.path.lexists(path) or not os.path.getsize(log):
+        if os.path.lexists(real) or not os.path.getsize(log):
             return
     except OSError:  # no log
         return
+    alone = "it" if real == os.path.abspath(path) else f"the file {real} it links to"
     raise StoreUnusable(
         where,
-        f"its write-ahead log {log} is there without it: the file was moved or "
-        "deleted, its last commits still in that log; put the file back beside "
-        "it (or the log beside the file), or move the log away to start anew",
+        f"its write-ahead log {log} is there without {alone}: the file was moved "
+        "or deleted, its last commits still in that log; put the file back "
+        "beside it (or the log beside the file), or move the log away to start "
+        "anew",
     )
 
 
