@@ -1092,6 +1092,26 @@ def test_open_store_refuses_a_database_in_memory_saying_memory(
     assert list(tmp_path.iterdir()) == []
 
 
+async def test_a_store_reopened_after_aclose_opens_at_once(tmp_path: Path) -> None:
+    # Reopening, by the same object or a new one in this process, never
+    # waits on something the first opening left behind (a connection, a
+    # lock): far less than busy_timeout.
+    path = tmp_path / "s.db"
+    entries = sample_entries()
+    store = SQLiteStore(path, busy_timeout=30)
+    await store.append("s", entries[:2], expected_version=0)
+    await store.aclose()
+    start = time.monotonic()
+    assert len(await store.load("s")) == 2
+    await store.append("s", entries[2:3], expected_version=2)
+    await store.aclose()
+    async with SQLiteStore(path, busy_timeout=30) as again:
+        await again.append("s", entries[3:4], expected_version=3)
+    async with SQLiteStore(path, busy_timeout=30) as again:
+        assert len(await again.load("s")) == 4
+    assert time.monotonic() - start < 5
+
+
 async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
     tmp_path: Path,
 ) -> None:
