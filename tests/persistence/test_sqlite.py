@@ -1112,6 +1112,27 @@ async def test_a_store_reopened_after_aclose_opens_at_once(tmp_path: Path) -> No
     assert time.monotonic() - start < 5
 
 
+async def test_a_closed_store_reopens_its_file_wherever_the_process_has_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relative path was read again from the working directory of the day:
+    # after a chdir, the store reopened an empty file there, its sessions
+    # gone from sight and its next appends in the other file.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    store = SQLiteStore("s.db")
+    await store.append("s", sample_entries()[:2], expected_version=0)
+    await store.aclose()
+    monkeypatch.chdir(tmp_path / "b")
+    assert len(await store.load("s")) == 2
+    await store.append("s", sample_entries()[2:3], expected_version=2)
+    await store.aclose()
+    assert list((tmp_path / "b").iterdir()) == []
+    async with SQLiteStore(tmp_path / "a" / "s.db") as again:
+        assert len(await again.load("s")) == 3
+
+
 async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
     tmp_path: Path,
 ) -> None:

@@ -404,6 +404,8 @@ class _Handle:
 
     `file` is what the connection opened: the file's absolute path (SQLite
     keeps that, whatever the working directory becomes) and its identity.
+    A reopening opens that path again: a relative path names the file it
+    named when the store was made, wherever the process has gone since.
     """
 
     __slots__ = ("conn", "file")
@@ -415,8 +417,9 @@ class _Handle:
     def open(
         self, path: Path, synchronous: str, busy_timeout: float
     ) -> sqlite3.Connection:
-        where = os.fspath(path.absolute())
-        self.conn = _open(path, synchronous, busy_timeout)
+        opened = self.file[0]
+        where = opened or os.fspath(path.absolute())
+        self.conn = _open(Path(opened) if opened else path, synchronous, busy_timeout)
         self.file = (where, _identity(where))
         return self.conn
 
