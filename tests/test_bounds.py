@@ -651,7 +651,7 @@ CASES = [
     Case(
         "SQLiteStore",
         SQLiteStore,
-        {"path": ":memory:"},
+        {"path": "s.db"},
         {
             "path": not_str(empty=True),
             "synchronous": not_a(),
@@ -760,7 +760,7 @@ def test_the_base_arguments_are_valid(
     case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The table's bases are accepted, so each bad field is what fails."""
-    monkeypatch.chdir(tmp_path)  # SQLiteStore's makes its file (named :memory:)
+    monkeypatch.chdir(tmp_path)  # SQLiteStore's makes its file (s.db)
     case.build(**case.base)
 
 

@@ -188,3 +188,30 @@ def test_a_store_that_names_no_store_is_refused_by_its_setting(
     assert captured.err.count("\n") == 1, captured.err
     assert "SessionStore" not in captured.err
     assert list(tmp_path.iterdir()) == []  # nothing made
+
+
+@pytest.mark.parametrize(
+    "value", [":memory:", "file::memory:", "file:x?mode=memory", "sqlite:///:memory:"]
+)
+@pytest.mark.parametrize(
+    "command", [["sessions", "list"], ["sessions", "show", "s"], ["demo", "--quiet"]]
+)
+def test_a_store_sqlite_keeps_in_memory_is_refused_saying_memory(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Capture,
+    command: list[str],
+    value: str,
+) -> None:
+    # `demo --store file:x?mode=memory` made a file of that name; the reading
+    # commands said no store file was there.
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, "--store", value]) == 2
+    name = " ".join(word for word in command[:2] if not word.startswith("-"))
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"turnfsm {name}: invalid --store={value!r}: expected 'memory:', a file "
+        "path, 'sqlite:///PATH' or a postgresql:// URL (did you mean 'memory:', "
+        "a store in this process's memory?)\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing made

@@ -48,6 +48,7 @@ from turnfsm.persistence import (
     env_store,
     open_store,
 )
+from turnfsm.persistence._sqlite_open import WAL_SIZE_LIMIT
 from turnfsm.persistence.sqlite import SCHEMA_VERSION
 from turnfsm.testing import ScriptedModel, check_store, reply, sample_entries, tool_call
 
@@ -1031,23 +1032,105 @@ def _remove_database(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-async def test_a_path_sqlite_would_read_as_a_uri_or_memory_is_the_file_it_names(
+async def test_a_path_sqlite_would_read_as_a_uri_is_the_file_it_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # SQLite reads a name beginning with "file:" as a URI (this build takes
-    # URIs everywhere) and ":memory:" as no file at all: SQLiteStore("file:s.db")
-    # kept its sessions in s.db, out of sight of a reading command given
-    # the same path, and SQLiteStore(":memory:") lost them when it closed.
+    # URIs everywhere): SQLiteStore("file:s.db") kept its sessions in s.db,
+    # out of sight of a reading command given the same path.
     monkeypatch.chdir(tmp_path)
-    names = ["file:s.db", "file::memory:", ":memory:"]
+    names = ["file:s.db", "file:t.db?mode=rwc"]
     for name in names:
         async with SQLiteStore(name) as store:
             await store.append("s", sample_entries()[:1], expected_version=0)
         async with SQLiteStore(name) as store:
             assert len(await store.load("s")) == 1, name
     made = set(os.listdir(tmp_path))
-    assert "s.db" not in made
+    assert not made & {"s.db", "t.db"}
     assert made >= set(names)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        ":memory:",
+        Path(":memory:"),
+        "file::memory:",
+        "file::memory:?cache=shared",
+        "file:%3Amemory%3A",
+        "file:x?mode=memory",
+        "file:x.db?cache=shared&mode=memory",
+    ],
+    ids=repr,
+)
+def test_a_name_sqlite_reads_as_a_database_in_memory_is_refused(
+    name: str | Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each made a file of that name in the working directory, where a
+    # caller who meant a database in memory never looks.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        SQLiteStore(name)
+    assert caught.value.field == "path"
+    assert caught.value.value == name
+    assert "use MemoryStore" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "spec", ["file::memory:", "file:x?mode=memory", "sqlite:///:memory:"]
+)
+def test_open_store_refuses_a_database_in_memory_saying_memory(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        open_store(spec)
+    assert caught.value.field == "store"
+    assert caught.value.value == spec
+    assert "did you mean 'memory:'" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_store_reopened_after_aclose_opens_at_once(tmp_path: Path) -> None:
+    # Reopening, by the same object or a new one in this process, never
+    # waits on something the first opening left behind (a connection, a
+    # lock): far less than busy_timeout.
+    path = tmp_path / "s.db"
+    entries = sample_entries()
+    store = SQLiteStore(path, busy_timeout=30)
+    await store.append("s", entries[:2], expected_version=0)
+    await store.aclose()
+    start = time.monotonic()
+    assert len(await store.load("s")) == 2
+    await store.append("s", entries[2:3], expected_version=2)
+    await store.aclose()
+    async with SQLiteStore(path, busy_timeout=30) as again:
+        await again.append("s", entries[3:4], expected_version=3)
+    async with SQLiteStore(path, busy_timeout=30) as again:
+        assert len(await again.load("s")) == 4
+    assert time.monotonic() - start < 5
+
+
+async def test_a_closed_store_reopens_its_file_wherever_the_process_has_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relative path was read again from the working directory of the day:
+    # after a chdir, the store reopened an empty file there, its sessions
+    # gone from sight and its next appends in the other file.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    store = SQLiteStore("s.db")
+    await store.append("s", sample_entries()[:2], expected_version=0)
+    await store.aclose()
+    monkeypatch.chdir(tmp_path / "b")
+    assert len(await store.load("s")) == 2
+    await store.append("s", sample_entries()[2:3], expected_version=2)
+    await store.aclose()
+    assert list((tmp_path / "b").iterdir()) == []
+    async with SQLiteStore(tmp_path / "a" / "s.db") as again:
+        assert len(await again.load("s")) == 3
 
 
 async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
@@ -1068,6 +1151,34 @@ async def test_a_file_deleted_under_an_open_store_is_refused_not_written_to(
         assert path.exists()
 
 
+async def test_a_symlinked_file_deleted_under_an_open_store_keeps_its_log(
+    tmp_path: Path,
+) -> None:
+    # SQLite names the write-ahead log after the file a symlink points to;
+    # the check for a log left without its file looked beside the link, so
+    # the store made a new empty file and its close deleted the log, and the
+    # last commits with it.
+    (tmp_path / "real").mkdir()
+    real, link = tmp_path / "real" / "s.db", tmp_path / "link.db"
+    entries = sample_entries()
+    async with SQLiteStore(real) as store:
+        await store.append("s", entries[:2], expected_version=0)
+    link.symlink_to(real)
+    async with SQLiteStore(link) as store:
+        await store.append("s", entries[2:4], expected_version=2)
+        real.unlink()
+        with pytest.raises(StoreUnusable, match="deleted or replaced"):
+            await store.load("s")
+        with pytest.raises(StoreUnusable, match="write-ahead log") as raised:
+            await store.load("s")
+        assert f"{real}-wal" in str(raised.value)
+        assert f"the file {real} it links to" in str(raised.value)
+    assert not real.exists()
+    real.with_name("s.db-wal").rename(tmp_path / "kept-wal")
+    async with SQLiteStore(link) as store:  # the log moved away: a new file
+        assert await store.load("s") == ()
+
+
 async def test_a_file_replaced_under_an_open_store_is_refused_then_read_anew(
     tmp_path: Path,
 ) -> None:
@@ -1085,6 +1196,37 @@ async def test_a_file_replaced_under_an_open_store_is_refused_then_read_anew(
         await store.append("b", entries[1:2], expected_version=1)
     async with SQLiteStore(path) as again:
         assert len(await again.load("b")) == 2
+
+
+async def test_the_write_ahead_log_shrinks_once_an_outside_reader_lets_go(
+    tmp_path: Path,
+) -> None:
+    # While another connection holds a read, SQLite cannot checkpoint and the
+    # log grows; checkpointed at last, it was written again from its start
+    # but kept its peak size (39 MB in one case) while the store had it open.
+    path, wal = tmp_path / "s.db", tmp_path / "s.db-wal"
+    text = "x" * 200_000
+
+    def entry(n: int) -> EventRecorded:
+        said = Message.user(f"{n} {text}", id=f"m{n}")
+        event = RunStarted(input=(said,))
+        return EventRecorded(
+            run_id="r", index=n, event=event, phase="x", decision="y", at=1.0
+        )
+
+    async with SQLiteStore(path) as store:
+        version = await store.append("s", [entry(0)], expected_version=0)
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as reader:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM turnfsm_entries").fetchall()
+            for n in range(1, 60):
+                version = await store.append("s", [entry(n)], expected_version=version)
+            assert wal.stat().st_size > WAL_SIZE_LIMIT
+            reader.execute("COMMIT")
+        for n in range(60, 63):
+            version = await store.append("s", [entry(n)], expected_version=version)
+        assert wal.stat().st_size <= WAL_SIZE_LIMIT
+        assert len(await store.load("s")) == 63
 
 
 async def test_a_run_whose_store_file_is_deleted_ends_with_one_line_said(

@@ -24,6 +24,7 @@ from turnfsm.persistence import (
     SQLiteStore,
     default_store_path,
     is_connection_string,
+    names_memory,
     open_store,
 )
 
@@ -78,13 +79,15 @@ def _file_of(spec: str) -> Path | None:
     """The file an SQLite `spec` names (a path or ``sqlite:///PATH``), else None.
 
     A blank `spec` names none, nor do ``KEY=VALUE`` settings (a PostgreSQL
-    connection string): `open_store` refuses them.
+    connection string) or SQLite's names of a database in memory
+    (``file:x?mode=memory``): `open_store` refuses them.
     """
     if spec.startswith("sqlite:///"):
-        return Path(spec.removeprefix("sqlite:///"))
+        path = spec.removeprefix("sqlite:///")
+        return None if names_memory(path) else Path(path)
     if "://" in spec or spec.endswith(":") or not spec.strip():
         return None
-    if is_connection_string(spec):
+    if is_connection_string(spec) or names_memory(spec):
         return None
     return Path(spec)
 

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Final
 
 from turnfsm.errors import ConfigError
 from turnfsm.persistence._store import MemoryStore, SessionStore, check_store
 
-__all__ = ["STORE_ENV", "default_store_path", "env_store", "open_store"]
+__all__ = [
+    "STORE_ENV",
+    "default_store_path",
+    "env_store",
+    "names_memory",
+    "open_store",
+]
 
 STORE_ENV: Final = "TURNFSM_STORE"
 """The environment variable naming the store to use when none is given."""
@@ -25,6 +32,8 @@ _TEXT: Final = "'memory:', a file path, 'sqlite:///PATH' or a postgresql:// URL"
 """The stores a text names (an environment variable, a command line option)."""
 
 _EXPECTED: Final = f"a SessionStore, {_TEXT}"
+
+_MEMORY: Final = "'memory:', a store in this process's memory"
 
 # A libpq connection string ("host=... user=... password=..."): its first
 # word is one of libpq's keywords and an equals sign.
@@ -43,6 +52,25 @@ def is_connection_string(spec: str) -> bool:
     return _CONNINFO.match(spec) is not None
 
 
+def names_memory(name: str) -> bool:
+    """Whether SQLite reads `name` as a database kept in memory, not a file.
+
+    That is ``:memory:``, and a ``file:`` URI whose path is ``:memory:``
+    (``file::memory:``) or that asks for ``mode=memory``
+    (``file:x?mode=memory``). An `SQLiteStore` opens every other name, a
+    ``file:`` one too, as the file it names.
+    """
+    if name == ":memory:":
+        return True
+    if not name.startswith("file:"):  # SQLite's test: "file:" in lower case
+        return False
+    path, _, query = name.removeprefix("file:").partition("#")[0].partition("?")
+    if path.startswith("//"):  # an authority before the path: file://localhost/x
+        path = "/" + path[2:].partition("/")[2]
+    asked = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    return urllib.parse.unquote(path) == ":memory:" or ("mode", "memory") in asked
+
+
 def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
     """Return the store `spec` names.
 
@@ -54,8 +82,10 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
             or ``postgres://`` URL (a `PostgresStore`).
 
     Raises:
-        ConfigError: `spec` is none of these; ``memory`` and ``:memory:``
-            (which would name files) are refused saying ``memory:``,
+        ConfigError: `spec` is none of these; ``memory``, and the names
+            SQLite reads as a database in memory (``:memory:``,
+            ``file::memory:``, ``sqlite:///:memory:``), are refused saying
+            ``memory:``,
             ``postgres:/db`` saying ``postgresql://db``, and a PostgreSQL
             connection string (``host=... dbname=...``) asking for the URL
             (its text, which may hold a password, is not shown).
@@ -77,6 +107,8 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
         return _postgres(spec)
     if spec.startswith("sqlite:///"):
         path = spec.removeprefix("sqlite:///")
+        if names_memory(path):
+            raise ConfigError("store", spec, f"{_TEXT} (did you mean {_MEMORY}?)")
         meant = _absolute_meant(path)
         if meant is not None:
             raise ConfigError(
@@ -103,11 +135,12 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
 def _meant(spec: str) -> str | None:
     """The store form `spec` looks like a slip of, if any.
 
-    ``memory`` and SQLite's ``:memory:`` would be files named so (a file
-    path is a store's name), and ``postgres:/db`` a directory ``postgres:``.
+    ``memory`` would be a file named so (a file path is a store's name),
+    SQLite's names of a database in memory (``:memory:``) are refused by
+    `SQLiteStore`, and ``postgres:/db`` would be a directory ``postgres:``.
     """
-    if spec.strip().strip(":").lower() == "memory":
-        return "'memory:', a store in this process's memory"
+    if spec.strip().strip(":").lower() == "memory" or names_memory(spec):
+        return _MEMORY
     scheme, colon, rest = spec.partition(":")
     if colon and scheme.lower() in ("postgres", "postgresql"):
         url = rest.lstrip("/")

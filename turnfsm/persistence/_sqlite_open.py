@@ -15,6 +15,7 @@ from turnfsm.errors import StoreDirectoryUnusable, StoreUnusable
 __all__ = [
     "APPLICATION",
     "SCHEMA_VERSION",
+    "WAL_SIZE_LIMIT",
     "_open",
     "_roll_back",
     "_transaction",
@@ -70,6 +71,19 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this turnfsm writes (and the newest it can open)."""
 
+WAL_SIZE_LIMIT: Final = 8 * 1024 * 1024
+"""The size, in bytes, the write-ahead log is cut back to once checkpointed.
+
+SQLite checkpoints the log when it holds 1000 pages (about 4 MB of 4 KiB
+pages) and then writes it again from its start, without making the file any
+smaller. While another connection holds a long read, nothing can be
+checkpointed and the log grows (tens of MB); without a limit it stays that
+size for as long as a connection has the file open. Twice the size it
+reaches between automatic checkpoints: a steady writer never cuts it and
+grows it again, and a log grown past it is cut back to it at the first
+commit after the checkpoint that follows the reader's end.
+"""
+
 
 @contextlib.contextmanager
 def _transaction(conn: sqlite3.Connection, begin: str) -> Iterator[None]:
@@ -112,6 +126,7 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
         version = _schema_version(conn, where)
         # Only now, the file being ours (or empty), may anything change it.
         conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         if version < SCHEMA_VERSION:
@@ -177,18 +192,23 @@ def _check_log_alone(path: Path, where: str) -> None:
     The file was moved or deleted, and its last commits are still in that
     log, named after this path: SQLite would make a new file here, and the
     last connection to close it would delete the log, and those commits.
+    A symlink's file is the one it points to: SQLite names the log after
+    that file, beside it.
     """
-    log = f"{where}-wal"
+    real = os.path.realpath(path)
+    log = f"{real}-wal"
     try:
-        if os.path.lexists(path) or not os.path.getsize(log):
+        if os.path.lexists(real) or not os.path.getsize(log):
             return
     except OSError:  # no log
         return
+    alone = "it" if real == os.path.abspath(path) else f"the file {real} it links to"
     raise StoreUnusable(
         where,
-        f"its write-ahead log {log} is there without it: the file was moved or "
-        "deleted, its last commits still in that log; put the file back beside "
-        "it (or the log beside the file), or move the log away to start anew",
+        f"its write-ahead log {log} is there without {alone}: the file was moved "
+        "or deleted, its last commits still in that log; put the file back "
+        "beside it (or the log beside the file), or move the log away to start "
+        "anew",
     )
 
 

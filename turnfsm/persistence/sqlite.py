@@ -6,7 +6,9 @@ Theory of operation:
   processes (each with its own `SQLiteStore`) can share the file. A writer
   that finds the file locked waits up to `busy_timeout` seconds; calls
   queued behind one that waited that long in vain give up `busy_timeout`
-  after they began, not one `busy_timeout` after another.
+  after they began, not one `busy_timeout` after another. The log is cut
+  back to 8 MiB once checkpointed (``journal_size_limit``): a
+  long read elsewhere lets it grow, and it would otherwise keep that size.
 - An append is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
   first, then moves the session's version only if it is the expected one
   (the check is the ``UPDATE ... WHERE version = ?`` itself). A log at
@@ -67,6 +69,7 @@ from turnfsm._threads import to_the_end
 from turnfsm.errors import StoreUnusable
 from turnfsm.persistence import _sqlite_lease, _sqlite_ops
 from turnfsm.persistence._lease import Lease, check_lease
+from turnfsm.persistence._open import names_memory
 from turnfsm.persistence._records import Entry, RunOpened
 from turnfsm.persistence._rows import (
     column_text,
@@ -89,11 +92,11 @@ def _to_path(value: Any) -> Any:
 
     A leading ``~`` is the user's home, as a shell reads it (a path from an
     environment file or a config reaches here unexpanded). A blank one stays
-    as it is (``Path("")`` would be the directory ``.``), for the validator
-    to refuse.
+    as it is (``Path("")`` would be the directory ``.``), and so does a name
+    SQLite reads as a database in memory, for the validators to refuse.
     """
     text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
-    if isinstance(text, str) and text.strip():
+    if isinstance(text, str) and text.strip() and not names_memory(text):
         path = Path(text)
         if text.startswith("~"):
             with contextlib.suppress(RuntimeError):  # no home to name
@@ -110,6 +113,19 @@ def _usable_path(value: object) -> bool:
 _check_path = _checks.satisfies(
     _usable_path,
     "a file path (a str or os.PathLike, not blank, without NUL characters)",
+    "path",
+)
+
+
+def _not_memory(value: object) -> bool:
+    text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    return not (isinstance(text, str) and names_memory(text))
+
+
+_check_not_memory = _checks.satisfies(
+    _not_memory,
+    "a file path (SQLite reads this name as a database in memory, which an "
+    "SQLiteStore does not keep: use MemoryStore for sessions kept in memory)",
     "path",
 )
 _check_synchronous = _checks.one_of(("NORMAL", "FULL"), "synchronous")
@@ -154,9 +170,11 @@ class SQLiteStore:
         ```
 
     Attributes:
-        path: The database file. Every path names a file, even one SQLite
-            would read otherwise (``file:s.db`` as a URI, ``:memory:`` as
-            no file): use `MemoryStore` for sessions kept in memory.
+        path: The database file. A path that begins with ``file:`` names
+            the file of that name, not an SQLite URI (``file:s.db`` is the
+            file ``file:s.db``). The names SQLite reads as a database in
+            memory (``:memory:``, ``file::memory:``, ``file:x?mode=memory``)
+            are refused: use `MemoryStore` for sessions kept in memory.
         synchronous: ``"NORMAL"`` (the default: a commit survives a crash of
             the process; a power cut may lose the last commits, never
             corrupt the file) or ``"FULL"`` (every commit is on disk).
@@ -168,11 +186,13 @@ class SQLiteStore:
         StoreUnusable: the file is not an SQLite database (or not a regular
             file: a FIFO, a directory), is another application's, or has a
             schema newer than this turnfsm knows; it was not changed.
-        ConfigError: a bad path (blank, with a NUL character) or an option
-            out of range.
+        ConfigError: a bad path (blank, with a NUL character, a name of
+            SQLite's for a database in memory) or an option out of range.
     """
 
-    path: Path = attrs.field(converter=_to_path, validator=_check_path)
+    path: Path = attrs.field(
+        converter=_to_path, validator=[_check_not_memory, _check_path]
+    )
     synchronous: Literal["NORMAL", "FULL"] = attrs.field(
         default="NORMAL", kw_only=True, validator=_check_synchronous
     )
@@ -384,6 +404,8 @@ class _Handle:
 
     `file` is what the connection opened: the file's absolute path (SQLite
     keeps that, whatever the working directory becomes) and its identity.
+    A reopening opens that path again: a relative path names the file it
+    named when the store was made, wherever the process has gone since.
     """
 
     __slots__ = ("conn", "file")
@@ -395,8 +417,9 @@ class _Handle:
     def open(
         self, path: Path, synchronous: str, busy_timeout: float
     ) -> sqlite3.Connection:
-        where = os.fspath(path.absolute())
-        self.conn = _open(path, synchronous, busy_timeout)
+        opened = self.file[0]
+        where = opened or os.fspath(path.absolute())
+        self.conn = _open(Path(opened) if opened else path, synchronous, busy_timeout)
         self.file = (where, _identity(where))
         return self.conn
 
