@@ -1,14 +1,17 @@
 """Every machine that loads terminates, and every run can be stopped.
 
 The loader proves that every cycle of a machine passes a model call entered
-on `measured` (at most max_turns), a retry-counter guard, or, on a cycle with
-no reply (which starts the count again), a compact phase never entered once
-max_compactions passes in a row are spent or a compaction feed after the
-no-progress guard; and that `run_cancelled` ends the run from every live
-phase. The brain enforces the bounds at run time.
+on `measured` (at most max_turns), the output re-asks' counter guard, or, on
+a cycle with no reply (which starts the counts in a row again), the overflow
+retries' guard, a compact phase never entered once max_compactions passes in
+a row are spent or a compaction feed after the no-progress guard; and that
+`run_cancelled` ends the run from every live phase. The brain enforces the
+bounds at run time.
 """
 
 from __future__ import annotations
+
+import tomllib
 
 import pytest
 
@@ -567,6 +570,19 @@ def test_overflow_retries_through_a_reply_are_bounded_by_the_turn_limit() -> Non
     assert "compact_and_retry" in spec.phases
 
 
+REPLY_AS_A_RETRY = edit(
+    without_the_retry_pass_check(),
+    '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\ndest = "done"\n',
+    '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+    'dest = "compact_and_retry"\nconditions = ["has_overflow_retries_left"]\n'
+    'unless = ["has_tool_calls"]\nreason = "overflow"\n'
+    'actions = ["record_reply", "count_overflow"]\n\n'
+    '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+    'dest = "done"\n',
+)
+"""A final reply counted as an overflow retry, and compacted before the next call."""
+
+
 def test_overflow_retries_through_a_reply_that_skips_the_turn_limit_are_refused() -> (
     None
 ):
@@ -575,24 +591,28 @@ def test_overflow_retries_through_a_reply_that_skips_the_turn_limit_are_refused(
     Each reply resets the count and spends one retry: the guard always holds,
     and the cycle through the retry pass never meets the turn-limit check.
     """
-    text = edit(
-        without_the_retry_pass_check(),
-        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
-        'dest = "done"\n',
-        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
-        'dest = "compact_and_retry"\nconditions = ["has_overflow_retries_left"]\n'
-        'unless = ["has_tool_calls"]\nreason = "overflow"\n'
-        'actions = ["record_reply", "count_overflow"]\n\n'
-        '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
-        'dest = "done"\n',
-    )
-
-    problems = problems_of(text)
+    problems = problems_of(REPLY_AS_A_RETRY)
 
     assert problems == (
         "cycle call_llm -[model_replied]-> compact_and_retry"
         f" -[compaction_result]-> call_llm {UNBOUNDED}",
     )
+
+
+def test_a_recorded_machine_bounded_by_its_overflows_over_the_run_reads_back() -> None:
+    """A log keeps the machine its runs began on, when overflows counted per run.
+
+    Those runs are bounded by the overflow retries that nothing reset; they
+    replay so. A new run on the machine is refused: it counts them in a row.
+    """
+    data = tomllib.loads(REPLY_AS_A_RETRY)
+    with pytest.raises(DefinitionError):
+        MachineSpec.from_dict(data)
+
+    spec = MachineSpec.from_dict(data, recorded=True)
+
+    with pytest.raises(DefinitionError):
+        spec.validated()
 
 
 NOOP_ON = (

@@ -56,7 +56,8 @@ def check_graph(spec: MachineSpec, problem: Report, *, recorded: bool = False) -
     """Reachability, dead ends, fall-through groups, termination and limits.
 
     A `recorded` machine (a session's log kept it) is not refused for a
-    transition that never fires: its runs are read as they ran.
+    transition that never fires, and its overflow retries bound its cycles
+    as they did when its runs began: its runs are read as they ran.
     """
     seen, edges = reachable(spec)
     has_initial = spec.initial in edges
@@ -79,7 +80,7 @@ def check_graph(spec: MachineSpec, problem: Report, *, recorded: bool = False) -
             )
     if not recorded:
         _check_never_fires(groups, problem)
-    _check_termination(spec, groups, problem)
+    _check_termination(spec, groups, problem, recorded=recorded)
     _check_model_calls(spec, groups, problem)
     _check_compaction_counts(spec, groups, problem)
     _check_cancellation(spec, groups, problem)
@@ -299,6 +300,8 @@ def _check_termination(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
     problem: Report,
+    *,
+    recorded: bool = False,
 ) -> None:
     """Every cycle passes a model call, a retry counter or a decreasing measure.
 
@@ -318,7 +321,20 @@ def _check_termination(
     is refused (`_reset_cycles`). A model call phase is split in two nodes,
     entered on `measured` or otherwise, so that only the first kind's
     counting exits are bounded.
+
+    A `recorded` machine (a session's log kept it) bounds by its overflow
+    retries as by a counter nothing resets: its runs may have counted them
+    over the whole run, as turnfsm did before a reply started the count
+    again (`RunOpened.overflow_retries_in_a_row`), and they replay so. A
+    run that counts them in a row began only on a machine that passed the
+    whole check (a `Driver` checks a recorded machine again), and every
+    machine that passes it passes this one too.
     """
+    counters, in_a_row = (
+        ({**_COUNTERS, **_COUNTERS_IN_A_ROW}, {})
+        if recorded
+        else (_COUNTERS, _COUNTERS_IN_A_ROW)
+    )
     calls = _phases_emitting(spec, "call_llm")
     compacts = _phases_emitting(spec, "compact")
     terminal = set(spec.terminal)
@@ -339,11 +355,11 @@ def _check_termination(
                 if trigger in _EXTERNAL_TRIGGERS:
                     continue
                 dest = src
-            if dest in terminal or _spends_a_counter(t, _COUNTERS):
+            if dest in terminal or _spends_a_counter(t, counters):
                 continue
             # Bounded by a count in a row: on a cycle with no reply.
             limited = (
-                _spends_a_counter(t, _COUNTERS_IN_A_ROW)
+                _spends_a_counter(t, in_a_row)
                 or (dest in compacts and _is_limit_checked(group, index, terminal))
             ) or (
                 src in compacts
