@@ -1,18 +1,28 @@
 """Every machine that loads terminates, and every run can be stopped.
 
 The loader proves that every cycle of a machine passes a model call entered
-on `measured` (at most max_turns), a retry-counter guard, or, on a cycle with
-no reply (which starts the count again), a compact phase never entered once
-max_compactions passes in a row are spent or a compaction feed after the
-no-progress guard; and that `run_cancelled` ends the run from every live
-phase. The brain enforces the bounds at run time.
+on `measured` (at most max_turns), the output re-asks' counter guard, or, on
+a cycle with no reply (which starts the counts in a row again), the overflow
+retries' guard, a compact phase never entered once max_compactions passes in
+a row are spent or a compaction feed after the no-progress guard; and that
+`run_cancelled` ends the run from every live phase. The brain enforces the
+bounds at run time.
 """
 
 from __future__ import annotations
 
+import tomllib
+
 import pytest
 
-from tests.helpers import REPO_ROOT, calling, results_for, turn_toml_text, user
+from tests.helpers import (
+    REPO_ROOT,
+    calling,
+    reply,
+    results_for,
+    turn_toml_text,
+    user,
+)
 from turnfsm._resources import load_machine
 from turnfsm.core import (
     Budget,
@@ -21,6 +31,7 @@ from turnfsm.core import (
     CompactionNoop,
     CompactionResult,
     CompactReason,
+    ContextOverflowed,
     Decision,
     Fail,
     Failure,
@@ -29,18 +40,22 @@ from turnfsm.core import (
     Measured,
     MessageInjected,
     ModelReplied,
+    OutputRejected,
     RunStarted,
     Snapshot,
     ToolsFinished,
     TurnMachine,
 )
 from turnfsm.errors import (
+    CONTEXT_OVERFLOW,
     CompactionLimitExceeded,
     ConfigError,
+    ContextExceeded,
     DefinitionError,
     TurnFSMError,
 )
 from turnfsm.messages import MessageLog
+from turnfsm.values import ErrorInfo
 
 STOCK = turn_toml_text()
 UNBOUNDED = "is not bounded by a model call, a retry counter or the no-progress guard"
@@ -435,6 +450,169 @@ def test_a_reply_that_starts_the_count_again_on_a_cycle_needs_another_bound() ->
         "cycle call_llm -[model_replied]-> run_tools -[tools_finished]-> start"
         f" -[measured]-> compact -[compaction_result]-> call_llm {UNBOUNDED}",
     )
+
+
+# -- overflow retries count in a row ---------------------------------------------
+
+TOO_LONG = ErrorInfo(type=CONTEXT_OVERFLOW, message="too long", status=400)
+
+
+def overflow_after_each_reply(machine: TurnMachine, replies: int) -> list[Decision]:
+    """Overflow once before each of `replies` tool turns; each pass recovers."""
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    decisions: list[Decision] = []
+    for i in range(replies):
+        assert isinstance(machine.handle(Measured(estimate=900 - i)), CallLLM)
+        decisions.append(machine.handle(ContextOverflowed(error=TOO_LONG)))
+        if machine.is_finished:
+            break
+        machine.handle(
+            CompactionResult(messages=[SUMMARY], before=900 - i, after=800 - i)
+        )
+        ask = calling(f"c{i}", id=f"a{i}")
+        machine.handle(ModelReplied(message=ask))
+        machine.handle(ToolsFinished(results=results_for(ask)))
+    return decisions
+
+
+def test_a_reply_between_overflows_starts_their_count_again() -> None:
+    """A long run recovers from as many overflows as it meets, one at a time."""
+    budget = Budget(max_overflow_retries=2, max_turns=100)
+    machine = TurnMachine.start(MachineSpec.from_toml(STOCK), budget=budget)
+
+    decisions = overflow_after_each_reply(machine, 4)
+
+    assert [type(d) for d in decisions] == [Compact] * 4
+    assert (machine.phase, machine.snapshot.overflow_retries) == ("start", 0)
+
+
+def test_a_run_logged_before_counts_its_overflows_over_the_whole_run() -> None:
+    """As a run logged before the count in a row ran: it fails on its third."""
+    snapshot = Snapshot(
+        phase="start",
+        budget=Budget(max_overflow_retries=2, max_turns=100),
+        overflow_retries_in_a_row=False,
+    )
+    machine = TurnMachine.from_snapshot(MachineSpec.from_toml(STOCK), snapshot)
+
+    decisions = overflow_after_each_reply(machine, 4)
+
+    assert [type(d) for d in decisions] == [Compact, Compact, Fail]
+    assert machine.snapshot.overflow_retries == 2
+
+
+def test_overflows_in_a_row_still_end_at_the_limit() -> None:
+    budget = Budget(max_overflow_retries=2, max_turns=100)
+    machine = TurnMachine.start(MachineSpec.from_toml(STOCK), budget=budget)
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    machine.handle(Measured(estimate=900))
+    decisions = []
+    for i in range(3):
+        decisions.append(machine.handle(ContextOverflowed(error=TOO_LONG)))
+        if machine.is_finished:
+            break
+        machine.handle(
+            CompactionResult(messages=[SUMMARY], before=900 - i, after=800 - i)
+        )
+
+    assert [type(d) for d in decisions] == [Compact, Compact, Fail]
+    assert isinstance(decisions[-1], Fail)
+    assert type(decisions[-1].error) is ContextExceeded
+
+
+def test_a_re_ask_starts_the_count_of_overflows_again_too() -> None:
+    machine = TurnMachine.from_snapshot(
+        MachineSpec.from_toml(STOCK),
+        Snapshot(phase="call_llm", overflow_retries=2, is_started=True, estimate=9),
+    )
+
+    machine.handle(OutputRejected(message=reply("no"), errors=("not a number",)))
+
+    assert (machine.phase, machine.snapshot.overflow_retries) == ("start", 0)
+
+
+def test_how_overflows_count_survives_a_snapshot_round_trip() -> None:
+    before = Snapshot(phase="start", overflow_retries_in_a_row=False)
+    now = Snapshot(phase="start", overflow_retries=1)
+    data = now.to_dict()
+
+    assert "overflow_retries_in_a_row" not in data  # the form of before
+    assert Snapshot.from_dict(data) == now
+    assert Snapshot.from_dict(before.to_dict()) == before
+    assert not Snapshot.from_dict(before.to_dict()).overflow_retries_in_a_row
+
+
+OVERFLOW_RETRY = (
+    '[[transitions]]\ntrigger = "compaction_result"\n'
+    'source = ["compact", "compact_and_retry"]\ndest = "failed"\n'
+    'conditions = ["is_no_progress"]\nerror = "compaction_stalled"\n'
+)
+"""The no-progress check of a pass, in both compact phases."""
+
+
+def without_the_retry_pass_check() -> str:
+    """The stock file whose retry pass goes to the model whatever it saved.
+
+    The overflow retries are then the only bound of the way between the
+    model call and the retry pass.
+    """
+    return edit(
+        STOCK,
+        OVERFLOW_RETRY,
+        OVERFLOW_RETRY.replace('["compact", "compact_and_retry"]', '"compact"'),
+    )
+
+
+def test_overflow_retries_through_a_reply_are_bounded_by_the_turn_limit() -> None:
+    """A reply after a retry comes back through the measured, turn-checked call."""
+    spec = MachineSpec.from_toml(without_the_retry_pass_check())
+
+    assert "compact_and_retry" in spec.phases
+
+
+REPLY_AS_A_RETRY = edit(
+    without_the_retry_pass_check(),
+    '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\ndest = "done"\n',
+    '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+    'dest = "compact_and_retry"\nconditions = ["has_overflow_retries_left"]\n'
+    'unless = ["has_tool_calls"]\nreason = "overflow"\n'
+    'actions = ["record_reply", "count_overflow"]\n\n'
+    '[[transitions]]\ntrigger = "model_replied"\nsource = "call_llm"\n'
+    'dest = "done"\n',
+)
+"""A final reply counted as an overflow retry, and compacted before the next call."""
+
+
+def test_overflow_retries_through_a_reply_that_skips_the_turn_limit_are_refused() -> (
+    None
+):
+    """A reply counted as an overflow retry starts the count again at once.
+
+    Each reply resets the count and spends one retry: the guard always holds,
+    and the cycle through the retry pass never meets the turn-limit check.
+    """
+    problems = problems_of(REPLY_AS_A_RETRY)
+
+    assert problems == (
+        "cycle call_llm -[model_replied]-> compact_and_retry"
+        f" -[compaction_result]-> call_llm {UNBOUNDED}",
+    )
+
+
+def test_a_recorded_machine_bounded_by_its_overflows_over_the_run_reads_back() -> None:
+    """A log keeps the machine its runs began on, when overflows counted per run.
+
+    Those runs are bounded by the overflow retries that nothing reset; they
+    replay so. A new run on the machine is refused: it counts them in a row.
+    """
+    data = tomllib.loads(REPLY_AS_A_RETRY)
+    with pytest.raises(DefinitionError):
+        MachineSpec.from_dict(data)
+
+    spec = MachineSpec.from_dict(data, recorded=True)
+
+    with pytest.raises(DefinitionError):
+        spec.validated()
 
 
 NOOP_ON = (

@@ -488,7 +488,7 @@ class ContextManager(OldEntryPoints):
         Args:
             max_turns: The most model calls one run may make.
             max_overflow_retries: Compact-and-retry passes after provider
-                overflows.
+                overflows in a row, without a reply in between.
             **limits: Any further `Budget` field (a run limit), passed through.
 
         Raises:

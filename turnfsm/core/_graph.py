@@ -23,11 +23,15 @@ Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
 
 COMPACTION_FEEDS: Final = frozenset({"compaction_result", "compaction_noop"})
-_COUNTERS: Final = {
-    "has_overflow_retries_left": "count_overflow",
-    "has_output_retries_left": "record_rejection",
-}
+_COUNTERS: Final = {"has_output_retries_left": "record_rejection"}
 """A retry counter's guard -> the action that spends it (nothing resets one)."""
+
+_COUNTERS_IN_A_ROW: Final = {"has_overflow_retries_left": "count_overflow"}
+"""A guard on a count in a row -> the action that spends it.
+
+A reply starts such a count again (the reducers in `_RESETS_PASSES`), so
+it bounds only the cycles with no reply, as the compaction limit does.
+"""
 
 
 def reachable(spec: MachineSpec) -> tuple[set[str], dict[str, set[str]]]:
@@ -52,7 +56,8 @@ def check_graph(spec: MachineSpec, problem: Report, *, recorded: bool = False) -
     """Reachability, dead ends, fall-through groups, termination and limits.
 
     A `recorded` machine (a session's log kept it) is not refused for a
-    transition that never fires: its runs are read as they ran.
+    transition that never fires, and its overflow retries bound its cycles
+    as they did when its runs began: its runs are read as they ran.
     """
     seen, edges = reachable(spec)
     has_initial = spec.initial in edges
@@ -75,7 +80,7 @@ def check_graph(spec: MachineSpec, problem: Report, *, recorded: bool = False) -
             )
     if not recorded:
         _check_never_fires(groups, problem)
-    _check_termination(spec, groups, problem)
+    _check_termination(spec, groups, problem, recorded=recorded)
     _check_model_calls(spec, groups, problem)
     _check_compaction_counts(spec, groups, problem)
     _check_cancellation(spec, groups, problem)
@@ -276,7 +281,10 @@ _EXTERNAL_TRIGGERS: Final = frozenset(
 )
 _COUNTS_TURN: Final = "record_reply"
 _RESETS_PASSES: Final = frozenset({"record_reply", "record_rejection"})
-"""The reducers that start the count of compaction passes in a row again."""
+"""The reducers that start the counts in a row (passes, overflow retries) again.
+
+Each records a reply and counts a turn.
+"""
 
 _CYCLE_STARTS: Final = 64
 """How many phases of a cycle the search for its shortest one starts from."""
@@ -292,22 +300,41 @@ def _check_termination(
     spec: MachineSpec,
     groups: Mapping[tuple[str, str], list[TransitionSpec]],
     problem: Report,
+    *,
+    recorded: bool = False,
 ) -> None:
     """Every cycle passes a model call, a retry counter or a decreasing measure.
 
     The bounds: a model call entered on `measured` (which checks the turn
     limit first, see `_check_model_calls`) and left by a reply that counts the
     turn, at most max_turns times; an edge guarded by a retry counter that
-    it spends; a compact phase entered after the compaction-limit check
-    (every way on out of it counts the pass), at most max_compactions times
-    in a row; and a
-    compaction feed after the no-progress guard, which strictly lowers the
-    estimate. The last two bound only the cycles with no reply that counts a
-    turn: a reply starts the count of passes again, and adds to the estimate,
-    so a cycle through one must be bounded by something else. A model call phase is
-    split in two nodes, entered on `measured` or otherwise, so that only the
-    first kind's counting exits are bounded.
+    nothing resets (the output re-asks) and that it spends; and, in a row,
+    an edge guarded by the overflow retries that it spends (at most
+    max_overflow_retries times), a compact phase entered after the
+    compaction-limit check (every way on out of it counts the pass, at most
+    max_compactions times), and a compaction feed after the no-progress
+    guard, which strictly lowers the estimate. The counts in a row bound
+    only the cycles with no reply: a reply starts them again, and adds to
+    the estimate, so a cycle through one must be bounded by something else.
+    The reply counts a turn, so a cycle through it that also enters a model
+    call on `measured` (the turn-limit check) ends at max_turns; any other
+    is refused (`_reset_cycles`). A model call phase is split in two nodes,
+    entered on `measured` or otherwise, so that only the first kind's
+    counting exits are bounded.
+
+    A `recorded` machine (a session's log kept it) bounds by its overflow
+    retries as by a counter nothing resets: its runs may have counted them
+    over the whole run, as turnfsm did before a reply started the count
+    again (`RunOpened.overflow_retries_in_a_row`), and they replay so. A
+    run that counts them in a row began only on a machine that passed the
+    whole check (a `Driver` checks a recorded machine again), and every
+    machine that passes it passes this one too.
     """
+    counters, in_a_row = (
+        ({**_COUNTERS, **_COUNTERS_IN_A_ROW}, {})
+        if recorded
+        else (_COUNTERS, _COUNTERS_IN_A_ROW)
+    )
     calls = _phases_emitting(spec, "call_llm")
     compacts = _phases_emitting(spec, "compact")
     terminal = set(spec.terminal)
@@ -328,11 +355,12 @@ def _check_termination(
                 if trigger in _EXTERNAL_TRIGGERS:
                     continue
                 dest = src
-            if dest in terminal or _spends_a_counter(t):
+            if dest in terminal or _spends_a_counter(t, counters):
                 continue
-            # Bounded by the passes in a row: on a cycle with no reply.
+            # Bounded by a count in a row: on a cycle with no reply.
             limited = (
-                dest in compacts and _is_limit_checked(group, index, terminal)
+                _spends_a_counter(t, in_a_row)
+                or (dest in compacts and _is_limit_checked(group, index, terminal))
             ) or (
                 src in compacts
                 and trigger in COMPACTION_FEEDS
@@ -376,14 +404,14 @@ def _check_termination(
         )
 
 
-def _spends_a_counter(t: TransitionSpec) -> bool:
-    """Whether `t` is taken only while a retry counter is left, and spends it.
+def _spends_a_counter(t: TransitionSpec, counters: Mapping[str, str]) -> bool:
+    """Whether `t` is taken only while one of `counters` is left, and spends it.
 
-    Such a step is taken at most that counter's limit of times in a run. A
-    guard alone bounds nothing: a step that does not spend its counter can
-    be taken for ever.
+    Such a step is taken at most that counter's limit of times in a run (in
+    a row, for `_COUNTERS_IN_A_ROW`). A guard alone bounds nothing: a step
+    that does not spend its counter can be taken for ever.
     """
-    return any(_COUNTERS.get(guard) in t.actions for guard in t.conditions)
+    return any(counters.get(guard) in t.actions for guard in t.conditions)
 
 
 def _reset_cycles(
@@ -392,14 +420,21 @@ def _reset_cycles(
     resets: Sequence[tuple[_Node, str, _Node]],
     bounded_elsewhere: Mapping[_Node, list[tuple[str, _Node]]],
 ) -> list[tuple[int, list[tuple[str, str]]]]:
-    """The cycles through a compact phase that a reply's reset leaves unbounded.
+    """The cycles bounded by a count in a row that a reply's reset leaves unbounded.
 
-    A step that starts the count of compaction passes again, on a cycle of
-    `full`, makes that cycle's compact entries no bound. The cycles without a
-    compact entry are found with `bounded_elsewhere`; the ones found here go
-    through one, and are named from their resetting step.
+    A step that starts the counts in a row again, on a cycle of `full`,
+    makes that cycle's compact entries, no-progress feeds and overflow
+    retries no bound. The step counts a turn, so a cycle that also enters a
+    model call on `measured` (the turn-limit check) is bounded by max_turns:
+    those entries are left out. The cycles without a step bounded in a row
+    are found with `bounded_elsewhere`; the ones found here go through one,
+    and are named from their resetting step.
     """
     order = {p: i for i, p in enumerate(spec.phases)}
+    full = {
+        node: [(trigger, dest) for trigger, dest in out if not dest[1]]
+        for node, out in full.items()
+    }
     components = _cycles({n: [d for _, d in out] for n, out in full.items()})
     where = {node: i for i, c in enumerate(components) for node in c}
     plain = _cycles({n: [d for _, d in out] for n, out in bounded_elsewhere.items()})

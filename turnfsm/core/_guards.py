@@ -102,7 +102,11 @@ def has_injected_messages(snapshot: Snapshot, event: Event) -> bool:
 
 
 def has_overflow_retries_left(snapshot: Snapshot, event: Event) -> bool:
-    """Fewer than `max_overflow_retries` compact-and-retry passes were spent."""
+    """Fewer than `max_overflow_retries` passes in a row, without a reply in between.
+
+    The compact-and-retry passes after a provider's overflow: each model
+    reply starts their count again.
+    """
     return snapshot.overflow_retries < snapshot.budget.max_overflow_retries
 
 

@@ -69,7 +69,8 @@ def record_estimate(s: Snapshot, e: Event) -> Snapshot:
 def record_reply(s: Snapshot, e: Event) -> Snapshot:
     """Append the reply to pending and count the turn.
 
-    A model call came: the count of compaction passes in a row starts again.
+    A model call came: the counts of compaction passes and of overflow
+    retries in a row start again.
     """
     assert isinstance(e, ModelReplied)
     return s.replace(
@@ -77,6 +78,7 @@ def record_reply(s: Snapshot, e: Event) -> Snapshot:
         last_reply=e.message,
         turns=s.turns + 1,
         compactions=0,
+        overflow_retries=_overflows_after_a_reply(s),
     )
 
 
@@ -84,8 +86,8 @@ def record_rejection(s: Snapshot, e: Event) -> Snapshot:
     """Append the rejected answer and the re-ask to pending; count turn and retry.
 
     Both are ordinary messages: the model sees what it said and why it was
-    refused. A model call came: the count of compaction passes in a row
-    starts again.
+    refused. A model call came: the counts of compaction passes and of
+    overflow retries in a row start again.
     """
     assert isinstance(e, OutputRejected)
     return s.replace(
@@ -93,8 +95,14 @@ def record_rejection(s: Snapshot, e: Event) -> Snapshot:
         last_reply=e.message,
         turns=s.turns + 1,
         compactions=0,
+        overflow_retries=_overflows_after_a_reply(s),
         output_retries=s.output_retries + 1,
     )
+
+
+def _overflows_after_a_reply(s: Snapshot) -> int:
+    """0: a reply starts the count again (a run logged before kept counting)."""
+    return 0 if s.overflow_retries_in_a_row else s.overflow_retries
 
 
 def record_results(s: Snapshot, e: Event) -> Snapshot:
@@ -182,7 +190,10 @@ def record_noop(s: Snapshot, e: Event) -> Snapshot:
 
 
 def count_overflow(s: Snapshot, e: Event) -> Snapshot:
-    """Spend one overflow retry; keep the refusal, for a pass that stalls to quote."""
+    """Spend one overflow retry (a reply starts the count again); keep the refusal.
+
+    The refusal is kept for a pass that stalls, to quote.
+    """
     overflow = e.error if isinstance(e, ContextOverflowed) else None
     return s.replace(overflow_retries=s.overflow_retries + 1, overflow=overflow)
 

@@ -52,7 +52,9 @@ class Budget:
         auto_compact: whether the soft lines (the threshold line and the
             message-count line) trigger compaction.
         max_turns: the most model calls one run may make.
-        max_overflow_retries: compact-and-retry passes after provider overflows.
+        max_overflow_retries: compact-and-retry passes after provider
+            overflows in a row, without a reply in between (each model
+            reply starts the count again).
         max_compactions: the most compaction passes in a row, with no model
             call between them (a long run compacts as often as its length
             needs; each model call starts the count again).
@@ -224,6 +226,9 @@ class Snapshot:
     `overflow` is the refusal that started the last compact-and-retry pass
     (a provider's, or the driver's own check of a reply), so that a pass
     that cannot make the request fit fails quoting the provider.
+    `overflow_retries_in_a_row` says whether a model reply starts the count
+    of `overflow_retries` again (True); a run logged before it did counts
+    them over the whole run (False), and replays so.
     """
 
     phase: str = attrs.field(validator=_checks.string(non_empty=True))
@@ -246,6 +251,9 @@ class Snapshot:
     overflow_retries: int = attrs.field(default=0, validator=_checks.integer(low=0))
     compactions: int = attrs.field(default=0, validator=_checks.integer(low=0))
     output_retries: int = attrs.field(default=0, validator=_checks.integer(low=0))
+    overflow_retries_in_a_row: bool = attrs.field(
+        default=True, validator=_checks.boolean()
+    )
     compact_reason: CompactReason | None = attrs.field(
         default=None,
         validator=_checks.instance(CompactReason, "a CompactReason", optional=True),
@@ -306,6 +314,8 @@ class Snapshot:
         }
         if self.overflow is not None:  # left out while None: the form of before
             data["overflow"] = attrs.asdict(self.overflow)
+        if not self.overflow_retries_in_a_row:  # written only for a run of before
+            data["overflow_retries_in_a_row"] = False
         return data
 
     @classmethod
@@ -356,6 +366,7 @@ class Snapshot:
             overflow_retries=data["overflow_retries"],
             compactions=data.get("compactions", 0),
             output_retries=data.get("output_retries", 0),
+            overflow_retries_in_a_row=data.get("overflow_retries_in_a_row", True),
             compact_reason=_read(data, "compact_reason", _reason),
             message_line_spent=data.get("message_line_spent", False),
             threshold_line_spent=data.get("threshold_line_spent", False),

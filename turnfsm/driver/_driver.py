@@ -311,7 +311,9 @@ class Driver:
             is refused: say the window in one place.
         max_turns: model calls per run. This and every other count (retries,
             passes) is at most 1,000,000.
-        max_overflow_retries: compact-and-retry passes after provider overflows.
+        max_overflow_retries: compact-and-retry passes after provider overflows
+            in a row, without a reply in between (each reply starts the count
+            again).
         max_compactions: compaction passes in a row, with no model call
             between them.
         tool_timeout: seconds each tool call may take (None: no limit).

@@ -220,6 +220,9 @@ class RunLoop(Ending):
                 context=None if manager is None else context_settings(manager),
                 parent=self.parent,
                 output=asked_for(self.run.output),
+                overflow_retries_in_a_row=(
+                    self.machine.snapshot.overflow_retries_in_a_row
+                ),
             )
         )
         self._start = (input, None)

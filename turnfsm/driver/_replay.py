@@ -167,6 +167,10 @@ def rebuild(
             "the history before the run is a whole conversation",
             f"it is not: {exc}",
         ) from None
+    if not record.opened.overflow_retries_in_a_row:
+        # A run logged before a reply started the count again: as it ran.
+        snapshot = attrs.evolve(machine.snapshot, overflow_retries_in_a_row=False)
+        machine = TurnMachine.from_snapshot(spec, snapshot)
     rebases = session.rebases(run_id)
     if check:
         feed.check_ends(0, machine)

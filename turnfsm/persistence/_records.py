@@ -109,6 +109,10 @@ class RunOpened:
     run was not delegated). `output` is the name of the structured answer it
     was asked for (its output type's; None: plain text, or its log was
     written before it was kept): a resumed run is asked for the same.
+    `overflow_retries_in_a_row` is True for a run whose model replies start
+    the count of its overflow retries again (`Budget.max_overflow_retries`
+    counts them in a row); a log written before has it False, and its runs
+    replay and resume counting them over the whole run, as they ran.
     """
 
     run_id: str
@@ -123,6 +127,9 @@ class RunOpened:
         default=None, metadata={OMITTED_IF_DEFAULT: True}
     )
     output: str | None = attrs.field(default=None, metadata={OMITTED_IF_DEFAULT: True})
+    overflow_retries_in_a_row: bool = attrs.field(
+        default=False, metadata={OMITTED_IF_DEFAULT: True}
+    )
 
 
 @final
