@@ -7,6 +7,7 @@ and its value, before anything is written.
 from __future__ import annotations
 
 import gc
+import http.server
 import json
 import re
 import socket
@@ -22,7 +23,7 @@ import anyio
 import pytest
 
 from tests.cli import approval_agent
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, http_server
 from turnfsm.cli import main
 from turnfsm.cli._run import (
     LOCAL_MAX_TURNS,
@@ -781,3 +782,86 @@ def test_a_local_window_past_the_bundled_model_is_refused_before_it_starts(
         f"turnfsm run: invalid {option}: expected an int in 1..32,768, the "
         "bundled Gemma 3 270M's trained context\n"
     )
+
+
+class _LocalCompletions(http.server.BaseHTTPRequestHandler):
+    """A stand-in for the local model's server: every reply is "hello"."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        reply = {"role": "assistant", "content": "hello"}
+        done = {"index": 0, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 5, "completion_tokens": 1}
+        if request.get("stream"):
+            chunks = [
+                {"choices": [{"index": 0, "delta": reply}]},
+                {"choices": [{**done, "delta": {}}], "usage": usage},
+            ]
+            data = "".join(
+                f"data: {json.dumps({'id': 'x', 'model': 'local', **c})}\n\n"
+                for c in chunks
+            )
+            body, kind = (data + "data: [DONE]\n\n").encode(), "text/event-stream"
+        else:
+            choice = {**done, "message": reply}
+            completion = {"id": "x", "model": "local", "choices": [choice]}
+            body = json.dumps({**completion, "usage": usage}).encode()
+            kind = "application/json"
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # no /props: the window is the n_ctx it started with
+        self.send_error(404)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_the_local_model_s_start_is_announced_and_timed(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading the model took 15 s on a busy machine, with nothing printed:
+    # the command seemed to hang before its first line.
+    from turnfsm.providers import LlamaServer
+
+    with http_server(_LocalCompletions) as (url, _served):
+
+        def start(server: LlamaServer) -> LlamaServer:
+            print("(the server starts)", file=sys.stderr)
+            server.port = int(url.rsplit(":", 1)[1])
+            return server
+
+        monkeypatch.setattr(LlamaServer, "start", start)
+        argv = ["run", "hi", "--model", "local", "--store", "memory:"]
+        assert main([*argv, "--n-ctx", "2048"]) == 0
+    out, err = capsys.readouterr()
+    assert re.fullmatch(
+        r"starting the local model \(Gemma 3 270M on llama.cpp, a 2,048-token "
+        r"window\) \.\.\.\n\(the server starts\)\nlocal model ready in \d+\.\d s\n",
+        err,
+    ), err
+    assert "hello" in out
+
+
+def test_a_local_model_that_fails_to_start_was_announced_first(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnfsm.errors import ModelServerFailed
+    from turnfsm.providers import LlamaServer
+
+    def start(server: LlamaServer) -> LlamaServer:
+        raise ModelServerFailed(
+            model_path="/models/gemma.gguf", port=1, reason="exited with status 1"
+        )
+
+    monkeypatch.setattr(LlamaServer, "start", start)
+    assert main(["run", "hi", "--model", "local", "--store", "memory:"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "starting the local model (Gemma 3 270M on llama.cpp, a 4,096-token "
+        "window) ...",
+        "turnfsm run: the llama.cpp server of /models/gemma.gguf on port 1 exited "
+        "with status 1",
+    ]
