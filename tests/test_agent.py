@@ -110,6 +110,14 @@ def test_a_setting_of_both_the_agent_and_the_manager_is_the_agents() -> None:
             "http://127.0.0.1:8080/v1",
             "model=OpenAIModel('MODEL', base_url='http://127.0.0.1:8080/v1')",
         ),
+        # The command line's --model local: the bundled model on its server
+        # (it showed OpenAIModel('local') or AnthropicModel('local'), clients
+        # of OpenAI's and Anthropic's own services).
+        (
+            "local",
+            "model=OpenAIModel('local', base_url=server.base_url) for "
+            "server = LlamaServer().start(), the bundled local model",
+        ),
     ],
 )
 def test_a_models_name_given_as_the_model_shows_its_client(
