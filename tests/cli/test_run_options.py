@@ -158,6 +158,13 @@ TOOLS = "tests.cli.approval_agent"
             "with no empty name (e.g. myapp.tools:a,b)",
         ),
         (
+            # A module without its function: it showed an agent as the example
+            # (MODULE:ATTR (e.g. myapp.agents:support)).
+            ["--model", "openai:o", "--tools", TOOLS],
+            f"--tools='{TOOLS}'",
+            "expected MODULE:FUNC (e.g. myapp.tools:search)\n",
+        ),
+        (
             ["--model", "openai:o", "--machine", "none.toml"],
             "--machine='none.toml'",
             "a machine file, or a shipped machine's name (none.toml does not "
