@@ -10,6 +10,7 @@ stream); a run that pauses prints the calls it waits on and how to answer.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import json
 import os
@@ -189,7 +190,9 @@ def compactor(name: str) -> ContextCompactor:
         ConfigError: `name` is not one of `STRATEGY_NAMES`.
     """
     if name not in STRATEGY_NAMES:
-        raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES))
+        close = difflib.get_close_matches(name, STRATEGY_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES) + hint)
     return strategy_named(name, field="--strategy")
 
 
