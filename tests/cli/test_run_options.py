@@ -872,3 +872,26 @@ def test_a_local_model_that_fails_to_start_was_announced_first(
         "turnfsm run: the llama.cpp server of /models/gemma.gguf on port 1 exited "
         "with status 1",
     ]
+
+
+def test_a_store_that_cannot_be_used_is_named_before_the_local_model_starts(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The local model was started (seconds) and stopped, then the store refused.
+    from turnfsm.errors import ModelServerFailed
+    from turnfsm.providers import LlamaServer
+
+    started: list[LlamaServer] = []
+
+    def start(server: LlamaServer) -> LlamaServer:
+        started.append(server)
+        raise ModelServerFailed(model_path="m.gguf", port=1, reason="(a stand-in)")
+
+    monkeypatch.setattr(LlamaServer, "start", start)
+    missing = str(tmp_path / "no" / "s.db")
+    for store in ("nonsense://x", missing):
+        assert main(["run", "hi", "--model", "local", "--store", store]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("turnfsm run: ")
+        assert "--store" in line
+    assert started == []

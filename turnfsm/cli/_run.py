@@ -576,6 +576,10 @@ def run_task(
     try:
         if not task.strip():  # named as the command line calls it
             raise ConfigError("task", task, "what the agent should do (it is blank)")
+        if options.model == "local":
+            # A store that cannot be used is named before the local model is
+            # started for nothing (it takes seconds).
+            run_async(close_store, open_cli_store(options.store))
         with open_driver(options) as (driver, own):
             result, place, session = run_async(
                 _run, driver, own, task, options, session_id, stream
