@@ -110,6 +110,14 @@ def test_a_setting_of_both_the_agent_and_the_manager_is_the_agents() -> None:
             "http://127.0.0.1:8080/v1",
             "model=OpenAIModel('MODEL', base_url='http://127.0.0.1:8080/v1')",
         ),
+        # The command line's --model local: the bundled model on its server
+        # (it showed OpenAIModel('local') or AnthropicModel('local'), clients
+        # of OpenAI's and Anthropic's own services).
+        (
+            "local",
+            "model=OpenAIModel('local', base_url=server.base_url) for "
+            "server = LlamaServer().start(), the bundled local model",
+        ),
     ],
 )
 def test_a_models_name_given_as_the_model_shows_its_client(
@@ -407,3 +415,37 @@ def test_a_result_read_by_another_frameworks_name_says_where_it_is(
     with pytest.raises(AttributeError) as caught:
         result.nothing  # type: ignore[attr-defined]  # noqa: B018
     assert str(caught.value) == "'RunResult' object has no attribute 'nothing'"
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        (
+            "invoke",
+            "a task runs with agent.run_sync('...') (await agent.run('...') in "
+            "async code); the conversation so far is the agent's session",
+        ),
+        (
+            "ainvoke",
+            "a task runs with await agent.run('...'); the conversation so far "
+            "is the agent's session",
+        ),
+        (
+            "stream",
+            "a run streams with async with agent.run_stream('...') as stream: "
+            "async for text in stream",
+        ),
+    ],
+)
+def test_an_agent_run_by_another_frameworks_name_says_how_it_runs(
+    name: str, hint: str
+) -> None:
+    # LangGraph's agent.invoke({"messages": [...]}) was a bare AttributeError.
+    agent = Agent(model=ScriptedModel.of("ok"))
+    with pytest.raises(AttributeError) as caught:
+        getattr(agent, name)
+    assert str(caught.value) == f"'Agent' object has no attribute {name!r}: {hint}"
+    with pytest.raises(AttributeError) as caught:
+        agent.nothing  # type: ignore[attr-defined]  # noqa: B018
+    assert str(caught.value) == "'Agent' object has no attribute 'nothing'"
+    assert not hasattr(agent, "invoke")  # what duck typing asks still says no

@@ -181,9 +181,10 @@ def percentage(*, low: int, high: int) -> Check:
                 raise
             if not low <= meant <= high:
                 raise
-            _fail(
-                ConfigError, _name(None, attr), value, f"{text} ({meant}, not {value})"
-            )
+        else:
+            return
+        # Out of the except block: one error, not the plain one's during it.
+        _fail(ConfigError, _name(None, attr), value, f"{text} ({meant}, not {value})")
 
     return validate
 

@@ -9,7 +9,17 @@ import math
 import os
 import types
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any, Never, NoReturn, TypeVar, cast, final, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Never,
+    NoReturn,
+    TypeVar,
+    cast,
+    final,
+    overload,
+)
 
 import anyio
 import attrs
@@ -275,6 +285,21 @@ def _running_loop() -> str | None:
     return "asyncio"
 
 
+_OTHER_AGENT_NAMES: Final = {
+    "invoke": "a task runs with agent.run_sync('...') (await agent.run('...') "
+    "in async code); the conversation so far is the agent's session",
+    "ainvoke": "a task runs with await agent.run('...'); the conversation so "
+    "far is the agent's session",
+    "stream": "a run streams with async with agent.run_stream('...') as "
+    "stream: async for text in stream",
+    "astream": "a run streams with async with agent.run_stream('...') as "
+    "stream: async for text in stream",
+    "run_streamed": "a run streams with async with agent.run_stream('...') as "
+    "stream: async for text in stream",
+}
+"""Other agent frameworks' names for running an agent, and turnfsm's."""
+
+
 def _driver_of(agent: object) -> object:
     """An `Agent`'s driver; anything else as it is (the driver checks it)."""
     return agent.driver if isinstance(agent, Agent) else agent
@@ -297,6 +322,14 @@ class Agent:
     """
 
     __slots__ = ("driver", "session", "store")
+
+    if not TYPE_CHECKING:  # a type checker names a wrong attribute itself
+
+        def __getattr__(self, name: str) -> Any:
+            # Called only for a name the agent does not have.
+            hint = _OTHER_AGENT_NAMES.get(name)
+            said = f"'Agent' object has no attribute {name!r}"
+            raise AttributeError(f"{said}: {hint}" if hint else said)
 
     def __init__(
         self,

@@ -7,6 +7,7 @@ and its value, before anything is written.
 from __future__ import annotations
 
 import gc
+import http.server
 import json
 import re
 import socket
@@ -22,7 +23,7 @@ import anyio
 import pytest
 
 from tests.cli import approval_agent
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, http_server
 from turnfsm.cli import main
 from turnfsm.cli._run import (
     LOCAL_MAX_TURNS,
@@ -155,6 +156,13 @@ TOOLS = "tests.cli.approval_agent"
             ["--model", "openai:o", "--tools", f"{TOOLS}:delete_file,"],
             f"--tools='{TOOLS}:delete_file,'",
             "with no empty name (e.g. myapp.tools:a,b)",
+        ),
+        (
+            # A module without its function: it showed an agent as the example
+            # (MODULE:ATTR (e.g. myapp.agents:support)).
+            ["--model", "openai:o", "--tools", TOOLS],
+            f"--tools='{TOOLS}'",
+            "expected MODULE:FUNC (e.g. myapp.tools:search)\n",
         ),
         (
             ["--model", "openai:o", "--machine", "none.toml"],
@@ -781,3 +789,109 @@ def test_a_local_window_past_the_bundled_model_is_refused_before_it_starts(
         f"turnfsm run: invalid {option}: expected an int in 1..32,768, the "
         "bundled Gemma 3 270M's trained context\n"
     )
+
+
+class _LocalCompletions(http.server.BaseHTTPRequestHandler):
+    """A stand-in for the local model's server: every reply is "hello"."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        reply = {"role": "assistant", "content": "hello"}
+        done = {"index": 0, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 5, "completion_tokens": 1}
+        if request.get("stream"):
+            chunks = [
+                {"choices": [{"index": 0, "delta": reply}]},
+                {"choices": [{**done, "delta": {}}], "usage": usage},
+            ]
+            data = "".join(
+                f"data: {json.dumps({'id': 'x', 'model': 'local', **c})}\n\n"
+                for c in chunks
+            )
+            body, kind = (data + "data: [DONE]\n\n").encode(), "text/event-stream"
+        else:
+            choice = {**done, "message": reply}
+            completion = {"id": "x", "model": "local", "choices": [choice]}
+            body = json.dumps({**completion, "usage": usage}).encode()
+            kind = "application/json"
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # no /props: the window is the n_ctx it started with
+        self.send_error(404)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_the_local_model_s_start_is_announced_and_timed(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading the model took 15 s on a busy machine, with nothing printed:
+    # the command seemed to hang before its first line.
+    from turnfsm.providers import LlamaServer
+
+    with http_server(_LocalCompletions) as (url, _served):
+
+        def start(server: LlamaServer) -> LlamaServer:
+            print("(the server starts)", file=sys.stderr)
+            server.port = int(url.rsplit(":", 1)[1])
+            return server
+
+        monkeypatch.setattr(LlamaServer, "start", start)
+        argv = ["run", "hi", "--model", "local", "--store", "memory:"]
+        assert main([*argv, "--n-ctx", "2048"]) == 0
+    out, err = capsys.readouterr()
+    assert re.fullmatch(
+        r"starting the local model \(Gemma 3 270M on llama.cpp, a 2,048-token "
+        r"window\) \.\.\.\n\(the server starts\)\nlocal model ready in \d+\.\d s\n",
+        err,
+    ), err
+    assert "hello" in out
+
+
+def test_a_local_model_that_fails_to_start_was_announced_first(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from turnfsm.errors import ModelServerFailed
+    from turnfsm.providers import LlamaServer
+
+    def start(server: LlamaServer) -> LlamaServer:
+        raise ModelServerFailed(
+            model_path="/models/gemma.gguf", port=1, reason="exited with status 1"
+        )
+
+    monkeypatch.setattr(LlamaServer, "start", start)
+    assert main(["run", "hi", "--model", "local", "--store", "memory:"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "starting the local model (Gemma 3 270M on llama.cpp, a 4,096-token "
+        "window) ...",
+        "turnfsm run: the llama.cpp server of /models/gemma.gguf on port 1 exited "
+        "with status 1",
+    ]
+
+
+def test_a_store_that_cannot_be_used_is_named_before_the_local_model_starts(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The local model was started (seconds) and stopped, then the store refused.
+    from turnfsm.errors import ModelServerFailed
+    from turnfsm.providers import LlamaServer
+
+    started: list[LlamaServer] = []
+
+    def start(server: LlamaServer) -> LlamaServer:
+        started.append(server)
+        raise ModelServerFailed(model_path="m.gguf", port=1, reason="(a stand-in)")
+
+    monkeypatch.setattr(LlamaServer, "start", start)
+    missing = str(tmp_path / "no" / "s.db")
+    for store in ("nonsense://x", missing):
+        assert main(["run", "hi", "--model", "local", "--store", store]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("turnfsm run: ")
+        assert "--store" in line
+    assert started == []

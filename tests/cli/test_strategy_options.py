@@ -6,14 +6,18 @@ a documented subset, and a name outside it is refused naming the option.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
 import pytest
 
-from turnfsm.cli import _parser
+from turnfsm import Agent, Session, SQLiteStore
+from turnfsm.cli import _parser, main
 from turnfsm.cli._eval import strategy_maker
 from turnfsm.cli._run import compactor
 from turnfsm.context import STRATEGIES
 from turnfsm.errors import ConfigError
-from turnfsm.testing import ExtractiveSummaryModel
+from turnfsm.testing import ExtractiveSummaryModel, ScriptedModel
 
 AGENT = ("masking", "truncating", "summarizing", "layered")  # all but digest
 DEMO = ("truncating", "summarizing", "layered")  # cut inside the newest exchange
@@ -106,3 +110,36 @@ def test_eval_refuses_an_unknown_name_with_every_one(
         _parser().parse_args(["eval", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "masking, truncating, summarizing, layered, digest, or your" in help_text
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["simulate", "ses_x", "--strategy", "lyered"],
+            "turnfsm simulate: invalid --strategy='lyered': expected masking | "
+            "truncating | summarizing | layered (did you mean 'layered'?)",
+        ),
+        (
+            ["eval", "--strategy", "digets"],
+            "turnfsm eval: invalid --strategy='digets': expected masking | "
+            "truncating | summarizing | layered | digest, or MODULE:ATTR (did "
+            "you mean 'digest'?)",
+        ),
+    ],
+)
+def test_a_misspelt_strategy_names_the_one_it_is_closest_to(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The options argparse checks said it (--strategy sumarizing on run);
+    # simulate's and eval's, checked by turnfsm, listed the names only.
+    store = str(tmp_path / "s.db")
+
+    async def one_session() -> None:
+        async with SQLiteStore(store) as kept:
+            agent = Agent(model=ScriptedModel.of("ok"), store=kept)
+            await agent.run("hi", session=await Session.open(kept, "ses_x"))
+
+    anyio.run(one_session)
+    assert main([*argv, "--store", store]) == 2
+    assert said in capsys.readouterr().err

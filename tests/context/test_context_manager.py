@@ -1039,3 +1039,6 @@ def test_a_percentage_out_of_range_is_shown_as_a_whole_one_only_when_it_is_one(
     with pytest.raises(ConfigError) as caught:
         ContextManager(**{setting: value})
     assert str(caught.value) == f"invalid {setting}={value!r}: expected {expected}"
+    # One error: the traceback showed the plain refusal too, "During handling
+    # of the above exception, another exception occurred".
+    assert caught.value.__context__ is None

@@ -258,3 +258,60 @@ def test_a_tool_defined_in_the_main_script_runs_in_the_child(tmp_path: Path) -> 
         timeout=30,
     )
     assert done.stdout.strip() == "42"
+
+
+UNGUARDED = """
+import os
+
+from turnfsm import Agent
+from turnfsm.driver import function_tool
+from turnfsm.testing import FakeModelClient, reply, tool_call
+
+
+@function_tool(in_subprocess=True)
+def pid() -> str:
+    \"\"\"Say which process runs the tool.\"\"\"
+    return f"pid {os.getpid()}"
+
+
+def model(request):
+    last = request.messages[-1]
+    if last.tool_results:
+        return reply(last.tool_results[0].content)
+    return reply("", tool_call("pid", "c1"))
+
+
+print("run in", os.getpid())
+agent = Agent(model=FakeModelClient(model), tools=[pid])
+print("answer:", agent.run_sync("Which process?").text)
+"""
+
+
+def test_a_script_that_runs_its_agent_unguarded_is_not_run_again_by_the_tool(
+    tmp_path: Path,
+) -> None:
+    # The tool's process loaded the script to find the tool, and the script's
+    # top level ran the agent again there (its model called, its store
+    # written, its output printed), whose own tool call then failed with
+    # "ModuleNotFoundError: No module named '__mp_main__'".
+    script = tmp_path / "agent.py"
+    script.write_text(UNGUARDED)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=30,
+    )
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["run", "answer:"], done.stdout
+    # The tool's process ran the script up to its run, not the run.
+    assert "answer:" not in done.stderr, done.stderr
+    assert lines[1] == (
+        f"answer: tool 'pid' failed: ConfigError: invalid __main__={str(script)!r}: "
+        'expected a script that starts its runs under `if __name__ == "__main__":`; '
+        "an in_subprocess tool's process loads the script to find the tool, and "
+        "would run the agent again, calling its model and writing its store, on "
+        "every call"
+    )

@@ -57,6 +57,9 @@ def test_the_local_demo_makes_real_tool_calls_and_compacts(
     out = capsys.readouterr().out
     assert code == 0, out
     assert "REAL local model: Gemma 3 270M on llama.cpp" in out
+    # Loading the model takes seconds: the wait is announced and timed.
+    assert "starting the local model (Gemma 3 270M on llama.cpp, a 1,024-token" in out
+    assert re.search(r"^local model ready in \d+\.\d s$", out, re.MULTILINE), out
     assert "start --measured--> call_llm" in out
     # It answered, or used the demo's model calls for the local model.
     assert re.search(

@@ -631,6 +631,11 @@ def test_open_store_refuses_what_names_no_store(spec: object) -> None:
         (":memory:", "did you mean 'memory:'"),
         ("postgres:/db", "did you mean postgresql://db?"),
         ("postgresql:db", "did you mean postgresql://db?"),
+        # A web URL's two slashes, or none: the file from the working directory
+        # (they were refused naming the forms only).
+        ("sqlite://x.db", "did you mean sqlite:///x.db?"),
+        ("sqlite:x.db", "did you mean sqlite:///x.db?"),
+        ("sqlite:/var/s.db", "did you mean sqlite:////var/s.db?"),
     ],
 )
 def test_a_slip_of_a_store_name_is_refused_with_what_it_meant(

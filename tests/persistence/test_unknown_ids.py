@@ -96,6 +96,30 @@ def test_the_cli_names_an_unknown_session_and_the_closest_ones(
     still_fine(world, capsys)
 
 
+def test_a_shortened_id_names_the_session_it_begins(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    # A shortened id (as git's are, or one cut at a narrow terminal's edge)
+    # was too far from the whole one to be named: "no session", no hint.
+    db = tmp_path / "s.db"
+
+    async def two_sessions() -> list[str]:
+        async with SQLiteStore(db) as store:
+            agent = Agent(model=ScriptedModel.of("a", "b"), store=store)
+            first = await agent.run("one")
+            second = await agent.run("two", session=await Session.open(store, "ses_x"))
+            return [first.session_id, second.session_id]
+
+    generated, _ = anyio.run(two_sessions)
+    for asked in (generated[:12], generated[4:12], generated[4:]):
+        assert main(["sessions", "show", asked, "--store", str(db)]) == 2
+        line = one_line(capsys.readouterr().err, "turnfsm ")
+        assert f"no session '{asked}' in {db} (did you mean '{generated}'?)" in line
+    # Too short to say which: no id is named for three characters.
+    assert main(["sessions", "show", generated[4:7], "--store", str(db)]) == 2
+    assert "did you mean" not in capsys.readouterr().err
+
+
 def test_a_run_on_a_new_session_id_still_creates_it(tmp_path: Path) -> None:
     async def go() -> tuple[int, int, int]:
         store = MemoryStore()

@@ -30,6 +30,13 @@ __all__ = [
 ]
 
 
+_SPELLINGS = {
+    "--tools": "MODULE:FUNC (e.g. myapp.tools:search)",
+    "--compactor": "MODULE:ATTR (e.g. myapp.context:compactor)",
+}
+"""How an option that names no agent (as ``--agent`` does) spells its object."""
+
+
 def load_object(option: str, spec: str) -> Any:
     """Import ``MODULE:ATTR`` (ATTR may be dotted) and return the object.
 
@@ -39,7 +46,8 @@ def load_object(option: str, spec: str) -> Any:
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ConfigError(option, spec, "MODULE:ATTR (e.g. myapp.agents:support)")
+        spelling = _SPELLINGS.get(option, "MODULE:ATTR (e.g. myapp.agents:support)")
+        raise ConfigError(option, spec, spelling)
     if not _dotted_names(module_name):
         # Not a module name Python could import (``./app.py``, ``src/app``).
         raise ConfigError(

@@ -267,11 +267,11 @@ def _run_local_demo(
     window = LOCAL_WINDOW
     print("turnfsm demo - REAL local model: Gemma 3 270M on llama.cpp", file=sink)
     try:
-        from turnfsm.cli._run import local_client
+        from turnfsm.cli._run import local_client, start_local
         from turnfsm.providers import LlamaServer
 
         local_client()  # the SDK first: no server is started for nothing
-        server = LlamaServer(n_ctx=window).start()
+        server = start_local(LlamaServer(n_ctx=window), sink)
     except (ImportError, RuntimeError) as exc:
         run_async(close_store, store)
         print(f"turnfsm demo --model local: {explain(exc)}", file=sys.stderr)

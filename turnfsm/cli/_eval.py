@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TextIO
@@ -75,8 +76,10 @@ def strategy_maker(spec: str) -> Maker:
     if spec in STRATEGIES:
         return lambda model: shipped_strategy(spec, model)
     if ":" not in spec:
+        close = difflib.get_close_matches(spec, list(STRATEGIES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            "--strategy", spec, " | ".join(STRATEGIES) + ", or MODULE:ATTR"
+            "--strategy", spec, " | ".join(STRATEGIES) + ", or MODULE:ATTR" + hint
         )
     value = load_object("--strategy", spec)
     if isinstance(value, ContextCompactor) and not isinstance(value, type):

@@ -10,6 +10,7 @@ stream); a run that pauses prints the calls it waits on and how to answer.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import json
 import os
@@ -17,9 +18,10 @@ import shlex
 import signal
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, Final, TextIO, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar, final
 
 import anyio
 import attrs
@@ -61,6 +63,9 @@ from turnfsm.hooks import ConsoleHook
 from turnfsm.persistence import MemoryStore, Session, SessionStore
 from turnfsm.providers import ModelClient, known_window, server_window, window_for
 
+if TYPE_CHECKING:
+    from turnfsm.providers import LlamaServer
+
 __all__ = [
     "STRATEGY_NAMES",
     "AgentOptions",
@@ -77,6 +82,7 @@ __all__ = [
     "run_and_close",
     "run_async",
     "run_task",
+    "start_local",
     "write_end",
 ]
 
@@ -184,7 +190,9 @@ def compactor(name: str) -> ContextCompactor:
         ConfigError: `name` is not one of `STRATEGY_NAMES`.
     """
     if name not in STRATEGY_NAMES:
-        raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES))
+        close = difflib.get_close_matches(name, STRATEGY_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError("--strategy", name, " | ".join(STRATEGY_NAMES) + hint)
     return strategy_named(name, field="--strategy")
 
 
@@ -400,10 +408,13 @@ def open_model(
             server = LlamaServer(n_ctx=n_ctx)
         except ConfigError as exc:  # named as the option that gave it
             raise as_option(exc, n_ctx_option) from None
-        with server:
+        start_local(server, sys.stderr)  # a server that fails to start is stopped
+        try:
             local = local_client(server.base_url, window=server.context_window)
             assert local is not None
             yield local, window_for(local, window, field="--window")
+        finally:
+            server.stop()
         return
     if spec.startswith(("http://", "https://")):
         from turnfsm.providers import OpenAIModel
@@ -427,6 +438,28 @@ def open_model(
             expected += f" (did you mean {kind}:{spec}?)"
             break
     raise ConfigError(field, spec, expected)
+
+
+def start_local(server: LlamaServer, out: TextIO) -> LlamaServer:
+    """Start the bundled model's `server`, saying so on `out`; return it.
+
+    Loading the model takes seconds (more on a busy machine, and the first
+    time its file is assembled): a line says what is starting before, and
+    one how long it took after, so that the wait is not silent.
+
+    Raises:
+        ImportError: llama-cpp-python's server is not installed.
+        ModelServerFailed: the server did not start (see `LlamaServer.start`).
+    """
+    _say(
+        f"starting the local model (Gemma 3 270M on llama.cpp, a "
+        f"{server.n_ctx:,}-token window) ...",
+        out,
+    )
+    began = time.monotonic()
+    server.start()
+    _say(f"local model ready in {time.monotonic() - began:.1f} s", out)
+    return server
 
 
 def local_client(
@@ -543,6 +576,10 @@ def run_task(
     try:
         if not task.strip():  # named as the command line calls it
             raise ConfigError("task", task, "what the agent should do (it is blank)")
+        if options.model == "local":
+            # A store that cannot be used is named before the local model is
+            # started for nothing (it takes seconds).
+            run_async(close_store, open_cli_store(options.store))
         with open_driver(options) as (driver, own):
             result, place, session = run_async(
                 _run, driver, own, task, options, session_id, stream

@@ -270,7 +270,25 @@ async def not_found(exc: SessionNotFound, store: SessionStore) -> SessionNotFoun
     except StoreError:  # the store cannot list: say no more than the id
         ids = []
     close = difflib.get_close_matches(exc.session_id, ids, n=3, cutoff=0.8)
-    return attrs.evolve(exc, store=where(store), suggestions=close)
+    return attrs.evolve(
+        exc,
+        store=where(store),
+        suggestions=list(dict.fromkeys([*_started_by(exc.session_id, ids), *close]))[
+            :3
+        ],
+    )
+
+
+def _started_by(asked: str, ids: Sequence[str]) -> list[str]:
+    """The ids that `asked` begins, as a shortened id does (``ses_1a97``, ``1a97``).
+
+    Four characters at least (past the ``ses_`` every generated id has), so
+    that a short typo does not name every session.
+    """
+    given = asked.removeprefix("ses_")
+    if len(given) < 4 or asked in ids:
+        return []
+    return [i for i in ids if i != asked and i.removeprefix("ses_").startswith(given)]
 
 
 _NO_TIME = "-"

@@ -32,15 +32,30 @@ from typing import IO, Any
 __all__ = ["answer", "as_text", "main"]
 
 
+LOADING_MAIN: str | None = None
+"""While the parent's ``__main__`` is loaded, the script (or ``-m`` module) it is.
+
+Read by `turnfsm.driver._subprocess.loading_main` (this file is the
+child's ``__main__``): a run started then is refused, since a script that
+starts its agent at its top level, not under ``if __name__ ==
+"__main__":``, would run it again in here.
+"""
+
+
 def _load_main(how: list[str] | None) -> None:
     """Load the parent's ``__main__`` as ``__mp_main__``, as multiprocessing does."""
+    global LOADING_MAIN
     if how is None:
         return
     kind, where = how
-    if kind == "module":
-        found = runpy.run_module(where, run_name="__mp_main__", alter_sys=False)
-    else:
-        found = runpy.run_path(where, run_name="__mp_main__")
+    LOADING_MAIN = where
+    try:
+        if kind == "module":
+            found = runpy.run_module(where, run_name="__mp_main__", alter_sys=False)
+        else:
+            found = runpy.run_path(where, run_name="__mp_main__")
+    finally:
+        LOADING_MAIN = None
     module = types.ModuleType("__mp_main__")
     module.__dict__.update(found)
     sys.modules["__main__"] = sys.modules["__mp_main__"] = module

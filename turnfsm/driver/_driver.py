@@ -125,6 +125,11 @@ def _not_a_name(_driver: Any, _attr: Any, value: Any) -> None:
         if value.startswith(("http://", "https://")):
             url, _, name = value.partition("#")
             named = [f"model=OpenAIModel({name or 'MODEL'!r}, base_url={url!r})"]
+        if value == "local":  # the command line's bundled model, on its server
+            named = [
+                "model=OpenAIModel('local', base_url=server.base_url) for "
+                "server = LlamaServer().start(), the bundled local model"
+            ]
         clients = (
             named
             or [

@@ -37,6 +37,7 @@ from turnfsm.driver._subagents import (
     end_open_children,
     run_scope,
 )
+from turnfsm.driver._subprocess import loading_main
 from turnfsm.driver._tools import missing_tools
 from turnfsm.errors import (
     ConfigError,
@@ -74,6 +75,7 @@ async def start_run(
     committed history; such a run keeps its buffers, and takes the
     compacted history when it goes on.
     """
+    _not_in_a_tools_process()
     with session.claim():
         async with holding(
             session, ttl=driver.lease_ttl, store_timeout=driver.store_timeout
@@ -99,6 +101,25 @@ async def start_run(
                 )
 
 
+def _not_in_a_tools_process() -> None:
+    """Refuse a run the script starts while an in_subprocess tool's process loads it.
+
+    Raises:
+        ConfigError: this process runs a tool and loads the caller's script
+            to find it, and the script starts a run at its top level.
+    """
+    script = loading_main()
+    if script is not None:
+        raise ConfigError(
+            "__main__",
+            script,
+            'a script that starts its runs under `if __name__ == "__main__":`; '
+            "an in_subprocess tool's process loads the script to find the "
+            "tool, and would run the agent again, calling its model and "
+            "writing its store, on every call",
+        )
+
+
 async def resume_run(
     driver: Driver,
     session: Session,
@@ -116,6 +137,7 @@ async def resume_run(
     the sub-agent's answer: `event` goes to the sub-agent's run, and this
     run carries its open call on.
     """
+    _not_in_a_tools_process()
     waiting = _waits_on_subagent(session, run_id)
     answer: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     # A cancel ends this run, not only the sub-agent it waits on.

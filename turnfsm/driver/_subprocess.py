@@ -36,7 +36,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
-__all__ = ["ToolRaised", "call_in_subprocess", "check_isolatable"]
+__all__ = ["ToolRaised", "call_in_subprocess", "check_isolatable", "loading_main"]
 
 CHILD: Final = str(Path(__file__).with_name("_child.py"))
 """The runner script the child process executes."""
@@ -52,6 +52,24 @@ class ToolRaised(Exception):
 
     def __str__(self) -> str:
         return f"{self.type_name}: {self.message}" if self.message else self.type_name
+
+
+def loading_main() -> str | None:
+    """The script an ``in_subprocess`` tool's process is loading, else None.
+
+    The child loads the parent's ``__main__`` to find a tool defined there;
+    a run started meanwhile is the script's own, started at its top level
+    instead of under ``if __name__ == "__main__":``, and would call the
+    model and write the store again, once per tool call.
+    """
+    main = sys.modules.get("__main__")
+    # Read from the namespace: a missed getattr on a module costs microseconds
+    # (an AttributeError made and dropped), on every run's start.
+    loading = getattr(main, "__dict__", {}).get("LOADING_MAIN")
+    if not isinstance(loading, str):
+        return None
+    ran = getattr(main, "__file__", None)
+    return loading if ran and os.path.realpath(ran) == os.path.realpath(CHILD) else None
 
 
 def check_isolatable(fn: Callable[..., Any]) -> str | None:

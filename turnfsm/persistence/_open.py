@@ -145,6 +145,11 @@ def _meant(spec: str) -> str | None:
     if colon and scheme.lower() in ("postgres", "postgresql"):
         url = rest.lstrip("/")
         return f"postgresql://{url}" if url else "a postgresql://HOST/DATABASE URL"
+    if colon and scheme.lower() == "sqlite" and rest.strip("/"):
+        # sqlite://s.db (two slashes, as in a web URL) and sqlite:s.db name a
+        # file from the working directory; sqlite:/var/s.db an absolute one.
+        path = rest[2:] if rest.startswith("//") else rest
+        return f"sqlite:///{path}"
     return None
 
 
