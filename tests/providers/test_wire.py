@@ -634,3 +634,6 @@ async def test_a_run_given_a_reply_cut_at_the_window_never_takes_it(
     result = await _agent(url, tmp_path).run("hi")
     assert result.outcome == "failed"
     assert "model_context_window_exceeded" in str(result.error)
+    # The advice named only the model's real window: the reply budget, which
+    # did not fit beside the conversation, went unnamed.
+    assert "lower the reply budget (max_output_tokens)" in str(result.error)
