@@ -721,6 +721,25 @@ def test_a_refused_requests_advice_names_the_window_option(error: str) -> None:
     assert "context_window" in own, own
 
 
+def test_a_reply_cut_at_the_window_names_the_max_tokens_option_too() -> None:
+    from turnfsm.cli._run import AgentOptions, cli_words
+    from turnfsm.errors import CompactionStalled
+
+    cut = (
+        "the provider cut the reply off at 12 of its 500 tokens: by its count the"
+        " request is 3900 input + 500 reply = 4400 tokens > the 4096 window"
+    )
+    from turnfsm.errors import LargeItem
+
+    largest = (LargeItem(kind="message", role="user", turn=1, index=0, tokens=1291),)
+    exc = CompactionStalled(1307, 1307, provider_message=cut, largest=largest)
+    said = cli_words(exc, AgentOptions(model="http://127.0.0.1:9/v1#m"))
+    assert "lower the reply budget (--max-tokens)" in said, said
+    assert "--window to the model's real window" in said, said
+    assert "max_output_tokens" not in said, said
+    assert "context_window" not in said, said
+
+
 def test_a_run_the_server_refused_ends_with_the_window_option() -> None:
     import io
 

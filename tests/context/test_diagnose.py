@@ -586,6 +586,53 @@ def test_after_a_refusal_the_hint_asks_for_the_models_window_not_a_bigger_one(
     assert "over 9000" not in hint
 
 
+CUT = (
+    # Anthropic's client, and the driver's word for a server that clips the
+    # reply budget to its window (llama.cpp's)
+    "the reply filled the model's context window before it was done (stop reason"
+    " 'model_context_window_exceeded', after 4 output tokens on 9 input tokens)",
+    "the provider cut the reply off at 12 of its 500 tokens: by its count the"
+    " request is 3900 input + 500 reply = 4400 tokens > the 4096 window",
+)
+
+
+@pytest.mark.parametrize("said", CUT, ids=["anthropic", "clipped"])
+@pytest.mark.parametrize("error_type", [CompactionStalled, ContextExceeded])
+def test_a_reply_cut_at_the_window_asks_for_a_smaller_reply_budget_too(
+    said: str, error_type: type[ContextExceeded]
+) -> None:
+    # It asked only for the model's real window: the reply budget, which did
+    # not fit beside the conversation, went unnamed.
+    error = error_type(
+        used=9000,
+        limit=9000,
+        largest=(USER, SYSTEM),
+        strategy="TruncatingCompactor",
+        provider_message=said,
+    )
+    advice = str(error)
+
+    assert "the reply off at the window" in advice
+    assert "lower the reply budget (max_output_tokens)" in advice
+    assert "context_window to the model's real window" in advice
+    assert advice.endswith(
+        "context_window to the model's real window or a smaller reply budget"
+        " (max_output_tokens)"
+    )
+
+
+def test_a_refused_request_asks_for_no_smaller_reply_budget() -> None:
+    error = CompactionStalled(
+        used=9000,
+        limit=9000,
+        largest=(USER, SYSTEM),
+        strategy="TruncatingCompactor",
+        provider_message=SAID,
+    )
+
+    assert "max_output_tokens" not in str(error)
+
+
 # -- pinned items: no strategy shrinks them --------------------------------------
 
 

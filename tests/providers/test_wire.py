@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.utils
 import http.server
 import json
+import logging
 import select
 import socket
 import time
@@ -634,3 +635,77 @@ async def test_a_run_given_a_reply_cut_at_the_window_never_takes_it(
     result = await _agent(url, tmp_path).run("hi")
     assert result.outcome == "failed"
     assert "model_context_window_exceeded" in str(result.error)
+    # The advice named only the model's real window: the reply budget, which
+    # did not fit beside the conversation, went unnamed.
+    assert "lower the reply budget (max_output_tokens)" in str(result.error)
+
+
+# -- a byte-order mark, an error after the stop ----------------------------------------
+
+BOM = b"\xef\xbb\xbf"
+
+
+@PROVIDERS
+@pytest.mark.parametrize("cut", [5, 1], ids=["whole", "split"])
+async def test_a_byte_order_mark_before_a_stream_is_ignored(
+    wire: tuple[str, type[_Wire]], client: Any, body: Any, cut: int
+) -> None:
+    # Event streams may begin with one (it is ignored): the first event was
+    # lost, an OpenAI reply read as empty text, done; Anthropic's failed.
+    url, handler = wire
+    raw = BOM + body("hi")  # in two writes, apart: a mark split across reads
+    handler.pieces = [raw[:cut], 0.05, raw[cut:]]
+    with anyio.fail_after(20):
+        events = await _streamed(client(url))
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert done.response.message.text == "hi"
+    assert [e for e in events if isinstance(e, TextDelta)] == [TextDelta(text="hi")]
+
+
+BUSY = {"type": "overloaded_error", "message": "Busy", "code": 529}
+
+
+@pytest.mark.parametrize(
+    ("anyio_backend", "client", "pieces"),
+    [
+        pytest.param(
+            "asyncio",
+            _anthropic,
+            [
+                *(_event(e) for e in (*_anthropic_text("Hi"), _stopped(4))),
+                _event({"type": "error", "error": BUSY}),
+            ],
+            id="anthropic",
+        ),
+        pytest.param(
+            "asyncio",
+            _openai,
+            [
+                _chunk(choices=_choice({"role": "assistant", "content": "Hi"})),
+                _chunk(choices=_choice({}, "stop")),
+                f"data: {json.dumps({'error': BUSY})}\n\n".encode(),
+            ],
+            id="openai",
+        ),
+    ],
+)
+async def test_an_error_event_after_the_stop_reason_keeps_the_whole_reply(
+    wire: tuple[str, type[_Wire]],
+    client: Any,
+    pieces: list[bytes | float],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The reply was whole at its stop reason: the error failed it as a
+    # retryable server error, and the run asked (and paid) for it again.
+    url, handler = wire
+    handler.pieces = pieces
+    with caplog.at_level(logging.WARNING, logger="turnfsm.providers"):
+        events = await _streamed(client(url))
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert (done.response.message.text, done.response.finish_reason) == ("Hi", "stop")
+    assert handler.posts == 1
+    [record] = caplog.records
+    assert "after its reply was whole" in record.getMessage()
+    assert "Busy" in record.getMessage()

@@ -108,6 +108,8 @@ def _hint(error: ContextExceeded) -> str:
         if refused
         else f"a context window over {error.used} tokens"
     )
+    # A reply cut at the window: its budget did not fit beside the messages.
+    smaller = " or a smaller reply budget (max_output_tokens)" if _cut(error) else ""
     fits = (
         f"{window}, a smaller reply budget (max_output_tokens), or fewer pinned "
         "messages"
@@ -118,7 +120,7 @@ def _hint(error: ContextExceeded) -> str:
         return (
             "pinned messages fill it, and no pass drops or shortens a pinned "
             "message: shorten them, switch off a pin rule (PinRules), or give "
-            f"the run {window}"
+            f"the run {window}{smaller}"
         )
     if 2 * results >= listed:
         if strategy not in _MASKS:
@@ -148,6 +150,7 @@ def _hint(error: ContextExceeded) -> str:
                 if refused
                 else "a bigger context_window"
             )
+            + smaller
         )
     # What each keeps whole: its newest exchanges, which no summary covers.
     keeps = (
@@ -208,7 +211,12 @@ class ContextExceeded(TurnFSMError):
 
     def __str__(self) -> str:
         if self.provider_message:
-            what = "the provider kept refusing the request as too long - " + _REFUSED
+            what = (
+                "the provider kept cutting the reply off at the window - "
+                + _SMALLER_REPLY
+                if _cut(self)
+                else "the provider kept refusing the request as too long - "
+            ) + _REFUSED
         else:
             what = "use a bigger window or a compactor that shrinks harder"
         return (
@@ -226,6 +234,29 @@ _REFUSED: Final = (
     " refuses"
 )
 """What to do when the provider refused a request the run's window allowed."""
+
+_CUT_MARKS: Final = (
+    "model_context_window_exceeded",  # Anthropic's stop reason, quoted
+    "cut the reply off at",  # a server that clips the reply budget to its window
+)
+"""What the provider's words hold when its overflow was a reply cut at the window."""
+
+_SMALLER_REPLY: Final = (
+    "lower the reply budget (max_output_tokens), which the window did not hold"
+    " beside the conversation, or "
+)
+"""The first advice for a reply cut at the window, before `_REFUSED`."""
+
+
+def _cut(error: ContextExceeded) -> bool:
+    """Whether the provider's overflow was a reply cut at the window.
+
+    Such a reply (Anthropic's ``model_context_window_exceeded``, a server
+    that clips the reply budget to what its window leaves) overflowed by
+    its budget: a smaller budget fixes it, as the model's real window does.
+    """
+    said = error.provider_message
+    return any(mark in said for mark in _CUT_MARKS)
 
 
 def _provider_text(error: ContextExceeded) -> str:
@@ -266,10 +297,17 @@ class CompactionStalled(ContextExceeded):
 
     def __str__(self) -> str:
         if self.provider_message:
+            cut = _cut(self)
             what = (
-                "the provider refused the request as too long, and the pass run"
-                " for it saved nothing (a vetoing hook, no context manager, or a"
-                " conversation the compactor cannot cut) - " + _REFUSED
+                (
+                    "the provider cut the reply off at the window"
+                    if cut
+                    else "the provider refused the request as too long"
+                )
+                + ", and the pass run for it saved nothing (a vetoing hook, no"
+                " context manager, or a conversation the compactor cannot cut) - "
+                + (_SMALLER_REPLY if cut else "")
+                + _REFUSED
             )
         elif self.window_check:
             what = (

@@ -58,7 +58,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent, until_done
+from turnfsm.providers._sdk import LoopClient, sent, until_done, without_bom
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -219,6 +219,7 @@ class AnthropicModel:
             events: _EventStream = await sent(
                 self._client().messages.create, self._options(request), stream=True
             )
+            without_bom(events.response)
             async with events:
                 if not _is_event_stream(events.response.headers):
                     # A proxy or a compatible server answered with one JSON
@@ -236,7 +237,13 @@ class AnthropicModel:
                 # reads the stop reason and the last usage from the
                 # message_delta), so a server that holds the stream open
                 # after it is left, `AFTER_STOP_WAIT` later.
-                with broken_off(where, *_DROPPED, whole=reply.whole):
+                with broken_off(
+                    where,
+                    *_DROPPED,
+                    whole=reply.whole,
+                    sent=anthropic.APIError,
+                    classify=classify_anthropic_error,
+                ):
                     async with aclosing(until_done(events, reply.whole)) as read:
                         async for event in read:
                             if text := reply.add(event):

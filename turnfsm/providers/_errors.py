@@ -29,6 +29,7 @@ from __future__ import annotations
 import email.utils
 import html
 import json
+import logging
 import math
 import re
 import uuid
@@ -42,6 +43,8 @@ import pydantic
 
 from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError
+
+logger = logging.getLogger("turnfsm.providers")
 
 __all__ = [
     "AUTH",
@@ -326,6 +329,8 @@ def broken_off(
     connection: type[BaseException],
     *,
     whole: Callable[[], bool] = lambda: False,
+    sent: type[BaseException] | tuple[()] = (),
+    classify: Callable[[Any], ProviderError] | None = None,
 ) -> Iterator[None]:
     """Say that a connection lost mid-stream broke the stream from `where` off.
 
@@ -335,6 +340,13 @@ def broken_off(
     a kind of its connection error, and stays what it is). Once the reply
     is `whole` (it said why it stopped), a connection lost or a read timed
     out only ends the stream: the reply stands.
+
+    So does an error event that comes after the stop (`sent`, the SDK's
+    error class, raised for one; `classify` reads it): what follows a stop
+    is delivery's bookkeeping (the usage, the end), and no error a server
+    sends then (overloaded, an upstream's failure, a timeout) withdraws a
+    reply it has finished. Asked for again, the reply would be billed
+    twice. The error is logged as a warning on ``turnfsm.providers``.
     """
     try:
         yield
@@ -346,6 +358,15 @@ def broken_off(
             raise connection_error(
                 f"the stream from {where} broke off: {dropped(exc)}"
             ) from exc
+    except sent as exc:
+        if not whole() or classify is None:
+            raise
+        logger.warning(
+            "the stream from %s sent an error after its reply was whole "
+            "(its stop reason had come); the reply is kept: %s",
+            where,
+            classify(exc),
+        )
 
 
 def unreadable_body_error(

@@ -57,7 +57,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent, until_done
+from turnfsm.providers._sdk import LoopClient, sent, until_done, without_bom
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -242,12 +242,19 @@ class OpenAIModel:
                 stream=True,
                 stream_options={"include_usage": True},
             )
+            without_bom(chunks.response)
             where = _named(self._sdk.client.base_url)
             async with chunks:
                 # After the finish_reason, only the usage (and [DONE]) may
                 # follow: a server that holds the stream open after it is
                 # left `AFTER_STOP_WAIT` later, the usage kept if it came.
-                with broken_off(where, *_DROPPED, whole=reply.stopped):
+                with broken_off(
+                    where,
+                    *_DROPPED,
+                    whole=reply.stopped,
+                    sent=openai.APIError,
+                    classify=classify_openai_error,
+                ):
                     async with aclosing(until_done(chunks, reply.stopped)) as read:
                         async for chunk in read:
                             if text := reply.add(chunk):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any, Final, Generic, Protocol, TypeVar, cast, final
 
 import anyio
@@ -20,7 +21,7 @@ from anyio.lowlevel import current_token
 
 from turnfsm._json import well_formed
 
-__all__ = ["AFTER_STOP_WAIT", "LoopClient", "sent", "until_done"]
+__all__ = ["AFTER_STOP_WAIT", "LoopClient", "sent", "until_done", "without_bom"]
 
 
 class _Closable(Protocol):
@@ -148,3 +149,38 @@ async def until_done(
         if scope.cancelled_caught:
             return  # whole, and nothing more came in time
         yield event
+
+
+_BOM: Final = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark."""
+
+
+def without_bom(response: Any) -> None:
+    """Have `response`'s body read without a UTF-8 byte-order mark at its start.
+
+    An event stream may begin with one, and its reader ignores it; the
+    SDKs read it as part of the first line's field name, and so drop the
+    first event (the OpenAI reply's first chunk of text, the Anthropic
+    ``message_start``). `response` is the SDK stream's HTTP response,
+    not read yet: its ``aiter_bytes`` (the decoded body, which the SDKs'
+    event readers read) is wrapped. A mark split across reads is found too.
+    """
+    read: Callable[..., AsyncGenerator[bytes]] = response.aiter_bytes
+
+    async def aiter_bytes(chunk_size: int | None = None) -> AsyncGenerator[bytes]:
+        head: bytes | None = b""
+        async with aclosing(read(chunk_size)) as chunks:
+            async for chunk in chunks:
+                if head is None:
+                    yield chunk
+                    continue
+                head += chunk
+                if len(head) < len(_BOM) and _BOM.startswith(head):
+                    continue  # maybe a mark, split
+                if rest := head.removeprefix(_BOM):
+                    yield rest
+                head = None
+        if head:
+            yield head  # a body shorter than a mark
+
+    response.aiter_bytes = aiter_bytes
