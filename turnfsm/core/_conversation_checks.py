@@ -23,6 +23,7 @@ transition for:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Mapping
 from typing import Final
 
@@ -172,23 +173,27 @@ def _check_calls_run(
     answering = {
         p for p, k in kinds.items() if k not in _LEAVES_CALLS_OPEN and p not in fails
     }
-    # Each phase a reply's calls may reach unanswered -> the way they came.
-    ways: dict[str, tuple[str, ...]] = {}
+    # Each phase a reply's calls may reach unanswered -> the phase they came
+    # from, and whether that is the model-call phase that replied.
+    ways: dict[str, tuple[str, bool]] = {}
     for source, group in _groups(spec, "model_replied").items():
         for i, t in enumerate(group):
             if t.dest in answering and t.dest not in ways and _may_carry(group, i):
-                ways[t.dest] = (source, t.dest)
-    reached = list(ways)
+                ways[t.dest] = (source, True)
+    leaving: dict[str, list[TransitionSpec]] = {}  # each phase's, in file order
+    for t in spec.transitions:
+        for source in t.sources:
+            leaving.setdefault(source, []).append(t)
+    reached = deque(ways)
     while reached:  # and the phases reached from them before the calls ran
-        phase = reached.pop(0)
-        for t in spec.transitions:
+        phase = reached.popleft()
+        for t in leaving.get(phase, ()):
             if (
-                phase in t.sources
-                and _may_come(kinds[phase], t.trigger)
+                _may_come(kinds[phase], t.trigger)
                 and t.dest in answering
                 and t.dest not in ways
             ):
-                ways[t.dest] = (*ways[phase], t.dest)
+                ways[t.dest] = (phase, False)
                 reached.append(t.dest)
     for t in spec.transitions:
         dest = t.dest
@@ -208,7 +213,7 @@ def _check_calls_run(
         if held is None:
             continue
         if t.trigger != "message_injected":
-            problem(_leaves_calls(held, t, ways[held]), t)
+            problem(_leaves_calls(held, t, _way(ways, held)), t)
         elif into != "finish":  # an injection into finish: its own problem
             problem(_injected_leaves_calls(held, dest), t)
 
@@ -253,6 +258,16 @@ def _may_carry(group: list[TransitionSpec], index: int) -> bool:
     if _CALLS in t.unless:
         return False
     return not checks_first(group, index, _CALLS, into, set())
+
+
+def _way(ways: Mapping[str, tuple[str, bool]], phase: str) -> tuple[str, ...]:
+    """The way a reply's calls came to `phase`, from the phase that replied."""
+    way = [phase]
+    while True:
+        before, replied = ways[way[-1]]
+        way.append(before)
+        if replied:
+            return tuple(reversed(way))
 
 
 def _injected_leaves_calls(source: str, dest: str) -> str:
