@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from typing import Final
 
-from turnfsm.core._graph import Report, checks_first, reachable
+from turnfsm.core._graph import SHOWN_STEPS, Report, checks_first, reachable
 from turnfsm.core._guards import GUARDS
 from turnfsm.core._reducers import ACCEPTS
 from turnfsm.core._spec import MachineSpec, TransitionSpec
@@ -281,7 +281,11 @@ def _injected_leaves_calls(source: str, dest: str) -> str:
 
 
 def _leaves_calls(source: str, t: TransitionSpec, way: tuple[str, ...]) -> str:
-    came = " -> ".join(map(repr, way))
+    shown = [repr(p) for p in way]
+    if len(way) > SHOWN_STEPS + 1:  # a generated machine's: its ends are enough
+        skipped = len(way) - SHOWN_STEPS - 1
+        shown[SHOWN_STEPS:] = [f"... ({skipped} more) -> {source!r}"]
+    came = " -> ".join(shown)
     return (
         f"phase {source!r} on {t.trigger!r} enters {t.dest!r} with the reply's"
         f" tool calls unanswered: a reply with tool calls comes to {source!r}"

@@ -17,7 +17,7 @@ from typing import Final, TypeAlias
 
 from turnfsm.core._spec import MachineSpec, TransitionSpec
 
-__all__ = ["Report", "check_graph", "checks_first", "reachable"]
+__all__ = ["SHOWN_STEPS", "Report", "check_graph", "checks_first", "reachable"]
 
 Report: TypeAlias = Callable[[str, str | TransitionSpec], None]
 """Takes a problem's message and its subject: a phase's name or a transition."""
@@ -289,8 +289,8 @@ Each records a reply and counts a turn.
 _CYCLE_STARTS: Final = 64
 """How many phases of a cycle the search for its shortest one starts from."""
 
-_CYCLE_SHOWN: Final = 12
-"""How many steps of an unbounded cycle its problem names."""
+SHOWN_STEPS: Final = 12
+"""How many steps a problem names of an unbounded cycle, or of a way calls came."""
 
 _Node: TypeAlias = tuple[str, bool]
 """A phase, and for a model-call phase whether it was entered on `measured`."""
@@ -394,8 +394,8 @@ def _check_termination(
     named.extend(_reset_cycles(spec, full, resets, edges))
     for _, cycle in sorted(named):
         steps = [f"{phase} -[{trigger}]->" for phase, trigger in cycle]
-        if len(steps) > _CYCLE_SHOWN:  # a generated machine's: its start is enough
-            steps[_CYCLE_SHOWN:] = [f"... ({len(cycle) - _CYCLE_SHOWN} more steps) ->"]
+        if len(steps) > SHOWN_STEPS:  # a generated machine's: its start is enough
+            steps[SHOWN_STEPS:] = [f"... ({len(cycle) - SHOWN_STEPS} more steps) ->"]
         path = " ".join(steps)
         problem(
             f"cycle {path} {cycle[0][0]} is not bounded by a model call, a retry "
