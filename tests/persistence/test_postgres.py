@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import textwrap
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -130,6 +131,31 @@ async def test_the_appends_arrays_reach_the_server_as_they_were(
             (_Texts(texts), _Int8s(numbers), _Int8s()),
         )
         assert await cur.fetchone() == (texts, numbers, [])
+
+
+async def test_a_sql_ascii_database_keeps_text_as_text(
+    postgres_server: str,
+) -> None:
+    # SQL_ASCII keeps bytes as they come: the store speaks UTF-8 to it, so
+    # what it writes reads back as the text it was (it read back as bytes).
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"ascii_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' LC_COLLATE 'C'"
+            " LC_CTYPE 'C' TEMPLATE template0"
+        )
+    try:
+        url = make_conninfo(postgres_server, dbname=name)
+        assert conninfo_to_dict(url)["dbname"] == name
+        entries = sample_entries()
+        async with PostgresStore(url) as store:
+            await store.append("s1", entries, expected_version=0)
+            assert _same(await store.load("s1"), entries)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 async def test_a_new_store_object_reads_what_another_wrote(

@@ -66,8 +66,10 @@ class _TextsDumper(Dumper):
     def __init__(self, cls: type, context: psycopg.abc.AdaptContext | None = None):
         super().__init__(cls, context)
         conn = self.connection
-        # The client's encoding, as psycopg's own text dumper uses.
-        self._encoding = conn.info.encoding if conn is not None else "utf-8"
+        # The client's encoding, as psycopg's own text dumper uses it: UTF-8
+        # where the database takes bytes as they come (SQL_ASCII).
+        encoding = conn.info.encoding if conn is not None else "utf-8"
+        self._encoding = "utf-8" if encoding == "ascii" else encoding
 
     def dump(self, obj: _Texts) -> bytes:
         if not obj:

@@ -276,8 +276,15 @@ class PostgresStore:
         return pool
 
     async def _connect(self) -> _Conn:
+        # UTF-8 on the wire whatever the database's encoding: a SQL_ASCII
+        # database keeps the bytes as sent and gives them back the same, where
+        # a client speaking its encoding read them back as bytes, not text.
         conn = await psycopg.AsyncConnection.connect(
-            self._url, autocommit=True, connect_timeout=self._wait, context=ADAPTERS
+            self._url,
+            autocommit=True,
+            connect_timeout=self._wait,
+            context=ADAPTERS,
+            client_encoding="UTF8",
         )
         try:
             with anyio.fail_after(self.timeout):
