@@ -252,14 +252,14 @@ def _sqlite_file(path: Path, *statements: str) -> None:
 
 
 def _newer(path: Path) -> None:
-    SQLiteStore(path)._handle.conn.close()
+    SQLiteStore(path)._handle.close()
     _sqlite_file(
         path, "UPDATE turnfsm_meta SET value = '99' WHERE key = 'schema_version'"
     )
 
 
 def _truncated(path: Path) -> None:
-    SQLiteStore(path)._handle.conn.close()
+    SQLiteStore(path)._handle.close()
     data = path.read_bytes()
     path.write_bytes(data[:1024] + b"\x07" * 2048)
 

@@ -26,7 +26,10 @@ Theory of operation:
   free, commits right away, inline: that costs less than handing the call
   to a thread. When another process holds the lock, the write is retried in
   a worker thread (`anyio.to_thread.run_sync`) that waits up to
-  `busy_timeout`; reads always run there. One connection serves the store;
+  `busy_timeout`; reads always run there. Opening the file waits there too:
+  the constructor opens it only if no other process holds it locked, and a
+  store without a connection (not opened yet, closed, let go of the file)
+  opens it in the worker thread. One connection serves the store;
   a `threading.Lock` keeps its calls one at a time (an anyio
   `CapacityLimiter` belongs to one event loop, and `Agent.run_sync` opens a
   new loop per call). Each call is a whole transaction, and the wait for a
@@ -186,7 +189,10 @@ class SQLiteStore:
     Raises:
         StoreUnusable: the file is not an SQLite database (or not a regular
             file: a FIFO, a directory), is another application's, or has a
-            schema newer than this turnfsm knows; it was not changed.
+            schema newer than this turnfsm knows; it was not changed. A file
+            another process holds locked is opened by the store's first
+            call instead, in a worker thread, which raises this if the lock
+            outlasts `busy_timeout`.
         ConfigError: a bad path (blank, with a NUL character, a name of
             SQLite's for a database in memory) or an option out of range.
     """
