@@ -16,7 +16,7 @@ import textwrap
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +94,8 @@ async def test_synchronous_full_is_an_option_and_bad_options_are_config_errors(
     tmp_path: Path,
 ) -> None:
     async with SQLiteStore(tmp_path / "full.db", synchronous="FULL") as store:
-        assert store._conn.execute("PRAGMA synchronous").fetchone() == (2,)
-        assert store._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+        assert store._handle.conn.execute("PRAGMA synchronous").fetchone() == (2,)
+        assert store._handle.conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
     with pytest.raises(ConfigError, match="synchronous"):
         SQLiteStore(tmp_path / "x.db", synchronous="OFF")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="busy_timeout"):
@@ -252,14 +252,14 @@ def _sqlite_file(path: Path, *statements: str) -> None:
 
 
 def _newer(path: Path) -> None:
-    SQLiteStore(path)._conn.close()
+    SQLiteStore(path)._handle.close()
     _sqlite_file(
         path, "UPDATE turnfsm_meta SET value = '99' WHERE key = 'schema_version'"
     )
 
 
 def _truncated(path: Path) -> None:
-    SQLiteStore(path)._conn.close()
+    SQLiteStore(path)._handle.close()
     data = path.read_bytes()
     path.write_bytes(data[:1024] + b"\x07" * 2048)
 
@@ -1408,3 +1408,110 @@ async def test_a_message_edited_in_its_table_is_refused_naming_the_entry(
     assert raised.value.path.startswith(f"sessions[{result.session_id!r}].entries[")
     assert digest in str(raised.value)
     assert "content" in raised.value.reason
+
+
+# Another process holds the file locked until it reads a line (or for 30 s):
+# in EXCLUSIVE locking mode, so that even a file already in WAL mode cannot
+# be read, as while another turnfsm migrates it.
+_HOLD_THE_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+conn.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+@contextlib.contextmanager
+def _held_by_another_process(path: Path) -> Iterator[Callable[[], None]]:
+    """Hold `path` locked in another process; yield the call that lets go."""
+    import subprocess
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_THE_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    stdin = holder.stdin
+
+    def let_go() -> None:
+        if not stdin.closed:
+            stdin.close()
+
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield let_go
+    finally:
+        let_go()
+        holder.wait(timeout=30)
+        holder.stdout.close()
+
+
+@pytest.mark.parametrize("when", ["made", "reopened"])
+async def test_opening_a_file_another_process_holds_does_not_stall_the_loop(
+    tmp_path: Path, when: str
+) -> None:
+    # The store's file opened on the event loop thread, waiting busy_timeout
+    # for another process's lock: every other task of the loop (lease
+    # renewals, timeouts, a server's other sessions) stood still meanwhile.
+    path = tmp_path / "held.db"
+    if when == "reopened":  # a store closed, its next call opens the file again
+        store = SQLiteStore(path, busy_timeout=10)
+        await store.aclose()
+    gaps: list[float] = []
+    with _held_by_another_process(path) as let_go:
+
+        async def tick() -> None:
+            last = time.monotonic()
+            while True:
+                await anyio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(tick)
+            await anyio.sleep(0.05)
+            if when == "made":
+                store = SQLiteStore(path, busy_timeout=10)
+            with anyio.CancelScope() as scope:
+                group.start_soon(_call_later, 2.0, let_go)
+                start = time.monotonic()
+                await store.append("s", sample_entries()[:1], expected_version=0)
+                waited = time.monotonic() - start
+            group.cancel_scope.cancel()
+        assert not scope.cancelled_caught
+    assert waited > 1.5  # the store did wait for the lock...
+    assert max(gaps) < 1.0, max(gaps)  # ...while the loop went on
+    async with store:
+        assert await store.load("s") == sample_entries()[:1]
+
+
+async def _call_later(delay: float, fn: Callable[[], None]) -> None:
+    await anyio.sleep(delay)
+    fn()
+
+
+async def test_a_call_cancelled_while_the_file_opens_leaves_the_store_usable(
+    tmp_path: Path,
+) -> None:
+    # The opening is not cut short: the cancelled caller waits it out (no
+    # connection is left half set up), and the store's next call works.
+    path = tmp_path / "held.db"
+    with _held_by_another_process(path) as let_go:
+        store = SQLiteStore(path, busy_timeout=10)
+        async with anyio.create_task_group() as group:
+            group.start_soon(_call_later, 1.0, let_go)
+            with anyio.move_on_after(0.2) as scope:
+                await store.append("s", sample_entries()[:1], expected_version=0)
+                await anyio.sleep(10)  # the cancellation arrives here
+    assert scope.cancelled_caught
+    async with store:
+        assert await store.load("s") == sample_entries()[:1]
+        await store.append("s", sample_entries()[1:2], expected_version=1)
+    assert _rows(path, "SELECT value FROM turnfsm_meta WHERE key = 'schema_version'")

@@ -20,6 +20,7 @@ __all__ = [
     "_roll_back",
     "_transaction",
     "full_disk_reason",
+    "opened_if_free",
 ]
 
 
@@ -105,7 +106,15 @@ def _roll_back(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
-def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
+def _open(
+    path: Path, synchronous: str, busy_timeout: float, *, wait: bool = True
+) -> sqlite3.Connection:
+    """Open the store's file: check it, set the connection up, migrate its schema.
+
+    Another process's lock on the file (a transaction of its own, a
+    migration under way) is waited for up to `busy_timeout` seconds; with
+    ``wait=False`` it raises `_Held` instead of a refusal (`opened_if_free`).
+    """
     where = os.fspath(path)
     check_directory(path.absolute().parent, "the store's path")
     _check_kind(path, where)
@@ -135,11 +144,24 @@ def _open(path: Path, synchronous: str, busy_timeout: float) -> sqlite3.Connecti
         conn.execute("PRAGMA busy_timeout = 0")
     except sqlite3.DatabaseError as exc:
         conn.close()
+        if not wait and exc.sqlite_errorcode & 0xFF in _HELD:
+            raise _Held from None
         raise _not_sqlite(path, where, exc) from None
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def opened_if_free(path: Path, synchronous: str) -> sqlite3.Connection | None:
+    """Open the store's file without waiting: None if another process holds it locked.
+
+    Any other refusal is raised, as `_open` raises it.
+    """
+    try:
+        return _open(path, synchronous, 0, wait=False)
+    except _Held:
+        return None
 
 
 def check_directory(directory: Path, setting: str) -> None:
@@ -224,7 +246,7 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
         return StoreUnusable(
             where, full_disk_reason(exc) or f"it cannot be written ({exc})"
         )
-    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+    if code in _HELD:
         return StoreUnusable(where, f"another process held it locked ({exc})")
     if exc.sqlite_errorcode != sqlite3.SQLITE_NOTADB:
         return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
@@ -236,6 +258,10 @@ def _not_sqlite(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnus
     if head and head != _HEADER:
         return StoreUnusable(where, "it is not an SQLite database")
     return StoreUnusable(where, f"it is not a usable SQLite database ({exc})")
+
+
+class _Held(Exception):
+    """Another process held the file locked, and the opening was not to wait."""
 
 
 def full_disk_reason(exc: sqlite3.Error) -> str | None:
@@ -256,6 +282,9 @@ def full_disk_reason(exc: sqlite3.Error) -> str | None:
         "or move the store to another disk"
     )
 
+
+_HELD: Final = frozenset((sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
+"""SQLite's codes for a file another connection holds locked."""
 
 _UNWRITABLE: Final = frozenset(
     (

@@ -26,7 +26,10 @@ Theory of operation:
   free, commits right away, inline: that costs less than handing the call
   to a thread. When another process holds the lock, the write is retried in
   a worker thread (`anyio.to_thread.run_sync`) that waits up to
-  `busy_timeout`; reads always run there. One connection serves the store;
+  `busy_timeout`; reads always run there. Opening the file waits there too:
+  the constructor opens it only if no other process holds it locked, and a
+  store without a connection (not opened yet, closed, let go of the file)
+  opens it in the worker thread. One connection serves the store;
   a `threading.Lock` keeps its calls one at a time (an anyio
   `CapacityLimiter` belongs to one event loop, and `Agent.run_sync` opens a
   new loop per call). Each call is a whole transaction, and the wait for a
@@ -79,6 +82,7 @@ from turnfsm.persistence._sqlite_open import (
     SCHEMA_VERSION,
     _open,
     full_disk_reason,
+    opened_if_free,
 )
 from turnfsm.persistence._store import SessionInfo, check_append, check_session_id
 
@@ -185,7 +189,10 @@ class SQLiteStore:
     Raises:
         StoreUnusable: the file is not an SQLite database (or not a regular
             file: a FIFO, a directory), is another application's, or has a
-            schema newer than this turnfsm knows; it was not changed.
+            schema newer than this turnfsm knows; it was not changed. A file
+            another process holds locked is opened by the store's first
+            call instead, in a worker thread, which raises this if the lock
+            outlasts `busy_timeout`.
         ConfigError: a bad path (blank, with a NUL character, a name of
             SQLite's for a database in memory) or an option out of range.
     """
@@ -205,16 +212,18 @@ class SQLiteStore:
     _held_out: bool = attrs.field(init=False, repr=False, default=False)
 
     def __attrs_post_init__(self) -> None:
-        self._handle.open(self.path, self.synchronous, self.busy_timeout)
+        # Made on the event loop thread, perhaps: the file is opened here
+        # only if no other process holds it locked; else the first call
+        # opens it in a worker thread, waiting `busy_timeout` for that lock.
+        self._handle.open_if_free(self.path, self.synchronous)
         # A store dropped without aclose() still closes its connection.
         weakref.finalize(self, self._handle.close)
 
-    @property
-    def _conn(self) -> sqlite3.Connection:
-        """The connection, opened again if the store was closed."""
+    def _conn(self, busy_timeout: float) -> sqlite3.Connection:
+        """The connection, opened (waiting `busy_timeout`) if the store had none."""
         conn = self._handle.conn
         if conn is None:
-            conn = self._handle.open(self.path, self.synchronous, self.busy_timeout)
+            conn = self._handle.open(self.path, self.synchronous, busy_timeout)
         return conn
 
     # -- SessionStore --------------------------------------------------
@@ -332,10 +341,13 @@ class SQLiteStore:
         # busy timeout is 0, so SQLite says so at once instead of waiting), and
         # the transaction runs right here: a hand-off to a worker thread costs
         # more than the whole commit (measured: ~130 us vs ~45 us). It has no
-        # await, so it cannot be cancelled halfway.
+        # await, so it cannot be cancelled halfway. A store with no connection
+        # (not opened yet, closed, let go of) opens the file in the worker
+        # thread: the opening waits for another process's lock.
         if self._lock.acquire(blocking=False):
             try:
-                return self._translate(fn, *args)
+                if self._handle.conn is not None:
+                    return self._translate(fn, *args)
             except _Busy:
                 pass  # rolled back: wait for the lock in a worker thread
             finally:
@@ -355,10 +367,10 @@ class SQLiteStore:
         # `busy_timeout`, not one after another. Queued behind this store's
         # own work (a long log decoding) it waits the whole `busy_timeout`.
         with self._lock:
-            conn = self._conn
             left = self.busy_timeout
             if self._held_out:
                 left = max(0.0, deadline - time.monotonic())
+            conn = self._conn(left)
             conn.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
             held_out = False
             try:
@@ -388,7 +400,8 @@ class SQLiteStore:
             raise StoreUnusable(os.fspath(self.path), str(exc)) from None
 
     def _on(self, fn: Callable[..., T], *args: object) -> T:
-        conn = self._conn
+        conn = self._handle.conn
+        assert conn is not None  # opened by `_waiting`, or `_write` checked
         if not self._handle.still_there():
             self._handle.close()
             raise StoreUnusable(
@@ -422,6 +435,15 @@ class _Handle:
         self.conn = _open(Path(opened) if opened else path, synchronous, busy_timeout)
         self.file = (where, _identity(where))
         return self.conn
+
+    def open_if_free(self, path: Path, synchronous: str) -> None:
+        """Open the file unless another process holds it locked (then stay closed).
+
+        Either way its absolute path is kept, for the opening to come.
+        """
+        where = os.fspath(path.absolute())
+        self.conn = opened_if_free(path, synchronous)
+        self.file = (where, _identity(where) if self.conn is not None else None)
 
     def still_there(self) -> bool:
         """Whether the path still names the file the connection opened."""
