@@ -309,13 +309,19 @@ def test_a_deep_shape_in_a_file_names_the_line_of_its_entry() -> None:
 # -- machines of thousands of phases ----------------------------------------------
 
 
-def chain(phases: int, *, bounded: bool = True) -> str:
+def chain(
+    phases: int, *, bounded: bool = True, calls_open: bool = False, last: str = ""
+) -> str:
     """The stock machine with `phases` custom phases between the tools and the model.
 
     Each phase's effect feeds the signal ``stepped`` on to the next; the last
     goes back to ``start`` (a cycle through a model call: bounded) or, not
-    `bounded`, to the first (a cycle of custom phases only).
+    `bounded`, to the first (a cycle of custom phases only). With
+    `calls_open`, the phases stand between a reply's calls and ``run_tools``
+    instead (a review pipeline: the calls are open in each), the last going
+    into ``run_tools``. `last` names another phase for the last to go into.
     """
+    source, dest = ("call_llm", "run_tools") if calls_open else ("run_tools", "start")
     text = STOCK.replace(
         'terminal = ["done", "failed"]\n',
         'terminal = ["done", "failed"]\nsignals = ["stepped"]\n',
@@ -323,14 +329,14 @@ def chain(phases: int, *, bounded: bool = True) -> str:
     states = "".join(f'p{i} = {{ effect = "step" }}\n' for i in range(phases))
     text = text.replace("done              = {", states + "done              = {")
     text = text.replace(
-        'source = "run_tools"\ndest = "start"', 'source = "run_tools"\ndest = "p0"'
+        f'source = "{source}"\ndest = "{dest}"', f'source = "{source}"\ndest = "p0"'
     )
-    last = "start" if bounded else "p0"
+    last = last or (dest if bounded else "p0")
     for i in range(phases):
-        dest = f"p{i + 1}" if i + 1 < phases else last
+        step_to = f"p{i + 1}" if i + 1 < phases else last
         text += (
             f'\n[[transitions]]\ntrigger = "stepped"\nsource = "p{i}"\n'
-            f'dest = "{dest}"\n'
+            f'dest = "{step_to}"\n'
         )
     return text
 
@@ -396,35 +402,11 @@ def test_the_text_and_source_are_strings(call: Any, field: str) -> None:
     assert raised.value.field == field
 
 
-def reviewed(phases: int, *, last: str = "run_tools") -> str:
-    """The stock machine with `phases` custom phases between the calls and the tools.
-
-    A review pipeline: each phase's effect feeds ``stepped`` on to the next,
-    the last into `last`; the calls are open in every one of them.
-    """
-    text = STOCK.replace(
-        'terminal = ["done", "failed"]\n',
-        'terminal = ["done", "failed"]\nsignals = ["stepped"]\n',
-    )
-    states = "".join(f'p{i} = {{ effect = "step" }}\n' for i in range(phases))
-    text = text.replace("done              = {", states + "done              = {")
-    text = text.replace(
-        'source = "call_llm"\ndest = "run_tools"', 'source = "call_llm"\ndest = "p0"'
-    )
-    for i in range(phases):
-        dest = f"p{i + 1}" if i + 1 < phases else last
-        text += (
-            f'\n[[transitions]]\ntrigger = "stepped"\nsource = "p{i}"\n'
-            f'dest = "{dest}"\n'
-        )
-    return text
-
-
 @pytest.mark.parametrize("phases", [1_000, 5_000])
 def test_thousands_of_phases_between_a_reply_and_its_tools_load(phases: int) -> None:
     # The check that a reply's calls reach a run_tools phase follows them
     # through every phase between (it was quadratic in their number).
-    spec = MachineSpec.from_toml(reviewed(phases))
+    spec = MachineSpec.from_toml(chain(phases, calls_open=True))
 
     assert spec.state(f"p{phases - 1}").effect == "step"
 
@@ -433,7 +415,7 @@ def test_calls_that_skip_the_tools_after_thousands_of_phases_are_named_briefly()
     None
 ):
     with pytest.raises(DefinitionError) as raised:
-        MachineSpec.from_toml(reviewed(5_000, last="start"))
+        MachineSpec.from_toml(chain(5_000, calls_open=True, last="start"))
 
     (message,) = [p.message for p in raised.value.problems if "unanswered" in p.message]
     way = " -> ".join(
