@@ -36,7 +36,6 @@ from turnfsm.providers._errors import (
     CONTENT_FILTER,
     QUOTA,
     SERVER,
-    broken_off,
     connection_error,
     from_status,
     given_call_id,
@@ -51,6 +50,7 @@ from turnfsm.providers._errors import (
     reply_text,
     reply_tokens,
     request_url,
+    streamed_text,
     timeout_error,
     timeout_setting,
     unreadable_body_error,
@@ -58,7 +58,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent, until_done, without_bom
+from turnfsm.providers._sdk import LoopClient, sent, without_bom
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -237,17 +237,18 @@ class AnthropicModel:
                 # reads the stop reason and the last usage from the
                 # message_delta), so a server that holds the stream open
                 # after it is left, `AFTER_STOP_WAIT` later.
-                with broken_off(
+                read = streamed_text(
+                    events,
+                    reply.add,
                     where,
-                    *_DROPPED,
+                    _DROPPED,
                     whole=reply.whole,
                     sent=anthropic.APIError,
                     classify=classify_anthropic_error,
-                ):
-                    async with aclosing(until_done(events, reply.whole)) as read:
-                        async for event in read:
-                            if text := reply.add(event):
-                                yield TextDelta(text=text)
+                )
+                async with aclosing(read) as deltas:
+                    async for delta in deltas:
+                        yield delta
         if not reply.whole():
             # The body ended mid-reply, or before it began (a proxy lost its
             # upstream): what came is not the whole reply; the driver may

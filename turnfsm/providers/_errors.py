@@ -33,16 +33,18 @@ import logging
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterator, Mapping
+from contextlib import aclosing, contextmanager
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import pydantic
 
 from turnfsm import _checks
 from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError
+from turnfsm.providers._sdk import until_done
+from turnfsm.providers._stream import TextDelta
 
 logger = logging.getLogger("turnfsm.providers")
 
@@ -75,6 +77,7 @@ __all__ = [
     "reply_text",
     "reply_tokens",
     "request_url",
+    "streamed_text",
     "timeout_error",
     "timeout_setting",
     "unreadable_body_error",
@@ -503,3 +506,31 @@ def reply_tokens(value: object, where: str) -> int:
             where, value, f"a token count: an int from 0 to {_checks.MAX_TOKENS:,}"
         )
     return value
+
+
+_E = TypeVar("_E")
+
+
+async def streamed_text(
+    events: AsyncIterable[_E],
+    add: Callable[[_E], str],
+    where: str,
+    dropped: tuple[type[BaseException], type[BaseException]],
+    *,
+    whole: Callable[[], bool],
+    sent: type[BaseException],
+    classify: Callable[[Any], ProviderError],
+) -> AsyncGenerator[TextDelta]:
+    """Read a reply's stream: each event to `add`, each text it gives as a delta.
+
+    The stream ends when its events do, or `AFTER_STOP_WAIT` after the reply
+    is `whole` (`until_done`); a connection lost or an error sent after
+    that leaves the reply standing, and before it is said as a stream that
+    broke off from `where` (`broken_off`, with the SDK's `dropped` timeout
+    and connection error, its error class `sent` and `classify`).
+    """
+    with broken_off(where, *dropped, whole=whole, sent=sent, classify=classify):
+        async with aclosing(until_done(events, whole)) as read:
+            async for event in read:
+                if text := add(event):
+                    yield TextDelta(text=text)

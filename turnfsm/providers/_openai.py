@@ -36,7 +36,6 @@ from turnfsm.providers._errors import (
     CONNECTION,
     QUOTA,
     SERVER,
-    broken_off,
     connection_error,
     from_status,
     given_call_id,
@@ -50,6 +49,7 @@ from turnfsm.providers._errors import (
     reply_text,
     reply_tokens,
     request_url,
+    streamed_text,
     timeout_error,
     timeout_setting,
     unreadable_body_error,
@@ -57,7 +57,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent, until_done, without_bom
+from turnfsm.providers._sdk import LoopClient, sent, without_bom
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -248,17 +248,18 @@ class OpenAIModel:
                 # After the finish_reason, only the usage (and [DONE]) may
                 # follow: a server that holds the stream open after it is
                 # left `AFTER_STOP_WAIT` later, the usage kept if it came.
-                with broken_off(
+                read = streamed_text(
+                    chunks,
+                    reply.add,
                     where,
-                    *_DROPPED,
+                    _DROPPED,
                     whole=reply.stopped,
                     sent=openai.APIError,
                     classify=classify_openai_error,
-                ):
-                    async with aclosing(until_done(chunks, reply.stopped)) as read:
-                        async for chunk in read:
-                            if text := reply.add(chunk):
-                                yield TextDelta(text=text)
+                )
+                async with aclosing(read) as deltas:
+                    async for delta in deltas:
+                        yield delta
         if reply.replied and not reply.finished:
             # The body ended mid-reply (a gateway lost its upstream): what
             # came is not the whole reply; the driver may ask again.
