@@ -1125,16 +1125,21 @@ def _injections_only_in(phases: tuple[str, ...]) -> MachineSpec:
     [((), False), (("start",), True), (("call_llm",), True)],
     ids=["no-phase", "start-only", "call-llm-only"],
 )
-async def test_an_injection_the_phase_cannot_take_waits_or_fails_the_run_typed(
+async def test_an_injection_the_phase_cannot_take_waits_or_is_refused_typed(
     phases: tuple[str, ...], joined: bool
 ) -> None:
     # It raised IllegalEvent ("a driver bug") out of the run, for a machine
-    # file that loads: one without message_injected in every phase.
+    # file that loads: one without message_injected in every phase. Then a
+    # machine that takes none failed the whole run: refused at the call now.
     control = RunControl()
+    refused: list[InvalidMessage] = []
 
     def look() -> str:
         """Look around (and, meanwhile, the user says something)."""
-        control.inject(Message.user("also check the logs"))
+        try:
+            control.inject(Message.user("also check the logs"))
+        except InvalidMessage as exc:
+            refused.append(exc)
         return "nothing"
 
     model = ScriptedModel.of(reply("", tool_call("look", "c1")), "checked", "again")
@@ -1143,16 +1148,39 @@ async def test_an_injection_the_phase_cannot_take_waits_or_fails_the_run_typed(
     result = await driver.run("look", session=session, control=control)
 
     texts = [m.text for m in session.history]
+    assert result.ok, result.error
+    assert ("also check the logs" in texts) is joined
     if joined:
-        assert result.ok
-        assert "also check the logs" in texts
+        assert refused == []
     else:
-        assert isinstance(result.error, InvalidMessage)
-        assert str(result.error).endswith(
-            "machine 'turn' takes no injected message (none of its phases has a"
-            " 'message_injected' transition)"
-        )
-        assert texts == []  # nothing of the failed run is committed
+        assert [str(e) for e in refused] == [
+            f"invalid message message={refused[0].value!r}: machine 'turn' takes"
+            " no injected message (none of its phases has a 'message_injected'"
+            " transition)"
+        ]
+        assert texts == ["look", "", "", "checked"]  # the call, its result, the answer
+        # The control steers its next run as it did: an injection is queued.
+        control.inject(Message.user("later"))
+        assert len(control.queued()) == 1
+
+
+async def test_an_injection_queued_before_a_run_that_takes_none_fails_it_typed() -> (
+    None
+):
+    control = RunControl()
+    control.inject(Message.user("also check the logs"))
+    model = ScriptedModel.of("checked")
+    session = Session()
+    driver = Driver(model=model, machine=_injections_only_in(()))
+    result = await driver.run("look", session=session, control=control)
+
+    assert isinstance(result.error, InvalidMessage)
+    assert str(result.error).endswith(
+        "machine 'turn' takes no injected message (none of its phases has a"
+        " 'message_injected' transition)"
+    )
+    assert model.requests == []  # refused before the model is called
+    assert [m.text for m in session.history] == []
 
 
 async def test_an_injection_asks_the_machine_once_whether_its_phase_takes_it(

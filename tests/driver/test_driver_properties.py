@@ -217,8 +217,12 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
         turn = len(sizes) - 1
         if turn in s["inject_on"]:  # type: ignore[operator]
             note = Message.user(f"note {turn}")
-            injected.append(note)
-            control.inject(note)
+            if "message_injected" in spec.triggers:
+                injected.append(note)
+                control.inject(note)
+            else:  # refused at the call, the run goes on
+                with pytest.raises(InvalidMessage, match="takes no injected"):
+                    control.inject(note)
         if turn == s["cancel_on"]:
             control.cancel("stop")
         if turn in s["overflow_on"]:  # type: ignore[operator]

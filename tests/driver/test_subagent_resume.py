@@ -274,7 +274,10 @@ async def test_a_child_that_failed_before_its_result_was_logged_counts_once() ->
     # was not logged): the failure again, and what the child used, once.
     session = await Session.load(store, parent.session.id)
     (call,) = [c for m in session.history for c in m.tool_calls]
-    with session_scope(session), run_scope(first.run_id, None) as (_, tally):
+    with (
+        session_scope(session),
+        run_scope(first.run_id, None, parent.driver.machine) as (_, tally),
+    ):
         again = await run_tool_call(call, {"reader": tool}, limit=None)
     assert "SubagentFailed" in again.tool_results[0].content
     assert tally.usage == first.children_usage == Usage(input_tokens=7)

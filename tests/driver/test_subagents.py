@@ -753,7 +753,7 @@ async def test_a_parent_resumed_after_its_child_finished_takes_the_answer() -> N
     session = await Session.load(store, parent.session.id)
     (call,) = [c for m in session.history for c in m.tool_calls]
     assert kid.id == child_ids(session.id, first.run_id, call.id)[0]
-    with session_scope(session), run_scope(first.run_id, None):
+    with session_scope(session), run_scope(first.run_id, None, parent.driver.machine):
         again = await run_tool_call(call, {"reader": tool}, limit=None)
     assert again.tool_results[0].content == "the answer"
     (kid,) = await child_sessions(store, parent.session.id)

@@ -14,7 +14,7 @@ import attrs
 from typing_extensions import TypeVar
 
 from turnfsm import _checks
-from turnfsm.core import Event, MessageInjected, Pause, RunCancelled
+from turnfsm.core import Event, MachineSpec, MessageInjected, Pause, RunCancelled
 from turnfsm.errors import ConfigError, InvalidMessage, RunFailed, TurnFSMError
 from turnfsm.messages import Message
 from turnfsm.values import Usage
@@ -50,6 +50,8 @@ class RunControl:
     # another thread (a UI's, a sync tool's) interrupts the run through it.
     _loop: anyio.lowlevel.EventLoopToken | None = attrs.field(default=None, init=False)
     _thread: int | None = attrs.field(default=None, init=False)
+    # Why the run it steers takes no injected message (None: it takes them).
+    _refusal: str | None = attrs.field(default=None, init=False)
 
     def inject(self, message: Message) -> None:
         """Queue `message`; it joins the conversation at the next safe point.
@@ -60,12 +62,15 @@ class RunControl:
 
         Raises:
             InvalidMessage: `message` is not a `Message`, carries tool calls
-                or tool results (their other half could never follow), or is
-                queued already (a send retried): refused here, the run goes
-                on with the one queued.
+                or tool results (their other half could never follow), is
+                queued already (a send retried), or the run this control
+                steers has a machine none of whose phases takes an injected
+                message: refused here, the run goes on.
         """
         if not isinstance(message, Message):
             raise InvalidMessage("message", message, "expected a Message")
+        if self._refusal is not None:
+            raise InvalidMessage("message", message.id, self._refusal)
         if message.tool_calls or message.tool_results:
             raise InvalidMessage(
                 "message.parts",
@@ -146,8 +151,11 @@ class RunControl:
             self._scope = None
 
     @contextlib.contextmanager
-    def steering(self, run_id: str) -> Iterator[None]:
+    def steering(self, run_id: str, spec: MachineSpec | None = None) -> Iterator[None]:
         """Give this control to run `run_id` until it ends (the driver calls this).
+
+        While it steers a run whose machine `spec` takes no injected message,
+        `inject` refuses at the call.
 
         Raises:
             ConfigError: another run has it and has not ended: a cancel
@@ -163,10 +171,11 @@ class RunControl:
         self._run_id = run_id
         self._loop = anyio.lowlevel.current_token()
         self._thread = threading.get_ident()
+        self._refusal = None if spec is None else injection_refusal(spec)
         try:
             yield
         finally:
-            self._run_id = None
+            self._run_id = self._refusal = None
             self._loop = self._thread = None
 
     def take_cancel(self) -> RunCancelled | None:
@@ -185,6 +194,17 @@ class RunControl:
     def put_back(self, events: list[Event]) -> None:
         """Queue `events` again, before any queued since (the driver calls this)."""
         self._queue[:0] = events
+
+
+def injection_refusal(spec: MachineSpec) -> str | None:
+    """Why a run of `spec` takes no injected message (None: a phase takes them)."""
+    trigger = "message_injected"
+    if trigger in spec.triggers:
+        return None
+    return (
+        f"machine {spec.name!r} takes no injected message"
+        f" (none of its phases has a {trigger!r} transition)"
+    )
 
 
 _OTHER_RESULT_NAMES: Final = {

@@ -85,7 +85,7 @@ from turnfsm.driver._context import (
     UsageTally,
 )
 from turnfsm.driver._context_settings import context_settings
-from turnfsm.driver._control import RunControl, RunResult
+from turnfsm.driver._control import RunControl, RunResult, injection_refusal
 from turnfsm.driver._effects import BUILTIN_EFFECTS, effect_key
 from turnfsm.driver._ending import Ending
 from turnfsm.driver._interrupted import interrupted_result, to_close
@@ -584,7 +584,9 @@ class RunLoop(Ending):
 
         An injection waits in the queue while the phase has no
         ``message_injected`` transition (a machine file of your own may leave
-        it out); one the machine takes in no phase fails the run, naming it.
+        it out); one queued before the run, that the machine takes in no
+        phase, fails the run, naming it (`RunControl.inject` refuses one
+        made while the run runs).
         A run that has failed (a cancel ended it) takes nothing more: what is
         queued stays queued.
         """
@@ -594,17 +596,10 @@ class RunLoop(Ending):
         waiting: list[Event] = []
         for queued in self.control.drain():
             if type(queued) is MessageInjected and not waiting:
-                trigger = trigger_of(queued)
-                if trigger not in spec.triggers:  # no phase takes it
-                    raise _Broken(
-                        InvalidMessage(
-                            "message",
-                            queued.message.id,
-                            f"machine {spec.name!r} takes no injected message"
-                            f" (none of its phases has a {trigger!r} transition)",
-                        )
-                    )
-                if trigger not in spec.accepts(self.machine.phase):
+                refusal = injection_refusal(spec)
+                if refusal is not None:  # queued before the run: no phase takes it
+                    raise _Broken(InvalidMessage("message", queued.message.id, refusal))
+                if trigger_of(queued) not in spec.accepts(self.machine.phase):
                     waiting.append(queued)  # until a phase takes it
                     continue
             elif waiting and type(queued) is MessageInjected:

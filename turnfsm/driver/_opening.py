@@ -94,7 +94,10 @@ async def start_run(
                 driver.machine, budget=driver.budget, history=session.history
             )
             loop = _loop(driver, session, run_id, machine, control, hooks, output)
-            with run_scope(run_id, control) as (loop.parent, loop.children):
+            with run_scope(run_id, control, machine.spec) as (
+                loop.parent,
+                loop.children,
+            ):
                 loop.open(messages)
                 return await _going(
                     driver, session, loop, loop.go(RunStarted(input=messages))
@@ -160,7 +163,10 @@ async def resume_run(
             else:
                 _check_approved(loop, event)
             gone = previous.owner if previous is not None else None
-            with run_scope(run_id, control, taken_over=gone) as (_, loop.children):
+            with run_scope(run_id, control, loop.machine.spec, taken_over=gone) as (
+                _,
+                loop.children,
+            ):
                 await count_earlier_children(
                     loop.children, driver, session, loop.machine.spec
                 )

@@ -214,16 +214,21 @@ class _Spent:
 
 @contextmanager
 def run_scope(
-    run_id: str, control: RunControl | None, *, taken_over: str | None = None
+    run_id: str,
+    control: RunControl | None,
+    spec: MachineSpec,
+    *,
+    taken_over: str | None = None,
 ) -> Iterator[tuple[ParentLink | None, ChildTally]]:
     """Scope one run: take its parent link, give it a fresh tally of its children.
 
     The link is taken, not left for runs inside this one: a tool of the
     child that runs another agent by hand does not record this link.
     `taken_over`: the owner of the lease a resumed run took over. `control`
-    is the run's until it ends (`RunControl.steering`).
+    is the run's until it ends (`RunControl.steering`), refusing injections
+    its machine `spec` takes in no phase.
     """
-    steering = control.steering(run_id) if control is not None else nullcontext()
+    steering = control.steering(run_id, spec) if control is not None else nullcontext()
     with steering:
         link = _LINK.get()
         tally = ChildTally(run_id, control, taken_over=taken_over, parent=_TALLY.get())
