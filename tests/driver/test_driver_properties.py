@@ -183,7 +183,9 @@ def approve_after_one_revision() -> Effect:
         reviews[0] += 1
         if reviews[0] == 1:
             return Signal("revise", {"feedback": "Shorter, please."})
-        return Signal("approved")
+        # Data with the approval too: a changed machine may add it to the
+        # conversation (a signal without the data it adds fails the run, typed).
+        return Signal("approved", {"feedback": "Good."})
 
     return review
 
