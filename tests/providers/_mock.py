@@ -129,11 +129,40 @@ def openai_chunk(
     return chunk
 
 
-def openai_sse(chunks: Iterable[dict[str, Any]]) -> httpx2.Response:
+def openai_sse(
+    chunks: Iterable[dict[str, Any]], finish: str | None = "as OpenAI"
+) -> httpx2.Response:
+    """`chunks` as an event stream, ending in ``[DONE]``.
+
+    A stream none of whose chunks says why the reply ended gets the chunk
+    OpenAI sends for it, before the trailing chunks without choices (the
+    usage): `finish`, by default ``tool_calls`` after a call, else
+    ``stop``; None sends none.
+    """
+    chunks = list(chunks)
+    chosen = any(c.get("choices") for c in chunks)
+    if finish is not None and chosen and not any(_finish_of(c) for c in chunks):
+        if finish == "as OpenAI":
+            called = any(
+                c.get("delta", {}).get("tool_calls")
+                for chunk in chunks
+                for c in chunk.get("choices") or []
+            )
+            finish = "tool_calls" if called else "stop"
+        at = len(chunks)
+        while at and not chunks[at - 1].get("choices") and chunks[at - 1].get("usage"):
+            at -= 1
+        last = openai_chunk({})
+        last["choices"][0]["finish_reason"] = finish
+        chunks.insert(at, last)
     text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
     return httpx2.Response(
         200, content=text.encode(), headers={"content-type": "text/event-stream"}
     )
+
+
+def _finish_of(chunk: dict[str, Any]) -> object:
+    return any(c.get("finish_reason") for c in chunk.get("choices") or [])
 
 
 # -- Anthropic --------------------------------------------------------------

@@ -32,7 +32,7 @@ from tests.providers._mock import (
 )
 from turnfsm import Agent
 from turnfsm.core import Usage
-from turnfsm.errors import CONTEXT_OVERFLOW, ConfigError, ProviderError
+from turnfsm.errors import CONTENT_FILTER, CONTEXT_OVERFLOW, ConfigError, ProviderError
 from turnfsm.messages import ImagePart, Message, Role, TextPart, ToolCallPart
 from turnfsm.persistence import Session
 from turnfsm.providers import ModelRequest, ToolSchema
@@ -870,23 +870,30 @@ async def test_a_stream_keeps_the_finish_reason() -> None:
     assert done.response.message.text == "The answer is"
 
 
-async def test_a_refusal_instead_of_content_finishes_as_content_filter() -> None:
+async def test_a_refusal_is_a_content_filter_error_quoting_it() -> None:
+    """OpenAI's refusal comes with finish reason ``stop``: no answer, but a
+    failure not worth asking again, as Anthropic's ``refusal`` is."""
     body = json.loads(openai_reply(None).content)
     body["choices"][0]["message"]["refusal"] = "I can't help with that."
     server = Server(json_reply(body))
-    response = await model_for(server).complete(ask())
-    assert response.message.text == "I can't help with that."
-    assert response.finish_reason == "content_filter"
+    with pytest.raises(ProviderError) as raised:
+        await model_for(server).complete(ask())
+    assert (raised.value.kind, raised.value.retryable) == (CONTENT_FILTER, False)
+    assert "I can't help with that." in str(raised.value)
 
 
 @asyncio_only
-async def test_a_streamed_refusal_finishes_as_content_filter() -> None:
-    last = openai_chunk({"refusal": "No."})
-    last["choices"][0]["finish_reason"] = "stop"
-    server = Server(openai_sse([last, openai_chunk(usage=(9, 2))]))
-    done = (await collect(model_for(server), ask()))[-1]
-    assert isinstance(done, StreamDone)
-    assert done.response.finish_reason == "content_filter"
+async def test_a_streamed_refusal_is_a_content_filter_error_quoting_it() -> None:
+    pieces = [openai_chunk({"refusal": "I can't"}), openai_chunk({"refusal": " help."})]
+    pieces[-1]["choices"][0]["finish_reason"] = "stop"
+    server = Server(openai_sse([*pieces, openai_chunk(usage=(9, 2))]))
+    events: list[StreamEvent] = []
+    with pytest.raises(ProviderError) as raised:
+        await drain(model_for(server), ask(), events)
+    assert events == []  # a refusal's words are no text of a reply
+    assert (raised.value.kind, raised.value.retryable) == (CONTENT_FILTER, False)
+    assert "I can't help." in str(raised.value)
+    assert len(server.requests) == 1
 
 
 @asyncio_only

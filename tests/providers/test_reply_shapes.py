@@ -250,6 +250,7 @@ async def test_an_openai_stream_of_good_chunks_still_reads(
         _chunk({"role": "assistant", "content": "he"}),
         _chunk({"content": "llo", "tool_calls": [_call(name="add", arguments='{"a"')]}),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}),
+        _chunk(choices=[{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]),
         _chunk(usage={"prompt_tokens": 7, "completion_tokens": 2}),
     ]
     done = await _answer(_openai(url), stream=True)

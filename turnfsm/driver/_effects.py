@@ -57,6 +57,7 @@ from turnfsm.driver._recall import session_scope
 from turnfsm.driver._refusal import refused_size
 from turnfsm.driver._tools import cancel_requested, run_tool_call, tool_call_outcome
 from turnfsm.errors import (
+    CONTENT_FILTER,
     CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     InvalidMessage,
@@ -217,12 +218,10 @@ async def call_model(ctx: EffectContext, decision: CallLLM) -> Event:
     return ModelReplied(message=response.message, usage=response.usage)
 
 
-_UNFINISHED: Final = frozenset({"length", "content_filter"})
+_UNFINISHED: Final = frozenset({"length", CONTENT_FILTER})
 """The finish reasons of a reply that may not be usable as it is."""
 MAX_TOKENS: Final = "max_tokens"
 """The error kind of a reply cut off by its budget before it was usable."""
-CONTENT_FILTER: Final = "content_filter"
-"""The error kind of a reply the provider's content filter withheld."""
 
 
 def _stopped(
@@ -246,14 +245,14 @@ def _stopped(
     ):
         return None  # whole calls: they run
     text = message.text.strip()
-    if response.finish_reason == "content_filter":
+    if response.finish_reason == CONTENT_FILTER:
         if message.tool_calls or (text and (not typed or _parses(run, text))):
             return None  # a text that is the answer (a refusal, in words)
         said = f": {_short(text)}" if text else "; it had no text and no tool call"
         return ErrorInfo(
             type=CONTENT_FILTER,
             message="the provider withheld the answer (finish reason "
-            f"'content_filter'){said}",
+            f"{CONTENT_FILTER!r}){said}",
         )
     broken = [c.name for c in message.tool_calls if set(c.arguments) == {"_raw"}]
     if not broken and text and (not typed or _parses(run, text)):

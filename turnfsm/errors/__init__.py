@@ -87,6 +87,7 @@ from turnfsm.errors._misuse import (
     WindowTooLarge,
 )
 from turnfsm.errors._run import (
+    CONTENT_FILTER,
     CONTEXT_CHECK,
     CONTEXT_OVERFLOW,
     Cancelled,
@@ -126,6 +127,7 @@ from turnfsm.errors._store import (
 )
 
 __all__ = [
+    "CONTENT_FILTER",
     "CONTEXT_CHECK",
     "CONTEXT_OVERFLOW",
     "Cancelled",

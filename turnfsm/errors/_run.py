@@ -181,6 +181,14 @@ def _tried(attempts: int, elapsed: float | None) -> str:
 CONTEXT_OVERFLOW = "context_overflow"
 """The `ProviderError.kind` of a provider's context-length rejection."""
 
+CONTENT_FILTER = "content_filter"
+"""The `ProviderError.kind` of a reply the provider refused or withheld.
+
+It is also the finish reason (`ModelResponse.finish_reason`) of a reply the
+provider's content filter stopped. A refusal is not retried: asked again,
+the provider refuses again.
+"""
+
 CONTEXT_CHECK = "ContextCheck"
 """The error type of the run's own window check refusing a request or a reply.
 

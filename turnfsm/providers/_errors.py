@@ -16,8 +16,12 @@ leans on these helpers, so both providers agree on what is transient:
 | a reply body (or a streamed      | ``bad_response``   | no        |
 | event) that is not JSON          |                    |           |
 | a reply of the wrong shape       | ``bad_response``   | no        |
+| a reply with nothing in it and   | ``bad_response``   | no        |
+| no finish reason; a stream that  |                    |           |
+| ended without one                |                    |           |
 | a reply cut at the model's window| `CONTEXT_OVERFLOW` | no        |
-| a reply stopped as a refusal     | ``content_filter`` | no        |
+| a refusal (Anthropic's stop      | `CONTENT_FILTER`   | no        |
+| reason, OpenAI's ``refusal``)    |                    |           |
 
 408 and 409 are retried because the SDKs' own retry policies retry them, and
 turnfsm switches those off (`max_retries=0`) so its driver owns every retry;
@@ -42,7 +46,7 @@ import attrs
 import pydantic
 
 from turnfsm import _checks
-from turnfsm.errors import CONTEXT_OVERFLOW, ProviderError
+from turnfsm.errors import CONTENT_FILTER, CONTEXT_OVERFLOW, ProviderError
 from turnfsm.providers._sdk import until_done
 from turnfsm.providers._stream import TextDelta
 
@@ -103,9 +107,6 @@ BAD_REQUEST: Final = "bad_request"
 """`ProviderError.kind` of any other HTTP 4xx: not retryable."""
 BAD_RESPONSE: Final = "bad_response"
 """`ProviderError.kind` of a reply the SDK could not read: not retryable."""
-CONTENT_FILTER: Final = "content_filter"
-"""`ProviderError.kind` of a reply the provider stopped as against its
-policies (Anthropic's ``refusal``): not retryable."""
 
 OVERFLOW_MARKERS: Final = (
     "maximum context length",  # OpenAI, vLLM, llama-cpp-python

@@ -34,6 +34,7 @@ from turnfsm.providers._convert_openai import (
 from turnfsm.providers._errors import (
     BAD_RESPONSE,
     CONNECTION,
+    CONTENT_FILTER,
     QUOTA,
     SERVER,
     connection_error,
@@ -214,11 +215,20 @@ class OpenAIModel:
         choice = reply_object(choices[0], "choices[0]")
         message = reply_object(choice.get("message"), "choices[0].message")
         finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
+        reply = _reply(message)
+        if not finish and not reply.parts:
+            # Nothing said, and no word of why: no reply, not an empty one
+            # (an empty answer says ``stop``).
+            raise ProviderError(
+                "unreadable reply: choices[0] has no content, no tool call and "
+                "no finish_reason",
+                kind=BAD_RESPONSE,
+            )
         return ModelResponse(
-            message=_reply(message),
+            message=reply,
             usage=_usage(data.get("usage")),
             model=reply_text(data.get("model"), "model") or None,
-            finish_reason=_finish_reason(finish, message),
+            finish_reason=finish or None,
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
@@ -266,6 +276,15 @@ class OpenAIModel:
             raise connection_error(
                 f"the stream from {where} broke off: it ended before a chunk "
                 "with a finish_reason or the usage came"
+            )
+        if reply.replied and not reply.stopped():
+            # Its usage came, its finish_reason never did: the stream ended
+            # as a whole one does, without saying that the reply had.
+            raise ProviderError(
+                f"unreadable reply: the stream from {where} ended without a "
+                "finish_reason (its usage came, no chunk said why the reply "
+                "ended)",
+                kind=BAD_RESPONSE,
             )
         if not reply.replied:
             response = await self._after_empty_stream(request)
@@ -516,7 +535,7 @@ class _Chunks:
             message=_reply(data),
             usage=self.usage,
             model=self.model,
-            finish_reason=_finish_reason(self.finish_reason or "", data),
+            finish_reason=self.finish_reason,
         )
 
 
@@ -531,20 +550,14 @@ def _whole_object(arguments: str) -> bool:
         return False
 
 
-def _finish_reason(said: str, message: Mapping[str, Any]) -> str | None:
-    """A reply's finish reason; a refusal instead of content is ``content_filter``.
-
-    OpenAI sends a refusal (a structured answer it will not give) with the
-    finish reason ``stop``; the refusal's text becomes the reply's text, so
-    the reason is what tells it from an answer.
-    """
-    if message.get("refusal") and not message.get("content"):
-        return "content_filter"
-    return said or None
-
-
 def _reply(data: Mapping[str, Any]) -> Message:
-    """Read a reply's assistant message, mending what some servers leave out."""
+    """Read a reply's assistant message, mending what some servers leave out.
+
+    Raises:
+        ProviderError: the message is a refusal (kind ``content_filter``),
+            or of the wrong shape (kind ``bad_response``).
+    """
+    _check_refusal(data)
     message = dict(data, role="assistant")
     if message.get("content") == "":  # servers send "" beside tool calls
         message["content"] = None
@@ -557,6 +570,26 @@ def _reply(data: Mapping[str, Any]) -> Message:
         return from_openai_messages([message])[0]
     except InvalidMessage as exc:
         raise ProviderError(f"unreadable reply: {exc}", kind=BAD_RESPONSE) from exc
+
+
+def _check_refusal(message: Mapping[str, Any]) -> None:
+    """Raise the error of a reply that is a refusal, if it is one.
+
+    OpenAI says that the model refused (a structured answer, a call it
+    will not give) in the message's ``refusal``, streamed or not, with the
+    finish reason ``stop``: what it says is no answer. As Anthropic's
+    ``refusal`` stop reason, it is kind ``content_filter``, not retried
+    (asked again, the model refuses again), quoting the refusal.
+    """
+    refusal = reply_text(message.get("refusal"), "message.refusal")
+    if not refusal.strip():
+        return
+    said = refusal if len(refusal) <= 200 else refusal[:197] + "..."
+    raise ProviderError(
+        f"the API refused to answer (the reply's refusal: {said!r}); the reply "
+        "is not kept: rephrase the request, or use another model",
+        kind=CONTENT_FILTER,
+    )
 
 
 def _with_name(call: dict[str, Any]) -> dict[str, Any]:

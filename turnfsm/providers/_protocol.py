@@ -121,7 +121,8 @@ class ModelResponse:
     `finish_reason` is why the reply ended, in OpenAI's words: ``"stop"``
     (a whole answer), ``"length"`` (the reply budget, ``max_tokens``, ran
     out: the reply is cut off), ``"tool_calls"`` or ``"content_filter"``
-    (the provider withheld the reply, or refused it: OpenAI's ``refusal``).
+    (the provider's filter withheld the reply; a refusal the provider
+    signals, OpenAI's ``refusal``, is an error of that kind).
     Anthropic's ``end_turn``, ``stop_sequence``, ``max_tokens`` and
     ``tool_use`` are read as these (its ``refusal``,
     ``model_context_window_exceeded`` and ``pause_turn`` are errors);
