@@ -52,6 +52,10 @@ from turnfsm.driver._tools import Tool, current_tool_call, function_tool
 # For durable runs (not in `__all__`): the approved calls whose tool a
 # worker's agent lacks, refused where the approval is sent.
 from turnfsm.driver._tools import missing_tools as missing_tools
+
+# For durable runs (not in `__all__`): why a machine takes no injected
+# message, refused where the injection is sent.
+from turnfsm.driver._control import injection_refusal as injection_refusal
 from turnfsm.persistence import (
     CompactionRecord,
     RunRecord,

@@ -60,7 +60,7 @@ from turnfsm.errors import (
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import machine_digest, new_id
-from turnfsm.temporal._activities import failure_error
+from turnfsm.temporal._activities import TURNFSM_ERROR, failure_error
 from turnfsm.temporal._payloads import (
     WORKFLOW,
     DurableOptions,
@@ -541,7 +541,11 @@ class DurableRun:
         """Queue a message for the run's next safe point (`RunControl.inject`).
 
         Raises:
-            ConfigError: the run has ended, or the message cannot be injected.
+            InvalidMessage: refused as `RunControl.inject` refuses it: the
+                message carries tool calls or tool results, is queued
+                already, or the run's machine takes injected messages in
+                no phase (it names the machine); the run goes on.
+            ConfigError: the run has ended.
         """
         await self._update(
             "inject", message if isinstance(message, str) else serde.to_json(message)
@@ -569,6 +573,8 @@ class DurableRun:
             await self._handle.execute_update(name, args=args)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause  # its message, without the failure's type
+            if isinstance(cause, ApplicationError) and cause.type == TURNFSM_ERROR:
+                raise failure_error(cause) from exc  # the typed error refusing it
             why = cause.message if isinstance(cause, ApplicationError) else str(cause)
             raise ConfigError(name, value, why) from exc
         except WorkflowUpdateRPCTimeoutOrCancelledError:
