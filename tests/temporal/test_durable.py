@@ -579,6 +579,33 @@ async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
     assert f"turnfsm resume {run.session_id} --force" in message
 
 
+@pytest.mark.parametrize("answer", ["approve", "inject"])
+async def test_answering_while_changed_workers_fail_its_workflow_task_says_so(
+    temporal_client: Client, tmp_path: Path, answer: str
+) -> None:
+    # Temporal refuses an update of a workflow whose task fails: it raised
+    # the SDK's RPCError ("Workflow Task in failed state"), untyped. It
+    # says why, typed, as status() does, and the run stays paused.
+    store = SQLiteStore(tmp_path / "u.db")
+    run, queue, changed = await _paused_then_changed(temporal_client, "stuck", store)
+    send: dict[str, Callable[[], Any]] = {
+        "approve": run.approve,
+        "reject": lambda: run.reject({"c1": "no"}),
+        "answer": lambda: run.answer(ToolCallsReviewed.approve_all()),
+        "inject": lambda: run.inject("and be careful"),
+    }
+    async with create_worker(temporal_client, queue, changed):
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(30):
+                await send[answer]()
+    await run.handle.terminate("test over")
+    assert caught.value.field == "agent"
+    assert "takes other steps than the run's history" in str(caught.value)
+    assert f"turnfsm resume {run.session_id} --force" in str(caught.value)
+    kept = await Session.load(store, run.session_id)
+    assert [r.outcome for r in kept.runs] == ["paused"]
+
+
 async def test_result_while_changed_workers_fail_its_workflow_task_warns_and_times_out(
     temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

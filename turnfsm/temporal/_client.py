@@ -514,7 +514,9 @@ class DurableRun:
         """Approve every tool call the paused run waits on.
 
         Raises:
-            ConfigError: the run is not paused on a tool review.
+            ConfigError: the run is not paused on a tool review, or its
+                workflow's task fails on the workers serving its queue
+                (another build of its agent: named, with the way on).
         """
         await self._update("approve")
 
@@ -618,7 +620,8 @@ class DurableRun:
         Temporal answers with an `RPCError`: the cancellation goes on as
         itself. A server that does not answer is `TemporalUnreachable`; a
         workflow Temporal does not know is `SessionNotFound`; one that has
-        ended refuses what would steer it (`ConfigError`).
+        ended refuses what would steer it (`ConfigError`), as does one whose
+        task fails on its workers (naming why, as `status` does).
         Anything else is Temporal's error as it came.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -630,6 +633,11 @@ class DurableRun:
             if unserved is not None:
                 return unserved
         steers = name not in ("result", "status")
+        if steers and _task_failing(exc):
+            # Temporal takes no update while the workflow's task fails.
+            failing = await self._failing_task()
+            if failing is not None:
+                return failing
         if steers and "size exceeds limit" in exc.message:
             # The server's own refusal of a payload past its limit.
             return ConfigError(
@@ -714,6 +722,11 @@ _ENDED: Final = {
     WorkflowExecutionStatus.FAILED: "failed",
 }
 """The outcome of a workflow that ended without its run ending (`status`)."""
+
+
+def _task_failing(exc: RPCError) -> bool:
+    """Whether Temporal refused an update because the workflow's task fails."""
+    return "Workflow Task in failed state" in exc.message
 
 
 def _ended(exc: RPCError) -> bool:
