@@ -172,6 +172,12 @@ def _clipped(value: object) -> object:
     return f"{shown[:_SHOWN]}... ({len(shown):,} characters)"
 
 
+def _input_shown(messages: Iterable[Message]) -> object:
+    """A run's input as an error shows it: its texts, clipped."""
+    texts = [m.text for m in messages]
+    return _clipped(texts[0] if len(texts) == 1 else texts)
+
+
 def _past_server(name: str, value: object, size: int, limit: int) -> ConfigError:
     return ConfigError(
         name,
@@ -784,10 +790,14 @@ async def start_durable(
         options=options,
         machine=machine_digest(agent.driver.machine),
     )
+    start = serde.to_json(spec)
+    if server is not None and (size := payload_size(start)) > server:
+        # The server refuses the start with its own RPCError.
+        raise _past_server("input", _input_shown(messages), size, server)
     try:
         handle = await client.start_workflow(
             WORKFLOW,
-            serde.to_json(spec),
+            start,
             id=workflow_id_of(session),
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
