@@ -13,6 +13,7 @@ import io
 import json
 import re
 import time
+import tomllib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -33,13 +34,15 @@ from turnfsm import (
     approval_machine,
     serde,
 )
+from turnfsm._resources import machines_dir
 from turnfsm.cli._demo import TASK, build_demo_agent
 from turnfsm.core import MachineSpec, Signal, ToolCallsReviewed
-from turnfsm.driver import RetryPolicy, current_tool_call, replay
+from turnfsm.driver import RetryPolicy, RunControl, current_tool_call, replay
 from turnfsm.errors import (
     Cancelled,
     ConfigError,
     EffectFailed,
+    InvalidMessage,
     ProviderError,
     RunCrashed,
     SessionBusy,
@@ -576,6 +579,33 @@ async def test_status_while_changed_workers_fail_its_workflow_task_says_so(
     assert f"turnfsm resume {run.session_id} --force" in message
 
 
+@pytest.mark.parametrize("answer", ["approve", "inject"])
+async def test_answering_while_changed_workers_fail_its_workflow_task_says_so(
+    temporal_client: Client, tmp_path: Path, answer: str
+) -> None:
+    # Temporal refuses an update of a workflow whose task fails: it raised
+    # the SDK's RPCError ("Workflow Task in failed state"), untyped. It
+    # says why, typed, as status() does, and the run stays paused.
+    store = SQLiteStore(tmp_path / "u.db")
+    run, queue, changed = await _paused_then_changed(temporal_client, "stuck", store)
+    send: dict[str, Callable[[], Any]] = {
+        "approve": run.approve,
+        "reject": lambda: run.reject({"c1": "no"}),
+        "answer": lambda: run.answer(ToolCallsReviewed.approve_all()),
+        "inject": lambda: run.inject("and be careful"),
+    }
+    async with create_worker(temporal_client, queue, changed):
+        with pytest.raises(ConfigError) as caught:
+            with anyio.fail_after(30):
+                await send[answer]()
+    await run.handle.terminate("test over")
+    assert caught.value.field == "agent"
+    assert "takes other steps than the run's history" in str(caught.value)
+    assert f"turnfsm resume {run.session_id} --force" in str(caught.value)
+    kept = await Session.load(store, run.session_id)
+    assert [r.outcome for r in kept.runs] == ["paused"]
+
+
 async def test_result_while_changed_workers_fail_its_workflow_task_warns_and_times_out(
     temporal_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -700,9 +730,9 @@ async def test_reject_answers_the_call_and_inject_joins_the_conversation(
         await run.inject("and be careful")
         twice = Message.user("and mind the backups")
         await run.inject(twice)
-        with pytest.raises(ConfigError, match="not queued already"):
+        with pytest.raises(InvalidMessage, match="not queued already"):
             await run.inject(twice)  # a send retried: refused, the run goes on
-        with pytest.raises(ConfigError, match="message"):
+        with pytest.raises(InvalidMessage, match="message"):
             await run.inject(Message.assistant("x", tool_calls=[tool_call("a", "c9")]))
         with pytest.raises(ConfigError, match="at least one call"):
             await run.reject({})  # it would approve every call
@@ -718,6 +748,72 @@ async def test_reject_answers_the_call_and_inject_joins_the_conversation(
     assert ("user", "and be careful") in said
     assert said.count(("user", "and mind the backups")) == 1
     history = await _history(temporal_client, run.workflow_id)
+    await _replays(history)
+
+
+def _approval_taking_no_injection() -> MachineSpec:
+    """The approval machine with no `message_injected` transition at all."""
+    data = tomllib.loads((machines_dir() / "approval.toml").read_text())
+    data["transitions"] = [
+        t for t in data["transitions"] if t["trigger"] != "message_injected"
+    ]
+    return MachineSpec.from_dict(data)
+
+
+async def test_inject_into_a_run_whose_machine_takes_none_is_refused_typed(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The update's validator accepted it (the machine was not asked): the
+    # message was queued, and the run failed on it when it next stepped.
+    # Refused as RunControl.inject refuses it, before it is in the history.
+    machine = _approval_taking_no_injection()
+    said = Message.user("also check the logs")
+    local: list[Exception] = []
+    control = RunControl()
+
+    def speak(request: ModelRequest) -> Message:
+        try:
+            control.inject(said)
+        except InvalidMessage as exc:
+            local.append(exc)
+        return reply("", tool_call("delete", "c1", path="/tmp/a"))
+
+    local_agent = Agent(
+        model=FakeModelClient(speak), tools=[delete], machine=machine, name="deaf"
+    )
+    assert (await local_agent.run("clean up", control=control)).outcome == "paused"
+    RAN.clear()
+    store = SQLiteStore(tmp_path / "i.db")
+    model = ScriptedModel.of(reply("", tool_call("delete", "c1", path="/tmp/a")), "ok")
+    agent = Agent(
+        model=model, tools=[delete], machine=machine, store=store, name="deaf"
+    )
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "clean up", client=temporal_client, task_queue=queue
+        )
+        await _paused(run)
+        with pytest.raises(InvalidMessage) as durable:
+            await run.inject(said)
+        with pytest.raises(InvalidMessage, match="'approval' takes no injected"):
+            await run.inject("and be careful")
+        await run.approve()
+        result = await run.result()
+    assert [type(local[0]), str(local[0])] == [type(durable.value), str(durable.value)]
+    assert str(durable.value) == (
+        f"invalid message message={said.id!r}: machine 'approval' takes no injected"
+        " message (none of its phases has a 'message_injected' transition)"
+    )
+    assert result.ok, result.error
+    assert RAN == ["c1:/tmp/a"]
+    history = await _history(temporal_client, run.workflow_id)
+    # Rejected by the validator: no update is written to the history.
+    updates = [
+        e
+        for e in history.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert len(updates) == 1  # the approval only
     await _replays(history)
 
 

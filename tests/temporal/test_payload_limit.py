@@ -506,3 +506,32 @@ async def test_answers_past_the_limits_are_refused_when_sent(
         await run.approve()
         result = await run.result()
     assert (result.outcome, result.text) == ("done", "done")
+
+
+async def test_an_input_past_the_servers_limit_is_refused_before_the_start(
+    temporal_client: Client, tmp_path: Path
+) -> None:
+    # The server refused the start with its own RPCError ("Blob data size
+    # exceeds limit"), untyped. Refused before it is sent, naming the input.
+    from turnfsm.temporal._client import server_payload_limit
+
+    limit = await server_payload_limit(temporal_client)
+    assert limit is not None
+    agent = Agent(
+        model=ScriptedModel.of("done"),
+        store=SQLiteStore(tmp_path / "i.db"),
+        name="input",
+    )
+    with pytest.raises(ConfigError) as refused:
+        await start_durable(
+            agent,
+            "x" * (limit + 2_000),
+            client=temporal_client,
+            task_queue=f"test-{uuid.uuid4().hex[:10]}",
+        )
+    assert str(refused.value).startswith(
+        f"invalid input='{'x' * 80}... ({limit + 2_000:,} characters)': expected "
+        f"at most "
+        f"{limit:,} bytes, what this Temporal server takes in one payload"
+    )
+    assert await SQLiteStore(tmp_path / "i.db").list_sessions() == ()

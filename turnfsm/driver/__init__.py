@@ -14,6 +14,10 @@ from turnfsm.driver._context import (
 from turnfsm.driver._context import request_extras as request_extras
 from turnfsm.driver._context_settings import pin_rules
 from turnfsm.driver._control import RunControl, RunResult
+
+# For durable runs (not in `__all__`): why a machine takes no injected
+# message, refused where the injection is sent.
+from turnfsm.driver._control import injection_refusal as injection_refusal
 from turnfsm.driver._driver import Driver
 
 # For the agent and the command line (not in `__all__`): the hint a context

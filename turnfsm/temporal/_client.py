@@ -60,7 +60,7 @@ from turnfsm.errors import (
 )
 from turnfsm.messages import Message
 from turnfsm.persistence import machine_digest, new_id
-from turnfsm.temporal._activities import failure_error
+from turnfsm.temporal._activities import TURNFSM_ERROR, failure_error
 from turnfsm.temporal._payloads import (
     WORKFLOW,
     DurableOptions,
@@ -170,6 +170,12 @@ def _clipped(value: object) -> object:
     if len(shown) <= 2 * _SHOWN:
         return value
     return f"{shown[:_SHOWN]}... ({len(shown):,} characters)"
+
+
+def _input_shown(messages: Iterable[Message]) -> object:
+    """A run's input as an error shows it: its texts, clipped."""
+    texts = [m.text for m in messages]
+    return _clipped(texts[0] if len(texts) == 1 else texts)
 
 
 def _past_server(name: str, value: object, size: int, limit: int) -> ConfigError:
@@ -514,7 +520,9 @@ class DurableRun:
         """Approve every tool call the paused run waits on.
 
         Raises:
-            ConfigError: the run is not paused on a tool review.
+            ConfigError: the run is not paused on a tool review, or its
+                workflow's task fails on the workers serving its queue
+                (another build of its agent: named, with the way on).
         """
         await self._update("approve")
 
@@ -541,7 +549,11 @@ class DurableRun:
         """Queue a message for the run's next safe point (`RunControl.inject`).
 
         Raises:
-            ConfigError: the run has ended, or the message cannot be injected.
+            InvalidMessage: refused as `RunControl.inject` refuses it: the
+                message carries tool calls or tool results, is queued
+                already, or the run's machine takes injected messages in
+                no phase (it names the machine); the run goes on.
+            ConfigError: the run has ended.
         """
         await self._update(
             "inject", message if isinstance(message, str) else serde.to_json(message)
@@ -569,6 +581,8 @@ class DurableRun:
             await self._handle.execute_update(name, args=args)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause  # its message, without the failure's type
+            if isinstance(cause, ApplicationError) and cause.type == TURNFSM_ERROR:
+                raise failure_error(cause) from exc  # the typed error refusing it
             why = cause.message if isinstance(cause, ApplicationError) else str(cause)
             raise ConfigError(name, value, why) from exc
         except WorkflowUpdateRPCTimeoutOrCancelledError:
@@ -612,7 +626,8 @@ class DurableRun:
         Temporal answers with an `RPCError`: the cancellation goes on as
         itself. A server that does not answer is `TemporalUnreachable`; a
         workflow Temporal does not know is `SessionNotFound`; one that has
-        ended refuses what would steer it (`ConfigError`).
+        ended refuses what would steer it (`ConfigError`), as does one whose
+        task fails on its workers (naming why, as `status` does).
         Anything else is Temporal's error as it came.
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -624,6 +639,11 @@ class DurableRun:
             if unserved is not None:
                 return unserved
         steers = name not in ("result", "status")
+        if steers and _task_failing(exc):
+            # Temporal takes no update while the workflow's task fails.
+            failing = await self._failing_task()
+            if failing is not None:
+                return failing
         if steers and "size exceeds limit" in exc.message:
             # The server's own refusal of a payload past its limit.
             return ConfigError(
@@ -710,6 +730,11 @@ _ENDED: Final = {
 """The outcome of a workflow that ended without its run ending (`status`)."""
 
 
+def _task_failing(exc: RPCError) -> bool:
+    """Whether Temporal refused an update because the workflow's task fails."""
+    return "Workflow Task in failed state" in exc.message
+
+
 def _ended(exc: RPCError) -> bool:
     """Whether Temporal refused a call because the workflow has ended."""
     return "closed before" in exc.message or "already completed" in exc.message
@@ -765,10 +790,14 @@ async def start_durable(
         options=options,
         machine=machine_digest(agent.driver.machine),
     )
+    start = serde.to_json(spec)
+    if server is not None and (size := payload_size(start)) > server:
+        # The server refuses the start with its own RPCError.
+        raise _past_server("input", _input_shown(messages), size, server)
     try:
         handle = await client.start_workflow(
             WORKFLOW,
-            serde.to_json(spec),
+            start,
             id=workflow_id_of(session),
             task_queue=task_queue,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,

@@ -84,6 +84,7 @@ with workflow.unsafe.imports_passed_through():
         Driver,
         RunControl,
         RunResult,
+        injection_refusal,
         missing_tools,
     )
     from turnfsm.errors import (
@@ -469,7 +470,7 @@ class TurnWorkflow:
         try:
             self._control.inject(_message(message))
         except InvalidMessage as exc:  # refused, not a failed workflow task
-            raise _refused(exc) from None
+            raise not_retried(exc) from None
 
     @inject.validator
     def _check_inject(self, message: str | dict[str, Any]) -> None:
@@ -480,16 +481,43 @@ class TurnWorkflow:
                 non_retryable=True,
             )
         self._check_size("a message", message)
+        refusal = self._injection_refusal()
         if isinstance(message, str):
+            if refusal is not None:
+                raise not_retried(InvalidMessage("message", message, refusal))
             return
+        try:
+            parsed = serde.from_json(Message, message)
+        except Exception as exc:
+            raise not_retried(
+                InvalidMessage("message", message, f"a message ({exc})")
+            ) from None
+        if refusal is not None:
+            raise not_retried(InvalidMessage("message", parsed.id, refusal))
         try:
             # Checked against what is queued, without queueing it: a message
             # queued already is refused here, as RunControl.inject refuses it.
             probe = RunControl()
             probe.requeue(self._control.queued())
-            probe.inject(serde.from_json(Message, message))
-        except Exception as exc:
-            raise _refused(exc) from None
+            probe.inject(parsed)
+        except InvalidMessage as exc:
+            raise not_retried(exc) from None
+
+    def _injection_refusal(self) -> str | None:
+        """Why the run's machine takes no injected message (None: it takes them).
+
+        Asked of the agent the workers serve, paused or not: a message its
+        machine takes in no phase would fail the run when it next steps.
+        None when the workers serve no such agent (the run fails on that).
+        """
+        spec = self._spec
+        if not isinstance(spec, RunSpec):
+            return None
+        try:
+            agent = agent_named(spec.agent, workflow.info().task_queue)
+        except ApplicationError:
+            return None
+        return injection_refusal(agent.driver.machine)
 
     def _check_size(self, what: str, value: object) -> None:
         """Refuse an answer or a message past half the payload limit.
