@@ -232,8 +232,10 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
     keeps_the_promises(machine(name), s)
 
 
+# 100 examples a machine: about 0.1 s each (a SQLite file, sub-agent runs),
+# some 40 s in all under the ci profile.
 @pytest.mark.parametrize("name", [*MACHINES, "reviewed"])
-@heavy(300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@heavy(100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(s=wider_scenarios())
 def test_the_promises_hold_with_sub_agents_a_sqlite_file_and_cancels_anywhere(
     name: str, s: dict[str, object], tmp_path: Path
@@ -277,6 +279,19 @@ class Cancels:
     def disarm(self) -> None:
         self.armed = False
 
+    def around(
+        self, compactor: TruncatingCompactor
+    ) -> TruncatingCompactor | CancellingCompactor:
+        """`compactor`, whose passes are cancel points when one is drawn there."""
+        if self.s.get("cancel_in") == "compaction":
+            return CancellingCompactor(compactor, self)
+        return compactor
+
+    def hooks(self) -> list[Hook]:
+        """The hooks whose steps are cancel points when one is drawn there."""
+        where = self.s.get("cancel_in")
+        return [h(self) for h in (CancelBefore, CancelAfter) if h.point == where]
+
 
 @attrs.frozen
 class CancellingCompactor:
@@ -296,6 +311,8 @@ class CancellingCompactor:
 class CancelBefore(Hook):
     """Counts a ``decision`` cancel point before each step's effect."""
 
+    point = "decision"
+
     def __init__(self, cancels: Cancels) -> None:
         self.cancels = cancels
 
@@ -305,6 +322,8 @@ class CancelBefore(Hook):
 
 class CancelAfter(Hook):
     """Counts an ``outcome`` cancel point after each step's effect."""
+
+    point = "outcome"
 
     def __init__(self, cancels: Cancels) -> None:
         self.cancels = cancels
@@ -350,7 +369,7 @@ def sub_agent(s: dict[str, object], cancels: Cancels, sizes: list[int]) -> Drive
         model=FakeModelClient(handler),
         tools=[dump],
         context=ContextManager(
-            CancellingCompactor(TruncatingCompactor(), cancels),
+            cancels.around(TruncatingCompactor()),
             context_window=int(s["window"]),  # type: ignore[call-overload]
             threshold=int(s["threshold"]),  # type: ignore[call-overload]
             counter=COUNTER,
@@ -489,12 +508,11 @@ def keeps_the_promises(
         tools=tools,
         system_prompt=str(s["system"]) or None,
         context=ContextManager(
-            CancellingCompactor(
+            cancels.around(
                 TruncatingCompactor(
                     preserve_recent=int(s["preserve_recent"]),  # type: ignore[call-overload]
                     min_messages=int(s["min_messages"]),  # type: ignore[call-overload]
-                ),
-                cancels,
+                )
             ),
             context_window=window,
             threshold=int(s["threshold"]),  # type: ignore[call-overload]
@@ -511,7 +529,7 @@ def keeps_the_promises(
         machine=spec,
         effects={e: approve_after_one_revision() for e in reviewed},
         subagents=subagents,
-        hooks=[CancelBefore(cancels), CancelAfter(cancels)],
+        hooks=cancels.hooks(),
         strict_hooks=True,
         output_type=int if s["structured"] else None,
     )
