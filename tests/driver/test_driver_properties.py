@@ -9,12 +9,15 @@ import functools
 import json
 import math
 import re
-from collections.abc import Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.profiles import heavy, sized
@@ -43,7 +46,9 @@ from turnfsm.driver import (
     RunControl,
     RunResult,
     Session,
+    Tool,
     replay,
+    subagent_tool,
 )
 from turnfsm.errors import (
     CONTEXT_OVERFLOW,
@@ -52,7 +57,9 @@ from turnfsm.errors import (
     ProviderError,
     TurnFSMError,
 )
+from turnfsm.hooks import DecisionInfo, Hook, OutcomeInfo
 from turnfsm.messages import Message, check_history
+from turnfsm.persistence import SQLiteStore, descendants
 from turnfsm.providers import ModelRequest, ModelResponse
 from turnfsm.testing import FakeModelClient, reply, tool_call
 from turnfsm.tokens import HeuristicTokenCounter, Meter
@@ -66,10 +73,24 @@ FINAL = {False: "final", True: '{"result": 7}'}
 
 @functools.cache
 def machine(name: str) -> MachineSpec:
-    """The stock machine, one with `start` renamed, and the approval machine."""
+    """The stock machine, one with `start` renamed, the approval machine, and
+    ``reviewed``: the review machine whose review is the sub-agent ``critic``."""
     if name == "renamed":
         text = (machines_dir() / "turn.toml").read_text()
         return MachineSpec.from_toml(re.sub(r"\bstart\b", "begin", text))
+    if name == "reviewed":
+        text = (machines_dir() / "review.toml").read_text()
+        text = text.replace(
+            'await_review      = { effect = "review" }',
+            'await_review      = { subagent = "critic" }',
+        )
+        assert "subagent" in text
+        text += (
+            "\n[subagents.critic]\n"
+            'machine = "turn.toml"\nsignal = "revise"\nkey = "feedback"\n'
+            'routes = { approved = "APPROVED" }\ntask = "Check {reply}"\n'
+        )
+        return MachineSpec.from_toml(text)
     return load_machine(machines_dir() / f"{name}.toml")
 
 
@@ -123,6 +144,37 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
+CANCEL_POINTS = ("model", "tool", "compaction", "decision", "outcome", "child")
+"""Where a drawn cancel lands: in the `cancel_on`-th model call, tool call or
+compaction pass of the run, before (a hook's ``on_decision``) or after (its
+``on_outcome``) the `cancel_on`-th step's effect, or in a sub-agent's
+`cancel_on`-th model call (the parent's tool batch or sub-agent phase)."""
+
+
+@st.composite
+def wider_scenarios(draw: st.DrawFn) -> dict[str, object]:
+    """`scenarios`, with sub-agents, a SQLite store and cancels anywhere.
+
+    ``delegate_on``: the model calls whose tool batch also calls the
+    sub-agent tool ``helper``; ``child_fails``: the sub-agents' model refuses
+    (a provider error), so their calls get error results (a sub-agent
+    phase's run fails); ``sqlite``: the session lives in a SQLite file;
+    ``reopen``: a paused run is resumed on its session read again from its
+    store; ``sync_tools``: the session's tool is sync (it runs, and cancels,
+    in a worker thread).
+    """
+    s = draw(scenarios())
+    s["cancel_in"] = draw(st.sampled_from(CANCEL_POINTS))
+    # Mostly a cancel, early enough to land before the run ends.
+    s["cancel_on"] = draw(st.integers(0, 3) | st.integers(0, 6) | st.none())
+    s["delegate_on"] = draw(st.sets(st.integers(0, 3), max_size=3))
+    s["child_fails"] = draw(st.sampled_from([False, False, True]))
+    s["sqlite"] = draw(st.booleans())
+    s["reopen"] = draw(st.booleans())
+    s["sync_tools"] = draw(st.booleans())
+    return s
+
+
 def _approval(waiting: Pause, signals: Sequence[str]) -> Event:
     if waiting.takes_review:
         # The second call of each reply (c1_1, c2_1, ...) is rejected.
@@ -139,20 +191,25 @@ def run_all(
     session: Session,
     control: RunControl,
     input: str | Message = "start",
+    reopen: Callable[[Session], Awaitable[Session]] | None = None,
 ) -> RunResult:
     """Run `input`, approving every pause, within 10 s.
 
     A pause that takes a review of its calls gets its calls approved but
     the second of each reply; one
     that takes signals only gets ``approved`` if it takes that, else the
-    first it takes.
+    first it takes. With `reopen`, each pause is resumed on the session it
+    gives (the session read again from its store, as another process would).
     """
 
     async def go() -> RunResult:
+        nonlocal session
         with anyio.fail_after(10):
             result = await driver.run(input, session=session, control=control)
             while result.outcome == "paused":
                 assert result.waiting is not None
+                if reopen is not None:
+                    session = await reopen(session)
                 result = await driver.resume(
                     session,
                     result.run_id,
@@ -175,6 +232,17 @@ def test_no_request_exceeds_the_window_and_every_run_terminates(
     keeps_the_promises(machine(name), s)
 
 
+# 100 examples a machine: about 0.1 s each (a SQLite file, sub-agent runs),
+# some 40 s in all under the ci profile.
+@pytest.mark.parametrize("name", [*MACHINES, "reviewed"])
+@heavy(100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(s=wider_scenarios())
+def test_the_promises_hold_with_sub_agents_a_sqlite_file_and_cancels_anywhere(
+    name: str, s: dict[str, object], tmp_path: Path
+) -> None:
+    keeps_the_promises(machine(name), s, tmp_path)
+
+
 def approve_after_one_revision() -> Effect:
     """A reviewer (a user's effect) that asks for one revision, then approves."""
     reviews = [0]
@@ -190,7 +258,169 @@ def approve_after_one_revision() -> Effect:
     return review
 
 
-def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
+@attrs.define
+class Cancels:
+    """The user's cancel of scenario `s`: at its `cancel_on`-th `cancel_in` point.
+
+    Each point counts its own kind (model calls, tool calls, passes, steps,
+    the sub-agents' model calls) over the first run only (`disarm`).
+    """
+
+    s: dict[str, object]
+    control: RunControl = attrs.field(factory=RunControl)
+    seen: dict[str, int] = attrs.field(factory=dict)
+    armed: bool = True
+
+    def at(self, point: str) -> None:
+        """Count one `point`; cancel the run if it is the drawn one."""
+        n = self.seen[point] = self.seen.get(point, -1) + 1
+        where = self.s.get("cancel_in", "model")
+        if self.armed and where == point and n == self.s["cancel_on"]:
+            self.control.cancel("stop")
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def around(
+        self, compactor: TruncatingCompactor
+    ) -> TruncatingCompactor | CancellingCompactor:
+        """`compactor`, whose passes are cancel points when one is drawn there."""
+        if self.s.get("cancel_in") == "compaction":
+            return CancellingCompactor(compactor, self)
+        return compactor
+
+    def hooks(self) -> list[Hook]:
+        """The hooks whose steps are cancel points when one is drawn there."""
+        where = self.s.get("cancel_in")
+        return [h(self) for h in (CancelBefore, CancelAfter) if h.point == where]
+
+
+@attrs.frozen
+class CancellingCompactor:
+    """`inner`, each pass of which first counts a ``compaction`` cancel point."""
+
+    inner: TruncatingCompactor
+    cancels: Cancels
+
+    async def compact(
+        self, messages: Sequence[Message], target: int, ctx: CompactionContext
+    ) -> CompactionProposal:
+        self.cancels.at("compaction")
+        await anyio.lowlevel.checkpoint()  # where a cancel interrupts the pass
+        return await self.inner.compact(messages, target, ctx)
+
+
+class CancelBefore(Hook):
+    """Counts a ``decision`` cancel point before each step's effect."""
+
+    point = "decision"
+
+    def __init__(self, cancels: Cancels) -> None:
+        self.cancels = cancels
+
+    def on_decision(self, info: DecisionInfo) -> None:
+        self.cancels.at("decision")
+
+
+class CancelAfter(Hook):
+    """Counts an ``outcome`` cancel point after each step's effect."""
+
+    point = "outcome"
+
+    def __init__(self, cancels: Cancels) -> None:
+        self.cancels = cancels
+
+    def on_outcome(self, info: OutcomeInfo) -> None:
+        self.cancels.at("outcome")
+
+
+def sub_agent(s: dict[str, object], cancels: Cancels, sizes: list[int]) -> Driver:
+    """The sub-agent of the ``helper`` tool and of the ``critic`` phase.
+
+    A helper's task gets one tool call (as large as the largest output),
+    then an answer; a critic's (its task begins ``Check``) asks for one
+    revision, then approves. It has the session's window and threshold, and
+    its passes and tool calls are cancel points too. Its requests' sizes go
+    to `sizes`; with ``child_fails`` its model refuses every call.
+    """
+    reviews = [0]
+
+    def handler(request: ModelRequest) -> ModelResponse:
+        sizes.append(request_size(request))
+        check_history(request.messages)
+        cancels.at("child")
+        if s.get("child_fails"):
+            raise ProviderError("refused", kind="bad_request")
+        if any(m.text.startswith("Check") for m in request.messages):
+            reviews[0] += 1
+            return ModelResponse(
+                message=reply("APPROVED." if reviews[0] > 1 else "No: shorter.")
+            )
+        if request.messages[-1].tool_results:
+            return ModelResponse(message=reply("looked"))
+        size = max(s["outputs"], default=60)  # type: ignore[call-overload]
+        return ModelResponse(message=reply("", tool_call("dump", size=size)))
+
+    async def dump(size: int) -> str:
+        """Return `size` characters."""
+        cancels.at("tool")
+        await anyio.lowlevel.checkpoint()
+        return "z" * size
+
+    return Driver(
+        model=FakeModelClient(handler),
+        tools=[dump],
+        context=ContextManager(
+            cancels.around(TruncatingCompactor()),
+            context_window=int(s["window"]),  # type: ignore[call-overload]
+            threshold=int(s["threshold"]),  # type: ignore[call-overload]
+            counter=COUNTER,
+        ),
+        max_turns=4,
+        retry=RetryPolicy(max_attempts=1),
+    )
+
+
+def reloads_the_same(spec: MachineSpec, session: Session, path: Path | None) -> None:
+    """The session, and its sub-agents' sessions, reload as they are and replay.
+
+    With `path` (the session's SQLite file), it is reopened on a connection
+    of its own and must give back the same log, history and runs as the
+    session the driver wrote through.
+    """
+
+    async def read() -> tuple[Session, list[Session]]:
+        if path is None:
+            store = session.store
+            return await Session.load(store, session.id), await descendants(
+                store, session.id
+            )
+        async with SQLiteStore(path) as fresh:
+            return await Session.load(fresh, session.id), await descendants(
+                fresh, session.id
+            )
+
+    loaded, below = anyio.run(read)
+    assert [m.id for m in loaded.history] == [m.id for m in session.history]
+    if path is not None:
+        assert loaded.entries == session.entries
+        assert list(loaded.history) == list(session.history)
+        assert loaded.runs == session.runs
+    for run in loaded.runs:
+        assert replay(spec, loaded, run.run_id).ok, run.run_id
+    # Every run ended: none left to go on, a sub-agent's neither.
+    assert not loaded.open_runs(), loaded.open_runs()
+    event(f"{len(below)} sub-agent sessions")
+    for kid in below:
+        check_history(kid.history)
+        assert not kid.open_runs(), (kid.id, kid.open_runs())
+        for run in kid.runs:
+            assert replay(None, kid, run.run_id).ok, (kid.id, run.run_id)
+
+
+def keeps_the_promises(
+    spec: MachineSpec, s: dict[str, object], where: Path | None = None
+) -> None:
     """Run scenario `s` (see `scenarios`) on `spec`; assert what every machine keeps.
 
     No request over the window or with a broken tool pair, a run that ends
@@ -198,14 +428,20 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
     error), every message of a done run committed and none of a failed one,
     no injection lost, the session taking its next run, and every run
     replaying exactly. A phase running the
-    effect ``review`` gets `approve_after_one_revision`.
+    effect ``review`` gets `approve_after_one_revision`; a sub-agent phase,
+    `sub_agent`. A `wider_scenarios` scenario also delegates to `sub_agent`
+    as a tool, cancels anywhere (`Cancels`), and keeps the session in a
+    SQLite file in `where`, reloaded after each run (`reloads_the_same`).
     """
     window = int(s["window"])  # type: ignore[call-overload]
     outputs: list[int] = s["outputs"]  # type: ignore[assignment]
     sizes: list[int] = []
     true_sizes: list[int] = []  # what the provider counts, reply budget included
+    child_sizes: list[int] = []
     ratio = float(s["true_ratio"])  # type: ignore[arg-type]
-    control = RunControl()
+    cancels = Cancels(s)
+    control = cancels.control
+    delegate_on: set[int] = s.get("delegate_on", set())  # type: ignore[assignment]
     injected: list[Message] = []
     said: list[Message] = []  # every message the model said, in order
     answers = [0]  # the final answers that did not fit the structured type
@@ -225,8 +461,7 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
             else:  # refused at the call, the run goes on
                 with pytest.raises(InvalidMessage, match="takes no injected"):
                     control.inject(note)
-        if turn == s["cancel_on"]:
-            control.cancel("stop")
+        cancels.at("model")
         if turn in s["overflow_on"]:  # type: ignore[operator]
             raise ProviderError("too long", kind=CONTEXT_OVERFLOW)
         if turn in s["fail_on"]:  # type: ignore[operator]
@@ -236,6 +471,8 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
                 tool_call("dump", f"c{turn}_{i}", size=outputs[turn])
                 for i in range(int(s["parallel"]))  # type: ignore[call-overload]
             ]
+            if turn in delegate_on:
+                calls.append(tool_call("helper", f"c{turn}_h", task=f"look {turn}"))
             message = reply("", *calls)
         elif s["structured"] and answers[0] < int(s["misfits"]):  # type: ignore[call-overload]
             answers[0] += 1
@@ -247,19 +484,37 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
 
     async def dump(size: int) -> str:
         """Return `size` characters."""
+        cancels.at("tool")
+        await anyio.lowlevel.checkpoint()  # where a cancel interrupts the batch
+        return "y" * size
+
+    def dump_in_a_thread(size: int) -> str:
+        """Return `size` characters."""
+        cancels.at("tool")  # a cancel from the tool's worker thread
         return "y" * size
 
     model = FakeModelClient(handler)
     reviewed = {state.effect for state in spec.states} & {"review"}
+    tools: list[Tool | Callable[..., object]] = [dump]
+    if s.get("sync_tools"):
+        tools = [Tool.from_function(dump_in_a_thread, name="dump")]
+    subagents: dict[str, Driver] = {}
+    if delegate_on or spec.subagents:
+        child = sub_agent(s, cancels, child_sizes)
+        subagents = {sub.name: child for sub in spec.subagents}
+        if delegate_on:
+            tools.append(subagent_tool(child, name="helper", description="Look."))
     build = functools.partial(
         Driver,
         model=model,
-        tools=[dump],
+        tools=tools,
         system_prompt=str(s["system"]) or None,
         context=ContextManager(
-            TruncatingCompactor(
-                preserve_recent=int(s["preserve_recent"]),  # type: ignore[call-overload]
-                min_messages=int(s["min_messages"]),  # type: ignore[call-overload]
+            cancels.around(
+                TruncatingCompactor(
+                    preserve_recent=int(s["preserve_recent"]),  # type: ignore[call-overload]
+                    min_messages=int(s["min_messages"]),  # type: ignore[call-overload]
+                )
             ),
             context_window=window,
             threshold=int(s["threshold"]),  # type: ignore[call-overload]
@@ -275,6 +530,9 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
         retry=RetryPolicy(max_attempts=1),
         machine=spec,
         effects={e: approve_after_one_revision() for e in reviewed},
+        subagents=subagents,
+        hooks=cancels.hooks(),
+        strict_hooks=True,
         output_type=int if s["structured"] else None,
     )
     reasks = all(
@@ -292,9 +550,29 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
             build()
         return
     driver = build()
-    session = Session()
+    path = where / f"{uuid.uuid4().hex}.db" if s.get("sqlite") and where else None
+    stores = [SQLiteStore(path)] if path else []
+    session = Session(store=stores[0]) if stores else Session()
+    sessions = [session]
+
+    async def reopen(old: Session) -> Session:
+        """The paused session read again: from its file on a connection of its own."""
+        if path is not None:
+            stores.append(SQLiteStore(path))
+        new = await Session.load(stores[-1] if stores else old.store, old.id)
+        assert new.entries == old.entries
+        assert new.runs == old.runs
+        sessions.append(new)
+        return new
+
     start = Message.user("start")
-    result = run_all(driver, session, control, start)
+    reopening = reopen if s.get("reopen") else None
+    result = run_all(driver, session, control, start, reopening)
+    session = sessions[-1]
+    cancels.disarm()
+    event(f"{result.outcome}, a cancel drawn in {s.get('cancel_in', 'model')}")
+    if path is not None:
+        reloads_the_same(spec, session, path)
     assert result.outcome in ("done", "failed", "cancelled"), result
     covered = {i for run in session.runs for c in run.compactions for i in c.covers}
     kept = {m.id for m in session.history} | covered
@@ -332,17 +610,21 @@ def keeps_the_promises(spec: MachineSpec, s: dict[str, object]) -> None:
     # The session takes its next run, which keeps what the first committed
     # (or what a compaction pass stands for).
     before = [m.id for m in session.history]
-    after = run_all(driver, session, RunControl(), "next")
+    if reopening is not None:  # taken by the session read again, too
+        session = anyio.run(reopen, session)
+    after = run_all(driver, session, RunControl(), "next", reopening)
+    session = sessions[-1]
     assert after.outcome in ("done", "failed", "cancelled"), after
     assert after.ok or isinstance(after.error, TurnFSMError), after.error
     check_history(session.history)
     covered = {i for run in session.runs for c in run.compactions for i in c.covers}
     kept = {m.id for m in session.history} | covered
     assert all(i in kept for i in before), "the next run lost what was committed"
-    loaded = anyio.run(Session.load, session.store, session.id)
-    assert [m.id for m in loaded.history] == [m.id for m in session.history]
-    for run in loaded.runs:
-        assert replay(spec, loaded, run.run_id).ok, run.run_id
+    reloads_the_same(spec, session, path)
+    if window:  # the sub-agents' windows are the session's
+        assert all(size <= window for size in child_sizes), (child_sizes, window)
+    for store in stores:
+        anyio.run(store.aclose)
 
 
 # -- a careless compactor ---------------------------------------------------
