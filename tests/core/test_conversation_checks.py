@@ -544,7 +544,8 @@ def leaves(source: str, trigger: str, dest: str, way: str, entered: str) -> str:
         f" calls unanswered: a reply with tool calls comes to {source!r} ({way})"
         " and no run_tools phase runs them on the way, so the run would fail"
         " there (a review answers only the calls it rejects): go into a"
-        " run_tools phase first (or a fail phase), or send the reply's tool"
+        " run_tools phase first, which runs only the calls still open (none"
+        " when every call was rejected), or a fail phase; or send the reply's tool"
         " calls to a run_tools phase (a 'model_replied' transition with"
         f" conditions = ['has_tool_calls'] before the one into {entered!r})"
     )

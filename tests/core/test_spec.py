@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.hand_written_machines import HAND_WRITTEN
 from tests.helpers import (
     REPO_ROOT,
     approval_toml,
@@ -1318,6 +1319,15 @@ def test_a_model_call_must_follow_a_measurement_or_a_compaction() -> None:
     )
 
 
+def unchecked(guard: str, kind: str) -> str:
+    """The problem of a model call on `measured` that does not check `guard` first."""
+    return (
+        "phase 'start' on 'measured' enters 'call_llm' without first checking"
+        f" {guard!r}: put before it a 'measured' transition with conditions ="
+        f" [{guard!r}] into {kind}, or add {guard!r} to its unless"
+    )
+
+
 def test_measured_must_check_the_turn_limit_and_emergency_line_first() -> None:
     text = edit(
         turn_toml_text(),
@@ -1331,10 +1341,8 @@ def test_measured_must_check_the_turn_limit_and_emergency_line_first() -> None:
         'unless = ["is_compaction_limit_reached"]',
     )
     assert problems_of(text) == (
-        "phase 'start' on 'measured' enters 'call_llm' without first checking "
-        "'is_turn_limit_reached' (into a terminal phase)",
-        "phase 'start' on 'measured' enters 'call_llm' without first checking "
-        "'is_over_emergency_line' (into a compact phase)",
+        unchecked("is_turn_limit_reached", "a terminal phase"),
+        unchecked("is_over_emergency_line", "a compact or terminal phase"),
     )
 
 
@@ -1358,7 +1366,7 @@ def test_measured_must_check_the_turn_limit_and_emergency_line_first() -> None:
             'conditions = ["is_over_emergency_line"]\nreason',
             'conditions = ["is_over_emergency_line", "has_injected_messages"]\nreason',
             "is_over_emergency_line",
-            "a compact phase",
+            "a compact or terminal phase",
         ),
     ],
     ids=["turn-limit-and-more", "turn-limit-unless", "emergency-and-more"],
@@ -1369,10 +1377,7 @@ def test_a_check_before_the_model_call_narrowed_by_another_guard_is_no_check(
     """One that holds only sometimes lets the rest through to the model call."""
     problems = problems_of(edit(turn_toml_text(), old, narrowed))
 
-    assert (
-        "phase 'start' on 'measured' enters 'call_llm' without first checking "
-        f"{guard!r} (into {kind})"
-    ) in problems
+    assert unchecked(guard, kind) in problems
 
 
 def test_a_check_narrowed_by_an_unless_an_earlier_one_takes_is_still_a_check() -> None:
@@ -1385,6 +1390,40 @@ def test_a_check_narrowed_by_an_unless_an_earlier_one_takes_is_still_a_check() -
     )
 
     assert "call_llm" in MachineSpec.from_toml(text).phases
+
+
+@pytest.mark.parametrize("name", sorted(HAND_WRITTEN))
+def test_a_machine_that_keeps_the_promises_its_own_way_loads(name: str) -> None:
+    """Each was refused, though no run of it breaks a promise.
+
+    The checks in the `unless` of the model call, the failure that covers
+    the emergency pass after it, a failure on the emergency line with no
+    compaction at all, a pass whose result goes straight to the model after
+    the turn-limit check, and a fail phase that only the wildcard
+    `run_cancelled` enters (it was "unreachable").
+    """
+    assert MachineSpec.from_toml(HAND_WRITTEN[name]).states
+
+
+def test_a_phase_only_a_cancel_leaves_is_a_dead_end() -> None:
+    """A cancel of its own before the wildcard one hid it: the file loaded."""
+    check = '[states]\ncheck = { effect = "check" }\n'
+    text = edit(
+        edit(turn_toml_text(), "[states]\n", check),
+        'source = "run_tools"\ndest = "start"',
+        'source = "run_tools"\ndest = "check"',
+    )
+    text = edit(
+        text,
+        '[[transitions]]\ntrigger = "run_cancelled"\nsource = "*"',
+        '[[transitions]]\ntrigger = "run_cancelled"\nsource = "check"\n'
+        'dest = "failed"\nerror = "cancelled"\n\n'
+        '[[transitions]]\ntrigger = "run_cancelled"\nsource = "*"',
+    )
+
+    assert problems_of(text) == (
+        "phase 'check' is a dead end: no transition leaves it",
+    )
 
 
 # -- the message-count line (is_over_message_line, reason MESSAGE_COUNT) -----

@@ -15,6 +15,7 @@ import tomllib
 
 import pytest
 
+from tests.hand_written_machines import PASS_STRAIGHT_TO_THE_MODEL, TURN_LIMIT
 from tests.helpers import (
     REPO_ROOT,
     calling,
@@ -52,6 +53,7 @@ from turnfsm.errors import (
     ConfigError,
     ContextExceeded,
     DefinitionError,
+    MaxTurnsExceeded,
     TurnFSMError,
 )
 from turnfsm.messages import MessageLog
@@ -430,18 +432,22 @@ def test_passes_in_a_row_without_a_model_call_still_end_at_the_limit() -> None:
     assert decisions[-1] == Fail(error=CompactionLimitExceeded(max_compactions=2))
 
 
+THRESHOLD_PASS = (
+    '[[transitions]]\ntrigger = "measured"\nsource = "start"\ndest = "compact"\n'
+    'conditions = ["is_over_threshold_line"]\n'
+    'unless = ["is_compaction_limit_reached", "is_threshold_line_spent"]\n'
+    'reason = "threshold_exceeded"\nactions = ["record_estimate"]\n'
+)
+
+
 def test_a_reply_that_starts_the_count_again_on_a_cycle_needs_another_bound() -> None:
-    """A pass that goes straight to the model skips the turn-limit check.
+    """A pass taken before the turn-limit check, that goes straight to the model.
 
     The reply starts the count of passes again, so the compact phase's limit
-    bounds nothing on this cycle.
+    bounds nothing on this cycle, and no turn-limit check is on it.
     """
     text = edit(
-        STOCK,
-        '[[transitions]]\ntrigger = "compaction_result"\nsource = "compact"\n'
-        'dest = "start"\nactions = ["record_compaction", "count_compaction"]\n',
-        '[[transitions]]\ntrigger = "compaction_result"\nsource = "compact"\n'
-        'dest = "call_llm"\nactions = ["record_compaction", "count_compaction"]\n',
+        PASS_STRAIGHT_TO_THE_MODEL, TURN_LIMIT, THRESHOLD_PASS + "\n" + TURN_LIMIT
     )
 
     problems = problems_of(text)
@@ -450,6 +456,31 @@ def test_a_reply_that_starts_the_count_again_on_a_cycle_needs_another_bound() ->
         "cycle call_llm -[model_replied]-> run_tools -[tools_finished]-> start"
         f" -[measured]-> compact -[compaction_result]-> call_llm {UNBOUNDED}",
     )
+
+
+def test_a_pass_straight_to_the_model_after_the_turn_limit_check_ends() -> None:
+    """The pass is taken only under the turn limit: each round counts a turn.
+
+    It was refused as an unbounded cycle, though every way into the pass
+    passed the turn-limit check first.
+    """
+    budget = Budget(context_window=8_000, max_turns=3, max_compactions=1)
+    spec = MachineSpec.from_toml(PASS_STRAIGHT_TO_THE_MODEL)
+    machine = TurnMachine.start(spec, budget=budget)
+    machine.handle(RunStarted(input=[user(id="u1")]))
+    decisions: list[Decision] = []
+    for i in range(10):
+        decisions.append(machine.handle(Measured(estimate=7_000)))
+        if machine.is_finished:
+            break
+        after = CompactionResult(messages=[user(id=f"s{i}")], before=7_000, after=900)
+        assert isinstance(machine.handle(after), CallLLM)
+        ask = calling(f"c{i}", id=f"a{i}")
+        machine.handle(ModelReplied(message=ask))
+        machine.handle(ToolsFinished(results=results_for(ask)))
+
+    assert [type(d) for d in decisions] == [Compact, Compact, Compact, Fail]
+    assert decisions[-1] == Fail(error=MaxTurnsExceeded(max_turns=3))
 
 
 # -- overflow retries count in a row ---------------------------------------------

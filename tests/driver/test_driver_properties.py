@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from tests.hand_written_machines import HAND_WRITTEN
 from tests.profiles import heavy, sized
 from turnfsm._resources import load_machine, machines_dir
 from turnfsm.context import (
@@ -73,8 +74,9 @@ FINAL = {False: "final", True: '{"result": 7}'}
 
 @functools.cache
 def machine(name: str) -> MachineSpec:
-    """The stock machine, one with `start` renamed, the approval machine, and
-    ``reviewed``: the review machine whose review is the sub-agent ``critic``."""
+    """The stock machine, one with `start` renamed, the approval machine,
+    ``reviewed``: the review machine whose review is the sub-agent ``critic``,
+    and the machines written by hand (`HAND_WRITTEN`)."""
     if name == "renamed":
         text = (machines_dir() / "turn.toml").read_text()
         return MachineSpec.from_toml(re.sub(r"\bstart\b", "begin", text))
@@ -91,10 +93,12 @@ def machine(name: str) -> MachineSpec:
             'routes = { approved = "APPROVED" }\ntask = "Check {reply}"\n'
         )
         return MachineSpec.from_toml(text)
+    if name in HAND_WRITTEN:
+        return MachineSpec.from_toml(HAND_WRITTEN[name], source=name)
     return load_machine(machines_dir() / f"{name}.toml")
 
 
-MACHINES = ["turn", "renamed", "approval"]
+MACHINES = ["turn", "renamed", "approval", *sorted(HAND_WRITTEN)]
 
 
 def input_size(request: ModelRequest) -> int:

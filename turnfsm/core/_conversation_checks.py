@@ -291,7 +291,8 @@ def _leaves_calls(source: str, t: TransitionSpec, way: tuple[str, ...]) -> str:
         f" tool calls unanswered: a reply with tool calls comes to {source!r}"
         f" ({came}) and no run_tools phase runs them on the way, so the run"
         " would fail there (a review answers only the calls it rejects): go"
-        " into a run_tools phase first (or a fail phase), or send the reply's"
+        " into a run_tools phase first, which runs only the calls still open"
+        " (none when every call was rejected), or a fail phase; or send the reply's"
         " tool calls to a run_tools phase (a 'model_replied' transition with"
         f" conditions = [{_CALLS!r}] before the one into {way[1]!r})"
     )

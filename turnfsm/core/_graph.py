@@ -35,18 +35,27 @@ it bounds only the cycles with no reply, as the compaction limit does.
 
 
 def reachable(spec: MachineSpec) -> tuple[set[str], dict[str, set[str]]]:
-    """The phases reachable from `initial` (none if it is unknown), and the edges."""
+    """The phases reachable from `initial` (none if it is unknown), and the exits.
+
+    A phase's exits are the phases its transitions go to, but on
+    `run_cancelled`, which every live phase has (a phase that only a cancel
+    leaves is a dead end). A phase is reached by any transition, a wildcard's
+    too (a fail phase of its own that only a cancel enters).
+    """
     edges: dict[str, set[str]] = {p: set() for p in spec.phases}
+    moves: dict[str, set[str]] = {p: set() for p in spec.phases}
     for t in spec.transitions:
-        if t.dest is not None and not t.is_wildcard:
+        if t.dest is not None:
             for src in t.sources:
-                edges[src].add(t.dest)
+                moves[src].add(t.dest)
+                if t.trigger != "run_cancelled":
+                    edges[src].add(t.dest)
     if spec.initial not in edges:
         return set(), edges
     seen = {spec.initial}
     stack = [spec.initial]
     while stack:
-        for nxt in edges[stack.pop()] - seen:
+        for nxt in moves[stack.pop()] - seen:
             seen.add(nxt)
             stack.append(nxt)
     return seen, edges
@@ -122,9 +131,11 @@ def _check_never_fires(
 # measurement never compacts once the compaction passes are spent: an earlier
 # transition fails the run first, or the compaction is `unless` the limit.
 _SIZED_TRIGGERS: Final = frozenset({"measured", "compaction_result"})
+_EMERGENCY: Final = "is_over_emergency_line"
+_TURN_LIMIT: Final = "is_turn_limit_reached"
 _MEASURED_GUARDS: Final = (
-    ("is_turn_limit_reached", "a terminal phase"),
-    ("is_over_emergency_line", "a compact phase"),
+    (_TURN_LIMIT, "a terminal phase"),
+    (_EMERGENCY, "a compact or terminal phase"),
 )
 _COMPACTION_LIMIT: Final = "is_compaction_limit_reached"
 _COUNT_COMPACTION: Final = "count_compaction"
@@ -159,11 +170,12 @@ def checks_first(
 
     One into `targets`, guarded by `guard` and by no condition the later one
     does not share, takes each such event, but for its unless guards the
-    later one lacks: an event one of those holds on must be taken before it
-    in turn, into `targets` or a terminal phase (the stock file fails the
-    run on the emergency line once the passes are spent, then compacts on
-    it `unless` they are). One narrowed further (the turn limit only while
-    a message waits) lets the others through.
+    later one lacks: an event one of those holds on must be taken by another
+    transition before `group[index]`, into `targets` or a terminal phase
+    (the stock file fails the run on the emergency line once the passes are
+    spent, then compacts on it `unless` they are; the two may come in either
+    order). One narrowed further (the turn limit only while a message waits)
+    lets the others through.
     """
     t = group[index]
     shared = {guard, *t.conditions}
@@ -176,11 +188,11 @@ def checks_first(
             and set(e.conditions) <= (shared if also is None else {also, *shared})
         )
 
-    for i, e in enumerate(group[:index]):
+    for e in group[:index]:
         if takes(e, targets) and all(
             any(
-                takes(first, outs, also=u) and set(first.unless) <= set(t.unless)
-                for first in group[:i]
+                takes(other, outs, also=u) and set(other.unless) <= set(t.unless)
+                for other in group[:index]
             )
             for u in set(e.unless) - set(t.unless)
         ):
@@ -218,11 +230,17 @@ def _check_model_calls(
             if trigger != "measured":
                 continue
             for guard, kind in _MEASURED_GUARDS:
-                targets = terminal if guard == "is_turn_limit_reached" else compacts
+                # Failing (or finishing) on the emergency line keeps the
+                # request under it as well as a compaction does.
+                targets = terminal | (compacts if guard == _EMERGENCY else set())
+                if guard in t.unless:
+                    continue  # it never fires on that event
                 if not checks_first(group, index, guard, targets, terminal):
                     problem(
                         f"phase {src!r} on 'measured' enters {t.dest!r} without "
-                        f"first checking {guard!r} (into {kind})",
+                        f"first checking {guard!r}: put before it a 'measured'"
+                        f" transition with conditions = [{guard!r}] into {kind},"
+                        f" or add {guard!r} to its unless",
                         t,
                     )
 
@@ -316,9 +334,10 @@ def _check_termination(
     guard, which strictly lowers the estimate. The counts in a row bound
     only the cycles with no reply: a reply starts them again, and adds to
     the estimate, so a cycle through one must be bounded by something else.
-    The reply counts a turn, so a cycle through it that also enters a model
-    call on `measured` (the turn-limit check) ends at max_turns; any other
-    is refused (`_reset_cycles`). A model call phase is split in two nodes,
+    The reply counts a turn, so a cycle through it that also takes a step
+    on `measured` only under the turn limit (a model call entered on it,
+    or a pass whose result goes straight to the model) ends at max_turns;
+    any other is refused (`_reset_cycles`). A model call phase is split in two nodes,
     entered on `measured` or otherwise, so that only the first kind's
     counting exits are bounded.
 
@@ -343,6 +362,9 @@ def _check_termination(
     # and the steps that start the count of passes again (a reply's).
     full: dict[_Node, list[tuple[str, _Node]]] = {}
     resets: list[tuple[_Node, str, _Node]] = []
+    # Each step -> whether every transition taking it does so only under the
+    # turn limit (see `_reset_cycles`).
+    turn_checked: dict[tuple[_Node, str, _Node], bool] = {}
     for phase in spec.phases:
         full[(phase, False)] = []
         if phase in calls:
@@ -368,12 +390,17 @@ def _check_termination(
             )
             # Only a real entry on `measured` passed the turn-limit check.
             target = (dest, t.dest in calls and trigger == "measured")
+            under_turn_limit = trigger == "measured" and _is_turn_checked(
+                group, index, terminal
+            )
             for node in [(src, False), (src, True)] if src in calls else [(src, False)]:
                 step = (trigger, target)
                 if node[1] and _COUNTS_TURN in t.actions:
                     continue
                 if not limited and step not in edges[node]:
                     edges[node].append(step)
+                key = (node, *step)
+                turn_checked[key] = turn_checked.get(key, True) and under_turn_limit
                 if step not in full[node]:
                     full[node].append(step)
                     if _RESETS_PASSES & set(t.actions):
@@ -391,7 +418,7 @@ def _check_termination(
             key=lambda c: (len(c), [order[p] for p, _ in c]),
         )
         named.append((order[cycle[0][0]], cycle))
-    named.extend(_reset_cycles(spec, full, resets, edges))
+    named.extend(_reset_cycles(spec, full, resets, edges, turn_checked))
     for _, cycle in sorted(named):
         steps = [f"{phase} -[{trigger}]->" for phase, trigger in cycle]
         if len(steps) > SHOWN_STEPS:  # a generated machine's: its start is enough
@@ -402,6 +429,16 @@ def _check_termination(
             "counter or the no-progress guard",
             cycle[0][0],
         )
+
+
+def _is_turn_checked(
+    group: list[TransitionSpec], index: int, terminal: set[str]
+) -> bool:
+    """Whether `group[index]` is never taken once the turn limit is reached."""
+    t = group[index]
+    return _TURN_LIMIT in t.unless or checks_first(
+        group, index, _TURN_LIMIT, terminal, terminal
+    )
 
 
 def _spends_a_counter(t: TransitionSpec, counters: Mapping[str, str]) -> bool:
@@ -419,20 +456,27 @@ def _reset_cycles(
     full: Mapping[_Node, list[tuple[str, _Node]]],
     resets: Sequence[tuple[_Node, str, _Node]],
     bounded_elsewhere: Mapping[_Node, list[tuple[str, _Node]]],
+    turn_checked: Mapping[tuple[_Node, str, _Node], bool],
 ) -> list[tuple[int, list[tuple[str, str]]]]:
     """The cycles bounded by a count in a row that a reply's reset leaves unbounded.
 
     A step that starts the counts in a row again, on a cycle of `full`,
     makes that cycle's compact entries, no-progress feeds and overflow
-    retries no bound. The step counts a turn, so a cycle that also enters a
-    model call on `measured` (the turn-limit check) is bounded by max_turns:
-    those entries are left out. The cycles without a step bounded in a row
-    are found with `bounded_elsewhere`; the ones found here go through one,
-    and are named from their resetting step.
+    retries no bound. The step counts a turn, so a cycle that also takes a
+    `measured` step only under the turn limit (`turn_checked`: the entries
+    into a model call on it, and any other whose group checks the limit
+    first, such as a compaction whose result goes straight to the model) is
+    bounded by max_turns: those steps are left out. The cycles without a
+    step bounded in a row are found with `bounded_elsewhere`; the ones
+    found here go through one, and are named from their resetting step.
     """
     order = {p: i for i, p in enumerate(spec.phases)}
     full = {
-        node: [(trigger, dest) for trigger, dest in out if not dest[1]]
+        node: [
+            (trigger, dest)
+            for trigger, dest in out
+            if not dest[1] and not turn_checked[(node, trigger, dest)]
+        ]
         for node, out in full.items()
     }
     components = _cycles({n: [d for _, d in out] for n, out in full.items()})
