@@ -358,3 +358,19 @@ def test_a_log_without_its_index_is_read_where_it_is_and_never_folded(
     after = bench.contents(tmp_path)
     assert after.pop(index.name) == (before[path.name][0], b"")  # the file's mode
     assert after == before  # the file and its log as they were
+
+
+@pytest.mark.usefixtures("locked_out")
+@pytest.mark.parametrize("lock", [False, True], ids=["writable", "read-only"])
+def test_a_path_sqlite_would_read_as_a_uri_is_read_as_the_file_it_names(
+    tmp_path: Path, lock: bool
+) -> None:
+    directory = tmp_path / "file:x?mode=memory#a %41"
+    directory.mkdir()
+    path = directory / "s.db"
+    held = bench.make_store(path)
+    before = bench.contents(directory)
+    with bench.read_only(*([directory] if lock else [])):
+        found = bench.worker("read", path)
+    assert found["sessions"] == held
+    assert bench.contents(directory) == before

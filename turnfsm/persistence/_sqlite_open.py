@@ -8,7 +8,6 @@ import shutil
 import sqlite3
 import stat
 import tempfile
-import urllib.parse
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,11 +198,12 @@ def _open_to_read(
     mode = _reading_mode(path)
     copy = None
     try:
+        # As a URI, with its name escaped (a "?" or "#" in it is the file's).
         if mode == "copy":
             copy, name = _copied(path, where)
-            uri = f"file:{urllib.parse.quote(name)}?mode=rw"
+            uri = f"{Path(name).as_uri()}?mode=rw"
         else:
-            uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
+            uri = f"{Path(os.path.abspath(path)).as_uri()}?{mode}"
         conn = sqlite3.connect(
             uri,
             timeout=busy_timeout,
@@ -415,7 +415,7 @@ def _unwritable(where: str | Path) -> str:
     try:
         if os.statvfs(where).f_flag & os.ST_RDONLY:
             return "a read-only file system"
-    except OSError:
+    except (AttributeError, OSError):  # no statvfs (Windows)
         pass
     return "read-only for this user"
 
