@@ -413,7 +413,7 @@ async def _stored_runs(
     """The runs `given` names; their sub-agents `depth` levels down into `children`."""
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
-    sessions = open_cli_store(store, existing=True)
+    sessions = open_cli_store(store, read_only=True)
     loaded: dict[str, Session] = {}
     runs: dict[str, _Run] = {}  # a run named twice counts once
     try:

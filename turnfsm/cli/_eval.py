@@ -264,7 +264,7 @@ async def _load(store: str | None, ids: Sequence[str]) -> list[Session]:
     from turnfsm.cli._sessions import not_found
     from turnfsm.cli._stores import close_store, open_cli_store
 
-    sessions = open_cli_store(store, existing=True)  # read only: never made
+    sessions = open_cli_store(store, read_only=True)
     try:
         loaded = []
         for session_id in ids:

@@ -148,7 +148,7 @@ async def _load_stored(
     from turnfsm.cli._sessions import not_found
     from turnfsm.cli._stores import close_store, open_cli_store, where
 
-    sessions = open_cli_store(store, existing=True)
+    sessions = open_cli_store(store, read_only=True)
     children: Tree = []
     unread: CorruptRecord | None = None
     try:

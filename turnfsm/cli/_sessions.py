@@ -80,6 +80,9 @@ __all__ = ["LIST_LIMIT", "SessionsCommand", "not_found", "run_sessions"]
 LIST_LIMIT = 100
 """How many sessions ``turnfsm sessions list`` lists unless told (the newest)."""
 
+_READING: Final = frozenset(("list", "show", "export"))
+"""The actions that only read the store (it is opened to read only)."""
+
 
 @final
 @attrs.frozen(kw_only=True)
@@ -117,7 +120,11 @@ def run_sessions(command: SessionsCommand, *, out: TextIO | None = None) -> int:
 
 async def _run(command: SessionsCommand, out: TextIO) -> int:
     limit = count_option("--limit", command.limit, LIST_LIMIT, low=1, what="sessions")
-    store = open_cli_store(command.store, existing=command.action != "import")
+    store = open_cli_store(
+        command.store,
+        existing=command.action != "import",
+        read_only=command.action in _READING,
+    )
     try:
         if command.action == "list":
             return await _list(store, out, limit)

@@ -81,7 +81,7 @@ async def _simulate(command: SimulateCommand) -> tuple[Simulation, ContextManage
         raise ConfigError(
             "--prices", command.prices, "a model with known prices (gpt-4o)"
         )
-    store = open_cli_store(command.store, existing=True)
+    store = open_cli_store(command.store, read_only=True)
     try:
         session = await load_cli_session(store, command.session_id)
     finally:

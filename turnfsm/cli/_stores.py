@@ -41,12 +41,18 @@ IN_MEMORY: Final = "memory: (lost when the command ends)"
 """Where a memory store keeps its sessions, as `where` says it."""
 
 
-def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
+def open_cli_store(
+    spec: str | None, *, existing: bool = False, read_only: bool = False
+) -> SessionStore:
     """Return the store `spec` names, or ``TURNFSM_STORE``'s, or the default file.
 
-    A command that only reads sessions passes `existing`: a store file the
-    user named that is not there is refused, not made (a mistyped path
-    would leave an empty database behind).
+    A command that works on stored sessions passes `existing`: a store file
+    the user named that is not there is refused, not made (a mistyped path
+    would leave an empty database behind). One that only reads them passes
+    `read_only` too: an SQLite file is opened to read only, so that one in
+    a directory or on a disk this user cannot write, or a run in progress
+    writes, is read as well, and never changed (the default file, when it
+    is not there yet, is made as before: it lists no session).
 
     Raises:
         ConfigError: the spec names no store (an empty one, an unknown
@@ -62,13 +68,15 @@ def open_cli_store(spec: str | None, *, existing: bool = False) -> SessionStore:
         spec = os.environ.get(STORE_ENV, "").strip() or None
         setting = STORE_ENV
     if spec is None:
-        return SQLiteStore(_default_path())
+        default = _default_path()
+        return SQLiteStore(default, read_only=read_only and default.exists())
     path = _file_of(spec)
     # A directory that cannot hold it is named by the store's own check.
-    if existing and path is not None and path.parent.is_dir() and not path.exists():
+    wanted = existing or read_only
+    if wanted and path is not None and path.parent.is_dir() and not path.exists():
         raise ConfigError(setting, spec, "a store file that exists (none is there)")
     try:
-        return open_store(spec)
+        return open_store(spec, read_only=read_only)
     except StoreDirectoryUnusable as exc:  # the setting the user chose it by
         raise attrs.evolve(exc, setting=setting) from None
     except ConfigError as exc:  # named as the user gave it

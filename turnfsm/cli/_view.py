@@ -128,7 +128,7 @@ async def _load(
     last item says why the sessions below could not be read (their list is
     then empty), else None.
     """
-    sessions = open_cli_store(store, existing=True)
+    sessions = open_cli_store(store, read_only=True)
     try:
         try:
             session = await Session.load(sessions, session_id)
@@ -239,7 +239,7 @@ def _opener(options: AgentOptions) -> Callable[[], SessionStore]:
                 # A shipped store opens again on its next use once closed.
                 return lambda: own
     spec = options.store
-    return lambda: open_cli_store(spec, existing=True)
+    return lambda: open_cli_store(spec, read_only=True)
 
 
 def _answerer(session_id: str, options: AgentOptions) -> Callable[[str, str], str]:

@@ -223,6 +223,10 @@ class StoreDirectoryUnusable(StoreError):
 
 _MENDS = (
     ("it is not a directory", "move that file away"),
+    (
+        "it cannot be written (a read-only file system)",
+        "copy the store to a writable disk",
+    ),
     ("it cannot be written", "let this user write it"),
 )
 """What mends a directory refused for each reason; any other: create it."""

@@ -71,7 +71,9 @@ def names_memory(name: str) -> bool:
     return urllib.parse.unquote(path) == ":memory:" or ("mode", "memory") in asked
 
 
-def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
+def open_store(
+    spec: SessionStore | str | os.PathLike[str], *, read_only: bool = False
+) -> SessionStore:
     """Return the store `spec` names.
 
     Args:
@@ -80,6 +82,10 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
             `SQLiteStore` on that file, created if missing; four slashes
             for an absolute path, as in SQLAlchemy); or a ``postgresql://``
             or ``postgres://`` URL (a `PostgresStore`).
+        read_only: An SQLite file is only read (``SQLiteStore(path,
+            read_only=True)``): it must exist and is never changed, and a
+            file or directory that cannot be written is read all the same.
+            The other stores are opened as they are.
 
     Raises:
         ConfigError: `spec` is none of these; ``memory``, and the names
@@ -96,7 +102,7 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
     if isinstance(spec, SessionStore):
         return check_store(spec)
     if isinstance(spec, os.PathLike):
-        return _sqlite(os.fspath(spec))
+        return _sqlite(os.fspath(spec), read_only)
     if not isinstance(spec, str):
         raise ConfigError("store", spec, _EXPECTED)
     if not spec.strip():  # text, so one of the texts
@@ -117,7 +123,7 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
                 f"{_TEXT} (did you mean {meant}? three slashes take a path from "
                 "the working directory, four an absolute one)",
             )
-        return _sqlite(path)
+        return _sqlite(path, read_only)
     if is_connection_string(spec):  # would name a file, password and all
         raise ConfigError(
             "store",
@@ -129,7 +135,7 @@ def open_store(spec: SessionStore | str | os.PathLike[str]) -> SessionStore:
         raise ConfigError("store", spec, f"{_TEXT} (did you mean {meant}?)")
     if "://" in spec or spec.endswith(":") or spec.startswith("sqlite:"):
         raise ConfigError("store", spec, _TEXT)
-    return _sqlite(spec)
+    return _sqlite(spec, read_only)
 
 
 def _meant(spec: str) -> str | None:
@@ -198,12 +204,12 @@ def default_store_path() -> Path:
     return directory / "sessions.db"
 
 
-def _sqlite(path: str) -> SessionStore:
+def _sqlite(path: str, read_only: bool = False) -> SessionStore:
     if not path:
         raise ConfigError("store", "sqlite:///", "sqlite:///PATH (a file path)")
     from turnfsm.persistence.sqlite import SQLiteStore
 
-    return SQLiteStore(path)
+    return SQLiteStore(path, read_only=read_only)
 
 
 def _postgres(url: str) -> SessionStore:

@@ -13,7 +13,7 @@ from typing import Final
 
 from turnfsm.persistence._lease import Lease, renewed, taken
 from turnfsm.persistence._rows import column_text, column_value
-from turnfsm.persistence._sqlite_open import _transaction
+from turnfsm.persistence._sqlite_open import LEASES_SINCE, SCHEMA_VERSION, _transaction
 
 __all__ = ["acquire", "lease_of", "release", "renew"]
 
@@ -84,6 +84,11 @@ def release(conn: sqlite3.Connection, session_id: str, owner: str) -> None:
 
 
 def lease_of(conn: sqlite3.Connection, session_id: str) -> Lease | None:
-    """Return the stored lease (see `LeasingStore.lease_of`)."""
+    """Return the stored lease (see `LeasingStore.lease_of`).
+
+    A file of an older schema, read as it is, holds none.
+    """
+    if getattr(conn, "schema_version", SCHEMA_VERSION) < LEASES_SINCE:
+        return None
     with _transaction(conn, "BEGIN"):
         return _get(conn, session_id)

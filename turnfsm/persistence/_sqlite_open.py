@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
 import stat
+import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -14,6 +17,7 @@ from turnfsm.errors import StoreDirectoryUnusable, StoreUnusable
 
 __all__ = [
     "APPLICATION",
+    "LEASES_SINCE",
     "SCHEMA_VERSION",
     "WAL_SIZE_LIMIT",
     "_open",
@@ -72,6 +76,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this turnfsm writes (and the newest it can open)."""
 
+LEASES_SINCE: Final = 2
+"""The first schema version with ``turnfsm_leases`` (an older file, read as
+it is, holds no leases)."""
+
 WAL_SIZE_LIMIT: Final = 8 * 1024 * 1024
 """The size, in bytes, the write-ahead log is cut back to once checkpointed.
 
@@ -107,18 +115,32 @@ def _roll_back(conn: sqlite3.Connection) -> None:
 
 
 def _open(
-    path: Path, synchronous: str, busy_timeout: float, *, wait: bool = True
+    path: Path,
+    synchronous: str,
+    busy_timeout: float,
+    *,
+    wait: bool = True,
+    read_only: bool = False,
 ) -> sqlite3.Connection:
     """Open the store's file: check it, set the connection up, migrate its schema.
 
     Another process's lock on the file (a transaction of its own, a
     migration under way) is waited for up to `busy_timeout` seconds; with
     ``wait=False`` it raises `_Held` instead of a refusal (`opened_if_free`).
+    With `read_only` the file is only read (`_open_to_read`).
     """
+    if read_only:
+        return _open_to_read(path, busy_timeout, wait=wait)
     where = os.fspath(path)
     check_directory(path.absolute().parent, "the store's path")
     _check_kind(path, where)
     _check_log_alone(path, where)
+    _check_writable(path, where)
+    if _size(f"{os.path.realpath(path)}-wal"):
+        # Its log holds commits: a connection that refused the file (another
+        # application's, a newer schema) would fold that log into it as it
+        # closed. A reader checks it first, and folds nothing.
+        _open_to_read(path, busy_timeout, wait=wait, empty=True).close()
     try:
         # By its absolute path: SQLite reads a name that begins with "file:"
         # as a URI (in builds that take URIs everywhere, as Debian's does),
@@ -153,19 +175,223 @@ def _open(
     return conn
 
 
-def opened_if_free(path: Path, synchronous: str) -> sqlite3.Connection | None:
+def _open_to_read(
+    path: Path, busy_timeout: float, *, wait: bool, empty: bool = False
+) -> sqlite3.Connection:
+    """Open the store's file to read it only: nothing in it is made or changed.
+
+    The file must exist and hold a turnfsm store of this version or an older
+    one (read as it is: never migrated), or (with `empty`) no table at all.
+    How it is opened depends on what this process may do beside it
+    (`_reading_mode`); a file that cannot be written, in a directory that
+    cannot be written, is read as well as one that can. The connection
+    refuses writes (``query_only``).
+    """
+    where = os.fspath(path)
+    check_directory(path.absolute().parent, "the store's path", write=False)
+    _check_kind(path, where)
+    _check_log_alone(path, where)
+    if not os.path.exists(path):
+        raise StoreUnusable(
+            where, "it does not exist, and a store opened to read only is never made"
+        )
+    mode = _reading_mode(path)
+    copy = None
+    try:
+        # As a URI, with its name escaped (a "?" or "#" in it is the file's).
+        if mode == "copy":
+            copy, name = _copied(path, where)
+            uri = f"{Path(name).as_uri()}?mode=rw"
+        else:
+            uri = f"{Path(os.path.abspath(path)).as_uri()}?{mode}"
+        conn = sqlite3.connect(
+            uri,
+            timeout=busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=True,
+            factory=_Reading,
+        )
+    except sqlite3.Error as exc:
+        _remove(copy)
+        raise StoreUnusable(where, f"it cannot be opened ({exc})") from None
+    except BaseException:
+        _remove(copy)
+        raise
+    assert isinstance(conn, _Reading)
+    conn.keep_copy(copy)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        version = _schema_version(conn, where)
+        if version == 0 and not empty:
+            raise StoreUnusable(
+                where,
+                "it holds no turnfsm store (an empty database), and a store "
+                "opened to read only is never made",
+            )
+        conn.schema_version = version
+        conn.execute("PRAGMA busy_timeout = 0")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        if not wait and exc.sqlite_errorcode & 0xFF in _HELD:
+            raise _Held from None
+        raise _not_readable(path, where, exc) from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _reading_mode(path: Path) -> str:
+    """How to open `path` to read it, creating and changing nothing beside it.
+
+    - ``mode=ro``: its write-ahead log (``-wal``) and index (``-shm``) are
+      there, which a reader needs and would otherwise make: a writer at work
+      on the file (a run in progress) keeps them. Reading alongside it is
+      safe, and a reader never checkpoints or truncates its log: SQLite
+      opened the file to read only.
+    - ``mode=ro`` too where this process may write the file and its
+      directory and the log holds commits without its index (a writer
+      ended without closing, the index deleted): SQLite makes the index,
+      with the file's permissions, and leaves it; the log is read, never
+      folded into the file.
+    - ``mode=rw``: this process may write the file and its directory, and
+      no log holds anything beside it. SQLite makes the log and index a
+      reader needs, and the last connection to close deletes them, as every
+      store does (a writer that began meanwhile keeps its log: the reader's
+      close folds into the file only what a writer that ended meanwhile
+      committed, never while one has the file open). The connection writes
+      nothing itself.
+    - ``mode=ro&immutable=1``: it cannot be written here (a read-only
+      directory or file, a read-only disk, a copy for inspection) and no
+      log or rollback journal holds anything beside it: all it holds is in
+      the file. A reader could neither make an index here nor should it (a
+      read-only one, left behind, would stop the next writer). No WAL
+      writer is at work on it: one keeps its log. It is not safe if one
+      with the right to write the file starts writing it while it is read:
+      SQLite then reads pages as they change, and the read may fail as a
+      damaged record; nothing is written either way.
+    - ``copy``: it cannot be written here, and its log (or rollback journal)
+      holds commits not yet in the file, without the index a reader needs:
+      both are copied to a private directory and read there (`_copied`).
+      No writer is at work on it: one keeps its index.
+    """
+    real = os.path.realpath(path)
+    wal, shm = f"{real}-wal", f"{real}-shm"
+    if os.path.exists(wal) and os.access(shm, os.R_OK):
+        return "mode=ro"
+    directory = os.path.dirname(real)
+    if os.access(real, os.W_OK) and os.access(directory, os.W_OK | os.X_OK):
+        return "mode=ro" if _size(wal) else "mode=rw"
+    if not _size(wal) and not _size(f"{real}-journal"):
+        return "mode=ro&immutable=1"
+    return "copy"
+
+
+def _size(name: str) -> int:
+    """The size of the file `name` (0: none there)."""
+    try:
+        return os.stat(name).st_size
+    except OSError:
+        return 0
+
+
+def _copied(path: Path, where: str) -> tuple[str, str]:
+    """Copy the file and its log (or journal) to a private directory; return both.
+
+    The copy is checked against the files as they were before it: one that
+    changed while it was copied is copied again (three times at most). The
+    file's lock is not needed: no writer is at work on it (`_reading_mode`),
+    and no connection of this process holds one on it, which closing the
+    descriptors read here would drop.
+    """
+    real = os.path.realpath(path)
+    directory = tempfile.mkdtemp(prefix="turnfsm-read-")
+    name = os.path.join(directory, "store.db")
+    try:
+        for _ in range(3):
+            before = _states(real)
+            shutil.copyfile(real, name)
+            for side in ("-wal", "-journal"):
+                if _size(f"{real}{side}"):
+                    shutil.copyfile(f"{real}{side}", f"{name}{side}")
+            if _states(real) == before:
+                return directory, name
+    except OSError as exc:
+        _remove(directory)
+        raise StoreUnusable(
+            where, f"it cannot be read ({exc.strerror or exc})"
+        ) from None
+    _remove(directory)
+    raise StoreUnusable(
+        where,
+        "it changed each time it was copied to be read (a writer is at work on "
+        "it, from a directory this user cannot write); try again once it is done",
+    )
+
+
+def _states(real: str) -> tuple[tuple[int, int, int] | None, ...]:
+    """The file and the files beside it, as (inode, size, modified) or None."""
+    found: list[tuple[int, int, int] | None] = []
+    for side in ("", "-wal", "-shm", "-journal"):
+        try:
+            at = os.stat(f"{real}{side}")
+        except OSError:
+            found.append(None)
+        else:
+            found.append((at.st_ino, at.st_size, at.st_mtime_ns))
+    return tuple(found)
+
+
+def _remove(directory: str | None) -> None:
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+class _Reading(sqlite3.Connection):
+    """A connection that only reads; its private copy is deleted when it closes.
+
+    `schema_version` is the file's (an older one is read as it is).
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    _dropped: weakref.finalize[[str | None], _Reading] | None = None
+
+    def keep_copy(self, directory: str | None) -> None:
+        """Delete `directory` (the copy this reads) once closed or collected."""
+        if directory is not None:
+            self._dropped = weakref.finalize(self, _remove, directory)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._dropped is not None:
+                self._dropped()
+
+
+def _not_readable(path: Path, where: str, exc: sqlite3.DatabaseError) -> StoreUnusable:
+    """The refusal of a file opened to read that SQLite could not read."""
+    if exc.sqlite_errorcode & 0xFF in _UNWRITABLE:
+        return StoreUnusable(where, f"it cannot be read ({exc})")
+    return _not_sqlite(path, where, exc)
+
+
+def opened_if_free(
+    path: Path, synchronous: str, *, read_only: bool = False
+) -> sqlite3.Connection | None:
     """Open the store's file without waiting: None if another process holds it locked.
 
     Any other refusal is raised, as `_open` raises it.
     """
     try:
-        return _open(path, synchronous, 0, wait=False)
+        return _open(path, synchronous, 0, wait=False, read_only=read_only)
     except _Held:
         return None
 
 
-def check_directory(directory: Path, setting: str) -> None:
-    """Refuse a store file whose directory is missing or cannot be written.
+def check_directory(directory: Path, setting: str, *, write: bool = True) -> None:
+    """Refuse a store file whose directory is missing or (to `write`) cannot be written.
 
     Before the file is opened (and made): nothing is written.
 
@@ -178,10 +404,44 @@ def check_directory(directory: Path, setting: str) -> None:
         reason = "it does not exist"
     elif not directory.is_dir():
         reason = "it is not a directory"
-    elif not os.access(directory, os.W_OK | os.X_OK):
-        reason = "it cannot be written"
+    elif write and not os.access(directory, os.W_OK | os.X_OK):
+        reason = f"it cannot be written ({_unwritable(directory)})"
     if reason is not None:
         raise StoreDirectoryUnusable(os.fspath(directory), reason, setting)
+
+
+def _unwritable(where: str | Path) -> str:
+    """Why this process may not write `where`: a read-only disk, or its permissions."""
+    try:
+        if os.statvfs(where).f_flag & os.ST_RDONLY:
+            return "a read-only file system"
+    except (AttributeError, OSError):  # no statvfs (Windows)
+        pass
+    return "read-only for this user"
+
+
+def _check_writable(path: Path, where: str) -> None:
+    """Refuse a store file (or its log, its index) this process may not write.
+
+    SQLite would open it to read only, without a word, and make the index
+    (``-shm``) read-only too, which would stop the writers that come after
+    it; the first write would fail, after the run began. An empty log or
+    index is not refused: SQLite gives it the file's permissions when it
+    opens it. Only the files' status is read.
+    """
+    real = os.path.realpath(path)
+    for name in (real, f"{real}-wal", f"{real}-shm"):
+        if name != real and not _size(name):
+            continue
+        if os.path.exists(name) and not os.access(name, os.W_OK):
+            which = "it" if name == real else f"its file {name}"
+            raise StoreUnusable(
+                where,
+                f"{which} cannot be written ({_unwritable(name)}); a run, a "
+                "resume or an answer writes to the store: make it writable, or "
+                "use another store (a command that only reads, such as "
+                "`turnfsm sessions list`, still reads it)",
+            )
 
 
 def _check_kind(path: Path, where: str) -> None:

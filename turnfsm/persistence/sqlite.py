@@ -21,6 +21,12 @@ Theory of operation:
   applied in one transaction. A file that is not SQLite, another
   application's database or a newer schema raises `StoreUnusable` before
   anything is written to it.
+- A store opened ``read_only`` only reads: its connection is SQLite's
+  ``mode=ro`` beside a writer's log and index, an ordinary one that writes
+  nothing where this process may write, ``immutable=1`` where it may not
+  and nothing is beside the file, and a private copy of the file and its
+  log where it may not and the log holds commits without its index
+  (`turnfsm.persistence._sqlite_open._reading_mode` says when each is safe).
 - No write ever waits on the event loop. A write first tries the file's
   lock without waiting (the connection's busy timeout is 0) and, when it is
   free, commits right away, inline: that costs less than handing the call
@@ -185,14 +191,27 @@ class SQLiteStore:
         busy_timeout: Seconds a call waits for another writer's lock (calls
             queued behind one that waited that long in vain give up that
             long after they began); at most 2147483 (about 24 days).
+        read_only: Only read the file: it must exist and hold a turnfsm
+            store, which is never made, migrated or changed (an older schema
+            is read as it is), and every write (an append, a lease, a
+            deletion) raises `StoreUnusable`. It reads a file that cannot
+            be written, in a directory that cannot be written (a copy for
+            inspection, a read-only disk), and one a run in progress writes:
+            the run's write-ahead log is never checkpointed or truncated by
+            it. Without it, a file or directory that cannot be written is
+            refused when the store opens, before a run begins.
 
     Raises:
         StoreUnusable: the file is not an SQLite database (or not a regular
             file: a FIFO, a directory), is another application's, or has a
             schema newer than this turnfsm knows; it was not changed. A file
-            another process holds locked is opened by the store's first
-            call instead, in a worker thread, which raises this if the lock
-            outlasts `busy_timeout`.
+            this process may not write (unless `read_only`), or that is
+            missing or empty (with `read_only`). A file another process
+            holds locked is opened by the store's first call instead, in a
+            worker thread, which raises this if the lock outlasts
+            `busy_timeout`.
+        StoreDirectoryUnusable: the file's directory is missing, not a
+            directory, or (unless `read_only`) cannot be written.
         ConfigError: a bad path (blank, with a NUL character, a name of
             SQLite's for a database in memory) or an option out of range.
     """
@@ -206,6 +225,9 @@ class SQLiteStore:
     busy_timeout: float = attrs.field(
         default=5.0, kw_only=True, validator=_check_timeout
     )
+    read_only: bool = attrs.field(
+        default=False, kw_only=True, validator=_checks.boolean()
+    )
     _handle: _Handle = attrs.field(init=False, repr=False, factory=lambda: _Handle())
     _lock: threading.Lock = attrs.field(init=False, repr=False, factory=threading.Lock)
     # Whether the last call that waited for the file's lock gave up (`_waiting`).
@@ -215,7 +237,7 @@ class SQLiteStore:
         # Made on the event loop thread, perhaps: the file is opened here
         # only if no other process holds it locked; else the first call
         # opens it in a worker thread, waiting `busy_timeout` for that lock.
-        self._handle.open_if_free(self.path, self.synchronous)
+        self._handle.open_if_free(self.path, self.synchronous, self.read_only)
         # A store dropped without aclose() still closes its connection.
         weakref.finalize(self, self._handle.close)
 
@@ -223,7 +245,9 @@ class SQLiteStore:
         """The connection, opened (waiting `busy_timeout`) if the store had none."""
         conn = self._handle.conn
         if conn is None:
-            conn = self._handle.open(self.path, self.synchronous, busy_timeout)
+            conn = self._handle.open(
+                self.path, self.synchronous, busy_timeout, self.read_only
+            )
         return conn
 
     # -- SessionStore --------------------------------------------------
@@ -344,6 +368,13 @@ class SQLiteStore:
         # await, so it cannot be cancelled halfway. A store with no connection
         # (not opened yet, closed, let go of) opens the file in the worker
         # thread: the opening waits for another process's lock.
+        if self.read_only:
+            raise StoreUnusable(
+                os.fspath(self.path),
+                "this store was opened to read only (read_only=True): a run, a "
+                "resume or an answer writes to the store; open it without "
+                "read_only to write",
+            )
         if self._lock.acquire(blocking=False):
             try:
                 if self._handle.conn is not None:
@@ -428,21 +459,26 @@ class _Handle:
         self.file: tuple[str, tuple[int, int] | None] = ("", None)
 
     def open(
-        self, path: Path, synchronous: str, busy_timeout: float
+        self, path: Path, synchronous: str, busy_timeout: float, read_only: bool
     ) -> sqlite3.Connection:
         opened = self.file[0]
         where = opened or os.fspath(path.absolute())
-        self.conn = _open(Path(opened) if opened else path, synchronous, busy_timeout)
+        self.conn = _open(
+            Path(opened) if opened else path,
+            synchronous,
+            busy_timeout,
+            read_only=read_only,
+        )
         self.file = (where, _identity(where))
         return self.conn
 
-    def open_if_free(self, path: Path, synchronous: str) -> None:
+    def open_if_free(self, path: Path, synchronous: str, read_only: bool) -> None:
         """Open the file unless another process holds it locked (then stay closed).
 
         Either way its absolute path is kept, for the opening to come.
         """
         where = os.fspath(path.absolute())
-        self.conn = opened_if_free(path, synchronous)
+        self.conn = opened_if_free(path, synchronous, read_only=read_only)
         self.file = (where, _identity(where) if self.conn is not None else None)
 
     def still_there(self) -> bool:
