@@ -4,7 +4,7 @@ The reading commands (``sessions list|show|export``, ``replay --session``,
 ``report``, ``view``) read it whole and change nothing in it; the writing
 ones (``run``, ``resume``, ``demo``) are refused on one line, naming the
 file or its directory and why, before any model is called. The commands
-run as a user permissions bind (`tests.persistence.read_only_bench`).
+run as a user permissions bind (`tests.persistence.read_only_stores`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO_ROOT
-from tests.persistence import read_only_bench as bench
+from tests.persistence import read_only_stores as bench
 
 # Each test starts several processes (a demo, then each command).
 pytestmark = pytest.mark.timeout(600)

@@ -3,7 +3,7 @@
 Each case is real files: a directory or file made read-only with chmod, a
 copy taken with or without its write-ahead log and index, a run in
 progress, a read-only disk. The reads run as a user permissions bind
-(`tests.persistence.read_only_bench`); each checks that every session is
+(`tests.persistence.read_only_stores`); each checks that every session is
 read, every write is refused naming the file, and the files (their bytes
 and permissions) are as they were, with nothing made beside them.
 """
@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from tests.helpers import REPO_ROOT
-from tests.persistence import read_only_bench as bench
+from tests.persistence import read_only_stores as bench
 from tests.persistence.test_sqlite import BAD_FILES
 from turnfsm.errors import StoreDirectoryUnusable, StoreUnusable
 from turnfsm.persistence import SQLiteStore, open_store
