@@ -12,8 +12,10 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import aclosing
+from types import TracebackType
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
+import anyio
 import attrs
 
 from turnfsm import _checks
@@ -90,6 +92,10 @@ class OpenAIModel:
     llama.cpp or vLLM server (a placeholder key is sent when none is set).
     Requests carry the tools as function tools; replies may call several
     tools at once. `stream` yields the text as it arrives.
+
+    Use it as an async context manager, ``async with OpenAIModel("gpt-4o-mini") as
+    model:``, to close its connections at the block's end, even when the
+    block raises or is cancelled; or call `close()` when done with it.
 
     Attributes:
         model: the model name sent with every request.
@@ -316,6 +322,20 @@ class OpenAIModel:
         stays usable, e.g. from a later event loop.
         """
         await self._sdk.close()
+
+    async def __aenter__(self) -> OpenAIModel:
+        """Return the model; `__aexit__` closes it (see `close`)."""
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the model's connections, even in a block that was cancelled."""
+        with anyio.CancelScope(shield=True):
+            await self.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, object]] = []
