@@ -895,3 +895,65 @@ def test_a_store_that_cannot_be_used_is_named_before_the_local_model_starts(
         assert line.startswith("turnfsm run: ")
         assert "--store" in line
     assert started == []
+
+
+def _local_starts(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The local servers a command starts (each fails at once), as a list."""
+    from turnfsm.errors import ModelServerFailed
+    from turnfsm.providers import LlamaServer
+
+    started: list[object] = []
+
+    def start(server: LlamaServer) -> LlamaServer:
+        started.append(server)
+        raise ModelServerFailed(model_path="m.gguf", port=1, reason="(a stand-in)")
+
+    monkeypatch.setattr(LlamaServer, "start", start)
+    return started
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--session", "nope"], "no session 'nope' in "),
+        (["--window", "200"], "invalid --window=200: expected a window well over"),
+        (
+            ["--window", "8000", "--n-ctx", "4096"],
+            "--window=8000 is larger than the local server's window of 4096",
+        ),
+        (["--max-tokens", "4000"], "invalid --max-tokens=4000"),
+    ],
+    ids=["unknown session", "small window", "window over n_ctx", "reply budget"],
+)
+def test_what_refuses_the_run_is_named_before_the_local_model_starts(
+    argv: list[str],
+    said: str,
+    capsys: Capture,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # The local model was started (seconds), then the session or the
+    # settings refused, and the model was stopped.
+    started = _local_starts(monkeypatch)
+    store = str(tmp_path / "s.db")
+    assert main(["run", "hi", "--model", "local", "--store", store, *argv]) == 2
+    out, err = capsys.readouterr()
+    assert (out, started) == ("", [])
+    (line,) = err.splitlines()
+    assert line.startswith(f"turnfsm run: {said}"), line
+
+
+def test_a_session_with_an_open_run_is_refused_before_the_local_model_starts(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "s.db")
+    session_id = _paused(store, capsys)
+    started = _local_starts(monkeypatch)
+    argv = ["run", "And now?", "--model", "local", "--store", store]
+    assert main([*argv, "--session", session_id]) == 2
+    out, err = capsys.readouterr()
+    assert (out, started) == ("", [])
+    assert err.startswith(
+        f"turnfsm run: session {session_id!r} has an open run 'run_"
+    ), err
+    assert f"turnfsm approve|reject|abandon {session_id} --model local" in err

@@ -16,11 +16,14 @@ import json
 from collections.abc import Iterator
 
 import anyio
+import httpx2
+import openai
 import pytest
 
 from tests.integration._local import require_local_extra
 from turnfsm.driver import Driver, RunResult
 from turnfsm.driver._output import OutputType
+from turnfsm.errors import ProviderError
 from turnfsm.messages import Message
 
 require_local_extra()
@@ -106,3 +109,39 @@ def test_the_raw_reply_fits_the_schema(server: LlamaServer) -> None:
     text = anyio.run(go)
 
     assert isinstance(output.parse(text), City)
+
+
+def test_without_json_object_the_run_fails_at_once_naming_the_setting(
+    server: LlamaServer,
+) -> None:
+    # The client's default, OpenAI's json_schema response format, is refused
+    # by the server with HTTP 500; the run asked 4 times, with backoff, and
+    # failed each time the same way.
+    sent: list[httpx2.Request] = []
+
+    async def count(request: httpx2.Request) -> None:
+        sent.append(request)
+
+    async def go() -> RunResult[City]:
+        http = httpx2.AsyncClient(event_hooks={"request": [count]})
+        client = openai.AsyncOpenAI(
+            api_key="none", base_url=server.base_url, http_client=http
+        )
+        async with OpenAIModel(model="local", client=client) as model:
+            driver = Driver(
+                model=model,
+                context=None,
+                context_window=1024,
+                max_output_tokens=48,
+                model_timeout=240,
+            )
+            return await driver.run("Name one big city.", output_type=City)
+
+    result = anyio.run(go)
+
+    assert result.outcome == "failed"
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert (error.kind, error.retryable, error.status) == ("bad_request", False, 500)
+    assert len(sent) == 1
+    assert 'structured_output="json_object"' in str(error)

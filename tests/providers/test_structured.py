@@ -13,12 +13,13 @@ from tests.providers._mock import (
     Server,
     anthropic_reply,
     anthropic_sse,
+    json_reply,
     openai_reply,
     tool_use,
 )
 from turnfsm.driver import Driver
 from turnfsm.driver._output import OutputType
-from turnfsm.errors import ConfigError
+from turnfsm.errors import ConfigError, ProviderError
 from turnfsm.messages import Message, TextPart
 from turnfsm.providers import ModelRequest, OutputSpec, ToolSchema
 from turnfsm.providers._anthropic import AnthropicModel
@@ -130,6 +131,88 @@ async def test_llama_cpp_gets_json_object_with_the_schema() -> None:
         "type": "json_object",
         "schema": dict(PERSON.schema),
     }
+
+
+# llama-cpp-python's server answers a body it cannot read with HTTP 500 (its
+# route handler wraps FastAPI's validation error, a 422 elsewhere): here a
+# json_schema response_format, which it does not take. Its message, as sent.
+LLAMA_CPP_PYTHON_NO_JSON_SCHEMA = {
+    "error": {
+        "message": "1 validation error:\n  {'type': 'literal_error', 'loc': "
+        "('body', 'response_format', 'type'), 'msg': \"Input should be 'text' "
+        "or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': "
+        "\"'text' or 'json_object'\"}}\n\n  File \"/venv/lib/python3.11/"
+        'site-packages/llama_cpp/server/app.py", line 376, in '
+        "create_chat_completion\n    POST /v1/chat/completions",
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
+# llama.cpp's own server before it took json_schema (ik_llama.cpp still so).
+LLAMA_SERVER_NO_JSON_SCHEMA = {
+    "error": {
+        "code": 500,
+        "message": 'response_format type must be one of "text" or "json_object", '
+        "but got: json_schema",
+        "type": "server_error",
+    }
+}
+NO_JSON_SCHEMA = {
+    "llama-cpp-python": LLAMA_CPP_PYTHON_NO_JSON_SCHEMA,
+    "llama-server": LLAMA_SERVER_NO_JSON_SCHEMA,
+}
+
+
+@pytest.mark.parametrize("body", NO_JSON_SCHEMA.values(), ids=NO_JSON_SCHEMA.keys())
+async def test_a_server_without_json_schema_fails_at_once_naming_the_fix(
+    body: dict[str, Any],
+) -> None:
+    # It was a retryable server error: the run asked 4 times, with backoff,
+    # and failed the same way each time.
+    server = Server(json_reply(body, 500))
+
+    result = await Driver(model=openai_model(server), output_type=Person).run("who?")
+
+    assert len(server.requests) == 1
+    error = result.error
+    assert isinstance(error, ProviderError)
+    assert (error.kind, error.retryable, error.status) == ("bad_request", False, 500)
+    said = str(error)
+    assert "takes no response_format of type json_schema" in said
+    assert 'structured_output="json_object"' in said
+    assert "File " not in said  # the server's trace is left out
+
+
+async def test_a_body_llama_cpp_python_cannot_read_is_not_retried() -> None:
+    # Any request it cannot read is a 500 that would repeat.
+    body = {
+        "error": {
+            "message": "1 validation error:\n  {'type': 'less_than_equal', 'loc': "
+            "('body', 'temperature'), 'msg': 'Input should be less than or equal "
+            'to 2\'}\n\n  File "/venv/llama_cpp/server/app.py", line 376, in '
+            "create_chat_completion\n    POST /v1/chat/completions",
+            "type": "internal_server_error",
+        }
+    }
+    server = Server(json_reply(body, 500))
+
+    with pytest.raises(ProviderError) as info:
+        await openai_model(server).complete(ask(None))
+
+    error = info.value
+    assert (error.kind, error.retryable, error.status) == ("bad_request", False, 500)
+    assert "('body', 'temperature')" in error.message
+    assert "File " not in error.message
+
+
+async def test_another_server_error_is_still_retried() -> None:
+    body = {"error": {"message": "CUDA out of memory", "type": "server_error"}}
+
+    with pytest.raises(ProviderError) as info:
+        await openai_model(Server(json_reply(body, 500))).complete(ask(PERSON))
+
+    assert (info.value.kind, info.value.retryable) == ("server", True)
 
 
 def test_the_structured_mode_is_checked() -> None:

@@ -263,11 +263,14 @@ def open_driver(
     n_ctx = options.n_ctx or options.window or DEFAULT_N_CTX
     n_ctx_option = "--window" if options.window and not options.n_ctx else "--n-ctx"
     with open_model(
-        options.model, n_ctx=n_ctx, window=options.window, n_ctx_option=n_ctx_option
-    ) as (
-        model,
-        window,
-    ):
+        options.model,
+        n_ctx=n_ctx,
+        window=options.window,
+        n_ctx_option=n_ctx_option,
+        # The settings a local model would refuse are named before it starts:
+        # a driver is built on a stand-in, in the window the model will have.
+        before_start=lambda window: _driver(NoModel(), window, tools, machine, options),
+    ) as (model, window):
         yield _driver(model, window, tools, machine, options), None
 
 
@@ -357,6 +360,7 @@ def open_model(
     window: int | None = None,
     field: str = "--model",
     n_ctx_option: str = "--n-ctx",
+    before_start: Callable[[int], object] | None = None,
 ) -> Iterator[tuple[ModelClient, int]]:
     """Yield the model named by `spec` and its context window.
 
@@ -372,7 +376,9 @@ def open_model(
     ``--window``).
 
     `field` is the option that gave `spec`, as an error names it, and
-    `n_ctx_option` the one that gave `n_ctx`.
+    `n_ctx_option` the one that gave `n_ctx`. `before_start` is called with
+    the window before the local server is started (it takes seconds): what
+    it raises is raised with no server started.
 
     Only the provider `spec` needs is imported: a missing SDK is named with
     the extra that brings it, before a missing API key.
@@ -408,6 +414,8 @@ def open_model(
             server = LlamaServer(n_ctx=n_ctx)
         except ConfigError as exc:  # named as the option that gave it
             raise as_option(exc, n_ctx_option) from None
+        if before_start is not None:  # its window: the n_ctx it is started with
+            before_start(window_for(server, window, field="--window"))
         start_local(server, sys.stderr)  # a server that fails to start is stopped
         try:
             local = local_client(server.base_url, window=server.context_window)
@@ -577,9 +585,10 @@ def run_task(
         if not task.strip():  # named as the command line calls it
             raise ConfigError("task", task, "what the agent should do (it is blank)")
         if options.model == "local":
-            # A store that cannot be used is named before the local model is
-            # started for nothing (it takes seconds).
-            run_async(close_store, open_cli_store(options.store))
+            # A store that cannot be used, or a session the run cannot go on
+            # with, is named before the local model is started for nothing
+            # (it takes seconds).
+            run_async(_check_session, options.store, session_id)
         with open_driver(options) as (driver, own):
             result, place, session = run_async(
                 _run, driver, own, task, options, session_id, stream
@@ -595,6 +604,22 @@ def run_task(
         resume = _resume_command(session, options)
         return report_interrupted(session, place, options, stream, resume=resume)
     return report_result(result, place, options, stream)
+
+
+async def _check_session(spec: str | None, session_id: str | None) -> None:
+    """Open the store `spec` names; refuse `session_id` if a run cannot go on it.
+
+    Raises:
+        SessionNotFound: no such session (with suggestions).
+        SessionBusy: the session has an open run (paused, or unfinished), as
+            the run would be refused.
+    """
+    async with cli_store(spec, None) as store:
+        if session_id is None:
+            return
+        session = await load_cli_session(store, session_id)
+        if waiting := session.open_runs():
+            raise SessionBusy(session.id, run_id=waiting[-1].run_id)
 
 
 def _resume_command(session_id: str, options: AgentOptions) -> str:

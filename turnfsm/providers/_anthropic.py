@@ -12,8 +12,10 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import aclosing
+from types import TracebackType
 from typing import Any, ClassVar, Final, TypeAlias, final
 
+import anyio
 import attrs
 
 from turnfsm import _checks
@@ -107,6 +109,11 @@ class AnthropicModel:
     user message. `stream` yields the text as it arrives. Sampling settings
     (`ModelRequest.temperature`) are not sent: the current Messages API
     rejects them.
+
+    Use it as an async context manager, ``async with
+    AnthropicModel("claude-sonnet-4-5") as model:``, to close its
+    connections at the block's end, even when the block raises or is
+    cancelled; or call `close()` when done with it.
 
     Attributes:
         model: the model name sent with every request.
@@ -273,6 +280,20 @@ class AnthropicModel:
         stays usable, e.g. from a later event loop.
         """
         await self._sdk.close()
+
+    async def __aenter__(self) -> AnthropicModel:
+        """Return the model; `__aexit__` closes it (see `close`)."""
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the model's connections, even in a block that was cancelled."""
+        with anyio.CancelScope(shield=True):
+            await self.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         # A request that defines no tools may hold no tool blocks.

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import aclosing
+from types import TracebackType
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
+import anyio
 import attrs
 
 from turnfsm import _checks
@@ -32,6 +35,7 @@ from turnfsm.providers._convert_openai import (
     to_openai_tools,
 )
 from turnfsm.providers._errors import (
+    BAD_REQUEST,
     BAD_RESPONSE,
     CONNECTION,
     CONTENT_FILTER,
@@ -90,6 +94,10 @@ class OpenAIModel:
     llama.cpp or vLLM server (a placeholder key is sent when none is set).
     Requests carry the tools as function tools; replies may call several
     tools at once. `stream` yields the text as it arrives.
+
+    Use it as an async context manager, ``async with OpenAIModel("gpt-4o-mini") as
+    model:``, to close its connections at the block's end, even when the
+    block raises or is cancelled; or call `close()` when done with it.
 
     Attributes:
         model: the model name sent with every request.
@@ -316,6 +324,20 @@ class OpenAIModel:
         stays usable, e.g. from a later event loop.
         """
         await self._sdk.close()
+
+    async def __aenter__(self) -> OpenAIModel:
+        """Return the model; `__aexit__` closes it (see `close`)."""
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the model's connections, even in a block that was cancelled."""
+        with anyio.CancelScope(shield=True):
+            await self.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, object]] = []
@@ -690,13 +712,53 @@ def _named(url: Any) -> str:
     return named_server(url, "api.openai.com", "the OpenAI API")
 
 
+_NO_JSON_SCHEMA: Final = re.compile(
+    # llama-cpp-python (its validation error) | llama.cpp's own, in older builds
+    r"'loc': \('body', 'response_format', 'type'\).*'input': 'json_schema'"
+    r"|response_format type must be one of .* but got: json_schema",
+    re.DOTALL,
+)
+"""A server's refusal of a ``json_schema`` response format, in its words."""
+
+_UNREADABLE_BODY: Final = re.compile(r"\d+ validation errors?:\n.*'loc': \('body'")
+"""llama-cpp-python's words for a request body it cannot read."""
+
+_JSON_OBJECT_FIX: Final = (
+    "the server takes no response_format of type json_schema; llama.cpp's "
+    'servers read the JSON schema of a structured answer as {"type": '
+    '"json_object", "schema": ...}, which OpenAIModel(..., '
+    'structured_output="json_object") sends'
+)
+
+
+def _unreadable_request(status: int, message: str) -> ProviderError | None:
+    """The error of a request the server refused as unreadable, sent as a 5xx.
+
+    Such a 5xx repeats whatever the wait, so it is not retried. llama.cpp's
+    servers answer a ``json_schema`` response format they do not take with
+    HTTP 500 (a structured answer needs ``structured_output="json_object"``,
+    which the error names), and llama-cpp-python's answers any request body
+    it cannot read so (FastAPI's validation error, a 422 elsewhere). None:
+    not such a refusal.
+    """
+    if status < 500:
+        return None
+    said = message.split("\n\n  File ")[0]  # the server's trace left out
+    if _NO_JSON_SCHEMA.search(said):
+        said = f"{said} - {_JSON_OBJECT_FIX}"
+    elif not _UNREADABLE_BODY.match(said):
+        return None
+    return ProviderError(f"HTTP {status}: {said}", kind=BAD_REQUEST, status=status)
+
+
 def classify_openai_error(exc: openai.APIError) -> ProviderError:
     """Return the `ProviderError` for an OpenAI SDK error (see ``_errors``).
 
     A context overflow is ``code == "context_length_exceeded"`` (OpenAI,
     llama-cpp-python) or an error text naming the maximum context length
     (vLLM, llama.cpp); an exhausted quota (a 429 with code
-    ``insufficient_quota``) is not retried.
+    ``insufficient_quota``) is not retried, nor is a 5xx that refuses the
+    request as unreadable (it would repeat: see `_unreadable_request`).
     """
     where = _where(exc)
     if isinstance(exc, openai.APITimeoutError):
@@ -726,6 +788,8 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
             return ProviderError(
                 f"HTTP {exc.status_code}: {message}", kind=QUOTA, status=exc.status_code
             )
+        if refused := _unreadable_request(exc.status_code, message):
+            return refused
         return from_status(
             exc.status_code,
             message,
