@@ -138,7 +138,9 @@ def _timed_out(
             limit=snapshot.budget.context_window,
             error=ErrorInfo(
                 type="TimeoutError",
-                message=f"the compaction pass timed out after {limit}s",
+                message=f"the compaction pass timed out after {limit}s - "
+                f"compaction_timeout={limit}; raise it for a summary model "
+                "that answers slowly",
             ),
             usage=ctx.spent.total,
         )
