@@ -491,8 +491,7 @@ def local_client(
     if base_url is None:
         return None
     # llama-cpp-python's server takes a JSON schema as a grammar through
-    # `json_object` (its `json_schema` mode is not the OpenAI one), and offers
-    # the tools only when a tool_choice is sent.
+    # `json_object` (its `json_schema` mode is not the OpenAI one).
     return OpenAIModel(
         model="local",
         base_url=base_url,

@@ -111,8 +111,9 @@ class OpenAIModel:
         parallel_tool_calls: sent with tools when not None.
         tool_choice: sent with tools when not None: ``"auto"`` (the model
             may call a tool or answer), ``"required"`` (it must call one) or
-            ``"none"``. OpenAI assumes ``"auto"``; llama.cpp's server offers
-            the tools only when it is sent (the local client sends ``"auto"``).
+            ``"none"``. OpenAI and the server `LlamaServer` starts assume
+            ``"auto"``; llama-cpp-python's ``chatml-function-calling`` format
+            offers the tools only when it is sent.
         structured_output: how a request's `ModelRequest.output` is asked
             for: ``"json_schema"`` (OpenAI's ``response_format`` with a JSON
             schema, strict when the schema qualifies) or ``"json_object"``
