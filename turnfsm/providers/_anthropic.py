@@ -12,10 +12,8 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import aclosing
-from types import TracebackType
 from typing import Any, ClassVar, Final, TypeAlias, final
 
-import anyio
 import attrs
 
 from turnfsm import _checks
@@ -60,7 +58,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent, without_bom
+from turnfsm.providers._sdk import LoopClient, SDKModel, sent, without_bom
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -100,7 +98,7 @@ _TYPE_STATUS: Final = {
 @final
 @_checks.keyword_checked
 @attrs.define(eq=False)
-class AnthropicModel:
+class AnthropicModel(SDKModel):
     """A `ModelClient` for Anthropic's Messages API.
 
     ``AnthropicModel("claude-sonnet-4-5")`` reads the key from
@@ -272,28 +270,6 @@ class AnthropicModel:
 
     def _timeout_setting(self) -> str:
         return timeout_setting("AnthropicModel", self.timeout, client=self.client)
-
-    async def close(self) -> None:
-        """Close the HTTP connections (a client passed in is closed for good).
-
-        A client this model built is replaced by a fresh one, so the model
-        stays usable, e.g. from a later event loop.
-        """
-        await self._sdk.close()
-
-    async def __aenter__(self) -> AnthropicModel:
-        """Return the model; `__aexit__` closes it (see `close`)."""
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the model's connections, even in a block that was cancelled."""
-        with anyio.CancelScope(shield=True):
-            await self.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         # A request that defines no tools may hold no tool blocks.

@@ -13,10 +13,8 @@ import json
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import aclosing
-from types import TracebackType
 from typing import Any, ClassVar, Final, Literal, TypeAlias, final
 
-import anyio
 import attrs
 
 from turnfsm import _checks
@@ -62,7 +60,7 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, sent, without_bom
+from turnfsm.providers._sdk import LoopClient, SDKModel, sent, without_bom
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -86,7 +84,7 @@ _KEY_HINT: Final = f"check the API key: set {_KEY_ENV} or pass api_key="
 @final
 @_checks.keyword_checked
 @attrs.define(eq=False)
-class OpenAIModel:
+class OpenAIModel(SDKModel):
     """A `ModelClient` for OpenAI chat completions and compatible servers.
 
     ``OpenAIModel("gpt-4o-mini")`` reads the key from ``OPENAI_API_KEY``;
@@ -317,28 +315,6 @@ class OpenAIModel:
 
     def _timeout_setting(self) -> str:
         return timeout_setting("OpenAIModel", self.timeout, client=self.client)
-
-    async def close(self) -> None:
-        """Close the HTTP connections (a client passed in is closed for good).
-
-        A client this model built is replaced by a fresh one, so the model
-        stays usable, e.g. from a later event loop.
-        """
-        await self._sdk.close()
-
-    async def __aenter__(self) -> OpenAIModel:
-        """Return the model; `__aexit__` closes it (see `close`)."""
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the model's connections, even in a block that was cancelled."""
-        with anyio.CancelScope(shield=True):
-            await self.close()
 
     def _options(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, object]] = []

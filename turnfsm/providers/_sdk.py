@@ -14,14 +14,22 @@ import math
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, Final, Generic, Protocol, TypeVar, cast, final
+from types import TracebackType
+from typing import Any, Final, Generic, Protocol, Self, TypeVar, cast, final
 
 import anyio
 from anyio.lowlevel import current_token
 
 from turnfsm._json import well_formed
 
-__all__ = ["AFTER_STOP_WAIT", "LoopClient", "sent", "until_done", "without_bom"]
+__all__ = [
+    "AFTER_STOP_WAIT",
+    "LoopClient",
+    "SDKModel",
+    "sent",
+    "until_done",
+    "without_bom",
+]
 
 
 class _Closable(Protocol):
@@ -87,6 +95,36 @@ class LoopClient(Generic[C]):
         here.client = here.loop = None
         if client is not None and loop is current_token().native_token:
             await client.close()
+
+
+class SDKModel:
+    """A model on an SDK client (`LoopClient`): closing it, ``async with`` it."""
+
+    __slots__ = ()
+
+    _sdk: LoopClient[Any]
+
+    async def close(self) -> None:
+        """Close the HTTP connections (a client passed in is closed for good).
+
+        A client this model built is replaced by a fresh one, so the model
+        stays usable, e.g. from a later event loop.
+        """
+        await self._sdk.close()
+
+    async def __aenter__(self) -> Self:
+        """Return the model; `__aexit__` closes it (see `close`)."""
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the model's connections, even in a block that was cancelled."""
+        with anyio.CancelScope(shield=True):
+            await self.close()
 
 
 R = TypeVar("R")
