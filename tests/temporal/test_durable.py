@@ -23,6 +23,8 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.worker import Replayer
 
@@ -462,6 +464,87 @@ async def test_approving_a_call_whose_tool_the_workers_lack_is_refused_paused(
         await run.reject({"c1": "no tool", "c2": "no tool"})
         result = await run.result()
     assert result.ok
+
+
+class _Gated:
+    """A model whose first call waits for `open`: a test acts while it is in flight."""
+
+    def __init__(self, inner: ScriptedModel) -> None:
+        self.inner = inner
+        self.called = anyio.Event()
+        self.open = anyio.Event()
+
+    async def complete(self, request: ModelRequest) -> Any:
+        self.called.set()
+        await self.open.wait()
+        return await self.inner.complete(request)
+
+
+def lookup_city(city: str) -> str:
+    """Look a city up."""
+    return f"{city}: sunny"
+
+
+async def _not_served_attempts(client: Client, run: DurableRun) -> int:
+    """The attempts of the run's pending tool activity refused as not served."""
+    description = await client.workflow_service.describe_workflow_execution(
+        DescribeWorkflowExecutionRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=run.workflow_id),
+        )
+    )
+    for pending in description.pending_activities:
+        if pending.activity_type.name == "turnfsm.tool" and (
+            "does not" in pending.last_failure.message
+        ):
+            return pending.attempt
+    return 0
+
+
+def _lacking_build_of(agent: Agent, store: SessionStore, queue: str) -> None:
+    """Serve `queue` the agent of the same name without its tools instead."""
+    lacking = Agent(model=agent.driver.model, store=store, name=agent.driver.name)
+    _activities.register([lacking], task_queue=queue)
+
+
+@pytest.mark.parametrize("comes_back", [True, False], ids=["deployed", "never"])
+async def test_a_worker_lacking_a_tool_the_run_has_leaves_the_call_to_another(
+    temporal_client: Client, tmp_path: Path, comes_back: bool
+) -> None:
+    # Workers of one queue serving two builds of an agent (a rolling deploy):
+    # the run's workflow has `lookup_city`, the worker its call lands on does not.
+    # That worker does not answer "not available" (the model would be told
+    # a tool it has does not exist): Temporal tries the call again, and a
+    # worker with the tool runs it. With none for a while, it is answered.
+    gate = _Gated(
+        ScriptedModel.of(reply("", tool_call("lookup_city", "c1", city="Oslo")), "ok")
+    )
+    store = SQLiteStore(tmp_path / "t.db")
+    agent = Agent(model=gate, tools=[lookup_city], store=store, name="deploy")
+    options = DurableOptions(heartbeat_timeout=5, retry_initial=0.1, retry_max=0.25)
+    async with _served(temporal_client, agent) as queue:
+        run = await start_durable(
+            agent, "weather?", client=temporal_client, task_queue=queue, options=options
+        )
+        with anyio.fail_after(30):
+            await gate.called.wait()
+        _lacking_build_of(agent, store, queue)  # this worker now serves another
+        gate.open.set()
+        if comes_back:
+            with anyio.fail_after(30):
+                while await _not_served_attempts(temporal_client, run) < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
+            _activities.register([agent], task_queue=queue)
+        with anyio.fail_after(60):
+            result = await run.result()
+    assert result.ok
+    session = await Session.load(store, run.session_id)
+    [answer] = [r for m in session.history for r in m.tool_results]
+    if comes_back:
+        assert (answer.content, answer.is_error) == ("Oslo: sunny", False)
+    else:
+        assert answer.is_error
+        assert "tool 'lookup_city' is not available" in answer.content
 
 
 async def test_status_on_workers_serving_a_changed_agent_says_so(

@@ -82,6 +82,7 @@ from turnfsm.temporal._payloads import (
 __all__ = [
     "ACTIVITIES",
     "CRASHED",
+    "NOT_SERVED",
     "TRANSIENT",
     "TURNFSM_ERROR",
     "agent_named",
@@ -536,6 +537,9 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
     agent = agent_named(request["agent"], activity.info().task_queue)
     session_id = request["session_id"]
     call = serde.from_json(ToolCallPart, request["call"])
+    wait = request.get("wait_for_tool")
+    if wait is not None:
+        _served_here(agent, call, wait)
     async with _beating() as beat:
         await _write(_store(request), session_id, request.get("log"))
 
@@ -543,6 +547,47 @@ async def run_tool(request: dict[str, Any]) -> dict[str, Any]:
             return await _call_tool(agent, request, session_id, call)
 
         return await _once(beat, f"tool {call.name!r} (call {call.id})", work)
+
+
+NOT_SERVED: Final = "turnfsm.not_served"
+"""An `ApplicationError` type: this worker's agent lacks a tool the run offers
+(retried: another worker on the queue may have it)."""
+
+
+def _served_here(agent: Agent, call: ToolCallPart, wait: float) -> None:
+    """Refuse, for `wait` seconds, a call of a tool this worker's agent lacks.
+
+    The run's workflow has the tool: workers of one queue serving other
+    builds of the agent (a rolling deploy) may lack it. The refusal is
+    retried, and Temporal gives the call to a worker that has the tool;
+    past `wait` seconds since the call was first scheduled it is answered
+    here, as a call of a tool there is not.
+
+    Raises:
+        ApplicationError: of type `NOT_SERVED`, within the wait.
+    """
+    if call.name in agent.driver._tools:
+        return
+    info = activity.info()
+    waited = (datetime.now(UTC) - info.scheduled_time).total_seconds()
+    said = (
+        f"tool {call.name!r} (call {call.id}) of agent {agent.driver.name!r}: "
+        f"the run's workflow has it, the agent this worker on queue "
+        f"{info.task_queue!r} serves does not (workers serving another build "
+        "of the agent)"
+    )
+    if waited >= wait:
+        logger.warning(
+            "%s; after %.0f s and %d attempts, answered as a call of a tool "
+            "there is not",
+            said,
+            waited,
+            info.attempt,
+        )
+        return
+    raise ApplicationError(
+        f"{said}; Temporal tries it again, on a worker that has it", type=NOT_SERVED
+    )
 
 
 async def _once(

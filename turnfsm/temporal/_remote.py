@@ -266,6 +266,11 @@ _ENVELOPE: Final = 4096
 """Bytes of an activity's input besides what it carries (ids, names, keys)."""
 
 
+_TOOL_WAIT: Final = 20
+"""How long a tool call the run has waits for a worker with the tool, in
+`DurableOptions.retry_max` waits (the longest wait between attempts)."""
+
+
 def _infra_retry(options: DurableOptions) -> TemporalRetry:
     """Retries of an activity lost with its worker or its store: unbounded."""
     return TemporalRetry(
@@ -551,9 +556,14 @@ class _Remote:
             call, plan = calls[index], plans[index]
             if plan is not None:  # heard by the hooks here: no activity has it
                 return await self._observed(ctx, call, plan)
+            asked = {**request, "call": serde.to_json(call), "log": log}
+            if call.name in ctx.run.tools:
+                # Not this run's worker's to say it has no such tool: the
+                # call waits for a worker that has it (another build's).
+                asked["wait_for_tool"] = _TOOL_WAIT * self.spec.options.retry_max
             data = await self._run(
                 run_tool,
-                {**request, "call": serde.to_json(call), "log": log},
+                asked,
                 summary=f"tool {call.name} ({call.id})",
                 **schedule,
             )

@@ -59,7 +59,9 @@ def create_worker(
 
     Every worker of the queue must serve the same agents (by `Driver.name`),
     built the same way: a workflow started on one worker may go on in
-    another. `options` go to `temporalio.worker.Worker`.
+    another. While a deploy adds a tool, a worker without it leaves the
+    tool's calls to the workers that have it (for 20 times
+    `DurableOptions.retry_max`). `options` go to `temporalio.worker.Worker`.
 
     Raises:
         ConfigError: `agents` is empty or two of them share a name, or
