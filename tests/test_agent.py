@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from turnfsm import Agent
+from turnfsm import Agent, ContextManager
 from turnfsm.errors import ConfigError
 from turnfsm.testing import ScriptedModel
 
@@ -58,6 +58,13 @@ from turnfsm.testing import ScriptedModel
             "it is a model client's setting: model=OpenAIModel('...', tool_choice=...)",
         ),
         ("recursion_limit", 25, "the model calls a run may make are max_turns=..."),
+        (
+            "strategy",  # the command line's --strategy; was "see Driver"
+            "layered",
+            "a compaction strategy is the context manager's compactor: "
+            "context=ContextManager(compactor=strategy_named('layered')) "
+            "(from turnfsm.context)",
+        ),
         (
             "thread_id",
             "t1",
@@ -449,3 +456,29 @@ def test_an_agent_run_by_another_frameworks_name_says_how_it_runs(
         agent.nothing  # type: ignore[attr-defined]  # noqa: B018
     assert str(caught.value) == "'Agent' object has no attribute 'nothing'"
     assert not hasattr(agent, "invoke")  # what duck typing asks still says no
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: ContextManager(strategy="summarizing"),  # type: ignore[call-arg]
+            "invalid strategy='summarizing': expected a known ContextManager "
+            "setting (a compaction strategy is the context manager's compactor: "
+            "compactor=strategy_named('summarizing') (from turnfsm.context))",
+        ),
+        (
+            lambda: ContextManager(compactor="layered"),  # type: ignore[arg-type]
+            "invalid compactor='layered': expected a ContextCompactor (an async "
+            "compact() method), not a strategy's name: "
+            "compactor=strategy_named('layered') (from turnfsm.context)",
+        ),
+    ],
+    ids=["strategy", "compactor-by-name"],
+)
+def test_a_strategy_by_name_says_how_to_make_its_compactor(
+    make: Any, message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make()
+    assert str(caught.value) == message

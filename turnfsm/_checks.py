@@ -913,6 +913,28 @@ def unknown_argument(
     return ConfigError(name, value, f"a known {owner} setting ({hint})")
 
 
+def compactor_of(value: object, within: str = "{}") -> str:
+    """The ``compactor=...`` argument that does what a ``strategy=value`` meant.
+
+    A compaction strategy is a context manager's compactor, an object: a
+    strategy's name (the command line's ``--strategy layered``) is made
+    into one by `turnfsm.context.strategy_named`. `within` is the call the
+    argument goes in (``"context=ContextManager({})"``).
+    """
+    if isinstance(value, str):
+        made = within.format(f"compactor=strategy_named({value!r})")
+        return f"{made} (from turnfsm.context)"
+    return within.format(f"compactor={type(value).__name__}(...)")
+
+
+def strategy_hint(name: str, value: object) -> str | None:
+    """Where a ``strategy=`` argument belongs (None: `name` is not one)."""
+    if name != "strategy":
+        return None
+    made = compactor_of(value)
+    return f"a compaction strategy is the context manager's compactor: {made}"
+
+
 Hint = Callable[[str, Any], str | None]
 """Says where an argument a class does not take belongs (None: nowhere known)."""
 

@@ -119,6 +119,35 @@ def test_run_rejects_an_unknown_model_spec(capsys: pytest.CaptureFixture[str]) -
     assert "openai:MODEL" in err
 
 
+@pytest.mark.parametrize(
+    ("spec", "meant"),
+    [
+        ("openai/gpt-4o-mini", "openai:gpt-4o-mini"),  # LiteLLM's spelling
+        ("anthropic/claude-x", "anthropic:claude-x"),
+        ("OpenAI:gpt-4o-mini", "openai:gpt-4o-mini"),
+        ("lcoal", "local"),
+        ("Local", "local"),
+        ("localhost:8080", "http://localhost:8080/v1"),
+        ("127.0.0.1:8080/v1", "http://127.0.0.1:8080/v1"),
+    ],
+)
+def test_a_model_spec_spelt_nearly_right_names_the_one_meant(
+    spec: str, meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "hi", "--model", spec]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid --model={spec!r}" in err
+    assert err.rstrip().endswith(f"(did you mean {meant}?)")
+
+
+def test_a_model_name_given_with_a_space_is_named_without_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["run", "hi", "--model", "openai: gpt-4o-mini"]) == 2
+    assert "the API key for openai:gpt-4o-mini in" in capsys.readouterr().err
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
     """`turnfsm ... | head`: no traceback, the status of a SIGPIPE."""
     script = (

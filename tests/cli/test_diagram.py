@@ -495,6 +495,29 @@ def otlp(events: list[dict[str, Any]], run: dict[str, str]) -> str:
 MEASURED = {"from": "start", "to": "call_llm", "trigger": "measured", "index": 6}
 
 
+def test_runs_on_two_machines_name_the_machine_to_pick(
+    tmp_path: Path, capsys: Capture
+) -> None:
+    """A demo and a manual pass (`sessions compact`) ran on turn and compaction."""
+    store = str(tmp_path / "sessions.db")
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["demo", "--quiet", "--store", store]) == 0
+        session = main(["sessions", "list", "--store", store])
+    listed = re.search(r"^(ses_\w+) ", out.getvalue(), re.MULTILINE)
+    assert session == 0
+    assert listed is not None
+    assert main(["sessions", "compact", listed[1], "--store", store]) == 0
+    base = ["diagram", "--run", listed[1], "--store", store, "-o", "x.dot"]
+    capsys.readouterr()
+
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "the runs ran on compaction, turn" in err
+    assert "--machine turn" in err
+    assert "SESSION:RUN" in err
+    assert main([*base, "--machine", "turn"]) == 0
+
+
 @pytest.mark.parametrize(
     ("events", "run", "message"),
     [

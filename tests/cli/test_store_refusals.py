@@ -151,6 +151,32 @@ def test_a_store_directory_that_cannot_be_used_is_named_with_its_setting(
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing made
 
 
+@pytest.mark.parametrize("command", [["demo", "--quiet"], ["sessions", "list"]])
+@pytest.mark.parametrize("setting", ["--store", "TURNFSM_STORE"])
+def test_a_store_path_that_is_a_directory_is_named_with_its_setting(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Capture,
+    command: list[str],
+    setting: str,
+) -> None:
+    """``TURNFSM_STORE=~/work``, a directory: the message said only its path."""
+    argv = [*command]
+    if setting == "--store":
+        argv += ["--store", str(tmp_path)]
+    else:
+        monkeypatch.setenv("TURNFSM_STORE", str(tmp_path))
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"turnfsm {' '.join(command[:2]).removesuffix(' --quiet')}: cannot use "
+        f"{tmp_path} as a turnfsm session "
+        f"store: it is a directory, not a regular file; change {setting} "
+        "(nothing was changed)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [

@@ -182,9 +182,12 @@ def test_function_tool_refuses_what_is_not_a_function_naming_it() -> None:
         function_tool(search, name=5)  # type: ignore[arg-type]
 
 
-def test_duplicate_tool_names_are_rejected() -> None:
-    with pytest.raises(ToolError, match="registered twice"):
+def test_duplicate_tool_names_are_rejected_saying_how_to_rename() -> None:
+    with pytest.raises(ToolError, match="registered twice") as caught:
         tools_by_name([search, search])
+
+    assert "function_tool(search, name=...)" in str(caught.value)
+    assert "list it once" in str(caught.value)
 
 
 @pytest.mark.anyio

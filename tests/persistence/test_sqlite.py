@@ -742,6 +742,21 @@ async def test_an_agent_keeps_sessions_in_memory_unless_turnfsm_store_names_one(
         Agent(model=ScriptedModel.of(), store=42)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("kind", ["missing directory", "a directory"])
+def test_a_turnfsm_store_that_cannot_be_used_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The user gave no path: the message names the variable that chose it."""
+    spec = tmp_path / "nope" / "s.db" if kind == "missing directory" else tmp_path
+    monkeypatch.setenv("TURNFSM_STORE", str(spec))
+
+    with pytest.raises((StoreDirectoryUnusable, StoreUnusable)) as caught:
+        Agent(model=ScriptedModel.of())
+
+    assert "change TURNFSM_STORE" in str(caught.value)
+    assert caught.value.setting == "TURNFSM_STORE"
+
+
 # -- the stored row format (pinned: files written before must still load) ----
 
 

@@ -504,6 +504,12 @@ def _machine_for(runs: list[_Run], path: str | None) -> tuple[MachineSpec, list[
         names = sorted({str(r.machine) for r in runs})
         if len(names) != 1 or runs[0].machine is None:
             ran = f"the runs ran on {', '.join(names)}" if runs else "no run given"
+            if len(names) > 1 and all(r.machine is not None for r in runs):
+                picks = " or ".join(f"--machine {name}" for name in names)
+                ran += (
+                    f": {picks} draws the runs on that one and leaves the others "
+                    "out, or name one run as SESSION:RUN"
+                )
             raise ConfigError(
                 "--machine", None, f"the machine file to draw ({ran})", missing=True
             )

@@ -14,6 +14,7 @@ import difflib
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -389,6 +390,7 @@ def open_model(
         ImportError: the SDK `spec` needs is not installed (names the extra).
     """
     kind, _, name = spec.partition(":")
+    name = name.strip()
     if kind in _KEYS and name:
         client: ModelClient
         if kind == "openai":
@@ -401,7 +403,9 @@ def open_model(
             maker = AnthropicModel
         key = _KEYS[kind]
         if not os.environ.get(key):
-            expected = f"the API key for {spec} in the environment (export {key}=...)"
+            expected = (
+                f"the API key for {kind}:{name} in the environment (export {key}=...)"
+            )
             raise ConfigError(key, None, expected, missing=True)
         client = maker(model=name)
         yield client, window_for(client, window, field="--window")
@@ -440,12 +444,36 @@ def open_model(
         yield remote, window_for(remote, given, field="--window")
         return
     expected = "openai:MODEL, anthropic:MODEL, local, or an http(s) base URL"
-    for kind in _KEYS:  # a known model's bare name: say which prefix it takes
-        named = spec.strip() and ":" not in spec
-        if named and known_window(spec, provider=kind) is not None:
-            expected += f" (did you mean {kind}:{spec}?)"
-            break
+    meant = _spec_meant(spec)
+    if meant is not None:
+        expected += f" (did you mean {meant}?)"
     raise ConfigError(field, spec, expected)
+
+
+_HOST_PORT: Final = re.compile(r"^[\w.-]+:\d+(/\S*)?$")
+"""A server's address without its scheme: ``localhost:8080``, ``host:80/v1``."""
+
+
+def _spec_meant(spec: str) -> str | None:
+    """Return the ``--model`` spec that `spec` is close to (None: none is).
+
+    A known model's bare name with its provider's prefix, ``openai/MODEL``
+    (LiteLLM's spelling) or ``OpenAI:MODEL`` with ``openai:``, a misspelt
+    ``local``, a server's address with ``http://``.
+    """
+    text = spec.strip()
+    for sep in (":", "/"):
+        kind, _, name = text.partition(sep)
+        if kind.lower() in _KEYS and name.strip():
+            return f"{kind.lower()}:{name.strip()}"
+    if difflib.get_close_matches(text.lower(), ["local"], n=1, cutoff=0.6):
+        return "local"
+    if _HOST_PORT.match(text):
+        return f"http://{text}" if "/" in text else f"http://{text}/v1"
+    for kind in _KEYS:  # a known model's bare name: say which prefix it takes
+        if text and ":" not in text and known_window(text, provider=kind):
+            return f"{kind}:{text}"
+    return None
 
 
 def start_local(server: LlamaServer, out: TextIO) -> LlamaServer:

@@ -16,7 +16,7 @@ from typing import Final
 
 import attrs
 
-from turnfsm.errors import ConfigError, StoreDirectoryUnusable
+from turnfsm.errors import ConfigError, StoreDirectoryUnusable, StoreUnusable
 from turnfsm.persistence import (
     STORE_ENV,
     MemoryStore,
@@ -77,7 +77,7 @@ def open_cli_store(
         raise ConfigError(setting, spec, "a store file that exists (none is there)")
     try:
         return open_store(spec, read_only=read_only)
-    except StoreDirectoryUnusable as exc:  # the setting the user chose it by
+    except (StoreDirectoryUnusable, StoreUnusable) as exc:  # the setting chose it
         raise attrs.evolve(exc, setting=setting) from None
     except ConfigError as exc:  # named as the user gave it
         raise attrs.evolve(exc, field=setting) from None

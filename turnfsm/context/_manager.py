@@ -185,8 +185,19 @@ def _conversation(value: object, name: str) -> tuple[Message, ...]:
     return messages
 
 
+def _not_a_strategy_name(_inst: object, _attr: object, value: object) -> None:
+    """Refuse a strategy's name as a compactor, naming what makes one of it."""
+    if isinstance(value, str):
+        raise ConfigError(
+            "compactor",
+            value,
+            "a ContextCompactor (an async compact() method), not a strategy's "
+            f"name: {_checks.compactor_of(value)}",
+        )
+
+
 @final
-@_checks.keyword_checked
+@_checks.keyword_checked(hint=_checks.strategy_hint)
 @attrs.frozen(kw_only=True)
 class ContextManager(OldEntryPoints):
     """Decide whether a conversation must shrink, shrink it, and judge the result.
@@ -268,11 +279,14 @@ class ContextManager(OldEntryPoints):
     # The one positional setting: ``ContextManager(MyCompactor(), ...)``.
     compactor: ContextCompactor = attrs.field(
         factory=MaskingCompactor,
-        validator=_checks.instance(
-            ContextCompactor,
-            "a ContextCompactor (an async compact() method)",
-            awaited=("compact",),
-        ),
+        validator=[
+            _not_a_strategy_name,
+            _checks.instance(
+                ContextCompactor,
+                "a ContextCompactor (an async compact() method)",
+                awaited=("compact",),
+            ),
+        ],
         kw_only=False,
     )
     context_window: int | None = attrs.field(

@@ -220,6 +220,9 @@ def context_hint(name: str, value: object) -> str | None:
     """
     if name in _OTHER_NAMES:
         return _OTHER_NAMES[name]
+    if name == "strategy":
+        made = _checks.compactor_of(value, "context=ContextManager({})")
+        return f"a compaction strategy is the context manager's compactor: {made}"
     if name not in _CONTEXT_SETTINGS:
         return None
     return f"it is a ContextManager setting: context=ContextManager({name}={value!r})"

@@ -783,6 +783,12 @@ def tools_by_name(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]
     for item in tools:
         tool = item if isinstance(item, Tool) else Tool.from_function(item)
         if tool.name in out:
-            raise ToolError(tool.name, "registered twice")
+            fn = "fn" if isinstance(item, Tool) else getattr(item, "__name__", "fn")
+            raise ToolError(
+                tool.name,
+                "registered twice (the model calls a tool by its name): list it "
+                f"once, or give one of them another name with "
+                f"function_tool({fn}, name=...)",
+            )
         out[tool.name] = tool
     return out

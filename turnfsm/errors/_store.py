@@ -176,12 +176,16 @@ class StoreUnusable(StoreError):
     not an SQLite file, another application's database, or a schema newer
     than this turnfsm knows. `in_doubt` is True when the write was sent and
     the connection was lost before its answer, on every connection tried:
-    it may have been written, and reloading the session tells.
+    it may have been written, and reloading the session tells. `setting`
+    names what chose the store when it was opened (``--store``,
+    ``TURNFSM_STORE``; "" when the caller gave it): when the path names no
+    store (a directory, a file of another kind), the message says to change it.
     """
 
     path: str
     reason: str
     in_doubt: bool = False
+    setting: str = attrs.field(default="", kw_only=True)
 
     def __str__(self) -> str:
         outcome = (
@@ -189,9 +193,11 @@ class StoreUnusable(StoreError):
             if self.in_doubt
             else "nothing was changed"
         )
+        wrong = self.reason.startswith("it is ") and not self.in_doubt
+        change = f"; change {self.setting}" if self.setting and wrong else ""
         return (
-            f"cannot use {self.path} as a turnfsm session store: {self.reason} "
-            f"({outcome})"
+            f"cannot use {self.path} as a turnfsm session store: {self.reason}"
+            f"{change} ({outcome})"
         )
 
 

@@ -14,7 +14,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Final
 
-from turnfsm.errors import ConfigError
+import attrs
+
+from turnfsm.errors import ConfigError, StoreDirectoryUnusable, StoreUnusable
 from turnfsm.persistence._store import MemoryStore, SessionStore, check_store
 
 __all__ = [
@@ -179,6 +181,8 @@ def env_store() -> SessionStore | None:
 
     Raises:
         ConfigError: as `open_store` (the variable is named).
+        StoreDirectoryUnusable: as `open_store` (the variable is named).
+        StoreUnusable: as `open_store` (the variable is named).
     """
     value = os.environ.get(STORE_ENV, "").strip()
     if not value:
@@ -188,6 +192,8 @@ def env_store() -> SessionStore | None:
     except ConfigError as exc:
         # The value as the refusal shows it (a connection string: not at all).
         raise ConfigError(STORE_ENV, exc.value, exc.expected) from None
+    except (StoreDirectoryUnusable, StoreUnusable) as exc:  # what chose it
+        raise attrs.evolve(exc, setting=STORE_ENV) from None
 
 
 def default_store_path() -> Path:
