@@ -58,7 +58,13 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, SDKModel, sent, without_bom
+from turnfsm.providers._sdk import (
+    LoopClient,
+    SDKModel,
+    each_event,
+    sent,
+    without_bom,
+)
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -225,6 +231,7 @@ class AnthropicModel(SDKModel):
                 self._client().messages.create, self._options(request), stream=True
             )
             without_bom(events.response)
+            each_event(events, _named_by_type)
             async with events:
                 if not _is_event_stream(events.response.headers):
                     # A proxy or a compatible server answered with one JSON
@@ -551,6 +558,36 @@ def _cut_off(stop_reason: object, blocks: list[dict[str, Any]]) -> bool:
     the run fails naming it). A call with a later block after it is whole.
     """
     return stop_reason in _CUT and bool(blocks) and blocks[-1].get("type") == "tool_use"
+
+
+def _named_by_type(event: Any) -> Any:
+    """Name a server-sent event that has no ``event:`` line by its data's type.
+
+    Anthropic names each event (``event: message_start``) and repeats the
+    name as its data's ``"type"``; the SDK reads the event by that type,
+    but skips an event with no name, so a proxy or a compatible server that
+    sends ``data:`` lines alone (as OpenAI-style servers do) had its whole
+    reply skipped, read as a stream that broke off, and asked again. Such
+    an event is read by its data's type, as a named one is.
+
+    Raises:
+        ProviderError: the unnamed event's data is not a JSON object with a
+            ``"type"`` (not an Anthropic event: an OpenAI server's chunk,
+            say), kind ``bad_response``; data that is not JSON at all is
+            the SDK's JSON error, translated the same way.
+    """
+    if event.event is not None or not event.data.strip():
+        return event  # named, or no data: the SDK reads it as it is
+    data = json.loads(event.data)
+    kind = data.get("type") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or not kind:
+        raise unreadable_field(
+            "a streamed event with no event name: its data",
+            data,
+            'an Anthropic event, a JSON object with a "type" '
+            '(e.g. "message_start"); is this an Anthropic-compatible server?',
+        )
+    return type(event)(event=kind, data=event.data, id=event.id, retry=event.retry)
 
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:

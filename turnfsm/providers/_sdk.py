@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+)
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any, Final, Generic, Protocol, Self, TypeVar, cast, final
@@ -26,6 +32,7 @@ __all__ = [
     "AFTER_STOP_WAIT",
     "LoopClient",
     "SDKModel",
+    "each_event",
     "sent",
     "until_done",
     "without_bom",
@@ -222,3 +229,22 @@ def without_bom(response: Any) -> None:
             yield head  # a body shorter than a mark
 
     response.aiter_bytes = aiter_bytes
+
+
+def each_event(stream: Any, look: Callable[[Any], Any]) -> None:
+    """Have `stream` read each server-sent event as `look` returns it.
+
+    `stream` is an SDK's event stream (``AsyncStream``), not read yet; its
+    reader gets, in place of each event it decodes, ``look(event)``: the
+    same event, or one `look` builds in its place (of the event's own
+    class), and `look` may raise. What the SDK alone cannot tell its caller
+    is seen so: an event it would skip, the end marker it stops at.
+    """
+    decoded: Callable[[], AsyncIterator[Any]] = stream._iter_events
+
+    async def events() -> AsyncGenerator[Any]:
+        async with aclosing(decoded()) as read:  # type: ignore[type-var]
+            async for event in read:
+                yield look(event)
+
+    stream._iter_events = events
