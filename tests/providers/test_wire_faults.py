@@ -1,7 +1,8 @@
 """Faults at the provider boundary, against a real local HTTP server.
 
 An Anthropic-compatible stream whose events have no ``event:`` line (only
-``data:`` lines, as some proxies send), and what a run makes of it.
+``data:`` lines, as some proxies send), an OpenAI-compatible server that
+answers a streamed request with one body, and what a run makes of them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tests.providers.test_wire import (
     _agent,
     _anthropic,
     _anthropic_text,
+    _openai,
     _stopped,
     _streamed,
     _Wire,
@@ -140,3 +142,48 @@ async def test_a_run_given_an_unnamed_stream_is_done_with_one_request(
     with anyio.fail_after(20):
         result = await agent.run("hi")
     assert (result.outcome, result.text, handler.posts) == ("done", "Hi", 1)
+
+
+COMPLETION = {
+    "id": "x",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Hi"},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+}
+
+
+async def test_an_openai_stream_answered_with_one_body_is_that_reply_asked_once(
+    wire: tuple[str, type[_Wire]],
+) -> None:
+    # Read as a stream with no events, it was asked again unstreamed: the
+    # same reply, two requests, billed twice.
+    url, handler = wire
+    handler.kind = "application/json"
+    handler.pieces = [json.dumps(COMPLETION).encode()]
+    with anyio.fail_after(20):
+        events = await _streamed(_openai(url))
+    assert events[:-1] == [TextDelta(text="Hi")]
+    done = events[-1]
+    assert isinstance(done, StreamDone)
+    assert (done.response.message.text, done.response.finish_reason) == ("Hi", "stop")
+    assert handler.posts == 1
+
+
+async def test_an_openai_stream_answered_with_a_web_page_fails_once(
+    wire: tuple[str, type[_Wire]],
+) -> None:
+    url, handler = wire
+    handler.kind = "text/html"
+    handler.pieces = [b"<html><body><h1>502 Bad Gateway</h1></body></html>"]
+    with pytest.raises(ProviderError) as raised:
+        await _streamed(_openai(url))
+    assert (raised.value.kind, raised.value.retryable) == ("bad_response", False)
+    assert "502 Bad Gateway" in str(raised.value)
+    assert handler.posts == 1

@@ -62,6 +62,7 @@ from turnfsm.providers._sdk import (
     LoopClient,
     SDKModel,
     each_event,
+    is_event_stream,
     sent,
     without_bom,
 )
@@ -233,7 +234,7 @@ class AnthropicModel(SDKModel):
             without_bom(events.response)
             each_event(events, _named_by_type)
             async with events:
-                if not _is_event_stream(events.response.headers):
+                if not is_event_stream(events.response.headers):
                     # A proxy or a compatible server answered with one JSON
                     # body: an error, or the whole reply unstreamed.
                     with _translated(setting):
@@ -588,12 +589,6 @@ def _named_by_type(event: Any) -> Any:
             '(e.g. "message_start"); is this an Anthropic-compatible server?',
         )
     return type(event)(event=kind, data=event.data, id=event.id, retry=event.retry)
-
-
-def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    """Whether a response's body is server-sent events (else one body)."""
-    kind = headers.get("content-type", "")
-    return not kind or kind.split(";")[0].strip().lower() == "text/event-stream"
 
 
 def _error_body(data: object) -> object:

@@ -64,6 +64,7 @@ from turnfsm.providers._sdk import (
     LoopClient,
     SDKModel,
     each_event,
+    is_event_stream,
     sent,
     without_bom,
 )
@@ -218,24 +219,7 @@ class OpenAIModel(SDKModel):
             completion: ChatCompletion = await sent(
                 self._client().chat.completions.create, self._options(request)
             )
-        # The SDK builds its models unchecked, and servers send shapes they
-        # do not expect (a list as content): read the reply as JSON data and
-        # check it here; the converter checks the message.
-        data = reply_object(completion, "the reply")
-        choices = reply_list(data.get("choices"), "choices")
-        if not choices:
-            raise _no_choices(data.get("error"))
-        choice = reply_object(choices[0], "choices[0]")
-        message = reply_object(choice.get("message"), "choices[0].message")
-        finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
-        return _said(
-            ModelResponse(
-                message=_reply(message),
-                usage=_usage(data.get("usage")),
-                model=reply_text(data.get("model"), "model") or None,
-                finish_reason=finish or None,
-            )
-        )
+        return _whole_reply(completion)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
@@ -262,6 +246,17 @@ class OpenAIModel(SDKModel):
             each_event(chunks, reply.see)
             where = _named(self._sdk.client.base_url)
             async with chunks:
+                if not is_event_stream(chunks.response.headers):
+                    # A server that ignores `stream` answered with the whole
+                    # reply (or a proxy with its error) in one body: asked
+                    # again unstreamed, it was asked, and billed, twice.
+                    with _translated(self._timeout_setting()):
+                        body = json.loads(await chunks.response.aread())
+                    response = _whole_reply(body)
+                    if text := response.message.text:
+                        yield TextDelta(text=text)
+                    yield StreamDone(response=response)
+                    return
                 # After the finish_reason, only the usage (and [DONE]) may
                 # follow: a server that holds the stream open after it is
                 # left `AFTER_STOP_WAIT` later, the usage kept if it came.
@@ -601,6 +596,28 @@ def _with_name(call: dict[str, Any]) -> dict[str, Any]:
     if isinstance(function, Mapping):
         call["function"] = dict(function, name=named_call(function.get("name")))
     return call
+
+
+def _whole_reply(reply: object) -> ModelResponse:
+    """Read a whole chat completion (an SDK model or its JSON data)."""
+    # The SDK builds its models unchecked, and servers send shapes they
+    # do not expect (a list as content): read the reply as JSON data and
+    # check it here; the converter checks the message.
+    data = reply_object(reply, "the reply")
+    choices = reply_list(data.get("choices"), "choices")
+    if not choices:
+        raise _no_choices(data.get("error"))
+    choice = reply_object(choices[0], "choices[0]")
+    message = reply_object(choice.get("message"), "choices[0].message")
+    finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
+    return _said(
+        ModelResponse(
+            message=_reply(message),
+            usage=_usage(data.get("usage")),
+            model=reply_text(data.get("model"), "model") or None,
+            finish_reason=finish or None,
+        )
+    )
 
 
 def _said(response: ModelResponse) -> ModelResponse:

@@ -18,6 +18,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Mapping,
 )
 from contextlib import aclosing
 from types import TracebackType
@@ -33,6 +34,7 @@ __all__ = [
     "LoopClient",
     "SDKModel",
     "each_event",
+    "is_event_stream",
     "sent",
     "until_done",
     "without_bom",
@@ -248,3 +250,14 @@ def each_event(stream: Any, look: Callable[[Any], Any]) -> None:
                 yield look(event)
 
     stream._iter_events = events
+
+
+def is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether a response's body is server-sent events (else one body).
+
+    A server that ignores the request's ``stream`` (or a proxy's error)
+    answers a streamed request with one JSON body; no content type at all
+    is read as the stream asked for.
+    """
+    kind = headers.get("content-type", "")
+    return not kind or kind.split(";")[0].strip().lower() == "text/event-stream"
