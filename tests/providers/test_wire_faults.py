@@ -2,22 +2,28 @@
 
 An Anthropic-compatible stream whose events have no ``event:`` line (only
 ``data:`` lines, as some proxies send), an OpenAI-compatible server that
-answers a streamed request with one body, and what a run makes of them.
+answers a streamed request with one body, a connection lost mid-body, and
+what a run makes of them.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.helpers import http_server
 from tests.providers.test_wire import (
     _agent,
     _anthropic,
     _anthropic_text,
+    _ask,
     _openai,
     _stopped,
     _streamed,
@@ -187,3 +193,49 @@ async def test_an_openai_stream_answered_with_a_web_page_fails_once(
     assert (raised.value.kind, raised.value.retryable) == ("bad_response", False)
     assert "502 Bad Gateway" in str(raised.value)
     assert handler.posts == 1
+
+
+class _Cut(_Wire):
+    """Answers 200 and half a JSON body, then resets the connection (RST)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).posts += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "5000")
+        self.end_headers()
+        self.wfile.write(b'{"id": "x", "cho')
+        self.wfile.flush()
+        linger = struct.pack("ii", 1, 0)  # close at once, with a reset
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+
+
+@pytest.fixture
+def cut() -> Iterator[tuple[str, type[_Cut]]]:
+    with http_server(_Cut) as (url, served):
+        yield url, served
+
+
+@pytest.mark.parametrize("client", [_openai, _anthropic], ids=["openai", "anthropic"])
+async def test_a_connection_lost_mid_body_broke_off_and_is_not_unreachable(
+    cut: tuple[str, type[_Cut]], client: Any
+) -> None:
+    # It said "could not reach the server": the server had answered.
+    url, _handler = cut
+    with pytest.raises(ProviderError) as raised:
+        await client(url).complete(_ask())
+    error = raised.value
+    assert (error.kind, error.retryable) == ("connection", True)
+    assert f"the connection to the server at {url} broke off: " in str(error)
+    assert "could not reach" not in str(error)
+
+
+@pytest.mark.parametrize("client", [_openai, _anthropic], ids=["openai", "anthropic"])
+async def test_a_server_not_listening_could_not_be_reached(client: Any) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    with pytest.raises(ProviderError) as raised:
+        await client(url).complete(_ask())
+    assert f"could not reach the server at {url}: " in str(raised.value)
+    assert "Connection error." not in str(raised.value)  # the OpenAI SDK's words

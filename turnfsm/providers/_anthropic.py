@@ -40,6 +40,7 @@ from turnfsm.providers._errors import (
     from_status,
     given_call_id,
     json_data,
+    lost_connection,
     mentions_overflow,
     named_call,
     named_server,
@@ -788,7 +789,7 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
         return timeout_error(f"{_named(request_url(exc))} timed out: {exc.message}")
     if isinstance(exc, anthropic.APIConnectionError):
         where = _named(request_url(exc))
-        return connection_error(f"could not reach {where}: {exc.message}")
+        return lost_connection(exc, where)
     body = exc.body if isinstance(exc.body, Mapping) else {}
     error = body.get("error")
     error = error if isinstance(error, Mapping) else body

@@ -42,6 +42,7 @@ from turnfsm.providers._errors import (
     connection_error,
     from_status,
     given_call_id,
+    lost_connection,
     mentions_overflow,
     named_call,
     named_server,
@@ -782,7 +783,7 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
     if isinstance(exc, openai.APITimeoutError):
         return timeout_error(f"{where} timed out: {exc.message}")
     if isinstance(exc, openai.APIConnectionError):
-        return connection_error(f"could not reach {where}: {exc.message}")
+        return lost_connection(exc, where)
     body: Mapping[str, object] = exc.body if isinstance(exc.body, Mapping) else {}
     raw_message = body.get("message")
     message = raw_message if isinstance(raw_message, str) else exc.message
