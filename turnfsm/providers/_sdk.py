@@ -241,15 +241,29 @@ def each_event(stream: Any, look: Callable[[Any], Any]) -> None:
     same event, or one `look` builds in its place (of the event's own
     class), and `look` may raise. What the SDK alone cannot tell its caller
     is seen so: an event it would skip, the end marker it stops at.
+    The SDK's own reader is wrapped, not re-read in a generator of ours: the
+    SDK leaves its reader unclosed when an event fails, and a second
+    generator left so would be one more for the event loop to finalize.
     """
     decoded: Callable[[], AsyncIterator[Any]] = stream._iter_events
+    stream._iter_events = lambda: _Looked(decoded(), look)
 
-    async def events() -> AsyncGenerator[Any]:
-        async with aclosing(decoded()) as read:  # type: ignore[type-var]
-            async for event in read:
-                yield look(event)
 
-    stream._iter_events = events
+@final
+class _Looked:
+    """The events of `events`, each as `look` returns it (see `each_event`)."""
+
+    __slots__ = ("_events", "_look")
+
+    def __init__(self, events: AsyncIterator[Any], look: Callable[[Any], Any]):
+        self._events = events
+        self._look = look
+
+    def __aiter__(self) -> _Looked:
+        return self
+
+    async def __anext__(self) -> Any:
+        return self._look(await anext(self._events))
 
 
 def is_event_stream(headers: Mapping[str, str]) -> bool:
