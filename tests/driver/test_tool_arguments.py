@@ -403,6 +403,28 @@ async def test_arguments_that_were_not_json_are_named_as_such() -> None:
     assert recorder.calls == []
 
 
+@pytest.mark.parametrize(
+    ("raw", "kind"),
+    [("[1, 2]", "an array"), ('"Paris"', "a string"), ("7", "a number")],
+)
+@pytest.mark.anyio
+async def test_arguments_that_are_json_but_no_object_are_named_as_such(
+    raw: str, kind: str
+) -> None:
+    """They were said to be no valid JSON, maybe cut off: the model was sent
+    looking for a cut where there was none."""
+    tool, recorder = recording(order)
+    content, is_error = await run(tool, _raw=raw)
+    assert is_error
+    shown = raw.replace('"', '\\"')
+    assert problems(content) == [
+        "(the arguments): expected a JSON object of the arguments, one field "
+        f"per parameter (the text sent is valid JSON, but {kind}, not an "
+        f'object), got "{shown}" (string)'
+    ]
+    assert recorder.calls == []
+
+
 @pytest.mark.anyio
 async def test_arguments_not_json_do_not_run_a_tool_whose_schema_is_open() -> None:
     """A schema that allows unknown names (one given by hand, or a pydantic

@@ -174,7 +174,7 @@ async def test_calls_whose_index_jumps_are_the_calls_sent(
 
 # -- replies that never say why they ended ----------------------------------------
 
-UNENDED = {
+EMPTY_UNENDED = {
     "a role, then the usage": [
         _chunk(choices=_choice({"role": "assistant"})),
         _chunk(choices=[], usage=USAGE),
@@ -183,32 +183,31 @@ UNENDED = {
         _chunk(choices=[{"index": 0, "finish_reason": None}]),
         _chunk(choices=[], usage=USAGE),
     ],
-    "text, then the usage": [
-        _chunk(choices=_choice({"role": "assistant", "content": "Hi"})),
-        _chunk(choices=[], usage=USAGE),
-    ],
-    "a whole call, then the usage": [
-        _chunk(
-            choices=_choice(
-                {
-                    "tool_calls": [
-                        {
-                            "index": 0,
-                            "id": "c",
-                            "type": "function",
-                            "function": {"name": "look", "arguments": "{}"},
-                        }
-                    ]
-                }
-            )
-        ),
-        _chunk(choices=[], usage=USAGE),
-    ],
+}
+
+CALL = {
+    "index": 0,
+    "id": "c",
+    "type": "function",
+    "function": {"name": "look", "arguments": "{}"},
+}
+TEXT_HI = {"role": "assistant", "content": "Hi"}
+A_CALL = {"role": "assistant", "tool_calls": [CALL]}
+SAID_UNENDED = {  # a stream's chunks, and the message the body holds instead
+    "text, then the usage": (
+        [_chunk(choices=_choice(TEXT_HI)), _chunk(choices=[], usage=USAGE)],
+        TEXT_HI,
+    ),
+    "text, then [DONE] alone": ([_chunk(choices=_choice(TEXT_HI))], TEXT_HI),
+    "a whole call, then the usage": (
+        [_chunk(choices=_choice(A_CALL)), _chunk(choices=[], usage=USAGE)],
+        A_CALL,
+    ),
 }
 
 
-@pytest.mark.parametrize("chunks", UNENDED.values(), ids=UNENDED.keys())
-async def test_a_stream_that_never_says_why_its_reply_ended_is_no_reply(
+@pytest.mark.parametrize("chunks", EMPTY_UNENDED.values(), ids=EMPTY_UNENDED.keys())
+async def test_a_whole_stream_with_nothing_in_it_and_no_finish_reason_is_no_reply(
     wire: tuple[str, type[_Wire]], chunks: list[bytes]
 ) -> None:
     # It passed as a reply with finish reason None: an empty one ("") when
@@ -218,8 +217,53 @@ async def test_a_stream_that_never_says_why_its_reply_ended_is_no_reply(
     with anyio.fail_after(20), pytest.raises(ProviderError) as raised:
         await _streamed(_openai(url))
     assert (raised.value.kind, raised.value.retryable) == ("bad_response", False)
-    assert "ended without a finish_reason" in str(raised.value)
+    assert "no content, no tool call and no finish_reason" in str(raised.value)
     assert handler.posts == 1
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"), SAID_UNENDED.values(), ids=SAID_UNENDED.keys()
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_whole_reply_with_no_finish_reason_stands_streamed_or_not(
+    wire: tuple[str, type[_Wire]],
+    chunks: list[bytes],
+    message: dict[str, Any],
+    stream: bool,
+) -> None:
+    # Unstreamed, it stood; streamed to its end, it failed as bad_response:
+    # the same reply, two verdicts.
+    url, handler = wire
+    model = _openai(url)
+    if stream:
+        handler.pieces = [_body(*chunks, b"data: [DONE]\n\n")]
+        done = (await _streamed(model))[-1]
+        assert isinstance(done, StreamDone)
+        response = done.response
+    else:
+        handler.kind = "application/json"
+        handler.pieces = [_completion(message, None)]
+        response = await model.complete(ModelRequest(messages=[Message.user("hi")]))
+    assert response.finish_reason is None
+    said = (response.message.text, [c.name for c in response.message.tool_calls])
+    assert said == (
+        message.get("content", ""),
+        ["look"] if "tool_calls" in message else [],
+    )
+    assert handler.posts == 1
+
+
+async def test_a_stream_cut_before_its_end_is_no_reply_though_it_said_something(
+    wire: tuple[str, type[_Wire]],
+) -> None:
+    # No finish_reason, no usage, no [DONE]: the body just ended, as one a
+    # gateway cut short does; its text is not the whole reply.
+    url, handler = wire
+    handler.pieces = [_chunk(choices=_choice({"role": "assistant", "content": "Hi"}))]
+    with anyio.fail_after(20), pytest.raises(ProviderError) as raised:
+        await _streamed(_openai(url))
+    assert (raised.value.kind, raised.value.retryable) == ("connection", True)
+    assert "broke off" in str(raised.value)
 
 
 def _completion(message: dict[str, Any], finish: str | None) -> bytes:

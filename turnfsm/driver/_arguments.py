@@ -342,7 +342,7 @@ def check_arguments(check: ArgumentsCheck, arguments: object) -> None:
         # at its token limit, a malformed one) as their text. Refused before
         # the schema is asked: one that allows unknown names would let the
         # tool run on its defaults for a call the model never finished.
-        raise InvalidArguments([Problem((), _NOT_JSON, raw)])
+        raise InvalidArguments([Problem((), _not_an_object(raw), raw)])
     quick = check.quick
     if quick is not None and quick(arguments):
         return
@@ -355,6 +355,26 @@ _NOT_JSON: Final = (
     "expected a JSON object of the arguments (the text sent is not valid JSON; "
     "it may have been cut off)"
 )
+_JSON_KINDS: Final = {list: "an array", str: "a string", bool: "a boolean"}
+
+
+def _not_an_object(raw: str) -> str:
+    """What is wrong with arguments kept as their text: not JSON, or not an object.
+
+    Valid JSON of another kind (``[1, 2]``, ``"Paris"``) was no cut-off
+    text: told that it was, a model sends it again as it was.
+    """
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+    if isinstance(value, dict):  # an object nested deeper than a call holds
+        return "expected a JSON object of the arguments nested less deeply"
+    kind = _JSON_KINDS.get(type(value), "a number")
+    return (
+        f"expected a JSON object of the arguments, one field per parameter "
+        f"(the text sent is valid JSON, but {kind}, not an object)"
+    )
 
 
 def _unique(problems: Iterable[Problem]) -> list[Problem]:

@@ -40,6 +40,7 @@ from turnfsm.providers._errors import (
     from_status,
     given_call_id,
     json_data,
+    lost_connection,
     mentions_overflow,
     named_call,
     named_server,
@@ -58,7 +59,14 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, SDKModel, sent, without_bom
+from turnfsm.providers._sdk import (
+    LoopClient,
+    SDKModel,
+    each_event,
+    is_event_stream,
+    sent,
+    without_bom,
+)
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -225,8 +233,9 @@ class AnthropicModel(SDKModel):
                 self._client().messages.create, self._options(request), stream=True
             )
             without_bom(events.response)
+            each_event(events, _named_by_type)
             async with events:
-                if not _is_event_stream(events.response.headers):
+                if not is_event_stream(events.response.headers):
                     # A proxy or a compatible server answered with one JSON
                     # body: an error, or the whole reply unstreamed.
                     with _translated(setting):
@@ -553,10 +562,34 @@ def _cut_off(stop_reason: object, blocks: list[dict[str, Any]]) -> bool:
     return stop_reason in _CUT and bool(blocks) and blocks[-1].get("type") == "tool_use"
 
 
-def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    """Whether a response's body is server-sent events (else one body)."""
-    kind = headers.get("content-type", "")
-    return not kind or kind.split(";")[0].strip().lower() == "text/event-stream"
+def _named_by_type(event: Any) -> Any:
+    """Name a server-sent event that has no ``event:`` line by its data's type.
+
+    Anthropic names each event (``event: message_start``) and repeats the
+    name as its data's ``"type"``; the SDK reads the event by that type,
+    but skips an event with no name, so a proxy or a compatible server that
+    sends ``data:`` lines alone (as OpenAI-style servers do) had its whole
+    reply skipped, read as a stream that broke off, and asked again. Such
+    an event is read by its data's type, as a named one is.
+
+    Raises:
+        ProviderError: the unnamed event's data is not a JSON object with a
+            ``"type"`` (not an Anthropic event: an OpenAI server's chunk,
+            say), kind ``bad_response``; data that is not JSON at all is
+            the SDK's JSON error, translated the same way.
+    """
+    if event.event is not None or not event.data.strip():
+        return event  # named, or no data: the SDK reads it as it is
+    data = json.loads(event.data)
+    kind = data.get("type") if isinstance(data, dict) else None
+    if not isinstance(kind, str) or not kind:
+        raise unreadable_field(
+            "a streamed event with no event name: its data",
+            data,
+            'an Anthropic event, a JSON object with a "type" '
+            '(e.g. "message_start"); is this an Anthropic-compatible server?',
+        )
+    return type(event)(event=kind, data=event.data, id=event.id, retry=event.retry)
 
 
 def _error_body(data: object) -> object:
@@ -756,7 +789,7 @@ def classify_anthropic_error(exc: anthropic.APIError) -> ProviderError:
         return timeout_error(f"{_named(request_url(exc))} timed out: {exc.message}")
     if isinstance(exc, anthropic.APIConnectionError):
         where = _named(request_url(exc))
-        return connection_error(f"could not reach {where}: {exc.message}")
+        return lost_connection(exc, where)
     body = exc.body if isinstance(exc.body, Mapping) else {}
     error = body.get("error")
     error = error if isinstance(error, Mapping) else body

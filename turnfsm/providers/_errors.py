@@ -70,6 +70,7 @@ __all__ = [
     "from_status",
     "given_call_id",
     "json_data",
+    "lost_connection",
     "mentions_overflow",
     "named_call",
     "named_server",
@@ -313,6 +314,24 @@ def request_url(exc: BaseException) -> Any:
 def connection_error(message: str) -> ProviderError:
     """Return the retryable `ProviderError` for a connection that failed."""
     return ProviderError(message, retryable=True, kind=CONNECTION)
+
+
+def lost_connection(exc: BaseException, where: str) -> ProviderError:
+    """Return the retryable `ProviderError` for an SDK's connection error.
+
+    Only a connection that could not be opened (the HTTP library's
+    ``ConnectError``) "could not reach" `where`; one lost after it was open
+    (a reset, a body cut short) broke off: the server was reached, and
+    "could not reach" would send the user looking at the URL. Either way
+    the message says how, in the HTTP library's words (`dropped`).
+    """
+    cause = exc.__cause__
+    opening = cause is None or any(
+        kind.__name__ == "ConnectError" for kind in type(cause).__mro__
+    )
+    if opening:
+        return connection_error(f"could not reach {where}: {dropped(exc)}")
+    return connection_error(f"the connection to {where} broke off: {dropped(exc)}")
 
 
 def dropped(exc: BaseException) -> str:

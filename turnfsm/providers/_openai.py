@@ -42,6 +42,7 @@ from turnfsm.providers._errors import (
     connection_error,
     from_status,
     given_call_id,
+    lost_connection,
     mentions_overflow,
     named_call,
     named_server,
@@ -60,7 +61,14 @@ from turnfsm.providers._errors import (
     with_setting,
 )
 from turnfsm.providers._protocol import ModelRequest, ModelResponse, OutputSpec
-from turnfsm.providers._sdk import LoopClient, SDKModel, sent, without_bom
+from turnfsm.providers._sdk import (
+    LoopClient,
+    SDKModel,
+    each_event,
+    is_event_stream,
+    sent,
+    without_bom,
+)
 from turnfsm.providers._stream import StreamDone, StreamEvent, TextDelta
 from turnfsm.providers._windows import known_window
 from turnfsm.values import Usage
@@ -212,31 +220,7 @@ class OpenAIModel(SDKModel):
             completion: ChatCompletion = await sent(
                 self._client().chat.completions.create, self._options(request)
             )
-        # The SDK builds its models unchecked, and servers send shapes they
-        # do not expect (a list as content): read the reply as JSON data and
-        # check it here; the converter checks the message.
-        data = reply_object(completion, "the reply")
-        choices = reply_list(data.get("choices"), "choices")
-        if not choices:
-            raise _no_choices(data.get("error"))
-        choice = reply_object(choices[0], "choices[0]")
-        message = reply_object(choice.get("message"), "choices[0].message")
-        finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
-        reply = _reply(message)
-        if not finish and not reply.parts:
-            # Nothing said, and no word of why: no reply, not an empty one
-            # (an empty answer says ``stop``).
-            raise ProviderError(
-                "unreadable reply: choices[0] has no content, no tool call and "
-                "no finish_reason",
-                kind=BAD_RESPONSE,
-            )
-        return ModelResponse(
-            message=reply,
-            usage=_usage(data.get("usage")),
-            model=reply_text(data.get("model"), "model") or None,
-            finish_reason=finish or None,
-        )
+        return _whole_reply(completion)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Send `request` streamed; yield text deltas, then the whole reply.
@@ -260,8 +244,20 @@ class OpenAIModel(SDKModel):
                 stream_options={"include_usage": True},
             )
             without_bom(chunks.response)
+            each_event(chunks, reply.see)
             where = _named(self._sdk.client.base_url)
             async with chunks:
+                if not is_event_stream(chunks.response.headers):
+                    # A server that ignores `stream` answered with the whole
+                    # reply (or a proxy with its error) in one body: asked
+                    # again unstreamed, it was asked, and billed, twice.
+                    with _translated(self._timeout_setting()):
+                        body = json.loads(await chunks.response.aread())
+                    response = _whole_reply(body)
+                    if text := response.message.text:
+                        yield TextDelta(text=text)
+                    yield StreamDone(response=response)
+                    return
                 # After the finish_reason, only the usage (and [DONE]) may
                 # follow: a server that holds the stream open after it is
                 # left `AFTER_STOP_WAIT` later, the usage kept if it came.
@@ -282,16 +278,7 @@ class OpenAIModel(SDKModel):
             # came is not the whole reply; the driver may ask again.
             raise connection_error(
                 f"the stream from {where} broke off: it ended before a chunk "
-                "with a finish_reason or the usage came"
-            )
-        if reply.replied and not reply.stopped():
-            # Its usage came, its finish_reason never did: the stream ended
-            # as a whole one does, without saying that the reply had.
-            raise ProviderError(
-                f"unreadable reply: the stream from {where} ended without a "
-                "finish_reason (its usage came, no chunk said why the reply "
-                "ended)",
-                kind=BAD_RESPONSE,
+                "with a finish_reason, the usage or [DONE] came"
             )
         if not reply.replied:
             response = await self._after_empty_stream(request)
@@ -299,7 +286,7 @@ class OpenAIModel(SDKModel):
                 yield TextDelta(text=text)
             yield StreamDone(response=response)
             return
-        yield StreamDone(response=reply.response())
+        yield StreamDone(response=_said(reply.response()))
 
     async def _after_empty_stream(self, request: ModelRequest) -> ModelResponse:
         """`complete(request)`, on a new connection if the stream's was closed."""
@@ -371,7 +358,20 @@ class _Chunks:
         self.model: str | None = None
         self.finish_reason: str | None = None
         self.replied = False  # a choice came
-        self.finished = False  # a finish_reason or the usage came: the end
+        # The server said the reply is over: its finish_reason, its usage
+        # (sent after the finish_reason) or [DONE] came. Until then, a body
+        # that ends is a stream cut short.
+        self.finished = False
+
+    def see(self, event: Any) -> Any:
+        """Note the stream's end marker, ``data: [DONE]``, as it passes.
+
+        The SDK stops at it without a word; it is the server's own end of a
+        whole stream, where a body cut short just ends.
+        """
+        if event.data.startswith("[DONE]"):  # as the SDK reads it
+            self.finished = True
+        return event
 
     def stopped(self) -> bool:
         """Whether the reply said why it ended: only its usage may follow."""
@@ -599,6 +599,48 @@ def _with_name(call: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
+def _whole_reply(reply: object) -> ModelResponse:
+    """Read a whole chat completion (an SDK model or its JSON data)."""
+    # The SDK builds its models unchecked, and servers send shapes they
+    # do not expect (a list as content): read the reply as JSON data and
+    # check it here; the converter checks the message.
+    data = reply_object(reply, "the reply")
+    choices = reply_list(data.get("choices"), "choices")
+    if not choices:
+        raise _no_choices(data.get("error"))
+    choice = reply_object(choices[0], "choices[0]")
+    message = reply_object(choice.get("message"), "choices[0].message")
+    finish = reply_text(choice.get("finish_reason"), "choices[0].finish_reason")
+    return _said(
+        ModelResponse(
+            message=_reply(message),
+            usage=_usage(data.get("usage")),
+            model=reply_text(data.get("model"), "model") or None,
+            finish_reason=finish or None,
+        )
+    )
+
+
+def _said(response: ModelResponse) -> ModelResponse:
+    """Return a whole reply (a body, or a stream that came to its end).
+
+    Whole, a reply that does not say why it ended is still the reply (some
+    compatible servers send no finish_reason); finish_reason None says so.
+
+    Raises:
+        ProviderError: the reply holds nothing and no finish_reason: no
+            reply, not an empty one (an empty answer says ``stop``), kind
+            ``bad_response``.
+    """
+    if response.finish_reason is None and not response.message.parts:
+        raise ProviderError(
+            "unreadable reply: the reply has no content, no tool call and "
+            "no finish_reason",
+            kind=BAD_RESPONSE,
+        )
+    return response
+
+
 def _no_choices(error: object) -> ProviderError:
     """The error of a reply with no choices, quoting the error it has instead.
 
@@ -741,7 +783,7 @@ def classify_openai_error(exc: openai.APIError) -> ProviderError:
     if isinstance(exc, openai.APITimeoutError):
         return timeout_error(f"{where} timed out: {exc.message}")
     if isinstance(exc, openai.APIConnectionError):
-        return connection_error(f"could not reach {where}: {exc.message}")
+        return lost_connection(exc, where)
     body: Mapping[str, object] = exc.body if isinstance(exc.body, Mapping) else {}
     raw_message = body.get("message")
     message = raw_message if isinstance(raw_message, str) else exc.message

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+)
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any, Final, Generic, Protocol, Self, TypeVar, cast, final
@@ -26,6 +33,8 @@ __all__ = [
     "AFTER_STOP_WAIT",
     "LoopClient",
     "SDKModel",
+    "each_event",
+    "is_event_stream",
     "sent",
     "until_done",
     "without_bom",
@@ -222,3 +231,47 @@ def without_bom(response: Any) -> None:
             yield head  # a body shorter than a mark
 
     response.aiter_bytes = aiter_bytes
+
+
+def each_event(stream: Any, look: Callable[[Any], Any]) -> None:
+    """Have `stream` read each server-sent event as `look` returns it.
+
+    `stream` is an SDK's event stream (``AsyncStream``), not read yet; its
+    reader gets, in place of each event it decodes, ``look(event)``: the
+    same event, or one `look` builds in its place (of the event's own
+    class), and `look` may raise. What the SDK alone cannot tell its caller
+    is seen so: an event it would skip, the end marker it stops at.
+    The SDK's own reader is wrapped, not re-read in a generator of ours: the
+    SDK leaves its reader unclosed when an event fails, and a second
+    generator left so would be one more for the event loop to finalize.
+    """
+    decoded: Callable[[], AsyncIterator[Any]] = stream._iter_events
+    stream._iter_events = lambda: _Looked(decoded(), look)
+
+
+@final
+class _Looked:
+    """The events of `events`, each as `look` returns it (see `each_event`)."""
+
+    __slots__ = ("_events", "_look")
+
+    def __init__(self, events: AsyncIterator[Any], look: Callable[[Any], Any]):
+        self._events = events
+        self._look = look
+
+    def __aiter__(self) -> _Looked:
+        return self
+
+    async def __anext__(self) -> Any:
+        return self._look(await anext(self._events))
+
+
+def is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether a response's body is server-sent events (else one body).
+
+    A server that ignores the request's ``stream`` (or a proxy's error)
+    answers a streamed request with one JSON body; no content type at all
+    is read as the stream asked for.
+    """
+    kind = headers.get("content-type", "")
+    return not kind or kind.split(";")[0].strip().lower() == "text/event-stream"
