@@ -239,3 +239,16 @@ async def test_a_server_not_listening_could_not_be_reached(client: Any) -> None:
         await client(url).complete(_ask())
     assert f"could not reach the server at {url}: " in str(raised.value)
     assert "Connection error." not in str(raised.value)  # the OpenAI SDK's words
+
+
+async def test_a_stream_the_sdk_reads_otherwise_is_left_as_it_is() -> None:
+    # The hook wraps the SDK's own event reader; an SDK version without one
+    # reads its events as it does (no AttributeError on every stream).
+    from turnfsm.providers._sdk import each_event
+
+    class Stream:
+        pass
+
+    stream = Stream()
+    each_event(stream, lambda event: event)
+    assert vars(stream) == {}

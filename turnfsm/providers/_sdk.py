@@ -244,8 +244,14 @@ def each_event(stream: Any, look: Callable[[Any], Any]) -> None:
     The SDK's own reader is wrapped, not re-read in a generator of ours: the
     SDK leaves its reader unclosed when an event fails, and a second
     generator left so would be one more for the event loop to finalize.
+    A stream with no such reader (another version of the SDK) is left as
+    it is: its events are read as the SDK reads them.
     """
-    decoded: Callable[[], AsyncIterator[Any]] = stream._iter_events
+    decoded: Callable[[], AsyncIterator[Any]] | None = getattr(
+        stream, "_iter_events", None
+    )
+    if decoded is None:  # an SDK that reads its events otherwise: as it does
+        return
     stream._iter_events = lambda: _Looked(decoded(), look)
 
 
